@@ -1,0 +1,165 @@
+//! What a module offers: limits, alignments, performance hints and flags
+//! (Open MPI: the `btl_*` fields at the top of `mca_btl_base_module_t`).
+
+use crate::Result;
+use rbtl_config::{Config, Registry, Value};
+
+bitflags::bitflags! {
+    /// Capabilities of a module (Open MPI: `MCA_BTL_FLAGS_*`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct BtlFlags: u32 {
+        /// Two-sided sends with active-message tags (`MCA_BTL_FLAGS_SEND`).
+        const SEND = 1 << 0;
+        /// One-sided put (`MCA_BTL_FLAGS_PUT`).
+        const PUT = 1 << 1;
+        /// One-sided get (`MCA_BTL_FLAGS_GET`).
+        const GET = 1 << 2;
+        /// `prepare_src` may point a segment at the caller's memory instead of copying
+        /// (`MCA_BTL_FLAGS_SEND_INPLACE`).
+        const SEND_INPLACE = 1 << 3;
+        /// Non-fetching atomics (`MCA_BTL_FLAGS_ATOMIC_OPS`).
+        const ATOMIC_OPS = 1 << 4;
+        /// Fetching atomics and compare-swap (`MCA_BTL_FLAGS_ATOMIC_FOPS`).
+        const ATOMIC_FOPS = 1 << 5;
+        /// Put/get need both buffers registered through `register_mem`.
+        const REGISTRATION_REQUIRED = 1 << 6;
+        /// A put's completion means the data is visible at the target
+        /// (`MCA_BTL_FLAGS_RDMA_REMOTE_COMPLETION`).
+        const RDMA_REMOTE_COMPLETION = 1 << 7;
+    }
+}
+
+bitflags::bitflags! {
+    /// Which atomic operations a module supports (Open MPI: `MCA_BTL_ATOMIC_SUPPORTS_*`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct AtomicFlags: u32 {
+        /// Add.
+        const ADD = 1 << 0;
+        /// Bitwise and.
+        const AND = 1 << 1;
+        /// Bitwise or.
+        const OR = 1 << 2;
+        /// Bitwise xor.
+        const XOR = 1 << 3;
+        /// Swap.
+        const SWAP = 1 << 4;
+        /// Compare-and-swap.
+        const CSWAP = 1 << 5;
+        /// Operations on 64-bit words (always set when any is).
+        const U64 = 1 << 6;
+    }
+}
+
+/// Largest serialised registration handle (Open MPI's limit too).
+pub const MAX_HANDLE_SIZE: usize = 256;
+
+/// Limits and hints of one module. The performance fields are hints used to order and
+/// stripe modules; the limits are enforced by the module.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attributes {
+    /// Largest message the upper layer should send eagerly (`btl_eager_limit`).
+    pub eager_limit: usize,
+    /// Largest first fragment of a rendezvous message (`btl_rndv_eager_limit`).
+    pub rndv_eager_limit: usize,
+    /// Largest fragment `alloc`/`prepare_src` hand out (`btl_max_send_size`).
+    pub max_send_size: usize,
+    /// Largest single put (`btl_put_limit`).
+    pub put_limit: usize,
+    /// Required alignment of put addresses and sizes, 1 for none (`btl_put_alignment`).
+    pub put_alignment: usize,
+    /// Largest single get (`btl_get_limit`).
+    pub get_limit: usize,
+    /// Required alignment of get addresses and sizes (`btl_get_alignment`).
+    pub get_alignment: usize,
+    /// Higher wins when several modules reach a peer (`btl_exclusivity`).
+    pub exclusivity: u32,
+    /// Latency hint in microseconds (`btl_latency`).
+    pub latency: u32,
+    /// Bandwidth hint in Mbit/s (`btl_bandwidth`).
+    pub bandwidth: u32,
+    /// What the module can do.
+    pub flags: BtlFlags,
+    /// Which atomics it supports.
+    pub atomic_flags: AtomicFlags,
+    /// Bytes of a serialised registration handle, at most [`MAX_HANDLE_SIZE`]
+    /// (`btl_registration_handle_size`).
+    pub registration_handle_size: usize,
+}
+
+/// Exclusivity levels (Open MPI: `MCA_BTL_EXCLUSIVITY_*`).
+pub mod exclusivity {
+    /// Ordinary network transports.
+    pub const DEFAULT: u32 = 1024;
+    /// Transports between processes on one node.
+    pub const HIGH: u32 = 0x10000;
+    /// The process to itself.
+    pub const SELF: u32 = 0x20000;
+}
+
+impl Attributes {
+    /// Register the tunable attributes of component `name` as parameters
+    /// `btl_<name>_<field>`, with `defaults` as their defaults.
+    pub fn register_params(
+        reg: &mut Registry,
+        name: &str,
+        defaults: &Attributes,
+    ) -> rbtl_config::Result<()> {
+        let p = |f: &str| format!("btl_{name}_{f}");
+        reg.register(
+            &p("eager_limit"),
+            Value::Size(defaults.eager_limit),
+            "largest message sent eagerly by the upper layer",
+        )?
+        .register(
+            &p("rndv_eager_limit"),
+            Value::Size(defaults.rndv_eager_limit),
+            "largest first fragment of a rendezvous message",
+        )?
+        .register(
+            &p("max_send_size"),
+            Value::Size(defaults.max_send_size),
+            "largest send fragment",
+        )?
+        .register(
+            &p("exclusivity"),
+            Value::Int(defaults.exclusivity.into()),
+            "priority when several transports reach a peer (higher wins)",
+        )?
+        .register(
+            &p("latency"),
+            Value::Int(defaults.latency.into()),
+            "latency hint, microseconds",
+        )?
+        .register(
+            &p("bandwidth"),
+            Value::Int(defaults.bandwidth.into()),
+            "bandwidth hint, Mbit/s",
+        )?;
+        Ok(())
+    }
+
+    /// `defaults` with the values of component `name`'s parameters from `config`.
+    pub fn from_config(config: &Config, name: &str, defaults: &Attributes) -> Result<Attributes> {
+        let p = |f: &str| format!("btl_{name}_{f}");
+        let int = |f: &str| -> Result<u32> {
+            let v = config.int(&p(f))?;
+            u32::try_from(v).map_err(|_| {
+                crate::Error::NotAvailable(format!("{} = {v} is out of range", p(f)))
+            })
+        };
+        let mut a = defaults.clone();
+        a.eager_limit = config.size(&p("eager_limit"))?;
+        a.rndv_eager_limit = config.size(&p("rndv_eager_limit"))?;
+        a.max_send_size = config.size(&p("max_send_size"))?;
+        a.exclusivity = int("exclusivity")?;
+        a.latency = int("latency")?;
+        a.bandwidth = int("bandwidth")?;
+        if a.eager_limit > a.max_send_size || a.rndv_eager_limit > a.max_send_size {
+            return Err(crate::Error::NotAvailable(format!(
+                "btl_{name}: eager_limit ({}) and rndv_eager_limit ({}) must not exceed max_send_size ({})",
+                a.eager_limit, a.rndv_eager_limit, a.max_send_size
+            )));
+        }
+        Ok(a)
+    }
+}

@@ -1,0 +1,131 @@
+//! The one error type of the BTL contract.
+
+use crate::Tag;
+use rbtl_rcache::Access;
+
+/// Everything a BTL call can refuse. Open MPI returns `OPAL_ERR_*` codes; the names
+/// below say which one each variant stands for where there is one.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Out of fragments, queue slots or credits: drive `progress()` and try again
+    /// (`OPAL_ERR_OUT_OF_RESOURCE`).
+    #[error("out of resources ({0}): call progress() and retry")]
+    OutOfResource(&'static str),
+    /// The size or alignment is beyond what this transport does for this operation
+    /// (`OPAL_ERR_NOT_AVAILABLE`); use another path (e.g. send instead of put).
+    #[error("not available: {0}")]
+    NotAvailable(String),
+    /// The transport does not offer this operation at all (`OPAL_ERR_NOT_SUPPORTED`).
+    #[error("{0} is not supported by this transport")]
+    NotSupported(&'static str),
+    /// Registering zero bytes.
+    #[error("cannot register zero bytes")]
+    ZeroLength,
+    /// `base + len` wraps around the address space.
+    #[error("range {base:#x} + {len} overflows the address space")]
+    Overflow {
+        /// Start of the range.
+        base: usize,
+        /// Its length.
+        len: usize,
+    },
+    /// The registration cache or the registrar refused.
+    #[error("registration failed: {0}")]
+    Registration(#[from] rbtl_rcache::Error),
+    /// A local handle or descriptor that another module made.
+    #[error("the {what} belongs to another module (made by {owner:#x}, used on {this:#x})")]
+    ForeignHandle {
+        /// What was foreign: "memory handle" or "descriptor".
+        what: &'static str,
+        /// The module that made it.
+        owner: u64,
+        /// The module it was given to.
+        this: u64,
+    },
+    /// The local handle was already deregistered.
+    #[error("the memory handle was already deregistered")]
+    Deregistered,
+    /// A remote handle that the target does not know (wrong module, or deregistered).
+    #[error("the remote handle is not a live registration of the target: {0}")]
+    BadRemoteHandle(String),
+    /// The bytes do not form a handle of this transport.
+    #[error("malformed handle ({0} bytes)")]
+    MalformedHandle(usize),
+    /// The access falls outside the registration.
+    #[error("{side} range {addr:#x}+{len} is outside its registration {base:#x}+{reg_len}")]
+    OutOfRange {
+        /// "local" or "remote".
+        side: &'static str,
+        /// Start of the access.
+        addr: u64,
+        /// Length of the access.
+        len: usize,
+        /// Start of the registration.
+        base: u64,
+        /// Length of the registration.
+        reg_len: usize,
+    },
+    /// The registration lacks the access the operation needs.
+    #[error("{side} registration has {has:?}; this operation needs {needs:?}")]
+    AccessDenied {
+        /// "local" or "remote".
+        side: &'static str,
+        /// What the registration allows.
+        has: Access,
+        /// What the operation needs.
+        needs: Access,
+    },
+    /// An atomic on an address that is not 8-byte aligned.
+    #[error("atomic target {0:#x} is not 8-byte aligned")]
+    Misaligned(u64),
+    /// A tag in a reserved range, or with no receive callback.
+    #[error("tag {tag}: {why}")]
+    BadTag {
+        /// The tag.
+        tag: Tag,
+        /// Why it was refused.
+        why: &'static str,
+    },
+    /// More data or segments than the descriptor or transport can carry.
+    #[error("{0}")]
+    TooLarge(String),
+    /// An endpoint this module did not make, or one already deleted.
+    #[error("unknown endpoint {0}")]
+    UnknownEndpoint(u32),
+    /// The peer behind the endpoint failed (`OPAL_ERR_UNREACH`).
+    #[error("peer rank {rank} is unreachable: {why}")]
+    PeerFailed {
+        /// The peer's rank.
+        rank: u32,
+        /// What was seen.
+        why: String,
+    },
+    /// A transport name that no component has.
+    #[error("unknown transport `{name}`; valid transports: {}", valid.join(", "))]
+    UnknownTransport {
+        /// The name given.
+        name: String,
+        /// Every transport compiled in.
+        valid: Vec<String>,
+    },
+    /// A parameter problem.
+    #[error(transparent)]
+    Config(#[from] rbtl_config::Error),
+    /// A memory pool problem.
+    #[error(transparent)]
+    Mpool(#[from] rbtl_mpool::Error),
+    /// The out-of-band exchange failed.
+    #[error("modex: {0}")]
+    Modex(String),
+    /// An operating-system call failed.
+    #[error("{call}: {source}")]
+    Os {
+        /// The call.
+        call: &'static str,
+        /// The error it returned.
+        source: std::io::Error,
+    },
+}
+
+/// Result alias of the BTL crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,61 @@
+//! The BTL contract: what a byte-transfer layer offers the message-passing library
+//! above it, in Open MPI BTL 3.x terms, and the transports that implement it.
+//!
+//! | Open MPI (`opal/mca/btl/btl.h`) | here |
+//! |---|---|
+//! | `mca_btl_base_component_t`, `mca_btl_base_select` | [`Component`], [`Framework`] |
+//! | `mca_btl_base_module_t` | [`Module`] |
+//! | `btl_eager_limit`, `btl_put_limit`, `btl_flags`, ... | [`Attributes`], [`BtlFlags`] |
+//! | `mca_btl_base_registration_handle_t` | [`MemHandle`] (local), [`RemoteHandle`] (bytes for peers) |
+//! | `mca_btl_base_descriptor_t`, `MCA_BTL_DES_FLAGS_*` | [`Descriptor`], [`DesFlags`] |
+//! | `mca_btl_base_tag_t`, `MCA_BTL_TAG_*` | [`Tag`] |
+//! | `mca_btl_base_rdma_completion_fn_t` | [`RdmaCallback`] |
+//! | `OPAL_ERR_OUT_OF_RESOURCE`, `OPAL_ERR_NOT_AVAILABLE` | [`Error::OutOfResource`], [`Error::NotAvailable`] |
+//! | the modex (PMIx) | [`Modex`] |
+//!
+//! Where ours differs: callbacks run only from `progress`/`flush` and get the module
+//! back as `&mut dyn Module`; `register_mem` is the one `unsafe` call (it is where the
+//! memory's lifetime is promised), after which put/get check every address against
+//! the handles and are safe; descriptors and handles are owned values, so a failed
+//! send hands its descriptor back and a handle cannot outlive its deregistration
+//! unnoticed.
+//!
+//! Transports: [`loopback`] (`self`).
+
+#![warn(missing_docs)]
+
+mod attributes;
+mod component;
+pub mod contract;
+mod descriptor;
+mod error;
+mod handle;
+pub mod loopback;
+mod modex;
+mod module;
+mod tag;
+
+pub use attributes::{exclusivity, AtomicFlags, Attributes, BtlFlags, MAX_HANDLE_SIZE};
+pub use component::{Component, Framework, SELECT_PARAM};
+pub use descriptor::{
+    DesFlags, Descriptor, Order, Received, SendCallback, SendCompletion, MAX_SEGMENTS,
+};
+pub use error::{Error, Result};
+pub use handle::{check_range, MemHandle, ModuleId, RemoteHandle};
+pub use modex::{Modex, SingletonModex};
+pub use module::{
+    rdma_flags, AmCallback, AtomicOp, Endpoint, ErrorCallback, ErrorEvent, Module, Proc,
+    RdmaCallback, RdmaCompletion, SendError, SendOutcome, SendiOutcome, GET_REMOTE, PUT_REMOTE,
+};
+pub use rbtl_rcache::Access;
+pub use tag::Tag;
+
+/// Every transport compiled in, in the order the framework lists them.
+pub fn builtin_components() -> Vec<Box<dyn Component>> {
+    vec![Box::new(loopback::SelfComponent)]
+}
+
+/// A framework over every compiled-in transport.
+pub fn framework() -> Framework {
+    Framework::new(builtin_components())
+}

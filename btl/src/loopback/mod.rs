@@ -1,0 +1,567 @@
+//! The `self` transport: the whole contract for a process to itself (Open MPI:
+//! `btl/self`). Sends are copied into a fragment and delivered by `progress`; put, get
+//! and atomics are checked against the target registration and done with plain memory
+//! operations; every completion runs from `progress`.
+
+mod registry;
+
+use crate::{
+    exclusivity, AmCallback, AtomicFlags, AtomicOp, Attributes, BtlFlags, Component, DesFlags,
+    Descriptor, Endpoint, Error, ErrorCallback, MemHandle, Modex, Module, ModuleId, Order, Proc,
+    RdmaCallback, RdmaCompletion, Received, RemoteHandle, Result, SendCompletion, SendError,
+    SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
+};
+use rbtl_config::{Config, Registry, Value};
+use rbtl_mpool::{AnonymousSource, FreeList, FreeListConfig};
+use rbtl_rcache::{Access, Options, Rcache};
+use registry::{Keys, NoPin, SelfReg};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+const NAME: &str = "self";
+
+/// Default attributes of the `self` transport.
+pub fn default_attributes() -> Attributes {
+    Attributes {
+        eager_limit: 4 << 10,
+        rndv_eager_limit: 4 << 10,
+        max_send_size: 64 << 10,
+        put_limit: usize::MAX,
+        put_alignment: 1,
+        get_limit: usize::MAX,
+        get_alignment: 1,
+        exclusivity: exclusivity::SELF,
+        latency: 0,
+        bandwidth: 100_000,
+        flags: BtlFlags::SEND
+            | BtlFlags::PUT
+            | BtlFlags::GET
+            | BtlFlags::ATOMIC_OPS
+            | BtlFlags::ATOMIC_FOPS
+            | BtlFlags::RDMA_REMOTE_COMPLETION,
+        atomic_flags: AtomicFlags::all(),
+        registration_handle_size: registry::HANDLE_SIZE,
+    }
+}
+
+/// The `self` component: one module per process.
+#[derive(Debug, Default)]
+pub struct SelfComponent;
+
+impl Component for SelfComponent {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn description(&self) -> &'static str {
+        "a process to itself: memory copies, completed by progress"
+    }
+
+    fn register_params(&self, registry: &mut Registry) -> rbtl_config::Result<()> {
+        Attributes::register_params(registry, NAME, &default_attributes())?;
+        registry.register(
+            "btl_self_free_list_max",
+            Value::Int(256),
+            "most send fragments (of max_send_size bytes) outstanding at once",
+        )?;
+        Ok(())
+    }
+
+    fn init(&mut self, config: &Config, modex: &mut dyn Modex) -> Result<Vec<Box<dyn Module>>> {
+        let attrs = Attributes::from_config(config, NAME, &default_attributes())?;
+        let max = usize::try_from(config.int("btl_self_free_list_max")?)
+            .map_err(|_| Error::NotAvailable("btl_self_free_list_max must be >= 0".into()))?;
+        Ok(vec![Box::new(SelfModule::new(attrs, max, modex.rank())?)])
+    }
+}
+
+enum Event {
+    Deliver {
+        descriptor: Descriptor,
+        tag: Tag,
+        internal: bool,
+    },
+    Rdma(RdmaCallback, RdmaCompletion),
+}
+
+/// The `self` module.
+pub struct SelfModule {
+    id: ModuleId,
+    rank: u32,
+    attrs: Attributes,
+    frags: FreeList,
+    rcache: Arc<Rcache<NoPin>>,
+    keys: Arc<Keys>,
+    /// Receive callbacks by tag; a slot is empty while its callback runs.
+    am: Vec<Option<AmCallback>>,
+    registered: [bool; 256],
+    endpoint: Option<Endpoint>,
+    events: VecDeque<Event>,
+}
+
+impl SelfModule {
+    /// A module with these attributes and at most `max_frags` send fragments, for the
+    /// process of rank `rank`.
+    pub fn new(attrs: Attributes, max_frags: usize, rank: u32) -> Result<SelfModule> {
+        let mut cfg = FreeListConfig::new(attrs.max_send_size.max(1));
+        cfg.frags_per_chunk = 8;
+        cfg.max_frags = max_frags;
+        Ok(SelfModule {
+            id: ModuleId::fresh(),
+            rank,
+            attrs,
+            frags: FreeList::new(cfg, Box::new(AnonymousSource::new()))?,
+            rcache: Rcache::new(NoPin, Options::default()),
+            keys: Arc::new(Keys::default()),
+            am: (0..=u8::MAX).map(|_| None).collect(),
+            registered: [false; 256],
+            endpoint: None,
+            events: VecDeque::new(),
+        })
+    }
+
+    /// Statistics of the registration cache behind this module's handles.
+    pub fn rcache_stats(&self) -> rbtl_rcache::Stats {
+        self.rcache.stats()
+    }
+
+    fn check_endpoint(&self, ep: Endpoint) -> Result<()> {
+        match self.endpoint {
+            Some(e) if e == ep => Ok(()),
+            _ => Err(Error::UnknownEndpoint(ep.0)),
+        }
+    }
+
+    fn check_tag(&self, tag: Tag) -> Result<()> {
+        if tag.is_reserved() {
+            Err(Error::BadTag {
+                tag,
+                why: "reserved for transports",
+            })
+        } else if !self.registered[usize::from(tag.0)] {
+            Err(Error::BadTag {
+                tag,
+                why: "no receive callback registered for it",
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    fn new_descriptor(&mut self, ep: Endpoint, size: usize, order: Order, flags: DesFlags) -> Result<Descriptor> {
+        self.check_endpoint(ep)?;
+        if size > self.attrs.max_send_size {
+            return Err(Error::TooLarge(format!(
+                "{size} bytes exceed max_send_size {}",
+                self.attrs.max_send_size
+            )));
+        }
+        let frag = self.frags.get().map_err(|e| match e {
+            rbtl_mpool::Error::Exhausted { .. } => Error::OutOfResource("send fragments"),
+            other => Error::Mpool(other),
+        })?;
+        Descriptor::new(self.id, ep, frag, size, order, flags)
+    }
+
+    /// Check a remote handle and range for `needs`; the target address as a pointer.
+    fn remote_target(&self, handle: &RemoteHandle, addr: u64, len: usize, needs: Access) -> Result<*mut u8> {
+        self.keys.check(self.id, handle, addr, len, needs)?;
+        Ok(addr as usize as *mut u8)
+    }
+
+    fn complete(&mut self, ep: Endpoint, local: usize, size: usize, callback: RdmaCallback) {
+        let done = RdmaCompletion {
+            endpoint: ep,
+            local_address: local,
+            size,
+            status: Ok(()),
+        };
+        self.events.push_back(Event::Rdma(callback, done));
+    }
+
+    fn deliver(&mut self, descriptor: Descriptor, tag: Tag, internal: bool) {
+        let slot = usize::from(tag.0);
+        let Some(mut cb) = self.am[slot].take() else {
+            // The callback is running further up the stack (it called progress):
+            // deliver later, in order.
+            self.events.push_front(Event::Deliver {
+                descriptor,
+                tag,
+                internal,
+            });
+            return;
+        };
+        let mut segs: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
+        let n = descriptor.segment_count();
+        let mut start = 0;
+        for (i, len) in descriptor.segment_lens().enumerate() {
+            segs[i] = &descriptor.bytes()[start..start + len];
+            start += len;
+        }
+        let received = Received {
+            endpoint: descriptor.endpoint(),
+            tag,
+            segments: &segs[..n],
+        };
+        cb(self, &received);
+        if self.am[slot].is_none() {
+            self.am[slot] = Some(cb);
+        }
+        if internal {
+            self.frags.put(descriptor.into_frag());
+        } else {
+            self.send_complete(descriptor);
+        }
+    }
+
+    fn send_complete(&mut self, mut descriptor: Descriptor) {
+        let ep = descriptor.endpoint();
+        let owned = descriptor.flags.contains(DesFlags::OWNERSHIP);
+        match descriptor.take_callback() {
+            Some(cb) if owned => {
+                cb(
+                    self,
+                    SendCompletion {
+                        endpoint: ep,
+                        descriptor: None,
+                        status: Ok(()),
+                    },
+                );
+                self.frags.put(descriptor.into_frag());
+            }
+            Some(cb) => cb(
+                self,
+                SendCompletion {
+                    endpoint: ep,
+                    descriptor: Some(descriptor),
+                    status: Ok(()),
+                },
+            ),
+            // Nobody will take it back: free it rather than leak the fragment.
+            None => self.frags.put(descriptor.into_frag()),
+        }
+    }
+
+    fn atomic_apply(&mut self, target: *mut u8, op: AtomicOp, operand: u64) -> u64 {
+        // SAFETY: `target` was checked to lie inside a live registration with ATOMIC
+        // access and to be 8-byte aligned; register_mem's contract keeps that memory
+        // mapped and lets peers access it only through atomics or raw pointers.
+        let word = unsafe { AtomicU64::from_ptr(target.cast::<u64>()) };
+        match op {
+            AtomicOp::Add => word.fetch_add(operand, Ordering::AcqRel),
+            AtomicOp::And => word.fetch_and(operand, Ordering::AcqRel),
+            AtomicOp::Or => word.fetch_or(operand, Ordering::AcqRel),
+            AtomicOp::Xor => word.fetch_xor(operand, Ordering::AcqRel),
+            AtomicOp::Swap => word.swap(operand, Ordering::AcqRel),
+        }
+    }
+
+    fn atomic_target(&self, ep: Endpoint, remote: u64, handle: &RemoteHandle) -> Result<*mut u8> {
+        self.check_endpoint(ep)?;
+        if remote % 8 != 0 {
+            return Err(Error::Misaligned(remote));
+        }
+        self.remote_target(handle, remote, 8, Access::ATOMIC)
+    }
+
+    fn fetch_result(&self, local: usize, handle: &MemHandle) -> Result<*mut u8> {
+        handle.check::<SelfReg>(self.id, local, 8, Access::LOCAL_WRITE)?;
+        Ok(local as *mut u8)
+    }
+}
+
+impl Module for SelfModule {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn id(&self) -> ModuleId {
+        self.id
+    }
+
+    fn attributes(&self) -> &Attributes {
+        &self.attrs
+    }
+
+    fn add_procs(&mut self, procs: &[Proc], _modex: &mut dyn Modex) -> Result<Vec<Option<Endpoint>>> {
+        Ok(procs
+            .iter()
+            .map(|p| {
+                (p.rank == self.rank).then(|| {
+                    let ep = Endpoint(0);
+                    self.endpoint = Some(ep);
+                    ep
+                })
+            })
+            .collect())
+    }
+
+    fn del_procs(&mut self, endpoints: &[Endpoint]) -> Result<()> {
+        for &ep in endpoints {
+            self.check_endpoint(ep)?;
+            self.endpoint = None;
+        }
+        Ok(())
+    }
+
+    fn register_am(&mut self, tag: Tag, callback: AmCallback) -> Result<()> {
+        if tag.is_reserved() {
+            return Err(Error::BadTag {
+                tag,
+                why: "reserved for transports",
+            });
+        }
+        self.am[usize::from(tag.0)] = Some(callback);
+        self.registered[usize::from(tag.0)] = true;
+        Ok(())
+    }
+
+    /// A process cannot lose itself: the callback is never needed and is dropped.
+    fn register_error(&mut self, _callback: ErrorCallback) {}
+
+    unsafe fn register_mem(
+        &mut self,
+        _endpoint: Option<Endpoint>,
+        base: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<MemHandle> {
+        if len == 0 {
+            return Err(Error::ZeroLength);
+        }
+        if base.checked_add(len).is_none() {
+            return Err(Error::Overflow { base, len });
+        }
+        let reg = self.rcache.register(base, len, access)?;
+        let (remote, inner) = self.keys.insert(self.id, base, len, access, reg);
+        Ok(MemHandle::new(self.id, base, len, access, remote, Box::new(inner)))
+    }
+
+    fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()> {
+        handle.release(self.id)
+    }
+
+    fn alloc(&mut self, endpoint: Endpoint, order: Order, size: usize, flags: DesFlags) -> Result<Descriptor> {
+        self.new_descriptor(endpoint, size, order, flags)
+    }
+
+    fn prepare_src(
+        &mut self,
+        endpoint: Endpoint,
+        order: Order,
+        reserve: usize,
+        data: &[&[u8]],
+        flags: DesFlags,
+    ) -> Result<Descriptor> {
+        let room = self.attrs.max_send_size.checked_sub(reserve).ok_or_else(|| {
+            Error::TooLarge(format!(
+                "reserve {reserve} exceeds max_send_size {}",
+                self.attrs.max_send_size
+            ))
+        })?;
+        let total: usize = data.iter().map(|d| d.len()).sum();
+        let packed = total.min(room);
+        let mut des = self.new_descriptor(endpoint, reserve + packed, order, flags)?;
+        let mut out = &mut des.segment_mut(0)[reserve..];
+        for piece in data {
+            let n = piece.len().min(out.len());
+            out[..n].copy_from_slice(&piece[..n]);
+            out = &mut out[n..];
+        }
+        Ok(des)
+    }
+
+    fn free(&mut self, descriptor: Descriptor) -> Result<()> {
+        descriptor.check_owner(self.id)?;
+        self.frags.put(descriptor.into_frag());
+        Ok(())
+    }
+
+    fn send(&mut self, endpoint: Endpoint, descriptor: Descriptor, tag: Tag) -> Result<SendOutcome, SendError> {
+        let checked = descriptor
+            .check_owner(self.id)
+            .and_then(|_| self.check_endpoint(endpoint))
+            .and_then(|_| self.check_tag(tag));
+        if let Err(error) = checked {
+            return Err(SendError { error, descriptor });
+        }
+        self.events.push_back(Event::Deliver {
+            descriptor,
+            tag,
+            internal: false,
+        });
+        Ok(SendOutcome::Queued)
+    }
+
+    fn sendi(
+        &mut self,
+        endpoint: Endpoint,
+        header: &[u8],
+        payload: &[u8],
+        order: Order,
+        flags: DesFlags,
+        tag: Tag,
+    ) -> Result<SendiOutcome> {
+        self.check_endpoint(endpoint)?;
+        self.check_tag(tag)?;
+        let size = header.len() + payload.len();
+        let des = self.prepare_src(endpoint, order, 0, &[header, payload], flags)?;
+        if size > self.attrs.eager_limit || des.len() < size {
+            if des.len() < size {
+                self.frags.put(des.into_frag());
+                return Err(Error::TooLarge(format!(
+                    "{size} bytes exceed max_send_size {}",
+                    self.attrs.max_send_size
+                )));
+            }
+            return Ok(SendiOutcome::Descriptor(des));
+        }
+        self.events.push_back(Event::Deliver {
+            descriptor: des,
+            tag,
+            internal: true,
+        });
+        Ok(SendiOutcome::Sent)
+    }
+
+    fn put(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        size: usize,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        self.check_endpoint(endpoint)?;
+        local_handle.check::<SelfReg>(self.id, local, size, Access::LOCAL_READ)?;
+        let dst = self.remote_target(remote_handle, remote, size, crate::PUT_REMOTE)?;
+        // SAFETY: both ranges were checked to lie inside live registrations, whose
+        // register_mem contract keeps the memory mapped; `copy` allows overlap.
+        unsafe { std::ptr::copy(local as *const u8, dst, size) };
+        self.complete(endpoint, local, size, callback);
+        Ok(())
+    }
+
+    fn get(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        size: usize,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        self.check_endpoint(endpoint)?;
+        local_handle.check::<SelfReg>(self.id, local, size, Access::LOCAL_WRITE)?;
+        let src = self.remote_target(remote_handle, remote, size, crate::GET_REMOTE)?;
+        // SAFETY: as in put, with the roles swapped.
+        unsafe { std::ptr::copy(src, local as *mut u8, size) };
+        self.complete(endpoint, local, size, callback);
+        Ok(())
+    }
+
+    fn atomic_op(
+        &mut self,
+        endpoint: Endpoint,
+        remote: u64,
+        remote_handle: &RemoteHandle,
+        op: AtomicOp,
+        operand: u64,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        let target = self.atomic_target(endpoint, remote, remote_handle)?;
+        self.atomic_apply(target, op, operand);
+        self.complete(endpoint, 0, 8, callback);
+        Ok(())
+    }
+
+    fn atomic_fop(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        op: AtomicOp,
+        operand: u64,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        let target = self.atomic_target(endpoint, remote, remote_handle)?;
+        let result = self.fetch_result(local, local_handle)?;
+        let old = self.atomic_apply(target, op, operand);
+        // SAFETY: `result` was checked to be 8 writable bytes of a live registration.
+        unsafe { result.cast::<u64>().write_unaligned(old) };
+        self.complete(endpoint, local, 8, callback);
+        Ok(())
+    }
+
+    fn atomic_cswap(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        compare: u64,
+        value: u64,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        let target = self.atomic_target(endpoint, remote, remote_handle)?;
+        let result = self.fetch_result(local, local_handle)?;
+        // SAFETY: as in atomic_apply.
+        let word = unsafe { AtomicU64::from_ptr(target.cast::<u64>()) };
+        let old = match word.compare_exchange(compare, value, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(v) | Err(v) => v,
+        };
+        // SAFETY: `result` was checked to be 8 writable bytes of a live registration.
+        unsafe { result.cast::<u64>().write_unaligned(old) };
+        self.complete(endpoint, local, 8, callback);
+        Ok(())
+    }
+
+    fn flush(&mut self, endpoint: Option<Endpoint>) -> Result<()> {
+        if let Some(ep) = endpoint {
+            self.check_endpoint(ep)?;
+        }
+        // Every put/get/atomic is already done; run their callbacks, and only theirs
+        // (a flush from inside a receive callback must not deliver into it).
+        while let Some(i) = self.events.iter().position(|e| matches!(e, Event::Rdma(..))) {
+            if let Some(Event::Rdma(cb, done)) = self.events.remove(i) {
+                cb(self, done);
+            }
+        }
+        Ok(())
+    }
+
+    fn progress(&mut self) -> usize {
+        // Only what is queued now: callbacks that start more work do not extend this
+        // call without bound.
+        let n = self.events.len();
+        for _ in 0..n {
+            match self.events.pop_front() {
+                Some(Event::Deliver {
+                    descriptor,
+                    tag,
+                    internal,
+                }) => self.deliver(descriptor, tag, internal),
+                Some(Event::Rdma(cb, done)) => cb(self, done),
+                None => break,
+            }
+        }
+        n
+    }
+}

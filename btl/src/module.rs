@@ -1,0 +1,308 @@
+//! The module trait: one instance of a transport (a device port, a shared-memory
+//! segment, the process itself), with the operations of Open MPI's
+//! `mca_btl_base_module_t` (BTL 3.x).
+//!
+//! # Callbacks
+//!
+//! Every completion and receive callback runs from inside [`Module::progress`] or
+//! [`Module::flush`], never from inside the call that started the operation, and gets
+//! the module back as `&mut dyn Module` so it can start more work (Open MPI passes the
+//! `btl` pointer the same way).
+
+use crate::{
+    Attributes, Descriptor, DesFlags, Error, MemHandle, Modex, Order, Received, RemoteHandle,
+    Result, Tag,
+};
+use rbtl_rcache::Access;
+
+/// A peer as this module knows it (Open MPI: `mca_btl_base_endpoint_t*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Endpoint(pub u32);
+
+/// A process of the job, as given to `add_procs`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Proc {
+    /// Its rank in the job.
+    pub rank: u32,
+    /// The node it runs on, as published in the modex.
+    pub node: String,
+}
+
+/// Receive callback of a tag (Open MPI: `mca_btl_base_module_recv_cb_fn_t`). The
+/// segments are valid only during the call.
+pub type AmCallback = Box<dyn FnMut(&mut dyn Module, &Received<'_>) + Send>;
+
+/// What a put, get or atomic completion receives.
+#[derive(Debug)]
+pub struct RdmaCompletion {
+    /// The endpoint of the operation.
+    pub endpoint: Endpoint,
+    /// The local address given to the operation (0 for non-fetching atomics).
+    pub local_address: usize,
+    /// Bytes transferred.
+    pub size: usize,
+    /// Whether it succeeded; a failure leaves the target memory unchanged.
+    pub status: Result<()>,
+}
+
+/// Runs once when a put, get or atomic completes (Open MPI:
+/// `mca_btl_base_rdma_completion_fn_t`; the closure's captures are its context).
+pub type RdmaCallback = Box<dyn FnOnce(&mut dyn Module, RdmaCompletion) + Send>;
+
+/// A failure the module reports outside any call (Open MPI: the error callback given to
+/// `btl_register_error`).
+#[derive(Debug)]
+pub struct ErrorEvent {
+    /// The failed peer's endpoint, if the failure concerns one.
+    pub endpoint: Option<Endpoint>,
+    /// The failed peer's rank, if known.
+    pub rank: Option<u32>,
+    /// What happened.
+    pub error: Error,
+}
+
+/// The error callback.
+pub type ErrorCallback = Box<dyn FnMut(&ErrorEvent) + Send>;
+
+/// What `send` did with the descriptor.
+#[derive(Debug)]
+pub enum SendOutcome {
+    /// Sent at once. The callback runs only under [`DesFlags::ALWAYS_CALLBACK`]; the
+    /// descriptor comes back here when the caller owns it and no callback will get it.
+    Done(Option<Descriptor>),
+    /// Queued; the callback (if any) runs on completion (Open MPI: `OPAL_SUCCESS`).
+    Queued,
+}
+
+/// What `sendi` did.
+#[derive(Debug)]
+pub enum SendiOutcome {
+    /// Sent inline; nothing more to do.
+    Sent,
+    /// Could not send inline: here is a descriptor holding header and payload, ready to
+    /// `send` (Open MPI hands back a descriptor the same way).
+    Descriptor(Descriptor),
+}
+
+/// A failed `send`: the descriptor comes back with the error, nothing is lost.
+#[derive(Debug)]
+pub struct SendError {
+    /// Why.
+    pub error: Error,
+    /// The descriptor, unchanged.
+    pub descriptor: Descriptor,
+}
+
+/// Atomic operations on 64-bit words (Open MPI: `mca_btl_base_atomic_op_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// `*target += operand`.
+    Add,
+    /// `*target &= operand`.
+    And,
+    /// `*target |= operand`.
+    Or,
+    /// `*target ^= operand`.
+    Xor,
+    /// `*target = operand`.
+    Swap,
+}
+
+/// Flags of put/get/atomics (Open MPI: `MCA_BTL_IN_PLACE`-style op flags).
+pub mod rdma_flags {
+    /// No flags.
+    pub const NONE: u32 = 0;
+    /// Signal the target's progress engine (where the transport can).
+    pub const SIGNAL: u32 = 1;
+}
+
+/// The access a put needs at the remote end.
+pub const PUT_REMOTE: Access = Access::REMOTE_WRITE;
+/// The access a get needs at the remote end.
+pub const GET_REMOTE: Access = Access::REMOTE_READ;
+
+/// One instance of a transport.
+pub trait Module: Send {
+    /// Component name (`self`, `sm`, `tcp`, `openib`).
+    fn name(&self) -> &str;
+
+    /// This instance's identity.
+    fn id(&self) -> crate::ModuleId;
+
+    /// Limits, alignments, hints and flags.
+    fn attributes(&self) -> &Attributes;
+
+    /// Make endpoints for `procs` (Open MPI: `btl_add_procs`): `Some` for each peer this
+    /// module reaches, `None` for the others. Peers' address blobs come from `modex`.
+    fn add_procs(&mut self, procs: &[Proc], modex: &mut dyn Modex) -> Result<Vec<Option<Endpoint>>>;
+
+    /// Forget endpoints (Open MPI: `btl_del_procs`).
+    fn del_procs(&mut self, endpoints: &[Endpoint]) -> Result<()>;
+
+    /// Install the receive callback of `tag`; reserved tags are refused.
+    fn register_am(&mut self, tag: Tag, callback: AmCallback) -> Result<()>;
+
+    /// Install the callback for failures that no call returns (a dead peer).
+    fn register_error(&mut self, callback: ErrorCallback);
+
+    /// Register `[base, base+len)` for `access` (Open MPI: `btl_register_mem`).
+    ///
+    /// # Safety
+    ///
+    /// The memory must stay mapped and must not be freed until the handle is
+    /// deregistered or dropped. While registered with remote access, peers may read or
+    /// write it at any time: access it only through raw pointers, or after a
+    /// synchronisation (completion, flush, a message) that orders the peers' accesses.
+    unsafe fn register_mem(
+        &mut self,
+        endpoint: Option<Endpoint>,
+        base: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<MemHandle>;
+
+    /// Release a registration (Open MPI: `btl_deregister_mem`). Deregistering twice,
+    /// or a handle of another module, is an error and changes nothing.
+    fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()>;
+
+    /// A descriptor with one segment of `size` bytes (at most `max_send_size`).
+    fn alloc(
+        &mut self,
+        endpoint: Endpoint,
+        order: Order,
+        size: usize,
+        flags: DesFlags,
+    ) -> Result<Descriptor>;
+
+    /// A descriptor holding `reserve` bytes for the caller's header followed by as much
+    /// of `data` (gathered in order) as fits in `max_send_size` (Open MPI:
+    /// `btl_prepare_src` with a convertor). The descriptor's length tells how much was
+    /// packed.
+    fn prepare_src(
+        &mut self,
+        endpoint: Endpoint,
+        order: Order,
+        reserve: usize,
+        data: &[&[u8]],
+        flags: DesFlags,
+    ) -> Result<Descriptor>;
+
+    /// Return a descriptor (Open MPI: `btl_free`).
+    fn free(&mut self, descriptor: Descriptor) -> Result<()>;
+
+    /// Send a descriptor to the callback of `tag` at the peer (Open MPI: `btl_send`).
+    fn send(
+        &mut self,
+        endpoint: Endpoint,
+        descriptor: Descriptor,
+        tag: Tag,
+    ) -> Result<SendOutcome, SendError>;
+
+    /// Send `header` then `payload` without a descriptor if the transport can
+    /// (Open MPI: `btl_sendi`); `Err(OutOfResource)` means nothing was sent.
+    fn sendi(
+        &mut self,
+        endpoint: Endpoint,
+        header: &[u8],
+        payload: &[u8],
+        order: Order,
+        flags: DesFlags,
+        tag: Tag,
+    ) -> Result<SendiOutcome>;
+
+    /// Write `size` bytes from local `local` to the peer's `remote` (Open MPI:
+    /// `btl_put`). `Ok` means queued: `callback` runs once the data is visible at the
+    /// target. `OutOfResource` means retry after progress; `NotAvailable` a size or
+    /// alignment limit. Every error leaves the target unchanged.
+    #[allow(clippy::too_many_arguments)]
+    fn put(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        size: usize,
+        flags: u32,
+        order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()>;
+
+    /// Read `size` bytes from the peer's `remote` into local `local` (Open MPI:
+    /// `btl_get`); as [`Module::put`] otherwise.
+    #[allow(clippy::too_many_arguments)]
+    fn get(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        size: usize,
+        flags: u32,
+        order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()>;
+
+    /// Apply `op` with `operand` to the u64 at the peer's `remote` (Open MPI:
+    /// `btl_atomic_op`).
+    #[allow(clippy::too_many_arguments)]
+    fn atomic_op(
+        &mut self,
+        _endpoint: Endpoint,
+        _remote: u64,
+        _remote_handle: &RemoteHandle,
+        _op: AtomicOp,
+        _operand: u64,
+        _flags: u32,
+        _order: Order,
+        _callback: RdmaCallback,
+    ) -> Result<()> {
+        Err(Error::NotSupported("atomic_op"))
+    }
+
+    /// Apply `op` and write the previous value to local `local` (8 bytes; Open MPI:
+    /// `btl_atomic_fop`).
+    #[allow(clippy::too_many_arguments)]
+    fn atomic_fop(
+        &mut self,
+        _endpoint: Endpoint,
+        _local: usize,
+        _remote: u64,
+        _local_handle: &MemHandle,
+        _remote_handle: &RemoteHandle,
+        _op: AtomicOp,
+        _operand: u64,
+        _flags: u32,
+        _order: Order,
+        _callback: RdmaCallback,
+    ) -> Result<()> {
+        Err(Error::NotSupported("atomic_fop"))
+    }
+
+    /// If the u64 at `remote` equals `compare`, store `value`; write the previous
+    /// value to local `local` (Open MPI: `btl_atomic_cswap`).
+    #[allow(clippy::too_many_arguments)]
+    fn atomic_cswap(
+        &mut self,
+        _endpoint: Endpoint,
+        _local: usize,
+        _remote: u64,
+        _local_handle: &MemHandle,
+        _remote_handle: &RemoteHandle,
+        _compare: u64,
+        _value: u64,
+        _flags: u32,
+        _order: Order,
+        _callback: RdmaCallback,
+    ) -> Result<()> {
+        Err(Error::NotSupported("atomic_cswap"))
+    }
+
+    /// Complete every put, get and atomic started so far on `endpoint` (or all
+    /// endpoints), running their callbacks (Open MPI: `btl_flush`).
+    fn flush(&mut self, endpoint: Option<Endpoint>) -> Result<()>;
+
+    /// Drive completions and receives; returns how many events it handled.
+    fn progress(&mut self) -> usize;
+}
