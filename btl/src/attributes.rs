@@ -143,9 +143,8 @@ impl Attributes {
         let p = |f: &str| format!("btl_{name}_{f}");
         let int = |f: &str| -> Result<u32> {
             let v = config.int(&p(f))?;
-            u32::try_from(v).map_err(|_| {
-                crate::Error::NotAvailable(format!("{} = {v} is out of range", p(f)))
-            })
+            u32::try_from(v)
+                .map_err(|_| crate::Error::NotAvailable(format!("{} = {v} is out of range", p(f))))
         };
         let mut a = defaults.clone();
         a.eager_limit = config.size(&p("eager_limit"))?;

@@ -49,13 +49,15 @@ impl Framework {
         &self.components
     }
 
-    /// Register the `btl` selection parameter and every component's parameters.
+    /// Register the `btl` selection parameter, the registration cache's parameters and
+    /// every component's parameters.
     pub fn register_params(&self, registry: &mut Registry) -> rbtl_config::Result<()> {
         registry.register(
             SELECT_PARAM,
             Value::List(Vec::new()),
             "transports to use: empty for all, a list to include, or ^list to exclude",
         )?;
+        crate::rcache_params::register_params(registry)?;
         for c in &self.components {
             c.register_params(registry)?;
         }
@@ -69,7 +71,11 @@ impl Framework {
         let exclude = list.first().is_some_and(|f| f.starts_with('^'));
         let mut named = Vec::with_capacity(list.len());
         for (i, item) in list.iter().enumerate() {
-            let name = if i == 0 && exclude { &item[1..] } else { item.as_str() };
+            let name = if i == 0 && exclude {
+                &item[1..]
+            } else {
+                item.as_str()
+            };
             if name.starts_with('^') {
                 return Err(Error::NotAvailable(format!(
                     "btl = {}: `^` must come first and applies to the whole list; \

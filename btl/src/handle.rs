@@ -187,7 +187,13 @@ impl fmt::Debug for MemHandle {
 }
 
 /// Check that `[addr, addr+len)` lies inside `[base, base+reg_len)`.
-pub fn check_range(side: &'static str, addr: u64, len: usize, base: u64, reg_len: usize) -> Result<()> {
+pub fn check_range(
+    side: &'static str,
+    addr: u64,
+    len: usize,
+    base: u64,
+    reg_len: usize,
+) -> Result<()> {
     let inside = addr >= base
         && addr
             .checked_add(len as u64)

@@ -33,6 +33,7 @@ mod handle;
 pub mod loopback;
 mod modex;
 mod module;
+pub mod rcache_params;
 mod tag;
 
 pub use attributes::{exclusivity, AtomicFlags, Attributes, BtlFlags, MAX_HANDLE_SIZE};

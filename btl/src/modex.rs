@@ -52,7 +52,9 @@ impl Modex for SingletonModex {
 
     fn lookup(&mut self, rank: u32, key: &str) -> Result<Option<Vec<u8>>> {
         if rank != 0 {
-            return Err(Error::Modex(format!("no rank {rank} in a job of one process")));
+            return Err(Error::Modex(format!(
+                "no rank {rank} in a job of one process"
+            )));
         }
         Ok(self.values.get(key).cloned())
     }

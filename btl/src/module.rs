@@ -10,7 +10,7 @@
 //! `btl` pointer the same way).
 
 use crate::{
-    Attributes, Descriptor, DesFlags, Error, MemHandle, Modex, Order, Received, RemoteHandle,
+    Attributes, DesFlags, Descriptor, Error, MemHandle, Modex, Order, Received, RemoteHandle,
     Result, Tag,
 };
 use rbtl_rcache::Access;
@@ -134,7 +134,8 @@ pub trait Module: Send {
 
     /// Make endpoints for `procs` (Open MPI: `btl_add_procs`): `Some` for each peer this
     /// module reaches, `None` for the others. Peers' address blobs come from `modex`.
-    fn add_procs(&mut self, procs: &[Proc], modex: &mut dyn Modex) -> Result<Vec<Option<Endpoint>>>;
+    fn add_procs(&mut self, procs: &[Proc], modex: &mut dyn Modex)
+        -> Result<Vec<Option<Endpoint>>>;
 
     /// Forget endpoints (Open MPI: `btl_del_procs`).
     fn del_procs(&mut self, endpoints: &[Endpoint]) -> Result<()>;
@@ -191,6 +192,9 @@ pub trait Module: Send {
     fn free(&mut self, descriptor: Descriptor) -> Result<()>;
 
     /// Send a descriptor to the callback of `tag` at the peer (Open MPI: `btl_send`).
+    // The error carries the descriptor back by value: boxing it would allocate on every
+    // out-of-resource retry, which is a hot path under load.
+    #[allow(clippy::result_large_err)]
     fn send(
         &mut self,
         endpoint: Endpoint,

@@ -23,7 +23,16 @@ fn open_self(settings: &[(&str, &str)]) -> (Box<dyn Module>, Endpoint) {
     let mut modules = fw.open(&cfg, &mut modex).unwrap();
     assert_eq!(modules.len(), 1);
     let mut m = modules.pop().unwrap();
-    let procs = [Proc { rank: 0, node: "here".into() }, Proc { rank: 1, node: "there".into() }];
+    let procs = [
+        Proc {
+            rank: 0,
+            node: "here".into(),
+        },
+        Proc {
+            rank: 1,
+            node: "there".into(),
+        },
+    ];
     let eps = m.add_procs(&procs, &mut modex).unwrap();
     assert!(eps[1].is_none(), "self reaches only itself");
     (m, eps[0].expect("self reaches itself"))
@@ -31,7 +40,11 @@ fn open_self(settings: &[(&str, &str)]) -> (Box<dyn Module>, Endpoint) {
 
 fn run_suite(m: &mut dyn Module, ep: Endpoint) {
     let mut exchange = |_: &mut dyn Module, bytes: &[u8]| bytes.to_vec();
-    contract::run_all(&mut Peer { module: m, endpoint: ep, exchange: &mut exchange });
+    contract::run_all(&mut Peer {
+        module: m,
+        endpoint: ep,
+        exchange: &mut exchange,
+    });
 }
 
 #[test]
@@ -67,14 +80,37 @@ fn registration_bad_input() {
     let mut h = unsafe { m.register_mem(Some(ep), base, 64, Access::all()) }.unwrap();
     let remote = *h.remote();
     m.deregister_mem(&mut h).unwrap();
-    assert!(matches!(m.deregister_mem(&mut h), Err(Error::Deregistered)), "deregistering twice");
+    assert!(
+        matches!(m.deregister_mem(&mut h), Err(Error::Deregistered)),
+        "deregistering twice"
+    );
     assert!(!h.is_live());
 
     // A dead handle, locally and remotely.
     let mut other = unsafe { m.register_mem(Some(ep), base, 64, Access::all()) }.unwrap();
-    let e = m.put(ep, base, base as u64, &h, other.remote(), 8, 0, Order::ANY, Box::new(|_, _| {}));
+    let e = m.put(
+        ep,
+        base,
+        base as u64,
+        &h,
+        other.remote(),
+        8,
+        0,
+        Order::ANY,
+        Box::new(|_, _| {}),
+    );
     assert!(matches!(e, Err(Error::Deregistered)), "{e:?}");
-    let e = m.put(ep, base, base as u64, &other, &remote, 8, 0, Order::ANY, Box::new(|_, _| {}));
+    let e = m.put(
+        ep,
+        base,
+        base as u64,
+        &other,
+        &remote,
+        8,
+        0,
+        Order::ANY,
+        Box::new(|_, _| {}),
+    );
     assert!(matches!(e, Err(Error::BadRemoteHandle(_))), "{e:?}");
     m.deregister_mem(&mut other).unwrap();
     drop(buf);
@@ -91,21 +127,59 @@ fn handles_and_descriptors_of_another_module_are_refused() {
     let mut ha = unsafe { a.register_mem(None, base, 64, Access::all()) }.unwrap();
     let mut hb = unsafe { b.register_mem(None, base, 64, Access::all()) }.unwrap();
 
-    let e = a.put(ep_a, base, base as u64, &hb, ha.remote(), 8, 0, Order::ANY, Box::new(|_, _| {}));
-    assert!(matches!(e, Err(Error::ForeignHandle { .. })), "foreign local handle: {e:?}");
-    let e = a.put(ep_a, base, base as u64, &ha, hb.remote(), 8, 0, Order::ANY, Box::new(|_, _| {}));
-    assert!(matches!(e, Err(Error::BadRemoteHandle(_))), "remote handle of another module: {e:?}");
-    assert!(matches!(a.deregister_mem(&mut hb), Err(Error::ForeignHandle { .. })));
+    let e = a.put(
+        ep_a,
+        base,
+        base as u64,
+        &hb,
+        ha.remote(),
+        8,
+        0,
+        Order::ANY,
+        Box::new(|_, _| {}),
+    );
+    assert!(
+        matches!(e, Err(Error::ForeignHandle { .. })),
+        "foreign local handle: {e:?}"
+    );
+    let e = a.put(
+        ep_a,
+        base,
+        base as u64,
+        &ha,
+        hb.remote(),
+        8,
+        0,
+        Order::ANY,
+        Box::new(|_, _| {}),
+    );
+    assert!(
+        matches!(e, Err(Error::BadRemoteHandle(_))),
+        "remote handle of another module: {e:?}"
+    );
+    assert!(matches!(
+        a.deregister_mem(&mut hb),
+        Err(Error::ForeignHandle { .. })
+    ));
     assert!(hb.is_live(), "a refused deregistration changes nothing");
     b.deregister_mem(&mut hb).unwrap();
     a.deregister_mem(&mut ha).unwrap();
 
     let des = a.alloc(ep_a, Order::ANY, 8, DesFlags::empty()).unwrap();
     let err = b.send(Endpoint(0), des, Tag::USR).unwrap_err();
-    assert!(matches!(err.error, Error::ForeignHandle { what: "descriptor", .. }));
+    assert!(matches!(
+        err.error,
+        Error::ForeignHandle {
+            what: "descriptor",
+            ..
+        }
+    ));
     let des = err.descriptor;
     let foreign = b.free(des);
-    assert!(matches!(foreign, Err(Error::ForeignHandle { .. })), "{foreign:?}");
+    assert!(
+        matches!(foreign, Err(Error::ForeignHandle { .. })),
+        "{foreign:?}"
+    );
     drop(buf);
 }
 
@@ -113,15 +187,24 @@ fn handles_and_descriptors_of_another_module_are_refused() {
 fn sends_with_bad_tags_endpoints_and_sizes_are_refused() {
     let (mut m, ep) = open_self(&[]);
     let max = m.attributes().max_send_size;
-    assert!(matches!(m.alloc(ep, Order::ANY, max + 1, DesFlags::empty()), Err(Error::TooLarge(_))));
-    assert!(matches!(m.alloc(Endpoint(9), Order::ANY, 1, DesFlags::empty()), Err(Error::UnknownEndpoint(9))));
+    assert!(matches!(
+        m.alloc(ep, Order::ANY, max + 1, DesFlags::empty()),
+        Err(Error::TooLarge(_))
+    ));
+    assert!(matches!(
+        m.alloc(Endpoint(9), Order::ANY, 1, DesFlags::empty()),
+        Err(Error::UnknownEndpoint(9))
+    ));
     let des = m.alloc(ep, Order::ANY, 1, DesFlags::empty()).unwrap();
     let err = m.send(ep, des, Tag(0x99)).unwrap_err();
     assert!(matches!(err.error, Error::BadTag { why, .. } if why.contains("no receive callback")));
     m.free(err.descriptor).unwrap();
     let e = m.sendi(ep, b"h", b"p", Order::ANY, DesFlags::empty(), Tag(0x99));
     assert!(matches!(e, Err(Error::BadTag { .. })), "{e:?}");
-    assert!(matches!(m.register_am(Tag(0x10), Box::new(|_, _| {})), Err(Error::BadTag { .. })));
+    assert!(matches!(
+        m.register_am(Tag(0x10), Box::new(|_, _| {})),
+        Err(Error::BadTag { .. })
+    ));
 }
 
 #[test]
@@ -130,18 +213,83 @@ fn put_and_get_without_permission_leave_memory_unchanged() {
     let mut target = vec![5u8; 128];
     let mut local = vec![9u8; 128];
     // SAFETY: both vectors outlive the handles.
-    let t = unsafe { m.register_mem(Some(ep), target.as_mut_ptr() as usize, 128, Access::REMOTE_READ) }.unwrap();
-    let l = unsafe { m.register_mem(Some(ep), local.as_mut_ptr() as usize, 128, Access::LOCAL_READ) }.unwrap();
-    let e = m.put(ep, l.base(), t.base() as u64, &l, t.remote(), 16, 0, Order::ANY, Box::new(|_, _| {}));
-    assert!(matches!(e, Err(Error::AccessDenied { side: "remote", .. })), "{e:?}");
-    let e = m.get(ep, l.base(), t.base() as u64, &l, t.remote(), 16, 0, Order::ANY, Box::new(|_, _| {}));
-    assert!(matches!(e, Err(Error::AccessDenied { side: "local", .. })), "{e:?}");
-    let e = m.put(ep, l.base(), t.base() as u64 + 120, &l, t.remote(), 16, 0, Order::ANY, Box::new(|_, _| {}));
+    let t = unsafe {
+        m.register_mem(
+            Some(ep),
+            target.as_mut_ptr() as usize,
+            128,
+            Access::REMOTE_READ,
+        )
+    }
+    .unwrap();
+    let l = unsafe {
+        m.register_mem(
+            Some(ep),
+            local.as_mut_ptr() as usize,
+            128,
+            Access::LOCAL_READ,
+        )
+    }
+    .unwrap();
+    let e = m.put(
+        ep,
+        l.base(),
+        t.base() as u64,
+        &l,
+        t.remote(),
+        16,
+        0,
+        Order::ANY,
+        Box::new(|_, _| {}),
+    );
+    assert!(
+        matches!(e, Err(Error::AccessDenied { side: "remote", .. })),
+        "{e:?}"
+    );
+    let e = m.get(
+        ep,
+        l.base(),
+        t.base() as u64,
+        &l,
+        t.remote(),
+        16,
+        0,
+        Order::ANY,
+        Box::new(|_, _| {}),
+    );
+    assert!(
+        matches!(e, Err(Error::AccessDenied { side: "local", .. })),
+        "{e:?}"
+    );
+    let e = m.put(
+        ep,
+        l.base(),
+        t.base() as u64 + 120,
+        &l,
+        t.remote(),
+        16,
+        0,
+        Order::ANY,
+        Box::new(|_, _| {}),
+    );
     assert!(matches!(e, Err(Error::OutOfRange { .. })), "{e:?}");
     let malformed = RemoteHandle::from_bytes(&[1, 2, 3]).unwrap();
-    let e = m.put(ep, l.base(), t.base() as u64, &l, &malformed, 1, 0, Order::ANY, Box::new(|_, _| {}));
+    let e = m.put(
+        ep,
+        l.base(),
+        t.base() as u64,
+        &l,
+        &malformed,
+        1,
+        0,
+        Order::ANY,
+        Box::new(|_, _| {}),
+    );
     assert!(matches!(e, Err(Error::MalformedHandle(3))), "{e:?}");
-    assert!(matches!(RemoteHandle::from_bytes(&[0; 257]), Err(Error::MalformedHandle(257))));
+    assert!(matches!(
+        RemoteHandle::from_bytes(&[0; 257]),
+        Err(Error::MalformedHandle(257))
+    ));
     m.flush(None).unwrap();
     drop((t, l));
     assert!(target.iter().all(|&b| b == 5) && local.iter().all(|&b| b == 9));
@@ -161,7 +309,16 @@ fn registrations_go_through_the_cache() {
     // Downcast is not available through dyn Module; open a module directly.
     let mut direct = SelfModule::new(rbtl_btl::loopback::default_attributes(), 8, 0).unwrap();
     let mut modex = SingletonModex::new();
-    let ep = direct.add_procs(&[Proc { rank: 0, node: "n".into() }], &mut modex).unwrap()[0].unwrap();
+    let ep = direct
+        .add_procs(
+            &[Proc {
+                rank: 0,
+                node: "n".into(),
+            }],
+            &mut modex,
+        )
+        .unwrap()[0]
+        .unwrap();
     for _ in 0..3 {
         // SAFETY: `buf` outlives the handle.
         let h = unsafe { direct.register_mem(Some(ep), base, 4096, Access::all()) }.unwrap();
@@ -185,8 +342,15 @@ fn selection_by_configuration() {
     assert!(e.to_string().contains("valid transports: self"), "{e}");
     let e = sel("self,^self").unwrap_err();
     assert!(e.to_string().contains("cannot be mixed"), "{e}");
-    let e = reg.builder().set("btl_self_eagerlimit", "1").build().unwrap_err();
-    assert!(e.to_string().contains("btl_self_eager_limit"), "lists valid names: {e}");
+    let e = reg
+        .builder()
+        .set("btl_self_eagerlimit", "1")
+        .build()
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("btl_self_eager_limit"),
+        "lists valid names: {e}"
+    );
 }
 
 #[test]
@@ -200,22 +364,36 @@ fn receive_callbacks_can_reply_through_the_module() {
         Box::new(move |m, r| {
             let n = r.segments[0][0];
             if n > 0 {
-                m.sendi(r.endpoint, &[n - 1], &[], Order::ANY, DesFlags::empty(), Tag::USR)
-                    .expect("reply from a callback");
+                m.sendi(
+                    r.endpoint,
+                    &[n - 1],
+                    &[],
+                    Order::ANY,
+                    DesFlags::empty(),
+                    Tag::USR,
+                )
+                .expect("reply from a callback");
             }
         }),
     )
     .unwrap();
     let p = pongs.clone();
-    m.register_am(Tag(Tag::USR.0 + 1), Box::new(move |_, _| {
-        p.fetch_add(1, Ordering::SeqCst);
-    }))
+    m.register_am(
+        Tag(Tag::USR.0 + 1),
+        Box::new(move |_, _| {
+            p.fetch_add(1, Ordering::SeqCst);
+        }),
+    )
     .unwrap();
-    m.sendi(ep, &[10], &[], Order::ANY, DesFlags::empty(), Tag::USR).unwrap();
+    m.sendi(ep, &[10], &[], Order::ANY, DesFlags::empty(), Tag::USR)
+        .unwrap();
     let mut rounds = 0;
     while m.progress() > 0 {
         rounds += 1;
     }
-    assert_eq!(rounds, 11, "each progress call delivers only what was queued before it");
+    assert_eq!(
+        rounds, 11,
+        "each progress call delivers only what was queued before it"
+    );
     assert_eq!(pongs.load(Ordering::SeqCst), 0);
 }

@@ -228,12 +228,7 @@ impl Registry {
     }
 
     /// Register a parameter. Registering the same definition twice is allowed.
-    pub fn register(
-        &mut self,
-        name: &str,
-        default: Value,
-        description: &str,
-    ) -> Result<&mut Self> {
+    pub fn register(&mut self, name: &str, default: Value, description: &str) -> Result<&mut Self> {
         let param = Param {
             name: name.to_ascii_lowercase(),
             default,
@@ -364,7 +359,9 @@ fn read_file(path: &Path) -> Result<Vec<(String, String)>> {
         message,
     };
     let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
-    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| err(e.to_string()))?;
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| err(e.to_string()))?;
     let mut out = Vec::new();
     flatten("", &table, &mut out).map_err(err)?;
     Ok(out)
@@ -589,7 +586,8 @@ mod tests {
         );
         assert_eq!(src("name"), Source::Program);
         let text = c.to_string();
-        assert!(text.contains("btl_self_eager_limit = \"8192\" (environment RBTL_BTL_SELF_EAGER_LIMIT)"));
+        assert!(text
+            .contains("btl_self_eager_limit = \"8192\" (environment RBTL_BTL_SELF_EAGER_LIMIT)"));
         std::fs::remove_dir_all(dir).unwrap();
     }
 
@@ -619,7 +617,8 @@ mod tests {
     #[test]
     fn unknown_names_in_files_are_errors_too() {
         let r = registry();
-        let path = std::env::temp_dir().join(format!("rbtl-config-bad-{}.toml", std::process::id()));
+        let path =
+            std::env::temp_dir().join(format!("rbtl-config-bad-{}.toml", std::process::id()));
         std::fs::write(&path, "[btl.selff]\neager_limit = 1\n").unwrap();
         let err = r.builder().file(&path).build().unwrap_err();
         assert!(err.to_string().contains("btl_selff_eager_limit"), "{err}");
@@ -629,14 +628,44 @@ mod tests {
     #[test]
     fn bad_values_and_kinds() {
         let r = registry();
-        let err = r.builder().set("btl_self_eager_limit", "lots").build().unwrap_err();
-        assert!(matches!(err, Error::BadValue { kind: Kind::Size, .. }), "{err}");
-        let err = r.builder().set("rcache_leave_pinned", "maybe").build().unwrap_err();
-        assert!(matches!(err, Error::BadValue { kind: Kind::Bool, .. }), "{err}");
+        let err = r
+            .builder()
+            .set("btl_self_eager_limit", "lots")
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::BadValue {
+                    kind: Kind::Size,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        let err = r
+            .builder()
+            .set("rcache_leave_pinned", "maybe")
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::BadValue {
+                    kind: Kind::Bool,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         let c = Config::defaults(&r);
         assert!(matches!(c.bool("btl"), Err(Error::WrongKind { .. })));
         assert!(matches!(c.size("nope"), Err(Error::NotRegistered(_))));
-        let missing = r.builder().file("/nonexistent/rbtl.toml").build().unwrap_err();
+        let missing = r
+            .builder()
+            .file("/nonexistent/rbtl.toml")
+            .build()
+            .unwrap_err();
         assert!(matches!(missing, Error::File { .. }));
     }
 
@@ -657,7 +686,9 @@ mod tests {
     #[test]
     fn conflicting_registration_is_refused() {
         let mut r = registry();
-        assert!(r.register("btl_self_latency", Value::Int(0), "latency").is_ok());
+        assert!(r
+            .register("btl_self_latency", Value::Int(0), "latency")
+            .is_ok());
         assert!(matches!(
             r.register("btl_self_latency", Value::Int(5), "latency"),
             Err(Error::Conflict(_))

@@ -72,7 +72,9 @@ impl Component for SelfComponent {
         let attrs = Attributes::from_config(config, NAME, &default_attributes())?;
         let max = usize::try_from(config.int("btl_self_free_list_max")?)
             .map_err(|_| Error::NotAvailable("btl_self_free_list_max must be >= 0".into()))?;
-        Ok(vec![Box::new(SelfModule::new(attrs, max, modex.rank())?)])
+        let mut module = SelfModule::new(attrs, max, modex.rank())?;
+        module.rcache = Rcache::new(NoPin, crate::rcache_params::options(config)?);
+        Ok(vec![Box::new(module)])
     }
 }
 
@@ -149,7 +151,13 @@ impl SelfModule {
         }
     }
 
-    fn new_descriptor(&mut self, ep: Endpoint, size: usize, order: Order, flags: DesFlags) -> Result<Descriptor> {
+    fn new_descriptor(
+        &mut self,
+        ep: Endpoint,
+        size: usize,
+        order: Order,
+        flags: DesFlags,
+    ) -> Result<Descriptor> {
         self.check_endpoint(ep)?;
         if size > self.attrs.max_send_size {
             return Err(Error::TooLarge(format!(
@@ -165,7 +173,13 @@ impl SelfModule {
     }
 
     /// Check a remote handle and range for `needs`; the target address as a pointer.
-    fn remote_target(&self, handle: &RemoteHandle, addr: u64, len: usize, needs: Access) -> Result<*mut u8> {
+    fn remote_target(
+        &self,
+        handle: &RemoteHandle,
+        addr: u64,
+        len: usize,
+        needs: Access,
+    ) -> Result<*mut u8> {
         self.keys.check(self.id, handle, addr, len, needs)?;
         Ok(addr as usize as *mut u8)
     }
@@ -284,7 +298,11 @@ impl Module for SelfModule {
         &self.attrs
     }
 
-    fn add_procs(&mut self, procs: &[Proc], _modex: &mut dyn Modex) -> Result<Vec<Option<Endpoint>>> {
+    fn add_procs(
+        &mut self,
+        procs: &[Proc],
+        _modex: &mut dyn Modex,
+    ) -> Result<Vec<Option<Endpoint>>> {
         Ok(procs
             .iter()
             .map(|p| {
@@ -335,14 +353,27 @@ impl Module for SelfModule {
         }
         let reg = self.rcache.register(base, len, access)?;
         let (remote, inner) = self.keys.insert(self.id, base, len, access, reg);
-        Ok(MemHandle::new(self.id, base, len, access, remote, Box::new(inner)))
+        Ok(MemHandle::new(
+            self.id,
+            base,
+            len,
+            access,
+            remote,
+            Box::new(inner),
+        ))
     }
 
     fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()> {
         handle.release(self.id)
     }
 
-    fn alloc(&mut self, endpoint: Endpoint, order: Order, size: usize, flags: DesFlags) -> Result<Descriptor> {
+    fn alloc(
+        &mut self,
+        endpoint: Endpoint,
+        order: Order,
+        size: usize,
+        flags: DesFlags,
+    ) -> Result<Descriptor> {
         self.new_descriptor(endpoint, size, order, flags)
     }
 
@@ -354,12 +385,16 @@ impl Module for SelfModule {
         data: &[&[u8]],
         flags: DesFlags,
     ) -> Result<Descriptor> {
-        let room = self.attrs.max_send_size.checked_sub(reserve).ok_or_else(|| {
-            Error::TooLarge(format!(
-                "reserve {reserve} exceeds max_send_size {}",
-                self.attrs.max_send_size
-            ))
-        })?;
+        let room = self
+            .attrs
+            .max_send_size
+            .checked_sub(reserve)
+            .ok_or_else(|| {
+                Error::TooLarge(format!(
+                    "reserve {reserve} exceeds max_send_size {}",
+                    self.attrs.max_send_size
+                ))
+            })?;
         let total: usize = data.iter().map(|d| d.len()).sum();
         let packed = total.min(room);
         let mut des = self.new_descriptor(endpoint, reserve + packed, order, flags)?;
@@ -378,7 +413,12 @@ impl Module for SelfModule {
         Ok(())
     }
 
-    fn send(&mut self, endpoint: Endpoint, descriptor: Descriptor, tag: Tag) -> Result<SendOutcome, SendError> {
+    fn send(
+        &mut self,
+        endpoint: Endpoint,
+        descriptor: Descriptor,
+        tag: Tag,
+    ) -> Result<SendOutcome, SendError> {
         let checked = descriptor
             .check_owner(self.id)
             .and_then(|_| self.check_endpoint(endpoint))
@@ -539,7 +579,11 @@ impl Module for SelfModule {
         }
         // Every put/get/atomic is already done; run their callbacks, and only theirs
         // (a flush from inside a receive callback must not deliver into it).
-        while let Some(i) = self.events.iter().position(|e| matches!(e, Event::Rdma(..))) {
+        while let Some(i) = self
+            .events
+            .iter()
+            .position(|e| matches!(e, Event::Rdma(..)))
+        {
             if let Some(Event::Rdma(cb, done)) = self.events.remove(i) {
                 cb(self, done);
             }

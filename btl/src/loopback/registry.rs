@@ -91,7 +91,14 @@ impl Keys {
 
     /// Check that `handle` names a live registration of `module` that covers
     /// `[addr, addr+len)` and grants `needs`.
-    pub fn check(&self, module: ModuleId, handle: &RemoteHandle, addr: u64, len: usize, needs: Access) -> Result<()> {
+    pub fn check(
+        &self,
+        module: ModuleId,
+        handle: &RemoteHandle,
+        addr: u64,
+        len: usize,
+        needs: Access,
+    ) -> Result<()> {
         let b = handle.as_bytes();
         if b.len() != HANDLE_SIZE {
             return Err(Error::MalformedHandle(b.len()));

@@ -1,0 +1,90 @@
+//! Connection pseudo-components (CPCs): how the `openib` transport connects a queue
+//! pair to a peer (Open MPI: `opal/mca/btl/openib/connect/connect.h`).
+//!
+//! Each CPC is asked per device port whether it can run there ([`CpcComponent::query`]);
+//! the usable ones publish a blob in the modex, and per peer both sides pick the
+//! highest-priority CPC they share. This crate holds the interface; the CPCs
+//! themselves (`oob`, `rdma_cm`, `xrc`) and their selection arrive with the `openib`
+//! transport and are not implemented yet.
+
+#![warn(missing_docs)]
+
+use rbtl_config::{Config, Registry};
+
+/// What a CPC needs to know about a device port to decide whether it can run there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortInfo {
+    /// Device name (`rxe0`, `mlx5_0`).
+    pub device: String,
+    /// Port number, from 1.
+    pub port: u8,
+    /// IP addresses configured on the port's netdev (needed by `rdma_cm`).
+    pub ip_addresses: Vec<std::net::IpAddr>,
+    /// Whether the device supports XRC (needed by `xrc`).
+    pub xrc: bool,
+}
+
+/// Why a CPC cannot run on a port, or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The CPC cannot run on this port (Open MPI: `OPAL_ERR_NOT_SUPPORTED` from query).
+    #[error("{cpc} cannot run on {device}:{port}: {why}")]
+    Unusable {
+        /// The CPC.
+        cpc: &'static str,
+        /// The device.
+        device: String,
+        /// The port.
+        port: u8,
+        /// Why.
+        why: String,
+    },
+    /// Connecting failed.
+    #[error("{cpc}: {why}")]
+    Connect {
+        /// The CPC.
+        cpc: &'static str,
+        /// What failed.
+        why: String,
+    },
+    /// A parameter problem.
+    #[error(transparent)]
+    Config(#[from] rbtl_config::Error),
+}
+
+/// One usable CPC on one port: its priority and what it publishes in the modex.
+pub trait CpcModule: Send {
+    /// The CPC's name.
+    fn name(&self) -> &'static str;
+    /// Higher wins when both sides offer several.
+    fn priority(&self) -> u8;
+    /// What the peer needs to connect with this CPC (published in the modex).
+    fn modex_blob(&self) -> Vec<u8>;
+    /// Prepare per-peer state from the peer's blob (Open MPI: `cbm_endpoint_init`).
+    fn endpoint_init(&mut self, peer: u32, peer_blob: &[u8]) -> Result<(), Error>;
+    /// Begin connecting to `peer` (Open MPI: `cbm_start_connect`).
+    fn start_connect(&mut self, peer: u32, transport: &mut dyn ConnectionHost)
+        -> Result<(), Error>;
+    /// Forget `peer` (Open MPI: `cbm_endpoint_finalize`).
+    fn endpoint_finalize(&mut self, peer: u32);
+    /// Release everything (Open MPI: `cbm_finalize`).
+    fn finalize(&mut self);
+}
+
+/// What the transport offers a CPC while it connects.
+pub trait ConnectionHost {
+    /// Post receive buffers on the new queue pair before the peer may send.
+    fn post_receives(&mut self, peer: u32) -> Result<(), Error>;
+    /// The connection to `peer` is up: queued fragments may go out.
+    fn connected(&mut self, peer: u32);
+}
+
+/// A CPC's factory.
+pub trait CpcComponent: Send {
+    /// The CPC's name (`oob`, `rdma_cm`, `xrc`).
+    fn name(&self) -> &'static str;
+    /// Register `btl_openib_cpc_<name>_*` parameters.
+    fn register_params(&self, registry: &mut Registry) -> Result<(), Error>;
+    /// Whether it can run on `port`, and if so a module for it.
+    fn query(&mut self, config: &Config, port: &PortInfo) -> Result<Box<dyn CpcModule>, Error>;
+}

@@ -1,0 +1,56 @@
+//! `rbtl_info`: the transports compiled in and every parameter with its value and
+//! where the value came from (in the spirit of `ompi_info --all` and `ucx_info -c`).
+//!
+//! Usage: `rbtl_info [--param NAME=VALUE]...`; `RBTL_*` variables and
+//! `RBTL_CONFIG_FILE` apply as everywhere.
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let mut settings = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match (arg.as_str(), args.next()) {
+            ("--param", Some(kv)) => match kv.split_once('=') {
+                Some((k, v)) => settings.push((k.to_string(), v.to_string())),
+                None => return usage(&format!("--param wants NAME=VALUE, not `{kv}`")),
+            },
+            _ => return usage(&format!("unknown argument `{arg}`")),
+        }
+    }
+    let pairs: Vec<(&str, &str)> = settings
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let config = match rbtl::configure(&pairs) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rbtl_info: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let framework = rbtl::btl::framework();
+    let selected = framework.selected(&config);
+    println!("rbtl {}", env!("CARGO_PKG_VERSION"));
+    println!("\ntransports:");
+    for c in framework.components() {
+        let on = match &selected {
+            Ok(s) if s.contains(&c.name()) => "selected",
+            Ok(_) => "excluded",
+            Err(_) => "?",
+        };
+        println!("  {:<8} {:<9} {}", c.name(), on, c.description());
+    }
+    if let Err(e) = selected {
+        eprintln!("rbtl_info: {e}");
+        return ExitCode::from(2);
+    }
+    println!("\nparameters:");
+    print!("{config}");
+    ExitCode::SUCCESS
+}
+
+fn usage(why: &str) -> ExitCode {
+    eprintln!("rbtl_info: {why}\nusage: rbtl_info [--param NAME=VALUE]...");
+    ExitCode::from(2)
+}
