@@ -27,6 +27,8 @@ pub trait Component: Send {
 
 /// The name of the selection parameter.
 pub const SELECT_PARAM: &str = "btl";
+/// The directory of shared-memory segments (environment: `RBTL_SHM_DIR`).
+pub const SHM_DIR_PARAM: &str = "shm_dir";
 
 /// The set of compiled-in components and the selection among them.
 pub struct Framework {
@@ -58,6 +60,11 @@ impl Framework {
             "transports to use: empty for all, a list to include, or ^list to exclude",
         )?;
         crate::rcache_params::register_params(registry)?;
+        registry.register(
+            SHM_DIR_PARAM,
+            Value::Str(rbtl_mpool::shm_dir().display().to_string()),
+            "directory of shared-memory segments (also read by the launcher's cleanup)",
+        )?;
         for c in &self.components {
             c.register_params(registry)?;
         }

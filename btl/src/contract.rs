@@ -13,34 +13,68 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The exchange: send bytes to the peer and return the peer's bytes; also a barrier.
-/// It must keep the module progressing while it waits.
-pub type Exchange<'a> = &'a mut dyn FnMut(&mut dyn Module, &[u8]) -> Vec<u8>;
+/// The tag the suite's own exchange uses; [`all_tags`] covers every other one.
+pub const EXCHANGE_TAG: Tag = Tag(0xff);
 
-/// One side of a pair under test.
+/// Exchange messages received, with the endpoint they came from.
+type Inbox = Arc<Mutex<Vec<(Endpoint, Vec<u8>)>>>;
+
+/// One side of a pair under test, with the exchange the checks meet through: bytes
+/// sent to the peer on [`EXCHANGE_TAG`], progressing until the peer's arrive (for
+/// `self`, the peer is this process and gets its own bytes back).
 pub struct Peer<'a> {
     /// The module under test.
     pub module: &'a mut dyn Module,
-    /// The endpoint of the peer (this process itself for `self`).
+    /// The endpoint of the peer.
     pub endpoint: Endpoint,
-    /// The exchange with the peer.
-    pub exchange: Exchange<'a>,
+    inbox: Inbox,
 }
 
-impl Peer<'_> {
+impl<'a> Peer<'a> {
+    /// Set up the exchange on `module` towards `endpoint`.
+    pub fn new(module: &'a mut dyn Module, endpoint: Endpoint) -> Peer<'a> {
+        let inbox: Inbox = Arc::default();
+        let i = inbox.clone();
+        module
+            .register_am(
+                EXCHANGE_TAG,
+                Box::new(move |_, r| i.lock().unwrap().push((r.endpoint, r.to_vec()))),
+            )
+            .expect("register the exchange tag");
+        Peer {
+            module,
+            endpoint,
+            inbox,
+        }
+    }
+
     fn swap(&mut self, bytes: &[u8]) -> Vec<u8> {
-        (self.exchange)(&mut *self.module, bytes)
+        let ep = self.endpoint;
+        let des = retry(self, "exchange", |m| {
+            m.prepare_src(ep, Order::ANY, 0, &[bytes], DesFlags::OWNERSHIP)
+        });
+        assert_eq!(des.len(), bytes.len(), "exchange fits one fragment");
+        send_all(self, des, EXCHANGE_TAG);
+        let inbox = self.inbox.clone();
+        let from_peer = |v: &Vec<(Endpoint, Vec<u8>)>| v.iter().position(|(e, _)| *e == ep);
+        self.wait("the peer's exchange", || {
+            from_peer(&inbox.lock().unwrap()).is_some()
+        });
+        let mut v = inbox.lock().unwrap();
+        let i = from_peer(&v).expect("a message from the peer");
+        v.remove(i).1
     }
 
     fn barrier(&mut self) {
         self.swap(&[]);
     }
 
-    /// Progress until `done` holds; a hang guard fails the check after 60 s of it.
+    /// Progress until `done` holds, yielding the processor while nothing happens (the
+    /// peer may share it); a hang guard fails the check after 60 s of it.
     fn wait(&mut self, what: &str, mut done: impl FnMut() -> bool) {
         let start = Instant::now();
         while !done() {
-            self.module.progress();
+            idle_progress(self.module);
             assert!(
                 start.elapsed() < Duration::from_secs(60),
                 "{}: still waiting for {what} after 60 s",
@@ -50,8 +84,18 @@ impl Peer<'_> {
     }
 }
 
-/// Run every check of the suite.
-pub fn run_all(p: &mut Peer<'_>) {
+/// Progress once; give the processor away if nothing happened (the peer may need it).
+fn idle_progress(m: &mut dyn Module) {
+    if m.progress() == 0 {
+        std::thread::yield_now();
+    }
+}
+
+/// Run every check of the suite between `module` and the peer behind `endpoint` (which
+/// runs it too). Other peers of the module must not run the suite with this process
+/// at the same time.
+pub fn run_all(module: &mut dyn Module, endpoint: Endpoint) {
+    let p = &mut Peer::new(module, endpoint);
     sends_every_size(p);
     all_tags(p);
     segments(p);
@@ -60,6 +104,7 @@ pub fn run_all(p: &mut Peer<'_>) {
     flush_completes_everything(p);
     atomics(p);
     remote_access_is_checked(p);
+    p.barrier();
 }
 
 /// The byte at `i` of a test message of `len` bytes.
@@ -105,7 +150,7 @@ fn send_all(p: &mut Peer<'_>, mut des: Descriptor, tag: Tag) {
             Ok(_) => return,
             Err(e) if matches!(e.error, Error::OutOfResource(_)) => {
                 des = e.descriptor;
-                p.module.progress();
+                idle_progress(p.module);
                 assert!(start.elapsed() < Duration::from_secs(60), "send stuck");
             }
             Err(e) => panic!("send on tag {tag}: {}", e.error),
@@ -125,7 +170,7 @@ fn retry<T>(
         match op(&mut *p.module) {
             Ok(v) => return v,
             Err(Error::OutOfResource(_)) => {
-                p.module.progress();
+                idle_progress(p.module);
                 assert!(start.elapsed() < Duration::from_secs(60), "{what} stuck");
             }
             Err(e) => panic!("{what}: {e}"),
@@ -163,6 +208,8 @@ pub fn sends_every_size(p: &mut Peer<'_>) {
             }),
         )
         .expect("register_am");
+    // Both sides have their callbacks before either sends.
+    p.barrier();
     let sizes = interesting_sizes(attrs.eager_limit, attrs.max_send_size);
     let mut expected = Vec::new();
     for &size in &sizes {
@@ -219,7 +266,8 @@ pub fn all_tags(p: &mut Peer<'_>) {
         return;
     }
     let seen: Arc<Mutex<BTreeMap<u8, Vec<u8>>>> = Arc::default();
-    for tag in Tag::registrable() {
+    let tags = || Tag::registrable().filter(|t| *t != EXCHANGE_TAG);
+    for tag in tags() {
         let s = seen.clone();
         p.module
             .register_am(
@@ -241,12 +289,14 @@ pub fn all_tags(p: &mut Peer<'_>) {
             "tag {reserved} must be refused"
         );
     }
-    for tag in Tag::registrable() {
+    // Both sides have their callbacks before either sends.
+    p.barrier();
+    for tag in tags() {
         let mut des = alloc_retry(p, 1, DesFlags::OWNERSHIP);
         des.segment_mut(0)[0] = tag.0;
         send_all(p, des, tag);
     }
-    let n = Tag::registrable().count();
+    let n = tags().count();
     p.wait("a message per tag", || seen.lock().unwrap().len() >= n);
     p.barrier();
     for (tag, got) in seen.lock().unwrap().iter() {
@@ -272,6 +322,7 @@ pub fn segments(p: &mut Peer<'_>) {
             }),
         )
         .expect("register_am");
+    p.barrier();
     let lens: Vec<usize> = (0..MAX_SEGMENTS).map(|i| (i * 5) % 17).collect();
     let total: usize = lens.iter().sum();
     let mut des = alloc_retry(p, total, DesFlags::OWNERSHIP);
@@ -311,6 +362,7 @@ pub fn ownership_and_callbacks(p: &mut Peer<'_>) {
             }),
         )
         .expect("register_am");
+    p.barrier();
     const ROUNDS: usize = 50;
     let owned_calls = Arc::new(AtomicUsize::new(0));
     let kept_calls = Arc::new(AtomicUsize::new(0));
@@ -630,7 +682,7 @@ pub fn flush_completes_everything(p: &mut Peer<'_>) {
                         c.status.expect("put status");
                         d.fetch_add(1, Ordering::SeqCst);
                     }));
-                    p.module.progress();
+                    idle_progress(p.module);
                     assert!(start.elapsed() < Duration::from_secs(60), "put stuck");
                 }
                 Err(e) => panic!("put {i}: {e}"),

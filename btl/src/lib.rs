@@ -20,7 +20,7 @@
 //! send hands its descriptor back and a handle cannot outlive its deregistration
 //! unnoticed.
 //!
-//! Transports: [`loopback`] (`self`).
+//! Transports: [`loopback`] (`self`), [`sm`] (processes on one node).
 
 #![warn(missing_docs)]
 
@@ -30,14 +30,17 @@ pub mod contract;
 mod descriptor;
 mod error;
 mod handle;
+pub mod keytable;
 pub mod loopback;
 mod modex;
 mod module;
 pub mod rcache_params;
+pub mod registrations;
+pub mod sm;
 mod tag;
 
 pub use attributes::{exclusivity, AtomicFlags, Attributes, BtlFlags, MAX_HANDLE_SIZE};
-pub use component::{Component, Framework, SELECT_PARAM};
+pub use component::{Component, Framework, SELECT_PARAM, SHM_DIR_PARAM};
 pub use descriptor::{
     DesFlags, Descriptor, Order, Received, SendCallback, SendCompletion, MAX_SEGMENTS,
 };
@@ -45,15 +48,16 @@ pub use error::{Error, Result};
 pub use handle::{check_range, MemHandle, ModuleId, RemoteHandle};
 pub use modex::{Modex, SingletonModex};
 pub use module::{
-    rdma_flags, AmCallback, AtomicOp, Endpoint, ErrorCallback, ErrorEvent, Module, Proc,
-    RdmaCallback, RdmaCompletion, SendError, SendOutcome, SendiOutcome, GET_REMOTE, PUT_REMOTE,
+    compare_swap, rdma_flags, AmCallback, AtomicOp, Endpoint, ErrorCallback, ErrorEvent, Module,
+    Proc, RdmaCallback, RdmaCompletion, SendError, SendOutcome, SendiOutcome, GET_REMOTE,
+    PUT_REMOTE,
 };
 pub use rbtl_rcache::Access;
 pub use tag::Tag;
 
 /// Every transport compiled in, in the order the framework lists them.
 pub fn builtin_components() -> Vec<Box<dyn Component>> {
-    vec![Box::new(loopback::SelfComponent)]
+    vec![Box::new(loopback::SelfComponent), Box::new(sm::SmComponent)]
 }
 
 /// A framework over every compiled-in transport.

@@ -108,6 +108,28 @@ pub enum AtomicOp {
     Swap,
 }
 
+impl AtomicOp {
+    /// Apply the operation to `word`; the previous value.
+    pub fn apply(self, word: &std::sync::atomic::AtomicU64, operand: u64) -> u64 {
+        use std::sync::atomic::Ordering::AcqRel;
+        match self {
+            AtomicOp::Add => word.fetch_add(operand, AcqRel),
+            AtomicOp::And => word.fetch_and(operand, AcqRel),
+            AtomicOp::Or => word.fetch_or(operand, AcqRel),
+            AtomicOp::Xor => word.fetch_xor(operand, AcqRel),
+            AtomicOp::Swap => word.swap(operand, AcqRel),
+        }
+    }
+}
+
+/// Compare-and-swap on `word`; the previous value.
+pub fn compare_swap(word: &std::sync::atomic::AtomicU64, compare: u64, value: u64) -> u64 {
+    use std::sync::atomic::Ordering::{AcqRel, Acquire};
+    match word.compare_exchange(compare, value, AcqRel, Acquire) {
+        Ok(v) | Err(v) => v,
+    }
+}
+
 /// Flags of put/get/atomics (Open MPI: `MCA_BTL_IN_PLACE`-style op flags).
 pub mod rdma_flags {
     /// No flags.

@@ -1,7 +1,7 @@
 //! The `self` transport: the contract suite, selection, and every kind of bad input.
 
-use rbtl_btl::contract::{self, Peer};
-use rbtl_btl::loopback::SelfModule;
+use rbtl_btl::contract;
+use rbtl_btl::loopback::{Limits, SelfModule};
 use rbtl_btl::{
     framework, Access, DesFlags, Endpoint, Error, Module, Order, Proc, RemoteHandle,
     SingletonModex, Tag,
@@ -39,12 +39,7 @@ fn open_self(settings: &[(&str, &str)]) -> (Box<dyn Module>, Endpoint) {
 }
 
 fn run_suite(m: &mut dyn Module, ep: Endpoint) {
-    let mut exchange = |_: &mut dyn Module, bytes: &[u8]| bytes.to_vec();
-    contract::run_all(&mut Peer {
-        module: m,
-        endpoint: ep,
-        exchange: &mut exchange,
-    });
+    contract::run_all(m, ep);
 }
 
 #[test]
@@ -307,7 +302,12 @@ fn registrations_go_through_the_cache() {
     drop(hs);
     let _ = buf.as_mut_ptr();
     // Downcast is not available through dyn Module; open a module directly.
-    let mut direct = SelfModule::new(rbtl_btl::loopback::default_attributes(), 8, 0).unwrap();
+    let mut direct = SelfModule::new(
+        rbtl_btl::loopback::default_attributes(),
+        Limits::default(),
+        0,
+    )
+    .unwrap();
     let mut modex = SingletonModex::new();
     let ep = direct
         .add_procs(
@@ -334,12 +334,13 @@ fn selection_by_configuration() {
     let mut reg = Registry::new();
     fw.register_params(&mut reg).unwrap();
     let sel = |v: &str| fw.selected(&reg.builder().set("btl", v).build().unwrap());
-    assert_eq!(sel("").unwrap(), vec!["self"]);
+    assert_eq!(sel("").unwrap(), vec!["self", "sm"]);
     assert_eq!(sel("self").unwrap(), vec!["self"]);
-    assert_eq!(sel("^self").unwrap(), Vec::<&str>::new());
+    assert_eq!(sel("^self").unwrap(), vec!["sm"]);
+    assert_eq!(sel("^self,sm").unwrap(), Vec::<&str>::new());
     let e = sel("self,warp").unwrap_err();
     assert!(matches!(e, Error::UnknownTransport { .. }));
-    assert!(e.to_string().contains("valid transports: self"), "{e}");
+    assert!(e.to_string().contains("valid transports: self, sm"), "{e}");
     let e = sel("self,^self").unwrap_err();
     assert!(e.to_string().contains("cannot be mixed"), "{e}");
     let e = reg

@@ -3,8 +3,8 @@
 //! and atomics are checked against the target registration and done with plain memory
 //! operations; every completion runs from `progress`.
 
-mod registry;
-
+use crate::keytable::{self, KeyTableView};
+use crate::registrations::{NoPin, Reg, Registrations};
 use crate::{
     exclusivity, AmCallback, AtomicFlags, AtomicOp, Attributes, BtlFlags, Component, DesFlags,
     Descriptor, Endpoint, Error, ErrorCallback, MemHandle, Modex, Module, ModuleId, Order, Proc,
@@ -12,11 +12,11 @@ use crate::{
     SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
 };
 use rbtl_config::{Config, Registry, Value};
+use rbtl_mpool::Region;
 use rbtl_mpool::{AnonymousSource, FreeList, FreeListConfig};
 use rbtl_rcache::{Access, Options, Rcache};
-use registry::{Keys, NoPin, SelfReg};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 const NAME: &str = "self";
@@ -41,8 +41,20 @@ pub fn default_attributes() -> Attributes {
             | BtlFlags::ATOMIC_FOPS
             | BtlFlags::RDMA_REMOTE_COMPLETION,
         atomic_flags: AtomicFlags::all(),
-        registration_handle_size: registry::HANDLE_SIZE,
+        registration_handle_size: keytable::HANDLE_SIZE,
     }
+}
+
+/// The word at an atomic target.
+///
+/// # Safety
+///
+/// `target` must be 8-byte aligned and lie inside a live registration with ATOMIC
+/// access (register_mem's contract keeps that memory mapped and lets peers access it
+/// only through atomics or raw pointers).
+pub(crate) unsafe fn word_at<'a>(target: *mut u8) -> &'a AtomicU64 {
+    // SAFETY: forwarded contract.
+    unsafe { AtomicU64::from_ptr(target.cast::<u64>()) }
 }
 
 /// The `self` component: one module per process.
@@ -60,21 +72,36 @@ impl Component for SelfComponent {
 
     fn register_params(&self, registry: &mut Registry) -> rbtl_config::Result<()> {
         Attributes::register_params(registry, NAME, &default_attributes())?;
-        registry.register(
-            "btl_self_free_list_max",
-            Value::Int(256),
-            "most send fragments (of max_send_size bytes) outstanding at once",
-        )?;
+        registry
+            .register(
+                "btl_self_free_list_max",
+                Value::Int(256),
+                "most send fragments (of max_send_size bytes) outstanding at once",
+            )?
+            .register(
+                "btl_self_max_registrations",
+                Value::Int(4096),
+                "most memory registrations alive at once",
+            )?;
         Ok(())
     }
 
     fn init(&mut self, config: &Config, modex: &mut dyn Modex) -> Result<Vec<Box<dyn Module>>> {
         let attrs = Attributes::from_config(config, NAME, &default_attributes())?;
-        let max = usize::try_from(config.int("btl_self_free_list_max")?)
-            .map_err(|_| Error::NotAvailable("btl_self_free_list_max must be >= 0".into()))?;
-        let mut module = SelfModule::new(attrs, max, modex.rank())?;
-        module.rcache = Rcache::new(NoPin, crate::rcache_params::options(config)?);
-        Ok(vec![Box::new(module)])
+        let count = |name: &str| {
+            usize::try_from(config.int(name)?)
+                .map_err(|_| Error::NotAvailable(format!("{name} must be >= 0")))
+        };
+        let limits = Limits {
+            max_frags: count("btl_self_free_list_max")?,
+            max_registrations: count("btl_self_max_registrations")?,
+            rcache: crate::rcache_params::options(config)?,
+        };
+        Ok(vec![Box::new(SelfModule::new(
+            attrs,
+            limits,
+            modex.rank(),
+        )?)])
     }
 }
 
@@ -87,6 +114,27 @@ enum Event {
     Rdma(RdmaCallback, RdmaCompletion),
 }
 
+/// Sizes of a `self` module's pools.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Most send fragments outstanding.
+    pub max_frags: usize,
+    /// Most live registrations.
+    pub max_registrations: usize,
+    /// Registration cache options.
+    pub rcache: Options,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_frags: 256,
+            max_registrations: 4096,
+            rcache: Options::default(),
+        }
+    }
+}
+
 /// The `self` module.
 pub struct SelfModule {
     id: ModuleId,
@@ -94,7 +142,8 @@ pub struct SelfModule {
     attrs: Attributes,
     frags: FreeList,
     rcache: Arc<Rcache<NoPin>>,
-    keys: Arc<Keys>,
+    regs: Arc<Registrations>,
+    keys: KeyTableView,
     /// Receive callbacks by tag; a slot is empty while its callback runs.
     am: Vec<Option<AmCallback>>,
     registered: [bool; 256],
@@ -103,19 +152,26 @@ pub struct SelfModule {
 }
 
 impl SelfModule {
-    /// A module with these attributes and at most `max_frags` send fragments, for the
-    /// process of rank `rank`.
-    pub fn new(attrs: Attributes, max_frags: usize, rank: u32) -> Result<SelfModule> {
+    /// A module with these attributes and limits, for the process of rank `rank`.
+    pub fn new(attrs: Attributes, limits: Limits, rank: u32) -> Result<SelfModule> {
         let mut cfg = FreeListConfig::new(attrs.max_send_size.max(1));
         cfg.frags_per_chunk = 8;
-        cfg.max_frags = max_frags;
+        cfg.max_frags = limits.max_frags;
+        let table = Arc::new(Region::anonymous(keytable::table_bytes(
+            limits.max_registrations.max(1),
+        ))?);
+        // SAFETY: a fresh anonymous mapping is zeroed, page-aligned and ours alone; the
+        // Arc handed over keeps it mapped.
+        let regs =
+            unsafe { Registrations::new(table.as_ptr(), limits.max_registrations, table.clone()) };
         Ok(SelfModule {
             id: ModuleId::fresh(),
             rank,
             attrs,
             frags: FreeList::new(cfg, Box::new(AnonymousSource::new()))?,
-            rcache: Rcache::new(NoPin, Options::default()),
-            keys: Arc::new(Keys::default()),
+            rcache: Rcache::new(NoPin, limits.rcache),
+            keys: regs.view(),
+            regs,
             am: (0..=u8::MAX).map(|_| None).collect(),
             registered: [false; 256],
             endpoint: None,
@@ -257,18 +313,10 @@ impl SelfModule {
         }
     }
 
-    fn atomic_apply(&mut self, target: *mut u8, op: AtomicOp, operand: u64) -> u64 {
-        // SAFETY: `target` was checked to lie inside a live registration with ATOMIC
-        // access and to be 8-byte aligned; register_mem's contract keeps that memory
-        // mapped and lets peers access it only through atomics or raw pointers.
-        let word = unsafe { AtomicU64::from_ptr(target.cast::<u64>()) };
-        match op {
-            AtomicOp::Add => word.fetch_add(operand, Ordering::AcqRel),
-            AtomicOp::And => word.fetch_and(operand, Ordering::AcqRel),
-            AtomicOp::Or => word.fetch_or(operand, Ordering::AcqRel),
-            AtomicOp::Xor => word.fetch_xor(operand, Ordering::AcqRel),
-            AtomicOp::Swap => word.swap(operand, Ordering::AcqRel),
-        }
+    fn atomic_apply(&self, target: *mut u8, op: AtomicOp, operand: u64) -> u64 {
+        // SAFETY: `target` comes from atomic_target, which checked alignment and the
+        // registration.
+        op.apply(unsafe { word_at(target) }, operand)
     }
 
     fn atomic_target(&self, ep: Endpoint, remote: u64, handle: &RemoteHandle) -> Result<*mut u8> {
@@ -280,7 +328,7 @@ impl SelfModule {
     }
 
     fn fetch_result(&self, local: usize, handle: &MemHandle) -> Result<*mut u8> {
-        handle.check::<SelfReg>(self.id, local, 8, Access::LOCAL_WRITE)?;
+        handle.check::<Reg<NoPin>>(self.id, local, 8, Access::LOCAL_WRITE)?;
         Ok(local as *mut u8)
     }
 }
@@ -345,22 +393,7 @@ impl Module for SelfModule {
         len: usize,
         access: Access,
     ) -> Result<MemHandle> {
-        if len == 0 {
-            return Err(Error::ZeroLength);
-        }
-        if base.checked_add(len).is_none() {
-            return Err(Error::Overflow { base, len });
-        }
-        let reg = self.rcache.register(base, len, access)?;
-        let (remote, inner) = self.keys.insert(self.id, base, len, access, reg);
-        Ok(MemHandle::new(
-            self.id,
-            base,
-            len,
-            access,
-            remote,
-            Box::new(inner),
-        ))
+        self.regs.register(self.id, &self.rcache, base, len, access)
     }
 
     fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()> {
@@ -478,7 +511,7 @@ impl Module for SelfModule {
         callback: RdmaCallback,
     ) -> Result<()> {
         self.check_endpoint(endpoint)?;
-        local_handle.check::<SelfReg>(self.id, local, size, Access::LOCAL_READ)?;
+        local_handle.check::<Reg<NoPin>>(self.id, local, size, Access::LOCAL_READ)?;
         let dst = self.remote_target(remote_handle, remote, size, crate::PUT_REMOTE)?;
         // SAFETY: both ranges were checked to lie inside live registrations, whose
         // register_mem contract keeps the memory mapped; `copy` allows overlap.
@@ -500,7 +533,7 @@ impl Module for SelfModule {
         callback: RdmaCallback,
     ) -> Result<()> {
         self.check_endpoint(endpoint)?;
-        local_handle.check::<SelfReg>(self.id, local, size, Access::LOCAL_WRITE)?;
+        local_handle.check::<Reg<NoPin>>(self.id, local, size, Access::LOCAL_WRITE)?;
         let src = self.remote_target(remote_handle, remote, size, crate::GET_REMOTE)?;
         // SAFETY: as in put, with the roles swapped.
         unsafe { std::ptr::copy(src, local as *mut u8, size) };
@@ -562,11 +595,9 @@ impl Module for SelfModule {
     ) -> Result<()> {
         let target = self.atomic_target(endpoint, remote, remote_handle)?;
         let result = self.fetch_result(local, local_handle)?;
-        // SAFETY: as in atomic_apply.
-        let word = unsafe { AtomicU64::from_ptr(target.cast::<u64>()) };
-        let old = match word.compare_exchange(compare, value, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(v) | Err(v) => v,
-        };
+        // SAFETY: `target` comes from atomic_target, which checked alignment and the
+        // registration.
+        let old = crate::compare_swap(unsafe { word_at(target) }, compare, value);
         // SAFETY: `result` was checked to be 8 writable bytes of a live registration.
         unsafe { result.cast::<u64>().write_unaligned(old) };
         self.complete(endpoint, local, 8, callback);

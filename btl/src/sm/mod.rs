@@ -1,0 +1,1527 @@
+//! The `sm` transport: processes on one node (Open MPI: `btl/vader`, later `btl/sm`).
+//!
+//! Each process owns a shared segment (see [`segment`]) holding one lock-free message
+//! ring per possible sender ([`ring`]): sends are copied straight into the receiver's
+//! ring and polled out of it, with no system call and no lock; messages of up to 40
+//! bytes travel in one cache line. Put and get are single-copy through cross-memory
+//! attach (`process_vm_writev`/`readv`) after checking the target's registration in
+//! its key table, which lives in its segment; when the kernel refuses cross-memory
+//! attach (or `btl_sm_single_copy = copy`), they are copied through the rings and
+//! checked again by the target ([`wire`]). Atomics are applied by the target (as
+//! vader emulates them). A peer that dies is noticed through a pidfd while idle, and
+//! reported through the error callback; its operations complete with an error.
+//!
+//! Segments are unlinked as soon as every local peer has mapped them, so a crash
+//! leaves nothing in `/dev/shm`; stale ones of crashed owners are removed at start.
+
+mod cma;
+pub mod ring;
+pub mod segment;
+mod wire;
+
+use crate::keytable::{self, KeyTableView};
+use crate::registrations::{NoPin, Reg, Registrations};
+use crate::{
+    exclusivity, AmCallback, AtomicFlags, AtomicOp, Attributes, BtlFlags, Component, DesFlags,
+    Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent, MemHandle, Modex, Module, ModuleId,
+    Order, Proc, RdmaCallback, RdmaCompletion, Received, RemoteHandle, Result, SendCompletion,
+    SendError, SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
+};
+use rbtl_config::{Config, Registry, Value};
+use rbtl_mpool::{AnonymousSource, FreeList, FreeListConfig, SharedRegion};
+use rbtl_rcache::{Access, Rcache};
+use ring::{Consumer, Producer, RingLayout};
+use segment::Layout;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+const NAME: &str = "sm";
+const MODEX_KEY: &str = "btl.sm";
+/// Idle progress calls between two looks at the peers' liveness.
+const LIVENESS_INTERVAL: u32 = 1 << 12;
+/// Most messages taken from one ring per progress call.
+const BATCH: usize = 32;
+
+/// Default attributes of the `sm` transport.
+pub fn default_attributes() -> Attributes {
+    Attributes {
+        eager_limit: 4 << 10,
+        rndv_eager_limit: 32 << 10,
+        max_send_size: 32 << 10,
+        put_limit: usize::MAX,
+        put_alignment: 1,
+        get_limit: usize::MAX,
+        get_alignment: 1,
+        exclusivity: exclusivity::HIGH,
+        latency: 1,
+        bandwidth: 200_000,
+        flags: BtlFlags::SEND
+            | BtlFlags::PUT
+            | BtlFlags::GET
+            | BtlFlags::ATOMIC_OPS
+            | BtlFlags::ATOMIC_FOPS
+            | BtlFlags::RDMA_REMOTE_COMPLETION,
+        atomic_flags: AtomicFlags::all(),
+        registration_handle_size: keytable::HANDLE_SIZE,
+    }
+}
+
+/// How put and get move bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SingleCopy {
+    /// Cross-memory attach where the kernel allows it, else copies through the rings.
+    Auto,
+    /// Cross-memory attach only (an error where it is refused).
+    Cma,
+    /// Always copy through the rings.
+    Copy,
+}
+
+impl SingleCopy {
+    fn parse(s: &str) -> Result<SingleCopy> {
+        match s {
+            "auto" => Ok(SingleCopy::Auto),
+            "cma" => Ok(SingleCopy::Cma),
+            "copy" => Ok(SingleCopy::Copy),
+            other => Err(Error::NotAvailable(format!(
+                "btl_sm_single_copy = `{other}`; valid values: auto, cma, copy"
+            ))),
+        }
+    }
+}
+
+/// Tunables of an `sm` module.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Slots per ring.
+    pub ring_slots: usize,
+    /// Data bytes per ring.
+    pub ring_bytes: usize,
+    /// Most live registrations.
+    pub max_registrations: usize,
+    /// Put/get path.
+    pub single_copy: SingleCopy,
+    /// Bytes per chunk when put/get copy through the rings.
+    pub copy_chunk: usize,
+    /// Most descriptors outstanding.
+    pub max_frags: usize,
+    /// Registration cache options.
+    pub rcache: rbtl_rcache::Options,
+    /// Directory of the segments.
+    pub shm_dir: std::path::PathBuf,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            ring_slots: 1024,
+            ring_bytes: 1 << 20,
+            max_registrations: 4096,
+            single_copy: SingleCopy::Auto,
+            copy_chunk: 32 << 10,
+            max_frags: 256,
+            rcache: rbtl_rcache::Options::default(),
+            shm_dir: rbtl_mpool::shm_dir(),
+        }
+    }
+}
+
+/// The `sm` component: one module per process, reaching the other processes on its
+/// node.
+#[derive(Debug, Default)]
+pub struct SmComponent;
+
+impl Component for SmComponent {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn description(&self) -> &'static str {
+        "processes on one node: shared-memory rings, cross-memory-attach put/get"
+    }
+
+    fn register_params(&self, registry: &mut Registry) -> rbtl_config::Result<()> {
+        Attributes::register_params(registry, NAME, &default_attributes())?;
+        let d = Settings::default();
+        registry
+            .register("btl_sm_ring_slots", Value::Int(d.ring_slots as i64), "message slots per sender ring")?
+            .register("btl_sm_ring_bytes", Value::Size(d.ring_bytes), "data bytes per sender ring")?
+            .register(
+                "btl_sm_max_registrations",
+                Value::Int(d.max_registrations as i64),
+                "most memory registrations alive at once",
+            )?
+            .register(
+                "btl_sm_single_copy",
+                Value::Str("auto".into()),
+                "put/get path: auto (cross-memory attach where allowed), cma, or copy (through the rings)",
+            )?
+            .register(
+                "btl_sm_copy_chunk",
+                Value::Size(d.copy_chunk),
+                "bytes per chunk when put/get copy through the rings",
+            )?
+            .register(
+                "btl_sm_free_list_max",
+                Value::Int(d.max_frags as i64),
+                "most send descriptors outstanding at once",
+            )?;
+        Ok(())
+    }
+
+    fn init(&mut self, config: &Config, modex: &mut dyn Modex) -> Result<Vec<Box<dyn Module>>> {
+        let attrs = Attributes::from_config(config, NAME, &default_attributes())?;
+        let count = |name: &str| {
+            usize::try_from(config.int(name)?)
+                .map_err(|_| Error::NotAvailable(format!("{name} must be >= 0")))
+        };
+        let settings = Settings {
+            ring_slots: count("btl_sm_ring_slots")?,
+            ring_bytes: config.size("btl_sm_ring_bytes")?,
+            max_registrations: count("btl_sm_max_registrations")?,
+            single_copy: SingleCopy::parse(config.str("btl_sm_single_copy")?)?,
+            copy_chunk: config.size("btl_sm_copy_chunk")?,
+            max_frags: count("btl_sm_free_list_max")?,
+            rcache: crate::rcache_params::options(config)?,
+            shm_dir: config.str(crate::component::SHM_DIR_PARAM)?.into(),
+        };
+        Ok(vec![Box::new(SmModule::new(attrs, settings, modex)?)])
+    }
+}
+
+/// Something waiting for room in a peer's ring, in order.
+enum Outbound {
+    Desc {
+        descriptor: Descriptor,
+        tag: Tag,
+    },
+    Bytes {
+        tag: u8,
+        bytes: Vec<u8>,
+    },
+    /// Our local bytes going to the peer's memory (a put by copy).
+    Put {
+        req: u64,
+        local: usize,
+        remote: u64,
+        len: usize,
+        sent: usize,
+        handle: RemoteHandle,
+    },
+    /// Our own registered bytes going back to a peer that asked (a get by copy).
+    Get {
+        req: u64,
+        addr: usize,
+        len: usize,
+        sent: usize,
+    },
+}
+
+enum Pending {
+    Put,
+    Get {
+        local: usize,
+        size: usize,
+        received: usize,
+    },
+    Atomic {
+        result: Option<usize>,
+    },
+}
+
+struct Op {
+    endpoint: Endpoint,
+    local: usize,
+    size: usize,
+    what: Pending,
+    callback: RdmaCallback,
+}
+
+enum Done {
+    Send {
+        callback: crate::SendCallback,
+        endpoint: Endpoint,
+        descriptor: Descriptor,
+        status: Result<()>,
+    },
+    Rdma(RdmaCallback, RdmaCompletion),
+}
+
+struct Peer {
+    rank: u32,
+    pid: i32,
+    pidfd: Option<std::os::fd::OwnedFd>,
+    module: ModuleId,
+    _segment: SharedRegion,
+    table: KeyTableView,
+    producer: Producer,
+    consumer: Consumer,
+    outbound: VecDeque<Outbound>,
+    /// A receive callback of this ring is running (it may call progress).
+    busy: bool,
+    cma: bool,
+    failed: Option<String>,
+}
+
+/// The `sm` module.
+pub struct SmModule {
+    id: ModuleId,
+    rank: u32,
+    node: String,
+    attrs: Attributes,
+    settings: Settings,
+    layout: Layout,
+    segment: Arc<SharedRegion>,
+    attach_expected: u32,
+    regs: Arc<Registrations>,
+    rcache: Arc<Rcache<NoPin>>,
+    frags: FreeList,
+    peers: Vec<Peer>,
+    am: Vec<Option<AmCallback>>,
+    registered: [bool; 256],
+    error_cb: Option<ErrorCallback>,
+    done: VecDeque<Done>,
+    ops: HashMap<u64, Op>,
+    next_req: u64,
+    idle: u32,
+}
+
+/// This machine: host name and boot id, so that only processes sharing `/dev/shm`
+/// and memory count as local.
+fn node_id() -> String {
+    let mut host = [0u8; 256];
+    // SAFETY: the buffer is writable for its whole length.
+    let rc = unsafe { libc::gethostname(host.as_mut_ptr().cast(), host.len()) };
+    let end = host.iter().position(|&b| b == 0).unwrap_or(host.len());
+    let host = if rc == 0 {
+        String::from_utf8_lossy(&host[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    format!("{host}/{}", boot.trim())
+}
+
+fn pidfd(pid: i32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    // SAFETY: a non-negative return is a descriptor we now own.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Whether the process behind `pidfd` (or `pid`) has ended.
+fn has_exited(pid: i32, pidfd: Option<&std::os::fd::OwnedFd>) -> bool {
+    use std::os::fd::AsRawFd;
+    match pidfd {
+        Some(fd) => {
+            let mut p = libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, no wait.
+            unsafe { libc::poll(&mut p, 1, 0) > 0 }
+        }
+        None => {
+            // SAFETY: signal 0 only checks for existence.
+            let rc = unsafe { libc::kill(pid, 0) };
+            rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        }
+    }
+}
+
+impl SmModule {
+    /// Create this process's segment and publish it in the modex.
+    pub fn new(attrs: Attributes, settings: Settings, modex: &mut dyn Modex) -> Result<SmModule> {
+        let ring = RingLayout {
+            nslots: settings.ring_slots.max(2),
+            data_bytes: settings.ring_bytes.next_multiple_of(64),
+        };
+        let largest = attrs.max_send_size.max(settings.copy_chunk + 64);
+        if largest > ring.max_message(MAX_SEGMENTS) {
+            return Err(Error::NotAvailable(format!(
+                "btl_sm_ring_bytes ({}) must exceed max_send_size ({}) and copy_chunk ({}) with room to spare",
+                ring.data_bytes, attrs.max_send_size, settings.copy_chunk
+            )));
+        }
+        match rbtl_mpool::cleanup_stale_in(&settings.shm_dir) {
+            Ok(removed) if !removed.is_empty() => {
+                tracing::info!(?removed, "removed stale segments")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(%e, "could not look for stale segments"),
+        }
+        let layout = Layout {
+            nranks: modex.size() as usize,
+            ring,
+            registrations: settings.max_registrations.max(1),
+            heap_bytes: 0,
+        };
+        let segment = Arc::new(SharedRegion::create_in(
+            &settings.shm_dir,
+            &format!("sm.{}", modex.rank()),
+            layout.bytes(),
+        )?);
+        let id = ModuleId::fresh();
+        // SAFETY: the segment is ours, mapped and at least one page long.
+        unsafe { segment::header(segment.as_ptr()) }.init(id.0, layout.nranks);
+        // SAFETY: the table area is inside our fresh (zeroed) segment, page-aligned and
+        // used for nothing else; `regs` keeps the segment mapped (handles outliving the
+        // module keep it too).
+        let regs = unsafe {
+            Registrations::new(
+                segment.as_ptr().add(layout.table_offset()),
+                layout.registrations,
+                segment.clone(),
+            )
+        };
+        let mut blob = wire::Writer::default()
+            .u64(id.0)
+            .u64(u64::from(std::process::id()))
+            .u64(segment.as_ptr() as u64);
+        for w in layout.encode() {
+            blob = blob.u64(w);
+        }
+        let mut blob = blob.0;
+        let node = node_id();
+        blob.extend_from_slice(segment.name().as_bytes());
+        blob.push(0);
+        blob.extend_from_slice(node.as_bytes());
+        modex.publish(MODEX_KEY, &blob)?;
+        let mut cfg = FreeListConfig::new(attrs.max_send_size.max(1));
+        cfg.frags_per_chunk = 8;
+        cfg.max_frags = settings.max_frags;
+        Ok(SmModule {
+            id,
+            rank: modex.rank(),
+            node,
+            frags: FreeList::new(cfg, Box::new(AnonymousSource::new()))?,
+            rcache: Rcache::new(NoPin, settings.rcache.clone()),
+            attrs,
+            settings,
+            layout,
+            segment,
+            attach_expected: 0,
+            regs,
+            peers: Vec::new(),
+            am: (0..=u8::MAX).map(|_| None).collect(),
+            registered: [false; 256],
+            error_cb: None,
+            done: VecDeque::new(),
+            ops: HashMap::new(),
+            next_req: 1,
+            idle: 0,
+        })
+    }
+
+    /// The name of this process's segment (for tests and diagnostics).
+    pub fn segment_name(&self) -> &str {
+        self.segment.name()
+    }
+
+    /// Whether put/get to `endpoint` use cross-memory attach.
+    pub fn uses_cma(&self, endpoint: Endpoint) -> Option<bool> {
+        self.peers.get(endpoint.0 as usize).map(|p| p.cma)
+    }
+
+    fn connect(&self, proc_: &Proc, blob: &[u8]) -> Result<Option<Peer>> {
+        let r = wire::Reader(blob);
+        if blob.len() < 56 {
+            return Err(Error::Modex(format!(
+                "sm blob of rank {} is {} bytes",
+                proc_.rank,
+                blob.len()
+            )));
+        }
+        let module = ModuleId(r.u64(0));
+        let pid = r.u64(8) as i32;
+        let probe = r.u64(16);
+        let layout = Layout::decode([r.u64(24), r.u64(32), r.u64(40), r.u64(48)]);
+        let rest = &blob[56..];
+        let nul = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+        let name = String::from_utf8_lossy(&rest[..nul]).into_owned();
+        let node = String::from_utf8_lossy(rest.get(nul + 1..).unwrap_or_default()).into_owned();
+        if node != self.node {
+            return Ok(None);
+        }
+        if layout != self.layout {
+            return Err(Error::Modex(format!(
+                "rank {} runs sm with another layout ({layout:?} vs {:?}): give every rank the same btl_sm_* parameters",
+                proc_.rank, self.layout
+            )));
+        }
+        let segment = SharedRegion::open_in(&self.settings.shm_dir, &name)?;
+        let base = segment.as_ptr();
+        // SAFETY: an opened segment is mapped for its whole length, at least a page.
+        let header = unsafe { segment::header(base) };
+        if !header.is_of(module.0) {
+            return Err(Error::Modex(format!(
+                "segment {name} of rank {} is not its sm segment",
+                proc_.rank
+            )));
+        }
+        header
+            .attached
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let me = self.rank as usize;
+        let peer = proc_.rank as usize;
+        // SAFETY: both layouts are equal, so these offsets lie inside the two mapped
+        // segments; we are the only producer of our ring in the peer's segment and the
+        // only consumer of the peer's ring in ours; the segments live in `Peer` and
+        // `self` for as long as the rings are used.
+        let (producer, consumer, table) = unsafe {
+            (
+                Producer::new(base.add(layout.ring_offset(me)), layout.ring),
+                Consumer::new(
+                    self.segment.as_ptr().add(layout.ring_offset(peer)),
+                    layout.ring,
+                ),
+                KeyTableView::new(base.add(layout.table_offset()), layout.registrations),
+            )
+        };
+        let cma = match self.settings.single_copy {
+            SingleCopy::Copy => false,
+            SingleCopy::Cma => true,
+            SingleCopy::Auto => {
+                let ok = cma::works_with(pid, probe);
+                if !ok {
+                    tracing::warn!(
+                        rank = proc_.rank,
+                        "cross-memory attach refused: put/get copy through the rings"
+                    );
+                }
+                ok
+            }
+        };
+        Ok(Some(Peer {
+            rank: proc_.rank,
+            pid,
+            pidfd: pidfd(pid),
+            module,
+            _segment: segment,
+            table,
+            producer,
+            consumer,
+            outbound: VecDeque::new(),
+            busy: false,
+            cma,
+            failed: None,
+        }))
+    }
+
+    fn peer(&self, ep: Endpoint) -> Result<&Peer> {
+        let p = self
+            .peers
+            .get(ep.0 as usize)
+            .ok_or(Error::UnknownEndpoint(ep.0))?;
+        match &p.failed {
+            Some(why) => Err(Error::PeerFailed {
+                rank: p.rank,
+                why: why.clone(),
+            }),
+            None => Ok(p),
+        }
+    }
+
+    fn new_descriptor(
+        &mut self,
+        ep: Endpoint,
+        size: usize,
+        order: Order,
+        flags: DesFlags,
+    ) -> Result<Descriptor> {
+        self.peer(ep)?;
+        if size > self.attrs.max_send_size {
+            return Err(Error::TooLarge(format!(
+                "{size} bytes exceed max_send_size {}",
+                self.attrs.max_send_size
+            )));
+        }
+        let frag = self.frags.get().map_err(|e| match e {
+            rbtl_mpool::Error::Exhausted { .. } => Error::OutOfResource("send descriptors"),
+            other => Error::Mpool(other),
+        })?;
+        Descriptor::new(self.id, ep, frag, size, order, flags)
+    }
+
+    fn next_req(&mut self) -> u64 {
+        self.next_req += 1;
+        self.next_req
+    }
+
+    /// Queue the completion of a descriptor that went out (or failed); `immediate`
+    /// sends without ALWAYS_CALLBACK hand a kept descriptor straight back.
+    fn finish_send(
+        &mut self,
+        mut des: Descriptor,
+        immediate: bool,
+        status: Result<()>,
+    ) -> Option<Descriptor> {
+        let owned = des.flags.contains(DesFlags::OWNERSHIP);
+        if immediate && !des.flags.contains(DesFlags::ALWAYS_CALLBACK) {
+            if owned {
+                self.frags.put(des.into_frag());
+                return None;
+            }
+            return Some(des);
+        }
+        match des.take_callback() {
+            Some(callback) => self.done.push_back(Done::Send {
+                callback,
+                endpoint: des.endpoint(),
+                descriptor: des,
+                status,
+            }),
+            None => self.frags.put(des.into_frag()),
+        }
+        None
+    }
+
+    /// Push what waits for peer `i`'s ring, in order, as far as room allows.
+    fn drain_outbound(&mut self, i: usize) -> usize {
+        let mut n = 0;
+        let chunk = self.settings.copy_chunk;
+        loop {
+            let peer = &mut self.peers[i];
+            let Some(front) = peer.outbound.front_mut() else {
+                break;
+            };
+            let producer = &mut peer.producer;
+            let pushed = match front {
+                Outbound::Desc { descriptor, tag } => {
+                    let lens: Vec<usize> = descriptor.segment_lens().collect();
+                    let lens = if lens.len() > 1 { &lens[..] } else { &[] };
+                    producer.push(tag.0, &[descriptor.bytes()], lens)
+                }
+                Outbound::Bytes { tag, bytes } => producer.push(*tag, &[bytes], &[]),
+                Outbound::Put {
+                    req,
+                    local,
+                    remote,
+                    len,
+                    sent,
+                    handle,
+                } => {
+                    let mut ok = true;
+                    while ok && (*sent < *len || *len == 0) {
+                        let l = chunk.min(*len - *sent);
+                        let last = u64::from(*sent + l == *len);
+                        let hdr = wire::Writer::default()
+                            .u64(*req)
+                            .u64(*remote + *sent as u64)
+                            .u64(last)
+                            .handle(handle)
+                            .0;
+                        // SAFETY: the local range was checked against its registration
+                        // when the put was started; the caller keeps it alive until the
+                        // completion (register_mem's contract).
+                        let data =
+                            unsafe { std::slice::from_raw_parts((*local + *sent) as *const u8, l) };
+                        ok = producer.push(wire::PUT_DATA, &[&hdr, data], &[]);
+                        if ok {
+                            *sent += l;
+                            if *len == 0 {
+                                break;
+                            }
+                        }
+                    }
+                    ok
+                }
+                Outbound::Get {
+                    req,
+                    addr,
+                    len,
+                    sent,
+                } => {
+                    let mut ok = true;
+                    while ok && *sent < *len {
+                        let l = chunk.min(*len - *sent);
+                        let hdr = wire::Writer::default().u64(*req).u64(*sent as u64).u64(0).0;
+                        // SAFETY: the range was checked against our own live registration
+                        // with remote-read access when the request arrived.
+                        let data =
+                            unsafe { std::slice::from_raw_parts((*addr + *sent) as *const u8, l) };
+                        ok = producer.push(wire::GET_DATA, &[&hdr, data], &[]);
+                        if ok {
+                            *sent += l;
+                        }
+                    }
+                    ok
+                }
+            };
+            if !pushed {
+                break;
+            }
+            n += 1;
+            if let Some(Outbound::Desc { descriptor, .. }) = self.peers[i].outbound.pop_front() {
+                self.finish_send(descriptor, false, Ok(()));
+            }
+        }
+        n
+    }
+
+    /// Send an internal message to peer `i`, after anything already waiting.
+    fn send_internal(&mut self, i: usize, tag: u8, bytes: Vec<u8>) {
+        let peer = &mut self.peers[i];
+        if !peer.outbound.is_empty() || !peer.producer.push(tag, &[&bytes], &[]) {
+            peer.outbound.push_back(Outbound::Bytes { tag, bytes });
+        }
+    }
+
+    fn complete_op(&mut self, req: u64, status: Result<()>) {
+        if let Some(op) = self.ops.remove(&req) {
+            let done = RdmaCompletion {
+                endpoint: op.endpoint,
+                local_address: op.local,
+                size: op.size,
+                status,
+            };
+            self.done.push_back(Done::Rdma(op.callback, done));
+        }
+    }
+
+    /// A message of the transport's own protocol from peer `i`.
+    fn internal(&mut self, i: usize, tag: u8, segs: &[&[u8]]) {
+        let msg = segs.first().copied().unwrap_or_default();
+        let r = wire::Reader(msg);
+        let check = |s: &Self, h: &[u8], addr: u64, len: usize, needs: Access| -> Result<()> {
+            let handle = RemoteHandle::from_bytes(h)?;
+            s.regs.view().check(s.id, &handle, addr, len, needs)
+        };
+        match tag {
+            wire::PUT_DATA if msg.len() >= wire::PUT_HEADER => {
+                let (req, addr, last) = (r.u64(0), r.u64(8), r.u64(16) != 0);
+                let data = &msg[wire::PUT_HEADER..];
+                let status = check(
+                    self,
+                    &msg[24..wire::PUT_HEADER],
+                    addr,
+                    data.len(),
+                    crate::PUT_REMOTE,
+                );
+                if status.is_ok() {
+                    // SAFETY: the range lies inside our live registration with
+                    // remote-write access (checked just now).
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            data.as_ptr(),
+                            addr as usize as *mut u8,
+                            data.len(),
+                        )
+                    };
+                }
+                let code = status.as_ref().map_or_else(wire::status_code, |_| 0);
+                if last || code != 0 {
+                    self.send_internal(
+                        i,
+                        wire::PUT_ACK,
+                        wire::Writer::default().u64(req).u32(code).0,
+                    );
+                }
+            }
+            wire::PUT_ACK if msg.len() >= 12 => {
+                self.complete_op(r.u64(0), wire::status_error(r.u32(8)))
+            }
+            wire::GET_REQ if msg.len() >= 24 + keytable::HANDLE_SIZE => {
+                let (req, addr, len) = (r.u64(0), r.u64(8), r.u64(16) as usize);
+                match check(self, &msg[24..], addr, len, crate::GET_REMOTE) {
+                    Ok(()) if len > 0 => {
+                        self.peers[i].outbound.push_back(Outbound::Get {
+                            req,
+                            addr: addr as usize,
+                            len,
+                            sent: 0,
+                        });
+                        self.drain_outbound(i);
+                    }
+                    Ok(()) => {}
+                    Err(e) => {
+                        let hdr = wire::Writer::default()
+                            .u64(req)
+                            .u64(0)
+                            .u64(u64::from(wire::status_code(&e)))
+                            .0;
+                        self.send_internal(i, wire::GET_DATA, hdr);
+                    }
+                }
+            }
+            wire::GET_DATA if msg.len() >= wire::GET_DATA_HEADER => {
+                let (req, off, code) = (r.u64(0), r.u64(8) as usize, r.u64(16) as u32);
+                let data = &msg[wire::GET_DATA_HEADER..];
+                let Some(Op {
+                    what:
+                        Pending::Get {
+                            local,
+                            size,
+                            received,
+                        },
+                    ..
+                }) = self.ops.get_mut(&req)
+                else {
+                    return;
+                };
+                let outcome = if code != 0 || off + data.len() > *size {
+                    Some(wire::status_error(code.max(5)))
+                } else {
+                    // SAFETY: the local range was checked against its registration with
+                    // local-write access when the get started; it stays alive until
+                    // the completion.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            data.as_ptr(),
+                            (*local + off) as *mut u8,
+                            data.len(),
+                        )
+                    };
+                    *received += data.len();
+                    (*received == *size).then_some(Ok(()))
+                };
+                if let Some(status) = outcome {
+                    self.complete_op(req, status);
+                }
+            }
+            wire::ATOMIC_REQ if msg.len() >= 40 + keytable::HANDLE_SIZE => {
+                let (req, addr, operand, compare, code) =
+                    (r.u64(0), r.u64(8), r.u64(16), r.u64(24), r.u64(32));
+                let status = if addr % 8 != 0 {
+                    Err(Error::Misaligned(addr))
+                } else {
+                    check(self, &msg[40..], addr, 8, Access::ATOMIC)
+                };
+                let (old, code) = match status {
+                    Ok(()) => {
+                        // SAFETY: checked: aligned, inside our live registration with
+                        // atomic access.
+                        let word = unsafe { crate::loopback::word_at(addr as usize as *mut u8) };
+                        let old = match wire::op_of(code) {
+                            Some(op) => op.apply(word, operand),
+                            None => crate::compare_swap(word, compare, operand),
+                        };
+                        (old, 0)
+                    }
+                    Err(e) => (0, wire::status_code(&e)),
+                };
+                self.send_internal(
+                    i,
+                    wire::ATOMIC_RESP,
+                    wire::Writer::default().u64(req).u64(old).u32(code).0,
+                );
+            }
+            wire::ATOMIC_RESP if msg.len() >= 20 => {
+                let (req, old, code) = (r.u64(0), r.u64(8), r.u32(16));
+                if let Some(Op {
+                    what: Pending::Atomic { result: Some(at) },
+                    ..
+                }) = self.ops.get(&req)
+                {
+                    if code == 0 {
+                        // SAFETY: 8 bytes checked against a live local registration with
+                        // local-write access when the atomic started.
+                        unsafe { (*at as *mut u64).write_unaligned(old) };
+                    }
+                }
+                self.complete_op(req, wire::status_error(code));
+            }
+            _ => self.report(
+                Some(i),
+                Error::NotAvailable(format!("malformed sm message with tag {tag}")),
+            ),
+        }
+    }
+
+    fn report(&mut self, i: Option<usize>, error: Error) {
+        let event = ErrorEvent {
+            endpoint: i.map(|i| Endpoint(i as u32)),
+            rank: i.map(|i| self.peers[i].rank),
+            error,
+        };
+        match &mut self.error_cb {
+            Some(cb) => cb(&event),
+            None => tracing::error!(?event, "sm"),
+        }
+    }
+
+    /// Take up to [`BATCH`] messages from peer `i`'s ring.
+    fn poll_peer(&mut self, i: usize) -> usize {
+        let mut n = 0;
+        while n < BATCH {
+            let peer = &self.peers[i];
+            if peer.busy {
+                break;
+            }
+            let Some(rec) = peer.consumer.peek() else {
+                break;
+            };
+            let mut segs: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
+            // SAFETY: the slices are used before the record is released below.
+            let nseg = unsafe { rec.segments(&mut segs) };
+            let tag = Tag(rec.tag);
+            if tag.is_reserved() {
+                self.internal(i, rec.tag, &segs[..nseg]);
+            } else if !self.registered[usize::from(tag.0)] {
+                self.report(Some(i), Error::BadTag { tag, why: "a message arrived for it, but no receive callback is registered; dropped" });
+            } else {
+                let slot = usize::from(tag.0);
+                // A callback higher up the stack (which called progress) holds it:
+                // leave the message for later.
+                let Some(mut cb) = self.am[slot].take() else {
+                    break;
+                };
+                self.peers[i].busy = true;
+                cb(
+                    self,
+                    &Received {
+                        endpoint: Endpoint(i as u32),
+                        tag,
+                        segments: &segs[..nseg],
+                    },
+                );
+                self.peers[i].busy = false;
+                if self.am[slot].is_none() {
+                    self.am[slot] = Some(cb);
+                }
+            }
+            self.peers[i].consumer.release(rec);
+            n += 1;
+        }
+        n
+    }
+
+    fn check_liveness(&mut self) {
+        for i in 0..self.peers.len() {
+            let p = &self.peers[i];
+            if p.failed.is_none() && has_exited(p.pid, p.pidfd.as_ref()) {
+                self.fail_peer(i, format!("process {} ended", p.pid));
+            }
+        }
+        if self.attach_expected > 0 && !self.segment.is_unlinked() {
+            self.unlink_when_attached();
+        }
+    }
+
+    fn unlink_when_attached(&mut self) {
+        // SAFETY: our own mapped segment.
+        let header = unsafe { segment::header(self.segment.as_ptr()) };
+        if header.attached.load(std::sync::atomic::Ordering::Acquire) >= self.attach_expected {
+            if let Err(e) = self.segment.unlink() {
+                tracing::warn!(%e, "could not unlink the sm segment");
+            }
+        }
+    }
+
+    /// Peer `i` is gone: fail what involves it and tell the upper layer.
+    fn fail_peer(&mut self, i: usize, why: String) {
+        let rank = self.peers[i].rank;
+        self.peers[i].failed = Some(why.clone());
+        let err = || Error::PeerFailed {
+            rank,
+            why: why.clone(),
+        };
+        let ep = Endpoint(i as u32);
+        let reqs: Vec<u64> = self
+            .ops
+            .iter()
+            .filter(|(_, op)| op.endpoint == ep)
+            .map(|(r, _)| *r)
+            .collect();
+        for req in reqs {
+            self.complete_op(req, Err(err()));
+        }
+        let queued: Vec<Outbound> = self.peers[i].outbound.drain(..).collect();
+        for o in queued {
+            if let Outbound::Desc { descriptor, .. } = o {
+                self.finish_send(descriptor, false, Err(err()));
+            }
+        }
+        self.report(Some(i), err());
+    }
+
+    fn start_op(
+        &mut self,
+        ep: Endpoint,
+        local: usize,
+        size: usize,
+        what: Pending,
+        callback: RdmaCallback,
+    ) -> u64 {
+        let req = self.next_req();
+        self.ops.insert(
+            req,
+            Op {
+                endpoint: ep,
+                local,
+                size,
+                what,
+                callback,
+            },
+        );
+        req
+    }
+
+    fn run_done(&mut self) -> usize {
+        let n = self.done.len();
+        for _ in 0..n {
+            match self.done.pop_front() {
+                Some(Done::Send {
+                    callback,
+                    endpoint,
+                    descriptor,
+                    status,
+                }) => {
+                    if descriptor.flags.contains(DesFlags::OWNERSHIP) {
+                        callback(
+                            self,
+                            SendCompletion {
+                                endpoint,
+                                descriptor: None,
+                                status,
+                            },
+                        );
+                        self.frags.put(descriptor.into_frag());
+                    } else {
+                        callback(
+                            self,
+                            SendCompletion {
+                                endpoint,
+                                descriptor: Some(descriptor),
+                                status,
+                            },
+                        );
+                    }
+                }
+                Some(Done::Rdma(cb, done)) => cb(self, done),
+                None => break,
+            }
+        }
+        n
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rdma(
+        &mut self,
+        dir: cma::Direction,
+        ep: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        size: usize,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        let (local_needs, remote_needs) = match dir {
+            cma::Direction::Write => (Access::LOCAL_READ, crate::PUT_REMOTE),
+            cma::Direction::Read => (Access::LOCAL_WRITE, crate::GET_REMOTE),
+        };
+        local_handle.check::<Reg<NoPin>>(self.id, local, size, local_needs)?;
+        let peer = self.peer(ep)?;
+        peer.table
+            .check(peer.module, remote_handle, remote, size, remote_needs)?;
+        if peer.cma {
+            // SAFETY: the local range lies inside a live registration of ours with the
+            // needed access (register_mem's contract keeps it mapped and lets the
+            // transport read or write it); the kernel checks the remote range.
+            match unsafe { cma::copy(peer.pid, dir, local, remote, size) } {
+                Ok(()) => {
+                    let done = RdmaCompletion {
+                        endpoint: ep,
+                        local_address: local,
+                        size,
+                        status: Ok(()),
+                    };
+                    self.done.push_back(Done::Rdma(callback, done));
+                    return Ok(());
+                }
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EPERM)
+                        && self.settings.single_copy == SingleCopy::Auto =>
+                {
+                    tracing::warn!(
+                        rank = peer.rank,
+                        "cross-memory attach refused: copying through the rings"
+                    );
+                    self.peers[ep.0 as usize].cma = false;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                    self.fail_peer(ep.0 as usize, "process gone (ESRCH)".into());
+                    return Err(self.peer(ep).err().unwrap_or(Error::UnknownEndpoint(ep.0)));
+                }
+                Err(source) => {
+                    return Err(Error::Os {
+                        call: "process_vm_readv/writev",
+                        source,
+                    })
+                }
+            }
+        }
+        let i = ep.0 as usize;
+        match dir {
+            cma::Direction::Write => {
+                let req = self.start_op(ep, local, size, Pending::Put, callback);
+                let handle = *remote_handle;
+                self.peers[i].outbound.push_back(Outbound::Put {
+                    req,
+                    local,
+                    remote,
+                    len: size,
+                    sent: 0,
+                    handle,
+                });
+                self.drain_outbound(i);
+            }
+            cma::Direction::Read => {
+                let req = self.start_op(
+                    ep,
+                    local,
+                    size,
+                    Pending::Get {
+                        local,
+                        size,
+                        received: 0,
+                    },
+                    callback,
+                );
+                if size == 0 {
+                    self.complete_op(req, Ok(()));
+                } else {
+                    let msg = wire::Writer::default()
+                        .u64(req)
+                        .u64(remote)
+                        .u64(size as u64)
+                        .handle(remote_handle)
+                        .0;
+                    self.send_internal(i, wire::GET_REQ, msg);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn atomic(
+        &mut self,
+        ep: Endpoint,
+        result: Option<(usize, &MemHandle)>,
+        remote: u64,
+        remote_handle: &RemoteHandle,
+        code: u64,
+        operand: u64,
+        compare: u64,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        if remote % 8 != 0 {
+            return Err(Error::Misaligned(remote));
+        }
+        if let Some((local, handle)) = result {
+            handle.check::<Reg<NoPin>>(self.id, local, 8, Access::LOCAL_WRITE)?;
+        }
+        let peer = self.peer(ep)?;
+        peer.table
+            .check(peer.module, remote_handle, remote, 8, Access::ATOMIC)?;
+        let local = result.map(|r| r.0);
+        let req = self.start_op(
+            ep,
+            local.unwrap_or(0),
+            8,
+            Pending::Atomic { result: local },
+            callback,
+        );
+        let msg = wire::Writer::default()
+            .u64(req)
+            .u64(remote)
+            .u64(operand)
+            .u64(compare)
+            .u64(code)
+            .handle(remote_handle)
+            .0;
+        self.send_internal(ep.0 as usize, wire::ATOMIC_REQ, msg);
+        Ok(())
+    }
+
+    fn pending_on(&self, ep: Option<Endpoint>) -> bool {
+        self.ops
+            .values()
+            .any(|op| ep.is_none_or(|e| e == op.endpoint))
+    }
+}
+
+impl Module for SmModule {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn id(&self) -> ModuleId {
+        self.id
+    }
+
+    fn attributes(&self) -> &Attributes {
+        &self.attrs
+    }
+
+    fn add_procs(
+        &mut self,
+        procs: &[Proc],
+        modex: &mut dyn Modex,
+    ) -> Result<Vec<Option<Endpoint>>> {
+        let mut out = Vec::with_capacity(procs.len());
+        for p in procs {
+            if p.rank == self.rank {
+                out.push(None);
+                continue;
+            }
+            if let Some(i) = self.peers.iter().position(|q| q.rank == p.rank) {
+                out.push(Some(Endpoint(i as u32)));
+                continue;
+            }
+            let Some(blob) = modex.lookup(p.rank, MODEX_KEY)? else {
+                out.push(None);
+                continue;
+            };
+            match self.connect(p, &blob)? {
+                Some(peer) => {
+                    self.peers.push(peer);
+                    self.attach_expected += 1;
+                    out.push(Some(Endpoint(self.peers.len() as u32 - 1)));
+                }
+                None => out.push(None),
+            }
+        }
+        self.unlink_when_attached();
+        Ok(out)
+    }
+
+    fn del_procs(&mut self, endpoints: &[Endpoint]) -> Result<()> {
+        for &ep in endpoints {
+            let p = self
+                .peers
+                .get_mut(ep.0 as usize)
+                .ok_or(Error::UnknownEndpoint(ep.0))?;
+            p.failed
+                .get_or_insert_with(|| "removed by del_procs".into());
+        }
+        Ok(())
+    }
+
+    fn register_am(&mut self, tag: Tag, callback: AmCallback) -> Result<()> {
+        if tag.is_reserved() {
+            return Err(Error::BadTag {
+                tag,
+                why: "reserved for transports",
+            });
+        }
+        self.am[usize::from(tag.0)] = Some(callback);
+        self.registered[usize::from(tag.0)] = true;
+        Ok(())
+    }
+
+    fn register_error(&mut self, callback: ErrorCallback) {
+        self.error_cb = Some(callback);
+    }
+
+    unsafe fn register_mem(
+        &mut self,
+        _endpoint: Option<Endpoint>,
+        base: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<MemHandle> {
+        self.regs.register(self.id, &self.rcache, base, len, access)
+    }
+
+    fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()> {
+        handle.release(self.id)
+    }
+
+    fn alloc(
+        &mut self,
+        endpoint: Endpoint,
+        order: Order,
+        size: usize,
+        flags: DesFlags,
+    ) -> Result<Descriptor> {
+        self.new_descriptor(endpoint, size, order, flags)
+    }
+
+    fn prepare_src(
+        &mut self,
+        endpoint: Endpoint,
+        order: Order,
+        reserve: usize,
+        data: &[&[u8]],
+        flags: DesFlags,
+    ) -> Result<Descriptor> {
+        let room = self
+            .attrs
+            .max_send_size
+            .checked_sub(reserve)
+            .ok_or_else(|| {
+                Error::TooLarge(format!(
+                    "reserve {reserve} exceeds max_send_size {}",
+                    self.attrs.max_send_size
+                ))
+            })?;
+        let total: usize = data.iter().map(|d| d.len()).sum();
+        let mut des = self.new_descriptor(endpoint, reserve + total.min(room), order, flags)?;
+        let mut out = &mut des.segment_mut(0)[reserve..];
+        for piece in data {
+            let n = piece.len().min(out.len());
+            out[..n].copy_from_slice(&piece[..n]);
+            out = &mut out[n..];
+        }
+        Ok(des)
+    }
+
+    fn free(&mut self, descriptor: Descriptor) -> Result<()> {
+        descriptor.check_owner(self.id)?;
+        self.frags.put(descriptor.into_frag());
+        Ok(())
+    }
+
+    fn send(
+        &mut self,
+        endpoint: Endpoint,
+        descriptor: Descriptor,
+        tag: Tag,
+    ) -> Result<SendOutcome, SendError> {
+        let checked = descriptor
+            .check_owner(self.id)
+            .and_then(|_| self.peer(endpoint).map(|_| ()))
+            .and_then(|_| {
+                if tag.is_reserved() {
+                    Err(Error::BadTag {
+                        tag,
+                        why: "reserved for transports",
+                    })
+                } else {
+                    Ok(())
+                }
+            });
+        if let Err(error) = checked {
+            return Err(SendError { error, descriptor });
+        }
+        let peer = &mut self.peers[endpoint.0 as usize];
+        let pushed = peer.outbound.is_empty() && {
+            let lens: Vec<usize> = descriptor.segment_lens().collect();
+            let lens = if lens.len() > 1 { &lens[..] } else { &[] };
+            peer.producer.push(tag.0, &[descriptor.bytes()], lens)
+        };
+        if pushed {
+            Ok(SendOutcome::Done(self.finish_send(
+                descriptor,
+                true,
+                Ok(()),
+            )))
+        } else {
+            peer.outbound.push_back(Outbound::Desc { descriptor, tag });
+            Ok(SendOutcome::Queued)
+        }
+    }
+
+    #[inline]
+    fn sendi(
+        &mut self,
+        endpoint: Endpoint,
+        header: &[u8],
+        payload: &[u8],
+        _order: Order,
+        _flags: DesFlags,
+        tag: Tag,
+    ) -> Result<SendiOutcome> {
+        if tag.is_reserved() {
+            return Err(Error::BadTag {
+                tag,
+                why: "reserved for transports",
+            });
+        }
+        let size = header.len() + payload.len();
+        if size > self.attrs.max_send_size {
+            return Err(Error::TooLarge(format!(
+                "{size} bytes exceed max_send_size {}",
+                self.attrs.max_send_size
+            )));
+        }
+        let peer = self
+            .peers
+            .get_mut(endpoint.0 as usize)
+            .ok_or(Error::UnknownEndpoint(endpoint.0))?;
+        if peer.failed.is_none()
+            && peer.outbound.is_empty()
+            && peer.producer.push(tag.0, &[header, payload], &[])
+        {
+            return Ok(SendiOutcome::Sent);
+        }
+        self.peer(endpoint)?;
+        Err(Error::OutOfResource("sm ring full"))
+    }
+
+    fn put(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        size: usize,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        self.rdma(
+            cma::Direction::Write,
+            endpoint,
+            local,
+            remote,
+            local_handle,
+            remote_handle,
+            size,
+            callback,
+        )
+    }
+
+    fn get(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        size: usize,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        self.rdma(
+            cma::Direction::Read,
+            endpoint,
+            local,
+            remote,
+            local_handle,
+            remote_handle,
+            size,
+            callback,
+        )
+    }
+
+    fn atomic_op(
+        &mut self,
+        endpoint: Endpoint,
+        remote: u64,
+        remote_handle: &RemoteHandle,
+        op: AtomicOp,
+        operand: u64,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        self.atomic(
+            endpoint,
+            None,
+            remote,
+            remote_handle,
+            wire::op_code(op),
+            operand,
+            0,
+            callback,
+        )
+    }
+
+    fn atomic_fop(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        op: AtomicOp,
+        operand: u64,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        let result = Some((local, local_handle));
+        self.atomic(
+            endpoint,
+            result,
+            remote,
+            remote_handle,
+            wire::op_code(op),
+            operand,
+            0,
+            callback,
+        )
+    }
+
+    fn atomic_cswap(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        compare: u64,
+        value: u64,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        let result = Some((local, local_handle));
+        self.atomic(
+            endpoint,
+            result,
+            remote,
+            remote_handle,
+            wire::CSWAP,
+            value,
+            compare,
+            callback,
+        )
+    }
+
+    fn flush(&mut self, endpoint: Option<Endpoint>) -> Result<()> {
+        if let Some(ep) = endpoint {
+            self.peers
+                .get(ep.0 as usize)
+                .ok_or(Error::UnknownEndpoint(ep.0))?;
+        }
+        while self.pending_on(endpoint) {
+            if self.progress() == 0 {
+                // The peer serving the operation may need this processor.
+                std::thread::yield_now();
+            }
+        }
+        // Completed operations' callbacks run before flush returns.
+        while self.done.iter().any(|d| matches!(d, Done::Rdma(..))) {
+            self.run_done();
+        }
+        Ok(())
+    }
+
+    fn progress(&mut self) -> usize {
+        let mut n = 0;
+        for i in 0..self.peers.len() {
+            n += self.poll_peer(i);
+            if !self.peers[i].outbound.is_empty() {
+                n += self.drain_outbound(i);
+            }
+        }
+        if !self.done.is_empty() {
+            n += self.run_done();
+        }
+        if n == 0 {
+            self.idle += 1;
+            if self.idle >= LIVENESS_INTERVAL {
+                self.idle = 0;
+                self.check_liveness();
+            }
+        }
+        n
+    }
+}
+
+impl Drop for SmModule {
+    fn drop(&mut self) {
+        // Peers' segments unmap with `peers`; ours is unlinked (if it still has a name)
+        // and unmapped with `segment`.
+        self.peers.clear();
+    }
+}

@@ -1,0 +1,439 @@
+//! A single-producer single-consumer message ring in shared memory: the `sm`
+//! transport's path for sends. One ring per (sender, receiver) pair lives in the
+//! receiver's segment; the sender writes, the receiver polls.
+//!
+//! Layout: a control block written only by the consumer (its slot and data tails, each
+//! on its own cache line), then `nslots` 64-byte slots, then a data area.
+//! A slot is published by storing its sequence number (absolute index + 1) last, with
+//! release ordering; the consumer polls the sequence of the next slot it expects, so
+//! stale slots of earlier laps are never mistaken for new ones. Messages of one
+//! segment and at most [`INLINE_MAX`] bytes travel inside their slot (one cache line);
+//! larger ones, and any with several segments, go to the data area at a 64-byte
+//! aligned position the slot names, never wrapping around its end.
+//! No locks, no system calls: the producer reads the consumer's tails only when its
+//! cached copies say the ring is full.
+
+use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes of a slot.
+pub const SLOT_BYTES: usize = 64;
+/// Most bytes carried inside a slot.
+pub const INLINE_MAX: usize = 40;
+const CTRL_BYTES: usize = 128;
+const LINE: usize = 64;
+
+#[repr(C, align(64))]
+struct Slot {
+    seq: AtomicU64,
+    len: u32,
+    tag: u8,
+    nseg: u8,
+    inline: u8,
+    _pad: u8,
+    data_pos: u64,
+    bytes: [u8; INLINE_MAX],
+}
+
+const _: () = assert!(std::mem::size_of::<Slot>() == SLOT_BYTES);
+
+#[repr(C)]
+struct Ctrl {
+    slot_tail: AtomicU64,
+    _a: [u8; LINE - 8],
+    data_tail: AtomicU64,
+    _b: [u8; LINE - 8],
+}
+
+const _: () = assert!(std::mem::size_of::<Ctrl>() == CTRL_BYTES);
+
+/// The shape of a ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingLayout {
+    /// Number of slots.
+    pub nslots: usize,
+    /// Bytes of the data area (a multiple of 64).
+    pub data_bytes: usize,
+}
+
+impl RingLayout {
+    /// Bytes the ring occupies.
+    pub const fn bytes(&self) -> usize {
+        CTRL_BYTES + self.nslots * SLOT_BYTES + self.data_bytes
+    }
+
+    /// Largest message (with `nseg` segments) that fits the data area.
+    pub const fn max_message(&self, nseg: usize) -> usize {
+        self.data_bytes - seg_table_bytes(nseg)
+    }
+}
+
+const fn seg_table_bytes(nseg: usize) -> usize {
+    if nseg > 1 {
+        nseg * 4
+    } else {
+        0
+    }
+}
+
+const fn round_up(n: usize, to: usize) -> usize {
+    n.div_ceil(to) * to
+}
+
+/// Raw pointers into one ring.
+#[derive(Clone, Copy)]
+struct Raw {
+    ctrl: *const Ctrl,
+    slots: *mut Slot,
+    data: *mut u8,
+    layout: RingLayout,
+}
+
+impl Raw {
+    /// # Safety
+    /// `base` is 64-byte aligned and points to `layout.bytes()` bytes of ring memory
+    /// that stays mapped while the returned value is used.
+    unsafe fn new(base: *mut u8, layout: RingLayout) -> Raw {
+        Raw {
+            ctrl: base.cast::<Ctrl>(),
+            // SAFETY: inside the ring memory per the contract.
+            slots: unsafe { base.add(CTRL_BYTES) }.cast::<Slot>(),
+            // SAFETY: as above.
+            data: unsafe { base.add(CTRL_BYTES + layout.nslots * SLOT_BYTES) },
+            layout,
+        }
+    }
+
+    fn slot(&self, index: u64) -> *mut Slot {
+        // SAFETY: the index is reduced modulo nslots, so the slot lies inside the ring.
+        unsafe { self.slots.add((index % self.layout.nslots as u64) as usize) }
+    }
+
+    fn ctrl(&self) -> &Ctrl {
+        // SAFETY: the control block is inside the mapped ring and only accessed
+        // through atomics.
+        unsafe { &*self.ctrl }
+    }
+}
+
+/// The sender's end.
+pub struct Producer {
+    raw: Raw,
+    head: u64,
+    data_head: u64,
+    slot_tail: u64,
+    data_tail: u64,
+}
+
+// SAFETY: a Producer is the only writer of its ring's slots and data; the memory is
+// kept mapped by the owner of the Producer (the module holds the segment).
+unsafe impl Send for Producer {}
+
+impl Producer {
+    /// The producer of the (zeroed, or never used by another producer) ring at `base`.
+    ///
+    /// # Safety
+    ///
+    /// As for the ring memory in general: `base` 64-byte aligned, `layout.bytes()` bytes,
+    /// mapped while the producer lives; at most one producer per ring.
+    pub unsafe fn new(base: *mut u8, layout: RingLayout) -> Producer {
+        Producer {
+            // SAFETY: forwarded contract.
+            raw: unsafe { Raw::new(base, layout) },
+            head: 0,
+            data_head: 0,
+            slot_tail: 0,
+            data_tail: 0,
+        }
+    }
+
+    /// Whether the consumer has taken everything published so far.
+    pub fn is_drained(&mut self) -> bool {
+        self.slot_tail = self.raw.ctrl().slot_tail.load(Ordering::Acquire);
+        self.slot_tail == self.head
+    }
+
+    /// Publish a message of `parts` (gathered in order) under `tag`, cut into segments
+    /// of `seg_lens` (one segment when empty). Returns false, having written nothing,
+    /// when the ring is full.
+    pub fn push(&mut self, tag: u8, parts: &[&[u8]], seg_lens: &[usize]) -> bool {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let nseg = seg_lens.len().max(1);
+        let layout = self.raw.layout;
+        if self.head - self.slot_tail >= layout.nslots as u64 {
+            self.slot_tail = self.raw.ctrl().slot_tail.load(Ordering::Acquire);
+            if self.head - self.slot_tail >= layout.nslots as u64 {
+                return false;
+            }
+        }
+        let slot = self.raw.slot(self.head);
+        let inline = nseg == 1 && len <= INLINE_MAX;
+        let (dst, data_pos) = if inline {
+            // SAFETY: `slot` is inside the ring and released by the consumer (checked
+            // above); we are its only writer.
+            (unsafe { ptr::addr_of_mut!((*slot).bytes) }.cast::<u8>(), 0)
+        } else {
+            let table = seg_table_bytes(nseg);
+            let need = round_up(table + len, LINE) as u64;
+            let size = layout.data_bytes as u64;
+            assert!(
+                need <= size,
+                "message of {len} bytes exceeds the ring's data area"
+            );
+            let off = self.data_head % size;
+            let skip = if off + need > size { size - off } else { 0 };
+            // Room unless the record would reach data the consumer still holds; an
+            // empty area takes any record (the skipped tail is never read).
+            let head = self.data_head;
+            let fits = |tail: u64| tail == head || head + skip + need - tail <= size;
+            if !fits(self.data_tail) {
+                self.data_tail = self.raw.ctrl().data_tail.load(Ordering::Acquire);
+                if !fits(self.data_tail) {
+                    return false;
+                }
+            }
+            let pos = self.data_head + skip;
+            self.data_head = pos + need;
+            // SAFETY: [pos % size, + need) lies inside the data area (no wrap, by the
+            // skip) and was released by the consumer (checked above).
+            let at = unsafe { self.raw.data.add((pos % size) as usize) };
+            if nseg > 1 {
+                for (i, &l) in seg_lens.iter().enumerate() {
+                    // SAFETY: the segment table is the first `table` bytes at `at`.
+                    unsafe { at.add(i * 4).cast::<u32>().write_unaligned(l as u32) };
+                }
+            }
+            // SAFETY: the payload follows the table inside the reserved space.
+            (unsafe { at.add(table) }, pos)
+        };
+        let mut off = 0;
+        for p in parts {
+            // SAFETY: `dst` has room for `len` bytes (inline limit or reservation), and
+            // the source is a live slice that cannot overlap the ring we alone write.
+            unsafe { ptr::copy_nonoverlapping(p.as_ptr(), dst.add(off), p.len()) };
+            off += p.len();
+        }
+        // SAFETY: header fields of our released slot; published by the release store.
+        unsafe {
+            ptr::addr_of_mut!((*slot).len).write(len as u32);
+            ptr::addr_of_mut!((*slot).tag).write(tag);
+            ptr::addr_of_mut!((*slot).nseg).write(nseg as u8);
+            ptr::addr_of_mut!((*slot).inline).write(u8::from(inline));
+            ptr::addr_of_mut!((*slot).data_pos).write(data_pos);
+            (*slot).seq.store(self.head + 1, Ordering::Release);
+        }
+        self.head += 1;
+        true
+    }
+}
+
+/// A received message, valid until [`Consumer::release`].
+pub struct Record {
+    /// The tag it was sent with.
+    pub tag: u8,
+    segs: [(*const u8, usize); crate::MAX_SEGMENTS],
+    nseg: usize,
+    data_end: Option<u64>,
+}
+
+impl Record {
+    /// The segments as slices.
+    ///
+    /// # Safety
+    ///
+    /// Use them only before the record is released: after that the producer may
+    /// overwrite the memory.
+    pub unsafe fn segments(&self, out: &mut [&[u8]; crate::MAX_SEGMENTS]) -> usize {
+        for (i, &(p, l)) in self.segs[..self.nseg].iter().enumerate() {
+            // SAFETY: (p, l) lies inside the ring's published, unreleased record.
+            out[i] = unsafe { std::slice::from_raw_parts(p, l) };
+        }
+        self.nseg
+    }
+
+    /// Total bytes.
+    pub fn len(&self) -> usize {
+        self.segs[..self.nseg].iter().map(|s| s.1).sum()
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The receiver's end.
+pub struct Consumer {
+    raw: Raw,
+    next: u64,
+}
+
+// SAFETY: the consumer is the only reader of published records and the only writer of
+// the control block; the module that owns it keeps the memory mapped.
+unsafe impl Send for Consumer {}
+
+impl Consumer {
+    /// The consumer of the zeroed ring at `base`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Producer::new`]; at most one consumer per ring.
+    pub unsafe fn new(base: *mut u8, layout: RingLayout) -> Consumer {
+        Consumer {
+            // SAFETY: forwarded contract.
+            raw: unsafe { Raw::new(base, layout) },
+            next: 0,
+        }
+    }
+
+    /// The next message, if one was published.
+    #[inline]
+    pub fn peek(&self) -> Option<Record> {
+        let slot = self.raw.slot(self.next);
+        // SAFETY: `slot` is inside the ring; `seq` is only accessed atomically.
+        if unsafe { (*slot).seq.load(Ordering::Acquire) } != self.next + 1 {
+            return None;
+        }
+        // SAFETY: the acquire load above makes the producer's writes of this slot
+        // (and of its data) visible; they do not change until we release it.
+        unsafe {
+            let len = ptr::addr_of!((*slot).len).read() as usize;
+            let tag = ptr::addr_of!((*slot).tag).read();
+            let nseg =
+                usize::from(ptr::addr_of!((*slot).nseg).read()).clamp(1, crate::MAX_SEGMENTS);
+            let mut segs = [(ptr::null(), 0); crate::MAX_SEGMENTS];
+            if ptr::addr_of!((*slot).inline).read() != 0 {
+                segs[0] = (
+                    ptr::addr_of!((*slot).bytes).cast::<u8>(),
+                    len.min(INLINE_MAX),
+                );
+                return Some(Record {
+                    tag,
+                    segs,
+                    nseg: 1,
+                    data_end: None,
+                });
+            }
+            let size = self.raw.layout.data_bytes as u64;
+            let pos = ptr::addr_of!((*slot).data_pos).read();
+            let table = seg_table_bytes(nseg);
+            let need = round_up(table + len, LINE) as u64;
+            let at = self.raw.data.add((pos % size) as usize);
+            let mut p = at.add(table).cast_const();
+            let mut left = len;
+            for (i, s) in segs.iter_mut().enumerate().take(nseg) {
+                let l = if nseg > 1 {
+                    (at.add(i * 4).cast::<u32>().read_unaligned() as usize).min(left)
+                } else {
+                    len
+                };
+                *s = (p, l);
+                p = p.add(l);
+                left -= l;
+            }
+            Some(Record {
+                tag,
+                segs,
+                nseg,
+                data_end: Some(pos + need),
+            })
+        }
+    }
+
+    /// Hand the record's slot and data back to the producer.
+    #[inline]
+    pub fn release(&mut self, record: Record) {
+        self.next += 1;
+        let ctrl = self.raw.ctrl();
+        if let Some(end) = record.data_end {
+            ctrl.data_tail.store(end, Ordering::Release);
+        }
+        ctrl.slot_tail.store(self.next, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring(layout: RingLayout) -> (Vec<u64>, Producer, Consumer) {
+        let mut mem = vec![0u64; layout.bytes() / 8 + 8];
+        let base = (mem.as_mut_ptr() as usize).next_multiple_of(64) as *mut u8;
+        // SAFETY: `mem` outlives producer and consumer in every test (returned first,
+        // dropped last); one producer and one consumer.
+        let (p, c) = unsafe { (Producer::new(base, layout), Consumer::new(base, layout)) };
+        (mem, p, c)
+    }
+
+    fn take(c: &mut Consumer) -> Option<(u8, Vec<Vec<u8>>)> {
+        let r = c.peek()?;
+        let mut segs = [&[][..]; crate::MAX_SEGMENTS];
+        // SAFETY: used before release.
+        let n = unsafe { r.segments(&mut segs) };
+        let out = (r.tag, segs[..n].iter().map(|s| s.to_vec()).collect());
+        c.release(r);
+        Some(out)
+    }
+
+    #[test]
+    fn inline_and_data_messages_round_trip_in_order() {
+        let (_m, mut p, mut c) = ring(RingLayout {
+            nslots: 8,
+            data_bytes: 4096,
+        });
+        assert!(take(&mut c).is_none());
+        let big = vec![7u8; 1000];
+        assert!(p.push(1, &[b"hi"], &[]));
+        assert!(p.push(2, &[&big, b"!"], &[]));
+        assert!(p.push(3, &[b"abcdef"], &[2, 0, 4]));
+        assert!(p.push(4, &[], &[]));
+        assert_eq!(take(&mut c), Some((1, vec![b"hi".to_vec()])));
+        let (tag, segs) = take(&mut c).unwrap();
+        assert_eq!((tag, segs[0].len(), segs[0][1000]), (2, 1001, b'!'));
+        assert_eq!(
+            take(&mut c),
+            Some((3, vec![b"ab".to_vec(), vec![], b"cdef".to_vec()]))
+        );
+        assert_eq!(take(&mut c), Some((4, vec![vec![]])));
+        assert!(take(&mut c).is_none());
+        assert!(p.is_drained());
+    }
+
+    #[test]
+    fn full_ring_refuses_then_recovers_across_many_laps() {
+        let layout = RingLayout {
+            nslots: 4,
+            data_bytes: 1024,
+        };
+        let (_m, mut p, mut c) = ring(layout);
+        for i in 0..4u8 {
+            assert!(p.push(i, &[&[i; 3]], &[]));
+        }
+        assert!(!p.push(9, &[b"x"], &[]), "slots exhausted");
+        assert_eq!(take(&mut c).unwrap().0, 0);
+        assert!(p.push(4, &[b"x"], &[]));
+        while take(&mut c).is_some() {}
+        // Data-area wrap: odd sizes force skips at the end of the area.
+        let mut sent = 0u64;
+        let mut got = 0u64;
+        for round in 0..2000u64 {
+            let len = 41 + (round as usize * 37) % 700;
+            let msg: Vec<u8> = (0..len).map(|i| (i as u64 ^ round) as u8).collect();
+            while !p.push((round % 251) as u8, &[&msg], &[]) {
+                let (tag, segs) = take(&mut c).expect("full ring has something to take");
+                assert_eq!(u64::from(tag), got % 251);
+                let want: Vec<u8> = (0..segs[0].len()).map(|i| (i as u64 ^ got) as u8).collect();
+                assert_eq!(segs[0], want, "message {got}");
+                got += 1;
+            }
+            sent += 1;
+        }
+        while let Some((_, segs)) = take(&mut c) {
+            let want: Vec<u8> = (0..segs[0].len()).map(|i| (i as u64 ^ got) as u8).collect();
+            assert_eq!(segs[0], want);
+            got += 1;
+        }
+        assert_eq!(sent, got);
+        assert_eq!(layout.max_message(1), 1024);
+    }
+}

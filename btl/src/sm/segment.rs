@@ -1,0 +1,111 @@
+//! The layout of an `sm` process's shared segment: a header, the registration key
+//! table, one message ring per possible sender, and a heap for memory the process
+//! shares on purpose (windows).
+
+use super::ring::RingLayout;
+use crate::keytable;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+const MAGIC: u64 = u64::from_le_bytes(*b"RBTLSM01");
+const HEADER_BYTES: usize = 4096;
+
+/// The header at the start of a segment.
+#[repr(C)]
+pub struct Header {
+    magic: AtomicU64,
+    module_id: AtomicU64,
+    /// Peers that have mapped this segment; the owner unlinks the file when all have.
+    pub attached: AtomicU32,
+    nranks: AtomicU32,
+    /// Bump pointer of the heap, in bytes from its start.
+    pub heap_used: AtomicU64,
+}
+
+/// Sizes that decide the layout; peers must agree on them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// Ranks in the job (one ring per possible sender).
+    pub nranks: usize,
+    /// Each ring's shape.
+    pub ring: RingLayout,
+    /// Entries in the key table.
+    pub registrations: usize,
+    /// Bytes of the heap.
+    pub heap_bytes: usize,
+}
+
+fn page(n: usize) -> usize {
+    n.next_multiple_of(4096)
+}
+
+impl Layout {
+    /// Offset of the key table.
+    pub fn table_offset(&self) -> usize {
+        HEADER_BYTES
+    }
+
+    /// Offset of the ring that carries messages from `sender`.
+    pub fn ring_offset(&self, sender: usize) -> usize {
+        HEADER_BYTES
+            + page(keytable::table_bytes(self.registrations))
+            + sender * page(self.ring.bytes())
+    }
+
+    /// Offset of the heap.
+    pub fn heap_offset(&self) -> usize {
+        self.ring_offset(self.nranks)
+    }
+
+    /// Total bytes of a segment.
+    pub fn bytes(&self) -> usize {
+        self.heap_offset() + page(self.heap_bytes)
+    }
+
+    /// The layout as published in the modex.
+    pub fn encode(&self) -> [u64; 4] {
+        [
+            self.nranks as u64,
+            (self.ring.nslots as u64) << 32 | self.registrations as u64,
+            self.ring.data_bytes as u64,
+            self.heap_bytes as u64,
+        ]
+    }
+
+    /// The layout from the modex.
+    pub fn decode(w: [u64; 4]) -> Layout {
+        Layout {
+            nranks: w[0] as usize,
+            ring: RingLayout {
+                nslots: (w[1] >> 32) as usize,
+                data_bytes: w[2] as usize,
+            },
+            registrations: (w[1] & 0xffff_ffff) as usize,
+            heap_bytes: w[3] as usize,
+        }
+    }
+}
+
+/// The header of the segment mapped at `base`.
+///
+/// # Safety
+///
+/// `base` points to a mapped segment of at least 4096 bytes that outlives the reference.
+pub unsafe fn header<'a>(base: *mut u8) -> &'a Header {
+    // SAFETY: forwarded contract; the header is only accessed through atomics.
+    unsafe { &*base.cast::<Header>() }
+}
+
+impl Header {
+    /// Stamp a fresh segment.
+    pub fn init(&self, module_id: u64, nranks: usize) {
+        self.module_id.store(module_id, Ordering::Relaxed);
+        self.nranks.store(nranks as u32, Ordering::Relaxed);
+        self.magic.store(MAGIC, Ordering::Release);
+    }
+
+    /// Whether this is a segment of module `module_id`.
+    pub fn is_of(&self, module_id: u64) -> bool {
+        self.magic.load(Ordering::Acquire) == MAGIC
+            && self.module_id.load(Ordering::Relaxed) == module_id
+    }
+}

@@ -1,0 +1,227 @@
+//! The command line of `rbtlrun`.
+
+use super::{Error, LaunchOptions};
+use std::ffi::OsString;
+use std::time::Duration;
+
+/// `rbtlrun --help`.
+pub const HELP: &str = "\
+rbtlrun: start the local ranks of a job and serve them PMI-1
+
+Usage: rbtlrun [OPTIONS] PROGRAM [ARGS...]
+
+Starts N copies (ranks) of PROGRAM on this machine. Each rank gets a connection
+to the launcher's PMI-1 server (PMI_FD, with PMI_RANK and PMI_SIZE), the same
+wire protocol as MPICH's mpiexec, so rbtl::pmi::job() and other PMI-1 clients
+find their rank, job size and the job-wide key-value store (the modex).
+
+Options:
+  -n, -np, --ranks N   number of ranks to start (default 1)
+  --bind-to none|core  none (default): ranks run where the OS puts them;
+                       core: rank r is pinned to the r-th CPU (modulo their
+                       number) of those this launcher may run on. These are
+                       logical CPUs as the kernel numbers them; a hwloc
+                       topology query would place ranks on distinct physical
+                       cores, which this launcher does not do (it keeps free
+                       of the libhwloc dependency)
+  --tag-output         prefix every line of output with \"[rank] \"
+  --grace SECS         when a rank fails, the time the others get to exit on
+                       their own (to notice the dead peer and report it)
+                       before SIGTERM; SIGKILL follows 2 s later (default 1)
+  --env NAME=VALUE     set an environment variable in every rank (repeatable)
+  -h, --help           print this help
+  -V, --version        print the version
+  --                   end of options (PROGRAM may then start with '-')
+
+Output: each rank's stdout and stderr are copied line by line to rbtlrun's
+stdout and stderr; lines are never cut into each other. Rank 0 reads rbtlrun's
+stdin, the others read nothing.
+
+Exit status: 0 when every rank exits 0; otherwise the first failure in time:
+a rank's non-zero exit code, 128+S for a rank killed by signal S, or the code
+a rank passed to PMI abort (which ends the job at once, printing its message).
+Interrupting rbtlrun (Ctrl-C, SIGTERM, SIGHUP) ends every rank and exits with
+128+signal.
+
+Afterwards rbtlrun removes shared-memory segments (/dev/shm/rbtl.*) left by
+ranks that died.
+";
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Invocation {
+    /// `--help`.
+    Help,
+    /// `--version`.
+    Version,
+    /// Run a job.
+    Run {
+        /// The program each rank runs.
+        program: OsString,
+        /// Its arguments.
+        args: Vec<OsString>,
+        /// How to run it.
+        options: LaunchOptions,
+    },
+}
+
+/// Parses `rbtlrun`'s arguments (without the program name).
+pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Error> {
+    let usage = |msg: String| Error::Usage(format!("{msg}; run 'rbtlrun --help' for the options"));
+    let mut options = LaunchOptions::default();
+    let mut args = args.into_iter();
+    while let Some(arg) = args.next() {
+        let Some(text) = arg.to_str().filter(|t| t.starts_with('-') && *t != "-") else {
+            return Ok(Invocation::Run {
+                program: arg,
+                args: args.collect(),
+                options,
+            });
+        };
+        let (name, inline) = match text.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
+            _ => (text.to_string(), None),
+        };
+        let takes_value = matches!(
+            name.as_str(),
+            "-n" | "-np" | "--np" | "--ranks" | "--bind-to" | "--grace" | "--env"
+        );
+        if inline.is_some() && !takes_value {
+            return Err(usage(format!("option '{name}' takes no value")));
+        }
+        let mut value = || -> Result<String, Error> {
+            match inline.clone() {
+                Some(v) => Ok(v),
+                None => args
+                    .next()
+                    .and_then(|v| v.into_string().ok())
+                    .ok_or_else(|| usage(format!("option '{name}' needs a value"))),
+            }
+        };
+        match name.as_str() {
+            "-h" | "--help" => return Ok(Invocation::Help),
+            "-V" | "--version" => return Ok(Invocation::Version),
+            "--" => {
+                let program = args
+                    .next()
+                    .ok_or_else(|| usage("no PROGRAM after '--'".into()))?;
+                return Ok(Invocation::Run {
+                    program,
+                    args: args.collect(),
+                    options,
+                });
+            }
+            "-n" | "-np" | "--np" | "--ranks" => {
+                let v = value()?;
+                options.ranks = v.parse().ok().filter(|&n: &u32| n > 0).ok_or_else(|| {
+                    usage(format!(
+                        "'{name} {v}': want a whole number of ranks, 1 or more"
+                    ))
+                })?;
+            }
+            "--bind-to" => {
+                let v = value()?;
+                options.bind = v.parse().map_err(usage)?;
+            }
+            "--tag-output" => options.tag_output = true,
+            "--grace" => {
+                let v = value()?;
+                options.grace = v
+                    .parse::<f64>()
+                    .ok()
+                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                    .ok_or_else(|| {
+                        usage(format!(
+                            "'--grace {v}': want a number of seconds, 0 or more"
+                        ))
+                    })?;
+            }
+            "--env" => {
+                let v = value()?;
+                match v.split_once('=') {
+                    Some((k, val)) if !k.is_empty() => {
+                        options.env.push((k.to_string(), val.to_string()))
+                    }
+                    _ => return Err(usage(format!("'--env {v}': want NAME=VALUE"))),
+                }
+            }
+            _ => return Err(usage(format!("unknown option '{name}'"))),
+        }
+    }
+    Err(usage("no PROGRAM given".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::launcher::Bind;
+
+    fn parse(args: &[&str]) -> Result<Invocation, Error> {
+        parse_args(args.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn parses_a_full_command_line() {
+        let Invocation::Run {
+            program,
+            args,
+            options,
+        } = parse(&[
+            "-n",
+            "4",
+            "--bind-to=core",
+            "--tag-output",
+            "--grace",
+            "0.5",
+            "--env",
+            "A=b=c",
+            "prog",
+            "-n",
+            "x",
+        ])
+        .unwrap()
+        else {
+            panic!("not a run");
+        };
+        assert_eq!(program, "prog");
+        assert_eq!(args, ["-n", "x"]);
+        assert_eq!(options.ranks, 4);
+        assert_eq!(options.bind, Bind::Core);
+        assert!(options.tag_output);
+        assert_eq!(options.grace, Duration::from_millis(500));
+        assert_eq!(options.env, [("A".to_string(), "b=c".to_string())]);
+    }
+
+    #[test]
+    fn defaults_and_double_dash() {
+        let Invocation::Run {
+            program, options, ..
+        } = parse(&["--", "-weird"]).unwrap()
+        else {
+            panic!("not a run");
+        };
+        assert_eq!(program, "-weird");
+        assert_eq!(options.ranks, 1);
+        assert_eq!(options.bind, Bind::None);
+        assert!(!options.tag_output);
+        assert_eq!(options.grace, Duration::from_secs(1));
+    }
+
+    #[test]
+    fn errors_name_the_problem() {
+        for (args, needle) in [
+            (&["--frobnicate", "prog"][..], "'--frobnicate'"),
+            (&["-n", "0", "prog"][..], "-n 0"),
+            (&["-n"][..], "needs a value"),
+            (&["--bind-to", "socket", "prog"][..], "socket"),
+            (&["--grace", "-1", "prog"][..], "--grace -1"),
+            (&["--tag-output=yes", "prog"][..], "takes no value"),
+            (&[][..], "no PROGRAM"),
+        ] {
+            let err = parse(args).unwrap_err().to_string();
+            assert!(err.contains(needle), "{args:?}: {err}");
+            assert!(err.contains("--help"), "{err}");
+        }
+        assert!(matches!(parse(&["--help", "x"]), Ok(Invocation::Help)));
+    }
+}

@@ -1,0 +1,48 @@
+//! `rbtl`: a byte-transfer layer for message-passing libraries, in the tradition of
+//! Open MPI's BTL framework. This crate is what an embedding library depends on: it
+//! re-exports the contract and its parts, and builds a configuration over every
+//! parameter of every framework and component.
+//!
+//! ```
+//! use rbtl::btl::{Module, Proc, SingletonModex};
+//! let config = rbtl::configure(&[("btl", "self")]).unwrap();
+//! let mut modex = SingletonModex::new();
+//! let mut modules = rbtl::btl::framework().open(&config, &mut modex).unwrap();
+//! let me = Proc { rank: 0, node: "localhost".into() };
+//! let endpoints = modules[0].add_procs(&[me], &mut modex).unwrap();
+//! assert!(endpoints[0].is_some());
+//! ```
+
+#![warn(missing_docs)]
+
+pub use rbtl_btl as btl;
+pub use rbtl_config as config;
+pub use rbtl_cpc as cpc;
+pub use rbtl_mpool as mpool;
+pub use rbtl_rcache as rcache;
+
+pub mod launcher;
+pub mod msg;
+pub mod pmi;
+
+use rbtl_config::{Config, Registry};
+
+/// Every parameter of every framework and component compiled in.
+pub fn registry() -> Registry {
+    let mut registry = Registry::new();
+    btl::framework()
+        .register_params(&mut registry)
+        .expect("built-in parameters are consistent");
+    registry
+}
+
+/// The configuration from defaults, the file named by `RBTL_CONFIG_FILE`, `RBTL_*`
+/// environment variables and then `settings` (the program's own, highest first).
+pub fn configure(settings: &[(&str, &str)]) -> config::Result<Config> {
+    let registry = registry();
+    let mut builder = registry.builder().env();
+    for (name, value) in settings {
+        builder = builder.set(name, *value);
+    }
+    builder.build()
+}

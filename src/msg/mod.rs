@@ -1,0 +1,636 @@
+//! A small message layer on the BTL: the worked example of embedding it, the way an
+//! MPI library's point-to-point layer (Open MPI's `pml/ob1`) does.
+//!
+//! * [`Comm::init`] takes the job from the PMI environment (or runs alone), opens the
+//!   transports chosen by configuration, exchanges their addresses through the modex
+//!   and routes each peer through the most exclusive transport that reaches it.
+//! * Tagged send/receive, blocking and non-blocking, with any-source and any-tag and
+//!   per-peer ordering (the transports deliver in order per endpoint). Messages up to
+//!   the transport's eager limit go in one send; larger ones use rendezvous: a request
+//!   carrying the sender's registration handle, an RDMA get by the receiver straight
+//!   from the sender's buffer (registrations come from the registration cache), and a
+//!   finish message. A receive buffer too small gives [`Error::Truncated`].
+//! * One-sided windows: [`Window`] registers memory, exchanges handles, and offers put,
+//!   get and flush.
+//!
+//! Non-blocking operations borrow their buffers for a [`Comm::scope`]: the scope waits
+//! for everything started in it, so a buffer can never be freed under a transfer.
+
+mod protocol;
+mod state;
+mod window;
+
+pub use state::ReqId;
+pub use window::Window;
+
+use crate::pmi::Job;
+use rbtl_btl::{Access, Endpoint, Module, Proc, Received};
+use rbtl_config::Config;
+use state::{lock, Posted, Shared, State, Unexpected};
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// What a completed receive (or send) reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// The sender's rank.
+    pub source: u32,
+    /// The message's tag.
+    pub tag: i32,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+/// Errors of the message layer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// From a transport.
+    #[error(transparent)]
+    Btl(#[from] rbtl_btl::Error),
+    /// From the configuration.
+    #[error(transparent)]
+    Config(#[from] rbtl_config::Error),
+    /// From the process manager.
+    #[error(transparent)]
+    Pmi(#[from] crate::pmi::Error),
+    /// The message does not fit the receive buffer; what fit was written.
+    #[error("message of {len} bytes from rank {sender} (tag {tag}) does not fit the {capacity}-byte receive buffer")]
+    Truncated {
+        /// Sender.
+        sender: u32,
+        /// Tag.
+        tag: i32,
+        /// Message length.
+        len: usize,
+        /// Receive buffer length.
+        capacity: usize,
+    },
+    /// No selected transport reaches a rank.
+    #[error(
+        "rank {rank} is unreachable by the selected transports ({tried}): check the btl parameter"
+    )]
+    Unreachable {
+        /// The rank.
+        rank: u32,
+        /// The transports tried.
+        tried: String,
+    },
+    /// A peer died.
+    #[error("rank {rank} failed: {why}")]
+    PeerFailed {
+        /// The rank.
+        rank: u32,
+        /// What was seen.
+        why: String,
+    },
+    /// A rank outside the job.
+    #[error("rank {0} is outside the job of {1} processes")]
+    BadRank(u32, u32),
+    /// User tags are non-negative.
+    #[error("tag {0} is negative: user tags are >= 0")]
+    BadTag(i32),
+}
+
+/// Result alias.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Which source a receive accepts.
+pub const ANY_SOURCE: Option<u32> = None;
+/// Which tag a receive accepts (any non-negative one).
+pub const ANY_TAG: Option<i32> = None;
+
+/// Idle progress rounds a wait spins before it starts yielding the processor.
+pub const SPIN_BEFORE_YIELD: u32 = 256;
+
+/// Internal tags (negative, so that [`ANY_TAG`] never matches them).
+const BARRIER_TAG: i32 = i32::MIN;
+const ALLTOALL_TAG: i32 = i32::MIN + 64;
+/// Largest blob [`Comm::alltoall`] carries.
+const ALLTOALL_MAX: usize = 1024;
+
+/// A communicator over every rank of the job.
+pub struct Comm {
+    rank: u32,
+    size: u32,
+    modules: Vec<Box<dyn Module>>,
+    state: Shared,
+    job: Job,
+}
+
+impl Comm {
+    /// The job from the environment (PMI under a launcher, else alone) with the
+    /// configuration from `RBTL_*` variables, `RBTL_CONFIG_FILE` and `settings`.
+    pub fn init(settings: &[(&str, &str)]) -> Result<Comm> {
+        let job = crate::pmi::job()?;
+        let config = crate::configure(settings)?;
+        Comm::with(job, &config)
+    }
+
+    /// Open the configured transports for `job` and connect every rank.
+    pub fn with(mut job: Job, config: &Config) -> Result<Comm> {
+        let modex = job.modex.as_mut();
+        let node = node_name();
+        modex.publish("node", node.as_bytes())?;
+        let mut modules = rbtl_btl::framework().open(config, modex)?;
+        modex.fence()?;
+        let procs: Vec<Proc> = (0..job.size)
+            .map(|rank| {
+                let node = modex.lookup(rank, "node")?.unwrap_or_default();
+                Ok(Proc {
+                    rank,
+                    node: String::from_utf8_lossy(&node).into_owned(),
+                })
+            })
+            .collect::<Result<_, rbtl_btl::Error>>()?;
+        let mut state = State {
+            route: vec![None; job.size as usize],
+            ..State::default()
+        };
+        for (mi, m) in modules.iter_mut().enumerate() {
+            let eps = m.add_procs(&procs, modex)?;
+            let mut map = std::collections::HashMap::new();
+            for (rank, ep) in eps.into_iter().enumerate() {
+                if let Some(ep) = ep {
+                    map.insert(ep, rank as u32);
+                    state.route[rank].get_or_insert((mi, ep));
+                }
+            }
+            state.rank_of.push(map);
+        }
+        if let Some(rank) = state.route.iter().position(Option::is_none) {
+            let tried = modules
+                .iter()
+                .map(|m| m.name())
+                .collect::<Vec<_>>()
+                .join(",");
+            return Err(Error::Unreachable {
+                rank: rank as u32,
+                tried,
+            });
+        }
+        let state: Shared = Arc::new(std::sync::Mutex::new(state));
+        for (mi, m) in modules.iter_mut().enumerate() {
+            register_callbacks(m.as_mut(), mi, &state)?;
+        }
+        // Everyone has its callbacks in place before anyone sends.
+        job.modex.fence()?;
+        Ok(Comm {
+            rank: job.rank,
+            size: job.size,
+            modules,
+            state,
+            job,
+        })
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// The transport that carries traffic to `rank`.
+    pub fn transport_to(&self, rank: u32) -> Option<&str> {
+        let route = lock(&self.state)
+            .route
+            .get(rank as usize)
+            .copied()
+            .flatten();
+        route.map(|(m, _)| self.modules[m].name())
+    }
+
+    /// The modules in use, most exclusive first.
+    pub fn modules(&mut self) -> &mut [Box<dyn Module>] {
+        &mut self.modules
+    }
+
+    fn route(&self, rank: u32) -> Result<(usize, Endpoint)> {
+        if rank >= self.size {
+            return Err(Error::BadRank(rank, self.size));
+        }
+        let s = lock(&self.state);
+        if let Some(why) = s.failed.get(&rank) {
+            return Err(Error::PeerFailed {
+                rank,
+                why: why.clone(),
+            });
+        }
+        Ok(s.route[rank as usize].expect("every rank is routed after init"))
+    }
+
+    /// Drive every transport once, then retry what waited for room.
+    pub fn progress(&mut self) -> usize {
+        let mut n = 0;
+        for m in self.modules.iter_mut() {
+            n += m.progress();
+        }
+        let mut s = lock(&self.state);
+        let waiting = s.deferred.len();
+        for _ in 0..waiting {
+            let Some(d) = s.deferred.pop_front() else {
+                break;
+            };
+            let m = self.modules[d.module].as_mut();
+            match m.sendi(
+                d.endpoint,
+                &d.bytes,
+                &[],
+                rbtl_btl::Order::ANY,
+                rbtl_btl::DesFlags::empty(),
+                d.tag,
+            ) {
+                Ok(rbtl_btl::SendiOutcome::Sent) => n += 1,
+                Ok(rbtl_btl::SendiOutcome::Descriptor(mut des)) => {
+                    des.flags |= rbtl_btl::DesFlags::OWNERSHIP;
+                    if let Err(e) = m.send(d.endpoint, des, d.tag) {
+                        tracing::warn!(error = %e.error, "dropping a deferred message");
+                    }
+                }
+                Err(rbtl_btl::Error::OutOfResource(_)) => {
+                    // Keep the order: this one and everything behind it wait.
+                    s.deferred.push_front(d);
+                    break;
+                }
+                Err(e) => tracing::warn!(%e, "dropping a deferred message"),
+            }
+        }
+        n
+    }
+
+    /// Start sending `buf` to `dst` with `tag`.
+    ///
+    /// # Safety
+    ///
+    /// `buf` must stay valid and unmodified until the request completes.
+    pub unsafe fn isend_raw(
+        &mut self,
+        buf: *const u8,
+        len: usize,
+        dst: u32,
+        tag: i32,
+    ) -> Result<ReqId> {
+        if tag < 0 {
+            return Err(Error::BadTag(tag));
+        }
+        self.isend_tagged(buf, len, dst, tag)
+    }
+
+    fn isend_tagged(&mut self, buf: *const u8, len: usize, dst: u32, tag: i32) -> Result<ReqId> {
+        let (mi, ep) = self.route(dst)?;
+        let m = self.modules[mi].as_mut();
+        let eager = m.attributes().eager_limit;
+        let mut s = lock(&self.state);
+        let req = s.new_req(Some(dst));
+        let header = tag.to_le_bytes();
+        if len + protocol::EAGER_HEADER <= eager {
+            // SAFETY: the caller promised `buf` is valid for `len` bytes.
+            let data = unsafe { std::slice::from_raw_parts(buf, len) };
+            s.send_or_defer(m, mi, ep, protocol::EAGER, &header, data)?;
+            s.complete(
+                req,
+                Ok(Status {
+                    source: self.rank,
+                    tag,
+                    len,
+                }),
+            );
+            return Ok(req);
+        }
+        // SAFETY: the caller promised `buf` stays valid until the request completes,
+        // which drops the handle.
+        let handle = unsafe {
+            m.register_mem(
+                Some(ep),
+                buf as usize,
+                len,
+                Access::LOCAL_READ | Access::REMOTE_READ,
+            )
+        }?;
+        let rts = protocol::Rts {
+            tag,
+            len,
+            sreq: req,
+            addr: buf as u64,
+            handle: *handle.remote(),
+        };
+        if let Some(r) = s.reqs.get_mut(&req) {
+            r.handle = Some(handle);
+            r.status = Status {
+                source: self.rank,
+                tag,
+                len,
+            };
+        }
+        s.send_or_defer(m, mi, ep, protocol::RTS, &rts.encode(), &[])?;
+        Ok(req)
+    }
+
+    /// Start receiving into `buf` from `src` (or [`ANY_SOURCE`]) with `tag` (or
+    /// [`ANY_TAG`]).
+    ///
+    /// # Safety
+    ///
+    /// `buf` must stay valid, and not be read or written by anyone else, until the
+    /// request completes.
+    pub unsafe fn irecv_raw(
+        &mut self,
+        buf: *mut u8,
+        cap: usize,
+        src: Option<u32>,
+        tag: Option<i32>,
+    ) -> Result<ReqId> {
+        if let Some(t) = tag.filter(|t| *t < 0) {
+            return Err(Error::BadTag(t));
+        }
+        self.irecv_tagged(buf, cap, src, tag)
+    }
+
+    fn irecv_tagged(
+        &mut self,
+        buf: *mut u8,
+        cap: usize,
+        src: Option<u32>,
+        tag: Option<i32>,
+    ) -> Result<ReqId> {
+        if let Some(s) = src {
+            self.route(s)?;
+        }
+        let mut s = lock(&self.state);
+        let req = s.new_req(src);
+        let posted = Posted {
+            req,
+            src,
+            tag,
+            addr: buf as usize,
+            cap,
+        };
+        match s.take_unexpected(src, tag) {
+            Some(Unexpected::Eager { src, tag, data }) => s.deliver_eager(&posted, src, tag, &data),
+            Some(Unexpected::Rts { src, rts }) => {
+                let (mi, ep) = s.route[src as usize].expect("routed");
+                s.start_get(
+                    &self.state,
+                    self.modules[mi].as_mut(),
+                    mi,
+                    ep,
+                    &posted,
+                    src,
+                    *rts,
+                );
+            }
+            None => s.posted.push_back(posted),
+        }
+        Ok(req)
+    }
+
+    /// The outcome of `req` if it has completed (then the request is gone).
+    pub fn test(&mut self, req: ReqId) -> Option<Result<Status>> {
+        let mut s = lock(&self.state);
+        let done = s.reqs.get(&req)?.outcome.is_some();
+        if done {
+            s.reqs.remove(&req).and_then(|r| r.outcome)
+        } else {
+            None
+        }
+    }
+
+    /// Progress until `req` completes. After [`SPIN_BEFORE_YIELD`] idle rounds it
+    /// yields the processor between rounds, so that ranks sharing a core still advance.
+    pub fn wait(&mut self, req: ReqId) -> Result<Status> {
+        let mut idle = 0u32;
+        loop {
+            if let Some(outcome) = self.test(req) {
+                return outcome;
+            }
+            if self.progress() == 0 {
+                idle += 1;
+                if idle >= SPIN_BEFORE_YIELD {
+                    std::thread::yield_now();
+                }
+            } else {
+                idle = 0;
+            }
+        }
+    }
+
+    /// Send `buf` to `dst` with `tag`, returning when the buffer may be reused.
+    pub fn send(&mut self, buf: &[u8], dst: u32, tag: i32) -> Result<()> {
+        // SAFETY: `buf` is borrowed until wait returns, which is when the request has
+        // completed.
+        let req = unsafe { self.isend_raw(buf.as_ptr(), buf.len(), dst, tag) }?;
+        self.wait(req).map(|_| ())
+    }
+
+    /// Receive into `buf` from `src` with `tag`.
+    pub fn recv(&mut self, buf: &mut [u8], src: Option<u32>, tag: Option<i32>) -> Result<Status> {
+        // SAFETY: `buf` is borrowed mutably until wait returns.
+        let req = unsafe { self.irecv_raw(buf.as_mut_ptr(), buf.len(), src, tag) }?;
+        self.wait(req)
+    }
+
+    /// Run `f` with a scope in which non-blocking operations may borrow buffers that
+    /// outlive the call; returns once every operation started in it has completed.
+    pub fn scope<'env, T>(&mut self, f: impl FnOnce(&mut Scope<'_, 'env>) -> T) -> Result<T> {
+        let mut scope = Scope {
+            comm: self,
+            reqs: Vec::new(),
+            _env: PhantomData,
+        };
+        let out = f(&mut scope);
+        let mut first_err = None;
+        for req in std::mem::take(&mut scope.reqs) {
+            if let Err(e) = scope.comm.wait(req) {
+                first_err.get_or_insert(e);
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// Wait until every rank has called `barrier`.
+    pub fn barrier(&mut self) -> Result<()> {
+        let (n, me) = (self.size, self.rank);
+        let mut step = 1;
+        let mut round = 0;
+        while step < n {
+            let to = (me + step) % n;
+            let from = (me + n - step) % n;
+            let tag = BARRIER_TAG + round;
+            let mut byte = [0u8; 1];
+            let r = self.irecv_tagged(byte.as_mut_ptr(), 1, Some(from), Some(tag))?;
+            let s = self.isend_tagged([0u8].as_ptr(), 1, to, tag)?;
+            self.wait(s)?;
+            self.wait(r)?;
+            step *= 2;
+            round += 1;
+        }
+        Ok(())
+    }
+
+    /// Send `blobs[r]` to every rank `r` (itself included) and return what each sent
+    /// here (blobs of at most 1 KiB; for handles and addresses).
+    pub(crate) fn alltoall(&mut self, blobs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
+        let n = self.size as usize;
+        let mut bufs = vec![vec![0u8; ALLTOALL_MAX]; n];
+        let mut recvs = Vec::with_capacity(n);
+        for (r, b) in bufs.iter_mut().enumerate() {
+            recvs.push(self.irecv_tagged(
+                b.as_mut_ptr(),
+                ALLTOALL_MAX,
+                Some(r as u32),
+                Some(ALLTOALL_TAG),
+            )?);
+        }
+        let mut sends = Vec::with_capacity(n);
+        for (r, b) in blobs.iter().enumerate() {
+            sends.push(self.isend_tagged(b.as_ptr(), b.len(), r as u32, ALLTOALL_TAG)?);
+        }
+        for s in sends {
+            self.wait(s)?;
+        }
+        for (b, r) in bufs.iter_mut().zip(recvs) {
+            let st = self.wait(r)?;
+            b.truncate(st.len);
+        }
+        Ok(bufs)
+    }
+
+    /// Leave the job: a barrier (so no peer still reads our memory), then tell the
+    /// process manager.
+    pub fn finalize(mut self) -> Result<()> {
+        self.barrier()?;
+        Ok(())
+    }
+
+    /// The job's modex (for layers above that exchange their own data).
+    pub fn job(&mut self) -> &mut Job {
+        &mut self.job
+    }
+}
+
+/// Non-blocking operations whose buffers live at least as long as `'env`.
+pub struct Scope<'c, 'env> {
+    comm: &'c mut Comm,
+    reqs: Vec<ReqId>,
+    _env: PhantomData<&'env mut &'env ()>,
+}
+
+impl<'env> Scope<'_, 'env> {
+    /// Start sending `buf`.
+    pub fn isend(&mut self, buf: &'env [u8], dst: u32, tag: i32) -> Result<ReqId> {
+        // SAFETY: `buf` outlives the scope, which waits for the request.
+        let req = unsafe { self.comm.isend_raw(buf.as_ptr(), buf.len(), dst, tag) }?;
+        self.reqs.push(req);
+        Ok(req)
+    }
+
+    /// Start receiving into `buf`.
+    pub fn irecv(
+        &mut self,
+        buf: &'env mut [u8],
+        src: Option<u32>,
+        tag: Option<i32>,
+    ) -> Result<ReqId> {
+        // SAFETY: `buf` is borrowed mutably beyond the scope, which waits for the request.
+        let req = unsafe { self.comm.irecv_raw(buf.as_mut_ptr(), buf.len(), src, tag) }?;
+        self.reqs.push(req);
+        Ok(req)
+    }
+
+    /// Wait for one request of this scope.
+    pub fn wait(&mut self, req: ReqId) -> Result<Status> {
+        self.reqs.retain(|r| *r != req);
+        self.comm.wait(req)
+    }
+
+    /// The communicator (for progress, rank, size).
+    pub fn comm(&mut self) -> &mut Comm {
+        self.comm
+    }
+}
+
+/// Install the message layer's receive callbacks on module `mi`.
+fn register_callbacks(m: &mut dyn Module, mi: usize, state: &Shared) -> Result<()> {
+    let st = state.clone();
+    m.register_am(
+        protocol::EAGER,
+        Box::new(move |_m, r: &Received<'_>| {
+            let mut s = lock(&st);
+            let Some(src) = s.rank_of[mi].get(&r.endpoint).copied() else {
+                return;
+            };
+            let joined;
+            let bytes = if r.segments.len() == 1 {
+                r.segments[0]
+            } else {
+                joined = r.to_vec();
+                &joined[..]
+            };
+            let Some(head) = bytes.get(..protocol::EAGER_HEADER) else {
+                return;
+            };
+            let tag = i32::from_le_bytes(head.try_into().expect("4 bytes"));
+            let data = &bytes[protocol::EAGER_HEADER..];
+            match s.take_posted(src, tag) {
+                Some(p) => s.deliver_eager(&p, src, tag, data),
+                None => s.unexpected.push_back(Unexpected::Eager {
+                    src,
+                    tag,
+                    data: data.to_vec(),
+                }),
+            }
+        }),
+    )?;
+    let st = state.clone();
+    m.register_am(
+        protocol::RTS,
+        Box::new(move |m, r: &Received<'_>| {
+            let mut s = lock(&st);
+            let Some(src) = s.rank_of[mi].get(&r.endpoint).copied() else {
+                return;
+            };
+            let Some(rts) = protocol::Rts::decode(&r.to_vec()) else {
+                return;
+            };
+            match s.take_posted(src, rts.tag) {
+                Some(p) => s.start_get(&st, m, mi, r.endpoint, &p, src, rts),
+                None => s.unexpected.push_back(Unexpected::Rts {
+                    src,
+                    rts: Box::new(rts),
+                }),
+            }
+        }),
+    )?;
+    let st = state.clone();
+    m.register_am(
+        protocol::FIN,
+        Box::new(move |_m, r: &Received<'_>| {
+            let mut s = lock(&st);
+            if let Some((sreq, _taken)) = protocol::decode_fin(&r.to_vec()) {
+                if let Some(status) = s.reqs.get(&sreq).map(|q| q.status) {
+                    s.complete(sreq, Ok(status));
+                }
+            }
+        }),
+    )?;
+    let st = state.clone();
+    m.register_error(Box::new(move |event| {
+        if let Some(rank) = event.rank {
+            lock(&st).peer_failed(rank, event.error.to_string());
+        }
+    }));
+    Ok(())
+}
+
+/// This host's name (for the modex: ranks on one node share memory).
+fn node_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}

@@ -1,0 +1,321 @@
+//! The message layer's shared state: posted receives, unexpected messages and requests.
+//! Receive callbacks (running inside a transport's progress) and the user's calls both
+//! reach it through one mutex, never held while a transport progresses.
+
+use super::protocol::{self, Rts};
+use super::{Error, Status};
+use rbtl_btl::{
+    Access, DesFlags, Endpoint, MemHandle, Module, Order, RdmaCompletion, SendiOutcome,
+};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+/// A request id.
+pub type ReqId = u64;
+
+/// A receive waiting for its message.
+pub struct Posted {
+    pub req: ReqId,
+    pub src: Option<u32>,
+    pub tag: Option<i32>,
+    pub addr: usize,
+    pub cap: usize,
+}
+
+impl Posted {
+    fn matches(&self, src: u32, tag: i32) -> bool {
+        self.src.is_none_or(|s| s == src) && self.tag.map_or(tag >= 0, |t| t == tag)
+    }
+}
+
+/// A message that arrived before its receive.
+pub enum Unexpected {
+    Eager { src: u32, tag: i32, data: Vec<u8> },
+    Rts { src: u32, rts: Box<Rts> },
+}
+
+impl Unexpected {
+    fn key(&self) -> (u32, i32) {
+        match self {
+            Unexpected::Eager { src, tag, .. } => (*src, *tag),
+            Unexpected::Rts { src, rts } => (*src, rts.tag),
+        }
+    }
+}
+
+/// What a request is waiting for, and what it keeps alive meanwhile.
+pub struct Req {
+    pub outcome: Option<Result<Status, Error>>,
+    /// The peer it involves (None: a receive from any source).
+    pub peer: Option<u32>,
+    /// A registration to release when it completes (rendezvous buffers).
+    pub handle: Option<MemHandle>,
+    /// What a send reports when its rendezvous finishes.
+    pub status: Status,
+}
+
+/// A message for the transports that found no room yet.
+pub struct Deferred {
+    pub module: usize,
+    pub endpoint: Endpoint,
+    pub tag: rbtl_btl::Tag,
+    pub bytes: Vec<u8>,
+}
+
+/// Everything shared with the callbacks.
+#[derive(Default)]
+pub struct State {
+    /// Per module: endpoint -> rank.
+    pub rank_of: Vec<HashMap<Endpoint, u32>>,
+    /// Per rank: (module, endpoint).
+    pub route: Vec<Option<(usize, Endpoint)>>,
+    pub posted: VecDeque<Posted>,
+    pub unexpected: VecDeque<Unexpected>,
+    pub reqs: HashMap<ReqId, Req>,
+    /// The last request id handed out.
+    pub next: ReqId,
+    /// Ranks known to have failed, and why.
+    pub failed: HashMap<u32, String>,
+    /// Messages waiting for room, in order per destination.
+    pub deferred: VecDeque<Deferred>,
+}
+
+/// The state, shared.
+pub type Shared = Arc<Mutex<State>>;
+
+/// Lock the state (a panicking callback cannot leave it half-updated in a way that
+/// matters more than the panic itself).
+pub fn lock(s: &Shared) -> std::sync::MutexGuard<'_, State> {
+    s.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl State {
+    /// A new request involving `peer`.
+    pub fn new_req(&mut self, peer: Option<u32>) -> ReqId {
+        self.next += 1;
+        self.reqs.insert(
+            self.next,
+            Req {
+                outcome: None,
+                peer,
+                handle: None,
+                status: Status {
+                    source: 0,
+                    tag: 0,
+                    len: 0,
+                },
+            },
+        );
+        self.next
+    }
+
+    /// Finish request `req` (releasing what it kept).
+    pub fn complete(&mut self, req: ReqId, outcome: Result<Status, Error>) {
+        if let Some(r) = self.reqs.get_mut(&req) {
+            r.handle = None;
+            r.outcome.get_or_insert(outcome);
+        }
+    }
+
+    /// Whether anything waits to go to `rank`.
+    pub fn has_deferred_to(&self, module: usize, ep: Endpoint) -> bool {
+        self.deferred
+            .iter()
+            .any(|d| d.module == module && d.endpoint == ep)
+    }
+
+    /// Send `bytes` on `tag` now if the transport takes them, else after what waits.
+    pub fn send_or_defer(
+        &mut self,
+        m: &mut dyn Module,
+        module: usize,
+        ep: Endpoint,
+        tag: rbtl_btl::Tag,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<(), Error> {
+        if !self.has_deferred_to(module, ep) {
+            match m.sendi(ep, header, payload, Order::ANY, DesFlags::empty(), tag) {
+                Ok(SendiOutcome::Sent) => return Ok(()),
+                Ok(SendiOutcome::Descriptor(mut d)) => {
+                    d.flags |= DesFlags::OWNERSHIP;
+                    return match m.send(ep, d, tag) {
+                        Ok(_) => Ok(()),
+                        Err(e) => Err(e.error.into()),
+                    };
+                }
+                Err(rbtl_btl::Error::OutOfResource(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let mut bytes = Vec::with_capacity(header.len() + payload.len());
+        bytes.extend_from_slice(header);
+        bytes.extend_from_slice(payload);
+        self.deferred.push_back(Deferred {
+            module,
+            endpoint: ep,
+            tag,
+            bytes,
+        });
+        Ok(())
+    }
+
+    /// The first posted receive matching a message from `src` with `tag`.
+    pub fn take_posted(&mut self, src: u32, tag: i32) -> Option<Posted> {
+        let i = self.posted.iter().position(|p| p.matches(src, tag))?;
+        self.posted.remove(i)
+    }
+
+    /// The first unexpected message matching a receive.
+    pub fn take_unexpected(&mut self, src: Option<u32>, tag: Option<i32>) -> Option<Unexpected> {
+        let probe = Posted {
+            req: 0,
+            src,
+            tag,
+            addr: 0,
+            cap: 0,
+        };
+        let i = self.unexpected.iter().position(|u| {
+            let (s, t) = u.key();
+            probe.matches(s, t)
+        })?;
+        self.unexpected.remove(i)
+    }
+
+    /// Deliver eager data into a matched receive.
+    pub fn deliver_eager(&mut self, p: &Posted, src: u32, tag: i32, data: &[u8]) {
+        let n = data.len().min(p.cap);
+        // SAFETY: `p.addr` and `p.cap` come from a receive whose caller promised the
+        // buffer stays valid and unaliased until the request completes (now).
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p.addr as *mut u8, n) };
+        let outcome = if data.len() > p.cap {
+            Err(Error::Truncated {
+                sender: src,
+                tag,
+                len: data.len(),
+                capacity: p.cap,
+            })
+        } else {
+            Ok(Status {
+                source: src,
+                tag,
+                len: data.len(),
+            })
+        };
+        self.complete(p.req, outcome);
+    }
+
+    /// Start the get of a matched rendezvous: register the receive buffer, read the
+    /// sender's buffer into it, then tell the sender (FIN).
+    #[allow(clippy::too_many_arguments)]
+    pub fn start_get(
+        &mut self,
+        shared: &Shared,
+        m: &mut dyn Module,
+        module: usize,
+        ep: Endpoint,
+        p: &Posted,
+        src: u32,
+        rts: Rts,
+    ) {
+        let fin = |s: &mut State, m: &mut dyn Module, ok: bool| {
+            if let Err(e) = s.send_or_defer(
+                m,
+                module,
+                ep,
+                protocol::FIN,
+                &protocol::fin(rts.sreq, ok),
+                &[],
+            ) {
+                tracing::warn!(%e, "could not send a rendezvous FIN");
+            }
+        };
+        if rts.len > p.cap {
+            self.complete(
+                p.req,
+                Err(Error::Truncated {
+                    sender: src,
+                    tag: rts.tag,
+                    len: rts.len,
+                    capacity: p.cap,
+                }),
+            );
+            fin(self, m, false);
+            return;
+        }
+        let status = Status {
+            source: src,
+            tag: rts.tag,
+            len: rts.len,
+        };
+        if rts.len == 0 {
+            self.complete(p.req, Ok(status));
+            fin(self, m, true);
+            return;
+        }
+        // SAFETY: the receive's caller promised the buffer stays valid until the request
+        // completes; the handle is dropped when it does (State::complete).
+        let handle = match unsafe { m.register_mem(Some(ep), p.addr, rts.len, Access::LOCAL_WRITE) }
+        {
+            Ok(h) => h,
+            Err(e) => {
+                self.complete(p.req, Err(e.into()));
+                fin(self, m, false);
+                return;
+            }
+        };
+        let (state, req, sreq) = (shared.clone(), p.req, rts.sreq);
+        let done = Box::new(move |m: &mut dyn Module, c: RdmaCompletion| {
+            let mut s = lock(&state);
+            let ok = c.status.is_ok();
+            s.complete(req, c.status.map(|_| status).map_err(Error::from));
+            if let Err(e) =
+                s.send_or_defer(m, module, ep, protocol::FIN, &protocol::fin(sreq, ok), &[])
+            {
+                tracing::warn!(%e, "could not send a rendezvous FIN");
+            }
+        });
+        match m.get(
+            ep,
+            p.addr,
+            rts.addr,
+            &handle,
+            &rts.handle,
+            rts.len,
+            0,
+            Order::ANY,
+            done,
+        ) {
+            Ok(()) => {
+                if let Some(r) = self.reqs.get_mut(&p.req) {
+                    r.handle = Some(handle);
+                }
+            }
+            Err(e) => {
+                self.complete(p.req, Err(e.into()));
+                fin(self, m, false);
+            }
+        }
+    }
+
+    /// A peer failed: fail what involves it.
+    pub fn peer_failed(&mut self, rank: u32, why: String) {
+        self.failed.insert(rank, why.clone());
+        let ids: Vec<ReqId> = self
+            .reqs
+            .iter()
+            .filter(|(_, r)| r.outcome.is_none() && r.peer == Some(rank))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            self.complete(
+                id,
+                Err(Error::PeerFailed {
+                    rank,
+                    why: why.clone(),
+                }),
+            );
+        }
+        self.posted.retain(|p| p.src != Some(rank));
+    }
+}

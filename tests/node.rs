@@ -1,0 +1,418 @@
+//! One node, real processes: the `sm` transport's contract suite across 2 and 4
+//! processes (with cross-memory attach and with copies through the rings), the message
+//! layer, and what happens when a rank fails. This test binary re-executes itself as
+//! the rank program under the launcher; `NODE_TEST_ROLE` selects what a rank does and
+//! ranks leave `ok.<rank>` files in `NODE_TEST_DIR`. Each job gets its own
+//! `RBTL_SHM_DIR`, checked empty afterwards.
+
+use rbtl::btl::{contract, Endpoint, Module, Proc};
+use rbtl::launcher::{self, LaunchOptions};
+use rbtl::msg::{Comm, Error, Window, ANY_SOURCE, ANY_TAG};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+// ---------------------------------------------------------------------------
+// Rank side.
+
+#[test]
+fn rank_role_entry() {
+    let Ok(role) = std::env::var("NODE_TEST_ROLE") else {
+        return;
+    };
+    match role.as_str() {
+        "sm_contract" => role_sm_contract(),
+        "msg" => role_msg(),
+        "window" => role_window(),
+        "exit_nonzero" => role_exit_nonzero(),
+        "killed_peer" => role_killed_peer(),
+        other => panic!("unknown NODE_TEST_ROLE {other:?}"),
+    }
+}
+
+fn report_ok(rank: u32, what: &str) {
+    let dir = PathBuf::from(std::env::var_os("NODE_TEST_DIR").expect("NODE_TEST_DIR"));
+    std::fs::write(dir.join(format!("{what}.{rank}")), b"ok").unwrap();
+}
+
+/// The sm module alone, connected to every rank, as a transport test sees it.
+fn sm_module() -> (Box<dyn Module>, Vec<Option<Endpoint>>, rbtl::pmi::Job) {
+    let mut job = rbtl::pmi::job().unwrap();
+    let config = rbtl::configure(&[("btl", "sm")]).unwrap();
+    let mut modules = rbtl::btl::framework()
+        .open(&config, job.modex.as_mut())
+        .unwrap();
+    job.modex.fence().unwrap();
+    let mut m = modules.pop().unwrap();
+    assert_eq!(m.name(), "sm");
+    let procs: Vec<Proc> = (0..job.size)
+        .map(|rank| Proc {
+            rank,
+            node: "n".into(),
+        })
+        .collect();
+    let eps = m.add_procs(&procs, job.modex.as_mut()).unwrap();
+    assert!(
+        eps[job.rank as usize].is_none(),
+        "sm does not reach the process itself"
+    );
+    (m, eps, job)
+}
+
+fn role_sm_contract() {
+    let (mut m, eps, mut job) = sm_module();
+    let (rank, size) = (job.rank, job.size);
+    // Pair with rank ^ 1, then (with 4 ranks) with rank ^ 2: several rings at once.
+    let mut partners = vec![rank ^ 1];
+    if size >= 4 {
+        partners.push(rank ^ 2);
+    }
+    for partner in partners {
+        let ep = eps[partner as usize].expect("sm reaches every local rank");
+        contract::run_all(m.as_mut(), ep);
+        // One pairing at a time: nobody starts the next round's exchange early.
+        job.modex.fence().unwrap();
+    }
+    report_ok(rank, "ok");
+}
+
+fn role_msg() {
+    let mut comm = Comm::init(&[]).unwrap();
+    let (me, n) = (comm.rank(), comm.size());
+    let eager = comm.modules()[0].attributes().eager_limit;
+    let pattern = |src: u32, i: usize, len: usize| (src as usize * 131 + i * 7 + len) as u8;
+    // Every rank sends a mix of sizes around the eager limit to every other, tags
+    // counting up; half the receives are posted before the sends, half after.
+    let sizes = message_sizes(me, eager);
+    let bufs: Vec<Vec<u8>> = sizes
+        .iter()
+        .map(|&len| (0..len).map(|i| pattern(me, i, len)).collect())
+        .collect();
+    let peers: Vec<u32> = (0..n).filter(|&r| r != me).collect();
+    let mut inbox: Vec<Vec<Vec<u8>>> = peers
+        .iter()
+        .map(|&p| {
+            message_sizes(p, eager)
+                .iter()
+                .map(|&l| vec![0; l])
+                .collect()
+        })
+        .collect();
+    let (mut early, mut late) = (Vec::new(), Vec::new());
+    for (row, &p) in inbox.iter_mut().zip(&peers) {
+        for (k, buf) in row.iter_mut().enumerate() {
+            if k % 2 == 0 {
+                early.push((p, k, buf));
+            } else {
+                late.push((p, buf));
+            }
+        }
+    }
+    comm.scope(|s| {
+        for (p, k, buf) in early {
+            s.irecv(buf, Some(p), Some(k as i32)).unwrap();
+        }
+        for &p in &peers {
+            for (k, b) in bufs.iter().enumerate() {
+                s.isend(b, p, k as i32).unwrap();
+            }
+        }
+        for (p, buf) in late {
+            s.irecv(buf, Some(p), ANY_TAG).unwrap();
+        }
+    })
+    .unwrap();
+    for (pi, &p) in peers.iter().enumerate() {
+        for (k, got) in inbox[pi].iter().enumerate() {
+            let len = got.len();
+            assert!(
+                got.iter()
+                    .enumerate()
+                    .all(|(i, &b)| b == pattern(p, i, len)),
+                "message {k} from {p} ({len} bytes)"
+            );
+        }
+    }
+    comm.barrier().unwrap();
+
+    // Per-peer ordering with any-tag: same tag sequence arrives in send order.
+    if me == 0 {
+        for k in 0..100u32 {
+            let mut b = [0u8; 4];
+            let st = comm.recv(&mut b, Some(1), ANY_TAG).unwrap();
+            assert_eq!(
+                (u32::from_le_bytes(b), st.tag, st.source),
+                (k, (k % 3) as i32, 1)
+            );
+        }
+    } else if me == 1 {
+        for k in 0..100u32 {
+            comm.send(&k.to_le_bytes(), 0, (k % 3) as i32).unwrap();
+        }
+    }
+    // Any-source: rank 0 collects one message from every other rank.
+    if me == 0 {
+        let mut seen = vec![false; n as usize];
+        for _ in 1..n {
+            let mut b = [0u8; 4];
+            let st = comm.recv(&mut b, ANY_SOURCE, Some(7)).unwrap();
+            assert_eq!(u32::from_le_bytes(b), st.source);
+            assert!(!seen[st.source as usize], "one message per source");
+            seen[st.source as usize] = true;
+        }
+    } else {
+        comm.send(&me.to_le_bytes(), 0, 7).unwrap();
+    }
+    // Truncation, eager and rendezvous: a clear error, and the sender completes.
+    if me == 0 {
+        for len in [100usize, 300 << 10] {
+            let mut small = vec![0u8; 10];
+            match comm.recv(&mut small, Some(1), Some(9)) {
+                Err(Error::Truncated {
+                    len: l,
+                    capacity: 10,
+                    sender: 1,
+                    tag: 9,
+                }) => assert_eq!(l, len),
+                other => panic!("expected truncation of {len} bytes, got {other:?}"),
+            }
+        }
+    } else if me == 1 {
+        for len in [100usize, 300 << 10] {
+            comm.send(&vec![1u8; len], 0, 9).unwrap();
+        }
+    }
+    // Messages to itself go through the self transport.
+    assert_eq!(comm.transport_to(me), Some("self"));
+    let mut back = [0u8; 3];
+    comm.scope(|s| {
+        s.irecv(&mut back, Some(me), Some(1)).unwrap();
+        s.isend(b"abc", me, 1).unwrap();
+    })
+    .unwrap();
+    assert_eq!(&back, b"abc");
+    comm.finalize().unwrap();
+    report_ok(me, "ok");
+}
+
+/// The sizes rank `src` sends in the message test: small, around the eager limit,
+/// medium and over a megabyte, from a generator seeded by the rank.
+fn message_sizes(src: u32, eager: usize) -> Vec<usize> {
+    let mut r = 0x9e37_79b9_7f4a_7c15u64 ^ u64::from(src);
+    let mut next = || {
+        r ^= r << 13;
+        r ^= r >> 7;
+        r ^= r << 17;
+        r
+    };
+    (0..40)
+        .map(|i| match i % 4 {
+            0 => (next() % 64) as usize,
+            1 => eager - 4 + (next() % 8) as usize,
+            2 => (next() % (256 << 10)) as usize,
+            _ => (1 << 20) + (next() % 4096) as usize,
+        })
+        .collect()
+}
+
+fn role_window() {
+    let mut comm = Comm::init(&[]).unwrap();
+    let (me, n) = (comm.rank(), comm.size());
+    let mut win = Window::allocate(&mut comm, 1 << 20).unwrap();
+    let right = (me + 1) % n;
+    // Each rank writes its pattern into its right neighbour's window, small and large.
+    let small: Vec<u8> = (0..64).map(|i| (i as u32 + me) as u8).collect();
+    let large: Vec<u8> = (0..(512 << 10))
+        .map(|i| (i as u32 * 3 + me) as u8)
+        .collect();
+    win.put(&mut comm, right, 0, &small).unwrap();
+    win.put(&mut comm, right, 4096, &large).unwrap();
+    win.flush(&mut comm).unwrap();
+    comm.barrier().unwrap();
+    let left = (me + n - 1) % n;
+    let mut got = vec![0u8; 64];
+    win.read_local(0, &mut got);
+    assert_eq!(
+        got,
+        (0..64).map(|i| (i as u32 + left) as u8).collect::<Vec<_>>()
+    );
+    // Get it back from the neighbour and compare with what we put there.
+    let mut back = vec![0u8; large.len()];
+    win.get(&mut comm, right, 4096, &mut back).unwrap();
+    assert_eq!(back, large);
+    let e = win.put(&mut comm, right, (1 << 20) - 4, &small);
+    assert!(
+        matches!(e, Err(Error::Btl(rbtl::btl::Error::OutOfRange { .. }))),
+        "{e:?}"
+    );
+    comm.finalize().unwrap();
+    report_ok(me, "ok");
+}
+
+fn role_exit_nonzero() {
+    let mut comm = Comm::init(&[]).unwrap();
+    comm.barrier().unwrap();
+    if comm.rank() == 1 {
+        std::process::exit(3);
+    }
+    // The others wait for a message that never comes; the launcher ends them.
+    let mut b = [0u8; 1];
+    let _ = comm.recv(&mut b, Some(1), Some(0));
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+fn role_killed_peer() {
+    let mut comm = Comm::init(&[]).unwrap();
+    let me = comm.rank();
+    let mut b = [0u8; 8];
+    if me == 1 {
+        for _ in 0..10 {
+            comm.recv(&mut b, Some(0), Some(0)).unwrap();
+            comm.send(&b, 0, 0).unwrap();
+        }
+        // SAFETY: raising a signal on ourselves.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+    if me == 0 {
+        for _ in 0..10 {
+            comm.send(&b, 1, 0).unwrap();
+            comm.recv(&mut b, Some(1), Some(0)).unwrap();
+        }
+        match comm.recv(&mut b, Some(1), Some(0)) {
+            Err(Error::PeerFailed { rank: 1, .. }) => {
+                report_ok(me, "peer_failed");
+                std::process::exit(1);
+            }
+            other => panic!("expected a peer failure, got {other:?}"),
+        }
+    }
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+// ---------------------------------------------------------------------------
+// Launcher side.
+
+struct Job {
+    code: i32,
+    dir: PathBuf,
+}
+
+/// One job at a time: ranks poll, and two cores are all there is.
+static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn run(role: &str, ranks: u32, extra_env: &[(&str, &str)]) -> Job {
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!(
+        "rbtl-node-{}-{role}-{ranks}-{}",
+        std::process::id(),
+        extra_env.len()
+    ));
+    let shm = dir.join("shm");
+    std::fs::create_dir_all(&shm).unwrap();
+    let mut env = vec![
+        ("NODE_TEST_ROLE".to_string(), role.to_string()),
+        ("NODE_TEST_DIR".to_string(), dir.display().to_string()),
+        ("RBTL_SHM_DIR".to_string(), shm.display().to_string()),
+    ];
+    env.extend(
+        extra_env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    let opts = LaunchOptions {
+        ranks,
+        env,
+        grace: Duration::from_secs(5),
+        ..LaunchOptions::default()
+    };
+    let exe = std::env::current_exe().unwrap();
+    let args: Vec<std::ffi::OsString> = [
+        "rank_role_entry",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    let summary = launcher::launch(&exe, &args, &opts).unwrap();
+    let left: Vec<_> = std::fs::read_dir(&shm).unwrap().collect();
+    assert!(
+        left.is_empty(),
+        "{role}: shared-memory segments left behind: {left:?}"
+    );
+    Job {
+        code: summary.code,
+        dir,
+    }
+}
+
+fn oks(dir: &Path, what: &str, ranks: u32) -> usize {
+    (0..ranks)
+        .filter(|r| dir.join(format!("{what}.{r}")).exists())
+        .count()
+}
+
+fn expect_all_ok(role: &str, ranks: u32, env: &[(&str, &str)]) {
+    let job = run(role, ranks, env);
+    assert_eq!(job.code, 0, "{role} with {ranks} ranks {env:?}");
+    assert_eq!(
+        oks(&job.dir, "ok", ranks),
+        ranks as usize,
+        "{role}: every rank reported success"
+    );
+    std::fs::remove_dir_all(job.dir).unwrap();
+}
+
+#[test]
+fn sm_contract_two_ranks_cross_memory_attach() {
+    expect_all_ok("sm_contract", 2, &[("RBTL_BTL_SM_SINGLE_COPY", "cma")]);
+}
+
+#[test]
+fn sm_contract_four_ranks_copy_through_rings_small_rings() {
+    expect_all_ok(
+        "sm_contract",
+        4,
+        &[
+            ("RBTL_BTL_SM_SINGLE_COPY", "copy"),
+            ("RBTL_BTL_SM_RING_SLOTS", "16"),
+            ("RBTL_BTL_SM_RING_BYTES", "160k"),
+            ("RBTL_BTL_SM_FREE_LIST_MAX", "4"),
+        ],
+    );
+}
+
+#[test]
+fn message_layer_two_and_four_ranks() {
+    expect_all_ok("msg", 2, &[]);
+    expect_all_ok("msg", 4, &[("RBTL_BTL_SM_SINGLE_COPY", "copy")]);
+}
+
+#[test]
+fn windows_put_get_across_ranks() {
+    expect_all_ok("window", 3, &[]);
+}
+
+#[test]
+fn a_rank_exiting_non_zero_ends_the_job_with_its_code() {
+    let job = run("exit_nonzero", 3, &[]);
+    assert_eq!(job.code, 3);
+    std::fs::remove_dir_all(job.dir).unwrap();
+}
+
+#[test]
+fn survivors_of_a_killed_rank_report_the_failure_and_exit() {
+    let job = run("killed_peer", 3, &[]);
+    // The killed rank (137) or the survivor that reported it (1) ends the job first.
+    assert!(
+        [128 + libc::SIGKILL, 1].contains(&job.code),
+        "job code {}",
+        job.code
+    );
+    assert_eq!(
+        oks(&job.dir, "peer_failed", 1),
+        1,
+        "rank 0 saw rank 1 fail and reported it"
+    );
+    std::fs::remove_dir_all(job.dir).unwrap();
+}
