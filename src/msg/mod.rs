@@ -17,6 +17,7 @@
 //! for everything started in it, so a buffer can never be freed under a transfer.
 
 mod protocol;
+mod requests;
 mod state;
 mod window;
 
@@ -28,6 +29,7 @@ use rbtl_btl::{Access, Endpoint, Module, Proc, Received};
 use rbtl_config::Config;
 use state::{lock, Posted, Shared, State, Unexpected};
 use std::marker::PhantomData;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// What a completed receive (or send) reports.
@@ -100,7 +102,7 @@ pub const ANY_SOURCE: Option<u32> = None;
 pub const ANY_TAG: Option<i32> = None;
 
 /// Idle progress rounds a wait spins before it starts yielding the processor.
-pub const SPIN_BEFORE_YIELD: u32 = 256;
+pub const SPIN_BEFORE_YIELD: u32 = 1 << 14;
 
 /// Internal tags (negative, so that [`ANY_TAG`] never matches them).
 const BARRIER_TAG: i32 = i32::MIN;
@@ -114,6 +116,9 @@ pub struct Comm {
     size: u32,
     modules: Vec<Box<dyn Module>>,
     state: Shared,
+    signals: Arc<state::Signals>,
+    /// Per rank: the module and endpoint that reach it (fixed after init).
+    routes: Vec<(usize, Endpoint)>,
     job: Job,
 }
 
@@ -148,10 +153,14 @@ impl Comm {
         };
         for (mi, m) in modules.iter_mut().enumerate() {
             let eps = m.add_procs(&procs, modex)?;
-            let mut map = std::collections::HashMap::new();
+            let mut map = Vec::new();
             for (rank, ep) in eps.into_iter().enumerate() {
                 if let Some(ep) = ep {
-                    map.insert(ep, rank as u32);
+                    let i = ep.0 as usize;
+                    if map.len() <= i {
+                        map.resize(i + 1, None);
+                    }
+                    map[i] = Some(rank as u32);
                     state.route[rank].get_or_insert((mi, ep));
                 }
             }
@@ -168,7 +177,13 @@ impl Comm {
                 tried,
             });
         }
-        let state: Shared = Arc::new(std::sync::Mutex::new(state));
+        let routes: Vec<(usize, Endpoint)> = state
+            .route
+            .iter()
+            .map(|r| r.expect("checked above"))
+            .collect();
+        let signals = state.signals.clone();
+        let state: Shared = state::shared(state);
         for (mi, m) in modules.iter_mut().enumerate() {
             register_callbacks(m.as_mut(), mi, &state)?;
         }
@@ -179,6 +194,8 @@ impl Comm {
             size: job.size,
             modules,
             state,
+            signals,
+            routes,
             job,
         })
     }
@@ -195,12 +212,8 @@ impl Comm {
 
     /// The transport that carries traffic to `rank`.
     pub fn transport_to(&self, rank: u32) -> Option<&str> {
-        let route = lock(&self.state)
-            .route
-            .get(rank as usize)
-            .copied()
-            .flatten();
-        route.map(|(m, _)| self.modules[m].name())
+        let (m, _) = self.routes.get(rank as usize)?;
+        Some(self.modules[*m].name())
     }
 
     /// The modules in use, most exclusive first.
@@ -212,14 +225,15 @@ impl Comm {
         if rank >= self.size {
             return Err(Error::BadRank(rank, self.size));
         }
-        let s = lock(&self.state);
-        if let Some(why) = s.failed.get(&rank) {
-            return Err(Error::PeerFailed {
-                rank,
-                why: why.clone(),
-            });
+        if self.signals.failed.load(Ordering::Acquire) > 0 {
+            if let Some(why) = lock(&self.state).failed.get(&rank) {
+                return Err(Error::PeerFailed {
+                    rank,
+                    why: why.clone(),
+                });
+            }
         }
-        Ok(s.route[rank as usize].expect("every rank is routed after init"))
+        Ok(self.routes[rank as usize])
     }
 
     /// Drive every transport once, then retry what waited for room.
@@ -228,12 +242,16 @@ impl Comm {
         for m in self.modules.iter_mut() {
             n += m.progress();
         }
+        if self.signals.deferred.load(Ordering::Acquire) == 0 {
+            return n;
+        }
         let mut s = lock(&self.state);
         let waiting = s.deferred.len();
         for _ in 0..waiting {
             let Some(d) = s.deferred.pop_front() else {
                 break;
             };
+            self.signals.deferred.fetch_sub(1, Ordering::Release);
             let m = self.modules[d.module].as_mut();
             match m.sendi(
                 d.endpoint,
@@ -253,6 +271,7 @@ impl Comm {
                 Err(rbtl_btl::Error::OutOfResource(_)) => {
                     // Keep the order: this one and everything behind it wait.
                     s.deferred.push_front(d);
+                    self.signals.deferred.fetch_add(1, Ordering::Release);
                     break;
                 }
                 Err(e) => tracing::warn!(%e, "dropping a deferred message"),
@@ -317,7 +336,7 @@ impl Comm {
             addr: buf as u64,
             handle: *handle.remote(),
         };
-        if let Some(r) = s.reqs.get_mut(&req) {
+        if let Some(r) = s.reqs.get_mut(req) {
             r.handle = Some(handle);
             r.status = Status {
                 source: self.rank,
@@ -390,9 +409,9 @@ impl Comm {
     /// The outcome of `req` if it has completed (then the request is gone).
     pub fn test(&mut self, req: ReqId) -> Option<Result<Status>> {
         let mut s = lock(&self.state);
-        let done = s.reqs.get(&req)?.outcome.is_some();
+        let done = s.reqs.get(req)?.outcome.is_some();
         if done {
-            s.reqs.remove(&req).and_then(|r| r.outcome)
+            s.reqs.remove(req).and_then(|r| r.outcome)
         } else {
             None
         }
@@ -402,9 +421,15 @@ impl Comm {
     /// yields the processor between rounds, so that ranks sharing a core still advance.
     pub fn wait(&mut self, req: ReqId) -> Result<Status> {
         let mut idle = 0u32;
+        // Look at the request only when some request has completed since the last look.
+        let mut seen = u64::MAX;
         loop {
-            if let Some(outcome) = self.test(req) {
-                return outcome;
+            let completed = self.signals.completed.load(Ordering::Acquire);
+            if completed != seen {
+                seen = completed;
+                if let Some(outcome) = self.test(req) {
+                    return outcome;
+                }
             }
             if self.progress() == 0 {
                 idle += 1;
@@ -419,6 +444,31 @@ impl Comm {
 
     /// Send `buf` to `dst` with `tag`, returning when the buffer may be reused.
     pub fn send(&mut self, buf: &[u8], dst: u32, tag: i32) -> Result<()> {
+        if tag < 0 {
+            return Err(Error::BadTag(tag));
+        }
+        // Fast path: an eager message the transport takes at once needs no request.
+        let (mi, ep) = self.route(dst)?;
+        let m = self.modules[mi].as_mut();
+        if buf.len() + protocol::EAGER_HEADER <= m.attributes().eager_limit
+            && self.signals.deferred.load(Ordering::Acquire) == 0
+        {
+            let header = tag.to_le_bytes();
+            let flags = rbtl_btl::DesFlags::empty();
+            match m.sendi(
+                ep,
+                &header,
+                buf,
+                rbtl_btl::Order::ANY,
+                flags,
+                protocol::EAGER,
+            ) {
+                Ok(rbtl_btl::SendiOutcome::Sent) => return Ok(()),
+                // Not inline: the general path below sends it.
+                Ok(rbtl_btl::SendiOutcome::Descriptor(d)) => m.free(d)?,
+                Err(_) => {}
+            }
+        }
         // SAFETY: `buf` is borrowed until wait returns, which is when the request has
         // completed.
         let req = unsafe { self.isend_raw(buf.as_ptr(), buf.len(), dst, tag) }?;
@@ -562,7 +612,7 @@ fn register_callbacks(m: &mut dyn Module, mi: usize, state: &Shared) -> Result<(
         protocol::EAGER,
         Box::new(move |_m, r: &Received<'_>| {
             let mut s = lock(&st);
-            let Some(src) = s.rank_of[mi].get(&r.endpoint).copied() else {
+            let Some(src) = s.rank_of[mi].get(r.endpoint.0 as usize).copied().flatten() else {
                 return;
             };
             let joined;
@@ -592,7 +642,7 @@ fn register_callbacks(m: &mut dyn Module, mi: usize, state: &Shared) -> Result<(
         protocol::RTS,
         Box::new(move |m, r: &Received<'_>| {
             let mut s = lock(&st);
-            let Some(src) = s.rank_of[mi].get(&r.endpoint).copied() else {
+            let Some(src) = s.rank_of[mi].get(r.endpoint.0 as usize).copied().flatten() else {
                 return;
             };
             let Some(rts) = protocol::Rts::decode(&r.to_vec()) else {
@@ -613,7 +663,7 @@ fn register_callbacks(m: &mut dyn Module, mi: usize, state: &Shared) -> Result<(
         Box::new(move |_m, r: &Received<'_>| {
             let mut s = lock(&st);
             if let Some((sreq, _taken)) = protocol::decode_fin(&r.to_vec()) {
-                if let Some(status) = s.reqs.get(&sreq).map(|q| q.status) {
+                if let Some(status) = s.reqs.get(sreq).map(|q| q.status) {
                     s.complete(sreq, Ok(status));
                 }
             }

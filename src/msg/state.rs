@@ -7,11 +7,13 @@ use super::{Error, Status};
 use rbtl_btl::{
     Access, DesFlags, Endpoint, MemHandle, Module, Order, RdmaCompletion, SendiOutcome,
 };
+use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
-/// A request id.
-pub type ReqId = u64;
+pub use super::requests::ReqId;
+use super::requests::Requests;
 
 /// A receive waiting for its message.
 pub struct Posted {
@@ -62,58 +64,88 @@ pub struct Deferred {
     pub bytes: Vec<u8>,
 }
 
+/// Counters the user's side reads without taking the lock.
+#[derive(Debug, Default)]
+pub struct Signals {
+    /// Requests completed so far.
+    pub completed: AtomicU64,
+    /// Messages waiting in `deferred`.
+    pub deferred: AtomicUsize,
+    /// Peers known to have failed.
+    pub failed: AtomicUsize,
+}
+
 /// Everything shared with the callbacks.
 #[derive(Default)]
 pub struct State {
+    /// Lock-free hints for the fast paths.
+    pub signals: Arc<Signals>,
     /// Per module: endpoint -> rank.
-    pub rank_of: Vec<HashMap<Endpoint, u32>>,
+    pub rank_of: Vec<Vec<Option<u32>>>,
     /// Per rank: (module, endpoint).
     pub route: Vec<Option<(usize, Endpoint)>>,
     pub posted: VecDeque<Posted>,
     pub unexpected: VecDeque<Unexpected>,
-    pub reqs: HashMap<ReqId, Req>,
-    /// The last request id handed out.
-    pub next: ReqId,
+    pub reqs: Requests,
     /// Ranks known to have failed, and why.
     pub failed: HashMap<u32, String>,
     /// Messages waiting for room, in order per destination.
     pub deferred: VecDeque<Deferred>,
 }
 
-/// The state, shared.
-pub type Shared = Arc<Mutex<State>>;
+/// The state, shared between the [`Comm`](super::Comm) and the receive and
+/// completion callbacks it installs in its modules.
+///
+/// A `RefCell`, not a mutex: the modules belong to the `Comm`, and their callbacks run
+/// only inside module calls made through it (`progress`, `flush`), so every access
+/// happens on the thread that holds `&mut Comm`, one at a time. An uncontended mutex
+/// cost more than the rest of a small message's receive.
+pub struct Local(RefCell<State>);
 
-/// Lock the state (a panicking callback cannot leave it half-updated in a way that
-/// matters more than the panic itself).
-pub fn lock(s: &Shared) -> std::sync::MutexGuard<'_, State> {
-    s.lock().unwrap_or_else(|e| e.into_inner())
+// SAFETY: see the type's documentation: the clones of the `Arc<Local>` live only in
+// the `Comm` and in callbacks owned by its modules, and are reached only through
+// `&mut Comm`, so never from two threads at once; moving the whole `Comm` to another
+// thread moves every clone with it.
+unsafe impl Send for Local {}
+// SAFETY: as above.
+unsafe impl Sync for Local {}
+
+/// The state, shared.
+pub type Shared = Arc<Local>;
+
+/// Wrap the state for sharing.
+pub fn shared(state: State) -> Shared {
+    Arc::new(Local(RefCell::new(state)))
+}
+
+/// Borrow the state (callbacks never run while a borrow is held: no module call made
+/// under it runs callbacks).
+pub fn lock(s: &Shared) -> std::cell::RefMut<'_, State> {
+    s.0.borrow_mut()
 }
 
 impl State {
     /// A new request involving `peer`.
     pub fn new_req(&mut self, peer: Option<u32>) -> ReqId {
-        self.next += 1;
-        self.reqs.insert(
-            self.next,
-            Req {
-                outcome: None,
-                peer,
-                handle: None,
-                status: Status {
-                    source: 0,
-                    tag: 0,
-                    len: 0,
-                },
-            },
-        );
-        self.next
+        let status = Status {
+            source: 0,
+            tag: 0,
+            len: 0,
+        };
+        self.reqs.insert(Req {
+            outcome: None,
+            peer,
+            handle: None,
+            status,
+        })
     }
 
     /// Finish request `req` (releasing what it kept).
     pub fn complete(&mut self, req: ReqId, outcome: Result<Status, Error>) {
-        if let Some(r) = self.reqs.get_mut(&req) {
+        if let Some(r) = self.reqs.get_mut(req) {
             r.handle = None;
             r.outcome.get_or_insert(outcome);
+            self.signals.completed.fetch_add(1, Ordering::Release);
         }
     }
 
@@ -151,6 +183,7 @@ impl State {
         let mut bytes = Vec::with_capacity(header.len() + payload.len());
         bytes.extend_from_slice(header);
         bytes.extend_from_slice(payload);
+        self.signals.deferred.fetch_add(1, Ordering::Release);
         self.deferred.push_back(Deferred {
             module,
             endpoint: ep,
@@ -187,7 +220,7 @@ impl State {
         let n = data.len().min(p.cap);
         // SAFETY: `p.addr` and `p.cap` come from a receive whose caller promised the
         // buffer stays valid and unaliased until the request completes (now).
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), p.addr as *mut u8, n) };
+        unsafe { rbtl_btl::sm::ring::copy_bytes(data.as_ptr(), p.addr as *mut u8, n) };
         let outcome = if data.len() > p.cap {
             Err(Error::Truncated {
                 sender: src,
@@ -287,7 +320,7 @@ impl State {
             done,
         ) {
             Ok(()) => {
-                if let Some(r) = self.reqs.get_mut(&p.req) {
+                if let Some(r) = self.reqs.get_mut(p.req) {
                     r.handle = Some(handle);
                 }
             }
@@ -301,11 +334,12 @@ impl State {
     /// A peer failed: fail what involves it.
     pub fn peer_failed(&mut self, rank: u32, why: String) {
         self.failed.insert(rank, why.clone());
+        self.signals.failed.fetch_add(1, Ordering::Release);
         let ids: Vec<ReqId> = self
             .reqs
             .iter()
             .filter(|(_, r)| r.outcome.is_none() && r.peer == Some(rank))
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .collect();
         for id in ids {
             self.complete(

@@ -853,39 +853,61 @@ impl SmModule {
             let Some(rec) = peer.consumer.peek() else {
                 break;
             };
-            let mut segs: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
-            // SAFETY: the slices are used before the record is released below.
-            let nseg = unsafe { rec.segments(&mut segs) };
-            let tag = Tag(rec.tag);
-            if tag.is_reserved() {
-                self.internal(i, rec.tag, &segs[..nseg]);
-            } else if !self.registered[usize::from(tag.0)] {
-                self.report(Some(i), Error::BadTag { tag, why: "a message arrived for it, but no receive callback is registered; dropped" });
+            let delivered = if rec.segment_count() == 1 {
+                // SAFETY: used before the record is released below.
+                let one = [unsafe { rec.payload() }];
+                self.dispatch(i, rec.tag, &one)
             } else {
-                let slot = usize::from(tag.0);
-                // A callback higher up the stack (which called progress) holds it:
-                // leave the message for later.
-                let Some(mut cb) = self.am[slot].take() else {
-                    break;
-                };
-                self.peers[i].busy = true;
-                cb(
-                    self,
-                    &Received {
-                        endpoint: Endpoint(i as u32),
-                        tag,
-                        segments: &segs[..nseg],
-                    },
-                );
-                self.peers[i].busy = false;
-                if self.am[slot].is_none() {
-                    self.am[slot] = Some(cb);
-                }
+                let mut segs: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
+                // SAFETY: as above.
+                let nseg = unsafe { rec.segments(&mut segs) };
+                self.dispatch(i, rec.tag, &segs[..nseg])
+            };
+            if !delivered {
+                break;
             }
             self.peers[i].consumer.release(rec);
             n += 1;
         }
         n
+    }
+
+    /// Hand a message from peer `i` to its callback (or to the transport's own
+    /// protocol); false when its callback is running further up the stack (it called
+    /// progress), so the message must wait.
+    #[inline]
+    fn dispatch(&mut self, i: usize, tag: u8, segs: &[&[u8]]) -> bool {
+        let tag = Tag(tag);
+        let slot = usize::from(tag.0);
+        if tag.is_reserved() {
+            self.internal(i, tag.0, segs);
+        } else if !self.registered[slot] {
+            self.report(
+                Some(i),
+                Error::BadTag {
+                    tag,
+                    why: "a message arrived for it, but no receive callback is registered; dropped",
+                },
+            );
+        } else {
+            let Some(mut cb) = self.am[slot].take() else {
+                return false;
+            };
+            self.peers[i].busy = true;
+            cb(
+                self,
+                &Received {
+                    endpoint: Endpoint(i as u32),
+                    tag,
+                    segments: segs,
+                },
+            );
+            self.peers[i].busy = false;
+            if self.am[slot].is_none() {
+                self.am[slot] = Some(cb);
+            }
+        }
+        true
     }
 
     fn check_liveness(&mut self) {

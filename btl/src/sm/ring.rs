@@ -3,11 +3,11 @@
 //! receiver's segment; the sender writes, the receiver polls.
 //!
 //! Layout: a control block written only by the consumer (its slot and data tails, each
-//! on its own cache line), then `nslots` 64-byte slots, then a data area.
+//! on its own cache line), then `nslots` 128-byte slots, then a data area.
 //! A slot is published by storing its sequence number (absolute index + 1) last, with
 //! release ordering; the consumer polls the sequence of the next slot it expects, so
 //! stale slots of earlier laps are never mistaken for new ones. Messages of one
-//! segment and at most [`INLINE_MAX`] bytes travel inside their slot (one cache line);
+//! segment and at most [`INLINE_MAX`] bytes travel inside their slot;
 //! larger ones, and any with several segments, go to the data area at a 64-byte
 //! aligned position the slot names, never wrapping around its end.
 //! No locks, no system calls: the producer reads the consumer's tails only when its
@@ -16,14 +16,56 @@
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Bytes of a slot.
-pub const SLOT_BYTES: usize = 64;
+/// Bytes of a slot: two cache lines, so that a message of up to [`INLINE_MAX`] bytes
+/// (an MPI envelope and 64 bytes of data) travels inside it; small ones touch only the
+/// first line.
+pub const SLOT_BYTES: usize = 128;
 /// Most bytes carried inside a slot.
-pub const INLINE_MAX: usize = 40;
+pub const INLINE_MAX: usize = SLOT_BYTES - 24;
 const CTRL_BYTES: usize = 128;
+
+/// Copy `len` bytes; sizes up to 16 without a call into `memcpy` (which costs more
+/// than the copy for the small messages that dominate latency).
+///
+/// # Safety
+///
+/// As `ptr::copy_nonoverlapping`.
+#[inline(always)]
+pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY (all branches): the caller guarantees both ranges of `len` bytes; each
+    // access below stays inside them (the two halves may overlap each other, not the
+    // other range).
+    unsafe {
+        match len {
+            0 => {}
+            1..=3 => {
+                for i in 0..len {
+                    *dst.add(i) = *src.add(i);
+                }
+            }
+            4..=7 => {
+                let (a, b) = (
+                    src.cast::<u32>().read_unaligned(),
+                    src.add(len - 4).cast::<u32>().read_unaligned(),
+                );
+                dst.cast::<u32>().write_unaligned(a);
+                dst.add(len - 4).cast::<u32>().write_unaligned(b);
+            }
+            8..=16 => {
+                let (a, b) = (
+                    src.cast::<u64>().read_unaligned(),
+                    src.add(len - 8).cast::<u64>().read_unaligned(),
+                );
+                dst.cast::<u64>().write_unaligned(a);
+                dst.add(len - 8).cast::<u64>().write_unaligned(b);
+            }
+            _ => ptr::copy_nonoverlapping(src, dst, len),
+        }
+    }
+}
 const LINE: usize = 64;
 
-#[repr(C, align(64))]
+#[repr(C, align(128))]
 struct Slot {
     seq: AtomicU64,
     len: u32,
@@ -91,7 +133,7 @@ struct Raw {
 
 impl Raw {
     /// # Safety
-    /// `base` is 64-byte aligned and points to `layout.bytes()` bytes of ring memory
+    /// `base` is 128-byte aligned and points to `layout.bytes()` bytes of ring memory
     /// that stays mapped while the returned value is used.
     unsafe fn new(base: *mut u8, layout: RingLayout) -> Raw {
         Raw {
@@ -134,7 +176,7 @@ impl Producer {
     ///
     /// # Safety
     ///
-    /// As for the ring memory in general: `base` 64-byte aligned, `layout.bytes()` bytes,
+    /// As for the ring memory in general: `base` 128-byte aligned, `layout.bytes()` bytes,
     /// mapped while the producer lives; at most one producer per ring.
     pub unsafe fn new(base: *mut u8, layout: RingLayout) -> Producer {
         Producer {
@@ -210,7 +252,7 @@ impl Producer {
         for p in parts {
             // SAFETY: `dst` has room for `len` bytes (inline limit or reservation), and
             // the source is a live slice that cannot overlap the ring we alone write.
-            unsafe { ptr::copy_nonoverlapping(p.as_ptr(), dst.add(off), p.len()) };
+            unsafe { copy_bytes(p.as_ptr(), dst.add(off), p.len()) };
             off += p.len();
         }
         // SAFETY: header fields of our released slot; published by the release store.
@@ -231,34 +273,64 @@ impl Producer {
 pub struct Record {
     /// The tag it was sent with.
     pub tag: u8,
-    segs: [(*const u8, usize); crate::MAX_SEGMENTS],
     nseg: usize,
+    /// Start of the payload.
+    data: *const u8,
+    len: usize,
+    /// The segment lengths (u32 each) when there are several.
+    table: *const u8,
     data_end: Option<u64>,
 }
 
 impl Record {
-    /// The segments as slices.
+    /// Number of segments.
+    pub fn segment_count(&self) -> usize {
+        self.nseg
+    }
+
+    /// The whole payload as one slice (all segments, in order).
     ///
     /// # Safety
     ///
-    /// Use them only before the record is released: after that the producer may
+    /// Use it only before the record is released: after that the producer may
     /// overwrite the memory.
+    pub unsafe fn payload<'a>(&self) -> &'a [u8] {
+        // SAFETY: (data, len) lies inside the ring's published, unreleased record.
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
+    }
+
+    /// The segments as slices, into `out`; their number.
+    ///
+    /// # Safety
+    ///
+    /// As [`Record::payload`].
     pub unsafe fn segments(&self, out: &mut [&[u8]; crate::MAX_SEGMENTS]) -> usize {
-        for (i, &(p, l)) in self.segs[..self.nseg].iter().enumerate() {
-            // SAFETY: (p, l) lies inside the ring's published, unreleased record.
-            out[i] = unsafe { std::slice::from_raw_parts(p, l) };
+        // SAFETY: forwarded contract.
+        let all = unsafe { self.payload() };
+        if self.nseg == 1 {
+            out[0] = all;
+            return 1;
+        }
+        let mut rest = all;
+        for (i, o) in out.iter_mut().enumerate().take(self.nseg) {
+            // SAFETY: the table holds `nseg` u32 lengths, written before publication.
+            let l = (unsafe { self.table.add(i * 4).cast::<u32>().read_unaligned() } as usize)
+                .min(rest.len());
+            let (seg, tail) = rest.split_at(l);
+            *o = seg;
+            rest = tail;
         }
         self.nseg
     }
 
     /// Total bytes.
     pub fn len(&self) -> usize {
-        self.segs[..self.nseg].iter().map(|s| s.1).sum()
+        self.len
     }
 
     /// Whether it holds no bytes.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.len == 0
     }
 }
 
@@ -301,16 +373,14 @@ impl Consumer {
             let tag = ptr::addr_of!((*slot).tag).read();
             let nseg =
                 usize::from(ptr::addr_of!((*slot).nseg).read()).clamp(1, crate::MAX_SEGMENTS);
-            let mut segs = [(ptr::null(), 0); crate::MAX_SEGMENTS];
             if ptr::addr_of!((*slot).inline).read() != 0 {
-                segs[0] = (
-                    ptr::addr_of!((*slot).bytes).cast::<u8>(),
-                    len.min(INLINE_MAX),
-                );
+                let data = ptr::addr_of!((*slot).bytes).cast::<u8>();
                 return Some(Record {
                     tag,
-                    segs,
                     nseg: 1,
+                    data,
+                    len: len.min(INLINE_MAX),
+                    table: ptr::null(),
                     data_end: None,
                 });
             }
@@ -318,23 +388,13 @@ impl Consumer {
             let pos = ptr::addr_of!((*slot).data_pos).read();
             let table = seg_table_bytes(nseg);
             let need = round_up(table + len, LINE) as u64;
-            let at = self.raw.data.add((pos % size) as usize);
-            let mut p = at.add(table).cast_const();
-            let mut left = len;
-            for (i, s) in segs.iter_mut().enumerate().take(nseg) {
-                let l = if nseg > 1 {
-                    (at.add(i * 4).cast::<u32>().read_unaligned() as usize).min(left)
-                } else {
-                    len
-                };
-                *s = (p, l);
-                p = p.add(l);
-                left -= l;
-            }
+            let at = self.raw.data.add((pos % size) as usize).cast_const();
             Some(Record {
                 tag,
-                segs,
                 nseg,
+                data: at.add(table),
+                len,
+                table: at,
                 data_end: Some(pos + need),
             })
         }
@@ -357,8 +417,8 @@ mod tests {
     use super::*;
 
     fn ring(layout: RingLayout) -> (Vec<u64>, Producer, Consumer) {
-        let mut mem = vec![0u64; layout.bytes() / 8 + 8];
-        let base = (mem.as_mut_ptr() as usize).next_multiple_of(64) as *mut u8;
+        let mut mem = vec![0u64; layout.bytes() / 8 + 16];
+        let base = (mem.as_mut_ptr() as usize).next_multiple_of(128) as *mut u8;
         // SAFETY: `mem` outlives producer and consumer in every test (returned first,
         // dropped last); one producer and one consumer.
         let (p, c) = unsafe { (Producer::new(base, layout), Consumer::new(base, layout)) };

@@ -1,0 +1,104 @@
+//! The table of live requests: a slab indexed by the low half of the request id, with
+//! a generation in the high half so that a stale id never finds a newer request.
+
+use super::state::Req;
+
+/// A request id.
+pub type ReqId = u64;
+
+/// Live requests.
+#[derive(Default)]
+pub struct Requests {
+    slots: Vec<(u32, Option<Req>)>,
+    free: Vec<u32>,
+}
+
+fn split(id: ReqId) -> (usize, u32) {
+    ((id & 0xffff_ffff) as usize, (id >> 32) as u32)
+}
+
+impl Requests {
+    /// Add a request; its id.
+    pub fn insert(&mut self, req: Req) -> ReqId {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.slots.push((0, None));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let slot = &mut self.slots[index as usize];
+        slot.0 = slot.0.wrapping_add(1);
+        slot.1 = Some(req);
+        (u64::from(slot.0) << 32) | u64::from(index)
+    }
+
+    /// The request `id`, if live.
+    pub fn get(&self, id: ReqId) -> Option<&Req> {
+        let (i, generation) = split(id);
+        match self.slots.get(i) {
+            Some((g, Some(r))) if *g == generation => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The request `id`, if live, writable.
+    pub fn get_mut(&mut self, id: ReqId) -> Option<&mut Req> {
+        let (i, generation) = split(id);
+        match self.slots.get_mut(i) {
+            Some((g, Some(r))) if *g == generation => Some(r),
+            _ => None,
+        }
+    }
+
+    /// Take request `id` out.
+    pub fn remove(&mut self, id: ReqId) -> Option<Req> {
+        let (i, generation) = split(id);
+        match self.slots.get_mut(i) {
+            Some((g, r @ Some(_))) if *g == generation => {
+                self.free.push(i as u32);
+                r.take()
+            }
+            _ => None,
+        }
+    }
+
+    /// Every live request with its id.
+    pub fn iter(&self) -> impl Iterator<Item = (ReqId, &Req)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (g, r))| r.as_ref().map(|r| ((u64::from(*g) << 32) | i as u64, r)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::msg::Status;
+
+    fn req() -> Req {
+        Req {
+            outcome: None,
+            peer: None,
+            handle: None,
+            status: Status {
+                source: 0,
+                tag: 0,
+                len: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn stale_ids_find_nothing() {
+        let mut r = Requests::default();
+        let a = r.insert(req());
+        assert!(r.get(a).is_some());
+        assert!(r.remove(a).is_some());
+        let b = r.insert(req());
+        assert_ne!(a, b, "the slot is reused under a new generation");
+        assert!(r.get(a).is_none() && r.get_mut(a).is_none() && r.remove(a).is_none());
+        assert_eq!(r.iter().map(|(id, _)| id).collect::<Vec<_>>(), vec![b]);
+    }
+}
