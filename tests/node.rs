@@ -365,7 +365,7 @@ fn expect_all_ok(role: &str, ranks: u32, env: &[(&str, &str)]) {
 
 #[test]
 fn sm_contract_two_ranks_cross_memory_attach() {
-    expect_all_ok("sm_contract", 2, &[("RBTL_BTL_SM_SINGLE_COPY", "cma")]);
+    expect_all_ok("sm_contract", 2, &[("RBTL_BTL_SM_RDMA", "cma")]);
 }
 
 #[test]
@@ -374,7 +374,7 @@ fn sm_contract_four_ranks_copy_through_rings_small_rings() {
         "sm_contract",
         4,
         &[
-            ("RBTL_BTL_SM_SINGLE_COPY", "copy"),
+            ("RBTL_BTL_SM_RDMA", "copy"),
             ("RBTL_BTL_SM_RING_SLOTS", "16"),
             ("RBTL_BTL_SM_RING_BYTES", "160k"),
             ("RBTL_BTL_SM_FREE_LIST_MAX", "4"),
@@ -385,7 +385,7 @@ fn sm_contract_four_ranks_copy_through_rings_small_rings() {
 #[test]
 fn message_layer_two_and_four_ranks() {
     expect_all_ok("msg", 2, &[]);
-    expect_all_ok("msg", 4, &[("RBTL_BTL_SM_SINGLE_COPY", "copy")]);
+    expect_all_ok("msg", 4, &[("RBTL_BTL_SM_RDMA", "cma")]);
 }
 
 #[test]

@@ -49,8 +49,8 @@ pub use handle::{check_range, MemHandle, ModuleId, RemoteHandle};
 pub use modex::{Modex, SingletonModex};
 pub use module::{
     compare_swap, rdma_flags, AmCallback, AtomicOp, Endpoint, ErrorCallback, ErrorEvent, Module,
-    Proc, RdmaCallback, RdmaCompletion, SendError, SendOutcome, SendiOutcome, GET_REMOTE,
-    PUT_REMOTE,
+    Proc, RdmaCallback, RdmaCompletion, SendError, SendOutcome, SendiOutcome, SharedMem,
+    GET_REMOTE, PUT_REMOTE,
 };
 pub use rbtl_rcache::Access;
 pub use tag::Tag;

@@ -64,6 +64,15 @@ pub struct ErrorEvent {
 /// The error callback.
 pub type ErrorCallback = Box<dyn FnMut(&ErrorEvent) + Send>;
 
+/// Memory from [`Module::alloc_shared`].
+#[derive(Clone, Copy, Debug)]
+pub struct SharedMem {
+    /// Its start in this process.
+    pub ptr: *mut u8,
+    /// Its length.
+    pub len: usize,
+}
+
 /// What `send` did with the descriptor.
 #[derive(Debug)]
 pub enum SendOutcome {
@@ -323,6 +332,29 @@ pub trait Module: Send {
         _callback: RdmaCallback,
     ) -> Result<()> {
         Err(Error::NotSupported("atomic_cswap"))
+    }
+
+    /// Memory that peers reach with plain loads and stores through
+    /// [`Module::map_remote`] (Open MPI: the shared segment behind `osc/sm` windows);
+    /// `None` where the transport has none or it is used up. It lives, and stays
+    /// allocated, as long as the module. Register it like any memory to hand it out.
+    fn alloc_shared(&mut self, _len: usize) -> Result<Option<SharedMem>> {
+        Ok(None)
+    }
+
+    /// A local pointer to `[remote, remote+len)` of the peer's memory named by
+    /// `remote_handle`, when that memory came from the peer's `alloc_shared`, after the
+    /// checks a put or get needing `access` would make. Loads and stores through it are
+    /// the peer's memory; order them with atomics or fences.
+    fn map_remote(
+        &mut self,
+        _endpoint: Endpoint,
+        _remote: u64,
+        _remote_handle: &RemoteHandle,
+        _len: usize,
+        _access: Access,
+    ) -> Result<Option<*mut u8>> {
+        Ok(None)
     }
 
     /// Complete every put, get and atomic started so far on `endpoint` (or all

@@ -1,38 +1,83 @@
-//! One-sided windows: memory each rank exposes, reached by put and get through the
-//! transports' RDMA (Open MPI: `osc/rdma` over the BTLs).
+//! One-sided windows: memory each rank exposes, reached by put and get.
+//!
+//! Where a transport can share memory ([`Module::alloc_shared`](rbtl_btl::Module), the
+//! `sm` segment's heap), the window lives there and peers on the node map it: a put is
+//! a store and a get a load, checked once against the registration when the window is
+//! made (Open MPI: `osc/sm`). Other peers are reached through the transports' put and
+//! get (Open MPI: `osc/rdma` over the BTLs).
 
 use super::{Comm, Error, Result};
 use rbtl_btl::{Access, MemHandle, Order, RemoteHandle};
 use rbtl_mpool::Region;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Operations at or below this size go through a registered staging buffer; larger
 /// ones register the caller's buffer (a registration-cache hit when reused).
 const STAGING: usize = 64 << 10;
 
+/// Where a window's memory lives.
+enum Memory {
+    Private(Region),
+    Shared(rbtl_btl::SharedMem),
+}
+
+impl Memory {
+    fn ptr(&self) -> *mut u8 {
+        match self {
+            Memory::Private(r) => r.as_ptr(),
+            Memory::Shared(s) => s.ptr,
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Memory::Private(r) => r.len(),
+            Memory::Shared(s) => s.len,
+        }
+    }
+}
+
 /// Memory exposed to every rank, and what is needed to reach theirs.
 pub struct Window {
-    mem: Region,
+    mem: Memory,
     staging: Region,
     /// Per module: registrations of `mem` and `staging`.
     handles: Vec<(MemHandle, MemHandle)>,
-    /// Per rank: address and handle of its window (from the module that routes to it).
-    peers: Vec<(u64, RemoteHandle)>,
+    /// Per rank: address, length and handle of its window (from the module that routes
+    /// to it), and a direct mapping of it where there is one.
+    peers: Vec<Peer>,
     done: Arc<AtomicUsize>,
+}
+
+struct Peer {
+    addr: u64,
+    len: usize,
+    handle: RemoteHandle,
+    direct: Option<*mut u8>,
 }
 
 impl Window {
     /// Allocate `len` bytes on every rank (a collective call) and exchange handles.
     pub fn allocate(comm: &mut Comm, len: usize) -> Result<Window> {
-        let mem = Region::anonymous(len.max(1)).map_err(rbtl_btl::Error::from)?;
+        let len = len.max(1);
+        let mut shared = None;
+        for m in comm.modules.iter_mut() {
+            if let Some(s) = m.alloc_shared(len)? {
+                shared = Some(s);
+                break;
+            }
+        }
+        let mem = match shared {
+            Some(s) => Memory::Shared(s),
+            None => Memory::Private(Region::anonymous(len).map_err(rbtl_btl::Error::from)?),
+        };
         let staging = Region::anonymous(STAGING).map_err(rbtl_btl::Error::from)?;
         let mut handles = Vec::new();
         for m in comm.modules.iter_mut() {
             // SAFETY: both regions live in the window, whose Drop releases the handles
             // before the regions are unmapped.
-            let h =
-                unsafe { m.register_mem(None, mem.as_ptr() as usize, mem.len(), Access::all()) }?;
+            let h = unsafe { m.register_mem(None, mem.ptr() as usize, mem.len(), Access::all()) }?;
             // SAFETY: as above.
             let s =
                 unsafe { m.register_mem(None, staging.as_ptr() as usize, STAGING, Access::all()) }?;
@@ -43,20 +88,40 @@ impl Window {
         let mut blobs = Vec::with_capacity(comm.size as usize);
         for r in 0..comm.size {
             let (mi, _) = comm.route(r)?;
-            let mut b = (mem.as_ptr() as u64).to_le_bytes().to_vec();
+            let mut b = (mem.ptr() as u64).to_le_bytes().to_vec();
+            b.extend_from_slice(&(mem.len() as u64).to_le_bytes());
             b.extend_from_slice(handles[mi].0.remote().as_bytes());
             blobs.push(b);
         }
         let got = comm.alltoall(&blobs)?;
         for (r, b) in got.into_iter().enumerate() {
-            if b.len() < 8 {
+            if b.len() < 16 {
                 return Err(Error::Btl(rbtl_btl::Error::Modex(format!(
                     "window handle of rank {r} is {} bytes",
                     b.len()
                 ))));
             }
             let addr = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-            peers.push((addr, RemoteHandle::from_bytes(&b[8..])?));
+            let len = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")) as usize;
+            let handle = RemoteHandle::from_bytes(&b[16..])?;
+            let direct = if r as u32 == comm.rank {
+                Some(mem.ptr())
+            } else {
+                let (mi, ep) = comm.route(r as u32)?;
+                comm.modules[mi].map_remote(
+                    ep,
+                    addr,
+                    &handle,
+                    len,
+                    Access::REMOTE_READ | Access::REMOTE_WRITE,
+                )?
+            };
+            peers.push(Peer {
+                addr,
+                len,
+                handle,
+                direct,
+            });
         }
         Ok(Window {
             mem,
@@ -69,7 +134,7 @@ impl Window {
 
     /// This rank's window memory.
     pub fn as_ptr(&self) -> *mut u8 {
-        self.mem.as_ptr()
+        self.mem.ptr()
     }
 
     /// Its length.
@@ -79,7 +144,14 @@ impl Window {
 
     /// Whether it is empty.
     pub fn is_empty(&self) -> bool {
-        self.mem.is_empty()
+        self.mem.len() == 0
+    }
+
+    /// Whether `target`'s window is reached with plain loads and stores.
+    pub fn is_direct(&self, target: u32) -> bool {
+        self.peers
+            .get(target as usize)
+            .is_some_and(|p| p.direct.is_some())
     }
 
     /// Copy of bytes of this rank's window (peers may write it at any time; read after
@@ -88,11 +160,7 @@ impl Window {
         assert!(offset + out.len() <= self.mem.len(), "read past the window");
         // SAFETY: inside our mapping; raw copy, as peers write it behind our back.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.mem.as_ptr().add(offset),
-                out.as_mut_ptr(),
-                out.len(),
-            )
+            std::ptr::copy_nonoverlapping(self.mem.ptr().add(offset), out.as_mut_ptr(), out.len())
         };
     }
 
@@ -136,8 +204,26 @@ impl Window {
         put: bool,
     ) -> Result<()> {
         let (mi, ep) = comm.route(target)?;
-        let (raddr, rh) = self.peers[target as usize];
-        let remote = raddr + offset as u64;
+        let peer = &self.peers[target as usize];
+        let remote = peer.addr + offset as u64;
+        if let Some(base) = peer.direct {
+            rbtl_btl::check_range("remote", remote, len, peer.addr, peer.len)?;
+            // SAFETY: the range lies inside the target's window (checked just now),
+            // which `map_remote` mapped here for the window's life; the caller's buffer
+            // holds `len` bytes. A put is a store, a get a load, ordered by the fences.
+            unsafe {
+                let at = base.add(offset);
+                if put {
+                    rbtl_btl::sm::ring::copy_bytes(buf, at, len);
+                    fence(Ordering::Release);
+                } else {
+                    fence(Ordering::Acquire);
+                    rbtl_btl::sm::ring::copy_bytes(at, buf, len);
+                }
+            }
+            return Ok(());
+        }
+        let rh = peer.handle;
         let staged = len <= STAGING;
         let own;
         let (local, handle) = if staged {
