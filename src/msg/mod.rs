@@ -119,6 +119,11 @@ pub struct Comm {
     signals: Arc<state::Signals>,
     /// Per rank: the module and endpoint that reach it (fixed after init).
     routes: Vec<(usize, Endpoint)>,
+    /// Per module: whether it reaches another rank (then it is always progressed),
+    /// and whether work was started on it lately (a module that reaches only this
+    /// process, `self`, is progressed only then: the poll loop is the latency).
+    remote: Vec<bool>,
+    dirty: Vec<bool>,
     job: Job,
 }
 
@@ -177,6 +182,13 @@ impl Comm {
                 tried,
             });
         }
+        let mut remote = vec![false; modules.len()];
+        for (rank, r) in state.route.iter().enumerate() {
+            if let Some((mi, _)) = r {
+                remote[*mi] |= rank as u32 != job.rank;
+            }
+        }
+        let dirty = vec![true; modules.len()];
         let routes: Vec<(usize, Endpoint)> = state
             .route
             .iter()
@@ -196,6 +208,8 @@ impl Comm {
             state,
             signals,
             routes,
+            remote,
+            dirty,
             job,
         })
     }
@@ -221,7 +235,8 @@ impl Comm {
         &mut self.modules
     }
 
-    fn route(&self, rank: u32) -> Result<(usize, Endpoint)> {
+    /// The module and endpoint for `rank`; marks the module as having work.
+    fn route(&mut self, rank: u32) -> Result<(usize, Endpoint)> {
         if rank >= self.size {
             return Err(Error::BadRank(rank, self.size));
         }
@@ -233,14 +248,20 @@ impl Comm {
                 });
             }
         }
-        Ok(self.routes[rank as usize])
+        let route = self.routes[rank as usize];
+        self.dirty[route.0] = true;
+        Ok(route)
     }
 
     /// Drive every transport once, then retry what waited for room.
     pub fn progress(&mut self) -> usize {
         let mut n = 0;
-        for m in self.modules.iter_mut() {
-            n += m.progress();
+        for (i, m) in self.modules.iter_mut().enumerate() {
+            if self.remote[i] || self.dirty[i] {
+                let k = m.progress();
+                self.dirty[i] = k > 0;
+                n += k;
+            }
         }
         if self.signals.deferred.load(Ordering::Acquire) == 0 {
             return n;
@@ -251,7 +272,8 @@ impl Comm {
             let Some(d) = s.deferred.pop_front() else {
                 break;
             };
-            self.signals.deferred.fetch_sub(1, Ordering::Release);
+            state::bump(&self.signals.deferred, -1);
+            self.dirty[d.module] = true;
             let m = self.modules[d.module].as_mut();
             match m.sendi(
                 d.endpoint,
@@ -271,7 +293,7 @@ impl Comm {
                 Err(rbtl_btl::Error::OutOfResource(_)) => {
                     // Keep the order: this one and everything behind it wait.
                     s.deferred.push_front(d);
-                    self.signals.deferred.fetch_add(1, Ordering::Release);
+                    state::bump(&self.signals.deferred, 1);
                     break;
                 }
                 Err(e) => tracing::warn!(%e, "dropping a deferred message"),
@@ -337,7 +359,7 @@ impl Comm {
             handle: *handle.remote(),
         };
         if let Some(r) = s.reqs.get_mut(req) {
-            r.handle = Some(handle);
+            r.handle = Some(Box::new(handle));
             r.status = Status {
                 source: self.rank,
                 tag,
@@ -375,11 +397,32 @@ impl Comm {
         src: Option<u32>,
         tag: Option<i32>,
     ) -> Result<ReqId> {
+        // SAFETY: forwarded from the callers' contracts.
+        unsafe { self.post_recv(buf, cap, src, tag, false) }
+    }
+
+    /// Post a receive (the blocking one outside the request table).
+    ///
+    /// # Safety
+    ///
+    /// As [`Comm::irecv_raw`].
+    unsafe fn post_recv(
+        &mut self,
+        buf: *mut u8,
+        cap: usize,
+        src: Option<u32>,
+        tag: Option<i32>,
+        blocking: bool,
+    ) -> Result<ReqId> {
         if let Some(s) = src {
             self.route(s)?;
         }
         let mut s = lock(&self.state);
-        let req = s.new_req(src);
+        let req = if blocking {
+            s.new_blocking(src)
+        } else {
+            s.new_req(src)
+        };
         let posted = Posted {
             req,
             src,
@@ -408,13 +451,7 @@ impl Comm {
 
     /// The outcome of `req` if it has completed (then the request is gone).
     pub fn test(&mut self, req: ReqId) -> Option<Result<Status>> {
-        let mut s = lock(&self.state);
-        let done = s.reqs.get(req)?.outcome.is_some();
-        if done {
-            s.reqs.remove(req).and_then(|r| r.outcome)
-        } else {
-            None
-        }
+        lock(&self.state).take_outcome(req)
     }
 
     /// Progress until `req` completes. After [`SPIN_BEFORE_YIELD`] idle rounds it
@@ -422,7 +459,7 @@ impl Comm {
     pub fn wait(&mut self, req: ReqId) -> Result<Status> {
         let mut idle = 0u32;
         // Look at the request only when some request has completed since the last look.
-        let mut seen = u64::MAX;
+        let mut seen = usize::MAX;
         loop {
             let completed = self.signals.completed.load(Ordering::Acquire);
             if completed != seen {
@@ -477,8 +514,13 @@ impl Comm {
 
     /// Receive into `buf` from `src` with `tag`.
     pub fn recv(&mut self, buf: &mut [u8], src: Option<u32>, tag: Option<i32>) -> Result<Status> {
+        if let Some(t) = tag.filter(|t| *t < 0) {
+            return Err(Error::BadTag(t));
+        }
+        // The request lives outside the table: a blocking receive is the common case
+        // of latency-bound codes.
         // SAFETY: `buf` is borrowed mutably until wait returns.
-        let req = unsafe { self.irecv_raw(buf.as_mut_ptr(), buf.len(), src, tag) }?;
+        let req = unsafe { self.post_recv(buf.as_mut_ptr(), buf.len(), src, tag, true) }?;
         self.wait(req)
     }
 

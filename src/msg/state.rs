@@ -9,10 +9,14 @@ use rbtl_btl::{
 };
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub use super::requests::ReqId;
+
+/// The id of the blocking receive's request (table ids are never 0: their generation
+/// starts at 1).
+pub const BLOCKING: ReqId = 0;
 use super::requests::Requests;
 
 /// A receive waiting for its message.
@@ -51,7 +55,8 @@ pub struct Req {
     /// The peer it involves (None: a receive from any source).
     pub peer: Option<u32>,
     /// A registration to release when it completes (rendezvous buffers).
-    pub handle: Option<MemHandle>,
+    /// (Boxed: a handle is a few hundred bytes, and every request would carry them.)
+    pub handle: Option<Box<MemHandle>>,
     /// What a send reports when its rendezvous finishes.
     pub status: Status,
 }
@@ -64,11 +69,13 @@ pub struct Deferred {
     pub bytes: Vec<u8>,
 }
 
-/// Counters the user's side reads without taking the lock.
+/// Counters the user's side reads without borrowing the state. Only the thread that
+/// holds the `Comm` writes them (see [`Local`]), so they are bumped with a plain load
+/// and store, not a locked read-modify-write.
 #[derive(Debug, Default)]
 pub struct Signals {
     /// Requests completed so far.
-    pub completed: AtomicU64,
+    pub completed: AtomicUsize,
     /// Messages waiting in `deferred`.
     pub deferred: AtomicUsize,
     /// Peers known to have failed.
@@ -89,6 +96,8 @@ pub struct State {
     pub reqs: Requests,
     /// Ranks known to have failed, and why.
     pub failed: HashMap<u32, String>,
+    /// The request of the blocking receive in progress, if any (id [`BLOCKING`]).
+    pub blocking: Option<Req>,
     /// Messages waiting for room, in order per destination.
     pub deferred: VecDeque<Deferred>,
 }
@@ -124,7 +133,54 @@ pub fn lock(s: &Shared) -> std::cell::RefMut<'_, State> {
     s.0.borrow_mut()
 }
 
+/// Add `by` to a counter only this thread writes.
+pub fn bump(counter: &AtomicUsize, by: isize) {
+    let v = counter.load(Ordering::Relaxed);
+    counter.store(v.wrapping_add_signed(by), Ordering::Release);
+}
+
 impl State {
+    /// The request `id` (including the blocking one).
+    pub fn req_mut(&mut self, id: ReqId) -> Option<&mut Req> {
+        if id == BLOCKING {
+            self.blocking.as_mut()
+        } else {
+            self.reqs.get_mut(id)
+        }
+    }
+
+    /// The outcome of request `id` if it has completed; the request is then gone.
+    pub fn take_outcome(&mut self, id: ReqId) -> Option<Result<Status, Error>> {
+        if id == BLOCKING {
+            if self.blocking.as_ref()?.outcome.is_some() {
+                return self.blocking.take().and_then(|r| r.outcome);
+            }
+            return None;
+        }
+        if self.reqs.get(id)?.outcome.is_some() {
+            self.reqs.remove(id).and_then(|r| r.outcome)
+        } else {
+            None
+        }
+    }
+
+    /// The request of a blocking receive: there is at most one (a blocking call holds
+    /// the `Comm`), so it lives outside the table.
+    pub fn new_blocking(&mut self, peer: Option<u32>) -> ReqId {
+        let status = Status {
+            source: 0,
+            tag: 0,
+            len: 0,
+        };
+        self.blocking = Some(Req {
+            outcome: None,
+            peer,
+            handle: None,
+            status,
+        });
+        BLOCKING
+    }
+
     /// A new request involving `peer`.
     pub fn new_req(&mut self, peer: Option<u32>) -> ReqId {
         let status = Status {
@@ -142,10 +198,10 @@ impl State {
 
     /// Finish request `req` (releasing what it kept).
     pub fn complete(&mut self, req: ReqId, outcome: Result<Status, Error>) {
-        if let Some(r) = self.reqs.get_mut(req) {
+        if let Some(r) = self.req_mut(req) {
             r.handle = None;
             r.outcome.get_or_insert(outcome);
-            self.signals.completed.fetch_add(1, Ordering::Release);
+            bump(&self.signals.completed, 1);
         }
     }
 
@@ -183,7 +239,7 @@ impl State {
         let mut bytes = Vec::with_capacity(header.len() + payload.len());
         bytes.extend_from_slice(header);
         bytes.extend_from_slice(payload);
-        self.signals.deferred.fetch_add(1, Ordering::Release);
+        bump(&self.signals.deferred, 1);
         self.deferred.push_back(Deferred {
             module,
             endpoint: ep,
@@ -320,8 +376,8 @@ impl State {
             done,
         ) {
             Ok(()) => {
-                if let Some(r) = self.reqs.get_mut(p.req) {
-                    r.handle = Some(handle);
+                if let Some(r) = self.req_mut(p.req) {
+                    r.handle = Some(Box::new(handle));
                 }
             }
             Err(e) => {
@@ -334,13 +390,20 @@ impl State {
     /// A peer failed: fail what involves it.
     pub fn peer_failed(&mut self, rank: u32, why: String) {
         self.failed.insert(rank, why.clone());
-        self.signals.failed.fetch_add(1, Ordering::Release);
-        let ids: Vec<ReqId> = self
+        bump(&self.signals.failed, 1);
+        let mut ids: Vec<ReqId> = self
             .reqs
             .iter()
             .filter(|(_, r)| r.outcome.is_none() && r.peer == Some(rank))
             .map(|(id, _)| id)
             .collect();
+        if self
+            .blocking
+            .as_ref()
+            .is_some_and(|r| r.outcome.is_none() && r.peer == Some(rank))
+        {
+            ids.push(BLOCKING);
+        }
         for id in ids {
             self.complete(
                 id,

@@ -155,7 +155,7 @@ impl Component for SmComponent {
         Attributes::register_params(registry, NAME, &default_attributes())?;
         let d = Settings::default();
         registry
-            .register("btl_sm_ring_slots", Value::Int(d.ring_slots as i64), "message slots per sender ring")?
+            .register("btl_sm_ring_slots", Value::Int(d.ring_slots as i64), "message slots per sender ring (rounded up to a power of two)")?
             .register("btl_sm_ring_bytes", Value::Size(d.ring_bytes), "data bytes per sender ring")?
             .register(
                 "btl_sm_max_registrations",
@@ -356,7 +356,7 @@ impl SmModule {
     /// Create this process's segment and publish it in the modex.
     pub fn new(attrs: Attributes, settings: Settings, modex: &mut dyn Modex) -> Result<SmModule> {
         let ring = RingLayout {
-            nslots: settings.ring_slots.max(2),
+            nslots: settings.ring_slots.max(2).next_power_of_two(),
             data_bytes: settings.ring_bytes.next_multiple_of(64),
         };
         let largest = attrs.max_send_size.max(settings.copy_chunk + 64);

@@ -92,7 +92,8 @@ const _: () = assert!(std::mem::size_of::<Ctrl>() == CTRL_BYTES);
 /// The shape of a ring.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RingLayout {
-    /// Number of slots.
+    /// Number of slots, a power of two (an index is reduced by a mask, not a
+    /// division: the poll loop computes one per look).
     pub nslots: usize,
     /// Bytes of the data area (a multiple of 64).
     pub data_bytes: usize,
@@ -147,8 +148,13 @@ impl Raw {
     }
 
     fn slot(&self, index: u64) -> *mut Slot {
-        // SAFETY: the index is reduced modulo nslots, so the slot lies inside the ring.
-        unsafe { self.slots.add((index % self.layout.nslots as u64) as usize) }
+        debug_assert!(self.layout.nslots.is_power_of_two());
+        // SAFETY: the index is reduced modulo nslots (a power of two), so the slot lies
+        // inside the ring.
+        unsafe {
+            self.slots
+                .add((index & (self.layout.nslots as u64 - 1)) as usize)
+        }
     }
 
     fn ctrl(&self) -> &Ctrl {

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Side by side on this machine, in one run: rbtl's `osu` suite and, where installed,
+# Open MPI (vader with and without cross-memory attach, pml ucx) and MPICH running
+# pingpong.c, our own OSU-method MPI program built with the system's mpicc. Prints,
+# per benchmark and size, every figure and rbtl's ratio to each peer (latency: ours /
+# theirs, lower is better; bandwidth: ours / theirs, higher is better), plus the
+# machine's cache-line floor.
+#
+#   benches/compare/compare.sh [-m MODES] [-M MAX_SIZE]
+#     MODES: any of "lat bw bibw put_lat get_lat" (default: all), MAX_SIZE default 4 MiB
+#
+# Install the peers with:
+#   apt-get install -y --no-install-recommends openmpi-bin libopenmpi-dev mpich libmpich-dev
+# Nothing else should run meanwhile: two cores serve both ranks.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+MODES="lat bw bibw put_lat get_lat"
+MAX=4194304
+while getopts "m:M:" o; do
+    case $o in
+        m) MODES=$OPTARG ;;
+        M) MAX=$OPTARG ;;
+        *) sed -n '2,15p' "$0"; exit 2 ;;
+    esac
+done
+OUT=target/compare
+mkdir -p "$OUT"
+cargo build --release --quiet --bin osu
+gcc -O2 -o "$OUT/cacheline" benches/compare/cacheline.c
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+OMPI="mpirun.openmpi --allow-run-as-root --oversubscribe -np 2 --bind-to core --mca oob_tcp_if_include lo"
+UCX_ANY="--mca pml_ucx_tls any --mca pml_ucx_devices any --mca osc_ucx_tls any --mca osc_ucx_devices any"
+SYSTEMS=(rbtl)
+if command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null; then
+    mpicc.openmpi -O2 -o "$OUT/pingpong.openmpi" benches/compare/pingpong.c
+    SYSTEMS+=(ompi_vader ompi_vader_nocma)
+    ompi_info 2>/dev/null | grep -q "pml: ucx" && SYSTEMS+=(ompi_ucx)
+fi
+if command -v mpicc.mpich >/dev/null && command -v mpiexec.mpich >/dev/null; then
+    mpicc.mpich -O2 -o "$OUT/pingpong.mpich" benches/compare/pingpong.c
+    SYSTEMS+=(mpich)
+fi
+
+# The command that runs one system in one mode.
+command_for() {
+    local sys=$1 mode=$2
+    case $sys in
+        rbtl)
+            local sub
+            case $mode in lat) sub=latency ;; put_lat) sub=put-latency ;; get_lat) sub=get-latency ;; *) sub=$mode ;; esac
+            echo "target/release/osu $sub --max-size $MAX" ;;
+        ompi_vader) echo "$OMPI --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism cma $OUT/pingpong.openmpi $mode -M $MAX" ;;
+        ompi_vader_nocma) echo "$OMPI --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism none $OUT/pingpong.openmpi $mode -M $MAX" ;;
+        ompi_ucx) echo "$OMPI --mca pml ucx $UCX_ANY $OUT/pingpong.openmpi $mode -M $MAX" ;;
+        mpich) echo "mpiexec.mpich -n 2 -bind-to core $OUT/pingpong.mpich $mode -M $MAX" ;;
+    esac
+}
+
+echo "# $(date -u '+%Y-%m-%dT%H:%M:%SZ') $(uptime | sed 's/.*load/load/')"
+echo "# $("$OUT/cacheline") (one cache line between cores 0 and 1, one way; ~37 near, ~160 far)"
+for mode in $MODES; do
+    for sys in "${SYSTEMS[@]}"; do
+        # Rows only: "size value".
+        if ! $(command_for "$sys" "$mode") 2>"$OUT/$sys.$mode.err" | grep -v '^#' >"$OUT/$sys.$mode.txt"; then
+            echo "# $sys $mode failed: $(tail -1 "$OUT/$sys.$mode.err")"
+        fi
+    done
+    case $mode in lat | put_lat | get_lat) unit="us, ratio = rbtl/peer (lower is better)" ;; *) unit="MB/s, ratio = rbtl/peer (higher is better)" ;; esac
+    echo
+    echo "## $mode ($unit)"
+    header="size"
+    files=()
+    for sys in "${SYSTEMS[@]}"; do
+        header+=" $sys"
+        [ "$sys" != rbtl ] && header+=" ratio"
+        files+=("$OUT/$sys.$mode.txt")
+    done
+    echo "$header"
+    # Join the systems' rows on size, in rbtl's order of sizes.
+    awk -v n="${#files[@]}" '
+        FNR == 1 { f++ }
+        NF >= 2 { v[f, $1] = $2; if (f == 1) sizes[++ns] = $1 }
+        END {
+            for (i = 1; i <= ns; i++) {
+                s = sizes[i]; line = s " " v[1, s]
+                for (k = 2; k <= n; k++) {
+                    if ((k, s) in v && v[k, s] > 0) line = line sprintf(" %s %.2f", v[k, s], v[1, s] / v[k, s])
+                    else line = line " - -"
+                }
+                print line
+            }
+        }' "${files[@]}" | column -t
+done
