@@ -78,7 +78,11 @@ fn role_sm_contract() {
 fn role_msg() {
     let mut comm = Comm::init(&[]).unwrap();
     let (me, n) = (comm.rank(), comm.size());
-    let eager = comm.modules()[0].attributes().eager_limit;
+    let eager = comm
+        .modules()
+        .map(|m| m.attributes().eager_limit)
+        .min()
+        .unwrap();
     let pattern = |src: u32, i: usize, len: usize| (src as usize * 131 + i * 7 + len) as u8;
     // Every rank sends a mix of sizes around the eager limit to every other, tags
     // counting up; half the receives are posted before the sends, half after.
@@ -181,6 +185,14 @@ fn role_msg() {
             comm.send(&vec![1u8; len], 0, 9).unwrap();
         }
     }
+    // A request is waited for once; a second wait is an error, not a hang.
+    let out = [5u8; 4];
+    // SAFETY: `out` outlives the request, which is waited for below.
+    let req = unsafe { comm.isend_raw(out.as_ptr(), out.len(), me, 3) }.unwrap();
+    let mut inb = [0u8; 4];
+    comm.recv(&mut inb, Some(me), Some(3)).unwrap();
+    comm.wait(req).unwrap();
+    assert!(matches!(comm.wait(req), Err(Error::UnknownRequest(_))));
     // Messages to itself go through the self transport.
     assert_eq!(comm.transport_to(me), Some("self"));
     let mut back = [0u8; 3];

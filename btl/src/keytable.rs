@@ -151,6 +151,9 @@ impl KeyTable {
         let index = self.free.pop()?;
         let slot = self.view.slot(index as usize);
         let generation = (slot.state.load(Ordering::Relaxed) >> 1) + 1;
+        // The dead state (stored when the slot was removed) must be visible before the
+        // new fields, or a checker could pair an old key with them.
+        std::sync::atomic::fence(Ordering::Release);
         slot.base.store(base as u64, Ordering::Relaxed);
         slot.len.store(len as u64, Ordering::Relaxed);
         slot.access.store(access.bits(), Ordering::Relaxed);

@@ -55,7 +55,8 @@ pub enum Error {
     /// From the process manager.
     #[error(transparent)]
     Pmi(#[from] crate::pmi::Error),
-    /// The message does not fit the receive buffer; what fit was written.
+    /// The message does not fit the receive buffer: an eager message's first bytes
+    /// were written, a rendezvous message was not transferred at all.
     #[error("message of {len} bytes from rank {sender} (tag {tag}) does not fit the {capacity}-byte receive buffer")]
     Truncated {
         /// Sender.
@@ -91,6 +92,12 @@ pub enum Error {
     /// User tags are non-negative.
     #[error("tag {0} is negative: user tags are >= 0")]
     BadTag(i32),
+    /// A request id that is not (or no longer) live: each request is waited for once.
+    #[error("request {0:#x} is unknown or was already waited for")]
+    UnknownRequest(u64),
+    /// A window used with a communicator other than the one that made it.
+    #[error("this window belongs to another communicator")]
+    WrongComm,
 }
 
 /// Result alias.
@@ -114,6 +121,7 @@ const ALLTOALL_MAX: usize = 1024;
 pub struct Comm {
     rank: u32,
     size: u32,
+    id: u64,
     modules: Vec<Box<dyn Module>>,
     state: Shared,
     signals: Arc<state::Signals>,
@@ -201,7 +209,9 @@ impl Comm {
         }
         // Everyone has its callbacks in place before anyone sends.
         job.modex.fence()?;
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         Ok(Comm {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             rank: job.rank,
             size: job.size,
             modules,
@@ -231,8 +241,18 @@ impl Comm {
     }
 
     /// The modules in use, most exclusive first.
-    pub fn modules(&mut self) -> &mut [Box<dyn Module>] {
-        &mut self.modules
+    ///
+    /// Borrowed, never handed out by value: the message layer's callbacks live in
+    /// them, and they must stay with this `Comm` (see `state::Local`).
+    pub fn modules(&mut self) -> impl Iterator<Item = &mut dyn Module> + '_ {
+        self.modules
+            .iter_mut()
+            .map(|m| m.as_mut() as &mut dyn Module)
+    }
+
+    /// The identity of this communicator (windows check they are used with theirs).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The module and endpoint for `rank`; marks the module as having work.
@@ -288,6 +308,7 @@ impl Comm {
                     des.flags |= rbtl_btl::DesFlags::OWNERSHIP;
                     if let Err(e) = m.send(d.endpoint, des, d.tag) {
                         tracing::warn!(error = %e.error, "dropping a deferred message");
+                        let _ = m.free(e.descriptor);
                     }
                 }
                 Err(rbtl_btl::Error::OutOfResource(_)) => {
@@ -326,48 +347,51 @@ impl Comm {
         let eager = m.attributes().eager_limit;
         let mut s = lock(&self.state);
         let req = s.new_req(Some(dst));
-        let header = tag.to_le_bytes();
-        if len + protocol::EAGER_HEADER <= eager {
-            // SAFETY: the caller promised `buf` is valid for `len` bytes.
-            let data = unsafe { std::slice::from_raw_parts(buf, len) };
-            s.send_or_defer(m, mi, ep, protocol::EAGER, &header, data)?;
-            s.complete(
-                req,
-                Ok(Status {
-                    source: self.rank,
-                    tag,
-                    len,
-                }),
-            );
-            return Ok(req);
-        }
-        // SAFETY: the caller promised `buf` stays valid until the request completes,
-        // which drops the handle.
-        let handle = unsafe {
-            m.register_mem(
-                Some(ep),
-                buf as usize,
-                len,
-                Access::LOCAL_READ | Access::REMOTE_READ,
-            )
-        }?;
-        let rts = protocol::Rts {
+        let status = Status {
+            source: self.rank,
             tag,
             len,
-            sreq: req,
-            addr: buf as u64,
-            handle: *handle.remote(),
         };
-        if let Some(r) = s.reqs.get_mut(req) {
-            r.handle = Some(Box::new(handle));
-            r.status = Status {
-                source: self.rank,
-                tag,
-                len,
-            };
+        let started = if len + protocol::EAGER_HEADER <= eager {
+            // SAFETY: the caller promised `buf` is valid for `len` bytes.
+            let data = unsafe { std::slice::from_raw_parts(buf, len) };
+            // Sent or deferred, the bytes were copied: the buffer is free again.
+            s.send_or_defer(m, mi, ep, protocol::EAGER, &tag.to_le_bytes(), data)
+                .map(|()| s.complete(req, Ok(status)))
+        } else {
+            // SAFETY: the caller promised `buf` stays valid until the request
+            // completes, which drops the handle.
+            unsafe {
+                m.register_mem(
+                    Some(ep),
+                    buf as usize,
+                    len,
+                    Access::LOCAL_READ | Access::REMOTE_READ,
+                )
+            }
+            .map_err(Error::from)
+            .and_then(|handle| {
+                let rts = protocol::Rts {
+                    tag,
+                    len,
+                    sreq: req,
+                    addr: buf as u64,
+                    handle: *handle.remote(),
+                };
+                if let Some(r) = s.reqs.get_mut(req) {
+                    r.handle = Some(Box::new(handle));
+                    r.status = status;
+                }
+                s.send_or_defer(m, mi, ep, protocol::RTS, &rts.encode(), &[])
+            })
+        };
+        match started {
+            Ok(()) => Ok(req),
+            Err(e) => {
+                s.drop_req(req);
+                Err(e)
+            }
         }
-        s.send_or_defer(m, mi, ep, protocol::RTS, &rts.encode(), &[])?;
-        Ok(req)
     }
 
     /// Start receiving into `buf` from `src` (or [`ANY_SOURCE`]) with `tag` (or
@@ -556,7 +580,8 @@ impl Comm {
             let tag = BARRIER_TAG + round;
             let mut byte = [0u8; 1];
             let r = self.irecv_tagged(byte.as_mut_ptr(), 1, Some(from), Some(tag))?;
-            let s = self.isend_tagged([0u8].as_ptr(), 1, to, tag)?;
+            let zero = [0u8];
+            let s = self.isend_tagged(zero.as_ptr(), 1, to, tag)?;
             self.wait(s)?;
             self.wait(r)?;
             step *= 2;
@@ -596,7 +621,22 @@ impl Comm {
     /// Leave the job: a barrier (so no peer still reads our memory), then tell the
     /// process manager.
     pub fn finalize(mut self) -> Result<()> {
+        self.drain()?;
         self.barrier()?;
+        self.drain()
+    }
+
+    /// Progress until nothing waits for room in a transport.
+    fn drain(&mut self) -> Result<()> {
+        while self.signals.deferred.load(Ordering::Acquire) > 0 {
+            if self.signals.failed.load(Ordering::Acquire) > 0 {
+                // Messages to a dead peer never leave; nothing to wait for.
+                break;
+            }
+            if self.progress() == 0 {
+                std::thread::yield_now();
+            }
+        }
         Ok(())
     }
 

@@ -150,17 +150,29 @@ impl State {
     }
 
     /// The outcome of request `id` if it has completed; the request is then gone.
+    /// An id that is not live is an error outcome.
     pub fn take_outcome(&mut self, id: ReqId) -> Option<Result<Status, Error>> {
+        let unknown = || Some(Err(Error::UnknownRequest(id)));
         if id == BLOCKING {
-            if self.blocking.as_ref()?.outcome.is_some() {
-                return self.blocking.take().and_then(|r| r.outcome);
-            }
-            return None;
+            return match &self.blocking {
+                None => unknown(),
+                Some(r) if r.outcome.is_some() => self.blocking.take().and_then(|r| r.outcome),
+                Some(_) => None,
+            };
         }
-        if self.reqs.get(id)?.outcome.is_some() {
-            self.reqs.remove(id).and_then(|r| r.outcome)
+        match self.reqs.get(id) {
+            None => unknown(),
+            Some(r) if r.outcome.is_some() => self.reqs.remove(id).and_then(|r| r.outcome),
+            Some(_) => None,
+        }
+    }
+
+    /// Forget a request that failed before it started.
+    pub fn drop_req(&mut self, id: ReqId) {
+        if id == BLOCKING {
+            self.blocking = None;
         } else {
-            None
+            self.reqs.remove(id);
         }
     }
 
@@ -229,7 +241,10 @@ impl State {
                     d.flags |= DesFlags::OWNERSHIP;
                     return match m.send(ep, d, tag) {
                         Ok(_) => Ok(()),
-                        Err(e) => Err(e.error.into()),
+                        Err(e) => {
+                            let _ = m.free(e.descriptor);
+                            Err(e.error.into())
+                        }
                     };
                 }
                 Err(rbtl_btl::Error::OutOfResource(_)) => {}

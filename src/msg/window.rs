@@ -40,6 +40,8 @@ impl Memory {
 
 /// Memory exposed to every rank, and what is needed to reach theirs.
 pub struct Window {
+    /// The communicator whose modules reach the peers (direct mappings live in them).
+    comm: u64,
     mem: Memory,
     staging: Region,
     /// Per module: registrations of `mem` and `staging`.
@@ -124,6 +126,7 @@ impl Window {
             });
         }
         Ok(Window {
+            comm: comm.id(),
             mem,
             staging,
             handles,
@@ -203,6 +206,9 @@ impl Window {
         len: usize,
         put: bool,
     ) -> Result<()> {
+        if comm.id() != self.comm {
+            return Err(Error::WrongComm);
+        }
         let (mi, ep) = comm.route(target)?;
         let peer = &self.peers[target as usize];
         let remote = peer.addr + offset as u64;

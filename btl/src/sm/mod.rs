@@ -226,12 +226,14 @@ enum Outbound {
         sent: usize,
         handle: RemoteHandle,
     },
-    /// Our own registered bytes going back to a peer that asked (a get by copy).
+    /// Our own registered bytes going back to a peer that asked (a get by copy); the
+    /// registration is checked again before each chunk, as it may go meanwhile.
     Get {
         req: u64,
         addr: usize,
         len: usize,
         sent: usize,
+        handle: RemoteHandle,
     },
 }
 
@@ -263,6 +265,8 @@ enum Done {
         status: Result<()>,
     },
     Rdma(RdmaCallback, RdmaCompletion),
+    /// A failure for the error callback (run from progress, never inside a call).
+    Error(ErrorEvent),
 }
 
 struct Peer {
@@ -280,6 +284,11 @@ struct Peer {
     outbound: VecDeque<Outbound>,
     /// A receive callback of this ring is running (it may call progress).
     busy: bool,
+    /// Copy-mode puts from this peer whose chunks the registration refused, with the
+    /// first refusal's code, until their last chunk.
+    put_refused: HashMap<u64, u32>,
+    /// Removed by `del_procs`: nothing more is taken from its ring.
+    removed: bool,
     cma: bool,
     failed: Option<String>,
 }
@@ -528,6 +537,8 @@ impl SmModule {
             consumer,
             outbound: VecDeque::new(),
             busy: false,
+            put_refused: HashMap::new(),
+            removed: false,
             cma,
             failed: None,
         }))
@@ -604,6 +615,7 @@ impl SmModule {
     /// Push what waits for peer `i`'s ring, in order, as far as room allows.
     fn drain_outbound(&mut self, i: usize) -> usize {
         let mut n = 0;
+        let (view, id) = (self.regs.view(), self.id);
         let chunk = self.settings.copy_chunk;
         loop {
             let peer = &mut self.peers[i];
@@ -656,13 +668,29 @@ impl SmModule {
                     addr,
                     len,
                     sent,
+                    handle,
                 } => {
                     let mut ok = true;
                     while ok && *sent < *len {
                         let l = chunk.min(*len - *sent);
+                        let at = (*addr + *sent) as u64;
+                        if let Err(e) = view.check(id, handle, at, l, crate::GET_REMOTE) {
+                            // Deregistered meanwhile: refuse the rest.
+                            let code = u64::from(wire::status_code(&e));
+                            let hdr = wire::Writer::default()
+                                .u64(*req)
+                                .u64(*sent as u64)
+                                .u64(code)
+                                .0;
+                            ok = producer.push(wire::GET_DATA, &[&hdr], &[]);
+                            if ok {
+                                *sent = *len;
+                            }
+                            break;
+                        }
                         let hdr = wire::Writer::default().u64(*req).u64(*sent as u64).u64(0).0;
-                        // SAFETY: the range was checked against our own live registration
-                        // with remote-read access when the request arrived.
+                        // SAFETY: the range was checked just now against our own live
+                        // registration with remote-read access.
                         let data =
                             unsafe { std::slice::from_raw_parts((*addr + *sent) as *const u8, l) };
                         ok = producer.push(wire::GET_DATA, &[&hdr, data], &[]);
@@ -716,13 +744,17 @@ impl SmModule {
             wire::PUT_DATA if msg.len() >= wire::PUT_HEADER => {
                 let (req, addr, last) = (r.u64(0), r.u64(8), r.u64(16) != 0);
                 let data = &msg[wire::PUT_HEADER..];
-                let status = check(
-                    self,
-                    &msg[24..wire::PUT_HEADER],
-                    addr,
-                    data.len(),
-                    crate::PUT_REMOTE,
-                );
+                let status = match self.peers[i].put_refused.get(&req) {
+                    // Refused already: apply no later chunk either.
+                    Some(_) => Err(Error::BadRemoteHandle("refused earlier".into())),
+                    None => check(
+                        self,
+                        &msg[24..wire::PUT_HEADER],
+                        addr,
+                        data.len(),
+                        crate::PUT_REMOTE,
+                    ),
+                };
                 if status.is_ok() {
                     // SAFETY: the range lies inside our live registration with
                     // remote-write access (checked just now).
@@ -734,8 +766,14 @@ impl SmModule {
                         )
                     };
                 }
-                let code = status.as_ref().map_or_else(wire::status_code, |_| 0);
-                if last || code != 0 {
+                // One acknowledgement, after the last chunk: the initiator keeps reading
+                // its buffer until then. The first refusal is remembered for it.
+                let refused = &mut self.peers[i].put_refused;
+                if let Err(e) = &status {
+                    refused.entry(req).or_insert(wire::status_code(e));
+                }
+                if last {
+                    let code = refused.remove(&req).unwrap_or(0);
                     self.send_internal(
                         i,
                         wire::PUT_ACK,
@@ -750,11 +788,14 @@ impl SmModule {
                 let (req, addr, len) = (r.u64(0), r.u64(8), r.u64(16) as usize);
                 match check(self, &msg[24..], addr, len, crate::GET_REMOTE) {
                     Ok(()) if len > 0 => {
+                        let handle = RemoteHandle::from_bytes(&msg[24..24 + keytable::HANDLE_SIZE])
+                            .expect("checked above");
                         self.peers[i].outbound.push_back(Outbound::Get {
                             req,
                             addr: addr as usize,
                             len,
                             sent: 0,
+                            handle,
                         });
                         self.drain_outbound(i);
                     }
@@ -785,7 +826,7 @@ impl SmModule {
                     return;
                 };
                 let outcome = if code != 0 || off + data.len() > *size {
-                    Some(wire::status_error(code.max(5)))
+                    Some(wire::status_error(if code != 0 { code } else { 5 }))
                 } else {
                     // SAFETY: the local range was checked against its registration with
                     // local-write access when the get started; it stays alive until
@@ -853,14 +894,19 @@ impl SmModule {
         }
     }
 
+    /// Queue a failure for the error callback, which runs from progress.
     fn report(&mut self, i: Option<usize>, error: Error) {
         let event = ErrorEvent {
             endpoint: i.map(|i| Endpoint(i as u32)),
             rank: i.map(|i| self.peers[i].rank),
             error,
         };
+        self.done.push_back(Done::Error(event));
+    }
+
+    fn deliver_error(&mut self, event: &ErrorEvent) {
         match &mut self.error_cb {
-            Some(cb) => cb(&event),
+            Some(cb) => cb(event),
             None => tracing::error!(?event, "sm"),
         }
     }
@@ -870,7 +916,7 @@ impl SmModule {
         let mut n = 0;
         while n < BATCH {
             let peer = &self.peers[i];
-            if peer.busy {
+            if peer.busy || peer.removed {
                 break;
             }
             let Some(rec) = peer.consumer.peek() else {
@@ -957,6 +1003,13 @@ impl SmModule {
 
     /// Peer `i` is gone: fail what involves it and tell the upper layer.
     fn fail_peer(&mut self, i: usize, why: String) {
+        self.end_peer(i, why.clone());
+        let rank = self.peers[i].rank;
+        self.report(Some(i), Error::PeerFailed { rank, why });
+    }
+
+    /// Fail every operation and queued send involving peer `i`.
+    fn end_peer(&mut self, i: usize, why: String) {
         let rank = self.peers[i].rank;
         self.peers[i].failed = Some(why.clone());
         let err = || Error::PeerFailed {
@@ -979,7 +1032,6 @@ impl SmModule {
                 self.finish_send(descriptor, false, Err(err()));
             }
         }
-        self.report(Some(i), err());
     }
 
     fn start_op(
@@ -1036,6 +1088,7 @@ impl SmModule {
                     }
                 }
                 Some(Done::Rdma(cb, done)) => cb(self, done),
+                Some(Done::Error(event)) => self.deliver_error(&event),
                 None => break,
             }
         }
@@ -1237,12 +1290,12 @@ impl Module for SmModule {
 
     fn del_procs(&mut self, endpoints: &[Endpoint]) -> Result<()> {
         for &ep in endpoints {
-            let p = self
-                .peers
-                .get_mut(ep.0 as usize)
-                .ok_or(Error::UnknownEndpoint(ep.0))?;
-            p.failed
-                .get_or_insert_with(|| "removed by del_procs".into());
+            let i = ep.0 as usize;
+            let p = self.peers.get(i).ok_or(Error::UnknownEndpoint(ep.0))?;
+            if !p.removed {
+                self.end_peer(i, "removed by del_procs".into());
+                self.peers[i].removed = true;
+            }
         }
         Ok(())
     }

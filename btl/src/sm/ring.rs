@@ -393,7 +393,14 @@ impl Consumer {
             let size = self.raw.layout.data_bytes as u64;
             let pos = ptr::addr_of!((*slot).data_pos).read();
             let table = seg_table_bytes(nseg);
+            // A record never crosses the end of the data area; a peer that says
+            // otherwise gets an empty message rather than a read out of bounds.
             let need = round_up(table + len, LINE) as u64;
+            let len = if (pos % size) as usize + table + len > size as usize {
+                0
+            } else {
+                len
+            };
             let at = self.raw.data.add((pos % size) as usize).cast_const();
             Some(Record {
                 tag,
