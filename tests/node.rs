@@ -186,11 +186,10 @@ fn role_msg() {
         }
     }
     // A request is waited for once; a second wait is an error, not a hang.
-    let out = [5u8; 4];
-    // SAFETY: `out` outlives the request, which is waited for below.
-    let req = unsafe { comm.isend_raw(out.as_ptr(), out.len(), me, 3) }.unwrap();
     let mut inb = [0u8; 4];
-    comm.recv(&mut inb, Some(me), Some(3)).unwrap();
+    // SAFETY: `inb` outlives the request, which is waited for below.
+    let req = unsafe { comm.irecv_raw(inb.as_mut_ptr(), inb.len(), Some(me), Some(3)) }.unwrap();
+    comm.send(&[5u8; 4], me, 3).unwrap();
     comm.wait(req).unwrap();
     assert!(matches!(comm.wait(req), Err(Error::UnknownRequest(_))));
     // Messages to itself go through the self transport.

@@ -346,19 +346,21 @@ impl Comm {
         let m = self.modules[mi].as_mut();
         let eager = m.attributes().eager_limit;
         let mut s = lock(&self.state);
+        if len + protocol::EAGER_HEADER <= eager {
+            // SAFETY: the caller promised `buf` is valid for `len` bytes.
+            let data = unsafe { std::slice::from_raw_parts(buf, len) };
+            // Sent or deferred, the bytes were copied: the buffer is free again, and
+            // the request needs no entry (its id carries its status).
+            s.send_or_defer(m, mi, ep, protocol::EAGER, &tag.to_le_bytes(), data)?;
+            return Ok(requests::completed_send(len, tag));
+        }
         let req = s.new_req(Some(dst));
         let status = Status {
             source: self.rank,
             tag,
             len,
         };
-        let started = if len + protocol::EAGER_HEADER <= eager {
-            // SAFETY: the caller promised `buf` is valid for `len` bytes.
-            let data = unsafe { std::slice::from_raw_parts(buf, len) };
-            // Sent or deferred, the bytes were copied: the buffer is free again.
-            s.send_or_defer(m, mi, ep, protocol::EAGER, &tag.to_le_bytes(), data)
-                .map(|()| s.complete(req, Ok(status)))
-        } else {
+        let started = {
             // SAFETY: the caller promised `buf` stays valid until the request
             // completes, which drops the handle.
             unsafe {
@@ -475,6 +477,13 @@ impl Comm {
 
     /// The outcome of `req` if it has completed (then the request is gone).
     pub fn test(&mut self, req: ReqId) -> Option<Result<Status>> {
+        if let Some((len, tag)) = requests::as_completed_send(req) {
+            return Some(Ok(Status {
+                source: self.rank,
+                tag,
+                len,
+            }));
+        }
         lock(&self.state).take_outcome(req)
     }
 

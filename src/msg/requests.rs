@@ -6,6 +6,21 @@ use super::state::Req;
 /// A request id.
 pub type ReqId = u64;
 
+/// Ids with the top bit set are eager sends that completed when they were started:
+/// they have no entry, and carry their status (length and tag) in the id itself.
+const COMPLETED_SEND: u64 = 1 << 63;
+
+/// The id of an eager send of `len` bytes with `tag` that completed at once.
+pub fn completed_send(len: usize, tag: i32) -> ReqId {
+    debug_assert!(len < 1 << 31, "eager messages are small");
+    COMPLETED_SEND | (len as u64) << 32 | u64::from(tag as u32)
+}
+
+/// Length and tag of such an id.
+pub fn as_completed_send(id: ReqId) -> Option<(usize, i32)> {
+    (id & COMPLETED_SEND != 0).then_some((((id >> 32) & 0x7fff_ffff) as usize, id as u32 as i32))
+}
+
 /// Live requests.
 #[derive(Default)]
 pub struct Requests {
@@ -88,6 +103,18 @@ mod tests {
                 len: 0,
             },
         }
+    }
+
+    #[test]
+    fn completed_sends_carry_their_status() {
+        for (len, tag) in [(0, 0), (4096, 7), ((1 << 31) - 1, i32::MAX)] {
+            assert_eq!(
+                as_completed_send(completed_send(len, tag)),
+                Some((len, tag))
+            );
+        }
+        let mut r = Requests::default();
+        assert_eq!(as_completed_send(r.insert(req())), None);
     }
 
     #[test]
