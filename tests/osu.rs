@@ -69,10 +69,10 @@ fn latency_alone_launches_its_own_ranks_and_writes_json_and_svg() {
         text.contains("Latency Test") && text.contains("over sm"),
         "{text}"
     );
-    assert!(
-        text.lines()
-            .nth(1)
-            .is_some_and(|l| l.starts_with("# Size") && l.ends_with("Latency (us)")),
+    // OSU's column header: "# Size" in 10 columns, the unit right-aligned in 20.
+    assert_eq!(
+        text.lines().nth(1),
+        Some("# Size            Latency (us)"),
         "{text}"
     );
     let sizes: Vec<usize> = rows(&out.stdout).iter().map(|r| r.0).collect();

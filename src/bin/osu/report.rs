@@ -23,11 +23,11 @@ pub fn header(o: &Options, transport: &str) -> String {
     if o.bench == Bench::MbwMr {
         let _ = write!(
             h,
-            "# [ pairs: {} ] [ window size: {} ]\n# Size{:>20}{:>20}",
-            o.pairs, o.window, "MB/s", "Messages/s"
+            "# [ pairs: {} ] [ window size: {} ]\n{:<10}{:>20}{:>20}",
+            o.pairs, o.window, "# Size", "MB/s", "Messages/s"
         );
     } else {
-        let _ = write!(h, "# Size{:>20}", unit(o.bench));
+        let _ = write!(h, "{:<10}{:>20}", "# Size", unit(o.bench));
     }
     h
 }
