@@ -143,6 +143,21 @@ fn role_job() {
     assert_eq!(job.modex.rank(), job.rank);
     assert_eq!(job.modex.size(), job.size);
     exchange(job.modex.as_mut());
+    // Report where this rank may run, for the binding test.
+    // SAFETY: cpu_set_t is plain bits; the kernel fills at most its size.
+    let cpus: Vec<String> = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+            0
+        );
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .map(|c| c.to_string())
+            .collect()
+    };
+    let dir = PathBuf::from(std::env::var_os("RBTL_TEST_DIR").expect("RBTL_TEST_DIR"));
+    std::fs::write(dir.join(format!("cpus.{}", job.rank)), cpus.join(",")).unwrap();
     report_ok(job.rank);
 }
 
@@ -344,6 +359,21 @@ fn job_uses_pmi_under_the_launcher_with_ranks_bound_to_cores() {
     });
     assert_eq!(summary.ranks, vec![RankExit::Exited(0); 2], "{summary:?}");
     assert!(scratch.reported(0) && scratch.reported(1));
+    // Each rank is bound to the hardware threads of one core, different ones where
+    // there are two cores.
+    let cpus = |rank: u32| std::fs::read_to_string(scratch.0.join(format!("cpus.{rank}"))).unwrap();
+    let (a, b) = (cpus(0), cpus(1));
+    assert!(!a.is_empty() && !b.is_empty());
+    let online = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    if online >= 2 {
+        assert_ne!(a, b, "ranks 0 and 1 share CPUs {a}");
+        assert!(
+            a.split(',').count() < online,
+            "rank 0 is bound to a subset, not all {online} CPUs: {a}"
+        );
+    }
 }
 
 #[test]

@@ -88,9 +88,9 @@ pub enum Bind {
     #[default]
     None,
     /// Rank r pinned (with `sched_setaffinity`, before it starts) to the
-    /// `r % n`-th of the n logical CPUs the launcher itself may run on. A hwloc
-    /// topology query would be better (distinct physical cores first, NUMA-aware);
-    /// the launcher stays free of the libhwloc dependency for now.
+    /// hardware threads of the `r % n`-th of the n physical cores the launcher may
+    /// run on, as hwloc's topology lists them (Open MPI: `--bind-to core`). Where
+    /// hwloc cannot read the topology, to the `r % n`-th allowed logical CPU.
     Core,
 }
 
@@ -243,9 +243,9 @@ pub fn launch(
     if opts.ranks == 0 {
         return Err(Error::NoRanks);
     }
-    let cpus = match opts.bind {
+    let cores = match opts.bind {
         Bind::None => Vec::new(),
-        Bind::Core => allowed_cpus().map_err(Error::Affinity)?,
+        Bind::Core => cores().map_err(Error::Affinity)?,
     };
     let signal_watch = signals::Watch::install();
     let now = std::time::SystemTime::now()
@@ -261,8 +261,8 @@ pub fn launch(
     let mut output_threads = 0usize;
     let mut started = Ok(());
     for rank in 0..opts.ranks {
-        let cpu = (!cpus.is_empty()).then(|| cpus[rank as usize % cpus.len()]);
-        match start_rank(program, args, opts, rank, cpu) {
+        let core = (!cores.is_empty()).then(|| &cores[rank as usize % cores.len()][..]);
+        match start_rank(program, args, opts, rank, core) {
             Ok((mut child, pmi)) => {
                 let spawn_thread = |name: String, f: Box<dyn FnOnce() + Send>| {
                     thread::Builder::new()
@@ -488,7 +488,7 @@ fn start_rank(
     args: &[OsString],
     opts: &LaunchOptions,
     rank: u32,
-    cpu: Option<usize>,
+    cpus: Option<&[usize]>,
 ) -> Result<(Child, UnixStream), Error> {
     let (ours, theirs) = UnixStream::pair().map_err(|source| Error::Socket { rank, source })?;
     let mut theirs = OwnedFd::from(theirs);
@@ -501,12 +501,14 @@ fn start_rank(
             .map_err(|source| Error::Socket { rank, source })?;
     }
     let fd = theirs.as_raw_fd();
-    let cpu_set = cpu.map(|cpu| {
+    let cpu_set = cpus.map(|cpus| {
         // SAFETY: cpu_set_t is plain bits; all-zero is the empty set.
         let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: CPU_SET writes one bit inside `set`; `cpu` came from CPU_ISSET over
-        // the same type, so it is within its CPU_SETSIZE bits.
-        unsafe { libc::CPU_SET(cpu, &mut set) };
+        for &cpu in cpus {
+            // SAFETY: CPU_SET writes one bit inside `set`; `cores` keeps only CPUs
+            // below CPU_SETSIZE.
+            unsafe { libc::CPU_SET(cpu, &mut set) };
+        }
         set
     });
     let launcher_pid = std::process::id() as libc::pid_t;
@@ -558,6 +560,61 @@ fn start_rank(
     })?;
     drop(theirs);
     Ok((child, ours))
+}
+
+/// The physical cores this process may run on, each as the logical CPUs (hardware
+/// threads) it holds: from hwloc's topology with the `hwloc` feature, else from
+/// `/sys/devices/system/cpu/cpuN/topology`; one core per allowed CPU if neither says.
+fn cores() -> io::Result<Vec<Vec<usize>>> {
+    let allowed = allowed_cpus()?;
+    let cores: Vec<Vec<usize>> = topology_cores()
+        .into_iter()
+        .map(|core| {
+            core.into_iter()
+                .filter(|cpu| allowed.contains(cpu))
+                .collect::<Vec<_>>()
+        })
+        .filter(|core| !core.is_empty())
+        .collect();
+    if cores.is_empty() {
+        return Ok(allowed.into_iter().map(|cpu| vec![cpu]).collect());
+    }
+    Ok(cores)
+}
+
+/// Every core's hardware threads, from hwloc.
+#[cfg(feature = "hwloc")]
+fn topology_cores() -> Vec<Vec<usize>> {
+    use hwlocality::object::types::ObjectType;
+    let Ok(topology) = hwlocality::Topology::new() else {
+        return Vec::new();
+    };
+    topology
+        .objects_with_type(ObjectType::Core)
+        .filter_map(|core| Some(core.cpuset()?.iter_set().map(usize::from).collect()))
+        .collect()
+}
+
+/// Every core's hardware threads, from sysfs: CPUs sharing a package and core id.
+#[cfg(not(feature = "hwloc"))]
+fn topology_cores() -> Vec<Vec<usize>> {
+    let read = |cpu: usize, what: &str| {
+        std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{cpu}/topology/{what}"))
+            .ok()
+            .and_then(|s| s.trim().parse::<i64>().ok())
+    };
+    let mut cores: Vec<((i64, i64), Vec<usize>)> = Vec::new();
+    for cpu in 0..8 * std::mem::size_of::<libc::cpu_set_t>() {
+        let (Some(package), Some(core)) = (read(cpu, "physical_package_id"), read(cpu, "core_id"))
+        else {
+            continue;
+        };
+        match cores.iter_mut().find(|(key, _)| *key == (package, core)) {
+            Some((_, cpus)) => cpus.push(cpu),
+            None => cores.push(((package, core), vec![cpu])),
+        }
+    }
+    cores.into_iter().map(|(_, cpus)| cpus).collect()
 }
 
 /// The logical CPUs this process may run on, in ascending order.

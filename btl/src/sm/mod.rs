@@ -125,7 +125,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             ring_slots: 1024,
-            ring_bytes: 1 << 20,
+            ring_bytes: 2 << 20,
             max_registrations: 4096,
             rdma: RdmaPath::Copy,
             copy_chunk: 32 << 10,
