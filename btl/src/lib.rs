@@ -24,6 +24,7 @@
 
 #![warn(missing_docs)]
 
+mod am_table;
 mod attributes;
 mod component;
 pub mod contract;
@@ -36,9 +37,11 @@ mod modex;
 mod module;
 pub mod rcache_params;
 pub mod registrations;
+pub mod send_frags;
 pub mod sm;
 mod tag;
 
+pub use am_table::AmTable;
 pub use attributes::{exclusivity, AtomicFlags, Attributes, BtlFlags, MAX_HANDLE_SIZE};
 pub use component::{Component, Framework, SELECT_PARAM, SHM_DIR_PARAM};
 pub use descriptor::{

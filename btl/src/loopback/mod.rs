@@ -5,6 +5,8 @@
 
 use crate::keytable::{self, KeyTableView};
 use crate::registrations::{NoPin, Reg, Registrations};
+use crate::send_frags::SendFrags;
+use crate::AmTable;
 use crate::{
     exclusivity, AmCallback, AtomicFlags, AtomicOp, Attributes, BtlFlags, Component, DesFlags,
     Descriptor, Endpoint, Error, ErrorCallback, MemHandle, Modex, Module, ModuleId, Order, Proc,
@@ -13,7 +15,6 @@ use crate::{
 };
 use rbtl_config::{Config, Registry, Value};
 use rbtl_mpool::Region;
-use rbtl_mpool::{AnonymousSource, FreeList, FreeListConfig};
 use rbtl_rcache::{Access, Options, Rcache};
 use std::collections::VecDeque;
 use std::sync::atomic::AtomicU64;
@@ -140,13 +141,11 @@ pub struct SelfModule {
     id: ModuleId,
     rank: u32,
     attrs: Attributes,
-    frags: FreeList,
+    frags: SendFrags,
     rcache: Arc<Rcache<NoPin>>,
     regs: Arc<Registrations>,
     keys: KeyTableView,
-    /// Receive callbacks by tag; a slot is empty while its callback runs.
-    am: Vec<Option<AmCallback>>,
-    registered: [bool; 256],
+    am: AmTable,
     endpoint: Option<Endpoint>,
     events: VecDeque<Event>,
 }
@@ -154,9 +153,7 @@ pub struct SelfModule {
 impl SelfModule {
     /// A module with these attributes and limits, for the process of rank `rank`.
     pub fn new(attrs: Attributes, limits: Limits, rank: u32) -> Result<SelfModule> {
-        let mut cfg = FreeListConfig::new(attrs.max_send_size.max(1));
-        cfg.frags_per_chunk = 8;
-        cfg.max_frags = limits.max_frags;
+        let id = ModuleId::fresh();
         let table = Arc::new(Region::anonymous(keytable::table_bytes(
             limits.max_registrations.max(1),
         ))?);
@@ -165,15 +162,14 @@ impl SelfModule {
         let regs =
             unsafe { Registrations::new(table.as_ptr(), limits.max_registrations, table.clone()) };
         Ok(SelfModule {
-            id: ModuleId::fresh(),
+            id,
             rank,
+            frags: SendFrags::new(id, attrs.max_send_size, limits.max_frags)?,
             attrs,
-            frags: FreeList::new(cfg, Box::new(AnonymousSource::new()))?,
             rcache: Rcache::new(NoPin, limits.rcache),
             keys: regs.view(),
             regs,
-            am: (0..=u8::MAX).map(|_| None).collect(),
-            registered: [false; 256],
+            am: AmTable::default(),
             endpoint: None,
             events: VecDeque::new(),
         })
@@ -192,18 +188,14 @@ impl SelfModule {
     }
 
     fn check_tag(&self, tag: Tag) -> Result<()> {
-        if tag.is_reserved() {
-            Err(Error::BadTag {
-                tag,
-                why: "reserved for transports",
-            })
-        } else if !self.registered[usize::from(tag.0)] {
+        crate::am_table::check_not_reserved(tag)?;
+        if self.am.is_registered(tag) {
+            Ok(())
+        } else {
             Err(Error::BadTag {
                 tag,
                 why: "no receive callback registered for it",
             })
-        } else {
-            Ok(())
         }
     }
 
@@ -215,17 +207,7 @@ impl SelfModule {
         flags: DesFlags,
     ) -> Result<Descriptor> {
         self.check_endpoint(ep)?;
-        if size > self.attrs.max_send_size {
-            return Err(Error::TooLarge(format!(
-                "{size} bytes exceed max_send_size {}",
-                self.attrs.max_send_size
-            )));
-        }
-        let frag = self.frags.get().map_err(|e| match e {
-            rbtl_mpool::Error::Exhausted { .. } => Error::OutOfResource("send fragments"),
-            other => Error::Mpool(other),
-        })?;
-        Descriptor::new(self.id, ep, frag, size, order, flags)
+        self.frags.alloc(ep, size, order, flags)
     }
 
     /// Check a remote handle and range for `needs`; the target address as a pointer.
@@ -251,8 +233,7 @@ impl SelfModule {
     }
 
     fn deliver(&mut self, descriptor: Descriptor, tag: Tag, internal: bool) {
-        let slot = usize::from(tag.0);
-        let Some(mut cb) = self.am[slot].take() else {
+        let Some(mut cb) = self.am.take(tag) else {
             // The callback is running further up the stack (it called progress):
             // deliver later, in order.
             self.events.push_front(Event::Deliver {
@@ -275,11 +256,9 @@ impl SelfModule {
             segments: &segs[..n],
         };
         cb(self, &received);
-        if self.am[slot].is_none() {
-            self.am[slot] = Some(cb);
-        }
+        self.am.restore(tag, cb);
         if internal {
-            self.frags.put(descriptor.into_frag());
+            self.frags.recycle(descriptor);
         } else {
             self.send_complete(descriptor);
         }
@@ -298,7 +277,7 @@ impl SelfModule {
                         status: Ok(()),
                     },
                 );
-                self.frags.put(descriptor.into_frag());
+                self.frags.recycle(descriptor);
             }
             Some(cb) => cb(
                 self,
@@ -309,7 +288,7 @@ impl SelfModule {
                 },
             ),
             // Nobody will take it back: free it rather than leak the fragment.
-            None => self.frags.put(descriptor.into_frag()),
+            None => self.frags.recycle(descriptor),
         }
     }
 
@@ -372,15 +351,7 @@ impl Module for SelfModule {
     }
 
     fn register_am(&mut self, tag: Tag, callback: AmCallback) -> Result<()> {
-        if tag.is_reserved() {
-            return Err(Error::BadTag {
-                tag,
-                why: "reserved for transports",
-            });
-        }
-        self.am[usize::from(tag.0)] = Some(callback);
-        self.registered[usize::from(tag.0)] = true;
-        Ok(())
+        self.am.register(tag, callback)
     }
 
     /// A process cannot lose itself: the callback is never needed and is dropped.
@@ -418,32 +389,13 @@ impl Module for SelfModule {
         data: &[&[u8]],
         flags: DesFlags,
     ) -> Result<Descriptor> {
-        let room = self
-            .attrs
-            .max_send_size
-            .checked_sub(reserve)
-            .ok_or_else(|| {
-                Error::TooLarge(format!(
-                    "reserve {reserve} exceeds max_send_size {}",
-                    self.attrs.max_send_size
-                ))
-            })?;
-        let total: usize = data.iter().map(|d| d.len()).sum();
-        let packed = total.min(room);
-        let mut des = self.new_descriptor(endpoint, reserve + packed, order, flags)?;
-        let mut out = &mut des.segment_mut(0)[reserve..];
-        for piece in data {
-            let n = piece.len().min(out.len());
-            out[..n].copy_from_slice(&piece[..n]);
-            out = &mut out[n..];
-        }
-        Ok(des)
+        self.check_endpoint(endpoint)?;
+        self.frags
+            .prepare_src(endpoint, order, reserve, data, flags)
     }
 
     fn free(&mut self, descriptor: Descriptor) -> Result<()> {
-        descriptor.check_owner(self.id)?;
-        self.frags.put(descriptor.into_frag());
-        Ok(())
+        self.frags.free(descriptor)
     }
 
     fn send(
@@ -482,7 +434,7 @@ impl Module for SelfModule {
         let des = self.prepare_src(endpoint, order, 0, &[header, payload], flags)?;
         if size > self.attrs.eager_limit || des.len() < size {
             if des.len() < size {
-                self.frags.put(des.into_frag());
+                self.frags.recycle(des);
                 return Err(Error::TooLarge(format!(
                     "{size} bytes exceed max_send_size {}",
                     self.attrs.max_send_size

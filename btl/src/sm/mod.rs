@@ -29,6 +29,8 @@ mod wire;
 
 use crate::keytable::{self, KeyTableView};
 use crate::registrations::{NoPin, Reg, Registrations};
+use crate::send_frags::SendFrags;
+use crate::AmTable;
 use crate::{
     exclusivity, AmCallback, AtomicFlags, AtomicOp, Attributes, BtlFlags, Component, DesFlags,
     Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent, MemHandle, Modex, Module, ModuleId,
@@ -36,7 +38,7 @@ use crate::{
     SendError, SendOutcome, SendiOutcome, SharedMem, Tag, MAX_SEGMENTS,
 };
 use rbtl_config::{Config, Registry, Value};
-use rbtl_mpool::{AnonymousSource, FreeList, FreeListConfig, SharedRegion};
+use rbtl_mpool::SharedRegion;
 use rbtl_rcache::{Access, Rcache};
 use ring::{Consumer, Producer, RingLayout};
 use segment::Layout;
@@ -305,10 +307,9 @@ pub struct SmModule {
     attach_expected: u32,
     regs: Arc<Registrations>,
     rcache: Arc<Rcache<NoPin>>,
-    frags: FreeList,
+    frags: SendFrags,
     peers: Vec<Peer>,
-    am: Vec<Option<AmCallback>>,
-    registered: [bool; 256],
+    am: AmTable,
     error_cb: Option<ErrorCallback>,
     done: VecDeque<Done>,
     ops: HashMap<u64, Op>,
@@ -419,14 +420,11 @@ impl SmModule {
         blob.push(0);
         blob.extend_from_slice(node.as_bytes());
         modex.publish(MODEX_KEY, &blob)?;
-        let mut cfg = FreeListConfig::new(attrs.max_send_size.max(1));
-        cfg.frags_per_chunk = 8;
-        cfg.max_frags = settings.max_frags;
         Ok(SmModule {
             id,
             rank: modex.rank(),
             node,
-            frags: FreeList::new(cfg, Box::new(AnonymousSource::new()))?,
+            frags: SendFrags::new(id, attrs.max_send_size, settings.max_frags)?,
             rcache: Rcache::new(NoPin, settings.rcache.clone()),
             attrs,
             settings,
@@ -435,8 +433,7 @@ impl SmModule {
             attach_expected: 0,
             regs,
             peers: Vec::new(),
-            am: (0..=u8::MAX).map(|_| None).collect(),
-            registered: [false; 256],
+            am: AmTable::default(),
             error_cb: None,
             done: VecDeque::new(),
             ops: HashMap::new(),
@@ -566,17 +563,7 @@ impl SmModule {
         flags: DesFlags,
     ) -> Result<Descriptor> {
         self.peer(ep)?;
-        if size > self.attrs.max_send_size {
-            return Err(Error::TooLarge(format!(
-                "{size} bytes exceed max_send_size {}",
-                self.attrs.max_send_size
-            )));
-        }
-        let frag = self.frags.get().map_err(|e| match e {
-            rbtl_mpool::Error::Exhausted { .. } => Error::OutOfResource("send descriptors"),
-            other => Error::Mpool(other),
-        })?;
-        Descriptor::new(self.id, ep, frag, size, order, flags)
+        self.frags.alloc(ep, size, order, flags)
     }
 
     fn next_req(&mut self) -> u64 {
@@ -595,7 +582,7 @@ impl SmModule {
         let owned = des.flags.contains(DesFlags::OWNERSHIP);
         if immediate && !des.flags.contains(DesFlags::ALWAYS_CALLBACK) {
             if owned {
-                self.frags.put(des.into_frag());
+                self.frags.recycle(des);
                 return None;
             }
             return Some(des);
@@ -607,7 +594,7 @@ impl SmModule {
                 descriptor: des,
                 status,
             }),
-            None => self.frags.put(des.into_frag()),
+            None => self.frags.recycle(des),
         }
         None
     }
@@ -947,10 +934,9 @@ impl SmModule {
     #[inline]
     fn dispatch(&mut self, i: usize, tag: u8, segs: &[&[u8]]) -> bool {
         let tag = Tag(tag);
-        let slot = usize::from(tag.0);
         if tag.is_reserved() {
             self.internal(i, tag.0, segs);
-        } else if !self.registered[slot] {
+        } else if !self.am.is_registered(tag) {
             self.report(
                 Some(i),
                 Error::BadTag {
@@ -959,7 +945,7 @@ impl SmModule {
                 },
             );
         } else {
-            let Some(mut cb) = self.am[slot].take() else {
+            let Some(mut cb) = self.am.take(tag) else {
                 return false;
             };
             self.peers[i].busy = true;
@@ -972,9 +958,7 @@ impl SmModule {
                 },
             );
             self.peers[i].busy = false;
-            if self.am[slot].is_none() {
-                self.am[slot] = Some(cb);
-            }
+            self.am.restore(tag, cb);
         }
         true
     }
@@ -1075,7 +1059,7 @@ impl SmModule {
                                 status,
                             },
                         );
-                        self.frags.put(descriptor.into_frag());
+                        self.frags.recycle(descriptor);
                     } else {
                         callback(
                             self,
@@ -1301,15 +1285,7 @@ impl Module for SmModule {
     }
 
     fn register_am(&mut self, tag: Tag, callback: AmCallback) -> Result<()> {
-        if tag.is_reserved() {
-            return Err(Error::BadTag {
-                tag,
-                why: "reserved for transports",
-            });
-        }
-        self.am[usize::from(tag.0)] = Some(callback);
-        self.registered[usize::from(tag.0)] = true;
-        Ok(())
+        self.am.register(tag, callback)
     }
 
     fn register_error(&mut self, callback: ErrorCallback) {
@@ -1348,31 +1324,13 @@ impl Module for SmModule {
         data: &[&[u8]],
         flags: DesFlags,
     ) -> Result<Descriptor> {
-        let room = self
-            .attrs
-            .max_send_size
-            .checked_sub(reserve)
-            .ok_or_else(|| {
-                Error::TooLarge(format!(
-                    "reserve {reserve} exceeds max_send_size {}",
-                    self.attrs.max_send_size
-                ))
-            })?;
-        let total: usize = data.iter().map(|d| d.len()).sum();
-        let mut des = self.new_descriptor(endpoint, reserve + total.min(room), order, flags)?;
-        let mut out = &mut des.segment_mut(0)[reserve..];
-        for piece in data {
-            let n = piece.len().min(out.len());
-            out[..n].copy_from_slice(&piece[..n]);
-            out = &mut out[n..];
-        }
-        Ok(des)
+        self.peer(endpoint)?;
+        self.frags
+            .prepare_src(endpoint, order, reserve, data, flags)
     }
 
     fn free(&mut self, descriptor: Descriptor) -> Result<()> {
-        descriptor.check_owner(self.id)?;
-        self.frags.put(descriptor.into_frag());
-        Ok(())
+        self.frags.free(descriptor)
     }
 
     fn send(
@@ -1384,16 +1342,7 @@ impl Module for SmModule {
         let checked = descriptor
             .check_owner(self.id)
             .and_then(|_| self.peer(endpoint).map(|_| ()))
-            .and_then(|_| {
-                if tag.is_reserved() {
-                    Err(Error::BadTag {
-                        tag,
-                        why: "reserved for transports",
-                    })
-                } else {
-                    Ok(())
-                }
-            });
+            .and_then(|_| crate::am_table::check_not_reserved(tag));
         if let Err(error) = checked {
             return Err(SendError { error, descriptor });
         }
@@ -1425,12 +1374,7 @@ impl Module for SmModule {
         _flags: DesFlags,
         tag: Tag,
     ) -> Result<SendiOutcome> {
-        if tag.is_reserved() {
-            return Err(Error::BadTag {
-                tag,
-                why: "reserved for transports",
-            });
-        }
+        crate::am_table::check_not_reserved(tag)?;
         let size = header.len() + payload.len();
         if size > self.attrs.max_send_size {
             return Err(Error::TooLarge(format!(

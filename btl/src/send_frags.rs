@@ -1,0 +1,88 @@
+//! Send descriptors over a free list of fragments, for transports that copy what they
+//! send (`self`, `sm`): `alloc`, `prepare_src` and `free` of the contract.
+
+use crate::{DesFlags, Descriptor, Endpoint, Error, ModuleId, Order, Result};
+use rbtl_mpool::{AnonymousSource, FreeList, FreeListConfig};
+
+/// A module's pool of send fragments of `max_send_size` bytes.
+pub struct SendFrags {
+    list: FreeList,
+    owner: ModuleId,
+    max_send_size: usize,
+}
+
+impl SendFrags {
+    /// At most `max_frags` fragments (0: no limit) of `max_send_size` bytes, for the
+    /// module `owner`.
+    pub fn new(owner: ModuleId, max_send_size: usize, max_frags: usize) -> Result<SendFrags> {
+        let mut cfg = FreeListConfig::new(max_send_size.max(1));
+        cfg.frags_per_chunk = 8;
+        cfg.max_frags = max_frags;
+        Ok(SendFrags {
+            list: FreeList::new(cfg, Box::new(AnonymousSource::new()))?,
+            owner,
+            max_send_size,
+        })
+    }
+
+    /// A descriptor with one segment of `size` bytes (Open MPI: `btl_alloc`).
+    pub fn alloc(
+        &mut self,
+        ep: Endpoint,
+        size: usize,
+        order: Order,
+        flags: DesFlags,
+    ) -> Result<Descriptor> {
+        if size > self.max_send_size {
+            return Err(Error::TooLarge(format!(
+                "{size} bytes exceed max_send_size {}",
+                self.max_send_size
+            )));
+        }
+        let frag = self.list.get().map_err(|e| match e {
+            rbtl_mpool::Error::Exhausted { .. } => Error::OutOfResource("send descriptors"),
+            other => Error::Mpool(other),
+        })?;
+        Descriptor::new(self.owner, ep, frag, size, order, flags)
+    }
+
+    /// `reserve` bytes for a header, then as much of `data` as fits (Open MPI:
+    /// `btl_prepare_src`).
+    pub fn prepare_src(
+        &mut self,
+        ep: Endpoint,
+        order: Order,
+        reserve: usize,
+        data: &[&[u8]],
+        flags: DesFlags,
+    ) -> Result<Descriptor> {
+        let room = self.max_send_size.checked_sub(reserve).ok_or_else(|| {
+            Error::TooLarge(format!(
+                "reserve {reserve} exceeds max_send_size {}",
+                self.max_send_size
+            ))
+        })?;
+        let total: usize = data.iter().map(|d| d.len()).sum();
+        let mut des = self.alloc(ep, reserve + total.min(room), order, flags)?;
+        let mut out = &mut des.segment_mut(0)[reserve..];
+        for piece in data {
+            let n = piece.len().min(out.len());
+            out[..n].copy_from_slice(&piece[..n]);
+            out = &mut out[n..];
+        }
+        Ok(des)
+    }
+
+    /// Take back a descriptor the user frees (Open MPI: `btl_free`); one of another
+    /// module is refused.
+    pub fn free(&mut self, des: Descriptor) -> Result<()> {
+        des.check_owner(self.owner)?;
+        self.recycle(des);
+        Ok(())
+    }
+
+    /// Take back a descriptor of this pool (the transport's own completions).
+    pub fn recycle(&mut self, des: Descriptor) {
+        self.list.put(des.into_frag());
+    }
+}
