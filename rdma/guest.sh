@@ -1,0 +1,587 @@
+#!/usr/bin/env bash
+# rdma/guest.sh - run commands against a real kernel RDMA device (soft-RoCE,
+# rdma_rxe) inside a throw-away qemu guest, on hosts whose kernel has no RDMA.
+#
+# The guest is Debian's own kernel plus a busybox initramfs; its user space is
+# the host's /usr and /etc shared read-only over virtio-9p, so host-built
+# binaries (cargo test binaries included) run in it unchanged.  What was seen
+# working, and why it is done this way: /work/shared/RXE-VM.md.  Usage: see
+# usage() below or rdma/README.md.
+
+set -euo pipefail
+
+readonly PROG=${0##*/}
+SCRIPT_PATH=$(readlink -f -- "${BASH_SOURCE[0]}")
+readonly SCRIPT_PATH
+readonly CACHE_DIR=${RBTL_GUEST_CACHE:-${HOME:-/root}/.cache/rbtl-rxe-guest}
+readonly TIMEOUT=${RBTL_GUEST_TIMEOUT:-1200}
+readonly GUEST_MEM=${RBTL_GUEST_MEM:-2048}
+
+# Modules the guest loads, in this order of request; modprobe on the host
+# expands each to its dependencies.  crc32/crc32c go first because rxe asks the
+# crypto API for them and the guest has no working modprobe to autoload them.
+readonly GUEST_MODULES=(crc32_generic crc32c_generic virtio_pci 9pnet_virtio 9p
+    ib_core ib_uverbs rdma_rxe rdma_ucm dummy)
+
+# Host packages.  The guest uses the host's /usr, so whatever the guest needs
+# (iproute2's `rdma`, the rxe verbs provider, the test tools) is installed on
+# the host.
+readonly BUILD_PACKAGES=(busybox-static kmod cpio xz-utils zstd)
+readonly RUN_PACKAGES=(qemu-system-x86 iproute2 libibverbs1 librdmacm1
+    ibverbs-providers ibverbs-utils rdmacm-utils perftest)
+
+usage() {
+    cat <<EOF
+Usage: $PROG build [--force]
+       $PROG run [--] COMMAND [ARGS...]
+       $PROG clean
+       $PROG --help
+
+Runs COMMAND in a qemu guest that has a soft-RoCE device rxe0 (on netdev
+dummy0, 198.18.0.1/24; GID index 1 is RoCEv2 ::ffff:198.18.0.1).
+
+  build   Build the guest (Debian kernel + busybox initramfs) into the cache,
+          installing missing host packages with apt-get.  Skipped when the
+          cache matches this script and the archive's current kernel;
+          --force rebuilds anyway.
+  run     Build if needed, boot the guest, run COMMAND with /usr/bin/bash -c
+          in the caller's working directory, stream its output (stdout and
+          stderr merged) to stdout, exit with its status.  One argument is
+          taken as a shell command line; several are one command and its
+          arguments.  COMMAND's stdin is /dev/null.  If the host has an
+          active RDMA port itself, COMMAND runs on the host instead.
+  clean   Remove the cache.
+
+Environment:
+  RBTL_GUEST_CACHE    cache directory (default \$HOME/.cache/rbtl-rxe-guest)
+  RBTL_GUEST_SHARE    directory shared read-write at the same path (default:
+                      git top level of the current directory, else the
+                      current directory); the working directory must be in it
+  RBTL_GUEST_TIMEOUT  seconds before the guest is killed (default 1200)
+  RBTL_GUEST_MEM      guest memory in MiB (default 2048)
+  RBTL_GUEST_SMP      guest vCPUs (default: host CPUs, at most 4)
+  RBTL_GUEST_FORCE=1  use the guest even if the host has an RDMA device
+  RBTL_GUEST_ENV      extra variable names to pass into the guest (RUST_*,
+                      RBTL_*, TERM, NO_COLOR and CI are always passed)
+  RBTL_GUEST_ACCEL    kvm or tcg (default: kvm only if kvm_intel/kvm_amd is loaded)
+  RBTL_GUEST_KEEP=1   keep the run directory (console log) after success
+EOF
+}
+
+note() { printf '%s: %s\n' "$PROG" "$*" >&2; }
+die() { note "error: $*"; exit 1; }
+
+as_root() {
+    if [[ $EUID -eq 0 ]]; then "$@"; else sudo "$@"; fi
+}
+
+# ---------------------------------------------------------------- packages
+
+APT_UPDATED=0
+# The package lists may be old (the archive keeps only the newest kernel, and
+# security updates replace packages), so refresh them once, only on failure.
+apt_update_once() {
+    [[ $APT_UPDATED -eq 1 ]] && return 0
+    note "apt-get update"
+    as_root apt-get update -qq >&2
+    APT_UPDATED=1
+}
+
+package_installed() {
+    [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]
+}
+
+# Install only the packages that are missing.
+ensure_packages() {
+    local p missing=()
+    for p in "$@"; do
+        package_installed "$p" || missing+=("$p")
+    done
+    [[ ${#missing[@]} -eq 0 ]] && return 0
+    note "installing host packages: ${missing[*]}"
+    # --no-remove: never take away what the machine has to make room.
+    local cmd=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq
+        --no-install-recommends --no-remove)
+    as_root "${cmd[@]}" "${missing[@]}" >&2 && return 0
+    apt_update_once
+    as_root "${cmd[@]}" "${missing[@]}" >&2 && return 0
+    install_from_backports "${missing[@]}" ||
+        die "cannot install ${missing[*]} without removing packages"
+}
+
+# Machines of this project's kind ship qemu-utils from <codename>-backports,
+# which Debian's stable qemu-system-x86 can only be installed beside by
+# removing it.  Install the same packages from backports instead, through a
+# private apt configuration: the machine's sources stay as they are.
+install_from_backports() {
+    local codename uri
+    codename=$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release)
+    # The mirror the machine already uses for its main suite.
+    # shellcheck disable=SC2016  # $(...) here is apt's format syntax
+    uri=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' 2>/dev/null |
+        awk -v s="$codename" '$2 == s { print $1; exit }')
+    [[ -n $codename && -n $uri ]] || return 1
+    local d
+    d=$(mktemp -d)
+    chmod 755 "$d"   # apt's download sandbox user must reach the lists
+    mkdir -p "$d/parts" "$d/lists/partial"
+    cp /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list "$d/parts/" 2>/dev/null || true
+    [[ -f /etc/apt/sources.list ]] && cp /etc/apt/sources.list "$d/parts/main.list"
+    printf 'deb %s %s-backports main\n' "$uri" "$codename" >"$d/parts/backports.list"
+    cp -r /var/lib/apt/lists/. "$d/lists/" 2>/dev/null || true
+    local apt=(apt-get -o "Dir::Etc::sourcelist=$d/none" -o "Dir::Etc::sourceparts=$d/parts"
+        -o "Dir::State::lists=$d/lists" -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=)
+    note "retrying from $codename-backports: $*"
+    local p pkgs=() rc=0
+    as_root "${apt[@]}" update -qq >&2 || rc=$?
+    if [[ $rc -eq 0 ]]; then
+        for p in "$@"; do
+            if "${apt[@]}" -qq install -s "$p/$codename-backports" >/dev/null 2>&1; then
+                pkgs+=("$p/$codename-backports")
+            else
+                pkgs+=("$p")
+            fi
+        done
+        as_root env DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -qq \
+            --no-install-recommends --no-remove "${pkgs[@]}" >&2 || rc=$?
+    fi
+    rm -rf -- "$d"
+    return "$rc"
+}
+
+# --------------------------------------------------------------- the guest
+
+# The kernel package that linux-image-amd64 currently depends on, e.g.
+# "linux-image-6.1.0-41-amd64 6.1.158-1".
+resolve_kernel_package() {
+    apt-cache show --no-all-versions linux-image-amd64 2>/dev/null |
+        sed -n 's/^Depends: \(linux-image-[^ ,]*\) *(= *\([^)]*\)).*/\1 \2/p' |
+        head -n1
+}
+
+script_hash() { sha256sum "$SCRIPT_PATH" | cut -d' ' -f1; }
+
+# True when the cache holds a complete guest built by this very script.
+cache_usable() {
+    [[ -f $CACHE_DIR/vmlinuz && -f $CACHE_DIR/initramfs.cpio.gz &&
+        -f $CACHE_DIR/stamp ]] &&
+        grep -qx "script=$(script_hash)" "$CACHE_DIR/stamp"
+}
+
+# build [--force]: build the guest unless the cache already matches this
+# script and the archive's kernel.
+cmd_build() {
+    local force=0
+    [[ ${1:-} == --force ]] && force=1
+    ensure_packages "${BUILD_PACKAGES[@]}" "${RUN_PACKAGES[@]}"
+
+    local kpkg kver_pkg
+    read -r kpkg kver_pkg < <(resolve_kernel_package) || true
+    if [[ -z ${kpkg:-} ]]; then
+        apt_update_once
+        read -r kpkg kver_pkg < <(resolve_kernel_package) || true
+        [[ -n ${kpkg:-} ]] || die "cannot resolve the kernel package of linux-image-amd64"
+    fi
+    if [[ $force -eq 0 ]] && cache_usable &&
+        grep -qx "package=$kpkg $kver_pkg" "$CACHE_DIR/stamp"; then
+        note "guest is up to date in $CACHE_DIR ($kpkg $kver_pkg)"
+        return 0
+    fi
+    build_guest "$kpkg"
+}
+
+# Build the guest if the cache is missing or was made by another version of
+# this script.  Does not look at the archive: a cached kernel stays good.
+build_if_needed() {
+    cache_usable && return 0
+    note "guest not built yet (or stale): building into $CACHE_DIR"
+    cmd_build
+}
+
+build_guest() {
+    local kpkg=$1
+    mkdir -p "$CACHE_DIR"
+    # Serialise concurrent builds into the same cache.
+    exec 9>"$CACHE_DIR/lock"
+    flock 9
+
+    local work
+    work=$(mktemp -d "$CACHE_DIR/build.XXXXXX")
+    # shellcheck disable=SC2064  # expand $work now
+    trap "rm -rf -- '$work'" EXIT
+
+    # apt-get download writes to the current directory; as root it would warn
+    # that the sandbox user cannot write there.
+    local apt_opts=()
+    [[ $EUID -eq 0 ]] && apt_opts=(-o APT::Sandbox::User=root)
+    note "downloading $kpkg"
+    if ! (cd "$work" && apt-get "${apt_opts[@]}" download -qq "$kpkg" >&2); then
+        # The archive keeps only the newest kernel: refresh and re-resolve.
+        apt_update_once
+        kpkg=$(resolve_kernel_package | cut -d' ' -f1)
+        [[ -n $kpkg ]] || die "cannot resolve the kernel package of linux-image-amd64"
+        (cd "$work" && apt-get "${apt_opts[@]}" download -qq "$kpkg" >&2)
+    fi
+    local deb
+    deb=$(find "$work" -maxdepth 1 -name "${kpkg}_*.deb" | head -n1)
+    [[ -n $deb ]] || die "apt-get download left no ${kpkg} .deb"
+    local kver_pkg
+    kver_pkg=$(dpkg-deb -f "$deb" Version)
+
+    note "extracting $(basename "$deb")"
+    local kroot=$work/kernel
+    dpkg -x "$deb" "$kroot"
+    local kver
+    kver=$(basename "$(find "$kroot/lib/modules" -mindepth 1 -maxdepth 1 -type d | head -n1)")
+    [[ -n $kver && -f $kroot/boot/vmlinuz-$kver ]] || die "no kernel image in $deb"
+    depmod -b "$kroot" "$kver"
+
+    make_initramfs "$kroot" "$kver" "$work/initramfs.cpio.gz"
+
+    cp "$kroot/boot/vmlinuz-$kver" "$work/vmlinuz"
+    mv -f "$work/vmlinuz" "$CACHE_DIR/vmlinuz"
+    mv -f "$work/initramfs.cpio.gz" "$CACHE_DIR/initramfs.cpio.gz"
+    mv -f "$work/modules.txt" "$CACHE_DIR/modules.txt"
+    # The stamp goes last: a build cut short leaves no usable cache.
+    printf 'script=%s\npackage=%s %s\nkernel=%s\n' \
+        "$(script_hash)" "$kpkg" "$kver_pkg" "$kver" >"$CACHE_DIR/stamp"
+    rm -rf -- "$work"
+    trap - EXIT
+    note "guest built: kernel $kver ($kpkg $kver_pkg) in $CACHE_DIR"
+}
+
+# Module files to load, in load order, dependencies first, each once.
+module_load_order() {
+    local kroot=$1 kver=$2 m
+    local noconf=$kroot/no-modprobe.d
+    mkdir -p "$noconf"   # ignore the host's /etc/modprobe.d
+    for m in "${GUEST_MODULES[@]}"; do
+        modprobe -d "$kroot" -S "$kver" -C "$noconf" --show-depends "$m" ||
+            die "modprobe --show-depends $m failed for $kver"
+    done | awk '$1 == "insmod" && !seen[$2]++ { print $2 }'
+}
+
+make_initramfs() {
+    local kroot=$1 kver=$2 out=$3
+    local root=$kroot/initramfs
+    mkdir -p "$root"/{bb,modules,proc,sys,dev,usr,etc,run,tmp,root,rbtl-run,var/tmp}
+    chmod 1777 "$root/tmp" "$root/var/tmp"
+
+    # busybox lives in /bb so that /bin, /sbin, /lib, /lib64 can be the
+    # merged-/usr links into the host's /usr, as on the host: scripts with
+    # #!/bin/bash and the dynamic loader then work in the guest.
+    local busybox a
+    busybox=$(dpkg -L busybox-static | grep -m1 '/bin/busybox$')
+    cp "$busybox" "$root/bb/busybox"
+    for a in $("$root/bb/busybox" --list); do
+        [[ $a == busybox ]] || ln -s busybox "$root/bb/$a"
+    done
+    for a in bin sbin lib lib64 lib32 libx32; do
+        if [[ -L /$a ]]; then
+            ln -s "$(readlink "/$a")" "$root/$a"
+        elif [[ -e /$a ]]; then
+            die "/$a is not a link into /usr: the guest needs a merged-/usr host"
+        fi
+    done
+
+    # Modules, decompressed (busybox insmod may not read .xz/.zst), numbered
+    # in load order.
+    local i=0 src dst name
+    : >"$kroot/../modules.txt"
+    while read -r src; do
+        name=$(basename "$src")
+        name=${name%.xz}; name=${name%.zst}; name=${name%.gz}
+        dst=$root/modules/$(printf '%02d' "$i")-$name
+        case $src in
+            *.xz) xz -dc "$src" >"$dst" ;;
+            *.zst) zstd -qdc "$src" >"$dst" ;;
+            *.gz) gzip -dc "$src" >"$dst" ;;
+            *) cp "$src" "$dst" ;;
+        esac
+        echo "${name%.ko}" >>"$kroot/../modules.txt"
+        i=$((i + 1))
+    done < <(module_load_order "$kroot" "$kver")
+    [[ $i -gt 0 ]] || die "no modules found for $kver"
+
+    write_init >"$root/init"
+    chmod 755 "$root/init"
+
+    (cd "$root" && find . -print0 | LC_ALL=C sort -z |
+        cpio --null -o -H newc --quiet) | gzip -6 >"$out"
+}
+
+# The guest's /init.  It runs under busybox; the caller's command runs with
+# the host's bash.  Its messages go to the kernel console (the log file); a
+# setup failure is also written to /rbtl-run/error for the host to show.
+write_init() {
+    cat <<'INIT'
+#!/bb/sh
+export PATH=/bb
+fail() {
+    echo "rbtl-guest: $*"
+    echo "$*" >/rbtl-run/error 2>/dev/null
+    poweroff -f
+}
+
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mkdir -p /dev/pts /dev/shm
+mount -t devpts devpts /dev/pts
+mount -t tmpfs -o mode=1777 tmpfs /dev/shm
+mount -t tmpfs -o mode=755 tmpfs /run
+
+for m in /modules/*.ko; do
+    insmod "$m" || echo "rbtl-guest: insmod $m failed" # fatal ones show below
+done
+
+p9() { mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144,"$3" "$1" "$2"; }
+p9 rbtlrun /rbtl-run rw || fail "cannot mount the run directory (9p)"
+# The host's /usr and /etc will not change during a run: let the guest cache.
+p9 usr /usr ro,cache=loose || fail "cannot mount /usr"
+p9 etc /etc ro,cache=loose || fail "cannot mount /etc"
+share=$(cat /rbtl-run/share)
+{ mkdir -p "$share" && p9 project "$share" rw; } || fail "cannot mount $share"
+
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/bb
+export HOME=/root USER=root LOGNAME=root SHELL=/usr/bin/bash
+hostname rbtl-guest
+
+# rxe on a dummy netdev: rdma_cm route resolution fails on lo.
+ip link set lo up
+ip addr add 198.18.0.1/24 dev dummy0 || fail "no dummy0"
+ip link set dummy0 up
+rdma link add rxe0 type rxe netdev dummy0 || fail "rdma link add rxe0 failed"
+zero=0000:0000:0000:0000:0000:0000:0000:0000
+n=0
+while :; do
+    gid=$(cat /sys/class/infiniband/rxe0/ports/1/gids/1 2>/dev/null)
+    state=$(cat /sys/class/infiniband/rxe0/ports/1/state 2>/dev/null)
+    if [ -n "$gid" ] && [ "$gid" != "$zero" ] && [ "${state#*ACTIVE}" != "$state" ]; then
+        break
+    fi
+    n=$((n + 1))
+    [ $n -lt 300 ] || fail "rxe0 not active after 30 s (state '$state', gid1 '$gid')"
+    usleep 100000
+done
+echo "rbtl-guest: rxe0 ready, gid1 $gid"
+
+ulimit -l unlimited
+stty -F /dev/ttyS1 raw -echo
+echo "rbtl-guest: running the command"
+/usr/bin/bash /rbtl-run/run.sh </dev/null >/dev/ttyS1 2>&1
+status=$?
+# stty sets the attributes with TCSADRAIN: the output is out of the UART
+# before the status is written and the guest powers off.
+stty -F /dev/ttyS1 raw -echo
+echo "$status" >/rbtl-run/status
+echo "rbtl-guest: command exited with $status"
+poweroff -f
+INIT
+}
+
+# ------------------------------------------------------------------- run
+
+# A real RDMA device on the host with an active port: no guest needed.
+host_has_rdma() {
+    [[ ${RBTL_GUEST_FORCE:-0} == 1 ]] && return 1
+    [[ -d /sys/class/infiniband && -n $(ls -A /sys/class/infiniband) ]] || return 1
+    ensure_packages ibverbs-utils
+    ibv_devinfo 2>/dev/null | grep -q PORT_ACTIVE
+}
+
+# The command line for bash -c: one argument is a shell command line as
+# given; several are quoted so each stays one word.
+command_line() {
+    if [[ $# -eq 1 ]]; then
+        printf '%s' "$1"
+    else
+        local a out=""
+        for a in "$@"; do out+="${out:+ }$(printf '%q' "$a")"; done
+        printf '%s' "$out"
+    fi
+}
+
+project_dir() {
+    if [[ -n ${RBTL_GUEST_SHARE:-} ]]; then
+        readlink -f -- "$RBTL_GUEST_SHARE"
+    else
+        git rev-parse --show-toplevel 2>/dev/null || pwd -P
+    fi
+}
+
+# The script the guest's bash runs: environment, working directory, command.
+write_run_script() {
+    local cwd=$1 cmdline=$2 name
+    echo "# written by $PROG on the host"
+    local names=(TERM NO_COLOR CI)
+    # shellcheck disable=SC2207  # names never contain blanks
+    names+=($(compgen -v | grep -E '^(RUST_|RBTL_)' || true))
+    # shellcheck disable=SC2206
+    names+=(${RBTL_GUEST_ENV:-})
+    for name in "${names[@]}"; do
+        [[ -v $name ]] && printf 'export %s=%q\n' "$name" "${!name}"
+    done
+    printf 'cd -- %q || exit 125\n' "$cwd"
+    printf 'exec /usr/bin/bash -c %q\n' "$cmdline"
+}
+
+accel_args() {
+    case ${RBTL_GUEST_ACCEL:-auto} in
+        kvm) echo "-accel kvm -cpu host" ;;
+        tcg) echo "-accel tcg,thread=multi -cpu max" ;;
+        *)
+            # /dev/kvm may be a software-only kvm_pvm that cannot boot a stock
+            # kernel: trust KVM only when the hardware modules are loaded.
+            if [[ -d /sys/module/kvm_intel || -d /sys/module/kvm_amd ]] &&
+                [[ -w /dev/kvm ]]; then
+                echo "-accel kvm -cpu host"
+            else
+                echo "-accel tcg,thread=multi -cpu max"
+            fi ;;
+    esac
+}
+
+RUN_DIR=""
+QEMU_PID=""
+SLEEP_PID=""
+CAT_PID=""
+cleanup_run() {
+    local p
+    for p in "$QEMU_PID" "$SLEEP_PID" "$CAT_PID"; do
+        if [[ -n $p ]]; then kill "$p" 2>/dev/null || true; fi
+    done
+}
+
+# Let cat see the end of the output.  If qemu never opened the fifo, cat is
+# still blocked opening it: a read-write open (which never blocks) and close
+# releases it with an EOF.
+finish_output() {
+    local fd
+    exec {fd}<>"$RUN_DIR/out.out"
+    exec {fd}>&-
+    wait "$CAT_PID" 2>/dev/null || true
+    CAT_PID=""
+}
+
+cmd_run() {
+    [[ ${1:-} == -- ]] && shift
+    [[ $# -ge 1 ]] || die "run: no command given (see --help)"
+    local cmdline
+    cmdline=$(command_line "$@")
+
+    if host_has_rdma; then
+        note "the host has an active RDMA port: running on the host (RBTL_GUEST_FORCE=1 to use the guest)"
+        exec /usr/bin/bash -c "$cmdline"
+    fi
+
+    ensure_packages "${RUN_PACKAGES[@]}"
+    build_if_needed
+
+    local cwd share
+    cwd=$(pwd -P)
+    share=$(project_dir)
+    [[ $share != / ]] || die "refusing to share / into the guest"
+    case $share in
+        /usr | /usr/* | /etc | /etc/*) die "cannot share $share: /usr and /etc are the host's, read-only" ;;
+    esac
+    case $cwd/ in
+        "$share"/*) ;;
+        *) die "working directory $cwd is not inside the shared directory $share (set RBTL_GUEST_SHARE)" ;;
+    esac
+
+    RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/rbtl-guest.XXXXXX")
+    chmod 755 "$RUN_DIR"
+    printf '%s\n' "$share" >"$RUN_DIR/share"
+    write_run_script "$cwd" "$cmdline" >"$RUN_DIR/run.sh"
+    local log=$RUN_DIR/console.log
+
+    # The command's output comes out of the guest's second serial port into a
+    # fifo that cat copies to our stdout, so qemu never touches our stdin,
+    # stdout or terminal settings.
+    mkfifo "$RUN_DIR/out.in" "$RUN_DIR/out.out"
+    cat "$RUN_DIR/out.out" &
+    CAT_PID=$!
+    trap 'cleanup_run' EXIT
+    trap 'cleanup_run; note "interrupted; console log: $log"; exit 130' INT TERM
+
+    local smp=${RBTL_GUEST_SMP:-$(nproc)}
+    [[ -n ${RBTL_GUEST_SMP:-} || $smp -le 4 ]] || smp=4
+    local accel
+    read -r -a accel <<<"$(accel_args)"
+    local qemu=(qemu-system-x86_64 -nodefaults -nic none -display none
+        -no-reboot "${accel[@]}" -smp "$smp" -m "$GUEST_MEM"
+        -kernel "$CACHE_DIR/vmlinuz" -initrd "$CACHE_DIR/initramfs.cpio.gz"
+        -append "console=ttyS0 panic=-1 8250.nr_uarts=2"
+        -serial "file:$log"
+        -chardev "pipe,id=cmdout,path=$RUN_DIR/out"
+        -serial chardev:cmdout)
+    local tag path opts
+    for tag in usr etc project rbtlrun; do
+        case $tag in
+            usr) path=/usr opts=readonly=on ;;
+            etc) path=/etc opts=readonly=on ;;
+            project) path=$share opts=readonly=off ;;
+            rbtlrun) path=$RUN_DIR opts=readonly=off ;;
+        esac
+        qemu+=(-virtfs "local,path=$path,mount_tag=$tag,security_model=none,$opts,multidevs=remap")
+    done
+
+    local t0=$SECONDS
+    "${qemu[@]}" </dev/null >"$RUN_DIR/qemu.out" 2>&1 &
+    QEMU_PID=$!
+    # Hang guard: whichever ends first, qemu or the sleep.
+    sleep "$TIMEOUT" &
+    SLEEP_PID=$!
+    local first="" qemu_rc=0
+    wait -n -p first "$QEMU_PID" "$SLEEP_PID" || qemu_rc=$?
+    if [[ $first != "$QEMU_PID" ]]; then
+        kill -KILL "$QEMU_PID" 2>/dev/null || true
+        wait "$QEMU_PID" 2>/dev/null || true
+        QEMU_PID=""
+        SLEEP_PID=""
+        finish_output
+        note "error: timed out after ${TIMEOUT}s (RBTL_GUEST_TIMEOUT); qemu killed; console log: $log"
+        exit 124
+    fi
+    QEMU_PID=""
+    kill "$SLEEP_PID" 2>/dev/null || true
+    wait "$SLEEP_PID" 2>/dev/null || true
+    SLEEP_PID=""
+    finish_output
+
+    if [[ ! -s $RUN_DIR/status ]]; then
+        [[ -s $RUN_DIR/error ]] && note "guest setup failed: $(cat "$RUN_DIR/error")"
+        [[ -s $RUN_DIR/qemu.out ]] && note "qemu (exit $qemu_rc) said: $(cat "$RUN_DIR/qemu.out")"
+        note "error: the guest reported no exit status after $((SECONDS - t0))s; console log: $log"
+        exit 125
+    fi
+    local status
+    status=$(cat "$RUN_DIR/status")
+    if [[ ${RBTL_GUEST_KEEP:-0} == 1 ]]; then
+        note "guest run took $((SECONDS - t0))s; run directory kept: $RUN_DIR"
+    elif [[ $status -ne 0 ]]; then
+        note "command exited with $status; console log: $log"
+    else
+        rm -rf -- "$RUN_DIR"
+    fi
+    exit "$status"
+}
+
+cmd_clean() {
+    rm -rf -- "$CACHE_DIR"
+    note "removed $CACHE_DIR"
+}
+
+main() {
+    case ${1:-} in
+        build) shift; cmd_build "$@" ;;
+        run) shift; cmd_run "$@" ;;
+        clean) cmd_clean ;;
+        -h | --help | help) usage ;;
+        "") usage >&2; exit 2 ;;
+        *) note "unknown subcommand '$1'"; usage >&2; exit 2 ;;
+    esac
+}
+
+main "$@"
