@@ -706,18 +706,21 @@ fn register_callbacks(m: &mut dyn Module, mi: usize, state: &Shared) -> Result<(
             let Some(src) = s.rank_of[mi].get(r.endpoint.0 as usize).copied().flatten() else {
                 return;
             };
+            // The header and the payload: one segment, or two when the transport kept
+            // the header apart (sm does, to align large payloads).
             let joined;
-            let bytes = if r.segments.len() == 1 {
-                r.segments[0]
-            } else {
-                joined = r.to_vec();
-                &joined[..]
+            let (head, data) = match r.segments {
+                [one] => one.split_at(protocol::EAGER_HEADER.min(one.len())),
+                [head, data] if head.len() == protocol::EAGER_HEADER => (*head, *data),
+                _ => {
+                    joined = r.to_vec();
+                    joined.split_at(protocol::EAGER_HEADER.min(joined.len()))
+                }
             };
-            let Some(head) = bytes.get(..protocol::EAGER_HEADER) else {
+            let Ok(head) = <[u8; protocol::EAGER_HEADER]>::try_from(head) else {
                 return;
             };
-            let tag = i32::from_le_bytes(head.try_into().expect("4 bytes"));
-            let data = &bytes[protocol::EAGER_HEADER..];
+            let tag = i32::from_le_bytes(head);
             match s.take_posted(src, tag) {
                 Some(p) => s.deliver_eager(&p, src, tag, data),
                 None => s.unexpected.push_back(Unexpected::Eager {

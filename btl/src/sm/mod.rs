@@ -367,7 +367,7 @@ impl SmModule {
     pub fn new(attrs: Attributes, settings: Settings, modex: &mut dyn Modex) -> Result<SmModule> {
         let ring = RingLayout {
             nslots: settings.ring_slots.max(2).next_power_of_two(),
-            data_bytes: settings.ring_bytes.next_multiple_of(64),
+            data_bytes: settings.ring_bytes.next_multiple_of(4096),
         };
         let largest = attrs.max_send_size.max(settings.copy_chunk + 64);
         if largest > ring.max_message(MAX_SEGMENTS) {
@@ -723,6 +723,14 @@ impl SmModule {
     fn internal(&mut self, i: usize, tag: u8, segs: &[&[u8]]) {
         let msg = segs.first().copied().unwrap_or_default();
         let r = wire::Reader(msg);
+        // A chunk's header and data: two segments when the ring split them (the data
+        // page-aligned), else one.
+        let body = |header: usize| -> &[u8] {
+            match segs {
+                [_, data, ..] => data,
+                _ => &msg[header.min(msg.len())..],
+            }
+        };
         let check = |s: &Self, h: &[u8], addr: u64, len: usize, needs: Access| -> Result<()> {
             let handle = RemoteHandle::from_bytes(h)?;
             s.regs.view().check(s.id, &handle, addr, len, needs)
@@ -730,7 +738,7 @@ impl SmModule {
         match tag {
             wire::PUT_DATA if msg.len() >= wire::PUT_HEADER => {
                 let (req, addr, last) = (r.u64(0), r.u64(8), r.u64(16) != 0);
-                let data = &msg[wire::PUT_HEADER..];
+                let data = body(wire::PUT_HEADER);
                 let status = match self.peers[i].put_refused.get(&req) {
                     // Refused already: apply no later chunk either.
                     Some(_) => Err(Error::BadRemoteHandle("refused earlier".into())),
@@ -799,7 +807,7 @@ impl SmModule {
             }
             wire::GET_DATA if msg.len() >= wire::GET_DATA_HEADER => {
                 let (req, off, code) = (r.u64(0), r.u64(8) as usize, r.u64(16) as u32);
-                let data = &msg[wire::GET_DATA_HEADER..];
+                let data = body(wire::GET_DATA_HEADER);
                 let Some(Op {
                     what:
                         Pending::Get {

@@ -23,6 +23,17 @@ pub const SLOT_BYTES: usize = 128;
 /// Most bytes carried inside a slot.
 pub const INLINE_MAX: usize = SLOT_BYTES - 24;
 const CTRL_BYTES: usize = 128;
+/// Record kinds: the whole message in the slot; the whole message (and its segment
+/// table) in the data area; a small head (a protocol header) in the slot and the body
+/// in the data area, page-aligned when large, so that copying it in and out runs at
+/// full speed whatever the user buffers' alignment.
+const DATA: u8 = 0;
+const INLINE: u8 = 1;
+const SPLIT: u8 = 2;
+/// Smallest body worth a split record.
+const SPLIT_MIN: usize = 256;
+/// Bodies of at least this many bytes start on a page boundary.
+const PAGE: usize = 4096;
 
 /// Copy `len` bytes; sizes up to 16 without a call into `memcpy` (which costs more
 /// than the copy for the small messages that dominate latency).
@@ -71,8 +82,10 @@ struct Slot {
     len: u32,
     tag: u8,
     nseg: u8,
-    inline: u8,
-    _pad: u8,
+    /// [`INLINE`], [`DATA`] or [`SPLIT`].
+    kind: u8,
+    /// For [`SPLIT`]: bytes of the head kept in the slot.
+    head_len: u8,
     data_pos: u64,
     bytes: [u8; INLINE_MAX],
 }
@@ -102,7 +115,12 @@ pub struct RingLayout {
 impl RingLayout {
     /// Bytes the ring occupies.
     pub const fn bytes(&self) -> usize {
-        CTRL_BYTES + self.nslots * SLOT_BYTES + self.data_bytes
+        self.data_offset() + self.data_bytes
+    }
+
+    /// Where the data area starts (page-aligned, as the ring itself is).
+    const fn data_offset(&self) -> usize {
+        (CTRL_BYTES + self.nslots * SLOT_BYTES).next_multiple_of(PAGE)
     }
 
     /// Largest message (with `nseg` segments) that fits the data area.
@@ -134,7 +152,7 @@ struct Raw {
 
 impl Raw {
     /// # Safety
-    /// `base` is 128-byte aligned and points to `layout.bytes()` bytes of ring memory
+    /// `base` is page-aligned and points to `layout.bytes()` bytes of ring memory
     /// that stays mapped while the returned value is used.
     unsafe fn new(base: *mut u8, layout: RingLayout) -> Raw {
         Raw {
@@ -142,7 +160,7 @@ impl Raw {
             // SAFETY: inside the ring memory per the contract.
             slots: unsafe { base.add(CTRL_BYTES) }.cast::<Slot>(),
             // SAFETY: as above.
-            data: unsafe { base.add(CTRL_BYTES + layout.nslots * SLOT_BYTES) },
+            data: unsafe { base.add(layout.data_offset()) },
             layout,
         }
     }
@@ -182,7 +200,7 @@ impl Producer {
     ///
     /// # Safety
     ///
-    /// As for the ring memory in general: `base` 128-byte aligned, `layout.bytes()` bytes,
+    /// As for the ring memory in general: `base` page-aligned, `layout.bytes()` bytes,
     /// mapped while the producer lives; at most one producer per ring.
     pub unsafe fn new(base: *mut u8, layout: RingLayout) -> Producer {
         Producer {
@@ -201,9 +219,43 @@ impl Producer {
         self.slot_tail == self.head
     }
 
+    /// Reserve `need` bytes of the data area starting at a multiple of `align`,
+    /// never across its end; the absolute position and the address. `None` when the
+    /// consumer still holds the room.
+    fn reserve(&mut self, need: u64, align: u64) -> Option<(u64, *mut u8)> {
+        let size = self.raw.layout.data_bytes as u64;
+        assert!(
+            need <= size,
+            "record of {need} bytes exceeds the ring's data area"
+        );
+        let off = self.data_head % size;
+        let aligned = off.next_multiple_of(align);
+        let skip = if aligned + need > size {
+            size - off
+        } else {
+            aligned - off
+        };
+        // Room unless the record would reach data the consumer still holds; an empty
+        // area takes any record (skipped bytes are never read).
+        let head = self.data_head;
+        let fits = |tail: u64| tail == head || head + skip + need - tail <= size;
+        if !fits(self.data_tail) {
+            self.data_tail = self.raw.ctrl().data_tail.load(Ordering::Acquire);
+            if !fits(self.data_tail) {
+                return None;
+            }
+        }
+        let pos = head + skip;
+        self.data_head = pos + need;
+        // SAFETY: [pos % size, + need) lies inside the data area (no wrap, by the
+        // skip) and was released by the consumer (checked above).
+        Some((pos, unsafe { self.raw.data.add((pos % size) as usize) }))
+    }
+
     /// Publish a message of `parts` (gathered in order) under `tag`, cut into segments
     /// of `seg_lens` (one segment when empty). Returns false, having written nothing,
-    /// when the ring is full.
+    /// when the ring is full. Two parts, a small head and a larger body, arrive as two
+    /// segments (the body page-aligned when large); otherwise as cut.
     pub fn push(&mut self, tag: u8, parts: &[&[u8]], seg_lens: &[usize]) -> bool {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let nseg = seg_lens.len().max(1);
@@ -215,58 +267,63 @@ impl Producer {
             }
         }
         let slot = self.raw.slot(self.head);
-        let inline = nseg == 1 && len <= INLINE_MAX;
-        let (dst, data_pos) = if inline {
-            // SAFETY: `slot` is inside the ring and released by the consumer (checked
-            // above); we are its only writer.
-            (unsafe { ptr::addr_of_mut!((*slot).bytes) }.cast::<u8>(), 0)
+        // SAFETY: `slot` is inside the ring and released by the consumer (checked
+        // above); we are its only writer.
+        let in_slot = unsafe { ptr::addr_of_mut!((*slot).bytes) }.cast::<u8>();
+        let split = seg_lens.is_empty()
+            && parts.len() == 2
+            && parts[0].len() <= INLINE_MAX
+            && parts[1].len() >= SPLIT_MIN;
+        let (kind, head_len, data_pos) = if nseg == 1 && len <= INLINE_MAX {
+            let mut off = 0;
+            for p in parts {
+                // SAFETY: the parts add up to at most INLINE_MAX bytes, the slot's room;
+                // the sources are live slices outside the ring.
+                unsafe { copy_bytes(p.as_ptr(), in_slot.add(off), p.len()) };
+                off += p.len();
+            }
+            (INLINE, 0, 0)
+        } else if split {
+            let (head, body) = (parts[0], parts[1]);
+            let align = if body.len() >= PAGE { PAGE } else { LINE } as u64;
+            let Some((pos, at)) = self.reserve(round_up(body.len(), LINE) as u64, align) else {
+                return false;
+            };
+            // SAFETY: the head fits the slot, the body its reservation; sources are
+            // live slices outside the ring.
+            unsafe {
+                copy_bytes(head.as_ptr(), in_slot, head.len());
+                copy_bytes(body.as_ptr(), at, body.len());
+            }
+            (SPLIT, head.len() as u8, pos)
         } else {
             let table = seg_table_bytes(nseg);
-            let need = round_up(table + len, LINE) as u64;
-            let size = layout.data_bytes as u64;
-            assert!(
-                need <= size,
-                "message of {len} bytes exceeds the ring's data area"
-            );
-            let off = self.data_head % size;
-            let skip = if off + need > size { size - off } else { 0 };
-            // Room unless the record would reach data the consumer still holds; an
-            // empty area takes any record (the skipped tail is never read).
-            let head = self.data_head;
-            let fits = |tail: u64| tail == head || head + skip + need - tail <= size;
-            if !fits(self.data_tail) {
-                self.data_tail = self.raw.ctrl().data_tail.load(Ordering::Acquire);
-                if !fits(self.data_tail) {
-                    return false;
-                }
-            }
-            let pos = self.data_head + skip;
-            self.data_head = pos + need;
-            // SAFETY: [pos % size, + need) lies inside the data area (no wrap, by the
-            // skip) and was released by the consumer (checked above).
-            let at = unsafe { self.raw.data.add((pos % size) as usize) };
+            let Some((pos, at)) = self.reserve(round_up(table + len, LINE) as u64, LINE as u64)
+            else {
+                return false;
+            };
             if nseg > 1 {
                 for (i, &l) in seg_lens.iter().enumerate() {
                     // SAFETY: the segment table is the first `table` bytes at `at`.
                     unsafe { at.add(i * 4).cast::<u32>().write_unaligned(l as u32) };
                 }
             }
-            // SAFETY: the payload follows the table inside the reserved space.
-            (unsafe { at.add(table) }, pos)
+            let mut off = table;
+            for p in parts {
+                // SAFETY: the reservation holds the table and `len` bytes; sources are
+                // live slices outside the ring.
+                unsafe { copy_bytes(p.as_ptr(), at.add(off), p.len()) };
+                off += p.len();
+            }
+            (DATA, 0, pos)
         };
-        let mut off = 0;
-        for p in parts {
-            // SAFETY: `dst` has room for `len` bytes (inline limit or reservation), and
-            // the source is a live slice that cannot overlap the ring we alone write.
-            unsafe { copy_bytes(p.as_ptr(), dst.add(off), p.len()) };
-            off += p.len();
-        }
         // SAFETY: header fields of our released slot; published by the release store.
         unsafe {
             ptr::addr_of_mut!((*slot).len).write(len as u32);
             ptr::addr_of_mut!((*slot).tag).write(tag);
             ptr::addr_of_mut!((*slot).nseg).write(nseg as u8);
-            ptr::addr_of_mut!((*slot).inline).write(u8::from(inline));
+            ptr::addr_of_mut!((*slot).kind).write(kind);
+            ptr::addr_of_mut!((*slot).head_len).write(head_len);
             ptr::addr_of_mut!((*slot).data_pos).write(data_pos);
             (*slot).seq.store(self.head + 1, Ordering::Release);
         }
@@ -280,11 +337,13 @@ pub struct Record {
     /// The tag it was sent with.
     pub tag: u8,
     nseg: usize,
-    /// Start of the payload.
+    /// Start and length of the payload (of the body, for a split record).
     data: *const u8,
     len: usize,
     /// The segment lengths (u32 each) when there are several.
     table: *const u8,
+    /// The head kept in the slot, for a split record.
+    head: Option<(*const u8, usize)>,
     data_end: Option<u64>,
 }
 
@@ -294,13 +353,14 @@ impl Record {
         self.nseg
     }
 
-    /// The whole payload as one slice (all segments, in order).
+    /// The whole payload as one slice, for a record of one segment.
     ///
     /// # Safety
     ///
     /// Use it only before the record is released: after that the producer may
     /// overwrite the memory.
     pub unsafe fn payload<'a>(&self) -> &'a [u8] {
+        debug_assert_eq!(self.nseg, 1);
         // SAFETY: (data, len) lies inside the ring's published, unreleased record.
         unsafe { std::slice::from_raw_parts(self.data, self.len) }
     }
@@ -311,13 +371,20 @@ impl Record {
     ///
     /// As [`Record::payload`].
     pub unsafe fn segments(&self, out: &mut [&[u8]; crate::MAX_SEGMENTS]) -> usize {
-        // SAFETY: forwarded contract.
-        let all = unsafe { self.payload() };
+        // SAFETY: (data, len) and the head lie inside the ring's published, unreleased
+        // record (forwarded contract).
+        let body = unsafe { std::slice::from_raw_parts(self.data, self.len) };
+        if let Some((head, head_len)) = self.head {
+            // SAFETY: as above.
+            out[0] = unsafe { std::slice::from_raw_parts(head, head_len) };
+            out[1] = body;
+            return 2;
+        }
         if self.nseg == 1 {
-            out[0] = all;
+            out[0] = body;
             return 1;
         }
-        let mut rest = all;
+        let mut rest = body;
         for (i, o) in out.iter_mut().enumerate().take(self.nseg) {
             // SAFETY: the table holds `nseg` u32 lengths, written before publication.
             let l = (unsafe { self.table.add(i * 4).cast::<u32>().read_unaligned() } as usize)
@@ -331,12 +398,12 @@ impl Record {
 
     /// Total bytes.
     pub fn len(&self) -> usize {
-        self.len
+        self.len + self.head.map_or(0, |h| h.1)
     }
 
     /// Whether it holds no bytes.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 }
 
@@ -379,35 +446,45 @@ impl Consumer {
             let tag = ptr::addr_of!((*slot).tag).read();
             let nseg =
                 usize::from(ptr::addr_of!((*slot).nseg).read()).clamp(1, crate::MAX_SEGMENTS);
-            if ptr::addr_of!((*slot).inline).read() != 0 {
-                let data = ptr::addr_of!((*slot).bytes).cast::<u8>();
+            let in_slot = ptr::addr_of!((*slot).bytes).cast::<u8>();
+            let kind = ptr::addr_of!((*slot).kind).read();
+            if kind == INLINE {
                 return Some(Record {
                     tag,
                     nseg: 1,
-                    data,
+                    data: in_slot,
                     len: len.min(INLINE_MAX),
                     table: ptr::null(),
+                    head: None,
                     data_end: None,
                 });
             }
             let size = self.raw.layout.data_bytes as u64;
             let pos = ptr::addr_of!((*slot).data_pos).read();
-            let table = seg_table_bytes(nseg);
+            let (head, table, body) = if kind == SPLIT {
+                let head_len = usize::from(ptr::addr_of!((*slot).head_len).read())
+                    .min(INLINE_MAX)
+                    .min(len);
+                (Some((in_slot, head_len)), 0, len - head_len)
+            } else {
+                (None, seg_table_bytes(nseg), len)
+            };
+            let need = round_up(table + body, LINE) as u64;
             // A record never crosses the end of the data area; a peer that says
-            // otherwise gets an empty message rather than a read out of bounds.
-            let need = round_up(table + len, LINE) as u64;
-            let len = if (pos % size) as usize + table + len > size as usize {
+            // otherwise gets an empty body rather than a read out of bounds.
+            let body = if (pos % size) as usize + table + body > size as usize {
                 0
             } else {
-                len
+                body
             };
             let at = self.raw.data.add((pos % size) as usize).cast_const();
             Some(Record {
                 tag,
-                nseg,
+                nseg: if head.is_some() { 2 } else { nseg },
                 data: at.add(table),
-                len,
+                len: body,
                 table: at,
+                head,
                 data_end: Some(pos + need),
             })
         }
@@ -430,8 +507,9 @@ mod tests {
     use super::*;
 
     fn ring(layout: RingLayout) -> (Vec<u64>, Producer, Consumer) {
-        let mut mem = vec![0u64; layout.bytes() / 8 + 16];
-        let base = (mem.as_mut_ptr() as usize).next_multiple_of(128) as *mut u8;
+        // Page-aligned, as rings in a segment are.
+        let mut mem = vec![0u64; layout.bytes() / 8 + 512];
+        let base = (mem.as_mut_ptr() as usize).next_multiple_of(4096) as *mut u8;
         // SAFETY: `mem` outlives producer and consumer in every test (returned first,
         // dropped last); one producer and one consumer.
         let (p, c) = unsafe { (Producer::new(base, layout), Consumer::new(base, layout)) };
@@ -470,6 +548,44 @@ mod tests {
         assert_eq!(take(&mut c), Some((4, vec![vec![]])));
         assert!(take(&mut c).is_none());
         assert!(p.is_drained());
+    }
+
+    #[test]
+    fn a_header_and_a_large_body_arrive_apart_with_the_body_page_aligned() {
+        let (_m, mut p, mut c) = ring(RingLayout {
+            nslots: 8,
+            data_bytes: 64 << 10,
+        });
+        let head = [1u8; 24];
+        let body: Vec<u8> = (0..5000).map(|i| i as u8).collect();
+        assert!(
+            p.push(9, &[b"x"], &[]),
+            "something first, so the data area is not at 0"
+        );
+        assert!(
+            p.push(9, &[&[2u8; 100], &[3u8; 300]], &[]),
+            "a 64-byte aligned body"
+        );
+        assert!(p.push(9, &[&head, &body], &[]));
+        assert!(p.push(9, &[&head, &body[..100]], &[]), "too small to split");
+        take(&mut c).unwrap();
+        let r = c.peek().unwrap();
+        let mut segs = [&[][..]; crate::MAX_SEGMENTS];
+        // SAFETY: used before release.
+        assert_eq!(unsafe { r.segments(&mut segs) }, 2);
+        assert_eq!((segs[0], segs[1]), (&[2u8; 100][..], &[3u8; 300][..]));
+        assert_eq!(segs[1].as_ptr() as usize % 64, 0);
+        c.release(r);
+        let r = c.peek().unwrap();
+        // SAFETY: used before release.
+        assert_eq!(unsafe { r.segments(&mut segs) }, 2);
+        assert_eq!((segs[0], segs[1]), (&head[..], &body[..]));
+        assert_eq!(segs[1].as_ptr() as usize % 4096, 0, "page-aligned body");
+        assert_eq!(r.len(), 5024);
+        c.release(r);
+        let (_, one) = take(&mut c).unwrap();
+        assert_eq!(one.len(), 1, "one segment when not split");
+        assert_eq!(one[0].len(), 124);
     }
 
     #[test]
