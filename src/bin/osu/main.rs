@@ -6,6 +6,7 @@ mod report;
 
 use rbtl::launcher::{self, Bind, LaunchOptions};
 use rbtl::msg::Comm;
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
@@ -48,11 +49,16 @@ fn launch_self(args: &[String], opts: &cli::Options) -> ExitCode {
     } else {
         2
     };
-    let launch = LaunchOptions {
+    let mut launch = LaunchOptions {
         ranks,
         bind: Bind::Core,
         ..LaunchOptions::default()
     };
+    if std::io::stderr().is_terminal() {
+        launch
+            .env
+            .push((report::PROGRESS_TTY_ENV.into(), "1".into()));
+    }
     let args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
     match launcher::launch(&exe, &args, &launch) {
         Ok(summary) => ExitCode::from(summary.code.clamp(0, 255) as u8),
@@ -89,7 +95,7 @@ fn run(opts: &cli::Options) -> rbtl::msg::Result<()> {
     if me == 0 {
         println!("{}", report::header(opts, &transport));
     }
-    let progress = report::Progress::new(sizes.len());
+    let mut progress = report::Progress::new(sizes.len());
     let mut points = Vec::new();
     for (i, &size) in sizes.iter().enumerate() {
         if me == 0 {

@@ -41,37 +41,48 @@ pub fn row(p: &Point) -> String {
     r
 }
 
-/// A progress bar on stderr, only when stderr is a terminal.
+/// Set by `osu` for the ranks it launches when its own stderr is a terminal: their
+/// stderr is a pipe to the launcher, so the bar goes to the controlling terminal.
+pub const PROGRESS_TTY_ENV: &str = "OSU_PROGRESS_TTY";
+
+/// A progress bar for long sweeps, only when a person is watching: on stderr when it
+/// is a terminal, or on the terminal the launching `osu` was started from.
 pub struct Progress {
     total: usize,
-    on: bool,
+    out: Option<Box<dyn Write>>,
 }
 
 impl Progress {
     pub fn new(total: usize) -> Progress {
-        Progress {
-            total,
-            on: std::io::stderr().is_terminal(),
-        }
+        let out: Option<Box<dyn Write>> = if std::io::stderr().is_terminal() {
+            Some(Box::new(std::io::stderr()))
+        } else if std::env::var_os(PROGRESS_TTY_ENV).is_some() {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/tty")
+                .ok()
+                .map(|f| Box::new(f) as Box<dyn Write>)
+        } else {
+            None
+        };
+        Progress { total, out }
     }
 
-    pub fn step(&self, done: usize, size: usize) {
-        if self.on {
+    pub fn step(&mut self, done: usize, size: usize) {
+        let total = self.total;
+        if let Some(out) = &mut self.out {
             let width = 30;
-            let filled = width * done / self.total.max(1);
-            eprint!(
-                "\r[{}{}] {done}/{} sizes, now {size} B ",
-                "#".repeat(filled),
-                " ".repeat(width - filled),
-                self.total
-            );
-            let _ = std::io::stderr().flush();
+            let filled = width * done / total.max(1);
+            let bar = format!("{}{}", "#".repeat(filled), " ".repeat(width - filled));
+            let _ = write!(out, "\r[{bar}] {done}/{total} sizes, now {size} B ");
+            let _ = out.flush();
         }
     }
 
-    pub fn finish(&self) {
-        if self.on {
-            eprint!("\r{}\r", " ".repeat(70));
+    pub fn finish(&mut self) {
+        if let Some(out) = &mut self.out {
+            let _ = write!(out, "\r{}\r", " ".repeat(70));
+            let _ = out.flush();
         }
     }
 }
