@@ -286,6 +286,15 @@ impl Comm {
         if self.signals.deferred.load(Ordering::Acquire) == 0 {
             return n;
         }
+        n + self.retry_deferred()
+    }
+
+    /// Send what waited for room, in order (kept out of `progress`, whose loop is the
+    /// latency of every receive).
+    #[cold]
+    #[inline(never)]
+    fn retry_deferred(&mut self) -> usize {
+        let mut n = 0;
         let mut s = lock(&self.state);
         let waiting = s.deferred.len();
         for _ in 0..waiting {

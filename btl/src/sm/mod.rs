@@ -600,6 +600,7 @@ impl SmModule {
     }
 
     /// Push what waits for peer `i`'s ring, in order, as far as room allows.
+    #[inline(never)]
     fn drain_outbound(&mut self, i: usize) -> usize {
         let mut n = 0;
         let (view, id) = (self.regs.view(), self.id);
@@ -720,6 +721,7 @@ impl SmModule {
     }
 
     /// A message of the transport's own protocol from peer `i`.
+    #[inline(never)]
     fn internal(&mut self, i: usize, tag: u8, segs: &[&[u8]]) {
         let msg = segs.first().copied().unwrap_or_default();
         let r = wire::Reader(msg);
@@ -971,6 +973,8 @@ impl SmModule {
         true
     }
 
+    #[cold]
+    #[inline(never)]
     fn check_liveness(&mut self) {
         for i in 0..self.peers.len() {
             let p = &self.peers[i];
@@ -1048,6 +1052,7 @@ impl SmModule {
         req
     }
 
+    #[inline(never)]
     fn run_done(&mut self) -> usize {
         let n = self.done.len();
         for _ in 0..n {
