@@ -3,11 +3,13 @@
 //!
 //! Each CPC is asked per device port whether it can run there ([`CpcComponent::query`]);
 //! the usable ones publish a blob in the modex, and per peer both sides pick the
-//! highest-priority CPC they share. This crate holds the interface; the CPCs
-//! themselves (`oob`, `rdma_cm`, `xrc`) and their selection arrive with the `openib`
-//! transport and are not implemented yet.
+//! highest-priority CPC they share ([`select`]). This crate holds the interface and
+//! the selection; the CPCs themselves (`oob`, `rdma_cm`, `xrc`) arrive with the
+//! `openib` transport and are not implemented yet.
 
 #![warn(missing_docs)]
+
+pub mod select;
 
 use rbtl_config::{Config, Registry};
 
@@ -47,6 +49,9 @@ pub enum Error {
         /// What failed.
         why: String,
     },
+    /// The configuration allows no CPC, names an unknown one, or two peers share none.
+    #[error("{0}")]
+    Selection(String),
     /// A parameter problem.
     #[error(transparent)]
     Config(#[from] rbtl_config::Error),
