@@ -1,0 +1,120 @@
+//! Completion queues.
+
+use crate::device::{Context, ContextInner};
+use crate::error::{call_error, Error, Result};
+use rdma_sys as sys;
+use std::ffi::CStr;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+pub(crate) struct CqInner {
+    pub(crate) ptr: NonNull<sys::ibv_cq>,
+    _ctx: Arc<ContextInner>,
+}
+
+// SAFETY: completion queues may be used from any thread; polling takes `&mut Cq`.
+unsafe impl Send for CqInner {}
+// SAFETY: as above.
+unsafe impl Sync for CqInner {}
+
+impl Drop for CqInner {
+    fn drop(&mut self) {
+        // SAFETY: created by ibv_create_cq; queue pairs using it hold an Arc to this.
+        unsafe { sys::ibv_destroy_cq(self.ptr.as_ptr()) };
+    }
+}
+
+/// A completion queue.
+pub struct Cq {
+    pub(crate) inner: Arc<CqInner>,
+}
+
+/// A work completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// The work request's id.
+    pub wr_id: u64,
+    /// `IBV_WC_SUCCESS` (0) or an error status.
+    pub status: u32,
+    /// Bytes received (receives only).
+    pub byte_len: u32,
+}
+
+impl Completion {
+    /// `Ok` for a successful completion, else the error with the status's name.
+    pub fn result(&self) -> Result<()> {
+        if self.status == sys::ibv_wc_status::IBV_WC_SUCCESS {
+            return Ok(());
+        }
+        // SAFETY: ibv_wc_status_str returns a static string for any value.
+        let name = unsafe { CStr::from_ptr(sys::ibv_wc_status_str(self.status)) };
+        Err(Error::Completion {
+            wr_id: self.wr_id,
+            status: name.to_string_lossy().into_owned(),
+        })
+    }
+}
+
+impl Context {
+    /// A completion queue of at least `depth` entries.
+    pub fn create_cq(&self, depth: i32) -> Result<Cq> {
+        // SAFETY: a live context; no channel, no context pointer.
+        let cq = unsafe {
+            sys::ibv_create_cq(
+                self.inner.ptr.as_ptr(),
+                depth,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            )
+        };
+        let ptr = NonNull::new(cq).ok_or_else(|| call_error("ibv_create_cq", 0))?;
+        Ok(Cq {
+            inner: Arc::new(CqInner {
+                ptr,
+                _ctx: self.inner.clone(),
+            }),
+        })
+    }
+}
+
+impl Cq {
+    /// Up to `out.len()` completions; how many.
+    pub fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut wc: [sys::ibv_wc; 16] = unsafe { std::mem::zeroed() };
+        let want = out.len().min(wc.len()) as i32;
+        // SAFETY: a live CQ and `want` writable entries.
+        let n = unsafe { sys::ibv_poll_cq(self.inner.ptr.as_ptr(), want, wc.as_mut_ptr()) };
+        if n < 0 {
+            return Err(call_error("ibv_poll_cq", -n));
+        }
+        for (o, w) in out.iter_mut().zip(&wc[..n as usize]) {
+            *o = Completion {
+                wr_id: w.wr_id,
+                status: w.status,
+                byte_len: w.byte_len,
+            };
+        }
+        Ok(n as usize)
+    }
+
+    /// Poll until one completion arrives (a hang guard gives up after `timeout`).
+    pub fn wait_one(&mut self, timeout: std::time::Duration) -> Result<Completion> {
+        let start = std::time::Instant::now();
+        let mut one = [Completion {
+            wr_id: 0,
+            status: 0,
+            byte_len: 0,
+        }];
+        loop {
+            if self.poll(&mut one)? == 1 {
+                return Ok(one[0]);
+            }
+            if start.elapsed() > timeout {
+                return Err(call_error("ibv_poll_cq (timed out)", libc::ETIMEDOUT));
+            }
+            std::thread::yield_now();
+        }
+    }
+}

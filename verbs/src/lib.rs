@@ -1,0 +1,22 @@
+//! A small, safe-where-it-can-be wrapper over libibverbs (through `rdma-sys`), one
+//! resource per module: devices and contexts, protection domains and memory regions,
+//! completion queues, reliable-connected queue pairs. Every failure is a typed error
+//! naming the call and the errno; a registration refused with ENOMEM names the
+//! locked-memory limit. Resources are owned values that keep what they were made from
+//! alive (a queue pair its CQs and PD, a PD its context), so they drop in a safe order.
+//!
+//! Not wrapped yet: shared receive queues, XRC, completion channels, librdmacm.
+
+#![warn(missing_docs)]
+
+mod cq;
+mod device;
+mod error;
+mod pd;
+mod qp;
+
+pub use cq::{Completion, Cq};
+pub use device::{device_names, Context, DeviceAttr, PortAttr};
+pub use error::{memlock_limit, Error, Result};
+pub use pd::{Mr, MrAccess, Pd};
+pub use qp::{Op, Qp, QpCaps, QpEndpoint};

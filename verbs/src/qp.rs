@@ -1,0 +1,320 @@
+//! Reliable-connected queue pairs: creation, the RESET -> INIT -> RTR -> RTS
+//! transitions, and posting work requests.
+
+use crate::cq::{Cq, CqInner};
+use crate::error::{call_error, Result};
+use crate::pd::{Mr, MrAccess, Pd, PdInner};
+use rdma_sys as sys;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// What a peer needs to connect to a queue pair (exchanged out of band).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpEndpoint {
+    /// Queue pair number.
+    pub qpn: u32,
+    /// First packet sequence number.
+    pub psn: u32,
+    /// Port LID (0 on RoCE).
+    pub lid: u16,
+    /// Port GID.
+    pub gid: [u8; 16],
+}
+
+/// Sizes of a queue pair.
+#[derive(Clone, Copy, Debug)]
+pub struct QpCaps {
+    /// Send queue depth.
+    pub max_send_wr: u32,
+    /// Receive queue depth.
+    pub max_recv_wr: u32,
+    /// Bytes a send may carry inline.
+    pub max_inline: u32,
+}
+
+/// A reliable-connected queue pair.
+pub struct Qp {
+    ptr: NonNull<sys::ibv_qp>,
+    _pd: Arc<PdInner>,
+    _cqs: (Arc<CqInner>, Arc<CqInner>),
+    port: u8,
+    gid_index: u8,
+    /// Caps as granted.
+    pub caps: QpCaps,
+}
+
+// SAFETY: libibverbs allows posting from any thread; posting takes `&mut Qp`.
+unsafe impl Send for Qp {}
+
+impl Drop for Qp {
+    fn drop(&mut self) {
+        // SAFETY: created by ibv_create_qp, destroyed once, before its CQs and PD
+        // (which it keeps alive).
+        unsafe { sys::ibv_destroy_qp(self.ptr.as_ptr()) };
+    }
+}
+
+/// What a work request does.
+#[derive(Clone, Copy, Debug)]
+pub enum Op {
+    /// A send to the peer's posted receive.
+    Send,
+    /// Write the local bytes at `remote` (RDMA write).
+    Write {
+        /// Remote address.
+        remote: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// Read the bytes at `remote` into the local buffer (RDMA read).
+    Read {
+        /// Remote address.
+        remote: u64,
+        /// Remote key.
+        rkey: u32,
+    },
+    /// Add `add` to the u64 at `remote`; the old value lands in the local 8 bytes.
+    FetchAdd {
+        /// Remote address (8-byte aligned).
+        remote: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Addend.
+        add: u64,
+    },
+    /// If the u64 at `remote` equals `compare`, store `swap`; the old value lands in
+    /// the local 8 bytes.
+    CompareSwap {
+        /// Remote address (8-byte aligned).
+        remote: u64,
+        /// Remote key.
+        rkey: u32,
+        /// Expected value.
+        compare: u64,
+        /// New value.
+        swap: u64,
+    },
+}
+
+impl Qp {
+    /// An RC queue pair on `pd` completing into `send_cq` and `recv_cq`, for `port`
+    /// and GID index `gid_index` (1 is RoCEv2 over IPv4 on rxe).
+    pub fn create_rc(
+        pd: &Pd,
+        send_cq: &Cq,
+        recv_cq: &Cq,
+        caps: QpCaps,
+        port: u8,
+        gid_index: u8,
+    ) -> Result<Qp> {
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut init: sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        init.send_cq = send_cq.inner.ptr.as_ptr();
+        init.recv_cq = recv_cq.inner.ptr.as_ptr();
+        init.cap.max_send_wr = caps.max_send_wr;
+        init.cap.max_recv_wr = caps.max_recv_wr;
+        init.cap.max_send_sge = 1;
+        init.cap.max_recv_sge = 1;
+        init.cap.max_inline_data = caps.max_inline;
+        init.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
+        // SAFETY: a live PD and CQs; `init` is filled in.
+        let qp = unsafe { sys::ibv_create_qp(pd.inner.ptr.as_ptr(), &mut init) };
+        let ptr = NonNull::new(qp).ok_or_else(|| call_error("ibv_create_qp", 0))?;
+        let granted = QpCaps {
+            max_send_wr: init.cap.max_send_wr,
+            max_recv_wr: init.cap.max_recv_wr,
+            max_inline: init.cap.max_inline_data,
+        };
+        Ok(Qp {
+            ptr,
+            _pd: pd.inner.clone(),
+            _cqs: (send_cq.inner.clone(), recv_cq.inner.clone()),
+            port,
+            gid_index,
+            caps: granted,
+        })
+    }
+
+    /// Its number.
+    pub fn qpn(&self) -> u32 {
+        // SAFETY: a live QP; qp_num never changes.
+        unsafe { self.ptr.as_ref() }.qp_num
+    }
+
+    fn modify(&mut self, attr: &mut sys::ibv_qp_attr, mask: u32, what: &'static str) -> Result<()> {
+        // SAFETY: a live QP and a filled-in attr for `mask`.
+        let rc = unsafe { sys::ibv_modify_qp(self.ptr.as_ptr(), attr, mask as i32) };
+        if rc != 0 {
+            return Err(call_error(what, rc));
+        }
+        Ok(())
+    }
+
+    /// RESET -> INIT, granting peers `access`.
+    pub fn to_init(&mut self, access: MrAccess) -> Result<()> {
+        use sys::ibv_qp_attr_mask as m;
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = sys::ibv_qp_state::IBV_QPS_INIT;
+        a.port_num = self.port;
+        a.pkey_index = 0;
+        a.qp_access_flags = access.0;
+        let mask = m::IBV_QP_STATE.0
+            | m::IBV_QP_PKEY_INDEX.0
+            | m::IBV_QP_PORT.0
+            | m::IBV_QP_ACCESS_FLAGS.0;
+        self.modify(&mut a, mask, "ibv_modify_qp(INIT)")
+    }
+
+    /// INIT -> RTR towards `peer`, with path MTU `mtu_enum` (an `ibv_mtu`).
+    pub fn to_rtr(&mut self, peer: &QpEndpoint, mtu_enum: u32) -> Result<()> {
+        use sys::ibv_qp_attr_mask as m;
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = sys::ibv_qp_state::IBV_QPS_RTR;
+        a.path_mtu = mtu_enum;
+        a.dest_qp_num = peer.qpn;
+        a.rq_psn = peer.psn;
+        a.max_dest_rd_atomic = 1;
+        a.min_rnr_timer = 12;
+        a.ah_attr.is_global = 1;
+        a.ah_attr.grh.dgid.raw = peer.gid;
+        a.ah_attr.grh.sgid_index = self.gid_index;
+        a.ah_attr.grh.hop_limit = 1;
+        a.ah_attr.dlid = peer.lid;
+        a.ah_attr.port_num = self.port;
+        let mask = m::IBV_QP_STATE.0
+            | m::IBV_QP_AV.0
+            | m::IBV_QP_PATH_MTU.0
+            | m::IBV_QP_DEST_QPN.0
+            | m::IBV_QP_RQ_PSN.0
+            | m::IBV_QP_MAX_DEST_RD_ATOMIC.0
+            | m::IBV_QP_MIN_RNR_TIMER.0;
+        self.modify(&mut a, mask, "ibv_modify_qp(RTR)")
+    }
+
+    /// RTR -> RTS, sending from packet sequence number `psn`.
+    pub fn to_rts(&mut self, psn: u32) -> Result<()> {
+        use sys::ibv_qp_attr_mask as m;
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = sys::ibv_qp_state::IBV_QPS_RTS;
+        a.sq_psn = psn;
+        a.timeout = 14;
+        a.retry_cnt = 7;
+        a.rnr_retry = 7;
+        a.max_rd_atomic = 1;
+        let mask = m::IBV_QP_STATE.0
+            | m::IBV_QP_TIMEOUT.0
+            | m::IBV_QP_RETRY_CNT.0
+            | m::IBV_QP_RNR_RETRY.0
+            | m::IBV_QP_SQ_PSN.0
+            | m::IBV_QP_MAX_QP_RD_ATOMIC.0;
+        self.modify(&mut a, mask, "ibv_modify_qp(RTS)")
+    }
+
+    /// Post a receive into `[addr, addr+len)` of `mr`.
+    ///
+    /// # Safety
+    ///
+    /// The range must lie inside `mr` and stay untouched until the receive completes.
+    pub unsafe fn post_recv(&mut self, wr_id: u64, mr: &Mr, addr: u64, len: u32) -> Result<()> {
+        let mut sge = sys::ibv_sge {
+            addr,
+            length: len,
+            lkey: mr.lkey(),
+        };
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut wr: sys::ibv_recv_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP and a well-formed request; the caller vouches for memory.
+        let rc = unsafe { sys::ibv_post_recv(self.ptr.as_ptr(), &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(call_error("ibv_post_recv", rc));
+        }
+        Ok(())
+    }
+
+    /// Post `op` on the local `[addr, addr+len)` of `mr`, signalled; inline when asked
+    /// and small enough.
+    ///
+    /// # Safety
+    ///
+    /// The range must lie inside `mr` (unless inline) and stay valid and untouched
+    /// until the request completes.
+    pub unsafe fn post_send(
+        &mut self,
+        wr_id: u64,
+        op: Op,
+        mr: &Mr,
+        addr: u64,
+        len: u32,
+        inline: bool,
+    ) -> Result<()> {
+        use sys::ibv_wr_opcode as o;
+        let mut sge = sys::ibv_sge {
+            addr,
+            length: len,
+            lkey: mr.lkey(),
+        };
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        if inline && len <= self.caps.max_inline && matches!(op, Op::Send | Op::Write { .. }) {
+            wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
+        }
+        match op {
+            Op::Send => wr.opcode = o::IBV_WR_SEND,
+            Op::Write { remote, rkey } => {
+                wr.opcode = o::IBV_WR_RDMA_WRITE;
+                wr.wr.rdma = sys::rdma_t {
+                    remote_addr: remote,
+                    rkey,
+                };
+            }
+            Op::Read { remote, rkey } => {
+                wr.opcode = o::IBV_WR_RDMA_READ;
+                wr.wr.rdma = sys::rdma_t {
+                    remote_addr: remote,
+                    rkey,
+                };
+            }
+            Op::FetchAdd { remote, rkey, add } => {
+                wr.opcode = o::IBV_WR_ATOMIC_FETCH_AND_ADD;
+                wr.wr.atomic = sys::atomic_t {
+                    remote_addr: remote,
+                    compare_add: add,
+                    swap: 0,
+                    rkey,
+                };
+            }
+            Op::CompareSwap {
+                remote,
+                rkey,
+                compare,
+                swap,
+            } => {
+                wr.opcode = o::IBV_WR_ATOMIC_CMP_AND_SWP;
+                wr.wr.atomic = sys::atomic_t {
+                    remote_addr: remote,
+                    compare_add: compare,
+                    swap,
+                    rkey,
+                };
+            }
+        }
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP and a well-formed request; the caller vouches for memory.
+        let rc = unsafe { sys::ibv_post_send(self.ptr.as_ptr(), &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(call_error("ibv_post_send", rc));
+        }
+        Ok(())
+    }
+}
