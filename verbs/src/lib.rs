@@ -14,9 +14,11 @@ mod device;
 mod error;
 mod pd;
 mod qp;
+mod registrar;
 
 pub use cq::{Completion, Cq};
 pub use device::{device_names, Context, DeviceAttr, PortAttr};
 pub use error::{memlock_limit, Error, Result};
 pub use pd::{Mr, MrAccess, Pd};
 pub use qp::{Op, Qp, QpCaps, QpEndpoint};
+pub use registrar::{mr_access, VerbsRegistrar};

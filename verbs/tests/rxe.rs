@@ -248,3 +248,121 @@ fn write_to_a_read_only_registration_fails_and_changes_nothing() {
         MrAccess::REMOTE_READ,
     );
 }
+
+/// CAP_IPC_LOCK's bit.
+const CAP_IPC_LOCK: u32 = 14;
+
+/// In a child process: without CAP_IPC_LOCK and with a 64 KiB locked-memory limit, a
+/// 1 MiB registration is refused with the diagnosis naming `ulimit -l`.
+#[test]
+fn memlock_child() {
+    if std::env::var_os("VERBS_MEMLOCK_CHILD").is_none() {
+        return;
+    }
+    let ctx = device().expect("the parent checked for a device");
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut hdr = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget/capset with a version-3 header and two data words, as
+    // capabilities(7) describes; this process alone is affected.
+    unsafe {
+        assert_eq!(
+            libc::syscall(libc::SYS_capget, &mut hdr, data.as_mut_ptr()),
+            0
+        );
+        data[0].effective &= !(1 << CAP_IPC_LOCK);
+        data[0].permitted &= !(1 << CAP_IPC_LOCK);
+        assert_eq!(libc::syscall(libc::SYS_capset, &mut hdr, data.as_ptr()), 0);
+        let lim = libc::rlimit {
+            rlim_cur: 64 << 10,
+            rlim_max: 64 << 10,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim), 0);
+    }
+    let pd = ctx.alloc_pd().unwrap();
+    let mut mem = vec![0u8; 1 << 20];
+    // SAFETY: `mem` outlives the attempt (and nothing is registered on success).
+    let err = unsafe { pd.reg_mr(mem.as_mut_ptr(), mem.len(), MrAccess::LOCAL_WRITE) }
+        .err()
+        .expect("refused");
+    let msg = err.to_string();
+    assert!(matches!(err, Error::Memlock { len: 1048576, .. }), "{msg}");
+    assert!(msg.contains("ulimit -l") && msg.contains("64 KiB"), "{msg}");
+}
+
+#[test]
+fn a_registration_over_the_memlock_limit_names_the_limit() {
+    if device().is_none() {
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "memlock_child",
+            "--exact",
+            "--nocapture",
+            "--color",
+            "never",
+        ])
+        .env("VERBS_MEMLOCK_CHILD", "1")
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && text.contains("1 passed"), "{text}");
+}
+
+/// Registrations through the registration cache are real memory regions: a second
+/// registration of the same buffer hits, and the handle's key works for RDMA.
+#[test]
+fn registrations_through_the_cache() {
+    use rbtl_rcache::{Access, Options, Rcache};
+    use rbtl_verbs::VerbsRegistrar;
+    let Some(ctx) = device() else { return };
+    let mut p = pair(&ctx);
+    let cache = Rcache::new(VerbsRegistrar::new(p.pd.clone()), Options::default());
+    let mut target = vec![0u8; 8192];
+    let src = Buf::new(&p.pd, 64, 0x5c, MrAccess::LOCAL_WRITE);
+    let base = target.as_mut_ptr() as usize;
+    let r1 = cache
+        .register(base, 8192, Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+        .unwrap();
+    let r2 = cache
+        .register(base + 100, 1000, Access::REMOTE_WRITE)
+        .unwrap();
+    assert_eq!(r1.id(), r2.id(), "covered with enough access: a hit");
+    assert_eq!((cache.stats().hits, cache.stats().misses), (1, 1));
+    let write = Op::Write {
+        remote: base as u64 + 4096,
+        rkey: r2.handle().rkey(),
+    };
+    // SAFETY: the local range lies inside `src`; the target is registered and alive.
+    unsafe { p.a.post_send(1, write, &src.mr, src.addr(), 64, false) }.unwrap();
+    p.cq_a.wait_one(WAIT).unwrap().result().unwrap();
+    // SAFETY: reading our buffer after the completion.
+    let got: Vec<u8> = (0..64)
+        .map(|i| unsafe { std::ptr::read_volatile(target.as_ptr().add(4096 + i)) })
+        .collect();
+    assert_eq!(got, vec![0x5c; 64]);
+    drop((r1, r2));
+    assert_eq!(cache.invalidate(base, 8192), 1);
+    assert_eq!(
+        cache.stats().entries,
+        0,
+        "deregistered once invalidated and idle"
+    );
+    drop(p.b);
+}

@@ -1,0 +1,57 @@
+//! Memory registration through the registration cache: the verbs registrar.
+
+use crate::error::Error;
+use crate::pd::{Mr, MrAccess, Pd};
+use rbtl_rcache::{Access, Registrar, RegistrarError};
+
+/// Registers memory regions on a protection domain for `rbtl_rcache::Rcache`. A
+/// registration refused for the locked-memory limit is `OutOfResources`, so the cache
+/// evicts idle registrations and retries before giving up.
+pub struct VerbsRegistrar {
+    pd: Pd,
+}
+
+impl VerbsRegistrar {
+    /// A registrar on `pd`.
+    pub fn new(pd: Pd) -> VerbsRegistrar {
+        VerbsRegistrar { pd }
+    }
+}
+
+/// The verbs access flags for cache access flags (verbs wants local write whenever a
+/// peer may write or apply atomics).
+pub fn mr_access(access: Access) -> MrAccess {
+    let mut a = MrAccess::NONE;
+    if access.intersects(Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::ATOMIC) {
+        a = a | MrAccess::LOCAL_WRITE;
+    }
+    if access.contains(Access::REMOTE_WRITE) {
+        a = a | MrAccess::REMOTE_WRITE;
+    }
+    if access.contains(Access::REMOTE_READ) {
+        a = a | MrAccess::REMOTE_READ;
+    }
+    if access.contains(Access::ATOMIC) {
+        a = a | MrAccess::REMOTE_ATOMIC;
+    }
+    a
+}
+
+impl Registrar for VerbsRegistrar {
+    type Handle = Mr;
+
+    fn register(&self, base: usize, len: usize, access: Access) -> Result<Mr, RegistrarError> {
+        // SAFETY: the cache registers only ranges its callers registered, under the
+        // contract that the memory stays mapped until they release it (and invalidate
+        // it when freed).
+        match unsafe { self.pd.reg_mr(base as *mut u8, len, mr_access(access)) } {
+            Ok(mr) => Ok(mr),
+            Err(e @ Error::Memlock { .. }) => Err(RegistrarError::OutOfResources(e.to_string())),
+            Err(e) => Err(RegistrarError::Failed(e.to_string())),
+        }
+    }
+
+    fn deregister(&self, mr: Mr) {
+        drop(mr);
+    }
+}
