@@ -9,7 +9,69 @@ use std::sync::Arc;
 
 pub(crate) struct CqInner {
     pub(crate) ptr: NonNull<sys::ibv_cq>,
+    _channel: Option<Arc<ChannelInner>>,
     _ctx: Arc<ContextInner>,
+}
+
+pub(crate) struct ChannelInner {
+    ptr: NonNull<sys::ibv_comp_channel>,
+    _ctx: Arc<ContextInner>,
+}
+
+// SAFETY: a completion channel is a file descriptor the library reads; waiting takes
+// `&self` and is safe from any thread.
+unsafe impl Send for ChannelInner {}
+// SAFETY: as above.
+unsafe impl Sync for ChannelInner {}
+
+impl Drop for ChannelInner {
+    fn drop(&mut self) {
+        // SAFETY: created by ibv_create_comp_channel; the CQs using it hold an Arc to
+        // this, so they are gone.
+        unsafe { sys::ibv_destroy_comp_channel(self.ptr.as_ptr()) };
+    }
+}
+
+/// A completion channel: a file descriptor that becomes readable when a CQ asked to
+/// notify ([`Cq::req_notify`]) gets a completion, so a progress thread can sleep.
+pub struct CompChannel {
+    inner: Arc<ChannelInner>,
+}
+
+impl CompChannel {
+    /// Its file descriptor (for the caller's own poll loop).
+    pub fn fd(&self) -> i32 {
+        // SAFETY: a live channel; fd never changes.
+        unsafe { self.inner.ptr.as_ref() }.fd
+    }
+
+    /// Wait up to `timeout` for a notification; whether one came (then acknowledged).
+    pub fn wait(&self, timeout: std::time::Duration) -> Result<bool> {
+        let mut p = libc::pollfd {
+            fd: self.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
+        if n < 0 {
+            return Err(call_error("poll(completion channel)", 0));
+        }
+        if n == 0 {
+            return Ok(false);
+        }
+        let mut cq = std::ptr::null_mut();
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: a live channel with an event pending (poll said readable).
+        let rc = unsafe { sys::ibv_get_cq_event(self.inner.ptr.as_ptr(), &mut cq, &mut ctx) };
+        if rc != 0 {
+            return Err(call_error("ibv_get_cq_event", 0));
+        }
+        // SAFETY: `cq` is the CQ the event came from; every event is acknowledged once,
+        // which ibv_destroy_cq waits for.
+        unsafe { sys::ibv_ack_cq_events(cq, 1) };
+        Ok(true)
+    }
 }
 
 // SAFETY: completion queues may be used from any thread; polling takes `&mut Cq`.
@@ -72,13 +134,55 @@ impl Context {
         Ok(Cq {
             inner: Arc::new(CqInner {
                 ptr,
+                _channel: None,
                 _ctx: self.inner.clone(),
             }),
+        })
+    }
+
+    /// A completion channel.
+    pub fn create_comp_channel(&self) -> Result<CompChannel> {
+        // SAFETY: a live context.
+        let ch = unsafe { sys::ibv_create_comp_channel(self.inner.ptr.as_ptr()) };
+        let ptr = NonNull::new(ch).ok_or_else(|| call_error("ibv_create_comp_channel", 0))?;
+        Ok(CompChannel {
+            inner: Arc::new(ChannelInner {
+                ptr,
+                _ctx: self.inner.clone(),
+            }),
+        })
+    }
+
+    /// A completion queue that notifies through `channel`.
+    pub fn create_cq_with_channel(&self, depth: i32, channel: &CompChannel) -> Result<Cq> {
+        let ch = channel.inner.ptr.as_ptr();
+        // SAFETY: a live context and channel.
+        let cq = unsafe {
+            sys::ibv_create_cq(self.inner.ptr.as_ptr(), depth, std::ptr::null_mut(), ch, 0)
+        };
+        let ptr = NonNull::new(cq).ok_or_else(|| call_error("ibv_create_cq", 0))?;
+        let inner = CqInner {
+            ptr,
+            _channel: Some(channel.inner.clone()),
+            _ctx: self.inner.clone(),
+        };
+        Ok(Cq {
+            inner: Arc::new(inner),
         })
     }
 }
 
 impl Cq {
+    /// Ask for one notification on the completion channel at the next completion.
+    pub fn req_notify(&self) -> Result<()> {
+        // SAFETY: a live CQ.
+        let rc = unsafe { sys::ibv_req_notify_cq(self.inner.ptr.as_ptr(), 0) };
+        if rc != 0 {
+            return Err(call_error("ibv_req_notify_cq", rc));
+        }
+        Ok(())
+    }
+
     /// Up to `out.len()` completions; how many.
     pub fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
         // SAFETY: plain C struct, zero is a valid value.

@@ -5,7 +5,8 @@
 //! locked-memory limit. Resources are owned values that keep what they were made from
 //! alive (a queue pair its CQs and PD, a PD its context), so they drop in a safe order.
 //!
-//! Not wrapped yet: shared receive queues, XRC, completion channels, librdmacm.
+//! Also: shared receive queues, completion channels, XRC domains (soft devices refuse
+//! them with EOPNOTSUPP). Not wrapped yet: XRC SRQs and queue pairs, librdmacm.
 
 #![warn(missing_docs)]
 
@@ -15,10 +16,14 @@ mod error;
 mod pd;
 mod qp;
 mod registrar;
+mod srq;
+mod xrc;
 
-pub use cq::{Completion, Cq};
+pub use cq::{CompChannel, Completion, Cq};
 pub use device::{device_names, Context, DeviceAttr, PortAttr};
 pub use error::{memlock_limit, Error, Result};
 pub use pd::{Mr, MrAccess, Pd};
 pub use qp::{Op, Qp, QpCaps, QpEndpoint};
 pub use registrar::{mr_access, VerbsRegistrar};
+pub use srq::Srq;
+pub use xrc::Xrcd;

@@ -4,6 +4,7 @@
 use crate::cq::{Cq, CqInner};
 use crate::error::{call_error, Result};
 use crate::pd::{Mr, MrAccess, Pd, PdInner};
+use crate::srq::{Srq, SrqInner};
 use rdma_sys as sys;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ pub struct Qp {
     ptr: NonNull<sys::ibv_qp>,
     _pd: Arc<PdInner>,
     _cqs: (Arc<CqInner>, Arc<CqInner>),
+    _srq: Option<Arc<SrqInner>>,
     port: u8,
     gid_index: u8,
     /// Caps as granted.
@@ -97,12 +99,14 @@ pub enum Op {
 }
 
 impl Qp {
-    /// An RC queue pair on `pd` completing into `send_cq` and `recv_cq`, for `port`
-    /// and GID index `gid_index` (1 is RoCEv2 over IPv4 on rxe).
+    /// An RC queue pair on `pd` completing into `send_cq` and `recv_cq`, receiving
+    /// through `srq` when given, for `port` and GID index `gid_index` (1 is RoCEv2 over
+    /// IPv4 on rxe).
     pub fn create_rc(
         pd: &Pd,
         send_cq: &Cq,
         recv_cq: &Cq,
+        srq: Option<&Srq>,
         caps: QpCaps,
         port: u8,
         gid_index: u8,
@@ -117,6 +121,10 @@ impl Qp {
         init.cap.max_recv_sge = 1;
         init.cap.max_inline_data = caps.max_inline;
         init.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
+        if let Some(srq) = srq {
+            init.srq = srq.inner.ptr.as_ptr();
+            init.cap.max_recv_wr = 0;
+        }
         // SAFETY: a live PD and CQs; `init` is filled in.
         let qp = unsafe { sys::ibv_create_qp(pd.inner.ptr.as_ptr(), &mut init) };
         let ptr = NonNull::new(qp).ok_or_else(|| call_error("ibv_create_qp", 0))?;
@@ -129,6 +137,7 @@ impl Qp {
             ptr,
             _pd: pd.inner.clone(),
             _cqs: (send_cq.inner.clone(), recv_cq.inner.clone()),
+            _srq: srq.map(|s| s.inner.clone()),
             port,
             gid_index,
             caps: granted,

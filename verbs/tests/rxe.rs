@@ -74,8 +74,8 @@ fn pair(ctx: &Context) -> Pair {
         max_recv_wr: 32,
         max_inline: 64,
     };
-    let mut a = Qp::create_rc(&pd, &cq_a, &cq_a, caps, 1, gid_index).unwrap();
-    let mut b = Qp::create_rc(&pd, &cq_b, &cq_b, caps, 1, gid_index).unwrap();
+    let mut a = Qp::create_rc(&pd, &cq_a, &cq_a, None, caps, 1, gid_index).unwrap();
+    let mut b = Qp::create_rc(&pd, &cq_b, &cq_b, None, caps, 1, gid_index).unwrap();
     let ep = |qp: &Qp, psn| QpEndpoint {
         qpn: qp.qpn(),
         psn,
@@ -365,4 +365,80 @@ fn registrations_through_the_cache() {
         "deregistered once invalidated and idle"
     );
     drop(p.b);
+}
+
+/// Receives posted to a shared receive queue serve a queue pair that has none of its
+/// own; a completion channel wakes a waiter when the CQ it watches gets a completion.
+#[test]
+fn shared_receive_queue_and_completion_channel() {
+    use rbtl_verbs::Srq;
+    let Some(ctx) = device() else { return };
+    let port = ctx.query_port(1).unwrap();
+    let gid_index = if port.ethernet { 1 } else { 0 };
+    let gid = ctx.query_gid(1, i32::from(gid_index)).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let channel = ctx.create_comp_channel().unwrap();
+    let mut cq_a = ctx.create_cq(16).unwrap();
+    let mut cq_b = ctx.create_cq_with_channel(16, &channel).unwrap();
+    let mut srq = Srq::create(&pd, 16).unwrap();
+    let caps = QpCaps {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_inline: 0,
+    };
+    let mut a = Qp::create_rc(&pd, &cq_a, &cq_a, None, caps, 1, gid_index).unwrap();
+    let mut b = Qp::create_rc(&pd, &cq_b, &cq_b, Some(&srq), caps, 1, gid_index).unwrap();
+    let ep = |qp: &Qp, psn| QpEndpoint {
+        qpn: qp.qpn(),
+        psn,
+        lid: port.lid,
+        gid,
+    };
+    let (ea, eb) = (ep(&a, 7), ep(&b, 9));
+    for (qp, peer, own) in [(&mut a, &eb, &ea), (&mut b, &ea, &eb)] {
+        qp.to_init(MrAccess::LOCAL_WRITE).unwrap();
+        qp.to_rtr(peer, port.mtu_enum).unwrap();
+        qp.to_rts(own.psn).unwrap();
+    }
+    let src = Buf::new(&pd, 256, 0x42, MrAccess::LOCAL_WRITE);
+    let dst = Buf::new(&pd, 256, 0, MrAccess::LOCAL_WRITE);
+    cq_b.req_notify().unwrap();
+    assert!(
+        !channel.wait(Duration::from_millis(50)).unwrap(),
+        "nothing completed yet"
+    );
+    // SAFETY: the ranges lie inside the registered buffers, which outlive the ops.
+    unsafe {
+        srq.post_recv(77, &dst.mr, dst.addr(), 256).unwrap();
+        a.post_send(1, Op::Send, &src.mr, src.addr(), 200, false)
+            .unwrap();
+    }
+    cq_a.wait_one(WAIT).unwrap().result().unwrap();
+    assert!(channel.wait(WAIT).unwrap(), "the channel woke us");
+    let done = cq_b.wait_one(WAIT).unwrap();
+    done.result().unwrap();
+    assert_eq!(
+        (done.wr_id, done.byte_len),
+        (77, 200),
+        "the SRQ's receive took it"
+    );
+    assert_eq!(&dst.read()[..200], &[0x42; 200][..]);
+}
+
+/// XRC needs a device of the mlx class; a soft device says so with a typed error
+/// (which is how the xrc connection method learns it cannot run there).
+#[test]
+fn xrc_domains_where_the_device_has_them() {
+    use rbtl_verbs::Xrcd;
+    let Some(ctx) = device() else { return };
+    match Xrcd::open(&ctx) {
+        Ok(_) => eprintln!("{} has XRC", ctx.name()),
+        Err(Error::Call {
+            call: "ibv_open_xrcd",
+            source,
+        }) => {
+            assert_eq!(source.raw_os_error(), Some(libc::EOPNOTSUPP), "{source}");
+        }
+        Err(e) => panic!("unexpected: {e}"),
+    }
 }
