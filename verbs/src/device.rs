@@ -35,6 +35,8 @@ pub fn device_names() -> Result<Vec<String>> {
 pub(crate) struct ContextInner {
     pub(crate) ptr: NonNull<sys::ibv_context>,
     name: String,
+    /// Opened by us (closed on drop), or lent by librdmacm (which closes it).
+    owned: bool,
 }
 
 // SAFETY: libibverbs contexts may be used from any thread (the library locks what it
@@ -45,9 +47,11 @@ unsafe impl Sync for ContextInner {}
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
-        // SAFETY: opened by ibv_open_device; every child object holds an Arc to this,
-        // so none is alive any more.
-        unsafe { sys::ibv_close_device(self.ptr.as_ptr()) };
+        if self.owned {
+            // SAFETY: opened by ibv_open_device; every child object holds an Arc to
+            // this, so none is alive any more.
+            unsafe { sys::ibv_close_device(self.ptr.as_ptr()) };
+        }
     }
 }
 
@@ -124,8 +128,26 @@ impl Context {
             inner: Arc::new(ContextInner {
                 ptr,
                 name: name.into(),
+                owned: true,
             }),
         })
+    }
+
+    /// The context librdmacm opened for a connection identifier (it stays librdmacm's).
+    pub(crate) fn lent(ptr: NonNull<sys::ibv_context>) -> Context {
+        // SAFETY: a live context of librdmacm, which keeps it open while ids use it.
+        let dev = unsafe { ptr.as_ref() }.device;
+        // SAFETY: a live device; its name is NUL-terminated.
+        let name = unsafe { CStr::from_ptr(sys::ibv_get_device_name(dev)) }
+            .to_string_lossy()
+            .into_owned();
+        Context {
+            inner: Arc::new(ContextInner {
+                ptr,
+                name,
+                owned: false,
+            }),
+        }
     }
 
     /// The device's name.

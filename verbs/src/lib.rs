@@ -6,7 +6,9 @@
 //! alive (a queue pair its CQs and PD, a PD its context), so they drop in a safe order.
 //!
 //! Also: shared receive queues, completion channels, XRC domains (soft devices refuse
-//! them with EOPNOTSUPP). Not wrapped yet: XRC SRQs and queue pairs, librdmacm.
+//! them with EOPNOTSUPP), and librdmacm (ids, address and route resolution,
+//! listen/connect/accept with private data, events). Not wrapped yet: XRC SRQs and
+//! queue pairs (`create_srq_ex` through `verbs_context`).
 
 #![warn(missing_docs)]
 
@@ -15,6 +17,7 @@ mod device;
 mod error;
 mod pd;
 mod qp;
+mod rdmacm;
 mod registrar;
 mod srq;
 mod xrc;
@@ -24,6 +27,7 @@ pub use device::{device_names, Context, DeviceAttr, PortAttr};
 pub use error::{memlock_limit, Error, Result};
 pub use pd::{Mr, MrAccess, Pd};
 pub use qp::{Op, Qp, QpCaps, QpEndpoint};
+pub use rdmacm::{CmEvent, CmEventKind, CmId, EventChannel};
 pub use registrar::{mr_access, VerbsRegistrar};
 pub use srq::Srq;
 pub use xrc::Xrcd;

@@ -4,6 +4,7 @@
 use crate::cq::{Cq, CqInner};
 use crate::error::{call_error, Result};
 use crate::pd::{Mr, MrAccess, Pd, PdInner};
+use crate::rdmacm::IdInner;
 use crate::srq::{Srq, SrqInner};
 use rdma_sys as sys;
 use std::ptr::NonNull;
@@ -39,6 +40,8 @@ pub struct Qp {
     _pd: Arc<PdInner>,
     _cqs: (Arc<CqInner>, Arc<CqInner>),
     _srq: Option<Arc<SrqInner>>,
+    /// The connection identifier that made it, when librdmacm did (it destroys it).
+    cm: Option<Arc<IdInner>>,
     port: u8,
     gid_index: u8,
     /// Caps as granted.
@@ -50,9 +53,15 @@ unsafe impl Send for Qp {}
 
 impl Drop for Qp {
     fn drop(&mut self) {
-        // SAFETY: created by ibv_create_qp, destroyed once, before its CQs and PD
-        // (which it keeps alive).
-        unsafe { sys::ibv_destroy_qp(self.ptr.as_ptr()) };
+        match &self.cm {
+            // SAFETY: made by rdma_create_qp on this id, destroyed once, before the id.
+            Some(id) => unsafe { sys::rdma_destroy_qp(id.ptr.as_ptr()) },
+            // SAFETY: created by ibv_create_qp, destroyed once, before its CQs and PD
+            // (which it keeps alive).
+            None => unsafe {
+                sys::ibv_destroy_qp(self.ptr.as_ptr());
+            },
+        }
     }
 }
 
@@ -138,9 +147,47 @@ impl Qp {
             _pd: pd.inner.clone(),
             _cqs: (send_cq.inner.clone(), recv_cq.inner.clone()),
             _srq: srq.map(|s| s.inner.clone()),
+            cm: None,
             port,
             gid_index,
             caps: granted,
+        })
+    }
+
+    /// The queue pair librdmacm made on `id` (it moves it to RTS on connect/accept).
+    pub(crate) fn from_cm(id: &Arc<IdInner>, pd: &Pd, cq: &Cq, caps: QpCaps) -> Result<Qp> {
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut init: sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        init.send_cq = cq.inner.ptr.as_ptr();
+        init.recv_cq = cq.inner.ptr.as_ptr();
+        init.cap.max_send_wr = caps.max_send_wr;
+        init.cap.max_recv_wr = caps.max_recv_wr;
+        init.cap.max_send_sge = 1;
+        init.cap.max_recv_sge = 1;
+        init.cap.max_inline_data = caps.max_inline;
+        init.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
+        // SAFETY: a live id with a resolved route (or a connect request), a live PD
+        // and CQ of the same device.
+        let rc = unsafe { sys::rdma_create_qp(id.ptr.as_ptr(), pd.inner.ptr.as_ptr(), &mut init) };
+        if rc != 0 {
+            return Err(call_error("rdma_create_qp", 0));
+        }
+        // SAFETY: rdma_create_qp succeeded, so the id's qp is set.
+        let qp = unsafe { id.ptr.as_ref() }.qp;
+        let ptr = NonNull::new(qp).ok_or_else(|| call_error("rdma_create_qp", libc::EINVAL))?;
+        Ok(Qp {
+            ptr,
+            _pd: pd.inner.clone(),
+            _cqs: (cq.inner.clone(), cq.inner.clone()),
+            _srq: None,
+            cm: Some(id.clone()),
+            port: 0,
+            gid_index: 0,
+            caps: QpCaps {
+                max_send_wr: init.cap.max_send_wr,
+                max_recv_wr: init.cap.max_recv_wr,
+                max_inline: init.cap.max_inline_data,
+            },
         })
     }
 
