@@ -275,23 +275,11 @@ impl Qp {
     ///
     /// The range must lie inside `mr` and stay untouched until the receive completes.
     pub unsafe fn post_recv(&mut self, wr_id: u64, mr: &Mr, addr: u64, len: u32) -> Result<()> {
-        let mut sge = sys::ibv_sge {
-            addr,
-            length: len,
-            lkey: mr.lkey(),
-        };
-        // SAFETY: plain C struct, zero is a valid value.
-        let mut wr: sys::ibv_recv_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = wr_id;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: a live QP and a well-formed request; the caller vouches for memory.
-        let rc = unsafe { sys::ibv_post_recv(self.ptr.as_ptr(), &mut wr, &mut bad) };
-        if rc != 0 {
-            return Err(call_error("ibv_post_recv", rc));
-        }
-        Ok(())
+        let qp = self.ptr.as_ptr();
+        // SAFETY: a live QP; the caller vouches for the memory.
+        post_one_recv("ibv_post_recv", wr_id, mr, addr, len, |wr, bad| unsafe {
+            sys::ibv_post_recv(qp, wr, bad)
+        })
     }
 
     /// Post `op` on the local `[addr, addr+len)` of `mr`, signalled; inline when asked
@@ -373,4 +361,32 @@ impl Qp {
         }
         Ok(())
     }
+}
+
+/// Build a one-entry receive request and hand it to `post` (a queue pair's or a shared
+/// receive queue's).
+pub(crate) fn post_one_recv(
+    call: &'static str,
+    wr_id: u64,
+    mr: &Mr,
+    addr: u64,
+    len: u32,
+    post: impl FnOnce(*mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> i32,
+) -> Result<()> {
+    let mut sge = sys::ibv_sge {
+        addr,
+        length: len,
+        lkey: mr.lkey(),
+    };
+    // SAFETY: plain C struct, zero is a valid value.
+    let mut wr: sys::ibv_recv_wr = unsafe { std::mem::zeroed() };
+    wr.wr_id = wr_id;
+    wr.sg_list = &mut sge;
+    wr.num_sge = 1;
+    let mut bad = std::ptr::null_mut();
+    let rc = post(&mut wr, &mut bad);
+    if rc != 0 {
+        return Err(call_error(call, rc));
+    }
+    Ok(())
 }

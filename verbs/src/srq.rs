@@ -50,23 +50,16 @@ impl Srq {
     ///
     /// The range must lie inside `mr` and stay untouched until the receive completes.
     pub unsafe fn post_recv(&mut self, wr_id: u64, mr: &Mr, addr: u64, len: u32) -> Result<()> {
-        let mut sge = sys::ibv_sge {
+        let srq = self.inner.ptr.as_ptr();
+        // SAFETY: a live SRQ; the caller vouches for the memory.
+        crate::qp::post_one_recv(
+            "ibv_post_srq_recv",
+            wr_id,
+            mr,
             addr,
-            length: len,
-            lkey: mr.lkey(),
-        };
-        // SAFETY: plain C struct, zero is a valid value.
-        let mut wr: sys::ibv_recv_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = wr_id;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: a live SRQ and a well-formed request; the caller vouches for memory.
-        let rc = unsafe { sys::ibv_post_srq_recv(self.inner.ptr.as_ptr(), &mut wr, &mut bad) };
-        if rc != 0 {
-            return Err(call_error("ibv_post_srq_recv", rc));
-        }
-        Ok(())
+            len,
+            |wr, bad| unsafe { sys::ibv_post_srq_recv(srq, wr, bad) },
+        )
     }
 }
 
