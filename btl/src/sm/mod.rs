@@ -130,7 +130,7 @@ impl Default for Settings {
             ring_bytes: 2 << 20,
             max_registrations: 4096,
             rdma: RdmaPath::Copy,
-            copy_chunk: 32 << 10,
+            copy_chunk: 64 << 10,
             max_frags: 256,
             rcache: rbtl_rcache::Options::default(),
             shm_dir: rbtl_mpool::shm_dir(),
