@@ -82,6 +82,7 @@ fn registration_bad_input() {
     assert!(!h.is_live());
 
     // A dead handle, locally and remotely.
+    // SAFETY: `buf` outlives the handle.
     let mut other = unsafe { m.register_mem(Some(ep), base, 64, Access::all()) }.unwrap();
     let e = m.put(
         ep,
@@ -217,6 +218,7 @@ fn put_and_get_without_permission_leave_memory_unchanged() {
         )
     }
     .unwrap();
+    // SAFETY: as above.
     let l = unsafe {
         m.register_mem(
             Some(ep),
