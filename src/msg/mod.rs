@@ -256,6 +256,7 @@ impl Comm {
     }
 
     /// The module and endpoint for `rank`; marks the module as having work.
+    #[inline]
     fn route(&mut self, rank: u32) -> Result<(usize, Endpoint)> {
         if rank >= self.size {
             return Err(Error::BadRank(rank, self.size));
@@ -485,6 +486,7 @@ impl Comm {
     }
 
     /// The outcome of `req` if it has completed (then the request is gone).
+    #[inline]
     pub fn test(&mut self, req: ReqId) -> Option<Result<Status>> {
         if let Some((len, tag)) = requests::as_completed_send(req) {
             return Some(Ok(Status {

@@ -266,6 +266,10 @@ impl State {
 
     /// The first posted receive matching a message from `src` with `tag`.
     pub fn take_posted(&mut self, src: u32, tag: i32) -> Option<Posted> {
+        // Usually the oldest receive matches: take it without the general removal.
+        if self.posted.front()?.matches(src, tag) {
+            return self.posted.pop_front();
+        }
         let i = self.posted.iter().position(|p| p.matches(src, tag))?;
         self.posted.remove(i)
     }
