@@ -1,8 +1,8 @@
 //! The contract suite: checks every transport runs, against itself (`self`) or across
 //! processes (`sm`, `tcp`, `openib`). Each check is symmetric: both sides run the same
-//! code, each acting on its peer, and meet through [`Peer::exchange`], so the same
-//! function serves a process talking to itself and two processes. A failed check
-//! panics with what it saw.
+//! code, each acting on its peer, and meet through an exchange over the transport
+//! itself ([`EXCHANGE_TAG`]), so the same function serves a process talking to itself
+//! and two processes. A failed check panics with what it saw.
 
 use crate::{
     rdma_flags, Access, AtomicOp, BtlFlags, DesFlags, Descriptor, Endpoint, Error, MemHandle,
