@@ -479,16 +479,32 @@ pub fn remote_of(bytes: &[u8]) -> (u64, RemoteHandle) {
     (addr, RemoteHandle::from_bytes(&bytes[8..]).expect("handle"))
 }
 
-fn counter() -> (Arc<AtomicUsize>, crate::RdmaCallback) {
-    let c = Arc::new(AtomicUsize::new(0));
-    let c2 = c.clone();
-    (
-        c,
-        Box::new(move |_, done| {
-            done.status.expect("rdma status");
-            c2.fetch_add(1, Ordering::SeqCst);
-        }),
-    )
+/// A completion callback that checks the status and counts into `done`.
+fn counting(done: &Arc<AtomicUsize>) -> crate::RdmaCallback {
+    let done = done.clone();
+    Box::new(move |_, c| {
+        c.status.expect("rdma status");
+        done.fetch_add(1, Ordering::SeqCst);
+    })
+}
+
+/// Case `case`'s slot after a put or get of `size` bytes at `off`: the pattern there
+/// if the operation was accepted, and zeros everywhere else.
+fn check_slot(slot: &[u8], off: usize, size: usize, landed: bool, case: usize, what: &str) {
+    if landed {
+        assert!(
+            matches_pattern(&slot[off..off + size], case),
+            "{what} case {case} data"
+        );
+    }
+    assert!(
+        slot[..off].iter().all(|&b| b == 0),
+        "{what} case {case} wrote before its range"
+    );
+    assert!(
+        slot[off + size..].iter().all(|&b| b == 0),
+        "{what} case {case} wrote past its range"
+    );
 }
 
 const ALL: Access = Access::all();
@@ -514,15 +530,11 @@ pub fn put_get_every_alignment(p: &mut Peer<'_>) {
         let peer = p.swap(&target.advertise());
         let (raddr, rh) = remote_of(&peer);
         let mut expected = 0;
-        let (done, _) = counter();
+        let done = Arc::new(AtomicUsize::new(0));
         for (i, &(lo, ro, size)) in cases.iter().enumerate() {
             let l = local.addr(i * SLOT + lo);
             let r = raddr + (i * SLOT + ro) as u64;
-            let d = done.clone();
-            let cb: crate::RdmaCallback = Box::new(move |_, c| {
-                c.status.expect("put status");
-                d.fetch_add(1, Ordering::SeqCst);
-            });
+            let cb = counting(&done);
             let res = p.module.put(
                 ep,
                 l,
@@ -550,22 +562,8 @@ pub fn put_get_every_alignment(p: &mut Peer<'_>) {
         p.barrier();
         let got = target.snapshot();
         for (i, &(_, ro, size)) in cases.iter().enumerate() {
-            let slot = &got[i * SLOT..(i + 1) * SLOT];
-            let aligned = (ro | size) % attrs.put_alignment == 0;
-            if aligned && size <= attrs.put_limit {
-                assert!(
-                    matches_pattern(&slot[ro..ro + size], i),
-                    "put case {i} data"
-                );
-            }
-            assert!(
-                slot[..ro].iter().all(|&b| b == 0),
-                "put case {i} wrote before its range"
-            );
-            assert!(
-                slot[ro + size..].iter().all(|&b| b == 0),
-                "put case {i} wrote past its range"
-            );
+            let landed = (ro | size) % attrs.put_alignment == 0 && size <= attrs.put_limit;
+            check_slot(&got[i * SLOT..(i + 1) * SLOT], ro, size, landed, i, "put");
         }
     }
     // Phase 2: get from the peer's buffer, whose slots hold patterns.
@@ -579,16 +577,12 @@ pub fn put_get_every_alignment(p: &mut Peer<'_>) {
         local.mem.fill(0);
         let peer = p.swap(&source.advertise());
         let (raddr, rh) = remote_of(&peer);
-        let (done, _) = counter();
+        let done = Arc::new(AtomicUsize::new(0));
         let mut ok = vec![false; cases.len()];
         for (i, &(lo, ro, size)) in cases.iter().enumerate() {
             let l = local.addr(i * SLOT + lo);
             let r = raddr + (i * SLOT + ro) as u64;
-            let d = done.clone();
-            let cb: crate::RdmaCallback = Box::new(move |_, c| {
-                c.status.expect("get status");
-                d.fetch_add(1, Ordering::SeqCst);
-            });
+            let cb = counting(&done);
             let aligned = (l | r as usize | size) % attrs.get_alignment == 0;
             match p.module.get(
                 ep,
@@ -615,21 +609,7 @@ pub fn put_get_every_alignment(p: &mut Peer<'_>) {
         );
         let got = local.snapshot();
         for (i, &(lo, _, size)) in cases.iter().enumerate() {
-            let slot = &got[i * SLOT..(i + 1) * SLOT];
-            if ok[i] {
-                assert!(
-                    matches_pattern(&slot[lo..lo + size], i),
-                    "get case {i} data"
-                );
-            }
-            assert!(
-                slot[..lo].iter().all(|&b| b == 0),
-                "get case {i} wrote before its range"
-            );
-            assert!(
-                slot[lo + size..].iter().all(|&b| b == 0),
-                "get case {i} wrote past"
-            );
+            check_slot(&got[i * SLOT..(i + 1) * SLOT], lo, size, ok[i], i, "get");
         }
         p.barrier();
         drop(source);
@@ -651,43 +631,24 @@ pub fn flush_completes_everything(p: &mut Peer<'_>) {
     fill(&mut local.mem, N);
     let peer = p.swap(&target.advertise());
     let (raddr, rh) = remote_of(&peer);
-    let (done, _) = counter();
+    let done = Arc::new(AtomicUsize::new(0));
     for i in 0..N {
-        let d = done.clone();
-        let cb: crate::RdmaCallback = Box::new(move |_, c| {
-            c.status.expect("put status");
-            d.fetch_add(1, Ordering::SeqCst);
-        });
         let off = i * SIZE;
-        let start = Instant::now();
-        let mut cb = Some(cb);
-        loop {
-            let put = p.module.put(
+        let (l, r, h) = (local.addr(off), raddr + off as u64, &local.handle);
+        // A refused put drops its callback: each try gets a fresh one.
+        retry(p, "put", |m| {
+            m.put(
                 ep,
-                local.addr(off),
-                raddr + off as u64,
-                &local.handle,
+                l,
+                r,
+                h,
                 &rh,
                 SIZE,
                 rdma_flags::NONE,
                 Order::ANY,
-                cb.take().expect("one callback per put"),
-            );
-            match put {
-                Ok(()) => break,
-                Err(Error::OutOfResource(_)) => {
-                    // The callback was consumed; make a fresh one for the retry.
-                    let d = done.clone();
-                    cb = Some(Box::new(move |_, c| {
-                        c.status.expect("put status");
-                        d.fetch_add(1, Ordering::SeqCst);
-                    }));
-                    idle_progress(p.module);
-                    assert!(start.elapsed() < Duration::from_secs(60), "put stuck");
-                }
-                Err(e) => panic!("put {i}: {e}"),
-            }
-        }
+                counting(&done),
+            )
+        });
     }
     p.module.flush(None).expect("flush");
     assert_eq!(done.load(Ordering::SeqCst), N, "flush ran every callback");
@@ -726,9 +687,8 @@ pub fn atomics(p: &mut Peer<'_>) {
     let target = Buffer::new(p.module, ep, 64, ALL);
     let peer = p.swap(&target.advertise());
     let (raddr, rh) = remote_of(&peer);
-    let (done, _) = counter();
+    let done = Arc::new(AtomicUsize::new(0));
     for i in 0..N {
-        let d = done.clone();
         p.module
             .atomic_fop(
                 ep,
@@ -740,10 +700,7 @@ pub fn atomics(p: &mut Peer<'_>) {
                 1,
                 0,
                 Order::ANY,
-                Box::new(move |_, c| {
-                    c.status.expect("fop status");
-                    d.fetch_add(1, Ordering::SeqCst);
-                }),
+                counting(&done),
             )
             .expect("atomic_fop");
         p.module.flush(Some(ep)).expect("flush");
