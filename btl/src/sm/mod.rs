@@ -318,6 +318,18 @@ pub struct SmModule {
     idle: u32,
 }
 
+/// Copy a descriptor into a ring, keeping its segment cut; false when the ring is full.
+fn push_descriptor(producer: &mut Producer, des: &Descriptor, tag: Tag) -> bool {
+    let mut lens = [0usize; MAX_SEGMENTS];
+    let n = des.segment_count();
+    for (slot, len) in lens.iter_mut().zip(des.segment_lens()) {
+        *slot = len;
+    }
+    // One segment needs no segment table.
+    let lens = if n > 1 { &lens[..n] } else { &[] };
+    producer.push(tag.0, &[des.bytes()], lens)
+}
+
 /// This machine: host name and boot id, so that only processes sharing `/dev/shm`
 /// and memory count as local.
 fn node_id() -> String {
@@ -608,11 +620,7 @@ impl SmModule {
             };
             let producer = &mut peer.producer;
             let pushed = match front {
-                Outbound::Desc { descriptor, tag } => {
-                    let lens: Vec<usize> = descriptor.segment_lens().collect();
-                    let lens = if lens.len() > 1 { &lens[..] } else { &[] };
-                    producer.push(tag.0, &[descriptor.bytes()], lens)
-                }
+                Outbound::Desc { descriptor, tag } => push_descriptor(producer, descriptor, *tag),
                 Outbound::Bytes { tag, bytes } => producer.push(*tag, &[bytes], &[]),
                 Outbound::Put {
                     req,
@@ -996,11 +1004,8 @@ impl Module for SmModule {
             return Err(SendError { error, descriptor });
         }
         let peer = &mut self.peers[endpoint.0 as usize];
-        let pushed = peer.outbound.is_empty() && {
-            let lens: Vec<usize> = descriptor.segment_lens().collect();
-            let lens = if lens.len() > 1 { &lens[..] } else { &[] };
-            peer.producer.push(tag.0, &[descriptor.bytes()], lens)
-        };
+        let pushed =
+            peer.outbound.is_empty() && push_descriptor(&mut peer.producer, &descriptor, tag);
         if pushed {
             Ok(SendOutcome::Done(self.finish_send(
                 descriptor,
