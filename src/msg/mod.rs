@@ -305,22 +305,8 @@ impl Comm {
             state::bump(&self.signals.deferred, -1);
             self.dirty[d.module] = true;
             let m = self.modules[d.module].as_mut();
-            match m.sendi(
-                d.endpoint,
-                &d.bytes,
-                &[],
-                rbtl_btl::Order::ANY,
-                rbtl_btl::DesFlags::empty(),
-                d.tag,
-            ) {
-                Ok(rbtl_btl::SendiOutcome::Sent) => n += 1,
-                Ok(rbtl_btl::SendiOutcome::Descriptor(mut des)) => {
-                    des.flags |= rbtl_btl::DesFlags::OWNERSHIP;
-                    if let Err(e) = m.send(d.endpoint, des, d.tag) {
-                        tracing::warn!(error = %e.error, "dropping a deferred message");
-                        let _ = m.free(e.descriptor);
-                    }
-                }
+            match state::transmit(m, d.endpoint, d.tag, &d.bytes, &[]) {
+                Ok(()) => n += 1,
                 Err(rbtl_btl::Error::OutOfResource(_)) => {
                     // Keep the order: this one and everything behind it wait.
                     s.deferred.push_front(d);

@@ -139,6 +139,30 @@ pub fn bump(counter: &AtomicUsize, by: isize) {
     counter.store(v.wrapping_add_signed(by), Ordering::Release);
 }
 
+/// Hand `header` and `payload` to the transport: inline, or through the descriptor it
+/// gives back (which it then owns). `OutOfResource` means nothing went out.
+pub fn transmit(
+    m: &mut dyn Module,
+    ep: Endpoint,
+    tag: rbtl_btl::Tag,
+    header: &[u8],
+    payload: &[u8],
+) -> Result<(), rbtl_btl::Error> {
+    match m.sendi(ep, header, payload, Order::ANY, DesFlags::empty(), tag)? {
+        SendiOutcome::Sent => Ok(()),
+        SendiOutcome::Descriptor(mut d) => {
+            d.flags |= DesFlags::OWNERSHIP;
+            match m.send(ep, d, tag) {
+                Ok(_) => Ok(()),
+                Err(e) => {
+                    let _ = m.free(e.descriptor);
+                    Err(e.error)
+                }
+            }
+        }
+    }
+}
+
 impl State {
     /// The request `id` (including the blocking one).
     pub fn req_mut(&mut self, id: ReqId) -> Option<&mut Req> {
@@ -235,20 +259,9 @@ impl State {
         payload: &[u8],
     ) -> Result<(), Error> {
         if !self.has_deferred_to(module, ep) {
-            match m.sendi(ep, header, payload, Order::ANY, DesFlags::empty(), tag) {
-                Ok(SendiOutcome::Sent) => return Ok(()),
-                Ok(SendiOutcome::Descriptor(mut d)) => {
-                    d.flags |= DesFlags::OWNERSHIP;
-                    return match m.send(ep, d, tag) {
-                        Ok(_) => Ok(()),
-                        Err(e) => {
-                            let _ = m.free(e.descriptor);
-                            Err(e.error.into())
-                        }
-                    };
-                }
+            match transmit(m, ep, tag, header, payload) {
                 Err(rbtl_btl::Error::OutOfResource(_)) => {}
-                Err(e) => return Err(e.into()),
+                done => return done.map_err(Error::from),
             }
         }
         let mut bytes = Vec::with_capacity(header.len() + payload.len());
