@@ -521,19 +521,11 @@ impl Comm {
             && self.signals.deferred.load(Ordering::Acquire) == 0
         {
             let header = tag.to_le_bytes();
-            let flags = rbtl_btl::DesFlags::empty();
-            match m.sendi(
-                ep,
-                &header,
-                buf,
-                rbtl_btl::Order::ANY,
-                flags,
-                protocol::EAGER,
-            ) {
-                Ok(rbtl_btl::SendiOutcome::Sent) => return Ok(()),
-                // Not inline: the general path below sends it.
-                Ok(rbtl_btl::SendiOutcome::Descriptor(d)) => m.free(d)?,
-                Err(_) => {}
+            match state::transmit(m, ep, protocol::EAGER, &header, buf) {
+                Ok(()) => return Ok(()),
+                // No room now: the general path below queues it.
+                Err(rbtl_btl::Error::OutOfResource(_)) => {}
+                Err(e) => return Err(e.into()),
             }
         }
         // SAFETY: `buf` is borrowed until wait returns, which is when the request has
