@@ -3,12 +3,15 @@
 //!
 //! Each CPC is asked per device port whether it can run there ([`CpcComponent::query`]);
 //! the usable ones publish a blob in the modex, and per peer both sides pick the
-//! highest-priority CPC they share ([`select`]). This crate holds the interface and
-//! the selection; the CPCs themselves (`oob`, `rdma_cm`, `xrc`) arrive with the
-//! `openib` transport and are not implemented yet.
+//! highest-priority CPC they share ([`select`]). This crate holds the interface, the
+//! selection, and each CPC's connection logic as a state machine with no I/O
+//! ([`oob`], [`rdma_cm`]); the `openib` transport drives them over a real device.
+//! The `xrc` CPC is not written yet.
 
 #![warn(missing_docs)]
 
+pub mod oob;
+pub mod rdma_cm;
 pub mod select;
 
 use rbtl_config::{Config, Registry};
@@ -57,8 +60,24 @@ pub enum Error {
     Config(#[from] rbtl_config::Error),
 }
 
-/// One usable CPC on one port: its priority and what it publishes in the modex.
-pub trait CpcModule: Send {
+/// What the transport offers a CPC while it connects (Open MPI: the endpoint
+/// functions a CPC calls back). `Qp` is the transport's queue pair.
+pub trait ConnectionHost {
+    /// The transport's queue pair.
+    type Qp;
+    /// This process's rank.
+    fn rank(&self) -> u32;
+    /// Post receive buffers on `peer`'s new queue pair before the peer may send.
+    fn post_receives(&mut self, peer: u32, qp: &mut Self::Qp) -> Result<(), Error>;
+    /// The connection to `peer` is up on `qp`: queued fragments may go out.
+    fn connected(&mut self, peer: u32, qp: Self::Qp);
+    /// Connecting to `peer` failed: what is queued for it fails with `why`.
+    fn failed(&mut self, peer: u32, why: String);
+}
+
+/// One usable CPC on one port: its priority, what it publishes in the modex, and the
+/// connections it makes for the transport `H`.
+pub trait CpcModule<H: ConnectionHost + ?Sized>: Send {
     /// The CPC's name.
     fn name(&self) -> &'static str;
     /// Higher wins when both sides offer several.
@@ -67,29 +86,23 @@ pub trait CpcModule: Send {
     fn modex_blob(&self) -> Vec<u8>;
     /// Prepare per-peer state from the peer's blob (Open MPI: `cbm_endpoint_init`).
     fn endpoint_init(&mut self, peer: u32, peer_blob: &[u8]) -> Result<(), Error>;
-    /// Begin connecting to `peer` (Open MPI: `cbm_start_connect`).
-    fn start_connect(&mut self, peer: u32, transport: &mut dyn ConnectionHost)
-        -> Result<(), Error>;
+    /// Begin connecting to `peer` (Open MPI: `cbm_start_connect`); the host hears of
+    /// the outcome through `connected` or `failed`.
+    fn start_connect(&mut self, peer: u32, host: &mut H) -> Result<(), Error>;
+    /// Drive the CPC's own I/O (messages, connection events); how many it handled.
+    fn progress(&mut self, host: &mut H) -> usize;
     /// Forget `peer` (Open MPI: `cbm_endpoint_finalize`).
     fn endpoint_finalize(&mut self, peer: u32);
     /// Release everything (Open MPI: `cbm_finalize`).
     fn finalize(&mut self);
 }
 
-/// What the transport offers a CPC while it connects.
-pub trait ConnectionHost {
-    /// Post receive buffers on the new queue pair before the peer may send.
-    fn post_receives(&mut self, peer: u32) -> Result<(), Error>;
-    /// The connection to `peer` is up: queued fragments may go out.
-    fn connected(&mut self, peer: u32);
-}
-
 /// A CPC's factory.
-pub trait CpcComponent: Send {
+pub trait CpcComponent<H: ConnectionHost + ?Sized>: Send {
     /// The CPC's name (`oob`, `rdma_cm`, `xrc`).
     fn name(&self) -> &'static str;
     /// Register `btl_openib_cpc_<name>_*` parameters.
     fn register_params(&self, registry: &mut Registry) -> Result<(), Error>;
     /// Whether it can run on `port`, and if so a module for it.
-    fn query(&mut self, config: &Config, port: &PortInfo) -> Result<Box<dyn CpcModule>, Error>;
+    fn query(&mut self, config: &Config, port: &PortInfo) -> Result<Box<dyn CpcModule<H>>, Error>;
 }

@@ -8,7 +8,7 @@
 //! highest priority on either side, ties broken by name so that both sides agree; none
 //! in common is an error naming both lists.
 
-use crate::{CpcComponent, CpcModule, Error, PortInfo};
+use crate::{ConnectionHost, CpcComponent, CpcModule, Error, PortInfo};
 use rbtl_config::{Config, Registry, Value};
 
 /// The include list parameter.
@@ -22,9 +22,9 @@ pub fn priority_param(name: &str) -> String {
 }
 
 /// Register the selection parameters for these CPCs, and each CPC's own.
-pub fn register_params(
+pub fn register_params<H: ConnectionHost + ?Sized>(
     registry: &mut Registry,
-    components: &[Box<dyn CpcComponent>],
+    components: &[Box<dyn CpcComponent<H>>],
 ) -> Result<(), Error> {
     registry.register(
         INCLUDE,
@@ -88,15 +88,15 @@ pub struct Offer {
 }
 
 /// A CPC that can run on a port: its module and what it publishes.
-pub type Usable = (Box<dyn CpcModule>, Offer);
+pub type Usable<H> = (Box<dyn CpcModule<H>>, Offer);
 
 /// Ask every allowed CPC about `port`: the usable modules and their offers (highest
 /// priority first), or an error saying why none can run there.
-pub fn select_for_port(
+pub fn select_for_port<H: ConnectionHost + ?Sized>(
     config: &Config,
-    components: &mut [Box<dyn CpcComponent>],
+    components: &mut [Box<dyn CpcComponent<H>>],
     port: &PortInfo,
-) -> Result<Vec<Usable>, Error> {
+) -> Result<Vec<Usable<H>>, Error> {
     let names: Vec<&str> = components.iter().map(|c| c.name()).collect();
     let allowed: Vec<String> = allowed(config, &names)?
         .into_iter()
@@ -219,7 +219,21 @@ pub fn find_match(local: &[Offer], remote: &[Offer], peer: u32) -> Result<(usize
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ConnectionHost;
+
+    /// No transport: selection never connects.
+    struct NoHost;
+
+    impl ConnectionHost for NoHost {
+        type Qp = ();
+        fn rank(&self) -> u32 {
+            0
+        }
+        fn post_receives(&mut self, _: u32, _: &mut ()) -> Result<(), Error> {
+            Ok(())
+        }
+        fn connected(&mut self, _: u32, _: ()) {}
+        fn failed(&mut self, _: u32, _: String) {}
+    }
 
     /// A CPC for the selection logic only: usable where `usable` says, with a fixed
     /// priority. (Real CPCs connect queue pairs; selection does not care how.)
@@ -231,7 +245,7 @@ mod tests {
 
     struct FixedModule(&'static str, u8);
 
-    impl CpcModule for FixedModule {
+    impl CpcModule<NoHost> for FixedModule {
         fn name(&self) -> &'static str {
             self.0
         }
@@ -244,21 +258,28 @@ mod tests {
         fn endpoint_init(&mut self, _: u32, _: &[u8]) -> Result<(), Error> {
             Ok(())
         }
-        fn start_connect(&mut self, _: u32, _: &mut dyn ConnectionHost) -> Result<(), Error> {
+        fn start_connect(&mut self, _: u32, _: &mut NoHost) -> Result<(), Error> {
             Ok(())
+        }
+        fn progress(&mut self, _: &mut NoHost) -> usize {
+            0
         }
         fn endpoint_finalize(&mut self, _: u32) {}
         fn finalize(&mut self) {}
     }
 
-    impl CpcComponent for Fixed {
+    impl CpcComponent<NoHost> for Fixed {
         fn name(&self) -> &'static str {
             self.name
         }
         fn register_params(&self, _: &mut Registry) -> Result<(), Error> {
             Ok(())
         }
-        fn query(&mut self, _: &Config, port: &PortInfo) -> Result<Box<dyn CpcModule>, Error> {
+        fn query(
+            &mut self,
+            _: &Config,
+            port: &PortInfo,
+        ) -> Result<Box<dyn CpcModule<NoHost>>, Error> {
             (self.usable)(port).map_err(|why| Error::Unusable {
                 cpc: self.name,
                 device: port.device.clone(),
@@ -269,7 +290,7 @@ mod tests {
         }
     }
 
-    fn components() -> Vec<Box<dyn CpcComponent>> {
+    fn components() -> Vec<Box<dyn CpcComponent<NoHost>>> {
         vec![
             Box::new(Fixed {
                 name: "oob",

@@ -1,0 +1,313 @@
+//! The `oob` connection method's handshake, with no I/O (Open MPI:
+//! `btl_openib_connect_oob.c`): queue-pair number, PSN, LID, GID and MTU travel over
+//! the job's out-of-band channel. The lower rank initiates; the higher one, when it
+//! needs the connection first, asks the lower one to.
+//!
+//! ```text
+//! initiator                         responder
+//!   Request(info)  ------------->   RTR+RTS towards info
+//!                  <-------------   Reply(info)
+//!   RTR+RTS, up
+//!   Ready          ------------->   up
+//! ```
+//!
+//! The responder's queue pair is ready to receive before it replies, so the initiator
+//! may send as soon as it is up; the responder sends only after `Ready`.
+
+/// What one side tells the other about its queue pair.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpInfo {
+    /// Queue pair number.
+    pub qpn: u32,
+    /// First packet sequence number.
+    pub psn: u32,
+    /// Port LID (0 on RoCE).
+    pub lid: u16,
+    /// Port GID.
+    pub gid: [u8; 16],
+    /// Active MTU as an `ibv_mtu` value.
+    pub mtu: u8,
+}
+
+const INFO_LEN: usize = 4 + 4 + 2 + 16 + 1;
+
+impl QpInfo {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.qpn.to_le_bytes());
+        out.extend_from_slice(&self.psn.to_le_bytes());
+        out.extend_from_slice(&self.lid.to_le_bytes());
+        out.extend_from_slice(&self.gid);
+        out.push(self.mtu);
+    }
+
+    fn decode(b: &[u8]) -> Option<QpInfo> {
+        if b.len() != INFO_LEN {
+            return None;
+        }
+        Some(QpInfo {
+            qpn: u32::from_le_bytes(b[0..4].try_into().ok()?),
+            psn: u32::from_le_bytes(b[4..8].try_into().ok()?),
+            lid: u16::from_le_bytes(b[8..10].try_into().ok()?),
+            gid: b[10..26].try_into().ok()?,
+            mtu: b[26],
+        })
+    }
+}
+
+/// A handshake message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Message {
+    /// From the responder side: please initiate.
+    Ask,
+    /// The initiator's queue pair.
+    Request(QpInfo),
+    /// The responder's queue pair, ready to receive.
+    Reply(QpInfo),
+    /// The initiator is up.
+    Ready,
+}
+
+impl Message {
+    /// Its bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(1 + INFO_LEN);
+        match self {
+            Message::Ask => out.push(1),
+            Message::Request(i) => {
+                out.push(2);
+                i.encode(&mut out);
+            }
+            Message::Reply(i) => {
+                out.push(3);
+                i.encode(&mut out);
+            }
+            Message::Ready => out.push(4),
+        }
+        out
+    }
+
+    /// A message from its bytes; `None` if they are not one.
+    pub fn decode(b: &[u8]) -> Option<Message> {
+        let (&kind, rest) = b.split_first()?;
+        match (kind, rest.is_empty()) {
+            (1, true) => Some(Message::Ask),
+            (2, false) => QpInfo::decode(rest).map(Message::Request),
+            (3, false) => QpInfo::decode(rest).map(Message::Reply),
+            (4, true) => Some(Message::Ready),
+            _ => None,
+        }
+    }
+}
+
+/// What the driver must do, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send this message to the peer.
+    Send(Message),
+    /// Move the local queue pair to RTR then RTS towards the peer's.
+    Connect(QpInfo),
+    /// The connection is up: queued fragments may go.
+    Up,
+    /// The handshake failed.
+    Fail(String),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Idle,
+    Asked,
+    Requested,
+    Replied,
+    Up,
+    Failed,
+}
+
+/// One peer's handshake.
+#[derive(Debug)]
+pub struct Handshake {
+    initiator: bool,
+    local: QpInfo,
+    state: State,
+}
+
+/// Whether `me` initiates towards `peer`: the lower rank does.
+pub fn initiates(me: u32, peer: u32) -> bool {
+    me < peer
+}
+
+impl Handshake {
+    /// The handshake of a side that initiates or not, with its queue pair `local`
+    /// (created, in INIT, with receives posted).
+    pub fn new(initiator: bool, local: QpInfo) -> Handshake {
+        Handshake {
+            initiator,
+            local,
+            state: State::Idle,
+        }
+    }
+
+    /// Whether the connection is up.
+    pub fn is_up(&self) -> bool {
+        self.state == State::Up
+    }
+
+    /// The local side wants the connection.
+    pub fn start(&mut self) -> Vec<Action> {
+        match (self.state, self.initiator) {
+            (State::Idle, true) => {
+                self.state = State::Requested;
+                vec![Action::Send(Message::Request(self.local))]
+            }
+            (State::Idle, false) => {
+                self.state = State::Asked;
+                vec![Action::Send(Message::Ask)]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// A message from the peer arrived.
+    pub fn on_message(&mut self, m: Message) -> Vec<Action> {
+        use State::*;
+        match (self.state, self.initiator, m) {
+            (Idle, true, Message::Ask) => self.start(),
+            (Requested | Up, true, Message::Ask) => Vec::new(),
+            (Requested, true, Message::Reply(remote)) => {
+                self.state = Up;
+                vec![
+                    Action::Connect(remote),
+                    Action::Send(Message::Ready),
+                    Action::Up,
+                ]
+            }
+            (Idle | Asked, false, Message::Request(remote)) => {
+                self.state = Replied;
+                vec![
+                    Action::Connect(remote),
+                    Action::Send(Message::Reply(self.local)),
+                ]
+            }
+            (Replied, false, Message::Ready) => {
+                self.state = Up;
+                vec![Action::Up]
+            }
+            (state, initiator, m) => {
+                self.state = Failed;
+                let side = if initiator { "initiator" } else { "responder" };
+                vec![Action::Fail(format!(
+                    "oob: unexpected {m:?} for the {side} in state {state:?}"
+                ))]
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(qpn: u32) -> QpInfo {
+        QpInfo {
+            qpn,
+            psn: qpn * 3,
+            lid: 0,
+            gid: [qpn as u8; 16],
+            mtu: 3,
+        }
+    }
+
+    /// Deliver every message between two sides until none is left; what each did.
+    fn run(a: &mut Handshake, b: &mut Handshake, first: Vec<Action>) -> (Vec<Action>, Vec<Action>) {
+        let (mut done_a, mut done_b) = (first.clone(), Vec::new());
+        let mut to_b: Vec<Message> = sends(&first);
+        let mut to_a: Vec<Message> = Vec::new();
+        while !to_a.is_empty() || !to_b.is_empty() {
+            for m in std::mem::take(&mut to_b) {
+                let acts = b.on_message(m);
+                to_a.extend(sends(&acts));
+                done_b.extend(acts);
+            }
+            for m in std::mem::take(&mut to_a) {
+                let acts = a.on_message(m);
+                to_b.extend(sends(&acts));
+                done_a.extend(acts);
+            }
+        }
+        (done_a, done_b)
+    }
+
+    fn sends(acts: &[Action]) -> Vec<Message> {
+        acts.iter()
+            .filter_map(|a| match a {
+                Action::Send(m) => Some(*m),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn initiator_first() {
+        let mut a = Handshake::new(initiates(0, 1), info(10));
+        let mut b = Handshake::new(initiates(1, 0), info(20));
+        let first = a.start();
+        let (da, db) = run(&mut a, &mut b, first);
+        assert!(a.is_up() && b.is_up());
+        assert!(da.contains(&Action::Connect(info(20))));
+        assert!(db.contains(&Action::Connect(info(10))));
+        // The responder is connected before it replies; the initiator before it
+        // reports up.
+        assert_eq!(db[0], Action::Connect(info(10)));
+        assert_eq!(da.last(), Some(&Action::Up));
+    }
+
+    #[test]
+    fn responder_asks_first_and_both_start() {
+        let mut a = Handshake::new(true, info(1));
+        let mut b = Handshake::new(false, info(2));
+        let first = b.start();
+        assert_eq!(first, vec![Action::Send(Message::Ask)]);
+        let (_, _) = run(&mut b, &mut a, first);
+        assert!(a.is_up() && b.is_up());
+        // Both at once: the initiator's request crosses the responder's ask.
+        let mut a = Handshake::new(true, info(1));
+        let mut b = Handshake::new(false, info(2));
+        let ask = b.start();
+        let req = a.start();
+        assert!(
+            a.on_message(sends(&ask)[0]).is_empty(),
+            "ask while requested"
+        );
+        let (_, _) = run(&mut a, &mut b, req);
+        assert!(a.is_up() && b.is_up());
+    }
+
+    #[test]
+    fn unexpected_messages_fail_with_the_state() {
+        let mut b = Handshake::new(false, info(2));
+        let acts = b.on_message(Message::Ask);
+        assert!(
+            matches!(&acts[..], [Action::Fail(why)] if why.contains("Ask") && why.contains("responder")),
+            "{acts:?}"
+        );
+        let mut a = Handshake::new(true, info(1));
+        assert!(matches!(
+            &a.on_message(Message::Ready)[..],
+            [Action::Fail(_)]
+        ));
+    }
+
+    #[test]
+    fn messages_round_trip() {
+        for m in [
+            Message::Ask,
+            Message::Request(info(7)),
+            Message::Reply(info(8)),
+            Message::Ready,
+        ] {
+            assert_eq!(Message::decode(&m.encode()), Some(m));
+        }
+        assert_eq!(Message::decode(&[2, 1, 2]), None);
+        assert_eq!(Message::decode(&[]), None);
+        assert_eq!(Message::decode(&[9]), None);
+    }
+}
