@@ -7,7 +7,7 @@
 //! use rbtl::btl::{Module, Proc, SingletonModex};
 //! let config = rbtl::configure(&[("btl", "self")]).unwrap();
 //! let mut modex = SingletonModex::new();
-//! let mut modules = rbtl::btl::framework().open(&config, &mut modex).unwrap();
+//! let mut modules = rbtl::framework().open(&config, &mut modex).unwrap();
 //! let me = Proc { rank: 0, node: "localhost".into() };
 //! let endpoints = modules[0].add_procs(&[me], &mut modex).unwrap();
 //! assert!(endpoints[0].is_some());
@@ -27,10 +27,20 @@ pub mod pmi;
 
 use rbtl_config::{Config, Registry};
 
+/// Every transport compiled in: `self` and `sm`, and `openib` with the `openib`
+/// feature.
+pub fn framework() -> btl::Framework {
+    #[allow(unused_mut)]
+    let mut components = btl::builtin_components();
+    #[cfg(feature = "openib")]
+    components.push(Box::new(rbtl_openib::OpenibComponent::default()));
+    btl::Framework::new(components)
+}
+
 /// Every parameter of every framework and component compiled in.
 pub fn registry() -> Registry {
     let mut registry = Registry::new();
-    btl::framework()
+    framework()
         .register_params(&mut registry)
         .expect("built-in parameters are consistent");
     registry

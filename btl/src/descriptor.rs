@@ -194,6 +194,17 @@ impl Descriptor {
         }
     }
 
+    /// For transports: the fragment (to find its registration).
+    pub fn frag(&self) -> &Frag {
+        &self.frag
+    }
+
+    /// For transports: the fragment's bytes after the used ones (room for a trailer).
+    pub fn spare_mut(&mut self) -> &mut [u8] {
+        let used = self.len();
+        &mut self.frag.as_mut_slice()[used..]
+    }
+
     /// For transports: give the fragment back (to return it to its free list).
     pub fn into_frag(self) -> Frag {
         self.frag

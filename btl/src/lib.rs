@@ -41,7 +41,7 @@ pub mod send_frags;
 pub mod sm;
 mod tag;
 
-pub use am_table::AmTable;
+pub use am_table::{check_not_reserved, AmTable};
 pub use attributes::{exclusivity, AtomicFlags, Attributes, BtlFlags, MAX_HANDLE_SIZE};
 pub use component::{Component, Framework, SELECT_PARAM, SHM_DIR_PARAM};
 pub use descriptor::{

@@ -149,7 +149,7 @@ impl Comm {
         let modex = job.modex.as_mut();
         let node = node_name();
         modex.publish("node", node.as_bytes())?;
-        let mut modules = rbtl_btl::framework().open(config, modex)?;
+        let mut modules = crate::framework().open(config, modex)?;
         modex.fence()?;
         let procs: Vec<Proc> = (0..job.size)
             .map(|rank| {

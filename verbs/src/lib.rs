@@ -5,10 +5,10 @@
 //! locked-memory limit. Resources are owned values that keep what they were made from
 //! alive (a queue pair its CQs and PD, a PD its context), so they drop in a safe order.
 //!
-//! Also: shared receive queues, completion channels, XRC domains (soft devices refuse
-//! them with EOPNOTSUPP), and librdmacm (ids, address and route resolution,
-//! listen/connect/accept with private data, events). Not wrapped yet: XRC SRQs and
-//! queue pairs (`create_srq_ex` through `verbs_context`).
+//! Also: shared receive queues, completion channels, XRC (domains, XRC SRQs, initiator
+//! and target queue pairs, through libibverbs' `verbs_context` as verbs.h does; soft
+//! devices refuse the domain with EOPNOTSUPP), and librdmacm (ids, address and route
+//! resolution, listen/connect/accept with private data, events).
 
 #![warn(missing_docs)]
 
@@ -26,8 +26,8 @@ pub use cq::{CompChannel, Completion, Cq};
 pub use device::{device_names, Context, DeviceAttr, PortAttr};
 pub use error::{memlock_limit, Error, Result};
 pub use pd::{Mr, MrAccess, Pd};
-pub use qp::{Op, Qp, QpCaps, QpEndpoint};
-pub use rdmacm::{CmEvent, CmEventKind, CmId, EventChannel};
+pub use qp::{Op, Qp, QpCaps, QpEndpoint, Sge, MAX_SEND_SGE};
+pub use rdmacm::{devices as cm_devices, CmEvent, CmEventKind, CmId, EventChannel};
 pub use registrar::{mr_access, VerbsRegistrar};
 pub use srq::Srq;
-pub use xrc::Xrcd;
+pub use xrc::{XrcInitiator, XrcSrq, XrcTarget, Xrcd};

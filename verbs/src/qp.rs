@@ -34,6 +34,21 @@ pub struct QpCaps {
     pub max_inline: u32,
 }
 
+/// Gather entries a send may carry (header, payload and trailer of an inline send).
+pub const MAX_SEND_SGE: u32 = 3;
+
+/// One piece of a gather list: `len` bytes at `addr`, registered under `lkey` (any key
+/// for an inline send, whose bytes are copied at posting).
+#[derive(Clone, Copy, Debug)]
+pub struct Sge {
+    /// Start.
+    pub addr: u64,
+    /// Length.
+    pub len: u32,
+    /// Local key of the registration holding it.
+    pub lkey: u32,
+}
+
 /// A reliable-connected queue pair.
 pub struct Qp {
     ptr: NonNull<sys::ibv_qp>,
@@ -126,7 +141,7 @@ impl Qp {
         init.recv_cq = recv_cq.inner.ptr.as_ptr();
         init.cap.max_send_wr = caps.max_send_wr;
         init.cap.max_recv_wr = caps.max_recv_wr;
-        init.cap.max_send_sge = 1;
+        init.cap.max_send_sge = MAX_SEND_SGE;
         init.cap.max_recv_sge = 1;
         init.cap.max_inline_data = caps.max_inline;
         init.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
@@ -162,7 +177,7 @@ impl Qp {
         init.recv_cq = cq.inner.ptr.as_ptr();
         init.cap.max_send_wr = caps.max_send_wr;
         init.cap.max_recv_wr = caps.max_recv_wr;
-        init.cap.max_send_sge = 1;
+        init.cap.max_send_sge = MAX_SEND_SGE;
         init.cap.max_recv_sge = 1;
         init.cap.max_inline_data = caps.max_inline;
         init.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
@@ -298,19 +313,53 @@ impl Qp {
         len: u32,
         inline: bool,
     ) -> Result<()> {
-        use sys::ibv_wr_opcode as o;
-        let mut sge = sys::ibv_sge {
+        let sge = Sge {
             addr,
-            length: len,
+            len,
             lkey: mr.lkey(),
         };
+        // SAFETY: forwarded contract.
+        unsafe { self.post_send_sg(wr_id, op, &[sge], inline) }
+    }
+
+    /// Post `op` gathering `sges` (at most [`MAX_SEND_SGE`]), signalled; inline when
+    /// asked and the total fits the queue pair's inline limit.
+    ///
+    /// # Safety
+    ///
+    /// Each piece must lie inside the registration its key names (unless inline) and
+    /// stay valid and untouched until the request completes.
+    pub unsafe fn post_send_sg(
+        &mut self,
+        wr_id: u64,
+        op: Op,
+        sges: &[Sge],
+        inline: bool,
+    ) -> Result<()> {
+        use sys::ibv_wr_opcode as o;
+        let mut list = [sys::ibv_sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        }; MAX_SEND_SGE as usize];
+        if sges.is_empty() || sges.len() > list.len() {
+            return Err(call_error("ibv_post_send", libc::EINVAL));
+        }
+        for (l, s) in list.iter_mut().zip(sges) {
+            *l = sys::ibv_sge {
+                addr: s.addr,
+                length: s.len,
+                lkey: s.lkey,
+            };
+        }
+        let total: u32 = sges.iter().map(|s| s.len).sum();
         // SAFETY: plain C struct, zero is a valid value.
         let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = wr_id;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
+        wr.sg_list = list.as_mut_ptr();
+        wr.num_sge = sges.len() as i32;
         wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
-        if inline && len <= self.caps.max_inline && matches!(op, Op::Send | Op::Write { .. }) {
+        if inline && total <= self.caps.max_inline && matches!(op, Op::Send | Op::Write { .. }) {
             wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
         }
         match op {

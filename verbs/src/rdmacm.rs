@@ -80,6 +80,9 @@ pub enum CmEventKind {
 
 /// An event with its status and the peer's private data.
 pub struct CmEvent {
+    /// The identifier it concerns, as [`CmId::key`] names it (for a connect request,
+    /// the listener's).
+    pub id: usize,
     /// What happened.
     pub kind: CmEventKind,
     /// Its status (0 or a negative errno).
@@ -107,6 +110,35 @@ fn check(call: &'static str, rc: i32) -> Result<()> {
     }
 }
 
+/// The devices as librdmacm opened them. Queue pairs that librdmacm makes must use
+/// protection domains and completion queues of these very contexts (it refuses
+/// others), so a transport that connects through librdmacm opens its devices here.
+/// The list is taken once per process and never released: releasing it may close the
+/// contexts, which live as long as the process.
+pub fn devices() -> Result<Vec<Context>> {
+    struct List(usize, usize);
+    static LIST: std::sync::OnceLock<std::result::Result<List, i32>> = std::sync::OnceLock::new();
+    let list = LIST.get_or_init(|| {
+        let mut n = 0;
+        // SAFETY: `n` receives the count; NULL with errno on failure.
+        let list = unsafe { sys::rdma_get_devices(&mut n) };
+        if list.is_null() {
+            Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+        } else {
+            Ok(List(list as usize, n.max(0) as usize))
+        }
+    });
+    let &List(list, n) = list
+        .as_ref()
+        .map_err(|&errno| call_error("rdma_get_devices", errno))?;
+    let list = list as *mut *mut sys::ibv_context;
+    Ok((0..n)
+        // SAFETY: the list holds `n` entries and is never freed.
+        .filter_map(|i| NonNull::new(unsafe { *list.add(i) }))
+        .map(Context::lent)
+        .collect())
+}
+
 impl EventChannel {
     /// A new event channel.
     pub fn new() -> Result<EventChannel> {
@@ -116,6 +148,17 @@ impl EventChannel {
         Ok(EventChannel {
             inner: Arc::new(ChannelInner { ptr }),
         })
+    }
+
+    /// The next event if one is pending, without waiting.
+    pub fn try_next(&self) -> Result<Option<CmEvent>> {
+        match self.next(Duration::ZERO) {
+            Ok(e) => Ok(Some(e)),
+            Err(Error::Call { source, .. }) if source.raw_os_error() == Some(libc::ETIMEDOUT) => {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The next event, waiting up to `timeout`.
@@ -141,7 +184,7 @@ impl EventChannel {
             sys::rdma_get_cm_event(self.inner.ptr.as_ptr(), &mut ev)
         })?;
         // SAFETY: a valid event until acknowledged below; we copy what we keep.
-        let (kind, status, private_data) = unsafe {
+        let (kind, status, private_data, id) = unsafe {
             let e = &*ev;
             let conn = e.param.conn;
             let private_data = if conn.private_data.is_null() {
@@ -172,11 +215,16 @@ impl EventChannel {
                         .into_owned(),
                 ),
             };
-            (kind, e.status, private_data)
+            let id = match kind {
+                CmEventKind::ConnectRequest(_) => e.listen_id as usize,
+                _ => e.id as usize,
+            };
+            (kind, e.status, private_data, id)
         };
         // SAFETY: the event came from rdma_get_cm_event and is acknowledged once.
         check("rdma_ack_cm_event", unsafe { sys::rdma_ack_cm_event(ev) })?;
         Ok(CmEvent {
+            id,
             kind,
             status,
             private_data,
@@ -205,6 +253,11 @@ impl CmId {
                 _channel: channel.inner.clone(),
             }),
         })
+    }
+
+    /// A number naming this identifier in events ([`CmEvent::id`]).
+    pub fn key(&self) -> usize {
+        self.inner.ptr.as_ptr() as usize
     }
 
     /// Bind to a local address (port 0 picks one).
@@ -299,6 +352,15 @@ impl CmId {
         // outlives the call.
         check("rdma_accept", unsafe {
             sys::rdma_accept(self.inner.ptr.as_ptr(), &mut p)
+        })
+    }
+
+    /// Reject a connect request, answering `private_data`.
+    pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        let len = private_data.len().min(u8::MAX as usize) as u8;
+        // SAFETY: a live id from a connect request; librdmacm copies the data.
+        check("rdma_reject", unsafe {
+            sys::rdma_reject(self.inner.ptr.as_ptr(), private_data.as_ptr().cast(), len)
         })
     }
 

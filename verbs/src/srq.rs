@@ -1,10 +1,28 @@
 //! Shared receive queues: one pool of posted receives for many queue pairs.
+//!
+//! Also `ibv_create_srq_ex`, written here after verbs.h's inline function rather than
+//! taken from rdma-sys 0.3, whose hand-written version sends every request to the
+//! legacy `ibv_create_srq` (so an XRC SRQ would silently come out a basic one) and
+//! whose `verbs_context` lookup does not recognise rdma-core's marker (see the `xrc`
+//! module).
 
 use crate::error::{call_error, Result};
 use crate::pd::{Mr, Pd, PdInner};
+use crate::xrc::verbs_op;
 use rdma_sys as sys;
+use std::mem::{offset_of, size_of};
 use std::ptr::NonNull;
 use std::sync::Arc;
+
+// verbs.h hands an `ibv_srq_init_attr_ex` to the legacy `ibv_create_srq` as an
+// `ibv_srq_init_attr`: the latter must be the former's prefix.
+const _: () = {
+    use sys::ibv_srq_init_attr as Legacy;
+    use sys::ibv_srq_init_attr_ex as Ex;
+    assert!(offset_of!(Legacy, srq_context) == offset_of!(Ex, srq_context));
+    assert!(offset_of!(Legacy, attr) == offset_of!(Ex, attr));
+    assert!(offset_of!(Legacy, attr) + size_of::<sys::ibv_srq_attr>() <= offset_of!(Ex, comp_mask));
+};
 
 pub(crate) struct SrqInner {
     pub(crate) ptr: NonNull<sys::ibv_srq>,
@@ -22,6 +40,48 @@ pub struct Srq {
     pub(crate) inner: Arc<SrqInner>,
 }
 
+/// `ibv_create_srq_ex` as verbs.h's inline function does it: a request the legacy verb
+/// can serve (a PD, and no type or the basic type, nothing else in `comp_mask`) goes
+/// to `ibv_create_srq`; any other to the provider's `create_srq_ex` in the
+/// `verbs_context`, or fails with EOPNOTSUPP when the provider has none. Bits of
+/// `comp_mask` this libibverbs does not define fail with EINVAL before anything is
+/// called. The error names `ibv_create_srq_ex` either way.
+///
+/// # Safety
+///
+/// `ctx` is a live context; `attr` is filled in for its `comp_mask`, with live objects
+/// of that context.
+pub(crate) unsafe fn create_srq_ex(
+    ctx: *mut sys::ibv_context,
+    attr: &mut sys::ibv_srq_init_attr_ex,
+) -> Result<NonNull<sys::ibv_srq>> {
+    use sys::ibv_srq_init_attr_mask as m;
+    const CALL: &str = "ibv_create_srq_ex";
+    let mask = attr.comp_mask;
+    let known = m::IBV_SRQ_INIT_ATTR_RESERVED.0 - 1;
+    if mask & !known != 0 {
+        return Err(call_error(CALL, libc::EINVAL));
+    }
+    let (pd, ty) = (m::IBV_SRQ_INIT_ATTR_PD.0, m::IBV_SRQ_INIT_ATTR_TYPE.0);
+    let legacy = mask & !(pd | ty) == 0
+        && mask & pd != 0
+        && (mask & ty == 0 || attr.srq_type == sys::ibv_srq_type::IBV_SRQT_BASIC);
+    let srq = if legacy {
+        let init: *mut sys::ibv_srq_init_attr = (attr as *mut sys::ibv_srq_init_attr_ex).cast();
+        // SAFETY: a live PD (the caller's promise) and the legacy attr as the prefix of
+        // the extended one (checked at compile time above), as verbs.h passes it.
+        unsafe { sys::ibv_create_srq(attr.pd, init) }
+    } else {
+        // SAFETY: a live context.
+        match unsafe { verbs_op!(ctx, create_srq_ex) } {
+            // SAFETY: the provider's own op, on its context, with a filled-in attr.
+            Some(create) => unsafe { create(ctx, attr) },
+            None => return Err(call_error(CALL, libc::EOPNOTSUPP)),
+        }
+    };
+    NonNull::new(srq).ok_or_else(|| call_error(CALL, 0))
+}
+
 impl Srq {
     /// A shared receive queue of `max_wr` receives of one scatter entry each.
     pub fn create(pd: &Pd, max_wr: u32) -> Result<Srq> {
@@ -36,6 +96,36 @@ impl Srq {
         // SAFETY: a live PD and a filled-in attr.
         let srq = unsafe { sys::ibv_create_srq(pd.inner.ptr.as_ptr(), &mut init) };
         let ptr = NonNull::new(srq).ok_or_else(|| call_error("ibv_create_srq", 0))?;
+        Ok(Srq {
+            inner: Arc::new(SrqInner {
+                ptr,
+                _pd: pd.inner.clone(),
+            }),
+        })
+    }
+
+    /// The same queue as [`Srq::create`], asked for through `ibv_create_srq_ex` (type
+    /// `IBV_SRQT_BASIC`, `comp_mask` PD and TYPE), the path XRC SRQs take. Like verbs.h,
+    /// that path hands a basic request to the legacy verb, so this works on every
+    /// device, rxe included (whose provider has no `create_srq_ex`). Errors name
+    /// `ibv_create_srq_ex`.
+    pub fn create_ex_basic(pd: &Pd, max_wr: u32) -> Result<Srq> {
+        use sys::ibv_srq_init_attr_mask as m;
+        let pd_ptr = pd.inner.ptr.as_ptr();
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut attr: sys::ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
+        attr.attr = sys::ibv_srq_attr {
+            max_wr,
+            max_sge: 1,
+            srq_limit: 0,
+        };
+        attr.comp_mask = m::IBV_SRQ_INIT_ATTR_PD.0 | m::IBV_SRQ_INIT_ATTR_TYPE.0;
+        attr.srq_type = sys::ibv_srq_type::IBV_SRQT_BASIC;
+        attr.pd = pd_ptr;
+        // SAFETY: a live PD; `context` is the context it was allocated on.
+        let ctx = unsafe { (*pd_ptr).context };
+        // SAFETY: the PD's live context and an attr filled in for its mask.
+        let ptr = unsafe { create_srq_ex(ctx, &mut attr) }?;
         Ok(Srq {
             inner: Arc::new(SrqInner {
                 ptr,
@@ -65,8 +155,8 @@ impl Srq {
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
-        // SAFETY: created by ibv_create_srq, destroyed once, after every queue pair
-        // using it (each holds an Arc to this).
+        // SAFETY: created by ibv_create_srq (directly or through create_srq_ex),
+        // destroyed once, after every queue pair using it (each holds an Arc to this).
         unsafe { sys::ibv_destroy_srq(self.ptr.as_ptr()) };
     }
 }

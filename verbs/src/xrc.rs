@@ -1,48 +1,753 @@
-//! XRC domains (for the `xrc` connection method): a domain shared by the processes of
-//! a node, under which receive queues and queue pairs are shared. Only devices of the
-//! mlx4/mlx5 class have XRC; soft devices (rxe, siw) refuse with EOPNOTSUPP, which is
-//! how the `xrc` CPC learns it cannot run there. XRC SRQs and queue pairs are not
-//! wrapped yet.
+//! XRC, the extended reliable-connected transport (for the `xrc` connection method): a
+//! domain shared by the processes of a node; XRC shared receive queues in it, each
+//! known to peers by its SRQ number; target queue pairs in the domain, which receive
+//! into whichever of its SRQs a message names; and initiator queue pairs, which send
+//! and name the remote SRQ in every request. So one initiator per remote node reaches
+//! every process there.
+//!
+//! Only devices of the mlx4/mlx5 class have XRC; soft devices (rxe, siw) refuse the
+//! domain with EOPNOTSUPP, which is how the `xrc` CPC learns it cannot run there. No
+//! software device has XRC, so beyond that refusal nothing here has run on the
+//! development hosts or in CI: the XRC SRQ, the two queue pairs and their transitions
+//! follow libibverbs' `xsrq_pingpong` example and are untested.
+//!
+//! The extended verbs (`ibv_open_xrcd`, `ibv_close_xrcd`, `ibv_create_srq_ex`,
+//! `ibv_get_srq_num`, `ibv_create_qp_ex`) are static inline functions in verbs.h that
+//! reach the provider through the `verbs_context` laid out in front of the
+//! `ibv_context`. They are written here after verbs.h rather than taken from rdma-sys
+//! 0.3, whose `verbs_get_ctx` recognises an extended context only by libibverbs 1.1's
+//! marker (`abi_compat == UINT_MAX`), not by rdma-core's (`UINTPTR_MAX`), and whose
+//! `ibv_create_srq_ex` sends XRC requests to the legacy `ibv_create_srq`.
 
+use crate::cq::{Cq, CqInner};
 use crate::device::{Context, ContextInner};
 use crate::error::{call_error, Result};
+use crate::pd::{Mr, MrAccess, Pd, PdInner};
+use crate::qp::{Op, QpCaps, QpEndpoint};
 use rdma_sys as sys;
-use std::ptr::NonNull;
+use std::mem::{offset_of, size_of};
+use std::ptr::{addr_of, NonNull};
 use std::sync::Arc;
 
-/// An XRC domain.
-pub struct Xrcd {
-    ptr: NonNull<sys::ibv_xrcd>,
+/// `abi_compat` of a context that is the tail of a `verbs_context`: verbs.h's
+/// `__VERBS_ABI_IS_EXTENDED`, `(void *)UINTPTR_MAX` in rdma-core.
+const ABI_IS_EXTENDED: usize = usize::MAX;
+/// The same marker as libibverbs 1.1 wrote it (`(void *)UINT_MAX`), also accepted: no
+/// pointer a non-extended context could hold there has either value.
+const ABI_IS_EXTENDED_1_1: usize = u32::MAX as usize;
+
+// What the pointer arithmetic and casts below rely on.
+const _: () = {
+    use sys::ibv_qp_init_attr as Legacy;
+    use sys::ibv_qp_init_attr_ex as Ex;
+    use sys::verbs_context as V;
+    // The ibv_context is the verbs_context's last field, right after `sz` (verbs.h:
+    // "Must be last field in the struct", "Must be immediately before").
+    assert!(offset_of!(V, context) + size_of::<sys::ibv_context>() == size_of::<V>());
+    assert!(offset_of!(V, sz) + size_of::<usize>() == offset_of!(V, context));
+    // verbs.h hands an ibv_qp_init_attr_ex to the legacy ibv_create_qp as an
+    // ibv_qp_init_attr: the latter's fields must sit where the former has them.
+    assert!(offset_of!(Legacy, qp_context) == offset_of!(Ex, qp_context));
+    assert!(offset_of!(Legacy, send_cq) == offset_of!(Ex, send_cq));
+    assert!(offset_of!(Legacy, recv_cq) == offset_of!(Ex, recv_cq));
+    assert!(offset_of!(Legacy, srq) == offset_of!(Ex, srq));
+    assert!(offset_of!(Legacy, cap) == offset_of!(Ex, cap));
+    assert!(offset_of!(Legacy, qp_type) == offset_of!(Ex, qp_type));
+    assert!(offset_of!(Legacy, sq_sig_all) == offset_of!(Ex, sq_sig_all));
+};
+
+// rdma-sys's hand-written ibv_send_wr puts `qp_type.xrc.remote_srqn` where C does.
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    assert!(size_of::<sys::ibv_send_wr>() == 128);
+    assert!(offset_of!(sys::ibv_send_wr, qp_type) == 72);
+};
+
+/// verbs.h's `verbs_get_ctx`: the `verbs_context` whose tail `ctx` is, when `ctx` is an
+/// extended context (every context of rdma-core's libibverbs is).
+///
+/// # Safety
+///
+/// `ctx` is a live context.
+pub(crate) unsafe fn verbs_get_ctx(
+    ctx: *mut sys::ibv_context,
+) -> Option<NonNull<sys::verbs_context>> {
+    // SAFETY: a live context (the caller's promise); reading one pointer-sized field.
+    let marker = unsafe { addr_of!((*ctx).abi_compat).read() } as usize;
+    if marker != ABI_IS_EXTENDED && marker != ABI_IS_EXTENDED_1_1 {
+        return None;
+    }
+    // The start of a verbs_context of this crate's layout. An older provider's is
+    // shorter at the front, so this may point before its allocation: wrapping
+    // arithmetic, and only fields that `sz` says exist are ever read (verbs_op!).
+    let vctx = ctx
+        .cast::<u8>()
+        .wrapping_sub(offset_of!(sys::verbs_context, context));
+    NonNull::new(vctx.cast())
+}
+
+/// verbs.h's `verbs_get_ctx_op`: the provider's `$op` (a `verbs_context` field) for the
+/// context `$ctx`, or `None` when the context is not extended, the provider's
+/// `verbs_context` is too old to have the slot (its `sz` does not reach back to it), or
+/// the slot is empty. Expands to unsafe code: use it inside `unsafe`, with `$ctx` (a
+/// `*mut ibv_context`) live.
+macro_rules! verbs_op {
+    ($ctx:expr, $op:ident) => {{
+        use ::rdma_sys::verbs_context as V;
+        match $crate::xrc::verbs_get_ctx($ctx) {
+            None => None,
+            Some(v) => {
+                let v = v.as_ptr();
+                let reach = ::std::mem::size_of::<V>() - ::std::mem::offset_of!(V, $op);
+                if ::std::ptr::addr_of!((*v).sz).read() < reach {
+                    None
+                } else {
+                    ::std::ptr::addr_of!((*v).$op).read()
+                }
+            }
+        }
+    }};
+}
+pub(crate) use verbs_op;
+
+/// verbs.h's `ibv_create_qp_ex`: a request with exactly PD in `comp_mask` goes to the
+/// legacy `ibv_create_qp` (an initiator does), any other to the provider's
+/// `create_qp_ex` (a target does), or fails with EOPNOTSUPP when the provider has
+/// none. Bits of `comp_mask` this libibverbs does not define fail with EINVAL. Errors
+/// name `ibv_create_qp_ex`.
+///
+/// # Safety
+///
+/// `ctx` is a live context; `attr` is filled in for its `comp_mask` with live objects
+/// of that context.
+unsafe fn create_qp_ex(
+    ctx: *mut sys::ibv_context,
+    attr: &mut sys::ibv_qp_init_attr_ex,
+) -> Result<NonNull<sys::ibv_qp>> {
+    use sys::ibv_qp_init_attr_mask as m;
+    const CALL: &str = "ibv_create_qp_ex";
+    let known = (m::IBV_QP_INIT_ATTR_SEND_OPS_FLAGS.0 << 1) - 1;
+    if attr.comp_mask & !known != 0 {
+        return Err(call_error(CALL, libc::EINVAL));
+    }
+    let qp = if attr.comp_mask == m::IBV_QP_INIT_ATTR_PD.0 {
+        let init: *mut sys::ibv_qp_init_attr = (attr as *mut sys::ibv_qp_init_attr_ex).cast();
+        // SAFETY: a live PD (the caller's promise) and the legacy attr's fields where
+        // the extended one has them (checked at compile time above), as verbs.h does.
+        unsafe { sys::ibv_create_qp(attr.pd, init) }
+    } else {
+        // SAFETY: a live context.
+        match unsafe { verbs_op!(ctx, create_qp_ex) } {
+            // SAFETY: the provider's own op on its context, with a filled-in attr.
+            Some(create) => unsafe { create(ctx, attr) },
+            None => return Err(call_error(CALL, libc::EOPNOTSUPP)),
+        }
+    };
+    NonNull::new(qp).ok_or_else(|| call_error(CALL, 0))
+}
+
+/// Fail with EINVAL (naming `call`) unless every one of `theirs` is `ctx`'s context.
+fn same_context(ctx: &Context, theirs: &[*mut sys::ibv_context], call: &'static str) -> Result<()> {
+    let own = ctx.inner.ptr.as_ptr();
+    if theirs.iter().all(|&c| c == own) {
+        Ok(())
+    } else {
+        Err(call_error(call, libc::EINVAL))
+    }
+}
+
+fn pd_context(pd: &Pd) -> *mut sys::ibv_context {
+    // SAFETY: a live PD; `context` is set at allocation and never changes.
+    unsafe { pd.inner.ptr.as_ref() }.context
+}
+
+fn cq_context(cq: &Cq) -> *mut sys::ibv_context {
+    // SAFETY: a live CQ; `context` is set at creation and never changes.
+    unsafe { cq.inner.ptr.as_ref() }.context
+}
+
+pub(crate) struct XrcdInner {
+    pub(crate) ptr: NonNull<sys::ibv_xrcd>,
     _ctx: Arc<ContextInner>,
 }
 
-// SAFETY: an XRC domain is a kernel object usable from any thread.
-unsafe impl Send for Xrcd {}
+// SAFETY: an XRC domain is a kernel object usable from any thread; nothing here writes
+// the struct after opening.
+unsafe impl Send for XrcdInner {}
+// SAFETY: as above.
+unsafe impl Sync for XrcdInner {}
+
+impl XrcdInner {
+    fn context(&self) -> *mut sys::ibv_context {
+        // SAFETY: a live domain; `context` is set at opening and never changes.
+        unsafe { self.ptr.as_ref() }.context
+    }
+}
+
+impl Drop for XrcdInner {
+    fn drop(&mut self) {
+        let (xrcd, ctx) = (self.ptr.as_ptr(), self.context());
+        // SAFETY: the context is alive (held by `_ctx`); the domain was opened by the
+        // provider's open_xrcd on it and is closed once, as verbs.h's ibv_close_xrcd
+        // does, after every SRQ and queue pair in it (each holds an Arc to this).
+        unsafe {
+            if let Some(close) = verbs_op!(ctx, close_xrcd) {
+                close(xrcd);
+            }
+        }
+    }
+}
+
+/// An XRC domain.
+pub struct Xrcd {
+    pub(crate) inner: Arc<XrcdInner>,
+}
 
 impl Xrcd {
-    /// A new XRC domain of this process (no shared file).
+    /// A new XRC domain of this process (no shared file). Where the device has no XRC
+    /// (rxe, siw) this fails with EOPNOTSUPP, naming `ibv_open_xrcd`.
     pub fn open(ctx: &Context) -> Result<Xrcd> {
+        const CALL: &str = "ibv_open_xrcd";
         let mut attr = sys::ibv_xrcd_init_attr {
             comp_mask: sys::ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_FD.0
                 | sys::ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_OFLAGS.0,
             fd: -1,
             oflags: libc::O_CREAT,
         };
-        // SAFETY: a live context and a filled-in attr; rdma-sys returns None (errno
-        // EOPNOTSUPP) where the provider has no XRC.
-        let xrcd = unsafe { sys::ibv_open_xrcd(ctx.inner.ptr.as_ptr(), &mut attr) }
-            .unwrap_or(std::ptr::null_mut());
-        let ptr = NonNull::new(xrcd).ok_or_else(|| call_error("ibv_open_xrcd", 0))?;
+        let c = ctx.inner.ptr.as_ptr();
+        // SAFETY: a live context.
+        let Some(open) = (unsafe { verbs_op!(c, open_xrcd) }) else {
+            return Err(call_error(CALL, libc::EOPNOTSUPP));
+        };
+        // SAFETY: the provider's own op on its live context, with a filled-in attr.
+        let xrcd = unsafe { open(c, &mut attr) };
+        let ptr = NonNull::new(xrcd).ok_or_else(|| call_error(CALL, 0))?;
         Ok(Xrcd {
-            ptr,
-            _ctx: ctx.inner.clone(),
+            inner: Arc::new(XrcdInner {
+                ptr,
+                _ctx: ctx.inner.clone(),
+            }),
         })
     }
 }
 
-impl Drop for Xrcd {
+/// An XRC shared receive queue (`IBV_SRQT_XRC`): receives posted here serve messages
+/// that arrive through any target queue pair of its domain naming its
+/// [SRQ number](XrcSrq::srq_num); their completions go to the queue's own CQ.
+pub struct XrcSrq {
+    ptr: NonNull<sys::ibv_srq>,
+    _xrcd: Arc<XrcdInner>,
+    _cq: Arc<CqInner>,
+    _pd: Arc<PdInner>,
+}
+
+// SAFETY: libibverbs allows posting from any thread; posting takes `&mut XrcSrq`.
+unsafe impl Send for XrcSrq {}
+
+impl XrcSrq {
+    /// An XRC SRQ of `max_wr` receives of one scatter entry each, in `xrcd`, its
+    /// buffers under `pd`, completing into `cq`; all of `ctx`'s device (else EINVAL).
+    /// Made through `ibv_create_srq_ex` (after verbs.h, see the module doc); errors name
+    /// it.
+    pub fn create(ctx: &Context, pd: &Pd, xrcd: &Xrcd, cq: &Cq, max_wr: u32) -> Result<XrcSrq> {
+        use sys::ibv_srq_init_attr_mask as m;
+        const CALL: &str = "ibv_create_srq_ex";
+        let theirs = [pd_context(pd), xrcd.inner.context(), cq_context(cq)];
+        same_context(ctx, &theirs, CALL)?;
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut attr: sys::ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
+        attr.attr = sys::ibv_srq_attr {
+            max_wr,
+            max_sge: 1,
+            srq_limit: 0,
+        };
+        attr.comp_mask = m::IBV_SRQ_INIT_ATTR_TYPE.0
+            | m::IBV_SRQ_INIT_ATTR_XRCD.0
+            | m::IBV_SRQ_INIT_ATTR_CQ.0
+            | m::IBV_SRQ_INIT_ATTR_PD.0;
+        attr.srq_type = sys::ibv_srq_type::IBV_SRQT_XRC;
+        attr.xrcd = xrcd.inner.ptr.as_ptr();
+        attr.cq = cq.inner.ptr.as_ptr();
+        attr.pd = pd.inner.ptr.as_ptr();
+        // SAFETY: a live context, and a filled-in attr of live objects of it.
+        let ptr = unsafe { crate::srq::create_srq_ex(ctx.inner.ptr.as_ptr(), &mut attr) }?;
+        Ok(XrcSrq {
+            ptr,
+            _xrcd: xrcd.inner.clone(),
+            _cq: cq.inner.clone(),
+            _pd: pd.inner.clone(),
+        })
+    }
+
+    /// Its SRQ number, which senders put into every request for it
+    /// (`ibv_get_srq_num`).
+    pub fn srq_num(&self) -> Result<u32> {
+        const CALL: &str = "ibv_get_srq_num";
+        let srq = self.ptr.as_ptr();
+        // SAFETY: a live SRQ; `context` never changes and is kept alive by `_pd`.
+        let ctx = unsafe { self.ptr.as_ref() }.context;
+        // SAFETY: a live context.
+        let Some(get) = (unsafe { verbs_op!(ctx, get_srq_num) }) else {
+            return Err(call_error(CALL, libc::EOPNOTSUPP));
+        };
+        let mut num = 0;
+        // SAFETY: the provider's own op, on a live SRQ of its context.
+        let rc = unsafe { get(srq, &mut num) };
+        if rc != 0 {
+            return Err(call_error(CALL, rc));
+        }
+        Ok(num)
+    }
+
+    /// Post a receive into `[addr, addr+len)` of `mr`.
+    ///
+    /// # Safety
+    ///
+    /// The range must lie inside `mr` and stay untouched until the receive completes.
+    pub unsafe fn post_recv(&mut self, wr_id: u64, mr: &Mr, addr: u64, len: u32) -> Result<()> {
+        let srq = self.ptr.as_ptr();
+        // SAFETY: a live SRQ; the caller vouches for the memory.
+        crate::qp::post_one_recv(
+            "ibv_post_srq_recv",
+            wr_id,
+            mr,
+            addr,
+            len,
+            |wr, bad| unsafe { sys::ibv_post_srq_recv(srq, wr, bad) },
+        )
+    }
+}
+
+impl Drop for XrcSrq {
     fn drop(&mut self) {
-        // SAFETY: opened by ibv_open_xrcd, closed once.
-        unsafe { sys::ibv_close_xrcd(self.ptr.as_ptr()) };
+        // SAFETY: created by create_srq_ex, destroyed once, before its domain, CQ and
+        // PD (which it keeps alive).
+        unsafe { sys::ibv_destroy_srq(self.ptr.as_ptr()) };
+    }
+}
+
+/// Modify `qp` with `attr` for `mask`; errors name `what`.
+fn modify(
+    qp: NonNull<sys::ibv_qp>,
+    attr: &mut sys::ibv_qp_attr,
+    mask: u32,
+    what: &'static str,
+) -> Result<()> {
+    // SAFETY: a live QP and a filled-in attr for `mask`.
+    let rc = unsafe { sys::ibv_modify_qp(qp.as_ptr(), attr, mask as i32) };
+    if rc != 0 {
+        return Err(call_error(what, rc));
+    }
+    Ok(())
+}
+
+/// RESET -> INIT on `port` with `access` for peers.
+fn to_init(qp: NonNull<sys::ibv_qp>, port: u8, access: MrAccess) -> Result<()> {
+    use sys::ibv_qp_attr_mask as m;
+    // SAFETY: plain C struct, zero is a valid value.
+    let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = sys::ibv_qp_state::IBV_QPS_INIT;
+    a.pkey_index = 0;
+    a.port_num = port;
+    a.qp_access_flags = access.0;
+    let mask =
+        m::IBV_QP_STATE.0 | m::IBV_QP_PKEY_INDEX.0 | m::IBV_QP_PORT.0 | m::IBV_QP_ACCESS_FLAGS.0;
+    modify(qp, &mut a, mask, "ibv_modify_qp(INIT)")
+}
+
+/// The RTR attributes common to both ends: the path to `peer` and its numbers.
+fn rtr_attr(peer: &QpEndpoint, mtu_enum: u32, port: u8, gid_index: u8) -> (sys::ibv_qp_attr, u32) {
+    use sys::ibv_qp_attr_mask as m;
+    // SAFETY: plain C struct, zero is a valid value.
+    let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = sys::ibv_qp_state::IBV_QPS_RTR;
+    a.path_mtu = mtu_enum;
+    a.dest_qp_num = peer.qpn;
+    a.rq_psn = peer.psn;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid.raw = peer.gid;
+    a.ah_attr.grh.sgid_index = gid_index;
+    a.ah_attr.grh.hop_limit = 1;
+    a.ah_attr.dlid = peer.lid;
+    a.ah_attr.port_num = port;
+    let mask = m::IBV_QP_STATE.0
+        | m::IBV_QP_AV.0
+        | m::IBV_QP_PATH_MTU.0
+        | m::IBV_QP_DEST_QPN.0
+        | m::IBV_QP_RQ_PSN.0;
+    (a, mask)
+}
+
+fn qp_num(qp: NonNull<sys::ibv_qp>) -> u32 {
+    // SAFETY: a live QP; qp_num never changes.
+    unsafe { qp.as_ref() }.qp_num
+}
+
+/// An XRC initiator queue pair (`IBV_QPT_XRC_SEND`): sends only, each request naming
+/// the remote [`XrcSrq`] it is for. Connected to one [`XrcTarget`] on the remote node.
+pub struct XrcInitiator {
+    ptr: NonNull<sys::ibv_qp>,
+    _pd: Arc<PdInner>,
+    _cq: Arc<CqInner>,
+    port: u8,
+    gid_index: u8,
+    /// Caps as granted (`max_recv_wr` is 0: an initiator has no receive queue).
+    pub caps: QpCaps,
+}
+
+// SAFETY: libibverbs allows posting from any thread; posting takes `&mut XrcInitiator`.
+unsafe impl Send for XrcInitiator {}
+
+impl XrcInitiator {
+    /// An initiator on `pd` completing its sends into `send_cq` (`caps.max_recv_wr` is
+    /// ignored), for `port` and GID index `gid_index`; `pd` and `send_cq` of `ctx`'s
+    /// device (else EINVAL). Made through `ibv_create_qp_ex` with `comp_mask` PD, which
+    /// verbs.h hands to the legacy `ibv_create_qp`; errors name `ibv_create_qp_ex`.
+    pub fn create(
+        ctx: &Context,
+        pd: &Pd,
+        send_cq: &Cq,
+        caps: QpCaps,
+        port: u8,
+        gid_index: u8,
+    ) -> Result<XrcInitiator> {
+        const CALL: &str = "ibv_create_qp_ex";
+        same_context(ctx, &[pd_context(pd), cq_context(send_cq)], CALL)?;
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut init: sys::ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+        init.qp_type = sys::ibv_qp_type::IBV_QPT_XRC_SEND;
+        init.send_cq = send_cq.inner.ptr.as_ptr();
+        init.cap.max_send_wr = caps.max_send_wr;
+        init.cap.max_send_sge = 1;
+        init.cap.max_inline_data = caps.max_inline;
+        init.comp_mask = sys::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
+        init.pd = pd.inner.ptr.as_ptr();
+        // SAFETY: a live context, and a filled-in attr of live objects of it.
+        let ptr = unsafe { create_qp_ex(ctx.inner.ptr.as_ptr(), &mut init) }?;
+        Ok(XrcInitiator {
+            ptr,
+            _pd: pd.inner.clone(),
+            _cq: send_cq.inner.clone(),
+            port,
+            gid_index,
+            caps: QpCaps {
+                max_send_wr: init.cap.max_send_wr,
+                max_recv_wr: 0,
+                max_inline: init.cap.max_inline_data,
+            },
+        })
+    }
+
+    /// Its number.
+    pub fn qpn(&self) -> u32 {
+        qp_num(self.ptr)
+    }
+
+    /// RESET -> INIT (no remote access: an initiator only sends).
+    pub fn to_init(&mut self) -> Result<()> {
+        to_init(self.ptr, self.port, MrAccess::NONE)
+    }
+
+    /// INIT -> RTR towards the remote `target` (its queue pair number, LID and GID),
+    /// with path MTU `mtu_enum` (an `ibv_mtu`).
+    pub fn to_rtr(&mut self, target: &QpEndpoint, mtu_enum: u32) -> Result<()> {
+        let (mut a, mask) = rtr_attr(target, mtu_enum, self.port, self.gid_index);
+        modify(self.ptr, &mut a, mask, "ibv_modify_qp(RTR)")
+    }
+
+    /// RTR -> RTS, sending from packet sequence number `psn` (what the target expects).
+    pub fn to_rts(&mut self, psn: u32) -> Result<()> {
+        use sys::ibv_qp_attr_mask as m;
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = sys::ibv_qp_state::IBV_QPS_RTS;
+        a.sq_psn = psn;
+        a.timeout = 14;
+        a.retry_cnt = 7;
+        a.rnr_retry = 7;
+        a.max_rd_atomic = 1;
+        let mask = m::IBV_QP_STATE.0
+            | m::IBV_QP_TIMEOUT.0
+            | m::IBV_QP_SQ_PSN.0
+            | m::IBV_QP_RETRY_CNT.0
+            | m::IBV_QP_RNR_RETRY.0
+            | m::IBV_QP_MAX_QP_RD_ATOMIC.0;
+        modify(self.ptr, &mut a, mask, "ibv_modify_qp(RTS)")
+    }
+
+    /// Post `op` on the local `[addr, addr+len)` of `mr` for the remote SRQ numbered
+    /// `remote_srqn` (`qp_type.xrc.remote_srqn`), signalled; inline when asked and
+    /// small enough.
+    ///
+    /// # Safety
+    ///
+    /// The range must lie inside `mr` (unless inline) and stay valid and untouched
+    /// until the request completes.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn post_send(
+        &mut self,
+        wr_id: u64,
+        remote_srqn: u32,
+        op: Op,
+        mr: &Mr,
+        addr: u64,
+        len: u32,
+        inline: bool,
+    ) -> Result<()> {
+        use sys::ibv_wr_opcode as o;
+        let mut sge = sys::ibv_sge {
+            addr,
+            length: len,
+            lkey: mr.lkey(),
+        };
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        wr.qp_type.xrc = sys::xrc_t { remote_srqn };
+        if inline && len <= self.caps.max_inline && matches!(op, Op::Send | Op::Write { .. }) {
+            wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
+        }
+        match op {
+            Op::Send => wr.opcode = o::IBV_WR_SEND,
+            Op::Write { remote, rkey } => {
+                wr.opcode = o::IBV_WR_RDMA_WRITE;
+                wr.wr.rdma = sys::rdma_t {
+                    remote_addr: remote,
+                    rkey,
+                };
+            }
+            Op::Read { remote, rkey } => {
+                wr.opcode = o::IBV_WR_RDMA_READ;
+                wr.wr.rdma = sys::rdma_t {
+                    remote_addr: remote,
+                    rkey,
+                };
+            }
+            Op::FetchAdd { remote, rkey, add } => {
+                wr.opcode = o::IBV_WR_ATOMIC_FETCH_AND_ADD;
+                wr.wr.atomic = sys::atomic_t {
+                    remote_addr: remote,
+                    compare_add: add,
+                    swap: 0,
+                    rkey,
+                };
+            }
+            Op::CompareSwap {
+                remote,
+                rkey,
+                compare,
+                swap,
+            } => {
+                wr.opcode = o::IBV_WR_ATOMIC_CMP_AND_SWP;
+                wr.wr.atomic = sys::atomic_t {
+                    remote_addr: remote,
+                    compare_add: compare,
+                    swap,
+                    rkey,
+                };
+            }
+        }
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: a live QP and a well-formed request; the caller vouches for memory.
+        let rc = unsafe { sys::ibv_post_send(self.ptr.as_ptr(), &mut wr, &mut bad) };
+        if rc != 0 {
+            return Err(call_error("ibv_post_send", rc));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for XrcInitiator {
+    fn drop(&mut self) {
+        // SAFETY: created by create_qp_ex, destroyed once, before its CQ and PD (which
+        // it keeps alive).
+        unsafe { sys::ibv_destroy_qp(self.ptr.as_ptr()) };
+    }
+}
+
+/// An XRC target queue pair (`IBV_QPT_XRC_RECV`) in a domain: the receiving end of one
+/// remote [`XrcInitiator`], delivering into whichever [`XrcSrq`] of the domain each
+/// request names. It has no send queue, PD or CQ of its own, so it goes to RTR only.
+pub struct XrcTarget {
+    ptr: NonNull<sys::ibv_qp>,
+    _xrcd: Arc<XrcdInner>,
+    port: u8,
+    gid_index: u8,
+}
+
+// SAFETY: a kernel object usable from any thread; transitions take `&mut XrcTarget`.
+unsafe impl Send for XrcTarget {}
+
+impl XrcTarget {
+    /// A target in `xrcd` (of `ctx`'s device, else EINVAL), for `port` and GID index
+    /// `gid_index`. Made through `ibv_create_qp_ex` with `comp_mask` XRCD, which goes
+    /// to the provider's `create_qp_ex`; errors name `ibv_create_qp_ex`.
+    pub fn create(ctx: &Context, xrcd: &Xrcd, port: u8, gid_index: u8) -> Result<XrcTarget> {
+        const CALL: &str = "ibv_create_qp_ex";
+        same_context(ctx, &[xrcd.inner.context()], CALL)?;
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut init: sys::ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+        init.qp_type = sys::ibv_qp_type::IBV_QPT_XRC_RECV;
+        init.comp_mask = sys::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_XRCD.0;
+        init.xrcd = xrcd.inner.ptr.as_ptr();
+        // SAFETY: a live context, and a filled-in attr with a live domain of it.
+        let ptr = unsafe { create_qp_ex(ctx.inner.ptr.as_ptr(), &mut init) }?;
+        Ok(XrcTarget {
+            ptr,
+            _xrcd: xrcd.inner.clone(),
+            port,
+            gid_index,
+        })
+    }
+
+    /// Its number (what the remote initiator connects to).
+    pub fn qpn(&self) -> u32 {
+        qp_num(self.ptr)
+    }
+
+    /// RESET -> INIT, granting the remote initiator `access` (remote write and read for
+    /// RDMA into this node's memory; receives need nothing).
+    pub fn to_init(&mut self, access: MrAccess) -> Result<()> {
+        to_init(self.ptr, self.port, access)
+    }
+
+    /// INIT -> RTR from the remote `initiator` (its queue pair number, first packet
+    /// sequence number, LID and GID), with path MTU `mtu_enum` (an `ibv_mtu`).
+    pub fn to_rtr(&mut self, initiator: &QpEndpoint, mtu_enum: u32) -> Result<()> {
+        use sys::ibv_qp_attr_mask as m;
+        let (mut a, mask) = rtr_attr(initiator, mtu_enum, self.port, self.gid_index);
+        a.max_dest_rd_atomic = 1;
+        a.min_rnr_timer = 12;
+        let mask = mask | m::IBV_QP_MAX_DEST_RD_ATOMIC.0 | m::IBV_QP_MIN_RNR_TIMER.0;
+        modify(self.ptr, &mut a, mask, "ibv_modify_qp(RTR)")
+    }
+}
+
+impl Drop for XrcTarget {
+    fn drop(&mut self) {
+        // SAFETY: created by create_qp_ex, destroyed once, before its domain (which it
+        // keeps alive).
+        unsafe { sys::ibv_destroy_qp(self.ptr.as_ptr()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The `verbs_context` lookup against a real device (in the soft-RoCE guest; SKIP
+    //! elsewhere unless RBTL_VERBS_REQUIRE_DEVICE is set).
+
+    use super::*;
+    use crate::device::device_names;
+
+    fn device() -> Option<Context> {
+        match device_names().unwrap().first() {
+            Some(name) => Some(Context::open(name).unwrap()),
+            None => {
+                assert!(
+                    std::env::var_os("RBTL_VERBS_REQUIRE_DEVICE").is_none(),
+                    "no RDMA device, and RBTL_VERBS_REQUIRE_DEVICE is set"
+                );
+                eprintln!("SKIP: no RDMA device here (run in the soft-RoCE guest)");
+                None
+            }
+        }
+    }
+
+    /// The context is extended with rdma-core's marker, and a verb reached through the
+    /// `verbs_context` found from it answers like the plain verb.
+    #[test]
+    fn verbs_context_of_a_real_device() {
+        let Some(ctx) = device() else { return };
+        let c = ctx.inner.ptr.as_ptr();
+        // SAFETY: a live context.
+        let marker = unsafe { addr_of!((*c).abi_compat).read() } as usize;
+        assert_eq!(marker, ABI_IS_EXTENDED, "abi_compat {marker:#x}");
+        // SAFETY: as above.
+        let v = unsafe { verbs_get_ctx(c) }.expect("an extended context");
+        // SAFETY: an extended context: `sz` lies just before it.
+        let sz = unsafe { addr_of!((*v.as_ptr()).sz).read() };
+        assert_eq!(
+            sz,
+            size_of::<sys::verbs_context>(),
+            "built against these headers"
+        );
+        // SAFETY: a live context.
+        let query = unsafe { verbs_op!(c, query_device_ex) }.expect("query_device_ex");
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut attr: sys::ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+        // SAFETY: the provider's op on its context, with a writable attr of this size.
+        let rc = unsafe {
+            query(
+                c,
+                std::ptr::null(),
+                &mut attr,
+                size_of::<sys::ibv_device_attr_ex>(),
+            )
+        };
+        assert_eq!(rc, 0);
+        let plain = ctx.query_device().unwrap();
+        assert_eq!(
+            (attr.orig_attr.max_qp_wr, attr.orig_attr.phys_port_cnt),
+            (plain.max_qp_wr, plain.ports)
+        );
+        // SAFETY: a live context.
+        let present = unsafe {
+            [
+                verbs_op!(c, create_qp_ex).is_some(),
+                verbs_op!(c, create_srq_ex).is_some(),
+                verbs_op!(c, open_xrcd).is_some(),
+                verbs_op!(c, get_srq_num).is_some(),
+            ]
+        };
+        assert_eq!(
+            present, [true; 4],
+            "libibverbs fills every slot (a dummy where the provider has none)"
+        );
+    }
+
+    /// A request the legacy verb cannot serve (a CQ in `comp_mask`) goes to the
+    /// provider's `create_srq_ex`, never to `ibv_create_srq` (which would drop the CQ,
+    /// as rdma-sys 0.3 does); rxe has none, so there it fails with EOPNOTSUPP.
+    #[test]
+    fn create_srq_ex_sends_extended_requests_to_the_provider() {
+        use sys::ibv_srq_init_attr_mask as m;
+        let Some(ctx) = device() else { return };
+        let pd = ctx.alloc_pd().unwrap();
+        let cq = ctx.create_cq(4).unwrap();
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut attr: sys::ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
+        attr.attr.max_wr = 4;
+        attr.attr.max_sge = 1;
+        attr.comp_mask =
+            m::IBV_SRQ_INIT_ATTR_PD.0 | m::IBV_SRQ_INIT_ATTR_TYPE.0 | m::IBV_SRQ_INIT_ATTR_CQ.0;
+        attr.srq_type = sys::ibv_srq_type::IBV_SRQT_BASIC;
+        attr.pd = pd.inner.ptr.as_ptr();
+        attr.cq = cq.inner.ptr.as_ptr();
+        // SAFETY: a live context and an attr of live objects of it.
+        let got = unsafe { crate::srq::create_srq_ex(ctx.inner.ptr.as_ptr(), &mut attr) };
+        match got {
+            Ok(srq) => {
+                // SAFETY: just created, destroyed once.
+                unsafe { sys::ibv_destroy_srq(srq.as_ptr()) };
+                assert!(!ctx.name().starts_with("rxe"), "rxe has no create_srq_ex");
+            }
+            Err(e) => {
+                let crate::Error::Call { call, source } = &e else {
+                    panic!("{e}")
+                };
+                assert_eq!(*call, "ibv_create_srq_ex");
+                assert_eq!(source.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}");
+            }
+        }
+        // Bits libibverbs does not define are refused before any call.
+        attr.comp_mask |= m::IBV_SRQ_INIT_ATTR_RESERVED.0;
+        // SAFETY: as above.
+        let e = unsafe { crate::srq::create_srq_ex(ctx.inner.ptr.as_ptr(), &mut attr) }
+            .err()
+            .expect("refused");
+        assert!(e.to_string().starts_with("ibv_create_srq_ex failed"), "{e}");
     }
 }

@@ -1,0 +1,365 @@
+//! What the openib module owns besides its connection methods: the device's
+//! resources, the fragment pools, the peers, and the work in flight. The connection
+//! methods (CPCs) act on it as their host: they make queue pairs on its protection
+//! domain and completion queue, ask it to post receives, and hand it connected queue
+//! pairs.
+
+use crate::flow::Credits;
+use crate::wire::FRAG_EXTRA;
+use rbtl_btl::{
+    AmTable, Attributes, Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent, ModuleId,
+    RdmaCallback, RdmaCompletion, Result, SendCallback, Tag,
+};
+use rbtl_cpc::ConnectionHost;
+use rbtl_mpool::{AnonymousSource, Frag, FreeList, FreeListConfig};
+use rbtl_verbs::{Cq, Mr, MrAccess, Pd, Qp, QpCaps, VerbsRegistrar};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+/// A device port as queue pairs need it.
+#[derive(Clone, Copy, Debug)]
+pub struct PortDesc {
+    /// Port number.
+    pub num: u8,
+    /// GID index used for addressing (the RoCEv2 IPv4 one on RoCE).
+    pub gid_index: u8,
+    /// LID (0 on RoCE).
+    pub lid: u16,
+    /// The GID at `gid_index`.
+    pub gid: [u8; 16],
+    /// Active MTU as an `ibv_mtu`.
+    pub mtu: u8,
+}
+
+/// Tunables of a module.
+#[derive(Clone, Copy, Debug)]
+pub struct Settings {
+    /// Receive buffers per peer for messages.
+    pub recv_depth: u32,
+    /// Extra receive buffers per peer for credit-only messages.
+    pub rsv_depth: u32,
+    /// Outstanding puts, gets and atomics per peer.
+    pub rdma_depth: u32,
+    /// Bytes a send may carry inline (0: never).
+    pub max_inline: u32,
+}
+
+/// Where a peer's connection stands.
+#[derive(Debug)]
+pub enum Link {
+    /// Nothing asked yet.
+    Idle,
+    /// The CPC is at work.
+    Connecting,
+    /// Connected.
+    Up,
+    /// Failed; everything for it fails with this.
+    Failed(String),
+}
+
+/// Something waiting for the connection, credits or send-queue room, in order.
+pub enum Waiting {
+    /// A descriptor to send.
+    Send(Descriptor, Tag),
+    /// A put, get or atomic to post.
+    Rdma(Box<RdmaRequest>),
+}
+
+/// A one-sided operation ready to post.
+pub struct RdmaRequest {
+    /// What to post.
+    pub op: rbtl_verbs::Op,
+    /// Local address, length and key.
+    pub local: usize,
+    /// Bytes.
+    pub size: usize,
+    /// Local key.
+    pub lkey: u32,
+    /// Runs on completion.
+    pub callback: RdmaCallback,
+}
+
+/// One peer.
+pub struct Peer {
+    /// Its rank.
+    pub rank: u32,
+    /// Index of the CPC that connects it.
+    pub cpc: usize,
+    /// Its connection.
+    pub link: Link,
+    /// The queue pair once connected.
+    pub qp: Option<Qp>,
+    /// Receive buffers posted for it, by slot.
+    pub recv: Vec<Option<Frag>>,
+    /// Flow control towards it.
+    pub credits: Credits,
+    /// Free send-queue entries.
+    pub sq_free: u32,
+    /// What waits, in order.
+    pub waiting: VecDeque<Waiting>,
+    /// Puts, gets and atomics posted and not completed.
+    pub rdma_in_flight: u32,
+    /// A credit-only message is due.
+    pub credit_due: bool,
+}
+
+/// Work posted on a send queue, by work-request id.
+pub enum Posted {
+    /// A descriptor (the caller's, or the module's own credit message).
+    Send(usize, Descriptor),
+    /// An inline send with no descriptor.
+    Inline(usize),
+    /// A one-sided operation.
+    Rdma(usize, RdmaCallback, usize, usize),
+}
+
+/// Work-request ids of receives have this bit; the endpoint and slot follow.
+pub const RECV_BIT: u64 = 1 << 63;
+
+/// A completion to report from progress.
+pub enum Done {
+    /// A send finished.
+    Send(SendCallback, Endpoint, Descriptor, Result<()>),
+    /// A one-sided operation finished.
+    Rdma(RdmaCallback, RdmaCompletion),
+    /// For the error callback.
+    Error(ErrorEvent),
+}
+
+/// The module's state, host of its CPCs.
+pub struct Core {
+    /// This module.
+    pub id: ModuleId,
+    /// This process.
+    pub rank: u32,
+    /// Limits and flags.
+    pub attrs: Attributes,
+    /// Tunables.
+    pub settings: Settings,
+    /// The port.
+    pub port: PortDesc,
+    /// The protection domain of everything.
+    pub pd: Pd,
+    /// The one completion queue, for sends and receives.
+    pub cq: Cq,
+    /// Queue-pair sizes.
+    pub caps: QpCaps,
+    /// Registrations of user memory.
+    pub rcache: Arc<rbtl_rcache::Rcache<VerbsRegistrar>>,
+    /// Send fragments, registered once per chunk.
+    pub send_frags: FreeList<Mr>,
+    /// Receive fragments, registered once per chunk.
+    pub recv_frags: FreeList<Mr>,
+    /// Peers by endpoint.
+    pub peers: Vec<Peer>,
+    /// Endpoint by rank.
+    pub by_rank: HashMap<u32, usize>,
+    /// Posted send-queue work by id.
+    pub posted: Vec<Option<Posted>>,
+    pub free_ids: Vec<usize>,
+    /// Receive callbacks.
+    pub am: AmTable,
+    /// The error callback.
+    pub on_error: Option<ErrorCallback>,
+    /// Completions to report.
+    pub done: VecDeque<Done>,
+    /// Peers that just connected (their waiting work may go).
+    pub ready: Vec<usize>,
+    /// Peers whose connection is being set up.
+    pub connecting: usize,
+    /// Address and key of a registered word where non-fetching atomics drop the
+    /// previous value (inside `_scratch`).
+    pub scratch: (usize, u32),
+    /// The fragment behind `scratch`.
+    pub _scratch: Frag,
+}
+
+/// A free list of fragments of `size` bytes, each chunk registered on `pd`.
+pub fn registered_frags(pd: &Pd, size: usize) -> Result<FreeList<Mr>> {
+    let pd = pd.clone();
+    let mut cfg = FreeListConfig::new(size + FRAG_EXTRA);
+    cfg.frags_per_chunk = 32;
+    let register = move |ptr: *mut u8, len: usize| {
+        // SAFETY: the chunk is mapped for as long as the list lives, which drops its
+        // registrations before its chunks.
+        unsafe { pd.reg_mr(ptr, len, MrAccess::LOCAL_WRITE) }
+            .map_err(|e| rbtl_mpool::Error::Registration {
+                reason: e.to_string(),
+            })
+    };
+    Ok(FreeList::with_registration(
+        cfg,
+        Box::new(AnonymousSource::new()),
+        Box::new(register),
+    )?)
+}
+
+impl Core {
+    /// The peer behind `ep`.
+    pub fn peer(&self, ep: Endpoint) -> Result<&Peer> {
+        self.peers
+            .get(ep.0 as usize)
+            .ok_or(Error::UnknownEndpoint(ep.0))
+    }
+
+    /// Remember work posted on a send queue; its work-request id.
+    pub fn track(&mut self, p: Posted) -> u64 {
+        match self.free_ids.pop() {
+            Some(i) => {
+                self.posted[i] = Some(p);
+                i as u64
+            }
+            None => {
+                self.posted.push(Some(p));
+                (self.posted.len() - 1) as u64
+            }
+        }
+    }
+
+    /// Take back the work of a completion.
+    pub fn untrack(&mut self, id: u64) -> Option<Posted> {
+        let p = self.posted.get_mut(id as usize)?.take();
+        if p.is_some() {
+            self.free_ids.push(id as usize);
+        }
+        p
+    }
+
+    /// The queue-pair access flags peers get.
+    pub fn qp_access() -> MrAccess {
+        MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_ATOMIC
+    }
+
+    /// A new RC queue pair on this module's resources, in INIT.
+    pub fn new_qp(&self) -> std::result::Result<Qp, rbtl_cpc::Error> {
+        let mut qp = Qp::create_rc(
+            &self.pd,
+            &self.cq,
+            &self.cq,
+            None,
+            self.caps,
+            self.port.num,
+            self.port.gid_index,
+        )
+        .and_then(|mut qp| qp.to_init(Self::qp_access()).map(|_| qp))
+        .map_err(|e| cpc_error(e.to_string()))?;
+        qp.caps.max_inline = qp.caps.max_inline.min(self.settings.max_inline);
+        Ok(qp)
+    }
+
+    /// Whether `rank` is a peer already added.
+    pub fn knows(&self, rank: u32) -> bool {
+        self.by_rank.contains_key(&rank)
+    }
+
+    /// Post receive `slot` of endpoint `ep` (its fragment is in place).
+    pub fn post_recv_slot(&mut self, ep: usize, slot: usize) -> Result<()> {
+        let peer = &mut self.peers[ep];
+        let (Some(qp), Some(frag)) = (peer.qp.as_mut(), peer.recv[slot].as_ref()) else {
+            return Ok(());
+        };
+        post_recv(qp, &self.recv_frags, ep, slot, frag)
+    }
+
+    /// Peer `ep` failed: everything waiting for it fails, the error callback hears.
+    pub fn fail(&mut self, ep: usize, why: String) {
+        let peer = &mut self.peers[ep];
+        if matches!(peer.link, Link::Failed(_)) {
+            return;
+        }
+        if matches!(peer.link, Link::Connecting) {
+            self.connecting -= 1;
+        }
+        tracing::warn!(rank = peer.rank, %why, "openib: peer failed");
+        peer.link = Link::Failed(why.clone());
+        let rank = peer.rank;
+        let err = || Error::PeerFailed {
+            rank,
+            why: why.clone(),
+        };
+        for w in std::mem::take(&mut peer.waiting) {
+            match w {
+                Waiting::Send(mut des, _) => match des.take_callback() {
+                    Some(cb) => self.done.push_back(Done::Send(cb, Endpoint(ep as u32), des, Err(err()))),
+                    None => self.send_frags.put(des.into_frag()),
+                },
+                Waiting::Rdma(r) => self.done.push_back(Done::Rdma(
+                    r.callback,
+                    RdmaCompletion {
+                        endpoint: Endpoint(ep as u32),
+                        local_address: r.local,
+                        size: r.size,
+                        status: Err(err()),
+                    },
+                )),
+            }
+        }
+        self.done.push_back(Done::Error(ErrorEvent {
+            endpoint: Some(Endpoint(ep as u32)),
+            rank: Some(rank),
+            error: err(),
+        }));
+    }
+}
+
+/// Post one receive into `frag`.
+pub fn post_recv(qp: &mut Qp, list: &FreeList<Mr>, ep: usize, slot: usize, frag: &Frag) -> Result<()> {
+    let mr = list.registration(frag);
+    let id = RECV_BIT | ((ep as u64) << 32) | slot as u64;
+    // SAFETY: the fragment lies in the registered chunk `mr` and stays in the peer's
+    // slot, untouched, until its completion is polled.
+    unsafe { qp.post_recv(id, mr, frag.as_ptr() as u64, frag.len() as u32) }
+        .map_err(|e| Error::NotAvailable(format!("openib: posting a receive: {e}")))
+}
+
+/// A CPC error from text.
+pub fn cpc_error(why: String) -> rbtl_cpc::Error {
+    rbtl_cpc::Error::Connect { cpc: "openib", why }
+}
+
+impl ConnectionHost for Core {
+    type Qp = Qp;
+
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    fn post_receives(&mut self, rank: u32, qp: &mut Qp) -> std::result::Result<(), rbtl_cpc::Error> {
+        let ep = *self
+            .by_rank
+            .get(&rank)
+            .ok_or_else(|| cpc_error(format!("rank {rank} is not a peer of this module")))?;
+        let n = (self.settings.recv_depth + self.settings.rsv_depth) as usize;
+        let mut slots = Vec::with_capacity(n);
+        for slot in 0..n {
+            let frag = self.recv_frags.get().map_err(|e| cpc_error(e.to_string()))?;
+            post_recv(qp, &self.recv_frags, ep, slot, &frag).map_err(|e| cpc_error(e.to_string()))?;
+            slots.push(Some(frag));
+        }
+        for old in std::mem::replace(&mut self.peers[ep].recv, slots).into_iter().flatten() {
+            self.recv_frags.put(old);
+        }
+        Ok(())
+    }
+
+    fn connected(&mut self, rank: u32, qp: Qp) {
+        let Some(&ep) = self.by_rank.get(&rank) else {
+            return;
+        };
+        let peer = &mut self.peers[ep];
+        if matches!(peer.link, Link::Connecting) {
+            self.connecting -= 1;
+        }
+        tracing::debug!(rank, qpn = qp.qpn(), "openib: connected");
+        peer.link = Link::Up;
+        peer.sq_free = qp.caps.max_send_wr;
+        peer.qp = Some(qp);
+        self.ready.push(ep);
+    }
+
+    fn failed(&mut self, rank: u32, why: String) {
+        if let Some(&ep) = self.by_rank.get(&rank) {
+            self.fail(ep, why);
+        }
+    }
+}

@@ -1,0 +1,268 @@
+//! The `openib` transport: the BTL contract over verbs devices (InfiniBand, RoCE,
+//! iWARP through librdmacm), one module per active port (Open MPI: `btl/openib`).
+//!
+//! - Sends: per-peer reliable-connected queue pairs, fragments from free lists
+//!   registered once per chunk, a trailer carrying tag, segment lengths and returned
+//!   credits ([`flow`] keeps senders within the receive buffers posted for them), and
+//!   inline sends below the device's inline limit.
+//! - Put and get are RDMA write and read, atomics the device's fetch-add and
+//!   compare-swap; their callbacks run after the work completion. Remote handles carry
+//!   bounds and access, so out-of-range or unpermitted accesses are refused before
+//!   they reach the wire; a wrong key is refused by the device, with an error
+//!   completion (which, as in RC transports, also ends the connection).
+//! - Connections are made on first use by a connection method (CPC) chosen per peer:
+//!   `oob` (over TCP between the processes) or `rdma_cm` (over the port's IP
+//!   address); `xrc` is registered but cannot run yet. What is sent while a connection
+//!   is set up waits and goes out in order.
+//!
+//! Parameters: `btl_openib_*` (the attributes, `recv_depth`, `rdma_depth`,
+//! `max_inline_data`), and the CPC selection `btl_openib_cpc_include`,
+//! `btl_openib_cpc_exclude`, `btl_openib_cpc_<name>_priority`.
+
+#![warn(missing_docs)]
+
+mod core;
+pub mod flow;
+mod module;
+pub mod oob;
+pub mod rdma_cm;
+pub mod wire;
+mod xrc;
+
+use crate::core::{registered_frags, Core, PortDesc, Settings};
+pub use module::OpenibModule;
+use rbtl_btl::{
+    exclusivity, AmTable, AtomicFlags, Attributes, BtlFlags, Component, Error, Modex, Module,
+    ModuleId, Result,
+};
+use rbtl_config::{Config, Registry, Value};
+use rbtl_cpc::select;
+use rbtl_cpc::{CpcComponent, PortInfo};
+use rbtl_verbs::{Context, QpCaps, VerbsRegistrar};
+use std::net::{IpAddr, Ipv4Addr};
+
+/// The transport's name.
+pub const NAME: &str = "openib";
+
+/// The component: finds active ports and makes a module for each.
+pub struct OpenibComponent {
+    cpcs: Vec<Box<dyn CpcComponent<Core>>>,
+}
+
+impl Default for OpenibComponent {
+    fn default() -> Self {
+        OpenibComponent {
+            cpcs: vec![
+                Box::new(oob::OobComponent),
+                Box::new(rdma_cm::RdmaCmComponent),
+                Box::new(xrc::XrcComponent),
+            ],
+        }
+    }
+}
+
+fn default_attributes() -> Attributes {
+    Attributes {
+        eager_limit: 12 * 1024,
+        rndv_eager_limit: 12 * 1024,
+        max_send_size: 64 * 1024,
+        put_limit: 1 << 30,
+        put_alignment: 1,
+        get_limit: 1 << 30,
+        get_alignment: 1,
+        exclusivity: exclusivity::DEFAULT,
+        latency: 10,
+        bandwidth: 10_000,
+        flags: BtlFlags::SEND
+            | BtlFlags::PUT
+            | BtlFlags::GET
+            | BtlFlags::REGISTRATION_REQUIRED
+            | BtlFlags::RDMA_REMOTE_COMPLETION,
+        atomic_flags: AtomicFlags::empty(),
+        registration_handle_size: wire::REMOTE_KEY_LEN,
+    }
+}
+
+fn not_available(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::NotAvailable(format!("openib: {what}: {e}"))
+}
+
+/// The IPv4 addresses in a port's GID table (RoCE GIDs of the form `::ffff:a.b.c.d`),
+/// with their indices.
+fn ipv4_gids(ctx: &Context, port: u8, len: i32) -> Vec<(u8, Ipv4Addr, [u8; 16])> {
+    (0..len.min(256))
+        .filter_map(|i| Some((i as u8, ctx.query_gid(port, i).ok()?)))
+        .filter_map(|(i, g)| {
+            let v6 = std::net::Ipv6Addr::from(g);
+            v6.to_ipv4_mapped().map(|v4| (i, v4, g))
+        })
+        .collect()
+}
+
+impl Component for OpenibComponent {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn description(&self) -> &'static str {
+        "verbs devices (InfiniBand, RoCE): RDMA put/get/atomics, connection methods oob and rdma_cm"
+    }
+
+    fn register_params(&self, reg: &mut Registry) -> rbtl_config::Result<()> {
+        Attributes::register_params(reg, NAME, &default_attributes())?;
+        reg.register(
+            "btl_openib_recv_depth",
+            Value::Int(64),
+            "receive buffers posted per peer (and send credits towards it)",
+        )?
+        .register(
+            "btl_openib_rdma_depth",
+            Value::Int(64),
+            "puts, gets and atomics in flight per peer",
+        )?
+        .register(
+            "btl_openib_max_inline_data",
+            Value::Size(128),
+            "largest send carried inline in the work request (0: never)",
+        )?;
+        select::register_params(reg, &self.cpcs).map_err(|e| match e {
+            rbtl_cpc::Error::Config(c) => c,
+            other => panic!("registering CPC parameters: {other}"),
+        })
+    }
+
+    fn init(&mut self, config: &Config, modex: &mut dyn Modex) -> Result<Vec<Box<dyn Module>>> {
+        let attrs = Attributes::from_config(config, NAME, &default_attributes())?;
+        let names: Vec<&str> = self.cpcs.iter().map(|c| c.name()).collect();
+        select::allowed(config, &names).map_err(|e| not_available("configuration", e))?;
+        let count = |name: &str| {
+            u32::try_from(config.int(name)?)
+                .ok()
+                .filter(|&v| v > 0)
+                .ok_or_else(|| Error::NotAvailable(format!("{name} must be at least 1")))
+        };
+        let settings = Settings {
+            recv_depth: count("btl_openib_recv_depth")?,
+            rsv_depth: 4,
+            rdma_depth: count("btl_openib_rdma_depth")?,
+            max_inline: config.size("btl_openib_max_inline_data")?.min(u32::MAX as usize) as u32,
+        };
+        let devices = match rbtl_verbs::cm_devices() {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::debug!("openib: no devices: {e}");
+                return Ok(Vec::new());
+            }
+        };
+        let mut modules: Vec<Box<dyn Module>> = Vec::new();
+        let mut refused = Vec::new();
+        for ctx in devices {
+            let dev = ctx.query_device().map_err(|e| not_available(ctx.name(), e))?;
+            for port in 1..=dev.ports {
+                let pa = ctx.query_port(port).map_err(|e| not_available(ctx.name(), e))?;
+                if !pa.active {
+                    continue;
+                }
+                let v4 = ipv4_gids(&ctx, port, pa.gid_table_len);
+                let (gid_index, gid) = match (pa.ethernet, v4.first()) {
+                    (true, Some(&(i, _, g))) => (i, g),
+                    _ => (0, ctx.query_gid(port, 0).map_err(|e| not_available(ctx.name(), e))?),
+                };
+                let info = PortInfo {
+                    device: ctx.name().to_string(),
+                    port,
+                    ip_addresses: v4.iter().map(|&(_, a, _)| IpAddr::V4(a)).collect(),
+                    xrc: rbtl_verbs::Xrcd::open(&ctx).is_ok(),
+                };
+                let usable = match select::select_for_port(config, &mut self.cpcs, &info) {
+                    Ok(u) => u,
+                    Err(e) => {
+                        tracing::warn!("openib: {e}");
+                        refused.push(e.to_string());
+                        continue;
+                    }
+                };
+                let port = PortDesc {
+                    num: port,
+                    gid_index,
+                    lid: pa.lid,
+                    gid,
+                    mtu: pa.mtu_enum as u8,
+                };
+                let mut a = attrs.clone();
+                if dev.atomics {
+                    a.flags |= BtlFlags::ATOMIC_OPS | BtlFlags::ATOMIC_FOPS;
+                    a.atomic_flags = AtomicFlags::ADD | AtomicFlags::CSWAP | AtomicFlags::U64;
+                }
+                let core = new_core(&ctx, config, a, settings, port, modex)?;
+                let mut subnet = [0; 8];
+                subnet.copy_from_slice(&gid[..8]);
+                let key = format!("{NAME}.{}", modules.len());
+                let module = OpenibModule::new(core, usable, key.clone(), subnet);
+                modex.publish(&key, &module.modex_blob())?;
+                modules.push(Box::new(module));
+            }
+        }
+        if modules.is_empty() && !refused.is_empty() {
+            return Err(Error::NotAvailable(format!("openib: {}", refused.join("; "))));
+        }
+        Ok(modules)
+    }
+}
+
+fn new_core(
+    ctx: &Context,
+    config: &Config,
+    attrs: Attributes,
+    settings: Settings,
+    port: PortDesc,
+    modex: &dyn Modex,
+) -> Result<Core> {
+    let e = |what: &str| {
+        let what = what.to_string();
+        move |e: rbtl_verbs::Error| not_available(&what, e)
+    };
+    let pd = ctx.alloc_pd().map_err(e("ibv_alloc_pd"))?;
+    let caps = QpCaps {
+        max_send_wr: settings.recv_depth + settings.rsv_depth + settings.rdma_depth,
+        max_recv_wr: settings.recv_depth + settings.rsv_depth,
+        max_inline: settings.max_inline,
+    };
+    let per_peer = caps.max_send_wr + caps.max_recv_wr;
+    let depth = (per_peer as usize * modex.size().max(2) as usize).min(65_536);
+    let cq = ctx.create_cq(depth as i32).map_err(e("ibv_create_cq"))?;
+    let rcache = rbtl_rcache::Rcache::new(
+        VerbsRegistrar::new(pd.clone()),
+        rbtl_btl::rcache_params::options(config)?,
+    );
+    let mut send_frags = registered_frags(&pd, attrs.max_send_size)?;
+    let recv_frags = registered_frags(&pd, attrs.max_send_size)?;
+    let scratch = send_frags
+        .get()
+        .map_err(|e| not_available("the scratch word", e))?;
+    let scratch_key = (scratch.as_ptr() as usize, send_frags.registration(&scratch).lkey());
+    Ok(Core {
+        id: ModuleId::fresh(),
+        rank: modex.rank(),
+        attrs,
+        settings,
+        port,
+        pd,
+        cq,
+        caps,
+        rcache,
+        send_frags,
+        recv_frags,
+        peers: Vec::new(),
+        by_rank: Default::default(),
+        posted: Vec::new(),
+        free_ids: Vec::new(),
+        am: AmTable::default(),
+        on_error: None,
+        done: Default::default(),
+        ready: Vec::new(),
+        connecting: 0,
+        scratch: scratch_key,
+        _scratch: scratch,
+    })
+}

@@ -1,0 +1,927 @@
+//! The openib module: one per active device port (Open MPI: `mca_btl_openib_module_t`).
+//! Sends go over a reliable-connected queue pair per peer, made on first use by the
+//! connection method both sides chose; what is sent meanwhile waits, in order. Puts and
+//! gets are RDMA writes and reads, atomics the device's fetch-add and compare-swap.
+
+use crate::core::{Core, Done, Link, Peer, Posted, RdmaRequest, Waiting, RECV_BIT};
+use crate::flow::Credits;
+use crate::wire::{self, RemoteKey, Trailer, CREDIT_ONLY, FRAG_EXTRA, TRAILER};
+use rbtl_btl::{
+    AmCallback, AtomicOp, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
+    MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback, RdmaCompletion, Received,
+    RemoteHandle, Result, SendCompletion, SendError, SendOutcome, SendiOutcome, Tag,
+    MAX_SEGMENTS,
+};
+use rbtl_cpc::select::{self, Offer};
+use rbtl_cpc::CpcModule;
+use rbtl_rcache::{Access, Registration};
+use rbtl_verbs::{Completion, Op, Sge, VerbsRegistrar};
+
+/// What a memory handle of this module holds.
+type Reg = Registration<VerbsRegistrar>;
+
+/// Progress calls between two looks at the connection methods' own I/O while no
+/// connection is being set up (requests from peers may arrive at any time).
+const CPC_POLL_INTERVAL: u32 = 256;
+
+/// One port's module.
+pub struct OpenibModule {
+    pub(crate) core: Core,
+    pub(crate) cpcs: Vec<(Box<dyn CpcModule<Core>>, Offer)>,
+    pub(crate) modex_key: String,
+    pub(crate) subnet: [u8; 8],
+    calls: u32,
+}
+
+impl OpenibModule {
+    pub(crate) fn new(
+        core: Core,
+        cpcs: Vec<(Box<dyn CpcModule<Core>>, Offer)>,
+        modex_key: String,
+        subnet: [u8; 8],
+    ) -> OpenibModule {
+        OpenibModule {
+            core,
+            cpcs,
+            modex_key,
+            subnet,
+            calls: 0,
+        }
+    }
+
+    /// What this module publishes: the subnet prefix, then the CPC offers.
+    pub(crate) fn modex_blob(&self) -> Vec<u8> {
+        let offers: Vec<Offer> = self.cpcs.iter().map(|c| c.1.clone()).collect();
+        let mut b = self.subnet.to_vec();
+        b.extend(select::encode(&offers));
+        b
+    }
+
+    fn endpoint(&mut self, ep: Endpoint) -> Result<&mut Peer> {
+        self.core
+            .peers
+            .get_mut(ep.0 as usize)
+            .ok_or(Error::UnknownEndpoint(ep.0))
+    }
+
+    /// Make sure `ep` is connected or on its way; a failed peer is an error.
+    fn connect(&mut self, ep: Endpoint) -> Result<()> {
+        let peer = self.endpoint(ep)?;
+        match &peer.link {
+            Link::Up | Link::Connecting => Ok(()),
+            Link::Failed(why) => Err(Error::PeerFailed {
+                rank: peer.rank,
+                why: why.clone(),
+            }),
+            Link::Idle => {
+                peer.link = Link::Connecting;
+                let (rank, cpc) = (peer.rank, peer.cpc);
+                self.core.connecting += 1;
+                if let Err(e) = self.cpcs[cpc].0.start_connect(rank, &mut self.core) {
+                    self.core.fail(ep.0 as usize, e.to_string());
+                    return Err(Error::PeerFailed {
+                        rank,
+                        why: e.to_string(),
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Post what waits for `ep`, in order, as far as credits and queue room allow.
+    fn drain(&mut self, ep: usize) -> usize {
+        let mut n = 0;
+        loop {
+            let peer = &mut self.core.peers[ep];
+            if !matches!(peer.link, Link::Up) || peer.sq_free == 0 {
+                break;
+            }
+            let Some(front) = peer.waiting.front() else {
+                break;
+            };
+            if let Waiting::Send(..) = front {
+                if !peer.credits.take() {
+                    break;
+                }
+            }
+            match peer.waiting.pop_front() {
+                Some(Waiting::Send(des, tag)) => {
+                    if let Err(e) = self.post_descriptor(ep, des, tag.0, 0) {
+                        self.finish_send(e.descriptor, Err(e.error));
+                    }
+                }
+                Some(Waiting::Rdma(r)) => self.post_rdma(ep, *r),
+                None => break,
+            }
+            n += 1;
+        }
+        if self.core.peers[ep].credit_due {
+            self.send_credits(ep);
+        }
+        n
+    }
+
+    /// Post a descriptor (a credit has been taken unless `flags` is CREDIT_ONLY).
+    // The error carries the descriptor back by value, as `send`'s does.
+    #[allow(clippy::result_large_err)]
+    fn post_descriptor(
+        &mut self,
+        ep: usize,
+        mut des: Descriptor,
+        tag: u8,
+        flags: u8,
+    ) -> std::result::Result<(), SendError> {
+        let peer = &mut self.core.peers[ep];
+        let (credits, rsv) = peer.credits.piggyback();
+        let lens: Vec<usize> = des.segment_lens().collect();
+        let t = Trailer {
+            tag,
+            flags,
+            nseg: lens.len() as u8,
+            rsv,
+            credits,
+        };
+        let len = des.len() + wire::write_trailer(des.spare_mut(), &lens, t);
+        let lkey = self.core.send_frags.registration(des.frag()).lkey();
+        let sge = Sge {
+            addr: des.frag().as_ptr() as u64,
+            len: len as u32,
+            lkey,
+        };
+        let id = self.core.track(Posted::Send(ep, des));
+        let peer = &mut self.core.peers[ep];
+        let qp = peer.qp.as_mut().expect("a connected peer has a queue pair");
+        // SAFETY: the fragment is in a registered chunk and stays, untouched, in the
+        // posted table until its completion.
+        match unsafe { qp.post_send_sg(id, Op::Send, &[sge], true) } {
+            Ok(()) => {
+                peer.sq_free -= 1;
+                Ok(())
+            }
+            Err(e) => {
+                peer.credits.returned(credits, rsv);
+                let Some(Posted::Send(_, des)) = self.core.untrack(id) else {
+                    unreachable!("just tracked");
+                };
+                Err(SendError {
+                    error: Error::NotAvailable(format!("openib: {e}")),
+                    descriptor: des,
+                })
+            }
+        }
+    }
+
+    /// Return credits to `ep` with a credit-only message if one is due and possible.
+    fn send_credits(&mut self, ep: usize) {
+        let peer = &mut self.core.peers[ep];
+        peer.credit_due = false;
+        if !matches!(peer.link, Link::Up) || !peer.credits.wants_credit_message() {
+            return;
+        }
+        if peer.sq_free == 0 {
+            peer.credit_due = true;
+            return;
+        }
+        let Ok(frag) = self.core.send_frags.get() else {
+            peer.credit_due = true;
+            return;
+        };
+        peer.credits.take_rsv();
+        let des = Descriptor::new(
+            self.core.id,
+            Endpoint(ep as u32),
+            frag,
+            0,
+            Order::ANY,
+            DesFlags::OWNERSHIP,
+        )
+        .expect("an empty descriptor fits");
+        if let Err(e) = self.post_descriptor(ep, des, 0, CREDIT_ONLY) {
+            self.core.send_frags.put(e.descriptor.into_frag());
+            self.core.fail(ep, e.error.to_string());
+        }
+    }
+
+    fn post_rdma(&mut self, ep: usize, r: RdmaRequest) {
+        let sge = Sge {
+            addr: r.local as u64,
+            len: r.size as u32,
+            lkey: r.lkey,
+        };
+        let (op, local, size) = (r.op, r.local, r.size);
+        let id = self.core.track(Posted::Rdma(ep, r.callback, local, size));
+        let peer = &mut self.core.peers[ep];
+        let qp = peer.qp.as_mut().expect("a connected peer has a queue pair");
+        // SAFETY: the local range was checked against its registration (whose key
+        // this is) when the operation was started; the caller keeps it until the
+        // callback.
+        match unsafe { qp.post_send_sg(id, op, &[sge], false) } {
+            Ok(()) => {
+                peer.sq_free -= 1;
+                peer.rdma_in_flight += 1;
+            }
+            Err(e) => {
+                if let Some(Posted::Rdma(_, cb, local, size)) = self.core.untrack(id) {
+                    self.core.done.push_back(Done::Rdma(
+                        cb,
+                        RdmaCompletion {
+                            endpoint: Endpoint(ep as u32),
+                            local_address: local,
+                            size,
+                            status: Err(Error::NotAvailable(format!("openib: {e}"))),
+                        },
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Start a one-sided operation: post it now or queue it behind the connection.
+    fn start_rdma(&mut self, ep: Endpoint, r: RdmaRequest) -> Result<()> {
+        self.connect(ep)?;
+        let depth = self.core.settings.rdma_depth;
+        let peer = self.endpoint(ep)?;
+        let now = matches!(peer.link, Link::Up) && peer.waiting.is_empty() && peer.sq_free > 0;
+        if now {
+            if peer.rdma_in_flight >= depth {
+                return Err(Error::OutOfResource("openib: puts, gets and atomics in flight"));
+            }
+            self.post_rdma(ep.0 as usize, r);
+        } else {
+            if peer.waiting.len() >= 4 * depth as usize {
+                return Err(Error::OutOfResource("openib: operations waiting for a connection"));
+            }
+            peer.waiting.push_back(Waiting::Rdma(Box::new(r)));
+        }
+        Ok(())
+    }
+
+    fn lkey(&self, handle: &MemHandle, addr: usize, len: usize, needs: Access) -> Result<u32> {
+        Ok(handle.check::<Reg>(self.core.id, addr, len, needs)?.handle().lkey())
+    }
+
+    /// Queue a send completion (or recycle the descriptor when nobody waits for it).
+    fn finish_send(&mut self, mut des: Descriptor, status: Result<()>) {
+        let ep = des.endpoint();
+        match des.take_callback() {
+            Some(cb) => self.core.done.push_back(Done::Send(cb, ep, des, status)),
+            None => self.core.send_frags.put(des.into_frag()),
+        }
+    }
+
+    fn on_completion(&mut self, c: Completion) {
+        if c.wr_id & RECV_BIT != 0 {
+            return self.on_receive(c);
+        }
+        let failed = c.result().err().map(|e| e.to_string());
+        let status = || match &failed {
+            None => Ok(()),
+            Some(e) => Err(Error::NotAvailable(format!("openib: {e}"))),
+        };
+        let Some(posted) = self.core.untrack(c.wr_id) else {
+            return;
+        };
+        let ep = match &posted {
+            Posted::Send(ep, _) | Posted::Inline(ep) | Posted::Rdma(ep, ..) => *ep,
+        };
+        self.core.peers[ep].sq_free += 1;
+        match posted {
+            Posted::Send(_, des) => self.finish_send(des, status()),
+            Posted::Inline(_) => {}
+            Posted::Rdma(_, cb, local, size) => {
+                self.core.peers[ep].rdma_in_flight -= 1;
+                let status = match &failed {
+                    None => Ok(()),
+                    Some(e) => Err(Error::BadRemoteHandle(format!(
+                        "the operation failed at the device: {e}"
+                    ))),
+                };
+                self.core.done.push_back(Done::Rdma(
+                    cb,
+                    RdmaCompletion {
+                        endpoint: Endpoint(ep as u32),
+                        local_address: local,
+                        size,
+                        status,
+                    },
+                ));
+            }
+        }
+        if let Some(e) = failed {
+            self.core.fail(ep, format!("queue pair error: {e}"));
+        } else if !self.core.peers[ep].waiting.is_empty() {
+            self.drain(ep);
+        }
+    }
+
+    fn on_receive(&mut self, c: Completion) {
+        let ep = ((c.wr_id & !RECV_BIT) >> 32) as usize;
+        let slot = (c.wr_id & 0xffff_ffff) as usize;
+        let Some(frag) = self.core.peers.get_mut(ep).and_then(|p| p.recv.get_mut(slot)?.take()) else {
+            return;
+        };
+        if let Err(e) = c.result() {
+            self.core.recv_frags.put(frag);
+            self.core.fail(ep, format!("queue pair error: {e}"));
+            return;
+        }
+        let bytes = &frag.as_slice()[..c.byte_len as usize];
+        let mut lens = [0usize; MAX_SEGMENTS];
+        let Some((t, nseg)) = wire::parse(bytes, &mut lens) else {
+            self.core.recv_frags.put(frag);
+            self.core.fail(ep, format!("a malformed fragment of {} bytes", c.byte_len));
+            return;
+        };
+        let credit_only = t.flags & CREDIT_ONLY != 0;
+        self.core.peers[ep].credits.returned(t.credits, t.rsv);
+        if !credit_only {
+            let tag = Tag(t.tag);
+            let mut segs: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
+            let mut at = 0;
+            for (s, &l) in segs.iter_mut().zip(&lens[..nseg]) {
+                *s = &bytes[at..at + l];
+                at += l;
+            }
+            match self.core.am.take(tag) {
+                Some(mut cb) => {
+                    let r = Received {
+                        endpoint: Endpoint(ep as u32),
+                        tag,
+                        segments: &segs[..nseg],
+                    };
+                    cb(self, &r);
+                    self.core.am.restore(tag, cb);
+                }
+                None => tracing::warn!(%tag, "openib: a message for a tag with no callback dropped"),
+            }
+        }
+        // Repost, and owe the peer the buffer.
+        let peer = &mut self.core.peers[ep];
+        if matches!(peer.link, Link::Failed(_)) || peer.qp.is_none() {
+            self.core.recv_frags.put(frag);
+            return;
+        }
+        peer.recv[slot] = Some(frag);
+        peer.credits.reposted(credit_only);
+        if let Err(e) = self.core.post_recv_slot(ep, slot) {
+            self.core.fail(ep, e.to_string());
+            return;
+        }
+        let peer = &self.core.peers[ep];
+        if !peer.waiting.is_empty() || peer.credits.available() > 0 {
+            self.drain(ep);
+        }
+        if self.core.peers[ep].credits.wants_credit_message() {
+            self.send_credits(ep);
+        }
+    }
+
+    fn run_done(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(d) = self.core.done.pop_front() {
+            n += 1;
+            match d {
+                Done::Send(cb, endpoint, des, status) => {
+                    if des.flags.contains(DesFlags::OWNERSHIP) {
+                        cb(self, SendCompletion { endpoint, descriptor: None, status });
+                        self.core.send_frags.put(des.into_frag());
+                    } else {
+                        cb(self, SendCompletion { endpoint, descriptor: Some(des), status });
+                    }
+                }
+                Done::Rdma(cb, c) => cb(self, c),
+                Done::Error(event) => {
+                    if let Some(cb) = self.core.on_error.as_mut() {
+                        cb(&event);
+                    }
+                }
+            }
+        }
+        n
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn atomic(
+        &mut self,
+        ep: Endpoint,
+        local: Option<(usize, &MemHandle)>,
+        remote: u64,
+        remote_handle: &RemoteHandle,
+        op: Op,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        let key = RemoteKey::from_bytes(remote_handle.as_bytes())?;
+        key.check(remote, 8, Access::ATOMIC)?;
+        if remote % 8 != 0 {
+            return Err(Error::Misaligned(remote));
+        }
+        let (addr, lkey, callback) = match local {
+            Some((addr, h)) => (addr, self.lkey(h, addr, 8, Access::LOCAL_WRITE)?, callback),
+            // The previous value nobody asked for lands in the module's scratch word
+            // (any number of such operations may share it).
+            None => {
+                let (addr, lkey) = self.core.scratch;
+                let cb: RdmaCallback = Box::new(move |m, mut c| {
+                    c.local_address = 0;
+                    callback(m, c)
+                });
+                (addr, lkey, cb)
+            }
+        };
+        self.start_rdma(
+            ep,
+            RdmaRequest {
+                op: with_rkey(op, key.rkey),
+                local: addr,
+                size: 8,
+                lkey,
+                callback,
+            },
+        )
+    }
+}
+
+/// `op` aimed with the remote key `rkey`.
+fn with_rkey(op: Op, rkey: u32) -> Op {
+    match op {
+        Op::Send => Op::Send,
+        Op::Write { remote, .. } => Op::Write { remote, rkey },
+        Op::Read { remote, .. } => Op::Read { remote, rkey },
+        Op::FetchAdd { remote, add, .. } => Op::FetchAdd { remote, rkey, add },
+        Op::CompareSwap {
+            remote,
+            compare,
+            swap,
+            ..
+        } => Op::CompareSwap {
+            remote,
+            rkey,
+            compare,
+            swap,
+        },
+    }
+}
+
+impl Module for OpenibModule {
+    fn name(&self) -> &str {
+        crate::NAME
+    }
+
+    fn id(&self) -> ModuleId {
+        self.core.id
+    }
+
+    fn attributes(&self) -> &Attributes {
+        &self.core.attrs
+    }
+
+    fn add_procs(
+        &mut self,
+        procs: &[Proc],
+        modex: &mut dyn Modex,
+    ) -> Result<Vec<Option<Endpoint>>> {
+        let local: Vec<Offer> = self.cpcs.iter().map(|c| c.1.clone()).collect();
+        let mut out = Vec::with_capacity(procs.len());
+        for p in procs {
+            if p.rank == self.core.rank {
+                out.push(None);
+                continue;
+            }
+            if let Some(&ep) = self.core.by_rank.get(&p.rank) {
+                out.push(Some(Endpoint(ep as u32)));
+                continue;
+            }
+            let Some(blob) = modex.lookup(p.rank, &self.modex_key)? else {
+                out.push(None);
+                continue;
+            };
+            let (subnet, offers) = blob.split_at_checked(8).ok_or(Error::Modex(format!(
+                "rank {}'s openib address is {} bytes",
+                p.rank,
+                blob.len()
+            )))?;
+            if subnet != self.subnet {
+                out.push(None);
+                continue;
+            }
+            let remote = select::decode(offers).map_err(|e| Error::Modex(e.to_string()))?;
+            let (li, ri) = select::find_match(&local, &remote, p.rank)
+                .map_err(|e| Error::NotAvailable(format!("openib: {e}")))?;
+            self.cpcs[li]
+                .0
+                .endpoint_init(p.rank, &remote[ri].blob)
+                .map_err(|e| Error::NotAvailable(format!("openib: {e}")))?;
+            let s = self.core.settings;
+            let ep = self.core.peers.len();
+            self.core.peers.push(Peer {
+                rank: p.rank,
+                cpc: li,
+                link: Link::Idle,
+                qp: None,
+                recv: Vec::new(),
+                credits: Credits::new(s.recv_depth, s.rsv_depth),
+                sq_free: 0,
+                waiting: Default::default(),
+                rdma_in_flight: 0,
+                credit_due: false,
+            });
+            self.core.by_rank.insert(p.rank, ep);
+            out.push(Some(Endpoint(ep as u32)));
+        }
+        Ok(out)
+    }
+
+    fn del_procs(&mut self, endpoints: &[Endpoint]) -> Result<()> {
+        for &ep in endpoints {
+            let peer = self.endpoint(ep)?;
+            let (rank, cpc) = (peer.rank, peer.cpc);
+            if !matches!(peer.link, Link::Failed(_)) {
+                self.core.fail(ep.0 as usize, "removed by del_procs".into());
+            }
+            self.cpcs[cpc].0.endpoint_finalize(rank);
+        }
+        Ok(())
+    }
+
+    fn register_am(&mut self, tag: Tag, callback: AmCallback) -> Result<()> {
+        self.core.am.register(tag, callback)
+    }
+
+    fn register_error(&mut self, callback: ErrorCallback) {
+        self.core.on_error = Some(callback);
+    }
+
+    unsafe fn register_mem(
+        &mut self,
+        _endpoint: Option<Endpoint>,
+        base: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<MemHandle> {
+        if len == 0 {
+            return Err(Error::ZeroLength);
+        }
+        if base.checked_add(len).is_none() {
+            return Err(Error::Overflow { base, len });
+        }
+        let reg = self.core.rcache.register(base, len, access)?;
+        let key = RemoteKey {
+            base: base as u64,
+            len: len as u64,
+            rkey: reg.handle().rkey(),
+            access,
+        };
+        let remote = RemoteHandle::from_bytes(&key.to_bytes())?;
+        Ok(MemHandle::new(
+            self.core.id,
+            base,
+            len,
+            access,
+            remote,
+            Box::new(reg),
+        ))
+    }
+
+    fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()> {
+        handle.release(self.core.id)
+    }
+
+    fn alloc(
+        &mut self,
+        endpoint: Endpoint,
+        order: Order,
+        size: usize,
+        flags: DesFlags,
+    ) -> Result<Descriptor> {
+        self.core.peer(endpoint)?;
+        let max = self.core.attrs.max_send_size;
+        if size > max {
+            return Err(Error::TooLarge(format!(
+                "{size} bytes exceed max_send_size {max}"
+            )));
+        }
+        let frag = self
+            .core
+            .send_frags
+            .get()
+            .map_err(|_| Error::OutOfResource("openib: send fragments"))?;
+        Descriptor::new(self.core.id, endpoint, frag, size, order, flags)
+    }
+
+    fn prepare_src(
+        &mut self,
+        endpoint: Endpoint,
+        order: Order,
+        reserve: usize,
+        data: &[&[u8]],
+        flags: DesFlags,
+    ) -> Result<Descriptor> {
+        let max = self.core.attrs.max_send_size;
+        let room = max.checked_sub(reserve).ok_or_else(|| {
+            Error::TooLarge(format!("reserve {reserve} exceeds max_send_size {max}"))
+        })?;
+        let total: usize = data.iter().map(|d| d.len()).sum();
+        let mut des = self.alloc(endpoint, order, reserve + total.min(room), flags)?;
+        let mut out = &mut des.segment_mut(0)[reserve..];
+        for piece in data {
+            let n = piece.len().min(out.len());
+            out[..n].copy_from_slice(&piece[..n]);
+            out = &mut out[n..];
+        }
+        Ok(des)
+    }
+
+    fn free(&mut self, descriptor: Descriptor) -> Result<()> {
+        descriptor.check_owner(self.core.id)?;
+        self.core.send_frags.put(descriptor.into_frag());
+        Ok(())
+    }
+
+    fn send(
+        &mut self,
+        endpoint: Endpoint,
+        descriptor: Descriptor,
+        tag: Tag,
+    ) -> Result<SendOutcome, SendError> {
+        let max = self.core.attrs.max_send_size;
+        let checked = descriptor
+            .check_owner(self.core.id)
+            .and_then(|_| rbtl_btl::check_not_reserved(tag))
+            .and_then(|_| {
+                if descriptor.len() > max || descriptor.capacity() < descriptor.len() + FRAG_EXTRA {
+                    Err(Error::TooLarge(format!(
+                        "{} bytes exceed max_send_size {max}",
+                        descriptor.len()
+                    )))
+                } else {
+                    Ok(())
+                }
+            })
+            .and_then(|_| self.connect(endpoint));
+        if let Err(error) = checked {
+            return Err(SendError { error, descriptor });
+        }
+        let ep = endpoint.0 as usize;
+        let peer = &mut self.core.peers[ep];
+        let now = matches!(peer.link, Link::Up)
+            && peer.waiting.is_empty()
+            && peer.sq_free > 0
+            && peer.credits.take();
+        if !now {
+            peer.waiting.push_back(Waiting::Send(descriptor, tag));
+            return Ok(SendOutcome::Queued);
+        }
+        match self.post_descriptor(ep, descriptor, tag.0, 0) {
+            Ok(()) => Ok(SendOutcome::Queued),
+            Err(e) => {
+                self.core.peers[ep].credits.returned(1, 0);
+                Err(e)
+            }
+        }
+    }
+
+    fn sendi(
+        &mut self,
+        endpoint: Endpoint,
+        header: &[u8],
+        payload: &[u8],
+        order: Order,
+        flags: DesFlags,
+        tag: Tag,
+    ) -> Result<SendiOutcome> {
+        rbtl_btl::check_not_reserved(tag)?;
+        let size = header.len() + payload.len();
+        if size > self.core.attrs.max_send_size {
+            return Err(Error::TooLarge(format!(
+                "{size} bytes exceed max_send_size {}",
+                self.core.attrs.max_send_size
+            )));
+        }
+        self.connect(endpoint)?;
+        let ep = endpoint.0 as usize;
+        let peer = &mut self.core.peers[ep];
+        let inline_max = peer.qp.as_ref().map_or(0, |q| q.caps.max_inline) as usize;
+        let now = matches!(peer.link, Link::Up)
+            && peer.waiting.is_empty()
+            && peer.sq_free > 0
+            && size + TRAILER <= inline_max
+            && peer.credits.take();
+        if !now {
+            let des = self.prepare_src(endpoint, order, 0, &[header, payload], flags)?;
+            return Ok(SendiOutcome::Descriptor(des));
+        }
+        let (credits, rsv) = peer.credits.piggyback();
+        let trailer = Trailer {
+            tag: tag.0,
+            flags: 0,
+            nseg: 1,
+            rsv,
+            credits,
+        }
+        .to_bytes();
+        let sges = [
+            Sge { addr: header.as_ptr() as u64, len: header.len() as u32, lkey: 0 },
+            Sge { addr: payload.as_ptr() as u64, len: payload.len() as u32, lkey: 0 },
+            Sge { addr: trailer.as_ptr() as u64, len: TRAILER as u32, lkey: 0 },
+        ];
+        let id = self.core.track(Posted::Inline(ep));
+        let peer = &mut self.core.peers[ep];
+        let qp = peer.qp.as_mut().expect("a connected peer has a queue pair");
+        // SAFETY: an inline send: the device copies the bytes while posting.
+        match unsafe { qp.post_send_sg(id, Op::Send, &sges, true) } {
+            Ok(()) => {
+                peer.sq_free -= 1;
+                Ok(SendiOutcome::Sent)
+            }
+            Err(e) => {
+                peer.credits.returned(credits + 1, rsv);
+                self.core.untrack(id);
+                Err(Error::NotAvailable(format!("openib: {e}")))
+            }
+        }
+    }
+
+    fn put(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        size: usize,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        self.core.peer(endpoint)?;
+        let key = RemoteKey::from_bytes(remote_handle.as_bytes())?;
+        key.check(remote, size, rbtl_btl::PUT_REMOTE)?;
+        let lkey = self.lkey(local_handle, local, size, Access::LOCAL_READ)?;
+        self.check_limit(size, self.core.attrs.put_limit, "put")?;
+        self.start_rdma(
+            endpoint,
+            RdmaRequest {
+                op: Op::Write { remote, rkey: key.rkey },
+                local,
+                size,
+                lkey,
+                callback,
+            },
+        )
+    }
+
+    fn get(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        size: usize,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        self.core.peer(endpoint)?;
+        let key = RemoteKey::from_bytes(remote_handle.as_bytes())?;
+        key.check(remote, size, rbtl_btl::GET_REMOTE)?;
+        let lkey = self.lkey(local_handle, local, size, Access::LOCAL_WRITE)?;
+        self.check_limit(size, self.core.attrs.get_limit, "get")?;
+        self.start_rdma(
+            endpoint,
+            RdmaRequest {
+                op: Op::Read { remote, rkey: key.rkey },
+                local,
+                size,
+                lkey,
+                callback,
+            },
+        )
+    }
+
+    fn atomic_op(
+        &mut self,
+        endpoint: Endpoint,
+        remote: u64,
+        remote_handle: &RemoteHandle,
+        op: AtomicOp,
+        operand: u64,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        self.core.peer(endpoint)?;
+        let op = device_op(op, remote, operand)?;
+        self.atomic(endpoint, None, remote, remote_handle, op, callback)
+    }
+
+    fn atomic_fop(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        op: AtomicOp,
+        operand: u64,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        self.core.peer(endpoint)?;
+        let op = device_op(op, remote, operand)?;
+        self.atomic(endpoint, Some((local, local_handle)), remote, remote_handle, op, callback)
+    }
+
+    fn atomic_cswap(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        compare: u64,
+        value: u64,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        self.core.peer(endpoint)?;
+        let op = Op::CompareSwap { remote, rkey: 0, compare, swap: value };
+        self.atomic(endpoint, Some((local, local_handle)), remote, remote_handle, op, callback)
+    }
+
+    fn flush(&mut self, endpoint: Option<Endpoint>) -> Result<()> {
+        if let Some(ep) = endpoint {
+            self.core.peer(ep)?;
+        }
+        let pending = |c: &Core| {
+            c.peers.iter().enumerate().any(|(i, p)| {
+                endpoint.is_none_or(|e| e.0 as usize == i)
+                    && (p.rdma_in_flight > 0
+                        || p.waiting.iter().any(|w| matches!(w, Waiting::Rdma(_))))
+            })
+        };
+        while pending(&self.core) || !self.core.done.is_empty() {
+            if self.progress() == 0 {
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+
+    fn progress(&mut self) -> usize {
+        let mut n = 0;
+        self.calls = self.calls.wrapping_add(1);
+        if self.core.connecting > 0 || self.calls % CPC_POLL_INTERVAL == 0 {
+            for i in 0..self.cpcs.len() {
+                n += self.cpcs[i].0.progress(&mut self.core);
+            }
+            for ep in std::mem::take(&mut self.core.ready) {
+                n += 1 + self.drain(ep);
+            }
+        }
+        let mut wc = [Completion { wr_id: 0, status: 0, byte_len: 0 }; 16];
+        match self.core.cq.poll(&mut wc) {
+            Ok(k) => {
+                for c in &wc[..k] {
+                    self.on_completion(*c);
+                }
+                n += k;
+            }
+            Err(e) => tracing::error!("openib: polling the completion queue: {e}"),
+        }
+        if !self.core.done.is_empty() {
+            n += self.run_done();
+        }
+        n
+    }
+}
+
+impl OpenibModule {
+    fn check_limit(&self, size: usize, limit: usize, what: &str) -> Result<()> {
+        if size > limit {
+            return Err(Error::NotAvailable(format!(
+                "a {what} of {size} bytes exceeds the limit of {limit}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The device operation for `op` (verbs devices have fetch-add and compare-swap).
+fn device_op(op: AtomicOp, remote: u64, operand: u64) -> Result<Op> {
+    match op {
+        AtomicOp::Add => Ok(Op::FetchAdd { remote, rkey: 0, add: operand }),
+        _ => Err(Error::NotSupported("atomics other than add and compare-swap")),
+    }
+}
+
+impl Drop for OpenibModule {
+    fn drop(&mut self) {
+        for c in &mut self.cpcs {
+            c.0.finalize();
+        }
+    }
+}

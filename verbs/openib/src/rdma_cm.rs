@@ -1,0 +1,323 @@
+//! The `rdma_cm` connection method (Open MPI: `btl_openib_connect_rdmacm.c`): each
+//! module listens with librdmacm on its port's IP address; connections are made by
+//! address and route resolution and connect/accept, with the rank and queue-pair
+//! number in the private data. Who initiates, and how crossing requests end, is
+//! `rbtl_cpc::rdma_cm`. Usable only on a port with an IPv4 address.
+
+use crate::core::{cpc_error, Core};
+use rbtl_config::{Config, Registry};
+use rbtl_cpc::rdma_cm::{initiates, Action, Connection, Event, Hello, Kind};
+use rbtl_cpc::{ConnectionHost, CpcComponent, CpcModule, Error, PortInfo};
+use rbtl_verbs::{CmEventKind, CmId, EventChannel, Qp};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddrV4};
+use std::time::Duration;
+
+/// The CPC's name.
+pub const NAME: &str = "rdma_cm";
+
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The component.
+pub struct RdmaCmComponent;
+
+impl CpcComponent<Core> for RdmaCmComponent {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn register_params(&self, _: &mut Registry) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn query(&mut self, _: &Config, port: &PortInfo) -> Result<Box<dyn CpcModule<Core>>, Error> {
+        let unusable = |why: String| Error::Unusable {
+            cpc: NAME,
+            device: port.device.clone(),
+            port: port.port,
+            why,
+        };
+        let ip = port
+            .ip_addresses
+            .iter()
+            .find_map(|a| match a {
+                IpAddr::V4(v4) => Some(*v4),
+                IpAddr::V6(_) => None,
+            })
+            .ok_or_else(|| unusable("the port has no IPv4 address".into()))?;
+        let channel = EventChannel::new().map_err(|e| unusable(e.to_string()))?;
+        let listener = CmId::new(&channel).map_err(|e| unusable(e.to_string()))?;
+        listener
+            .bind(SocketAddrV4::new(ip, 0))
+            .and_then(|_| listener.listen(64))
+            .map_err(|e| unusable(e.to_string()))?;
+        let me = SocketAddrV4::new(ip, listener.local_port());
+        Ok(Box::new(RdmaCmModule {
+            channel,
+            _listener: listener,
+            me,
+            peers: HashMap::new(),
+            ids: HashMap::new(),
+            early: Vec::new(),
+        }))
+    }
+}
+
+struct CmPeer {
+    addr: SocketAddrV4,
+    conn: Connection,
+    /// Our connection attempt (an ask or a real one), with its kind.
+    active: Option<(CmId, Kind)>,
+    /// The accepted connection.
+    passive: Option<CmId>,
+    /// The queue pair until the connection is up.
+    qp: Option<Qp>,
+    /// The queue pair of an ask, until the peer rejects it.
+    ask_qp: Option<Qp>,
+}
+
+/// The module on one port.
+pub struct RdmaCmModule {
+    channel: EventChannel,
+    _listener: CmId,
+    me: SocketAddrV4,
+    peers: HashMap<u32, CmPeer>,
+    /// Which peer each identifier serves.
+    ids: HashMap<usize, u32>,
+    /// Connect requests from peers not added yet.
+    early: Vec<(CmId, Hello)>,
+}
+
+impl RdmaCmModule {
+    fn hello(&self, core: &Core, kind: Kind, qpn: u32) -> Vec<u8> {
+        Hello {
+            rank: core.rank,
+            kind,
+            qpn,
+        }
+        .encode()
+    }
+
+    fn act(
+        &mut self,
+        rank: u32,
+        actions: Vec<Action>,
+        request: &mut Option<CmId>,
+        core: &mut Core,
+    ) -> Result<(), String> {
+        for a in actions {
+            match a {
+                Action::Connect(kind) => {
+                    let peer = self.peers.get_mut(&rank).ok_or("no such peer")?;
+                    let id = CmId::new(&self.channel).map_err(|e| e.to_string())?;
+                    id.resolve_addr(peer.addr, RESOLVE_TIMEOUT)
+                        .map_err(|e| e.to_string())?;
+                    self.ids.insert(id.key(), rank);
+                    peer.active = Some((id, kind));
+                }
+                Action::Accept => {
+                    let id = request.take().ok_or("accept without a request")?;
+                    let mut qp = id
+                        .create_qp(&core.pd, &core.cq, core.caps)
+                        .map_err(|e| e.to_string())?;
+                    core.post_receives(rank, &mut qp).map_err(|e| e.to_string())?;
+                    let hello = self.hello(core, Kind::Connect, qp.qpn());
+                    id.accept(&hello).map_err(|e| e.to_string())?;
+                    let peer = self.peers.get_mut(&rank).ok_or("no such peer")?;
+                    peer.qp = Some(qp);
+                    self.ids.insert(id.key(), rank);
+                    peer.passive = Some(id);
+                }
+                Action::Reject => {
+                    let id = request.as_ref().ok_or("reject without a request")?;
+                    let hello = self.hello(core, Kind::Ask, 0);
+                    id.reject(&hello).map_err(|e| e.to_string())?;
+                }
+                Action::Up => {
+                    let qp = self
+                        .peers
+                        .get_mut(&rank)
+                        .and_then(|p| p.qp.take())
+                        .ok_or("no queue pair")?;
+                    core.connected(rank, qp);
+                }
+                Action::Fail(why) => return Err(why),
+            }
+        }
+        Ok(())
+    }
+
+    fn on_event(&mut self, rank: u32, e: Event, request: &mut Option<CmId>, core: &mut Core) {
+        let Some(peer) = self.peers.get_mut(&rank) else {
+            return;
+        };
+        let actions = peer.conn.on(e);
+        if let Err(why) = self.act(rank, actions, request, core) {
+            core.failed(rank, why);
+        }
+    }
+
+    /// Our active identifier's route is resolved: connect on it.
+    fn route_resolved(&mut self, rank: u32, core: &mut Core) -> Result<(), String> {
+        let caps = core.caps;
+        let peer = self.peers.get_mut(&rank).ok_or("no such peer")?;
+        let (id, kind) = peer.active.as_ref().ok_or("no connection attempt")?;
+        let kind = *kind;
+        let mut qp = id
+            .create_qp(&core.pd, &core.cq, caps)
+            .map_err(|e| e.to_string())?;
+        if kind == Kind::Connect {
+            core.post_receives(rank, &mut qp).map_err(|e| e.to_string())?;
+        }
+        let hello = Hello {
+            rank: core.rank,
+            kind,
+            qpn: qp.qpn(),
+        }
+        .encode();
+        let peer = self.peers.get_mut(&rank).ok_or("no such peer")?;
+        let (id, _) = peer.active.as_ref().ok_or("no connection attempt")?;
+        id.connect(&hello).map_err(|e| e.to_string())?;
+        if kind == Kind::Connect {
+            peer.qp = Some(qp);
+        } else {
+            // An ask's queue pair only carries the request; it goes with the attempt.
+            peer.ask_qp = Some(qp);
+        }
+        Ok(())
+    }
+
+    fn on_request(&mut self, id: CmId, hello: Hello, core: &mut Core) {
+        if !self.peers.contains_key(&hello.rank) {
+            self.early.push((id, hello));
+            return;
+        }
+        self.on_event(hello.rank, Event::Request(hello.kind), &mut Some(id), core);
+    }
+}
+
+impl CpcModule<Core> for RdmaCmModule {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn priority(&self) -> u8 {
+        30
+    }
+
+    fn modex_blob(&self) -> Vec<u8> {
+        let mut b = self.me.ip().octets().to_vec();
+        b.extend_from_slice(&self.me.port().to_le_bytes());
+        b
+    }
+
+    fn endpoint_init(&mut self, peer: u32, blob: &[u8]) -> Result<(), Error> {
+        let b: &[u8; 6] = blob
+            .try_into()
+            .map_err(|_| cpc_error(format!("rdma_cm: rank {peer}'s address is {} bytes", blob.len())))?;
+        let addr = SocketAddrV4::new([b[0], b[1], b[2], b[3]].into(), u16::from_le_bytes([b[4], b[5]]));
+        self.peers.insert(
+            peer,
+            CmPeer {
+                addr,
+                conn: Connection::new(initiates(self.me, addr)),
+                active: None,
+                passive: None,
+                qp: None,
+                ask_qp: None,
+            },
+        );
+        Ok(())
+    }
+
+    fn start_connect(&mut self, peer: u32, core: &mut Core) -> Result<(), Error> {
+        let p = self
+            .peers
+            .get_mut(&peer)
+            .ok_or_else(|| cpc_error(format!("rdma_cm: rank {peer} is not a peer")))?;
+        let actions = p.conn.on(Event::Start);
+        self.act(peer, actions, &mut None, core).map_err(cpc_error)
+    }
+
+    fn progress(&mut self, core: &mut Core) -> usize {
+        let mut n = 0;
+        if !self.early.is_empty() {
+            let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.early)
+                .into_iter()
+                .partition(|(_, h)| self.peers.contains_key(&h.rank));
+            self.early = later;
+            for (id, hello) in now {
+                n += 1;
+                self.on_request(id, hello, core);
+            }
+        }
+        loop {
+            let ev = match self.channel.try_next() {
+                Ok(Some(ev)) => ev,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::error!("rdma_cm: reading events: {e}");
+                    break;
+                }
+            };
+            n += 1;
+            if let CmEventKind::ConnectRequest(id) = ev.kind {
+                match Hello::decode(&ev.private_data) {
+                    Some(hello) => self.on_request(id, hello, core),
+                    None => tracing::warn!("rdma_cm: a connect request without our private data"),
+                }
+                continue;
+            }
+            let Some(&rank) = self.ids.get(&ev.id) else {
+                continue;
+            };
+            let step = match ev.kind {
+                CmEventKind::AddrResolved => self
+                    .peers
+                    .get(&rank)
+                    .and_then(|p| p.active.as_ref())
+                    .ok_or_else(|| "no connection attempt".to_string())
+                    .and_then(|(id, _)| id.resolve_route(RESOLVE_TIMEOUT).map_err(|e| e.to_string())),
+                CmEventKind::RouteResolved => self.route_resolved(rank, core),
+                CmEventKind::Established => {
+                    self.on_event(rank, Event::Established, &mut None, core);
+                    Ok(())
+                }
+                CmEventKind::Rejected => {
+                    // The attempt ends: forget its identifier (and an ask's queue pair).
+                    self.ids.remove(&ev.id);
+                    if let Some(p) = self.peers.get_mut(&rank) {
+                        p.ask_qp = None;
+                        p.active = None;
+                    }
+                    self.on_event(rank, Event::Rejected, &mut None, core);
+                    Ok(())
+                }
+                CmEventKind::Disconnected => {
+                    self.on_event(rank, Event::Disconnected, &mut None, core);
+                    Ok(())
+                }
+                CmEventKind::Other(what) => Err(format!("{what} (status {})", ev.status)),
+                CmEventKind::ConnectRequest(_) => Ok(()),
+            };
+            if let Err(why) = step {
+                core.failed(rank, format!("rdma_cm: {why}"));
+            }
+        }
+        n
+    }
+
+    fn endpoint_finalize(&mut self, peer: u32) {
+        if let Some(p) = self.peers.remove(&peer) {
+            for id in p.active.iter().map(|a| &a.0).chain(&p.passive) {
+                self.ids.remove(&id.key());
+            }
+        }
+    }
+
+    fn finalize(&mut self) {
+        self.peers.clear();
+        self.ids.clear();
+        self.early.clear();
+    }
+}
