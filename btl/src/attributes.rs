@@ -26,6 +26,11 @@ bitflags::bitflags! {
         /// A put's completion means the data is visible at the target
         /// (`MCA_BTL_FLAGS_RDMA_REMOTE_COMPLETION`).
         const RDMA_REMOTE_COMPLETION = 1 << 7;
+        /// Put, get and atomics on a remote handle the target has deregistered are
+        /// refused at the call, because the module sees the target's registrations
+        /// (`self`, `sm`). Elsewhere (`openib`) the device refuses them with an error
+        /// completion, which also ends a reliable connection.
+        const REMOTE_HANDLES_CHECKED = 1 << 8;
     }
 }
 

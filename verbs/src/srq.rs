@@ -40,12 +40,20 @@ pub struct Srq {
     pub(crate) inner: Arc<SrqInner>,
 }
 
+/// Whether verbs.h's `ibv_create_srq_ex` hands a request with `comp_mask` `mask` and
+/// type `srq_type` to the legacy `ibv_create_srq`: a PD, no type or the basic type,
+/// and nothing else.
+fn legacy_serves(mask: u32, srq_type: sys::ibv_srq_type::Type) -> bool {
+    use sys::ibv_srq_init_attr_mask as m;
+    let (pd, ty) = (m::IBV_SRQ_INIT_ATTR_PD.0, m::IBV_SRQ_INIT_ATTR_TYPE.0);
+    mask & !(pd | ty) == 0
+        && mask & pd != 0
+        && (mask & ty == 0 || srq_type == sys::ibv_srq_type::IBV_SRQT_BASIC)
+}
+
 /// `ibv_create_srq_ex` as verbs.h's inline function does it: a request the legacy verb
-/// can serve (a PD, and no type or the basic type, nothing else in `comp_mask`) goes
-/// to `ibv_create_srq`; any other to the provider's `create_srq_ex` in the
-/// `verbs_context`, or fails with EOPNOTSUPP when the provider has none. Bits of
-/// `comp_mask` this libibverbs does not define fail with EINVAL before anything is
-/// called. The error names `ibv_create_srq_ex` either way.
+/// can serve ([`legacy_serves`]) goes to `ibv_create_srq`, any other to the provider
+/// ([`provider_create_srq_ex`]). Errors name `ibv_create_srq_ex` either way.
 ///
 /// # Safety
 ///
@@ -55,31 +63,42 @@ pub(crate) unsafe fn create_srq_ex(
     ctx: *mut sys::ibv_context,
     attr: &mut sys::ibv_srq_init_attr_ex,
 ) -> Result<NonNull<sys::ibv_srq>> {
-    use sys::ibv_srq_init_attr_mask as m;
-    const CALL: &str = "ibv_create_srq_ex";
-    let mask = attr.comp_mask;
-    let known = m::IBV_SRQ_INIT_ATTR_RESERVED.0 - 1;
-    if mask & !known != 0 {
-        return Err(call_error(CALL, libc::EINVAL));
+    if !legacy_serves(attr.comp_mask, attr.srq_type) {
+        // SAFETY: the caller's promise.
+        return unsafe { provider_create_srq_ex(ctx, attr) };
     }
-    let (pd, ty) = (m::IBV_SRQ_INIT_ATTR_PD.0, m::IBV_SRQ_INIT_ATTR_TYPE.0);
-    let legacy = mask & !(pd | ty) == 0
-        && mask & pd != 0
-        && (mask & ty == 0 || attr.srq_type == sys::ibv_srq_type::IBV_SRQT_BASIC);
-    let srq = if legacy {
-        let init: *mut sys::ibv_srq_init_attr = (attr as *mut sys::ibv_srq_init_attr_ex).cast();
-        // SAFETY: a live PD (the caller's promise) and the legacy attr as the prefix of
-        // the extended one (checked at compile time above), as verbs.h passes it.
-        unsafe { sys::ibv_create_srq(attr.pd, init) }
-    } else {
-        // SAFETY: a live context.
-        match unsafe { verbs_op!(ctx, create_srq_ex) } {
-            // SAFETY: the provider's own op, on its context, with a filled-in attr.
-            Some(create) => unsafe { create(ctx, attr) },
-            None => return Err(call_error(CALL, libc::EOPNOTSUPP)),
-        }
+    let init: *mut sys::ibv_srq_init_attr = (attr as *mut sys::ibv_srq_init_attr_ex).cast();
+    // SAFETY: a live PD (the caller's promise) and the legacy attr as the prefix of the
+    // extended one (checked at compile time above), as verbs.h passes it.
+    let srq = unsafe { sys::ibv_create_srq(attr.pd, init) };
+    NonNull::new(srq).ok_or_else(|| call_error(SRQ_EX, 0))
+}
+
+const SRQ_EX: &str = "ibv_create_srq_ex";
+
+/// The provider's `create_srq_ex`, from the context's `verbs_context` (verbs.h's
+/// `verbs_get_ctx_op`), or EOPNOTSUPP when the provider has none. Bits of `comp_mask`
+/// this libibverbs does not define fail with EINVAL before anything is called. Errors
+/// name `ibv_create_srq_ex`.
+///
+/// # Safety
+///
+/// As [`create_srq_ex`].
+pub(crate) unsafe fn provider_create_srq_ex(
+    ctx: *mut sys::ibv_context,
+    attr: &mut sys::ibv_srq_init_attr_ex,
+) -> Result<NonNull<sys::ibv_srq>> {
+    let known = sys::ibv_srq_init_attr_mask::IBV_SRQ_INIT_ATTR_RESERVED.0 - 1;
+    if attr.comp_mask & !known != 0 {
+        return Err(call_error(SRQ_EX, libc::EINVAL));
+    }
+    // SAFETY: a live context (the caller's promise).
+    let Some(create) = (unsafe { verbs_op!(ctx, create_srq_ex) }) else {
+        return Err(call_error(SRQ_EX, libc::EOPNOTSUPP));
     };
-    NonNull::new(srq).ok_or_else(|| call_error(CALL, 0))
+    // SAFETY: the provider's own op, on its context, with a filled-in attr.
+    let srq = unsafe { create(ctx, attr) };
+    NonNull::new(srq).ok_or_else(|| call_error(SRQ_EX, 0))
 }
 
 impl Srq {
@@ -104,11 +123,12 @@ impl Srq {
         })
     }
 
-    /// The same queue as [`Srq::create`], asked for through `ibv_create_srq_ex` (type
-    /// `IBV_SRQT_BASIC`, `comp_mask` PD and TYPE), the path XRC SRQs take. Like verbs.h,
-    /// that path hands a basic request to the legacy verb, so this works on every
-    /// device, rxe included (whose provider has no `create_srq_ex`). Errors name
-    /// `ibv_create_srq_ex`.
+    /// The same queue as [`Srq::create`], made by the provider's `create_srq_ex` (type
+    /// `IBV_SRQT_BASIC`, `comp_mask` PD and TYPE): the entry XRC SRQs are made through.
+    /// verbs.h's `ibv_create_srq_ex` would hand such a basic request to the legacy verb;
+    /// this deliberately does not, so that the extended path can be exercised where
+    /// XRC cannot (rxe has `create_srq_ex`, not XRC). Fails with EOPNOTSUPP where the
+    /// provider has no `create_srq_ex`; errors name `ibv_create_srq_ex`.
     pub fn create_ex_basic(pd: &Pd, max_wr: u32) -> Result<Srq> {
         use sys::ibv_srq_init_attr_mask as m;
         let pd_ptr = pd.inner.ptr.as_ptr();
@@ -125,7 +145,7 @@ impl Srq {
         // SAFETY: a live PD; `context` is the context it was allocated on.
         let ctx = unsafe { (*pd_ptr).context };
         // SAFETY: the PD's live context and an attr filled in for its mask.
-        let ptr = unsafe { create_srq_ex(ctx, &mut attr) }?;
+        let ptr = unsafe { provider_create_srq_ex(ctx, &mut attr) }?;
         Ok(Srq {
             inner: Arc::new(SrqInner {
                 ptr,
@@ -158,5 +178,34 @@ impl Drop for SrqInner {
         // SAFETY: created by ibv_create_srq (directly or through create_srq_ex),
         // destroyed once, after every queue pair using it (each holds an Arc to this).
         unsafe { sys::ibv_destroy_srq(self.ptr.as_ptr()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sys::ibv_srq_init_attr_mask as m;
+    use sys::ibv_srq_type::{IBV_SRQT_BASIC, IBV_SRQT_XRC};
+
+    /// verbs.h's routing: only basic requests with a PD go to the legacy verb; an XRC
+    /// request never does (rdma-sys 0.3 sends it there).
+    #[test]
+    fn only_basic_requests_go_to_the_legacy_verb() {
+        let (pd, ty, xrcd, cq) = (
+            m::IBV_SRQ_INIT_ATTR_PD.0,
+            m::IBV_SRQ_INIT_ATTR_TYPE.0,
+            m::IBV_SRQ_INIT_ATTR_XRCD.0,
+            m::IBV_SRQ_INIT_ATTR_CQ.0,
+        );
+        assert!(legacy_serves(pd, IBV_SRQT_XRC), "no TYPE bit: basic");
+        assert!(legacy_serves(pd | ty, IBV_SRQT_BASIC));
+        assert!(!legacy_serves(pd | ty, IBV_SRQT_XRC));
+        assert!(!legacy_serves(pd | ty | xrcd | cq, IBV_SRQT_XRC));
+        assert!(
+            !legacy_serves(pd | ty | cq, IBV_SRQT_BASIC),
+            "a CQ: extended"
+        );
+        assert!(!legacy_serves(ty, IBV_SRQT_BASIC), "no PD");
+        assert!(!legacy_serves(0, IBV_SRQT_BASIC));
     }
 }

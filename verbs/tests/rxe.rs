@@ -2,7 +2,7 @@
 //! connected to each other over the device's port, moving bytes with send/receive,
 //! RDMA write and read and atomics, and refusing what the remote registration does not
 //! allow. There is no RDMA device on the development hosts: CI runs this binary in the
-//! soft-RoCE guest (`rdma/guest.sh`) with `RBTL_VERBS_REQUIRE_DEVICE=1`, where a
+//! soft-RoCE guest (`rdma/guest.sh`) with `VERBS_REQUIRE_DEVICE=1`, where a
 //! missing device is a failure; elsewhere the tests say SKIP and pass.
 
 use rbtl_verbs::{device_names, Context, Cq, Error, Mr, MrAccess, Op, Pd, Qp, QpCaps, QpEndpoint};
@@ -16,8 +16,8 @@ fn device() -> Option<Context> {
         Some(name) => Some(Context::open(name).unwrap()),
         None => {
             assert!(
-                std::env::var_os("RBTL_VERBS_REQUIRE_DEVICE").is_none(),
-                "no RDMA device, and RBTL_VERBS_REQUIRE_DEVICE is set"
+                std::env::var_os("VERBS_REQUIRE_DEVICE").is_none(),
+                "no RDMA device, and VERBS_REQUIRE_DEVICE is set"
             );
             eprintln!("SKIP: no RDMA device here (run in the soft-RoCE guest: rdma/guest.sh)");
             None
@@ -610,9 +610,11 @@ fn rdma_cm_connect_accept_with_private_data() {
     drop((cqp, sqp));
 }
 
-/// A basic SRQ asked for through `ibv_create_srq_ex` (the path XRC SRQs take, written
-/// after verbs.h rather than taken from rdma-sys) is a working shared receive queue:
-/// messages from an RC queue pair land in its receives, in the order they were posted.
+/// A basic SRQ made by the provider's `create_srq_ex`, reached through the
+/// `verbs_context` the way XRC SRQs are (written after verbs.h, not taken from
+/// rdma-sys), is a working shared receive queue: messages from an RC queue pair land in
+/// its receives, in the order they were posted. This is as close to the XRC SRQ path
+/// as a device without XRC gets.
 #[test]
 fn basic_srq_made_through_create_srq_ex_receives_from_an_rc_queue_pair() {
     use rbtl_verbs::Srq;

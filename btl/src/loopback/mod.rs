@@ -40,7 +40,8 @@ pub fn default_attributes() -> Attributes {
             | BtlFlags::GET
             | BtlFlags::ATOMIC_OPS
             | BtlFlags::ATOMIC_FOPS
-            | BtlFlags::RDMA_REMOTE_COMPLETION,
+            | BtlFlags::RDMA_REMOTE_COMPLETION
+            | BtlFlags::REMOTE_HANDLES_CHECKED,
         atomic_flags: AtomicFlags::all(),
         registration_handle_size: keytable::HANDLE_SIZE,
     }

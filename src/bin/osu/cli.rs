@@ -19,6 +19,8 @@ benchmarks:
 
 options:
   --btl LIST          transports (the `btl` parameter: self,sm or ^sm ...)
+  --cpc LIST          openib connection methods (the `btl_openib_cpc_include`
+                      parameter: oob, rdma_cm; needs the openib feature)
   --param NAME=VALUE  any other parameter (see rbtl_info)
   --min-size N        smallest message (default 0 for latency, 1 otherwise)
   --max-size N        largest message (default 4194304)
@@ -172,6 +174,10 @@ pub fn parse(args: Vec<String>) -> Result<Option<Options>, String> {
             "--btl" => o
                 .params
                 .push(("btl".into(), it.next().ok_or("--btl needs a list")?)),
+            "--cpc" => o.params.push((
+                "btl_openib_cpc_include".into(),
+                it.next().ok_or("--cpc needs a list")?,
+            )),
             "--param" => {
                 let kv = it.next().ok_or("--param needs NAME=VALUE")?;
                 let (k, v) = kv

@@ -182,10 +182,11 @@ pub fn registered_frags(pd: &Pd, size: usize) -> Result<FreeList<Mr>> {
     let register = move |ptr: *mut u8, len: usize| {
         // SAFETY: the chunk is mapped for as long as the list lives, which drops its
         // registrations before its chunks.
-        unsafe { pd.reg_mr(ptr, len, MrAccess::LOCAL_WRITE) }
-            .map_err(|e| rbtl_mpool::Error::Registration {
+        unsafe { pd.reg_mr(ptr, len, MrAccess::LOCAL_WRITE) }.map_err(|e| {
+            rbtl_mpool::Error::Registration {
                 reason: e.to_string(),
-            })
+            }
+        })
     };
     Ok(FreeList::with_registration(
         cfg,
@@ -227,7 +228,10 @@ impl Core {
 
     /// The queue-pair access flags peers get.
     pub fn qp_access() -> MrAccess {
-        MrAccess::LOCAL_WRITE | MrAccess::REMOTE_WRITE | MrAccess::REMOTE_READ | MrAccess::REMOTE_ATOMIC
+        MrAccess::LOCAL_WRITE
+            | MrAccess::REMOTE_WRITE
+            | MrAccess::REMOTE_READ
+            | MrAccess::REMOTE_ATOMIC
     }
 
     /// A new RC queue pair on this module's resources, in INIT.
@@ -280,7 +284,10 @@ impl Core {
         for w in std::mem::take(&mut peer.waiting) {
             match w {
                 Waiting::Send(mut des, _) => match des.take_callback() {
-                    Some(cb) => self.done.push_back(Done::Send(cb, Endpoint(ep as u32), des, Err(err()))),
+                    Some(cb) => {
+                        self.done
+                            .push_back(Done::Send(cb, Endpoint(ep as u32), des, Err(err())))
+                    }
                     None => self.send_frags.put(des.into_frag()),
                 },
                 Waiting::Rdma(r) => self.done.push_back(Done::Rdma(
@@ -303,7 +310,13 @@ impl Core {
 }
 
 /// Post one receive into `frag`.
-pub fn post_recv(qp: &mut Qp, list: &FreeList<Mr>, ep: usize, slot: usize, frag: &Frag) -> Result<()> {
+pub fn post_recv(
+    qp: &mut Qp,
+    list: &FreeList<Mr>,
+    ep: usize,
+    slot: usize,
+    frag: &Frag,
+) -> Result<()> {
     let mr = list.registration(frag);
     let id = RECV_BIT | ((ep as u64) << 32) | slot as u64;
     // SAFETY: the fragment lies in the registered chunk `mr` and stays in the peer's
@@ -324,7 +337,11 @@ impl ConnectionHost for Core {
         self.rank
     }
 
-    fn post_receives(&mut self, rank: u32, qp: &mut Qp) -> std::result::Result<(), rbtl_cpc::Error> {
+    fn post_receives(
+        &mut self,
+        rank: u32,
+        qp: &mut Qp,
+    ) -> std::result::Result<(), rbtl_cpc::Error> {
         let ep = *self
             .by_rank
             .get(&rank)
@@ -332,11 +349,18 @@ impl ConnectionHost for Core {
         let n = (self.settings.recv_depth + self.settings.rsv_depth) as usize;
         let mut slots = Vec::with_capacity(n);
         for slot in 0..n {
-            let frag = self.recv_frags.get().map_err(|e| cpc_error(e.to_string()))?;
-            post_recv(qp, &self.recv_frags, ep, slot, &frag).map_err(|e| cpc_error(e.to_string()))?;
+            let frag = self
+                .recv_frags
+                .get()
+                .map_err(|e| cpc_error(e.to_string()))?;
+            post_recv(qp, &self.recv_frags, ep, slot, &frag)
+                .map_err(|e| cpc_error(e.to_string()))?;
             slots.push(Some(frag));
         }
-        for old in std::mem::replace(&mut self.peers[ep].recv, slots).into_iter().flatten() {
+        for old in std::mem::replace(&mut self.peers[ep].recv, slots)
+            .into_iter()
+            .flatten()
+        {
             self.recv_frags.put(old);
         }
         Ok(())

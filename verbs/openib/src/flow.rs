@@ -96,7 +96,10 @@ mod tests {
         for step in 0..10_000u32 {
             // a sends whenever it may.
             if a.take() {
-                assert!(b_posted > 0, "a message with no buffer posted at step {step}");
+                assert!(
+                    b_posted > 0,
+                    "a message with no buffer posted at step {step}"
+                );
                 b_posted -= 1;
                 in_flight_to_b.push(a.piggyback());
             }

@@ -15,8 +15,14 @@
 //!   address); `xrc` is registered but cannot run yet. What is sent while a connection
 //!   is set up waits and goes out in order.
 //!
+//! Registrations go through a registration cache watched by
+//! `rbtl_rcache::auto`. Unlike on one node, a cached registration of memory that was
+//! freed and mapped again points the device at the old pages, so registrations are
+//! released with their last handle unless `btl_openib_leave_pinned` is set (which is
+//! safe where freed memory is reported: Open MPI decides this with its memory hooks).
+//!
 //! Parameters: `btl_openib_*` (the attributes, `recv_depth`, `rdma_depth`,
-//! `max_inline_data`), and the CPC selection `btl_openib_cpc_include`,
+//! `max_inline_data`, `leave_pinned`), and the CPC selection `btl_openib_cpc_include`,
 //! `btl_openib_cpc_exclude`, `btl_openib_cpc_<name>_priority`.
 
 #![warn(missing_docs)]
@@ -121,6 +127,13 @@ impl Component for OpenibComponent {
             "puts, gets and atomics in flight per peer",
         )?
         .register(
+            "btl_openib_leave_pinned",
+            Value::Bool(false),
+            "keep device registrations after their last handle is released (safe only when \
+             freed memory is reported to the cache: rbtl_rcache::auto::InvalidatingAllocator \
+             installed, or invalidate_everywhere called)",
+        )?
+        .register(
             "btl_openib_max_inline_data",
             Value::Size(128),
             "largest send carried inline in the work request (0: never)",
@@ -145,7 +158,9 @@ impl Component for OpenibComponent {
             recv_depth: count("btl_openib_recv_depth")?,
             rsv_depth: 4,
             rdma_depth: count("btl_openib_rdma_depth")?,
-            max_inline: config.size("btl_openib_max_inline_data")?.min(u32::MAX as usize) as u32,
+            max_inline: config
+                .size("btl_openib_max_inline_data")?
+                .min(u32::MAX as usize) as u32,
         };
         let devices = match rbtl_verbs::cm_devices() {
             Ok(d) => d,
@@ -157,16 +172,24 @@ impl Component for OpenibComponent {
         let mut modules: Vec<Box<dyn Module>> = Vec::new();
         let mut refused = Vec::new();
         for ctx in devices {
-            let dev = ctx.query_device().map_err(|e| not_available(ctx.name(), e))?;
+            let dev = ctx
+                .query_device()
+                .map_err(|e| not_available(ctx.name(), e))?;
             for port in 1..=dev.ports {
-                let pa = ctx.query_port(port).map_err(|e| not_available(ctx.name(), e))?;
+                let pa = ctx
+                    .query_port(port)
+                    .map_err(|e| not_available(ctx.name(), e))?;
                 if !pa.active {
                     continue;
                 }
                 let v4 = ipv4_gids(&ctx, port, pa.gid_table_len);
                 let (gid_index, gid) = match (pa.ethernet, v4.first()) {
                     (true, Some(&(i, _, g))) => (i, g),
-                    _ => (0, ctx.query_gid(port, 0).map_err(|e| not_available(ctx.name(), e))?),
+                    _ => (
+                        0,
+                        ctx.query_gid(port, 0)
+                            .map_err(|e| not_available(ctx.name(), e))?,
+                    ),
                 };
                 let info = PortInfo {
                     device: ctx.name().to_string(),
@@ -204,7 +227,10 @@ impl Component for OpenibComponent {
             }
         }
         if modules.is_empty() && !refused.is_empty() {
-            return Err(Error::NotAvailable(format!("openib: {}", refused.join("; "))));
+            return Err(Error::NotAvailable(format!(
+                "openib: {}",
+                refused.join("; ")
+            )));
         }
         Ok(modules)
     }
@@ -231,16 +257,19 @@ fn new_core(
     let per_peer = caps.max_send_wr + caps.max_recv_wr;
     let depth = (per_peer as usize * modex.size().max(2) as usize).min(65_536);
     let cq = ctx.create_cq(depth as i32).map_err(e("ibv_create_cq"))?;
-    let rcache = rbtl_rcache::Rcache::new(
-        VerbsRegistrar::new(pd.clone()),
-        rbtl_btl::rcache_params::options(config)?,
-    );
+    let mut options = rbtl_btl::rcache_params::options(config)?;
+    options.leave_pinned = config.bool("btl_openib_leave_pinned")?;
+    let rcache = rbtl_rcache::Rcache::new(VerbsRegistrar::new(pd.clone()), options);
+    rbtl_rcache::auto::watch(&rcache);
     let mut send_frags = registered_frags(&pd, attrs.max_send_size)?;
     let recv_frags = registered_frags(&pd, attrs.max_send_size)?;
     let scratch = send_frags
         .get()
         .map_err(|e| not_available("the scratch word", e))?;
-    let scratch_key = (scratch.as_ptr() as usize, send_frags.registration(&scratch).lkey());
+    let scratch_key = (
+        scratch.as_ptr() as usize,
+        send_frags.registration(&scratch).lkey(),
+    );
     Ok(Core {
         id: ModuleId::fresh(),
         rank: modex.rank(),

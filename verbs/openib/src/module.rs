@@ -9,8 +9,7 @@ use crate::wire::{self, RemoteKey, Trailer, CREDIT_ONLY, FRAG_EXTRA, TRAILER};
 use rbtl_btl::{
     AmCallback, AtomicOp, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
     MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback, RdmaCompletion, Received,
-    RemoteHandle, Result, SendCompletion, SendError, SendOutcome, SendiOutcome, Tag,
-    MAX_SEGMENTS,
+    RemoteHandle, Result, SendCompletion, SendError, SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
 };
 use rbtl_cpc::select::{self, Offer};
 use rbtl_cpc::CpcModule;
@@ -23,6 +22,9 @@ type Reg = Registration<VerbsRegistrar>;
 /// Progress calls between two looks at the connection methods' own I/O while no
 /// connection is being set up (requests from peers may arrive at any time).
 const CPC_POLL_INTERVAL: u32 = 256;
+
+/// Most operations that may wait for one peer before `OutOfResource`.
+const MAX_WAITING: usize = 4096;
 
 /// One port's module.
 pub struct OpenibModule {
@@ -100,10 +102,10 @@ impl OpenibModule {
             let Some(front) = peer.waiting.front() else {
                 break;
             };
-            if let Waiting::Send(..) = front {
-                if !peer.credits.take() {
-                    break;
-                }
+            match front {
+                Waiting::Send(..) if !peer.credits.take() => break,
+                Waiting::Rdma(_) if peer.rdma_in_flight >= self.core.settings.rdma_depth => break,
+                _ => {}
             }
             match peer.waiting.pop_front() {
                 Some(Waiting::Send(des, tag)) => {
@@ -237,20 +239,23 @@ impl OpenibModule {
         }
     }
 
-    /// Start a one-sided operation: post it now or queue it behind the connection.
+    /// Start a one-sided operation: post it now, or queue it behind the connection,
+    /// earlier work, or the operations in flight.
     fn start_rdma(&mut self, ep: Endpoint, r: RdmaRequest) -> Result<()> {
         self.connect(ep)?;
         let depth = self.core.settings.rdma_depth;
         let peer = self.endpoint(ep)?;
-        let now = matches!(peer.link, Link::Up) && peer.waiting.is_empty() && peer.sq_free > 0;
+        let now = matches!(peer.link, Link::Up)
+            && peer.waiting.is_empty()
+            && peer.sq_free > 0
+            && peer.rdma_in_flight < depth;
         if now {
-            if peer.rdma_in_flight >= depth {
-                return Err(Error::OutOfResource("openib: puts, gets and atomics in flight"));
-            }
             self.post_rdma(ep.0 as usize, r);
         } else {
-            if peer.waiting.len() >= 4 * depth as usize {
-                return Err(Error::OutOfResource("openib: operations waiting for a connection"));
+            if peer.waiting.len() >= MAX_WAITING {
+                return Err(Error::OutOfResource(
+                    "openib: operations waiting for a peer",
+                ));
             }
             peer.waiting.push_back(Waiting::Rdma(Box::new(r)));
         }
@@ -258,7 +263,10 @@ impl OpenibModule {
     }
 
     fn lkey(&self, handle: &MemHandle, addr: usize, len: usize, needs: Access) -> Result<u32> {
-        Ok(handle.check::<Reg>(self.core.id, addr, len, needs)?.handle().lkey())
+        Ok(handle
+            .check::<Reg>(self.core.id, addr, len, needs)?
+            .handle()
+            .lkey())
     }
 
     /// Queue a send completion (or recycle the descriptor when nobody waits for it).
@@ -318,7 +326,12 @@ impl OpenibModule {
     fn on_receive(&mut self, c: Completion) {
         let ep = ((c.wr_id & !RECV_BIT) >> 32) as usize;
         let slot = (c.wr_id & 0xffff_ffff) as usize;
-        let Some(frag) = self.core.peers.get_mut(ep).and_then(|p| p.recv.get_mut(slot)?.take()) else {
+        let Some(frag) = self
+            .core
+            .peers
+            .get_mut(ep)
+            .and_then(|p| p.recv.get_mut(slot)?.take())
+        else {
             return;
         };
         if let Err(e) = c.result() {
@@ -330,7 +343,8 @@ impl OpenibModule {
         let mut lens = [0usize; MAX_SEGMENTS];
         let Some((t, nseg)) = wire::parse(bytes, &mut lens) else {
             self.core.recv_frags.put(frag);
-            self.core.fail(ep, format!("a malformed fragment of {} bytes", c.byte_len));
+            self.core
+                .fail(ep, format!("a malformed fragment of {} bytes", c.byte_len));
             return;
         };
         let credit_only = t.flags & CREDIT_ONLY != 0;
@@ -353,7 +367,9 @@ impl OpenibModule {
                     cb(self, &r);
                     self.core.am.restore(tag, cb);
                 }
-                None => tracing::warn!(%tag, "openib: a message for a tag with no callback dropped"),
+                None => {
+                    tracing::warn!(%tag, "openib: a message for a tag with no callback dropped")
+                }
             }
         }
         // Repost, and owe the peer the buffer.
@@ -384,10 +400,24 @@ impl OpenibModule {
             match d {
                 Done::Send(cb, endpoint, des, status) => {
                     if des.flags.contains(DesFlags::OWNERSHIP) {
-                        cb(self, SendCompletion { endpoint, descriptor: None, status });
+                        cb(
+                            self,
+                            SendCompletion {
+                                endpoint,
+                                descriptor: None,
+                                status,
+                            },
+                        );
                         self.core.send_frags.put(des.into_frag());
                     } else {
-                        cb(self, SendCompletion { endpoint, descriptor: Some(des), status });
+                        cb(
+                            self,
+                            SendCompletion {
+                                endpoint,
+                                descriptor: Some(des),
+                                status,
+                            },
+                        );
                     }
                 }
                 Done::Rdma(cb, c) => cb(self, c),
@@ -721,9 +751,21 @@ impl Module for OpenibModule {
         }
         .to_bytes();
         let sges = [
-            Sge { addr: header.as_ptr() as u64, len: header.len() as u32, lkey: 0 },
-            Sge { addr: payload.as_ptr() as u64, len: payload.len() as u32, lkey: 0 },
-            Sge { addr: trailer.as_ptr() as u64, len: TRAILER as u32, lkey: 0 },
+            Sge {
+                addr: header.as_ptr() as u64,
+                len: header.len() as u32,
+                lkey: 0,
+            },
+            Sge {
+                addr: payload.as_ptr() as u64,
+                len: payload.len() as u32,
+                lkey: 0,
+            },
+            Sge {
+                addr: trailer.as_ptr() as u64,
+                len: TRAILER as u32,
+                lkey: 0,
+            },
         ];
         let id = self.core.track(Posted::Inline(ep));
         let peer = &mut self.core.peers[ep];
@@ -762,7 +804,10 @@ impl Module for OpenibModule {
         self.start_rdma(
             endpoint,
             RdmaRequest {
-                op: Op::Write { remote, rkey: key.rkey },
+                op: Op::Write {
+                    remote,
+                    rkey: key.rkey,
+                },
                 local,
                 size,
                 lkey,
@@ -791,7 +836,10 @@ impl Module for OpenibModule {
         self.start_rdma(
             endpoint,
             RdmaRequest {
-                op: Op::Read { remote, rkey: key.rkey },
+                op: Op::Read {
+                    remote,
+                    rkey: key.rkey,
+                },
                 local,
                 size,
                 lkey,
@@ -831,7 +879,14 @@ impl Module for OpenibModule {
     ) -> Result<()> {
         self.core.peer(endpoint)?;
         let op = device_op(op, remote, operand)?;
-        self.atomic(endpoint, Some((local, local_handle)), remote, remote_handle, op, callback)
+        self.atomic(
+            endpoint,
+            Some((local, local_handle)),
+            remote,
+            remote_handle,
+            op,
+            callback,
+        )
     }
 
     fn atomic_cswap(
@@ -848,8 +903,20 @@ impl Module for OpenibModule {
         callback: RdmaCallback,
     ) -> Result<()> {
         self.core.peer(endpoint)?;
-        let op = Op::CompareSwap { remote, rkey: 0, compare, swap: value };
-        self.atomic(endpoint, Some((local, local_handle)), remote, remote_handle, op, callback)
+        let op = Op::CompareSwap {
+            remote,
+            rkey: 0,
+            compare,
+            swap: value,
+        };
+        self.atomic(
+            endpoint,
+            Some((local, local_handle)),
+            remote,
+            remote_handle,
+            op,
+            callback,
+        )
     }
 
     fn flush(&mut self, endpoint: Option<Endpoint>) -> Result<()> {
@@ -882,7 +949,11 @@ impl Module for OpenibModule {
                 n += 1 + self.drain(ep);
             }
         }
-        let mut wc = [Completion { wr_id: 0, status: 0, byte_len: 0 }; 16];
+        let mut wc = [Completion {
+            wr_id: 0,
+            status: 0,
+            byte_len: 0,
+        }; 16];
         match self.core.cq.poll(&mut wc) {
             Ok(k) => {
                 for c in &wc[..k] {
@@ -913,8 +984,14 @@ impl OpenibModule {
 /// The device operation for `op` (verbs devices have fetch-add and compare-swap).
 fn device_op(op: AtomicOp, remote: u64, operand: u64) -> Result<Op> {
     match op {
-        AtomicOp::Add => Ok(Op::FetchAdd { remote, rkey: 0, add: operand }),
-        _ => Err(Error::NotSupported("atomics other than add and compare-swap")),
+        AtomicOp::Add => Ok(Op::FetchAdd {
+            remote,
+            rkey: 0,
+            add: operand,
+        }),
+        _ => Err(Error::NotSupported(
+            "atomics other than add and compare-swap",
+        )),
     }
 }
 

@@ -131,7 +131,8 @@ impl OobModule {
             return Ok(());
         }
         let mut qp = core.new_qp().map_err(|e| e.to_string())?;
-        core.post_receives(rank, &mut qp).map_err(|e| e.to_string())?;
+        core.post_receives(rank, &mut qp)
+            .map_err(|e| e.to_string())?;
         let info = QpInfo {
             qpn: qp.qpn(),
             psn: qp.qpn() & 0xff_ffff,
@@ -249,7 +250,12 @@ impl CpcModule<Core> for OobModule {
     }
 
     fn endpoint_init(&mut self, peer: u32, blob: &[u8]) -> Result<(), Error> {
-        let bad = || cpc_error(format!("oob: rank {peer}'s address is {} bytes", blob.len()));
+        let bad = || {
+            cpc_error(format!(
+                "oob: rank {peer}'s address is {} bytes",
+                blob.len()
+            ))
+        };
         let (port, ips) = blob.split_at_checked(2).ok_or_else(bad)?;
         if ips.len() % 4 != 0 {
             return Err(bad());

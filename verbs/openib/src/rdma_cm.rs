@@ -120,7 +120,8 @@ impl RdmaCmModule {
                     let mut qp = id
                         .create_qp(&core.pd, &core.cq, core.caps)
                         .map_err(|e| e.to_string())?;
-                    core.post_receives(rank, &mut qp).map_err(|e| e.to_string())?;
+                    core.post_receives(rank, &mut qp)
+                        .map_err(|e| e.to_string())?;
                     let hello = self.hello(core, Kind::Connect, qp.qpn());
                     id.accept(&hello).map_err(|e| e.to_string())?;
                     let peer = self.peers.get_mut(&rank).ok_or("no such peer")?;
@@ -167,7 +168,8 @@ impl RdmaCmModule {
             .create_qp(&core.pd, &core.cq, caps)
             .map_err(|e| e.to_string())?;
         if kind == Kind::Connect {
-            core.post_receives(rank, &mut qp).map_err(|e| e.to_string())?;
+            core.post_receives(rank, &mut qp)
+                .map_err(|e| e.to_string())?;
         }
         let hello = Hello {
             rank: core.rank,
@@ -212,10 +214,16 @@ impl CpcModule<Core> for RdmaCmModule {
     }
 
     fn endpoint_init(&mut self, peer: u32, blob: &[u8]) -> Result<(), Error> {
-        let b: &[u8; 6] = blob
-            .try_into()
-            .map_err(|_| cpc_error(format!("rdma_cm: rank {peer}'s address is {} bytes", blob.len())))?;
-        let addr = SocketAddrV4::new([b[0], b[1], b[2], b[3]].into(), u16::from_le_bytes([b[4], b[5]]));
+        let b: &[u8; 6] = blob.try_into().map_err(|_| {
+            cpc_error(format!(
+                "rdma_cm: rank {peer}'s address is {} bytes",
+                blob.len()
+            ))
+        })?;
+        let addr = SocketAddrV4::new(
+            [b[0], b[1], b[2], b[3]].into(),
+            u16::from_le_bytes([b[4], b[5]]),
+        );
         self.peers.insert(
             peer,
             CmPeer {
@@ -277,7 +285,9 @@ impl CpcModule<Core> for RdmaCmModule {
                     .get(&rank)
                     .and_then(|p| p.active.as_ref())
                     .ok_or_else(|| "no connection attempt".to_string())
-                    .and_then(|(id, _)| id.resolve_route(RESOLVE_TIMEOUT).map_err(|e| e.to_string())),
+                    .and_then(|(id, _)| {
+                        id.resolve_route(RESOLVE_TIMEOUT).map_err(|e| e.to_string())
+                    }),
                 CmEventKind::RouteResolved => self.route_resolved(rank, core),
                 CmEventKind::Established => {
                     self.on_event(rank, Event::Established, &mut None, core);

@@ -67,7 +67,10 @@ pub fn write_trailer(spare: &mut [u8], lens: &[usize], t: Trailer) -> usize {
 /// Split a received fragment of `len` bytes into its trailer and segment lengths
 /// (into `lens`, returning how many), checking they fit.
 pub fn parse(bytes: &[u8], lens: &mut [usize; MAX_SEGMENTS]) -> Option<(Trailer, usize)> {
-    let tail: &[u8; TRAILER] = bytes.get(bytes.len().checked_sub(TRAILER)?..)?.try_into().ok()?;
+    let tail: &[u8; TRAILER] = bytes
+        .get(bytes.len().checked_sub(TRAILER)?..)?
+        .try_into()
+        .ok()?;
     let t = Trailer::from_bytes(tail);
     let nseg = usize::from(t.nseg).clamp(1, MAX_SEGMENTS);
     let table = 4 * (nseg - 1);

@@ -1,0 +1,396 @@
+//! The openib transport on a real RDMA device (`rxe0` in the soft-RoCE guest, see
+//! `rdma/guest.sh`): the contract suite across two processes with each connection
+//! method, a wrong remote key, the memlock diagnosis, the message layer across 2 and 4
+//! ranks, ranks that share no connection method, and a short osu sweep. Without a
+//! device these tests say so and pass, unless `VERBS_REQUIRE_DEVICE` is set (as in
+//! the guest), where a missing device fails them.
+//!
+//! As in `tests/node.rs`, this binary re-executes itself as the rank program under the
+//! launcher; `OPENIB_TEST_ROLE` selects what a rank does and ranks leave `ok.<rank>`
+//! files in `OPENIB_TEST_DIR`.
+#![cfg(feature = "openib")]
+
+use rbtl::btl::{contract, Access, Endpoint, Error, Module, Proc, RemoteHandle};
+use rbtl::launcher::{self, LaunchOptions};
+use rbtl::msg::{Comm, ANY_SOURCE};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+// ---------------------------------------------------------------------------
+// Rank side.
+
+#[test]
+fn rank_role_entry() {
+    let Ok(role) = std::env::var("OPENIB_TEST_ROLE") else {
+        return;
+    };
+    let cpc = std::env::var("OPENIB_TEST_CPC").unwrap_or_default();
+    match role.as_str() {
+        "contract" => role_contract(&cpc),
+        "msg" => role_msg(&cpc),
+        "mismatch" => role_mismatch(),
+        other => panic!("unknown OPENIB_TEST_ROLE {other:?}"),
+    }
+}
+
+fn report_ok(rank: u32, what: &str) {
+    let dir = PathBuf::from(std::env::var_os("OPENIB_TEST_DIR").expect("OPENIB_TEST_DIR"));
+    std::fs::write(dir.join(format!("{what}.{rank}")), b"ok").unwrap();
+}
+
+fn role_contract(cpc: &str) {
+    let mut job = rbtl::pmi::job().unwrap();
+    let config = rbtl::configure(&[("btl", "openib"), ("btl_openib_cpc_include", cpc)]).unwrap();
+    let mut modules = rbtl::framework().open(&config, job.modex.as_mut()).unwrap();
+    job.modex.fence().unwrap();
+    let mut m = modules
+        .pop()
+        .expect("an openib module on the device's port");
+    assert_eq!(m.name(), "openib");
+    let procs: Vec<Proc> = (0..job.size)
+        .map(|rank| Proc {
+            rank,
+            node: "n".into(),
+        })
+        .collect();
+    let eps = m.add_procs(&procs, job.modex.as_mut()).unwrap();
+    let (rank, peer) = (job.rank, job.rank ^ 1);
+    assert!(
+        eps[rank as usize].is_none(),
+        "openib leaves the process itself to self"
+    );
+    let ep = eps[peer as usize].expect("openib reaches the peer");
+    contract::run_all(m.as_mut(), ep);
+    job.modex.fence().unwrap();
+    wrong_key(m.as_mut(), ep, &mut job);
+    memlock(m.as_mut());
+    report_ok(rank, "ok");
+}
+
+/// A put with a forged remote key: an error completion, and the target unchanged
+/// (the connection ends, as RC connections do on a remote access error).
+fn wrong_key(m: &mut dyn Module, ep: Endpoint, job: &mut rbtl::pmi::Job) {
+    const LEN: usize = 4096;
+    let mut buf = vec![0x5au8; LEN];
+    let base = buf.as_mut_ptr() as usize;
+    // SAFETY: `buf` outlives the handle, and is read only after the fence below.
+    let h = unsafe { m.register_mem(Some(ep), base, LEN, Access::all()) }.unwrap();
+    let mut ad = (base as u64).to_le_bytes().to_vec();
+    ad.extend_from_slice(h.remote().as_bytes());
+    job.modex.publish("wrong_key", &ad).unwrap();
+    job.modex.fence().unwrap();
+    if job.rank == 0 {
+        let theirs = job.modex.lookup(1, "wrong_key").unwrap().unwrap();
+        let raddr = u64::from_le_bytes(theirs[..8].try_into().unwrap());
+        let mut forged = theirs[8..].to_vec();
+        forged[16] ^= 0x5a; // the remote key's low byte
+        let forged = RemoteHandle::from_bytes(&forged).unwrap();
+        let status: Arc<Mutex<Option<String>>> = Arc::default();
+        let s = status.clone();
+        m.put(
+            ep,
+            base,
+            raddr,
+            &h,
+            &forged,
+            64,
+            0,
+            rbtl::btl::Order::ANY,
+            Box::new(move |_, c| {
+                *s.lock().unwrap() = Some(format!("{:?}", c.status));
+            }),
+        )
+        .expect("a put with a forged key is posted: only the device can refuse it");
+        let start = std::time::Instant::now();
+        while status.lock().unwrap().is_none() {
+            m.progress();
+            assert!(start.elapsed() < Duration::from_secs(60), "no completion");
+        }
+        let got = status.lock().unwrap().clone().unwrap();
+        assert!(got.starts_with("Err("), "the forged key completed: {got}");
+        // Later operations on the broken connection fail clearly.
+        let again = m.put(
+            ep,
+            base,
+            raddr,
+            &h,
+            &forged,
+            8,
+            0,
+            rbtl::btl::Order::ANY,
+            Box::new(|_, _| {}),
+        );
+        assert!(matches!(again, Err(Error::PeerFailed { .. })), "{again:?}");
+    }
+    job.modex.fence().unwrap();
+    assert!(
+        buf.iter().all(|&b| b == 0x5a),
+        "the refused put left the target unchanged"
+    );
+    drop(h);
+}
+
+/// Without CAP_IPC_LOCK and under a 64 KiB locked-memory limit, registering 1 MiB
+/// fails with the diagnosis naming the limit.
+fn memlock(m: &mut dyn Module) {
+    const CAP_IPC_LOCK: u32 = 14;
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut hdr = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget/capset with a version-3 header and two data words, as
+    // capabilities(7) describes; this process alone is affected.
+    unsafe {
+        assert_eq!(
+            libc::syscall(libc::SYS_capget, &mut hdr, data.as_mut_ptr()),
+            0
+        );
+        data[0].effective &= !(1 << CAP_IPC_LOCK);
+        data[0].permitted &= !(1 << CAP_IPC_LOCK);
+        assert_eq!(libc::syscall(libc::SYS_capset, &mut hdr, data.as_ptr()), 0);
+        let lim = libc::rlimit {
+            rlim_cur: 64 << 10,
+            rlim_max: 64 << 10,
+        };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim), 0);
+    }
+    let mut mem = vec![1u8; 1 << 20];
+    // SAFETY: `mem` outlives the attempt; nothing is registered on failure.
+    let r = unsafe { m.register_mem(None, mem.as_mut_ptr() as usize, mem.len(), Access::all()) };
+    let msg = r
+        .expect_err("a registration over the memlock limit is refused")
+        .to_string();
+    assert!(msg.contains("ulimit -l") && msg.contains("64 KiB"), "{msg}");
+}
+
+fn settings(cpc: &str) -> Vec<(&str, &str)> {
+    vec![("btl", "self,openib"), ("btl_openib_cpc_include", cpc)]
+}
+
+/// Every rank sends every other rank messages around the eager limit and well above
+/// it (rendezvous by RDMA get), some to any-source receives; contents checked.
+fn role_msg(cpc: &str) {
+    let mut comm = Comm::init(&settings(cpc)).unwrap();
+    let (me, n) = (comm.rank(), comm.size());
+    let sizes = [0usize, 1, 100, 12 * 1024, 12 * 1024 + 1, 70_000, 300_000];
+    let fill = |src: u32, len: usize| -> Vec<u8> {
+        (0..len)
+            .map(|i| (i * 7 + src as usize * 31 + len) as u8)
+            .collect()
+    };
+    for round in 0..2 {
+        for (k, &len) in sizes.iter().enumerate() {
+            let msg = fill(me, len);
+            let mut inbox: Vec<Vec<u8>> = (0..n - 1).map(|_| vec![0; len]).collect();
+            let peers: Vec<u32> = (0..n).filter(|&r| r != me).collect();
+            comm.scope(|s| {
+                for (p, buf) in peers.iter().zip(inbox.iter_mut()) {
+                    let src = if round == 0 { Some(*p) } else { ANY_SOURCE };
+                    s.irecv(buf, src, Some(k as i32)).unwrap();
+                }
+                for &p in &peers {
+                    s.isend(&msg, p, k as i32).unwrap();
+                }
+            })
+            .unwrap();
+            if round == 0 {
+                for (p, buf) in peers.iter().zip(&inbox) {
+                    assert!(*buf == fill(*p, len), "{len} bytes from rank {p}");
+                }
+            } else {
+                let mut want: Vec<Vec<u8>> = peers.iter().map(|&p| fill(p, len)).collect();
+                let mut got = inbox.clone();
+                want.sort();
+                got.sort();
+                assert!(got == want, "{len} bytes from any source");
+            }
+        }
+    }
+    comm.barrier().unwrap();
+    report_ok(me, "ok");
+}
+
+/// Rank 0 allows only oob, rank 1 only rdma_cm: both get an error naming both lists.
+fn role_mismatch() {
+    let job = rbtl::pmi::job().unwrap();
+    let rank = job.rank;
+    let cpc = if rank == 0 { "oob" } else { "rdma_cm" };
+    let config = rbtl::configure(&settings(cpc)).unwrap();
+    let err = match Comm::with(job, &config) {
+        Ok(_) => panic!("ranks that share no connection method connected"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("oob") && err.contains("rdma_cm"),
+        "the error names both sides' lists: {err}"
+    );
+    report_ok(rank, "ok");
+}
+
+// ---------------------------------------------------------------------------
+// Launcher side.
+
+/// Whether a device is here; without one the tests pass with a note, unless the
+/// environment requires one.
+fn device() -> bool {
+    let found = std::fs::read_dir("/sys/class/infiniband")
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false);
+    if !found {
+        assert!(
+            std::env::var_os("VERBS_REQUIRE_DEVICE").is_none(),
+            "no RDMA device, and VERBS_REQUIRE_DEVICE is set"
+        );
+        eprintln!("no RDMA device here: skipped (run it in rdma/guest.sh)");
+    }
+    found
+}
+
+static ONE_JOB: Mutex<()> = Mutex::new(());
+
+fn expect_all_ok(role: &str, ranks: u32, cpc: &str) {
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!(
+        "rbtl-openib-{}-{role}-{ranks}-{cpc}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let env = vec![
+        ("OPENIB_TEST_ROLE".to_string(), role.to_string()),
+        ("OPENIB_TEST_DIR".to_string(), dir.display().to_string()),
+        ("OPENIB_TEST_CPC".to_string(), cpc.to_string()),
+    ];
+    let opts = LaunchOptions {
+        ranks,
+        env,
+        grace: Duration::from_secs(5),
+        ..LaunchOptions::default()
+    };
+    let exe = std::env::current_exe().unwrap();
+    let args: Vec<std::ffi::OsString> = [
+        "rank_role_entry",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    let summary = launcher::launch(&exe, &args, &opts).unwrap();
+    assert_eq!(summary.code, 0, "{role} with {ranks} ranks over {cpc}");
+    let oks = (0..ranks)
+        .filter(|r| dir.join(format!("ok.{r}")).exists())
+        .count();
+    assert_eq!(oks, ranks as usize, "{role}: every rank reported success");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn contract_suite_over_oob() {
+    if device() {
+        expect_all_ok("contract", 2, "oob");
+    }
+}
+
+#[test]
+fn contract_suite_over_rdma_cm() {
+    if device() {
+        expect_all_ok("contract", 2, "rdma_cm");
+    }
+}
+
+#[test]
+fn message_layer_two_and_four_ranks_over_each_cpc() {
+    if device() {
+        expect_all_ok("msg", 2, "oob");
+        expect_all_ok("msg", 4, "rdma_cm");
+        expect_all_ok("msg", 4, "oob");
+        expect_all_ok("msg", 2, "rdma_cm");
+    }
+}
+
+#[test]
+fn ranks_sharing_no_connection_method_get_a_clear_error() {
+    if device() {
+        expect_all_ok("mismatch", 2, "");
+    }
+}
+
+/// Configuration mistakes are refused before any device is touched, with the valid
+/// names.
+#[test]
+fn unknown_or_conflicting_cpc_lists_are_refused() {
+    let open = |settings: &[(&str, &str)]| -> String {
+        let config = rbtl::configure(settings).unwrap();
+        match rbtl::framework().open(&config, &mut rbtl::btl::SingletonModex::new()) {
+            Ok(_) => panic!("{settings:?} was accepted"),
+            Err(e) => e.to_string(),
+        }
+    };
+    let text = open(&[
+        ("btl", "openib"),
+        ("btl_openib_cpc_include", "oob,carrier_pigeon"),
+    ]);
+    assert!(
+        text.contains("carrier_pigeon") && text.contains("oob, rdma_cm, xrc"),
+        "{text}"
+    );
+    let text = open(&[
+        ("btl", "openib"),
+        ("btl_openib_cpc_include", "oob"),
+        ("btl_openib_cpc_exclude", "rdma_cm"),
+    ]);
+    assert!(text.contains("cannot both be set"), "{text}");
+}
+
+/// `osu` over openib with each connection method, as a user runs it.
+#[test]
+fn osu_sweep_over_openib() {
+    if !device() {
+        return;
+    }
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    for (bench, cpc) in [
+        ("latency", "oob"),
+        ("bw", "rdma_cm"),
+        ("put-latency", "rdma_cm"),
+        ("get-latency", "oob"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_osu"))
+            .args([
+                bench,
+                "--btl",
+                "self,openib",
+                "--cpc",
+                cpc,
+                "--max-size",
+                "65536",
+            ])
+            .args(["--iterations", "20", "--skip", "2"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "osu {bench} --cpc {cpc}: {}\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows = stdout.lines().filter(|l| !l.starts_with('#')).count();
+        assert!(rows >= 17, "osu {bench} printed every size:\n{stdout}");
+    }
+}
