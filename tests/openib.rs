@@ -30,6 +30,7 @@ fn rank_role_entry() {
         "contract" => role_contract(&cpc),
         "msg" => role_msg(&cpc),
         "mismatch" => role_mismatch(),
+        "killed_peer" => role_killed_peer(&cpc),
         other => panic!("unknown OPENIB_TEST_ROLE {other:?}"),
     }
 }
@@ -241,6 +242,34 @@ fn role_mismatch() {
     report_ok(rank, "ok");
 }
 
+/// Rank 1 kills itself after a few round trips; rank 0, waiting for it, reports the
+/// peer failure instead of hanging.
+fn role_killed_peer(cpc: &str) {
+    let mut comm = Comm::init(&settings(cpc)).unwrap();
+    let me = comm.rank();
+    let mut b = [0u8; 8];
+    for _ in 0..10 {
+        if me == 0 {
+            comm.send(&b, 1, 0).unwrap();
+            comm.recv(&mut b, Some(1), Some(0)).unwrap();
+        } else {
+            comm.recv(&mut b, Some(0), Some(0)).unwrap();
+            comm.send(&b, 0, 0).unwrap();
+        }
+    }
+    if me == 1 {
+        // SAFETY: raising a signal on ourselves.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+    match comm.recv(&mut b, Some(1), Some(0)) {
+        Err(rbtl::msg::Error::PeerFailed { rank: 1, .. }) => {
+            report_ok(me, "peer_failed");
+            std::process::exit(1);
+        }
+        other => panic!("expected a peer failure, got {other:?}"),
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Launcher side.
 
@@ -262,7 +291,8 @@ fn device() -> bool {
 
 static ONE_JOB: Mutex<()> = Mutex::new(());
 
-fn expect_all_ok(role: &str, ranks: u32, cpc: &str) {
+/// Run `role` on `ranks` ranks; the job's exit code and its directory of reports.
+fn run(role: &str, ranks: u32, cpc: &str) -> (i32, PathBuf) {
     let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!(
         "rbtl-openib-{}-{role}-{ranks}-{cpc}",
@@ -291,12 +321,36 @@ fn expect_all_ok(role: &str, ranks: u32, cpc: &str) {
     .map(Into::into)
     .collect();
     let summary = launcher::launch(&exe, &args, &opts).unwrap();
-    assert_eq!(summary.code, 0, "{role} with {ranks} ranks over {cpc}");
+    (summary.code, dir)
+}
+
+fn expect_all_ok(role: &str, ranks: u32, cpc: &str) {
+    let (code, dir) = run(role, ranks, cpc);
+    assert_eq!(code, 0, "{role} with {ranks} ranks over {cpc}");
     let oks = (0..ranks)
         .filter(|r| dir.join(format!("ok.{r}")).exists())
         .count();
     assert_eq!(oks, ranks as usize, "{role}: every rank reported success");
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_killed_peer_is_reported_over_each_cpc() {
+    if !device() {
+        return;
+    }
+    for cpc in ["oob", "rdma_cm"] {
+        let (code, dir) = run("killed_peer", 2, cpc);
+        assert!(
+            [128 + libc::SIGKILL, 1].contains(&code),
+            "{cpc}: job code {code}"
+        );
+        assert!(
+            dir.join("peer_failed.0").exists(),
+            "{cpc}: rank 0 saw rank 1 fail and reported it"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }
 
 #[test]
@@ -364,29 +418,23 @@ fn osu_sweep_over_openib() {
         return;
     }
     let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
-    for (bench, cpc) in [
-        ("latency", "oob"),
-        ("bw", "rdma_cm"),
-        ("put-latency", "rdma_cm"),
-        ("get-latency", "oob"),
+    // Each connection method chosen by inclusion (`--cpc`) or by excluding the other.
+    for (bench, choice) in [
+        ("latency", ["--cpc", "oob"]),
+        ("bw", ["--cpc", "rdma_cm"]),
+        ("put-latency", ["--param", "btl_openib_cpc_exclude=oob"]),
+        ("get-latency", ["--param", "btl_openib_cpc_exclude=rdma_cm"]),
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_osu"))
-            .args([
-                bench,
-                "--btl",
-                "self,openib",
-                "--cpc",
-                cpc,
-                "--max-size",
-                "65536",
-            ])
+            .args([bench, "--btl", "self,openib", "--max-size", "65536"])
+            .args(choice)
             .args(["--iterations", "20", "--skip", "2"])
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
-            "osu {bench} --cpc {cpc}: {}\n{stdout}\n{}",
+            "osu {bench} {choice:?}: {}\n{stdout}\n{}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );

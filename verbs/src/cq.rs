@@ -184,16 +184,20 @@ impl Cq {
     }
 
     /// Up to `out.len()` completions; how many.
+    #[inline]
     pub fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
-        // SAFETY: plain C struct, zero is a valid value.
-        let mut wc: [sys::ibv_wc; 16] = unsafe { std::mem::zeroed() };
+        // Left uninitialised: this runs on every progress call, and the provider
+        // writes the entries it returns.
+        let mut wc = [const { std::mem::MaybeUninit::<sys::ibv_wc>::uninit() }; 16];
         let want = out.len().min(wc.len()) as i32;
         // SAFETY: a live CQ and `want` writable entries.
-        let n = unsafe { sys::ibv_poll_cq(self.inner.ptr.as_ptr(), want, wc.as_mut_ptr()) };
+        let n = unsafe { sys::ibv_poll_cq(self.inner.ptr.as_ptr(), want, wc.as_mut_ptr().cast()) };
         if n < 0 {
             return Err(call_error("ibv_poll_cq", -n));
         }
         for (o, w) in out.iter_mut().zip(&wc[..n as usize]) {
+            // SAFETY: ibv_poll_cq wrote the first `n` entries.
+            let w = unsafe { w.assume_init_ref() };
             *o = Completion {
                 wr_id: w.wr_id,
                 status: w.status,

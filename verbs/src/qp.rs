@@ -319,11 +319,12 @@ impl Qp {
             lkey: mr.lkey(),
         };
         // SAFETY: forwarded contract.
-        unsafe { self.post_send_sg(wr_id, op, &[sge], inline) }
+        unsafe { self.post_send_sg(wr_id, op, &[sge], inline, true) }
     }
 
-    /// Post `op` gathering `sges` (at most [`MAX_SEND_SGE`]), signalled; inline when
-    /// asked and the total fits the queue pair's inline limit.
+    /// Post `op` gathering `sges` (at most [`MAX_SEND_SGE`]); inline when asked and the
+    /// total fits the queue pair's inline limit. An unsignalled request produces no
+    /// completion: its send-queue entry comes back with the next signalled one's.
     ///
     /// # Safety
     ///
@@ -335,6 +336,7 @@ impl Qp {
         op: Op,
         sges: &[Sge],
         inline: bool,
+        signaled: bool,
     ) -> Result<()> {
         use sys::ibv_wr_opcode as o;
         let mut list = [sys::ibv_sge {
@@ -358,7 +360,9 @@ impl Qp {
         wr.wr_id = wr_id;
         wr.sg_list = list.as_mut_ptr();
         wr.num_sge = sges.len() as i32;
-        wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        if signaled {
+            wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
         if inline && total <= self.caps.max_inline && matches!(op, Op::Send | Op::Write { .. }) {
             wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
         }

@@ -101,6 +101,8 @@ pub struct Peer {
     pub rdma_in_flight: u32,
     /// A credit-only message is due.
     pub credit_due: bool,
+    /// Unsignalled requests posted since the last signalled one.
+    pub unsignaled: u32,
 }
 
 /// Work posted on a send queue, by work-request id.
@@ -154,8 +156,9 @@ pub struct Core {
     pub peers: Vec<Peer>,
     /// Endpoint by rank.
     pub by_rank: HashMap<u32, usize>,
-    /// Posted send-queue work by id.
-    pub posted: Vec<Option<Posted>>,
+    /// Posted send-queue work by id, with the send-queue entries its completion frees
+    /// (its own and those of the unsignalled requests before it).
+    pub posted: Vec<Option<(Posted, u32)>>,
     pub free_ids: Vec<usize>,
     /// Receive callbacks.
     pub am: AmTable,
@@ -203,8 +206,14 @@ impl Core {
             .ok_or(Error::UnknownEndpoint(ep.0))
     }
 
-    /// Remember work posted on a send queue; its work-request id.
+    /// Remember work posted on a send queue (signalled, so it takes over the
+    /// unsignalled requests before it); its work-request id.
     pub fn track(&mut self, p: Posted) -> u64 {
+        let ep = match &p {
+            Posted::Send(ep, _) | Posted::Inline(ep) | Posted::Rdma(ep, ..) => *ep,
+        };
+        let covers = 1 + std::mem::take(&mut self.peers[ep].unsignaled);
+        let p = (p, covers);
         match self.free_ids.pop() {
             Some(i) => {
                 self.posted[i] = Some(p);
@@ -217,8 +226,8 @@ impl Core {
         }
     }
 
-    /// Take back the work of a completion.
-    pub fn untrack(&mut self, id: u64) -> Option<Posted> {
+    /// Take back the work of a completion, with the send-queue entries it frees.
+    pub fn untrack(&mut self, id: u64) -> Option<(Posted, u32)> {
         let p = self.posted.get_mut(id as usize)?.take();
         if p.is_some() {
             self.free_ids.push(id as usize);
@@ -249,6 +258,17 @@ impl Core {
         .map_err(|e| cpc_error(e.to_string()))?;
         qp.caps.max_inline = qp.caps.max_inline.min(self.settings.max_inline);
         Ok(qp)
+    }
+
+    /// Take back work whose posting failed: the unsignalled requests it took over
+    /// wait for the next signalled one again.
+    pub fn unpost(&mut self, id: u64) -> Option<Posted> {
+        let (p, covers) = self.untrack(id)?;
+        let ep = match &p {
+            Posted::Send(ep, _) | Posted::Inline(ep) | Posted::Rdma(ep, ..) => *ep,
+        };
+        self.peers[ep].unsignaled += covers - 1;
+        Some(p)
     }
 
     /// Whether `rank` is a peer already added.

@@ -21,7 +21,14 @@ type Reg = Registration<VerbsRegistrar>;
 
 /// Progress calls between two looks at the connection methods' own I/O while no
 /// connection is being set up (requests from peers may arrive at any time).
-const CPC_POLL_INTERVAL: u32 = 256;
+const CPC_POLL_INTERVAL: u32 = 1 << 14;
+
+/// The work-request id of unsignalled sends (completed only if they fail; no tracked
+/// work has it).
+const UNSIGNALED_ID: u64 = RECV_BIT - 1;
+
+/// One inline send in this many asks for a completion.
+const SIGNAL_EVERY: u32 = 16;
 
 /// Most operations that may wait for one peer before `OutOfResource`.
 const MAX_WAITING: usize = 4096;
@@ -156,14 +163,14 @@ impl OpenibModule {
         let qp = peer.qp.as_mut().expect("a connected peer has a queue pair");
         // SAFETY: the fragment is in a registered chunk and stays, untouched, in the
         // posted table until its completion.
-        match unsafe { qp.post_send_sg(id, Op::Send, &[sge], true) } {
+        match unsafe { qp.post_send_sg(id, Op::Send, &[sge], true, true) } {
             Ok(()) => {
                 peer.sq_free -= 1;
                 Ok(())
             }
             Err(e) => {
                 peer.credits.returned(credits, rsv);
-                let Some(Posted::Send(_, des)) = self.core.untrack(id) else {
+                let Some(Posted::Send(_, des)) = self.core.unpost(id) else {
                     unreachable!("just tracked");
                 };
                 Err(SendError {
@@ -218,13 +225,13 @@ impl OpenibModule {
         // SAFETY: the local range was checked against its registration (whose key
         // this is) when the operation was started; the caller keeps it until the
         // callback.
-        match unsafe { qp.post_send_sg(id, op, &[sge], false) } {
+        match unsafe { qp.post_send_sg(id, op, &[sge], false, true) } {
             Ok(()) => {
                 peer.sq_free -= 1;
                 peer.rdma_in_flight += 1;
             }
             Err(e) => {
-                if let Some(Posted::Rdma(_, cb, local, size)) = self.core.untrack(id) {
+                if let Some(Posted::Rdma(_, cb, local, size)) = self.core.unpost(id) {
                     self.core.done.push_back(Done::Rdma(
                         cb,
                         RdmaCompletion {
@@ -287,13 +294,13 @@ impl OpenibModule {
             None => Ok(()),
             Some(e) => Err(Error::NotAvailable(format!("openib: {e}"))),
         };
-        let Some(posted) = self.core.untrack(c.wr_id) else {
+        let Some((posted, covers)) = self.core.untrack(c.wr_id) else {
             return;
         };
         let ep = match &posted {
             Posted::Send(ep, _) | Posted::Inline(ep) | Posted::Rdma(ep, ..) => *ep,
         };
-        self.core.peers[ep].sq_free += 1;
+        self.core.peers[ep].sq_free += covers;
         match posted {
             Posted::Send(_, des) => self.finish_send(des, status()),
             Posted::Inline(_) => {}
@@ -555,6 +562,7 @@ impl Module for OpenibModule {
                 waiting: Default::default(),
                 rdma_in_flight: 0,
                 credit_due: false,
+                unsignaled: 0,
             });
             self.core.by_rank.insert(p.rank, ep);
             out.push(Some(Endpoint(ep as u32)));
@@ -767,18 +775,31 @@ impl Module for OpenibModule {
                 lkey: 0,
             },
         ];
-        let id = self.core.track(Posted::Inline(ep));
+        // Most inline sends go unsignalled: no completion to poll, and their
+        // send-queue entries come back with the next signalled request's.
+        let peer = &mut self.core.peers[ep];
+        let signaled = peer.unsignaled + 1 >= SIGNAL_EVERY || peer.sq_free <= SIGNAL_EVERY;
+        let id = if signaled {
+            self.core.track(Posted::Inline(ep))
+        } else {
+            UNSIGNALED_ID
+        };
         let peer = &mut self.core.peers[ep];
         let qp = peer.qp.as_mut().expect("a connected peer has a queue pair");
         // SAFETY: an inline send: the device copies the bytes while posting.
-        match unsafe { qp.post_send_sg(id, Op::Send, &sges, true) } {
+        match unsafe { qp.post_send_sg(id, Op::Send, &sges, true, signaled) } {
             Ok(()) => {
                 peer.sq_free -= 1;
+                if !signaled {
+                    peer.unsignaled += 1;
+                }
                 Ok(SendiOutcome::Sent)
             }
             Err(e) => {
                 peer.credits.returned(credits + 1, rsv);
-                self.core.untrack(id);
+                if signaled {
+                    self.core.unpost(id);
+                }
                 Err(Error::NotAvailable(format!("openib: {e}")))
             }
         }
@@ -930,9 +951,17 @@ impl Module for OpenibModule {
                         || p.waiting.iter().any(|w| matches!(w, Waiting::Rdma(_))))
             })
         };
+        // Spin: a completion is a device round trip away. Give the processor up only
+        // after a long idle stretch (a peer on this core may need it).
+        let mut idle = 0u32;
         while pending(&self.core) || !self.core.done.is_empty() {
             if self.progress() == 0 {
-                std::thread::yield_now();
+                idle += 1;
+                if idle >= 1 << 14 {
+                    std::thread::yield_now();
+                }
+            } else {
+                idle = 0;
             }
         }
         Ok(())

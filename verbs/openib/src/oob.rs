@@ -49,10 +49,11 @@ struct OobPeer {
     qp: Option<Qp>,
 }
 
-/// An accepted connection: bytes read so far.
+/// An accepted connection: bytes read so far, and whose it is once a message said.
 struct Incoming {
     stream: TcpStream,
     buf: Vec<u8>,
+    rank: Option<u32>,
 }
 
 /// The module on one port.
@@ -193,16 +194,20 @@ impl OobModule {
         }
     }
 
-    /// Read what accepted connections have; the complete messages.
-    fn read_incoming(&mut self) -> Vec<(u32, Message)> {
+    /// Read what accepted connections have: the complete messages, and the ranks
+    /// whose connection closed (their process ended: the connection lives as long as
+    /// it does).
+    fn read_incoming(&mut self) -> (Vec<(u32, Message)>, Vec<u32>) {
         while let Ok((stream, _)) = self.listener.accept() {
             let _ = stream.set_nonblocking(true);
             self.incoming.push(Incoming {
                 stream,
                 buf: Vec::new(),
+                rank: None,
             });
         }
         let mut got = Vec::new();
+        let mut closed = Vec::new();
         self.incoming.retain_mut(|c| {
             let mut chunk = [0u8; 256];
             let open = loop {
@@ -224,11 +229,15 @@ impl OobModule {
                     Some(m) => got.push((rank, m)),
                     None => tracing::warn!(rank, "oob: a malformed message ignored"),
                 }
+                c.rank = Some(rank);
                 c.buf.drain(..total);
+            }
+            if !open {
+                closed.extend(c.rank);
             }
             open
         });
-        got
+        (got, closed)
     }
 }
 
@@ -289,7 +298,7 @@ impl CpcModule<Core> for OobModule {
     }
 
     fn progress(&mut self, core: &mut Core) -> usize {
-        let mut got = self.read_incoming();
+        let (mut got, closed) = self.read_incoming();
         if !self.early.is_empty() {
             let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.early)
                 .into_iter()
@@ -297,9 +306,15 @@ impl CpcModule<Core> for OobModule {
             self.early = later;
             got.extend(now);
         }
-        let n = got.len();
+        let n = got.len() + closed.len();
         for (rank, m) in got {
             self.on_message(rank, m, core);
+        }
+        for rank in closed {
+            core.failed(
+                rank,
+                "its out-of-band connection closed: the process ended".into(),
+            );
         }
         n
     }

@@ -331,3 +331,29 @@ impl CpcModule<Core> for RdmaCmModule {
         self.early.clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A port without an IP address is refused before any device is touched.
+    #[test]
+    fn unusable_on_a_port_without_an_ip_address() {
+        let port = PortInfo {
+            device: "mlx5_0".into(),
+            port: 1,
+            ip_addresses: Vec::new(),
+            xrc: false,
+        };
+        let config = rbtl_config::Registry::new().builder().build().unwrap();
+        let e = RdmaCmComponent
+            .query(&config, &port)
+            .err()
+            .expect("refused");
+        let text = e.to_string();
+        assert!(
+            matches!(e, Error::Unusable { cpc: "rdma_cm", .. }) && text.contains("no IPv4 address"),
+            "{text}"
+        );
+    }
+}

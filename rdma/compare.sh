@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The openib transport against raw verbs on the same device, in one run, at small
+# sizes: `osu latency` against perftest's ib_send_lat, `osu put-latency` against
+# ib_write_lat, `osu get-latency` against ib_read_lat. Each pair is measured
+# alternately REPS times and the medians are compared. On a host without an RDMA
+# device everything runs inside the soft-RoCE guest (rdma/guest.sh).
+#
+#   rdma/compare.sh [--cpc oob|rdma_cm] [--iterations N] [--reps N]
+#
+# Compare ratios measured in one run, never absolute figures: the guest emulates its
+# CPU, so every figure there is several times slower than on hardware, and noisy.
+# ib_send_lat, ib_write_lat and ib_read_lat report what OSU reports for latency and
+# get-latency (half a send round trip; a read's full round trip). ib_write_lat is
+# half of a write ping-pong, while a put with flush waits for the write's
+# acknowledgement, a full round trip: that pair compares unlike quantities.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+CPC=oob
+ITERS=3000
+REPS=5
+SIZES=(8 64)
+while [ $# -gt 0 ]; do
+    case $1 in
+        --cpc) CPC=$2; shift 2 ;;
+        --iterations) ITERS=$2; shift 2 ;;
+        --reps) REPS=$2; shift 2 ;;
+        --inside) INSIDE=1; shift ;;
+        -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+        *) echo "compare.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+
+if [ -z "${INSIDE:-}" ]; then
+    cargo build --release --features openib --bin osu --quiet
+    exec rdma/guest.sh run "$0" --inside --cpc "$CPC" --iterations "$ITERS" --reps "$REPS"
+fi
+
+DEV=$(ls /sys/class/infiniband | head -1)
+ADDR=198.18.0.1
+ip -4 -o addr show | grep -q " $ADDR/" || ADDR=$(ip -4 -o addr show scope global | awk '{sub("/.*","",$4); print $4; exit}')
+GID=1 # the RoCEv2 IPv4 GID on rxe
+
+# perftest's average latency (t_avg, usec) for one size: a server and a client on
+# the same device, talking over its IP address, each bound to a core as osu binds
+# its ranks.
+perftest() {
+    local tool=$1 size=$2
+    taskset -c 0 $tool -d "$DEV" -x $GID -F -s "$size" -n "$ITERS" >/dev/null 2>&1 &
+    local server=$!
+    sleep 1
+    taskset -c 1 $tool -d "$DEV" -x $GID -F -s "$size" -n "$ITERS" "$ADDR" 2>/dev/null |
+        awk -v s="$size" '$1 == s && NF >= 6 { print $6 }'
+    wait $server || true
+}
+
+# osu's figure for one size.
+osu() {
+    local bench=$1 size=$2
+    target/release/osu "$bench" --btl self,openib --cpc "$CPC" \
+        --min-size "$size" --max-size "$size" --iterations "$ITERS" --skip 100 |
+        awk -v s="$size" '$1 == s { print $2 }'
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+printf '# openib (%s) against raw verbs on %s: medians of %d runs of %d iterations\n' \
+    "$CPC" "$DEV" "$REPS" "$ITERS"
+printf '%-30s %6s %12s %12s %8s\n' "ours / perftest" size "ours (us)" "verbs (us)" ratio
+for size in "${SIZES[@]}"; do
+    for pair in "latency ib_send_lat" "put-latency ib_write_lat" "get-latency ib_read_lat"; do
+        set -- $pair
+        ours=() theirs=()
+        for _ in $(seq "$REPS"); do
+            ours+=("$(osu "$1" "$size")")
+            theirs+=("$(perftest "$2" "$size")")
+        done
+        o=$(printf '%s\n' "${ours[@]}" | median)
+        t=$(printf '%s\n' "${theirs[@]}" | median)
+        ratio=$(awk -v a="$o" -v b="$t" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
+        printf '%-30s %6d %12s %12s %8s\n' "osu $1 / $2" "$size" "$o" "$t" "$ratio"
+    done
+done
