@@ -29,7 +29,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let framework = rbtl::btl::framework();
+    let framework = rbtl::framework();
     let selected = framework.selected(&config);
     println!("rbtl {}", env!("CARGO_PKG_VERSION"));
     println!("\ntransports:");

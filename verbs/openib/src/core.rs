@@ -144,6 +144,8 @@ pub struct Core {
     pub pd: Pd,
     /// The one completion queue, for sends and receives.
     pub cq: Cq,
+    /// Its entries (every peer's queue pair may fill its share).
+    pub cq_depth: usize,
     /// Queue-pair sizes.
     pub caps: QpCaps,
     /// Registrations of user memory.

@@ -278,6 +278,7 @@ fn new_core(
         port,
         pd,
         cq,
+        cq_depth: depth,
         caps,
         rcache,
         send_frags,

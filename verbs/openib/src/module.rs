@@ -551,6 +551,15 @@ impl Module for OpenibModule {
                 .map_err(|e| Error::NotAvailable(format!("openib: {e}")))?;
             let s = self.core.settings;
             let ep = self.core.peers.len();
+            let per_peer = (self.core.caps.max_send_wr + self.core.caps.max_recv_wr) as usize;
+            if (ep + 1) * per_peer > self.core.cq_depth {
+                return Err(Error::NotAvailable(format!(
+                    "openib: the completion queue's {} entries hold {} peers of {per_peer}; \
+                     lower btl_openib_recv_depth or btl_openib_rdma_depth",
+                    self.core.cq_depth,
+                    self.core.cq_depth / per_peer
+                )));
+            }
             self.core.peers.push(Peer {
                 rank: p.rank,
                 cpc: li,
