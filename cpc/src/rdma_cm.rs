@@ -64,8 +64,8 @@ pub enum Event {
     Request(Kind),
     /// Our connection is established.
     Established,
-    /// The peer rejected our request.
-    Rejected,
+    /// The peer rejected our request of this kind.
+    Rejected(Kind),
     /// The connection went down.
     Disconnected,
 }
@@ -164,9 +164,11 @@ impl Connection {
                 self.state = Up;
                 vec![Action::Up]
             }
-            // Our ask was refused, as asks are; or our losing request of a crossing.
-            (Asking | Accepting, Event::Rejected) => Vec::new(),
-            (Connecting, Event::Rejected) => {
+            // Asks are always refused, whenever the refusal arrives (it may come after
+            // the peer's own connection is up); a real request loses a crossing.
+            (_, Event::Rejected(Kind::Ask)) => Vec::new(),
+            (Accepting, Event::Rejected(Kind::Connect)) => Vec::new(),
+            (Connecting, Event::Rejected(Kind::Connect)) => {
                 fail(&mut self.state, "the peer rejected the connection".into())
             }
             (Up, Event::Request(Kind::Connect)) => vec![Action::Reject],
@@ -211,10 +213,22 @@ mod tests {
             lo.on(Event::Request(Kind::Ask)),
             vec![Action::Reject, Action::Connect(Kind::Connect)]
         );
-        assert!(hi.on(Event::Rejected).is_empty());
+        assert!(hi.on(Event::Rejected(Kind::Ask)).is_empty());
         assert_eq!(hi.on(Event::Request(Kind::Connect)), vec![Action::Accept]);
         assert_eq!(lo.on(Event::Established), vec![Action::Up]);
         assert_eq!(hi.on(Event::Established), vec![Action::Up]);
+    }
+
+    #[test]
+    fn an_asks_refusal_may_arrive_after_the_connection_is_up() {
+        let (mut lo, mut hi) = (Connection::new(true), Connection::new(false));
+        lo.on(Event::Start);
+        hi.on(Event::Start);
+        assert_eq!(hi.on(Event::Request(Kind::Connect)), vec![Action::Accept]);
+        assert_eq!(hi.on(Event::Established), vec![Action::Up]);
+        assert_eq!(lo.on(Event::Request(Kind::Ask)), vec![Action::Reject]);
+        assert!(hi.on(Event::Rejected(Kind::Ask)).is_empty());
+        assert!(hi.is_up());
     }
 
     #[test]
@@ -225,7 +239,7 @@ mod tests {
         hi.on(Event::Start);
         assert_eq!(lo.on(Event::Request(Kind::Ask)), vec![Action::Reject]);
         assert_eq!(hi.on(Event::Request(Kind::Connect)), vec![Action::Accept]);
-        assert!(hi.on(Event::Rejected).is_empty());
+        assert!(hi.on(Event::Rejected(Kind::Ask)).is_empty());
         assert_eq!(lo.on(Event::Established), vec![Action::Up]);
         assert_eq!(hi.on(Event::Established), vec![Action::Up]);
         // Two real connects crossing (a peer that thinks it initiates): the lower one
@@ -235,7 +249,7 @@ mod tests {
         hi.state = State::Connecting;
         assert_eq!(lo.on(Event::Request(Kind::Connect)), vec![Action::Reject]);
         assert_eq!(hi.on(Event::Request(Kind::Connect)), vec![Action::Accept]);
-        assert!(hi.on(Event::Rejected).is_empty());
+        assert!(hi.on(Event::Rejected(Kind::Connect)).is_empty());
         assert_eq!(hi.on(Event::Established), vec![Action::Up]);
     }
 
@@ -243,7 +257,9 @@ mod tests {
     fn refusals_and_confusion_fail_clearly() {
         let mut lo = Connection::new(true);
         lo.on(Event::Start);
-        assert!(matches!(&lo.on(Event::Rejected)[..], [Action::Fail(w)] if w.contains("rejected")));
+        assert!(
+            matches!(&lo.on(Event::Rejected(Kind::Connect))[..], [Action::Fail(w)] if w.contains("rejected"))
+        );
         let mut hi = Connection::new(false);
         hi.on(Event::Start);
         assert!(

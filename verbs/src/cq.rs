@@ -103,6 +103,12 @@ pub struct Completion {
 }
 
 impl Completion {
+    /// Whether the peer's device refused the access (a wrong key, or outside or beyond
+    /// the rights of its memory region).
+    pub fn is_remote_access_error(&self) -> bool {
+        self.status == sys::ibv_wc_status::IBV_WC_REM_ACCESS_ERR
+    }
+
     /// `Ok` for a successful completion, else the error with the status's name.
     pub fn result(&self) -> Result<()> {
         if self.status == sys::ibv_wc_status::IBV_WC_SUCCESS {

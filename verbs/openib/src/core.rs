@@ -103,6 +103,9 @@ pub struct Peer {
     pub credit_due: bool,
     /// Unsignalled requests posted since the last signalled one.
     pub unsignaled: u32,
+    /// Receive slots consumed before the queue pair reached this side (the CPC still
+    /// holds it), with whether they were reserved ones: reposted once connected.
+    pub unposted: Vec<(usize, bool)>,
 }
 
 /// Work posted on a send queue, by work-request id.
@@ -400,6 +403,12 @@ impl ConnectionHost for Core {
         peer.link = Link::Up;
         peer.sq_free = qp.caps.max_send_wr;
         peer.qp = Some(qp);
+        for (slot, credit_only) in std::mem::take(&mut peer.unposted) {
+            if let Err(e) = self.post_recv_slot(ep, slot) {
+                return self.fail(ep, e.to_string());
+            }
+            self.peers[ep].credits.reposted(credit_only);
+        }
         self.ready.push(ep);
     }
 

@@ -143,15 +143,19 @@ impl OpenibModule {
     ) -> std::result::Result<(), SendError> {
         let peer = &mut self.core.peers[ep];
         let (credits, rsv) = peer.credits.piggyback();
-        let lens: Vec<usize> = des.segment_lens().collect();
+        let mut lens = [0usize; MAX_SEGMENTS];
+        let nseg = des.segment_count();
+        for (l, s) in lens.iter_mut().zip(des.segment_lens()) {
+            *l = s;
+        }
         let t = Trailer {
             tag,
             flags,
-            nseg: lens.len() as u8,
+            nseg: nseg as u8,
             rsv,
             credits,
         };
-        let len = des.len() + wire::write_trailer(des.spare_mut(), &lens, t);
+        let len = des.len() + wire::write_trailer(des.spare_mut(), &lens[..nseg], t);
         let lkey = self.core.send_frags.registration(des.frag()).lkey();
         let sge = Sge {
             addr: des.frag().as_ptr() as u64,
@@ -306,11 +310,16 @@ impl OpenibModule {
             Posted::Inline(_) => {}
             Posted::Rdma(_, cb, local, size) => {
                 self.core.peers[ep].rdma_in_flight -= 1;
+                let rank = self.core.peers[ep].rank;
                 let status = match &failed {
                     None => Ok(()),
-                    Some(e) => Err(Error::BadRemoteHandle(format!(
-                        "the operation failed at the device: {e}"
+                    Some(e) if c.is_remote_access_error() => Err(Error::BadRemoteHandle(format!(
+                        "the target's device refused the access: {e}"
                     ))),
+                    Some(e) => Err(Error::PeerFailed {
+                        rank,
+                        why: format!("the operation did not complete: {e}"),
+                    }),
                 };
                 self.core.done.push_back(Done::Rdma(
                     cb,
@@ -379,13 +388,18 @@ impl OpenibModule {
                 }
             }
         }
-        // Repost, and owe the peer the buffer.
+        // Repost, and owe the peer the buffer (once the queue pair is here: the peer
+        // may send before this side's CPC has finished).
         let peer = &mut self.core.peers[ep];
-        if matches!(peer.link, Link::Failed(_)) || peer.qp.is_none() {
+        if matches!(peer.link, Link::Failed(_)) {
             self.core.recv_frags.put(frag);
             return;
         }
         peer.recv[slot] = Some(frag);
+        if peer.qp.is_none() {
+            peer.unposted.push((slot, credit_only));
+            return;
+        }
         peer.credits.reposted(credit_only);
         if let Err(e) = self.core.post_recv_slot(ep, slot) {
             self.core.fail(ep, e.to_string());
@@ -572,6 +586,7 @@ impl Module for OpenibModule {
                 rdma_in_flight: 0,
                 credit_due: false,
                 unsignaled: 0,
+                unposted: Vec::new(),
             });
             self.core.by_rank.insert(p.rank, ep);
             out.push(Some(Endpoint(ep as u32)));
@@ -1037,6 +1052,25 @@ impl Drop for OpenibModule {
     fn drop(&mut self) {
         for c in &mut self.cpcs {
             c.0.finalize();
+        }
+        // Queue pairs go first (with them, the work posted on fragments), then the
+        // fragments return to their pools, which can then release their chunks.
+        let core = &mut self.core;
+        for peer in &mut core.peers {
+            peer.qp = None;
+            for frag in peer.recv.drain(..).flatten() {
+                core.recv_frags.put(frag);
+            }
+            for w in peer.waiting.drain(..) {
+                if let Waiting::Send(des, _) = w {
+                    core.send_frags.put(des.into_frag());
+                }
+            }
+        }
+        for (p, _) in core.posted.drain(..).flatten() {
+            if let Posted::Send(_, des) = p {
+                core.send_frags.put(des.into_frag());
+            }
         }
     }
 }

@@ -296,11 +296,18 @@ impl CpcModule<Core> for RdmaCmModule {
                 CmEventKind::Rejected => {
                     // The attempt ends: forget its identifier (and an ask's queue pair).
                     self.ids.remove(&ev.id);
+                    let mut kind = Kind::Connect;
                     if let Some(p) = self.peers.get_mut(&rank) {
-                        p.ask_qp = None;
-                        p.active = None;
+                        if let Some((id, k)) = p.active.take() {
+                            if id.key() == ev.id {
+                                kind = k;
+                                p.ask_qp = None;
+                            } else {
+                                p.active = Some((id, k));
+                            }
+                        }
                     }
-                    self.on_event(rank, Event::Rejected, &mut None, core);
+                    self.on_event(rank, Event::Rejected(kind), &mut None, core);
                     Ok(())
                 }
                 CmEventKind::Disconnected => {
