@@ -91,12 +91,7 @@ impl Registrations {
         len: usize,
         access: Access,
     ) -> Result<MemHandle> {
-        if len == 0 {
-            return Err(Error::ZeroLength);
-        }
-        if base.checked_add(len).is_none() {
-            return Err(Error::Overflow { base, len });
-        }
+        check_span(base, len)?;
         let cached = rcache.register(base, len, access)?;
         let (key, remote) = self
             .lock()
@@ -122,4 +117,15 @@ impl Registrations {
             Box::new(inner),
         ))
     }
+}
+
+/// Refuse what no transport registers: zero bytes, or a range past the address space.
+pub fn check_span(base: usize, len: usize) -> Result<()> {
+    if len == 0 {
+        return Err(Error::ZeroLength);
+    }
+    if base.checked_add(len).is_none() {
+        return Err(Error::Overflow { base, len });
+    }
+    Ok(())
 }

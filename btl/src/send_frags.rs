@@ -56,20 +56,9 @@ impl SendFrags {
         data: &[&[u8]],
         flags: DesFlags,
     ) -> Result<Descriptor> {
-        let room = self.max_send_size.checked_sub(reserve).ok_or_else(|| {
-            Error::TooLarge(format!(
-                "reserve {reserve} exceeds max_send_size {}",
-                self.max_send_size
-            ))
-        })?;
-        let total: usize = data.iter().map(|d| d.len()).sum();
-        let mut des = self.alloc(ep, reserve + total.min(room), order, flags)?;
-        let mut out = &mut des.segment_mut(0)[reserve..];
-        for piece in data {
-            let n = piece.len().min(out.len());
-            out[..n].copy_from_slice(&piece[..n]);
-            out = &mut out[n..];
-        }
+        let len = packed_len(self.max_send_size, reserve, data)?;
+        let mut des = self.alloc(ep, len, order, flags)?;
+        pack(&mut des, reserve, data);
         Ok(des)
     }
 
@@ -84,5 +73,28 @@ impl SendFrags {
     /// Take back a descriptor of this pool (the transport's own completions).
     pub fn recycle(&mut self, des: Descriptor) {
         self.list.put(des.into_frag());
+    }
+}
+
+/// The length of a `prepare_src` descriptor: `reserve` bytes, then as much of `data` as
+/// fits in `max_send_size`.
+pub fn packed_len(max_send_size: usize, reserve: usize, data: &[&[u8]]) -> Result<usize> {
+    let room = max_send_size.checked_sub(reserve).ok_or_else(|| {
+        Error::TooLarge(format!(
+            "reserve {reserve} exceeds max_send_size {max_send_size}"
+        ))
+    })?;
+    let total: usize = data.iter().map(|d| d.len()).sum();
+    Ok(reserve + total.min(room))
+}
+
+/// Copy `data`, gathered in order, into segment 0 after `reserve` bytes, as much as
+/// fits.
+pub fn pack(des: &mut Descriptor, reserve: usize, data: &[&[u8]]) {
+    let mut out = &mut des.segment_mut(0)[reserve..];
+    for piece in data {
+        let n = piece.len().min(out.len());
+        out[..n].copy_from_slice(&piece[..n]);
+        out = &mut out[n..];
     }
 }

@@ -494,7 +494,6 @@ impl XrcInitiator {
         len: u32,
         inline: bool,
     ) -> Result<()> {
-        use sys::ibv_wr_opcode as o;
         let mut sge = sys::ibv_sge {
             addr,
             length: len,
@@ -510,46 +509,7 @@ impl XrcInitiator {
         if inline && len <= self.caps.max_inline && matches!(op, Op::Send | Op::Write { .. }) {
             wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
         }
-        match op {
-            Op::Send => wr.opcode = o::IBV_WR_SEND,
-            Op::Write { remote, rkey } => {
-                wr.opcode = o::IBV_WR_RDMA_WRITE;
-                wr.wr.rdma = sys::rdma_t {
-                    remote_addr: remote,
-                    rkey,
-                };
-            }
-            Op::Read { remote, rkey } => {
-                wr.opcode = o::IBV_WR_RDMA_READ;
-                wr.wr.rdma = sys::rdma_t {
-                    remote_addr: remote,
-                    rkey,
-                };
-            }
-            Op::FetchAdd { remote, rkey, add } => {
-                wr.opcode = o::IBV_WR_ATOMIC_FETCH_AND_ADD;
-                wr.wr.atomic = sys::atomic_t {
-                    remote_addr: remote,
-                    compare_add: add,
-                    swap: 0,
-                    rkey,
-                };
-            }
-            Op::CompareSwap {
-                remote,
-                rkey,
-                compare,
-                swap,
-            } => {
-                wr.opcode = o::IBV_WR_ATOMIC_CMP_AND_SWP;
-                wr.wr.atomic = sys::atomic_t {
-                    remote_addr: remote,
-                    compare_add: compare,
-                    swap,
-                    rkey,
-                };
-            }
-        }
+        op.encode(&mut wr);
         let mut bad = std::ptr::null_mut();
         // SAFETY: a live QP and a well-formed request; the caller vouches for memory.
         let rc = unsafe { sys::ibv_post_send(self.ptr.as_ptr(), &mut wr, &mut bad) };

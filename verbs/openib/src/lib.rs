@@ -71,7 +71,7 @@ fn default_attributes() -> Attributes {
     Attributes {
         eager_limit: 12 * 1024,
         rndv_eager_limit: 12 * 1024,
-        max_send_size: 64 * 1024,
+        max_send_size: 16 * 1024,
         put_limit: 1 << 30,
         put_alignment: 1,
         get_limit: 1 << 30,
@@ -118,7 +118,7 @@ impl Component for OpenibComponent {
         Attributes::register_params(reg, NAME, &default_attributes())?;
         reg.register(
             "btl_openib_recv_depth",
-            Value::Int(64),
+            Value::Int(32),
             "receive buffers posted per peer (and send credits towards it)",
         )?
         .register(

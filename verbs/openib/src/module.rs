@@ -621,12 +621,7 @@ impl Module for OpenibModule {
         len: usize,
         access: Access,
     ) -> Result<MemHandle> {
-        if len == 0 {
-            return Err(Error::ZeroLength);
-        }
-        if base.checked_add(len).is_none() {
-            return Err(Error::Overflow { base, len });
-        }
+        rbtl_btl::registrations::check_span(base, len)?;
         let reg = self.core.rcache.register(base, len, access)?;
         let key = RemoteKey {
             base: base as u64,
@@ -679,18 +674,9 @@ impl Module for OpenibModule {
         data: &[&[u8]],
         flags: DesFlags,
     ) -> Result<Descriptor> {
-        let max = self.core.attrs.max_send_size;
-        let room = max.checked_sub(reserve).ok_or_else(|| {
-            Error::TooLarge(format!("reserve {reserve} exceeds max_send_size {max}"))
-        })?;
-        let total: usize = data.iter().map(|d| d.len()).sum();
-        let mut des = self.alloc(endpoint, order, reserve + total.min(room), flags)?;
-        let mut out = &mut des.segment_mut(0)[reserve..];
-        for piece in data {
-            let n = piece.len().min(out.len());
-            out[..n].copy_from_slice(&piece[..n]);
-            out = &mut out[n..];
-        }
+        let len = rbtl_btl::send_frags::packed_len(self.core.attrs.max_send_size, reserve, data)?;
+        let mut des = self.alloc(endpoint, order, len, flags)?;
+        rbtl_btl::send_frags::pack(&mut des, reserve, data);
         Ok(des)
     }
 
