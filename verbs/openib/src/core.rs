@@ -118,6 +118,15 @@ pub enum Posted {
     Rdma(usize, RdmaCallback, usize, usize),
 }
 
+impl Posted {
+    /// The endpoint it went to.
+    pub fn endpoint(&self) -> usize {
+        match self {
+            Posted::Send(ep, _) | Posted::Inline(ep) | Posted::Rdma(ep, ..) => *ep,
+        }
+    }
+}
+
 /// Work-request ids of receives have this bit; the endpoint and slot follow.
 pub const RECV_BIT: u64 = 1 << 63;
 
@@ -214,9 +223,7 @@ impl Core {
     /// Remember work posted on a send queue (signalled, so it takes over the
     /// unsignalled requests before it); its work-request id.
     pub fn track(&mut self, p: Posted) -> u64 {
-        let ep = match &p {
-            Posted::Send(ep, _) | Posted::Inline(ep) | Posted::Rdma(ep, ..) => *ep,
-        };
+        let ep = p.endpoint();
         let covers = 1 + std::mem::take(&mut self.peers[ep].unsignaled);
         let p = (p, covers);
         match self.free_ids.pop() {
@@ -269,16 +276,9 @@ impl Core {
     /// wait for the next signalled one again.
     pub fn unpost(&mut self, id: u64) -> Option<Posted> {
         let (p, covers) = self.untrack(id)?;
-        let ep = match &p {
-            Posted::Send(ep, _) | Posted::Inline(ep) | Posted::Rdma(ep, ..) => *ep,
-        };
+        let ep = p.endpoint();
         self.peers[ep].unsignaled += covers - 1;
         Some(p)
-    }
-
-    /// Whether `rank` is a peer already added.
-    pub fn knows(&self, rank: u32) -> bool {
-        self.by_rank.contains_key(&rank)
     }
 
     /// Post receive `slot` of endpoint `ep` (its fragment is in place).

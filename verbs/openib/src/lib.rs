@@ -1,5 +1,5 @@
-//! The `openib` transport: the BTL contract over verbs devices (InfiniBand, RoCE,
-//! iWARP through librdmacm), one module per active port (Open MPI: `btl/openib`).
+//! The `openib` transport: the BTL contract over verbs devices (InfiniBand, RoCE),
+//! one module per active port (Open MPI: `btl/openib`).
 //!
 //! - Sends: per-peer reliable-connected queue pairs, fragments from free lists
 //!   registered once per chunk, a trailer carrying tag, segment lengths and returned

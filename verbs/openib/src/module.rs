@@ -301,9 +301,7 @@ impl OpenibModule {
         let Some((posted, covers)) = self.core.untrack(c.wr_id) else {
             return;
         };
-        let ep = match &posted {
-            Posted::Send(ep, _) | Posted::Inline(ep) | Posted::Rdma(ep, ..) => *ep,
-        };
+        let ep = posted.endpoint();
         self.core.peers[ep].sq_free += covers;
         match posted {
             Posted::Send(_, des) => self.finish_send(des, status()),
