@@ -42,6 +42,8 @@ pub struct Settings {
     pub rdma_depth: u32,
     /// Bytes a send may carry inline (0: never).
     pub max_inline: u32,
+    /// Most send fragments.
+    pub free_list_max: usize,
 }
 
 /// Where a peer's connection stands.
@@ -101,6 +103,8 @@ pub struct Peer {
     pub rdma_in_flight: u32,
     /// A credit-only message is due.
     pub credit_due: bool,
+    /// A credit-only message is in flight (its trailer slot is in use).
+    pub credit_in_flight: bool,
     /// Unsignalled requests posted since the last signalled one.
     pub unsignaled: u32,
     /// Receive slots consumed before the queue pair reached this side (the CPC still
@@ -116,13 +120,18 @@ pub enum Posted {
     Inline(usize),
     /// A one-sided operation.
     Rdma(usize, RdmaCallback, usize, usize),
+    /// A credit-only message from the control area.
+    Credit(usize),
 }
 
 impl Posted {
     /// The endpoint it went to.
     pub fn endpoint(&self) -> usize {
         match self {
-            Posted::Send(ep, _) | Posted::Inline(ep) | Posted::Rdma(ep, ..) => *ep,
+            Posted::Send(ep, _)
+            | Posted::Inline(ep)
+            | Posted::Rdma(ep, ..)
+            | Posted::Credit(ep) => *ep,
         }
     }
 }
@@ -184,18 +193,64 @@ pub struct Core {
     pub ready: Vec<usize>,
     /// Peers whose connection is being set up.
     pub connecting: usize,
-    /// Address and key of a registered word where non-fetching atomics drop the
-    /// previous value (inside `_scratch`).
-    pub scratch: (usize, u32),
-    /// The fragment behind `scratch`.
-    pub _scratch: Frag,
+    /// Registered memory the module sends from on its own account.
+    pub control: Control,
 }
 
-/// A free list of fragments of `size` bytes, each chunk registered on `pd`.
-pub fn registered_frags(pd: &Pd, size: usize) -> Result<FreeList<Mr>> {
+/// A registered area of the module's own: word 0 takes the previous value of
+/// non-fetching atomics (any number may share it), and each peer has an 8-byte slot
+/// for the trailer of its credit-only message (one in flight per peer), so returning
+/// credits never waits for a send fragment.
+pub struct Control {
+    mr: Mr,
+    _region: rbtl_mpool::Region,
+    peers: usize,
+}
+
+impl Control {
+    /// An area for `peers` peers on `pd`.
+    pub fn new(pd: &Pd, peers: usize) -> Result<Control> {
+        let mut region = rbtl_mpool::Region::anonymous(8 * (peers + 1))?;
+        // SAFETY: the region lives as long as the registration (both in this value,
+        // the registration dropped first).
+        let mr = unsafe {
+            pd.reg_mr(
+                region.as_mut_slice().as_mut_ptr(),
+                region.len(),
+                MrAccess::LOCAL_WRITE,
+            )
+        }
+        .map_err(|e| Error::NotAvailable(format!("openib: registering the control area: {e}")))?;
+        Ok(Control {
+            mr,
+            _region: region,
+            peers,
+        })
+    }
+
+    /// Address and key of the atomics' scratch word.
+    pub fn scratch(&self) -> (usize, u32) {
+        (self.mr.addr() as usize, self.mr.lkey())
+    }
+
+    /// Address and key of peer `ep`'s trailer slot, if it has one.
+    pub fn credit_slot(&self, ep: usize) -> Option<(*mut u8, u32)> {
+        (ep < self.peers).then(|| {
+            (
+                (self.mr.addr() as usize + 8 * (ep + 1)) as *mut u8,
+                self.mr.lkey(),
+            )
+        })
+    }
+}
+
+/// A free list of at most `max` (0: no limit) fragments of `size` bytes, each chunk
+/// registered on `pd`.
+pub fn registered_frags(pd: &Pd, size: usize, max: usize) -> Result<FreeList<Mr>> {
     let pd = pd.clone();
     let mut cfg = FreeListConfig::new(size + FRAG_EXTRA);
     cfg.frags_per_chunk = 32;
+    cfg.max_frags = max;
     let register = move |ptr: *mut u8, len: usize| {
         // SAFETY: the chunk is mapped for as long as the list lives, which drops its
         // registrations before its chunks.

@@ -35,7 +35,7 @@ pub mod rdma_cm;
 pub mod wire;
 mod xrc;
 
-use crate::core::{registered_frags, Core, PortDesc, Settings};
+use crate::core::{registered_frags, Control, Core, PortDesc, Settings};
 pub use module::OpenibModule;
 use rbtl_btl::{
     exclusivity, AmTable, AtomicFlags, Attributes, BtlFlags, Component, Error, Modex, Module,
@@ -127,6 +127,12 @@ impl Component for OpenibComponent {
             "puts, gets and atomics in flight per peer",
         )?
         .register(
+            "btl_openib_free_list_max",
+            Value::Int(256),
+            "most send fragments (registered, max_send_size each); beyond, sends wait in \
+             the upper layer",
+        )?
+        .register(
             "btl_openib_leave_pinned",
             Value::Bool(false),
             "keep device registrations after their last handle is released (safe only when \
@@ -158,6 +164,7 @@ impl Component for OpenibComponent {
             recv_depth: count("btl_openib_recv_depth")?,
             rsv_depth: 4,
             rdma_depth: count("btl_openib_rdma_depth")?,
+            free_list_max: count("btl_openib_free_list_max")? as usize,
             max_inline: config
                 .size("btl_openib_max_inline_data")?
                 .min(u32::MAX as usize) as u32,
@@ -261,15 +268,9 @@ fn new_core(
     options.leave_pinned = config.bool("btl_openib_leave_pinned")?;
     let rcache = rbtl_rcache::Rcache::new(VerbsRegistrar::new(pd.clone()), options);
     rbtl_rcache::auto::watch(&rcache);
-    let mut send_frags = registered_frags(&pd, attrs.max_send_size)?;
-    let recv_frags = registered_frags(&pd, attrs.max_send_size)?;
-    let scratch = send_frags
-        .get()
-        .map_err(|e| not_available("the scratch word", e))?;
-    let scratch_key = (
-        scratch.as_ptr() as usize,
-        send_frags.registration(&scratch).lkey(),
-    );
+    let send_frags = registered_frags(&pd, attrs.max_send_size, settings.free_list_max)?;
+    let recv_frags = registered_frags(&pd, attrs.max_send_size, 0)?;
+    let control = Control::new(&pd, modex.size() as usize)?;
     Ok(Core {
         id: ModuleId::fresh(),
         rank: modex.rank(),
@@ -292,7 +293,6 @@ fn new_core(
         done: Default::default(),
         ready: Vec::new(),
         connecting: 0,
-        scratch: scratch_key,
-        _scratch: scratch,
+        control,
     })
 }

@@ -116,7 +116,7 @@ impl OpenibModule {
             }
             match peer.waiting.pop_front() {
                 Some(Waiting::Send(des, tag)) => {
-                    if let Err(e) = self.post_descriptor(ep, des, tag.0, 0) {
+                    if let Err(e) = self.post_descriptor(ep, des, tag.0) {
                         self.finish_send(e.descriptor, Err(e.error));
                     }
                 }
@@ -125,13 +125,16 @@ impl OpenibModule {
             }
             n += 1;
         }
-        if self.core.peers[ep].credit_due {
+        // Credits may be owed for receives reposted just now (a connection that came
+        // up after the peer had sent) or left due earlier.
+        let peer = &self.core.peers[ep];
+        if peer.credit_due || peer.credits.wants_credit_message() {
             self.send_credits(ep);
         }
         n
     }
 
-    /// Post a descriptor (a credit has been taken unless `flags` is CREDIT_ONLY).
+    /// Post a descriptor (a credit has been taken for it).
     // The error carries the descriptor back by value, as `send`'s does.
     #[allow(clippy::result_large_err)]
     fn post_descriptor(
@@ -139,7 +142,6 @@ impl OpenibModule {
         ep: usize,
         mut des: Descriptor,
         tag: u8,
-        flags: u8,
     ) -> std::result::Result<(), SendError> {
         let peer = &mut self.core.peers[ep];
         let (credits, rsv) = peer.credits.piggyback();
@@ -150,7 +152,7 @@ impl OpenibModule {
         }
         let t = Trailer {
             tag,
-            flags,
+            flags: 0,
             nseg: nseg as u8,
             rsv,
             credits,
@@ -185,34 +187,52 @@ impl OpenibModule {
         }
     }
 
-    /// Return credits to `ep` with a credit-only message if one is due and possible.
+    /// Return credits to `ep` with a credit-only message if one is due and possible:
+    /// its trailer alone, from the peer's slot of the control area.
     fn send_credits(&mut self, ep: usize) {
         let peer = &mut self.core.peers[ep];
         peer.credit_due = false;
         if !matches!(peer.link, Link::Up) || !peer.credits.wants_credit_message() {
             return;
         }
-        if peer.sq_free == 0 {
+        let Some((slot, lkey)) = self.core.control.credit_slot(ep) else {
+            return;
+        };
+        if peer.sq_free == 0 || peer.credit_in_flight {
             peer.credit_due = true;
             return;
         }
-        let Ok(frag) = self.core.send_frags.get() else {
-            peer.credit_due = true;
-            return;
-        };
         peer.credits.take_rsv();
-        let des = Descriptor::new(
-            self.core.id,
-            Endpoint(ep as u32),
-            frag,
-            0,
-            Order::ANY,
-            DesFlags::OWNERSHIP,
-        )
-        .expect("an empty descriptor fits");
-        if let Err(e) = self.post_descriptor(ep, des, 0, CREDIT_ONLY) {
-            self.core.send_frags.put(e.descriptor.into_frag());
-            self.core.fail(ep, e.error.to_string());
+        let (credits, rsv) = peer.credits.piggyback();
+        let t = Trailer {
+            tag: 0,
+            flags: CREDIT_ONLY,
+            nseg: 1,
+            rsv,
+            credits,
+        };
+        // SAFETY: the peer's 8-byte slot of the control area, not in use (no credit
+        // message of this peer is in flight).
+        unsafe { std::ptr::copy_nonoverlapping(t.to_bytes().as_ptr(), slot, TRAILER) };
+        let sge = Sge {
+            addr: slot as u64,
+            len: TRAILER as u32,
+            lkey,
+        };
+        let id = self.core.track(Posted::Credit(ep));
+        let peer = &mut self.core.peers[ep];
+        let qp = peer.qp.as_mut().expect("a connected peer has a queue pair");
+        // SAFETY: the slot lies in the control area's registration and stays untouched
+        // until the completion clears `credit_in_flight`.
+        match unsafe { qp.post_send_sg(id, Op::Send, &[sge], true, true) } {
+            Ok(()) => {
+                peer.sq_free -= 1;
+                peer.credit_in_flight = true;
+            }
+            Err(e) => {
+                self.core.unpost(id);
+                self.core.fail(ep, format!("openib: {e}"));
+            }
         }
     }
 
@@ -306,6 +326,13 @@ impl OpenibModule {
         match posted {
             Posted::Send(_, des) => self.finish_send(des, status()),
             Posted::Inline(_) => {}
+            Posted::Credit(_) => {
+                let peer = &mut self.core.peers[ep];
+                peer.credit_in_flight = false;
+                if peer.credit_due && failed.is_none() {
+                    self.send_credits(ep);
+                }
+            }
             Posted::Rdma(_, cb, local, size) => {
                 self.core.peers[ep].rdma_in_flight -= 1;
                 let rank = self.core.peers[ep].rank;
@@ -470,7 +497,7 @@ impl OpenibModule {
             // The previous value nobody asked for lands in the module's scratch word
             // (any number of such operations may share it).
             None => {
-                let (addr, lkey) = self.core.scratch;
+                let (addr, lkey) = self.core.control.scratch();
                 let cb: RdmaCallback = Box::new(move |m, mut c| {
                     c.local_address = 0;
                     callback(m, c)
@@ -583,6 +610,7 @@ impl Module for OpenibModule {
                 waiting: Default::default(),
                 rdma_in_flight: 0,
                 credit_due: false,
+                credit_in_flight: false,
                 unsignaled: 0,
                 unposted: Vec::new(),
             });
@@ -656,11 +684,13 @@ impl Module for OpenibModule {
                 "{size} bytes exceed max_send_size {max}"
             )));
         }
-        let frag = self
-            .core
-            .send_frags
-            .get()
-            .map_err(|_| Error::OutOfResource("openib: send fragments"))?;
+        let frag = self.core.send_frags.get().map_err(|e| {
+            if e.is_retryable() {
+                Error::OutOfResource("openib: send fragments")
+            } else {
+                Error::Mpool(e)
+            }
+        })?;
         Descriptor::new(self.core.id, endpoint, frag, size, order, flags)
     }
 
@@ -718,7 +748,7 @@ impl Module for OpenibModule {
             peer.waiting.push_back(Waiting::Send(descriptor, tag));
             return Ok(SendOutcome::Queued);
         }
-        match self.post_descriptor(ep, descriptor, tag.0, 0) {
+        match self.post_descriptor(ep, descriptor, tag.0) {
             Ok(()) => Ok(SendOutcome::Queued),
             Err(e) => {
                 self.core.peers[ep].credits.returned(1, 0);
