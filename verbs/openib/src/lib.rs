@@ -22,7 +22,7 @@
 //! safe where freed memory is reported: Open MPI decides this with its memory hooks).
 //!
 //! Parameters: `btl_openib_*` (the attributes, `recv_depth`, `rdma_depth`,
-//! `max_inline_data`, `leave_pinned`), and the CPC selection `btl_openib_cpc_include`,
+//! `max_inline_data`, `free_list_max`, `leave_pinned`), and the CPC selection `btl_openib_cpc_include`,
 //! `btl_openib_cpc_exclude`, `btl_openib_cpc_<name>_priority`.
 
 #![warn(missing_docs)]
