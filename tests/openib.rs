@@ -1,7 +1,8 @@
 //! The openib transport on a real RDMA device (`rxe0` in the soft-RoCE guest, see
 //! `rdma/guest.sh`): the contract suite across two processes with each connection
 //! method, a wrong remote key, the memlock diagnosis, the message layer across 2 and 4
-//! ranks, ranks that share no connection method, and a short osu sweep. Without a
+//! ranks, a flood that must not cause receiver-not-ready retries, a killed peer, ranks
+//! that share no connection method, and a short osu sweep. Without a
 //! device these tests say so and pass, unless `VERBS_REQUIRE_DEVICE` is set (as in
 //! the guest), where a missing device fails them.
 //!
