@@ -484,7 +484,7 @@ impl OpenibModule {
         local: Option<(usize, &MemHandle)>,
         remote: u64,
         remote_handle: &RemoteHandle,
-        op: Op,
+        op: impl FnOnce(u32) -> Op,
         callback: RdmaCallback,
     ) -> Result<()> {
         let key = RemoteKey::from_bytes(remote_handle.as_bytes())?;
@@ -508,34 +508,13 @@ impl OpenibModule {
         self.start_rdma(
             ep,
             RdmaRequest {
-                op: with_rkey(op, key.rkey),
+                op: op(key.rkey),
                 local: addr,
                 size: 8,
                 lkey,
                 callback,
             },
         )
-    }
-}
-
-/// `op` aimed with the remote key `rkey`.
-fn with_rkey(op: Op, rkey: u32) -> Op {
-    match op {
-        Op::Send => Op::Send,
-        Op::Write { remote, .. } => Op::Write { remote, rkey },
-        Op::Read { remote, .. } => Op::Read { remote, rkey },
-        Op::FetchAdd { remote, add, .. } => Op::FetchAdd { remote, rkey, add },
-        Op::CompareSwap {
-            remote,
-            compare,
-            swap,
-            ..
-        } => Op::CompareSwap {
-            remote,
-            rkey,
-            compare,
-            swap,
-        },
     }
 }
 
@@ -855,23 +834,15 @@ impl Module for OpenibModule {
         _order: Order,
         callback: RdmaCallback,
     ) -> Result<()> {
-        self.core.peer(endpoint)?;
-        let key = RemoteKey::from_bytes(remote_handle.as_bytes())?;
-        key.check(remote, size, rbtl_btl::PUT_REMOTE)?;
-        let lkey = self.lkey(local_handle, local, size, Access::LOCAL_READ)?;
-        self.check_limit(size, self.core.attrs.put_limit, "put")?;
-        self.start_rdma(
+        let handles = (local_handle, remote_handle);
+        self.transfer(
             endpoint,
-            RdmaRequest {
-                op: Op::Write {
-                    remote,
-                    rkey: key.rkey,
-                },
-                local,
-                size,
-                lkey,
-                callback,
-            },
+            local,
+            remote,
+            handles,
+            size,
+            Transfer::Put,
+            callback,
         )
     }
 
@@ -887,23 +858,15 @@ impl Module for OpenibModule {
         _order: Order,
         callback: RdmaCallback,
     ) -> Result<()> {
-        self.core.peer(endpoint)?;
-        let key = RemoteKey::from_bytes(remote_handle.as_bytes())?;
-        key.check(remote, size, rbtl_btl::GET_REMOTE)?;
-        let lkey = self.lkey(local_handle, local, size, Access::LOCAL_WRITE)?;
-        self.check_limit(size, self.core.attrs.get_limit, "get")?;
-        self.start_rdma(
+        let handles = (local_handle, remote_handle);
+        self.transfer(
             endpoint,
-            RdmaRequest {
-                op: Op::Read {
-                    remote,
-                    rkey: key.rkey,
-                },
-                local,
-                size,
-                lkey,
-                callback,
-            },
+            local,
+            remote,
+            handles,
+            size,
+            Transfer::Get,
+            callback,
         )
     }
 
@@ -962,9 +925,9 @@ impl Module for OpenibModule {
         callback: RdmaCallback,
     ) -> Result<()> {
         self.core.peer(endpoint)?;
-        let op = Op::CompareSwap {
+        let op = move |rkey| Op::CompareSwap {
             remote,
-            rkey: 0,
+            rkey,
             compare,
             swap: value,
         };
@@ -1037,23 +1000,76 @@ impl Module for OpenibModule {
     }
 }
 
+/// Which way a put or get moves bytes.
+#[derive(Clone, Copy)]
+enum Transfer {
+    /// Local to remote (RDMA write).
+    Put,
+    /// Remote to local (RDMA read).
+    Get,
+}
+
 impl OpenibModule {
-    fn check_limit(&self, size: usize, limit: usize, what: &str) -> Result<()> {
+    /// Check a put or get against both handles and its limit, then start it.
+    #[allow(clippy::too_many_arguments)]
+    fn transfer(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        (local_handle, remote_handle): (&MemHandle, &RemoteHandle),
+        size: usize,
+        way: Transfer,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        self.core.peer(endpoint)?;
+        let (needs_remote, needs_local, limit, what) = match way {
+            Transfer::Put => (
+                rbtl_btl::PUT_REMOTE,
+                Access::LOCAL_READ,
+                self.core.attrs.put_limit,
+                "put",
+            ),
+            Transfer::Get => (
+                rbtl_btl::GET_REMOTE,
+                Access::LOCAL_WRITE,
+                self.core.attrs.get_limit,
+                "get",
+            ),
+        };
+        let key = RemoteKey::from_bytes(remote_handle.as_bytes())?;
+        key.check(remote, size, needs_remote)?;
+        let lkey = self.lkey(local_handle, local, size, needs_local)?;
         if size > limit {
             return Err(Error::NotAvailable(format!(
                 "a {what} of {size} bytes exceeds the limit of {limit}"
             )));
         }
-        Ok(())
+        let rkey = key.rkey;
+        let op = match way {
+            Transfer::Put => Op::Write { remote, rkey },
+            Transfer::Get => Op::Read { remote, rkey },
+        };
+        self.start_rdma(
+            endpoint,
+            RdmaRequest {
+                op,
+                local,
+                size,
+                lkey,
+                callback,
+            },
+        )
     }
 }
 
-/// The device operation for `op` (verbs devices have fetch-add and compare-swap).
-fn device_op(op: AtomicOp, remote: u64, operand: u64) -> Result<Op> {
+/// The device operation for `op` on the word at `remote`, given the remote key (verbs
+/// devices have fetch-add and compare-swap).
+fn device_op(op: AtomicOp, remote: u64, operand: u64) -> Result<impl FnOnce(u32) -> Op> {
     match op {
-        AtomicOp::Add => Ok(Op::FetchAdd {
+        AtomicOp::Add => Ok(move |rkey| Op::FetchAdd {
             remote,
-            rkey: 0,
+            rkey,
             add: operand,
         }),
         _ => Err(Error::NotSupported(
