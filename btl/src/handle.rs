@@ -158,7 +158,7 @@ impl MemHandle {
         }
         inner
             .downcast_ref::<T>()
-            .ok_or(Error::BadRemoteHandle("handle of another transport".into()))
+            .ok_or_else(|| Error::BadRemoteHandle("handle of another transport".into()))
     }
 
     /// For transports: release the registration (`deregister_mem`).

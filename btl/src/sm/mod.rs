@@ -1037,14 +1037,18 @@ impl Module for SmModule {
                 self.attrs.max_send_size
             )));
         }
-        let peer = self
-            .peers
-            .get_mut(endpoint.0 as usize)
-            .ok_or(Error::UnknownEndpoint(endpoint.0))?;
-        if peer.failed.is_none()
-            && peer.outbound.is_empty()
-            && peer.producer.push(tag.0, &[header, payload], &[])
-        {
+        // (`let else`, not `ok_or`: that builds and drops an error on every send.)
+        let Some(peer) = self.peers.get_mut(endpoint.0 as usize) else {
+            return Err(Error::UnknownEndpoint(endpoint.0));
+        };
+        let pushed = |p: &mut ring::Producer| {
+            if size <= ring::INLINE_MAX {
+                p.push_small(tag.0, header, payload)
+            } else {
+                p.push(tag.0, &[header, payload], &[])
+            }
+        };
+        if peer.failed.is_none() && peer.outbound.is_empty() && pushed(&mut peer.producer) {
             return Ok(SendiOutcome::Sent);
         }
         self.peer(endpoint)?;

@@ -252,6 +252,38 @@ impl Producer {
         Some((pos, unsafe { self.raw.data.add((pos % size) as usize) }))
     }
 
+    /// Publish `head` then `body`, together at most [`INLINE_MAX`] bytes, as one
+    /// segment inside a slot: the path of every small message. False when the ring
+    /// is full.
+    #[inline]
+    pub fn push_small(&mut self, tag: u8, head: &[u8], body: &[u8]) -> bool {
+        let len = head.len() + body.len();
+        debug_assert!(len <= INLINE_MAX);
+        if self.head - self.slot_tail >= self.raw.layout.nslots as u64 {
+            self.slot_tail = self.raw.ctrl().slot_tail.load(Ordering::Acquire);
+            if self.head - self.slot_tail >= self.raw.layout.nslots as u64 {
+                return false;
+            }
+        }
+        let slot = self.raw.slot(self.head);
+        // SAFETY: `slot` is inside the ring and released by the consumer (checked
+        // above); we are its only writer. The two copies fill at most INLINE_MAX
+        // bytes of its room (asserted by the caller); the sources are live slices
+        // outside the ring. The header fields are published by the release store.
+        unsafe {
+            let in_slot = ptr::addr_of_mut!((*slot).bytes).cast::<u8>();
+            copy_bytes(head.as_ptr(), in_slot, head.len());
+            copy_bytes(body.as_ptr(), in_slot.add(head.len()), body.len());
+            ptr::addr_of_mut!((*slot).len).write(len as u32);
+            ptr::addr_of_mut!((*slot).tag).write(tag);
+            ptr::addr_of_mut!((*slot).nseg).write(1);
+            ptr::addr_of_mut!((*slot).kind).write(INLINE);
+            (*slot).seq.store(self.head + 1, Ordering::Release);
+        }
+        self.head += 1;
+        true
+    }
+
     /// Publish a message of `parts` (gathered in order) under `tag`, cut into segments
     /// of `seg_lens` (one segment when empty). Returns false, having written nothing,
     /// when the ring is full. Two parts, a small head and a larger body, arrive as two
@@ -548,6 +580,25 @@ mod tests {
         assert_eq!(take(&mut c), Some((4, vec![vec![]])));
         assert!(take(&mut c).is_none());
         assert!(p.is_drained());
+    }
+
+    #[test]
+    fn small_pushes_fill_slots_in_order_until_the_ring_is_full() {
+        let (_m, mut p, mut c) = ring(RingLayout {
+            nslots: 2,
+            data_bytes: 4096,
+        });
+        let most = [5u8; INLINE_MAX - 4];
+        assert!(p.push_small(1, b"head", &most));
+        assert!(p.push_small(2, &[], &[]));
+        assert!(!p.push_small(3, b"x", b"y"), "two slots, both taken");
+        let mut want = b"head".to_vec();
+        want.extend_from_slice(&most);
+        assert_eq!(take(&mut c), Some((1, vec![want])));
+        assert!(p.push_small(3, b"x", b"y"), "a released slot is reused");
+        assert_eq!(take(&mut c), Some((2, vec![vec![]])));
+        assert_eq!(take(&mut c), Some((3, vec![b"xy".to_vec()])));
+        assert!(take(&mut c).is_none());
     }
 
     #[test]

@@ -67,10 +67,11 @@ impl OpenibModule {
     }
 
     fn endpoint(&mut self, ep: Endpoint) -> Result<&mut Peer> {
-        self.core
-            .peers
-            .get_mut(ep.0 as usize)
-            .ok_or(Error::UnknownEndpoint(ep.0))
+        // (`let else`, not `ok_or`: that builds and drops an error on every send.)
+        let Some(peer) = self.core.peers.get_mut(ep.0 as usize) else {
+            return Err(Error::UnknownEndpoint(ep.0));
+        };
+        Ok(peer)
     }
 
     /// Make sure `ep` is connected or on its way; a failed peer is an error.
