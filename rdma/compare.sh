@@ -12,7 +12,10 @@
 # ib_send_lat, ib_write_lat and ib_read_lat report what OSU reports for latency and
 # get-latency (half a send round trip; a read's full round trip). ib_write_lat is
 # half of a write ping-pong, while a put with flush waits for the write's
-# acknowledgement, a full round trip: that pair compares unlike quantities.
+# acknowledgement, a full round trip: that pair compares unlike quantities. So
+# put-latency is also compared with the same operation in raw verbs: ib_write_bw
+# with one write in flight and every completion polled (-t 1 -Q 1), whose message
+# rate gives the time of one write from post to completion.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,6 +57,18 @@ perftest() {
     wait $server || true
 }
 
+# The time (usec) of one RDMA write from post to completion: ib_write_bw with one
+# write in flight, every completion polled; 1 / its message rate (Mpps).
+write_one() {
+    local size=$1 args=(-d "$DEV" -x "$GID" -F -s "$1" -n "$ITERS" -t 1 -Q 1)
+    taskset -c 0 ib_write_bw "${args[@]}" >/dev/null 2>&1 &
+    local server=$!
+    sleep 1
+    taskset -c 1 ib_write_bw "${args[@]}" "$ADDR" 2>/dev/null |
+        awk -v s="$size" '$1 == s && NF >= 5 && $5 > 0 { printf "%.2f\n", 1 / $5 }'
+    wait $server || true
+}
+
 # osu's figure for one size.
 osu() {
     local bench=$1 size=$2
@@ -66,18 +81,23 @@ median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 printf '# openib (%s) against raw verbs on %s: medians of %d runs of %d iterations\n' \
     "$CPC" "$DEV" "$REPS" "$ITERS"
-printf '%-30s %6s %12s %12s %8s\n' "ours / perftest" size "ours (us)" "verbs (us)" ratio
+printf '%-34s %6s %12s %12s %8s\n' "ours / perftest" size "ours (us)" "verbs (us)" ratio
 for size in "${SIZES[@]}"; do
-    for pair in "latency ib_send_lat" "put-latency ib_write_lat" "get-latency ib_read_lat"; do
+    for pair in "latency ib_send_lat" "put-latency ib_write_lat" \
+        "put-latency ib_write_bw-t1" "get-latency ib_read_lat"; do
         set -- $pair
         ours=() theirs=()
         for _ in $(seq "$REPS"); do
             ours+=("$(osu "$1" "$size")")
-            theirs+=("$(perftest "$2" "$size")")
+            if [ "$2" = ib_write_bw-t1 ]; then
+                theirs+=("$(write_one "$size")")
+            else
+                theirs+=("$(perftest "$2" "$size")")
+            fi
         done
         o=$(printf '%s\n' "${ours[@]}" | median)
         t=$(printf '%s\n' "${theirs[@]}" | median)
         ratio=$(awk -v a="$o" -v b="$t" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
-        printf '%-30s %6d %12s %12s %8s\n' "osu $1 / $2" "$size" "$o" "$t" "$ratio"
+        printf '%-34s %6d %12s %12s %8s\n' "osu $1 / $2" "$size" "$o" "$t" "$ratio"
     done
 done

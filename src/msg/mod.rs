@@ -256,22 +256,29 @@ impl Comm {
     }
 
     /// The module and endpoint for `rank`; marks the module as having work.
-    #[inline]
+    #[inline(always)]
     fn route(&mut self, rank: u32) -> Result<(usize, Endpoint)> {
-        if rank >= self.size {
+        let Some(&route) = self.routes.get(rank as usize) else {
             return Err(Error::BadRank(rank, self.size));
-        }
+        };
         if self.signals.failed.load(Ordering::Acquire) > 0 {
-            if let Some(why) = lock(&self.state).failed.get(&rank) {
-                return Err(Error::PeerFailed {
-                    rank,
-                    why: why.clone(),
-                });
-            }
+            self.check_alive(rank)?;
         }
-        let route = self.routes[rank as usize];
         self.dirty[route.0] = true;
         Ok(route)
+    }
+
+    /// `PeerFailed` if `rank` is known to have failed.
+    #[cold]
+    #[inline(never)]
+    fn check_alive(&self, rank: u32) -> Result<()> {
+        match lock(&self.state).failed.get(&rank) {
+            Some(why) => Err(Error::PeerFailed {
+                rank,
+                why: why.clone(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Drive every transport once, then retry what waited for room.
@@ -487,9 +494,14 @@ impl Comm {
     /// Progress until `req` completes. After [`SPIN_BEFORE_YIELD`] idle rounds it
     /// yields the processor between rounds, so that ranks sharing a core still advance.
     pub fn wait(&mut self, req: ReqId) -> Result<Status> {
+        self.wait_since(req, usize::MAX)
+    }
+
+    /// [`Comm::wait`], where `seen` is the count of completed requests read before
+    /// `req` was started (`usize::MAX`: unknown): the request is first looked at when
+    /// that count has moved.
+    fn wait_since(&mut self, req: ReqId, mut seen: usize) -> Result<Status> {
         let mut idle = 0u32;
-        // Look at the request only when some request has completed since the last look.
-        let mut seen = usize::MAX;
         loop {
             let completed = self.signals.completed.load(Ordering::Acquire);
             if completed != seen {
@@ -541,9 +553,10 @@ impl Comm {
         }
         // The request lives outside the table: a blocking receive is the common case
         // of latency-bound codes.
+        let seen = self.signals.completed.load(Ordering::Acquire);
         // SAFETY: `buf` is borrowed mutably until wait returns.
         let req = unsafe { self.post_recv(buf.as_mut_ptr(), buf.len(), src, tag, true) }?;
-        self.wait(req)
+        self.wait_since(req, seen)
     }
 
     /// Run `f` with a scope in which non-blocking operations may borrow buffers that

@@ -61,6 +61,16 @@ pub struct Req {
     pub status: Status,
 }
 
+impl Req {
+    /// Its outcome; the registration it kept (if any) is released.
+    fn into_outcome(self) -> Option<Result<Status, Error>> {
+        if let Some(handle) = self.handle {
+            drop(handle);
+        }
+        self.outcome
+    }
+}
+
 /// A message for the transports that found no room yet.
 pub struct Deferred {
     pub module: usize,
@@ -180,13 +190,13 @@ impl State {
         if id == BLOCKING {
             return match &self.blocking {
                 None => unknown(),
-                Some(r) if r.outcome.is_some() => self.blocking.take().and_then(|r| r.outcome),
+                Some(r) if r.outcome.is_some() => self.blocking.take().and_then(Req::into_outcome),
                 Some(_) => None,
             };
         }
         match self.reqs.get(id) {
             None => unknown(),
-            Some(r) if r.outcome.is_some() => self.reqs.remove(id).and_then(|r| r.outcome),
+            Some(r) if r.outcome.is_some() => self.reqs.remove(id).and_then(Req::into_outcome),
             Some(_) => None,
         }
     }
@@ -235,7 +245,9 @@ impl State {
     /// Finish request `req` (releasing what it kept).
     pub fn complete(&mut self, req: ReqId, outcome: Result<Status, Error>) {
         if let Some(r) = self.req_mut(req) {
-            r.handle = None;
+            if r.handle.is_some() {
+                r.handle = None;
+            }
             r.outcome.get_or_insert(outcome);
             bump(&self.signals.completed, 1);
         }

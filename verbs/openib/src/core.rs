@@ -191,6 +191,10 @@ pub struct Core {
     pub done: VecDeque<Done>,
     /// Peers that just connected (their waiting work may go).
     pub ready: Vec<usize>,
+    /// Receive slots (endpoint, slot, reserved) consumed by the last poll: reposted
+    /// at the start of the next, so that a reply the user sends in between does not
+    /// wait behind them.
+    pub to_repost: Vec<(usize, usize, bool)>,
     /// Peers whose connection is being set up.
     pub connecting: usize,
     /// Registered memory the module sends from on its own account.

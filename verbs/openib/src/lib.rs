@@ -292,6 +292,7 @@ fn new_core(
         on_error: None,
         done: Default::default(),
         ready: Vec::new(),
+        to_repost: Vec::new(),
         connecting: 0,
         control,
     })

@@ -29,6 +29,8 @@ const UNSIGNALED_ID: u64 = RECV_BIT - 1;
 
 /// One inline send in this many asks for a completion.
 const SIGNAL_EVERY: u32 = 16;
+/// Inline sends up to this size (with their trailer) go out as one gathered piece.
+const GATHER_MAX: usize = 128;
 
 /// Most operations that may wait for one peer before `OutOfResource`.
 const MAX_WAITING: usize = 4096;
@@ -414,8 +416,9 @@ impl OpenibModule {
                 }
             }
         }
-        // Repost, and owe the peer the buffer (once the queue pair is here: the peer
-        // may send before this side's CPC has finished).
+        // The buffer is reposted, and owed to the peer, by the next progress call
+        // (or once the queue pair is here: the peer may send before this side's CPC
+        // has finished).
         let peer = &mut self.core.peers[ep];
         if matches!(peer.link, Link::Failed(_)) {
             self.core.recv_frags.put(frag);
@@ -424,20 +427,41 @@ impl OpenibModule {
         peer.recv[slot] = Some(frag);
         if peer.qp.is_none() {
             peer.unposted.push((slot, credit_only));
-            return;
+        } else {
+            self.core.to_repost.push((ep, slot, credit_only));
         }
-        peer.credits.reposted(credit_only);
-        if let Err(e) = self.core.post_recv_slot(ep, slot) {
-            self.core.fail(ep, e.to_string());
-            return;
-        }
-        let peer = &self.core.peers[ep];
-        if !peer.waiting.is_empty() || peer.credits.available() > 0 {
+        // Credits the message returned may let waiting sends go.
+        if !self.core.peers[ep].waiting.is_empty() {
             self.drain(ep);
         }
-        if self.core.peers[ep].credits.wants_credit_message() {
-            self.send_credits(ep);
+    }
+
+    /// Repost the receive buffers the last poll consumed, then send what their
+    /// credits let go, or the credits themselves when enough are owed.
+    fn repost(&mut self) -> usize {
+        // (Nothing below receives, so nothing is added meanwhile.)
+        let mut reposts = std::mem::take(&mut self.core.to_repost);
+        for &(ep, slot, credit_only) in &reposts {
+            if matches!(self.core.peers[ep].link, Link::Failed(_)) {
+                continue;
+            }
+            if let Err(e) = self.core.post_recv_slot(ep, slot) {
+                self.core.fail(ep, e.to_string());
+                continue;
+            }
+            self.core.peers[ep].credits.reposted(credit_only);
         }
+        for (i, &(ep, ..)) in reposts.iter().enumerate() {
+            // Once per peer.
+            if reposts[..i].iter().any(|r| r.0 == ep) {
+                continue;
+            }
+            self.drain(ep);
+        }
+        let n = reposts.len();
+        reposts.clear();
+        self.core.to_repost = reposts;
+        n
     }
 
     fn run_done(&mut self) -> usize {
@@ -754,8 +778,10 @@ impl Module for OpenibModule {
                 self.core.attrs.max_send_size
             )));
         }
-        self.connect(endpoint)?;
         let ep = endpoint.0 as usize;
+        if !matches!(self.core.peers.get(ep).map(|p| &p.link), Some(Link::Up)) {
+            self.connect(endpoint)?;
+        }
         let peer = &mut self.core.peers[ep];
         let inline_max = peer.qp.as_ref().map_or(0, |q| q.caps.max_inline) as usize;
         let now = matches!(peer.link, Link::Up)
@@ -776,23 +802,26 @@ impl Module for OpenibModule {
             credits,
         }
         .to_bytes();
-        let sges = [
-            Sge {
-                addr: header.as_ptr() as u64,
-                len: header.len() as u32,
-                lkey: 0,
-            },
-            Sge {
-                addr: payload.as_ptr() as u64,
-                len: payload.len() as u32,
-                lkey: 0,
-            },
-            Sge {
-                addr: trailer.as_ptr() as u64,
-                len: TRAILER as u32,
-                lkey: 0,
-            },
-        ];
+        // Small messages are gathered here first: the device then copies one piece.
+        let mut gathered = [0u8; GATHER_MAX];
+        let sge = |b: &[u8]| Sge {
+            addr: b.as_ptr() as u64,
+            len: b.len() as u32,
+            lkey: 0,
+        };
+        let (one, three);
+        let sges: &[Sge] = if size + TRAILER <= GATHER_MAX {
+            let (h, rest) = gathered.split_at_mut(header.len());
+            let (p, rest) = rest.split_at_mut(payload.len());
+            h.copy_from_slice(header);
+            p.copy_from_slice(payload);
+            rest[..TRAILER].copy_from_slice(&trailer);
+            one = [sge(&gathered[..size + TRAILER])];
+            &one
+        } else {
+            three = [sge(header), sge(payload), sge(&trailer)];
+            &three
+        };
         // Most inline sends go unsignalled: no completion to poll, and their
         // send-queue entries come back with the next signalled request's.
         let peer = &mut self.core.peers[ep];
@@ -805,7 +834,7 @@ impl Module for OpenibModule {
         let peer = &mut self.core.peers[ep];
         let qp = peer.qp.as_mut().expect("a connected peer has a queue pair");
         // SAFETY: an inline send: the device copies the bytes while posting.
-        match unsafe { qp.post_send_sg(id, Op::Send, &sges, true, signaled) } {
+        match unsafe { qp.post_send_sg(id, Op::Send, sges, true, signaled) } {
             Ok(()) => {
                 peer.sq_free -= 1;
                 if !signaled {
@@ -979,6 +1008,9 @@ impl Module for OpenibModule {
             for ep in std::mem::take(&mut self.core.ready) {
                 n += 1 + self.drain(ep);
             }
+        }
+        if !self.core.to_repost.is_empty() {
+            n += self.repost();
         }
         let mut wc = [Completion {
             wr_id: 0,
