@@ -20,8 +20,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CPC=oob
-ITERS=3000
-REPS=5
+ITERS=20000
+REPS=7
 SIZES=(8 64)
 while [ $# -gt 0 ]; do
     case $1 in

@@ -147,7 +147,10 @@ impl MemHandle {
                 this: module.0,
             });
         }
-        let inner = self.inner.as_ref().ok_or(Error::Deregistered)?;
+        // (Matches, not `ok_or`: that builds and drops an error on every call.)
+        let Some(inner) = self.inner.as_ref() else {
+            return Err(Error::Deregistered);
+        };
         check_range("local", addr as u64, len, self.base as u64, self.len)?;
         if !self.access.contains(needs) {
             return Err(Error::AccessDenied {
@@ -156,9 +159,10 @@ impl MemHandle {
                 needs,
             });
         }
-        inner
-            .downcast_ref::<T>()
-            .ok_or_else(|| Error::BadRemoteHandle("handle of another transport".into()))
+        match inner.downcast_ref::<T>() {
+            Some(reg) => Ok(reg),
+            None => Err(Error::BadRemoteHandle("handle of another transport".into())),
+        }
     }
 
     /// For transports: release the registration (`deregister_mem`).

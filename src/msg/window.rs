@@ -9,8 +9,8 @@
 use super::{Comm, Error, Result};
 use rbtl_btl::{Access, MemHandle, Order, RemoteHandle};
 use rbtl_mpool::Region;
-use std::sync::atomic::{fence, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Operations at or below this size go through a registered staging buffer; larger
 /// ones register the caller's buffer (a registration-cache hit when reused).
@@ -49,7 +49,16 @@ pub struct Window {
     /// Per rank: address, length and handle of its window (from the module that routes
     /// to it), and a direct mapping of it where there is one.
     peers: Vec<Peer>,
-    done: Arc<AtomicUsize>,
+    /// What the completion callbacks of its puts and gets report.
+    signal: Arc<Signal>,
+}
+
+/// Completions of a window's operations, counted, and the first failure among them.
+#[derive(Default)]
+struct Signal {
+    done: AtomicUsize,
+    failed: AtomicBool,
+    error: Mutex<Option<rbtl_btl::Error>>,
 }
 
 struct Peer {
@@ -131,7 +140,7 @@ impl Window {
             staging,
             handles,
             peers,
-            done: Arc::new(AtomicUsize::new(0)),
+            signal: Arc::default(),
         })
     }
 
@@ -252,13 +261,14 @@ impl Window {
             }?;
             (buf as usize, &own)
         };
-        let before = self.done.load(Ordering::Acquire);
-        let done = self.done.clone();
-        let status = Arc::new(std::sync::Mutex::new(None));
-        let st = status.clone();
+        let before = self.signal.done.load(Ordering::Acquire);
+        let signal = self.signal.clone();
         let cb: rbtl_btl::RdmaCallback = Box::new(move |_, c| {
-            *st.lock().unwrap_or_else(|e| e.into_inner()) = Some(c.status);
-            done.fetch_add(1, Ordering::Release);
+            if let Err(e) = c.status {
+                *signal.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                signal.failed.store(true, Ordering::Release);
+            }
+            signal.done.fetch_add(1, Ordering::Release);
         });
         let m = comm.modules[mi].as_mut();
         if put {
@@ -266,11 +276,20 @@ impl Window {
         } else {
             m.get(ep, local, remote, handle, &rh, len, 0, Order::ANY, cb)?;
         }
-        while self.done.load(Ordering::Acquire) == before {
+        while self.signal.done.load(Ordering::Acquire) == before {
             comm.progress();
         }
-        let outcome = status.lock().unwrap_or_else(|e| e.into_inner()).take();
-        outcome.unwrap_or(Ok(()))?;
+        if self.signal.failed.swap(false, Ordering::Acquire) {
+            let error = self
+                .signal
+                .error
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            if let Some(e) = error {
+                return Err(e.into());
+            }
+        }
         if staged && !put {
             // SAFETY: the get landed in staging; `buf` is the caller's `len` bytes.
             unsafe { std::ptr::copy_nonoverlapping(self.staging.as_ptr(), buf, len) };

@@ -274,9 +274,11 @@ pub fn registered_frags(pd: &Pd, size: usize, max: usize) -> Result<FreeList<Mr>
 impl Core {
     /// The peer behind `ep`.
     pub fn peer(&self, ep: Endpoint) -> Result<&Peer> {
-        self.peers
-            .get(ep.0 as usize)
-            .ok_or(Error::UnknownEndpoint(ep.0))
+        // (`let else`, not `ok_or`: that builds and drops an error on every call.)
+        let Some(peer) = self.peers.get(ep.0 as usize) else {
+            return Err(Error::UnknownEndpoint(ep.0));
+        };
+        Ok(peer)
     }
 
     /// Remember work posted on a send queue (signalled, so it takes over the

@@ -276,7 +276,12 @@ impl OpenibModule {
     /// Start a one-sided operation: post it now, or queue it behind the connection,
     /// earlier work, or the operations in flight.
     fn start_rdma(&mut self, ep: Endpoint, r: RdmaRequest) -> Result<()> {
-        self.connect(ep)?;
+        if !matches!(
+            self.core.peers.get(ep.0 as usize).map(|p| &p.link),
+            Some(Link::Up)
+        ) {
+            self.connect(ep)?;
+        }
         let depth = self.core.settings.rdma_depth;
         let peer = self.endpoint(ep)?;
         let now = matches!(peer.link, Link::Up)

@@ -123,7 +123,10 @@ impl RemoteKey {
             base: u64_at(0),
             len: u64_at(8),
             rkey: u32_at(16),
-            access: Access::from_bits(u32_at(20)).ok_or(Error::MalformedHandle(REMOTE_KEY_LEN))?,
+            access: match Access::from_bits(u32_at(20)) {
+                Some(access) => access,
+                None => return Err(Error::MalformedHandle(REMOTE_KEY_LEN)),
+            },
         })
     }
 
