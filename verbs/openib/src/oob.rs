@@ -2,6 +2,12 @@
 //! number, PSN, LID, GID and MTU travel over the job's out-of-band channel, here a TCP
 //! connection between the two processes (each listens on an ephemeral port published
 //! in the modex). The handshake itself is `rbtl_cpc::oob`.
+//!
+//! The listener is reachable from the whole network, so it takes only connections
+//! that open with its secret: random bytes it publishes in the modex next to its port,
+//! which only the job's processes read. Anything else is closed unheard (a stranger
+//! could otherwise claim a rank, and by closing make that rank look dead). A
+//! connection speaks for the first rank it names, and for no other.
 
 use crate::core::{cpc_error, Core};
 use rbtl_config::{Config, Registry};
@@ -29,30 +35,42 @@ impl CpcComponent<Core> for OobComponent {
     }
 
     fn query(&mut self, _: &Config, _: &PortInfo) -> Result<Box<dyn CpcModule<Core>>, Error> {
-        let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))
-            .and_then(|l| l.set_nonblocking(true).map(|_| l))
-            .map_err(|e| cpc_error(format!("oob: listening: {e}")))?;
-        Ok(Box::new(OobModule {
-            port: listener.local_addr().map(|a| a.port()).unwrap_or(0),
-            listener,
-            peers: HashMap::new(),
-            incoming: Vec::new(),
-            early: Vec::new(),
-        }))
+        Ok(Box::new(OobModule::listen()?))
     }
+}
+
+/// Bytes of a listener's secret.
+const SECRET: usize = 16;
+
+/// Fresh random bytes from the kernel.
+fn random_secret() -> Result<[u8; SECRET], Error> {
+    let mut s = [0u8; SECRET];
+    // SAFETY: getrandom writes at most `s.len()` bytes into `s`.
+    let n = unsafe { libc::getrandom(s.as_mut_ptr().cast(), s.len(), 0) };
+    if n != SECRET as isize {
+        let e = std::io::Error::last_os_error();
+        return Err(cpc_error(format!(
+            "oob: no random bytes for the secret: {e}"
+        )));
+    }
+    Ok(s)
 }
 
 struct OobPeer {
     addrs: Vec<SocketAddrV4>,
+    /// What its listener wants to hear first.
+    secret: [u8; SECRET],
     out: Option<TcpStream>,
     handshake: Option<Handshake>,
     qp: Option<Qp>,
 }
 
-/// An accepted connection: bytes read so far, and whose it is once a message said.
+/// An accepted connection: bytes read so far, whether it opened with the secret, and
+/// whose it is once a message said.
 struct Incoming {
     stream: TcpStream,
     buf: Vec<u8>,
+    trusted: bool,
     rank: Option<u32>,
 }
 
@@ -60,6 +78,7 @@ struct Incoming {
 pub struct OobModule {
     listener: TcpListener,
     port: u16,
+    secret: [u8; SECRET],
     peers: HashMap<u32, OobPeer>,
     incoming: Vec<Incoming>,
     /// Messages from peers not added yet.
@@ -97,12 +116,29 @@ fn local_addresses() -> Vec<Ipv4Addr> {
 }
 
 impl OobModule {
+    /// A module listening on an ephemeral port of every address, with a fresh secret.
+    fn listen() -> Result<OobModule, Error> {
+        let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))
+            .and_then(|l| l.set_nonblocking(true).map(|_| l))
+            .map_err(|e| cpc_error(format!("oob: listening: {e}")))?;
+        Ok(OobModule {
+            port: listener.local_addr().map(|a| a.port()).unwrap_or(0),
+            listener,
+            secret: random_secret()?,
+            peers: HashMap::new(),
+            incoming: Vec::new(),
+            early: Vec::new(),
+        })
+    }
+
     fn send(&mut self, rank: u32, me: u32, m: Message) -> Result<(), String> {
         let peer = self.peers.get_mut(&rank).ok_or("no such peer")?;
         if peer.out.is_none() {
             let mut last = String::from("no address");
             for a in &peer.addrs {
-                match TcpStream::connect_timeout(&(*a).into(), Duration::from_secs(2)) {
+                let opened = TcpStream::connect_timeout(&(*a).into(), Duration::from_secs(2))
+                    .and_then(|mut s| s.write_all(&peer.secret).map(|_| s));
+                match opened {
                     Ok(s) => {
                         let _ = s.set_nodelay(true);
                         peer.out = Some(s);
@@ -196,18 +232,21 @@ impl OobModule {
 
     /// Read what accepted connections have: the complete messages, and the ranks
     /// whose connection closed (their process ended: the connection lives as long as
-    /// it does).
+    /// it does). Connections that do not open with the secret, or that speak for a
+    /// second rank, are closed and count for nothing.
     fn read_incoming(&mut self) -> (Vec<(u32, Message)>, Vec<u32>) {
         while let Ok((stream, _)) = self.listener.accept() {
             let _ = stream.set_nonblocking(true);
             self.incoming.push(Incoming {
                 stream,
                 buf: Vec::new(),
+                trusted: false,
                 rank: None,
             });
         }
         let mut got = Vec::new();
         let mut closed = Vec::new();
+        let secret = self.secret;
         self.incoming.retain_mut(|c| {
             let mut chunk = [0u8; 256];
             let open = loop {
@@ -219,12 +258,25 @@ impl OobModule {
                     Err(_) => break false,
                 }
             };
-            while let Some(&len) = c.buf.first() {
+            if !c.trusted && c.buf.len() >= SECRET {
+                if c.buf[..SECRET] != secret {
+                    let from = c.stream.peer_addr().ok();
+                    tracing::warn!(?from, "oob: a connection without the job's secret closed");
+                    return false;
+                }
+                c.trusted = true;
+                c.buf.drain(..SECRET);
+            }
+            while let Some(&len) = c.buf.first().filter(|_| c.trusted) {
                 let total = 5 + usize::from(len);
                 if c.buf.len() < total {
                     break;
                 }
                 let rank = u32::from_le_bytes(c.buf[1..5].try_into().expect("4 bytes"));
+                if c.rank.is_some_and(|r| r != rank) {
+                    tracing::warn!(rank, "oob: a connection that spoke for two ranks closed");
+                    return false;
+                }
                 match Message::decode(&c.buf[5..total]) {
                     Some(m) => got.push((rank, m)),
                     None => tracing::warn!(rank, "oob: a malformed message ignored"),
@@ -252,6 +304,7 @@ impl CpcModule<Core> for OobModule {
 
     fn modex_blob(&self) -> Vec<u8> {
         let mut b = self.port.to_le_bytes().to_vec();
+        b.extend_from_slice(&self.secret);
         for a in local_addresses() {
             b.extend_from_slice(&a.octets());
         }
@@ -265,11 +318,13 @@ impl CpcModule<Core> for OobModule {
                 blob.len()
             ))
         };
-        let (port, ips) = blob.split_at_checked(2).ok_or_else(bad)?;
+        let (port, rest) = blob.split_at_checked(2).ok_or_else(bad)?;
+        let (secret, ips) = rest.split_at_checked(SECRET).ok_or_else(bad)?;
         if ips.len() % 4 != 0 {
             return Err(bad());
         }
         let port = u16::from_le_bytes([port[0], port[1]]);
+        let secret = secret.try_into().expect("SECRET bytes");
         let addrs = ips
             .chunks(4)
             .map(|c| SocketAddrV4::new(Ipv4Addr::new(c[0], c[1], c[2], c[3]), port))
@@ -278,6 +333,7 @@ impl CpcModule<Core> for OobModule {
             peer,
             OobPeer {
                 addrs,
+                secret,
                 out: None,
                 handshake: None,
                 qp: None,
@@ -326,5 +382,117 @@ impl CpcModule<Core> for OobModule {
     fn finalize(&mut self) {
         self.peers.clear();
         self.incoming.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(rank: u32, m: &Message) -> Vec<u8> {
+        let body = m.encode();
+        let mut f = vec![body.len() as u8];
+        f.extend_from_slice(&rank.to_le_bytes());
+        f.extend_from_slice(&body);
+        f
+    }
+
+    /// Connect to the module's listener and write `bytes`; the stream, still open.
+    fn connect(m: &OobModule, bytes: &[u8]) -> TcpStream {
+        let mut s = TcpStream::connect((Ipv4Addr::LOCALHOST, m.port)).unwrap();
+        s.write_all(bytes).unwrap();
+        s.set_nonblocking(true).unwrap();
+        s
+    }
+
+    /// Whether the module has closed its end of `s`.
+    fn closed_by_module(s: &mut TcpStream) -> bool {
+        match s.read(&mut [0u8; 1]) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => e.kind() != ErrorKind::WouldBlock,
+        }
+    }
+
+    /// What the module reads from its connections until `done` holds (or 5 s pass).
+    fn read_until(
+        m: &mut OobModule,
+        mut done: impl FnMut(&[(u32, Message)], &[u32]) -> bool,
+    ) -> (Vec<(u32, Message)>, Vec<u32>) {
+        let (mut got, mut closed) = (Vec::new(), Vec::new());
+        for _ in 0..500 {
+            let (g, c) = m.read_incoming();
+            got.extend(g);
+            closed.extend(c);
+            if done(&got, &closed) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (got, closed)
+    }
+
+    #[test]
+    fn a_connection_without_the_secret_is_closed_unheard() {
+        let mut m = OobModule::listen().unwrap();
+        let mut bytes = vec![0u8; SECRET];
+        bytes.extend(frame(3, &Message::Ask));
+        let mut s = connect(&m, &bytes);
+        let (got, closed) = read_until(&mut m, |_, _| closed_by_module(&mut s));
+        assert!(
+            closed_by_module(&mut s),
+            "the stranger's connection is still open"
+        );
+        assert!(got.is_empty(), "a stranger's message was taken: {got:?}");
+        assert!(
+            closed.is_empty(),
+            "a stranger's close made rank 3 look dead"
+        );
+        assert!(
+            m.incoming.is_empty(),
+            "the stranger's connection is still kept"
+        );
+    }
+
+    #[test]
+    fn a_member_is_heard_and_its_close_reports_its_rank() {
+        let mut m = OobModule::listen().unwrap();
+        let mut bytes = m.secret.to_vec();
+        bytes.extend(frame(3, &Message::Ask));
+        let s = connect(&m, &bytes);
+        let (got, _) = read_until(&mut m, |got, _| !got.is_empty());
+        assert!(matches!(got.as_slice(), [(3, Message::Ask)]), "{got:?}");
+        drop(s);
+        let (_, closed) = read_until(&mut m, |_, closed| !closed.is_empty());
+        assert_eq!(closed, vec![3]);
+    }
+
+    #[test]
+    fn a_connection_speaks_for_one_rank_only() {
+        let mut m = OobModule::listen().unwrap();
+        let mut bytes = m.secret.to_vec();
+        bytes.extend(frame(3, &Message::Ask));
+        bytes.extend(frame(4, &Message::Ready));
+        let mut s = connect(&m, &bytes);
+        let (got, closed) = read_until(&mut m, |_, _| closed_by_module(&mut s));
+        assert!(matches!(got.as_slice(), [(3, Message::Ask)]), "{got:?}");
+        assert!(
+            closed.is_empty(),
+            "a connection closed for lying is no death"
+        );
+    }
+
+    #[test]
+    fn the_modex_blob_carries_port_secret_and_addresses() {
+        let m = OobModule::listen().unwrap();
+        let blob = m.modex_blob();
+        assert_eq!(u16::from_le_bytes([blob[0], blob[1]]), m.port);
+        assert_eq!(&blob[2..2 + SECRET], &m.secret);
+        assert_eq!((blob.len() - 2 - SECRET) % 4, 0);
+        let mut peer = OobModule::listen().unwrap();
+        peer.endpoint_init(0, &blob).unwrap();
+        assert_eq!(peer.peers[&0].secret, m.secret);
+        assert!(peer.endpoint_init(1, &blob[..2 + SECRET - 1]).is_err());
+        assert_ne!(peer.secret, m.secret, "every listener draws its own secret");
     }
 }
