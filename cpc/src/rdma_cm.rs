@@ -28,9 +28,13 @@ pub struct Hello {
 }
 
 impl Hello {
-    /// Its bytes (9, well inside the 56 bytes of private data).
+    /// Bytes of an encoded hello, well inside the 56 bytes of private data (the rest
+    /// is free for the transport).
+    pub const LEN: usize = 9;
+
+    /// Its bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(9);
+        let mut out = Vec::with_capacity(Self::LEN);
         out.extend_from_slice(&self.rank.to_le_bytes());
         out.push(match self.kind {
             Kind::Connect => 1,

@@ -32,6 +32,7 @@ pub mod flow;
 mod module;
 pub mod oob;
 pub mod rdma_cm;
+mod secret;
 pub mod wire;
 mod xrc;
 

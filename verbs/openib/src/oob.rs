@@ -4,12 +4,13 @@
 //! in the modex). The handshake itself is `rbtl_cpc::oob`.
 //!
 //! The listener is reachable from the whole network, so it takes only connections
-//! that open with its secret: random bytes it publishes in the modex next to its port,
-//! which only the job's processes read. Anything else is closed unheard (a stranger
-//! could otherwise claim a rank, and by closing make that rank look dead). A
-//! connection speaks for the first rank it names, and for no other.
+//! that open with its [secret](crate::secret), published in the modex next to its
+//! port. Anything else is closed unheard (a stranger could otherwise claim a rank,
+//! and by closing make that rank look dead). A connection speaks for the first rank
+//! it names, and for no other.
 
 use crate::core::{cpc_error, Core};
+use crate::secret::{self, Secret};
 use rbtl_config::{Config, Registry};
 use rbtl_cpc::oob::{initiates, Action, Handshake, Message, QpInfo};
 use rbtl_cpc::{ConnectionHost, CpcComponent, CpcModule, Error, PortInfo};
@@ -39,27 +40,10 @@ impl CpcComponent<Core> for OobComponent {
     }
 }
 
-/// Bytes of a listener's secret.
-const SECRET: usize = 16;
-
-/// Fresh random bytes from the kernel.
-fn random_secret() -> Result<[u8; SECRET], Error> {
-    let mut s = [0u8; SECRET];
-    // SAFETY: getrandom writes at most `s.len()` bytes into `s`.
-    let n = unsafe { libc::getrandom(s.as_mut_ptr().cast(), s.len(), 0) };
-    if n != SECRET as isize {
-        let e = std::io::Error::last_os_error();
-        return Err(cpc_error(format!(
-            "oob: no random bytes for the secret: {e}"
-        )));
-    }
-    Ok(s)
-}
-
 struct OobPeer {
     addrs: Vec<SocketAddrV4>,
     /// What its listener wants to hear first.
-    secret: [u8; SECRET],
+    secret: Secret,
     out: Option<TcpStream>,
     handshake: Option<Handshake>,
     qp: Option<Qp>,
@@ -78,7 +62,7 @@ struct Incoming {
 pub struct OobModule {
     listener: TcpListener,
     port: u16,
-    secret: [u8; SECRET],
+    secret: Secret,
     peers: HashMap<u32, OobPeer>,
     incoming: Vec<Incoming>,
     /// Messages from peers not added yet.
@@ -124,7 +108,7 @@ impl OobModule {
         Ok(OobModule {
             port: listener.local_addr().map(|a| a.port()).unwrap_or(0),
             listener,
-            secret: random_secret()?,
+            secret: secret::fresh(NAME)?,
             peers: HashMap::new(),
             incoming: Vec::new(),
             early: Vec::new(),
@@ -246,7 +230,7 @@ impl OobModule {
         }
         let mut got = Vec::new();
         let mut closed = Vec::new();
-        let secret = self.secret;
+        let own = self.secret;
         self.incoming.retain_mut(|c| {
             let mut chunk = [0u8; 256];
             let open = loop {
@@ -258,14 +242,14 @@ impl OobModule {
                     Err(_) => break false,
                 }
             };
-            if !c.trusted && c.buf.len() >= SECRET {
-                if c.buf[..SECRET] != secret {
+            if !c.trusted && c.buf.len() >= secret::LEN {
+                if c.buf[..secret::LEN] != own {
                     let from = c.stream.peer_addr().ok();
                     tracing::warn!(?from, "oob: a connection without the job's secret closed");
                     return false;
                 }
                 c.trusted = true;
-                c.buf.drain(..SECRET);
+                c.buf.drain(..secret::LEN);
             }
             while let Some(&len) = c.buf.first().filter(|_| c.trusted) {
                 let total = 5 + usize::from(len);
@@ -319,12 +303,12 @@ impl CpcModule<Core> for OobModule {
             ))
         };
         let (port, rest) = blob.split_at_checked(2).ok_or_else(bad)?;
-        let (secret, ips) = rest.split_at_checked(SECRET).ok_or_else(bad)?;
+        let secret = secret::read(rest).ok_or_else(bad)?;
+        let ips = &rest[secret::LEN..];
         if ips.len() % 4 != 0 {
             return Err(bad());
         }
         let port = u16::from_le_bytes([port[0], port[1]]);
-        let secret = secret.try_into().expect("SECRET bytes");
         let addrs = ips
             .chunks(4)
             .map(|c| SocketAddrV4::new(Ipv4Addr::new(c[0], c[1], c[2], c[3]), port))
@@ -435,7 +419,7 @@ mod tests {
     #[test]
     fn a_connection_without_the_secret_is_closed_unheard() {
         let mut m = OobModule::listen().unwrap();
-        let mut bytes = vec![0u8; SECRET];
+        let mut bytes = vec![0u8; secret::LEN];
         bytes.extend(frame(3, &Message::Ask));
         let mut s = connect(&m, &bytes);
         let (got, closed) = read_until(&mut m, |_, _| closed_by_module(&mut s));
@@ -487,12 +471,12 @@ mod tests {
         let m = OobModule::listen().unwrap();
         let blob = m.modex_blob();
         assert_eq!(u16::from_le_bytes([blob[0], blob[1]]), m.port);
-        assert_eq!(&blob[2..2 + SECRET], &m.secret);
-        assert_eq!((blob.len() - 2 - SECRET) % 4, 0);
+        assert_eq!(&blob[2..2 + secret::LEN], &m.secret);
+        assert_eq!((blob.len() - 2 - secret::LEN) % 4, 0);
         let mut peer = OobModule::listen().unwrap();
         peer.endpoint_init(0, &blob).unwrap();
         assert_eq!(peer.peers[&0].secret, m.secret);
-        assert!(peer.endpoint_init(1, &blob[..2 + SECRET - 1]).is_err());
+        assert!(peer.endpoint_init(1, &blob[..2 + secret::LEN - 1]).is_err());
         assert_ne!(peer.secret, m.secret, "every listener draws its own secret");
     }
 }

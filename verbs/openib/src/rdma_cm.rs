@@ -2,9 +2,12 @@
 //! module listens with librdmacm on its port's IP address; connections are made by
 //! address and route resolution and connect/accept, with the rank and queue-pair
 //! number in the private data. Who initiates, and how crossing requests end, is
-//! `rbtl_cpc::rdma_cm`. Usable only on a port with an IPv4 address.
+//! `rbtl_cpc::rdma_cm`. Usable only on a port with an IPv4 address. A connect request
+//! must carry the listener's [secret](crate::secret) after its hello, or it is
+//! refused.
 
 use crate::core::{cpc_error, Core};
+use crate::secret::{self, Secret};
 use rbtl_config::{Config, Registry};
 use rbtl_cpc::rdma_cm::{initiates, Action, Connection, Event, Hello, Kind};
 use rbtl_cpc::{ConnectionHost, CpcComponent, CpcModule, Error, PortInfo};
@@ -17,6 +20,13 @@ use std::time::Duration;
 pub const NAME: &str = "rdma_cm";
 
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The hello of a connect request whose private data carries `own` secret after it
+/// (the listener's address is in the network's reach; its secret only in the job's).
+fn admit(own: &Secret, private_data: &[u8]) -> Option<Hello> {
+    let hello = Hello::decode(private_data)?;
+    (secret::read(private_data.get(Hello::LEN..)?)? == *own).then_some(hello)
+}
 
 /// The component.
 pub struct RdmaCmComponent;
@@ -56,6 +66,7 @@ impl CpcComponent<Core> for RdmaCmComponent {
             channel,
             _listener: listener,
             me,
+            secret: secret::fresh(NAME)?,
             peers: HashMap::new(),
             ids: HashMap::new(),
             early: Vec::new(),
@@ -65,6 +76,8 @@ impl CpcComponent<Core> for RdmaCmComponent {
 
 struct CmPeer {
     addr: SocketAddrV4,
+    /// What its listener wants in a connect request's private data.
+    secret: Secret,
     conn: Connection,
     /// Our connection attempt (an ask or a real one), with its kind.
     active: Option<(CmId, Kind)>,
@@ -81,6 +94,8 @@ pub struct RdmaCmModule {
     channel: EventChannel,
     _listener: CmId,
     me: SocketAddrV4,
+    /// What a connect request must carry after its hello.
+    secret: Secret,
     peers: HashMap<u32, CmPeer>,
     /// Which peer each identifier serves.
     ids: HashMap<usize, u32>,
@@ -171,13 +186,14 @@ impl RdmaCmModule {
             core.post_receives(rank, &mut qp)
                 .map_err(|e| e.to_string())?;
         }
-        let hello = Hello {
+        let peer = self.peers.get_mut(&rank).ok_or("no such peer")?;
+        let mut hello = Hello {
             rank: core.rank,
             kind,
             qpn: qp.qpn(),
         }
         .encode();
-        let peer = self.peers.get_mut(&rank).ok_or("no such peer")?;
+        hello.extend_from_slice(&peer.secret);
         let (id, _) = peer.active.as_ref().ok_or("no connection attempt")?;
         id.connect(&hello).map_err(|e| e.to_string())?;
         if kind == Kind::Connect {
@@ -210,16 +226,21 @@ impl CpcModule<Core> for RdmaCmModule {
     fn modex_blob(&self) -> Vec<u8> {
         let mut b = self.me.ip().octets().to_vec();
         b.extend_from_slice(&self.me.port().to_le_bytes());
+        b.extend_from_slice(&self.secret);
         b
     }
 
     fn endpoint_init(&mut self, peer: u32, blob: &[u8]) -> Result<(), Error> {
-        let b: &[u8; 6] = blob.try_into().map_err(|_| {
+        let bad = || {
             cpc_error(format!(
                 "rdma_cm: rank {peer}'s address is {} bytes",
                 blob.len()
             ))
-        })?;
+        };
+        let (b, rest): (&[u8; 6], _) = blob.split_first_chunk().ok_or_else(bad)?;
+        let secret = secret::read(rest)
+            .filter(|_| rest.len() == secret::LEN)
+            .ok_or_else(bad)?;
         let addr = SocketAddrV4::new(
             [b[0], b[1], b[2], b[3]].into(),
             u16::from_le_bytes([b[4], b[5]]),
@@ -228,6 +249,7 @@ impl CpcModule<Core> for RdmaCmModule {
             peer,
             CmPeer {
                 addr,
+                secret,
                 conn: Connection::new(initiates(self.me, addr)),
                 active: None,
                 passive: None,
@@ -270,9 +292,14 @@ impl CpcModule<Core> for RdmaCmModule {
             };
             n += 1;
             if let CmEventKind::ConnectRequest(id) = ev.kind {
-                match Hello::decode(&ev.private_data) {
+                match admit(&self.secret, &ev.private_data) {
                     Some(hello) => self.on_request(id, hello, core),
-                    None => tracing::warn!("rdma_cm: a connect request without our private data"),
+                    None => {
+                        tracing::warn!(
+                            "rdma_cm: a connect request without the job's secret refused"
+                        );
+                        let _ = id.reject(&[]);
+                    }
                 }
                 continue;
             }
@@ -362,5 +389,24 @@ mod tests {
             matches!(e, Error::Unusable { cpc: "rdma_cm", .. }) && text.contains("no IPv4 address"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn only_requests_carrying_the_secret_are_admitted() {
+        let own = [7u8; secret::LEN];
+        let hello = Hello {
+            rank: 3,
+            kind: Kind::Connect,
+            qpn: 0x42,
+        };
+        let mut data = hello.encode();
+        data.extend_from_slice(&own);
+        data.resize(56, 0);
+        assert_eq!(admit(&own, &data), Some(hello));
+        let mut wrong = data.clone();
+        wrong[Hello::LEN] ^= 1;
+        assert_eq!(admit(&own, &wrong), None, "a wrong secret");
+        assert_eq!(admit(&own, &data[..Hello::LEN + 3]), None, "a short one");
+        assert_eq!(admit(&own, &hello.encode()), None, "none at all");
     }
 }
