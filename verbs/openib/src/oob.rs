@@ -4,7 +4,7 @@
 //! in the modex). The handshake itself is `rbtl_cpc::oob`.
 //!
 //! The listener is reachable from the whole network, so it takes only connections
-//! that open with its [secret](crate::secret), published in the modex next to its
+//! that open with its secret, random bytes published in the modex next to its
 //! port. Anything else is closed unheard (a stranger could otherwise claim a rank,
 //! and by closing make that rank look dead). A connection speaks for the first rank
 //! it names, and for no other.

@@ -3,8 +3,8 @@
 //! address and route resolution and connect/accept, with the rank and queue-pair
 //! number in the private data. Who initiates, and how crossing requests end, is
 //! `rbtl_cpc::rdma_cm`. Usable only on a port with an IPv4 address. A connect request
-//! must carry the listener's [secret](crate::secret) after its hello, or it is
-//! refused.
+//! must carry the listener's secret (random bytes published in the modex next to
+//! its address) after its hello, or it is refused.
 
 use crate::core::{cpc_error, Core};
 use crate::secret::{self, Secret};
