@@ -1,8 +1,8 @@
 //! The openib transport on a real RDMA device (`rxe0` in the soft-RoCE guest, see
 //! `rdma/guest.sh`): the contract suite across two processes with each connection
 //! method, a wrong remote key, the memlock diagnosis, the message layer across 2 and 4
-//! ranks, a flood that must not cause receiver-not-ready retries, a killed peer, ranks
-//! that share no connection method, and a short osu sweep. Without a
+//! ranks, a flood that must not cause receiver-not-ready retries, a shared receive
+//! queue, a killed peer, ranks that share no connection method, and a short osu sweep. Without a
 //! device these tests say so and pass, unless `VERBS_REQUIRE_DEVICE` is set (as in
 //! the guest), where a missing device fails them.
 //!
@@ -324,17 +324,26 @@ static ONE_JOB: Mutex<()> = Mutex::new(());
 
 /// Run `role` on `ranks` ranks; the job's exit code and its directory of reports.
 fn run(role: &str, ranks: u32, cpc: &str) -> (i32, PathBuf) {
+    run_with(role, ranks, cpc, &[])
+}
+
+/// [`run`], with more environment (configuration parameters) for the ranks.
+fn run_with(role: &str, ranks: u32, cpc: &str, more: &[(&str, &str)]) -> (i32, PathBuf) {
     let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!(
-        "rbtl-openib-{}-{role}-{ranks}-{cpc}",
-        std::process::id()
+        "rbtl-openib-{}-{role}-{ranks}-{cpc}{}",
+        std::process::id(),
+        more.iter()
+            .map(|(k, v)| format!("-{k}={v}"))
+            .collect::<String>()
     ));
     std::fs::create_dir_all(&dir).unwrap();
-    let env = vec![
+    let mut env = vec![
         ("OPENIB_TEST_ROLE".to_string(), role.to_string()),
         ("OPENIB_TEST_DIR".to_string(), dir.display().to_string()),
         ("OPENIB_TEST_CPC".to_string(), cpc.to_string()),
     ];
+    env.extend(more.iter().map(|(k, v)| (k.to_string(), v.to_string())));
     let opts = LaunchOptions {
         ranks,
         env,
@@ -356,7 +365,11 @@ fn run(role: &str, ranks: u32, cpc: &str) -> (i32, PathBuf) {
 }
 
 fn expect_all_ok(role: &str, ranks: u32, cpc: &str) {
-    let (code, dir) = run(role, ranks, cpc);
+    expect_all_ok_with(role, ranks, cpc, &[]);
+}
+
+fn expect_all_ok_with(role: &str, ranks: u32, cpc: &str, more: &[(&str, &str)]) {
+    let (code, dir) = run_with(role, ranks, cpc, more);
     assert_eq!(code, 0, "{role} with {ranks} ranks over {cpc}");
     let oks = (0..ranks)
         .filter(|r| dir.join(format!("ok.{r}")).exists())
@@ -395,6 +408,29 @@ fn a_flood_of_small_messages_arrives_in_order_without_rnr_retries() {
             rnr_retries(),
             before,
             "{cpc}: credits kept every send within the posted receives"
+        );
+    }
+}
+
+/// With a shared receive queue (`btl_openib_srq_depth`): the contract suite and the
+/// message layer; and a flood into a queue of 8 buffers, which the device holds back
+/// with receiver-not-ready retries (so the queue really is what receives), with every
+/// message arriving, in order.
+#[test]
+fn a_shared_receive_queue_serves_every_peer_and_loses_nothing_when_it_runs_dry() {
+    if !device() {
+        return;
+    }
+    let srq = [("RBTL_BTL_OPENIB_SRQ_DEPTH", "64")];
+    expect_all_ok_with("contract", 2, "oob", &srq);
+    expect_all_ok_with("msg", 4, "rdma_cm", &srq);
+    expect_all_ok_with("msg", 2, "oob", &srq);
+    let before = rnr_retries();
+    expect_all_ok_with("flood", 2, "oob", &[("RBTL_BTL_OPENIB_SRQ_DEPTH", "8")]);
+    if let (Some(before), Some(after)) = (before, rnr_retries()) {
+        assert!(
+            after > before,
+            "a flood into 8 shared buffers made the device retry ({before} -> {after})"
         );
     }
 }

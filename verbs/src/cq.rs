@@ -100,6 +100,9 @@ pub struct Completion {
     pub status: u32,
     /// Bytes received (receives only).
     pub byte_len: u32,
+    /// The queue pair it belongs to: for a receive through a shared receive queue,
+    /// the one the message came in on.
+    pub qp_num: u32,
 }
 
 impl Completion {
@@ -208,6 +211,7 @@ impl Cq {
                 wr_id: w.wr_id,
                 status: w.status,
                 byte_len: w.byte_len,
+                qp_num: w.qp_num,
             };
         }
         Ok(n as usize)
@@ -220,6 +224,7 @@ impl Cq {
             wr_id: 0,
             status: 0,
             byte_len: 0,
+            qp_num: 0,
         }];
         loop {
             if self.poll(&mut one)? == 1 {

@@ -217,7 +217,13 @@ impl Qp {
     }
 
     /// The queue pair librdmacm made on `id` (it moves it to RTS on connect/accept).
-    pub(crate) fn from_cm(id: &Arc<IdInner>, pd: &Pd, cq: &Cq, caps: QpCaps) -> Result<Qp> {
+    pub(crate) fn from_cm(
+        id: &Arc<IdInner>,
+        pd: &Pd,
+        cq: &Cq,
+        srq: Option<&Srq>,
+        caps: QpCaps,
+    ) -> Result<Qp> {
         // SAFETY: plain C struct, zero is a valid value.
         let mut init: sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         init.send_cq = cq.inner.ptr.as_ptr();
@@ -228,8 +234,12 @@ impl Qp {
         init.cap.max_recv_sge = 1;
         init.cap.max_inline_data = caps.max_inline;
         init.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
-        // SAFETY: a live id with a resolved route (or a connect request), a live PD
-        // and CQ of the same device.
+        if let Some(srq) = srq {
+            init.srq = srq.inner.ptr.as_ptr();
+            init.cap.max_recv_wr = 0;
+        }
+        // SAFETY: a live id with a resolved route (or a connect request), a live PD,
+        // CQ and SRQ of the same device.
         let rc = unsafe { sys::rdma_create_qp(id.ptr.as_ptr(), pd.inner.ptr.as_ptr(), &mut init) };
         if rc != 0 {
             return Err(call_error("rdma_create_qp", 0));
@@ -241,7 +251,7 @@ impl Qp {
             ptr,
             _pd: pd.inner.clone(),
             _cqs: (cq.inner.clone(), cq.inner.clone()),
-            _srq: None,
+            _srq: srq.map(|s| s.inner.clone()),
             cm: Some(id.clone()),
             port: 0,
             gid_index: 0,

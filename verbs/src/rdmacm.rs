@@ -7,6 +7,7 @@ use crate::device::Context;
 use crate::error::{call_error, Error, Result};
 use crate::pd::Pd;
 use crate::qp::{Qp, QpCaps};
+use crate::srq::Srq;
 use rdma_sys as sys;
 use std::ffi::CStr;
 use std::net::SocketAddrV4;
@@ -316,9 +317,10 @@ impl CmId {
         NonNull::new(unsafe { self.inner.ptr.as_ref() }.verbs).map(Context::lent)
     }
 
-    /// Make the id's queue pair (RC), on `pd`, completing into `cq`.
-    pub fn create_qp(&self, pd: &Pd, cq: &Cq, caps: QpCaps) -> Result<Qp> {
-        Qp::from_cm(&self.inner, pd, cq, caps)
+    /// Make the id's queue pair (RC), on `pd`, completing into `cq`, receiving
+    /// through `srq` when given.
+    pub fn create_qp(&self, pd: &Pd, cq: &Cq, srq: Option<&Srq>, caps: QpCaps) -> Result<Qp> {
+        Qp::from_cm(&self.inner, pd, cq, srq, caps)
     }
 
     fn params(private_data: &[u8]) -> sys::rdma_conn_param {

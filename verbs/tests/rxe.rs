@@ -560,7 +560,7 @@ fn rdma_cm_connect_accept_with_private_data() {
         max_recv_wr: 8,
         max_inline: 0,
     };
-    let mut cqp = client.create_qp(&cpd, &ccq, caps).unwrap();
+    let mut cqp = client.create_qp(&cpd, &ccq, None, caps).unwrap();
     client.connect(b"rank 0, qp details").unwrap();
 
     let req = server_ch.next(WAIT).unwrap();
@@ -570,7 +570,7 @@ fn rdma_cm_connect_accept_with_private_data() {
     };
     let sctx = conn.context().expect("bound to a device");
     let (spd, mut scq) = (sctx.alloc_pd().unwrap(), sctx.create_cq(16).unwrap());
-    let mut sqp = conn.create_qp(&spd, &scq, caps).unwrap();
+    let mut sqp = conn.create_qp(&spd, &scq, None, caps).unwrap();
     let inbox = Buf::new(&spd, 64, 0, MrAccess::LOCAL_WRITE);
     // SAFETY: inside the registered buffer, which outlives the receive.
     unsafe { sqp.post_recv(5, &inbox.mr, inbox.addr(), 64) }.unwrap();

@@ -5,6 +5,7 @@
 //! pairs.
 
 use crate::flow::Credits;
+use crate::srq::SharedReceives;
 use crate::wire::FRAG_EXTRA;
 use rbtl_btl::{
     AmTable, Attributes, Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent, ModuleId,
@@ -44,6 +45,8 @@ pub struct Settings {
     pub max_inline: u32,
     /// Most send fragments.
     pub free_list_max: usize,
+    /// Receive buffers in one queue shared by every peer (0: per-peer buffers).
+    pub srq_depth: u32,
 }
 
 /// Where a peer's connection stands.
@@ -175,6 +178,8 @@ pub struct Core {
     pub send_frags: FreeList<Mr>,
     /// Receive fragments, registered once per chunk.
     pub recv_frags: FreeList<Mr>,
+    /// The shared receive queue, when receives go through one.
+    pub shared: Option<SharedReceives>,
     /// Peers by endpoint.
     pub peers: Vec<Peer>,
     /// Endpoint by rank.
@@ -322,7 +327,7 @@ impl Core {
             &self.pd,
             &self.cq,
             &self.cq,
-            None,
+            self.shared.as_ref().map(SharedReceives::srq),
             self.caps,
             self.port.num,
             self.port.gid_index,
@@ -432,6 +437,11 @@ impl ConnectionHost for Core {
             .by_rank
             .get(&rank)
             .ok_or_else(|| cpc_error(format!("rank {rank} is not a peer of this module")))?;
+        if let Some(shared) = self.shared.as_mut() {
+            // The queue pair receives through the shared queue.
+            shared.serve(qp.qpn(), ep);
+            return Ok(());
+        }
         let n = (self.settings.recv_depth + self.settings.rsv_depth) as usize;
         let mut slots = Vec::with_capacity(n);
         for slot in 0..n {

@@ -15,6 +15,8 @@ pub struct Credits {
     owed: u32,
     rsv_owed: u32,
     threshold: u32,
+    /// Sends need no credit (the peer receives through a shared receive queue).
+    unlimited: bool,
 }
 
 impl Credits {
@@ -26,11 +28,25 @@ impl Credits {
             owed: 0,
             rsv_owed: 0,
             threshold: (depth / 2).max(1),
+            unlimited: false,
+        }
+    }
+
+    /// No credits to count: the peer's receive buffers are shared by all its peers
+    /// (a shared receive queue), and the device's receiver-not-ready retries hold a
+    /// burst back when they run out. Nothing is owed or returned.
+    pub fn unlimited() -> Credits {
+        Credits {
+            unlimited: true,
+            ..Credits::new(0, 0)
         }
     }
 
     /// Take a credit for a message; false when none is left.
     pub fn take(&mut self) -> bool {
+        if self.unlimited {
+            return true;
+        }
         let ok = self.send > 0;
         self.send -= u32::from(ok);
         ok
@@ -84,6 +100,16 @@ mod tests {
 
     /// A one-way stream: the sender never exceeds the posted buffers and never stalls
     /// for good, whatever the receiver's pace.
+    #[test]
+    fn unlimited_credits_always_allow_a_send_and_owe_nothing() {
+        let mut c = Credits::unlimited();
+        for _ in 0..1000 {
+            assert!(c.take());
+        }
+        assert_eq!(c.piggyback(), (0, 0));
+        assert!(!c.wants_credit_message());
+    }
+
     #[test]
     fn a_one_way_stream_never_overruns_and_never_stalls() {
         let (depth, rsv) = (8, 2);

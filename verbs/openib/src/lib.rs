@@ -33,10 +33,12 @@ mod module;
 pub mod oob;
 pub mod rdma_cm;
 mod secret;
+mod srq;
 pub mod wire;
 mod xrc;
 
 use crate::core::{registered_frags, Control, Core, PortDesc, Settings};
+use crate::srq::SharedReceives;
 pub use module::OpenibModule;
 use rbtl_btl::{
     exclusivity, AmTable, AtomicFlags, Attributes, BtlFlags, Component, Error, Modex, Module,
@@ -141,6 +143,12 @@ impl Component for OpenibComponent {
              installed, or invalidate_everywhere called)",
         )?
         .register(
+            "btl_openib_srq_depth",
+            Value::Int(0),
+            "receive buffers in one queue shared by every peer, whatever the job's size \
+             (0: btl_openib_recv_depth buffers per peer, with credit flow control)",
+        )?
+        .register(
             "btl_openib_max_inline_data",
             Value::Size(128),
             "largest send carried inline in the work request (0: never)",
@@ -169,6 +177,9 @@ impl Component for OpenibComponent {
             max_inline: config
                 .size("btl_openib_max_inline_data")?
                 .min(u32::MAX as usize) as u32,
+            srq_depth: u32::try_from(config.int("btl_openib_srq_depth")?).map_err(|_| {
+                Error::NotAvailable("openib: btl_openib_srq_depth must be 0 or more".into())
+            })?,
         };
         let devices = match rbtl_verbs::cm_devices() {
             Ok(d) => d,
@@ -262,15 +273,23 @@ fn new_core(
         max_recv_wr: settings.recv_depth + settings.rsv_depth,
         max_inline: settings.max_inline,
     };
-    let per_peer = caps.max_send_wr + caps.max_recv_wr;
-    let depth = (per_peer as usize * modex.size().max(2) as usize).min(65_536);
+    // Every peer's queue pair may fill its share; shared receives are counted once.
+    let (per_peer, shared) = match settings.srq_depth {
+        0 => (caps.max_send_wr + caps.max_recv_wr, 0),
+        n => (caps.max_send_wr, n as usize),
+    };
+    let depth = (per_peer as usize * modex.size().max(2) as usize + shared).min(65_536);
     let cq = ctx.create_cq(depth as i32).map_err(e("ibv_create_cq"))?;
     let mut options = rbtl_btl::rcache_params::options(config)?;
     options.leave_pinned = config.bool("btl_openib_leave_pinned")?;
     let rcache = rbtl_rcache::Rcache::new(VerbsRegistrar::new(pd.clone()), options);
     rbtl_rcache::auto::watch(&rcache);
     let send_frags = registered_frags(&pd, attrs.max_send_size, settings.free_list_max)?;
-    let recv_frags = registered_frags(&pd, attrs.max_send_size, 0)?;
+    let mut recv_frags = registered_frags(&pd, attrs.max_send_size, 0)?;
+    let shared = match settings.srq_depth {
+        0 => None,
+        n => Some(SharedReceives::new(&pd, &mut recv_frags, n)?),
+    };
     let control = Control::new(&pd, modex.size() as usize)?;
     Ok(Core {
         id: ModuleId::fresh(),
@@ -285,6 +304,7 @@ fn new_core(
         rcache,
         send_frags,
         recv_frags,
+        shared,
         peers: Vec::new(),
         by_rank: Default::default(),
         posted: Vec::new(),

@@ -5,6 +5,7 @@
 
 use crate::core::{Core, Done, Link, Peer, Posted, RdmaRequest, Waiting, RECV_BIT};
 use crate::flow::Credits;
+use crate::srq::SRQ_BIT;
 use crate::wire::{self, RemoteKey, Trailer, CREDIT_ONLY, FRAG_EXTRA, TRAILER};
 use rbtl_btl::{
     AmCallback, AtomicOp, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
@@ -13,6 +14,7 @@ use rbtl_btl::{
 };
 use rbtl_cpc::select::{self, Offer};
 use rbtl_cpc::CpcModule;
+use rbtl_mpool::Frag;
 use rbtl_rcache::{Access, Registration};
 use rbtl_verbs::{Completion, Op, Sge, VerbsRegistrar};
 
@@ -373,8 +375,11 @@ impl OpenibModule {
     }
 
     fn on_receive(&mut self, c: Completion) {
-        let ep = ((c.wr_id & !RECV_BIT) >> 32) as usize;
         let slot = (c.wr_id & 0xffff_ffff) as usize;
+        if c.wr_id & SRQ_BIT != 0 {
+            return self.on_shared_receive(c, slot);
+        }
+        let ep = ((c.wr_id & !RECV_BIT) >> 32) as usize;
         let Some(frag) = self
             .core
             .peers
@@ -383,18 +388,73 @@ impl OpenibModule {
         else {
             return;
         };
-        if let Err(e) = c.result() {
+        let Some(credit_only) = self.deliver(&c, ep, &frag) else {
             self.core.recv_frags.put(frag);
-            self.core.fail(ep, format!("queue pair error: {e}"));
             return;
+        };
+        // The buffer is reposted, and owed to the peer, by the next progress call
+        // (or once the queue pair is here: the peer may send before this side's CPC
+        // has finished).
+        let peer = &mut self.core.peers[ep];
+        if matches!(peer.link, Link::Failed(_)) {
+            self.core.recv_frags.put(frag);
+            return;
+        }
+        peer.recv[slot] = Some(frag);
+        if peer.qp.is_none() {
+            peer.unposted.push((slot, credit_only));
+        } else {
+            self.core.to_repost.push((ep, slot, credit_only));
+        }
+        // Credits the message returned may let waiting sends go.
+        if !self.core.peers[ep].waiting.is_empty() {
+            self.drain(ep);
+        }
+    }
+
+    /// A receive through the shared queue: the sender is known by its queue pair; the
+    /// buffer goes back to the shared queue whatever became of the message.
+    fn on_shared_receive(&mut self, c: Completion, slot: usize) {
+        let Some(shared) = self.core.shared.as_mut() else {
+            return;
+        };
+        let Some(frag) = shared.take(slot) else {
+            return;
+        };
+        let ep = shared.endpoint(c.qp_num);
+        if let Some(ep) = ep {
+            self.deliver(&c, ep, &frag);
+        } else {
+            tracing::warn!(
+                qpn = c.qp_num,
+                "openib: a message on an unknown queue pair dropped"
+            );
+        }
+        if let Some(shared) = self.core.shared.as_mut() {
+            shared.keep(slot, frag);
+        }
+        self.core
+            .to_repost
+            .push((ep.unwrap_or(usize::MAX), slot, false));
+        if let Some(ep) = ep.filter(|&ep| !self.core.peers[ep].waiting.is_empty()) {
+            self.drain(ep);
+        }
+    }
+
+    /// Hand a received fragment from `ep` to its callback, taking the credits its
+    /// trailer returns; whether it was a credit-only message. `None` (the peer has
+    /// failed) for an error completion or a malformed fragment.
+    fn deliver(&mut self, c: &Completion, ep: usize, frag: &Frag) -> Option<bool> {
+        if let Err(e) = c.result() {
+            self.core.fail(ep, format!("queue pair error: {e}"));
+            return None;
         }
         let bytes = &frag.as_slice()[..c.byte_len as usize];
         let mut lens = [0usize; MAX_SEGMENTS];
         let Some((t, nseg)) = wire::parse(bytes, &mut lens) else {
-            self.core.recv_frags.put(frag);
             self.core
                 .fail(ep, format!("a malformed fragment of {} bytes", c.byte_len));
-            return;
+            return None;
         };
         let credit_only = t.flags & CREDIT_ONLY != 0;
         self.core.peers[ep].credits.returned(t.credits, t.rsv);
@@ -421,24 +481,7 @@ impl OpenibModule {
                 }
             }
         }
-        // The buffer is reposted, and owed to the peer, by the next progress call
-        // (or once the queue pair is here: the peer may send before this side's CPC
-        // has finished).
-        let peer = &mut self.core.peers[ep];
-        if matches!(peer.link, Link::Failed(_)) {
-            self.core.recv_frags.put(frag);
-            return;
-        }
-        peer.recv[slot] = Some(frag);
-        if peer.qp.is_none() {
-            peer.unposted.push((slot, credit_only));
-        } else {
-            self.core.to_repost.push((ep, slot, credit_only));
-        }
-        // Credits the message returned may let waiting sends go.
-        if !self.core.peers[ep].waiting.is_empty() {
-            self.drain(ep);
-        }
+        Some(credit_only)
     }
 
     /// Repost the receive buffers the last poll consumed, then send what their
@@ -447,6 +490,13 @@ impl OpenibModule {
         // (Nothing below receives, so nothing is added meanwhile.)
         let mut reposts = std::mem::take(&mut self.core.to_repost);
         for &(ep, slot, credit_only) in &reposts {
+            let core = &mut self.core;
+            if let Some(shared) = core.shared.as_mut() {
+                if let Err(e) = shared.post(&core.recv_frags, slot) {
+                    tracing::error!("{e}");
+                }
+                continue;
+            }
             if matches!(self.core.peers[ep].link, Link::Failed(_)) {
                 continue;
             }
@@ -457,8 +507,8 @@ impl OpenibModule {
             self.core.peers[ep].credits.reposted(credit_only);
         }
         for (i, &(ep, ..)) in reposts.iter().enumerate() {
-            // Once per peer.
-            if reposts[..i].iter().any(|r| r.0 == ep) {
+            // Once per peer (and not for a message from no known peer).
+            if ep >= self.core.peers.len() || reposts[..i].iter().any(|r| r.0 == ep) {
                 continue;
             }
             self.drain(ep);
@@ -599,13 +649,20 @@ impl Module for OpenibModule {
                 .map_err(|e| Error::NotAvailable(format!("openib: {e}")))?;
             let s = self.core.settings;
             let ep = self.core.peers.len();
-            let per_peer = (self.core.caps.max_send_wr + self.core.caps.max_recv_wr) as usize;
-            if (ep + 1) * per_peer > self.core.cq_depth {
+            // Each peer's queue pair may fill its share of the completion queue;
+            // shared receives are counted once.
+            let caps = self.core.caps;
+            let (per_peer, shared) = match s.srq_depth {
+                0 => ((caps.max_send_wr + caps.max_recv_wr) as usize, 0),
+                n => (caps.max_send_wr as usize, n as usize),
+            };
+            if shared + (ep + 1) * per_peer > self.core.cq_depth {
                 return Err(Error::NotAvailable(format!(
                     "openib: the completion queue's {} entries hold {} peers of {per_peer}; \
-                     lower btl_openib_recv_depth or btl_openib_rdma_depth",
+                     lower btl_openib_recv_depth, btl_openib_rdma_depth or \
+                     btl_openib_srq_depth",
                     self.core.cq_depth,
-                    self.core.cq_depth / per_peer
+                    (self.core.cq_depth - shared.min(self.core.cq_depth)) / per_peer
                 )));
             }
             self.core.peers.push(Peer {
@@ -614,7 +671,10 @@ impl Module for OpenibModule {
                 link: Link::Idle,
                 qp: None,
                 recv: Vec::new(),
-                credits: Credits::new(s.recv_depth, s.rsv_depth),
+                credits: match s.srq_depth {
+                    0 => Credits::new(s.recv_depth, s.rsv_depth),
+                    _ => Credits::unlimited(),
+                },
                 sq_free: 0,
                 waiting: Default::default(),
                 rdma_in_flight: 0,
@@ -1021,6 +1081,7 @@ impl Module for OpenibModule {
             wr_id: 0,
             status: 0,
             byte_len: 0,
+            qp_num: 0,
         }; 16];
         match self.core.cq.poll(&mut wc) {
             Ok(k) => {
@@ -1122,10 +1183,16 @@ impl Drop for OpenibModule {
             c.0.finalize();
         }
         // Queue pairs go first (with them, the work posted on fragments), then the
-        // fragments return to their pools, which can then release their chunks.
+        // shared receive queue, then the fragments return to their pools, which can
+        // then release their chunks.
         let core = &mut self.core;
         for peer in &mut core.peers {
             peer.qp = None;
+        }
+        if let Some(shared) = core.shared.take() {
+            shared.release(&mut core.recv_frags);
+        }
+        for peer in &mut core.peers {
             for frag in peer.recv.drain(..).flatten() {
                 core.recv_frags.put(frag);
             }

@@ -8,6 +8,7 @@
 
 use crate::core::{cpc_error, Core};
 use crate::secret::{self, Secret};
+use crate::srq::SharedReceives;
 use rbtl_config::{Config, Registry};
 use rbtl_cpc::rdma_cm::{initiates, Action, Connection, Event, Hello, Kind};
 use rbtl_cpc::{ConnectionHost, CpcComponent, CpcModule, Error, PortInfo};
@@ -133,7 +134,12 @@ impl RdmaCmModule {
                 Action::Accept => {
                     let id = request.take().ok_or("accept without a request")?;
                     let mut qp = id
-                        .create_qp(&core.pd, &core.cq, core.caps)
+                        .create_qp(
+                            &core.pd,
+                            &core.cq,
+                            core.shared.as_ref().map(SharedReceives::srq),
+                            core.caps,
+                        )
                         .map_err(|e| e.to_string())?;
                     core.post_receives(rank, &mut qp)
                         .map_err(|e| e.to_string())?;
@@ -180,7 +186,12 @@ impl RdmaCmModule {
         let (id, kind) = peer.active.as_ref().ok_or("no connection attempt")?;
         let kind = *kind;
         let mut qp = id
-            .create_qp(&core.pd, &core.cq, caps)
+            .create_qp(
+                &core.pd,
+                &core.cq,
+                core.shared.as_ref().map(SharedReceives::srq),
+                caps,
+            )
             .map_err(|e| e.to_string())?;
         if kind == Kind::Connect {
             core.post_receives(rank, &mut qp)
