@@ -31,6 +31,7 @@ fn rank_role_entry() {
         "contract" => role_contract(&cpc),
         "msg" => role_msg(&cpc),
         "mismatch" => role_mismatch(),
+        "srq_mismatch" => role_srq_mismatch(),
         "killed_peer" => role_killed_peer(&cpc),
         "flood" => role_flood(&cpc),
         other => panic!("unknown OPENIB_TEST_ROLE {other:?}"),
@@ -244,6 +245,27 @@ fn role_mismatch() {
     report_ok(rank, "ok");
 }
 
+/// Rank 0 receives through a shared receive queue, rank 1 per peer: their credits
+/// could never agree, so both refuse with an error that names the parameter.
+fn role_srq_mismatch() {
+    let job = rbtl::pmi::job().unwrap();
+    let rank = job.rank;
+    let mut s = settings("oob");
+    if rank == 0 {
+        s.push(("btl_openib_srq_depth", "16"));
+    }
+    let config = rbtl::configure(&s).unwrap();
+    let err = match Comm::with(job, &config) {
+        Ok(_) => panic!("ranks that receive differently connected"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("btl_openib_srq_depth") && err.contains("shared receive queue"),
+        "the error names the parameter and both ways: {err}"
+    );
+    report_ok(rank, "ok");
+}
+
 /// Each rank in turn floods the other with small messages while the other is not
 /// progressing yet: all arrive, in order (the launcher side checks that the device
 /// saw no receiver-not-ready retries).
@@ -412,8 +434,8 @@ fn a_flood_of_small_messages_arrives_in_order_without_rnr_retries() {
     }
 }
 
-/// With a shared receive queue (`btl_openib_srq_depth`): the contract suite and the
-/// message layer; and a flood into a queue of 8 buffers, which the device holds back
+/// With a shared receive queue (`btl_openib_srq_depth`): ranks set differently refuse
+/// each other clearly; the contract suite and the message layer; and a flood into a queue of 8 buffers, which the device holds back
 /// with receiver-not-ready retries (so the queue really is what receives), with every
 /// message arriving, in order.
 #[test]
@@ -422,6 +444,7 @@ fn a_shared_receive_queue_serves_every_peer_and_loses_nothing_when_it_runs_dry()
         return;
     }
     let srq = [("RBTL_BTL_OPENIB_SRQ_DEPTH", "64")];
+    expect_all_ok("srq_mismatch", 2, "oob");
     expect_all_ok_with("contract", 2, "oob", &srq);
     expect_all_ok_with("msg", 4, "rdma_cm", &srq);
     expect_all_ok_with("msg", 2, "oob", &srq);

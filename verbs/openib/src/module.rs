@@ -62,10 +62,12 @@ impl OpenibModule {
         }
     }
 
-    /// What this module publishes: the subnet prefix, then the CPC offers.
+    /// What this module publishes: the subnet prefix, how it receives (1: through a
+    /// shared receive queue, 0: per peer), then the CPC offers.
     pub(crate) fn modex_blob(&self) -> Vec<u8> {
         let offers: Vec<Offer> = self.cpcs.iter().map(|c| c.1.clone()).collect();
         let mut b = self.subnet.to_vec();
+        b.push(u8::from(self.core.shared.is_some()));
         b.extend(select::encode(&offers));
         b
     }
@@ -631,14 +633,32 @@ impl Module for OpenibModule {
                 out.push(None);
                 continue;
             };
-            let (subnet, offers) = blob.split_at_checked(8).ok_or(Error::Modex(format!(
-                "rank {}'s openib address is {} bytes",
-                p.rank,
-                blob.len()
-            )))?;
+            let Some((subnet, [shared, offers @ ..])) = blob.split_at_checked(8) else {
+                return Err(Error::Modex(format!(
+                    "rank {}'s openib address is {} bytes",
+                    p.rank,
+                    blob.len()
+                )));
+            };
             if subnet != self.subnet {
                 out.push(None);
                 continue;
+            }
+            // Credits flow only between ranks that both count them.
+            let ours = self.core.shared.is_some();
+            if (*shared != 0) != ours {
+                let how = |shared: bool| match shared {
+                    true => "through a shared receive queue",
+                    false => "with per-peer buffers",
+                };
+                return Err(Error::NotAvailable(format!(
+                    "openib: rank {} receives {}, this rank (rank {}) {}: every rank must set \
+                     btl_openib_srq_depth alike (0, or more than 0)",
+                    p.rank,
+                    how(*shared != 0),
+                    self.core.rank,
+                    how(ours)
+                )));
             }
             let remote = select::decode(offers).map_err(|e| Error::Modex(e.to_string()))?;
             let (li, ri) = select::find_match(&local, &remote, p.rank)
