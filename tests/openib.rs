@@ -2,7 +2,8 @@
 //! `rdma/guest.sh`): the contract suite across two processes with each connection
 //! method, a wrong remote key, the memlock diagnosis, the message layer across 2 and 4
 //! ranks, a flood that must not cause receiver-not-ready retries, a shared receive
-//! queue, a killed peer, ranks that share no connection method, and a short osu sweep. Without a
+//! queue, a job too large for the completion queue, a killed peer, ranks that share no
+//! connection method, and a short osu sweep. Without a
 //! device these tests say so and pass, unless `VERBS_REQUIRE_DEVICE` is set (as in
 //! the guest), where a missing device fails them.
 //!
@@ -32,6 +33,7 @@ fn rank_role_entry() {
         "msg" => role_msg(&cpc),
         "mismatch" => role_mismatch(),
         "srq_mismatch" => role_srq_mismatch(),
+        "cq_too_small" => role_cq_too_small(),
         "killed_peer" => role_killed_peer(&cpc),
         "flood" => role_flood(&cpc),
         other => panic!("unknown OPENIB_TEST_ROLE {other:?}"),
@@ -266,6 +268,23 @@ fn role_srq_mismatch() {
     report_ok(rank, "ok");
 }
 
+/// Each peer would need more completion-queue entries than the device has (the job
+/// runs with a huge `btl_openib_rdma_depth`): refused at start, naming what to lower.
+fn role_cq_too_small() {
+    let job = rbtl::pmi::job().unwrap();
+    let rank = job.rank;
+    let config = rbtl::configure(&settings("oob")).unwrap();
+    let err = match Comm::with(job, &config) {
+        Ok(_) => panic!("a job too large for the completion queue started"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("completion queue") && err.contains("btl_openib_rdma_depth"),
+        "the error says what to lower: {err}"
+    );
+    report_ok(rank, "ok");
+}
+
 /// Each rank in turn floods the other with small messages while the other is not
 /// progressing yet: all arrive, in order (the launcher side checks that the device
 /// saw no receiver-not-ready retries).
@@ -455,6 +474,14 @@ fn a_shared_receive_queue_serves_every_peer_and_loses_nothing_when_it_runs_dry()
             after > before,
             "a flood into 8 shared buffers made the device retry ({before} -> {after})"
         );
+    }
+}
+
+#[test]
+fn a_job_too_large_for_the_completion_queue_is_refused_clearly() {
+    if device() {
+        let huge = [("RBTL_BTL_OPENIB_RDMA_DEPTH", "100000")];
+        expect_all_ok_with("cq_too_small", 2, "oob", &huge);
     }
 }
 

@@ -87,6 +87,8 @@ pub struct DeviceAttr {
     pub max_qp_wr: i32,
     /// Whether 64-bit atomics are supported.
     pub atomics: bool,
+    /// Most entries of a completion queue.
+    pub max_cqe: i32,
 }
 
 impl Context {
@@ -168,6 +170,7 @@ impl Context {
             ports: attr.phys_port_cnt,
             max_qp_wr: attr.max_qp_wr,
             atomics: attr.atomic_cap != sys::ibv_atomic_cap::IBV_ATOMIC_NONE,
+            max_cqe: attr.max_cqe,
         })
     }
 

@@ -107,7 +107,7 @@ fn port_and_gid_of_the_device() {
     let port = ctx.query_port(1).unwrap();
     assert!(port.active && port.mtu >= 256);
     let dev = ctx.query_device().unwrap();
-    assert!(dev.ports >= 1 && dev.max_qp_wr > 0);
+    assert!(dev.ports >= 1 && dev.max_qp_wr > 0 && dev.max_cqe > 0);
     if port.ethernet {
         let gid = ctx.query_gid(1, 1).unwrap();
         assert_eq!(

@@ -236,7 +236,7 @@ impl Component for OpenibComponent {
                     a.flags |= BtlFlags::ATOMIC_OPS | BtlFlags::ATOMIC_FOPS;
                     a.atomic_flags = AtomicFlags::ADD | AtomicFlags::CSWAP | AtomicFlags::U64;
                 }
-                let core = new_core(&ctx, config, a, settings, port, modex)?;
+                let core = new_core(&ctx, dev.max_cqe, config, a, settings, port, modex)?;
                 let mut subnet = [0; 8];
                 subnet.copy_from_slice(&gid[..8]);
                 let key = format!("{NAME}.{}", modules.len());
@@ -257,6 +257,7 @@ impl Component for OpenibComponent {
 
 fn new_core(
     ctx: &Context,
+    max_cqe: i32,
     config: &Config,
     attrs: Attributes,
     settings: Settings,
@@ -278,7 +279,8 @@ fn new_core(
         0 => (caps.max_send_wr + caps.max_recv_wr, 0),
         n => (caps.max_send_wr, n as usize),
     };
-    let depth = (per_peer as usize * modex.size().max(2) as usize + shared).min(65_536);
+    let depth = (per_peer as usize * modex.size().max(2) as usize + shared)
+        .min(usize::try_from(max_cqe).unwrap_or(0).max(1));
     let cq = ctx.create_cq(depth as i32).map_err(e("ibv_create_cq"))?;
     let mut options = rbtl_btl::rcache_params::options(config)?;
     options.leave_pinned = config.bool("btl_openib_leave_pinned")?;
