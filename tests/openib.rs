@@ -230,59 +230,53 @@ fn role_msg(cpc: &str) {
     report_ok(me, "ok");
 }
 
-/// Rank 0 allows only oob, rank 1 only rdma_cm: both get an error naming both lists.
-fn role_mismatch() {
+/// Start the message layer with each rank's settings and expect it to refuse, with an
+/// error that contains every one of `words`.
+fn expect_refused<'a>(settings_of: impl Fn(u32) -> Vec<(&'a str, &'a str)>, words: &[&str]) {
     let job = rbtl::pmi::job().unwrap();
     let rank = job.rank;
-    let cpc = if rank == 0 { "oob" } else { "rdma_cm" };
-    let config = rbtl::configure(&settings(cpc)).unwrap();
+    let config = rbtl::configure(&settings_of(rank)).unwrap();
     let err = match Comm::with(job, &config) {
-        Ok(_) => panic!("ranks that share no connection method connected"),
+        Ok(_) => panic!("the job started; a refusal naming {words:?} was expected"),
         Err(e) => e.to_string(),
     };
     assert!(
-        err.contains("oob") && err.contains("rdma_cm"),
-        "the error names both sides' lists: {err}"
+        words.iter().all(|w| err.contains(w)),
+        "the refusal names {words:?}: {err}"
     );
     report_ok(rank, "ok");
+}
+
+/// Rank 0 allows only oob, rank 1 only rdma_cm: both get an error naming both lists.
+fn role_mismatch() {
+    expect_refused(
+        |rank| settings(if rank == 0 { "oob" } else { "rdma_cm" }),
+        &["oob", "rdma_cm"],
+    );
 }
 
 /// Rank 0 receives through a shared receive queue, rank 1 per peer: their credits
 /// could never agree, so both refuse with an error that names the parameter.
 fn role_srq_mismatch() {
-    let job = rbtl::pmi::job().unwrap();
-    let rank = job.rank;
-    let mut s = settings("oob");
-    if rank == 0 {
-        s.push(("btl_openib_srq_depth", "16"));
-    }
-    let config = rbtl::configure(&s).unwrap();
-    let err = match Comm::with(job, &config) {
-        Ok(_) => panic!("ranks that receive differently connected"),
-        Err(e) => e.to_string(),
-    };
-    assert!(
-        err.contains("btl_openib_srq_depth") && err.contains("shared receive queue"),
-        "the error names the parameter and both ways: {err}"
+    expect_refused(
+        |rank| {
+            let mut s = settings("oob");
+            if rank == 0 {
+                s.push(("btl_openib_srq_depth", "16"));
+            }
+            s
+        },
+        &["btl_openib_srq_depth", "shared receive queue"],
     );
-    report_ok(rank, "ok");
 }
 
 /// Each peer would need more completion-queue entries than the device has (the job
 /// runs with a huge `btl_openib_rdma_depth`): refused at start, naming what to lower.
 fn role_cq_too_small() {
-    let job = rbtl::pmi::job().unwrap();
-    let rank = job.rank;
-    let config = rbtl::configure(&settings("oob")).unwrap();
-    let err = match Comm::with(job, &config) {
-        Ok(_) => panic!("a job too large for the completion queue started"),
-        Err(e) => e.to_string(),
-    };
-    assert!(
-        err.contains("completion queue") && err.contains("btl_openib_rdma_depth"),
-        "the error says what to lower: {err}"
+    expect_refused(
+        |_| settings("oob"),
+        &["completion queue", "btl_openib_rdma_depth"],
     );
-    report_ok(rank, "ok");
 }
 
 /// Each rank in turn floods the other with small messages while the other is not
