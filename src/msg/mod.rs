@@ -344,10 +344,34 @@ impl Comm {
         self.isend_tagged(buf, len, dst, tag)
     }
 
+    /// Hand an eager message straight to the transport if nothing waits for room:
+    /// whether it took it (false: nothing went out, the general path queues it).
+    #[inline(always)]
+    fn try_eager(&mut self, mi: usize, ep: Endpoint, buf: &[u8], tag: i32) -> Result<bool> {
+        if self.signals.deferred.load(Ordering::Acquire) != 0 {
+            return Ok(false);
+        }
+        let m = self.modules[mi].as_mut();
+        match state::transmit(m, ep, protocol::EAGER, &tag.to_le_bytes(), buf) {
+            Ok(()) => Ok(true),
+            Err(rbtl_btl::Error::OutOfResource(_)) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
     fn isend_tagged(&mut self, buf: *const u8, len: usize, dst: u32, tag: i32) -> Result<ReqId> {
         let (mi, ep) = self.route(dst)?;
+        let eager = self.modules[mi].attributes().eager_limit;
+        if len + protocol::EAGER_HEADER <= eager {
+            // SAFETY: the caller promised `buf` is valid for `len` bytes.
+            let data = unsafe { std::slice::from_raw_parts(buf, len) };
+            if self.try_eager(mi, ep, data, tag)? {
+                // The bytes were copied: the request needs no entry (its id carries
+                // its status).
+                return Ok(requests::completed_send(len, tag));
+            }
+        }
         let m = self.modules[mi].as_mut();
-        let eager = m.attributes().eager_limit;
         let mut s = lock(&self.state);
         if len + protocol::EAGER_HEADER <= eager {
             // SAFETY: the caller promised `buf` is valid for `len` bytes.
@@ -528,17 +552,10 @@ impl Comm {
         }
         // Fast path: an eager message the transport takes at once needs no request.
         let (mi, ep) = self.route(dst)?;
-        let m = self.modules[mi].as_mut();
-        if buf.len() + protocol::EAGER_HEADER <= m.attributes().eager_limit
-            && self.signals.deferred.load(Ordering::Acquire) == 0
+        if buf.len() + protocol::EAGER_HEADER <= self.modules[mi].attributes().eager_limit
+            && self.try_eager(mi, ep, buf, tag)?
         {
-            let header = tag.to_le_bytes();
-            match state::transmit(m, ep, protocol::EAGER, &header, buf) {
-                Ok(()) => return Ok(()),
-                // No room now: the general path below queues it.
-                Err(rbtl_btl::Error::OutOfResource(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
+            return Ok(());
         }
         // SAFETY: `buf` is borrowed until wait returns, which is when the request has
         // completed.
