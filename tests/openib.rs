@@ -140,40 +140,7 @@ fn wrong_key(m: &mut dyn Module, ep: Endpoint, job: &mut rbtl::pmi::Job) {
 /// Without CAP_IPC_LOCK and under a 64 KiB locked-memory limit, registering 1 MiB
 /// fails with the diagnosis naming the limit.
 fn memlock(m: &mut dyn Module) {
-    const CAP_IPC_LOCK: u32 = 14;
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let mut hdr = Header {
-        version: 0x2008_0522,
-        pid: 0,
-    };
-    let mut data = [Data::default(); 2];
-    // SAFETY: capget/capset with a version-3 header and two data words, as
-    // capabilities(7) describes; this process alone is affected.
-    unsafe {
-        assert_eq!(
-            libc::syscall(libc::SYS_capget, &mut hdr, data.as_mut_ptr()),
-            0
-        );
-        data[0].effective &= !(1 << CAP_IPC_LOCK);
-        data[0].permitted &= !(1 << CAP_IPC_LOCK);
-        assert_eq!(libc::syscall(libc::SYS_capset, &mut hdr, data.as_ptr()), 0);
-        let lim = libc::rlimit {
-            rlim_cur: 64 << 10,
-            rlim_max: 64 << 10,
-        };
-        assert_eq!(libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim), 0);
-    }
+    rbtl_testkit::restrict_memlock(64 << 10);
     let mut mem = vec![1u8; 1 << 20];
     // SAFETY: `mem` outlives the attempt; nothing is registered on failure.
     let r = unsafe { m.register_mem(None, mem.as_mut_ptr() as usize, mem.len(), Access::all()) };

@@ -249,9 +249,6 @@ fn write_to_a_read_only_registration_fails_and_changes_nothing() {
     );
 }
 
-/// CAP_IPC_LOCK's bit.
-const CAP_IPC_LOCK: u32 = 14;
-
 /// In a child process: without CAP_IPC_LOCK and with a 64 KiB locked-memory limit, a
 /// 1 MiB registration is refused with the diagnosis naming `ulimit -l`.
 #[test]
@@ -260,39 +257,7 @@ fn memlock_child() {
         return;
     }
     let ctx = device().expect("the parent checked for a device");
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: i32,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy, Default)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    let mut hdr = Header {
-        version: 0x2008_0522,
-        pid: 0,
-    };
-    let mut data = [Data::default(); 2];
-    // SAFETY: capget/capset with a version-3 header and two data words, as
-    // capabilities(7) describes; this process alone is affected.
-    unsafe {
-        assert_eq!(
-            libc::syscall(libc::SYS_capget, &mut hdr, data.as_mut_ptr()),
-            0
-        );
-        data[0].effective &= !(1 << CAP_IPC_LOCK);
-        data[0].permitted &= !(1 << CAP_IPC_LOCK);
-        assert_eq!(libc::syscall(libc::SYS_capset, &mut hdr, data.as_ptr()), 0);
-        let lim = libc::rlimit {
-            rlim_cur: 64 << 10,
-            rlim_max: 64 << 10,
-        };
-        assert_eq!(libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim), 0);
-    }
+    rbtl_testkit::restrict_memlock(64 << 10);
     let pd = ctx.alloc_pd().unwrap();
     let mut mem = vec![0u8; 1 << 20];
     // SAFETY: `mem` outlives the attempt (and nothing is registered on success).

@@ -1,0 +1,58 @@
+//! Helpers the workspace's test suites share.
+
+/// `CAP_IPC_LOCK`'s bit among the capabilities.
+const CAP_IPC_LOCK: u32 = 14;
+
+/// Make this process an ordinary user as far as locked memory goes: drop
+/// `CAP_IPC_LOCK` and lower `RLIMIT_MEMLOCK` to `bytes`, so that registering more than
+/// that fails as it would for a user whose `ulimit -l` is that low. It cannot be undone:
+/// call it in a process made for the test.
+///
+/// # Panics
+///
+/// If the kernel refuses (the process may only lower what it has, so it does not).
+pub fn restrict_memlock(bytes: u64) {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut hdr = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget/capset with a version-3 header and two data words, as
+    // capabilities(7) describes; this process alone is affected.
+    unsafe {
+        assert_eq!(
+            libc::syscall(libc::SYS_capget, &mut hdr, data.as_mut_ptr()),
+            0,
+            "capget"
+        );
+        data[0].effective &= !(1 << CAP_IPC_LOCK);
+        data[0].permitted &= !(1 << CAP_IPC_LOCK);
+        assert_eq!(
+            libc::syscall(libc::SYS_capset, &mut hdr, data.as_ptr()),
+            0,
+            "capset"
+        );
+    }
+    let lim = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: bytes,
+    };
+    // SAFETY: a plain rlimit for this process.
+    assert_eq!(
+        unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) },
+        0,
+        "setrlimit"
+    );
+}
