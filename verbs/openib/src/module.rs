@@ -17,6 +17,7 @@ use rbtl_cpc::CpcModule;
 use rbtl_mpool::Frag;
 use rbtl_rcache::{Access, Registration};
 use rbtl_verbs::{Completion, Op, Sge, VerbsRegistrar};
+use std::collections::VecDeque;
 
 /// What a memory handle of this module holds.
 type Reg = Registration<VerbsRegistrar>;
@@ -44,6 +45,12 @@ pub struct OpenibModule {
     pub(crate) modex_key: String,
     pub(crate) subnet: [u8; 8],
     calls: u32,
+    /// Receive callbacks running (a callback may progress the module again).
+    delivering: u32,
+    /// Receives polled while a receive callback ran, in order: delivered by the next
+    /// progress call outside every callback, so that no callback runs inside itself
+    /// and no message overtakes another.
+    held: VecDeque<Completion>,
 }
 
 impl OpenibModule {
@@ -59,6 +66,8 @@ impl OpenibModule {
             modex_key,
             subnet,
             calls: 0,
+            delivering: 0,
+            held: VecDeque::new(),
         }
     }
 
@@ -323,6 +332,9 @@ impl OpenibModule {
 
     fn on_completion(&mut self, c: Completion) {
         if c.wr_id & RECV_BIT != 0 {
+            if self.delivering > 0 || !self.held.is_empty() {
+                return self.held.push_back(c);
+            }
             return self.on_receive(c);
         }
         let failed = c.result().err().map(|e| e.to_string());
@@ -475,7 +487,9 @@ impl OpenibModule {
                         tag,
                         segments: &segs[..nseg],
                     };
+                    self.delivering += 1;
                     cb(self, &r);
+                    self.delivering -= 1;
                     self.core.am.restore(tag, cb);
                 }
                 None => {
@@ -1096,6 +1110,12 @@ impl Module for OpenibModule {
         }
         if !self.core.to_repost.is_empty() {
             n += self.repost();
+        }
+        if self.delivering == 0 {
+            while let Some(c) = self.held.pop_front() {
+                self.on_receive(c);
+                n += 1;
+            }
         }
         let mut wc = [Completion {
             wr_id: 0,
