@@ -2,9 +2,8 @@
 //! `rdma/guest.sh`): the contract suite across two processes with each connection
 //! method, a wrong remote key, the memlock diagnosis, the message layer across 2 and 4
 //! ranks, a flood that must not cause receiver-not-ready retries, a shared receive
-//! queue, a job too large for the completion queue, a receive callback that progresses
-//! the module itself, a killed peer, ranks that share no connection method, and a short
-//! osu sweep. Without a
+//! queue, a job too large for the completion queue, a killed peer, ranks that share no
+//! connection method, and a short osu sweep. Without a
 //! device these tests say so and pass, unless `VERBS_REQUIRE_DEVICE` is set (as in
 //! the guest), where a missing device fails them.
 //!
@@ -13,10 +12,7 @@
 //! files in `OPENIB_TEST_DIR`.
 #![cfg(feature = "openib")]
 
-use rbtl::btl::{
-    contract, Access, DesFlags, Endpoint, Error, Module, Order, Proc, RemoteHandle, SendiOutcome,
-    Tag,
-};
+use rbtl::btl::{contract, Access, Endpoint, Error, Module, Proc, RemoteHandle};
 use rbtl::launcher::{self, LaunchOptions};
 use rbtl::msg::{Comm, ANY_SOURCE};
 use std::path::PathBuf;
@@ -38,7 +34,6 @@ fn rank_role_entry() {
         "mismatch" => role_mismatch(),
         "srq_mismatch" => role_srq_mismatch(),
         "cq_too_small" => role_cq_too_small(),
-        "reentrant" => role_reentrant(&cpc),
         "killed_peer" => role_killed_peer(&cpc),
         "flood" => role_flood(&cpc),
         other => panic!("unknown OPENIB_TEST_ROLE {other:?}"),
@@ -76,94 +71,6 @@ fn role_contract(cpc: &str) {
     job.modex.fence().unwrap();
     wrong_key(m.as_mut(), ep, &mut job);
     memlock(m.as_mut());
-    report_ok(rank, "ok");
-}
-
-/// A receive callback that progresses the module itself for a while (as one that
-/// flushes does), while the peer keeps sending on the same tag: the messages that
-/// arrive meanwhile wait for the callback to return, and all arrive, in order.
-fn role_reentrant(cpc: &str) {
-    const N: u32 = 200;
-    let (done_tag, data_tag) = (Tag(Tag::USR.0 + 1), Tag::USR);
-    let mut job = rbtl::pmi::job().unwrap();
-    let config = rbtl::configure(&[("btl", "openib"), ("btl_openib_cpc_include", cpc)]).unwrap();
-    let mut modules = rbtl::framework().open(&config, job.modex.as_mut()).unwrap();
-    job.modex.fence().unwrap();
-    let mut m = modules.pop().expect("an openib module");
-    let procs: Vec<Proc> = (0..job.size)
-        .map(|rank| Proc {
-            rank,
-            node: "n".into(),
-        })
-        .collect();
-    let eps = m.add_procs(&procs, job.modex.as_mut()).unwrap();
-    let (rank, peer) = (job.rank, job.rank ^ 1);
-    let ep = eps[peer as usize].expect("openib reaches the peer");
-    let got = Arc::new(Mutex::new(Vec::new()));
-    let g = got.clone();
-    m.register_am(
-        data_tag,
-        Box::new(move |m, r| {
-            let seq = u32::from_le_bytes(r.segments[0][..4].try_into().unwrap());
-            g.lock().unwrap().push(seq);
-            if seq == 0 {
-                let until = std::time::Instant::now() + Duration::from_millis(300);
-                while std::time::Instant::now() < until {
-                    m.progress();
-                }
-            }
-        }),
-    )
-    .unwrap();
-    let done = Arc::new(Mutex::new(false));
-    let d = done.clone();
-    m.register_am(done_tag, Box::new(move |_, _| *d.lock().unwrap() = true))
-        .unwrap();
-    job.modex.fence().unwrap();
-    let send = |m: &mut dyn Module, tag: Tag, payload: &[u8]| loop {
-        match m.sendi(ep, &[], payload, Order::ANY, DesFlags::empty(), tag) {
-            Ok(SendiOutcome::Sent) => return,
-            Ok(SendiOutcome::Descriptor(mut des)) => {
-                des.flags |= DesFlags::OWNERSHIP;
-                m.send(ep, des, tag).expect("send");
-                return;
-            }
-            Err(_) => {
-                m.progress();
-            }
-        }
-    };
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    if rank == 1 {
-        for seq in 0..N {
-            send(m.as_mut(), data_tag, &seq.to_le_bytes());
-        }
-        while !*done.lock().unwrap() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "rank 0 never finished"
-            );
-            m.progress();
-        }
-    } else {
-        while got.lock().unwrap().len() < N as usize {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "only {} of {N} messages arrived",
-                got.lock().unwrap().len()
-            );
-            m.progress();
-        }
-        assert_eq!(*got.lock().unwrap(), (0..N).collect::<Vec<_>>());
-        send(m.as_mut(), done_tag, &[]);
-        m.flush(None).unwrap();
-        // The message must leave before the module goes.
-        let until = std::time::Instant::now() + Duration::from_millis(500);
-        while std::time::Instant::now() < until {
-            m.progress();
-        }
-    }
-    job.modex.fence().unwrap();
     report_ok(rank, "ok");
 }
 
@@ -528,13 +435,6 @@ fn a_shared_receive_queue_serves_every_peer_and_loses_nothing_when_it_runs_dry()
             after > before,
             "a flood into 8 shared buffers made the device retry ({before} -> {after})"
         );
-    }
-}
-
-#[test]
-fn a_receive_callback_may_progress_the_module_itself() {
-    if device() {
-        expect_all_ok("reentrant", 2, "oob");
     }
 }
 

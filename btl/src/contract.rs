@@ -98,6 +98,7 @@ pub fn run_all(module: &mut dyn Module, endpoint: Endpoint) {
     let p = &mut Peer::new(module, endpoint);
     sends_every_size(p);
     all_tags(p);
+    callbacks_may_progress(p);
     segments(p);
     ownership_and_callbacks(p);
     put_get_every_alignment(p);
@@ -302,6 +303,49 @@ pub fn all_tags(p: &mut Peer<'_>) {
     for (tag, got) in seen.lock().unwrap().iter() {
         assert_eq!(got, &vec![*tag], "tag {tag:#x} got exactly its own message");
     }
+}
+
+/// A receive callback that progresses the module itself for a while (as one that
+/// flushes does) while the peer keeps sending on its tag: the messages that arrive
+/// meanwhile wait for it to return, and every one arrives once, in order.
+pub fn callbacks_may_progress(p: &mut Peer<'_>) {
+    if !p.module.attributes().flags.contains(BtlFlags::SEND) {
+        return;
+    }
+    const N: u32 = 64;
+    let tag = Tag::USR;
+    let got: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let g = got.clone();
+    p.module
+        .register_am(
+            tag,
+            Box::new(move |m, r| {
+                let seq = u32::from_le_bytes(r.to_vec()[..4].try_into().expect("4 bytes"));
+                g.lock().unwrap().push(seq);
+                if seq == 0 {
+                    let until = Instant::now() + Duration::from_millis(50);
+                    while Instant::now() < until {
+                        m.progress();
+                    }
+                }
+            }),
+        )
+        .expect("register_am");
+    p.barrier();
+    for seq in 0..N {
+        let mut des = alloc_retry(p, 4, DesFlags::OWNERSHIP);
+        des.segment_mut(0).copy_from_slice(&seq.to_le_bytes());
+        send_all(p, des, tag);
+    }
+    p.wait("every message around a callback that progresses", || {
+        got.lock().unwrap().len() >= N as usize
+    });
+    p.barrier();
+    assert_eq!(
+        *got.lock().unwrap(),
+        (0..N).collect::<Vec<_>>(),
+        "every message once, in order"
+    );
 }
 
 /// A descriptor cut into [`MAX_SEGMENTS`] segments arrives with the same cut.

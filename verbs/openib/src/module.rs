@@ -47,10 +47,10 @@ pub struct OpenibModule {
     calls: u32,
     /// Receive callbacks running (a callback may progress the module again).
     delivering: u32,
-    /// Receives polled while a receive callback ran, in order: delivered by the next
-    /// progress call outside every callback, so that no callback runs inside itself
+    /// Receives polled and not yet delivered, in order. Only a progress call outside
+    /// every receive callback delivers them, so that no callback runs inside itself
     /// and no message overtakes another.
-    held: VecDeque<Completion>,
+    received: VecDeque<Completion>,
 }
 
 impl OpenibModule {
@@ -67,7 +67,7 @@ impl OpenibModule {
             subnet,
             calls: 0,
             delivering: 0,
-            held: VecDeque::new(),
+            received: VecDeque::new(),
         }
     }
 
@@ -332,10 +332,7 @@ impl OpenibModule {
 
     fn on_completion(&mut self, c: Completion) {
         if c.wr_id & RECV_BIT != 0 {
-            if self.delivering > 0 || !self.held.is_empty() {
-                return self.held.push_back(c);
-            }
-            return self.on_receive(c);
+            return self.received.push_back(c);
         }
         let failed = c.result().err().map(|e| e.to_string());
         let status = || match &failed {
@@ -1111,12 +1108,6 @@ impl Module for OpenibModule {
         if !self.core.to_repost.is_empty() {
             n += self.repost();
         }
-        if self.delivering == 0 {
-            while let Some(c) = self.held.pop_front() {
-                self.on_receive(c);
-                n += 1;
-            }
-        }
         let mut wc = [Completion {
             wr_id: 0,
             status: 0,
@@ -1131,6 +1122,11 @@ impl Module for OpenibModule {
                 n += k;
             }
             Err(e) => tracing::error!("openib: polling the completion queue: {e}"),
+        }
+        if self.delivering == 0 {
+            while let Some(c) = self.received.pop_front() {
+                self.on_receive(c);
+            }
         }
         if !self.core.done.is_empty() {
             n += self.run_done();
