@@ -5,8 +5,9 @@
 //! ranks leave `ok.<rank>` files in `NODE_TEST_DIR`. Each job gets its own
 //! `RBTL_SHM_DIR`, checked empty afterwards.
 
+mod common;
+
 use rbtl::btl::{contract, Endpoint, Module, Proc};
-use rbtl::launcher::{self, LaunchOptions};
 use rbtl::msg::{Comm, Error, Window, ANY_SOURCE, ANY_TAG};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -329,32 +330,13 @@ fn run(role: &str, ranks: u32, extra_env: &[(&str, &str)]) -> Job {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string())),
     );
-    let opts = LaunchOptions {
-        ranks,
-        env,
-        grace: Duration::from_secs(5),
-        ..LaunchOptions::default()
-    };
-    let exe = std::env::current_exe().unwrap();
-    let args: Vec<std::ffi::OsString> = [
-        "rank_role_entry",
-        "--exact",
-        "--nocapture",
-        "--test-threads=1",
-    ]
-    .iter()
-    .map(Into::into)
-    .collect();
-    let summary = launcher::launch(&exe, &args, &opts).unwrap();
+    let code = common::launch_ranks(ranks, env);
     let left: Vec<_> = std::fs::read_dir(&shm).unwrap().collect();
     assert!(
         left.is_empty(),
         "{role}: shared-memory segments left behind: {left:?}"
     );
-    Job {
-        code: summary.code,
-        dir,
-    }
+    Job { code, dir }
 }
 
 fn oks(dir: &Path, what: &str, ranks: u32) -> usize {

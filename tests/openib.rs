@@ -12,8 +12,9 @@
 //! files in `OPENIB_TEST_DIR`.
 #![cfg(feature = "openib")]
 
+mod common;
+
 use rbtl::btl::{contract, Access, Endpoint, Error, Module, Proc, RemoteHandle};
-use rbtl::launcher::{self, LaunchOptions};
 use rbtl::msg::{Comm, ANY_SOURCE};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -346,24 +347,7 @@ fn run_with(role: &str, ranks: u32, cpc: &str, more: &[(&str, &str)]) -> (i32, P
         ("OPENIB_TEST_CPC".to_string(), cpc.to_string()),
     ];
     env.extend(more.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    let opts = LaunchOptions {
-        ranks,
-        env,
-        grace: Duration::from_secs(5),
-        ..LaunchOptions::default()
-    };
-    let exe = std::env::current_exe().unwrap();
-    let args: Vec<std::ffi::OsString> = [
-        "rank_role_entry",
-        "--exact",
-        "--nocapture",
-        "--test-threads=1",
-    ]
-    .iter()
-    .map(Into::into)
-    .collect();
-    let summary = launcher::launch(&exe, &args, &opts).unwrap();
-    (summary.code, dir)
+    (common::launch_ranks(ranks, env), dir)
 }
 
 fn expect_all_ok(role: &str, ranks: u32, cpc: &str) {

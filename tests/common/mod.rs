@@ -1,0 +1,27 @@
+//! What the multi-process test binaries share: this binary, started again under the
+//! launcher as the rank program.
+
+use rbtl::launcher::{self, LaunchOptions};
+use std::time::Duration;
+
+/// Run `ranks` copies of this test binary, each running only its `rank_role_entry`
+/// test with `env` added; the job's exit code.
+pub fn launch_ranks(ranks: u32, env: Vec<(String, String)>) -> i32 {
+    let opts = LaunchOptions {
+        ranks,
+        env,
+        grace: Duration::from_secs(5),
+        ..LaunchOptions::default()
+    };
+    let exe = std::env::current_exe().unwrap();
+    let args: Vec<std::ffi::OsString> = [
+        "rank_role_entry",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+    ]
+    .iter()
+    .map(Into::into)
+    .collect();
+    launcher::launch(&exe, &args, &opts).unwrap().code
+}
