@@ -49,6 +49,15 @@ pub struct Settings {
     pub srq_depth: u32,
 }
 
+/// Completion-queue entries a module needs: those each peer's queue pair may fill,
+/// and those of the shared receive queue (if any), counted once.
+pub fn cq_entries(caps: QpCaps, settings: &Settings) -> (usize, usize) {
+    match settings.srq_depth {
+        0 => ((caps.max_send_wr + caps.max_recv_wr) as usize, 0),
+        n => (caps.max_send_wr as usize, n as usize),
+    }
+}
+
 /// Where a peer's connection stands.
 #[derive(Debug)]
 pub enum Link {

@@ -37,7 +37,7 @@ mod srq;
 pub mod wire;
 mod xrc;
 
-use crate::core::{registered_frags, Control, Core, PortDesc, Settings};
+use crate::core::{cq_entries, registered_frags, Control, Core, PortDesc, Settings};
 use crate::srq::SharedReceives;
 pub use module::OpenibModule;
 use rbtl_btl::{
@@ -274,12 +274,8 @@ fn new_core(
         max_recv_wr: settings.recv_depth + settings.rsv_depth,
         max_inline: settings.max_inline,
     };
-    // Every peer's queue pair may fill its share; shared receives are counted once.
-    let (per_peer, shared) = match settings.srq_depth {
-        0 => (caps.max_send_wr + caps.max_recv_wr, 0),
-        n => (caps.max_send_wr, n as usize),
-    };
-    let depth = (per_peer as usize * modex.size().max(2) as usize + shared)
+    let (per_peer, shared) = cq_entries(caps, &settings);
+    let depth = (per_peer * modex.size().max(2) as usize + shared)
         .min(usize::try_from(max_cqe).unwrap_or(0).max(1));
     let cq = ctx.create_cq(depth as i32).map_err(e("ibv_create_cq"))?;
     let mut options = rbtl_btl::rcache_params::options(config)?;

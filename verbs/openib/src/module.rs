@@ -680,13 +680,7 @@ impl Module for OpenibModule {
                 .map_err(|e| Error::NotAvailable(format!("openib: {e}")))?;
             let s = self.core.settings;
             let ep = self.core.peers.len();
-            // Each peer's queue pair may fill its share of the completion queue;
-            // shared receives are counted once.
-            let caps = self.core.caps;
-            let (per_peer, shared) = match s.srq_depth {
-                0 => ((caps.max_send_wr + caps.max_recv_wr) as usize, 0),
-                n => (caps.max_send_wr as usize, n as usize),
-            };
+            let (per_peer, shared) = crate::core::cq_entries(self.core.caps, &s);
             if shared + (ep + 1) * per_peer > self.core.cq_depth {
                 return Err(Error::NotAvailable(format!(
                     "openib: the completion queue's {} entries hold {} peers of {per_peer}; \
