@@ -4,6 +4,7 @@ use crate::device::{Context, ContextInner};
 use crate::error::{call_error, Error, Result};
 use rdma_sys as sys;
 use std::ffi::CStr;
+use std::mem::MaybeUninit;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -192,43 +193,40 @@ impl Cq {
         Ok(())
     }
 
-    /// Up to `out.len()` completions; how many.
+    /// Up to `out.len()` completions (at most 16 per call), written to the front of
+    /// `out`; they are returned. (`out` may be uninitialised: this runs on every
+    /// progress call, and only the entries returned are written.)
     #[inline]
-    pub fn poll(&mut self, out: &mut [Completion]) -> Result<usize> {
-        // Left uninitialised: this runs on every progress call, and the provider
-        // writes the entries it returns.
-        let mut wc = [const { std::mem::MaybeUninit::<sys::ibv_wc>::uninit() }; 16];
+    pub fn poll<'a>(&mut self, out: &'a mut [MaybeUninit<Completion>]) -> Result<&'a [Completion]> {
+        let mut wc = [const { MaybeUninit::<sys::ibv_wc>::uninit() }; 16];
         let want = out.len().min(wc.len()) as i32;
         // SAFETY: a live CQ and `want` writable entries.
         let n = unsafe { sys::ibv_poll_cq(self.inner.ptr.as_ptr(), want, wc.as_mut_ptr().cast()) };
         if n < 0 {
             return Err(call_error("ibv_poll_cq", -n));
         }
-        for (o, w) in out.iter_mut().zip(&wc[..n as usize]) {
+        let n = n as usize;
+        for (o, w) in out.iter_mut().zip(&wc[..n]) {
             // SAFETY: ibv_poll_cq wrote the first `n` entries.
             let w = unsafe { w.assume_init_ref() };
-            *o = Completion {
+            o.write(Completion {
                 wr_id: w.wr_id,
                 status: w.status,
                 byte_len: w.byte_len,
                 qp_num: w.qp_num,
-            };
+            });
         }
-        Ok(n as usize)
+        // SAFETY: the first `n` entries were written just now (n <= want <= out.len()).
+        Ok(unsafe { std::slice::from_raw_parts(out.as_ptr().cast::<Completion>(), n) })
     }
 
     /// Poll until one completion arrives (a hang guard gives up after `timeout`).
     pub fn wait_one(&mut self, timeout: std::time::Duration) -> Result<Completion> {
         let start = std::time::Instant::now();
-        let mut one = [Completion {
-            wr_id: 0,
-            status: 0,
-            byte_len: 0,
-            qp_num: 0,
-        }];
+        let mut one = [MaybeUninit::uninit()];
         loop {
-            if self.poll(&mut one)? == 1 {
-                return Ok(one[0]);
+            if let [c] = self.poll(&mut one)? {
+                return Ok(*c);
             }
             if start.elapsed() > timeout {
                 return Err(call_error("ibv_poll_cq (timed out)", libc::ETIMEDOUT));

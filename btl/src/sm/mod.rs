@@ -105,7 +105,10 @@ impl RdmaPath {
 /// Tunables of an `sm` module.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// Slots per ring.
+    /// Slots per ring. Few by default: a ring's slots are used in turn, and a
+    /// ping-pong keeps its small messages in the first-level cache only while both
+    /// directions' slots fit there (64 slots: 8 KiB per ring); a window of 64 small
+    /// messages still goes out without waiting.
     pub ring_slots: usize,
     /// Data bytes per ring.
     pub ring_bytes: usize,
@@ -128,7 +131,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            ring_slots: 1024,
+            ring_slots: 64,
             ring_bytes: 2 << 20,
             max_registrations: 4096,
             rdma: RdmaPath::Copy,

@@ -18,6 +18,7 @@ use rbtl_mpool::Frag;
 use rbtl_rcache::{Access, Registration};
 use rbtl_verbs::{Completion, Op, Sge, VerbsRegistrar};
 use std::collections::VecDeque;
+use std::mem::MaybeUninit;
 
 /// What a memory handle of this module holds.
 type Reg = Registration<VerbsRegistrar>;
@@ -330,10 +331,8 @@ impl OpenibModule {
         }
     }
 
-    fn on_completion(&mut self, c: Completion) {
-        if c.wr_id & RECV_BIT != 0 {
-            return self.received.push_back(c);
-        }
+    /// A send-queue completion: its work is done.
+    fn on_send_completion(&mut self, c: Completion) {
         let failed = c.result().err().map(|e| e.to_string());
         let status = || match &failed {
             None => Ok(()),
@@ -1102,18 +1101,23 @@ impl Module for OpenibModule {
         if !self.core.to_repost.is_empty() {
             n += self.repost();
         }
-        let mut wc = [Completion {
-            wr_id: 0,
-            status: 0,
-            byte_len: 0,
-            qp_num: 0,
-        }; 16];
+        // Receives are delivered in the order polled. Those of this batch go at once
+        // unless older ones wait; receives that a callback's own progress call polls
+        // meanwhile are newer, and wait in `received` until after the batch.
+        let direct = self.delivering == 0 && self.received.is_empty();
+        let mut wc = [MaybeUninit::uninit(); 16];
         match self.core.cq.poll(&mut wc) {
-            Ok(k) => {
-                for c in &wc[..k] {
-                    self.on_completion(*c);
+            Ok(batch) => {
+                for &c in batch {
+                    if c.wr_id & RECV_BIT == 0 {
+                        self.on_send_completion(c);
+                    } else if direct {
+                        self.on_receive(c);
+                    } else {
+                        self.received.push_back(c);
+                    }
                 }
-                n += k;
+                n += batch.len();
             }
             Err(e) => tracing::error!("openib: polling the completion queue: {e}"),
         }
