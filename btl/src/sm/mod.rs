@@ -56,7 +56,11 @@ const BATCH: usize = 32;
 /// Default attributes of the `sm` transport.
 pub fn default_attributes() -> Attributes {
     Attributes {
-        eager_limit: 4 << 10,
+        // 16 KiB of payload and room for an upper layer's match header: copying such
+        // a message in and out costs less than a rendezvous' extra round trip (`osu
+        // latency`: 4 KiB 0.68 us eager against 1.23 through rendezvous, 16 KiB 1.13
+        // against 2.07).
+        eager_limit: (16 << 10) + 64,
         rndv_eager_limit: 32 << 10,
         max_send_size: 32 << 10,
         put_limit: usize::MAX,
