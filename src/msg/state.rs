@@ -51,7 +51,9 @@ impl Unexpected {
 
 /// What a request is waiting for, and what it keeps alive meanwhile.
 pub struct Req {
-    pub outcome: Option<Result<Status, Error>>,
+    /// How it ended, once it has (the error boxed: a request moves on every completion,
+    /// and errors are rare).
+    pub outcome: Option<Result<Status, Box<Error>>>,
     /// The peer it involves (None: a receive from any source).
     pub peer: Option<u32>,
     /// A registration to release when it completes (rendezvous buffers).
@@ -68,7 +70,7 @@ impl Req {
         if let Some(handle) = self.handle {
             drop(handle);
         }
-        self.outcome
+        self.outcome.map(|r| r.map_err(|e| *e))
     }
 }
 
@@ -251,7 +253,7 @@ impl State {
             if r.handle.is_some() {
                 r.handle = None;
             }
-            r.outcome.get_or_insert(outcome);
+            r.outcome.get_or_insert_with(|| outcome.map_err(Box::new));
             bump(&self.signals.completed, 1);
         }
     }
