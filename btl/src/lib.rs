@@ -28,6 +28,7 @@ mod am_table;
 mod attributes;
 mod component;
 pub mod contract;
+mod copy;
 mod descriptor;
 mod error;
 mod handle;
@@ -44,6 +45,7 @@ mod tag;
 pub use am_table::{check_not_reserved, AmTable};
 pub use attributes::{exclusivity, AtomicFlags, Attributes, BtlFlags, MAX_HANDLE_SIZE};
 pub use component::{Component, Framework, SELECT_PARAM, SHM_DIR_PARAM};
+pub use copy::copy_bytes;
 pub use descriptor::{
     DesFlags, Descriptor, Order, Received, SendCallback, SendCompletion, MAX_SEGMENTS,
 };

@@ -325,7 +325,7 @@ impl State {
         let n = data.len().min(p.cap);
         // SAFETY: `p.addr` and `p.cap` come from a receive whose caller promised the
         // buffer stays valid and unaliased until the request completes (now).
-        unsafe { rbtl_btl::sm::ring::copy_bytes(data.as_ptr(), p.addr as *mut u8, n) };
+        unsafe { rbtl_btl::copy_bytes(data.as_ptr(), p.addr as *mut u8, n) };
         let outcome = if data.len() > p.cap {
             Err(Error::Truncated {
                 sender: src,

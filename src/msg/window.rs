@@ -229,11 +229,11 @@ impl Window {
             unsafe {
                 let at = base.add(offset);
                 if put {
-                    rbtl_btl::sm::ring::copy_bytes(buf, at, len);
+                    rbtl_btl::copy_bytes(buf, at, len);
                     fence(Ordering::Release);
                 } else {
                     fence(Ordering::Acquire);
-                    rbtl_btl::sm::ring::copy_bytes(at, buf, len);
+                    rbtl_btl::copy_bytes(at, buf, len);
                 }
             }
             return Ok(());

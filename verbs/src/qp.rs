@@ -38,8 +38,10 @@ pub struct QpCaps {
 pub const MAX_SEND_SGE: u32 = 3;
 
 /// One piece of a gather list: `len` bytes at `addr`, registered under `lkey` (any key
-/// for an inline send, whose bytes are copied at posting).
+/// for an inline send, whose bytes are copied at posting). Laid out as `ibv_sge`, so a
+/// list goes to the device as it is.
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 pub struct Sge {
     /// Start.
     pub addr: u64,
@@ -48,6 +50,13 @@ pub struct Sge {
     /// Local key of the registration holding it.
     pub lkey: u32,
 }
+
+const _: () = {
+    assert!(std::mem::size_of::<Sge>() == std::mem::size_of::<sys::ibv_sge>());
+    assert!(std::mem::offset_of!(Sge, addr) == std::mem::offset_of!(sys::ibv_sge, addr));
+    assert!(std::mem::offset_of!(Sge, len) == std::mem::offset_of!(sys::ibv_sge, length));
+    assert!(std::mem::offset_of!(Sge, lkey) == std::mem::offset_of!(sys::ibv_sge, lkey));
+};
 
 /// A reliable-connected queue pair.
 pub struct Qp {
@@ -395,26 +404,15 @@ impl Qp {
         inline: bool,
         signaled: bool,
     ) -> Result<()> {
-        let mut list = [sys::ibv_sge {
-            addr: 0,
-            length: 0,
-            lkey: 0,
-        }; MAX_SEND_SGE as usize];
-        if sges.is_empty() || sges.len() > list.len() {
+        if sges.is_empty() || sges.len() > MAX_SEND_SGE as usize {
             return Err(call_error("ibv_post_send", libc::EINVAL));
-        }
-        for (l, s) in list.iter_mut().zip(sges) {
-            *l = sys::ibv_sge {
-                addr: s.addr,
-                length: s.len,
-                lkey: s.lkey,
-            };
         }
         let total: u32 = sges.iter().map(|s| s.len).sum();
         // SAFETY: plain C struct, zero is a valid value.
         let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = wr_id;
-        wr.sg_list = list.as_mut_ptr();
+        // Providers read the list and never write it (the C API just lacks `const`).
+        wr.sg_list = sges.as_ptr().cast::<sys::ibv_sge>().cast_mut();
         wr.num_sge = sges.len() as i32;
         if signaled {
             wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;

@@ -14,6 +14,7 @@
 //! cached copies say the ring is full. (Except once per end: the first record that uses
 //! the data area maps all of it into the process, see [`map_in`].)
 
+use crate::copy_bytes;
 use std::cell::Cell;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -37,45 +38,6 @@ const SPLIT_MIN: usize = 256;
 /// Bodies of at least this many bytes start on a page boundary.
 const PAGE: usize = 4096;
 
-/// Copy `len` bytes; sizes up to 16 without a call into `memcpy` (which costs more
-/// than the copy for the small messages that dominate latency).
-///
-/// # Safety
-///
-/// As `ptr::copy_nonoverlapping`.
-#[inline(always)]
-pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY (all branches): the caller guarantees both ranges of `len` bytes; each
-    // access below stays inside them (the two halves may overlap each other, not the
-    // other range).
-    unsafe {
-        match len {
-            0 => {}
-            1..=3 => {
-                for i in 0..len {
-                    *dst.add(i) = *src.add(i);
-                }
-            }
-            4..=7 => {
-                let (a, b) = (
-                    src.cast::<u32>().read_unaligned(),
-                    src.add(len - 4).cast::<u32>().read_unaligned(),
-                );
-                dst.cast::<u32>().write_unaligned(a);
-                dst.add(len - 4).cast::<u32>().write_unaligned(b);
-            }
-            8..=16 => {
-                let (a, b) = (
-                    src.cast::<u64>().read_unaligned(),
-                    src.add(len - 8).cast::<u64>().read_unaligned(),
-                );
-                dst.cast::<u64>().write_unaligned(a);
-                dst.add(len - 8).cast::<u64>().write_unaligned(b);
-            }
-            _ => ptr::copy_nonoverlapping(src, dst, len),
-        }
-    }
-}
 const LINE: usize = 64;
 
 /// Map every page of the data area (`len` bytes at `at`, page-aligned) into this

@@ -8,9 +8,10 @@ use crate::flow::Credits;
 use crate::srq::SRQ_BIT;
 use crate::wire::{self, RemoteKey, Trailer, CREDIT_ONLY, FRAG_EXTRA, TRAILER};
 use rbtl_btl::{
-    AmCallback, AtomicOp, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
-    MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback, RdmaCompletion, Received,
-    RemoteHandle, Result, SendCompletion, SendError, SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
+    copy_bytes, AmCallback, AtomicOp, Attributes, DesFlags, Descriptor, Endpoint, Error,
+    ErrorCallback, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback, RdmaCompletion,
+    Received, RemoteHandle, Result, SendCompletion, SendError, SendOutcome, SendiOutcome, Tag,
+    MAX_SEGMENTS,
 };
 use rbtl_cpc::select::{self, Offer};
 use rbtl_cpc::CpcModule;
@@ -892,7 +893,7 @@ impl Module for OpenibModule {
         }
         .to_bytes();
         // Small messages are gathered here first: the device then copies one piece.
-        let mut gathered = [0u8; GATHER_MAX];
+        let mut gathered = [MaybeUninit::<u8>::uninit(); GATHER_MAX];
         let sge = |b: &[u8]| Sge {
             addr: b.as_ptr() as u64,
             len: b.len() as u32,
@@ -900,12 +901,16 @@ impl Module for OpenibModule {
         };
         let (one, three);
         let sges: &[Sge] = if size + TRAILER <= GATHER_MAX {
-            let (h, rest) = gathered.split_at_mut(header.len());
-            let (p, rest) = rest.split_at_mut(payload.len());
-            h.copy_from_slice(header);
-            p.copy_from_slice(payload);
-            rest[..TRAILER].copy_from_slice(&trailer);
-            one = [sge(&gathered[..size + TRAILER])];
+            let at = gathered.as_mut_ptr().cast::<u8>();
+            // SAFETY: the three pieces add up to at most GATHER_MAX bytes, written in
+            // turn from the start of `gathered`; only those bytes are read back.
+            let filled = unsafe {
+                copy_bytes(header.as_ptr(), at, header.len());
+                copy_bytes(payload.as_ptr(), at.add(header.len()), payload.len());
+                copy_bytes(trailer.as_ptr(), at.add(size), TRAILER);
+                std::slice::from_raw_parts(at, size + TRAILER)
+            };
+            one = [sge(filled)];
             &one
         } else {
             three = [sge(header), sge(payload), sge(&trailer)];
