@@ -6,14 +6,15 @@ use crate::{AmCallback, Error, Result, Tag};
 /// Callbacks by tag. A callback is taken out while it runs (it gets the module, which
 /// owns this table) and put back after; a tag stays registered meanwhile.
 pub struct AmTable {
-    callbacks: Vec<Option<AmCallback>>,
+    /// (An array, not a vector: a `u8` index needs no bounds check.)
+    callbacks: Box<[Option<AmCallback>; 256]>,
     registered: [bool; 256],
 }
 
 impl Default for AmTable {
     fn default() -> Self {
         AmTable {
-            callbacks: (0..=u8::MAX).map(|_| None).collect(),
+            callbacks: Box::new([const { None }; 256]),
             registered: [false; 256],
         }
     }
@@ -29,16 +30,19 @@ impl AmTable {
     }
 
     /// Whether `tag` has a callback (running or not).
+    #[inline]
     pub fn is_registered(&self, tag: Tag) -> bool {
         self.registered[usize::from(tag.0)]
     }
 
     /// Take `tag`'s callback out to run it; `None` while it is already running.
+    #[inline]
     pub fn take(&mut self, tag: Tag) -> Option<AmCallback> {
         self.callbacks[usize::from(tag.0)].take()
     }
 
     /// Put a callback back after it ran, unless it registered a successor meanwhile.
+    #[inline]
     pub fn restore(&mut self, tag: Tag, callback: AmCallback) {
         self.callbacks[usize::from(tag.0)].get_or_insert(callback);
     }

@@ -114,16 +114,24 @@ impl Completion {
     }
 
     /// `Ok` for a successful completion, else the error with the status's name.
+    #[inline]
     pub fn result(&self) -> Result<()> {
         if self.status == sys::ibv_wc_status::IBV_WC_SUCCESS {
-            return Ok(());
+            Ok(())
+        } else {
+            Err(self.error())
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn error(&self) -> Error {
         // SAFETY: ibv_wc_status_str returns a static string for any value.
         let name = unsafe { CStr::from_ptr(sys::ibv_wc_status_str(self.status)) };
-        Err(Error::Completion {
+        Error::Completion {
             wr_id: self.wr_id,
             status: name.to_string_lossy().into_owned(),
-        })
+        }
     }
 }
 
