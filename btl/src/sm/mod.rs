@@ -132,7 +132,8 @@ pub struct Settings {
     pub max_registrations: usize,
     /// Put/get path.
     pub rdma: RdmaPath,
-    /// Largest chunk when put/get copy through the rings (see [`chunk_for`]).
+    /// Largest chunk when put/get copy through the rings (a transfer goes in about four
+    /// chunks of at least 64 KiB).
     pub copy_chunk: usize,
     /// Most descriptors outstanding.
     pub max_frags: usize,

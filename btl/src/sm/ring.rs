@@ -12,7 +12,7 @@
 //! aligned position the slot names, never wrapping around its end.
 //! No locks, no system calls: the producer reads the consumer's tails only when its
 //! cached copies say the ring is full. (Except once per end: the first record that uses
-//! the data area maps all of it into the process, see [`map_in`].)
+//! the data area maps all of it into the process.)
 
 use crate::copy_bytes;
 use std::cell::Cell;
