@@ -78,6 +78,23 @@ impl Requests {
         }
     }
 
+    /// Take request `id` out if it has completed: `Err` when it is not live,
+    /// `Ok(None)` while it runs.
+    #[inline]
+    pub fn take_completed(&mut self, id: ReqId) -> Result<Option<Req>, ()> {
+        let (i, generation) = split(id);
+        match self.slots.get_mut(i) {
+            Some((g, r @ Some(_))) if *g == generation => {
+                if r.as_ref().is_some_and(|r| r.outcome.is_none()) {
+                    return Ok(None);
+                }
+                self.free.push(i as u32);
+                Ok(r.take())
+            }
+            _ => Err(()),
+        }
+    }
+
     /// Every live request with its id.
     pub fn iter(&self) -> impl Iterator<Item = (ReqId, &Req)> {
         self.slots
@@ -127,5 +144,14 @@ mod tests {
         assert_ne!(a, b, "the slot is reused under a new generation");
         assert!(r.get(a).is_none() && r.get_mut(a).is_none() && r.remove(a).is_none());
         assert_eq!(r.iter().map(|(id, _)| id).collect::<Vec<_>>(), vec![b]);
+        assert!(r.take_completed(a).is_err());
+        assert!(matches!(r.take_completed(b), Ok(None)), "still running");
+        r.get_mut(b).unwrap().outcome = Some(Ok(Status {
+            source: 1,
+            tag: 2,
+            len: 3,
+        }));
+        assert!(matches!(r.take_completed(b), Ok(Some(_))));
+        assert!(r.take_completed(b).is_err(), "taken once");
     }
 }

@@ -197,10 +197,9 @@ impl State {
                 Some(_) => None,
             };
         }
-        match self.reqs.get(id) {
-            None => unknown(),
-            Some(r) if r.outcome.is_some() => self.reqs.remove(id).and_then(Req::into_outcome),
-            Some(_) => None,
+        match self.reqs.take_completed(id) {
+            Err(()) => unknown(),
+            Ok(done) => done.and_then(Req::into_outcome),
         }
     }
 
