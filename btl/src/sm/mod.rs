@@ -414,7 +414,7 @@ impl SmModule {
             )));
         }
         // A ring holds several chunks in flight.
-        settings.copy_chunk = settings.copy_chunk.clamp(4096, ring.data_bytes / 4);
+        settings.copy_chunk = settings.copy_chunk.min(ring.data_bytes / 4).max(4096);
         match rbtl_mpool::cleanup_stale_in(&settings.shm_dir) {
             Ok(removed) if !removed.is_empty() => {
                 tracing::info!(?removed, "removed stale segments")
@@ -1295,5 +1295,24 @@ impl Drop for SmModule {
         // Peers' segments unmap with `peers`; ours is unlinked (if it still has a name)
         // and unmapped with `segment`.
         self.peers.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunk_for;
+
+    #[test]
+    fn a_transfer_goes_in_about_four_chunks_within_bounds() {
+        const K: usize = 1024;
+        assert_eq!(chunk_for(100 * K, 512 * K), 64 * K, "at least 64 KiB");
+        assert_eq!(chunk_for(1024 * K, 512 * K), 256 * K, "a quarter");
+        assert_eq!(chunk_for(1000 * K, 512 * K), 252 * K, "whole pages");
+        assert_eq!(chunk_for(4096 * K, 512 * K), 512 * K, "at most the largest");
+        assert_eq!(
+            chunk_for(1024 * K, 32 * K),
+            32 * K,
+            "a small ring's largest"
+        );
     }
 }
