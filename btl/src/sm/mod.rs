@@ -9,15 +9,18 @@
 //!
 //! * `copy` (the default): copied through the rings in chunks, pipelined, and checked
 //!   again by the target (module `wire`); like `tcp`, the target must be progressing.
-//!   Measured here, this beats cross-memory attach at every size (1 MiB latency 40 us
-//!   against 83 us; bandwidth 24 GB/s against 12 GB/s), as Open MPI's vader without
-//!   CMA beats vader with it.
+//!   Measured here, this beats cross-memory attach at every size while the host keeps
+//!   the two cores near each other (1 MiB latency 38 us against 81 us; bandwidth
+//!   30-37 GB/s against 12-13 GB/s), as Open MPI's vader without CMA beats vader with
+//!   it. When the host places them far apart, copying falls to 3-5 GB/s and `cma`
+//!   wins.
 //! * `cma`: single copy by the kernel with `process_vm_writev`/`readv`; no target
 //!   progress needed; `auto` is `cma` that falls back to `copy` when the kernel refuses
 //!   cross-memory attach (ptrace restrictions).
 //!
-//! Atomics are applied by the target (as vader emulates them). A peer that dies is noticed through a pidfd while idle, and
-//! reported through the error callback; its operations complete with an error.
+//! Atomics are applied by the target (as vader emulates them). A peer that dies is
+//! noticed through a pidfd while idle, and reported through the error callback; its
+//! operations complete with an error.
 //!
 //! Segments are unlinked as soon as every local peer has mapped them, so a crash
 //! leaves nothing in `/dev/shm`; stale ones of crashed owners are removed at start.
