@@ -638,6 +638,37 @@ mod tests {
         assert_eq!(one[0].len(), 124);
     }
 
+    /// Minor page faults of this thread so far.
+    fn minor_faults() -> i64 {
+        // SAFETY: a zeroed rusage is valid for getrusage to fill.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid pointer to it.
+        assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut u) }, 0);
+        u.ru_minflt
+    }
+
+    #[test]
+    fn the_data_area_is_mapped_in_at_first_use_not_page_by_page() {
+        let layout = RingLayout {
+            nslots: 64,
+            data_bytes: 4 << 20,
+        };
+        let (_m, mut p, mut c) = ring(layout);
+        let msg = [1u8; 1000];
+        assert!(
+            p.push(1, &[&msg], &[]),
+            "the first data record maps the area in"
+        );
+        take(&mut c).unwrap();
+        let before = minor_faults();
+        for _ in 0..layout.data_bytes / 1024 {
+            assert!(p.push(1, &[&msg], &[]));
+            take(&mut c).unwrap();
+        }
+        let faults = minor_faults() - before;
+        assert!(faults < 64, "{faults} page faults in a lap of 1,024 pages");
+    }
+
     #[test]
     fn full_ring_refuses_then_recovers_across_many_laps() {
         let layout = RingLayout {
