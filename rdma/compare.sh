@@ -46,29 +46,31 @@ ADDR=198.18.0.1
 ip -4 -o addr show | grep -q " $ADDR/" || ADDR=$(ip -4 -o addr show scope global | awk '{sub("/.*","",$4); print $4; exit}')
 GID=1 # the RoCEv2 IPv4 GID on rxe
 
-# perftest's average latency (t_avg, usec) for one size: a server and a client on
-# the same device, talking over its IP address, each bound to a core as osu binds
-# its ranks.
-perftest() {
-    local tool=$1 size=$2
-    taskset -c 0 $tool -d "$DEV" -x $GID -F -s "$size" -n "$ITERS" >/dev/null 2>&1 &
+# Run a perftest tool as server and client on the same device, talking over its IP
+# address, each bound to a core as osu binds its ranks; the client's output.
+perftest_pair() {
+    local tool=$1
+    shift
+    taskset -c 0 "$tool" -d "$DEV" -x "$GID" -F "$@" >/dev/null 2>&1 &
     local server=$!
     sleep 1
-    taskset -c 1 $tool -d "$DEV" -x $GID -F -s "$size" -n "$ITERS" "$ADDR" 2>/dev/null |
-        awk -v s="$size" '$1 == s && NF >= 6 { print $6 }'
+    taskset -c 1 "$tool" -d "$DEV" -x "$GID" -F "$@" "$ADDR" 2>/dev/null
     wait $server || true
+}
+
+# perftest's average latency (t_avg, usec) for one size.
+perftest() {
+    local tool=$1 size=$2
+    perftest_pair "$tool" -s "$size" -n "$ITERS" |
+        awk -v s="$size" '$1 == s && NF >= 6 { print $6 }'
 }
 
 # The time (usec) of one RDMA write from post to completion: ib_write_bw with one
 # write in flight, every completion polled; 1 / its message rate (Mpps).
 write_one() {
-    local size=$1 args=(-d "$DEV" -x "$GID" -F -s "$1" -n "$ITERS" -t 1 -Q 1)
-    taskset -c 0 ib_write_bw "${args[@]}" >/dev/null 2>&1 &
-    local server=$!
-    sleep 1
-    taskset -c 1 ib_write_bw "${args[@]}" "$ADDR" 2>/dev/null |
+    local size=$1
+    perftest_pair ib_write_bw -s "$size" -n "$ITERS" -t 1 -Q 1 |
         awk -v s="$size" '$1 == s && NF >= 5 && $5 > 0 { printf "%.2f\n", 1 / $5 }'
-    wait $server || true
 }
 
 # osu's figure for one size.
