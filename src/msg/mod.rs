@@ -132,6 +132,8 @@ pub struct Comm {
     /// process, `self`, is progressed only then: the poll loop is the latency).
     remote: Vec<bool>,
     dirty: Vec<bool>,
+    /// Per module: its eager limit (read on every send).
+    eager: Vec<usize>,
     job: Job,
 }
 
@@ -197,6 +199,7 @@ impl Comm {
             }
         }
         let dirty = vec![true; modules.len()];
+        let eager = modules.iter().map(|m| m.attributes().eager_limit).collect();
         let routes: Vec<(usize, Endpoint)> = state
             .route
             .iter()
@@ -220,6 +223,7 @@ impl Comm {
             routes,
             remote,
             dirty,
+            eager,
             job,
         })
     }
@@ -282,6 +286,7 @@ impl Comm {
     }
 
     /// Drive every transport once, then retry what waited for room.
+    #[inline(always)]
     pub fn progress(&mut self) -> usize {
         let mut n = 0;
         for (i, m) in self.modules.iter_mut().enumerate() {
@@ -361,7 +366,7 @@ impl Comm {
 
     fn isend_tagged(&mut self, buf: *const u8, len: usize, dst: u32, tag: i32) -> Result<ReqId> {
         let (mi, ep) = self.route(dst)?;
-        let eager = self.modules[mi].attributes().eager_limit;
+        let eager = self.eager[mi];
         if len + protocol::EAGER_HEADER <= eager {
             // SAFETY: the caller promised `buf` is valid for `len` bytes.
             let data = unsafe { std::slice::from_raw_parts(buf, len) };
@@ -459,6 +464,7 @@ impl Comm {
     /// # Safety
     ///
     /// As [`Comm::irecv_raw`].
+    #[inline]
     unsafe fn post_recv(
         &mut self,
         buf: *mut u8,
@@ -483,7 +489,12 @@ impl Comm {
             addr: buf as usize,
             cap,
         };
-        match s.take_unexpected(src, tag) {
+        let early = if s.unexpected.is_empty() {
+            None
+        } else {
+            s.take_unexpected(src, tag)
+        };
+        match early {
             Some(Unexpected::Eager { src, tag, data }) => s.deliver_eager(&posted, src, tag, &data),
             Some(Unexpected::Rts { src, rts }) => {
                 let (mi, ep) = s.route[src as usize].expect("routed");
@@ -524,6 +535,7 @@ impl Comm {
     /// [`Comm::wait`], where `seen` is the count of completed requests read before
     /// `req` was started (`usize::MAX`: unknown): the request is first looked at when
     /// that count has moved.
+    #[inline]
     fn wait_since(&mut self, req: ReqId, mut seen: usize) -> Result<Status> {
         let mut idle = 0u32;
         loop {
@@ -546,13 +558,14 @@ impl Comm {
     }
 
     /// Send `buf` to `dst` with `tag`, returning when the buffer may be reused.
+    #[inline(always)]
     pub fn send(&mut self, buf: &[u8], dst: u32, tag: i32) -> Result<()> {
         if tag < 0 {
             return Err(Error::BadTag(tag));
         }
         // Fast path: an eager message the transport takes at once needs no request.
         let (mi, ep) = self.route(dst)?;
-        if buf.len() + protocol::EAGER_HEADER <= self.modules[mi].attributes().eager_limit
+        if buf.len() + protocol::EAGER_HEADER <= self.eager[mi]
             && self.try_eager(mi, ep, buf, tag)?
         {
             return Ok(());
@@ -564,6 +577,7 @@ impl Comm {
     }
 
     /// Receive into `buf` from `src` with `tag`.
+    #[inline(always)]
     pub fn recv(&mut self, buf: &mut [u8], src: Option<u32>, tag: Option<i32>) -> Result<Status> {
         if let Some(t) = tag.filter(|t| *t < 0) {
             return Err(Error::BadTag(t));

@@ -66,6 +66,7 @@ pub struct Req {
 impl Req {
     /// Its outcome; the registration it kept (if any) is released. (Taken apart by
     /// hand: dropping the whole request runs the drop glue even for no registration.)
+    #[inline]
     fn into_outcome(self) -> Option<Result<Status, Error>> {
         if let Some(handle) = self.handle {
             drop(handle);
@@ -142,6 +143,7 @@ pub fn shared(state: State) -> Shared {
 
 /// Borrow the state (callbacks never run while a borrow is held: no module call made
 /// under it runs callbacks).
+#[inline(always)]
 pub fn lock(s: &Shared) -> std::cell::RefMut<'_, State> {
     s.0.borrow_mut()
 }
@@ -154,6 +156,7 @@ pub fn bump(counter: &AtomicUsize, by: isize) {
 
 /// Hand `header` and `payload` to the transport: inline, or through the descriptor it
 /// gives back (which it then owns). `OutOfResource` means nothing went out.
+#[inline(always)]
 pub fn transmit(
     m: &mut dyn Module,
     ep: Endpoint,
@@ -178,6 +181,7 @@ pub fn transmit(
 
 impl State {
     /// The request `id` (including the blocking one).
+    #[inline(always)]
     pub fn req_mut(&mut self, id: ReqId) -> Option<&mut Req> {
         if id == BLOCKING {
             self.blocking.as_mut()
@@ -188,6 +192,7 @@ impl State {
 
     /// The outcome of request `id` if it has completed; the request is then gone.
     /// An id that is not live is an error outcome.
+    #[inline]
     pub fn take_outcome(&mut self, id: ReqId) -> Option<Result<Status, Error>> {
         let unknown = || Some(Err(Error::UnknownRequest(id)));
         if id == BLOCKING {
@@ -214,6 +219,7 @@ impl State {
 
     /// The request of a blocking receive: there is at most one (a blocking call holds
     /// the `Comm`), so it lives outside the table.
+    #[inline(always)]
     pub fn new_blocking(&mut self, peer: Option<u32>) -> ReqId {
         let status = Status {
             source: 0,
@@ -245,6 +251,7 @@ impl State {
     }
 
     /// Finish request `req` (releasing what it kept).
+    #[inline(always)]
     pub fn complete(&mut self, req: ReqId, outcome: Result<Status, Error>) {
         if let Some(r) = self.req_mut(req) {
             // (Tested first: storing None runs the drop glue even when there is
@@ -294,6 +301,7 @@ impl State {
     }
 
     /// The first posted receive matching a message from `src` with `tag`.
+    #[inline(always)]
     pub fn take_posted(&mut self, src: u32, tag: i32) -> Option<Posted> {
         // Usually the oldest receive matches: take it without the general removal.
         if self.posted.front()?.matches(src, tag) {
@@ -320,6 +328,7 @@ impl State {
     }
 
     /// Deliver eager data into a matched receive.
+    #[inline(always)]
     pub fn deliver_eager(&mut self, p: &Posted, src: u32, tag: i32, data: &[u8]) {
         let n = data.len().min(p.cap);
         // SAFETY: `p.addr` and `p.cap` come from a receive whose caller promised the

@@ -355,6 +355,7 @@ impl Qp {
     /// # Safety
     ///
     /// The range must lie inside `mr` and stay untouched until the receive completes.
+    #[inline]
     pub unsafe fn post_recv(&mut self, wr_id: u64, mr: &Mr, addr: u64, len: u32) -> Result<()> {
         let qp = self.ptr.as_ptr();
         // SAFETY: a live QP; the caller vouches for the memory.
@@ -396,6 +397,7 @@ impl Qp {
     ///
     /// Each piece must lie inside the registration its key names (unless inline) and
     /// stay valid and untouched until the request completes.
+    #[inline(always)]
     pub unsafe fn post_send_sg(
         &mut self,
         wr_id: u64,
@@ -433,6 +435,7 @@ impl Qp {
 
 /// Build a one-entry receive request and hand it to `post` (a queue pair's or a shared
 /// receive queue's).
+#[inline]
 pub(crate) fn post_one_recv(
     call: &'static str,
     wr_id: u64,

@@ -385,6 +385,7 @@ impl OpenibModule {
         }
     }
 
+    #[inline(always)]
     fn on_receive(&mut self, c: Completion) {
         let slot = (c.wr_id & 0xffff_ffff) as usize;
         if c.wr_id & SRQ_BIT != 0 {
@@ -455,6 +456,7 @@ impl OpenibModule {
     /// Hand a received fragment from `ep` to its callback, taking the credits its
     /// trailer returns; whether it was a credit-only message. `None` (the peer has
     /// failed) for an error completion or a malformed fragment.
+    #[inline(always)]
     fn deliver(&mut self, c: &Completion, ep: usize, frag: &Frag) -> Option<bool> {
         if let Err(e) = c.result() {
             self.core.fail(ep, format!("queue pair error: {e}"));
