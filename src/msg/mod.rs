@@ -166,6 +166,8 @@ impl Comm {
             route: vec![None; job.size as usize],
             ..State::default()
         };
+        // Per module: endpoint -> rank (for its receive callbacks).
+        let mut rank_of = Vec::new();
         for (mi, m) in modules.iter_mut().enumerate() {
             let eps = m.add_procs(&procs, modex)?;
             let mut map = Vec::new();
@@ -179,7 +181,7 @@ impl Comm {
                     state.route[rank].get_or_insert((mi, ep));
                 }
             }
-            state.rank_of.push(map);
+            rank_of.push(Arc::<[Option<u32>]>::from(map));
         }
         if let Some(rank) = state.route.iter().position(Option::is_none) {
             let tried = modules
@@ -207,8 +209,8 @@ impl Comm {
             .collect();
         let signals = state.signals.clone();
         let state: Shared = state::shared(state);
-        for (mi, m) in modules.iter_mut().enumerate() {
-            register_callbacks(m.as_mut(), mi, &state)?;
+        for ((mi, m), ranks) in modules.iter_mut().enumerate().zip(rank_of) {
+            register_callbacks(m.as_mut(), mi, &ranks, &state)?;
         }
         // Everyone has its callbacks in place before anyone sends.
         job.modex.fence()?;
@@ -729,14 +731,19 @@ impl<'env> Scope<'_, 'env> {
     }
 }
 
-/// Install the message layer's receive callbacks on module `mi`.
-fn register_callbacks(m: &mut dyn Module, mi: usize, state: &Shared) -> Result<()> {
-    let st = state.clone();
+/// Install the message layer's receive callbacks on module `mi`, whose endpoints
+/// belong to `ranks`.
+fn register_callbacks(
+    m: &mut dyn Module,
+    mi: usize,
+    ranks: &Arc<[Option<u32>]>,
+    state: &Shared,
+) -> Result<()> {
+    let (st, senders) = (state.clone(), ranks.clone());
     m.register_am(
         protocol::EAGER,
         Box::new(move |_m, r: &Received<'_>| {
-            let mut s = lock(&st);
-            let Some(src) = s.rank_of[mi].get(r.endpoint.0 as usize).copied().flatten() else {
+            let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() else {
                 return;
             };
             // The header and the payload: one segment, or two when the transport kept
@@ -754,6 +761,7 @@ fn register_callbacks(m: &mut dyn Module, mi: usize, state: &Shared) -> Result<(
                 return;
             };
             let tag = i32::from_le_bytes(head);
+            let mut s = lock(&st);
             match s.take_posted(src, tag) {
                 Some(p) => s.deliver_eager(&p, src, tag, data),
                 None => s.unexpected.push_back(Unexpected::Eager {
@@ -764,14 +772,14 @@ fn register_callbacks(m: &mut dyn Module, mi: usize, state: &Shared) -> Result<(
             }
         }),
     )?;
-    let st = state.clone();
+    let (st, senders) = (state.clone(), ranks.clone());
     m.register_am(
         protocol::RTS,
         Box::new(move |m, r: &Received<'_>| {
-            let mut s = lock(&st);
-            let Some(src) = s.rank_of[mi].get(r.endpoint.0 as usize).copied().flatten() else {
+            let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() else {
                 return;
             };
+            let mut s = lock(&st);
             let Some(rts) = protocol::Rts::decode(&r.to_vec()) else {
                 return;
             };

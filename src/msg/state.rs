@@ -101,8 +101,6 @@ pub struct Signals {
 pub struct State {
     /// Lock-free hints for the fast paths.
     pub signals: Arc<Signals>,
-    /// Per module: endpoint -> rank.
-    pub rank_of: Vec<Vec<Option<u32>>>,
     /// Per rank: (module, endpoint).
     pub route: Vec<Option<(usize, Endpoint)>>,
     pub posted: VecDeque<Posted>,
@@ -251,15 +249,26 @@ impl State {
     }
 
     /// Finish request `req` (releasing what it kept).
-    #[inline(always)]
     pub fn complete(&mut self, req: ReqId, outcome: Result<Status, Error>) {
+        self.finish(req, || outcome.map_err(Box::new));
+    }
+
+    /// [`State::complete`] with success (the common case, which moves no error).
+    #[inline(always)]
+    pub fn complete_ok(&mut self, req: ReqId, status: Status) {
+        self.finish(req, || Ok(status));
+    }
+
+    /// Release what `req` kept and store its outcome (the first one wins).
+    #[inline(always)]
+    fn finish(&mut self, req: ReqId, outcome: impl FnOnce() -> Result<Status, Box<Error>>) {
         if let Some(r) = self.req_mut(req) {
             // (Tested first: storing None runs the drop glue even when there is
             // nothing to drop, on every message.)
             if r.handle.is_some() {
                 r.handle = None;
             }
-            r.outcome.get_or_insert_with(|| outcome.map_err(Box::new));
+            r.outcome.get_or_insert_with(outcome);
             bump(&self.signals.completed, 1);
         }
     }
@@ -334,21 +343,21 @@ impl State {
         // SAFETY: `p.addr` and `p.cap` come from a receive whose caller promised the
         // buffer stays valid and unaliased until the request completes (now).
         unsafe { rbtl_btl::copy_bytes(data.as_ptr(), p.addr as *mut u8, n) };
-        let outcome = if data.len() > p.cap {
-            Err(Error::Truncated {
+        if data.len() > p.cap {
+            let e = Error::Truncated {
                 sender: src,
                 tag,
                 len: data.len(),
                 capacity: p.cap,
-            })
-        } else {
-            Ok(Status {
-                source: src,
-                tag,
-                len: data.len(),
-            })
+            };
+            return self.complete(p.req, Err(e));
+        }
+        let status = Status {
+            source: src,
+            tag,
+            len: data.len(),
         };
-        self.complete(p.req, outcome);
+        self.complete_ok(p.req, status);
     }
 
     /// Start the get of a matched rendezvous: register the receive buffer, read the
