@@ -51,6 +51,7 @@ impl RemoteHandle {
     }
 
     /// The bytes to send to a peer.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]
     }

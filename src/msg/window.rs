@@ -177,6 +177,7 @@ impl Window {
     }
 
     /// Write `data` into `target`'s window at `offset`; returns once it is visible there.
+    #[inline]
     pub fn put(&mut self, comm: &mut Comm, target: u32, offset: usize, data: &[u8]) -> Result<()> {
         self.rdma(
             comm,
@@ -189,6 +190,7 @@ impl Window {
     }
 
     /// Read `out.len()` bytes of `target`'s window at `offset`.
+    #[inline]
     pub fn get(
         &mut self,
         comm: &mut Comm,
@@ -206,6 +208,7 @@ impl Window {
         Ok(())
     }
 
+    #[inline(always)]
     fn rdma(
         &mut self,
         comm: &mut Comm,
@@ -238,13 +241,13 @@ impl Window {
             }
             return Ok(());
         }
-        let rh = peer.handle;
+        let rh = &peer.handle;
         let staged = len <= STAGING;
         let own;
         let (local, handle) = if staged {
             if put {
                 // SAFETY: `buf` is the caller's slice of `len` bytes; staging holds STAGING.
-                unsafe { std::ptr::copy_nonoverlapping(buf, self.staging.as_ptr(), len) };
+                unsafe { rbtl_btl::copy_bytes(buf, self.staging.as_ptr(), len) };
             }
             (self.staging.as_ptr() as usize, &self.handles[mi].1)
         } else {
@@ -272,9 +275,9 @@ impl Window {
         });
         let m = comm.modules[mi].as_mut();
         if put {
-            m.put(ep, local, remote, handle, &rh, len, 0, Order::ANY, cb)?;
+            m.put(ep, local, remote, handle, rh, len, 0, Order::ANY, cb)?;
         } else {
-            m.get(ep, local, remote, handle, &rh, len, 0, Order::ANY, cb)?;
+            m.get(ep, local, remote, handle, rh, len, 0, Order::ANY, cb)?;
         }
         while self.signal.done.load(Ordering::Acquire) == before {
             comm.progress();
@@ -292,7 +295,7 @@ impl Window {
         }
         if staged && !put {
             // SAFETY: the get landed in staging; `buf` is the caller's `len` bytes.
-            unsafe { std::ptr::copy_nonoverlapping(self.staging.as_ptr(), buf, len) };
+            unsafe { rbtl_btl::copy_bytes(self.staging.as_ptr(), buf, len) };
         }
         Ok(())
     }

@@ -126,8 +126,9 @@ pub struct Peer {
 
 /// Work posted on a send queue, by work-request id.
 pub enum Posted {
-    /// A descriptor (the caller's, or the module's own credit message).
-    Send(usize, Descriptor),
+    /// A descriptor (the caller's, or the module's own credit message). Boxed: it is
+    /// the largest variant by far, and every tracked request moves.
+    Send(usize, Box<Descriptor>),
     /// An inline send with no descriptor.
     Inline(usize),
     /// A one-sided operation.
@@ -297,6 +298,7 @@ impl Core {
 
     /// Remember work posted on a send queue (signalled, so it takes over the
     /// unsignalled requests before it); its work-request id.
+    #[inline(always)]
     pub fn track(&mut self, p: Posted) -> u64 {
         let ep = p.endpoint();
         let covers = 1 + std::mem::take(&mut self.peers[ep].unsignaled);
@@ -314,6 +316,7 @@ impl Core {
     }
 
     /// Take back the work of a completion, with the send-queue entries it frees.
+    #[inline]
     pub fn untrack(&mut self, id: u64) -> Option<(Posted, u32)> {
         let p = self.posted.get_mut(id as usize)?.take();
         if p.is_some() {

@@ -182,7 +182,7 @@ impl OpenibModule {
             len: len as u32,
             lkey,
         };
-        let id = self.core.track(Posted::Send(ep, des));
+        let id = self.core.track(Posted::Send(ep, Box::new(des)));
         let peer = &mut self.core.peers[ep];
         let qp = peer.qp.as_mut().expect("a connected peer has a queue pair");
         // SAFETY: the fragment is in a registered chunk and stays, untouched, in the
@@ -199,7 +199,7 @@ impl OpenibModule {
                 };
                 Err(SendError {
                     error: Error::NotAvailable(format!("openib: {e}")),
-                    descriptor: des,
+                    descriptor: *des,
                 })
             }
         }
@@ -254,6 +254,7 @@ impl OpenibModule {
         }
     }
 
+    #[inline(always)]
     fn post_rdma(&mut self, ep: usize, r: RdmaRequest) {
         let sge = Sge {
             addr: r.local as u64,
@@ -290,6 +291,7 @@ impl OpenibModule {
 
     /// Start a one-sided operation: post it now, or queue it behind the connection,
     /// earlier work, or the operations in flight.
+    #[inline(always)]
     fn start_rdma(&mut self, ep: Endpoint, r: RdmaRequest) -> Result<()> {
         if !matches!(
             self.core.peers.get(ep.0 as usize).map(|p| &p.link),
@@ -316,6 +318,7 @@ impl OpenibModule {
         Ok(())
     }
 
+    #[inline]
     fn lkey(&self, handle: &MemHandle, addr: usize, len: usize, needs: Access) -> Result<u32> {
         Ok(handle
             .check::<Reg>(self.core.id, addr, len, needs)?
@@ -345,7 +348,7 @@ impl OpenibModule {
         let ep = posted.endpoint();
         self.core.peers[ep].sq_free += covers;
         match posted {
-            Posted::Send(_, des) => self.finish_send(des, status()),
+            Posted::Send(_, des) => self.finish_send(*des, status()),
             Posted::Inline(_) => {}
             Posted::Credit(_) => {
                 let peer = &mut self.core.peers[ep];
@@ -367,15 +370,19 @@ impl OpenibModule {
                         why: format!("the operation did not complete: {e}"),
                     }),
                 };
-                self.core.done.push_back(Done::Rdma(
-                    cb,
-                    RdmaCompletion {
-                        endpoint: Endpoint(ep as u32),
-                        local_address: local,
-                        size,
-                        status,
-                    },
-                ));
+                let c = RdmaCompletion {
+                    endpoint: Endpoint(ep as u32),
+                    local_address: local,
+                    size,
+                    status,
+                };
+                // At once when nothing completed earlier waits to be reported (this
+                // is inside progress).
+                if self.core.done.is_empty() && failed.is_none() {
+                    cb(self, c);
+                } else {
+                    self.core.done.push_back(Done::Rdma(cb, c));
+                }
             }
         }
         if let Some(e) = failed {
@@ -1152,6 +1159,7 @@ enum Transfer {
 impl OpenibModule {
     /// Check a put or get against both handles and its limit, then start it.
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn transfer(
         &mut self,
         endpoint: Endpoint,

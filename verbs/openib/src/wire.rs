@@ -115,6 +115,7 @@ impl RemoteKey {
     }
 
     /// From a peer's handle bytes.
+    #[inline]
     pub fn from_bytes(b: &[u8]) -> Result<RemoteKey> {
         let b: &[u8; REMOTE_KEY_LEN] = b.try_into().map_err(|_| Error::MalformedHandle(b.len()))?;
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
