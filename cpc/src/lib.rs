@@ -5,14 +5,17 @@
 //! the usable ones publish a blob in the modex, and per peer both sides pick the
 //! highest-priority CPC they share ([`select`]). This crate holds the interface, the
 //! selection, and each CPC's connection logic as a state machine with no I/O
-//! ([`oob`], [`rdma_cm`]); the `openib` transport drives them over a real device.
-//! The `xrc` CPC is not written yet.
+//! ([`oob`], [`rdma_cm`], [`xrc`]); the `openib` transport drives the first two over a
+//! real device. No device here has XRC, and the transport's XRC path (initiators,
+//! targets, receives through XRC shared receive queues) is not written: the `xrc`
+//! handshake is tested on its own.
 
 #![warn(missing_docs)]
 
 pub mod oob;
 pub mod rdma_cm;
 pub mod select;
+pub mod xrc;
 
 use rbtl_config::{Config, Registry};
 

@@ -29,10 +29,10 @@ pub struct QpInfo {
     pub mtu: u8,
 }
 
-const INFO_LEN: usize = 4 + 4 + 2 + 16 + 1;
+pub(crate) const INFO_LEN: usize = 4 + 4 + 2 + 16 + 1;
 
 impl QpInfo {
-    fn encode(&self, out: &mut Vec<u8>) {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.qpn.to_le_bytes());
         out.extend_from_slice(&self.psn.to_le_bytes());
         out.extend_from_slice(&self.lid.to_le_bytes());
@@ -40,7 +40,7 @@ impl QpInfo {
         out.push(self.mtu);
     }
 
-    fn decode(b: &[u8]) -> Option<QpInfo> {
+    pub(crate) fn decode(b: &[u8]) -> Option<QpInfo> {
         if b.len() != INFO_LEN {
             return None;
         }

@@ -1,7 +1,9 @@
 //! The `xrc` connection method's component. XRC shares receive queues among the
 //! processes of a node; it needs a device with XRC domains, which no software device
-//! has, and its connection logic is not written yet. `query` therefore says why it
-//! cannot run: no XRC on the device, or not implemented.
+//! has. Its handshake is written and tested on its own (`rbtl_cpc::xrc`), but this
+//! transport's XRC path (initiators, targets, receives through XRC shared receive
+//! queues) is not. `query` therefore says why it cannot run: no XRC on the device,
+//! or no XRC path in the transport.
 
 use crate::core::Core;
 use rbtl_config::{Config, Registry};
@@ -21,7 +23,7 @@ impl CpcComponent<Core> for XrcComponent {
 
     fn query(&mut self, _: &Config, port: &PortInfo) -> Result<Box<dyn CpcModule<Core>>, Error> {
         let why = if port.xrc {
-            "the xrc connection method is not implemented yet"
+            "the transport's XRC path is not written (only the xrc handshake is)"
         } else {
             "the device has no XRC domains"
         };
