@@ -67,7 +67,8 @@ command_for() {
         rbtl)
             local sub
             case $mode in lat) sub=latency ;; put_lat) sub=put-latency ;; get_lat) sub=get-latency ;; *) sub=$mode ;; esac
-            echo "target/release/osu $sub --max-size $MAX" ;;
+            # Its JSON has 4 decimals (its table, as OSU's, 2).
+            echo "target/release/osu $sub --max-size $MAX --json $OUT/rbtl.$mode.json" ;;
         ompi_vader) echo "$OMPI --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism cma $OUT/pingpong.openmpi $mode -M $MAX" ;;
         ompi_vader_nocma) echo "$OMPI --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism none $OUT/pingpong.openmpi $mode -M $MAX" ;;
         ompi_ucx) echo "$OMPI --mca pml ucx $UCX_ANY $OUT/pingpong.openmpi $mode -M $MAX" ;;
@@ -86,6 +87,10 @@ for mode in $MODES; do
             before=$(near_or_wait)
             if ! $(command_for "$sys" "$mode") 2>"$OUT/$sys.$mode.err" | grep -v '^#' >"$OUT/$sys.$mode.txt"; then
                 echo "# $sys $mode failed: $(tail -1 "$OUT/$sys.$mode.err")"
+            fi
+            if [ "$sys" = rbtl ] && [ -s "$OUT/rbtl.$mode.json" ]; then
+                sed -n 's/.*"size": \([0-9]*\), "value": \([0-9.]*\).*/\1 \2/p' \
+                    "$OUT/rbtl.$mode.json" >"$OUT/rbtl.$mode.txt"
             fi
             after=$(line_ns)
             [ "$before" -lt "$FAR_NS" ] && [ "$after" -lt "$FAR_NS" ] && break
