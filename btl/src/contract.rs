@@ -306,8 +306,9 @@ pub fn all_tags(p: &mut Peer<'_>) {
 }
 
 /// A receive callback that progresses the module itself for a while (as one that
-/// flushes does) while the peer keeps sending on its tag: the messages that arrive
-/// meanwhile wait for it to return, and every one arrives once, in order.
+/// flushes does) while the peer keeps sending on its tag, through `send` and `sendi`
+/// alternately: the messages that arrive meanwhile wait for it to return, and every
+/// one arrives once, in order.
 pub fn callbacks_may_progress(p: &mut Peer<'_>) {
     if !p.module.attributes().flags.contains(BtlFlags::SEND) {
         return;
@@ -333,9 +334,23 @@ pub fn callbacks_may_progress(p: &mut Peer<'_>) {
         .expect("register_am");
     p.barrier();
     for seq in 0..N {
-        let mut des = alloc_retry(p, 4, DesFlags::OWNERSHIP);
-        des.segment_mut(0).copy_from_slice(&seq.to_le_bytes());
-        send_all(p, des, tag);
+        // Descriptors and small sends alternately: both kinds wait in order while
+        // the callback runs.
+        if seq % 2 == 0 {
+            let mut des = alloc_retry(p, 4, DesFlags::OWNERSHIP);
+            des.segment_mut(0).copy_from_slice(&seq.to_le_bytes());
+            send_all(p, des, tag);
+            continue;
+        }
+        let ep = p.endpoint;
+        let bytes = seq.to_le_bytes();
+        let out = retry(p, "sendi", |m| {
+            m.sendi(ep, &bytes, &[], Order::ANY, DesFlags::empty(), tag)
+        });
+        if let SendiOutcome::Descriptor(mut d) = out {
+            d.flags |= DesFlags::OWNERSHIP;
+            send_all(p, d, tag)
+        }
     }
     p.wait("every message around a callback that progresses", || {
         got.lock().unwrap().len() >= N as usize

@@ -107,9 +107,19 @@ impl Component for SelfComponent {
     }
 }
 
+/// Bytes a small message carries in its event instead of a fragment.
+const INLINE_MAX: usize = 56;
+
 enum Event {
+    /// A small `sendi`: its bytes, in the event.
+    Inline {
+        tag: Tag,
+        len: u8,
+        bytes: [u8; INLINE_MAX],
+    },
+    /// A descriptor (boxed: events move through the queue, and a descriptor is large).
     Deliver {
-        descriptor: Descriptor,
+        descriptor: Box<Descriptor>,
         tag: Tag,
         internal: bool,
     },
@@ -233,7 +243,26 @@ impl SelfModule {
         self.events.push_back(Event::Rdma(callback, done));
     }
 
-    fn deliver(&mut self, descriptor: Descriptor, tag: Tag, internal: bool) {
+    /// Run `tag`'s callback on the small message `bytes` (or queue it again, first,
+    /// while that callback runs further up the stack).
+    fn deliver_inline(&mut self, tag: Tag, len: u8, bytes: [u8; INLINE_MAX]) {
+        let Some(mut cb) = self.am.take(tag) else {
+            self.events.push_front(Event::Inline { tag, len, bytes });
+            return;
+        };
+        let Some(endpoint) = self.endpoint else {
+            return;
+        };
+        let received = Received {
+            endpoint,
+            tag,
+            segments: &[&bytes[..usize::from(len)]],
+        };
+        cb(self, &received);
+        self.am.restore(tag, cb);
+    }
+
+    fn deliver(&mut self, descriptor: Box<Descriptor>, tag: Tag, internal: bool) {
         let Some(mut cb) = self.am.take(tag) else {
             // The callback is running further up the stack (it called progress):
             // deliver later, in order.
@@ -259,9 +288,9 @@ impl SelfModule {
         cb(self, &received);
         self.am.restore(tag, cb);
         if internal {
-            self.frags.recycle(descriptor);
+            self.frags.recycle(*descriptor);
         } else {
-            self.send_complete(descriptor);
+            self.send_complete(*descriptor);
         }
     }
 
@@ -413,7 +442,7 @@ impl Module for SelfModule {
             return Err(SendError { error, descriptor });
         }
         self.events.push_back(Event::Deliver {
-            descriptor,
+            descriptor: Box::new(descriptor),
             tag,
             internal: false,
         });
@@ -432,6 +461,22 @@ impl Module for SelfModule {
         self.check_endpoint(endpoint)?;
         self.check_tag(tag)?;
         let size = header.len() + payload.len();
+        if size <= INLINE_MAX && size <= self.attrs.eager_limit {
+            let mut bytes = [0u8; INLINE_MAX];
+            let at = bytes.as_mut_ptr();
+            // SAFETY: the two pieces add up to `size` <= INLINE_MAX bytes, written in
+            // turn from the start of `bytes`; the sources are live slices outside it.
+            unsafe {
+                crate::copy_bytes(header.as_ptr(), at, header.len());
+                crate::copy_bytes(payload.as_ptr(), at.add(header.len()), payload.len());
+            }
+            self.events.push_back(Event::Inline {
+                tag,
+                len: size as u8,
+                bytes,
+            });
+            return Ok(SendiOutcome::Sent);
+        }
         let des = self.prepare_src(endpoint, order, 0, &[header, payload], flags)?;
         if size > self.attrs.eager_limit || des.len() < size {
             if des.len() < size {
@@ -444,7 +489,7 @@ impl Module for SelfModule {
             return Ok(SendiOutcome::Descriptor(des));
         }
         self.events.push_back(Event::Deliver {
-            descriptor: des,
+            descriptor: Box::new(des),
             tag,
             internal: true,
         });
@@ -581,6 +626,7 @@ impl Module for SelfModule {
         let n = self.events.len();
         for _ in 0..n {
             match self.events.pop_front() {
+                Some(Event::Inline { tag, len, bytes }) => self.deliver_inline(tag, len, bytes),
                 Some(Event::Deliver {
                     descriptor,
                     tag,
