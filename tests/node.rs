@@ -1,6 +1,7 @@
 //! One node, real processes: the `sm` transport's contract suite across 2 and 4
-//! processes (with cross-memory attach and with copies through the rings), the message
-//! layer, and what happens when a rank fails. This test binary re-executes itself as
+//! processes (with cross-memory attach and with copies through the rings), its `auto`
+//! path switching to cross-memory attach, the message layer, and what happens when a
+//! rank fails. This test binary re-executes itself as
 //! the rank program under the launcher; `NODE_TEST_ROLE` selects what a rank does and
 //! ranks leave `ok.<rank>` files in `NODE_TEST_DIR`. Each job gets its own
 //! `RBTL_SHM_DIR`, checked empty afterwards.
@@ -22,6 +23,7 @@ fn rank_role_entry() {
     };
     match role.as_str() {
         "sm_contract" => role_sm_contract(),
+        "sm_auto_path" => role_sm_auto_path(),
         "msg" => role_msg(),
         "window" => role_window(),
         "exit_nonzero" => role_exit_nonzero(),
@@ -73,6 +75,135 @@ fn role_sm_contract() {
         // One pairing at a time: nobody starts the next round's exchange early.
         job.modex.fence().unwrap();
     }
+    report_ok(rank, "ok");
+}
+
+/// `btl_sm_rdma=auto` with a switch rate no ring reaches: rank 0's first put and get go
+/// through the rings (while rank 1 progresses), the next ones by cross-memory attach,
+/// which they can only be: rank 1 then sits in a PMI fence without progressing.
+fn role_sm_auto_path() {
+    use rbtl::btl::{Access, RdmaCompletion, Tag};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    const LEN: usize = 1 << 20;
+    let (mut m, eps, mut job) = sm_module();
+    let (rank, peer) = (job.rank, job.rank ^ 1);
+    let ep = eps[peer as usize].expect("sm reaches the peer");
+    let all = Access::LOCAL_READ | Access::LOCAL_WRITE | Access::REMOTE_READ | Access::REMOTE_WRITE;
+    // Rank 1's buffer: the first half for gets (a pattern), the second for puts.
+    let mut mem: Vec<u8> = (0..2 * LEN).map(|i| (i % 251) as u8).collect();
+    // SAFETY: `mem` outlives the handle (dropped at the end of this function, after it),
+    // and it is not resized.
+    let handle =
+        unsafe { m.register_mem(Some(ep), mem.as_mut_ptr() as usize, 2 * LEN, all) }.unwrap();
+    let mut blob = (mem.as_ptr() as u64).to_le_bytes().to_vec();
+    blob.extend_from_slice(handle.remote().as_bytes());
+    job.modex.publish("auto_path", &blob).unwrap();
+    job.modex.fence().unwrap();
+    let theirs = job.modex.lookup(peer, "auto_path").unwrap().unwrap();
+    let (raddr, rh) = contract::remote_of(&theirs);
+    let heard = Arc::new(AtomicUsize::new(0));
+    let h = heard.clone();
+    m.register_am(
+        Tag::USR,
+        Box::new(move |_, _| {
+            h.fetch_add(1, Ordering::Release);
+        }),
+    )
+    .unwrap();
+    if rank == 1 {
+        // Progress until rank 0's ring transfers are done, then stop progressing.
+        while heard.load(Ordering::Acquire) == 0 {
+            m.progress();
+        }
+        job.modex.fence().unwrap();
+        let put: Vec<u8> = (0..LEN).map(|i| (i % 13) as u8).collect();
+        assert!(mem[LEN..] == put[..], "rank 0's puts landed");
+        drop(handle);
+        report_ok(rank, "ok");
+        return;
+    }
+    let mut out = vec![0u8; LEN];
+    let src: Vec<u8> = (0..LEN).map(|i| (i % 13) as u8).collect();
+    // SAFETY: both buffers outlive their handles (dropped below) and are not resized.
+    let (out_h, src_h) = unsafe {
+        (
+            m.register_mem(Some(ep), out.as_mut_ptr() as usize, LEN, all)
+                .unwrap(),
+            m.register_mem(Some(ep), src.as_ptr() as usize, LEN, all)
+                .unwrap(),
+        )
+    };
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut transfer = |m: &mut dyn Module, put: bool| {
+        let before = done.load(Ordering::Acquire);
+        let d = done.clone();
+        let cb = Box::new(move |_: &mut dyn Module, c: RdmaCompletion| {
+            c.status.expect("the transfer completes");
+            d.fetch_add(1, Ordering::Release);
+        });
+        let order = rbtl::btl::Order::ANY;
+        if put {
+            m.put(
+                ep,
+                src.as_ptr() as usize,
+                raddr + LEN as u64,
+                &src_h,
+                &rh,
+                LEN,
+                0,
+                order,
+                cb,
+            )
+        } else {
+            m.get(
+                ep,
+                out.as_mut_ptr() as usize,
+                raddr,
+                &out_h,
+                &rh,
+                LEN,
+                0,
+                order,
+                cb,
+            )
+        }
+        .unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while done.load(Ordering::Acquire) == before {
+            m.progress();
+            assert!(
+                std::time::Instant::now() < deadline,
+                "a transfer hung (put: {put})"
+            );
+        }
+    };
+    // Through the rings: never measured yet.
+    transfer(m.as_mut(), false);
+    transfer(m.as_mut(), true);
+    let told = m.sendi(
+        ep,
+        &[],
+        &[1],
+        rbtl::btl::Order::ANY,
+        rbtl::btl::DesFlags::empty(),
+        Tag::USR,
+    );
+    assert!(
+        matches!(told, Ok(rbtl::btl::SendiOutcome::Sent)),
+        "a one-byte message fits"
+    );
+    // Rank 1 no longer progresses: only cross-memory attach can complete these.
+    for _ in 0..3 {
+        transfer(m.as_mut(), false);
+        transfer(m.as_mut(), true);
+    }
+    assert!(
+        out.iter().enumerate().all(|(i, &b)| b == (i % 251) as u8),
+        "gets read rank 1's pattern"
+    );
+    drop((out_h, src_h));
+    job.modex.fence().unwrap();
     report_ok(rank, "ok");
 }
 
@@ -371,6 +502,19 @@ fn sm_contract_four_ranks_copy_through_rings_small_rings() {
             ("RBTL_BTL_SM_RING_SLOTS", "16"),
             ("RBTL_BTL_SM_RING_BYTES", "160k"),
             ("RBTL_BTL_SM_FREE_LIST_MAX", "4"),
+        ],
+    );
+}
+
+#[test]
+fn sm_auto_switches_large_transfers_to_cross_memory_attach_when_rings_are_slow() {
+    // No ring copies at 1 TB/s: every measured ring counts as slow.
+    expect_all_ok(
+        "sm_auto_path",
+        2,
+        &[
+            ("RBTL_BTL_SM_RDMA", "auto"),
+            ("RBTL_BTL_SM_CMA_BELOW", "1000000000"),
         ],
     );
 }

@@ -7,16 +7,17 @@
 //! registration in its key table (which lives in its segment), then take one of two
 //! paths (`btl_sm_rdma`):
 //!
-//! * `copy` (the default): copied through the rings in chunks, pipelined, and checked
-//!   again by the target (module `wire`); like `tcp`, the target must be progressing.
-//!   Measured here, this beats cross-memory attach at every size while the host keeps
-//!   the two cores near each other (1 MiB latency 38 us against 81 us; bandwidth
-//!   30-37 GB/s against 12-13 GB/s), as Open MPI's vader without CMA beats vader with
-//!   it. When the host places them far apart, copying falls to 3-5 GB/s and `cma`
-//!   wins.
+//! * `copy`: copied through the rings in chunks, pipelined, and checked again by the
+//!   target (module `wire`); like `tcp`, the target must be progressing. Measured
+//!   here, this beats cross-memory attach at every size while the host keeps the two
+//!   cores near each other (1 MiB latency 38 us against 81 us; bandwidth 30-37 GB/s
+//!   against 12-13 GB/s), as Open MPI's vader without CMA beats vader with it. When the
+//!   host places them far apart, copying falls to 3-5 GB/s and `cma` wins.
 //! * `cma`: single copy by the kernel with `process_vm_writev`/`readv`; no target
-//!   progress needed; `auto` is `cma` that falls back to `copy` when the kernel refuses
-//!   cross-memory attach (ptrace restrictions).
+//!   progress needed.
+//! * `auto` (the default): `copy`, switching per peer to `cma` while copies into the
+//!   rings run slow (module [`path`]), and staying with `copy` where the kernel
+//!   refuses cross-memory attach (ptrace restrictions).
 //!
 //! Atomics are applied by the target (as vader emulates them). A peer that dies is
 //! noticed through a pidfd while idle, and reported through the error callback; its
@@ -26,6 +27,7 @@
 //! leaves nothing in `/dev/shm`; stale ones of crashed owners are removed at start.
 
 mod cma;
+pub mod path;
 mod rdma;
 pub mod ring;
 pub mod segment;
@@ -48,6 +50,7 @@ use ring::{Consumer, Producer, RingLayout};
 use segment::Layout;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Instant;
 
 const NAME: &str = "sm";
 const MODEX_KEY: &str = "btl.sm";
@@ -104,7 +107,8 @@ pub enum RdmaPath {
     Copy,
     /// Cross-memory attach only (an error where it is refused).
     Cma,
-    /// Cross-memory attach where the kernel allows it, else copies through the rings.
+    /// Through the rings, or by cross-memory attach (where the kernel allows it) while
+    /// copies into the rings run below [`Settings::cma_below`].
     Auto,
 }
 
@@ -135,6 +139,9 @@ pub struct Settings {
     pub max_registrations: usize,
     /// Put/get path.
     pub rdma: RdmaPath,
+    /// Under [`RdmaPath::Auto`], the rate of copies into a ring (MB/s) below which
+    /// large transfers go by cross-memory attach.
+    pub cma_below: u64,
     /// Largest chunk when put/get copy through the rings (a transfer goes in about four
     /// chunks of at least 64 KiB).
     pub copy_chunk: usize,
@@ -154,7 +161,8 @@ impl Default for Settings {
             ring_slots: 64,
             ring_bytes: 2 << 20,
             max_registrations: 4096,
-            rdma: RdmaPath::Copy,
+            rdma: RdmaPath::Auto,
+            cma_below: 8000,
             copy_chunk: 512 << 10,
             max_frags: 256,
             rcache: rbtl_rcache::Options::default(),
@@ -191,9 +199,14 @@ impl Component for SmComponent {
             )?
             .register(
                 "btl_sm_rdma",
-                Value::Str("copy".into()),
+                Value::Str("auto".into()),
                 "put/get path: copy (through the rings; the target must progress), cma (cross-memory attach), \
-                 or auto (cma, copy where the kernel refuses it)",
+                 or auto (the rings, and cross-memory attach where the kernel allows it while copies into the rings run below btl_sm_cma_below)",
+            )?
+            .register(
+                "btl_sm_cma_below",
+                Value::Int(d.cma_below as i64),
+                "under btl_sm_rdma=auto: the rate of copies into a ring (MB/s) below which transfers of 64 KiB and more go by cross-memory attach",
             )?
             .register(
                 "btl_sm_heap_size",
@@ -224,6 +237,7 @@ impl Component for SmComponent {
             ring_bytes: config.size("btl_sm_ring_bytes")?,
             max_registrations: count("btl_sm_max_registrations")?,
             rdma: RdmaPath::parse(config.str("btl_sm_rdma")?)?,
+            cma_below: count("btl_sm_cma_below")? as u64,
             copy_chunk: config.size("btl_sm_copy_chunk")?,
             max_frags: count("btl_sm_free_list_max")?,
             rcache: crate::rcache_params::options(config)?,
@@ -316,7 +330,15 @@ struct Peer {
     put_refused: HashMap<u64, u32>,
     /// Removed by `del_procs`: nothing more is taken from its ring.
     removed: bool,
-    cma: bool,
+    /// Cross-memory attach is allowed with it (`cma`, or `auto` where the kernel lets).
+    cma_ok: bool,
+    /// Our copies into the ring towards it (puts), and its copies into the ring
+    /// towards us as it reports them (gets).
+    out_speed: path::RingSpeed,
+    in_speed: path::RingSpeed,
+    /// The `auto` choice for puts and for gets.
+    put_path: path::Choice,
+    get_path: path::Choice,
     failed: Option<String>,
 }
 
@@ -489,9 +511,9 @@ impl SmModule {
         self.segment.name()
     }
 
-    /// Whether put/get to `endpoint` use cross-memory attach.
+    /// Whether put/get to `endpoint` may use cross-memory attach.
     pub fn uses_cma(&self, endpoint: Endpoint) -> Option<bool> {
-        self.peers.get(endpoint.0 as usize).map(|p| p.cma)
+        self.peers.get(endpoint.0 as usize).map(|p| p.cma_ok)
     }
 
     fn connect(&self, proc_: &Proc, blob: &[u8]) -> Result<Option<Peer>> {
@@ -549,7 +571,7 @@ impl SmModule {
                 KeyTableView::new(base.add(layout.table_offset()), layout.registrations),
             )
         };
-        let cma = match self.settings.rdma {
+        let cma_ok = match self.settings.rdma {
             RdmaPath::Copy => false,
             RdmaPath::Cma => true,
             RdmaPath::Auto => {
@@ -578,7 +600,11 @@ impl SmModule {
             busy: false,
             put_refused: HashMap::new(),
             removed: false,
-            cma,
+            cma_ok,
+            out_speed: path::RingSpeed::default(),
+            in_speed: path::RingSpeed::default(),
+            put_path: path::Choice::default(),
+            get_path: path::Choice::default(),
             failed: None,
         }))
     }
@@ -647,7 +673,7 @@ impl SmModule {
             let Some(front) = peer.outbound.front_mut() else {
                 break;
             };
-            let producer = &mut peer.producer;
+            let (producer, speed) = (&mut peer.producer, &mut peer.out_speed);
             let pushed = match front {
                 Outbound::Desc { descriptor, tag } => push_descriptor(producer, descriptor, *tag),
                 Outbound::Bytes { tag, bytes } => producer.push(*tag, &[bytes], &[]),
@@ -675,8 +701,10 @@ impl SmModule {
                         // completion (register_mem's contract).
                         let data =
                             unsafe { std::slice::from_raw_parts((*local + *sent) as *const u8, l) };
+                        let start = Instant::now();
                         ok = producer.push(wire::PUT_DATA, &[&hdr, data], &[]);
                         if ok {
+                            speed.observe(l, start.elapsed());
                             *sent += l;
                             if *len == 0 {
                                 break;
@@ -704,6 +732,7 @@ impl SmModule {
                                 .u64(*req)
                                 .u64(*sent as u64)
                                 .u64(code)
+                                .u64(0)
                                 .0;
                             ok = producer.push(wire::GET_DATA, &[&hdr], &[]);
                             if ok {
@@ -711,13 +740,22 @@ impl SmModule {
                             }
                             break;
                         }
-                        let hdr = wire::Writer::default().u64(*req).u64(*sent as u64).u64(0).0;
+                        // The rate of our copies into this ring rides along: the
+                        // receiver chooses the path of its next gets by it.
+                        let hdr = wire::Writer::default()
+                            .u64(*req)
+                            .u64(*sent as u64)
+                            .u64(0)
+                            .u64(speed.to_wire())
+                            .0;
                         // SAFETY: the range was checked just now against our own live
                         // registration with remote-read access.
                         let data =
                             unsafe { std::slice::from_raw_parts((*addr + *sent) as *const u8, l) };
+                        let start = Instant::now();
                         ok = producer.push(wire::GET_DATA, &[&hdr, data], &[]);
                         if ok {
+                            speed.observe(l, start.elapsed());
                             *sent += l;
                         }
                     }

@@ -3,6 +3,7 @@
 //! checked by the target against its registrations ([`wire`](super::wire) holds the
 //! format).
 
+use super::path::RingSpeed;
 use super::*;
 
 impl SmModule {
@@ -120,6 +121,9 @@ impl SmModule {
             }
             wire::GET_DATA if msg.len() >= wire::GET_DATA_HEADER => {
                 let (req, off, code) = (r.u64(0), r.u64(8) as usize, r.u64(16) as u32);
+                if let Some(speed) = RingSpeed::from_wire(r.u64(24)) {
+                    self.peers[i].in_speed = speed;
+                }
                 let data = body(wire::GET_DATA_HEADER);
                 let Some(Op {
                     what:
@@ -244,7 +248,21 @@ impl SmModule {
         let peer = self.peer(ep)?;
         peer.table
             .check(peer.module, remote_handle, remote, size, remote_needs)?;
-        if peer.cma {
+        let cma = match self.settings.rdma {
+            RdmaPath::Copy => false,
+            RdmaPath::Cma => true,
+            RdmaPath::Auto => {
+                let slow_below = self.settings.cma_below as f64 / 1000.0;
+                let peer = &mut self.peers[ep.0 as usize];
+                let (choice, speed) = match dir {
+                    cma::Direction::Write => (&mut peer.put_path, peer.out_speed),
+                    cma::Direction::Read => (&mut peer.get_path, peer.in_speed),
+                };
+                peer.cma_ok && choice.via_cma(size, speed, slow_below, Instant::now())
+            }
+        };
+        let peer = &self.peers[ep.0 as usize];
+        if cma {
             // SAFETY: the local range lies inside a live registration of ours with the
             // needed access (register_mem's contract keeps it mapped and lets the
             // transport read or write it); the kernel checks the remote range.
@@ -267,7 +285,7 @@ impl SmModule {
                         rank = peer.rank,
                         "cross-memory attach refused: copying through the rings"
                     );
-                    self.peers[ep.0 as usize].cma = false;
+                    self.peers[ep.0 as usize].cma_ok = false;
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
                     self.fail_peer(ep.0 as usize, "process gone (ESRCH)".into());

@@ -1,5 +1,5 @@
 //! The `sm` transport's own messages (tags below [`Tag::PML`](crate::Tag)): put and get
-//! by copying through the rings when cross-memory attach is refused, and emulated
+//! by copying through the rings when cross-memory attach is not used, and emulated
 //! atomics (as Open MPI's vader emulates them), all checked by the target.
 
 use crate::keytable::HANDLE_SIZE;
@@ -63,8 +63,9 @@ impl Writer {
 
 /// Header bytes of PUT_DATA: request, address, last flag (u64), handle.
 pub const PUT_HEADER: usize = 24 + HANDLE_SIZE;
-/// Header bytes of GET_DATA: request, offset, status (u64).
-pub const GET_DATA_HEADER: usize = 24;
+/// Header bytes of GET_DATA: request, offset, status, and the sender's rate of copies
+/// into the ring in MB/s, 0 for none (u64).
+pub const GET_DATA_HEADER: usize = 32;
 
 /// Status codes carried back to the initiator.
 pub fn status_code(e: &Error) -> u32 {
