@@ -577,7 +577,9 @@ impl SmModule {
             RdmaPath::Auto => {
                 let ok = cma::works_with(pid, probe);
                 if !ok {
-                    tracing::warn!(
+                    // `auto` uses cross-memory attach only where it helps: its absence
+                    // is no cause for a warning.
+                    tracing::debug!(
                         rank = proc_.rank,
                         "cross-memory attach refused: put/get copy through the rings"
                     );

@@ -281,7 +281,7 @@ impl SmModule {
                     if e.raw_os_error() == Some(libc::EPERM)
                         && self.settings.rdma == RdmaPath::Auto =>
                 {
-                    tracing::warn!(
+                    tracing::debug!(
                         rank = peer.rank,
                         "cross-memory attach refused: copying through the rings"
                     );
