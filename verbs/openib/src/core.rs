@@ -126,9 +126,10 @@ pub struct Peer {
 
 /// Work posted on a send queue, by work-request id.
 pub enum Posted {
-    /// A descriptor (the caller's, or the module's own credit message). Boxed: it is
-    /// the largest variant by far, and every tracked request moves.
-    Send(usize, Box<Descriptor>),
+    /// A descriptor (the caller's, or the module's own credit message), kept in
+    /// [`Core::sent`] under the same id: every tracked request moves, and a descriptor
+    /// is large.
+    Send(usize),
     /// An inline send with no descriptor.
     Inline(usize),
     /// A one-sided operation.
@@ -141,10 +142,9 @@ impl Posted {
     /// The endpoint it went to.
     pub fn endpoint(&self) -> usize {
         match self {
-            Posted::Send(ep, _)
-            | Posted::Inline(ep)
-            | Posted::Rdma(ep, ..)
-            | Posted::Credit(ep) => *ep,
+            Posted::Send(ep) | Posted::Inline(ep) | Posted::Rdma(ep, ..) | Posted::Credit(ep) => {
+                *ep
+            }
         }
     }
 }
@@ -198,6 +198,8 @@ pub struct Core {
     /// (its own and those of the unsignalled requests before it).
     pub posted: Vec<Option<(Posted, u32)>>,
     pub free_ids: Vec<usize>,
+    /// The descriptors of posted sends, by work-request id.
+    pub sent: Vec<Option<Descriptor>>,
     /// Receive callbacks.
     pub am: AmTable,
     /// The error callback.
@@ -313,6 +315,22 @@ impl Core {
                 (self.posted.len() - 1) as u64
             }
         }
+    }
+
+    /// Remember a descriptor posted on a send queue, as [`Core::track`] does; its id.
+    pub fn track_send(&mut self, ep: usize, des: Descriptor) -> u64 {
+        let id = self.track(Posted::Send(ep));
+        let i = id as usize;
+        if self.sent.len() <= i {
+            self.sent.resize_with(i + 1, || None);
+        }
+        self.sent[i] = Some(des);
+        id
+    }
+
+    /// The descriptor of posted send `id` (after its untrack or unpost).
+    pub fn take_sent(&mut self, id: u64) -> Option<Descriptor> {
+        self.sent.get_mut(id as usize)?.take()
     }
 
     /// Take back the work of a completion, with the send-queue entries it frees.

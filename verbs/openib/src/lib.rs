@@ -307,6 +307,7 @@ fn new_core(
         by_rank: Default::default(),
         posted: Vec::new(),
         free_ids: Vec::new(),
+        sent: Vec::new(),
         am: AmTable::default(),
         on_error: None,
         done: Default::default(),

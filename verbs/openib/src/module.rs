@@ -182,7 +182,7 @@ impl OpenibModule {
             len: len as u32,
             lkey,
         };
-        let id = self.core.track(Posted::Send(ep, Box::new(des)));
+        let id = self.core.track_send(ep, des);
         let peer = &mut self.core.peers[ep];
         let qp = peer.qp.as_mut().expect("a connected peer has a queue pair");
         // SAFETY: the fragment is in a registered chunk and stays, untouched, in the
@@ -194,12 +194,14 @@ impl OpenibModule {
             }
             Err(e) => {
                 peer.credits.returned(credits, rsv);
-                let Some(Posted::Send(_, des)) = self.core.unpost(id) else {
+                let (Some(Posted::Send(_)), Some(des)) =
+                    (self.core.unpost(id), self.core.take_sent(id))
+                else {
                     unreachable!("just tracked");
                 };
                 Err(SendError {
                     error: Error::NotAvailable(format!("openib: {e}")),
-                    descriptor: *des,
+                    descriptor: des,
                 })
             }
         }
@@ -348,7 +350,11 @@ impl OpenibModule {
         let ep = posted.endpoint();
         self.core.peers[ep].sq_free += covers;
         match posted {
-            Posted::Send(_, des) => self.finish_send(*des, status()),
+            Posted::Send(_) => {
+                if let Some(des) = self.core.take_sent(c.wr_id) {
+                    self.finish_send(des, status());
+                }
+            }
             Posted::Inline(_) => {}
             Posted::Credit(_) => {
                 let peer = &mut self.core.peers[ep];
@@ -1251,10 +1257,9 @@ impl Drop for OpenibModule {
                 }
             }
         }
-        for (p, _) in core.posted.drain(..).flatten() {
-            if let Posted::Send(_, des) = p {
-                core.send_frags.put(des.into_frag());
-            }
+        core.posted.clear();
+        for des in core.sent.drain(..).flatten() {
+            core.send_frags.put(des.into_frag());
         }
     }
 }
