@@ -117,12 +117,9 @@ enum Event {
         len: u8,
         bytes: [u8; INLINE_MAX],
     },
-    /// A descriptor (boxed: events move through the queue, and a descriptor is large).
-    Deliver {
-        descriptor: Box<Descriptor>,
-        tag: Tag,
-        internal: bool,
-    },
+    /// The next descriptor of [`SelfModule::sent`] (kept apart: events move through
+    /// the queue, and a descriptor is large).
+    Deliver,
     Rdma(RdmaCallback, RdmaCompletion),
 }
 
@@ -159,6 +156,8 @@ pub struct SelfModule {
     am: AmTable,
     endpoint: Option<Endpoint>,
     events: VecDeque<Event>,
+    /// Descriptors sent, in order, with their tag and whether this module made them.
+    sent: VecDeque<(Descriptor, Tag, bool)>,
 }
 
 impl SelfModule {
@@ -183,6 +182,7 @@ impl SelfModule {
             am: AmTable::default(),
             endpoint: None,
             events: VecDeque::new(),
+            sent: VecDeque::new(),
         })
     }
 
@@ -262,15 +262,21 @@ impl SelfModule {
         self.am.restore(tag, cb);
     }
 
-    fn deliver(&mut self, descriptor: Box<Descriptor>, tag: Tag, internal: bool) {
+    /// Queue a descriptor for delivery.
+    fn queue(&mut self, descriptor: Descriptor, tag: Tag, internal: bool) {
+        self.sent.push_back((descriptor, tag, internal));
+        self.events.push_back(Event::Deliver);
+    }
+
+    fn deliver(&mut self) {
+        let Some((descriptor, tag, internal)) = self.sent.pop_front() else {
+            return;
+        };
         let Some(mut cb) = self.am.take(tag) else {
             // The callback is running further up the stack (it called progress):
             // deliver later, in order.
-            self.events.push_front(Event::Deliver {
-                descriptor,
-                tag,
-                internal,
-            });
+            self.sent.push_front((descriptor, tag, internal));
+            self.events.push_front(Event::Deliver);
             return;
         };
         let mut segs: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
@@ -288,9 +294,9 @@ impl SelfModule {
         cb(self, &received);
         self.am.restore(tag, cb);
         if internal {
-            self.frags.recycle(*descriptor);
+            self.frags.recycle(descriptor);
         } else {
-            self.send_complete(*descriptor);
+            self.send_complete(descriptor);
         }
     }
 
@@ -441,11 +447,7 @@ impl Module for SelfModule {
         if let Err(error) = checked {
             return Err(SendError { error, descriptor });
         }
-        self.events.push_back(Event::Deliver {
-            descriptor: Box::new(descriptor),
-            tag,
-            internal: false,
-        });
+        self.queue(descriptor, tag, false);
         Ok(SendOutcome::Queued)
     }
 
@@ -488,11 +490,7 @@ impl Module for SelfModule {
             }
             return Ok(SendiOutcome::Descriptor(des));
         }
-        self.events.push_back(Event::Deliver {
-            descriptor: Box::new(des),
-            tag,
-            internal: true,
-        });
+        self.queue(des, tag, true);
         Ok(SendiOutcome::Sent)
     }
 
@@ -627,11 +625,7 @@ impl Module for SelfModule {
         for _ in 0..n {
             match self.events.pop_front() {
                 Some(Event::Inline { tag, len, bytes }) => self.deliver_inline(tag, len, bytes),
-                Some(Event::Deliver {
-                    descriptor,
-                    tag,
-                    internal,
-                }) => self.deliver(descriptor, tag, internal),
+                Some(Event::Deliver) => self.deliver(),
                 Some(Event::Rdma(cb, done)) => cb(self, done),
                 None => break,
             }
