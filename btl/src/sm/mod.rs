@@ -703,10 +703,8 @@ impl SmModule {
                         // completion (register_mem's contract).
                         let data =
                             unsafe { std::slice::from_raw_parts((*local + *sent) as *const u8, l) };
-                        let start = Instant::now();
-                        ok = producer.push(wire::PUT_DATA, &[&hdr, data], &[]);
+                        ok = speed.timed(l, || producer.push(wire::PUT_DATA, &[&hdr, data], &[]));
                         if ok {
-                            speed.observe(l, start.elapsed());
                             *sent += l;
                             if *len == 0 {
                                 break;
@@ -754,10 +752,8 @@ impl SmModule {
                         // registration with remote-read access.
                         let data =
                             unsafe { std::slice::from_raw_parts((*addr + *sent) as *const u8, l) };
-                        let start = Instant::now();
-                        ok = producer.push(wire::GET_DATA, &[&hdr, data], &[]);
+                        ok = speed.timed(l, || producer.push(wire::GET_DATA, &[&hdr, data], &[]));
                         if ok {
-                            speed.observe(l, start.elapsed());
                             *sent += l;
                         }
                     }

@@ -39,6 +39,22 @@ impl RingSpeed {
         self.0 += (gbs - self.0) / 4.0;
     }
 
+    /// Run `copy`, a copy of `bytes` into the ring that may find no room (false), and
+    /// count it if it happened and is large enough to measure (smaller copies are not
+    /// timed at all: they are the common case).
+    #[inline]
+    pub fn timed(&mut self, bytes: usize, copy: impl FnOnce() -> bool) -> bool {
+        if bytes < MEASURED_MIN {
+            return copy();
+        }
+        let start = Instant::now();
+        let done = copy();
+        if done {
+            self.observe(bytes, start.elapsed());
+        }
+        done
+    }
+
     /// The rate, GB/s.
     pub fn gbs(self) -> f64 {
         self.0
@@ -112,6 +128,18 @@ mod tests {
         let before = s;
         s.observe(4096, Duration::from_secs(1));
         assert_eq!(s, before);
+        // Timed copies: counted only when large and done.
+        let slow = |ok| {
+            move || {
+                std::thread::sleep(Duration::from_millis(1));
+                ok
+            }
+        };
+        assert!(s.timed(4096, slow(true)));
+        assert!(!s.timed(MIB, slow(false)));
+        assert_eq!(s, before, "small or refused copies leave the rate alone");
+        assert!(s.timed(MIB, slow(true)));
+        assert!(s.gbs() < before.gbs(), "a slow copy lowers it");
     }
 
     #[test]
