@@ -139,12 +139,13 @@ const fn round_up(n: usize, to: usize) -> usize {
 }
 
 /// Raw pointers into one ring.
-#[derive(Clone, Copy)]
 struct Raw {
     ctrl: *const Ctrl,
     slots: *mut Slot,
     data: *mut u8,
     layout: RingLayout,
+    /// Whether this end has mapped the data area in yet.
+    data_mapped: Cell<bool>,
 }
 
 impl Raw {
@@ -159,6 +160,15 @@ impl Raw {
             // SAFETY: as above.
             data: unsafe { base.add(layout.data_offset()) },
             layout,
+            data_mapped: Cell::new(false),
+        }
+    }
+
+    /// Map the data area in, the first time this end uses it.
+    #[inline]
+    fn map_data_once(&self) {
+        if !self.data_mapped.replace(true) {
+            map_in(self.data, self.layout.data_bytes);
         }
     }
 
@@ -186,8 +196,6 @@ pub struct Producer {
     data_head: u64,
     slot_tail: u64,
     data_tail: u64,
-    /// Whether the data area is mapped in yet.
-    data_mapped: bool,
 }
 
 // SAFETY: a Producer is the only writer of its ring's slots and data; the memory is
@@ -209,7 +217,6 @@ impl Producer {
             data_head: 0,
             slot_tail: 0,
             data_tail: 0,
-            data_mapped: false,
         }
     }
 
@@ -224,10 +231,7 @@ impl Producer {
     /// consumer still holds the room.
     fn reserve(&mut self, need: u64, align: u64) -> Option<(u64, *mut u8)> {
         let size = self.raw.layout.data_bytes as u64;
-        if !self.data_mapped {
-            self.data_mapped = true;
-            map_in(self.raw.data, size as usize);
-        }
+        self.raw.map_data_once();
         assert!(
             need <= size,
             "record of {need} bytes exceeds the ring's data area"
@@ -447,8 +451,6 @@ impl Record {
 pub struct Consumer {
     raw: Raw,
     next: u64,
-    /// Whether the data area is mapped in yet.
-    data_mapped: Cell<bool>,
 }
 
 // SAFETY: the consumer is the only reader of published records and the only writer of
@@ -466,7 +468,6 @@ impl Consumer {
             // SAFETY: forwarded contract.
             raw: unsafe { Raw::new(base, layout) },
             next: 0,
-            data_mapped: Cell::new(false),
         }
     }
 
@@ -501,10 +502,7 @@ impl Consumer {
                 });
             }
             let size = self.raw.layout.data_bytes as u64;
-            if !self.data_mapped.get() {
-                self.data_mapped.set(true);
-                map_in(self.raw.data, size as usize);
-            }
+            self.raw.map_data_once();
             let pos = ptr::addr_of!((*slot).data_pos).read();
             let (head, table, body) = if kind == SPLIT {
                 let head_len = usize::from(ptr::addr_of!((*slot).head_len).read())
