@@ -4,7 +4,12 @@
  *
  * With the argument `2`, each direction has its own line (the parent writes one and
  * polls the other), as in any transport whose two directions use separate rings or
- * boxes: `cacheline2_ns N`. */
+ * boxes: `cacheline2_ns N`.
+ *
+ * A second argument W has each side compute for about W ns between seeing a message
+ * and writing its reply, as any software stack does (`cacheline_after_W_ns N`,
+ * `cacheline2_after_W_ns N`). While one side computes, the other side's polling takes
+ * a shared line back, and the reply pays a second transfer. */
 #define _GNU_SOURCE
 #include <sched.h>
 #include <stdatomic.h>
@@ -22,6 +27,32 @@ static void pin(int core) {
     sched_setaffinity(0, sizeof set, &set);
 }
 
+/* Dependent arithmetic, `n` steps. */
+static long work(long n) {
+    long x = 1;
+    for (long i = 0; i < n; i++) {
+        x = x * 3 + i;
+        __asm__ volatile("" : "+r"(x));
+    }
+    return x;
+}
+
+static double now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+/* Steps of `work` that take about `ns` nanoseconds here. */
+static long steps_for(double ns) {
+    if (ns <= 0) return 0;
+    enum { CALIBRATE = 10000000 };
+    double t0 = now_ns();
+    work(CALIBRATE);
+    double per_step = (now_ns() - t0) / CALIBRATE;
+    return (long)(ns / per_step + 0.5);
+}
+
 static int cmp(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -30,6 +61,8 @@ static int cmp(const void *a, const void *b) {
 int main(int argc, char **argv) {
     enum { BATCHES = 1000, ROUNDS = 1000 };
     int two = argc > 1 && argv[1][0] == '2';
+    int work_ns = argc > 2 ? atoi(argv[2]) : 0;
+    long steps = steps_for(work_ns);
     _Atomic long *line = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (line == MAP_FAILED) return 1;
     /* The parent writes `line`, the child writes `back` (the same line unless `two`). */
@@ -41,6 +74,7 @@ int main(int argc, char **argv) {
         pin(1);
         for (long v = 1; v < 2L * BATCHES * ROUNDS + 2; v += 2) {
             while (atomic_load_explicit(line, memory_order_acquire) != v) {}
+            work(steps);
             atomic_store_explicit(back, v + 1, memory_order_release);
         }
         _exit(0);
@@ -54,6 +88,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < ROUNDS; i++) {
             atomic_store_explicit(line, v + 1, memory_order_release);
             while (atomic_load_explicit(back, memory_order_acquire) != v + 2) {}
+            work(steps);
             v += 2;
         }
         clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -62,6 +97,10 @@ int main(int argc, char **argv) {
     atomic_store_explicit(line, v + 1, memory_order_release);
     waitpid(child, 0, 0);
     qsort(ns, BATCHES, sizeof ns[0], cmp);
-    printf("%s %.1f\n", two ? "cacheline2_ns" : "cacheline_ns", ns[BATCHES / 2]);
+    const char *name = two ? "cacheline2" : "cacheline";
+    if (work_ns > 0)
+        printf("%s_after_%d_ns %.1f\n", name, work_ns, ns[BATCHES / 2]);
+    else
+        printf("%s_ns %.1f\n", name, ns[BATCHES / 2]);
     return 0;
 }
