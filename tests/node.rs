@@ -387,6 +387,38 @@ fn role_window() {
         matches!(e, Err(Error::Btl(rbtl::btl::Error::OutOfRange { .. }))),
         "{e:?}"
     );
+    // Freed windows give their memory back to the sm heap (4 MiB here): windows of
+    // 3 MiB, one after another, all live there.
+    let first = rbtl::btl::SharedMem {
+        ptr: win.as_ptr(),
+        len: win.len(),
+    };
+    win.free(&mut comm).unwrap();
+    for round in 0..6u8 {
+        let mut win = Window::allocate(&mut comm, 3 << 20).unwrap();
+        assert!(win.is_direct(right), "window {round} is in the sm heap");
+        win.put(&mut comm, right, (3 << 20) - 1, &[round]).unwrap();
+        comm.barrier().unwrap();
+        let mut got = [0u8];
+        win.read_local((3 << 20) - 1, &mut got);
+        assert_eq!(got, [round]);
+        win.free(&mut comm).unwrap();
+    }
+    // The transport refuses memory it did not hand out, or took back already.
+    let sm = comm.modules().find(|m| m.name() == "sm").unwrap();
+    for bad in [
+        first,
+        rbtl::btl::SharedMem {
+            ptr: 4096 as *mut u8,
+            len: 4096,
+        },
+    ] {
+        let e = sm.free_shared(bad);
+        assert!(
+            matches!(e, Err(rbtl::btl::Error::UnknownSharedMemory { .. })),
+            "{e:?}"
+        );
+    }
     comm.finalize().unwrap();
     report_ok(me, "ok");
 }
@@ -527,7 +559,7 @@ fn message_layer_two_and_four_ranks() {
 
 #[test]
 fn windows_put_get_across_ranks() {
-    expect_all_ok("window", 3, &[]);
+    expect_all_ok("window", 3, &[("RBTL_BTL_SM_HEAP_SIZE", "4M")]);
 }
 
 #[test]

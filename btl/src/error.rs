@@ -75,6 +75,16 @@ pub enum Error {
         /// What the operation needs.
         needs: Access,
     },
+    /// Memory given back that the module did not hand out, or already took back.
+    #[error(
+        "{addr:#x}+{len} is not shared memory this module handed out (or it was freed already)"
+    )]
+    UnknownSharedMemory {
+        /// Its start.
+        addr: usize,
+        /// Its length.
+        len: usize,
+    },
     /// An atomic on an address that is not 8-byte aligned.
     #[error("atomic target {0:#x} is not 8-byte aligned")]
     Misaligned(u64),

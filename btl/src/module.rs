@@ -336,10 +336,22 @@ pub trait Module: Send {
 
     /// Memory that peers reach with plain loads and stores through
     /// [`Module::map_remote`] (Open MPI: the shared segment behind `osc/sm` windows);
-    /// `None` where the transport has none or it is used up. It lives, and stays
-    /// allocated, as long as the module. Register it like any memory to hand it out.
+    /// `None` where the transport has none or it is used up. It stays allocated until
+    /// [`Module::free_shared`], and at most as long as the module. Register it like any
+    /// memory to hand it out.
     fn alloc_shared(&mut self, _len: usize) -> Result<Option<SharedMem>> {
         Ok(None)
+    }
+
+    /// Give back memory that [`Module::alloc_shared`] returned, for reuse. The caller
+    /// makes sure that no peer uses it any more (a window is freed collectively for
+    /// that) and has deregistered it. Memory the module did not hand out, or took back
+    /// already, is refused and nothing changes.
+    fn free_shared(&mut self, mem: SharedMem) -> Result<()> {
+        Err(Error::UnknownSharedMemory {
+            addr: mem.ptr as usize,
+            len: mem.len,
+        })
     }
 
     /// A local pointer to `[remote, remote+len)` of the peer's memory named by

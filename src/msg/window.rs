@@ -19,21 +19,25 @@ const STAGING: usize = 64 << 10;
 /// Where a window's memory lives.
 enum Memory {
     Private(Region),
-    Shared(rbtl_btl::SharedMem),
+    /// From the heap of module `module` of the communicator.
+    Shared {
+        mem: rbtl_btl::SharedMem,
+        module: usize,
+    },
 }
 
 impl Memory {
     fn ptr(&self) -> *mut u8 {
         match self {
             Memory::Private(r) => r.as_ptr(),
-            Memory::Shared(s) => s.ptr,
+            Memory::Shared { mem, .. } => mem.ptr,
         }
     }
 
     fn len(&self) -> usize {
         match self {
             Memory::Private(r) => r.len(),
-            Memory::Shared(s) => s.len,
+            Memory::Shared { mem, .. } => mem.len,
         }
     }
 }
@@ -73,14 +77,14 @@ impl Window {
     pub fn allocate(comm: &mut Comm, len: usize) -> Result<Window> {
         let len = len.max(1);
         let mut shared = None;
-        for m in comm.modules.iter_mut() {
-            if let Some(s) = m.alloc_shared(len)? {
-                shared = Some(s);
+        for (module, m) in comm.modules.iter_mut().enumerate() {
+            if let Some(mem) = m.alloc_shared(len)? {
+                shared = Some(Memory::Shared { mem, module });
                 break;
             }
         }
         let mem = match shared {
-            Some(s) => Memory::Shared(s),
+            Some(s) => s,
             None => Memory::Private(Region::anonymous(len).map_err(rbtl_btl::Error::from)?),
         };
         let staging = Region::anonymous(STAGING).map_err(rbtl_btl::Error::from)?;
@@ -142,6 +146,24 @@ impl Window {
             peers,
             signal: Arc::default(),
         })
+    }
+
+    /// End the window on every rank (a collective call, as `MPI_Win_free`). Once all
+    /// ranks have called it nobody reaches this rank's memory any more, and memory from
+    /// a transport's shared heap goes back to it for later windows. A window dropped
+    /// without `free` keeps that memory until the transport ends: peers may still be
+    /// using it. (Likewise when `allocate` fails after taking it.)
+    pub fn free(mut self, comm: &mut Comm) -> Result<()> {
+        if comm.id() != self.comm {
+            return Err(Error::WrongComm);
+        }
+        comm.barrier()?;
+        // Registrations go before the memory they describe.
+        self.handles.clear();
+        if let Memory::Shared { mem, module } = self.mem {
+            comm.modules[module].free_shared(mem)?;
+        }
+        Ok(())
     }
 
     /// This rank's window memory.

@@ -27,6 +27,7 @@
 //! leaves nothing in `/dev/shm`; stale ones of crashed owners are removed at start.
 
 mod cma;
+mod heap;
 pub mod path;
 mod rdma;
 pub mod ring;
@@ -362,6 +363,8 @@ pub struct SmModule {
     ops: HashMap<u64, Op>,
     next_req: u64,
     idle: u32,
+    /// What of the segment's heap is handed out.
+    heap: heap::Heap,
 }
 
 /// Copy a descriptor into a ring, keeping its segment cut; false when the ring is full.
@@ -503,6 +506,7 @@ impl SmModule {
             ops: HashMap::new(),
             next_req: 1,
             idle: 0,
+            heap: heap::Heap::new(layout.heap_bytes),
         })
     }
 
@@ -1245,25 +1249,41 @@ impl Module for SmModule {
     }
 
     fn alloc_shared(&mut self, len: usize) -> Result<Option<SharedMem>> {
-        let base = self.segment.as_ptr();
-        // SAFETY: our own mapped segment.
-        let header = unsafe { segment::header(base) };
-        let used = header.heap_used.load(std::sync::atomic::Ordering::Relaxed) as usize;
-        let start = used.next_multiple_of(4096);
-        if len == 0 || start + len > self.layout.heap_bytes {
+        let Some(start) = self.heap.alloc(len) else {
             tracing::info!(
                 len,
-                free = self.layout.heap_bytes.saturating_sub(start),
+                free = self.heap.largest_free(),
                 "sm heap cannot hold it: raise btl_sm_heap_size"
             );
             return Ok(None);
-        }
+        };
+        let base = self.segment.as_ptr();
+        // SAFETY: our own mapped segment.
+        let header = unsafe { segment::header(base) };
         header
             .heap_used
-            .store((start + len) as u64, std::sync::atomic::Ordering::Relaxed);
+            .store(self.heap.top() as u64, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: [heap_offset + start, + len) lies inside our segment's heap.
         let ptr = unsafe { base.add(self.layout.heap_offset() + start) };
         Ok(Some(SharedMem { ptr, len }))
+    }
+
+    fn free_shared(&mut self, mem: SharedMem) -> Result<()> {
+        let unknown = || Error::UnknownSharedMemory {
+            addr: mem.ptr as usize,
+            len: mem.len,
+        };
+        let heap = self.segment.as_ptr() as usize + self.layout.heap_offset();
+        let start = (mem.ptr as usize).checked_sub(heap).ok_or_else(unknown)?;
+        if !self.heap.free(start, mem.len) {
+            return Err(unknown());
+        }
+        // SAFETY: our own mapped segment.
+        let header = unsafe { segment::header(self.segment.as_ptr()) };
+        header
+            .heap_used
+            .store(self.heap.top() as u64, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     fn map_remote(
