@@ -89,7 +89,8 @@ impl Heap {
     }
 
     /// Bytes from the start up to the highest allocation.
-    pub fn top(&self) -> usize {
+    #[cfg(test)]
+    fn top(&self) -> usize {
         self.top
     }
 

@@ -1257,14 +1257,8 @@ impl Module for SmModule {
             );
             return Ok(None);
         };
-        let base = self.segment.as_ptr();
-        // SAFETY: our own mapped segment.
-        let header = unsafe { segment::header(base) };
-        header
-            .heap_used
-            .store(self.heap.top() as u64, std::sync::atomic::Ordering::Relaxed);
         // SAFETY: [heap_offset + start, + len) lies inside our segment's heap.
-        let ptr = unsafe { base.add(self.layout.heap_offset() + start) };
+        let ptr = unsafe { self.segment.as_ptr().add(self.layout.heap_offset() + start) };
         Ok(Some(SharedMem { ptr, len }))
     }
 
@@ -1278,11 +1272,6 @@ impl Module for SmModule {
         if !self.heap.free(start, mem.len) {
             return Err(unknown());
         }
-        // SAFETY: our own mapped segment.
-        let header = unsafe { segment::header(self.segment.as_ptr()) };
-        header
-            .heap_used
-            .store(self.heap.top() as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 

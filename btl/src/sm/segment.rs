@@ -17,8 +17,6 @@ pub struct Header {
     /// Peers that have mapped this segment; the owner unlinks the file when all have.
     pub attached: AtomicU32,
     nranks: AtomicU32,
-    /// Bump pointer of the heap, in bytes from its start.
-    pub heap_used: AtomicU64,
 }
 
 /// Sizes that decide the layout; peers must agree on them.
