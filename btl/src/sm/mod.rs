@@ -825,21 +825,24 @@ impl SmModule {
     /// Hand a message from peer `i` to its callback (or to the transport's own
     /// protocol); false when its callback is running further up the stack (it called
     /// progress), so the message must wait.
-    #[inline]
+    #[inline(always)]
     fn dispatch(&mut self, i: usize, tag: u8, segs: &[&[u8]]) -> bool {
         let tag = Tag(tag);
         if tag.is_reserved() {
             self.internal(i, tag.0, segs);
-        } else if !self.am.is_registered(tag) {
-            self.report(
-                Some(i),
-                Error::BadTag {
-                    tag,
-                    why: "a message arrived for it, but no receive callback is registered; dropped",
-                },
-            );
         } else {
             let Some(mut cb) = self.am.take(tag) else {
+                if !self.am.is_registered(tag) {
+                    self.report(
+                        Some(i),
+                        Error::BadTag {
+                            tag,
+                            why: "a message arrived for it, but no receive callback is registered; dropped",
+                        },
+                    );
+                    return true;
+                }
+                // Its callback is running further up the stack.
                 return false;
             };
             self.peers[i].busy = true;
