@@ -13,8 +13,11 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The tag the suite's own exchange uses; [`all_tags`] covers every other one.
+/// The tag the suite's own exchange uses; [`all_tags`] covers every other one but
+/// [`NOBODY_TAG`].
 pub const EXCHANGE_TAG: Tag = Tag(0xff);
+/// The tag that no check registers ([`unregistered_tag`] sends on it).
+pub const NOBODY_TAG: Tag = Tag(0xfe);
 
 /// Exchange messages received, with the endpoint they came from.
 type Inbox = Arc<Mutex<Vec<(Endpoint, Vec<u8>)>>>;
@@ -96,6 +99,7 @@ fn idle_progress(m: &mut dyn Module) {
 /// at the same time.
 pub fn run_all(module: &mut dyn Module, endpoint: Endpoint) {
     let p = &mut Peer::new(module, endpoint);
+    unregistered_tag(p);
     sends_every_size(p);
     all_tags(p);
     callbacks_may_progress(p);
@@ -184,6 +188,71 @@ fn alloc_retry(p: &mut Peer<'_>, size: usize, flags: DesFlags) -> Descriptor {
     retry(p, "alloc", |m| m.alloc(ep, Order::ANY, size, flags))
 }
 
+/// A message on a tag that the receiver has no callback for is refused by the sender
+/// when it can tell (`self`), or else dropped by the receiver and reported to its error
+/// callback as [`Error::BadTag`]; the messages after it arrive as usual. (Run first:
+/// the other checks register tags.)
+pub fn unregistered_tag(p: &mut Peer<'_>) {
+    if !p.module.attributes().flags.contains(BtlFlags::SEND) {
+        return;
+    }
+    let reported = Arc::new(AtomicUsize::new(0));
+    let r = reported.clone();
+    p.module.register_error(Box::new(move |event| {
+        if matches!(event.error, Error::BadTag { tag, .. } if tag == NOBODY_TAG) {
+            r.fetch_add(1, Ordering::SeqCst);
+        }
+    }));
+    // Both sides have their error callback before either sends.
+    p.barrier();
+    let ep = p.endpoint;
+    let start = Instant::now();
+    let refused = loop {
+        match p
+            .module
+            .sendi(ep, &[], &[1], Order::ANY, DesFlags::empty(), NOBODY_TAG)
+        {
+            Ok(SendiOutcome::Sent) => break false,
+            Ok(SendiOutcome::Descriptor(mut des)) => {
+                des.flags |= DesFlags::OWNERSHIP;
+                match p.module.send(ep, des, NOBODY_TAG) {
+                    Err(e) if matches!(e.error, Error::BadTag { .. }) => {
+                        p.module.free(e.descriptor).expect("free");
+                        break true;
+                    }
+                    Err(e) => panic!("send on a tag nobody registered: {}", e.error),
+                    Ok(SendOutcome::Done(Some(back))) => {
+                        p.module.free(back).expect("free");
+                        break false;
+                    }
+                    Ok(_) => break false,
+                }
+            }
+            Err(Error::BadTag { .. }) => break true,
+            Err(Error::OutOfResource(_)) => {
+                idle_progress(p.module);
+                assert!(start.elapsed() < Duration::from_secs(60), "sendi stuck");
+            }
+            Err(e) => panic!("sendi on a tag nobody registered: {e}"),
+        }
+    };
+    // The exchange arrives, and tells whether the peer's message went out.
+    let peer_sent = p.swap(&[u8::from(!refused)]) == [1];
+    if peer_sent {
+        p.wait(
+            "the report of the peer's message on a tag nobody registered",
+            || reported.load(Ordering::SeqCst) > 0,
+        );
+    }
+    p.barrier();
+    assert_eq!(
+        reported.load(Ordering::SeqCst),
+        usize::from(peer_sent),
+        "{}: one report per message on a tag nobody registered",
+        p.module.name()
+    );
+}
+
 /// Sends of every interesting size up to `max_send_size` through `alloc`,
 /// `prepare_src` and `sendi`, each arriving whole and intact.
 pub fn sends_every_size(p: &mut Peer<'_>) {
@@ -267,7 +336,7 @@ pub fn all_tags(p: &mut Peer<'_>) {
         return;
     }
     let seen: Arc<Mutex<BTreeMap<u8, Vec<u8>>>> = Arc::default();
-    let tags = || Tag::registrable().filter(|t| *t != EXCHANGE_TAG);
+    let tags = || Tag::registrable().filter(|t| *t != EXCHANGE_TAG && *t != NOBODY_TAG);
     for tag in tags() {
         let s = seen.clone();
         p.module
