@@ -532,7 +532,7 @@ fn sm_contract_four_ranks_copy_through_rings_small_rings() {
         &[
             ("RBTL_BTL_SM_RDMA", "copy"),
             ("RBTL_BTL_SM_RING_SLOTS", "16"),
-            ("RBTL_BTL_SM_RING_BYTES", "160k"),
+            ("RBTL_BTL_SM_RING_BYTES", "128k"),
             ("RBTL_BTL_SM_FREE_LIST_MAX", "4"),
         ],
     );

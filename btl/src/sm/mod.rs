@@ -192,7 +192,7 @@ impl Component for SmComponent {
         let d = Settings::default();
         registry
             .register("btl_sm_ring_slots", Value::Int(d.ring_slots as i64), "message slots per sender ring (rounded up to a power of two)")?
-            .register("btl_sm_ring_bytes", Value::Size(d.ring_bytes), "data bytes per sender ring")?
+            .register("btl_sm_ring_bytes", Value::Size(d.ring_bytes), "data bytes per sender ring (rounded up to a power of two)")?
             .register(
                 "btl_sm_max_registrations",
                 Value::Int(d.max_registrations as i64),
@@ -433,7 +433,7 @@ impl SmModule {
     ) -> Result<SmModule> {
         let ring = RingLayout {
             nslots: settings.ring_slots.max(2).next_power_of_two(),
-            data_bytes: settings.ring_bytes.next_multiple_of(4096),
+            data_bytes: settings.ring_bytes.max(4096).next_power_of_two(),
         };
         if attrs.max_send_size + 64 > ring.max_message(MAX_SEGMENTS) {
             return Err(Error::NotAvailable(format!(

@@ -105,7 +105,8 @@ pub struct RingLayout {
     /// Number of slots, a power of two (an index is reduced by a mask, not a
     /// division: the poll loop computes one per look).
     pub nslots: usize,
-    /// Bytes of the data area (a multiple of 64).
+    /// Bytes of the data area, a power of two of at least 64 (a position is reduced
+    /// by a mask, not a division: small records pay for it twice on their way).
     pub data_bytes: usize,
 }
 
@@ -153,6 +154,7 @@ impl Raw {
     /// `base` is page-aligned and points to `layout.bytes()` bytes of ring memory
     /// that stays mapped while the returned value is used.
     unsafe fn new(base: *mut u8, layout: RingLayout) -> Raw {
+        debug_assert!(layout.data_bytes.is_power_of_two() && layout.data_bytes >= LINE);
         Raw {
             ctrl: base.cast::<Ctrl>(),
             // SAFETY: inside the ring memory per the contract.
@@ -170,6 +172,12 @@ impl Raw {
         if !self.data_mapped.replace(true) {
             map_in(self.data, self.layout.data_bytes);
         }
+    }
+
+    /// Where absolute data position `pos` lies in the data area.
+    #[inline(always)]
+    fn offset(&self, pos: u64) -> usize {
+        (pos & (self.layout.data_bytes as u64 - 1)) as usize
     }
 
     fn slot(&self, index: u64) -> *mut Slot {
@@ -236,7 +244,7 @@ impl Producer {
             need <= size,
             "record of {need} bytes exceeds the ring's data area"
         );
-        let off = self.data_head % size;
+        let off = self.raw.offset(self.data_head) as u64;
         let aligned = off.next_multiple_of(align);
         let skip = if aligned + need > size {
             size - off
@@ -255,9 +263,9 @@ impl Producer {
         }
         let pos = head + skip;
         self.data_head = pos + need;
-        // SAFETY: [pos % size, + need) lies inside the data area (no wrap, by the
+        // SAFETY: [offset(pos), + need) lies inside the data area (no wrap, by the
         // skip) and was released by the consumer (checked above).
-        Some((pos, unsafe { self.raw.data.add((pos % size) as usize) }))
+        Some((pos, unsafe { self.raw.data.add(self.raw.offset(pos)) }))
     }
 
     /// Publish `head` then `body`, together at most [`INLINE_MAX`] bytes, as one
@@ -515,12 +523,12 @@ impl Consumer {
             let need = round_up(table + body, LINE) as u64;
             // A record never crosses the end of the data area; a peer that says
             // otherwise gets an empty body rather than a read out of bounds.
-            let body = if (pos % size) as usize + table + body > size as usize {
+            let body = if self.raw.offset(pos) + table + body > size as usize {
                 0
             } else {
                 body
             };
-            let at = self.raw.data.add((pos % size) as usize).cast_const();
+            let at = self.raw.data.add(self.raw.offset(pos)).cast_const();
             Some(Record {
                 tag,
                 nseg: if head.is_some() { 2 } else { nseg },
