@@ -234,10 +234,11 @@ impl Producer {
         self.slot_tail == self.head
     }
 
-    /// Reserve `need` bytes of the data area starting at a multiple of `align`,
-    /// never across its end; the absolute position and the address. `None` when the
-    /// consumer still holds the room.
+    /// Reserve `need` bytes of the data area starting at a multiple of `align` (a power
+    /// of two), never across its end; the absolute position and the address. `None`
+    /// when the consumer still holds the room.
     fn reserve(&mut self, need: u64, align: u64) -> Option<(u64, *mut u8)> {
+        debug_assert!(align.is_power_of_two());
         let size = self.raw.layout.data_bytes as u64;
         self.raw.map_data_once();
         assert!(
@@ -245,7 +246,7 @@ impl Producer {
             "record of {need} bytes exceeds the ring's data area"
         );
         let off = self.raw.offset(self.data_head) as u64;
-        let aligned = off.next_multiple_of(align);
+        let aligned = (off + align - 1) & !(align - 1);
         let skip = if aligned + need > size {
             size - off
         } else {
