@@ -748,14 +748,10 @@ fn register_callbacks(
             };
             // The header and the payload: one segment, or two when the transport kept
             // the header apart (sm does, to align large payloads).
-            let joined;
             let (head, data) = match r.segments {
                 [one] => one.split_at(protocol::EAGER_HEADER.min(one.len())),
                 [head, data] if head.len() == protocol::EAGER_HEADER => (*head, *data),
-                _ => {
-                    joined = r.to_vec();
-                    joined.split_at(protocol::EAGER_HEADER.min(joined.len()))
-                }
+                _ => return receive_gathered(&st, src, r),
             };
             let Ok(head) = <[u8; protocol::EAGER_HEADER]>::try_from(head) else {
                 return;
@@ -764,11 +760,7 @@ fn register_callbacks(
             let mut s = lock(&st);
             match s.take_posted(src, tag) {
                 Some(p) => s.deliver_eager(&p, src, tag, data),
-                None => s.unexpected.push_back(Unexpected::Eager {
-                    src,
-                    tag,
-                    data: data.to_vec(),
-                }),
+                None => s.keep_unexpected(src, tag, data),
             }
         }),
     )?;
@@ -811,6 +803,23 @@ fn register_callbacks(
         }
     }));
     Ok(())
+}
+
+/// An eager message that arrived in pieces other than (header, payload): joined first.
+#[cold]
+#[inline(never)]
+fn receive_gathered(st: &Shared, src: u32, r: &Received<'_>) {
+    let joined = r.to_vec();
+    let (head, data) = joined.split_at(protocol::EAGER_HEADER.min(joined.len()));
+    let Ok(head) = <[u8; protocol::EAGER_HEADER]>::try_from(head) else {
+        return;
+    };
+    let tag = i32::from_le_bytes(head);
+    let mut s = lock(st);
+    match s.take_posted(src, tag) {
+        Some(p) => s.deliver_eager(&p, src, tag, data),
+        None => s.keep_unexpected(src, tag, data),
+    }
 }
 
 /// This host's name (for the modex: ranks on one node share memory).

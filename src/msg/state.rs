@@ -336,6 +336,17 @@ impl State {
         self.unexpected.remove(i)
     }
 
+    /// Keep an eager message that no posted receive matches (a copy of its bytes).
+    #[cold]
+    #[inline(never)]
+    pub fn keep_unexpected(&mut self, src: u32, tag: i32, data: &[u8]) {
+        self.unexpected.push_back(Unexpected::Eager {
+            src,
+            tag,
+            data: data.to_vec(),
+        });
+    }
+
     /// Deliver eager data into a matched receive.
     #[inline(always)]
     pub fn deliver_eager(&mut self, p: &Posted, src: u32, tag: i32, data: &[u8]) {
