@@ -753,15 +753,7 @@ fn register_callbacks(
                 [head, data] if head.len() == protocol::EAGER_HEADER => (*head, *data),
                 _ => return receive_gathered(&st, src, r),
             };
-            let Ok(head) = <[u8; protocol::EAGER_HEADER]>::try_from(head) else {
-                return;
-            };
-            let tag = i32::from_le_bytes(head);
-            let mut s = lock(&st);
-            match s.take_posted(src, tag) {
-                Some(p) => s.deliver_eager(&p, src, tag, data),
-                None => s.keep_unexpected(src, tag, data),
-            }
+            receive_eager(&st, src, head, data);
         }),
     )?;
     let (st, senders) = (state.clone(), ranks.clone());
@@ -805,12 +797,10 @@ fn register_callbacks(
     Ok(())
 }
 
-/// An eager message that arrived in pieces other than (header, payload): joined first.
-#[cold]
-#[inline(never)]
-fn receive_gathered(st: &Shared, src: u32, r: &Received<'_>) {
-    let joined = r.to_vec();
-    let (head, data) = joined.split_at(protocol::EAGER_HEADER.min(joined.len()));
+/// Match an eager message from `src` (its header `head`, then `data`) with a posted
+/// receive, or keep it as unexpected.
+#[inline(always)]
+fn receive_eager(st: &Shared, src: u32, head: &[u8], data: &[u8]) {
     let Ok(head) = <[u8; protocol::EAGER_HEADER]>::try_from(head) else {
         return;
     };
@@ -820,6 +810,15 @@ fn receive_gathered(st: &Shared, src: u32, r: &Received<'_>) {
         Some(p) => s.deliver_eager(&p, src, tag, data),
         None => s.keep_unexpected(src, tag, data),
     }
+}
+
+/// An eager message that arrived in pieces other than (header, payload): joined first.
+#[cold]
+#[inline(never)]
+fn receive_gathered(st: &Shared, src: u32, r: &Received<'_>) {
+    let joined = r.to_vec();
+    let (head, data) = joined.split_at(protocol::EAGER_HEADER.min(joined.len()));
+    receive_eager(st, src, head, data);
 }
 
 /// This host's name (for the modex: ranks on one node share memory).
