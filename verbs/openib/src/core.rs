@@ -422,10 +422,15 @@ impl Core {
                 )),
             }
         }
+        self.report(ep, err());
+    }
+
+    /// Tell the error callback (from progress) about `error` involving peer `ep`.
+    pub fn report(&mut self, ep: usize, error: Error) {
         self.done.push_back(Done::Error(ErrorEvent {
             endpoint: Some(Endpoint(ep as u32)),
-            rank: Some(rank),
-            error: err(),
+            rank: Some(self.peers[ep].rank),
+            error,
         }));
     }
 }

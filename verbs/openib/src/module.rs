@@ -9,9 +9,9 @@ use crate::srq::SRQ_BIT;
 use crate::wire::{self, RemoteKey, Trailer, CREDIT_ONLY, FRAG_EXTRA, TRAILER};
 use rbtl_btl::{
     copy_bytes, AmCallback, AtomicOp, Attributes, DesFlags, Descriptor, Endpoint, Error,
-    ErrorCallback, ErrorEvent, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback,
-    RdmaCompletion, Received, RemoteHandle, Result, SendCompletion, SendError, SendOutcome,
-    SendiOutcome, Tag, MAX_SEGMENTS,
+    ErrorCallback, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback, RdmaCompletion,
+    Received, RemoteHandle, Result, SendCompletion, SendError, SendOutcome, SendiOutcome, Tag,
+    MAX_SEGMENTS,
 };
 use rbtl_cpc::select::{self, Offer};
 use rbtl_cpc::CpcModule;
@@ -504,17 +504,13 @@ impl OpenibModule {
                     self.delivering -= 1;
                     self.core.am.restore(tag, cb);
                 }
-                None => {
-                    let rank = self.core.peers[ep].rank;
-                    self.core.done.push_back(Done::Error(ErrorEvent {
-                        endpoint: Some(Endpoint(ep as u32)),
-                        rank: Some(rank),
-                        error: Error::BadTag {
-                            tag,
-                            why: "a message arrived for it, but no receive callback is registered; dropped",
-                        },
-                    }));
-                }
+                None => self.core.report(
+                    ep,
+                    Error::BadTag {
+                        tag,
+                        why: "a message arrived for it, but no receive callback is registered; dropped",
+                    },
+                ),
             }
         }
         Some(credit_only)
