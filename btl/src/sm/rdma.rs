@@ -248,19 +248,16 @@ impl SmModule {
         let peer = self.peer(ep)?;
         peer.table
             .check(peer.module, remote_handle, remote, size, remote_needs)?;
-        let cma = match self.settings.rdma {
-            RdmaPath::Copy => false,
-            RdmaPath::Cma => true,
-            RdmaPath::Auto => {
-                let slow_below = self.settings.cma_below as f64 / 1000.0;
-                let peer = &mut self.peers[ep.0 as usize];
-                let (choice, speed) = match dir {
-                    cma::Direction::Write => (&mut peer.put_path, peer.out_speed),
-                    cma::Direction::Read => (&mut peer.get_path, peer.in_speed),
-                };
-                peer.cma_ok && choice.via_cma(size, speed, slow_below, Instant::now())
-            }
+        // `cma_ok` holds the setting (`copy` never, `cma` always, `auto` where the
+        // kernel allows); `auto` then chooses by the rings' speed.
+        let auto = self.settings.rdma == RdmaPath::Auto;
+        let slow_below = self.settings.cma_below as f64 / 1000.0;
+        let peer = &mut self.peers[ep.0 as usize];
+        let (choice, speed) = match dir {
+            cma::Direction::Write => (&mut peer.put_path, peer.out_speed),
+            cma::Direction::Read => (&mut peer.get_path, peer.in_speed),
         };
+        let cma = peer.cma_ok && (!auto || choice.via_cma(size, speed, slow_below, Instant::now()));
         let peer = &self.peers[ep.0 as usize];
         if cma {
             // SAFETY: the local range lies inside a live registration of ours with the
