@@ -3,7 +3,7 @@
 //! when the last range goes. Only the owning process allocates in its heap, so this
 //! bookkeeping is private to it.
 
-use std::collections::BTreeMap;
+use std::collections::btree_map::{BTreeMap, Entry};
 
 const PAGE: usize = 4096;
 
@@ -63,11 +63,11 @@ impl Heap {
     /// Give back the allocation of `len` bytes at `start`; false, changing nothing,
     /// when no allocation of that length starts there.
     pub fn free(&mut self, start: usize, len: usize) -> bool {
-        if len.checked_next_multiple_of(PAGE) != self.live.get(&start).copied() {
-            return false;
-        }
-        let Some(len) = self.live.remove(&start) else {
-            return false;
+        let len = match self.live.entry(start) {
+            Entry::Occupied(e) if Some(*e.get()) == len.checked_next_multiple_of(PAGE) => {
+                e.remove()
+            }
+            _ => return false,
         };
         let (mut s, mut end) = (start, start + len);
         if let Some((&ps, &pl)) = self.free.range(..s).next_back() {
