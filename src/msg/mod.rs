@@ -484,33 +484,28 @@ impl Comm {
         } else {
             s.new_req(src)
         };
-        let posted = Posted {
-            req,
-            src,
-            tag,
-            addr: buf as usize,
-            cap,
-        };
-        let early = if s.unexpected.is_empty() {
-            None
+        // (The common case writes the literal straight into the queue. Built on the
+        // stack first, it was copied out by wide loads that cannot take their bytes
+        // from the narrower stores still pending, so they waited for every older
+        // store to land, a send's into a ring among them.)
+        let addr = buf as usize;
+        if s.unexpected.is_empty() {
+            s.posted.push_back(Posted {
+                req,
+                src,
+                tag,
+                addr,
+                cap,
+            });
         } else {
-            s.take_unexpected(src, tag)
-        };
-        match early {
-            Some(Unexpected::Eager { src, tag, data }) => s.deliver_eager(&posted, src, tag, &data),
-            Some(Unexpected::Rts { src, rts }) => {
-                let (mi, ep) = s.route[src as usize].expect("routed");
-                s.start_get(
-                    &self.state,
-                    self.modules[mi].as_mut(),
-                    mi,
-                    ep,
-                    &posted,
-                    src,
-                    *rts,
-                );
-            }
-            None => s.posted.push_back(posted),
+            let posted = Posted {
+                req,
+                src,
+                tag,
+                addr,
+                cap,
+            };
+            match_early(&self.state, &mut self.modules, &mut s, posted);
         }
         Ok(req)
     }
@@ -728,6 +723,21 @@ impl<'env> Scope<'_, 'env> {
     /// The communicator (for progress, rank, size).
     pub fn comm(&mut self) -> &mut Comm {
         self.comm
+    }
+}
+
+/// Deliver the earliest unexpected message matching `posted` (`s` is the borrowed
+/// `state`), or post it.
+#[cold]
+#[inline(never)]
+fn match_early(state: &Shared, modules: &mut [Box<dyn Module>], s: &mut State, posted: Posted) {
+    match s.take_unexpected(posted.src, posted.tag) {
+        Some(Unexpected::Eager { src, tag, data }) => s.deliver_eager(&posted, src, tag, &data),
+        Some(Unexpected::Rts { src, rts }) => {
+            let (mi, ep) = s.route[src as usize].expect("routed");
+            s.start_get(state, modules[mi].as_mut(), mi, ep, &posted, src, *rts);
+        }
+        None => s.posted.push_back(posted),
     }
 }
 

@@ -33,8 +33,12 @@ fn split(id: ReqId) -> (usize, u32) {
 }
 
 impl Requests {
-    /// Add a request; its id.
-    pub fn insert(&mut self, req: Req) -> ReqId {
+    /// Add the request `make` builds; its id. (Built only once its slot is found
+    /// empty, it is written straight into the table: a request built before, on the
+    /// stack, was copied from there by loads that waited for older stores, such as a
+    /// send's into a ring.)
+    #[inline(always)]
+    pub fn insert(&mut self, make: impl FnOnce() -> Req) -> ReqId {
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
@@ -44,7 +48,11 @@ impl Requests {
         };
         let slot = &mut self.slots[index as usize];
         slot.0 = slot.0.wrapping_add(1);
-        slot.1 = Some(req);
+        // A free slot is empty (requests leave it through `take`).
+        if slot.1.is_some() {
+            slot.1 = None;
+        }
+        slot.1 = Some(make());
         (u64::from(slot.0) << 32) | u64::from(index)
     }
 
@@ -131,16 +139,16 @@ mod tests {
             );
         }
         let mut r = Requests::default();
-        assert_eq!(as_completed_send(r.insert(req())), None);
+        assert_eq!(as_completed_send(r.insert(req)), None);
     }
 
     #[test]
     fn stale_ids_find_nothing() {
         let mut r = Requests::default();
-        let a = r.insert(req());
+        let a = r.insert(req);
         assert!(r.get(a).is_some());
         assert!(r.remove(a).is_some());
-        let b = r.insert(req());
+        let b = r.insert(req);
         assert_ne!(a, b, "the slot is reused under a new generation");
         assert!(r.get(a).is_none() && r.get_mut(a).is_none() && r.remove(a).is_none());
         assert_eq!(r.iter().map(|(id, _)| id).collect::<Vec<_>>(), vec![b]);

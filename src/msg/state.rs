@@ -240,7 +240,7 @@ impl State {
             tag: 0,
             len: 0,
         };
-        self.reqs.insert(Req {
+        self.reqs.insert(|| Req {
             outcome: None,
             peer,
             handle: None,
