@@ -314,6 +314,9 @@ fn role_msg() {
         }
     } else if me == 1 {
         for len in [100usize, 300 << 10] {
+            // Sent once rank 0's receive is (almost surely) posted, so that over sm it
+            // went to the transport, which must hand it back for these messages.
+            std::thread::sleep(Duration::from_millis(20));
             comm.send(&vec![1u8; len], 0, 9).unwrap();
         }
     }

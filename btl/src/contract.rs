@@ -6,7 +6,7 @@
 
 use crate::{
     rdma_flags, Access, AtomicFlags, AtomicOp, BtlFlags, DesFlags, Descriptor, Endpoint, Error,
-    MemHandle, Module, Order, RemoteHandle, SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
+    Expected, MemHandle, Module, Order, RemoteHandle, SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
 };
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -52,20 +52,30 @@ impl<'a> Peer<'a> {
     }
 
     fn swap(&mut self, bytes: &[u8]) -> Vec<u8> {
+        self.send_exchange(bytes);
+        let inbox = self.inbox.clone();
+        let ep = self.endpoint;
+        self.wait("the peer's exchange", || {
+            inbox.lock().unwrap().iter().any(|(e, _)| *e == ep)
+        });
+        self.take_exchange().expect("a message from the peer")
+    }
+
+    /// Send `bytes` to the peer's exchange (progressing only until they are out).
+    fn send_exchange(&mut self, bytes: &[u8]) {
         let ep = self.endpoint;
         let des = retry(self, "exchange", |m| {
             m.prepare_src(ep, Order::ANY, 0, &[bytes], DesFlags::OWNERSHIP)
         });
         assert_eq!(des.len(), bytes.len(), "exchange fits one fragment");
         send_all(self, des, EXCHANGE_TAG);
-        let inbox = self.inbox.clone();
-        let from_peer = |v: &Vec<(Endpoint, Vec<u8>)>| v.iter().position(|(e, _)| *e == ep);
-        self.wait("the peer's exchange", || {
-            from_peer(&inbox.lock().unwrap()).is_some()
-        });
-        let mut v = inbox.lock().unwrap();
-        let i = from_peer(&v).expect("a message from the peer");
-        v.remove(i).1
+    }
+
+    /// The peer's oldest exchange message that has arrived, if any.
+    fn take_exchange(&mut self) -> Option<Vec<u8>> {
+        let mut v = self.inbox.lock().unwrap();
+        let i = v.iter().position(|(e, _)| *e == self.endpoint)?;
+        Some(v.remove(i).1)
     }
 
     fn barrier(&mut self) {
@@ -105,6 +115,7 @@ pub fn run_all(module: &mut dyn Module, endpoint: Endpoint) {
     callbacks_may_progress(p);
     segments(p);
     ownership_and_callbacks(p);
+    expected_receive(p);
     put_get_every_alignment(p);
     flush_completes_everything(p);
     atomics(p);
@@ -183,9 +194,191 @@ fn retry<T>(
     }
 }
 
+/// Send `header` then `payload` through `sendi`, or the descriptor it hands back,
+/// retrying after progress while the transport is out of resources.
+fn sendi_all(p: &mut Peer<'_>, header: &[u8], payload: &[u8], tag: Tag) {
+    sendi_progressing(p, header, payload, tag, idle_progress);
+}
+
+/// [`sendi_all`], progressing through `progress`.
+fn sendi_progressing(
+    p: &mut Peer<'_>,
+    header: &[u8],
+    payload: &[u8],
+    tag: Tag,
+    mut progress: impl FnMut(&mut dyn Module),
+) {
+    let (ep, start) = (p.endpoint, Instant::now());
+    let mut waiting = |m: &mut dyn Module| {
+        progress(m);
+        assert!(start.elapsed() < Duration::from_secs(60), "send stuck");
+    };
+    let mut des = loop {
+        match p
+            .module
+            .sendi(ep, header, payload, Order::ANY, DesFlags::empty(), tag)
+        {
+            Ok(SendiOutcome::Sent) => return,
+            Ok(SendiOutcome::Descriptor(d)) => break d,
+            Err(Error::OutOfResource(_)) => waiting(p.module),
+            Err(e) => panic!("sendi on tag {tag}: {e}"),
+        }
+    };
+    des.flags |= DesFlags::OWNERSHIP;
+    loop {
+        match p.module.send(ep, des, tag) {
+            Ok(SendOutcome::Done(Some(back))) => return p.module.free(back).expect("free"),
+            Ok(_) => return,
+            Err(e) if matches!(e.error, Error::OutOfResource(_)) => {
+                des = e.descriptor;
+                waiting(p.module);
+            }
+            Err(e) => panic!("send on tag {tag}: {}", e.error),
+        }
+    }
+}
+
 fn alloc_retry(p: &mut Peer<'_>, size: usize, flags: DesFlags) -> Descriptor {
     let ep = p.endpoint;
     retry(p, "alloc", |m| m.alloc(ep, Order::ANY, size, flags))
+}
+
+/// An expected receive ([`Module::expect`]), where the transport has them, takes the
+/// first message that carries its key and fits its room, short or long, with no
+/// callback, and the progress call that fills it returns right after it. Messages
+/// with another key, a matching one too long, and the ones after it reach the callback
+/// in order; a withdrawn receive takes nothing.
+pub fn expected_receive(p: &mut Peer<'_>) {
+    if !p.module.attributes().flags.contains(BtlFlags::SEND) {
+        return;
+    }
+    let tag = Tag(Tag::USR.0 + 3);
+    let got: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let g = got.clone();
+    p.module
+        .register_am(
+            tag,
+            Box::new(move |_, r| g.lock().unwrap().push(r.to_vec())),
+        )
+        .expect("register");
+    let (key, other) = ([1, 2, 3, 4], [1, 2, 3, 5]);
+    let ep = p.endpoint;
+    for (round, cap) in [16, 1000].into_iter().enumerate() {
+        let len = cap - 4;
+        let mut buf = vec![0u8; cap];
+        let e = Expected {
+            endpoint: ep,
+            tag,
+            key,
+            buf: buf.as_mut_ptr(),
+            cap,
+        };
+        // SAFETY: `buf` outlives the receive: it is taken or withdrawn below, before
+        // `buf` is read or dropped.
+        let posted = unsafe { p.module.expect(e) };
+        // Both sides have posted before either sends.
+        let peer_posted = p.swap(&[u8::from(posted)]) == [1];
+        assert_eq!(posted, peer_posted, "both sides run the same transport");
+        if !posted {
+            return;
+        }
+        let data: Vec<u8> = (0..cap + 1).map(|i| pattern(cap, i)).collect();
+        // From here every progress call is followed by a look at the receive, noting
+        // how many messages had reached the callback when it filled. The peer sends
+        // only once it has this side's go, which leaves after the last call that is not
+        // watched.
+        let mut filled = None;
+        p.send_exchange(&[]);
+        let start = Instant::now();
+        while p.take_exchange().is_none() {
+            progress_watching(p.module, &mut filled, &got);
+            assert!(start.elapsed() < Duration::from_secs(60), "the peer's go");
+        }
+        let sends = [
+            (other, &data[..4]),
+            (key, &data[..]),
+            (key, &data[..len]),
+            (key, &data[..3]),
+        ];
+        for (head, body) in sends {
+            sendi_progressing(p, &head, body, tag, |m| {
+                progress_watching(m, &mut filled, &got)
+            });
+        }
+        let start = Instant::now();
+        while filled.is_none() {
+            progress_watching(p.module, &mut filled, &got);
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "round {round}: the expected receive still waits after 60 s"
+            );
+        }
+        let (filled, before) = filled.expect("filled");
+        assert_eq!(
+            before, 2,
+            "round {round}: the call that filled the receive returned right after it"
+        );
+        assert_eq!(filled, len, "round {round}: its length");
+        assert_eq!(buf[..len], data[..len], "round {round}: its bytes");
+        assert!(
+            buf[len..].iter().all(|&b| b == 0),
+            "round {round}: nothing more"
+        );
+        assert_eq!(p.module.take_expected(), None, "round {round}: taken once");
+        p.wait("the messages around the expected one", || {
+            got.lock().unwrap().len() == 3
+        });
+        let expect_got = [
+            [&other[..], &data[..4]].concat(),
+            [&key[..], &data].concat(),
+            [&key[..], &data[..3]].concat(),
+        ];
+        assert_eq!(
+            *got.lock().unwrap(),
+            expect_got,
+            "round {round}: the other messages reach the callback, in order"
+        );
+        got.lock().unwrap().clear();
+        p.barrier();
+    }
+    // Withdrawn: a matching message goes to the callback, the buffer stays untouched.
+    let mut buf = vec![0u8; 16];
+    let e = Expected {
+        endpoint: ep,
+        tag,
+        key,
+        buf: buf.as_mut_ptr(),
+        cap: buf.len(),
+    };
+    // SAFETY: withdrawn at once, before `buf` is read or dropped.
+    assert!(unsafe { p.module.expect(e) }, "posted as before");
+    p.module.cancel_expected();
+    p.barrier();
+    sendi_all(p, &key, &[9; 8], tag);
+    p.wait("a message for a withdrawn receive", || {
+        got.lock().unwrap().len() == 1
+    });
+    assert_eq!(
+        p.module.take_expected(),
+        None,
+        "a withdrawn receive takes nothing"
+    );
+    assert!(buf.iter().all(|&b| b == 0), "nor writes its buffer");
+    p.barrier();
+}
+
+/// Progress once; if that filled the expected receive, note its length and how many
+/// messages `got` holds.
+fn progress_watching(
+    m: &mut dyn Module,
+    filled: &mut Option<(usize, usize)>,
+    got: &Mutex<Vec<Vec<u8>>>,
+) {
+    idle_progress(m);
+    if let Some(len) = m.take_expected() {
+        assert!(filled.is_none(), "an expected receive is filled once");
+        *filled = Some((len, got.lock().unwrap().len()));
+    }
 }
 
 /// A message on a tag that the receiver has no callback for is refused by the sender

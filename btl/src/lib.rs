@@ -53,9 +53,9 @@ pub use error::{Error, Result};
 pub use handle::{check_range, MemHandle, ModuleId, RemoteHandle};
 pub use modex::{Modex, SingletonModex};
 pub use module::{
-    compare_swap, rdma_flags, AmCallback, AtomicOp, Endpoint, ErrorCallback, ErrorEvent, Module,
-    Proc, RdmaCallback, RdmaCompletion, SendError, SendOutcome, SendiOutcome, SharedMem,
-    GET_REMOTE, PUT_REMOTE,
+    compare_swap, rdma_flags, AmCallback, AtomicOp, Endpoint, ErrorCallback, ErrorEvent, Expected,
+    Module, Proc, RdmaCallback, RdmaCompletion, SendError, SendOutcome, SendiOutcome, SharedMem,
+    EXPECTED_KEY, GET_REMOTE, PUT_REMOTE,
 };
 pub use rbtl_rcache::Access;
 pub use tag::Tag;

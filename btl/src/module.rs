@@ -147,6 +147,26 @@ pub mod rdma_flags {
     pub const SIGNAL: u32 = 1;
 }
 
+/// A receive handed to the transport, which matches and fills it itself, without a
+/// callback (UCX: tag offload, `uct_iface_tag_recv_zcopy`); see [`Module::expect`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Expected {
+    /// The peer whose message it takes.
+    pub endpoint: Endpoint,
+    /// The active-message tag of that message.
+    pub tag: Tag,
+    /// The first bytes of that message (the caller's own header, such as its matching
+    /// tag). They are compared, not copied.
+    pub key: [u8; EXPECTED_KEY],
+    /// Where the bytes after the key go.
+    pub buf: *mut u8,
+    /// Room at `buf`: a longer message is not taken.
+    pub cap: usize,
+}
+
+/// Bytes of [`Expected::key`].
+pub const EXPECTED_KEY: usize = 4;
+
 /// The access a put needs at the remote end.
 pub const PUT_REMOTE: Access = Access::REMOTE_WRITE;
 /// The access a get needs at the remote end.
@@ -375,4 +395,34 @@ pub trait Module: Send {
 
     /// Drive completions and receives; returns how many events it handled.
     fn progress(&mut self) -> usize;
+
+    /// Post one receive that the transport fills itself: the first message from
+    /// `e.endpoint` on `e.tag` that begins with `e.key` and whose remaining bytes fit
+    /// `e.cap` is copied to `e.buf` instead of reaching its callback, and the progress
+    /// call that does so returns right after it (so the caller learns of it before any
+    /// later message is delivered). Every other message, a matching one too long for
+    /// the room included, goes to its callback as usual. A module holds at most one
+    /// such receive: a new one replaces the previous. False (the default) when the
+    /// transport does not match receives itself, or does not know the endpoint;
+    /// nothing was posted then.
+    ///
+    /// # Safety
+    ///
+    /// `e.buf` must stay valid for writes of `e.cap` bytes, and not be accessed
+    /// otherwise, until [`Module::take_expected`] has returned its length or
+    /// [`Module::cancel_expected`] was called.
+    unsafe fn expect(&mut self, _e: Expected) -> bool {
+        false
+    }
+
+    /// The length of the message the posted [`Module::expect`] received, once (the
+    /// receive is then over); `None` while it waits or when none is posted.
+    fn take_expected(&mut self) -> Option<usize> {
+        None
+    }
+
+    /// Withdraw the receive posted with [`Module::expect`], whatever its state: the
+    /// transport no longer touches its buffer, and [`Module::take_expected`] returns
+    /// `None` until the next one.
+    fn cancel_expected(&mut self) {}
 }

@@ -25,7 +25,7 @@ pub use state::ReqId;
 pub use window::Window;
 
 use crate::pmi::Job;
-use rbtl_btl::{Access, Endpoint, Module, Proc, Received};
+use rbtl_btl::{Access, Endpoint, Expected, Module, Proc, Received};
 use rbtl_config::Config;
 use state::{lock, Posted, Shared, State, Unexpected};
 use std::marker::PhantomData;
@@ -134,7 +134,31 @@ pub struct Comm {
     dirty: Vec<bool>,
     /// Per module: its eager limit (read on every send).
     eager: Vec<usize>,
+    /// The blocking receive in progress, when its transport matches it itself.
+    offload: Option<Offload>,
     job: Job,
+}
+
+/// A blocking receive handed to its transport ([`Module::expect`]).
+#[derive(Clone, Copy)]
+struct Offload {
+    module: usize,
+    source: u32,
+    tag: i32,
+}
+
+/// Withdraws the blocking receive from its transport, if it is still there, however
+/// the receive ends (a callback may panic): the transport must never write a buffer
+/// that `recv` has given back.
+struct Withdraw<'a>(&'a mut Comm);
+
+impl Drop for Withdraw<'_> {
+    fn drop(&mut self) {
+        if let Some(o) = self.0.offload.take() {
+            self.0.modules[o.module].cancel_expected();
+            state::set(&self.0.signals.offloaded, 0);
+        }
+    }
 }
 
 impl Comm {
@@ -226,6 +250,7 @@ impl Comm {
             remote,
             dirty,
             eager,
+            offload: None,
             job,
         })
     }
@@ -554,6 +579,72 @@ impl Comm {
         }
     }
 
+    /// Hand the blocking receive into `buf` from `src` with `tag` to the transport
+    /// that reaches `src`, if that transport matches receives itself and nothing
+    /// comes first (no receive posted before it, no message waiting): the message
+    /// then lands without a callback, a request or a look at the matching state.
+    fn offload(&mut self, buf: &mut [u8], src: u32, tag: i32) -> Result<Option<Offload>> {
+        let (mi, ep) = self.route(src)?;
+        {
+            let s = lock(&self.state);
+            if !s.posted.is_empty() || !s.unexpected.is_empty() {
+                return Ok(None);
+            }
+        }
+        let e = Expected {
+            endpoint: ep,
+            tag: protocol::EAGER,
+            key: tag.to_le_bytes(),
+            buf: buf.as_mut_ptr(),
+            cap: buf.len(),
+        };
+        // SAFETY: `buf` is borrowed mutably by `recv`, which withdraws the receive
+        // (`Withdraw`) before it returns.
+        if !unsafe { self.modules[mi].expect(e) } {
+            return Ok(None);
+        }
+        state::set(&self.signals.offloaded, state::offload_key(src, tag));
+        let o = Offload {
+            module: mi,
+            source: src,
+            tag,
+        };
+        self.offload = Some(o);
+        Ok(Some(o))
+    }
+
+    /// Progress until the transport fills the offloaded receive `o` (into `buf`), or
+    /// a callback withdraws it (a message from its source with its tag that the
+    /// transport did not take, or the source's failure): then it is posted as usual,
+    /// behind that message.
+    fn wait_offloaded(&mut self, o: Offload, buf: &mut [u8]) -> Result<Status> {
+        let mut idle = 0u32;
+        loop {
+            if self.progress() == 0 {
+                idle += 1;
+                if idle >= SPIN_BEFORE_YIELD {
+                    std::thread::yield_now();
+                }
+                continue;
+            }
+            idle = 0;
+            if let Some(len) = self.modules[o.module].take_expected() {
+                self.offload = None;
+                state::set(&self.signals.offloaded, 0);
+                return Ok(Status {
+                    source: o.source,
+                    tag: o.tag,
+                    len,
+                });
+            }
+            if self.signals.offloaded.load(Ordering::Relaxed) == 0 {
+                self.modules[o.module].cancel_expected();
+                self.offload = None;
+                return self.recv_posted(buf, Some(o.source), Some(o.tag));
+            }
+        }
+    }
+
     /// Send `buf` to `dst` with `tag`, returning when the buffer may be reused.
     #[inline(always)]
     pub fn send(&mut self, buf: &[u8], dst: u32, tag: i32) -> Result<()> {
@@ -579,8 +670,22 @@ impl Comm {
         if let Some(t) = tag.filter(|t| *t < 0) {
             return Err(Error::BadTag(t));
         }
-        // The request lives outside the table: a blocking receive is the common case
-        // of latency-bound codes.
+        if let (Some(s), Some(t)) = (src, tag) {
+            if let Some(o) = self.offload(buf, s, t)? {
+                return Withdraw(self).0.wait_offloaded(o, buf);
+            }
+        }
+        self.recv_posted(buf, src, tag)
+    }
+
+    /// [`Comm::recv`] through a posted receive. (Its request lives outside the table:
+    /// a blocking receive is the common case of latency-bound codes.)
+    fn recv_posted(
+        &mut self,
+        buf: &mut [u8],
+        src: Option<u32>,
+        tag: Option<i32>,
+    ) -> Result<Status> {
         let seen = self.signals.completed.load(Ordering::Acquire);
         // SAFETY: `buf` is borrowed mutably until wait returns.
         let req = unsafe { self.post_recv(buf.as_mut_ptr(), buf.len(), src, tag, true) }?;
@@ -752,7 +857,7 @@ fn register_callbacks(
     let (st, senders) = (state.clone(), ranks.clone());
     m.register_am(
         protocol::EAGER,
-        Box::new(move |_m, r: &Received<'_>| {
+        Box::new(move |m, r: &Received<'_>| {
             let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() else {
                 return;
             };
@@ -761,9 +866,9 @@ fn register_callbacks(
             let (head, data) = match r.segments {
                 [one] => one.split_at(protocol::EAGER_HEADER.min(one.len())),
                 [head, data] if head.len() == protocol::EAGER_HEADER => (*head, *data),
-                _ => return receive_gathered(&st, src, r),
+                _ => return receive_gathered(&st, m, src, r),
             };
-            receive_eager(&st, src, head, data);
+            receive_eager(&st, m, src, head, data);
         }),
     )?;
     let (st, senders) = (state.clone(), ranks.clone());
@@ -777,7 +882,7 @@ fn register_callbacks(
             let Some(rts) = protocol::Rts::decode(&r.to_vec()) else {
                 return;
             };
-            match s.take_posted(src, rts.tag) {
+            match s.take_match(m, src, rts.tag) {
                 Some(p) => s.start_get(&st, m, mi, r.endpoint, &p, src, rts),
                 None => s.unexpected.push_back(Unexpected::Rts {
                     src,
@@ -810,13 +915,13 @@ fn register_callbacks(
 /// Match an eager message from `src` (its header `head`, then `data`) with a posted
 /// receive, or keep it as unexpected.
 #[inline(always)]
-fn receive_eager(st: &Shared, src: u32, head: &[u8], data: &[u8]) {
+fn receive_eager(st: &Shared, m: &mut dyn Module, src: u32, head: &[u8], data: &[u8]) {
     let Ok(head) = <[u8; protocol::EAGER_HEADER]>::try_from(head) else {
         return;
     };
     let tag = i32::from_le_bytes(head);
     let mut s = lock(st);
-    match s.take_posted(src, tag) {
+    match s.take_match(m, src, tag) {
         Some(p) => s.deliver_eager(&p, src, tag, data),
         None => s.keep_unexpected(src, tag, data),
     }
@@ -825,10 +930,10 @@ fn receive_eager(st: &Shared, src: u32, head: &[u8], data: &[u8]) {
 /// An eager message that arrived in pieces other than (header, payload): joined first.
 #[cold]
 #[inline(never)]
-fn receive_gathered(st: &Shared, src: u32, r: &Received<'_>) {
+fn receive_gathered(st: &Shared, m: &mut dyn Module, src: u32, r: &Received<'_>) {
     let joined = r.to_vec();
     let (head, data) = joined.split_at(protocol::EAGER_HEADER.min(joined.len()));
-    receive_eager(st, src, head, data);
+    receive_eager(st, m, src, head, data);
 }
 
 /// This host's name (for the modex: ranks on one node share memory).

@@ -9,7 +9,7 @@ use rbtl_btl::{
 };
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub use super::requests::ReqId;
@@ -94,6 +94,20 @@ pub struct Signals {
     pub deferred: AtomicUsize,
     /// Peers known to have failed.
     pub failed: AtomicUsize,
+    /// The blocking receive handed to its transport, as [`offload_key`] of its
+    /// source and tag; 0 when there is none (or a callback withdrew it).
+    pub offloaded: AtomicU64,
+}
+
+/// The value of [`Signals::offloaded`] for a receive from `src` with `tag` (a tag of
+/// a receive is not negative: it fits 31 bits).
+pub fn offload_key(src: u32, tag: i32) -> u64 {
+    1 << 63 | u64::from(src) << 31 | u64::from(tag as u32 & 0x7fff_ffff)
+}
+
+/// The source in a non-zero [`offload_key`].
+fn offload_source(key: u64) -> u32 {
+    (key >> 31) as u32
 }
 
 /// Everything shared with the callbacks.
@@ -144,6 +158,11 @@ pub fn shared(state: State) -> Shared {
 #[inline(always)]
 pub fn lock(s: &Shared) -> std::cell::RefMut<'_, State> {
     s.0.borrow_mut()
+}
+
+/// Set a signal only this thread writes.
+pub fn set(signal: &AtomicU64, value: u64) {
+    signal.store(value, Ordering::Release);
 }
 
 /// Add `by` to a counter only this thread writes.
@@ -320,6 +339,29 @@ impl State {
         self.posted.remove(i)
     }
 
+    /// The posted receive a message from `src` with `tag` is for, if any. Without
+    /// one, the message is for the blocking receive handed to transport `m` if it
+    /// matches that: the receive is withdrawn from `m` (which did not take the
+    /// message: one too long, or a rendezvous), to be posted after the message is
+    /// kept as unexpected.
+    #[inline(always)]
+    pub fn take_match(&mut self, m: &mut dyn Module, src: u32, tag: i32) -> Option<Posted> {
+        let p = self.take_posted(src, tag);
+        if p.is_none() {
+            self.withdraw_offloaded(m, src, tag);
+        }
+        p
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn withdraw_offloaded(&mut self, m: &mut dyn Module, src: u32, tag: i32) {
+        if tag >= 0 && self.signals.offloaded.load(Ordering::Relaxed) == offload_key(src, tag) {
+            m.cancel_expected();
+            set(&self.signals.offloaded, 0);
+        }
+    }
+
     /// The first unexpected message matching a receive.
     pub fn take_unexpected(&mut self, src: Option<u32>, tag: Option<i32>) -> Option<Unexpected> {
         let probe = Posted {
@@ -491,5 +533,28 @@ impl State {
             );
         }
         self.posted.retain(|p| p.src != Some(rank));
+        // An offloaded receive from it is posted again, and fails there.
+        let offloaded = self.signals.offloaded.load(Ordering::Relaxed);
+        if offloaded != 0 && offload_source(offloaded) == rank {
+            set(&self.signals.offloaded, 0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{offload_key, offload_source};
+
+    #[test]
+    fn offload_keys_name_one_source_and_tag() {
+        let cases = [(0, 0), (1, 0), (0, 1), (u32::MAX, i32::MAX), (7, 1 << 30)];
+        for (i, &(src, tag)) in cases.iter().enumerate() {
+            let key = offload_key(src, tag);
+            assert_ne!(key, 0, "0 means no receive");
+            assert_eq!(offload_source(key), src);
+            for &(s2, t2) in &cases[i + 1..] {
+                assert_ne!(key, offload_key(s2, t2), "({src}, {tag}) vs ({s2}, {t2})");
+            }
+        }
     }
 }

@@ -27,6 +27,7 @@
 //! leaves nothing in `/dev/shm`; stale ones of crashed owners are removed at start.
 
 mod cma;
+mod expected;
 mod heap;
 pub mod path;
 mod rdma;
@@ -40,9 +41,9 @@ use crate::send_frags::SendFrags;
 use crate::AmTable;
 use crate::{
     exclusivity, AmCallback, AtomicFlags, AtomicOp, Attributes, BtlFlags, Component, DesFlags,
-    Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent, MemHandle, Modex, Module, ModuleId,
-    Order, Proc, RdmaCallback, RdmaCompletion, Received, RemoteHandle, Result, SendCompletion,
-    SendError, SendOutcome, SendiOutcome, SharedMem, Tag, MAX_SEGMENTS,
+    Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent, Expected, MemHandle, Modex, Module,
+    ModuleId, Order, Proc, RdmaCallback, RdmaCompletion, Received, RemoteHandle, Result,
+    SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, MAX_SEGMENTS,
 };
 use rbtl_config::{Config, Registry, Value};
 use rbtl_mpool::SharedRegion;
@@ -361,6 +362,10 @@ pub struct SmModule {
     frags: SendFrags,
     peers: Vec<Peer>,
     am: AmTable,
+    /// The receive posted with `Module::expect`, and the length of its message once
+    /// it has arrived.
+    expected: Option<expected::Posted>,
+    arrived: Option<usize>,
     error_cb: Option<ErrorCallback>,
     done: VecDeque<Done>,
     ops: HashMap<u64, Op>,
@@ -510,6 +515,8 @@ impl SmModule {
             next_req: 1,
             idle: 0,
             heap: heap::Heap::new(layout.heap_bytes),
+            expected: None,
+            arrived: None,
         })
     }
 
@@ -795,8 +802,9 @@ impl SmModule {
         }
     }
 
-    /// Take up to [`BATCH`] messages from peer `i`'s ring.
-    fn poll_peer(&mut self, i: usize) -> usize {
+    /// Take up to [`BATCH`] messages from peer `i`'s ring, stopping after one that
+    /// fills the expected receive: how many, and whether that happened.
+    fn poll_peer(&mut self, i: usize) -> (usize, bool) {
         let mut n = 0;
         while n < BATCH {
             let peer = &self.peers[i];
@@ -806,6 +814,16 @@ impl SmModule {
             let Some(rec) = peer.consumer.peek() else {
                 break;
             };
+            if let Some(e) = self.expected.as_ref().filter(|e| e.peer == i) {
+                // SAFETY: the record is released below; the buffer is valid as
+                // `Module::expect` requires.
+                if let Some(len) = unsafe { e.fill(&rec) } {
+                    self.expected = None;
+                    self.arrived = Some(len);
+                    self.peers[i].consumer.release(rec);
+                    return (n + 1, true);
+                }
+            }
             let delivered = if rec.segment_count() == 1 {
                 // SAFETY: used before the record is released below.
                 let one = [unsafe { rec.payload() }];
@@ -822,7 +840,7 @@ impl SmModule {
             self.peers[i].consumer.release(rec);
             n += 1;
         }
-        n
+        (n, false)
     }
 
     /// Hand a message from peer `i` to its callback (or to the transport's own
@@ -1322,10 +1340,34 @@ impl Module for SmModule {
         Ok(())
     }
 
+    unsafe fn expect(&mut self, e: Expected) -> bool {
+        let i = e.endpoint.0 as usize;
+        if self.peers.get(i).is_none_or(|p| p.removed) {
+            return false;
+        }
+        self.expected = Some(expected::Posted::new(i, &e));
+        self.arrived = None;
+        true
+    }
+
+    fn take_expected(&mut self) -> Option<usize> {
+        self.arrived.take()
+    }
+
+    fn cancel_expected(&mut self) {
+        self.expected = None;
+        self.arrived = None;
+    }
+
     fn progress(&mut self) -> usize {
         let mut n = 0;
         for i in 0..self.peers.len() {
-            n += self.poll_peer(i);
+            let (taken, filled) = self.poll_peer(i);
+            n += taken;
+            if filled {
+                // The caller learns of it before any later message is delivered.
+                return n;
+            }
             if !self.peers[i].outbound.is_empty() {
                 n += self.drain_outbound(i);
             }
