@@ -31,6 +31,7 @@ pub mod contract;
 mod copy;
 mod descriptor;
 mod error;
+mod expected;
 mod handle;
 pub mod keytable;
 pub mod loopback;
@@ -50,6 +51,7 @@ pub use descriptor::{
     DesFlags, Descriptor, Order, Received, SendCallback, SendCompletion, MAX_SEGMENTS,
 };
 pub use error::{Error, Result};
+pub use expected::ExpectedRecv;
 pub use handle::{check_range, MemHandle, ModuleId, RemoteHandle};
 pub use modex::{Modex, SingletonModex};
 pub use module::{

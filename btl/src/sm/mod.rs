@@ -27,7 +27,6 @@
 //! leaves nothing in `/dev/shm`; stale ones of crashed owners are removed at start.
 
 mod cma;
-mod expected;
 mod heap;
 pub mod path;
 mod rdma;
@@ -41,9 +40,9 @@ use crate::send_frags::SendFrags;
 use crate::AmTable;
 use crate::{
     exclusivity, AmCallback, AtomicFlags, AtomicOp, Attributes, BtlFlags, Component, DesFlags,
-    Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent, Expected, MemHandle, Modex, Module,
-    ModuleId, Order, Proc, RdmaCallback, RdmaCompletion, Received, RemoteHandle, Result,
-    SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, MAX_SEGMENTS,
+    Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent, Expected, ExpectedRecv, MemHandle,
+    Modex, Module, ModuleId, Order, Proc, RdmaCallback, RdmaCompletion, Received, RemoteHandle,
+    Result, SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, MAX_SEGMENTS,
 };
 use rbtl_config::{Config, Registry, Value};
 use rbtl_mpool::SharedRegion;
@@ -63,6 +62,16 @@ const MODEX_KEY: &str = "btl.sm";
 const LIVENESS_INTERVAL: u32 = 1 << 16;
 /// Most messages taken from one ring per progress call.
 const BATCH: usize = 32;
+
+/// What became of a message taken from a ring.
+enum Taken {
+    /// It filled the expected receive.
+    Filled,
+    /// Its callback (or the transport's protocol) had it.
+    Delivered,
+    /// Its callback is running further up the stack: it waits.
+    Busy,
+}
 
 /// Bytes per chunk when a put or get of `len` bytes copies through the rings: about a
 /// quarter of it, so that copying in at one end and out at the other overlap, but at
@@ -364,7 +373,7 @@ pub struct SmModule {
     am: AmTable,
     /// The receive posted with `Module::expect`, and the length of its message once
     /// it has arrived.
-    expected: Option<expected::Posted>,
+    expected: Option<ExpectedRecv>,
     arrived: Option<usize>,
     error_cb: Option<ErrorCallback>,
     done: VecDeque<Done>,
@@ -814,33 +823,48 @@ impl SmModule {
             let Some(rec) = peer.consumer.peek() else {
                 break;
             };
-            if let Some(e) = self.expected.as_ref().filter(|e| e.peer == i) {
-                // SAFETY: the record is released below; the buffer is valid as
-                // `Module::expect` requires.
-                if let Some(len) = unsafe { e.fill(&rec) } {
-                    self.expected = None;
-                    self.arrived = Some(len);
-                    self.peers[i].consumer.release(rec);
-                    return (n + 1, true);
-                }
-            }
-            let delivered = if rec.segment_count() == 1 {
+            let taken = if rec.segment_count() == 1 {
                 // SAFETY: used before the record is released below.
                 let one = [unsafe { rec.payload() }];
-                self.dispatch(i, rec.tag, &one)
+                self.take(i, rec.tag, &one)
             } else {
                 let mut segs: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
                 // SAFETY: as above.
                 let nseg = unsafe { rec.segments(&mut segs) };
-                self.dispatch(i, rec.tag, &segs[..nseg])
+                self.take(i, rec.tag, &segs[..nseg])
             };
-            if !delivered {
+            if let Taken::Busy = taken {
                 break;
             }
             self.peers[i].consumer.release(rec);
             n += 1;
+            if let Taken::Filled = taken {
+                return (n, true);
+            }
         }
         (n, false)
+    }
+
+    /// Fill the expected receive with a message from peer `i`, if it is the one, or
+    /// else dispatch it.
+    #[inline(always)]
+    fn take(&mut self, i: usize, tag: u8, segs: &[&[u8]]) -> Taken {
+        if let Some(e) = self.expected.as_ref() {
+            // SAFETY: the buffer is valid as `Module::expect` requires.
+            let filled = (e.endpoint().0 as usize == i)
+                .then(|| unsafe { e.fill(Tag(tag), segs) })
+                .flatten();
+            if let Some(len) = filled {
+                self.expected = None;
+                self.arrived = Some(len);
+                return Taken::Filled;
+            }
+        }
+        if self.dispatch(i, tag, segs) {
+            Taken::Delivered
+        } else {
+            Taken::Busy
+        }
     }
 
     /// Hand a message from peer `i` to its callback (or to the transport's own
@@ -1345,7 +1369,7 @@ impl Module for SmModule {
         if self.peers.get(i).is_none_or(|p| p.removed) {
             return false;
         }
-        self.expected = Some(expected::Posted::new(i, &e));
+        self.expected = Some(ExpectedRecv::new(&e));
         self.arrived = None;
         true
     }

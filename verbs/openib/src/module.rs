@@ -9,9 +9,9 @@ use crate::srq::SRQ_BIT;
 use crate::wire::{self, RemoteKey, Trailer, CREDIT_ONLY, FRAG_EXTRA, TRAILER};
 use rbtl_btl::{
     copy_bytes, AmCallback, AtomicOp, Attributes, DesFlags, Descriptor, Endpoint, Error,
-    ErrorCallback, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback, RdmaCompletion,
-    Received, RemoteHandle, Result, SendCompletion, SendError, SendOutcome, SendiOutcome, Tag,
-    MAX_SEGMENTS,
+    ErrorCallback, Expected, ExpectedRecv, MemHandle, Modex, Module, ModuleId, Order, Proc,
+    RdmaCallback, RdmaCompletion, Received, RemoteHandle, Result, SendCompletion, SendError,
+    SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
 };
 use rbtl_cpc::select::{self, Offer};
 use rbtl_cpc::CpcModule;
@@ -53,6 +53,11 @@ pub struct OpenibModule {
     /// every receive callback delivers them, so that no callback runs inside itself
     /// and no message overtakes another.
     received: VecDeque<Completion>,
+    /// The receive posted with `Module::expect`, the length of its message once it
+    /// has arrived, and whether that happened in the progress call under way.
+    expected: Option<ExpectedRecv>,
+    arrived: Option<usize>,
+    filled: bool,
 }
 
 impl OpenibModule {
@@ -70,6 +75,9 @@ impl OpenibModule {
             calls: 0,
             delivering: 0,
             received: VecDeque::new(),
+            expected: None,
+            arrived: None,
+            filled: false,
         }
     }
 
@@ -491,6 +499,19 @@ impl OpenibModule {
             for (s, &l) in segs.iter_mut().zip(&lens[..nseg]) {
                 *s = &bytes[at..at + l];
                 at += l;
+            }
+            if let Some(e) = self
+                .expected
+                .as_ref()
+                .filter(|e| e.endpoint().0 as usize == ep)
+            {
+                // SAFETY: the buffer is valid as `Module::expect` requires.
+                if let Some(len) = unsafe { e.fill(tag, &segs[..nseg]) } {
+                    self.expected = None;
+                    self.arrived = Some(len);
+                    self.filled = true;
+                    return Some(false);
+                }
             }
             match self.core.am.take(tag) {
                 Some(mut cb) => {
@@ -1111,6 +1132,24 @@ impl Module for OpenibModule {
         Ok(())
     }
 
+    unsafe fn expect(&mut self, e: Expected) -> bool {
+        if self.core.peers.get(e.endpoint.0 as usize).is_none() {
+            return false;
+        }
+        self.expected = Some(ExpectedRecv::new(&e));
+        self.arrived = None;
+        true
+    }
+
+    fn take_expected(&mut self) -> Option<usize> {
+        self.arrived.take()
+    }
+
+    fn cancel_expected(&mut self) {
+        self.expected = None;
+        self.arrived = None;
+    }
+
     fn progress(&mut self) -> usize {
         let mut n = 0;
         self.calls = self.calls.wrapping_add(1);
@@ -1128,6 +1167,8 @@ impl Module for OpenibModule {
         // Receives are delivered in the order polled. Those of this batch go at once
         // unless older ones wait; receives that a callback's own progress call polls
         // meanwhile are newer, and wait in `received` until after the batch.
+        // A receive that fills the expected one ends the delivering: the caller
+        // learns of it before any later message arrives.
         let direct = self.delivering == 0 && self.received.is_empty();
         let mut wc = [MaybeUninit::uninit(); 16];
         match self.core.cq.poll(&mut wc) {
@@ -1135,7 +1176,7 @@ impl Module for OpenibModule {
                 for &c in batch {
                     if c.wr_id & RECV_BIT == 0 {
                         self.on_send_completion(c);
-                    } else if direct {
+                    } else if direct && !self.filled {
                         self.on_receive(c);
                     } else {
                         self.received.push_back(c);
@@ -1146,9 +1187,16 @@ impl Module for OpenibModule {
             Err(e) => tracing::error!("openib: polling the completion queue: {e}"),
         }
         if self.delivering == 0 {
-            while let Some(c) = self.received.pop_front() {
+            while !self.filled {
+                let Some(c) = self.received.pop_front() else {
+                    break;
+                };
                 self.on_receive(c);
+                n += 1;
             }
+        }
+        if std::mem::take(&mut self.filled) {
+            return n;
         }
         if !self.core.done.is_empty() {
             n += self.run_done();
