@@ -155,7 +155,17 @@ pub fn interesting_sizes(eager: usize, max: usize) -> Vec<usize> {
 
 /// Send `des`, retrying after progress while the transport is out of resources, and
 /// take back a descriptor that comes back at once.
-fn send_all(p: &mut Peer<'_>, mut des: Descriptor, tag: Tag) {
+fn send_all(p: &mut Peer<'_>, des: Descriptor, tag: Tag) {
+    send_progressing(p, des, tag, &mut idle_progress);
+}
+
+/// [`send_all`], progressing through `progress`.
+fn send_progressing(
+    p: &mut Peer<'_>,
+    mut des: Descriptor,
+    tag: Tag,
+    progress: &mut impl FnMut(&mut dyn Module),
+) {
     let start = Instant::now();
     loop {
         match p.module.send(p.endpoint, des, tag) {
@@ -166,7 +176,7 @@ fn send_all(p: &mut Peer<'_>, mut des: Descriptor, tag: Tag) {
             Ok(_) => return,
             Err(e) if matches!(e.error, Error::OutOfResource(_)) => {
                 des = e.descriptor;
-                idle_progress(p.module);
+                progress(p.module);
                 assert!(start.elapsed() < Duration::from_secs(60), "send stuck");
             }
             Err(e) => panic!("send on tag {tag}: {}", e.error),
@@ -209,10 +219,6 @@ fn sendi_progressing(
     mut progress: impl FnMut(&mut dyn Module),
 ) {
     let (ep, start) = (p.endpoint, Instant::now());
-    let mut waiting = |m: &mut dyn Module| {
-        progress(m);
-        assert!(start.elapsed() < Duration::from_secs(60), "send stuck");
-    };
     let mut des = loop {
         match p
             .module
@@ -220,22 +226,15 @@ fn sendi_progressing(
         {
             Ok(SendiOutcome::Sent) => return,
             Ok(SendiOutcome::Descriptor(d)) => break d,
-            Err(Error::OutOfResource(_)) => waiting(p.module),
+            Err(Error::OutOfResource(_)) => {
+                progress(p.module);
+                assert!(start.elapsed() < Duration::from_secs(60), "sendi stuck");
+            }
             Err(e) => panic!("sendi on tag {tag}: {e}"),
         }
     };
     des.flags |= DesFlags::OWNERSHIP;
-    loop {
-        match p.module.send(ep, des, tag) {
-            Ok(SendOutcome::Done(Some(back))) => return p.module.free(back).expect("free"),
-            Ok(_) => return,
-            Err(e) if matches!(e.error, Error::OutOfResource(_)) => {
-                des = e.descriptor;
-                waiting(p.module);
-            }
-            Err(e) => panic!("send on tag {tag}: {}", e.error),
-        }
-    }
+    send_progressing(p, des, tag, &mut progress);
 }
 
 fn alloc_retry(p: &mut Peer<'_>, size: usize, flags: DesFlags) -> Descriptor {

@@ -1,10 +1,66 @@
-//! An expected receive as a transport holds it ([`crate::Module::expect`]), and the
-//! test of a message against it.
+//! The expected receive a transport holds ([`crate::Module::expect`]), and the test of
+//! a message against it.
 
 use crate::{copy_bytes, Endpoint, Expected, Tag, EXPECTED_KEY};
 
+/// A module's expected receive: the one posted, and the length of its message once
+/// that has arrived.
+#[derive(Default)]
+pub struct ExpectedSlot {
+    posted: Option<ExpectedRecv>,
+    arrived: Option<usize>,
+}
+
+impl ExpectedSlot {
+    /// Post `e`, replacing any earlier receive.
+    pub fn post(&mut self, e: &Expected) {
+        self.posted = Some(ExpectedRecv::new(e));
+        self.arrived = None;
+    }
+
+    /// Whether a receive is posted.
+    #[inline(always)]
+    pub fn is_posted(&self) -> bool {
+        self.posted.is_some()
+    }
+
+    /// Fill the receive with a message from `endpoint` on `tag`, which arrived as
+    /// `segs`, if it is the one; whether it was (the receive is then over, its length
+    /// kept for [`ExpectedSlot::take`]).
+    ///
+    /// # Safety
+    ///
+    /// The posted buffer is valid as `Module::expect` requires.
+    #[inline(always)]
+    pub unsafe fn fill(&mut self, endpoint: Endpoint, tag: Tag, segs: &[&[u8]]) -> bool {
+        let Some(e) = self.posted.as_ref() else {
+            return false;
+        };
+        if e.endpoint != endpoint {
+            return false;
+        }
+        // SAFETY: forwarded contract.
+        let Some(len) = (unsafe { e.fill(tag, segs) }) else {
+            return false;
+        };
+        self.posted = None;
+        self.arrived = Some(len);
+        true
+    }
+
+    /// The length of the message that filled the receive, once.
+    pub fn take(&mut self) -> Option<usize> {
+        self.arrived.take()
+    }
+
+    /// Forget the receive, whatever its state.
+    pub fn cancel(&mut self) {
+        *self = ExpectedSlot::default();
+    }
+}
+
 /// A posted expected receive.
-pub struct ExpectedRecv {
+struct ExpectedRecv {
     endpoint: Endpoint,
     tag: Tag,
     key: [u8; EXPECTED_KEY],
@@ -16,7 +72,7 @@ pub struct ExpectedRecv {
 
 impl ExpectedRecv {
     /// The receive `e` describes.
-    pub fn new(e: &Expected) -> ExpectedRecv {
+    fn new(e: &Expected) -> ExpectedRecv {
         ExpectedRecv {
             endpoint: e.endpoint,
             tag: e.tag,
@@ -24,11 +80,6 @@ impl ExpectedRecv {
             buf: e.buf as usize,
             cap: e.cap,
         }
-    }
-
-    /// The peer whose message it takes.
-    pub fn endpoint(&self) -> Endpoint {
-        self.endpoint
     }
 
     /// Copy a message on `tag` that arrived as `segs` into the buffer if it is this
@@ -40,8 +91,8 @@ impl ExpectedRecv {
     ///
     /// The buffer is valid as `Module::expect` requires (it was posted, and neither
     /// taken nor withdrawn since).
-    #[inline]
-    pub unsafe fn fill(&self, tag: Tag, segs: &[&[u8]]) -> Option<usize> {
+    #[inline(always)]
+    unsafe fn fill(&self, tag: Tag, segs: &[&[u8]]) -> Option<usize> {
         if tag != self.tag {
             return None;
         }
@@ -65,42 +116,58 @@ impl ExpectedRecv {
 
 #[cfg(test)]
 mod tests {
-    use super::ExpectedRecv;
+    use super::ExpectedSlot;
     use crate::{Endpoint, Expected, Tag};
 
     #[test]
-    fn takes_only_its_tag_key_and_room() {
+    fn takes_only_its_peer_tag_key_and_room() {
         let mut buf = [0u8; 4];
-        let e = ExpectedRecv::new(&Expected {
+        let mut slot = ExpectedSlot::default();
+        let e = Expected {
             endpoint: Endpoint(1),
             tag: Tag(9),
             key: [1, 2, 3, 4],
             buf: buf.as_mut_ptr(),
-            cap: buf.len(),
-        });
-        let fill = |tag: u8, segs: &[&[u8]]| {
-            // SAFETY: `buf` outlives `e` and is not otherwise used meanwhile.
-            unsafe { e.fill(Tag(tag), segs) }
+            cap: 4,
         };
-        assert_eq!(fill(8, &[&[1, 2, 3, 4, 5]]), None, "another tag");
-        assert_eq!(fill(9, &[&[1, 2, 3, 5, 5]]), None, "another key");
-        assert_eq!(fill(9, &[&[1, 2, 3]]), None, "shorter than a key");
-        assert_eq!(fill(9, &[&[1, 2, 3, 4, 0, 0, 0, 0, 0]]), None, "too long");
-        assert_eq!(fill(9, &[&[1, 2], &[3, 4, 5]]), None, "a key split");
+        let mut fill = |ep: u32, tag: u8, segs: &[&[u8]]| {
+            slot.post(&e);
+            // SAFETY: `buf` outlives the slot's use here and is not otherwise
+            // accessed until the last fill.
+            unsafe { slot.fill(Endpoint(ep), Tag(tag), segs) }.then(|| slot.take())
+        };
+        assert_eq!(fill(2, 9, &[&[1, 2, 3, 4, 5]]), None, "another peer");
+        assert_eq!(fill(1, 8, &[&[1, 2, 3, 4, 5]]), None, "another tag");
+        assert_eq!(fill(1, 9, &[&[1, 2, 3, 5, 5]]), None, "another key");
+        assert_eq!(fill(1, 9, &[&[1, 2, 3]]), None, "shorter than a key");
         assert_eq!(
-            fill(9, &[&[1, 2, 3, 4], &[5], &[6]]),
+            fill(1, 9, &[&[1, 2, 3, 4, 0, 0, 0, 0, 0]]),
             None,
-            "three segments"
+            "too long"
         );
-        assert_eq!(buf, [0; 4], "nothing written so far");
-        assert_eq!(fill(9, &[&[1, 2, 3, 4, 7, 8]]), Some(2), "one segment");
-        assert_eq!(buf[..2], [7, 8]);
+        assert_eq!(fill(1, 9, &[&[1, 2], &[3, 4, 5]]), None, "a key split");
         assert_eq!(
-            fill(9, &[&[1, 2, 3, 4], &[5, 6, 7, 8]]),
-            Some(4),
+            fill(1, 9, &[&[1, 2, 3, 4], &[5], &[6]]),
+            None,
+            "three parts"
+        );
+        assert_eq!(
+            fill(1, 9, &[&[1, 2, 3, 4, 7, 8]]),
+            Some(Some(2)),
+            "one part"
+        );
+        assert_eq!(
+            fill(1, 9, &[&[1, 2, 3, 4], &[5, 6, 7, 8]]),
+            Some(Some(4)),
             "key, body"
         );
-        assert_eq!(buf, [5, 6, 7, 8]);
-        assert_eq!(fill(9, &[&[1, 2, 3, 4]]), Some(0), "empty");
+        assert_eq!(fill(1, 9, &[&[1, 2, 3, 4]]), Some(Some(0)), "empty");
+        assert_eq!(buf, [5, 6, 7, 8], "the last body that was longer");
+        slot.post(&e);
+        slot.cancel();
+        // SAFETY: as above.
+        assert!(!unsafe { slot.fill(Endpoint(1), Tag(9), &[&[1, 2, 3, 4, 0]]) });
+        assert_eq!(slot.take(), None, "a withdrawn receive takes nothing");
+        assert_eq!(buf, [5, 6, 7, 8], "nor writes");
     }
 }

@@ -51,7 +51,7 @@ pub use descriptor::{
     DesFlags, Descriptor, Order, Received, SendCallback, SendCompletion, MAX_SEGMENTS,
 };
 pub use error::{Error, Result};
-pub use expected::ExpectedRecv;
+pub use expected::ExpectedSlot;
 pub use handle::{check_range, MemHandle, ModuleId, RemoteHandle};
 pub use modex::{Modex, SingletonModex};
 pub use module::{

@@ -40,7 +40,7 @@ use crate::send_frags::SendFrags;
 use crate::AmTable;
 use crate::{
     exclusivity, AmCallback, AtomicFlags, AtomicOp, Attributes, BtlFlags, Component, DesFlags,
-    Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent, Expected, ExpectedRecv, MemHandle,
+    Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent, Expected, ExpectedSlot, MemHandle,
     Modex, Module, ModuleId, Order, Proc, RdmaCallback, RdmaCompletion, Received, RemoteHandle,
     Result, SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, MAX_SEGMENTS,
 };
@@ -62,16 +62,6 @@ const MODEX_KEY: &str = "btl.sm";
 const LIVENESS_INTERVAL: u32 = 1 << 16;
 /// Most messages taken from one ring per progress call.
 const BATCH: usize = 32;
-
-/// What became of a message taken from a ring.
-enum Taken {
-    /// It filled the expected receive.
-    Filled,
-    /// Its callback (or the transport's protocol) had it.
-    Delivered,
-    /// Its callback is running further up the stack: it waits.
-    Busy,
-}
 
 /// Bytes per chunk when a put or get of `len` bytes copies through the rings: about a
 /// quarter of it, so that copying in at one end and out at the other overlap, but at
@@ -371,10 +361,8 @@ pub struct SmModule {
     frags: SendFrags,
     peers: Vec<Peer>,
     am: AmTable,
-    /// The receive posted with `Module::expect`, and the length of its message once
-    /// it has arrived.
-    expected: Option<ExpectedRecv>,
-    arrived: Option<usize>,
+    /// The receive posted with `Module::expect`.
+    expected: ExpectedSlot,
     error_cb: Option<ErrorCallback>,
     done: VecDeque<Done>,
     ops: HashMap<u64, Op>,
@@ -524,8 +512,7 @@ impl SmModule {
             next_req: 1,
             idle: 0,
             heap: heap::Heap::new(layout.heap_bytes),
-            expected: None,
-            arrived: None,
+            expected: ExpectedSlot::default(),
         })
     }
 
@@ -823,47 +810,42 @@ impl SmModule {
             let Some(rec) = peer.consumer.peek() else {
                 break;
             };
-            let taken = if rec.segment_count() == 1 {
+            if self.expected.is_posted() && self.fill_expected(i, &rec) {
+                self.peers[i].consumer.release(rec);
+                return (n + 1, true);
+            }
+            let delivered = if rec.segment_count() == 1 {
                 // SAFETY: used before the record is released below.
                 let one = [unsafe { rec.payload() }];
-                self.take(i, rec.tag, &one)
+                self.dispatch(i, rec.tag, &one)
             } else {
                 let mut segs: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
                 // SAFETY: as above.
                 let nseg = unsafe { rec.segments(&mut segs) };
-                self.take(i, rec.tag, &segs[..nseg])
+                self.dispatch(i, rec.tag, &segs[..nseg])
             };
-            if let Taken::Busy = taken {
+            if !delivered {
                 break;
             }
             self.peers[i].consumer.release(rec);
             n += 1;
-            if let Taken::Filled = taken {
-                return (n, true);
-            }
         }
         (n, false)
     }
 
-    /// Fill the expected receive with a message from peer `i`, if it is the one, or
-    /// else dispatch it.
+    /// Fill the expected receive with `rec`, from peer `i`, if it is the one; whether
+    /// it was.
     #[inline(always)]
-    fn take(&mut self, i: usize, tag: u8, segs: &[&[u8]]) -> Taken {
-        if let Some(e) = self.expected.as_ref() {
-            // SAFETY: the buffer is valid as `Module::expect` requires.
-            let filled = (e.endpoint().0 as usize == i)
-                .then(|| unsafe { e.fill(Tag(tag), segs) })
-                .flatten();
-            if let Some(len) = filled {
-                self.expected = None;
-                self.arrived = Some(len);
-                return Taken::Filled;
-            }
-        }
-        if self.dispatch(i, tag, segs) {
-            Taken::Delivered
+    fn fill_expected(&mut self, i: usize, rec: &ring::Record) -> bool {
+        let (ep, tag) = (Endpoint(i as u32), Tag(rec.tag));
+        // SAFETY (both): the record is not released yet; the receive's buffer is valid
+        // as `Module::expect` requires.
+        if rec.segment_count() == 1 {
+            unsafe { self.expected.fill(ep, tag, &[rec.payload()]) }
         } else {
-            Taken::Busy
+            let mut segs: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
+            let nseg = unsafe { rec.segments(&mut segs) };
+            unsafe { self.expected.fill(ep, tag, &segs[..nseg]) }
         }
     }
 
@@ -1369,18 +1351,16 @@ impl Module for SmModule {
         if self.peers.get(i).is_none_or(|p| p.removed) {
             return false;
         }
-        self.expected = Some(ExpectedRecv::new(&e));
-        self.arrived = None;
+        self.expected.post(&e);
         true
     }
 
     fn take_expected(&mut self) -> Option<usize> {
-        self.arrived.take()
+        self.expected.take()
     }
 
     fn cancel_expected(&mut self) {
-        self.expected = None;
-        self.arrived = None;
+        self.expected.cancel();
     }
 
     fn progress(&mut self) -> usize {

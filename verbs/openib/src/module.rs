@@ -9,7 +9,7 @@ use crate::srq::SRQ_BIT;
 use crate::wire::{self, RemoteKey, Trailer, CREDIT_ONLY, FRAG_EXTRA, TRAILER};
 use rbtl_btl::{
     copy_bytes, AmCallback, AtomicOp, Attributes, DesFlags, Descriptor, Endpoint, Error,
-    ErrorCallback, Expected, ExpectedRecv, MemHandle, Modex, Module, ModuleId, Order, Proc,
+    ErrorCallback, Expected, ExpectedSlot, MemHandle, Modex, Module, ModuleId, Order, Proc,
     RdmaCallback, RdmaCompletion, Received, RemoteHandle, Result, SendCompletion, SendError,
     SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
 };
@@ -53,10 +53,9 @@ pub struct OpenibModule {
     /// every receive callback delivers them, so that no callback runs inside itself
     /// and no message overtakes another.
     received: VecDeque<Completion>,
-    /// The receive posted with `Module::expect`, the length of its message once it
-    /// has arrived, and whether that happened in the progress call under way.
-    expected: Option<ExpectedRecv>,
-    arrived: Option<usize>,
+    /// The receive posted with `Module::expect`, and whether a message filled it in
+    /// the progress call under way.
+    expected: ExpectedSlot,
     filled: bool,
 }
 
@@ -75,8 +74,7 @@ impl OpenibModule {
             calls: 0,
             delivering: 0,
             received: VecDeque::new(),
-            expected: None,
-            arrived: None,
+            expected: ExpectedSlot::default(),
             filled: false,
         }
     }
@@ -500,18 +498,10 @@ impl OpenibModule {
                 *s = &bytes[at..at + l];
                 at += l;
             }
-            if let Some(e) = self
-                .expected
-                .as_ref()
-                .filter(|e| e.endpoint().0 as usize == ep)
-            {
-                // SAFETY: the buffer is valid as `Module::expect` requires.
-                if let Some(len) = unsafe { e.fill(tag, &segs[..nseg]) } {
-                    self.expected = None;
-                    self.arrived = Some(len);
-                    self.filled = true;
-                    return Some(false);
-                }
+            // SAFETY: the buffer is valid as `Module::expect` requires.
+            if unsafe { self.expected.fill(Endpoint(ep as u32), tag, &segs[..nseg]) } {
+                self.filled = true;
+                return Some(false);
             }
             match self.core.am.take(tag) {
                 Some(mut cb) => {
@@ -1136,18 +1126,16 @@ impl Module for OpenibModule {
         if self.core.peers.get(e.endpoint.0 as usize).is_none() {
             return false;
         }
-        self.expected = Some(ExpectedRecv::new(&e));
-        self.arrived = None;
+        self.expected.post(&e);
         true
     }
 
     fn take_expected(&mut self) -> Option<usize> {
-        self.arrived.take()
+        self.expected.take()
     }
 
     fn cancel_expected(&mut self) {
-        self.expected = None;
-        self.arrived = None;
+        self.expected.cancel();
     }
 
     fn progress(&mut self) -> usize {
