@@ -665,6 +665,12 @@ impl Comm {
     }
 
     /// Receive into `buf` from `src` with `tag`.
+    ///
+    /// From one source with one tag, and with no other receive posted and no message
+    /// waiting, the receive goes to the transport that reaches `src` when it matches
+    /// receives itself ([`Module::expect`]): the message then lands in `buf` from the
+    /// transport's poll loop. Whatever else matches it first (a message too long for
+    /// `buf`, a rendezvous, the source's failure) ends it the usual way.
     #[inline(always)]
     pub fn recv(&mut self, buf: &mut [u8], src: Option<u32>, tag: Option<i32>) -> Result<Status> {
         if let Some(t) = tag.filter(|t| *t < 0) {
