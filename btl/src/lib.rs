@@ -12,13 +12,15 @@
 //! | `mca_btl_base_rdma_completion_fn_t` | [`RdmaCallback`] |
 //! | `OPAL_ERR_OUT_OF_RESOURCE`, `OPAL_ERR_NOT_AVAILABLE` | [`Error::OutOfResource`], [`Error::NotAvailable`] |
 //! | the modex (PMIx) | [`Modex`] |
+//! | (UCX: `uct_iface_tag_recv_zcopy`, tag offload) | [`Module::expect`], [`Expected`], [`ExpectedSlot`] |
 //!
 //! Where ours differs: callbacks run only from `progress`/`flush` and get the module
-//! back as `&mut dyn Module`; `register_mem` is the one `unsafe` call (it is where the
-//! memory's lifetime is promised), after which put/get check every address against
-//! the handles and are safe; descriptors and handles are owned values, so a failed
-//! send hands its descriptor back and a handle cannot outlive its deregistration
-//! unnoticed.
+//! back as `&mut dyn Module`; `register_mem` and `expect` are the `unsafe` calls (they
+//! are where a memory's lifetime is promised), after which put/get check every address
+//! against the handles and are safe; descriptors and handles are owned values, so a
+//! failed send hands its descriptor back and a handle cannot outlive its
+//! deregistration unnoticed. A module may also match one receive itself
+//! ([`Module::expect`]), which Open MPI's BTLs leave to the layer above.
 //!
 //! Transports: [`loopback`] (`self`), [`sm`] (processes on one node).
 
