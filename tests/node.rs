@@ -320,6 +320,27 @@ fn role_msg() {
             comm.send(&vec![1u8; len], 0, 9).unwrap();
         }
     }
+    // A blocking receive that went to the transport: a message with another tag that
+    // arrives first waits as unexpected, the matching one lands, the first is then
+    // received; two matching messages in a row arrive in order.
+    if me == 0 {
+        let mut b = [0u8; 8];
+        let st = comm.recv(&mut b, Some(1), Some(5)).unwrap();
+        assert_eq!((st.tag, st.len, &b[..3]), (5, 3, &b"tag"[..]));
+        let st = comm.recv(&mut b, Some(1), Some(6)).unwrap();
+        assert_eq!((st.tag, st.len, &b[..5]), (6, 5, &b"other"[..]));
+        for k in 0..2u8 {
+            let st = comm.recv(&mut b, Some(1), Some(5)).unwrap();
+            assert_eq!((st.len, b[0]), (1, k), "in order");
+        }
+    } else if me == 1 {
+        // (Once rank 0's receive is, almost surely, posted.)
+        std::thread::sleep(Duration::from_millis(20));
+        comm.send(b"other", 0, 6).unwrap();
+        comm.send(b"tag", 0, 5).unwrap();
+        comm.send(&[0], 0, 5).unwrap();
+        comm.send(&[1], 0, 5).unwrap();
+    }
     // A request is waited for once; a second wait is an error, not a hang.
     let mut inb = [0u8; 4];
     // SAFETY: `inb` outlives the request, which is waited for below.
