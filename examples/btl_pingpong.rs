@@ -1,10 +1,13 @@
 //! The transport floor: a ping-pong straight on a BTL module (no message layer), to
 //! compare with `osu latency`. Run under the launcher:
-//! `cargo run --release --bin rbtlrun -- -n 2 --bind-to core target/release/examples/btl_pingpong [BTL [ITERATIONS [get]]]`
+//! `cargo run --release --bin rbtlrun -- -n 2 --bind-to core target/release/examples/btl_pingpong [BTL [ITERATIONS [get|expect]]]`
 //! (`openib` needs `--features openib`). With `get`, rank 0 times 8-byte gets from
-//! rank 1 instead (the floor under `osu get-latency`).
+//! rank 1 instead (the floor under `osu get-latency`); with `expect`, messages land
+//! through expected receives instead of the receive callback.
 
-use rbtl::btl::{Access, DesFlags, Endpoint, Module, Order, Proc, RemoteHandle, SendiOutcome, Tag};
+use rbtl::btl::{
+    Access, DesFlags, Endpoint, Expected, Module, Order, Proc, RemoteHandle, SendiOutcome, Tag,
+};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -46,25 +49,52 @@ fn main() {
         return get_latency(m, ep, &mut job, &btl, iters, skip, &got);
     }
     let payload = [0u8; 8];
+    // With `expect`, each message lands in `inbox` through an expected receive, posted
+    // before this side sends (so before the peer's next message can arrive).
+    let expected = std::env::args().nth(3).as_deref() == Some("expect");
+    let mut inbox = [0u8; 8];
+    let mut post = |m: &mut dyn Module| {
+        let e = Expected {
+            endpoint: ep,
+            tag: Tag::USR,
+            key: [0; 4],
+            buf: inbox.as_mut_ptr(),
+            cap: inbox.len(),
+        };
+        // SAFETY: `inbox` outlives the loop, and the last receive is withdrawn after it.
+        assert!(unsafe { m.expect(e) }, "{btl} takes expected receives");
+    };
     let mut start = Instant::now();
     for i in 0..iters + skip {
         if i == skip {
             start = Instant::now();
         }
+        if expected && (me == 0 || i == 0) {
+            post(m);
+        }
         if me == 0 {
             send(m, ep, &payload);
         }
-        while got.load(Ordering::Relaxed) <= i {
-            m.progress();
+        if expected {
+            while m.progress() == 0 || m.take_expected().is_none() {}
+            if me == 1 {
+                post(m);
+            }
+        } else {
+            while got.load(Ordering::Relaxed) <= i {
+                m.progress();
+            }
         }
         if me == 1 {
             send(m, ep, &payload);
         }
     }
+    m.cancel_expected();
     let us = start.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64;
     job.modex.fence().expect("fence");
     if me == 0 {
-        println!("btl_pingpong_{btl}_8B_us {us:.3}");
+        let how = if expected { "_expected" } else { "" };
+        println!("btl_pingpong_{btl}{how}_8B_us {us:.3}");
     }
 }
 
