@@ -340,8 +340,22 @@ pub fn expected_receive(p: &mut Peer<'_>) {
         got.lock().unwrap().clear();
         p.barrier();
     }
-    // Withdrawn: a matching message goes to the callback, the buffer stays untouched.
+    // An endpoint the module does not know is refused.
     let mut buf = vec![0u8; 16];
+    let stranger = Expected {
+        endpoint: Endpoint(u32::MAX),
+        tag,
+        key,
+        buf: buf.as_mut_ptr(),
+        cap: buf.len(),
+    };
+    // SAFETY: refused, so nothing is posted; `buf` outlives the call anyway.
+    assert!(
+        !unsafe { p.module.expect(stranger) },
+        "{}: an expected receive from an unknown endpoint is refused",
+        p.module.name()
+    );
+    // Withdrawn: a matching message goes to the callback, the buffer stays untouched.
     let e = Expected {
         endpoint: ep,
         tag,
