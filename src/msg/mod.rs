@@ -154,10 +154,7 @@ struct Withdraw<'a>(&'a mut Comm);
 
 impl Drop for Withdraw<'_> {
     fn drop(&mut self) {
-        if let Some(o) = self.0.offload.take() {
-            self.0.modules[o.module].cancel_expected();
-            state::set(&self.0.signals.offloaded, 0);
-        }
+        self.0.withdraw();
     }
 }
 
@@ -613,6 +610,14 @@ impl Comm {
         Ok(Some(o))
     }
 
+    /// Take the offloaded receive back from its transport, if it is there.
+    fn withdraw(&mut self) {
+        if let Some(o) = self.offload.take() {
+            self.modules[o.module].cancel_expected();
+            state::set(&self.signals.offloaded, 0);
+        }
+    }
+
     /// Progress until the transport fills the offloaded receive `o` (into `buf`), or
     /// a callback withdraws it (a message from its source with its tag that the
     /// transport did not take, or the source's failure): then it is posted as usual,
@@ -638,8 +643,7 @@ impl Comm {
                 });
             }
             if self.signals.offloaded.load(Ordering::Relaxed) == 0 {
-                self.modules[o.module].cancel_expected();
-                self.offload = None;
+                self.withdraw();
                 return self.recv_posted(buf, Some(o.source), Some(o.tag));
             }
         }
