@@ -1,7 +1,9 @@
 //! The floor under `sm`: a ping-pong of 8-byte messages straight on two of its rings
 //! (no module, no message layer), between two processes bound to cores 0 and 1, to
 //! compare with the machine's cache-line ping-pong and with `btl_pingpong`:
-//! `cargo run --release --example ring_pingpong [SLOTS [ITERATIONS]]`.
+//! `cargo run --release --example ring_pingpong [SLOTS [ITERATIONS [pause]]]`. With
+//! `pause`, each side waits with the x86 `pause` instruction between two looks at its
+//! ring.
 
 use rbtl::btl::sm::ring::{Consumer, Producer, RingLayout};
 use std::time::Instant;
@@ -17,6 +19,7 @@ fn main() {
         data_bytes: 64 << 10,
     };
     let iters = arg(2, 2_000_000);
+    let pause = std::env::args().nth(3).as_deref() == Some("pause");
     let bytes = layout.bytes();
     // SAFETY: a fresh shared anonymous mapping, checked below; both processes keep it
     // until they exit.
@@ -56,6 +59,9 @@ fn main() {
             if let Some(rec) = rx.peek() {
                 break rec;
             }
+            if pause {
+                std::hint::spin_loop();
+            }
         };
         // SAFETY: read before the record is released.
         got.copy_from_slice(unsafe { rec.payload() });
@@ -67,7 +73,8 @@ fn main() {
     assert_eq!(got, payload);
     if me == 0 {
         let ns = start.elapsed().as_nanos() as f64 / (2 * iters) as f64;
-        println!("ring_pingpong_{}_slots_8B_ns {ns:.1}", layout.nslots);
+        let how = if pause { "_pause" } else { "" };
+        println!("ring_pingpong_{}_slots{how}_8B_ns {ns:.1}", layout.nslots);
         // SAFETY: waits for the child forked above.
         unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
     }

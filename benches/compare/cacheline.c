@@ -9,7 +9,11 @@
  * A second argument W has each side compute for about W ns between seeing a message
  * and writing its reply, as any software stack does (`cacheline_after_W_ns N`,
  * `cacheline2_after_W_ns N`). While one side computes, the other side's polling takes
- * a shared line back, and the reply pays a second transfer. */
+ * a shared line back, and the reply pays a second transfer.
+ *
+ * A third argument `pause` has each side wait with the x86 `pause` instruction between
+ * two looks at the line (`..._pause_ns N`): fewer loads of a line the other side is
+ * about to write. */
 #define _GNU_SOURCE
 #include <sched.h>
 #include <stdatomic.h>
@@ -19,6 +23,12 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define PAUSE() _mm_pause()
+#else
+#define PAUSE() ((void)0)
+#endif
 
 static void pin(int core) {
     cpu_set_t set;
@@ -63,6 +73,7 @@ int main(int argc, char **argv) {
     int two = argc > 1 && argv[1][0] == '2';
     int work_ns = argc > 2 ? atoi(argv[2]) : 0;
     long steps = steps_for(work_ns);
+    int pause = argc > 3 && argv[3][0] == 'p';
     _Atomic long *line = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (line == MAP_FAILED) return 1;
     /* The parent writes `line`, the child writes `back` (the same line unless `two`). */
@@ -73,7 +84,8 @@ int main(int argc, char **argv) {
     if (child == 0) {
         pin(1);
         for (long v = 1; v < 2L * BATCHES * ROUNDS + 2; v += 2) {
-            while (atomic_load_explicit(line, memory_order_acquire) != v) {}
+            while (atomic_load_explicit(line, memory_order_acquire) != v)
+                if (pause) PAUSE();
             work(steps);
             atomic_store_explicit(back, v + 1, memory_order_release);
         }
@@ -87,7 +99,8 @@ int main(int argc, char **argv) {
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (int i = 0; i < ROUNDS; i++) {
             atomic_store_explicit(line, v + 1, memory_order_release);
-            while (atomic_load_explicit(back, memory_order_acquire) != v + 2) {}
+            while (atomic_load_explicit(back, memory_order_acquire) != v + 2)
+                if (pause) PAUSE();
             work(steps);
             v += 2;
         }
@@ -98,9 +111,10 @@ int main(int argc, char **argv) {
     waitpid(child, 0, 0);
     qsort(ns, BATCHES, sizeof ns[0], cmp);
     const char *name = two ? "cacheline2" : "cacheline";
+    const char *how = pause ? "_pause" : "";
     if (work_ns > 0)
-        printf("%s_after_%d_ns %.1f\n", name, work_ns, ns[BATCHES / 2]);
+        printf("%s_after_%d%s_ns %.1f\n", name, work_ns, how, ns[BATCHES / 2]);
     else
-        printf("%s_ns %.1f\n", name, ns[BATCHES / 2]);
+        printf("%s%s_ns %.1f\n", name, how, ns[BATCHES / 2]);
     return 0;
 }
