@@ -13,12 +13,18 @@
  *
  * A third argument `pause` has each side wait with the x86 `pause` instruction between
  * two looks at the line (`..._pause_ns N`): fewer loads of a line the other side is
- * about to write. */
+ * about to write.
+ *
+ * A third argument `prefetchw` has each side, as soon as it sees a message, ask for the
+ * line it will write its reply to in a writable state (x86 `prefetchw`), before its W ns
+ * of work (`..._prefetchw_ns N`): taking the line away from the polling side then
+ * overlaps the work instead of delaying the reply. */
 #define _GNU_SOURCE
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -26,8 +32,10 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define PAUSE() _mm_pause()
+#define PREFETCHW(p) __asm__ volatile("prefetchw %0" : : "m"(*(const char *)(p)))
 #else
 #define PAUSE() ((void)0)
+#define PREFETCHW(p) ((void)0)
 #endif
 
 static void pin(int core) {
@@ -73,7 +81,8 @@ int main(int argc, char **argv) {
     int two = argc > 1 && argv[1][0] == '2';
     int work_ns = argc > 2 ? atoi(argv[2]) : 0;
     long steps = steps_for(work_ns);
-    int pause = argc > 3 && argv[3][0] == 'p';
+    int pause = argc > 3 && strcmp(argv[3], "pause") == 0;
+    int prefetch = argc > 3 && strcmp(argv[3], "prefetchw") == 0;
     _Atomic long *line = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (line == MAP_FAILED) return 1;
     /* The parent writes `line`, the child writes `back` (the same line unless `two`). */
@@ -86,6 +95,7 @@ int main(int argc, char **argv) {
         for (long v = 1; v < 2L * BATCHES * ROUNDS + 2; v += 2) {
             while (atomic_load_explicit(line, memory_order_acquire) != v)
                 if (pause) PAUSE();
+            if (prefetch) PREFETCHW(back);
             work(steps);
             atomic_store_explicit(back, v + 1, memory_order_release);
         }
@@ -101,6 +111,7 @@ int main(int argc, char **argv) {
             atomic_store_explicit(line, v + 1, memory_order_release);
             while (atomic_load_explicit(back, memory_order_acquire) != v + 2)
                 if (pause) PAUSE();
+            if (prefetch) PREFETCHW(line);
             work(steps);
             v += 2;
         }
@@ -111,7 +122,7 @@ int main(int argc, char **argv) {
     waitpid(child, 0, 0);
     qsort(ns, BATCHES, sizeof ns[0], cmp);
     const char *name = two ? "cacheline2" : "cacheline";
-    const char *how = pause ? "_pause" : "";
+    const char *how = pause ? "_pause" : prefetch ? "_prefetchw" : "";
     if (work_ns > 0)
         printf("%s_after_%d%s_ns %.1f\n", name, work_ns, how, ns[BATCHES / 2]);
     else

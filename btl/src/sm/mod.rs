@@ -811,6 +811,8 @@ impl SmModule {
                 break;
             };
             if self.expected.is_posted() && self.fill_expected(i, &rec) {
+                // A blocking receive ended: its caller often answers the same peer.
+                self.peers[i].producer.prepare_next();
                 self.peers[i].consumer.release(rec);
                 return (n + 1, true);
             }
