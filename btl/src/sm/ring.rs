@@ -266,9 +266,11 @@ impl Producer {
         self.slot_tail == self.head
     }
 
-    /// Start taking the line of the next slot for writing: called when a reply to the
-    /// consumer is likely soon (the consumer polls that line, so writing it first costs
-    /// a round trip to take it away).
+    /// Start taking the lines of the next slot for writing: called when a reply to the
+    /// consumer is likely soon (the consumer polls the first line, so writing it costs a
+    /// round trip to take it away). Both lines: a message of more than 40 bytes reaches
+    /// the second, which would otherwise be taken only at the write, while the consumer
+    /// takes the first back.
     #[inline(always)]
     pub fn prepare_next(&self) {
         if self.prefetch_write {
