@@ -76,7 +76,9 @@ fn main() {
             send(m, ep, &payload);
         }
         if expected {
-            while m.progress() == 0 || m.take_expected().is_none() {}
+            while m.progress() == 0 || m.take_expected().is_none() {
+                rbtl::btl::idle::between_idle_polls();
+            }
             if me == 1 {
                 post(m);
             }

@@ -1,9 +1,10 @@
 //! The floor under `sm`: a ping-pong of 8-byte messages straight on two of its rings
 //! (no module, no message layer), between two processes bound to cores 0 and 1, to
 //! compare with the machine's cache-line ping-pong and with `btl_pingpong`:
-//! `cargo run --release --example ring_pingpong [SLOTS [ITERATIONS [pause]]]`. With
-//! `pause`, each side waits with the x86 `pause` instruction between two looks at its
-//! ring.
+//! `cargo run --release --example ring_pingpong [SLOTS [ITERATIONS [pause|fence]]]`.
+//! With `pause`, each side waits with the x86 `pause` instruction between two looks at
+//! its ring; with `fence`, it lets each look finish before the next
+//! ([`rbtl::btl::idle::between_idle_polls`]).
 
 use rbtl::btl::sm::ring::{Consumer, Producer, RingLayout};
 use std::time::Instant;
@@ -19,7 +20,8 @@ fn main() {
         data_bytes: 64 << 10,
     };
     let iters = arg(2, 2_000_000);
-    let pause = std::env::args().nth(3).as_deref() == Some("pause");
+    let how = std::env::args().nth(3).unwrap_or_default();
+    let (pause, fence) = (how == "pause", how == "fence");
     let bytes = layout.bytes();
     // SAFETY: a fresh shared anonymous mapping, checked below; both processes keep it
     // until they exit.
@@ -62,6 +64,9 @@ fn main() {
             if pause {
                 std::hint::spin_loop();
             }
+            if fence {
+                rbtl::btl::idle::between_idle_polls();
+            }
         };
         // SAFETY: read before the record is released.
         got.copy_from_slice(unsafe { rec.payload() });
@@ -73,7 +78,11 @@ fn main() {
     assert_eq!(got, payload);
     if me == 0 {
         let ns = start.elapsed().as_nanos() as f64 / (2 * iters) as f64;
-        let how = if pause { "_pause" } else { "" };
+        let how = if pause || fence {
+            format!("_{how}")
+        } else {
+            String::new()
+        };
         println!("ring_pingpong_{}_slots{how}_8B_ns {ns:.1}", layout.nslots);
         // SAFETY: waits for the child forked above.
         unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };

@@ -18,7 +18,12 @@
  * A third argument `prefetchw` has each side, as soon as it sees a message, ask for the
  * line it will write its reply to in a writable state (x86 `prefetchw`), before its W ns
  * of work (`..._prefetchw_ns N`): taking the line away from the polling side then
- * overlaps the work instead of delaying the reply. */
+ * overlaps the work instead of delaying the reply.
+ *
+ * How fast a line bounces depends on the poll loop itself. The default loop also tests
+ * the mode flags on every look. A third argument `tight` polls with nothing in the loop
+ * but the load and the compare (`..._tight_ns N`); `fence` adds an x86 `lfence` after
+ * each look (`..._fence_ns N`), so that one look finishes before the next starts. */
 #define _GNU_SOURCE
 #include <sched.h>
 #include <stdatomic.h>
@@ -32,9 +37,11 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define PAUSE() _mm_pause()
+#define LFENCE() _mm_lfence()
 #define PREFETCHW(p) __asm__ volatile("prefetchw %0" : : "m"(*(const char *)(p)))
 #else
 #define PAUSE() ((void)0)
+#define LFENCE() ((void)0)
 #define PREFETCHW(p) ((void)0)
 #endif
 
@@ -83,6 +90,8 @@ int main(int argc, char **argv) {
     long steps = steps_for(work_ns);
     int pause = argc > 3 && strcmp(argv[3], "pause") == 0;
     int prefetch = argc > 3 && strcmp(argv[3], "prefetchw") == 0;
+    int tight = argc > 3 && strcmp(argv[3], "tight") == 0;
+    int fence = argc > 3 && strcmp(argv[3], "fence") == 0;
     _Atomic long *line = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (line == MAP_FAILED) return 1;
     /* The parent writes `line`, the child writes `back` (the same line unless `two`). */
@@ -93,8 +102,15 @@ int main(int argc, char **argv) {
     if (child == 0) {
         pin(1);
         for (long v = 1; v < 2L * BATCHES * ROUNDS + 2; v += 2) {
-            while (atomic_load_explicit(line, memory_order_acquire) != v)
-                if (pause) PAUSE();
+            if (tight)
+                while (atomic_load_explicit(line, memory_order_acquire) != v)
+                    ;
+            else if (fence)
+                while (atomic_load_explicit(line, memory_order_acquire) != v)
+                    LFENCE();
+            else
+                while (atomic_load_explicit(line, memory_order_acquire) != v)
+                    if (pause) PAUSE();
             if (prefetch) PREFETCHW(back);
             work(steps);
             atomic_store_explicit(back, v + 1, memory_order_release);
@@ -109,8 +125,15 @@ int main(int argc, char **argv) {
         clock_gettime(CLOCK_MONOTONIC, &t0);
         for (int i = 0; i < ROUNDS; i++) {
             atomic_store_explicit(line, v + 1, memory_order_release);
-            while (atomic_load_explicit(back, memory_order_acquire) != v + 2)
-                if (pause) PAUSE();
+            if (tight)
+                while (atomic_load_explicit(back, memory_order_acquire) != v + 2)
+                    ;
+            else if (fence)
+                while (atomic_load_explicit(back, memory_order_acquire) != v + 2)
+                    LFENCE();
+            else
+                while (atomic_load_explicit(back, memory_order_acquire) != v + 2)
+                    if (pause) PAUSE();
             if (prefetch) PREFETCHW(line);
             work(steps);
             v += 2;
@@ -122,7 +145,11 @@ int main(int argc, char **argv) {
     waitpid(child, 0, 0);
     qsort(ns, BATCHES, sizeof ns[0], cmp);
     const char *name = two ? "cacheline2" : "cacheline";
-    const char *how = pause ? "_pause" : prefetch ? "_prefetchw" : "";
+    const char *how = pause      ? "_pause"
+                      : prefetch ? "_prefetchw"
+                      : tight    ? "_tight"
+                      : fence    ? "_fence"
+                                 : "";
     if (work_ns > 0)
         printf("%s_after_%d%s_ns %.1f\n", name, work_ns, how, ns[BATCHES / 2]);
     else

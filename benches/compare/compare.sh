@@ -82,6 +82,7 @@ echo "# $("$OUT/cacheline" 2) (one line per direction, as transports use: the fl
 echo "# $("$OUT/cacheline" 1 40) $("$OUT/cacheline" 2 40) (both again, each side computing about 40 ns between a message and its reply)"
 echo "# $("$OUT/cacheline" 2 0 pause) $("$OUT/cacheline" 2 10 pause) (one line per direction, pausing between polls)"
 echo "# $("$OUT/cacheline" 2 30) $("$OUT/cacheline" 2 30 prefetchw) (one line per direction, 30 ns of work before each reply, then also asking for the reply's line before the work)"
+echo "# $("$OUT/cacheline" 1 0 tight) $("$OUT/cacheline" 1 0 fence) $("$OUT/cacheline" 2 0 tight) $("$OUT/cacheline" 2 0 fence) (polling with nothing but a load and a compare, then with a fence after each look)"
 for mode in $MODES; do
     for sys in "${SYSTEMS[@]}"; do
         # Rows only: "size value". The host may move the two vCPUs apart meanwhile

@@ -35,6 +35,7 @@ mod descriptor;
 mod error;
 mod expected;
 mod handle;
+pub mod idle;
 pub mod keytable;
 pub mod loopback;
 mod modex;

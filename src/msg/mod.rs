@@ -630,6 +630,7 @@ impl Comm {
                 if idle >= SPIN_BEFORE_YIELD {
                     std::thread::yield_now();
                 }
+                rbtl_btl::idle::between_idle_polls();
                 continue;
             }
             idle = 0;
