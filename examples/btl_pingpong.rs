@@ -3,7 +3,8 @@
 //! `cargo run --release --bin rbtlrun -- -n 2 --bind-to core target/release/examples/btl_pingpong [BTL [ITERATIONS [get|expect]]]`
 //! (`openib` needs `--features openib`). With `get`, rank 0 times 8-byte gets from
 //! rank 1 instead (the floor under `osu get-latency`); with `expect`, messages land
-//! through expected receives instead of the receive callback.
+//! through expected receives instead of the receive callback, and the wait for them
+//! fences its idle polls as the message layer's does.
 
 use rbtl::btl::{
     Access, DesFlags, Endpoint, Expected, Module, Order, Proc, RemoteHandle, SendiOutcome, Tag,
