@@ -68,11 +68,7 @@ impl SmModule {
                     // SAFETY: the range lies inside our live registration with
                     // remote-write access (checked just now).
                     unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            data.as_ptr(),
-                            addr as usize as *mut u8,
-                            data.len(),
-                        )
+                        crate::copy_bytes(data.as_ptr(), addr as usize as *mut u8, data.len())
                     };
                 }
                 // One acknowledgement, after the last chunk: the initiator keeps reading
@@ -144,11 +140,7 @@ impl SmModule {
                     // local-write access when the get started; it stays alive until
                     // the completion.
                     unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            data.as_ptr(),
-                            (*local + off) as *mut u8,
-                            data.len(),
-                        )
+                        crate::copy_bytes(data.as_ptr(), (*local + off) as *mut u8, data.len())
                     };
                     *received += data.len();
                     (*received == *size).then_some(Ok(()))
