@@ -4,9 +4,11 @@
 # pingpong.c, our own OSU-method MPI program built with the system's mpicc. Prints,
 # per benchmark and size, every figure and rbtl's ratio to each peer (latency: ours /
 # theirs, lower is better; bandwidth: ours / theirs, higher is better), plus the
-# machine's cache-line floors. Each system's run is checked against the cache line
-# before and after: it starts once the host has placed the two vCPUs near each other
-# (waiting up to a minute), and runs again (up to 3 times) if they were moved apart.
+# machine's cache-line floors. Every system runs twice per benchmark, in opposite
+# orders, and keeps its better figure per size. Each run is checked against the cache
+# line before and after: it starts once the host has placed the two vCPUs near each
+# other (waiting up to a minute), and runs again (up to 3 times) if they were moved
+# apart.
 #
 #   benches/compare/compare.sh [-m MODES] [-M MAX_SIZE]
 #     MODES: any of "lat bw bibw put_lat get_lat" (default: all), MAX_SIZE default 4 MiB
@@ -83,23 +85,45 @@ echo "# $("$OUT/cacheline" 1 40) $("$OUT/cacheline" 2 40) (both again, each side
 echo "# $("$OUT/cacheline" 2 0 pause) $("$OUT/cacheline" 2 10 pause) (one line per direction, pausing between polls)"
 echo "# $("$OUT/cacheline" 2 30) $("$OUT/cacheline" 2 30 prefetchw) (one line per direction, 30 ns of work before each reply, then also asking for the reply's line before the work)"
 echo "# $("$OUT/cacheline" 1 0 tight) $("$OUT/cacheline" 1 0 fence) $("$OUT/cacheline" 2 0 tight) $("$OUT/cacheline" 2 0 fence) (polling with nothing but a load and a compare, then with a fence after each look)"
+# One run of `sys` in `mode`, its rows ("size value") into $OUT/$sys.$mode.$pass.txt.
+# The host may move the two vCPUs apart meanwhile (everything then slows 2-4x): a run
+# that starts or ends far is run again.
+run_one() {
+    local sys=$1 mode=$2 pass=$3 rows="$OUT/$1.$2.$3.txt"
+    for try in 1 2 3; do
+        before=$(near_or_wait)
+        if ! $(command_for "$sys" "$mode") 2>"$OUT/$sys.$mode.err" | grep -v '^#' >"$rows"; then
+            echo "# $sys $mode failed: $(tail -1 "$OUT/$sys.$mode.err")"
+        fi
+        if [ "$sys" = rbtl ] && [ -s "$OUT/rbtl.$mode.json" ]; then
+            sed -n 's/.*"size": \([0-9]*\), "value": \([0-9.]*\).*/\1 \2/p' \
+                "$OUT/rbtl.$mode.json" >"$rows"
+        fi
+        after=$(line_ns)
+        [ "$before" -lt "$FAR_NS" ] && [ "$after" -lt "$FAR_NS" ] && break
+        echo "# $sys $mode: cores far apart (cache line $before then $after ns), try $try of 3"
+    done
+}
+
 for mode in $MODES; do
+    # Every system runs twice, the second time in the opposite order, and keeps its
+    # better figure per size: the host also moves its copy bandwidth between phases
+    # (large transfers 2x apart within minutes, for everyone), and one run each would
+    # compare systems measured in different phases.
+    order=("${SYSTEMS[@]}")
+    for pass in 1 2; do
+        for sys in "${order[@]}"; do run_one "$sys" "$mode" "$pass"; done
+        order=($(printf '%s\n' "${SYSTEMS[@]}" | tac))
+    done
+    case $mode in lat | put_lat | get_lat) better=min ;; *) better=max ;; esac
     for sys in "${SYSTEMS[@]}"; do
-        # Rows only: "size value". The host may move the two vCPUs apart meanwhile
-        # (everything then slows 2-4x): a run that starts or ends far is run again.
-        for try in 1 2 3; do
-            before=$(near_or_wait)
-            if ! $(command_for "$sys" "$mode") 2>"$OUT/$sys.$mode.err" | grep -v '^#' >"$OUT/$sys.$mode.txt"; then
-                echo "# $sys $mode failed: $(tail -1 "$OUT/$sys.$mode.err")"
-            fi
-            if [ "$sys" = rbtl ] && [ -s "$OUT/rbtl.$mode.json" ]; then
-                sed -n 's/.*"size": \([0-9]*\), "value": \([0-9.]*\).*/\1 \2/p' \
-                    "$OUT/rbtl.$mode.json" >"$OUT/rbtl.$mode.txt"
-            fi
-            after=$(line_ns)
-            [ "$before" -lt "$FAR_NS" ] && [ "$after" -lt "$FAR_NS" ] && break
-            echo "# $sys $mode: cores far apart (cache line $before then $after ns), try $try of 3"
-        done
+        awk -v better=$better '
+            NF >= 2 && $2 > 0 {
+                if (!($1 in v)) { order[++n] = $1; v[$1] = $2 }
+                else if ((better == "min") == ($2 < v[$1])) v[$1] = $2
+            }
+            END { for (i = 1; i <= n; i++) print order[i], v[order[i]] }' \
+            "$OUT/$sys.$mode.1.txt" "$OUT/$sys.$mode.2.txt" >"$OUT/$sys.$mode.txt"
     done
     case $mode in lat | put_lat | get_lat) unit="us, ratio = rbtl/peer (lower is better)" ;; *) unit="MB/s, ratio = rbtl/peer (higher is better)" ;; esac
     echo
