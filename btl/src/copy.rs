@@ -8,10 +8,9 @@ const VECTOR_COPY_MIN: usize = 4096;
 
 /// Copy `len` bytes; sizes up to 16 without a call into `memcpy` (which costs more
 /// than the copy for the small messages that dominate latency), and from 4 KiB on with
-/// vector loads and stores: on this AMD EPYC host, glibc's
-/// `rep movsb` ran the same 1-4 MiB transfer at 16-20 or at 32-38 GB/s depending only
-/// on the path the program was started from (its length), and a vector loop at 33-38
-/// from either.
+/// vector loads and stores: on this AMD EPYC host, glibc's `rep movsb` ran the same
+/// 1-4 MiB transfer at 16-20 or at 32-38 GB/s depending only on the path the program
+/// was started from (its length), and a vector loop at 33-38 from either.
 ///
 /// # Safety
 ///
