@@ -83,6 +83,19 @@ mod vector {
         }
     }
 
+    /// Call `block` at every multiple of 128 below `len - 128`, then at `len - 128`: the
+    /// starts of 128-byte blocks that cover `len` (at least 128) bytes, the last one
+    /// overlapping the one before it.
+    #[inline(always)]
+    fn each_block(len: usize, mut block: impl FnMut(usize)) {
+        let mut at = 0;
+        while at + 128 < len {
+            block(at);
+            at += 128;
+        }
+        block(len - 128);
+    }
+
     /// # Safety
     ///
     /// As [`copy`], on a processor with AVX2.
@@ -104,12 +117,7 @@ mod vector {
                 }
             }
         };
-        let mut at = 0;
-        while at + 128 < len {
-            block(at);
-            at += 128;
-        }
-        block(len - 128);
+        each_block(len, block);
     }
 
     /// # Safety
@@ -126,12 +134,7 @@ mod vector {
                 }
             }
         };
-        let mut at = 0;
-        while at + 128 < len {
-            block(at);
-            at += 128;
-        }
-        block(len - 128);
+        each_block(len, block);
     }
 }
 
