@@ -23,12 +23,10 @@ readonly GUEST_MEM=${RBTL_GUEST_MEM:-2048}
 readonly GUEST_MODULES=(crc32_generic crc32c_generic virtio_pci 9pnet_virtio 9p
     ib_core ib_uverbs rdma_rxe rdma_ucm dummy)
 
-# Host packages.  The guest uses the host's /usr, so whatever the guest needs
-# (iproute2's `rdma`, the rxe verbs provider, the test tools) is installed on
-# the host.
-readonly BUILD_PACKAGES=(busybox-static kmod cpio xz-utils zstd)
-readonly RUN_PACKAGES=(qemu-system-x86 iproute2 libibverbs1 librdmacm1
-    ibverbs-providers ibverbs-utils rdmacm-utils perftest)
+# Host packages come from the project's package sets (tools/packages.sh).  The
+# guest uses the host's /usr, so whatever the guest needs (iproute2's `rdma`,
+# the rxe verbs provider, the test tools) is installed on the host.
+readonly PACKAGES_TOOL=${SCRIPT_PATH%/*}/../tools/packages.sh
 
 usage() {
     cat <<EOF
@@ -78,8 +76,8 @@ as_root() {
 # ---------------------------------------------------------------- packages
 
 APT_UPDATED=0
-# The package lists may be old (the archive keeps only the newest kernel, and
-# security updates replace packages), so refresh them once, only on failure.
+# The package lists may be old (the archive keeps only the newest kernel), so
+# refresh them once, only when the kernel cannot be resolved or downloaded.
 apt_update_once() {
     [[ $APT_UPDATED -eq 1 ]] && return 0
     note "apt-get update"
@@ -87,66 +85,9 @@ apt_update_once() {
     APT_UPDATED=1
 }
 
-package_installed() {
-    [[ $(dpkg-query -W -f='${Status}' "$1" 2>/dev/null) == "install ok installed" ]]
-}
-
-# Install only the packages that are missing.
+# Install what is missing of the named package sets (never removing anything).
 ensure_packages() {
-    local p missing=()
-    for p in "$@"; do
-        package_installed "$p" || missing+=("$p")
-    done
-    [[ ${#missing[@]} -eq 0 ]] && return 0
-    note "installing host packages: ${missing[*]}"
-    # --no-remove: never take away what the machine has to make room.
-    local cmd=(env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq
-        --no-install-recommends --no-remove)
-    as_root "${cmd[@]}" "${missing[@]}" >&2 && return 0
-    apt_update_once
-    as_root "${cmd[@]}" "${missing[@]}" >&2 && return 0
-    install_from_backports "${missing[@]}" ||
-        die "cannot install ${missing[*]} without removing packages"
-}
-
-# Machines of this project's kind ship qemu-utils from <codename>-backports,
-# which Debian's stable qemu-system-x86 can only be installed beside by
-# removing it.  Install the same packages from backports instead, through a
-# private apt configuration: the machine's sources stay as they are.
-install_from_backports() {
-    local codename uri
-    codename=$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release)
-    # The mirror the machine already uses for its main suite.
-    # shellcheck disable=SC2016  # $(...) here is apt's format syntax
-    uri=$(apt-get indextargets --format '$(REPO_URI) $(RELEASE)' 2>/dev/null |
-        awk -v s="$codename" '$2 == s { print $1; exit }')
-    [[ -n $codename && -n $uri ]] || return 1
-    local d
-    d=$(mktemp -d)
-    chmod 755 "$d"   # apt's download sandbox user must reach the lists
-    mkdir -p "$d/parts" "$d/lists/partial"
-    cp /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list "$d/parts/" 2>/dev/null || true
-    [[ -f /etc/apt/sources.list ]] && cp /etc/apt/sources.list "$d/parts/main.list"
-    printf 'deb %s %s-backports main\n' "$uri" "$codename" >"$d/parts/backports.list"
-    cp -r /var/lib/apt/lists/. "$d/lists/" 2>/dev/null || true
-    local apt=(apt-get -o "Dir::Etc::sourcelist=$d/none" -o "Dir::Etc::sourceparts=$d/parts"
-        -o "Dir::State::lists=$d/lists" -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=)
-    note "retrying from $codename-backports: $*"
-    local p pkgs=() rc=0
-    as_root "${apt[@]}" update -qq >&2 || rc=$?
-    if [[ $rc -eq 0 ]]; then
-        for p in "$@"; do
-            if "${apt[@]}" -qq install -s "$p/$codename-backports" >/dev/null 2>&1; then
-                pkgs+=("$p/$codename-backports")
-            else
-                pkgs+=("$p")
-            fi
-        done
-        as_root env DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -qq \
-            --no-install-recommends --no-remove "${pkgs[@]}" >&2 || rc=$?
-    fi
-    rm -rf -- "$d"
-    return "$rc"
+    bash "$PACKAGES_TOOL" install "$@" >&2 || die "cannot install the package sets $*"
 }
 
 # --------------------------------------------------------------- the guest
@@ -173,7 +114,7 @@ cache_usable() {
 cmd_build() {
     local force=0
     [[ ${1:-} == --force ]] && force=1
-    ensure_packages "${BUILD_PACKAGES[@]}" "${RUN_PACKAGES[@]}"
+    ensure_packages guest-build guest-qemu verbs-tools
 
     local kpkg kver_pkg
     read -r kpkg kver_pkg < <(resolve_kernel_package) || true
@@ -386,7 +327,7 @@ INIT
 host_has_rdma() {
     [[ ${RBTL_GUEST_FORCE:-0} == 1 ]] && return 1
     [[ -d /sys/class/infiniband && -n $(ls -A /sys/class/infiniband) ]] || return 1
-    ensure_packages ibverbs-utils
+    ensure_packages verbs-tools
     ibv_devinfo 2>/dev/null | grep -q PORT_ACTIVE
 }
 
@@ -475,7 +416,7 @@ cmd_run() {
         exec /usr/bin/bash -c "$cmdline"
     fi
 
-    ensure_packages "${RUN_PACKAGES[@]}"
+    ensure_packages guest-qemu verbs-tools
     build_if_needed
 
     local cwd share
