@@ -4,9 +4,8 @@
 #
 # The guest is Debian's own kernel plus a busybox initramfs; its user space is
 # the host's /usr and /etc shared read-only over virtio-9p, so host-built
-# binaries (cargo test binaries included) run in it unchanged.  What was seen
-# working, and why it is done this way: /work/shared/RXE-VM.md.  Usage: see
-# usage() below or rdma/README.md.
+# binaries (cargo test binaries included) run in it unchanged.  Why it is done
+# this way: rdma/README.md.  Usage: see usage() below or rdma/README.md.
 
 set -euo pipefail
 

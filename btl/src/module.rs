@@ -194,7 +194,11 @@ pub trait Module: Send {
     /// Install the receive callback of `tag`; reserved tags are refused.
     fn register_am(&mut self, tag: Tag, callback: AmCallback) -> Result<()>;
 
-    /// Install the callback for failures that no call returns (a dead peer).
+    /// Install the callback for what no call returns; it runs from `progress`.
+    /// [`Error::PeerFailed`] means a peer is gone (its pending operations complete with
+    /// that error). Events that are not fatal come here too: a message that arrived on a
+    /// tag with no registered callback ([`Error::BadTag`]; the message is dropped), or a
+    /// malformed message from a peer. Without a callback they are logged.
     fn register_error(&mut self, callback: ErrorCallback);
 
     /// Register `[base, base+len)` for `access` (Open MPI: `btl_register_mem`).
