@@ -29,7 +29,6 @@
 mod am_table;
 mod attributes;
 mod component;
-pub mod contract;
 mod copy;
 mod descriptor;
 mod error;

@@ -1,6 +1,5 @@
 //! The `self` transport: the contract suite, selection, and every kind of bad input.
 
-use rbtl_btl::contract;
 use rbtl_btl::loopback::{Limits, SelfModule};
 use rbtl_btl::{
     framework, Access, DesFlags, Endpoint, Error, Module, Order, Proc, RemoteHandle,
@@ -39,7 +38,7 @@ fn open_self(settings: &[(&str, &str)]) -> (Box<dyn Module>, Endpoint) {
 }
 
 fn run_suite(m: &mut dyn Module, ep: Endpoint) {
-    contract::run_all(m, ep);
+    rbtl_contract::run_all(m, ep);
 }
 
 #[test]
