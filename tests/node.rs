@@ -41,9 +41,7 @@ fn report_ok(rank: u32, what: &str) {
 fn sm_module() -> (Box<dyn Module>, Vec<Option<Endpoint>>, rbtl::pmi::Job) {
     let mut job = rbtl::pmi::job().unwrap();
     let config = rbtl::configure(&[("btl", "sm")]).unwrap();
-    let mut modules = rbtl::btl::framework()
-        .open(&config, job.modex.as_mut())
-        .unwrap();
+    let mut modules = rbtl::framework().open(&config, job.modex.as_mut()).unwrap();
     job.modex.fence().unwrap();
     let mut m = modules.pop().unwrap();
     assert_eq!(m.name(), "sm");

@@ -22,7 +22,9 @@
 //! deregistration unnoticed. A module may also match one receive itself
 //! ([`Module::expect`]), which Open MPI's BTLs leave to the layer above.
 //!
-//! Transports: [`loopback`] (`self`), [`sm`] (processes on one node).
+//! Transports: [`loopback`] (`self`), [`sm`] (processes on one node). An embedding
+//! program gets the framework over every transport compiled in, `openib` included, from
+//! the `rbtl` crate (`rbtl::framework()`).
 
 #![warn(missing_docs)]
 
@@ -63,13 +65,3 @@ pub use module::{
 };
 pub use rbtl_rcache::Access;
 pub use tag::Tag;
-
-/// Every transport compiled in, in the order the framework lists them.
-pub fn builtin_components() -> Vec<Box<dyn Component>> {
-    vec![Box::new(loopback::SelfComponent), Box::new(sm::SmComponent)]
-}
-
-/// A framework over every compiled-in transport.
-pub fn framework() -> Framework {
-    Framework::new(builtin_components())
-}
