@@ -2,7 +2,8 @@
 //! Open MPI's BTL framework. This crate is what an embedding library depends on: it
 //! re-exports the contract and its parts ([`btl`]), opens the transports compiled in
 //! ([`framework`]), and builds a configuration over every parameter of every framework
-//! and component ([`configure`]).
+//! and component ([`configure`]). Writing a transport of one's own takes
+//! [`btl::transport_kit`] besides the contract.
 //!
 //! ```
 //! use rbtl::btl::{Module, Proc, SingletonModex};
