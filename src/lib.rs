@@ -1,7 +1,9 @@
 //! `rbtl`: a byte-transfer layer for message-passing libraries, in the tradition of
 //! Open MPI's BTL framework. This crate is what an embedding library depends on: it
-//! re-exports the contract and its parts, and builds a configuration over every
-//! parameter of every framework and component.
+//! re-exports the contract and its parts ([`btl`]), opens the transports compiled in
+//! ([`framework`]), and builds a configuration over every parameter of every framework
+//! and component ([`configure`]). Writing a transport of one's own takes
+//! [`btl::transport_kit`] besides the contract.
 //!
 //! ```
 //! use rbtl::btl::{Module, Proc, SingletonModex};
@@ -27,13 +29,15 @@ pub mod pmi;
 
 use rbtl_config::{Config, Registry};
 
-/// Every transport compiled in: `self` and `sm`, and `openib` with the `openib`
-/// feature.
+/// The framework over every transport compiled in, in this order: `self`, `sm`, and
+/// `openib` with the `openib` feature.
 pub fn framework() -> btl::Framework {
-    #[allow(unused_mut)]
-    let mut components = btl::builtin_components();
-    #[cfg(feature = "openib")]
-    components.push(Box::new(rbtl_openib::OpenibComponent::default()));
+    let components: Vec<Box<dyn btl::Component>> = vec![
+        Box::new(btl::loopback::SelfComponent),
+        Box::new(btl::sm::SmComponent),
+        #[cfg(feature = "openib")]
+        Box::new(rbtl_openib::OpenibComponent::default()),
+    ];
     btl::Framework::new(components)
 }
 

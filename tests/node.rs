@@ -8,7 +8,7 @@
 
 mod common;
 
-use rbtl::btl::{contract, Endpoint, Module, Proc};
+use rbtl::btl::{Endpoint, Module, Proc};
 use rbtl::msg::{Comm, Error, Window, ANY_SOURCE, ANY_TAG};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -41,9 +41,7 @@ fn report_ok(rank: u32, what: &str) {
 fn sm_module() -> (Box<dyn Module>, Vec<Option<Endpoint>>, rbtl::pmi::Job) {
     let mut job = rbtl::pmi::job().unwrap();
     let config = rbtl::configure(&[("btl", "sm")]).unwrap();
-    let mut modules = rbtl::btl::framework()
-        .open(&config, job.modex.as_mut())
-        .unwrap();
+    let mut modules = rbtl::framework().open(&config, job.modex.as_mut()).unwrap();
     job.modex.fence().unwrap();
     let mut m = modules.pop().unwrap();
     assert_eq!(m.name(), "sm");
@@ -71,7 +69,7 @@ fn role_sm_contract() {
     }
     for partner in partners {
         let ep = eps[partner as usize].expect("sm reaches every local rank");
-        contract::run_all(m.as_mut(), ep);
+        rbtl_contract::run_all(m.as_mut(), ep);
         // One pairing at a time: nobody starts the next round's exchange early.
         job.modex.fence().unwrap();
     }
@@ -101,7 +99,7 @@ fn role_sm_auto_path() {
     job.modex.publish("auto_path", &blob).unwrap();
     job.modex.fence().unwrap();
     let theirs = job.modex.lookup(peer, "auto_path").unwrap().unwrap();
-    let (raddr, rh) = contract::remote_of(&theirs);
+    let (raddr, rh) = rbtl_contract::remote_of(&theirs);
     let heard = Arc::new(AtomicUsize::new(0));
     let h = heard.clone();
     m.register_am(

@@ -14,7 +14,7 @@
 
 mod common;
 
-use rbtl::btl::{contract, Access, Endpoint, Error, Module, Proc, RemoteHandle};
+use rbtl::btl::{Access, Endpoint, Error, Module, Proc, RemoteHandle};
 use rbtl::msg::{Comm, ANY_SOURCE};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -68,7 +68,7 @@ fn role_contract(cpc: &str) {
         "openib leaves the process itself to self"
     );
     let ep = eps[peer as usize].expect("openib reaches the peer");
-    contract::run_all(m.as_mut(), ep);
+    rbtl_contract::run_all(m.as_mut(), ep);
     job.modex.fence().unwrap();
     wrong_key(m.as_mut(), ep, &mut job);
     memlock(m.as_mut());

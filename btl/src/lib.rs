@@ -11,8 +11,9 @@
 //! | `mca_btl_base_tag_t`, `MCA_BTL_TAG_*` | [`Tag`] |
 //! | `mca_btl_base_rdma_completion_fn_t` | [`RdmaCallback`] |
 //! | `OPAL_ERR_OUT_OF_RESOURCE`, `OPAL_ERR_NOT_AVAILABLE` | [`Error::OutOfResource`], [`Error::NotAvailable`] |
+//! | `mca_btl_base_active_message_trigger` | [`transport_kit::AmTable`] |
 //! | the modex (PMIx) | [`Modex`] |
-//! | (UCX: `uct_iface_tag_recv_zcopy`, tag offload) | [`Module::expect`], [`Expected`], [`ExpectedSlot`] |
+//! | (UCX: `uct_iface_tag_recv_zcopy`, tag offload) | [`Module::expect`], [`Expected`] (a transport holds it in [`transport_kit::ExpectedSlot`]) |
 //!
 //! Where ours differs: callbacks run only from `progress`/`flush` and get the module
 //! back as `&mut dyn Module`; `register_mem` and `expect` are the `unsafe` calls (they
@@ -22,31 +23,34 @@
 //! deregistration unnoticed. A module may also match one receive itself
 //! ([`Module::expect`]), which Open MPI's BTLs leave to the layer above.
 //!
-//! Transports: [`loopback`] (`self`), [`sm`] (processes on one node).
+//! Transports: [`loopback`] (`self`), [`sm`] (processes on one node). An embedding
+//! program gets the framework over every transport compiled in, `openib` included, from
+//! the `rbtl` crate (`rbtl::framework()`). What only a transport needs (the table of
+//! receive callbacks, the expected-receive slot, key tables, send fragments, ...) is in
+//! [`transport_kit`].
 
 #![warn(missing_docs)]
 
 mod am_table;
 mod attributes;
 mod component;
-pub mod contract;
 mod copy;
 mod descriptor;
 mod error;
 mod expected;
 mod handle;
 pub mod idle;
-pub mod keytable;
+mod keytable;
 pub mod loopback;
 mod modex;
 mod module;
-pub mod rcache_params;
-pub mod registrations;
-pub mod send_frags;
+mod rcache_params;
+mod registrations;
+mod send_frags;
 pub mod sm;
 mod tag;
+pub mod transport_kit;
 
-pub use am_table::{check_not_reserved, AmTable};
 pub use attributes::{exclusivity, AtomicFlags, Attributes, BtlFlags, MAX_HANDLE_SIZE};
 pub use component::{Component, Framework, SELECT_PARAM, SHM_DIR_PARAM};
 pub use copy::copy_bytes;
@@ -54,23 +58,16 @@ pub use descriptor::{
     DesFlags, Descriptor, Order, Received, SendCallback, SendCompletion, MAX_SEGMENTS,
 };
 pub use error::{Error, Result};
-pub use expected::ExpectedSlot;
 pub use handle::{check_range, MemHandle, ModuleId, RemoteHandle};
 pub use modex::{Modex, SingletonModex};
 pub use module::{
-    compare_swap, rdma_flags, AmCallback, AtomicOp, Endpoint, ErrorCallback, ErrorEvent, Expected,
-    Module, Proc, RdmaCallback, RdmaCompletion, SendError, SendOutcome, SendiOutcome, SharedMem,
-    EXPECTED_KEY, GET_REMOTE, PUT_REMOTE,
+    rdma_flags, AmCallback, AtomicOp, Endpoint, ErrorCallback, ErrorEvent, Expected, Module, Proc,
+    RdmaCallback, RdmaCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, EXPECTED_KEY,
 };
 pub use rbtl_rcache::Access;
 pub use tag::Tag;
 
-/// Every transport compiled in, in the order the framework lists them.
-pub fn builtin_components() -> Vec<Box<dyn Component>> {
-    vec![Box::new(loopback::SelfComponent), Box::new(sm::SmComponent)]
-}
-
-/// A framework over every compiled-in transport.
-pub fn framework() -> Framework {
-    Framework::new(builtin_components())
-}
+// The transports in this crate name these kit items by their crate-root paths.
+pub(crate) use am_table::AmTable;
+pub(crate) use expected::ExpectedSlot;
+pub(crate) use module::{compare_swap, GET_REMOTE, PUT_REMOTE};

@@ -1,12 +1,18 @@
 //! The `self` transport: the contract suite, selection, and every kind of bad input.
 
-use rbtl_btl::contract;
-use rbtl_btl::loopback::{Limits, SelfModule};
+use rbtl_btl::loopback::{Limits, SelfComponent, SelfModule};
+use rbtl_btl::sm::SmComponent;
 use rbtl_btl::{
-    framework, Access, DesFlags, Endpoint, Error, Module, Order, Proc, RemoteHandle,
+    Access, DesFlags, Endpoint, Error, Framework, Module, Order, Proc, RemoteHandle,
     SingletonModex, Tag,
 };
 use rbtl_config::Registry;
+
+/// The framework over this crate's transports, in the order `rbtl::framework` lists
+/// them.
+fn framework() -> Framework {
+    Framework::new(vec![Box::new(SelfComponent), Box::new(SmComponent)])
+}
 
 /// The `self` module of a one-process job, opened through the framework as an
 /// embedding library would, with its endpoint to itself.
@@ -39,7 +45,7 @@ fn open_self(settings: &[(&str, &str)]) -> (Box<dyn Module>, Endpoint) {
 }
 
 fn run_suite(m: &mut dyn Module, ep: Endpoint) {
-    contract::run_all(m, ep);
+    rbtl_contract::run_all(m, ep);
 }
 
 #[test]

@@ -1,0 +1,53 @@
+//! The contract suite: checks every transport runs, against itself (`self`) or across
+//! processes (`sm`, `tcp`, `openib`). Each check is symmetric: both sides run the same
+//! code, each acting on its peer, and meet through an exchange over the transport
+//! itself ([`EXCHANGE_TAG`]), so the same function serves a process talking to itself
+//! and two processes. A failed check panics with what it saw.
+//!
+//! [`run_all`] runs every check; each is also a function of its own, taking the
+//! [`Peer`] both sides build.
+
+#![warn(missing_docs)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod atomics;
+mod buffer;
+mod expected;
+mod pattern;
+mod peer;
+mod rdma;
+mod retry;
+mod sends;
+
+pub use atomics::atomics;
+pub use buffer::{remote_of, Buffer};
+pub use expected::expected_receive;
+pub use pattern::interesting_sizes;
+pub use peer::{Peer, EXCHANGE_TAG, NOBODY_TAG};
+pub use rdma::{flush_completes_everything, put_get_every_alignment, remote_access_is_checked};
+pub use sends::{
+    all_tags, callbacks_may_progress, ownership_and_callbacks, segments, sends_every_size,
+    unregistered_tag,
+};
+
+use rbtl_btl::{Endpoint, Module};
+
+/// Run every check of the suite between `module` and the peer behind `endpoint` (which
+/// runs it too). Other peers of the module must not run the suite with this process
+/// at the same time.
+pub fn run_all(module: &mut dyn Module, endpoint: Endpoint) {
+    let p = &mut Peer::new(module, endpoint);
+    unregistered_tag(p);
+    sends_every_size(p);
+    all_tags(p);
+    callbacks_may_progress(p);
+    segments(p);
+    ownership_and_callbacks(p);
+    expected_receive(p);
+    put_get_every_alignment(p);
+    flush_completes_everything(p);
+    atomics(p);
+    remote_access_is_checked(p);
+    p.barrier();
+}

@@ -1,0 +1,92 @@
+//! The side of a pair under test that a check acts through, and the exchange over
+//! the transport itself through which the two sides meet.
+
+use crate::retry::{idle_progress, retry, send_all};
+use rbtl_btl::{DesFlags, Endpoint, Module, Order, Tag};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The tag the suite's own exchange uses; [`all_tags`](crate::all_tags) covers every
+/// other one but [`NOBODY_TAG`].
+pub const EXCHANGE_TAG: Tag = Tag(0xff);
+/// The tag that no check registers ([`unregistered_tag`](crate::unregistered_tag) sends
+/// on it).
+pub const NOBODY_TAG: Tag = Tag(0xfe);
+
+/// Exchange messages received, with the endpoint they came from.
+type Inbox = Arc<Mutex<Vec<(Endpoint, Vec<u8>)>>>;
+
+/// One side of a pair under test, with the exchange the checks meet through: bytes
+/// sent to the peer on [`EXCHANGE_TAG`], progressing until the peer's arrive (for
+/// `self`, the peer is this process and gets its own bytes back).
+pub struct Peer<'a> {
+    /// The module under test.
+    pub module: &'a mut dyn Module,
+    /// The endpoint of the peer.
+    pub endpoint: Endpoint,
+    inbox: Inbox,
+}
+
+impl<'a> Peer<'a> {
+    /// Set up the exchange on `module` towards `endpoint`.
+    pub fn new(module: &'a mut dyn Module, endpoint: Endpoint) -> Peer<'a> {
+        let inbox: Inbox = Arc::default();
+        let i = inbox.clone();
+        module
+            .register_am(
+                EXCHANGE_TAG,
+                Box::new(move |_, r| i.lock().unwrap().push((r.endpoint, r.to_vec()))),
+            )
+            .expect("register the exchange tag");
+        Peer {
+            module,
+            endpoint,
+            inbox,
+        }
+    }
+
+    pub(crate) fn swap(&mut self, bytes: &[u8]) -> Vec<u8> {
+        self.send_exchange(bytes);
+        let inbox = self.inbox.clone();
+        let ep = self.endpoint;
+        self.wait("the peer's exchange", || {
+            inbox.lock().unwrap().iter().any(|(e, _)| *e == ep)
+        });
+        self.take_exchange().expect("a message from the peer")
+    }
+
+    /// Send `bytes` to the peer's exchange (progressing only until they are out).
+    pub(crate) fn send_exchange(&mut self, bytes: &[u8]) {
+        let ep = self.endpoint;
+        let des = retry(self, "exchange", |m| {
+            m.prepare_src(ep, Order::ANY, 0, &[bytes], DesFlags::OWNERSHIP)
+        });
+        assert_eq!(des.len(), bytes.len(), "exchange fits one fragment");
+        send_all(self, des, EXCHANGE_TAG);
+    }
+
+    /// The peer's oldest exchange message that has arrived, if any.
+    pub(crate) fn take_exchange(&mut self) -> Option<Vec<u8>> {
+        let mut v = self.inbox.lock().unwrap();
+        let i = v.iter().position(|(e, _)| *e == self.endpoint)?;
+        Some(v.remove(i).1)
+    }
+
+    pub(crate) fn barrier(&mut self) {
+        self.swap(&[]);
+    }
+
+    /// Progress until `done` holds, yielding the processor while nothing happens (the
+    /// peer may share it); a hang guard fails the check after 60 s of it.
+    pub(crate) fn wait(&mut self, what: &str, mut done: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            idle_progress(self.module);
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "{}: still waiting for {what} after 60 s",
+                self.module.name()
+            );
+        }
+    }
+}

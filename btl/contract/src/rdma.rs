@@ -1,0 +1,329 @@
+//! The checks of put, get and flush: alignments, completion, and the checks a
+//! transport makes of remote access.
+
+use crate::pattern::{fill, matches_pattern};
+use crate::retry::retry;
+use crate::{remote_of, Buffer, Peer};
+use rbtl_btl::{rdma_flags, Access, BtlFlags, Error, Module, Order, RdmaCallback, RemoteHandle};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// A completion callback that checks the status and counts into `done`.
+pub(crate) fn counting(done: &Arc<AtomicUsize>) -> RdmaCallback {
+    let done = done.clone();
+    Box::new(move |_, c| {
+        c.status.expect("rdma status");
+        done.fetch_add(1, Ordering::SeqCst);
+    })
+}
+
+/// Case `case`'s slot after a put or get of `size` bytes at `off`: the pattern there
+/// if the operation was accepted, and zeros everywhere else.
+fn check_slot(slot: &[u8], off: usize, size: usize, landed: bool, case: usize, what: &str) {
+    if landed {
+        assert!(
+            matches_pattern(&slot[off..off + size], case),
+            "{what} case {case} data"
+        );
+    }
+    assert!(
+        slot[..off].iter().all(|&b| b == 0),
+        "{what} case {case} wrote before its range"
+    );
+    assert!(
+        slot[off + size..].iter().all(|&b| b == 0),
+        "{what} case {case} wrote past its range"
+    );
+}
+
+/// Every access, local and remote.
+pub(crate) const ALL: Access = Access::all();
+const SLOT: usize = 4096 + 16;
+const ALIGN_SIZES: [usize; 5] = [1, 7, 8, 100, 4096];
+
+/// Put and get at every local and remote alignment 0..8 and several sizes; data lands
+/// exactly where asked and nowhere else; callbacks run once each.
+pub fn put_get_every_alignment(p: &mut Peer<'_>) {
+    let attrs = p.module.attributes().clone();
+    let cases: Vec<(usize, usize, usize)> = (0..8)
+        .flat_map(|lo| (0..8).flat_map(move |ro| ALIGN_SIZES.map(|s| (lo, ro, s))))
+        .collect();
+    let len = cases.len() * SLOT;
+    let ep = p.endpoint;
+    let mut local = Buffer::new(p.module, ep, len, ALL);
+    let target = Buffer::new(p.module, ep, len, ALL);
+    // Phase 1: put into the peer's target buffer, slot by case.
+    if attrs.flags.contains(BtlFlags::PUT) {
+        for (i, &(lo, _, size)) in cases.iter().enumerate() {
+            fill(&mut local.mem[i * SLOT + lo..i * SLOT + lo + size], i);
+        }
+        let peer = p.swap(&target.advertise());
+        let (raddr, rh) = remote_of(&peer);
+        let mut expected = 0;
+        let done = Arc::new(AtomicUsize::new(0));
+        for (i, &(lo, ro, size)) in cases.iter().enumerate() {
+            let l = local.addr(i * SLOT + lo);
+            let r = raddr + (i * SLOT + ro) as u64;
+            let cb = counting(&done);
+            let res = p.module.put(
+                ep,
+                l,
+                r,
+                &local.handle,
+                &rh,
+                size,
+                rdma_flags::NONE,
+                Order::ANY,
+                cb,
+            );
+            let aligned = (l | r as usize | size) % attrs.put_alignment == 0;
+            match res {
+                Ok(()) => expected += 1,
+                Err(Error::NotAvailable(_)) if !aligned || size > attrs.put_limit => {}
+                Err(e) => panic!("put lo={lo} ro={ro} size={size}: {e}"),
+            }
+        }
+        p.module.flush(Some(ep)).expect("flush");
+        assert_eq!(
+            done.load(Ordering::SeqCst),
+            expected,
+            "one put callback each"
+        );
+        p.barrier();
+        let got = target.snapshot();
+        for (i, &(_, ro, size)) in cases.iter().enumerate() {
+            let landed = (ro | size) % attrs.put_alignment == 0 && size <= attrs.put_limit;
+            check_slot(&got[i * SLOT..(i + 1) * SLOT], ro, size, landed, i, "put");
+        }
+    }
+    // Phase 2: get from the peer's buffer, whose slots hold patterns.
+    if attrs.flags.contains(BtlFlags::GET) {
+        let source = Buffer::new(p.module, ep, len, ALL);
+        // SAFETY: nobody has the address of `source` yet; plain writes are fine.
+        let src = unsafe { std::slice::from_raw_parts_mut(source.addr(0) as *mut u8, len) };
+        for (i, &(_, ro, size)) in cases.iter().enumerate() {
+            fill(&mut src[i * SLOT + ro..i * SLOT + ro + size], i);
+        }
+        local.mem.fill(0);
+        let peer = p.swap(&source.advertise());
+        let (raddr, rh) = remote_of(&peer);
+        let done = Arc::new(AtomicUsize::new(0));
+        let mut ok = vec![false; cases.len()];
+        for (i, &(lo, ro, size)) in cases.iter().enumerate() {
+            let l = local.addr(i * SLOT + lo);
+            let r = raddr + (i * SLOT + ro) as u64;
+            let cb = counting(&done);
+            let aligned = (l | r as usize | size) % attrs.get_alignment == 0;
+            match p.module.get(
+                ep,
+                l,
+                r,
+                &local.handle,
+                &rh,
+                size,
+                rdma_flags::NONE,
+                Order::ANY,
+                cb,
+            ) {
+                Ok(()) => ok[i] = true,
+                Err(Error::NotAvailable(_)) if !aligned || size > attrs.get_limit => {}
+                Err(e) => panic!("get lo={lo} ro={ro} size={size}: {e}"),
+            }
+        }
+        p.module.flush(Some(ep)).expect("flush");
+        let expected = ok.iter().filter(|&&o| o).count();
+        assert_eq!(
+            done.load(Ordering::SeqCst),
+            expected,
+            "one get callback each"
+        );
+        let got = local.snapshot();
+        for (i, &(lo, _, size)) in cases.iter().enumerate() {
+            check_slot(&got[i * SLOT..(i + 1) * SLOT], lo, size, ok[i], i, "get");
+        }
+        p.barrier();
+        drop(source);
+    }
+    drop(target);
+}
+
+/// Many puts in flight, then one flush: every callback has run and all data is there.
+pub fn flush_completes_everything(p: &mut Peer<'_>) {
+    let attrs = p.module.attributes().clone();
+    if !attrs.flags.contains(BtlFlags::PUT) {
+        return;
+    }
+    const N: usize = 256;
+    const SIZE: usize = 1024;
+    let ep = p.endpoint;
+    let mut local = Buffer::new(p.module, ep, N * SIZE, ALL);
+    let target = Buffer::new(p.module, ep, N * SIZE, ALL);
+    fill(&mut local.mem, N);
+    let peer = p.swap(&target.advertise());
+    let (raddr, rh) = remote_of(&peer);
+    let done = Arc::new(AtomicUsize::new(0));
+    for i in 0..N {
+        let off = i * SIZE;
+        let (l, r, h) = (local.addr(off), raddr + off as u64, &local.handle);
+        // A refused put drops its callback: each try gets a fresh one.
+        retry(p, "put", |m| {
+            m.put(
+                ep,
+                l,
+                r,
+                h,
+                &rh,
+                SIZE,
+                rdma_flags::NONE,
+                Order::ANY,
+                counting(&done),
+            )
+        });
+    }
+    p.module.flush(None).expect("flush");
+    assert_eq!(done.load(Ordering::SeqCst), N, "flush ran every callback");
+    p.barrier();
+    assert!(
+        matches_pattern(&target.snapshot(), N),
+        "all data visible after flush"
+    );
+    p.barrier();
+}
+
+/// Put and get outside the remote registration, without the access they need, or with
+/// a malformed handle (or a deregistered one, where the module checks that at the
+/// call) are refused, and the target is unchanged.
+pub fn remote_access_is_checked(p: &mut Peer<'_>) {
+    let attrs = p.module.attributes().clone();
+    if !attrs.flags.intersects(BtlFlags::PUT | BtlFlags::GET) {
+        return;
+    }
+    const LEN: usize = 4096;
+    let ep = p.endpoint;
+    let local = Buffer::new(p.module, ep, LEN, ALL);
+    let read_only = Buffer::new(p.module, ep, LEN, Access::LOCAL_READ | Access::REMOTE_READ);
+    let write_only = Buffer::new(
+        p.module,
+        ep,
+        LEN,
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+    );
+    let mut dead = Buffer::new(p.module, ep, LEN, ALL);
+    for b in [&read_only, &write_only, &dead] {
+        // SAFETY: no operation is in flight on these buffers yet.
+        let m = unsafe { std::slice::from_raw_parts_mut(b.addr(0) as *mut u8, LEN) };
+        fill(m, 3);
+    }
+    let mut ad = read_only.advertise();
+    ad.extend(write_only.advertise());
+    ad.extend(dead.advertise());
+    let hs = 8 + read_only.handle.remote().as_bytes().len();
+    p.module
+        .deregister_mem(&mut dead.handle)
+        .expect("deregister");
+    let peer = p.swap(&ad);
+    let (ro, ro_h) = remote_of(&peer[..hs]);
+    let (wo, wo_h) = remote_of(&peer[hs..2 * hs]);
+    let (dd, dd_h) = remote_of(&peer[2 * hs..]);
+    let l = local.addr(0);
+    let nop = || -> RdmaCallback { Box::new(|_, _| panic!("refused operation completed")) };
+    let put = |m: &mut dyn Module, r: u64, h: &RemoteHandle, size: usize| {
+        m.put(ep, l, r, &local.handle, h, size, 0, Order::ANY, nop())
+    };
+    if attrs.flags.contains(BtlFlags::PUT) {
+        let e = put(p.module, wo + LEN as u64 - 8, &wo_h, 16);
+        assert!(
+            matches!(e, Err(Error::OutOfRange { side: "remote", .. })),
+            "past the end: {e:?}"
+        );
+        let e = put(p.module, wo - 1, &wo_h, 8);
+        assert!(
+            matches!(e, Err(Error::OutOfRange { side: "remote", .. })),
+            "before: {e:?}"
+        );
+        let e = put(p.module, ro, &ro_h, 8);
+        assert!(
+            matches!(e, Err(Error::AccessDenied { side: "remote", .. })),
+            "read-only: {e:?}"
+        );
+        if attrs.flags.contains(BtlFlags::REMOTE_HANDLES_CHECKED) {
+            let e = put(p.module, dd, &dd_h, 8);
+            assert!(
+                matches!(e, Err(Error::BadRemoteHandle(_))),
+                "deregistered: {e:?}"
+            );
+        }
+        let garbage = RemoteHandle::from_bytes(&[7; 5]).unwrap();
+        let e = put(p.module, wo, &garbage, 8);
+        assert!(
+            matches!(
+                e,
+                Err(Error::MalformedHandle(_)) | Err(Error::BadRemoteHandle(_))
+            ),
+            "garbage: {e:?}"
+        );
+        let e = p.module.put(
+            ep,
+            l + LEN - 4,
+            wo,
+            &local.handle,
+            &wo_h,
+            8,
+            0,
+            Order::ANY,
+            nop(),
+        );
+        assert!(
+            matches!(e, Err(Error::OutOfRange { side: "local", .. })),
+            "local past end: {e:?}"
+        );
+    }
+    if attrs.flags.contains(BtlFlags::GET) {
+        let e = p
+            .module
+            .get(ep, l, wo, &local.handle, &wo_h, 8, 0, Order::ANY, nop());
+        assert!(
+            matches!(e, Err(Error::AccessDenied { side: "remote", .. })),
+            "write-only: {e:?}"
+        );
+        let e = p.module.get(
+            ep,
+            l,
+            ro + LEN as u64,
+            &local.handle,
+            &ro_h,
+            1,
+            0,
+            Order::ANY,
+            nop(),
+        );
+        assert!(
+            matches!(e, Err(Error::OutOfRange { .. })),
+            "get past end: {e:?}"
+        );
+        let e = p.module.get(
+            ep,
+            read_only.addr(0),
+            ro,
+            &read_only.handle,
+            &ro_h,
+            8,
+            0,
+            Order::ANY,
+            nop(),
+        );
+        assert!(
+            matches!(e, Err(Error::AccessDenied { side: "local", .. })),
+            "get into a local buffer without LOCAL_WRITE: {e:?}"
+        );
+    }
+    p.module.flush(None).expect("flush");
+    p.barrier();
+    for b in [&read_only, &write_only] {
+        assert!(
+            matches_pattern(&b.snapshot(), 3),
+            "refused operations left the target unchanged"
+        );
+    }
+    p.barrier();
+}

@@ -1,0 +1,40 @@
+//! For transport authors: building blocks the transports in this crate share; an
+//! embedding library does not need them.
+//!
+//! The contract's own types also have methods only a transport calls, such as
+//! [`MemHandle::new`](crate::MemHandle::new), [`MemHandle::check`](crate::MemHandle::check),
+//! [`Descriptor::new`](crate::Descriptor::new) and [`ModuleId::fresh`](crate::ModuleId::fresh).
+
+pub use crate::am_table::{check_not_reserved, AmTable};
+pub use crate::expected::ExpectedSlot;
+pub use crate::module::{compare_swap, GET_REMOTE, PUT_REMOTE};
+
+pub mod keytable {
+    //! A fixed-capacity table of live registrations in plain memory (such as a shared
+    //! segment), against which peers check remote handles before they touch the memory
+    //! (the `self` and `sm` transports).
+
+    pub use crate::keytable::{table_bytes, KeyTable, KeyTableView, Slot, HANDLE_SIZE};
+}
+
+pub mod registrations {
+    //! `register_mem` through the registration cache, for transports whose peers check
+    //! handles against a [`KeyTable`](super::keytable::KeyTable), and the span check
+    //! every transport makes first.
+
+    pub use crate::registrations::{check_span, NoPin, Reg, Registrations};
+}
+
+pub mod send_frags {
+    //! Send descriptors over a free list of fragments, for transports that copy what they
+    //! send: `alloc`, `prepare_src` and `free` of the contract.
+
+    pub use crate::send_frags::{pack, packed_len, SendFrags};
+}
+
+pub mod rcache_params {
+    //! The registration cache's parameters, shared by every transport that registers
+    //! (the [`Framework`](crate::Framework) registers them).
+
+    pub use crate::rcache_params::{options, register_params};
+}
