@@ -4,9 +4,7 @@
 //! `rbtlrun -n N` (or `mpiexec.mpich -n N`) through `sm`. docs/embedding.md walks
 //! through it.
 
-use rbtl::btl::{
-    Access, DesFlags, Endpoint, Modex, Module, Order, Proc, RemoteHandle, SendiOutcome, Tag,
-};
+use rbtl::btl::{Access, DesFlags, Endpoint, Module, Order, Proc, RemoteHandle, SendiOutcome, Tag};
 use std::error::Error;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -37,7 +35,11 @@ fn main() -> Result<(), Box<dyn Error>> {
         .collect();
     let mut route: Vec<Option<(usize, Endpoint)>> = vec![None; size as usize];
     for (i, module) in modules.iter_mut().enumerate() {
-        for (rank, ep) in module.add_procs(&procs, job.modex.as_mut())?.into_iter().enumerate() {
+        for (rank, ep) in module
+            .add_procs(&procs, job.modex.as_mut())?
+            .into_iter()
+            .enumerate()
+        {
             if let Some(ep) = ep {
                 route[rank].get_or_insert((i, ep));
             }
@@ -118,7 +120,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             done.store(code, Ordering::Release);
         }),
     )?;
-    wait(&mut modules, "the put", || put_done.load(Ordering::Acquire) != 0)?;
+    wait(&mut modules, "the put", || {
+        put_done.load(Ordering::Acquire) != 0
+    })?;
     if put_done.load(Ordering::Acquire) != 1 {
         return Err("the put failed".into());
     }
@@ -127,7 +131,14 @@ fn main() -> Result<(), Box<dyn Error>> {
     // descriptor to `send`; out of resources means "progress, then try again".
     let module = modules[to_right].as_mut();
     loop {
-        match module.sendi(right_ep, &[], &me.to_le_bytes(), Order::ANY, DesFlags::empty(), Tag::USR) {
+        match module.sendi(
+            right_ep,
+            &[],
+            &me.to_le_bytes(),
+            Order::ANY,
+            DesFlags::empty(),
+            Tag::USR,
+        ) {
             Ok(SendiOutcome::Sent) => break,
             Ok(SendiOutcome::Descriptor(mut des)) => {
                 des.flags |= DesFlags::OWNERSHIP; // the transport frees it once sent

@@ -27,6 +27,12 @@ pub mod launcher;
 pub mod msg;
 pub mod pmi;
 
+// The README's programs compile as doctests (the embedding guide's is an example,
+// examples/btl_hello.rs, run by tests/osu.rs).
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 use rbtl_config::{Config, Registry};
 
 /// The framework over every transport compiled in, in this order: `self`, `sm`, and

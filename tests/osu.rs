@@ -1,6 +1,7 @@
 //! The `osu` binary as a user runs it: alone (it launches its own ranks), under
 //! `rbtlrun`, and under MPICH's `mpiexec.mpich` (PMI-1 from hydra), with OSU's output
-//! format, JSON and SVG files, and clear errors.
+//! format, JSON and SVG files, and clear errors; and the embedding guide's program
+//! (`examples/btl_hello.rs`) as a user runs it.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -190,6 +191,45 @@ fn runs_under_rbtlrun_and_over_the_self_transport_alone() {
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("unreachable") && err.contains("btl"), "{err}");
+}
+
+/// The embedding guide's complete BTL-level program: alone (through `self`) and under
+/// the launcher with 2 and 4 ranks (through `sm`), every rank sees its left
+/// neighbour's put.
+#[test]
+fn the_embedding_example_runs_alone_and_under_rbtlrun() {
+    // `cargo test` builds the examples beside the test binaries (target/<profile>/examples).
+    let example = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|profile| profile.join("examples").join("btl_hello"))
+        .unwrap();
+    assert!(
+        example.exists(),
+        "{} is missing: run the whole `cargo test`, which builds the examples",
+        example.display()
+    );
+    let alone = run(&mut Command::new(&example));
+    assert_eq!(
+        String::from_utf8_lossy(&alone.stdout),
+        "rank 0: rank 0 wrote into my memory\n"
+    );
+    for n in [2u32, 4] {
+        let out = run(Command::new(RBTLRUN)
+            .arg("-n")
+            .arg(n.to_string())
+            .arg(&example));
+        let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        lines.sort();
+        let expected: Vec<String> = (0..n)
+            .map(|me| format!("rank {me}: rank {} wrote into my memory", (me + n - 1) % n))
+            .collect();
+        assert_eq!(lines, expected);
+    }
 }
 
 #[test]
