@@ -15,15 +15,17 @@
 
 #![warn(missing_docs)]
 
+mod chunk;
+mod chunk_sources;
 mod error;
 mod free_list;
 mod region;
 mod shared;
 
+pub use chunk::{Chunk, ChunkSource};
+pub use chunk_sources::{AnonymousSource, CarveSource, PageKind};
 pub use error::Error;
-pub use free_list::{
-    AnonymousSource, CarveSource, Chunk, ChunkSource, Frag, FreeList, FreeListConfig, PageKind,
-};
+pub use free_list::{Frag, FreeList, FreeListConfig};
 pub use region::{
     default_huge_page_size, system_page_size, HugeOutcome, Mapping, Region, THP_ALIGN,
 };

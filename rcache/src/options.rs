@@ -1,0 +1,25 @@
+//! The cache's configuration.
+
+/// Cache configuration (Open MPI's `mpi_leave_pinned`, `rcache_grdma_*`;
+/// UCX's `UCX_RCACHE_MAX_REGIONS`/`UCX_RCACHE_MAX_SIZE`).
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// `true`: idle registrations stay registered on an LRU list for reuse;
+    /// `false`: a registration is deregistered when its last reference goes.
+    pub leave_pinned: bool,
+    /// Upper bound on the bytes of all live registrations (including
+    /// invalidated ones still in use); 0 = unlimited.
+    pub max_pinned_bytes: usize,
+    /// Upper bound on the number of live registrations; 0 = unlimited.
+    pub max_entries: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            leave_pinned: true,
+            max_pinned_bytes: 0,
+            max_entries: 0,
+        }
+    }
+}

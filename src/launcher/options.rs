@@ -1,0 +1,58 @@
+//! How to run a job: the number of ranks, their binding, output tagging, the grace
+//! period after a failure, and their environment.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+/// Where ranks may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Bind {
+    /// Wherever the OS puts them.
+    #[default]
+    None,
+    /// Rank r pinned (with `sched_setaffinity`, before it starts) to the
+    /// hardware threads of the `r % n`-th of the n physical cores the launcher may
+    /// run on, as hwloc's topology lists them (Open MPI: `--bind-to core`). Where
+    /// hwloc cannot read the topology, to the `r % n`-th allowed logical CPU.
+    Core,
+}
+
+impl FromStr for Bind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Bind::None),
+            "core" => Ok(Bind::Core),
+            other => Err(format!("'--bind-to {other}': want none or core")),
+        }
+    }
+}
+
+/// How to run a job.
+#[derive(Debug, Clone)]
+pub struct LaunchOptions {
+    /// Number of ranks (default 1).
+    pub ranks: u32,
+    /// Where ranks may run (default [`Bind::None`]).
+    pub bind: Bind,
+    /// Prefix each forwarded line with `[rank] ` (default off).
+    pub tag_output: bool,
+    /// When a rank fails, how long the others get to exit on their own before SIGTERM
+    /// (default 1 s).
+    pub grace: Duration,
+    /// Environment variables set in every rank, on top of the launcher's own.
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for LaunchOptions {
+    fn default() -> Self {
+        Self {
+            ranks: 1,
+            bind: Bind::None,
+            tag_output: false,
+            grace: Duration::from_secs(1),
+            env: Vec::new(),
+        }
+    }
+}

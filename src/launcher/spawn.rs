@@ -1,0 +1,91 @@
+//! Starting one rank: its PMI socket, its environment, its binding, and a child that
+//! dies with the launcher.
+
+use super::{Error, LaunchOptions};
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// Starts one rank; returns it and the launcher's end of its PMI socketpair.
+pub(super) fn start_rank(
+    program: &Path,
+    args: &[OsString],
+    opts: &LaunchOptions,
+    rank: u32,
+    cpus: Option<&[usize]>,
+) -> Result<(Child, UnixStream), Error> {
+    let (ours, theirs) = UnixStream::pair().map_err(|source| Error::Socket { rank, source })?;
+    let mut theirs = OwnedFd::from(theirs);
+    if theirs.as_raw_fd() < 3 {
+        // Never let it sit where stdin/stdout/stderr get installed in the child
+        // (try_clone_to_owned duplicates to descriptor 3 or above).
+        theirs = theirs
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|source| Error::Socket { rank, source })?;
+    }
+    let fd = theirs.as_raw_fd();
+    let cpu_set = cpus.map(|cpus| {
+        // SAFETY: cpu_set_t is plain bits; all-zero is the empty set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        for &cpu in cpus {
+            // SAFETY: CPU_SET writes one bit inside `set`; `cores` keeps only CPUs
+            // below CPU_SETSIZE.
+            unsafe { libc::CPU_SET(cpu, &mut set) };
+        }
+        set
+    });
+    let launcher_pid = std::process::id() as libc::pid_t;
+
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .envs(opts.env.iter().map(|(k, v)| (k, v)))
+        .env_remove("PMI_PORT")
+        .env_remove("PMI_ID")
+        .env("PMI_FD", fd.to_string())
+        .env("PMI_RANK", rank.to_string())
+        .env("PMI_SIZE", opts.ranks.to_string())
+        .stdin(if rank == 0 {
+            Stdio::inherit()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: the hook runs in the child between fork and exec and calls only
+    // async-signal-safe functions (fcntl, prctl, getppid, sched_setaffinity) on data
+    // copied into the closure beforehand; it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            // The PMI socket is close-on-exec like every descriptor std makes: keep
+            // this one, in this child only.
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags == -1 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) == -1 {
+                return Err(io::Error::last_os_error());
+            }
+            // Die with the launcher rather than outlive it unsupervised.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+            if libc::getppid() != launcher_pid {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            if let Some(set) = cpu_set {
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    let child = command.spawn().map_err(|source| Error::Spawn {
+        rank,
+        program: program.to_path_buf(),
+        source,
+    })?;
+    drop(theirs);
+    Ok((child, ours))
+}

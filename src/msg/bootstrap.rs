@@ -1,0 +1,113 @@
+//! Making a communicator: the job from the process manager, the transports the
+//! configuration selects, their addresses through the modex, and a route to every rank.
+
+use super::callbacks::register_callbacks;
+use super::state::{self, Shared, State};
+use super::{Comm, Error, Result};
+use crate::pmi::Job;
+use rbtl_btl::{Endpoint, Proc};
+use rbtl_config::Config;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+impl Comm {
+    /// The job from the environment (PMI under a launcher, else alone) with the
+    /// configuration from `RBTL_*` variables, `RBTL_CONFIG_FILE` and `settings`.
+    pub fn init(settings: &[(&str, &str)]) -> Result<Comm> {
+        let job = crate::pmi::job()?;
+        let config = crate::configure(settings)?;
+        Comm::with(job, &config)
+    }
+
+    /// Open the configured transports for `job` and connect every rank.
+    pub fn with(mut job: Job, config: &Config) -> Result<Comm> {
+        let modex = job.modex.as_mut();
+        let node = node_name();
+        modex.publish("node", node.as_bytes())?;
+        let mut modules = crate::framework().open(config, modex)?;
+        modex.fence()?;
+        let procs: Vec<Proc> = (0..job.size)
+            .map(|rank| {
+                let node = modex.lookup(rank, "node")?.unwrap_or_default();
+                Ok(Proc {
+                    rank,
+                    node: String::from_utf8_lossy(&node).into_owned(),
+                })
+            })
+            .collect::<Result<_, rbtl_btl::Error>>()?;
+        let mut state = State {
+            route: vec![None; job.size as usize],
+            ..State::default()
+        };
+        // Per module: endpoint -> rank (for its receive callbacks).
+        let mut rank_of = Vec::new();
+        for (mi, m) in modules.iter_mut().enumerate() {
+            let eps = m.add_procs(&procs, modex)?;
+            let mut map = Vec::new();
+            for (rank, ep) in eps.into_iter().enumerate() {
+                if let Some(ep) = ep {
+                    let i = ep.0 as usize;
+                    if map.len() <= i {
+                        map.resize(i + 1, None);
+                    }
+                    map[i] = Some(rank as u32);
+                    state.route[rank].get_or_insert((mi, ep));
+                }
+            }
+            rank_of.push(Arc::<[Option<u32>]>::from(map));
+        }
+        if let Some(rank) = state.route.iter().position(Option::is_none) {
+            let tried = modules
+                .iter()
+                .map(|m| m.name())
+                .collect::<Vec<_>>()
+                .join(",");
+            return Err(Error::Unreachable {
+                rank: rank as u32,
+                tried,
+            });
+        }
+        let mut remote = vec![false; modules.len()];
+        for (rank, r) in state.route.iter().enumerate() {
+            if let Some((mi, _)) = r {
+                remote[*mi] |= rank as u32 != job.rank;
+            }
+        }
+        let dirty = vec![true; modules.len()];
+        let eager = modules.iter().map(|m| m.attributes().eager_limit).collect();
+        let routes: Vec<(usize, Endpoint)> = state
+            .route
+            .iter()
+            .map(|r| r.expect("checked above"))
+            .collect();
+        let signals = state.signals.clone();
+        let state: Shared = state::shared(state);
+        for ((mi, m), ranks) in modules.iter_mut().enumerate().zip(rank_of) {
+            register_callbacks(m.as_mut(), mi, &ranks, &state)?;
+        }
+        // Everyone has its callbacks in place before anyone sends.
+        job.modex.fence()?;
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Ok(Comm {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            rank: job.rank,
+            size: job.size,
+            modules,
+            state,
+            signals,
+            routes,
+            remote,
+            dirty,
+            eager,
+            offload: None,
+            job,
+        })
+    }
+}
+
+/// This host's name (for the modex: ranks on one node share memory).
+fn node_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}

@@ -1,0 +1,98 @@
+//! The receive callbacks the message layer installs in every module: eager messages,
+//! rendezvous requests and finishes, and peer failures.
+
+use super::protocol;
+use super::state::{lock, Shared, Unexpected};
+use super::Result;
+use rbtl_btl::{Module, Received};
+use std::sync::Arc;
+
+/// Install the message layer's receive callbacks on module `mi`, whose endpoints
+/// belong to `ranks`.
+pub(super) fn register_callbacks(
+    m: &mut dyn Module,
+    mi: usize,
+    ranks: &Arc<[Option<u32>]>,
+    state: &Shared,
+) -> Result<()> {
+    let (st, senders) = (state.clone(), ranks.clone());
+    m.register_am(
+        protocol::EAGER,
+        Box::new(move |m, r: &Received<'_>| {
+            let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() else {
+                return;
+            };
+            // The header and the payload: one segment, or two when the transport kept
+            // the header apart (sm does, to align large payloads).
+            let (head, data) = match r.segments {
+                [one] => one.split_at(protocol::EAGER_HEADER.min(one.len())),
+                [head, data] if head.len() == protocol::EAGER_HEADER => (*head, *data),
+                _ => return receive_gathered(&st, m, src, r),
+            };
+            receive_eager(&st, m, src, head, data);
+        }),
+    )?;
+    let (st, senders) = (state.clone(), ranks.clone());
+    m.register_am(
+        protocol::RTS,
+        Box::new(move |m, r: &Received<'_>| {
+            let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() else {
+                return;
+            };
+            let mut s = lock(&st);
+            let Some(rts) = protocol::Rts::decode(&r.to_vec()) else {
+                return;
+            };
+            match s.take_match(m, src, rts.tag) {
+                Some(p) => s.start_get(&st, m, mi, r.endpoint, &p, src, rts),
+                None => s.unexpected.push_back(Unexpected::Rts {
+                    src,
+                    rts: Box::new(rts),
+                }),
+            }
+        }),
+    )?;
+    let st = state.clone();
+    m.register_am(
+        protocol::FIN,
+        Box::new(move |_m, r: &Received<'_>| {
+            let mut s = lock(&st);
+            if let Some((sreq, _taken)) = protocol::decode_fin(&r.to_vec()) {
+                if let Some(status) = s.reqs.get(sreq).map(|q| q.status) {
+                    s.complete(sreq, Ok(status));
+                }
+            }
+        }),
+    )?;
+    let st = state.clone();
+    m.register_error(Box::new(move |event| {
+        if let Some(rank) = event.rank {
+            lock(&st).peer_failed(rank, event.error.to_string());
+        }
+    }));
+    Ok(())
+}
+
+/// Match an eager message from `src` (its header `head`, then `data`) with a posted
+/// receive, or keep it as unexpected.
+#[inline(always)]
+fn receive_eager(st: &Shared, m: &mut dyn Module, src: u32, head: &[u8], data: &[u8]) {
+    let Ok(head) = <[u8; protocol::EAGER_HEADER]>::try_from(head) else {
+        return;
+    };
+    let tag = i32::from_le_bytes(head);
+    let mut s = lock(st);
+    match s.take_match(m, src, tag) {
+        Some(p) => s.deliver_eager(&p, src, tag, data),
+        None => s.keep_unexpected(src, tag, data),
+    }
+}
+
+/// An eager message that arrived in pieces other than (header, payload): joined first.
+#[cold]
+#[inline(never)]
+fn receive_gathered(st: &Shared, m: &mut dyn Module, src: u32, r: &Received<'_>) {
+    let joined = r.to_vec();
+    let (head, data) = joined.split_at(protocol::EAGER_HEADER.min(joined.len()));
+    receive_eager(st, m, src, head, data);
+}

@@ -1,0 +1,164 @@
+//! The communicator: the modules and routes it holds, its progress loop, and the
+//! messages that wait for room in a transport.
+
+use super::offload::Offload;
+use super::state::{self, lock, Shared};
+use super::{Error, Result};
+use crate::pmi::Job;
+use rbtl_btl::{Endpoint, Module};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A communicator over every rank of the job.
+pub struct Comm {
+    pub(super) rank: u32,
+    pub(super) size: u32,
+    pub(super) id: u64,
+    pub(super) modules: Vec<Box<dyn Module>>,
+    pub(super) state: Shared,
+    pub(super) signals: Arc<state::Signals>,
+    /// Per rank: the module and endpoint that reach it (fixed after init).
+    pub(super) routes: Vec<(usize, Endpoint)>,
+    /// Per module: whether it reaches another rank (then it is always progressed),
+    /// and whether work was started on it lately (a module that reaches only this
+    /// process, `self`, is progressed only then: the poll loop is the latency).
+    pub(super) remote: Vec<bool>,
+    pub(super) dirty: Vec<bool>,
+    /// Per module: its eager limit (read on every send).
+    pub(super) eager: Vec<usize>,
+    /// The blocking receive in progress, when its transport matches it itself.
+    pub(super) offload: Option<Offload>,
+    pub(super) job: Job,
+}
+
+impl Comm {
+    /// This process's rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+
+    /// The transport that carries traffic to `rank`.
+    pub fn transport_to(&self, rank: u32) -> Option<&str> {
+        let (m, _) = self.routes.get(rank as usize)?;
+        Some(self.modules[*m].name())
+    }
+
+    /// The modules in use, most exclusive first.
+    ///
+    /// Borrowed, never handed out by value: the message layer's callbacks live in
+    /// them, and they must stay with this `Comm` (see `state::Local`).
+    pub fn modules(&mut self) -> impl Iterator<Item = &mut dyn Module> + '_ {
+        self.modules
+            .iter_mut()
+            .map(|m| m.as_mut() as &mut dyn Module)
+    }
+
+    /// The identity of this communicator (windows check they are used with theirs).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The module and endpoint for `rank`; marks the module as having work.
+    #[inline(always)]
+    pub(super) fn route(&mut self, rank: u32) -> Result<(usize, Endpoint)> {
+        let Some(&route) = self.routes.get(rank as usize) else {
+            return Err(Error::BadRank(rank, self.size));
+        };
+        if self.signals.failed.load(Ordering::Acquire) > 0 {
+            self.check_alive(rank)?;
+        }
+        self.dirty[route.0] = true;
+        Ok(route)
+    }
+
+    /// `PeerFailed` if `rank` is known to have failed.
+    #[cold]
+    #[inline(never)]
+    fn check_alive(&self, rank: u32) -> Result<()> {
+        match lock(&self.state).failed.get(&rank) {
+            Some(why) => Err(Error::PeerFailed {
+                rank,
+                why: why.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Drive every transport once, then retry what waited for room.
+    #[inline(always)]
+    pub fn progress(&mut self) -> usize {
+        let mut n = 0;
+        for (i, m) in self.modules.iter_mut().enumerate() {
+            if self.remote[i] || self.dirty[i] {
+                let k = m.progress();
+                self.dirty[i] = k > 0;
+                n += k;
+            }
+        }
+        if self.signals.deferred.load(Ordering::Acquire) == 0 {
+            return n;
+        }
+        n + self.retry_deferred()
+    }
+
+    /// Send what waited for room, in order (kept out of `progress`, whose loop is the
+    /// latency of every receive).
+    #[cold]
+    #[inline(never)]
+    fn retry_deferred(&mut self) -> usize {
+        let mut n = 0;
+        let mut s = lock(&self.state);
+        let waiting = s.deferred.len();
+        for _ in 0..waiting {
+            let Some(d) = s.deferred.pop_front() else {
+                break;
+            };
+            state::bump(&self.signals.deferred, -1);
+            self.dirty[d.module] = true;
+            let m = self.modules[d.module].as_mut();
+            match state::transmit(m, d.endpoint, d.tag, &d.bytes, &[]) {
+                Ok(()) => n += 1,
+                Err(rbtl_btl::Error::OutOfResource(_)) => {
+                    // Keep the order: this one and everything behind it wait.
+                    s.deferred.push_front(d);
+                    state::bump(&self.signals.deferred, 1);
+                    break;
+                }
+                Err(e) => tracing::warn!(%e, "dropping a deferred message"),
+            }
+        }
+        n
+    }
+
+    /// Leave the job: a barrier (so no peer still reads our memory), then tell the
+    /// process manager.
+    pub fn finalize(mut self) -> Result<()> {
+        self.drain()?;
+        self.barrier()?;
+        self.drain()
+    }
+
+    /// Progress until nothing waits for room in a transport.
+    fn drain(&mut self) -> Result<()> {
+        while self.signals.deferred.load(Ordering::Acquire) > 0 {
+            if self.signals.failed.load(Ordering::Acquire) > 0 {
+                // Messages to a dead peer never leave; nothing to wait for.
+                break;
+            }
+            if self.progress() == 0 {
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+
+    /// The job's modex (for layers above that exchange their own data).
+    pub fn job(&mut self) -> &mut Job {
+        &mut self.job
+    }
+}

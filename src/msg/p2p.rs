@@ -1,0 +1,324 @@
+//! Point-to-point: tagged sends and receives, blocking and non-blocking, and waiting
+//! for their requests.
+
+use super::offload::Withdraw;
+use super::state::{self, lock, Posted, Shared, State, Unexpected};
+use super::{protocol, requests, Comm, Error, ReqId, Result};
+use rbtl_btl::{Access, Endpoint, Module};
+use std::sync::atomic::Ordering;
+
+/// What a completed receive (or send) reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Status {
+    /// The sender's rank.
+    pub source: u32,
+    /// The message's tag.
+    pub tag: i32,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+/// Which source a receive accepts.
+pub const ANY_SOURCE: Option<u32> = None;
+/// Which tag a receive accepts (any non-negative one).
+pub const ANY_TAG: Option<i32> = None;
+
+/// Idle progress rounds a wait spins before it starts yielding the processor.
+pub const SPIN_BEFORE_YIELD: u32 = 1 << 14;
+
+impl Comm {
+    /// Send `buf` to `dst` with `tag`, returning when the buffer may be reused.
+    #[inline(always)]
+    pub fn send(&mut self, buf: &[u8], dst: u32, tag: i32) -> Result<()> {
+        if tag < 0 {
+            return Err(Error::BadTag(tag));
+        }
+        // Fast path: an eager message the transport takes at once needs no request.
+        let (mi, ep) = self.route(dst)?;
+        if buf.len() + protocol::EAGER_HEADER <= self.eager[mi]
+            && self.try_eager(mi, ep, buf, tag)?
+        {
+            return Ok(());
+        }
+        // SAFETY: `buf` is borrowed until wait returns, which is when the request has
+        // completed.
+        let req = unsafe { self.isend_raw(buf.as_ptr(), buf.len(), dst, tag) }?;
+        self.wait(req).map(|_| ())
+    }
+
+    /// Receive into `buf` from `src` with `tag`.
+    ///
+    /// From one source with one tag, and with no other receive posted and no message
+    /// waiting, the receive goes to the transport that reaches `src` when it matches
+    /// receives itself ([`Module::expect`]): the message then lands in `buf` from the
+    /// transport's poll loop. Whatever else matches it first (a message too long for
+    /// `buf`, a rendezvous, the source's failure) ends it the usual way.
+    #[inline(always)]
+    pub fn recv(&mut self, buf: &mut [u8], src: Option<u32>, tag: Option<i32>) -> Result<Status> {
+        if let Some(t) = tag.filter(|t| *t < 0) {
+            return Err(Error::BadTag(t));
+        }
+        if let (Some(s), Some(t)) = (src, tag) {
+            if let Some(o) = self.offload(buf, s, t)? {
+                return Withdraw(self).0.wait_offloaded(o, buf);
+            }
+        }
+        self.recv_posted(buf, src, tag)
+    }
+
+    /// [`Comm::recv`] through a posted receive. (Its request lives outside the table:
+    /// a blocking receive is the common case of latency-bound codes.)
+    pub(super) fn recv_posted(
+        &mut self,
+        buf: &mut [u8],
+        src: Option<u32>,
+        tag: Option<i32>,
+    ) -> Result<Status> {
+        let seen = self.signals.completed.load(Ordering::Acquire);
+        // SAFETY: `buf` is borrowed mutably until wait returns.
+        let req = unsafe { self.post_recv(buf.as_mut_ptr(), buf.len(), src, tag, true) }?;
+        self.wait_since(req, seen)
+    }
+
+    /// Start sending `buf` to `dst` with `tag`.
+    ///
+    /// # Safety
+    ///
+    /// `buf` must stay valid and unmodified until the request completes.
+    pub unsafe fn isend_raw(
+        &mut self,
+        buf: *const u8,
+        len: usize,
+        dst: u32,
+        tag: i32,
+    ) -> Result<ReqId> {
+        if tag < 0 {
+            return Err(Error::BadTag(tag));
+        }
+        self.isend_tagged(buf, len, dst, tag)
+    }
+
+    /// Hand an eager message straight to the transport if nothing waits for room:
+    /// whether it took it (false: nothing went out, the general path queues it).
+    #[inline(always)]
+    fn try_eager(&mut self, mi: usize, ep: Endpoint, buf: &[u8], tag: i32) -> Result<bool> {
+        if self.signals.deferred.load(Ordering::Acquire) != 0 {
+            return Ok(false);
+        }
+        let m = self.modules[mi].as_mut();
+        match state::transmit(m, ep, protocol::EAGER, &tag.to_le_bytes(), buf) {
+            Ok(()) => Ok(true),
+            Err(rbtl_btl::Error::OutOfResource(_)) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    pub(super) fn isend_tagged(
+        &mut self,
+        buf: *const u8,
+        len: usize,
+        dst: u32,
+        tag: i32,
+    ) -> Result<ReqId> {
+        let (mi, ep) = self.route(dst)?;
+        let eager = self.eager[mi];
+        if len + protocol::EAGER_HEADER <= eager {
+            // SAFETY: the caller promised `buf` is valid for `len` bytes.
+            let data = unsafe { std::slice::from_raw_parts(buf, len) };
+            if self.try_eager(mi, ep, data, tag)? {
+                // The bytes were copied: the request needs no entry (its id carries
+                // its status).
+                return Ok(requests::completed_send(len, tag));
+            }
+        }
+        let m = self.modules[mi].as_mut();
+        let mut s = lock(&self.state);
+        if len + protocol::EAGER_HEADER <= eager {
+            // SAFETY: the caller promised `buf` is valid for `len` bytes.
+            let data = unsafe { std::slice::from_raw_parts(buf, len) };
+            // Sent or deferred, the bytes were copied: the buffer is free again, and
+            // the request needs no entry (its id carries its status).
+            s.send_or_defer(m, mi, ep, protocol::EAGER, &tag.to_le_bytes(), data)?;
+            return Ok(requests::completed_send(len, tag));
+        }
+        let req = s.new_req(Some(dst));
+        let status = Status {
+            source: self.rank,
+            tag,
+            len,
+        };
+        let started = {
+            // SAFETY: the caller promised `buf` stays valid until the request
+            // completes, which drops the handle.
+            unsafe {
+                m.register_mem(
+                    Some(ep),
+                    buf as usize,
+                    len,
+                    Access::LOCAL_READ | Access::REMOTE_READ,
+                )
+            }
+            .map_err(Error::from)
+            .and_then(|handle| {
+                let rts = protocol::Rts {
+                    tag,
+                    len,
+                    sreq: req,
+                    addr: buf as u64,
+                    handle: *handle.remote(),
+                };
+                if let Some(r) = s.reqs.get_mut(req) {
+                    r.handle = Some(Box::new(handle));
+                    r.status = status;
+                }
+                s.send_or_defer(m, mi, ep, protocol::RTS, &rts.encode(), &[])
+            })
+        };
+        match started {
+            Ok(()) => Ok(req),
+            Err(e) => {
+                s.drop_req(req);
+                Err(e)
+            }
+        }
+    }
+
+    /// Start receiving into `buf` from `src` (or [`ANY_SOURCE`]) with `tag` (or
+    /// [`ANY_TAG`]).
+    ///
+    /// # Safety
+    ///
+    /// `buf` must stay valid, and not be read or written by anyone else, until the
+    /// request completes.
+    pub unsafe fn irecv_raw(
+        &mut self,
+        buf: *mut u8,
+        cap: usize,
+        src: Option<u32>,
+        tag: Option<i32>,
+    ) -> Result<ReqId> {
+        if let Some(t) = tag.filter(|t| *t < 0) {
+            return Err(Error::BadTag(t));
+        }
+        self.irecv_tagged(buf, cap, src, tag)
+    }
+
+    pub(super) fn irecv_tagged(
+        &mut self,
+        buf: *mut u8,
+        cap: usize,
+        src: Option<u32>,
+        tag: Option<i32>,
+    ) -> Result<ReqId> {
+        // SAFETY: forwarded from the callers' contracts.
+        unsafe { self.post_recv(buf, cap, src, tag, false) }
+    }
+
+    /// Post a receive (the blocking one outside the request table).
+    ///
+    /// # Safety
+    ///
+    /// As [`Comm::irecv_raw`].
+    #[inline]
+    unsafe fn post_recv(
+        &mut self,
+        buf: *mut u8,
+        cap: usize,
+        src: Option<u32>,
+        tag: Option<i32>,
+        blocking: bool,
+    ) -> Result<ReqId> {
+        if let Some(s) = src {
+            self.route(s)?;
+        }
+        let mut s = lock(&self.state);
+        let req = if blocking {
+            s.new_blocking(src)
+        } else {
+            s.new_req(src)
+        };
+        // (The common case writes the literal straight into the queue. Built on the
+        // stack first, it was copied out by wide loads that cannot take their bytes
+        // from the narrower stores still pending, so they waited for every older
+        // store to land, a send's into a ring among them.)
+        let addr = buf as usize;
+        if s.unexpected.is_empty() {
+            s.posted.push_back(Posted {
+                req,
+                src,
+                tag,
+                addr,
+                cap,
+            });
+        } else {
+            let posted = Posted {
+                req,
+                src,
+                tag,
+                addr,
+                cap,
+            };
+            match_early(&self.state, &mut self.modules, &mut s, posted);
+        }
+        Ok(req)
+    }
+
+    /// The outcome of `req` if it has completed (then the request is gone).
+    #[inline]
+    pub fn test(&mut self, req: ReqId) -> Option<Result<Status>> {
+        if let Some((len, tag)) = requests::as_completed_send(req) {
+            return Some(Ok(Status {
+                source: self.rank,
+                tag,
+                len,
+            }));
+        }
+        lock(&self.state).take_outcome(req)
+    }
+
+    /// Progress until `req` completes. After [`SPIN_BEFORE_YIELD`] idle rounds it
+    /// yields the processor between rounds, so that ranks sharing a core still advance.
+    pub fn wait(&mut self, req: ReqId) -> Result<Status> {
+        self.wait_since(req, usize::MAX)
+    }
+
+    /// [`Comm::wait`], where `seen` is the count of completed requests read before
+    /// `req` was started (`usize::MAX`: unknown): the request is first looked at when
+    /// that count has moved.
+    #[inline]
+    fn wait_since(&mut self, req: ReqId, mut seen: usize) -> Result<Status> {
+        let mut idle = 0u32;
+        loop {
+            let completed = self.signals.completed.load(Ordering::Acquire);
+            if completed != seen {
+                seen = completed;
+                if let Some(outcome) = self.test(req) {
+                    return outcome;
+                }
+            }
+            if self.progress() == 0 {
+                idle += 1;
+                if idle >= SPIN_BEFORE_YIELD {
+                    std::thread::yield_now();
+                }
+            } else {
+                idle = 0;
+            }
+        }
+    }
+}
+
+/// Deliver the earliest unexpected message matching `posted` (`s` is the borrowed
+/// `state`), or post it.
+#[cold]
+#[inline(never)]
+fn match_early(state: &Shared, modules: &mut [Box<dyn Module>], s: &mut State, posted: Posted) {
+    match s.take_unexpected(posted.src, posted.tag) {
+        Some(Unexpected::Eager { src, tag, data }) => s.deliver_eager(&posted, src, tag, &data),
+        Some(Unexpected::Rts { src, rts }) => {
+            let (mi, ep) = s.route[src as usize].expect("routed");
+            s.start_get(state, modules[mi].as_mut(), mi, ep, &posted, src, *rts);
+        }
+        None => s.posted.push_back(posted),
+    }
+}

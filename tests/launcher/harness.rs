@@ -1,0 +1,98 @@
+//! The launcher side: scratch directories, this binary as the rank program, and
+//! jobs and commands that fail the test instead of hanging.
+
+use rbtl::launcher::{self, LaunchOptions};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+/// Hang guard for a whole job.
+pub const JOB_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A fresh directory for the ranks' reports, removed on drop.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("rbtl-launcher-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    pub fn reported(&self, rank: u32) -> bool {
+        self.0.join(format!("ok.{rank}")).exists()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn self_exe() -> PathBuf {
+    std::env::current_exe().unwrap()
+}
+
+/// The arguments that make this test binary run only `rank_role_entry`.
+pub fn role_args() -> Vec<OsString> {
+    [
+        "rank_role_entry",
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+        "-q",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect()
+}
+
+pub fn options(ranks: u32, role: &str, scratch: &Scratch) -> LaunchOptions {
+    LaunchOptions {
+        ranks,
+        grace: Duration::from_millis(300),
+        env: vec![
+            ("RBTL_TEST_ROLE".into(), role.into()),
+            (
+                "RBTL_TEST_DIR".into(),
+                scratch.0.to_string_lossy().into_owned(),
+            ),
+        ],
+        ..LaunchOptions::default()
+    }
+}
+
+/// `launcher::launch` of this binary, failing the test instead of hanging.
+pub fn launch_self(opts: LaunchOptions) -> launcher::ExitStatusSummary {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(launcher::launch(&self_exe(), &role_args(), &opts));
+    });
+    rx.recv_timeout(JOB_TIMEOUT)
+        .expect("the job did not end: the launcher hangs")
+        .expect("the job could not be started")
+}
+
+/// A command run to completion, failing the test instead of hanging.
+pub fn output_of(mut command: Command) -> Output {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(command.output());
+    });
+    rx.recv_timeout(JOB_TIMEOUT)
+        .expect("the command did not end")
+        .expect("the command could not be started")
+}
+
+pub fn rbtlrun() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_rbtlrun"));
+    for var in ["PMI_FD", "PMI_PORT", "PMI_ID", "PMI_RANK", "PMI_SIZE"] {
+        command.env_remove(var);
+    }
+    command
+}

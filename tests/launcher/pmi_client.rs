@@ -1,0 +1,118 @@
+//! The PMI-1 client, the PMI modex and `pmi::job()` with real ranks: under the
+//! launcher, alone, and under MPICH's `mpiexec`.
+
+use crate::harness::{launch_self, options, output_of, role_args, self_exe, Scratch};
+use rbtl::launcher::{Bind, LaunchOptions, RankExit};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[test]
+fn four_ranks_exchange_multi_kib_blobs_through_pmi_modex() {
+    let scratch = Scratch::new("modex");
+    let summary = launch_self(options(4, "modex", &scratch));
+    assert_eq!(summary.code, 0, "{summary:?}");
+    assert!(summary.success());
+    assert_eq!(summary.ranks, vec![RankExit::Exited(0); 4]);
+    assert!(summary.abort.is_none() && summary.interrupted.is_none());
+    for rank in 0..4 {
+        assert!(scratch.reported(rank), "rank {rank} did not report success");
+    }
+}
+
+#[test]
+fn job_uses_pmi_under_the_launcher_with_ranks_bound_to_cores() {
+    let scratch = Scratch::new("job");
+    let summary = launch_self(LaunchOptions {
+        bind: Bind::Core,
+        ..options(2, "job", &scratch)
+    });
+    assert_eq!(summary.ranks, vec![RankExit::Exited(0); 2], "{summary:?}");
+    assert!(scratch.reported(0) && scratch.reported(1));
+    // Each rank is bound to the hardware threads of one core, different ones where
+    // there are two cores.
+    let cpus = |rank: u32| std::fs::read_to_string(scratch.0.join(format!("cpus.{rank}"))).unwrap();
+    let (a, b) = (cpus(0), cpus(1));
+    assert!(!a.is_empty() && !b.is_empty());
+    let online = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    if online >= 2 {
+        assert_ne!(a, b, "ranks 0 and 1 share CPUs {a}");
+        assert!(
+            a.split(',').count() < online,
+            "rank 0 is bound to a subset, not all {online} CPUs: {a}"
+        );
+    }
+}
+
+#[test]
+fn job_is_a_singleton_without_a_launcher() {
+    let scratch = Scratch::new("singleton");
+    let mut command = Command::new(self_exe());
+    command
+        .args(role_args())
+        .env("RBTL_TEST_ROLE", "singleton")
+        .env("RBTL_TEST_DIR", &scratch.0);
+    for var in ["PMI_FD", "PMI_PORT", "PMI_ID", "PMI_RANK", "PMI_SIZE"] {
+        command.env_remove(var);
+    }
+    let out = output_of(command);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(scratch.reported(0));
+}
+
+/// `mpiexec.mpich` on PATH, if installed.
+fn mpiexec() -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|dir| Path::new(dir).join("mpiexec.mpich"))
+        .find(|p| p.is_file())
+}
+
+fn run_under_mpiexec(extra: &[&str], role: &str, name: &str) {
+    let Some(mpiexec) = mpiexec() else {
+        // Straight to stderr, past the test harness's output capture.
+        let _ = std::io::Write::write_all(
+            &mut std::io::stderr(),
+            b"SKIP: mpiexec.mpich is not installed (apt-get install mpich); \
+              not testing the PMI client under hydra\n",
+        );
+        return;
+    };
+    let scratch = Scratch::new(name);
+    let mut command = Command::new(mpiexec);
+    command
+        .args(extra)
+        .args(["-n", "2"])
+        .arg(self_exe())
+        .args(role_args())
+        .env("RBTL_TEST_ROLE", role)
+        .env("RBTL_TEST_DIR", &scratch.0);
+    for var in ["PMI_FD", "PMI_PORT", "PMI_ID", "PMI_RANK", "PMI_SIZE"] {
+        command.env_remove(var);
+    }
+    let out = output_of(command);
+    assert!(
+        out.status.success(),
+        "{:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(scratch.reported(0) && scratch.reported(1));
+}
+
+#[test]
+fn pmi_client_and_modex_work_under_mpiexec_mpich() {
+    run_under_mpiexec(&[], "modex", "hydra-fd");
+}
+
+#[test]
+fn pmi_client_works_over_pmi_port_under_mpiexec_mpich() {
+    run_under_mpiexec(&["-pmi-port"], "job", "hydra-port");
+}

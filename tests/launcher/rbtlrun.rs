@@ -1,0 +1,162 @@
+//! The `rbtlrun` binary: signals, tagged output, exit codes and its command line.
+
+use crate::harness::{output_of, rbtlrun, role_args, self_exe, Scratch, JOB_TIMEOUT};
+use std::path::Path;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+#[test]
+fn sigterm_to_rbtlrun_ends_every_rank() {
+    let scratch = Scratch::new("sigterm");
+    let mut child = rbtlrun()
+        .args(["-n", "2"])
+        .arg(self_exe())
+        .args(role_args())
+        .env("RBTL_TEST_ROLE", "sleep")
+        .env("RBTL_TEST_DIR", &scratch.0)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !(scratch.reported(0) && scratch.reported(1)) {
+        if start.elapsed() > JOB_TIMEOUT {
+            let _ = child.kill();
+            panic!("the ranks never started");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+    let pids: Vec<String> = (0..2)
+        .map(|r| std::fs::read_to_string(scratch.0.join(format!("pid.{r}"))).unwrap())
+        .collect();
+    // SAFETY: kill(2) on the pid of a child of this process that has not been reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(child.wait());
+    });
+    let status = rx
+        .recv_timeout(JOB_TIMEOUT)
+        .expect("rbtlrun did not end")
+        .unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "{status:?}");
+    // rbtlrun reaps its ranks before exiting, so their pids are gone.
+    for pid in pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "rank pid {pid} still runs"
+        );
+    }
+}
+
+#[test]
+fn rbtlrun_tags_output_lines_with_their_rank() {
+    let mut command = rbtlrun();
+    command
+        .args(["-n", "3", "--tag-output"])
+        .arg(self_exe())
+        .args(role_args())
+        .env("RBTL_TEST_ROLE", "echo");
+    let out = output_of(command);
+    assert!(out.status.success(), "{out:?}");
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let mut counts = [0usize; 3];
+    for line in stdout.lines() {
+        let (tag, rest) = line.split_once(' ').expect("every line is tagged");
+        let rank: usize = tag
+            .strip_prefix('[')
+            .and_then(|t| t.strip_suffix(']'))
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("untagged line {line:?}"));
+        if let Some(body) = rest.strip_prefix("hello from ") {
+            let mut words = body.split(' ');
+            assert_eq!(words.next(), Some(rank.to_string().as_str()), "{line:?}");
+            assert_eq!(words.next(), Some("line"));
+            let i: usize = words.next().unwrap().parse().unwrap();
+            assert_eq!(
+                words.next(),
+                Some("x".repeat(100 + i).as_str()),
+                "mixed line {line:?}"
+            );
+            assert_eq!(words.next(), None);
+            assert_eq!(i, counts[rank], "lines of rank {rank} out of order");
+            counts[rank] += 1;
+        }
+    }
+    assert_eq!(counts, [200; 3]);
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    for rank in 0..3 {
+        assert!(
+            stderr.contains(&format!("[{rank}] complaint from {rank}\n")),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn rbtlrun_passes_on_the_failure_code_and_abort_message() {
+    let mut command = rbtlrun();
+    command
+        .args(["-n", "2", "--grace", "0.2"])
+        .arg(self_exe())
+        .args(role_args())
+        .env("RBTL_TEST_ROLE", "abort");
+    let out = output_of(command);
+    assert_eq!(out.status.code(), Some(5), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("rank 1 gives up: no peers"), "{stderr}");
+
+    let mut command = rbtlrun();
+    command
+        .args(["-n", "2", "--grace=0.2"])
+        .arg(self_exe())
+        .args(role_args())
+        .env("RBTL_TEST_ROLE", "exit3");
+    let out = output_of(command);
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+}
+
+#[test]
+fn rbtlrun_rejects_unknown_options_by_name() {
+    let out = output_of({
+        let mut c = rbtlrun();
+        c.args(["--frobnicate", "true"]);
+        c
+    });
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--frobnicate"), "{stderr}");
+
+    let out = output_of({
+        let mut c = rbtlrun();
+        c.arg("--help");
+        c
+    });
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for option in [
+        "-n",
+        "--bind-to",
+        "--tag-output",
+        "--grace",
+        "SIGKILL",
+        "hwloc",
+    ] {
+        assert!(help.contains(option), "--help does not mention {option}");
+    }
+}
+
+#[test]
+fn rbtlrun_reports_a_program_that_cannot_start() {
+    let out = output_of({
+        let mut c = rbtlrun();
+        c.args(["-n", "2", "/nonexistent/rbtl-test-program"]);
+        c
+    });
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("/nonexistent/rbtl-test-program"),
+        "{stderr}"
+    );
+}

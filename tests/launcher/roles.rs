@@ -1,0 +1,216 @@
+//! The rank side: what each `RBTL_TEST_ROLE` does inside a rank.
+
+use rbtl::btl::Modex;
+use rbtl::pmi::{self, Client, PmiModex};
+use std::path::PathBuf;
+use std::thread;
+use std::time::Duration;
+
+fn my_rank() -> u32 {
+    std::env::var("PMI_RANK").unwrap().parse().unwrap()
+}
+
+fn report_ok(rank: u32) {
+    let dir = PathBuf::from(std::env::var_os("RBTL_TEST_DIR").expect("RBTL_TEST_DIR"));
+    std::fs::write(dir.join(format!("ok.{rank}")), b"ok").unwrap();
+}
+
+fn sleep_long() -> ! {
+    thread::sleep(Duration::from_secs(600));
+    panic!("nobody ended this rank");
+}
+
+/// What `rank` publishes: a few KiB with every byte value, different per rank.
+fn blob(rank: u32) -> Vec<u8> {
+    let len = 4096 + 517 * rank as usize;
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(31).wrapping_add(rank * 7) as u8)
+        .collect()
+}
+
+const BLOB_KEY: &str = "btl.test-blob";
+const LONG_KEY: &str = "a_rather_long_modex_key_name_that_needs_shortening_to_fit_pmi";
+
+/// Publishes, fences, and checks every peer's entries through `modex`.
+fn exchange(modex: &mut dyn Modex) {
+    let (rank, size) = (modex.rank(), modex.size());
+    modex.publish(BLOB_KEY, &blob(rank)).unwrap();
+    modex.publish(LONG_KEY, &rank.to_le_bytes()).unwrap();
+    modex.publish("empty", &[]).unwrap();
+    modex.fence().unwrap();
+    for peer in 0..size {
+        assert_eq!(
+            modex.lookup(peer, BLOB_KEY).unwrap(),
+            Some(blob(peer)),
+            "peer {peer}"
+        );
+        assert_eq!(
+            modex.lookup(peer, LONG_KEY).unwrap(),
+            Some(peer.to_le_bytes().to_vec())
+        );
+        assert_eq!(modex.lookup(peer, "empty").unwrap(), Some(Vec::new()));
+        assert_eq!(modex.lookup(peer, "never_published").unwrap(), None);
+    }
+    assert!(modex.lookup(size, BLOB_KEY).is_err());
+}
+
+/// The PMI client directly, then the modex over it.
+pub fn modex() {
+    let mut client = Client::from_env()
+        .unwrap()
+        .expect("started by a PMI launcher");
+    assert!(matches!(
+        Client::from_env(),
+        Err(pmi::Error::AlreadyClaimed)
+    ));
+    let rank = client.rank();
+    let size = client.size();
+    assert!(rank < size);
+    assert!(!client.kvsname().is_empty());
+    assert_eq!(client.appnum().unwrap(), 0);
+    assert!(client.max_value_len() >= 256, "{}", client.max_value_len());
+    assert!(client.max_key_len() >= 32, "{}", client.max_key_len());
+    // Blobs of several KiB need several PMI values.
+    assert!(blob(0).len() * 4 / 3 > 2 * client.max_value_len());
+    client
+        .put(&format!("plain-{rank}"), &format!("value-of-{rank}"))
+        .unwrap();
+    assert!(matches!(
+        client.put("bad key", "x"),
+        Err(pmi::Error::InvalidToken { .. })
+    ));
+    assert!(matches!(
+        client.put("k", &"x".repeat(client.max_value_len() + 1)),
+        Err(pmi::Error::InvalidToken { .. })
+    ));
+    client.barrier().unwrap();
+    for peer in 0..size {
+        assert_eq!(
+            client.get(&format!("plain-{peer}")).unwrap().as_deref(),
+            Some(format!("value-of-{peer}").as_str())
+        );
+    }
+    assert_eq!(client.get("no-such-key").unwrap(), None);
+    let mut modex = PmiModex::new(client);
+    exchange(&mut modex);
+    modex.fence().unwrap();
+    modex.finalize().unwrap();
+    report_ok(rank);
+}
+
+/// `rbtl::pmi::job()` under a launcher.
+pub fn job() {
+    let mut job = pmi::job().unwrap();
+    // Under `mpiexec -pmi-port` the rank comes from the PMI handshake, not PMI_RANK.
+    if std::env::var_os("PMI_RANK").is_some() {
+        assert_eq!(job.rank, my_rank());
+    }
+    assert!(job.size >= 2 && job.rank < job.size, "{job:?}");
+    assert_eq!(job.modex.rank(), job.rank);
+    assert_eq!(job.modex.size(), job.size);
+    exchange(job.modex.as_mut());
+    // Report where this rank may run, for the binding test.
+    // SAFETY: cpu_set_t is plain bits; the kernel fills at most its size.
+    let cpus: Vec<String> = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(
+            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
+            0
+        );
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .map(|c| c.to_string())
+            .collect()
+    };
+    let dir = PathBuf::from(std::env::var_os("RBTL_TEST_DIR").expect("RBTL_TEST_DIR"));
+    std::fs::write(dir.join(format!("cpus.{}", job.rank)), cpus.join(",")).unwrap();
+    report_ok(job.rank);
+}
+
+/// No launcher: `job()` is a one-process job.
+pub fn singleton() {
+    assert!(Client::from_env().unwrap().is_none());
+    let mut job = pmi::job().unwrap();
+    assert_eq!((job.rank, job.size), (0, 1));
+    exchange(job.modex.as_mut());
+    report_ok(0);
+}
+
+/// Rank 1 exits with `code`; the others sleep until the launcher ends them.
+pub fn exit(code: i32) {
+    if my_rank() == 1 {
+        std::process::exit(code);
+    }
+    sleep_long();
+}
+
+/// Rank 0 kills itself with SIGKILL; rank 1 sleeps; rank 2 ignores SIGTERM.
+pub fn kill_self() {
+    match my_rank() {
+        0 => {
+            // SAFETY: signals this very process; nothing is shared.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            unreachable!("SIGKILL cannot be caught");
+        }
+        2 => {
+            // SAFETY: sets SIGTERM's disposition to ignore; no handler code runs.
+            unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+            report_ok(2);
+            sleep_long();
+        }
+        _ => {
+            report_ok(my_rank());
+            sleep_long();
+        }
+    }
+}
+
+/// Many lines on stdout and a few on stderr.
+pub fn echo() {
+    use std::io::Write;
+    let rank = my_rank();
+    let mut out = std::io::stdout().lock();
+    // End the harness's "test rank_role_entry ... " line first.
+    writeln!(out).unwrap();
+    for i in 0..200 {
+        writeln!(out, "hello from {rank} line {i} {}", "x".repeat(100 + i)).unwrap();
+        out.flush().unwrap();
+    }
+    eprintln!("complaint from {rank}");
+}
+
+/// Rank 1 aborts the job with code 5; the others wait in a barrier.
+pub fn abort() {
+    let mut client = Client::from_env().unwrap().unwrap();
+    if client.rank() == 1 {
+        client.abort(5, "rank 1 gives up: no peers").unwrap();
+    } else {
+        let _ = client.barrier();
+    }
+    sleep_long();
+}
+
+/// Rank 0 creates a shared-memory segment, says where, and dies by SIGKILL.
+pub fn shm_crash() {
+    if my_rank() == 0 {
+        let region = rbtl::mpool::SharedRegion::create("launcher-test", 4096).unwrap();
+        let dir = PathBuf::from(std::env::var_os("RBTL_TEST_DIR").unwrap());
+        std::fs::write(dir.join("segment"), region.path().to_str().unwrap()).unwrap();
+        // SAFETY: signals this very process; nothing is shared.
+        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    }
+    sleep_long();
+}
+
+/// Reports its pid, then sleeps until ended.
+pub fn sleep() {
+    let dir = PathBuf::from(std::env::var_os("RBTL_TEST_DIR").unwrap());
+    let rank = my_rank();
+    std::fs::write(
+        dir.join(format!("pid.{rank}")),
+        std::process::id().to_string(),
+    )
+    .unwrap();
+    report_ok(rank);
+    sleep_long();
+}
