@@ -27,17 +27,20 @@
 
 #![warn(missing_docs)]
 
+mod buffers;
 mod core;
 pub mod flow;
 mod module;
 pub mod oob;
+mod peer;
 pub mod rdma_cm;
 mod secret;
 mod srq;
 pub mod wire;
 mod xrc;
 
-use crate::core::{cq_entries, registered_frags, Control, Core, PortDesc, Settings};
+use crate::buffers::{registered_frags, Control};
+use crate::core::{cq_entries, Core, PortDesc, Settings};
 use crate::srq::SharedReceives;
 pub use module::OpenibModule;
 use rbtl_btl::{
