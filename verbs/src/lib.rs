@@ -15,11 +15,14 @@
 mod cq;
 mod device;
 mod error;
+mod extended;
 mod pd;
 mod qp;
 mod rdmacm;
 mod registrar;
 mod srq;
+#[cfg(test)]
+mod test_device;
 mod xrc;
 
 pub use cq::{CompChannel, Completion, Cq};
