@@ -101,8 +101,9 @@ impl Context {
         let mut ctx = std::ptr::null_mut();
         if !list.is_null() {
             for i in 0..n.max(0) as usize {
-                // SAFETY: `i` < n; names are NUL-terminated.
+                // SAFETY: `i` < n entries of the live list.
                 let dev = unsafe { *list.add(i) };
+                // SAFETY: a device of the live list; its name is NUL-terminated.
                 let dev_name = unsafe { CStr::from_ptr(sys::ibv_get_device_name(dev)) }
                     .to_string_lossy()
                     .into_owned();

@@ -11,15 +11,20 @@
 //! resolution, listen/connect/accept with private data, events).
 
 #![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod cq;
 mod device;
 mod error;
+mod extended;
 mod pd;
 mod qp;
 mod rdmacm;
 mod registrar;
 mod srq;
+#[cfg(test)]
+mod test_device;
 mod xrc;
 
 pub use cq::{CompChannel, Completion, Cq};

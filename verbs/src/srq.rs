@@ -3,12 +3,12 @@
 //! Also `ibv_create_srq_ex`, written here after verbs.h's inline function rather than
 //! taken from rdma-sys 0.3, whose hand-written version sends every request to the
 //! legacy `ibv_create_srq` (so an XRC SRQ would silently come out a basic one) and
-//! whose `verbs_context` lookup does not recognise rdma-core's marker (see the `xrc`
-//! module).
+//! whose `verbs_context` lookup does not recognise rdma-core's marker (see the
+//! `extended` module).
 
 use crate::error::{call_error, Result};
+use crate::extended::verbs_op;
 use crate::pd::{Mr, Pd, PdInner};
-use crate::xrc::verbs_op;
 use rdma_sys as sys;
 use std::mem::{offset_of, size_of};
 use std::ptr::NonNull;
@@ -184,6 +184,7 @@ impl Drop for SrqInner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_device::device;
     use sys::ibv_srq_init_attr_mask as m;
     use sys::ibv_srq_type::{IBV_SRQT_BASIC, IBV_SRQT_XRC};
 
@@ -207,5 +208,50 @@ mod tests {
         );
         assert!(!legacy_serves(ty, IBV_SRQT_BASIC), "no PD");
         assert!(!legacy_serves(0, IBV_SRQT_BASIC));
+    }
+
+    /// An XRC request reaches the provider's `create_srq_ex`, which refuses one without
+    /// a domain, where rdma-sys 0.3's `ibv_create_srq_ex` hands it to the legacy verb
+    /// and comes back with a basic SRQ. Bits libibverbs does not define are refused
+    /// before any call.
+    #[test]
+    fn create_srq_ex_sends_xrc_requests_to_the_provider() {
+        use sys::ibv_srq_init_attr_mask as m;
+        let Some(ctx) = device() else { return };
+        let c = ctx.inner.ptr.as_ptr();
+        let pd = ctx.alloc_pd().unwrap();
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut attr: sys::ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
+        attr.attr.max_wr = 4;
+        attr.attr.max_sge = 1;
+        attr.comp_mask = m::IBV_SRQ_INIT_ATTR_PD.0 | m::IBV_SRQ_INIT_ATTR_TYPE.0;
+        attr.srq_type = sys::ibv_srq_type::IBV_SRQT_XRC;
+        attr.pd = pd.inner.ptr.as_ptr();
+        let mut theirs = attr;
+        // SAFETY: a live context and an attr of a live PD of it.
+        let e = unsafe { crate::srq::create_srq_ex(c, &mut attr) }
+            .expect_err("an XRC SRQ without a domain");
+        let crate::Error::Call { call, source } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(*call, "ibv_create_srq_ex");
+        let errno = source.raw_os_error();
+        assert!(
+            matches!(errno, Some(libc::EINVAL | libc::EOPNOTSUPP)),
+            "{e}"
+        );
+        eprintln!("{}: XRC SRQ without a domain: {e}", ctx.name());
+        // SAFETY: as above; an SRQ it makes is destroyed once.
+        if let Some(srq) = unsafe { sys::ibv_create_srq_ex(c, &mut theirs) } {
+            if !srq.is_null() {
+                eprintln!("rdma-sys 0.3's ibv_create_srq_ex made a basic SRQ of it");
+                // SAFETY: just made, destroyed once.
+                unsafe { sys::ibv_destroy_srq(srq) };
+            }
+        }
+        attr.comp_mask |= m::IBV_SRQ_INIT_ATTR_RESERVED.0;
+        // SAFETY: as above.
+        let e = unsafe { crate::srq::create_srq_ex(c, &mut attr) }.expect_err("refused");
+        assert!(e.to_string().starts_with("ibv_create_srq_ex failed"), "{e}");
     }
 }

@@ -11,42 +11,30 @@
 //! development hosts or in CI: the XRC SRQ, the two queue pairs and their transitions
 //! follow libibverbs' `xsrq_pingpong` example and are untested.
 //!
-//! The extended verbs (`ibv_open_xrcd`, `ibv_close_xrcd`, `ibv_create_srq_ex`,
-//! `ibv_get_srq_num`, `ibv_create_qp_ex`) are static inline functions in verbs.h that
-//! reach the provider through the `verbs_context` laid out in front of the
-//! `ibv_context`. They are written here after verbs.h rather than taken from rdma-sys
-//! 0.3, whose `verbs_get_ctx` recognises an extended context only by libibverbs 1.1's
-//! marker (`abi_compat == UINT_MAX`), not by rdma-core's (`UINTPTR_MAX`), and whose
+//! The extended verbs (`ibv_open_xrcd`, `ibv_close_xrcd`, `ibv_get_srq_num`,
+//! `ibv_create_qp_ex`; `ibv_create_srq_ex` is in the `srq` module) are static inline
+//! functions in verbs.h. They are written here after verbs.h, reaching the provider
+//! through the `extended` module, rather than taken from rdma-sys 0.3, whose
+//! `verbs_get_ctx` does not recognise rdma-core's extended contexts and whose
 //! `ibv_create_srq_ex` sends XRC requests to the legacy `ibv_create_srq`.
 
 use crate::cq::{Cq, CqInner};
 use crate::device::{Context, ContextInner};
 use crate::error::{call_error, Result};
+use crate::extended::verbs_op;
 use crate::pd::{Mr, MrAccess, Pd, PdInner};
 use crate::qp::{Op, QpCaps, QpEndpoint};
 use rdma_sys as sys;
 use std::mem::{offset_of, size_of};
-use std::ptr::{addr_of, NonNull};
+use std::ptr::NonNull;
 use std::sync::Arc;
 
-/// `abi_compat` of a context that is the tail of a `verbs_context`: verbs.h's
-/// `__VERBS_ABI_IS_EXTENDED`, `(void *)UINTPTR_MAX` in rdma-core.
-const ABI_IS_EXTENDED: usize = usize::MAX;
-/// The same marker as libibverbs 1.1 wrote it (`(void *)UINT_MAX`), also accepted: no
-/// pointer a non-extended context could hold there has either value.
-const ABI_IS_EXTENDED_1_1: usize = u32::MAX as usize;
-
-// What the pointer arithmetic and casts below rely on.
+// What the casts below rely on: verbs.h hands an ibv_qp_init_attr_ex to the legacy
+// ibv_create_qp as an ibv_qp_init_attr, so the latter's fields must sit where the
+// former has them.
 const _: () = {
     use sys::ibv_qp_init_attr as Legacy;
     use sys::ibv_qp_init_attr_ex as Ex;
-    use sys::verbs_context as V;
-    // The ibv_context is the verbs_context's last field, right after `sz` (verbs.h:
-    // "Must be last field in the struct", "Must be immediately before").
-    assert!(offset_of!(V, context) + size_of::<sys::ibv_context>() == size_of::<V>());
-    assert!(offset_of!(V, sz) + size_of::<usize>() == offset_of!(V, context));
-    // verbs.h hands an ibv_qp_init_attr_ex to the legacy ibv_create_qp as an
-    // ibv_qp_init_attr: the latter's fields must sit where the former has them.
     assert!(offset_of!(Legacy, qp_context) == offset_of!(Ex, qp_context));
     assert!(offset_of!(Legacy, send_cq) == offset_of!(Ex, send_cq));
     assert!(offset_of!(Legacy, recv_cq) == offset_of!(Ex, recv_cq));
@@ -62,53 +50,6 @@ const _: () = {
     assert!(size_of::<sys::ibv_send_wr>() == 128);
     assert!(offset_of!(sys::ibv_send_wr, qp_type) == 72);
 };
-
-/// verbs.h's `verbs_get_ctx`: the `verbs_context` whose tail `ctx` is, when `ctx` is an
-/// extended context (every context of rdma-core's libibverbs is).
-///
-/// # Safety
-///
-/// `ctx` is a live context.
-pub(crate) unsafe fn verbs_get_ctx(
-    ctx: *mut sys::ibv_context,
-) -> Option<NonNull<sys::verbs_context>> {
-    // SAFETY: a live context (the caller's promise); reading one pointer-sized field.
-    let marker = unsafe { addr_of!((*ctx).abi_compat).read() } as usize;
-    if marker != ABI_IS_EXTENDED && marker != ABI_IS_EXTENDED_1_1 {
-        return None;
-    }
-    // The start of a verbs_context of this crate's layout. An older provider's is
-    // shorter at the front, so this may point before its allocation: wrapping
-    // arithmetic, and only fields that `sz` says exist are ever read (verbs_op!).
-    let vctx = ctx
-        .cast::<u8>()
-        .wrapping_sub(offset_of!(sys::verbs_context, context));
-    NonNull::new(vctx.cast())
-}
-
-/// verbs.h's `verbs_get_ctx_op`: the provider's `$op` (a `verbs_context` field) for the
-/// context `$ctx`, or `None` when the context is not extended, the provider's
-/// `verbs_context` is too old to have the slot (its `sz` does not reach back to it), or
-/// the slot is empty. Expands to unsafe code: use it inside `unsafe`, with `$ctx` (a
-/// `*mut ibv_context`) live.
-macro_rules! verbs_op {
-    ($ctx:expr, $op:ident) => {{
-        use ::rdma_sys::verbs_context as V;
-        match $crate::xrc::verbs_get_ctx($ctx) {
-            None => None,
-            Some(v) => {
-                let v = v.as_ptr();
-                let reach = ::std::mem::size_of::<V>() - ::std::mem::offset_of!(V, $op);
-                if ::std::ptr::addr_of!((*v).sz).read() < reach {
-                    None
-                } else {
-                    ::std::ptr::addr_of!((*v).$op).read()
-                }
-            }
-        }
-    }};
-}
-pub(crate) use verbs_op;
 
 /// verbs.h's `ibv_create_qp_ex`: a request with exactly PD in `comp_mask` goes to the
 /// legacy `ibv_create_qp` (an initiator does), any other to the provider's
@@ -591,125 +532,5 @@ impl Drop for XrcTarget {
         // SAFETY: created by create_qp_ex, destroyed once, before its domain (which it
         // keeps alive).
         unsafe { sys::ibv_destroy_qp(self.ptr.as_ptr()) };
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    //! The `verbs_context` lookup against a real device (in the soft-RoCE guest; SKIP
-    //! elsewhere unless VERBS_REQUIRE_DEVICE is set).
-
-    use super::*;
-    use crate::device::device_names;
-
-    fn device() -> Option<Context> {
-        match device_names().unwrap().first() {
-            Some(name) => Some(Context::open(name).unwrap()),
-            None => {
-                assert!(
-                    std::env::var_os("VERBS_REQUIRE_DEVICE").is_none(),
-                    "no RDMA device, and VERBS_REQUIRE_DEVICE is set"
-                );
-                eprintln!("SKIP: no RDMA device here (run in the soft-RoCE guest)");
-                None
-            }
-        }
-    }
-
-    /// The context is extended with rdma-core's marker, and a verb reached through the
-    /// `verbs_context` found from it answers like the plain verb.
-    #[test]
-    fn verbs_context_of_a_real_device() {
-        let Some(ctx) = device() else { return };
-        let c = ctx.inner.ptr.as_ptr();
-        // SAFETY: a live context.
-        let marker = unsafe { addr_of!((*c).abi_compat).read() } as usize;
-        assert_eq!(marker, ABI_IS_EXTENDED, "abi_compat {marker:#x}");
-        // SAFETY: as above.
-        let v = unsafe { verbs_get_ctx(c) }.expect("an extended context");
-        // SAFETY: an extended context: `sz` lies just before it.
-        let sz = unsafe { addr_of!((*v.as_ptr()).sz).read() };
-        assert_eq!(
-            sz,
-            size_of::<sys::verbs_context>(),
-            "built against these headers"
-        );
-        // SAFETY: a live context.
-        let query = unsafe { verbs_op!(c, query_device_ex) }.expect("query_device_ex");
-        // SAFETY: plain C struct, zero is a valid value.
-        let mut attr: sys::ibv_device_attr_ex = unsafe { std::mem::zeroed() };
-        // SAFETY: the provider's op on its context, with a writable attr of this size.
-        let rc = unsafe {
-            query(
-                c,
-                std::ptr::null(),
-                &mut attr,
-                size_of::<sys::ibv_device_attr_ex>(),
-            )
-        };
-        assert_eq!(rc, 0);
-        let plain = ctx.query_device().unwrap();
-        assert_eq!(
-            (attr.orig_attr.max_qp_wr, attr.orig_attr.phys_port_cnt),
-            (plain.max_qp_wr, plain.ports)
-        );
-        // SAFETY: a live context.
-        let present = unsafe {
-            [
-                verbs_op!(c, create_qp_ex).is_some(),
-                verbs_op!(c, create_srq_ex).is_some(),
-                verbs_op!(c, open_xrcd).is_some(),
-                verbs_op!(c, get_srq_num).is_some(),
-            ]
-        };
-        assert_eq!(
-            present, [true; 4],
-            "libibverbs fills every slot (a dummy where the provider has none)"
-        );
-    }
-
-    /// An XRC request reaches the provider's `create_srq_ex`, which refuses one without
-    /// a domain, where rdma-sys 0.3's `ibv_create_srq_ex` hands it to the legacy verb
-    /// and comes back with a basic SRQ. Bits libibverbs does not define are refused
-    /// before any call.
-    #[test]
-    fn create_srq_ex_sends_xrc_requests_to_the_provider() {
-        use sys::ibv_srq_init_attr_mask as m;
-        let Some(ctx) = device() else { return };
-        let c = ctx.inner.ptr.as_ptr();
-        let pd = ctx.alloc_pd().unwrap();
-        // SAFETY: plain C struct, zero is a valid value.
-        let mut attr: sys::ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
-        attr.attr.max_wr = 4;
-        attr.attr.max_sge = 1;
-        attr.comp_mask = m::IBV_SRQ_INIT_ATTR_PD.0 | m::IBV_SRQ_INIT_ATTR_TYPE.0;
-        attr.srq_type = sys::ibv_srq_type::IBV_SRQT_XRC;
-        attr.pd = pd.inner.ptr.as_ptr();
-        let mut theirs = attr;
-        // SAFETY: a live context and an attr of a live PD of it.
-        let e = unsafe { crate::srq::create_srq_ex(c, &mut attr) }
-            .expect_err("an XRC SRQ without a domain");
-        let crate::Error::Call { call, source } = &e else {
-            panic!("{e}")
-        };
-        assert_eq!(*call, "ibv_create_srq_ex");
-        let errno = source.raw_os_error();
-        assert!(
-            matches!(errno, Some(libc::EINVAL | libc::EOPNOTSUPP)),
-            "{e}"
-        );
-        eprintln!("{}: XRC SRQ without a domain: {e}", ctx.name());
-        // SAFETY: as above; an SRQ it makes is destroyed once.
-        if let Some(srq) = unsafe { sys::ibv_create_srq_ex(c, &mut theirs) } {
-            if !srq.is_null() {
-                eprintln!("rdma-sys 0.3's ibv_create_srq_ex made a basic SRQ of it");
-                // SAFETY: just made, destroyed once.
-                unsafe { sys::ibv_destroy_srq(srq) };
-            }
-        }
-        attr.comp_mask |= m::IBV_SRQ_INIT_ATTR_RESERVED.0;
-        // SAFETY: as above.
-        let e = unsafe { crate::srq::create_srq_ex(c, &mut attr) }.expect_err("refused");
-        assert!(e.to_string().starts_with("ibv_create_srq_ex failed"), "{e}");
     }
 }

@@ -26,23 +26,29 @@
 //! `btl_openib_cpc_exclude`, `btl_openib_cpc_<name>_priority`.
 
 #![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
+mod buffers;
 mod core;
 pub mod flow;
 mod module;
 pub mod oob;
+mod peer;
 pub mod rdma_cm;
 mod secret;
 mod srq;
 pub mod wire;
 mod xrc;
 
-use crate::core::{cq_entries, registered_frags, Control, Core, PortDesc, Settings};
+use crate::buffers::{registered_frags, Control};
+use crate::core::{cq_entries, Core, PortDesc, Settings};
 use crate::srq::SharedReceives;
 pub use module::OpenibModule;
+use rbtl_btl::transport_kit::AmTable;
 use rbtl_btl::{
-    exclusivity, AmTable, AtomicFlags, Attributes, BtlFlags, Component, Error, Modex, Module,
-    ModuleId, Result,
+    exclusivity, AtomicFlags, Attributes, BtlFlags, Component, Error, Modex, Module, ModuleId,
+    Result,
 };
 use rbtl_config::{Config, Registry, Value};
 use rbtl_cpc::select;
@@ -278,7 +284,7 @@ fn new_core(
     let depth = (per_peer * modex.size().max(2) as usize + shared)
         .min(usize::try_from(max_cqe).unwrap_or(0).max(1));
     let cq = ctx.create_cq(depth as i32).map_err(e("ibv_create_cq"))?;
-    let mut options = rbtl_btl::rcache_params::options(config)?;
+    let mut options = rbtl_btl::transport_kit::rcache_params::options(config)?;
     options.leave_pinned = config.bool("btl_openib_leave_pinned")?;
     let rcache = rbtl_rcache::Rcache::new(VerbsRegistrar::new(pd.clone()), options);
     rbtl_rcache::auto::watch(&rcache);

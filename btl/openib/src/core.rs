@@ -4,15 +4,16 @@
 //! domain and completion queue, ask it to post receives, and hand it connected queue
 //! pairs.
 
-use crate::flow::Credits;
+use crate::buffers::Control;
+use crate::peer::{Link, Peer, Waiting};
 use crate::srq::SharedReceives;
-use crate::wire::FRAG_EXTRA;
+use rbtl_btl::transport_kit::AmTable;
 use rbtl_btl::{
-    AmTable, Attributes, Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent, ModuleId,
-    RdmaCallback, RdmaCompletion, Result, SendCallback, Tag,
+    Attributes, Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent, ModuleId, RdmaCallback,
+    RdmaCompletion, Result, SendCallback,
 };
 use rbtl_cpc::ConnectionHost;
-use rbtl_mpool::{AnonymousSource, Frag, FreeList, FreeListConfig};
+use rbtl_mpool::{Frag, FreeList};
 use rbtl_verbs::{Cq, Mr, MrAccess, Pd, Qp, QpCaps, VerbsRegistrar};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -56,72 +57,6 @@ pub fn cq_entries(caps: QpCaps, settings: &Settings) -> (usize, usize) {
         0 => ((caps.max_send_wr + caps.max_recv_wr) as usize, 0),
         n => (caps.max_send_wr as usize, n as usize),
     }
-}
-
-/// Where a peer's connection stands.
-#[derive(Debug)]
-pub enum Link {
-    /// Nothing asked yet.
-    Idle,
-    /// The CPC is at work.
-    Connecting,
-    /// Connected.
-    Up,
-    /// Failed; everything for it fails with this.
-    Failed(String),
-}
-
-/// Something waiting for the connection, credits or send-queue room, in order.
-pub enum Waiting {
-    /// A descriptor to send.
-    Send(Descriptor, Tag),
-    /// A put, get or atomic to post.
-    Rdma(Box<RdmaRequest>),
-}
-
-/// A one-sided operation ready to post.
-pub struct RdmaRequest {
-    /// What to post.
-    pub op: rbtl_verbs::Op,
-    /// Local address, length and key.
-    pub local: usize,
-    /// Bytes.
-    pub size: usize,
-    /// Local key.
-    pub lkey: u32,
-    /// Runs on completion.
-    pub callback: RdmaCallback,
-}
-
-/// One peer.
-pub struct Peer {
-    /// Its rank.
-    pub rank: u32,
-    /// Index of the CPC that connects it.
-    pub cpc: usize,
-    /// Its connection.
-    pub link: Link,
-    /// The queue pair once connected.
-    pub qp: Option<Qp>,
-    /// Receive buffers posted for it, by slot.
-    pub recv: Vec<Option<Frag>>,
-    /// Flow control towards it.
-    pub credits: Credits,
-    /// Free send-queue entries.
-    pub sq_free: u32,
-    /// What waits, in order.
-    pub waiting: VecDeque<Waiting>,
-    /// Puts, gets and atomics posted and not completed.
-    pub rdma_in_flight: u32,
-    /// A credit-only message is due.
-    pub credit_due: bool,
-    /// A credit-only message is in flight (its trailer slot is in use).
-    pub credit_in_flight: bool,
-    /// Unsignalled requests posted since the last signalled one.
-    pub unsignaled: u32,
-    /// Receive slots consumed before the queue pair reached this side (the CPC still
-    /// holds it), with whether they were reserved ones: reposted once connected.
-    pub unposted: Vec<(usize, bool)>,
 }
 
 /// Work posted on a send queue, by work-request id.
@@ -217,77 +152,6 @@ pub struct Core {
     /// Registered memory the module sends from on its own account.
     pub control: Control,
 }
-
-/// A registered area of the module's own: word 0 takes the previous value of
-/// non-fetching atomics (any number may share it), and each peer has an 8-byte slot
-/// for the trailer of its credit-only message (one in flight per peer), so returning
-/// credits never waits for a send fragment.
-pub struct Control {
-    mr: Mr,
-    _region: rbtl_mpool::Region,
-    peers: usize,
-}
-
-impl Control {
-    /// An area for `peers` peers on `pd`.
-    pub fn new(pd: &Pd, peers: usize) -> Result<Control> {
-        let mut region = rbtl_mpool::Region::anonymous(8 * (peers + 1))?;
-        // SAFETY: the region lives as long as the registration (both in this value,
-        // the registration dropped first).
-        let mr = unsafe {
-            pd.reg_mr(
-                region.as_mut_slice().as_mut_ptr(),
-                region.len(),
-                MrAccess::LOCAL_WRITE,
-            )
-        }
-        .map_err(|e| Error::NotAvailable(format!("openib: registering the control area: {e}")))?;
-        Ok(Control {
-            mr,
-            _region: region,
-            peers,
-        })
-    }
-
-    /// Address and key of the atomics' scratch word.
-    pub fn scratch(&self) -> (usize, u32) {
-        (self.mr.addr() as usize, self.mr.lkey())
-    }
-
-    /// Address and key of peer `ep`'s trailer slot, if it has one.
-    pub fn credit_slot(&self, ep: usize) -> Option<(*mut u8, u32)> {
-        (ep < self.peers).then(|| {
-            (
-                (self.mr.addr() as usize + 8 * (ep + 1)) as *mut u8,
-                self.mr.lkey(),
-            )
-        })
-    }
-}
-
-/// A free list of at most `max` (0: no limit) fragments of `size` bytes, each chunk
-/// registered on `pd`.
-pub fn registered_frags(pd: &Pd, size: usize, max: usize) -> Result<FreeList<Mr>> {
-    let pd = pd.clone();
-    let mut cfg = FreeListConfig::new(size + FRAG_EXTRA);
-    cfg.frags_per_chunk = 32;
-    cfg.max_frags = max;
-    let register = move |ptr: *mut u8, len: usize| {
-        // SAFETY: the chunk is mapped for as long as the list lives, which drops its
-        // registrations before its chunks.
-        unsafe { pd.reg_mr(ptr, len, MrAccess::LOCAL_WRITE) }.map_err(|e| {
-            rbtl_mpool::Error::Registration {
-                reason: e.to_string(),
-            }
-        })
-    };
-    Ok(FreeList::with_registration(
-        cfg,
-        Box::new(AnonymousSource::new()),
-        Box::new(register),
-    )?)
-}
-
 impl Core {
     /// The peer behind `ep`.
     pub fn peer(&self, ep: Endpoint) -> Result<&Peer> {

@@ -1,0 +1,150 @@
+//! The module's peers: adding them from what each process published, removing them,
+//! and connecting them on first use through the connection method both sides chose.
+
+use super::OpenibModule;
+use crate::flow::Credits;
+use crate::peer::{Link, Peer};
+use rbtl_btl::{Endpoint, Error, Modex, Proc, Result};
+use rbtl_cpc::select::{self, Offer};
+
+impl OpenibModule {
+    pub(super) fn endpoint(&mut self, ep: Endpoint) -> Result<&mut Peer> {
+        // (`let else`, not `ok_or`: that builds and drops an error on every send.)
+        let Some(peer) = self.core.peers.get_mut(ep.0 as usize) else {
+            return Err(Error::UnknownEndpoint(ep.0));
+        };
+        Ok(peer)
+    }
+
+    /// Make sure `ep` is connected or on its way; a failed peer is an error.
+    pub(super) fn connect(&mut self, ep: Endpoint) -> Result<()> {
+        let peer = self.endpoint(ep)?;
+        match &peer.link {
+            Link::Up | Link::Connecting => Ok(()),
+            Link::Failed(why) => Err(Error::PeerFailed {
+                rank: peer.rank,
+                why: why.clone(),
+            }),
+            Link::Idle => {
+                peer.link = Link::Connecting;
+                let (rank, cpc) = (peer.rank, peer.cpc);
+                self.core.connecting += 1;
+                if let Err(e) = self.cpcs[cpc].0.start_connect(rank, &mut self.core) {
+                    self.core.fail(ep.0 as usize, e.to_string());
+                    return Err(Error::PeerFailed {
+                        rank,
+                        why: e.to_string(),
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// (`Module::add_procs`) An endpoint for each of `procs`: a peer, new or known,
+    /// where the process published an address on this port's subnet; `None` for this
+    /// process and those elsewhere. Peers connect on first use.
+    pub(super) fn add_peers(
+        &mut self,
+        procs: &[Proc],
+        modex: &mut dyn Modex,
+    ) -> Result<Vec<Option<Endpoint>>> {
+        let local: Vec<Offer> = self.cpcs.iter().map(|c| c.1.clone()).collect();
+        let mut out = Vec::with_capacity(procs.len());
+        for p in procs {
+            if p.rank == self.core.rank {
+                out.push(None);
+                continue;
+            }
+            if let Some(&ep) = self.core.by_rank.get(&p.rank) {
+                out.push(Some(Endpoint(ep as u32)));
+                continue;
+            }
+            let Some(blob) = modex.lookup(p.rank, &self.modex_key)? else {
+                out.push(None);
+                continue;
+            };
+            let Some((subnet, [shared, offers @ ..])) = blob.split_at_checked(8) else {
+                return Err(Error::Modex(format!(
+                    "rank {}'s openib address is {} bytes",
+                    p.rank,
+                    blob.len()
+                )));
+            };
+            if subnet != self.subnet {
+                out.push(None);
+                continue;
+            }
+            // Credits flow only between ranks that both count them.
+            let ours = self.core.shared.is_some();
+            if (*shared != 0) != ours {
+                let how = |shared: bool| match shared {
+                    true => "through a shared receive queue",
+                    false => "with per-peer buffers",
+                };
+                return Err(Error::NotAvailable(format!(
+                    "openib: rank {} receives {}, this rank (rank {}) {}: every rank must set \
+                     btl_openib_srq_depth alike (0, or more than 0)",
+                    p.rank,
+                    how(*shared != 0),
+                    self.core.rank,
+                    how(ours)
+                )));
+            }
+            let remote = select::decode(offers).map_err(|e| Error::Modex(e.to_string()))?;
+            let (li, ri) = select::find_match(&local, &remote, p.rank)
+                .map_err(|e| Error::NotAvailable(format!("openib: {e}")))?;
+            self.cpcs[li]
+                .0
+                .endpoint_init(p.rank, &remote[ri].blob)
+                .map_err(|e| Error::NotAvailable(format!("openib: {e}")))?;
+            let s = self.core.settings;
+            let ep = self.core.peers.len();
+            let (per_peer, shared) = crate::core::cq_entries(self.core.caps, &s);
+            if shared + (ep + 1) * per_peer > self.core.cq_depth {
+                return Err(Error::NotAvailable(format!(
+                    "openib: the completion queue's {} entries hold {} peers of {per_peer}; \
+                     lower btl_openib_recv_depth, btl_openib_rdma_depth or \
+                     btl_openib_srq_depth",
+                    self.core.cq_depth,
+                    (self.core.cq_depth - shared.min(self.core.cq_depth)) / per_peer
+                )));
+            }
+            self.core.peers.push(Peer {
+                rank: p.rank,
+                cpc: li,
+                link: Link::Idle,
+                qp: None,
+                recv: Vec::new(),
+                credits: match s.srq_depth {
+                    0 => Credits::new(s.recv_depth, s.rsv_depth),
+                    _ => Credits::unlimited(),
+                },
+                sq_free: 0,
+                waiting: Default::default(),
+                rdma_in_flight: 0,
+                credit_due: false,
+                credit_in_flight: false,
+                unsignaled: 0,
+                unposted: Vec::new(),
+            });
+            self.core.by_rank.insert(p.rank, ep);
+            out.push(Some(Endpoint(ep as u32)));
+        }
+        Ok(out)
+    }
+
+    /// (`Module::del_procs`) Fail the peers behind `endpoints` (what waits for them
+    /// fails with them) and let their connection methods forget them.
+    pub(super) fn remove_peers(&mut self, endpoints: &[Endpoint]) -> Result<()> {
+        for &ep in endpoints {
+            let peer = self.endpoint(ep)?;
+            let (rank, cpc) = (peer.rank, peer.cpc);
+            if !matches!(peer.link, Link::Failed(_)) {
+                self.core.fail(ep.0 as usize, "removed by del_procs".into());
+            }
+            self.cpcs[cpc].0.endpoint_finalize(rank);
+        }
+        Ok(())
+    }
+}

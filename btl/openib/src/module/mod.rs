@@ -1,0 +1,377 @@
+//! The openib module: one per active device port (Open MPI: `mca_btl_openib_module_t`).
+//! Sends go over a reliable-connected queue pair per peer, made on first use by the
+//! connection method both sides chose; what is sent meanwhile waits, in order. Puts and
+//! gets are RDMA writes and reads, atomics the device's fetch-add and compare-swap.
+//!
+//! This file holds the module's state and its `Module` implementation, which hands
+//! each call to the file of its concern: `endpoints` (peers: adding, removing,
+//! connecting on first use), `send` (sends, credit messages, and what waits for a
+//! peer), `receive` (delivering received messages, reposting their buffers), `rdma`
+//! (puts, gets, atomics, flush) and `progress` (one progress call: the connection
+//! methods, the completion queue, reporting completions).
+
+mod endpoints;
+mod progress;
+mod rdma;
+mod receive;
+mod send;
+
+use crate::core::Core;
+use crate::peer::Waiting;
+use crate::wire::RemoteKey;
+use rbtl_btl::transport_kit::ExpectedSlot;
+use rbtl_btl::{
+    AmCallback, AtomicOp, Attributes, DesFlags, Descriptor, Endpoint, ErrorCallback, Expected,
+    MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback, RemoteHandle, Result, SendError,
+    SendOutcome, SendiOutcome, Tag,
+};
+use rbtl_cpc::select::{self, Offer};
+use rbtl_cpc::CpcModule;
+use rbtl_rcache::Access;
+use rbtl_verbs::{Completion, Op};
+use rdma::{device_op, Transfer};
+use std::collections::VecDeque;
+
+/// One port's module.
+pub struct OpenibModule {
+    pub(crate) core: Core,
+    pub(crate) cpcs: Vec<(Box<dyn CpcModule<Core>>, Offer)>,
+    pub(crate) modex_key: String,
+    pub(crate) subnet: [u8; 8],
+    calls: u32,
+    /// Receive callbacks running (a callback may progress the module again).
+    delivering: u32,
+    /// Receives polled and not yet delivered, in order. Only a progress call outside
+    /// every receive callback delivers them, so that no callback runs inside itself
+    /// and no message overtakes another.
+    received: VecDeque<Completion>,
+    /// The receive posted with `Module::expect`, and whether a message filled it in
+    /// the progress call under way.
+    expected: ExpectedSlot,
+    filled: bool,
+}
+
+impl OpenibModule {
+    pub(crate) fn new(
+        core: Core,
+        cpcs: Vec<(Box<dyn CpcModule<Core>>, Offer)>,
+        modex_key: String,
+        subnet: [u8; 8],
+    ) -> OpenibModule {
+        OpenibModule {
+            core,
+            cpcs,
+            modex_key,
+            subnet,
+            calls: 0,
+            delivering: 0,
+            received: VecDeque::new(),
+            expected: ExpectedSlot::default(),
+            filled: false,
+        }
+    }
+
+    /// What this module publishes: the subnet prefix, how it receives (1: through a
+    /// shared receive queue, 0: per peer), then the CPC offers.
+    pub(crate) fn modex_blob(&self) -> Vec<u8> {
+        let offers: Vec<Offer> = self.cpcs.iter().map(|c| c.1.clone()).collect();
+        let mut b = self.subnet.to_vec();
+        b.push(u8::from(self.core.shared.is_some()));
+        b.extend(select::encode(&offers));
+        b
+    }
+}
+
+impl Module for OpenibModule {
+    fn name(&self) -> &str {
+        crate::NAME
+    }
+
+    fn id(&self) -> ModuleId {
+        self.core.id
+    }
+
+    fn attributes(&self) -> &Attributes {
+        &self.core.attrs
+    }
+
+    fn add_procs(
+        &mut self,
+        procs: &[Proc],
+        modex: &mut dyn Modex,
+    ) -> Result<Vec<Option<Endpoint>>> {
+        self.add_peers(procs, modex)
+    }
+
+    fn del_procs(&mut self, endpoints: &[Endpoint]) -> Result<()> {
+        self.remove_peers(endpoints)
+    }
+
+    fn register_am(&mut self, tag: Tag, callback: AmCallback) -> Result<()> {
+        self.core.am.register(tag, callback)
+    }
+
+    fn register_error(&mut self, callback: ErrorCallback) {
+        self.core.on_error = Some(callback);
+    }
+
+    unsafe fn register_mem(
+        &mut self,
+        _endpoint: Option<Endpoint>,
+        base: usize,
+        len: usize,
+        access: Access,
+    ) -> Result<MemHandle> {
+        rbtl_btl::transport_kit::registrations::check_span(base, len)?;
+        let reg = self.core.rcache.register(base, len, access)?;
+        let key = RemoteKey {
+            base: base as u64,
+            len: len as u64,
+            rkey: reg.handle().rkey(),
+            access,
+        };
+        let remote = RemoteHandle::from_bytes(&key.to_bytes())?;
+        Ok(MemHandle::new(
+            self.core.id,
+            base,
+            len,
+            access,
+            remote,
+            Box::new(reg),
+        ))
+    }
+
+    fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()> {
+        handle.release(self.core.id)
+    }
+
+    fn alloc(
+        &mut self,
+        endpoint: Endpoint,
+        order: Order,
+        size: usize,
+        flags: DesFlags,
+    ) -> Result<Descriptor> {
+        self.alloc_descriptor(endpoint, order, size, flags)
+    }
+
+    fn prepare_src(
+        &mut self,
+        endpoint: Endpoint,
+        order: Order,
+        reserve: usize,
+        data: &[&[u8]],
+        flags: DesFlags,
+    ) -> Result<Descriptor> {
+        let len = rbtl_btl::transport_kit::send_frags::packed_len(
+            self.core.attrs.max_send_size,
+            reserve,
+            data,
+        )?;
+        let mut des = self.alloc(endpoint, order, len, flags)?;
+        rbtl_btl::transport_kit::send_frags::pack(&mut des, reserve, data);
+        Ok(des)
+    }
+
+    fn free(&mut self, descriptor: Descriptor) -> Result<()> {
+        descriptor.check_owner(self.core.id)?;
+        self.core.send_frags.put(descriptor.into_frag());
+        Ok(())
+    }
+
+    fn send(
+        &mut self,
+        endpoint: Endpoint,
+        descriptor: Descriptor,
+        tag: Tag,
+    ) -> Result<SendOutcome, SendError> {
+        self.send_descriptor(endpoint, descriptor, tag)
+    }
+
+    fn sendi(
+        &mut self,
+        endpoint: Endpoint,
+        header: &[u8],
+        payload: &[u8],
+        order: Order,
+        flags: DesFlags,
+        tag: Tag,
+    ) -> Result<SendiOutcome> {
+        self.send_inline(endpoint, header, payload, order, flags, tag)
+    }
+
+    fn put(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        size: usize,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        let handles = (local_handle, remote_handle);
+        self.transfer(
+            endpoint,
+            local,
+            remote,
+            handles,
+            size,
+            Transfer::Put,
+            callback,
+        )
+    }
+
+    fn get(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        size: usize,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        let handles = (local_handle, remote_handle);
+        self.transfer(
+            endpoint,
+            local,
+            remote,
+            handles,
+            size,
+            Transfer::Get,
+            callback,
+        )
+    }
+
+    fn atomic_op(
+        &mut self,
+        endpoint: Endpoint,
+        remote: u64,
+        remote_handle: &RemoteHandle,
+        op: AtomicOp,
+        operand: u64,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        self.core.peer(endpoint)?;
+        let op = device_op(op, remote, operand)?;
+        self.atomic(endpoint, None, remote, remote_handle, op, callback)
+    }
+
+    fn atomic_fop(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        op: AtomicOp,
+        operand: u64,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        self.core.peer(endpoint)?;
+        let op = device_op(op, remote, operand)?;
+        self.atomic(
+            endpoint,
+            Some((local, local_handle)),
+            remote,
+            remote_handle,
+            op,
+            callback,
+        )
+    }
+
+    fn atomic_cswap(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        remote: u64,
+        local_handle: &MemHandle,
+        remote_handle: &RemoteHandle,
+        compare: u64,
+        value: u64,
+        _flags: u32,
+        _order: Order,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        self.core.peer(endpoint)?;
+        let op = move |rkey| Op::CompareSwap {
+            remote,
+            rkey,
+            compare,
+            swap: value,
+        };
+        self.atomic(
+            endpoint,
+            Some((local, local_handle)),
+            remote,
+            remote_handle,
+            op,
+            callback,
+        )
+    }
+
+    fn flush(&mut self, endpoint: Option<Endpoint>) -> Result<()> {
+        self.flush_rdma(endpoint)
+    }
+
+    unsafe fn expect(&mut self, e: Expected) -> bool {
+        if self.core.peers.get(e.endpoint.0 as usize).is_none() {
+            return false;
+        }
+        self.expected.post(&e);
+        true
+    }
+
+    fn take_expected(&mut self) -> Option<usize> {
+        self.expected.take()
+    }
+
+    fn cancel_expected(&mut self) {
+        self.expected.cancel();
+    }
+
+    fn progress(&mut self) -> usize {
+        self.run_progress()
+    }
+}
+
+impl Drop for OpenibModule {
+    fn drop(&mut self) {
+        for c in &mut self.cpcs {
+            c.0.finalize();
+        }
+        // Queue pairs go first (with them, the work posted on fragments), then the
+        // shared receive queue, then the fragments return to their pools, which can
+        // then release their chunks.
+        let core = &mut self.core;
+        for peer in &mut core.peers {
+            peer.qp = None;
+        }
+        if let Some(shared) = core.shared.take() {
+            shared.release(&mut core.recv_frags);
+        }
+        for peer in &mut core.peers {
+            for frag in peer.recv.drain(..).flatten() {
+                core.recv_frags.put(frag);
+            }
+            for w in peer.waiting.drain(..) {
+                if let Waiting::Send(des, _) = w {
+                    core.send_frags.put(des.into_frag());
+                }
+            }
+        }
+        core.posted.clear();
+        for des in core.sent.drain(..).flatten() {
+            core.send_frags.put(des.into_frag());
+        }
+    }
+}

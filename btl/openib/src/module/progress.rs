@@ -1,0 +1,170 @@
+//! One progress call: the connection methods' own I/O (while connections are being set
+//! up, and now and then otherwise), reposting receive buffers, polling the completion
+//! queue, delivering receives in the order polled, and reporting completions to their
+//! callbacks.
+
+use super::OpenibModule;
+use crate::core::{Done, Posted, RECV_BIT};
+use rbtl_btl::{DesFlags, Endpoint, Error, RdmaCompletion, SendCompletion};
+use rbtl_verbs::Completion;
+use std::mem::MaybeUninit;
+
+/// Progress calls between two looks at the connection methods' own I/O while no
+/// connection is being set up (requests from peers may arrive at any time).
+const CPC_POLL_INTERVAL: u32 = 1 << 14;
+
+impl OpenibModule {
+    /// (`Module::progress`) One progress call; how much it did.
+    pub(super) fn run_progress(&mut self) -> usize {
+        let mut n = 0;
+        self.calls = self.calls.wrapping_add(1);
+        if self.core.connecting > 0 || self.calls % CPC_POLL_INTERVAL == 0 {
+            for i in 0..self.cpcs.len() {
+                n += self.cpcs[i].0.progress(&mut self.core);
+            }
+            for ep in std::mem::take(&mut self.core.ready) {
+                n += 1 + self.drain(ep);
+            }
+        }
+        if !self.core.to_repost.is_empty() {
+            n += self.repost();
+        }
+        // Receives are delivered in the order polled. Those of this batch go at once
+        // unless older ones wait; receives that a callback's own progress call polls
+        // meanwhile are newer, and wait in `received` until after the batch.
+        // A receive that fills the expected one ends the delivering: the caller
+        // learns of it before any later message arrives.
+        let direct = self.delivering == 0 && self.received.is_empty();
+        let mut wc = [MaybeUninit::uninit(); 16];
+        match self.core.cq.poll(&mut wc) {
+            Ok(batch) => {
+                for &c in batch {
+                    if c.wr_id & RECV_BIT == 0 {
+                        self.on_send_completion(c);
+                    } else if direct && !self.filled {
+                        self.on_receive(c);
+                    } else {
+                        self.received.push_back(c);
+                    }
+                }
+                n += batch.len();
+            }
+            Err(e) => tracing::error!("openib: polling the completion queue: {e}"),
+        }
+        if self.delivering == 0 {
+            while !self.filled {
+                let Some(c) = self.received.pop_front() else {
+                    break;
+                };
+                self.on_receive(c);
+                n += 1;
+            }
+        }
+        if std::mem::take(&mut self.filled) {
+            return n;
+        }
+        if !self.core.done.is_empty() {
+            n += self.run_done();
+        }
+        n
+    }
+
+    /// A send-queue completion: its work is done.
+    fn on_send_completion(&mut self, c: Completion) {
+        let failed = c.result().err().map(|e| e.to_string());
+        let status = || match &failed {
+            None => Ok(()),
+            Some(e) => Err(Error::NotAvailable(format!("openib: {e}"))),
+        };
+        let Some((posted, covers)) = self.core.untrack(c.wr_id) else {
+            return;
+        };
+        let ep = posted.endpoint();
+        self.core.peers[ep].sq_free += covers;
+        match posted {
+            Posted::Send(_) => {
+                if let Some(des) = self.core.take_sent(c.wr_id) {
+                    self.finish_send(des, status());
+                }
+            }
+            Posted::Inline(_) => {}
+            Posted::Credit(_) => {
+                let peer = &mut self.core.peers[ep];
+                peer.credit_in_flight = false;
+                if peer.credit_due && failed.is_none() {
+                    self.send_credits(ep);
+                }
+            }
+            Posted::Rdma(_, cb, local, size) => {
+                self.core.peers[ep].rdma_in_flight -= 1;
+                let rank = self.core.peers[ep].rank;
+                let status = match &failed {
+                    None => Ok(()),
+                    Some(e) if c.is_remote_access_error() => Err(Error::BadRemoteHandle(format!(
+                        "the target's device refused the access: {e}"
+                    ))),
+                    Some(e) => Err(Error::PeerFailed {
+                        rank,
+                        why: format!("the operation did not complete: {e}"),
+                    }),
+                };
+                let c = RdmaCompletion {
+                    endpoint: Endpoint(ep as u32),
+                    local_address: local,
+                    size,
+                    status,
+                };
+                // At once when nothing completed earlier waits to be reported (this
+                // is inside progress).
+                if self.core.done.is_empty() && failed.is_none() {
+                    cb(self, c);
+                } else {
+                    self.core.done.push_back(Done::Rdma(cb, c));
+                }
+            }
+        }
+        if let Some(e) = failed {
+            self.core.fail(ep, format!("queue pair error: {e}"));
+        } else if !self.core.peers[ep].waiting.is_empty() {
+            self.drain(ep);
+        }
+    }
+
+    fn run_done(&mut self) -> usize {
+        let mut n = 0;
+        while let Some(d) = self.core.done.pop_front() {
+            n += 1;
+            match d {
+                Done::Send(cb, endpoint, des, status) => {
+                    if des.flags.contains(DesFlags::OWNERSHIP) {
+                        cb(
+                            self,
+                            SendCompletion {
+                                endpoint,
+                                descriptor: None,
+                                status,
+                            },
+                        );
+                        self.core.send_frags.put(des.into_frag());
+                    } else {
+                        cb(
+                            self,
+                            SendCompletion {
+                                endpoint,
+                                descriptor: Some(des),
+                                status,
+                            },
+                        );
+                    }
+                }
+                Done::Rdma(cb, c) => cb(self, c),
+                Done::Error(event) => {
+                    if let Some(cb) = self.core.on_error.as_mut() {
+                        cb(&event);
+                    }
+                }
+            }
+        }
+        n
+    }
+}

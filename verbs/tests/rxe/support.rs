@@ -1,0 +1,100 @@
+//! What the tests share: the device (or SKIP), registered buffers, and two RC queue
+//! pairs connected to each other.
+
+use rbtl_verbs::{device_names, Context, Cq, Mr, MrAccess, Pd, Qp, QpCaps, QpEndpoint};
+use std::time::Duration;
+
+/// How long a test waits for one completion or event.
+pub(crate) const WAIT: Duration = Duration::from_secs(20);
+
+pub(crate) fn device() -> Option<Context> {
+    let names = device_names().unwrap();
+    match names.first() {
+        Some(name) => Some(Context::open(name).unwrap()),
+        None => {
+            assert!(
+                std::env::var_os("VERBS_REQUIRE_DEVICE").is_none(),
+                "no RDMA device, and VERBS_REQUIRE_DEVICE is set"
+            );
+            eprintln!("SKIP: no RDMA device here (run in the soft-RoCE guest: rdma/guest.sh)");
+            None
+        }
+    }
+}
+
+/// Memory and its registration, kept together (the region goes first).
+pub(crate) struct Buf {
+    pub(crate) mr: Mr,
+    pub(crate) mem: Vec<u8>,
+}
+
+impl Buf {
+    pub(crate) fn new(pd: &Pd, len: usize, fill: u8, access: MrAccess) -> Buf {
+        let mut mem = vec![fill; len];
+        // SAFETY: `mem` lives in the Buf and outlives `mr` (dropped first); no other
+        // reference writes it while operations are in flight.
+        let mr = unsafe { pd.reg_mr(mem.as_mut_ptr(), len, access) }.unwrap();
+        Buf { mr, mem }
+    }
+
+    pub(crate) fn addr(&self) -> u64 {
+        self.mem.as_ptr() as u64
+    }
+
+    pub(crate) fn read(&self) -> Vec<u8> {
+        // SAFETY: reading our own buffer after the completion that wrote it.
+        (0..self.mem.len())
+            .map(|i| unsafe { std::ptr::read_volatile(self.mem.as_ptr().add(i)) })
+            .collect()
+    }
+}
+
+/// Two connected queue pairs, each with its completion queue.
+pub(crate) struct Pair {
+    pub(crate) pd: Pd,
+    pub(crate) a: Qp,
+    pub(crate) b: Qp,
+    pub(crate) cq_a: Cq,
+    pub(crate) cq_b: Cq,
+}
+
+/// Two RC queue pairs on port 1, connected to each other.
+pub(crate) fn pair(ctx: &Context) -> Pair {
+    let port = ctx.query_port(1).unwrap();
+    assert!(port.active, "port 1 of {} is not active", ctx.name());
+    // GID 1 is RoCEv2 over IPv4 on rxe; InfiniBand uses GID 0 and the LID.
+    let gid_index = if port.ethernet { 1 } else { 0 };
+    let gid = ctx.query_gid(1, i32::from(gid_index)).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let (cq_a, cq_b) = (ctx.create_cq(64).unwrap(), ctx.create_cq(64).unwrap());
+    let caps = QpCaps {
+        max_send_wr: 32,
+        max_recv_wr: 32,
+        max_inline: 64,
+    };
+    let mut a = Qp::create_rc(&pd, &cq_a, &cq_a, None, caps, 1, gid_index).unwrap();
+    let mut b = Qp::create_rc(&pd, &cq_b, &cq_b, None, caps, 1, gid_index).unwrap();
+    let ep = |qp: &Qp, psn| QpEndpoint {
+        qpn: qp.qpn(),
+        psn,
+        lid: port.lid,
+        gid,
+    };
+    let (ea, eb) = (ep(&a, 0x1111), ep(&b, 0x2222));
+    let all = MrAccess::LOCAL_WRITE
+        | MrAccess::REMOTE_WRITE
+        | MrAccess::REMOTE_READ
+        | MrAccess::REMOTE_ATOMIC;
+    for (qp, peer, own) in [(&mut a, &eb, &ea), (&mut b, &ea, &eb)] {
+        qp.to_init(all).unwrap();
+        qp.to_rtr(peer, port.mtu_enum).unwrap();
+        qp.to_rts(own.psn).unwrap();
+    }
+    Pair {
+        pd,
+        a,
+        b,
+        cq_a,
+        cq_b,
+    }
+}
