@@ -8,16 +8,17 @@ const VECTOR_COPY_MIN: usize = 4096;
 
 /// Copy `len` bytes; sizes up to 16 without a call into `memcpy` (which costs more
 /// than the copy for the small messages that dominate latency), and from 4 KiB on with
-/// vector loads and stores: on this AMD EPYC host, glibc's `rep movsb` ran the same
-/// 1-4 MiB transfer at 16-20 or at 32-38 GB/s depending only on the path the program
-/// was started from (its length), and a vector loop at 33-38 from either.
+/// vector loads and stores: glibc's `rep movsb` was seen running the same large
+/// transfer at half speed or at full speed depending only on the length of the path
+/// the program was started from, while a vector loop ran at full speed from either
+/// (docs/performance.md).
 ///
 /// # Safety
 ///
 /// As `ptr::copy_nonoverlapping`.
 #[inline(always)]
 pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY (all branches): the caller guarantees both ranges of `len` bytes; each
+    // SAFETY: (all branches) the caller guarantees both ranges of `len` bytes; each
     // access below stays inside them (the two halves may overlap each other, not the
     // other range).
     unsafe {

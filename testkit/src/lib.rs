@@ -50,9 +50,6 @@ pub fn restrict_memlock(bytes: u64) {
         rlim_max: bytes,
     };
     // SAFETY: a plain rlimit for this process.
-    assert_eq!(
-        unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) },
-        0,
-        "setrlimit"
-    );
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) };
+    assert_eq!(rc, 0, "setrlimit");
 }

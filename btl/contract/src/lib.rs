@@ -8,8 +8,6 @@
 //! [`Peer`] both sides build.
 
 #![warn(missing_docs)]
-#![warn(clippy::undocumented_unsafe_blocks)]
-#![deny(unsafe_op_in_unsafe_fn)]
 
 mod atomics;
 mod buffer;

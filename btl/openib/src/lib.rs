@@ -26,8 +26,6 @@
 //! `btl_openib_cpc_exclude`, `btl_openib_cpc_<name>_priority`.
 
 #![warn(missing_docs)]
-#![deny(unsafe_op_in_unsafe_fn)]
-#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod buffers;
 mod core;

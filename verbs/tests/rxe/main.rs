@@ -10,9 +10,6 @@
 //! completion channel), `xrc` and `rdma_cm`; `support` holds the device, buffers and
 //! connected pair they share.
 
-#![deny(unsafe_op_in_unsafe_fn)]
-#![deny(clippy::undocumented_unsafe_blocks)]
-
 mod memlock;
 mod rc_queue_pairs;
 mod rdma_cm;
