@@ -4,17 +4,15 @@
 /// other architectures).
 ///
 /// A tight loop that polls a cache line which another core is about to write keeps
-/// several loads of it in flight. Measured here (AMD EPYC vCPUs), two processes
-/// bouncing one line took 48-54 ns one way with a bare load-and-compare loop and 25-27
-/// with a fence after each look; with one line per direction, 70 and 46. `pause`
-/// (`std::hint::spin_loop`) also keeps the loads apart, but waits about 25 ns here,
-/// which a message that has just arrived then pays.
+/// several loads of it in flight: two processes bounce one line markedly faster with a
+/// fence after each look than with a bare load-and-compare loop. `pause`
+/// (`std::hint::spin_loop`) also keeps the loads apart, but waits longer, which a
+/// message that has just arrived then pays.
 ///
 /// It pays where the side that replies asks for its reply's line early (the `sm`
-/// transport does when it fills an expected receive): `osu latency` 8 B went from 0.068
-/// to 0.058 us with a fence per idle round of the wait for an offloaded receive. Where
-/// it does not, it can cost: `btl_pingpong` through receive callbacks was 14% slower
-/// with it, so the message layer fences only that wait.
+/// transport does when it fills an expected receive), as in the wait for an offloaded
+/// receive. Where it does not, it can cost (through receive callbacks), so the message
+/// layer fences only that wait. Measured: see docs/performance.md.
 #[inline(always)]
 pub fn between_idle_polls() {
     #[cfg(target_arch = "x86_64")]

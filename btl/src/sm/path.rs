@@ -1,11 +1,11 @@
 //! Which way a large put or get goes under `btl_sm_rdma = auto`: through the rings
 //! while copying into them runs at full speed, by cross-memory attach once it does not.
 //!
-//! Measured on the development machine: copies into a ring of 64 KiB and more ran at
-//! 19-48 GB/s while the host kept the two cores near each other (bw and bibw alike),
-//! and at 2-5 GB/s when it placed them far apart, where cross-memory attach keeps
-//! 13 GB/s. The copy *out of* a ring hardly changed (20-28 GB/s far), so the side that
-//! copies in measures, and the receiver of a get hears the rate in the data's headers.
+//! Copies into a ring of 64 KiB and more run several times slower when the host places
+//! the two cores far apart than while it keeps them near each other, and then slower
+//! than cross-memory attach; the copy *out of* a ring hardly changes (measured: see
+//! docs/performance.md). So the side that copies in measures, and the receiver of a get
+//! hears the rate in the data's headers.
 //! While cross-memory attach is chosen, a transfer goes through the rings again every
 //! [`PROBE_EVERY`], so the choice follows the host's placement back.
 

@@ -1,3 +1,5 @@
+// Whole on purpose: one data structure, whose two ends must agree on the slot format and
+// the order of publication (best read side by side), and its tests.
 //! A single-producer single-consumer message ring in shared memory: the `sm`
 //! transport's path for sends. One ring per (sender, receiver) pair lives in the
 //! receiver's segment; the sender writes, the receiver polls.
@@ -43,8 +45,8 @@ const LINE: usize = 64;
 /// Map every page of the data area (`len` bytes at `at`, page-aligned) into this
 /// process, writable, without touching their contents. The area is used in turn from
 /// start to end: left to fault in as records first reach each page, the first lap
-/// costs a fault per page (at 128-byte messages, `osu latency` doubled over its first
-/// ten thousand iterations).
+/// costs a fault per page, which showed in the latency of small messages (measured:
+/// see docs/performance.md).
 #[cold]
 #[inline(never)]
 fn map_in(at: *mut u8, len: usize) {

@@ -1,6 +1,9 @@
-//! The `sm` transport's own messages (tags below [`Tag::PML`](crate::Tag)): put and get
-//! by copying through the rings when cross-memory attach is not used, and emulated
-//! atomics (as Open MPI's vader emulates them), all checked by the target.
+//! The format of the `sm` transport's own messages (tags below
+//! [`Tag::PML`](crate::Tag)), which the copy protocol sends: put and get by copying
+//! through the rings when cross-memory attach is not used, and emulated atomics (as
+//! Open MPI's vader emulates them), all checked by the target. Their fields are
+//! little-endian, read and written here (as are those of the card a process publishes
+//! for its peers).
 
 use crate::keytable::HANDLE_SIZE;
 use crate::{AtomicOp, Error, RemoteHandle};

@@ -1,0 +1,187 @@
+//! The `sm` component: its attributes, its tunables (`btl_sm_*`) and the one module
+//! per process it makes.
+
+use super::module::SmModule;
+use crate::keytable;
+use crate::{
+    exclusivity, AtomicFlags, Attributes, BtlFlags, Component, Error, Modex, Module, Result,
+};
+use rbtl_config::{Config, Registry, Value};
+
+pub(super) const NAME: &str = "sm";
+
+/// Default attributes of the `sm` transport.
+pub fn default_attributes() -> Attributes {
+    Attributes {
+        // 16 KiB of payload and room for an upper layer's match header: copying such
+        // a message in and out costs less than a rendezvous' extra round trip
+        // (measured: see docs/performance.md).
+        eager_limit: (16 << 10) + 64,
+        rndv_eager_limit: 32 << 10,
+        max_send_size: 32 << 10,
+        put_limit: usize::MAX,
+        put_alignment: 1,
+        get_limit: usize::MAX,
+        get_alignment: 1,
+        exclusivity: exclusivity::HIGH,
+        latency: 1,
+        bandwidth: 200_000,
+        flags: BtlFlags::SEND
+            | BtlFlags::PUT
+            | BtlFlags::GET
+            | BtlFlags::ATOMIC_OPS
+            | BtlFlags::ATOMIC_FOPS
+            | BtlFlags::RDMA_REMOTE_COMPLETION
+            | BtlFlags::REMOTE_HANDLES_CHECKED,
+        atomic_flags: AtomicFlags::all(),
+        registration_handle_size: keytable::HANDLE_SIZE,
+    }
+}
+
+/// How put and get move bytes (`btl_sm_rdma`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RdmaPath {
+    /// Copied through the rings; the target must progress.
+    Copy,
+    /// Cross-memory attach only (an error where it is refused).
+    Cma,
+    /// Through the rings, or by cross-memory attach (where the kernel allows it) while
+    /// copies into the rings run below [`Settings::cma_below`].
+    Auto,
+}
+
+impl RdmaPath {
+    fn parse(s: &str) -> Result<RdmaPath> {
+        match s {
+            "copy" => Ok(RdmaPath::Copy),
+            "cma" => Ok(RdmaPath::Cma),
+            "auto" => Ok(RdmaPath::Auto),
+            other => Err(Error::NotAvailable(format!(
+                "btl_sm_rdma = `{other}`; valid values: copy, cma, auto"
+            ))),
+        }
+    }
+}
+
+/// Tunables of an `sm` module.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Slots per ring. Few by default: a ring's slots are used in turn, and a
+    /// ping-pong keeps its small messages in the first-level cache only while both
+    /// directions' slots fit there (64 slots: 8 KiB per ring); a window of 64 small
+    /// messages still goes out without waiting.
+    pub ring_slots: usize,
+    /// Data bytes per ring.
+    pub ring_bytes: usize,
+    /// Most live registrations.
+    pub max_registrations: usize,
+    /// Put/get path.
+    pub rdma: RdmaPath,
+    /// Under [`RdmaPath::Auto`], the rate of copies into a ring (MB/s) below which
+    /// large transfers go by cross-memory attach.
+    pub cma_below: u64,
+    /// Largest chunk when put/get copy through the rings (a transfer goes in about four
+    /// chunks of at least 64 KiB).
+    pub copy_chunk: usize,
+    /// Most descriptors outstanding.
+    pub max_frags: usize,
+    /// Registration cache options.
+    pub rcache: rbtl_rcache::Options,
+    /// Directory of the segments.
+    pub shm_dir: std::path::PathBuf,
+    /// Bytes of the segment's heap for [`Module::alloc_shared`].
+    pub heap_bytes: usize,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            ring_slots: 64,
+            ring_bytes: 2 << 20,
+            max_registrations: 4096,
+            rdma: RdmaPath::Auto,
+            cma_below: 8000,
+            copy_chunk: 512 << 10,
+            max_frags: 256,
+            rcache: rbtl_rcache::Options::default(),
+            shm_dir: rbtl_mpool::shm_dir(),
+            heap_bytes: 32 << 20,
+        }
+    }
+}
+
+/// The `sm` component: one module per process, reaching the other processes on its
+/// node.
+#[derive(Debug, Default)]
+pub struct SmComponent;
+
+impl Component for SmComponent {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn description(&self) -> &'static str {
+        "processes on one node: shared-memory rings, cross-memory-attach put/get"
+    }
+
+    fn register_params(&self, registry: &mut Registry) -> rbtl_config::Result<()> {
+        Attributes::register_params(registry, NAME, &default_attributes())?;
+        let d = Settings::default();
+        registry
+            .register("btl_sm_ring_slots", Value::Int(d.ring_slots as i64), "message slots per sender ring (rounded up to a power of two)")?
+            .register("btl_sm_ring_bytes", Value::Size(d.ring_bytes), "data bytes per sender ring (rounded up to a power of two)")?
+            .register(
+                "btl_sm_max_registrations",
+                Value::Int(d.max_registrations as i64),
+                "most memory registrations alive at once",
+            )?
+            .register(
+                "btl_sm_rdma",
+                Value::Str("auto".into()),
+                "put/get path: copy (through the rings; the target must progress), cma (cross-memory attach), \
+                 or auto (the rings, and cross-memory attach where the kernel allows it while copies into the rings run below btl_sm_cma_below)",
+            )?
+            .register(
+                "btl_sm_cma_below",
+                Value::Int(d.cma_below as i64),
+                "under btl_sm_rdma=auto: the rate of copies into a ring (MB/s) below which transfers of 64 KiB and more go by cross-memory attach",
+            )?
+            .register(
+                "btl_sm_heap_size",
+                Value::Size(d.heap_bytes),
+                "bytes of each process's segment that windows can share for direct loads and stores",
+            )?
+            .register(
+                "btl_sm_copy_chunk",
+                Value::Size(d.copy_chunk),
+                "largest chunk when put/get copy through the rings (a transfer goes in about four, of at least 64 KiB; at most a quarter of btl_sm_ring_bytes)",
+            )?
+            .register(
+                "btl_sm_free_list_max",
+                Value::Int(d.max_frags as i64),
+                "most send descriptors outstanding at once",
+            )?;
+        Ok(())
+    }
+
+    fn init(&mut self, config: &Config, modex: &mut dyn Modex) -> Result<Vec<Box<dyn Module>>> {
+        let attrs = Attributes::from_config(config, NAME, &default_attributes())?;
+        let count = |name: &str| {
+            usize::try_from(config.int(name)?)
+                .map_err(|_| Error::NotAvailable(format!("{name} must be >= 0")))
+        };
+        let settings = Settings {
+            ring_slots: count("btl_sm_ring_slots")?,
+            ring_bytes: config.size("btl_sm_ring_bytes")?,
+            max_registrations: count("btl_sm_max_registrations")?,
+            rdma: RdmaPath::parse(config.str("btl_sm_rdma")?)?,
+            cma_below: count("btl_sm_cma_below")? as u64,
+            copy_chunk: config.size("btl_sm_copy_chunk")?,
+            max_frags: count("btl_sm_free_list_max")?,
+            rcache: crate::rcache_params::options(config)?,
+            shm_dir: config.str(crate::component::SHM_DIR_PARAM)?.into(),
+            heap_bytes: config.size("btl_sm_heap_size")?,
+        };
+        Ok(vec![Box::new(SmModule::new(attrs, settings, modex)?)])
+    }
+}

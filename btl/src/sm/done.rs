@@ -1,0 +1,16 @@
+//! What is finished and waits for progress to run its callback: callbacks run from
+//! progress (or flush), never inside the call that started the work.
+
+use crate::{Descriptor, Endpoint, ErrorEvent, RdmaCallback, RdmaCompletion, Result};
+
+pub(super) enum Done {
+    Send {
+        callback: crate::SendCallback,
+        endpoint: Endpoint,
+        descriptor: Descriptor,
+        status: Result<()>,
+    },
+    Rdma(RdmaCallback, RdmaCompletion),
+    /// A failure for the error callback (run from progress, never inside a call).
+    Error(ErrorEvent),
+}

@@ -1,0 +1,273 @@
+//! A peer on this node: the card each process publishes for the others, what
+//! connecting to it maps (its segment, the rings both ways, its key table), what waits
+//! for room in its ring, which way put and get go with it, and whether its process
+//! still lives.
+
+use super::component::{RdmaPath, Settings};
+use super::copy_protocol::Outgoing;
+use super::path::{Choice, RingSpeed};
+use super::ring::{Consumer, Producer};
+use super::segment::{self, Layout};
+use super::{cma, wire};
+use crate::keytable::KeyTableView;
+use crate::{Descriptor, Error, ModuleId, Proc, RemoteHandle, Result, Tag};
+use rbtl_mpool::SharedRegion;
+use rbtl_rcache::Access;
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::OwnedFd;
+use std::time::Instant;
+
+/// The modex key of the card.
+pub(super) const MODEX_KEY: &str = "btl.sm";
+
+/// Bytes of a card before the segment's name: module id, pid, the segment's address in
+/// its owner, and the layout (u64 each).
+const CARD_FIXED: usize = 56;
+
+/// What this process publishes under [`MODEX_KEY`] for its peers: its module's id, its
+/// pid, where its segment is mapped (an address valid in both processes, which probes
+/// cross-memory attach), the segment's layout and name, and this node's id.
+pub(super) fn card(id: ModuleId, segment: &SharedRegion, layout: &Layout, node: &str) -> Vec<u8> {
+    let mut blob = wire::Writer::default()
+        .u64(id.0)
+        .u64(u64::from(std::process::id()))
+        .u64(segment.as_ptr() as u64);
+    for w in layout.encode() {
+        blob = blob.u64(w);
+    }
+    let mut blob = blob.0;
+    blob.extend_from_slice(segment.name().as_bytes());
+    blob.push(0);
+    blob.extend_from_slice(node.as_bytes());
+    blob
+}
+
+/// Something waiting for room in a peer's ring, in order.
+pub(super) enum Outbound {
+    /// A send's descriptor.
+    Desc { descriptor: Descriptor, tag: Tag },
+    /// A message or a transfer of the transport's own protocol.
+    Protocol(Outgoing),
+}
+
+/// A process on this node, connected: its segment mapped here, our ring in it and its
+/// ring in ours.
+pub(super) struct Peer {
+    pub rank: u32,
+    pub pid: i32,
+    /// Where the peer's segment is mapped in the peer, and here.
+    remote_base: u64,
+    local_base: usize,
+    pidfd: Option<OwnedFd>,
+    pub module: ModuleId,
+    _segment: SharedRegion,
+    pub table: KeyTableView,
+    pub producer: Producer,
+    pub consumer: Consumer,
+    pub outbound: VecDeque<Outbound>,
+    /// A receive callback of this ring is running (it may call progress).
+    pub busy: bool,
+    /// Copy-mode puts from this peer whose chunks the registration refused, with the
+    /// first refusal's code, until their last chunk.
+    pub put_refused: HashMap<u64, u32>,
+    /// Removed by `del_procs`: nothing more is taken from its ring.
+    pub removed: bool,
+    /// Cross-memory attach is allowed with it (`cma`, or `auto` where the kernel lets).
+    pub cma_ok: bool,
+    /// Our copies into the ring towards it (puts), and its copies into the ring
+    /// towards us as it reports them (gets).
+    pub out_speed: RingSpeed,
+    pub in_speed: RingSpeed,
+    /// The `auto` choice for puts and for gets.
+    put_path: Choice,
+    get_path: Choice,
+    /// Why it is gone, once it is: its operations fail from then on.
+    pub failed: Option<String>,
+}
+
+impl Peer {
+    /// Connect to the process `proc_` from its card `blob`: `None` when it runs on
+    /// another node. `me` is our rank, `node` our node's id, `layout` and `segment` our
+    /// own segment's.
+    pub fn connect(
+        proc_: &Proc,
+        blob: &[u8],
+        me: u32,
+        node: &str,
+        layout: &Layout,
+        segment: &SharedRegion,
+        settings: &Settings,
+    ) -> Result<Option<Peer>> {
+        let r = wire::Reader(blob);
+        if blob.len() < CARD_FIXED {
+            return Err(Error::Modex(format!(
+                "sm blob of rank {} is {} bytes",
+                proc_.rank,
+                blob.len()
+            )));
+        }
+        let module = ModuleId(r.u64(0));
+        let pid = r.u64(8) as i32;
+        let probe = r.u64(16);
+        let their_layout = Layout::decode([r.u64(24), r.u64(32), r.u64(40), r.u64(48)]);
+        let rest = &blob[CARD_FIXED..];
+        let nul = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+        let name = String::from_utf8_lossy(&rest[..nul]).into_owned();
+        let their_node =
+            String::from_utf8_lossy(rest.get(nul + 1..).unwrap_or_default()).into_owned();
+        if their_node != node {
+            return Ok(None);
+        }
+        if their_layout != *layout {
+            return Err(Error::Modex(format!(
+                "rank {} runs sm with another layout ({their_layout:?} vs {layout:?}): give every rank the same btl_sm_* parameters",
+                proc_.rank
+            )));
+        }
+        let their_segment = SharedRegion::open_in(&settings.shm_dir, &name)?;
+        let base = their_segment.as_ptr();
+        // SAFETY: an opened segment is mapped for its whole length, at least a page.
+        let header = unsafe { segment::header(base) };
+        if !header.is_of(module.0) {
+            return Err(Error::Modex(format!(
+                "segment {name} of rank {} is not its sm segment",
+                proc_.rank
+            )));
+        }
+        header
+            .attached
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let me = me as usize;
+        let peer = proc_.rank as usize;
+        // SAFETY: both layouts are equal, so these offsets lie inside the two mapped
+        // segments; we are the only producer of our ring in the peer's segment and the
+        // only consumer of the peer's ring in ours; the segments live in `Peer` and
+        // the module for as long as the rings are used.
+        let (producer, consumer, table) = unsafe {
+            (
+                Producer::new(base.add(layout.ring_offset(me)), layout.ring),
+                Consumer::new(segment.as_ptr().add(layout.ring_offset(peer)), layout.ring),
+                KeyTableView::new(base.add(layout.table_offset()), layout.registrations),
+            )
+        };
+        let cma_ok = match settings.rdma {
+            RdmaPath::Copy => false,
+            RdmaPath::Cma => true,
+            RdmaPath::Auto => {
+                let ok = cma::works_with(pid, probe);
+                if !ok {
+                    // `auto` uses cross-memory attach only where it helps: its absence
+                    // is no cause for a warning.
+                    tracing::debug!(
+                        rank = proc_.rank,
+                        "cross-memory attach refused: put/get copy through the rings"
+                    );
+                }
+                ok
+            }
+        };
+        Ok(Some(Peer {
+            rank: proc_.rank,
+            pid,
+            remote_base: probe,
+            local_base: base as usize,
+            pidfd: pidfd(pid),
+            module,
+            _segment: their_segment,
+            table,
+            producer,
+            consumer,
+            outbound: VecDeque::new(),
+            busy: false,
+            put_refused: HashMap::new(),
+            removed: false,
+            cma_ok,
+            out_speed: RingSpeed::default(),
+            in_speed: RingSpeed::default(),
+            put_path: Choice::default(),
+            get_path: Choice::default(),
+            failed: None,
+        }))
+    }
+
+    /// Whether a put (`Write`) or get (`Read`) of `size` bytes goes by cross-memory
+    /// attach. `cma_ok` holds the setting (`copy` never, `cma` always, `auto` where the
+    /// kernel allows); `auto` then chooses by the rings' speed.
+    pub fn goes_by_cma(&mut self, dir: cma::Direction, size: usize, settings: &Settings) -> bool {
+        let auto = settings.rdma == RdmaPath::Auto;
+        let slow_below = settings.cma_below as f64 / 1000.0;
+        let (choice, speed) = match dir {
+            cma::Direction::Write => (&mut self.put_path, self.out_speed),
+            cma::Direction::Read => (&mut self.get_path, self.in_speed),
+        };
+        self.cma_ok && (!auto || choice.via_cma(size, speed, slow_below, Instant::now()))
+    }
+
+    /// Where `[remote, +len)` of the peer, checked against its registration `handle`
+    /// for `access`, is mapped here: `None` when it lies outside the peer's heap
+    /// (`layout` is both segments').
+    pub fn map_heap(
+        &self,
+        remote: u64,
+        handle: &RemoteHandle,
+        len: usize,
+        access: Access,
+        layout: &Layout,
+    ) -> Result<Option<*mut u8>> {
+        self.table.check(self.module, handle, remote, len, access)?;
+        let heap = self.remote_base + layout.heap_offset() as u64;
+        if remote < heap || remote + len as u64 > heap + layout.heap_bytes as u64 {
+            return Ok(None);
+        }
+        // The range lies inside the peer's heap, inside its segment, which is mapped
+        // here at `local_base` for as long as the peer is kept.
+        Ok(Some(
+            (self.local_base + (remote - self.remote_base) as usize) as *mut u8,
+        ))
+    }
+
+    /// Whether the peer's process has ended (seen through its pidfd, else by signal 0).
+    pub fn has_exited(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        match &self.pidfd {
+            Some(fd) => {
+                let mut p = libc::pollfd {
+                    fd: fd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd, no wait.
+                unsafe { libc::poll(&mut p, 1, 0) > 0 }
+            }
+            None => {
+                // SAFETY: signal 0 only checks for existence.
+                let rc = unsafe { libc::kill(self.pid, 0) };
+                rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+            }
+        }
+    }
+}
+
+/// This machine: host name and boot id, so that only processes sharing `/dev/shm`
+/// and memory count as local.
+pub(super) fn node_id() -> String {
+    let mut host = [0u8; 256];
+    // SAFETY: the buffer is writable for its whole length.
+    let rc = unsafe { libc::gethostname(host.as_mut_ptr().cast(), host.len()) };
+    let end = host.iter().position(|&b| b == 0).unwrap_or(host.len());
+    let host = if rc == 0 {
+        String::from_utf8_lossy(&host[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    format!("{host}/{}", boot.trim())
+}
+
+fn pidfd(pid: i32) -> Option<OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    // SAFETY: a non-negative return is a descriptor we now own.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
