@@ -72,12 +72,14 @@ fn registration_bad_input() {
     let (mut m, ep) = open_self(&[]);
     let mut buf = vec![0u8; 64];
     let base = buf.as_mut_ptr() as usize;
-    // SAFETY (all calls here): `buf` outlives every handle made in this test.
+    // SAFETY: `buf` outlives every handle made in this test (a zero length is refused).
     let zero = unsafe { m.register_mem(Some(ep), base, 0, Access::all()) };
     assert!(matches!(zero, Err(Error::ZeroLength)), "{zero:?}");
+    // SAFETY: a range that wraps is refused before anything is registered.
     let wrap = unsafe { m.register_mem(Some(ep), usize::MAX - 8, 64, Access::all()) };
     assert!(matches!(wrap, Err(Error::Overflow { .. })), "{wrap:?}");
 
+    // SAFETY: `buf` outlives `h`.
     let mut h = unsafe { m.register_mem(Some(ep), base, 64, Access::all()) }.unwrap();
     let remote = *h.remote();
     m.deregister_mem(&mut h).unwrap();
@@ -127,6 +129,7 @@ fn handles_and_descriptors_of_another_module_are_refused() {
     let base = buf.as_mut_ptr() as usize;
     // SAFETY: `buf` outlives both handles.
     let mut ha = unsafe { a.register_mem(None, base, 64, Access::all()) }.unwrap();
+    // SAFETY: as above.
     let mut hb = unsafe { b.register_mem(None, base, 64, Access::all()) }.unwrap();
 
     let e = a.put(
