@@ -191,7 +191,9 @@ impl fmt::Debug for MemHandle {
     }
 }
 
-/// Check that `[addr, addr+len)` lies inside `[base, base+reg_len)`.
+/// Check that `[addr, addr+len)` lies inside `[base, base+reg_len)`, without overflow
+/// on either side (the registration's bounds may come from a peer's memory): a range
+/// or a registration that would run past the end of the address space is outside.
 pub fn check_range(
     side: &'static str,
     addr: u64,
@@ -200,9 +202,13 @@ pub fn check_range(
     reg_len: usize,
 ) -> Result<()> {
     let inside = addr >= base
-        && addr
-            .checked_add(len as u64)
-            .is_some_and(|end| end <= base + reg_len as u64);
+        && match (
+            addr.checked_add(len as u64),
+            base.checked_add(reg_len as u64),
+        ) {
+            (Some(end), Some(limit)) => end <= limit,
+            _ => false,
+        };
     if inside {
         Ok(())
     } else {
@@ -213,5 +219,36 @@ pub fn check_range(
             base,
             reg_len,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_range;
+    use crate::Error;
+
+    #[test]
+    fn ranges_are_checked_without_overflow() {
+        let outside = |addr: u64, len: usize, base: u64, reg_len: usize| {
+            matches!(
+                check_range("remote", addr, len, base, reg_len),
+                Err(Error::OutOfRange { .. })
+            )
+        };
+        assert!(check_range("local", 100, 10, 100, 10).is_ok());
+        assert!(check_range("local", 109, 1, 100, 10).is_ok());
+        assert!(
+            check_range("local", 110, 0, 100, 10).is_ok(),
+            "empty, at the end"
+        );
+        assert!(outside(99, 1, 100, 10), "before");
+        assert!(outside(105, 6, 100, 10), "past the end");
+        // Access ranges that wrap around the address space.
+        assert!(outside(u64::MAX, 2, 100, 10));
+        assert!(outside(u64::MAX - 1, usize::MAX, 0, usize::MAX));
+        // Registrations (as a peer's table may claim them) that run past its end.
+        assert!(outside(u64::MAX - 1, 1, u64::MAX - 2, 16));
+        assert!(outside(5, 1, 1, usize::MAX));
+        assert!(outside(u64::MAX, 0, u64::MAX, usize::MAX));
     }
 }

@@ -215,8 +215,15 @@ impl Peer {
         layout: &Layout,
     ) -> Result<Option<*mut u8>> {
         self.table.check(self.module, handle, remote, len, access)?;
-        let heap = self.remote_base + layout.heap_offset() as u64;
-        if remote < heap || remote + len as u64 > heap + layout.heap_bytes as u64 {
+        // (Checked sums: the base comes from the peer's card.)
+        let heap = self.remote_base.checked_add(layout.heap_offset() as u64);
+        let heap_end = heap.and_then(|h| h.checked_add(layout.heap_bytes as u64));
+        let end = remote.checked_add(len as u64);
+        let inside = match (heap, heap_end, end) {
+            (Some(heap), Some(heap_end), Some(end)) => remote >= heap && end <= heap_end,
+            _ => false,
+        };
+        if !inside {
             return Ok(None);
         }
         // The range lies inside the peer's heap, inside its segment, which is mapped
