@@ -53,6 +53,7 @@ pub fn registry() -> Registry {
     framework()
         .register_params(&mut registry)
         .expect("built-in parameters are consistent");
+    msg::register_params(&mut registry).expect("built-in parameters are consistent");
     registry
 }
 

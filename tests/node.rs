@@ -28,6 +28,8 @@ fn rank_role_entry() {
         "window" => role_window(),
         "exit_nonzero" => role_exit_nonzero(),
         "killed_peer" => role_killed_peer(),
+        "stopped_peer" => role_stopped_peer(),
+        "wildcard_after_deaths" => role_wildcard_after_deaths(),
         other => panic!("unknown NODE_TEST_ROLE {other:?}"),
     }
 }
@@ -395,7 +397,7 @@ fn role_window() {
     comm.barrier().unwrap();
     let left = (me + n - 1) % n;
     let mut got = vec![0u8; 64];
-    win.read_local(0, &mut got);
+    win.read_local(0, &mut got).unwrap();
     assert_eq!(
         got,
         (0..64).map(|i| (i as u32 + left) as u8).collect::<Vec<_>>()
@@ -406,7 +408,7 @@ fn role_window() {
     assert_eq!(back, large);
     let e = win.put(&mut comm, right, (1 << 20) - 4, &small);
     assert!(
-        matches!(e, Err(Error::Btl(rbtl::btl::Error::OutOfRange { .. }))),
+        matches!(e, Err(Error::OutOfWindow { rank, .. }) if rank == right),
         "{e:?}"
     );
     // Freed windows give their memory back to the sm heap (4 MiB here): windows of
@@ -422,7 +424,7 @@ fn role_window() {
         win.put(&mut comm, right, (3 << 20) - 1, &[round]).unwrap();
         comm.barrier().unwrap();
         let mut got = [0u8];
-        win.read_local((3 << 20) - 1, &mut got);
+        win.read_local((3 << 20) - 1, &mut got).unwrap();
         assert_eq!(got, [round]);
         win.free(&mut comm).unwrap();
     }
@@ -483,6 +485,116 @@ fn role_killed_peer() {
         }
     }
     std::thread::sleep(Duration::from_secs(600));
+}
+
+/// Exit with code 99 if this rank is still running after `limit`: a test of a hang
+/// then fails by itself, in bounded time, with a code that says so.
+fn watchdog(limit: Duration) {
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        eprintln!("watchdog: still running after {limit:?}");
+        std::process::exit(99);
+    });
+}
+
+/// A ping-pong whose rank 1 stops itself (SIGSTOP) at a moment chosen by chance:
+/// rank 0's blocking call fails with a peer timeout (`msg_peer_timeout` is 1 s here),
+/// and later calls naming rank 1 fail at once.
+fn role_stopped_peer() {
+    watchdog(Duration::from_secs(30));
+    let mut comm = Comm::init(&[]).unwrap();
+    let me = comm.rank();
+    comm.barrier().unwrap();
+    let mut b = [0u8; 8];
+    if me == 1 {
+        // Some milliseconds into the ping-pong, from another thread: anywhere in it.
+        let delay = 20 + u64::from(std::process::id() % 80);
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(delay));
+            // SAFETY: a signal to ourselves.
+            unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+        });
+        loop {
+            comm.recv(&mut b, Some(0), Some(0)).unwrap();
+            comm.send(&b, 0, 0).unwrap();
+        }
+    }
+    let started = std::time::Instant::now();
+    let e = loop {
+        if let Err(e) = comm.send(&b, 1, 0) {
+            break e;
+        }
+        if let Err(e) = comm.recv(&mut b, Some(1), Some(0)) {
+            break e;
+        }
+    };
+    match e {
+        Error::PeerTimeout { rank: 1, waited } => {
+            assert!(waited >= Duration::from_secs(1), "{waited:?}");
+            assert!(
+                e.to_string().contains("msg_peer_timeout"),
+                "the error says what to raise: {e}"
+            );
+        }
+        other => panic!("expected a timeout of rank 1, got {other:?}"),
+    }
+    // Rank 1 counts as failed now: calls naming it fail at once.
+    let at_once = std::time::Instant::now();
+    assert!(matches!(
+        comm.send(&b, 1, 0),
+        Err(Error::PeerFailed { rank: 1, .. })
+    ));
+    assert!(matches!(
+        comm.recv(&mut b, Some(1), Some(0)),
+        Err(Error::PeerFailed { rank: 1, .. })
+    ));
+    assert!(comm.barrier().is_err());
+    assert!(at_once.elapsed() < Duration::from_secs(1));
+    eprintln!("rank 1 given up after {:?}", started.elapsed());
+    report_ok(me, "timed_out");
+    std::process::exit(1);
+}
+
+/// Ranks 1 and 2 die one after the other; rank 0's receives from any source fail
+/// only once no rank is left that could satisfy them.
+fn role_wildcard_after_deaths() {
+    watchdog(Duration::from_secs(30));
+    let mut comm = Comm::init(&[]).unwrap();
+    let me = comm.rank();
+    comm.barrier().unwrap();
+    let mut b = [0u8; 4];
+    match me {
+        1 => {
+            // SAFETY: raising a signal on ourselves.
+            unsafe { libc::raise(libc::SIGKILL) };
+        }
+        2 => {
+            // Once rank 0 has (almost surely) seen rank 1 die: its receive must wait
+            // for this message, not fail.
+            std::thread::sleep(Duration::from_millis(300));
+            comm.send(&2u32.to_le_bytes(), 0, 5).unwrap();
+            // Received (the launcher ends a job with a failed rank after 5 s).
+            comm.recv(&mut b, Some(0), Some(6)).unwrap();
+            // SAFETY: as above.
+            unsafe { libc::raise(libc::SIGKILL) };
+        }
+        _ => {}
+    }
+    let st = comm.recv(&mut b, ANY_SOURCE, Some(5)).unwrap();
+    assert_eq!((st.source, u32::from_le_bytes(b)), (2, 2));
+    comm.send(&[0; 4], 2, 6).unwrap();
+    match comm.recv(&mut b, ANY_SOURCE, Some(5)) {
+        Err(Error::PeerFailed { rank: 1, why }) => {
+            assert!(why.contains("rank 1") && why.contains("rank 2"), "{why}")
+        }
+        other => panic!("expected the wildcard receive to fail, got {other:?}"),
+    }
+    // A non-blocking one fails when waited for.
+    // SAFETY: `b` outlives the request, waited for below.
+    let req = unsafe { comm.irecv_raw(b.as_mut_ptr(), b.len(), ANY_SOURCE, ANY_TAG) }.unwrap();
+    assert!(matches!(comm.wait(req), Err(Error::PeerFailed { .. })));
+    report_ok(me, "wildcard_failed");
+    std::process::exit(1);
 }
 
 // ---------------------------------------------------------------------------
@@ -606,4 +718,136 @@ fn survivors_of_a_killed_rank_report_the_failure_and_exit() {
         "rank 0 saw rank 1 fail and reported it"
     );
     std::fs::remove_dir_all(job.dir).unwrap();
+}
+
+#[test]
+fn a_stopped_peer_times_out_and_is_given_up() {
+    let job = run("stopped_peer", 2, &[("RBTL_MSG_PEER_TIMEOUT", "1")]);
+    assert_eq!(job.code, 1, "rank 0 reported the timeout and exited 1");
+    assert_eq!(
+        oks(&job.dir, "timed_out", 1),
+        1,
+        "rank 0 saw rank 1 time out"
+    );
+    std::fs::remove_dir_all(job.dir).unwrap();
+}
+
+#[test]
+fn a_receive_from_any_source_fails_once_every_other_rank_has_died() {
+    let job = run("wildcard_after_deaths", 3, &[]);
+    assert_eq!(
+        oks(&job.dir, "wildcard_failed", 1),
+        1,
+        "rank 0's receives from any source failed (job code {})",
+        job.code
+    );
+    std::fs::remove_dir_all(job.dir).unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// The `osu` binary, as a user runs it.
+
+const OSU: &str = env!("CARGO_BIN_EXE_osu");
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<i32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(child) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        // The parent is the second field after the command name, which ends at the
+        // last ')'.
+        let ppid = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 1..].split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(pid) {
+            out.push(child);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// `kill -STOP` one rank of `osu latency` in mid-run: the other reports the timeout
+/// and exits non-zero, the job ends, and nothing is left in the segment directory.
+#[test]
+fn osu_latency_with_a_stopped_rank_ends_with_a_timeout() {
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    let shm = std::env::temp_dir().join(format!("rbtl-node-{}-osu-stop", std::process::id()));
+    std::fs::create_dir_all(&shm).unwrap();
+    let mut osu = std::process::Command::new(OSU)
+        .args(["latency", "--min-size", "8", "--max-size", "8"])
+        .args(["--iterations", "100000000", "--param", "msg_peer_timeout=2"])
+        .env("RBTL_SHM_DIR", &shm)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let deadline = start + Duration::from_secs(60);
+    let mut ranks = children_of(osu.id());
+    while ranks.len() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        ranks = children_of(osu.id());
+    }
+    assert_eq!(ranks.len(), 2, "osu started its two ranks");
+    // Well into the ping-pong (the ranks have started, connected, and run a while).
+    std::thread::sleep(Duration::from_millis(700));
+    // SAFETY: signals to the ranks, children of our child, which are not reaped before
+    // osu waits for them.
+    unsafe { libc::kill(ranks[1], libc::SIGSTOP) };
+    let stopped = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = osu.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            for r in &ranks {
+                // SAFETY: as above (osu, still running, has not reaped them).
+                unsafe { libc::kill(*r, libc::SIGKILL) };
+            }
+            let _ = osu.kill();
+            panic!(
+                "osu still runs {:?} after a rank was stopped",
+                stopped.elapsed()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut osu.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(!status.success(), "{status:?}: {err}");
+    assert!(
+        err.contains("did not respond") && err.contains("msg_peer_timeout"),
+        "the surviving rank says why: {err}"
+    );
+    assert!(
+        stopped.elapsed() < Duration::from_secs(30),
+        "ended {:?} after the stop",
+        stopped.elapsed()
+    );
+    let left: Vec<_> = std::fs::read_dir(&shm).unwrap().collect();
+    assert!(left.is_empty(), "segments left behind: {left:?}");
+    std::fs::remove_dir_all(shm).unwrap();
+}
+
+/// `--btl sm` without `self`: the error names what is missing.
+#[test]
+fn osu_without_self_is_told_to_add_it() {
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    let out = std::process::Command::new(OSU)
+        .args(["latency", "--btl", "sm", "--max-size", "8"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot reach itself") && err.contains("add `self`"),
+        "{err}"
+    );
 }

@@ -2,6 +2,7 @@
 //! configuration selects, their addresses through the modex, and a route to every rank.
 
 use super::callbacks::register_callbacks;
+use super::liveness;
 use super::state::{self, Shared, State};
 use super::{Comm, Error, Result};
 use crate::pmi::Job;
@@ -21,6 +22,7 @@ impl Comm {
 
     /// Open the configured transports for `job` and connect every rank.
     pub fn with(mut job: Job, config: &Config) -> Result<Comm> {
+        let peer_timeout = liveness::peer_timeout(config)?;
         let modex = job.modex.as_mut();
         let node = node_name();
         modex.publish("node", node.as_bytes())?;
@@ -56,15 +58,24 @@ impl Comm {
             }
             rank_of.push(Arc::<[Option<u32>]>::from(map));
         }
-        if let Some(rank) = state.route.iter().position(Option::is_none) {
-            let tried = modules
+        let tried = || {
+            modules
                 .iter()
                 .map(|m| m.name())
                 .collect::<Vec<_>>()
-                .join(",");
+                .join(",")
+        };
+        // A rank reaches itself only through `self`: said first, as what is missing.
+        if state.route[job.rank as usize].is_none() {
+            return Err(Error::SelfUnreachable {
+                rank: job.rank,
+                tried: tried(),
+            });
+        }
+        if let Some(rank) = state.route.iter().position(Option::is_none) {
             return Err(Error::Unreachable {
                 rank: rank as u32,
-                tried,
+                tried: tried(),
             });
         }
         let mut remote = vec![false; modules.len()];
@@ -100,6 +111,7 @@ impl Comm {
             dirty,
             eager,
             offload: None,
+            peer_timeout,
             job,
         })
     }
@@ -110,4 +122,35 @@ fn node_name() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "localhost".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::msg::{Comm, Error};
+
+    #[test]
+    fn without_self_a_rank_is_told_to_add_it() {
+        match Comm::init(&[("btl", "sm")]) {
+            Err(e @ Error::SelfUnreachable { rank: 0, .. }) => {
+                assert!(e.to_string().contains("add `self`"), "{e}")
+            }
+            Err(e) => panic!("expected SelfUnreachable, got {e}"),
+            Ok(_) => panic!("expected SelfUnreachable, got a communicator"),
+        }
+    }
+
+    #[test]
+    fn the_peer_timeout_is_a_number_of_seconds() {
+        assert!(Comm::init(&[("btl", "self"), ("msg_peer_timeout", "0")]).is_ok());
+        assert!(Comm::init(&[("btl", "self"), ("msg_peer_timeout", "5")]).is_ok());
+        match Comm::init(&[("btl", "self"), ("msg_peer_timeout", "-1")]) {
+            Err(e @ Error::BadParameter(_)) => assert!(e.to_string().contains("0 to wait forever")),
+            Err(e) => panic!("expected BadParameter, got {e}"),
+            Ok(_) => panic!("a negative timeout was taken"),
+        }
+        assert!(matches!(
+            Comm::init(&[("btl", "self"), ("msg_peer_timeout", "soon")]),
+            Err(Error::Config(_))
+        ));
+    }
 }

@@ -1,6 +1,7 @@
 //! The communicator: the modules and routes it holds, its progress loop, and the
 //! messages that wait for room in a transport.
 
+use super::liveness::{IdleWait, Needs};
 use super::offload::Offload;
 use super::state::{self, lock, Shared};
 use super::{Error, Result};
@@ -28,6 +29,8 @@ pub struct Comm {
     pub(super) eager: Vec<usize>,
     /// The blocking receive in progress, when its transport matches it itself.
     pub(super) offload: Option<Offload>,
+    /// How long a blocking call waits for a silent peer (`msg_peer_timeout`).
+    pub(super) peer_timeout: Option<std::time::Duration>,
     pub(super) job: Job,
 }
 
@@ -145,13 +148,20 @@ impl Comm {
 
     /// Progress until nothing waits for room in a transport.
     fn drain(&mut self) -> Result<()> {
+        let mut idle = IdleWait::new();
         while self.signals.deferred.load(Ordering::Acquire) > 0 {
             if self.signals.failed.load(Ordering::Acquire) > 0 {
                 // Messages to a dead peer never leave; nothing to wait for.
                 break;
             }
-            if self.progress() == 0 {
-                std::thread::yield_now();
+            if self.progress() > 0 {
+                idle.busy();
+            } else if idle.idle() {
+                if let Some(rank) = self.first_deferred_rank() {
+                    if let Some(e) = self.look_for(Needs::Rank(rank), &mut idle) {
+                        return Err(e);
+                    }
+                }
             }
         }
         Ok(())

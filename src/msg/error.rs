@@ -35,6 +35,16 @@ pub enum Error {
         /// The transports tried.
         tried: String,
     },
+    /// No selected transport reaches this rank itself (that is `self`'s job).
+    #[error(
+        "rank {rank} cannot reach itself with the selected transports ({tried}): add `self` to the btl parameter (e.g. btl = self,{tried})"
+    )]
+    SelfUnreachable {
+        /// This rank.
+        rank: u32,
+        /// The transports tried.
+        tried: String,
+    },
     /// A peer died.
     #[error("rank {rank} failed: {why}")]
     PeerFailed {
@@ -42,6 +52,15 @@ pub enum Error {
         rank: u32,
         /// What was seen.
         why: String,
+    },
+    /// A peer this call needed gave no sign of life for the peer timeout
+    /// (`msg_peer_timeout`); it is treated as failed from now on.
+    #[error("rank {rank} did not respond for {} s (msg_peer_timeout): it is stopped, hung, or computing for longer than that; raise msg_peer_timeout (0: wait forever) if it computes that long", waited.as_secs())]
+    PeerTimeout {
+        /// The rank.
+        rank: u32,
+        /// How long the call waited without any progress.
+        waited: std::time::Duration,
     },
     /// A rank outside the job.
     #[error("rank {0} is outside the job of {1} processes")]
@@ -52,6 +71,21 @@ pub enum Error {
     /// A request id that is not (or no longer) live: each request is waited for once.
     #[error("request {0:#x} is unknown or was already waited for")]
     UnknownRequest(u64),
+    /// A window access that does not lie inside the window.
+    #[error("{len} bytes at offset {offset} fall outside rank {rank}'s window of {window} bytes: keep offset + length within Window::len()")]
+    OutOfWindow {
+        /// The rank whose window it is.
+        rank: u32,
+        /// Offset of the access.
+        offset: usize,
+        /// Its length.
+        len: usize,
+        /// The window's length.
+        window: usize,
+    },
+    /// A parameter of the message layer with a value it cannot use.
+    #[error("{0}")]
+    BadParameter(String),
     /// A window used with a communicator other than the one that made it.
     #[error("this window belongs to another communicator")]
     WrongComm,

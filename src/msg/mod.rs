@@ -15,16 +15,44 @@
 //!
 //! Non-blocking operations borrow their buffers for a [`Comm::scope`]: the scope waits
 //! for everything started in it, so a buffer can never be freed under a transfer.
+//!
+//! # Failed and silent peers
+//!
+//! No blocking call waits forever for a peer that is gone:
+//!
+//! * **A peer that dies** is noticed by its transport; every operation involving it
+//!   fails with [`Error::PeerFailed`], and so does every later call naming it.
+//! * **A peer that stops responding.** A blocking call (a receive, a wait, a
+//!   rendezvous send, a window's put or get, a barrier, `finalize`) that waits for an
+//!   operation needing rank R, and sees no progress at all on any transport for
+//!   `msg_peer_timeout` seconds (default 60; 0 waits forever), fails with
+//!   [`Error::PeerTimeout`] naming R. R is then treated as failed: every other
+//!   operation involving it fails with [`Error::PeerFailed`], later calls naming it
+//!   fail at once, and its transports drop it (`del_procs`), so that nothing it might
+//!   still send lands anywhere. A stopped process (`SIGSTOP`), a hung one and one
+//!   computing for longer than the timeout without calling into this layer look the
+//!   same from here: raise the timeout for programs whose ranks compute that long
+//!   between messages. Any progress (a message from any rank) starts the count again,
+//!   so a peer that stops is noticed once the job around it goes quiet, which it does
+//!   when the others come to wait for it.
+//! * **A receive from any source no live rank can satisfy.** A blocking receive from
+//!   [`ANY_SOURCE`] cannot be satisfied by its caller (nothing else runs meanwhile),
+//!   so once every other rank has failed it fails with [`Error::PeerFailed`] naming
+//!   them; a non-blocking one does so when waited for. Such a receive times out (as
+//!   above) only when a single other rank is alive: only then does it need one
+//!   particular peer.
 
 // `Comm`'s methods are grouped by concern, one file each: `bootstrap` (making it),
 // `comm` (its state and progress), `p2p` (sends, receives, waits), `offload` (a
-// blocking receive matched by its transport), `collectives`, `scope`; `callbacks`
-// holds the receive callbacks it installs in the modules.
+// blocking receive matched by its transport), `liveness` (waits that cannot end
+// well), `collectives`, `scope`; `callbacks` holds the receive callbacks it installs
+// in the modules.
 mod bootstrap;
 mod callbacks;
 mod collectives;
 mod comm;
 mod error;
+mod liveness;
 mod offload;
 mod p2p;
 mod protocol;
@@ -35,6 +63,7 @@ mod window;
 
 pub use comm::Comm;
 pub use error::{Error, Result};
+pub use liveness::{register_params, PEER_TIMEOUT_PARAM};
 pub use p2p::{Status, ANY_SOURCE, ANY_TAG, SPIN_BEFORE_YIELD};
 pub use scope::Scope;
 pub use state::ReqId;

@@ -2,8 +2,9 @@
 //! source, when that transport matches receives itself
 //! ([`Module::expect`](rbtl_btl::Module::expect)).
 
+use super::liveness::{IdleWait, Needs};
 use super::state::{self, lock};
-use super::{protocol, Comm, Result, Status, SPIN_BEFORE_YIELD};
+use super::{protocol, Comm, Result, Status};
 use rbtl_btl::Expected;
 use std::sync::atomic::Ordering;
 
@@ -79,17 +80,19 @@ impl Comm {
     /// transport did not take, or the source's failure): then it is posted as usual,
     /// behind that message.
     pub(super) fn wait_offloaded(&mut self, o: Offload, buf: &mut [u8]) -> Result<Status> {
-        let mut idle = 0u32;
+        let mut idle = IdleWait::new();
         loop {
             if self.progress() == 0 {
-                idle += 1;
-                if idle >= SPIN_BEFORE_YIELD {
-                    std::thread::yield_now();
+                if idle.idle() {
+                    // (`recv` withdraws the receive from its transport.)
+                    if let Some(e) = self.look_for(Needs::Rank(o.source), &mut idle) {
+                        return Err(e);
+                    }
                 }
                 rbtl_btl::idle::between_idle_polls();
                 continue;
             }
-            idle = 0;
+            idle.busy();
             if let Some(len) = self.modules[o.module].take_expected() {
                 self.offload = None;
                 state::set(&self.signals.offloaded, 0);

@@ -1,6 +1,7 @@
 //! Point-to-point: tagged sends and receives, blocking and non-blocking, and waiting
 //! for their requests.
 
+use super::liveness::IdleWait;
 use super::offload::Withdraw;
 use super::state::{self, lock, Posted, Shared, State, Unexpected};
 use super::{protocol, requests, Comm, Error, ReqId, Result};
@@ -95,7 +96,8 @@ impl Comm {
         if tag < 0 {
             return Err(Error::BadTag(tag));
         }
-        self.isend_tagged(buf, len, dst, tag)
+        // SAFETY: forwarded contract.
+        unsafe { self.isend_tagged(buf, len, dst, tag) }
     }
 
     /// Hand an eager message straight to the transport if nothing waits for room:
@@ -113,7 +115,14 @@ impl Comm {
         }
     }
 
-    pub(super) fn isend_tagged(
+    /// Start sending `len` bytes at `buf` to `dst` with `tag`, which may be one of the
+    /// layer's own (negative) tags.
+    ///
+    /// # Safety
+    ///
+    /// As [`Comm::isend_raw`]: `buf` must be valid for reads of `len` bytes, and stay
+    /// valid and unmodified until the request completes.
+    pub(super) unsafe fn isend_tagged(
         &mut self,
         buf: *const u8,
         len: usize,
@@ -200,18 +209,40 @@ impl Comm {
         if let Some(t) = tag.filter(|t| *t < 0) {
             return Err(Error::BadTag(t));
         }
-        self.irecv_tagged(buf, cap, src, tag)
+        // SAFETY: forwarded contract.
+        unsafe { self.irecv_tagged(buf, cap, src, tag) }
     }
 
-    pub(super) fn irecv_tagged(
+    /// Start receiving into `cap` bytes at `buf` from `src` with `tag`, which may be
+    /// one of the layer's own (negative) tags.
+    ///
+    /// # Safety
+    ///
+    /// As [`Comm::irecv_raw`]: `buf` must be valid for writes of `cap` bytes, and not
+    /// be read or written by anyone else, until the request completes.
+    pub(super) unsafe fn irecv_tagged(
         &mut self,
         buf: *mut u8,
         cap: usize,
         src: Option<u32>,
         tag: Option<i32>,
     ) -> Result<ReqId> {
-        // SAFETY: forwarded from the callers' contracts.
+        // SAFETY: forwarded contract.
         unsafe { self.post_recv(buf, cap, src, tag, false) }
+    }
+
+    /// End request `req`, which its caller will not wait for: a receive still posted
+    /// leaves the queue; one whose transfer is under way (a rendezvous) is waited for,
+    /// since the transport may still write its buffer. Afterwards no transfer touches
+    /// the request's buffer.
+    pub(super) fn withdraw_request(&mut self, req: ReqId) {
+        if requests::as_completed_send(req).is_some() {
+            return;
+        }
+        if !lock(&self.state).withdraw(req) {
+            // Ends with the transfer, or with its peer's failure or timeout.
+            let _ = self.wait(req);
+        }
     }
 
     /// Post a receive (the blocking one outside the request table).
@@ -278,6 +309,8 @@ impl Comm {
 
     /// Progress until `req` completes. After [`SPIN_BEFORE_YIELD`] idle rounds it
     /// yields the processor between rounds, so that ranks sharing a core still advance.
+    /// A wait for a peer that is gone or silent ends with an error (see "Failed and
+    /// silent peers" in the [module documentation](super)).
     pub fn wait(&mut self, req: ReqId) -> Result<Status> {
         self.wait_since(req, usize::MAX)
     }
@@ -287,7 +320,7 @@ impl Comm {
     /// that count has moved.
     #[inline]
     fn wait_since(&mut self, req: ReqId, mut seen: usize) -> Result<Status> {
-        let mut idle = 0u32;
+        let mut idle = IdleWait::new();
         loop {
             let completed = self.signals.completed.load(Ordering::Acquire);
             if completed != seen {
@@ -297,12 +330,11 @@ impl Comm {
                 }
             }
             if self.progress() == 0 {
-                idle += 1;
-                if idle >= SPIN_BEFORE_YIELD {
-                    std::thread::yield_now();
+                if idle.idle() {
+                    self.look_at(req, &mut idle);
                 }
             } else {
-                idle = 0;
+                idle.busy();
             }
         }
     }

@@ -234,6 +234,26 @@ impl State {
         }
     }
 
+    /// Take back request `id`, which nobody will wait for: a receive still posted
+    /// leaves the queue, and it or a request that has ended is forgotten. False (the
+    /// request kept) when it is under way: a transport may still read or write its
+    /// buffer, so it must be waited for.
+    pub fn withdraw(&mut self, id: ReqId) -> bool {
+        if let Some(i) = self.posted.iter().position(|p| p.req == id) {
+            self.posted.remove(i);
+            self.drop_req(id);
+            return true;
+        }
+        match self.req_mut(id) {
+            Some(r) if r.outcome.is_none() => false,
+            Some(_) => {
+                self.drop_req(id);
+                true
+            }
+            None => true,
+        }
+    }
+
     /// The request of a blocking receive: there is at most one (a blocking call holds
     /// the `Comm`), so it lives outside the table.
     #[inline(always)]

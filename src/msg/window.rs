@@ -6,6 +6,7 @@
 //! made (Open MPI: `osc/sm`). Other peers are reached through the transports' put and
 //! get (Open MPI: `osc/rdma` over the BTLs).
 
+use super::liveness::{IdleWait, Needs};
 use super::{Comm, Error, Result};
 use rbtl_btl::{Access, MemHandle, Order, RemoteHandle};
 use rbtl_mpool::Region;
@@ -46,6 +47,8 @@ impl Memory {
 pub struct Window {
     /// The communicator whose modules reach the peers (direct mappings live in them).
     comm: u64,
+    /// This rank in it.
+    rank: u32,
     mem: Memory,
     staging: Region,
     /// Per module: registrations of `mem` and `staging`.
@@ -117,7 +120,13 @@ impl Window {
                 ))));
             }
             let addr = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-            let len = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes")) as usize;
+            let len = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
+            // The window lies in the peer's address space: its end does not overflow.
+            let (Some(_), Ok(len)) = (addr.checked_add(len), usize::try_from(len)) else {
+                return Err(Error::Btl(rbtl_btl::Error::Modex(format!(
+                    "rank {r} describes its window as {len} bytes at {addr:#x}, past the end of the address space"
+                ))));
+            };
             let handle = RemoteHandle::from_bytes(&b[16..])?;
             let direct = if r as u32 == comm.rank {
                 Some(mem.ptr())
@@ -140,6 +149,7 @@ impl Window {
         }
         Ok(Window {
             comm: comm.id(),
+            rank: comm.rank,
             mem,
             staging,
             handles,
@@ -188,14 +198,17 @@ impl Window {
             .is_some_and(|p| p.direct.is_some())
     }
 
-    /// Copy of bytes of this rank's window (peers may write it at any time; read after
-    /// a synchronisation such as a barrier).
-    pub fn read_local(&self, offset: usize, out: &mut [u8]) {
-        assert!(offset + out.len() <= self.mem.len(), "read past the window");
-        // SAFETY: inside our mapping; raw copy, as peers write it behind our back.
+    /// Copy `out.len()` bytes of this rank's window at `offset` into `out` (peers may
+    /// write it at any time; read after a synchronisation such as a barrier).
+    /// [`Error::OutOfWindow`] when the range does not lie inside the window.
+    pub fn read_local(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        check_inside(self.rank, offset, out.len(), self.mem.len())?;
+        // SAFETY: `[offset, offset + out.len())` lies inside our mapping (checked just
+        // now, without overflow); raw copy, as peers write it behind our back.
         unsafe {
             std::ptr::copy_nonoverlapping(self.mem.ptr().add(offset), out.as_mut_ptr(), out.len())
         };
+        Ok(())
     }
 
     /// Write `data` into `target`'s window at `offset`; returns once it is visible there.
@@ -245,12 +258,15 @@ impl Window {
         }
         let (mi, ep) = comm.route(target)?;
         let peer = &self.peers[target as usize];
+        check_inside(target, offset, len, peer.len)?;
+        // (No overflow: `allocate` checked that the window's end, `addr + len`, does
+        // not overflow, and `offset` is at most its length.)
         let remote = peer.addr + offset as u64;
         if let Some(base) = peer.direct {
-            rbtl_btl::check_range("remote", remote, len, peer.addr, peer.len)?;
-            // SAFETY: the range lies inside the target's window (checked just now),
-            // which `map_remote` mapped here for the window's life; the caller's buffer
-            // holds `len` bytes. A put is a store, a get a load, ordered by the fences.
+            // SAFETY: the range lies inside the target's window (checked above, without
+            // overflow), which `map_remote` mapped here for the window's life; the
+            // caller's buffer holds `len` bytes. A put is a store, a get a load,
+            // ordered by the fences.
             unsafe {
                 let at = base.add(offset);
                 if put {
@@ -301,8 +317,16 @@ impl Window {
         } else {
             m.get(ep, local, remote, handle, rh, len, 0, Order::ANY, cb)?;
         }
+        // The transport completes the operation, with an error if the target fails or
+        // is given up for its silence (then the timeout is what the caller sees).
+        let mut idle = IdleWait::new();
+        let mut timed_out = None;
         while self.signal.done.load(Ordering::Acquire) == before {
-            comm.progress();
+            if comm.progress() > 0 {
+                idle.busy();
+            } else if idle.idle() && timed_out.is_none() {
+                timed_out = comm.look_for(Needs::Rank(target), &mut idle);
+            }
         }
         if self.signal.failed.swap(false, Ordering::Acquire) {
             let error = self
@@ -311,9 +335,15 @@ impl Window {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .take();
+            if let Some(e) = timed_out {
+                return Err(e);
+            }
             if let Some(e) = error {
                 return Err(e.into());
             }
+        }
+        if let Some(e) = timed_out {
+            return Err(e);
         }
         if staged && !put {
             // SAFETY: the get landed in staging; `buf` is the caller's `len` bytes.
@@ -323,9 +353,69 @@ impl Window {
     }
 }
 
+/// [`Error::OutOfWindow`] unless `[offset, offset + len)` lies inside a window of
+/// `window` bytes (of rank `rank`); checked without overflow.
+fn check_inside(rank: u32, offset: usize, len: usize, window: usize) -> Result<()> {
+    match offset.checked_add(len) {
+        Some(end) if end <= window => Ok(()),
+        _ => Err(Error::OutOfWindow {
+            rank,
+            offset,
+            len,
+            window,
+        }),
+    }
+}
+
 impl Drop for Window {
     fn drop(&mut self) {
         // Registrations go before the memory they describe.
         self.handles.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Window;
+    use crate::msg::{Comm, Error};
+
+    #[test]
+    fn accesses_past_the_window_or_the_address_space_are_refused() {
+        const LEN: usize = 4096;
+        let mut comm = Comm::init(&[("btl", "self")]).unwrap();
+        let mut win = Window::allocate(&mut comm, LEN).unwrap();
+        let mut out = [0u8; 16];
+        // Offsets whose sum with the length wraps around (to 0, to 15), lands just past
+        // the window, or starts past it.
+        let offsets = [
+            0usize.wrapping_sub(16),
+            usize::MAX,
+            usize::MAX - 15,
+            usize::MAX / 2,
+            LEN - 15,
+            LEN + 1,
+        ];
+        for offset in offsets {
+            let outside = |r: Result<(), Error>| matches!(r, Err(Error::OutOfWindow { rank: 0, offset: o, len: 16, window: LEN }) if o == offset);
+            assert!(
+                outside(win.read_local(offset, &mut out)),
+                "read at {offset:#x}"
+            );
+            assert!(
+                outside(win.put(&mut comm, 0, offset, &out)),
+                "put at {offset:#x}"
+            );
+            assert!(
+                outside(win.get(&mut comm, 0, offset, &mut out)),
+                "get at {offset:#x}"
+            );
+        }
+        // The last bytes of the window are inside.
+        win.put(&mut comm, 0, LEN - 16, &[7; 16]).unwrap();
+        win.read_local(LEN - 16, &mut out).unwrap();
+        assert_eq!(out, [7; 16]);
+        win.get(&mut comm, 0, LEN - 16, &mut out).unwrap();
+        assert_eq!(out, [7; 16]);
+        win.free(&mut comm).unwrap();
     }
 }

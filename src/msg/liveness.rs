@@ -1,0 +1,249 @@
+//! Waits that cannot end well: how a blocking call learns that what it waits for will
+//! not come (a peer that stopped responding, or a receive from any source when every
+//! other rank has failed), and ends with an error instead of spinning forever. What
+//! the user sees is described in the message layer's documentation ("Failed and
+//! silent peers").
+//!
+//! The hot path pays nothing for this: a wait looks only while idle, first after
+//! [`SPIN_BEFORE_YIELD`] idle rounds (when it starts yielding the processor, a system
+//! call per round) and then every [`LOOK_EVERY`] rounds, and reads the clock only then.
+
+use super::state::{lock, Posted};
+use super::{Comm, Error, ReqId, Result, SPIN_BEFORE_YIELD};
+use rbtl_config::{Config, Registry, Value};
+use std::time::{Duration, Instant};
+
+/// The parameter that sets the peer timeout, in seconds.
+pub const PEER_TIMEOUT_PARAM: &str = "msg_peer_timeout";
+/// Its default: generous, as a peer may compute for long between messages.
+const DEFAULT_PEER_TIMEOUT_SECS: i64 = 60;
+/// Idle rounds between two looks, once a wait yields.
+pub const LOOK_EVERY: u64 = 1 << 10;
+
+/// Register the message layer's parameters.
+pub fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
+    registry.register(
+        PEER_TIMEOUT_PARAM,
+        Value::Int(DEFAULT_PEER_TIMEOUT_SECS),
+        "seconds a blocking call waits, with no progress at all, for a peer it needs before failing with a peer timeout and treating the peer as failed (0: wait forever)",
+    )?;
+    Ok(())
+}
+
+/// The peer timeout `config` sets: `None` to wait forever. A configuration made
+/// without the message layer's parameters gets the default.
+pub(super) fn peer_timeout(config: &Config) -> Result<Option<Duration>> {
+    let secs = match config.int(PEER_TIMEOUT_PARAM) {
+        Ok(s) => s,
+        Err(rbtl_config::Error::NotRegistered(_)) => DEFAULT_PEER_TIMEOUT_SECS,
+        Err(e) => return Err(e.into()),
+    };
+    match u64::try_from(secs) {
+        Ok(0) => Ok(None),
+        Ok(s) => Ok(Some(Duration::from_secs(s))),
+        Err(_) => Err(Error::BadParameter(format!(
+            "{PEER_TIMEOUT_PARAM} = {secs}: give the seconds to wait for a silent peer, or 0 to wait forever"
+        ))),
+    }
+}
+
+/// The idle rounds of one blocking wait.
+pub(super) struct IdleWait {
+    /// Idle rounds in a row.
+    rounds: u64,
+    /// When this run of idle rounds was first looked at.
+    since: Option<Instant>,
+}
+
+impl IdleWait {
+    pub(super) const fn new() -> IdleWait {
+        IdleWait {
+            rounds: 0,
+            since: None,
+        }
+    }
+
+    /// Count a round that found nothing to do: after [`SPIN_BEFORE_YIELD`] in a row it
+    /// yields the processor, so that ranks sharing a core still advance. Whether it is
+    /// time to look whether the wait is in vain.
+    #[inline(always)]
+    pub(super) fn idle(&mut self) -> bool {
+        self.rounds += 1;
+        if self.rounds >= u64::from(SPIN_BEFORE_YIELD) {
+            std::thread::yield_now();
+            return self.rounds % LOOK_EVERY == 0;
+        }
+        false
+    }
+
+    /// Count a round that did something.
+    #[inline(always)]
+    pub(super) fn busy(&mut self) {
+        self.rounds = 0;
+    }
+
+    /// How long this run of idle rounds has lasted, as far as the looks tell (the
+    /// first look of a run starts its clock).
+    fn idle_for(&mut self) -> Duration {
+        let now = Instant::now();
+        if self.rounds == u64::from(SPIN_BEFORE_YIELD) {
+            self.since = Some(now);
+        }
+        now.duration_since(*self.since.get_or_insert(now))
+    }
+}
+
+/// What a waited-for operation needs.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Needs {
+    /// A message or an answer from this rank.
+    Rank(u32),
+    /// A message from any other rank (a wildcard receive, still unmatched).
+    AnyOther,
+}
+
+/// What a look found.
+enum Verdict {
+    /// Keep waiting.
+    Wait,
+    /// It can never complete.
+    Fail(Error),
+    /// The rank it needs gave no sign of life for the timeout.
+    TimedOut { rank: u32, waited: Duration },
+}
+
+impl Comm {
+    /// Look whether the wait for request `req` is in vain (called every so many idle
+    /// rounds); if so the request completes with the error that ends it.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn look_at(&mut self, req: ReqId, idle: &mut IdleWait) {
+        let needs = {
+            let mut s = lock(&self.state);
+            let posted = s.posted.iter().any(|p| p.req == req);
+            match s.req_mut(req) {
+                Some(r) if r.outcome.is_none() => match r.peer {
+                    Some(rank) => Needs::Rank(rank),
+                    // A wildcard receive that matched a message is under way: its
+                    // transport ends it.
+                    None if posted => Needs::AnyOther,
+                    None => return,
+                },
+                _ => return,
+            }
+        };
+        let end = |comm: &mut Comm, e: Error| {
+            let mut s = lock(&comm.state);
+            s.posted.retain(|p: &Posted| p.req != req);
+            s.complete(req, Err(e));
+        };
+        match self.verdict(needs, idle) {
+            Verdict::Wait => {}
+            Verdict::Fail(e) => end(self, e),
+            Verdict::TimedOut { rank, waited } => {
+                // This request ends with the timeout, the others involving the rank
+                // with its failure.
+                end(self, Error::PeerTimeout { rank, waited });
+                self.give_up_on(rank, waited);
+            }
+        }
+    }
+
+    /// Look whether a wait that needs `needs` (and no request) is in vain: the error
+    /// that ends it, if so. A peer that timed out is given up.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn look_for(&mut self, needs: Needs, idle: &mut IdleWait) -> Option<Error> {
+        match self.verdict(needs, idle) {
+            Verdict::Wait => None,
+            Verdict::Fail(e) => Some(e),
+            Verdict::TimedOut { rank, waited } => {
+                self.give_up_on(rank, waited);
+                Some(Error::PeerTimeout { rank, waited })
+            }
+        }
+    }
+
+    /// The rank a deferred message waits to reach, if any.
+    pub(super) fn first_deferred_rank(&self) -> Option<u32> {
+        let s = lock(&self.state);
+        let d = s.deferred.front()?;
+        let rank = self
+            .routes
+            .iter()
+            .position(|&(m, ep)| m == d.module && ep == d.endpoint)?;
+        Some(rank as u32)
+    }
+
+    fn verdict(&mut self, needs: Needs, idle: &mut IdleWait) -> Verdict {
+        let rank = match needs {
+            Needs::Rank(rank) if rank == self.rank => return Verdict::Wait,
+            Needs::Rank(rank) => rank,
+            Needs::AnyOther => {
+                let (live, failed) = self.other_ranks();
+                match live[..] {
+                    // Alone in the job: no peer to wait for, or to fail.
+                    [] if failed.is_empty() => return Verdict::Wait,
+                    [] => return Verdict::Fail(all_failed(failed)),
+                    [one] => one,
+                    _ => return Verdict::Wait,
+                }
+            }
+        };
+        let Some(limit) = self.peer_timeout else {
+            return Verdict::Wait;
+        };
+        let waited = idle.idle_for();
+        if waited >= limit {
+            Verdict::TimedOut { rank, waited }
+        } else {
+            Verdict::Wait
+        }
+    }
+
+    /// The other ranks: those alive, and those that failed with why.
+    fn other_ranks(&self) -> (Vec<u32>, Vec<(u32, String)>) {
+        let s = lock(&self.state);
+        let (mut live, mut failed) = (Vec::new(), Vec::new());
+        for rank in (0..self.size).filter(|&r| r != self.rank) {
+            match s.failed.get(&rank) {
+                Some(why) => failed.push((rank, why.clone())),
+                None => live.push(rank),
+            }
+        }
+        (live, failed)
+    }
+
+    /// Treat `rank`, silent for `waited`, as failed: fail what involves it, and drop it
+    /// from its transport, which fails its operations there (nothing it might still
+    /// send lands in a buffer given back).
+    fn give_up_on(&mut self, rank: u32, waited: Duration) {
+        let why = format!(
+            "no response for {} s (raise {PEER_TIMEOUT_PARAM} if it computes that long)",
+            waited.as_secs()
+        );
+        tracing::warn!(rank, %why, "giving up on a peer");
+        lock(&self.state).peer_failed(rank, why);
+        if let Some(&(mi, ep)) = self.routes.get(rank as usize) {
+            if let Err(e) = self.modules[mi].del_procs(&[ep]) {
+                tracing::warn!(rank, %e, "could not drop a silent peer from its transport");
+            }
+        }
+    }
+}
+
+/// The error of a wildcard receive when every other rank has failed (`failed`).
+fn all_failed(failed: Vec<(u32, String)>) -> Error {
+    let rank = failed.first().map_or(0, |f| f.0);
+    let list: Vec<String> = failed
+        .iter()
+        .map(|(r, why)| format!("rank {r} ({why})"))
+        .collect();
+    Error::PeerFailed {
+        rank,
+        why: format!(
+            "a receive from any source cannot complete: every other rank has failed: {}",
+            list.join(", ")
+        ),
+    }
+}
