@@ -851,3 +851,60 @@ fn osu_without_self_is_told_to_add_it() {
         "{err}"
     );
 }
+
+/// The launcher killed (SIGKILL) in the middle of start-up, at moments from early to
+/// late: its ranks die with it, and nothing is left in the segment directory.
+#[test]
+fn a_launcher_killed_during_start_up_leaves_no_segments() {
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    let shm = std::env::temp_dir().join(format!("rbtl-node-{}-killed", std::process::id()));
+    std::fs::create_dir_all(&shm).unwrap();
+    for delay_ms in [20u64, 40, 60, 90, 130, 200] {
+        let mut osu = std::process::Command::new(OSU)
+            .args(["mbw-mr", "-n", "2", "--max-size", "8", "--iterations", "10"])
+            .env("RBTL_SHM_DIR", &shm)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        // Note the ranks as they start, until the moment of the kill.
+        let kill_at = std::time::Instant::now() + Duration::from_millis(delay_ms);
+        let mut ranks = Vec::new();
+        while std::time::Instant::now() < kill_at {
+            for r in children_of(osu.id()) {
+                if !ranks.contains(&r) {
+                    ranks.push(r);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        osu.kill().unwrap();
+        osu.wait().unwrap();
+        // The ranks die with their parent (PR_SET_PDEATHSIG); wait until they are gone.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let alive = |pid: &i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+        };
+        while ranks.iter().any(alive) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "ranks {ranks:?} outlived their launcher by 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let left: Vec<_> = std::fs::read_dir(&shm).unwrap().flatten().collect();
+        assert!(
+            left.is_empty(),
+            "killed after {delay_ms} ms ({} ranks started): left behind {:?}",
+            ranks.len(),
+            left.iter().map(|e| e.file_name()).collect::<Vec<_>>()
+        );
+    }
+    std::fs::remove_dir_all(shm).unwrap();
+}

@@ -30,6 +30,11 @@ pub const fn table_bytes(capacity: usize) -> usize {
     capacity * std::mem::size_of::<Slot>()
 }
 
+/// [`table_bytes`], or `None` when it overflows.
+pub const fn table_bytes_checked(capacity: usize) -> Option<usize> {
+    capacity.checked_mul(std::mem::size_of::<Slot>())
+}
+
 /// Read access to a table, possibly another process's.
 #[derive(Clone, Copy)]
 pub struct KeyTableView {

@@ -56,6 +56,37 @@ pub enum Error {
         source: io::Error,
     },
 
+    /// An unnamed shared segment could not be created, sized or sealed.
+    #[error(
+        "cannot create an unnamed shared segment `{tag}` of {len} bytes: {source}; \
+         ask for less (memfd_create needs Linux 3.17 or later)"
+    )]
+    CreateUnnamed {
+        /// Its tag.
+        tag: String,
+        /// Bytes asked for.
+        len: usize,
+        /// What the system said.
+        #[source]
+        source: io::Error,
+    },
+
+    /// Another process's unnamed segment could not be opened through /proc.
+    #[error(
+        "cannot open the shared segment of process {pid} through /proc/{pid}/fd/{fd}: \
+         {source}; the processes must run as the same user in one pid namespace, and the \
+         owner must still be alive"
+    )]
+    OpenOfProcess {
+        /// The owner.
+        pid: u32,
+        /// Its descriptor of the segment.
+        fd: i32,
+        /// What the system said.
+        #[source]
+        source: io::Error,
+    },
+
     /// An existing shared segment could not be opened.
     #[error(
         "cannot open shared segment {path}: {source}; the owner may have exited or unlinked \

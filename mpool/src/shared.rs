@@ -1,6 +1,11 @@
-//! Named shared-memory segments: files under `/dev/shm` (or `$RBTL_SHM_DIR`)
-//! that other processes map by name, and cleanup of segments left behind by
-//! processes that died without removing them.
+// Over 600 lines on purpose: one type, its two kinds of segment (named, unnamed) with
+// how each is made, opened and cleaned up, and its tests; its constructors share private
+// parts that other files would have to open up.
+//! Shared-memory segments: named ones, files under `/dev/shm` (or `$RBTL_SHM_DIR`)
+//! that other processes map by name, with cleanup of segments left behind by
+//! processes that died without removing them; and unnamed ones
+//! ([`SharedRegion::create_unnamed`]), which exist only while a process maps them or
+//! holds their descriptor, and which peers open through `/proc/<pid>/fd/<fd>`.
 //!
 //! Segment files are named `rbtl.<pid>.<starttime>.<tag>`, where `starttime`
 //! is field 22 of the owner's `/proc/<pid>/stat` (clock ticks since boot). The
@@ -175,6 +180,8 @@ fn reserve_space(file: &fs::File, len: usize) -> io::Result<()> {
 /// atomic operations and your own protocol.
 pub struct SharedRegion {
     _map: MmapMut,
+    /// An unnamed segment's descriptor, kept open for peers to reach it through /proc.
+    file: Option<fs::File>,
     ptr: NonNull<u8>,
     len: usize,
     name: String,
@@ -254,7 +261,104 @@ impl SharedRegion {
             })
         })?;
         tracing::debug!(path = %path.display(), len, "created shared segment");
-        Ok(SharedRegion::from_map(map, len, name, path, true))
+        Ok(SharedRegion::from_map(map, None, len, name, path, true))
+    }
+
+    /// Creates and maps a segment of `len` bytes that has no name in any directory
+    /// (`memfd_create`): it exists only while some process maps it or holds its
+    /// descriptor, so that a process killed at any moment leaves nothing behind. Its
+    /// size is sealed (nobody can shrink it under a mapping). Peers open it with
+    /// [`open_of_process`](SharedRegion::open_of_process), given this process's pid
+    /// and [`fd`](SharedRegion::fd). `tag` (as for [`create`](SharedRegion::create))
+    /// names it in `/proc/<pid>/fd` listings.
+    pub fn create_unnamed(tag: &str, len: usize) -> Result<SharedRegion, Error> {
+        if len == 0 {
+            return Err(Error::ZeroLength);
+        }
+        validate_tag(tag)?;
+        let name = format!("{SEGMENT_PREFIX}.{tag}");
+        let fail = |source: io::Error| Error::CreateUnnamed {
+            tag: tag.to_owned(),
+            len,
+            source,
+        };
+        let c_name = std::ffi::CString::new(name.as_str()).expect("a valid tag has no NUL");
+        // SAFETY: a NUL-terminated name and flags; returns a new descriptor or -1.
+        let fd = unsafe {
+            libc::memfd_create(c_name.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING)
+        };
+        if fd < 0 {
+            return Err(fail(io::Error::last_os_error()));
+        }
+        // SAFETY: a descriptor just returned to us, owned by nobody else.
+        let file = unsafe { <fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        file.set_len(len as u64)
+            .and_then(|()| reserve_space(&file, len))
+            .map_err(fail)?;
+        let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on our own descriptor with integer arguments.
+        if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) } != 0 {
+            return Err(fail(io::Error::last_os_error()));
+        }
+        // SAFETY: the segment was just created by us and sized to `len`; its size is
+        // sealed, so it cannot shrink under the mapping.
+        let map = unsafe { MmapOptions::new().len(len).map_mut(&file) }.map_err(fail)?;
+        let path = PathBuf::from(format!("/proc/{}/fd/{fd}", std::process::id()));
+        let mut region = SharedRegion::from_map(map, Some(file), len, name, path, true);
+        // Nothing to remove, ever.
+        region.unlinked = AtomicBool::new(true);
+        tracing::debug!(fd, len, "created unnamed shared segment");
+        Ok(region)
+    }
+
+    /// The descriptor of a segment made by
+    /// [`create_unnamed`](SharedRegion::create_unnamed), which peers pass with this
+    /// process's pid to [`open_of_process`](SharedRegion::open_of_process); `None` for
+    /// other segments.
+    pub fn fd(&self) -> Option<std::os::fd::RawFd> {
+        self.file.as_ref().map(AsRawFd::as_raw_fd)
+    }
+
+    /// Maps the unnamed segment that process `pid` holds as descriptor `fd`, through
+    /// `/proc/<pid>/fd/<fd>`. This needs the rights to read that process's memory
+    /// (the same user, in the same pid namespace), as cross-memory attach does. The
+    /// result is not the owner.
+    pub fn open_of_process(pid: u32, fd: i32) -> Result<SharedRegion, Error> {
+        let path = PathBuf::from(format!("/proc/{pid}/fd/{fd}"));
+        let open_err = |source| Error::OpenOfProcess { pid, fd, source };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(open_err)?;
+        let meta = file.metadata().map_err(open_err)?;
+        if !meta.is_file() {
+            return Err(open_err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a shared-memory segment (not a regular file)",
+            )));
+        }
+        let len = usize::try_from(meta.len())
+            .ok()
+            .filter(|&l| l > 0)
+            .ok_or_else(|| {
+                open_err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "empty, or larger than the address space",
+                ))
+            })?;
+        // SAFETY: a segment of `create_unnamed` is sized before anyone can learn its
+        // descriptor, and its size is sealed. (Anything else a peer might name is at
+        // worst a file we map and then refuse: users check its contents first.)
+        let map = unsafe { MmapOptions::new().len(len).map_mut(&file) }.map_err(|source| {
+            Error::MapShared {
+                path: path.clone(),
+                len,
+                source,
+            }
+        })?;
+        let name = path.display().to_string();
+        Ok(SharedRegion::from_map(map, None, len, name, path, false))
     }
 
     /// Maps an existing segment by the name its owner's [`name`](SharedRegion::name)
@@ -306,6 +410,7 @@ impl SharedRegion {
         })?;
         Ok(SharedRegion::from_map(
             map,
+            None,
             len,
             name.to_owned(),
             path,
@@ -315,6 +420,7 @@ impl SharedRegion {
 
     fn from_map(
         mut map: MmapMut,
+        file: Option<fs::File>,
         len: usize,
         name: String,
         path: PathBuf,
@@ -323,6 +429,7 @@ impl SharedRegion {
         let ptr = NonNull::new(map.as_mut_ptr()).expect("mmap never returns a null mapping");
         SharedRegion {
             _map: map,
+            file,
             ptr,
             len,
             name,
@@ -528,6 +635,39 @@ mod tests {
         assert!(validate_name("rbtl.1.2.x").is_ok());
         assert!(validate_name("..").is_err());
         assert!(validate_name("../etc/passwd").is_err());
+    }
+
+    #[test]
+    fn unnamed_segments_are_opened_through_proc_and_sealed() {
+        let a = SharedRegion::create_unnamed("unit-test", 8192).unwrap();
+        let fd = a.fd().expect("an unnamed segment has a descriptor");
+        assert!(a.is_owner() && a.is_unlinked(), "nothing to remove");
+        // SAFETY: inside the fresh mapping, which nothing else uses yet.
+        unsafe { a.as_ptr().add(4096).write(42) };
+        let b = SharedRegion::open_of_process(std::process::id(), fd).unwrap();
+        assert_eq!(b.len(), 8192);
+        assert!(b.fd().is_none() && !b.is_owner());
+        // SAFETY: inside `b`'s mapping of the same memory.
+        assert_eq!(unsafe { b.as_ptr().add(4096).read() }, 42);
+        // Nobody can shrink it under a mapping.
+        let again = OpenOptions::new().write(true).open(b.path());
+        let shrunk = again.and_then(|f| f.set_len(4096));
+        assert!(shrunk.is_err(), "the size is sealed");
+        assert!(matches!(
+            SharedRegion::create_unnamed("x", 0),
+            Err(Error::ZeroLength)
+        ));
+        assert!(matches!(
+            SharedRegion::create_unnamed("a/b", 4096),
+            Err(Error::InvalidName { .. })
+        ));
+        // Descriptors that are not open.
+        for bad in [1 << 20, -1] {
+            assert!(matches!(
+                SharedRegion::open_of_process(std::process::id(), bad),
+                Err(Error::OpenOfProcess { .. })
+            ));
+        }
     }
 
     #[test]

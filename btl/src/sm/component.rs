@@ -87,8 +87,6 @@ pub struct Settings {
     pub max_frags: usize,
     /// Registration cache options.
     pub rcache: rbtl_rcache::Options,
-    /// Directory of the segments.
-    pub shm_dir: std::path::PathBuf,
     /// Bytes of the segment's heap for [`Module::alloc_shared`].
     pub heap_bytes: usize,
 }
@@ -104,7 +102,6 @@ impl Default for Settings {
             copy_chunk: 512 << 10,
             max_frags: 256,
             rcache: rbtl_rcache::Options::default(),
-            shm_dir: rbtl_mpool::shm_dir(),
             heap_bytes: 32 << 20,
         }
     }
@@ -179,7 +176,6 @@ impl Component for SmComponent {
             copy_chunk: config.size("btl_sm_copy_chunk")?,
             max_frags: count("btl_sm_free_list_max")?,
             rcache: crate::rcache_params::options(config)?,
-            shm_dir: config.str(crate::component::SHM_DIR_PARAM)?.into(),
             heap_bytes: config.size("btl_sm_heap_size")?,
         };
         Ok(vec![Box::new(SmModule::new(attrs, settings, modex)?)])

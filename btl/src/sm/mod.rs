@@ -23,8 +23,11 @@
 //! them). A peer that dies is noticed through a pidfd while idle, and reported through
 //! the error callback; its operations complete with an error.
 //!
-//! Segments are unlinked as soon as every local peer has mapped them, so a crash
-//! leaves nothing in `/dev/shm`; stale ones of crashed owners are removed at start.
+//! Segments have no name in any directory (`memfd_create`): peers open them through
+//! `/proc/<pid>/fd/<fd>` of their owner (as UCX's posix transport does), which needs
+//! the same rights as cross-memory attach's reads (the same user, one pid namespace).
+//! A segment lives as long as some process maps it, so processes killed at any moment,
+//! even in the middle of start-up, leave nothing behind.
 //!
 //! The files: `component` (attributes, settings, the component), `module` (the
 //! module: sends, receives, progress, the contract's calls), `peer` (a connected peer

@@ -77,11 +77,15 @@ impl SmModule {
         mut settings: Settings,
         modex: &mut dyn Modex,
     ) -> Result<SmModule> {
-        let ring = RingLayout {
-            nslots: settings.ring_slots.max(2).next_power_of_two(),
-            data_bytes: settings.ring_bytes.max(4096).next_power_of_two(),
+        let too_large = |name: &str, v: usize| {
+            Error::NotAvailable(format!("{name} = {v} is too large for this machine"))
         };
-        if attrs.max_send_size + 64 > ring.max_message(MAX_SEGMENTS) {
+        let pow2 = |name: &str, v: usize| v.checked_next_power_of_two().ok_or(too_large(name, v));
+        let ring = RingLayout {
+            nslots: pow2("btl_sm_ring_slots", settings.ring_slots.max(2))?,
+            data_bytes: pow2("btl_sm_ring_bytes", settings.ring_bytes.max(4096))?,
+        };
+        if attrs.max_send_size.saturating_add(64) > ring.max_message(MAX_SEGMENTS) {
             return Err(Error::NotAvailable(format!(
                 "btl_sm_ring_bytes ({}) must exceed max_send_size ({}) with room to spare",
                 ring.data_bytes, attrs.max_send_size
@@ -95,7 +99,14 @@ impl SmModule {
             registrations: settings.max_registrations.max(1),
             heap_bytes: settings.heap_bytes,
         };
-        let own = OwnSegment::create(&settings.shm_dir, modex.rank(), layout)?;
+        if layout.checked_bytes().is_none() {
+            return Err(Error::NotAvailable(format!(
+                "the sm segment of {} ranks with these btl_sm_* sizes (ring slots and bytes, \
+                 registrations, heap) would not fit the address space: lower them",
+                layout.nranks
+            )));
+        }
+        let own = OwnSegment::create(modex.rank(), layout)?;
         let id = ModuleId::fresh();
         own.stamp(id);
         let segment = own.region();
@@ -132,7 +143,8 @@ impl SmModule {
         })
     }
 
-    /// The name of this process's segment (for tests and diagnostics).
+    /// The name of this process's segment, as `/proc/<pid>/fd` shows it (for tests and
+    /// diagnostics).
     pub fn segment_name(&self) -> &str {
         self.own.region().name()
     }
@@ -482,9 +494,6 @@ impl SmModule {
                 self.fail_peer(i, format!("process {} ended", p.pid));
             }
         }
-        if self.own.awaits_attach() {
-            self.own.unlink_when_attached();
-        }
     }
 
     /// Peer `i` is gone: fail what involves it and tell the upper layer.
@@ -597,13 +606,11 @@ impl Module for SmModule {
             match peer {
                 Some(peer) => {
                     self.peers.push(peer);
-                    self.own.add_attacher();
                     out.push(Some(Endpoint(self.peers.len() as u32 - 1)));
                 }
                 None => out.push(None),
             }
         }
-        self.own.unlink_when_attached();
         Ok(out)
     }
 
@@ -940,8 +947,8 @@ impl Module for SmModule {
 
 impl Drop for SmModule {
     fn drop(&mut self) {
-        // Peers' segments unmap with `peers`; ours is unlinked (if it still has a name)
-        // and unmapped with `segment`.
+        // Peers' segments unmap with `peers`; ours with `own`, and goes when the last
+        // process that maps it does.
         self.peers.clear();
     }
 }

@@ -20,14 +20,18 @@ use std::time::Instant;
 /// The modex key of the card.
 pub(super) const MODEX_KEY: &str = "btl.sm";
 
-/// Bytes of a card before the segment's name: module id, pid, the segment's address in
-/// its owner, and the layout (u64 each).
-const CARD_FIXED: usize = 56;
+/// Bytes of a card before the node's id: module id, pid, the segment's address in its
+/// owner, the layout (four words) and the segment's descriptor (u64 each).
+const CARD_FIXED: usize = 64;
 
 /// What this process publishes under [`MODEX_KEY`] for its peers: its module's id, its
 /// pid, where its segment is mapped (an address valid in both processes, which probes
-/// cross-memory attach), the segment's layout and name, and this node's id.
+/// cross-memory attach), the segment's layout and descriptor (peers open it through
+/// `/proc/<pid>/fd/<fd>`), and this node's id.
 pub(super) fn card(id: ModuleId, segment: &SharedRegion, layout: &Layout, node: &str) -> Vec<u8> {
+    let fd = segment
+        .fd()
+        .expect("the sm segment is unnamed: it has a descriptor");
     let mut blob = wire::Writer::default()
         .u64(id.0)
         .u64(u64::from(std::process::id()))
@@ -35,11 +39,50 @@ pub(super) fn card(id: ModuleId, segment: &SharedRegion, layout: &Layout, node: 
     for w in layout.encode() {
         blob = blob.u64(w);
     }
-    let mut blob = blob.0;
-    blob.extend_from_slice(segment.name().as_bytes());
-    blob.push(0);
+    let mut blob = blob.u64(fd as u64).0;
     blob.extend_from_slice(node.as_bytes());
     blob
+}
+
+/// A peer's card, read.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Card {
+    pub module: ModuleId,
+    pub pid: i32,
+    /// Where its segment is mapped in it.
+    pub probe: u64,
+    pub layout: Layout,
+    /// Its descriptor of its segment.
+    pub fd: i32,
+    pub node: String,
+}
+
+impl Card {
+    /// Read the card of rank `rank` from `blob`: a [`Error::Modex`] for one that is
+    /// not a card (short, or with a pid or descriptor out of range).
+    pub fn parse(rank: u32, blob: &[u8]) -> Result<Card> {
+        let bad = |why: String| Error::Modex(format!("sm card of rank {rank}: {why}"));
+        if blob.len() < CARD_FIXED {
+            return Err(bad(format!("{} bytes, less than {CARD_FIXED}", blob.len())));
+        }
+        let r = wire::Reader(blob);
+        let pid = i32::try_from(r.u64(8))
+            .ok()
+            .filter(|&p| p > 0)
+            .ok_or_else(|| bad(format!("pid {} out of range", r.u64(8))))?;
+        let fd = i32::try_from(r.u64(56))
+            .ok()
+            .filter(|&f| f >= 0)
+            .ok_or_else(|| bad(format!("descriptor {} out of range", r.u64(56))))?;
+        Ok(Card {
+            module: ModuleId(r.u64(0)),
+            pid,
+            probe: r.u64(16),
+            layout: Layout::decode([r.u64(24), r.u64(32), r.u64(40), r.u64(48)]),
+            fd,
+            node: String::from_utf8_lossy(&blob[CARD_FIXED..]).into_owned(),
+        })
+    }
 }
 
 /// Something waiting for room in a peer's ring, in order.
@@ -98,23 +141,14 @@ impl Peer {
         segment: &SharedRegion,
         settings: &Settings,
     ) -> Result<Option<Peer>> {
-        let r = wire::Reader(blob);
-        if blob.len() < CARD_FIXED {
-            return Err(Error::Modex(format!(
-                "sm blob of rank {} is {} bytes",
-                proc_.rank,
-                blob.len()
-            )));
-        }
-        let module = ModuleId(r.u64(0));
-        let pid = r.u64(8) as i32;
-        let probe = r.u64(16);
-        let their_layout = Layout::decode([r.u64(24), r.u64(32), r.u64(40), r.u64(48)]);
-        let rest = &blob[CARD_FIXED..];
-        let nul = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
-        let name = String::from_utf8_lossy(&rest[..nul]).into_owned();
-        let their_node =
-            String::from_utf8_lossy(rest.get(nul + 1..).unwrap_or_default()).into_owned();
+        let Card {
+            module,
+            pid,
+            probe,
+            layout: their_layout,
+            fd,
+            node: their_node,
+        } = Card::parse(proc_.rank, blob)?;
         if their_node != node {
             return Ok(None);
         }
@@ -124,23 +158,34 @@ impl Peer {
                 proc_.rank
             )));
         }
-        let their_segment = SharedRegion::open_in(&settings.shm_dir, &name)?;
+        let (me, peer) = (me as usize, proc_.rank as usize);
+        if me >= layout.nranks || peer >= layout.nranks {
+            return Err(Error::Modex(format!(
+                "rank {} or {me} is outside the sm layout of {} ranks",
+                proc_.rank, layout.nranks
+            )));
+        }
+        let their_segment = SharedRegion::open_of_process(pid as u32, fd)?;
+        if their_segment.len() < layout.bytes() {
+            return Err(Error::Modex(format!(
+                "the sm segment of rank {} is {} bytes, less than its layout's {}",
+                proc_.rank,
+                their_segment.len(),
+                layout.bytes()
+            )));
+        }
         let base = their_segment.as_ptr();
-        // SAFETY: an opened segment is mapped for its whole length, at least a page.
+        // SAFETY: the segment is mapped for its whole length, which holds the layout,
+        // whose header comes first.
         let header = unsafe { segment::header(base) };
         if !header.is_of(module.0) {
             return Err(Error::Modex(format!(
-                "segment {name} of rank {} is not its sm segment",
+                "descriptor {fd} of process {pid} (rank {}) is not its sm segment",
                 proc_.rank
             )));
         }
-        header
-            .attached
-            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        let me = me as usize;
-        let peer = proc_.rank as usize;
-        // SAFETY: both layouts are equal, so these offsets lie inside the two mapped
-        // segments; we are the only producer of our ring in the peer's segment and the
+        // SAFETY: both layouts are equal and hold both ranks, and both segments are
+        // at least as long as the layout, so these offsets lie inside them; we are the only producer of our ring in the peer's segment and the
         // only consumer of the peer's ring in ours; the segments live in `Peer` and
         // the module for as long as the rings are used.
         let (producer, consumer, table) = unsafe {

@@ -152,6 +152,17 @@ impl RingLayout {
         (CTRL_BYTES + self.nslots * SLOT_BYTES).next_multiple_of(PAGE)
     }
 
+    /// [`RingLayout::bytes`], or `None` when it overflows (sizes from parameters).
+    pub fn checked_bytes(&self) -> Option<usize> {
+        let slots = self
+            .nslots
+            .checked_mul(SLOT_BYTES)?
+            .checked_add(CTRL_BYTES)?;
+        slots
+            .checked_next_multiple_of(PAGE)?
+            .checked_add(self.data_bytes)
+    }
+
     /// Largest message (with `nseg` segments) that fits the data area.
     pub const fn max_message(&self, nseg: usize) -> usize {
         self.data_bytes - seg_table_bytes(nseg)

@@ -6,7 +6,7 @@ use super::ring::RingLayout;
 use crate::keytable;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-const MAGIC: u64 = u64::from_le_bytes(*b"RBTLSM01");
+const MAGIC: u64 = u64::from_le_bytes(*b"RBTLSM02");
 const HEADER_BYTES: usize = 4096;
 
 /// The header at the start of a segment.
@@ -14,8 +14,6 @@ const HEADER_BYTES: usize = 4096;
 pub struct Header {
     magic: AtomicU64,
     module_id: AtomicU64,
-    /// Peers that have mapped this segment; the owner unlinks the file when all have.
-    pub attached: AtomicU32,
     nranks: AtomicU32,
 }
 
@@ -57,6 +55,19 @@ impl Layout {
     /// Total bytes of a segment.
     pub fn bytes(&self) -> usize {
         self.heap_offset() + page(self.heap_bytes)
+    }
+
+    /// [`Layout::bytes`], or `None` when it overflows (sizes from parameters): every
+    /// offset of a layout for which this is `Some` is computed without overflow.
+    pub fn checked_bytes(&self) -> Option<usize> {
+        let ring = self.ring.checked_bytes()?.checked_next_multiple_of(4096)?;
+        HEADER_BYTES
+            .checked_add(
+                keytable::table_bytes_checked(self.registrations)?
+                    .checked_next_multiple_of(4096)?,
+            )?
+            .checked_add(ring.checked_mul(self.nranks)?)?
+            .checked_add(self.heap_bytes.checked_next_multiple_of(4096)?)
     }
 
     /// The layout as published in the modex.
