@@ -185,3 +185,128 @@ impl KeyTable {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Remote handles as a peer may send them, fuzzed: read from any bytes, then
+    //! checked against a table with live and removed entries; a check passes only for
+    //! a live entry's key, inside its range, with its access, and never panics.
+    //! (Longer runs: `PROPTEST_CASES=100000 cargo test -p rbtl-btl keytable`.)
+
+    use super::{KeyTable, HANDLE_SIZE};
+    use crate::sm::fuzz_config;
+    use crate::{Error, ModuleId, RemoteHandle, MAX_HANDLE_SIZE};
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+    use rbtl_rcache::Access;
+
+    const MODULE: ModuleId = ModuleId(0x5eed);
+
+    /// A table of 4 entries: three live (one of them in the slot of a removed one,
+    /// whose key is dead), one never used; the live entries' (handle, base, len,
+    /// access).
+    fn table(mem: &mut [u64; 16]) -> (KeyTable, Vec<(RemoteHandle, u64, usize, Access)>) {
+        // SAFETY: `mem` holds table_bytes(4) = 128 bytes, 8-byte aligned, used only as
+        // this table, and outlives it in each test.
+        let mut t = unsafe { KeyTable::new(mem.as_mut_ptr().cast(), 4) };
+        let rw = Access::REMOTE_READ | Access::REMOTE_WRITE;
+        let (k0, _) = t.insert(MODULE, 0x1000, 4096, rw).unwrap();
+        t.remove(k0);
+        let mut live = Vec::new();
+        // The last as a broken peer's table may claim: running past the address space.
+        let entries = [
+            (0x1000u64, 4096usize, rw),
+            (u64::MAX - 4095, 4095, Access::ATOMIC),
+            (u64::MAX - 100, 4096, rw),
+        ];
+        for (base, len, access) in entries {
+            let (_, h) = t.insert(MODULE, base as usize, len, access).unwrap();
+            live.push((h, base, len, access));
+        }
+        (t, live)
+    }
+
+    fn word() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            0..16u64,
+            0x1000 - 8..0x2000 + 8u64,
+            u64::MAX - 4104..=u64::MAX,
+            any::<u64>()
+        ]
+    }
+
+    fn needs() -> impl Strategy<Value = Access> {
+        any::<u32>().prop_map(Access::from_bits_truncate)
+    }
+
+    proptest! {
+        #![proptest_config(fuzz_config(2000))]
+
+        #[test]
+        fn any_bytes_are_a_handle_or_malformed(bytes in vec(any::<u8>(), 0..400)) {
+            match RemoteHandle::from_bytes(&bytes) {
+                Ok(h) => {
+                    prop_assert!(bytes.len() <= MAX_HANDLE_SIZE);
+                    prop_assert_eq!(h.as_bytes(), &bytes[..]);
+                }
+                Err(Error::MalformedHandle(n)) => {
+                    prop_assert!(n == bytes.len() && n > MAX_HANDLE_SIZE)
+                }
+                Err(e) => prop_assert!(false, "unexpected error {:?}", e),
+            }
+        }
+
+        #[test]
+        fn checks_pass_only_inside_a_live_entry(
+            bytes in prop_oneof![
+                vec(any::<u8>(), 0..80),
+                vec(any::<u8>(), HANDLE_SIZE..=HANDLE_SIZE),
+            ],
+            which in 0..3usize,
+            flip in prop_oneof![Just(None), (0..HANDLE_SIZE, 1..=255u8).prop_map(Some)],
+            use_valid in any::<bool>(),
+            addr in word(),
+            len in prop_oneof![0..64usize, 4090..4100usize, any::<usize>()],
+            needs in needs(),
+        ) {
+            let mut mem = [0u64; 16];
+            let (t, live) = table(&mut mem);
+            let view = t.view();
+            let bytes = if use_valid {
+                let mut b = live[which].0.as_bytes().to_vec();
+                if let Some((i, x)) = flip {
+                    b[i] ^= x;
+                }
+                b
+            } else {
+                bytes
+            };
+            let Ok(handle) = RemoteHandle::from_bytes(&bytes) else {
+                return Ok(());
+            };
+            let got = view.check(MODULE, &handle, addr, len, needs);
+            // The model: the bytes name a live entry (module and key words equal), and
+            // the access lies in its range with its rights.
+            let expected = live.iter().find(|(h, ..)| {
+                bytes.len() == HANDLE_SIZE && h.as_bytes()[..16] == bytes[..16]
+            }).is_some_and(|&(_, base, reg_len, access)| {
+                addr >= base
+                    && addr.checked_add(len as u64).is_some_and(|end| {
+                        base.checked_add(reg_len as u64).is_some_and(|limit| end <= limit)
+                    })
+                    && access.contains(needs)
+            });
+            prop_assert_eq!(got.is_ok(), expected, "{:?}", got);
+            if let Err(e) = got {
+                let typed = matches!(
+                    e,
+                    Error::MalformedHandle(_)
+                        | Error::BadRemoteHandle(_)
+                        | Error::OutOfRange { .. }
+                        | Error::AccessDenied { .. }
+                );
+                prop_assert!(typed, "unexpected error {:?}", e);
+            }
+        }
+    }
+}

@@ -16,8 +16,8 @@ use super::done::Done;
 use super::path::RingSpeed;
 use super::peer::{Outbound, Peer};
 use super::ring::Producer;
-use super::wire;
-use crate::keytable::{self, KeyTableView};
+use super::wire::{self, Message};
+use crate::keytable::KeyTableView;
 use crate::{
     AtomicOp, Endpoint, Error, ModuleId, RdmaCallback, RdmaCompletion, RemoteHandle, Result,
     GET_REMOTE, PUT_REMOTE,
@@ -365,29 +365,23 @@ impl CopyProtocol {
         segs: &[&[u8]],
         done: &mut VecDeque<Done>,
     ) -> Result<Next> {
-        let msg = segs.first().copied().unwrap_or_default();
-        let r = wire::Reader(msg);
-        // A chunk's header and data: two segments when the ring split them (the data
-        // page-aligned), else one.
-        let body = |header: usize| -> &[u8] {
-            match segs {
-                [_, data, ..] => data,
-                _ => &msg[header.min(msg.len())..],
-            }
-        };
         let (own, id) = (self.own, self.id);
         let check = |h: &[u8], addr: u64, len: usize, needs: Access| -> Result<()> {
             let handle = RemoteHandle::from_bytes(h)?;
             own.check(id, &handle, addr, len, needs)
         };
-        match tag {
-            wire::PUT_DATA if msg.len() >= wire::PUT_HEADER => {
-                let (req, addr, last) = (r.u64(0), r.u64(8), r.u64(16) != 0);
-                let data = body(wire::PUT_HEADER);
+        match wire::decode(tag, segs)? {
+            Message::PutData {
+                req,
+                addr,
+                last,
+                handle,
+                data,
+            } => {
                 let status = match peer.put_refused.get(&req) {
                     // Refused already: apply no later chunk either.
                     Some(_) => Err(Error::BadRemoteHandle("refused earlier".into())),
-                    None => check(&msg[24..wire::PUT_HEADER], addr, data.len(), PUT_REMOTE),
+                    None => check(handle, addr, data.len(), PUT_REMOTE),
                 };
                 if status.is_ok() {
                     // SAFETY: the range lies inside our live registration with
@@ -411,15 +405,20 @@ impl CopyProtocol {
                     );
                 }
             }
-            wire::PUT_ACK if msg.len() >= 12 => {
-                self.complete_op(r.u64(0), wire::status_error(r.u32(8)), done)
+            Message::PutAck { req, status } => {
+                self.complete_op(req, wire::status_error(status), done)
             }
-            wire::GET_REQ if msg.len() >= 24 + keytable::HANDLE_SIZE => {
-                let (req, addr, len) = (r.u64(0), r.u64(8), r.u64(16) as usize);
-                match check(&msg[24..], addr, len, GET_REMOTE) {
+            Message::GetReq {
+                req,
+                addr,
+                len,
+                handle,
+            } => {
+                // (A length past the address space is refused by the check.)
+                let len = usize::try_from(len).unwrap_or(usize::MAX);
+                match check(handle, addr, len, GET_REMOTE) {
                     Ok(()) if len > 0 => {
-                        let handle = RemoteHandle::from_bytes(&msg[24..24 + keytable::HANDLE_SIZE])
-                            .expect("checked above");
+                        let handle = RemoteHandle::from_bytes(handle).expect("checked above");
                         peer.outbound.push_back(Outbound::Protocol(Outgoing::Get {
                             req,
                             addr: addr as usize,
@@ -440,12 +439,16 @@ impl CopyProtocol {
                     }
                 }
             }
-            wire::GET_DATA if msg.len() >= wire::GET_DATA_HEADER => {
-                let (req, off, code) = (r.u64(0), r.u64(8) as usize, r.u64(16) as u32);
-                if let Some(speed) = RingSpeed::from_wire(r.u64(24)) {
+            Message::GetData {
+                req,
+                offset,
+                status,
+                rate,
+                data,
+            } => {
+                if let Some(speed) = RingSpeed::from_wire(rate) {
                     peer.in_speed = speed;
                 }
-                let data = body(wire::GET_DATA_HEADER);
                 let Some(Op {
                     what:
                         Pending::Get {
@@ -458,36 +461,50 @@ impl CopyProtocol {
                 else {
                     return Ok(Next::Nothing);
                 };
-                let outcome = if code != 0 || off + data.len() > *size {
-                    Some(wire::status_error(if code != 0 { code } else { 5 }))
-                } else {
-                    // SAFETY: the local range was checked against its registration with
-                    // local-write access when the get started; it stays alive until
-                    // the completion.
-                    unsafe {
-                        crate::copy_bytes(data.as_ptr(), (*local + off) as *mut u8, data.len())
-                    };
-                    *received += data.len();
-                    (*received == *size).then_some(Ok(()))
+                // The chunk lies inside the get's buffer (checked without overflow: the
+                // offset is the peer's word).
+                let end = usize::try_from(offset)
+                    .ok()
+                    .and_then(|off| off.checked_add(data.len()))
+                    .filter(|&end| end <= *size);
+                let outcome = match (status, end) {
+                    (0, Some(end)) => {
+                        let off = end - data.len();
+                        // SAFETY: `[off, end)` lies inside the local range, which was
+                        // checked against its registration with local-write access when
+                        // the get started; it stays alive until the completion.
+                        unsafe {
+                            crate::copy_bytes(data.as_ptr(), (*local + off) as *mut u8, data.len())
+                        };
+                        *received += data.len();
+                        (*received >= *size).then_some(Ok(()))
+                    }
+                    (0, None) => Some(wire::status_error(5)),
+                    (code, _) => Some(wire::status_error(u32::try_from(code).unwrap_or(5))),
                 };
                 if let Some(status) = outcome {
                     self.complete_op(req, status, done);
                 }
             }
-            wire::ATOMIC_REQ if msg.len() >= 40 + keytable::HANDLE_SIZE => {
-                let (req, addr, operand, compare, code) =
-                    (r.u64(0), r.u64(8), r.u64(16), r.u64(24), r.u64(32));
+            Message::AtomicReq {
+                req,
+                addr,
+                operand,
+                compare,
+                op,
+                handle,
+            } => {
                 let status = if addr % 8 != 0 {
                     Err(Error::Misaligned(addr))
                 } else {
-                    check(&msg[40..], addr, 8, Access::ATOMIC)
+                    check(handle, addr, 8, Access::ATOMIC)
                 };
                 let (old, code) = match status {
                     Ok(()) => {
                         // SAFETY: checked: aligned, inside our live registration with
                         // atomic access.
                         let word = unsafe { crate::loopback::word_at(addr as usize as *mut u8) };
-                        let old = match wire::op_of(code) {
+                        let old = match wire::op_of(op) {
                             Some(op) => op.apply(word, operand),
                             None => crate::compare_swap(word, compare, operand),
                         };
@@ -501,25 +518,19 @@ impl CopyProtocol {
                     wire::Writer::default().u64(req).u64(old).u32(code).0,
                 );
             }
-            wire::ATOMIC_RESP if msg.len() >= 20 => {
-                let (req, old, code) = (r.u64(0), r.u64(8), r.u32(16));
+            Message::AtomicResp { req, old, status } => {
                 if let Some(Op {
                     what: Pending::Atomic { result: Some(at) },
                     ..
                 }) = self.ops.get(&req)
                 {
-                    if code == 0 {
+                    if status == 0 {
                         // SAFETY: 8 bytes checked against a live local registration with
                         // local-write access when the atomic started.
                         unsafe { (*at as *mut u64).write_unaligned(old) };
                     }
                 }
-                self.complete_op(req, wire::status_error(code), done);
-            }
-            _ => {
-                return Err(Error::NotAvailable(format!(
-                    "malformed sm message with tag {tag}"
-                )))
+                self.complete_op(req, wire::status_error(status), done);
             }
         }
         Ok(Next::Nothing)

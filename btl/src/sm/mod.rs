@@ -40,6 +40,8 @@ mod cma;
 mod component;
 mod copy_protocol;
 mod done;
+#[cfg(test)]
+mod fuzz;
 mod heap;
 mod module;
 mod own_segment;
@@ -50,4 +52,6 @@ pub mod segment;
 mod wire;
 
 pub use component::{default_attributes, RdmaPath, Settings, SmComponent};
+#[cfg(test)]
+pub(crate) use fuzz::proptest_config as fuzz_config;
 pub use module::SmModule;

@@ -456,6 +456,22 @@ pub struct Record {
 }
 
 impl Record {
+    /// A record of no bytes in one segment (standing for a malformed one) whose slot's
+    /// bytes are at `in_slot`.
+    #[cold]
+    #[inline(never)]
+    fn empty(tag: u8, in_slot: *const u8, data_end: Option<u64>) -> Record {
+        Record {
+            tag,
+            nseg: 1,
+            data: in_slot,
+            len: 0,
+            table: ptr::null(),
+            head: None,
+            data_end,
+        }
+    }
+
     /// Number of segments.
     pub fn segment_count(&self) -> usize {
         self.nseg
@@ -581,13 +597,14 @@ impl Consumer {
                 (None, seg_table_bytes(nseg), len)
             };
             let need = round_up(table + body, LINE) as u64;
+            // (Wrapping: `pos` is the peer's word. The tail only misleads that peer.)
+            let data_end = Some(pos.wrapping_add(need));
             // A record never crosses the end of the data area; a peer that says
-            // otherwise gets an empty body rather than a read out of bounds.
-            let body = if self.raw.offset(pos) + table + body > size as usize {
-                0
-            } else {
-                body
-            };
+            // otherwise gets an empty record rather than a read out of bounds (of its
+            // body or of its segment table).
+            if self.raw.offset(pos) + table + body > size as usize {
+                return Some(Record::empty(tag, in_slot, data_end));
+            }
             let at = self.raw.data.add(self.raw.offset(pos)).cast_const();
             Some(Record {
                 tag,
@@ -596,7 +613,7 @@ impl Consumer {
                 len: body,
                 table: at,
                 head,
-                data_end: Some(pos + need),
+                data_end,
             })
         }
     }
@@ -785,5 +802,112 @@ mod tests {
         }
         assert_eq!(sent, got);
         assert_eq!(layout.max_message(1), 1024);
+    }
+
+    /// What a broken or hostile producer may write into a ring, read by the consumer:
+    /// every slice it hands out, and the segment table it reads, lie inside the ring,
+    /// and nothing panics. (Longer runs: `PROPTEST_CASES=100000 cargo test -p rbtl-btl
+    /// hostile`.)
+    mod hostile {
+        use super::*;
+        use proptest::collection::vec;
+        use proptest::prelude::*;
+
+        /// A slot's fields as a producer may write them.
+        #[derive(Clone, Debug)]
+        struct RawSlot {
+            len: u32,
+            tag: u8,
+            nseg: u8,
+            kind: u8,
+            head_len: u8,
+            data_pos: u64,
+            fill: u8,
+        }
+
+        const DATA_BYTES: usize = 4096;
+
+        fn raw_slot() -> impl Strategy<Value = RawSlot> {
+            let len = prop_oneof![
+                0..300u32,
+                (DATA_BYTES as u32 - 80)..(DATA_BYTES as u32 + 80),
+                (u32::MAX - 64)..=u32::MAX,
+                any::<u32>(),
+            ];
+            let pos = prop_oneof![
+                0..(2 * DATA_BYTES as u64),
+                (u64::MAX - 2 * DATA_BYTES as u64)..=u64::MAX,
+                any::<u64>(),
+            ];
+            let kind = prop_oneof![0..3u8, any::<u8>()];
+            let nseg = prop_oneof![0..(crate::MAX_SEGMENTS as u8 + 2), any::<u8>()];
+            (len, any::<u8>(), nseg, kind, any::<u8>(), pos, any::<u8>()).prop_map(
+                |(len, tag, nseg, kind, head_len, data_pos, fill)| RawSlot {
+                    len,
+                    tag,
+                    nseg,
+                    kind,
+                    head_len,
+                    data_pos,
+                    fill,
+                },
+            )
+        }
+
+        proptest! {
+            #![proptest_config(crate::sm::fuzz_config(1000))]
+
+            #[test]
+            fn records_stay_inside_the_ring(
+                slots in vec(raw_slot(), 1..8),
+                data in vec(any::<u8>(), DATA_BYTES),
+            ) {
+                let layout = RingLayout { nslots: 4, data_bytes: DATA_BYTES };
+                let (_mem, p, mut c) = ring(layout);
+                let base = p.raw.ctrl as usize;
+                let end = base + layout.bytes();
+                let inside = |at: usize, len: usize| at >= base && at + len <= end;
+                // SAFETY: the data area is the ring's last `DATA_BYTES` bytes, ours here.
+                unsafe { ptr::copy_nonoverlapping(data.as_ptr(), c.raw.data, DATA_BYTES) };
+                for s in &slots {
+                    let slot = c.raw.slot(c.next);
+                    // SAFETY: a slot of the ring, written as a producer would (fields,
+                    // then the sequence number that publishes them).
+                    unsafe {
+                        ptr::addr_of_mut!((*slot).len).write(s.len);
+                        ptr::addr_of_mut!((*slot).tag).write(s.tag);
+                        ptr::addr_of_mut!((*slot).nseg).write(s.nseg);
+                        ptr::addr_of_mut!((*slot).kind).write(s.kind);
+                        ptr::addr_of_mut!((*slot).head_len).write(s.head_len);
+                        ptr::addr_of_mut!((*slot).data_pos).write(s.data_pos);
+                        ptr::addr_of_mut!((*slot).bytes).write([s.fill; INLINE_MAX]);
+                        (*slot).seq.store(c.next + 1, Ordering::Release);
+                    }
+                    let rec = c.peek().expect("a published record");
+                    prop_assert_eq!(rec.tag, s.tag);
+                    prop_assert!((1..=crate::MAX_SEGMENTS).contains(&rec.segment_count()));
+                    if rec.head.is_none() && rec.nseg > 1 {
+                        prop_assert!(inside(rec.table as usize, rec.nseg * 4), "table");
+                    }
+                    let mut segs = [&[][..]; crate::MAX_SEGMENTS];
+                    // SAFETY: used before the release below.
+                    let n = unsafe { rec.segments(&mut segs) };
+                    prop_assert_eq!(n, rec.segment_count());
+                    let mut total = 0;
+                    for seg in &segs[..n] {
+                        prop_assert!(inside(seg.as_ptr() as usize, seg.len()), "segment");
+                        total += seg.len();
+                    }
+                    prop_assert!(total <= rec.len());
+                    if rec.segment_count() == 1 {
+                        // SAFETY: as above.
+                        let one = unsafe { rec.payload() };
+                        prop_assert!(inside(one.as_ptr() as usize, one.len()), "payload");
+                    }
+                    c.release(rec);
+                }
+                prop_assert!(c.peek().is_none(), "nothing unpublished is read");
+            }
+        }
     }
 }
