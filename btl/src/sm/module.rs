@@ -143,8 +143,8 @@ impl SmModule {
         })
     }
 
-    /// The name of this process's segment, as `/proc/<pid>/fd` shows it (for tests and
-    /// diagnostics).
+    /// The name of this process's segment (`/proc/<pid>/fd` lists it as
+    /// `memfd:<name>`; for tests and diagnostics).
     pub fn segment_name(&self) -> &str {
         self.own.region().name()
     }
