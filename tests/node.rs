@@ -1,7 +1,11 @@
+// Long on purpose: one test binary, re-executed as the rank program of its own jobs,
+// holds each test beside the rank role it runs, and runs its jobs one at a time; more
+// binaries would each link the whole crate and could run their jobs at once on two cores.
 //! One node, real processes: the `sm` transport's contract suite across 2 and 4
 //! processes (with cross-memory attach and with copies through the rings), its `auto`
 //! path switching to cross-memory attach, the message layer, and what happens when a
-//! rank fails. This test binary re-executes itself as
+//! rank fails, stops (a peer timeout) or loses its launcher; and the `osu` binary in
+//! those cases. This test binary re-executes itself as
 //! the rank program under the launcher; `NODE_TEST_ROLE` selects what a rank does and
 //! ranks leave `ok.<rank>` files in `NODE_TEST_DIR`. Each job gets its own
 //! `RBTL_SHM_DIR`, checked empty afterwards.
