@@ -181,3 +181,31 @@ impl Component for SmComponent {
         Ok(vec![Box::new(SmModule::new(attrs, settings, modex)?)])
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::SmComponent;
+    use crate::{Component, Error, SingletonModex};
+    use rbtl_config::Registry;
+
+    /// Sizes that overflow the segment's layout are refused with a typed error.
+    #[test]
+    fn sizes_past_the_address_space_are_refused() {
+        for (name, value) in [
+            ("btl_sm_ring_bytes", "9223372036854775809"),
+            ("btl_sm_ring_slots", "9223372036854775807"),
+            ("btl_sm_heap_size", "18446744073709551615"),
+        ] {
+            let mut registry = Registry::new();
+            crate::rcache_params::register_params(&mut registry).unwrap();
+            SmComponent.register_params(&mut registry).unwrap();
+            let config = registry.builder().set(name, value).build().unwrap();
+            let made = SmComponent.init(&config, &mut SingletonModex::new());
+            assert!(
+                matches!(made, Err(Error::NotAvailable(_))),
+                "{name} = {value}: {:?}",
+                made.map(|m| m.len())
+            );
+        }
+    }
+}
