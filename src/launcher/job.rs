@@ -119,7 +119,14 @@ pub fn launch(
                 }
             }
         }
-        if let Some(failure) = verdict.judge(&shared) {
+        let ended = || {
+            (0u32..)
+                .zip(&job.ranks)
+                .filter(|(_, r)| r.exit.is_none())
+                .filter_map(|(rank, r)| Some((rank, r.peek_exit()?)))
+                .collect()
+        };
+        if let Some(failure) = verdict.judge(&shared, ended) {
             // Ranks blocked in a PMI barrier learn of it at once.
             shared.shut_down();
             let alive = job.ranks.iter().any(|r| r.exit.is_none());

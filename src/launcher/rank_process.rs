@@ -78,6 +78,15 @@ impl RankProcess {
         unsafe { libc::kill(target, signal) };
     }
 
+    /// How the rank ended, if it has, without waiting and without reaping it: for
+    /// the launcher to see an end its watching thread has not yet reported.
+    pub fn peek_exit(&self) -> Option<RankExit> {
+        if self.exit.is_some() {
+            return self.exit;
+        }
+        wait_for_exit(self.pid()?, libc::WNOHANG)
+    }
+
     /// Reaps the ended rank: only after every signal to its group has been sent.
     pub fn reap(&mut self) {
         let _ = self.child.wait();
@@ -87,8 +96,16 @@ impl RankProcess {
 /// Blocks until process `pid` (a child of ours) has ended and returns how, leaving it
 /// a zombie.
 fn wait_without_reaping(pid: libc::pid_t) -> RankExit {
+    // Without WNOHANG, waitid returns only once the child has ended.
+    wait_for_exit(pid, 0).unwrap_or(RankExit::Exited(-1))
+}
+
+/// How child `pid` ended, leaving it unreaped: `None` if it still runs (with
+/// `WNOHANG` in `flags`). A child reaped by someone else counts as ended with -1.
+fn wait_for_exit(pid: libc::pid_t, flags: libc::c_int) -> Option<RankExit> {
     loop {
-        // SAFETY: siginfo_t is plain data; all-zero is a valid value to be written over.
+        // SAFETY: siginfo_t is plain data; all-zero is a valid value to be written over
+        // (and a zero si_pid is how waitid says that nothing has ended).
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         // SAFETY: waitid writes only into `info`, which we own; WNOWAIT leaves the
         // child unreaped.
@@ -97,7 +114,7 @@ fn wait_without_reaping(pid: libc::pid_t) -> RankExit {
                 libc::P_PID,
                 pid as libc::id_t,
                 &mut info,
-                libc::WEXITED | libc::WNOWAIT,
+                libc::WEXITED | libc::WNOWAIT | flags,
             )
         };
         if rc == -1 {
@@ -105,14 +122,17 @@ fn wait_without_reaping(pid: libc::pid_t) -> RankExit {
                 continue;
             }
             // Someone else reaped it (ECHILD): it has ended, how is unknown.
-            return RankExit::Exited(-1);
+            return Some(RankExit::Exited(-1));
         }
-        // SAFETY: waitid succeeded for a child that exited or was killed, so the
-        // kernel filled in the SIGCHLD fields si_status reads.
-        let status = unsafe { info.si_status() };
-        return match info.si_code {
+        // SAFETY: waitid succeeded; si_pid is zero when (under WNOHANG) no child has
+        // ended, else the kernel filled in the SIGCHLD fields si_pid and si_status read.
+        let (ended, status) = unsafe { (info.si_pid() != 0, info.si_status()) };
+        if !ended {
+            return None;
+        }
+        return Some(match info.si_code {
             libc::CLD_EXITED => RankExit::Exited(status),
             _ => RankExit::Signaled(status),
-        };
+        });
     }
 }
