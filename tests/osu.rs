@@ -301,3 +301,188 @@ fn runs_under_mpich_hydra() {
     ]));
     assert_eq!(rows(&out.stdout).len(), 5);
 }
+
+/// `osu` with `args`, which must fail: its exit code and stderr.
+fn failing(cmd: &mut Command) -> (Option<i32>, String) {
+    let out = cmd.output().expect("start");
+    assert!(
+        !out.status.success(),
+        "{cmd:?} succeeded: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn failures_exit_non_zero() {
+    let (_, err) = failing(Command::new(RBTLRUN).args(["-n", "1", OSU, "latency"]));
+    assert!(err.contains("needs at least 2 ranks"), "{err}");
+    for flag in ["--json", "--plot"] {
+        let (_, err) = failing(Command::new(OSU).args([
+            "latency",
+            "--max-size",
+            "8",
+            "--iterations",
+            "10",
+            flag,
+            "/nonexistent/x.out",
+        ]));
+        assert!(err.contains("cannot write /nonexistent/x.out"), "{err}");
+    }
+}
+
+#[test]
+fn out_of_range_values_are_errors_naming_the_valid_range() {
+    for (args, says) in [
+        (
+            &["latency", "--iterations", "0"][..],
+            "--iterations 0: out of range; want a whole number from 1 to",
+        ),
+        (
+            &["bw", "--window", "0"][..],
+            "--window 0: out of range; want a whole number from 1 to",
+        ),
+        (
+            &["mbw-mr", "-n", "0"][..],
+            "-n 0: out of range; want a whole number from 1 to",
+        ),
+        (
+            &["mbw-mr", "-n", "4294967297"][..],
+            "-n 4294967297: out of range",
+        ),
+        (
+            &["mbw-mr", "-n", "2147483648"][..],
+            "-n 2147483648: out of range",
+        ),
+        (
+            &[
+                "latency",
+                "--min-size",
+                "68719476736",
+                "--max-size",
+                "68719476736",
+                "--iterations",
+                "1",
+                "--skip",
+                "0",
+            ][..],
+            "--min-size 68719476736: too large; want a size from 0 to 1g",
+        ),
+    ] {
+        let (code, err) = failing(Command::new(OSU).args(args));
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn sizes_take_the_suffixes_of_configuration_sizes() {
+    let out = run(Command::new(OSU).args([
+        "latency",
+        "--min-size",
+        "4k",
+        "--max-size",
+        "4K",
+        "--iterations",
+        "5",
+        "--skip",
+        "0",
+    ]));
+    let sizes: Vec<usize> = rows(&out.stdout).iter().map(|r| r.0).collect();
+    assert_eq!(sizes, [4096]);
+}
+
+#[test]
+fn openib_options_in_a_build_without_openib_say_so() {
+    if cfg!(feature = "openib") {
+        return;
+    }
+    let (code, err) = failing(Command::new(OSU).args(["latency", "--cpc", "oob"]));
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("the openib transport is not built: rebuild with --features openib"),
+        "{err}"
+    );
+}
+
+/// The pids of the processes `pid` started.
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let list = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(
+            list.split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok()),
+        );
+    }
+    out
+}
+
+/// The `PMI_RANK` of process `pid`.
+fn pmi_rank(pid: u32) -> Option<u32> {
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    environ
+        .split(|&b| b == 0)
+        .find_map(|v| v.strip_prefix(b"PMI_RANK="))
+        .and_then(|r| std::str::from_utf8(r).ok()?.parse().ok())
+}
+
+#[test]
+fn killing_one_rank_of_mbw_mr_blames_that_rank() {
+    for run in 0..3 {
+        let child = Command::new(OSU)
+            .args(["mbw-mr", "-n", "2", "--min-size", "8", "--max-size", "8"])
+            .args(["--iterations", "100000000", "--skip", "0", "--window", "16"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let osu = child.id();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait_with_output());
+        });
+        // Wait for the four ranks, then a moment for them to be measuring.
+        let start = std::time::Instant::now();
+        let rank3 = loop {
+            let ranks: Vec<(u32, u32)> = children(osu)
+                .into_iter()
+                .filter_map(|c| Some((pmi_rank(c)?, c)))
+                .collect();
+            if ranks.len() == 4 {
+                break ranks.iter().find(|(r, _)| *r == 3).unwrap().1;
+            }
+            assert!(start.elapsed().as_secs() < 60, "the ranks did not start");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        // SAFETY: kill(2) with plain integers, on a rank of the osu this test started.
+        unsafe { libc::kill(rank3 as libc::pid_t, libc::SIGKILL) };
+        let out = match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(out) => out.unwrap(),
+            Err(_) => {
+                // SAFETY: as above, on the osu this test started.
+                unsafe { libc::kill(osu as libc::pid_t, libc::SIGKILL) };
+                panic!("osu did not end after its rank 3 was killed");
+            }
+        };
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(128 + libc::SIGKILL),
+            "run {run}: {err}"
+        );
+        assert!(
+            err.contains("[rbtl launcher] rank 3 was killed by signal 9"),
+            "run {run}: {err}"
+        );
+    }
+}

@@ -3,6 +3,7 @@
 
 use crate::{Config, Error, Registry, Result, Source, Value};
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Prefix of the environment variables that set parameters.
@@ -90,13 +91,32 @@ impl Builder<'_> {
     }
 }
 
+/// The largest configuration file read: a file of parameters is a few KiB; this
+/// bound keeps a wrong path (`/dev/zero`, a log) from being read without end.
+pub const MAX_FILE_LEN: u64 = 4 << 20;
+
 /// Flatten a TOML file into `(name, text)` pairs.
 fn read_file(path: &Path) -> Result<Vec<(String, String)>> {
     let err = |message: String| Error::File {
         path: path.to_path_buf(),
-        message,
+        message: crate::error::shorten(&message),
     };
-    let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| file.take(MAX_FILE_LEN + 1).read_to_end(&mut bytes))
+        .map_err(|e| err(e.to_string()))?;
+    if bytes.len() as u64 > MAX_FILE_LEN {
+        return Err(err(format!(
+            "larger than {MAX_FILE_LEN} bytes: not a configuration file? \
+             (RBTL_CONFIG_FILE names a TOML file of parameters)"
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        err(format!(
+            "not UTF-8 text (byte {}): TOML files are UTF-8",
+            e.utf8_error().valid_up_to()
+        ))
+    })?;
     let table: toml::Table = text
         .parse()
         .map_err(|e: toml::de::Error| err(e.to_string()))?;

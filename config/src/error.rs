@@ -7,7 +7,11 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A value names a parameter that nothing registered.
-    #[error("unknown parameter `{name}` (from {origin}); valid parameters: {}", valid.join(", "))]
+    #[error(
+        "unknown parameter `{}` (from {origin}); valid parameters: {}",
+        shorten(name),
+        valid.join(", ")
+    )]
     UnknownParameter {
         /// The unknown name.
         name: String,
@@ -17,7 +21,10 @@ pub enum Error {
         valid: Vec<String>,
     },
     /// A value does not parse as the parameter's kind.
-    #[error("parameter `{name}` (from {origin}): cannot read `{text}` as {kind}")]
+    #[error(
+        "parameter `{name}` (from {origin}): cannot read `{}` as {kind}",
+        shorten(text)
+    )]
     BadValue {
         /// Parameter name.
         name: String,
@@ -56,3 +63,28 @@ pub enum Error {
 
 /// Result alias of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `text` for a message: control characters other than line breaks escaped, and
+/// each line cut short past 200 characters (an input can be a whole file on one
+/// line, and the TOML parser quotes the line it stopped on).
+pub(crate) fn shorten(text: &str) -> String {
+    const MAX: usize = 200;
+    let mut out = String::new();
+    for (n, line) in text.split('\n').enumerate() {
+        if n > 0 {
+            out.push('\n');
+        }
+        for (i, c) in line.chars().enumerate() {
+            if i == MAX {
+                out.push_str(&format!("... ({} bytes)", line.len()));
+                break;
+            }
+            if c.is_control() {
+                out.extend(c.escape_debug());
+            } else {
+                out.push(c);
+            }
+        }
+    }
+    out
+}

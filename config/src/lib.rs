@@ -15,6 +15,8 @@
 //! In a TOML file, keys are parameter names, and tables nest with `_`:
 //! `[btl.self] eager_limit = "4k"` sets `btl_self_eager_limit`. TOML cannot hold both
 //! `btl = ...` and a `[btl.self]` table; write `btl_self_eager_limit = ...` flat then.
+//! A file longer than [`MAX_FILE_LEN`] bytes, or one that is not UTF-8 TOML, is an
+//! [`Error::File`].
 
 #![warn(missing_docs)]
 
@@ -25,7 +27,7 @@ mod registry;
 mod source;
 mod value;
 
-pub use builder::{Builder, ENV_CONFIG_FILE, ENV_PREFIX};
+pub use builder::{Builder, ENV_CONFIG_FILE, ENV_PREFIX, MAX_FILE_LEN};
 pub use config::{Config, DumpRow};
 pub use error::{Error, Result};
 pub use registry::{Param, Registry};

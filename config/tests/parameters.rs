@@ -149,3 +149,195 @@ fn conflicting_registration_is_refused() {
         Err(Error::Conflict(_))
     ));
 }
+
+// ---------------------------------------------------------------------------
+// The TOML reader against arbitrary and almost-right files: every outcome is a
+// configuration or a typed error (`File`, `UnknownParameter`, `BadValue`), never a
+// panic, a hang or an unbounded message. PROPTEST_CASES (default 512 here) sets
+// the number of cases: e.g. `PROPTEST_CASES=100000 cargo test -p rbtl-config
+// --test parameters toml` for a long run.
+
+mod toml_fuzz {
+    use super::registry;
+    use proptest::prelude::*;
+    use rbtl_config::{Error, MAX_FILE_LEN};
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn config() -> ProptestConfig {
+        ProptestConfig {
+            cases: std::env::var("PROPTEST_CASES")
+                .ok()
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(512),
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        }
+    }
+
+    /// A file of its own for each case (cases may run on several threads).
+    fn write(bytes: &[u8]) -> PathBuf {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!("rbtl-config-fuzz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(format!("{}.toml", N.fetch_add(1, Ordering::Relaxed)));
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    /// Reads `bytes` as the configuration file; checks that the outcome is typed
+    /// and that no message runs away with the input.
+    fn check(bytes: &[u8]) -> Result<(), TestCaseError> {
+        let path = write(bytes);
+        let result = registry().builder().file(&path).build();
+        let _ = std::fs::remove_file(&path);
+        match result {
+            Ok(config) => {
+                // Every value read back has its registered kind.
+                for row in config.dump() {
+                    let registered = config.registry().get(&row.name).unwrap();
+                    prop_assert_eq!(row.value.kind(), registered.default.kind());
+                }
+            }
+            Err(
+                e @ (Error::File { .. } | Error::UnknownParameter { .. } | Error::BadValue { .. }),
+            ) => {
+                let text = e.to_string();
+                prop_assert!(
+                    text.lines().all(|l| l.chars().count() < 1200),
+                    "a line of {} characters in {:?}",
+                    text.len(),
+                    text.chars().take(300).collect::<String>()
+                );
+            }
+            Err(other) => prop_assert!(false, "untyped outcome {other:?}"),
+        }
+        Ok(())
+    }
+
+    /// Keys: registered names, unknown ones, dotted and quoted ones, odd text.
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("btl".to_string()),
+            Just("btl_self_eager_limit".to_string()),
+            Just("rcache_leave_pinned".to_string()),
+            Just("btl_self_latency".to_string()),
+            Just("name".to_string()),
+            Just("btl.self.eager_limit".to_string()),
+            Just("\"btl_self_latency\"".to_string()),
+            "[a-z_]{1,12}",
+            "[a-z]{1,4}(\\.[a-z]{1,4}){1,6}",
+            "\"[^\"\\\\\n]{0,20}\"",
+            "\\PC{0,8}",
+        ]
+    }
+
+    /// Values: of every TOML type and of none, with sizes, huge numbers and
+    /// broken quoting.
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("\"4k\"".to_string()),
+            Just("\"18446744073709551615k\"".to_string()),
+            Just("99999999999999999999999".to_string()),
+            Just("-9223372036854775808".to_string()),
+            Just("1e400".to_string()),
+            Just("nan".to_string()),
+            Just("1979-05-27T07:32:00Z".to_string()),
+            Just("true".to_string()),
+            Just("[\"self\", \"sm\"]".to_string()),
+            Just("[1, \"a\"]".to_string()),
+            Just("[[[]]]".to_string()),
+            Just("{ a = 1, b = { c = \"x\" } }".to_string()),
+            Just("\"unterminated".to_string()),
+            Just("'''\nmulti\nline'''".to_string()),
+            any::<i64>().prop_map(|i| i.to_string()),
+            any::<f64>().prop_map(|f| f.to_string()),
+            "\"[ -~]{0,30}\"",
+            "[0-9]{1,30}[kmgKMGq]?",
+            "\\PC{0,12}",
+        ]
+    }
+
+    /// A line: `key = value`, a table header, or noise.
+    fn line() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => (key(), value()).prop_map(|(k, v)| format!("{k} = {v}")),
+            1 => key().prop_map(|k| format!("[{k}]")),
+            1 => key().prop_map(|k| format!("[[{k}]]")),
+            1 => "\\PC{0,40}",
+            1 => "[ -~]{0,40}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config())]
+
+        #[test]
+        fn arbitrary_bytes_are_read_or_refused(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+            check(&bytes)?;
+        }
+
+        #[test]
+        fn almost_right_documents_are_read_or_refused(
+            lines in proptest::collection::vec(line(), 0..24),
+            cut in any::<prop::sample::Index>(),
+            cut_it in any::<bool>(),
+        ) {
+            let doc = lines.join("\n");
+            let bytes = doc.as_bytes();
+            // Also cut short anywhere, even inside a character.
+            let end = if cut_it { cut.index(bytes.len() + 1) } else { bytes.len() };
+            check(&bytes[..end])?;
+        }
+    }
+
+    #[test]
+    fn deep_long_and_huge_files_are_refused_with_short_messages() {
+        let deep_keys = format!("{} = 1\n", vec!["a"; 100_000].join("."));
+        let deep_tables = format!("[{}]\nx = 1\n", vec!["a"; 20_000].join("."));
+        let deep_inline = format!("x = {}1{}\n", "{a=".repeat(10_000), "}".repeat(10_000));
+        let deep_arrays = format!("x = {}1{}\n", "[".repeat(10_000), "]".repeat(10_000));
+        let long_line = format!("name = \"{}\n", "x".repeat(1_000_000));
+        let long_name = format!("{} = 1\n", "n".repeat(1_000_000));
+        let long_value = format!("btl_self_latency = \"{}\"\n", "9".repeat(1_000_000));
+        let control = "name = \"a\u{0}b\"\n".to_string();
+        for doc in [
+            deep_keys,
+            deep_tables,
+            deep_inline,
+            deep_arrays,
+            long_line,
+            long_name,
+            long_value,
+            control,
+        ] {
+            let path = write(doc.as_bytes());
+            let err = registry().builder().file(&path).build().unwrap_err();
+            let _ = std::fs::remove_file(&path);
+            let text = err.to_string();
+            assert!(
+                text.len() < 4000 && !text.contains('\u{0}'),
+                "{} bytes: {:?}",
+                text.len(),
+                text.chars().take(300).collect::<String>()
+            );
+        }
+        // A file past the bound is refused unread, whatever it holds.
+        let big = vec![b'#'; MAX_FILE_LEN as usize + 1];
+        let path = write(&big);
+        let err = registry().builder().file(&path).build().unwrap_err();
+        let _ = std::fs::remove_file(&path);
+        assert!(err.to_string().contains("larger than"), "{err}");
+        // And a device that never ends: the bound, not the end of the file, stops the
+        // read (within a deadline, in case it does not).
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(registry().builder().file("/dev/zero").build().map(|_| ()));
+        });
+        let err = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("reading /dev/zero as a configuration file does not end")
+            .unwrap_err();
+        assert!(matches!(err, Error::File { .. }), "{err}");
+    }
+}

@@ -12,6 +12,16 @@ fn main() -> ExitCode {
     while let Some(arg) = args.next() {
         match (arg.as_str(), args.next()) {
             ("--param", Some(kv)) => match kv.split_once('=') {
+                Some((k, _))
+                    if !cfg!(feature = "openib")
+                        && k.trim().to_ascii_lowercase().starts_with("btl_openib_") =>
+                {
+                    eprintln!(
+                        "rbtl_info: --param {k}: the openib transport is not built: \
+                         rebuild with --features openib"
+                    );
+                    return ExitCode::from(2);
+                }
                 Some((k, v)) => settings.push((k.to_string(), v.to_string())),
                 None => return usage(&format!("--param wants NAME=VALUE, not `{kv}`")),
             },

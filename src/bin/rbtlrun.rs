@@ -20,7 +20,7 @@ fn main() -> ExitCode {
             args,
             options,
         }) => match launcher::launch(Path::new(&program), &args, &options) {
-            Ok(summary) => ExitCode::from(exit_byte(summary.code)),
+            Ok(summary) => ExitCode::from(summary.exit_byte()),
             Err(e) => {
                 eprintln!("rbtlrun: {e}");
                 ExitCode::from(1)
@@ -30,14 +30,5 @@ fn main() -> ExitCode {
             eprintln!("rbtlrun: {e}");
             ExitCode::from(2)
         }
-    }
-}
-
-/// The job's code as a process exit status: its low byte, except that a non-zero
-/// code whose low byte is 0 (256, ...) becomes 1 rather than success.
-fn exit_byte(code: i32) -> u8 {
-    match (code & 0xff) as u8 {
-        0 if code != 0 => 1,
-        byte => byte,
     }
 }

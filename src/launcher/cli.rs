@@ -37,11 +37,22 @@ Output: each rank's stdout and stderr are copied line by line to rbtlrun's
 stdout and stderr; lines are never cut into each other. Rank 0 reads rbtlrun's
 stdin, the others read nothing.
 
+PMI: the key-value store takes keys of at most 64 bytes, values of at most
+1024, and 1 MiB of keys and values per rank (each entry counting 64 bytes
+more); a put beyond them is refused (rc=-1). A request that is not PMI-1, or
+longer than a put at those maxima, closes that rank's PMI connection.
+
 Exit status: 0 when every rank exits 0; otherwise the first failure in time:
-a rank's non-zero exit code, 128+S for a rank killed by signal S, or the code
-a rank passed to PMI abort (which ends the job at once, printing its message).
-Interrupting rbtlrun (Ctrl-C, SIGTERM, SIGHUP) ends every rank and exits with
-128+signal.
+a rank's non-zero exit code; 128+S for a rank killed by signal S; 1 for a rank
+that used PMI and exited 0 without finalizing, or that exited 0 while others
+wait for it in a PMI barrier; the code a rank passed to PMI abort (1 if it
+passed 0), which ends the job at once, printing its message. A program that
+never uses PMI may exit 0 at any time. Interrupting rbtlrun (Ctrl-C, SIGTERM,
+SIGHUP) ends every rank and exits with 128+signal.
+
+Each rank runs in a process group of its own (except rank 0 when stdin is a
+terminal, so that it can read it): ending the job ends what the ranks started,
+and once every rank has ended, what they left running is ended too.
 
 Afterwards rbtlrun removes shared-memory segments (/dev/shm/rbtl.*) left by
 ranks that died.

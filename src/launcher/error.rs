@@ -13,7 +13,10 @@ pub enum Error {
     #[error("a job needs at least one rank: ask for 1 or more")]
     NoRanks,
     /// The PMI socketpair for a rank could not be made.
-    #[error("cannot create the PMI socket of rank {rank}: {source}; too many open files?")]
+    #[error(
+        "cannot create the PMI socket of rank {rank}: {source}; {}",
+        hint(source)
+    )]
     Socket {
         /// The rank.
         rank: u32,
@@ -22,9 +25,7 @@ pub enum Error {
         source: io::Error,
     },
     /// A rank's process could not be started.
-    #[error(
-        "cannot start rank {rank} ({program}): {source}; check the program's path and permissions"
-    )]
+    #[error("cannot start rank {rank} ({}): {source}; {}", program.display(), hint(source))]
     Spawn {
         /// The rank.
         rank: u32,
@@ -38,6 +39,31 @@ pub enum Error {
     #[error("cannot read this process's CPU affinity for --bind-to core: {0}; use --bind-to none")]
     Affinity(#[source] io::Error),
     /// A thread of the launcher could not be started.
-    #[error("cannot start a launcher thread: {0}")]
+    #[error("cannot start a launcher thread: {}; {}", .0, hint(.0))]
     Thread(#[source] io::Error),
+}
+
+/// What to do about `e`, for the messages above.
+fn hint(e: &io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::EMFILE) => {
+            "the launcher ran out of file descriptors (it keeps about 4 per rank): \
+             raise the open-file limit (ulimit -n) or start fewer ranks"
+        }
+        Some(libc::ENFILE) => {
+            "the system ran out of file descriptors: start fewer ranks or close other \
+             programs"
+        }
+        Some(libc::EAGAIN) => {
+            "the process or thread limit is reached: raise it (ulimit -u) or start fewer \
+             ranks"
+        }
+        Some(libc::ENOMEM) => "not enough memory: start fewer ranks",
+        Some(libc::ENOENT) => "check the program's path (a name without '/' is looked up in PATH)",
+        Some(libc::EACCES | libc::EPERM) => {
+            "check the program's permissions: it must be an executable file"
+        }
+        Some(libc::ENOEXEC) => "the file is not a program this system can run",
+        _ => "check the program's path and permissions",
+    }
 }

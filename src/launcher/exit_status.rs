@@ -1,9 +1,7 @@
 //! How each rank ended, and the job as a whole.
 
 use std::fmt;
-use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::ExitStatus;
 
 /// How one rank ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,14 +25,6 @@ impl RankExit {
     pub fn success(self) -> bool {
         self == RankExit::Exited(0)
     }
-
-    pub(super) fn from_status(status: ExitStatus) -> Self {
-        match (status.code(), status.signal()) {
-            (Some(code), _) => RankExit::Exited(code),
-            (None, Some(signal)) => RankExit::Signaled(signal),
-            (None, None) => RankExit::Exited(-1),
-        }
-    }
 }
 
 impl fmt::Display for RankExit {
@@ -57,15 +47,129 @@ pub struct Abort {
     pub message: String,
 }
 
+/// What made a job fail: the first failure in time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// A rank exited with a non-zero code or was killed by a signal.
+    Rank {
+        /// The rank.
+        rank: u32,
+        /// How it ended.
+        exit: RankExit,
+    },
+    /// A rank that used PMI (or whose PMI connection the launcher closed for a bad
+    /// request) exited with code 0 without PMI `finalize`: a crash in disguise, or a
+    /// program that forgot to finalize; its peers may wait for it.
+    Unfinalized {
+        /// The rank.
+        rank: u32,
+        /// Why the launcher had closed its PMI connection, if it had (a malformed
+        /// or over-long request).
+        broken: Option<String>,
+    },
+    /// Ranks wait in a PMI barrier that can never complete, because a rank that
+    /// exited with code 0 will never enter it.
+    Stranded {
+        /// The rank that exited.
+        rank: u32,
+        /// Whether that rank had finalized PMI (else it never used PMI at all).
+        finalized: bool,
+        /// The ranks waiting in the barrier.
+        waiting: Vec<u32>,
+    },
+    /// A rank sent PMI `abort`.
+    Aborted(Abort),
+    /// The launcher got this signal.
+    Interrupted(i32),
+}
+
+impl Failure {
+    /// The job's exit code for this failure: the rank's code or 128 + its signal; 1
+    /// for a rank that did not finalize or that strands a barrier; the abort's code,
+    /// or 1 for an abort with code 0 (an aborted job never succeeds); 128 + the
+    /// launcher's signal.
+    pub fn code(&self) -> i32 {
+        match self {
+            Failure::Rank { exit, .. } => exit.code(),
+            Failure::Unfinalized { .. } | Failure::Stranded { .. } => 1,
+            Failure::Aborted(abort) if abort.code == 0 => 1,
+            Failure::Aborted(abort) => abort.code,
+            Failure::Interrupted(signal) => 128 + signal,
+        }
+    }
+}
+
+/// `r0, r1 and r2`, for messages.
+fn list(ranks: &[u32]) -> String {
+    let names: Vec<String> = ranks.iter().map(u32::to_string).collect();
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => names.join(""),
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Rank { rank, exit } => write!(f, "rank {rank} {exit}"),
+            Failure::Unfinalized { rank, broken } => {
+                write!(f, "rank {rank} exited with code 0 without finalizing PMI")?;
+                if let Some(why) = broken {
+                    write!(f, ", after the launcher closed its PMI connection ({why})")?;
+                }
+                Ok(())
+            }
+            Failure::Stranded {
+                rank,
+                finalized,
+                waiting,
+            } => {
+                let (verb, s) = if waiting.len() == 1 {
+                    ("waits", "")
+                } else {
+                    ("wait", "s")
+                };
+                if *finalized {
+                    write!(f, "rank {rank} finalized PMI and exited with code 0")?;
+                } else {
+                    write!(
+                        f,
+                        "rank {rank} exited with code 0 without finalizing PMI (it never \
+                         initialized it)"
+                    )?;
+                }
+                write!(
+                    f,
+                    ", so the PMI barrier that rank{s} {} {verb} in can never complete",
+                    list(waiting)
+                )
+            }
+            Failure::Aborted(abort) => {
+                write!(
+                    f,
+                    "rank {} aborted the job with exit code {}",
+                    abort.rank, abort.code
+                )?;
+                if abort.code == 0 {
+                    write!(f, " (an aborted job exits with 1)")?;
+                }
+                write!(f, ": {}", abort.message)
+            }
+            Failure::Interrupted(signal) => write!(f, "got signal {signal}: ending the job"),
+        }
+    }
+}
+
 /// How a job ended.
 #[derive(Debug, Clone)]
 pub struct ExitStatusSummary {
     /// How each rank ended, by rank.
     pub ranks: Vec<RankExit>,
-    /// The job's exit code: 0 if every rank exited 0; otherwise the first failure in
-    /// time: a rank's non-zero exit code, 128 + S for a rank killed by signal S, the
-    /// code of a PMI `abort`, or 128 + S when the launcher got signal S.
+    /// The job's exit code: 0 if every rank exited 0 and no other failure happened;
+    /// otherwise [`Failure::code`] of the first failure in time.
     pub code: i32,
+    /// The first failure in time, if any.
+    pub failure: Option<Failure>,
     /// The first PMI `abort`, if a rank sent one.
     pub abort: Option<Abort>,
     /// The signal that interrupted the launcher, if one did.
@@ -78,5 +182,14 @@ impl ExitStatusSummary {
     /// Whether the job succeeded (`code == 0`).
     pub fn success(&self) -> bool {
         self.code == 0
+    }
+
+    /// The job's code as a process exit status: its low byte, except that a failing
+    /// code whose low byte is 0 (256, ...) becomes 1 rather than success.
+    pub fn exit_byte(&self) -> u8 {
+        match (self.code & 0xff) as u8 {
+            0 if self.code != 0 => 1,
+            byte => byte,
+        }
     }
 }

@@ -2,31 +2,25 @@
 //! them, end the survivors when one fails, and clean up after them.
 
 use super::cores::cores;
-use super::spawn::start_rank;
+use super::event::Event;
+use super::rank_process::RankProcess;
+use super::spawn::{start_rank, Started};
+use super::verdict::Verdict;
 use super::{output, server, signals};
-use super::{Abort, Bind, Error, ExitStatusSummary, LaunchOptions, RankExit};
+use super::{Bind, Error, ExitStatusSummary, Failure, LaunchOptions};
 use std::ffi::OsString;
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::Child;
-use std::sync::mpsc;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 /// How long SIGTERM has before SIGKILL follows.
 const KILL_AFTER: Duration = Duration::from_secs(2);
-/// How often the launcher looks at its ranks.
+/// How often the launcher looks at signals and deadlines when nothing happens.
 const POLL: Duration = Duration::from_millis(20);
 /// How long to wait for output still held open by a rank's leftover children.
 const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
-
-/// One started rank.
-struct Rank {
-    child: Child,
-    exit: Option<RankExit>,
-    /// The launcher's end of the PMI socketpair, to shut down at the end.
-    pmi: UnixStream,
-}
 
 /// What the launcher is doing about a failure.
 #[derive(Clone, Copy)]
@@ -38,6 +32,14 @@ enum Phase {
     Terminating(Instant),
     /// SIGKILL sent.
     Killed,
+}
+
+/// The ranks started so far and the launcher's threads serving them.
+struct Ranks {
+    ranks: Vec<RankProcess>,
+    /// PMI servers and the threads that see ranks end: joined at the end.
+    threads: Vec<JoinHandle<()>>,
+    output_threads: usize,
 }
 
 /// Starts `opts.ranks` ranks of `program` with `args`, serves them PMI-1, forwards
@@ -66,186 +68,257 @@ pub fn launch(
     let (events_tx, events) = mpsc::channel();
     let (output_done_tx, output_done) = mpsc::channel::<()>();
 
-    let mut ranks: Vec<Rank> = Vec::new();
-    let mut threads: Vec<JoinHandle<()>> = Vec::new();
-    let mut output_threads = 0usize;
+    let mut job = Ranks {
+        ranks: Vec::new(),
+        threads: Vec::new(),
+        output_threads: 0,
+    };
     let mut started = Ok(());
     for rank in 0..opts.ranks {
         let core = (!cores.is_empty()).then(|| &cores[rank as usize % cores.len()][..]);
-        match start_rank(program, args, opts, rank, core) {
-            Ok((mut child, pmi)) => {
-                let spawn_thread = |name: String, f: Box<dyn FnOnce() + Send>| {
-                    thread::Builder::new()
-                        .name(name)
-                        .spawn(f)
-                        .map_err(Error::Thread)
-                };
-                let result = (|| {
-                    let server_end = pmi
-                        .try_clone()
-                        .map_err(|source| Error::Socket { rank, source })?;
-                    let (shared, events_tx) = (shared.clone(), events_tx.clone());
-                    threads.push(spawn_thread(
-                        format!("pmi-{rank}"),
-                        Box::new(move || server::serve(rank, server_end, shared, events_tx)),
-                    )?);
-                    let tag = opts.tag_output;
-                    if let Some(out) = child.stdout.take() {
-                        let done = output_done_tx.clone();
-                        spawn_thread(
-                            format!("stdout-{rank}"),
-                            Box::new(move || {
-                                output::forward(out, rank, tag, output::Stream::Stdout);
-                                let _ = done.send(());
-                            }),
-                        )?;
-                        output_threads += 1;
-                    }
-                    if let Some(err) = child.stderr.take() {
-                        let done = output_done_tx.clone();
-                        spawn_thread(
-                            format!("stderr-{rank}"),
-                            Box::new(move || {
-                                output::forward(err, rank, tag, output::Stream::Stderr);
-                                let _ = done.send(());
-                            }),
-                        )?;
-                        output_threads += 1;
-                    }
-                    Ok(())
-                })();
-                ranks.push(Rank {
-                    child,
-                    exit: None,
-                    pmi,
-                });
-                if let Err(e) = result {
-                    started = Err(e);
-                    break;
-                }
-            }
-            Err(e) => {
-                started = Err(e);
-                break;
-            }
+        let result = start_rank(program, args, opts, rank, core).and_then(|s| {
+            job.serve(
+                rank,
+                s,
+                opts.tag_output,
+                &shared,
+                &events_tx,
+                &output_done_tx,
+            )
+        });
+        if let Err(e) = result {
+            started = Err(e);
+            break;
         }
     }
     drop(events_tx);
     drop(output_done_tx);
 
-    let mut job_code: Option<i32> = None;
-    let mut abort: Option<Abort> = None;
+    let mut verdict = Verdict::default();
     let mut interrupted: Option<i32> = None;
     let mut phase = Phase::Running;
     if started.is_err() {
         // End what did start, then report the failure.
-        phase = terminate(&mut ranks);
+        phase = terminate(&job.ranks);
     }
     loop {
-        match events.recv_timeout(POLL) {
-            Ok(server::Event::Abort {
-                rank,
-                code,
-                message,
-            }) => {
-                eprintln!(
-                    "[rbtl launcher] rank {rank} aborted the job with exit code {code}: {message}"
-                );
-                job_code.get_or_insert(code);
-                abort.get_or_insert(Abort {
-                    rank,
-                    code,
-                    message,
-                });
-                if matches!(phase, Phase::Running | Phase::Grace(_)) {
-                    phase = terminate(&mut ranks);
-                }
+        for event in next_events(&events) {
+            if let Event::Ended { rank, exit } = event {
+                job.ranks[rank as usize].exit = Some(exit);
             }
-            Err(mpsc::RecvTimeoutError::Timeout | mpsc::RecvTimeoutError::Disconnected) => {}
+            verdict.push(event);
         }
         if let Some(signal) = signal_watch.received() {
             if interrupted.is_none() {
                 eprintln!("[rbtl launcher] got signal {signal}: ending the job");
                 interrupted = Some(signal);
-                job_code.get_or_insert(128 + signal);
+                verdict.failure.get_or_insert(Failure::Interrupted(signal));
+                shared.shut_down();
                 if matches!(phase, Phase::Running | Phase::Grace(_)) {
-                    phase = terminate(&mut ranks);
+                    phase = terminate(&job.ranks);
                 }
             }
         }
-        let mut ended = Vec::new();
-        for (rank, r) in ranks.iter_mut().enumerate() {
-            if r.exit.is_none() {
-                if let Ok(Some(status)) = r.child.try_wait() {
-                    let exit = RankExit::from_status(status);
-                    r.exit = Some(exit);
-                    ended.push((rank, exit));
-                }
-            }
-        }
-        let alive = ranks.iter().filter(|r| r.exit.is_none()).count();
-        for (rank, exit) in ended.into_iter().filter(|(_, exit)| !exit.success()) {
-            if job_code.is_none() {
-                job_code = Some(exit.code());
-                let more = if alive > 0 && matches!(phase, Phase::Running) {
+        let ended = || {
+            (0u32..)
+                .zip(&job.ranks)
+                .filter(|(_, r)| r.exit.is_none())
+                .filter_map(|(rank, r)| Some((rank, r.peek_exit()?)))
+                .collect()
+        };
+        if let Some(failure) = verdict.judge(&shared, ended) {
+            // Ranks blocked in a PMI barrier learn of it at once.
+            shared.shut_down();
+            let alive = job.ranks.iter().any(|r| r.exit.is_none());
+            let more = if alive && matches!(phase, Phase::Running) {
+                if matches!(failure, Failure::Aborted(_)) {
+                    "; ending the other ranks".to_string()
+                } else {
                     format!(
                         "; the other ranks get {:.1} s to exit, then SIGTERM",
                         opts.grace.as_secs_f64()
                     )
-                } else {
-                    String::new()
-                };
-                eprintln!("[rbtl launcher] rank {rank} {exit}{more}");
-            }
+                }
+            } else {
+                String::new()
+            };
+            eprintln!("[rbtl launcher] {failure}{more}");
             if let Phase::Running = phase {
                 // Capped so that an absurd grace cannot overflow the clock.
                 let grace = opts.grace.min(Duration::from_secs(365 * 24 * 3600));
                 phase = Phase::Grace(Instant::now() + grace);
             }
         }
-        if ranks.iter().all(|r| r.exit.is_some()) {
+        if verdict.take_abort_news() {
+            // An abort ends the job at once, even during another failure's grace.
+            if !matches!(verdict.failure, Some(Failure::Aborted(_))) {
+                if let Some(abort) = &verdict.abort {
+                    eprintln!(
+                        "[rbtl launcher] rank {} aborted the job with exit code {}: {}",
+                        abort.rank, abort.code, abort.message
+                    );
+                }
+            }
+            if matches!(phase, Phase::Running | Phase::Grace(_)) {
+                phase = terminate(&job.ranks);
+            }
+        }
+        if job.ranks.iter().all(|r| r.exit.is_some()) && verdict.settled() {
             break;
         }
         let now = Instant::now();
         match phase {
-            Phase::Grace(until) if now >= until => phase = terminate(&mut ranks),
+            Phase::Grace(until) if now >= until => phase = terminate(&job.ranks),
             Phase::Terminating(until) if now >= until => {
-                signal_alive(&mut ranks, libc::SIGKILL);
+                signal_all(&job.ranks, libc::SIGKILL);
                 phase = Phase::Killed;
             }
             _ => {}
         }
     }
 
-    // Every rank has ended: release barrier waiters, close the PMI connections, and
-    // let the output threads drain what the ranks wrote last.
-    shared.shut_down();
-    for r in &ranks {
-        let _ = r.pmi.shutdown(std::net::Shutdown::Both);
-    }
-    for t in threads {
-        let _ = t.join();
-    }
-    let deadline = Instant::now() + OUTPUT_DRAIN;
-    for _ in 0..output_threads {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if output_done.recv_timeout(left).is_err() {
-            break;
-        }
-    }
+    job.finish(&shared, &output_done);
     let removed_segments = cleanup_segments(opts);
     drop(signal_watch);
     started?;
+    let failure = verdict.failure;
     Ok(ExitStatusSummary {
-        ranks: ranks
+        ranks: job
+            .ranks
             .iter()
             .map(|r| r.exit.expect("every rank has ended"))
             .collect(),
-        code: job_code.unwrap_or(0),
-        abort,
+        code: failure.as_ref().map_or(0, Failure::code),
+        failure,
+        abort: verdict.abort,
         interrupted,
         removed_segments,
     })
+}
+
+/// The events that arrived within [`POLL`]: the first one waited for, the rest
+/// taken as they are.
+fn next_events(events: &Receiver<Event>) -> Vec<Event> {
+    let mut out = Vec::new();
+    if let Ok(event) = events.recv_timeout(POLL) {
+        out.push(event);
+        out.extend(events.try_iter());
+    }
+    out
+}
+
+impl Ranks {
+    /// Adds a started rank: the thread that sees it end, its PMI server and the
+    /// threads that forward its output.
+    fn serve(
+        &mut self,
+        rank: u32,
+        started: Started,
+        tag: bool,
+        shared: &Arc<server::Shared>,
+        events: &Sender<Event>,
+        output_done: &Sender<()>,
+    ) -> Result<(), Error> {
+        let Started {
+            mut child,
+            leads_group,
+            pmi,
+        } = started;
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let process = RankProcess::new(child, leads_group, pmi);
+        match process.watch(rank, events.clone()) {
+            Ok(waiter) => self.threads.push(waiter),
+            Err(e) => {
+                // Unwatched, it would never be seen to end: end it here.
+                let mut process = process;
+                process.signal(libc::SIGKILL);
+                process.reap();
+                return Err(Error::Thread(e));
+            }
+        }
+        let server_end = process.pmi.try_clone();
+        self.ranks.push(process);
+        let server_end = server_end.map_err(|source| Error::Socket { rank, source })?;
+        let (shared, events) = (shared.clone(), events.clone());
+        self.threads
+            .push(spawn_thread(format!("pmi-{rank}"), move || {
+                server::serve(rank, server_end, shared, events)
+            })?);
+        if let Some(out) = stdout {
+            self.forward(
+                rank,
+                "stdout",
+                out,
+                tag,
+                output::Stream::Stdout,
+                output_done,
+            )?;
+        }
+        if let Some(err) = stderr {
+            self.forward(
+                rank,
+                "stderr",
+                err,
+                tag,
+                output::Stream::Stderr,
+                output_done,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Starts the thread that copies `source` (a rank's stdout or stderr) to the
+    /// launcher's `stream`.
+    fn forward(
+        &mut self,
+        rank: u32,
+        name: &str,
+        source: impl std::io::Read + Send + 'static,
+        tag: bool,
+        stream: output::Stream,
+        output_done: &Sender<()>,
+    ) -> Result<(), Error> {
+        let done = output_done.clone();
+        spawn_thread(format!("{name}-{rank}"), move || {
+            output::forward(source, rank, tag, stream);
+            let _ = done.send(());
+        })?;
+        self.output_threads += 1;
+        Ok(())
+    }
+
+    /// Once every rank has ended: closes the PMI connections, ends what the ranks
+    /// left running in their process groups (SIGTERM, then SIGKILL once their output
+    /// has drained or [`OUTPUT_DRAIN`] has passed), and reaps the ranks.
+    fn finish(&mut self, shared: &server::Shared, output_done: &Receiver<()>) {
+        shared.shut_down();
+        for r in &self.ranks {
+            let _ = r.pmi.shutdown(std::net::Shutdown::Both);
+        }
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        signal_all(&self.ranks, libc::SIGTERM);
+        let deadline = Instant::now() + OUTPUT_DRAIN;
+        for _ in 0..self.output_threads {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if output_done.recv_timeout(left).is_err() {
+                break;
+            }
+        }
+        signal_all(&self.ranks, libc::SIGKILL);
+        for r in &mut self.ranks {
+            r.reap();
+        }
+    }
+}
+
+fn spawn_thread(name: String, f: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, Error> {
+    thread::Builder::new()
+        .name(name)
+        .spawn(f)
+        .map_err(Error::Thread)
 }
 
 /// Removes the segments dead processes left in the launcher's shared-memory
@@ -274,20 +347,17 @@ fn cleanup_segments(opts: &LaunchOptions) -> Vec<PathBuf> {
     removed
 }
 
-/// Sends SIGTERM to the ranks still running; SIGKILL is due [`KILL_AFTER`] later.
-fn terminate(ranks: &mut [Rank]) -> Phase {
-    signal_alive(ranks, libc::SIGTERM);
+/// Sends SIGTERM to every rank and its process group; SIGKILL is due
+/// [`KILL_AFTER`] later.
+fn terminate(ranks: &[RankProcess]) -> Phase {
+    signal_all(ranks, libc::SIGTERM);
     Phase::Terminating(Instant::now() + KILL_AFTER)
 }
 
-/// Sends `signal` to every rank not yet reaped. Reaping happens on this thread
-/// only, so a pid here is still our child's, never a reused one.
-fn signal_alive(ranks: &mut [Rank], signal: libc::c_int) {
-    for r in ranks.iter().filter(|r| r.exit.is_none()) {
-        let Ok(pid) = libc::pid_t::try_from(r.child.id()) else {
-            continue;
-        };
-        // SAFETY: kill(2) takes plain integers; `pid` is an unreaped child of ours.
-        unsafe { libc::kill(pid, signal) };
+/// Sends `signal` to every rank still running and to every rank's process group
+/// (see [`RankProcess::signal`]).
+fn signal_all(ranks: &[RankProcess], signal: libc::c_int) {
+    for r in ranks {
+        r.signal(signal);
     }
 }

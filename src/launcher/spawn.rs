@@ -1,23 +1,32 @@
-//! Starting one rank: its PMI socket, its environment, its binding, and a child that
-//! dies with the launcher.
+//! Starting one rank: its PMI socket, its environment, its binding, its process
+//! group, and a child that dies with the launcher.
 
 use super::{Error, LaunchOptions};
 use std::ffi::OsString;
-use std::io;
+use std::io::{self, IsTerminal};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
-/// Starts one rank; returns it and the launcher's end of its PMI socketpair.
+/// A started rank: its process, whether it leads a process group of its own, and the
+/// launcher's end of its PMI socketpair.
+pub(super) struct Started {
+    pub child: Child,
+    pub leads_group: bool,
+    pub pmi: UnixStream,
+}
+
+/// Starts one rank, in a process group of its own (see
+/// [`rank_process`](super::rank_process) for the one exception).
 pub(super) fn start_rank(
     program: &Path,
     args: &[OsString],
     opts: &LaunchOptions,
     rank: u32,
     cpus: Option<&[usize]>,
-) -> Result<(Child, UnixStream), Error> {
+) -> Result<Started, Error> {
     let (ours, theirs) = UnixStream::pair().map_err(|source| Error::Socket { rank, source })?;
     let mut theirs = OwnedFd::from(theirs);
     if theirs.as_raw_fd() < 3 {
@@ -57,6 +66,11 @@ pub(super) fn start_rank(
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // Rank 0 reading a terminal must stay in the terminal's foreground group.
+    let leads_group = rank != 0 || !io::stdin().is_terminal();
+    if leads_group {
+        command.process_group(0);
+    }
     // SAFETY: the hook runs in the child between fork and exec and calls only
     // async-signal-safe functions (fcntl, prctl, getppid, sched_setaffinity) on data
     // copied into the closure beforehand; it allocates nothing.
@@ -87,5 +101,9 @@ pub(super) fn start_rank(
         source,
     })?;
     drop(theirs);
-    Ok((child, ours))
+    Ok(Started {
+        child,
+        leads_group,
+        pmi: ours,
+    })
 }

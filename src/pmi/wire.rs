@@ -8,8 +8,9 @@
 
 use std::io::{self, BufRead, Read};
 
-/// The longest line either side accepts (the MPICH client's own buffer is 1024
-/// bytes; hydra's replies to `get` can be longer than that, so be generous).
+/// The longest reply line the client accepts (the MPICH client's own buffer is 1024
+/// bytes; hydra's replies to `get` can be longer than that, so be generous). The
+/// launcher's server takes far shorter requests: see `launcher::kvs::REQUEST_MAX`.
 pub(crate) const MAX_LINE: usize = 64 * 1024;
 
 /// The line length the MPICH client keeps every request under, so that a
@@ -113,21 +114,22 @@ pub(crate) fn escape(s: &str) -> String {
     out
 }
 
-/// Reads one line of at most [`MAX_LINE`] bytes. `Ok(None)` at end of stream before
-/// any byte; an error if the line is too long, not UTF-8, or cut short by the end of
-/// the stream.
-pub(crate) fn read_line(reader: &mut impl BufRead) -> io::Result<Option<String>> {
+/// Reads one line of at most `max` bytes, its newline included. `Ok(None)` at end of
+/// stream before any byte; an `InvalidData` error if the line is too long, not UTF-8,
+/// or cut short by the end of the stream. No more than `max` bytes are read of a line
+/// that is too long.
+pub(crate) fn read_line(reader: &mut impl BufRead, max: usize) -> io::Result<Option<String>> {
     let mut buf = Vec::new();
     let n = reader
         .by_ref()
-        .take(MAX_LINE as u64)
+        .take(max as u64)
         .read_until(b'\n', &mut buf)?;
     if n == 0 {
         return Ok(None);
     }
     if buf.last() != Some(&b'\n') {
-        let why = if buf.len() >= MAX_LINE {
-            format!("a PMI line is longer than {MAX_LINE} bytes")
+        let why = if buf.len() >= max {
+            format!("a PMI line is longer than {max} bytes")
         } else {
             "the connection closed in the middle of a PMI line".to_string()
         };
@@ -188,9 +190,16 @@ mod tests {
     #[test]
     fn reads_lines_and_reports_truncation() {
         let mut r = io::Cursor::new(b"cmd=a\ncmd=b".to_vec());
-        assert_eq!(read_line(&mut r).unwrap().as_deref(), Some("cmd=a"));
-        assert!(read_line(&mut r).is_err());
+        assert_eq!(
+            read_line(&mut r, MAX_LINE).unwrap().as_deref(),
+            Some("cmd=a")
+        );
+        assert!(read_line(&mut r, MAX_LINE).is_err());
         let mut empty = io::Cursor::new(Vec::new());
-        assert_eq!(read_line(&mut empty).unwrap(), None);
+        assert_eq!(read_line(&mut empty, MAX_LINE).unwrap(), None);
+        let mut long = io::Cursor::new(b"cmd=abcdefgh\n".to_vec());
+        let err = read_line(&mut long, 8).unwrap_err();
+        assert!(err.to_string().contains("longer than 8 bytes"), "{err}");
+        assert_eq!(long.position(), 8, "reads no more than the limit");
     }
 }

@@ -1,9 +1,13 @@
 //! How a job ends when a rank fails: exit codes, signals to the survivors, aborts,
 //! and the shared memory dead ranks leave behind.
 
-use crate::harness::{launch_self, options, Scratch};
-use rbtl::launcher::RankExit;
+use crate::harness::{launch_self, launch_self_within, options, Scratch};
+use rbtl::launcher::{Failure, RankExit};
 use std::path::PathBuf;
+use std::time::Duration;
+
+/// The deadline of jobs that once hung: each ends by itself well within it.
+const ONCE_HUNG: Duration = Duration::from_secs(30);
 
 #[test]
 fn a_failing_rank_sets_the_exit_code_and_the_others_are_ended() {
@@ -56,4 +60,74 @@ fn segments_of_a_dead_rank_are_removed() {
     assert!(segment.starts_with(&shm), "{segment:?}");
     assert!(!segment.exists(), "{segment:?} was left behind");
     assert!(summary.removed_segments.contains(&segment), "{summary:?}");
+}
+
+#[test]
+fn a_rank_that_exits_0_without_finalizing_pmi_fails_the_job() {
+    let scratch = Scratch::new("unfinalized");
+    let summary = launch_self_within(options(3, "unfinalized", &scratch), ONCE_HUNG);
+    assert_eq!(
+        summary.failure,
+        Some(Failure::Unfinalized {
+            rank: 1,
+            broken: None
+        }),
+        "{summary:?}"
+    );
+    assert_eq!(summary.code, 1);
+    assert_eq!(summary.ranks[1], RankExit::Exited(0));
+    let message = summary.failure.unwrap().to_string();
+    assert!(
+        message.contains("rank 1 exited with code 0 without finalizing"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_rank_that_never_speaks_pmi_cannot_strand_the_others_in_a_barrier() {
+    let scratch = Scratch::new("never_init");
+    let summary = launch_self_within(options(3, "never_init", &scratch), ONCE_HUNG);
+    assert_eq!(summary.code, 1, "{summary:?}");
+    match summary.failure {
+        Some(Failure::Stranded {
+            rank: 1,
+            finalized: false,
+            ref waiting,
+        }) if !waiting.is_empty() && !waiting.contains(&1) => {}
+        ref other => panic!("{other:?}"),
+    }
+    assert_eq!(summary.ranks[1], RankExit::Exited(0));
+}
+
+#[test]
+fn an_abort_with_exit_code_0_still_fails_the_job() {
+    let scratch = Scratch::new("abort0");
+    let summary = launch_self(options(2, "abort_zero", &scratch));
+    assert_eq!(summary.code, 1, "{summary:?}");
+    let abort = summary.abort.clone().expect("the abort is reported");
+    assert_eq!((abort.rank, abort.code), (1, 0));
+    assert!(!summary.success());
+    let message = summary.failure.unwrap().to_string();
+    assert!(message.contains("an aborted job exits with 1"), "{message}");
+}
+
+#[test]
+fn the_rank_that_died_first_is_blamed_not_the_peer_that_noticed() {
+    // Rank 1 exits with 1 within moments of rank 3's SIGKILL: often in the same
+    // glance of a launcher that looks at its ranks in turn, and on a busy machine
+    // often seen first by a launcher that watches each rank with a thread.
+    for run in 0..5 {
+        let scratch = Scratch::new(&format!("blame{run}"));
+        let summary = launch_self(options(4, "blame", &scratch));
+        assert_eq!(summary.ranks[1], RankExit::Exited(1), "{summary:?}");
+        assert_eq!(
+            summary.failure,
+            Some(Failure::Rank {
+                rank: 3,
+                exit: RankExit::Signaled(libc::SIGKILL)
+            }),
+            "run {run}: {summary:?}"
+        );
+        assert_eq!(summary.code, 128 + libc::SIGKILL);
+    }
 }

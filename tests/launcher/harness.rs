@@ -4,7 +4,7 @@
 use rbtl::launcher::{self, LaunchOptions};
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -69,24 +69,48 @@ pub fn options(ranks: u32, role: &str, scratch: &Scratch) -> LaunchOptions {
 
 /// `launcher::launch` of this binary, failing the test instead of hanging.
 pub fn launch_self(opts: LaunchOptions) -> launcher::ExitStatusSummary {
+    launch_self_within(opts, JOB_TIMEOUT)
+}
+
+/// [`launch_self`] for a job that must end by itself within `limit` (a job that once
+/// hung: it fails the test instead).
+pub fn launch_self_within(opts: LaunchOptions, limit: Duration) -> launcher::ExitStatusSummary {
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
         let _ = tx.send(launcher::launch(&self_exe(), &role_args(), &opts));
     });
-    rx.recv_timeout(JOB_TIMEOUT)
-        .expect("the job did not end: the launcher hangs")
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("the job did not end within {limit:?}: the launcher hangs"))
         .expect("the job could not be started")
 }
 
 /// A command run to completion, failing the test instead of hanging.
-pub fn output_of(mut command: Command) -> Output {
+pub fn output_of(command: Command) -> Output {
+    output_within(command, JOB_TIMEOUT)
+}
+
+/// A command that must end by itself within `limit`: killed and the test failed
+/// otherwise.
+pub fn output_within(mut command: Command, limit: Duration) -> Output {
+    command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let child = command.spawn().expect("the command could not be started");
+    let pid = child.id();
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
-        let _ = tx.send(command.output());
+        let _ = tx.send(child.wait_with_output());
     });
-    rx.recv_timeout(JOB_TIMEOUT)
-        .expect("the command did not end")
-        .expect("the command could not be started")
+    match rx.recv_timeout(limit) {
+        Ok(out) => out.expect("waiting for the command"),
+        Err(_) => {
+            // SAFETY: kill(2) on the pid of our child, not reaped: its waiter thread
+            // is still blocked in wait.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            panic!("{command:?} did not end within {limit:?}: it hangs");
+        }
+    }
 }
 
 pub fn rbtlrun() -> Command {

@@ -7,6 +7,8 @@
 mod failures;
 mod harness;
 mod pmi_client;
+mod pmi_server;
+mod raw_pmi;
 mod rbtlrun;
 mod roles;
 
@@ -26,6 +28,13 @@ fn rank_role_entry() {
         "abort" => roles::abort(),
         "shm_crash" => roles::shm_crash(),
         "sleep" => roles::sleep(),
+        "unfinalized" => roles::unfinalized(),
+        "never_init" => roles::never_init(),
+        "abort_zero" => roles::abort_zero(),
+        "blame" => roles::blame(),
+        "bad_pmi" => raw_pmi::bad_pmi(),
+        "kvs_bounds" => raw_pmi::kvs_bounds(),
+        "silent_server" => pmi_client::silent_server_role(),
         other => panic!("unknown RBTL_TEST_ROLE {other:?}"),
     }
 }

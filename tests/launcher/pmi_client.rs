@@ -1,10 +1,16 @@
 //! The PMI-1 client, the PMI modex and `pmi::job()` with real ranks: under the
 //! launcher, alone, and under MPICH's `mpiexec`.
 
-use crate::harness::{launch_self, options, output_of, role_args, self_exe, Scratch};
+use crate::harness::{
+    launch_self, options, output_of, output_within, role_args, self_exe, Scratch,
+};
 use rbtl::launcher::{Bind, LaunchOptions, RankExit};
+use rbtl::pmi::{self, Client};
+use std::io::Read;
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 #[test]
 fn four_ranks_exchange_multi_kib_blobs_through_pmi_modex() {
@@ -115,4 +121,56 @@ fn pmi_client_and_modex_work_under_mpiexec_mpich() {
 #[test]
 fn pmi_client_works_over_pmi_port_under_mpiexec_mpich() {
     run_under_mpiexec(&["-pmi-port"], "job", "hydra-port");
+}
+
+/// The rank side of [`a_client_gives_up_on_a_silent_server`]: starting the client
+/// fails with a timeout that says how to wait longer.
+pub fn silent_server_role() {
+    let start = Instant::now();
+    match Client::from_env() {
+        Err(e @ pmi::Error::Timeout { .. }) => {
+            let text = e.to_string();
+            assert!(
+                text.contains("cmd=init") && text.contains("PMI_TIMEOUT"),
+                "{text}"
+            );
+            assert!(start.elapsed() >= Duration::from_secs(1), "{text}");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    let dir = PathBuf::from(std::env::var_os("RBTL_TEST_DIR").unwrap());
+    std::fs::write(dir.join("ok.0"), b"ok").unwrap();
+}
+
+#[test]
+fn a_client_gives_up_on_a_silent_server() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accepts and never answers; holds the connection until the client closes it.
+    let server = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let mut sink = Vec::new();
+        let _ = conn.read_to_end(&mut sink);
+    });
+    let scratch = Scratch::new("silent");
+    let mut command = Command::new(self_exe());
+    command
+        .args(role_args())
+        .env("RBTL_TEST_ROLE", "silent_server")
+        .env("RBTL_TEST_DIR", &scratch.0)
+        .env("PMI_PORT", format!("127.0.0.1:{port}"))
+        .env("PMI_TIMEOUT", "1");
+    for var in ["PMI_FD", "PMI_ID", "PMI_RANK", "PMI_SIZE"] {
+        command.env_remove(var);
+    }
+    let out = output_within(command, Duration::from_secs(30));
+    assert!(
+        out.status.success() && scratch.reported(0),
+        "{:?}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout)
+    );
+    server.join().unwrap();
 }

@@ -1,7 +1,10 @@
 //! The `rbtlrun` binary: signals, tagged output, exit codes and its command line.
 
-use crate::harness::{output_of, rbtlrun, role_args, self_exe, Scratch, JOB_TIMEOUT};
+use crate::harness::{
+    output_of, output_within, rbtlrun, role_args, self_exe, Scratch, JOB_TIMEOUT,
+};
 use std::path::Path;
+use std::process::Command;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -114,6 +117,21 @@ fn rbtlrun_passes_on_the_failure_code_and_abort_message() {
         .env("RBTL_TEST_ROLE", "exit3");
     let out = output_of(command);
     assert_eq!(out.status.code(), Some(3), "{out:?}");
+
+    // An abort with exit code 0 is still a failure.
+    let mut command = rbtlrun();
+    command
+        .args(["-n", "2", "--grace", "0.2"])
+        .arg(self_exe())
+        .args(role_args())
+        .env("RBTL_TEST_ROLE", "abort_zero");
+    let out = output_of(command);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("rank 1 aborted the job with exit code 0 (an aborted job exits with 1)"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -157,6 +175,123 @@ fn rbtlrun_reports_a_program_that_cannot_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("/nonexistent/rbtl-test-program"),
+        "{stderr}"
+    );
+}
+
+/// The deadline of commands that once hung: each ends by itself well within it.
+const ONCE_HUNG: Duration = Duration::from_secs(30);
+
+#[test]
+fn a_rank_that_exits_0_while_osu_waits_for_it_ends_the_job() {
+    let scratch = Scratch::new("exit0-osu");
+    let shm = scratch.0.join("shm");
+    std::fs::create_dir(&shm).unwrap();
+    let mut command = rbtlrun();
+    command
+        .args(["-n", "2", "--grace", "0.5", "--env"])
+        .arg(format!("RBTL_SHM_DIR={}", shm.display()))
+        .args([
+            "sh",
+            "-c",
+            "[ $PMI_RANK = 1 ] && exit 0; exec \"$0\" latency --max-size 8",
+        ])
+        .arg(env!("CARGO_BIN_EXE_osu"));
+    let out = output_within(command, ONCE_HUNG);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("rank 1 exited with code 0 without finalizing"),
+        "{stderr}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&shm).unwrap().collect();
+    assert!(left.is_empty(), "segments left behind: {left:?}");
+}
+
+#[test]
+fn programs_that_never_speak_pmi_succeed() {
+    let mut command = rbtlrun();
+    command.args(["-n", "2", "sh", "-c", "echo rank $PMI_RANK of $PMI_SIZE"]);
+    let out = output_within(command, ONCE_HUNG);
+    assert!(out.status.success(), "{out:?}");
+    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    lines.sort();
+    assert_eq!(lines, ["rank 0 of 2", "rank 1 of 2"]);
+}
+
+/// Whether process `pid` still runs `sleep` (and is not a zombie).
+fn sleep_runs(pid: &str) -> bool {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+    cmdline.starts_with(b"sleep\0") && state != Some(Some('Z'))
+}
+
+#[test]
+fn ending_the_job_ends_what_the_ranks_started() {
+    let scratch = Scratch::new("grandchildren");
+    // Rank 1 fails; ranks 0 and 2 run a child that outlives a killed shell. Rank 1
+    // also leaves a child behind it.
+    let script = "sleep 30 & echo $! > \"$0/sleep.$PMI_RANK\"; \
+                  [ $PMI_RANK = 1 ] && exit 7; wait";
+    let mut command = rbtlrun();
+    command
+        .args(["-n", "3", "--grace", "0.2", "sh", "-c", script])
+        .arg(&scratch.0);
+    let out = output_within(command, ONCE_HUNG);
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    let pids: Vec<String> = (0..3)
+        .map(|r| {
+            std::fs::read_to_string(scratch.0.join(format!("sleep.{r}")))
+                .unwrap()
+                .trim()
+                .to_string()
+        })
+        .collect();
+    let survivors: Vec<&String> = pids.iter().filter(|p| sleep_runs(p)).collect();
+    for pid in &survivors {
+        // SAFETY: kill(2) with plain integers, on a `sleep` this test started.
+        unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
+    }
+    assert!(survivors.is_empty(), "still running: {survivors:?}");
+
+    // A job that succeeds ends what its ranks left running too.
+    let script = "sleep 30 & echo $! > \"$0/left.$PMI_RANK\"";
+    let mut command = rbtlrun();
+    command
+        .args(["-n", "2", "sh", "-c", script])
+        .arg(&scratch.0);
+    let out = output_within(command, ONCE_HUNG);
+    assert!(out.status.success(), "{out:?}");
+    for rank in 0..2 {
+        let pid = std::fs::read_to_string(scratch.0.join(format!("left.{rank}"))).unwrap();
+        let pid = pid.trim();
+        if sleep_runs(pid) {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid.parse().unwrap(), libc::SIGKILL) };
+            panic!("rank {rank}'s sleep {pid} outlived the job");
+        }
+    }
+}
+
+#[test]
+fn running_out_of_file_descriptors_says_so() {
+    let out = output_within(
+        {
+            let mut c = Command::new("sh");
+            c.args(["-c", "ulimit -n 8 && exec \"$0\" -n 4 true"])
+                .arg(env!("CARGO_BIN_EXE_rbtlrun"));
+            c
+        },
+        ONCE_HUNG,
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("open-file limit (ulimit -n)") && !stderr.contains("path"),
         "{stderr}"
     );
 }

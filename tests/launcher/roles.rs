@@ -214,3 +214,77 @@ pub fn sleep() {
     report_ok(rank);
     sleep_long();
 }
+
+/// Every rank starts PMI; rank 1 then exits with code 0 without finalizing, the
+/// others wait in a barrier it will never enter.
+pub fn unfinalized() {
+    let mut client = Client::from_env().unwrap().unwrap();
+    if client.rank() == 1 {
+        std::process::exit(0);
+    }
+    if let Err(e) = client.barrier() {
+        // The launcher closes the connection of a failing job: say so and leave.
+        eprintln!("rank {}: {e}", client.rank());
+        std::process::exit(1);
+    }
+    sleep_long();
+}
+
+/// Rank 1 exits with code 0 without ever speaking PMI; the others start PMI and wait
+/// in a barrier.
+pub fn never_init() {
+    if my_rank() == 1 {
+        std::process::exit(0);
+    }
+    unfinalized();
+}
+
+/// Rank 1 aborts the job with exit code 0; the others wait in a barrier.
+pub fn abort_zero() {
+    let mut client = Client::from_env().unwrap().unwrap();
+    if client.rank() == 1 {
+        client.abort(0, "rank 1 ends the job").unwrap();
+    } else {
+        let _ = client.barrier();
+    }
+    sleep_long();
+}
+
+/// Rank 3 dies by SIGKILL; rank 1 watches it (as a transport watches a peer) and
+/// exits with code 1 the moment it has died; the others sleep.
+pub fn blame() {
+    let dir = PathBuf::from(std::env::var_os("RBTL_TEST_DIR").unwrap());
+    let pid_file = dir.join("pid.3");
+    match my_rank() {
+        3 => {
+            std::fs::write(dir.join("pid.3.tmp"), std::process::id().to_string()).unwrap();
+            std::fs::rename(dir.join("pid.3.tmp"), &pid_file).unwrap();
+            // Give rank 1 time to start watching.
+            thread::sleep(Duration::from_millis(200));
+            // SAFETY: signals this very process; nothing is shared.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+        }
+        1 => {
+            let pid: libc::pid_t = loop {
+                match std::fs::read_to_string(&pid_file) {
+                    Ok(text) => break text.parse().unwrap(),
+                    Err(_) => thread::sleep(Duration::from_millis(5)),
+                }
+            };
+            // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+            assert!(fd >= 0, "pidfd_open: {}", std::io::Error::last_os_error());
+            let mut poll = libc::pollfd {
+                fd: fd as libc::c_int,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: poll reads and writes the one pollfd on this stack frame.
+            let rc = unsafe { libc::poll(&mut poll, 1, 60_000) };
+            assert_eq!(rc, 1, "rank 3 did not die");
+            std::process::exit(1);
+        }
+        _ => sleep_long(),
+    }
+    sleep_long();
+}

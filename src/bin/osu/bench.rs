@@ -1,6 +1,7 @@
 //! The measurements, done the way the OSU micro-benchmarks do them on MPI.
 
 use crate::cli::{Bench, Options};
+use crate::error::OsuError;
 use rbtl::msg::{Comm, ReqId, Result, Window};
 use std::time::Instant;
 
@@ -15,16 +16,19 @@ pub struct Buffers {
 }
 
 impl Buffers {
-    pub fn new(max: usize) -> Buffers {
-        let region = |fill: u8| {
-            let mut r = rbtl::mpool::Region::anonymous(max.max(1)).expect("benchmark buffers");
+    /// Both buffers, `max` bytes each (at least one), filled.
+    pub fn new(max: usize) -> std::result::Result<Buffers, OsuError> {
+        let size = max.max(1);
+        let region = |fill: u8| -> std::result::Result<rbtl::mpool::Region, OsuError> {
+            let mut r = rbtl::mpool::Region::anonymous(size)
+                .map_err(|source| OsuError::Buffers { size, source })?;
             r.as_mut_slice().fill(fill);
-            r
+            Ok(r)
         };
-        Buffers {
-            send: region(b'a'),
-            recv: region(b'b'),
-        }
+        Ok(Buffers {
+            send: region(b'a')?,
+            recv: region(b'b')?,
+        })
     }
 }
 
@@ -158,8 +162,10 @@ impl Runner<'_> {
         Ok(start.elapsed().as_secs_f64())
     }
 
-    fn mb_per_s(bytes: usize, secs: f64) -> f64 {
-        bytes as f64 / secs / 1e6
+    /// Megabytes per second for `messages` messages of `size` bytes (counted in
+    /// floating point: the product can exceed a machine word).
+    fn mb_per_s(size: usize, messages: f64, secs: f64) -> f64 {
+        size as f64 * messages / secs / 1e6
     }
 
     fn bw(&mut self, size: usize, iters: usize, skip: usize, both: bool) -> Result<Option<f64>> {
@@ -168,11 +174,9 @@ impl Runner<'_> {
             return Ok(None);
         }
         let secs = self.window_loop(size, iters, skip, 1 - me, me == 0, both)?;
-        let factor = if both { 2 } else { 1 };
-        Ok(Some(Self::mb_per_s(
-            size * self.opts.window * iters * factor,
-            secs,
-        )))
+        let factor = if both { 2.0 } else { 1.0 };
+        let messages = self.opts.window as f64 * iters as f64 * factor;
+        Ok(Some(Self::mb_per_s(size, messages, secs)))
     }
 
     fn mbw_mr(
@@ -190,8 +194,8 @@ impl Runner<'_> {
         let peer = if sender { me + pairs } else { me - pairs };
         let secs = self.window_loop(size, iters, skip, peer, sender, false)?;
         // Every sender's rate goes to rank 0, which adds them up (as osu_mbw_mr).
-        let bytes = (size * self.opts.window * iters) as f64;
-        let msgs = (self.opts.window * iters) as f64;
+        let msgs = self.opts.window as f64 * iters as f64;
+        let bytes = size as f64 * msgs;
         if sender && me != 0 {
             let mine = [bytes / secs / 1e6, msgs / secs];
             let raw: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -263,8 +267,10 @@ impl Runner<'_> {
                 self.rma(size)?;
             }
         }
+        let messages = w as f64 * iters as f64;
         Ok(Some(Self::mb_per_s(
-            size * w * iters,
+            size,
+            messages,
             start.elapsed().as_secs_f64(),
         )))
     }

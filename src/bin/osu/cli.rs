@@ -1,5 +1,6 @@
 //! Command line of `osu`.
 
+use rbtl::config::{Kind, Value};
 use std::path::PathBuf;
 
 pub const HELP: &str = "\
@@ -22,13 +23,16 @@ options:
   --cpc LIST          openib connection methods (the `btl_openib_cpc_include`
                       parameter: oob, rdma_cm; needs the openib feature)
   --param NAME=VALUE  any other parameter (see rbtl_info)
-  --min-size N        smallest message (default 0 for latency, 1 otherwise)
-  --max-size N        largest message (default 4194304)
-  --iterations N      timed iterations per size (default OSU's: 10000 up to 8 KiB,
-                      1000 above; 100/20 for bandwidth)
-  --skip N            warm-up iterations per size (default 100/10; 10/2 for bandwidth)
-  --window N          messages in flight for bandwidth (default 64)
-  -n N                pairs for mbw-mr (default 1)
+  --min-size SIZE     smallest message (default 0 for latency, 1 otherwise)
+  --max-size SIZE     largest message (default 4m), at most 1g; sizes are bytes
+                      or take the suffixes k, m, g (powers of 1024), as
+                      configuration sizes do
+  --iterations N      timed iterations per size, 1 to 1000000000 (default OSU's:
+                      10000 up to 8 KiB, 1000 above; 100/20 for bandwidth)
+  --skip N            warm-up iterations per size, 0 to 1000000000 (default
+                      100/10; 10/2 for bandwidth)
+  --window N          messages in flight for bandwidth, 1 to 65536 (default 64)
+  -n N                pairs for mbw-mr, 1 to 4096 (default 1)
   --json FILE         also write the results as JSON
   --plot FILE.svg     also draw value against size (log axes)
   -h, --help          this text
@@ -112,6 +116,16 @@ pub struct Options {
 
 pub const LARGE: usize = 8192;
 
+/// The largest message a sweep may use: both buffers of this size are allocated and
+/// filled before the sweep.
+pub const MAX_MESSAGE: usize = 1 << 30;
+/// The most timed or warm-up iterations per size.
+pub const MAX_ITERATIONS: usize = 1_000_000_000;
+/// The largest window of messages in flight.
+pub const MAX_WINDOW: usize = 1 << 16;
+/// The most pairs of ranks for mbw-mr (each pair is two processes on this node).
+pub const MAX_PAIRS: u32 = 4096;
+
 impl Options {
     /// Timed iterations and warm-up for `size` (OSU's defaults unless given).
     pub fn loops(&self, size: usize) -> (usize, usize) {
@@ -134,16 +148,49 @@ impl Options {
         }
         while s <= self.max_size {
             out.push(s);
-            s *= 2;
+            let Some(next) = s.checked_mul(2) else { break };
+            s = next;
         }
         out
     }
 }
 
-fn number(flag: &str, v: Option<String>) -> Result<usize, String> {
+/// A whole number from `min` to `max` for `flag`.
+fn count(flag: &str, v: Option<String>, min: usize, max: usize) -> Result<usize, String> {
     let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
-    v.parse()
-        .map_err(|_| format!("{flag}: `{v}` is not a number"))
+    let range = format!("want a whole number from {min} to {max}");
+    let n: usize = v
+        .trim()
+        .parse()
+        .map_err(|_| format!("{flag} {v}: not a whole number; {range}"))?;
+    if !(min..=max).contains(&n) {
+        return Err(format!("{flag} {v}: out of range; {range}"));
+    }
+    Ok(n)
+}
+
+/// A message size for `flag`: bytes, or with the suffixes of configuration sizes.
+fn size(flag: &str, v: Option<String>) -> Result<usize, String> {
+    let v = v.ok_or_else(|| format!("{flag} needs a value"))?;
+    let range = format!(
+        "want a size from 0 to 1g ({MAX_MESSAGE} bytes), in bytes or with the suffixes \
+         k, m, g (powers of 1024)"
+    );
+    match Value::parse(Kind::Size, &v) {
+        Some(Value::Size(n)) if n <= MAX_MESSAGE => Ok(n),
+        Some(_) => Err(format!("{flag} {v}: too large; {range}")),
+        None => Err(format!("{flag} {v}: not a size; {range}")),
+    }
+}
+
+/// The openib parameters cannot be set in a build without the transport.
+fn check_openib_built(what: &str) -> Result<(), String> {
+    if cfg!(feature = "openib") {
+        return Ok(());
+    }
+    Err(format!(
+        "{what}: the openib transport is not built: rebuild with --features openib"
+    ))
 }
 
 pub fn parse(args: Vec<String>) -> Result<Option<Options>, String> {
@@ -174,23 +221,30 @@ pub fn parse(args: Vec<String>) -> Result<Option<Options>, String> {
             "--btl" => o
                 .params
                 .push(("btl".into(), it.next().ok_or("--btl needs a list")?)),
-            "--cpc" => o.params.push((
-                "btl_openib_cpc_include".into(),
-                it.next().ok_or("--cpc needs a list")?,
-            )),
+            "--cpc" => {
+                let list = it.next().ok_or("--cpc needs a list")?;
+                check_openib_built(&format!("--cpc {list}"))?;
+                o.params.push(("btl_openib_cpc_include".into(), list));
+            }
             "--param" => {
                 let kv = it.next().ok_or("--param needs NAME=VALUE")?;
                 let (k, v) = kv
                     .split_once('=')
                     .ok_or_else(|| format!("--param wants NAME=VALUE, not `{kv}`"))?;
+                if k.trim().to_ascii_lowercase().starts_with("btl_openib_") {
+                    check_openib_built(&format!("--param {k}"))?;
+                }
                 o.params.push((k.into(), v.into()));
             }
-            "--min-size" => o.min_size = number(&a, it.next())?,
-            "--max-size" => o.max_size = number(&a, it.next())?,
-            "--iterations" => o.iterations = Some(number(&a, it.next())?.max(1)),
-            "--skip" => o.skip = Some(number(&a, it.next())?),
-            "--window" => o.window = number(&a, it.next())?.max(1),
-            "-n" => o.pairs = number(&a, it.next())?.max(1) as u32,
+            "--min-size" => o.min_size = size(&a, it.next())?,
+            "--max-size" => o.max_size = size(&a, it.next())?,
+            "--iterations" => o.iterations = Some(count(&a, it.next(), 1, MAX_ITERATIONS)?),
+            "--skip" => o.skip = Some(count(&a, it.next(), 0, MAX_ITERATIONS)?),
+            "--window" => o.window = count(&a, it.next(), 1, MAX_WINDOW)?,
+            "-n" => {
+                let pairs = count(&a, it.next(), 1, MAX_PAIRS as usize)?;
+                o.pairs = u32::try_from(pairs).expect("at most MAX_PAIRS");
+            }
             "--json" => o.json = Some(it.next().ok_or("--json needs a file")?.into()),
             "--plot" => o.plot = Some(it.next().ok_or("--plot needs a file")?.into()),
             other => return Err(format!("unknown option `{other}` (osu --help lists them)")),
@@ -203,4 +257,72 @@ pub fn parse(args: Vec<String>) -> Result<Option<Options>, String> {
         ));
     }
     Ok(Some(o))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_args(args: &[&str]) -> Result<Option<Options>, String> {
+        parse(args.iter().map(|a| a.to_string()).collect())
+    }
+
+    #[test]
+    fn out_of_range_values_are_errors_naming_the_range() {
+        for (args, says) in [
+            (
+                &["latency", "--iterations", "0"][..],
+                "from 1 to 1000000000",
+            ),
+            (&["bw", "--window", "0"][..], "from 1 to 65536"),
+            (&["mbw-mr", "-n", "0"][..], "from 1 to 4096"),
+            (&["mbw-mr", "-n", "4294967297"][..], "from 1 to 4096"),
+            (&["mbw-mr", "-n", "2147483648"][..], "from 1 to 4096"),
+            (&["latency", "--skip", "-1"][..], "from 0 to 1000000000"),
+            (&["latency", "--max-size", "64g"][..], "from 0 to 1g"),
+            (&["latency", "--max-size", "68719476736"][..], "too large"),
+            (&["latency", "--min-size", "4q"][..], "not a size"),
+            (
+                &["latency", "--max-size", "99999999999999999999999"][..],
+                "not a size",
+            ),
+        ] {
+            let err = parse_args(args).unwrap_err();
+            assert!(err.contains(says), "{args:?}: {err}");
+            assert!(err.contains(args[2]), "{args:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn sizes_take_the_configuration_suffixes() {
+        let o = parse_args(&["latency", "--min-size", "4k", "--max-size", "1M"])
+            .unwrap()
+            .unwrap();
+        assert_eq!((o.min_size, o.max_size), (4096, 1 << 20));
+        assert_eq!(o.sizes().len(), 9);
+        let o = parse_args(&["bw", "--max-size", "1g"]).unwrap().unwrap();
+        assert_eq!(o.max_size, MAX_MESSAGE);
+        assert_eq!(o.sizes().last(), Some(&MAX_MESSAGE));
+    }
+
+    #[test]
+    fn openib_options_need_the_openib_build() {
+        for args in [
+            &["latency", "--cpc", "oob"][..],
+            &["latency", "--param", "btl_openib_cpc_include=oob"][..],
+        ] {
+            let parsed = parse_args(args);
+            if cfg!(feature = "openib") {
+                assert!(parsed.is_ok(), "{args:?}");
+            } else {
+                let err = parsed.unwrap_err();
+                assert!(
+                    err.contains(
+                        "the openib transport is not built: rebuild with --features openib"
+                    ),
+                    "{err}"
+                );
+            }
+        }
+    }
 }

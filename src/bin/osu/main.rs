@@ -2,6 +2,7 @@
 
 mod bench;
 mod cli;
+mod error;
 mod report;
 
 use rbtl::launcher::{self, Bind, LaunchOptions};
@@ -61,7 +62,7 @@ fn launch_self(args: &[String], opts: &cli::Options) -> ExitCode {
     }
     let args: Vec<std::ffi::OsString> = args.iter().map(Into::into).collect();
     match launcher::launch(&exe, &args, &launch) {
-        Ok(summary) => ExitCode::from(summary.code.clamp(0, 255) as u8),
+        Ok(summary) => ExitCode::from(summary.exit_byte()),
         Err(e) => {
             eprintln!("osu: {e}");
             ExitCode::FAILURE
@@ -69,7 +70,7 @@ fn launch_self(args: &[String], opts: &cli::Options) -> ExitCode {
     }
 }
 
-fn run(opts: &cli::Options) -> rbtl::msg::Result<()> {
+fn run(opts: &cli::Options) -> error::Result<()> {
     let settings: Vec<(&str, &str)> = opts
         .params
         .iter()
@@ -77,19 +78,31 @@ fn run(opts: &cli::Options) -> rbtl::msg::Result<()> {
         .collect();
     let mut comm = Comm::init(&settings)?;
     if comm.size() < 2 {
-        eprintln!("osu: needs at least 2 ranks");
-        return Ok(());
+        return Err(error::OsuError::TooFewRanks(comm.size()));
     }
+    let mut opts = opts.clone();
+    if opts.bench == cli::Bench::MbwMr {
+        // Under a launcher the job's size, not -n, decides the pairs.
+        opts.pairs = comm.size() / 2;
+    }
+    let opts = &opts;
     let transport = comm
         .transport_to(1 - comm.rank().min(1))
         .unwrap_or("?")
         .to_string();
     let me = comm.rank();
+    // Rank 0 creates its results files before the sweep, so that a path it cannot
+    // write fails at once rather than after the whole run.
+    let mut outputs = if me == 0 {
+        report::Outputs::create(opts)?
+    } else {
+        report::Outputs::default()
+    };
     let sizes = opts.sizes();
     let mut runner = bench::Runner {
         comm: &mut comm,
         opts,
-        buf: bench::Buffers::new(opts.max_size),
+        buf: bench::Buffers::new(opts.max_size)?,
         window: None,
     };
     if me == 0 {
@@ -114,17 +127,7 @@ fn run(opts: &cli::Options) -> rbtl::msg::Result<()> {
             .unwrap_or_default()
             .trim()
             .to_string();
-        let write = |path: &std::path::Path, text: String| {
-            if let Err(e) = std::fs::write(path, text) {
-                eprintln!("osu: cannot write {}: {e}", path.display());
-            }
-        };
-        if let Some(path) = &opts.json {
-            write(path, report::json(opts, &transport, &host, &points));
-        }
-        if let Some(path) = &opts.plot {
-            write(path, report::svg(opts, &transport, &points));
-        }
+        outputs.write(opts, &transport, &host, &points)?;
     }
-    comm.finalize()
+    Ok(comm.finalize()?)
 }

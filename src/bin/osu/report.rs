@@ -2,8 +2,75 @@
 
 use crate::bench::Point;
 use crate::cli::{Bench, Options};
+use crate::error::OsuError;
 use std::fmt::Write as _;
+use std::fs::File;
 use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+/// The files `--json` and `--plot` name, created before the sweep and written after
+/// it; removed if the run fails in between.
+#[derive(Default)]
+pub struct Outputs {
+    json: Option<(PathBuf, File)>,
+    plot: Option<(PathBuf, File)>,
+    written: bool,
+}
+
+impl Outputs {
+    /// Creates (or truncates) the files the options name.
+    pub fn create(o: &Options) -> Result<Outputs, OsuError> {
+        let open = |path: &Option<PathBuf>| -> Result<Option<(PathBuf, File)>, OsuError> {
+            let Some(path) = path else { return Ok(None) };
+            let file = File::create(path).map_err(|source| OsuError::Write {
+                path: path.clone(),
+                source,
+            })?;
+            Ok(Some((path.clone(), file)))
+        };
+        let mut outputs = Outputs::default();
+        outputs.json = open(&o.json)?;
+        outputs.plot = open(&o.plot)?;
+        Ok(outputs)
+    }
+
+    /// Writes the results as JSON and as a plot, to the files there are.
+    pub fn write(
+        &mut self,
+        o: &Options,
+        transport: &str,
+        host: &str,
+        points: &[Point],
+    ) -> Result<(), OsuError> {
+        if let Some((path, file)) = &mut self.json {
+            write_file(path, file, &json(o, transport, host, points))?;
+        }
+        if let Some((path, file)) = &mut self.plot {
+            write_file(path, file, &svg(o, transport, points))?;
+        }
+        self.written = true;
+        Ok(())
+    }
+}
+
+fn write_file(path: &Path, file: &mut File, text: &str) -> Result<(), OsuError> {
+    file.write_all(text.as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(|source| OsuError::Write {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+impl Drop for Outputs {
+    fn drop(&mut self) {
+        if !self.written {
+            for (path, _) in self.json.iter().chain(self.plot.iter()) {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+    }
+}
 
 pub fn unit(b: Bench) -> &'static str {
     if b.is_latency() {
