@@ -1,7 +1,7 @@
 //! One node, real processes: the `sm` transport's contract suite across 2 and 4
 //! processes (with cross-memory attach and with copies through the rings), its `auto`
-//! path switching to cross-memory attach, the message layer, and what happens when a
-//! rank fails. This test binary re-executes itself as
+//! path switching to cross-memory attach, the message layer (over sm, and over tcp on
+//! loopback), and what happens when a rank fails. This test binary re-executes itself as
 //! the rank program under the launcher; `NODE_TEST_ROLE` selects what a rank does and
 //! ranks leave `ok.<rank>` files in `NODE_TEST_DIR`. Each job gets its own
 //! `RBTL_SHM_DIR`, checked empty afterwards.
@@ -582,6 +582,17 @@ fn message_layer_two_and_four_ranks() {
 }
 
 #[test]
+fn message_layer_over_tcp() {
+    // (The launcher's environment keeps tcp on loopback.)
+    expect_all_ok("msg", 2, &[("RBTL_BTL", "self,tcp")]);
+    expect_all_ok(
+        "msg",
+        3,
+        &[("RBTL_BTL", "self,tcp"), ("RBTL_BTL_TCP_LINKS", "2")],
+    );
+}
+
+#[test]
 fn windows_put_get_across_ranks() {
     expect_all_ok("window", 3, &[("RBTL_BTL_SM_HEAP_SIZE", "4M")]);
 }
@@ -597,6 +608,22 @@ fn a_rank_exiting_non_zero_ends_the_job_with_its_code() {
 fn survivors_of_a_killed_rank_report_the_failure_and_exit() {
     let job = run("killed_peer", 3, &[]);
     // The killed rank (137) or the survivor that reported it (1) ends the job first.
+    assert!(
+        [128 + libc::SIGKILL, 1].contains(&job.code),
+        "job code {}",
+        job.code
+    );
+    assert_eq!(
+        oks(&job.dir, "peer_failed", 1),
+        1,
+        "rank 0 saw rank 1 fail and reported it"
+    );
+    std::fs::remove_dir_all(job.dir).unwrap();
+}
+
+#[test]
+fn survivors_of_a_killed_rank_report_the_failure_over_tcp() {
+    let job = run("killed_peer", 3, &[("RBTL_BTL", "self,tcp")]);
     assert!(
         [128 + libc::SIGKILL, 1].contains(&job.code),
         "job code {}",

@@ -22,7 +22,8 @@
 //! deregistration unnoticed. A module may also match one receive itself
 //! ([`Module::expect`]), which Open MPI's BTLs leave to the layer above.
 //!
-//! Transports: [`loopback`] (`self`), [`sm`] (processes on one node).
+//! Transports: [`loopback`] (`self`), [`sm`] (processes on one node), [`tcp`] (any IP
+//! network).
 
 #![warn(missing_docs)]
 
@@ -45,6 +46,7 @@ pub mod registrations;
 pub mod send_frags;
 pub mod sm;
 mod tag;
+pub mod tcp;
 
 pub use am_table::{check_not_reserved, AmTable};
 pub use attributes::{exclusivity, AtomicFlags, Attributes, BtlFlags, MAX_HANDLE_SIZE};
@@ -67,7 +69,11 @@ pub use tag::Tag;
 
 /// Every transport compiled in, in the order the framework lists them.
 pub fn builtin_components() -> Vec<Box<dyn Component>> {
-    vec![Box::new(loopback::SelfComponent), Box::new(sm::SmComponent)]
+    vec![
+        Box::new(loopback::SelfComponent),
+        Box::new(sm::SmComponent),
+        Box::new(tcp::TcpComponent),
+    ]
 }
 
 /// A framework over every compiled-in transport.
