@@ -88,6 +88,9 @@ pub struct Conn {
     pub sink: Option<Sink>,
     /// Readable since the last read that left it empty.
     pub readable: bool,
+    /// The peer's end closed (or failed): read on until the end shows, whatever the
+    /// reads return (the readiness that said so will not come again).
+    pub hup: bool,
     /// Writable since the last write that filled it.
     pub writable: bool,
     /// Its frames are being handled further up the stack (a callback runs).
@@ -96,6 +99,16 @@ pub struct Conn {
     pub queued: bool,
     /// Stopped with frames left to handle.
     pub pending: bool,
+}
+
+impl Conn {
+    /// A read returned data: whether it filled the room it was given. A read that did
+    /// not found the kernel's buffer empty, and new data raises a new readiness; after
+    /// a hang-up, reading goes on until the end shows.
+    #[inline]
+    pub fn read_some(&mut self, filled: bool) {
+        self.readable = filled || self.hup;
+    }
 }
 
 /// The connection table.
@@ -130,6 +143,7 @@ impl Conns {
             sink: None,
             // Data may have come before registration: look once.
             readable: true,
+            hup: false,
             writable: false,
             busy: false,
             queued: false,

@@ -39,7 +39,8 @@ impl Head {
         }
     }
 
-    fn as_slice(&self) -> &[u8] {
+    /// Its bytes.
+    pub fn as_slice(&self) -> &[u8] {
         &self.bytes[..usize::from(self.len)]
     }
 }

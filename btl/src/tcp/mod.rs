@@ -58,6 +58,7 @@ pub mod handshake;
 pub mod interfaces;
 pub mod link;
 mod module;
+pub mod net;
 pub mod peer;
 pub mod published;
 pub mod rdma;

@@ -5,13 +5,13 @@
 //! (Over 600 lines: one type, the module, whose operations and progress share its
 //! state at every step; the parts that stand alone live in the sibling files.)
 
-use super::conn::{Conn, Conns, Role, Sink};
-use super::handshake::{self, Expect, LinkState, Refusal, Step, Verdict};
+use super::conn::{Role, Sink};
 use super::link::{self, GetReply, Head, Item, RxBuf};
-use super::peer::{endpoint, ConnId, Peer};
-use super::published::{self, Listener, Published};
+use super::net::{DescSent, Net};
+use super::peer::{endpoint, ConnId};
+use super::published::Published;
 use super::rdma::{self, Ops, Pending};
-use super::wire::{self, Frame, Hello, Kind, Limits};
+use super::wire::{self, Frame, Kind, Limits};
 use super::{sockets, Refused, Settings, MODEX_KEY, NAME};
 use crate::keytable::{self, HANDLE_SIZE};
 use crate::registrations::{NoPin, Reg, Registrations};
@@ -22,25 +22,20 @@ use crate::{
     Proc, RdmaCallback, RdmaCompletion, Received, RemoteHandle, Result, SendCompletion, SendError,
     SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
 };
-use mio::{Events, Poll, Token};
 use rbtl_mpool::Region;
 use rbtl_rcache::{Access, Rcache};
-use socket2::Socket;
 use std::collections::VecDeque;
-use std::io::{self, IoSlice};
+use std::io;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Tokens from here up are listeners (`usize::MAX - index`).
-const LISTENER_BASE: usize = usize::MAX - 1024;
-/// Bytes queued on a link beyond which `sendi` says `OutOfResource`.
-const MAX_QUEUED: usize = 4 << 20;
 /// Largest put or get chunk a receiver takes (a protocol bound, above any setting).
 pub const MAX_CHUNK: usize = 16 << 20;
-/// Idle progress calls before a peer whose links closed is reported failed (as `sm`
-/// reports a peer's end only while idle): a peer that ends right after its last
-/// messages is not reported while the upper layer still matches them.
-const IDLE_BEFORE_REPORT: u32 = 1 << 14;
+/// How long the module must have had nothing to do before a peer whose links closed
+/// is reported failed (as `sm` reports a peer's end only while idle): a peer that ends
+/// right after its last messages is not reported while the upper layer still matches
+/// them.
+const QUIET_BEFORE_REPORT: Duration = Duration::from_millis(10);
 
 enum Done {
     Send {
@@ -71,20 +66,10 @@ enum Handled {
 pub struct TcpModule {
     id: ModuleId,
     rank: u32,
-    size: u32,
     attrs: Attributes,
-    settings: Settings,
     limits: Limits,
-    poll: Poll,
-    events: Events,
-    listeners: Vec<(Socket, Listener)>,
-    conns: Conns,
-    peers: Vec<Peer>,
-    rank_ep: Vec<Option<usize>>,
-    /// Connections to look at (readable, or stopped early), with their generation.
-    ready: VecDeque<(ConnId, u64)>,
-    /// Accepted connections before their HELLO.
-    accepting: usize,
+    rdma_chunk: usize,
+    net: Net,
     regs: Arc<Registrations>,
     rcache: Arc<Rcache<NoPin>>,
     frags: SendFrags,
@@ -93,16 +78,10 @@ pub struct TcpModule {
     error_cb: Option<ErrorCallback>,
     done: VecDeque<Done>,
     ops: Ops,
-    refused: Refused,
-    written: Vec<Descriptor>,
-    /// Peers whose links closed, not reported yet, and the idle calls since the last
-    /// event.
+    /// Peers whose links closed, not reported yet, and since when progress has found
+    /// nothing to do.
     unreported: Vec<(usize, String)>,
-    idle: u32,
-}
-
-fn os(call: &'static str) -> impl FnOnce(io::Error) -> Error {
-    move |source| Error::Os { call, source }
+    quiet_since: Option<Instant>,
 }
 
 impl TcpModule {
@@ -114,513 +93,86 @@ impl TcpModule {
         modex: &mut dyn Modex,
     ) -> Result<TcpModule> {
         let id = ModuleId::fresh();
-        let poll = Poll::new().map_err(os("epoll_create"))?;
-        let mut listeners = Vec::new();
-        for (i, itf) in interfaces.iter().enumerate() {
-            let (sock, addr) =
-                sockets::listen(itf.addr, &settings.sockets).map_err(os("listen"))?;
-            let secret = handshake::fresh_secret().map_err(os("getrandom"))?;
-            poll.registry()
-                .register(
-                    &mut mio::unix::SourceFd(&std::os::fd::AsRawFd::as_raw_fd(&sock)),
-                    Token(usize::MAX - i),
-                    mio::Interest::READABLE,
-                )
-                .map_err(os("epoll_ctl"))?;
-            let l = Listener {
-                addr,
-                prefix: itf.prefix,
-                secret,
-            };
-            listeners.push((sock, l));
-        }
-        let published = Published {
-            module: id.0,
-            listeners: listeners.iter().map(|(_, l)| *l).collect(),
-        };
-        modex.publish(MODEX_KEY, &published.encode())?;
-        let table = Arc::new(Region::anonymous(keytable::table_bytes(
-            settings.max_registrations.max(1),
-        ))?);
+        let capacity = settings.max_registrations.max(1);
+        let table = Arc::new(Region::anonymous(keytable::table_bytes(capacity))?);
         // SAFETY: a fresh anonymous mapping is zeroed, page-aligned and ours alone; the
         // Arc handed over keeps it mapped.
-        let regs = unsafe {
-            Registrations::new(
-                table.as_ptr(),
-                settings.max_registrations.max(1),
-                table.clone(),
-            )
+        let regs = unsafe { Registrations::new(table.as_ptr(), capacity, table.clone()) };
+        let limits = Limits {
+            am_payload: attrs.max_send_size,
+            rdma_data: MAX_CHUNK,
         };
+        let (rank, size) = (modex.rank(), modex.size());
+        let net = Net::new(
+            id,
+            regs.view(),
+            settings.clone(),
+            limits,
+            rank,
+            size,
+            interfaces,
+        )?;
+        modex.publish(MODEX_KEY, &net.published(id).encode())?;
         Ok(TcpModule {
             id,
-            rank: modex.rank(),
-            size: modex.size(),
-            limits: Limits {
-                am_payload: attrs.max_send_size,
-                rdma_data: MAX_CHUNK,
-            },
+            rank,
+            limits,
+            rdma_chunk: settings.rdma_chunk,
             frags: SendFrags::new(id, attrs.max_send_size, settings.max_frags)?,
             rcache: Rcache::new(NoPin, settings.rcache.clone()),
             attrs,
-            settings,
-            poll,
-            events: Events::with_capacity(64),
-            listeners,
-            conns: Conns::default(),
-            peers: Vec::new(),
-            rank_ep: vec![None; modex.size() as usize],
-            ready: VecDeque::new(),
-            accepting: 0,
+            net,
             regs,
             am: AmTable::default(),
             expected: ExpectedSlot::default(),
             error_cb: None,
             done: VecDeque::new(),
             ops: Ops::default(),
-            refused: Refused::default(),
-            written: Vec::new(),
             unreported: Vec::new(),
-            idle: 0,
+            quiet_since: None,
         })
     }
 
     /// Connections closed before they were trusted, by reason.
     pub fn refused(&self) -> Refused {
-        self.refused
+        self.net.refused()
     }
 
     /// The addresses this module listens on.
     pub fn listening(&self) -> Vec<std::net::SocketAddrV4> {
-        self.listeners.iter().map(|(_, l)| l.addr).collect()
+        self.net.listening()
     }
 
     /// How many links reach `endpoint`, and how many of them are up.
     pub fn links(&self, endpoint: Endpoint) -> Option<(usize, usize)> {
-        let p = self.peers.get(endpoint.0 as usize)?;
+        let p = self.net.peers.get(endpoint.0 as usize)?;
         Some((
             p.links.len(),
             p.links.iter().filter(|s| s.up.is_some()).count(),
         ))
     }
 
-    fn live_peer(&self, ep: Endpoint) -> Result<usize> {
-        let Some(p) = self.peers.get(ep.0 as usize) else {
-            return Err(Error::UnknownEndpoint(ep.0));
-        };
-        match &p.failed {
-            Some(why) => Err(Error::PeerFailed {
-                rank: p.rank,
-                why: why.clone(),
-            }),
-            None if p.removed => Err(Error::UnknownEndpoint(ep.0)),
-            None => Ok(ep.0 as usize),
-        }
-    }
-
-    // ---- Connections.
-
-    fn close(&mut self, id: ConnId) {
-        if let Some(Conn {
-            role: Role::Accepting { .. },
-            ..
-        }) = self.conns.get(id)
-        {
-            self.accepting -= 1;
-        }
-        self.conns.remove(self.poll.registry(), id);
-    }
-
-    fn refuse(&mut self, id: ConnId, why: Refusal) {
-        let from = self.conns.get(id).and_then(|c| c.sock.peer_addr().ok());
-        tracing::info!(
-            ?from,
-            ?why,
-            "tcp: a connection that did not prove it belongs to the job closed"
-        );
-        self.refused.count(why);
-        self.close(id);
-    }
-
-    fn accept_all(&mut self) -> usize {
-        let mut n = 0;
-        for i in 0..self.listeners.len() {
-            loop {
-                let sock = match sockets::accept(&self.listeners[i].0, &self.settings.sockets) {
-                    Ok(s) => s,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) => {
-                        tracing::warn!(%e, "tcp: accept failed");
-                        break;
-                    }
-                };
-                let hs = handshake::Accepting::new(Instant::now(), self.settings.handshake_timeout);
-                let role = Role::Accepting { listener: i, hs };
-                match self.conns.insert(self.poll.registry(), sock, role, 0) {
-                    Ok(id) => {
-                        self.accepting += 1;
-                        self.enqueue(id);
-                        n += 1;
-                    }
-                    Err(e) => tracing::warn!(%e, "tcp: cannot watch an accepted connection"),
-                }
-            }
-        }
-        n
-    }
-
-    fn enqueue(&mut self, id: ConnId) {
-        if let Some(c) = self.conns.get_mut(id) {
-            if !c.queued {
-                c.queued = true;
-                self.ready.push_back((id, c.gen));
-            }
-        }
-    }
-
-    fn expire_handshakes(&mut self) {
-        let now = Instant::now();
-        for id in self.conns.ids(|r| matches!(r, Role::Accepting { .. })) {
-            let why = match self.conns.get(id).map(|c| &c.role) {
-                Some(Role::Accepting { hs, .. }) => hs.check(false, now),
-                _ => None,
-            };
-            if let Some(why) = why {
-                self.refuse(id, why);
-            }
-        }
-    }
-
-    fn service_accepting(&mut self, id: ConnId) -> usize {
-        let (me, size) = (self.rank, self.size);
-        let links = (self.settings.links * self.listeners.len()).min(usize::from(u16::MAX)) as u16;
+    /// Run what the connections left: completions of descriptors written whole, and
+    /// the end of peers whose links failed.
+    fn settle(&mut self) {
         loop {
-            let Some(c) = self.conns.get_mut(id) else {
-                return 0;
-            };
-            let Role::Accepting { listener, hs } = &mut c.role else {
-                return 0;
-            };
-            let expect = Expect {
-                secret: self.listeners[*listener].1.secret,
-                me,
-                size,
-                links,
-            };
-            let step = match sockets::recv(&c.sock, hs.room()) {
-                Ok(0) => Step::Refuse(Refusal::Closed),
-                Ok(n) => hs.received(n, &expect),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    c.readable = false;
-                    return 0;
-                }
-                Err(_) => Step::Refuse(Refusal::Closed),
-            };
-            match step {
-                Step::Waiting => continue,
-                Step::Refuse(why) => {
-                    self.refuse(id, why);
-                    return 1;
-                }
-                Step::Member { rank, link } => {
-                    self.accepting -= 1;
-                    if let Some(c) = self.conns.get_mut(id) {
-                        c.role = Role::Early { rank, link };
-                    }
-                    self.member(id, rank, usize::from(link));
-                    return 1;
-                }
+            if let Some(d) = self.net.written.pop() {
+                self.finish_send(d, false, Ok(()));
+            } else if let Some((p, why)) = self.net.failures.pop() {
+                self.peer_closed(p, why);
+            } else {
+                return;
             }
         }
     }
 
-    /// Write an 8-byte answer on a fresh connection; whether it went whole.
-    fn answer(&self, id: ConnId, kind: Kind) -> bool {
-        let Some(c) = self.conns.get(id) else {
-            return false;
-        };
-        let frame = wire::Encoder::new(kind, 0, 0, 0);
-        matches!(
-            sockets::send(&c.sock, &[IoSlice::new(frame.as_bytes())]),
-            Ok(wire::HEADER)
-        )
-    }
-
-    /// A member's connection for `link`: keep it or decline it.
-    fn member(&mut self, id: ConnId, rank: u32, link: usize) {
-        let Some(p) = self.rank_ep[rank as usize] else {
-            // Not added yet: keep it, unread, until `add_procs` adds the rank.
-            if !self.answer(id, Kind::HelloAck) {
-                self.close(id);
-            } else if let Some(c) = self.conns.get_mut(id) {
-                c.readable = false;
-            }
-            return;
-        };
-        let peer = &self.peers[p];
-        if peer.is_gone() || link >= peer.links.len() {
-            self.close(id);
-            return;
-        }
-        let slot = &peer.links[link];
-        let ours = match (slot.up, slot.attempt) {
-            (Some(_), _) => LinkState::Up,
-            (None, Some(_)) => LinkState::Connecting,
-            (None, None) => LinkState::None,
-        };
-        match handshake::verdict(self.rank, rank, ours) {
-            Verdict::Keep if self.answer(id, Kind::HelloAck) => self.link_up(p, link, id),
-            Verdict::Keep => self.close(id),
-            Verdict::Decline => {
-                self.answer(id, Kind::HelloNack);
-                self.close(id);
-            }
-        }
-    }
-
-    /// Connection `id` is now link `k` of peer `p`: what queued for it goes out.
-    fn link_up(&mut self, p: usize, k: usize, id: ConnId) {
-        let slot = &mut self.peers[p].links[k];
-        slot.up = Some(id);
-        slot.declined = false;
-        if let Some(a) = slot.attempt.take() {
-            if a != id {
-                self.close(a);
-            }
-        }
-        if let Some(c) = self.conns.get_mut(id) {
-            c.role = Role::Link { peer: p, link: k };
-            c.writable = true;
-            if c.rx.capacity() < self.settings.rx_bytes && c.rx.data().is_empty() {
-                c.rx = RxBuf::new(self.settings.rx_bytes);
-            }
-        }
-        self.drain(p, k);
-        self.enqueue(id);
-    }
-
-    /// Start connecting link `k` of peer `p` unless it is up or on its way.
-    fn connect(&mut self, p: usize, k: usize) {
-        let slot = &self.peers[p].links[k];
-        if slot.up.is_some() || slot.attempt.is_some() || slot.declined || self.peers[p].is_gone() {
-            return;
-        }
-        let (local, to) = self.peers[p].route(k);
-        let hello = wire::hello(&Hello {
-            secret: to.secret,
-            rank: self.rank,
-            link: k as u16,
-            version: wire::VERSION,
-        });
-        let opened = sockets::connect(local, to.addr, &self.settings.sockets).and_then(|sock| {
-            let role = Role::Attempt {
-                peer: p,
-                link: k,
-                state: handshake::Connecting::Opening,
-                hello: hello.as_bytes().to_vec(),
-            };
-            self.conns
-                .insert(self.poll.registry(), sock, role, self.settings.rx_bytes)
-        });
-        match opened {
-            Ok(id) => self.peers[p].links[k].attempt = Some(id),
-            Err(e) => self.peer_closed(p, format!("cannot connect to {}: {e}", to.addr)),
-        }
-    }
-
-    fn attempt_failed(&mut self, id: ConnId, why: String) {
-        let Some(Role::Attempt {
-            peer: p, link: k, ..
-        }) = self.conns.get(id).map(|c| &c.role)
-        else {
-            return;
-        };
-        let (p, k) = (*p, *k);
-        self.close(id);
-        let slot = &mut self.peers[p].links[k];
-        if slot.attempt == Some(id) {
-            slot.attempt = None;
-        }
-        if slot.up.is_none() && !slot.declined {
-            let to = self.peers[p].route(k).1.addr;
-            self.peer_closed(p, format!("link {k} to {to}: {why}"));
-        }
-    }
-
-    fn service_attempt(&mut self, id: ConnId) -> (usize, bool) {
-        use handshake::{Connecting as C, Event};
-        let Some(c) = self.conns.get_mut(id) else {
-            return (0, false);
-        };
-        let Role::Attempt {
-            peer: p,
-            link: k,
-            state,
-            hello,
-        } = &mut c.role
-        else {
-            return (0, false);
-        };
-        let (p, k) = (*p, *k);
-        if *state == C::Opening {
-            if !c.writable {
-                return (0, false);
-            }
-            match sockets::connect_result(&c.sock) {
-                Ok(()) => *state = state.on(Event::Opened),
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => {
-                    c.writable = false;
-                    return (0, false);
-                }
-                Err(e) => {
-                    self.attempt_failed(id, e.to_string());
-                    return (1, false);
-                }
-            }
-        }
-        while !hello.is_empty() {
-            match sockets::send(&c.sock, &[IoSlice::new(hello)]) {
-                Ok(n) => drop(hello.drain(..n)),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    c.writable = false;
-                    return (0, false);
-                }
-                Err(e) => {
-                    self.attempt_failed(id, e.to_string());
-                    return (1, false);
-                }
-            }
-        }
-        loop {
-            let Some(c) = self.conns.get_mut(id) else {
-                return (1, false);
-            };
-            let answer = match wire::decode(c.rx.data(), &self.limits) {
-                Ok(Some((Frame::HelloAck, used))) => Some((Event::Ack, used)),
-                Ok(Some((Frame::HelloNack, used))) => Some((Event::Nack, used)),
-                Ok(Some(_)) | Err(_) => Some((Event::Other, 0)),
-                Ok(None) => None,
-            };
-            let event = match answer {
-                Some((event, used)) => {
-                    c.rx.consume(used);
-                    event
-                }
-                None if !c.readable => return (0, false),
-                None => match c.rx.fill(&c.sock, wire::HEADER) {
-                    Ok((0, _)) => Event::Closed,
-                    Ok((_, full)) => {
-                        c.readable = full;
-                        continue;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        c.readable = false;
-                        continue;
-                    }
-                    Err(_) => Event::Closed,
-                },
-            };
-            let Role::Attempt { state, .. } = &mut c.role else {
-                return (0, false);
-            };
-            *state = state.on(event);
-            return match *state {
-                C::Up => {
-                    self.link_up(p, k, id);
-                    let (n, stop) = self.service_link(id);
-                    (n + 1, stop)
-                }
-                C::Declined => {
-                    self.close(id);
-                    let slot = &mut self.peers[p].links[k];
-                    slot.attempt = None;
-                    slot.declined = slot.up.is_none();
-                    (1, false)
-                }
-                _ => {
-                    self.attempt_failed(id, format!("the handshake failed ({event:?})"));
-                    (1, false)
-                }
-            };
-        }
+    /// Queue `item` on link `k` of peer `p` (written at once when the link is idle).
+    fn push(&mut self, p: usize, k: usize, item: Item) {
+        self.net.push(p, k, item);
+        self.settle();
     }
 
     // ---- Sending.
-
-    /// Queue `item` on link `k` of peer `p`, writing at once when the link is idle.
-    fn push(&mut self, p: usize, k: usize, item: Item) {
-        let slot = &mut self.peers[p].links[k];
-        let was_empty = slot.queue.is_empty();
-        slot.queue.push(item);
-        match slot.up {
-            Some(c) if was_empty && self.conns.get(c).is_some_and(|c| c.writable) => {
-                self.drain(p, k)
-            }
-            Some(_) => {}
-            None => self.connect(p, k),
-        }
-    }
-
-    /// Write what waits on link `k` of peer `p`, as far as the socket takes it.
-    fn drain(&mut self, p: usize, k: usize) {
-        let slot = &mut self.peers[p].links[k];
-        let Some(conn) = slot.up.and_then(|c| self.conns.get_mut(c)) else {
-            return;
-        };
-        let written = &mut self.written;
-        let view = self.regs.view();
-        let r = slot.queue.drain(&conn.sock, &view, self.id, |item| {
-            if let Item::Desc { descriptor, .. } = item {
-                written.push(descriptor);
-            }
-        });
-        match r {
-            Ok(all) => conn.writable = all,
-            Err(e) => self.peer_closed(p, format!("writing: {e}")),
-        }
-        while let Some(d) = self.written.pop() {
-            self.finish_send(d, false, Ok(()));
-        }
-    }
-
-    /// Write a small frame of `parts` (at most three) on link 0 of `p` now if the link
-    /// is idle, else queue a copy; `Err(OutOfResource)` when too much waits.
-    #[inline]
-    fn send_now(&mut self, p: usize, parts: &[&[u8]]) -> Result<()> {
-        let total: usize = parts.iter().map(|s| s.len()).sum();
-        let slot = &mut self.peers[p].links[0];
-        if slot.queue.is_empty() {
-            if let Some(conn) = slot.up.and_then(|c| self.conns.get_mut(c)) {
-                let mut sent = 0;
-                if conn.writable {
-                    let iov = [
-                        IoSlice::new(parts[0]),
-                        IoSlice::new(parts.get(1).copied().unwrap_or_default()),
-                        IoSlice::new(parts.get(2).copied().unwrap_or_default()),
-                    ];
-                    match sockets::send(&conn.sock, &iov[..parts.len()]) {
-                        Ok(n) if n == total => return Ok(()),
-                        Ok(n) => sent = n,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(e) => {
-                            self.peer_closed(p, format!("writing: {e}"));
-                            return self.live_peer(endpoint(p)).map(drop);
-                        }
-                    }
-                    conn.writable = false;
-                }
-                slot.queue.push_partial(Item::Bytes(parts.concat()), sent);
-                return Ok(());
-            }
-        } else if slot.queue.bytes() > MAX_QUEUED {
-            return Err(Error::OutOfResource("tcp send queue"));
-        }
-        self.push(p, 0, Item::Bytes(parts.concat()));
-        Ok(())
-    }
 
     fn finish_send(
         &mut self,
@@ -653,7 +205,7 @@ impl TcpModule {
     fn report(&mut self, p: Option<usize>, error: Error) {
         let event = ErrorEvent {
             endpoint: p.map(endpoint),
-            rank: p.map(|p| self.peers[p].rank),
+            rank: p.map(|p| self.net.peers[p].rank),
             error,
         };
         self.done.push_back(Done::Error(event));
@@ -662,25 +214,25 @@ impl TcpModule {
     /// A link of peer `p` closed or failed: take what its other links hold already (a
     /// peer that ends closes them all, and its last messages may be on another one),
     /// then end it: its operations fail now, the error callback hears of it once this
-    /// module is idle ([`IDLE_BEFORE_REPORT`]).
+    /// module is idle ([`QUIET_BEFORE_REPORT`]).
     fn peer_closed(&mut self, p: usize, why: String) {
-        if self.peers[p].closing || self.peers[p].is_gone() {
+        if self.net.peers[p].closing || self.net.peers[p].is_gone() {
             return;
         }
-        self.peers[p].closing = true;
-        for k in 0..self.peers[p].links.len() {
-            let Some(id) = self.peers[p].links[k].up else {
+        self.net.peers[p].closing = true;
+        for k in 0..self.net.peers[p].links.len() {
+            let Some(id) = self.net.peers[p].links[k].up else {
                 continue;
             };
-            if let Some(c) = self.conns.get_mut(id).filter(|c| !c.busy) {
+            if let Some(c) = self.net.conns.get_mut(id).filter(|c| !c.busy) {
                 c.readable = true;
                 self.service_link(id);
             }
         }
-        if self.peers[p].is_gone() {
+        if self.net.peers[p].is_gone() {
             return;
         }
-        tracing::info!(rank = self.peers[p].rank, %why, "tcp: peer closed");
+        tracing::info!(rank = self.net.peers[p].rank, %why, "tcp: peer closed");
         self.end_peer(p, why.clone());
         self.unreported.push((p, why));
     }
@@ -691,7 +243,7 @@ impl TcpModule {
         let closed = std::mem::take(&mut self.unreported);
         let n = closed.len();
         for (p, why) in closed {
-            let rank = self.peers[p].rank;
+            let rank = self.net.peers[p].rank;
             self.report(Some(p), Error::PeerFailed { rank, why });
         }
         n + self.run_done()
@@ -699,32 +251,24 @@ impl TcpModule {
 
     /// Peer `p` is gone: fail what involves it and tell the upper layer.
     fn fail_peer(&mut self, p: usize, why: String) {
-        if self.peers[p].is_gone() {
+        if self.net.peers[p].is_gone() {
             return;
         }
-        tracing::warn!(rank = self.peers[p].rank, %why, "tcp: peer failed");
+        tracing::warn!(rank = self.net.peers[p].rank, %why, "tcp: peer failed");
         self.end_peer(p, why.clone());
-        let rank = self.peers[p].rank;
+        let rank = self.net.peers[p].rank;
         self.report(Some(p), Error::PeerFailed { rank, why });
     }
 
     /// Close every link of peer `p` and fail its operations and queued sends.
     fn end_peer(&mut self, p: usize, why: String) {
-        let rank = self.peers[p].rank;
-        self.peers[p].failed = Some(why.clone());
+        let rank = self.net.peers[p].rank;
+        self.net.peers[p].failed = Some(why.clone());
         let err = || Error::PeerFailed {
             rank,
             why: why.clone(),
         };
-        let mut items = Vec::new();
-        for k in 0..self.peers[p].links.len() {
-            let slot = &mut self.peers[p].links[k];
-            let conns = [slot.up.take(), slot.attempt.take()];
-            items.extend(slot.queue.take_all());
-            for c in conns.into_iter().flatten() {
-                self.close(c);
-            }
-        }
+        let items = self.net.close_peer(p);
         for item in items {
             if let Item::Desc { descriptor, .. } = item {
                 self.finish_send(descriptor, false, Err(err()));
@@ -738,7 +282,7 @@ impl TcpModule {
     // ---- Receiving.
 
     fn service(&mut self, id: ConnId) -> (usize, bool) {
-        let Some(c) = self.conns.get_mut(id) else {
+        let Some(c) = self.net.conns.get_mut(id) else {
             return (0, false);
         };
         if c.busy {
@@ -746,16 +290,29 @@ impl TcpModule {
             return (0, false);
         }
         match c.role {
-            Role::Accepting { .. } => (self.service_accepting(id), false),
+            Role::Accepting { .. } => {
+                let n = self.net.service_accepting(id);
+                self.settle();
+                (n, false)
+            }
             Role::Early { .. } => {
                 c.readable = false;
                 (0, false)
             }
-            Role::Attempt { .. } => self.service_attempt(id),
+            Role::Attempt { .. } => {
+                let (n, up) = self.net.service_attempt(id);
+                self.settle();
+                if !up {
+                    return (n, false);
+                }
+                let (m, stop) = self.service_link(id);
+                (n + m, stop)
+            }
             Role::Link { peer, link } => {
                 let mut n = 0;
-                if c.writable && !self.peers[peer].links[link].queue.is_empty() {
-                    self.drain(peer, link);
+                if c.writable && !self.net.peers[peer].links[link].queue.is_empty() {
+                    self.net.drain(peer, link);
+                    self.settle();
                     n += 1;
                 }
                 let (m, stop) = self.service_link(id);
@@ -767,7 +324,7 @@ impl TcpModule {
     /// Take the frames link `id` has (reading as needed); the frames handled, and
     /// whether the expected receive was filled (progress returns then).
     fn service_link(&mut self, id: ConnId) -> (usize, bool) {
-        let Some(c) = self.conns.get_mut(id) else {
+        let Some(c) = self.net.conns.get_mut(id) else {
             return (0, false);
         };
         let Role::Link { peer: p, link: k } = c.role else {
@@ -797,7 +354,7 @@ impl TcpModule {
                 Ok(None) => None,
                 Ok(Some((frame, used))) => Some((self.on_frame(p, k, frame), used)),
             };
-            let Some(c) = self.conns.same(id, gen) else {
+            let Some(c) = self.net.conns.same(id, gen) else {
                 break Ok(());
             };
             let Some((handled, used)) = step else {
@@ -806,7 +363,7 @@ impl TcpModule {
                 }
                 match rx.fill(&c.sock, wire::needed(rx.data())) {
                     Ok((0, _)) => break Err((false, "the connection closed".into())),
-                    Ok((_, full)) => c.readable = full,
+                    Ok((_, full)) => c.read_some(full),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.readable = false,
                     Err(e) => break Err((false, format!("reading: {e}"))),
@@ -832,7 +389,7 @@ impl TcpModule {
             }
             n += 1;
         };
-        if let Some(c) = self.conns.same(id, gen) {
+        if let Some(c) = self.net.conns.same(id, gen) {
             c.rx = rx;
             c.sink = sink;
             c.busy = false;
@@ -897,7 +454,7 @@ impl TcpModule {
                 rx.consume(held);
                 held
             } else {
-                let Some(c) = self.conns.get_mut(id) else {
+                let Some(c) = self.net.conns.get_mut(id) else {
                     return Ok(None);
                 };
                 if !c.readable {
@@ -909,7 +466,7 @@ impl TcpModule {
                 } else {
                     // Discarded from the buffer on the next turn.
                     rx.fill(&c.sock, 1).map(|(n, full)| {
-                        c.readable = full;
+                        c.read_some(full);
                         if n == 0 {
                             return 0;
                         }
@@ -920,9 +477,7 @@ impl TcpModule {
                     Ok(0) => return Err("the connection closed".into()),
                     Ok(usize::MAX) => 0,
                     Ok(n) => {
-                        if n < left {
-                            c.readable = false;
-                        }
+                        c.read_some(n == left);
                         n
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
@@ -1158,7 +713,7 @@ impl TcpModule {
         size: usize,
         callback: RdmaCallback,
     ) -> Result<()> {
-        let p = self.live_peer(ep)?;
+        let p = self.net.live_peer(ep)?;
         let (local_needs, remote_needs) = if put {
             (Access::LOCAL_READ, crate::PUT_REMOTE)
         } else {
@@ -1166,13 +721,13 @@ impl TcpModule {
         };
         local_handle.check::<Reg<NoPin>>(self.id, local, size, local_needs)?;
         rdma::precheck(
-            self.peers[p].module,
+            self.net.peers[p].module,
             remote_handle,
             remote,
             size,
             remote_needs,
         )?;
-        let chunk = self.settings.rdma_chunk;
+        let chunk = self.rdma_chunk;
         let n = rdma::chunks(size, chunk).count();
         let what = if put {
             Pending::Put
@@ -1180,7 +735,7 @@ impl TcpModule {
             Pending::Get { local }
         };
         let req = self.ops.start(ep, local, size, what, n, callback);
-        let links: Vec<usize> = self.peers[p].stripe(n).collect();
+        let links: Vec<usize> = self.net.peers[p].stripe(n).collect();
         let h = remote_handle.as_bytes();
         for ((off, len), k) in rdma::chunks(size, chunk).zip(links) {
             let at = remote + off as u64;
@@ -1225,12 +780,12 @@ impl TcpModule {
         if remote % 8 != 0 {
             return Err(Error::Misaligned(remote));
         }
-        let p = self.live_peer(ep)?;
+        let p = self.net.live_peer(ep)?;
         if let Some((local, handle)) = result {
             handle.check::<Reg<NoPin>>(self.id, local, 8, Access::LOCAL_WRITE)?;
         }
         rdma::precheck(
-            self.peers[p].module,
+            self.net.peers[p].module,
             remote_handle,
             remote,
             8,
@@ -1260,79 +815,23 @@ impl TcpModule {
     /// with work; the events handled and whether the expected receive was filled.
     #[inline]
     fn poll_ready(&mut self) -> (usize, bool) {
-        let mut n = 0;
-        let mut events = std::mem::replace(&mut self.events, Events::with_capacity(0));
-        if let Err(e) = self.poll.poll(&mut events, Some(Duration::ZERO)) {
-            if e.kind() != io::ErrorKind::Interrupted {
-                tracing::warn!(%e, "tcp: epoll_wait failed");
-            }
-        }
-        let mut accept = false;
-        for ev in events.iter() {
-            let t = ev.token().0;
-            if t >= LISTENER_BASE {
-                accept = true;
-                continue;
-            }
-            if let Some(c) = self.conns.get_mut(t) {
-                c.readable |= ev.is_readable() || ev.is_read_closed() || ev.is_error();
-                c.writable |= ev.is_writable() || ev.is_error();
-                if !c.queued {
-                    c.queued = true;
-                    self.ready.push_back((t, c.gen));
-                }
-            }
-        }
-        // Callbacks below may progress again: they need the event buffer.
-        self.events = events;
-        if accept {
-            n += self.accept_all();
-        }
-        // Only what is ready now: a connection left with work waits for the next call.
-        for _ in 0..self.ready.len() {
-            let Some((id, gen)) = self.ready.pop_front() else {
+        let mut n = self.net.poll_events();
+        // Only what is listed now: a connection left with work waits for the next call.
+        for _ in 0..self.net.ready_len() {
+            let Some(next) = self.net.next_ready() else {
                 break;
             };
-            let Some(c) = self.conns.same(id, gen) else {
+            let Some((id, gen)) = next else {
                 continue;
             };
-            c.queued = false;
-            c.pending = false;
             let (m, stop) = self.service(id);
             n += m;
-            if let Some(c) = self.conns.same(id, gen) {
-                let more = c.pending || (c.readable && !matches!(c.role, Role::Early { .. }));
-                if more && !c.queued {
-                    c.queued = true;
-                    self.ready.push_back((id, gen));
-                }
-            }
+            self.net.relist(id, gen);
             if stop {
                 return (n, true);
             }
         }
         (n, false)
-    }
-
-    /// Attach the connections that rank `rank` made before it was added.
-    fn attach_early(&mut self, rank: u32, p: usize) {
-        let early = self
-            .conns
-            .ids(|r| matches!(r, Role::Early { rank: r, .. } if *r == rank));
-        for id in early {
-            let Some(Role::Early { link, .. }) = self.conns.get(id).map(|c| &c.role) else {
-                continue;
-            };
-            let k = usize::from(*link);
-            if k < self.peers[p].links.len() && self.peers[p].links[k].up.is_none() {
-                if let Some(c) = self.conns.get_mut(id) {
-                    c.readable = true;
-                }
-                self.link_up(p, k, id);
-            } else {
-                self.close(id);
-            }
-        }
     }
 }
 
@@ -1358,17 +857,15 @@ impl Module for TcpModule {
             .iter()
             .find(|p| p.rank == self.rank)
             .map(|p| p.node.clone());
-        let ours: Vec<Listener> = self.listeners.iter().map(|(_, l)| *l).collect();
-        let our_ips: Vec<_> = ours.iter().map(|l| *l.addr.ip()).collect();
         let mut out = Vec::with_capacity(procs.len());
         for proc_ in procs {
             let r = proc_.rank;
-            if r == self.rank || r >= self.size {
+            if r == self.rank || r >= modex.size() {
                 out.push(None);
                 continue;
             }
-            if let Some(p) = self.rank_ep[r as usize] {
-                out.push((!self.peers[p].removed).then(|| endpoint(p)));
+            if let Some(p) = self.net.peer_of(r) {
+                out.push((!self.net.peers[p].removed).then(|| endpoint(p)));
                 continue;
             }
             let Some(blob) = modex.lookup(r, MODEX_KEY)? else {
@@ -1382,24 +879,9 @@ impl Module for TcpModule {
                 ))
             })?;
             let same_node = my_node.as_ref() == Some(&proc_.node);
-            let pairs: Vec<(usize, usize)> = if self.rank < r {
-                published::pairs(&ours, &remote.listeners, same_node)
-            } else {
-                published::pairs(&remote.listeners, &ours, same_node)
-                    .into_iter()
-                    .map(|(a, b)| (b, a))
-                    .collect()
-            };
-            if pairs.is_empty() {
-                out.push(None);
-                continue;
-            }
-            let p = self.peers.len();
-            self.peers
-                .push(Peer::new(r, &remote, &our_ips, &pairs, self.settings.links));
-            self.rank_ep[r as usize] = Some(p);
-            self.attach_early(r, p);
-            out.push(Some(endpoint(p)));
+            let p = self.net.add_peer(r, &remote, same_node);
+            self.settle();
+            out.push(p.map(endpoint));
         }
         Ok(out)
     }
@@ -1407,12 +889,12 @@ impl Module for TcpModule {
     fn del_procs(&mut self, endpoints: &[Endpoint]) -> Result<()> {
         for &ep in endpoints {
             let p = ep.0 as usize;
-            let peer = self.peers.get(p).ok_or(Error::UnknownEndpoint(ep.0))?;
+            let peer = self.net.peers.get(p).ok_or(Error::UnknownEndpoint(ep.0))?;
             if !peer.removed {
                 if peer.failed.is_none() {
                     self.end_peer(p, "removed by del_procs".into());
                 }
-                self.peers[p].removed = true;
+                self.net.peers[p].removed = true;
             }
         }
         Ok(())
@@ -1447,7 +929,7 @@ impl Module for TcpModule {
         size: usize,
         flags: DesFlags,
     ) -> Result<Descriptor> {
-        self.live_peer(endpoint)?;
+        self.net.live_peer(endpoint)?;
         self.frags.alloc(endpoint, size, order, flags)
     }
 
@@ -1459,7 +941,7 @@ impl Module for TcpModule {
         data: &[&[u8]],
         flags: DesFlags,
     ) -> Result<Descriptor> {
-        self.live_peer(endpoint)?;
+        self.net.live_peer(endpoint)?;
         self.frags
             .prepare_src(endpoint, order, reserve, data, flags)
     }
@@ -1477,7 +959,7 @@ impl Module for TcpModule {
         let checked = descriptor
             .check_owner(self.id)
             .and_then(|_| crate::am_table::check_not_reserved(tag))
-            .and_then(|_| self.live_peer(endpoint));
+            .and_then(|_| self.net.live_peer(endpoint));
         let p = match checked {
             Ok(p) => p,
             Err(error) => return Err(SendError { error, descriptor }),
@@ -1487,49 +969,22 @@ impl Module for TcpModule {
             *l = s;
         }
         let head = wire::am(tag, &lens[..descriptor.segment_count()]);
-        let slot = &mut self.peers[p].links[0];
-        let conn = slot.up.and_then(|c| self.conns.get_mut(c));
-        let mut sent = 0;
-        if let (true, Some(conn)) = (slot.queue.is_empty(), conn) {
-            if conn.writable {
-                let iov = [
-                    IoSlice::new(head.as_bytes()),
-                    IoSlice::new(descriptor.bytes()),
-                ];
-                match sockets::send(&conn.sock, &iov) {
-                    Ok(n) if n == head.as_bytes().len() + descriptor.len() => {
-                        return Ok(SendOutcome::Done(self.finish_send(
-                            descriptor,
-                            true,
-                            Ok(()),
-                        )));
-                    }
-                    Ok(n) => sent = n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(e) => {
-                        self.peer_closed(p, format!("writing: {e}"));
-                        let error = self
-                            .live_peer(endpoint)
-                            .err()
-                            .unwrap_or(Error::UnknownEndpoint(endpoint.0));
-                        return Err(SendError { error, descriptor });
-                    }
-                }
-                conn.writable = false;
+        let head = Head::new(head.as_bytes());
+        let outcome = self.net.send_desc(p, head, descriptor);
+        self.settle();
+        match outcome {
+            DescSent::Written(d) => Ok(SendOutcome::Done(self.finish_send(d, true, Ok(())))),
+            DescSent::Queued => Ok(SendOutcome::Queued),
+            DescSent::Failed(why, descriptor) => {
+                self.peer_closed(p, why);
+                let error = self
+                    .net
+                    .live_peer(endpoint)
+                    .err()
+                    .unwrap_or(Error::UnknownEndpoint(endpoint.0));
+                Err(SendError { error, descriptor })
             }
-            let item = Item::Desc {
-                head: Head::new(head.as_bytes()),
-                descriptor,
-            };
-            slot.queue.push_partial(item, sent);
-            return Ok(SendOutcome::Queued);
         }
-        let item = Item::Desc {
-            head: Head::new(head.as_bytes()),
-            descriptor,
-        };
-        self.push(p, 0, item);
-        Ok(SendOutcome::Queued)
     }
 
     #[inline]
@@ -1550,9 +1005,11 @@ impl Module for TcpModule {
                 self.attrs.max_send_size
             )));
         }
-        let p = self.live_peer(endpoint)?;
+        let p = self.net.live_peer(endpoint)?;
         let head = wire::am(tag, &[size]);
-        self.send_now(p, &[head.as_bytes(), header, payload])?;
+        let sent = self.net.send_now(p, &[head.as_bytes(), header, payload]);
+        self.settle();
+        sent?;
         Ok(SendiOutcome::Sent)
     }
 
@@ -1683,7 +1140,8 @@ impl Module for TcpModule {
 
     fn flush(&mut self, endpoint: Option<Endpoint>) -> Result<()> {
         if let Some(ep) = endpoint {
-            self.peers
+            self.net
+                .peers
                 .get(ep.0 as usize)
                 .ok_or(Error::UnknownEndpoint(ep.0))?;
         }
@@ -1702,6 +1160,7 @@ impl Module for TcpModule {
 
     unsafe fn expect(&mut self, e: Expected) -> bool {
         if self
+            .net
             .peers
             .get(e.endpoint.0 as usize)
             .is_none_or(|p| p.removed)
@@ -1726,17 +1185,19 @@ impl Module for TcpModule {
             // The caller learns of it before any later message is delivered.
             return n;
         }
-        if self.accepting > 0 {
-            self.expire_handshakes();
+        if self.net.handshakes_pending() {
+            self.net.expire_handshakes();
         }
         if !self.done.is_empty() {
             n += self.run_done();
         }
         if n > 0 {
-            self.idle = 0;
+            self.quiet_since = None;
         } else if !self.unreported.is_empty() {
-            self.idle += 1;
-            if self.idle >= IDLE_BEFORE_REPORT {
+            let now = Instant::now();
+            let since = *self.quiet_since.get_or_insert(now);
+            if now.duration_since(since) >= QUIET_BEFORE_REPORT {
+                self.quiet_since = None;
                 n += self.report_closed();
             }
         }
@@ -1754,12 +1215,7 @@ impl Drop for TcpModule {
         self.expected.cancel();
         self.error_cb = None;
         let deadline = Instant::now() + Duration::from_secs(5);
-        let waiting = |m: &TcpModule| {
-            m.peers
-                .iter()
-                .any(|p| !p.is_gone() && p.links.iter().any(|l| !l.queue.is_empty()))
-        };
-        while waiting(self) {
+        while self.net.frames_waiting() {
             if Instant::now() >= deadline {
                 tracing::warn!("tcp: frames still queued at the end are dropped");
                 break;
