@@ -7,6 +7,7 @@
 use super::handshake::{Accepting, Connecting};
 use super::link::RxBuf;
 use super::peer::ConnId;
+use super::sink::Sink;
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
 use socket2::Socket;
@@ -45,32 +46,6 @@ pub enum Role {
         peer: usize,
         /// The link index.
         link: usize,
-    },
-}
-
-/// Where a put's or get's data goes while it streams in.
-#[derive(Debug)]
-pub enum Sink {
-    /// Into this process's registered memory at `at` (a put at its target), `left`
-    /// bytes more; the status so far and the put's request and handle to recheck.
-    Put {
-        /// The origin's request.
-        req: u64,
-        /// The next byte's address.
-        at: usize,
-        /// Bytes still to come.
-        left: usize,
-        /// The status (a refusal discards the rest).
-        status: crate::Result<()>,
-        /// The handle's bytes, to check again before each read.
-        handle: [u8; crate::keytable::HANDLE_SIZE],
-    },
-    /// Into the origin's memory at `at` (a get's data), `left` bytes more.
-    Get {
-        /// The next byte's address.
-        at: usize,
-        /// Bytes still to come.
-        left: usize,
     },
 }
 

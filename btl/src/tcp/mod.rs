@@ -62,6 +62,7 @@ pub mod net;
 pub mod peer;
 pub mod published;
 pub mod rdma;
+pub mod sink;
 pub mod sockets;
 pub mod wire;
 

@@ -1,18 +1,23 @@
-//! The `tcp` module: the contract's operations over the links to each peer, and the
-//! progress engine that drives them (readiness from `mio`, accepts, handshakes, frames
-//! in and out).
+//! The `tcp` module: the contract's operations over the links to each peer, and its
+//! progress: readiness, then the frames each link brings (active messages to their
+//! callbacks or the expected receive; put, get and atomic requests applied after the
+//! target's checks; their answers to the origin's operations), then completions.
 //!
-//! (Over 600 lines: one type, the module, whose operations and progress share its
-//! state at every step; the parts that stand alone live in the sibling files.)
+//! (Over 600 lines: one type, whose frames run the user's callbacks with the module
+//! itself, so frame handling, failures and the contract's operations share its state.
+//! What stands apart lives beside it: connections and links in [`net`](super::net),
+//! streaming data in [`sink`](super::sink), the operations' bookkeeping and frames in
+//! [`rdma`](super::rdma), the frame format in [`wire`](super::wire).)
 
-use super::conn::{Role, Sink};
-use super::link::{self, GetReply, Head, Item, RxBuf};
+use super::conn::Role;
+use super::link::{Head, Item, RxBuf};
 use super::net::{DescSent, Net};
 use super::peer::{endpoint, ConnId};
 use super::published::Published;
 use super::rdma::{self, Ops, Pending};
-use super::wire::{self, Frame, Kind, Limits};
-use super::{sockets, Refused, Settings, MODEX_KEY, NAME};
+use super::sink::Sink;
+use super::wire::{self, Frame, Limits};
+use super::{Refused, Settings, MODEX_KEY, NAME};
 use crate::keytable::{self, HANDLE_SIZE};
 use crate::registrations::{NoPin, Reg, Registrations};
 use crate::send_frags::SendFrags;
@@ -403,8 +408,8 @@ impl TcpModule {
         (n, stop)
     }
 
-    /// Stream data into place: from the buffer, then straight from the socket. The
-    /// sink back while more is to come and the socket has none yet.
+    /// Stream a put's or get's data into place; the sink back while more is to come
+    /// and the socket has none yet.
     fn stream(
         &mut self,
         p: usize,
@@ -413,93 +418,15 @@ impl TcpModule {
         rx: &mut RxBuf,
         mut sink: Sink,
     ) -> std::result::Result<Option<Sink>, String> {
-        let view = self.regs.view();
-        loop {
-            // Where the next bytes go (0: discarded), and how many are to come.
-            let (at, left) = match &mut sink {
-                Sink::Put {
-                    at,
-                    left,
-                    status,
-                    handle,
-                    ..
-                } => {
-                    if status.is_ok() && *left > 0 {
-                        *status = rdma::check(
-                            &view,
-                            self.id,
-                            handle,
-                            *at as u64,
-                            *left,
-                            crate::PUT_REMOTE,
-                        )
-                        .map(drop);
-                    }
-                    (if status.is_ok() { *at } else { 0 }, *left)
-                }
-                Sink::Get { at, left } => (*at, *left),
-            };
-            if left == 0 {
-                break;
-            }
-            let held = rx.data().len().min(left);
-            let took = if held > 0 {
-                if at != 0 {
-                    // SAFETY: `at` is checked memory: for a put, our live registration
-                    // with remote-write access (checked just now); for a get, the
-                    // origin's buffer, checked with local-write access when the get
-                    // started and kept by the caller until its completion.
-                    unsafe { crate::copy_bytes(rx.data().as_ptr(), at as *mut u8, held) };
-                }
-                rx.consume(held);
-                held
-            } else {
-                let Some(c) = self.net.conns.get_mut(id) else {
-                    return Ok(None);
-                };
-                if !c.readable {
-                    return Ok(Some(sink));
-                }
-                let read = if at != 0 {
-                    // SAFETY: as above.
-                    unsafe { sockets::recv_into(&c.sock, at as *mut u8, left) }
-                } else {
-                    // Discarded from the buffer on the next turn.
-                    rx.fill(&c.sock, 1).map(|(n, full)| {
-                        c.read_some(full);
-                        if n == 0 {
-                            return 0;
-                        }
-                        usize::MAX
-                    })
-                };
-                match read {
-                    Ok(0) => return Err("the connection closed".into()),
-                    Ok(usize::MAX) => 0,
-                    Ok(n) => {
-                        c.read_some(n == left);
-                        n
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        c.readable = false;
-                        0
-                    }
-                    Err(e) => return Err(format!("reading: {e}")),
-                }
-            };
-            match &mut sink {
-                Sink::Put { at, left, .. } | Sink::Get { at, left } => {
-                    *at += took;
-                    *left -= took;
-                }
-            }
+        let table = self.regs.view();
+        let Some(c) = self.net.conns.get_mut(id) else {
+            return Ok(None);
+        };
+        if !sink.pour(c, rx, &table, self.id)? {
+            return Ok(Some(sink));
         }
-        if let Sink::Put { req, status, .. } = sink {
-            let ack = wire::Encoder::new(Kind::PutAck, 0, 0, Kind::PutAck.ext())
-                .u64(req)
-                .status(&status);
-            self.push(p, k, Item::Bytes(ack.as_bytes().to_vec()));
+        if let Some(ack) = sink.answer() {
+            self.push(p, k, ack);
         }
         Ok(None)
     }
@@ -539,27 +466,7 @@ impl TcpModule {
                 len,
                 handle,
             } => {
-                let item = match rdma::check(
-                    &view,
-                    self.id,
-                    handle,
-                    addr,
-                    len as usize,
-                    crate::GET_REMOTE,
-                ) {
-                    Ok(h) => Item::GetReply(Box::new(GetReply::new(
-                        req,
-                        offset,
-                        addr as usize,
-                        len as usize,
-                        h,
-                    ))),
-                    Err(e) => Item::Bytes(
-                        link::done_frame(req, offset, len, &Err(e))
-                            .as_bytes()
-                            .to_vec(),
-                    ),
-                };
+                let item = rdma::serve_get(&view, self.id, req, offset, addr, len, handle);
                 self.push(p, k, item);
                 Handled::Taken
             }
@@ -571,16 +478,9 @@ impl TcpModule {
                 compare,
                 handle,
             } => {
-                let r = rdma::apply_atomic(&view, self.id, handle, addr, op, operand, compare);
-                let (old, status) = match r {
-                    Ok(old) => (old, Ok(())),
-                    Err(e) => (0, Err(e)),
-                };
-                let resp = wire::Encoder::new(Kind::AtomicResp, 0, 0, Kind::AtomicResp.ext())
-                    .u64(req)
-                    .u64(old)
-                    .status(&status);
-                self.push(p, k, Item::Bytes(resp.as_bytes().to_vec()));
+                let item =
+                    rdma::serve_atomic(&view, self.id, req, addr, op, operand, compare, handle);
+                self.push(p, k, item);
                 Handled::Taken
             }
             Frame::GetData {
@@ -740,25 +640,9 @@ impl TcpModule {
         for ((off, len), k) in rdma::chunks(size, chunk).zip(links) {
             let at = remote + off as u64;
             let item = if put {
-                let head =
-                    wire::Encoder::new(Kind::Put, HANDLE_SIZE as u8, 0, Kind::Put.ext() + len)
-                        .u64(req)
-                        .u64(at)
-                        .handle(h);
-                Item::Put {
-                    head: Head::new(head.as_bytes()),
-                    data: local + off,
-                    len,
-                }
+                rdma::put_chunk(req, at, h, local + off, len)
             } else {
-                let head =
-                    wire::Encoder::new(Kind::GetReq, HANDLE_SIZE as u8, 0, Kind::GetReq.ext())
-                        .u64(req)
-                        .u64(off as u64)
-                        .u64(at)
-                        .u64(len as u64)
-                        .handle(h);
-                Item::Bytes(head.as_bytes().to_vec())
+                rdma::get_request(req, off as u64, at, len, h)
             };
             self.push(p, k, item);
         }
@@ -794,18 +678,15 @@ impl TcpModule {
         let local = result.map(|r| r.0);
         let what = Pending::Atomic { result: local };
         let req = self.ops.start(ep, local.unwrap_or(0), 8, what, 1, callback);
-        let msg = wire::Encoder::new(
-            Kind::AtomicReq,
-            HANDLE_SIZE as u8,
+        let msg = rdma::atomic_request(
+            req,
+            remote,
             code,
-            Kind::AtomicReq.ext(),
-        )
-        .u64(req)
-        .u64(remote)
-        .u64(operand)
-        .u64(compare)
-        .handle(remote_handle.as_bytes());
-        self.push(p, 0, Item::Bytes(msg.as_bytes().to_vec()));
+            operand,
+            compare,
+            remote_handle.as_bytes(),
+        );
+        self.push(p, 0, msg);
         Ok(())
     }
 }

@@ -6,6 +6,9 @@
 //! ([`Net::written`], whose completions the module runs) and peers whose link failed
 //! ([`Net::failures`], which the module ends after reading what their other links
 //! hold).
+//!
+//! (Over 600 lines: one type, the owner of the connection table and the peers' link
+//! slots, which the accept, handshake, connect and write paths all update together.)
 
 use super::conn::{Conn, Conns, Role};
 use super::handshake::{self, Expect, LinkState, Refusal, Step, Verdict};

@@ -10,6 +10,8 @@
 //! each chunk is acknowledged (PUT_ACK, GET_DONE), and an operation completes when all
 //! its chunks are, with the first refusal if any.
 
+use super::link::{self, GetReply, Head, Item};
+use super::wire::{Encoder, Kind};
 use crate::keytable::{KeyTableView, HANDLE_SIZE};
 use crate::{
     check_range, Endpoint, Error, ModuleId, RdmaCallback, RdmaCompletion, RemoteHandle, Result,
@@ -212,7 +214,7 @@ pub fn check(
 
 /// Apply an atomic at the target after checking it: the previous value.
 #[allow(clippy::too_many_arguments)]
-pub fn apply_atomic(
+fn apply_atomic(
     table: &KeyTableView,
     me: ModuleId,
     handle: &[u8],
@@ -232,6 +234,105 @@ pub fn apply_atomic(
         Some(op) => op.apply(word, operand),
         None => crate::compare_swap(word, compare, operand),
     })
+}
+
+/// A put chunk: `len` bytes of the caller's memory at `data`, to `at` at the target.
+pub fn put_chunk(req: u64, at: u64, handle: &[u8], data: usize, len: usize) -> Item {
+    let head = Encoder::new(Kind::Put, HANDLE_SIZE as u8, 0, Kind::Put.ext() + len)
+        .u64(req)
+        .u64(at)
+        .handle(handle);
+    Item::Put {
+        head: Head::new(head.as_bytes()),
+        data,
+        len,
+    }
+}
+
+/// A get chunk's request: `len` bytes at `at`, the chunk at `offset` of the get.
+pub fn get_request(req: u64, offset: u64, at: u64, len: usize, handle: &[u8]) -> Item {
+    let head = Encoder::new(Kind::GetReq, HANDLE_SIZE as u8, 0, Kind::GetReq.ext())
+        .u64(req)
+        .u64(offset)
+        .u64(at)
+        .u64(len as u64)
+        .handle(handle);
+    Item::Bytes(head.as_bytes().to_vec())
+}
+
+/// An atomic's request (`code` from [`wire::op_code`](super::wire::op_code), or
+/// compare-swap's).
+pub fn atomic_request(
+    req: u64,
+    at: u64,
+    code: u8,
+    operand: u64,
+    compare: u64,
+    handle: &[u8],
+) -> Item {
+    let msg = Encoder::new(
+        Kind::AtomicReq,
+        HANDLE_SIZE as u8,
+        code,
+        Kind::AtomicReq.ext(),
+    )
+    .u64(req)
+    .u64(at)
+    .u64(operand)
+    .u64(compare)
+    .handle(handle);
+    Item::Bytes(msg.as_bytes().to_vec())
+}
+
+/// The target's answer to a get chunk's request: its data after the check, or the
+/// refusal.
+pub fn serve_get(
+    table: &KeyTableView,
+    me: ModuleId,
+    req: u64,
+    offset: u64,
+    addr: u64,
+    len: u64,
+    handle: &[u8],
+) -> Item {
+    match check(table, me, handle, addr, len as usize, crate::GET_REMOTE) {
+        Ok(h) => Item::GetReply(Box::new(GetReply::new(
+            req,
+            offset,
+            addr as usize,
+            len as usize,
+            h,
+        ))),
+        Err(e) => Item::Bytes(
+            link::done_frame(req, offset, len, &Err(e))
+                .as_bytes()
+                .to_vec(),
+        ),
+    }
+}
+
+/// The target's answer to an atomic: applied after the check, the previous value or
+/// the refusal.
+#[allow(clippy::too_many_arguments)]
+pub fn serve_atomic(
+    table: &KeyTableView,
+    me: ModuleId,
+    req: u64,
+    addr: u64,
+    op: Option<crate::AtomicOp>,
+    operand: u64,
+    compare: u64,
+    handle: &[u8],
+) -> Item {
+    let (old, status) = match apply_atomic(table, me, handle, addr, op, operand, compare) {
+        Ok(old) => (old, Ok(())),
+        Err(e) => (0, Err(e)),
+    };
+    let resp = Encoder::new(Kind::AtomicResp, 0, 0, Kind::AtomicResp.ext())
+        .u64(req)
+        .u64(old)
+        .status(&status);
+    Item::Bytes(resp.as_bytes().to_vec())
 }
 
 #[cfg(test)]
