@@ -1,7 +1,8 @@
 //! The `tcp` transport across real processes on loopback (`btl_tcp_if_include=lo`
 //! always): the contract suite across 2 and 4 processes (one link per peer, and
-//! three), strangers' connections to a rank's listener, a peer killed mid-job, and
-//! the target refusing put, get and atomics that the origin let through. This test
+//! three), strangers' connections to a rank's listener, a peer killed mid-job, a
+//! member breaking the protocol, and the target refusing put, get and atomics that
+//! the origin let through. This test
 //! binary re-executes itself as the rank program under the launcher; `TCP_TEST_ROLE`
 //! selects what a rank does, and ranks leave `ok.<rank>` files in `TCP_TEST_DIR`.
 
@@ -32,6 +33,7 @@ fn rank_role_entry() {
         "strangers" => role_strangers(),
         "killed" => role_killed(),
         "refused" => role_refused(),
+        "violation" => role_violation(),
         other => panic!("unknown TCP_TEST_ROLE {other:?}"),
     }
 }
@@ -487,6 +489,69 @@ fn role_refused() {
     report_ok(rank, "ok");
 }
 
+/// Rank 2 speaks for itself on a raw socket: a proper handshake with rank 0, then a
+/// frame of an unknown kind. Rank 0 ends rank 2 with a protocol error at once, and
+/// goes on with rank 1.
+fn role_violation() {
+    let (mut m, eps, mut job) = tcp_module();
+    let rank = job.rank;
+    let seen = errors(&mut m);
+    let ping = counter(&mut m, Tag::USR);
+    job.modex.fence().unwrap();
+    match rank {
+        2 => {
+            let blob = job.modex.lookup(0, "btl.tcp").unwrap().unwrap();
+            let l = Published::decode(&blob).unwrap().listeners[0];
+            let mut s = TcpStream::connect(l.addr).unwrap();
+            let hello = wire::Hello {
+                secret: l.secret,
+                rank: 2,
+                link: 0,
+                version: wire::VERSION,
+            };
+            s.write_all(wire::hello(&hello).as_bytes()).unwrap();
+            let mut ack = [0u8; wire::HEADER];
+            s.read_exact(&mut ack).unwrap();
+            assert_eq!(ack[0], 10, "HELLO_ACK");
+            s.write_all(&[99, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            let mut b = [0u8; 8];
+            assert!(
+                matches!(s.read(&mut b), Ok(0) | Err(_)),
+                "rank 0 closed the link"
+            );
+        }
+        1 => {
+            wait(&mut m, "rank 0's ping", || !ping.lock().unwrap().is_empty());
+            send_byte(&mut m, eps[0].unwrap(), Tag::USR);
+        }
+        _ => {
+            wait(&mut m, "the report", || !seen.lock().unwrap().is_empty());
+            let reports = seen.lock().unwrap().clone();
+            assert_eq!(reports.len(), 1, "{reports:?}");
+            assert!(
+                reports[0].starts_with("Some(2): peer rank 2 is unreachable: protocol error"),
+                "{reports:?}"
+            );
+            let e = m.sendi(
+                eps[2].unwrap(),
+                &[],
+                &[1],
+                Order::ANY,
+                DesFlags::empty(),
+                Tag::USR,
+            );
+            assert!(matches!(e, Err(Error::PeerFailed { rank: 2, .. })), "{e:?}");
+            send_byte(&mut m, eps[1].unwrap(), Tag::USR);
+            wait(&mut m, "rank 1's answer", || {
+                !ping.lock().unwrap().is_empty()
+            });
+        }
+    }
+    job.modex.fence().unwrap();
+    report_ok(rank, "ok");
+}
+
 // ---------------------------------------------------------------------------
 // Launcher side.
 
@@ -572,6 +637,11 @@ fn a_killed_peer_fails_its_operations_and_only_it() {
         "ranks 0 and 2 went on (job code {code})"
     );
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_member_that_breaks_the_protocol_is_ended_with_the_reason() {
+    expect_all_ok("violation", 3, &[]);
 }
 
 #[test]
