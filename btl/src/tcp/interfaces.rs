@@ -47,15 +47,11 @@ pub fn list() -> Result<(Vec<Interface>, Vec<String>)> {
         let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
             .to_string_lossy()
             .into_owned();
-        let ipv4 = |sa: *const libc::sockaddr| {
-            // SAFETY: a non-null address of the node, read as the sockaddr_in its
-            // family says it is.
-            (!sa.is_null() && i32::from(unsafe { (*sa).sa_family }) == libc::AF_INET)
-                .then(|| unsafe { *(sa as *const libc::sockaddr_in) })
-                .map(|sin| Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)))
-        };
-        if let Some(addr) = ipv4(ifa.ifa_addr) {
-            let prefix = ipv4(ifa.ifa_netmask).map_or(32, |m| u32::from(m).count_ones() as u8);
+        // SAFETY: the addresses of a node of the list, not freed yet.
+        if let Some(addr) = unsafe { ipv4(ifa.ifa_addr) } {
+            // SAFETY: as above.
+            let mask = unsafe { ipv4(ifa.ifa_netmask) };
+            let prefix = mask.map_or(32, |m| u32::from(m).count_ones() as u8);
             out.push(Interface {
                 name: name.clone(),
                 addr,
@@ -71,6 +67,21 @@ pub fn list() -> Result<(Vec<Interface>, Vec<String>)> {
     // SAFETY: the list from getifaddrs, freed once.
     unsafe { libc::freeifaddrs(ifs) };
     Ok((out, names))
+}
+
+/// The IPv4 address at `sa`, if it is one.
+///
+/// # Safety
+///
+/// `sa` is null or points to a socket address valid for its family's size.
+unsafe fn ipv4(sa: *const libc::sockaddr) -> Option<Ipv4Addr> {
+    // SAFETY: non-null, and every socket address starts with its family.
+    if sa.is_null() || i32::from(unsafe { (*sa).sa_family }) != libc::AF_INET {
+        return None;
+    }
+    // SAFETY: an AF_INET address is a sockaddr_in (the caller's contract).
+    let sin = unsafe { *(sa as *const libc::sockaddr_in) };
+    Some(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)))
 }
 
 /// One item of an include or exclude list.

@@ -29,7 +29,7 @@ pub struct Head {
 }
 
 impl Head {
-    /// Copy of `b` (at most [`HEAD`] bytes).
+    /// Copy of `b` (at most 96 bytes).
     pub fn new(b: &[u8]) -> Head {
         let mut bytes = [0u8; HEAD];
         bytes[..b.len()].copy_from_slice(b);

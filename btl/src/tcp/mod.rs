@@ -39,7 +39,7 @@
 //!
 //! A reset or closed link to a peer after its handshake, or a frame from it that
 //! fails validation, ends that peer: its pending operations and queued sends complete
-//! with [`Error::PeerFailed`](crate::Error::PeerFailed), which the error callback also
+//! with [`Error::PeerFailed`](crate::Error), which the error callback also
 //! reports; other peers go on.
 //!
 //! # Crates
