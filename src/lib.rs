@@ -27,7 +27,7 @@ pub mod pmi;
 
 use rbtl_config::{Config, Registry};
 
-/// Every transport compiled in: `self` and `sm`, and `openib` with the `openib`
+/// Every transport compiled in: `self`, `sm` and `tcp`, and `openib` with the `openib`
 /// feature.
 pub fn framework() -> btl::Framework {
     #[allow(unused_mut)]
