@@ -2,9 +2,10 @@
 //! always): the contract suite across 2 and 4 processes (one link per peer, and
 //! three), strangers' connections to a rank's listener, a peer killed mid-job, a
 //! member breaking the protocol, and the target refusing put, get and atomics that
-//! the origin let through. This test
-//! binary re-executes itself as the rank program under the launcher; `TCP_TEST_ROLE`
-//! selects what a rank does, and ranks leave `ok.<rank>` files in `TCP_TEST_DIR`.
+//! the origin let through. This test binary re-executes itself as the rank program
+//! under the launcher; `TCP_TEST_ROLE` selects what a rank does, and ranks leave
+//! `ok.<rank>` files in `TCP_TEST_DIR`. (Over 600 lines: each test's rank side sits
+//! here beside its launcher side, in the one binary.)
 
 mod common;
 
