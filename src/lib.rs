@@ -35,12 +35,13 @@ struct ReadmeDoctests;
 
 use rbtl_config::{Config, Registry};
 
-/// The framework over every transport compiled in, in this order: `self`, `sm`, and
-/// `openib` with the `openib` feature.
+/// The framework over every transport compiled in, in this order: `self`, `sm`, `tcp`,
+/// and `openib` with the `openib` feature.
 pub fn framework() -> btl::Framework {
     let components: Vec<Box<dyn btl::Component>> = vec![
         Box::new(btl::loopback::SelfComponent),
         Box::new(btl::sm::SmComponent),
+        Box::new(btl::tcp::TcpComponent),
         #[cfg(feature = "openib")]
         Box::new(rbtl_openib::OpenibComponent::default()),
     ];

@@ -3,9 +3,9 @@
 // binaries would each link the whole crate and could run their jobs at once on two cores.
 //! One node, real processes: the `sm` transport's contract suite across 2 and 4
 //! processes (with cross-memory attach and with copies through the rings), its `auto`
-//! path switching to cross-memory attach, the message layer, and what happens when a
-//! rank fails, stops (a peer timeout) or loses its launcher; and the `osu` binary in
-//! those cases. This test binary re-executes itself as
+//! path switching to cross-memory attach, the message layer (over sm, and over tcp on
+//! loopback), and what happens when a rank fails, stops (a peer timeout) or loses its
+//! launcher; and the `osu` binary in those cases. This test binary re-executes itself as
 //! the rank program under the launcher; `NODE_TEST_ROLE` selects what a rank does and
 //! ranks leave `ok.<rank>` files in `NODE_TEST_DIR`. Each job gets its own
 //! `RBTL_SHM_DIR`, checked empty afterwards.
@@ -696,6 +696,17 @@ fn message_layer_two_and_four_ranks() {
 }
 
 #[test]
+fn message_layer_over_tcp() {
+    // (The launcher's environment keeps tcp on loopback.)
+    expect_all_ok("msg", 2, &[("RBTL_BTL", "self,tcp")]);
+    expect_all_ok(
+        "msg",
+        3,
+        &[("RBTL_BTL", "self,tcp"), ("RBTL_BTL_TCP_LINKS", "2")],
+    );
+}
+
+#[test]
 fn windows_put_get_across_ranks() {
     expect_all_ok("window", 3, &[("RBTL_BTL_SM_HEAP_SIZE", "4M")]);
 }
@@ -911,4 +922,20 @@ fn a_launcher_killed_during_start_up_leaves_no_segments() {
         );
     }
     std::fs::remove_dir_all(shm).unwrap();
+}
+
+#[test]
+fn survivors_of_a_killed_rank_report_the_failure_over_tcp() {
+    let job = run("killed_peer", 3, &[("RBTL_BTL", "self,tcp")]);
+    assert!(
+        [128 + libc::SIGKILL, 1].contains(&job.code),
+        "job code {}",
+        job.code
+    );
+    assert_eq!(
+        oks(&job.dir, "peer_failed", 1),
+        1,
+        "rank 0 saw rank 1 fail and reported it"
+    );
+    std::fs::remove_dir_all(job.dir).unwrap();
 }

@@ -10,7 +10,11 @@ const OSU: &str = env!("CARGO_BIN_EXE_osu");
 const RBTLRUN: &str = env!("CARGO_BIN_EXE_rbtlrun");
 
 fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().expect("start");
+    // The tcp transport opens beside sm: on loopback only.
+    let out = cmd
+        .env("RBTL_BTL_TCP_IF_INCLUDE", "lo")
+        .output()
+        .expect("start");
     if !out.status.success() {
         panic!(
             "{cmd:?} failed: {}\nstdout:\n{}\nstderr:\n{}",

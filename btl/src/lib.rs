@@ -23,11 +23,11 @@
 //! deregistration unnoticed. A module may also match one receive itself
 //! ([`Module::expect`]), which Open MPI's BTLs leave to the layer above.
 //!
-//! Transports: [`loopback`] (`self`), [`sm`] (processes on one node). An embedding
-//! program gets the framework over every transport compiled in, `openib` included, from
-//! the `rbtl` crate (`rbtl::framework()`). What only a transport needs (the table of
-//! receive callbacks, the expected-receive slot, key tables, send fragments, ...) is in
-//! [`transport_kit`].
+//! Transports: [`loopback`] (`self`), [`sm`] (processes on one node), [`tcp`] (any IP
+//! network). An embedding program gets the framework over every transport compiled in,
+//! `openib` included, from the `rbtl` crate (`rbtl::framework()`). What only a transport
+//! needs (the table of receive callbacks, the expected-receive slot, key tables, send
+//! fragments, ...) is in [`transport_kit`].
 
 #![warn(missing_docs)]
 
@@ -49,6 +49,7 @@ mod registrations;
 mod send_frags;
 pub mod sm;
 mod tag;
+pub mod tcp;
 pub mod transport_kit;
 
 pub use attributes::{exclusivity, AtomicFlags, Attributes, BtlFlags, MAX_HANDLE_SIZE};

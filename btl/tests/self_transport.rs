@@ -345,13 +345,16 @@ fn selection_by_configuration() {
     let mut reg = Registry::new();
     fw.register_params(&mut reg).unwrap();
     let sel = |v: &str| fw.selected(&reg.builder().set("btl", v).build().unwrap());
-    assert_eq!(sel("").unwrap(), vec!["self", "sm"]);
+    assert_eq!(sel("").unwrap(), vec!["self", "sm", "tcp"]);
     assert_eq!(sel("self").unwrap(), vec!["self"]);
-    assert_eq!(sel("^self").unwrap(), vec!["sm"]);
-    assert_eq!(sel("^self,sm").unwrap(), Vec::<&str>::new());
+    assert_eq!(sel("^self").unwrap(), vec!["sm", "tcp"]);
+    assert_eq!(sel("^self,sm,tcp").unwrap(), Vec::<&str>::new());
     let e = sel("self,warp").unwrap_err();
     assert!(matches!(e, Error::UnknownTransport { .. }));
-    assert!(e.to_string().contains("valid transports: self, sm"), "{e}");
+    assert!(
+        e.to_string().contains("valid transports: self, sm, tcp"),
+        "{e}"
+    );
     let e = sel("self,^self").unwrap_err();
     assert!(e.to_string().contains("cannot be mixed"), "{e}");
     let e = reg

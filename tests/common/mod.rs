@@ -5,8 +5,10 @@ use rbtl::launcher::{self, LaunchOptions};
 use std::time::Duration;
 
 /// Run `ranks` copies of this test binary, each running only its `rank_role_entry`
-/// test with `env` added; the job's exit code.
-pub fn launch_ranks(ranks: u32, env: Vec<(String, String)>) -> i32 {
+/// test with `env` added (and the tcp transport on loopback); the job's exit code.
+pub fn launch_ranks(ranks: u32, mut env: Vec<(String, String)>) -> i32 {
+    // The tcp transport opens beside the others: on loopback only.
+    env.push(("RBTL_BTL_TCP_IF_INCLUDE".into(), "lo".into()));
     let opts = LaunchOptions {
         ranks,
         env,

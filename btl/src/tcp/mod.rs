@@ -1,0 +1,293 @@
+//! The `tcp` transport: processes on any IP network (Open MPI: `btl/tcp`; UCX:
+//! `tl/tcp`).
+//!
+//! # Addresses and connections
+//!
+//! A module listens on one ephemeral port per chosen interface ([`interfaces`]:
+//! `btl_tcp_if_include` / `btl_tcp_if_exclude`; by default every up IPv4 interface
+//! but loopback, loopback only when nothing else is up) and publishes in the modex
+//! its module id and, per listener, the address, prefix length, port and a random
+//! secret ([`published`]). Connections are made on first use, without blocking;
+//! frames queue until the handshake is over ([`handshake`]): the connector's first
+//! frame carries the listener's secret, its rank and the link index, which the
+//! acceptor checks (the secret in constant time) before it acts on anything the
+//! connection says. Connections that fail this (strangers, scans, stalled halves) are
+//! closed and counted ([`TcpModule::refused`]) and never make a rank look dead. When
+//! both sides connect the same link at once, the connection initiated by the lower
+//! rank wins.
+//!
+//! Each peer has `btl_tcp_links` links per pair of interfaces the two ranks share
+//! ([`published::pairs`]). Active messages all go on the first link, so they keep
+//! their order; put and get chunks (`btl_tcp_rdma_chunk`) are striped over all links.
+//!
+//! # Frames
+//!
+//! Every frame is an 8-byte header and a body ([`wire`]); a small message costs one
+//! `sendmsg` (header and payload gathered) and, at the receiver, the readiness check
+//! and one `recv`. Large put and get data is read straight into place.
+//!
+//! # One-sided operations and progress
+//!
+//! Put, get and atomics are active messages that the target applies in its
+//! `progress`, after checking each against its own table of live registrations
+//! (bounds, access, liveness): a refusal comes back to the origin's completion callback
+//! as the same typed error, with the target memory unchanged ([`rdma`]). So, as with
+//! `sm`'s copy path, the target must be progressing for them to complete. A progress
+//! thread would spare that, but would add a handoff between threads to every operation
+//! and locking on the module for every call; this transport keeps everything on the
+//! caller's thread instead.
+//!
+//! A reset or closed link to a peer after its handshake, or a frame from it that
+//! fails validation, ends that peer: its pending operations and queued sends complete
+//! with [`Error::PeerFailed`](crate::Error), which the error callback also
+//! reports; other peers go on.
+//!
+//! # Crates
+//!
+//! Sockets are made with `socket2` (binding before connecting, buffer sizes, no-delay,
+//! `accept4`, `sendmsg` with `MSG_NOSIGNAL`). Readiness comes from `mio`, whose `Poll`
+//! is edge-triggered `epoll` here: `progress` asks it with a zero timeout, which is one
+//! `epoll_wait` when nothing is ready and no work per idle link, however many peers.
+//! A link is read until a read comes back short (the kernel's buffer is empty then,
+//! and new data raises a new edge) or would block, so a small message costs one read.
+//! `rustix` would offer the same calls, but `mio` carries the registration and
+//! edge-triggered semantics that the module would otherwise write itself.
+
+pub mod conn;
+pub mod handshake;
+pub mod interfaces;
+pub mod link;
+mod module;
+pub mod net;
+pub mod peer;
+pub mod published;
+pub mod rdma;
+pub mod sink;
+pub mod sockets;
+pub mod wire;
+
+pub use module::{TcpModule, MAX_CHUNK};
+
+use crate::{
+    exclusivity, AtomicFlags, Attributes, BtlFlags, Component, Error, Modex, Module, Result,
+};
+use handshake::Refusal;
+use rbtl_config::{Config, Registry, Value};
+use std::time::Duration;
+
+const NAME: &str = "tcp";
+const MODEX_KEY: &str = "btl.tcp";
+
+/// Default attributes of the `tcp` transport.
+pub fn default_attributes() -> Attributes {
+    Attributes {
+        eager_limit: 64 << 10,
+        rndv_eager_limit: 64 << 10,
+        max_send_size: 128 << 10,
+        put_limit: usize::MAX,
+        put_alignment: 1,
+        get_limit: usize::MAX,
+        get_alignment: 1,
+        // Below `sm`: within a node, shared memory wins.
+        exclusivity: exclusivity::DEFAULT,
+        latency: 100,
+        bandwidth: 10_000,
+        flags: BtlFlags::SEND
+            | BtlFlags::PUT
+            | BtlFlags::GET
+            | BtlFlags::ATOMIC_OPS
+            | BtlFlags::ATOMIC_FOPS
+            | BtlFlags::RDMA_REMOTE_COMPLETION,
+        atomic_flags: AtomicFlags::all(),
+        registration_handle_size: crate::keytable::HANDLE_SIZE,
+    }
+}
+
+/// Tunables of a `tcp` module.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Interfaces to use (names or networks); exclusive with `exclude`.
+    pub include: Vec<String>,
+    /// Interfaces not to use.
+    pub exclude: Vec<String>,
+    /// Links per peer and pair of interfaces.
+    pub links: usize,
+    /// Socket options.
+    pub sockets: sockets::Options,
+    /// Bytes per put or get chunk (striped over the links).
+    pub rdma_chunk: usize,
+    /// How long an accepted connection has to send its HELLO.
+    pub handshake_timeout: Duration,
+    /// Bytes of each link's receive buffer.
+    pub rx_bytes: usize,
+    /// Most descriptors outstanding.
+    pub max_frags: usize,
+    /// Most live registrations.
+    pub max_registrations: usize,
+    /// Registration cache options.
+    pub rcache: rbtl_rcache::Options,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            include: Vec::new(),
+            exclude: Vec::new(),
+            links: 1,
+            sockets: sockets::Options {
+                nodelay: true,
+                sndbuf: 0,
+                rcvbuf: 0,
+            },
+            rdma_chunk: 512 << 10,
+            handshake_timeout: Duration::from_secs(5),
+            rx_bytes: 256 << 10,
+            max_frags: 256,
+            max_registrations: 4096,
+            rcache: rbtl_rcache::Options::default(),
+        }
+    }
+}
+
+/// Connections closed before they proved they belong to the job, by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Refused {
+    /// Closed before a whole HELLO.
+    pub closed: u64,
+    /// No whole HELLO before the deadline.
+    pub stalled: u64,
+    /// Bytes that were not a HELLO.
+    pub garbage: u64,
+    /// A HELLO with a wrong secret.
+    pub wrong_secret: u64,
+    /// A HELLO naming no rank of the job (or this process, or no link).
+    pub bad_identity: u64,
+}
+
+impl Refused {
+    /// Count one.
+    pub fn count(&mut self, why: Refusal) {
+        *match why {
+            Refusal::Closed => &mut self.closed,
+            Refusal::Stalled => &mut self.stalled,
+            Refusal::Garbage => &mut self.garbage,
+            Refusal::WrongSecret => &mut self.wrong_secret,
+            Refusal::BadIdentity => &mut self.bad_identity,
+        } += 1;
+    }
+
+    /// All of them.
+    pub fn total(&self) -> u64 {
+        self.closed + self.stalled + self.garbage + self.wrong_secret + self.bad_identity
+    }
+}
+
+/// The `tcp` component: one module per process, over the chosen interfaces.
+#[derive(Debug, Default)]
+pub struct TcpComponent;
+
+impl TcpComponent {
+    /// The module the configuration asks for, publishing its addresses in `modex`;
+    /// `None` when no interface is chosen.
+    pub fn open(config: &Config, modex: &mut dyn Modex) -> Result<Option<TcpModule>> {
+        let attrs = Attributes::from_config(config, NAME, &default_attributes())?;
+        let count = |name: &str| {
+            usize::try_from(config.int(name)?)
+                .map_err(|_| Error::NotAvailable(format!("{name} must be >= 0")))
+        };
+        let settings = Settings {
+            include: config.list("btl_tcp_if_include")?.to_vec(),
+            exclude: config.list("btl_tcp_if_exclude")?.to_vec(),
+            links: count("btl_tcp_links")?,
+            sockets: sockets::Options {
+                nodelay: config.bool("btl_tcp_nodelay")?,
+                sndbuf: config.size("btl_tcp_sndbuf")?,
+                rcvbuf: config.size("btl_tcp_rcvbuf")?,
+            },
+            rdma_chunk: config.size("btl_tcp_rdma_chunk")?,
+            handshake_timeout: Duration::from_millis(count("btl_tcp_handshake_timeout")? as u64),
+            rx_bytes: Settings::default().rx_bytes,
+            max_frags: count("btl_tcp_free_list_max")?,
+            max_registrations: count("btl_tcp_max_registrations")?,
+            rcache: crate::rcache_params::options(config)?,
+        };
+        if settings.links == 0 || settings.links > 64 {
+            return Err(Error::NotAvailable(format!(
+                "btl_tcp_links = {}: give 1 to 64 links per peer and interface",
+                settings.links
+            )));
+        }
+        if settings.rdma_chunk == 0 || settings.rdma_chunk > MAX_CHUNK {
+            return Err(Error::NotAvailable(format!(
+                "btl_tcp_rdma_chunk = {}: give 1 to {MAX_CHUNK} bytes",
+                settings.rdma_chunk
+            )));
+        }
+        let (all, names) = interfaces::list()?;
+        let chosen = interfaces::select(&all, &names, &settings.include, &settings.exclude)?;
+        if chosen.is_empty() {
+            tracing::info!("tcp: no interface chosen; the transport stays closed");
+            return Ok(None);
+        }
+        tracing::debug!(?chosen, "tcp: listening");
+        Ok(Some(TcpModule::new(attrs, settings, &chosen, modex)?))
+    }
+}
+
+impl Component for TcpComponent {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn description(&self) -> &'static str {
+        "any IP network: sockets, put/get/atomics applied by the target"
+    }
+
+    fn register_params(&self, registry: &mut Registry) -> rbtl_config::Result<()> {
+        Attributes::register_params(registry, NAME, &default_attributes())?;
+        let d = Settings::default();
+        registry
+            .register(
+                "btl_tcp_if_include",
+                Value::List(Vec::new()),
+                "interfaces to use, by name (eth0) or network (10.1.0.0/16); not with btl_tcp_if_exclude",
+            )?
+            .register(
+                "btl_tcp_if_exclude",
+                Value::List(Vec::new()),
+                "interfaces not to use, by name or network (default: all up interfaces but loopback, loopback only if nothing else is up)",
+            )?
+            .register("btl_tcp_links", Value::Int(d.links as i64), "connections per peer and pair of interfaces")?
+            .register("btl_tcp_nodelay", Value::Bool(d.sockets.nodelay), "disable Nagle's algorithm (TCP_NODELAY)")?
+            .register("btl_tcp_sndbuf", Value::Size(0), "socket send buffer bytes (0: the system's default)")?
+            .register("btl_tcp_rcvbuf", Value::Size(0), "socket receive buffer bytes (0: the system's default)")?
+            .register(
+                "btl_tcp_rdma_chunk",
+                Value::Size(d.rdma_chunk),
+                "bytes per put/get chunk; the chunks of a transfer are striped over the links",
+            )?
+            .register(
+                "btl_tcp_handshake_timeout",
+                Value::Int(d.handshake_timeout.as_millis() as i64),
+                "milliseconds an accepted connection has to prove it belongs to the job",
+            )?
+            .register(
+                "btl_tcp_free_list_max",
+                Value::Int(d.max_frags as i64),
+                "most send descriptors outstanding at once",
+            )?
+            .register(
+                "btl_tcp_max_registrations",
+                Value::Int(d.max_registrations as i64),
+                "most memory registrations alive at once",
+            )?;
+        Ok(())
+    }
+
+    fn init(&mut self, config: &Config, modex: &mut dyn Modex) -> Result<Vec<Box<dyn Module>>> {
+        Ok(TcpComponent::open(config, modex)?
+            .map(|m| Box::new(m) as Box<dyn Module>)
+            .into_iter()
+            .collect())
+    }
+}

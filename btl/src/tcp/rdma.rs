@@ -1,0 +1,391 @@
+//! Put, get and atomics over `tcp`, as active messages applied by the target.
+//!
+//! The origin checks what it can at the call with the bytes of the remote handle
+//! (which name the target module, the registered range and its access: see
+//! [`keytable`](crate::keytable)), so that plain mistakes fail at once as they do on
+//! `sm`. That check is a courtesy: the target checks every request again against its
+//! own table of live registrations before touching memory, and a refusal comes back
+//! as the same typed error through the origin's completion callback, the target
+//! memory unchanged. Large puts and gets go in chunks striped over the peer's links;
+//! each chunk is acknowledged (PUT_ACK, GET_DONE), and an operation completes when all
+//! its chunks are, with the first refusal if any.
+
+use super::link::{self, GetReply, Head, Item};
+use super::wire::{Encoder, Kind};
+use crate::keytable::{KeyTableView, HANDLE_SIZE};
+use crate::{
+    check_range, Endpoint, Error, ModuleId, RdmaCallback, RdmaCompletion, RemoteHandle, Result,
+};
+use rbtl_rcache::Access;
+use std::collections::HashMap;
+
+/// What an operation waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pending {
+    /// A put's acknowledgements.
+    Put,
+    /// A get's data, written at `local`.
+    Get {
+        /// Where the data goes.
+        local: usize,
+    },
+    /// An atomic's answer; fetching ones write the previous value at `result`.
+    Atomic {
+        /// Where the previous value goes.
+        result: Option<usize>,
+    },
+}
+
+struct Op {
+    endpoint: Endpoint,
+    local: usize,
+    size: usize,
+    what: Pending,
+    callback: RdmaCallback,
+    chunks_left: usize,
+    status: Result<()>,
+}
+
+/// The origin's operations in flight, by request number.
+#[derive(Default)]
+pub struct Ops {
+    ops: HashMap<u64, Op>,
+    next: u64,
+}
+
+/// A completion to run.
+pub type Completion = (RdmaCallback, RdmaCompletion);
+
+impl Ops {
+    /// Start an operation of `chunks` chunks; its request number.
+    pub fn start(
+        &mut self,
+        endpoint: Endpoint,
+        local: usize,
+        size: usize,
+        what: Pending,
+        chunks: usize,
+        callback: RdmaCallback,
+    ) -> u64 {
+        self.next += 1;
+        let op = Op {
+            endpoint,
+            local,
+            size,
+            what,
+            callback,
+            chunks_left: chunks,
+            status: Ok(()),
+        };
+        self.ops.insert(self.next, op);
+        self.next
+    }
+
+    /// What request `req` waits for, if it is in flight towards `endpoint`.
+    pub fn pending(&self, req: u64, endpoint: Endpoint) -> Option<Pending> {
+        self.ops
+            .get(&req)
+            .filter(|op| op.endpoint == endpoint)
+            .map(|op| op.what)
+    }
+
+    /// Where `len` bytes at `offset` of get `req` from `endpoint` go; `None` if no such
+    /// get, or if they fall outside it (a peer's protocol error).
+    pub fn get_target(
+        &self,
+        req: u64,
+        endpoint: Endpoint,
+        offset: u64,
+        len: usize,
+    ) -> Option<usize> {
+        let op = self.ops.get(&req).filter(|op| op.endpoint == endpoint)?;
+        let Pending::Get { local } = op.what else {
+            return None;
+        };
+        let end = offset.checked_add(len as u64)?;
+        (end <= op.size as u64).then(|| local + offset as usize)
+    }
+
+    /// A chunk of `req` is over with `status`: the completion once every chunk is.
+    /// `None` also for an unknown request (the caller checked with
+    /// [`Ops::pending`]).
+    pub fn chunk_done(&mut self, req: u64, status: Result<()>) -> Option<Completion> {
+        let op = self.ops.get_mut(&req)?;
+        if op.status.is_ok() {
+            op.status = status;
+        }
+        op.chunks_left = op.chunks_left.saturating_sub(1);
+        if op.chunks_left > 0 {
+            return None;
+        }
+        let op = self.ops.remove(&req)?;
+        Some(done(op))
+    }
+
+    /// Fail every operation towards `endpoint`.
+    pub fn fail(&mut self, endpoint: Endpoint, error: impl Fn() -> Error) -> Vec<Completion> {
+        let reqs: Vec<u64> = self
+            .ops
+            .iter()
+            .filter(|(_, op)| op.endpoint == endpoint)
+            .map(|(r, _)| *r)
+            .collect();
+        let mut out = Vec::with_capacity(reqs.len());
+        for r in reqs {
+            if let Some(mut op) = self.ops.remove(&r) {
+                op.status = Err(error());
+                out.push(done(op));
+            }
+        }
+        out
+    }
+
+    /// Whether an operation towards `endpoint` (or any) is in flight.
+    pub fn pending_on(&self, endpoint: Option<Endpoint>) -> bool {
+        self.ops
+            .values()
+            .any(|op| endpoint.is_none_or(|e| e == op.endpoint))
+    }
+}
+
+fn done(op: Op) -> Completion {
+    let completion = RdmaCompletion {
+        endpoint: op.endpoint,
+        local_address: op.local,
+        size: op.size,
+        status: op.status,
+    };
+    (op.callback, completion)
+}
+
+/// The chunks of a transfer of `len` bytes: (offset, length) pairs, one empty chunk
+/// for zero bytes.
+pub fn chunks(len: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
+    let chunk = chunk.max(1);
+    let n = len.div_ceil(chunk).max(1);
+    (0..n).map(move |i| (i * chunk, chunk.min(len - i * chunk)))
+}
+
+/// The origin's check of a remote handle by its own bytes: its length, the target
+/// module it names, the range and the access it describes. The target checks again.
+pub fn precheck(
+    target: u64,
+    handle: &RemoteHandle,
+    addr: u64,
+    len: usize,
+    needs: Access,
+) -> Result<()> {
+    let b = handle.as_bytes();
+    if b.len() != HANDLE_SIZE {
+        return Err(Error::MalformedHandle(b.len()));
+    }
+    let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    if word(0) != target {
+        return Err(Error::BadRemoteHandle(format!(
+            "made by module {:#x}, not by the target {target:#x}",
+            word(0)
+        )));
+    }
+    check_range("remote", addr, len, word(16), word(24) as usize)?;
+    let access = Access::from_bits_truncate(u32::from_le_bytes(b[32..36].try_into().expect("4")));
+    if !access.contains(needs) {
+        return Err(Error::AccessDenied {
+            side: "remote",
+            has: access,
+            needs,
+        });
+    }
+    Ok(())
+}
+
+/// The target's check of a request against its own live registrations.
+pub fn check(
+    table: &KeyTableView,
+    me: ModuleId,
+    handle: &[u8],
+    addr: u64,
+    len: usize,
+    needs: Access,
+) -> Result<RemoteHandle> {
+    let handle = RemoteHandle::from_bytes(handle)?;
+    table.check(me, &handle, addr, len, needs)?;
+    Ok(handle)
+}
+
+/// Apply an atomic at the target after checking it: the previous value.
+#[allow(clippy::too_many_arguments)]
+fn apply_atomic(
+    table: &KeyTableView,
+    me: ModuleId,
+    handle: &[u8],
+    addr: u64,
+    op: Option<crate::AtomicOp>,
+    operand: u64,
+    compare: u64,
+) -> Result<u64> {
+    if addr % 8 != 0 {
+        return Err(Error::Misaligned(addr));
+    }
+    check(table, me, handle, addr, 8, Access::ATOMIC)?;
+    // SAFETY: checked just now: 8-byte aligned, inside a live registration of ours
+    // with atomic access.
+    let word = unsafe { crate::loopback::word_at(addr as usize as *mut u8) };
+    Ok(match op {
+        Some(op) => op.apply(word, operand),
+        None => crate::compare_swap(word, compare, operand),
+    })
+}
+
+/// A put chunk: `len` bytes of the caller's memory at `data`, to `at` at the target.
+pub fn put_chunk(req: u64, at: u64, handle: &[u8], data: usize, len: usize) -> Item {
+    let head = Encoder::new(Kind::Put, HANDLE_SIZE as u8, 0, Kind::Put.ext() + len)
+        .u64(req)
+        .u64(at)
+        .handle(handle);
+    Item::Put {
+        head: Head::new(head.as_bytes()),
+        data,
+        len,
+    }
+}
+
+/// A get chunk's request: `len` bytes at `at`, the chunk at `offset` of the get.
+pub fn get_request(req: u64, offset: u64, at: u64, len: usize, handle: &[u8]) -> Item {
+    let head = Encoder::new(Kind::GetReq, HANDLE_SIZE as u8, 0, Kind::GetReq.ext())
+        .u64(req)
+        .u64(offset)
+        .u64(at)
+        .u64(len as u64)
+        .handle(handle);
+    Item::Bytes(head.as_bytes().to_vec())
+}
+
+/// An atomic's request (`code` from [`wire::op_code`](super::wire::op_code), or
+/// compare-swap's).
+pub fn atomic_request(
+    req: u64,
+    at: u64,
+    code: u8,
+    operand: u64,
+    compare: u64,
+    handle: &[u8],
+) -> Item {
+    let msg = Encoder::new(
+        Kind::AtomicReq,
+        HANDLE_SIZE as u8,
+        code,
+        Kind::AtomicReq.ext(),
+    )
+    .u64(req)
+    .u64(at)
+    .u64(operand)
+    .u64(compare)
+    .handle(handle);
+    Item::Bytes(msg.as_bytes().to_vec())
+}
+
+/// The target's answer to a get chunk's request: its data after the check, or the
+/// refusal.
+pub fn serve_get(
+    table: &KeyTableView,
+    me: ModuleId,
+    req: u64,
+    offset: u64,
+    addr: u64,
+    len: u64,
+    handle: &[u8],
+) -> Item {
+    match check(table, me, handle, addr, len as usize, crate::GET_REMOTE) {
+        Ok(h) => Item::GetReply(Box::new(GetReply::new(
+            req,
+            offset,
+            addr as usize,
+            len as usize,
+            h,
+        ))),
+        Err(e) => Item::Bytes(
+            link::done_frame(req, offset, len, &Err(e))
+                .as_bytes()
+                .to_vec(),
+        ),
+    }
+}
+
+/// The target's answer to an atomic: applied after the check, the previous value or
+/// the refusal.
+#[allow(clippy::too_many_arguments)]
+pub fn serve_atomic(
+    table: &KeyTableView,
+    me: ModuleId,
+    req: u64,
+    addr: u64,
+    op: Option<crate::AtomicOp>,
+    operand: u64,
+    compare: u64,
+    handle: &[u8],
+) -> Item {
+    let (old, status) = match apply_atomic(table, me, handle, addr, op, operand, compare) {
+        Ok(old) => (old, Ok(())),
+        Err(e) => (0, Err(e)),
+    };
+    let resp = Encoder::new(Kind::AtomicResp, 0, 0, Kind::AtomicResp.ext())
+        .u64(req)
+        .u64(old)
+        .status(&status);
+    Item::Bytes(resp.as_bytes().to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transfers_cut_into_chunks() {
+        assert_eq!(chunks(0, 4).collect::<Vec<_>>(), vec![(0, 0)]);
+        assert_eq!(chunks(4, 4).collect::<Vec<_>>(), vec![(0, 4)]);
+        assert_eq!(
+            chunks(9, 4).collect::<Vec<_>>(),
+            vec![(0, 4), (4, 4), (8, 1)]
+        );
+    }
+
+    #[test]
+    fn an_operation_completes_after_its_last_chunk_with_the_first_refusal() {
+        let mut ops = Ops::default();
+        let ep = Endpoint(1);
+        let req = ops.start(
+            ep,
+            0x1000,
+            12,
+            Pending::Get { local: 0x1000 },
+            3,
+            Box::new(|_, _| {}),
+        );
+        assert_eq!(ops.get_target(req, ep, 8, 4), Some(0x1008));
+        assert_eq!(ops.get_target(req, ep, 9, 4), None, "past the end");
+        assert_eq!(
+            ops.get_target(req, Endpoint(2), 0, 4),
+            None,
+            "another peer's"
+        );
+        assert!(ops.chunk_done(req, Ok(())).is_none());
+        assert!(ops.chunk_done(req, Err(Error::Misaligned(3))).is_none());
+        let (_, c) = ops.chunk_done(req, Ok(())).expect("the last chunk");
+        assert!(matches!(c.status, Err(Error::Misaligned(3))));
+        assert!(!ops.pending_on(None));
+    }
+
+    #[test]
+    fn failing_a_peer_ends_only_its_operations() {
+        let mut ops = Ops::default();
+        ops.start(Endpoint(1), 0, 8, Pending::Put, 1, Box::new(|_, _| {}));
+        ops.start(Endpoint(2), 0, 8, Pending::Put, 1, Box::new(|_, _| {}));
+        let failed = ops.fail(Endpoint(1), || Error::PeerFailed {
+            rank: 1,
+            why: "gone".into(),
+        });
+        assert_eq!(failed.len(), 1);
+        assert!(ops.pending_on(Some(Endpoint(2))));
+        assert!(!ops.pending_on(Some(Endpoint(1))));
+    }
+}

@@ -1,0 +1,179 @@
+//! Sockets of the `tcp` transport, made with `socket2`: listeners bound to one chosen
+//! address on an ephemeral port, nonblocking connects from a chosen local address,
+//! the options of `btl_tcp_nodelay`, `btl_tcp_sndbuf` and `btl_tcp_rcvbuf`, and the
+//! one call that writes: `sendmsg` with `MSG_NOSIGNAL`, so that a peer's reset is an
+//! error here and never a SIGPIPE in a program that did not ignore it.
+
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::io::{self, IoSlice};
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+/// Options of every connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Disable Nagle's algorithm.
+    pub nodelay: bool,
+    /// Send buffer bytes (0: the system's default).
+    pub sndbuf: usize,
+    /// Receive buffer bytes (0: the system's default).
+    pub rcvbuf: usize,
+}
+
+fn stream() -> io::Result<Socket> {
+    let s = Socket::new(
+        Domain::IPV4,
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    Ok(s)
+}
+
+/// A nonblocking listener on `ip`, on a port the system picks; the socket and its
+/// address.
+pub fn listen(ip: Ipv4Addr, opts: &Options) -> io::Result<(Socket, SocketAddrV4)> {
+    let s = stream()?;
+    // Buffer sizes given to a listener pass to the connections it accepts, which is
+    // the only way to have them before the connection's window is agreed.
+    buffers(&s, opts)?;
+    s.bind(&SockAddr::from(SocketAddrV4::new(ip, 0)))?;
+    s.listen(128)?;
+    let addr = s
+        .local_addr()?
+        .as_socket_ipv4()
+        .ok_or_else(|| io::Error::other("a listener without an IPv4 address"))?;
+    Ok((s, addr))
+}
+
+/// Accept one connection, nonblocking and close-on-exec; `WouldBlock` when none waits.
+pub fn accept(listener: &Socket, opts: &Options) -> io::Result<Socket> {
+    let (s, _) = listener.accept4(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)?;
+    s.set_tcp_nodelay(opts.nodelay)?;
+    Ok(s)
+}
+
+/// Start connecting from `local` to `remote`, without waiting: the socket becomes
+/// writable when the connection is made (or has failed: see [`connect_result`]).
+pub fn connect(local: Ipv4Addr, remote: SocketAddrV4, opts: &Options) -> io::Result<Socket> {
+    let s = stream()?;
+    buffers(&s, opts)?;
+    s.set_tcp_nodelay(opts.nodelay)?;
+    s.bind(&SockAddr::from(SocketAddrV4::new(local, 0)))?;
+    match s.connect(&SockAddr::from(remote)) {
+        Ok(()) => Ok(s),
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(s),
+        Err(e) => Err(e),
+    }
+}
+
+/// Once a connecting socket is writable: `Ok` if the connection is made.
+pub fn connect_result(s: &Socket) -> io::Result<()> {
+    match s.take_error()? {
+        Some(e) => Err(e),
+        None => s.peer_addr().map(|_| ()),
+    }
+}
+
+fn buffers(s: &Socket, opts: &Options) -> io::Result<()> {
+    if opts.sndbuf > 0 {
+        s.set_send_buffer_size(opts.sndbuf)?;
+    }
+    if opts.rcvbuf > 0 {
+        s.set_recv_buffer_size(opts.rcvbuf)?;
+    }
+    Ok(())
+}
+
+/// Write `parts` in one system call; the bytes written.
+#[inline]
+pub fn send(s: &Socket, parts: &[IoSlice<'_>]) -> io::Result<usize> {
+    match parts {
+        [one] => s.send_with_flags(one, libc::MSG_NOSIGNAL),
+        _ => s.send_vectored_with_flags(parts, libc::MSG_NOSIGNAL),
+    }
+}
+
+/// Read into `buf`; the bytes read (0: the peer closed).
+#[inline]
+pub fn recv(s: &Socket, buf: &mut [u8]) -> io::Result<usize> {
+    io::Read::read(&mut &*s, buf)
+}
+
+/// Read at most `len` bytes to `at`; the bytes read (0: the peer closed).
+///
+/// # Safety
+///
+/// `[at, at + len)` must be valid for writes and not be read or written otherwise
+/// during the call.
+#[inline]
+pub unsafe fn recv_into(s: &Socket, at: *mut u8, len: usize) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the caller's contract covers the buffer; the descriptor is open (`s`).
+    let n = unsafe { libc::recv(s.as_raw_fd(), at.cast(), len, 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> Options {
+        Options {
+            nodelay: true,
+            sndbuf: 0,
+            rcvbuf: 64 << 10,
+        }
+    }
+
+    fn wait<T>(mut f: impl FnMut() -> io::Result<T>) -> T {
+        loop {
+            match f() {
+                Ok(v) => return v,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_loopback_connection_carries_bytes_both_ways() {
+        let (l, addr) = listen(Ipv4Addr::LOCALHOST, &opts()).unwrap();
+        assert_eq!(*addr.ip(), Ipv4Addr::LOCALHOST);
+        assert_ne!(addr.port(), 0);
+        let c = connect(Ipv4Addr::LOCALHOST, addr, &opts()).unwrap();
+        let a = wait(|| accept(&l, &opts()));
+        wait(|| connect_result(&c));
+        let n = wait(|| send(&c, &[IoSlice::new(b"he"), IoSlice::new(b"llo")]));
+        assert_eq!(n, 5);
+        let mut got = Vec::new();
+        while got.len() < 5 {
+            let mut b = [0u8; 8];
+            let n = wait(|| recv(&a, &mut b));
+            got.extend_from_slice(&b[..n]);
+        }
+        assert_eq!(got, b"hello");
+        drop(a);
+        let mut b = [0u8; 1];
+        assert_eq!(wait(|| recv(&c, &mut b)), 0, "the close is seen as 0 bytes");
+    }
+
+    #[test]
+    fn a_refused_connection_reports_its_error() {
+        let (l, addr) = listen(Ipv4Addr::LOCALHOST, &opts()).unwrap();
+        drop(l);
+        let failed = match connect(Ipv4Addr::LOCALHOST, addr, &opts()) {
+            Err(_) => true,
+            Ok(c) => loop {
+                match connect_result(&c) {
+                    Ok(()) => break false,
+                    Err(e) if e.kind() == io::ErrorKind::NotConnected => std::thread::yield_now(),
+                    Err(_) => break true,
+                }
+            },
+        };
+        assert!(failed);
+    }
+}

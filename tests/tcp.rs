@@ -1,0 +1,652 @@
+//! The `tcp` transport across real processes on loopback (`btl_tcp_if_include=lo`
+//! always): the contract suite across 2 and 4 processes (one link per peer, and
+//! three), strangers' connections to a rank's listener, a peer killed mid-job, a
+//! member breaking the protocol, and the target refusing put, get and atomics that
+//! the origin let through. This test binary re-executes itself as the rank program
+//! under the launcher; `TCP_TEST_ROLE` selects what a rank does, and ranks leave
+//! `ok.<rank>` files in `TCP_TEST_DIR`. (Over 600 lines: each test's rank side sits
+//! here beside its launcher side, in the one binary.)
+
+mod common;
+
+use rbtl::btl::tcp::{published::Published, wire, TcpComponent, TcpModule};
+use rbtl::btl::{
+    Access, DesFlags, Endpoint, Error, ErrorEvent, Module, Order, Proc, RdmaCompletion,
+    RemoteHandle, SendiOutcome, Tag,
+};
+use rbtl_contract as contract;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------------------
+// Rank side.
+
+#[test]
+fn rank_role_entry() {
+    let Ok(role) = std::env::var("TCP_TEST_ROLE") else {
+        return;
+    };
+    match role.as_str() {
+        "contract" => role_contract(),
+        "strangers" => role_strangers(),
+        "killed" => role_killed(),
+        "refused" => role_refused(),
+        "violation" => role_violation(),
+        other => panic!("unknown TCP_TEST_ROLE {other:?}"),
+    }
+}
+
+fn report_ok(rank: u32, what: &str) {
+    let dir = PathBuf::from(std::env::var_os("TCP_TEST_DIR").expect("TCP_TEST_DIR"));
+    std::fs::write(dir.join(format!("{what}.{rank}")), b"ok").unwrap();
+}
+
+fn procs(size: u32) -> Vec<Proc> {
+    (0..size)
+        .map(|rank| Proc {
+            rank,
+            node: "n".into(),
+        })
+        .collect()
+}
+
+/// The tcp module alone, connected to every rank (the launcher's environment sets
+/// `RBTL_BTL_TCP_IF_INCLUDE=lo`).
+fn tcp_module() -> (TcpModule, Vec<Option<Endpoint>>, rbtl::pmi::Job) {
+    let mut job = rbtl::pmi::job().unwrap();
+    let config = rbtl::configure(&[]).unwrap();
+    assert_eq!(config.list("btl_tcp_if_include").unwrap(), ["lo"]);
+    let mut m = TcpComponent::open(&config, job.modex.as_mut())
+        .unwrap()
+        .expect("loopback is chosen");
+    job.modex.fence().unwrap();
+    let eps = m.add_procs(&procs(job.size), job.modex.as_mut()).unwrap();
+    assert!(
+        eps[job.rank as usize].is_none(),
+        "tcp does not reach the process itself"
+    );
+    (m, eps, job)
+}
+
+/// Progress until `done` holds; a hang guard fails after 60 s.
+fn wait(m: &mut dyn Module, what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        if m.progress() == 0 {
+            std::thread::yield_now();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "still waiting for {what}"
+        );
+    }
+}
+
+/// Count messages on `tag`, by sender.
+fn counter(m: &mut dyn Module, tag: Tag) -> Arc<Mutex<Vec<Endpoint>>> {
+    let got: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
+    let g = got.clone();
+    m.register_am(
+        tag,
+        Box::new(move |_, r| g.lock().unwrap().push(r.endpoint)),
+    )
+    .unwrap();
+    got
+}
+
+fn send_byte(m: &mut dyn Module, ep: Endpoint, tag: Tag) {
+    let r = m.sendi(ep, &[], &[1], Order::ANY, DesFlags::empty(), tag);
+    assert!(matches!(r, Ok(SendiOutcome::Sent)), "{r:?}");
+}
+
+/// Errors the module reported, for the test to read.
+fn errors(m: &mut dyn Module) -> Arc<Mutex<Vec<String>>> {
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let s = seen.clone();
+    m.register_error(Box::new(move |e: &ErrorEvent| {
+        s.lock().unwrap().push(format!("{:?}: {}", e.rank, e.error))
+    }));
+    seen
+}
+
+fn role_contract() {
+    let mut job = rbtl::pmi::job().unwrap();
+    let config = rbtl::configure(&[]).unwrap();
+    let mut modules = rbtl::framework().open(&config, job.modex.as_mut()).unwrap();
+    job.modex.fence().unwrap();
+    let names: Vec<&str> = modules.iter().map(|m| m.name()).collect();
+    assert_eq!(names, ["self", "tcp"], "btl=self,tcp, most exclusive first");
+    let mut m = modules.pop().unwrap();
+    let eps = m.add_procs(&procs(job.size), job.modex.as_mut()).unwrap();
+    let (rank, size) = (job.rank, job.size);
+    // Pair with rank ^ 1, then (with 4 ranks) with rank ^ 2: several peers at once.
+    let mut partners = vec![rank ^ 1];
+    if size >= 4 {
+        partners.push(rank ^ 2);
+    }
+    for partner in partners {
+        let ep = eps[partner as usize].expect("tcp reaches every rank");
+        contract::run_all(m.as_mut(), ep);
+        // One pairing at a time: nobody starts the next round's exchange early.
+        job.modex.fence().unwrap();
+    }
+    report_ok(rank, "ok");
+}
+
+/// Rank 1 opens connections to rank 0's listener as a stranger would: silent, with a
+/// wrong secret, with garbage, and a HELLO cut short that stalls. Rank 0 closes and
+/// counts each, reports no failure, and the job's traffic goes on.
+fn role_strangers() {
+    let (mut m, eps, mut job) = tcp_module();
+    let rank = job.rank;
+    let ep = eps[(rank ^ 1) as usize].unwrap();
+    let seen = errors(&mut m);
+    let ping = counter(&mut m, Tag::USR);
+    job.modex.fence().unwrap();
+    // The link is up before any stranger comes.
+    if rank == 0 {
+        send_byte(&mut m, ep, Tag::USR);
+    }
+    wait(&mut m, "the first message", || {
+        !ping.lock().unwrap().is_empty()
+    });
+    if rank == 1 {
+        send_byte(&mut m, ep, Tag::USR);
+        let blob = job.modex.lookup(0, "btl.tcp").unwrap().unwrap();
+        let addr = Published::decode(&blob).unwrap().listeners[0].addr;
+        let guard = Some(Duration::from_secs(60));
+        // Read until rank 0 closes the connection.
+        let closed_by_rank_0 = |mut s: TcpStream| {
+            s.set_read_timeout(guard).unwrap();
+            let mut b = [0u8; 64];
+            match s.read(&mut b) {
+                Ok(0) => {}
+                Ok(n) => panic!("a stranger was answered: {:?}", &b[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+                Err(e) => panic!("rank 0 did not close a stranger's connection: {e}"),
+            }
+        };
+        drop(TcpStream::connect(addr).unwrap());
+        let mut wrong = TcpStream::connect(addr).unwrap();
+        let hello = wire::Hello {
+            secret: [0; wire::SECRET],
+            rank: 1,
+            link: 0,
+            version: wire::VERSION,
+        };
+        wrong.write_all(wire::hello(&hello).as_bytes()).unwrap();
+        closed_by_rank_0(wrong);
+        let mut garbage = TcpStream::connect(addr).unwrap();
+        garbage.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        closed_by_rank_0(garbage);
+        let mut half = TcpStream::connect(addr).unwrap();
+        half.write_all(&wire::hello(&hello).as_bytes()[..12])
+            .unwrap();
+        closed_by_rank_0(half);
+        send_byte(&mut m, ep, Tag::USR);
+    } else {
+        let start = Instant::now();
+        while m.refused().total() < 4 {
+            if m.progress() == 0 {
+                std::thread::yield_now();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "strangers not refused"
+            );
+        }
+        let r = m.refused();
+        assert_eq!(
+            (
+                r.closed,
+                r.wrong_secret,
+                r.garbage,
+                r.stalled,
+                r.bad_identity
+            ),
+            (1, 1, 1, 1, 0),
+            "{r:?}"
+        );
+        wait(&mut m, "rank 1 done", || ping.lock().unwrap().len() >= 2);
+        send_byte(&mut m, ep, Tag::USR);
+    }
+    wait(&mut m, "the last message", || {
+        ping.lock().unwrap().len() >= 2
+    });
+    assert_eq!(
+        *seen.lock().unwrap(),
+        Vec::<String>::new(),
+        "no failure reported"
+    );
+    job.modex.fence().unwrap();
+    // The job's traffic still works: the whole suite.
+    contract::run_all(&mut m, ep);
+    report_ok(rank, "ok");
+}
+
+/// Rank 1 is killed while rank 0 has a get in flight to it and a put queued: rank 0
+/// sees both fail and a PeerFailed through its error callback, and still talks to
+/// rank 2.
+fn role_killed() {
+    let (mut m, eps, mut job) = tcp_module();
+    let rank = job.rank;
+    let seen = errors(&mut m);
+    let die = Tag(Tag::USR.0 + 1);
+    let ping = counter(&mut m, Tag::USR);
+    m.register_am(
+        die,
+        Box::new(|_, _| {
+            // SAFETY: raising a signal on ourselves.
+            unsafe { libc::raise(libc::SIGKILL) };
+        }),
+    )
+    .unwrap();
+    let mut mem = vec![7u8; 1 << 20];
+    let all = Access::all();
+    // SAFETY: `mem` outlives the handle (dropped before it) and is not resized.
+    let handle =
+        unsafe { m.register_mem(None, mem.as_mut_ptr() as usize, mem.len(), all) }.unwrap();
+    let mut blob = (mem.as_ptr() as u64).to_le_bytes().to_vec();
+    blob.extend_from_slice(handle.remote().as_bytes());
+    job.modex.publish("killed", &blob).unwrap();
+    job.modex.fence().unwrap();
+    match rank {
+        1 => {
+            let ep0 = eps[0].unwrap();
+            send_byte(&mut m, ep0, Tag::USR);
+            wait(&mut m, "death", || false);
+        }
+        2 => {
+            wait(&mut m, "rank 0's ping", || !ping.lock().unwrap().is_empty());
+            send_byte(&mut m, eps[0].unwrap(), Tag::USR);
+            report_ok(rank, "ok");
+        }
+        _ => {
+            let (ep1, ep2) = (eps[1].unwrap(), eps[2].unwrap());
+            wait(&mut m, "rank 1 up", || !ping.lock().unwrap().is_empty());
+            let theirs = job.modex.lookup(1, "killed").unwrap().unwrap();
+            let (raddr, rh) = contract::remote_of(&theirs);
+            let failed = Arc::new(AtomicUsize::new(0));
+            let cb = || -> rbtl::btl::RdmaCallback {
+                let f = failed.clone();
+                Box::new(move |_, c: RdmaCompletion| {
+                    assert!(
+                        matches!(c.status, Err(Error::PeerFailed { rank: 1, .. })),
+                        "{:?}",
+                        c.status
+                    );
+                    f.fetch_add(1, Ordering::SeqCst);
+                })
+            };
+            send_byte(&mut m, ep1, die);
+            let l = mem.as_mut_ptr() as usize;
+            m.get(ep1, l, raddr, &handle, &rh, 1 << 20, 0, Order::ANY, cb())
+                .unwrap();
+            m.put(ep1, l, raddr, &handle, &rh, 1 << 20, 0, Order::ANY, cb())
+                .unwrap();
+            wait(&mut m, "both operations failed", || {
+                failed.load(Ordering::SeqCst) == 2
+            });
+            wait(&mut m, "the failure reported", || {
+                !seen.lock().unwrap().is_empty()
+            });
+            let reports = seen.lock().unwrap().clone();
+            assert_eq!(reports.len(), 1, "{reports:?}");
+            assert!(
+                reports[0].starts_with("Some(1): peer rank 1 is unreachable"),
+                "{reports:?}"
+            );
+            let e = m.sendi(ep1, &[], &[1], Order::ANY, DesFlags::empty(), Tag::USR);
+            assert!(matches!(e, Err(Error::PeerFailed { rank: 1, .. })), "{e:?}");
+            send_byte(&mut m, ep2, Tag::USR);
+            wait(&mut m, "rank 2's answer", || {
+                ping.lock().unwrap().contains(&ep2)
+            });
+            m.flush(None).unwrap();
+            report_ok(rank, "ok");
+        }
+    }
+    drop(handle);
+    drop(mem);
+}
+
+/// Rank 0 forges rank 1's handles (a wider range, every access) so that its own
+/// check lets put, get and atomics through; rank 1 refuses each against its own
+/// registrations, the typed error reaches rank 0's callbacks, and rank 1's memory is
+/// unchanged. A deregistered handle is refused the same way.
+fn role_refused() {
+    const LEN: usize = 4096;
+    let (mut m, eps, mut job) = tcp_module();
+    let rank = job.rank;
+    let ep = eps[(rank ^ 1) as usize].unwrap();
+    let done = counter(&mut m, Tag::USR);
+    let mut read_only = vec![3u8; LEN];
+    let mut dead = vec![4u8; LEN];
+    let mut local = vec![0u8; LEN];
+    // SAFETY: the buffers outlive their handles (dropped at the end) and are not resized.
+    let (ro, mut dd, lh) = unsafe {
+        (
+            m.register_mem(
+                None,
+                read_only.as_mut_ptr() as usize,
+                LEN,
+                Access::REMOTE_READ | Access::LOCAL_READ,
+            )
+            .unwrap(),
+            m.register_mem(None, dead.as_mut_ptr() as usize, LEN, Access::all())
+                .unwrap(),
+            m.register_mem(None, local.as_mut_ptr() as usize, LEN, Access::all())
+                .unwrap(),
+        )
+    };
+    let mut blob = (read_only.as_ptr() as u64).to_le_bytes().to_vec();
+    blob.extend_from_slice(ro.remote().as_bytes());
+    blob.extend_from_slice(&(dead.as_ptr() as u64).to_le_bytes());
+    blob.extend_from_slice(dd.remote().as_bytes());
+    m.deregister_mem(&mut dd).unwrap();
+    job.modex.publish("refused", &blob).unwrap();
+    job.modex.fence().unwrap();
+    if rank == 1 {
+        wait(&mut m, "rank 0's operations", || {
+            !done.lock().unwrap().is_empty()
+        });
+        assert!(
+            read_only.iter().all(|&b| b == 3),
+            "refused operations left memory alone"
+        );
+        assert!(
+            dead.iter().all(|&b| b == 4),
+            "a dead registration was not written"
+        );
+        job.modex.fence().unwrap();
+        drop((ro, lh));
+        report_ok(rank, "ok");
+        return;
+    }
+    let theirs = job.modex.lookup(1, "refused").unwrap().unwrap();
+    let hs = 8 + rbtl::btl::transport_kit::keytable::HANDLE_SIZE;
+    let (ro_addr, ro_h) = contract::remote_of(&theirs[..hs]);
+    let (dd_addr, dd_h) = contract::remote_of(&theirs[hs..]);
+    // The handle's own description (keytable layout: module, key, base, len, access):
+    // claim 1 MiB with every access.
+    let mut forged = ro_h.as_bytes().to_vec();
+    forged[24..32].copy_from_slice(&(1u64 << 20).to_le_bytes());
+    forged[32..36].copy_from_slice(&Access::all().bits().to_le_bytes());
+    let forged = RemoteHandle::from_bytes(&forged).unwrap();
+    let outcomes: Arc<Mutex<Vec<String>>> = Arc::default();
+    let cb = |what: &'static str| -> rbtl::btl::RdmaCallback {
+        let o = outcomes.clone();
+        Box::new(move |_, c: RdmaCompletion| {
+            let e = c.status.expect_err(what);
+            let kind = match e {
+                Error::OutOfRange { side: "remote", .. } => "out of range",
+                Error::AccessDenied { side: "remote", .. } => "access denied",
+                Error::BadRemoteHandle(_) => "bad handle",
+                other => panic!("{what}: {other}"),
+            };
+            o.lock().unwrap().push(format!("{what}: {kind}"));
+        })
+    };
+    let l = local.as_mut_ptr() as usize;
+    let order = Order::ANY;
+    m.put(
+        ep,
+        l,
+        ro_addr,
+        &lh,
+        &forged,
+        8,
+        0,
+        order,
+        cb("put into read-only"),
+    )
+    .unwrap();
+    m.put(
+        ep,
+        l,
+        ro_addr + LEN as u64,
+        &lh,
+        &forged,
+        16,
+        0,
+        order,
+        cb("put past the end"),
+    )
+    .unwrap();
+    m.get(
+        ep,
+        l,
+        ro_addr + LEN as u64 - 8,
+        &lh,
+        &forged,
+        16,
+        0,
+        order,
+        cb("get past the end"),
+    )
+    .unwrap();
+    m.put(
+        ep,
+        l,
+        dd_addr,
+        &lh,
+        &dd_h,
+        8,
+        0,
+        order,
+        cb("put into a dead one"),
+    )
+    .unwrap();
+    m.get(
+        ep,
+        l,
+        dd_addr,
+        &lh,
+        &dd_h,
+        8,
+        0,
+        order,
+        cb("get from a dead one"),
+    )
+    .unwrap();
+    m.atomic_fop(
+        ep,
+        l,
+        ro_addr,
+        &lh,
+        &forged,
+        rbtl::btl::AtomicOp::Add,
+        1,
+        0,
+        order,
+        cb("atomic on read-only"),
+    )
+    .unwrap();
+    m.flush(Some(ep)).unwrap();
+    let mut got = outcomes.lock().unwrap().clone();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            "atomic on read-only: access denied",
+            "get from a dead one: bad handle",
+            "get past the end: out of range",
+            "put into a dead one: bad handle",
+            "put into read-only: access denied",
+            "put past the end: out of range",
+        ]
+    );
+    assert!(
+        local.iter().all(|&b| b == 0),
+        "refused gets and atomics wrote nothing here"
+    );
+    send_byte(&mut m, ep, Tag::USR);
+    // Rank 1 has the message before this process ends.
+    job.modex.fence().unwrap();
+    drop((ro, lh));
+    report_ok(rank, "ok");
+}
+
+/// Rank 2 speaks for itself on a raw socket: a proper handshake with rank 0, then a
+/// frame of an unknown kind. Rank 0 ends rank 2 with a protocol error at once, and
+/// goes on with rank 1.
+fn role_violation() {
+    let (mut m, eps, mut job) = tcp_module();
+    let rank = job.rank;
+    let seen = errors(&mut m);
+    let ping = counter(&mut m, Tag::USR);
+    job.modex.fence().unwrap();
+    match rank {
+        2 => {
+            let blob = job.modex.lookup(0, "btl.tcp").unwrap().unwrap();
+            let l = Published::decode(&blob).unwrap().listeners[0];
+            let mut s = TcpStream::connect(l.addr).unwrap();
+            let hello = wire::Hello {
+                secret: l.secret,
+                rank: 2,
+                link: 0,
+                version: wire::VERSION,
+            };
+            s.write_all(wire::hello(&hello).as_bytes()).unwrap();
+            let mut ack = [0u8; wire::HEADER];
+            s.read_exact(&mut ack).unwrap();
+            assert_eq!(ack[0], 10, "HELLO_ACK");
+            s.write_all(&[99, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+            let mut b = [0u8; 8];
+            assert!(
+                matches!(s.read(&mut b), Ok(0) | Err(_)),
+                "rank 0 closed the link"
+            );
+        }
+        1 => {
+            wait(&mut m, "rank 0's ping", || !ping.lock().unwrap().is_empty());
+            send_byte(&mut m, eps[0].unwrap(), Tag::USR);
+        }
+        _ => {
+            wait(&mut m, "the report", || !seen.lock().unwrap().is_empty());
+            let reports = seen.lock().unwrap().clone();
+            assert_eq!(reports.len(), 1, "{reports:?}");
+            assert!(
+                reports[0].starts_with("Some(2): peer rank 2 is unreachable: protocol error"),
+                "{reports:?}"
+            );
+            let e = m.sendi(
+                eps[2].unwrap(),
+                &[],
+                &[1],
+                Order::ANY,
+                DesFlags::empty(),
+                Tag::USR,
+            );
+            assert!(matches!(e, Err(Error::PeerFailed { rank: 2, .. })), "{e:?}");
+            send_byte(&mut m, eps[1].unwrap(), Tag::USR);
+            wait(&mut m, "rank 1's answer", || {
+                !ping.lock().unwrap().is_empty()
+            });
+        }
+    }
+    job.modex.fence().unwrap();
+    report_ok(rank, "ok");
+}
+
+// ---------------------------------------------------------------------------
+// Launcher side.
+
+/// One job at a time: ranks poll, and two cores are all there is.
+static ONE_JOB: Mutex<()> = Mutex::new(());
+
+fn run(role: &str, ranks: u32, extra_env: &[(&str, &str)]) -> (i32, PathBuf) {
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = std::env::temp_dir().join(format!(
+        "rbtl-tcp-{}-{role}-{ranks}-{}",
+        std::process::id(),
+        extra_env.len()
+    ));
+    std::fs::create_dir_all(dir.join("shm")).unwrap();
+    let mut env = vec![
+        ("TCP_TEST_ROLE".to_string(), role.to_string()),
+        ("TCP_TEST_DIR".to_string(), dir.display().to_string()),
+        (
+            "RBTL_SHM_DIR".to_string(),
+            dir.join("shm").display().to_string(),
+        ),
+        // (`launch_ranks` adds RBTL_BTL_TCP_IF_INCLUDE=lo: loopback only.)
+        ("RBTL_BTL".to_string(), "self,tcp".to_string()),
+    ];
+    env.extend(
+        extra_env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    (common::launch_ranks(ranks, env), dir)
+}
+
+fn oks(dir: &Path, ranks: &[u32]) -> usize {
+    ranks
+        .iter()
+        .filter(|r| dir.join(format!("ok.{r}")).exists())
+        .count()
+}
+
+fn expect_all_ok(role: &str, ranks: u32, env: &[(&str, &str)]) {
+    let (code, dir) = run(role, ranks, env);
+    assert_eq!(code, 0, "{role} with {ranks} ranks {env:?}");
+    let all: Vec<u32> = (0..ranks).collect();
+    assert_eq!(
+        oks(&dir, &all),
+        ranks as usize,
+        "{role}: every rank reported success"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn contract_two_and_four_ranks() {
+    expect_all_ok("contract", 2, &[]);
+    expect_all_ok("contract", 4, &[]);
+}
+
+#[test]
+fn contract_three_links_per_peer_small_chunks() {
+    expect_all_ok(
+        "contract",
+        2,
+        &[
+            ("RBTL_BTL_TCP_LINKS", "3"),
+            ("RBTL_BTL_TCP_RDMA_CHUNK", "1000"),
+        ],
+    );
+    expect_all_ok("contract", 4, &[("RBTL_BTL_TCP_LINKS", "3")]);
+}
+
+#[test]
+fn strangers_are_closed_and_counted_and_change_nothing() {
+    expect_all_ok("strangers", 2, &[("RBTL_BTL_TCP_HANDSHAKE_TIMEOUT", "300")]);
+}
+
+#[test]
+fn a_killed_peer_fails_its_operations_and_only_it() {
+    let (code, dir) = run("killed", 3, &[]);
+    assert_ne!(code, 0, "a rank was killed");
+    assert_eq!(
+        oks(&dir, &[0, 2]),
+        2,
+        "ranks 0 and 2 went on (job code {code})"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_member_that_breaks_the_protocol_is_ended_with_the_reason() {
+    expect_all_ok("violation", 3, &[]);
+}
+
+#[test]
+fn the_target_refuses_what_its_registrations_do_not_allow() {
+    expect_all_ok("refused", 2, &[]);
+}
