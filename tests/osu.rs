@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 
 const OSU: &str = env!("CARGO_BIN_EXE_osu");
 const RBTLRUN: &str = env!("CARGO_BIN_EXE_rbtlrun");
+const RBTL_INFO: &str = env!("CARGO_BIN_EXE_rbtl_info");
 
 fn run(cmd: &mut Command) -> Output {
     // The tcp transport opens beside sm: on loopback only.
@@ -234,6 +235,32 @@ fn the_embedding_example_runs_alone_and_under_rbtlrun() {
             .collect();
         assert_eq!(lines, expected);
     }
+}
+
+/// `rbtl_info` lists the transports, the interfaces tcp would listen on, and every
+/// parameter; an interface that does not exist is an error naming those that do.
+#[test]
+fn rbtl_info_lists_transports_interfaces_and_parameters() {
+    let out = run(Command::new(RBTL_INFO).args(["--param", "btl_tcp_if_include=lo"]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in [
+        "  tcp      selected",
+        "tcp interfaces",
+        "  lo       127.0.0.1/8",
+    ] {
+        assert!(text.contains(line), "`{line}` in:\n{text}");
+    }
+    assert!(text.contains("btl_tcp_if_include = \"lo\""), "{text}");
+    let bad = Command::new(RBTL_INFO)
+        .args(["--param", "btl_tcp_if_include=no-such-if0"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("no interface `no-such-if0`") && err.contains("lo"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! `rbtl_info`: the transports compiled in and every parameter with its value and
-//! where the value came from (in the spirit of `ompi_info --all` and `ucx_info -c`).
+//! `rbtl_info`: the transports compiled in, the interfaces `tcp` would use, and every
+//! parameter with its value and where the value came from (in the spirit of
+//! `ompi_info --all` and `ucx_info -c`).
 //!
 //! Usage: `rbtl_info [--param NAME=VALUE]...`; `RBTL_*` variables and
 //! `RBTL_CONFIG_FILE` apply as everywhere.
@@ -54,6 +55,21 @@ fn main() -> ExitCode {
     if let Err(e) = selected {
         eprintln!("rbtl_info: {e}");
         return ExitCode::from(2);
+    }
+    if selected.as_ref().is_ok_and(|s| s.contains(&"tcp")) {
+        println!("\ntcp interfaces (btl_tcp_if_include / btl_tcp_if_exclude):");
+        match rbtl::btl::tcp::interfaces::chosen(&config) {
+            Ok(ifs) if ifs.is_empty() => println!("  none: tcp stays closed"),
+            Ok(ifs) => {
+                for i in ifs {
+                    println!("  {:<8} {}/{}", i.name, i.addr, i.prefix);
+                }
+            }
+            Err(e) => {
+                eprintln!("rbtl_info: {e}");
+                return ExitCode::from(2);
+            }
+        }
     }
     println!("\nparameters:");
     print!("{config}");

@@ -120,6 +120,18 @@ impl Filter {
     }
 }
 
+/// The interfaces this host's `tcp` module would listen on under `config`
+/// (`btl_tcp_if_include` / `btl_tcp_if_exclude`).
+pub fn chosen(config: &rbtl_config::Config) -> Result<Vec<Interface>> {
+    let (all, names) = list()?;
+    select(
+        &all,
+        &names,
+        config.list("btl_tcp_if_include")?,
+        config.list("btl_tcp_if_exclude")?,
+    )
+}
+
 /// The interfaces to use among `all` (whose interface names are `names`), by the
 /// include and exclude lists (at most one of them set).
 pub fn select(
