@@ -1,0 +1,322 @@
+//! Soak: 4 ranks on one node under the launcher, each running a seeded random mix of
+//! message-layer operations, every payload checked: sends and receives of random sizes
+//! (eager and rendezvous; blocking, non-blocking and in scopes; by source and tag, and
+//! by any source or any tag in runs without kills), window puts and gets (each origin
+//! gets back what it last put), and 64-bit atomics (fetch-add, compare-and-swap, add)
+//! through the BTL module that routes each pair, as the message layer offers no
+//! atomics. Some runs kill a rank (SIGKILL): the rank itself at a chosen operation, or
+//! this harness once the rank's report shows a chosen number of operations started
+//! (landing anywhere in an operation).
+//!
+//! Each rank appends to a report file as it goes (`report.rs`), so that a killed
+//! rank's record survives. Afterwards the harness checks the reports (`checks.rs`): no
+//! completed receive, get or fetching atomic carried a wrong value; no message a
+//! sender completed went missing at a receiver that survived, unless the sender was
+//! killed; every failure is a typed peer failure (`PeerFailed`, `PeerTimeout`)
+//! blaming the killed rank the operation involved; no rank panicked; every operation
+//! a survivor started ended; and the job ended by itself (a watchdog kills it, and
+//! fails the test, if not). Runs without a kill must end with exit code 0; runs with
+//! one end with the killed rank's signal, which is expected: there the reports are
+//! what is checked.
+//!
+//! Survivors finish their schedule (operations naming a dead rank fail at once, or
+//! after `msg_peer_timeout`, 5 s here), then wait, progressing, until every other rank
+//! has finished or died, so that no rank leaving early fails another's operations;
+//! then they call `finalize`.
+//!
+//! Runs cycle through: no kill (sm put/get `auto`, windows in the shared heap, direct
+//! loads and stores); a rank killing itself (put/get copied through the rings, private
+//! windows); the harness killing a rank (cross-memory attach, private windows); no
+//! kill (rings, private windows); one rank killing itself and the harness killing
+//! another.
+//!
+//! Environment (not `RBTL_*`: the ranks inherit it, and their configuration reads
+//! every `RBTL_*` variable as a parameter and refuses those it does not know):
+//! * `SOAK_SECONDS` (default 15): runs keep starting until this much time has passed;
+//!   at least 3 (one of each kind of kill) are made. The default takes about 20 s.
+//! * `SOAK_RUNS`: at most this many runs.
+//! * `SOAK_STEPS` (default 120): steps per run (per rank: one exchange of messages,
+//!   perhaps a put, a get and an atomic).
+//! * `SOAK_SEED`: the first run's seed (default: from the clock); run i uses seed + i.
+//!   Each run prints its seed (`--nocapture`); a failure names it.
+//!
+//! A long soak: `SOAK_SECONDS=600 SOAK_STEPS=400 cargo test --release --test soak --
+//! --nocapture`.
+
+mod atomics;
+mod checks;
+mod rank;
+mod report;
+mod schedule;
+
+use checks::Stats;
+use rbtl::launcher::{self, LaunchOptions};
+use report::RankLog;
+use schedule::{Rng, RANKS};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The rank program, when this binary runs as one (a no-op test otherwise).
+#[test]
+fn rank_role_entry() {
+    if let Some(code) = rank::main() {
+        std::process::exit(code);
+    }
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+#[test]
+fn soak_mixed_operations_with_killed_ranks() {
+    let seconds = env_u64("SOAK_SECONDS").unwrap_or(15);
+    let max_runs = env_u64("SOAK_RUNS");
+    let steps = env_u64("SOAK_STEPS").unwrap_or(120).max(1);
+    let first_seed = env_u64("SOAK_SEED").unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+    });
+    let began = Instant::now();
+    let mut stats = Stats::default();
+    for run in 0.. {
+        let out_of_time = began.elapsed() >= Duration::from_secs(seconds);
+        let at_least = max_runs.unwrap_or(3).min(3);
+        if max_runs.is_some_and(|m| run >= m) || (out_of_time && run >= at_least) {
+            break;
+        }
+        let seed = first_seed.wrapping_add(run);
+        let plan = Plan::new(run, seed, steps);
+        eprintln!("soak run {run}: SOAK_SEED={seed} {plan:?}");
+        let bad = plan.run(&mut stats);
+        assert!(
+            bad.is_empty(),
+            "soak run {run} (replay: SOAK_SEED={seed} SOAK_STEPS={steps}; {plan:?}):\n{}",
+            bad.join("\n")
+        );
+    }
+    eprintln!(
+        "soak: {} runs in {:.1?}, {} ranks killed; {} operations started ({:?}), {} ok, \
+         failed {:?}; lost {}, corrupt {}, dropped from killed senders {}",
+        stats.runs,
+        began.elapsed(),
+        stats.kills,
+        stats.started,
+        stats.by_kind,
+        stats.ok,
+        stats.failed,
+        stats.lost,
+        stats.corrupt,
+        stats.dropped_from_killed
+    );
+    assert!(stats.ok > 0, "operations completed");
+}
+
+/// What one run does.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    seed: u64,
+    steps: u64,
+    /// `btl_sm_rdma`.
+    rdma: &'static str,
+    /// Windows outside the sm heap (put and get through the transport).
+    private_windows: bool,
+    /// (rank, operation) where a rank kills itself.
+    self_kill: Option<(u32, u64)>,
+    /// (rank, operations started) after which the harness kills a rank.
+    harness_kill: Option<(u32, u64)>,
+}
+
+impl Plan {
+    fn new(run: u64, seed: u64, steps: u64) -> Plan {
+        let mut rng = Rng::new(seed, 0x50a4, 0);
+        // A rank starts about three operations a step: kill in the first two thirds.
+        let (a, b) = (1 + rng.below(2 * steps), 1 + rng.below(2 * steps));
+        let victim = rng.below(u64::from(RANKS)) as u32;
+        let other = (victim + 1 + rng.below(u64::from(RANKS) - 1) as u32) % RANKS;
+        let plan = |rdma, private_windows, self_kill, harness_kill| Plan {
+            seed,
+            steps,
+            rdma,
+            private_windows,
+            self_kill,
+            harness_kill,
+        };
+        match run % 5 {
+            0 => plan("auto", false, None, None),
+            1 => plan("copy", true, Some((victim, a)), None),
+            2 => plan("cma", true, None, Some((victim, a))),
+            3 => plan("copy", true, None, None),
+            _ => plan("auto", false, Some((victim, a)), Some((other, b))),
+        }
+    }
+
+    fn kills(&self) -> bool {
+        self.self_kill.is_some() || self.harness_kill.is_some()
+    }
+
+    /// How long a rank may run before its own watchdog ends it.
+    fn rank_limit(&self) -> Duration {
+        Duration::from_secs(60 + self.steps / 2)
+    }
+
+    /// The ranks' environment.
+    fn env(&self, dir: &Path, shm: &Path) -> Vec<(String, String)> {
+        let mut env = vec![
+            ("SOAK_RANK_DIR", dir.display().to_string()),
+            ("SOAK_RANK_SEED", self.seed.to_string()),
+            ("SOAK_RANK_STEPS", self.steps.to_string()),
+            ("SOAK_RANK_LIMIT", self.rank_limit().as_secs().to_string()),
+            ("RBTL_SHM_DIR", shm.display().to_string()),
+            ("RBTL_BTL_SM_RDMA", self.rdma.to_string()),
+        ];
+        if self.private_windows {
+            env.push(("RBTL_BTL_SM_HEAP_SIZE", "0".into()));
+        }
+        if !self.kills() {
+            env.push(("SOAK_RANK_WILDCARDS", "1".into()));
+        }
+        if let Some((rank, op)) = self.self_kill {
+            env.push(("SOAK_RANK_SELF_KILL", format!("{rank}:{op}")));
+        }
+        env.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+    }
+
+    /// Run the job; what went wrong, as sentences.
+    fn run(&self, stats: &mut Stats) -> Vec<String> {
+        let dir =
+            std::env::temp_dir().join(format!("rbtl-soak-{}-{}", std::process::id(), self.seed));
+        let shm = dir.join("shm");
+        std::fs::create_dir_all(&shm).unwrap();
+        let _cleanup = TempDir(dir.clone());
+        let opts = LaunchOptions {
+            ranks: RANKS,
+            env: self.env(&dir, &shm),
+            // Survivors end by themselves: the launcher must not end them first.
+            grace: Duration::from_secs(60),
+            ..LaunchOptions::default()
+        };
+        let over = Arc::new(AtomicBool::new(false));
+        let killer = self.harness_kill.map(|(rank, after)| {
+            let (dir, over) = (dir.clone(), over.clone());
+            std::thread::spawn(move || kill_when(&dir, rank, after, &over))
+        });
+        let limit = self.rank_limit() + Duration::from_secs(30);
+        let (stop, watchdog) = watchdog(dir.clone(), limit);
+        let exe = std::env::current_exe().unwrap();
+        let args: Vec<std::ffi::OsString> = [
+            "rank_role_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ]
+        .iter()
+        .map(Into::into)
+        .collect();
+        let began = Instant::now();
+        let code = launcher::launch(&exe, &args, &opts)
+            .expect("the job starts")
+            .code;
+        let took = began.elapsed();
+        over.store(true, Ordering::Release);
+        let _ = stop.send(());
+        let fired = watchdog.join().unwrap();
+        let harness_killed = killer.is_some_and(|k| k.join().unwrap());
+        let logs: Vec<RankLog> = (0..RANKS)
+            .map(|r| RankLog::read(&report::path(&dir, r)))
+            .collect();
+        let mut killed = Vec::new();
+        if let Some((rank, _)) = self.self_kill {
+            if logs[rank as usize].killed_self {
+                killed.push(rank);
+            }
+        }
+        if let (Some((rank, _)), true) = (self.harness_kill, harness_killed) {
+            killed.push(rank);
+        }
+        let mut run = Stats {
+            runs: 1,
+            kills: killed.len() as u64,
+            ..Stats::default()
+        };
+        let mut bad = checks::check(self.kills(), &killed, code, &logs, &mut run);
+        if fired {
+            bad.push(format!(
+                "the job did not end by itself within {limit:?}: killed"
+            ));
+        }
+        let left: Vec<_> = std::fs::read_dir(&shm)
+            .map(|d| d.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        if !left.is_empty() {
+            bad.push(format!("shared-memory segments left behind: {left:?}"));
+        }
+        eprintln!(
+            "  {took:.1?}, exit code {code}, killed {killed:?}: {} operations, {} ok, \
+             failed {:?}, lost {}, corrupt {}, dropped from killed senders {}",
+            run.started, run.ok, run.failed, run.lost, run.corrupt, run.dropped_from_killed
+        );
+        stats.add(run);
+        bad
+    }
+}
+
+/// Removes a run's directory, whatever happens.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// SIGKILL `rank` once its report shows `after` operations started; whether it did.
+fn kill_when(dir: &Path, rank: u32, after: u64, over: &AtomicBool) -> bool {
+    while !over.load(Ordering::Acquire) {
+        let text = std::fs::read_to_string(report::path(dir, rank)).unwrap_or_default();
+        if text.lines().any(|l| l == "done") {
+            return false;
+        }
+        let started = text.lines().filter(|l| l.starts_with("start ")).count() as u64;
+        let pid = text
+            .lines()
+            .find_map(|l| l.strip_prefix("pid "))
+            .and_then(|p| p.parse::<i32>().ok());
+        if let (true, Some(pid)) = (started >= after, pid) {
+            // SAFETY: a signal to a rank of the running job, which the launcher has
+            // not reaped: it waits for every rank before it returns.
+            return unsafe { libc::kill(pid, libc::SIGKILL) } == 0;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    false
+}
+
+/// A thread that SIGKILLs every rank of the job in `dir` (and its process group) if
+/// nothing arrives on the channel within `limit`; it says whether it did.
+fn watchdog(
+    dir: PathBuf,
+    limit: Duration,
+) -> (std::sync::mpsc::Sender<()>, std::thread::JoinHandle<bool>) {
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        if stopped.recv_timeout(limit).is_ok() {
+            return false;
+        }
+        for r in 0..RANKS {
+            if let Some(pid) = RankLog::read(&report::path(&dir, r)).pid {
+                // SAFETY: signals to a rank of the job, a process group leader (the
+                // launcher starts each rank in a group of its own), and its group.
+                unsafe {
+                    libc::kill(-pid, libc::SIGKILL);
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+        true
+    });
+    (stop, thread)
+}
