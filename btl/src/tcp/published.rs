@@ -151,6 +151,53 @@ mod tests {
         assert_eq!(Published::decode(&[2; 40]), None);
     }
 
+    fn listener() -> impl proptest::strategy::Strategy<Value = Listener> {
+        use proptest::prelude::*;
+        (
+            any::<[u8; 4]>(),
+            0u8..=32,
+            any::<u16>(),
+            any::<[u8; SECRET]>(),
+        )
+            .prop_map(|(ip, prefix, port, secret)| Listener {
+                addr: SocketAddrV4::new(Ipv4Addr::from(ip), port),
+                prefix,
+                secret,
+            })
+    }
+
+    proptest::proptest! {
+        // What a peer (or anything that wrote into the modex) publishes: any bytes are
+        // read without a panic, and the listeners of what decodes pair without one.
+        // PROPTEST_CASES=100000 runs longer.
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+        #[test]
+        fn any_bytes_decode_without_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+            if let Some(p) = Published::decode(&bytes) {
+                let _ = pairs(&p.listeners, &p.listeners, false);
+                proptest::prop_assert!(p.listeners.iter().all(|l| l.prefix <= 32));
+            }
+        }
+
+        // A blob round-trips; cut short or lengthened by any amount, it is refused.
+        #[test]
+        fn blobs_round_trip_and_damaged_ones_are_refused(
+            module in proptest::prelude::any::<u64>(),
+            listeners in proptest::collection::vec(listener(), 0..6),
+            cut in 1usize..64,
+            extra in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..64),
+        ) {
+            let p = Published { module, listeners };
+            let b = p.encode();
+            proptest::prop_assert_eq!(Published::decode(&b), Some(p));
+            let cut = cut.min(b.len());
+            proptest::prop_assert_eq!(Published::decode(&b[..b.len() - cut]), None);
+            let mut long = b.clone();
+            long.extend_from_slice(&extra);
+            proptest::prop_assert_eq!(Published::decode(&long), None);
+        }
+    }
+
     #[test]
     fn interfaces_pair_by_network_then_by_order() {
         let a = [l([10, 1, 0, 1], 24), l([10, 2, 0, 1], 24)];
