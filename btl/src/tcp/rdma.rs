@@ -2,7 +2,7 @@
 //!
 //! The origin checks what it can at the call with the bytes of the remote handle
 //! (which name the target module, the registered range and its access: see
-//! [`keytable`](crate::keytable)), so that plain mistakes fail at once as they do on
+//! [`keytable`](crate::transport_kit::keytable)), so that plain mistakes fail at once as they do on
 //! `sm`. That check is a courtesy: the target checks every request again against its
 //! own table of live registrations before touching memory, and a refusal comes back
 //! as the same typed error through the origin's completion callback, the target
