@@ -2,6 +2,7 @@
 
 use rbtl_btl::loopback::{Limits, SelfComponent, SelfModule};
 use rbtl_btl::sm::SmComponent;
+use rbtl_btl::tcp::TcpComponent;
 use rbtl_btl::{
     Access, DesFlags, Endpoint, Error, Framework, Module, Order, Proc, RemoteHandle,
     SingletonModex, Tag,
@@ -11,7 +12,11 @@ use rbtl_config::Registry;
 /// The framework over this crate's transports, in the order `rbtl::framework` lists
 /// them.
 fn framework() -> Framework {
-    Framework::new(vec![Box::new(SelfComponent), Box::new(SmComponent)])
+    Framework::new(vec![
+        Box::new(SelfComponent),
+        Box::new(SmComponent),
+        Box::new(TcpComponent),
+    ])
 }
 
 /// The `self` module of a one-process job, opened through the framework as an
