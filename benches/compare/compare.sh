@@ -10,26 +10,35 @@
 # other (waiting up to a minute), and runs again (up to 3 times) if they were moved
 # apart.
 #
-#   benches/compare/compare.sh [-m MODES] [-M MAX_SIZE]
-#     MODES: any of "lat bw bibw put_lat get_lat" (default: all), MAX_SIZE default 4 MiB
+#   benches/compare/compare.sh [-t] [-m MODES] [-M MAX_SIZE]
+#     MODES: any of "lat bw bibw put_lat get_lat" (default: all; with -t, "lat bw"),
+#     MAX_SIZE default 4 MiB
+#     -t: the tcp transport over loopback, sm excluded, against Open MPI's tcp, UCX's
+#         tcp (through Open MPI's pml ucx, where present) and the raw-TCP floor
+#         (tcp_floor.c); every system pinned to cores 0 and 1
 #
 # Install the peers with:
 #   apt-get install -y --no-install-recommends openmpi-bin libopenmpi-dev mpich libmpich-dev
 # Nothing else should run meanwhile: two cores serve both ranks.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-MODES="lat bw bibw put_lat get_lat"
+MODES=
 MAX=4194304
-while getopts "m:M:" o; do
+TCP=0
+while getopts "tm:M:" o; do
     case $o in
+        t) TCP=1 ;;
         m) MODES=$OPTARG ;;
         M) MAX=$OPTARG ;;
-        *) sed -n '2,15p' "$0"; exit 2 ;;
+        *) sed -n '2,20p' "$0"; exit 2 ;;
     esac
 done
+if [ -z "$MODES" ]; then
+    if [ $TCP = 1 ]; then MODES="lat bw"; else MODES="lat bw bibw put_lat get_lat"; fi
+fi
 OUT=target/compare
 mkdir -p "$OUT"
-cargo build --release --quiet --bin osu
+cargo build --release --quiet --bin osu --bin rbtlrun
 gcc -O2 -o "$OUT/cacheline" benches/compare/cacheline.c
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -38,10 +47,18 @@ UCX_ANY="--mca pml_ucx_tls any --mca pml_ucx_devices any --mca osc_ucx_tls any -
 SYSTEMS=(rbtl)
 if command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null; then
     mpicc.openmpi -O2 -o "$OUT/pingpong.openmpi" benches/compare/pingpong.c
-    SYSTEMS+=(ompi_vader ompi_vader_nocma)
-    ompi_info 2>/dev/null | grep -q "pml: ucx" && SYSTEMS+=(ompi_ucx)
+    if [ $TCP = 1 ]; then
+        SYSTEMS+=(ompi_tcp)
+        ompi_info 2>/dev/null | grep -q "pml: ucx" && SYSTEMS+=(ucx_tcp)
+    else
+        SYSTEMS+=(ompi_vader ompi_vader_nocma)
+        ompi_info 2>/dev/null | grep -q "pml: ucx" && SYSTEMS+=(ompi_ucx)
+    fi
 fi
-if command -v mpicc.mpich >/dev/null && command -v mpiexec.mpich >/dev/null; then
+if [ $TCP = 1 ]; then
+    gcc -O2 -o "$OUT/tcp_floor" benches/compare/tcp_floor.c
+    SYSTEMS+=(tcp_floor)
+elif command -v mpicc.mpich >/dev/null && command -v mpiexec.mpich >/dev/null; then
     mpicc.mpich -O2 -o "$OUT/pingpong.mpich" benches/compare/pingpong.c
     SYSTEMS+=(mpich)
 fi
@@ -70,7 +87,14 @@ command_for() {
             local sub
             case $mode in lat) sub=latency ;; put_lat) sub=put-latency ;; get_lat) sub=get-latency ;; *) sub=$mode ;; esac
             # Its JSON has 4 decimals (its table, as OSU's, 2).
-            echo "target/release/osu $sub --max-size $MAX --json $OUT/rbtl.$mode.json" ;;
+            if [ $TCP = 1 ]; then
+                echo "target/release/rbtlrun -n 2 --bind-to core target/release/osu $sub --btl tcp,self --param btl_tcp_if_include=lo --max-size $MAX --json $OUT/rbtl.$mode.json"
+            else
+                echo "target/release/osu $sub --max-size $MAX --json $OUT/rbtl.$mode.json"
+            fi ;;
+        ompi_tcp) echo "$OMPI --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo $OUT/pingpong.openmpi $mode -M $MAX" ;;
+        ucx_tcp) echo "$OMPI --mca pml ucx -x UCX_TLS=tcp,self -x UCX_NET_DEVICES=lo $UCX_ANY $OUT/pingpong.openmpi $mode -M $MAX" ;;
+        tcp_floor) echo "$OUT/tcp_floor $mode -M $MAX" ;;
         ompi_vader) echo "$OMPI --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism cma $OUT/pingpong.openmpi $mode -M $MAX" ;;
         ompi_vader_nocma) echo "$OMPI --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism none $OUT/pingpong.openmpi $mode -M $MAX" ;;
         ompi_ucx) echo "$OMPI --mca pml ucx $UCX_ANY $OUT/pingpong.openmpi $mode -M $MAX" ;;

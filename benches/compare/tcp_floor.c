@@ -1,0 +1,125 @@
+/* The floor under any tcp transport on this machine, for benches/compare/compare.sh -t:
+ * raw TCP over loopback between two processes pinned to cores 0 and 1, TCP_NODELAY,
+ * busy-polled non-blocking sends and receives, no framing at all. Same method and
+ * output as `osu` (OSU's loop counts; `# ` header lines, then `%-10d%20.2f` rows):
+ *
+ *   tcp_floor lat|bw [-M MAX]     lat: half a round trip (us); bw: MB/s, window 64,
+ *                                 the receiver acknowledging each window with a byte
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LARGE 8192
+#define WINDOW 64
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void pin(int core) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(core, &set);
+    sched_setaffinity(0, sizeof set, &set);
+}
+
+/* Move all n bytes, spinning on would-block; a closed peer ends this process. */
+static void move(int fd, char *buf, size_t n, int sending) {
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = sending ? send(fd, buf + done, n - done, MSG_DONTWAIT | MSG_NOSIGNAL)
+                            : recv(fd, buf + done, n - done, MSG_DONTWAIT);
+        if (r > 0)
+            done += (size_t)r;
+        else if (r == 0)
+            exit(2);
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || (strcmp(argv[1], "lat") && strcmp(argv[1], "bw"))) {
+        fprintf(stderr, "usage: %s lat|bw [-M MAX]\n", argv[0]);
+        return 1;
+    }
+    int bw = !strcmp(argv[1], "bw");
+    size_t max = 4194304;
+    if (argc >= 4 && !strcmp(argv[2], "-M"))
+        max = strtoul(argv[3], 0, 0);
+
+    int listener = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    struct sockaddr_in addr = {.sin_family = AF_INET};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (bind(listener, (void *)&addr, sizeof addr) || listen(listener, 1) ||
+        getsockname(listener, (void *)&addr, &len)) {
+        perror("tcp_floor: listening on loopback");
+        return 1;
+    }
+    pid_t child = fork();
+    int fd;
+    if (child == 0) {
+        pin(1);
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, (void *)&addr, sizeof addr))
+            return 1;
+    } else {
+        pin(0);
+        fd = accept(listener, 0, 0);
+    }
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    char *buf = malloc(max ? max : 1), ack = 0;
+    memset(buf, 1, max ? max : 1);
+    int origin = child != 0;
+    if (origin) {
+        printf("# tcp_floor %s: raw TCP over loopback, TCP_NODELAY, busy-polled\n", argv[1]);
+        printf("# Size %s\n", bw ? "Bandwidth (MB/s)" : "Latency (us)");
+    }
+    /* From 1 byte: a message of none moves nothing over a raw socket. */
+    for (size_t size = 1; size <= max; size *= 2) {
+        int iters, skip;
+        if (bw) {
+            iters = size > LARGE ? 20 : 100;
+            skip = size > LARGE ? 2 : 10;
+        } else {
+            iters = size > LARGE ? 1000 : 10000;
+            skip = size > LARGE ? 10 : 100;
+        }
+        double start = 0;
+        for (int i = 0; i < iters + skip; i++) {
+            if (i == skip)
+                start = now();
+            if (bw) {
+                for (int w = 0; w < WINDOW; w++)
+                    move(fd, buf, size, origin);
+                move(fd, &ack, 1, !origin);
+            } else if (origin) {
+                move(fd, buf, size, 1);
+                move(fd, buf, size, 0);
+            } else {
+                move(fd, buf, size, 0);
+                move(fd, buf, size, 1);
+            }
+        }
+        double t = now() - start;
+        if (origin) {
+            double value = bw ? (double)size * WINDOW * iters / t / 1e6 : t * 1e6 / iters / 2;
+            printf("%-10zu%20.2f\n", size, value);
+            fflush(stdout);
+        }
+    }
+    if (origin)
+        wait(0);
+    return 0;
+}
