@@ -36,6 +36,7 @@ mod attributes;
 mod component;
 mod copy;
 mod descriptor;
+mod done;
 mod error;
 mod expected;
 mod handle;

@@ -12,11 +12,11 @@
 //! * atomics: `ATOMIC_REQ`, applied by the target and answered by `ATOMIC_RESP` with
 //!   the previous value.
 
-use super::done::Done;
 use super::path::RingSpeed;
 use super::peer::{Outbound, Peer};
 use super::ring::Producer;
 use super::wire::{self, Message};
+use crate::done::Done;
 use crate::keytable::KeyTableView;
 use crate::{
     AtomicOp, Endpoint, Error, ModuleId, RdmaCallback, RdmaCompletion, RemoteHandle, Result,

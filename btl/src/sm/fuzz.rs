@@ -8,12 +8,12 @@
 
 use super::component::{RdmaPath, Settings};
 use super::copy_protocol::CopyProtocol;
-use super::done::Done;
 use super::own_segment::OwnSegment;
 use super::peer::{self, Card, Peer};
 use super::ring::RingLayout;
 use super::segment::Layout;
 use super::wire::{self, Message};
+use crate::done::Done;
 use crate::keytable::{KeyTable, KeyTableView, HANDLE_SIZE};
 use crate::{Endpoint, Error, ModuleId, Proc, RemoteHandle};
 use proptest::collection::vec;

@@ -33,13 +33,12 @@
 //! module: sends, receives, progress, the contract's calls), `peer` (a connected peer
 //! and its liveness), `own_segment` (this process's segment and its heap),
 //! `copy_protocol` (put, get and atomics as messages through the rings) with `wire`
-//! (their format), and `done` (callbacks waiting for progress); below them
+//! (their format); completions wait for progress in the crate's `Done` queue; below them
 //! [`segment`] (the layout), [`ring`], `heap`, [`path`] (the `auto` choice) and `cma`.
 
 mod cma;
 mod component;
 mod copy_protocol;
-mod done;
 #[cfg(test)]
 mod fuzz;
 mod heap;

@@ -10,11 +10,11 @@
 use super::cma;
 use super::component::{RdmaPath, Settings, NAME};
 use super::copy_protocol::{CopyProtocol, Next};
-use super::done::Done;
 use super::own_segment::OwnSegment;
 use super::peer::{self, Outbound, Peer, MODEX_KEY};
 use super::ring::{self, Producer, RingLayout};
 use super::segment::Layout;
+use crate::done::Done;
 use crate::registrations::{NoPin, Reg, Registrations};
 use crate::send_frags::SendFrags;
 use crate::AmTable;

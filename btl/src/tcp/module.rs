@@ -18,14 +18,15 @@ use super::rdma::{self, Ops, Pending};
 use super::sink::Sink;
 use super::wire::{self, Frame, Limits};
 use super::{Refused, Settings, MODEX_KEY, NAME};
+use crate::done::Done;
 use crate::keytable::{self, HANDLE_SIZE};
 use crate::registrations::{NoPin, Reg, Registrations};
 use crate::send_frags::SendFrags;
 use crate::{
     AmCallback, AmTable, AtomicOp, Attributes, DesFlags, Descriptor, Endpoint, Error,
     ErrorCallback, ErrorEvent, Expected, ExpectedSlot, MemHandle, Modex, Module, ModuleId, Order,
-    Proc, RdmaCallback, RdmaCompletion, Received, RemoteHandle, Result, SendCompletion, SendError,
-    SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
+    Proc, RdmaCallback, Received, RemoteHandle, Result, SendCompletion, SendError, SendOutcome,
+    SendiOutcome, Tag, MAX_SEGMENTS,
 };
 use rbtl_mpool::Region;
 use rbtl_rcache::{Access, Rcache};
@@ -41,17 +42,6 @@ pub const MAX_CHUNK: usize = 16 << 20;
 /// right after its last messages is not reported while the upper layer still matches
 /// them.
 const QUIET_BEFORE_REPORT: Duration = Duration::from_millis(10);
-
-enum Done {
-    Send {
-        callback: crate::SendCallback,
-        endpoint: Endpoint,
-        descriptor: Descriptor,
-        status: Result<()>,
-    },
-    Rdma(RdmaCallback, RdmaCompletion),
-    Error(ErrorEvent),
-}
 
 /// What handling one frame came to.
 enum Handled {
