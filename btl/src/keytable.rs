@@ -14,6 +14,46 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// and access (u32).
 pub const HANDLE_SIZE: usize = 36;
 
+/// What a remote handle made by [`KeyTable::insert`] says of itself. Only its owner's
+/// table can tell whether it is still live; the range and access are as registered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HandleFields {
+    /// The entry's key in its owner's table.
+    pub key: u64,
+    /// Start of the registered range.
+    pub base: u64,
+    /// Its length.
+    pub len: usize,
+    /// The access it grants.
+    pub access: Access,
+}
+
+impl HandleFields {
+    /// The fields of `handle`, which must be [`HANDLE_SIZE`] bytes made by the module
+    /// `target`.
+    pub fn of(handle: &RemoteHandle, target: u64) -> Result<HandleFields> {
+        let b = handle.as_bytes();
+        if b.len() != HANDLE_SIZE {
+            return Err(Error::MalformedHandle(b.len()));
+        }
+        let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        if word(0) != target {
+            return Err(Error::BadRemoteHandle(format!(
+                "made by module {:#x}, not by the target {target:#x}",
+                word(0)
+            )));
+        }
+        Ok(HandleFields {
+            key: word(8),
+            base: word(16),
+            len: word(24) as usize,
+            access: Access::from_bits_truncate(u32::from_le_bytes(
+                b[32..36].try_into().expect("4 bytes"),
+            )),
+        })
+    }
+}
+
 /// One entry, 32 bytes.
 #[repr(C)]
 pub struct Slot {
@@ -76,19 +116,7 @@ impl KeyTableView {
         len: usize,
         needs: Access,
     ) -> Result<()> {
-        let b = handle.as_bytes();
-        if b.len() != HANDLE_SIZE {
-            return Err(Error::MalformedHandle(b.len()));
-        }
-        let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-        if word(0) != module.0 {
-            return Err(Error::BadRemoteHandle(format!(
-                "made by module {:#x}, not by the target {:#x}",
-                word(0),
-                module.0
-            )));
-        }
-        let key = word(8);
+        let key = HandleFields::of(handle, module.0)?.key;
         let index = (key & 0xffff_ffff) as usize;
         let live = (key >> 32) << 1 | 1;
         if index >= self.capacity {

@@ -12,7 +12,7 @@
 
 use super::link::{self, GetReply, Head, Item};
 use super::wire::{Encoder, Kind};
-use crate::keytable::{KeyTableView, HANDLE_SIZE};
+use crate::keytable::{HandleFields, KeyTableView, HANDLE_SIZE};
 use crate::{
     check_range, Endpoint, Error, ModuleId, RdmaCallback, RdmaCompletion, RemoteHandle, Result,
 };
@@ -175,23 +175,12 @@ pub fn precheck(
     len: usize,
     needs: Access,
 ) -> Result<()> {
-    let b = handle.as_bytes();
-    if b.len() != HANDLE_SIZE {
-        return Err(Error::MalformedHandle(b.len()));
-    }
-    let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-    if word(0) != target {
-        return Err(Error::BadRemoteHandle(format!(
-            "made by module {:#x}, not by the target {target:#x}",
-            word(0)
-        )));
-    }
-    check_range("remote", addr, len, word(16), word(24) as usize)?;
-    let access = Access::from_bits_truncate(u32::from_le_bytes(b[32..36].try_into().expect("4")));
-    if !access.contains(needs) {
+    let h = HandleFields::of(handle, target)?;
+    check_range("remote", addr, len, h.base, h.len)?;
+    if !h.access.contains(needs) {
         return Err(Error::AccessDenied {
             side: "remote",
-            has: access,
+            has: h.access,
             needs,
         });
     }
