@@ -106,10 +106,6 @@ pub fn default_attributes() -> Attributes {
 /// Tunables of a `tcp` module.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// Interfaces to use (names or networks); exclusive with `exclude`.
-    pub include: Vec<String>,
-    /// Interfaces not to use.
-    pub exclude: Vec<String>,
     /// Links per peer and pair of interfaces.
     pub links: usize,
     /// Socket options.
@@ -131,8 +127,6 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            include: Vec::new(),
-            exclude: Vec::new(),
             links: 1,
             sockets: sockets::Options {
                 nodelay: true,
@@ -196,8 +190,6 @@ impl TcpComponent {
                 .map_err(|_| Error::NotAvailable(format!("{name} must be >= 0")))
         };
         let settings = Settings {
-            include: config.list("btl_tcp_if_include")?.to_vec(),
-            exclude: config.list("btl_tcp_if_exclude")?.to_vec(),
             links: count("btl_tcp_links")?,
             sockets: sockets::Options {
                 nodelay: config.bool("btl_tcp_nodelay")?,
@@ -223,8 +215,7 @@ impl TcpComponent {
                 settings.rdma_chunk
             )));
         }
-        let (all, names) = interfaces::list()?;
-        let chosen = interfaces::select(&all, &names, &settings.include, &settings.exclude)?;
+        let chosen = interfaces::chosen(config)?;
         if chosen.is_empty() {
             tracing::info!("tcp: no interface chosen; the transport stays closed");
             return Ok(None);
