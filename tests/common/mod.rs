@@ -6,15 +6,22 @@ use std::time::Duration;
 
 /// Run `ranks` copies of this test binary, each running only its `rank_role_entry`
 /// test with `env` added (and the tcp transport on loopback); the job's exit code.
-pub fn launch_ranks(ranks: u32, mut env: Vec<(String, String)>) -> i32 {
-    // The tcp transport opens beside the others: on loopback only.
-    env.push(("RBTL_BTL_TCP_IF_INCLUDE".into(), "lo".into()));
-    let opts = LaunchOptions {
+#[allow(dead_code)] // not every binary that shares this module calls it
+pub fn launch_ranks(ranks: u32, env: Vec<(String, String)>) -> i32 {
+    launch(LaunchOptions {
         ranks,
         env,
         grace: Duration::from_secs(5),
         ..LaunchOptions::default()
-    };
+    })
+}
+
+/// Run this test binary as the rank program under `opts`, each rank running only its
+/// `rank_role_entry` test, with the tcp transport on loopback; the job's exit code.
+pub fn launch(mut opts: LaunchOptions) -> i32 {
+    // The tcp transport opens beside the others: on loopback only.
+    opts.env
+        .push(("RBTL_BTL_TCP_IF_INCLUDE".into(), "lo".into()));
     let exe = std::env::current_exe().unwrap();
     let args: Vec<std::ffi::OsString> = [
         "rank_role_entry",

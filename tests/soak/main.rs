@@ -45,12 +45,14 @@
 
 mod atomics;
 mod checks;
+#[path = "../common/mod.rs"]
+mod common;
 mod rank;
 mod report;
 mod schedule;
 
 use checks::Stats;
-use rbtl::launcher::{self, LaunchOptions};
+use rbtl::launcher::LaunchOptions;
 use report::RankLog;
 use schedule::{Rng, RANKS};
 use std::path::{Path, PathBuf};
@@ -206,20 +208,8 @@ impl Plan {
         });
         let limit = self.rank_limit() + Duration::from_secs(30);
         let (stop, watchdog) = watchdog(dir.clone(), limit);
-        let exe = std::env::current_exe().unwrap();
-        let args: Vec<std::ffi::OsString> = [
-            "rank_role_entry",
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-        ]
-        .iter()
-        .map(Into::into)
-        .collect();
         let began = Instant::now();
-        let code = launcher::launch(&exe, &args, &opts)
-            .expect("the job starts")
-            .code;
+        let code = common::launch(opts);
         let took = began.elapsed();
         over.store(true, Ordering::Release);
         let _ = stop.send(());
