@@ -31,6 +31,12 @@ bitflags::bitflags! {
         /// (`self`, `sm`). Elsewhere (`openib`) the device refuses them with an error
         /// completion, which also ends a reliable connection.
         const REMOTE_HANDLES_CHECKED = 1 << 8;
+        /// The transport chooses every registration's key and refuses requested ones
+        /// with [`Error::KeyRejected`](crate::Error::KeyRejected) (libfabric:
+        /// `FI_MR_PROV_KEY`; `openib`, whose device assigns remote keys). Without it,
+        /// a requested key is honoured while no live registration of the module holds
+        /// it.
+        const PROVIDER_KEYS = 1 << 9;
     }
 }
 
@@ -52,6 +58,10 @@ bitflags::bitflags! {
         const CSWAP = 1 << 5;
         /// Operations on 64-bit words (always set when any is).
         const U64 = 1 << 6;
+        /// The same operations on 32-bit words too, with
+        /// [`rdma_flags::ATOMIC_32BIT`](crate::rdma_flags::ATOMIC_32BIT)
+        /// (`MCA_BTL_ATOMIC_SUPPORTS_32BIT`).
+        const U32 = 1 << 7;
     }
 }
 
@@ -68,9 +78,11 @@ pub struct Attributes {
     pub rndv_eager_limit: usize,
     /// Largest fragment `alloc`/`prepare_src` hand out (`btl_max_send_size`).
     pub max_send_size: usize,
-    /// Largest single put (`btl_put_limit`).
+    /// Largest single put (`btl_put_limit`); larger ones are refused with
+    /// [`Error::NotAvailable`](crate::Error::NotAvailable).
     pub put_limit: usize,
-    /// Required alignment of put addresses and sizes, 1 for none (`btl_put_alignment`).
+    /// Required alignment of put addresses (local and remote) and sizes, a power of
+    /// two, 1 for none (`btl_put_alignment`).
     pub put_alignment: usize,
     /// Largest single get (`btl_get_limit`).
     pub get_limit: usize,
@@ -86,8 +98,9 @@ pub struct Attributes {
     pub flags: BtlFlags,
     /// Which atomics it supports.
     pub atomic_flags: AtomicFlags,
-    /// Bytes of a serialised registration handle, at most [`MAX_HANDLE_SIZE`]
-    /// (`btl_registration_handle_size`).
+    /// Bytes of the serialised handle of a one-range registration
+    /// (`btl_registration_handle_size`); a vectored registration's may be longer, never
+    /// more than [`MAX_HANDLE_SIZE`].
     pub registration_handle_size: usize,
 }
 
@@ -126,6 +139,26 @@ impl Attributes {
             "largest send fragment",
         )?
         .register(
+            &p("put_limit"),
+            Value::Size(defaults.put_limit),
+            "largest single put; larger ones are refused (the upper layer splits them)",
+        )?
+        .register(
+            &p("put_alignment"),
+            Value::Size(defaults.put_alignment),
+            "required alignment of put addresses and sizes, a power of two (1: none)",
+        )?
+        .register(
+            &p("get_limit"),
+            Value::Size(defaults.get_limit),
+            "largest single get; larger ones are refused (the upper layer splits them)",
+        )?
+        .register(
+            &p("get_alignment"),
+            Value::Size(defaults.get_alignment),
+            "required alignment of get addresses and sizes, a power of two (1: none)",
+        )?
+        .register(
             &p("exclusivity"),
             Value::Int(defaults.exclusivity.into()),
             "priority when several transports reach a peer (higher wins)",
@@ -155,6 +188,25 @@ impl Attributes {
         a.eager_limit = config.size(&p("eager_limit"))?;
         a.rndv_eager_limit = config.size(&p("rndv_eager_limit"))?;
         a.max_send_size = config.size(&p("max_send_size"))?;
+        a.put_limit = config.size(&p("put_limit"))?;
+        a.get_limit = config.size(&p("get_limit"))?;
+        let alignment = |f: &str| -> Result<usize> {
+            match config.size(&p(f))? {
+                0 => Ok(1),
+                v if v.is_power_of_two() => Ok(v),
+                v => Err(crate::Error::NotAvailable(format!(
+                    "{} = {v} is not a power of two: use 1 (none), 2, 4, 8, ...",
+                    p(f)
+                ))),
+            }
+        };
+        a.put_alignment = alignment("put_alignment")?;
+        a.get_alignment = alignment("get_alignment")?;
+        if a.put_limit == 0 || a.get_limit == 0 {
+            return Err(crate::Error::NotAvailable(format!(
+                "btl_{name}_put_limit and btl_{name}_get_limit must be at least 1"
+            )));
+        }
         a.exclusivity = int("exclusivity")?;
         a.latency = int("latency")?;
         a.bandwidth = int("bandwidth")?;
@@ -165,5 +217,33 @@ impl Attributes {
             )));
         }
         Ok(a)
+    }
+}
+
+impl Attributes {
+    /// For transports, first thing in `put` (`put` true) or `get`: refuse with
+    /// [`Error::NotAvailable`](crate::Error::NotAvailable) a transfer over the limit, or
+    /// one whose local address, remote address or size is not a multiple of the
+    /// alignment. The contract decides these before looking at the handles.
+    #[inline]
+    pub fn check_transfer(&self, put: bool, local: usize, remote: u64, size: usize) -> Result<()> {
+        let (limit, align) = if put {
+            (self.put_limit, self.put_alignment)
+        } else {
+            (self.get_limit, self.get_alignment)
+        };
+        let misaligned = (local as u64 | remote | size as u64) & (align.max(1) as u64 - 1) != 0;
+        if size <= limit && !misaligned {
+            return Ok(());
+        }
+        let what = if put { "put" } else { "get" };
+        Err(crate::Error::NotAvailable(if size > limit {
+            format!("a {what} of {size} bytes exceeds this transport's {what}_limit of {limit}: split it")
+        } else {
+            format!(
+                "a {what} of {size} bytes at local {local:#x} and remote {remote:#x} is not \
+                 aligned to this transport's {what}_alignment of {align}"
+            )
+        }))
     }
 }

@@ -29,6 +29,39 @@ pub enum Error {
         /// Its length.
         len: usize,
     },
+    /// A registration of no range, or of more than the transport takes in one
+    /// (libfabric: `-FI_EINVAL` beyond `mr_iov_limit`).
+    #[error("a registration covers 1 to {max} ranges, not {count}: split it into several")]
+    TooManyRanges {
+        /// Ranges asked for.
+        count: usize,
+        /// Most ranges one registration covers.
+        max: usize,
+    },
+    /// A requested key that a live registration of this module holds already
+    /// (libfabric: `-FI_ENOKEY`).
+    #[error(
+        "requested key {0:#x} is in use by a live registration of this module: request \
+         another key, or deregister the one holding it"
+    )]
+    KeyInUse(u64),
+    /// A requested key the transport will not honour (libfabric: `-FI_EKEYREJECTED`).
+    #[error("requested key {key:#x} rejected: {why}")]
+    KeyRejected {
+        /// The key asked for.
+        key: u64,
+        /// Why it cannot be had.
+        why: &'static str,
+    },
+    /// Access that the transport cannot grant (libfabric: `-FI_EINVAL`,
+    /// `-FI_EOPNOTSUPP`).
+    #[error("cannot register for access {requested:?}: {why}")]
+    AccessNotSupported {
+        /// The access asked for.
+        requested: Access,
+        /// Why it cannot be had.
+        why: &'static str,
+    },
     /// The registration cache or the registrar refused.
     #[error("registration failed: {0}")]
     Registration(#[from] rbtl_rcache::Error),
@@ -85,8 +118,9 @@ pub enum Error {
         /// Its length.
         len: usize,
     },
-    /// An atomic on an address that is not 8-byte aligned.
-    #[error("atomic target {0:#x} is not 8-byte aligned")]
+    /// An atomic on an address that is not aligned to its word (8 bytes, or 4 for a
+    /// 32-bit atomic).
+    #[error("atomic target {0:#x} is not aligned to its word (8 bytes; 4 for 32-bit atomics)")]
     Misaligned(u64),
     /// A tag in a reserved range, or with no receive callback.
     #[error("tag {tag}: {why}")]

@@ -2,7 +2,7 @@
 //! (Open MPI: `mca_btl_base_registration_handle_t`, an opaque blob of
 //! `btl_registration_handle_size` bytes).
 
-use crate::{Error, Result, MAX_HANDLE_SIZE};
+use crate::{Error, MemRange, Result, MAX_HANDLE_SIZE, MAX_RANGES};
 use rbtl_rcache::Access;
 use std::any::Any;
 use std::fmt;
@@ -63,34 +63,44 @@ impl fmt::Debug for RemoteHandle {
     }
 }
 
-/// A local registration made by `register_mem`. It keeps the registration alive:
-/// `deregister_mem` releases it (a second call is an error), and so does dropping it.
-/// Not `Clone`: one handle, one registration reference.
+/// A local registration made by `register` (or `register_mem`). It keeps the
+/// registration alive: `deregister_mem` releases it (a second call is an error), and so
+/// does dropping it. Not `Clone`: one handle, one registration reference.
 pub struct MemHandle {
     owner: ModuleId,
-    base: usize,
-    len: usize,
+    key: u64,
+    ranges: [MemRange; MAX_RANGES],
+    count: u8,
     access: Access,
     remote: RemoteHandle,
     inner: Option<Box<dyn Any + Send + Sync>>,
 }
 
 impl MemHandle {
-    /// Made by transports: `inner` is the transport's own state of the registration
-    /// (typically an rcache registration), released when the handle is deregistered or
-    /// dropped.
+    /// Made by transports: the registration of `ranges` (1 to [`MAX_RANGES`], checked
+    /// by the transport) under `key`; `inner` is the transport's own state of the
+    /// registration (typically rcache registrations), released when the handle is
+    /// deregistered or dropped.
     pub fn new(
         owner: ModuleId,
-        base: usize,
-        len: usize,
+        key: u64,
+        ranges: &[MemRange],
         access: Access,
         remote: RemoteHandle,
         inner: Box<dyn Any + Send + Sync>,
     ) -> MemHandle {
+        assert!(
+            (1..=MAX_RANGES).contains(&ranges.len()),
+            "a transport made a handle of {} ranges",
+            ranges.len()
+        );
+        let mut r = [MemRange::default(); MAX_RANGES];
+        r[..ranges.len()].copy_from_slice(ranges);
         MemHandle {
             owner,
-            base,
-            len,
+            key,
+            ranges: r,
+            count: ranges.len() as u8,
             access,
             remote,
             inner: Some(inner),
@@ -102,19 +112,33 @@ impl MemHandle {
         &self.remote
     }
 
-    /// Start of the registered range (as asked, not page-aligned).
-    pub fn base(&self) -> usize {
-        self.base
+    /// The registration's key (libfabric: `fi_mr_key`): the requested one, or the one
+    /// the transport chose. Keys of live registrations of one module differ, except on
+    /// transports with [`BtlFlags::PROVIDER_KEYS`](crate::BtlFlags::PROVIDER_KEYS),
+    /// where two handles served by one device registration share its key.
+    pub fn key(&self) -> u64 {
+        self.key
     }
 
-    /// Length of the registered range.
+    /// The registered ranges, as asked (not page-aligned).
+    pub fn ranges(&self) -> &[MemRange] {
+        &self.ranges[..usize::from(self.count)]
+    }
+
+    /// Start of the (first) registered range.
+    pub fn base(&self) -> usize {
+        self.ranges[0].base
+    }
+
+    /// Bytes registered: the length of the range, or the sum over a vectored
+    /// registration's ranges.
     pub fn len(&self) -> usize {
-        self.len
+        self.ranges().iter().map(|r| r.len).sum()
     }
 
     /// Always false: zero-length registrations are refused.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
     /// The access the registration grants.
@@ -133,7 +157,9 @@ impl MemHandle {
     }
 
     /// For transports: check the handle is theirs and live, that `[addr, addr+len)`
-    /// lies inside it and that it grants `needs`; then give their inner state.
+    /// lies inside one of its ranges and that it grants `needs`; then give their inner
+    /// state.
+    #[inline]
     pub fn check<T: 'static>(
         &self,
         module: ModuleId,
@@ -141,6 +167,18 @@ impl MemHandle {
         len: usize,
         needs: Access,
     ) -> Result<&T> {
+        self.check_at(module, addr, len, needs).map(|(t, _)| t)
+    }
+
+    /// As [`MemHandle::check`], with the index of the range the access lies in.
+    #[inline]
+    pub fn check_at<T: 'static>(
+        &self,
+        module: ModuleId,
+        addr: usize,
+        len: usize,
+        needs: Access,
+    ) -> Result<(&T, usize)> {
         if self.owner != module {
             return Err(Error::ForeignHandle {
                 what: "memory handle",
@@ -152,7 +190,8 @@ impl MemHandle {
         let Some(inner) = self.inner.as_ref() else {
             return Err(Error::Deregistered);
         };
-        check_range("local", addr as u64, len, self.base as u64, self.len)?;
+        let ranges = self.ranges().iter().map(|r| (r.base as u64, r.len));
+        let index = find_range("local", ranges, addr as u64, len)?;
         if !self.access.contains(needs) {
             return Err(Error::AccessDenied {
                 side: "local",
@@ -161,7 +200,7 @@ impl MemHandle {
             });
         }
         match inner.downcast_ref::<T>() {
-            Some(reg) => Ok(reg),
+            Some(reg) => Ok((reg, index)),
             None => Err(Error::BadRemoteHandle("handle of another transport".into())),
         }
     }
@@ -183,8 +222,8 @@ impl fmt::Debug for MemHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemHandle")
             .field("owner", &format_args!("{:#x}", self.owner.0))
-            .field("base", &format_args!("{:#x}", self.base))
-            .field("len", &self.len)
+            .field("key", &format_args!("{:#x}", self.key))
+            .field("ranges", &self.ranges())
             .field("access", &self.access)
             .field("live", &self.is_live())
             .finish()
@@ -222,9 +261,37 @@ pub fn check_range(
     }
 }
 
+/// The index of the first of `ranges` (start, length) that holds `[addr, addr+len)`,
+/// or [`Error::OutOfRange`] naming the range the access starts in (else the first).
+#[inline]
+pub fn find_range(
+    side: &'static str,
+    ranges: impl Iterator<Item = (u64, usize)> + Clone,
+    addr: u64,
+    len: usize,
+) -> Result<usize> {
+    let mut nearest = None;
+    for (i, (base, reg_len)) in ranges.clone().enumerate() {
+        if check_range(side, addr, len, base, reg_len).is_ok() {
+            return Ok(i);
+        }
+        if nearest.is_none() && addr >= base && addr - base < reg_len as u64 {
+            nearest = Some((base, reg_len));
+        }
+    }
+    let (base, reg_len) = nearest.or_else(|| ranges.clone().next()).unwrap_or((0, 0));
+    Err(Error::OutOfRange {
+        side,
+        addr,
+        len,
+        base,
+        reg_len,
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::check_range;
+    use super::{check_range, find_range};
     use crate::Error;
 
     #[test]
@@ -250,5 +317,25 @@ mod tests {
         assert!(outside(u64::MAX - 1, 1, u64::MAX - 2, 16));
         assert!(outside(5, 1, 1, usize::MAX));
         assert!(outside(u64::MAX, 0, u64::MAX, usize::MAX));
+    }
+
+    #[test]
+    fn an_access_lies_inside_one_range_or_is_out_of_range() {
+        let ranges = [(100u64, 10usize), (110, 10), (200, 50)];
+        let find = |addr: u64, len: usize| find_range("remote", ranges.iter().copied(), addr, len);
+        assert_eq!(find(100, 10).unwrap(), 0);
+        assert_eq!(
+            find(110, 10).unwrap(),
+            1,
+            "the second, though it touches the first"
+        );
+        assert_eq!(find(220, 30).unwrap(), 2);
+        // Across the boundary of two touching ranges, in a gap, past the last.
+        for (addr, len, base) in [(105u64, 10usize, 100u64), (150, 1, 100), (240, 11, 200)] {
+            match find(addr, len) {
+                Err(Error::OutOfRange { base: b, .. }) => assert_eq!(b, base, "{addr}+{len}"),
+                other => panic!("{addr}+{len}: {other:?}"),
+            }
+        }
     }
 }

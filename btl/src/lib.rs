@@ -7,6 +7,8 @@
 //! | `mca_btl_base_module_t` | [`Module`] |
 //! | `btl_eager_limit`, `btl_put_limit`, `btl_flags`, ... | [`Attributes`], [`BtlFlags`] |
 //! | `mca_btl_base_registration_handle_t` | [`MemHandle`] (local), [`RemoteHandle`] (bytes for peers) |
+//! | (libfabric: `fi_mr_regattr`, `struct fi_mr_attr`, `requested_key`, `fi_mr_regv`) | [`Module::register`], [`RegRequest`], [`MemRange`] |
+//! | `mca_btl_base_atomic_op_t`, `MCA_BTL_ATOMIC_FLAG_32BIT`, `MCA_BTL_ATOMIC_SUPPORTS_*` | [`AtomicOp`], [`rdma_flags::ATOMIC_32BIT`], [`AtomicFlags`] |
 //! | `mca_btl_base_descriptor_t`, `MCA_BTL_DES_FLAGS_*` | [`Descriptor`], [`DesFlags`] |
 //! | `mca_btl_base_tag_t`, `MCA_BTL_TAG_*` | [`Tag`] |
 //! | `mca_btl_base_rdma_completion_fn_t` | [`RdmaCallback`] |
@@ -32,6 +34,7 @@
 #![warn(missing_docs)]
 
 mod am_table;
+mod atomic;
 mod attributes;
 mod component;
 mod copy;
@@ -41,18 +44,21 @@ mod error;
 mod expected;
 mod handle;
 pub mod idle;
+mod keyed_handle;
 mod keytable;
 pub mod loopback;
 mod modex;
 mod module;
 mod rcache_params;
 mod registrations;
+mod request;
 mod send_frags;
 pub mod sm;
 mod tag;
 pub mod tcp;
 pub mod transport_kit;
 
+pub use atomic::{AtomicOp, AtomicRequest, AtomicWidth};
 pub use attributes::{exclusivity, AtomicFlags, Attributes, BtlFlags, MAX_HANDLE_SIZE};
 pub use component::{Component, Framework, SELECT_PARAM, SHM_DIR_PARAM};
 pub use copy::copy_bytes;
@@ -60,16 +66,17 @@ pub use descriptor::{
     DesFlags, Descriptor, Order, Received, SendCallback, SendCompletion, MAX_SEGMENTS,
 };
 pub use error::{Error, Result};
-pub use handle::{check_range, MemHandle, ModuleId, RemoteHandle};
+pub use handle::{check_range, find_range, MemHandle, ModuleId, RemoteHandle};
 pub use modex::{Modex, SingletonModex};
 pub use module::{
-    rdma_flags, AmCallback, AtomicOp, Endpoint, ErrorCallback, ErrorEvent, Expected, Module, Proc,
+    rdma_flags, AmCallback, Endpoint, ErrorCallback, ErrorEvent, Expected, Module, Proc,
     RdmaCallback, RdmaCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, EXPECTED_KEY,
 };
 pub use rbtl_rcache::Access;
+pub use request::{MemRange, RegRequest, MAX_RANGES};
 pub use tag::Tag;
 
 // The transports in this crate name these kit items by their crate-root paths.
 pub(crate) use am_table::AmTable;
 pub(crate) use expected::ExpectedSlot;
-pub(crate) use module::{compare_swap, GET_REMOTE, PUT_REMOTE};
+pub(crate) use module::{GET_REMOTE, PUT_REMOTE};

@@ -10,8 +10,8 @@
 //! `btl` pointer the same way).
 
 use crate::{
-    Attributes, DesFlags, Descriptor, Error, MemHandle, Modex, Order, Received, RemoteHandle,
-    Result, Tag,
+    AtomicOp, Attributes, DesFlags, Descriptor, Error, MemHandle, Modex, Order, Received,
+    RegRequest, RemoteHandle, Result, Tag,
 };
 use rbtl_rcache::Access;
 
@@ -102,49 +102,17 @@ pub struct SendError {
     pub descriptor: Descriptor,
 }
 
-/// Atomic operations on 64-bit words (Open MPI: `mca_btl_base_atomic_op_t`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AtomicOp {
-    /// `*target += operand`.
-    Add,
-    /// `*target &= operand`.
-    And,
-    /// `*target |= operand`.
-    Or,
-    /// `*target ^= operand`.
-    Xor,
-    /// `*target = operand`.
-    Swap,
-}
-
-impl AtomicOp {
-    /// Apply the operation to `word`; the previous value.
-    pub fn apply(self, word: &std::sync::atomic::AtomicU64, operand: u64) -> u64 {
-        use std::sync::atomic::Ordering::AcqRel;
-        match self {
-            AtomicOp::Add => word.fetch_add(operand, AcqRel),
-            AtomicOp::And => word.fetch_and(operand, AcqRel),
-            AtomicOp::Or => word.fetch_or(operand, AcqRel),
-            AtomicOp::Xor => word.fetch_xor(operand, AcqRel),
-            AtomicOp::Swap => word.swap(operand, AcqRel),
-        }
-    }
-}
-
-/// Compare-and-swap on `word`; the previous value.
-pub fn compare_swap(word: &std::sync::atomic::AtomicU64, compare: u64, value: u64) -> u64 {
-    use std::sync::atomic::Ordering::{AcqRel, Acquire};
-    match word.compare_exchange(compare, value, AcqRel, Acquire) {
-        Ok(v) | Err(v) => v,
-    }
-}
-
-/// Flags of put/get/atomics (Open MPI: `MCA_BTL_IN_PLACE`-style op flags).
+/// Flags of put/get/atomics (Open MPI: `MCA_BTL_IN_PLACE`-style op flags and
+/// `MCA_BTL_ATOMIC_FLAG_*`).
 pub mod rdma_flags {
     /// No flags.
     pub const NONE: u32 = 0;
     /// Signal the target's progress engine (where the transport can).
     pub const SIGNAL: u32 = 1;
+    /// An atomic on a 32-bit word instead of a 64-bit one
+    /// (`MCA_BTL_ATOMIC_FLAG_32BIT`), where the module lists
+    /// [`AtomicFlags::U32`](crate::AtomicFlags::U32): see [`crate::AtomicWidth`].
+    pub const ATOMIC_32BIT: u32 = 1 << 1;
 }
 
 /// A receive handed to the transport, which matches and fills it itself, without a
@@ -201,21 +169,43 @@ pub trait Module: Send {
     /// malformed message from a peer. Without a callback they are logged.
     fn register_error(&mut self, callback: ErrorCallback);
 
-    /// Register `[base, base+len)` for `access` (Open MPI: `btl_register_mem`).
+    /// Register what `request` describes (libfabric: `fi_mr_regattr`): one range or
+    /// several under one handle, for its access, under a requested key or one the
+    /// transport chooses ([`MemHandle::key`]). Refusals are typed:
+    /// [`Error::KeyInUse`] for a requested key a live registration of this module
+    /// holds, [`Error::KeyRejected`] for one the transport will not honour
+    /// ([`BtlFlags::PROVIDER_KEYS`](crate::BtlFlags::PROVIDER_KEYS)),
+    /// [`Error::AccessNotSupported`] for access it cannot grant,
+    /// [`Error::TooManyRanges`], [`Error::ZeroLength`], [`Error::Overflow`]; a refused
+    /// request registers nothing. Peers address the memory by its virtual address, and
+    /// each put, get or atomic must lie inside one range (see [`RegRequest`]).
     ///
     /// # Safety
     ///
-    /// The memory must stay mapped and must not be freed until the handle is
+    /// Every range must stay mapped and must not be freed until the handle is
     /// deregistered or dropped. While registered with remote access, peers may read or
     /// write it at any time: access it only through raw pointers, or after a
     /// synchronisation (completion, flush, a message) that orders the peers' accesses.
+    unsafe fn register(&mut self, request: &RegRequest) -> Result<MemHandle>;
+
+    /// Register `[base, base+len)` for `access` (Open MPI: `btl_register_mem`): a
+    /// [`Module::register`] of that one range, under a key the transport chooses.
+    ///
+    /// # Safety
+    ///
+    /// As [`Module::register`]: the memory must stay mapped until the handle is
+    /// deregistered or dropped.
     unsafe fn register_mem(
         &mut self,
         endpoint: Option<Endpoint>,
         base: usize,
         len: usize,
         access: Access,
-    ) -> Result<MemHandle>;
+    ) -> Result<MemHandle> {
+        let request = RegRequest::new(base, len, access).endpoint(endpoint);
+        // SAFETY: forwarded contract.
+        unsafe { self.register(&request) }
+    }
 
     /// Release a registration (Open MPI: `btl_deregister_mem`). Deregistering twice,
     /// or a handle of another module, is an error and changes nothing.
@@ -271,8 +261,11 @@ pub trait Module: Send {
 
     /// Write `size` bytes from local `local` to the peer's `remote` (Open MPI:
     /// `btl_put`). `Ok` means queued: `callback` runs once the data is visible at the
-    /// target. `OutOfResource` means retry after progress; `NotAvailable` a size or
-    /// alignment limit. Every error leaves the target unchanged.
+    /// target. `OutOfResource` means retry after progress; `NotAvailable` a size over
+    /// [`Attributes::put_limit`] or an address or size that is not a multiple of
+    /// [`Attributes::put_alignment`], decided before the handles are looked at. Both
+    /// addresses must lie, with the whole transfer, inside one range of their
+    /// registrations. Every error leaves the target unchanged.
     #[allow(clippy::too_many_arguments)]
     fn put(
         &mut self,
@@ -304,7 +297,10 @@ pub trait Module: Send {
     ) -> Result<()>;
 
     /// Apply `op` with `operand` to the u64 at the peer's `remote` (Open MPI:
-    /// `btl_atomic_op`).
+    /// `btl_atomic_op`), or to the u32 there when `flags` has
+    /// [`rdma_flags::ATOMIC_32BIT`] (see [`crate::AtomicWidth`]). The word must be
+    /// aligned to its size ([`Error::Misaligned`]); an operation or width the module
+    /// does not list in [`Attributes::atomic_flags`] is [`Error::NotSupported`].
     #[allow(clippy::too_many_arguments)]
     fn atomic_op(
         &mut self,
@@ -320,8 +316,9 @@ pub trait Module: Send {
         Err(Error::NotSupported("atomic_op"))
     }
 
-    /// Apply `op` and write the previous value to local `local` (8 bytes; Open MPI:
-    /// `btl_atomic_fop`).
+    /// Apply `op` and write the previous value to local `local` (Open MPI:
+    /// `btl_atomic_fop`): 8 bytes, or 4 with [`rdma_flags::ATOMIC_32BIT`]; as
+    /// [`Module::atomic_op`] otherwise.
     #[allow(clippy::too_many_arguments)]
     fn atomic_fop(
         &mut self,
@@ -339,8 +336,10 @@ pub trait Module: Send {
         Err(Error::NotSupported("atomic_fop"))
     }
 
-    /// If the u64 at `remote` equals `compare`, store `value`; write the previous
-    /// value to local `local` (Open MPI: `btl_atomic_cswap`).
+    /// If the word at `remote` equals `compare`, store `value`; write the previous
+    /// value to local `local` (Open MPI: `btl_atomic_cswap`). A u64, or with
+    /// [`rdma_flags::ATOMIC_32BIT`] a u32 compared and stored with the low 32 bits of
+    /// `compare` and `value`, its previous value written as 4 bytes.
     #[allow(clippy::too_many_arguments)]
     fn atomic_cswap(
         &mut self,

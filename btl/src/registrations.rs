@@ -1,11 +1,14 @@
-//! `register_mem` for transports whose peers check handles against a [`KeyTable`]
-//! (`self`, `sm`): the registration goes through the registration cache, gets a key in
-//! the table, and leaves the table when its handle is deregistered or dropped.
+//! `register` for transports whose peers check handles against a [`KeyTable`]
+//! (`self`, `sm`, `tcp`): each range goes through the registration cache, the
+//! registration gets its key and an entry per range in the table, and leaves the table
+//! when its handle is deregistered or dropped.
 
-use crate::keytable::{KeyTable, KeyTableView};
-use crate::{Error, MemHandle, ModuleId, Result};
+use crate::keytable::{Entry, KeyTable, KeyTableView};
+use crate::{Attributes, MemHandle, ModuleId, RegRequest, Result};
 use rbtl_rcache::{Access, Rcache, Registrar, RegistrarError, Registration};
 use std::any::Any;
+
+pub use crate::request::check_span;
 use std::sync::{Arc, Mutex};
 
 /// The registrar of memory that needs no pinning (processes on one node).
@@ -26,7 +29,6 @@ impl Registrar for NoPin {
 pub struct Registrations {
     table: Mutex<KeyTable>,
     view: KeyTableView,
-    capacity: usize,
     _memory: Arc<dyn Any + Send + Sync>,
 }
 
@@ -38,14 +40,14 @@ unsafe impl Sync for Registrations {}
 
 /// What a memory handle of such a transport holds.
 pub struct Reg<R: Registrar> {
-    key: u64,
+    entry: Entry,
     owner: Arc<Registrations>,
-    _cached: Registration<R>,
+    _cached: Vec<Registration<R>>,
 }
 
 impl<R: Registrar> Drop for Reg<R> {
     fn drop(&mut self) {
-        self.owner.lock().remove(self.key);
+        self.owner.lock().remove(&self.entry);
     }
 }
 
@@ -67,7 +69,6 @@ impl Registrations {
         Arc::new(Registrations {
             view: table.view(),
             table: Mutex::new(table),
-            capacity,
             _memory: memory,
         })
     }
@@ -82,50 +83,35 @@ impl Registrations {
         self.view
     }
 
-    /// Register `[base, base+len)` for `access`: through `rcache`, then into the table.
+    /// Register what `request` asks for, after [`RegRequest::check`] against the
+    /// module's `attrs`: each range through `rcache`, then the registration into the
+    /// table under the requested key or one the table chooses.
     pub fn register<R: Registrar>(
         self: &Arc<Self>,
         module: ModuleId,
+        attrs: &Attributes,
         rcache: &Arc<Rcache<R>>,
-        base: usize,
-        len: usize,
-        access: Access,
+        request: &RegRequest,
     ) -> Result<MemHandle> {
-        check_span(base, len)?;
-        let cached = rcache.register(base, len, access)?;
-        let (key, remote) = self
-            .lock()
-            .insert(module, base, len, access)
-            .ok_or_else(|| {
-                Error::NotAvailable(format!(
-                    "all {} registration slots are in use: deregister handles or raise the \
-                 transport's max_registrations parameter",
-                    self.capacity
-                ))
-            })?;
+        request.check(attrs)?;
+        let (ranges, access) = (request.ranges(), request.access());
+        let cached = ranges
+            .iter()
+            .map(|r| rcache.register(r.base, r.len, access))
+            .collect::<Result<Vec<_>, _>>()?;
+        let entry = self.lock().insert(module, ranges, access, request.key())?;
         let inner = Reg {
-            key,
+            entry,
             owner: Arc::clone(self),
             _cached: cached,
         };
         Ok(MemHandle::new(
             module,
-            base,
-            len,
+            entry.key,
+            ranges,
             access,
-            remote,
+            entry.remote,
             Box::new(inner),
         ))
     }
-}
-
-/// Refuse what no transport registers: zero bytes, or a range past the address space.
-pub fn check_span(base: usize, len: usize) -> Result<()> {
-    if len == 0 {
-        return Err(Error::ZeroLength);
-    }
-    if base.checked_add(len).is_none() {
-        return Err(Error::Overflow { base, len });
-    }
-    Ok(())
 }

@@ -3,18 +3,22 @@
 //!
 //! The contract's own types also have methods only a transport calls, such as
 //! [`MemHandle::new`](crate::MemHandle::new), [`MemHandle::check`](crate::MemHandle::check),
+//! [`RegRequest::check`](crate::RegRequest::check),
+//! [`Attributes::check_transfer`](crate::Attributes::check_transfer),
 //! [`Descriptor::new`](crate::Descriptor::new) and [`ModuleId::fresh`](crate::ModuleId::fresh).
 
 pub use crate::am_table::{check_not_reserved, AmTable};
+pub use crate::atomic::compare_swap;
 pub use crate::expected::ExpectedSlot;
-pub use crate::module::{compare_swap, GET_REMOTE, PUT_REMOTE};
+pub use crate::module::{GET_REMOTE, PUT_REMOTE};
 
 pub mod keytable {
     //! A fixed-capacity table of live registrations in plain memory (such as a shared
     //! segment), against which peers check remote handles before they touch the memory
     //! (the `self` and `sm` transports).
 
-    pub use crate::keytable::{table_bytes, KeyTable, KeyTableView, Slot, HANDLE_SIZE};
+    pub use crate::keyed_handle::{handle_size, HandleFields, RangeFields, HANDLE_SIZE};
+    pub use crate::keytable::{table_bytes, Entry, KeyTable, KeyTableView, Slot};
 }
 
 pub mod registrations {

@@ -76,6 +76,9 @@ pub struct PortAttr {
     pub ethernet: bool,
     /// Entries in the GID table.
     pub gid_table_len: i32,
+    /// Largest message the port carries, in bytes (`max_msg_sz`): the bound of one
+    /// RDMA write or read.
+    pub max_msg_sz: u32,
 }
 
 /// Device capabilities that matter to a transport.
@@ -191,6 +194,7 @@ impl Context {
             mtu_enum: attr.active_mtu,
             ethernet: attr.link_layer == LINK_LAYER_ETHERNET,
             gid_table_len: attr.gid_tbl_len,
+            max_msg_sz: attr.max_msg_sz,
         })
     }
 

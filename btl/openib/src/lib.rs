@@ -5,11 +5,18 @@
 //!   registered once per chunk, a trailer carrying tag, segment lengths and returned
 //!   credits ([`flow`] keeps senders within the receive buffers posted for them), and
 //!   inline sends below the device's inline limit.
-//! - Put and get are RDMA write and read, atomics the device's fetch-add and
-//!   compare-swap; their callbacks run after the work completion. Remote handles carry
-//!   bounds and access, so out-of-range or unpermitted accesses are refused before
-//!   they reach the wire; a wrong key is refused by the device, with an error
-//!   completion (which, as in RC transports, also ends the connection).
+//! - Put and get are RDMA write and read, at most the port's largest message
+//!   (`max_msg_sz`, which caps `btl_openib_put_limit` and `btl_openib_get_limit`);
+//!   atomics the device's fetch-add and compare-swap, 32-bit ones emulated with
+//!   compare-swap steps on the 8-byte word around them; their callbacks run after the
+//!   work completion. Remote handles ([`remote_key`]) carry bounds and access, so
+//!   out-of-range or unpermitted accesses are refused before they reach the wire; a
+//!   wrong key is refused by the device, with an error completion (which, as in RC
+//!   transports, also ends the connection).
+//! - Registrations: one memory region per range, so a vectored registration's handle
+//!   lists each range's remote key; the device chooses the keys
+//!   ([`BtlFlags::PROVIDER_KEYS`]), so a requested key is refused with
+//!   [`Error::KeyRejected`].
 //! - Connections are made on first use by a connection method (CPC) chosen per peer:
 //!   `oob` (over TCP between the processes) or `rdma_cm` (over the port's IP
 //!   address); `xrc` is registered but cannot run yet. What is sent while a connection
@@ -34,6 +41,7 @@ mod module;
 pub mod oob;
 mod peer;
 pub mod rdma_cm;
+pub mod remote_key;
 mod secret;
 mod srq;
 pub mod wire;
@@ -79,6 +87,7 @@ fn default_attributes() -> Attributes {
         eager_limit: 12 * 1024,
         rndv_eager_limit: 12 * 1024,
         max_send_size: 16 * 1024,
+        // Capped by each port's largest message (`max_msg_sz`) when its module is made.
         put_limit: 1 << 30,
         put_alignment: 1,
         get_limit: 1 << 30,
@@ -90,9 +99,10 @@ fn default_attributes() -> Attributes {
             | BtlFlags::PUT
             | BtlFlags::GET
             | BtlFlags::REGISTRATION_REQUIRED
-            | BtlFlags::RDMA_REMOTE_COMPLETION,
+            | BtlFlags::RDMA_REMOTE_COMPLETION
+            | BtlFlags::PROVIDER_KEYS,
         atomic_flags: AtomicFlags::empty(),
-        registration_handle_size: wire::REMOTE_KEY_LEN,
+        registration_handle_size: remote_key::REMOTE_KEY_LEN,
     }
 }
 
@@ -236,9 +246,15 @@ impl Component for OpenibComponent {
                     mtu: pa.mtu_enum as u8,
                 };
                 let mut a = attrs.clone();
+                // One RDMA write or read carries at most the port's largest message.
+                let most = usize::try_from(pa.max_msg_sz).unwrap_or(usize::MAX).max(1);
+                a.put_limit = a.put_limit.min(most);
+                a.get_limit = a.get_limit.min(most);
                 if dev.atomics {
                     a.flags |= BtlFlags::ATOMIC_OPS | BtlFlags::ATOMIC_FOPS;
-                    a.atomic_flags = AtomicFlags::ADD | AtomicFlags::CSWAP | AtomicFlags::U64;
+                    // 32-bit ones emulated with 64-bit compare-swap (module::emu32).
+                    a.atomic_flags =
+                        AtomicFlags::ADD | AtomicFlags::CSWAP | AtomicFlags::U64 | AtomicFlags::U32;
                 }
                 let core = new_core(&ctx, dev.max_cqe, config, a, settings, port, modex)?;
                 let mut subnet = [0; 8];

@@ -1,5 +1,5 @@
-//! What travels: the trailer every send carries after its payload, and the remote
-//! handle of a registration.
+//! What travels: the trailer every send carries after its payload (the remote handle
+//! of a registration is in `remote_key`).
 //!
 //! A send fragment is `[payload][segment lengths][trailer]`: the lengths of all but the
 //! last segment (u32 each, only when there are several), then 8 bytes: tag, flags,
@@ -7,7 +7,7 @@
 //! rather than a header lets the payload start at the fragment's start, where the
 //! descriptor put it.
 
-use rbtl_btl::{check_range, Access, Error, Result, MAX_SEGMENTS};
+use rbtl_btl::MAX_SEGMENTS;
 
 /// Bytes of the trailer.
 pub const TRAILER: usize = 8;
@@ -90,66 +90,6 @@ pub fn parse(bytes: &[u8], lens: &mut [usize; MAX_SEGMENTS]) -> Option<(Trailer,
     Some((t, nseg))
 }
 
-/// The bytes of a registration a peer needs: where, how long, the remote key, and the
-/// access granted (checked by the initiator, so refusals are errors, not broken
-/// connections; the device checks the key and bounds again).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RemoteKey {
-    /// Start of the registered range.
-    pub base: u64,
-    /// Its length.
-    pub len: u64,
-    /// The memory region's remote key.
-    pub rkey: u32,
-    /// Access granted.
-    pub access: Access,
-}
-
-/// Bytes of an encoded [`RemoteKey`].
-pub const REMOTE_KEY_LEN: usize = 24;
-
-impl RemoteKey {
-    /// Its bytes.
-    pub fn to_bytes(self) -> [u8; REMOTE_KEY_LEN] {
-        let mut b = [0; REMOTE_KEY_LEN];
-        b[0..8].copy_from_slice(&self.base.to_le_bytes());
-        b[8..16].copy_from_slice(&self.len.to_le_bytes());
-        b[16..20].copy_from_slice(&self.rkey.to_le_bytes());
-        b[20..24].copy_from_slice(&self.access.bits().to_le_bytes());
-        b
-    }
-
-    /// From a peer's handle bytes.
-    #[inline]
-    pub fn from_bytes(b: &[u8]) -> Result<RemoteKey> {
-        let b: &[u8; REMOTE_KEY_LEN] = b.try_into().map_err(|_| Error::MalformedHandle(b.len()))?;
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-        Ok(RemoteKey {
-            base: u64_at(0),
-            len: u64_at(8),
-            rkey: u32_at(16),
-            access: match Access::from_bits(u32_at(20)) {
-                Some(access) => access,
-                None => return Err(Error::MalformedHandle(REMOTE_KEY_LEN)),
-            },
-        })
-    }
-
-    /// Check that `[addr, addr+len)` lies inside and that the access `needs` is granted.
-    pub fn check(&self, addr: u64, len: usize, needs: Access) -> Result<()> {
-        check_range("remote", addr, len, self.base, self.len as usize)?;
-        if !self.access.contains(needs) {
-            return Err(Error::AccessDenied {
-                side: "remote",
-                has: self.access,
-                needs,
-            });
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,30 +111,6 @@ mod tests {
         assert_eq!((back, nseg), (t, 3));
         assert_eq!(&out[..3], &lens);
         assert!(parse(&[1, 2, 3], &mut out).is_none());
-    }
-
-    #[test]
-    fn remote_keys_check_bounds_and_access() {
-        let k = RemoteKey {
-            base: 4096,
-            len: 100,
-            rkey: 7,
-            access: Access::REMOTE_READ,
-        };
-        assert_eq!(RemoteKey::from_bytes(&k.to_bytes()).unwrap(), k);
-        assert!(k.check(4096, 100, Access::REMOTE_READ).is_ok());
-        assert!(matches!(
-            k.check(4100, 100, Access::REMOTE_READ),
-            Err(Error::OutOfRange { side: "remote", .. })
-        ));
-        assert!(matches!(
-            k.check(4096, 8, Access::REMOTE_WRITE),
-            Err(Error::AccessDenied { side: "remote", .. })
-        ));
-        assert!(matches!(
-            RemoteKey::from_bytes(&[0; 5]),
-            Err(Error::MalformedHandle(5))
-        ));
     }
 
     #[test]
@@ -231,18 +147,6 @@ mod tests {
             Some(_) => default,
             None => ProptestConfig { cases, ..default },
         }
-    }
-
-    /// Words where arithmetic goes wrong: small, near a power of two, near the top.
-    fn word() -> impl Strategy<Value = u64> {
-        prop_oneof![
-            0..64u64,
-            (4096 - 16)..(4096 + 16u64),
-            (u64::from(u32::MAX) - 8)..(u64::from(u32::MAX) + 8),
-            (u64::MAX / 2 - 8)..(u64::MAX / 2 + 8),
-            (u64::MAX - 64)..=u64::MAX,
-            any::<u64>(),
-        ]
     }
 
     /// Segment lengths as a table entry may hold them: small, or huge.
@@ -413,115 +317,6 @@ mod tests {
             let mut long = frag.clone();
             long.extend_from_slice(&extra);
             assert_consistent(&long, parse(&long, &mut out), &out)?;
-        }
-
-        #[test]
-        fn remote_keys_round_trip(
-            base in word(),
-            len in word(),
-            rkey in any::<u32>(),
-            bits in 0..32u32,
-        ) {
-            let k = RemoteKey { base, len, rkey, access: Access::from_bits_truncate(bits) };
-            prop_assert_eq!(RemoteKey::from_bytes(&k.to_bytes()).unwrap(), k);
-        }
-
-        /// Handle bytes of any length: a key only from exactly its length with known
-        /// access bits, else `MalformedHandle` naming the length.
-        #[test]
-        fn random_handle_bytes_are_a_key_or_malformed(bytes in vec(any::<u8>(), 0..64)) {
-            match RemoteKey::from_bytes(&bytes) {
-                Ok(k) => {
-                    prop_assert_eq!(bytes.len(), REMOTE_KEY_LEN);
-                    prop_assert_eq!(&k.to_bytes()[..], &bytes[..]);
-                }
-                Err(Error::MalformedHandle(n)) => prop_assert_eq!(n, bytes.len()),
-                Err(e) => prop_assert!(false, "unexpected error {}", e),
-            }
-        }
-
-        /// A valid key cut short or extended, or with access bits no registration has.
-        #[test]
-        fn truncated_extended_or_unknown_access_keys_are_malformed(
-            base in word(),
-            len in word(),
-            rkey in any::<u32>(),
-            cut in 0..REMOTE_KEY_LEN,
-            extra in vec(any::<u8>(), 1..16),
-            unknown in 5..32u32,
-        ) {
-            let k = RemoteKey { base, len, rkey, access: Access::all() }.to_bytes();
-            let short = RemoteKey::from_bytes(&k[..cut]);
-            prop_assert!(
-                matches!(short, Err(Error::MalformedHandle(n)) if n == cut),
-                "{:?}",
-                short
-            );
-            let mut long = k.to_vec();
-            long.extend_from_slice(&extra);
-            let long_key = RemoteKey::from_bytes(&long);
-            prop_assert!(
-                matches!(long_key, Err(Error::MalformedHandle(n)) if n == long.len()),
-                "{:?}",
-                long_key
-            );
-            let mut odd = k;
-            odd[20..24].copy_from_slice(&(Access::all().bits() | 1 << unknown).to_le_bytes());
-            let odd_key = RemoteKey::from_bytes(&odd);
-            prop_assert!(
-                matches!(odd_key, Err(Error::MalformedHandle(REMOTE_KEY_LEN))),
-                "{:?}",
-                odd_key
-            );
-        }
-
-        /// `check` against exact arithmetic: in range (without wrapping, the key's own
-        /// range included) and granted, or a typed refusal saying which.
-        #[test]
-        fn key_checks_match_exact_arithmetic(
-            base in word(),
-            len in word(),
-            granted in 0..32u32,
-            addr in word(),
-            near in prop::option::of(0..8192u64),
-            size in word(),
-            needs in 0..32u32,
-        ) {
-            // Half the time an address at or just past the key's base.
-            let addr = near.map_or(addr, |off| base.wrapping_add(off));
-            let k = RemoteKey {
-                base,
-                len,
-                rkey: 1,
-                access: Access::from_bits_truncate(granted),
-            };
-            let size = size as usize;
-            let needs = Access::from_bits_truncate(needs);
-            let (end, limit) = (u128::from(addr) + size as u128, u128::from(base) + u128::from(len));
-            let fits_u64 = |x: u128| x <= u128::from(u64::MAX);
-            let inside = addr >= base && end <= limit && fits_u64(end) && fits_u64(limit);
-            match k.check(addr, size, needs) {
-                Ok(()) => prop_assert!(inside && k.access.contains(needs)),
-                Err(Error::OutOfRange { side: "remote", .. }) => prop_assert!(!inside),
-                Err(Error::AccessDenied { side: "remote", .. }) => {
-                    prop_assert!(inside && !k.access.contains(needs))
-                }
-                Err(e) => prop_assert!(false, "unexpected error {}", e),
-            }
-        }
-
-        /// A key whose range wraps around the top of the address space grants nothing.
-        #[test]
-        fn keys_whose_range_wraps_grant_nothing(
-            base in (u64::MAX - 4096)..=u64::MAX,
-            len in 4097u64..=u64::MAX,
-            offset in 0..4096u64,
-            size in 0..64usize,
-        ) {
-            let k = RemoteKey { base, len, rkey: 1, access: Access::all() };
-            let addr = base.saturating_add(offset);
-            let checked = k.check(addr, size, Access::REMOTE_READ);
-            prop_assert!(matches!(checked, Err(Error::OutOfRange { .. })), "{:?}", checked);
         }
     }
 }

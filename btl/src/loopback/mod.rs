@@ -7,5 +7,4 @@ mod component;
 mod module;
 
 pub use component::{default_attributes, Limits, SelfComponent};
-pub(crate) use module::word_at;
 pub use module::SelfModule;

@@ -9,27 +9,15 @@ use crate::registrations::{NoPin, Reg, Registrations};
 use crate::send_frags::SendFrags;
 use crate::AmTable;
 use crate::{
-    AmCallback, AtomicOp, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
-    MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback, RdmaCompletion, Received,
-    RemoteHandle, Result, SendCompletion, SendError, SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
+    AmCallback, AtomicOp, AtomicRequest, AtomicWidth, Attributes, DesFlags, Descriptor, Endpoint,
+    Error, ErrorCallback, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback,
+    RdmaCompletion, Received, RegRequest, RemoteHandle, Result, SendCompletion, SendError,
+    SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
 };
 use rbtl_mpool::Region;
 use rbtl_rcache::{Access, Rcache};
 use std::collections::VecDeque;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
-
-/// The word at an atomic target.
-///
-/// # Safety
-///
-/// `target` must be 8-byte aligned and lie inside a live registration with ATOMIC
-/// access (register_mem's contract keeps that memory mapped and lets peers access it
-/// only through atomics or raw pointers).
-pub(crate) unsafe fn word_at<'a>(target: *mut u8) -> &'a AtomicU64 {
-    // SAFETY: forwarded contract.
-    unsafe { AtomicU64::from_ptr(target.cast::<u64>()) }
-}
 
 /// Bytes a small message carries in its event instead of a fragment.
 const INLINE_MAX: usize = 56;
@@ -231,23 +219,42 @@ impl SelfModule {
         }
     }
 
-    fn atomic_apply(&self, target: *mut u8, op: AtomicOp, operand: u64) -> u64 {
-        // SAFETY: `target` comes from atomic_target, which checked alignment and the
-        // registration.
-        op.apply(unsafe { word_at(target) }, operand)
-    }
-
-    fn atomic_target(&self, ep: Endpoint, remote: u64, handle: &RemoteHandle) -> Result<*mut u8> {
+    /// Apply an atomic to the peer's (our own) word at `remote`, its previous value
+    /// going to `result` if any, after the checks; then queue its completion.
+    #[allow(clippy::too_many_arguments)]
+    fn atomic(
+        &mut self,
+        ep: Endpoint,
+        result: Option<(usize, &MemHandle)>,
+        remote: u64,
+        handle: &RemoteHandle,
+        op: Option<AtomicOp>,
+        operand: u64,
+        compare: u64,
+        flags: u32,
+        callback: RdmaCallback,
+    ) -> Result<()> {
         self.check_endpoint(ep)?;
-        if remote % 8 != 0 {
-            return Err(Error::Misaligned(remote));
+        let width = AtomicWidth::of(flags);
+        width.check_aligned(remote)?;
+        let target = self.remote_target(handle, remote, width.bytes(), Access::ATOMIC)?;
+        if let Some((local, h)) = result {
+            h.check::<Reg<NoPin>>(self.id, local, width.bytes(), Access::LOCAL_WRITE)?;
         }
-        self.remote_target(handle, remote, 8, Access::ATOMIC)
-    }
-
-    fn fetch_result(&self, local: usize, handle: &MemHandle) -> Result<*mut u8> {
-        handle.check::<Reg<NoPin>>(self.id, local, 8, Access::LOCAL_WRITE)?;
-        Ok(local as *mut u8)
+        let request = AtomicRequest { op, width };
+        // SAFETY: `target` was checked to be aligned to the width and inside a live
+        // registration with atomic access.
+        let old = unsafe { request.apply(target, operand, compare) };
+        let local = match result {
+            Some((local, _)) => {
+                // SAFETY: checked to be `width` writable bytes of a live registration.
+                unsafe { width.store(local, old) };
+                local
+            }
+            None => 0,
+        };
+        self.complete(ep, local, width.bytes(), callback);
+        Ok(())
     }
 }
 
@@ -296,14 +303,9 @@ impl Module for SelfModule {
     /// A process cannot lose itself: the callback is never needed and is dropped.
     fn register_error(&mut self, _callback: ErrorCallback) {}
 
-    unsafe fn register_mem(
-        &mut self,
-        _endpoint: Option<Endpoint>,
-        base: usize,
-        len: usize,
-        access: Access,
-    ) -> Result<MemHandle> {
-        self.regs.register(self.id, &self.rcache, base, len, access)
+    unsafe fn register(&mut self, request: &RegRequest) -> Result<MemHandle> {
+        self.regs
+            .register(self.id, &self.attrs, &self.rcache, request)
     }
 
     fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()> {
@@ -409,6 +411,7 @@ impl Module for SelfModule {
         _order: Order,
         callback: RdmaCallback,
     ) -> Result<()> {
+        self.attrs.check_transfer(true, local, remote, size)?;
         self.check_endpoint(endpoint)?;
         local_handle.check::<Reg<NoPin>>(self.id, local, size, Access::LOCAL_READ)?;
         let dst = self.remote_target(remote_handle, remote, size, crate::PUT_REMOTE)?;
@@ -431,6 +434,7 @@ impl Module for SelfModule {
         _order: Order,
         callback: RdmaCallback,
     ) -> Result<()> {
+        self.attrs.check_transfer(false, local, remote, size)?;
         self.check_endpoint(endpoint)?;
         local_handle.check::<Reg<NoPin>>(self.id, local, size, Access::LOCAL_WRITE)?;
         let src = self.remote_target(remote_handle, remote, size, crate::GET_REMOTE)?;
@@ -447,14 +451,22 @@ impl Module for SelfModule {
         remote_handle: &RemoteHandle,
         op: AtomicOp,
         operand: u64,
-        _flags: u32,
+        flags: u32,
         _order: Order,
         callback: RdmaCallback,
     ) -> Result<()> {
-        let target = self.atomic_target(endpoint, remote, remote_handle)?;
-        self.atomic_apply(target, op, operand);
-        self.complete(endpoint, 0, 8, callback);
-        Ok(())
+        let h = remote_handle;
+        self.atomic(
+            endpoint,
+            None,
+            remote,
+            h,
+            Some(op),
+            operand,
+            0,
+            flags,
+            callback,
+        )
     }
 
     fn atomic_fop(
@@ -466,17 +478,22 @@ impl Module for SelfModule {
         remote_handle: &RemoteHandle,
         op: AtomicOp,
         operand: u64,
-        _flags: u32,
+        flags: u32,
         _order: Order,
         callback: RdmaCallback,
     ) -> Result<()> {
-        let target = self.atomic_target(endpoint, remote, remote_handle)?;
-        let result = self.fetch_result(local, local_handle)?;
-        let old = self.atomic_apply(target, op, operand);
-        // SAFETY: `result` was checked to be 8 writable bytes of a live registration.
-        unsafe { result.cast::<u64>().write_unaligned(old) };
-        self.complete(endpoint, local, 8, callback);
-        Ok(())
+        let (result, h) = (Some((local, local_handle)), remote_handle);
+        self.atomic(
+            endpoint,
+            result,
+            remote,
+            h,
+            Some(op),
+            operand,
+            0,
+            flags,
+            callback,
+        )
     }
 
     fn atomic_cswap(
@@ -488,19 +505,14 @@ impl Module for SelfModule {
         remote_handle: &RemoteHandle,
         compare: u64,
         value: u64,
-        _flags: u32,
+        flags: u32,
         _order: Order,
         callback: RdmaCallback,
     ) -> Result<()> {
-        let target = self.atomic_target(endpoint, remote, remote_handle)?;
-        let result = self.fetch_result(local, local_handle)?;
-        // SAFETY: `target` comes from atomic_target, which checked alignment and the
-        // registration.
-        let old = crate::compare_swap(unsafe { word_at(target) }, compare, value);
-        // SAFETY: `result` was checked to be 8 writable bytes of a live registration.
-        unsafe { result.cast::<u64>().write_unaligned(old) };
-        self.complete(endpoint, local, 8, callback);
-        Ok(())
+        let (result, h) = (Some((local, local_handle)), remote_handle);
+        self.atomic(
+            endpoint, result, remote, h, None, value, compare, flags, callback,
+        )
     }
 
     fn flush(&mut self, endpoint: Option<Endpoint>) -> Result<()> {

@@ -19,8 +19,8 @@ use super::wire::{self, Message};
 use crate::done::Done;
 use crate::keytable::KeyTableView;
 use crate::{
-    AtomicOp, Endpoint, Error, ModuleId, RdmaCallback, RdmaCompletion, RemoteHandle, Result,
-    GET_REMOTE, PUT_REMOTE,
+    AtomicRequest, AtomicWidth, Endpoint, Error, ModuleId, RdmaCallback, RdmaCompletion,
+    RemoteHandle, Result, GET_REMOTE, PUT_REMOTE,
 };
 use rbtl_rcache::Access;
 use std::collections::{HashMap, VecDeque};
@@ -77,6 +77,7 @@ enum Pending {
     },
     Atomic {
         result: Option<usize>,
+        width: AtomicWidth,
     },
 }
 
@@ -229,8 +230,8 @@ impl CopyProtocol {
     }
 
     /// Start an atomic on the word at `remote` at `peer` (endpoint `ep`), checked by
-    /// the caller: `op` with `operand`, or for `None` compare-and-swap of `compare` for
-    /// `operand`; the previous value goes to our `result` if any.
+    /// the caller: `atomic.op` with `operand`, or for `None` compare-and-swap of
+    /// `compare` for `operand`; the previous value goes to our `result` if any.
     #[allow(clippy::too_many_arguments)]
     pub fn start_atomic(
         &mut self,
@@ -239,16 +240,17 @@ impl CopyProtocol {
         result: Option<usize>,
         remote: u64,
         remote_handle: &RemoteHandle,
-        op: Option<AtomicOp>,
+        atomic: AtomicRequest,
         operand: u64,
         compare: u64,
         callback: RdmaCallback,
     ) {
+        let width = atomic.width;
         let req = self.start_op(
             ep,
             result.unwrap_or(0),
-            8,
-            Pending::Atomic { result },
+            width.bytes(),
+            Pending::Atomic { result, width },
             callback,
         );
         let msg = wire::Writer::default()
@@ -256,7 +258,7 @@ impl CopyProtocol {
             .u64(remote)
             .u64(operand)
             .u64(compare)
-            .u64(op.map_or(wire::CSWAP, wire::op_code))
+            .u64(u64::from(atomic.code()))
             .handle(remote_handle)
             .0;
         send(peer, wire::ATOMIC_REQ, msg);
@@ -494,21 +496,23 @@ impl CopyProtocol {
                 op,
                 handle,
             } => {
-                let status = if addr % 8 != 0 {
-                    Err(Error::Misaligned(addr))
-                } else {
-                    check(handle, addr, 8, Access::ATOMIC)
+                let request = u8::try_from(op).ok().and_then(AtomicRequest::of_code);
+                let status = match request {
+                    None => Err(Error::NotSupported("atomic operation code")),
+                    Some(r) => r
+                        .width
+                        .check_aligned(addr)
+                        .and_then(|()| check(handle, addr, r.width.bytes(), Access::ATOMIC))
+                        .map(|()| r),
                 };
                 let (old, code) = match status {
-                    Ok(()) => {
-                        // SAFETY: checked: aligned, inside our live registration with
-                        // atomic access.
-                        let word = unsafe { crate::loopback::word_at(addr as usize as *mut u8) };
-                        let old = match wire::op_of(op) {
-                            Some(op) => op.apply(word, operand),
-                            None => crate::compare_swap(word, compare, operand),
-                        };
-                        (old, 0)
+                    Ok(r) => {
+                        // SAFETY: checked: aligned to its width, inside our live
+                        // registration with atomic access.
+                        (
+                            unsafe { r.apply(addr as usize as *mut u8, operand, compare) },
+                            0,
+                        )
                     }
                     Err(e) => (0, wire::status_code(&e)),
                 };
@@ -520,14 +524,18 @@ impl CopyProtocol {
             }
             Message::AtomicResp { req, old, status } => {
                 if let Some(Op {
-                    what: Pending::Atomic { result: Some(at) },
+                    what:
+                        Pending::Atomic {
+                            result: Some(at),
+                            width,
+                        },
                     ..
                 }) = self.ops.get(&req)
                 {
                     if status == 0 {
-                        // SAFETY: 8 bytes checked against a live local registration with
-                        // local-write access when the atomic started.
-                        unsafe { (*at as *mut u64).write_unaligned(old) };
+                        // SAFETY: `width` bytes checked against a live local registration
+                        // with local-write access when the atomic started.
+                        unsafe { width.store(*at, old) };
                     }
                 }
                 self.complete_op(req, wire::status_error(status), done);

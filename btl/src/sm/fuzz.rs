@@ -333,9 +333,11 @@ fn target() -> Target {
     // (no `Registrations` of the module exists here); the segment outlives the table.
     let mut table = unsafe { KeyTable::new(own.region().as_ptr().add(LAYOUT.table_offset()), 8) };
     let access = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::ATOMIC;
-    let (_, handle) = table
-        .insert(id, registered.addr(), 512, access)
-        .expect("room in the table");
+    let range = [crate::MemRange::new(registered.addr(), 512)];
+    let handle = table
+        .insert(id, &range, access, None)
+        .expect("room in the table")
+        .remote;
     let view: KeyTableView = table.view();
     let mut copy = CopyProtocol::new(id, view, 16 << 10);
     let (get_into, result) = (Guarded::new(300), Guarded::new(8));
@@ -357,7 +359,10 @@ fn target() -> Target {
         Some(result.addr()),
         0x1000,
         &handle,
-        None,
+        crate::AtomicRequest {
+            op: None,
+            width: crate::AtomicWidth::W64,
+        },
         1,
         0,
         Box::new(|_, _| {}),

@@ -19,10 +19,10 @@ use crate::registrations::{NoPin, Reg, Registrations};
 use crate::send_frags::SendFrags;
 use crate::AmTable;
 use crate::{
-    AmCallback, AtomicOp, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
-    ErrorEvent, Expected, ExpectedSlot, MemHandle, Modex, Module, ModuleId, Order, Proc,
-    RdmaCallback, RdmaCompletion, Received, RemoteHandle, Result, SendCompletion, SendError,
-    SendOutcome, SendiOutcome, SharedMem, Tag, MAX_SEGMENTS,
+    AmCallback, AtomicOp, AtomicRequest, AtomicWidth, Attributes, DesFlags, Descriptor, Endpoint,
+    Error, ErrorCallback, ErrorEvent, Expected, ExpectedSlot, MemHandle, Modex, Module, ModuleId,
+    Order, Proc, RdmaCallback, RdmaCompletion, Received, RegRequest, RemoteHandle, Result,
+    SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, MAX_SEGMENTS,
 };
 use rbtl_rcache::{Access, Rcache};
 use std::collections::VecDeque;
@@ -68,6 +68,18 @@ fn push_descriptor(producer: &mut Producer, des: &Descriptor, tag: Tag) -> bool 
     // One segment needs no segment table.
     let lens = if n > 1 { &lens[..n] } else { &[] };
     producer.push(tag.0, &[des.bytes()], lens)
+}
+
+/// The one-range handle of the range of `handle` (made by module `target`) that holds
+/// `[addr, addr+len)`.
+fn narrow(
+    target: crate::ModuleId,
+    handle: &RemoteHandle,
+    addr: u64,
+    len: usize,
+) -> Result<RemoteHandle> {
+    let fields = crate::keyed_handle::HandleFields::of(handle, target.0)?;
+    Ok(fields.narrow(fields.find(addr, len)?).to_handle())
 }
 
 impl SmModule {
@@ -246,10 +258,11 @@ impl SmModule {
         size: usize,
         callback: RdmaCallback,
     ) -> Result<()> {
-        let (local_needs, remote_needs) = match dir {
-            cma::Direction::Write => (Access::LOCAL_READ, crate::PUT_REMOTE),
-            cma::Direction::Read => (Access::LOCAL_WRITE, crate::GET_REMOTE),
+        let (local_needs, remote_needs, put) = match dir {
+            cma::Direction::Write => (Access::LOCAL_READ, crate::PUT_REMOTE, true),
+            cma::Direction::Read => (Access::LOCAL_WRITE, crate::GET_REMOTE, false),
         };
+        self.attrs.check_transfer(put, local, remote, size)?;
         local_handle.check::<Reg<NoPin>>(self.id, local, size, local_needs)?;
         let peer = self.peer(ep)?;
         peer.table
@@ -294,6 +307,9 @@ impl SmModule {
             }
         }
         let i = ep.0 as usize;
+        // The copy protocol's requests carry the one-range handle of the range the
+        // transfer lies in (checked above).
+        let remote_handle = &narrow(self.peers[i].module, remote_handle, remote, size)?;
         match dir {
             cma::Direction::Write => {
                 self.copy.start_put(
@@ -334,24 +350,30 @@ impl SmModule {
         op: Option<AtomicOp>,
         operand: u64,
         compare: u64,
+        flags: u32,
         callback: RdmaCallback,
     ) -> Result<()> {
-        if remote % 8 != 0 {
-            return Err(Error::Misaligned(remote));
-        }
+        let width = AtomicWidth::of(flags);
+        width.check_aligned(remote)?;
         if let Some((local, handle)) = result {
-            handle.check::<Reg<NoPin>>(self.id, local, 8, Access::LOCAL_WRITE)?;
+            handle.check::<Reg<NoPin>>(self.id, local, width.bytes(), Access::LOCAL_WRITE)?;
         }
         let peer = self.peer(ep)?;
-        peer.table
-            .check(peer.module, remote_handle, remote, 8, Access::ATOMIC)?;
+        peer.table.check(
+            peer.module,
+            remote_handle,
+            remote,
+            width.bytes(),
+            Access::ATOMIC,
+        )?;
+        let remote_handle = &narrow(peer.module, remote_handle, remote, width.bytes())?;
         self.copy.start_atomic(
             &mut self.peers[ep.0 as usize],
             ep,
             result.map(|r| r.0),
             remote,
             remote_handle,
-            op,
+            AtomicRequest { op, width },
             operand,
             compare,
             callback,
@@ -634,14 +656,9 @@ impl Module for SmModule {
         self.error_cb = Some(callback);
     }
 
-    unsafe fn register_mem(
-        &mut self,
-        _endpoint: Option<Endpoint>,
-        base: usize,
-        len: usize,
-        access: Access,
-    ) -> Result<MemHandle> {
-        self.regs.register(self.id, &self.rcache, base, len, access)
+    unsafe fn register(&mut self, request: &RegRequest) -> Result<MemHandle> {
+        self.regs
+            .register(self.id, &self.attrs, &self.rcache, request)
     }
 
     fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()> {
@@ -794,20 +811,12 @@ impl Module for SmModule {
         remote_handle: &RemoteHandle,
         op: AtomicOp,
         operand: u64,
-        _flags: u32,
+        flags: u32,
         _order: Order,
         callback: RdmaCallback,
     ) -> Result<()> {
-        self.atomic(
-            endpoint,
-            None,
-            remote,
-            remote_handle,
-            Some(op),
-            operand,
-            0,
-            callback,
-        )
+        let (h, op) = (remote_handle, Some(op));
+        self.atomic(endpoint, None, remote, h, op, operand, 0, flags, callback)
     }
 
     fn atomic_fop(
@@ -819,21 +828,12 @@ impl Module for SmModule {
         remote_handle: &RemoteHandle,
         op: AtomicOp,
         operand: u64,
-        _flags: u32,
+        flags: u32,
         _order: Order,
         callback: RdmaCallback,
     ) -> Result<()> {
-        let result = Some((local, local_handle));
-        self.atomic(
-            endpoint,
-            result,
-            remote,
-            remote_handle,
-            Some(op),
-            operand,
-            0,
-            callback,
-        )
+        let (result, h, op) = (Some((local, local_handle)), remote_handle, Some(op));
+        self.atomic(endpoint, result, remote, h, op, operand, 0, flags, callback)
     }
 
     fn atomic_cswap(
@@ -845,20 +845,13 @@ impl Module for SmModule {
         remote_handle: &RemoteHandle,
         compare: u64,
         value: u64,
-        _flags: u32,
+        flags: u32,
         _order: Order,
         callback: RdmaCallback,
     ) -> Result<()> {
-        let result = Some((local, local_handle));
+        let (result, h) = (Some((local, local_handle)), remote_handle);
         self.atomic(
-            endpoint,
-            result,
-            remote,
-            remote_handle,
-            None,
-            value,
-            compare,
-            callback,
+            endpoint, result, remote, h, None, value, compare, flags, callback,
         )
     }
 

@@ -6,7 +6,7 @@
 //! for its peers).
 
 use crate::keytable::HANDLE_SIZE;
-use crate::{AtomicOp, Error, RemoteHandle};
+use crate::{Error, RemoteHandle};
 
 /// A chunk of a put: header then data.
 pub const PUT_DATA: u8 = 1;
@@ -108,7 +108,8 @@ pub enum Message<'a> {
         rate: u64,
         data: &'a [u8],
     },
-    /// An atomic to apply: operation code `op` (see [`op_of`], [`CSWAP`]), under
+    /// An atomic to apply: operation code `op` (an
+    /// [`AtomicRequest`](crate::AtomicRequest)'s wire code), under
     /// `handle` (the rest of the message).
     AtomicReq {
         req: u64,
@@ -217,30 +218,4 @@ pub fn status_error(code: u32) -> Result<(), Error> {
         _ => "the target failed the operation",
     };
     Err(Error::BadRemoteHandle(why.into()))
-}
-
-/// Atomic operation codes on the wire; 5 is compare-swap.
-pub fn op_code(op: AtomicOp) -> u64 {
-    match op {
-        AtomicOp::Add => 0,
-        AtomicOp::And => 1,
-        AtomicOp::Or => 2,
-        AtomicOp::Xor => 3,
-        AtomicOp::Swap => 4,
-    }
-}
-
-/// Compare-swap's code.
-pub const CSWAP: u64 = 5;
-
-/// The operation of a code (other than compare-swap).
-pub fn op_of(code: u64) -> Option<AtomicOp> {
-    Some(match code {
-        0 => AtomicOp::Add,
-        1 => AtomicOp::And,
-        2 => AtomicOp::Or,
-        3 => AtomicOp::Xor,
-        4 => AtomicOp::Swap,
-        _ => return None,
-    })
 }

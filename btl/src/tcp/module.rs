@@ -23,10 +23,10 @@ use crate::keytable::{self, HANDLE_SIZE};
 use crate::registrations::{NoPin, Reg, Registrations};
 use crate::send_frags::SendFrags;
 use crate::{
-    AmCallback, AmTable, AtomicOp, Attributes, DesFlags, Descriptor, Endpoint, Error,
-    ErrorCallback, ErrorEvent, Expected, ExpectedSlot, MemHandle, Modex, Module, ModuleId, Order,
-    Proc, RdmaCallback, Received, RemoteHandle, Result, SendCompletion, SendError, SendOutcome,
-    SendiOutcome, Tag, MAX_SEGMENTS,
+    AmCallback, AmTable, AtomicOp, AtomicRequest, AtomicWidth, Attributes, DesFlags, Descriptor,
+    Endpoint, Error, ErrorCallback, ErrorEvent, Expected, ExpectedSlot, MemHandle, Modex, Module,
+    ModuleId, Order, Proc, RdmaCallback, Received, RegRequest, RemoteHandle, Result,
+    SendCompletion, SendError, SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
 };
 use rbtl_mpool::Region;
 use rbtl_rcache::{Access, Rcache};
@@ -464,12 +464,14 @@ impl TcpModule {
                 req,
                 addr,
                 op,
+                width,
                 operand,
                 compare,
                 handle,
             } => {
+                let atomic = AtomicRequest { op, width };
                 let item =
-                    rdma::serve_atomic(&view, self.id, req, addr, op, operand, compare, handle);
+                    rdma::serve_atomic(&view, self.id, req, addr, atomic, operand, compare, handle);
                 self.push(p, k, item);
                 Handled::Taken
             }
@@ -490,11 +492,11 @@ impl TcpModule {
                 _ => Handled::Violation("the end of no get"),
             },
             Frame::AtomicResp { req, old, status } => match self.ops.pending(req, ep) {
-                Some(Pending::Atomic { result }) => {
+                Some(Pending::Atomic { result, width }) => {
                     if let (Ok(()), Some(at)) = (&status, result) {
-                        // SAFETY: 8 bytes checked against a live local registration with
-                        // local-write access when the atomic started.
-                        unsafe { (at as *mut u64).write_unaligned(old) };
+                        // SAFETY: `width` bytes checked against a live local registration
+                        // with local-write access when the atomic started.
+                        unsafe { width.store(at, old) };
                     }
                     self.chunk_done(req, status)
                 }
@@ -603,6 +605,7 @@ impl TcpModule {
         size: usize,
         callback: RdmaCallback,
     ) -> Result<()> {
+        self.attrs.check_transfer(put, local, remote, size)?;
         let p = self.net.live_peer(ep)?;
         let (local_needs, remote_needs) = if put {
             (Access::LOCAL_READ, crate::PUT_REMOTE)
@@ -610,7 +613,7 @@ impl TcpModule {
             (Access::LOCAL_WRITE, crate::GET_REMOTE)
         };
         local_handle.check::<Reg<NoPin>>(self.id, local, size, local_needs)?;
-        rdma::precheck(
+        let remote_handle = &rdma::precheck(
             self.net.peers[p].module,
             remote_handle,
             remote,
@@ -649,25 +652,35 @@ impl TcpModule {
         code: u8,
         operand: u64,
         compare: u64,
+        flags: u32,
         callback: RdmaCallback,
     ) -> Result<()> {
-        if remote % 8 != 0 {
-            return Err(Error::Misaligned(remote));
-        }
+        let width = AtomicWidth::of(flags);
+        width.check_aligned(remote)?;
+        let code = match width {
+            AtomicWidth::W32 => code | wire::ATOMIC_32BIT,
+            AtomicWidth::W64 => code,
+        };
         let p = self.net.live_peer(ep)?;
         if let Some((local, handle)) = result {
-            handle.check::<Reg<NoPin>>(self.id, local, 8, Access::LOCAL_WRITE)?;
+            handle.check::<Reg<NoPin>>(self.id, local, width.bytes(), Access::LOCAL_WRITE)?;
         }
-        rdma::precheck(
+        let remote_handle = &rdma::precheck(
             self.net.peers[p].module,
             remote_handle,
             remote,
-            8,
+            width.bytes(),
             Access::ATOMIC,
         )?;
         let local = result.map(|r| r.0);
-        let what = Pending::Atomic { result: local };
-        let req = self.ops.start(ep, local.unwrap_or(0), 8, what, 1, callback);
+        let what = Pending::Atomic {
+            result: local,
+            width,
+        };
+        let size = width.bytes();
+        let req = self
+            .ops
+            .start(ep, local.unwrap_or(0), size, what, 1, callback);
         let msg = rdma::atomic_request(
             req,
             remote,
@@ -779,14 +792,9 @@ impl Module for TcpModule {
         self.error_cb = Some(callback);
     }
 
-    unsafe fn register_mem(
-        &mut self,
-        _endpoint: Option<Endpoint>,
-        base: usize,
-        len: usize,
-        access: Access,
-    ) -> Result<MemHandle> {
-        self.regs.register(self.id, &self.rcache, base, len, access)
+    unsafe fn register(&mut self, request: &RegRequest) -> Result<MemHandle> {
+        self.regs
+            .register(self.id, &self.attrs, &self.rcache, request)
     }
 
     fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()> {
@@ -939,21 +947,12 @@ impl Module for TcpModule {
         remote_handle: &RemoteHandle,
         op: AtomicOp,
         operand: u64,
-        _flags: u32,
+        flags: u32,
         _order: Order,
         callback: RdmaCallback,
     ) -> Result<()> {
-        let code = wire::op_code(op);
-        self.atomic(
-            endpoint,
-            None,
-            remote,
-            remote_handle,
-            code,
-            operand,
-            0,
-            callback,
-        )
+        let (h, code) = (remote_handle, wire::op_code(op));
+        self.atomic(endpoint, None, remote, h, code, operand, 0, flags, callback)
     }
 
     fn atomic_fop(
@@ -965,21 +964,17 @@ impl Module for TcpModule {
         remote_handle: &RemoteHandle,
         op: AtomicOp,
         operand: u64,
-        _flags: u32,
+        flags: u32,
         _order: Order,
         callback: RdmaCallback,
     ) -> Result<()> {
-        let result = Some((local, local_handle));
-        let code = wire::op_code(op);
-        self.atomic(
-            endpoint,
-            result,
-            remote,
+        let (result, h, code) = (
+            Some((local, local_handle)),
             remote_handle,
-            code,
-            operand,
-            0,
-            callback,
+            wire::op_code(op),
+        );
+        self.atomic(
+            endpoint, result, remote, h, code, operand, 0, flags, callback,
         )
     }
 
@@ -992,19 +987,20 @@ impl Module for TcpModule {
         remote_handle: &RemoteHandle,
         compare: u64,
         value: u64,
-        _flags: u32,
+        flags: u32,
         _order: Order,
         callback: RdmaCallback,
     ) -> Result<()> {
-        let result = Some((local, local_handle));
+        let (result, h) = (Some((local, local_handle)), remote_handle);
         self.atomic(
             endpoint,
             result,
             remote,
-            remote_handle,
+            h,
             wire::CSWAP,
             value,
             compare,
+            flags,
             callback,
         )
     }

@@ -12,9 +12,11 @@
 
 use super::link::{self, GetReply, Head, Item};
 use super::wire::{Encoder, Kind};
-use crate::keytable::{HandleFields, KeyTableView, HANDLE_SIZE};
+use crate::keyed_handle::{HandleFields, HANDLE_SIZE};
+use crate::keytable::KeyTableView;
 use crate::{
-    check_range, Endpoint, Error, ModuleId, RdmaCallback, RdmaCompletion, RemoteHandle, Result,
+    check_range, AtomicRequest, AtomicWidth, Endpoint, Error, ModuleId, RdmaCallback,
+    RdmaCompletion, RemoteHandle, Result,
 };
 use rbtl_rcache::Access;
 use std::collections::HashMap;
@@ -33,6 +35,8 @@ pub enum Pending {
     Atomic {
         /// Where the previous value goes.
         result: Option<usize>,
+        /// The word's width (and the previous value's).
+        width: AtomicWidth,
     },
 }
 
@@ -167,16 +171,19 @@ pub fn chunks(len: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> 
 }
 
 /// The origin's check of a remote handle by its own bytes: its length, the target
-/// module it names, the range and the access it describes. The target checks again.
+/// module it names, the range holding the access and the access it describes; the
+/// one-range handle of that range, which the request carries. The target checks again.
 pub fn precheck(
     target: u64,
     handle: &RemoteHandle,
     addr: u64,
     len: usize,
     needs: Access,
-) -> Result<()> {
+) -> Result<RemoteHandle> {
     let h = HandleFields::of(handle, target)?;
-    check_range("remote", addr, len, h.base, h.len)?;
+    let range = h.find(addr, len)?;
+    let r = h.ranges()[range];
+    check_range("remote", addr, len, r.base, r.len)?;
     if !h.access.contains(needs) {
         return Err(Error::AccessDenied {
             side: "remote",
@@ -184,7 +191,7 @@ pub fn precheck(
             needs,
         });
     }
-    Ok(())
+    Ok(h.narrow(range).to_handle())
 }
 
 /// The target's check of a request against its own live registrations.
@@ -202,27 +209,27 @@ pub fn check(
 }
 
 /// Apply an atomic at the target after checking it: the previous value.
-#[allow(clippy::too_many_arguments)]
 fn apply_atomic(
     table: &KeyTableView,
     me: ModuleId,
     handle: &[u8],
     addr: u64,
-    op: Option<crate::AtomicOp>,
+    atomic: AtomicRequest,
     operand: u64,
     compare: u64,
 ) -> Result<u64> {
-    if addr % 8 != 0 {
-        return Err(Error::Misaligned(addr));
-    }
-    check(table, me, handle, addr, 8, Access::ATOMIC)?;
-    // SAFETY: checked just now: 8-byte aligned, inside a live registration of ours
-    // with atomic access.
-    let word = unsafe { crate::loopback::word_at(addr as usize as *mut u8) };
-    Ok(match op {
-        Some(op) => op.apply(word, operand),
-        None => crate::compare_swap(word, compare, operand),
-    })
+    atomic.width.check_aligned(addr)?;
+    check(
+        table,
+        me,
+        handle,
+        addr,
+        atomic.width.bytes(),
+        Access::ATOMIC,
+    )?;
+    // SAFETY: checked just now: aligned to its width, inside a live registration of
+    // ours with atomic access.
+    Ok(unsafe { atomic.apply(addr as usize as *mut u8, operand, compare) })
 }
 
 /// A put chunk: `len` bytes of the caller's memory at `data`, to `at` at the target.
@@ -250,7 +257,8 @@ pub fn get_request(req: u64, offset: u64, at: u64, len: usize, handle: &[u8]) ->
 }
 
 /// An atomic's request (`code` from [`wire::op_code`](super::wire::op_code), or
-/// compare-swap's).
+/// compare-swap's, with [`wire::ATOMIC_32BIT`](super::wire::ATOMIC_32BIT) for a 32-bit
+/// word).
 pub fn atomic_request(
     req: u64,
     at: u64,
@@ -308,12 +316,12 @@ pub fn serve_atomic(
     me: ModuleId,
     req: u64,
     addr: u64,
-    op: Option<crate::AtomicOp>,
+    atomic: AtomicRequest,
     operand: u64,
     compare: u64,
     handle: &[u8],
 ) -> Item {
-    let (old, status) = match apply_atomic(table, me, handle, addr, op, operand, compare) {
+    let (old, status) = match apply_atomic(table, me, handle, addr, atomic, operand, compare) {
         Ok(old) => (old, Ok(())),
         Err(e) => (0, Err(e)),
     };

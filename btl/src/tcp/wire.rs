@@ -6,17 +6,22 @@
 //!
 //! kind          a           b        body
 //! AM            tag         nseg     [nseg x u32 lengths, when nseg > 1] payload
-//! PUT           handle len  -        req u64, addr u64, handle[36], data
+//! PUT           handle len  -        req u64, addr u64, handle[48], data
 //! PUT_ACK       -           -        req u64, status[40]
-//! GET_REQ       handle len  -        req u64, offset u64, addr u64, len u64, handle[36]
+//! GET_REQ       handle len  -        req u64, offset u64, addr u64, len u64, handle[48]
 //! GET_DATA      -           -        req u64, offset u64, data
 //! GET_DONE      -           -        req u64, offset u64, len u64, status[40]
-//! ATOMIC_REQ    handle len  op       req u64, addr u64, operand u64, compare u64, handle[36]
+//! ATOMIC_REQ    handle len  op       req u64, addr u64, operand u64, compare u64, handle[48]
 //! ATOMIC_RESP   -           -        req u64, old u64, status[40]
 //! HELLO         -           -        secret[16], rank u32, link u16, version u16
 //! HELLO_ACK     -           -        (empty)
 //! HELLO_NACK    -           -        (empty)
 //! ```
+//!
+//! A handle is the one-range handle of the range the access lies in
+//! (see [`keytable`](crate::transport_kit::keytable)). An atomic's `op` is its
+//! operation's code ([`op_code`], [`CSWAP`]), with [`ATOMIC_32BIT`] set for a 32-bit
+//! word.
 //!
 //! The data of PUT and GET_DATA follows the extension and may be long: the receiver
 //! takes the header and extension from its buffer and reads the data straight into
@@ -25,7 +30,7 @@
 //! lengths) and never panics: a frame it refuses is a protocol error of the peer.
 
 use crate::keytable::HANDLE_SIZE;
-use crate::{AtomicOp, Error, Tag, MAX_SEGMENTS};
+use crate::{AtomicOp, AtomicWidth, Error, Tag, MAX_SEGMENTS};
 use rbtl_rcache::Access;
 
 /// Bytes of the fixed header.
@@ -35,7 +40,7 @@ pub const STATUS: usize = 40;
 /// Bytes of a listener's secret.
 pub const SECRET: usize = 16;
 /// The protocol version a HELLO carries.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 
 /// Frame kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -183,10 +188,12 @@ pub enum Frame<'a> {
     AtomicReq {
         /// The origin's request.
         req: u64,
-        /// Where at the target (8-byte word).
+        /// Where at the target (a word of `width`).
         addr: u64,
         /// The operation; `None` for compare-swap.
         op: Option<AtomicOp>,
+        /// The word's width.
+        width: AtomicWidth,
         /// Operand (the new value of a compare-swap).
         operand: u64,
         /// Compare-swap's expected value.
@@ -341,7 +348,12 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Option<(Frame<'a>, u
             status: decode_status(&body[24..24 + STATUS]),
         },
         Kind::AtomicReq => {
-            let op = match b {
+            let width = if b & ATOMIC_32BIT != 0 {
+                AtomicWidth::W32
+            } else {
+                AtomicWidth::W64
+            };
+            let op = match b & !ATOMIC_32BIT {
                 CSWAP => None,
                 code => Some(op_of(code).ok_or(Invalid("unknown atomic operation"))?),
             };
@@ -349,6 +361,7 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Option<(Frame<'a>, u
                 req: u64_at(body, 0),
                 addr: u64_at(body, 8),
                 op,
+                width,
                 operand: u64_at(body, 16),
                 compare: u64_at(body, 24),
                 handle: handle(32)?,
@@ -464,6 +477,8 @@ pub fn hello(h: &Hello) -> Encoder {
 
 /// Compare-swap's operation code.
 pub const CSWAP: u8 = 5;
+/// Set in an operation code: the atomic is on a 32-bit word.
+pub const ATOMIC_32BIT: u8 = 0x80;
 
 /// The wire code of an atomic operation.
 pub fn op_code(op: AtomicOp) -> u8 {

@@ -1,7 +1,8 @@
 //! The openib module: one per active device port (Open MPI: `mca_btl_openib_module_t`).
 //! Sends go over a reliable-connected queue pair per peer, made on first use by the
 //! connection method both sides chose; what is sent meanwhile waits, in order. Puts and
-//! gets are RDMA writes and reads, atomics the device's fetch-add and compare-swap.
+//! gets are RDMA writes and reads, atomics the device's fetch-add and compare-swap
+//! (32-bit ones emulated with compare-swap steps: `emu32`).
 //!
 //! This file holds the module's state and its `Module` implementation, which hands
 //! each call to the file of its concern: `endpoints` (peers: adding, removing,
@@ -10,6 +11,7 @@
 //! (puts, gets, atomics, flush) and `progress` (one progress call: the connection
 //! methods, the completion queue, reporting completions).
 
+mod emu32;
 mod endpoints;
 mod progress;
 mod rdma;
@@ -18,19 +20,20 @@ mod send;
 
 use crate::core::Core;
 use crate::peer::Waiting;
-use crate::wire::RemoteKey;
+use crate::remote_key::{KeyRange, RemoteKey};
+use emu32::{Op32, Scratch};
 use rbtl_btl::transport_kit::ExpectedSlot;
 use rbtl_btl::{
-    AmCallback, AtomicOp, Attributes, DesFlags, Descriptor, Endpoint, ErrorCallback, Expected,
-    MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback, RemoteHandle, Result, SendError,
-    SendOutcome, SendiOutcome, Tag,
+    AmCallback, AtomicOp, AtomicWidth, Attributes, DesFlags, Descriptor, Endpoint, Error,
+    ErrorCallback, Expected, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback,
+    RegRequest, RemoteHandle, Result, SendError, SendOutcome, SendiOutcome, Tag,
 };
 use rbtl_cpc::select::{self, Offer};
 use rbtl_cpc::CpcModule;
-use rbtl_rcache::Access;
 use rbtl_verbs::{Completion, Op};
-use rdma::{device_op, Transfer};
+use rdma::{device_op, emulated_op, Regs, Transfer};
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// One port's module.
 pub struct OpenibModule {
@@ -49,6 +52,8 @@ pub struct OpenibModule {
     /// the progress call under way.
     expected: ExpectedSlot,
     filled: bool,
+    /// Landing places of emulated 32-bit atomics, registered on first use.
+    scratch: Option<Arc<Scratch>>,
 }
 
 impl OpenibModule {
@@ -68,6 +73,7 @@ impl OpenibModule {
             received: VecDeque::new(),
             expected: ExpectedSlot::default(),
             filled: false,
+            scratch: None,
         }
     }
 
@@ -115,29 +121,38 @@ impl Module for OpenibModule {
         self.core.on_error = Some(callback);
     }
 
-    unsafe fn register_mem(
-        &mut self,
-        _endpoint: Option<Endpoint>,
-        base: usize,
-        len: usize,
-        access: Access,
-    ) -> Result<MemHandle> {
-        rbtl_btl::transport_kit::registrations::check_span(base, len)?;
-        let reg = self.core.rcache.register(base, len, access)?;
-        let key = RemoteKey {
-            base: base as u64,
-            len: len as u64,
-            rkey: reg.handle().rkey(),
-            access,
-        };
-        let remote = RemoteHandle::from_bytes(&key.to_bytes())?;
+    unsafe fn register(&mut self, request: &RegRequest) -> Result<MemHandle> {
+        if let Some(key) = request.key() {
+            return Err(Error::KeyRejected {
+                key,
+                why: "the device assigns each memory region's remote key (rkey): register \
+                      without a requested key and send the handle to peers",
+            });
+        }
+        request.check(&self.core.attrs)?;
+        let (ranges, access) = (request.ranges(), request.access());
+        let regs = ranges
+            .iter()
+            .map(|r| self.core.rcache.register(r.base, r.len, access))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        let keys: Vec<KeyRange> = ranges
+            .iter()
+            .zip(&regs)
+            .map(|(r, reg)| KeyRange {
+                base: r.base as u64,
+                len: r.len as u64,
+                rkey: reg.handle().rkey(),
+            })
+            .collect();
+        let key = u64::from(keys[0].rkey);
+        let remote = RemoteHandle::from_bytes(&RemoteKey::new(access, key, &keys).to_bytes())?;
         Ok(MemHandle::new(
             self.core.id,
-            base,
-            len,
+            key,
+            ranges,
             access,
             remote,
-            Box::new(reg),
+            Box::new(Regs(regs)),
         ))
     }
 
@@ -255,13 +270,22 @@ impl Module for OpenibModule {
         remote_handle: &RemoteHandle,
         op: AtomicOp,
         operand: u64,
-        _flags: u32,
+        flags: u32,
         _order: Order,
         callback: RdmaCallback,
     ) -> Result<()> {
         self.core.peer(endpoint)?;
-        let op = device_op(op, remote, operand)?;
-        self.atomic(endpoint, None, remote, remote_handle, op, callback)
+        let h = remote_handle;
+        match AtomicWidth::of(flags) {
+            AtomicWidth::W64 => {
+                let op = device_op(op, remote, operand)?;
+                self.atomic(endpoint, None, remote, h, op, callback)
+            }
+            AtomicWidth::W32 => {
+                let op = emulated_op(op, operand)?;
+                self.atomic32(endpoint, None, remote, h, op, callback)
+            }
+        }
     }
 
     fn atomic_fop(
@@ -273,20 +297,22 @@ impl Module for OpenibModule {
         remote_handle: &RemoteHandle,
         op: AtomicOp,
         operand: u64,
-        _flags: u32,
+        flags: u32,
         _order: Order,
         callback: RdmaCallback,
     ) -> Result<()> {
         self.core.peer(endpoint)?;
-        let op = device_op(op, remote, operand)?;
-        self.atomic(
-            endpoint,
-            Some((local, local_handle)),
-            remote,
-            remote_handle,
-            op,
-            callback,
-        )
+        let (l, h) = (Some((local, local_handle)), remote_handle);
+        match AtomicWidth::of(flags) {
+            AtomicWidth::W64 => {
+                let op = device_op(op, remote, operand)?;
+                self.atomic(endpoint, l, remote, h, op, callback)
+            }
+            AtomicWidth::W32 => {
+                let op = emulated_op(op, operand)?;
+                self.atomic32(endpoint, l, remote, h, op, callback)
+            }
+        }
     }
 
     fn atomic_cswap(
@@ -298,25 +324,30 @@ impl Module for OpenibModule {
         remote_handle: &RemoteHandle,
         compare: u64,
         value: u64,
-        _flags: u32,
+        flags: u32,
         _order: Order,
         callback: RdmaCallback,
     ) -> Result<()> {
         self.core.peer(endpoint)?;
-        let op = move |rkey| Op::CompareSwap {
-            remote,
-            rkey,
-            compare,
-            swap: value,
-        };
-        self.atomic(
-            endpoint,
-            Some((local, local_handle)),
-            remote,
-            remote_handle,
-            op,
-            callback,
-        )
+        let (l, h) = (Some((local, local_handle)), remote_handle);
+        match AtomicWidth::of(flags) {
+            AtomicWidth::W64 => {
+                let op = move |rkey| Op::CompareSwap {
+                    remote,
+                    rkey,
+                    compare,
+                    swap: value,
+                };
+                self.atomic(endpoint, l, remote, h, op, callback)
+            }
+            AtomicWidth::W32 => {
+                let op = Op32::Cswap {
+                    compare: compare as u32,
+                    value: value as u32,
+                };
+                self.atomic32(endpoint, l, remote, h, op, callback)
+            }
+        }
     }
 
     fn flush(&mut self, endpoint: Option<Endpoint>) -> Result<()> {

@@ -1,21 +1,23 @@
 //! One-sided operations: puts and gets (RDMA write and read) and atomics (the device's
-//! fetch-add and compare-swap), checked against both handles, then posted at once or
-//! queued behind the connection, earlier work, or the operations in flight; and flush,
-//! which waits for them.
+//! fetch-add and compare-swap; 32-bit ones emulated, see `emu32`), checked against both
+//! handles, then posted at once or queued behind the connection, earlier work, or the
+//! operations in flight; and flush, which waits for them.
 
+use super::emu32::{Emulation, Half, Op32, Scratch};
 use super::OpenibModule;
 use crate::core::{Core, Done, Posted};
 use crate::peer::{Link, RdmaRequest, Waiting};
-use crate::wire::RemoteKey;
+use crate::remote_key::RemoteKey;
 use rbtl_btl::{
-    AtomicOp, Endpoint, Error, MemHandle, Module, RdmaCallback, RdmaCompletion, RemoteHandle,
-    Result,
+    AtomicOp, AtomicWidth, BtlFlags, Endpoint, Error, MemHandle, Module, RdmaCallback,
+    RdmaCompletion, RegRequest, RemoteHandle, Result,
 };
 use rbtl_rcache::{Access, Registration};
 use rbtl_verbs::{Op, Sge, VerbsRegistrar};
+use std::sync::Arc;
 
-/// What a memory handle of this module holds.
-type Reg = Registration<VerbsRegistrar>;
+/// What a memory handle of this module holds: a device registration per range.
+pub(super) struct Regs(pub(super) Vec<Registration<VerbsRegistrar>>);
 
 /// Most operations that may wait for one peer before `OutOfResource`.
 const MAX_WAITING: usize = 4096;
@@ -29,6 +31,15 @@ pub(super) enum Transfer {
     Get,
 }
 
+/// Refuse atomics on a device without them.
+fn check_atomics(m: &OpenibModule) -> Result<()> {
+    if m.core.attrs.flags.contains(BtlFlags::ATOMIC_FOPS) {
+        Ok(())
+    } else {
+        Err(Error::NotSupported("atomics on a device without them"))
+    }
+}
+
 /// The device operation for `op` on the word at `remote`, given the remote key (verbs
 /// devices have fetch-add and compare-swap).
 pub(super) fn device_op(op: AtomicOp, remote: u64, operand: u64) -> Result<impl FnOnce(u32) -> Op> {
@@ -38,6 +49,16 @@ pub(super) fn device_op(op: AtomicOp, remote: u64, operand: u64) -> Result<impl 
             rkey,
             add: operand,
         }),
+        _ => Err(Error::NotSupported(
+            "atomics other than add and compare-swap",
+        )),
+    }
+}
+
+/// The 32-bit emulation of `op` (add and compare-swap, as on 64 bits).
+pub(super) fn emulated_op(op: AtomicOp, operand: u64) -> Result<Op32> {
+    match op {
+        AtomicOp::Add => Ok(Op32::Apply(op, operand as u32)),
         _ => Err(Error::NotSupported(
             "atomics other than add and compare-swap",
         )),
@@ -58,30 +79,25 @@ impl OpenibModule {
         way: Transfer,
         callback: RdmaCallback,
     ) -> Result<()> {
-        self.core.peer(endpoint)?;
-        let (needs_remote, needs_local, limit, what) = match way {
+        let (needs_remote, needs_local, put) = match way {
             Transfer::Put => (
                 rbtl_btl::transport_kit::PUT_REMOTE,
                 Access::LOCAL_READ,
-                self.core.attrs.put_limit,
-                "put",
+                true,
             ),
             Transfer::Get => (
                 rbtl_btl::transport_kit::GET_REMOTE,
                 Access::LOCAL_WRITE,
-                self.core.attrs.get_limit,
-                "get",
+                false,
             ),
         };
+        // (The limits keep a transfer within the port's largest message, and so within
+        // a work request's u32 length.)
+        self.core.attrs.check_transfer(put, local, remote, size)?;
+        self.core.peer(endpoint)?;
         let key = RemoteKey::from_bytes(remote_handle.as_bytes())?;
-        key.check(remote, size, needs_remote)?;
+        let rkey = key.check(remote, size, needs_remote)?;
         let lkey = self.lkey(local_handle, local, size, needs_local)?;
-        if size > limit {
-            return Err(Error::NotAvailable(format!(
-                "a {what} of {size} bytes exceeds the limit of {limit}"
-            )));
-        }
-        let rkey = key.rkey;
         let op = match way {
             Transfer::Put => Op::Write { remote, rkey },
             Transfer::Get => Op::Read { remote, rkey },
@@ -108,11 +124,10 @@ impl OpenibModule {
         op: impl FnOnce(u32) -> Op,
         callback: RdmaCallback,
     ) -> Result<()> {
+        check_atomics(self)?;
         let key = RemoteKey::from_bytes(remote_handle.as_bytes())?;
-        key.check(remote, 8, Access::ATOMIC)?;
-        if remote % 8 != 0 {
-            return Err(Error::Misaligned(remote));
-        }
+        let rkey = key.check(remote, 8, Access::ATOMIC)?;
+        AtomicWidth::W64.check_aligned(remote)?;
         let (addr, lkey, callback) = match local {
             Some((addr, h)) => (addr, self.lkey(h, addr, 8, Access::LOCAL_WRITE)?, callback),
             // The previous value nobody asked for lands in the module's scratch word
@@ -129,13 +144,78 @@ impl OpenibModule {
         self.start_rdma(
             ep,
             RdmaRequest {
-                op: op(key.rkey),
+                op: op(rkey),
                 local: addr,
                 size: 8,
                 lkey,
                 callback,
             },
         )
+    }
+
+    /// A 32-bit atomic on the word at `remote`, emulated with 64-bit compare-and-swap
+    /// steps on the aligned 8-byte word around it (see `emu32`), which must lie inside
+    /// the remote registration; the previous value (4 bytes) goes to `local` if any.
+    pub(super) fn atomic32(
+        &mut self,
+        ep: Endpoint,
+        local: Option<(usize, &MemHandle)>,
+        remote: u64,
+        remote_handle: &RemoteHandle,
+        op: Op32,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        check_atomics(self)?;
+        AtomicWidth::W32.check_aligned(remote)?;
+        let word = remote & !7;
+        RemoteKey::from_bytes(remote_handle.as_bytes())?.check(word, 8, Access::ATOMIC)?;
+        if let Some((addr, h)) = local {
+            h.check::<Regs>(self.core.id, addr, 4, Access::LOCAL_WRITE)?;
+        }
+        let landing = self.scratch()?.take()?;
+        let (compare, swap) = op.first(Half::of(remote));
+        let emulation = Emulation {
+            endpoint: ep,
+            remote,
+            handle: *remote_handle,
+            op,
+            result: local.map(|l| l.0),
+            landing,
+            callback,
+        };
+        let scratch = emulation.landing.scratch();
+        let at = emulation.landing.addr();
+        let (_cell, step) = emulation.step_callback(compare);
+        let cas = move |rkey| Op::CompareSwap {
+            remote: word,
+            rkey,
+            compare,
+            swap,
+        };
+        // Refused here, the step's callback and the emulation with it are dropped (its
+        // landing place given back), and the caller gets the error.
+        self.atomic(
+            ep,
+            Some((at, scratch.handle())),
+            word,
+            remote_handle,
+            cas,
+            step,
+        )
+    }
+
+    /// The module's scratch area for emulated atomics, registered on first use.
+    fn scratch(&mut self) -> Result<Arc<Scratch>> {
+        if let Some(s) = &self.scratch {
+            return Ok(Arc::clone(s));
+        }
+        let access = Access::LOCAL_READ | Access::LOCAL_WRITE;
+        let s = Scratch::new(|base, len| {
+            // SAFETY: the scratch area owns this memory and drops the handle before it.
+            unsafe { self.register(&RegRequest::new(base, len, access)) }
+        })?;
+        self.scratch = Some(Arc::clone(&s));
+        Ok(s)
     }
 
     /// Start a one-sided operation: post it now, or queue it behind the connection,
@@ -204,10 +284,8 @@ impl OpenibModule {
 
     #[inline]
     fn lkey(&self, handle: &MemHandle, addr: usize, len: usize, needs: Access) -> Result<u32> {
-        Ok(handle
-            .check::<Reg>(self.core.id, addr, len, needs)?
-            .handle()
-            .lkey())
+        let (regs, i) = handle.check_at::<Regs>(self.core.id, addr, len, needs)?;
+        Ok(regs.0[i].handle().lkey())
     }
 
     /// (`Module::flush`) Progress until the one-sided operations towards `endpoint`
