@@ -663,7 +663,7 @@ fn sm_contract_two_ranks_cross_memory_attach() {
 }
 
 #[test]
-fn sm_contract_four_ranks_copy_through_rings_small_rings() {
+fn sm_contract_four_ranks_copy_through_rings_small_rings_and_limits() {
     expect_all_ok(
         "sm_contract",
         4,
@@ -672,6 +672,10 @@ fn sm_contract_four_ranks_copy_through_rings_small_rings() {
             ("RBTL_BTL_SM_RING_SLOTS", "16"),
             ("RBTL_BTL_SM_RING_BYTES", "128k"),
             ("RBTL_BTL_SM_FREE_LIST_MAX", "4"),
+            ("RBTL_BTL_SM_PUT_LIMIT", "4096"),
+            ("RBTL_BTL_SM_PUT_ALIGNMENT", "8"),
+            ("RBTL_BTL_SM_GET_LIMIT", "3000"),
+            ("RBTL_BTL_SM_GET_ALIGNMENT", "4"),
         ],
     );
 }

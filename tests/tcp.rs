@@ -612,13 +612,17 @@ fn contract_two_and_four_ranks() {
 }
 
 #[test]
-fn contract_three_links_per_peer_small_chunks() {
+fn contract_three_links_per_peer_small_chunks_and_limits() {
     expect_all_ok(
         "contract",
         2,
         &[
             ("RBTL_BTL_TCP_LINKS", "3"),
             ("RBTL_BTL_TCP_RDMA_CHUNK", "1000"),
+            ("RBTL_BTL_TCP_PUT_LIMIT", "4096"),
+            ("RBTL_BTL_TCP_PUT_ALIGNMENT", "8"),
+            ("RBTL_BTL_TCP_GET_LIMIT", "3000"),
+            ("RBTL_BTL_TCP_GET_ALIGNMENT", "4"),
         ],
     );
     expect_all_ok("contract", 4, &[("RBTL_BTL_TCP_LINKS", "3")]);

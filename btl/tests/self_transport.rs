@@ -61,14 +61,22 @@ fn contract_suite_passes() {
 
 #[test]
 fn contract_suite_passes_with_small_limits_and_few_fragments() {
-    // Two fragments: every send path has to wait for completions and retry.
+    // Two fragments: every send path has to wait for completions and retry. Put and
+    // get limits and alignments: the suite's refusals of transfers over them run.
     let (mut m, ep) = open_self(&[
         ("btl_self_max_send_size", "1000"),
         ("btl_self_eager_limit", "100"),
         ("btl_self_rndv_eager_limit", "100"),
         ("btl_self_free_list_max", "2"),
+        ("btl_self_put_limit", "4096"),
+        ("btl_self_put_alignment", "8"),
+        ("btl_self_get_limit", "2048"),
+        ("btl_self_get_alignment", "4"),
     ]);
-    assert_eq!(m.attributes().max_send_size, 1000);
+    let a = m.attributes();
+    assert_eq!(a.max_send_size, 1000);
+    assert_eq!((a.put_limit, a.put_alignment), (4096, 8));
+    assert_eq!((a.get_limit, a.get_alignment), (2048, 4));
     run_suite(m.as_mut(), ep);
 }
 

@@ -10,20 +10,26 @@
 #![warn(missing_docs)]
 
 mod atomics;
+mod atomics32;
 mod buffer;
 mod expected;
+mod limits;
 mod pattern;
 mod peer;
 mod rdma;
+mod registration;
 mod retry;
 mod sends;
 
 pub use atomics::atomics;
-pub use buffer::{remote_of, Buffer};
+pub use atomics32::atomics_32bit;
+pub use buffer::{grantable, remote_of, Buffer, Bytes};
 pub use expected::expected_receive;
 pub use pattern::interesting_sizes;
 pub use peer::{Peer, EXCHANGE_TAG, NOBODY_TAG};
+pub use limits::limits_are_enforced;
 pub use rdma::{flush_completes_everything, put_get_every_alignment, remote_access_is_checked};
+pub use registration::{registration_refusals, requested_keys, vectored_registration};
 pub use sends::{
     all_tags, callbacks_may_progress, ownership_and_callbacks, segments, sends_every_size,
     unregistered_tag,
@@ -46,6 +52,11 @@ pub fn run_all(module: &mut dyn Module, endpoint: Endpoint) {
     put_get_every_alignment(p);
     flush_completes_everything(p);
     atomics(p);
+    atomics_32bit(p);
     remote_access_is_checked(p);
+    registration_refusals(p);
+    requested_keys(p);
+    vectored_registration(p);
+    limits_are_enforced(p);
     p.barrier();
 }
