@@ -703,10 +703,15 @@ fn message_layer_two_and_four_ranks() {
 fn message_layer_over_tcp() {
     // (The launcher's environment keeps tcp on loopback.)
     expect_all_ok("msg", 2, &[("RBTL_BTL", "self,tcp")]);
+    // A get limit: rendezvous gets go in pieces within it.
     expect_all_ok(
         "msg",
         3,
-        &[("RBTL_BTL", "self,tcp"), ("RBTL_BTL_TCP_LINKS", "2")],
+        &[
+            ("RBTL_BTL", "self,tcp"),
+            ("RBTL_BTL_TCP_LINKS", "2"),
+            ("RBTL_BTL_TCP_GET_LIMIT", "100000"),
+        ],
     );
 }
 

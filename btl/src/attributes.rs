@@ -221,6 +221,20 @@ impl Attributes {
 }
 
 impl Attributes {
+    /// What of `access` a module with these attributes registers: all of it, but atomic
+    /// access only where the module has atomics (a registration asking for more is
+    /// refused with [`Error::AccessNotSupported`](crate::Error::AccessNotSupported)).
+    pub fn registrable(&self, access: rbtl_rcache::Access) -> rbtl_rcache::Access {
+        if self
+            .flags
+            .intersects(BtlFlags::ATOMIC_OPS | BtlFlags::ATOMIC_FOPS)
+        {
+            access
+        } else {
+            access - rbtl_rcache::Access::ATOMIC
+        }
+    }
+
     /// For transports, first thing in `put` (`put` true) or `get`: refuse with
     /// [`Error::NotAvailable`](crate::Error::NotAvailable) a transfer over the limit, or
     /// one whose local address, remote address or size is not a multiple of the

@@ -55,6 +55,7 @@ mod error;
 mod liveness;
 mod offload;
 mod p2p;
+mod pieces;
 mod protocol;
 mod requests;
 mod scope;

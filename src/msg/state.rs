@@ -503,17 +503,15 @@ impl State {
                 tracing::warn!(%e, "could not send a rendezvous FIN");
             }
         });
-        match m.get(
-            ep,
-            p.addr,
-            rts.addr,
-            &handle,
-            &rts.handle,
-            rts.len,
-            0,
-            Order::ANY,
-            done,
-        ) {
+        // In pieces within the transport's get limit, completing as one.
+        let piece = super::pieces::piece_len(m.attributes(), false);
+        let (local, remote, rh) = (p.addr, rts.addr, rts.handle);
+        let started =
+            super::pieces::start_in_pieces(m, ep, local, rts.len, piece, done, |m, off, n, cb| {
+                let (l, r) = (local + off, remote + off as u64);
+                m.get(ep, l, r, &handle, &rh, n, 0, Order::ANY, cb)
+            });
+        match started {
             Ok(()) => {
                 if let Some(r) = self.req_mut(p.req) {
                     r.handle = Some(Box::new(handle));

@@ -93,12 +93,14 @@ impl Window {
         let staging = Region::anonymous(STAGING).map_err(rbtl_btl::Error::from)?;
         let mut handles = Vec::new();
         for m in comm.modules.iter_mut() {
+            // Every access the transport grants (atomic access only where it has
+            // atomics).
+            let all = m.attributes().registrable(Access::all());
             // SAFETY: both regions live in the window, whose Drop releases the handles
             // before the regions are unmapped.
-            let h = unsafe { m.register_mem(None, mem.ptr() as usize, mem.len(), Access::all()) }?;
+            let h = unsafe { m.register_mem(None, mem.ptr() as usize, mem.len(), all) }?;
             // SAFETY: as above.
-            let s =
-                unsafe { m.register_mem(None, staging.as_ptr() as usize, STAGING, Access::all()) }?;
+            let s = unsafe { m.register_mem(None, staging.as_ptr() as usize, STAGING, all) }?;
             handles.push((h, s));
         }
         // Exchange (address, handle) of the module that routes each pair.
@@ -312,11 +314,16 @@ impl Window {
             signal.done.fetch_add(1, Ordering::Release);
         });
         let m = comm.modules[mi].as_mut();
-        if put {
-            m.put(ep, local, remote, handle, rh, len, 0, Order::ANY, cb)?;
-        } else {
-            m.get(ep, local, remote, handle, rh, len, 0, Order::ANY, cb)?;
-        }
+        // In pieces within the transport's limit, completing as one.
+        let piece = super::pieces::piece_len(m.attributes(), put);
+        super::pieces::start_in_pieces(m, ep, local, len, piece, cb, |m, off, n, cb| {
+            let (l, r) = (local + off, remote + off as u64);
+            if put {
+                m.put(ep, l, r, handle, rh, n, 0, Order::ANY, cb)
+            } else {
+                m.get(ep, l, r, handle, rh, n, 0, Order::ANY, cb)
+            }
+        })?;
         // The transport completes the operation, with an error if the target fails or
         // is given up for its silence (then the timeout is what the caller sees).
         let mut idle = IdleWait::new();

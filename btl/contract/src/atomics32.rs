@@ -70,14 +70,29 @@ pub fn atomics_32bit(p: &mut Peer<'_>) {
     for i in 0..N {
         let (l, cb) = (results.addr(8 * i), counting(&done));
         p.module
-            .atomic_fop(ep, l, at(4), rl, &rh, AtomicOp::Add, 1, ATOMIC_32BIT, any, cb)
+            .atomic_fop(
+                ep,
+                l,
+                at(4),
+                rl,
+                &rh,
+                AtomicOp::Add,
+                1,
+                ATOMIC_32BIT,
+                any,
+                cb,
+            )
             .expect("32-bit fetch-add");
     }
     p.module.flush(Some(ep)).expect("flush");
     assert_eq!(done.load(Ordering::SeqCst), N);
     let mut fetched: Vec<u32> = (0..N).map(|i| word(&results, 8 * i)).collect();
     fetched.sort_unstable();
-    assert_eq!(fetched, (0..N as u32).collect::<Vec<_>>(), "fetch-add results");
+    assert_eq!(
+        fetched,
+        (0..N as u32).collect::<Vec<_>>(),
+        "fetch-add results"
+    );
     let untouched = (0..N).all(|i| word(&results, 8 * i + 4) == 0xaaaa_aaaa);
     assert!(untouched, "a 32-bit fetch wrote more than 4 bytes");
 
@@ -87,7 +102,18 @@ pub fn atomics_32bit(p: &mut Peer<'_>) {
         let cb = counting(&done);
         let l = results.addr(0);
         p.module
-            .atomic_fop(ep, l, at(off), rl, &rh, AtomicOp::Add, operand, ATOMIC_32BIT, any, cb)
+            .atomic_fop(
+                ep,
+                l,
+                at(off),
+                rl,
+                &rh,
+                AtomicOp::Add,
+                operand,
+                ATOMIC_32BIT,
+                any,
+                cb,
+            )
             .expect("32-bit fetch-add");
         p.module.flush(Some(ep)).expect("flush");
         word(&results, 0)
@@ -95,12 +121,27 @@ pub fn atomics_32bit(p: &mut Peer<'_>) {
     assert_eq!(fop(p, 8, 1), u32::MAX);
     assert_eq!(fop(p, 8, 0), 0, "u32::MAX + 1 wrapped to 0");
     assert_eq!(fop(p, 12, 1), 0x7fff_ffff);
-    assert_eq!(fop(p, 12, signed(-1)), 0x8000_0000, "i32::MAX + 1 is i32::MIN");
+    assert_eq!(
+        fop(p, 12, signed(-1)),
+        0x8000_0000,
+        "i32::MAX + 1 is i32::MIN"
+    );
     let cswap = |p: &mut Peer<'_>, off: usize, compare: u64, value: u64| -> u32 {
         let cb = counting(&done);
         let l = results.addr(0);
         p.module
-            .atomic_cswap(ep, l, at(off), rl, &rh, compare, value, ATOMIC_32BIT, any, cb)
+            .atomic_cswap(
+                ep,
+                l,
+                at(off),
+                rl,
+                &rh,
+                compare,
+                value,
+                ATOMIC_32BIT,
+                any,
+                cb,
+            )
             .expect("32-bit compare-swap");
         p.module.flush(Some(ep)).expect("flush");
         word(&results, 0)
@@ -133,7 +174,11 @@ pub fn atomics_32bit(p: &mut Peer<'_>) {
     );
     p.barrier();
     // Our words as the peer left them.
-    let add = if attrs.flags.contains(BtlFlags::ATOMIC_OPS) { 7 } else { 0 };
+    let add = if attrs.flags.contains(BtlFlags::ATOMIC_OPS) {
+        7
+    } else {
+        0
+    };
     let expected = [
         (0, 0x0102_0304),
         (4, N as u32),

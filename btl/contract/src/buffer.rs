@@ -1,6 +1,6 @@
 //! Registered memory for the one-sided checks, and how a peer learns to reach it.
 
-use rbtl_btl::{Access, BtlFlags, Endpoint, MemHandle, Module, RemoteHandle};
+use rbtl_btl::{Access, Endpoint, MemHandle, Module, RemoteHandle};
 use std::ops::{Deref, DerefMut};
 
 /// Zeroed bytes that start 8-byte aligned (so that a transport's alignment of up to 8
@@ -39,12 +39,7 @@ impl DerefMut for Bytes {
 /// `access` without what the module cannot grant: atomic access where it has no
 /// atomics (such a registration is refused with `AccessNotSupported`).
 pub fn grantable(m: &dyn Module, access: Access) -> Access {
-    let atomics = BtlFlags::ATOMIC_OPS | BtlFlags::ATOMIC_FOPS;
-    if m.attributes().flags.intersects(atomics) {
-        access
-    } else {
-        access - Access::ATOMIC
-    }
+    m.attributes().registrable(access)
 }
 
 /// A registered buffer and what the peer needs to reach it.

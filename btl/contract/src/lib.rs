@@ -25,9 +25,9 @@ pub use atomics::atomics;
 pub use atomics32::atomics_32bit;
 pub use buffer::{grantable, remote_of, Buffer, Bytes};
 pub use expected::expected_receive;
+pub use limits::limits_are_enforced;
 pub use pattern::interesting_sizes;
 pub use peer::{Peer, EXCHANGE_TAG, NOBODY_TAG};
-pub use limits::limits_are_enforced;
 pub use rdma::{flush_completes_everything, put_get_every_alignment, remote_access_is_checked};
 pub use registration::{registration_refusals, requested_keys, vectored_registration};
 pub use sends::{

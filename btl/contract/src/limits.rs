@@ -41,7 +41,8 @@ pub fn limits_are_enforced(p: &mut Peer<'_>) {
         fill(&mut local.mem, 6);
         let (raddr, rh) = remote_of(&p.swap(&target.advertise()));
         let (l, lh) = (local.addr(0), &local.handle);
-        let refused = || -> RdmaCallback { Box::new(|_, _| panic!("a refused transfer completed")) };
+        let refused =
+            || -> RdmaCallback { Box::new(|_, _| panic!("a refused transfer completed")) };
         let op = |m: &mut dyn Module, l: usize, r: u64, size: usize, cb: RdmaCallback| {
             if put {
                 m.put(ep, l, r, lh, &rh, size, 0, Order::ANY, cb)
@@ -68,7 +69,8 @@ pub fn limits_are_enforced(p: &mut Peer<'_>) {
         }
         // Exactly the limit (or as much as the check moves), aligned: it lands whole.
         let done = Arc::new(AtomicUsize::new(0));
-        op(p.module, l, raddr, whole, counting(&done)).expect("an aligned transfer within the limit");
+        op(p.module, l, raddr, whole, counting(&done))
+            .expect("an aligned transfer within the limit");
         p.module.flush(Some(ep)).expect("flush");
         assert_eq!(done.load(Ordering::SeqCst), 1);
         p.barrier();
@@ -78,9 +80,21 @@ pub fn limits_are_enforced(p: &mut Peer<'_>) {
         } else {
             (local.snapshot(), 5, 6)
         };
-        assert!(matches_pattern(&moved[..whole], seed), "the {what} of {whole} bytes landed");
+        assert!(
+            matches_pattern(&moved[..whole], seed),
+            "the {what} of {whole} bytes landed"
+        );
         // SAFETY: our own live buffer, after the barrier.
-        let after = unsafe { snapshot(if put { target.addr(whole) } else { local.addr(whole) }, len - whole) };
+        let after = unsafe {
+            snapshot(
+                if put {
+                    target.addr(whole)
+                } else {
+                    local.addr(whole)
+                },
+                len - whole,
+            )
+        };
         let untouched = after
             .iter()
             .enumerate()

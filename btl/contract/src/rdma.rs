@@ -95,7 +95,14 @@ pub fn put_get_every_alignment(p: &mut Peer<'_>) {
         let landed = p.swap(&ok.iter().map(|&o| u8::from(o)).collect::<Vec<u8>>());
         let got = target.snapshot();
         for (i, &(_, ro, size)) in cases.iter().enumerate() {
-            check_slot(&got[i * SLOT..(i + 1) * SLOT], ro, size, landed[i] == 1, i, "put");
+            check_slot(
+                &got[i * SLOT..(i + 1) * SLOT],
+                ro,
+                size,
+                landed[i] == 1,
+                i,
+                "put",
+            );
         }
     }
     // Phase 2: get from the peer's buffer, whose slots hold patterns.

@@ -52,7 +52,10 @@ pub fn requested_keys(p: &mut Peer<'_>) {
     }
     let mut h = got.expect("a requested key is honoured");
     assert_eq!(h.key(), KEY, "the handle carries the requested key");
-    let again = register(p.module, &RegRequest::new(other_base, LEN, access).requested_key(KEY));
+    let again = register(
+        p.module,
+        &RegRequest::new(other_base, LEN, access).requested_key(KEY),
+    );
     assert!(
         matches!(again, Err(Error::KeyInUse(KEY))),
         "a key in use: {again:?}"
@@ -82,11 +85,17 @@ pub fn requested_keys(p: &mut Peer<'_>) {
         assert!(matches!(*status.lock().unwrap(), Some(Ok(()))));
         p.barrier();
         let landed = h.len() == LEN && (0..64).all(|i| mem_byte(base, i) == pattern(41, i));
-        assert!(landed, "the peer's put landed in the memory of the requested key");
+        assert!(
+            landed,
+            "the peer's put landed in the memory of the requested key"
+        );
     }
     p.module.deregister_mem(&mut h).expect("deregister");
-    let h2 = register(p.module, &RegRequest::new(other_base, LEN, access).requested_key(KEY))
-        .expect("a deregistered key can be requested again");
+    let h2 = register(
+        p.module,
+        &RegRequest::new(other_base, LEN, access).requested_key(KEY),
+    )
+    .expect("a deregistered key can be requested again");
     assert_eq!(h2.key(), KEY);
     p.barrier();
     drop((h2, chosen, h));
@@ -145,8 +154,11 @@ pub fn registration_refusals(p: &mut Peer<'_>) {
     let r = register(p.module, &RegRequest::vectored(&wrapping, access));
     assert!(matches!(r, Err(Error::Overflow { .. })), "{r:?}");
     if keyed {
-        let h = register(p.module, &RegRequest::new(base, 64, access).requested_key(KEY))
-            .expect("a refused request took no key");
+        let h = register(
+            p.module,
+            &RegRequest::new(base, 64, access).requested_key(KEY),
+        )
+        .expect("a refused request took no key");
         assert_eq!(h.key(), KEY);
     }
 }
@@ -170,7 +182,9 @@ pub fn vectored_registration(p: &mut Peer<'_>) {
     let access = grantable(p.module, ALL);
     let ranges = |mem: &mut Bytes, offs: &[(usize, usize)]| -> Vec<MemRange> {
         let base = mem.as_mut_ptr() as usize;
-        offs.iter().map(|&(o, l)| MemRange::new(base + o, l)).collect()
+        offs.iter()
+            .map(|&(o, l)| MemRange::new(base + o, l))
+            .collect()
     };
     let mut target = Bytes::new(4096);
     fill(&mut target, 9);
@@ -218,16 +232,29 @@ pub fn vectored_registration(p: &mut Peer<'_>) {
         p.module.flush(Some(ep)).expect("flush");
         for (i, &(off, _)) in TARGET_RANGES.iter().enumerate() {
             let at = 512 + i * CHUNK;
-            let want: Vec<u8> = (off + 256..off + 256 + CHUNK).map(|j| pattern(9, j)).collect();
+            let want: Vec<u8> = (off + 256..off + 256 + CHUNK)
+                .map(|j| pattern(9, j))
+                .collect();
             // SAFETY: our own live buffer, after the flush that completed the gets.
             let got = unsafe { crate::buffer::snapshot(lbase + at, CHUNK) };
             assert_eq!(got, want, "get from range {i}");
         }
         let r = raddr + 1024 - 32;
-        let e = p
-            .module
-            .get(ep, lbase, r, &lh, &rh, CHUNK, 0, Order::ANY, expect_refused("get across"));
-        assert!(e.is_ok() || matches!(e, Err(Error::OutOfRange { .. })), "{e:?}");
+        let e = p.module.get(
+            ep,
+            lbase,
+            r,
+            &lh,
+            &rh,
+            CHUNK,
+            0,
+            Order::ANY,
+            expect_refused("get across"),
+        );
+        assert!(
+            e.is_ok() || matches!(e, Err(Error::OutOfRange { .. })),
+            "{e:?}"
+        );
     }
     if attrs.flags.contains(BtlFlags::PUT) && fits(true) {
         // Puts at the start and the end of every range, from both local ranges.
@@ -244,12 +271,24 @@ pub fn vectored_registration(p: &mut Peer<'_>) {
             }
         }
         // Across the two touching ranges, in the gap, past the last, before the first.
-        let refusals = [(1024 - 32, "across"), (2048 + 512, "gap"), (4096 - 32, "past")];
+        let refusals = [
+            (1024 - 32, "across"),
+            (2048 + 512, "gap"),
+            (4096 - 32, "past"),
+        ];
         for (at, what) in refusals {
             let r = raddr + at as u64;
-            let e = p
-                .module
-                .put(ep, lbase, r, &lh, &rh, CHUNK, 0, Order::ANY, expect_refused(what));
+            let e = p.module.put(
+                ep,
+                lbase,
+                r,
+                &lh,
+                &rh,
+                CHUNK,
+                0,
+                Order::ANY,
+                expect_refused(what),
+            );
             assert!(
                 e.is_ok() || matches!(e, Err(Error::OutOfRange { .. })),
                 "{what}: {e:?}"
@@ -266,7 +305,10 @@ pub fn vectored_registration(p: &mut Peer<'_>) {
             Order::ANY,
             expect_refused("before"),
         );
-        assert!(e.is_ok() || matches!(e, Err(Error::OutOfRange { .. })), "{e:?}");
+        assert!(
+            e.is_ok() || matches!(e, Err(Error::OutOfRange { .. })),
+            "{e:?}"
+        );
         let local_across = p.module.put(
             ep,
             lbase + 2048 - 32,
@@ -284,7 +326,11 @@ pub fn vectored_registration(p: &mut Peer<'_>) {
         );
     }
     p.module.flush(None).expect("flush");
-    assert!(errors.lock().unwrap().is_empty(), "{:?}", errors.lock().unwrap());
+    assert!(
+        errors.lock().unwrap().is_empty(),
+        "{:?}",
+        errors.lock().unwrap()
+    );
     // Our target as the peer left it: its puts where they belong, nothing else changed.
     let peer_puts = p.swap(&encode(&puts));
     let mut want: Vec<u8> = (0..4096).map(|j| pattern(9, j)).collect();

@@ -1,0 +1,191 @@
+//! Puts and gets longer than a transport takes at once (its `put_limit` or
+//! `get_limit`), started as pieces within the limit and completed as one.
+
+use rbtl_btl::{Attributes, Endpoint, Error, Module, RdmaCallback, RdmaCompletion};
+use std::sync::{Arc, Mutex};
+
+/// Bytes of each piece of a put (`put`) or get with these attributes: the limit,
+/// rounded down to the alignment (so that pieces after the first stay aligned when the
+/// first is).
+pub fn piece_len(attrs: &Attributes, put: bool) -> usize {
+    let (limit, align) = if put {
+        (attrs.put_limit, attrs.put_alignment)
+    } else {
+        (attrs.get_limit, attrs.get_alignment)
+    };
+    let align = align.max(1);
+    match (limit / align) * align {
+        0 => limit.max(1),
+        n => n,
+    }
+}
+
+/// The pieces of `len` bytes, `piece` at most each: (offset, length); one empty piece
+/// for zero bytes.
+pub fn pieces(len: usize, piece: usize) -> impl Iterator<Item = (usize, usize)> {
+    let piece = piece.max(1);
+    let n = len.div_ceil(piece).max(1);
+    (0..n).map(move |i| (i * piece, piece.min(len - i * piece)))
+}
+
+/// What the pieces of one transfer share: how many are left, the first failure, and
+/// the callback of the whole.
+struct Joint {
+    left: usize,
+    status: Result<(), Error>,
+    done: Option<RdmaCallback>,
+}
+
+fn lock(j: &Mutex<Joint>) -> std::sync::MutexGuard<'_, Joint> {
+    // Updates are single assignments: a panic elsewhere cannot leave it torn.
+    j.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Start a transfer of `len` bytes from `local` (to or from the peer `endpoint`) in
+/// pieces of at most `piece` bytes, each through `start(module, offset, length,
+/// callback)`. `done` runs once, after the last started piece completes, with the first
+/// failure. If the first piece cannot start, nothing started: its error comes back
+/// and `done` is dropped. If a later one cannot start, the pieces already started
+/// finish and `done` gets that error.
+pub fn start_in_pieces(
+    m: &mut dyn Module,
+    endpoint: Endpoint,
+    local: usize,
+    len: usize,
+    piece: usize,
+    done: RdmaCallback,
+    mut start: impl FnMut(&mut dyn Module, usize, usize, RdmaCallback) -> rbtl_btl::Result<()>,
+) -> rbtl_btl::Result<()> {
+    let all: Vec<(usize, usize)> = pieces(len, piece).collect();
+    let joint = Arc::new(Mutex::new(Joint {
+        left: all.len(),
+        status: Ok(()),
+        done: Some(done),
+    }));
+    for (i, &(off, n)) in all.iter().enumerate() {
+        let j = Arc::clone(&joint);
+        let cb: RdmaCallback = Box::new(move |m, c: RdmaCompletion| {
+            let finished = {
+                let mut g = lock(&j);
+                if g.status.is_ok() {
+                    g.status = c.status;
+                }
+                g.left -= 1;
+                match g.left {
+                    0 => g
+                        .done
+                        .take()
+                        .map(|d| (d, std::mem::replace(&mut g.status, Ok(())))),
+                    _ => None,
+                }
+            };
+            if let Some((d, status)) = finished {
+                let whole = RdmaCompletion {
+                    endpoint,
+                    local_address: local,
+                    size: len,
+                    status,
+                };
+                d(m, whole);
+            }
+        });
+        if let Err(e) = start(m, off, n, cb) {
+            if i == 0 {
+                return Err(e);
+            }
+            // Pieces i.. never started (and no callback ran yet: callbacks run only
+            // from progress): the started ones finish the whole, with this error.
+            let mut g = lock(&joint);
+            g.left -= all.len() - i;
+            if g.status.is_ok() {
+                g.status = Err(e);
+            }
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rbtl_btl::loopback::{default_attributes, Limits, SelfModule};
+    use rbtl_btl::{Access, Order, Proc, SingletonModex};
+
+    /// A `self` module with its endpoint, and a registered source and target of `len`
+    /// bytes each (the source numbered).
+    fn module(len: usize) -> (SelfModule, Endpoint, Vec<u8>, Vec<u8>) {
+        let mut m = SelfModule::new(default_attributes(), Limits::default(), 0).unwrap();
+        let me = Proc {
+            rank: 0,
+            node: "here".into(),
+        };
+        let ep = m.add_procs(&[me], &mut SingletonModex::new()).unwrap()[0].unwrap();
+        let src: Vec<u8> = (0..len).map(|i| i as u8).collect();
+        (m, ep, src, vec![0; len])
+    }
+
+    #[test]
+    fn a_piece_refused_after_others_started_fails_the_whole_once_they_finish() {
+        let (mut m, ep, src, mut dst) = module(1000);
+        let all = Access::all();
+        // SAFETY: both vectors outlive their handles (dropped at the end of the test).
+        let (sh, dh) = unsafe {
+            (
+                m.register_mem(None, src.as_ptr() as usize, 1000, all)
+                    .unwrap(),
+                m.register_mem(None, dst.as_mut_ptr() as usize, 1000, all)
+                    .unwrap(),
+            )
+        };
+        let rh = *dh.remote();
+        let whole: Arc<Mutex<Vec<RdmaCompletion>>> = Arc::default();
+        let w = whole.clone();
+        let done: RdmaCallback = Box::new(move |_, c| w.lock().unwrap().push(c));
+        let (l, r) = (src.as_ptr() as usize, dst.as_ptr() as u64);
+        let mut started = 0;
+        let res = start_in_pieces(&mut m, ep, l, 1000, 300, done, |m, off, n, cb| {
+            if off >= 600 {
+                return Err(Error::OutOfResource("test"));
+            }
+            started += 1;
+            m.put(ep, l + off, r + off as u64, &sh, &rh, n, 0, Order::ANY, cb)
+        });
+        assert!(res.is_ok(), "two pieces started: {res:?}");
+        assert_eq!(started, 2);
+        assert!(whole.lock().unwrap().is_empty(), "nothing before progress");
+        m.flush(None).unwrap();
+        let got = whole.lock().unwrap();
+        assert_eq!(got.len(), 1, "the whole completes once");
+        assert!(matches!(got[0].status, Err(Error::OutOfResource("test"))));
+        assert_eq!((got[0].size, got[0].local_address), (1000, l));
+        assert_eq!(&dst[..600], &src[..600], "the started pieces landed");
+        assert!(dst[600..].iter().all(|&b| b == 0));
+        drop((sh, dh));
+    }
+
+    #[test]
+    fn a_first_piece_refused_starts_nothing_and_drops_the_callback() {
+        let (mut m, ep, _, _) = module(0);
+        let done: RdmaCallback = Box::new(|_, _| panic!("a transfer that never started completed"));
+        let res = start_in_pieces(&mut m, ep, 0, 1000, 300, done, |_, _, _, _| {
+            Err(Error::NotAvailable("test".into()))
+        });
+        assert!(matches!(res, Err(Error::NotAvailable(_))));
+        m.flush(None).unwrap();
+    }
+
+    #[test]
+    fn pieces_stay_within_the_limit_and_keep_the_alignment() {
+        let mut a = rbtl_btl::loopback::default_attributes();
+        a.get_limit = 1000;
+        a.get_alignment = 16;
+        assert_eq!(piece_len(&a, false), 992);
+        assert_eq!(piece_len(&a, true), usize::MAX, "no put limit");
+        assert_eq!(pieces(0, 992).collect::<Vec<_>>(), vec![(0, 0)]);
+        assert_eq!(
+            pieces(2000, 992).collect::<Vec<_>>(),
+            vec![(0, 992), (992, 992), (1984, 16)]
+        );
+    }
+}
