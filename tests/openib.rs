@@ -1,9 +1,10 @@
 //! The openib transport on a real RDMA device (`rxe0` in the soft-RoCE guest, see
 //! `rdma/guest.sh`): the contract suite across two processes with each connection
-//! method, a wrong remote key, the memlock diagnosis, the message layer across 2 and 4
-//! ranks, a flood that must not cause receiver-not-ready retries, a shared receive
-//! queue, a job too large for the completion queue, a killed peer, ranks that share no
-//! connection method, and a short osu sweep. Without a
+//! method (and with put and get limits set), a wrong remote key, the memlock
+//! diagnosis, the message layer across 2 and 4 ranks, a flood that must not cause
+//! receiver-not-ready retries, a shared receive queue, a job too large for the
+//! completion queue, a killed peer, ranks that share no connection method, and a short
+//! osu sweep. Without a
 //! device these tests say so and pass, unless `VERBS_REQUIRE_DEVICE` is set (as in
 //! the guest), where a missing device fails them.
 //!
@@ -460,6 +461,21 @@ fn contract_suite_over_oob() {
 fn contract_suite_over_rdma_cm() {
     if device() {
         expect_all_ok("contract", 2, "rdma_cm");
+    }
+}
+
+/// Put and get limits and alignments set below the port's: the suite's refusals of
+/// transfers over them run on the device too.
+#[test]
+fn contract_suite_with_put_and_get_limits() {
+    if device() {
+        let limits = [
+            ("RBTL_BTL_OPENIB_PUT_LIMIT", "4096"),
+            ("RBTL_BTL_OPENIB_PUT_ALIGNMENT", "8"),
+            ("RBTL_BTL_OPENIB_GET_LIMIT", "3000"),
+            ("RBTL_BTL_OPENIB_GET_ALIGNMENT", "4"),
+        ];
+        expect_all_ok_with("contract", 2, "oob", &limits);
     }
 }
 
