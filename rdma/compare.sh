@@ -7,7 +7,12 @@
 # least disturbed one). On a host without an RDMA device everything runs inside the
 # soft-RoCE guest (rdma/guest.sh).
 #
-#   rdma/compare.sh [--cpc oob|rdma_cm] [--iterations N] [--reps N]
+#   rdma/compare.sh [--pair] [--cpc oob|rdma_cm] [--iterations N] [--reps N]
+#
+# --pair: across two nodes, the two guests of `rdma/guest.sh pair` (each its own kernel
+# and rxe, joined by a qemu socket network): perftest's server on the other guest, osu
+# under hydra with one rank on each. A message there takes milliseconds under emulation,
+# so the defaults drop to 30 iterations and 3 runs.
 #
 # Compare ratios measured in one run, never absolute figures: the guest emulates its
 # CPU, so every figure there is several times slower than on hardware, and noisy.
@@ -23,11 +28,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CPC=oob
-ITERS=20000
-REPS=7
+ITERS=
+REPS=
+PAIR=0
 SIZES=(8 64)
 while [ $# -gt 0 ]; do
     case $1 in
+        --pair) PAIR=1; shift ;;
         --cpc) CPC=$2; shift 2 ;;
         --iterations) ITERS=$2; shift 2 ;;
         --reps) REPS=$2; shift 2 ;;
@@ -37,8 +44,16 @@ while [ $# -gt 0 ]; do
     esac
 done
 
+if [ $PAIR = 1 ]; then
+    ITERS=${ITERS:-30} REPS=${REPS:-3} SKIP=2
+else
+    ITERS=${ITERS:-20000} REPS=${REPS:-7} SKIP=100
+fi
 if [ -z "${INSIDE:-}" ]; then
     cargo build --release --features openib --bin osu --quiet
+    if [ $PAIR = 1 ]; then
+        exec rdma/guest.sh pair "$0" --inside --pair --cpc "$CPC" --iterations "$ITERS" --reps "$REPS"
+    fi
     exec rdma/guest.sh run "$0" --inside --cpc "$CPC" --iterations "$ITERS" --reps "$REPS"
 fi
 
@@ -46,16 +61,25 @@ DEV=$(ls /sys/class/infiniband | head -1)
 ADDR=198.18.0.1
 ip -4 -o addr show | grep -q " $ADDR/" || ADDR=$(ip -4 -o addr show scope global | awk '{sub("/.*","",$4); print $4; exit}')
 GID=1 # the RoCEv2 IPv4 GID on rxe
+PEER=${GUEST_PAIR_HOSTS:-}; PEER=${PEER#*,} # the other guest of a pair
 
-# Run a perftest tool as server and client on the same device, talking over its IP
-# address, each bound to a core as osu binds its ranks; the client's output.
+# Run a perftest tool as server and client, talking over the server's IP address; the
+# client's output. One guest: both on its device, each bound to a core as osu binds its
+# ranks. A pair: the server on the other guest.
 perftest_pair() {
     local tool=$1
     shift
-    taskset -c 0 "$tool" -d "$DEV" -x "$GID" -F "$@" >/dev/null 2>&1 &
-    local server=$!
-    sleep 1
-    taskset -c 1 "$tool" -d "$DEV" -x "$GID" -F "$@" "$ADDR" 2>/dev/null
+    if [ $PAIR = 1 ]; then
+        "$GUEST_PAIR_EXEC" "$PEER" "$tool -d $DEV -x $GID -F $*" >/dev/null 2>&1 &
+        local server=$!
+        sleep 2
+        "$tool" -d "$DEV" -x "$GID" -F "$@" "$PEER" 2>/dev/null
+    else
+        taskset -c 0 "$tool" -d "$DEV" -x "$GID" -F "$@" >/dev/null 2>&1 &
+        local server=$!
+        sleep 1
+        taskset -c 1 "$tool" -d "$DEV" -x "$GID" -F "$@" "$ADDR" 2>/dev/null
+    fi
     wait $server || true
 }
 
@@ -74,11 +98,15 @@ write_one() {
         awk -v s="$size" '$1 == s && NF >= 5 && $5 > 0 { printf "%.2f\n", 1 / $5 }'
 }
 
-# osu's figure for one size.
+# osu's figure for one size (a pair: under hydra, one rank on each guest).
 osu() {
-    local bench=$1 size=$2
-    target/release/osu "$bench" --btl self,openib --cpc "$CPC" \
-        --min-size "$size" --max-size "$size" --iterations "$ITERS" --skip 100 |
+    local bench=$1 size=$2 launch=()
+    if [ $PAIR = 1 ]; then
+        launch=(mpiexec.mpich -hosts "$GUEST_PAIR_HOSTS" -n 2 -ppn 1 -iface "$GUEST_PAIR_IFACE"
+            -launcher ssh -launcher-exec "$GUEST_PAIR_EXEC")
+    fi
+    "${launch[@]}" target/release/osu "$bench" --btl self,openib --cpc "$CPC" \
+        --min-size "$size" --max-size "$size" --iterations "$ITERS" --skip "$SKIP" |
         awk -v s="$size" '$1 == s { print $2 }'
 }
 
@@ -86,8 +114,10 @@ median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 best() { sort -g | head -1; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
+where="$DEV"
+[ $PAIR = 1 ] && where="$DEV, across two guests"
 printf '# openib (%s) against raw verbs on %s: %d alternating runs of %d iterations each;\n' \
-    "$CPC" "$DEV" "$REPS" "$ITERS"
+    "$CPC" "$where" "$REPS" "$ITERS"
 printf '# the medians, and the best (lowest) run of each side: interference only slows a run\n'
 printf '%-34s %5s %9s %9s %6s %9s %9s %6s\n' "ours / perftest" size "ours" "verbs" ratio \
     "ours" "verbs" ratio

@@ -20,7 +20,7 @@ readonly GUEST_MEM=${RBTL_GUEST_MEM:-2048}
 # expands each to its dependencies.  crc32/crc32c go first because rxe asks the
 # crypto API for them and the guest has no working modprobe to autoload them.
 readonly GUEST_MODULES=(crc32_generic crc32c_generic virtio_pci 9pnet_virtio 9p
-    ib_core ib_uverbs rdma_rxe rdma_ucm dummy)
+    ib_core ib_uverbs rdma_rxe rdma_ucm dummy virtio_net)
 
 # Host packages come from the project's package sets (tools/packages.sh).  The
 # guest uses the host's /usr, so whatever the guest needs (iproute2's `rdma`,
@@ -31,6 +31,7 @@ usage() {
     cat <<EOF
 Usage: $PROG build [--force]
        $PROG run [--] COMMAND [ARGS...]
+       $PROG pair [--] COMMAND [ARGS...]
        $PROG clean
        $PROG --help
 
@@ -47,6 +48,12 @@ dummy0, 198.18.0.1/24; GID index 1 is RoCEv2 ::ffff:198.18.0.1).
           taken as a shell command line; several are one command and its
           arguments.  COMMAND's stdin is /dev/null.  If the host has an
           active RDMA port itself, COMMAND runs on the host instead.
+  pair    Like run, with two guests: nodes a (198.18.3.1, where COMMAND runs)
+          and b (198.18.3.2), each with its own kernel and rxe0 on its eth0, the
+          two NICs joined by a qemu socket network over the host's loopback.
+          COMMAND reaches b with rdma/pair-exec.sh (hydra's -launcher-exec);
+          it is told GUEST_PAIR_HOSTS, GUEST_PAIR_IFACE and GUEST_PAIR_EXEC
+          (and the caller's GUEST_PAIR_* variables, as RBTL_* ones are).
   clean   Remove the cache.
 
 Environment:
@@ -56,10 +63,11 @@ Environment:
                       current directory); the working directory must be in it
   RBTL_GUEST_TIMEOUT  seconds before the guest is killed (default 1200)
   RBTL_GUEST_MEM      guest memory in MiB (default 2048)
-  RBTL_GUEST_SMP      guest vCPUs (default: host CPUs, at most 4)
+  RBTL_GUEST_SMP      guest vCPUs (default: host CPUs, at most 4; 1 each for a pair)
   RBTL_GUEST_FORCE=1  use the guest even if the host has an RDMA device
   RBTL_GUEST_ENV      extra variable names to pass into the guest (RUST_*,
-                      RBTL_*, TERM, NO_COLOR and CI are always passed)
+                      RBTL_* but these RBTL_GUEST_*, TERM, NO_COLOR and CI
+                      are always passed)
   RBTL_GUEST_ACCEL    kvm or tcg (default: kvm only if kvm_intel/kvm_amd is loaded)
   RBTL_GUEST_KEEP=1   keep the run directory (console log) after success
 EOF
@@ -282,16 +290,30 @@ p9 usr /usr ro,cache=loose || fail "cannot mount /usr"
 p9 etc /etc ro,cache=loose || fail "cannot mount /etc"
 share=$(cat /rbtl-run/share)
 { mkdir -p "$share" && p9 project "$share" rw; } || fail "cannot mount $share"
+# One of a pair (rdma/guest.sh pair): its node letter, its address on the NIC the
+# two guests share, and the folder both see.
+node=$(cat /rbtl-run/node 2>/dev/null)
+if [ -n "$node" ]; then
+    { mkdir -p /rbtl-pair && p9 pair /rbtl-pair rw; } || fail "cannot mount the pair's folder"
+fi
 
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/bb
 export HOME=/root USER=root LOGNAME=root SHELL=/usr/bin/bash
-hostname rbtl-guest
-
-# rxe on a dummy netdev: rdma_cm route resolution fails on lo.
+# Alone: rxe on a dummy netdev (rdma_cm route resolution fails on lo).  One of a
+# pair: rxe on the virtio NIC that the two guests share.
 ip link set lo up
-ip addr add 198.18.0.1/24 dev dummy0 || fail "no dummy0"
-ip link set dummy0 up
-rdma link add rxe0 type rxe netdev dummy0 || fail "rdma link add rxe0 failed"
+if [ -n "$node" ]; then
+    hostname "rbtl-guest-$node"
+    netdev=eth0
+    addr=$(cat /rbtl-run/addr)
+else
+    hostname rbtl-guest
+    netdev=dummy0
+    addr=198.18.0.1/24
+fi
+ip addr add "$addr" dev "$netdev" || fail "no $netdev"
+ip link set "$netdev" up
+rdma link add rxe0 type rxe netdev "$netdev" || fail "rdma link add rxe0 failed"
 zero=0000:0000:0000:0000:0000:0000:0000:0000
 n=0
 while :; do
@@ -356,7 +378,9 @@ write_run_script() {
     echo "# written by $PROG on the host"
     local names=(TERM NO_COLOR CI)
     # shellcheck disable=SC2207  # names never contain blanks
-    names+=($(compgen -v | grep -E '^(RUST_|RBTL_)' || true))
+    # (not this script's own RBTL_GUEST_* settings: rbtl refuses RBTL_ names it
+    # does not know)
+    names+=($(compgen -v | grep -E '^(RUST_|RBTL_|GUEST_PAIR_)' | grep -v '^RBTL_GUEST_' || true))
     # shellcheck disable=SC2206
     names+=(${RBTL_GUEST_ENV:-})
     for name in "${names[@]}"; do
@@ -382,13 +406,67 @@ accel_args() {
     esac
 }
 
+# The shared project directory and the working directory inside it (SHARE, CWD).
+check_share() {
+    CWD=$(pwd -P)
+    SHARE=$(project_dir)
+    [[ $SHARE != / ]] || die "refusing to share / into the guest"
+    case $SHARE in
+        /usr | /usr/* | /etc | /etc/*) die "cannot share $SHARE: /usr and /etc are the host's, read-only" ;;
+    esac
+    case $CWD/ in
+        "$SHARE"/*) ;;
+        *) die "working directory $CWD is not inside the shared directory $SHARE (set RBTL_GUEST_SHARE)" ;;
+    esac
+}
+
+# A guest's run directory (its console log, its command, its exit status).
+new_run_dir() {
+    local dir
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/rbtl-guest.XXXXXX")
+    chmod 755 "$dir"
+    printf '%s\n' "$SHARE" >"$dir/share"
+    printf '%s' "$dir"
+}
+
+# QEMU_CMD: the qemu command line of a guest with run directory $1, whose command's
+# output goes to the character device described by $2; more arguments (its NIC) follow.
+qemu_command() {
+    local dir=$1 cmdout=$2
+    shift 2
+    local smp=${RBTL_GUEST_SMP:-$(nproc)}
+    [[ -n ${RBTL_GUEST_SMP:-} || $smp -le 4 ]] || smp=4
+    # Two guests share the host's CPUs: one vCPU each unless told otherwise.
+    [[ -n ${RBTL_GUEST_SMP:-} || -z $PAIR_DIR ]] || smp=1
+    local accel
+    read -r -a accel <<<"$(accel_args)"
+    QEMU_CMD=(qemu-system-x86_64 -nodefaults -display none
+        -no-reboot "${accel[@]}" -smp "$smp" -m "$GUEST_MEM"
+        -kernel "$CACHE_DIR/vmlinuz" -initrd "$CACHE_DIR/initramfs.cpio.gz"
+        -append "console=ttyS0 panic=-1 8250.nr_uarts=2"
+        -serial "file:$dir/console.log"
+        -chardev "$cmdout,id=cmdout"
+        -serial chardev:cmdout "$@")
+    local tag path opts
+    for tag in usr etc project rbtlrun; do
+        case $tag in
+            usr) path=/usr opts=readonly=on ;;
+            etc) path=/etc opts=readonly=on ;;
+            project) path=$SHARE opts=readonly=off ;;
+            rbtlrun) path=$dir opts=readonly=off ;;
+        esac
+        QEMU_CMD+=(-virtfs "local,path=$path,mount_tag=$tag,security_model=none,$opts,multidevs=remap")
+    done
+}
+
 RUN_DIR=""
 QEMU_PID=""
 SLEEP_PID=""
 CAT_PID=""
+PEER_PID=""
 cleanup_run() {
     local p
-    for p in "$QEMU_PID" "$SLEEP_PID" "$CAT_PID"; do
+    for p in "$QEMU_PID" "$PEER_PID" "$SLEEP_PID" "$CAT_PID"; do
         if [[ -n $p ]]; then kill "$p" 2>/dev/null || true; fi
     done
 }
@@ -404,6 +482,87 @@ finish_output() {
     CAT_PID=""
 }
 
+# Start the guest of RUN_DIR (qemu_command's arguments after the first), its
+# command's output streamed to our stdout.
+start_streaming_guest() {
+    # The command's output comes out of the guest's second serial port into a
+    # fifo that cat copies to our stdout, so qemu never touches our stdin,
+    # stdout or terminal settings.
+    mkfifo "$RUN_DIR/out.in" "$RUN_DIR/out.out"
+    cat "$RUN_DIR/out.out" &
+    CAT_PID=$!
+    trap 'cleanup_run' EXIT
+    trap 'cleanup_run; note "interrupted; console log: $RUN_DIR/console.log"; exit 130' INT TERM
+    qemu_command "$RUN_DIR" "pipe,path=$RUN_DIR/out" "$@"
+    "${QEMU_CMD[@]}" </dev/null >"$RUN_DIR/qemu.out" 2>&1 &
+    QEMU_PID=$!
+}
+
+# Wait for the streaming guest to power off, or for the time limit; then report
+# and exit with its command's status.
+finish_streaming_guest() {
+    local t0=$1
+    # Hang guard: whichever ends first, qemu or the sleep.
+    sleep "$TIMEOUT" &
+    SLEEP_PID=$!
+    local first="" qemu_rc=0
+    wait -n -p first "$QEMU_PID" "$SLEEP_PID" || qemu_rc=$?
+    if [[ $first != "$QEMU_PID" ]]; then
+        kill -KILL "$QEMU_PID" 2>/dev/null || true
+        wait "$QEMU_PID" 2>/dev/null || true
+        QEMU_PID=""
+        SLEEP_PID=""
+        finish_output
+        stop_peer
+        note "error: timed out after ${TIMEOUT}s (RBTL_GUEST_TIMEOUT); qemu killed; console log: $RUN_DIR/console.log"
+        exit 124
+    fi
+    QEMU_PID=""
+    kill "$SLEEP_PID" 2>/dev/null || true
+    wait "$SLEEP_PID" 2>/dev/null || true
+    SLEEP_PID=""
+    finish_output
+    stop_peer
+
+    if [[ ! -s $RUN_DIR/status ]]; then
+        [[ -s $RUN_DIR/error ]] && note "guest setup failed: $(cat "$RUN_DIR/error")"
+        [[ -s $RUN_DIR/qemu.out ]] && note "qemu (exit $qemu_rc) said: $(cat "$RUN_DIR/qemu.out")"
+        note "error: the guest reported no exit status after $((SECONDS - t0))s; console log: $RUN_DIR/console.log"
+        exit 125
+    fi
+    local status peer_kept="" peer_logs=""
+    status=$(cat "$RUN_DIR/status")
+    if [[ -n $PEER_DIR ]]; then
+        peer_kept=" (the other guest's: $PEER_DIR)"
+        peer_logs=" (the other guest's: $PEER_DIR/console.log and $PEER_DIR/follower.log)"
+    fi
+    if [[ ${RBTL_GUEST_KEEP:-0} == 1 ]]; then
+        note "guest run took $((SECONDS - t0))s; run directory kept: $RUN_DIR$peer_kept"
+    elif [[ $status -ne 0 ]]; then
+        note "command exited with $status; console log: $RUN_DIR/console.log$peer_logs"
+    else
+        rm -rf -- "$RUN_DIR" ${PEER_DIR:+"$PEER_DIR"} ${PAIR_DIR:+"$PAIR_DIR"}
+    fi
+    exit "$status"
+}
+
+# The second guest of a pair, once the first has ended: told to stop, given a few
+# seconds to power off, then killed.
+PEER_DIR=""
+PAIR_DIR=""
+stop_peer() {
+    [[ -n $PEER_PID ]] || return 0
+    : >"$PAIR_DIR/done"
+    local i
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$PEER_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$PEER_PID" 2>/dev/null || true
+    wait "$PEER_PID" 2>/dev/null || true
+    PEER_PID=""
+}
+
 cmd_run() {
     [[ ${1:-} == -- ]] && shift
     [[ $# -ge 1 ]] || die "run: no command given (see --help)"
@@ -417,95 +576,78 @@ cmd_run() {
 
     ensure_packages guest-qemu verbs-tools
     build_if_needed
-
-    local cwd share
-    cwd=$(pwd -P)
-    share=$(project_dir)
-    [[ $share != / ]] || die "refusing to share / into the guest"
-    case $share in
-        /usr | /usr/* | /etc | /etc/*) die "cannot share $share: /usr and /etc are the host's, read-only" ;;
-    esac
-    case $cwd/ in
-        "$share"/*) ;;
-        *) die "working directory $cwd is not inside the shared directory $share (set RBTL_GUEST_SHARE)" ;;
-    esac
-
-    RUN_DIR=$(mktemp -d "${TMPDIR:-/tmp}/rbtl-guest.XXXXXX")
-    chmod 755 "$RUN_DIR"
-    printf '%s\n' "$share" >"$RUN_DIR/share"
-    write_run_script "$cwd" "$cmdline" >"$RUN_DIR/run.sh"
-    local log=$RUN_DIR/console.log
-
-    # The command's output comes out of the guest's second serial port into a
-    # fifo that cat copies to our stdout, so qemu never touches our stdin,
-    # stdout or terminal settings.
-    mkfifo "$RUN_DIR/out.in" "$RUN_DIR/out.out"
-    cat "$RUN_DIR/out.out" &
-    CAT_PID=$!
-    trap 'cleanup_run' EXIT
-    trap 'cleanup_run; note "interrupted; console log: $log"; exit 130' INT TERM
-
-    local smp=${RBTL_GUEST_SMP:-$(nproc)}
-    [[ -n ${RBTL_GUEST_SMP:-} || $smp -le 4 ]] || smp=4
-    local accel
-    read -r -a accel <<<"$(accel_args)"
-    local qemu=(qemu-system-x86_64 -nodefaults -nic none -display none
-        -no-reboot "${accel[@]}" -smp "$smp" -m "$GUEST_MEM"
-        -kernel "$CACHE_DIR/vmlinuz" -initrd "$CACHE_DIR/initramfs.cpio.gz"
-        -append "console=ttyS0 panic=-1 8250.nr_uarts=2"
-        -serial "file:$log"
-        -chardev "pipe,id=cmdout,path=$RUN_DIR/out"
-        -serial chardev:cmdout)
-    local tag path opts
-    for tag in usr etc project rbtlrun; do
-        case $tag in
-            usr) path=/usr opts=readonly=on ;;
-            etc) path=/etc opts=readonly=on ;;
-            project) path=$share opts=readonly=off ;;
-            rbtlrun) path=$RUN_DIR opts=readonly=off ;;
-        esac
-        qemu+=(-virtfs "local,path=$path,mount_tag=$tag,security_model=none,$opts,multidevs=remap")
-    done
-
+    check_share
+    RUN_DIR=$(new_run_dir)
+    write_run_script "$CWD" "$cmdline" >"$RUN_DIR/run.sh"
     local t0=$SECONDS
-    "${qemu[@]}" </dev/null >"$RUN_DIR/qemu.out" 2>&1 &
-    QEMU_PID=$!
-    # Hang guard: whichever ends first, qemu or the sleep.
-    sleep "$TIMEOUT" &
-    SLEEP_PID=$!
-    local first="" qemu_rc=0
-    wait -n -p first "$QEMU_PID" "$SLEEP_PID" || qemu_rc=$?
-    if [[ $first != "$QEMU_PID" ]]; then
-        kill -KILL "$QEMU_PID" 2>/dev/null || true
-        wait "$QEMU_PID" 2>/dev/null || true
-        QEMU_PID=""
-        SLEEP_PID=""
-        finish_output
-        note "error: timed out after ${TIMEOUT}s (RBTL_GUEST_TIMEOUT); qemu killed; console log: $log"
-        exit 124
-    fi
-    QEMU_PID=""
-    kill "$SLEEP_PID" 2>/dev/null || true
-    wait "$SLEEP_PID" 2>/dev/null || true
-    SLEEP_PID=""
-    finish_output
+    start_streaming_guest -nic none
+    finish_streaming_guest "$t0"
+}
 
-    if [[ ! -s $RUN_DIR/status ]]; then
-        [[ -s $RUN_DIR/error ]] && note "guest setup failed: $(cat "$RUN_DIR/error")"
-        [[ -s $RUN_DIR/qemu.out ]] && note "qemu (exit $qemu_rc) said: $(cat "$RUN_DIR/qemu.out")"
-        note "error: the guest reported no exit status after $((SECONDS - t0))s; console log: $log"
-        exit 125
-    fi
-    local status
-    status=$(cat "$RUN_DIR/status")
-    if [[ ${RBTL_GUEST_KEEP:-0} == 1 ]]; then
-        note "guest run took $((SECONDS - t0))s; run directory kept: $RUN_DIR"
-    elif [[ $status -ne 0 ]]; then
-        note "command exited with $status; console log: $log"
-    else
-        rm -rf -- "$RUN_DIR"
-    fi
-    exit "$status"
+# A TCP port on the host's loopback that nothing listens on.
+free_port() {
+    local port i
+    for ((i = 0; i < 50; i++)); do
+        port=$((20000 + RANDOM % 30000))
+        if ! ss -Htln "sport = :$port" | grep -q .; then
+            printf '%s' "$port"
+            return 0
+        fi
+    done
+    die "no free TCP port found on 127.0.0.1"
+}
+
+# pair: two guests, nodes a (198.18.3.1) and b (198.18.3.2), their virtio NICs
+# joined by a qemu socket network over the host's loopback, each with its own rxe.
+# COMMAND runs on a; b runs rdma/pair-exec.sh's follower, which runs what a's
+# `rdma/pair-exec.sh 198.18.3.2 CMD` (hydra's -launcher-exec) asks of it.
+cmd_pair() {
+    [[ ${1:-} == -- ]] && shift
+    [[ $# -ge 1 ]] || die "pair: no command given (see --help)"
+    local cmdline
+    cmdline=$(command_line "$@")
+    ensure_packages guest-qemu verbs-tools
+    build_if_needed
+    check_share
+    local exec_script=${SCRIPT_PATH%/*}/pair-exec.sh
+    case $exec_script in
+        "$SHARE"/*) ;;
+        *) die "$exec_script is not inside the shared directory $SHARE" ;;
+    esac
+
+    PAIR_DIR=$(mktemp -d "${TMPDIR:-/tmp}/rbtl-pair.XXXXXX")
+    chmod 755 "$PAIR_DIR"
+    RUN_DIR=$(new_run_dir)
+    PEER_DIR=$(new_run_dir)
+    echo a >"$RUN_DIR/node"
+    echo 198.18.3.1/24 >"$RUN_DIR/addr"
+    echo b >"$PEER_DIR/node"
+    echo 198.18.3.2/24 >"$PEER_DIR/addr"
+    # What a's command is told of the pair.
+    local GUEST_PAIR_HOSTS=198.18.3.1,198.18.3.2 GUEST_PAIR_IFACE=eth0
+    local GUEST_PAIR_EXEC=$exec_script GUEST_PAIR_DIR=/rbtl-pair
+    write_run_script "$CWD" "$cmdline" >"$RUN_DIR/run.sh"
+    printf 'exec /usr/bin/bash %q --follow /rbtl-pair\n' "$exec_script" >"$PEER_DIR/run.sh"
+
+    local port t0=$SECONDS
+    port=$(free_port)
+    local pair_fs="local,path=$PAIR_DIR,mount_tag=pair,security_model=none,readonly=off,multidevs=remap"
+    start_streaming_guest -virtfs "$pair_fs" \
+        -netdev "socket,id=net0,listen=127.0.0.1:$port" \
+        -device virtio-net-pci,netdev=net0,mac=52:54:00:18:03:01
+    # b connects once a's qemu listens.
+    local i
+    for ((i = 0; i < 100; i++)); do
+        ss -Htln "sport = :$port" | grep -q . && break
+        kill -0 "$QEMU_PID" 2>/dev/null || break
+        sleep 0.1
+    done
+    qemu_command "$PEER_DIR" "file,path=$PEER_DIR/follower.log" -virtfs "$pair_fs" \
+        -netdev "socket,id=net0,connect=127.0.0.1:$port" \
+        -device virtio-net-pci,netdev=net0,mac=52:54:00:18:03:02
+    "${QEMU_CMD[@]}" </dev/null >"$PEER_DIR/qemu.out" 2>&1 &
+    PEER_PID=$!
+    finish_streaming_guest "$t0"
 }
 
 cmd_clean() {
@@ -517,6 +659,7 @@ main() {
     case ${1:-} in
         build) shift; cmd_build "$@" ;;
         run) shift; cmd_run "$@" ;;
+        pair) shift; cmd_pair "$@" ;;
         clean) cmd_clean ;;
         -h | --help | help) usage ;;
         "") usage >&2; exit 2 ;;

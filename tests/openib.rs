@@ -554,3 +554,137 @@ fn osu_sweep_over_openib() {
         assert!(rows >= 17, "osu {bench} printed every size:\n{stdout}");
     }
 }
+
+// ---------------------------------------------------------------------------
+// Two nodes: the guests of `rdma/guest.sh pair`, each with its own kernel and rxe,
+// their NICs joined by a qemu socket network; hydra starts one rank on each,
+// reaching the other guest through `rdma/pair-exec.sh`.
+
+/// What `rdma/guest.sh pair` tells its command: the two hosts, the interface
+/// between them and the launcher's way into the other guest.
+struct Pair {
+    hosts: String,
+    iface: String,
+    exec: String,
+}
+
+/// The pair this test runs in; `None` elsewhere (the test then says so and passes,
+/// unless `GUEST_PAIR_REQUIRED` is set).
+fn pair() -> Option<Pair> {
+    let var = |name| std::env::var(name).ok();
+    match (
+        var("GUEST_PAIR_HOSTS"),
+        var("GUEST_PAIR_IFACE"),
+        var("GUEST_PAIR_EXEC"),
+    ) {
+        (Some(hosts), Some(iface), Some(exec)) => Some(Pair { hosts, iface, exec }),
+        _ => {
+            assert!(
+                std::env::var_os("GUEST_PAIR_REQUIRED").is_none(),
+                "GUEST_PAIR_REQUIRED is set, but this is not a guest pair"
+            );
+            eprintln!("not in a guest pair: skipped (run it in rdma/guest.sh pair)");
+            None
+        }
+    }
+}
+
+/// `mpiexec.mpich` across the pair, one rank per guest, `env` given to both ranks,
+/// killed after `limit`; whether it succeeded, and its output.
+fn across_pair(
+    pair: &Pair,
+    env: &[(&str, &str)],
+    program: &std::path::Path,
+    args: &[&str],
+    limit: Duration,
+) -> (bool, String) {
+    let mut cmd = std::process::Command::new("timeout");
+    cmd.args([
+        "--kill-after=10",
+        &limit.as_secs().to_string(),
+        "mpiexec.mpich",
+    ]);
+    cmd.args(["-hosts", &pair.hosts, "-n", "2", "-ppn", "1"]);
+    cmd.args(["-iface", &pair.iface, "-launcher", "ssh"]);
+    cmd.args(["-launcher-exec", &pair.exec]);
+    for (k, v) in env {
+        cmd.args(["-genv", k, v]);
+    }
+    let out = cmd.arg(program).args(args).output().unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// The contract suite between two nodes over each connection method, then `osu`'s
+/// latency and bandwidth as a user runs them under hydra.
+#[test]
+fn two_nodes_run_the_contract_suite_and_osu() {
+    let Some(pair) = pair() else {
+        return;
+    };
+    let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    let exe = std::env::current_exe().unwrap();
+    let limit = Duration::from_secs(900);
+    for cpc in ["oob", "rdma_cm"] {
+        // Beside the binary: a folder both guests see.
+        let dir = exe
+            .parent()
+            .unwrap()
+            .join(format!("pair-{}-{cpc}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dir_text = dir.display().to_string();
+        let env = [
+            ("OPENIB_TEST_ROLE", "contract"),
+            ("OPENIB_TEST_DIR", dir_text.as_str()),
+            ("OPENIB_TEST_CPC", cpc),
+        ];
+        let args = [
+            "rank_role_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ];
+        let (ok, text) = across_pair(&pair, &env, &exe, &args, limit);
+        assert!(ok, "contract suite across the pair over {cpc}:\n{text}");
+        for rank in 0..2 {
+            assert!(
+                dir.join(format!("ok.{rank}")).exists(),
+                "{cpc}: rank {rank} reported success\n{text}"
+            );
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+    let osu = std::path::Path::new(env!("CARGO_BIN_EXE_osu"));
+    for (bench, cpc, more) in [
+        ("latency", "oob", ["--iterations", "20", "--skip", "2"]),
+        ("bw", "rdma_cm", ["--iterations", "4", "--skip", "1"]),
+    ] {
+        let args = [
+            bench,
+            "--btl",
+            "self,openib",
+            "--cpc",
+            cpc,
+            "--max-size",
+            "65536",
+            more[0],
+            more[1],
+            more[2],
+            more[3],
+        ];
+        let (ok, text) = across_pair(&pair, &[], osu, &args, limit);
+        assert!(ok, "osu {bench} across the pair over {cpc}:\n{text}");
+        let rows = text
+            .lines()
+            .filter(|l| {
+                l.split_whitespace().count() == 2 && l.starts_with(|c: char| c.is_ascii_digit())
+            })
+            .count();
+        assert!(rows >= 17, "osu {bench} printed every size:\n{text}");
+        eprintln!("osu {bench} across the pair over {cpc}:\n{text}");
+    }
+}
