@@ -434,6 +434,16 @@ impl Monitor {
     }
 }
 
+/// Applies the events read so far to every monitored cache now (each lookup does it
+/// anyway); a no-op when no monitor runs or when called from inside a registrar.
+pub fn apply_pending() {
+    if let Some(Ok(m)) = GLOBAL.get() {
+        if !crate::auto::busy() {
+            m.sync();
+        }
+    }
+}
+
 /// Whether any page of `[start, start+len)` is watched for a cache registration
 /// (false when no monitor runs).
 pub fn is_watched(start: usize, len: usize) -> bool {
