@@ -37,8 +37,12 @@ fn rank_role_entry() {
         "killed_peer" => role_killed_peer(),
         "stopped_peer" => role_stopped_peer(),
         "wildcard_after_deaths" => role_wildcard_after_deaths(),
-        "sm_remap" => stale::role_sm_remap(),
-        "msg_remap" => stale::role_msg_remap(),
+        "sm_remap" => {
+            let (m, eps, job) = sm_module();
+            let ep = eps[(job.rank ^ 1) as usize].expect("sm reaches the peer");
+            stale::remap_and_fork(m, ep, job, true);
+        }
+        "msg_remap" => stale::role_msg_remap(&[]),
         other => panic!("unknown NODE_TEST_ROLE {other:?}"),
     }
 }
@@ -49,7 +53,7 @@ pub(crate) fn report_ok(rank: u32, what: &str) {
 }
 
 /// The sm module alone, connected to every rank, as a transport test sees it.
-pub(crate) fn sm_module() -> (Box<dyn Module>, Vec<Option<Endpoint>>, rbtl::pmi::Job) {
+fn sm_module() -> (Box<dyn Module>, Vec<Option<Endpoint>>, rbtl::pmi::Job) {
     let mut job = rbtl::pmi::job().unwrap();
     let config = rbtl::configure(&[("btl", "sm")]).unwrap();
     let mut modules = rbtl::framework().open(&config, job.modex.as_mut()).unwrap();

@@ -1,4 +1,5 @@
-//! Cached registrations over `sm` when memory is remapped or the process forks.
+//! Cached registrations when memory is remapped or the process forks, over `sm` (from
+//! `tests/node.rs`) and over `openib` (from `tests/openib.rs`, in the guest).
 //!
 //! `sm` pins and maps nothing of a registered buffer: its handles name an address in
 //! the owner's address space, and put/get reach it with `process_vm_writev/readv`,
@@ -8,7 +9,7 @@
 //! runs) drops the registration of remapped memory, that the data lands in the new
 //! memory and not in the old pages, and that a fork changes nothing for the parent.
 
-use crate::{report_ok, sm_module};
+use crate::report_ok;
 use rbtl::btl::{
     Access, DesFlags, Endpoint, MemHandle, Module, Order, RdmaCompletion, RemoteHandle,
     SendiOutcome, Tag,
@@ -96,11 +97,17 @@ fn transfer(
 }
 
 /// Rank 0 owns the memory and remaps it; rank 1 puts and gets, then tells rank 0 with
-/// a message (transfers through the rings need rank 0 to progress until then).
-pub fn role_sm_remap() {
-    let (mut m, eps, mut job) = sm_module();
+/// a message (transfers through sm's rings need rank 0 to progress until then). The
+/// fork child writes to its copy of a registered buffer when `child_writes` (a
+/// transport that keeps registered pages out of children needs it false: the child
+/// has no such pages).
+pub fn remap_and_fork(
+    mut m: Box<dyn Module>,
+    ep: Endpoint,
+    mut job: rbtl::pmi::Job,
+    child_writes: bool,
+) {
     let rank = job.rank;
-    let ep = eps[(rank ^ 1) as usize].expect("sm reaches the peer");
     assert!(monitor::status().is_running(), "{}", monitor::status());
     let heard = Arc::new(AtomicUsize::new(0));
     let h = heard.clone();
@@ -182,7 +189,9 @@ pub fn role_sm_remap() {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
-        bytes(f).fill(0xee);
+        if child_writes {
+            bytes(f).fill(0xee);
+        }
         // SAFETY: ends the child at once.
         unsafe { libc::_exit(0) };
     }
@@ -201,8 +210,8 @@ pub fn role_sm_remap() {
 /// The message layer's rendezvous registers send buffers through the cache: rank 1
 /// sends from a buffer, remaps it with new contents at the same address, and sends
 /// again; rank 0 receives both contents.
-pub fn role_msg_remap() {
-    let mut comm = rbtl::msg::Comm::init(&[]).unwrap();
+pub fn role_msg_remap(settings: &[(&str, &str)]) {
+    let mut comm = rbtl::msg::Comm::init(settings).unwrap();
     let me = comm.rank();
     let big = 1 << 20;
     if me == 1 {
