@@ -86,10 +86,15 @@ fn role_contract(cpc: &str) {
 fn role_remap(cpc: &str) {
     let mut job = rbtl::pmi::job().unwrap();
     let config = rbtl::configure(&[("btl", "openib"), ("btl_openib_cpc_include", cpc)]).unwrap();
-    assert!(config.bool("btl_openib_leave_pinned").unwrap(), "on where the monitor runs");
+    assert!(
+        config.bool("btl_openib_leave_pinned").unwrap(),
+        "on where the monitor runs"
+    );
     let mut modules = rbtl::framework().open(&config, job.modex.as_mut()).unwrap();
     job.modex.fence().unwrap();
-    let mut m = modules.pop().expect("an openib module on the device's port");
+    let mut m = modules
+        .pop()
+        .expect("an openib module on the device's port");
     let procs: Vec<Proc> = (0..job.size)
         .map(|rank| Proc {
             rank,

@@ -133,21 +133,26 @@ fn monitored(c: &mut Criterion) {
     c.bench_function("monitored: lookup hit among 10k (register+release)", |b| {
         b.iter(|| {
             i = (i + 7919) % N;
-            let r = cache.register(black_box(arena + 2 * i * ps + 64), 256, rw).unwrap();
+            let r = cache
+                .register(black_box(arena + 2 * i * ps + 64), 256, rw)
+                .unwrap();
             black_box(r.handle());
         })
     });
     let mut j = 0;
-    c.bench_function("monitored: miss + insert + release (userfaultfd register)", |b| {
-        b.iter(|| {
-            j = (j + 1) % N;
-            // The odd pages between the cached ones: each a miss, then invalidated so
-            // that the next round misses again.
-            let a = arena + (2 * j + 1) * ps;
-            drop(cache.register(black_box(a), ps, rw).unwrap());
-            cache.invalidate(a, ps);
-        })
-    });
+    c.bench_function(
+        "monitored: miss + insert + release (userfaultfd register)",
+        |b| {
+            b.iter(|| {
+                j = (j + 1) % N;
+                // The odd pages between the cached ones: each a miss, then invalidated so
+                // that the next round misses again.
+                let a = arena + (2 * j + 1) * ps;
+                drop(cache.register(black_box(a), ps, rw).unwrap());
+                cache.invalidate(a, ps);
+            })
+        },
+    );
     let page = map(ps);
     c.bench_function("munmap + mmap of a page no registration covers", |b| {
         b.iter(|| {
@@ -156,25 +161,38 @@ fn monitored(c: &mut Criterion) {
             black_box(map(ps));
         })
     });
-    c.bench_function("munmap + mmap of a watched page (register, release, unmap, apply)", |b| {
-        b.iter(|| {
-            let p = map(ps);
-            drop(cache.register(p, ps, rw).unwrap());
-            // SAFETY: the bench's own page; the cache learns of its unmap.
-            unsafe { libc::munmap(p as *mut libc::c_void, ps) };
-            black_box(cache.stats());
-        })
-    });
-    c.bench_function("mmap + register + release + munmap of an unwatched page (baseline)", |b| {
-        let plain = Rcache::new(Nop, Options { monitor: false, leave_pinned: false, ..Options::default() });
-        b.iter(|| {
-            let p = map(ps);
-            drop(plain.register(p, ps, rw).unwrap());
-            // SAFETY: the bench's own page.
-            unsafe { libc::munmap(p as *mut libc::c_void, ps) };
-            black_box(plain.stats());
-        })
-    });
+    c.bench_function(
+        "munmap + mmap of a watched page (register, release, unmap, apply)",
+        |b| {
+            b.iter(|| {
+                let p = map(ps);
+                drop(cache.register(p, ps, rw).unwrap());
+                // SAFETY: the bench's own page; the cache learns of its unmap.
+                unsafe { libc::munmap(p as *mut libc::c_void, ps) };
+                black_box(cache.stats());
+            })
+        },
+    );
+    c.bench_function(
+        "mmap + register + release + munmap of an unwatched page (baseline)",
+        |b| {
+            let plain = Rcache::new(
+                Nop,
+                Options {
+                    monitor: false,
+                    leave_pinned: false,
+                    ..Options::default()
+                },
+            );
+            b.iter(|| {
+                let p = map(ps);
+                drop(plain.register(p, ps, rw).unwrap());
+                // SAFETY: the bench's own page.
+                unsafe { libc::munmap(p as *mut libc::c_void, ps) };
+                black_box(plain.stats());
+            })
+        },
+    );
 }
 
 criterion_group!(rcache, benches, monitored);

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use crate::index::{Lookup, State, NIL};
 use crate::monitor::Monitor;
 use crate::registration::{Entry, Registration};
-use crate::{auto, fork, monitor, page_size, Access, Error, Options, Registrar, RegistrarError, Stats};
+use crate::{
+    auto, fork, monitor, page_size, Access, Error, Options, Registrar, RegistrarError, Stats,
+};
 
 /// Lock guard that also marks the thread as inside a cache (see [`auto`]).
 struct Locked<'a, H> {
@@ -252,8 +254,7 @@ impl<R: Registrar> Rcache<R> {
         // Watch before registering: an unmap from now on reaches the cache after the
         // entry is in (applying it needs this cache's lock).
         let watched = self.monitor.is_some_and(|m| m.watch(base, len));
-        let kept_from_children =
-            self.registrar.pins_pages() && fork::keep_from_children(base, len);
+        let kept_from_children = self.registrar.pins_pages() && fork::keep_from_children(base, len);
         let undo = || {
             if watched {
                 if let Some(m) = self.monitor {

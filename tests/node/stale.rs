@@ -48,9 +48,21 @@ fn map(fd: i32, at: Option<usize>) -> usize {
     // SAFETY: a mapping of the test's own memfd or fresh anonymous memory, replacing
     // nothing (MAP_FIXED_NOREPLACE).
     let p = unsafe {
-        libc::mmap(addr, LEN, libc::PROT_READ | libc::PROT_WRITE, kind | fixed, fd, 0)
+        libc::mmap(
+            addr,
+            LEN,
+            libc::PROT_READ | libc::PROT_WRITE,
+            kind | fixed,
+            fd,
+            0,
+        )
     };
-    assert_ne!(p, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+    assert_ne!(
+        p,
+        libc::MAP_FAILED,
+        "mmap: {}",
+        std::io::Error::last_os_error()
+    );
     p as usize
 }
 
@@ -60,7 +72,12 @@ fn bytes(addr: usize) -> &'static mut [u8] {
 }
 
 /// Publishes `addr` and its handle under `key`, and returns the peer's.
-fn exchange(job: &mut rbtl::pmi::Job, key: &str, addr: usize, h: &MemHandle) -> (u64, RemoteHandle) {
+fn exchange(
+    job: &mut rbtl::pmi::Job,
+    key: &str,
+    addr: usize,
+    h: &MemHandle,
+) -> (u64, RemoteHandle) {
     let mut blob = (addr as u64).to_le_bytes().to_vec();
     blob.extend_from_slice(h.remote().as_bytes());
     job.modex.publish(key, &blob).unwrap();
@@ -122,7 +139,10 @@ pub fn remap_and_fork(
         let deadline = Instant::now() + Duration::from_secs(10);
         while heard.load(Ordering::Acquire) <= round {
             m.progress();
-            assert!(Instant::now() < deadline, "rank 1 never finished round {round}");
+            assert!(
+                Instant::now() < deadline,
+                "rank 1 never finished round {round}"
+            );
         }
         job.modex.fence().unwrap();
     };
@@ -140,11 +160,17 @@ pub fn remap_and_fork(
             let (raddr, rh) = exchange(&mut job, key, src, &sh);
             // What the owner wrote there first.
             transfer(m.as_mut(), ep, false, (dst, &dh), (raddr, &rh));
-            assert!(bytes(dst).iter().all(|&b| b == 0x40 + round as u8), "{key}: get");
+            assert!(
+                bytes(dst).iter().all(|&b| b == 0x40 + round as u8),
+                "{key}: get"
+            );
             bytes(src).fill(0x10 + round as u8);
             transfer(m.as_mut(), ep, true, (src, &sh), (raddr, &rh));
             let told = m.sendi(ep, &[], &[1], Order::ANY, DesFlags::empty(), Tag::USR);
-            assert!(matches!(told, Ok(SendiOutcome::Sent)), "a one-byte message fits");
+            assert!(
+                matches!(told, Ok(SendiOutcome::Sent)),
+                "a one-byte message fits"
+            );
             job.modex.fence().unwrap();
         }
         drop((sh, dh));
@@ -162,12 +188,18 @@ pub fn remap_and_fork(
     assert!(bytes(x).iter().all(|&b| b == 0x10), "the first put landed");
     drop(h);
     // leave_pinned (on where the monitor runs): sm's cache keeps it, watched.
-    assert!(monitor::is_watched(x, LEN), "sm's cache keeps the idle registration");
+    assert!(
+        monitor::is_watched(x, LEN),
+        "sm's cache keeps the idle registration"
+    );
     // The memory leaves; new memory comes at the same address.
     // SAFETY: the role's own mapping, no longer referenced.
     assert_eq!(unsafe { libc::munmap(x as *mut libc::c_void, LEN) }, 0);
     monitor::apply_pending();
-    assert!(!monitor::is_watched(x, LEN), "sm's cached registration was dropped");
+    assert!(
+        !monitor::is_watched(x, LEN),
+        "sm's cached registration was dropped"
+    );
     assert_eq!(map(new, Some(x)), x);
     bytes(x).fill(0x41);
     // SAFETY: as above.
@@ -176,8 +208,14 @@ pub fn remap_and_fork(
     exchange(&mut job, "remap2", x, &h);
     round_done(m.as_mut(), &mut job, 1);
     let new_view = map(new, None);
-    assert!(bytes(new_view).iter().all(|&b| b == 0x11), "the put landed in the new memory");
-    assert!(bytes(old_view).iter().all(|&b| b == 0x10), "the old pages are untouched");
+    assert!(
+        bytes(new_view).iter().all(|&b| b == 0x11),
+        "the put landed in the new memory"
+    );
+    assert!(
+        bytes(old_view).iter().all(|&b| b == 0x10),
+        "the old pages are untouched"
+    );
     drop(h);
     // Fork: a child writes to its copy of a registered private buffer and exits; the
     // parent's transfers stay right (sm needs no MADV_DONTFORK: it pins nothing).
@@ -199,10 +237,16 @@ pub fn remap_and_fork(
     // SAFETY: reaps the child.
     assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
     assert_eq!(status, 0);
-    assert!(bytes(f).iter().all(|&b| b == 0x42), "the child's write stayed in the child");
+    assert!(
+        bytes(f).iter().all(|&b| b == 0x42),
+        "the child's write stayed in the child"
+    );
     exchange(&mut job, "fork", f, &h);
     round_done(m.as_mut(), &mut job, 2);
-    assert!(bytes(f).iter().all(|&b| b == 0x12), "the put after fork landed in the parent");
+    assert!(
+        bytes(f).iter().all(|&b| b == 0x12),
+        "the put after fork landed in the parent"
+    );
     drop(h);
     report_ok(rank, "ok");
 }
@@ -249,7 +293,10 @@ pub fn role_msg_remap(settings: &[(&str, &str)]) {
             };
             assert_eq!(p as usize, x);
             monitor::apply_pending();
-            assert!(!monitor::is_watched(x, big), "the cached registration was dropped");
+            assert!(
+                !monitor::is_watched(x, big),
+                "the cached registration was dropped"
+            );
         }
     } else {
         let mut buf = vec![0u8; big];

@@ -36,8 +36,8 @@ use crossbeam_queue::ArrayQueue;
 
 use crate::auto::Watched;
 pub(crate) use pages::PageCounts;
-use uffd::{Event, Uffd, MSG_BYTES};
 pub use uffd::Opened;
+use uffd::{Event, Uffd, MSG_BYTES};
 
 /// Events queued between the monitor thread and the caches; past this many
 /// unapplied events every cache is invalidated whole instead.
@@ -217,9 +217,15 @@ fn start() -> Result<&'static Monitor, Unavailable> {
     // are async-signal-safe, as a fork child handler must be.
     let rc = unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
     if rc != 0 {
-        tracing::warn!(rc, "rcache: pthread_atfork failed; fork children keep a stale view");
+        tracing::warn!(
+            rc,
+            "rcache: pthread_atfork failed; fork children keep a stale view"
+        );
     }
-    tracing::debug!(features = format_args!("{:#x}", monitor.uffd.features), "rcache: memory monitor started");
+    tracing::debug!(
+        features = format_args!("{:#x}", monitor.uffd.features),
+        "rcache: memory monitor started"
+    );
     Ok(monitor)
 }
 

@@ -178,7 +178,13 @@ impl Uffd {
         // SAFETY: UFFDIO_REGISTER reads and writes one `struct uffdio_register`. In WP
         // mode with no page write-protected it changes no memory access: it only asks
         // for the events of this descriptor's features on the range.
-        let rc = unsafe { libc::ioctl(self.raw(), uioctl::UFFDIO_REGISTER as libc::c_ulong, &mut reg) };
+        let rc = unsafe {
+            libc::ioctl(
+                self.raw(),
+                uioctl::UFFDIO_REGISTER as libc::c_ulong,
+                &mut reg,
+            )
+        };
         if rc < 0 {
             return Err(last_errno());
         }
@@ -194,7 +200,13 @@ impl Uffd {
         };
         // SAFETY: UFFDIO_UNREGISTER reads one `struct uffdio_range`; it only stops the
         // events for the range.
-        let rc = unsafe { libc::ioctl(self.raw(), uioctl::UFFDIO_UNREGISTER as libc::c_ulong, &mut range) };
+        let rc = unsafe {
+            libc::ioctl(
+                self.raw(),
+                uioctl::UFFDIO_UNREGISTER as libc::c_ulong,
+                &mut range,
+            )
+        };
         if rc < 0 {
             return Err(last_errno());
         }
@@ -203,7 +215,10 @@ impl Uffd {
 
     /// Waits until events are pending (or a signal interrupts the wait).
     pub(crate) fn wait(&self) -> Result<(), Errno> {
-        let mut fds = [rustix::event::PollFd::new(&self.fd, rustix::event::PollFlags::IN)];
+        let mut fds = [rustix::event::PollFd::new(
+            &self.fd,
+            rustix::event::PollFlags::IN,
+        )];
         match rustix::event::poll(&mut fds, -1) {
             Ok(_) | Err(Errno::INTR) => Ok(()),
             Err(e) => Err(e),
@@ -287,8 +302,14 @@ pub(crate) fn feature_names(bits: u64) -> String {
         (uapi::UFFD_FEATURE_EVENT_UNMAP, "UFFD_FEATURE_EVENT_UNMAP"),
         (uapi::UFFD_FEATURE_EVENT_REMOVE, "UFFD_FEATURE_EVENT_REMOVE"),
         (uapi::UFFD_FEATURE_EVENT_REMAP, "UFFD_FEATURE_EVENT_REMAP"),
-        (uapi::UFFD_FEATURE_PAGEFAULT_FLAG_WP, "UFFD_FEATURE_PAGEFAULT_FLAG_WP"),
-        (uapi::UFFD_FEATURE_WP_HUGETLBFS_SHMEM, "UFFD_FEATURE_WP_HUGETLBFS_SHMEM"),
+        (
+            uapi::UFFD_FEATURE_PAGEFAULT_FLAG_WP,
+            "UFFD_FEATURE_PAGEFAULT_FLAG_WP",
+        ),
+        (
+            uapi::UFFD_FEATURE_WP_HUGETLBFS_SHMEM,
+            "UFFD_FEATURE_WP_HUGETLBFS_SHMEM",
+        ),
     ];
     let names: Vec<&str> = NAMES
         .iter()

@@ -104,7 +104,12 @@ fn mremap_moving_away_then_a_new_mapping_at_the_old_address() {
                 elsewhere as *mut libc::c_void,
             )
         };
-        assert_eq!(p as usize, elsewhere, "mremap: {}", std::io::Error::last_os_error());
+        assert_eq!(
+            p as usize,
+            elsewhere,
+            "mremap: {}",
+            std::io::Error::last_os_error()
+        );
         // The moved pages are not watched at their new place once the event is
         // applied (nothing registered them there).
         let _ = Checker::new().cache.stats();
@@ -152,7 +157,12 @@ fn shmdt_then_shmat_at_the_same_address() {
     assert_eq!(unsafe { libc::shmdt(a as *const libc::c_void) }, 0);
     // SAFETY: attaches it again at the same address, now free.
     let b = unsafe { libc::shmat(id, a as *const libc::c_void, 0) } as usize;
-    assert_eq!(b, a, "shmat at the old address: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        b,
+        a,
+        "shmat at the old address: {}",
+        std::io::Error::last_os_error()
+    );
     let new = c.lookup(a, 4 * PS);
     assert_ne!(new.id(), old_id, "a stale hit after shmdt");
     assert_eq!(c.stale, 0);
@@ -182,7 +192,10 @@ fn memory_freed_while_in_use_is_invalid_at_once() {
     let held = c.lookup(a, 2 * PS);
     assert!(held.is_valid());
     unmap(a, 2 * PS);
-    assert!(!held.is_valid(), "munmap has returned: the registration must be invalid");
+    assert!(
+        !held.is_valid(),
+        "munmap has returned: the registration must be invalid"
+    );
     let b = map_again(a, 2 * PS).unwrap_or_else(|| map(None, 2 * PS));
     let new = c.lookup(b, 2 * PS);
     assert_ne!(new.id(), held.id());
@@ -214,7 +227,10 @@ fn c_malloc_and_free_never_give_a_stale_hit() {
     // The large blocks were mmap'd by malloc and unmapped by free (or trimmed from
     // the heap): the monitor saw that happen.
     let after = rbtl_rcache::monitor::event_counts();
-    assert!(after.gone > before.gone, "no unmap seen: {before:?} -> {after:?}");
+    assert!(
+        after.gone > before.gone,
+        "no unmap seen: {before:?} -> {after:?}"
+    );
     assert!(c.cache.stats().invalidations > 0);
 }
 
@@ -241,7 +257,8 @@ fn memory_the_monitor_cannot_watch_is_not_kept_idle() {
     assert_ne!(a, libc::MAP_FAILED as usize);
     let fs_is_shmem = {
         let a2 = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        a2.lines().any(|l| l.contains(" /tmp ") && l.contains("tmpfs"))
+        a2.lines()
+            .any(|l| l.contains(" /tmp ") && l.contains("tmpfs"))
     };
     let mut c = Checker::new();
     let r = c.lookup(a, 4 * PS);

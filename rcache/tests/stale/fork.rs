@@ -13,10 +13,9 @@ fn vm_flag(addr: usize, flag: &str) -> bool {
     for line in smaps.lines() {
         if let Some((range, _)) = line.split_once(' ') {
             if let Some((lo, hi)) = range.split_once('-') {
-                if let (Ok(lo), Ok(hi)) = (
-                    usize::from_str_radix(lo, 16),
-                    usize::from_str_radix(hi, 16),
-                ) {
+                if let (Ok(lo), Ok(hi)) =
+                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+                {
                     inside = lo <= addr && addr < hi;
                     continue;
                 }
@@ -47,7 +46,11 @@ fn with_child<T>(meanwhile: impl FnOnce() -> T) -> (i32, T) {
         // SAFETY: reads one byte into `b` from the pipe the parent writes.
         unsafe { libc::read(fds[0], (&mut b as *mut u8).cast(), 1) };
         // The monitor belongs to the parent: the child must say none runs here.
-        let code = if rbtl_rcache::monitor::status().is_running() { 3 } else { 0 };
+        let code = if rbtl_rcache::monitor::status().is_running() {
+            3
+        } else {
+            0
+        };
         // SAFETY: ends the child without running the parent's destructors.
         unsafe { libc::_exit(code) };
     }
@@ -67,25 +70,42 @@ fn with_child<T>(meanwhile: impl FnOnce() -> T) -> (i32, T) {
 fn a_parent_writing_after_fork_keeps_the_pages_it_registered() {
     for pins in [true, false] {
         let mut c = Checker::with_registrar(FrameRegistrar { pins });
-        assert!(c.frames_visible, "this test reads frame numbers: run it as root");
+        assert!(
+            c.frames_visible,
+            "this test reads frame numbers: run it as root"
+        );
         let a = map(None, 4 * PS);
         fill(a, 4 * PS, 1);
         let r = c.lookup(a + 10, 3 * PS);
-        assert_eq!(vm_flag(a, "dc"), pins, "MADV_DONTFORK exactly when the registrar pins");
+        assert_eq!(
+            vm_flag(a, "dc"),
+            pins,
+            "MADV_DONTFORK exactly when the registrar pins"
+        );
         let (status, after) = with_child(|| {
             fill(a, 4 * PS, 2);
             frames(r.base(), r.len())
         });
-        assert_eq!(status, 0, "the child saw a monitor running (status {status})");
+        assert_eq!(
+            status, 0,
+            "the child saw a monitor running (status {status})"
+        );
         if pins {
-            assert_eq!(after, r.handle().frames, "the parent's pages left the registration");
+            assert_eq!(
+                after,
+                r.handle().frames,
+                "the parent's pages left the registration"
+            );
         } else {
             // The control: without the advice copy-on-write moved the parent.
             assert_ne!(after, r.handle().frames);
         }
         drop(r);
         c.cache.flush_idle();
-        assert!(!vm_flag(a, "dc"), "the last registration gone, MADV_DOFORK again");
+        assert!(
+            !vm_flag(a, "dc"),
+            "the last registration gone, MADV_DOFORK again"
+        );
         drop(c);
         unmap(a, 4 * PS);
     }

@@ -24,10 +24,16 @@ pub fn map_again(addr: usize, len: usize) -> Option<usize> {
             0,
         )
     };
-    if p == libc::MAP_FAILED && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
+    if p == libc::MAP_FAILED && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST)
+    {
         return None;
     }
-    assert_eq!(p as usize, addr, "mmap at {addr:#x}: {}", std::io::Error::last_os_error());
+    assert_eq!(
+        p as usize,
+        addr,
+        "mmap at {addr:#x}: {}",
+        std::io::Error::last_os_error()
+    );
     Some(addr)
 }
 
@@ -49,7 +55,12 @@ pub fn map(hint: Option<usize>, len: usize) -> usize {
             0,
         )
     };
-    assert_ne!(p, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+    assert_ne!(
+        p,
+        libc::MAP_FAILED,
+        "mmap: {}",
+        std::io::Error::last_os_error()
+    );
     if let Some(a) = hint {
         assert_eq!(p as usize, a, "mmap did not map at the hint");
     }

@@ -20,7 +20,12 @@ const NOBODY: libc::uid_t = 65534;
 
 fn run_role(role: &str) {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "roles::role_entry", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "roles::role_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("RBTL_STALE_ROLE", role)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -89,15 +94,30 @@ fn refuse_userfaultfd() {
     let nr = libc::SYS_userfaultfd as u32;
     let filter = [
         // A = seccomp_data.nr
-        libc::sock_filter { code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16, jt: 0, jf: 0, k: 0 },
-        libc::sock_filter { code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16, jt: 0, jf: 1, k: nr },
+        libc::sock_filter {
+            code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: nr,
+        },
         libc::sock_filter {
             code: (libc::BPF_RET | libc::BPF_K) as u16,
             jt: 0,
             jf: 0,
             k: libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
         },
-        libc::sock_filter { code: (libc::BPF_RET | libc::BPF_K) as u16, jt: 0, jf: 0, k: libc::SECCOMP_RET_ALLOW },
+        libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
     ];
     let prog = libc::sock_fprog {
         len: filter.len() as u16,
@@ -108,7 +128,11 @@ fn refuse_userfaultfd() {
     unsafe {
         assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
         assert_eq!(
-            libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog as *const libc::sock_fprog),
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &prog as *const libc::sock_fprog
+            ),
             0,
             "seccomp: {}",
             std::io::Error::last_os_error()
@@ -190,7 +214,11 @@ fn role_brk() {
         assert_ne!(libc::sbrk(grow) as isize, -1);
         fill(start, 4 * PS, 5);
         let id = c.lookup(start, 4 * PS).id();
-        assert_eq!(libc::sbrk(0) as usize, start + 4 * PS, "malloc moved the break meanwhile");
+        assert_eq!(
+            libc::sbrk(0) as usize,
+            start + 4 * PS,
+            "malloc moved the break meanwhile"
+        );
         assert_ne!(libc::sbrk(-(4 * PS as libc::intptr_t)) as isize, -1);
         assert_ne!(libc::sbrk(4 * PS as libc::intptr_t) as isize, -1);
         fill(start, 4 * PS, 6);
@@ -199,7 +227,11 @@ fn role_brk() {
         assert_eq!(c.stale, 0);
         drop(again);
         c.cache.flush_idle();
-        assert_eq!(libc::sbrk(0) as usize, start + 4 * PS, "malloc moved the break meanwhile");
+        assert_eq!(
+            libc::sbrk(0) as usize,
+            start + 4 * PS,
+            "malloc moved the break meanwhile"
+        );
         assert_ne!(libc::sbrk(-grow) as isize, -1);
     }
 }

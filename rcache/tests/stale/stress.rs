@@ -204,5 +204,8 @@ fn hundred_thousand_random_rounds_without_a_stale_hit() {
     );
     assert_eq!(c.stale, 0, "{} hits on pages that changed", c.stale);
     assert_eq!(mapped_stale, 0, "{mapped_stale} hits predating a change");
-    assert!(s.hits > 1000 && s.invalidations > 1000, "the rounds exercised too little: {s:?}");
+    assert!(
+        s.hits > 1000 && s.invalidations > 1000,
+        "the rounds exercised too little: {s:?}"
+    );
 }
