@@ -8,9 +8,12 @@
 //! launcher; and the `osu` binary in those cases. This test binary re-executes itself as
 //! the rank program under the launcher; `NODE_TEST_ROLE` selects what a rank does and
 //! ranks leave `ok.<rank>` files in `NODE_TEST_DIR`. Each job gets its own
-//! `RBTL_SHM_DIR`, checked empty afterwards.
+//! `RBTL_SHM_DIR`, checked empty afterwards. `node/stale.rs` holds the roles over
+//! memory remapped under cached registrations and over fork.
 
 mod common;
+#[path = "node/stale.rs"]
+mod stale;
 
 use rbtl::btl::{Endpoint, Module, Proc};
 use rbtl::msg::{Comm, Error, Window, ANY_SOURCE, ANY_TAG};
@@ -34,11 +37,17 @@ fn rank_role_entry() {
         "killed_peer" => role_killed_peer(),
         "stopped_peer" => role_stopped_peer(),
         "wildcard_after_deaths" => role_wildcard_after_deaths(),
+        "sm_remap" => {
+            let (m, eps, job) = sm_module();
+            let ep = eps[(job.rank ^ 1) as usize].expect("sm reaches the peer");
+            stale::remap_and_fork(m, ep, job, true);
+        }
+        "msg_remap" => stale::role_msg_remap(&[]),
         other => panic!("unknown NODE_TEST_ROLE {other:?}"),
     }
 }
 
-fn report_ok(rank: u32, what: &str) {
+pub(crate) fn report_ok(rank: u32, what: &str) {
     let dir = PathBuf::from(std::env::var_os("NODE_TEST_DIR").expect("NODE_TEST_DIR"));
     std::fs::write(dir.join(format!("{what}.{rank}")), b"ok").unwrap();
 }
@@ -697,6 +706,20 @@ fn sm_auto_switches_large_transfers_to_cross_memory_attach_when_rings_are_slow()
 fn message_layer_two_and_four_ranks() {
     expect_all_ok("msg", 2, &[]);
     expect_all_ok("msg", 4, &[("RBTL_BTL_SM_RDMA", "cma")]);
+}
+
+/// Memory remapped under a cached `sm` registration: the cache drops it, puts land in
+/// the new memory and never in the old pages, and a fork changes nothing for the parent.
+#[test]
+fn sm_transfers_into_remapped_memory_and_after_fork() {
+    expect_all_ok("sm_remap", 2, &[]);
+}
+
+/// The message layer's cached registrations of a send buffer that is remapped between
+/// sends: each receive gets the buffer's contents at the time of its send.
+#[test]
+fn message_layer_sends_from_a_remapped_buffer() {
+    expect_all_ok("msg_remap", 2, &[]);
 }
 
 #[test]

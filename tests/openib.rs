@@ -3,8 +3,10 @@
 //! method (and with put and get limits set), a wrong remote key, the memlock
 //! diagnosis, the message layer across 2 and 4 ranks, a flood that must not cause
 //! receiver-not-ready retries, a shared receive queue, a job too large for the
-//! completion queue, a killed peer, ranks that share no connection method, and a short
-//! osu sweep. Without a
+//! completion queue, a killed peer, ranks that share no connection method, a short osu
+//! sweep, transfers into memory remapped under cached registrations and after a fork
+//! (`node/stale.rs`), and, in a pair of guests (`rdma/guest.sh pair`), the contract
+//! suite and osu between two nodes. Without a
 //! device these tests say so and pass, unless `VERBS_REQUIRE_DEVICE` is set (as in
 //! the guest), where a missing device fails them.
 //!
@@ -14,6 +16,8 @@
 #![cfg(feature = "openib")]
 
 mod common;
+#[path = "node/stale.rs"]
+mod stale;
 
 use rbtl::btl::{Access, Endpoint, Error, Module, Proc, RemoteHandle};
 use rbtl::msg::{Comm, ANY_SOURCE};
@@ -38,11 +42,13 @@ fn rank_role_entry() {
         "cq_too_small" => role_cq_too_small(),
         "killed_peer" => role_killed_peer(&cpc),
         "flood" => role_flood(&cpc),
+        "remap" => role_remap(&cpc),
+        "msg_remap" => stale::role_msg_remap(&settings(&cpc)),
         other => panic!("unknown OPENIB_TEST_ROLE {other:?}"),
     }
 }
 
-fn report_ok(rank: u32, what: &str) {
+pub(crate) fn report_ok(rank: u32, what: &str) {
     let dir = PathBuf::from(std::env::var_os("OPENIB_TEST_DIR").expect("OPENIB_TEST_DIR"));
     std::fs::write(dir.join(format!("{what}.{rank}")), b"ok").unwrap();
 }
@@ -74,6 +80,32 @@ fn role_contract(cpc: &str) {
     wrong_key(m.as_mut(), ep, &mut job);
     memlock(m.as_mut());
     report_ok(rank, "ok");
+}
+
+/// Memory remapped under a cached device registration (leave_pinned on, as where the
+/// memory monitor runs): RDMA writes land in the new memory, never in the old pages;
+/// and a fork (the child exits at once) leaves the parent's transfers right.
+fn role_remap(cpc: &str) {
+    let mut job = rbtl::pmi::job().unwrap();
+    let config = rbtl::configure(&[("btl", "openib"), ("btl_openib_cpc_include", cpc)]).unwrap();
+    assert!(
+        config.bool("btl_openib_leave_pinned").unwrap(),
+        "on where the monitor runs"
+    );
+    let mut modules = rbtl::framework().open(&config, job.modex.as_mut()).unwrap();
+    job.modex.fence().unwrap();
+    let mut m = modules
+        .pop()
+        .expect("an openib module on the device's port");
+    let procs: Vec<Proc> = (0..job.size)
+        .map(|rank| Proc {
+            rank,
+            node: "n".into(),
+        })
+        .collect();
+    let eps = m.add_procs(&procs, job.modex.as_mut()).unwrap();
+    let ep = eps[(job.rank ^ 1) as usize].expect("openib reaches the peer");
+    stale::remap_and_fork(m, ep, job, false);
 }
 
 /// A put with a forged remote key: an error completion, and the target unchanged
@@ -447,6 +479,17 @@ fn a_killed_peer_is_reported_over_each_cpc() {
             "{cpc}: rank 0 saw rank 1 fail and reported it"
         );
         std::fs::remove_dir_all(dir).unwrap();
+    }
+}
+
+/// Registrations of remapped memory and fork, through the device (see `node/stale.rs`).
+#[test]
+fn transfers_into_remapped_memory_and_after_fork_over_each_cpc() {
+    if device() {
+        for cpc in ["oob", "rdma_cm"] {
+            expect_all_ok("remap", 2, cpc);
+            expect_all_ok("msg_remap", 2, cpc);
+        }
     }
 }
 

@@ -251,6 +251,18 @@ fn rbtl_info_lists_transports_interfaces_and_parameters() {
         assert!(text.contains(line), "`{line}` in:\n{text}");
     }
     assert!(text.contains("btl_tcp_if_include = \"lo\""), "{text}");
+    // Which memory monitor runs (these tests run where userfaultfd is available), and
+    // the reason when none does.
+    assert!(
+        text.contains("memory monitor: userfaultfd (events unmap, remove, remap;"),
+        "{text}"
+    );
+    let off = run(Command::new(RBTL_INFO).args(["--param", "rcache_monitor=none"]));
+    let off = String::from_utf8_lossy(&off.stdout);
+    assert!(
+        off.contains("memory monitor: none: turned off (rcache_monitor = none)"),
+        "{off}"
+    );
     let bad = Command::new(RBTL_INFO)
         .args(["--param", "btl_tcp_if_include=no-such-if0"])
         .output()

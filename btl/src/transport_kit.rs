@@ -40,5 +40,7 @@ pub mod rcache_params {
     //! The registration cache's parameters, shared by every transport that registers
     //! (the [`Framework`](crate::Framework) registers them).
 
-    pub use crate::rcache_params::{options, register_params};
+    pub use crate::rcache_params::{
+        leave_pinned, monitor_status, monitor_wanted, options, register_params,
+    };
 }

@@ -23,6 +23,14 @@ fn range(i: usize) -> usize {
     BASE + i * 2 * page_size()
 }
 
+/// Made-up addresses: no monitor can watch them (the cache structure alone is timed).
+fn unmonitored() -> Options {
+    Options {
+        monitor: false,
+        ..Options::default()
+    }
+}
+
 fn filled(options: Options) -> std::sync::Arc<Rcache<Nop>> {
     let cache = Rcache::new(Nop, options);
     for i in 0..N {
@@ -38,7 +46,7 @@ fn filled(options: Options) -> std::sync::Arc<Rcache<Nop>> {
 fn benches(c: &mut Criterion) {
     let rw = Access::LOCAL_READ;
 
-    let cache = filled(Options::default());
+    let cache = filled(unmonitored());
     let mut i = 0;
     c.bench_function("lookup hit among 10k (register+release)", |b| {
         b.iter(|| {
@@ -55,7 +63,7 @@ fn benches(c: &mut Criterion) {
         Nop,
         Options {
             leave_pinned: false,
-            ..Options::default()
+            ..unmonitored()
         },
     );
     let held: Vec<_> = (0..N)
@@ -74,7 +82,7 @@ fn benches(c: &mut Criterion) {
     drop(held);
     assert_eq!(cache.stats().entries, 0);
 
-    let cache = filled(Options::default());
+    let cache = filled(unmonitored());
     let mut k = 0;
     c.bench_function("invalidate one of 10k", |b| {
         b.iter_batched(
@@ -89,5 +97,103 @@ fn benches(c: &mut Criterion) {
     });
 }
 
-criterion_group!(rcache, benches);
+/// Maps `len` bytes of private anonymous memory.
+fn map(len: usize) -> usize {
+    // SAFETY: a fresh anonymous mapping.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    p as usize
+}
+
+/// The memory monitor on real memory: a hit among 10k watched registrations, a miss
+/// (which registers the range with userfaultfd), and what an unmap costs when a cached
+/// registration covers the pages and when none does.
+fn monitored(c: &mut Criterion) {
+    let rw = Access::LOCAL_READ;
+    let ps = page_size();
+    let cache = Rcache::new(Nop, Options::default());
+    if !cache.is_monitored() {
+        eprintln!("no memory monitor: {}", rbtl_rcache::monitor::status());
+        return;
+    }
+    let arena = map(2 * N * ps);
+    for i in 0..N {
+        drop(cache.register(arena + 2 * i * ps, ps, rw).unwrap());
+    }
+    let mut i = 0;
+    c.bench_function("monitored: lookup hit among 10k (register+release)", |b| {
+        b.iter(|| {
+            i = (i + 7919) % N;
+            let r = cache
+                .register(black_box(arena + 2 * i * ps + 64), 256, rw)
+                .unwrap();
+            black_box(r.handle());
+        })
+    });
+    let mut j = 0;
+    c.bench_function(
+        "monitored: miss + insert + release (userfaultfd register)",
+        |b| {
+            b.iter(|| {
+                j = (j + 1) % N;
+                // The odd pages between the cached ones: each a miss, then invalidated so
+                // that the next round misses again.
+                let a = arena + (2 * j + 1) * ps;
+                drop(cache.register(black_box(a), ps, rw).unwrap());
+                cache.invalidate(a, ps);
+            })
+        },
+    );
+    let page = map(ps);
+    c.bench_function("munmap + mmap of a page no registration covers", |b| {
+        b.iter(|| {
+            // SAFETY: the bench's own page, mapped again at once.
+            unsafe { libc::munmap(page as *mut libc::c_void, ps) };
+            black_box(map(ps));
+        })
+    });
+    c.bench_function(
+        "munmap + mmap of a watched page (register, release, unmap, apply)",
+        |b| {
+            b.iter(|| {
+                let p = map(ps);
+                drop(cache.register(p, ps, rw).unwrap());
+                // SAFETY: the bench's own page; the cache learns of its unmap.
+                unsafe { libc::munmap(p as *mut libc::c_void, ps) };
+                black_box(cache.stats());
+            })
+        },
+    );
+    c.bench_function(
+        "mmap + register + release + munmap of an unwatched page (baseline)",
+        |b| {
+            let plain = Rcache::new(
+                Nop,
+                Options {
+                    monitor: false,
+                    leave_pinned: false,
+                    ..Options::default()
+                },
+            );
+            b.iter(|| {
+                let p = map(ps);
+                drop(plain.register(p, ps, rw).unwrap());
+                // SAFETY: the bench's own page.
+                unsafe { libc::munmap(p as *mut libc::c_void, ps) };
+                black_box(plain.stats());
+            })
+        },
+    );
+}
+
+criterion_group!(rcache, benches, monitored);
 criterion_main!(rcache);

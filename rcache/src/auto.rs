@@ -73,7 +73,7 @@ impl Drop for BusyGuard {
     }
 }
 
-fn busy() -> bool {
+pub(crate) fn busy() -> bool {
     BUSY.try_with(|b| b.get() > 0).unwrap_or(true)
 }
 

@@ -3,12 +3,16 @@
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::index::{Lookup, State, NIL};
+use crate::monitor::Monitor;
 use crate::registration::{Entry, Registration};
-use crate::{auto, page_size, Access, Error, Options, Registrar, RegistrarError, Stats};
+use crate::{
+    auto, fork, monitor, page_size, Access, Error, Options, Registrar, RegistrarError, Stats,
+};
 
 /// Lock guard that also marks the thread as inside a cache (see [`auto`]).
 struct Locked<'a, H> {
@@ -33,6 +37,8 @@ impl<H> DerefMut for Locked<'_, H> {
 pub struct Rcache<R: Registrar> {
     registrar: R,
     options: Options,
+    /// The memory monitor, when `options.monitor` asked for it and it runs.
+    monitor: Option<&'static Monitor>,
     state: Mutex<State<R::Handle>>,
 }
 
@@ -46,13 +52,51 @@ impl<R: Registrar> fmt::Debug for Rcache<R> {
 }
 
 impl<R: Registrar> Rcache<R> {
-    /// Creates a cache that registers through `registrar`.
+    /// Creates a cache that registers through `registrar`. With
+    /// [`Options::monitor`], the cache follows the process's memory monitor (started
+    /// on first use, see [`monitor`]); when none runs, it keeps nothing idle.
     pub fn new(registrar: R, options: Options) -> Arc<Self> {
-        Arc::new(Rcache {
+        let monitor = if options.monitor {
+            match monitor::get() {
+                Ok(m) if m.usable() => Some(m),
+                Ok(_) => None,
+                Err(why) => {
+                    tracing::debug!(%why, "rcache: no memory monitor; nothing is kept idle");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let cache = Arc::new(Rcache {
             registrar,
             options,
+            monitor,
             state: Mutex::new(State::new()),
-        })
+        });
+        if let Some(m) = monitor {
+            let weak: Weak<dyn auto::Watched> = Arc::downgrade(&cache) as Weak<dyn auto::Watched>;
+            m.add_cache(weak);
+        }
+        cache
+    }
+
+    /// Applies the memory monitor's pending events to every monitored cache (done
+    /// before each lookup; two atomic loads when nothing happened). Not from inside a
+    /// registrar, which may be called with a cache's lock held.
+    #[inline]
+    pub(crate) fn sync_monitor(&self) {
+        if let Some(m) = self.monitor {
+            if !auto::busy() {
+                m.sync();
+            }
+        }
+    }
+
+    /// Whether the memory monitor keeps this cache's idle registrations safe to reuse
+    /// (false when the cache did not ask for it or none runs).
+    pub fn is_monitored(&self) -> bool {
+        self.monitor.is_some_and(|m| m.usable())
     }
 
     fn lock(&self) -> Locked<'_, R::Handle> {
@@ -90,6 +134,7 @@ impl<R: Registrar> Rcache<R> {
         let pb = base & !(ps - 1);
         let pe = end.checked_add(ps - 1).ok_or_else(overflow)? & !(ps - 1);
 
+        self.sync_monitor();
         let mut st = self.lock();
         let (rb, rl, racc) = match st.find(pb, pe, access) {
             Lookup::Hit(i) => {
@@ -99,11 +144,12 @@ impl<R: Registrar> Rcache<R> {
                 }
                 let s = st.slot_mut(i);
                 s.users += 1;
-                let entry = Arc::clone(&s.entry);
+                let entry = NonNull::from(&*s.entry);
+                drop(st);
                 return Ok(Registration {
                     cache: Arc::clone(self),
                     slot: i,
-                    entry: Some(entry),
+                    entry,
                 });
             }
             Lookup::Upgrade(i) => {
@@ -128,17 +174,36 @@ impl<R: Registrar> Rcache<R> {
             }
         };
         let i = self.register_new(&mut st, rb, rl, racc)?;
-        let entry = Arc::clone(&st.slot(i).entry);
+        let entry = NonNull::from(&*st.slot(i).entry);
         Ok(Registration {
             cache: Arc::clone(self),
             slot: i,
-            entry: Some(entry),
+            entry,
         })
     }
 
     fn deregister_slot(&self, st: &mut State<R::Handle>, i: usize) {
-        if let Some(h) = st.retire(i) {
-            self.registrar.deregister(h);
+        let entry = st.retire(i);
+        self.deregister_entry(*entry);
+    }
+
+    fn deregister_entry(&self, entry: Entry<R::Handle>) {
+        let Entry {
+            base,
+            len,
+            handle,
+            watched,
+            kept_from_children,
+            ..
+        } = entry;
+        self.registrar.deregister(handle);
+        if watched {
+            if let Some(m) = self.monitor {
+                m.unwatch(base, len);
+            }
+        }
+        if kept_from_children {
+            fork::release(base, len);
         }
     }
 
@@ -186,27 +251,47 @@ impl<R: Registrar> Rcache<R> {
                 return Err(self.limit_error(st, len));
             }
         }
+        // Watch before registering: an unmap from now on reaches the cache after the
+        // entry is in (applying it needs this cache's lock).
+        let watched = self.monitor.is_some_and(|m| m.watch(base, len));
+        let kept_from_children = self.registrar.pins_pages() && fork::keep_from_children(base, len);
+        let undo = || {
+            if watched {
+                if let Some(m) = self.monitor {
+                    m.unwatch(base, len);
+                }
+            }
+            if kept_from_children {
+                fork::release(base, len);
+            }
+        };
         let handle = loop {
             match self.registrar.register(base, len, access) {
                 Ok(h) => break h,
                 Err(RegistrarError::OutOfResources(msg)) => {
                     tracing::debug!(base, len, %msg, "rcache: registrar out of resources; evicting");
                     if !self.evict_one(st) {
+                        undo();
                         return Err(Error::Registrar(RegistrarError::OutOfResources(msg)));
                     }
                 }
-                Err(e) => return Err(Error::Registrar(e)),
+                Err(e) => {
+                    undo();
+                    return Err(Error::Registrar(e));
+                }
             }
         };
         let id = st.next_id;
         st.next_id += 1;
-        let entry = Arc::new(Entry {
+        let entry = Box::new(Entry {
             base,
             len,
             access,
             id,
             valid: AtomicBool::new(true),
             handle,
+            watched,
+            kept_from_children,
         });
         Ok(st.insert_slot(entry))
     }
@@ -264,8 +349,9 @@ impl<R: Registrar> Rcache<R> {
         }
     }
 
-    /// Snapshot of the counters.
+    /// Snapshot of the counters (after applying the memory monitor's pending events).
     pub fn stats(&self) -> Stats {
+        self.sync_monitor();
         self.lock().stats
     }
 
@@ -279,17 +365,23 @@ impl<R: Registrar> Rcache<R> {
         &self.registrar
     }
 
-    pub(crate) fn release(&self, slot: usize, entry: Arc<Entry<R::Handle>>) {
+    /// Whether an idle registration may wait on the LRU list: `leave_pinned`, and
+    /// (when the cache asked for the monitor) the monitor watches it.
+    fn keeps_idle(&self, entry: &Entry<R::Handle>) -> bool {
+        self.options.leave_pinned
+            && (!self.options.monitor
+                || (entry.watched && self.monitor.is_some_and(|m| m.usable())))
+    }
+
+    pub(crate) fn release(&self, slot: usize) {
         let mut st = self.lock();
         let s = st.slot_mut(slot);
         debug_assert!(s.users > 0);
         s.users -= 1;
-        // Drop our reference under the lock (see the invariant on `State`).
-        drop(entry);
         if s.users > 0 {
             return;
         }
-        if s.indexed && self.options.leave_pinned {
+        if s.indexed && self.keeps_idle(&s.entry) {
             st.lru_push_back(slot);
         } else {
             st.unindex(slot);
@@ -297,14 +389,9 @@ impl<R: Registrar> Rcache<R> {
         }
     }
 
-    pub(crate) fn add_ref(
-        &self,
-        slot: usize,
-        entry: &Arc<Entry<R::Handle>>,
-    ) -> Arc<Entry<R::Handle>> {
+    pub(crate) fn add_ref(&self, slot: usize) {
         let mut st = self.lock();
         st.slot_mut(slot).users += 1;
-        Arc::clone(entry)
     }
 }
 
@@ -314,22 +401,18 @@ impl<R: Registrar> Drop for Rcache<R> {
         // every slot is idle: deregister them all.
         let _busy = auto::BusyGuard::enter();
         let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        let mut handles = Vec::new();
-        for i in 0..st.slots.len() {
-            if st.slots[i].is_none() {
-                continue;
-            }
+        let live: Vec<usize> = st.slots.iter().map(|(i, _)| i).collect();
+        let mut entries = Vec::with_capacity(live.len());
+        for i in live {
             if st.slot(i).in_lru {
                 st.lru_remove(i);
             }
             st.unindex(i);
             st.slot_mut(i).users = 0;
-            if let Some(h) = st.retire(i) {
-                handles.push(h);
-            }
+            entries.push(st.retire(i));
         }
-        for h in handles {
-            self.registrar.deregister(h);
+        for e in entries {
+            self.deregister_entry(*e);
         }
     }
 }

@@ -1,18 +1,29 @@
 //! The registrations behind the cache lock: a slab of slots, the interval index over
-//! the valid ones (by base address, with a multiset of their lengths) and the LRU list
-//! of idle ones (intrusive `prev`/`next` indices in the slots).
+//! the valid ones (by base address, with a multiset of their lengths), a page map for
+//! constant-time hits, and the LRU list of idle ones (intrusive `prev`/`next` indices
+//! in the slots).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+use slab::Slab;
 
 use crate::registration::Entry;
-use crate::{Access, Stats};
+use crate::{page_size, Access, Stats};
 
 pub(crate) const NIL: usize = usize::MAX;
 
+/// Registrations of at most this many pages have every page in the page map; longer
+/// ones only their first page (a lookup elsewhere in them goes to the interval index).
+const MAPPED_PAGES: usize = 16;
+
 pub(crate) struct Slot<H> {
-    pub(crate) entry: Arc<Entry<H>>,
+    /// Boxed so that its address stays put while the slab grows: a [`Registration`]
+    /// points to it for as long as it holds a reference (`users > 0`).
+    ///
+    /// [`Registration`]: crate::Registration
+    pub(crate) entry: Box<Entry<H>>,
     pub(crate) users: usize,
     pub(crate) indexed: bool,
     pub(crate) in_lru: bool,
@@ -26,15 +37,16 @@ pub(crate) enum Lookup {
     Miss,
 }
 
-/// Everything behind the cache lock. Invariant: the strong count of every
-/// slot's `Arc<Entry>` equals `users + 1`, and all clones and drops of those
-/// `Arc`s happen under the lock, so once a slot is removed with `users == 0`
-/// its `Arc` is unique and the handle can be moved out for deregistration.
+/// Everything behind the cache lock. Invariant: a slot is removed from the slab only
+/// with `users == 0`, so the entry a live `Registration` points to stays in place.
 pub(crate) struct State<H> {
-    pub(crate) slots: Vec<Option<Slot<H>>>,
-    pub(crate) free: Vec<usize>,
+    pub(crate) slots: Slab<Slot<H>>,
     pub(crate) index: BTreeMap<(usize, u64), usize>,
     pub(crate) lens: BTreeMap<usize, usize>,
+    /// Page number -> an indexed slot whose registration contains that page (the
+    /// latest inserted wins; the interval index stays the authority).
+    pub(crate) pages: FxHashMap<usize, usize>,
+    page_shift: u32,
     pub(crate) lru_head: usize,
     pub(crate) lru_tail: usize,
     pub(crate) next_id: u64,
@@ -44,10 +56,11 @@ pub(crate) struct State<H> {
 impl<H> State<H> {
     pub(crate) fn new() -> Self {
         State {
-            slots: Vec::new(),
-            free: Vec::new(),
+            slots: Slab::new(),
             index: BTreeMap::new(),
             lens: BTreeMap::new(),
+            pages: FxHashMap::default(),
+            page_shift: page_size().trailing_zeros(),
             lru_head: NIL,
             lru_tail: NIL,
             next_id: 1,
@@ -56,18 +69,21 @@ impl<H> State<H> {
     }
 
     pub(crate) fn slot(&self, i: usize) -> &Slot<H> {
-        self.slots[i]
-            .as_ref()
-            .expect("rcache: slot index refers to a free slot")
+        &self.slots[i]
     }
 
     pub(crate) fn slot_mut(&mut self, i: usize) -> &mut Slot<H> {
-        self.slots[i]
-            .as_mut()
-            .expect("rcache: slot index refers to a free slot")
+        &mut self.slots[i]
     }
 
-    pub(crate) fn insert_slot(&mut self, entry: Arc<Entry<H>>) -> usize {
+    /// The page numbers of `[base, base+len)` that go into the page map.
+    fn mapped_pages(&self, base: usize, len: usize) -> std::ops::Range<usize> {
+        let first = base >> self.page_shift;
+        let n = (len >> self.page_shift).max(1);
+        first..first + if n <= MAPPED_PAGES { n } else { 1 }
+    }
+
+    pub(crate) fn insert_slot(&mut self, entry: Box<Entry<H>>) -> usize {
         let (base, len, id) = (entry.base, entry.len, entry.id);
         let slot = Slot {
             entry,
@@ -77,17 +93,11 @@ impl<H> State<H> {
             prev: NIL,
             next: NIL,
         };
-        let i = match self.free.pop() {
-            Some(i) => {
-                self.slots[i] = Some(slot);
-                i
-            }
-            None => {
-                self.slots.push(Some(slot));
-                self.slots.len() - 1
-            }
-        };
+        let i = self.slots.insert(slot);
         self.index.insert((base, id), i);
+        for p in self.mapped_pages(base, len) {
+            self.pages.insert(p, i);
+        }
         *self.lens.entry(len).or_insert(0) += 1;
         self.stats.bytes_pinned += len;
         self.stats.entries += 1;
@@ -104,6 +114,11 @@ impl<H> State<H> {
         s.entry.valid.store(false, Ordering::Release);
         let (base, len, id) = (s.entry.base, s.entry.len, s.entry.id);
         self.index.remove(&(base, id));
+        for p in self.mapped_pages(base, len) {
+            if self.pages.get(&p) == Some(&i) {
+                self.pages.remove(&p);
+            }
+        }
         match self.lens.get_mut(&len) {
             Some(c) if *c > 1 => *c -= 1,
             _ => {
@@ -112,24 +127,13 @@ impl<H> State<H> {
         }
     }
 
-    /// Frees slot `i` (unused, unindexed, off the LRU) and returns its handle.
-    pub(crate) fn retire(&mut self, i: usize) -> Option<H> {
-        let s = self.slots[i].take().expect("rcache: retiring a free slot");
+    /// Frees slot `i` (unused, unindexed, off the LRU) and returns its entry.
+    pub(crate) fn retire(&mut self, i: usize) -> Box<Entry<H>> {
+        let s = self.slots.remove(i);
         debug_assert!(s.users == 0 && !s.in_lru && !s.indexed);
-        self.free.push(i);
         self.stats.bytes_pinned -= s.entry.len;
         self.stats.entries -= 1;
-        let id = s.entry.id;
-        let h = Arc::into_inner(s.entry).map(|e| e.handle);
-        if h.is_none() {
-            // Cannot happen while the invariant on `State` holds; leaking is
-            // the only safe option if it ever does.
-            tracing::error!(
-                id,
-                "rcache: registration still referenced at deregistration; leaking it"
-            );
-        }
-        h
+        s.entry
     }
 
     pub(crate) fn lru_push_back(&mut self, i: usize) {
@@ -179,7 +183,18 @@ impl<H> State<H> {
 
     /// Finds a valid registration covering `[b, e)`: one with `access` (hit),
     /// else one lacking it (upgrade), else a miss.
+    #[inline]
     pub(crate) fn find(&self, b: usize, e: usize, access: Access) -> Lookup {
+        if let Some(&i) = self.pages.get(&(b >> self.page_shift)) {
+            let en = &self.slots[i].entry;
+            if en.base <= b && en.base + en.len >= e && en.access.contains(access) {
+                return Lookup::Hit(i);
+            }
+        }
+        self.find_in_index(b, e, access)
+    }
+
+    fn find_in_index(&self, b: usize, e: usize, access: Access) -> Lookup {
         let max = self.max_len();
         if max == 0 {
             return Lookup::Miss;

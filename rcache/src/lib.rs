@@ -17,7 +17,8 @@
 //! * [`Rcache::invalidate`] makes every registration overlapping a range
 //!   unreachable at once (the memory was freed or remapped); idle ones are
 //!   deregistered immediately, in-use ones when their last user lets go.
-//!   The [`auto`] module can call it for you from a global allocator.
+//!   The [`monitor`] calls it whoever unmaps the memory (userfaultfd events, applied
+//!   before each lookup); the [`auto`] module can call it from a global allocator.
 //! * Limits on pinned bytes and on the number of registrations are enforced
 //!   by evicting idle registrations in LRU order, and a registrar's
 //!   [`RegistrarError::OutOfResources`] triggers evict-one-and-retry
@@ -34,7 +35,9 @@
 //!
 //! # Index cost
 //!
-//! Valid registrations are kept in a `BTreeMap` keyed by `(base, id)`, plus a
+//! A hit first looks the first page of the range up in a page map (every page of
+//! registrations of up to 16 pages, the first page of longer ones): `O(1)`. Otherwise
+//! valid registrations are kept in a `BTreeMap` keyed by `(base, id)`, plus a
 //! multiset of their lengths. A lookup of `[b, e)` scans backwards from `b`
 //! only over keys `>= e - max_len` (`max_len` being the longest valid
 //! registration), so it costs `O(log n + k)` where `k` is the number of valid
@@ -42,7 +45,7 @@
 //! registrations of similar sizes `k` is 1 or 2; one huge registration makes
 //! `k` grow with the number of registrations that start inside it.
 //! [`Rcache::invalidate`] costs `O(log n + k + m)` with `m` the number of
-//! registrations invalidated. LRU operations are `O(1)` (a slab with
+//! registrations invalidated. LRU operations are `O(1)` (a `slab` of slots with
 //! intrusive `prev`/`next` indices).
 #![warn(missing_docs)]
 
@@ -50,7 +53,9 @@ mod access;
 pub mod auto;
 mod cache;
 mod error;
+mod fork;
 mod index;
+pub mod monitor;
 mod options;
 mod page;
 mod registrar;

@@ -12,6 +12,13 @@ pub struct Options {
     pub max_pinned_bytes: usize,
     /// Upper bound on the number of live registrations; 0 = unlimited.
     pub max_entries: usize,
+    /// `true`: follow the process's memory monitor ([`crate::monitor`]), which
+    /// invalidates registrations of memory that leaves the address space whoever
+    /// frees it; only registrations it watches are kept idle, so without a monitor
+    /// nothing is. `false`: the caller reports freed memory itself
+    /// ([`crate::Rcache::invalidate`], [`crate::auto`]) and `leave_pinned` alone
+    /// decides.
+    pub monitor: bool,
 }
 
 impl Default for Options {
@@ -20,6 +27,7 @@ impl Default for Options {
             leave_pinned: true,
             max_pinned_bytes: 0,
             max_entries: 0,
+            monitor: true,
         }
     }
 }

@@ -23,6 +23,12 @@ pub trait Registrar: Send + Sync + 'static {
     /// Deregisters a handle returned by [`Registrar::register`]. Called exactly
     /// once per handle.
     fn deregister(&self, handle: Self::Handle);
+    /// Whether registering pins the pages for a device (verbs): the cache then keeps
+    /// them out of fork children (`MADV_DONTFORK`) while registered, so that a parent
+    /// writing to them after `fork` keeps the pages the device uses.
+    fn pins_pages(&self) -> bool {
+        false
+    }
 }
 
 /// Failure reported by a [`Registrar`].

@@ -2,6 +2,7 @@
 //! last user.
 
 use std::fmt;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -17,6 +18,10 @@ pub(crate) struct Entry<H> {
     pub(crate) id: u64,
     pub(crate) valid: AtomicBool,
     pub(crate) handle: H,
+    /// The memory monitor watches its pages.
+    pub(crate) watched: bool,
+    /// Its pages carry `MADV_DONTFORK` on its account.
+    pub(crate) kept_from_children: bool,
 }
 
 /// A reference-counted registration (Open MPI `mca_rcache_base_registration_t`,
@@ -24,15 +29,24 @@ pub(crate) struct Entry<H> {
 pub struct Registration<R: Registrar> {
     pub(crate) cache: Arc<Rcache<R>>,
     pub(crate) slot: usize,
-    /// Always `Some` until `drop`.
-    pub(crate) entry: Option<Arc<Entry<R::Handle>>>,
+    /// The boxed entry of `slot`, which stays in place while this reference counts
+    /// among the slot's users (see `State`).
+    pub(crate) entry: NonNull<Entry<R::Handle>>,
 }
+
+// SAFETY: the entry is shared immutable data (plus an atomic) whose handle is
+// `Send + Sync` by the `Registrar` bound; the cache behind the `Arc` is `Sync`.
+unsafe impl<R: Registrar> Send for Registration<R> {}
+// SAFETY: as above.
+unsafe impl<R: Registrar> Sync for Registration<R> {}
 
 impl<R: Registrar> Registration<R> {
     fn e(&self) -> &Entry<R::Handle> {
-        self.entry
-            .as_deref()
-            .expect("rcache: registration used after drop")
+        // SAFETY: this registration counts among its slot's users, so the slot is not
+        // retired and its boxed entry neither moves nor is freed (see `State`); the
+        // fields read through it are never written after insertion, but for `valid`,
+        // which is atomic.
+        unsafe { self.entry.as_ref() }
     }
 
     /// Page-aligned base of the registered region.
@@ -74,11 +88,18 @@ impl<R: Registrar> Registration<R> {
         }
     }
 
-    /// False once the registration was made unreachable: by
+    /// Whether the memory monitor watches its pages (see [`crate::monitor`]): only
+    /// such registrations are kept idle when the cache asks for the monitor.
+    pub fn is_watched(&self) -> bool {
+        self.e().watched
+    }
+
+    /// False once the registration was made unreachable: by the memory monitor,
     /// [`Rcache::invalidate`] (or [`auto`]), or by an access upgrade that
     /// replaced it. An invalid registration stays registered (its handle
     /// usable) until its last reference is dropped.
     pub fn is_valid(&self) -> bool {
+        self.cache.sync_monitor();
         self.e().valid.load(Ordering::Acquire)
     }
 
@@ -90,23 +111,18 @@ impl<R: Registrar> Registration<R> {
 
 impl<R: Registrar> Clone for Registration<R> {
     fn clone(&self) -> Self {
-        let entry = self.cache.add_ref(
-            self.slot,
-            self.entry.as_ref().expect("rcache: clone after drop"),
-        );
+        self.cache.add_ref(self.slot);
         Registration {
             cache: Arc::clone(&self.cache),
             slot: self.slot,
-            entry: Some(entry),
+            entry: self.entry,
         }
     }
 }
 
 impl<R: Registrar> Drop for Registration<R> {
     fn drop(&mut self) {
-        if let Some(entry) = self.entry.take() {
-            self.cache.release(self.slot, entry);
-        }
+        self.cache.release(self.slot);
     }
 }
 

@@ -5,9 +5,9 @@ mod common;
 use std::alloc::System;
 use std::sync::Arc;
 
-use common::{TestRegistrar, PS};
+use common::{TestRegistrar, PS, UNMONITORED};
 use rbtl_rcache::auto::{invalidate_everywhere, unwatch, watch, InvalidatingAllocator};
-use rbtl_rcache::{Access, Options, Rcache, Registration};
+use rbtl_rcache::{Access, Rcache, Registration};
 
 #[global_allocator]
 static ALLOC: InvalidatingAllocator = InvalidatingAllocator::new(System, 4096);
@@ -121,7 +121,7 @@ fn churn(cache: &Arc<Rcache<TestRegistrar>>, seed: u64) -> Outcome {
 
 #[test]
 fn watched_cache_never_returns_stale_registrations() {
-    let cache = Rcache::new(TestRegistrar::new(), Options::default());
+    let cache = Rcache::new(TestRegistrar::new(), UNMONITORED);
     watch(&cache);
     let out = churn(&cache, 0xDEAD_BEEF_1234_5678);
     assert_eq!(
@@ -153,7 +153,7 @@ fn unwatched_cache_does_return_stale_registrations() {
     // The control: same churn, but nobody tells this cache about frees, so
     // reused addresses hit registrations of memory that was freed. This is
     // what the watched test guards against, and shows it can fail.
-    let cache = Rcache::new(TestRegistrar::new(), Options::default());
+    let cache = Rcache::new(TestRegistrar::new(), UNMONITORED);
     let out = churn(&cache, 0xDEAD_BEEF_1234_5678);
     assert!(
         out.reused > CYCLES / 5,
@@ -166,7 +166,7 @@ fn unwatched_cache_does_return_stale_registrations() {
 
 #[test]
 fn realloc_of_a_large_block_invalidates_it() {
-    let cache = Rcache::new(TestRegistrar::new(), Options::default());
+    let cache = Rcache::new(TestRegistrar::new(), UNMONITORED);
     watch(&cache);
     let mut v: Vec<u8> = Vec::with_capacity(64 * 1024);
     let r = cache
@@ -197,7 +197,7 @@ fn realloc_of_a_large_block_invalidates_it() {
 
 #[test]
 fn explicit_invalidate_everywhere_after_raw_munmap() {
-    let cache = Rcache::new(TestRegistrar::new(), Options::default());
+    let cache = Rcache::new(TestRegistrar::new(), UNMONITORED);
     watch(&cache);
     let len = 16 * PS;
     let prot = libc::PROT_READ | libc::PROT_WRITE;
@@ -230,7 +230,7 @@ fn explicit_invalidate_everywhere_after_raw_munmap() {
 
 #[test]
 fn dropped_caches_are_pruned() {
-    let cache = Rcache::new(TestRegistrar::new(), Options::default());
+    let cache = Rcache::new(TestRegistrar::new(), UNMONITORED);
     watch(&cache);
     watch(&cache);
     drop(cache.register(0x10_0000, PS, RW).unwrap());

@@ -3,7 +3,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{TestRegistrar, PS};
+use common::{TestRegistrar, PS, UNMONITORED};
 use rbtl_rcache::{
     libfabric, page_size, Access, Error, Options, Rcache, RegistrarError, Registration, Stats,
 };
@@ -11,9 +11,17 @@ use rbtl_rcache::{
 const B: usize = 0x4000_0000;
 const R: Access = Access::LOCAL_READ;
 
+/// A cache over made-up addresses, which no memory monitor can watch: the caller
+/// reports freed memory (`invalidate`) itself.
 fn cache(options: Options) -> Arc<Rcache<TestRegistrar>> {
     assert_eq!(page_size(), PS, "tests assume 4 KiB pages");
-    Rcache::new(TestRegistrar::new(), options)
+    Rcache::new(
+        TestRegistrar::new(),
+        Options {
+            monitor: false,
+            ..options
+        },
+    )
 }
 
 fn seq(r: &Registration<TestRegistrar>) -> u64 {
@@ -273,7 +281,7 @@ fn limit_exceeded_when_everything_is_in_use() {
 
 #[test]
 fn out_of_resources_evicts_lru_and_retries() {
-    let c = Rcache::new(TestRegistrar::with_oor_above(3 * PS), Options::default());
+    let c = Rcache::new(TestRegistrar::with_oor_above(3 * PS), UNMONITORED);
     let regs: Vec<_> = (0..3)
         .map(|i| c.register(B + 2 * i * PS, PS, R).unwrap())
         .collect();
@@ -308,7 +316,7 @@ fn other_registrar_errors_are_not_retried() {
             panic!("nothing was registered");
         }
     }
-    let c = Rcache::new(Failing, Options::default());
+    let c = Rcache::new(Failing, UNMONITORED);
     let err = c.register(B, 1, R).unwrap_err();
     assert!(
         matches!(err, Error::Registrar(RegistrarError::Failed(ref m)) if m == "EINVAL"),
@@ -464,7 +472,7 @@ fn dropping_the_cache_deregisters_everything() {
     }
     let inner = Arc::new(TestRegistrar::new());
     *reg.lock().unwrap() = Some(inner.clone());
-    let c = Rcache::new(Shared(inner.clone()), Options::default());
+    let c = Rcache::new(Shared(inner.clone()), UNMONITORED);
     let a = c.register(B, PS, R).unwrap();
     drop(c.register(B + 2 * PS, PS, R).unwrap());
     drop(c);

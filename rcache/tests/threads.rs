@@ -25,7 +25,13 @@ impl Rng {
 }
 
 fn stress(options: Options) {
-    let c = Rcache::new(TestRegistrar::new(), options);
+    let c = Rcache::new(
+        TestRegistrar::new(),
+        Options {
+            monitor: false,
+            ..options
+        },
+    );
     let calls: u64 = thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
@@ -116,6 +122,7 @@ fn concurrent_leave_pinned_with_entry_limit() {
         leave_pinned: true,
         max_entries: 16,
         max_pinned_bytes: 0,
+        monitor: false,
     });
 }
 
@@ -125,6 +132,7 @@ fn concurrent_leave_pinned_with_byte_limit() {
         leave_pinned: true,
         max_entries: 0,
         max_pinned_bytes: 40 * PS,
+        monitor: false,
     });
 }
 

@@ -1,4 +1,5 @@
-//! `rbtl_info`: the transports compiled in, the interfaces `tcp` would use, and every
+//! `rbtl_info`: the transports compiled in, the memory monitor that keeps the
+//! registration cache right (or why none runs), the interfaces `tcp` would use, and every
 //! parameter with its value and where the value came from (in the spirit of
 //! `ompi_info --all` and `ucx_info -c`).
 //!
@@ -55,6 +56,13 @@ fn main() -> ExitCode {
     if let Err(e) = selected {
         eprintln!("rbtl_info: {e}");
         return ExitCode::from(2);
+    }
+    match rbtl::btl::transport_kit::rcache_params::monitor_status(&config) {
+        Ok(status) => println!("\nmemory monitor: {status}"),
+        Err(e) => {
+            eprintln!("rbtl_info: {e}");
+            return ExitCode::from(2);
+        }
     }
     if selected.as_ref().is_ok_and(|s| s.contains(&"tcp")) {
         println!("\ntcp interfaces (btl_tcp_if_include / btl_tcp_if_exclude):");

@@ -54,4 +54,8 @@ impl Registrar for VerbsRegistrar {
     fn deregister(&self, mr: Mr) {
         drop(mr);
     }
+
+    fn pins_pages(&self) -> bool {
+        true
+    }
 }

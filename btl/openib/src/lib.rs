@@ -22,11 +22,13 @@
 //!   address); `xrc` is registered but cannot run yet. What is sent while a connection
 //!   is set up waits and goes out in order.
 //!
-//! Registrations go through a registration cache watched by
-//! `rbtl_rcache::auto`. Unlike on one node, a cached registration of memory that was
-//! freed and mapped again points the device at the old pages, so registrations are
-//! released with their last handle unless `btl_openib_leave_pinned` is set (which is
-//! safe where freed memory is reported: Open MPI decides this with its memory hooks).
+//! Registrations go through a registration cache that follows the memory monitor
+//! (`rbtl_rcache::monitor`, userfaultfd) and is watched by `rbtl_rcache::auto`. Unlike
+//! on one node, a cached registration of memory that was freed and mapped again would
+//! point the device at the old pages; the monitor invalidates it whoever unmaps the
+//! memory, so `btl_openib_leave_pinned` defaults to on where the monitor runs (and off,
+//! with the reason logged, where it does not). Registered pages are kept out of fork
+//! children (`MADV_DONTFORK`), so a parent that forks keeps the pages the device uses.
 //!
 //! Parameters: `btl_openib_*` (the attributes, `recv_depth`, `rdma_depth`,
 //! `max_inline_data`, `free_list_max`, `leave_pinned`), and the CPC selection `btl_openib_cpc_include`,
@@ -151,10 +153,11 @@ impl Component for OpenibComponent {
         )?
         .register(
             "btl_openib_leave_pinned",
-            Value::Bool(false),
-            "keep device registrations after their last handle is released (safe only when \
-             freed memory is reported to the cache: rbtl_rcache::auto::InvalidatingAllocator \
-             installed, or invalidate_everywhere called)",
+            Value::Bool(rbtl_rcache::monitor::status().is_running()),
+            "keep device registrations after their last handle is released; the default \
+             is on where the memory monitor runs (rbtl_info says), off elsewhere, where \
+             setting it is safe only when freed memory is reported to the cache \
+             (rbtl_rcache::auto)",
         )?
         .register(
             "btl_openib_srq_depth",
@@ -299,7 +302,8 @@ fn new_core(
         .min(usize::try_from(max_cqe).unwrap_or(0).max(1));
     let cq = ctx.create_cq(depth as i32).map_err(e("ibv_create_cq"))?;
     let mut options = rbtl_btl::transport_kit::rcache_params::options(config)?;
-    options.leave_pinned = config.bool("btl_openib_leave_pinned")?;
+    options.leave_pinned =
+        rbtl_btl::transport_kit::rcache_params::leave_pinned(config, "btl_openib_leave_pinned")?;
     let rcache = rbtl_rcache::Rcache::new(VerbsRegistrar::new(pd.clone()), options);
     rbtl_rcache::auto::watch(&rcache);
     let send_frags = registered_frags(&pd, attrs.max_send_size, settings.free_list_max)?;

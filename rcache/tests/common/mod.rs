@@ -9,6 +9,15 @@ use rbtl_rcache::{Access, Registrar, RegistrarError};
 
 pub const PS: usize = 4096;
 
+/// Options for caches over made-up addresses, which no memory monitor can watch: the
+/// tests report freed memory themselves.
+pub const UNMONITORED: rbtl_rcache::Options = rbtl_rcache::Options {
+    leave_pinned: true,
+    max_pinned_bytes: 0,
+    max_entries: 0,
+    monitor: false,
+};
+
 /// Handle of a test registration.
 #[derive(Debug)]
 pub struct TestHandle {

@@ -1,0 +1,460 @@
+//! The memory monitor: tells every registration cache of this process when memory
+//! under its registrations leaves the address space, whoever makes it leave (Rust or
+//! C code, the allocator, a direct system call).
+//!
+//! It is built on userfaultfd's non-cooperative events (as libfabric's uffd monitor):
+//! each watched registration's pages are registered with one process-wide userfaultfd
+//! in write-protect mode (never protecting a page, so nothing ever faults into the
+//! monitor), and the kernel then reports `munmap`, `mremap`, `madvise(MADV_DONTNEED /
+//! MADV_FREE / MADV_REMOVE)`, a shrinking `brk`, `shmdt` and `mmap(MAP_FIXED)` over
+//! those pages as events.
+//!
+//! # How a lookup never sees a stale registration
+//!
+//! The kernel makes the thread that unmapped watched pages wait until the event is
+//! *read*. A monitor thread reads events as they come, marks itself busy (an odd
+//! `posted` count) before each read and idle after queueing what it read, and
+//! allocates nothing in between. A cache, before each lookup, compares `posted` with
+//! `applied` (two atomic loads when nothing happened); if they differ it waits for the
+//! monitor to be idle and applies the queued events to every monitored cache. So once
+//! `munmap` has returned, the next lookup in any thread that follows it applies the
+//! invalidation first.
+//!
+//! The cost is paid where memory leaves: an unmap of watched pages waits for the
+//! monitor thread to be scheduled and read the event (two context switches); unmaps
+//! of pages no cache registration covers pay nothing. See `docs/memory-monitor.md` for
+//! what the monitor cannot see.
+
+mod pages;
+mod uffd;
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, Weak};
+
+use crossbeam_queue::ArrayQueue;
+
+use crate::auto::Watched;
+pub(crate) use pages::PageCounts;
+pub use uffd::Opened;
+use uffd::{Event, Uffd, MSG_BYTES};
+
+/// Events queued between the monitor thread and the caches; past this many
+/// unapplied events every cache is invalidated whole instead.
+const QUEUE: usize = 4096;
+
+/// Why no memory monitor runs in this process.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unavailable {
+    /// The kernel has no userfaultfd (`CONFIG_USERFAULTFD` unset).
+    #[error(
+        "the kernel has no userfaultfd (ENOSYS): build it with CONFIG_USERFAULTFD=y; \
+         until then keep rcache_leave_pinned off"
+    )]
+    NotInKernel,
+    /// Both ways to get a descriptor were refused.
+    #[error(
+        "userfaultfd refused: the system call gave `{syscall}`, /dev/userfaultfd gave `{device}`: \
+         set vm.unprivileged_userfaultfd=1, or give this user read-write access to \
+         /dev/userfaultfd, or run with CAP_SYS_PTRACE"
+    )]
+    Refused {
+        /// The error of `userfaultfd(2)`.
+        syscall: String,
+        /// The error of opening `/dev/userfaultfd` or of its `USERFAULTFD_IOC_NEW`.
+        device: String,
+    },
+    /// The kernel's userfaultfd lacks events the monitor needs.
+    #[error(
+        "the kernel's userfaultfd lacks {missing} (Linux 5.7 or later has them all): \
+         keep rcache_leave_pinned off"
+    )]
+    MissingFeatures {
+        /// The missing `UFFD_FEATURE_*` names.
+        missing: String,
+    },
+    /// The API handshake failed.
+    #[error("the userfaultfd API handshake failed: {0}")]
+    Api(String),
+    /// The monitor thread could not be started.
+    #[error("the monitor thread could not start: {0}")]
+    Thread(String),
+    /// The monitor thread stopped on an error it could not recover from.
+    #[error(
+        "the monitor thread stopped on an error ({0}); every cache was emptied and \
+         registrations are no longer kept idle"
+    )]
+    Stopped(String),
+    /// This process is a fork child: the monitor belongs to its parent.
+    #[error(
+        "this process was forked after the monitor started in its parent: its caches \
+         were emptied and keep nothing idle; a child that needs cached registrations \
+         should exec or start its own transports"
+    )]
+    Forked,
+    /// Turned off by configuration.
+    #[error("turned off (rcache_monitor = none)")]
+    Disabled,
+}
+
+/// Which monitor runs in this process, or why none does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// The userfaultfd monitor runs.
+    Userfaultfd {
+        /// How the descriptor was obtained.
+        opened: Opened,
+        /// Whether shared memory (memfd, `/dev/shm`, `MAP_SHARED` anonymous) and
+        /// hugetlbfs pages can be watched too, not only private anonymous memory.
+        shared_memory: bool,
+    },
+    /// No monitor runs.
+    None(Unavailable),
+}
+
+impl Status {
+    /// Whether a monitor runs.
+    pub fn is_running(&self) -> bool {
+        matches!(self, Status::Userfaultfd { .. })
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Status::Userfaultfd {
+                opened,
+                shared_memory,
+            } => {
+                let how = match opened {
+                    Opened::SyscallUserModeOnly => "userfaultfd(2), user-mode only",
+                    Opened::Syscall => "userfaultfd(2)",
+                    Opened::Device => "/dev/userfaultfd",
+                };
+                let what = if *shared_memory {
+                    "private and shared memory"
+                } else {
+                    "private anonymous memory only"
+                };
+                write!(
+                    f,
+                    "userfaultfd (events unmap, remove, remap; {how}; watches {what})"
+                )
+            }
+            Status::None(why) => write!(f, "none: {why}"),
+        }
+    }
+}
+
+/// Counts of the events the monitor thread has read since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EventCounts {
+    /// `UFFD_EVENT_UNMAP` and `UFFD_EVENT_REMOVE`: pages left the address space or
+    /// lost their contents.
+    pub gone: u64,
+    /// `UFFD_EVENT_REMAP`: pages moved.
+    pub moved: u64,
+    /// Anything else (none is expected).
+    pub other: u64,
+    /// Times the queue was full and every cache was emptied instead.
+    pub overflows: u64,
+}
+
+/// The process-wide monitor.
+pub(crate) struct Monitor {
+    uffd: Uffd,
+    queue: ArrayQueue<Event>,
+    overflow: AtomicBool,
+    /// Odd while the monitor thread reads and queues; +2 per round.
+    posted: AtomicU64,
+    /// The `posted` value up to which queued events were applied to every cache.
+    applied: AtomicU64,
+    forked: AtomicBool,
+    stopped: OnceLock<String>,
+    drain: Mutex<()>,
+    caches: Mutex<Vec<Weak<dyn Watched>>>,
+    watched: Mutex<PageCounts>,
+    gone: AtomicU64,
+    moved: AtomicU64,
+    other: AtomicU64,
+    overflows: AtomicU64,
+}
+
+static GLOBAL: OnceLock<Result<&'static Monitor, Unavailable>> = OnceLock::new();
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The monitor, started on first use.
+pub(crate) fn get() -> Result<&'static Monitor, &'static Unavailable> {
+    GLOBAL.get_or_init(start).as_ref().map(|m| *m)
+}
+
+fn start() -> Result<&'static Monitor, Unavailable> {
+    let uffd = Uffd::open()?;
+    let monitor: &'static Monitor = Box::leak(Box::new(Monitor {
+        uffd,
+        queue: ArrayQueue::new(QUEUE),
+        overflow: AtomicBool::new(false),
+        posted: AtomicU64::new(0),
+        applied: AtomicU64::new(0),
+        forked: AtomicBool::new(false),
+        stopped: OnceLock::new(),
+        drain: Mutex::new(()),
+        caches: Mutex::new(Vec::new()),
+        watched: Mutex::new(PageCounts::new()),
+        gone: AtomicU64::new(0),
+        moved: AtomicU64::new(0),
+        other: AtomicU64::new(0),
+        overflows: AtomicU64::new(0),
+    }));
+    std::thread::Builder::new()
+        .name("rbtl-memory-monitor".into())
+        .spawn(move || monitor.run())
+        .map_err(|e| Unavailable::Thread(e.to_string()))?;
+    // SAFETY: `forked_child` only stores to atomics and calls open/dup3/close, which
+    // are async-signal-safe, as a fork child handler must be.
+    let rc = unsafe { libc::pthread_atfork(None, None, Some(forked_child)) };
+    if rc != 0 {
+        tracing::warn!(
+            rc,
+            "rcache: pthread_atfork failed; fork children keep a stale view"
+        );
+    }
+    tracing::debug!(
+        features = format_args!("{:#x}", monitor.uffd.features),
+        "rcache: memory monitor started"
+    );
+    Ok(monitor)
+}
+
+extern "C" fn forked_child() {
+    if let Some(Ok(m)) = GLOBAL.get() {
+        m.forked.store(true, Ordering::SeqCst);
+        m.overflow.store(true, Ordering::SeqCst);
+        let p = m.posted.load(Ordering::SeqCst);
+        m.posted.store((p | 1) + 1, Ordering::SeqCst);
+        m.uffd.release_in_place();
+    }
+}
+
+/// Which monitor runs in this process, or why none does; starts it on first call.
+pub fn status() -> Status {
+    match get() {
+        Ok(m) => match m.unusable() {
+            Some(why) => Status::None(why),
+            None => Status::Userfaultfd {
+                opened: m.uffd.opened,
+                shared_memory: m.uffd.features & uffd::OPTIONAL != 0,
+            },
+        },
+        Err(why) => Status::None(why.clone()),
+    }
+}
+
+/// The events read so far (zero when no monitor runs).
+pub fn event_counts() -> EventCounts {
+    match GLOBAL.get() {
+        Some(Ok(m)) => EventCounts {
+            gone: m.gone.load(Ordering::Relaxed),
+            moved: m.moved.load(Ordering::Relaxed),
+            other: m.other.load(Ordering::Relaxed),
+            overflows: m.overflows.load(Ordering::Relaxed),
+        },
+        _ => EventCounts::default(),
+    }
+}
+
+impl Monitor {
+    fn unusable(&self) -> Option<Unavailable> {
+        if self.forked.load(Ordering::Acquire) {
+            return Some(Unavailable::Forked);
+        }
+        self.stopped.get().map(|e| Unavailable::Stopped(e.clone()))
+    }
+
+    /// Whether events still arrive.
+    pub(crate) fn usable(&self) -> bool {
+        !self.forked.load(Ordering::Acquire) && self.stopped.get().is_none()
+    }
+
+    /// The monitor thread: reads events, queues them, never allocates.
+    fn run(&'static self) {
+        let mut buf = [0u8; MSG_BYTES * 64];
+        let err = loop {
+            if let Err(e) = self.uffd.wait() {
+                break e;
+            }
+            self.posted.fetch_add(1, Ordering::SeqCst);
+            let mut failed = None;
+            loop {
+                match self.uffd.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        for chunk in buf[..n].chunks_exact(MSG_BYTES) {
+                            self.queue_event(uffd::decode(chunk));
+                        }
+                    }
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                self.posted.fetch_add(1, Ordering::SeqCst);
+                break e;
+            }
+            self.posted.fetch_add(1, Ordering::SeqCst);
+        };
+        // Stop for good: empty every cache at the next lookup, keep nothing idle, and
+        // release the descriptor so no unmapping thread waits for us.
+        let _ = self.stopped.set(err.to_string());
+        self.overflow.store(true, Ordering::SeqCst);
+        self.posted.fetch_add(2, Ordering::SeqCst);
+        self.uffd.release_in_place();
+        tracing::error!(error = %err, "rcache: memory monitor stopped; caches keep nothing idle");
+    }
+
+    fn queue_event(&self, ev: Event) {
+        let counter = match ev {
+            Event::Gone { .. } => &self.gone,
+            Event::Moved { .. } => &self.moved,
+            Event::Other { .. } => &self.other,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if self.queue.push(ev).is_err() {
+            self.overflows.fetch_add(1, Ordering::Relaxed);
+            self.overflow.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Adds a cache to those the events are applied to.
+    pub(crate) fn add_cache(&self, cache: Weak<dyn Watched>) {
+        let mut list = lock(&self.caches);
+        list.retain(|w| w.strong_count() > 0);
+        list.push(cache);
+    }
+
+    /// Watches the page-aligned `[start, start+len)`; false if it cannot be watched
+    /// (not anonymous or shared memory, registered with another userfaultfd, not
+    /// mapped, or no monitor any more).
+    pub(crate) fn watch(&self, start: usize, len: usize) -> bool {
+        if !self.usable() {
+            return false;
+        }
+        let mut counts = lock(&self.watched);
+        // Register the whole range each time: pages still counted for an older,
+        // invalidated registration may be new memory the kernel does not watch.
+        match self.uffd.register(start, len) {
+            Ok(()) => {
+                counts.add(start, start + len);
+                true
+            }
+            Err(e) => {
+                tracing::debug!(start, len, error = %e, "rcache: range cannot be watched");
+                false
+            }
+        }
+    }
+
+    /// Stops watching what `[start, start+len)` alone kept watched.
+    pub(crate) fn unwatch(&self, start: usize, len: usize) {
+        let mut counts = lock(&self.watched);
+        let gone = counts.remove(start, start + len);
+        if !self.usable() {
+            return;
+        }
+        for (s, e) in gone {
+            // Parts unmapped meanwhile are simply not found.
+            let _ = self.uffd.unregister(s, e - s);
+        }
+    }
+
+    /// Applies the events read so far to every cache (before a lookup). Two atomic
+    /// loads when nothing happened.
+    #[inline]
+    pub(crate) fn sync(&self) {
+        if self.posted.load(Ordering::Acquire) == self.applied.load(Ordering::Acquire) {
+            return;
+        }
+        self.drain_slow();
+    }
+
+    #[cold]
+    fn drain_slow(&self) {
+        let _d = lock(&self.drain);
+        let mut posted = self.posted.load(Ordering::Acquire);
+        // The monitor thread is between a read and its end of round: it only queues.
+        while posted & 1 == 1 {
+            std::thread::yield_now();
+            posted = self.posted.load(Ordering::Acquire);
+        }
+        if posted == self.applied.load(Ordering::Acquire) {
+            return;
+        }
+        let caches: Vec<_> = {
+            let mut list = lock(&self.caches);
+            list.retain(|w| w.strong_count() > 0);
+            list.iter().filter_map(|w| w.upgrade()).collect()
+        };
+        let everything = self.overflow.swap(false, Ordering::SeqCst);
+        if everything {
+            while self.queue.pop().is_some() {}
+            for c in &caches {
+                c.invalidate_range(0, usize::MAX);
+            }
+        }
+        while let Some(ev) = self.queue.pop() {
+            match ev {
+                Event::Gone { start, end } => {
+                    for c in &caches {
+                        c.invalidate_range(start, end.saturating_sub(start));
+                    }
+                }
+                Event::Moved { from, to, len } => {
+                    for c in &caches {
+                        c.invalidate_range(from, len);
+                    }
+                    // The moved pages stay registered at their new place: stop
+                    // watching what no registration covers there.
+                    let counts = lock(&self.watched);
+                    if self.usable() {
+                        for (s, e) in counts.uncovered(to, to.saturating_add(len)) {
+                            let _ = self.uffd.unregister(s, e - s);
+                        }
+                    }
+                }
+                Event::Other { event, address } => {
+                    tracing::warn!(event, address, "rcache: unexpected userfaultfd event");
+                }
+            }
+        }
+        self.applied.store(posted, Ordering::Release);
+    }
+
+    /// Whether any page of `[start, start+len)` is watched (for tests).
+    pub(crate) fn is_watched(&self, start: usize, len: usize) -> bool {
+        lock(&self.watched).any(start, start + len)
+    }
+}
+
+/// Applies the events read so far to every monitored cache now (each lookup does it
+/// anyway); a no-op when no monitor runs or when called from inside a registrar.
+pub fn apply_pending() {
+    if let Some(Ok(m)) = GLOBAL.get() {
+        if !crate::auto::busy() {
+            m.sync();
+        }
+    }
+}
+
+/// Whether any page of `[start, start+len)` is watched for a cache registration
+/// (false when no monitor runs).
+pub fn is_watched(start: usize, len: usize) -> bool {
+    match GLOBAL.get() {
+        Some(Ok(m)) => m.is_watched(start, len),
+        _ => false,
+    }
+}

@@ -1,0 +1,212 @@
+//! Real memory for the stale-cache tests: mappings through libc, the physical frames
+//! under a range (from /proc/self/pagemap), and a registrar that records those frames
+//! the way a device pins them, so that a cache hit on pages that changed shows up.
+
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use rbtl_rcache::{Access, Options, Rcache, Registrar, RegistrarError, Registration};
+
+pub const PS: usize = 4096;
+pub const RW: Access = Access::LOCAL_WRITE;
+
+/// Maps `len` bytes at `addr`, which the caller just unmapped; None if another thread
+/// of this process took the address meanwhile (a thread's signal stack, a malloc arena).
+pub fn map_again(addr: usize, len: usize) -> Option<usize> {
+    // SAFETY: an anonymous mapping that replaces nothing (MAP_FIXED_NOREPLACE).
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST)
+    {
+        return None;
+    }
+    assert_eq!(
+        p as usize,
+        addr,
+        "mmap at {addr:#x}: {}",
+        std::io::Error::last_os_error()
+    );
+    Some(addr)
+}
+
+/// Maps `len` bytes of private anonymous memory, at `hint` exactly if given.
+pub fn map(hint: Option<usize>, len: usize) -> usize {
+    let (addr, fixed) = match hint {
+        Some(a) => (a as *mut libc::c_void, libc::MAP_FIXED_NOREPLACE),
+        None => (std::ptr::null_mut(), 0),
+    };
+    // SAFETY: an anonymous mapping; with MAP_FIXED_NOREPLACE the kernel refuses
+    // rather than replace anything mapped at the hint.
+    let p = unsafe {
+        libc::mmap(
+            addr,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | fixed,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(
+        p,
+        libc::MAP_FAILED,
+        "mmap: {}",
+        std::io::Error::last_os_error()
+    );
+    if let Some(a) = hint {
+        assert_eq!(p as usize, a, "mmap did not map at the hint");
+    }
+    p as usize
+}
+
+/// Unmaps what [`map`] (or another mapping call of the test) mapped.
+pub fn unmap(addr: usize, len: usize) {
+    // SAFETY: the test owns the mapping and keeps no reference into it.
+    let rc = unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+    assert_eq!(rc, 0, "munmap: {}", std::io::Error::last_os_error());
+}
+
+/// `madvise(addr, len, advice)`, asserted to succeed.
+pub fn advise(addr: usize, len: usize, advice: libc::c_int) {
+    // SAFETY: the test owns the range; the advice drops at most its contents.
+    let rc = unsafe { libc::madvise(addr as *mut libc::c_void, len, advice) };
+    assert_eq!(rc, 0, "madvise: {}", std::io::Error::last_os_error());
+}
+
+/// Fills `[addr, addr+len)` with `byte`.
+pub fn fill(addr: usize, len: usize, byte: u8) {
+    // SAFETY: the test owns the writable range.
+    unsafe { std::ptr::write_bytes(addr as *mut u8, byte, len) };
+}
+
+/// Faults `[addr, addr+len)` in writable without changing its contents.
+fn populate(addr: usize, len: usize) -> std::io::Result<()> {
+    // SAFETY: MADV_POPULATE_WRITE only faults pages in; it writes no data.
+    let rc = unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The page frame numbers under `[addr, addr+len)` (page-aligned), 0 for pages not
+/// present; all 0 for a process that may not see frame numbers (not root).
+pub fn frames(addr: usize, len: usize) -> Vec<u64> {
+    let mut buf = vec![0u8; len / PS * 8];
+    // An ordinary user (or a process that dropped privileges) may not read it at all.
+    let Ok(pagemap) = std::fs::File::open("/proc/self/pagemap") else {
+        return vec![0; len / PS];
+    };
+    pagemap
+        .read_exact_at(&mut buf, (addr / PS * 8) as u64)
+        .expect("read /proc/self/pagemap");
+    buf.chunks_exact(8)
+        .map(|c| {
+            let v = u64::from_le_bytes(c.try_into().unwrap());
+            if v >> 63 == 1 {
+                v & ((1 << 55) - 1)
+            } else {
+                0
+            }
+        })
+        .collect()
+}
+
+/// Whether this process sees frame numbers (root does).
+pub fn frames_visible() -> bool {
+    let a = map(None, PS);
+    fill(a, PS, 1);
+    let seen = frames(a, PS)[0] != 0;
+    unmap(a, PS);
+    seen
+}
+
+/// The frames a registration was made over.
+#[derive(Debug)]
+pub struct Pinned {
+    pub frames: Vec<u64>,
+}
+
+/// Registers by faulting the range in writable and recording its frames, as a device
+/// pins them; `pins` says whether it asks the cache to keep them out of fork children.
+pub struct FrameRegistrar {
+    pub pins: bool,
+}
+
+impl Registrar for FrameRegistrar {
+    type Handle = Pinned;
+
+    fn register(&self, base: usize, len: usize, _access: Access) -> Result<Pinned, RegistrarError> {
+        populate(base, len).map_err(|e| RegistrarError::Failed(format!("populate: {e}")))?;
+        Ok(Pinned {
+            frames: frames(base, len),
+        })
+    }
+
+    fn deregister(&self, _handle: Pinned) {}
+
+    fn pins_pages(&self) -> bool {
+        self.pins
+    }
+}
+
+/// A monitored cache that keeps idle registrations, and counts the hits whose pages
+/// are no longer the ones registered.
+pub struct Checker {
+    pub cache: Arc<Rcache<FrameRegistrar>>,
+    pub frames_visible: bool,
+    pub hits: u64,
+    pub stale: u64,
+}
+
+impl Checker {
+    pub fn new() -> Checker {
+        Self::with_registrar(FrameRegistrar { pins: false })
+    }
+
+    pub fn with_registrar(registrar: FrameRegistrar) -> Checker {
+        let cache = Rcache::new(
+            registrar,
+            Options {
+                leave_pinned: true,
+                ..Options::default()
+            },
+        );
+        assert!(
+            cache.is_monitored(),
+            "these tests need the memory monitor: {}",
+            rbtl_rcache::monitor::status()
+        );
+        Checker {
+            cache,
+            frames_visible: frames_visible(),
+            hits: 0,
+            stale: 0,
+        }
+    }
+
+    /// Registers `[addr, addr+len)`; on a hit, checks the frames under the registration
+    /// are still those it was made over (a stale hit counts in `stale`).
+    pub fn lookup(&mut self, addr: usize, len: usize) -> Registration<FrameRegistrar> {
+        let hits = self.cache.stats().hits;
+        let r = self.cache.register(addr, len, RW).expect("register");
+        if self.cache.stats().hits > hits {
+            self.hits += 1;
+            let same = populate(r.base(), r.len()).is_ok()
+                && (!self.frames_visible || frames(r.base(), r.len()) == r.handle().frames);
+            if !same {
+                self.stale += 1;
+            }
+        }
+        r
+    }
+}
