@@ -172,16 +172,31 @@ fn wrong_key(m: &mut dyn Module, ep: Endpoint, job: &mut rbtl::pmi::Job) {
 }
 
 /// Without CAP_IPC_LOCK and under a 64 KiB locked-memory limit, registering 1 MiB
-/// fails with the diagnosis naming the limit.
+/// fails with the diagnosis naming the limit. The memory is a mapping of its own, so
+/// no registration cached from earlier work (`leave_pinned`) can cover it.
 fn memlock(m: &mut dyn Module) {
     rbtl_testkit::restrict_memlock(64 << 10);
-    let mut mem = vec![1u8; 1 << 20];
-    // SAFETY: `mem` outlives the attempt; nothing is registered on failure.
-    let r = unsafe { m.register_mem(None, mem.as_mut_ptr() as usize, mem.len(), Access::all()) };
+    let len = 1 << 20;
+    // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
+    let mem = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(mem, libc::MAP_FAILED, "mmap");
+    // SAFETY: the mapping outlives the attempt; nothing is registered on failure.
+    let r = unsafe { m.register_mem(None, mem as usize, len, Access::all()) };
     let msg = r
         .expect_err("a registration over the memlock limit is refused")
         .to_string();
     assert!(msg.contains("ulimit -l") && msg.contains("64 KiB"), "{msg}");
+    // SAFETY: the mapping made above, no longer used.
+    unsafe { libc::munmap(mem, len) };
 }
 
 fn settings(cpc: &str) -> Vec<(&str, &str)> {
