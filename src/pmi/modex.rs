@@ -1,5 +1,6 @@
 //! The BTL modex over PMI-1, and the choice between it and a one-process job.
 
+use super::node::{parse_process_mapping, NodeId, PROCESS_MAPPING_KEY};
 use super::{Client, Error};
 use rbtl_btl::{Modex, SingletonModex};
 
@@ -185,6 +186,9 @@ pub struct Job {
     pub size: u32,
     /// A [`PmiModex`] under a PMI launcher, a [`SingletonModex`] otherwise.
     pub modex: Box<dyn Modex + Send>,
+    /// The node this process runs on, with the launcher's placement when it gives
+    /// one.
+    pub node: NodeId,
 }
 
 impl std::fmt::Debug for Job {
@@ -192,23 +196,37 @@ impl std::fmt::Debug for Job {
         f.debug_struct("Job")
             .field("rank", &self.rank)
             .field("size", &self.size)
+            .field("node", &self.node)
             .finish_non_exhaustive()
     }
 }
 
 /// The job from the environment: PMI when a launcher set `PMI_FD` or `PMI_PORT`
 /// ([`Client::from_env`]), a one-process job with a [`SingletonModex`] otherwise.
+/// The node's identity includes the launcher's placement of this rank when its PMI
+/// server has a `PMI_process_mapping`; one that is malformed is an error.
 pub fn job() -> Result<Job, Error> {
     Ok(match Client::from_env()? {
-        Some(client) => Job {
-            rank: client.rank(),
-            size: client.size(),
-            modex: Box::new(PmiModex::new(client)),
-        },
+        Some(mut client) => {
+            let launcher_node = match client.get(PROCESS_MAPPING_KEY)? {
+                Some(text) => {
+                    let map = parse_process_mapping(&text, client.size())?;
+                    map.get(client.rank() as usize).copied()
+                }
+                None => None,
+            };
+            Job {
+                rank: client.rank(),
+                size: client.size(),
+                modex: Box::new(PmiModex::new(client)),
+                node: NodeId::this(launcher_node),
+            }
+        }
         None => Job {
             rank: 0,
             size: 1,
             modex: Box::new(SingletonModex::new()),
+            node: NodeId::this(None),
         },
     })
 }
