@@ -26,7 +26,7 @@ declare -A SETS=(
     # Simulated nodes (tools/nodes.sh, tests/nodes): network, UTS and mount
     # namespaces, veth links on a bridge, and a Slurm cluster with its own
     # munge key across them.
-    [nodes]="iproute2 util-linux slurmctld slurmd slurm-client munge"
+    [nodes]="iproute2 util-linux procps slurmctld slurmd slurm-client munge"
     # Building the soft-RoCE guest: its initramfs and the kernel modules.
     [guest-build]="busybox-static kmod cpio xz-utils zstd"
     # Running the guest.

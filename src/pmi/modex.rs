@@ -10,9 +10,12 @@ const PREFIX: &str = "rbtl";
 /// The modex over a PMI-1 key-value space.
 ///
 /// PMI-1 values are short text, so [`publish`](Modex::publish) encodes the bytes as
-/// base64 (URL alphabet, no padding: no `=`, no spaces) and splits the text over
-/// several PMI keys: `rbtl-<name>-<rank>-n` holds `<parts>_<bytes>`, and
-/// `rbtl-<name>-<rank>-<i>` holds part `i`. `<name>` is the modex key itself when it
+/// base64 (URL alphabet, no padding: no `=`, no spaces). A value whose text fits in
+/// one PMI value goes whole into `rbtl-<name>-<rank>-n` as `1_<bytes>_<text>`, so
+/// that a lookup is one round trip to the PMI server (a job's wire-up makes one per
+/// peer and key); a longer one is split over several PMI keys:
+/// `rbtl-<name>-<rank>-n` holds `<parts>_<bytes>`, and `rbtl-<name>-<rank>-<i>`
+/// holds part `i`. `<name>` is the modex key itself when it
 /// is short and made of letters, digits and `_`; otherwise a readable prefix of it
 /// followed by a 64-bit hash, so that every PMI key stays within the server's
 /// `keylen_max`. [`fence`](Modex::fence) is a PMI barrier;
@@ -104,6 +107,14 @@ impl Modex for PmiModex {
     fn publish(&mut self, key: &str, value: &[u8]) -> rbtl_btl::Result<()> {
         let rank = self.rank();
         let text = base64_encode(value);
+        let count_key = self.pmi_key(key, rank, None)?;
+        let inline = format!("1_{}_{text}", value.len());
+        if inline.len() <= self.client_ref().max_value_len() {
+            return self
+                .client()
+                .put(&count_key, &inline)
+                .map_err(|e| modex_error("publishing", key, e));
+        }
         let chunk = self.client_ref().max_value_len();
         let parts: Vec<&str> = text
             .as_bytes()
@@ -117,7 +128,6 @@ impl Modex for PmiModex {
                 .map_err(|e| modex_error("publishing", key, e))?;
         }
         // The count goes last: a reader that sees it sees a complete set of parts.
-        let count_key = self.pmi_key(key, rank, None)?;
         let count = format!("{}_{}", parts.len(), value.len());
         self.client()
             .put(&count_key, &count)
@@ -151,11 +161,18 @@ impl Modex for PmiModex {
                  was it written by another program or version?"
             ))
         };
-        let (parts, len) = count
-            .split_once('_')
+        let mut fields = count.splitn(3, '_');
+        let (parts, len) = fields
+            .next()
+            .zip(fields.next())
             .and_then(|(p, l)| Some((p.parse::<usize>().ok()?, l.parse::<usize>().ok()?)))
             .ok_or_else(|| corrupt(format!("part count {count:?}")))?;
-        let mut text = String::new();
+        // The whole value, when it fit in the count's key.
+        let (mut text, parts) = match fields.next() {
+            Some(inline) if parts == 1 => (inline.to_string(), 0),
+            Some(_) => return Err(corrupt(format!("{parts} parts and a value inline"))),
+            None => (String::new(), parts),
+        };
         for i in 0..parts {
             let part_key = self.pmi_key(key, rank, Some(i))?;
             let part = self
