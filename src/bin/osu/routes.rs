@@ -25,7 +25,7 @@ pub fn gather(comm: &mut Comm, text: &str) -> Result<Option<Vec<String>>> {
     Ok(Some(all))
 }
 
-/// Every rank's [`line`], in rank order, at rank 0.
+/// Every rank's routes (`HOST: T0 T1 ...`, see `line`), in rank order, at rank 0.
 pub fn gather_routes(comm: &mut Comm) -> Result<Option<Vec<String>>> {
     let mine = line(comm);
     gather(comm, &mine)
