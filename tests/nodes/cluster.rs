@@ -36,6 +36,9 @@ pub struct Nodes {
     session: Child,
     stdin: Option<ChildStdin>,
     stderr: mpsc::Receiver<String>,
+    /// Whether the session said the nodes were up (so that they are ours to take
+    /// down, even when the session cannot).
+    ours: bool,
     pub count: usize,
 }
 
@@ -73,10 +76,20 @@ impl Nodes {
             session,
             stdin,
             stderr,
+            ours: false,
             count,
         };
         match rx.recv_timeout(UP_DOWN_LIMIT) {
-            Ok(line) if line.trim() == "up" => nodes,
+            Ok(line) if line.trim() == "up" => {
+                nodes.ours = true;
+                nodes
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                // Stuck midway: what it made is ours.
+                nodes.ours = true;
+                let why = nodes.end();
+                panic!("tools/nodes.sh hold {count} did not come up in {UP_DOWN_LIMIT:?}: {why}");
+            }
             got => {
                 let why = nodes.end();
                 panic!("tools/nodes.sh hold {count} did not come up ({got:?}): {why}");
@@ -101,12 +114,15 @@ impl Nodes {
                 }
             }
         }
-        // Whatever the session could not take down.
-        let _ = Command::new("bash")
-            .arg(tool())
-            .arg("down")
-            .stdin(Stdio::null())
-            .status();
+        // Whatever the session could not take down (never nodes of another user,
+        // which a refused `up` leaves alone).
+        if self.ours {
+            let _ = Command::new("bash")
+                .arg(tool())
+                .arg("down")
+                .stdin(Stdio::null())
+                .status();
+        }
         self.stderr
             .recv_timeout(Duration::from_secs(5))
             .unwrap_or_default()
@@ -121,6 +137,9 @@ impl Nodes {
 
 impl Drop for Nodes {
     fn drop(&mut self) {
+        if !self.ours {
+            return;
+        }
         let said = self.end();
         let left = leftovers();
         if !left.is_empty() && !std::thread::panicking() {
