@@ -7,7 +7,8 @@
 //!
 //! Needs root, MPICH and, for Slurm, `slurmctld slurmd slurm-client munge`
 //! (`bash tools/packages.sh install host nodes`). Without them each test says SKIP,
-//! unless `RBTL_NODES_REQUIRED=1` (as `.ci/run` sets): then it fails. The tests take
+//! unless `NODES_REQUIRED=1` (as `.ci/run` sets; not `RBTL_*`, which names
+//! configuration parameters): then it fails. The tests take
 //! turns (one set of nodes on the machine at a time).
 
 mod cluster;
@@ -58,12 +59,12 @@ fn missing(slurm: bool) -> Option<String> {
     })
 }
 
-/// Whether to go on; panics when the machine cannot and `RBTL_NODES_REQUIRED=1`.
+/// Whether to go on; panics when the machine cannot and `NODES_REQUIRED=1`.
 fn can_run(slurm: bool) -> bool {
     match missing(slurm) {
         None => true,
-        Some(why) if std::env::var("RBTL_NODES_REQUIRED").as_deref() == Ok("1") => {
-            panic!("RBTL_NODES_REQUIRED=1 but {why}")
+        Some(why) if std::env::var("NODES_REQUIRED").as_deref() == Ok("1") => {
+            panic!("NODES_REQUIRED=1 but {why}")
         }
         Some(why) => {
             eprintln!("SKIP: {why}");
