@@ -17,12 +17,16 @@ readonly TOOLS_DIR
 readonly SHIPPED_STATUS=$TOOLS_DIR/shipped-dpkg-status
 
 # The sets, in the order .ci/run installs them.
-readonly SET_ORDER=(host guest-build guest-qemu verbs-tools)
+readonly SET_ORDER=(host nodes guest-build guest-qemu verbs-tools)
 declare -A SETS=(
     # Building and testing the workspace: mpich (the osu suite under
     # mpiexec.mpich), hwloc (the launcher's topology feature), verbs headers
     # and libclang (rdma-sys's build).
     [host]="mpich libhwloc-dev libudev-dev pkg-config libibverbs-dev librdmacm-dev libclang-dev"
+    # Simulated nodes (tools/nodes.sh, tests/nodes): network, UTS and mount
+    # namespaces, veth links on a bridge, and a Slurm cluster with its own
+    # munge key across them.
+    [nodes]="iproute2 util-linux procps slurmctld slurmd slurm-client munge"
     # Building the soft-RoCE guest: its initramfs and the kernel modules.
     [guest-build]="busybox-static kmod cpio xz-utils zstd"
     # Running the guest.

@@ -23,8 +23,8 @@ impl Comm {
     /// Open the configured transports for `job` and connect every rank.
     pub fn with(mut job: Job, config: &Config) -> Result<Comm> {
         let peer_timeout = liveness::peer_timeout(config)?;
+        let node = job.node.to_string();
         let modex = job.modex.as_mut();
-        let node = node_name();
         modex.publish("node", node.as_bytes())?;
         let mut modules = crate::framework().open(config, modex)?;
         modex.fence()?;
@@ -115,13 +115,6 @@ impl Comm {
             job,
         })
     }
-}
-
-/// This host's name (for the modex: ranks on one node share memory).
-fn node_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into())
 }
 
 #[cfg(test)]

@@ -95,6 +95,17 @@ pub enum Error {
         /// Why, and what to do instead.
         why: String,
     },
+    /// The launcher's `PMI_process_mapping` is not in MPICH's format.
+    #[error(
+        "the launcher's PMI_process_mapping {value:?} cannot be read: {why}; \
+         it should be (vector,(start,nodes,ranks),...) as hydra and Slurm give it"
+    )]
+    ProcessMapping {
+        /// The text (cut short when long).
+        value: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The process already made its PMI client.
     #[error(
         "this process already created its PMI client (the PMI connection can have only \

@@ -22,6 +22,10 @@
 //!
 //! [`Client`] speaks this protocol; [`PmiModex`] runs the BTL modex over it, and
 //! [`job`] picks PMI when a launcher is present and a one-process job otherwise.
+//! [`NodeId`] says which node the process runs on: its host name, boot id and
+//! namespaces, and the launcher's placement (`PMI_process_mapping`, which hydra and
+//! Slurm's `pmi2` plugin both serve to PMI-1 clients, so that no PMI-2 client is
+//! needed for it).
 //!
 //! The client never waits forever: a reply has [`PMI_TIMEOUT`](TIMEOUT_ENV) seconds
 //! to come (300 by default), a barrier [`PMI_BARRIER_TIMEOUT`](BARRIER_TIMEOUT_ENV)
@@ -34,6 +38,7 @@ mod error;
 #[cfg(test)]
 pub(crate) mod fuzz;
 mod modex;
+mod node;
 mod reply_reader;
 pub(crate) mod wire;
 
@@ -41,3 +46,4 @@ pub use client::Client;
 pub use environment::{BARRIER_TIMEOUT_ENV, DEFAULT_TIMEOUT, TIMEOUT_ENV};
 pub use error::Error;
 pub use modex::{job, Job, PmiModex};
+pub use node::{host_name, parse_process_mapping, NodeId, PROCESS_MAPPING_KEY};

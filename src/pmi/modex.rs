@@ -1,5 +1,6 @@
 //! The BTL modex over PMI-1, and the choice between it and a one-process job.
 
+use super::node::{parse_process_mapping, NodeId, PROCESS_MAPPING_KEY};
 use super::{Client, Error};
 use rbtl_btl::{Modex, SingletonModex};
 
@@ -9,9 +10,12 @@ const PREFIX: &str = "rbtl";
 /// The modex over a PMI-1 key-value space.
 ///
 /// PMI-1 values are short text, so [`publish`](Modex::publish) encodes the bytes as
-/// base64 (URL alphabet, no padding: no `=`, no spaces) and splits the text over
-/// several PMI keys: `rbtl-<name>-<rank>-n` holds `<parts>_<bytes>`, and
-/// `rbtl-<name>-<rank>-<i>` holds part `i`. `<name>` is the modex key itself when it
+/// base64 (URL alphabet, no padding: no `=`, no spaces). A value whose text fits in
+/// one PMI value goes whole into `rbtl-<name>-<rank>-n` as `1_<bytes>_<text>`, so
+/// that a lookup is one round trip to the PMI server (a job's wire-up makes one per
+/// peer and key); a longer one is split over several PMI keys:
+/// `rbtl-<name>-<rank>-n` holds `<parts>_<bytes>`, and `rbtl-<name>-<rank>-<i>`
+/// holds part `i`. `<name>` is the modex key itself when it
 /// is short and made of letters, digits and `_`; otherwise a readable prefix of it
 /// followed by a 64-bit hash, so that every PMI key stays within the server's
 /// `keylen_max`. [`fence`](Modex::fence) is a PMI barrier;
@@ -103,6 +107,14 @@ impl Modex for PmiModex {
     fn publish(&mut self, key: &str, value: &[u8]) -> rbtl_btl::Result<()> {
         let rank = self.rank();
         let text = base64_encode(value);
+        let count_key = self.pmi_key(key, rank, None)?;
+        let inline = format!("1_{}_{text}", value.len());
+        if inline.len() <= self.client_ref().max_value_len() {
+            return self
+                .client()
+                .put(&count_key, &inline)
+                .map_err(|e| modex_error("publishing", key, e));
+        }
         let chunk = self.client_ref().max_value_len();
         let parts: Vec<&str> = text
             .as_bytes()
@@ -116,7 +128,6 @@ impl Modex for PmiModex {
                 .map_err(|e| modex_error("publishing", key, e))?;
         }
         // The count goes last: a reader that sees it sees a complete set of parts.
-        let count_key = self.pmi_key(key, rank, None)?;
         let count = format!("{}_{}", parts.len(), value.len());
         self.client()
             .put(&count_key, &count)
@@ -150,11 +161,18 @@ impl Modex for PmiModex {
                  was it written by another program or version?"
             ))
         };
-        let (parts, len) = count
-            .split_once('_')
+        let mut fields = count.splitn(3, '_');
+        let (parts, len) = fields
+            .next()
+            .zip(fields.next())
             .and_then(|(p, l)| Some((p.parse::<usize>().ok()?, l.parse::<usize>().ok()?)))
             .ok_or_else(|| corrupt(format!("part count {count:?}")))?;
-        let mut text = String::new();
+        // The whole value, when it fit in the count's key.
+        let (mut text, parts) = match fields.next() {
+            Some(inline) if parts == 1 => (inline.to_string(), 0),
+            Some(_) => return Err(corrupt(format!("{parts} parts and a value inline"))),
+            None => (String::new(), parts),
+        };
         for i in 0..parts {
             let part_key = self.pmi_key(key, rank, Some(i))?;
             let part = self
@@ -185,6 +203,9 @@ pub struct Job {
     pub size: u32,
     /// A [`PmiModex`] under a PMI launcher, a [`SingletonModex`] otherwise.
     pub modex: Box<dyn Modex + Send>,
+    /// The node this process runs on, with the launcher's placement when it gives
+    /// one.
+    pub node: NodeId,
 }
 
 impl std::fmt::Debug for Job {
@@ -192,23 +213,37 @@ impl std::fmt::Debug for Job {
         f.debug_struct("Job")
             .field("rank", &self.rank)
             .field("size", &self.size)
+            .field("node", &self.node)
             .finish_non_exhaustive()
     }
 }
 
 /// The job from the environment: PMI when a launcher set `PMI_FD` or `PMI_PORT`
 /// ([`Client::from_env`]), a one-process job with a [`SingletonModex`] otherwise.
+/// The node's identity includes the launcher's placement of this rank when its PMI
+/// server has a `PMI_process_mapping`; one that is malformed is an error.
 pub fn job() -> Result<Job, Error> {
     Ok(match Client::from_env()? {
-        Some(client) => Job {
-            rank: client.rank(),
-            size: client.size(),
-            modex: Box::new(PmiModex::new(client)),
-        },
+        Some(mut client) => {
+            let launcher_node = match client.get(PROCESS_MAPPING_KEY)? {
+                Some(text) => {
+                    let map = parse_process_mapping(&text, client.size())?;
+                    map.get(client.rank() as usize).copied()
+                }
+                None => None,
+            };
+            Job {
+                rank: client.rank(),
+                size: client.size(),
+                modex: Box::new(PmiModex::new(client)),
+                node: NodeId::this(launcher_node),
+            }
+        }
         None => Job {
             rank: 0,
             size: 1,
             modex: Box::new(SingletonModex::new()),
+            node: NodeId::this(None),
         },
     })
 }

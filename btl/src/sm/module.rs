@@ -603,8 +603,11 @@ impl Module for SmModule {
         modex: &mut dyn Modex,
     ) -> Result<Vec<Option<Endpoint>>> {
         let mut out = Vec::with_capacity(procs.len());
+        let my_node = procs.iter().find(|p| p.rank == self.rank).map(|p| &p.node);
         for p in procs {
-            if p.rank == self.rank {
+            // Another node as the caller (the launcher) sees it is never ours, even
+            // when its card looks local.
+            if p.rank == self.rank || my_node.is_some_and(|n| *n != p.node) {
                 out.push(None);
                 continue;
             }

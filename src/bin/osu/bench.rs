@@ -62,6 +62,7 @@ impl Runner<'_> {
             }
             Bench::PutBw | Bench::GetBw => self.rma_bw(size, iters, skip)?.map(|bw| (bw, None)),
             Bench::MbwMr => self.mbw_mr(size, iters, skip)?,
+            Bench::Init => unreachable!("osu init runs in init.rs, without a sweep"),
         };
         self.comm.barrier()?;
         Ok(point

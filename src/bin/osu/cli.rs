@@ -17,6 +17,9 @@ benchmarks:
   put-bw        one-sided put bandwidth (osu_put_bw)
   get-bw        one-sided get bandwidth (osu_get_bw)
   mbw-mr        multi-pair bandwidth and message rate (osu_mbw_mr)
+  init          wire-up (osu_init, to the end of wire-up): from process start
+                until every pair of ranks has exchanged one message; with the
+                TCP connections and file descriptors of each process
 
 options:
   --btl LIST          transports (the `btl` parameter: self,sm or ^sm ...)
@@ -32,13 +35,17 @@ options:
   --skip N            warm-up iterations per size, 0 to 1000000000 (default
                       100/10; 10/2 for bandwidth)
   --window N          messages in flight for bandwidth, 1 to 65536 (default 64)
-  -n N                pairs for mbw-mr, 1 to 4096 (default 1)
+  -n N                pairs for mbw-mr, 1 to 4096 (default 1); for init run
+                      alone, the ranks to start (default 2)
+  --verbose           also print, as # lines, each rank's host and the
+                      transport it uses to every rank
   --json FILE         also write the results as JSON
   --plot FILE.svg     also draw value against size (log axes)
   -h, --help          this text
 
-Run alone, `osu` starts its own ranks (2, or 2n for mbw-mr) on this node with the
-rbtl launcher; under rbtlrun or mpiexec it uses the PMI environment it is given.
+Run alone, `osu` starts its own ranks (2, 2n for mbw-mr, n for init) on this node
+with the rbtl launcher; under rbtlrun, mpiexec or srun --mpi=pmi2 it uses the PMI
+environment it is given.
 ";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +58,7 @@ pub enum Bench {
     PutBw,
     GetBw,
     MbwMr,
+    Init,
 }
 
 impl Bench {
@@ -64,6 +72,7 @@ impl Bench {
             "put-bw" => Bench::PutBw,
             "get-bw" => Bench::GetBw,
             "mbw-mr" => Bench::MbwMr,
+            "init" => Bench::Init,
             _ => return None,
         })
     }
@@ -78,6 +87,7 @@ impl Bench {
             Bench::PutBw => "put-bw",
             Bench::GetBw => "get-bw",
             Bench::MbwMr => "mbw-mr",
+            Bench::Init => "init",
         }
     }
 
@@ -92,6 +102,7 @@ impl Bench {
             Bench::PutBw => "One Sided Put Bandwidth Test",
             Bench::GetBw => "One Sided Get Bandwidth Test",
             Bench::MbwMr => "Multiple Bandwidth / Message Rate Test",
+            Bench::Init => "Init Test",
         }
     }
 
@@ -110,6 +121,9 @@ pub struct Options {
     pub skip: Option<usize>,
     pub window: usize,
     pub pairs: u32,
+    /// Ranks `osu init` starts when run alone.
+    pub ranks: u32,
+    pub verbose: bool,
     pub json: Option<PathBuf>,
     pub plot: Option<PathBuf>,
 }
@@ -212,6 +226,8 @@ pub fn parse(args: Vec<String>) -> Result<Option<Options>, String> {
         skip: None,
         window: 64,
         pairs: 1,
+        ranks: 2,
+        verbose: false,
         json: None,
         plot: None,
     };
@@ -244,7 +260,9 @@ pub fn parse(args: Vec<String>) -> Result<Option<Options>, String> {
             "-n" => {
                 let pairs = count(&a, it.next(), 1, MAX_PAIRS as usize)?;
                 o.pairs = u32::try_from(pairs).expect("at most MAX_PAIRS");
+                o.ranks = o.pairs;
             }
+            "--verbose" => o.verbose = true,
             "--json" => o.json = Some(it.next().ok_or("--json needs a file")?.into()),
             "--plot" => o.plot = Some(it.next().ok_or("--plot needs a file")?.into()),
             other => return Err(format!("unknown option `{other}` (osu --help lists them)")),

@@ -35,6 +35,19 @@ pub enum OsuError {
         #[source]
         source: std::io::Error,
     },
+    /// A rank of `osu init` received another payload than its sender's rank.
+    #[error(
+        "rank {from} sent {got} instead of its rank in the wire-up exchange: a message went astray"
+    )]
+    WrongPayload {
+        /// The sender.
+        from: u32,
+        /// What arrived.
+        got: u32,
+    },
+    /// `/proc/self` could not be read to count descriptors and connections.
+    #[error("cannot count this process's descriptors and connections in /proc/self: {0}")]
+    Usage(#[source] std::io::Error),
 }
 
 /// Result alias of `osu`.

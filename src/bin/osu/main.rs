@@ -3,14 +3,19 @@
 mod bench;
 mod cli;
 mod error;
+mod init;
 mod report;
+mod routes;
 
 use rbtl::launcher::{self, Bind, LaunchOptions};
 use rbtl::msg::Comm;
 use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::time::Instant;
 
 fn main() -> ExitCode {
+    // Where `osu init` starts its clock.
+    let start = Instant::now();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let opts = match cli::parse(args.clone()) {
         Ok(Some(o)) => o,
@@ -27,7 +32,7 @@ fn main() -> ExitCode {
     if !under_pmi {
         return launch_self(&args, &opts);
     }
-    match run(&opts) {
+    match run(start, &opts) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("osu: {e}");
@@ -45,10 +50,10 @@ fn launch_self(args: &[String], opts: &cli::Options) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let ranks = if opts.bench == cli::Bench::MbwMr {
-        2 * opts.pairs
-    } else {
-        2
+    let ranks = match opts.bench {
+        cli::Bench::MbwMr => 2 * opts.pairs,
+        cli::Bench::Init => opts.ranks,
+        _ => 2,
     };
     let mut launch = LaunchOptions {
         ranks,
@@ -70,12 +75,15 @@ fn launch_self(args: &[String], opts: &cli::Options) -> ExitCode {
     }
 }
 
-fn run(opts: &cli::Options) -> error::Result<()> {
+fn run(start: Instant, opts: &cli::Options) -> error::Result<()> {
     let settings: Vec<(&str, &str)> = opts
         .params
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
+    if opts.bench == cli::Bench::Init {
+        return init::run(start, &settings, opts.verbose);
+    }
     let mut comm = Comm::init(&settings)?;
     if comm.size() < 2 {
         return Err(error::OsuError::TooFewRanks(comm.size()));
@@ -91,6 +99,11 @@ fn run(opts: &cli::Options) -> error::Result<()> {
         .unwrap_or("?")
         .to_string();
     let me = comm.rank();
+    let routes = if opts.verbose {
+        routes::gather_routes(&mut comm)?
+    } else {
+        None
+    };
     // Rank 0 creates its results files before the sweep, so that a path it cannot
     // write fails at once rather than after the whole run.
     let mut outputs = if me == 0 {
@@ -107,6 +120,9 @@ fn run(opts: &cli::Options) -> error::Result<()> {
     };
     if me == 0 {
         println!("{}", report::header(opts, &transport));
+        if let Some(lines) = routes {
+            println!("{}", routes::table(&lines));
+        }
     }
     let mut progress = report::Progress::new(sizes.len());
     let mut points = Vec::new();
