@@ -35,6 +35,7 @@
 #![warn(missing_docs)]
 
 mod buffers;
+mod channel;
 mod core;
 pub mod flow;
 mod module;
