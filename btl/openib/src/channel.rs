@@ -2,7 +2,7 @@
 //! connection from each process to each peer it talks to (each listens on an
 //! ephemeral port of every address, published in the modex), carrying short framed
 //! messages, each naming its sender's rank. A connection lives as long as its
-//! process, so its closing says the process ended.
+//! process, so its closing (seen from either end) says the process ended.
 //!
 //! The listener is reachable from the whole network, so it takes only connections
 //! that open with its secret, random bytes published in the modex next to its
@@ -17,9 +17,6 @@ use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
 use std::time::Duration;
-
-/// Longest message body a frame carries.
-pub const MAX_BODY: usize = u8::MAX as usize;
 
 /// Where a peer listens, and our connection to it once made.
 struct Outgoing {
@@ -47,6 +44,31 @@ pub struct Channel {
     secret: Secret,
     peers: HashMap<u32, Outgoing>,
     incoming: Vec<Incoming>,
+}
+
+/// Whether the other end closed `stream`, a connection we opened and only write to
+/// (its process ended): a peek finds its end, or an error other than "nothing yet".
+fn closed_by_peer(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut b = [0u8; 1];
+    // SAFETY: a live socket and a writable 1-byte buffer; MSG_PEEK leaves any data in
+    // place and MSG_DONTWAIT never blocks.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    match n {
+        0 => true,
+        n if n > 0 => false,
+        _ => !matches!(
+            std::io::Error::last_os_error().kind(),
+            ErrorKind::WouldBlock | ErrorKind::Interrupted
+        ),
+    }
 }
 
 /// This host's IPv4 addresses, loopback last.
@@ -146,8 +168,8 @@ impl Channel {
         self.peers.remove(&rank);
     }
 
-    /// Send `body` (at most [`MAX_BODY`] bytes) to `rank`, as `me`, connecting first
-    /// if needed.
+    /// Send `body` (at most 255 bytes) to `rank`, as `me`, connecting first if
+    /// needed.
     pub fn send(&mut self, rank: u32, me: u32, body: &[u8]) -> Result<(), String> {
         let cpc = self.cpc;
         let len = u8::try_from(body.len())
@@ -184,10 +206,18 @@ impl Channel {
     }
 
     /// Read what accepted connections have: the complete message bodies with their
-    /// sender, and the ranks whose connection closed (their process ended: the
-    /// connection lives as long as it does). Connections that do not open with the
-    /// secret, or that speak for a second rank, are closed and count for nothing.
+    /// sender, and the ranks whose connection closed, theirs to us or ours to them
+    /// (their process ended: a connection lives as long as it does; a rank may be
+    /// named twice). Connections that do not open with the secret, or that speak for a
+    /// second rank, are closed and count for nothing.
     pub fn poll(&mut self) -> (Vec<(u32, Vec<u8>)>, Vec<u32>) {
+        let mut closed = Vec::new();
+        for (&rank, peer) in self.peers.iter_mut() {
+            if peer.out.as_ref().is_some_and(closed_by_peer) {
+                peer.out = None;
+                closed.push(rank);
+            }
+        }
         while let Ok((stream, _)) = self.listener.accept() {
             let _ = stream.set_nonblocking(true);
             self.incoming.push(Incoming {
@@ -198,7 +228,6 @@ impl Channel {
             });
         }
         let mut got = Vec::new();
-        let mut closed = Vec::new();
         let (own, cpc) = (self.secret, self.cpc);
         self.incoming.retain_mut(|c| {
             let mut chunk = [0u8; 256];
@@ -354,7 +383,7 @@ mod tests {
         for i in 0..3u8 {
             a.send(1, 0, &[i; 40]).unwrap();
         }
-        let e = a.send(1, 0, &[0; MAX_BODY + 1]).unwrap_err();
+        let e = a.send(1, 0, &[0; 256]).unwrap_err();
         assert!(e.contains("256 bytes"), "{e}");
         assert!(a.send(7, 0, &[1]).unwrap_err().contains("not a peer"));
         let (got, _) = read_until(&mut b, |h| h.0.len() == 3);
@@ -363,6 +392,24 @@ mod tests {
         drop(a);
         let (_, closed) = read_until(&mut b, |h| !h.1.is_empty());
         assert_eq!(closed, vec![0]);
+    }
+
+    /// A process that only ever heard from us ends: the connection we opened to it
+    /// says so (else a request to it would wait for an answer forever).
+    #[test]
+    fn the_end_of_a_peer_that_never_wrote_is_seen_on_our_connection() {
+        let mut a = Channel::listen("test").unwrap();
+        let mut b = Channel::listen("test").unwrap();
+        a.add_peer(1, &b.blob()).unwrap();
+        a.send(1, 0, &[7]).unwrap();
+        let (got, _) = read_until(&mut b, |h| !h.0.is_empty());
+        assert_eq!(got, vec![(0, vec![7])]);
+        assert_eq!(a.poll(), (vec![], vec![]), "alive and silent");
+        drop(b);
+        let (_, closed) = read_until(&mut a, |h| !h.1.is_empty());
+        assert_eq!(closed, vec![1]);
+        let e = a.send(1, 0, &[8]).unwrap_err();
+        assert!(e.contains("cannot reach rank 1"), "{e}");
     }
 
     #[test]
