@@ -29,6 +29,9 @@
 //! connected again from scratch through that peer (Open MPI: `udcm_xrc_restart_connect`);
 //! otherwise the target exists and only that peer fails. [`Node`] is one remote node's
 //! side of this process.
+//!
+//! (Past this project's usual file length: the messages and the state machine are one
+//! protocol, about 480 lines, and their tests stay beside them.)
 
 use crate::oob::{QpInfo, INFO_LEN};
 use std::collections::BTreeMap;
