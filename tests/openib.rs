@@ -581,6 +581,39 @@ fn unknown_or_conflicting_cpc_lists_are_refused() {
     assert!(text.contains("cannot both be set"), "{text}");
 }
 
+/// `xrc` alone on soft devices (rxe, siw), which have no XRC: the transport refuses to
+/// start, naming the method, the device, and the domain the device refused.
+#[test]
+fn xrc_is_refused_with_the_reason_where_the_device_has_no_xrc() {
+    if !device() {
+        return;
+    }
+    let names: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
+        .unwrap()
+        .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    if !names
+        .iter()
+        .all(|n| n.starts_with("rxe") || n.starts_with("siw"))
+    {
+        eprintln!("devices {names:?} may have XRC: skipped");
+        return;
+    }
+    let config = rbtl::configure(&[("btl", "openib"), ("btl_openib_cpc_include", "xrc")]).unwrap();
+    let text = match rbtl::framework().open(&config, &mut rbtl::btl::SingletonModex::new()) {
+        Ok(_) => panic!("xrc was accepted on {names:?}"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        names
+            .iter()
+            .any(|n| text.contains(&format!("xrc cannot run on {n}:")))
+            && text.contains("the device has no XRC domains")
+            && text.contains("ibv_open_xrcd failed"),
+        "{text}"
+    );
+}
+
 /// `osu` over openib with each connection method, as a user runs it.
 #[test]
 fn osu_sweep_over_openib() {

@@ -5,10 +5,10 @@
 //! the usable ones publish a blob in the modex, and per peer both sides pick the
 //! highest-priority CPC they share ([`select`]). This crate holds the interface, the
 //! selection, and each CPC's connection logic as a state machine with no I/O
-//! ([`oob`], [`rdma_cm`], [`xrc`]); the `openib` transport drives the first two over a
-//! real device. No device here has XRC, and the transport's XRC path (initiators,
-//! targets, receives through XRC shared receive queues) is not written: the `xrc`
-//! handshake is tested on its own.
+//! ([`oob`], [`rdma_cm`], [`xrc`]); the `openib` transport drives them over a real
+//! device. No device here has XRC: the `xrc` handshake, and the transport's logic
+//! around it, are tested without one, and the transport's XRC path has never run on
+//! hardware.
 
 #![warn(missing_docs)]
 

@@ -9,21 +9,26 @@
 //! domain with EOPNOTSUPP, which is how the `xrc` CPC learns it cannot run there. No
 //! software device has XRC, so beyond that refusal nothing here has run on the
 //! development hosts or in CI: the XRC SRQ, the two queue pairs and their transitions
-//! follow libibverbs' `xsrq_pingpong` example and are untested.
+//! follow libibverbs' `xsrq_pingpong` example and Open MPI's openib XRC code, and are
+//! untested. The `openib` transport's XRC path is built on them.
 //!
 //! The extended verbs (`ibv_open_xrcd`, `ibv_close_xrcd`, `ibv_get_srq_num`,
-//! `ibv_create_qp_ex`; `ibv_create_srq_ex` is in the `srq` module) are static inline
+//! `ibv_create_qp_ex`, `ibv_open_qp`; `ibv_create_srq_ex` is in the `srq` module) are static inline
 //! functions in verbs.h. They are written here after verbs.h, reaching the provider
 //! through the `extended` module, rather than taken from rdma-sys 0.3, whose
 //! `verbs_get_ctx` does not recognise rdma-core's extended contexts and whose
 //! `ibv_create_srq_ex` sends XRC requests to the legacy `ibv_create_srq`.
+//!
+//! (Past this project's usual file length: the domain, its receive queues and both
+//! kinds of queue pair are one family sharing the helpers here; split, each part would
+//! reach into the others.)
 
 use crate::cq::{Cq, CqInner};
 use crate::device::{Context, ContextInner};
 use crate::error::{call_error, Result};
 use crate::extended::verbs_op;
 use crate::pd::{Mr, MrAccess, Pd, PdInner};
-use crate::qp::{Op, QpCaps, QpEndpoint};
+use crate::qp::{Op, QpCaps, QpEndpoint, Sge, MAX_SEND_SGE};
 use rdma_sys as sys;
 use std::mem::{offset_of, size_of};
 use std::ptr::NonNull;
@@ -148,11 +153,24 @@ impl Xrcd {
     /// A new XRC domain of this process (no shared file). Where the device has no XRC
     /// (rxe, siw) this fails with EOPNOTSUPP, naming `ibv_open_xrcd`.
     pub fn open(ctx: &Context) -> Result<Xrcd> {
+        Xrcd::open_fd(ctx, -1)
+    }
+
+    /// The XRC domain of `file`, created if no process has it yet (`O_CREAT`): every
+    /// process that opens the same file on the same device shares one domain, as the
+    /// processes of a node do with Open MPI's `openib_xrc_domain_<device>` file. The
+    /// domain outlives the file's descriptor and name; it goes with its last user.
+    pub fn open_file(ctx: &Context, file: &std::fs::File) -> Result<Xrcd> {
+        use std::os::fd::AsRawFd;
+        Xrcd::open_fd(ctx, file.as_raw_fd())
+    }
+
+    fn open_fd(ctx: &Context, fd: i32) -> Result<Xrcd> {
         const CALL: &str = "ibv_open_xrcd";
         let mut attr = sys::ibv_xrcd_init_attr {
             comp_mask: sys::ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_FD.0
                 | sys::ibv_xrcd_init_attr_mask::IBV_XRCD_INIT_ATTR_OFLAGS.0,
-            fd: -1,
+            fd,
             oflags: libc::O_CREAT,
         };
         let c = ctx.inner.ptr.as_ptr();
@@ -160,7 +178,8 @@ impl Xrcd {
         let Some(open) = (unsafe { verbs_op!(c, open_xrcd) }) else {
             return Err(call_error(CALL, libc::EOPNOTSUPP));
         };
-        // SAFETY: the provider's own op on its live context, with a filled-in attr.
+        // SAFETY: the provider's own op on its live context, with a filled-in attr
+        // whose descriptor (if any) the caller keeps open for the call.
         let xrcd = unsafe { open(c, &mut attr) };
         let ptr = NonNull::new(xrcd).ok_or_else(|| call_error(CALL, 0))?;
         Ok(Xrcd {
@@ -359,7 +378,7 @@ impl XrcInitiator {
         init.qp_type = sys::ibv_qp_type::IBV_QPT_XRC_SEND;
         init.send_cq = send_cq.inner.ptr.as_ptr();
         init.cap.max_send_wr = caps.max_send_wr;
-        init.cap.max_send_sge = 1;
+        init.cap.max_send_sge = MAX_SEND_SGE;
         init.cap.max_inline_data = caps.max_inline;
         init.comp_mask = sys::ibv_qp_init_attr_mask::IBV_QP_INIT_ATTR_PD.0;
         init.pd = pd.inner.ptr.as_ptr();
@@ -435,19 +454,51 @@ impl XrcInitiator {
         len: u32,
         inline: bool,
     ) -> Result<()> {
-        let mut sge = sys::ibv_sge {
+        let sge = Sge {
             addr,
-            length: len,
+            len,
             lkey: mr.lkey(),
         };
+        // SAFETY: forwarded contract.
+        unsafe { self.post_send_sg(wr_id, remote_srqn, op, &[sge], inline, true) }
+    }
+
+    /// Post `op` gathering `sges` (at most [`MAX_SEND_SGE`]) for the remote SRQ
+    /// numbered `remote_srqn`, as [`Qp::post_send_sg`](crate::Qp::post_send_sg) does on
+    /// an RC queue pair: inline when asked and the total fits the initiator's inline
+    /// limit; an unsignalled request produces no completion. Every request names the
+    /// SRQ, puts, gets and atomics too (the target checks that it is of its domain).
+    ///
+    /// # Safety
+    ///
+    /// Each piece must lie inside the registration its key names (unless inline) and
+    /// stay valid and untouched until the request completes.
+    #[inline(always)]
+    pub unsafe fn post_send_sg(
+        &mut self,
+        wr_id: u64,
+        remote_srqn: u32,
+        op: Op,
+        sges: &[Sge],
+        inline: bool,
+        signaled: bool,
+    ) -> Result<()> {
+        if sges.is_empty() || sges.len() > MAX_SEND_SGE as usize {
+            return Err(call_error("ibv_post_send", libc::EINVAL));
+        }
+        let total: u32 = sges.iter().map(|s| s.len).sum();
         // SAFETY: plain C struct, zero is a valid value.
         let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = wr_id;
-        wr.sg_list = &mut sge;
-        wr.num_sge = 1;
-        wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        // Providers read the list and never write it (the C API just lacks `const`);
+        // `Sge` is laid out as `ibv_sge` (checked in the qp module).
+        wr.sg_list = sges.as_ptr().cast::<sys::ibv_sge>().cast_mut();
+        wr.num_sge = sges.len() as i32;
+        if signaled {
+            wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        }
         wr.qp_type.xrc = sys::xrc_t { remote_srqn };
-        if inline && len <= self.caps.max_inline && matches!(op, Op::Send | Op::Write { .. }) {
+        if inline && total <= self.caps.max_inline && matches!(op, Op::Send | Op::Write { .. }) {
             wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
         }
         op.encode(&mut wr);
@@ -504,6 +555,42 @@ impl XrcTarget {
         })
     }
 
+    /// Open the target `qpn` another process of the node made in the shared domain
+    /// `xrcd` (of `ctx`'s device, else EINVAL): a reference that keeps it alive after
+    /// its maker is gone, released when this is dropped. verbs.h's `ibv_open_qp`, through
+    /// the provider's `open_qp`; fails (naming `ibv_open_qp`) when no target of that
+    /// number is in the domain, or with EOPNOTSUPP where the provider has no `open_qp`.
+    /// The opened target is already connected: it needs no transition.
+    pub fn open(ctx: &Context, xrcd: &Xrcd, qpn: u32) -> Result<XrcTarget> {
+        use sys::ibv_qp_open_attr_mask as m;
+        const CALL: &str = "ibv_open_qp";
+        same_context(ctx, &[xrcd.inner.context()], CALL)?;
+        let mut attr = sys::ibv_qp_open_attr {
+            comp_mask: m::IBV_QP_OPEN_ATTR_NUM.0
+                | m::IBV_QP_OPEN_ATTR_XRCD.0
+                | m::IBV_QP_OPEN_ATTR_TYPE.0,
+            qp_num: qpn,
+            xrcd: xrcd.inner.ptr.as_ptr(),
+            qp_context: std::ptr::null_mut(),
+            qp_type: sys::ibv_qp_type::IBV_QPT_XRC_RECV,
+        };
+        let c = ctx.inner.ptr.as_ptr();
+        // SAFETY: a live context.
+        let Some(open) = (unsafe { verbs_op!(c, open_qp) }) else {
+            return Err(call_error(CALL, libc::EOPNOTSUPP));
+        };
+        // SAFETY: the provider's own op on its live context, with a filled-in attr
+        // naming a live domain of it.
+        let qp = unsafe { open(c, &mut attr) };
+        let ptr = NonNull::new(qp).ok_or_else(|| call_error(CALL, 0))?;
+        Ok(XrcTarget {
+            ptr,
+            _xrcd: xrcd.inner.clone(),
+            port: 0,
+            gid_index: 0,
+        })
+    }
+
     /// Its number (what the remote initiator connects to).
     pub fn qpn(&self) -> u32 {
         qp_num(self.ptr)
@@ -529,8 +616,47 @@ impl XrcTarget {
 
 impl Drop for XrcTarget {
     fn drop(&mut self) {
-        // SAFETY: created by create_qp_ex, destroyed once, before its domain (which it
-        // keeps alive).
+        // SAFETY: created by create_qp_ex or opened by open_qp, destroyed (for an opened
+        // one: its reference released) once, before its domain (which it keeps alive).
         unsafe { sys::ibv_destroy_qp(self.ptr.as_ptr()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_device::device;
+
+    /// A domain shared through a file: refused on a soft device (rxe, siw) just as a
+    /// private one is, naming the call. Where a device has XRC (never here), a second
+    /// opening of the same file is the same domain, so a target made through one is
+    /// opened by its number through the other, as another process of the node would.
+    #[test]
+    fn a_domain_shared_through_a_file() {
+        let Some(ctx) = device() else { return };
+        let path = std::env::temp_dir().join(format!("rbtl-xrc-test-{}", std::process::id()));
+        let file = std::fs::File::create(&path).unwrap();
+        let first = Xrcd::open_file(&ctx, &file);
+        let _ = std::fs::remove_file(&path);
+        let first = match first {
+            Ok(x) => x,
+            Err(e) => {
+                let crate::Error::Call { call, source } = &e else {
+                    panic!("{e}")
+                };
+                assert_eq!(*call, "ibv_open_xrcd", "{e}");
+                assert_eq!(source.raw_os_error(), Some(libc::EOPNOTSUPP), "{e}");
+                return;
+            }
+        };
+        let second = Xrcd::open_file(&ctx, &file).unwrap();
+        let made = XrcTarget::create(&ctx, &first, 1, 0).unwrap();
+        let opened = XrcTarget::open(&ctx, &second, made.qpn()).unwrap();
+        assert_eq!(opened.qpn(), made.qpn());
+        drop(made);
+        assert!(
+            XrcTarget::open(&ctx, &second, opened.qpn()).is_ok(),
+            "kept alive"
+        );
     }
 }

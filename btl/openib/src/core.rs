@@ -2,11 +2,14 @@
 //! resources, the fragment pools, the peers, and the work in flight. The connection
 //! methods (CPCs) act on it as their host: they make queue pairs on its protection
 //! domain and completion queue, ask it to post receives, and hand it connected queue
-//! pairs.
+//! pairs. Over XRC (the `xrc` method), a peer has no queue pair of its own: its
+//! sends go through its node's initiator, held here with the node's domain and this
+//! process's XRC receives ([`XrcResources`]).
 
 use crate::buffers::Control;
-use crate::peer::{Link, Peer, Waiting};
+use crate::peer::{Link, Peer, Waiting, XrcPath};
 use crate::srq::SharedReceives;
+use crate::xrc::XrcResources;
 use rbtl_btl::transport_kit::AmTable;
 use rbtl_btl::{
     Attributes, Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent, ModuleId, RdmaCallback,
@@ -14,7 +17,7 @@ use rbtl_btl::{
 };
 use rbtl_cpc::ConnectionHost;
 use rbtl_mpool::{Frag, FreeList};
-use rbtl_verbs::{Cq, Mr, MrAccess, Pd, Qp, QpCaps, VerbsRegistrar};
+use rbtl_verbs::{Context, Cq, Mr, MrAccess, Op, Pd, Qp, QpCaps, Sge, VerbsRegistrar};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -48,6 +51,9 @@ pub struct Settings {
     pub free_list_max: usize,
     /// Receive buffers in one queue shared by every peer (0: per-peer buffers).
     pub srq_depth: u32,
+    /// Receive buffers in this process's XRC shared receive queue (peers connected by
+    /// `xrc` send there).
+    pub xrc_srq_depth: u32,
 }
 
 /// Completion-queue entries a module needs: those each peer's queue pair may fill,
@@ -84,6 +90,39 @@ impl Posted {
     }
 }
 
+/// A receive buffer to post again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Repost {
+    /// Slot `slot` of peer `ep`'s own buffers (a reserved one if `credit_only`).
+    Peer {
+        /// The peer.
+        ep: usize,
+        /// Its slot.
+        slot: usize,
+        /// Whether a credit-only message used it.
+        credit_only: bool,
+    },
+    /// Slot `slot` of a shared queue (the XRC one if `xrc`); `ep` sent what it held.
+    Shared {
+        /// The sender, when known.
+        ep: Option<usize>,
+        /// The queue's slot.
+        slot: usize,
+        /// Whether it is the XRC shared receive queue.
+        xrc: bool,
+    },
+}
+
+impl Repost {
+    /// The peer whose message the buffer held, when known.
+    pub fn endpoint(&self) -> Option<usize> {
+        match *self {
+            Repost::Peer { ep, .. } => Some(ep),
+            Repost::Shared { ep, .. } => ep,
+        }
+    }
+}
+
 /// Work-request ids of receives have this bit; the endpoint and slot follow.
 pub const RECV_BIT: u64 = 1 << 63;
 
@@ -103,6 +142,10 @@ pub struct Core {
     pub id: ModuleId,
     /// This process.
     pub rank: u32,
+    /// The device.
+    pub ctx: Context,
+    /// The device's largest send queue.
+    pub max_qp_wr: u32,
     /// Limits and flags.
     pub attrs: Attributes,
     /// Tunables.
@@ -125,6 +168,11 @@ pub struct Core {
     pub recv_frags: FreeList<Mr>,
     /// The shared receive queue, when receives go through one.
     pub shared: Option<SharedReceives>,
+    /// The XRC domain, receives and queue pairs, once the `xrc` method made them.
+    pub xrc: Option<XrcResources>,
+    /// Nodes whose XRC initiator had an error completion (their peers failed), with
+    /// why: for the `xrc` method, which fails the peers still connecting there.
+    pub xrc_broken: Vec<(usize, String)>,
     /// Peers by endpoint.
     pub peers: Vec<Peer>,
     /// Endpoint by rank.
@@ -143,10 +191,9 @@ pub struct Core {
     pub done: VecDeque<Done>,
     /// Peers that just connected (their waiting work may go).
     pub ready: Vec<usize>,
-    /// Receive slots (endpoint, slot, reserved) consumed by the last poll: reposted
-    /// at the start of the next, so that a reply the user sends in between does not
-    /// wait behind them.
-    pub to_repost: Vec<(usize, usize, bool)>,
+    /// Receive slots consumed by the last poll: reposted at the start of the next, so
+    /// that a reply the user sends in between does not wait behind them.
+    pub to_repost: Vec<Repost>,
     /// Peers whose connection is being set up.
     pub connecting: usize,
     /// Registered memory the module sends from on its own account.
@@ -160,6 +207,110 @@ impl Core {
             return Err(Error::UnknownEndpoint(ep.0));
         };
         Ok(peer)
+    }
+
+    /// The shared receive queue, or the XRC one if `xrc`, when there is one.
+    #[inline(always)]
+    pub fn receives(&mut self, xrc: bool) -> Option<&mut SharedReceives> {
+        if xrc {
+            self.xrc.as_mut().map(|x| &mut x.receives)
+        } else {
+            self.shared.as_mut()
+        }
+    }
+
+    /// The node `rank` runs on, as `add_procs` said (`None`: unknown).
+    pub fn node_of(&self, rank: u32) -> Option<&str> {
+        let ep = *self.by_rank.get(&rank)?;
+        Some(self.peers[ep].node.as_str()).filter(|n| !n.is_empty())
+    }
+
+    /// Post a send-queue request for peer `ep`: on its queue pair, or over XRC on its
+    /// node's initiator naming its receive queue.
+    ///
+    /// # Safety
+    ///
+    /// As `Qp::post_send_sg`: each piece lies inside the registration its key names
+    /// (unless inline) and stays valid and untouched until the request completes.
+    #[inline(always)]
+    pub unsafe fn post_send(
+        &mut self,
+        ep: usize,
+        id: u64,
+        op: Op,
+        sges: &[Sge],
+        inline: bool,
+        signaled: bool,
+    ) -> rbtl_verbs::Result<()> {
+        let peer = &mut self.peers[ep];
+        if let Some(qp) = peer.qp.as_mut() {
+            // SAFETY: the caller's promise.
+            return unsafe { qp.post_send_sg(id, op, sges, inline, signaled) };
+        }
+        let initiator = peer.xrc.and_then(|path| {
+            let ini = self.xrc.as_mut()?.initiators.get_mut(path.node)?.as_mut()?;
+            Some((ini, path.srqn))
+        });
+        match initiator {
+            // SAFETY: the caller's promise.
+            Some((ini, srqn)) => unsafe { ini.post_send_sg(id, srqn, op, sges, inline, signaled) },
+            None => Err(rbtl_verbs::Error::Call {
+                call: "ibv_post_send",
+                source: std::io::Error::from_raw_os_error(libc::ENOTCONN),
+            }),
+        }
+    }
+
+    /// Bytes a send to peer `ep` may carry inline.
+    #[inline(always)]
+    pub fn inline_max(&self, ep: usize) -> u32 {
+        let peer = &self.peers[ep];
+        match (&peer.qp, peer.xrc) {
+            (Some(qp), _) => qp.caps.max_inline,
+            (None, Some(path)) => path.max_inline,
+            (None, None) => 0,
+        }
+    }
+
+    /// A send-queue request of peer `ep` completed with an error: its connection is
+    /// over, and over XRC that of every peer sharing its node's initiator.
+    pub fn fail_link(&mut self, ep: usize, why: String) {
+        let Some(path) = self.peers[ep].xrc else {
+            return self.fail(ep, why);
+        };
+        let shared: Vec<usize> = (0..self.peers.len())
+            .filter(|&i| self.peers[i].xrc.is_some_and(|p| p.node == path.node))
+            .collect();
+        for i in shared {
+            self.fail(i, why.clone());
+        }
+        if !self.xrc_broken.iter().any(|(n, _)| *n == path.node) {
+            self.xrc_broken.push((path.node, why));
+        }
+    }
+
+    /// Peer `rank` is connected over XRC by `path`, with `quota` entries of its node's
+    /// initiator to itself.
+    pub fn xrc_connected(&mut self, rank: u32, path: XrcPath, quota: u32) {
+        let Some(&ep) = self.by_rank.get(&rank) else {
+            return;
+        };
+        let peer = &mut self.peers[ep];
+        match peer.link {
+            Link::Failed(_) | Link::Up => return,
+            Link::Connecting => self.connecting -= 1,
+            Link::Idle => {}
+        }
+        tracing::debug!(
+            rank,
+            node = path.node,
+            srqn = path.srqn,
+            "openib: connected over xrc"
+        );
+        peer.link = Link::Up;
+        peer.sq_free = quota;
+        peer.xrc = Some(path);
+        self.ready.push(ep);
     }
 
     /// Remember work posted on a send queue (signalled, so it takes over the
@@ -221,7 +372,7 @@ impl Core {
             &self.pd,
             &self.cq,
             &self.cq,
-            self.shared.as_ref().map(SharedReceives::srq),
+            self.shared.as_ref().and_then(SharedReceives::srq),
             self.caps,
             self.port.num,
             self.port.gid_index,

@@ -18,9 +18,11 @@
 //!   ([`BtlFlags::PROVIDER_KEYS`]), so a requested key is refused with
 //!   [`Error::KeyRejected`].
 //! - Connections are made on first use by a connection method (CPC) chosen per peer:
-//!   `oob` (over TCP between the processes) or `rdma_cm` (over the port's IP
-//!   address); `xrc` is registered but cannot run yet. What is sent while a connection
-//!   is set up waits and goes out in order.
+//!   `oob` (over TCP between the processes), `rdma_cm` (over the port's IP address),
+//!   or, only when asked for, `xrc` ([`xrc`]: one XRC initiator per remote node shared
+//!   by its peers, receives through the process's XRC shared receive queue; devices
+//!   without XRC, such as soft-RoCE, refuse it, and it has never run on hardware).
+//!   What is sent while a connection is set up waits and goes out in order.
 //!
 //! Registrations go through a registration cache that follows the memory monitor
 //! (`rbtl_rcache::monitor`, userfaultfd) and is watched by `rbtl_rcache::auto`. Unlike
@@ -32,11 +34,13 @@
 //!
 //! Parameters: `btl_openib_*` (the attributes, `recv_depth`, `rdma_depth`,
 //! `max_inline_data`, `free_list_max`, `leave_pinned`), and the CPC selection `btl_openib_cpc_include`,
-//! `btl_openib_cpc_exclude`, `btl_openib_cpc_<name>_priority`.
+//! `btl_openib_cpc_exclude`, `btl_openib_cpc_<name>_priority` (and `xrc`'s
+//! `btl_openib_cpc_xrc_srq_depth`).
 
 #![warn(missing_docs)]
 
 mod buffers;
+mod channel;
 mod core;
 pub mod flow;
 mod module;
@@ -47,7 +51,7 @@ pub mod remote_key;
 mod secret;
 mod srq;
 pub mod wire;
-mod xrc;
+pub mod xrc;
 
 use crate::buffers::{registered_frags, Control};
 use crate::core::{cq_entries, Core, PortDesc, Settings};
@@ -61,7 +65,7 @@ use rbtl_btl::{
 use rbtl_config::{Config, Registry, Value};
 use rbtl_cpc::select;
 use rbtl_cpc::{CpcComponent, PortInfo};
-use rbtl_verbs::{Context, QpCaps, VerbsRegistrar};
+use rbtl_verbs::{Context, DeviceAttr, QpCaps, VerbsRegistrar};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// The transport's name.
@@ -130,7 +134,7 @@ impl Component for OpenibComponent {
     }
 
     fn description(&self) -> &'static str {
-        "verbs devices (InfiniBand, RoCE): RDMA put/get/atomics, connection methods oob and rdma_cm"
+        "verbs devices (InfiniBand, RoCE): RDMA put/get/atomics, connection methods oob, rdma_cm and xrc"
     }
 
     fn register_params(&self, reg: &mut Registry) -> rbtl_config::Result<()> {
@@ -197,6 +201,7 @@ impl Component for OpenibComponent {
             srq_depth: u32::try_from(config.int("btl_openib_srq_depth")?).map_err(|_| {
                 Error::NotAvailable("openib: btl_openib_srq_depth must be 0 or more".into())
             })?,
+            xrc_srq_depth: count(xrc::SRQ_DEPTH)?,
         };
         let devices = match rbtl_verbs::cm_devices() {
             Ok(d) => d,
@@ -259,7 +264,9 @@ impl Component for OpenibComponent {
                     a.atomic_flags =
                         AtomicFlags::ADD | AtomicFlags::CSWAP | AtomicFlags::U64 | AtomicFlags::U32;
                 }
-                let core = new_core(&ctx, dev.max_cqe, config, a, settings, port, modex)?;
+                // Peers connected by xrc receive through one more queue.
+                let xrc = usable.iter().any(|u| u.0.name() == xrc::NAME);
+                let core = new_core(&ctx, &dev, config, a, settings, port, xrc, modex)?;
                 let mut subnet = [0; 8];
                 subnet.copy_from_slice(&gid[..8]);
                 let key = format!("{NAME}.{}", modules.len());
@@ -278,13 +285,15 @@ impl Component for OpenibComponent {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn new_core(
     ctx: &Context,
-    max_cqe: i32,
+    dev: &DeviceAttr,
     config: &Config,
     attrs: Attributes,
     settings: Settings,
     port: PortDesc,
+    xrc: bool,
     modex: &dyn Modex,
 ) -> Result<Core> {
     let e = |what: &str| {
@@ -297,9 +306,12 @@ fn new_core(
         max_recv_wr: settings.recv_depth + settings.rsv_depth,
         max_inline: settings.max_inline,
     };
-    let (per_peer, shared) = cq_entries(caps, &settings);
+    let (per_peer, mut shared) = cq_entries(caps, &settings);
+    if xrc {
+        shared += settings.xrc_srq_depth as usize;
+    }
     let depth = (per_peer * modex.size().max(2) as usize + shared)
-        .min(usize::try_from(max_cqe).unwrap_or(0).max(1));
+        .min(usize::try_from(dev.max_cqe).unwrap_or(0).max(1));
     let cq = ctx.create_cq(depth as i32).map_err(e("ibv_create_cq"))?;
     let mut options = rbtl_btl::transport_kit::rcache_params::options(config)?;
     options.leave_pinned =
@@ -316,6 +328,8 @@ fn new_core(
     Ok(Core {
         id: ModuleId::fresh(),
         rank: modex.rank(),
+        ctx: ctx.clone(),
+        max_qp_wr: u32::try_from(dev.max_qp_wr).unwrap_or(0).max(1),
         attrs,
         settings,
         port,
@@ -327,6 +341,8 @@ fn new_core(
         send_frags,
         recv_frags,
         shared,
+        xrc: None,
+        xrc_broken: Vec::new(),
         peers: Vec::new(),
         by_rank: Default::default(),
         posted: Vec::new(),

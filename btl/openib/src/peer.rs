@@ -1,5 +1,6 @@
-//! One peer of a module: where its connection stands, its queue pair and receive
-//! buffers, the credits towards it, and the work waiting for it, in order.
+//! One peer of a module: where its connection stands, its queue pair (or, over XRC,
+//! its way through its node's initiator) and receive buffers, the credits towards it,
+//! and the work waiting for it, in order.
 
 use crate::flow::Credits;
 use rbtl_btl::{Descriptor, RdmaCallback, Tag};
@@ -42,21 +43,38 @@ pub struct RdmaRequest {
     pub callback: RdmaCallback,
 }
 
+/// How sends reach a peer connected by the `xrc` method: the initiator of its node,
+/// shared with the other peers there, and its own XRC shared receive queue, which
+/// every work request to it names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct XrcPath {
+    /// The node's number, the index of its initiator in `XrcResources::initiators`.
+    pub node: usize,
+    /// The peer's XRC SRQ number.
+    pub srqn: u32,
+    /// Bytes a send through the initiator may carry inline.
+    pub max_inline: u32,
+}
+
 /// One peer.
 pub struct Peer {
     /// Its rank.
     pub rank: u32,
+    /// The node it runs on, as `add_procs` said (empty: unknown).
+    pub node: String,
     /// Index of the CPC that connects it.
     pub cpc: usize,
     /// Its connection.
     pub link: Link,
-    /// The queue pair once connected.
+    /// The queue pair once connected (not over XRC).
     pub qp: Option<Qp>,
+    /// Its way through its node's initiator once connected over XRC.
+    pub xrc: Option<XrcPath>,
     /// Receive buffers posted for it, by slot.
     pub recv: Vec<Option<Frag>>,
     /// Flow control towards it.
     pub credits: Credits,
-    /// Free send-queue entries.
+    /// Free send-queue entries (over XRC: of its share of the node's initiator).
     pub sq_free: u32,
     /// What waits, in order.
     pub waiting: VecDeque<Waiting>,

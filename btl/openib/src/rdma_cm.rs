@@ -137,7 +137,7 @@ impl RdmaCmModule {
                         .create_qp(
                             &core.pd,
                             &core.cq,
-                            core.shared.as_ref().map(SharedReceives::srq),
+                            core.shared.as_ref().and_then(SharedReceives::srq),
                             core.caps,
                         )
                         .map_err(|e| e.to_string())?;
@@ -189,7 +189,7 @@ impl RdmaCmModule {
             .create_qp(
                 &core.pd,
                 &core.cq,
-                core.shared.as_ref().map(SharedReceives::srq),
+                core.shared.as_ref().and_then(SharedReceives::srq),
                 caps,
             )
             .map_err(|e| e.to_string())?;

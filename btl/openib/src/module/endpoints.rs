@@ -36,6 +36,14 @@ impl OpenibModule {
                         why: e.to_string(),
                     });
                 }
+                // A method may fail the peer at once through its host (`xrc`: its
+                // node's connection broke before).
+                if let Link::Failed(why) = &self.core.peers[ep.0 as usize].link {
+                    return Err(Error::PeerFailed {
+                        rank,
+                        why: why.clone(),
+                    });
+                }
                 Ok(())
             }
         }
@@ -51,6 +59,7 @@ impl OpenibModule {
     ) -> Result<Vec<Option<Endpoint>>> {
         let local: Vec<Offer> = self.cpcs.iter().map(|c| c.1.clone()).collect();
         let mut out = Vec::with_capacity(procs.len());
+        let mut xrc_peers = None;
         for p in procs {
             if p.rank == self.core.rank {
                 out.push(None);
@@ -75,9 +84,14 @@ impl OpenibModule {
                 out.push(None);
                 continue;
             }
-            // Credits flow only between ranks that both count them.
+            let remote = select::decode(offers).map_err(|e| Error::Modex(e.to_string()))?;
+            let (li, ri) = select::find_match(&local, &remote, p.rank)
+                .map_err(|e| Error::NotAvailable(format!("openib: {e}")))?;
+            // Over xrc both receive through their XRC shared receive queue, with no
+            // credits; otherwise credits flow only between ranks that both count them.
+            let xrc = self.cpcs[li].0.name() == crate::xrc::NAME;
             let ours = self.core.shared.is_some();
-            if (*shared != 0) != ours {
+            if !xrc && (*shared != 0) != ours {
                 let how = |shared: bool| match shared {
                     true => "through a shared receive queue",
                     false => "with per-peer buffers",
@@ -91,9 +105,6 @@ impl OpenibModule {
                     how(ours)
                 )));
             }
-            let remote = select::decode(offers).map_err(|e| Error::Modex(e.to_string()))?;
-            let (li, ri) = select::find_match(&local, &remote, p.rank)
-                .map_err(|e| Error::NotAvailable(format!("openib: {e}")))?;
             self.cpcs[li]
                 .0
                 .endpoint_init(p.rank, &remote[ri].blob)
@@ -112,12 +123,14 @@ impl OpenibModule {
             }
             self.core.peers.push(Peer {
                 rank: p.rank,
+                node: p.node.clone(),
                 cpc: li,
                 link: Link::Idle,
                 qp: None,
+                xrc: None,
                 recv: Vec::new(),
-                credits: match s.srq_depth {
-                    0 => Credits::new(s.recv_depth, s.rsv_depth),
+                credits: match (xrc, s.srq_depth) {
+                    (false, 0) => Credits::new(s.recv_depth, s.rsv_depth),
                     _ => Credits::unlimited(),
                 },
                 sq_free: 0,
@@ -130,6 +143,14 @@ impl OpenibModule {
             });
             self.core.by_rank.insert(p.rank, ep);
             out.push(Some(Endpoint(ep as u32)));
+            if xrc {
+                xrc_peers = Some(li);
+            }
+        }
+        // `xrc` learns of its new peers at once, and opens the node's domain while
+        // every process of the node is in `add_procs`.
+        if let Some(i) = xrc_peers {
+            self.cpcs[i].0.progress(&mut self.core);
         }
         Ok(out)
     }

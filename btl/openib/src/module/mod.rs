@@ -381,14 +381,17 @@ impl Drop for OpenibModule {
             c.0.finalize();
         }
         // Queue pairs go first (with them, the work posted on fragments), then the
-        // shared receive queue, then the fragments return to their pools, which can
-        // then release their chunks.
+        // shared receive queues (the XRC one with its initiators and targets), then the
+        // fragments return to their pools, which can then release their chunks.
         let core = &mut self.core;
         for peer in &mut core.peers {
             peer.qp = None;
         }
         if let Some(shared) = core.shared.take() {
             shared.release(&mut core.recv_frags);
+        }
+        if let Some(xrc) = core.xrc.take() {
+            xrc.release(&mut core.recv_frags);
         }
         for peer in &mut core.peers {
             for frag in peer.recv.drain(..).flatten() {

@@ -124,7 +124,7 @@ impl OpenibModule {
             }
         }
         if let Some(e) = failed {
-            self.core.fail(ep, format!("queue pair error: {e}"));
+            self.core.fail_link(ep, format!("queue pair error: {e}"));
         } else if !self.core.peers[ep].waiting.is_empty() {
             self.drain(ep);
         }

@@ -256,12 +256,12 @@ impl OpenibModule {
         };
         let (op, local, size) = (r.op, r.local, r.size);
         let id = self.core.track(Posted::Rdma(ep, r.callback, local, size));
-        let peer = &mut self.core.peers[ep];
-        let qp = peer.qp.as_mut().expect("a connected peer has a queue pair");
         // SAFETY: the local range was checked against its registration (whose key
         // this is) when the operation was started; the caller keeps it until the
         // callback.
-        match unsafe { qp.post_send_sg(id, op, &[sge], false, true) } {
+        let posted = unsafe { self.core.post_send(ep, id, op, &[sge], false, true) };
+        let peer = &mut self.core.peers[ep];
+        match posted {
             Ok(()) => {
                 peer.sq_free -= 1;
                 peer.rdma_in_flight += 1;

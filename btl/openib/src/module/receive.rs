@@ -1,11 +1,11 @@
 //! Receives: handing each received message to the expected receive or its tag's
 //! callback, taking the credits it returns, and reposting its buffer (the peer's own,
-//! or the shared receive queue's).
+//! or that of the shared receive queue or the XRC one).
 
 use super::OpenibModule;
-use crate::core::RECV_BIT;
+use crate::core::{Repost, RECV_BIT};
 use crate::peer::Link;
-use crate::srq::SRQ_BIT;
+use crate::srq::{SRQ_BIT, XRC_BIT};
 use crate::wire::{self, CREDIT_ONLY};
 use rbtl_btl::{Endpoint, Error, Received, Tag, MAX_SEGMENTS};
 use rbtl_mpool::Frag;
@@ -43,7 +43,11 @@ impl OpenibModule {
         if peer.qp.is_none() {
             peer.unposted.push((slot, credit_only));
         } else {
-            self.core.to_repost.push((ep, slot, credit_only));
+            self.core.to_repost.push(Repost::Peer {
+                ep,
+                slot,
+                credit_only,
+            });
         }
         // Credits the message returned may let waiting sends go.
         if !self.core.peers[ep].waiting.is_empty() {
@@ -51,10 +55,12 @@ impl OpenibModule {
         }
     }
 
-    /// A receive through the shared queue: the sender is known by its queue pair; the
-    /// buffer goes back to the shared queue whatever became of the message.
+    /// A receive through a shared queue (the basic one, or the XRC one): the sender is
+    /// known by the queue pair it came in on (over XRC, the node's target that serves
+    /// it); the buffer goes back to its queue whatever became of the message.
     fn on_shared_receive(&mut self, c: Completion, slot: usize) {
-        let Some(shared) = self.core.shared.as_mut() else {
+        let xrc = c.wr_id & XRC_BIT != 0;
+        let Some(shared) = self.core.receives(xrc) else {
             return;
         };
         let Some(frag) = shared.take(slot) else {
@@ -69,12 +75,10 @@ impl OpenibModule {
                 "openib: a message on an unknown queue pair dropped"
             );
         }
-        if let Some(shared) = self.core.shared.as_mut() {
+        if let Some(shared) = self.core.receives(xrc) {
             shared.keep(slot, frag);
         }
-        self.core
-            .to_repost
-            .push((ep.unwrap_or(usize::MAX), slot, false));
+        self.core.to_repost.push(Repost::Shared { ep, slot, xrc });
         if let Some(ep) = ep.filter(|&ep| !self.core.peers[ep].waiting.is_empty()) {
             self.drain(ep);
         }
@@ -140,14 +144,26 @@ impl OpenibModule {
     pub(super) fn repost(&mut self) -> usize {
         // (Nothing below receives, so nothing is added meanwhile.)
         let mut reposts = std::mem::take(&mut self.core.to_repost);
-        for &(ep, slot, credit_only) in &reposts {
-            let core = &mut self.core;
-            if let Some(shared) = core.shared.as_mut() {
-                if let Err(e) = shared.post(&core.recv_frags, slot) {
-                    tracing::error!("{e}");
+        for &r in &reposts {
+            let (ep, slot, credit_only) = match r {
+                Repost::Shared { slot, xrc, .. } => {
+                    let core = &mut self.core;
+                    let list = &core.recv_frags;
+                    let shared = match xrc {
+                        true => core.xrc.as_mut().map(|x| &mut x.receives),
+                        false => core.shared.as_mut(),
+                    };
+                    if let Some(Err(e)) = shared.map(|s| s.post(list, slot)) {
+                        tracing::error!("{e}");
+                    }
+                    continue;
                 }
-                continue;
-            }
+                Repost::Peer {
+                    ep,
+                    slot,
+                    credit_only,
+                } => (ep, slot, credit_only),
+            };
             if matches!(self.core.peers[ep].link, Link::Failed(_)) {
                 continue;
             }
@@ -157,9 +173,10 @@ impl OpenibModule {
             }
             self.core.peers[ep].credits.reposted(credit_only);
         }
-        for (i, &(ep, ..)) in reposts.iter().enumerate() {
+        for (i, r) in reposts.iter().enumerate() {
             // Once per peer (and not for a message from no known peer).
-            if ep >= self.core.peers.len() || reposts[..i].iter().any(|r| r.0 == ep) {
+            let Some(ep) = r.endpoint() else { continue };
+            if reposts[..i].iter().any(|o| o.endpoint() == Some(ep)) {
                 continue;
             }
             self.drain(ep);

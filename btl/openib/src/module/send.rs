@@ -121,8 +121,8 @@ impl OpenibModule {
         if !matches!(self.core.peers.get(ep).map(|p| &p.link), Some(Link::Up)) {
             self.connect(endpoint)?;
         }
+        let inline_max = self.core.inline_max(ep) as usize;
         let peer = &mut self.core.peers[ep];
-        let inline_max = peer.qp.as_ref().map_or(0, |q| q.caps.max_inline) as usize;
         let now = matches!(peer.link, Link::Up)
             && peer.waiting.is_empty()
             && peer.sq_free > 0
@@ -174,10 +174,10 @@ impl OpenibModule {
         } else {
             UNSIGNALED_ID
         };
-        let peer = &mut self.core.peers[ep];
-        let qp = peer.qp.as_mut().expect("a connected peer has a queue pair");
         // SAFETY: an inline send: the device copies the bytes while posting.
-        match unsafe { qp.post_send_sg(id, Op::Send, sges, true, signaled) } {
+        let posted = unsafe { self.core.post_send(ep, id, Op::Send, sges, true, signaled) };
+        let peer = &mut self.core.peers[ep];
+        match posted {
             Ok(()) => {
                 peer.sq_free -= 1;
                 if !signaled {
@@ -262,11 +262,11 @@ impl OpenibModule {
             lkey,
         };
         let id = self.core.track_send(ep, des);
-        let peer = &mut self.core.peers[ep];
-        let qp = peer.qp.as_mut().expect("a connected peer has a queue pair");
         // SAFETY: the fragment is in a registered chunk and stays, untouched, in the
         // posted table until its completion.
-        match unsafe { qp.post_send_sg(id, Op::Send, &[sge], true, true) } {
+        let posted = unsafe { self.core.post_send(ep, id, Op::Send, &[sge], true, true) };
+        let peer = &mut self.core.peers[ep];
+        match posted {
             Ok(()) => {
                 peer.sq_free -= 1;
                 Ok(())
@@ -319,11 +319,11 @@ impl OpenibModule {
             lkey,
         };
         let id = self.core.track(Posted::Credit(ep));
-        let peer = &mut self.core.peers[ep];
-        let qp = peer.qp.as_mut().expect("a connected peer has a queue pair");
         // SAFETY: the slot lies in the control area's registration and stays untouched
         // until the completion clears `credit_in_flight`.
-        match unsafe { qp.post_send_sg(id, Op::Send, &[sge], true, true) } {
+        let posted = unsafe { self.core.post_send(ep, id, Op::Send, &[sge], true, true) };
+        let peer = &mut self.core.peers[ep];
+        match posted {
             Ok(()) => {
                 peer.sq_free -= 1;
                 peer.credit_in_flight = true;

@@ -1,0 +1,430 @@
+//! The out-of-band channel of the `oob` and `xrc` connection methods: a TCP
+//! connection from each process to each peer it talks to (each listens on an
+//! ephemeral port of every address, published in the modex), carrying short framed
+//! messages, each naming its sender's rank. A connection lives as long as its
+//! process, so its closing (seen from either end) says the process ended.
+//!
+//! The listener is reachable from the whole network, so it takes only connections
+//! that open with its secret, random bytes published in the modex next to its
+//! port. Anything else is closed unheard (a stranger could otherwise claim a rank,
+//! and by closing make that rank look dead). A connection speaks for the first rank
+//! it names, and for no other.
+
+use crate::core::cpc_error;
+use crate::secret::{self, Secret};
+use rbtl_cpc::Error;
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::time::Duration;
+
+/// Where a peer listens, and our connection to it once made.
+struct Outgoing {
+    addrs: Vec<SocketAddrV4>,
+    /// What its listener wants to hear first.
+    secret: Secret,
+    out: Option<TcpStream>,
+}
+
+/// An accepted connection: bytes read so far, whether it opened with the secret, and
+/// whose it is once a message said.
+struct Incoming {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    trusted: bool,
+    rank: Option<u32>,
+}
+
+/// One connection method's channel on one port.
+pub struct Channel {
+    /// The connection method, for messages.
+    cpc: &'static str,
+    listener: TcpListener,
+    port: u16,
+    secret: Secret,
+    peers: HashMap<u32, Outgoing>,
+    incoming: Vec<Incoming>,
+}
+
+/// Whether the other end closed `stream`, a connection we opened and only write to
+/// (its process ended): a peek finds its end, or an error other than "nothing yet".
+fn closed_by_peer(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut b = [0u8; 1];
+    // SAFETY: a live socket and a writable 1-byte buffer; MSG_PEEK leaves any data in
+    // place and MSG_DONTWAIT never blocks.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            b.as_mut_ptr().cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    match n {
+        0 => true,
+        n if n > 0 => false,
+        _ => !matches!(
+            std::io::Error::last_os_error().kind(),
+            ErrorKind::WouldBlock | ErrorKind::Interrupted
+        ),
+    }
+}
+
+/// This host's IPv4 addresses, loopback last.
+fn local_addresses() -> Vec<Ipv4Addr> {
+    let mut out = Vec::new();
+    let mut ifs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills a list we free below.
+    if unsafe { libc::getifaddrs(&mut ifs) } != 0 {
+        return vec![Ipv4Addr::LOCALHOST];
+    }
+    let mut p = ifs;
+    while !p.is_null() {
+        // SAFETY: a node of the list getifaddrs returned.
+        let ifa = unsafe { &*p };
+        if !ifa.ifa_addr.is_null()
+            // SAFETY: a non-null address of the node.
+            && i32::from(unsafe { (*ifa.ifa_addr).sa_family }) == libc::AF_INET
+            && ifa.ifa_flags & libc::IFF_UP as u32 != 0
+        {
+            // SAFETY: an AF_INET address is a sockaddr_in.
+            let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+            out.push(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)));
+        }
+        p = ifa.ifa_next;
+    }
+    // SAFETY: the list from getifaddrs, freed once.
+    unsafe { libc::freeifaddrs(ifs) };
+    out.sort_by_key(|a| a.is_loopback());
+    out.dedup();
+    out
+}
+
+impl Channel {
+    /// A channel listening on an ephemeral port of every address, with a fresh secret.
+    pub fn listen(cpc: &'static str) -> Result<Channel, Error> {
+        let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))
+            .and_then(|l| l.set_nonblocking(true).map(|_| l))
+            .map_err(|e| cpc_error(format!("{cpc}: listening: {e}")))?;
+        Ok(Channel {
+            cpc,
+            port: listener.local_addr().map(|a| a.port()).unwrap_or(0),
+            listener,
+            secret: secret::fresh(cpc)?,
+            peers: HashMap::new(),
+            incoming: Vec::new(),
+        })
+    }
+
+    /// What peers need to reach this channel: port, secret, addresses.
+    pub fn blob(&self) -> Vec<u8> {
+        let mut b = self.port.to_le_bytes().to_vec();
+        b.extend_from_slice(&self.secret);
+        for a in local_addresses() {
+            b.extend_from_slice(&a.octets());
+        }
+        b
+    }
+
+    /// Learn where `rank` listens, from its [`blob`](Channel::blob).
+    pub fn add_peer(&mut self, rank: u32, blob: &[u8]) -> Result<(), Error> {
+        let bad = || {
+            cpc_error(format!(
+                "{}: rank {rank}'s address is {} bytes",
+                self.cpc,
+                blob.len()
+            ))
+        };
+        let (port, rest) = blob.split_at_checked(2).ok_or_else(bad)?;
+        let secret = secret::read(rest).ok_or_else(bad)?;
+        let ips = &rest[secret::LEN..];
+        if ips.len() % 4 != 0 {
+            return Err(bad());
+        }
+        let port = u16::from_le_bytes([port[0], port[1]]);
+        let addrs = ips
+            .chunks(4)
+            .map(|c| SocketAddrV4::new(Ipv4Addr::new(c[0], c[1], c[2], c[3]), port))
+            .collect();
+        self.peers.insert(
+            rank,
+            Outgoing {
+                addrs,
+                secret,
+                out: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Whether `rank` was added.
+    pub fn knows(&self, rank: u32) -> bool {
+        self.peers.contains_key(&rank)
+    }
+
+    /// Forget `rank` (and close our connection to it).
+    pub fn remove_peer(&mut self, rank: u32) {
+        self.peers.remove(&rank);
+    }
+
+    /// Send `body` (at most 255 bytes) to `rank`, as `me`, connecting first if
+    /// needed.
+    pub fn send(&mut self, rank: u32, me: u32, body: &[u8]) -> Result<(), String> {
+        let cpc = self.cpc;
+        let len = u8::try_from(body.len())
+            .map_err(|_| format!("{cpc}: a message of {} bytes", body.len()))?;
+        let peer = self
+            .peers
+            .get_mut(&rank)
+            .ok_or_else(|| format!("{cpc}: rank {rank} is not a peer"))?;
+        if peer.out.is_none() {
+            let mut last = String::from("no address");
+            for a in &peer.addrs {
+                let opened = TcpStream::connect_timeout(&(*a).into(), Duration::from_secs(2))
+                    .and_then(|mut s| s.write_all(&peer.secret).map(|_| s));
+                match opened {
+                    Ok(s) => {
+                        let _ = s.set_nodelay(true);
+                        peer.out = Some(s);
+                        break;
+                    }
+                    Err(e) => last = format!("{a}: {e}"),
+                }
+            }
+            if peer.out.is_none() {
+                return Err(format!("{cpc}: cannot reach rank {rank} ({last})"));
+            }
+        }
+        let mut frame = Vec::with_capacity(5 + body.len());
+        frame.push(len);
+        frame.extend_from_slice(&me.to_le_bytes());
+        frame.extend_from_slice(body);
+        let out = peer.out.as_mut().expect("connected above");
+        out.write_all(&frame)
+            .map_err(|e| format!("{cpc}: writing to rank {rank}: {e}"))
+    }
+
+    /// Read what accepted connections have: the complete message bodies with their
+    /// sender, and the ranks whose connection closed, theirs to us or ours to them
+    /// (their process ended: a connection lives as long as it does; a rank may be
+    /// named twice). Connections that do not open with the secret, or that speak for a
+    /// second rank, are closed and count for nothing.
+    pub fn poll(&mut self) -> (Vec<(u32, Vec<u8>)>, Vec<u32>) {
+        let mut closed = Vec::new();
+        for (&rank, peer) in self.peers.iter_mut() {
+            if peer.out.as_ref().is_some_and(closed_by_peer) {
+                peer.out = None;
+                closed.push(rank);
+            }
+        }
+        while let Ok((stream, _)) = self.listener.accept() {
+            let _ = stream.set_nonblocking(true);
+            self.incoming.push(Incoming {
+                stream,
+                buf: Vec::new(),
+                trusted: false,
+                rank: None,
+            });
+        }
+        let mut got = Vec::new();
+        let (own, cpc) = (self.secret, self.cpc);
+        self.incoming.retain_mut(|c| {
+            let mut chunk = [0u8; 256];
+            let open = loop {
+                match c.stream.read(&mut chunk) {
+                    Ok(0) => break false,
+                    Ok(n) => c.buf.extend_from_slice(&chunk[..n]),
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => break true,
+                    Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                    Err(_) => break false,
+                }
+            };
+            if !c.trusted && c.buf.len() >= secret::LEN {
+                if c.buf[..secret::LEN] != own {
+                    let from = c.stream.peer_addr().ok();
+                    tracing::warn!(?from, "{cpc}: a connection without the job's secret closed");
+                    return false;
+                }
+                c.trusted = true;
+                c.buf.drain(..secret::LEN);
+            }
+            while let Some(&len) = c.buf.first().filter(|_| c.trusted) {
+                let total = 5 + usize::from(len);
+                if c.buf.len() < total {
+                    break;
+                }
+                let rank = u32::from_le_bytes(c.buf[1..5].try_into().expect("4 bytes"));
+                if c.rank.is_some_and(|r| r != rank) {
+                    tracing::warn!(rank, "{cpc}: a connection that spoke for two ranks closed");
+                    return false;
+                }
+                got.push((rank, c.buf[5..total].to_vec()));
+                c.rank = Some(rank);
+                c.buf.drain(..total);
+            }
+            if !open {
+                closed.extend(c.rank);
+            }
+            open
+        });
+        (got, closed)
+    }
+
+    /// Close everything.
+    pub fn close(&mut self) {
+        self.peers.clear();
+        self.incoming.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(rank: u32, body: &[u8]) -> Vec<u8> {
+        let mut f = vec![body.len() as u8];
+        f.extend_from_slice(&rank.to_le_bytes());
+        f.extend_from_slice(body);
+        f
+    }
+
+    /// Connect to the channel's listener and write `bytes`; the stream, still open.
+    fn connect(c: &Channel, bytes: &[u8]) -> TcpStream {
+        let mut s = TcpStream::connect((Ipv4Addr::LOCALHOST, c.port)).unwrap();
+        s.write_all(bytes).unwrap();
+        s.set_nonblocking(true).unwrap();
+        s
+    }
+
+    /// Whether the channel has closed its end of `s`.
+    fn closed_by_channel(s: &mut TcpStream) -> bool {
+        match s.read(&mut [0u8; 1]) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => e.kind() != ErrorKind::WouldBlock,
+        }
+    }
+
+    type Heard = (Vec<(u32, Vec<u8>)>, Vec<u32>);
+
+    /// What the channel reads from its connections until `done` holds (or 5 s pass).
+    fn read_until(c: &mut Channel, mut done: impl FnMut(&Heard) -> bool) -> Heard {
+        let mut heard: Heard = (Vec::new(), Vec::new());
+        for _ in 0..500 {
+            let (g, cl) = c.poll();
+            heard.0.extend(g);
+            heard.1.extend(cl);
+            if done(&heard) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        heard
+    }
+
+    #[test]
+    fn a_connection_without_the_secret_is_closed_unheard() {
+        let mut c = Channel::listen("test").unwrap();
+        let mut bytes = vec![0u8; secret::LEN];
+        bytes.extend(frame(3, &[1]));
+        let mut s = connect(&c, &bytes);
+        let (got, closed) = read_until(&mut c, |_| closed_by_channel(&mut s));
+        assert!(
+            closed_by_channel(&mut s),
+            "the stranger's connection is still open"
+        );
+        assert!(got.is_empty(), "a stranger's message was taken: {got:?}");
+        assert!(
+            closed.is_empty(),
+            "a stranger's close made rank 3 look dead"
+        );
+        assert!(
+            c.incoming.is_empty(),
+            "the stranger's connection is still kept"
+        );
+    }
+
+    #[test]
+    fn a_member_is_heard_and_its_close_reports_its_rank() {
+        let mut c = Channel::listen("test").unwrap();
+        let mut bytes = c.secret.to_vec();
+        bytes.extend(frame(3, &[1, 2]));
+        let s = connect(&c, &bytes);
+        let (got, _) = read_until(&mut c, |h| !h.0.is_empty());
+        assert_eq!(got, vec![(3, vec![1, 2])]);
+        drop(s);
+        let (_, closed) = read_until(&mut c, |h| !h.1.is_empty());
+        assert_eq!(closed, vec![3]);
+    }
+
+    #[test]
+    fn a_connection_speaks_for_one_rank_only() {
+        let mut c = Channel::listen("test").unwrap();
+        let mut bytes = c.secret.to_vec();
+        bytes.extend(frame(3, &[1]));
+        bytes.extend(frame(4, &[4]));
+        let mut s = connect(&c, &bytes);
+        let (got, closed) = read_until(&mut c, |_| closed_by_channel(&mut s));
+        assert_eq!(got, vec![(3, vec![1])]);
+        assert!(
+            closed.is_empty(),
+            "a connection closed for lying is no death"
+        );
+    }
+
+    /// Two channels talk through what they publish: bodies arrive whole and in
+    /// order, with the sender's rank; an oversized body is refused before it goes.
+    #[test]
+    fn two_channels_exchange_messages_through_their_blobs() {
+        let mut a = Channel::listen("test").unwrap();
+        let mut b = Channel::listen("test").unwrap();
+        a.add_peer(1, &b.blob()).unwrap();
+        for i in 0..3u8 {
+            a.send(1, 0, &[i; 40]).unwrap();
+        }
+        let e = a.send(1, 0, &[0; 256]).unwrap_err();
+        assert!(e.contains("256 bytes"), "{e}");
+        assert!(a.send(7, 0, &[1]).unwrap_err().contains("not a peer"));
+        let (got, _) = read_until(&mut b, |h| h.0.len() == 3);
+        let want: Vec<(u32, Vec<u8>)> = (0..3u8).map(|i| (0, vec![i; 40])).collect();
+        assert_eq!(got, want);
+        drop(a);
+        let (_, closed) = read_until(&mut b, |h| !h.1.is_empty());
+        assert_eq!(closed, vec![0]);
+    }
+
+    /// A process that only ever heard from us ends: the connection we opened to it
+    /// says so (else a request to it would wait for an answer forever).
+    #[test]
+    fn the_end_of_a_peer_that_never_wrote_is_seen_on_our_connection() {
+        let mut a = Channel::listen("test").unwrap();
+        let mut b = Channel::listen("test").unwrap();
+        a.add_peer(1, &b.blob()).unwrap();
+        a.send(1, 0, &[7]).unwrap();
+        let (got, _) = read_until(&mut b, |h| !h.0.is_empty());
+        assert_eq!(got, vec![(0, vec![7])]);
+        assert_eq!(a.poll(), (vec![], vec![]), "alive and silent");
+        drop(b);
+        let (_, closed) = read_until(&mut a, |h| !h.1.is_empty());
+        assert_eq!(closed, vec![1]);
+        let e = a.send(1, 0, &[8]).unwrap_err();
+        assert!(e.contains("cannot reach rank 1"), "{e}");
+    }
+
+    #[test]
+    fn the_blob_carries_port_secret_and_addresses() {
+        let c = Channel::listen("test").unwrap();
+        let blob = c.blob();
+        assert_eq!(u16::from_le_bytes([blob[0], blob[1]]), c.port);
+        assert_eq!(&blob[2..2 + secret::LEN], &c.secret);
+        assert_eq!((blob.len() - 2 - secret::LEN) % 4, 0);
+        let mut peer = Channel::listen("test").unwrap();
+        peer.add_peer(0, &blob).unwrap();
+        assert_eq!(peer.peers[&0].secret, c.secret);
+        assert!(peer.knows(0));
+        let e = peer.add_peer(1, &blob[..2 + secret::LEN - 1]).unwrap_err();
+        assert!(e.to_string().contains("rank 1's address"), "{e}");
+        assert_ne!(peer.secret, c.secret, "every listener draws its own secret");
+    }
+}
