@@ -387,8 +387,15 @@ impl Engine {
     }
 
     /// End the peers whose links closed, now that their other links were read.
-    #[cold]
+    #[inline]
     pub fn end_closing(&mut self) {
+        if !self.closing.is_empty() {
+            self.end_closed();
+        }
+    }
+
+    #[cold]
+    fn end_closed(&mut self) {
         while let Some((p, why)) = self.closing.pop() {
             if self.net.peers[p].is_gone() {
                 continue;

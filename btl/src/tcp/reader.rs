@@ -8,52 +8,54 @@
 //! leaves it alone) and comes back with [`Reader::delivered`]; the link's next frames
 //! are read on the next call.
 
-use super::conn::Role;
+use super::conn::{Conn, Role};
 use super::engine::Engine;
 use super::link::RxBuf;
 use super::onesided::Handled;
 use super::peer::{endpoint, ConnId};
-use super::sink::Sink;
 use super::wire::{self, Frame};
 use crate::{Endpoint, Tag, MAX_SEGMENTS};
+use socket2::Socket;
 use std::io;
 
-/// A link's received bytes and stream, out of its connection while its frames are
-/// handled.
+/// A link's received bytes, out of its connection while its frames are handled
+/// (small, as it moves with every message).
 pub struct Taken {
     id: ConnId,
     gen: u64,
     p: usize,
     k: usize,
     rx: RxBuf,
-    sink: Option<Sink>,
 }
 
-/// An active message for the module to deliver.
+/// An active message for the module to deliver: a frame the decoder took whole, at
+/// the start of its link's bytes.
 pub struct Message {
     /// From.
     pub endpoint: Endpoint,
     /// Its tag.
     pub tag: Tag,
-    lens: [u32; MAX_SEGMENTS],
     nseg: usize,
-    /// Where its payload starts in the link's bytes.
-    payload: usize,
     /// Bytes of the whole frame.
     used: usize,
     link: Taken,
 }
 
 impl Message {
-    /// Its segments (the first `count` of the array) .
+    /// Its segments (the first `count` of the array).
     #[inline]
     pub fn segments(&self) -> ([&[u8]; MAX_SEGMENTS], usize) {
         let mut segs: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
-        let bytes = &self.link.rx.data()[self.payload..self.used];
-        let mut at = 0;
-        for (s, &l) in segs.iter_mut().zip(&self.lens[..self.nseg]) {
-            *s = &bytes[at..at + l as usize];
-            at += l as usize;
+        let body = &self.link.rx.data()[wire::HEADER..self.used];
+        if self.nseg == 1 {
+            segs[0] = body;
+            return (segs, 1);
+        }
+        // The segment table (checked by the decoder), then the payload.
+        let (table, mut payload) = body.split_at(4 * self.nseg);
+        for (s, l) in segs.iter_mut().zip(table.chunks_exact(4)) {
+            let l = u32::from_le_bytes([l[0], l[1], l[2], l[3]]) as usize;
+            (*s, payload) = payload.split_at(l);
         }
         (segs, self.nseg)
     }
@@ -134,6 +136,9 @@ impl Reader {
                         e.settle();
                         *n += 1;
                     }
+                    if !has_news(e, peer, id, gen) {
+                        continue;
+                    }
                     self.current = take(e, id);
                 }
             }
@@ -160,6 +165,67 @@ impl Reader {
     }
 }
 
+/// Whether link `id` (of peer `p`) has frames to handle: for a link that holds no
+/// bytes and streams nothing, one read tells (the common idle case, which then costs
+/// that one `recv`).
+#[inline]
+fn has_news(e: &mut Engine, p: usize, id: ConnId, gen: u64) -> bool {
+    let Some(c) = e.net.conns.get_mut(id) else {
+        return false;
+    };
+    if !c.rx.data().is_empty() || c.sink.is_some() {
+        return true;
+    }
+    if !c.readable {
+        return false;
+    }
+    let Conn {
+        sock,
+        rx,
+        readable,
+        hup,
+        ..
+    } = c;
+    match read_more(sock, rx, readable, *hup) {
+        Ok(true) => true,
+        Ok(false) => {
+            e.net.relist(id, gen);
+            false
+        }
+        Err(why) => {
+            e.peer_closed(p, why);
+            false
+        }
+    }
+}
+
+/// Read more of a link into `rx` (`readable`: its readiness, cleared once the kernel
+/// has no more; `hup`: its peer's end closed, so read on until the end shows): whether
+/// bytes came; `Err` when the link closed or failed.
+#[inline]
+fn read_more(
+    sock: &Socket,
+    rx: &mut RxBuf,
+    readable: &mut bool,
+    hup: bool,
+) -> Result<bool, String> {
+    match rx.fill(sock, wire::needed(rx.data())) {
+        Ok((0, _)) => Err("the connection closed".into()),
+        Ok((_, full)) => {
+            // A read that did not fill its room found the kernel's buffer empty, and
+            // new data raises a new readiness.
+            *readable = full || hup;
+            Ok(true)
+        }
+        Err(err) if err.kind() == io::ErrorKind::Interrupted => Ok(false),
+        Err(err) if err.kind() == io::ErrorKind::WouldBlock => {
+            *readable = false;
+            Ok(false)
+        }
+        Err(err) => Err(format!("reading: {err}")),
+    }
+}
+
 /// Take link `id`'s bytes out to handle its frames.
 #[inline]
 fn take(e: &mut Engine, id: ConnId) -> Option<Taken> {
@@ -175,7 +241,6 @@ fn take(e: &mut Engine, id: ConnId) -> Option<Taken> {
         p: peer,
         k: link,
         rx: std::mem::replace(&mut c.rx, RxBuf::new(0)),
-        sink: c.sink.take(),
     })
 }
 
@@ -185,7 +250,6 @@ fn take(e: &mut Engine, id: ConnId) -> Option<Taken> {
 fn park(e: &mut Engine, t: Taken, pending: bool) {
     if let Some(c) = e.net.conns.same(t.id, t.gen) {
         c.rx = t.rx;
-        c.sink = t.sink;
         c.busy = false;
         c.pending |= pending;
         e.net.relist(t.id, t.gen);
@@ -197,17 +261,14 @@ fn read_link(e: &mut Engine, mut t: Taken, n: &mut usize) -> Option<Message> {
     let table = e.regs.view();
     // Err((violation, why)): the peer broke the protocol, or the link closed.
     let outcome: Result<(), (bool, String)> = loop {
-        if e.net.conns.same(t.id, t.gen).is_none() {
+        let Some(c) = e.net.conns.same(t.id, t.gen) else {
             // Closed meanwhile (its peer ended): what it held goes with it.
             break Ok(());
-        }
-        if let Some(sink) = t.sink.take() {
-            match stream(e, &mut t, sink) {
-                Ok(None) => *n += 1,
-                Ok(Some(sink)) => {
-                    t.sink = Some(sink);
-                    break Ok(());
-                }
+        };
+        if c.sink.is_some() {
+            match stream(e, &mut t) {
+                Ok(true) => *n += 1,
+                Ok(false) => break Ok(()),
                 Err(why) => break Err((false, why)),
             }
             continue;
@@ -216,36 +277,21 @@ fn read_link(e: &mut Engine, mut t: Taken, n: &mut usize) -> Option<Message> {
             Err(wire::Invalid(why)) => break Err((true, format!("protocol error: {why}"))),
             Ok(Some(f)) => f,
             Ok(None) => {
-                let Some(c) = e.net.conns.same(t.id, t.gen) else {
-                    break Ok(());
-                };
                 if !c.readable {
                     break Ok(());
                 }
-                match t.rx.fill(&c.sock, wire::needed(t.rx.data())) {
-                    Ok((0, _)) => break Err((false, "the connection closed".into())),
-                    Ok((_, full)) => c.read_some(full),
-                    Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                    Err(err) if err.kind() == io::ErrorKind::WouldBlock => c.readable = false,
-                    Err(err) => break Err((false, format!("reading: {err}"))),
+                if let Err(why) = read_more(&c.sock, &mut t.rx, &mut c.readable, c.hup) {
+                    break Err((false, why));
                 }
                 continue;
             }
         };
         let handled = match frame {
-            Frame::Am {
-                tag,
-                lens,
-                nseg,
-                payload,
-            } => {
-                let at = payload.as_ptr() as usize - t.rx.data().as_ptr() as usize;
+            Frame::Am { tag, nseg, .. } => {
                 return Some(Message {
                     endpoint: endpoint(t.p),
                     tag,
-                    lens,
                     nseg,
-                    payload: at,
                     used,
                     link: t,
                 });
@@ -263,7 +309,9 @@ fn read_link(e: &mut Engine, mut t: Taken, n: &mut usize) -> Option<Message> {
             Handled::Taken => t.rx.consume(used),
             Handled::Stream(sink) => {
                 t.rx.consume(used);
-                t.sink = Some(sink);
+                if let Some(c) = e.net.conns.same(t.id, t.gen) {
+                    c.sink = Some(sink);
+                }
             }
             Handled::Violation(why) => break Err((true, format!("protocol error: {why}"))),
         }
@@ -280,20 +328,24 @@ fn read_link(e: &mut Engine, mut t: Taken, n: &mut usize) -> Option<Message> {
     None
 }
 
-/// Stream a put's or get's data into place; the sink back while more is to come and
-/// the socket has none yet.
-fn stream(e: &mut Engine, t: &mut Taken, mut sink: Sink) -> Result<Option<Sink>, String> {
-    let table = e.regs.view();
-    let id = e.id();
+/// Stream the data of the put or get under way on link `t` into place: `true` once
+/// all of it came (the put acknowledged), `false` while more is to come and the
+/// socket has none yet.
+fn stream(e: &mut Engine, t: &mut Taken) -> Result<bool, String> {
+    let (table, me) = (e.regs.view(), e.id());
     let Some(c) = e.net.conns.get_mut(t.id) else {
-        return Ok(None);
+        return Ok(false);
     };
-    if !sink.pour(c, &mut t.rx, &table, id)? {
-        return Ok(Some(sink));
+    let Some(mut sink) = c.sink.take() else {
+        return Ok(true);
+    };
+    if !sink.pour(c, &mut t.rx, &table, me)? {
+        c.sink = Some(sink);
+        return Ok(false);
     }
     if let Some(ack) = sink.answer() {
         e.net.push(t.p, t.k, ack);
         e.settle();
     }
-    Ok(None)
+    Ok(true)
 }
