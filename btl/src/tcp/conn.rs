@@ -91,6 +91,9 @@ pub struct Conn {
     pub queued: bool,
     /// Stopped with frames left to handle.
     pub pending: bool,
+    /// Registered with `epoll` (links read directly are not: see
+    /// [`readiness`](super::readiness)).
+    watched: bool,
 }
 
 impl Conn {
@@ -149,6 +152,7 @@ impl Conns {
             busy: false,
             queued: false,
             pending: false,
+            watched: true,
         };
         if id == self.slots.len() {
             self.slots.push(Some(conn));
@@ -161,10 +165,42 @@ impl Conns {
     /// Close connection `id` (if it is there); its role.
     pub fn remove(&mut self, registry: &Registry, id: ConnId) -> Option<Role> {
         let c = self.slots.get_mut(id).and_then(Option::take)?;
-        let _ = registry.deregister(&mut SourceFd(&c.sock.as_raw_fd()));
+        if c.watched {
+            let _ = registry.deregister(&mut SourceFd(&c.sock.as_raw_fd()));
+        }
         self.free.push(id);
         self.count(Kind::of(&c.role), id, false);
         Some(c.role)
+    }
+
+    /// Have `epoll` watch connection `id` again (readable and writable).
+    pub fn watch(&mut self, registry: &Registry, id: ConnId) -> std::io::Result<()> {
+        let Some(c) = self.get_mut(id).filter(|c| !c.watched) else {
+            return Ok(());
+        };
+        registry.register(
+            &mut SourceFd(&c.sock.as_raw_fd()),
+            Token(id),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        c.watched = true;
+        Ok(())
+    }
+
+    /// Stop `epoll` watching connection `id` (its socket is read directly).
+    pub fn unwatch(&mut self, registry: &Registry, id: ConnId) -> std::io::Result<()> {
+        let Some(c) = self.get_mut(id).filter(|c| c.watched) else {
+            return Ok(());
+        };
+        registry.deregister(&mut SourceFd(&c.sock.as_raw_fd()))?;
+        c.watched = false;
+        Ok(())
+    }
+
+    /// Whether `epoll` watches connection `id`.
+    #[inline]
+    pub fn watched(&self, id: ConnId) -> bool {
+        self.get(id).is_some_and(|c| c.watched)
     }
 
     /// Make connection `id` a `role` of another kind.

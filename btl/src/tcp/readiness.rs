@@ -3,14 +3,19 @@
 //! `epoll` (through `mio`'s edge-triggered `Poll`) knows about every connection and
 //! listener, at the price of one `epoll_wait` per progress call, and then a `recv`
 //! for the connection it names: two system calls for a message that one `recv` could
-//! take. So while the module's only connections are a few links, none of them blocked
-//! on a full socket, progress reads those links directly, without asking `epoll`
-//! ([`DIRECT_LINKS`]); it asks `epoll` again every [`EPOLL_EVERY`] calls (for new
-//! connections on the listeners) and on every call while anything else is under way
-//! (handshakes, attempts, writers waiting for room). Reading directly keeps the
-//! edge-triggered contract: a link is read until a read comes back short or would
-//! block, as after an `epoll` event, and `epoll` itself reports a connection only
-//! while it is still ready when asked.
+//! take. Being watched also costs every arriving segment `epoll`'s wake-up callback,
+//! under the socket's lock. So while the module's only connections are a few links
+//! ([`DIRECT_LINKS`]), progress reads and writes those links directly, on every call,
+//! and `epoll` does not watch them: it watches the listeners (and any connection
+//! still proving itself), and is asked every [`EPOLL_EVERY`] calls. As soon as
+//! anything else is under way (a handshake, an attempt, more links), every link is
+//! watched again and `epoll` is asked on every call.
+//!
+//! Reading directly keeps the edge-triggered contract: a link is read until a read
+//! comes back short or would block, as after an `epoll` event; a link watched again
+//! is listed once whatever its readiness, and `epoll` reports a connection only while
+//! it is still ready when asked. A link whose writes would block is simply written
+//! again on the next call.
 
 use super::acceptor;
 use super::conn::{Conns, Role};
@@ -25,14 +30,18 @@ pub const DIRECT_LINKS: usize = 4;
 /// Progress calls between two looks at `epoll` while links are read directly.
 pub const EPOLL_EVERY: u32 = 64;
 
-/// The connections to look at, and the `epoll` instance that watches them all.
+/// The connections to look at, and the `epoll` instance that watches the rest.
 pub struct Readiness {
     poll: Poll,
     events: Events,
     /// Connections to look at, with their generation.
     ready: VecDeque<(ConnId, u64)>,
-    /// Calls left before `epoll` is asked again.
+    /// The links are read directly (and not watched).
+    direct: bool,
+    /// Calls left before `epoll` is asked again while the links are read directly.
     direct_left: u32,
+    /// Links `epoll` could not be made to watch again: looked at on every call.
+    strays: Vec<ConnId>,
 }
 
 impl Readiness {
@@ -42,7 +51,9 @@ impl Readiness {
             poll: Poll::new()?,
             events: Events::with_capacity(64),
             ready: VecDeque::new(),
+            direct: false,
             direct_left: 0,
+            strays: Vec::new(),
         })
     }
 
@@ -55,35 +66,69 @@ impl Readiness {
     /// listener has connections to accept.
     #[inline]
     pub fn look(&mut self, conns: &mut Conns) -> bool {
-        if self.direct_left > 0 && Self::links_only(conns) {
-            self.direct_left -= 1;
+        if Self::links_only(conns) {
+            self.direct = true;
             for i in 0..conns.links().len() {
                 let id = conns.links()[i];
-                if let Some(c) = conns.get_mut(id) {
-                    c.readable = true;
-                    if !c.queued {
-                        c.queued = true;
-                        self.ready.push_back((id, c.gen));
+                if conns.watched(id) {
+                    if let Err(e) = conns.unwatch(self.poll.registry(), id) {
+                        tracing::debug!(%e, "tcp: a link stays watched");
                     }
                 }
+                self.list_any(conns, id);
             }
-            return false;
+            if self.direct_left > 0 {
+                self.direct_left -= 1;
+                return false;
+            }
+            self.direct_left = EPOLL_EVERY;
+        } else if self.direct {
+            // Something else is under way: every link is watched again, and looked at
+            // once whatever its readiness.
+            self.direct = false;
+            self.strays.extend_from_slice(conns.links());
         }
-        self.direct_left = EPOLL_EVERY;
+        if !self.strays.is_empty() {
+            self.watch_strays(conns);
+        }
         self.wait(conns)
     }
 
-    /// Whether the links may be read directly: nothing but a few links, none waiting
-    /// for room to write.
+    /// Have `epoll` watch the links read directly until now; each is listed once
+    /// whatever its readiness (those it cannot watch, on every call until it can).
+    #[cold]
+    fn watch_strays(&mut self, conns: &mut Conns) {
+        let strays = std::mem::take(&mut self.strays);
+        for id in strays {
+            if conns.get(id).is_none() {
+                continue;
+            }
+            if let Err(e) = conns.watch(self.poll.registry(), id) {
+                tracing::warn!(%e, "tcp: cannot watch a link; it is read on every call");
+                self.strays.push(id);
+            }
+            self.list_any(conns, id);
+        }
+    }
+
+    /// Whether the links may be read directly: nothing but a few links.
     #[inline]
     fn links_only(conns: &Conns) -> bool {
-        conns.accepting() == 0
-            && conns.attempts() == 0
-            && conns.links().len() <= DIRECT_LINKS
-            && conns
-                .links()
-                .iter()
-                .all(|&id| conns.get(id).is_some_and(|c| c.writable))
+        conns.accepting() == 0 && conns.attempts() == 0 && conns.links().len() <= DIRECT_LINKS
+    }
+
+    /// List connection `id` as readable and writable (it is read and written until a
+    /// call would block).
+    #[inline]
+    fn list_any(&mut self, conns: &mut Conns, id: ConnId) {
+        if let Some(c) = conns.get_mut(id) {
+            c.readable = true;
+            c.writable = true;
+            if !c.queued {
+                c.queued = true;
+                self.ready.push_back((id, c.gen));
+            }
+        }
     }
 
     /// Ask `epoll` (without waiting).
