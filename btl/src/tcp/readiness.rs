@@ -5,17 +5,19 @@
 //! for the connection it names: two system calls for a message that one `recv` could
 //! take. Being watched also costs every arriving segment `epoll`'s wake-up callback,
 //! under the socket's lock. So while the module's only connections are a few links
-//! ([`DIRECT_LINKS`]), progress reads and writes those links directly, on every call,
-//! and `epoll` does not watch them: it watches the listeners (and any connection
-//! still proving itself), and is asked every [`EPOLL_EVERY`] calls. As soon as
-//! anything else is under way (a handshake, an attempt, more links), every link is
-//! watched again and `epoll` is asked on every call.
+//! ([`DIRECT_LINKS`]), progress reads those links directly, on every call, and
+//! `epoll` does not watch them: it watches the listeners (and any connection still
+//! proving itself), and is asked every [`EPOLL_EVERY`] calls. A link whose writes
+//! would block is watched until it takes them again, and `epoll` is asked on every
+//! call meanwhile (writing again on every call instead would contend with the peer
+//! for the socket's lock). As soon as anything else is under way (a handshake, an
+//! attempt, more links), every link is watched again and `epoll` is asked on every
+//! call.
 //!
 //! Reading directly keeps the edge-triggered contract: a link is read until a read
 //! comes back short or would block, as after an `epoll` event; a link watched again
 //! is listed once whatever its readiness, and `epoll` reports a connection only while
-//! it is still ready when asked. A link whose writes would block is simply written
-//! again on the next call.
+//! it is still ready when asked.
 
 use super::acceptor;
 use super::conn::{Conns, Role};
@@ -68,16 +70,38 @@ impl Readiness {
     pub fn look(&mut self, conns: &mut Conns) -> bool {
         if Self::links_only(conns) {
             self.direct = true;
+            let mut blocked = false;
             for i in 0..conns.links().len() {
                 let id = conns.links()[i];
-                if conns.watched(id) {
-                    if let Err(e) = conns.unwatch(self.poll.registry(), id) {
-                        tracing::debug!(%e, "tcp: a link stays watched");
+                let Some(c) = conns.get_mut(id) else {
+                    continue;
+                };
+                c.readable = true;
+                if !c.queued {
+                    c.queued = true;
+                    self.ready.push_back((id, c.gen));
+                }
+                // A link whose writes would block is watched until it takes them again
+                // (retrying the write on every call would contend for its socket).
+                let watch = !c.writable;
+                blocked |= watch;
+                if watch != conns.watched(id) {
+                    let registry = self.poll.registry();
+                    let r = if watch {
+                        conns.watch(registry, id)
+                    } else {
+                        conns.unwatch(registry, id)
+                    };
+                    if let Err(e) = r {
+                        tracing::debug!(%e, watch, "tcp: epoll_ctl on a link failed");
+                        if let Some(c) = conns.get_mut(id) {
+                            // Unwatched after all: written again on the next call.
+                            c.writable |= watch;
+                        }
                     }
                 }
-                self.list_any(conns, id);
             }
-            if self.direct_left > 0 {
+            if self.direct_left > 0 && !blocked {
                 self.direct_left -= 1;
                 return false;
             }
