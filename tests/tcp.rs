@@ -9,9 +9,10 @@
 
 mod common;
 
-use rbtl::btl::tcp::{published::Published, wire, TcpComponent, TcpModule};
+use rbtl::btl::tcp::published::{Listener, Published};
+use rbtl::btl::tcp::{wire, TcpComponent, TcpModule};
 use rbtl::btl::{
-    Access, DesFlags, Endpoint, Error, ErrorEvent, Module, Order, Proc, RdmaCompletion,
+    Access, DesFlags, Endpoint, Error, ErrorEvent, Modex, Module, Order, Proc, RdmaCompletion,
     RemoteHandle, SendiOutcome, Tag,
 };
 use rbtl_contract as contract;
@@ -552,6 +553,181 @@ fn role_violation() {
     }
     job.modex.fence().unwrap();
     report_ok(rank, "ok");
+}
+
+// ---------------------------------------------------------------------------
+// In this process: a peer the test plays itself on a raw listener.
+
+/// A job of two ranks in this process: rank 0 is the module under test; rank 1 is
+/// whatever the test published for it.
+struct TwoRanks {
+    ours: Option<Vec<u8>>,
+    theirs: Vec<u8>,
+}
+
+impl Modex for TwoRanks {
+    fn rank(&self) -> u32 {
+        0
+    }
+
+    fn size(&self) -> u32 {
+        2
+    }
+
+    fn publish(&mut self, key: &str, value: &[u8]) -> rbtl::btl::Result<()> {
+        assert_eq!(key, "btl.tcp");
+        self.ours = Some(value.to_vec());
+        Ok(())
+    }
+
+    fn fence(&mut self) -> rbtl::btl::Result<()> {
+        Ok(())
+    }
+
+    fn lookup(&mut self, rank: u32, _key: &str) -> rbtl::btl::Result<Option<Vec<u8>>> {
+        Ok(if rank == 0 {
+            self.ours.clone()
+        } else {
+            Some(self.theirs.clone())
+        })
+    }
+}
+
+/// Rank 1 as a raw loopback listener (its secret is `[9; 16]`), and the tcp module of
+/// rank 0 connected to it with `settings`, one message already sent its way (which
+/// starts the connection).
+fn module_facing_a_raw_peer(
+    settings: &[(&str, &str)],
+) -> (
+    TcpModule,
+    Endpoint,
+    std::net::TcpListener,
+    Arc<Mutex<Vec<String>>>,
+) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let std::net::SocketAddr::V4(addr) = listener.local_addr().unwrap() else {
+        unreachable!("bound to an IPv4 address")
+    };
+    let theirs = Published {
+        module: 77,
+        listeners: vec![Listener {
+            addr,
+            prefix: 8,
+            secret: [9; wire::SECRET],
+        }],
+    };
+    let mut modex = TwoRanks {
+        ours: None,
+        theirs: theirs.encode(),
+    };
+    let mut all = vec![("btl_tcp_if_include", "lo")];
+    all.extend_from_slice(settings);
+    let config = rbtl::configure(&all).unwrap();
+    let mut m = TcpComponent::open(&config, &mut modex)
+        .unwrap()
+        .expect("loopback is chosen");
+    let eps = m.add_procs(&procs(2), &mut modex).unwrap();
+    let ep = eps[1].expect("loopback reaches the raw peer");
+    let seen = errors(&mut m);
+    send_byte(&mut m, ep, Tag::USR);
+    (m, ep, listener, seen)
+}
+
+/// Fill `buf` from `s`, progressing rank 0's module `m` while nothing comes (a hang
+/// guard fails after 30 s).
+fn read_progressing(m: &mut TcpModule, s: &mut TcpStream, buf: &mut [u8]) {
+    s.set_nonblocking(true).unwrap();
+    let start = Instant::now();
+    let mut got = 0;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => panic!("rank 0 closed the connection"),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                m.progress();
+            }
+            Err(e) => panic!("{e}"),
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "nothing came");
+    }
+}
+
+/// Accept rank 0's connection on the raw peer's listener (progressing rank 0
+/// meanwhile) and read its HELLO, checked.
+fn accept_hello(m: &mut TcpModule, listener: &std::net::TcpListener) -> TcpStream {
+    listener.set_nonblocking(true).unwrap();
+    let start = Instant::now();
+    let mut s = loop {
+        match listener.accept() {
+            Ok((s, _)) => break s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => m.progress(),
+            Err(e) => panic!("{e}"),
+        };
+        assert!(start.elapsed() < Duration::from_secs(30), "no connection");
+    };
+    let mut hello = vec![0u8; wire::HEADER + 24];
+    read_progressing(m, &mut s, &mut hello);
+    let expect = wire::hello(&wire::Hello {
+        secret: [9; wire::SECRET],
+        rank: 0,
+        link: 0,
+        version: wire::VERSION,
+    });
+    assert_eq!(hello, expect.as_bytes(), "rank 0's HELLO");
+    s
+}
+
+#[test]
+fn a_peer_that_accepts_and_never_answers_fails_at_the_connect_timeout() {
+    let (mut m, ep, listener, seen) =
+        module_facing_a_raw_peer(&[("btl_tcp_connect_timeout", "300")]);
+    let start = Instant::now();
+    let held = accept_hello(&mut m, &listener);
+    while seen.lock().unwrap().is_empty() {
+        if m.progress() == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "rank 0 still waits for an answer"
+        );
+    }
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "gave up after {took:?}, long past its 300 ms"
+    );
+    let reports = seen.lock().unwrap().clone();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(
+        reports[0].starts_with("Some(1): peer rank 1 is unreachable: link 0 to 127.0.0.1:")
+            && reports[0].ends_with(
+                "was not up within 300 ms: the peer accepted the connection but did not answer its HELLO"
+            ),
+        "{reports:?}"
+    );
+    let e = m.sendi(ep, &[], &[1], Order::ANY, DesFlags::empty(), Tag::USR);
+    assert!(matches!(e, Err(Error::PeerFailed { rank: 1, .. })), "{e:?}");
+    drop(held);
+}
+
+#[test]
+fn a_handshake_the_peer_closed_unanswered_is_made_again() {
+    let (mut m, ep, listener, seen) = module_facing_a_raw_peer(&[]);
+    // The first connection is closed after its HELLO, as a peer closes a handshake it
+    // expired; the second is answered and carries the message.
+    drop(accept_hello(&mut m, &listener));
+    let mut s = accept_hello(&mut m, &listener);
+    s.write_all(&[10, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+    let mut frame = [0u8; wire::HEADER + 1];
+    read_progressing(&mut m, &mut s, &mut frame);
+    assert_eq!(frame, [1, Tag::USR.0, 1, 0, 1, 0, 0, 0, 1], "the message");
+    assert_eq!(m.links(ep), Some((1, 1)), "the link is up");
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "{:?}",
+        seen.lock().unwrap()
+    );
 }
 
 // ---------------------------------------------------------------------------

@@ -3,8 +3,13 @@
 //! received bytes and its readiness, in a table whose index is the socket's `mio`
 //! token. Each entry has a generation, so that a connection closed and its slot reused
 //! while a callback ran is not mistaken for the one that was there.
+//!
+//! The table also counts its connections by role and lists the links, so that
+//! progress knows in constant time whether anything but links needs `epoll`
+//! ([`readiness`](super::readiness)).
 
-use super::handshake::{Accepting, Connecting};
+use super::attempt::Attempt;
+use super::handshake::Accepting;
 use super::link::RxBuf;
 use super::peer::ConnId;
 use super::sink::Sink;
@@ -29,17 +34,8 @@ pub enum Role {
         /// The link index.
         link: u16,
     },
-    /// Our own connection attempt for link `link` of peer `peer`.
-    Attempt {
-        /// The peer's index.
-        peer: usize,
-        /// The link index.
-        link: usize,
-        /// Its handshake.
-        state: Connecting,
-        /// The HELLO bytes not yet written.
-        hello: Vec<u8>,
-    },
+    /// Our own connection attempt.
+    Attempt(Attempt),
     /// Link `link` of peer `peer`, up.
     Link {
         /// The peer's index.
@@ -49,13 +45,34 @@ pub enum Role {
     },
 }
 
+/// The kinds of role, as the table counts them.
+#[derive(Clone, Copy)]
+enum Kind {
+    Accepting,
+    Early,
+    Attempt,
+    Link,
+}
+
+impl Kind {
+    fn of(role: &Role) -> Kind {
+        match role {
+            Role::Accepting { .. } => Kind::Accepting,
+            Role::Early { .. } => Kind::Early,
+            Role::Attempt(_) => Kind::Attempt,
+            Role::Link { .. } => Kind::Link,
+        }
+    }
+}
+
 /// One connection.
 pub struct Conn {
     /// The socket.
     pub sock: Socket,
     /// This entry's generation.
     pub gen: u64,
-    /// What it is.
+    /// What it is. (Its kind changes only through [`Conns::set_role`], which counts
+    /// them; what is inside a role may change in place.)
     pub role: Role,
     /// Bytes read and not taken yet (taken out while its frames are handled).
     pub rx: RxBuf,
@@ -74,6 +91,9 @@ pub struct Conn {
     pub queued: bool,
     /// Stopped with frames left to handle.
     pub pending: bool,
+    /// Registered with `epoll` (links read directly are not: see
+    /// [`readiness`](super::readiness)).
+    watched: bool,
 }
 
 impl Conn {
@@ -92,6 +112,9 @@ pub struct Conns {
     slots: Vec<Option<Conn>>,
     free: Vec<ConnId>,
     gens: u64,
+    accepting: usize,
+    attempts: usize,
+    links: Vec<ConnId>,
 }
 
 impl Conns {
@@ -104,12 +127,18 @@ impl Conns {
         rx_bytes: usize,
     ) -> std::io::Result<ConnId> {
         let id = self.free.pop().unwrap_or(self.slots.len());
-        registry.register(
+        if let Err(e) = registry.register(
             &mut SourceFd(&sock.as_raw_fd()),
             Token(id),
             Interest::READABLE | Interest::WRITABLE,
-        )?;
+        ) {
+            if id < self.slots.len() {
+                self.free.push(id);
+            }
+            return Err(e);
+        }
         self.gens += 1;
+        self.count(Kind::of(&role), id, true);
         let conn = Conn {
             sock,
             gen: self.gens,
@@ -123,6 +152,7 @@ impl Conns {
             busy: false,
             queued: false,
             pending: false,
+            watched: true,
         };
         if id == self.slots.len() {
             self.slots.push(Some(conn));
@@ -132,12 +162,86 @@ impl Conns {
         Ok(id)
     }
 
-    /// Close connection `id` (if it is there).
-    pub fn remove(&mut self, registry: &Registry, id: ConnId) {
-        if let Some(c) = self.slots.get_mut(id).and_then(Option::take) {
+    /// Close connection `id` (if it is there); its role.
+    pub fn remove(&mut self, registry: &Registry, id: ConnId) -> Option<Role> {
+        let c = self.slots.get_mut(id).and_then(Option::take)?;
+        if c.watched {
             let _ = registry.deregister(&mut SourceFd(&c.sock.as_raw_fd()));
-            self.free.push(id);
         }
+        self.free.push(id);
+        self.count(Kind::of(&c.role), id, false);
+        Some(c.role)
+    }
+
+    /// Have `epoll` watch connection `id` again (readable and writable).
+    pub fn watch(&mut self, registry: &Registry, id: ConnId) -> std::io::Result<()> {
+        let Some(c) = self.get_mut(id).filter(|c| !c.watched) else {
+            return Ok(());
+        };
+        registry.register(
+            &mut SourceFd(&c.sock.as_raw_fd()),
+            Token(id),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        c.watched = true;
+        Ok(())
+    }
+
+    /// Stop `epoll` watching connection `id` (its socket is read directly).
+    pub fn unwatch(&mut self, registry: &Registry, id: ConnId) -> std::io::Result<()> {
+        let Some(c) = self.get_mut(id).filter(|c| c.watched) else {
+            return Ok(());
+        };
+        registry.deregister(&mut SourceFd(&c.sock.as_raw_fd()))?;
+        c.watched = false;
+        Ok(())
+    }
+
+    /// Whether `epoll` watches connection `id`.
+    #[inline]
+    pub fn watched(&self, id: ConnId) -> bool {
+        self.get(id).is_some_and(|c| c.watched)
+    }
+
+    /// Make connection `id` a `role` of another kind.
+    pub fn set_role(&mut self, id: ConnId, role: Role) {
+        let new = Kind::of(&role);
+        let Some(c) = self.slots.get_mut(id).and_then(Option::as_mut) else {
+            return;
+        };
+        let old = Kind::of(&std::mem::replace(&mut c.role, role));
+        self.count(old, id, false);
+        self.count(new, id, true);
+    }
+
+    fn count(&mut self, kind: Kind, id: ConnId, add: bool) {
+        match (kind, add) {
+            (Kind::Accepting, true) => self.accepting += 1,
+            (Kind::Accepting, false) => self.accepting -= 1,
+            (Kind::Attempt, true) => self.attempts += 1,
+            (Kind::Attempt, false) => self.attempts -= 1,
+            (Kind::Link, true) => self.links.push(id),
+            (Kind::Link, false) => self.links.retain(|&l| l != id),
+            (Kind::Early, _) => {}
+        }
+    }
+
+    /// Accepted connections before their HELLO.
+    #[inline]
+    pub fn accepting(&self) -> usize {
+        self.accepting
+    }
+
+    /// Our connection attempts before their answer.
+    #[inline]
+    pub fn attempts(&self) -> usize {
+        self.attempts
+    }
+
+    /// The connections that are links.
+    #[inline]
+    pub fn links(&self) -> &[ConnId] {
+        &self.links
     }
 
     /// Connection `id`.

@@ -23,8 +23,10 @@
 //! # Frames
 //!
 //! Every frame is an 8-byte header and a body ([`wire`]); a small message costs one
-//! `sendmsg` (header and payload gathered) and, at the receiver, the readiness check
-//! and one `recv`. Large put and get data is read straight into place.
+//! `send` at the sender (header and payload gathered on the stack) and one `recv` at
+//! the receiver, as raw TCP does ([`readiness`]: while a module's only connections
+//! are a few links, progress reads them directly and asks `epoll` only now and then).
+//! Large put and get data is read straight into place.
 //!
 //! # One-sided operations and progress
 //!
@@ -40,29 +42,51 @@
 //! A reset or closed link to a peer after its handshake, or a frame from it that
 //! fails validation, ends that peer: its pending operations and queued sends complete
 //! with [`Error::PeerFailed`](crate::Error), which the error callback also
-//! reports; other peers go on.
+//! reports; other peers go on. So does a link that is not up within
+//! `btl_tcp_connect_timeout` of being needed (a peer that accepted our connection
+//! and never answered it, or declined ours and never connected itself); a handshake
+//! the peer closed unanswered (it expired ours while this process did not progress)
+//! is made again, twice at most.
+//!
+//! # Layout
+//!
+//! [`TcpModule`] is the contract's face and runs the user's callbacks; below it the
+//! engine owns the registrations, the send path, the one-sided operations and the end
+//! of failed peers; the reader walks the links in progress. Connections: [`net`] (the
+//! table of peers' links and how they come up), [`acceptor`], [`attempt`],
+//! [`readiness`], [`conn`], [`slot`] (one link and its writing side), [`link`] (its
+//! byte streams), [`sink`] (data read into place).
 //!
 //! # Crates
 //!
 //! Sockets are made with `socket2` (binding before connecting, buffer sizes, no-delay,
-//! `accept4`, `sendmsg` with `MSG_NOSIGNAL`). Readiness comes from `mio`, whose `Poll`
-//! is edge-triggered `epoll` here: `progress` asks it with a zero timeout, which is one
+//! `accept4`, `send`/`sendmsg` with `MSG_NOSIGNAL`). Readiness comes from `mio`, whose
+//! `Poll` is edge-triggered `epoll` here: asked with a zero timeout, it is one
 //! `epoll_wait` when nothing is ready and no work per idle link, however many peers.
 //! A link is read until a read comes back short (the kernel's buffer is empty then,
 //! and new data raises a new edge) or would block, so a small message costs one read.
 //! `rustix` would offer the same calls, but `mio` carries the registration and
 //! edge-triggered semantics that the module would otherwise write itself.
 
+pub mod acceptor;
+pub mod attempt;
 pub mod conn;
+mod engine;
+pub mod failures;
 pub mod handshake;
 pub mod interfaces;
 pub mod link;
 mod module;
 pub mod net;
+mod onesided;
 pub mod peer;
 pub mod published;
 pub mod rdma;
+mod reader;
+pub mod readiness;
+mod sends;
 pub mod sink;
+pub mod slot;
 pub mod sockets;
 pub mod wire;
 
@@ -114,6 +138,9 @@ pub struct Settings {
     pub rdma_chunk: usize,
     /// How long an accepted connection has to send its HELLO.
     pub handshake_timeout: Duration,
+    /// How long a link has to come up once this side needs it (our connection
+    /// accepted and answered, or the peer's own after it declined ours).
+    pub connect_timeout: Duration,
     /// Bytes of each link's receive buffer.
     pub rx_bytes: usize,
     /// Most descriptors outstanding.
@@ -135,6 +162,7 @@ impl Default for Settings {
             },
             rdma_chunk: 512 << 10,
             handshake_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(60),
             rx_bytes: 256 << 10,
             max_frags: 256,
             max_registrations: 4096,
@@ -198,6 +226,7 @@ impl TcpComponent {
             },
             rdma_chunk: config.size("btl_tcp_rdma_chunk")?,
             handshake_timeout: Duration::from_millis(count("btl_tcp_handshake_timeout")? as u64),
+            connect_timeout: Duration::from_millis(count("btl_tcp_connect_timeout")? as u64),
             rx_bytes: Settings::default().rx_bytes,
             max_frags: count("btl_tcp_free_list_max")?,
             max_registrations: count("btl_tcp_max_registrations")?,
@@ -208,6 +237,12 @@ impl TcpComponent {
                 "btl_tcp_links = {}: give 1 to 64 links per peer and interface",
                 settings.links
             )));
+        }
+        if settings.connect_timeout.is_zero() {
+            return Err(Error::NotAvailable(
+                "btl_tcp_connect_timeout = 0: give the milliseconds a link has to come up (at least 1)"
+                    .into(),
+            ));
         }
         if settings.rdma_chunk == 0 || settings.rdma_chunk > MAX_CHUNK {
             return Err(Error::NotAvailable(format!(
@@ -261,6 +296,11 @@ impl Component for TcpComponent {
                 "btl_tcp_handshake_timeout",
                 Value::Int(d.handshake_timeout.as_millis() as i64),
                 "milliseconds an accepted connection has to prove it belongs to the job",
+            )?
+            .register(
+                "btl_tcp_connect_timeout",
+                Value::Int(d.connect_timeout.as_millis() as i64),
+                "milliseconds a link has to come up once needed (a peer that accepts the connection but never answers fails then)",
             )?
             .register(
                 "btl_tcp_free_list_max",

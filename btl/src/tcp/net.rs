@@ -1,45 +1,32 @@
-//! The connections of a `tcp` module: its listeners, the handshakes of accepted
-//! connections and of its own attempts, which connection each peer's link runs on,
-//! and the writing side of the links (queues drained as the sockets take them).
+//! The connection table of a `tcp` module and the peers' links: which connection each
+//! link runs on, how a link comes up (our attempt, or the peer's connection accepted
+//! by our [`acceptor`], the lower rank's winning when both connect at
+//! once), by when it must, and writing to the links.
 //!
 //! What it cannot settle itself it leaves for the module: descriptors written whole
 //! ([`Net::written`], whose completions the module runs) and peers whose link failed
 //! ([`Net::failures`], which the module ends after reading what their other links
 //! hold).
-//!
-//! (Over 600 lines: one type, the owner of the connection table and the peers' link
-//! slots, which the accept, handshake, connect and write paths all update together.)
 
+use super::acceptor::{self, Acceptor, Heard};
+use super::attempt::{Attempt, Outcome};
 use super::conn::{Conn, Conns, Role};
-use super::handshake::{self, Expect, LinkState, Refusal, Step, Verdict};
+use super::handshake::{self, LinkState, Verdict};
 use super::interfaces::Interface;
 use super::link::{Head, Item, RxBuf};
-use super::peer::{endpoint, ConnId, Peer};
+use super::peer::{ConnId, Peer};
 use super::published::{self, Listener, Published};
-use super::wire::{self, Frame, Hello, Kind, Limits};
-use super::{sockets, Refused, Settings};
+use super::readiness::Readiness;
+use super::slot::Sent;
+use super::wire::{Hello, Kind, Limits, VERSION};
+use super::{Refused, Settings};
 use crate::keytable::KeyTableView;
 use crate::{Descriptor, Endpoint, Error, ModuleId, Result};
-use mio::{Events, Poll, Token};
-use socket2::Socket;
-use std::collections::VecDeque;
-use std::io::{self, IoSlice};
 use std::time::Instant;
 
-/// Tokens from here up are listeners (`usize::MAX - index`).
-const LISTENER_BASE: usize = usize::MAX - 1024;
-/// Bytes queued on a link beyond which `sendi` says `OutOfResource`.
-const MAX_QUEUED: usize = 4 << 20;
-
-/// What became of a descriptor given to [`Net::send_desc`].
-pub enum DescSent {
-    /// Written whole at once.
-    Written(Descriptor),
-    /// Queued (partly written, or the link is busy or not up yet).
-    Queued,
-    /// The write failed: the peer is gone.
-    Failed(String, Descriptor),
-}
+/// Connection attempts made again, per link, after the peer closed one before
+/// answering (it expired our handshake while this process did not progress).
+const RETRIES: u8 = 2;
 
 /// A module's connections and links.
 pub struct Net {
@@ -50,61 +37,41 @@ pub struct Net {
     table: KeyTableView,
     settings: Settings,
     limits: Limits,
-    poll: Poll,
-    events: Events,
-    listeners: Vec<(Socket, Listener)>,
+    readiness: Readiness,
+    acceptor: Acceptor,
     /// Every connection.
     pub conns: Conns,
     /// Peers, by endpoint.
     pub peers: Vec<Peer>,
     rank_ep: Vec<Option<usize>>,
-    /// Connections to look at (readable, or stopped early), with their generation.
-    ready: VecDeque<(ConnId, u64)>,
-    /// Accepted connections before their HELLO.
-    accepting: usize,
-    refused: Refused,
+    /// Links on their way up, (peer, link), whose deadlines are watched.
+    connecting: Vec<(usize, usize)>,
     /// Descriptors written whole, for the module to complete.
     pub written: Vec<Descriptor>,
     /// Peers one of whose links failed, and why, for the module to end.
     pub failures: Vec<(usize, String)>,
 }
 
-fn os(call: &'static str) -> impl FnOnce(io::Error) -> Error {
-    move |source| Error::Os { call, source }
-}
-
 impl Net {
     /// Listen on every address of `interfaces`, each with a fresh secret.
-    #[allow(clippy::too_many_arguments)]
     pub fn new(
         me: ModuleId,
         table: KeyTableView,
         settings: Settings,
         limits: Limits,
-        rank: u32,
-        size: u32,
+        (rank, size): (u32, u32),
         interfaces: &[Interface],
     ) -> Result<Net> {
-        let poll = Poll::new().map_err(os("epoll_create"))?;
-        let mut listeners = Vec::new();
-        for (i, itf) in interfaces.iter().enumerate() {
-            let (sock, addr) =
-                sockets::listen(itf.addr, &settings.sockets).map_err(os("listen"))?;
-            let secret = handshake::fresh_secret().map_err(os("getrandom"))?;
-            poll.registry()
-                .register(
-                    &mut mio::unix::SourceFd(&std::os::fd::AsRawFd::as_raw_fd(&sock)),
-                    Token(usize::MAX - i),
-                    mio::Interest::READABLE,
-                )
-                .map_err(os("epoll_ctl"))?;
-            let l = Listener {
-                addr,
-                prefix: itf.prefix,
-                secret,
-            };
-            listeners.push((sock, l));
-        }
+        let readiness = Readiness::new().map_err(|source| Error::Os {
+            call: "epoll_create",
+            source,
+        })?;
+        let acceptor = Acceptor::listen(
+            interfaces,
+            &settings.sockets,
+            settings.handshake_timeout,
+            readiness.registry(),
+        )?;
         Ok(Net {
             rank,
             size,
@@ -112,15 +79,12 @@ impl Net {
             table,
             settings,
             limits,
-            poll,
-            events: Events::with_capacity(64),
-            listeners,
+            readiness,
+            acceptor,
             conns: Conns::default(),
             peers: Vec::new(),
             rank_ep: vec![None; size as usize],
-            ready: VecDeque::new(),
-            accepting: 0,
-            refused: Refused::default(),
+            connecting: Vec::new(),
             written: Vec::new(),
             failures: Vec::new(),
         })
@@ -128,28 +92,21 @@ impl Net {
 
     /// What this module publishes.
     pub fn published(&self, module: ModuleId) -> Published {
-        Published {
-            module: module.0,
-            listeners: self.listeners.iter().map(|(_, l)| *l).collect(),
-        }
+        self.acceptor.published(module.0)
     }
 
     /// Connections closed before they were trusted, by reason.
     pub fn refused(&self) -> Refused {
-        self.refused
+        self.acceptor.refused()
     }
 
     /// The addresses it listens on.
     pub fn listening(&self) -> Vec<std::net::SocketAddrV4> {
-        self.listeners.iter().map(|(_, l)| l.addr).collect()
-    }
-
-    /// Accepted connections wait for their HELLO.
-    pub fn handshakes_pending(&self) -> bool {
-        self.accepting > 0
+        self.acceptor.listening()
     }
 
     /// Peer `ep`'s index, if it takes operations.
+    #[inline]
     pub fn live_peer(&self, ep: Endpoint) -> Result<usize> {
         let Some(p) = self.peers.get(ep.0 as usize) else {
             return Err(Error::UnknownEndpoint(ep.0));
@@ -172,7 +129,7 @@ impl Net {
     /// Add rank `rank`, which published `remote`; its index, or `None` when no pair of
     /// interfaces reaches it.
     pub fn add_peer(&mut self, rank: u32, remote: &Published, same_node: bool) -> Option<usize> {
-        let ours: Vec<Listener> = self.listeners.iter().map(|(_, l)| *l).collect();
+        let ours: Vec<Listener> = self.acceptor.listeners();
         let our_ips: Vec<_> = ours.iter().map(|l| *l.addr.ip()).collect();
         let pairs: Vec<(usize, usize)> = if self.rank < rank {
             published::pairs(&ours, &remote.listeners, same_node)
@@ -199,6 +156,7 @@ impl Net {
         for k in 0..self.peers[p].links.len() {
             let slot = &mut self.peers[p].links[k];
             let conns = [slot.up.take(), slot.attempt.take()];
+            slot.deadline = None;
             items.extend(slot.queue.take_all());
             for c in conns.into_iter().flatten() {
                 self.close(c);
@@ -214,69 +172,98 @@ impl Net {
             .any(|p| !p.is_gone() && p.links.iter().any(|l| !l.queue.is_empty()))
     }
 
-    /// Ask `epoll` what is ready (without waiting), accept what listeners have, and
-    /// list the connections to look at; the connections accepted.
+    /// List the connections to look at (see [`Readiness`]) and accept what the
+    /// listeners have; the connections accepted.
     #[inline]
-    pub fn poll_events(&mut self) -> usize {
-        if let Err(e) = self
-            .poll
-            .poll(&mut self.events, Some(std::time::Duration::ZERO))
-        {
-            if e.kind() != io::ErrorKind::Interrupted {
-                tracing::warn!(%e, "tcp: epoll_wait failed");
-            }
+    pub fn look(&mut self) -> usize {
+        if !self.readiness.look(&mut self.conns) {
+            return 0;
         }
-        let mut accept = false;
-        for ev in self.events.iter() {
-            let t = ev.token().0;
-            if t >= LISTENER_BASE {
-                accept = true;
+        let registry = self.readiness.registry();
+        let fresh = self.acceptor.accept_all(&mut self.conns, registry);
+        for &id in &fresh {
+            self.readiness.enqueue(&mut self.conns, id, false);
+        }
+        fresh.len()
+    }
+
+    /// Whether anything waits for a deadline: handshakes of accepted connections, or
+    /// links on their way up.
+    #[inline]
+    pub fn timers_pending(&self) -> bool {
+        self.conns.accepting() > 0 || !self.connecting.is_empty()
+    }
+
+    /// Close accepted connections whose HELLO is late, and fail the peers of links
+    /// not up by their deadline.
+    pub fn expire(&mut self) {
+        let now = Instant::now();
+        if self.conns.accepting() > 0 {
+            self.acceptor
+                .expire(&mut self.conns, self.readiness.registry(), now);
+        }
+        let mut i = 0;
+        while i < self.connecting.len() {
+            let (p, k) = self.connecting[i];
+            let slot = &self.peers[p].links[k];
+            let deadline = match slot.deadline {
+                Some(d) if slot.up.is_none() && !self.peers[p].is_gone() => d,
+                _ => {
+                    self.connecting.swap_remove(i);
+                    continue;
+                }
+            };
+            if now < deadline {
+                i += 1;
                 continue;
             }
-            if let Some(c) = self.conns.get_mut(t) {
-                c.readable |= ev.is_readable() || ev.is_read_closed() || ev.is_error();
-                c.hup |= ev.is_read_closed() || ev.is_error();
-                c.writable |= ev.is_writable() || ev.is_error();
-                if !c.queued {
-                    c.queued = true;
-                    self.ready.push_back((t, c.gen));
-                }
+            let waiting = match slot.attempt.and_then(|id| self.conns.get(id)) {
+                Some(Conn {
+                    role: Role::Attempt(a),
+                    ..
+                }) => a.waiting_for(),
+                _ if slot.declined => "the peer declined our connection and did not connect itself",
+                _ => "no connection",
+            };
+            let why = format!(
+                "link {k} to {} was not up within {} ms: {waiting}",
+                self.peers[p].route(k).1.addr,
+                self.settings.connect_timeout.as_millis()
+            );
+            let slot = &mut self.peers[p].links[k];
+            slot.deadline = None;
+            if let Some(a) = slot.attempt.take() {
+                self.close(a);
             }
-        }
-        if accept {
-            self.accept_all()
-        } else {
-            0
+            self.connecting.swap_remove(i);
+            self.failed(p, why);
         }
     }
 
     /// Connections listed now.
     #[inline]
     pub fn ready_len(&self) -> usize {
-        self.ready.len()
+        self.readiness.listed()
     }
 
     /// The next connection listed, if it is still there (its generation too).
     #[inline]
     pub fn next_ready(&mut self) -> Option<Option<(ConnId, u64)>> {
-        let (id, gen) = self.ready.pop_front()?;
-        Some(self.conns.same(id, gen).map(|c| {
-            c.queued = false;
-            c.pending = false;
-            (id, gen)
-        }))
+        self.readiness.next(&mut self.conns)
     }
 
     /// List connection `id` again if it was left with work.
     #[inline]
     pub fn relist(&mut self, id: ConnId, gen: u64) {
-        if let Some(c) = self.conns.same(id, gen) {
-            let more = c.pending || (c.readable && !matches!(c.role, Role::Early { .. }));
-            if more && !c.queued {
-                c.queued = true;
-                self.ready.push_back((id, gen));
-            }
+        self.readiness.relist(&mut self.conns, id, gen);
+    }
+
+    /// List connection `id` to be looked at next, to be read whatever its readiness.
+    pub fn look_next(&mut self, id: ConnId) {
+        if let Some(c) = self.conns.get_mut(id) {
+            c.readable = true;
         }
+        self.readiness.enqueue(&mut self.conns, id, true);
     }
 
     fn failed(&mut self, p: usize, why: String) {
@@ -284,134 +271,35 @@ impl Net {
     }
 
     fn close(&mut self, id: ConnId) {
-        if let Some(Conn {
-            role: Role::Accepting { .. },
-            ..
-        }) = self.conns.get(id)
-        {
-            self.accepting -= 1;
-        }
-        self.conns.remove(self.poll.registry(), id);
-    }
-
-    fn refuse(&mut self, id: ConnId, why: Refusal) {
-        let from = self.conns.get(id).and_then(|c| c.sock.peer_addr().ok());
-        tracing::info!(
-            ?from,
-            ?why,
-            "tcp: a connection that did not prove it belongs to the job closed"
-        );
-        self.refused.count(why);
-        self.close(id);
-    }
-
-    fn accept_all(&mut self) -> usize {
-        let mut n = 0;
-        for i in 0..self.listeners.len() {
-            loop {
-                let sock = match sockets::accept(&self.listeners[i].0, &self.settings.sockets) {
-                    Ok(s) => s,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) => {
-                        tracing::warn!(%e, "tcp: accept failed");
-                        break;
-                    }
-                };
-                let hs = handshake::Accepting::new(Instant::now(), self.settings.handshake_timeout);
-                let role = Role::Accepting { listener: i, hs };
-                match self.conns.insert(self.poll.registry(), sock, role, 0) {
-                    Ok(id) => {
-                        self.accepting += 1;
-                        self.enqueue(id);
-                        n += 1;
-                    }
-                    Err(e) => tracing::warn!(%e, "tcp: cannot watch an accepted connection"),
-                }
-            }
-        }
-        n
-    }
-
-    fn enqueue(&mut self, id: ConnId) {
-        if let Some(c) = self.conns.get_mut(id) {
-            if !c.queued {
-                c.queued = true;
-                self.ready.push_back((id, c.gen));
-            }
-        }
-    }
-
-    /// Close (and count) accepted connections whose HELLO is late.
-    pub fn expire_handshakes(&mut self) {
-        let now = Instant::now();
-        for id in self.conns.ids(|r| matches!(r, Role::Accepting { .. })) {
-            let why = match self.conns.get(id).map(|c| &c.role) {
-                Some(Role::Accepting { hs, .. }) => hs.check(false, now),
-                _ => None,
-            };
-            if let Some(why) = why {
-                self.refuse(id, why);
-            }
-        }
+        self.conns.remove(self.readiness.registry(), id);
     }
 
     /// Read what accepted connection `id` has sent of its HELLO, and trust or refuse
     /// it; the events handled.
     pub fn service_accepting(&mut self, id: ConnId) -> usize {
-        let (me, size) = (self.rank, self.size);
-        let links = (self.settings.links * self.listeners.len()).min(usize::from(u16::MAX)) as u16;
-        loop {
-            let Some(c) = self.conns.get_mut(id) else {
-                return 0;
-            };
-            let Role::Accepting { listener, hs } = &mut c.role else {
-                return 0;
-            };
-            let expect = Expect {
-                secret: self.listeners[*listener].1.secret,
-                me,
-                size,
-                links,
-            };
-            let step = match sockets::recv(&c.sock, hs.room()) {
-                Ok(0) => Step::Refuse(Refusal::Closed),
-                Ok(n) => hs.received(n, &expect),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    c.readable = false;
-                    return 0;
-                }
-                Err(_) => Step::Refuse(Refusal::Closed),
-            };
-            match step {
-                Step::Waiting => continue,
-                Step::Refuse(why) => {
-                    self.refuse(id, why);
-                    return 1;
-                }
-                Step::Member { rank, link } => {
-                    self.accepting -= 1;
-                    if let Some(c) = self.conns.get_mut(id) {
-                        c.role = Role::Early { rank, link };
-                    }
-                    self.member(id, rank, usize::from(link));
-                    return 1;
-                }
+        let links = self.settings.links * self.acceptor.count();
+        let who = (
+            self.rank,
+            self.size,
+            links.min(usize::from(u16::MAX)) as u16,
+        );
+        let registry = self.readiness.registry();
+        match self.acceptor.hear(&mut self.conns, registry, id, who) {
+            Heard::Waiting => 0,
+            Heard::Refused => 1,
+            Heard::Member { rank, link } => {
+                self.conns.set_role(id, Role::Early { rank, link });
+                self.member(id, rank, usize::from(link));
+                1
             }
         }
     }
 
-    /// Write an 8-byte answer on a fresh connection; whether it went whole.
+    /// Write an 8-byte answer on a member's fresh connection; whether it went whole.
     fn answer(&self, id: ConnId, kind: Kind) -> bool {
-        let Some(c) = self.conns.get(id) else {
-            return false;
-        };
-        let frame = wire::Encoder::new(kind, 0, 0, 0);
-        matches!(
-            sockets::send(&c.sock, &[IoSlice::new(frame.as_bytes())]),
-            Ok(wire::HEADER)
-        )
+        self.conns
+            .get(id)
+            .is_some_and(|c| acceptor::answer(&c.sock, kind))
     }
 
     /// A member's connection for `link`: keep it or decline it.
@@ -451,20 +339,21 @@ impl Net {
         let slot = &mut self.peers[p].links[k];
         slot.up = Some(id);
         slot.declined = false;
+        slot.deadline = None;
         if let Some(a) = slot.attempt.take() {
             if a != id {
                 self.close(a);
             }
         }
+        self.conns.set_role(id, Role::Link { peer: p, link: k });
         if let Some(c) = self.conns.get_mut(id) {
-            c.role = Role::Link { peer: p, link: k };
             c.writable = true;
             if c.rx.capacity() < self.settings.rx_bytes && c.rx.data().is_empty() {
                 c.rx = RxBuf::new(self.settings.rx_bytes);
             }
         }
         self.drain(p, k);
-        self.enqueue(id);
+        self.readiness.enqueue(&mut self.conns, id, false);
     }
 
     /// Start connecting link `k` of peer `p` unless it is up or on its way.
@@ -474,159 +363,99 @@ impl Net {
             return;
         }
         let (local, to) = self.peers[p].route(k);
-        let hello = wire::hello(&Hello {
+        let hello = Hello {
             secret: to.secret,
             rank: self.rank,
             link: k as u16,
-            version: wire::VERSION,
-        });
-        let opened = sockets::connect(local, to.addr, &self.settings.sockets).and_then(|sock| {
-            let role = Role::Attempt {
-                peer: p,
-                link: k,
-                state: handshake::Connecting::Opening,
-                hello: hello.as_bytes().to_vec(),
-            };
+            version: VERSION,
+        };
+        let opts = self.settings.sockets;
+        let opened = Attempt::open(p, k, &hello, local, to.addr, &opts).and_then(|(sock, a)| {
+            let registry = self.readiness.registry();
             self.conns
-                .insert(self.poll.registry(), sock, role, self.settings.rx_bytes)
+                .insert(registry, sock, Role::Attempt(a), self.settings.rx_bytes)
         });
         match opened {
-            Ok(id) => self.peers[p].links[k].attempt = Some(id),
+            Ok(id) => {
+                let slot = &mut self.peers[p].links[k];
+                slot.attempt = Some(id);
+                if slot.deadline.is_none() {
+                    slot.deadline = Some(Instant::now() + self.settings.connect_timeout);
+                    slot.retries = RETRIES;
+                    self.connecting.push((p, k));
+                }
+            }
             Err(e) => self.failed(p, format!("cannot connect to {}: {e}", to.addr)),
-        }
-    }
-
-    fn attempt_failed(&mut self, id: ConnId, why: String) {
-        let Some(Role::Attempt {
-            peer: p, link: k, ..
-        }) = self.conns.get(id).map(|c| &c.role)
-        else {
-            return;
-        };
-        let (p, k) = (*p, *k);
-        self.close(id);
-        let slot = &mut self.peers[p].links[k];
-        if slot.attempt == Some(id) {
-            slot.attempt = None;
-        }
-        if slot.up.is_none() && !slot.declined {
-            let to = self.peers[p].route(k).1.addr;
-            self.failed(p, format!("link {k} to {to}: {why}"));
         }
     }
 
     /// Drive our connection attempt `id`: its connect, its HELLO, its answer; the
     /// events handled, and `true` once it is up (its frames are the module's then).
     pub fn service_attempt(&mut self, id: ConnId) -> (usize, bool) {
-        use handshake::{Connecting as C, Event};
-        let Some(c) = self.conns.get_mut(id) else {
-            return (0, false);
-        };
-        let Role::Attempt {
-            peer: p,
-            link: k,
-            state,
-            hello,
-        } = &mut c.role
+        let limits = self.limits;
+        let Some(Conn {
+            sock,
+            rx,
+            readable,
+            writable,
+            role: Role::Attempt(a),
+            ..
+        }) = self.conns.get_mut(id)
         else {
             return (0, false);
         };
-        let (p, k) = (*p, *k);
-        if *state == C::Opening {
-            if !c.writable {
-                return (0, false);
+        let (p, k) = (a.peer, a.link);
+        let outcome = a.advance(sock, rx, readable, writable, &limits);
+        let connected = a.connected();
+        match outcome {
+            Outcome::Waiting => (0, false),
+            Outcome::Up => {
+                self.link_up(p, k, id);
+                (1, true)
             }
-            match sockets::connect_result(&c.sock) {
-                Ok(()) => *state = state.on(Event::Opened),
-                Err(e) if e.kind() == io::ErrorKind::NotConnected => {
-                    c.writable = false;
-                    return (0, false);
-                }
-                Err(e) => {
-                    self.attempt_failed(id, e.to_string());
-                    return (1, false);
-                }
+            Outcome::Declined => {
+                self.close(id);
+                let slot = &mut self.peers[p].links[k];
+                slot.attempt = None;
+                slot.declined = slot.up.is_none();
+                (1, false)
             }
-        }
-        while !hello.is_empty() {
-            match sockets::send(&c.sock, &[IoSlice::new(hello)]) {
-                Ok(n) => drop(hello.drain(..n)),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    c.writable = false;
-                    return (0, false);
-                }
-                Err(e) => {
-                    self.attempt_failed(id, e.to_string());
-                    return (1, false);
-                }
+            Outcome::Failed(why) => {
+                self.attempt_failed(p, k, id, why, connected);
+                (1, false)
             }
         }
-        loop {
-            let Some(c) = self.conns.get_mut(id) else {
-                return (1, false);
-            };
-            let answer = match wire::decode(c.rx.data(), &self.limits) {
-                Ok(Some((Frame::HelloAck, used))) => Some((Event::Ack, used)),
-                Ok(Some((Frame::HelloNack, used))) => Some((Event::Nack, used)),
-                Ok(Some(_)) | Err(_) => Some((Event::Other, 0)),
-                Ok(None) => None,
-            };
-            let event = match answer {
-                Some((event, used)) => {
-                    c.rx.consume(used);
-                    event
-                }
-                None if !c.readable => return (0, false),
-                None => match c.rx.fill(&c.sock, wire::HEADER) {
-                    Ok((0, _)) => Event::Closed,
-                    Ok((_, full)) => {
-                        c.read_some(full);
-                        continue;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        c.readable = false;
-                        continue;
-                    }
-                    Err(_) => Event::Closed,
-                },
-            };
-            let Role::Attempt { state, .. } = &mut c.role else {
-                return (0, false);
-            };
-            *state = state.on(event);
-            return match *state {
-                C::Up => {
-                    self.link_up(p, k, id);
-                    (1, true)
-                }
-                C::Declined => {
-                    self.close(id);
-                    let slot = &mut self.peers[p].links[k];
-                    slot.attempt = None;
-                    slot.declined = slot.up.is_none();
-                    (1, false)
-                }
-                _ => {
-                    self.attempt_failed(id, format!("the handshake failed ({event:?})"));
-                    (1, false)
-                }
-            };
+    }
+
+    fn attempt_failed(&mut self, p: usize, k: usize, id: ConnId, why: String, connected: bool) {
+        self.close(id);
+        let to = self.peers[p].route(k).1.addr;
+        let slot = &mut self.peers[p].links[k];
+        if slot.attempt == Some(id) {
+            slot.attempt = None;
         }
+        if slot.up.is_some() || slot.declined {
+            return;
+        }
+        if connected && slot.retries > 0 {
+            // The peer's listener took it and then closed it: most likely the peer
+            // expired our handshake while this process did not progress.
+            slot.retries -= 1;
+            tracing::info!(%to, link = k, %why, "tcp: connecting again");
+            self.connect(p, k);
+            return;
+        }
+        self.failed(p, format!("link {k} to {to}: {why}"));
     }
 
     /// Queue `item` on link `k` of peer `p`, writing at once when the link is idle.
     pub fn push(&mut self, p: usize, k: usize, item: Item) {
         let slot = &mut self.peers[p].links[k];
-        let was_empty = slot.queue.is_empty();
-        slot.queue.push(item);
-        match slot.up {
-            Some(c) if was_empty && self.conns.get(c).is_some_and(|c| c.writable) => {
-                self.drain(p, k)
-            }
-            Some(_) => {}
-            None => self.connect(p, k),
+        let conn = slot.up.and_then(|c| self.conns.get_mut(c));
+        match slot.push(conn, item, &self.table, self.me, &mut self.written) {
+            Sent::NotUp => self.connect(p, k),
+            Sent::Failed(why, ()) => self.failed(p, why),
+            Sent::Written(()) | Sent::Queued => {}
         }
     }
 
@@ -636,52 +465,38 @@ impl Net {
         let Some(conn) = slot.up.and_then(|c| self.conns.get_mut(c)) else {
             return;
         };
-        let written = &mut self.written;
-        let r = slot.queue.drain(&conn.sock, &self.table, self.me, |item| {
-            if let Item::Desc { descriptor, .. } = item {
-                written.push(descriptor);
-            }
-        });
-        match r {
-            Ok(all) => conn.writable = all,
-            Err(e) => self.failed(p, format!("writing: {e}")),
+        if let Err(e) = slot.drain(conn, &self.table, self.me, &mut self.written) {
+            self.failed(p, format!("writing: {e}"));
         }
     }
 
     /// Write a small frame of `parts` (at most three) on link 0 of `p` now if the link
     /// is idle, else queue a copy; `Err(OutOfResource)` when too much waits.
     #[inline]
-    pub fn send_now(&mut self, p: usize, parts: &[&[u8]]) -> Result<()> {
-        let total: usize = parts.iter().map(|s| s.len()).sum();
+    pub fn send_small(&mut self, p: usize, parts: &[&[u8]]) -> Result<()> {
         let slot = &mut self.peers[p].links[0];
-        if slot.queue.is_empty() {
-            if let Some(conn) = slot.up.and_then(|c| self.conns.get_mut(c)) {
-                let mut sent = 0;
-                if conn.writable {
-                    let iov = [
-                        IoSlice::new(parts[0]),
-                        IoSlice::new(parts.get(1).copied().unwrap_or_default()),
-                        IoSlice::new(parts.get(2).copied().unwrap_or_default()),
-                    ];
-                    match sockets::send(&conn.sock, &iov[..parts.len()]) {
-                        Ok(n) if n == total => return Ok(()),
-                        Ok(n) => sent = n,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(e) => {
-                            self.failed(p, format!("writing: {e}"));
-                            return self.live_peer(endpoint(p)).map(drop);
-                        }
-                    }
-                    conn.writable = false;
-                }
-                slot.queue.push_partial(Item::Bytes(parts.concat()), sent);
-                return Ok(());
-            }
-        } else if slot.queue.bytes() > MAX_QUEUED {
-            return Err(Error::OutOfResource("tcp send queue"));
+        let conn = slot.up.and_then(|c| self.conns.get_mut(c));
+        match slot.send_small(conn, parts)? {
+            Sent::NotUp => self.connect(p, 0),
+            Sent::Failed(why, ()) => self.failed(p, why),
+            Sent::Written(()) | Sent::Queued => {}
         }
-        self.push(p, 0, Item::Bytes(parts.concat()));
         Ok(())
+    }
+
+    /// Send an active message of `head` then `descriptor`'s bytes on link 0 of `p`:
+    /// written now if the link is idle, else queued (never [`Sent::NotUp`]: the link
+    /// is being connected then).
+    pub fn send_desc(&mut self, p: usize, head: Head, descriptor: Descriptor) -> Sent<Descriptor> {
+        let slot = &mut self.peers[p].links[0];
+        let conn = slot.up.and_then(|c| self.conns.get_mut(c));
+        match slot.send_desc(conn, head, descriptor) {
+            Sent::NotUp => {
+                self.connect(p, 0);
+                Sent::Queued
+            }
+            other => other,
+        }
     }
 
     /// Attach the connections that rank `rank` made before it was added.
@@ -703,35 +518,5 @@ impl Net {
                 self.close(id);
             }
         }
-    }
-
-    /// Send an active message of `head` then `descriptor`'s bytes on link 0 of `p`:
-    /// written now if the link is idle, else queued.
-    pub fn send_desc(&mut self, p: usize, head: Head, descriptor: Descriptor) -> DescSent {
-        let slot = &mut self.peers[p].links[0];
-        let conn = slot.up.and_then(|c| self.conns.get_mut(c));
-        let Some(conn) = conn.filter(|_| slot.queue.is_empty()) else {
-            self.push(p, 0, Item::Desc { head, descriptor });
-            return DescSent::Queued;
-        };
-        let mut sent = 0;
-        if conn.writable {
-            let iov = [
-                IoSlice::new(head.as_slice()),
-                IoSlice::new(descriptor.bytes()),
-            ];
-            match sockets::send(&conn.sock, &iov) {
-                Ok(n) if n == head.as_slice().len() + descriptor.len() => {
-                    return DescSent::Written(descriptor)
-                }
-                Ok(n) => sent = n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return DescSent::Failed(format!("writing: {e}"), descriptor),
-            }
-            conn.writable = false;
-        }
-        slot.queue
-            .push_partial(Item::Desc { head, descriptor }, sent);
-        DescSent::Queued
     }
 }

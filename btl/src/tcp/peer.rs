@@ -1,31 +1,18 @@
-//! A peer as a `tcp` module knows it: what it published, its links (each a slot that
-//! holds the connection once up, our own connection attempt meanwhile, and the
-//! frames queued for it), and whether it failed.
+//! A peer as a `tcp` module knows it: what it published, its links (each a
+//! [`LinkSlot`]: the connection once up, our own attempt meanwhile, the frames queued
+//! for it), and whether it failed.
 //!
 //! Active messages all go on link 0, so they arrive in the order they were sent. Put
 //! and get chunks are striped over every link: `btl_tcp_links` per pair of interfaces
 //! (see [`published::pairs`](super::published::pairs)).
 
-use super::link::SendQueue;
 use super::published::{Listener, Published};
+use super::slot::LinkSlot;
 use crate::Endpoint;
 use std::net::Ipv4Addr;
 
 /// A connection's index in the module's table.
 pub type ConnId = usize;
-
-/// One link to a peer.
-#[derive(Default)]
-pub struct LinkSlot {
-    /// The connection, once its handshake is over.
-    pub up: Option<ConnId>,
-    /// Our own connection attempt, before its answer.
-    pub attempt: Option<ConnId>,
-    /// Our attempt was declined: the peer's own connection is on its way.
-    pub declined: bool,
-    /// Frames for this link, written once it is up.
-    pub queue: SendQueue,
-}
 
 /// A peer.
 pub struct Peer {

@@ -1,0 +1,225 @@
+//! The accepting side of a `tcp` module: one listener per chosen interface, each with
+//! its own secret; the connections they accept, until each has proved with a HELLO
+//! that it comes from a member of the job (or is closed and counted: see
+//! [`handshake`]); and the answer a member's connection gets. Which
+//! link a member's connection becomes is the connection table's business
+//! ([`net`](super::net)).
+
+use super::conn::{Conns, Role};
+use super::handshake::{self, Accepting, Expect, Refusal, Step};
+use super::interfaces::Interface;
+use super::peer::ConnId;
+use super::published::{Listener, Published};
+use super::wire::{self, Kind};
+use super::{sockets, Refused};
+use crate::{Error, Result};
+use mio::{Registry, Token};
+use socket2::Socket;
+use std::io::{self, IoSlice};
+use std::net::SocketAddrV4;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+/// Tokens from here up are listeners (`usize::MAX - index`).
+const LISTENER_BASE: usize = usize::MAX - 1024;
+
+/// Whether `token` is a listener's.
+#[inline]
+pub fn is_listener(token: Token) -> bool {
+    token.0 >= LISTENER_BASE
+}
+
+/// What an accepted connection has said so far.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Heard {
+    /// Not a whole HELLO yet.
+    Waiting,
+    /// Refused (closed and counted).
+    Refused,
+    /// A member's connection: `rank`'s, for link `link`.
+    Member {
+        /// Its rank.
+        rank: u32,
+        /// The link index.
+        link: u16,
+    },
+}
+
+/// The listeners and their half-open connections.
+pub struct Acceptor {
+    listeners: Vec<(Socket, Listener)>,
+    opts: sockets::Options,
+    timeout: Duration,
+    refused: Refused,
+}
+
+fn os(call: &'static str) -> impl FnOnce(io::Error) -> Error {
+    move |source| Error::Os { call, source }
+}
+
+impl Acceptor {
+    /// Listen on every address of `interfaces`, each with a fresh secret, watched by
+    /// `registry`; accepted connections have `timeout` to send their HELLO.
+    pub fn listen(
+        interfaces: &[Interface],
+        opts: &sockets::Options,
+        timeout: Duration,
+        registry: &Registry,
+    ) -> Result<Acceptor> {
+        let mut listeners = Vec::new();
+        for (i, itf) in interfaces.iter().enumerate() {
+            let (sock, addr) = sockets::listen(itf.addr, opts).map_err(os("listen"))?;
+            let secret = handshake::fresh_secret().map_err(os("getrandom"))?;
+            registry
+                .register(
+                    &mut mio::unix::SourceFd(&sock.as_raw_fd()),
+                    Token(usize::MAX - i),
+                    mio::Interest::READABLE,
+                )
+                .map_err(os("epoll_ctl"))?;
+            let l = Listener {
+                addr,
+                prefix: itf.prefix,
+                secret,
+            };
+            listeners.push((sock, l));
+        }
+        Ok(Acceptor {
+            listeners,
+            opts: *opts,
+            timeout,
+            refused: Refused::default(),
+        })
+    }
+
+    /// What this module publishes.
+    pub fn published(&self, module: u64) -> Published {
+        Published {
+            module,
+            listeners: self.listeners(),
+        }
+    }
+
+    /// The listeners as published.
+    pub fn listeners(&self) -> Vec<Listener> {
+        self.listeners.iter().map(|(_, l)| *l).collect()
+    }
+
+    /// How many listeners there are.
+    pub fn count(&self) -> usize {
+        self.listeners.len()
+    }
+
+    /// The addresses it listens on.
+    pub fn listening(&self) -> Vec<SocketAddrV4> {
+        self.listeners.iter().map(|(_, l)| l.addr).collect()
+    }
+
+    /// Connections closed before they were trusted, by reason.
+    pub fn refused(&self) -> Refused {
+        self.refused
+    }
+
+    /// Accept what every listener has, into `conns`; the new connections.
+    pub fn accept_all(&mut self, conns: &mut Conns, registry: &Registry) -> Vec<ConnId> {
+        let mut fresh = Vec::new();
+        for i in 0..self.listeners.len() {
+            loop {
+                let sock = match sockets::accept(&self.listeners[i].0, &self.opts) {
+                    Ok(s) => s,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        tracing::warn!(%e, "tcp: accept failed");
+                        break;
+                    }
+                };
+                let hs = Accepting::new(Instant::now(), self.timeout);
+                let role = Role::Accepting { listener: i, hs };
+                match conns.insert(registry, sock, role, 0) {
+                    Ok(id) => fresh.push(id),
+                    Err(e) => tracing::warn!(%e, "tcp: cannot watch an accepted connection"),
+                }
+            }
+        }
+        fresh
+    }
+
+    /// Read what accepted connection `id` has sent of its HELLO and judge it: a
+    /// refusal closes it. `me` and `size` are this rank and the job's, `links` the
+    /// most links per peer.
+    pub fn hear(
+        &mut self,
+        conns: &mut Conns,
+        registry: &Registry,
+        id: ConnId,
+        (me, size, links): (u32, u32, u16),
+    ) -> Heard {
+        loop {
+            let Some(c) = conns.get_mut(id) else {
+                return Heard::Waiting;
+            };
+            let Role::Accepting { listener, hs } = &mut c.role else {
+                return Heard::Waiting;
+            };
+            let expect = Expect {
+                secret: self.listeners[*listener].1.secret,
+                me,
+                size,
+                links,
+            };
+            let step = match sockets::recv(&c.sock, hs.room()) {
+                Ok(0) => Step::Refuse(Refusal::Closed),
+                Ok(n) => hs.received(n, &expect),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    c.readable = false;
+                    return Heard::Waiting;
+                }
+                Err(_) => Step::Refuse(Refusal::Closed),
+            };
+            match step {
+                Step::Waiting => continue,
+                Step::Refuse(why) => {
+                    self.refuse(conns, registry, id, why);
+                    return Heard::Refused;
+                }
+                Step::Member { rank, link } => return Heard::Member { rank, link },
+            }
+        }
+    }
+
+    /// Close (and count) accepted connections whose HELLO is late at `now`.
+    pub fn expire(&mut self, conns: &mut Conns, registry: &Registry, now: Instant) {
+        for id in conns.ids(|r| matches!(r, Role::Accepting { .. })) {
+            let why = match conns.get(id).map(|c| &c.role) {
+                Some(Role::Accepting { hs, .. }) => hs.check(false, now),
+                _ => None,
+            };
+            if let Some(why) = why {
+                self.refuse(conns, registry, id, why);
+            }
+        }
+    }
+
+    fn refuse(&mut self, conns: &mut Conns, registry: &Registry, id: ConnId, why: Refusal) {
+        let from = conns.get(id).and_then(|c| c.sock.peer_addr().ok());
+        tracing::info!(
+            ?from,
+            ?why,
+            "tcp: a connection that did not prove it belongs to the job closed"
+        );
+        self.refused.count(why);
+        conns.remove(registry, id);
+    }
+}
+
+/// Write the 8-byte answer `kind` on a member's fresh connection; whether it went
+/// whole (a fresh connection's buffer is empty: anything less means it failed).
+pub fn answer(sock: &Socket, kind: Kind) -> bool {
+    let frame = wire::Encoder::new(kind, 0, 0, 0);
+    matches!(
+        sockets::send(sock, &[IoSlice::new(frame.as_bytes())]),
+        Ok(wire::HEADER)
+    )
+}

@@ -1,0 +1,72 @@
+//! When the error callback hears that a peer's links closed.
+//!
+//! A peer that closed its links (it ended, or was killed) has its operations failed at
+//! once, but it is reported only once the module has had nothing to do for
+//! [`QUIET_BEFORE_REPORT`], as `sm` reports a peer's end only while idle: a peer that
+//! ends right after its last messages is not reported while the upper layer still
+//! matches them. (A peer that breaks the protocol is reported at once, by the module.)
+
+use std::time::{Duration, Instant};
+
+/// How long the module must have had nothing to do before a peer whose links closed
+/// is reported.
+pub const QUIET_BEFORE_REPORT: Duration = Duration::from_millis(10);
+
+/// Peers whose links closed, not reported yet.
+#[derive(Default)]
+pub struct Failures {
+    unreported: Vec<(usize, String)>,
+    /// Since when progress has found nothing to do, while some are unreported.
+    quiet_since: Option<Instant>,
+}
+
+impl Failures {
+    /// Peer `p`'s links closed, for this reason.
+    pub fn closed(&mut self, p: usize, why: String) {
+        self.unreported.push((p, why));
+    }
+
+    /// After a progress call that found work (`busy`) or none, at `now` (read only
+    /// when some wait): the peers to report now.
+    #[inline]
+    pub fn due(&mut self, busy: bool, now: impl FnOnce() -> Instant) -> Vec<(usize, String)> {
+        if busy {
+            self.quiet_since = None;
+            return Vec::new();
+        }
+        if self.unreported.is_empty() {
+            return Vec::new();
+        }
+        let now = now();
+        let since = *self.quiet_since.get_or_insert(now);
+        if now.duration_since(since) < QUIET_BEFORE_REPORT {
+            return Vec::new();
+        }
+        self.quiet_since = None;
+        std::mem::take(&mut self.unreported)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_closed_peer_is_reported_once_the_module_is_quiet() {
+        let t0 = Instant::now();
+        let mut f = Failures::default();
+        assert!(f.due(false, || t0).is_empty(), "nothing to report");
+        f.closed(3, "the connection closed".into());
+        assert!(f.due(false, || t0).is_empty(), "quiet from now on");
+        assert!(f.due(false, || t0 + QUIET_BEFORE_REPORT / 2).is_empty());
+        assert!(
+            f.due(true, || t0 + QUIET_BEFORE_REPORT).is_empty(),
+            "work came"
+        );
+        let later = t0 + 2 * QUIET_BEFORE_REPORT;
+        assert!(f.due(false, || later).is_empty(), "quiet again from here");
+        let due = f.due(false, || later + QUIET_BEFORE_REPORT);
+        assert_eq!(due, vec![(3, "the connection closed".to_string())]);
+        assert!(f.due(false, || later + 4 * QUIET_BEFORE_REPORT).is_empty());
+    }
+}

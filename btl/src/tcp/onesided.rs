@@ -1,0 +1,263 @@
+//! Put, get and atomics of a `tcp` module, both sides: at the origin, the checks it
+//! can make, the requests (put and get chunks striped over the peer's links) and the
+//! answers that complete them; at the target, each request applied after the checks
+//! against its own registrations ([`rdma`](super::rdma) has the bookkeeping and the
+//! frames).
+
+use super::net::Net;
+use super::rdma::{self, Ops, Pending};
+use super::sink::Sink;
+use super::wire::{self, Frame};
+use crate::done::Done;
+use crate::keytable::{KeyTableView, HANDLE_SIZE};
+use crate::registrations::{NoPin, Reg};
+use crate::{
+    AtomicRequest, AtomicWidth, Endpoint, Error, MemHandle, ModuleId, RdmaCallback, RemoteHandle,
+    Result,
+};
+use rbtl_rcache::Access;
+use std::collections::VecDeque;
+
+/// What a one-sided frame came to.
+pub enum Handled {
+    /// Taken.
+    Taken,
+    /// Its data streams in next.
+    Stream(Sink),
+    /// The peer broke the protocol.
+    Violation(&'static str),
+}
+
+/// A transfer's two sides, as the contract's `put` and `get` name them.
+pub struct Transfer<'a> {
+    /// Put (else get).
+    pub put: bool,
+    /// The local address.
+    pub local: usize,
+    /// The remote address.
+    pub remote: u64,
+    /// The local registration.
+    pub local_handle: &'a MemHandle,
+    /// The remote registration.
+    pub remote_handle: &'a RemoteHandle,
+    /// Bytes.
+    pub size: usize,
+}
+
+/// An atomic, as the contract's three atomic calls name it.
+pub struct Atomic<'a> {
+    /// Where the previous value goes, for fetching ones.
+    pub result: Option<(usize, &'a MemHandle)>,
+    /// The remote word.
+    pub remote: u64,
+    /// Its registration.
+    pub remote_handle: &'a RemoteHandle,
+    /// [`op_code`](super::wire::op_code), or [`CSWAP`](super::wire::CSWAP).
+    pub code: u8,
+    /// The operand (compare-swap's new value).
+    pub operand: u64,
+    /// Compare-swap's expected value.
+    pub compare: u64,
+    /// The contract's atomic flags ([`rdma_flags`](crate::rdma_flags)): the word's width.
+    pub flags: u32,
+}
+
+/// The origin's operations in flight, and how requests are served.
+pub struct OneSided {
+    id: ModuleId,
+    chunk: usize,
+    ops: Ops,
+}
+
+impl OneSided {
+    /// For module `id`, put and get chunks of `chunk` bytes.
+    pub fn new(id: ModuleId, chunk: usize) -> OneSided {
+        OneSided {
+            id,
+            chunk,
+            ops: Ops::default(),
+        }
+    }
+
+    /// Start a put or get with peer `p` (checked live), whose module is `module`.
+    pub fn transfer(
+        &mut self,
+        net: &mut Net,
+        (p, ep, module): (usize, Endpoint, u64),
+        t: Transfer<'_>,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        let (local_needs, remote_needs) = if t.put {
+            (Access::LOCAL_READ, crate::PUT_REMOTE)
+        } else {
+            (Access::LOCAL_WRITE, crate::GET_REMOTE)
+        };
+        t.local_handle
+            .check::<Reg<NoPin>>(self.id, t.local, t.size, local_needs)?;
+        let remote_handle =
+            rdma::precheck(module, t.remote_handle, t.remote, t.size, remote_needs)?;
+        let n = rdma::chunks(t.size, self.chunk).count();
+        let what = if t.put {
+            Pending::Put
+        } else {
+            Pending::Get { local: t.local }
+        };
+        let req = self.ops.start(ep, t.local, t.size, what, n, callback);
+        let links: Vec<usize> = net.peers[p].stripe(n).collect();
+        let h = remote_handle.as_bytes();
+        for ((off, len), k) in rdma::chunks(t.size, self.chunk).zip(links) {
+            let at = t.remote + off as u64;
+            let item = if t.put {
+                rdma::put_chunk(req, at, h, t.local + off, len)
+            } else {
+                rdma::get_request(req, off as u64, at, len, h)
+            };
+            net.push(p, k, item);
+        }
+        Ok(())
+    }
+
+    /// Start an atomic with peer `p` (checked live), whose module is `module`.
+    pub fn atomic(
+        &mut self,
+        net: &mut Net,
+        (p, ep, module): (usize, Endpoint, u64),
+        a: Atomic<'_>,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        let width = AtomicWidth::of(a.flags);
+        width.check_aligned(a.remote)?;
+        let code = match width {
+            AtomicWidth::W32 => a.code | wire::ATOMIC_32BIT,
+            AtomicWidth::W64 => a.code,
+        };
+        let size = width.bytes();
+        if let Some((local, handle)) = a.result {
+            handle.check::<Reg<NoPin>>(self.id, local, size, Access::LOCAL_WRITE)?;
+        }
+        let remote_handle =
+            rdma::precheck(module, a.remote_handle, a.remote, size, Access::ATOMIC)?;
+        let local = a.result.map(|r| r.0);
+        let what = Pending::Atomic {
+            result: local,
+            width,
+        };
+        let req = self
+            .ops
+            .start(ep, local.unwrap_or(0), size, what, 1, callback);
+        let h = remote_handle.as_bytes();
+        let msg = rdma::atomic_request(req, a.remote, code, a.operand, a.compare, h);
+        net.push(p, 0, msg);
+        Ok(())
+    }
+
+    /// A one-sided frame from peer `p` on link `k`: a request served (its answer
+    /// queued on the same link), or an answer matched to its operation (a completed
+    /// operation's callback queued in `done`). `table` is this module's registrations.
+    pub fn on_frame(
+        &mut self,
+        net: &mut Net,
+        table: &KeyTableView,
+        (p, k): (usize, usize),
+        frame: Frame<'_>,
+        done: &mut VecDeque<Done>,
+    ) -> Handled {
+        let ep = super::peer::endpoint(p);
+        match frame {
+            Frame::Put {
+                req,
+                addr,
+                handle,
+                data_len,
+            } => {
+                let Ok(h) = <[u8; HANDLE_SIZE]>::try_from(handle) else {
+                    return Handled::Violation("malformed memory handle");
+                };
+                let status = rdma::check(table, self.id, &h, addr, data_len, crate::PUT_REMOTE);
+                Handled::Stream(Sink::Put {
+                    req,
+                    at: addr as usize,
+                    left: data_len,
+                    status: status.map(drop),
+                    handle: h,
+                })
+            }
+            Frame::GetReq {
+                req,
+                offset,
+                addr,
+                len,
+                handle,
+            } => {
+                let item = rdma::serve_get(table, self.id, req, offset, addr, len, handle);
+                net.push(p, k, item);
+                Handled::Taken
+            }
+            Frame::AtomicReq {
+                req,
+                addr,
+                op,
+                width,
+                operand,
+                compare,
+                handle,
+            } => {
+                let atomic = AtomicRequest { op, width };
+                let item =
+                    rdma::serve_atomic(table, self.id, req, addr, atomic, operand, compare, handle);
+                net.push(p, k, item);
+                Handled::Taken
+            }
+            Frame::GetData {
+                req,
+                offset,
+                data_len,
+            } => match self.ops.get_target(req, ep, offset, data_len) {
+                Some(at) => Handled::Stream(Sink::Get { at, left: data_len }),
+                None => Handled::Violation("data of no get"),
+            },
+            Frame::PutAck { req, status } => match self.ops.pending(req, ep) {
+                Some(Pending::Put) => self.chunk_done(req, status, done),
+                _ => Handled::Violation("an acknowledgement of no put"),
+            },
+            Frame::GetDone { req, status, .. } => match self.ops.pending(req, ep) {
+                Some(Pending::Get { .. }) => self.chunk_done(req, status, done),
+                _ => Handled::Violation("the end of no get"),
+            },
+            Frame::AtomicResp { req, old, status } => match self.ops.pending(req, ep) {
+                Some(Pending::Atomic { result, width }) => {
+                    if let (Ok(()), Some(at)) = (&status, result) {
+                        // SAFETY: `width` bytes checked against a live local registration
+                        // with local-write access when the atomic started.
+                        unsafe { width.store(at, old) };
+                    }
+                    self.chunk_done(req, status, done)
+                }
+                _ => Handled::Violation("the answer of no atomic"),
+            },
+            Frame::Am { .. } | Frame::Hello(_) | Frame::HelloAck | Frame::HelloNack => {
+                Handled::Violation("not a one-sided frame")
+            }
+        }
+    }
+
+    fn chunk_done(&mut self, req: u64, status: Result<()>, done: &mut VecDeque<Done>) -> Handled {
+        if let Some((cb, completion)) = self.ops.chunk_done(req, status) {
+            done.push_back(Done::Rdma(cb, completion));
+        }
+        Handled::Taken
+    }
+
+    /// Fail every operation towards `ep` with `error`, their callbacks queued in
+    /// `done`.
+    pub fn fail(&mut self, ep: Endpoint, error: impl Fn() -> Error, done: &mut VecDeque<Done>) {
+        for (cb, completion) in self.ops.fail(ep, error) {
+            done.push_back(Done::Rdma(cb, completion));
+        }
+    }
+
+    /// Whether an operation towards `ep` (or any) is in flight.
+    pub fn pending_on(&self, ep: Option<Endpoint>) -> bool {
+        self.ops.pending_on(ep)
+    }
+}
