@@ -40,8 +40,8 @@
 //! caller's thread instead.
 //!
 //! A blocking receive from one source with one tag may be handed to the module
-//! ([`Module::expect`](crate::Module::expect)): the message is then copied from the
-//! link's buffer into the receiver's, from progress, without a callback.
+//! ([`Module::expect`]): the message is then copied from the link's buffer into the
+//! receiver's, from progress, without a callback.
 //!
 //! A reset or closed link to a peer after its handshake, or a frame from it that
 //! fails validation, ends that peer: its pending operations and queued sends complete
