@@ -156,7 +156,7 @@ for mode in $MODES; do
     files=()
     for sys in "${SYSTEMS[@]}"; do
         header+=" $sys"
-        [ "$sys" != rbtl ] && header+=" ratio"
+        [ "$sys" != rbtl ] && header+=" rbtl/$sys"
         files+=("$OUT/$sys.$mode.txt")
     done
     echo "$header"
@@ -174,4 +174,35 @@ for mode in $MODES; do
                 print line
             }
         }' "${files[@]}" | column -t
+    if [ $TCP = 1 ]; then
+        # The targets of the tcp transport, checked on this run's figures: latency at
+        # 0-64 B at most 0.8x Open MPI's, within 1.15x of the floor and below UCX's;
+        # bandwidth at 1-4 MiB at least Open MPI's, 0.95x the floor, and UCX's.
+        case $mode in
+            lat) lo=0 hi=64 ;;
+            bw) lo=1048576 hi=4194304 ;;
+            *) continue ;;
+        esac
+        for sys in ompi_tcp ucx_tcp tcp_floor; do
+            [ -s "$OUT/$sys.$mode.txt" ] || continue
+            case $mode.$sys in
+                lat.ompi_tcp) target=0.8 ;; lat.ucx_tcp) target=1.0 ;; lat.tcp_floor) target=1.15 ;;
+                bw.ompi_tcp) target=1.0 ;; bw.ucx_tcp) target=1.0 ;; bw.tcp_floor) target=0.95 ;;
+            esac
+            awk -v lo=$lo -v hi=$hi -v sys=$sys -v target=$target -v mode=$mode '
+                FNR == 1 { f++ }
+                NF >= 2 && $1 >= lo && $1 <= hi && $2 > 0 { v[f, $1] = $2; if (f == 1) s[++n] = $1 }
+                END {
+                    worst = ""; count = 0
+                    for (i = 1; i <= n; i++) {
+                        if (!((2, s[i]) in v)) continue
+                        r = v[1, s[i]] / v[2, s[i]]; count++
+                        if (worst == "" || (mode == "lat" ? r > worst : r < worst)) worst = r
+                    }
+                    if (count == 0) exit
+                    met = mode == "lat" ? worst <= target : worst >= target
+                    printf "# target %s vs %s, %d-%d B: worst rbtl/%s %.2f, %s %.2f: %s\n", mode, sys, lo, hi, sys, worst, mode == "lat" ? "at most" : "at least", target, met ? "met" : "NOT met"
+                }' "$OUT/rbtl.$mode.txt" "$OUT/$sys.$mode.txt"
+        done
+    fi
 done

@@ -39,6 +39,10 @@
 //! and locking on the module for every call; this transport keeps everything on the
 //! caller's thread instead.
 //!
+//! A blocking receive from one source with one tag may be handed to the module
+//! ([`Module::expect`]): the message is then copied from the link's buffer into the
+//! receiver's, from progress, without a callback.
+//!
 //! A reset or closed link to a peer after its handshake, or a frame from it that
 //! fails validation, ends that peer: its pending operations and queued sends complete
 //! with [`Error::PeerFailed`](crate::Error), which the error callback also
