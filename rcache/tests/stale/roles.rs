@@ -152,7 +152,7 @@ fn role_refused() {
     let message = status.to_string();
     assert!(message.contains("/dev/userfaultfd") && message.contains("unprivileged_userfaultfd"));
     let cache = Rcache::new(
-        FrameRegistrar { pins: false },
+        FrameRegistrar::recording(false),
         Options {
             leave_pinned: true,
             ..Options::default()
@@ -224,7 +224,7 @@ fn role_brk() {
         fill(start, 4 * PS, 6);
         let again = c.lookup(start, 4 * PS);
         assert_ne!(again.id(), id, "a stale hit after brk shrank");
-        assert_eq!(c.stale, 0);
+        assert_eq!(c.stale, 0, "{}", c.stale_report());
         drop(again);
         c.cache.flush_idle();
         assert_eq!(
