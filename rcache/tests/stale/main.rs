@@ -10,6 +10,7 @@
 
 mod cases;
 mod fork;
+mod in_flight;
 mod memory;
 mod pin;
 mod roles;
