@@ -18,9 +18,10 @@
 //! 0 (refused as invalid when nothing is in flight) answers without taking the address
 //! space's lock or walking page tables. Whether this kernel does so is checked once,
 //! on a real unmap held in flight, with the full call (on a registered page) as the
-//! fallback. Linux before 5.16 kept a flag instead of a count, which the first of two
-//! overlapping changes clears when its event is read: there the check can miss the
-//! second while it is in flight.
+//! fallback. Kernels older than the 2021 change that made it a counter ("userfaultfd:
+//! change mmap_changing to atomic") keep a flag, which the first of two overlapping
+//! changes clears when its event is read: there the check can miss the second while
+//! it is in flight.
 
 use std::time::{Duration, Instant};
 
