@@ -6,7 +6,8 @@
 //! To hold the window open, the monitor thread is starved (`SCHED_IDLE` on one CPU
 //! beside a spinning thread) while the unmapping thread and the one that maps again
 //! run on another. It changes the monitor's scheduling, so it runs as a role, in a
-//! process of its own (see `roles`).
+//! process of its own (see `roles`). A round whose address another thread of the
+//! process takes first proves nothing and is not counted.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -81,17 +82,22 @@ pub fn role_in_flight() {
     let rc = unsafe { libc::sched_setscheduler(monitor, libc::SCHED_IDLE, &idle) };
     assert_eq!(rc, 0, "SCHED_IDLE: {}", std::io::Error::last_os_error());
     let stop = Arc::new(AtomicBool::new(false));
+    let spinning = Arc::new(std::sync::Barrier::new(2));
     let spinner = {
-        let stop = Arc::clone(&stop);
+        let (stop, spinning) = (Arc::clone(&stop), Arc::clone(&spinning));
         std::thread::spawn(move || {
             run_on(0, slow);
+            spinning.wait();
             while !stop.load(Ordering::Relaxed) {
                 std::hint::spin_loop();
             }
         })
     };
+    // Once running, a thread maps nothing more (a late start would map its signal stack
+    // at the address just unmapped).
+    spinning.wait();
     run_on(0, fast);
-    let (mut in_flight, mut stale) = (0, 0);
+    let (mut in_flight, mut stale, mut taken) = (0, 0, 0);
     for _ in 0..ROUNDS {
         let a = map(None, 4 * PS);
         fill(a, 4 * PS, 1);
@@ -106,26 +112,37 @@ pub fn role_in_flight() {
                 started.wait();
                 let deadline = Instant::now() + WAIT;
                 while map_again(a, 4 * PS).is_none() {
+                    // Once the munmap has returned the address is free, unless another
+                    // thread of the process took it: then this round proves nothing.
+                    if returned.load(Ordering::SeqCst) && map_again(a, 4 * PS).is_none() {
+                        return None;
+                    }
                     assert!(Instant::now() < deadline, "{a:#x} not free in {WAIT:?}");
                 }
                 let early = !returned.load(Ordering::SeqCst);
                 fill(a, 4 * PS, 2);
                 let id = cache.register(a, 4 * PS, crate::memory::RW).unwrap().id();
-                (early, id)
+                Some((early, id))
             })
         };
         // The thread has mapped what it maps when it starts (its signal stack).
         started.wait();
         unmap(a, 4 * PS);
         returned.store(true, Ordering::SeqCst);
-        let (early, id) = again.join().unwrap();
+        let Some((early, id)) = again.join().unwrap() else {
+            taken += 1;
+            continue;
+        };
         in_flight += usize::from(early);
         stale += usize::from(id == old);
         unmap(a, 4 * PS);
     }
     stop.store(true, Ordering::Relaxed);
     spinner.join().unwrap();
-    println!("in flight: {in_flight} of {ROUNDS} new mappings made before munmap returned");
+    println!(
+        "in flight: {in_flight} of {ROUNDS} new mappings made before munmap returned \
+         ({taken} addresses taken by another thread first)"
+    );
     assert_eq!(
         stale, 0,
         "{stale} of {ROUNDS} lookups of new memory hit the registration of what left \
