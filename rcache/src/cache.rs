@@ -82,8 +82,8 @@ impl<R: Registrar> Rcache<R> {
     }
 
     /// Applies the memory monitor's pending events to every monitored cache (done
-    /// before each lookup; two atomic loads when nothing happened). Not from inside a
-    /// registrar, which may be called with a cache's lock held.
+    /// before each lookup; one `ioctl` and two atomic loads when nothing happened).
+    /// Not from inside a registrar, which may be called with a cache's lock held.
     #[inline]
     pub(crate) fn sync_monitor(&self) {
         if let Some(m) = self.monitor {

@@ -15,17 +15,25 @@
 //! *read*. A monitor thread reads events as they come, marks itself busy (an odd
 //! `posted` count) before each read and idle after queueing what it read, and
 //! allocates nothing in between. A cache, before each lookup, compares `posted` with
-//! `applied` (two atomic loads when nothing happened); if they differ it waits for the
-//! monitor to be idle and applies the queued events to every monitored cache. So once
-//! `munmap` has returned, the next lookup in any thread that follows it applies the
-//! invalidation first.
+//! `applied`; if they differ it waits for the monitor to be idle and applies the
+//! queued events to every monitored cache. So once `munmap` has returned, the next
+//! lookup in any thread that follows it applies the invalidation first.
 //!
-//! The cost is paid where memory leaves: an unmap of watched pages waits for the
-//! monitor thread to be scheduled and read the event (two context switches); unmaps
-//! of pages no cache registration covers pay nothing. See `docs/memory-monitor.md` for
-//! what the monitor cannot see.
+//! That alone leaves a window: the kernel frees the range *before* it queues the
+//! event, so another thread can map new memory at the same address and look it up
+//! while the `munmap` has not returned and `posted` has not moved. Before comparing
+//! the counts, a lookup therefore asks the kernel whether such a change is in flight
+//! (one `ioctl`, see `monitor/probe.rs`) and waits for it to be read. So a lookup of
+//! memory mapped after the old memory left misses, whichever thread unmapped it and
+//! whether or not its `munmap` has returned.
+//!
+//! The cost: each lookup of a monitored cache makes that one `ioctl`; an unmap of
+//! watched pages waits for the monitor thread to be scheduled and read the event (two
+//! context switches); unmaps of pages no cache registration covers pay nothing. See
+//! `docs/memory-monitor.md` for what the monitor cannot see.
 
 mod pages;
+mod probe;
 mod uffd;
 
 use std::fmt;
@@ -36,6 +44,7 @@ use crossbeam_queue::ArrayQueue;
 
 use crate::auto::Watched;
 pub(crate) use pages::PageCounts;
+use probe::Probe;
 pub use uffd::Opened;
 use uffd::{Event, Uffd, MSG_BYTES};
 
@@ -163,6 +172,8 @@ pub struct EventCounts {
 /// The process-wide monitor.
 pub(crate) struct Monitor {
     uffd: Uffd,
+    /// Asks whether an unmap is in flight (see [`Monitor::settle`]).
+    probe: Probe,
     queue: ArrayQueue<Event>,
     overflow: AtomicBool,
     /// Odd while the monitor thread reads and queues; +2 per round.
@@ -193,8 +204,10 @@ pub(crate) fn get() -> Result<&'static Monitor, &'static Unavailable> {
 
 fn start() -> Result<&'static Monitor, Unavailable> {
     let uffd = Uffd::open()?;
+    let probe = Probe::new(&uffd)?;
     let monitor: &'static Monitor = Box::leak(Box::new(Monitor {
         uffd,
+        probe,
         queue: ArrayQueue::new(QUEUE),
         overflow: AtomicBool::new(false),
         posted: AtomicU64::new(0),
@@ -283,6 +296,10 @@ impl Monitor {
     fn run(&'static self) {
         let mut buf = [0u8; MSG_BYTES * 64];
         let err = loop {
+            if self.stopped.get().is_some() {
+                // Stopped from a lookup (see `settle`): the descriptor is released.
+                return;
+            }
             if let Err(e) = self.uffd.wait() {
                 break e;
             }
@@ -308,13 +325,20 @@ impl Monitor {
             }
             self.posted.fetch_add(1, Ordering::SeqCst);
         };
-        // Stop for good: empty every cache at the next lookup, keep nothing idle, and
-        // release the descriptor so no unmapping thread waits for us.
-        let _ = self.stopped.set(err.to_string());
+        self.stop(err.to_string());
+    }
+
+    /// Stops for good: every cache is emptied at its next lookup and keeps nothing
+    /// idle, and the descriptor is released so that no unmapping thread waits for the
+    /// monitor thread (which then ends).
+    fn stop(&self, why: String) {
+        if self.stopped.set(why.clone()).is_err() {
+            return;
+        }
         self.overflow.store(true, Ordering::SeqCst);
         self.posted.fetch_add(2, Ordering::SeqCst);
         self.uffd.release_in_place();
-        tracing::error!(error = %err, "rcache: memory monitor stopped; caches keep nothing idle");
+        tracing::error!(error = %why, "rcache: memory monitor stopped; caches keep nothing idle");
     }
 
     fn queue_event(&self, ev: Event) {
@@ -372,14 +396,42 @@ impl Monitor {
         }
     }
 
-    /// Applies the events read so far to every cache (before a lookup). Two atomic
-    /// loads when nothing happened.
+    /// Applies the events read so far to every cache (before a lookup), after waiting
+    /// for those still in flight. One `ioctl` and two atomic loads when nothing
+    /// happened.
     #[inline]
     pub(crate) fn sync(&self) {
-        if self.posted.load(Ordering::Acquire) == self.applied.load(Ordering::Acquire) {
+        if self.usable() {
+            self.settle();
+        }
+        if self.posted.load(Ordering::SeqCst) == self.applied.load(Ordering::Acquire) {
             return;
         }
         self.drain_slow();
+    }
+
+    /// Waits until no unmap, remap or remove of watched memory is in flight: the
+    /// kernel frees an unmapped range before it reports it, and new memory mapped
+    /// there meanwhile must not find the old registration (see `probe.rs`). Once none
+    /// is in flight, every change that began before has been read, which the monitor
+    /// thread marked in `posted` before reading: the sync that follows applies it.
+    fn settle(&self) {
+        loop {
+            match self.probe.in_flight(&self.uffd) {
+                Ok(false) => return,
+                // The monitor thread is about to read it; the unmapping thread waits.
+                Ok(true) => std::thread::yield_now(),
+                Err(e) => {
+                    if self.usable() {
+                        self.stop(format!(
+                            "asking whether an unmap is in flight failed ({e}): \
+                             was the monitor's probe page unmapped?"
+                        ));
+                    }
+                    return;
+                }
+            }
+        }
     }
 
     #[cold]

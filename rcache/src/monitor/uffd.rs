@@ -1,6 +1,6 @@
 //! The userfaultfd file descriptor: opening it (system call, then `/dev/userfaultfd`),
-//! the API handshake, registering and unregistering ranges in write-protect mode, and
-//! reading the kernel's non-cooperative events.
+//! the API handshake, registering and unregistering ranges in write-protect mode,
+//! reading the kernel's non-cooperative events, and asking whether one is in flight.
 //!
 //! Ranges are registered with `UFFDIO_REGISTER_MODE_WP` and no page is ever
 //! write-protected, so no thread ever faults into the monitor: the registration only
@@ -27,6 +27,10 @@ pub(crate) const OPTIONAL: u64 = uapi::UFFD_FEATURE_WP_HUGETLBFS_SHMEM as u64;
 
 /// `USERFAULTFD_IOC_NEW` of `/dev/userfaultfd`: `_IO(0xAA, 0x00)`.
 const USERFAULTFD_IOC_NEW: libc::c_ulong = (uapi::USERFAULTFD_IOC as libc::c_ulong) << 8;
+
+/// `UFFDIO_WRITEPROTECT_MODE_DONTWAKE` (`1 << 1` in the uapi header, a macro the
+/// generated bindings lack): clear write protection without waking fault waiters.
+const WRITEPROTECT_MODE_DONTWAKE: u64 = 1 << 1;
 
 /// Size of one `struct uffd_msg`.
 pub(crate) const MSG_BYTES: usize = std::mem::size_of::<uapi::uffd_msg>();
@@ -191,6 +195,74 @@ impl Uffd {
         Ok(())
     }
 
+    /// Registers the page-aligned `[start, start+len)` in write-protect mode and checks
+    /// that `UFFDIO_WRITEPROTECT` works on it (the probe page of `super::probe`).
+    pub(crate) fn register_probe(&self, start: usize, len: usize) -> Result<(), String> {
+        let mut reg = uapi::uffdio_register {
+            range: uapi::uffdio_range {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: uapi::UFFDIO_REGISTER_MODE_WP as u64,
+            ioctls: 0,
+        };
+        // SAFETY: as in `register`.
+        let rc = unsafe {
+            libc::ioctl(
+                self.raw(),
+                uioctl::UFFDIO_REGISTER as libc::c_ulong,
+                &mut reg,
+            )
+        };
+        if rc < 0 {
+            return Err(format!(
+                "UFFDIO_REGISTER of the probe page: {}",
+                last_errno()
+            ));
+        }
+        if reg.ioctls & (1u64 << uapi::_UFFDIO_WRITEPROTECT) == 0 {
+            return Err(format!(
+                "UFFDIO_WRITEPROTECT is not offered on write-protect ranges (ioctls {:#x})",
+                reg.ioctls
+            ));
+        }
+        match self.changing(start, len) {
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!("UFFDIO_WRITEPROTECT on the probe page: {e}")),
+        }
+    }
+
+    /// `UFFDIO_WRITEPROTECT` clearing write protection on `[start, start+len)`: Ok(true)
+    /// for EAGAIN, which the kernel answers while an unmap, remap or remove of
+    /// registered memory is in flight (see `super::probe`), Ok(false) when it did
+    /// its work, the error otherwise. On pages that were never write-protected it
+    /// changes nothing.
+    pub(crate) fn changing(&self, start: usize, len: usize) -> Result<bool, Errno> {
+        let mut wp = uapi::uffdio_writeprotect {
+            range: uapi::uffdio_range {
+                start: start as u64,
+                len: len as u64,
+            },
+            mode: WRITEPROTECT_MODE_DONTWAKE,
+        };
+        // SAFETY: UFFDIO_WRITEPROTECT reads one `struct uffdio_writeprotect`; clearing
+        // write protection on pages that have none changes no memory access.
+        let rc = unsafe {
+            libc::ioctl(
+                self.raw(),
+                uioctl::UFFDIO_WRITEPROTECT as libc::c_ulong,
+                &mut wp,
+            )
+        };
+        if rc == 0 {
+            return Ok(false);
+        }
+        match last_errno() {
+            Errno::AGAIN => Ok(true),
+            e => Err(e),
+        }
+    }
+
     /// Unregisters the page-aligned `[start, start+len)` (parts not registered with
     /// this descriptor, or no longer mapped, are left alone by the kernel).
     pub(crate) fn unregister(&self, start: usize, len: usize) -> Result<(), Errno> {
@@ -215,12 +287,18 @@ impl Uffd {
 
     /// Waits until events are pending (or a signal interrupts the wait).
     pub(crate) fn wait(&self) -> Result<(), Errno> {
+        self.wait_for(-1).map(drop)
+    }
+
+    /// Waits up to `timeout_ms` (-1: no limit) for events; whether some are pending.
+    pub(crate) fn wait_for(&self, timeout_ms: i32) -> Result<bool, Errno> {
         let mut fds = [rustix::event::PollFd::new(
             &self.fd,
             rustix::event::PollFlags::IN,
         )];
-        match rustix::event::poll(&mut fds, -1) {
-            Ok(_) | Err(Errno::INTR) => Ok(()),
+        match rustix::event::poll(&mut fds, timeout_ms) {
+            Ok(n) => Ok(n > 0),
+            Err(Errno::INTR) => Ok(false),
             Err(e) => Err(e),
         }
     }

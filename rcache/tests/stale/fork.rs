@@ -1,7 +1,11 @@
 //! Fork safety: a registrar that pins pages gets `MADV_DONTFORK` on them, so a parent
 //! that writes to its registered buffer while a fork child lives keeps the very pages
 //! it registered (without it, copy-on-write hands the parent fresh pages and a device
-//! would go on using the old ones).
+//! would go on using the old ones). These registrars record the frames without pinning
+//! them, so that what the advice alone does shows.
+//!
+//! And why the staleness judges pin: a fork anywhere in the process moves the pages of
+//! memory that never left from under a registration that does not pin them.
 
 use crate::memory::{fill, frames, map, unmap, Checker, FrameRegistrar, PS};
 
@@ -69,7 +73,7 @@ fn with_child<T>(meanwhile: impl FnOnce() -> T) -> (i32, T) {
 #[test]
 fn a_parent_writing_after_fork_keeps_the_pages_it_registered() {
     for pins in [true, false] {
-        let mut c = Checker::with_registrar(FrameRegistrar { pins });
+        let mut c = Checker::with_registrar(FrameRegistrar::recording(pins));
         assert!(
             c.frames_visible,
             "this test reads frame numbers: run it as root"
@@ -111,9 +115,52 @@ fn a_parent_writing_after_fork_keeps_the_pages_it_registered() {
     }
 }
 
+/// A fork child lives while the parent writes to an idle registration's memory, which
+/// never leaves the address space: the next lookup is a hit, rightly. Under a
+/// registration that only records its frames, copy-on-write gave the parent new pages,
+/// and a judge of frames would call the hit stale; under a device's pin (the judges'
+/// registrar) the kernel copied the pages for the child instead and the parent keeps
+/// them. Without the pin, the tests of this binary that run beside this file's forks
+/// counted such hits as stale.
+#[test]
+fn a_fork_moves_only_unpinned_pages_so_the_staleness_judges_pin() {
+    for pin in [false, true] {
+        let registrar = if pin {
+            FrameRegistrar::pinning()
+        } else {
+            FrameRegistrar::recording(false)
+        };
+        let mut c = Checker::with_registrar(registrar);
+        assert!(
+            c.frames_visible,
+            "this test reads frame numbers: run it as root"
+        );
+        let a = map(None, 4 * PS);
+        fill(a, 4 * PS, 1);
+        let id = c.lookup(a, 4 * PS).id();
+        let (status, ()) = with_child(|| fill(a, 4 * PS, 2));
+        assert_eq!(status, 0, "the child saw a monitor running");
+        let again = c.lookup(a, 4 * PS);
+        assert_eq!(again.id(), id, "the memory never left: a hit");
+        if pin {
+            assert_eq!(c.stale, 0, "the pin kept the pages: {}", c.stale_report());
+        } else {
+            assert_eq!(
+                c.stale,
+                1,
+                "copy-on-write moved the unpinned pages: {}",
+                c.stale_report()
+            );
+        }
+        drop(again);
+        drop(c);
+        unmap(a, 4 * PS);
+    }
+}
+
 #[test]
 fn overlapping_registrations_keep_pages_from_children_until_the_last_goes() {
-    let mut c = Checker::with_registrar(FrameRegistrar { pins: true });
+    let mut c = Checker::with_registrar(FrameRegistrar::recording(true));
     let a = map(None, 8 * PS);
     let one = c.lookup(a, 4 * PS);
     let two = c.lookup(a + 2 * PS, 6 * PS);

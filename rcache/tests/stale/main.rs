@@ -1,14 +1,17 @@
 //! The registration cache never hands out a registration of memory that left the
 //! address space, whoever made it leave: C `free`, `munmap`, `mremap`, `madvise`,
 //! `shmdt`, a shrinking `brk`, `mmap(MAP_FIXED)` over it. Real memory through libc,
-//! a registrar that records the physical frames it registered, and the process's
-//! memory monitor (userfaultfd) as the only source of invalidations.
+//! a registrar that pins the pages as a device does and records their physical
+//! frames, and the process's memory monitor (userfaultfd) as the only source of
+//! invalidations.
 //!
 //! Run as root (frame numbers in /proc/self/pagemap, and the roles that drop to an
 //! ordinary user).
 
 mod cases;
 mod fork;
+mod in_flight;
 mod memory;
+mod pin;
 mod roles;
 mod stress;

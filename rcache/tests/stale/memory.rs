@@ -1,11 +1,14 @@
 //! Real memory for the stale-cache tests: mappings through libc, the physical frames
-//! under a range (from /proc/self/pagemap), and a registrar that records those frames
-//! the way a device pins them, so that a cache hit on pages that changed shows up.
+//! under a range (from /proc/self/pagemap), and a registrar that pins the pages the way
+//! a device does and records their frames, so that a cache hit on memory that was
+//! replaced shows up, and only that.
 
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use rbtl_rcache::{Access, Options, Rcache, Registrar, RegistrarError, Registration};
+
+use crate::pin::Pins;
 
 pub const PS: usize = 4096;
 pub const RW: Access = Access::LOCAL_WRITE;
@@ -130,16 +133,53 @@ pub fn frames_visible() -> bool {
     seen
 }
 
-/// The frames a registration was made over.
+/// What a registration holds: the frames it was made over, and its pin if it has one.
 #[derive(Debug)]
 pub struct Pinned {
     pub frames: Vec<u64>,
+    slot: Option<u32>,
 }
 
-/// Registers by faulting the range in writable and recording its frames, as a device
-/// pins them; `pins` says whether it asks the cache to keep them out of fork children.
+/// Registers by faulting the range in writable, pinning it as a device does (when
+/// frames are visible, see [`Pins`]) and recording its frames.
 pub struct FrameRegistrar {
-    pub pins: bool,
+    /// None: records the frames only; the kernel may then move pages under memory
+    /// that never left (copy-on-write after a fork, migration).
+    pins: Option<Pins>,
+    /// What `pins_pages` reports: whether the cache keeps the pages out of fork
+    /// children.
+    keep_from_children: bool,
+}
+
+impl FrameRegistrar {
+    /// The registrar of the staleness judges: holds a device's pin on every
+    /// registration, so that a hit whose frames changed is a stale hit and nothing
+    /// else. It asks for no `MADV_DONTFORK`: the kernel already copies pinned private
+    /// pages for a fork child, and the fork tests of this process must not lose C
+    /// heap pages in their children (the monitor's own data may share them).
+    pub fn pinning() -> FrameRegistrar {
+        let pins = frames_visible().then(|| {
+            Pins::new().unwrap_or_else(|e| {
+                panic!(
+                    "these tests pin pages as a device does, through io_uring fixed \
+                     buffers (kernel.io_uring_disabled must be 0 for root): {e}"
+                )
+            })
+        });
+        FrameRegistrar {
+            pins,
+            keep_from_children: false,
+        }
+    }
+
+    /// Records the frames and pins nothing; `keep_from_children` is what it reports
+    /// as `pins_pages` (the fork tests show what `MADV_DONTFORK` alone does).
+    pub fn recording(keep_from_children: bool) -> FrameRegistrar {
+        FrameRegistrar {
+            pins: None,
+            keep_from_children,
+        }
+    }
 }
 
 impl Registrar for FrameRegistrar {
@@ -147,15 +187,31 @@ impl Registrar for FrameRegistrar {
 
     fn register(&self, base: usize, len: usize, _access: Access) -> Result<Pinned, RegistrarError> {
         populate(base, len).map_err(|e| RegistrarError::Failed(format!("populate: {e}")))?;
+        // Pin before reading the frames: a long-term pin moves pages out of movable
+        // memory (ZONE_MOVABLE, CMA) before it holds them.
+        let slot = match &self.pins {
+            None => None,
+            Some(pins) => Some(pins.pin(base, len).map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOMEM | libc::ENOSPC) => {
+                    RegistrarError::OutOfResources(format!("pin: {e}"))
+                }
+                _ => RegistrarError::Failed(format!("pin: {e}")),
+            })?),
+        };
         Ok(Pinned {
             frames: frames(base, len),
+            slot,
         })
     }
 
-    fn deregister(&self, _handle: Pinned) {}
+    fn deregister(&self, handle: Pinned) {
+        if let (Some(pins), Some(slot)) = (&self.pins, handle.slot) {
+            pins.unpin(slot);
+        }
+    }
 
     fn pins_pages(&self) -> bool {
-        self.pins
+        self.keep_from_children
     }
 }
 
@@ -166,11 +222,14 @@ pub struct Checker {
     pub frames_visible: bool,
     pub hits: u64,
     pub stale: u64,
+    /// What each stale hit was: the registration, the pages on other frames, the
+    /// monitor's event counts then.
+    pub stale_hits: Vec<String>,
 }
 
 impl Checker {
     pub fn new() -> Checker {
-        Self::with_registrar(FrameRegistrar { pins: false })
+        Self::with_registrar(FrameRegistrar::pinning())
     }
 
     pub fn with_registrar(registrar: FrameRegistrar) -> Checker {
@@ -191,6 +250,7 @@ impl Checker {
             frames_visible: frames_visible(),
             hits: 0,
             stale: 0,
+            stale_hits: Vec::new(),
         }
     }
 
@@ -201,12 +261,46 @@ impl Checker {
         let r = self.cache.register(addr, len, RW).expect("register");
         if self.cache.stats().hits > hits {
             self.hits += 1;
-            let same = populate(r.base(), r.len()).is_ok()
-                && (!self.frames_visible || frames(r.base(), r.len()) == r.handle().frames);
-            if !same {
+            let was = &r.handle().frames;
+            let now = match populate(r.base(), r.len()) {
+                Ok(()) if self.frames_visible => frames(r.base(), r.len()),
+                Ok(()) => was.clone(),
+                // Not mapped any more (or not writable): stale whatever the frames say.
+                Err(_) => vec![u64::MAX; was.len()],
+            };
+            let moved: Vec<usize> = (0..now.len()).filter(|&i| now[i] != was[i]).collect();
+            if let Some(&first) = moved.first() {
                 self.stale += 1;
+                self.stale_hits.push(format!(
+                    "lookup {addr:#x}+{len} hit registration {} over {:#x}+{:#x}, {}: \
+                     {} of {} pages on other frames (page {first}: {:#x} then, {:#x} now); \
+                     events so far {:?}",
+                    r.id(),
+                    r.base(),
+                    r.len(),
+                    if r.handle().slot.is_some() {
+                        "pinned"
+                    } else {
+                        "not pinned"
+                    },
+                    moved.len(),
+                    now.len(),
+                    was[first],
+                    now[first],
+                    rbtl_rcache::monitor::event_counts()
+                ));
             }
         }
         r
+    }
+
+    /// The stale hits so far, for an assertion's message.
+    pub fn stale_report(&self) -> String {
+        format!(
+            "{} stale hits of {}:\n{}",
+            self.stale,
+            self.hits,
+            self.stale_hits.join("\n")
+        )
     }
 }

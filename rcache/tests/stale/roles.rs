@@ -7,6 +7,8 @@
 //! - `ordinary`: as an ordinary user while `vm.unprivileged_userfaultfd` is 0: the
 //!   monitor runs with `UFFD_USER_MODE_ONLY` and catches an unmap.
 //! - `brk`: memory taken with `sbrk` and given back by a shrinking `brk`.
+//! - `in_flight`: new memory mapped where an unmap has freed the range but not yet
+//!   returned (see `in_flight`).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -67,6 +69,11 @@ fn a_shrinking_brk_invalidates() {
 }
 
 #[test]
+fn new_memory_mapped_while_its_munmap_is_in_flight_is_a_miss() {
+    run_role("in_flight");
+}
+
+#[test]
 fn role_entry() {
     let Ok(role) = std::env::var("RBTL_STALE_ROLE") else {
         return;
@@ -75,6 +82,7 @@ fn role_entry() {
         "refused" => role_refused(),
         "ordinary" => role_ordinary(),
         "brk" => role_brk(),
+        "in_flight" => crate::in_flight::role_in_flight(),
         other => panic!("unknown RBTL_STALE_ROLE {other:?}"),
     }
     println!("role {role} ok");
@@ -152,7 +160,7 @@ fn role_refused() {
     let message = status.to_string();
     assert!(message.contains("/dev/userfaultfd") && message.contains("unprivileged_userfaultfd"));
     let cache = Rcache::new(
-        FrameRegistrar { pins: false },
+        FrameRegistrar::recording(false),
         Options {
             leave_pinned: true,
             ..Options::default()
@@ -224,7 +232,7 @@ fn role_brk() {
         fill(start, 4 * PS, 6);
         let again = c.lookup(start, 4 * PS);
         assert_ne!(again.id(), id, "a stale hit after brk shrank");
-        assert_eq!(c.stale, 0);
+        assert_eq!(c.stale, 0, "{}", c.stale_report());
         drop(again);
         c.cache.flush_idle();
         assert_eq!(
