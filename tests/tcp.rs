@@ -4,10 +4,10 @@
 //! member breaking the protocol, and the target refusing put, get and atomics that
 //! the origin let through; in this process, a module against a peer the test plays on
 //! a raw listener (accepting and never answering, declining and never connecting,
-//! closing a handshake unanswered). This test binary re-executes itself as the rank program
-//! under the launcher; `TCP_TEST_ROLE` selects what a rank does, and ranks leave
-//! `ok.<rank>` files in `TCP_TEST_DIR`. (Over 600 lines: each test's rank side sits
-//! here beside its launcher side, in the one binary.)
+//! closing a handshake unanswered). This test binary re-executes itself as the rank
+//! program under the launcher; `TCP_TEST_ROLE` selects what a rank does, and ranks
+//! leave `ok.<rank>` files in `TCP_TEST_DIR`. (Over 600 lines: each test's rank side
+//! sits here beside its launcher side, in the one binary.)
 
 mod common;
 
