@@ -2,10 +2,12 @@
 //! always): the contract suite across 2 and 4 processes (one link per peer, and
 //! three), strangers' connections to a rank's listener, a peer killed mid-job, a
 //! member breaking the protocol, and the target refusing put, get and atomics that
-//! the origin let through. This test binary re-executes itself as the rank program
-//! under the launcher; `TCP_TEST_ROLE` selects what a rank does, and ranks leave
-//! `ok.<rank>` files in `TCP_TEST_DIR`. (Over 600 lines: each test's rank side sits
-//! here beside its launcher side, in the one binary.)
+//! the origin let through; in this process, a module against a peer the test plays on
+//! a raw listener (accepting and never answering, declining and never connecting,
+//! closing a handshake unanswered). This test binary re-executes itself as the rank
+//! program under the launcher; `TCP_TEST_ROLE` selects what a rank does, and ranks
+//! leave `ok.<rank>` files in `TCP_TEST_DIR`. (Over 600 lines: each test's rank side
+//! sits here beside its launcher side, in the one binary.)
 
 mod common;
 
@@ -709,6 +711,38 @@ fn a_peer_that_accepts_and_never_answers_fails_at_the_connect_timeout() {
     let e = m.sendi(ep, &[], &[1], Order::ANY, DesFlags::empty(), Tag::USR);
     assert!(matches!(e, Err(Error::PeerFailed { rank: 1, .. })), "{e:?}");
     drop(held);
+}
+
+#[test]
+fn a_peer_that_declines_and_never_connects_fails_at_the_connect_timeout() {
+    let (mut m, _ep, listener, seen) =
+        module_facing_a_raw_peer(&[("btl_tcp_connect_timeout", "300")]);
+    let start = Instant::now();
+    let mut s = accept_hello(&mut m, &listener);
+    // HELLO_NACK: "my own connection for this link wins", which never comes.
+    s.write_all(&[11, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+    while seen.lock().unwrap().is_empty() {
+        if m.progress() == 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "rank 0 still waits for rank 1's connection"
+        );
+    }
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        start.elapsed()
+    );
+    let reports = seen.lock().unwrap().clone();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(
+        reports[0].ends_with(
+            "was not up within 300 ms: the peer declined our connection and did not connect itself"
+        ),
+        "{reports:?}"
+    );
 }
 
 #[test]
