@@ -171,6 +171,11 @@ impl Uffd {
 
     /// Registers the page-aligned `[start, start+len)` in write-protect mode.
     pub(crate) fn register(&self, start: usize, len: usize) -> Result<(), Errno> {
+        self.register_wp(start, len).map(|_| ())
+    }
+
+    /// [`register`](Self::register), answering the ioctls the kernel offers on the range.
+    fn register_wp(&self, start: usize, len: usize) -> Result<u64, Errno> {
         let mut reg = uapi::uffdio_register {
             range: uapi::uffdio_range {
                 start: start as u64,
@@ -192,38 +197,18 @@ impl Uffd {
         if rc < 0 {
             return Err(last_errno());
         }
-        Ok(())
+        Ok(reg.ioctls)
     }
 
     /// Registers the page-aligned `[start, start+len)` in write-protect mode and checks
     /// that `UFFDIO_WRITEPROTECT` works on it (the probe page of `super::probe`).
     pub(crate) fn register_probe(&self, start: usize, len: usize) -> Result<(), String> {
-        let mut reg = uapi::uffdio_register {
-            range: uapi::uffdio_range {
-                start: start as u64,
-                len: len as u64,
-            },
-            mode: uapi::UFFDIO_REGISTER_MODE_WP as u64,
-            ioctls: 0,
-        };
-        // SAFETY: as in `register`.
-        let rc = unsafe {
-            libc::ioctl(
-                self.raw(),
-                uioctl::UFFDIO_REGISTER as libc::c_ulong,
-                &mut reg,
-            )
-        };
-        if rc < 0 {
+        let ioctls = self
+            .register_wp(start, len)
+            .map_err(|e| format!("UFFDIO_REGISTER of the probe page: {e}"))?;
+        if ioctls & (1u64 << uapi::_UFFDIO_WRITEPROTECT) == 0 {
             return Err(format!(
-                "UFFDIO_REGISTER of the probe page: {}",
-                last_errno()
-            ));
-        }
-        if reg.ioctls & (1u64 << uapi::_UFFDIO_WRITEPROTECT) == 0 {
-            return Err(format!(
-                "UFFDIO_WRITEPROTECT is not offered on write-protect ranges (ioctls {:#x})",
-                reg.ioctls
+                "UFFDIO_WRITEPROTECT is not offered on write-protect ranges (ioctls {ioctls:#x})"
             ));
         }
         match self.changing(start, len) {
