@@ -175,8 +175,8 @@ mod tests {
         Outcome::Waiting
     }
 
-    #[test]
-    fn an_attempt_says_hello_and_takes_its_answer() {
+    /// A listener on loopback, its address, and the HELLO an attempt to it sends.
+    fn listener_and_hello() -> (std::net::TcpListener, SocketAddrV4, Hello) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let std::net::SocketAddr::V4(to) = l.local_addr().unwrap() else {
             unreachable!()
@@ -187,6 +187,12 @@ mod tests {
             link: 0,
             version: wire::VERSION,
         };
+        (l, to, hello)
+    }
+
+    #[test]
+    fn an_attempt_says_hello_and_takes_its_answer() {
+        let (l, to, hello) = listener_and_hello();
         for (answer, outcome) in [(10u8, Outcome::Up), (11, Outcome::Declined)] {
             let (sock, mut a) = Attempt::open(0, 0, &hello, Ipv4Addr::LOCALHOST, to, &opts())
                 .expect("connecting on loopback");
@@ -205,16 +211,7 @@ mod tests {
 
     #[test]
     fn an_attempt_whose_peer_closes_fails() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let std::net::SocketAddr::V4(to) = l.local_addr().unwrap() else {
-            unreachable!()
-        };
-        let hello = Hello {
-            secret: [3; wire::SECRET],
-            rank: 1,
-            link: 0,
-            version: wire::VERSION,
-        };
+        let (l, to, hello) = listener_and_hello();
         let (sock, mut a) = Attempt::open(0, 0, &hello, Ipv4Addr::LOCALHOST, to, &opts()).unwrap();
         let mut rx = RxBuf::new(64);
         drop(l.accept().unwrap());
