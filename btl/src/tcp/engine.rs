@@ -217,7 +217,7 @@ impl Engine {
         flags: DesFlags,
     ) -> Result<Descriptor> {
         self.net.live_peer(ep)?;
-        self.sends.alloc(ep, order, size, flags)
+        self.sends.frags.alloc(ep, size, order, flags)
     }
 
     /// A descriptor for `ep` holding `reserve` bytes then `data`.
@@ -230,17 +230,19 @@ impl Engine {
         flags: DesFlags,
     ) -> Result<Descriptor> {
         self.net.live_peer(ep)?;
-        self.sends.prepare_src(ep, order, reserve, data, flags)
+        self.sends
+            .frags
+            .prepare_src(ep, order, reserve, data, flags)
     }
 
     /// Take back a descriptor.
     pub fn free(&mut self, descriptor: Descriptor) -> Result<()> {
-        self.sends.free(descriptor)
+        self.sends.frags.free(descriptor)
     }
 
     /// Take back a descriptor whose callback ran.
     pub fn recycle(&mut self, descriptor: Descriptor) {
-        self.sends.recycle(descriptor);
+        self.sends.frags.recycle(descriptor);
     }
 
     /// Send `descriptor` to `ep` on `tag`.

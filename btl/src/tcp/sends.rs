@@ -8,12 +8,13 @@ use super::slot::Sent;
 use super::wire;
 use crate::done::Done;
 use crate::send_frags::SendFrags;
-use crate::{DesFlags, Descriptor, Endpoint, Error, ModuleId, Order, Result, Tag, MAX_SEGMENTS};
+use crate::{DesFlags, Descriptor, Error, ModuleId, Result, Tag, MAX_SEGMENTS};
 use std::collections::VecDeque;
 
 /// The module's descriptors and what sends them.
 pub struct Sends {
-    frags: SendFrags,
+    /// The pool the module's descriptors come from and go back to.
+    pub frags: SendFrags,
     max_send_size: usize,
 }
 
@@ -24,39 +25,6 @@ impl Sends {
             frags: SendFrags::new(id, max_send_size, max_frags)?,
             max_send_size,
         })
-    }
-
-    /// A descriptor of `size` bytes for `ep`.
-    pub fn alloc(
-        &mut self,
-        ep: Endpoint,
-        order: Order,
-        size: usize,
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
-        self.frags.alloc(ep, size, order, flags)
-    }
-
-    /// A descriptor of `reserve` bytes then as much of `data` as fits.
-    pub fn prepare_src(
-        &mut self,
-        ep: Endpoint,
-        order: Order,
-        reserve: usize,
-        data: &[&[u8]],
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
-        self.frags.prepare_src(ep, order, reserve, data, flags)
-    }
-
-    /// Take back a descriptor the user frees.
-    pub fn free(&mut self, descriptor: Descriptor) -> Result<()> {
-        self.frags.free(descriptor)
-    }
-
-    /// Take back a descriptor of this pool.
-    pub fn recycle(&mut self, descriptor: Descriptor) {
-        self.frags.recycle(descriptor);
     }
 
     /// Send `descriptor` on `tag` to peer `p` (checked live).
