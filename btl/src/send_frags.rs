@@ -1,8 +1,12 @@
 //! Send descriptors over a free list of fragments, for transports that copy what they
-//! send (`self`, `sm`): `alloc`, `prepare_src` and `free` of the contract.
+//! send (`self`, `sm`, `tcp`): `alloc`, `prepare_src` and `free` of the contract, and
+//! the end of a descriptor that went out (its callback queued, or back to the pool or
+//! its owner).
 
+use crate::done::Done;
 use crate::{DesFlags, Descriptor, Endpoint, Error, ModuleId, Order, Result};
 use rbtl_mpool::{AnonymousSource, FreeList, FreeListConfig};
+use std::collections::VecDeque;
 
 /// A module's pool of send fragments of `max_send_size` bytes.
 pub struct SendFrags {
@@ -73,6 +77,38 @@ impl SendFrags {
     /// Take back a descriptor of this pool (the transport's own completions).
     pub fn recycle(&mut self, des: Descriptor) {
         self.list.put(des.into_frag());
+    }
+
+    /// A descriptor that went out (or failed) is over (`immediate`: within the call
+    /// that sent it): its callback queued in `done`, or it returns to the pool, or to
+    /// the caller who owns it (the result); an `immediate` send without
+    /// ALWAYS_CALLBACK queues nothing.
+    #[inline]
+    pub(crate) fn finish(
+        &mut self,
+        mut des: Descriptor,
+        immediate: bool,
+        status: Result<()>,
+        done: &mut VecDeque<Done>,
+    ) -> Option<Descriptor> {
+        let owned = des.flags.contains(DesFlags::OWNERSHIP);
+        if immediate && !des.flags.contains(DesFlags::ALWAYS_CALLBACK) {
+            if owned {
+                self.recycle(des);
+                return None;
+            }
+            return Some(des);
+        }
+        match des.take_callback() {
+            Some(callback) => done.push_back(Done::Send {
+                callback,
+                endpoint: des.endpoint(),
+                descriptor: des,
+                status,
+            }),
+            None => self.recycle(des),
+        }
+        None
     }
 }
 

@@ -195,28 +195,11 @@ impl SmModule {
     /// sends without ALWAYS_CALLBACK hand a kept descriptor straight back.
     fn finish_send(
         &mut self,
-        mut des: Descriptor,
+        des: Descriptor,
         immediate: bool,
         status: Result<()>,
     ) -> Option<Descriptor> {
-        let owned = des.flags.contains(DesFlags::OWNERSHIP);
-        if immediate && !des.flags.contains(DesFlags::ALWAYS_CALLBACK) {
-            if owned {
-                self.frags.recycle(des);
-                return None;
-            }
-            return Some(des);
-        }
-        match des.take_callback() {
-            Some(callback) => self.done.push_back(Done::Send {
-                callback,
-                endpoint: des.endpoint(),
-                descriptor: des,
-                status,
-            }),
-            None => self.frags.recycle(des),
-        }
-        None
+        self.frags.finish(des, immediate, status, &mut self.done)
     }
 
     /// Push what waits for peer `i`'s ring, in order, as far as room allows.

@@ -128,7 +128,7 @@ impl Engine {
     #[inline]
     pub fn settle(&mut self) {
         while let Some(d) = self.net.written.pop() {
-            self.sends.finish(d, false, Ok(()), &mut self.done);
+            self.sends.frags.finish(d, false, Ok(()), &mut self.done);
         }
         while let Some((p, why)) = self.net.failures.pop() {
             self.peer_closed(p, why);
@@ -265,7 +265,7 @@ impl Engine {
         let sent = self.sends.send(&mut self.net, p, descriptor, tag);
         self.settle();
         match sent {
-            Sent::Written(d) => Ok(SendOutcome::Done(self.sends.finish(
+            Sent::Written(d) => Ok(SendOutcome::Done(self.sends.frags.finish(
                 d,
                 true,
                 Ok(()),
@@ -429,6 +429,7 @@ impl Engine {
         for item in self.net.close_peer(p) {
             if let Item::Desc { descriptor, .. } = item {
                 self.sends
+                    .frags
                     .finish(descriptor, false, Err(err()), &mut self.done);
             }
         }

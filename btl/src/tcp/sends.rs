@@ -1,15 +1,14 @@
-//! The send path of a `tcp` module: descriptors from its pool of fragments, active
-//! messages onto link 0 of their peer (so they keep their order), written at once when
-//! the link is idle, and each descriptor's completion once it is written whole.
+//! The send path of a `tcp` module: its pool of fragments (whose
+//! [`finish`](crate::send_frags::SendFrags::finish) completes a descriptor once it is
+//! written whole), and active messages onto link 0 of their peer (so they keep their
+//! order), written at once when the link is idle.
 
 use super::link::Head;
 use super::net::Net;
 use super::slot::Sent;
 use super::wire;
-use crate::done::Done;
 use crate::send_frags::SendFrags;
-use crate::{DesFlags, Descriptor, Error, ModuleId, Result, Tag, MAX_SEGMENTS};
-use std::collections::VecDeque;
+use crate::{Descriptor, Error, ModuleId, Result, Tag, MAX_SEGMENTS};
 
 /// The module's descriptors and what sends them.
 pub struct Sends {
@@ -62,35 +61,5 @@ impl Sends {
         }
         let head = wire::am(tag, &[size]);
         net.send_small(p, &[head.as_bytes(), header, payload])
-    }
-
-    /// A descriptor is over (`immediate`: written within the call that sent it): its
-    /// callback queued in `done`, or it returns to the pool, or to the caller who
-    /// owns it (the result).
-    pub fn finish(
-        &mut self,
-        mut des: Descriptor,
-        immediate: bool,
-        status: Result<()>,
-        done: &mut VecDeque<Done>,
-    ) -> Option<Descriptor> {
-        let owned = des.flags.contains(DesFlags::OWNERSHIP);
-        if immediate && !des.flags.contains(DesFlags::ALWAYS_CALLBACK) {
-            if owned {
-                self.frags.recycle(des);
-                return None;
-            }
-            return Some(des);
-        }
-        match des.take_callback() {
-            Some(callback) => done.push_back(Done::Send {
-                callback,
-                endpoint: des.endpoint(),
-                descriptor: des,
-                status,
-            }),
-            None => self.frags.recycle(des),
-        }
-        None
     }
 }
