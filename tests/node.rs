@@ -752,7 +752,12 @@ fn a_rank_exiting_non_zero_ends_the_job_with_its_code() {
 
 #[test]
 fn survivors_of_a_killed_rank_report_the_failure_and_exit() {
-    let job = run("killed_peer", 3, &[]);
+    survivors_report_a_killed_rank(&[]);
+}
+
+/// Three ranks, rank 1 killed (`env` chooses the transports): the survivors report it.
+fn survivors_report_a_killed_rank(env: &[(&str, &str)]) {
+    let job = run("killed_peer", 3, env);
     // The killed rank (137) or the survivor that reported it (1) ends the job first.
     assert!(
         [128 + libc::SIGKILL, 1].contains(&job.code),
@@ -958,16 +963,5 @@ fn a_launcher_killed_during_start_up_leaves_no_segments() {
 
 #[test]
 fn survivors_of_a_killed_rank_report_the_failure_over_tcp() {
-    let job = run("killed_peer", 3, &[("RBTL_BTL", "self,tcp")]);
-    assert!(
-        [128 + libc::SIGKILL, 1].contains(&job.code),
-        "job code {}",
-        job.code
-    );
-    assert_eq!(
-        oks(&job.dir, "peer_failed", 1),
-        1,
-        "rank 0 saw rank 1 fail and reported it"
-    );
-    std::fs::remove_dir_all(job.dir).unwrap();
+    survivors_report_a_killed_rank(&[("RBTL_BTL", "self,tcp")]);
 }
