@@ -18,7 +18,8 @@
 //!
 //! Each peer has `btl_tcp_links` links per pair of interfaces the two ranks share
 //! ([`published::pairs`]). Active messages all go on the first link, so they keep
-//! their order; put and get chunks (`btl_tcp_rdma_chunk`) are striped over all links.
+//! their order; a put or get goes in one chunk per link (at most `btl_tcp_rdma_chunk`
+//! bytes each), striped over all links.
 //!
 //! # Frames
 //!
@@ -138,7 +139,7 @@ pub struct Settings {
     pub links: usize,
     /// Socket options.
     pub sockets: sockets::Options,
-    /// Bytes per put or get chunk (striped over the links).
+    /// Most bytes per put or get chunk (a transfer is shared out over the links).
     pub rdma_chunk: usize,
     /// How long an accepted connection has to send its HELLO.
     pub handshake_timeout: Duration,
@@ -164,7 +165,7 @@ impl Default for Settings {
                 sndbuf: 0,
                 rcvbuf: 0,
             },
-            rdma_chunk: 512 << 10,
+            rdma_chunk: 4 << 20,
             handshake_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(60),
             rx_bytes: 256 << 10,
@@ -294,7 +295,7 @@ impl Component for TcpComponent {
             .register(
                 "btl_tcp_rdma_chunk",
                 Value::Size(d.rdma_chunk),
-                "bytes per put/get chunk; the chunks of a transfer are striped over the links",
+                "most bytes per put/get chunk: a transfer goes in one chunk per link (none under 64 KiB), more where chunks would be larger than this",
             )?
             .register(
                 "btl_tcp_handshake_timeout",

@@ -96,7 +96,8 @@ impl OneSided {
             .check::<Reg<NoPin>>(self.id, t.local, t.size, local_needs)?;
         let remote_handle =
             rdma::precheck(module, t.remote_handle, t.remote, t.size, remote_needs)?;
-        let n = rdma::chunks(t.size, self.chunk).count();
+        let chunk = rdma::chunk_len(t.size, self.chunk, net.peers[p].links.len());
+        let n = rdma::chunks(t.size, chunk).count();
         let what = if t.put {
             Pending::Put
         } else {
@@ -105,7 +106,7 @@ impl OneSided {
         let req = self.ops.start(ep, t.local, t.size, what, n, callback);
         let links: Vec<usize> = net.peers[p].stripe(n).collect();
         let h = remote_handle.as_bytes();
-        for ((off, len), k) in rdma::chunks(t.size, self.chunk).zip(links) {
+        for ((off, len), k) in rdma::chunks(t.size, chunk).zip(links) {
             let at = t.remote + off as u64;
             let item = if t.put {
                 rdma::put_chunk(req, at, h, t.local + off, len)

@@ -162,6 +162,18 @@ fn done(op: Op) -> Completion {
     (op.callback, completion)
 }
 
+/// Smallest share of a transfer that goes to a link of its own.
+pub const STRIPE_MIN: usize = 64 << 10;
+
+/// The chunk length for a transfer of `len` bytes to a peer with `links` links: one
+/// chunk per link (none smaller than [`STRIPE_MIN`]), and more where a chunk would
+/// exceed `max` (`btl_tcp_rdma_chunk`). With one link a transfer up to `max` goes
+/// whole: cutting it would only add frames, as the link carries its chunks in turn.
+pub fn chunk_len(len: usize, max: usize, links: usize) -> usize {
+    let shares = links.min(len.div_ceil(STRIPE_MIN)).max(1);
+    len.div_ceil(shares).clamp(1, max.max(1))
+}
+
 /// The chunks of a transfer of `len` bytes: (offset, length) pairs, one empty chunk
 /// for zero bytes.
 pub fn chunks(len: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
@@ -335,6 +347,32 @@ pub fn serve_atomic(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transfers_go_whole_on_one_link_and_shared_over_several() {
+        let m = 4 << 20;
+        assert_eq!(chunk_len(1 << 20, m, 1), 1 << 20, "one link: whole");
+        assert_eq!(
+            chunk_len(16 << 20, m, 1),
+            m,
+            "never above the largest chunk"
+        );
+        assert_eq!(chunk_len(1 << 20, m, 2), 512 << 10, "a share per link");
+        assert_eq!(chunk_len(3 << 20, m, 4), 768 << 10);
+        assert_eq!(
+            chunk_len(100 << 10, m, 4),
+            50 << 10,
+            "no more shares than 64 KiB allow"
+        );
+        assert_eq!(chunk_len(1000, m, 3), 1000, "small: whole");
+        assert_eq!(chunk_len(0, m, 3), 1);
+        assert_eq!(chunk_len(10_000, 1000, 1), 1000);
+        for (len, links) in [(1 << 20, 3), (5 << 20, 2), (12345, 7)] {
+            let c = chunk_len(len, m, links);
+            assert!(chunks(len, c).count() >= links.min(len.div_ceil(STRIPE_MIN)));
+            assert_eq!(chunks(len, c).map(|(_, l)| l).sum::<usize>(), len);
+        }
+    }
 
     #[test]
     fn transfers_cut_into_chunks() {
