@@ -7,7 +7,7 @@ use std::io;
 /// `/sys/devices/system/cpu/cpuN/topology`; one core per allowed CPU if neither says.
 pub(super) fn cores() -> io::Result<Vec<Vec<usize>>> {
     let allowed = allowed_cpus()?;
-    let cores: Vec<Vec<usize>> = topology_cores()
+    let cores: Vec<Vec<usize>> = topology_cores(&allowed)
         .into_iter()
         .map(|core| {
             core.into_iter()
@@ -24,7 +24,7 @@ pub(super) fn cores() -> io::Result<Vec<Vec<usize>>> {
 
 /// Every core's hardware threads, from hwloc.
 #[cfg(feature = "hwloc")]
-fn topology_cores() -> Vec<Vec<usize>> {
+fn topology_cores(_allowed: &[usize]) -> Vec<Vec<usize>> {
     use hwlocality::object::types::ObjectType;
     let Ok(topology) = hwlocality::Topology::new() else {
         return Vec::new();
@@ -35,16 +35,17 @@ fn topology_cores() -> Vec<Vec<usize>> {
         .collect()
 }
 
-/// Every core's hardware threads, from sysfs: CPUs sharing a package and core id.
+/// The cores of the `allowed` CPUs, each as those of its hardware threads that are
+/// allowed, from sysfs: CPUs sharing a package and core id.
 #[cfg(not(feature = "hwloc"))]
-fn topology_cores() -> Vec<Vec<usize>> {
+fn topology_cores(allowed: &[usize]) -> Vec<Vec<usize>> {
     let read = |cpu: usize, what: &str| {
         std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{cpu}/topology/{what}"))
             .ok()
             .and_then(|s| s.trim().parse::<i64>().ok())
     };
     let mut cores: Vec<((i64, i64), Vec<usize>)> = Vec::new();
-    for cpu in 0..8 * std::mem::size_of::<libc::cpu_set_t>() {
+    for &cpu in allowed {
         let (Some(package), Some(core)) = (read(cpu, "physical_package_id"), read(cpu, "core_id"))
         else {
             continue;
