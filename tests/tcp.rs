@@ -901,6 +901,16 @@ fn flush_waits_for_a_slow_peer_and_names_a_silent_one_whose_put_then_completes()
 }
 
 #[test]
+fn add_procs_hands_back_known_peers_whatever_the_modex() {
+    let (mut m, ep, _listener, _seen) = module_facing_a_raw_peer(&[]);
+    // A modex of a job of one, which knows nothing of rank 1.
+    let again = m
+        .add_procs(&procs(2), &mut rbtl::btl::SingletonModex::new())
+        .unwrap();
+    assert_eq!(again, [None, Some(ep)]);
+}
+
+#[test]
 fn a_flush_timeout_of_zero_is_refused() {
     let config =
         rbtl::configure(&[("btl_tcp_if_include", "lo"), ("btl_tcp_flush_timeout", "0")]).unwrap();

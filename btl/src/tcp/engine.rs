@@ -151,12 +151,18 @@ impl Engine {
         let mut out = Vec::with_capacity(procs.len());
         for proc_ in procs {
             let r = proc_.rank;
-            if r == self.rank || r >= modex.size() {
+            if r == self.rank {
                 out.push(None);
                 continue;
             }
+            // A known peer is handed back whatever `modex` is (the one it came from
+            // knew it).
             if let Some(p) = self.net.peer_of(r) {
                 out.push((!self.net.peers[p].removed).then(|| endpoint(p)));
+                continue;
+            }
+            if r >= modex.size() {
+                out.push(None);
                 continue;
             }
             let Some(blob) = modex.lookup(r, MODEX_KEY)? else {
