@@ -806,9 +806,30 @@ fn put_ack(req: u64) -> Vec<u8> {
         .to_vec()
 }
 
+/// Ends this whole test process (code 99) unless dropped within `limit` (dropping it
+/// disconnects the watching thread): a test whose subject could hang fails by itself,
+/// in bounded time.
+struct HangGuard {
+    _watching: std::sync::mpsc::Sender<()>,
+}
+
+impl HangGuard {
+    fn new(what: &'static str, limit: Duration) -> HangGuard {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(limit) {
+                eprintln!("{what}: still running after {limit:?}");
+                std::process::exit(99);
+            }
+        });
+        HangGuard { _watching: stop }
+    }
+}
+
 #[test]
 fn flush_waits_for_a_slow_peer_and_names_a_silent_one_whose_put_then_completes() {
     const PUTS: usize = 5;
+    let _guard = HangGuard::new("the flush test", Duration::from_secs(60));
     let (mut m, ep, listener, seen) =
         module_facing_a_raw_peer(&[("btl_tcp_flush_timeout", "2000")]);
     let mut s = accept_hello(&mut m, &listener);

@@ -43,7 +43,7 @@
 //! it waits for answer (each answer, one per put or get chunk and per atomic, restarts
 //! that peer's count); once every one of them has sent none for
 //! `btl_tcp_flush_timeout` (milliseconds, default 60 s, at least 1), it returns
-//! [`Error::PeerTimeout`](crate::Error::PeerTimeout) naming them, after running the
+//! [`Error::PeerTimeout`] naming them, after running the
 //! callbacks of what did complete. A stopped or hung process, or one that never calls
 //! progress, is such a peer: its kernel still acknowledges our bytes, so no socket
 //! error would ever end the wait. Its operations stay pending and complete if it
