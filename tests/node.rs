@@ -4,8 +4,8 @@
 //! One node, real processes: the `sm` transport's contract suite across 2 and 4
 //! processes (with cross-memory attach and with copies through the rings), its `auto`
 //! path switching to cross-memory attach, the message layer (over sm, and over tcp on
-//! loopback), and what happens when a rank fails, stops (a peer timeout) or loses its
-//! launcher; and the `osu` binary in those cases. This test binary re-executes itself as
+//! loopback), and what happens when a rank fails, stops (a peer timeout; a flush of
+//! operations through the rings) or loses its launcher; and the `osu` binary in those cases. This test binary re-executes itself as
 //! the rank program under the launcher; `NODE_TEST_ROLE` selects what a rank does and
 //! ranks leave `ok.<rank>` files in `NODE_TEST_DIR`. Each job gets its own
 //! `RBTL_SHM_DIR`, checked empty afterwards. `node/stale.rs` holds the roles over
@@ -14,6 +14,8 @@
 mod common;
 #[path = "node/stale.rs"]
 mod stale;
+#[path = "common/stopped_flush.rs"]
+mod stopped_flush;
 
 use rbtl::btl::{Endpoint, Module, Proc};
 use rbtl::msg::{Comm, Error, Window, ANY_SOURCE, ANY_TAG};
@@ -43,6 +45,11 @@ fn rank_role_entry() {
             stale::remap_and_fork(m, ep, job, true);
         }
         "msg_remap" => stale::role_msg_remap(&[]),
+        "sm_stopped_flush" => {
+            let (mut m, eps, mut job) = sm_module();
+            stopped_flush::run(m.as_mut(), &eps, &mut job, "btl_sm_flush_timeout");
+            report_ok(job.rank, "ok");
+        }
         other => panic!("unknown NODE_TEST_ROLE {other:?}"),
     }
 }
@@ -687,6 +694,15 @@ fn sm_contract_four_ranks_copy_through_rings_small_rings_and_limits() {
             ("RBTL_BTL_SM_GET_ALIGNMENT", "4"),
         ],
     );
+}
+
+#[test]
+fn sm_flush_names_a_stopped_peer_after_its_timeout_and_its_operations_complete_once_it_runs() {
+    let env = [
+        ("RBTL_BTL_SM_RDMA", "copy"),
+        ("RBTL_BTL_SM_FLUSH_TIMEOUT", "1000"),
+    ];
+    expect_all_ok("sm_stopped_flush", 3, &env);
 }
 
 #[test]

@@ -10,9 +10,12 @@
 //! sits here beside its launcher side, in the one binary.)
 
 mod common;
+#[path = "common/stopped_flush.rs"]
+mod stopped_flush;
 
 use rbtl::btl::tcp::published::{Listener, Published};
 use rbtl::btl::tcp::{wire, TcpComponent, TcpModule};
+use rbtl::btl::transport_kit::keytable::{HandleFields, RangeFields};
 use rbtl::btl::{
     Access, DesFlags, Endpoint, Error, ErrorEvent, Modex, Module, Order, Proc, RdmaCompletion,
     RemoteHandle, SendiOutcome, Tag,
@@ -39,6 +42,7 @@ fn rank_role_entry() {
         "killed" => role_killed(),
         "refused" => role_refused(),
         "violation" => role_violation(),
+        "stopped" => role_stopped(),
         other => panic!("unknown TCP_TEST_ROLE {other:?}"),
     }
 }
@@ -557,6 +561,13 @@ fn role_violation() {
     report_ok(rank, "ok");
 }
 
+/// Rank 0 stops rank 1 with operations pending: see [`stopped_flush::run`].
+fn role_stopped() {
+    let (mut m, eps, mut job) = tcp_module();
+    stopped_flush::run(&mut m, &eps, &mut job, "btl_tcp_flush_timeout");
+    report_ok(job.rank, "ok");
+}
+
 // ---------------------------------------------------------------------------
 // In this process: a peer the test plays itself on a raw listener.
 
@@ -764,6 +775,178 @@ fn a_handshake_the_peer_closed_unanswered_is_made_again() {
     );
 }
 
+/// A put frame the raw peer read: its request number.
+fn read_put(m: &mut TcpModule, s: &mut TcpStream) -> u64 {
+    let mut frame = vec![0u8; wire::HEADER + wire::Kind::Put.ext() + 8];
+    read_progressing(m, s, &mut frame);
+    put_request(&frame)
+}
+
+/// The request number of the put `frame` (8 bytes of data).
+fn put_request(frame: &[u8]) -> u64 {
+    let limits = wire::Limits {
+        am_payload: 1 << 20,
+        rdma_data: 1 << 20,
+    };
+    match wire::decode(frame, &limits) {
+        Ok(Some((wire::Frame::Put { req, data_len, .. }, used))) => {
+            assert_eq!((data_len, used + 8), (8, frame.len()), "one 8-byte put");
+            req
+        }
+        other => panic!("not a put: {other:?}"),
+    }
+}
+
+/// The acknowledgement of put `req`, applied.
+fn put_ack(req: u64) -> Vec<u8> {
+    wire::Encoder::new(wire::Kind::PutAck, 0, 0, wire::Kind::PutAck.ext())
+        .u64(req)
+        .status(&Ok(()))
+        .as_bytes()
+        .to_vec()
+}
+
+/// Ends this whole test process (code 99) unless dropped within `limit` (dropping it
+/// disconnects the watching thread): a test whose subject could hang fails by itself,
+/// in bounded time.
+struct HangGuard {
+    _watching: std::sync::mpsc::Sender<()>,
+}
+
+impl HangGuard {
+    fn new(what: &'static str, limit: Duration) -> HangGuard {
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        std::thread::spawn(move || {
+            if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(limit) {
+                eprintln!("{what}: still running after {limit:?}");
+                std::process::exit(99);
+            }
+        });
+        HangGuard { _watching: stop }
+    }
+}
+
+#[test]
+fn flush_waits_for_a_slow_peer_and_names_a_silent_one_whose_put_then_completes() {
+    const PUTS: usize = 5;
+    let _guard = HangGuard::new("the flush test", Duration::from_secs(60));
+    let (mut m, ep, listener, seen) =
+        module_facing_a_raw_peer(&[("btl_tcp_flush_timeout", "2000")]);
+    let mut s = accept_hello(&mut m, &listener);
+    s.write_all(&[10, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+    let mut first = [0u8; wire::HEADER + 1];
+    read_progressing(&mut m, &mut s, &mut first);
+    let mut mem = vec![5u8; 64];
+    // SAFETY: `mem` outlives the handle (dropped first) and is not resized.
+    let lh = unsafe { m.register_mem(None, mem.as_mut_ptr() as usize, mem.len(), Access::all()) }
+        .unwrap();
+    // The raw peer's registration, as its handle would describe it (module 77).
+    let range = RangeFields {
+        slot: 1,
+        base: 0x10_0000,
+        len: 4096,
+    };
+    let rh = HandleFields::new(77, 1, Access::all(), &[range]).to_handle();
+    let ok = Arc::new(AtomicUsize::new(0));
+    let put = |m: &mut TcpModule, at: u64| {
+        let o = ok.clone();
+        let cb: rbtl::btl::RdmaCallback = Box::new(move |_, c: RdmaCompletion| {
+            c.status.expect("the put was applied");
+            o.fetch_add(1, Ordering::SeqCst);
+        });
+        let l = mem.as_ptr() as usize;
+        m.put(ep, l, at, &lh, &rh, 8, 0, Order::ANY, cb).unwrap();
+    };
+    for i in 0..PUTS {
+        put(&mut m, range.base + 8 * i as u64);
+    }
+    let mut reqs: Vec<u64> = (0..PUTS).map(|_| read_put(&mut m, &mut s)).collect();
+    // A slow peer: one answer every 700 ms, 3.5 s in all, each well within the 2 s
+    // timeout of the one before.
+    let mut answering = s.try_clone().unwrap();
+    answering.set_nonblocking(false).unwrap();
+    let slow = std::thread::spawn(move || {
+        for req in reqs.drain(..) {
+            std::thread::sleep(Duration::from_millis(700));
+            answering.write_all(&put_ack(req)).unwrap();
+        }
+    });
+    let start = Instant::now();
+    m.flush(Some(ep))
+        .expect("a peer that answers is waited for");
+    let took = start.elapsed();
+    slow.join().unwrap();
+    assert_eq!(ok.load(Ordering::SeqCst), PUTS, "every callback ran");
+    assert!(
+        took > Duration::from_secs(2),
+        "waited past one timeout: {took:?}"
+    );
+
+    // A silent peer: the put reached it, and nothing comes back.
+    put(&mut m, range.base);
+    let req = read_put(&mut m, &mut s);
+    let start = Instant::now();
+    let e = m.flush(None).expect_err("the peer is silent");
+    let took = start.elapsed();
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(20),
+        "gave up after {took:?}, for a timeout of 2 s"
+    );
+    match &e {
+        Error::PeerTimeout {
+            peers,
+            silent_for,
+            param,
+        } => {
+            assert_eq!(peers.len(), 1);
+            assert_eq!((peers[0].endpoint, peers[0].rank), (ep, 1));
+            assert_eq!(*silent_for, Duration::from_secs(2));
+            assert_eq!(*param, "btl_tcp_flush_timeout");
+        }
+        other => panic!("expected PeerTimeout, got {other:?}"),
+    }
+    let text = e.to_string();
+    assert!(
+        text.contains(&format!("rank 1 (endpoint {})", ep.0))
+            && text.contains("raise btl_tcp_flush_timeout"),
+        "{text}"
+    );
+    assert_eq!(ok.load(Ordering::SeqCst), PUTS, "the put is still pending");
+    assert!(seen.lock().unwrap().is_empty(), "the peer was not failed");
+    // Nothing was lost: once the peer answers, the put completes.
+    s.write_all(&put_ack(req)).unwrap();
+    m.flush(Some(ep)).expect("answered now");
+    assert_eq!(ok.load(Ordering::SeqCst), PUTS + 1);
+    drop(lh);
+    drop(mem);
+}
+
+#[test]
+fn add_procs_hands_back_known_peers_whatever_the_modex() {
+    let (mut m, ep, _listener, _seen) = module_facing_a_raw_peer(&[]);
+    // A modex of a job of one, which knows nothing of rank 1.
+    let again = m
+        .add_procs(&procs(2), &mut rbtl::btl::SingletonModex::new())
+        .unwrap();
+    assert_eq!(again, [None, Some(ep)]);
+}
+
+#[test]
+fn a_flush_timeout_of_zero_is_refused() {
+    let config =
+        rbtl::configure(&[("btl_tcp_if_include", "lo"), ("btl_tcp_flush_timeout", "0")]).unwrap();
+    let mut modex = TwoRanks {
+        ours: None,
+        theirs: Vec::new(),
+    };
+    match TcpComponent::open(&config, &mut modex) {
+        Err(Error::NotAvailable(why)) => {
+            assert!(why.starts_with("btl_tcp_flush_timeout = 0"), "{why}")
+        }
+        other => panic!("{:?}", other.map(|m| m.is_some())),
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Launcher side.
 
@@ -863,4 +1046,9 @@ fn a_member_that_breaks_the_protocol_is_ended_with_the_reason() {
 #[test]
 fn the_target_refuses_what_its_registrations_do_not_allow() {
     expect_all_ok("refused", 2, &[]);
+}
+
+#[test]
+fn flush_names_a_stopped_peer_after_its_timeout_and_its_operations_complete_once_it_runs() {
+    expect_all_ok("stopped", 3, &[("RBTL_BTL_TCP_FLUSH_TIMEOUT", "1000")]);
 }

@@ -1,7 +1,8 @@
 //! The one error type of the BTL contract.
 
-use crate::Tag;
+use crate::{Endpoint, Tag};
 use rbtl_rcache::Access;
+use std::time::Duration;
 
 /// Everything a BTL call can refuse. Open MPI returns `OPAL_ERR_*` codes; the names
 /// below say which one each variant stands for where there is one.
@@ -144,6 +145,28 @@ pub enum Error {
         /// What was seen.
         why: String,
     },
+    /// `flush` gave up: every peer it still waited for sent no answer to our put, get or
+    /// atomic operations for the transport's timeout (a stopped or hung process, or one
+    /// that does not call progress; its kernel may still acknowledge what we send). The
+    /// operations stay pending: they complete (callbacks with their status) if the peers
+    /// answer later, or fail with [`Error::PeerFailed`] once the link breaks or the
+    /// caller removes the peers with `del_procs`. UCX ends such an endpoint itself
+    /// (`UCX_UD_TIMEOUT`, `UCS_ERR_ENDPOINT_TIMEOUT`); here the caller chooses.
+    #[error(
+        "flush: no answer from {} for {} ms; their puts, gets and atomics stay pending and \
+         complete if they answer: call flush again to wait longer, remove them with \
+         del_procs to fail those operations, or raise {param} if they are only slow",
+        silent_list(peers),
+        silent_for.as_millis()
+    )]
+    PeerTimeout {
+        /// The peers that did not answer.
+        peers: Vec<SilentPeer>,
+        /// How long each was silent at least (the timeout).
+        silent_for: Duration,
+        /// The parameter that sets the timeout.
+        param: &'static str,
+    },
     /// A transport name that no component has.
     #[error("unknown transport `{name}`; valid transports: {}", valid.join(", "))]
     UnknownTransport {
@@ -169,6 +192,23 @@ pub enum Error {
         /// The error it returned.
         source: std::io::Error,
     },
+}
+
+/// A peer named by [`Error::PeerTimeout`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SilentPeer {
+    /// Its endpoint on the module.
+    pub endpoint: Endpoint,
+    /// Its rank.
+    pub rank: u32,
+}
+
+fn silent_list(peers: &[SilentPeer]) -> String {
+    let named: Vec<String> = peers
+        .iter()
+        .map(|p| format!("rank {} (endpoint {})", p.rank, p.endpoint.0))
+        .collect();
+    named.join(", ")
 }
 
 /// Result alias of the BTL crate.

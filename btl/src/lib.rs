@@ -42,6 +42,7 @@ mod descriptor;
 mod done;
 mod error;
 mod expected;
+mod flush_watch;
 mod handle;
 pub mod idle;
 mod keyed_handle;
@@ -65,7 +66,7 @@ pub use copy::copy_bytes;
 pub use descriptor::{
     DesFlags, Descriptor, Order, Received, SendCallback, SendCompletion, MAX_SEGMENTS,
 };
-pub use error::{Error, Result};
+pub use error::{Error, Result, SilentPeer};
 pub use handle::{check_range, find_range, MemHandle, ModuleId, RemoteHandle};
 pub use modex::{Modex, SingletonModex};
 pub use module::{

@@ -7,13 +7,9 @@ use rbtl::btl::{self, Access, AtomicOp, Endpoint, MemHandle, Order, RemoteHandle
 use rbtl::msg::{Comm, Error};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 /// Tag of the exchange of areas (steps use their number as the tag).
 const SETUP_TAG: i32 = 1 << 30;
-/// An atomic not completed by then is given up (reported as not available: the BTL
-/// has no timeout of its own, and this is not a typed peer failure).
-const LIMIT: Duration = Duration::from_secs(20);
 
 /// What an atomic does to our word at its target.
 #[derive(Clone, Copy)]
@@ -183,24 +179,18 @@ impl Atomics {
             }
             Kind::Add => m.atomic_op(ep, remote, rh, add, operand, 0, any, cb),
         };
-        let status = started.and_then(|()| {
-            let deadline = Instant::now() + LIMIT;
-            loop {
-                if let Some(s) = done.lock().unwrap_or_else(|e| e.into_inner()).take() {
-                    return s;
-                }
-                if Instant::now() > deadline {
-                    return Err(btl::Error::NotAvailable(format!(
-                        "an atomic at rank {t} did not complete in {LIMIT:?}"
-                    )));
-                }
-                // The message layer progresses the self module only when it routed
-                // work there.
-                for m in comm.modules() {
-                    m.progress();
-                }
-                comm.progress();
-            }
+        // The module's flush waits for the completion (it fails with a peer failure, or
+        // with a peer timeout after the module's flush timeout when the target answers
+        // nothing) and runs its callback before it returns.
+        let status = started.and_then(|()| m.flush(Some(ep))).and_then(|()| {
+            done.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .unwrap_or_else(|| {
+                    Err(btl::Error::NotAvailable(format!(
+                        "flush of rank {t} returned before the atomic's callback ran"
+                    )))
+                })
         });
         let k = &mut self.known[t as usize];
         if let Err(e) = status {

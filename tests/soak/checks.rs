@@ -4,7 +4,12 @@ use crate::report::{End, RankLog};
 use std::collections::BTreeMap;
 
 /// Failures an operation involving a killed rank may end with.
-const PEER_FAILURES: [&str; 3] = ["PeerFailed", "PeerTimeout", "BtlPeerFailed"];
+const PEER_FAILURES: [&str; 4] = [
+    "PeerFailed",
+    "PeerTimeout",
+    "BtlPeerFailed",
+    "BtlPeerTimeout",
+];
 
 /// What runs did, added up.
 #[derive(Default)]

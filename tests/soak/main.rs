@@ -3,8 +3,8 @@
 //! (eager and rendezvous; blocking, non-blocking and in scopes; by source and tag, and
 //! by any source or any tag in runs without kills), window puts and gets (each origin
 //! gets back what it last put), and 64-bit atomics (fetch-add, compare-and-swap, add)
-//! through the BTL module that routes each pair, as the message layer offers no
-//! atomics. Some runs kill a rank (SIGKILL): the rank itself at a chosen operation, or
+//! through the BTL module that routes each pair, each waited for by that module's
+//! `flush`, as the message layer offers no atomics. Some runs kill a rank (SIGKILL): the rank itself at a chosen operation, or
 //! this harness once the rank's report shows a chosen number of operations started
 //! (landing anywhere in an operation).
 //!
@@ -12,28 +12,32 @@
 //! rank's record survives. Afterwards the harness checks the reports (`checks.rs`): no
 //! completed receive, get or fetching atomic carried a wrong value; no message a
 //! sender completed went missing at a receiver that survived, unless the sender was
-//! killed; every failure is a typed peer failure (`PeerFailed`, `PeerTimeout`)
-//! blaming the killed rank the operation involved; no rank panicked; every operation
+//! killed; every failure is a typed peer failure (`PeerFailed`, `PeerTimeout`, or the
+//! BTL's own from an atomic) blaming the killed rank the operation involved; no rank panicked; every operation
 //! a survivor started ended; and the job ended by itself (a watchdog kills it, and
 //! fails the test, if not). Runs without a kill must end with exit code 0; runs with
 //! one end with the killed rank's signal, which is expected: there the reports are
 //! what is checked.
 //!
 //! Survivors finish their schedule (operations naming a dead rank fail at once, or
-//! after `msg_peer_timeout`, 5 s here), then wait, progressing, until every other rank
+//! after `msg_peer_timeout` or the modules' flush timeouts, 5 s here), then wait, progressing, until every other rank
 //! has finished or died, so that no rank leaving early fails another's operations;
 //! then they call `finalize`.
 //!
-//! Runs cycle through: no kill (sm put/get `auto`, windows in the shared heap, direct
-//! loads and stores); a rank killing itself (put/get copied through the rings, private
-//! windows); the harness killing a rank (cross-memory attach, private windows); no
-//! kill (rings, private windows); one rank killing itself and the harness killing
-//! another.
+//! Runs cycle through `sm` and `tcp` (on loopback, `sm` excluded: every message, put,
+//! get and atomic between ranks goes over sockets, and a killed rank's end shows as
+//! closed connections): no kill over sm (put/get `auto`, windows in the shared heap,
+//! direct loads and stores); a rank killing itself over tcp; the harness killing a
+//! rank over sm (cross-memory attach, private windows); no kill over tcp; a rank
+//! killing itself over sm (put/get copied through the rings, private windows); the
+//! harness killing a rank over tcp; no kill over sm (rings, private windows); one rank
+//! killing itself and the harness killing another, over sm (`auto`) and over tcp.
 //!
 //! Environment (not `RBTL_*`: the ranks inherit it, and their configuration reads
 //! every `RBTL_*` variable as a parameter and refuses those it does not know):
 //! * `SOAK_SECONDS` (default 15): runs keep starting until this much time has passed;
-//!   at least 3 (one of each kind of kill) are made. The default takes about 20 s.
+//!   at least 4 (each kind of kill, and tcp with and without kills) are made. The
+//!   default takes about 20 s.
 //! * `SOAK_RUNS`: at most this many runs.
 //! * `SOAK_STEPS` (default 120): steps per run (per rank: one exchange of messages,
 //!   perhaps a put, a get and an atomic).
@@ -86,7 +90,7 @@ fn soak_mixed_operations_with_killed_ranks() {
     let mut stats = Stats::default();
     for run in 0.. {
         let out_of_time = began.elapsed() >= Duration::from_secs(seconds);
-        let at_least = max_runs.unwrap_or(3).min(3);
+        let at_least = max_runs.unwrap_or(MIN_RUNS).min(MIN_RUNS);
         if max_runs.is_some_and(|m| run >= m) || (out_of_time && run >= at_least) {
             break;
         }
@@ -117,15 +121,30 @@ fn soak_mixed_operations_with_killed_ranks() {
     assert!(stats.ok > 0, "operations completed");
 }
 
+/// Runs made at least, whatever the time: the first four of the cycle, which cover
+/// no kill, a rank killing itself and the harness killing one, over `sm` and `tcp`
+/// with and without kills.
+const MIN_RUNS: u64 = 4;
+
+/// The transport between the ranks (`self` to themselves).
+#[derive(Clone, Copy, Debug)]
+enum Between {
+    /// `sm`, with its put/get path (`btl_sm_rdma`) and windows in its shared heap
+    /// (direct loads and stores) or outside it (put and get through the transport).
+    Sm {
+        rdma: &'static str,
+        private_windows: bool,
+    },
+    /// `tcp` on loopback, `sm` excluded: put, get and atomics applied by the target.
+    Tcp,
+}
+
 /// What one run does.
 #[derive(Clone, Copy, Debug)]
 struct Plan {
     seed: u64,
     steps: u64,
-    /// `btl_sm_rdma`.
-    rdma: &'static str,
-    /// Windows outside the sm heap (put and get through the transport).
-    private_windows: bool,
+    between: Between,
     /// (rank, operation) where a rank kills itself.
     self_kill: Option<(u32, u64)>,
     /// (rank, operations started) after which the harness kills a rank.
@@ -139,20 +158,28 @@ impl Plan {
         let (a, b) = (1 + rng.below(2 * steps), 1 + rng.below(2 * steps));
         let victim = rng.below(u64::from(RANKS)) as u32;
         let other = (victim + 1 + rng.below(u64::from(RANKS) - 1) as u32) % RANKS;
-        let plan = |rdma, private_windows, self_kill, harness_kill| Plan {
+        let plan = |between, self_kill, harness_kill| Plan {
             seed,
             steps,
-            rdma,
-            private_windows,
+            between,
             self_kill,
             harness_kill,
         };
-        match run % 5 {
-            0 => plan("auto", false, None, None),
-            1 => plan("copy", true, Some((victim, a)), None),
-            2 => plan("cma", true, None, Some((victim, a))),
-            3 => plan("copy", true, None, None),
-            _ => plan("auto", false, Some((victim, a)), Some((other, b))),
+        let sm = |rdma, private_windows| Between::Sm {
+            rdma,
+            private_windows,
+        };
+        let (kills_itself, killed_too) = (Some((victim, a)), Some((other, b)));
+        match run % 9 {
+            0 => plan(sm("auto", false), None, None),
+            1 => plan(Between::Tcp, kills_itself, None),
+            2 => plan(sm("cma", true), None, Some((victim, a))),
+            3 => plan(Between::Tcp, None, None),
+            4 => plan(sm("copy", true), kills_itself, None),
+            5 => plan(Between::Tcp, None, Some((victim, a))),
+            6 => plan(sm("copy", true), None, None),
+            7 => plan(sm("auto", false), kills_itself, killed_too),
+            _ => plan(Between::Tcp, kills_itself, killed_too),
         }
     }
 
@@ -173,10 +200,19 @@ impl Plan {
             ("SOAK_RANK_STEPS", self.steps.to_string()),
             ("SOAK_RANK_LIMIT", self.rank_limit().as_secs().to_string()),
             ("RBTL_SHM_DIR", shm.display().to_string()),
-            ("RBTL_BTL_SM_RDMA", self.rdma.to_string()),
         ];
-        if self.private_windows {
-            env.push(("RBTL_BTL_SM_HEAP_SIZE", "0".into()));
+        match self.between {
+            Between::Sm {
+                rdma,
+                private_windows,
+            } => {
+                env.push(("RBTL_BTL_SM_RDMA", rdma.to_string()));
+                if private_windows {
+                    env.push(("RBTL_BTL_SM_HEAP_SIZE", "0".into()));
+                }
+            }
+            // (The launcher's environment holds RBTL_BTL_TCP_IF_INCLUDE=lo.)
+            Between::Tcp => env.push(("RBTL_BTL", "self,tcp".into())),
         }
         if !self.kills() {
             env.push(("SOAK_RANK_WILDCARDS", "1".into()));

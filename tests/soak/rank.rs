@@ -69,7 +69,14 @@ pub fn main() -> Option<i32> {
         dog.line("watchdog".into());
         std::process::exit(99);
     });
-    let comm = match Comm::init(&[("msg_peer_timeout", "5")]) {
+    // A silent peer is given up after 5 s, by the message layer and by the modules'
+    // flush alike.
+    let params = [
+        ("msg_peer_timeout", "5"),
+        ("btl_sm_flush_timeout", "5000"),
+        ("btl_tcp_flush_timeout", "5000"),
+    ];
+    let comm = match Comm::init(&params) {
         Ok(c) => c,
         Err(e) => {
             report.failed("init-fail", &Failure::of_msg(&e));
@@ -110,10 +117,11 @@ struct Rank {
 impl Rank {
     fn run(mut self) -> i32 {
         self.setup();
+        // The eager limit of the transport between the ranks (sm or tcp).
         let eager = self
             .comm
             .modules()
-            .find(|m| m.name() == "sm")
+            .find(|m| m.name() != "self")
             .map_or(16 << 10, |m| m.attributes().eager_limit);
         let seed = self.orders.seed;
         for step in 0..self.orders.steps {

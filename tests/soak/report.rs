@@ -49,6 +49,10 @@ impl Failure {
     pub fn of_btl(e: &btl::Error) -> Failure {
         let (class, blamed) = match e {
             btl::Error::PeerFailed { rank, .. } => ("BtlPeerFailed".into(), Some(*rank)),
+            // (A flush of one endpoint names its one peer.)
+            btl::Error::PeerTimeout { peers, .. } => {
+                ("BtlPeerTimeout".into(), peers.first().map(|p| p.rank))
+            }
             other => (format!("Btl{}", variant(other)), None),
         };
         Failure {

@@ -9,6 +9,8 @@ use crate::{
 use rbtl_config::{Config, Registry, Value};
 
 pub(super) const NAME: &str = "sm";
+/// The parameter of [`Settings::flush_timeout`].
+pub const FLUSH_TIMEOUT_PARAM: &str = "btl_sm_flush_timeout";
 
 /// Default attributes of the `sm` transport.
 pub fn default_attributes() -> Attributes {
@@ -89,6 +91,9 @@ pub struct Settings {
     pub rcache: rbtl_rcache::Options,
     /// Bytes of the segment's heap for [`Module::alloc_shared`].
     pub heap_bytes: usize,
+    /// How long `flush` waits for peers that reply to none of its copy-protocol
+    /// operations before it returns [`Error::PeerTimeout`] (they stay pending).
+    pub flush_timeout: std::time::Duration,
 }
 
 impl Default for Settings {
@@ -103,6 +108,7 @@ impl Default for Settings {
             max_frags: 256,
             rcache: rbtl_rcache::Options::default(),
             heap_bytes: 32 << 20,
+            flush_timeout: std::time::Duration::from_secs(60),
         }
     }
 }
@@ -154,6 +160,13 @@ impl Component for SmComponent {
                 "largest chunk when put/get copy through the rings (a transfer goes in about four, of at least 64 KiB; at most a quarter of btl_sm_ring_bytes)",
             )?
             .register(
+                FLUSH_TIMEOUT_PARAM,
+                Value::Int(d.flush_timeout.as_millis() as i64),
+                "milliseconds flush waits while the peers it waits for reply to none of its atomics and puts/gets \
+                 through the rings; then it fails with PeerTimeout naming them and the operations stay pending \
+                 (at least 1; a peer that replies, however slowly, restarts its count)",
+            )?
+            .register(
                 "btl_sm_free_list_max",
                 Value::Int(d.max_frags as i64),
                 "most send descriptors outstanding at once",
@@ -177,7 +190,14 @@ impl Component for SmComponent {
             max_frags: count("btl_sm_free_list_max")?,
             rcache: crate::rcache_params::options(config)?,
             heap_bytes: config.size("btl_sm_heap_size")?,
+            flush_timeout: std::time::Duration::from_millis(count(FLUSH_TIMEOUT_PARAM)? as u64),
         };
+        if settings.flush_timeout.is_zero() {
+            return Err(Error::NotAvailable(format!(
+                "{FLUSH_TIMEOUT_PARAM} = 0: give the milliseconds flush waits for a peer that \
+                 does not reply (at least 1; a large value to wait longer)"
+            )));
+        }
         Ok(vec![Box::new(SmModule::new(attrs, settings, modex)?)])
     }
 }
@@ -206,6 +226,25 @@ mod tests {
                 "{name} = {value}: {:?}",
                 made.map(|m| m.len())
             );
+        }
+    }
+
+    /// flush always has a way out: a timeout of 0 is refused, not taken as "never".
+    #[test]
+    fn a_flush_timeout_of_zero_is_refused() {
+        let mut registry = Registry::new();
+        crate::rcache_params::register_params(&mut registry).unwrap();
+        SmComponent.register_params(&mut registry).unwrap();
+        let config = registry
+            .builder()
+            .set(super::FLUSH_TIMEOUT_PARAM, "0")
+            .build()
+            .unwrap();
+        match SmComponent.init(&config, &mut SingletonModex::new()) {
+            Err(Error::NotAvailable(why)) => {
+                assert!(why.starts_with("btl_sm_flush_timeout = 0"), "{why}")
+            }
+            other => panic!("{:?}", other.map(|m| m.len())),
         }
     }
 }

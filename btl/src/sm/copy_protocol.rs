@@ -17,6 +17,7 @@ use super::peer::{Outbound, Peer};
 use super::ring::Producer;
 use super::wire::{self, Message};
 use crate::done::Done;
+use crate::flush_watch::Answers;
 use crate::keytable::KeyTableView;
 use crate::{
     AtomicRequest, AtomicWidth, Endpoint, Error, ModuleId, RdmaCallback, RdmaCompletion,
@@ -102,6 +103,8 @@ pub(super) struct CopyProtocol {
     /// Our operations awaiting their reply, by request number.
     ops: HashMap<u64, Op>,
     next_req: u64,
+    /// Per endpoint index: replies that came to our operations (what a flush watches).
+    answers: Answers,
 }
 
 /// Send a message of the protocol to `peer`, after anything already waiting.
@@ -122,6 +125,14 @@ impl CopyProtocol {
             most,
             ops: HashMap::new(),
             next_req: 1,
+            answers: Answers::default(),
+        }
+    }
+
+    /// A reply to request `req` came: its peer answers.
+    fn heard(&mut self, req: u64) {
+        if let Some(op) = self.ops.get(&req) {
+            self.answers.heard(op.endpoint.0 as usize);
         }
     }
 
@@ -408,6 +419,7 @@ impl CopyProtocol {
                 }
             }
             Message::PutAck { req, status } => {
+                self.heard(req);
                 self.complete_op(req, wire::status_error(status), done)
             }
             Message::GetReq {
@@ -451,6 +463,7 @@ impl CopyProtocol {
                 if let Some(speed) = RingSpeed::from_wire(rate) {
                     peer.in_speed = speed;
                 }
+                self.heard(req);
                 let Some(Op {
                     what:
                         Pending::Get {
@@ -523,6 +536,7 @@ impl CopyProtocol {
                 );
             }
             Message::AtomicResp { req, old, status } => {
+                self.heard(req);
                 if let Some(Op {
                     what:
                         Pending::Atomic {
@@ -567,6 +581,20 @@ impl CopyProtocol {
         self.ops
             .values()
             .any(|op| ep.is_none_or(|e| e == op.endpoint))
+    }
+
+    /// The peers (endpoint indices, each once) that operations of ours awaiting their
+    /// reply go to, among `ep` (or all), and the replies each has sent so far.
+    pub fn waiting(&self, ep: Option<Endpoint>) -> (Vec<usize>, &Answers) {
+        let mut peers: Vec<usize> = self
+            .ops
+            .values()
+            .filter(|op| ep.is_none_or(|e| e == op.endpoint))
+            .map(|op| op.endpoint.0 as usize)
+            .collect();
+        peers.sort_unstable();
+        peers.dedup();
+        (peers, &self.answers)
     }
 }
 

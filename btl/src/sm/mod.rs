@@ -21,7 +21,10 @@
 //!
 //! Atomics are applied by the target through the same protocol (as vader emulates
 //! them). A peer that dies is noticed through a pidfd while idle, and reported through
-//! the error callback; its operations complete with an error.
+//! the error callback; its operations complete with an error. A peer that lives but
+//! replies to nothing (stopped, hung) keeps `flush` waiting only for
+//! `btl_sm_flush_timeout` (as `tcp`'s): flush then returns `PeerTimeout` naming it, its
+//! operations still pending.
 //!
 //! Segments have no name in any directory (`memfd_create`): peers open them through
 //! `/proc/<pid>/fd/<fd>` of their owner (as UCX's posix transport does), which needs

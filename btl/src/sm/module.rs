@@ -8,13 +8,14 @@
 //! atomics to the latter.
 
 use super::cma;
-use super::component::{RdmaPath, Settings, NAME};
+use super::component::{RdmaPath, Settings, FLUSH_TIMEOUT_PARAM, NAME};
 use super::copy_protocol::{CopyProtocol, Next};
 use super::own_segment::OwnSegment;
 use super::peer::{self, Outbound, Peer, MODEX_KEY};
 use super::ring::{self, Producer, RingLayout};
 use super::segment::Layout;
 use crate::done::Done;
+use crate::flush_watch::FlushWatch;
 use crate::registrations::{NoPin, Reg, Registrations};
 use crate::send_frags::SendFrags;
 use crate::AmTable;
@@ -22,11 +23,12 @@ use crate::{
     AmCallback, AtomicOp, AtomicRequest, AtomicWidth, Attributes, DesFlags, Descriptor, Endpoint,
     Error, ErrorCallback, ErrorEvent, Expected, ExpectedSlot, MemHandle, Modex, Module, ModuleId,
     Order, Proc, RdmaCallback, RdmaCompletion, Received, RegRequest, RemoteHandle, Result,
-    SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, MAX_SEGMENTS,
+    SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, SilentPeer, Tag, MAX_SEGMENTS,
 };
 use rbtl_rcache::{Access, Rcache};
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Instant;
 
 /// Idle progress calls between two looks at the peers' liveness. A look costs a
 /// system call per peer: at this interval a rank that only polls makes one about every
@@ -861,23 +863,47 @@ impl Module for SmModule {
             .map_heap(remote, remote_handle, len, access, self.own.layout())
     }
 
+    /// Cross-memory attach completes at the call; the copy protocol waits for the
+    /// peers' replies, for as long as they reply: once every peer it waits for has
+    /// sent none for `btl_sm_flush_timeout` (a stopped or hung process),
+    /// [`Error::PeerTimeout`] names them and their operations stay pending.
     fn flush(&mut self, endpoint: Option<Endpoint>) -> Result<()> {
         if let Some(ep) = endpoint {
             self.peers
                 .get(ep.0 as usize)
                 .ok_or(Error::UnknownEndpoint(ep.0))?;
         }
+        let mut watch = FlushWatch::new(self.settings.flush_timeout);
+        let mut outcome = Ok(());
         while self.copy.pending_on(endpoint) {
-            if self.progress() == 0 {
+            let busy = self.progress() > 0;
+            if !busy {
                 // The peer serving the operation may need this processor.
                 std::thread::yield_now();
+            }
+            if watch.due(busy) {
+                let (waiting, answers) = self.copy.waiting(endpoint);
+                if let Some(silent) = watch.look(Instant::now(), waiting, answers) {
+                    outcome = Err(Error::PeerTimeout {
+                        peers: silent
+                            .into_iter()
+                            .map(|i| SilentPeer {
+                                endpoint: Endpoint(i as u32),
+                                rank: self.peers[i].rank,
+                            })
+                            .collect(),
+                        silent_for: watch.timeout(),
+                        param: FLUSH_TIMEOUT_PARAM,
+                    });
+                    break;
+                }
             }
         }
         // Completed operations' callbacks run before flush returns.
         while self.done.iter().any(|d| matches!(d, Done::Rdma(..))) {
             self.run_done();
         }
-        Ok(())
+        outcome
     }
 
     unsafe fn expect(&mut self, e: Expected) -> bool {

@@ -16,13 +16,14 @@ use super::published::Published;
 use super::sends::Sends;
 use super::slot::Sent;
 use super::wire::Limits;
-use super::{Refused, Settings, MAX_CHUNK, MODEX_KEY};
+use super::{Refused, Settings, FLUSH_TIMEOUT_PARAM, MAX_CHUNK, MODEX_KEY};
 use crate::done::Done;
+use crate::flush_watch::FlushWatch;
 use crate::keytable;
 use crate::registrations::{NoPin, Registrations};
 use crate::{
     Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorEvent, MemHandle, Modex, ModuleId,
-    Order, Proc, RdmaCallback, RegRequest, Result, SendError, SendOutcome, Tag,
+    Order, Proc, RdmaCallback, RegRequest, Result, SendError, SendOutcome, SilentPeer, Tag,
 };
 use rbtl_mpool::Region;
 use rbtl_rcache::Rcache;
@@ -150,12 +151,18 @@ impl Engine {
         let mut out = Vec::with_capacity(procs.len());
         for proc_ in procs {
             let r = proc_.rank;
-            if r == self.rank || r >= modex.size() {
+            if r == self.rank {
                 out.push(None);
                 continue;
             }
+            // A known peer is handed back whatever `modex` is (the one it came from
+            // knew it).
             if let Some(p) = self.net.peer_of(r) {
                 out.push((!self.net.peers[p].removed).then(|| endpoint(p)));
+                continue;
+            }
+            if r >= modex.size() {
+                out.push(None);
                 continue;
             }
             let Some(blob) = modex.lookup(r, MODEX_KEY)? else {
@@ -332,6 +339,29 @@ impl Engine {
                 .ok_or(Error::UnknownEndpoint(ep.0))?;
         }
         Ok(self.onesided.pending_on(ep))
+    }
+
+    /// At `now`, through `watch`: the error that ends a flush of `ep` (or of all), if
+    /// every peer it still waits for has sent no answer for the timeout.
+    pub fn silent_peers(
+        &self,
+        ep: Option<Endpoint>,
+        watch: &mut FlushWatch,
+        now: Instant,
+    ) -> Option<Error> {
+        let (waiting, answers) = self.onesided.waiting(ep);
+        let silent = watch.look(now, waiting, answers)?;
+        Some(Error::PeerTimeout {
+            peers: silent
+                .into_iter()
+                .map(|p| SilentPeer {
+                    endpoint: endpoint(p),
+                    rank: self.net.peers[p].rank,
+                })
+                .collect(),
+            silent_for: watch.timeout(),
+            param: FLUSH_TIMEOUT_PARAM,
+        })
     }
 
     // ---- Progress.

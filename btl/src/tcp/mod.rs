@@ -40,6 +40,19 @@
 //! and locking on the module for every call; this transport keeps everything on the
 //! caller's thread instead.
 //!
+//! `flush` waits for the answers to the operations it covers for as long as the peers
+//! it waits for answer (each answer, one per put or get chunk and per atomic, restarts
+//! that peer's count); once every one of them has sent none for
+//! `btl_tcp_flush_timeout` (milliseconds, default 60 s, at least 1), it returns
+//! [`Error::PeerTimeout`] naming them, after running the
+//! callbacks of what did complete. A stopped or hung process, or one that never calls
+//! progress, is such a peer: its kernel still acknowledges our bytes, so no socket
+//! error would ever end the wait. Its operations stay pending and complete if it
+//! answers later (a later flush waits again), or fail with `PeerFailed` when its link
+//! breaks or the caller removes it with `del_procs`. (UCX's `ud` ends such an
+//! endpoint itself after `UCX_UD_TIMEOUT`; here the caller decides, and loses nothing
+//! by waiting.)
+//!
 //! A blocking receive from one source with one tag may be handed to the module
 //! ([`Module::expect`]): the message is then copied from the link's buffer into the
 //! receiver's, from progress, without a callback.
@@ -106,6 +119,8 @@ use std::time::Duration;
 
 const NAME: &str = "tcp";
 const MODEX_KEY: &str = "btl.tcp";
+/// The parameter of [`Settings::flush_timeout`].
+pub const FLUSH_TIMEOUT_PARAM: &str = "btl_tcp_flush_timeout";
 
 /// Default attributes of the `tcp` transport.
 pub fn default_attributes() -> Attributes {
@@ -146,6 +161,9 @@ pub struct Settings {
     /// How long a link has to come up once this side needs it (our connection
     /// accepted and answered, or the peer's own after it declined ours).
     pub connect_timeout: Duration,
+    /// How long `flush` waits for peers that send no answer to its operations before
+    /// it returns [`Error::PeerTimeout`] (the operations stay pending).
+    pub flush_timeout: Duration,
     /// Bytes of each link's receive buffer.
     pub rx_bytes: usize,
     /// Most descriptors outstanding.
@@ -168,6 +186,7 @@ impl Default for Settings {
             rdma_chunk: 4 << 20,
             handshake_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(60),
+            flush_timeout: Duration::from_secs(60),
             rx_bytes: 256 << 10,
             max_frags: 256,
             max_registrations: 4096,
@@ -232,6 +251,7 @@ impl TcpComponent {
             rdma_chunk: config.size("btl_tcp_rdma_chunk")?,
             handshake_timeout: Duration::from_millis(count("btl_tcp_handshake_timeout")? as u64),
             connect_timeout: Duration::from_millis(count("btl_tcp_connect_timeout")? as u64),
+            flush_timeout: Duration::from_millis(count(FLUSH_TIMEOUT_PARAM)? as u64),
             rx_bytes: Settings::default().rx_bytes,
             max_frags: count("btl_tcp_free_list_max")?,
             max_registrations: count("btl_tcp_max_registrations")?,
@@ -248,6 +268,12 @@ impl TcpComponent {
                 "btl_tcp_connect_timeout = 0: give the milliseconds a link has to come up (at least 1)"
                     .into(),
             ));
+        }
+        if settings.flush_timeout.is_zero() {
+            return Err(Error::NotAvailable(format!(
+                "{FLUSH_TIMEOUT_PARAM} = 0: give the milliseconds flush waits for a peer that \
+                 does not answer (at least 1; a large value to wait longer)"
+            )));
         }
         if settings.rdma_chunk == 0 || settings.rdma_chunk > MAX_CHUNK {
             return Err(Error::NotAvailable(format!(
@@ -306,6 +332,13 @@ impl Component for TcpComponent {
                 "btl_tcp_connect_timeout",
                 Value::Int(d.connect_timeout.as_millis() as i64),
                 "milliseconds a link has to come up once needed (a peer that accepts the connection but never answers fails then)",
+            )?
+            .register(
+                FLUSH_TIMEOUT_PARAM,
+                Value::Int(d.flush_timeout.as_millis() as i64),
+                "milliseconds flush waits while the peers it waits for answer none of its puts, gets and atomics; \
+                 then it fails with PeerTimeout naming them and the operations stay pending (at least 1; \
+                 a peer that answers, however slowly, restarts its count)",
             )?
             .register(
                 "btl_tcp_free_list_max",

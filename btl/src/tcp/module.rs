@@ -9,6 +9,7 @@ use super::onesided::{Atomic, Transfer};
 use super::reader::{Delivery, Message, Reader};
 use super::{wire, Refused, Settings, NAME};
 use crate::done::Done;
+use crate::flush_watch::FlushWatch;
 use crate::{
     AmCallback, AmTable, AtomicOp, Attributes, DesFlags, Descriptor, Endpoint, Error,
     ErrorCallback, Expected, ExpectedSlot, MemHandle, Modex, Module, ModuleId, Order, Proc,
@@ -28,6 +29,8 @@ pub struct TcpModule {
     am: AmTable,
     expected: ExpectedSlot,
     error_cb: Option<ErrorCallback>,
+    /// How long `flush` waits for peers that answer nothing.
+    flush_timeout: Duration,
 }
 
 impl TcpModule {
@@ -39,6 +42,7 @@ impl TcpModule {
         modex: &mut dyn Modex,
     ) -> Result<TcpModule> {
         Ok(TcpModule {
+            flush_timeout: settings.flush_timeout,
             engine: Engine::new(&attrs, settings, interfaces, modex)?,
             attrs,
             reader: Reader::default(),
@@ -363,18 +367,35 @@ impl Module for TcpModule {
         self.engine.atomic(endpoint, a, callback)
     }
 
+    /// Waits for the answers to every operation towards `endpoint` (or all), for as
+    /// long as the peers it waits for answer; once every one of them has sent none for
+    /// `btl_tcp_flush_timeout` (a stopped or hung process, whose kernel still
+    /// acknowledges our bytes), [`Error::PeerTimeout`] names them and their operations
+    /// stay pending.
     fn flush(&mut self, endpoint: Option<Endpoint>) -> Result<()> {
+        let mut watch = FlushWatch::new(self.flush_timeout);
+        let mut outcome = Ok(());
         while self.engine.rdma_pending(endpoint)? {
-            if self.progress() == 0 {
+            let busy = self.progress() > 0;
+            if !busy {
                 // The peer serving the operation may need this processor.
                 std::thread::yield_now();
+            }
+            if watch.due(busy) {
+                if let Some(e) = self
+                    .engine
+                    .silent_peers(endpoint, &mut watch, Instant::now())
+                {
+                    outcome = Err(e);
+                    break;
+                }
             }
         }
         // Completed operations' callbacks run before flush returns.
         while self.engine.done.iter().any(|d| matches!(d, Done::Rdma(..))) {
             self.run_done();
         }
-        Ok(())
+        outcome
     }
 
     unsafe fn expect(&mut self, e: Expected) -> bool {

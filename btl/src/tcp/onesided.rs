@@ -9,6 +9,7 @@ use super::rdma::{self, Ops, Pending};
 use super::sink::Sink;
 use super::wire::{self, Frame};
 use crate::done::Done;
+use crate::flush_watch::Answers;
 use crate::keytable::{KeyTableView, HANDLE_SIZE};
 use crate::registrations::{NoPin, Reg};
 use crate::{
@@ -214,15 +215,18 @@ impl OneSided {
                 offset,
                 data_len,
             } => match self.ops.get_target(req, ep, offset, data_len) {
-                Some(at) => Handled::Stream(Sink::Get { at, left: data_len }),
+                Some(at) => {
+                    self.ops.answers.heard(p);
+                    Handled::Stream(Sink::Get { at, left: data_len })
+                }
                 None => Handled::Violation("data of no get"),
             },
             Frame::PutAck { req, status } => match self.ops.pending(req, ep) {
-                Some(Pending::Put) => self.chunk_done(req, status, done),
+                Some(Pending::Put) => self.chunk_done(p, req, status, done),
                 _ => Handled::Violation("an acknowledgement of no put"),
             },
             Frame::GetDone { req, status, .. } => match self.ops.pending(req, ep) {
-                Some(Pending::Get { .. }) => self.chunk_done(req, status, done),
+                Some(Pending::Get { .. }) => self.chunk_done(p, req, status, done),
                 _ => Handled::Violation("the end of no get"),
             },
             Frame::AtomicResp { req, old, status } => match self.ops.pending(req, ep) {
@@ -232,7 +236,7 @@ impl OneSided {
                         // with local-write access when the atomic started.
                         unsafe { width.store(at, old) };
                     }
-                    self.chunk_done(req, status, done)
+                    self.chunk_done(p, req, status, done)
                 }
                 _ => Handled::Violation("the answer of no atomic"),
             },
@@ -242,7 +246,15 @@ impl OneSided {
         }
     }
 
-    fn chunk_done(&mut self, req: u64, status: Result<()>, done: &mut VecDeque<Done>) -> Handled {
+    /// An answer from peer `p` ends a chunk of `req`.
+    fn chunk_done(
+        &mut self,
+        p: usize,
+        req: u64,
+        status: Result<()>,
+        done: &mut VecDeque<Done>,
+    ) -> Handled {
+        self.ops.answers.heard(p);
         if let Some((cb, completion)) = self.ops.chunk_done(req, status) {
             done.push_back(Done::Rdma(cb, completion));
         }
@@ -258,7 +270,14 @@ impl OneSided {
     }
 
     /// Whether an operation towards `ep` (or any) is in flight.
+    #[inline]
     pub fn pending_on(&self, ep: Option<Endpoint>) -> bool {
         self.ops.pending_on(ep)
+    }
+
+    /// The peers (endpoint indices) that operations in flight go to, among `ep` (or
+    /// all), and the answers each has sent so far.
+    pub fn waiting(&self, ep: Option<Endpoint>) -> (Vec<usize>, &Answers) {
+        (self.ops.waiting(ep).collect(), &self.ops.answers)
     }
 }

@@ -12,6 +12,7 @@
 
 use super::link::{self, GetReply, Head, Item};
 use super::wire::{Encoder, Kind};
+use crate::flush_watch::Answers;
 use crate::keyed_handle::{HandleFields, HANDLE_SIZE};
 use crate::keytable::KeyTableView;
 use crate::{
@@ -55,6 +56,10 @@ struct Op {
 pub struct Ops {
     ops: HashMap<u64, Op>,
     next: u64,
+    /// Per endpoint index: operations in flight towards it.
+    per_peer: Vec<u32>,
+    /// Per endpoint index: answers that came to our operations (what a flush watches).
+    pub answers: Answers,
 }
 
 /// A completion to run.
@@ -82,7 +87,21 @@ impl Ops {
             status: Ok(()),
         };
         self.ops.insert(self.next, op);
+        let p = endpoint.0 as usize;
+        if p >= self.per_peer.len() {
+            self.per_peer.resize(p + 1, 0);
+        }
+        self.per_peer[p] += 1;
         self.next
+    }
+
+    /// Take request `req` out of the operations in flight.
+    fn remove(&mut self, req: u64) -> Option<Op> {
+        let op = self.ops.remove(&req)?;
+        if let Some(n) = self.per_peer.get_mut(op.endpoint.0 as usize) {
+            *n -= 1;
+        }
+        Some(op)
     }
 
     /// What request `req` waits for, if it is in flight towards `endpoint`.
@@ -122,7 +141,7 @@ impl Ops {
         if op.chunks_left > 0 {
             return None;
         }
-        let op = self.ops.remove(&req)?;
+        let op = self.remove(req)?;
         Some(done(op))
     }
 
@@ -136,7 +155,7 @@ impl Ops {
             .collect();
         let mut out = Vec::with_capacity(reqs.len());
         for r in reqs {
-            if let Some(mut op) = self.ops.remove(&r) {
+            if let Some(mut op) = self.remove(r) {
                 op.status = Err(error());
                 out.push(done(op));
             }
@@ -145,10 +164,22 @@ impl Ops {
     }
 
     /// Whether an operation towards `endpoint` (or any) is in flight.
+    #[inline]
     pub fn pending_on(&self, endpoint: Option<Endpoint>) -> bool {
-        self.ops
-            .values()
-            .any(|op| endpoint.is_none_or(|e| e == op.endpoint))
+        match endpoint {
+            Some(e) => self.per_peer.get(e.0 as usize).is_some_and(|&n| n > 0),
+            None => !self.ops.is_empty(),
+        }
+    }
+
+    /// The endpoint indices that operations in flight go to (among `endpoint`, or all).
+    pub fn waiting(&self, endpoint: Option<Endpoint>) -> impl Iterator<Item = usize> + '_ {
+        let only = endpoint.map(|e| e.0 as usize);
+        self.per_peer
+            .iter()
+            .enumerate()
+            .filter(move |&(p, &n)| n > 0 && only.is_none_or(|o| o == p))
+            .map(|(p, _)| p)
     }
 }
 
@@ -422,5 +453,23 @@ mod tests {
         assert_eq!(failed.len(), 1);
         assert!(ops.pending_on(Some(Endpoint(2))));
         assert!(!ops.pending_on(Some(Endpoint(1))));
+    }
+
+    #[test]
+    fn the_peers_waited_for_are_those_with_operations_in_flight() {
+        let mut ops = Ops::default();
+        let a = ops.start(Endpoint(3), 0, 8, Pending::Put, 2, Box::new(|_, _| {}));
+        ops.start(Endpoint(0), 0, 8, Pending::Put, 1, Box::new(|_, _| {}));
+        ops.start(Endpoint(3), 0, 8, Pending::Put, 1, Box::new(|_, _| {}));
+        assert_eq!(ops.waiting(None).collect::<Vec<_>>(), vec![0, 3]);
+        assert_eq!(ops.waiting(Some(Endpoint(3))).collect::<Vec<_>>(), vec![3]);
+        assert_eq!(ops.waiting(Some(Endpoint(7))).count(), 0);
+        assert!(ops.chunk_done(a, Ok(())).is_none());
+        assert!(ops.chunk_done(a, Ok(())).is_some());
+        assert!(ops.pending_on(Some(Endpoint(3))), "one more towards 3");
+        ops.fail(Endpoint(3), || Error::Misaligned(0));
+        assert_eq!(ops.waiting(None).collect::<Vec<_>>(), vec![0]);
+        assert!(!ops.pending_on(Some(Endpoint(3))));
+        assert!(ops.pending_on(None));
     }
 }

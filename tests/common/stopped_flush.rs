@@ -1,0 +1,214 @@
+//! A flush that waits on a stopped peer, as a rank of a 3-rank job runs it over a
+//! transport whose put, get and atomics need the target's progress (`tcp`, and `sm`
+//! copying through its rings): shared by the test binaries of those transports.
+
+use rbtl::btl::{
+    Access, AtomicOp, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion, Tag,
+};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Exit with code 99 if this rank still runs after `limit`: a test of a hang fails by
+/// itself, in bounded time, with a code that says so.
+fn watchdog(limit: Duration) {
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        eprintln!("watchdog: still running after {limit:?}");
+        std::process::exit(99);
+    });
+}
+
+/// The state letter of process `pid` (`T` when stopped).
+fn process_state(pid: i32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_name = stat.rsplit(')').next().unwrap();
+    after_name.trim_start().chars().next().unwrap()
+}
+
+/// Sends SIGCONT to a process when dropped: a stopped rank runs again, whatever
+/// happens to the test.
+struct Continue(i32);
+
+impl Drop for Continue {
+    fn drop(&mut self) {
+        // SAFETY: a signal to a rank of this job.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+/// Progress until `done` holds (a hang guard fails after 60 s).
+fn wait(m: &mut dyn Module, what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        if m.progress() == 0 {
+            std::thread::yield_now();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "still waiting for {what}"
+        );
+    }
+}
+
+/// Senders of the messages that came on `tag`.
+fn senders(m: &mut dyn Module, tag: Tag) -> Arc<Mutex<Vec<Endpoint>>> {
+    let got: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
+    let g = got.clone();
+    m.register_am(
+        tag,
+        Box::new(move |_, r| g.lock().unwrap().push(r.endpoint)),
+    )
+    .unwrap();
+    got
+}
+
+fn send_byte(m: &mut dyn Module, ep: Endpoint, tag: Tag) {
+    let flags = rbtl::btl::DesFlags::empty();
+    m.sendi(ep, &[], &[1], Order::ANY, flags, tag).unwrap();
+}
+
+/// Rank 0 stops rank 1 (SIGSTOP: a process that answers nothing, while its kernel may
+/// still take what comes) with a put and a fetch-add pending there and a put pending
+/// to rank 2. `flush(None)` completes rank 2's, then, after the transport's flush
+/// timeout (`param`, which the job sets to 1 s), returns `PeerTimeout` naming rank 1
+/// alone, whose operations stay pending. Once rank 1 runs again (SIGCONT) they
+/// complete, the data and the fetched value in place, and a second flush returns `Ok`;
+/// no failure is reported. `m` reaches every rank of the job through `eps`.
+pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Job, param: &str) {
+    const HALF: usize = 32 << 10;
+    watchdog(Duration::from_secs(60));
+    let rank = job.rank;
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let s = seen.clone();
+    m.register_error(Box::new(move |e: &ErrorEvent| {
+        s.lock().unwrap().push(format!("{:?}: {}", e.rank, e.error))
+    }));
+    let ping = senders(m, Tag::USR);
+    let over = Tag(Tag::USR.0 + 1);
+    let done = senders(m, over);
+    // The first half takes puts, the second half's first word atomics (41 at first).
+    let mut mem = vec![0u8; 2 * HALF];
+    mem[HALF..HALF + 8].copy_from_slice(&41u64.to_le_bytes());
+    let mut result = vec![0u8; 8];
+    let all = Access::all();
+    // SAFETY: the buffers outlive their handles (dropped before them) and are not
+    // resized.
+    let (handle, result_handle) = unsafe {
+        (
+            m.register_mem(None, mem.as_mut_ptr() as usize, mem.len(), all)
+                .unwrap(),
+            m.register_mem(None, result.as_mut_ptr() as usize, 8, all)
+                .unwrap(),
+        )
+    };
+    let pattern: Vec<u8> = (0..HALF).map(|i| (i % 251) as u8).collect();
+    let mut blob = std::process::id().to_le_bytes().to_vec();
+    blob.extend_from_slice(&(mem.as_ptr() as u64).to_le_bytes());
+    blob.extend_from_slice(handle.remote().as_bytes());
+    job.modex.publish("stopped", &blob).unwrap();
+    job.modex.fence().unwrap();
+    if rank != 0 {
+        // (A transport that connects on first use connects now.)
+        send_byte(m, eps[0].unwrap(), Tag::USR);
+        wait(m, "rank 0's end", || !done.lock().unwrap().is_empty());
+        if rank == 1 {
+            assert_eq!(&mem[..HALF], &pattern[..], "the put landed");
+            assert_eq!(
+                mem[HALF..HALF + 8],
+                42u64.to_le_bytes(),
+                "the fetch-add too"
+            );
+        }
+    } else {
+        let (ep1, ep2) = (eps[1].unwrap(), eps[2].unwrap());
+        wait(m, "both peers", || ping.lock().unwrap().len() == 2);
+        let mut theirs = |r: u32| {
+            let b = job.modex.lookup(r, "stopped").unwrap().unwrap();
+            let pid = u32::from_le_bytes(b[..4].try_into().unwrap()) as i32;
+            let (addr, rh) = rbtl_contract::remote_of(&b[4..]);
+            (pid, addr, rh)
+        };
+        let (pid1, addr1, rh1) = theirs(1);
+        let (_, addr2, rh2) = theirs(2);
+        mem[..HALF].copy_from_slice(&pattern);
+        // SAFETY: a signal to rank 1 of this job; `resume` sends SIGCONT in any case.
+        assert_eq!(unsafe { libc::kill(pid1, libc::SIGSTOP) }, 0);
+        let resume = Continue(pid1);
+        let stopping = Instant::now();
+        while process_state(pid1) != 'T' {
+            assert!(
+                stopping.elapsed() < Duration::from_secs(10),
+                "rank 1 did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let completed: Arc<Mutex<Vec<(u32, String)>>> = Arc::default();
+        let cb = |to: u32| -> RdmaCallback {
+            let c = completed.clone();
+            Box::new(move |_, r: RdmaCompletion| {
+                c.lock().unwrap().push((to, format!("{:?}", r.status)));
+            })
+        };
+        let (l, order) = (mem.as_ptr() as usize, Order::ANY);
+        m.put(ep1, l, addr1, &handle, &rh1, HALF, 0, order, cb(1))
+            .unwrap();
+        let (r, word) = (result.as_mut_ptr() as usize, addr1 + HALF as u64);
+        m.atomic_fop(
+            ep1,
+            r,
+            word,
+            &result_handle,
+            &rh1,
+            AtomicOp::Add,
+            1,
+            0,
+            order,
+            cb(1),
+        )
+        .unwrap();
+        m.put(ep2, l, addr2, &handle, &rh2, HALF, 0, order, cb(2))
+            .unwrap();
+        let start = Instant::now();
+        let e = m.flush(None).expect_err("rank 1 is stopped");
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_secs(1) && took < Duration::from_secs(20),
+            "flush gave up after {took:?}, for a timeout of 1 s"
+        );
+        match &e {
+            Error::PeerTimeout {
+                peers,
+                silent_for,
+                param: named,
+            } => {
+                assert_eq!(peers.len(), 1, "{e}");
+                assert_eq!((peers[0].endpoint, peers[0].rank), (ep1, 1), "{e}");
+                assert_eq!((*silent_for, *named), (Duration::from_secs(1), param));
+            }
+            other => panic!("expected PeerTimeout, got {other:?}"),
+        }
+        assert_eq!(
+            *completed.lock().unwrap(),
+            [(2, "Ok(())".to_string())],
+            "rank 2's put completed, rank 1's operations are pending"
+        );
+        m.flush(Some(ep2)).expect("nothing waits on rank 2");
+        drop(resume);
+        m.flush(Some(ep1)).expect("rank 1 answers again");
+        let mut got = completed.lock().unwrap().clone();
+        got.sort();
+        let ok = |to: u32| (to, "Ok(())".to_string());
+        assert_eq!(got, [ok(1), ok(1), ok(2)]);
+        assert_eq!(result, 41u64.to_le_bytes(), "the fetch-add fetched");
+        assert!(
+            seen.lock().unwrap().is_empty(),
+            "{:?}",
+            seen.lock().unwrap()
+        );
+        send_byte(m, ep1, over);
+        send_byte(m, ep2, over);
+    }
+    // Every rank has its message before any ends.
+    job.modex.fence().unwrap();
+    drop((handle, result_handle));
+}
