@@ -150,6 +150,7 @@ pub fn invalidate_everywhere(base: usize, len: usize) -> usize {
 ///     type Handle = ();
 ///     fn register(&self, _: usize, _: usize, _: Access) -> Result<(), RegistrarError> { Ok(()) }
 ///     fn deregister(&self, _: ()) {}
+///     fn pins_pages(&self) -> bool { false }
 /// }
 ///
 /// fn main() {

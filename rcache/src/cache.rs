@@ -37,7 +37,10 @@ impl<H> DerefMut for Locked<'_, H> {
 pub struct Rcache<R: Registrar> {
     registrar: R,
     options: Options,
-    /// The memory monitor, when `options.monitor` asked for it and it runs.
+    /// Registrations are kept idle only where the monitor watches them: the registrar
+    /// pins pages and `options.monitor` asks for the monitor.
+    follows_monitor: bool,
+    /// The memory monitor, when the cache follows it and it runs.
     monitor: Option<&'static Monitor>,
     state: Mutex<State<R::Handle>>,
 }
@@ -52,11 +55,19 @@ impl<R: Registrar> fmt::Debug for Rcache<R> {
 }
 
 impl<R: Registrar> Rcache<R> {
-    /// Creates a cache that registers through `registrar`. With
-    /// [`Options::monitor`], the cache follows the process's memory monitor (started
-    /// on first use, see [`monitor`]); when none runs, it keeps nothing idle.
+    /// Creates a cache that registers through `registrar`.
+    ///
+    /// When the registrar pins pages ([`Registrar::pins_pages`]) and
+    /// [`Options::monitor`] asks for it, the cache follows the process's memory
+    /// monitor (started on first use, see [`monitor`]) and keeps idle only the
+    /// registrations it watches: none when no monitor runs. A registrar that pins
+    /// nothing gets no monitor whatever `options.monitor` says: its registrations
+    /// cannot reach pages that left, so its cache watches nothing, asks the kernel
+    /// nothing before a lookup, and keeps idle registrations as
+    /// [`Options::leave_pinned`] alone says.
     pub fn new(registrar: R, options: Options) -> Arc<Self> {
-        let monitor = if options.monitor {
+        let follows_monitor = options.monitor && registrar.pins_pages();
+        let monitor = if follows_monitor {
             match monitor::get() {
                 Ok(m) if m.usable() => Some(m),
                 Ok(_) => None,
@@ -71,6 +82,7 @@ impl<R: Registrar> Rcache<R> {
         let cache = Arc::new(Rcache {
             registrar,
             options,
+            follows_monitor,
             monitor,
             state: Mutex::new(State::new()),
         });
@@ -93,8 +105,9 @@ impl<R: Registrar> Rcache<R> {
         }
     }
 
-    /// Whether the memory monitor keeps this cache's idle registrations safe to reuse
-    /// (false when the cache did not ask for it or none runs).
+    /// Whether the memory monitor keeps this cache's idle registrations safe to reuse:
+    /// false when the registrar pins no pages (no monitor is needed), when the cache
+    /// did not ask for the monitor, or when none runs.
     pub fn is_monitored(&self) -> bool {
         self.monitor.is_some_and(|m| m.usable())
     }
@@ -254,7 +267,8 @@ impl<R: Registrar> Rcache<R> {
         // Watch before registering: an unmap from now on reaches the cache after the
         // entry is in (applying it needs this cache's lock).
         let watched = self.monitor.is_some_and(|m| m.watch(base, len));
-        let kept_from_children = self.registrar.pins_pages() && fork::keep_from_children(base, len);
+        let kept_from_children =
+            self.registrar.keep_from_children() && fork::keep_from_children(base, len);
         let undo = || {
             if watched {
                 if let Some(m) = self.monitor {
@@ -366,10 +380,10 @@ impl<R: Registrar> Rcache<R> {
     }
 
     /// Whether an idle registration may wait on the LRU list: `leave_pinned`, and
-    /// (when the cache asked for the monitor) the monitor watches it.
+    /// (when the cache follows the monitor) the monitor watches it.
     fn keeps_idle(&self, entry: &Entry<R::Handle>) -> bool {
         self.options.leave_pinned
-            && (!self.options.monitor
+            && (!self.follows_monitor
                 || (entry.watched && self.monitor.is_some_and(|m| m.usable())))
     }
 

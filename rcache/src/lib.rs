@@ -18,7 +18,9 @@
 //!   unreachable at once (the memory was freed or remapped); idle ones are
 //!   deregistered immediately, in-use ones when their last user lets go.
 //!   The [`monitor`] calls it whoever unmaps the memory (userfaultfd events, applied
-//!   before each lookup); the [`auto`] module can call it from a global allocator.
+//!   before each lookup) for caches whose registrar pins pages
+//!   ([`Registrar::pins_pages`]); the [`auto`] module can call it from a global
+//!   allocator.
 //! * Limits on pinned bytes and on the number of registrations are enforced
 //!   by evicting idle registrations in LRU order, and a registrar's
 //!   [`RegistrarError::OutOfResources`] triggers evict-one-and-retry

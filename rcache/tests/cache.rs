@@ -315,6 +315,9 @@ fn other_registrar_errors_are_not_retried() {
         fn deregister(&self, _: ()) {
             panic!("nothing was registered");
         }
+        fn pins_pages(&self) -> bool {
+            false
+        }
     }
     let c = Rcache::new(Failing, UNMONITORED);
     let err = c.register(B, 1, R).unwrap_err();
@@ -468,6 +471,12 @@ fn dropping_the_cache_deregisters_everything() {
         }
         fn deregister(&self, h: Self::Handle) {
             self.0.deregister(h)
+        }
+        fn pins_pages(&self) -> bool {
+            self.0.pins_pages()
+        }
+        fn keep_from_children(&self) -> bool {
+            self.0.keep_from_children()
         }
     }
     let inner = Arc::new(TestRegistrar::new());

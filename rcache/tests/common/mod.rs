@@ -40,6 +40,10 @@ struct Inner {
 /// Keeps the set of live registrations, panics on double or unknown
 /// deregistration, can refuse with OutOfResources past a pinned total, and
 /// numbers registrations with a strictly increasing sequence (from 1).
+///
+/// It stands for a device's registrar (it says it pins pages, so a cache asking for
+/// the monitor would follow it) but asks for no `MADV_DONTFORK`: its ranges are made
+/// up, or the test's own heap.
 #[derive(Default)]
 pub struct TestRegistrar {
     inner: Mutex<Inner>,
@@ -131,5 +135,13 @@ impl Registrar for TestRegistrar {
         g.pinned -= h.len;
         g.deregisters += 1;
         g.dereg_order.push(h.seq);
+    }
+
+    fn pins_pages(&self) -> bool {
+        true
+    }
+
+    fn keep_from_children(&self) -> bool {
+        false
     }
 }
