@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use rbtl_rcache::{Access, Registrar, RegistrarError};
 
@@ -143,5 +143,25 @@ impl Registrar for TestRegistrar {
 
     fn keep_from_children(&self) -> bool {
         false
+    }
+}
+
+/// A [`TestRegistrar`] the test keeps a reference to, to look at it after the cache is
+/// gone.
+pub struct Shared(pub Arc<TestRegistrar>);
+
+impl Registrar for Shared {
+    type Handle = TestHandle;
+    fn register(&self, b: usize, l: usize, a: Access) -> Result<TestHandle, RegistrarError> {
+        self.0.register(b, l, a)
+    }
+    fn deregister(&self, h: TestHandle) {
+        self.0.deregister(h)
+    }
+    fn pins_pages(&self) -> bool {
+        self.0.pins_pages()
+    }
+    fn keep_from_children(&self) -> bool {
+        self.0.keep_from_children()
     }
 }
