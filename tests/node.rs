@@ -42,7 +42,7 @@ fn rank_role_entry() {
         "sm_remap" => {
             let (m, eps, job) = sm_module();
             let ep = eps[(job.rank ^ 1) as usize].expect("sm reaches the peer");
-            stale::remap_and_fork(m, ep, job, true);
+            stale::remap_and_fork(m, ep, job, false);
         }
         "msg_remap" => stale::role_msg_remap(&[]),
         "sm_stopped_flush" => {

@@ -105,7 +105,7 @@ fn role_remap(cpc: &str) {
         .collect();
     let eps = m.add_procs(&procs, job.modex.as_mut()).unwrap();
     let ep = eps[(job.rank ^ 1) as usize].expect("openib reaches the peer");
-    stale::remap_and_fork(m, ep, job, false);
+    stale::remap_and_fork(m, ep, job, true);
 }
 
 /// A put with a forged remote key: an error completion, and the target unchanged

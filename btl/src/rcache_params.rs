@@ -2,11 +2,16 @@
 //! `rcache_grdma_*`; UCX: `UCX_RCACHE_*`, `UCX_MEM_EVENTS`), shared by every transport
 //! that registers.
 //!
-//! `rcache_leave_pinned` defaults to on exactly where the memory monitor runs
-//! (`rbtl_rcache::monitor`): there no registration of freed memory can be reused,
-//! whoever frees it. Where it does not run, the default is off and the reason is
-//! logged; a cache that asked for the monitor keeps nothing idle then even if
-//! `rcache_leave_pinned` is set.
+//! The memory monitor (`rbtl_rcache::monitor`) serves only caches whose registrations
+//! pin pages (`openib`): there a cached registration of freed memory would point the
+//! device at the old pages, so such a transport's `leave_pinned` defaults to on exactly
+//! where the monitor runs ([`leave_pinned`]; off elsewhere, with the reason logged), and
+//! its cache keeps nothing idle without the monitor even if `leave_pinned` is set. The
+//! caches of `self`, `sm` and `tcp` pin nothing ([`NoPin`]): a transfer resolves the
+//! address anew, so they need no monitor and `rcache_leave_pinned`, which they follow,
+//! defaults to on everywhere.
+//!
+//! [`NoPin`]: crate::registrations::NoPin
 
 use crate::Result;
 use rbtl_config::{Config, Registry, Source, Value};
@@ -16,23 +21,23 @@ use rbtl_rcache::{monitor, Options};
 const MONITORS: [&str; 2] = ["userfaultfd", "none"];
 
 /// Register `rcache_leave_pinned`, `rcache_monitor`, `rcache_max_pinned_bytes` and
-/// `rcache_max_entries`. Starts the memory monitor (to know the default of
-/// `rcache_leave_pinned`).
+/// `rcache_max_entries`.
 pub fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
     let d = Options::default();
     registry
         .register(
             "rcache_leave_pinned",
-            Value::Bool(monitor::status().is_running()),
-            "keep idle registrations for reuse (least recently used evicted first); the \
-             default is on where the memory monitor runs (rbtl_info says), off elsewhere",
+            Value::Bool(d.leave_pinned),
+            "keep idle registrations of self, sm and tcp for reuse (the oldest not used \
+             since evicted first); safe without a memory monitor, as they pin nothing",
         )?
         .register(
             "rcache_monitor",
             Value::Str(MONITORS[0].into()),
-            "what tells the registration cache about memory leaving the address space: \
-             userfaultfd (whoever unmaps it), or none (the program reports it through \
-             rbtl_rcache::auto; then keep rcache_leave_pinned off unless it does)",
+            "what tells caches of registrations that pin pages (openib) about memory \
+             leaving the address space: userfaultfd (whoever unmaps it), or none (the \
+             program reports it through rbtl_rcache::auto; then keep \
+             btl_openib_leave_pinned off unless it does)",
         )?
         .register(
             "rcache_max_pinned_bytes",
@@ -67,8 +72,9 @@ pub fn monitor_status(config: &Config) -> Result<monitor::Status> {
     })
 }
 
-/// `leave_pinned` as configured: an explicit setting stands; the default follows the
-/// monitor the configuration gives (logging why it is off).
+/// `leave_pinned` of a transport whose registrations pin pages, as configured in
+/// `name`: an explicit setting stands; the default follows the monitor the
+/// configuration gives (logging why it is off).
 pub fn leave_pinned(config: &Config, name: &str) -> Result<bool> {
     let (_, source) = config.value(name)?;
     let set = config.bool(name)?;
@@ -82,11 +88,13 @@ pub fn leave_pinned(config: &Config, name: &str) -> Result<bool> {
     Ok(status.is_running())
 }
 
-/// The cache options these parameters give.
+/// The cache options these parameters give (`leave_pinned` from
+/// `rcache_leave_pinned`: a transport whose registrations pin pages sets its own
+/// through [`leave_pinned`]).
 pub fn options(config: &Config) -> Result<Options> {
     let max_entries = config.int("rcache_max_entries")?;
     Ok(Options {
-        leave_pinned: leave_pinned(config, "rcache_leave_pinned")?,
+        leave_pinned: config.bool("rcache_leave_pinned")?,
         max_pinned_bytes: config.size("rcache_max_pinned_bytes")?,
         max_entries: usize::try_from(max_entries).map_err(|_| {
             crate::Error::NotAvailable(format!("rcache_max_entries = {max_entries} must be >= 0"))

@@ -11,7 +11,12 @@ use std::any::Any;
 pub use crate::request::check_span;
 use std::sync::{Arc, Mutex};
 
-/// The registrar of memory that needs no pinning (processes on one node).
+/// The registrar of memory that needs no pinning: `self`, `sm` and `tcp` address a
+/// registered buffer by its virtual address at the time of each transfer (a memcpy,
+/// `process_vm_readv/writev`, a socket), so a registration never reaches pages that
+/// left the address space. Its cache therefore follows no memory monitor: nothing is
+/// watched, no lookup asks the kernel anything, and idle registrations are kept as
+/// `rcache_leave_pinned` says.
 #[derive(Debug)]
 pub struct NoPin;
 
@@ -23,6 +28,10 @@ impl Registrar for NoPin {
     }
 
     fn deregister(&self, _handle: ()) {}
+
+    fn pins_pages(&self) -> bool {
+        false
+    }
 }
 
 /// A module's live registrations.
@@ -113,5 +122,33 @@ impl Registrations {
             entry.remote,
             Box::new(inner),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NoPin;
+    use rbtl_rcache::{monitor, Access, Options, Rcache};
+
+    /// With the default options, which ask for the monitor (running here), a cache over
+    /// `NoPin` watches nothing and still keeps what is released.
+    #[test]
+    fn a_cache_over_no_pin_follows_no_monitor() {
+        let cache = Rcache::new(NoPin, Options::default());
+        assert!(!cache.is_monitored(), "{}", monitor::status());
+        let buf = vec![0u8; 1 << 16];
+        let (base, len) = (buf.as_ptr() as usize, buf.len());
+        let r = cache.register(base, len, Access::LOCAL_READ).unwrap();
+        assert!(!r.is_watched());
+        assert!(
+            !monitor::is_watched(base, len),
+            "no userfaultfd registration"
+        );
+        drop(r);
+        let s = cache.stats();
+        assert_eq!((s.entries, s.idle_entries), (1, 1), "kept idle: {s:?}");
+        let again = cache.register(base + 100, 100, Access::LOCAL_READ).unwrap();
+        assert_eq!(cache.stats().hits, 1);
+        drop((again, buf));
     }
 }

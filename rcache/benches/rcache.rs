@@ -4,8 +4,12 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use rbtl_rcache::{page_size, Access, Options, Rcache, Registrar, RegistrarError};
 
-/// Registers nothing: fake address ranges are fine.
-struct Nop;
+/// Registers nothing: fake address ranges are fine. `pins` is what it says of its
+/// registrations: false as the registrar of `sm`, `tcp` and `self` (its cache needs no
+/// memory monitor), true as a device's (its cache follows the monitor).
+struct Nop {
+    pins: bool,
+}
 
 impl Registrar for Nop {
     type Handle = usize;
@@ -13,7 +17,17 @@ impl Registrar for Nop {
         Ok(base)
     }
     fn deregister(&self, _handle: usize) {}
+    fn pins_pages(&self) -> bool {
+        self.pins
+    }
+    /// No `MADV_DONTFORK` on a miss: the monitored benches time the monitor alone.
+    fn keep_from_children(&self) -> bool {
+        false
+    }
 }
+
+/// The registrar of a cache without monitor.
+const UNPINNED: Nop = Nop { pins: false };
 
 const N: usize = 10_000;
 const BASE: usize = 0x1000_0000;
@@ -23,16 +37,16 @@ fn range(i: usize) -> usize {
     BASE + i * 2 * page_size()
 }
 
-/// Made-up addresses: no monitor can watch them (the cache structure alone is timed).
+/// Made-up addresses under a registrar that pins nothing, so no monitor (the cache
+/// structure alone is timed), as the caches of `sm`, `tcp` and `self` with the
+/// default options.
 fn unmonitored() -> Options {
-    Options {
-        monitor: false,
-        ..Options::default()
-    }
+    Options::default()
 }
 
 fn filled(options: Options) -> std::sync::Arc<Rcache<Nop>> {
-    let cache = Rcache::new(Nop, options);
+    let cache = Rcache::new(UNPINNED, options);
+    assert!(!cache.is_monitored());
     for i in 0..N {
         drop(
             cache
@@ -60,7 +74,7 @@ fn benches(c: &mut Criterion) {
     // leave_pinned off: 10k registrations held in use, each fresh range is a
     // miss, registered, released and deregistered.
     let cache = Rcache::new(
-        Nop,
+        UNPINNED,
         Options {
             leave_pinned: false,
             ..unmonitored()
@@ -120,7 +134,7 @@ fn map(len: usize) -> usize {
 fn monitored(c: &mut Criterion) {
     let rw = Access::LOCAL_READ;
     let ps = page_size();
-    let cache = Rcache::new(Nop, Options::default());
+    let cache = Rcache::new(Nop { pins: true }, Options::default());
     if !cache.is_monitored() {
         eprintln!("no memory monitor: {}", rbtl_rcache::monitor::status());
         return;
@@ -177,9 +191,8 @@ fn monitored(c: &mut Criterion) {
         "mmap + register + release + munmap of an unwatched page (baseline)",
         |b| {
             let plain = Rcache::new(
-                Nop,
+                UNPINNED,
                 Options {
-                    monitor: false,
                     leave_pinned: false,
                     ..Options::default()
                 },

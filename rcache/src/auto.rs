@@ -61,6 +61,7 @@ thread_local! {
 pub(crate) struct BusyGuard(());
 
 impl BusyGuard {
+    #[inline]
     pub(crate) fn enter() -> Self {
         let _ = BUSY.try_with(|b| b.set(b.get() + 1));
         BusyGuard(())
@@ -68,11 +69,13 @@ impl BusyGuard {
 }
 
 impl Drop for BusyGuard {
+    #[inline]
     fn drop(&mut self) {
         let _ = BUSY.try_with(|b| b.set(b.get().saturating_sub(1)));
     }
 }
 
+#[inline]
 pub(crate) fn busy() -> bool {
     BUSY.try_with(|b| b.get() > 0).unwrap_or(true)
 }
@@ -150,6 +153,7 @@ pub fn invalidate_everywhere(base: usize, len: usize) -> usize {
 ///     type Handle = ();
 ///     fn register(&self, _: usize, _: usize, _: Access) -> Result<(), RegistrarError> { Ok(()) }
 ///     fn deregister(&self, _: ()) {}
+///     fn pins_pages(&self) -> bool { false }
 /// }
 ///
 /// fn main() {

@@ -1,10 +1,8 @@
 //! The registrations behind the cache lock: a slab of slots, the interval index over
 //! the valid ones (by base address, with a multiset of their lengths), a page map for
-//! constant-time hits, and the LRU list of idle ones (intrusive `prev`/`next` indices
-//! in the slots).
+//! constant-time hits, and the list the eviction sweeps (`lru.rs`).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 
 use rustc_hash::FxHashMap;
 use slab::Slab;
@@ -20,13 +18,15 @@ const MAPPED_PAGES: usize = 16;
 
 pub(crate) struct Slot<H> {
     /// Boxed so that its address stays put while the slab grows: a [`Registration`]
-    /// points to it for as long as it holds a reference (`users > 0`).
+    /// points to it for as long as it counts among its users.
     ///
     /// [`Registration`]: crate::Registration
     pub(crate) entry: Box<Entry<H>>,
-    pub(crate) users: usize,
     pub(crate) indexed: bool,
+    /// On the eviction list (registrations the cache keeps idle, while reachable).
     pub(crate) in_lru: bool,
+    /// Hit since the eviction sweep last passed it: it gets a second chance.
+    pub(crate) referenced: bool,
     pub(crate) prev: usize,
     pub(crate) next: usize,
 }
@@ -38,7 +38,8 @@ pub(crate) enum Lookup {
 }
 
 /// Everything behind the cache lock. Invariant: a slot is removed from the slab only
-/// with `users == 0`, so the entry a live `Registration` points to stays in place.
+/// by whoever retires it (see `users.rs`): never while a `Registration` counts among
+/// its users, so the entry a live one points to stays in place.
 pub(crate) struct State<H> {
     pub(crate) slots: Slab<Slot<H>>,
     pub(crate) index: BTreeMap<(usize, u64), usize>,
@@ -49,8 +50,13 @@ pub(crate) struct State<H> {
     page_shift: u32,
     pub(crate) lru_head: usize,
     pub(crate) lru_tail: usize,
+    pub(crate) lru_len: usize,
     pub(crate) next_id: u64,
+    /// The counters; `idle_entries` is counted when the stats are taken.
     pub(crate) stats: Stats,
+    /// The cache was dropped while registrations were in use: the last one retired
+    /// frees it (see `Core::close`).
+    pub(crate) closed: bool,
 }
 
 impl<H> State<H> {
@@ -63,8 +69,10 @@ impl<H> State<H> {
             page_shift: page_size().trailing_zeros(),
             lru_head: NIL,
             lru_tail: NIL,
+            lru_len: 0,
             next_id: 1,
             stats: Stats::default(),
+            closed: false,
         }
     }
 
@@ -83,17 +91,22 @@ impl<H> State<H> {
         first..first + if n <= MAPPED_PAGES { n } else { 1 }
     }
 
+    /// Inserts a new registration (with its first user) into the index, and onto the
+    /// eviction list when the cache keeps it idle once released.
     pub(crate) fn insert_slot(&mut self, entry: Box<Entry<H>>) -> usize {
-        let (base, len, id) = (entry.base, entry.len, entry.id);
+        let (base, len, id, keep_idle) = (entry.base, entry.len, entry.id, entry.keep_idle);
         let slot = Slot {
             entry,
-            users: 1,
             indexed: true,
             in_lru: false,
+            referenced: false,
             prev: NIL,
             next: NIL,
         };
         let i = self.slots.insert(slot);
+        if keep_idle {
+            self.lru_push_back(i);
+        }
         self.index.insert((base, id), i);
         for p in self.mapped_pages(base, len) {
             self.pages.insert(p, i);
@@ -104,14 +117,19 @@ impl<H> State<H> {
         i
     }
 
-    /// Removes slot `i` from the index and marks it invalid (idempotent).
-    pub(crate) fn unindex(&mut self, i: usize) {
-        let s = self.slot_mut(i);
-        if !s.indexed {
-            return;
+    /// Makes slot `i` unreachable: out of the index and off the eviction list, its
+    /// entry `DEAD`. True when it has no users, so that the caller retires it now
+    /// ([`State::retire`]); false when a user will (or when it was unreachable already).
+    pub(crate) fn unindex(&mut self, i: usize) -> bool {
+        if !self.slot(i).indexed {
+            return false;
         }
+        if self.slot(i).in_lru {
+            self.lru_remove(i);
+        }
+        let s = self.slot_mut(i);
         s.indexed = false;
-        s.entry.valid.store(false, Ordering::Release);
+        let retire = s.entry.users.kill();
         let (base, len, id) = (s.entry.base, s.entry.len, s.entry.id);
         self.index.remove(&(base, id));
         for p in self.mapped_pages(base, len) {
@@ -125,56 +143,17 @@ impl<H> State<H> {
                 self.lens.remove(&len);
             }
         }
+        retire
     }
 
-    /// Frees slot `i` (unused, unindexed, off the LRU) and returns its entry.
+    /// Frees slot `i` (unreachable, no users: its retirer calls this) and returns its
+    /// entry.
     pub(crate) fn retire(&mut self, i: usize) -> Box<Entry<H>> {
         let s = self.slots.remove(i);
-        debug_assert!(s.users == 0 && !s.in_lru && !s.indexed);
+        debug_assert!(!s.in_lru && !s.indexed && s.entry.users.is_dead());
         self.stats.bytes_pinned -= s.entry.len;
         self.stats.entries -= 1;
         s.entry
-    }
-
-    pub(crate) fn lru_push_back(&mut self, i: usize) {
-        let tail = self.lru_tail;
-        {
-            let s = self.slot_mut(i);
-            debug_assert!(!s.in_lru);
-            s.in_lru = true;
-            s.prev = tail;
-            s.next = NIL;
-        }
-        if tail == NIL {
-            self.lru_head = i;
-        } else {
-            self.slot_mut(tail).next = i;
-        }
-        self.lru_tail = i;
-        self.stats.idle_entries += 1;
-    }
-
-    pub(crate) fn lru_remove(&mut self, i: usize) {
-        let (prev, next) = {
-            let s = self.slot_mut(i);
-            debug_assert!(s.in_lru);
-            s.in_lru = false;
-            let pn = (s.prev, s.next);
-            s.prev = NIL;
-            s.next = NIL;
-            pn
-        };
-        if prev == NIL {
-            self.lru_head = next;
-        } else {
-            self.slot_mut(prev).next = next;
-        }
-        if next == NIL {
-            self.lru_tail = prev;
-        } else {
-            self.slot_mut(next).prev = prev;
-        }
-        self.stats.idle_entries -= 1;
     }
 
     pub(crate) fn max_len(&self) -> usize {

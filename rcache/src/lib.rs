@@ -12,22 +12,31 @@
 //!   one (a miss).
 //! * [`Registration`] is reference counted: [`Clone`] adds a reference and
 //!   [`Drop`] releases one. When the last one goes the registration either
-//!   waits on an LRU list (`leave_pinned`, Open MPI's `mpi_leave_pinned`) or
+//!   stays registered for reuse (`leave_pinned`, Open MPI's `mpi_leave_pinned`) or
 //!   is deregistered at once.
 //! * [`Rcache::invalidate`] makes every registration overlapping a range
 //!   unreachable at once (the memory was freed or remapped); idle ones are
 //!   deregistered immediately, in-use ones when their last user lets go.
 //!   The [`monitor`] calls it whoever unmaps the memory (userfaultfd events, applied
-//!   before each lookup); the [`auto`] module can call it from a global allocator.
+//!   before each lookup) for caches whose registrar pins pages
+//!   ([`Registrar::pins_pages`]); the [`auto`] module can call it from a global
+//!   allocator.
 //! * Limits on pinned bytes and on the number of registrations are enforced
-//!   by evicting idle registrations in LRU order, and a registrar's
+//!   by evicting idle registrations (second chance, oldest first), and a registrar's
 //!   [`RegistrarError::OutOfResources`] triggers evict-one-and-retry
 //!   (grdma's `mca_rcache_grdma_evict` loop).
 //!
 //! # Locking
 //!
-//! One [`Mutex`](std::sync::Mutex) guards the index, the LRU list and the counters. The
-//! registrar's `register` and `deregister` are called **while that lock is
+//! One [`Mutex`](std::sync::Mutex) guards the index, the eviction list and the
+//! counters. A lookup takes it once; releasing a registration does not, unless it
+//! retires it (the last user of an invalidated registration, or any release in a cache
+//! that keeps nothing idle): each registration counts its users and whether it is
+//! unreachable in one atomic word, and whoever brings it to "unused and unreachable"
+//! retires it, exactly once. A hit neither moves the registration on the eviction list
+//! nor counts a reference to the cache.
+//!
+//! The registrar's `register` and `deregister` are called **while that lock is
 //! held**: concurrent misses on the same range therefore register once, not
 //! twice, at the price of serialising registrar calls of one cache. A
 //! registrar must not call back into the same cache (that would deadlock),
@@ -45,22 +54,27 @@
 //! registrations of similar sizes `k` is 1 or 2; one huge registration makes
 //! `k` grow with the number of registrations that start inside it.
 //! [`Rcache::invalidate`] costs `O(log n + k + m)` with `m` the number of
-//! registrations invalidated. LRU operations are `O(1)` (a `slab` of slots with
-//! intrusive `prev`/`next` indices).
+//! registrations invalidated. A hit and a release cost `O(1)` and leave the eviction
+//! list alone (a `slab` of slots with intrusive `prev`/`next` indices); an eviction
+//! sweeps past registrations in use or hit since its last pass, each at most twice.
+//! [`Rcache::stats`] visits every registration kept for reuse to count the idle ones.
 #![warn(missing_docs)]
 
 mod access;
 pub mod auto;
 mod cache;
+mod core;
 mod error;
 mod fork;
 mod index;
+mod lru;
 pub mod monitor;
 mod options;
 mod page;
 mod registrar;
 mod registration;
 mod stats;
+mod users;
 
 pub use access::{libfabric, Access};
 pub use cache::Rcache;

@@ -3,50 +3,66 @@
 
 use std::fmt;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
+use crate::core::Core;
+use crate::users::{Released, Users};
 #[cfg(doc)]
-use crate::auto;
-use crate::{Access, Rcache, Registrar};
+use crate::{auto, Rcache};
+use crate::{Access, Registrar};
 
-/// Shared, immutable part of one registration.
+/// Shared, immutable part of one registration (but for its users).
 pub(crate) struct Entry<H> {
     pub(crate) base: usize,
     pub(crate) len: usize,
     pub(crate) access: Access,
     pub(crate) id: u64,
-    pub(crate) valid: AtomicBool,
+    /// Its users and whether it is unreachable (see `users.rs`).
+    pub(crate) users: Users,
     pub(crate) handle: H,
     /// The memory monitor watches its pages.
     pub(crate) watched: bool,
     /// Its pages carry `MADV_DONTFORK` on its account.
     pub(crate) kept_from_children: bool,
+    /// The cache keeps it idle when its last user lets go (and it is reachable).
+    pub(crate) keep_idle: bool,
 }
 
 /// A reference-counted registration (Open MPI `mca_rcache_base_registration_t`,
 /// UCX `ucs_rcache_region_t`); [`Clone`] adds a reference, [`Drop`] releases one.
+///
+/// It does not keep its [`Rcache`] alive: once the last `Arc` of the cache is dropped
+/// no lookup can be made, and a registration still in use stays registered, no longer
+/// valid, until its last reference goes.
 pub struct Registration<R: Registrar> {
-    pub(crate) cache: Arc<Rcache<R>>,
+    /// The cache's shared part, alive while any of its registrations is (see
+    /// `Core::close`).
+    pub(crate) core: NonNull<Core<R>>,
     pub(crate) slot: usize,
     /// The boxed entry of `slot`, which stays in place while this reference counts
-    /// among the slot's users (see `State`).
+    /// among its users (see `State`).
     pub(crate) entry: NonNull<Entry<R::Handle>>,
 }
 
-// SAFETY: the entry is shared immutable data (plus an atomic) whose handle is
-// `Send + Sync` by the `Registrar` bound; the cache behind the `Arc` is `Sync`.
+// SAFETY: the entry is shared immutable data (plus atomics) whose handle is
+// `Send + Sync` by the `Registrar` bound; the core is `Send + Sync` (a registrar that
+// is, behind a mutex) and stays alive while this registration does.
 unsafe impl<R: Registrar> Send for Registration<R> {}
 // SAFETY: as above.
 unsafe impl<R: Registrar> Sync for Registration<R> {}
 
 impl<R: Registrar> Registration<R> {
     fn e(&self) -> &Entry<R::Handle> {
-        // SAFETY: this registration counts among its slot's users, so the slot is not
-        // retired and its boxed entry neither moves nor is freed (see `State`); the
-        // fields read through it are never written after insertion, but for `valid`,
+        // SAFETY: this registration counts among its entry's users, so the slot is not
+        // retired and its boxed entry neither moves nor is freed (see `users.rs`); the
+        // fields read through it are never written after insertion, but for `users`,
         // which is atomic.
         unsafe { self.entry.as_ref() }
+    }
+
+    fn core(&self) -> &Core<R> {
+        // SAFETY: the core is freed only once every registration of a dropped cache is
+        // retired (`Core::close`), and this one is not.
+        unsafe { self.core.as_ref() }
     }
 
     /// Page-aligned base of the registered region.
@@ -89,7 +105,8 @@ impl<R: Registrar> Registration<R> {
     }
 
     /// Whether the memory monitor watches its pages (see [`crate::monitor`]): only
-    /// such registrations are kept idle when the cache asks for the monitor.
+    /// such registrations are kept idle by a cache that follows the monitor
+    /// ([`Rcache::is_monitored`]).
     pub fn is_watched(&self) -> bool {
         self.e().watched
     }
@@ -99,21 +116,16 @@ impl<R: Registrar> Registration<R> {
     /// replaced it. An invalid registration stays registered (its handle
     /// usable) until its last reference is dropped.
     pub fn is_valid(&self) -> bool {
-        self.cache.sync_monitor();
-        self.e().valid.load(Ordering::Acquire)
-    }
-
-    /// The cache this registration belongs to.
-    pub fn cache(&self) -> &Arc<Rcache<R>> {
-        &self.cache
+        self.core().sync_monitor();
+        !self.e().users.is_dead()
     }
 }
 
 impl<R: Registrar> Clone for Registration<R> {
     fn clone(&self) -> Self {
-        self.cache.add_ref(self.slot);
+        self.e().users.add();
         Registration {
-            cache: Arc::clone(&self.cache),
+            core: self.core,
             slot: self.slot,
             entry: self.entry,
         }
@@ -121,8 +133,22 @@ impl<R: Registrar> Clone for Registration<R> {
 }
 
 impl<R: Registrar> Drop for Registration<R> {
+    /// Without the cache lock, unless this was the last user of an unreachable
+    /// registration (which it then retires) or the cache keeps nothing idle.
+    #[inline]
     fn drop(&mut self) {
-        self.cache.release(self.slot);
+        if !self.e().keep_idle {
+            // SAFETY: this registration still counts among the entry's users.
+            unsafe { Core::release_locked(self.core, self.slot) };
+            return;
+        }
+        if self.e().users.release() == Released::Retire {
+            // SAFETY: the release made this thread the entry's retirer, and the core
+            // outlives every registration not yet retired.
+            unsafe { Core::retire_released(self.core, self.slot) };
+        }
+        // Otherwise the entry may be retired by another thread from here on: it is not
+        // touched again.
     }
 }
 

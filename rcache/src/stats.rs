@@ -19,6 +19,7 @@ pub struct Stats {
     pub bytes_pinned: usize,
     /// Number of live registrations, including invalidated ones still in use.
     pub entries: usize,
-    /// Number of idle registrations waiting on the LRU list.
+    /// Number of idle registrations kept for reuse (valid, no users), counted when
+    /// the stats are taken.
     pub idle_entries: usize,
 }

@@ -3,7 +3,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{TestRegistrar, PS, UNMONITORED};
+use common::{Shared, TestRegistrar, PS, UNMONITORED};
 use rbtl_rcache::{
     libfabric, page_size, Access, Error, Options, Rcache, RegistrarError, Registration, Stats,
 };
@@ -190,8 +190,11 @@ fn leave_pinned_off_deregisters_on_last_release() {
     assert_eq!(c.stats().misses, 2);
 }
 
+/// Eviction sweeps from the oldest registration: one in use moves on, never evicted;
+/// one hit since the sweep last passed gets a second chance; the first idle one not
+/// hit since goes.
 #[test]
-fn lru_eviction_order_under_max_entries() {
+fn eviction_takes_the_oldest_idle_with_a_second_chance_for_hits() {
     let c = cache(Options {
         max_entries: 3,
         ..Options::default()
@@ -199,23 +202,30 @@ fn lru_eviction_order_under_max_entries() {
     let a = c.register(B, PS, R).unwrap();
     let b = c.register(B + 2 * PS, PS, R).unwrap();
     let d = c.register(B + 4 * PS, PS, R).unwrap();
-    let (sa, sb, sd) = (seq(&a), seq(&b), seq(&d));
-    // LRU order after these releases: b, a, d.
+    let (sa, sb) = (seq(&a), seq(&b));
     drop(b);
     drop(a);
-    drop(d);
+    // A hit on a, made before b: it is spared once.
+    drop(c.register(B, PS, R).unwrap());
     let e = c.register(B + 6 * PS, PS, R).unwrap();
     assert_eq!(c.registrar().dereg_order(), vec![sb]);
-    // Touch a: it leaves the LRU and comes back at the MRU end; order now d, a.
-    drop(c.register(B, PS, R).unwrap());
+    // d is in use and passed over; a's second chance is spent.
     let f = c.register(B + 8 * PS, PS, R).unwrap();
-    assert_eq!(c.registrar().dereg_order(), vec![sb, sd]);
+    assert_eq!(c.registrar().dereg_order(), vec![sb, sa]);
+    let se = seq(&e);
     drop(e);
     let g = c.register(B + 10 * PS, PS, R).unwrap();
-    assert_eq!(c.registrar().dereg_order(), vec![sb, sd, sa]);
+    assert_eq!(c.registrar().dereg_order(), vec![sb, sa, se]);
     let s = c.stats();
-    assert_eq!((s.evictions, s.entries, s.idle_entries), (3, 3, 1));
-    drop((f, g));
+    assert_eq!((s.evictions, s.entries, s.idle_entries), (3, 3, 0));
+    assert!(d.is_valid());
+    // Everything in use: nothing to evict.
+    assert!(matches!(
+        c.register(B + 12 * PS, PS, R),
+        Err(Error::LimitExceeded { .. })
+    ));
+    drop((d, f, g));
+    assert_eq!(c.stats().idle_entries, 3);
 }
 
 #[test]
@@ -229,7 +239,7 @@ fn lru_eviction_under_max_pinned_bytes() {
     let (sa, sb) = (seq(&a), seq(&b));
     drop(a);
     drop(b);
-    // 3 pages pinned; 2 more need 1 page freed: only the LRU one (a) goes.
+    // 3 pages pinned; 2 more need 1 page freed: only the oldest one (a) goes.
     let d = c.register(B + 8 * PS, 2 * PS, R).unwrap();
     assert_eq!(c.registrar().dereg_order(), vec![sa]);
     assert!(c.registrar().is_live(sb));
@@ -286,7 +296,7 @@ fn out_of_resources_evicts_lru_and_retries() {
         .map(|i| c.register(B + 2 * i * PS, PS, R).unwrap())
         .collect();
     let seqs: Vec<u64> = regs.iter().map(seq).collect();
-    drop(regs); // LRU: 0, 1, 2
+    drop(regs); // oldest first: 0, 1, 2
     let d = c.register(B + 10 * PS, PS, R).unwrap();
     assert_eq!(c.registrar().dereg_order(), vec![seqs[0]]);
     // Two pages: needs two evictions (1 and 2), retried each time.
@@ -314,6 +324,9 @@ fn other_registrar_errors_are_not_retried() {
         }
         fn deregister(&self, _: ()) {
             panic!("nothing was registered");
+        }
+        fn pins_pages(&self) -> bool {
+            false
         }
     }
     let c = Rcache::new(Failing, UNMONITORED);
@@ -459,26 +472,20 @@ fn flush_idle_keeps_in_use() {
 
 #[test]
 fn dropping_the_cache_deregisters_everything() {
-    let reg = Arc::new(std::sync::Mutex::new(None));
-    struct Shared(Arc<TestRegistrar>);
-    impl rbtl_rcache::Registrar for Shared {
-        type Handle = common::TestHandle;
-        fn register(&self, b: usize, l: usize, a: Access) -> Result<Self::Handle, RegistrarError> {
-            self.0.register(b, l, a)
-        }
-        fn deregister(&self, h: Self::Handle) {
-            self.0.deregister(h)
-        }
-    }
     let inner = Arc::new(TestRegistrar::new());
-    *reg.lock().unwrap() = Some(inner.clone());
     let c = Rcache::new(Shared(inner.clone()), UNMONITORED);
     let a = c.register(B, PS, R).unwrap();
     drop(c.register(B + 2 * PS, PS, R).unwrap());
     drop(c);
-    // The registration keeps the cache alive.
-    assert_eq!(inner.live_count(), 2);
+    // The idle registration goes with the cache; the one in use stays registered,
+    // unreachable, until its last reference goes.
+    assert_eq!(inner.live_count(), 1);
+    assert!(inner.is_live(a.handle().seq));
+    assert!(!a.is_valid());
+    let a2 = a.clone();
     drop(a);
+    assert_eq!(inner.live_count(), 1);
+    drop(a2);
     assert_eq!(inner.live_count(), 0);
     assert_eq!(inner.deregisters(), 2);
 }

@@ -1,10 +1,10 @@
 //! Several threads registering, cloning, releasing and invalidating at once.
 mod common;
 
-use std::sync::Arc;
+use std::sync::{Arc, Barrier};
 use std::thread;
 
-use common::{TestRegistrar, PS};
+use common::{Shared, TestRegistrar, PS, UNMONITORED};
 use rbtl_rcache::{Access, Error, Options, Rcache};
 
 const B: usize = 0x7000_0000;
@@ -142,4 +142,138 @@ fn concurrent_without_leave_pinned() {
         leave_pinned: false,
         ..Options::default()
     });
+}
+
+/// A few registrations, hit, cloned and released without the lock by several threads
+/// while another invalidates them and misses evict them: each registration is
+/// deregistered exactly once (the registrar panics on a second time), never while a
+/// thread holds it, and the counters agree at the end.
+fn hits_race_invalidations(options: Options) {
+    const PAGES: u64 = 4;
+    const ROUNDS: usize = 20_000;
+    let c = Rcache::new(
+        TestRegistrar::new(),
+        Options {
+            monitor: false,
+            ..options
+        },
+    );
+    let start = Barrier::new(THREADS);
+    let lookups: u64 = thread::scope(|s| {
+        let workers: Vec<_> = (0..THREADS - 1)
+            .map(|t| {
+                let (c, start) = (&c, &start);
+                s.spawn(move || {
+                    let mut rng = Rng(0x2545_F491_4F6C_DD1D ^ (t as u64 + 1) << 7);
+                    start.wait();
+                    for _ in 0..ROUNDS {
+                        let page = rng.below(PAGES) * 2 * PS;
+                        let r = match c.register(
+                            B + page + rng.below(PS as u64),
+                            1,
+                            Access::LOCAL_READ,
+                        ) {
+                            Ok(r) => r,
+                            // Every registration held by the others, at the entry limit.
+                            Err(Error::LimitExceeded { .. }) => continue,
+                            Err(e) => panic!("unexpected error {e}"),
+                        };
+                        let twin = r.clone();
+                        assert!(
+                            c.registrar().is_live(r.handle().seq),
+                            "handed out a dead one"
+                        );
+                        drop(r);
+                        assert!(
+                            c.registrar().is_live(twin.handle().seq),
+                            "deregistered while a clone was held"
+                        );
+                        drop(twin);
+                    }
+                    ROUNDS as u64
+                })
+            })
+            .collect();
+        let c = &c;
+        let start = &start;
+        s.spawn(move || {
+            let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+            start.wait();
+            for _ in 0..ROUNDS / 4 {
+                c.invalidate(B + rng.below(PAGES) * 2 * PS, 1);
+                thread::yield_now();
+            }
+        });
+        workers.into_iter().map(|w| w.join().unwrap()).sum()
+    });
+    let s = c.stats();
+    assert!(s.hits + s.misses <= lookups, "{s:?}");
+    assert!(s.hits > 0 && s.invalidations > 0, "{s:?}");
+    let r = c.registrar();
+    assert_eq!(r.registers() - r.deregisters(), s.entries as u64, "{s:?}");
+    assert_eq!(s.idle_entries, s.entries, "nothing is held any more: {s:?}");
+    c.flush_idle();
+    assert_eq!(r.live_count(), 0);
+    assert_eq!(r.registers(), r.deregisters());
+}
+
+#[test]
+fn hits_and_lock_free_releases_race_invalidations() {
+    hits_race_invalidations(Options {
+        leave_pinned: true,
+        max_entries: 0,
+        ..Options::default()
+    });
+}
+
+#[test]
+fn hits_race_invalidations_and_evictions() {
+    hits_race_invalidations(Options {
+        leave_pinned: true,
+        max_entries: 2,
+        ..Options::default()
+    });
+}
+
+#[test]
+fn hits_and_locked_releases_race_invalidations() {
+    hits_race_invalidations(Options {
+        leave_pinned: false,
+        ..Options::default()
+    });
+}
+
+/// The cache dropped while other threads still clone and release its registrations:
+/// the idle one goes with the cache, each one in use when its last user lets go, once.
+#[test]
+fn the_cache_dropped_while_other_threads_use_its_registrations() {
+    let registrar = Arc::new(TestRegistrar::new());
+    for round in 0..200 {
+        let c = Rcache::new(Shared(registrar.clone()), UNMONITORED);
+        let held: Vec<_> = (0..4)
+            .map(|i| c.register(B + 2 * i * PS, PS, Access::LOCAL_READ).unwrap())
+            .collect();
+        drop(c.register(B + 10 * PS, PS, Access::LOCAL_READ).unwrap());
+        let start = Barrier::new(THREADS + 1);
+        thread::scope(|s| {
+            for t in 0..THREADS {
+                let (mine, start, registrar) = (held[t % held.len()].clone(), &start, &registrar);
+                s.spawn(move || {
+                    start.wait();
+                    for _ in 0..100 {
+                        let twin = mine.clone();
+                        assert!(registrar.is_live(twin.handle().seq), "round {round}");
+                        drop(twin);
+                    }
+                    assert!(registrar.is_live(mine.handle().seq), "round {round}");
+                });
+            }
+            start.wait();
+            drop(c);
+            drop(held);
+        });
+        assert_eq!(registrar.live_count(), 0, "round {round}");
+    }
+    assert_eq!(registrar.registers(), 200 * 5);
+    assert_eq!(registrar.registers(), registrar.deregisters());
 }

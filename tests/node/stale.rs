@@ -4,10 +4,12 @@
 //! `sm` pins and maps nothing of a registered buffer: its handles name an address in
 //! the owner's address space, and put/get reach it with `process_vm_writev/readv`,
 //! which resolve the address at the time of the transfer. So a transfer can never
-//! land in pages that left the address space; what these roles check is that the
-//! registration cache under `sm` (with `rcache_leave_pinned` on, as where the monitor
-//! runs) drops the registration of remapped memory, that the data lands in the new
-//! memory and not in the old pages, and that a fork changes nothing for the parent.
+//! land in pages that left the address space, and `sm`'s registration cache (with
+//! `rcache_leave_pinned` on, its default) keeps its idle registrations without the
+//! memory monitor. `openib`'s registrations pin pages: its cache follows the monitor
+//! and drops the registration of remapped memory. What these roles check is that the
+//! data lands in the new memory and not in the old pages, and that a fork changes
+//! nothing for the parent.
 
 use crate::report_ok;
 use rbtl::btl::{
@@ -114,16 +116,11 @@ fn transfer(
 }
 
 /// Rank 0 owns the memory and remaps it; rank 1 puts and gets, then tells rank 0 with
-/// a message (transfers through sm's rings need rank 0 to progress until then). The
-/// fork child writes to its copy of a registered buffer when `child_writes` (a
-/// transport that keeps registered pages out of children needs it false: the child
-/// has no such pages).
-pub fn remap_and_fork(
-    mut m: Box<dyn Module>,
-    ep: Endpoint,
-    mut job: rbtl::pmi::Job,
-    child_writes: bool,
-) {
+/// a message (transfers through sm's rings need rank 0 to progress until then). `pins`
+/// says whether the transport's registrations pin pages: its cache then follows the
+/// memory monitor, and keeps registered pages out of fork children, so the fork child
+/// writes to its copy of a registered buffer only when they do not.
+pub fn remap_and_fork(mut m: Box<dyn Module>, ep: Endpoint, mut job: rbtl::pmi::Job, pins: bool) {
     let rank = job.rank;
     assert!(monitor::status().is_running(), "{}", monitor::status());
     let heard = Arc::new(AtomicUsize::new(0));
@@ -187,10 +184,12 @@ pub fn remap_and_fork(
     round_done(m.as_mut(), &mut job, 0);
     assert!(bytes(x).iter().all(|&b| b == 0x10), "the first put landed");
     drop(h);
-    // leave_pinned (on where the monitor runs): sm's cache keeps it, watched.
-    assert!(
+    // leave_pinned: the cache keeps the idle registration, watched exactly when the
+    // transport pins pages (sm's cache needs no monitor).
+    assert_eq!(
         monitor::is_watched(x, LEN),
-        "sm's cache keeps the idle registration"
+        pins,
+        "the cache keeps the idle registration, watched when it pins"
     );
     // The memory leaves; new memory comes at the same address.
     // SAFETY: the role's own mapping, no longer referenced.
@@ -198,13 +197,13 @@ pub fn remap_and_fork(
     monitor::apply_pending();
     assert!(
         !monitor::is_watched(x, LEN),
-        "sm's cached registration was dropped"
+        "the pinning cache's registration was dropped"
     );
     assert_eq!(map(new, Some(x)), x);
     bytes(x).fill(0x41);
     // SAFETY: as above.
     let h = unsafe { m.register_mem(Some(ep), x, LEN, ALL) }.unwrap();
-    assert!(monitor::is_watched(x, LEN), "registered anew");
+    assert_eq!(monitor::is_watched(x, LEN), pins, "registered anew");
     exchange(&mut job, "remap2", x, &h);
     round_done(m.as_mut(), &mut job, 1);
     let new_view = map(new, None);
@@ -227,7 +226,7 @@ pub fn remap_and_fork(
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
-        if child_writes {
+        if !pins {
             bytes(f).fill(0xee);
         }
         // SAFETY: ends the child at once.
@@ -295,7 +294,7 @@ pub fn role_msg_remap(settings: &[(&str, &str)]) {
             monitor::apply_pending();
             assert!(
                 !monitor::is_watched(x, big),
-                "the cached registration was dropped"
+                "no watched registration is left at the old address (a pinning cache dropped it)"
             );
         }
     } else {

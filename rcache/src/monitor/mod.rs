@@ -2,6 +2,12 @@
 //! under its registrations leaves the address space, whoever makes it leave (Rust or
 //! C code, the allocator, a direct system call).
 //!
+//! It serves the caches whose registrar pins pages (`Registrar::pins_pages`: a
+//! device's registration keeps reaching the pages that were there, so a cached one of
+//! memory that left must never be handed out again) and that ask for it
+//! (`Options::monitor`). A cache whose registrations pin nothing (the addresses are
+//! resolved at each transfer) does not follow it and pays none of its costs.
+//!
 //! It is built on userfaultfd's non-cooperative events (as libfabric's uffd monitor):
 //! each watched registration's pages are registered with one process-wide userfaultfd
 //! in write-protect mode (never protecting a page, so nothing ever faults into the
@@ -147,7 +153,8 @@ impl fmt::Display for Status {
                 };
                 write!(
                     f,
-                    "userfaultfd (events unmap, remove, remap; {how}; watches {what})"
+                    "userfaultfd (events unmap, remove, remap; {how}; watches {what}; \
+                     serves caches whose registrations pin pages)"
                 )
             }
             Status::None(why) => write!(f, "none: {why}"),

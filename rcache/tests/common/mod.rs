@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use rbtl_rcache::{Access, Registrar, RegistrarError};
 
@@ -40,6 +40,10 @@ struct Inner {
 /// Keeps the set of live registrations, panics on double or unknown
 /// deregistration, can refuse with OutOfResources past a pinned total, and
 /// numbers registrations with a strictly increasing sequence (from 1).
+///
+/// It stands for a device's registrar (it says it pins pages, so a cache asking for
+/// the monitor would follow it) but asks for no `MADV_DONTFORK`: its ranges are made
+/// up, or the test's own heap.
 #[derive(Default)]
 pub struct TestRegistrar {
     inner: Mutex<Inner>,
@@ -131,5 +135,33 @@ impl Registrar for TestRegistrar {
         g.pinned -= h.len;
         g.deregisters += 1;
         g.dereg_order.push(h.seq);
+    }
+
+    fn pins_pages(&self) -> bool {
+        true
+    }
+
+    fn keep_from_children(&self) -> bool {
+        false
+    }
+}
+
+/// A [`TestRegistrar`] the test keeps a reference to, to look at it after the cache is
+/// gone.
+pub struct Shared(pub Arc<TestRegistrar>);
+
+impl Registrar for Shared {
+    type Handle = TestHandle;
+    fn register(&self, b: usize, l: usize, a: Access) -> Result<TestHandle, RegistrarError> {
+        self.0.register(b, l, a)
+    }
+    fn deregister(&self, h: TestHandle) {
+        self.0.deregister(h)
+    }
+    fn pins_pages(&self) -> bool {
+        self.0.pins_pages()
+    }
+    fn keep_from_children(&self) -> bool {
+        self.0.keep_from_children()
     }
 }

@@ -2,7 +2,7 @@
 //! cache never hears about directly: a later lookup of the address is never a hit on
 //! the old registration.
 
-use crate::memory::{advise, fill, map, map_again, unmap, Checker, PS};
+use crate::memory::{advise, fill, map, map_again, unmap, Checker, PS, RW};
 
 /// Registers `[a, a+len)`, releases it (kept idle), lets `leave` take the memory away
 /// and map something new there, then looks the address up again: a miss. `leave`
@@ -288,4 +288,70 @@ fn memory_the_monitor_cannot_watch_is_not_kept_idle() {
     drop(c);
     unmap(a, 4 * PS);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Only a cache whose registrations pin pages follows the monitor. With the same
+/// options (which ask for the monitor), a cache over a registrar that pins nothing (as
+/// `sm`, `tcp` and `self` have) watches nothing and keeps its idle registration when
+/// the memory goes, since a transfer through it resolves the address anew; a pinning
+/// one watches its registration and drops it.
+#[test]
+fn only_a_cache_whose_registrations_pin_pages_follows_the_monitor() {
+    use rbtl_rcache::{monitor, Options, Rcache, Registrar, RegistrarError};
+    struct Addresses;
+    impl Registrar for Addresses {
+        type Handle = ();
+        fn register(
+            &self,
+            _: usize,
+            _: usize,
+            _: rbtl_rcache::Access,
+        ) -> Result<(), RegistrarError> {
+            Ok(())
+        }
+        fn deregister(&self, _: ()) {}
+        fn pins_pages(&self) -> bool {
+            false
+        }
+    }
+    let plain = Rcache::new(Addresses, Options::default());
+    assert!(plain.options().monitor && plain.options().leave_pinned);
+    assert!(!plain.is_monitored());
+    let mut pinning = Checker::new();
+    assert!(pinning.cache.is_monitored());
+
+    let (a, b) = (map(None, 4 * PS), map(None, 4 * PS));
+    let r = plain.register(a, 4 * PS, RW).unwrap();
+    assert!(!r.is_watched());
+    assert!(
+        !monitor::is_watched(a, 4 * PS),
+        "no userfaultfd registration"
+    );
+    drop(r);
+    let p = pinning.lookup(b, 4 * PS);
+    assert!(p.is_watched());
+    assert!(
+        monitor::is_watched(b, 4 * PS),
+        "registered with userfaultfd"
+    );
+    drop(p);
+    assert_eq!(
+        plain.stats().idle_entries,
+        1,
+        "kept idle as leave_pinned says"
+    );
+    assert_eq!(pinning.cache.stats().idle_entries, 1, "kept idle, watched");
+
+    unmap(a, 4 * PS);
+    unmap(b, 4 * PS);
+    monitor::apply_pending();
+    let s = plain.stats();
+    assert_eq!(
+        (s.entries, s.idle_entries, s.invalidations),
+        (1, 1, 0),
+        "{s:?}"
+    );
+    let s = pinning.cache.stats();
+    assert_eq!((s.entries, s.invalidations), (0, 1), "{s:?}");
+    assert!(!monitor::is_watched(b, 4 * PS));
 }

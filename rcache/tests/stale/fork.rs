@@ -1,8 +1,9 @@
-//! Fork safety: a registrar that pins pages gets `MADV_DONTFORK` on them, so a parent
-//! that writes to its registered buffer while a fork child lives keeps the very pages
-//! it registered (without it, copy-on-write hands the parent fresh pages and a device
-//! would go on using the old ones). These registrars record the frames without pinning
-//! them, so that what the advice alone does shows.
+//! Fork safety: a registrar that pins pages gets `MADV_DONTFORK` on them (unless its
+//! `keep_from_children` says otherwise), so a parent that writes to its registered
+//! buffer while a fork child lives keeps the very pages it registered (without it,
+//! copy-on-write hands the parent fresh pages and a device would go on using the old
+//! ones). These registrars record the frames without pinning them, so that what the
+//! advice alone does shows.
 //!
 //! And why the staleness judges pin: a fork anywhere in the process moves the pages of
 //! memory that never left from under a registration that does not pin them.
@@ -72,8 +73,8 @@ fn with_child<T>(meanwhile: impl FnOnce() -> T) -> (i32, T) {
 
 #[test]
 fn a_parent_writing_after_fork_keeps_the_pages_it_registered() {
-    for pins in [true, false] {
-        let mut c = Checker::with_registrar(FrameRegistrar::recording(pins));
+    for keep in [true, false] {
+        let mut c = Checker::with_registrar(FrameRegistrar::recording(keep));
         assert!(
             c.frames_visible,
             "this test reads frame numbers: run it as root"
@@ -83,8 +84,8 @@ fn a_parent_writing_after_fork_keeps_the_pages_it_registered() {
         let r = c.lookup(a + 10, 3 * PS);
         assert_eq!(
             vm_flag(a, "dc"),
-            pins,
-            "MADV_DONTFORK exactly when the registrar pins"
+            keep,
+            "MADV_DONTFORK exactly when the registrar asks for it"
         );
         let (status, after) = with_child(|| {
             fill(a, 4 * PS, 2);
@@ -94,7 +95,7 @@ fn a_parent_writing_after_fork_keeps_the_pages_it_registered() {
             status, 0,
             "the child saw a monitor running (status {status})"
         );
-        if pins {
+        if keep {
             assert_eq!(
                 after,
                 r.handle().frames,

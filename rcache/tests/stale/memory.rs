@@ -141,13 +141,15 @@ pub struct Pinned {
 }
 
 /// Registers by faulting the range in writable, pinning it as a device does (when
-/// frames are visible, see [`Pins`]) and recording its frames.
+/// frames are visible, see [`Pins`]) and recording its frames. It reports that it pins
+/// pages whether or not it holds a pin: its handle names the frames that were there,
+/// as a device's does, so its cache follows the memory monitor.
 pub struct FrameRegistrar {
     /// None: records the frames only; the kernel may then move pages under memory
     /// that never left (copy-on-write after a fork, migration).
     pins: Option<Pins>,
-    /// What `pins_pages` reports: whether the cache keeps the pages out of fork
-    /// children.
+    /// What `keep_from_children` reports: whether the cache keeps the pages out of
+    /// fork children.
     keep_from_children: bool,
 }
 
@@ -173,7 +175,8 @@ impl FrameRegistrar {
     }
 
     /// Records the frames and pins nothing; `keep_from_children` is what it reports
-    /// as `pins_pages` (the fork tests show what `MADV_DONTFORK` alone does).
+    /// as `Registrar::keep_from_children` (the fork tests show what `MADV_DONTFORK`
+    /// alone does).
     pub fn recording(keep_from_children: bool) -> FrameRegistrar {
         FrameRegistrar {
             pins: None,
@@ -211,6 +214,10 @@ impl Registrar for FrameRegistrar {
     }
 
     fn pins_pages(&self) -> bool {
+        true
+    }
+
+    fn keep_from_children(&self) -> bool {
         self.keep_from_children
     }
 }

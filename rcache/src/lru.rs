@@ -1,0 +1,96 @@
+//! The eviction list: every reachable registration the cache keeps idle once released,
+//! in use or not, oldest first (intrusive `prev`/`next` indices in the slots), swept
+//! second-chance style (CLOCK).
+//!
+//! A registration joins the list's tail when it is made and stays on it while in use,
+//! so a hit and a release never touch the list: a hit only marks the slot
+//! `referenced`. The sweep that looks for a registration to evict starts at the head:
+//! one in use, or hit since the sweep last passed it, moves to the tail (its mark
+//! cleared); the first idle one not hit since is the victim. So the victim is the
+//! idle registration made or hit longest ago, as far as one sweep can tell, and one in
+//! use is never evicted.
+
+use crate::index::{State, NIL};
+
+impl<H> State<H> {
+    pub(crate) fn lru_push_back(&mut self, i: usize) {
+        let tail = self.lru_tail;
+        {
+            let s = self.slot_mut(i);
+            debug_assert!(!s.in_lru);
+            s.in_lru = true;
+            s.prev = tail;
+            s.next = NIL;
+        }
+        if tail == NIL {
+            self.lru_head = i;
+        } else {
+            self.slot_mut(tail).next = i;
+        }
+        self.lru_tail = i;
+        self.lru_len += 1;
+    }
+
+    pub(crate) fn lru_remove(&mut self, i: usize) {
+        let (prev, next) = {
+            let s = self.slot_mut(i);
+            debug_assert!(s.in_lru);
+            s.in_lru = false;
+            let pn = (s.prev, s.next);
+            s.prev = NIL;
+            s.next = NIL;
+            pn
+        };
+        if prev == NIL {
+            self.lru_head = next;
+        } else {
+            self.slot_mut(prev).next = next;
+        }
+        if next == NIL {
+            self.lru_tail = prev;
+        } else {
+            self.slot_mut(next).prev = prev;
+        }
+        self.lru_len -= 1;
+    }
+
+    /// The idle registration to evict, still on the list and indexed (see the module
+    /// documentation); None when every one is in use. Visits each at most twice.
+    pub(crate) fn lru_victim(&mut self) -> Option<usize> {
+        for _ in 0..2 * self.lru_len {
+            let i = self.lru_head;
+            let s = self.slot_mut(i);
+            if !s.referenced && s.entry.users.is_idle() {
+                return Some(i);
+            }
+            s.referenced = false;
+            if self.lru_len > 1 {
+                self.lru_remove(i);
+                self.lru_push_back(i);
+            }
+        }
+        None
+    }
+
+    /// The idle registrations on the list, oldest first.
+    pub(crate) fn lru_idle(&self) -> Vec<usize> {
+        let mut idle = Vec::new();
+        let mut i = self.lru_head;
+        while i != NIL {
+            let s = self.slot(i);
+            if s.entry.users.is_idle() {
+                idle.push(i);
+            }
+            i = s.next;
+        }
+        idle
+    }
+
+    /// How many registrations are idle now (kept for reuse).
+    pub(crate) fn idle_count(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|(_, s)| s.in_lru && s.entry.users.is_idle())
+            .count()
+    }
+}
