@@ -5,7 +5,8 @@
 //! receiver-not-ready retries, a shared receive queue, a job too large for the
 //! completion queue, a killed peer, ranks that share no connection method, a short osu
 //! sweep, transfers into memory remapped under cached registrations and after a fork
-//! (`node/stale.rs`), and, in a pair of guests (`rdma/guest.sh pair`), the contract
+//! (`node/stale.rs`), the registration stress of memory that keeps coming and going
+//! (`node/stress.rs`), and, in a pair of guests (`rdma/guest.sh pair`), the contract
 //! suite and osu between two nodes. Without a
 //! device these tests say so and pass, unless `VERBS_REQUIRE_DEVICE` is set (as in
 //! the guest), where a missing device fails them.
@@ -15,9 +16,13 @@
 //! files in `OPENIB_TEST_DIR`.
 #![cfg(feature = "openib")]
 
+#[path = "node/churn.rs"]
+mod churn;
 mod common;
 #[path = "node/stale.rs"]
 mod stale;
+#[path = "node/stress.rs"]
+mod stress;
 
 use rbtl::btl::{Access, Endpoint, Error, Module, Proc, RemoteHandle};
 use rbtl::msg::{Comm, ANY_SOURCE};
@@ -44,6 +49,7 @@ fn rank_role_entry() {
         "flood" => role_flood(&cpc),
         "remap" => role_remap(&cpc),
         "msg_remap" => stale::role_msg_remap(&settings(&cpc)),
+        "stress" => role_stress(&cpc),
         other => panic!("unknown OPENIB_TEST_ROLE {other:?}"),
     }
 }
@@ -86,6 +92,30 @@ fn role_contract(cpc: &str) {
 /// memory monitor runs): RDMA writes land in the new memory, never in the old pages;
 /// and a fork (the child exits at once) leaves the parent's transfers right.
 fn role_remap(cpc: &str) {
+    let (m, ep, job) = module_keeping_registrations(cpc);
+    stale::remap_and_fork(m, ep, job, true);
+}
+
+/// Rounds of the registration stress through the device: not the 100,000 of the stress
+/// over `sm` (`tests/node.rs`), but about as many as the soft-RoCE guest runs in three
+/// minutes, where rxe moves the data and the vCPUs are emulated (the time a round
+/// takes there is in `docs/memory-monitor.md`).
+const STRESS_ROUNDS: u64 = 4_500;
+
+/// The registration stress through the device (`node/stress.rs`): a stale cached
+/// registration would send a put to the old pinned pages.
+fn role_stress(cpc: &str) {
+    let (mut m, ep, mut job) = module_keeping_registrations(cpc);
+    let plan = stress::Plan::rounds(STRESS_ROUNDS, Duration::from_secs(1800));
+    stress::run(m.as_mut(), ep, job.rank, &plan);
+    job.modex.fence().unwrap();
+    report_ok(job.rank, "ok");
+}
+
+/// The openib module over `cpc`, its cache keeping idle registrations
+/// (`btl_openib_leave_pinned`, on where the memory monitor runs), and the peer's
+/// endpoint.
+fn module_keeping_registrations(cpc: &str) -> (Box<dyn Module>, Endpoint, rbtl::pmi::Job) {
     let mut job = rbtl::pmi::job().unwrap();
     let config = rbtl::configure(&[("btl", "openib"), ("btl_openib_cpc_include", cpc)]).unwrap();
     assert!(
@@ -105,7 +135,12 @@ fn role_remap(cpc: &str) {
         .collect();
     let eps = m.add_procs(&procs, job.modex.as_mut()).unwrap();
     let ep = eps[(job.rank ^ 1) as usize].expect("openib reaches the peer");
-    stale::remap_and_fork(m, ep, job, true);
+    eprintln!(
+        "rank {}: memory monitor: {}",
+        job.rank,
+        rbtl_rcache::monitor::status()
+    );
+    (m, ep, job)
 }
 
 /// A put with a forged remote key: an error completion, and the target unchanged
@@ -506,6 +541,44 @@ fn transfers_into_remapped_memory_and_after_fork_over_each_cpc() {
             expect_all_ok("msg_remap", 2, cpc);
         }
     }
+}
+
+/// Memory taken and given back in random ways, registered through the device by one
+/// rank and put into (and read back) by the other: not one wrong result, so not one
+/// stale hit of the cache (`node/stress.rs`), in [`STRESS_ROUNDS`] rounds
+/// (`REGISTRATION_STRESS_ROUNDS` in the environment overrides it).
+#[test]
+fn registration_stress_of_memory_that_comes_and_goes() {
+    if device() {
+        expect_all_ok("stress", 2, "oob");
+    }
+}
+
+/// The stress's judge on the device: with the memory monitor off and idle
+/// registrations kept all the same (`rcache_monitor=none` with
+/// `btl_openib_leave_pinned` forced on, the setting the monitor exists to make safe),
+/// the cache hits registrations of memory that left, the device writes the puts into
+/// the old pinned pages, and the target reports wrong results.
+#[test]
+fn without_the_monitor_the_stress_sees_puts_land_in_old_pages() {
+    if !device() {
+        return;
+    }
+    let unsafe_cache = [
+        ("RBTL_RCACHE_MONITOR", "none"),
+        ("RBTL_BTL_OPENIB_LEAVE_PINNED", "true"),
+        ("REGISTRATION_STRESS_ROUNDS", "300"),
+    ];
+    let (code, dir) = run_with("stress", 2, "oob", &unsafe_cache);
+    assert_ne!(
+        code, 0,
+        "the stress passed over a cache that keeps stale registrations"
+    );
+    assert!(
+        dir.join("wrong_results.0").exists(),
+        "the target counted wrong results (job code {code})"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]

@@ -211,6 +211,13 @@ pub trait Module: Send {
     /// or a handle of another module, is an error and changes nothing.
     fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()>;
 
+    /// The counters of the registration cache behind this module's handles (hits,
+    /// misses, invalidations, what is pinned and idle); `None` where the module keeps
+    /// no cache.
+    fn registration_stats(&self) -> Option<rbtl_rcache::Stats> {
+        None
+    }
+
     /// A descriptor with one segment of `size` bytes (at most `max_send_size`).
     fn alloc(
         &mut self,

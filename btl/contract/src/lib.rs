@@ -20,6 +20,7 @@ mod rdma;
 mod registration;
 mod retry;
 mod sends;
+mod vectored_anywhere;
 
 pub use atomics::atomics;
 pub use atomics32::atomics_32bit;
@@ -34,6 +35,7 @@ pub use sends::{
     all_tags, callbacks_may_progress, ownership_and_callbacks, segments, sends_every_size,
     unregistered_tag,
 };
+pub use vectored_anywhere::vectored_transfers_anywhere;
 
 use rbtl_btl::{Endpoint, Module};
 
@@ -57,6 +59,7 @@ pub fn run_all(module: &mut dyn Module, endpoint: Endpoint) {
     registration_refusals(p);
     requested_keys(p);
     vectored_registration(p);
+    vectored_transfers_anywhere(p);
     limits_are_enforced(p);
     p.barrier();
 }

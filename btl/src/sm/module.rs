@@ -653,6 +653,10 @@ impl Module for SmModule {
         handle.release(self.id)
     }
 
+    fn registration_stats(&self) -> Option<rbtl_rcache::Stats> {
+        Some(self.rcache.stats())
+    }
+
     fn alloc(
         &mut self,
         endpoint: Endpoint,

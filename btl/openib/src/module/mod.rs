@@ -160,6 +160,10 @@ impl Module for OpenibModule {
         handle.release(self.core.id)
     }
 
+    fn registration_stats(&self) -> Option<rbtl_rcache::Stats> {
+        Some(self.core.rcache.stats())
+    }
+
     fn alloc(
         &mut self,
         endpoint: Endpoint,
