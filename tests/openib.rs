@@ -106,7 +106,10 @@ const STRESS_ROUNDS: u64 = 4_500;
 /// registration would send a put to the old pinned pages.
 fn role_stress(cpc: &str) {
     let (mut m, ep, mut job) = module_keeping_registrations(cpc);
-    let plan = stress::Plan::rounds(STRESS_ROUNDS, Duration::from_secs(1800)).monitored();
+    let plan = stress::Plan {
+        monitored: true,
+        ..stress::Plan::rounds(STRESS_ROUNDS, Duration::from_secs(1800))
+    };
     stress::run(m.as_mut(), ep, job.rank, &plan);
     job.modex.fence().unwrap();
     report_ok(job.rank, "ok");

@@ -76,14 +76,6 @@ impl Plan {
             monitored: false,
         }
     }
-
-    /// The same, for a module whose cache follows the memory monitor.
-    pub fn monitored(self) -> Plan {
-        Plan {
-            monitored: true,
-            ..self
-        }
-    }
 }
 
 /// What the origin does around its put.
