@@ -32,7 +32,7 @@
 //! this process.
 //!
 //! (Past this project's usual file length: the messages and the state machine are one
-//! protocol, about 480 lines, and their tests stay beside them.)
+//! protocol, about 510 lines, and their tests stay beside them.)
 
 use crate::deadline::expired_why;
 use crate::oob::{QpInfo, INFO_LEN};
