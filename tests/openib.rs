@@ -3,7 +3,8 @@
 //! method (and with put and get limits set), a wrong remote key, the memlock
 //! diagnosis, the message layer across 2 and 4 ranks, a flood that must not cause
 //! receiver-not-ready retries, a shared receive queue, a job too large for the
-//! completion queue, a killed peer, ranks that share no connection method, a short osu
+//! completion queue, a killed peer, a peer stopped before its connection came up
+//! (`common/stopped_connect.rs`), ranks that share no connection method, a short osu
 //! sweep, transfers into memory remapped under cached registrations and after a fork
 //! (`node/stale.rs`), the registration stress of memory that keeps coming and going
 //! (`node/stress.rs`), and, in a pair of guests (`rdma/guest.sh pair`), the contract
@@ -21,6 +22,8 @@ mod churn;
 mod common;
 #[path = "node/stale.rs"]
 mod stale;
+#[path = "common/stopped_connect.rs"]
+mod stopped_connect;
 #[path = "node/stress.rs"]
 mod stress;
 
@@ -50,6 +53,7 @@ fn rank_role_entry() {
         "remap" => role_remap(&cpc),
         "msg_remap" => stale::role_msg_remap(&settings(&cpc)),
         "stress" => role_stress(&cpc),
+        "stopped_connect" => role_stopped_connect(&cpc),
         other => panic!("unknown OPENIB_TEST_ROLE {other:?}"),
     }
 }
@@ -390,6 +394,38 @@ fn role_killed_peer(cpc: &str) {
     }
 }
 
+/// Rank 0 stops rank 1 before their connection is made, with operations for it:
+/// see [`stopped_connect::run`].
+fn role_stopped_connect(cpc: &str) {
+    let mut job = rbtl::pmi::job().unwrap();
+    let (connect, flush) = (
+        stopped_connect::CONNECT.as_millis().to_string(),
+        stopped_connect::FLUSH.as_millis().to_string(),
+    );
+    let config = rbtl::configure(&[
+        ("btl", "openib"),
+        ("btl_openib_cpc_include", cpc),
+        ("btl_openib_connect_timeout", &connect),
+        ("btl_openib_flush_timeout", &flush),
+    ])
+    .unwrap();
+    let mut modules = rbtl::framework().open(&config, job.modex.as_mut()).unwrap();
+    job.modex.fence().unwrap();
+    let mut m = modules
+        .pop()
+        .expect("an openib module on the device's port");
+    let procs: Vec<Proc> = (0..job.size)
+        .map(|rank| Proc {
+            rank,
+            node: "n".into(),
+        })
+        .collect();
+    let eps = m.add_procs(&procs, job.modex.as_mut()).unwrap();
+    let dir = PathBuf::from(std::env::var_os("OPENIB_TEST_DIR").expect("OPENIB_TEST_DIR"));
+    stopped_connect::run(m.as_mut(), &eps, &mut job, &dir);
+    report_ok(job.rank, "ok");
+}
+
 // ---------------------------------------------------------------------------
 // Launcher side.
 
@@ -532,6 +568,19 @@ fn a_killed_peer_is_reported_over_each_cpc() {
             "{cpc}: rank 0 saw rank 1 fail and reported it"
         );
         std::fs::remove_dir_all(dir).unwrap();
+    }
+}
+
+/// A peer stopped before its connection came up (see `common/stopped_connect.rs`),
+/// over each connection method: flush gives up on it after `btl_openib_flush_timeout`,
+/// its operations and sends fail with `PeerFailed` once `btl_openib_connect_timeout`
+/// has passed, another peer goes on, and the job ends once it runs again.
+#[test]
+fn a_peer_that_never_answers_the_connection_fails_at_its_deadline_over_each_cpc() {
+    if device() {
+        for cpc in ["oob", "rdma_cm"] {
+            expect_all_ok("stopped_connect", 3, cpc);
+        }
     }
 }
 

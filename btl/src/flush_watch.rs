@@ -1,11 +1,11 @@
 //! How a transport whose one-sided operations need the target's progress (`sm`'s copy
-//! protocol, `tcp`) gives its `flush` a way out: [`Answers`] counts, per peer, the
-//! answers that came to our operations; a [`FlushWatch`] lives for one flush and says
-//! when every peer the flush still waits for has sent none for the timeout. A peer that
-//! answers, however slowly, restarts its own count; one that answers nothing (stopped,
-//! hung, or never calling progress, while its kernel still acknowledges what we send)
-//! is named in [`Error::PeerTimeout`](crate::Error::PeerTimeout), and its operations
-//! stay pending.
+//! protocol, `tcp`, `openib` while their connection is being made) gives its `flush` a
+//! way out: [`Answers`] counts, per peer, the answers that came to our operations; a
+//! [`FlushWatch`] lives for one flush and says when every peer the flush still waits
+//! for has sent none for the timeout. A peer that answers, however slowly, restarts its
+//! own count; one that answers nothing (stopped, hung, or never calling progress, while
+//! its kernel still acknowledges what we send) is named in
+//! [`Error::PeerTimeout`](crate::Error::PeerTimeout), and its operations stay pending.
 
 use std::time::{Duration, Instant};
 

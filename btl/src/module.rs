@@ -404,16 +404,19 @@ pub trait Module: Send {
     /// fail (a peer gone: [`Error::PeerFailed`]) complete too, with their error in
     /// their callback; flush itself returns `Ok` then.
     ///
-    /// Where operations need the target's own progress (`tcp`; `sm`'s copy protocol),
-    /// a target that answers nothing (stopped, hung, never calling progress) would keep
-    /// flush waiting forever. Such a transport waits only while the peers answer: once
-    /// every peer it still waits for has sent no answer for its timeout
-    /// (`btl_tcp_flush_timeout`, `btl_sm_flush_timeout`; a peer that answers, however
+    /// Where operations need the target's own progress (`tcp`; `sm`'s copy protocol;
+    /// `openib` while their connection is being made), a target that answers nothing
+    /// (stopped, hung, never calling progress) would keep flush waiting forever. Such a
+    /// transport waits only while the peers answer: once every peer it still waits for
+    /// has sent no answer for its timeout (`btl_tcp_flush_timeout`,
+    /// `btl_sm_flush_timeout`, `btl_openib_flush_timeout`; a peer that answers, however
     /// slowly, restarts its count), flush returns [`Error::PeerTimeout`] naming them,
     /// after running the callbacks of what did complete. Nothing is lost: their
     /// operations stay pending and complete if the peers answer later (a later flush
     /// waits for them again), or fail with [`Error::PeerFailed`] when the link breaks
-    /// or the caller removes the peers with [`Module::del_procs`]. Transports whose
+    /// (over `openib`: when the connection is not up within
+    /// `btl_openib_connect_timeout`) or the caller removes the peers with
+    /// [`Module::del_procs`]. Transports whose
     /// operations the hardware completes (`self`; `openib` once connected) return no
     /// such error. [`Error::UnknownEndpoint`] for an endpoint the module did not make.
     fn flush(&mut self, endpoint: Option<Endpoint>) -> Result<()>;

@@ -10,6 +10,7 @@
 pub use crate::am_table::{check_not_reserved, AmTable};
 pub use crate::atomic::compare_swap;
 pub use crate::expected::ExpectedSlot;
+pub use crate::flush_watch::{Answers, FlushWatch};
 pub use crate::module::{GET_REMOTE, PUT_REMOTE};
 
 pub mod keytable {

@@ -5,13 +5,14 @@
 //! the usable ones publish a blob in the modex, and per peer both sides pick the
 //! highest-priority CPC they share ([`select`]). This crate holds the interface, the
 //! selection, and each CPC's connection logic as a state machine with no I/O
-//! ([`oob`], [`rdma_cm`], [`xrc`]); the `openib` transport drives them over a real
-//! device. No device here has XRC: the `xrc` handshake, and the transport's logic
-//! around it, are tested without one, and the transport's XRC path has never run on
-//! hardware.
+//! ([`oob`], [`rdma_cm`], [`xrc`]), and the deadline every connection must meet
+//! ([`deadline`]); the `openib` transport drives them over a real device. No device
+//! here has XRC: the `xrc` handshake, and the transport's logic around it, are tested
+//! without one, and the transport's XRC path has never run on hardware.
 
 #![warn(missing_docs)]
 
+pub mod deadline;
 pub mod oob;
 pub mod rdma_cm;
 pub mod select;
@@ -76,6 +77,9 @@ pub trait ConnectionHost {
     fn connected(&mut self, peer: u32, qp: Self::Qp);
     /// Connecting to `peer` failed: what is queued for it fails with `why`.
     fn failed(&mut self, peer: u32, why: String);
+    /// Something only `peer`'s own progress makes (a handshake message, its accept of
+    /// a connect request) arrived from it: it is alive and answering.
+    fn heard(&mut self, peer: u32);
 }
 
 /// One usable CPC on one port: its priority, what it publishes in the modex, and the
@@ -94,6 +98,11 @@ pub trait CpcModule<H: ConnectionHost + ?Sized>: Send {
     fn start_connect(&mut self, peer: u32, host: &mut H) -> Result<(), Error>;
     /// Drive the CPC's own I/O (messages, connection events); how many it handled.
     fn progress(&mut self, host: &mut H) -> usize;
+    /// `peer`'s connection was not up within `waited` of being wanted
+    /// ([`deadline`]): give it up, release what it holds, and fail it through
+    /// `host`, saying what it was waiting for. A late answer from the peer changes
+    /// nothing then. Nothing happens for a peer that is up or failed.
+    fn time_out(&mut self, peer: u32, waited: std::time::Duration, host: &mut H);
     /// Forget `peer` (Open MPI: `cbm_endpoint_finalize`).
     fn endpoint_finalize(&mut self, peer: u32);
     /// Release everything (Open MPI: `cbm_finalize`).

@@ -12,7 +12,12 @@
 //! ```
 //!
 //! The responder's queue pair is ready to receive before it replies, so the initiator
-//! may send as soon as it is up; the responder sends only after `Ready`.
+//! may send as soon as it is up; the responder sends only after `Ready`. A side that
+//! waits past its deadline gives up ([`Handshake::time_out`]), and later messages of
+//! that handshake only fail it again.
+
+use crate::deadline::expired_why;
+use std::time::Duration;
 
 /// What one side tells the other about its queue pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,6 +154,24 @@ impl Handshake {
     /// Whether the connection is up.
     pub fn is_up(&self) -> bool {
         self.state == State::Up
+    }
+
+    /// The connection was not up within `waited` of being wanted: the handshake fails,
+    /// saying what it was waiting for (nothing happens once it is up or failed).
+    pub fn time_out(&mut self, waited: Duration) -> Vec<Action> {
+        let waiting_for = match self.state {
+            State::Up | State::Failed => return Vec::new(),
+            State::Idle => "the handshake never started",
+            State::Asked => {
+                "we asked the peer, which initiates, to connect (Ask), and it sent no Request"
+            }
+            State::Requested => "we sent our queue pair (Request) and the peer sent no Reply",
+            State::Replied => {
+                "we answered the peer's Request (Reply) and it never said it is up (Ready)"
+            }
+        };
+        self.state = State::Failed;
+        vec![Action::Fail(expired_why("oob", waited, waiting_for))]
     }
 
     /// The local side wants the connection.
@@ -294,6 +317,51 @@ mod tests {
             &a.on_message(Message::Ready)[..],
             [Action::Fail(_)]
         ));
+    }
+
+    /// Past the deadline each waiting side fails, naming what it waited for; a late
+    /// answer only fails it again (it never comes up), and an up side stays up.
+    #[test]
+    fn a_side_past_its_deadline_fails_naming_what_it_waited_for() {
+        let waited = Duration::from_millis(2500);
+        let why = |acts: Vec<Action>| match &acts[..] {
+            [Action::Fail(why)] => why.clone(),
+            other => panic!("{other:?}"),
+        };
+        // The initiator whose request the (stopped) peer never answered.
+        let mut a = Handshake::new(true, info(1));
+        a.start();
+        let w = why(a.time_out(waited));
+        assert!(
+            w.starts_with("oob: the connection was not up within 2500 ms")
+                && w.contains("no Reply")
+                && w.contains("btl_openib_connect_timeout"),
+            "{w}"
+        );
+        assert!(a.time_out(waited).is_empty(), "failed once");
+        let late = a.on_message(Message::Reply(info(2)));
+        assert!(matches!(&late[..], [Action::Fail(_)]), "{late:?}");
+        assert!(!a.is_up());
+        // The responder that asked, and the one that replied and heard no Ready.
+        let mut b = Handshake::new(false, info(2));
+        b.start();
+        assert!(why(b.time_out(waited)).contains("sent no Request"));
+        let mut b = Handshake::new(false, info(2));
+        b.on_message(Message::Request(info(1)));
+        assert!(why(b.time_out(waited)).contains("never said it is up (Ready)"));
+        assert!(matches!(
+            &b.on_message(Message::Ready)[..],
+            [Action::Fail(_)]
+        ));
+        // Up: nothing to give up.
+        let (mut a, mut b) = (
+            Handshake::new(true, info(1)),
+            Handshake::new(false, info(2)),
+        );
+        let first = a.start();
+        run(&mut a, &mut b, first);
+        assert!(a.time_out(waited).is_empty() && b.time_out(waited).is_empty());
+        assert!(a.is_up() && b.is_up());
     }
 
     #[test]

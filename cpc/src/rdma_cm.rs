@@ -3,9 +3,12 @@
 //! side with the lower address (IP, then port) initiates. The other side, when it
 //! needs the connection first, sends a connect request marked as an *ask*, which the
 //! lower side rejects before connecting back. Requests that cross are resolved the
-//! same way on both sides: the lower side's connection wins.
+//! same way on both sides: the lower side's connection wins. A side that waits past
+//! its deadline gives up ([`Connection::time_out`]).
 
+use crate::deadline::expired_why;
 use std::net::SocketAddrV4;
+use std::time::Duration;
 
 /// What a connect request's private data says it is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -124,6 +127,30 @@ impl Connection {
     /// Whether the connection is up.
     pub fn is_up(&self) -> bool {
         self.state == State::Up
+    }
+
+    /// The connection was not up within `waited` of being wanted: it fails, saying what
+    /// it was waiting for (nothing happens once it is up or failed). The driver drops
+    /// its identifiers and queue pairs for the peer.
+    pub fn time_out(&mut self, waited: Duration) -> Vec<Action> {
+        let waiting_for = match self.state {
+            State::Up | State::Failed => return Vec::new(),
+            State::Idle => "it never started",
+            State::Asking => {
+                "we asked the peer, which initiates, to connect (a connect request marked \
+                 as an ask), and it did not connect"
+            }
+            State::Connecting => {
+                "our connect request was not accepted (resolving the peer's address and \
+                 route, or waiting for its accept)"
+            }
+            State::Accepting => {
+                "we accepted the peer's connect request and the connection was not \
+                 established"
+            }
+        };
+        self.state = State::Failed;
+        vec![Action::Fail(expired_why("rdma_cm", waited, waiting_for))]
     }
 
     /// Take in an event; what to do.
@@ -273,6 +300,44 @@ mod tests {
         up.on(Event::Start);
         up.on(Event::Established);
         assert!(matches!(&up.on(Event::Disconnected)[..], [Action::Fail(_)]));
+    }
+
+    /// Past the deadline each waiting side fails, naming what it waited for; what the
+    /// peer does later never brings it up.
+    #[test]
+    fn a_side_past_its_deadline_fails_naming_what_it_waited_for() {
+        let waited = Duration::from_millis(3000);
+        let why = |acts: Vec<Action>| match &acts[..] {
+            [Action::Fail(why)] => why.clone(),
+            other => panic!("{other:?}"),
+        };
+        let mut lo = Connection::new(true);
+        lo.on(Event::Start);
+        let w = why(lo.time_out(waited));
+        assert!(
+            w.starts_with("rdma_cm: the connection was not up within 3000 ms")
+                && w.contains("not accepted")
+                && w.contains("btl_openib_connect_timeout"),
+            "{w}"
+        );
+        assert!(lo.time_out(waited).is_empty(), "failed once");
+        // The peer wakes up: its accept's establishment, or its own request, fail.
+        assert!(matches!(&lo.on(Event::Established)[..], [Action::Fail(_)]));
+        assert!(matches!(
+            &lo.on(Event::Request(Kind::Connect))[..],
+            [Action::Fail(_)]
+        ));
+        assert!(!lo.is_up());
+        let mut hi = Connection::new(false);
+        hi.on(Event::Start);
+        assert!(why(hi.time_out(waited)).contains("did not connect"));
+        let mut hi = Connection::new(false);
+        hi.on(Event::Request(Kind::Connect));
+        assert!(why(hi.time_out(waited)).contains("not established"));
+        let mut up = Connection::new(true);
+        up.on(Event::Start);
+        up.on(Event::Established);
+        assert!(up.time_out(waited).is_empty() && up.is_up());
     }
 
     #[test]

@@ -233,6 +233,7 @@ mod tests {
         }
         fn connected(&mut self, _: u32, _: ()) {}
         fn failed(&mut self, _: u32, _: String) {}
+        fn heard(&mut self, _: u32) {}
     }
 
     /// A CPC for the selection logic only: usable where `usable` says, with a fixed
@@ -264,6 +265,7 @@ mod tests {
         fn progress(&mut self, _: &mut NoHost) -> usize {
             0
         }
+        fn time_out(&mut self, _: u32, _: std::time::Duration, _: &mut NoHost) {}
         fn endpoint_finalize(&mut self, _: u32) {}
         fn finalize(&mut self) {}
     }

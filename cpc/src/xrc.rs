@@ -27,14 +27,17 @@
 //! node's target answers `Gone`: if no peer of the node is up (none holds the target
 //! any more, so it was destroyed with the last process that held it), the node is
 //! connected again from scratch through that peer (Open MPI: `udcm_xrc_restart_connect`);
-//! otherwise the target exists and only that peer fails. [`Node`] is one remote node's
-//! side of this process.
+//! otherwise the target exists and only that peer fails. A peer not up by its deadline
+//! fails as if it had ended ([`Node::time_out`]). [`Node`] is one remote node's side of
+//! this process.
 //!
 //! (Past this project's usual file length: the messages and the state machine are one
-//! protocol, about 480 lines, and their tests stay beside them.)
+//! protocol, about 510 lines, and their tests stay beside them.)
 
+use crate::deadline::expired_why;
 use crate::oob::{QpInfo, INFO_LEN};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// A handshake message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -419,6 +422,28 @@ impl Node {
         self.fail(peer, format!("xrc: {why}"))
     }
 
+    /// `peer` was not up within `waited` of being wanted: it fails, saying what it was
+    /// waiting for; if it was connecting the node, the next waiting peer connects it
+    /// (nothing happens for a peer that is up, failed or unknown). Its late answers are
+    /// stale then.
+    pub fn time_out(&mut self, peer: u32, waited: Duration) -> Vec<Action> {
+        let waiting_for = match (self.peers.get(&peer), self.link) {
+            (
+                Some(Peer::Waiting),
+                Link::Creating { peer: p } | Link::Connecting { peer: p, .. },
+            ) => format!("it waited for its node's connection, which rank {p} is making"),
+            (Some(Peer::Waiting), _) => "it waited for its node's connection".into(),
+            (Some(Peer::Connecting), _) => {
+                "we sent it our initiator (Connect) and it sent no Accept".into()
+            }
+            (Some(Peer::Attaching { qpn }), _) => format!(
+                "we asked it to open its node's target {qpn} (Attach) and it did not answer"
+            ),
+            _ => return Vec::new(),
+        };
+        self.fail(peer, expired_why("xrc", waited, &waiting_for))
+    }
+
     /// Forget `peer` (it was removed): as a failure, without reporting it.
     pub fn forget(&mut self, peer: u32) -> Vec<Action> {
         let mut acts = self.fail(peer, String::new());
@@ -739,6 +764,60 @@ mod tests {
         // Started again later, it is a new peer.
         assert!(node.start(1).is_empty(), "waits for the node again");
         assert!(node.is_pending(1));
+    }
+
+    /// The peer connecting the node is silent past its deadline: it fails, saying so,
+    /// and the node passes to a waiting peer; a waiting peer past its own deadline says
+    /// whom it waited for; an up peer has nothing to give up; and the silent peer's
+    /// late Accept is stale.
+    #[test]
+    fn a_peer_past_its_deadline_fails_and_passes_the_node_on() {
+        let waited = Duration::from_millis(1500);
+        let mut node = Node::new();
+        node.start(1);
+        node.start(2);
+        node.start(3);
+        node.initiator(info(1));
+        let acts = node.time_out(1, waited);
+        assert!(
+            matches!(&acts[0], Action::Fail { peer: 1, why }
+                if why.starts_with("xrc: the connection was not up within 1500 ms")
+                    && why.contains("no Accept")
+                    && why.contains("btl_openib_connect_timeout")),
+            "{acts:?}"
+        );
+        assert_eq!(acts[1..], [Action::DropInitiator, Action::CreateInitiator]);
+        assert!(node.time_out(1, waited).is_empty(), "failed once");
+        node.initiator(info(2));
+        // Rank 3 waits for the node, which rank 2 is connecting now.
+        let acts = node.time_out(3, waited);
+        assert!(
+            matches!(&acts[..], [Action::Fail { peer: 3, why }] if why.contains("which rank 2 is making")),
+            "{acts:?}"
+        );
+        // Rank 1 wakes up and accepts its (dropped) initiator: stale.
+        let late = Message::Accept {
+            initiator: 1,
+            target: info(950),
+            srqn: 101,
+        };
+        assert!(node.on_message(1, late).is_empty());
+        let mut r = Remote::default();
+        let acts = node.on_message(2, r.answer(2, Message::Connect(info(2))));
+        assert!(
+            acts.contains(&Action::Up { peer: 2, srqn: 102 }),
+            "{acts:?}"
+        );
+        assert!(node.time_out(2, waited).is_empty(), "up");
+        // An attaching peer that never answers.
+        node.start(4);
+        let acts = node.time_out(4, waited);
+        assert!(
+            matches!(&acts[..], [Action::Fail { peer: 4, why }] if why.contains("(Attach) and it did not answer")),
+            "{acts:?}"
+        );
+        assert_eq!(node.srqn(2), Some(102));
+        assert!(node.time_out(77, waited).is_empty(), "unknown");
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! What the multi-process test binaries share: this binary, started again under the
-//! launcher as the rank program.
+//! launcher as the rank program; and, for tests of a hang, a watchdog and a rank
+//! stopped with SIGSTOP.
 
 use rbtl::launcher::{self, LaunchOptions};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Run `ranks` copies of this test binary, each running only its `rank_role_entry`
 /// test with `env` added (and the tcp transport on loopback); the job's exit code.
@@ -33,4 +34,55 @@ pub fn launch(mut opts: LaunchOptions) -> i32 {
     .map(Into::into)
     .collect();
     launcher::launch(&exe, &args, &opts).unwrap().code
+}
+
+/// Exit with code 99 if this rank still runs after `limit`: a test of a hang fails by
+/// itself, in bounded time, with a code that says so.
+#[allow(dead_code)] // not every binary that shares this module calls it
+pub fn watchdog(limit: Duration) {
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        eprintln!("watchdog: still running after {limit:?}");
+        std::process::exit(99);
+    });
+}
+
+/// The state letter of process `pid` (`T` when stopped).
+#[allow(dead_code)]
+fn process_state(pid: i32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_name = stat.rsplit(')').next().unwrap();
+    after_name.trim_start().chars().next().unwrap()
+}
+
+/// A process stopped by SIGSTOP (a rank that answers nothing, while its kernel may
+/// still take what comes), sent SIGCONT when dropped: it runs again, whatever happens
+/// to the test.
+#[allow(dead_code)]
+pub struct Continue(i32);
+
+#[allow(dead_code)]
+impl Continue {
+    /// Stop `pid` and wait until it is stopped (a hang guard fails after 10 s).
+    pub fn stop(pid: i32) -> Continue {
+        // SAFETY: a signal to a rank of this job; the guard sends SIGCONT in any case.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+        let resume = Continue(pid);
+        let stopping = Instant::now();
+        while process_state(pid) != 'T' {
+            assert!(
+                stopping.elapsed() < Duration::from_secs(10),
+                "process {pid} did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        resume
+    }
+}
+
+impl Drop for Continue {
+    fn drop(&mut self) {
+        // SAFETY: a signal to a rank of this job.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
 }

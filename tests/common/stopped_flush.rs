@@ -2,39 +2,12 @@
 //! transport whose put, get and atomics need the target's progress (`tcp`, and `sm`
 //! copying through its rings): shared by the test binaries of those transports.
 
+use crate::common::{watchdog, Continue};
 use rbtl::btl::{
     Access, AtomicOp, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion, Tag,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Exit with code 99 if this rank still runs after `limit`: a test of a hang fails by
-/// itself, in bounded time, with a code that says so.
-fn watchdog(limit: Duration) {
-    std::thread::spawn(move || {
-        std::thread::sleep(limit);
-        eprintln!("watchdog: still running after {limit:?}");
-        std::process::exit(99);
-    });
-}
-
-/// The state letter of process `pid` (`T` when stopped).
-fn process_state(pid: i32) -> char {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after_name = stat.rsplit(')').next().unwrap();
-    after_name.trim_start().chars().next().unwrap()
-}
-
-/// Sends SIGCONT to a process when dropped: a stopped rank runs again, whatever
-/// happens to the test.
-struct Continue(i32);
-
-impl Drop for Continue {
-    fn drop(&mut self) {
-        // SAFETY: a signal to a rank of this job.
-        unsafe { libc::kill(self.0, libc::SIGCONT) };
-    }
-}
 
 /// Progress until `done` holds (a hang guard fails after 60 s).
 fn wait(m: &mut dyn Module, what: &str, mut done: impl FnMut() -> bool) {
@@ -131,17 +104,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
         let (pid1, addr1, rh1) = theirs(1);
         let (_, addr2, rh2) = theirs(2);
         mem[..HALF].copy_from_slice(&pattern);
-        // SAFETY: a signal to rank 1 of this job; `resume` sends SIGCONT in any case.
-        assert_eq!(unsafe { libc::kill(pid1, libc::SIGSTOP) }, 0);
-        let resume = Continue(pid1);
-        let stopping = Instant::now();
-        while process_state(pid1) != 'T' {
-            assert!(
-                stopping.elapsed() < Duration::from_secs(10),
-                "rank 1 did not stop"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let resume = Continue::stop(pid1);
         let completed: Arc<Mutex<Vec<(u32, String)>>> = Arc::default();
         let cb = |to: u32| -> RdmaCallback {
             let c = completed.clone();

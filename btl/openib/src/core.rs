@@ -10,16 +10,18 @@ use crate::buffers::Control;
 use crate::peer::{Link, Peer, Waiting, XrcPath};
 use crate::srq::SharedReceives;
 use crate::xrc::XrcResources;
-use rbtl_btl::transport_kit::AmTable;
+use rbtl_btl::transport_kit::{AmTable, Answers};
 use rbtl_btl::{
     Attributes, Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent, ModuleId, RdmaCallback,
     RdmaCompletion, Result, SendCallback,
 };
+use rbtl_cpc::deadline::Deadlines;
 use rbtl_cpc::ConnectionHost;
 use rbtl_mpool::{Frag, FreeList};
 use rbtl_verbs::{Context, Cq, Mr, MrAccess, Op, Pd, Qp, QpCaps, Sge, VerbsRegistrar};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// A device port as queue pairs need it.
 #[derive(Clone, Copy, Debug)]
@@ -54,6 +56,10 @@ pub struct Settings {
     /// Receive buffers in this process's XRC shared receive queue (peers connected by
     /// `xrc` send there).
     pub xrc_srq_depth: u32,
+    /// Time a connection has to come up once needed.
+    pub connect_timeout: Duration,
+    /// Time `flush` waits for peers whose connection is being made and answers nothing.
+    pub flush_timeout: Duration,
 }
 
 /// Completion-queue entries a module needs: those each peer's queue pair may fill,
@@ -196,6 +202,11 @@ pub struct Core {
     pub to_repost: Vec<Repost>,
     /// Peers whose connection is being set up.
     pub connecting: usize,
+    /// By when each of them must be up (by rank).
+    pub deadlines: Deadlines,
+    /// Per peer (by endpoint), the handshake messages and connection events that came
+    /// from it: what a flush waiting on a connection counts as its answers.
+    pub answers: Answers,
     /// Registered memory the module sends from on its own account.
     pub control: Control,
 }
@@ -301,6 +312,7 @@ impl Core {
             Link::Connecting => self.connecting -= 1,
             Link::Idle => {}
         }
+        self.deadlines.settle(rank);
         tracing::debug!(
             rank,
             node = path.node,
@@ -410,6 +422,7 @@ impl Core {
         if matches!(peer.link, Link::Connecting) {
             self.connecting -= 1;
         }
+        self.deadlines.settle(peer.rank);
         tracing::warn!(rank = peer.rank, %why, "openib: peer failed");
         peer.link = Link::Failed(why.clone());
         let rank = peer.rank;
@@ -517,9 +530,14 @@ impl ConnectionHost for Core {
             return;
         };
         let peer = &mut self.peers[ep];
-        if matches!(peer.link, Link::Connecting) {
-            self.connecting -= 1;
+        match peer.link {
+            // Given up on (its deadline passed, or it was removed): it stays failed, and
+            // the queue pair goes.
+            Link::Failed(_) | Link::Up => return,
+            Link::Connecting => self.connecting -= 1,
+            Link::Idle => {}
         }
+        self.deadlines.settle(rank);
         tracing::debug!(rank, qpn = qp.qpn(), "openib: connected");
         peer.link = Link::Up;
         peer.sq_free = qp.caps.max_send_wr;
@@ -536,6 +554,12 @@ impl ConnectionHost for Core {
     fn failed(&mut self, rank: u32, why: String) {
         if let Some(&ep) = self.by_rank.get(&rank) {
             self.fail(ep, why);
+        }
+    }
+
+    fn heard(&mut self, rank: u32) {
+        if let Some(&ep) = self.by_rank.get(&rank) {
+            self.answers.heard(ep);
         }
     }
 }

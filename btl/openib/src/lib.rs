@@ -32,8 +32,20 @@
 //! with the reason logged, where it does not). Registered pages are kept out of fork
 //! children (`MADV_DONTFORK`), so a parent that forks keeps the pages the device uses.
 //!
+//! Every connection method waits for the peer's own progress (its answer on the
+//! out-of-band channel, its accept), so a connection has `btl_openib_connect_timeout`
+//! from when it is first needed to come up (as `tcp`'s links): past it, the peer fails,
+//! what waits for it fails with `PeerFailed` saying so, and the error callback hears;
+//! other peers go on. Until then `flush` waits for such a peer only while it answers
+//! its handshake: once every peer it still waits for is one whose connection has been
+//! silent for `btl_openib_flush_timeout`, flush returns `PeerTimeout` naming them, as
+//! `tcp`'s does, and their operations stay pending (they go out if the connection comes
+//! up, or fail at its deadline). Once connected, the devices complete every operation
+//! (a dead node's fail after the queue pair's retries), so flush needs no timeout.
+//!
 //! Parameters: `btl_openib_*` (the attributes, `recv_depth`, `rdma_depth`,
-//! `max_inline_data`, `free_list_max`, `leave_pinned`), and the CPC selection `btl_openib_cpc_include`,
+//! `max_inline_data`, `free_list_max`, `leave_pinned`, `connect_timeout`,
+//! `flush_timeout`), and the CPC selection `btl_openib_cpc_include`,
 //! `btl_openib_cpc_exclude`, `btl_openib_cpc_<name>_priority` (and `xrc`'s
 //! `btl_openib_cpc_xrc_srq_depth`).
 
@@ -67,9 +79,20 @@ use rbtl_cpc::select;
 use rbtl_cpc::{CpcComponent, PortInfo};
 use rbtl_verbs::{Context, DeviceAttr, QpCaps, VerbsRegistrar};
 use std::net::{IpAddr, Ipv4Addr};
+use std::time::Duration;
 
 /// The transport's name.
 pub const NAME: &str = "openib";
+
+/// The parameter of the time a connection has to come up, in milliseconds.
+pub use rbtl_cpc::deadline::CONNECT_TIMEOUT_PARAM;
+
+/// The parameter of the time `flush` waits for peers whose connection is silent, in
+/// milliseconds.
+pub const FLUSH_TIMEOUT_PARAM: &str = "btl_openib_flush_timeout";
+
+/// The default of both timeouts.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The component: finds active ports and makes a module for each.
 pub struct OpenibComponent {
@@ -109,6 +132,18 @@ fn default_attributes() -> Attributes {
             | BtlFlags::PROVIDER_KEYS,
         atomic_flags: AtomicFlags::empty(),
         registration_handle_size: remote_key::REMOTE_KEY_LEN,
+    }
+}
+
+/// A timeout parameter in milliseconds, at least 1 (`what` it bounds, for the refusal).
+fn timeout(config: &Config, name: &str, what: &str) -> Result<Duration> {
+    match u64::try_from(config.int(name)?) {
+        Ok(ms) if ms > 0 => Ok(Duration::from_millis(ms)),
+        _ => Err(Error::NotAvailable(format!(
+            "{name} = {}: give the milliseconds {what} (at least 1; a large value to wait \
+             longer)",
+            config.int(name)?
+        ))),
     }
 }
 
@@ -173,6 +208,21 @@ impl Component for OpenibComponent {
             "btl_openib_max_inline_data",
             Value::Size(128),
             "largest send carried inline in the work request (0: never)",
+        )?
+        .register(
+            CONNECT_TIMEOUT_PARAM,
+            Value::Int(DEFAULT_TIMEOUT.as_millis() as i64),
+            "milliseconds a connection has to come up once needed: then the peer fails, and \
+             what waits for it fails with PeerFailed (a peer that is stopped, hung or not \
+             calling progress never answers the handshake; at least 1)",
+        )?
+        .register(
+            FLUSH_TIMEOUT_PARAM,
+            Value::Int(DEFAULT_TIMEOUT.as_millis() as i64),
+            "milliseconds flush waits while the peers it waits for are ones whose connection \
+             is being made and none answers its handshake; then it fails with PeerTimeout \
+             naming them and the operations stay pending (at least 1; connected peers' \
+             operations are completed by the devices)",
         )?;
         select::register_params(reg, &self.cpcs).map_err(|e| match e {
             rbtl_cpc::Error::Config(c) => c,
@@ -202,6 +252,12 @@ impl Component for OpenibComponent {
                 Error::NotAvailable("openib: btl_openib_srq_depth must be 0 or more".into())
             })?,
             xrc_srq_depth: count(xrc::SRQ_DEPTH)?,
+            connect_timeout: timeout(config, CONNECT_TIMEOUT_PARAM, "a connection has to come up")?,
+            flush_timeout: timeout(
+                config,
+                FLUSH_TIMEOUT_PARAM,
+                "flush waits for peers whose connection does not answer",
+            )?,
         };
         let devices = match rbtl_verbs::cm_devices() {
             Ok(d) => d,
@@ -354,6 +410,8 @@ fn new_core(
         ready: Vec::new(),
         to_repost: Vec::new(),
         connecting: 0,
+        deadlines: rbtl_cpc::deadline::Deadlines::new(settings.connect_timeout),
+        answers: Default::default(),
         control,
     })
 }

@@ -2,7 +2,8 @@
 //! number, PSN, LID, GID and MTU travel over the job's out-of-band channel, here a TCP
 //! connection between the two processes (`channel`: each listens on an ephemeral
 //! port published in the modex, and hears only those who know its secret). The
-//! handshake itself is `rbtl_cpc::oob`.
+//! handshake itself is `rbtl_cpc::oob`. A handshake not done by its deadline is given
+//! up: its queue pair goes, and a late answer only fails the peer again.
 
 use crate::channel::Channel;
 use crate::core::{cpc_error, Core};
@@ -11,6 +12,7 @@ use rbtl_cpc::oob::{initiates, Action, Handshake, Message, QpInfo};
 use rbtl_cpc::{ConnectionHost, CpcComponent, CpcModule, Error, PortInfo};
 use rbtl_verbs::{Qp, QpEndpoint};
 use std::collections::HashMap;
+use std::time::Duration;
 
 /// The CPC's name.
 pub const NAME: &str = "oob";
@@ -119,6 +121,7 @@ impl OobModule {
             self.early.push((rank, m));
             return;
         }
+        core.heard(rank);
         let r = self.ensure(rank, core).and_then(|_| {
             let hs = self.peers.get_mut(&rank).and_then(|p| p.handshake.as_mut());
             let actions = hs.map(|h| h.on_message(m)).unwrap_or_default();
@@ -193,6 +196,23 @@ impl CpcModule<Core> for OobModule {
             );
         }
         n
+    }
+
+    fn time_out(&mut self, peer: u32, waited: Duration, core: &mut Core) {
+        let Some(p) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        let actions = match p.handshake.as_mut() {
+            Some(h) => h.time_out(waited),
+            None => return,
+        };
+        if actions.is_empty() {
+            return;
+        }
+        p.qp = None;
+        if let Err(why) = self.act(peer, actions, core) {
+            core.failed(peer, why);
+        }
     }
 
     fn endpoint_finalize(&mut self, peer: u32) {

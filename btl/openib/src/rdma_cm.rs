@@ -4,7 +4,9 @@
 //! number in the private data. Who initiates, and how crossing requests end, is
 //! `rbtl_cpc::rdma_cm`. Usable only on a port with an IPv4 address. A connect request
 //! must carry the listener's secret (random bytes published in the modex next to
-//! its address) after its hello, or it is refused.
+//! its address) after its hello, or it is refused. A connection not up by its deadline
+//! is given up: its identifiers (destroyed, so the kernel refuses what the peer sends
+//! on them later) and queue pairs go.
 
 use crate::core::{cpc_error, Core};
 use crate::secret::{self, Secret};
@@ -133,6 +135,13 @@ impl RdmaCmModule {
                 }
                 Action::Accept => {
                     let id = request.take().ok_or("accept without a request")?;
+                    // (A request the peer gave up on while this process did not
+                    // progress fails here.)
+                    let accepting = |e: rbtl_verbs::Error| {
+                        format!(
+                            "rdma_cm: accepting its connect request: {e} (did it give up on it?)"
+                        )
+                    };
                     let mut qp = id
                         .create_qp(
                             &core.pd,
@@ -140,11 +149,11 @@ impl RdmaCmModule {
                             core.shared.as_ref().and_then(SharedReceives::srq),
                             core.caps,
                         )
-                        .map_err(|e| e.to_string())?;
+                        .map_err(accepting)?;
                     core.post_receives(rank, &mut qp)
                         .map_err(|e| e.to_string())?;
                     let hello = self.hello(core, Kind::Connect, qp.qpn());
-                    id.accept(&hello).map_err(|e| e.to_string())?;
+                    id.accept(&hello).map_err(accepting)?;
                     let peer = self.peers.get_mut(&rank).ok_or("no such peer")?;
                     peer.qp = Some(qp);
                     self.ids.insert(id.key(), rank);
@@ -221,6 +230,7 @@ impl RdmaCmModule {
             self.early.push((id, hello));
             return;
         }
+        core.heard(hello.rank);
         self.on_event(hello.rank, Event::Request(hello.kind), &mut Some(id), core);
     }
 }
@@ -317,6 +327,11 @@ impl CpcModule<Core> for RdmaCmModule {
             let Some(&rank) = self.ids.get(&ev.id) else {
                 continue;
             };
+            if matches!(ev.kind, CmEventKind::Established | CmEventKind::Rejected) {
+                // The peer's own doing: its accept, its librdmacm's answer to ours, or
+                // its refusal.
+                core.heard(rank);
+            }
             let step = match ev.kind {
                 CmEventKind::AddrResolved => self
                     .peers
@@ -360,6 +375,31 @@ impl CpcModule<Core> for RdmaCmModule {
             }
         }
         n
+    }
+
+    fn time_out(&mut self, peer: u32, waited: Duration, core: &mut Core) {
+        let Some(p) = self.peers.get_mut(&peer) else {
+            return;
+        };
+        let actions = p.conn.time_out(waited);
+        if actions.is_empty() {
+            return;
+        }
+        // Queue pairs before their identifiers (each keeps its identifier alive anyway).
+        p.qp = None;
+        p.ask_qp = None;
+        for id in p
+            .active
+            .take()
+            .map(|a| a.0)
+            .into_iter()
+            .chain(p.passive.take())
+        {
+            self.ids.remove(&id.key());
+        }
+        if let Err(why) = self.act(peer, actions, &mut None, core) {
+            core.failed(peer, why);
+        }
     }
 
     fn endpoint_finalize(&mut self, peer: u32) {

@@ -1,11 +1,14 @@
 //! The module's peers: adding them from what each process published, removing them,
-//! and connecting them on first use through the connection method both sides chose.
+//! connecting them on first use through the connection method both sides chose, and
+//! giving up on connections not up by their deadline.
 
 use super::OpenibModule;
 use crate::flow::Credits;
 use crate::peer::{Link, Peer};
 use rbtl_btl::{Endpoint, Error, Modex, Proc, Result};
+use rbtl_cpc::deadline::expired_why;
 use rbtl_cpc::select::{self, Offer};
+use std::time::Instant;
 
 impl OpenibModule {
     pub(super) fn endpoint(&mut self, ep: Endpoint) -> Result<&mut Peer> {
@@ -29,6 +32,7 @@ impl OpenibModule {
                 peer.link = Link::Connecting;
                 let (rank, cpc) = (peer.rank, peer.cpc);
                 self.core.connecting += 1;
+                self.core.deadlines.start(rank, Instant::now());
                 if let Err(e) = self.cpcs[cpc].0.start_connect(rank, &mut self.core) {
                     self.core.fail(ep.0 as usize, e.to_string());
                     return Err(Error::PeerFailed {
@@ -47,6 +51,41 @@ impl OpenibModule {
                 Ok(())
             }
         }
+    }
+
+    /// Give up on the connections not up by their deadline (`btl_openib_connect_timeout`
+    /// after they were first needed): each one's connection method drops it, and the
+    /// peer fails, saying what the method was waiting for; what waits for it fails with
+    /// `PeerFailed`, and the error callback hears. How many were given up.
+    pub(super) fn expire_connections(&mut self) -> usize {
+        let now = Instant::now();
+        if !self.core.deadlines.due(now) {
+            return 0;
+        }
+        let waited = self.core.deadlines.timeout();
+        let expired = self.core.deadlines.expired(now);
+        for &rank in &expired {
+            let Some(&ep) = self.core.by_rank.get(&rank) else {
+                continue;
+            };
+            if !matches!(self.core.peers[ep].link, Link::Connecting) {
+                continue;
+            }
+            let cpc = self.core.peers[ep].cpc;
+            self.cpcs[cpc].0.time_out(rank, waited, &mut self.core);
+            if matches!(self.core.peers[ep].link, Link::Connecting) {
+                // The method had nothing pending for it (it never started): fail it all
+                // the same.
+                let name = self.cpcs[cpc].0.name();
+                let why = expired_why(
+                    name,
+                    waited,
+                    "its connection method had no handshake under way",
+                );
+                self.core.fail(ep, why);
+            }
+        }
+        expired.len()
     }
 
     /// (`Module::add_procs`) An endpoint for each of `procs`: a peer, new or known,

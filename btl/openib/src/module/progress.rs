@@ -1,7 +1,7 @@
 //! One progress call: the connection methods' own I/O (while connections are being set
-//! up, and now and then otherwise), reposting receive buffers, polling the completion
-//! queue, delivering receives in the order polled, and reporting completions to their
-//! callbacks.
+//! up, and now and then otherwise) and the connections' deadlines, reposting receive
+//! buffers, polling the completion queue, delivering receives in the order polled, and
+//! reporting completions to their callbacks.
 
 use super::OpenibModule;
 use crate::core::{Done, Posted, RECV_BIT};
@@ -21,6 +21,9 @@ impl OpenibModule {
         if self.core.connecting > 0 || self.calls % CPC_POLL_INTERVAL == 0 {
             for i in 0..self.cpcs.len() {
                 n += self.cpcs[i].0.progress(&mut self.core);
+            }
+            if self.core.connecting > 0 {
+                n += self.expire_connections();
             }
             for ep in std::mem::take(&mut self.core.ready) {
                 n += 1 + self.drain(ep);

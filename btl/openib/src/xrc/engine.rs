@@ -15,6 +15,7 @@ use super::room::Room;
 use rbtl_cpc::oob::QpInfo;
 use rbtl_cpc::xrc::{Action, Message, Node};
 use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
 
 /// A remote node, as this engine numbers them (from 0, in the order peers were
 /// added): also the index of its initiator.
@@ -232,6 +233,16 @@ impl Engine {
             events.extend(self.run(node, acts, dev));
         }
         events
+    }
+
+    /// `rank` was not up within `waited` of being wanted: it fails, saying what it
+    /// waited for, and if it was connecting its node, the next waiting peer does.
+    pub fn time_out(&mut self, rank: u32, waited: Duration, dev: &mut impl Device) -> Vec<Event> {
+        let Some(node) = self.node_of(rank) else {
+            return Vec::new();
+        };
+        let acts = self.nodes[node].handshake.time_out(rank, waited);
+        self.run(node, acts, dev)
     }
 
     /// `node`'s initiator broke (an error completion): every peer there fails.

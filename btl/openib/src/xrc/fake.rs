@@ -323,6 +323,36 @@ impl World {
         while self.deliver(0) {}
     }
 
+    /// Deliver everything but what is for `stopped` (a process that does not progress:
+    /// what is sent to it waits).
+    pub(super) fn settle_but(&mut self, stopped: u32) {
+        loop {
+            let next = self
+                .shared
+                .wire
+                .iter()
+                .find(|(&(_, to), q)| to != stopped && !q.is_empty())
+                .map(|(&pair, _)| pair);
+            let Some((from, to)) = next else {
+                return;
+            };
+            let env = self.shared.wire.get_mut(&(from, to)).unwrap().remove(0);
+            if !self.shared.alive[to as usize] {
+                continue;
+            }
+            match env {
+                Envelope::Msg(m) => self.with(to, |e, d| e.on_message(from, m, d)),
+                Envelope::Closed => self.with(to, |e, d| e.on_peer_gone(from, "it ended", d)),
+            }
+        }
+    }
+
+    /// `me`'s connection to `peer` is past its deadline.
+    pub(super) fn time_out(&mut self, me: u32, peer: u32) {
+        let waited = std::time::Duration::from_millis(500);
+        self.with(me, |e, d| e.time_out(peer, waited, d));
+    }
+
     /// End `rank`'s process: what it held is released, and those with a connection
     /// to it hear of it after what it sent them.
     pub(super) fn kill(&mut self, rank: u32) {

@@ -48,6 +48,7 @@ use rbtl_config::{Config, Registry, Value};
 use rbtl_cpc::xrc::Message;
 use rbtl_cpc::{ConnectionHost, CpcComponent, CpcModule, Error, PortInfo};
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 /// The CPC's name.
 pub const NAME: &str = "xrc";
@@ -274,6 +275,7 @@ impl CpcModule<Core> for XrcModule {
                 continue;
             }
             n += 1;
+            core.heard(rank);
             self.drive(core, |engine, dev| engine.on_message(rank, m, dev));
         }
         for rank in closed {
@@ -281,6 +283,11 @@ impl CpcModule<Core> for XrcModule {
             self.drive(core, |engine, dev| engine.on_peer_gone(rank, why, dev));
         }
         n
+    }
+
+    fn time_out(&mut self, peer: u32, waited: Duration, core: &mut Core) {
+        self.sync(core);
+        self.drive(core, |engine, dev| engine.time_out(peer, waited, dev));
     }
 
     fn endpoint_finalize(&mut self, peer: u32) {

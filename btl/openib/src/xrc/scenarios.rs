@@ -1,7 +1,7 @@
 //! The XRC logic of several processes on fake nodes (see `fake` for the rules the fake
 //! device keeps, and why it is used): complete handshakes, targets outliving their
-//! maker, connecting peers that end or refuse, broken initiators, and random
-//! interleavings of all of these.
+//! maker, connecting peers that end, refuse or are stopped past their deadline, broken
+//! initiators, and random interleavings of all of these.
 
 use super::engine::{Engine, NodeId};
 use super::fake::{FakeDevice, World, MAX_DEPTH, PER_PEER};
@@ -106,6 +106,34 @@ fn connecting_peers_that_end_or_refuse_pass_the_node_on() {
     assert_eq!(w.shared.made[&(0, "b".to_string())], 2);
 }
 
+/// The peer connecting a node is stopped (it reads nothing): past its deadline it
+/// fails, saying what was awaited, and the next waiting peer connects the node. When
+/// the stopped peer runs again, its answer to the dropped initiator changes nothing,
+/// and it never comes up.
+#[test]
+fn a_stopped_connecting_peer_past_its_deadline_passes_the_node_on() {
+    let mut w = World::new(&["a", "b", "b"]);
+    w.start(0, 1);
+    w.start(0, 2);
+    w.settle_but(1);
+    assert_eq!(w.waiting(0), vec![1, 2]);
+    w.time_out(0, 1);
+    w.settle_but(1);
+    w.check();
+    let why = &w.heard[0].failed[&1];
+    assert!(
+        why.contains("not up within 500 ms") && why.contains("no Accept"),
+        "{why}"
+    );
+    assert!(w.heard[0].up.contains_key(&2), "connected through rank 2");
+    assert_eq!(w.shared.made[&(0, "b".to_string())], 2);
+    // Rank 1 runs again and answers the Connect it was sent.
+    w.settle();
+    w.check();
+    assert!(!w.heard[0].up.contains_key(&1) && w.waiting(0).is_empty());
+    assert_eq!(w.send_data(0, 2), Ok((2, 0)));
+}
+
 /// An error on a node's initiator fails every peer of that node, now and later, and
 /// no other node's.
 #[test]
@@ -156,6 +184,7 @@ mod sequences {
         Kill(u32),
         Break(u32, u32),
         Refuse(u32),
+        TimeOut(u32, u32),
     }
 
     fn step(n: u32) -> impl Strategy<Value = Step> {
@@ -165,13 +194,14 @@ mod sequences {
             1 => (0..n).prop_map(Step::Kill),
             1 => (0..n, 0..n).prop_map(|(a, b)| Step::Break(a, b)),
             1 => (0..n).prop_map(Step::Refuse),
+            1 => (0..n, 0..n).prop_map(|(a, b)| Step::TimeOut(a, b)),
         ]
     }
 
     proptest! {
         #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
         /// Any interleaving of wanting peers, messages, processes ending, initiators
-        /// breaking and refusals: at every step each up peer is reached through its
+        /// breaking, refusals and connections past their deadline: at every step each up peer is reached through its
         /// node's one initiator, naming its own queue, and received as who sent it;
         /// once the network is quiet, no process waits for a peer, and a peer on whose
         /// way nothing failed is up.
@@ -204,6 +234,10 @@ mod sequences {
                     Step::Refuse(r) if r < n => {
                         w.shared.refuse.insert(r);
                         troubled.insert(names[r as usize]);
+                    }
+                    Step::TimeOut(a, b) if a < n && b < n && a != b => {
+                        w.time_out(a, b);
+                        troubled.insert(names[b as usize]);
                     }
                     _ => {}
                 }

@@ -1,0 +1,291 @@
+//! A peer that never answers the connection handshake, as the ranks of a 3-rank job
+//! over `openib` run it: rank 0 stops rank 1 (SIGSTOP) before they ever connected,
+//! starts a put, a fetch-add and a send to it and a put to rank 2, and flushes.
+//! Connections are made on first use by a handshake the peer answers in its own
+//! progress, so without a deadline that flush would never return.
+
+use crate::common::{watchdog, Continue};
+use rbtl::btl::{
+    Access, AtomicOp, DesFlags, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback,
+    RdmaCompletion, SendOutcome, SendiOutcome, SilentPeer, Tag,
+};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// `btl_openib_connect_timeout` of the job.
+pub const CONNECT: Duration = Duration::from_millis(4000);
+/// `btl_openib_flush_timeout` of the job.
+pub const FLUSH: Duration = Duration::from_millis(1500);
+
+/// What an operation's or a send's callback got, by the rank it went to.
+type Outcomes = Arc<Mutex<Vec<(u32, rbtl::btl::Result<()>)>>>;
+
+/// What the error callback heard: the rank and the error.
+type Reports = Arc<Mutex<Vec<(Option<u32>, String)>>>;
+
+/// Progress until `done` holds (a hang guard fails after 60 s).
+fn wait(m: &mut dyn Module, what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        if m.progress() == 0 {
+            std::thread::yield_now();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "still waiting for {what}"
+        );
+    }
+}
+
+/// Send one byte on `tag` to `ep`, inline or through the descriptor `sendi` hands back;
+/// its outcome goes to `outcomes` under `to`.
+fn send_byte(m: &mut dyn Module, ep: Endpoint, to: u32, tag: Tag, outcomes: &Outcomes) {
+    let flags = DesFlags::OWNERSHIP | DesFlags::ALWAYS_CALLBACK;
+    match m.sendi(ep, &[], &[1], Order::ANY, flags, tag).unwrap() {
+        SendiOutcome::Sent => outcomes.lock().unwrap().push((to, Ok(()))),
+        SendiOutcome::Descriptor(mut des) => {
+            let o = outcomes.clone();
+            des.set_callback(Box::new(move |_, done| {
+                o.lock().unwrap().push((to, done.status));
+            }));
+            match m.send(ep, des, tag) {
+                Ok(SendOutcome::Queued | SendOutcome::Done(_)) => {}
+                Err(e) => outcomes.lock().unwrap().push((to, Err(e.error))),
+            }
+        }
+    }
+}
+
+/// Whether `status` is rank `rank`'s failure because its connection was not up in time.
+fn timed_out(status: &rbtl::btl::Result<()>, rank: u32) -> bool {
+    let limit = format!("not up within {} ms", CONNECT.as_millis());
+    matches!(status, Err(Error::PeerFailed { rank: r, why })
+        if *r == rank && why.contains(&limit) && why.contains("btl_openib_connect_timeout"))
+}
+
+/// The job (`CONNECT` and `FLUSH` set): rank 0 stops rank 1 before any connection to it
+/// and starts a put, a fetch-add and a send to it, and a put to rank 2. The first
+/// `flush(None)` completes rank 2's put and, after `FLUSH`, returns `PeerTimeout`
+/// naming rank 1 alone, whose operations stay queued. Flushing rank 1 again returns
+/// `Ok` once its connection's deadline (`CONNECT` after the put) has passed: its
+/// operations and the send fail with `PeerFailed` saying the connection was not up in
+/// time, the error callback reports it once, and later operations to it fail at once.
+/// Rank 2 goes on. Then rank 1 runs again: the handshake it answers late brings nothing
+/// back on rank 0, and its own send to rank 0 fails (rank 0 has given it up) within
+/// its own deadline. `dir` is where the ranks leave word for each other.
+pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Job, dir: &Path) {
+    const LEN: usize = 16 << 10;
+    watchdog(Duration::from_secs(60));
+    let rank = job.rank;
+    let seen: Reports = Arc::default();
+    let s = seen.clone();
+    m.register_error(Box::new(move |e: &ErrorEvent| {
+        s.lock().unwrap().push((e.rank, format!("{:?}", e.error)))
+    }));
+    let over = Tag::USR;
+    let got: Arc<Mutex<u32>> = Arc::default();
+    let g = got.clone();
+    m.register_am(over, Box::new(move |_, _| *g.lock().unwrap() += 1))
+        .unwrap();
+    // The first LEN bytes take puts, the word after them atomics (41 at first).
+    let mut mem = vec![0u8; LEN + 8];
+    mem[LEN..].copy_from_slice(&41u64.to_le_bytes());
+    let mut result = vec![0u8; 8];
+    let all = Access::all();
+    // SAFETY: the buffers outlive their handles (dropped before them) and are not
+    // resized.
+    let (handle, result_handle) = unsafe {
+        (
+            m.register_mem(None, mem.as_mut_ptr() as usize, mem.len(), all)
+                .unwrap(),
+            m.register_mem(None, result.as_mut_ptr() as usize, 8, all)
+                .unwrap(),
+        )
+    };
+    let pattern: Vec<u8> = (0..LEN).map(|i| (i % 249) as u8).collect();
+    let mut blob = std::process::id().to_le_bytes().to_vec();
+    blob.extend_from_slice(&(mem.as_ptr() as u64).to_le_bytes());
+    blob.extend_from_slice(handle.remote().as_bytes());
+    job.modex.publish("stopped_connect", &blob).unwrap();
+    job.modex.fence().unwrap();
+    let sends: Outcomes = Arc::default();
+    match rank {
+        0 => {
+            let (ep1, ep2) = (eps[1].unwrap(), eps[2].unwrap());
+            let mut theirs = |r: u32| {
+                let b = job.modex.lookup(r, "stopped_connect").unwrap().unwrap();
+                let pid = u32::from_le_bytes(b[..4].try_into().unwrap()) as i32;
+                let (addr, rh) = rbtl_contract::remote_of(&b[4..]);
+                (pid, addr, rh)
+            };
+            let (pid1, addr1, rh1) = theirs(1);
+            let (_, addr2, rh2) = theirs(2);
+            mem[..LEN].copy_from_slice(&pattern);
+            let resume = Continue::stop(pid1);
+            let done: Outcomes = Arc::default();
+            let cb = |to: u32| -> RdmaCallback {
+                let d = done.clone();
+                Box::new(move |_, r: RdmaCompletion| d.lock().unwrap().push((to, r.status)))
+            };
+            let (l, order) = (mem.as_ptr() as usize, Order::ANY);
+            let started = Instant::now();
+            m.put(ep1, l, addr1, &handle, &rh1, LEN, 0, order, cb(1))
+                .unwrap();
+            let (r, word) = (result.as_mut_ptr() as usize, addr1 + LEN as u64);
+            m.atomic_fop(
+                ep1,
+                r,
+                word,
+                &result_handle,
+                &rh1,
+                AtomicOp::Add,
+                1,
+                0,
+                order,
+                cb(1),
+            )
+            .unwrap();
+            send_byte(m, ep1, 1, over, &sends);
+            m.put(ep2, l, addr2, &handle, &rh2, LEN, 0, order, cb(2))
+                .unwrap();
+
+            // The first flush gives up on rank 1 alone, its operations still queued.
+            let e = m.flush(None).expect_err("rank 1 never answers");
+            let took = started.elapsed();
+            eprintln!("rank 0: after {took:?}: {e}");
+            assert!(
+                took >= FLUSH && took < CONNECT,
+                "flush gave up after {took:?}, for a flush timeout of {FLUSH:?}"
+            );
+            match &e {
+                Error::PeerTimeout {
+                    peers,
+                    silent_for,
+                    param,
+                } => {
+                    let rank1 = SilentPeer {
+                        endpoint: ep1,
+                        rank: 1,
+                    };
+                    assert_eq!(peers[..], [rank1], "{e}");
+                    assert_eq!((*silent_for, *param), (FLUSH, "btl_openib_flush_timeout"));
+                }
+                other => panic!("expected PeerTimeout, got {other:?}"),
+            }
+            {
+                let d = done.lock().unwrap();
+                assert!(
+                    matches!(&d[..], [(2, Ok(()))]),
+                    "rank 2's put completed, rank 1's operations wait: {d:?}"
+                );
+            }
+            assert!(sends.lock().unwrap().is_empty(), "the send to rank 1 waits");
+            assert!(
+                seen.lock().unwrap().is_empty(),
+                "{:?}",
+                seen.lock().unwrap()
+            );
+
+            // Flushing again ends at the connection's deadline: everything for rank 1
+            // fails, saying why.
+            loop {
+                match m.flush(Some(ep1)) {
+                    Ok(()) => break,
+                    Err(Error::PeerTimeout { peers, .. }) if peers[0].endpoint == ep1 => {}
+                    Err(other) => panic!("flushing rank 1: {other:?}"),
+                }
+            }
+            let took = started.elapsed();
+            assert!(
+                took >= CONNECT,
+                "rank 1 failed after {took:?}, before its deadline"
+            );
+            eprintln!("rank 0: after {took:?}: {:?}", seen.lock().unwrap());
+            {
+                let d = done.lock().unwrap();
+                let failed: Vec<_> = d.iter().filter(|(to, _)| *to == 1).collect();
+                assert_eq!(failed.len(), 2, "{d:?}");
+                assert!(failed.iter().all(|(_, s)| timed_out(s, 1)), "{d:?}");
+            }
+            wait(m, "the send's callback", || {
+                !sends.lock().unwrap().is_empty()
+            });
+            {
+                let s = sends.lock().unwrap();
+                assert!(matches!(&s[..], [(1, st)] if timed_out(st, 1)), "{s:?}");
+            }
+            let reported = |seen: &[(Option<u32>, String)]| {
+                matches!(seen, [(Some(1), e)]
+                    if e.contains("PeerFailed") && e.contains("not up within"))
+            };
+            assert!(
+                reported(&seen.lock().unwrap()),
+                "{:?}",
+                seen.lock().unwrap()
+            );
+            let again = m.put(ep1, l, addr1, &handle, &rh1, 8, 0, order, cb(1));
+            assert!(
+                matches!(again, Err(Error::PeerFailed { rank: 1, .. })),
+                "{again:?}"
+            );
+
+            // Rank 2 goes on.
+            done.lock().unwrap().clear();
+            m.put(ep2, l, addr2, &handle, &rh2, LEN, 0, order, cb(2))
+                .unwrap();
+            m.flush(Some(ep2)).expect("rank 2 answers");
+            assert!(matches!(&done.lock().unwrap()[..], [(2, Ok(()))]));
+            send_byte(m, ep2, 2, over, &sends);
+
+            // Rank 1 runs again and answers late, and tries to reach rank 0 itself:
+            // nothing comes back to life here, and nothing more is reported.
+            std::fs::write(dir.join("release"), b"").unwrap();
+            drop(resume);
+            wait(m, "rank 1's attempt", || dir.join("attempted.1").exists());
+            for _ in 0..1 << 16 {
+                m.progress();
+            }
+            let again = m.put(ep1, l, addr1, &handle, &rh1, 8, 0, order, cb(1));
+            assert!(
+                matches!(again, Err(Error::PeerFailed { rank: 1, .. })),
+                "{again:?}"
+            );
+            assert!(
+                reported(&seen.lock().unwrap()),
+                "{:?}",
+                seen.lock().unwrap()
+            );
+            assert_eq!(result, [0; 8], "no fetch-add ran");
+        }
+        1 => {
+            // Stopped by rank 0 in here, until it lets this rank go.
+            wait(m, "the release", || dir.join("release").exists());
+            assert_eq!(mem[..LEN], vec![0; LEN], "no put landed");
+            assert_eq!(mem[LEN..], 41u64.to_le_bytes(), "no fetch-add ran");
+            assert_eq!(*got.lock().unwrap(), 0, "no message came");
+            // Rank 0 has given this rank up: a send to it fails (refused, or at this
+            // rank's own deadline; the hang guard bounds it), whatever its handshake
+            // meets.
+            send_byte(m, eps[0].unwrap(), 0, over, &sends);
+            wait(m, "the send's callback", || {
+                !sends.lock().unwrap().is_empty()
+            });
+            let s = sends.lock().unwrap();
+            assert!(
+                matches!(&s[..], [(0, Err(Error::PeerFailed { rank: 0, .. }))]),
+                "{s:?}"
+            );
+            eprintln!("rank 1: {s:?}");
+            drop(s);
+            std::fs::write(dir.join("attempted.1"), b"").unwrap();
+        }
+        _ => {
+            wait(m, "rank 0's message", || *got.lock().unwrap() > 0);
+            assert_eq!(mem[..LEN], pattern[..], "rank 0's puts landed");
+        }
+    }
+    // Every rank is done with the module before any ends.
+    job.modex.fence().unwrap();
+    drop((handle, result_handle));
+}
