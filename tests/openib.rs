@@ -14,7 +14,8 @@
 //!
 //! As in `tests/node.rs`, this binary re-executes itself as the rank program under the
 //! launcher; `OPENIB_TEST_ROLE` selects what a rank does and ranks leave `ok.<rank>`
-//! files in `OPENIB_TEST_DIR`.
+//! files in `OPENIB_TEST_DIR`. (Over 600 lines: every test needs the guest, and one
+//! binary keeps it to one build and one boot; each test's rank side sits beside it.)
 #![cfg(feature = "openib")]
 
 #[path = "node/churn.rs"]

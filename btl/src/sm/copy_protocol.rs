@@ -11,6 +11,9 @@
 //!   them back in chunks (`GET_DATA`), each checked again; the last completes the get.
 //! * atomics: `ATOMIC_REQ`, applied by the target and answered by `ATOMIC_RESP` with
 //!   the previous value.
+//!
+//! (A little over 600 lines: both sides of the three operations, which share the
+//! queues and the checks, stay in one place.)
 
 use super::path::RingSpeed;
 use super::peer::{Outbound, Peer};
