@@ -58,7 +58,7 @@ fn rank_role_entry() {
         "sm_stress" => {
             let (mut m, eps, mut job) = sm_module();
             let ep = eps[(job.rank ^ 1) as usize].expect("sm reaches the peer");
-            let plan = stress::Plan::rounds(100_000, Duration::from_secs(1800));
+            let plan = stress::Plan::rounds(100_000, churn::MAX_LEN, Duration::from_secs(1800));
             stress::run(m.as_mut(), ep, job.rank, &plan);
             job.modex.fence().unwrap();
             report_ok(job.rank, "ok");

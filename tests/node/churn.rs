@@ -1,22 +1,38 @@
 //! Memory that comes and goes in random ways, for the registration stress
-//! (`node/stress.rs`). Memory is taken by C `malloc` of a byte to 4 MiB, by an anonymous
-//! mapping of 1 to 1024 pages, by a new mapping at an address just unmapped, by moving a
-//! spare mapping there with `mremap`, or by taking a spare mapping (one whose pages were
+//! (`node/stress.rs`). Memory is taken by C `malloc` of a byte to the largest block
+//! (4 MiB unless the stress says less), by an anonymous mapping of 1 page to the
+//! largest block, by a new mapping at an address just unmapped, by moving a spare
+//! mapping there with `mremap`, or by taking a spare mapping (one whose pages were
 //! dropped, or replaced by a new `mmap(MAP_FIXED)`, or moved in by `mremap`: the same
 //! address with other pages). It is given back by `free`, `munmap`,
 //! `madvise(MADV_DONTNEED)`, `mremap` elsewhere, a new `mmap(MAP_FIXED)` over it, or
-//! kept as it is for the next round.
+//! kept as it is for the next batch taken.
+//!
+//! The stress takes blocks a batch at a time, and gives a batch's blocks all back
+//! before it takes the next batch, so the places the churn remembers (spare mappings,
+//! ranges just unmapped) scale with the batch: what one batch gives back, the next
+//! batch taken takes again.
+//!
+//! The churn counts the blocks that overlap its mappings whose pages left since the
+//! batch before was taken (unmapped, dropped, moved away or replaced): blocks a stale
+//! cached registration could cover (a lower bound: C `free` may unmap too, unseen
+//! here).
 
 use std::collections::{BTreeMap, VecDeque};
 
 /// The page size the test assumes (checked when the churn starts).
 pub const PS: usize = 4096;
-/// The largest block.
+/// The largest block unless the stress says less.
 pub const MAX_LEN: usize = 4 << 20;
-/// Spare mappings kept at most (the oldest is unmapped past this).
+/// Spare mappings kept at most, and at least one per block of a batch (the oldest is
+/// unmapped past this).
 const SPARES: usize = 4;
-/// Unmapped ranges remembered as places for new mappings.
+/// Unmapped ranges remembered as places for new mappings, and at least four per block
+/// of a batch.
 const FREED: usize = 16;
+
+/// The count of blocks taken over memory that left since the batch before was taken.
+const OVER_MEMORY_THAT_LEFT: &str = "taken over memory that left since the last batch was taken";
 
 /// A seeded xorshift generator: the same rounds on every run.
 pub struct Rng(u64);
@@ -89,13 +105,25 @@ impl Block {
 /// The memory of the rounds, taken and given back in random ways.
 pub struct Churn {
     rng: Rng,
+    /// The largest block, whole pages.
+    max_len: usize,
+    /// Spare mappings kept at most.
+    spares: usize,
+    /// Unmapped ranges remembered at most.
+    freed_most: usize,
     /// Mappings no round uses now, newest last; taken again from the newest, so that an
     /// address comes back soon with other pages under it.
     spare: VecDeque<(usize, usize)>,
     /// Ranges just unmapped, newest last: where new mappings are placed.
     freed: VecDeque<(usize, usize)>,
-    /// The block the last round kept for the next.
-    kept: Option<Block>,
+    /// The blocks kept for the next batch taken.
+    kept: Vec<Block>,
+    /// Ranges whose pages left since this batch was taken (unmapped, dropped, moved
+    /// away, replaced).
+    left_now: Vec<(usize, usize)>,
+    /// The same, from when the batch before was taken to when this one was: blocks
+    /// taken over them are counted.
+    left_before: Vec<(usize, usize)>,
     /// How often each way of taking and giving back was used.
     counts: BTreeMap<&'static str, u64>,
 }
@@ -169,18 +197,48 @@ fn move_pages(from: usize, len: usize, to: usize) -> bool {
 }
 
 impl Churn {
-    /// A churn whose choices follow `seed`.
-    pub fn new(seed: u64) -> Churn {
+    /// A churn whose choices follow `seed`, of blocks up to `max_len` bytes (whole
+    /// pages, at most [`MAX_LEN`]), taken `batch` at a time.
+    pub fn new(seed: u64, max_len: usize, batch: usize) -> Churn {
         // SAFETY: sysconf reads a constant of the system.
         let ps = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         assert_eq!(ps, PS as libc::c_long, "the churn works in 4 KiB pages");
+        assert!(
+            max_len >= PS && max_len % PS == 0 && max_len <= MAX_LEN,
+            "blocks of up to {max_len} bytes: whole pages, at most {MAX_LEN}"
+        );
         Churn {
             rng: Rng::new(seed),
+            max_len,
+            spares: SPARES.max(batch),
+            freed_most: FREED.max(4 * batch),
             spare: VecDeque::new(),
             freed: VecDeque::new(),
-            kept: None,
+            kept: Vec::new(),
+            left_now: Vec::new(),
+            left_before: Vec::new(),
             counts: BTreeMap::new(),
         }
+    }
+
+    /// A new batch is taken: what left since the last one was taken is what its blocks
+    /// may cover.
+    pub fn next_batch(&mut self) {
+        self.left_before = std::mem::take(&mut self.left_now);
+    }
+
+    /// Count `block` if it overlaps memory whose pages left since the batch before was
+    /// taken.
+    fn taken(&mut self, block: Block) -> Block {
+        let (a, l) = (block.addr(), block.len().max(1));
+        if self
+            .left_before
+            .iter()
+            .any(|&(b, m)| a < b + m && b < a + l)
+        {
+            self.count(OVER_MEMORY_THAT_LEFT);
+        }
+        block
     }
 
     fn count(&mut self, way: &'static str) {
@@ -189,13 +247,18 @@ impl Churn {
 
     /// Memory for the next round.
     pub fn take(&mut self) -> Block {
-        if let Some(b) = self.kept.take() {
-            self.count("take: kept from the last round");
+        let block = self.take_any();
+        self.taken(block)
+    }
+
+    fn take_any(&mut self) -> Block {
+        if let Some(b) = self.kept.pop() {
+            self.count("take: kept from a batch given back");
             return b;
         }
         match self.rng.below(8) {
             0..=2 => {
-                let len = self.rng.size(MAX_LEN);
+                let len = self.rng.size(self.max_len);
                 // SAFETY: a C allocation the churn frees itself.
                 let addr = unsafe { libc::malloc(len) } as usize;
                 assert_ne!(addr, 0, "malloc({len})");
@@ -224,6 +287,7 @@ impl Churn {
                     if map(Some(at), len, libc::PROT_NONE).is_some() {
                         if move_pages(from, len, at) {
                             self.spare.pop_back();
+                            self.left_now.push((from, len));
                             self.forget_freed(at, len);
                             self.freed.push_back((from, len));
                             self.count("take: mremap of a spare to an address just unmapped");
@@ -236,7 +300,7 @@ impl Churn {
             }
             _ => {}
         }
-        let len = self.rng.size(MAX_LEN / PS) * PS;
+        let len = self.rng.size(self.max_len / PS) * PS;
         let addr = map(None, len, libc::PROT_READ | libc::PROT_WRITE).expect("mmap anywhere");
         self.count("take: mmap");
         Block::Mapped { addr, len }
@@ -247,8 +311,8 @@ impl Churn {
         let keep = self.rng.below(8) == 0;
         match block {
             _ if keep => {
-                self.count("give back: keep for the next round");
-                self.kept = Some(block);
+                self.count("give back: keep for the next batch taken");
+                self.kept.push(block);
             }
             Block::Heap { addr, .. } => {
                 // SAFETY: the churn's own C allocation, which no round uses any more.
@@ -259,6 +323,7 @@ impl Churn {
                 0 => {
                     unmap(addr, len);
                     self.unmapped(addr, len);
+                    self.left_now.push((addr, len));
                     self.count("give back: munmap");
                 }
                 1 => {
@@ -268,11 +333,13 @@ impl Churn {
                         libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED)
                     };
                     assert_eq!(rc, 0, "madvise: {}", os_error());
+                    self.left_now.push((addr, len));
                     self.spare(addr, len);
                     self.count("give back: madvise(MADV_DONTNEED)");
                 }
                 2 => {
                     let to = map(None, len, libc::PROT_NONE).expect("mmap anywhere");
+                    self.left_now.push((addr, len));
                     if move_pages(addr, len, to) {
                         self.unmapped(addr, len);
                         self.spare(to, len);
@@ -298,6 +365,7 @@ impl Churn {
                         )
                     };
                     assert_eq!(p as usize, addr, "mmap(MAP_FIXED): {}", os_error());
+                    self.left_now.push((addr, len));
                     self.spare(addr, len);
                     self.count("give back: mmap(MAP_FIXED) over it");
                 }
@@ -307,16 +375,17 @@ impl Churn {
 
     fn spare(&mut self, addr: usize, len: usize) {
         self.spare.push_back((addr, len));
-        while self.spare.len() > SPARES {
-            let (a, l) = self.spare.pop_front().expect("more than SPARES");
+        while self.spare.len() > self.spares {
+            let (a, l) = self.spare.pop_front().expect("more spares than kept");
             unmap(a, l);
             self.unmapped(a, l);
+            self.left_now.push((a, l));
         }
     }
 
     fn unmapped(&mut self, addr: usize, len: usize) {
         self.freed.push_back((addr, len));
-        if self.freed.len() > FREED {
+        if self.freed.len() > self.freed_most {
             self.freed.pop_front();
         }
     }
@@ -325,6 +394,11 @@ impl Churn {
     fn forget_freed(&mut self, addr: usize, len: usize) {
         self.freed
             .retain(|&(a, l)| a + l <= addr || addr + len <= a);
+    }
+
+    /// Blocks taken over memory that left since the batch before was taken.
+    pub fn over_memory_that_left(&self) -> u64 {
+        self.counts.get(OVER_MEMORY_THAT_LEFT).copied().unwrap_or(0)
     }
 
     /// How often each way was used, one `way: count` a line.
@@ -337,11 +411,12 @@ impl Churn {
 
     /// Give back everything the churn still holds.
     pub fn finish(mut self) {
-        match self.kept.take() {
-            // SAFETY: the churn's own C allocation, no longer used.
-            Some(Block::Heap { addr, .. }) => unsafe { libc::free(addr as *mut libc::c_void) },
-            Some(Block::Mapped { addr, len }) => unmap(addr, len),
-            None => {}
+        for block in std::mem::take(&mut self.kept) {
+            match block {
+                // SAFETY: the churn's own C allocation, no longer used.
+                Block::Heap { addr, .. } => unsafe { libc::free(addr as *mut libc::c_void) },
+                Block::Mapped { addr, len } => unmap(addr, len),
+            }
         }
         for (a, l) in std::mem::take(&mut self.spare) {
             unmap(a, l);

@@ -8,27 +8,44 @@
 //! it unwritten, registers it through the module with remote read and write access
 //! (through the module's registration cache, which keeps idle registrations: over
 //! `openib` where the memory monitor runs, over `sm` always, so memory that comes back
-//! where an idle registration is kept is a hit), and sends rank 1 (the origin) the address and handle of a random part of it.
-//! The origin puts a pattern unique to the round there; in some rounds it first gets
-//! the part and checks that it reads the marking byte, in others it gets it back after
-//! the put and checks the pattern. The target then checks that its memory holds the
-//! pattern in that part and the marking byte everywhere else, deregisters, and gives the
-//! memory back in a random way (`free`, `munmap`, `madvise(MADV_DONTNEED)`, `mremap`
-//! elsewhere, `mmap(MAP_FIXED)` over it, or kept for the next round). Any wrong result
-//! fails the job; the target prints the cache's hits and misses.
+//! where an idle registration is kept is a hit), and tells rank 1 (the origin) the
+//! address and handle of a random part of it. The origin puts a pattern unique to the
+//! round there; in some rounds it first gets the part and checks that it reads the
+//! marking byte, in others it gets it back after the put and checks the pattern. The
+//! target then checks that its memory holds the pattern in that part and the marking
+//! byte everywhere else, deregisters, and gives the memory back in a random way
+//! (`free`, `munmap`, `madvise(MADV_DONTNEED)`, `mremap` elsewhere, `mmap(MAP_FIXED)`
+//! over it, or kept for the next batch). Any wrong result fails the job; the target
+//! prints the cache's hits and misses, and where the time went.
+//!
+//! Rounds go in batches, so that one exchange between the ranks serves many rounds
+//! (under emulation a message between the ranks costs more than a round's own work):
+//! the target takes, marks and registers the memory of every round of a batch and sends
+//! all their parts at once (in as few messages as the send size allows); the origin
+//! does the batch's gets before, then its puts, then its gets after, each kind all
+//! posted before any is waited for, and answers once; the target checks every round,
+//! deregisters them all and gives their memory back in a random order. Two batches are
+//! in flight: while the origin works on one, the target prepares the next. Each round
+//! still has its own memory, registration, put and check. A batch's memory is all given
+//! back before the next batch is taken (the one after the batch in flight), so that
+//! batch's memory comes back at the addresses it gave back, where registrations of the
+//! memory that left are kept idle: what a stale hit needs. The churn counts the rounds
+//! taken over memory that left; the stress fails if they, the cache's hits, or (over a
+//! cache that follows the monitor) its invalidations come to fewer than one round in
+//! twenty.
 //!
 //! What a wrong result would mean differs between the transports:
 //! - `sm` pins and maps nothing: a handle names the target's memory by virtual address
 //!   and the put reaches it with `process_vm_writev` (or through the rings) at the time
 //!   of the transfer, so even a stale cached registration would not send a put to pages
-//!   that left; its cache therefore follows no monitor and sees no invalidations. Over `sm` the stress proves the whole path end to end (cache, handles,
-//!   messages, put and get by address) under memory that keeps changing, not the
-//!   cache's freshness.
+//!   that left; its cache therefore follows no monitor and sees no invalidations. Over
+//!   `sm` the stress proves the whole path end to end (cache, handles, messages, put
+//!   and get by address) under memory that keeps changing, not the cache's freshness.
 //! - `openib` registers memory regions with the device, which pins their pages: a stale
 //!   cached registration would send the put to the old pinned pages, and the target's
 //!   memory would not hold the pattern. Over `openib` a wrong result is a stale hit.
 
-use crate::churn::{Churn, Rng, MAX_LEN, PS};
+use crate::churn::{Rng, PS};
 use rbtl::btl::{
     Access, DesFlags, Endpoint, Error, MemHandle, Module, Order, RdmaCompletion, RemoteHandle,
     SendOutcome, SendiOutcome, Tag,
@@ -38,12 +55,20 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+#[path = "stress_origin.rs"]
+mod origin;
+#[path = "stress_target.rs"]
+mod target;
+
+use origin::origin;
+use target::target;
+
 /// The rounds' messages, both ways.
 const TAG: Tag = Tag(0x90);
-/// Longest wait for the peer within a round.
+/// Longest wait for the peer within a batch.
 const STALL: Duration = Duration::from_secs(60);
-/// The round number that ends the stress.
-const STOP: u64 = u64::MAX;
+/// Rounds per batch unless the environment says otherwise.
+const BATCH: usize = 64;
 const ALL: Access = Access::LOCAL_READ
     .union(Access::LOCAL_WRITE)
     .union(Access::REMOTE_READ)
@@ -53,6 +78,10 @@ const ALL: Access = Access::LOCAL_READ
 pub struct Plan {
     /// Rounds to run.
     pub rounds: u64,
+    /// Rounds per exchange between the ranks.
+    pub batch: usize,
+    /// The largest block of memory a round takes (whole pages).
+    pub max_len: usize,
     /// Far above the time the rounds take: past it the rank exits (code 99), so that a
     /// hang fails the job in bounded time.
     pub limit: Duration,
@@ -62,16 +91,28 @@ pub struct Plan {
     pub monitored: bool,
 }
 
+/// `name` from the environment as a number, else `default`.
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} is a number, not {v:?}"))
+        })
+        .unwrap_or(default)
+}
+
 impl Plan {
-    /// `rounds`, unless `REGISTRATION_STRESS_ROUNDS` in the environment says otherwise
-    /// (to measure a small count first).
-    pub fn rounds(rounds: u64, limit: Duration) -> Plan {
-        let rounds = std::env::var("REGISTRATION_STRESS_ROUNDS")
-            .ok()
-            .map(|v| v.parse().expect("REGISTRATION_STRESS_ROUNDS is a number"))
-            .unwrap_or(rounds);
+    /// `rounds` in batches of [`BATCH`] with blocks of up to `max_len` bytes (whole
+    /// pages, at most [`crate::churn::MAX_LEN`]), over a cache that follows no monitor, unless
+    /// `REGISTRATION_STRESS_ROUNDS`, `REGISTRATION_STRESS_BATCH` and
+    /// `REGISTRATION_STRESS_MAX_LEN` in the environment say otherwise (to measure; both
+    /// ranks read the same).
+    pub fn rounds(rounds: u64, max_len: usize, limit: Duration) -> Plan {
         Plan {
-            rounds,
+            rounds: env_or("REGISTRATION_STRESS_ROUNDS", rounds),
+            batch: env_or("REGISTRATION_STRESS_BATCH", BATCH).max(1),
+            max_len: env_or("REGISTRATION_STRESS_MAX_LEN", max_len),
             limit,
             monitored: false,
         }
@@ -101,16 +142,31 @@ fn pattern(table: &[u8], round: u64, out: &mut [u8]) {
     }
 }
 
-/// The bytes patterns are cut from, the same in both ranks.
-fn table() -> Vec<u8> {
+/// The round's marking byte: never the pattern's first byte (the round's low byte).
+fn mark(round: u64) -> u8 {
+    round as u8 ^ 0xa5
+}
+
+/// The bytes patterns of up to `max_len` bytes are cut from, the same in both ranks.
+fn table(max_len: usize) -> Vec<u8> {
     let mut rng = Rng::new(0x5eed);
-    (0..(MAX_LEN + PS) / 8)
+    (0..(max_len + PS) / 8)
         .flat_map(|_| rng.next().to_le_bytes())
         .collect()
 }
 
+/// Whether every byte of `mem` is `byte`: compared a page at a time (`memcmp`, fast
+/// in a debug build too).
+fn all_are(mem: &[u8], byte: u8) -> bool {
+    let page = [byte; PS];
+    mem.chunks(PS).all(|c| *c == page[..c.len()])
+}
+
 /// Messages received on [`TAG`], oldest first.
 type Inbox = Arc<Mutex<VecDeque<Vec<u8>>>>;
+
+/// Completions of posted transfers: how many, and the first failure.
+type Tally = Arc<Mutex<(usize, Option<String>)>>;
 
 /// One side of the stress: the module, the peer, the messages.
 struct Side<'a> {
@@ -174,14 +230,14 @@ impl Side<'_> {
         );
     }
 
-    /// A put (or get) of `len` bytes between `local` and `remote`, in pieces within
-    /// the module's limit, each progressed to its completion.
-    fn transfer(
+    /// Puts (or gets) of `len` bytes between each `local` (in `lh`) and `remote`
+    /// (in its handle), in pieces within the module's limit, all posted before any is
+    /// waited for; returns when every piece completed, panics if one failed.
+    fn transfer_all(
         &mut self,
         put: bool,
-        (local, lh): (usize, &MemHandle),
-        (remote, rh): (u64, &RemoteHandle),
-        len: usize,
+        lh: &MemHandle,
+        jobs: &[(usize, u64, &RemoteHandle, usize)],
     ) {
         let what = if put { "put" } else { "get" };
         let attrs = self.m.attributes();
@@ -190,35 +246,44 @@ impl Side<'_> {
         } else {
             attrs.get_limit
         };
-        let mut done = 0;
-        while done < len {
-            let n = limit.min(len - done);
-            let status: Arc<Mutex<Option<rbtl::btl::Result<()>>>> = Arc::default();
-            let (l, r) = (local + done, remote + done as u64);
-            let start = Instant::now();
-            loop {
-                let s = status.clone();
-                let cb = Box::new(move |_: &mut dyn Module, c: RdmaCompletion| {
-                    *s.lock().unwrap() = Some(c.status);
-                });
-                let posted = if put {
-                    self.m.put(self.ep, l, r, lh, rh, n, 0, Order::ANY, cb)
-                } else {
-                    self.m.get(self.ep, l, r, lh, rh, n, 0, Order::ANY, cb)
-                };
-                match posted {
-                    Ok(()) => break,
-                    Err(Error::OutOfResource(_)) => self.idle(start, "room for a transfer"),
-                    Err(e) => panic!("{what} of {n} bytes: {e}"),
+        let tally: Tally = Arc::default();
+        let start = Instant::now();
+        let mut posted = 0;
+        for &(local, remote, rh, len) in jobs {
+            let mut done = 0;
+            while done < len {
+                let n = limit.min(len - done);
+                let (l, r) = (local + done, remote + done as u64);
+                loop {
+                    let t = tally.clone();
+                    let cb = Box::new(move |_: &mut dyn Module, c: RdmaCompletion| {
+                        let mut t = t.lock().unwrap();
+                        t.0 += 1;
+                        if let (Err(e), None) = (c.status, &t.1) {
+                            t.1 = Some(format!("{what} of {n} bytes completed with {e}"));
+                        }
+                    });
+                    let posted_now = if put {
+                        self.m.put(self.ep, l, r, lh, rh, n, 0, Order::ANY, cb)
+                    } else {
+                        self.m.get(self.ep, l, r, lh, rh, n, 0, Order::ANY, cb)
+                    };
+                    match posted_now {
+                        Ok(()) => break,
+                        Err(Error::OutOfResource(_)) => self.idle(start, "room for a transfer"),
+                        Err(e) => panic!("{what} of {n} bytes: {e}"),
+                    }
                 }
+                posted += 1;
+                done += n;
             }
-            while status.lock().unwrap().is_none() {
-                self.idle(start, "a transfer's completion");
-            }
-            if let Some(Err(e)) = status.lock().unwrap().take() {
-                panic!("{what} of {n} bytes completed with {e}");
-            }
-            done += n;
+        }
+        while tally.lock().unwrap().0 < posted {
+            self.idle(start, "the transfers' completions");
+        }
+        let failed = tally.lock().unwrap().1.take();
+        if let Some(e) = failed {
+            panic!("{e}");
         }
     }
 }
@@ -234,7 +299,8 @@ fn watchdog(limit: Duration) {
 
 /// Run the stress between `m` and the peer behind `ep` (rank 0 is the target, rank 1
 /// the origin); the target returns what it counted, the origin an empty string. Panics
-/// on a wrong result, and on a cache that kept nothing (no hits, no invalidations).
+/// on a wrong result, and on rounds that came back too seldom to memory that left or a
+/// cache that kept too little idle for them to test it (see the module's text).
 pub fn run(m: &mut dyn Module, ep: Endpoint, rank: u32, plan: &Plan) -> String {
     watchdog(plan.limit);
     let status = monitor::status();
@@ -254,194 +320,15 @@ pub fn run(m: &mut dyn Module, ep: Endpoint, rank: u32, plan: &Plan) -> String {
     if rank == 0 {
         target(&mut side, plan, &status)
     } else {
-        origin(&mut side);
+        origin(&mut side, plan);
         String::new()
     }
 }
 
-/// A slice over `len` bytes at `addr`.
-///
-/// # Safety
-///
-/// `[addr, addr + len)` is memory of the caller's block, mapped, and no transfer into
-/// it is under way (the peer said its round is over).
-unsafe fn bytes<'a>(addr: usize, len: usize) -> &'a mut [u8] {
-    // SAFETY: the caller's contract.
-    unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) }
-}
-
-fn target(side: &mut Side<'_>, plan: &Plan, status: &monitor::Status) -> String {
-    let table = table();
-    let mut churn = Churn::new(0xc0ffee);
-    let mut rng = Rng::new(0x7a49e7);
-    let mut want = vec![0u8; MAX_LEN];
-    let mut marks = vec![0u8; MAX_LEN];
-    let mut wrong: Vec<String> = Vec::new();
-    let (mut wrong_count, mut checks) = (0u64, [0u64; 3]);
-    let started = Instant::now();
-    for round in 0..plan.rounds {
-        let block = churn.take();
-        let len = block.len();
-        // The part the origin writes: all of the block in a quarter of the rounds.
-        let (off, plen) = if rng.below(4) == 0 {
-            (0, len)
-        } else {
-            let off = rng.below(len);
-            (off, rng.size(len - off))
-        };
-        let check = [Check::PutOnly, Check::GetBefore, Check::GetAfter][rng.below(3)];
-        checks[check as usize] += 1;
-        pattern(&table, round, &mut want[..plen]);
-        let mark = want[0] ^ 0xa5;
-        // SAFETY: the block's own memory, nothing registered over it yet.
-        unsafe { std::ptr::write_bytes(block.addr() as *mut u8, mark, len) };
-        // SAFETY: the block stays mapped until it is given back, after the handle is
-        // deregistered and dropped below.
-        let mut h = unsafe { side.m.register_mem(Some(side.ep), block.addr(), len, ALL) }
-            .expect("register the round's memory");
-        let mut msg = Vec::with_capacity(32 + h.remote().as_bytes().len());
-        msg.extend_from_slice(&round.to_le_bytes());
-        msg.extend_from_slice(&((block.addr() + off) as u64).to_le_bytes());
-        msg.extend_from_slice(&(plen as u64).to_le_bytes());
-        msg.extend_from_slice(&[mark, check as u8]);
-        msg.extend_from_slice(h.remote().as_bytes());
-        side.send(&msg);
-        let reply = side.receive();
-        assert_eq!(
-            u64::from_le_bytes(reply[..8].try_into().unwrap()),
-            round,
-            "the origin answers the round asked"
-        );
-        // SAFETY: the block's memory; the origin's reply ends its transfers into it.
-        let mem = unsafe { bytes(block.addr(), len) };
-        marks[..len.max(1)].fill(mark);
-        let mut faults = Vec::new();
-        if reply[8] != 0 {
-            faults.push(String::from_utf8_lossy(&reply[9..]).into_owned());
-        }
-        if mem[off..off + plen] != want[..plen] {
-            let at = (0..plen).find(|&i| mem[off + i] != want[i]).unwrap_or(0);
-            faults.push(format!(
-                "the pattern is not in the memory from byte {at} of {plen} on (held {:#x}, \
-                 want {:#x})",
-                mem[off + at],
-                want[at]
-            ));
-        }
-        if mem[..off] != marks[..off] || mem[off + plen..] != marks[..len - off - plen] {
-            faults.push("bytes outside the part put into changed".to_string());
-        }
-        if !faults.is_empty() {
-            wrong_count += 1;
-            if wrong.len() < 8 {
-                wrong.push(format!(
-                    "round {round}: {block:x?}, part {off}+{plen}, {check:?}: {}",
-                    faults.join("; ")
-                ));
-            }
-        }
-        side.m.deregister_mem(&mut h).expect("deregister");
-        drop(h);
-        churn.give_back(block);
-    }
-    let elapsed = started.elapsed();
-    let mut stop = STOP.to_le_bytes().to_vec();
-    stop.resize(26, 0);
-    side.send(&stop);
-    let bye = side.receive();
-    assert_eq!(bye, b"bye", "the origin saw the end");
-    let stats = side
-        .m
-        .registration_stats()
-        .expect("the module keeps a registration cache");
-    let summary = format!(
-        "registration stress over {}: {} rounds in {:.1} s ({:.3} ms a round), \
-         {wrong_count} wrong results\n\
-         cache: {} hits, {} misses, {} invalidations, {} evictions, {} idle at the end\n\
-         memory monitor: {status}; events {:?}\n\
-         origin's checks: {} puts alone, {} after a get of the marks, {} before a get back\n\
-         memory:\n{}",
-        side.m.name(),
-        plan.rounds,
-        elapsed.as_secs_f64(),
-        elapsed.as_secs_f64() * 1000.0 / plan.rounds.max(1) as f64,
-        stats.hits,
-        stats.misses,
-        stats.invalidations,
-        stats.evictions,
-        stats.idle_entries,
-        monitor::event_counts(),
-        checks[0],
-        checks[1],
-        checks[2],
-        churn.counts(),
-    );
-    churn.finish();
-    eprintln!("{summary}");
-    if wrong_count > 0 {
-        // For a test that expects them: the judge's own control.
-        crate::report_ok(0, "wrong_results");
-    }
-    assert!(wrong.is_empty(), "wrong results:\n{}", wrong.join("\n"));
-    assert!(
-        stats.hits >= plan.rounds / 20
-            && (!plan.monitored || stats.invalidations >= plan.rounds / 20),
-        "the cache kept too little idle for the rounds to test it: {stats:?}"
-    );
-    summary
-}
-
-fn origin(side: &mut Side<'_>) {
-    let table = table();
-    let mut src = vec![0u8; MAX_LEN];
-    let mut back = vec![0u8; MAX_LEN];
-    let mut marks = vec![0u8; MAX_LEN];
-    // SAFETY: both buffers outlive their handles (dropped at the end of this function)
-    // and are not resized.
-    let (sh, bh) = unsafe {
-        (
-            side.m
-                .register_mem(Some(side.ep), src.as_mut_ptr() as usize, MAX_LEN, ALL)
-                .expect("register the origin's source"),
-            side.m
-                .register_mem(Some(side.ep), back.as_mut_ptr() as usize, MAX_LEN, ALL)
-                .expect("register the origin's landing place"),
-        )
-    };
-    let (src_at, back_at) = (src.as_ptr() as usize, back.as_ptr() as usize);
-    loop {
-        let msg = side.receive();
-        let word = |i: usize| u64::from_le_bytes(msg[8 * i..8 * i + 8].try_into().unwrap());
-        let round = word(0);
-        if round == STOP {
-            side.send(b"bye");
-            break;
-        }
-        let (raddr, len) = (word(1), word(2) as usize);
-        let (mark, check) = (msg[24], msg[25]);
-        let rh = RemoteHandle::from_bytes(&msg[26..]).expect("the target's handle");
-        pattern(&table, round, &mut src[..len]);
-        let mut fault = None;
-        if check == Check::GetBefore as u8 {
-            side.transfer(false, (back_at, &bh), (raddr, &rh), len);
-            marks[..len].fill(mark);
-            if back[..len] != marks[..len] {
-                fault = Some(format!(
-                    "a get before the put read other bytes than the marks ({mark:#x})"
-                ));
-            }
-        }
-        side.transfer(true, (src_at, &sh), (raddr, &rh), len);
-        if check == Check::GetAfter as u8 {
-            side.transfer(false, (back_at, &bh), (raddr, &rh), len);
-            if back[..len] != src[..len] {
-                fault = Some("a get after the put read other bytes".to_string());
-            }
-        }
-        let mut reply = round.to_le_bytes().to_vec();
-        reply.push(u8::from(fault.is_some()));
-        reply.extend_from_slice(fault.unwrap_or_default().as_bytes());
-        side.send(&reply);
-    }
-    drop((sh, bh));
+/// Time `f`, adding it to `*sum`.
+fn timed<T>(sum: &mut Duration, f: impl FnOnce() -> T) -> T {
+    let start = Instant::now();
+    let out = f();
+    *sum += start.elapsed();
+    out
 }
