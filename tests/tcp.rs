@@ -13,6 +13,7 @@ mod common;
 #[path = "common/stopped_flush.rs"]
 mod stopped_flush;
 
+use common::{progress_until, senders};
 use rbtl::btl::tcp::published::{Listener, Published};
 use rbtl::btl::tcp::{wire, TcpComponent, TcpModule};
 use rbtl::btl::transport_kit::keytable::{HandleFields, RangeFields};
@@ -79,32 +80,6 @@ fn tcp_module() -> (TcpModule, Vec<Option<Endpoint>>, rbtl::pmi::Job) {
     (m, eps, job)
 }
 
-/// Progress until `done` holds; a hang guard fails after 60 s.
-fn wait(m: &mut dyn Module, what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        if m.progress() == 0 {
-            std::thread::yield_now();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "still waiting for {what}"
-        );
-    }
-}
-
-/// Count messages on `tag`, by sender.
-fn counter(m: &mut dyn Module, tag: Tag) -> Arc<Mutex<Vec<Endpoint>>> {
-    let got: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
-    let g = got.clone();
-    m.register_am(
-        tag,
-        Box::new(move |_, r| g.lock().unwrap().push(r.endpoint)),
-    )
-    .unwrap();
-    got
-}
-
 fn send_byte(m: &mut dyn Module, ep: Endpoint, tag: Tag) {
     let r = m.sendi(ep, &[], &[1], Order::ANY, DesFlags::empty(), tag);
     assert!(matches!(r, Ok(SendiOutcome::Sent)), "{r:?}");
@@ -152,13 +127,13 @@ fn role_strangers() {
     let rank = job.rank;
     let ep = eps[(rank ^ 1) as usize].unwrap();
     let seen = errors(&mut m);
-    let ping = counter(&mut m, Tag::USR);
+    let ping = senders(&mut m, Tag::USR);
     job.modex.fence().unwrap();
     // The link is up before any stranger comes.
     if rank == 0 {
         send_byte(&mut m, ep, Tag::USR);
     }
-    wait(&mut m, "the first message", || {
+    progress_until(&mut m, "the first message", || {
         !ping.lock().unwrap().is_empty()
     });
     if rank == 1 {
@@ -218,10 +193,10 @@ fn role_strangers() {
             (1, 1, 1, 1, 0),
             "{r:?}"
         );
-        wait(&mut m, "rank 1 done", || ping.lock().unwrap().len() >= 2);
+        progress_until(&mut m, "rank 1 done", || ping.lock().unwrap().len() >= 2);
         send_byte(&mut m, ep, Tag::USR);
     }
-    wait(&mut m, "the last message", || {
+    progress_until(&mut m, "the last message", || {
         ping.lock().unwrap().len() >= 2
     });
     assert_eq!(
@@ -243,7 +218,7 @@ fn role_killed() {
     let rank = job.rank;
     let seen = errors(&mut m);
     let die = Tag(Tag::USR.0 + 1);
-    let ping = counter(&mut m, Tag::USR);
+    let ping = senders(&mut m, Tag::USR);
     m.register_am(
         die,
         Box::new(|_, _| {
@@ -265,16 +240,16 @@ fn role_killed() {
         1 => {
             let ep0 = eps[0].unwrap();
             send_byte(&mut m, ep0, Tag::USR);
-            wait(&mut m, "death", || false);
+            progress_until(&mut m, "death", || false);
         }
         2 => {
-            wait(&mut m, "rank 0's ping", || !ping.lock().unwrap().is_empty());
+            progress_until(&mut m, "rank 0's ping", || !ping.lock().unwrap().is_empty());
             send_byte(&mut m, eps[0].unwrap(), Tag::USR);
             report_ok(rank, "ok");
         }
         _ => {
             let (ep1, ep2) = (eps[1].unwrap(), eps[2].unwrap());
-            wait(&mut m, "rank 1 up", || !ping.lock().unwrap().is_empty());
+            progress_until(&mut m, "rank 1 up", || !ping.lock().unwrap().is_empty());
             let theirs = job.modex.lookup(1, "killed").unwrap().unwrap();
             let (raddr, rh) = contract::remote_of(&theirs);
             let failed = Arc::new(AtomicUsize::new(0));
@@ -295,10 +270,10 @@ fn role_killed() {
                 .unwrap();
             m.put(ep1, l, raddr, &handle, &rh, 1 << 20, 0, Order::ANY, cb())
                 .unwrap();
-            wait(&mut m, "both operations failed", || {
+            progress_until(&mut m, "both operations failed", || {
                 failed.load(Ordering::SeqCst) == 2
             });
-            wait(&mut m, "the failure reported", || {
+            progress_until(&mut m, "the failure reported", || {
                 !seen.lock().unwrap().is_empty()
             });
             let reports = seen.lock().unwrap().clone();
@@ -310,7 +285,7 @@ fn role_killed() {
             let e = m.sendi(ep1, &[], &[1], Order::ANY, DesFlags::empty(), Tag::USR);
             assert!(matches!(e, Err(Error::PeerFailed { rank: 1, .. })), "{e:?}");
             send_byte(&mut m, ep2, Tag::USR);
-            wait(&mut m, "rank 2's answer", || {
+            progress_until(&mut m, "rank 2's answer", || {
                 ping.lock().unwrap().contains(&ep2)
             });
             m.flush(None).unwrap();
@@ -330,7 +305,7 @@ fn role_refused() {
     let (mut m, eps, mut job) = tcp_module();
     let rank = job.rank;
     let ep = eps[(rank ^ 1) as usize].unwrap();
-    let done = counter(&mut m, Tag::USR);
+    let done = senders(&mut m, Tag::USR);
     let mut read_only = vec![3u8; LEN];
     let mut dead = vec![4u8; LEN];
     let mut local = vec![0u8; LEN];
@@ -358,7 +333,7 @@ fn role_refused() {
     job.modex.publish("refused", &blob).unwrap();
     job.modex.fence().unwrap();
     if rank == 1 {
-        wait(&mut m, "rank 0's operations", || {
+        progress_until(&mut m, "rank 0's operations", || {
             !done.lock().unwrap().is_empty()
         });
         assert!(
@@ -505,7 +480,7 @@ fn role_violation() {
     let (mut m, eps, mut job) = tcp_module();
     let rank = job.rank;
     let seen = errors(&mut m);
-    let ping = counter(&mut m, Tag::USR);
+    let ping = senders(&mut m, Tag::USR);
     job.modex.fence().unwrap();
     match rank {
         2 => {
@@ -531,11 +506,11 @@ fn role_violation() {
             );
         }
         1 => {
-            wait(&mut m, "rank 0's ping", || !ping.lock().unwrap().is_empty());
+            progress_until(&mut m, "rank 0's ping", || !ping.lock().unwrap().is_empty());
             send_byte(&mut m, eps[0].unwrap(), Tag::USR);
         }
         _ => {
-            wait(&mut m, "the report", || !seen.lock().unwrap().is_empty());
+            progress_until(&mut m, "the report", || !seen.lock().unwrap().is_empty());
             let reports = seen.lock().unwrap().clone();
             assert_eq!(reports.len(), 1, "{reports:?}");
             assert!(
@@ -552,7 +527,7 @@ fn role_violation() {
             );
             assert!(matches!(e, Err(Error::PeerFailed { rank: 2, .. })), "{e:?}");
             send_byte(&mut m, eps[1].unwrap(), Tag::USR);
-            wait(&mut m, "rank 1's answer", || {
+            progress_until(&mut m, "rank 1's answer", || {
                 !ping.lock().unwrap().is_empty()
             });
         }

@@ -86,3 +86,35 @@ impl Drop for Continue {
         unsafe { libc::kill(self.0, libc::SIGCONT) };
     }
 }
+
+/// Progress `m` until `done` holds; a hang guard fails the test after 60 s, naming
+/// `what` it waited for.
+#[allow(dead_code)] // not every binary that shares this module calls it
+pub fn progress_until(m: &mut dyn rbtl::btl::Module, what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        if m.progress() == 0 {
+            std::thread::yield_now();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "still waiting for {what}"
+        );
+    }
+}
+
+/// The senders of the messages that come to `m` on `tag`, in order.
+#[allow(dead_code)] // not every binary that shares this module calls it
+pub fn senders(
+    m: &mut dyn rbtl::btl::Module,
+    tag: rbtl::btl::Tag,
+) -> std::sync::Arc<std::sync::Mutex<Vec<rbtl::btl::Endpoint>>> {
+    let got: std::sync::Arc<std::sync::Mutex<Vec<rbtl::btl::Endpoint>>> = Default::default();
+    let g = got.clone();
+    m.register_am(
+        tag,
+        Box::new(move |_, r| g.lock().unwrap().push(r.endpoint)),
+    )
+    .unwrap();
+    got
+}

@@ -4,7 +4,7 @@
 //! Connections are made on first use by a handshake the peer answers in its own
 //! progress, so without a deadline that flush would never return.
 
-use crate::common::{watchdog, Continue};
+use crate::common::{progress_until, watchdog, Continue};
 use rbtl::btl::{
     Access, AtomicOp, DesFlags, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback,
     RdmaCompletion, SendOutcome, SendiOutcome, SilentPeer, Tag,
@@ -23,20 +23,6 @@ type Outcomes = Arc<Mutex<Vec<(u32, rbtl::btl::Result<()>)>>>;
 
 /// What the error callback heard: the rank and the error.
 type Reports = Arc<Mutex<Vec<(Option<u32>, String)>>>;
-
-/// Progress until `done` holds (a hang guard fails after 60 s).
-fn wait(m: &mut dyn Module, what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        if m.progress() == 0 {
-            std::thread::yield_now();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "still waiting for {what}"
-        );
-    }
-}
 
 /// Send one byte on `tag` to `ep`, inline or through the descriptor `sendi` hands back;
 /// its outcome goes to `outcomes` under `to`.
@@ -208,7 +194,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
                 assert_eq!(failed.len(), 2, "{d:?}");
                 assert!(failed.iter().all(|(_, s)| timed_out(s, 1)), "{d:?}");
             }
-            wait(m, "the send's callback", || {
+            progress_until(m, "the send's callback", || {
                 !sends.lock().unwrap().is_empty()
             });
             {
@@ -242,7 +228,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
             // nothing comes back to life here, and nothing more is reported.
             std::fs::write(dir.join("release"), b"").unwrap();
             drop(resume);
-            wait(m, "rank 1's attempt", || dir.join("attempted.1").exists());
+            progress_until(m, "rank 1's attempt", || dir.join("attempted.1").exists());
             for _ in 0..1 << 16 {
                 m.progress();
             }
@@ -260,7 +246,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
         }
         1 => {
             // Stopped by rank 0 in here, until it lets this rank go.
-            wait(m, "the release", || dir.join("release").exists());
+            progress_until(m, "the release", || dir.join("release").exists());
             assert_eq!(mem[..LEN], vec![0; LEN], "no put landed");
             assert_eq!(mem[LEN..], 41u64.to_le_bytes(), "no fetch-add ran");
             assert_eq!(*got.lock().unwrap(), 0, "no message came");
@@ -268,7 +254,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
             // rank's own deadline; the hang guard bounds it), whatever its handshake
             // meets.
             send_byte(m, eps[0].unwrap(), 0, over, &sends);
-            wait(m, "the send's callback", || {
+            progress_until(m, "the send's callback", || {
                 !sends.lock().unwrap().is_empty()
             });
             let s = sends.lock().unwrap();
@@ -281,7 +267,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
             std::fs::write(dir.join("attempted.1"), b"").unwrap();
         }
         _ => {
-            wait(m, "rank 0's message", || *got.lock().unwrap() > 0);
+            progress_until(m, "rank 0's message", || *got.lock().unwrap() > 0);
             assert_eq!(mem[..LEN], pattern[..], "rank 0's puts landed");
         }
     }

@@ -2,38 +2,12 @@
 //! transport whose put, get and atomics need the target's progress (`tcp`, and `sm`
 //! copying through its rings): shared by the test binaries of those transports.
 
-use crate::common::{watchdog, Continue};
+use crate::common::{progress_until, senders, watchdog, Continue};
 use rbtl::btl::{
     Access, AtomicOp, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion, Tag,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// Progress until `done` holds (a hang guard fails after 60 s).
-fn wait(m: &mut dyn Module, what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        if m.progress() == 0 {
-            std::thread::yield_now();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "still waiting for {what}"
-        );
-    }
-}
-
-/// Senders of the messages that came on `tag`.
-fn senders(m: &mut dyn Module, tag: Tag) -> Arc<Mutex<Vec<Endpoint>>> {
-    let got: Arc<Mutex<Vec<Endpoint>>> = Arc::default();
-    let g = got.clone();
-    m.register_am(
-        tag,
-        Box::new(move |_, r| g.lock().unwrap().push(r.endpoint)),
-    )
-    .unwrap();
-    got
-}
 
 fn send_byte(m: &mut dyn Module, ep: Endpoint, tag: Tag) {
     let flags = rbtl::btl::DesFlags::empty();
@@ -83,7 +57,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
     if rank != 0 {
         // (A transport that connects on first use connects now.)
         send_byte(m, eps[0].unwrap(), Tag::USR);
-        wait(m, "rank 0's end", || !done.lock().unwrap().is_empty());
+        progress_until(m, "rank 0's end", || !done.lock().unwrap().is_empty());
         if rank == 1 {
             assert_eq!(&mem[..HALF], &pattern[..], "the put landed");
             assert_eq!(
@@ -94,7 +68,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
         }
     } else {
         let (ep1, ep2) = (eps[1].unwrap(), eps[2].unwrap());
-        wait(m, "both peers", || ping.lock().unwrap().len() == 2);
+        progress_until(m, "both peers", || ping.lock().unwrap().len() == 2);
         let mut theirs = |r: u32| {
             let b = job.modex.lookup(r, "stopped").unwrap().unwrap();
             let pid = u32::from_le_bytes(b[..4].try_into().unwrap()) as i32;
