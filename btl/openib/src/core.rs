@@ -300,19 +300,28 @@ impl Core {
         }
     }
 
-    /// Peer `rank` is connected over XRC by `path`, with `quota` entries of its node's
-    /// initiator to itself.
-    pub fn xrc_connected(&mut self, rank: u32, path: XrcPath, quota: u32) {
-        let Some(&ep) = self.by_rank.get(&rank) else {
-            return;
-        };
-        let peer = &mut self.peers[ep];
-        match peer.link {
-            Link::Failed(_) | Link::Up => return,
+    /// A connection to peer `rank` came up: its endpoint, no longer counted as
+    /// connecting and with its deadline settled; `None` for a rank it does not know or
+    /// one already up, or given up on (its deadline passed, or it was removed), which
+    /// stays failed.
+    fn coming_up(&mut self, rank: u32) -> Option<usize> {
+        let &ep = self.by_rank.get(&rank)?;
+        match self.peers[ep].link {
+            Link::Failed(_) | Link::Up => return None,
             Link::Connecting => self.connecting -= 1,
             Link::Idle => {}
         }
         self.deadlines.settle(rank);
+        Some(ep)
+    }
+
+    /// Peer `rank` is connected over XRC by `path`, with `quota` entries of its node's
+    /// initiator to itself.
+    pub fn xrc_connected(&mut self, rank: u32, path: XrcPath, quota: u32) {
+        let Some(ep) = self.coming_up(rank) else {
+            return;
+        };
+        let peer = &mut self.peers[ep];
         tracing::debug!(
             rank,
             node = path.node,
@@ -526,18 +535,11 @@ impl ConnectionHost for Core {
     }
 
     fn connected(&mut self, rank: u32, qp: Qp) {
-        let Some(&ep) = self.by_rank.get(&rank) else {
+        // Not coming up: the queue pair goes.
+        let Some(ep) = self.coming_up(rank) else {
             return;
         };
         let peer = &mut self.peers[ep];
-        match peer.link {
-            // Given up on (its deadline passed, or it was removed): it stays failed, and
-            // the queue pair goes.
-            Link::Failed(_) | Link::Up => return,
-            Link::Connecting => self.connecting -= 1,
-            Link::Idle => {}
-        }
-        self.deadlines.settle(rank);
         tracing::debug!(rank, qpn = qp.qpn(), "openib: connected");
         peer.link = Link::Up;
         peer.sq_free = qp.caps.max_send_wr;
