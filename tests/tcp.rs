@@ -592,18 +592,36 @@ fn module_facing_a_raw_peer(
     std::net::TcpListener,
     Arc<Mutex<Vec<String>>>,
 ) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let std::net::SocketAddr::V4(addr) = listener.local_addr().unwrap() else {
-        unreachable!("bound to an IPv4 address")
-    };
+    module_facing_a_raw_peer_at("127.0.0.1:0", settings)
+}
+
+/// The raw peer's listener on `bind`, and what it publishes.
+fn raw_peer(bind: &str) -> (std::net::TcpListener, Published) {
+    let listener = std::net::TcpListener::bind(bind).unwrap();
+    let addr = listener.local_addr().unwrap();
     let theirs = Published {
         module: 77,
         listeners: vec![Listener {
             addr,
-            prefix: 8,
+            prefix: if addr.is_ipv4() { 8 } else { 128 },
+            iface: 0,
             secret: [9; wire::SECRET],
         }],
     };
+    (listener, theirs)
+}
+
+/// As [`module_facing_a_raw_peer`], the raw peer listening on `bind`.
+fn module_facing_a_raw_peer_at(
+    bind: &str,
+    settings: &[(&str, &str)],
+) -> (
+    TcpModule,
+    Endpoint,
+    std::net::TcpListener,
+    Arc<Mutex<Vec<String>>>,
+) {
+    let (listener, theirs) = raw_peer(bind);
     let mut modex = TwoRanks {
         ours: None,
         theirs: theirs.encode(),
