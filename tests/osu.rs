@@ -247,6 +247,7 @@ fn rbtl_info_lists_transports_interfaces_and_parameters() {
         "  tcp      selected",
         "tcp interfaces",
         "  lo       127.0.0.1/8",
+        "  lo       ::1/128",
     ] {
         assert!(text.contains(line), "`{line}` in:\n{text}");
     }

@@ -1,15 +1,19 @@
-//! The `tcp` transport across real processes on loopback (`btl_tcp_if_include=lo`
-//! always): the contract suite across 2 and 4 processes (one link per peer, and
-//! three), strangers' connections to a rank's listener, a peer killed mid-job, a
-//! member breaking the protocol, and the target refusing put, get and atomics that
-//! the origin let through; in this process, a module against a peer the test plays on
-//! a raw listener (accepting and never answering, declining and never connecting,
-//! closing a handshake unanswered). This test binary re-executes itself as the rank
+//! The `tcp` transport across real processes on loopback (`btl_tcp_if_include=lo`,
+//! or `::1/128`: loopback only): the contract suite across 2 and 4 processes (one
+//! link per peer, and three; over IPv6 only), strangers' connections to a rank's
+//! listeners of both families, a peer killed mid-job, a member breaking the protocol,
+//! and the target refusing put, get and atomics that the origin let through; in this
+//! process, a module against a peer the test plays on a raw listener (accepting and
+//! never answering, declining and never connecting, closing a handshake unanswered;
+//! over IPv6, of a family the module does not use, publishing an old format: see
+//! `tcp/families.rs`). This test binary re-executes itself as the rank
 //! program under the launcher; `TCP_TEST_ROLE` selects what a rank does, and ranks
 //! leave `ok.<rank>` files in `TCP_TEST_DIR`. (Over 600 lines: each test's rank side
 //! sits here beside its launcher side, in the one binary.)
 
 mod common;
+#[path = "tcp/families.rs"]
+mod families;
 #[path = "common/stopped_flush.rs"]
 mod stopped_flush;
 
@@ -110,6 +114,21 @@ fn role_contract() {
     if size >= 4 {
         partners.push(rank ^ 2);
     }
+    if let Ok(want) = std::env::var("TCP_TEST_FAMILIES") {
+        // Every partner listens on the families asked for, and on no other: the links
+        // between them can be of no other family.
+        for &partner in &partners {
+            let blob = job.modex.lookup(partner, "btl.tcp").unwrap().unwrap();
+            let mut got: Vec<&str> = Published::decode(&blob)
+                .unwrap()
+                .listeners
+                .iter()
+                .map(|l| if l.addr.is_ipv4() { "4" } else { "6" })
+                .collect();
+            got.dedup();
+            assert_eq!(got.join(","), want, "rank {partner}'s listeners");
+        }
+    }
     for partner in partners {
         let ep = eps[partner as usize].expect("tcp reaches every rank");
         contract::run_all(m.as_mut(), ep);
@@ -119,9 +138,10 @@ fn role_contract() {
     report_ok(rank, "ok");
 }
 
-/// Rank 1 opens connections to rank 0's listener as a stranger would: silent, with a
-/// wrong secret, with garbage, and a HELLO cut short that stalls. Rank 0 closes and
-/// counts each, reports no failure, and the job's traffic goes on.
+/// Rank 1 opens connections to each of rank 0's listeners (127.0.0.1 and ::1) as a
+/// stranger would: silent, with a wrong secret, with garbage, and a HELLO cut short
+/// that stalls. Rank 0 closes and counts each, reports no failure, and the job's
+/// traffic goes on.
 fn role_strangers() {
     let (mut m, eps, mut job) = tcp_module();
     let rank = job.rank;
@@ -139,7 +159,7 @@ fn role_strangers() {
     if rank == 1 {
         send_byte(&mut m, ep, Tag::USR);
         let blob = job.modex.lookup(0, "btl.tcp").unwrap().unwrap();
-        let addr = Published::decode(&blob).unwrap().listeners[0].addr;
+        let listeners = Published::decode(&blob).unwrap().listeners;
         let guard = Some(Duration::from_secs(60));
         // Read until rank 0 closes the connection.
         let closed_by_rank_0 = |mut s: TcpStream| {
@@ -152,27 +172,36 @@ fn role_strangers() {
                 Err(e) => panic!("rank 0 did not close a stranger's connection: {e}"),
             }
         };
-        drop(TcpStream::connect(addr).unwrap());
-        let mut wrong = TcpStream::connect(addr).unwrap();
-        let hello = wire::Hello {
-            secret: [0; wire::SECRET],
-            rank: 1,
-            link: 0,
-            version: wire::VERSION,
-        };
-        wrong.write_all(wire::hello(&hello).as_bytes()).unwrap();
-        closed_by_rank_0(wrong);
-        let mut garbage = TcpStream::connect(addr).unwrap();
-        garbage.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
-        closed_by_rank_0(garbage);
-        let mut half = TcpStream::connect(addr).unwrap();
-        half.write_all(&wire::hello(&hello).as_bytes()[..12])
-            .unwrap();
-        closed_by_rank_0(half);
+        let families: Vec<bool> = listeners.iter().map(|l| l.addr.is_ipv4()).collect();
+        assert_eq!(
+            families,
+            [true, false],
+            "lo: one listener per family, IPv4 first"
+        );
+        for addr in listeners.iter().map(|l| l.addr) {
+            drop(TcpStream::connect(addr).unwrap());
+            let mut wrong = TcpStream::connect(addr).unwrap();
+            let hello = wire::Hello {
+                secret: [0; wire::SECRET],
+                rank: 1,
+                link: 0,
+                version: wire::VERSION,
+            };
+            wrong.write_all(wire::hello(&hello).as_bytes()).unwrap();
+            closed_by_rank_0(wrong);
+            let mut garbage = TcpStream::connect(addr).unwrap();
+            garbage.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+            closed_by_rank_0(garbage);
+            let mut half = TcpStream::connect(addr).unwrap();
+            half.write_all(&wire::hello(&hello).as_bytes()[..12])
+                .unwrap();
+            closed_by_rank_0(half);
+        }
         send_byte(&mut m, ep, Tag::USR);
     } else {
+        // Four strangers on each of the two listeners (IPv4 and IPv6).
         let start = Instant::now();
-        while m.refused().total() < 4 {
+        while m.refused().total() < 8 {
             if m.progress() == 0 {
                 std::thread::yield_now();
             }
@@ -190,7 +219,7 @@ fn role_strangers() {
                 r.stalled,
                 r.bad_identity
             ),
-            (1, 1, 1, 1, 0),
+            (2, 2, 2, 2, 0),
             "{r:?}"
         );
         progress_until(&mut m, "rank 1 done", || ping.lock().unwrap().len() >= 2);
@@ -592,18 +621,36 @@ fn module_facing_a_raw_peer(
     std::net::TcpListener,
     Arc<Mutex<Vec<String>>>,
 ) {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let std::net::SocketAddr::V4(addr) = listener.local_addr().unwrap() else {
-        unreachable!("bound to an IPv4 address")
-    };
+    module_facing_a_raw_peer_at("127.0.0.1:0", settings)
+}
+
+/// The raw peer's listener on `bind`, and what it publishes.
+fn raw_peer(bind: &str) -> (std::net::TcpListener, Published) {
+    let listener = std::net::TcpListener::bind(bind).unwrap();
+    let addr = listener.local_addr().unwrap();
     let theirs = Published {
         module: 77,
         listeners: vec![Listener {
             addr,
-            prefix: 8,
+            prefix: if addr.is_ipv4() { 8 } else { 128 },
+            iface: 0,
             secret: [9; wire::SECRET],
         }],
     };
+    (listener, theirs)
+}
+
+/// As [`module_facing_a_raw_peer`], the raw peer listening on `bind`.
+fn module_facing_a_raw_peer_at(
+    bind: &str,
+    settings: &[(&str, &str)],
+) -> (
+    TcpModule,
+    Endpoint,
+    std::net::TcpListener,
+    Arc<Mutex<Vec<String>>>,
+) {
+    let (listener, theirs) = raw_peer(bind);
     let mut modex = TwoRanks {
         ours: None,
         theirs: theirs.encode(),
@@ -928,12 +975,15 @@ fn a_flush_timeout_of_zero_is_refused() {
 /// One job at a time: ranks poll, and two cores are all there is.
 static ONE_JOB: Mutex<()> = Mutex::new(());
 
+/// Jobs run so far, to give each its own directory.
+static JOBS: AtomicUsize = AtomicUsize::new(0);
+
 fn run(role: &str, ranks: u32, extra_env: &[(&str, &str)]) -> (i32, PathBuf) {
     let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
     let dir = std::env::temp_dir().join(format!(
         "rbtl-tcp-{}-{role}-{ranks}-{}",
         std::process::id(),
-        extra_env.len()
+        JOBS.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::create_dir_all(dir.join("shm")).unwrap();
     let mut env = vec![
@@ -943,7 +993,8 @@ fn run(role: &str, ranks: u32, extra_env: &[(&str, &str)]) -> (i32, PathBuf) {
             "RBTL_SHM_DIR".to_string(),
             dir.join("shm").display().to_string(),
         ),
-        // (`launch_ranks` adds RBTL_BTL_TCP_IF_INCLUDE=lo: loopback only.)
+        // (`launch_ranks` adds RBTL_BTL_TCP_IF_INCLUDE=lo, loopback only, unless
+        // `extra_env` names other loopback addresses.)
         ("RBTL_BTL".to_string(), "self,tcp".to_string()),
     ];
     env.extend(
@@ -994,6 +1045,13 @@ fn contract_three_links_per_peer_small_chunks_and_limits() {
         ],
     );
     expect_all_ok("contract", 4, &[("RBTL_BTL_TCP_LINKS", "3")]);
+}
+
+#[test]
+fn contract_over_ipv6_only_two_and_four_ranks() {
+    let v6 = ("TCP_TEST_FAMILIES", "6");
+    expect_all_ok("contract", 2, &[("RBTL_BTL_TCP_DISABLE_FAMILY", "4"), v6]);
+    expect_all_ok("contract", 4, &[("RBTL_BTL_TCP_IF_INCLUDE", "::1/128"), v6]);
 }
 
 #[test]

@@ -65,7 +65,9 @@ fn main() -> ExitCode {
         }
     }
     if selected.as_ref().is_ok_and(|s| s.contains(&"tcp")) {
-        println!("\ntcp interfaces (btl_tcp_if_include / btl_tcp_if_exclude):");
+        println!(
+            "\ntcp interfaces (btl_tcp_if_include / btl_tcp_if_exclude / btl_tcp_disable_family):"
+        );
         match rbtl::btl::tcp::interfaces::chosen(&config) {
             Ok(ifs) if ifs.is_empty() => println!("  none: tcp stays closed"),
             Ok(ifs) => {

@@ -18,11 +18,17 @@ pub fn launch_ranks(ranks: u32, env: Vec<(String, String)>) -> i32 {
 }
 
 /// Run this test binary as the rank program under `opts`, each rank running only its
-/// `rank_role_entry` test, with the tcp transport on loopback; the job's exit code.
+/// `rank_role_entry` test, with the tcp transport on loopback (`lo`, unless `opts`
+/// names the loopback addresses itself, such as `::1/128`); the job's exit code.
 pub fn launch(mut opts: LaunchOptions) -> i32 {
     // The tcp transport opens beside the others: on loopback only.
-    opts.env
-        .push(("RBTL_BTL_TCP_IF_INCLUDE".into(), "lo".into()));
+    const INCLUDE: &str = "RBTL_BTL_TCP_IF_INCLUDE";
+    let given = opts.env.iter().find(|(k, _)| k == INCLUDE);
+    match given.map(|(_, v)| v.as_str()) {
+        None => opts.env.push((INCLUDE.into(), "lo".into())),
+        Some("lo" | "::1/128" | "127.0.0.1/32") => {}
+        Some(other) => panic!("{INCLUDE}={other}: tests use loopback only"),
+    }
     let exe = std::env::current_exe().unwrap();
     let args: Vec<std::ffi::OsString> = [
         "rank_role_entry",

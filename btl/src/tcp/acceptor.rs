@@ -1,9 +1,9 @@
-//! The accepting side of a `tcp` module: one listener per chosen interface, each with
-//! its own secret; the connections they accept, until each has proved with a HELLO
-//! that it comes from a member of the job (or is closed and counted: see
-//! [`handshake`]); and the answer a member's connection gets. Which
-//! link a member's connection becomes is the connection table's business
-//! ([`net`](super::net)).
+//! The accepting side of a `tcp` module: one listener per chosen address (so at least
+//! one per family in use; IPv6 ones take IPv6 only), each with its own secret and the
+//! number of its interface; the connections they accept, until each has proved with a
+//! HELLO that it comes from a member of the job (or is closed and counted: see
+//! [`handshake`]); and the answer a member's connection gets. Which link a member's
+//! connection becomes is the connection table's business ([`net`](super::net)).
 
 use super::conn::{Conns, Role};
 use super::handshake::{self, Accepting, Expect, Refusal, Step};
@@ -16,7 +16,7 @@ use crate::{Error, Result};
 use mio::{Registry, Token};
 use socket2::Socket;
 use std::io::{self, IoSlice};
-use std::net::SocketAddrV4;
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
@@ -66,23 +66,54 @@ impl Acceptor {
         timeout: Duration,
         registry: &Registry,
     ) -> Result<Acceptor> {
+        if interfaces.len() > Published::MAX_LISTENERS {
+            return Err(Error::NotAvailable(format!(
+                "{} addresses chosen, at most {} are published: narrow btl_tcp_if_include",
+                interfaces.len(),
+                Published::MAX_LISTENERS
+            )));
+        }
+        // The published number of each address's interface: the order of its name.
+        let mut names: Vec<&str> = Vec::new();
         let mut listeners = Vec::new();
-        for (i, itf) in interfaces.iter().enumerate() {
-            let (sock, addr) = sockets::listen(itf.addr, opts).map_err(os("listen"))?;
+        let mut skipped = None;
+        for itf in interfaces {
+            let iface = match names.iter().position(|n| *n == itf.name) {
+                Some(k) => k,
+                None => {
+                    names.push(&itf.name);
+                    names.len() - 1
+                }
+            } as u8;
+            let (sock, addr) = match sockets::listen(itf.addr, opts) {
+                Ok(bound) => bound,
+                // An IPv6 address still in duplicate address detection, or gone since
+                // it was listed, or IPv6 turned off: the other addresses carry the job.
+                Err(e) if itf.addr.is_ipv6() && unbindable(&e) => {
+                    tracing::warn!(addr = %itf.addr, %e, "tcp: not listening on this address");
+                    skipped = Some(e);
+                    continue;
+                }
+                Err(e) => return Err(os("listen")(e)),
+            };
             let secret = handshake::fresh_secret().map_err(os("getrandom"))?;
             registry
                 .register(
                     &mut mio::unix::SourceFd(&sock.as_raw_fd()),
-                    Token(usize::MAX - i),
+                    Token(usize::MAX - listeners.len()),
                     mio::Interest::READABLE,
                 )
                 .map_err(os("epoll_ctl"))?;
             let l = Listener {
                 addr,
                 prefix: itf.prefix,
+                iface,
                 secret,
             };
             listeners.push((sock, l));
+        }
+        if let (true, Some(e)) = (listeners.is_empty(), skipped) {
+            return Err(os("listen")(e));
         }
         Ok(Acceptor {
             listeners,
@@ -111,7 +142,7 @@ impl Acceptor {
     }
 
     /// The addresses it listens on.
-    pub fn listening(&self) -> Vec<SocketAddrV4> {
+    pub fn listening(&self) -> Vec<SocketAddr> {
         self.listeners.iter().map(|(_, l)| l.addr).collect()
     }
 
@@ -214,6 +245,15 @@ impl Acceptor {
     }
 }
 
+/// Whether binding failed for want of the address (`EADDRNOTAVAIL`: not, or not yet,
+/// on this host) or of its family (`EAFNOSUPPORT`).
+fn unbindable(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EADDRNOTAVAIL | libc::EAFNOSUPPORT)
+    )
+}
+
 /// Write the 8-byte answer `kind` on a member's fresh connection; whether it went
 /// whole (a fresh connection's buffer is empty: anything less means it failed).
 pub fn answer(sock: &Socket, kind: Kind) -> bool {
@@ -222,4 +262,61 @@ pub fn answer(sock: &Socket, kind: Kind) -> bool {
         sockets::send(sock, &[IoSlice::new(frame.as_bytes())]),
         Ok(wire::HEADER)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn interface(name: &str, addr: &str) -> Interface {
+        Interface {
+            name: name.into(),
+            addr: addr.parse().unwrap(),
+            prefix: 64,
+            up: true,
+        }
+    }
+
+    fn listen(interfaces: &[Interface]) -> Result<Acceptor> {
+        let poll = mio::Poll::new().unwrap();
+        let opts = sockets::Options {
+            nodelay: true,
+            sndbuf: 0,
+            rcvbuf: 0,
+        };
+        Acceptor::listen(interfaces, &opts, Duration::from_secs(1), poll.registry())
+    }
+
+    #[test]
+    fn each_address_has_its_listener_and_its_interface_number() {
+        let a = listen(&[
+            interface("lo", "127.0.0.1"),
+            interface("lo", "::1"),
+            interface("lo2", "127.0.0.2"),
+        ])
+        .unwrap();
+        let got: Vec<(String, u8)> = a
+            .listeners()
+            .iter()
+            .map(|l| (l.addr.ip().to_string(), l.iface))
+            .collect();
+        let want = [("127.0.0.1", 0), ("::1", 0), ("127.0.0.2", 1)];
+        assert_eq!(got, want.map(|(ip, n)| (ip.to_string(), n)));
+        let secrets: Vec<_> = a.listeners().iter().map(|l| l.secret).collect();
+        assert!(secrets[0] != secrets[1] && secrets[1] != secrets[2]);
+    }
+
+    /// An IPv6 address that cannot be bound (here one this host does not have: binding
+    /// fails at once, nothing is sent) is left out while another address listens;
+    /// alone, or an IPv4 one, it is an error.
+    #[test]
+    fn an_ipv6_address_that_cannot_be_bound_is_left_out_beside_others() {
+        let absent = interface("eth9", "2001:db8::99");
+        let a = listen(&[interface("lo", "127.0.0.1"), absent.clone()]).unwrap();
+        assert_eq!(a.listening().len(), 1);
+        let e = listen(std::slice::from_ref(&absent)).err().unwrap();
+        assert!(e.to_string().starts_with("listen: "), "{e}");
+        let v4_absent = interface("eth9", "203.0.113.99");
+        assert!(listen(&[interface("lo", "::1"), v4_absent]).is_err());
+    }
 }

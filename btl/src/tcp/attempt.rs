@@ -14,7 +14,7 @@ use super::sockets;
 use super::wire::{self, Frame, Hello, Limits};
 use socket2::Socket;
 use std::io::{self, IoSlice};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 
 /// One connection attempt.
 pub struct Attempt {
@@ -47,8 +47,8 @@ impl Attempt {
         peer: usize,
         link: usize,
         hello: &Hello,
-        local: Ipv4Addr,
-        to: SocketAddrV4,
+        local: IpAddr,
+        to: SocketAddr,
         opts: &sockets::Options,
     ) -> io::Result<(Socket, Attempt)> {
         let sock = sockets::connect(local, to, opts)?;
@@ -175,12 +175,19 @@ mod tests {
         Outcome::Waiting
     }
 
-    /// A listener on loopback, its address, and the HELLO an attempt to it sends.
-    fn listener_and_hello() -> (std::net::TcpListener, SocketAddrV4, Hello) {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let std::net::SocketAddr::V4(to) = l.local_addr().unwrap() else {
-            unreachable!()
-        };
+    /// The loopback addresses of both families.
+    fn loopbacks() -> [IpAddr; 2] {
+        [
+            std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::Ipv6Addr::LOCALHOST.into(),
+        ]
+    }
+
+    /// A listener on loopback address `ip`, its address, and the HELLO an attempt to
+    /// it sends.
+    fn listener_and_hello(ip: IpAddr) -> (std::net::TcpListener, SocketAddr, Hello) {
+        let l = std::net::TcpListener::bind(SocketAddr::new(ip, 0)).unwrap();
+        let to = l.local_addr().unwrap();
         let hello = Hello {
             secret: [3; wire::SECRET],
             rank: 1,
@@ -192,32 +199,37 @@ mod tests {
 
     #[test]
     fn an_attempt_says_hello_and_takes_its_answer() {
-        let (l, to, hello) = listener_and_hello();
-        for (answer, outcome) in [(10u8, Outcome::Up), (11, Outcome::Declined)] {
-            let (sock, mut a) = Attempt::open(0, 0, &hello, Ipv4Addr::LOCALHOST, to, &opts())
-                .expect("connecting on loopback");
-            let mut rx = RxBuf::new(64);
-            let (mut peer, _) = l.accept().unwrap();
-            assert_eq!(drive(&mut a, &sock, &mut rx, 100), Outcome::Waiting);
-            assert!(a.connected() && a.waiting_for().contains("did not answer"));
-            let mut got = [0u8; HELLO_LEN];
-            peer.read_exact(&mut got).unwrap();
-            assert_eq!(&got[..], wire::hello(&hello).as_bytes());
-            let frame = [answer, 0, 0, 0, 0, 0, 0, 0];
-            peer.write_all(&frame).unwrap();
-            assert_eq!(drive(&mut a, &sock, &mut rx, 5000), outcome);
+        for ip in loopbacks() {
+            let (l, to, hello) = listener_and_hello(ip);
+            for (answer, outcome) in [(10u8, Outcome::Up), (11, Outcome::Declined)] {
+                let (sock, mut a) =
+                    Attempt::open(0, 0, &hello, ip, to, &opts()).expect("connecting on loopback");
+                let mut rx = RxBuf::new(64);
+                let (mut peer, from) = l.accept().unwrap();
+                assert_eq!(from.ip(), ip, "from the local address asked for");
+                assert_eq!(drive(&mut a, &sock, &mut rx, 100), Outcome::Waiting);
+                assert!(a.connected() && a.waiting_for().contains("did not answer"));
+                let mut got = [0u8; HELLO_LEN];
+                peer.read_exact(&mut got).unwrap();
+                assert_eq!(&got[..], wire::hello(&hello).as_bytes());
+                let frame = [answer, 0, 0, 0, 0, 0, 0, 0];
+                peer.write_all(&frame).unwrap();
+                assert_eq!(drive(&mut a, &sock, &mut rx, 5000), outcome);
+            }
         }
     }
 
     #[test]
     fn an_attempt_whose_peer_closes_fails() {
-        let (l, to, hello) = listener_and_hello();
-        let (sock, mut a) = Attempt::open(0, 0, &hello, Ipv4Addr::LOCALHOST, to, &opts()).unwrap();
-        let mut rx = RxBuf::new(64);
-        drop(l.accept().unwrap());
-        assert!(matches!(
-            drive(&mut a, &sock, &mut rx, 5000),
-            Outcome::Failed(_)
-        ));
+        for ip in loopbacks() {
+            let (l, to, hello) = listener_and_hello(ip);
+            let (sock, mut a) = Attempt::open(0, 0, &hello, ip, to, &opts()).unwrap();
+            let mut rx = RxBuf::new(64);
+            drop(l.accept().unwrap());
+            assert!(matches!(
+                drive(&mut a, &sock, &mut rx, 5000),
+                Outcome::Failed(_)
+            ));
+        }
     }
 }

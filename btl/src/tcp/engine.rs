@@ -169,9 +169,9 @@ impl Engine {
                 out.push(None);
                 continue;
             };
-            let remote = Published::decode(&blob).ok_or_else(|| {
+            let remote = Published::decode(&blob).map_err(|why| {
                 Error::Modex(format!(
-                    "the tcp address of rank {r} is malformed ({} bytes)",
+                    "the tcp addresses rank {r} published ({} bytes) are unreadable: {why}",
                     blob.len()
                 ))
             })?;

@@ -3,23 +3,35 @@
 //!
 //! # Addresses and connections
 //!
-//! A module listens on one ephemeral port per chosen interface ([`interfaces`]:
-//! `btl_tcp_if_include` / `btl_tcp_if_exclude`; by default every up IPv4 interface
-//! but loopback, loopback only when nothing else is up) and publishes in the modex
-//! its module id and, per listener, the address, prefix length, port and a random
-//! secret ([`published`]). Connections are made on first use, without blocking;
-//! frames queue until the handshake is over ([`handshake`]): the connector's first
-//! frame carries the listener's secret, its rank and the link index, which the
-//! acceptor checks (the secret in constant time) before it acts on anything the
-//! connection says. Connections that fail this (strangers, scans, stalled halves) are
-//! closed and counted ([`TcpModule::refused`]) and never make a rank look dead. When
-//! both sides connect the same link at once, the connection initiated by the lower
-//! rank wins.
+//! A module listens on one ephemeral port per chosen address ([`interfaces`]:
+//! `btl_tcp_if_include` / `btl_tcp_if_exclude`, by name or by network of either
+//! family; by default every up interface but loopback, loopback only when nothing else
+//! is up; never an IPv6 link-local or IPv4-mapped address) and publishes in the modex
+//! its module id and, per listener, the family, interface, address, prefix length,
+//! port and a random secret ([`published`]). Connections are made on first use,
+//! without blocking; frames queue until the handshake is over ([`handshake`]): the
+//! connector's first frame carries the listener's secret, its rank and the link index,
+//! which the acceptor checks (the secret in constant time) before it acts on anything
+//! the connection says. Connections that fail this (strangers, scans, stalled halves)
+//! are closed and counted ([`TcpModule::refused`]) and never make a rank look dead.
+//! When both sides connect the same link at once, the connection initiated by the
+//! lower rank wins. All of this is the same over IPv4 and IPv6.
 //!
 //! Each peer has `btl_tcp_links` links per pair of interfaces the two ranks share
-//! ([`published::pairs`]). Active messages all go on the first link, so they keep
-//! their order; a put or get goes in one chunk per link (at most `btl_tcp_rdma_chunk`
-//! bytes each), striped over all links.
+//! ([`pairing`]: one pair per interface, same network first; a pair connects over
+//! IPv4 where both of its interfaces have it, over IPv6 otherwise). Active messages
+//! all go on the first link, so they keep their order; a put or get goes in one chunk
+//! per link (at most `btl_tcp_rdma_chunk` bytes each), striped over all links.
+//!
+//! # IP families
+//!
+//! `btl_tcp_disable_family` ([`family`]) is Open MPI's parameter: 0 uses both
+//! families, 4 IPv6 only, 6 IPv4 only. Its default is 0, Open MPI's default where it
+//! is built with IPv6: a network of IPv6 only works without a setting, while links
+//! between interfaces that both have IPv4 stay IPv4, and a node with IPv4 only never
+//! sees an IPv6 address (a peer's IPv6 addresses pair with nothing of its). An IPv6
+//! address that cannot be bound (still in duplicate address detection) is left out
+//! with a warning rather than failing the module.
 //!
 //! # Frames
 //!
@@ -77,8 +89,9 @@
 //!
 //! # Crates
 //!
-//! Sockets are made with `socket2` (binding before connecting, buffer sizes, no-delay,
-//! `accept4`, `send`/`sendmsg` with `MSG_NOSIGNAL`). Readiness comes from `mio`, whose
+//! Sockets are made with `socket2` (either family, `IPV6_V6ONLY` on IPv6 listeners,
+//! binding before connecting, buffer sizes, no-delay, `accept4`, `send`/`sendmsg` with
+//! `MSG_NOSIGNAL`); the host's addresses come from `getifaddrs` ([`interfaces`]). Readiness comes from `mio`, whose
 //! `Poll` is edge-triggered `epoll` here: asked with a zero timeout, it is one
 //! `epoll_wait` when nothing is ready and no work per idle link, however many peers.
 //! A link is read until a read comes back short (the kernel's buffer is empty then,
@@ -91,12 +104,14 @@ pub mod attempt;
 pub mod conn;
 mod engine;
 pub mod failures;
+pub mod family;
 pub mod handshake;
 pub mod interfaces;
 pub mod link;
 mod module;
 pub mod net;
 mod onesided;
+pub mod pairing;
 pub mod peer;
 pub mod published;
 pub mod rdma;
@@ -307,12 +322,17 @@ impl Component for TcpComponent {
             .register(
                 "btl_tcp_if_include",
                 Value::List(Vec::new()),
-                "interfaces to use, by name (eth0) or network (10.1.0.0/16); not with btl_tcp_if_exclude",
+                "interfaces to use, by name (eth0) or network (10.1.0.0/16, 2001:db8::/32); not with btl_tcp_if_exclude",
             )?
             .register(
                 "btl_tcp_if_exclude",
                 Value::List(Vec::new()),
                 "interfaces not to use, by name or network (default: all up interfaces but loopback, loopback only if nothing else is up)",
+            )?
+            .register(
+                family::DISABLE_FAMILY_PARAM,
+                Value::Int(0),
+                "0: IPv4 and IPv6 (a pair of interfaces uses IPv4 where both have it); 4: no IPv4 (IPv6 only); 6: no IPv6 (IPv4 only)",
             )?
             .register("btl_tcp_links", Value::Int(d.links as i64), "connections per peer and pair of interfaces")?
             .register("btl_tcp_nodelay", Value::Bool(d.sockets.nodelay), "disable Nagle's algorithm (TCP_NODELAY)")?

@@ -58,7 +58,7 @@ impl TcpModule {
     }
 
     /// The addresses this module listens on.
-    pub fn listening(&self) -> Vec<std::net::SocketAddrV4> {
+    pub fn listening(&self) -> Vec<std::net::SocketAddr> {
         self.engine.net.listening()
     }
 

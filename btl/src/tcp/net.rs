@@ -14,8 +14,9 @@ use super::conn::{Conn, Conns, Role};
 use super::handshake::{self, LinkState, Verdict};
 use super::interfaces::Interface;
 use super::link::{Head, Item, RxBuf};
+use super::pairing;
 use super::peer::{ConnId, Peer};
-use super::published::{self, Listener, Published};
+use super::published::{Listener, Published};
 use super::readiness::Readiness;
 use super::slot::Sent;
 use super::wire::{Hello, Kind, Limits, VERSION};
@@ -101,7 +102,7 @@ impl Net {
     }
 
     /// The addresses it listens on.
-    pub fn listening(&self) -> Vec<std::net::SocketAddrV4> {
+    pub fn listening(&self) -> Vec<std::net::SocketAddr> {
         self.acceptor.listening()
     }
 
@@ -130,11 +131,11 @@ impl Net {
     /// interfaces reaches it.
     pub fn add_peer(&mut self, rank: u32, remote: &Published, same_node: bool) -> Option<usize> {
         let ours: Vec<Listener> = self.acceptor.listeners();
-        let our_ips: Vec<_> = ours.iter().map(|l| *l.addr.ip()).collect();
+        let our_ips: Vec<_> = ours.iter().map(|l| l.addr.ip()).collect();
         let pairs: Vec<(usize, usize)> = if self.rank < rank {
-            published::pairs(&ours, &remote.listeners, same_node)
+            pairing::pairs(&ours, &remote.listeners, same_node)
         } else {
-            published::pairs(&remote.listeners, &ours, same_node)
+            pairing::pairs(&remote.listeners, &ours, same_node)
                 .into_iter()
                 .map(|(a, b)| (b, a))
                 .collect()

@@ -4,12 +4,12 @@
 //!
 //! Active messages all go on link 0, so they arrive in the order they were sent. Put
 //! and get chunks are striped over every link: `btl_tcp_links` per pair of interfaces
-//! (see [`published::pairs`](super::published::pairs)).
+//! (see [`pairing::pairs`](super::pairing::pairs)).
 
 use super::published::{Listener, Published};
 use super::slot::LinkSlot;
 use crate::Endpoint;
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 
 /// A connection's index in the module's table.
 pub type ConnId = usize;
@@ -21,7 +21,7 @@ pub struct Peer {
     /// Its module id (its handles carry it).
     pub module: u64,
     /// Per link: our local address and the peer's listener it connects to.
-    routes: Vec<(Ipv4Addr, Listener)>,
+    routes: Vec<(IpAddr, Listener)>,
     /// The links.
     pub links: Vec<LinkSlot>,
     /// Why it failed, once it has.
@@ -40,7 +40,7 @@ impl Peer {
     pub fn new(
         rank: u32,
         remote: &Published,
-        ours: &[Ipv4Addr],
+        ours: &[IpAddr],
         pairs: &[(usize, usize)],
         per_pair: usize,
     ) -> Peer {
@@ -63,7 +63,7 @@ impl Peer {
     }
 
     /// Where link `k` connects from and to.
-    pub fn route(&self, k: usize) -> (Ipv4Addr, Listener) {
+    pub fn route(&self, k: usize) -> (IpAddr, Listener) {
         self.routes[k]
     }
 
@@ -90,20 +90,24 @@ pub fn endpoint(index: usize) -> Endpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::SocketAddrV4;
+    use std::net::{Ipv4Addr, SocketAddr};
 
     #[test]
     fn links_cycle_over_pairs_and_transfers_stripe_over_links() {
         let listener = |last: u8| Listener {
-            addr: SocketAddrV4::new(Ipv4Addr::new(10, 0, last, 1), 9),
+            addr: SocketAddr::new(Ipv4Addr::new(10, 0, last, 1).into(), 9),
             prefix: 24,
+            iface: last,
             secret: [0; 16],
         };
         let remote = Published {
             module: 7,
             listeners: vec![listener(1), listener(2)],
         };
-        let ours = [Ipv4Addr::new(10, 0, 1, 2), Ipv4Addr::new(10, 0, 2, 2)];
+        let ours = [
+            Ipv4Addr::new(10, 0, 1, 2).into(),
+            Ipv4Addr::new(10, 0, 2, 2).into(),
+        ];
         let mut p = Peer::new(3, &remote, &ours, &[(0, 0), (1, 1)], 2);
         assert_eq!(p.links.len(), 4);
         assert_eq!(p.route(0).0, ours[0]);

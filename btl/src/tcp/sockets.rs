@@ -1,12 +1,14 @@
 //! Sockets of the `tcp` transport, made with `socket2`: listeners bound to one chosen
-//! address on an ephemeral port, nonblocking connects from a chosen local address,
+//! address (IPv4 or IPv6; an IPv6 one takes IPv6 only, `IPV6_V6ONLY`) on an
+//! ephemeral port, nonblocking connects from a chosen local address of the peer's
+//! family,
 //! the options of `btl_tcp_nodelay`, `btl_tcp_sndbuf` and `btl_tcp_rcvbuf`, and the
 //! one call that writes: `sendmsg` with `MSG_NOSIGNAL`, so that a peer's reset is an
 //! error here and never a SIGPIPE in a program that did not ignore it.
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io::{self, IoSlice};
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, SocketAddr};
 
 /// Options of every connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,9 +21,10 @@ pub struct Options {
     pub rcvbuf: usize,
 }
 
-fn stream() -> io::Result<Socket> {
+fn stream(ip: IpAddr) -> io::Result<Socket> {
+    let domain = Domain::for_address(SocketAddr::new(ip, 0));
     let s = Socket::new(
-        Domain::IPV4,
+        domain,
         Type::STREAM.nonblocking().cloexec(),
         Some(Protocol::TCP),
     )?;
@@ -30,17 +33,21 @@ fn stream() -> io::Result<Socket> {
 
 /// A nonblocking listener on `ip`, on a port the system picks; the socket and its
 /// address.
-pub fn listen(ip: Ipv4Addr, opts: &Options) -> io::Result<(Socket, SocketAddrV4)> {
-    let s = stream()?;
+pub fn listen(ip: IpAddr, opts: &Options) -> io::Result<(Socket, SocketAddr)> {
+    let s = stream(ip)?;
+    if ip.is_ipv6() {
+        // Never an IPv4 connection on an IPv6 listener: each family has its own.
+        s.set_only_v6(true)?;
+    }
     // Buffer sizes given to a listener pass to the connections it accepts, which is
     // the only way to have them before the connection's window is agreed.
     buffers(&s, opts)?;
-    s.bind(&SockAddr::from(SocketAddrV4::new(ip, 0)))?;
+    s.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
     s.listen(128)?;
     let addr = s
         .local_addr()?
-        .as_socket_ipv4()
-        .ok_or_else(|| io::Error::other("a listener without an IPv4 address"))?;
+        .as_socket()
+        .ok_or_else(|| io::Error::other("a listener without an IP address"))?;
     Ok((s, addr))
 }
 
@@ -51,13 +58,20 @@ pub fn accept(listener: &Socket, opts: &Options) -> io::Result<Socket> {
     Ok(s)
 }
 
-/// Start connecting from `local` to `remote`, without waiting: the socket becomes
-/// writable when the connection is made (or has failed: see [`connect_result`]).
-pub fn connect(local: Ipv4Addr, remote: SocketAddrV4, opts: &Options) -> io::Result<Socket> {
-    let s = stream()?;
+/// Start connecting from `local` to `remote` (of one family), without waiting: the
+/// socket becomes writable when the connection is made (or has failed: see
+/// [`connect_result`]).
+pub fn connect(local: IpAddr, remote: SocketAddr, opts: &Options) -> io::Result<Socket> {
+    if local.is_ipv4() != remote.is_ipv4() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{local} and {remote} are of different families"),
+        ));
+    }
+    let s = stream(local)?;
     buffers(&s, opts)?;
     s.set_tcp_nodelay(opts.nodelay)?;
-    s.bind(&SockAddr::from(SocketAddrV4::new(local, 0)))?;
+    s.bind(&SockAddr::from(SocketAddr::new(local, 0)))?;
     match s.connect(&SockAddr::from(remote)) {
         Ok(()) => Ok(s),
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(s),
@@ -119,6 +133,7 @@ pub unsafe fn recv_into(s: &Socket, at: *mut u8, len: usize) -> io::Result<usize
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn opts() -> Options {
         Options {
@@ -138,14 +153,24 @@ mod tests {
         }
     }
 
+    const V4: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+    const V6: IpAddr = IpAddr::V6(Ipv6Addr::LOCALHOST);
+
     #[test]
     fn a_loopback_connection_carries_bytes_both_ways() {
-        let (l, addr) = listen(Ipv4Addr::LOCALHOST, &opts()).unwrap();
-        assert_eq!(*addr.ip(), Ipv4Addr::LOCALHOST);
+        for ip in [V4, V6] {
+            carries_bytes_both_ways(ip);
+        }
+    }
+
+    fn carries_bytes_both_ways(ip: IpAddr) {
+        let (l, addr) = listen(ip, &opts()).unwrap();
+        assert_eq!(addr.ip(), ip);
         assert_ne!(addr.port(), 0);
-        let c = connect(Ipv4Addr::LOCALHOST, addr, &opts()).unwrap();
+        let c = connect(ip, addr, &opts()).unwrap();
         let a = wait(|| accept(&l, &opts()));
         wait(|| connect_result(&c));
+        assert_eq!(a.peer_addr().unwrap().as_socket().unwrap().ip(), ip);
         let n = wait(|| send(&c, &[IoSlice::new(b"he"), IoSlice::new(b"llo")]));
         assert_eq!(n, 5);
         let mut got = Vec::new();
@@ -161,10 +186,18 @@ mod tests {
     }
 
     #[test]
-    fn a_refused_connection_reports_its_error() {
-        let (l, addr) = listen(Ipv4Addr::LOCALHOST, &opts()).unwrap();
-        drop(l);
-        let failed = match connect(Ipv4Addr::LOCALHOST, addr, &opts()) {
+    fn an_ipv6_listener_takes_ipv6_only_and_families_never_mix() {
+        let (l, addr) = listen(V6, &opts()).unwrap();
+        assert!(l.only_v6().unwrap(), "IPV6_V6ONLY");
+        let (l4, _) = listen(V4, &opts()).unwrap();
+        assert!(l4.local_addr().unwrap().is_ipv4());
+        let e = connect(V4, addr, &opts()).expect_err("an IPv4 socket to an IPv6 address");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+    }
+
+    /// Whether connecting from `local` to `to` fails.
+    fn refused(local: IpAddr, to: SocketAddr) -> bool {
+        match connect(local, to, &opts()) {
             Err(_) => true,
             Ok(c) => loop {
                 match connect_result(&c) {
@@ -173,7 +206,15 @@ mod tests {
                     Err(_) => break true,
                 }
             },
-        };
-        assert!(failed);
+        }
+    }
+
+    #[test]
+    fn a_refused_connection_reports_its_error() {
+        for ip in [V4, V6] {
+            let (l, addr) = listen(ip, &opts()).unwrap();
+            drop(l);
+            assert!(refused(ip, addr), "{addr}");
+        }
     }
 }
