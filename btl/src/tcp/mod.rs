@@ -21,6 +21,16 @@
 //! their order; a put or get goes in one chunk per link (at most `btl_tcp_rdma_chunk`
 //! bytes each), striped over all links.
 //!
+//! Sockets take `TCP_NODELAY` (`btl_tcp_nodelay`, on by default), buffer sizes
+//! (`btl_tcp_sndbuf`, `btl_tcp_rcvbuf`: 0 leaves them to the kernel's autotuning) and a
+//! congestion control algorithm (`btl_tcp_congestion_control`: empty, the default,
+//! keeps the system's). The algorithm is checked when the module opens, so that one
+//! the kernel lacks, or keeps from unprivileged processes, is an error then with the
+//! list of those it has or allows. An algorithm that paces its sending (as `bbr`
+//! does, with a timer per burst when the interface has no pacing queue discipline)
+//! costs the sending processor time that bulk transfers on a fast network feel;
+//! `docs/performance.md` has the figures.
+//!
 //! # Frames
 //!
 //! Every frame is an 8-byte header and a body ([`wire`]); a small message costs one
