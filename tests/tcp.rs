@@ -969,6 +969,80 @@ fn a_flush_timeout_of_zero_is_refused() {
     }
 }
 
+#[test]
+fn a_congestion_control_the_kernel_lacks_is_refused_with_what_it_has() {
+    let config = rbtl::configure(&[
+        ("btl_tcp_if_include", "lo"),
+        ("btl_tcp_congestion_control", "no-such-algo"),
+    ])
+    .unwrap();
+    let mut modex = TwoRanks {
+        ours: None,
+        theirs: Vec::new(),
+    };
+    match TcpComponent::open(&config, &mut modex) {
+        Err(Error::NotAvailable(why)) => assert!(
+            why.starts_with("btl_tcp_congestion_control = no-such-algo: the kernel has no such")
+                && why.contains("reno"),
+            "{why}"
+        ),
+        other => panic!("{:?}", other.map(|m| m.is_some())),
+    }
+}
+
+/// An algorithm the kernel has but keeps from unprivileged processes is refused to
+/// them, with the list they may use. Needs such an algorithm: where every available
+/// one is allowed, there is nothing to refuse and the test says so.
+#[test]
+fn a_congestion_control_kept_from_unprivileged_processes_is_refused_with_what_is_allowed() {
+    let sysctl = |f: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{f}"))
+            .unwrap()
+            .split_whitespace()
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    let allowed = sysctl("tcp_allowed_congestion_control");
+    let Some(kept) = sysctl("tcp_available_congestion_control")
+        .into_iter()
+        .find(|a| !allowed.contains(a))
+    else {
+        eprintln!("every available congestion control is allowed here: nothing to refuse");
+        return;
+    };
+    // Run `osu` as nobody (without CAP_NET_ADMIN), bounded by `timeout`.
+    let mut cmd = std::process::Command::new("timeout");
+    cmd.arg("60");
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.args([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--",
+        ]);
+    }
+    let out = cmd
+        .arg(env!("CARGO_BIN_EXE_osu"))
+        .args(["latency", "--btl", "tcp,self", "--max-size", "8", "--param"])
+        .arg(format!("btl_tcp_congestion_control={kept}"))
+        .env("RBTL_BTL_TCP_IF_INCLUDE", "lo")
+        .env_remove("RBTL_BTL")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{text}");
+    assert_ne!(out.status.code(), Some(124), "timed out: {text}");
+    assert!(
+        text.contains(&format!(
+            "btl_tcp_congestion_control = {kept}: not allowed to unprivileged processes; allowed: {}",
+            allowed.join(" ")
+        )),
+        "{text}"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Launcher side.
 
@@ -1042,6 +1116,8 @@ fn contract_three_links_per_peer_small_chunks_and_limits() {
             ("RBTL_BTL_TCP_PUT_ALIGNMENT", "8"),
             ("RBTL_BTL_TCP_GET_LIMIT", "3000"),
             ("RBTL_BTL_TCP_GET_ALIGNMENT", "4"),
+            // Reno is in every kernel and allowed to unprivileged processes.
+            ("RBTL_BTL_TCP_CONGESTION_CONTROL", "reno"),
         ],
     );
     expect_all_ok("contract", 4, &[("RBTL_BTL_TCP_LINKS", "3")]);

@@ -4,18 +4,19 @@
 # pingpong.c, our own OSU-method MPI program built with the system's mpicc. Prints,
 # per benchmark and size, every figure and rbtl's ratio to each peer (latency: ours /
 # theirs, lower is better; bandwidth: ours / theirs, higher is better), plus the
-# machine's cache-line floors. Every system runs twice per benchmark, in opposite
-# orders, and keeps its better figure per size. Each run is checked against the cache
+# machine's cache-line floors. Every system runs ROUNDS times per benchmark (default
+# 2), the order of the systems reversed each time, and keeps its best figure per size. Each run is checked against the cache
 # line before and after: it starts once the host has placed the two vCPUs near each
 # other (waiting up to a minute), and runs again (up to 3 times) if they were moved
 # apart.
 #
-#   benches/compare/compare.sh [-t] [-m MODES] [-M MAX_SIZE]
+#   benches/compare/compare.sh [-t] [-m MODES] [-M MAX_SIZE] [-r ROUNDS]
 #     MODES: any of "lat bw bibw put_lat get_lat" (default: all; with -t, "lat bw"),
 #     MAX_SIZE default 4 MiB
 #     -t: the tcp transport over loopback, sm excluded, against Open MPI's tcp, UCX's
 #         tcp (through Open MPI's pml ucx, where present) and the raw-TCP floor
 #         (tcp_floor.c); every system pinned to cores 0 and 1
+#     -r: runs per system and benchmark (default 2; more narrow the host's swings)
 #
 # Install the peers with:
 #   apt-get install -y --no-install-recommends openmpi-bin libopenmpi-dev mpich libmpich-dev
@@ -25,14 +26,17 @@ cd "$(dirname "$0")/../.."
 MODES=
 MAX=4194304
 TCP=0
-while getopts "tm:M:" o; do
+ROUNDS=2
+while getopts "tm:M:r:" o; do
     case $o in
         t) TCP=1 ;;
         m) MODES=$OPTARG ;;
         M) MAX=$OPTARG ;;
-        *) sed -n '2,20p' "$0"; exit 2 ;;
+        r) ROUNDS=$OPTARG ;;
+        *) sed -n '2,21p' "$0"; exit 2 ;;
     esac
 done
+[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "-r $ROUNDS: give the runs per system, 1 or more" >&2; exit 2; }
 if [ -z "$MODES" ]; then
     if [ $TCP = 1 ]; then MODES="lat bw"; else MODES="lat bw bibw put_lat get_lat"; fi
 fi
@@ -134,14 +138,14 @@ run_one() {
 }
 
 for mode in $MODES; do
-    # Every system runs twice, the second time in the opposite order, and keeps its
-    # better figure per size: the host also moves its copy bandwidth between phases
+    # Every system runs ROUNDS times, the order reversed each time, and keeps its
+    # best figure per size: the host also moves its copy bandwidth between phases
     # (large transfers 2x apart within minutes, for everyone), and one run each would
     # compare systems measured in different phases.
     order=("${SYSTEMS[@]}")
-    for pass in 1 2; do
+    for pass in $(seq "$ROUNDS"); do
         for sys in "${order[@]}"; do run_one "$sys" "$mode" "$pass"; done
-        order=($(printf '%s\n' "${SYSTEMS[@]}" | tac))
+        order=($(printf '%s\n' "${order[@]}" | tac))
     done
     case $mode in lat | put_lat | get_lat) better=min ;; *) better=max ;; esac
     for sys in "${SYSTEMS[@]}"; do
@@ -151,7 +155,7 @@ for mode in $MODES; do
                 else if ((better == "min") == ($2 < v[$1])) v[$1] = $2
             }
             END { for (i = 1; i <= n; i++) print order[i], v[order[i]] }' \
-            "$OUT/$sys.$mode.1.txt" "$OUT/$sys.$mode.2.txt" >"$OUT/$sys.$mode.txt"
+            $(seq -f "$OUT/$sys.$mode.%g.txt" "$ROUNDS") >"$OUT/$sys.$mode.txt"
     done
     case $mode in lat | put_lat | get_lat) unit="us, ratio = rbtl/peer (lower is better)" ;; *) unit="MB/s, ratio = rbtl/peer (higher is better)" ;; esac
     echo

@@ -58,7 +58,14 @@ int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[2], "-M"))
         max = strtoul(argv[3], 0, 0);
 
+    /* TCP_FLOOR_CONGESTION: a congestion control algorithm for both ends (a listener's
+       passes to the connections it accepts); unset, the system's. */
+    const char *cc = getenv("TCP_FLOOR_CONGESTION");
     int listener = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    if (cc && setsockopt(listener, IPPROTO_TCP, TCP_CONGESTION, cc, strlen(cc))) {
+        perror("tcp_floor: TCP_FLOOR_CONGESTION");
+        return 1;
+    }
     struct sockaddr_in addr = {.sin_family = AF_INET};
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof addr;
@@ -72,6 +79,8 @@ int main(int argc, char **argv) {
     if (child == 0) {
         pin(1);
         fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (cc)
+            setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, strlen(cc));
         if (connect(fd, (void *)&addr, sizeof addr))
             return 1;
     } else {
@@ -83,7 +92,8 @@ int main(int argc, char **argv) {
     memset(buf, 1, max ? max : 1);
     int origin = child != 0;
     if (origin) {
-        printf("# tcp_floor %s: raw TCP over loopback, TCP_NODELAY, busy-polled\n", argv[1]);
+        printf("# tcp_floor %s: raw TCP over loopback, TCP_NODELAY, busy-polled, congestion control %s\n",
+               argv[1], cc ? cc : "the system's");
         printf("# Size %s\n", bw ? "Bandwidth (MB/s)" : "Latency (us)");
     }
     /* From 1 byte: a message of none moves nothing over a raw socket. */

@@ -283,6 +283,7 @@ mod tests {
             nodelay: true,
             sndbuf: 0,
             rcvbuf: 0,
+            congestion: None,
         };
         Acceptor::listen(interfaces, &opts, Duration::from_secs(1), poll.registry())
     }

@@ -154,6 +154,7 @@ mod tests {
             nodelay: true,
             sndbuf: 0,
             rcvbuf: 0,
+            congestion: None,
         }
     }
 

@@ -33,6 +33,16 @@
 //! address that cannot be bound (still in duplicate address detection) is left out
 //! with a warning rather than failing the module.
 //!
+//! Sockets take `TCP_NODELAY` (`btl_tcp_nodelay`, on by default), buffer sizes
+//! (`btl_tcp_sndbuf`, `btl_tcp_rcvbuf`: 0 leaves them to the kernel's autotuning) and a
+//! congestion control algorithm (`btl_tcp_congestion_control`: empty, the default,
+//! keeps the system's). The algorithm is checked when the module opens, so that one
+//! the kernel lacks, or keeps from unprivileged processes, is an error then with the
+//! list of those it has or allows. An algorithm that paces its sending (as `bbr`
+//! does, with a timer per burst when the interface has no pacing queue discipline)
+//! costs the sending processor time that bulk transfers on a fast network feel;
+//! `docs/performance.md` has the figures.
+//!
 //! # Frames
 //!
 //! Every frame is an 8-byte header and a body ([`wire`]); a small message costs one
@@ -197,6 +207,7 @@ impl Default for Settings {
                 nodelay: true,
                 sndbuf: 0,
                 rcvbuf: 0,
+                congestion: None,
             },
             rdma_chunk: 4 << 20,
             handshake_timeout: Duration::from_secs(5),
@@ -243,6 +254,45 @@ impl Refused {
     }
 }
 
+/// The parameter that chooses the congestion control algorithm.
+const CONGESTION_PARAM: &str = "btl_tcp_congestion_control";
+
+/// The algorithm `name` asks for (`None` for the empty name: the system's), once this
+/// process has been seen to be allowed to use it.
+fn congestion(name: &str) -> Result<Option<sockets::Congestion>> {
+    if name.is_empty() {
+        return Ok(None);
+    }
+    let sysctl = |file: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/{file}"))
+            .map_or_else(|_| "(unreadable)".to_string(), |s| s.trim().to_string())
+    };
+    let Some(algorithm) = sockets::Congestion::new(name) else {
+        return Err(Error::NotAvailable(format!(
+            "{CONGESTION_PARAM} = {name:?}: not an algorithm's name (1 to 15 characters, no spaces); \
+             available: {}",
+            sysctl("tcp_available_congestion_control")
+        )));
+    };
+    match sockets::try_congestion(&algorithm) {
+        Ok(()) => Ok(Some(algorithm)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Err(Error::NotAvailable(format!(
+            "{CONGESTION_PARAM} = {name}: the kernel has no such algorithm; available: {} \
+             (others may load as the module tcp_{name}, which needs privileges)",
+            sysctl("tcp_available_congestion_control")
+        ))),
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => Err(Error::NotAvailable(format!(
+            "{CONGESTION_PARAM} = {name}: not allowed to unprivileged processes; allowed: {} \
+             (an administrator can add it to net.ipv4.tcp_allowed_congestion_control)",
+            sysctl("tcp_allowed_congestion_control")
+        ))),
+        Err(source) => Err(Error::Os {
+            call: "setsockopt(TCP_CONGESTION)",
+            source,
+        }),
+    }
+}
+
 /// The `tcp` component: one module per process, over the chosen interfaces.
 #[derive(Debug, Default)]
 pub struct TcpComponent;
@@ -262,6 +312,7 @@ impl TcpComponent {
                 nodelay: config.bool("btl_tcp_nodelay")?,
                 sndbuf: config.size("btl_tcp_sndbuf")?,
                 rcvbuf: config.size("btl_tcp_rcvbuf")?,
+                congestion: congestion(config.str(CONGESTION_PARAM)?)?,
             },
             rdma_chunk: config.size("btl_tcp_rdma_chunk")?,
             handshake_timeout: Duration::from_millis(count("btl_tcp_handshake_timeout")? as u64),
@@ -338,6 +389,12 @@ impl Component for TcpComponent {
             .register("btl_tcp_nodelay", Value::Bool(d.sockets.nodelay), "disable Nagle's algorithm (TCP_NODELAY)")?
             .register("btl_tcp_sndbuf", Value::Size(0), "socket send buffer bytes (0: the system's default)")?
             .register("btl_tcp_rcvbuf", Value::Size(0), "socket receive buffer bytes (0: the system's default)")?
+            .register(
+                CONGESTION_PARAM,
+                Value::Str(String::new()),
+                "the kernel's congestion control algorithm for every connection (TCP_CONGESTION: reno, cubic, bbr...; \
+                 empty: the system's, net.ipv4.tcp_congestion_control)",
+            )?
             .register(
                 "btl_tcp_rdma_chunk",
                 Value::Size(d.rdma_chunk),

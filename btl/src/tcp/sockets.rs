@@ -1,9 +1,9 @@
 //! Sockets of the `tcp` transport, made with `socket2`: listeners bound to one chosen
 //! address (IPv4 or IPv6; an IPv6 one takes IPv6 only, `IPV6_V6ONLY`) on an
 //! ephemeral port, nonblocking connects from a chosen local address of the peer's
-//! family,
-//! the options of `btl_tcp_nodelay`, `btl_tcp_sndbuf` and `btl_tcp_rcvbuf`, and the
-//! one call that writes: `sendmsg` with `MSG_NOSIGNAL`, so that a peer's reset is an
+//! family, the options of `btl_tcp_nodelay`, `btl_tcp_sndbuf`, `btl_tcp_rcvbuf` and
+//! `btl_tcp_congestion_control`, and the one call that writes: `sendmsg` with
+//! `MSG_NOSIGNAL`, so that a peer's reset is an
 //! error here and never a SIGPIPE in a program that did not ignore it.
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -19,6 +19,44 @@ pub struct Options {
     pub sndbuf: usize,
     /// Receive buffer bytes (0: the system's default).
     pub rcvbuf: usize,
+    /// The congestion control algorithm (`None`: the system's default).
+    pub congestion: Option<Congestion>,
+}
+
+/// The name of a congestion control algorithm of the kernel (`TCP_CONGESTION`): at
+/// most 15 bytes, as the kernel's `TCP_CA_NAME_MAX` allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Congestion {
+    name: [u8; 15],
+    len: u8,
+}
+
+impl Congestion {
+    /// `name` if it can name an algorithm (1 to 15 printable ASCII bytes, no space).
+    pub fn new(name: &str) -> Option<Congestion> {
+        let b = name.as_bytes();
+        if b.is_empty() || b.len() > 15 || !b.iter().all(u8::is_ascii_graphic) {
+            return None;
+        }
+        let mut c = Congestion {
+            name: [0; 15],
+            len: b.len() as u8,
+        };
+        c.name[..b.len()].copy_from_slice(b);
+        Some(c)
+    }
+
+    /// Its bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.name[..self.len as usize]
+    }
+}
+
+/// Whether this process may give its sockets `algorithm`: `Err` with the kernel's
+/// answer (`ENOENT`: no such algorithm is loaded; `EPERM`: not among those allowed to
+/// unprivileged processes).
+pub fn try_congestion(algorithm: &Congestion) -> io::Result<()> {
+    stream(std::net::Ipv4Addr::LOCALHOST.into())?.set_tcp_congestion(algorithm.as_bytes())
 }
 
 fn stream(ip: IpAddr) -> io::Result<Socket> {
@@ -40,8 +78,9 @@ pub fn listen(ip: IpAddr, opts: &Options) -> io::Result<(Socket, SocketAddr)> {
         s.set_only_v6(true)?;
     }
     // Buffer sizes given to a listener pass to the connections it accepts, which is
-    // the only way to have them before the connection's window is agreed.
-    buffers(&s, opts)?;
+    // the only way to have them before the connection's window is agreed; so does a
+    // congestion control algorithm set on it.
+    before_connecting(&s, opts)?;
     s.bind(&SockAddr::from(SocketAddr::new(ip, 0)))?;
     s.listen(128)?;
     let addr = s
@@ -69,7 +108,7 @@ pub fn connect(local: IpAddr, remote: SocketAddr, opts: &Options) -> io::Result<
         ));
     }
     let s = stream(local)?;
-    buffers(&s, opts)?;
+    before_connecting(&s, opts)?;
     s.set_tcp_nodelay(opts.nodelay)?;
     s.bind(&SockAddr::from(SocketAddr::new(local, 0)))?;
     match s.connect(&SockAddr::from(remote)) {
@@ -87,7 +126,11 @@ pub fn connect_result(s: &Socket) -> io::Result<()> {
     }
 }
 
-fn buffers(s: &Socket, opts: &Options) -> io::Result<()> {
+/// The options that must be set before a connection is made.
+fn before_connecting(s: &Socket, opts: &Options) -> io::Result<()> {
+    if let Some(c) = &opts.congestion {
+        s.set_tcp_congestion(c.as_bytes())?;
+    }
     if opts.sndbuf > 0 {
         s.set_send_buffer_size(opts.sndbuf)?;
     }
@@ -140,6 +183,7 @@ mod tests {
             nodelay: true,
             sndbuf: 0,
             rcvbuf: 64 << 10,
+            congestion: None,
         }
     }
 
@@ -183,6 +227,39 @@ mod tests {
         drop(a);
         let mut b = [0u8; 1];
         assert_eq!(wait(|| recv(&c, &mut b)), 0, "the close is seen as 0 bytes");
+    }
+
+    #[test]
+    fn a_chosen_congestion_control_holds_on_both_ends_of_a_connection() {
+        // Reno: built into every kernel and allowed to unprivileged processes.
+        let reno = Congestion::new("reno").unwrap();
+        try_congestion(&reno).unwrap();
+        let opts = Options {
+            congestion: Some(reno),
+            ..opts()
+        };
+        let (l, addr) = listen(V4, &opts).unwrap();
+        let c = connect(V4, addr, &opts).unwrap();
+        let a = wait(|| accept(&l, &opts));
+        wait(|| connect_result(&c));
+        // The kernel answers with the whole NUL-padded name field.
+        let name = |s: &Socket| {
+            let mut n = s.tcp_congestion().unwrap();
+            n.retain(|&b| b != 0);
+            n
+        };
+        assert_eq!(name(&c), b"reno");
+        assert_eq!(name(&a), b"reno", "accepted from the listener");
+    }
+
+    #[test]
+    fn an_unknown_congestion_control_is_refused_by_the_kernel() {
+        let none = Congestion::new("no-such-algo").unwrap();
+        let e = try_congestion(&none).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+        assert!(Congestion::new("").is_none());
+        assert!(Congestion::new("sixteen-bytes-xx").is_none());
+        assert!(Congestion::new("a b").is_none());
     }
 
     #[test]
