@@ -2,6 +2,9 @@
 //! launcher as the rank program; and, for tests of a hang, a watchdog and a rank
 //! stopped with SIGSTOP.
 
+#[allow(dead_code)] // not every binary that shares this module uses it
+pub mod offered;
+
 use rbtl::launcher::{self, LaunchOptions};
 use std::time::{Duration, Instant};
 

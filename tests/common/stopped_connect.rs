@@ -4,10 +4,11 @@
 //! Connections are made on first use by a handshake the peer answers in its own
 //! progress, so without a deadline that flush would never return.
 
+use crate::common::offered::Offered;
 use crate::common::{progress_until, watchdog, Continue};
 use rbtl::btl::{
-    Access, AtomicOp, DesFlags, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback,
-    RdmaCompletion, SendOutcome, SendiOutcome, SilentPeer, Tag,
+    AtomicOp, DesFlags, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion,
+    SendOutcome, SendiOutcome, SilentPeer, Tag,
 };
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -74,39 +75,19 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
     let g = got.clone();
     m.register_am(over, Box::new(move |_, _| *g.lock().unwrap() += 1))
         .unwrap();
-    // The first LEN bytes take puts, the word after them atomics (41 at first).
-    let mut mem = vec![0u8; LEN + 8];
-    mem[LEN..].copy_from_slice(&41u64.to_le_bytes());
-    let mut result = vec![0u8; 8];
-    let all = Access::all();
-    // SAFETY: the buffers outlive their handles (dropped before them) and are not
-    // resized.
-    let (handle, result_handle) = unsafe {
-        (
-            m.register_mem(None, mem.as_mut_ptr() as usize, mem.len(), all)
-                .unwrap(),
-            m.register_mem(None, result.as_mut_ptr() as usize, 8, all)
-                .unwrap(),
-        )
-    };
     let pattern: Vec<u8> = (0..LEN).map(|i| (i % 249) as u8).collect();
-    let mut blob = std::process::id().to_le_bytes().to_vec();
-    blob.extend_from_slice(&(mem.as_ptr() as u64).to_le_bytes());
-    blob.extend_from_slice(handle.remote().as_bytes());
-    job.modex.publish("stopped_connect", &blob).unwrap();
-    job.modex.fence().unwrap();
+    let Offered {
+        handle,
+        result_handle,
+        mut mem,
+        mut result,
+    } = Offered::publish(m, job, "stopped_connect", LEN);
     let sends: Outcomes = Arc::default();
     match rank {
         0 => {
             let (ep1, ep2) = (eps[1].unwrap(), eps[2].unwrap());
-            let mut theirs = |r: u32| {
-                let b = job.modex.lookup(r, "stopped_connect").unwrap().unwrap();
-                let pid = u32::from_le_bytes(b[..4].try_into().unwrap()) as i32;
-                let (addr, rh) = rbtl_contract::remote_of(&b[4..]);
-                (pid, addr, rh)
-            };
-            let (pid1, addr1, rh1) = theirs(1);
-            let (_, addr2, rh2) = theirs(2);
+            let (pid1, addr1, rh1) = Offered::of(job, 1, "stopped_connect");
+            let (_, addr2, rh2) = Offered::of(job, 2, "stopped_connect");
             mem[..LEN].copy_from_slice(&pattern);
             let resume = Continue::stop(pid1);
             let done: Outcomes = Arc::default();

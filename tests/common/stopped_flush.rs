@@ -2,9 +2,10 @@
 //! transport whose put, get and atomics need the target's progress (`tcp`, and `sm`
 //! copying through its rings): shared by the test binaries of those transports.
 
+use crate::common::offered::Offered;
 use crate::common::{progress_until, senders, watchdog, Continue};
 use rbtl::btl::{
-    Access, AtomicOp, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion, Tag,
+    AtomicOp, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion, Tag,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,27 +34,13 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
     let ping = senders(m, Tag::USR);
     let over = Tag(Tag::USR.0 + 1);
     let done = senders(m, over);
-    // The first half takes puts, the second half's first word atomics (41 at first).
-    let mut mem = vec![0u8; 2 * HALF];
-    mem[HALF..HALF + 8].copy_from_slice(&41u64.to_le_bytes());
-    let mut result = vec![0u8; 8];
-    let all = Access::all();
-    // SAFETY: the buffers outlive their handles (dropped before them) and are not
-    // resized.
-    let (handle, result_handle) = unsafe {
-        (
-            m.register_mem(None, mem.as_mut_ptr() as usize, mem.len(), all)
-                .unwrap(),
-            m.register_mem(None, result.as_mut_ptr() as usize, 8, all)
-                .unwrap(),
-        )
-    };
     let pattern: Vec<u8> = (0..HALF).map(|i| (i % 251) as u8).collect();
-    let mut blob = std::process::id().to_le_bytes().to_vec();
-    blob.extend_from_slice(&(mem.as_ptr() as u64).to_le_bytes());
-    blob.extend_from_slice(handle.remote().as_bytes());
-    job.modex.publish("stopped", &blob).unwrap();
-    job.modex.fence().unwrap();
+    let Offered {
+        handle,
+        result_handle,
+        mut mem,
+        mut result,
+    } = Offered::publish(m, job, "stopped", HALF);
     if rank != 0 {
         // (A transport that connects on first use connects now.)
         send_byte(m, eps[0].unwrap(), Tag::USR);
@@ -69,14 +56,8 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
     } else {
         let (ep1, ep2) = (eps[1].unwrap(), eps[2].unwrap());
         progress_until(m, "both peers", || ping.lock().unwrap().len() == 2);
-        let mut theirs = |r: u32| {
-            let b = job.modex.lookup(r, "stopped").unwrap().unwrap();
-            let pid = u32::from_le_bytes(b[..4].try_into().unwrap()) as i32;
-            let (addr, rh) = rbtl_contract::remote_of(&b[4..]);
-            (pid, addr, rh)
-        };
-        let (pid1, addr1, rh1) = theirs(1);
-        let (_, addr2, rh2) = theirs(2);
+        let (pid1, addr1, rh1) = Offered::of(job, 1, "stopped");
+        let (_, addr2, rh2) = Offered::of(job, 2, "stopped");
         mem[..HALF].copy_from_slice(&pattern);
         let resume = Continue::stop(pid1);
         let completed: Arc<Mutex<Vec<(u32, String)>>> = Arc::default();
