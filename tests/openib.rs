@@ -225,26 +225,14 @@ fn wrong_key(m: &mut dyn Module, ep: Endpoint, job: &mut rbtl::pmi::Job) {
 fn memlock(m: &mut dyn Module) {
     rbtl_testkit::restrict_memlock(64 << 10);
     let len = 1 << 20;
-    // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
-    let mem = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(mem, libc::MAP_FAILED, "mmap");
+    let mem = rbtl_testkit::mem::map_anywhere(len);
     // SAFETY: the mapping outlives the attempt; nothing is registered on failure.
-    let r = unsafe { m.register_mem(None, mem as usize, len, Access::all()) };
+    let r = unsafe { m.register_mem(None, mem, len, Access::all()) };
     let msg = r
         .expect_err("a registration over the memlock limit is refused")
         .to_string();
     assert!(msg.contains("ulimit -l") && msg.contains("64 KiB"), "{msg}");
-    // SAFETY: the mapping made above, no longer used.
-    unsafe { libc::munmap(mem, len) };
+    rbtl_testkit::mem::unmap(mem, len);
 }
 
 fn settings(cpc: &str) -> Vec<(&str, &str)> {

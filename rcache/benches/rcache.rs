@@ -3,6 +3,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use rbtl_rcache::{page_size, Access, Options, Rcache, Registrar, RegistrarError};
+use rbtl_testkit::mem::{map_anywhere, unmap};
 
 /// Registers nothing: fake address ranges are fine. `pins` is what it says of its
 /// registrations: false as the registrar of `sm`, `tcp` and `self` (its cache needs no
@@ -111,23 +112,6 @@ fn benches(c: &mut Criterion) {
     });
 }
 
-/// Maps `len` bytes of private anonymous memory.
-fn map(len: usize) -> usize {
-    // SAFETY: a fresh anonymous mapping.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(p, libc::MAP_FAILED);
-    p as usize
-}
-
 /// The memory monitor on real memory: a hit among 10k watched registrations, a miss
 /// (which registers the range with userfaultfd), and what an unmap costs when a cached
 /// registration covers the pages and when none does.
@@ -139,7 +123,7 @@ fn monitored(c: &mut Criterion) {
         eprintln!("no memory monitor: {}", rbtl_rcache::monitor::status());
         return;
     }
-    let arena = map(2 * N * ps);
+    let arena = map_anywhere(2 * N * ps);
     for i in 0..N {
         drop(cache.register(arena + 2 * i * ps, ps, rw).unwrap());
     }
@@ -167,22 +151,22 @@ fn monitored(c: &mut Criterion) {
             })
         },
     );
-    let page = map(ps);
+    let page = map_anywhere(ps);
     c.bench_function("munmap + mmap of a page no registration covers", |b| {
         b.iter(|| {
-            // SAFETY: the bench's own page, mapped again at once.
-            unsafe { libc::munmap(page as *mut libc::c_void, ps) };
-            black_box(map(ps));
+            // The bench's own page, mapped again at once.
+            unmap(page, ps);
+            black_box(map_anywhere(ps));
         })
     });
     c.bench_function(
         "munmap + mmap of a watched page (register, release, unmap, apply)",
         |b| {
             b.iter(|| {
-                let p = map(ps);
+                let p = map_anywhere(ps);
                 drop(cache.register(p, ps, rw).unwrap());
-                // SAFETY: the bench's own page; the cache learns of its unmap.
-                unsafe { libc::munmap(p as *mut libc::c_void, ps) };
+                // The cache learns of the unmap.
+                unmap(p, ps);
                 black_box(cache.stats());
             })
         },
@@ -198,10 +182,9 @@ fn monitored(c: &mut Criterion) {
                 },
             );
             b.iter(|| {
-                let p = map(ps);
+                let p = map_anywhere(ps);
                 drop(plain.register(p, ps, rw).unwrap());
-                // SAFETY: the bench's own page.
-                unsafe { libc::munmap(p as *mut libc::c_void, ps) };
+                unmap(p, ps);
                 black_box(plain.stats());
             })
         },

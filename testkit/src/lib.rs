@@ -1,5 +1,7 @@
 //! Helpers the workspace's test suites share.
 
+pub mod mem;
+
 /// `CAP_IPC_LOCK`'s bit among the capabilities.
 const CAP_IPC_LOCK: u32 = 14;
 

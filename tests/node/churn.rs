@@ -18,6 +18,7 @@
 //! cached registration could cover (a lower bound: C `free` may unmap too, unseen
 //! here).
 
+use rbtl_testkit::mem::{self, unmap};
 use std::collections::{BTreeMap, VecDeque};
 
 /// The page size the test assumes (checked when the churn starts).
@@ -135,42 +136,7 @@ fn os_error() -> std::io::Error {
 /// A new anonymous private mapping of `len` bytes with `prot`: anywhere, or exactly at
 /// `at` when nothing is mapped there (`None` when something is).
 fn map(at: Option<usize>, len: usize, prot: i32) -> Option<usize> {
-    let (addr, fixed) = match at {
-        Some(a) => (a as *mut libc::c_void, libc::MAP_FIXED_NOREPLACE),
-        None => (std::ptr::null_mut(), 0),
-    };
-    // SAFETY: a fresh anonymous mapping that replaces nothing (MAP_FIXED_NOREPLACE
-    // refuses a range in use).
-    let p = unsafe {
-        libc::mmap(
-            addr,
-            len,
-            prot,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | fixed,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        let e = os_error();
-        assert!(
-            at.is_some() && e.raw_os_error() == Some(libc::EEXIST),
-            "mmap of {len} bytes at {at:x?}: {e}"
-        );
-        return None;
-    }
-    // Kernels before 4.17 take MAP_FIXED_NOREPLACE as a hint.
-    if at.is_some_and(|a| a != p as usize) {
-        unmap(p as usize, len);
-        return None;
-    }
-    Some(p as usize)
-}
-
-fn unmap(addr: usize, len: usize) {
-    // SAFETY: only ranges this churn mapped and no round uses any more.
-    let rc = unsafe { libc::munmap(addr as *mut libc::c_void, len) };
-    assert_eq!(rc, 0, "munmap: {}", os_error());
+    mem::map(at, len, prot, -1)
 }
 
 /// Move the pages of `[from, from + len)` to `to`, over the placeholder mapping there
@@ -327,12 +293,9 @@ impl Churn {
                     self.count("give back: munmap");
                 }
                 1 => {
-                    // SAFETY: drops the pages of the churn's own mapping, which no
-                    // round uses any more.
-                    let rc = unsafe {
-                        libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED)
-                    };
-                    assert_eq!(rc, 0, "madvise: {}", os_error());
+                    // Drops the pages of the churn's own mapping, which no round uses
+                    // any more.
+                    mem::advise(addr, len, libc::MADV_DONTNEED);
                     self.left_now.push((addr, len));
                     self.spare(addr, len);
                     self.count("give back: madvise(MADV_DONTNEED)");

@@ -39,33 +39,8 @@ fn memfd(name: &std::ffi::CStr) -> i32 {
 
 /// Maps `LEN` bytes: of `fd` shared (or private anonymous for -1), at `at` exactly if given.
 fn map(fd: i32, at: Option<usize>) -> usize {
-    let (addr, fixed) = at.map_or((std::ptr::null_mut(), 0), |a| {
-        (a as *mut libc::c_void, libc::MAP_FIXED_NOREPLACE)
-    });
-    let kind = if fd < 0 {
-        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS
-    } else {
-        libc::MAP_SHARED
-    };
-    // SAFETY: a mapping of the test's own memfd or fresh anonymous memory, replacing
-    // nothing (MAP_FIXED_NOREPLACE).
-    let p = unsafe {
-        libc::mmap(
-            addr,
-            LEN,
-            libc::PROT_READ | libc::PROT_WRITE,
-            kind | fixed,
-            fd,
-            0,
-        )
-    };
-    assert_ne!(
-        p,
-        libc::MAP_FAILED,
-        "mmap: {}",
-        std::io::Error::last_os_error()
-    );
-    p as usize
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    rbtl_testkit::mem::map(at, LEN, rw, fd).expect("nothing mapped at the address")
 }
 
 fn bytes(addr: usize) -> &'static mut [u8] {
@@ -192,8 +167,7 @@ pub fn remap_and_fork(mut m: Box<dyn Module>, ep: Endpoint, mut job: rbtl::pmi::
         "the cache keeps the idle registration, watched when it pins"
     );
     // The memory leaves; new memory comes at the same address.
-    // SAFETY: the role's own mapping, no longer referenced.
-    assert_eq!(unsafe { libc::munmap(x as *mut libc::c_void, LEN) }, 0);
+    rbtl_testkit::mem::unmap(x, LEN);
     monitor::apply_pending();
     assert!(
         !monitor::is_watched(x, LEN),

@@ -1,4 +1,4 @@
-//! Real memory for the stale-cache tests: mappings through libc, the physical frames
+//! Real memory for the stale-cache tests: mappings (`rbtl_testkit::mem`), the physical frames
 //! under a range (from /proc/self/pagemap), and a registrar that pins the pages the way
 //! a device does and records their frames, so that a cache hit on memory that was
 //! replaced shows up, and only that.
@@ -13,75 +13,19 @@ use crate::pin::Pins;
 pub const PS: usize = 4096;
 pub const RW: Access = Access::LOCAL_WRITE;
 
+pub use rbtl_testkit::mem::{advise, unmap};
+
+const PROT_RW: i32 = libc::PROT_READ | libc::PROT_WRITE;
+
 /// Maps `len` bytes at `addr`, which the caller just unmapped; None if another thread
 /// of this process took the address meanwhile (a thread's signal stack, a malloc arena).
 pub fn map_again(addr: usize, len: usize) -> Option<usize> {
-    // SAFETY: an anonymous mapping that replaces nothing (MAP_FIXED_NOREPLACE).
-    let p = unsafe {
-        libc::mmap(
-            addr as *mut libc::c_void,
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST)
-    {
-        return None;
-    }
-    assert_eq!(
-        p as usize,
-        addr,
-        "mmap at {addr:#x}: {}",
-        std::io::Error::last_os_error()
-    );
-    Some(addr)
+    rbtl_testkit::mem::map(Some(addr), len, PROT_RW, -1)
 }
 
 /// Maps `len` bytes of private anonymous memory, at `hint` exactly if given.
 pub fn map(hint: Option<usize>, len: usize) -> usize {
-    let (addr, fixed) = match hint {
-        Some(a) => (a as *mut libc::c_void, libc::MAP_FIXED_NOREPLACE),
-        None => (std::ptr::null_mut(), 0),
-    };
-    // SAFETY: an anonymous mapping; with MAP_FIXED_NOREPLACE the kernel refuses
-    // rather than replace anything mapped at the hint.
-    let p = unsafe {
-        libc::mmap(
-            addr,
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | fixed,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(
-        p,
-        libc::MAP_FAILED,
-        "mmap: {}",
-        std::io::Error::last_os_error()
-    );
-    if let Some(a) = hint {
-        assert_eq!(p as usize, a, "mmap did not map at the hint");
-    }
-    p as usize
-}
-
-/// Unmaps what [`map`] (or another mapping call of the test) mapped.
-pub fn unmap(addr: usize, len: usize) {
-    // SAFETY: the test owns the mapping and keeps no reference into it.
-    let rc = unsafe { libc::munmap(addr as *mut libc::c_void, len) };
-    assert_eq!(rc, 0, "munmap: {}", std::io::Error::last_os_error());
-}
-
-/// `madvise(addr, len, advice)`, asserted to succeed.
-pub fn advise(addr: usize, len: usize, advice: libc::c_int) {
-    // SAFETY: the test owns the range; the advice drops at most its contents.
-    let rc = unsafe { libc::madvise(addr as *mut libc::c_void, len, advice) };
-    assert_eq!(rc, 0, "madvise: {}", std::io::Error::last_os_error());
+    rbtl_testkit::mem::map(hint, len, PROT_RW, -1).expect("nothing mapped at the hint")
 }
 
 /// Fills `[addr, addr+len)` with `byte`.
