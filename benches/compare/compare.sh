@@ -5,10 +5,10 @@
 # per benchmark and size, every figure and rbtl's ratio to each peer (latency: ours /
 # theirs, lower is better; bandwidth: ours / theirs, higher is better), plus the
 # machine's cache-line floors. Every system runs ROUNDS times per benchmark (default
-# 2), the order of the systems reversed each time, and keeps its best figure per size. Each run is checked against the cache
-# line before and after: it starts once the host has placed the two vCPUs near each
-# other (waiting up to a minute), and runs again (up to 3 times) if they were moved
-# apart.
+# 2), the order of the systems reversed each time, and keeps its best figure per size.
+# Each run is checked against the cache line before and after: it starts once the host
+# has placed the two vCPUs near each other (waiting up to a minute), and runs again (up
+# to 3 times) if they were moved apart.
 #
 #   benches/compare/compare.sh [-t] [-m MODES] [-M MAX_SIZE] [-r ROUNDS]
 #     MODES: any of "lat bw bibw put_lat get_lat" (default: all; with -t, "lat bw"),
@@ -33,7 +33,7 @@ while getopts "tm:M:r:" o; do
         m) MODES=$OPTARG ;;
         M) MAX=$OPTARG ;;
         r) ROUNDS=$OPTARG ;;
-        *) sed -n '2,21p' "$0"; exit 2 ;;
+        *) sed -n '2,23p' "$0"; exit 2 ;;
     esac
 done
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "-r $ROUNDS: give the runs per system, 1 or more" >&2; exit 2; }
