@@ -232,7 +232,8 @@ fn memlock(m: &mut dyn Module) {
         .expect_err("a registration over the memlock limit is refused")
         .to_string();
     assert!(msg.contains("ulimit -l") && msg.contains("64 KiB"), "{msg}");
-    rbtl_testkit::mem::unmap(mem, len);
+    // SAFETY: the mapping made above, no longer used.
+    unsafe { rbtl_testkit::mem::unmap(mem, len) };
 }
 
 fn settings(cpc: &str) -> Vec<(&str, &str)> {

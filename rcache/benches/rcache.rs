@@ -154,8 +154,8 @@ fn monitored(c: &mut Criterion) {
     let page = map_anywhere(ps);
     c.bench_function("munmap + mmap of a page no registration covers", |b| {
         b.iter(|| {
-            // The bench's own page, mapped again at once.
-            unmap(page, ps);
+            // SAFETY: the bench's own page, mapped again at once.
+            unsafe { unmap(page, ps) };
             black_box(map_anywhere(ps));
         })
     });
@@ -165,8 +165,8 @@ fn monitored(c: &mut Criterion) {
             b.iter(|| {
                 let p = map_anywhere(ps);
                 drop(cache.register(p, ps, rw).unwrap());
-                // The cache learns of the unmap.
-                unmap(p, ps);
+                // SAFETY: the bench's own page; the cache learns of its unmap.
+                unsafe { unmap(p, ps) };
                 black_box(cache.stats());
             })
         },
@@ -184,7 +184,8 @@ fn monitored(c: &mut Criterion) {
             b.iter(|| {
                 let p = map_anywhere(ps);
                 drop(plain.register(p, ps, rw).unwrap());
-                unmap(p, ps);
+                // SAFETY: the bench's own page.
+                unsafe { unmap(p, ps) };
                 black_box(plain.stats());
             })
         },

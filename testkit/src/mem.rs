@@ -1,5 +1,7 @@
 //! Mappings for tests that make memory come and go under registrations: `mmap`,
-//! `munmap` and `madvise` through libc, each failure a panic that names the call.
+//! `munmap` and `madvise` through libc, each failure a panic that names the call. What
+//! can take memory from under a reference (unmapping, replacing, dropping contents) is
+//! `unsafe`.
 
 use std::io;
 
@@ -33,10 +35,42 @@ pub fn map(at: Option<usize>, len: usize, prot: i32, fd: i32) -> Option<usize> {
         return None;
     }
     if at.is_some_and(|a| a != p as usize) {
-        unmap(p as usize, len);
+        // SAFETY: the mapping just made, which nothing refers into.
+        unsafe { unmap(p as usize, len) };
         return None;
     }
     Some(p as usize)
+}
+
+/// New private anonymous read-write memory over `[addr, addr + len)`, replacing what
+/// is mapped there (`MAP_FIXED`): the memory at those addresses leaves and new memory
+/// comes in its place.
+///
+/// # Safety
+///
+/// The caller owns the range (a mapping of its own) and nothing refers into it.
+///
+/// # Panics
+///
+/// If the kernel refuses or maps elsewhere.
+pub unsafe fn map_over(addr: usize, len: usize) {
+    // SAFETY: the caller owns the range it replaces.
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+            -1,
+            0,
+        )
+    };
+    assert_eq!(
+        p as usize,
+        addr,
+        "mmap(MAP_FIXED) at {addr:#x}: {}",
+        io::Error::last_os_error()
+    );
 }
 
 /// `len` bytes of new private anonymous read-write memory, anywhere.
@@ -51,23 +85,31 @@ pub fn map_anywhere(len: usize) -> usize {
 
 /// Unmap `[addr, addr + len)`.
 ///
+/// # Safety
+///
+/// The caller owns the range (a mapping of its own) and nothing refers into it.
+///
 /// # Panics
 ///
 /// If the kernel refuses.
-pub fn unmap(addr: usize, len: usize) {
-    // SAFETY: munmap checks the range; the caller keeps no reference into it.
+pub unsafe fn unmap(addr: usize, len: usize) {
+    // SAFETY: the caller owns the range and keeps no reference into it.
     let rc = unsafe { libc::munmap(addr as *mut libc::c_void, len) };
     assert_eq!(rc, 0, "munmap: {}", io::Error::last_os_error());
 }
 
 /// `madvise(addr, len, advice)`.
 ///
+/// # Safety
+///
+/// The caller owns the range, and may lose its contents (`MADV_DONTNEED` and the
+/// like drop them): nothing may rely on them.
+///
 /// # Panics
 ///
 /// If the kernel refuses.
-pub fn advise(addr: usize, len: usize, advice: libc::c_int) {
-    // SAFETY: madvise checks the range; the advice drops at most its contents, which
-    // the caller owns.
+pub unsafe fn advise(addr: usize, len: usize, advice: libc::c_int) {
+    // SAFETY: the caller owns the range and gives up its contents.
     let rc = unsafe { libc::madvise(addr as *mut libc::c_void, len, advice) };
     assert_eq!(rc, 0, "madvise: {}", io::Error::last_os_error());
 }
@@ -77,17 +119,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_mapping_at_a_taken_address_is_none_and_one_at_a_free_address_is_there() {
+    fn a_mapping_at_a_taken_address_is_none_and_one_at_a_free_address_is_there_then_replaced() {
         let rw = libc::PROT_READ | libc::PROT_WRITE;
         let a = map_anywhere(8192);
         assert_eq!(map(Some(a), 4096, rw, -1), None, "taken");
-        unmap(a, 8192);
+        // SAFETY: the test's own mapping, which nothing refers into.
+        unsafe { unmap(a, 8192) };
         assert_eq!(map(Some(a), 4096, rw, -1), Some(a), "free again");
         // SAFETY: the page was just mapped read-write.
         unsafe { (a as *mut u8).write(7) };
-        advise(a, 4096, libc::MADV_DONTNEED);
-        // SAFETY: as above; the advice dropped the contents.
+        // SAFETY: the test's own page, whose contents it gives up.
+        unsafe { advise(a, 4096, libc::MADV_DONTNEED) };
+        // SAFETY: still mapped read-write; the advice dropped the contents.
         assert_eq!(unsafe { (a as *const u8).read() }, 0);
-        unmap(a, 4096);
+        // SAFETY: as above.
+        unsafe { (a as *mut u8).write(9) };
+        // SAFETY: the test's own page, which nothing refers into.
+        unsafe { map_over(a, 4096) };
+        // SAFETY: new read-write memory at the same address.
+        assert_eq!(unsafe { (a as *const u8).read() }, 0);
+        // SAFETY: the test's own page, which nothing refers into.
+        unsafe { unmap(a, 4096) };
     }
 }

@@ -18,7 +18,7 @@
 //! cached registration could cover (a lower bound: C `free` may unmap too, unseen
 //! here).
 
-use rbtl_testkit::mem::{self, unmap};
+use rbtl_testkit::mem;
 use std::collections::{BTreeMap, VecDeque};
 
 /// The page size the test assumes (checked when the churn starts).
@@ -137,6 +137,11 @@ fn os_error() -> std::io::Error {
 /// `at` when nothing is mapped there (`None` when something is).
 fn map(at: Option<usize>, len: usize, prot: i32) -> Option<usize> {
     mem::map(at, len, prot, -1)
+}
+
+fn unmap(addr: usize, len: usize) {
+    // SAFETY: only ranges this churn mapped and no round uses any more.
+    unsafe { mem::unmap(addr, len) };
 }
 
 /// Move the pages of `[from, from + len)` to `to`, over the placeholder mapping there
@@ -293,9 +298,9 @@ impl Churn {
                     self.count("give back: munmap");
                 }
                 1 => {
-                    // Drops the pages of the churn's own mapping, which no round uses
-                    // any more.
-                    mem::advise(addr, len, libc::MADV_DONTNEED);
+                    // SAFETY: drops the pages of the churn's own mapping, which no
+                    // round uses any more.
+                    unsafe { mem::advise(addr, len, libc::MADV_DONTNEED) };
                     self.left_now.push((addr, len));
                     self.spare(addr, len);
                     self.count("give back: madvise(MADV_DONTNEED)");
@@ -317,17 +322,7 @@ impl Churn {
                 _ => {
                     // SAFETY: new memory over the churn's own mapping, which no round
                     // uses any more.
-                    let p = unsafe {
-                        libc::mmap(
-                            addr as *mut libc::c_void,
-                            len,
-                            libc::PROT_READ | libc::PROT_WRITE,
-                            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                            -1,
-                            0,
-                        )
-                    };
-                    assert_eq!(p as usize, addr, "mmap(MAP_FIXED): {}", os_error());
+                    unsafe { mem::map_over(addr, len) };
                     self.left_now.push((addr, len));
                     self.spare(addr, len);
                     self.count("give back: mmap(MAP_FIXED) over it");

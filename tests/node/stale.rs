@@ -167,7 +167,8 @@ pub fn remap_and_fork(mut m: Box<dyn Module>, ep: Endpoint, mut job: rbtl::pmi::
         "the cache keeps the idle registration, watched when it pins"
     );
     // The memory leaves; new memory comes at the same address.
-    rbtl_testkit::mem::unmap(x, LEN);
+    // SAFETY: the role's own mapping, no longer referenced.
+    unsafe { rbtl_testkit::mem::unmap(x, LEN) };
     monitor::apply_pending();
     assert!(
         !monitor::is_watched(x, LEN),
@@ -253,18 +254,8 @@ pub fn role_msg_remap(settings: &[(&str, &str)]) {
             buf.fill(0x20 + round);
             comm.send(buf, 0, round as i32).unwrap();
             // The buffer's memory leaves and new memory comes at its address.
-            // SAFETY: MAP_FIXED over the role's own mapping, nothing refers into it.
-            let p = unsafe {
-                libc::mmap(
-                    x as *mut libc::c_void,
-                    big,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                    -1,
-                    0,
-                )
-            };
-            assert_eq!(p as usize, x);
+            // SAFETY: the role's own mapping; nothing refers into it.
+            unsafe { rbtl_testkit::mem::map_over(x, big) };
             monitor::apply_pending();
             assert!(
                 !monitor::is_watched(x, big),

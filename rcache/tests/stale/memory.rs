@@ -13,7 +13,18 @@ use crate::pin::Pins;
 pub const PS: usize = 4096;
 pub const RW: Access = Access::LOCAL_WRITE;
 
-pub use rbtl_testkit::mem::{advise, unmap};
+/// Unmaps what [`map`] (or another mapping call of the test) mapped.
+pub fn unmap(addr: usize, len: usize) {
+    // SAFETY: every range these tests unmap is a mapping of their own that they keep
+    // no reference into.
+    unsafe { rbtl_testkit::mem::unmap(addr, len) };
+}
+
+/// `madvise(addr, len, advice)`, asserted to succeed.
+pub fn advise(addr: usize, len: usize, advice: libc::c_int) {
+    // SAFETY: as in `unmap`; the tests give up the contents they advise away.
+    unsafe { rbtl_testkit::mem::advise(addr, len, advice) };
+}
 
 const PROT_RW: i32 = libc::PROT_READ | libc::PROT_WRITE;
 
