@@ -785,9 +785,21 @@ fn a_handshake_the_peer_closed_unanswered_is_made_again() {
     // expired; the second is answered and carries the message.
     drop(accept_hello(&mut m, &listener));
     let mut s = accept_hello(&mut m, &listener);
+    answer_and_take_the_message(&mut m, &mut s, ep, &seen);
+}
+
+/// The raw peer answers the HELLO on `s` with HELLO_ACK (the connection is the link)
+/// and reads the one-byte message rank 0's module queued for it: the link is up and no
+/// failure was reported.
+fn answer_and_take_the_message(
+    m: &mut TcpModule,
+    s: &mut TcpStream,
+    ep: Endpoint,
+    seen: &Mutex<Vec<String>>,
+) {
     s.write_all(&[10, 0, 0, 0, 0, 0, 0, 0]).unwrap();
     let mut frame = [0u8; wire::HEADER + 1];
-    read_progressing(&mut m, &mut s, &mut frame);
+    read_progressing(m, s, &mut frame);
     assert_eq!(frame, [1, Tag::USR.0, 1, 0, 1, 0, 0, 0, 1], "the message");
     assert_eq!(m.links(ep), Some((1, 1)), "the link is up");
     assert!(

@@ -2,7 +2,7 @@
 //! (`stopped_flush.rs`, `stopped_connect.rs`): a range for puts, the word after it
 //! for atomics, and a word of its own to fetch into, registered and published.
 
-use rbtl::btl::{Access, MemHandle, Module, RemoteHandle};
+use rbtl::btl::{Access, AtomicOp, Endpoint, MemHandle, Module, Order, RdmaCallback, RemoteHandle};
 
 /// The first `len` bytes of `mem` take puts, the word after them atomics (41 at first);
 /// `result` takes fetched values. The handles come first so that they are dropped
@@ -52,4 +52,35 @@ impl Offered {
         let (addr, rh) = rbtl_contract::remote_of(&b[4..]);
         (pid, addr, rh)
     }
+}
+
+/// Start a put of `mem[..len]` (registered under `handle`) to `to` at `ep`, then a
+/// fetch-add of 1 on the word after it there, fetched into `result`; `cb` makes each
+/// operation's callback.
+pub fn put_then_fetch_add(
+    m: &mut dyn Module,
+    ep: Endpoint,
+    to: (u64, &RemoteHandle),
+    (mem, handle): (&[u8], &MemHandle),
+    (result, result_handle): (&mut [u8], &MemHandle),
+    len: usize,
+    cb: impl Fn() -> RdmaCallback,
+) {
+    let (addr, rh) = to;
+    let (l, order) = (mem.as_ptr() as usize, Order::ANY);
+    m.put(ep, l, addr, handle, rh, len, 0, order, cb()).unwrap();
+    let (r, word) = (result.as_mut_ptr() as usize, addr + len as u64);
+    m.atomic_fop(
+        ep,
+        r,
+        word,
+        result_handle,
+        rh,
+        AtomicOp::Add,
+        1,
+        0,
+        order,
+        cb(),
+    )
+    .unwrap();
 }

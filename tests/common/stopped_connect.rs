@@ -4,10 +4,10 @@
 //! Connections are made on first use by a handshake the peer answers in its own
 //! progress, so without a deadline that flush would never return.
 
-use crate::common::offered::Offered;
+use crate::common::offered::{put_then_fetch_add, Offered};
 use crate::common::{progress_until, watchdog, Continue};
 use rbtl::btl::{
-    AtomicOp, DesFlags, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion,
+    DesFlags, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion,
     SendOutcome, SendiOutcome, SilentPeer, Tag,
 };
 use std::path::Path;
@@ -97,22 +97,15 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
             };
             let (l, order) = (mem.as_ptr() as usize, Order::ANY);
             let started = Instant::now();
-            m.put(ep1, l, addr1, &handle, &rh1, LEN, 0, order, cb(1))
-                .unwrap();
-            let (r, word) = (result.as_mut_ptr() as usize, addr1 + LEN as u64);
-            m.atomic_fop(
+            put_then_fetch_add(
+                m,
                 ep1,
-                r,
-                word,
-                &result_handle,
-                &rh1,
-                AtomicOp::Add,
-                1,
-                0,
-                order,
-                cb(1),
-            )
-            .unwrap();
+                (addr1, &rh1),
+                (&mem, &handle),
+                (&mut result, &result_handle),
+                LEN,
+                || cb(1),
+            );
             send_byte(m, ep1, 1, over, &sends);
             m.put(ep2, l, addr2, &handle, &rh2, LEN, 0, order, cb(2))
                 .unwrap();

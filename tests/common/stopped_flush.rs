@@ -2,11 +2,9 @@
 //! transport whose put, get and atomics need the target's progress (`tcp`, and `sm`
 //! copying through its rings): shared by the test binaries of those transports.
 
-use crate::common::offered::Offered;
+use crate::common::offered::{put_then_fetch_add, Offered};
 use crate::common::{progress_until, senders, watchdog, Continue};
-use rbtl::btl::{
-    AtomicOp, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion, Tag,
-};
+use rbtl::btl::{Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion, Tag};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -68,22 +66,15 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
             })
         };
         let (l, order) = (mem.as_ptr() as usize, Order::ANY);
-        m.put(ep1, l, addr1, &handle, &rh1, HALF, 0, order, cb(1))
-            .unwrap();
-        let (r, word) = (result.as_mut_ptr() as usize, addr1 + HALF as u64);
-        m.atomic_fop(
+        put_then_fetch_add(
+            m,
             ep1,
-            r,
-            word,
-            &result_handle,
-            &rh1,
-            AtomicOp::Add,
-            1,
-            0,
-            order,
-            cb(1),
-        )
-        .unwrap();
+            (addr1, &rh1),
+            (&mem, &handle),
+            (&mut result, &result_handle),
+            HALF,
+            || cb(1),
+        );
         m.put(ep2, l, addr2, &handle, &rh2, HALF, 0, order, cb(2))
             .unwrap();
         let start = Instant::now();

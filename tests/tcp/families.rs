@@ -5,11 +5,12 @@
 //! modex error naming it), and mistakes in the parameters (errors that say what to
 //! give).
 
-use super::{accept_hello, module_facing_a_raw_peer_at, procs, raw_peer, read_progressing};
+use super::{
+    accept_hello, answer_and_take_the_message, module_facing_a_raw_peer_at, procs, raw_peer,
+};
 use super::{Published, TwoRanks};
 use rbtl::btl::tcp::{wire, TcpComponent, TcpModule};
-use rbtl::btl::{Error, Module, Tag};
-use std::io::Write;
+use rbtl::btl::{Error, Module};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 const V4: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -71,17 +72,7 @@ fn a_raw_ipv6_peer_gets_the_hello_and_the_first_message() {
         V6,
         "rank 0 connects from its IPv6 address"
     );
-    // HELLO_ACK: the connection is the link.
-    s.write_all(&[10, 0, 0, 0, 0, 0, 0, 0]).unwrap();
-    let mut frame = [0u8; wire::HEADER + 1];
-    read_progressing(&mut m, &mut s, &mut frame);
-    assert_eq!(frame, [1, Tag::USR.0, 1, 0, 1, 0, 0, 0, 1], "the message");
-    assert_eq!(m.links(ep), Some((1, 1)), "the link is up");
-    assert!(
-        seen.lock().unwrap().is_empty(),
-        "{:?}",
-        seen.lock().unwrap()
-    );
+    answer_and_take_the_message(&mut m, &mut s, ep, &seen);
 }
 
 #[test]
