@@ -9,6 +9,11 @@
 //! port. Anything else is closed unheard (a stranger could otherwise claim a rank,
 //! and by closing make that rank look dead). A connection speaks for the first rank
 //! it names, and for no other.
+//!
+//! Writes never block: what the socket does not take at once waits in the
+//! connection's own buffer and goes out on later calls (`send`, `poll`), so a peer
+//! that stops reading holds up nothing here. Connecting does wait, for at most
+//! [`CONNECT_TIMEOUT`] per address.
 
 use crate::core::cpc_error;
 use crate::secret::{self, Secret};
@@ -18,12 +23,38 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
 use std::time::Duration;
 
+/// How long making a connection to one of a peer's addresses may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Where a peer listens, and our connection to it once made.
 struct Outgoing {
     addrs: Vec<SocketAddrV4>,
     /// What its listener wants to hear first.
     secret: Secret,
     out: Option<TcpStream>,
+    /// Bytes for `out` that its socket has not taken yet, in order.
+    unsent: Vec<u8>,
+}
+
+impl Outgoing {
+    /// Write what the socket takes now of `unsent`; `Err` when the connection failed.
+    fn write_unsent(&mut self) -> std::io::Result<()> {
+        let Some(out) = self.out.as_mut() else {
+            return Ok(());
+        };
+        let mut done = 0;
+        while done < self.unsent.len() {
+            match out.write(&self.unsent[done..]) {
+                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(n) => done += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        self.unsent.drain(..done);
+        Ok(())
+    }
 }
 
 /// An accepted connection: bytes read so far, whether it opened with the secret, and
@@ -153,6 +184,7 @@ impl Channel {
                 addrs,
                 secret,
                 out: None,
+                unsent: Vec::new(),
             },
         );
         Ok(())
@@ -181,12 +213,13 @@ impl Channel {
         if peer.out.is_none() {
             let mut last = String::from("no address");
             for a in &peer.addrs {
-                let opened = TcpStream::connect_timeout(&(*a).into(), Duration::from_secs(2))
-                    .and_then(|mut s| s.write_all(&peer.secret).map(|_| s));
+                let opened = TcpStream::connect_timeout(&(*a).into(), CONNECT_TIMEOUT)
+                    .and_then(|s| s.set_nonblocking(true).map(|_| s));
                 match opened {
                     Ok(s) => {
                         let _ = s.set_nodelay(true);
                         peer.out = Some(s);
+                        peer.unsent = peer.secret.to_vec();
                         break;
                     }
                     Err(e) => last = format!("{a}: {e}"),
@@ -196,25 +229,28 @@ impl Channel {
                 return Err(format!("{cpc}: cannot reach rank {rank} ({last})"));
             }
         }
-        let mut frame = Vec::with_capacity(5 + body.len());
-        frame.push(len);
-        frame.extend_from_slice(&me.to_le_bytes());
-        frame.extend_from_slice(body);
-        let out = peer.out.as_mut().expect("connected above");
-        out.write_all(&frame)
-            .map_err(|e| format!("{cpc}: writing to rank {rank}: {e}"))
+        peer.unsent.push(len);
+        peer.unsent.extend_from_slice(&me.to_le_bytes());
+        peer.unsent.extend_from_slice(body);
+        peer.write_unsent().map_err(|e| {
+            peer.out = None;
+            format!("{cpc}: writing to rank {rank}: {e}")
+        })
     }
 
-    /// Read what accepted connections have: the complete message bodies with their
-    /// sender, and the ranks whose connection closed, theirs to us or ours to them
-    /// (their process ended: a connection lives as long as it does; a rank may be
-    /// named twice). Connections that do not open with the secret, or that speak for a
-    /// second rank, are closed and count for nothing.
+    /// Write what waits to go out, then read what accepted connections have: the
+    /// complete message bodies with their sender, and the ranks whose connection
+    /// closed, theirs to us or ours to them (their process ended: a connection lives
+    /// as long as it does; a rank may be named twice), or failed while we wrote to it.
+    /// Connections that do not open with the secret, or that speak for a second rank,
+    /// are closed and count for nothing.
     pub fn poll(&mut self) -> (Vec<(u32, Vec<u8>)>, Vec<u32>) {
         let mut closed = Vec::new();
         for (&rank, peer) in self.peers.iter_mut() {
-            if peer.out.as_ref().is_some_and(closed_by_peer) {
+            let failed = peer.write_unsent().is_err();
+            if failed || peer.out.as_ref().is_some_and(closed_by_peer) {
                 peer.out = None;
+                peer.unsent.clear();
                 closed.push(rank);
             }
         }
@@ -410,6 +446,59 @@ mod tests {
         assert_eq!(closed, vec![1]);
         let e = a.send(1, 0, &[8]).unwrap_err();
         assert!(e.contains("cannot reach rank 1"), "{e}");
+    }
+
+    /// A peer that stops reading holds up no send: what its socket does not take
+    /// waits here, and arrives whole and in order once it reads again.
+    #[test]
+    fn sends_to_a_peer_that_stops_reading_do_not_block() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        // A send that blocks would hang this test: end the process instead.
+        let over = Arc::new(AtomicBool::new(false));
+        let watched = over.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(120));
+            if !watched.load(Ordering::Relaxed) {
+                eprintln!("sends_to_a_peer_that_stops_reading_do_not_block: still running");
+                std::process::abort();
+            }
+        });
+        let mut a = Channel::listen("test").unwrap();
+        let mut b = Channel::listen("test").unwrap();
+        a.add_peer(1, &b.blob()).unwrap();
+        // `b` does not poll meanwhile, so nothing reads: the kernel's buffers fill.
+        let mut sent = 0u32;
+        while a.peers[&1].unsent.is_empty() {
+            assert!(sent < 1_000_000, "the socket took {sent} messages");
+            a.send(1, 0, &[sent.to_le_bytes(), [0xa5; 4]].concat())
+                .unwrap();
+            sent += 1;
+        }
+        for _ in 0..100 {
+            a.send(1, 0, &[sent.to_le_bytes(), [0xa5; 4]].concat())
+                .unwrap();
+            sent += 1;
+        }
+        assert!(
+            a.poll().1.is_empty(),
+            "a peer that does not read is not closed"
+        );
+        let mut got = Vec::new();
+        for _ in 0..10_000 {
+            if got.len() == sent as usize {
+                break;
+            }
+            a.poll();
+            got.extend(b.poll().0);
+        }
+        assert_eq!(got.len(), sent as usize, "every message arrived");
+        for (i, (rank, body)) in got.into_iter().enumerate() {
+            assert_eq!(rank, 0);
+            assert_eq!(body, [(i as u32).to_le_bytes(), [0xa5; 4]].concat());
+        }
+        assert!(a.peers[&1].unsent.is_empty());
+        over.store(true, Ordering::Relaxed);
     }
 
     #[test]
