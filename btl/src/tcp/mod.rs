@@ -111,6 +111,7 @@
 //! edge-triggered semantics that the module would otherwise write itself.
 
 pub mod acceptor;
+pub mod assignment;
 pub mod attempt;
 pub mod conn;
 mod engine;
