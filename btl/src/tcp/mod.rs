@@ -18,8 +18,9 @@
 //! lower rank wins. All of this is the same over IPv4 and IPv6.
 //!
 //! Each peer has `btl_tcp_links` links per pair of interfaces the two ranks share
-//! ([`pairing`]: one pair per interface, same network first; a pair connects over
-//! IPv4 where both of its interfaces have it, over IPv6 otherwise). Active messages
+//! ([`pairing`]: one pair per interface; the most pairs on one network, then the most
+//! pairs in all, an exact assignment ([`assignment`]); a pair connects over IPv4 where
+//! both of its interfaces have it, over IPv6 otherwise). Active messages
 //! all go on the first link, so they keep their order; a put or get goes in one chunk
 //! per link (at most `btl_tcp_rdma_chunk` bytes each), striped over all links.
 //!
@@ -111,6 +112,7 @@
 //! edge-triggered semantics that the module would otherwise write itself.
 
 pub mod acceptor;
+pub mod assignment;
 pub mod attempt;
 pub mod conn;
 mod engine;

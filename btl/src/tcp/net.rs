@@ -132,14 +132,7 @@ impl Net {
     pub fn add_peer(&mut self, rank: u32, remote: &Published, same_node: bool) -> Option<usize> {
         let ours: Vec<Listener> = self.acceptor.listeners();
         let our_ips: Vec<_> = ours.iter().map(|l| l.addr.ip()).collect();
-        let pairs: Vec<(usize, usize)> = if self.rank < rank {
-            pairing::pairs(&ours, &remote.listeners, same_node)
-        } else {
-            pairing::pairs(&remote.listeners, &ours, same_node)
-                .into_iter()
-                .map(|(a, b)| (b, a))
-                .collect()
-        };
+        let pairs = pairing::pairs_with(self.rank, &ours, rank, &remote.listeners, same_node);
         if pairs.is_empty() {
             return None;
         }

@@ -5,9 +5,32 @@
 //! get one link (times `btl_tcp_links`) per pair, and stripe put and get data over
 //! them. A pair of interfaces connects over IPv4 where both of them have a usable
 //! IPv4 address, over IPv6 otherwise (Open MPI's rule too: IPv4 first); both ends of
-//! a link are always of one family. Interfaces pair on the same network first, then
-//! routed; loopback addresses only with loopback addresses, and only on one node.
+//! a link are always of one family, and the pair is on one network or routed as the
+//! addresses it connects over are (by the shorter prefix). Loopback addresses pair
+//! only with loopback addresses, and only on one node.
+//!
+//! # Which pairs
+//!
+//! Of all the ways to pair the two ranks' interfaces, the one with the most pairs on
+//! one network, and among those the one with the most pairs in all; among equally
+//! good ones, the first in the lower rank's order of interfaces (the order they first
+//! appear in its published list), each taking the higher rank's earliest interface it
+//! can, and none only last ([`assignment`]). That is one weight per pair, more for a
+//! pair on one network than all the routed pairs there can be, and the assignment of
+//! the greatest total weight, exact for any number of interfaces. So where the lower
+//! rank's interface A reaches the higher rank's C and D and its B reaches only C, the
+//! pairs are A-D and B-C (taking, for each interface in turn, the first free one would
+//! pair A-C and leave B out); and a routed pair never takes the place of a pair on one
+//! network. A pair on one network wins even over two routed ones: where A reaches C
+//! on one network and D routed, and B only C, routed, A-C is the only pair.
+//!
+//! Open MPI finds its pairs as a bipartite assignment too (a minimum-cost flow), but
+//! puts the number of pairs first and then the quality of each (one network over
+//! routed, public over private IPv4 addresses, bandwidth); this module publishes no
+//! bandwidth, and puts pairs on one network first. Both ranks compute the list from the same two published lists, with
+//! the lower rank's first, so they agree on it ([`pairs_with`]).
 
+use super::assignment;
 use super::family;
 use super::published::Listener;
 
@@ -73,8 +96,8 @@ fn link_between(
 }
 
 /// Pair the lower rank's listeners with the higher rank's: at most one pair per
-/// interface of each side, interfaces that share a network first, then routed ones
-/// (each in the lower rank's order, with the higher rank's first free interface).
+/// interface of each side, the most pairs on one network, then the most pairs in all,
+/// the first such assignment in the lower rank's order (see the module doc).
 /// Both ranks compute the same list of (lower index, higher index), sorted: link `k`
 /// of the pair of ranks runs between the addresses of pair `k % len`.
 pub fn pairs(lower: &[Listener], higher: &[Listener], same_node: bool) -> Vec<(usize, usize)> {
@@ -88,33 +111,54 @@ pub fn pairs(lower: &[Listener], higher: &[Listener], same_node: bool) -> Vec<(u
                 .collect()
         })
         .collect();
-    let mut used = vec![false; theirs.len()];
-    let mut paired = vec![false; ours.len()];
-    let mut out = Vec::new();
-    for want in [Reach::SameNetwork, Reach::Routed] {
-        for (g, row) in links.iter().enumerate() {
-            if paired[g] {
-                continue;
-            }
-            let hit = row.iter().enumerate().find_map(|(h, link)| match link {
-                Some((i, j, r)) if *r == want && !used[h] => Some((h, *i, *j)),
-                _ => None,
-            });
-            if let Some((h, i, j)) = hit {
-                used[h] = true;
-                paired[g] = true;
-                out.push((i, j));
-            }
-        }
-    }
+    // More than the pairs there can be: one same-network pair outweighs all routed ones.
+    let same = u32::try_from(ours.len().min(theirs.len()) + 1).unwrap_or(u32::MAX);
+    let weights: Vec<Vec<u32>> = links
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|link| match link {
+                    Some((_, _, Reach::SameNetwork)) => same,
+                    Some((_, _, Reach::Routed)) => 1,
+                    None => 0,
+                })
+                .collect()
+        })
+        .collect();
+    let mut out: Vec<(usize, usize)> = assignment::best(&weights)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(g, h)| h.and_then(|h| links[g][h]).map(|(i, j, _)| (i, j)))
+        .collect();
     out.sort_unstable();
     out
+}
+
+/// [`pairs`] as rank `rank` (with listeners `ours`) sees them with rank `peer` (with
+/// listeners `theirs`): (our index, their index), in the order of the list both ranks
+/// compute, so that link `k` is the same pair of addresses on both sides.
+pub fn pairs_with(
+    rank: u32,
+    ours: &[Listener],
+    peer: u32,
+    theirs: &[Listener],
+    same_node: bool,
+) -> Vec<(usize, usize)> {
+    if rank < peer {
+        pairs(ours, theirs, same_node)
+    } else {
+        pairs(theirs, ours, same_node)
+            .into_iter()
+            .map(|(lower, higher)| (higher, lower))
+            .collect()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::tcp::wire::SECRET;
+    use proptest::prelude::*;
     use std::net::SocketAddr;
 
     /// A listener on `ip`/`prefix`, on interface `iface`.
@@ -216,5 +260,202 @@ mod tests {
             vec![(1, 0), (3, 1)],
             "not across nodes"
         );
+    }
+
+    #[test]
+    fn the_most_pairs_where_taking_the_first_free_interface_leaves_one_out() {
+        // A (IPv4 only) reaches C and D; B (IPv6 only) reaches only C (dual-stack).
+        let lower = [l("10.1.0.1", 24, 0), l("fd00::1", 64, 1)];
+        let higher = [
+            l("10.1.0.2", 24, 0),
+            l("fd00::2", 64, 0),
+            l("10.1.0.3", 24, 1),
+        ];
+        assert_eq!(greedy(&lower, &higher, false), vec![(0, 0)]);
+        assert_eq!(
+            pairs(&lower, &higher, false),
+            vec![(0, 2), (1, 1)],
+            "A-D, B-C"
+        );
+    }
+
+    #[test]
+    fn a_routed_pair_never_takes_the_place_of_one_on_one_network() {
+        // A (/16) shares a network with C and D; B (/24) with C only, D is routed.
+        let lower = [l("10.1.0.1", 16, 0), l("10.1.0.9", 24, 1)];
+        let higher = [l("10.1.0.2", 24, 0), l("10.1.5.5", 24, 1)];
+        assert_eq!(
+            greedy(&lower, &higher, false),
+            vec![(0, 0), (1, 1)],
+            "A-C on one network, B-D routed"
+        );
+        assert_eq!(pairs(&lower, &higher, false), vec![(0, 1), (1, 0)]);
+        assert_eq!(
+            quality(&lower, &higher, &pairs(&lower, &higher, false)),
+            (2, 2)
+        );
+    }
+
+    #[test]
+    fn one_pair_on_one_network_outweighs_two_routed() {
+        // A reaches C on one network and D routed; B (IPv6 only) reaches C routed.
+        let lower = [l("10.1.0.1", 24, 0), l("fd00:1::1", 64, 1)];
+        let higher = [
+            l("10.1.0.2", 24, 0),
+            l("fd00:2::2", 64, 0),
+            l("10.9.0.1", 24, 1),
+        ];
+        assert_eq!(pairs(&lower, &higher, false), vec![(0, 0)]);
+    }
+
+    #[test]
+    fn a_pair_is_as_good_as_the_addresses_it_connects_over() {
+        // A and C have both families, routed over IPv4 and on one network over IPv6;
+        // their pair goes over IPv4, so it is routed, and A pairs with D (IPv6 only,
+        // on A's IPv6 network) instead.
+        let lower = [l("10.1.0.1", 24, 0), l("fd00::1", 64, 0)];
+        let higher = [
+            l("10.2.0.1", 24, 0),
+            l("fd00::2", 64, 0),
+            l("fd00::3", 64, 1),
+        ];
+        assert_eq!(pairs(&lower, &higher, false), vec![(1, 2)]);
+        // Without D, A-C over IPv4, routed.
+        assert_eq!(pairs(&lower, &higher[..2], false), vec![(0, 0)]);
+    }
+
+    #[test]
+    fn both_ranks_compute_the_same_pairs() {
+        let a = [
+            l("127.0.0.1", 8, 0),
+            l("10.1.0.1", 16, 1),
+            l("fd00::1", 64, 2),
+            l("10.3.0.1", 24, 3),
+        ];
+        let b = [
+            l("10.1.7.7", 16, 4),
+            l("fd00::7", 64, 3),
+            l("127.0.0.1", 8, 9),
+            l("10.3.0.7", 24, 3),
+        ];
+        for (ra, rb) in [(0, 1), (7, 2)] {
+            let seen_by_a = pairs_with(ra, &a, rb, &b, true);
+            let seen_by_b = pairs_with(rb, &b, ra, &a, true);
+            assert!(!seen_by_a.is_empty());
+            assert_eq!(transposed(&seen_by_b), seen_by_a, "ranks {ra} and {rb}");
+        }
+        assert_eq!(pairs_with(0, &a, 1, &b, true), pairs(&a, &b, true));
+        assert_eq!(
+            pairs_with(1, &a, 0, &b, true),
+            transposed(&pairs(&b, &a, true))
+        );
+    }
+
+    fn transposed(pairs: &[(usize, usize)]) -> Vec<(usize, usize)> {
+        pairs.iter().map(|&(x, y)| (y, x)).collect()
+    }
+
+    /// The pairs on one network and the pairs in all.
+    fn quality(
+        lower: &[Listener],
+        higher: &[Listener],
+        pairs: &[(usize, usize)],
+    ) -> (usize, usize) {
+        let same = pairs
+            .iter()
+            .filter(|&&(i, j)| reach(&lower[i], &higher[j], true) == Some(Reach::SameNetwork))
+            .count();
+        (same, pairs.len())
+    }
+
+    /// Pairing by taking, for each interface of the lower rank in order, the higher
+    /// rank's first free interface: on one network first, then routed.
+    fn greedy(lower: &[Listener], higher: &[Listener], same_node: bool) -> Vec<(usize, usize)> {
+        let (ours, theirs) = (by_interface(lower), by_interface(higher));
+        let mut used = vec![false; theirs.len()];
+        let mut paired = vec![false; ours.len()];
+        let mut out = Vec::new();
+        for want in [Reach::SameNetwork, Reach::Routed] {
+            for (g, a) in ours.iter().enumerate() {
+                if paired[g] {
+                    continue;
+                }
+                let hit = theirs.iter().enumerate().find_map(|(h, b)| {
+                    match link_between((lower, a), (higher, b), same_node) {
+                        Some((i, j, r)) if r == want && !used[h] => Some((h, i, j)),
+                        _ => None,
+                    }
+                });
+                if let Some((h, i, j)) = hit {
+                    used[h] = true;
+                    paired[g] = true;
+                    out.push((i, j));
+                }
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
+    /// Listeners on up to 5 interfaces, from a few networks of both families (some
+    /// sharing a network by the shorter prefix only) and loopback.
+    fn listeners() -> impl Strategy<Value = Vec<Listener>> {
+        let pool = [
+            ("10.1.0.1", 24),
+            ("10.1.0.2", 24),
+            ("10.1.5.5", 16),
+            ("10.2.0.1", 24),
+            ("192.0.2.1", 24),
+            ("fd00::1", 64),
+            ("fd00::2", 64),
+            ("fd00:0:0:1::1", 48),
+            ("2001:db8::1", 64),
+            ("127.0.0.1", 8),
+            ("::1", 128),
+        ];
+        proptest::collection::vec((0..pool.len(), 0u8..5), 0..8).prop_map(move |picked| {
+            picked
+                .into_iter()
+                .map(|(k, iface)| l(pool[k].0, pool[k].1, iface))
+                .collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+        // A valid pairing, never worse than taking the first free interface, as good
+        // whichever rank is the lower one, and the same list on both ranks.
+        #[test]
+        fn pairs_are_a_best_matching(
+            a in listeners(),
+            b in listeners(),
+            same_node in any::<bool>(),
+        ) {
+            let got = pairs(&a, &b, same_node);
+            prop_assert!(got.windows(2).all(|w| w[0] < w[1]), "sorted");
+            let mut lower_ifaces: Vec<u8> = got.iter().map(|&(i, _)| a[i].iface).collect();
+            let mut higher_ifaces: Vec<u8> = got.iter().map(|&(_, j)| b[j].iface).collect();
+            lower_ifaces.sort_unstable();
+            lower_ifaces.dedup();
+            higher_ifaces.sort_unstable();
+            higher_ifaces.dedup();
+            prop_assert_eq!(lower_ifaces.len(), got.len(), "one pair per interface");
+            prop_assert_eq!(higher_ifaces.len(), got.len(), "one pair per interface");
+            for &(i, j) in &got {
+                prop_assert!(reach(&a[i], &b[j], same_node).is_some());
+                // IPv6 only where no IPv4 address of one interface reaches one of the other.
+                let v4_reaches = a.iter().filter(|x| x.iface == a[i].iface && x.addr.is_ipv4()).any(|x| {
+                    b.iter()
+                        .filter(|y| y.iface == b[j].iface)
+                        .any(|y| y.addr.is_ipv4() && reach(x, y, same_node).is_some())
+                });
+                prop_assert!(a[i].addr.is_ipv4() || !v4_reaches, "IPv4 first");
+            }
+            let best = quality(&a, &b, &got);
+            prop_assert!(best >= quality(&a, &b, &greedy(&a, &b, same_node)));
+            let swapped = pairs(&b, &a, same_node);
+            prop_assert_eq!(best, quality(&b, &a, &swapped));
+            prop_assert_eq!(transposed(&pairs_with(1, &b, 0, &a, same_node)), got);
+        }
     }
 }
