@@ -27,8 +27,9 @@
 //! Open MPI finds its pairs as a bipartite assignment too (a minimum-cost flow), but
 //! puts the number of pairs first and then the quality of each (one network over
 //! routed, public over private IPv4 addresses, bandwidth); this module publishes no
-//! bandwidth, and puts pairs on one network first. Both ranks compute the list from the same two published lists, with
-//! the lower rank's first, so they agree on it ([`pairs_with`]).
+//! bandwidth, and puts pairs on one network first: a routed pair beside them would
+//! stripe data through a router. Both ranks compute the list from the same two
+//! published lists, with the lower rank's first, so they agree on it ([`pairs_with`]).
 
 use super::assignment;
 use super::family;
@@ -444,11 +445,14 @@ mod tests {
             for &(i, j) in &got {
                 prop_assert!(reach(&a[i], &b[j], same_node).is_some());
                 // IPv6 only where no IPv4 address of one interface reaches one of the other.
-                let v4_reaches = a.iter().filter(|x| x.iface == a[i].iface && x.addr.is_ipv4()).any(|x| {
-                    b.iter()
-                        .filter(|y| y.iface == b[j].iface)
-                        .any(|y| y.addr.is_ipv4() && reach(x, y, same_node).is_some())
-                });
+                let v4_reaches = a
+                    .iter()
+                    .filter(|x| x.iface == a[i].iface && x.addr.is_ipv4())
+                    .any(|x| {
+                        b.iter()
+                            .filter(|y| y.iface == b[j].iface)
+                            .any(|y| y.addr.is_ipv4() && reach(x, y, same_node).is_some())
+                    });
                 prop_assert!(a[i].addr.is_ipv4() || !v4_reaches, "IPv4 first");
             }
             let best = quality(&a, &b, &got);
