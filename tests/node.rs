@@ -19,6 +19,8 @@ mod common;
 mod stale;
 #[path = "common/stopped_flush.rs"]
 mod stopped_flush;
+#[path = "common/stopped_peer.rs"]
+mod stopped_peer;
 #[path = "node/stress.rs"]
 mod stress;
 
@@ -42,7 +44,14 @@ fn rank_role_entry() {
         "window" => role_window(),
         "exit_nonzero" => role_exit_nonzero(),
         "killed_peer" => role_killed_peer(),
-        "stopped_peer" => role_stopped_peer(),
+        "stopped_peer" => {
+            let comm = Comm::init(&[]).unwrap();
+            stopped_peer::run(comm, stopped_peer::Stop::AtRandom, &report_ok)
+        }
+        "stopped_peer_with_work" => {
+            let comm = Comm::init(&[]).unwrap();
+            stopped_peer::run(comm, stopped_peer::Stop::WithWorkPosted, &report_ok)
+        }
         "wildcard_after_deaths" => role_wildcard_after_deaths(),
         "sm_remap" => {
             let (m, eps, job) = sm_module();
@@ -530,64 +539,6 @@ fn watchdog(limit: Duration) {
     });
 }
 
-/// A ping-pong whose rank 1 stops itself (SIGSTOP) at a moment chosen by chance:
-/// rank 0's blocking call fails with a peer timeout (`msg_peer_timeout` is 1 s here),
-/// and later calls naming rank 1 fail at once.
-fn role_stopped_peer() {
-    watchdog(Duration::from_secs(30));
-    let mut comm = Comm::init(&[]).unwrap();
-    let me = comm.rank();
-    comm.barrier().unwrap();
-    let mut b = [0u8; 8];
-    if me == 1 {
-        // Some milliseconds into the ping-pong, from another thread: anywhere in it.
-        let delay = 20 + u64::from(std::process::id() % 80);
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(delay));
-            // SAFETY: a signal to ourselves.
-            unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
-        });
-        loop {
-            comm.recv(&mut b, Some(0), Some(0)).unwrap();
-            comm.send(&b, 0, 0).unwrap();
-        }
-    }
-    let started = std::time::Instant::now();
-    let e = loop {
-        if let Err(e) = comm.send(&b, 1, 0) {
-            break e;
-        }
-        if let Err(e) = comm.recv(&mut b, Some(1), Some(0)) {
-            break e;
-        }
-    };
-    match e {
-        Error::PeerTimeout { rank: 1, waited } => {
-            assert!(waited >= Duration::from_secs(1), "{waited:?}");
-            assert!(
-                e.to_string().contains("msg_peer_timeout"),
-                "the error says what to raise: {e}"
-            );
-        }
-        other => panic!("expected a timeout of rank 1, got {other:?}"),
-    }
-    // Rank 1 counts as failed now: calls naming it fail at once.
-    let at_once = std::time::Instant::now();
-    assert!(matches!(
-        comm.send(&b, 1, 0),
-        Err(Error::PeerFailed { rank: 1, .. })
-    ));
-    assert!(matches!(
-        comm.recv(&mut b, Some(1), Some(0)),
-        Err(Error::PeerFailed { rank: 1, .. })
-    ));
-    assert!(comm.barrier().is_err());
-    assert!(at_once.elapsed() < Duration::from_secs(1));
-    eprintln!("rank 1 given up after {:?}", started.elapsed());
-    report_ok(me, "timed_out");
-    std::process::exit(1);
-}
-
 /// Ranks 1 and 2 die one after the other; rank 0's receives from any source fail
 /// only once no rank is left that could satisfy them.
 fn role_wildcard_after_deaths() {
@@ -810,16 +761,40 @@ fn survivors_report_a_killed_rank(env: &[(&str, &str)]) {
     std::fs::remove_dir_all(job.dir).unwrap();
 }
 
+/// See `common/stopped_peer.rs`: rank 1 stopped anywhere in a ping-pong; and stopped
+/// with sends, a rendezvous send and a window put started towards it, over `sm` (the
+/// put is a store into the mapped window) and over `tcp` (the put waits for the
+/// target's answer until the give-up removes it from the transport).
 #[test]
 fn a_stopped_peer_times_out_and_is_given_up() {
-    let job = run("stopped_peer", 2, &[("RBTL_MSG_PEER_TIMEOUT", "1")]);
-    assert_eq!(job.code, 1, "rank 0 reported the timeout and exited 1");
-    assert_eq!(
-        oks(&job.dir, "timed_out", 1),
-        1,
-        "rank 0 saw rank 1 time out"
-    );
-    std::fs::remove_dir_all(job.dir).unwrap();
+    let timeout = ("RBTL_MSG_PEER_TIMEOUT", "1");
+    // (Role, environment, whether the window put is the call that times out.)
+    for (role, env, put_waits) in [
+        ("stopped_peer", vec![timeout], 0),
+        ("stopped_peer_with_work", vec![timeout], 0),
+        (
+            "stopped_peer_with_work",
+            vec![timeout, ("RBTL_BTL", "self,tcp")],
+            1,
+        ),
+    ] {
+        let job = run(role, 2, &env);
+        assert_eq!(
+            job.code, 1,
+            "{role} {env:?}: rank 0 reported the timeout and exited 1"
+        );
+        assert_eq!(
+            oks(&job.dir, "timed_out", 1),
+            1,
+            "{role} {env:?}: rank 0 saw rank 1 time out"
+        );
+        assert_eq!(
+            oks(&job.dir, "put_timed_out", 1),
+            put_waits,
+            "{role} {env:?}: whether the window put was the call that timed out"
+        );
+        std::fs::remove_dir_all(job.dir).unwrap();
+    }
 }
 
 #[test]

@@ -4,7 +4,9 @@
 //! diagnosis, the message layer across 2 and 4 ranks, a flood that must not cause
 //! receiver-not-ready retries, a shared receive queue, a job too large for the
 //! completion queue, a killed peer, a peer stopped before its connection came up
-//! (`common/stopped_connect.rs`), ranks that share no connection method, a short osu
+//! (`common/stopped_connect.rs`), a stopped peer the message layer gives up on and a
+//! peer removed with work posted to it (`common/stopped_peer.rs`,
+//! `openib/removed_peer.rs`), ranks that share no connection method, a short osu
 //! sweep, transfers into memory remapped under cached registrations and after a fork
 //! (`node/stale.rs`), the registration stress of memory that keeps coming and going
 //! (`node/stress.rs`), and, in a pair of guests (`rdma/guest.sh pair`), the contract
@@ -21,10 +23,14 @@
 #[path = "node/churn.rs"]
 mod churn;
 mod common;
+#[path = "openib/removed_peer.rs"]
+mod removed_peer;
 #[path = "node/stale.rs"]
 mod stale;
 #[path = "common/stopped_connect.rs"]
 mod stopped_connect;
+#[path = "common/stopped_peer.rs"]
+mod stopped_peer;
 #[path = "node/stress.rs"]
 mod stress;
 
@@ -55,6 +61,15 @@ fn rank_role_entry() {
         "msg_remap" => stale::role_msg_remap(&settings(&cpc)),
         "stress" => role_stress(&cpc),
         "stopped_connect" => role_stopped_connect(&cpc),
+        "stopped_peer" => role_stopped_peer(&cpc, stopped_peer::Stop::AtRandom),
+        "stopped_peer_with_work" => role_stopped_peer(&cpc, stopped_peer::Stop::WithWorkPosted),
+        "removed_peer" => {
+            let depth = removed_peer::SRQ_DEPTH.to_string();
+            let (mut m, eps, mut job) =
+                openib_module(&cpc, &[("btl_openib_srq_depth", depth.as_str())]);
+            removed_peer::run(m.as_mut(), &eps, &mut job);
+            report_ok(job.rank, "ok");
+        }
         other => panic!("unknown OPENIB_TEST_ROLE {other:?}"),
     }
 }
@@ -392,18 +407,47 @@ fn role_killed_peer(cpc: &str) {
 /// Rank 0 stops rank 1 before their connection is made, with operations for it:
 /// see [`stopped_connect::run`].
 fn role_stopped_connect(cpc: &str) {
-    let mut job = rbtl::pmi::job().unwrap();
     let (connect, flush) = (
         stopped_connect::CONNECT.as_millis().to_string(),
         stopped_connect::FLUSH.as_millis().to_string(),
     );
-    let config = rbtl::configure(&[
-        ("btl", "openib"),
-        ("btl_openib_cpc_include", cpc),
-        ("btl_openib_connect_timeout", &connect),
-        ("btl_openib_flush_timeout", &flush),
-    ])
-    .unwrap();
+    let (mut m, eps, mut job) = openib_module(
+        cpc,
+        &[
+            ("btl_openib_connect_timeout", &connect),
+            ("btl_openib_flush_timeout", &flush),
+        ],
+    );
+    let dir = PathBuf::from(std::env::var_os("OPENIB_TEST_DIR").expect("OPENIB_TEST_DIR"));
+    stopped_connect::run(m.as_mut(), &eps, &mut job, &dir);
+    report_ok(job.rank, "ok");
+}
+
+/// The message layer gives up on rank 1, stopped (`msg_peer_timeout` 1 s): see
+/// [`stopped_peer::run`]. Where it stops with work posted to it, the job receives
+/// through a shared receive queue of 8 buffers, which the stopped rank does not refill:
+/// the device then keeps the sends it cannot take, and the window put behind them, in
+/// receiver-not-ready retries until the give-up removes the rank from the transport.
+fn role_stopped_peer(cpc: &str, stop: stopped_peer::Stop) {
+    let mut s = settings(cpc);
+    s.push(("msg_peer_timeout", "1"));
+    if let stopped_peer::Stop::WithWorkPosted = stop {
+        s.push(("btl_openib_srq_depth", "8"));
+    }
+    let comm = Comm::init(&s).unwrap();
+    stopped_peer::run(comm, stop, &report_ok)
+}
+
+/// The openib module over `cpc` with `more` parameters, connected to every rank of the
+/// job (on first use), with the job.
+fn openib_module(
+    cpc: &str,
+    more: &[(&str, &str)],
+) -> (Box<dyn Module>, Vec<Option<Endpoint>>, rbtl::pmi::Job) {
+    let mut job = rbtl::pmi::job().unwrap();
+    let mut params = vec![("btl", "openib"), ("btl_openib_cpc_include", cpc)];
+    params.extend_from_slice(more);
+    let config = rbtl::configure(&params).unwrap();
     let mut modules = rbtl::framework().open(&config, job.modex.as_mut()).unwrap();
     job.modex.fence().unwrap();
     let mut m = modules
@@ -416,9 +460,7 @@ fn role_stopped_connect(cpc: &str) {
         })
         .collect();
     let eps = m.add_procs(&procs, job.modex.as_mut()).unwrap();
-    let dir = PathBuf::from(std::env::var_os("OPENIB_TEST_DIR").expect("OPENIB_TEST_DIR"));
-    stopped_connect::run(m.as_mut(), &eps, &mut job, &dir);
-    report_ok(job.rank, "ok");
+    (m, eps, job)
 }
 
 // ---------------------------------------------------------------------------
@@ -576,6 +618,40 @@ fn a_peer_that_never_answers_the_connection_fails_at_its_deadline_over_each_cpc(
         for cpc in ["oob", "rdma_cm"] {
             expect_all_ok("stopped_connect", 3, cpc);
         }
+    }
+}
+
+/// The message layer gives up on a stopped rank (see `common/stopped_peer.rs`), over
+/// each connection method: stopped anywhere in a ping-pong; and stopped with sends, a
+/// rendezvous send and a window put posted to it and held by its device (a shared
+/// receive queue it no longer refills), where the put is the call that times out and
+/// returns once the give-up has removed the rank. Then a peer removed by `del_procs`
+/// with sends, a put, a fetch-add and a get held by the device (`openib/removed_peer.rs`):
+/// every callback comes once, with the peer's failure.
+#[test]
+fn a_stopped_peer_given_up_or_removed_ends_the_work_posted_to_it_over_each_cpc() {
+    if !device() {
+        return;
+    }
+    for cpc in ["oob", "rdma_cm"] {
+        for (role, put_waits) in [("stopped_peer", false), ("stopped_peer_with_work", true)] {
+            let (code, dir) = run(role, 2, cpc);
+            assert_eq!(
+                code, 1,
+                "{role} over {cpc}: rank 0 reported the timeout, exited 1"
+            );
+            assert!(
+                dir.join("timed_out.0").exists(),
+                "{role} over {cpc}: rank 0 saw rank 1 time out"
+            );
+            assert_eq!(
+                dir.join("put_timed_out.0").exists(),
+                put_waits,
+                "{role} over {cpc}: whether the window put was the call that timed out"
+            );
+            std::fs::remove_dir_all(dir).unwrap();
+        }
+        expect_all_ok("removed_peer", 2, cpc);
     }
 }
 

@@ -77,15 +77,21 @@ impl Continue {
         // SAFETY: a signal to a rank of this job; the guard sends SIGCONT in any case.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
         let resume = Continue(pid);
-        let stopping = Instant::now();
-        while process_state(pid) != 'T' {
-            assert!(
-                stopping.elapsed() < Duration::from_secs(10),
-                "process {pid} did not stop"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_until_stopped(pid);
         resume
+    }
+}
+
+/// Wait until process `pid` is stopped (a hang guard fails after 10 s).
+#[allow(dead_code)]
+pub fn wait_until_stopped(pid: i32) {
+    let stopping = Instant::now();
+    while process_state(pid) != 'T' {
+        assert!(
+            stopping.elapsed() < Duration::from_secs(10),
+            "process {pid} did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 

@@ -1,5 +1,5 @@
 //! Reliable-connected queue pairs: creation, the RESET -> INIT -> RTR -> RTS
-//! transitions, and posting work requests.
+//! transitions (and ERR, which flushes what is posted), and posting work requests.
 
 use crate::cq::{Cq, CqInner};
 use crate::error::{call_error, Result};
@@ -348,6 +348,18 @@ impl Qp {
             | m::IBV_QP_SQ_PSN.0
             | m::IBV_QP_MAX_QP_RD_ATOMIC.0;
         self.modify(&mut a, mask, "ibv_modify_qp(RTS)")
+    }
+
+    /// Any state -> ERR: the queue pair stops, and every work request posted on it and
+    /// not yet completed completes with a flush error (`IBV_WC_WR_FLUSH_ERR`) into its
+    /// completion queues, at once rather than when the device would give up on the
+    /// peer. Moving a queue pair already in ERR there again does nothing.
+    pub fn to_error(&mut self) -> Result<()> {
+        use sys::ibv_qp_attr_mask as m;
+        // SAFETY: plain C struct, zero is a valid value.
+        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        a.qp_state = sys::ibv_qp_state::IBV_QPS_ERR;
+        self.modify(&mut a, m::IBV_QP_STATE.0, "ibv_modify_qp(ERR)")
     }
 
     /// Post a receive into `[addr, addr+len)` of `mr`.

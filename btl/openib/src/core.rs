@@ -423,6 +423,18 @@ impl Core {
     }
 
     /// Peer `ep` failed: everything waiting for it fails, the error callback hears.
+    ///
+    /// Its queue pair, if it has one, goes to the error state, so that the sends, puts,
+    /// gets and atomics posted on it complete at once, flushed, and fail with this
+    /// failure as their progress polls them (see `on_send_completion`), rather than
+    /// when the device decides: never, for sends a stopped peer's empty shared receive
+    /// queue holds back with receiver-not-ready retries (`rnr_retry` 7 retries
+    /// forever), or after its retries against a dead one. (UCX's rc transports flush
+    /// an endpoint's queue pair the same way when it is cancelled or cleaned up.)
+    /// Over XRC the
+    /// initiator is the node's, shared with its other peers: it is left alone here,
+    /// and fails only with the link (`fail_link`, after an error completion, by which
+    /// the device has moved it to error itself).
     pub fn fail(&mut self, ep: usize, why: String) {
         let peer = &mut self.peers[ep];
         if matches!(peer.link, Link::Failed(_)) {
@@ -433,6 +445,16 @@ impl Core {
         }
         self.deadlines.settle(peer.rank);
         tracing::warn!(rank = peer.rank, %why, "openib: peer failed");
+        if let Some(qp) = peer.qp.as_mut() {
+            if let Err(e) = qp.to_error() {
+                tracing::warn!(
+                    rank = peer.rank,
+                    %e,
+                    "openib: the failed peer's queue pair did not go to error: its posted \
+                     work completes when the device completes it"
+                );
+            }
+        }
         peer.link = Link::Failed(why.clone());
         let rank = peer.rank;
         let err = || Error::PeerFailed {

@@ -5,6 +5,7 @@
 
 use super::OpenibModule;
 use crate::core::{Done, Posted, RECV_BIT};
+use crate::peer::Link;
 use rbtl_btl::{DesFlags, Endpoint, Error, RdmaCompletion, SendCompletion};
 use rbtl_verbs::Completion;
 use std::mem::MaybeUninit;
@@ -72,22 +73,26 @@ impl OpenibModule {
         n
     }
 
-    /// A send-queue completion: its work is done.
+    /// A send-queue completion: its work is done. Each tracked request completes once
+    /// (a flushed one too), so its callback runs once and its send-queue entries and
+    /// in-flight count come back once; unsignalled requests, flushed with their own
+    /// completion, are not tracked and only their signalled successor counts them.
     fn on_send_completion(&mut self, c: Completion) {
-        let failed = c.result().err().map(|e| e.to_string());
-        let status = || match &failed {
-            None => Ok(()),
-            Some(e) => Err(Error::NotAvailable(format!("openib: {e}"))),
-        };
         let Some((posted, covers)) = self.core.untrack(c.wr_id) else {
             return;
         };
         let ep = posted.endpoint();
         self.core.peers[ep].sq_free += covers;
+        let failed = c.result().err().map(|e| e.to_string());
+        let status = |m: &Self, what: &str| match &failed {
+            None => Ok(()),
+            Some(e) => Err(m.failure(ep, what, e)),
+        };
         match posted {
             Posted::Send(_) => {
                 if let Some(des) = self.core.take_sent(c.wr_id) {
-                    self.finish_send(des, status());
+                    let status = status(self, "send");
+                    self.finish_send(des, status);
                 }
             }
             Posted::Inline(_) => {}
@@ -100,16 +105,11 @@ impl OpenibModule {
             }
             Posted::Rdma(_, cb, local, size) => {
                 self.core.peers[ep].rdma_in_flight -= 1;
-                let rank = self.core.peers[ep].rank;
                 let status = match &failed {
-                    None => Ok(()),
                     Some(e) if c.is_remote_access_error() => Err(Error::BadRemoteHandle(format!(
                         "the target's device refused the access: {e}"
                     ))),
-                    Some(e) => Err(Error::PeerFailed {
-                        rank,
-                        why: format!("the operation did not complete: {e}"),
-                    }),
+                    _ => status(self, "operation"),
                 };
                 let c = RdmaCompletion {
                     endpoint: Endpoint(ep as u32),
@@ -127,9 +127,26 @@ impl OpenibModule {
             }
         }
         if let Some(e) = failed {
+            // (Nothing more for a peer that had already failed: its queue pair was
+            // moved to error, which flushed this request.)
             self.core.fail_link(ep, format!("queue pair error: {e}"));
         } else if !self.core.peers[ep].waiting.is_empty() {
             self.drain(ep);
+        }
+    }
+
+    /// Why posted work (`what`) to peer `ep` failed with the completion error `e`: the
+    /// peer's failure when it had already failed (its queue pair then went to error and
+    /// flushed the work), else this error, which fails the peer.
+    fn failure(&self, ep: usize, what: &str, e: &str) -> Error {
+        let peer = &self.core.peers[ep];
+        let why = match &peer.link {
+            Link::Failed(why) => why.clone(),
+            _ => format!("the {what} did not complete: {e}"),
+        };
+        Error::PeerFailed {
+            rank: peer.rank,
+            why,
         }
     }
 

@@ -1,0 +1,185 @@
+//! A peer removed (`del_procs`) with work posted to it on the device, as the two ranks
+//! of a job with a shared receive queue of [`SRQ_DEPTH`] buffers run it: the work the
+//! device held ends at once, each callback once, with the peer's failure.
+
+use crate::common::offered::{put_then_fetch_add, Offered};
+use crate::common::{progress_until, senders, watchdog, Continue};
+use rbtl::btl::{
+    DesFlags, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion,
+    SendCompletion, SendOutcome, SendiOutcome, Tag,
+};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Buffers of the shared receive queue (`btl_openib_srq_depth`) the job sets.
+pub const SRQ_DEPTH: usize = 8;
+/// Sends rank 0 posts to the stopped rank: more than its queue can take.
+const SENDS: usize = 4 * SRQ_DEPTH;
+/// Bytes of the put and the get.
+const LEN: usize = 32 << 10;
+
+/// What the error callback heard: the rank, and the error's text.
+type Reported = Arc<Mutex<Vec<(Option<u32>, String)>>>;
+
+/// How one operation ended: `Ok`, rank 1's failure with why, or another error.
+#[derive(Debug, PartialEq)]
+enum Ended {
+    Ok,
+    FailedPeer(u32, String),
+    Other(String),
+}
+
+fn ended(status: &Result<(), Error>) -> Ended {
+    match status {
+        Ok(()) => Ended::Ok,
+        Err(Error::PeerFailed { rank, why }) => Ended::FailedPeer(*rank, why.clone()),
+        Err(e) => Ended::Other(format!("{e:?}")),
+    }
+}
+
+/// Rank 0 stops rank 1 (SIGSTOP) once they are connected, and posts [`SENDS`] sends to
+/// it: its shared receive queue takes at most [`SRQ_DEPTH`], and its device answers the
+/// next with receiver-not-ready, which rank 0's device retries without end
+/// (`rnr_retry` 7). Rank 0 then posts a put, a fetch-add and a get, which wait behind
+/// that send on the queue pair: after half a second of progress none has completed.
+/// `del_procs` of rank 1 then ends them all: within a bounded wait (60 s, where they end
+/// at once when the queue pair is flushed), every callback has come, once, the sends
+/// that did not land and the three operations with `PeerFailed` naming rank 1 and the
+/// removal, and the error callback has heard of it once; a flush returns at once. Rank
+/// 1 runs again and both end through a PMI fence.
+pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Job) {
+    watchdog(Duration::from_secs(90));
+    let rank = job.rank;
+    let errors: Reported = Arc::default();
+    let e = errors.clone();
+    m.register_error(Box::new(move |ev: &ErrorEvent| {
+        e.lock().unwrap().push((ev.rank, ev.error.to_string()))
+    }));
+    let ping = senders(m, Tag::USR);
+    let answer = senders(m, Tag(Tag::USR.0 + 1));
+    let flood = Tag(Tag::USR.0 + 2);
+    let _flooded = senders(m, flood);
+    let Offered {
+        handle,
+        result_handle,
+        mem,
+        mut result,
+    } = Offered::publish(m, job, "removed", LEN);
+    // One byte, inline, or through the descriptor `sendi` hands back before the
+    // connection is up.
+    let byte = |m: &mut dyn Module, ep, tag| {
+        let flags = DesFlags::OWNERSHIP;
+        if let SendiOutcome::Descriptor(des) =
+            m.sendi(ep, &[], &[1], Order::ANY, flags, tag).unwrap()
+        {
+            m.send(ep, des, tag).map_err(|e| e.error).unwrap();
+        }
+    };
+    if rank == 1 {
+        // (The connection is made now, on first use.)
+        byte(m, eps[0].unwrap(), Tag::USR);
+        progress_until(m, "rank 0's answer", || !answer.lock().unwrap().is_empty());
+        // Rank 0 stops this process here or in the fence, where nothing progresses the
+        // module: the shared receive queue is not refilled.
+        job.modex.fence().unwrap();
+        drop((handle, result_handle));
+        return;
+    }
+    let ep1 = eps[1].unwrap();
+    progress_until(m, "rank 1's message", || !ping.lock().unwrap().is_empty());
+    byte(m, ep1, Tag(Tag::USR.0 + 1));
+    let (pid1, addr1, rh1) = Offered::of(job, 1, "removed");
+    let resume = Continue::stop(pid1);
+
+    let sends: Arc<Mutex<Vec<Ended>>> = Arc::default();
+    for _ in 0..SENDS {
+        let mut des = m
+            .alloc(
+                ep1,
+                Order::ANY,
+                8,
+                DesFlags::OWNERSHIP | DesFlags::ALWAYS_CALLBACK,
+            )
+            .unwrap();
+        let s = sends.clone();
+        des.set_callback(Box::new(move |_, done: SendCompletion| {
+            s.lock().unwrap().push(ended(&done.status))
+        }));
+        match m.send(ep1, des, flood) {
+            Ok(SendOutcome::Queued) => {}
+            Ok(other) => panic!("a send to the stopped peer completed at once: {other:?}"),
+            Err(e) => panic!("send: {}", e.error),
+        }
+    }
+    let rdma: Arc<Mutex<Vec<Ended>>> = Arc::default();
+    let cb = || -> RdmaCallback {
+        let r = rdma.clone();
+        Box::new(move |_, c: RdmaCompletion| r.lock().unwrap().push(ended(&c.status)))
+    };
+    put_then_fetch_add(
+        m,
+        ep1,
+        (addr1, &rh1),
+        (&mem, &handle),
+        (&mut result, &result_handle),
+        LEN,
+        cb,
+    );
+    let into = result.as_mut_ptr() as usize;
+    m.get(
+        ep1,
+        into,
+        addr1,
+        &result_handle,
+        &rh1,
+        8,
+        0,
+        Order::ANY,
+        cb(),
+    )
+    .unwrap();
+
+    let looking = Instant::now();
+    while looking.elapsed() < Duration::from_millis(500) {
+        m.progress();
+    }
+    let landed = sends.lock().unwrap().len();
+    assert!(
+        landed <= SRQ_DEPTH && rdma.lock().unwrap().is_empty(),
+        "the device holds the work behind a send the stopped peer's queue cannot take: \
+         {landed} sends and {:?} completed",
+        rdma.lock().unwrap()
+    );
+
+    m.del_procs(&[ep1]).unwrap();
+    progress_until(m, "every callback after del_procs", || {
+        sends.lock().unwrap().len() == SENDS && rdma.lock().unwrap().len() == 3
+    });
+    // Each once: nothing more comes.
+    for _ in 0..10_000 {
+        m.progress();
+    }
+    let removed = |e: &Ended| matches!(e, Ended::FailedPeer(1, why) if why.contains("del_procs"));
+    let sends = std::mem::take(&mut *sends.lock().unwrap());
+    let failed = sends.iter().filter(|e| removed(e)).count();
+    assert_eq!(sends.len(), SENDS, "each send's callback came once");
+    assert!(
+        failed >= SENDS - SRQ_DEPTH && sends.iter().all(|e| *e == Ended::Ok || removed(e)),
+        "the sends the device held failed with the removal: {sends:?}"
+    );
+    let rdma = std::mem::take(&mut *rdma.lock().unwrap());
+    assert!(
+        rdma.len() == 3 && rdma.iter().all(removed),
+        "the put, the fetch-add and the get failed with the removal: {rdma:?}"
+    );
+    let errors = errors.lock().unwrap();
+    assert!(
+        errors.len() == 1 && errors[0].0 == Some(1),
+        "the error callback heard of rank 1 once: {errors:?}"
+    );
+    m.flush(Some(ep1))
+        .expect("nothing is pending for the removed peer");
+    drop(resume);
+    job.modex.fence().unwrap();
+    drop((handle, result_handle));
+}
