@@ -65,8 +65,14 @@ fn rank_role_entry() {
         "stopped_peer_with_work" => role_stopped_peer(&cpc, stopped_peer::Stop::WithWorkPosted),
         "removed_peer" => {
             let depth = removed_peer::SRQ_DEPTH.to_string();
-            let (mut m, eps, mut job) =
-                openib_module(&cpc, &[("btl_openib_srq_depth", depth.as_str())]);
+            let flush = removed_peer::FLUSH_TIMEOUT.as_millis().to_string();
+            let (mut m, eps, mut job) = openib_module(
+                &cpc,
+                &[
+                    ("btl_openib_srq_depth", depth.as_str()),
+                    ("btl_openib_flush_timeout", flush.as_str()),
+                ],
+            );
             removed_peer::run(m.as_mut(), &eps, &mut job);
             report_ok(job.rank, "ok");
         }
@@ -625,9 +631,10 @@ fn a_peer_that_never_answers_the_connection_fails_at_its_deadline_over_each_cpc(
 /// each connection method: stopped anywhere in a ping-pong; and stopped with sends, a
 /// rendezvous send and a window put posted to it and held by its device (a shared
 /// receive queue it no longer refills), where the put is the call that times out and
-/// returns once the give-up has removed the rank. Then a peer removed by `del_procs`
-/// with sends, a put, a fetch-add and a get held by the device (`openib/removed_peer.rs`):
-/// every callback comes once, with the peer's failure.
+/// returns once the give-up has removed the rank. Then a peer with sends, a put, a
+/// fetch-add and a get held by the device (`openib/removed_peer.rs`): a flush gives up
+/// on it after `btl_openib_flush_timeout`, and once it is removed by `del_procs` every
+/// callback comes once, with the peer's failure.
 #[test]
 fn a_stopped_peer_given_up_or_removed_ends_the_work_posted_to_it_over_each_cpc() {
     if !device() {

@@ -1,6 +1,7 @@
-//! A peer removed (`del_procs`) with work posted to it on the device, as the two ranks
-//! of a job with a shared receive queue of [`SRQ_DEPTH`] buffers run it: the work the
-//! device held ends at once, each callback once, with the peer's failure.
+//! A stopped peer with work posted to it on the device, as the two ranks of a job with a
+//! shared receive queue of [`SRQ_DEPTH`] buffers run it: a flush gives up on it after
+//! [`FLUSH_TIMEOUT`]; removed (`del_procs`), the work the device held ends at once,
+//! each callback once, with the peer's failure.
 
 use crate::common::offered::{put_then_fetch_add, Offered};
 use crate::common::{progress_until, senders, watchdog, Continue};
@@ -13,6 +14,8 @@ use std::time::{Duration, Instant};
 
 /// Buffers of the shared receive queue (`btl_openib_srq_depth`) the job sets.
 pub const SRQ_DEPTH: usize = 8;
+/// The flush timeout (`btl_openib_flush_timeout`) the job sets.
+pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
 /// Sends rank 0 posts to the stopped rank: more than its queue can take.
 const SENDS: usize = 4 * SRQ_DEPTH;
 /// Bytes of the put and the get.
@@ -41,7 +44,9 @@ fn ended(status: &Result<(), Error>) -> Ended {
 /// it: its shared receive queue takes at most [`SRQ_DEPTH`], and its device answers the
 /// next with receiver-not-ready, which rank 0's device retries without end
 /// (`rnr_retry` 7). Rank 0 then posts a put, a fetch-add and a get, which wait behind
-/// that send on the queue pair: after half a second of progress none has completed.
+/// that send on the queue pair: after half a second of progress none has completed. A
+/// flush returns `PeerTimeout` naming rank 1 once no completion has come for
+/// [`FLUSH_TIMEOUT`], the three still pending and nothing reported as failed.
 /// `del_procs` of rank 1 then ends them all: within a bounded wait (60 s, where they end
 /// at once when the queue pair is flushed), every callback has come, once, the sends
 /// that did not land and the three operations with `PeerFailed` naming rank 1 and the
@@ -149,6 +154,34 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
         "the device holds the work behind a send the stopped peer's queue cannot take: \
          {landed} sends and {:?} completed",
         rdma.lock().unwrap()
+    );
+
+    let flushing = Instant::now();
+    match m.flush(Some(ep1)) {
+        Err(Error::PeerTimeout {
+            peers, silent_for, ..
+        }) => {
+            assert_eq!(silent_for, FLUSH_TIMEOUT);
+            assert_eq!(
+                peers
+                    .iter()
+                    .map(|p| (p.endpoint, p.rank))
+                    .collect::<Vec<_>>(),
+                [(ep1, 1)]
+            );
+        }
+        other => panic!("a flush of the stopped peer: expected PeerTimeout, got {other:?}"),
+    }
+    let took = flushing.elapsed();
+    assert!(
+        took >= FLUSH_TIMEOUT && took < 20 * FLUSH_TIMEOUT,
+        "the flush gave up after {took:?}, for a timeout of {FLUSH_TIMEOUT:?}"
+    );
+    assert!(
+        rdma.lock().unwrap().is_empty() && errors.lock().unwrap().is_empty(),
+        "after the flush gave up, the operations are pending and nothing failed: {:?} {:?}",
+        rdma.lock().unwrap(),
+        errors.lock().unwrap()
     );
 
     m.del_procs(&[ep1]).unwrap();

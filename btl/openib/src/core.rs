@@ -430,9 +430,8 @@ impl Core {
     /// when the device decides: never, for sends a stopped peer's empty shared receive
     /// queue holds back with receiver-not-ready retries (`rnr_retry` 7 retries
     /// forever), or after its retries against a dead one. (UCX's rc transports flush
-    /// an endpoint's queue pair the same way when it is cancelled or cleaned up.)
-    /// Over XRC the
-    /// initiator is the node's, shared with its other peers: it is left alone here,
+    /// an endpoint's queue pair the same way when it is cancelled or cleaned up.) Over
+    /// XRC the initiator is the node's, shared with its other peers: it is left alone here,
     /// and fails only with the link (`fail_link`, after an error completion, by which
     /// the device has moved it to error itself).
     pub fn fail(&mut self, ep: usize, why: String) {

@@ -40,8 +40,12 @@
 //! its handshake: once every peer it still waits for is one whose connection has been
 //! silent for `btl_openib_flush_timeout`, flush returns `PeerTimeout` naming them, as
 //! `tcp`'s does, and their operations stay pending (they go out if the connection comes
-//! up, or fail at its deadline). Once connected, the devices complete every operation
-//! (a dead node's fail after the queue pair's retries), so flush needs no timeout.
+//! up, or fail at its deadline). Once connected, the devices complete operations (a dead
+//! node's fail after the queue pair's retries), but not all of them always: a stopped
+//! peer that no longer refills its shared receive queue leaves the send it cannot take
+//! retried without end, and everything posted behind it waiting. So flush gives up the
+//! same way on connected peers from which no completion has come for the timeout; the
+//! caller may flush again, or remove them (`del_procs`), which fails their work at once.
 //!
 //! Parameters: `btl_openib_*` (the attributes, `recv_depth`, `rdma_depth`,
 //! `max_inline_data`, `free_list_max`, `leave_pinned`, `connect_timeout`,
@@ -219,10 +223,9 @@ impl Component for OpenibComponent {
         .register(
             FLUSH_TIMEOUT_PARAM,
             Value::Int(DEFAULT_TIMEOUT.as_millis() as i64),
-            "milliseconds flush waits while the peers it waits for are ones whose connection \
-             is being made and none answers its handshake; then it fails with PeerTimeout \
-             naming them and the operations stay pending (at least 1; connected peers' \
-             operations are completed by the devices)",
+            "milliseconds flush waits while none of the peers it waits for answers (a \
+             handshake message while connecting, a completion once connected); then it \
+             fails with PeerTimeout naming them and the operations stay pending (at least 1)",
         )?;
         select::register_params(reg, &self.cpcs).map_err(|e| match e {
             rbtl_cpc::Error::Config(c) => c,

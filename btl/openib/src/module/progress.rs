@@ -83,6 +83,8 @@ impl OpenibModule {
         };
         let ep = posted.endpoint();
         self.core.peers[ep].sq_free += covers;
+        // The peer's device answered (a flush waiting for it counts this).
+        self.core.answers.heard(ep);
         let failed = c.result().err().map(|e| e.to_string());
         let status = |m: &Self, what: &str| match &failed {
             None => Ok(()),

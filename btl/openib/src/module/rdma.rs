@@ -1,16 +1,16 @@
 //! One-sided operations: puts and gets (RDMA write and read) and atomics (the device's
 //! fetch-add and compare-swap; 32-bit ones emulated, see `emu32`), checked against both
 //! handles, then posted at once or queued behind the connection, earlier work, or the
-//! operations in flight; and flush, which waits for them: for as long as the devices
-//! take on connected peers, and while peers whose connection is being made answer its
-//! handshake (`btl_openib_flush_timeout`).
+//! operations in flight; and flush, which waits for them while the peers it waits for
+//! answer: their handshake while their connection is being made, their device's
+//! completions once connected (`btl_openib_flush_timeout`).
 
 use super::emu32::{Emulation, Half, Op32, Scratch};
 use super::OpenibModule;
 use crate::core::{Core, Done, Posted};
 use crate::peer::{Link, Peer, RdmaRequest, Waiting};
 use crate::remote_key::RemoteKey;
-use rbtl_btl::transport_kit::{Answers, FlushWatch};
+use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::{
     AtomicOp, AtomicWidth, BtlFlags, Endpoint, Error, MemHandle, Module, RdmaCallback,
     RdmaCompletion, RegRequest, RemoteHandle, Result, SilentPeer,
@@ -23,28 +23,16 @@ use std::time::Instant;
 /// What a memory handle of this module holds: a device registration per range.
 pub(super) struct Regs(pub(super) Vec<Registration<VerbsRegistrar>>);
 
+/// Idle rounds of a flush after which it gives the processor up between rounds and
+/// starts watching connected peers for silence.
+const LONG_IDLE: u32 = 1 << 14;
+
 /// Most operations that may wait for one peer before `OutOfResource`.
 const MAX_WAITING: usize = 4096;
 
 /// Whether a put, get or atomic towards `peer` is in flight or waiting.
 fn rdma_pending(peer: &Peer) -> bool {
     peer.rdma_in_flight > 0 || peer.waiting.iter().any(|w| matches!(w, Waiting::Rdma(_)))
-}
-
-/// Through `watch`, at `now`: the peers a flush gives up on, given each peer it still
-/// waits for (by endpoint) with whether its connection is being made. Only those can
-/// be silent (the devices complete a connected peer's operations, or fail them), and
-/// the flush gives up only once every peer it waits for is one of them and has
-/// answered nothing for the timeout.
-pub(super) fn silent_connections(
-    watch: &mut FlushWatch,
-    now: Instant,
-    waited: &[(usize, bool)],
-    answers: &Answers,
-) -> Option<Vec<usize>> {
-    let connecting = waited.iter().filter(|w| w.1).map(|w| w.0);
-    let silent = watch.look(now, connecting, answers)?;
-    waited.iter().all(|w| w.1).then_some(silent)
 }
 
 /// Which way a put or get moves bytes.
@@ -314,11 +302,14 @@ impl OpenibModule {
     }
 
     /// (`Module::flush`) Progress until the one-sided operations towards `endpoint`
-    /// (every peer when `None`) have completed and been reported; or, once every peer
-    /// it still waits for is one whose connection is being made and none has answered
-    /// its handshake for `btl_openib_flush_timeout`, return `PeerTimeout` naming them
-    /// (their operations stay queued: they go out if the connection comes up, or fail
-    /// at its deadline).
+    /// (every peer when `None`) have completed and been reported; or, once no peer it
+    /// still waits for has answered for `btl_openib_flush_timeout`, return
+    /// `PeerTimeout` naming them. A peer answers with a handshake message while its
+    /// connection is being made, and with a completion of work posted to it once
+    /// connected (a stopped peer whose shared receive queue is empty answers nothing:
+    /// its device retries the send it cannot take without end, and the work posted
+    /// behind it waits). Their operations stay pending: they complete if the peer
+    /// answers again, or fail at the connection's deadline or with `del_procs`.
     pub(super) fn flush_rdma(&mut self, endpoint: Option<Endpoint>) -> Result<()> {
         if let Some(ep) = endpoint {
             self.core.peer(ep)?;
@@ -330,8 +321,9 @@ impl OpenibModule {
                 .enumerate()
                 .any(|(i, p)| covers(i) && rdma_pending(p))
         };
-        // Made when a connection is first seen under way: a flush of connected peers
-        // never reads the clock.
+        // Made when a connection is first seen under way, or once the flush has been
+        // idle for a long stretch: a flush that the devices answer soon never reads
+        // the clock.
         let mut watch: Option<FlushWatch> = None;
         let mut outcome = Ok(());
         // Spin: a completion is a device round trip away. Give the processor up only
@@ -343,11 +335,11 @@ impl OpenibModule {
                 idle = 0;
             } else {
                 idle += 1;
-                if idle >= 1 << 14 {
+                if idle >= LONG_IDLE {
                     std::thread::yield_now();
                 }
             }
-            if self.core.connecting == 0 {
+            if watch.is_none() && self.core.connecting == 0 && idle < LONG_IDLE {
                 continue;
             }
             let timeout = self.core.settings.flush_timeout;
@@ -367,7 +359,7 @@ impl OpenibModule {
     }
 
     /// At `now`, through `watch`: the error that ends a flush of the peers `covers`
-    /// accepts, if every one it still waits for is connecting and silent.
+    /// accepts, if every one it still waits for has been silent for the timeout.
     fn silent_peers(
         &self,
         covers: impl Fn(usize) -> bool,
@@ -375,11 +367,8 @@ impl OpenibModule {
         now: Instant,
     ) -> Option<Error> {
         let peers = &self.core.peers;
-        let waited: Vec<(usize, bool)> = (0..peers.len())
-            .filter(|&i| covers(i) && rdma_pending(&peers[i]))
-            .map(|i| (i, matches!(peers[i].link, Link::Connecting)))
-            .collect();
-        let silent = silent_connections(watch, now, &waited, &self.core.answers)?;
+        let waited = (0..peers.len()).filter(|&i| covers(i) && rdma_pending(&peers[i]));
+        let silent = watch.look(now, waited, &self.core.answers)?;
         Some(Error::PeerTimeout {
             peers: silent
                 .into_iter()
@@ -391,52 +380,5 @@ impl OpenibModule {
             silent_for: watch.timeout(),
             param: crate::FLUSH_TIMEOUT_PARAM,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    const T: Duration = Duration::from_millis(1000);
-
-    /// Connecting peers that answer nothing are given up on only once nothing else is
-    /// waited for; connected peers are never named; a handshake message restarts a
-    /// peer's count.
-    #[test]
-    fn a_flush_gives_up_only_on_silent_connections_and_only_when_nothing_else_waits() {
-        let t0 = Instant::now();
-        let mut answers = Answers::default();
-        let mut w = FlushWatch::new(T);
-        // Peer 1 connects, peer 2 is connected with operations in flight.
-        let both = [(1, true), (2, false)];
-        assert_eq!(silent_connections(&mut w, t0, &both, &answers), None);
-        assert_eq!(
-            silent_connections(&mut w, t0 + 2 * T, &both, &answers),
-            None
-        );
-        // Peer 2's operations completed: peer 1 has been silent for the timeout.
-        let one = [(1, true)];
-        assert_eq!(
-            silent_connections(&mut w, t0 + 2 * T, &one, &answers),
-            Some(vec![1])
-        );
-        // A handshake message from it: waited for a whole timeout again.
-        answers.heard(1);
-        assert_eq!(silent_connections(&mut w, t0 + 3 * T, &one, &answers), None);
-        assert_eq!(
-            silent_connections(&mut w, t0 + 3 * T + T / 2, &one, &answers),
-            None
-        );
-        assert_eq!(
-            silent_connections(&mut w, t0 + 4 * T, &one, &answers),
-            Some(vec![1])
-        );
-        // Only connected peers waited for (the devices complete their operations).
-        let mut w = FlushWatch::new(T);
-        let up = [(2, false), (3, false)];
-        assert_eq!(silent_connections(&mut w, t0, &up, &answers), None);
-        assert_eq!(silent_connections(&mut w, t0 + 9 * T, &up, &answers), None);
     }
 }
