@@ -10,21 +10,29 @@
 //! and by closing make that rank look dead). A connection speaks for the first rank
 //! it names, and for no other.
 //!
-//! Writes never block: what the socket does not take at once waits in the
-//! connection's own buffer and goes out on later calls (`send`, `poll`), so a peer
-//! that stops reading holds up nothing here. Connecting does wait, for at most
-//! [`CONNECT_TIMEOUT`] per address.
+//! Nothing here blocks. Connecting goes on across calls (`send`, `poll`), one address
+//! of the peer after the other, each given [`CONNECT_TIMEOUT`]; what the socket does
+//! not take at once waits in the connection's own buffer and goes out on later calls,
+//! so a peer that stops reading, or a node that does not answer, holds up nothing
+//! here.
 
 use crate::core::cpc_error;
 use crate::secret::{self, Secret};
 use rbtl_cpc::Error;
+use socket2::{Domain, Socket, Type};
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
-use std::time::Duration;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
 
 /// How long making a connection to one of a peer's addresses may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The ranks whose connection ended, each with why.
+pub type Ended = Vec<(u32, String)>;
+
+/// Why a peer's connection closed.
+const ENDED: &str = "its out-of-band connection closed: the process ended";
 
 /// Where a peer listens, and our connection to it once made.
 struct Outgoing {
@@ -32,28 +40,127 @@ struct Outgoing {
     /// What its listener wants to hear first.
     secret: Secret,
     out: Option<TcpStream>,
-    /// Bytes for `out` that its socket has not taken yet, in order.
+    /// While `out` is connecting: to which address, since when, and why the addresses
+    /// before it failed.
+    connecting: Option<Connecting>,
+    /// Bytes for `out` that its socket has not taken yet, in order (the secret first).
     unsent: Vec<u8>,
 }
 
+/// A connection under way.
+struct Connecting {
+    index: usize,
+    since: Instant,
+    failed: Vec<String>,
+}
+
+/// Why a connection to a peer ended.
+enum Failure {
+    /// No address of its could be reached: why, for each.
+    Unreachable(String),
+    /// Writing to it failed.
+    Write(std::io::Error),
+}
+
+impl Failure {
+    fn describe(&self, cpc: &str, rank: u32) -> String {
+        match self {
+            Failure::Unreachable(why) => format!("{cpc}: cannot reach rank {rank} ({why})"),
+            Failure::Write(e) => format!("{cpc}: writing to rank {rank}: {e}"),
+        }
+    }
+}
+
+/// A non-blocking connection to `a`, under way or made.
+fn start_connect(a: SocketAddrV4) -> std::io::Result<TcpStream> {
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    s.set_nonblocking(true)?;
+    match s.connect(&SocketAddr::V4(a).into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(s.into())
+}
+
 impl Outgoing {
-    /// Write what the socket takes now of `unsent`; `Err` when the connection failed.
-    fn write_unsent(&mut self) -> std::io::Result<()> {
-        let Some(out) = self.out.as_mut() else {
-            return Ok(());
+    /// Start connecting to the addresses from `index` on (`failed`: why the ones
+    /// before failed); `Err` when none is left.
+    fn connect_from(&mut self, mut index: usize, mut failed: Vec<String>) -> Result<(), Failure> {
+        while let Some(&a) = self.addrs.get(index) {
+            match start_connect(a) {
+                Ok(s) => {
+                    self.out = Some(s);
+                    self.connecting = Some(Connecting {
+                        index,
+                        since: Instant::now(),
+                        failed,
+                    });
+                    return Ok(());
+                }
+                Err(e) => failed.push(format!("{a}: {e}")),
+            }
+            index += 1;
+        }
+        self.out = None;
+        self.connecting = None;
+        Err(Failure::Unreachable(if failed.is_empty() {
+            "no address".into()
+        } else {
+            failed.join("; ")
+        }))
+    }
+
+    /// Whether `out` is connected: a connection under way is checked, and moves to the
+    /// next address when this one failed or has not answered within
+    /// [`CONNECT_TIMEOUT`].
+    fn connected(&mut self) -> Result<bool, Failure> {
+        let (Some(out), Some(c)) = (self.out.as_ref(), self.connecting.as_ref()) else {
+            return Ok(self.out.is_some());
         };
+        let why = match out.take_error() {
+            Ok(None) if out.peer_addr().is_ok() => {
+                let _ = out.set_nodelay(true);
+                self.connecting = None;
+                return Ok(true);
+            }
+            Ok(None) if c.since.elapsed() < CONNECT_TIMEOUT => return Ok(false),
+            Ok(None) => format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+            Ok(Some(e)) | Err(e) => e.to_string(),
+        };
+        let Connecting {
+            index, mut failed, ..
+        } = self.connecting.take().expect("looked at above");
+        failed.push(format!("{}: {why}", self.addrs[index]));
+        self.connect_from(index + 1, failed).map(|()| false)
+    }
+
+    /// Write what the socket takes now of `unsent`, once connected; `Err` when the
+    /// connection failed.
+    fn write_unsent(&mut self) -> Result<(), Failure> {
+        if !self.connected()? {
+            return Ok(());
+        }
+        let out = self.out.as_mut().expect("connected");
         let mut done = 0;
         while done < self.unsent.len() {
             match out.write(&self.unsent[done..]) {
-                Ok(0) => return Err(ErrorKind::WriteZero.into()),
+                Ok(0) => return Err(Failure::Write(ErrorKind::WriteZero.into())),
                 Ok(n) => done += n,
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
+                Err(e) => return Err(Failure::Write(e)),
             }
         }
         self.unsent.drain(..done);
         Ok(())
+    }
+
+    /// Close the connection, dropping what it had not sent.
+    fn close(&mut self) {
+        self.out = None;
+        self.connecting = None;
+        self.unsent.clear();
     }
 }
 
@@ -184,6 +291,7 @@ impl Channel {
                 addrs,
                 secret,
                 out: None,
+                connecting: None,
                 unsent: Vec::new(),
             },
         );
@@ -211,47 +319,43 @@ impl Channel {
             .get_mut(&rank)
             .ok_or_else(|| format!("{cpc}: rank {rank} is not a peer"))?;
         if peer.out.is_none() {
-            let mut last = String::from("no address");
-            for a in &peer.addrs {
-                let opened = TcpStream::connect_timeout(&(*a).into(), CONNECT_TIMEOUT)
-                    .and_then(|s| s.set_nonblocking(true).map(|_| s));
-                match opened {
-                    Ok(s) => {
-                        let _ = s.set_nodelay(true);
-                        peer.out = Some(s);
-                        peer.unsent = peer.secret.to_vec();
-                        break;
-                    }
-                    Err(e) => last = format!("{a}: {e}"),
-                }
-            }
-            if peer.out.is_none() {
-                return Err(format!("{cpc}: cannot reach rank {rank} ({last})"));
-            }
+            peer.unsent = peer.secret.to_vec();
+            peer.connect_from(0, Vec::new())
+                .map_err(|f| f.describe(cpc, rank))?;
         }
         peer.unsent.push(len);
         peer.unsent.extend_from_slice(&me.to_le_bytes());
         peer.unsent.extend_from_slice(body);
-        peer.write_unsent().map_err(|e| {
-            peer.out = None;
-            format!("{cpc}: writing to rank {rank}: {e}")
+        peer.write_unsent().map_err(|f| {
+            peer.close();
+            f.describe(cpc, rank)
         })
     }
 
-    /// Write what waits to go out, then read what accepted connections have: the
-    /// complete message bodies with their sender, and the ranks whose connection
-    /// closed, theirs to us or ours to them (their process ended: a connection lives
-    /// as long as it does; a rank may be named twice), or failed while we wrote to it.
+    /// Go on connecting and write what waits to go out, then read what accepted
+    /// connections have: the complete message bodies with their sender, and the ranks
+    /// whose connection ended with why: closed, theirs to us or ours to them (their
+    /// process ended: a connection lives as long as it does; a rank may be named
+    /// twice), failed while we wrote to it, or never made (no address answered).
     /// Connections that do not open with the secret, or that speak for a second rank,
     /// are closed and count for nothing.
-    pub fn poll(&mut self) -> (Vec<(u32, Vec<u8>)>, Vec<u32>) {
+    pub fn poll(&mut self) -> (Vec<(u32, Vec<u8>)>, Ended) {
         let mut closed = Vec::new();
+        let cpc = self.cpc;
         for (&rank, peer) in self.peers.iter_mut() {
-            let failed = peer.write_unsent().is_err();
-            if failed || peer.out.as_ref().is_some_and(closed_by_peer) {
-                peer.out = None;
-                peer.unsent.clear();
-                closed.push(rank);
+            let why = match peer.write_unsent() {
+                Err(f) => Some(f.describe(cpc, rank)),
+                Ok(())
+                    if peer.connecting.is_none()
+                        && peer.out.as_ref().is_some_and(closed_by_peer) =>
+                {
+                    Some(ENDED.to_string())
+                }
+                Ok(()) => None,
+            };
+            if let Some(why) = why {
+                peer.close();
+                closed.push((rank, why));
             }
         }
         while let Ok((stream, _)) = self.listener.accept() {
@@ -300,7 +404,7 @@ impl Channel {
                 c.buf.drain(..total);
             }
             if !open {
-                closed.extend(c.rank);
+                closed.extend(c.rank.map(|r| (r, ENDED.to_string())));
             }
             open
         });
@@ -342,7 +446,15 @@ mod tests {
         }
     }
 
-    type Heard = (Vec<(u32, Vec<u8>)>, Vec<u32>);
+    type Heard = (Vec<(u32, Vec<u8>)>, Ended);
+
+    /// The ranks of `closed`, each checked to have ended as a process does.
+    fn ended(closed: &[(u32, String)]) -> Vec<u32> {
+        for (_, why) in closed {
+            assert_eq!(why, ENDED);
+        }
+        closed.iter().map(|c| c.0).collect()
+    }
 
     /// What the channel reads from its connections until `done` holds (or 5 s pass).
     fn read_until(c: &mut Channel, mut done: impl FnMut(&Heard) -> bool) -> Heard {
@@ -391,7 +503,7 @@ mod tests {
         assert_eq!(got, vec![(3, vec![1, 2])]);
         drop(s);
         let (_, closed) = read_until(&mut c, |h| !h.1.is_empty());
-        assert_eq!(closed, vec![3]);
+        assert_eq!(ended(&closed), vec![3]);
     }
 
     #[test]
@@ -427,7 +539,7 @@ mod tests {
         assert_eq!(got, want);
         drop(a);
         let (_, closed) = read_until(&mut b, |h| !h.1.is_empty());
-        assert_eq!(closed, vec![0]);
+        assert_eq!(ended(&closed), vec![0]);
     }
 
     /// A process that only ever heard from us ends: the connection we opened to it
@@ -443,9 +555,55 @@ mod tests {
         assert_eq!(a.poll(), (vec![], vec![]), "alive and silent");
         drop(b);
         let (_, closed) = read_until(&mut a, |h| !h.1.is_empty());
-        assert_eq!(closed, vec![1]);
-        let e = a.send(1, 0, &[8]).unwrap_err();
+        assert_eq!(ended(&closed), vec![1]);
+        // Refused: at once, or on a later poll.
+        let e = match a.send(1, 0, &[8]) {
+            Err(e) => e,
+            Ok(()) => read_until(&mut a, |h| !h.1.is_empty()).1[0].1.clone(),
+        };
         assert!(e.contains("cannot reach rank 1"), "{e}");
+    }
+
+    /// A peer whose listener takes no more connections (its backlog full: the kernel
+    /// drops the handshake) holds up nothing: sends return at once, and once its
+    /// address has not answered for [`CONNECT_TIMEOUT`], a poll reports the rank as
+    /// unreachable, saying why.
+    #[test]
+    fn a_peer_that_does_not_answer_the_connection_holds_up_nothing() {
+        let full = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        full.bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, 0)).into())
+            .unwrap();
+        full.listen(0).unwrap();
+        let at = full.local_addr().unwrap().as_socket_ipv4().unwrap();
+        // Fill its backlog with connections it never accepts (the kernel completes
+        // as many handshakes as the backlog holds, then drops the rest).
+        let mut filling = Vec::new();
+        for _ in 0..4 {
+            if let Ok(s) = start_connect(at) {
+                filling.push(s);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let mut a = Channel::listen("test").unwrap();
+        let mut blob = at.port().to_le_bytes().to_vec();
+        blob.extend_from_slice(&[0; secret::LEN]);
+        blob.extend_from_slice(&Ipv4Addr::LOCALHOST.octets());
+        a.add_peer(1, &blob).unwrap();
+        let started = Instant::now();
+        a.send(1, 0, &[1]).unwrap();
+        assert!(a.peers[&1].connecting.is_some(), "still connecting");
+        assert!(started.elapsed() < CONNECT_TIMEOUT / 2, "the send waited");
+        let (_, closed) = read_until(&mut a, |h| !h.1.is_empty());
+        let waited = started.elapsed();
+        assert_eq!(closed.len(), 1, "{closed:?}");
+        let (rank, why) = &closed[0];
+        assert_eq!(*rank, 1);
+        assert!(
+            why.contains("cannot reach rank 1") && why.contains("no answer within 2 s"),
+            "{why}"
+        );
+        assert!(waited >= CONNECT_TIMEOUT, "given up after {waited:?}");
+        assert!(a.peers[&1].out.is_none() && a.peers[&1].unsent.is_empty());
     }
 
     /// A peer that stops reading holds up no send: what its socket does not take
@@ -467,9 +625,10 @@ mod tests {
         let mut a = Channel::listen("test").unwrap();
         let mut b = Channel::listen("test").unwrap();
         a.add_peer(1, &b.blob()).unwrap();
-        // `b` does not poll meanwhile, so nothing reads: the kernel's buffers fill.
+        // `b` does not poll meanwhile, so nothing reads: once connected, the kernel's
+        // buffers fill.
         let mut sent = 0u32;
-        while a.peers[&1].unsent.is_empty() {
+        while a.peers[&1].connecting.is_some() || a.peers[&1].unsent.is_empty() {
             assert!(sent < 1_000_000, "the socket took {sent} messages");
             a.send(1, 0, &[sent.to_le_bytes(), [0xa5; 4]].concat())
                 .unwrap();

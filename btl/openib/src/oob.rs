@@ -5,7 +5,7 @@
 //! handshake itself is `rbtl_cpc::oob`. A handshake not done by its deadline is given
 //! up: its queue pair goes, and a late answer only fails the peer again.
 
-use crate::channel::Channel;
+use crate::channel::{Channel, Ended};
 use crate::core::{cpc_error, Core};
 use rbtl_config::{Config, Registry};
 use rbtl_cpc::oob::{initiates, Action, Handshake, Message, QpInfo};
@@ -132,8 +132,8 @@ impl OobModule {
         }
     }
 
-    /// The messages that arrived, and the ranks whose connection closed.
-    fn read_incoming(&mut self) -> (Vec<(u32, Message)>, Vec<u32>) {
+    /// The messages that arrived, and the ranks whose connection ended, with why.
+    fn read_incoming(&mut self) -> (Vec<(u32, Message)>, Ended) {
         let (bodies, closed) = self.channel.poll();
         let mut got = Vec::with_capacity(bodies.len());
         for (rank, body) in bodies {
@@ -189,11 +189,8 @@ impl CpcModule<Core> for OobModule {
         for (rank, m) in got {
             self.on_message(rank, m, core);
         }
-        for rank in closed {
-            core.failed(
-                rank,
-                "its out-of-band connection closed: the process ended".into(),
-            );
+        for (rank, why) in closed {
+            core.failed(rank, why);
         }
         n
     }

@@ -278,9 +278,8 @@ impl CpcModule<Core> for XrcModule {
             core.heard(rank);
             self.drive(core, |engine, dev| engine.on_message(rank, m, dev));
         }
-        for rank in closed {
-            let why = "its out-of-band connection closed: the process ended";
-            self.drive(core, |engine, dev| engine.on_peer_gone(rank, why, dev));
+        for (rank, why) in closed {
+            self.drive(core, |engine, dev| engine.on_peer_gone(rank, &why, dev));
         }
         n
     }
