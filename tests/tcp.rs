@@ -646,17 +646,19 @@ impl Modex for TwoRanks {
     }
 }
 
-/// Rank 1 as a raw loopback listener (its secret is `[9; 16]`), and the tcp module of
-/// rank 0 connected to it with `settings`, one message already sent its way (which
-/// starts the connection).
-fn module_facing_a_raw_peer(
-    settings: &[(&str, &str)],
-) -> (
+/// Rank 0's tcp module facing a raw peer: the module, the peer's endpoint, the peer's
+/// listener, and the errors the module reported.
+type FacingRawPeer = (
     TcpModule,
     Endpoint,
     std::net::TcpListener,
     Arc<Mutex<Vec<String>>>,
-) {
+);
+
+/// Rank 1 as a raw loopback listener (its secret is `[9; 16]`), and the tcp module of
+/// rank 0 connected to it with `settings`, one message already sent its way (which
+/// starts the connection).
+fn module_facing_a_raw_peer(settings: &[(&str, &str)]) -> FacingRawPeer {
     module_facing_a_raw_peer_at("127.0.0.1:0", settings)
 }
 
@@ -677,15 +679,7 @@ fn raw_peer(bind: &str) -> (std::net::TcpListener, Published) {
 }
 
 /// As [`module_facing_a_raw_peer`], the raw peer listening on `bind`.
-fn module_facing_a_raw_peer_at(
-    bind: &str,
-    settings: &[(&str, &str)],
-) -> (
-    TcpModule,
-    Endpoint,
-    std::net::TcpListener,
-    Arc<Mutex<Vec<String>>>,
-) {
+fn module_facing_a_raw_peer_at(bind: &str, settings: &[(&str, &str)]) -> FacingRawPeer {
     let (listener, theirs) = raw_peer(bind);
     let mut modex = TwoRanks {
         ours: None,

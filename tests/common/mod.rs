@@ -50,12 +50,11 @@ pub fn launch(mut opts: LaunchOptions) -> i32 {
     launcher::launch(&exe, &args, &opts).unwrap().code
 }
 
-/// Whether `cidr` is an IPv4 network within 198.18.0.0/15.
+/// Whether `cidr` is a network within 198.18.0.0/15.
 fn benchmarking_network(cidr: &str) -> bool {
-    let (ip, prefix) = cidr.split_once('/').unwrap_or((cidr, "32"));
-    let prefix: u8 = prefix.parse().unwrap_or(0);
-    ip.parse::<std::net::Ipv4Addr>()
-        .is_ok_and(|ip| ip.octets()[0] == 198 && ip.octets()[1] & 0xfe == 18 && prefix >= 15)
+    use rbtl::btl::tcp::family::Net;
+    let range = Net::parse("198.18.0.0/15").expect("a network");
+    Net::parse(cidr).is_some_and(|n| n.prefix >= range.prefix && range.contains(n.addr))
 }
 
 /// Exit with code 99 if this rank still runs after `limit`: a test of a hang fails by
