@@ -2,7 +2,7 @@
 //! cache never hears about directly: a later lookup of the address is never a hit on
 //! the old registration.
 
-use crate::memory::{advise, fill, map, map_again, unmap, Checker, PS, RW};
+use crate::memory::{advise, fill, kernel_watches, map, map_again, unmap, Checker, PS, RW};
 
 /// Registers `[a, a+len)`, releases it (kept idle), lets `leave` take the memory away
 /// and map something new there, then looks the address up again: a miss. `leave`
@@ -113,7 +113,7 @@ fn mremap_moving_away_then_a_new_mapping_at_the_old_address() {
         // The moved pages are not watched at their new place once the event is
         // applied (nothing registered them there).
         let _ = Checker::new().cache.stats();
-        assert!(!rbtl_rcache::monitor::is_watched(elsewhere, 4 * PS));
+        assert!(!kernel_watches(elsewhere, 4 * PS));
         let again = map_again(a, 4 * PS);
         if again.is_none() {
             // Lost the address: give `elsewhere` back its place for the next try.
@@ -323,17 +323,11 @@ fn only_a_cache_whose_registrations_pin_pages_follows_the_monitor() {
     let (a, b) = (map(None, 4 * PS), map(None, 4 * PS));
     let r = plain.register(a, 4 * PS, RW).unwrap();
     assert!(!r.is_watched());
-    assert!(
-        !monitor::is_watched(a, 4 * PS),
-        "no userfaultfd registration"
-    );
+    assert!(!kernel_watches(a, 4 * PS), "no userfaultfd registration");
     drop(r);
     let p = pinning.lookup(b, 4 * PS);
     assert!(p.is_watched());
-    assert!(
-        monitor::is_watched(b, 4 * PS),
-        "registered with userfaultfd"
-    );
+    assert!(kernel_watches(b, 4 * PS), "registered with userfaultfd");
     drop(p);
     assert_eq!(
         plain.stats().idle_entries,
@@ -353,5 +347,4 @@ fn only_a_cache_whose_registrations_pin_pages_follows_the_monitor() {
     );
     let s = pinning.cache.stats();
     assert_eq!((s.entries, s.invalidations), (0, 1), "{s:?}");
-    assert!(!monitor::is_watched(b, 4 * PS));
 }

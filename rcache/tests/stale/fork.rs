@@ -8,32 +8,7 @@
 //! And why the staleness judges pin: a fork anywhere in the process moves the pages of
 //! memory that never left from under a registration that does not pin them.
 
-use crate::memory::{fill, frames, map, unmap, Checker, FrameRegistrar, PS};
-
-/// Whether the mapping containing `addr` has `flag` among its VmFlags (`dc`: not copied
-/// on fork).
-fn vm_flag(addr: usize, flag: &str) -> bool {
-    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let mut inside = false;
-    for line in smaps.lines() {
-        if let Some((range, _)) = line.split_once(' ') {
-            if let Some((lo, hi)) = range.split_once('-') {
-                if let (Ok(lo), Ok(hi)) =
-                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
-                {
-                    inside = lo <= addr && addr < hi;
-                    continue;
-                }
-            }
-        }
-        if inside {
-            if let Some(flags) = line.strip_prefix("VmFlags:") {
-                return flags.split_whitespace().any(|f| f == flag);
-            }
-        }
-    }
-    false
-}
+use crate::memory::{fill, frames, map, unmap, vm_flag, Checker, FrameRegistrar, PS};
 
 /// Forks a child that waits for a byte on a pipe, then exits at once (only
 /// async-signal-safe calls, and nothing of this process's memory); runs `meanwhile`

@@ -39,6 +39,51 @@ pub fn map(hint: Option<usize>, len: usize) -> usize {
     rbtl_testkit::mem::map(hint, len, PROT_RW, -1).expect("nothing mapped at the hint")
 }
 
+/// The VmFlags of each mapping of this process that overlaps `[addr, addr+len)`, from
+/// /proc/self/smaps.
+fn vm_flags_over(addr: usize, len: usize) -> Vec<String> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut inside = false;
+    let mut found = Vec::new();
+    for line in smaps.lines() {
+        if let Some((range, _)) = line.split_once(' ') {
+            if let Some((lo, hi)) = range.split_once('-') {
+                if let (Ok(lo), Ok(hi)) =
+                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+                {
+                    inside = lo < addr + len && addr < hi;
+                    continue;
+                }
+            }
+        }
+        if inside {
+            if let Some(flags) = line.strip_prefix("VmFlags:") {
+                found.push(flags.to_string());
+            }
+        }
+    }
+    found
+}
+
+/// Whether the mapping containing `addr` has `flag` among its VmFlags (`dc`: not copied
+/// on fork).
+pub fn vm_flag(addr: usize, flag: &str) -> bool {
+    vm_flags_over(addr, 1)
+        .iter()
+        .any(|flags| flags.split_whitespace().any(|f| f == flag))
+}
+
+/// Whether the kernel has any page of `[addr, addr+len)` registered with a userfaultfd
+/// in write-protect mode (VmFlags `uw`), which is how the monitor watches memory. The
+/// kernel's record, not the monitor's: the monitor's counts are process-wide, and
+/// another test's memory unmapped at the same address stays counted until an event
+/// is applied.
+pub fn kernel_watches(addr: usize, len: usize) -> bool {
+    vm_flags_over(addr, len)
+        .iter()
+        .any(|flags| flags.split_whitespace().any(|f| f == "uw"))
+}
+
 /// Fills `[addr, addr+len)` with `byte`.
 pub fn fill(addr: usize, len: usize, byte: u8) {
     // SAFETY: the test owns the writable range.
