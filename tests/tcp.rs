@@ -985,6 +985,144 @@ fn flush_waits_for_a_slow_peer_and_names_a_silent_one_whose_put_then_completes()
     drop(mem);
 }
 
+/// Reads `frame.len()` bytes of one frame from `s`, progressing `m`, and decodes it.
+fn read_frame(m: &mut TcpModule, s: &mut TcpStream, len: usize) -> Vec<u8> {
+    let mut frame = vec![0u8; len];
+    read_progressing(m, s, &mut frame);
+    frame
+}
+
+#[test]
+fn flush_waits_for_a_chunk_that_streams_for_longer_than_its_timeout() {
+    // One chunk each way, put and get, each streaming for about three timeouts: the
+    // peer reads the put's data, and writes the get's, a slice every 100 ms.
+    const LEN: usize = 1 << 20;
+    const SLICE: usize = 32 << 10;
+    const EVERY: Duration = Duration::from_millis(100);
+    let _guard = HangGuard::new("the streaming flush test", Duration::from_secs(90));
+    let (mut m, ep, listener, seen) = module_facing_a_raw_peer(&[
+        ("btl_tcp_flush_timeout", "1000"),
+        ("btl_tcp_sndbuf", "65536"),
+    ]);
+    let mut s = accept_hello(&mut m, &listener);
+    s.write_all(&[10, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+    let mut first = [0u8; wire::HEADER + 1];
+    read_progressing(&mut m, &mut s, &mut first);
+    let mut mem: Vec<u8> = (0..2 * LEN).map(|i| (i % 253) as u8).collect();
+    // SAFETY: `mem` outlives the handle (dropped first) and is not resized.
+    let lh = unsafe { m.register_mem(None, mem.as_mut_ptr() as usize, mem.len(), Access::all()) }
+        .unwrap();
+    let range = RangeFields {
+        slot: 1,
+        base: 0x100_0000,
+        len: 2 * LEN,
+    };
+    let rh = HandleFields::new(77, 1, Access::all(), &[range]).to_handle();
+    let limits = wire::Limits {
+        am_payload: 1 << 20,
+        rdma_data: 4 << 20,
+    };
+    let statuses: Arc<Mutex<Vec<String>>> = Arc::default();
+    let record = || -> rbtl::btl::RdmaCallback {
+        let st = statuses.clone();
+        Box::new(move |_, c: RdmaCompletion| st.lock().unwrap().push(format!("{:?}", c.status)))
+    };
+    let l = mem.as_ptr() as usize;
+
+    // The put: its header, then the peer reads its data slowly, then acknowledges it.
+    m.put(ep, l, range.base, &lh, &rh, LEN, 0, Order::ANY, record())
+        .unwrap();
+    let head_len = wire::HEADER + wire::Kind::Put.ext();
+    let head = read_frame(&mut m, &mut s, head_len);
+    let req = match wire::decode(&head, &limits) {
+        Ok(Some((wire::Frame::Put { req, data_len, .. }, used))) => {
+            assert_eq!((data_len, used), (LEN, head_len), "one chunk");
+            req
+        }
+        other => panic!("not a put: {other:?}"),
+    };
+    let mut peer = s.try_clone().unwrap();
+    peer.set_nonblocking(false).unwrap();
+    let reading = std::thread::spawn(move || {
+        let mut data = vec![0u8; LEN];
+        for part in data.chunks_mut(SLICE) {
+            std::thread::sleep(EVERY);
+            peer.read_exact(part).unwrap();
+        }
+        peer.write_all(&put_ack(req)).unwrap();
+        data
+    });
+    let start = Instant::now();
+    // (Until its data is all written, the reading thread waits for this thread's
+    // progress: a failed flush fails the test before the join.)
+    m.flush(Some(ep))
+        .expect("a put whose data the peer keeps reading is waited for");
+    let took = start.elapsed();
+    let data = reading.join().unwrap();
+    assert!(took > Duration::from_secs(2), "streamed for {took:?}");
+    assert!(data == mem[..LEN], "the put's data as sent");
+
+    // The get: the peer answers its request with the data, a slice at a time.
+    m.get(
+        ep,
+        l + LEN,
+        range.base,
+        &lh,
+        &rh,
+        LEN,
+        0,
+        Order::ANY,
+        record(),
+    )
+    .unwrap();
+    let req_len = wire::HEADER + wire::Kind::GetReq.ext();
+    let request = read_frame(&mut m, &mut s, req_len);
+    let (req, offset) = match wire::decode(&request, &limits) {
+        Ok(Some((
+            wire::Frame::GetReq {
+                req, offset, len, ..
+            },
+            _,
+        ))) => {
+            assert_eq!(len, LEN as u64, "one chunk");
+            (req, offset)
+        }
+        other => panic!("not a get request: {other:?}"),
+    };
+    let mut peer = s.try_clone().unwrap();
+    peer.set_nonblocking(false).unwrap();
+    let writing = std::thread::spawn(move || {
+        let ext = wire::Kind::GetData.ext();
+        let head = wire::Encoder::new(wire::Kind::GetData, 0, 0, ext + LEN)
+            .u64(req)
+            .u64(offset);
+        peer.write_all(head.as_bytes()).unwrap();
+        let data: Vec<u8> = (0..LEN).map(|i| (i % 7) as u8).collect();
+        for part in data.chunks(SLICE) {
+            std::thread::sleep(EVERY);
+            peer.write_all(part).unwrap();
+        }
+        let done = wire::Encoder::new(wire::Kind::GetDone, 0, 0, wire::Kind::GetDone.ext())
+            .u64(req)
+            .u64(offset)
+            .u64(LEN as u64)
+            .status(&Ok(()));
+        peer.write_all(done.as_bytes()).unwrap();
+        data
+    });
+    let start = Instant::now();
+    m.flush(Some(ep))
+        .expect("a get whose data keeps coming is waited for");
+    let took = start.elapsed();
+    let data = writing.join().unwrap();
+    assert!(took > Duration::from_secs(2), "streamed for {took:?}");
+    assert!(mem[LEN..] == data[..], "the get's data in place");
+    assert_eq!(*statuses.lock().unwrap(), ["Ok(())", "Ok(())"]);
+    assert!(seen.lock().unwrap().is_empty(), "the peer was not failed");
+    drop(lh);
+    drop(mem);
+}
+
 #[test]
 fn add_procs_hands_back_known_peers_whatever_the_modex() {
     let (mut m, ep, _listener, _seen) = module_facing_a_raw_peer(&[]);

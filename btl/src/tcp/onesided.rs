@@ -275,6 +275,15 @@ impl OneSided {
         self.ops.pending_on(ep)
     }
 
+    /// Peer `p` showed it is reading or answering (data of a get streaming in, or a
+    /// link to it that had stopped taking bytes took some again): counted as an answer,
+    /// so that a chunk that streams for longer than the flush timeout is not taken for
+    /// silence.
+    #[inline]
+    pub fn heard(&mut self, p: usize) {
+        self.ops.answers.heard(p);
+    }
+
     /// The peers (endpoint indices) that operations in flight go to, among `ep` (or
     /// all), and the answers each has sent so far.
     pub fn waiting(&self, ep: Option<Endpoint>) -> (Vec<usize>, &Answers) {

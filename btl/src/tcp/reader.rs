@@ -13,6 +13,7 @@ use super::engine::Engine;
 use super::link::RxBuf;
 use super::onesided::Handled;
 use super::peer::{endpoint, ConnId};
+use super::sink::Sink;
 use super::wire::{self, Frame};
 use crate::{Endpoint, Tag, MAX_SEGMENTS};
 use socket2::Socket;
@@ -131,8 +132,14 @@ impl Reader {
                     }
                 }
                 Role::Link { peer, link } => {
-                    if c.writable && !e.net.peers[peer].links[link].queue.is_empty() {
+                    let queued = e.net.peers[peer].links[link].queue.bytes();
+                    if c.writable && queued > 0 {
                         e.net.drain(peer, link);
+                        if e.net.peers[peer].links[link].queue.bytes() < queued {
+                            // Only the peer's reading makes room once its buffers are
+                            // full: a long put's data going out is news of it.
+                            e.onesided.heard(peer);
+                        }
                         e.settle();
                         *n += 1;
                     }
@@ -339,8 +346,16 @@ fn stream(e: &mut Engine, t: &mut Taken) -> Result<bool, String> {
     let Some(mut sink) = c.sink.take() else {
         return Ok(true);
     };
-    if !sink.pour(c, &mut t.rx, &table, me)? {
-        c.sink = Some(sink);
+    let left = sink.left();
+    let all = sink.pour(c, &mut t.rx, &table, me)?;
+    // A get's data streaming in is the peer answering, however long the chunk.
+    if matches!(sink, Sink::Get { .. }) && sink.left() < left {
+        e.onesided.heard(t.p);
+    }
+    if !all {
+        if let Some(c) = e.net.conns.get_mut(t.id) {
+            c.sink = Some(sink);
+        }
         return Ok(false);
     }
     if let Some(ack) = sink.answer() {

@@ -116,6 +116,13 @@ impl Sink {
         }
     }
 
+    /// Bytes still to come.
+    pub fn left(&self) -> usize {
+        match self {
+            Sink::Put { left, .. } | Sink::Get { left, .. } => *left,
+        }
+    }
+
     /// What a sink that has all its data answers: a put's acknowledgement.
     pub fn answer(self) -> Option<Item> {
         let Sink::Put { req, status, .. } = self else {
