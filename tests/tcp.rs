@@ -6,7 +6,8 @@
 //! process, a module against a peer the test plays on a raw listener (accepting and
 //! never answering, declining and never connecting, closing a handshake unanswered;
 //! over IPv6, of a family the module does not use, publishing an old format: see
-//! `tcp/families.rs`), and two interfaces per rank in a network namespace the test
+//! `tcp/families.rs`; answering a flush slowly, not at all, or streaming a chunk slowly),
+//! and two interfaces per rank in a network namespace the test
 //! makes (one link per pair). This test binary re-executes itself as the rank
 //! program under the launcher; `TCP_TEST_ROLE` selects what a rank does, and ranks
 //! leave `ok.<rank>` files in `TCP_TEST_DIR`. (Over 600 lines: each test's rank side

@@ -7,6 +7,7 @@
 //! its kernel still acknowledges what we send) is named in
 //! [`Error::PeerTimeout`](crate::Error::PeerTimeout), and its operations stay pending.
 
+use crate::{Endpoint, Error, SilentPeer};
 use std::time::{Duration, Instant};
 
 /// Rounds of a flush's loop between two looks at the clock, when rounds find work (a
@@ -106,6 +107,31 @@ impl FlushWatch {
         }
         self.watched = seen;
         (all_silent && !silent.is_empty()).then_some(silent)
+    }
+
+    /// As [`look`](FlushWatch::look), the error that ends the flush: `PeerTimeout`
+    /// naming each silent peer (endpoint index `i` is `Endpoint(i)`, its rank
+    /// `rank_of(i)`) and `param`, the parameter that sets the timeout.
+    pub fn timed_out(
+        &mut self,
+        now: Instant,
+        waiting: impl IntoIterator<Item = usize>,
+        answers: &Answers,
+        rank_of: impl Fn(usize) -> u32,
+        param: &'static str,
+    ) -> Option<Error> {
+        let silent = self.look(now, waiting, answers)?;
+        Some(Error::PeerTimeout {
+            peers: silent
+                .into_iter()
+                .map(|i| SilentPeer {
+                    endpoint: Endpoint(i as u32),
+                    rank: rank_of(i),
+                })
+                .collect(),
+            silent_for: self.timeout,
+            param,
+        })
     }
 }
 

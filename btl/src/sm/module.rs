@@ -23,7 +23,7 @@ use crate::{
     AmCallback, AtomicOp, AtomicRequest, AtomicWidth, Attributes, DesFlags, Descriptor, Endpoint,
     Error, ErrorCallback, ErrorEvent, Expected, ExpectedSlot, MemHandle, Modex, Module, ModuleId,
     Order, Proc, RdmaCallback, RdmaCompletion, Received, RegRequest, RemoteHandle, Result,
-    SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, SilentPeer, Tag, MAX_SEGMENTS,
+    SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, MAX_SEGMENTS,
 };
 use rbtl_rcache::{Access, Rcache};
 use std::collections::VecDeque;
@@ -887,18 +887,15 @@ impl Module for SmModule {
             }
             if watch.due(busy) {
                 let (waiting, answers) = self.copy.waiting(endpoint);
-                if let Some(silent) = watch.look(Instant::now(), waiting, answers) {
-                    outcome = Err(Error::PeerTimeout {
-                        peers: silent
-                            .into_iter()
-                            .map(|i| SilentPeer {
-                                endpoint: Endpoint(i as u32),
-                                rank: self.peers[i].rank,
-                            })
-                            .collect(),
-                        silent_for: watch.timeout(),
-                        param: FLUSH_TIMEOUT_PARAM,
-                    });
+                let rank_of = |i: usize| self.peers[i].rank;
+                if let Some(e) = watch.timed_out(
+                    Instant::now(),
+                    waiting,
+                    answers,
+                    rank_of,
+                    FLUSH_TIMEOUT_PARAM,
+                ) {
+                    outcome = Err(e);
                     break;
                 }
             }

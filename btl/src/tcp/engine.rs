@@ -23,7 +23,7 @@ use crate::keytable;
 use crate::registrations::{NoPin, Registrations};
 use crate::{
     Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorEvent, MemHandle, Modex, ModuleId,
-    Order, Proc, RdmaCallback, RegRequest, Result, SendError, SendOutcome, SilentPeer, Tag,
+    Order, Proc, RdmaCallback, RegRequest, Result, SendError, SendOutcome, Tag,
 };
 use rbtl_mpool::Region;
 use rbtl_rcache::Rcache;
@@ -350,18 +350,8 @@ impl Engine {
         now: Instant,
     ) -> Option<Error> {
         let (waiting, answers) = self.onesided.waiting(ep);
-        let silent = watch.look(now, waiting, answers)?;
-        Some(Error::PeerTimeout {
-            peers: silent
-                .into_iter()
-                .map(|p| SilentPeer {
-                    endpoint: endpoint(p),
-                    rank: self.net.peers[p].rank,
-                })
-                .collect(),
-            silent_for: watch.timeout(),
-            param: FLUSH_TIMEOUT_PARAM,
-        })
+        let rank_of = |p: usize| self.net.peers[p].rank;
+        watch.timed_out(now, waiting, answers, rank_of, FLUSH_TIMEOUT_PARAM)
     }
 
     // ---- Progress.

@@ -13,7 +13,7 @@ use crate::remote_key::RemoteKey;
 use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::{
     AtomicOp, AtomicWidth, BtlFlags, Endpoint, Error, MemHandle, Module, RdmaCallback,
-    RdmaCompletion, RegRequest, RemoteHandle, Result, SilentPeer,
+    RdmaCompletion, RegRequest, RemoteHandle, Result,
 };
 use rbtl_rcache::{Access, Registration};
 use rbtl_verbs::{Op, Sge, VerbsRegistrar};
@@ -368,17 +368,8 @@ impl OpenibModule {
     ) -> Option<Error> {
         let peers = &self.core.peers;
         let waited = (0..peers.len()).filter(|&i| covers(i) && rdma_pending(&peers[i]));
-        let silent = watch.look(now, waited, &self.core.answers)?;
-        Some(Error::PeerTimeout {
-            peers: silent
-                .into_iter()
-                .map(|i| SilentPeer {
-                    endpoint: Endpoint(i as u32),
-                    rank: peers[i].rank,
-                })
-                .collect(),
-            silent_for: watch.timeout(),
-            param: crate::FLUSH_TIMEOUT_PARAM,
-        })
+        let rank_of = |i: usize| peers[i].rank;
+        let param = crate::FLUSH_TIMEOUT_PARAM;
+        watch.timed_out(now, waited, &self.core.answers, rank_of, param)
     }
 }
