@@ -3,7 +3,10 @@
 # under MPICH's hydra, Open MPI and Slurm.  Each node is a network namespace
 # (rbtl-nK, address 198.18.1.K/24 on interface rbtl0, a veth whose other end
 # rbtl-vK sits on the bridge rbtl-br0 at 198.18.1.254) with a persistent UTS
-# namespace of its own whose host name is the node's name.  With --slurm, a
+# namespace of its own whose host name is the node's name.  Each node has a
+# second interface, rbtl1 at 198.18.2.K/24, a veth whose other end rbtl-wK sits
+# on the bridge rbtl-br1 (no address: a network of the nodes alone), for runs
+# over two interfaces per node.  With --slurm, a
 # Slurm cluster runs across them: munged with its own key, slurmctld in the
 # root network namespace under the host name rbtl-ctl (the bridge's address),
 # one slurmd per node.  All state (namespace files, Slurm's configuration,
@@ -25,6 +28,9 @@ readonly NET=198.18.1
 readonly CIDR=$NET.0/24
 readonly BRIDGE_ADDR=$NET.254
 readonly NODE_IF=rbtl0
+readonly BRIDGE2=rbtl-br1
+readonly NET2=198.18.2
+readonly NODE_IF2=rbtl1
 readonly CONTROLLER=rbtl-ctl
 readonly MAX_NODES=16
 # Slurm's ports, away from its defaults (6817/6818) so that a Slurm of the
@@ -62,8 +68,10 @@ Usage: $PROG up N [--slurm]     bring up N simulated nodes (1 to $MAX_NODES), wi
        $PROG status             what is up
        $PROG hosts [N]          the node names, comma-separated (the first N)
 
-Nodes: rbtl-n1..rbtl-nN at $NET.1..$NET.N/24, bridge $BRIDGE at $BRIDGE_ADDR.
-Runs over tcp between them: RBTL_BTL_TCP_IF_INCLUDE=$CIDR.
+Nodes: rbtl-n1..rbtl-nN at $NET.1..$NET.N/24 ($NODE_IF), bridge $BRIDGE at
+$BRIDGE_ADDR; and at $NET2.1..$NET2.N/24 ($NODE_IF2), bridge $BRIDGE2.
+Runs over tcp between them: RBTL_BTL_TCP_IF_INCLUDE=$CIDR (add $NET2.0/24
+for two interfaces per node).
 EOF
 }
 
@@ -76,6 +84,7 @@ die() {
 node_name() { printf 'rbtl-n%d' "$1"; }
 node_addr() { printf '%s.%d' "$NET" "$1"; }
 veth_name() { printf 'rbtl-v%d' "$1"; }
+veth2_name() { printf 'rbtl-w%d' "$1"; }
 uts_file() { printf '%s/uts/%s' "$STATE" "$1"; }
 
 need_root() { [[ $EUID -eq 0 ]] || die "needs root (network namespaces, a bridge, Slurm's daemons)"; }
@@ -124,7 +133,10 @@ node_count() {
 # Every network namespace this tool may have made, up or left by a crash.
 our_netns() { ip netns list 2>/dev/null | awk '$1 ~ /^rbtl-n[0-9]+$/ { print $1 }'; }
 
-is_up() { [[ -e $STATE ]] || [[ -n $(our_netns) ]] || ip link show "$BRIDGE" >/dev/null 2>&1; }
+is_up() {
+    [[ -e $STATE ]] || [[ -n $(our_netns) ]] || ip link show "$BRIDGE" >/dev/null 2>&1 ||
+        ip link show "$BRIDGE2" >/dev/null 2>&1
+}
 
 # The node named by a name or an address; fails for anything else.
 resolve_node() {
@@ -182,6 +194,9 @@ cmd_up() {
     no_ipv6 "$BRIDGE"
     ip addr add "$BRIDGE_ADDR/24" dev "$BRIDGE"
     ip link set "$BRIDGE" up
+    ip link add "$BRIDGE2" type bridge
+    no_ipv6 "$BRIDGE2"
+    ip link set "$BRIDGE2" up
     local k node
     for ((k = 1; k <= n; k++)); do
         node=$(node_name "$k")
@@ -192,8 +207,13 @@ cmd_up() {
         no_ipv6 "$(veth_name "$k")"
         ip link set "$(veth_name "$k")" master "$BRIDGE" up
         ip -n "$node" addr add "$(node_addr "$k")/24" dev "$NODE_IF"
+        ip link add "$(veth2_name "$k")" type veth peer name "$NODE_IF2" netns "$node"
+        no_ipv6 "$(veth2_name "$k")"
+        ip link set "$(veth2_name "$k")" master "$BRIDGE2" up
+        ip -n "$node" addr add "$NET2.$k/24" dev "$NODE_IF2"
         ip -n "$node" link set lo up
         ip -n "$node" link set "$NODE_IF" up
+        ip -n "$node" link set "$NODE_IF2" up
         make_uts "$node"
     done
     make_uts "$CONTROLLER"
@@ -404,7 +424,7 @@ teardown() {
     done
     for ns in $(our_netns); do ip netns del "$ns" 2>/dev/null || note "cannot delete namespace $ns"; done
     for link in $(ip -o link show 2>/dev/null | awk -F': ' '{ sub(/@.*/, "", $2); print $2 }' |
-        grep -E '^rbtl-(v[0-9]+|br0)$'); do
+        grep -E '^rbtl-([vw][0-9]+|br[01])$'); do
         # A veth goes with its namespace's end: it may be gone by now.
         ip link del "$link" 2>/dev/null || ! ip link show "$link" >/dev/null 2>&1 ||
             note "cannot delete link $link"
@@ -493,11 +513,11 @@ cmd_status() {
         return 0
     fi
     echo "owner: $(cat "$STATE/owner" 2>/dev/null || echo 'unknown (a crashed run? `down` cleans it)')"
-    echo "bridge: $BRIDGE $BRIDGE_ADDR/24"
+    echo "bridges: $BRIDGE $BRIDGE_ADDR/24, $BRIDGE2 (no address)"
     for ((k = 1; k <= n; k++)); do
         node=$(node_name "$k")
-        printf '%s: %s on %s, %s process(es)\n' "$node" "$(node_addr "$k")" "$NODE_IF" \
-            "$(ip netns pids "$node" 2>/dev/null | wc -l)"
+        printf '%s: %s on %s, %s.%d on %s, %s process(es)\n' "$node" "$(node_addr "$k")" \
+            "$NODE_IF" "$NET2" "$k" "$NODE_IF2" "$(ip netns pids "$node" 2>/dev/null | wc -l)"
     done
     if [[ -r $(slurm_conf) ]]; then
         echo "slurm: SLURM_CONF=$(slurm_conf)"

@@ -23,6 +23,23 @@ pub fn ssh() -> PathBuf {
 pub const BRIDGE: &str = "rbtl-br0";
 /// The network of the nodes, for `RBTL_BTL_TCP_IF_INCLUDE`.
 pub const CIDR: &str = "198.18.1.0/24";
+/// Their second network (a second interface on each node, on a bridge of its own).
+pub const CIDR2: &str = "198.18.2.0/24";
+
+/// Bytes node `k`'s interface on the first network (`second`: on the second) has
+/// carried both ways so far, as the counters of its veth's end in the root namespace
+/// give them.
+pub fn carried(k: usize, second: bool) -> u64 {
+    let link = format!("rbtl-{}{k}", if second { 'w' } else { 'v' });
+    ["rx_bytes", "tx_bytes"]
+        .iter()
+        .map(|c| {
+            let path = format!("/sys/class/net/{link}/statistics/{c}");
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+            text.trim().parse::<u64>().unwrap()
+        })
+        .sum()
+}
 /// How long bringing the nodes up, or down, may take.
 const UP_DOWN_LIMIT: Duration = Duration::from_secs(120);
 

@@ -1,8 +1,9 @@
 //! Jobs across simulated nodes (`tools/nodes.sh`: network and UTS namespaces on a
-//! bridge, 198.18.1.0/24): `osu` under MPICH's hydra on 2 and 3 nodes with 1 and 2
-//! ranks per node, under Slurm (`srun --mpi=pmi2`), and `osu init`; each run's
-//! routing (`osu --verbose`) is checked against where the launcher put the ranks:
-//! `sm` within a node, `tcp` across. Also the tool itself: a second user is refused,
+//! bridge, 198.18.1.0/24, and a second one, 198.18.2.0/24): `osu` under MPICH's
+//! hydra on 2 and 3 nodes with 1 and 2 ranks per node, under Slurm (`srun
+//! --mpi=pmi2`), and `osu init`; each run's routing (`osu --verbose`) is checked
+//! against where the launcher put the ranks: `sm` within a node, `tcp` across; and
+//! `osu bw` on two nodes over both networks, its data shared between them. Also the tool itself: a second user is refused,
 //! and nothing is left behind after a crashed session or an interrupted `up`.
 //!
 //! Needs root, MPICH and, for Slurm, `slurmctld slurmd slurm-client munge`
@@ -14,7 +15,7 @@
 mod cluster;
 mod launch;
 
-use cluster::{node, Nodes, BRIDGE, CIDR};
+use cluster::{carried, node, Nodes, BRIDGE, CIDR, CIDR2};
 use launch::{check_routes, rows, run};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -163,6 +164,49 @@ fn hydra_on_two_nodes_routes_sm_within_a_node_and_tcp_across() {
     }
     let nodes = Nodes::up(2, false);
     hydra_on(&nodes, 2);
+    striped_over_two_networks(&nodes);
+}
+
+/// With both networks of the nodes included, each rank has a link to its partner
+/// on each (one per pair of interfaces), and `osu bw` at 1 MiB shares its data
+/// between them: each network carries a third or more of it.
+fn striped_over_two_networks(nodes: &Nodes) {
+    const PAYLOAD: u64 = 64 << 20;
+    let before = [carried(1, false), carried(1, true)];
+    let out = run(
+        hydra(&nodes.hosts(2), 2, 1)
+            .env("RBTL_BTL_TCP_IF_INCLUDE", format!("{CIDR},{CIDR2}"))
+            .args([
+                OSU,
+                "bw",
+                "--min-size",
+                "1m",
+                "--max-size",
+                "1m",
+                "--iterations",
+                "1",
+                "--skip",
+                "0",
+            ]),
+        LAUNCH_LIMIT,
+    );
+    assert!(out.stdout.contains("over tcp)"), "{}", out.stdout);
+    assert_eq!(rows(&out.stdout).len(), 1, "{}", out.stdout);
+    let first = carried(1, false) - before[0];
+    let second = carried(1, true) - before[1];
+    // A window of 64 messages of 1 MiB, node 1 to node 2.
+    assert!(
+        first + second >= PAYLOAD,
+        "{first} + {second} bytes for {PAYLOAD} sent"
+    );
+    for (net, bytes) in [(CIDR, first), (CIDR2, second)] {
+        assert!(
+            bytes >= (first + second) / 3,
+            "{net} carried {bytes} of {} bytes:\n{}",
+            first + second,
+            out.stdout
+        );
+    }
 }
 
 #[test]
