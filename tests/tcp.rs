@@ -6,10 +6,10 @@
 //! process, a module against a peer the test plays on a raw listener (accepting and
 //! never answering, declining and never connecting, closing a handshake unanswered;
 //! over IPv6, of a family the module does not use, publishing an old format: see
-//! `tcp/families.rs`; answering a flush slowly, not at all, or streaming a chunk slowly),
-//! and two interfaces per rank in a network namespace the test
-//! makes (one link per pair). This test binary re-executes itself as the rank
-//! program under the launcher; `TCP_TEST_ROLE` selects what a rank does, and ranks
+//! `tcp/families.rs`; answering a flush slowly, not at all, or streaming a chunk
+//! slowly), and two interfaces per rank in a network namespace the test makes (one
+//! link per pair). This test binary re-executes itself as the rank program under the
+//! launcher; `TCP_TEST_ROLE` selects what a rank does, and ranks
 //! leave `ok.<rank>` files in `TCP_TEST_DIR`. (Over 600 lines: each test's rank side
 //! sits here beside its launcher side, in the one binary.)
 
@@ -986,7 +986,7 @@ fn flush_waits_for_a_slow_peer_and_names_a_silent_one_whose_put_then_completes()
     drop(mem);
 }
 
-/// Reads `frame.len()` bytes of one frame from `s`, progressing `m`, and decodes it.
+/// One frame of `len` bytes read from `s`, progressing `m` meanwhile.
 fn read_frame(m: &mut TcpModule, s: &mut TcpStream, len: usize) -> Vec<u8> {
     let mut frame = vec![0u8; len];
     read_progressing(m, s, &mut frame);

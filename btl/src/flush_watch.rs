@@ -62,11 +62,6 @@ impl FlushWatch {
         }
     }
 
-    /// The timeout.
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
     /// After a round of the flush's loop that found work (`busy`) or none: whether to
     /// [`look`](FlushWatch::look) now (after the first round always, which starts the
     /// count of the peers waited for from the start).

@@ -3,8 +3,9 @@
 //! hydra on 2 and 3 nodes with 1 and 2 ranks per node, under Slurm (`srun
 //! --mpi=pmi2`), and `osu init`; each run's routing (`osu --verbose`) is checked
 //! against where the launcher put the ranks: `sm` within a node, `tcp` across; and
-//! `osu bw` on two nodes over both networks, its data shared between them. Also the tool itself: a second user is refused,
-//! and nothing is left behind after a crashed session or an interrupted `up`.
+//! `osu bw` on two nodes over both networks, its data shared between them. Also the
+//! tool itself: a second user is refused, and nothing is left behind after a crashed
+//! session or an interrupted `up`.
 //!
 //! Needs root, MPICH and, for Slurm, `slurmctld slurmd slurm-client munge`
 //! (`bash tools/packages.sh install host nodes`). Without them each test says SKIP,
