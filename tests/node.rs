@@ -5,7 +5,7 @@
 //! processes (with cross-memory attach and with copies through the rings), its `auto`
 //! path switching to cross-memory attach, the message layer (over sm, and over tcp on
 //! loopback), and what happens when a rank fails, stops (a peer timeout; a flush of
-//! operations through the rings) or loses its launcher; and the `osu` binary in those cases. This test binary re-executes itself as
+//! operations through the rings), removes its peers or loses its launcher; and the `osu` binary in those cases. This test binary re-executes itself as
 //! the rank program under the launcher; `NODE_TEST_ROLE` selects what a rank does and
 //! ranks leave `ok.<rank>` files in `NODE_TEST_DIR`. Each job gets its own
 //! `RBTL_SHM_DIR`, checked empty afterwards. `node/stale.rs` holds the roles over
@@ -15,6 +15,8 @@
 #[path = "node/churn.rs"]
 mod churn;
 mod common;
+#[path = "node/removed.rs"]
+mod removed;
 #[path = "node/stale.rs"]
 mod stale;
 #[path = "common/stopped_flush.rs"]
@@ -62,6 +64,11 @@ fn rank_role_entry() {
         "sm_stopped_flush" => {
             let (mut m, eps, mut job) = sm_module();
             stopped_flush::run(m.as_mut(), &eps, &mut job, "btl_sm_flush_timeout");
+            report_ok(job.rank, "ok");
+        }
+        "sm_removed" => {
+            let (mut m, eps, mut job) = sm_module();
+            removed::run(m.as_mut(), &eps, &mut job);
             report_ok(job.rank, "ok");
         }
         "sm_stress" => {
@@ -667,6 +674,15 @@ fn sm_flush_names_a_stopped_peer_after_its_timeout_and_its_operations_complete_o
         ("RBTL_BTL_SM_FLUSH_TIMEOUT", "1000"),
     ];
     expect_all_ok("sm_stopped_flush", 3, &env);
+}
+
+#[test]
+fn sm_peers_a_rank_removed_fail_it_at_once() {
+    let env = [
+        ("RBTL_BTL_SM_RDMA", "copy"),
+        ("RBTL_BTL_SM_FLUSH_TIMEOUT", "60000"),
+    ];
+    expect_all_ok("sm_removed", 3, &env);
 }
 
 #[test]

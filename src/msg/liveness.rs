@@ -223,12 +223,14 @@ impl Comm {
             waited.as_secs()
         );
         tracing::warn!(rank, %why, "giving up on a peer");
-        lock(&self.state).peer_failed(rank, why);
+        // The transport first: it tells the peer (where it can) before the memory
+        // offered to it is given back with the requests failed below.
         if let Some(&(mi, ep)) = self.routes.get(rank as usize) {
             if let Err(e) = self.modules[mi].del_procs(&[ep]) {
                 tracing::warn!(rank, %e, "could not drop a silent peer from its transport");
             }
         }
+        lock(&self.state).peer_failed(rank, why);
     }
 }
 

@@ -24,7 +24,9 @@
 //! the error callback; its operations complete with an error. A peer that lives but
 //! replies to nothing (stopped, hung) keeps `flush` waiting only for
 //! `btl_sm_flush_timeout` (as `tcp`'s): flush then returns `PeerTimeout` naming it, its
-//! operations still pending.
+//! operations still pending. A peer that removes this process (`del_procs`) sets a flag
+//! for it in its own segment; seen while idle, or when a handle of that peer is refused,
+//! it fails the peer here too (`PeerFailed`), since the peer takes nothing more from it.
 //!
 //! Segments have no name in any directory (`memfd_create`): peers open them through
 //! `/proc/<pid>/fd/<fd>` of their owner (as UCX's posix transport does), which needs

@@ -35,6 +35,9 @@ use std::time::Instant;
 /// half millisecond, and a ping-pong every few thousand round trips (at a sixteenth of
 /// it, the calls showed in `osu latency`; measured: see docs/performance.md).
 const LIVENESS_INTERVAL: u32 = 1 << 16;
+
+/// Why a peer that removed this process (its `del_procs`) is failed here.
+const REMOVED_US: &str = "it removed this process (del_procs): it takes nothing more from it";
 /// Most messages taken from one ring per progress call.
 const BATCH: usize = 32;
 
@@ -250,8 +253,17 @@ impl SmModule {
         self.attrs.check_transfer(put, local, remote, size)?;
         local_handle.check::<Reg<NoPin>>(self.id, local, size, local_needs)?;
         let peer = self.peer(ep)?;
-        peer.table
-            .check(peer.module, remote_handle, remote, size, remote_needs)?;
+        if let Err(e) = peer
+            .table
+            .check(peer.module, remote_handle, remote, size, remote_needs)
+        {
+            // A peer that removed us went on to release what it had offered us.
+            if peer.removed_us() {
+                self.fail_peer(ep.0 as usize, REMOVED_US.into());
+                return Err(self.peer(ep).err().unwrap_or(e));
+            }
+            return Err(e);
+        }
         let cma = self.peers[ep.0 as usize].goes_by_cma(dir, size, &self.settings);
         let peer = &self.peers[ep.0 as usize];
         if cma {
@@ -497,8 +509,13 @@ impl SmModule {
     fn check_liveness(&mut self) {
         for i in 0..self.peers.len() {
             let p = &self.peers[i];
-            if p.failed.is_none() && p.has_exited() {
+            if p.failed.is_some() {
+                continue;
+            }
+            if p.has_exited() {
                 self.fail_peer(i, format!("process {} ended", p.pid));
+            } else if p.removed_us() {
+                self.fail_peer(i, REMOVED_US.into());
             }
         }
     }
@@ -629,8 +646,11 @@ impl Module for SmModule {
             let i = ep.0 as usize;
             let p = self.peers.get(i).ok_or(Error::UnknownEndpoint(ep.0))?;
             if !p.removed {
+                let rank = p.rank;
                 self.end_peer(i, "removed by del_procs".into());
                 self.peers[i].removed = true;
+                // Its operations towards us would wait for answers that never come.
+                self.own.mark_removed(rank);
             }
         }
         Ok(())

@@ -36,6 +36,17 @@ impl OwnSegment {
         unsafe { segment::header(self.region.as_ptr()) }.init(id.0, self.layout.nranks);
     }
 
+    /// Tell rank `rank` (through its flag in this segment, which it maps) that this
+    /// process removed it.
+    pub fn mark_removed(&self, rank: u32) {
+        if (rank as usize) < self.layout.nranks {
+            // SAFETY: our segment, of our layout, mapped for as long as `self`; the
+            // rank is within the layout.
+            unsafe { segment::RemovedFlag::new(self.region.as_ptr(), &self.layout, rank as usize) }
+                .set();
+        }
+    }
+
     pub fn region(&self) -> &Arc<SharedRegion> {
         &self.region
     }

@@ -126,6 +126,8 @@ pub(super) struct Peer {
     get_path: Choice,
     /// Why it is gone, once it is: its operations fail from then on.
     pub failed: Option<String>,
+    /// Our flag in its segment: set once it removed us.
+    removed_us: segment::RemovedFlag,
 }
 
 impl Peer {
@@ -185,14 +187,16 @@ impl Peer {
             )));
         }
         // SAFETY: both layouts are equal and hold both ranks, and both segments are
-        // at least as long as the layout, so these offsets lie inside them; we are the only producer of our ring in the peer's segment and the
-        // only consumer of the peer's ring in ours; the segments live in `Peer` and
-        // the module for as long as the rings are used.
-        let (producer, consumer, table) = unsafe {
+        // at least as long as the layout, so these offsets lie inside them; we are the
+        // only producer of our ring in the peer's segment and the only consumer of the
+        // peer's ring in ours; the segments live in `Peer` and the module for as long
+        // as the rings, the table view and the flag are used.
+        let (producer, consumer, table, removed_us) = unsafe {
             (
                 Producer::new(base.add(layout.ring_offset(me)), layout.ring),
                 Consumer::new(segment.as_ptr().add(layout.ring_offset(peer)), layout.ring),
                 KeyTableView::new(base.add(layout.table_offset()), layout.registrations),
+                segment::RemovedFlag::new(base, layout, me),
             )
         };
         let cma_ok = match settings.rdma {
@@ -232,6 +236,7 @@ impl Peer {
             put_path: Choice::default(),
             get_path: Choice::default(),
             failed: None,
+            removed_us,
         }))
     }
 
@@ -276,6 +281,11 @@ impl Peer {
         Ok(Some(
             (self.local_base + (remote - self.remote_base) as usize) as *mut u8,
         ))
+    }
+
+    /// Whether the peer removed us (`del_procs`): it takes nothing more from us.
+    pub fn removed_us(&self) -> bool {
+        self.removed_us.is_set()
     }
 
     /// Whether the peer's process has ended (seen through its pidfd, else by signal 0).

@@ -1,12 +1,14 @@
-//! The layout of an `sm` process's shared segment: a header, the registration key
-//! table, one message ring per possible sender, and a heap for memory the process
-//! shares on purpose (windows).
+//! The layout of an `sm` process's shared segment: a header, a flag per rank (set
+//! once this process removed that rank, for it to see), the registration key table,
+//! one message ring per possible sender, and a heap for memory the process shares on
+//! purpose (windows).
 
 use super::ring::RingLayout;
 use crate::keytable;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
-const MAGIC: u64 = u64::from_le_bytes(*b"RBTLSM02");
+const MAGIC: u64 = u64::from_le_bytes(*b"RBTLSM03");
 const HEADER_BYTES: usize = 4096;
 
 /// The header at the start of a segment.
@@ -35,14 +37,19 @@ fn page(n: usize) -> usize {
 }
 
 impl Layout {
+    /// Offset of the flag of rank `rank`: set once the segment's owner removed it.
+    pub fn removed_offset(&self, rank: usize) -> usize {
+        HEADER_BYTES + rank
+    }
+
     /// Offset of the key table.
     pub fn table_offset(&self) -> usize {
-        HEADER_BYTES
+        HEADER_BYTES + page(self.nranks)
     }
 
     /// Offset of the ring that carries messages from `sender`.
     pub fn ring_offset(&self, sender: usize) -> usize {
-        HEADER_BYTES
+        self.table_offset()
             + page(keytable::table_bytes(self.registrations))
             + sender * page(self.ring.bytes())
     }
@@ -62,6 +69,7 @@ impl Layout {
     pub fn checked_bytes(&self) -> Option<usize> {
         let ring = self.ring.checked_bytes()?.checked_next_multiple_of(4096)?;
         HEADER_BYTES
+            .checked_add(self.nranks.checked_next_multiple_of(4096)?)?
             .checked_add(
                 keytable::table_bytes_checked(self.registrations)?
                     .checked_next_multiple_of(4096)?,
@@ -91,6 +99,40 @@ impl Layout {
             registrations: (w[1] & 0xffff_ffff) as usize,
             heap_bytes: w[3] as usize,
         }
+    }
+}
+
+/// The flag, in a segment mapped here, that says its owner removed one rank: the
+/// owner sets it in `del_procs`, the rank reads it in the segment it maps.
+pub struct RemovedFlag(NonNull<AtomicU8>);
+
+// SAFETY: the flag is only accessed through an atomic, in a segment that its holder
+// keeps mapped.
+unsafe impl Send for RemovedFlag {}
+
+impl RemovedFlag {
+    /// The flag of rank `rank` in the segment of `layout` mapped at `base`.
+    ///
+    /// # Safety
+    ///
+    /// `base` is a mapped segment of `layout`, `rank < layout.nranks`, and the segment
+    /// stays mapped while the flag is used.
+    pub unsafe fn new(base: *mut u8, layout: &Layout, rank: usize) -> RemovedFlag {
+        // SAFETY: forwarded contract: the offset lies inside the segment's flags, and a
+        // mapped segment's addresses are not null.
+        RemovedFlag(unsafe { NonNull::new_unchecked(base.add(layout.removed_offset(rank)).cast()) })
+    }
+
+    /// Whether the segment's owner has removed the rank.
+    pub fn is_set(&self) -> bool {
+        // SAFETY: inside a segment mapped for as long as `self` (see `new`).
+        unsafe { self.0.as_ref() }.load(Ordering::Acquire) != 0
+    }
+
+    /// The owner removed the rank.
+    pub fn set(&self) {
+        // SAFETY: as in `is_set`.
+        unsafe { self.0.as_ref() }.store(1, Ordering::Release);
     }
 }
 

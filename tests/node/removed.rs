@@ -1,0 +1,111 @@
+//! A rank that removes its peers (`del_procs`) tells them, over `sm`: rank 0 removes
+//! ranks 1 and 2 and releases the memory it offered them, and each then fails rank 0
+//! (`PeerFailed`, naming the removal) instead of waiting for answers that never come
+//! or meeting a handle that went away.
+
+use crate::common::offered::{put_then_fetch_add, Offered};
+use crate::common::watchdog;
+use rbtl::btl::{
+    Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion, RemoteHandle,
+};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What a rank that was removed sees of rank 0: every status is `PeerFailed` naming
+/// rank 0 and its removal of this process.
+fn removed_by_rank_0(status: &str) -> bool {
+    status.starts_with("Err(PeerFailed { rank: 0,") && status.contains("removed this process")
+}
+
+/// The role of the three ranks (`btl_sm_rdma=copy`, so that rank 1's put and fetch-add
+/// travel through the rings and wait for rank 0's answers).
+///
+/// - Rank 1 starts a put and a fetch-add to rank 0 while rank 0 does not progress.
+/// - Rank 0 removes ranks 1 and 2, then releases the memory it offered.
+/// - Rank 1 flushes: both operations fail with `PeerFailed` naming rank 0's removal,
+///   well before the flush timeout (which the job sets to 60 s).
+/// - Rank 2 gets from rank 0's released memory: `PeerFailed`, not a bad handle.
+/// - Both report rank 0's failure once through the error callback.
+pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Job) {
+    const HALF: usize = 16 << 10;
+    watchdog(Duration::from_secs(50));
+    let rank = job.rank;
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let s = seen.clone();
+    m.register_error(Box::new(move |e: &ErrorEvent| {
+        s.lock()
+            .unwrap()
+            .push(format!("{:?}: {:?}", e.rank, e.error))
+    }));
+    let Offered {
+        handle,
+        result_handle,
+        mem,
+        mut result,
+    } = Offered::publish(m, job, "removed", HALF);
+    let statuses: Arc<Mutex<Vec<String>>> = Arc::default();
+    let record = || -> RdmaCallback {
+        let st = statuses.clone();
+        Box::new(move |_, c: RdmaCompletion| st.lock().unwrap().push(format!("{:?}", c.status)))
+    };
+    let to_0 = |job: &mut rbtl::pmi::Job| -> (Endpoint, u64, RemoteHandle) {
+        let (_, addr, rh) = Offered::of(job, 0, "removed");
+        (eps[0].expect("sm reaches rank 0"), addr, rh)
+    };
+    if rank == 1 {
+        let (ep0, addr0, rh0) = to_0(job);
+        put_then_fetch_add(
+            m,
+            ep0,
+            (addr0, &rh0),
+            (&mem, &handle),
+            (&mut result, &result_handle),
+            HALF,
+            record,
+        );
+    }
+    job.modex.fence().unwrap();
+    if rank == 0 {
+        let others: Vec<Endpoint> = eps.iter().flatten().copied().collect();
+        m.del_procs(&others).unwrap();
+        drop(handle);
+        job.modex.fence().unwrap();
+        // Alive until both have looked: a rank that ended would fail for that reason.
+        job.modex.fence().unwrap();
+        assert!(
+            seen.lock().unwrap().is_empty(),
+            "{:?}",
+            seen.lock().unwrap()
+        );
+    } else {
+        job.modex.fence().unwrap();
+        let (ep0, addr0, rh0) = to_0(job);
+        if rank == 1 {
+            m.flush(Some(ep0)).expect("nothing is left to wait for");
+            let got = statuses.lock().unwrap().clone();
+            assert_eq!(got.len(), 2, "the put's and the fetch-add's: {got:?}");
+            assert!(got.iter().all(|s| removed_by_rank_0(s)), "{got:?}");
+        } else {
+            let l = mem.as_ptr() as usize;
+            let e = m
+                .get(ep0, l, addr0, &handle, &rh0, HALF, 0, Order::ANY, record())
+                .expect_err("rank 0 removed this process and released its memory");
+            assert!(
+                matches!(&e, Error::PeerFailed { rank: 0, why } if why.contains("removed this process")),
+                "{e:?}"
+            );
+        }
+        // The report comes with the next progress.
+        m.progress();
+        let reports = seen.lock().unwrap().clone();
+        assert_eq!(reports.len(), 1, "{reports:?}");
+        assert!(
+            reports[0].starts_with("Some(0): PeerFailed { rank: 0,")
+                && reports[0].contains("removed this process"),
+            "{reports:?}"
+        );
+        job.modex.fence().unwrap();
+        drop(handle);
+    }
+    drop((result_handle, mem, result));
+}
