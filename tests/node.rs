@@ -5,8 +5,9 @@
 //! processes (with cross-memory attach and with copies through the rings), its `auto`
 //! path switching to cross-memory attach, the message layer (over sm, and over tcp on
 //! loopback), and what happens when a rank fails, stops (a peer timeout; a flush of
-//! operations through the rings), removes its peers or loses its launcher; and the `osu` binary in those cases. This test binary re-executes itself as
-//! the rank program under the launcher; `NODE_TEST_ROLE` selects what a rank does and
+//! operations through the rings), removes its peers or loses its launcher; and the
+//! `osu` binary in those cases. This test binary re-executes itself as the rank
+//! program under the launcher; `NODE_TEST_ROLE` selects what a rank does and
 //! ranks leave `ok.<rank>` files in `NODE_TEST_DIR`. Each job gets its own
 //! `RBTL_SHM_DIR`, checked empty afterwards. `node/stale.rs` holds the roles over
 //! memory remapped under cached registrations and over fork, `node/stress.rs` (over

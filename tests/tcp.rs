@@ -995,17 +995,22 @@ fn read_frame(m: &mut TcpModule, s: &mut TcpStream, len: usize) -> Vec<u8> {
 
 #[test]
 fn flush_waits_for_a_chunk_that_streams_for_longer_than_its_timeout() {
-    // One chunk each way, put and get, each streaming for about three timeouts: the
-    // peer reads the put's data, and writes the get's, a slice every 100 ms.
+    // One chunk each way, put and get, each streaming for about 1.6 timeouts (3.2 s):
+    // the peer reads the put's data, and writes the get's, a slice every 100 ms. Small
+    // socket buffers (ours 64 KiB, the peer's 16 KiB: the kernel doubles both) keep
+    // what the kernels hold of the put, which goes out unseen, well under a timeout.
     const LEN: usize = 1 << 20;
     const SLICE: usize = 32 << 10;
     const EVERY: Duration = Duration::from_millis(100);
     let _guard = HangGuard::new("the streaming flush test", Duration::from_secs(90));
     let (mut m, ep, listener, seen) = module_facing_a_raw_peer(&[
-        ("btl_tcp_flush_timeout", "1000"),
+        ("btl_tcp_flush_timeout", "2000"),
         ("btl_tcp_sndbuf", "65536"),
     ]);
     let mut s = accept_hello(&mut m, &listener);
+    socket2::SockRef::from(&s)
+        .set_recv_buffer_size(16 << 10)
+        .unwrap();
     s.write_all(&[10, 0, 0, 0, 0, 0, 0, 0]).unwrap();
     let mut first = [0u8; wire::HEADER + 1];
     read_progressing(&mut m, &mut s, &mut first);

@@ -185,6 +185,25 @@ impl SmModule {
         }
     }
 
+    /// Peer `ep` for a one-sided operation: as [`SmModule::peer`], and a peer that has
+    /// removed us is failed here first (it gives back what it offered us).
+    fn reachable(&mut self, ep: Endpoint) -> Result<&Peer> {
+        if self.peer(ep)?.removed_us() {
+            self.fail_peer(ep.0 as usize, REMOVED_US.into());
+        }
+        self.peer(ep)
+    }
+
+    /// `e`, peer `ep`'s refusal of its handle; or the peer's failure when it removed us
+    /// meanwhile (its flag is set before it releases anything).
+    fn refused(&mut self, ep: Endpoint, e: Error) -> Error {
+        if self.peer(ep).is_ok_and(|p| p.removed_us()) {
+            self.fail_peer(ep.0 as usize, REMOVED_US.into());
+            return self.peer(ep).err().unwrap_or(e);
+        }
+        e
+    }
+
     fn new_descriptor(
         &mut self,
         ep: Endpoint,
@@ -252,17 +271,12 @@ impl SmModule {
         };
         self.attrs.check_transfer(put, local, remote, size)?;
         local_handle.check::<Reg<NoPin>>(self.id, local, size, local_needs)?;
-        let peer = self.peer(ep)?;
-        if let Err(e) = peer
+        let peer = self.reachable(ep)?;
+        let checked = peer
             .table
-            .check(peer.module, remote_handle, remote, size, remote_needs)
-        {
-            // A peer that removed us went on to release what it had offered us.
-            if peer.removed_us() {
-                self.fail_peer(ep.0 as usize, REMOVED_US.into());
-                return Err(self.peer(ep).err().unwrap_or(e));
-            }
-            return Err(e);
+            .check(peer.module, remote_handle, remote, size, remote_needs);
+        if let Err(e) = checked {
+            return Err(self.refused(ep, e));
         }
         let cma = self.peers[ep.0 as usize].goes_by_cma(dir, size, &self.settings);
         let peer = &self.peers[ep.0 as usize];
@@ -355,14 +369,18 @@ impl SmModule {
         if let Some((local, handle)) = result {
             handle.check::<Reg<NoPin>>(self.id, local, width.bytes(), Access::LOCAL_WRITE)?;
         }
-        let peer = self.peer(ep)?;
-        peer.table.check(
+        let peer = self.reachable(ep)?;
+        let checked = peer.table.check(
             peer.module,
             remote_handle,
             remote,
             width.bytes(),
             Access::ATOMIC,
-        )?;
+        );
+        if let Err(e) = checked {
+            return Err(self.refused(ep, e));
+        }
+        let peer = self.peer(ep)?;
         let remote_handle = &narrow(peer.module, remote_handle, remote, width.bytes())?;
         self.copy.start_atomic(
             &mut self.peers[ep.0 as usize],
@@ -883,8 +901,11 @@ impl Module for SmModule {
         len: usize,
         access: Access,
     ) -> Result<Option<*mut u8>> {
-        self.peer(endpoint)?
-            .map_heap(remote, remote_handle, len, access, self.own.layout())
+        let layout = *self.own.layout();
+        let mapped =
+            self.reachable(endpoint)?
+                .map_heap(remote, remote_handle, len, access, &layout);
+        mapped.map_err(|e| self.refused(endpoint, e))
     }
 
     /// Cross-memory attach completes at the call; the copy protocol waits for the

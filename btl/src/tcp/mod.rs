@@ -66,9 +66,11 @@
 //! `flush` waits for the answers to the operations it covers for as long as the peers
 //! it waits for answer (each answer, one per put or get chunk and per atomic, restarts
 //! that peer's count, and so do a get's data streaming in and a put's data going out
-//! on a link that had stopped taking bytes, which only the peer's reading makes room
-//! for: a chunk may stream for longer than the timeout); once every one of them has
-//! sent none for
+//! on a link that had stopped taking bytes: a chunk may stream for longer than the
+//! timeout. The room a put's data needs comes from the peer's kernel while the peer's
+//! receive buffer has some, then only from the peer's reading, so a stopped peer is
+//! counted silent at most as late as what the two buffers hold takes to cross); once
+//! every one of them has sent none for
 //! `btl_tcp_flush_timeout` (milliseconds, default 60 s, at least 1), it returns
 //! [`Error::PeerTimeout`] naming them, after running the
 //! callbacks of what did complete. A stopped or hung process, or one that never calls

@@ -136,8 +136,9 @@ impl Reader {
                     if c.writable && queued > 0 {
                         e.net.drain(peer, link);
                         if e.net.peers[peer].links[link].queue.bytes() < queued {
-                            // Only the peer's reading makes room once its buffers are
-                            // full: a long put's data going out is news of it.
+                            // Room made by the peer (its kernel while its buffer
+                            // has some, then its reading): a long put's data going
+                            // out is news of it.
                             e.onesided.heard(peer);
                         }
                         e.settle();
