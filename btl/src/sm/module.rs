@@ -38,6 +38,7 @@ const LIVENESS_INTERVAL: u32 = 1 << 16;
 
 /// Why a peer that removed this process (its `del_procs`) is failed here.
 const REMOVED_US: &str = "it removed this process (del_procs): it takes nothing more from it";
+
 /// Most messages taken from one ring per progress call.
 const BATCH: usize = 32;
 
