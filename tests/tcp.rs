@@ -842,9 +842,7 @@ fn answer_and_take_the_message(
 
 /// A put frame the raw peer read: its request number.
 fn read_put(m: &mut TcpModule, s: &mut TcpStream) -> u64 {
-    let mut frame = vec![0u8; wire::HEADER + wire::Kind::Put.ext() + 8];
-    read_progressing(m, s, &mut frame);
-    put_request(&frame)
+    put_request(&read_frame(m, s, wire::HEADER + wire::Kind::Put.ext() + 8))
 }
 
 /// The request number of the put `frame` (8 bytes of data).

@@ -198,11 +198,25 @@ impl SmModule {
     /// `e`, peer `ep`'s refusal of its handle; or the peer's failure when it removed us
     /// meanwhile (its flag is set before it releases anything).
     fn refused(&mut self, ep: Endpoint, e: Error) -> Error {
-        if self.peer(ep).is_ok_and(|p| p.removed_us()) {
-            self.fail_peer(ep.0 as usize, REMOVED_US.into());
-            return self.peer(ep).err().unwrap_or(e);
+        self.reachable(ep).err().unwrap_or(e)
+    }
+
+    /// Peer `ep`'s check of its handle for `len` bytes at `remote` with `access`: the
+    /// peer's module, or the refusal (see [`SmModule::refused`]).
+    fn check_remote(
+        &mut self,
+        ep: Endpoint,
+        remote_handle: &RemoteHandle,
+        remote: u64,
+        len: usize,
+        access: Access,
+    ) -> Result<ModuleId> {
+        let peer = self.reachable(ep)?;
+        let module = peer.module;
+        match peer.table.check(module, remote_handle, remote, len, access) {
+            Ok(()) => Ok(module),
+            Err(e) => Err(self.refused(ep, e)),
         }
-        e
     }
 
     fn new_descriptor(
@@ -272,13 +286,7 @@ impl SmModule {
         };
         self.attrs.check_transfer(put, local, remote, size)?;
         local_handle.check::<Reg<NoPin>>(self.id, local, size, local_needs)?;
-        let peer = self.reachable(ep)?;
-        let checked = peer
-            .table
-            .check(peer.module, remote_handle, remote, size, remote_needs);
-        if let Err(e) = checked {
-            return Err(self.refused(ep, e));
-        }
+        self.check_remote(ep, remote_handle, remote, size, remote_needs)?;
         let cma = self.peers[ep.0 as usize].goes_by_cma(dir, size, &self.settings);
         let peer = &self.peers[ep.0 as usize];
         if cma {
@@ -370,19 +378,8 @@ impl SmModule {
         if let Some((local, handle)) = result {
             handle.check::<Reg<NoPin>>(self.id, local, width.bytes(), Access::LOCAL_WRITE)?;
         }
-        let peer = self.reachable(ep)?;
-        let checked = peer.table.check(
-            peer.module,
-            remote_handle,
-            remote,
-            width.bytes(),
-            Access::ATOMIC,
-        );
-        if let Err(e) = checked {
-            return Err(self.refused(ep, e));
-        }
-        let peer = self.peer(ep)?;
-        let remote_handle = &narrow(peer.module, remote_handle, remote, width.bytes())?;
+        let module = self.check_remote(ep, remote_handle, remote, width.bytes(), Access::ATOMIC)?;
+        let remote_handle = &narrow(module, remote_handle, remote, width.bytes())?;
         self.copy.start_atomic(
             &mut self.peers[ep.0 as usize],
             ep,
