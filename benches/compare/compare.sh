@@ -10,13 +10,16 @@
 # has placed the two vCPUs near each other (waiting up to a minute), and runs again (up
 # to 3 times) if they were moved apart.
 #
-#   benches/compare/compare.sh [-t] [-m MODES] [-M MAX_SIZE] [-r ROUNDS]
+#   benches/compare/compare.sh [-t] [-m MODES] [-s MIN_SIZE] [-M MAX_SIZE] [-r ROUNDS]
 #     MODES: any of "lat bw bibw put_lat get_lat" (default: all; with -t, "lat bw"),
-#     MAX_SIZE default 4 MiB
+#     MIN_SIZE (bytes, a power of two) default each program's first size, MAX_SIZE
+#     default 4 MiB
 #     -t: the tcp transport over loopback, sm excluded, against Open MPI's tcp, UCX's
 #         tcp (through Open MPI's pml ucx, where present) and the raw-TCP floor
 #         (tcp_floor.c); every system pinned to cores 0 and 1
 #     -r: runs per system and benchmark (default 2; more narrow the host's swings)
+#     -s: start at MIN_SIZE: with fewer sizes, more rounds fit in a few minutes (for
+#         example `-t -m bw -s 1048576 -r 8`: the bandwidth targets' sizes only)
 #
 # Install the peers with:
 #   apt-get install -y --no-install-recommends openmpi-bin libopenmpi-dev mpich libmpich-dev
@@ -24,19 +27,26 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODES=
+MIN=
 MAX=4194304
 TCP=0
 ROUNDS=2
-while getopts "tm:M:r:" o; do
+while getopts "tm:s:M:r:" o; do
     case $o in
         t) TCP=1 ;;
         m) MODES=$OPTARG ;;
+        s) MIN=$OPTARG ;;
         M) MAX=$OPTARG ;;
         r) ROUNDS=$OPTARG ;;
-        *) sed -n '2,23p' "$0"; exit 2 ;;
+        *) sed -n '2,26p' "$0"; exit 2 ;;
     esac
 done
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "-r $ROUNDS: give the runs per system, 1 or more" >&2; exit 2; }
+[[ -z $MIN || $MIN =~ ^[1-9][0-9]*$ && $((MIN & (MIN - 1))) = 0 ]] ||
+    { echo "-s $MIN: give the smallest size in bytes, a power of two" >&2; exit 2; }
+# Each program's option for the smallest size, when one is given.
+OSU_MIN=${MIN:+--min-size $MIN}
+PP_MIN=${MIN:+-m $MIN}
 if [ -z "$MODES" ]; then
     if [ $TCP = 1 ]; then MODES="lat bw"; else MODES="lat bw bibw put_lat get_lat"; fi
 fi
@@ -96,17 +106,17 @@ command_for() {
             case $mode in lat) sub=latency ;; put_lat) sub=put-latency ;; get_lat) sub=get-latency ;; *) sub=$mode ;; esac
             # Its JSON has 4 decimals (its table, as OSU's, 2).
             if [ $TCP = 1 ]; then
-                echo "target/release/rbtlrun -n 2 --bind-to core target/release/osu $sub --btl tcp,self --param btl_tcp_if_include=lo --max-size $MAX --json $OUT/rbtl.$mode.json"
+                echo "target/release/rbtlrun -n 2 --bind-to core target/release/osu $sub --btl tcp,self --param btl_tcp_if_include=lo $OSU_MIN --max-size $MAX --json $OUT/rbtl.$mode.json"
             else
-                echo "target/release/osu $sub --max-size $MAX --json $OUT/rbtl.$mode.json"
+                echo "target/release/osu $sub $OSU_MIN --max-size $MAX --json $OUT/rbtl.$mode.json"
             fi ;;
-        ompi_tcp) echo "$OMPI --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo $OUT/pingpong.openmpi $mode -M $MAX" ;;
-        ucx_tcp) echo "$OMPI --mca pml ucx -x UCX_TLS=tcp,self -x UCX_NET_DEVICES=lo $UCX_ANY $OUT/pingpong.openmpi $mode -M $MAX" ;;
-        tcp_floor) echo "$OUT/tcp_floor $mode -M $MAX" ;;
-        ompi_vader) echo "$OMPI --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism cma $OUT/pingpong.openmpi $mode -M $MAX" ;;
-        ompi_vader_nocma) echo "$OMPI --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism none $OUT/pingpong.openmpi $mode -M $MAX" ;;
-        ompi_ucx) echo "$OMPI --mca pml ucx $UCX_ANY $OUT/pingpong.openmpi $mode -M $MAX" ;;
-        mpich) echo "mpiexec.mpich -n 2 -bind-to core $OUT/pingpong.mpich $mode -M $MAX" ;;
+        ompi_tcp) echo "$OMPI --mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo $OUT/pingpong.openmpi $mode $PP_MIN -M $MAX" ;;
+        ucx_tcp) echo "$OMPI --mca pml ucx -x UCX_TLS=tcp,self -x UCX_NET_DEVICES=lo $UCX_ANY $OUT/pingpong.openmpi $mode $PP_MIN -M $MAX" ;;
+        tcp_floor) echo "$OUT/tcp_floor $mode $PP_MIN -M $MAX" ;;
+        ompi_vader) echo "$OMPI --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism cma $OUT/pingpong.openmpi $mode $PP_MIN -M $MAX" ;;
+        ompi_vader_nocma) echo "$OMPI --mca pml ob1 --mca btl self,vader --mca btl_vader_single_copy_mechanism none $OUT/pingpong.openmpi $mode $PP_MIN -M $MAX" ;;
+        ompi_ucx) echo "$OMPI --mca pml ucx $UCX_ANY $OUT/pingpong.openmpi $mode $PP_MIN -M $MAX" ;;
+        mpich) echo "mpiexec.mpich -n 2 -bind-to core $OUT/pingpong.mpich $mode $PP_MIN -M $MAX" ;;
     esac
 }
 

@@ -3,8 +3,9 @@
  * busy-polled non-blocking sends and receives, no framing at all. Same method and
  * output as `osu` (OSU's loop counts; `# ` header lines, then `%-10d%20.2f` rows):
  *
- *   tcp_floor lat|bw [-M MAX]     lat: half a round trip (us); bw: MB/s, window 64,
- *                                 the receiver acknowledging each window with a byte
+ *   tcp_floor lat|bw [-m MIN] [-M MAX]
+ *       lat: half a round trip (us); bw: MB/s, window 64, the receiver acknowledging
+ *       each window with a byte; sizes the powers of two from MIN (default 1) to MAX
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -50,13 +51,21 @@ static void move(int fd, char *buf, size_t n, int sending) {
 
 int main(int argc, char **argv) {
     if (argc < 2 || (strcmp(argv[1], "lat") && strcmp(argv[1], "bw"))) {
-        fprintf(stderr, "usage: %s lat|bw [-M MAX]\n", argv[0]);
+        fprintf(stderr, "usage: %s lat|bw [-m MIN] [-M MAX]\n", argv[0]);
         return 1;
     }
     int bw = !strcmp(argv[1], "bw");
-    size_t max = 4194304;
-    if (argc >= 4 && !strcmp(argv[2], "-M"))
-        max = strtoul(argv[3], 0, 0);
+    size_t min = 1, max = 4194304;
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-m"))
+            min = strtoul(argv[i + 1], 0, 0);
+        else if (!strcmp(argv[i], "-M"))
+            max = strtoul(argv[i + 1], 0, 0);
+        else {
+            fprintf(stderr, "usage: %s lat|bw [-m MIN] [-M MAX]\n", argv[0]);
+            return 1;
+        }
+    }
 
     /* TCP_FLOOR_CONGESTION: a congestion control algorithm for both ends (a listener's
        passes to the connections it accepts); unset, the system's. */
@@ -96,8 +105,11 @@ int main(int argc, char **argv) {
                argv[1], cc ? cc : "the system's");
         printf("# Size %s\n", bw ? "Bandwidth (MB/s)" : "Latency (us)");
     }
-    /* From 1 byte: a message of none moves nothing over a raw socket. */
-    for (size_t size = 1; size <= max; size *= 2) {
+    /* From 1 byte at least: a message of none moves nothing over a raw socket. */
+    size_t first = 1;
+    while (first < min)
+        first *= 2;
+    for (size_t size = first; size <= max; size *= 2) {
         int iters, skip;
         if (bw) {
             iters = size > LARGE ? 20 : 100;
