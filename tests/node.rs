@@ -683,7 +683,7 @@ fn sm_peers_a_rank_removed_fail_it_at_once() {
         ("RBTL_BTL_SM_RDMA", "copy"),
         ("RBTL_BTL_SM_FLUSH_TIMEOUT", "60000"),
     ];
-    expect_all_ok("sm_removed", 3, &env);
+    expect_all_ok("sm_removed", 5, &env);
 }
 
 #[test]

@@ -1,12 +1,13 @@
 //! A rank that removes its peers (`del_procs`) tells them, over `sm`: rank 0 removes
-//! ranks 1 and 2 and releases the memory it offered them, and each then fails rank 0
-//! (`PeerFailed`, naming the removal) instead of waiting for answers that never come
-//! or meeting a handle that went away.
+//! ranks 1 to 4 and releases the memory it offered them, and each then fails rank 0
+//! (`PeerFailed`, naming the removal) instead of waiting for answers that never come,
+//! meeting a handle that went away, or filling a ring nobody reads.
 
 use crate::common::offered::{put_then_fetch_add, Offered};
 use crate::common::watchdog;
 use rbtl::btl::{
-    Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion, RemoteHandle,
+    DesFlags, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion,
+    RemoteHandle, SendCompletion, SendOutcome, SendiOutcome, Tag,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,15 +18,23 @@ fn removed_by_rank_0(status: &str) -> bool {
     status.starts_with("Err(PeerFailed { rank: 0,") && status.contains("removed this process")
 }
 
-/// The role of the three ranks (`btl_sm_rdma=copy`, so that rank 1's put and fetch-add
+/// Most sends a full ring is looked for with (it has 64 slots by default).
+const SENDS: usize = 4096;
+
+/// The role of the five ranks (`btl_sm_rdma=copy`, so that rank 1's put and fetch-add
 /// travel through the rings and wait for rank 0's answers).
 ///
 /// - Rank 1 starts a put and a fetch-add to rank 0 while rank 0 does not progress.
-/// - Rank 0 removes ranks 1 and 2, then releases the memory it offered.
+/// - Rank 0 removes ranks 1 to 4, then releases the memory it offered.
 /// - Rank 1 flushes: both operations fail with `PeerFailed` naming rank 0's removal,
 ///   well before the flush timeout (which the job sets to 60 s).
 /// - Rank 2 gets from rank 0's released memory: `PeerFailed`, not a bad handle.
-/// - Both report rank 0's failure once through the error callback.
+/// - Rank 3 only sends descriptors to rank 0, until its ring is full and a send waits:
+///   the next progress fails rank 0 and that send with it (not a liveness look tens of
+///   thousands of idle calls later).
+/// - Rank 4 only sends with `sendi`, without progress: once the ring is full, `sendi`
+///   fails rank 0 instead of answering that the ring is full.
+/// - Each reports rank 0's failure once through the error callback.
 pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Job) {
     const HALF: usize = 16 << 10;
     watchdog(Duration::from_secs(50));
@@ -86,6 +95,10 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
             let got = statuses.lock().unwrap().clone();
             assert_eq!(got.len(), 2, "the put's and the fetch-add's: {got:?}");
             assert!(got.iter().all(|s| removed_by_rank_0(s)), "{got:?}");
+        } else if rank == 3 {
+            send_until_the_ring_is_full(m, ep0);
+        } else if rank == 4 {
+            sendi_until_refused(m, ep0);
         } else {
             let l = mem.as_ptr() as usize;
             let e = m
@@ -109,4 +122,58 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
         drop(handle);
     }
     drop((result_handle, mem, result));
+}
+
+/// Rank 3's part: descriptor sends to rank 0 until one waits for room in its ring; the
+/// next progress calls end that send with rank 0's removal.
+fn send_until_the_ring_is_full(m: &mut dyn Module, ep0: Endpoint) {
+    let statuses: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut waiting = false;
+    for _ in 0..SENDS {
+        let flags = DesFlags::OWNERSHIP | DesFlags::ALWAYS_CALLBACK;
+        let mut des = m.alloc(ep0, Order::ANY, 8, flags).expect("a descriptor");
+        let st = statuses.clone();
+        des.set_callback(Box::new(move |_, done: SendCompletion| {
+            st.lock().unwrap().push(format!("{:?}", done.status))
+        }));
+        match m.send(ep0, des, Tag::USR) {
+            Ok(SendOutcome::Queued) => {
+                waiting = true;
+                break;
+            }
+            Ok(_) => {}
+            Err(e) => panic!("send before the ring was full: {}", e.error),
+        }
+    }
+    assert!(
+        waiting,
+        "{SENDS} sends all went into a ring that nobody reads"
+    );
+    // A handful of calls, far fewer than the idle calls between two liveness looks.
+    for _ in 0..100 {
+        m.progress();
+    }
+    let got = statuses.lock().unwrap().clone();
+    let failed: Vec<&String> = got.iter().filter(|s| *s != "Ok(())").collect();
+    assert_eq!(failed.len(), 1, "only the send that waited fails: {got:?}");
+    assert!(removed_by_rank_0(failed[0]), "{got:?}");
+}
+
+/// Rank 4's part: `sendi` to rank 0, never progressing, until it refuses: with rank 0's
+/// removal, once the ring is full.
+fn sendi_until_refused(m: &mut dyn Module, ep0: Endpoint) {
+    for _ in 0..SENDS {
+        match m.sendi(ep0, &[], &[4], Order::ANY, DesFlags::empty(), Tag::USR) {
+            Ok(SendiOutcome::Sent) => {}
+            Ok(SendiOutcome::Descriptor(_)) => panic!("sendi of one byte handed a descriptor"),
+            Err(e) => {
+                assert!(
+                    matches!(&e, Error::PeerFailed { rank: 0, why } if why.contains("removed this process")),
+                    "{e:?}"
+                );
+                return;
+            }
+        }
+    }
+    panic!("{SENDS} sends all went into a ring that nobody reads");
 }

@@ -26,8 +26,9 @@
 //! `btl_sm_flush_timeout` (as `tcp`'s): flush then returns `PeerTimeout` naming it, its
 //! operations still pending. A peer that removes this process (`del_procs`) sets a flag
 //! for it in its own segment; seen while idle, before a put, get, atomic or mapping
-//! towards that peer, or when one of its handles is refused, it fails the peer here
-//! too (`PeerFailed`), since the peer takes nothing more from it.
+//! towards that peer, when one of its handles is refused, or when a send finds the
+//! peer's ring full, it fails the peer here too (`PeerFailed`), since the peer takes
+//! nothing more from it.
 //!
 //! Segments have no name in any directory (`memfd_create`): peers open them through
 //! `/proc/<pid>/fd/<fd>` of their owner (as UCX's posix transport does), which needs

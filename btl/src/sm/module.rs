@@ -241,7 +241,8 @@ impl SmModule {
         self.frags.finish(des, immediate, status, &mut self.done)
     }
 
-    /// Push what waits for peer `i`'s ring, in order, as far as room allows.
+    /// Push what waits for peer `i`'s ring, in order, as far as room allows. A full
+    /// ring of a peer that removed us stays full: the peer is failed then.
     #[inline(never)]
     fn drain_outbound(&mut self, i: usize) -> usize {
         let mut n = 0;
@@ -256,6 +257,9 @@ impl SmModule {
                 Outbound::Protocol(item) => self.copy.push(item, producer, speed),
             };
             if !pushed {
+                if self.peers[i].failed.is_none() && self.peers[i].removed_us() {
+                    self.fail_peer(i, REMOVED_US.into());
+                }
                 break;
             }
             n += 1;
@@ -780,7 +784,8 @@ impl Module for SmModule {
         if peer.failed.is_none() && peer.outbound.is_empty() && pushed(&mut peer.producer) {
             return Ok(SendiOutcome::Sent);
         }
-        self.peer(endpoint)?;
+        // A peer that removed us reads its ring no more.
+        self.reachable(endpoint)?;
         Err(Error::OutOfResource("sm ring full"))
     }
 
