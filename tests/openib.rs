@@ -5,8 +5,8 @@
 //! receiver-not-ready retries, a shared receive queue, a job too large for the
 //! completion queue, a killed peer, a peer stopped before its connection came up
 //! (`common/stopped_connect.rs`), a stopped peer the message layer gives up on and a
-//! peer removed with work posted to it (`common/stopped_peer.rs`,
-//! `openib/removed_peer.rs`), ranks that share no connection method, a short osu
+//! peer removed with work posted to it, whose messages polled after its removal reach
+//! no callback (`common/stopped_peer.rs`, `openib/removed_peer.rs`), ranks that share no connection method, a short osu
 //! sweep, transfers into memory remapped under cached registrations and after a fork
 //! (`node/stale.rs`), the registration stress of memory that keeps coming and going
 //! (`node/stress.rs`), and, in a pair of guests (`rdma/guest.sh pair`), the contract
@@ -74,6 +74,11 @@ fn rank_role_entry() {
                 ],
             );
             removed_peer::run(m.as_mut(), &eps, &mut job);
+            report_ok(job.rank, "ok");
+        }
+        "removed_late" => {
+            let (mut m, eps, mut job) = openib_module(&cpc, &[]);
+            removed_peer::run_late(m.as_mut(), &eps, &mut job);
             report_ok(job.rank, "ok");
         }
         other => panic!("unknown OPENIB_TEST_ROLE {other:?}"),
@@ -634,7 +639,8 @@ fn a_peer_that_never_answers_the_connection_fails_at_its_deadline_over_each_cpc(
 /// returns once the give-up has removed the rank. Then a peer with sends, a put, a
 /// fetch-add and a get held by the device (`openib/removed_peer.rs`): a flush gives up
 /// on it after `btl_openib_flush_timeout`, and once it is removed by `del_procs` every
-/// callback comes once, with the peer's failure.
+/// callback comes once, with the peer's failure. Last, messages that arrived from a
+/// peer before its removal and are polled after it reach no callback.
 #[test]
 fn a_stopped_peer_given_up_or_removed_ends_the_work_posted_to_it_over_each_cpc() {
     if !device() {
@@ -659,6 +665,7 @@ fn a_stopped_peer_given_up_or_removed_ends_the_work_posted_to_it_over_each_cpc()
             std::fs::remove_dir_all(dir).unwrap();
         }
         expect_all_ok("removed_peer", 2, cpc);
+        expect_all_ok("removed_late", 2, cpc);
     }
 }
 

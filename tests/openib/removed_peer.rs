@@ -1,7 +1,8 @@
 //! A stopped peer with work posted to it on the device, as the two ranks of a job with a
 //! shared receive queue of [`SRQ_DEPTH`] buffers run it: a flush gives up on it after
 //! [`FLUSH_TIMEOUT`]; removed (`del_procs`), the work the device held ends at once,
-//! each callback once, with the peer's failure.
+//! each callback once, with the peer's failure. And messages that arrived from a peer
+//! before its removal, polled after it: none reaches a callback ([`run_late`]).
 
 use crate::common::offered::{put_then_fetch_add, Offered};
 use crate::common::{progress_until, senders, watchdog, Continue};
@@ -215,4 +216,82 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
     drop(resume);
     job.modex.fence().unwrap();
     drop((handle, result_handle));
+}
+
+/// Messages rank 1 sends before rank 0 removes it, which rank 0 has not polled yet.
+const LATE: usize = 4;
+
+/// Rank 1 sends [`LATE`] messages to rank 0 once they are connected (and rank 0 has
+/// stopped progressing, in a PMI fence) and waits until its device has delivered each
+/// (their completions); a second fence then lets rank 0 remove rank 1 (`del_procs`) and
+/// progress: the messages
+/// sit in its completion queue, and none reaches its callback; the error callback hears
+/// only of the removal.
+pub fn run_late(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Job) {
+    watchdog(Duration::from_secs(60));
+    let errors: Reported = Arc::default();
+    let e = errors.clone();
+    m.register_error(Box::new(move |ev: &ErrorEvent| {
+        e.lock().unwrap().push((ev.rank, ev.error.to_string()))
+    }));
+    let ping = senders(m, Tag::USR);
+    let late = Tag(Tag::USR.0 + 1);
+    let arrived = senders(m, late);
+    let flags = DesFlags::OWNERSHIP | DesFlags::ALWAYS_CALLBACK;
+    let send = |m: &mut dyn Module, ep, tag, done: &Arc<Mutex<Vec<Ended>>>| {
+        let mut des = m.alloc(ep, Order::ANY, 8, flags).unwrap();
+        let d = done.clone();
+        des.set_callback(Box::new(move |_, c: SendCompletion| {
+            d.lock().unwrap().push(ended(&c.status))
+        }));
+        m.send(ep, des, tag).map_err(|e| e.error).unwrap();
+    };
+    let sent: Arc<Mutex<Vec<Ended>>> = Arc::default();
+    if job.rank == 1 {
+        let ep0 = eps[0].unwrap();
+        // (The connection is made now, on first use.)
+        send(m, ep0, Tag::USR, &sent);
+        progress_until(m, "rank 0's answer", || !ping.lock().unwrap().is_empty());
+        // Rank 0 stops progressing before these are sent.
+        job.modex.fence().unwrap();
+        for _ in 0..LATE {
+            send(m, ep0, late, &sent);
+        }
+        progress_until(m, "the device's delivery of every message", || {
+            sent.lock().unwrap().len() == 1 + LATE
+        });
+        assert!(
+            sent.lock().unwrap().iter().all(|e| *e == Ended::Ok),
+            "{:?}",
+            sent.lock().unwrap()
+        );
+        job.modex.fence().unwrap();
+        job.modex.fence().unwrap();
+        return;
+    }
+    let ep1 = eps[1].unwrap();
+    progress_until(m, "rank 1's message", || !ping.lock().unwrap().is_empty());
+    send(m, ep1, Tag::USR, &sent);
+    progress_until(m, "the answer's delivery", || {
+        !sent.lock().unwrap().is_empty()
+    });
+    job.modex.fence().unwrap();
+    // No progress here until rank 1's messages are in the completion queue.
+    job.modex.fence().unwrap();
+    m.del_procs(&[ep1]).unwrap();
+    for _ in 0..10_000 {
+        m.progress();
+    }
+    assert!(
+        arrived.lock().unwrap().is_empty(),
+        "messages polled after their sender's removal reached the callback: {:?}",
+        arrived.lock().unwrap()
+    );
+    // The removal's own report (as in `run`), and nothing about the messages.
+    let errors = errors.lock().unwrap();
+    assert!(
+        errors.len() == 1 && errors[0].0 == Some(1) && errors[0].1.contains("del_procs"),
+        "{errors:?}"
+    );
+    job.modex.fence().unwrap();
 }

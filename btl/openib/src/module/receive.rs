@@ -86,9 +86,14 @@ impl OpenibModule {
 
     /// Hand a received fragment from `ep` to its callback, taking the credits its
     /// trailer returns; whether it was a credit-only message. `None` (the peer has
-    /// failed) for an error completion or a malformed fragment.
+    /// failed) for an error completion or a malformed fragment, and for anything from
+    /// a peer that failed or was removed before it was polled: the upper layer has
+    /// been told that nothing more comes from it.
     #[inline(always)]
     fn deliver(&mut self, c: &Completion, ep: usize, frag: &Frag) -> Option<bool> {
+        if matches!(self.core.peers[ep].link, Link::Failed(_)) {
+            return None;
+        }
         if let Err(e) = c.result() {
             self.core.fail(ep, format!("queue pair error: {e}"));
             return None;
