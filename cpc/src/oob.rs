@@ -14,7 +14,9 @@
 //! The responder's queue pair is ready to receive before it replies, so the initiator
 //! may send as soon as it is up; the responder sends only after `Ready`. A side that
 //! waits past its deadline gives up ([`Handshake::time_out`]), and later messages of
-//! that handshake only fail it again.
+//! that handshake only fail it again. A side that removes its peer (`del_procs`) says
+//! `Removed` before it closes its channel, and the peer fails it with that reason
+//! rather than taking the close for the end of its process.
 
 use crate::deadline::expired_why;
 use std::time::Duration;
@@ -70,6 +72,8 @@ pub enum Message {
     Reply(QpInfo),
     /// The initiator is up.
     Ready,
+    /// The sender removed the receiver (`del_procs`): it takes nothing more from it.
+    Removed,
 }
 
 impl Message {
@@ -87,6 +91,7 @@ impl Message {
                 i.encode(&mut out);
             }
             Message::Ready => out.push(4),
+            Message::Removed => out.push(5),
         }
         out
     }
@@ -99,6 +104,7 @@ impl Message {
             (2, false) => QpInfo::decode(rest).map(Message::Request),
             (3, false) => QpInfo::decode(rest).map(Message::Reply),
             (4, true) => Some(Message::Ready),
+            (5, true) => Some(Message::Removed),
             _ => None,
         }
     }
@@ -213,6 +219,14 @@ impl Handshake {
             (Replied, false, Message::Ready) => {
                 self.state = Up;
                 vec![Action::Up]
+            }
+            (_, _, Message::Removed) => {
+                self.state = Failed;
+                vec![Action::Fail(
+                    "oob: the peer removed this process (del_procs): it takes nothing more \
+                     from it"
+                        .into(),
+                )]
             }
             (state, initiator, m) => {
                 self.state = Failed;
@@ -364,6 +378,25 @@ mod tests {
         assert!(a.is_up() && b.is_up());
     }
 
+    /// `Removed` fails either side in any state, naming the removal.
+    #[test]
+    fn a_removal_fails_the_side_that_hears_it() {
+        let (mut a, mut b) = (
+            Handshake::new(true, info(1)),
+            Handshake::new(false, info(2)),
+        );
+        let first = a.start();
+        run(&mut a, &mut b, first);
+        for side in [&mut a, &mut b, &mut Handshake::new(false, info(3))] {
+            let acts = side.on_message(Message::Removed);
+            assert!(
+                matches!(&acts[..], [Action::Fail(why)] if why.contains("removed this process")),
+                "{acts:?}"
+            );
+            assert!(!side.is_up());
+        }
+    }
+
     #[test]
     fn messages_round_trip() {
         for m in [
@@ -371,6 +404,7 @@ mod tests {
             Message::Request(info(7)),
             Message::Reply(info(8)),
             Message::Ready,
+            Message::Removed,
         ] {
             assert_eq!(Message::decode(&m.encode()), Some(m));
         }

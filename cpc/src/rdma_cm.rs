@@ -203,6 +203,12 @@ impl Connection {
                 fail(&mut self.state, "the peer rejected the connection".into())
             }
             (Up, Event::Request(Kind::Connect)) => vec![Action::Reject],
+            (Up, Event::Disconnected) => fail(
+                &mut self.state,
+                "the peer disconnected: it removed this process (del_procs) or closed its \
+                 module"
+                    .into(),
+            ),
             (state, event) => fail(
                 &mut self.state,
                 format!("unexpected {event:?} in {state:?}"),
@@ -299,7 +305,10 @@ mod tests {
         let mut up = Connection::new(true);
         up.on(Event::Start);
         up.on(Event::Established);
-        assert!(matches!(&up.on(Event::Disconnected)[..], [Action::Fail(_)]));
+        assert!(matches!(
+            &up.on(Event::Disconnected)[..],
+            [Action::Fail(why)] if why.contains("removed this process")
+        ));
     }
 
     /// Past the deadline each waiting side fails, naming what it waited for; what the

@@ -2,7 +2,8 @@
 //! shared receive queue of [`SRQ_DEPTH`] buffers run it: a flush gives up on it after
 //! [`FLUSH_TIMEOUT`]; removed (`del_procs`), the work the device held ends at once,
 //! each callback once, with the peer's failure. And messages that arrived from a peer
-//! before its removal, polled after it: none reaches a callback ([`run_late`]).
+//! before its removal, polled after it: none reaches a callback, and the removed peer
+//! is told ([`run_late`]).
 
 use crate::common::offered::{put_then_fetch_add, Offered};
 use crate::common::{progress_until, senders, watchdog, Continue};
@@ -224,9 +225,10 @@ const LATE: usize = 4;
 /// Rank 1 sends [`LATE`] messages to rank 0 once they are connected (and rank 0 has
 /// stopped progressing, in a PMI fence) and waits until its device has delivered each
 /// (their completions); a second fence then lets rank 0 remove rank 1 (`del_procs`) and
-/// progress: the messages
-/// sit in its completion queue, and none reaches its callback; the error callback hears
-/// only of the removal.
+/// progress: the messages sit in its completion queue, and none reaches its callback;
+/// the error callback hears only of the removal. Rank 1 is told (over `oob` a word on
+/// the out-of-band channel, over `rdma_cm` a disconnect) and fails rank 0, naming the
+/// removal, while rank 0 still runs.
 pub fn run_late(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Job) {
     watchdog(Duration::from_secs(60));
     let errors: Reported = Arc::default();
@@ -266,6 +268,17 @@ pub fn run_late(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pm
             sent.lock().unwrap()
         );
         job.modex.fence().unwrap();
+        // Rank 0 has removed this process, and lives on until the last fence.
+        progress_until(m, "word of rank 0's removal of this process", || {
+            !errors.lock().unwrap().is_empty()
+        });
+        let heard = errors.lock().unwrap().clone();
+        assert!(
+            heard.len() == 1
+                && heard[0].0 == Some(0)
+                && heard[0].1.contains("removed this process"),
+            "{heard:?}"
+        );
         job.modex.fence().unwrap();
         return;
     }

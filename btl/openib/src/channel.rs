@@ -303,7 +303,14 @@ impl Channel {
         self.peers.contains_key(&rank)
     }
 
-    /// Forget `rank` (and close our connection to it).
+    /// Whether our connection to `rank` is made (what `send` writes goes out now).
+    pub fn is_connected(&self, rank: u32) -> bool {
+        self.peers
+            .get(&rank)
+            .is_some_and(|p| p.out.is_some() && p.connecting.is_none())
+    }
+
+    /// Forget `rank` (and close our connection to it, after what it had taken).
     pub fn remove_peer(&mut self, rank: u32) {
         self.peers.remove(&rank);
     }

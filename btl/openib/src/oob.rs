@@ -3,7 +3,8 @@
 //! connection between the two processes (`channel`: each listens on an ephemeral
 //! port published in the modex, and hears only those who know its secret). The
 //! handshake itself is `rbtl_cpc::oob`. A handshake not done by its deadline is given
-//! up: its queue pair goes, and a late answer only fails the peer again.
+//! up: its queue pair goes, and a late answer only fails the peer again. A peer removed
+//! (`del_procs`) hears `Removed` before the channel to it closes.
 
 use crate::channel::{Channel, Ended};
 use crate::core::{cpc_error, Core};
@@ -43,6 +44,8 @@ struct OobPeer {
 /// The module on one port.
 pub struct OobModule {
     channel: Channel,
+    /// This process's rank, once a call told it.
+    me: Option<u32>,
     peers: HashMap<u32, OobPeer>,
     /// Messages from peers not added yet.
     early: Vec<(u32, Message)>,
@@ -53,12 +56,14 @@ impl OobModule {
     fn listen() -> Result<OobModule, Error> {
         Ok(OobModule {
             channel: Channel::listen(NAME)?,
+            me: None,
             peers: HashMap::new(),
             early: Vec::new(),
         })
     }
 
     fn send(&mut self, rank: u32, me: u32, m: Message) -> Result<(), String> {
+        self.me = Some(me);
         self.channel.send(rank, me, &m.encode())
     }
 
@@ -177,6 +182,7 @@ impl CpcModule<Core> for OobModule {
     }
 
     fn progress(&mut self, core: &mut Core) -> usize {
+        self.me = Some(core.rank);
         let (mut got, closed) = self.read_incoming();
         if !self.early.is_empty() {
             let (now, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.early)
@@ -213,6 +219,13 @@ impl CpcModule<Core> for OobModule {
     }
 
     fn endpoint_finalize(&mut self, peer: u32) {
+        // Said on the connection the handshake used, so that the peer does not take
+        // its closing for the end of this process. (Where it is not made, nothing was.)
+        if let Some(me) = self.me.filter(|_| self.channel.is_connected(peer)) {
+            if let Err(why) = self.channel.send(peer, me, &Message::Removed.encode()) {
+                tracing::debug!(peer, %why, "oob: telling a removed peer failed");
+            }
+        }
         self.peers.remove(&peer);
         self.channel.remove_peer(peer);
     }

@@ -405,6 +405,13 @@ impl CpcModule<Core> for RdmaCmModule {
     fn endpoint_finalize(&mut self, peer: u32) {
         if let Some(p) = self.peers.remove(&peer) {
             for id in p.active.iter().map(|a| &a.0).chain(&p.passive) {
+                // The peer hears of it (a disconnect event) and fails this process;
+                // an identifier never connected has nothing to say.
+                if p.conn.is_up() {
+                    if let Err(e) = id.disconnect() {
+                        tracing::debug!(peer, %e, "rdma_cm: disconnecting a removed peer");
+                    }
+                }
                 self.ids.remove(&id.key());
             }
         }
