@@ -205,8 +205,8 @@ impl Connection {
             (Up, Event::Request(Kind::Connect)) => vec![Action::Reject],
             (Up, Event::Disconnected) => fail(
                 &mut self.state,
-                "the peer disconnected: it removed this process (del_procs) or closed its \
-                 module"
+                "the peer disconnected: it removed this process (del_procs), or its module \
+                 or process ended"
                     .into(),
             ),
             (state, event) => fail(
