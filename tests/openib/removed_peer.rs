@@ -301,7 +301,7 @@ pub fn run_late(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pm
         arrived.lock().unwrap()
     );
     // The removal's own report (as in `run`), and nothing about the messages.
-    let errors = errors.lock().unwrap();
+    let errors = errors.lock().unwrap().clone();
     assert!(
         errors.len() == 1 && errors[0].0 == Some(1) && errors[0].1.contains("del_procs"),
         "{errors:?}"
