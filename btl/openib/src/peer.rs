@@ -66,6 +66,8 @@ pub struct Peer {
     pub cpc: usize,
     /// Its connection.
     pub link: Link,
+    /// Removed by `del_procs`: nothing more from it is delivered, even what had arrived.
+    pub removed: bool,
     /// The queue pair once connected (not over XRC).
     pub qp: Option<Qp>,
     /// Its way through its node's initiator once connected over XRC.

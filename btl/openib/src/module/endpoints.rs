@@ -179,6 +179,7 @@ impl OpenibModule {
                 credit_in_flight: false,
                 unsignaled: 0,
                 unposted: Vec::new(),
+                removed: false,
             });
             self.core.by_rank.insert(p.rank, ep);
             out.push(Some(Endpoint(ep as u32)));
@@ -203,6 +204,7 @@ impl OpenibModule {
             if !matches!(peer.link, Link::Failed(_)) {
                 self.core.fail(ep.0 as usize, "removed by del_procs".into());
             }
+            self.core.peers[ep.0 as usize].removed = true;
             self.cpcs[cpc].0.endpoint_finalize(rank);
         }
         Ok(())

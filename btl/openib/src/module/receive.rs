@@ -87,11 +87,12 @@ impl OpenibModule {
     /// Hand a received fragment from `ep` to its callback, taking the credits its
     /// trailer returns; whether it was a credit-only message. `None` (the peer has
     /// failed) for an error completion or a malformed fragment, and for anything from
-    /// a peer that failed or was removed before it was polled: the upper layer has
-    /// been told that nothing more comes from it.
+    /// a peer removed (`del_procs`) before it was polled: the caller takes nothing
+    /// more from it. (What a peer that failed sent before is delivered, as its other
+    /// messages were.)
     #[inline(always)]
     fn deliver(&mut self, c: &Completion, ep: usize, frag: &Frag) -> Option<bool> {
-        if matches!(self.core.peers[ep].link, Link::Failed(_)) {
+        if self.core.peers[ep].removed {
             return None;
         }
         if let Err(e) = c.result() {
