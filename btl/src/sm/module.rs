@@ -189,10 +189,16 @@ impl SmModule {
     /// Peer `ep` for a one-sided operation: as [`SmModule::peer`], and a peer that has
     /// removed us is failed here first (it gives back what it offered us).
     fn reachable(&mut self, ep: Endpoint) -> Result<&Peer> {
-        if self.peer(ep)?.removed_us() {
-            self.fail_peer(ep.0 as usize, REMOVED_US.into());
-        }
+        self.peer(ep)?;
+        self.fail_if_removed_us(ep.0 as usize);
         self.peer(ep)
+    }
+
+    /// Fail peer `i` if it removed us (its flag in its segment) and is not failed yet.
+    fn fail_if_removed_us(&mut self, i: usize) {
+        if self.peers[i].failed.is_none() && self.peers[i].removed_us() {
+            self.fail_peer(i, REMOVED_US.into());
+        }
     }
 
     /// `e`, peer `ep`'s refusal of its handle; or the peer's failure when it removed us
@@ -257,9 +263,7 @@ impl SmModule {
                 Outbound::Protocol(item) => self.copy.push(item, producer, speed),
             };
             if !pushed {
-                if self.peers[i].failed.is_none() && self.peers[i].removed_us() {
-                    self.fail_peer(i, REMOVED_US.into());
-                }
+                self.fail_if_removed_us(i);
                 break;
             }
             n += 1;
@@ -534,8 +538,8 @@ impl SmModule {
             }
             if p.has_exited() {
                 self.fail_peer(i, format!("process {} ended", p.pid));
-            } else if p.removed_us() {
-                self.fail_peer(i, REMOVED_US.into());
+            } else {
+                self.fail_if_removed_us(i);
             }
         }
     }
