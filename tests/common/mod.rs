@@ -145,3 +145,26 @@ pub fn senders(
     .unwrap();
     got
 }
+
+/// Send an 8-byte descriptor to `ep` on `tag` that owns itself and always calls back:
+/// its completion status, as `note` makes it, goes to `statuses`. The send's outcome
+/// (a refused send's descriptor is dropped).
+#[allow(dead_code)] // not every binary that shares this module calls it
+pub fn send_noted<T: Send + 'static>(
+    m: &mut dyn rbtl::btl::Module,
+    ep: rbtl::btl::Endpoint,
+    tag: rbtl::btl::Tag,
+    statuses: &std::sync::Arc<std::sync::Mutex<Vec<T>>>,
+    note: fn(&rbtl::btl::Result<()>) -> T,
+) -> rbtl::btl::Result<rbtl::btl::SendOutcome> {
+    use rbtl::btl::{DesFlags, Order, SendCompletion};
+    let flags = DesFlags::OWNERSHIP | DesFlags::ALWAYS_CALLBACK;
+    let mut des = m
+        .alloc(ep, Order::ANY, 8, flags)
+        .expect("a send descriptor");
+    let st = statuses.clone();
+    des.set_callback(Box::new(move |_, done: SendCompletion| {
+        st.lock().unwrap().push(note(&done.status))
+    }));
+    m.send(ep, des, tag).map_err(|e| e.error)
+}

@@ -4,10 +4,10 @@
 //! meeting a handle that went away, or filling a ring nobody reads.
 
 use crate::common::offered::{put_then_fetch_add, Offered};
-use crate::common::watchdog;
+use crate::common::{send_noted, watchdog};
 use rbtl::btl::{
     DesFlags, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion,
-    RemoteHandle, SendCompletion, SendOutcome, SendiOutcome, Tag,
+    RemoteHandle, SendOutcome, SendiOutcome, Tag,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -130,19 +130,13 @@ fn send_until_the_ring_is_full(m: &mut dyn Module, ep0: Endpoint) {
     let statuses: Arc<Mutex<Vec<String>>> = Arc::default();
     let mut waiting = false;
     for _ in 0..SENDS {
-        let flags = DesFlags::OWNERSHIP | DesFlags::ALWAYS_CALLBACK;
-        let mut des = m.alloc(ep0, Order::ANY, 8, flags).expect("a descriptor");
-        let st = statuses.clone();
-        des.set_callback(Box::new(move |_, done: SendCompletion| {
-            st.lock().unwrap().push(format!("{:?}", done.status))
-        }));
-        match m.send(ep0, des, Tag::USR) {
+        match send_noted(m, ep0, Tag::USR, &statuses, |s| format!("{s:?}")) {
             Ok(SendOutcome::Queued) => {
                 waiting = true;
                 break;
             }
             Ok(_) => {}
-            Err(e) => panic!("send before the ring was full: {}", e.error),
+            Err(e) => panic!("send before the ring was full: {e}"),
         }
     }
     assert!(

@@ -6,10 +6,10 @@
 //! is told ([`run_late`]).
 
 use crate::common::offered::{put_then_fetch_add, Offered};
-use crate::common::{progress_until, senders, watchdog, Continue};
+use crate::common::{progress_until, send_noted, senders, watchdog, Continue};
 use rbtl::btl::{
     DesFlags, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion,
-    SendCompletion, SendOutcome, SendiOutcome, Tag,
+    SendOutcome, SendiOutcome, Tag,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -100,22 +100,10 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
 
     let sends: Arc<Mutex<Vec<Ended>>> = Arc::default();
     for _ in 0..SENDS {
-        let mut des = m
-            .alloc(
-                ep1,
-                Order::ANY,
-                8,
-                DesFlags::OWNERSHIP | DesFlags::ALWAYS_CALLBACK,
-            )
-            .unwrap();
-        let s = sends.clone();
-        des.set_callback(Box::new(move |_, done: SendCompletion| {
-            s.lock().unwrap().push(ended(&done.status))
-        }));
-        match m.send(ep1, des, flood) {
+        match send_noted(m, ep1, flood, &sends, ended) {
             Ok(SendOutcome::Queued) => {}
             Ok(other) => panic!("a send to the stopped peer completed at once: {other:?}"),
-            Err(e) => panic!("send: {}", e.error),
+            Err(e) => panic!("send: {e}"),
         }
     }
     let rdma: Arc<Mutex<Vec<Ended>>> = Arc::default();
@@ -239,14 +227,8 @@ pub fn run_late(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pm
     let ping = senders(m, Tag::USR);
     let late = Tag(Tag::USR.0 + 1);
     let arrived = senders(m, late);
-    let flags = DesFlags::OWNERSHIP | DesFlags::ALWAYS_CALLBACK;
     let send = |m: &mut dyn Module, ep, tag, done: &Arc<Mutex<Vec<Ended>>>| {
-        let mut des = m.alloc(ep, Order::ANY, 8, flags).unwrap();
-        let d = done.clone();
-        des.set_callback(Box::new(move |_, c: SendCompletion| {
-            d.lock().unwrap().push(ended(&c.status))
-        }));
-        m.send(ep, des, tag).map_err(|e| e.error).unwrap();
+        send_noted(m, ep, tag, done, ended).unwrap();
     };
     let sent: Arc<Mutex<Vec<Ended>>> = Arc::default();
     if job.rank == 1 {
