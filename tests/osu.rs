@@ -167,12 +167,81 @@ fn mbw_mr_runs_several_pairs() {
     ]));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("pairs: 2") && text.contains("Messages/s"),
+        text.contains("over sm)") && text.contains("pairs: 2") && text.contains("Messages/s"),
         "{text}"
     );
     let data: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
     assert_eq!(data.len(), 4, "{text}");
     assert!(data.iter().all(|l| l.len() == 50), "{text}");
+}
+
+/// Every benchmark over `tcp` alone (`--btl tcp,self`, on loopback), the header
+/// naming it: the one-sided ones, `bw` at a rendezvous size, and `mbw-mr` with two
+/// pairs.
+#[test]
+fn every_benchmark_runs_over_tcp() {
+    for (bench, min, max) in [
+        ("latency", "0", "4096"),
+        ("bw", "1024", "65536"),
+        ("bw", "1048576", "1048576"),
+        ("bibw", "1024", "65536"),
+        ("put-latency", "8", "4096"),
+        ("get-latency", "8", "4096"),
+        ("put-bw", "1024", "65536"),
+        ("get-bw", "1024", "65536"),
+    ] {
+        let out = run(Command::new(OSU).args([
+            bench,
+            "--btl",
+            "tcp,self",
+            "--min-size",
+            min,
+            "--max-size",
+            max,
+            "--iterations",
+            "3",
+            "--skip",
+            "1",
+            "--window",
+            "8",
+        ]));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.lines().next().unwrap_or("").ends_with(" over tcp)"),
+            "{bench}: {text}"
+        );
+        let r = rows(&out.stdout);
+        assert_eq!(r.first().map(|r| r.0), min.parse().ok(), "{bench}");
+        assert_eq!(r.last().map(|r| r.0), max.parse().ok(), "{bench}");
+    }
+    let out = run(Command::new(OSU).args([
+        "mbw-mr",
+        "-n",
+        "2",
+        "--btl",
+        "tcp,self",
+        "--min-size",
+        "8",
+        "--max-size",
+        "64",
+        "--iterations",
+        "3",
+        "--skip",
+        "1",
+        "--window",
+        "8",
+    ]));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("# OSU Multiple Bandwidth")
+            && text.lines().next().unwrap().ends_with(" over tcp)"),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines().filter(|l| !l.starts_with('#')).count(),
+        4,
+        "{text}"
+    );
 }
 
 #[test]

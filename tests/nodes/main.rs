@@ -155,6 +155,27 @@ fn hydra_on(nodes: &Nodes, count: usize) {
     );
     assert!(out.stdout.contains("over tcp)"), "{}", out.stdout);
     assert_eq!(rows(&out.stdout).len(), 5, "{}", out.stdout);
+    // mbw-mr with two ranks per node pairs rank i with rank i + 2, on the other node:
+    // its header names tcp, though ranks 0 and 1 share a node.
+    let out = run(
+        hydra(&nodes.hosts(2), 4, 2).args([
+            OSU,
+            "mbw-mr",
+            "--max-size",
+            "64",
+            "--iterations",
+            "3",
+            "--skip",
+            "1",
+        ]),
+        LAUNCH_LIMIT,
+    );
+    let header = out.stdout.lines().next().unwrap_or("");
+    assert!(
+        header.starts_with("# OSU Multiple Bandwidth") && header.ends_with("over tcp)"),
+        "{}",
+        out.stdout
+    );
 }
 
 #[test]

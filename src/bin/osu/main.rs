@@ -94,10 +94,8 @@ fn run(start: Instant, opts: &cli::Options) -> error::Result<()> {
         opts.pairs = comm.size() / 2;
     }
     let opts = &opts;
-    let transport = comm
-        .transport_to(1 - comm.rank().min(1))
-        .unwrap_or("?")
-        .to_string();
+    let pairs = (opts.bench == cli::Bench::MbwMr).then_some(opts.pairs);
+    let transport = routes::measured(&mut comm, pairs)?;
     let me = comm.rank();
     let routes = if opts.verbose {
         routes::gather_routes(&mut comm)?

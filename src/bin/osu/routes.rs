@@ -39,6 +39,43 @@ fn line(comm: &Comm) -> String {
     format!("{}: {}", rbtl::pmi::host_name(), transports.join(" "))
 }
 
+/// The transports of the pairs a benchmark measures, as rank 0's header names them:
+/// rank 0 to rank 1, or for `mbw-mr` (`pairs` given) every sender `i` to its
+/// receiver `i + pairs`, each transport once in the order of the senders (`sm, tcp`
+/// when some pairs share a node and others do not). With `pairs`, every rank must
+/// call it; the answer is rank 0's (empty elsewhere).
+pub fn measured(comm: &mut Comm, pairs: Option<u32>) -> Result<String> {
+    let me = comm.rank();
+    let Some(pairs) = pairs else {
+        let t = if me == 0 {
+            comm.transport_to(1)
+        } else {
+            Some("")
+        };
+        return Ok(t.unwrap_or("?").to_string());
+    };
+    let mine = if me < pairs {
+        comm.transport_to(me + pairs).unwrap_or("?")
+    } else {
+        ""
+    }
+    .to_string();
+    Ok(gather(comm, &mine)?
+        .map(|all| distinct(&all))
+        .unwrap_or_default())
+}
+
+/// The non-empty names of `all`, each once, in order, joined by ", ".
+fn distinct(all: &[String]) -> String {
+    let mut seen: Vec<&str> = Vec::new();
+    for t in all.iter().map(String::as_str).filter(|t| !t.is_empty()) {
+        if !seen.contains(&t) {
+            seen.push(t);
+        }
+    }
+    seen.join(", ")
+}
+
 /// The routing table rank 0 prints: one comment line per rank, with its host and
 /// the transport it uses to each rank, and a count of pairs per transport:
 ///
@@ -73,6 +110,13 @@ pub fn table(lines: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_measured_transports_are_named_once_each_in_order() {
+        let all = ["sm", "tcp", "sm", "", ""].map(String::from);
+        assert_eq!(distinct(&all), "sm, tcp");
+        assert_eq!(distinct(&["tcp".to_string(), String::new()]), "tcp");
+    }
 
     #[test]
     fn the_table_names_hosts_and_counts_each_pair_once() {
