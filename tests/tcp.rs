@@ -1,7 +1,8 @@
 //! The `tcp` transport across real processes on loopback (`btl_tcp_if_include=lo`,
 //! or `::1/128`: loopback only): the contract suite across 2 and 4 processes (one
 //! link per peer, and three; over IPv6 only), strangers' connections to a rank's
-//! listeners of both families, a peer killed mid-job, a member breaking the protocol,
+//! listeners of both families, a crowd of them and members connecting to each other
+//! at once (`tcp/accepting.rs`), a peer killed mid-job, a member breaking the protocol,
 //! and the target refusing put, get and atomics that the origin let through; in this
 //! process, a module against a peer the test plays on a raw listener (accepting and
 //! never answering, declining and never connecting, closing a handshake unanswered;
@@ -13,6 +14,8 @@
 //! leave `ok.<rank>` files in `TCP_TEST_DIR`. (Over 600 lines: each test's rank side
 //! sits here beside its launcher side, in the one binary.)
 
+#[path = "tcp/accepting.rs"]
+mod accepting;
 mod common;
 #[path = "tcp/families.rs"]
 mod families;
@@ -51,6 +54,8 @@ fn rank_role_entry() {
         "violation" => role_violation(),
         "stopped" => role_stopped(),
         "two_interfaces" => role_two_interfaces(),
+        "crowd" => accepting::role_crowd(),
+        "crossing" => accepting::role_crossing(),
         other => panic!("unknown TCP_TEST_ROLE {other:?}"),
     }
 }
@@ -1410,6 +1415,16 @@ fn contract_over_ipv6_only_two_and_four_ranks() {
 #[test]
 fn strangers_are_closed_and_counted_and_change_nothing() {
     expect_all_ok("strangers", 2, &[("RBTL_BTL_TCP_HANDSHAKE_TIMEOUT", "300")]);
+}
+
+#[test]
+fn a_crowd_of_silent_connections_never_keeps_members_out() {
+    expect_all_ok("crowd", 5, &[("RBTL_BTL_TCP_HANDSHAKE_TIMEOUT", "60000")]);
+}
+
+#[test]
+fn members_connecting_to_each_other_at_once_keep_one_connection() {
+    expect_all_ok("crossing", 2, &[]);
 }
 
 #[test]

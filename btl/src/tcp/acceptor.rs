@@ -4,6 +4,13 @@
 //! HELLO that it comes from a member of the job (or is closed and counted: see
 //! [`handshake`]); and the answer a member's connection gets. Which link a member's
 //! connection becomes is the connection table's business ([`net`](super::net)).
+//!
+//! A member's connection proves itself with its first frame, so only strangers stay
+//! unproven for long. At most [`UNPROVEN_MAX`] connections are heard at once: a
+//! newer one closes the oldest (counted as crowded), as does one the process has no
+//! descriptor left for. So a crowd of silent connections never holds the listener
+//! shut to the job, nor takes the descriptors its own connections need. Connections
+//! the kernel holds that could not be accepted yet are tried again on every call.
 
 use super::conn::{Conns, Role};
 use super::handshake::{self, Accepting, Expect, Refusal, Step};
@@ -19,6 +26,9 @@ use std::io::{self, IoSlice};
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
+
+/// Most accepted connections heard at once before they prove themselves.
+pub const UNPROVEN_MAX: usize = 64;
 
 /// Tokens from here up are listeners (`usize::MAX - index`).
 const LISTENER_BASE: usize = usize::MAX - 1024;
@@ -51,6 +61,9 @@ pub struct Acceptor {
     opts: sockets::Options,
     timeout: Duration,
     refused: Refused,
+    /// A listener may hold connections not accepted yet (an `accept` failed for want
+    /// of resources), which raise no new readiness: accept again on the next call.
+    retry: bool,
 }
 
 fn os(call: &'static str) -> impl FnOnce(io::Error) -> Error {
@@ -120,6 +133,7 @@ impl Acceptor {
             opts: *opts,
             timeout,
             refused: Refused::default(),
+            retry: false,
         })
     }
 
@@ -151,20 +165,40 @@ impl Acceptor {
         self.refused
     }
 
+    /// Whether a listener may hold connections that an earlier call could not accept.
+    #[inline]
+    pub fn retry(&self) -> bool {
+        self.retry
+    }
+
     /// Accept what every listener has, into `conns`; the new connections.
     pub fn accept_all(&mut self, conns: &mut Conns, registry: &Registry) -> Vec<ConnId> {
         let mut fresh = Vec::new();
+        let was_retrying = std::mem::take(&mut self.retry);
         for i in 0..self.listeners.len() {
             loop {
                 let sock = match sockets::accept(&self.listeners[i].0, &self.opts) {
                     Ok(s) => s,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                    Err(e) => {
-                        tracing::warn!(%e, "tcp: accept failed");
-                        break;
-                    }
+                    Err(e) => match accept_error(&e) {
+                        AcceptError::Again => continue,
+                        AcceptError::Short if self.make_room(conns, registry) => continue,
+                        AcceptError::Short => {
+                            if !was_retrying {
+                                tracing::warn!(%e, "tcp: accept failed; trying again on each call");
+                            }
+                            self.retry = true;
+                            break;
+                        }
+                        AcceptError::Other => {
+                            tracing::warn!(%e, "tcp: accept failed");
+                            break;
+                        }
+                    },
                 };
+                if conns.accepting() >= UNPROVEN_MAX {
+                    self.make_room(conns, registry);
+                }
                 let hs = Accepting::new(Instant::now(), self.timeout);
                 let role = Role::Accepting { listener: i, hs };
                 match conns.insert(registry, sock, role, 0) {
@@ -233,6 +267,24 @@ impl Acceptor {
         }
     }
 
+    /// Close the oldest connection still to prove itself, counted as crowded; whether
+    /// there was one.
+    pub fn make_room(&mut self, conns: &mut Conns, registry: &Registry) -> bool {
+        let oldest = conns
+            .ids(|r| matches!(r, Role::Accepting { .. }))
+            .into_iter()
+            .filter_map(|id| match conns.get(id).map(|c| &c.role) {
+                Some(Role::Accepting { hs, .. }) => Some((hs.deadline(), id)),
+                _ => None,
+            })
+            .min();
+        let Some((_, id)) = oldest else {
+            return false;
+        };
+        self.refuse(conns, registry, id, Refusal::Crowded);
+        true
+    }
+
     fn refuse(&mut self, conns: &mut Conns, registry: &Registry, id: ConnId, why: Refusal) {
         let from = conns.get(id).and_then(|c| c.sock.peer_addr().ok());
         tracing::info!(
@@ -242,6 +294,30 @@ impl Acceptor {
         );
         self.refused.count(why);
         conns.remove(registry, id);
+    }
+}
+
+/// What a failed `accept` means for the listener.
+#[derive(Debug, PartialEq, Eq)]
+enum AcceptError {
+    /// Interrupted, or a connection that ended in the queue: accept the next.
+    Again,
+    /// Out of descriptors or memory: make room, or try again on the next call.
+    Short,
+    /// Anything else: left until the listener is ready again.
+    Other,
+}
+
+/// Whether `e` says the process (or the system) has no descriptor left.
+pub fn short_of_descriptors(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+fn accept_error(e: &io::Error) -> AcceptError {
+    match e.raw_os_error() {
+        Some(libc::EINTR | libc::ECONNABORTED | libc::EPROTO | libc::EPERM) => AcceptError::Again,
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => AcceptError::Short,
+        _ => AcceptError::Other,
     }
 }
 
@@ -286,6 +362,18 @@ mod tests {
             congestion: None,
         };
         Acceptor::listen(interfaces, &opts, Duration::from_secs(1), poll.registry())
+    }
+
+    #[test]
+    fn accept_errors_say_whether_to_go_on_make_room_or_wait() {
+        let e = |n| io::Error::from_raw_os_error(n);
+        assert_eq!(accept_error(&e(libc::ECONNABORTED)), AcceptError::Again);
+        assert_eq!(accept_error(&e(libc::EINTR)), AcceptError::Again);
+        assert_eq!(accept_error(&e(libc::EMFILE)), AcceptError::Short);
+        assert_eq!(accept_error(&e(libc::ENOBUFS)), AcceptError::Short);
+        assert_eq!(accept_error(&e(libc::EINVAL)), AcceptError::Other);
+        assert!(short_of_descriptors(&e(libc::ENFILE)));
+        assert!(!short_of_descriptors(&e(libc::ENOMEM)));
     }
 
     #[test]

@@ -61,6 +61,9 @@ pub enum Refusal {
     /// A HELLO naming a rank outside the job, this process itself, an unknown link, or
     /// another protocol version.
     BadIdentity,
+    /// Closed unheard to make room for a newer connection: the most connections that
+    /// may prove themselves at once were, or the process had no descriptor left.
+    Crowded,
 }
 
 /// What an accepted connection has shown so far.
@@ -111,6 +114,11 @@ impl Accepting {
             buf: [0; HELLO_LEN],
             have: 0,
         }
+    }
+
+    /// When its HELLO is due (the oldest connection has the earliest).
+    pub fn deadline(&self) -> Instant {
+        self.deadline
     }
 
     /// Where the next bytes go: at most the rest of a HELLO, never more (what follows a

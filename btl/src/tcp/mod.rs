@@ -242,6 +242,8 @@ pub struct Refused {
     pub wrong_secret: u64,
     /// A HELLO naming no rank of the job (or this process, or no link).
     pub bad_identity: u64,
+    /// Closed unheard to make room for newer connections.
+    pub crowded: u64,
 }
 
 impl Refused {
@@ -253,12 +255,18 @@ impl Refused {
             Refusal::Garbage => &mut self.garbage,
             Refusal::WrongSecret => &mut self.wrong_secret,
             Refusal::BadIdentity => &mut self.bad_identity,
+            Refusal::Crowded => &mut self.crowded,
         } += 1;
     }
 
     /// All of them.
     pub fn total(&self) -> u64 {
-        self.closed + self.stalled + self.garbage + self.wrong_secret + self.bad_identity
+        self.closed
+            + self.stalled
+            + self.garbage
+            + self.wrong_secret
+            + self.bad_identity
+            + self.crowded
     }
 }
 

@@ -170,7 +170,7 @@ impl Net {
     /// listeners have; the connections accepted.
     #[inline]
     pub fn look(&mut self) -> usize {
-        if !self.readiness.look(&mut self.conns) {
+        if !self.readiness.look(&mut self.conns) && !self.acceptor.retry() {
             return 0;
         }
         let registry = self.readiness.registry();
@@ -364,11 +364,24 @@ impl Net {
             version: VERSION,
         };
         let opts = self.settings.sockets;
-        let opened = Attempt::open(p, k, &hello, local, to.addr, &opts).and_then(|(sock, a)| {
-            let registry = self.readiness.registry();
-            self.conns
-                .insert(registry, sock, Role::Attempt(a), self.settings.rx_bytes)
-        });
+        let mut opened;
+        loop {
+            opened = Attempt::open(p, k, &hello, local, to.addr, &opts).and_then(|(sock, a)| {
+                let registry = self.readiness.registry();
+                self.conns
+                    .insert(registry, sock, Role::Attempt(a), self.settings.rx_bytes)
+            });
+            // The descriptors of connections still to prove themselves are given up
+            // first: a crowd of strangers does not cut the job's own links.
+            let short = matches!(&opened, Err(e) if acceptor::short_of_descriptors(e));
+            if !(short
+                && self
+                    .acceptor
+                    .make_room(&mut self.conns, self.readiness.registry()))
+            {
+                break;
+            }
+        }
         match opened {
             Ok(id) => {
                 let slot = &mut self.peers[p].links[k];
