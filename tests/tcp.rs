@@ -369,8 +369,10 @@ fn role_killed() {
 
 /// Rank 0 forges rank 1's handles (a wider range, every access) so that its own
 /// check lets put, get and atomics through; rank 1 refuses each against its own
-/// registrations, the typed error reaches rank 0's callbacks, and rank 1's memory is
-/// unchanged. A deregistered handle is refused the same way.
+/// registrations (a put, a fetching atomic and a swap on read-only memory, a get from
+/// write-only memory, each kind past the end), the typed error reaches rank 0's
+/// callbacks, and rank 1's memory is unchanged. A deregistered handle is refused the
+/// same way, to put, get and every kind of atomic.
 fn role_refused() {
     const LEN: usize = 4096;
     let (mut m, eps, mut job) = tcp_module();
@@ -379,9 +381,10 @@ fn role_refused() {
     let done = senders(&mut m, Tag::USR);
     let mut read_only = vec![3u8; LEN];
     let mut dead = vec![4u8; LEN];
+    let mut write_only = vec![5u8; LEN];
     let mut local = vec![0u8; LEN];
     // SAFETY: the buffers outlive their handles (dropped at the end) and are not resized.
-    let (ro, mut dd, lh) = unsafe {
+    let (ro, mut dd, lh, wo) = unsafe {
         (
             m.register_mem(
                 None,
@@ -394,12 +397,21 @@ fn role_refused() {
                 .unwrap(),
             m.register_mem(None, local.as_mut_ptr() as usize, LEN, Access::all())
                 .unwrap(),
+            m.register_mem(
+                None,
+                write_only.as_mut_ptr() as usize,
+                LEN,
+                Access::REMOTE_WRITE | Access::LOCAL_READ,
+            )
+            .unwrap(),
         )
     };
     let mut blob = (read_only.as_ptr() as u64).to_le_bytes().to_vec();
     blob.extend_from_slice(ro.remote().as_bytes());
     blob.extend_from_slice(&(dead.as_ptr() as u64).to_le_bytes());
     blob.extend_from_slice(dd.remote().as_bytes());
+    blob.extend_from_slice(&(write_only.as_ptr() as u64).to_le_bytes());
+    blob.extend_from_slice(wo.remote().as_bytes());
     m.deregister_mem(&mut dd).unwrap();
     job.modex.publish("refused", &blob).unwrap();
     job.modex.fence().unwrap();
@@ -415,21 +427,26 @@ fn role_refused() {
             dead.iter().all(|&b| b == 4),
             "a dead registration was not written"
         );
+        assert!(write_only.iter().all(|&b| b == 5));
         job.modex.fence().unwrap();
-        drop((ro, lh));
+        drop((ro, lh, wo));
         report_ok(rank, "ok");
         return;
     }
     let theirs = job.modex.lookup(1, "refused").unwrap().unwrap();
     let hs = 8 + rbtl::btl::transport_kit::keytable::HANDLE_SIZE;
     let (ro_addr, ro_h) = contract::remote_of(&theirs[..hs]);
-    let (dd_addr, dd_h) = contract::remote_of(&theirs[hs..]);
+    let (dd_addr, dd_h) = contract::remote_of(&theirs[hs..2 * hs]);
+    let (wo_addr, wo_h) = contract::remote_of(&theirs[2 * hs..]);
     // The handle's own description (keytable layout: module, key, base, len, access):
     // claim 1 MiB with every access.
-    let mut forged = ro_h.as_bytes().to_vec();
-    forged[24..32].copy_from_slice(&(1u64 << 20).to_le_bytes());
-    forged[32..36].copy_from_slice(&Access::all().bits().to_le_bytes());
-    let forged = RemoteHandle::from_bytes(&forged).unwrap();
+    let forge = |h: &RemoteHandle| {
+        let mut f = h.as_bytes().to_vec();
+        f[24..32].copy_from_slice(&(1u64 << 20).to_le_bytes());
+        f[32..36].copy_from_slice(&Access::all().bits().to_le_bytes());
+        RemoteHandle::from_bytes(&f).unwrap()
+    };
+    let (forged, forged_wo) = (forge(&ro_h), forge(&wo_h));
     let outcomes: Arc<Mutex<Vec<String>>> = Arc::default();
     let cb = |what: &'static str| -> rbtl::btl::RdmaCallback {
         let o = outcomes.clone();
@@ -519,18 +536,98 @@ fn role_refused() {
         cb("atomic on read-only"),
     )
     .unwrap();
+    m.get(
+        ep,
+        l,
+        wo_addr,
+        &lh,
+        &forged_wo,
+        8,
+        0,
+        order,
+        cb("get from write-only"),
+    )
+    .unwrap();
+    let add = rbtl::btl::AtomicOp::Add;
+    m.atomic_op(
+        ep,
+        ro_addr + LEN as u64,
+        &forged,
+        add,
+        1,
+        0,
+        order,
+        cb("atomic past the end"),
+    )
+    .unwrap();
+    m.atomic_op(
+        ep,
+        dd_addr,
+        &dd_h,
+        add,
+        1,
+        0,
+        order,
+        cb("atomic on a dead one"),
+    )
+    .unwrap();
+    m.atomic_fop(
+        ep,
+        l,
+        ro_addr + LEN as u64 + 8,
+        &lh,
+        &forged,
+        add,
+        1,
+        0,
+        order,
+        cb("fetch-add past the end"),
+    )
+    .unwrap();
+    m.atomic_cswap(
+        ep,
+        l,
+        ro_addr,
+        &lh,
+        &forged,
+        3,
+        9,
+        0,
+        order,
+        cb("swap on read-only"),
+    )
+    .unwrap();
+    m.atomic_cswap(
+        ep,
+        l,
+        dd_addr,
+        &lh,
+        &dd_h,
+        4,
+        9,
+        0,
+        order,
+        cb("swap on a dead one"),
+    )
+    .unwrap();
     m.flush(Some(ep)).unwrap();
     let mut got = outcomes.lock().unwrap().clone();
     got.sort();
     assert_eq!(
         got,
         [
+            "atomic on a dead one: bad handle",
             "atomic on read-only: access denied",
+            "atomic past the end: out of range",
+            "fetch-add past the end: out of range",
             "get from a dead one: bad handle",
+            "get from write-only: access denied",
             "get past the end: out of range",
             "put into a dead one: bad handle",
             "put into read-only: access denied",
             "put past the end: out of range",
+            "swap on a dead one: bad handle",
+            "swap on read-only: access denied",
         ]
     );
     assert!(
