@@ -370,9 +370,9 @@ fn role_killed() {
 /// Rank 0 forges rank 1's handles (a wider range, every access) so that its own
 /// check lets put, get and atomics through; rank 1 refuses each against its own
 /// registrations (a put, a fetching atomic and a swap on read-only memory, a get from
-/// write-only memory, each kind past the end), the typed error reaches rank 0's
-/// callbacks, and rank 1's memory is unchanged. A deregistered handle is refused the
-/// same way, to put, get and every kind of atomic.
+/// write-only memory; a put, a get and atomics past the end), the typed error reaches
+/// rank 0's callbacks, and rank 1's memory is unchanged. A deregistered handle is
+/// refused the same way, to put, get and every kind of atomic.
 fn role_refused() {
     const LEN: usize = 4096;
     let (mut m, eps, mut job) = tcp_module();
