@@ -253,6 +253,28 @@ mod tests {
     }
 
     #[test]
+    fn no_delay_and_buffer_sizes_hold_on_both_ends_of_a_connection() {
+        for nodelay in [true, false] {
+            let opts = Options {
+                nodelay,
+                sndbuf: 96 << 10,
+                rcvbuf: 192 << 10,
+                ..opts()
+            };
+            let (l, addr) = listen(V4, &opts).unwrap();
+            let c = connect(V4, addr, &opts).unwrap();
+            let a = wait(|| accept(&l, &opts));
+            wait(|| connect_result(&c));
+            for s in [&c, &a] {
+                assert_eq!(s.tcp_nodelay().unwrap(), nodelay);
+                // Linux keeps twice what is asked, for its own bookkeeping.
+                assert_eq!(s.send_buffer_size().unwrap(), 2 * opts.sndbuf);
+                assert_eq!(s.recv_buffer_size().unwrap(), 2 * opts.rcvbuf);
+            }
+        }
+    }
+
+    #[test]
     fn an_unknown_congestion_control_is_refused_by_the_kernel() {
         let none = Congestion::new("no-such-algo").unwrap();
         let e = try_congestion(&none).unwrap_err();
