@@ -457,7 +457,8 @@ impl Engine {
     }
 
     /// After a progress call that found work (`busy`) or none: queue the reports of
-    /// peers whose links closed, once the module is quiet; how many.
+    /// peers whose links closed, once the module is quiet (or at the latest
+    /// [`REPORT_WITHIN`](super::failures::REPORT_WITHIN) after); how many.
     #[inline]
     pub fn report_closed(&mut self, busy: bool) -> usize {
         let due = self.failures.due(busy, Instant::now);
