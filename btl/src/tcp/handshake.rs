@@ -26,16 +26,11 @@ pub fn fresh_secret() -> std::io::Result<Secret> {
     let mut s = [0u8; SECRET];
     let mut got = 0;
     while got < SECRET {
-        // SAFETY: getrandom writes at most `SECRET - got` bytes at `s[got..]`.
-        let n = unsafe { libc::getrandom(s[got..].as_mut_ptr().cast(), SECRET - got, 0) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
+        match rustix::rand::getrandom(&mut s[got..], rustix::rand::GetRandomFlags::empty()) {
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
         }
-        got += n as usize;
     }
     Ok(s)
 }

@@ -107,8 +107,10 @@
 //!
 //! Sockets are made with `socket2` (either family, `IPV6_V6ONLY` on IPv6 listeners,
 //! binding before connecting, buffer sizes, no-delay, congestion control, `accept4`,
-//! `send`/`sendmsg` with `MSG_NOSIGNAL`); the host's addresses come from `getifaddrs`
-//! ([`interfaces`]). Readiness comes from `mio`, whose
+//! `send`/`sendmsg` with `MSG_NOSIGNAL`, `recv`, into registered memory too); the
+//! listeners' secrets come from `getrandom` through `rustix`; the host's addresses
+//! come from `getifaddrs` through `libc` ([`interfaces`]: neither `socket2` nor
+//! `rustix` has it). Readiness comes from `mio`, whose
 //! `Poll` is edge-triggered `epoll` here: asked with a zero timeout, it is one
 //! `epoll_wait` when nothing is ready and no work per idle link, however many peers.
 //! A link is read until a read comes back short (the kernel's buffer is empty then,

@@ -8,6 +8,7 @@
 
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io::{self, IoSlice};
+use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr};
 
 /// Options of every connection.
@@ -163,14 +164,10 @@ pub fn recv(s: &Socket, buf: &mut [u8]) -> io::Result<usize> {
 /// during the call.
 #[inline]
 pub unsafe fn recv_into(s: &Socket, at: *mut u8, len: usize) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: the caller's contract covers the buffer; the descriptor is open (`s`).
-    let n = unsafe { libc::recv(s.as_raw_fd(), at.cast(), len, 0) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+    // SAFETY: the caller's contract makes `[at, at + len)` ours to write for the call;
+    // as `MaybeUninit` bytes, nothing is read from it.
+    let buf = unsafe { std::slice::from_raw_parts_mut(at.cast::<MaybeUninit<u8>>(), len) };
+    s.recv(buf)
 }
 
 #[cfg(test)]
