@@ -8,7 +8,7 @@
 //! never answering, declining and never connecting, closing a handshake unanswered;
 //! over IPv6, of a family the module does not use, publishing an old format: see
 //! `tcp/families.rs`; answering a flush slowly, not at all, or streaming a chunk
-//! slowly), and two interfaces per rank in a network namespace the test makes (one
+//! slowly; putting into, and getting from, memory whose registration ends midway), and two interfaces per rank in a network namespace the test makes (one
 //! link per pair). This test binary re-executes itself as the rank program under the
 //! launcher; `TCP_TEST_ROLE` selects what a rank does, and ranks
 //! leave `ok.<rank>` files in `TCP_TEST_DIR`. (Over 600 lines: each test's rank side
@@ -1084,6 +1084,138 @@ fn flush_waits_for_a_slow_peer_and_names_a_silent_one_whose_put_then_completes()
     assert_eq!(ok.load(Ordering::SeqCst), PUTS + 1);
     drop(lh);
     drop(mem);
+}
+
+/// A put streaming into this process's memory when that memory's registration ends:
+/// what came before stays in place, the rest is read and dropped, the origin hears a
+/// refusal, and the peer is not failed.
+#[test]
+fn a_put_streaming_in_when_its_registration_ends_writes_no_more_and_is_refused() {
+    const LEN: usize = 512 << 10;
+    let _guard = HangGuard::new("the put whose registration ends", Duration::from_secs(60));
+    let (mut m, ep, listener, seen) = module_facing_a_raw_peer(&[]);
+    let mut s = accept_hello(&mut m, &listener);
+    s.write_all(&[10, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+    let mut first = [0u8; wire::HEADER + 1];
+    read_progressing(&mut m, &mut s, &mut first);
+    let mut mem = vec![0u8; LEN];
+    // SAFETY: `mem` outlives the handle (deregistered below) and is not resized.
+    let mut lh =
+        unsafe { m.register_mem(None, mem.as_mut_ptr() as usize, LEN, Access::all()) }.unwrap();
+    let handle = rbtl::btl::transport_kit::keytable::HANDLE_SIZE;
+    let head = wire::Encoder::new(
+        wire::Kind::Put,
+        handle as u8,
+        0,
+        wire::Kind::Put.ext() + LEN,
+    )
+    .u64(5)
+    .u64(mem.as_ptr() as u64)
+    .handle(lh.remote().as_bytes());
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(&vec![7u8; LEN / 2]).unwrap();
+    let placed = mem.as_ptr() as usize + LEN / 2 - 1;
+    let start = Instant::now();
+    // SAFETY: a byte of `mem`, which the module writes only from `progress` (this thread).
+    while unsafe { std::ptr::read_volatile(placed as *const u8) } != 7 {
+        m.progress();
+        assert!(start.elapsed() < Duration::from_secs(30), "the first half");
+    }
+    m.deregister_mem(&mut lh).unwrap();
+    s.write_all(&vec![8u8; LEN / 2]).unwrap();
+    let ack = read_frame(&mut m, &mut s, wire::HEADER + wire::Kind::PutAck.ext());
+    let limits = wire::Limits {
+        am_payload: 1 << 20,
+        rdma_data: 1 << 20,
+    };
+    match wire::decode(&ack, &limits) {
+        Ok(Some((wire::Frame::PutAck { req: 5, status }, _))) => {
+            assert!(
+                matches!(status, Err(Error::BadRemoteHandle(_))),
+                "{status:?}"
+            )
+        }
+        other => panic!("not the put's acknowledgement: {other:?}"),
+    }
+    assert!(
+        mem[..LEN / 2].iter().all(|&b| b == 7),
+        "the first half in place"
+    );
+    assert!(
+        mem[LEN / 2..].iter().all(|&b| b == 0),
+        "nothing after the end"
+    );
+    // The link goes on.
+    send_byte(&mut m, ep, Tag::USR);
+    assert_eq!(read_frame(&mut m, &mut s, wire::HEADER + 1), first);
+    assert!(seen.lock().unwrap().is_empty(), "the peer was not failed");
+}
+
+/// A get's reply still going out when the registration it reads ends: the bytes
+/// already on their way are the memory's, the rest zeros (the memory is not read once
+/// it may be gone), and the chunk's end carries the refusal.
+#[test]
+fn a_get_reply_going_out_when_its_registration_ends_sends_no_more_of_it() {
+    const LEN: usize = 4 << 20;
+    let _guard = HangGuard::new("the get whose registration ends", Duration::from_secs(60));
+    let (mut m, _, listener, seen) = module_facing_a_raw_peer(&[("btl_tcp_sndbuf", "65536")]);
+    let mut s = accept_hello(&mut m, &listener);
+    socket2::SockRef::from(&s)
+        .set_recv_buffer_size(16 << 10)
+        .unwrap();
+    s.write_all(&[10, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+    let mut first = [0u8; wire::HEADER + 1];
+    read_progressing(&mut m, &mut s, &mut first);
+    let mut mem = vec![9u8; LEN];
+    // SAFETY: `mem` outlives the handle (deregistered below) and is not resized.
+    let mut lh =
+        unsafe { m.register_mem(None, mem.as_mut_ptr() as usize, LEN, Access::all()) }.unwrap();
+    let handle = rbtl::btl::transport_kit::keytable::HANDLE_SIZE;
+    let request = wire::Encoder::new(
+        wire::Kind::GetReq,
+        handle as u8,
+        0,
+        wire::Kind::GetReq.ext(),
+    )
+    .u64(3)
+    .u64(0)
+    .u64(mem.as_ptr() as u64)
+    .u64(LEN as u64)
+    .handle(lh.remote().as_bytes());
+    s.write_all(request.as_bytes()).unwrap();
+    // The reply's header and what the two sockets' buffers take go out; the rest waits.
+    let head_len = wire::HEADER + wire::Kind::GetData.ext();
+    let head = read_frame(&mut m, &mut s, head_len);
+    assert_eq!(head[0], 5, "the reply's data");
+    for _ in 0..1000 {
+        m.progress();
+    }
+    m.deregister_mem(&mut lh).unwrap();
+    let data = read_frame(&mut m, &mut s, LEN);
+    let kept = data
+        .iter()
+        .position(|&b| b != 9)
+        .expect("some bytes after the end");
+    assert!(
+        kept > 0,
+        "what was on its way before the end is the memory's"
+    );
+    assert!(data[kept..].iter().all(|&b| b == 0), "zeros after the end");
+    let done = read_frame(&mut m, &mut s, wire::HEADER + wire::Kind::GetDone.ext());
+    let limits = wire::Limits {
+        am_payload: 1 << 20,
+        rdma_data: LEN,
+    };
+    match wire::decode(&done, &limits) {
+        Ok(Some((wire::Frame::GetDone { req: 3, status, .. }, _))) => {
+            assert!(
+                matches!(status, Err(Error::BadRemoteHandle(_))),
+                "{status:?}"
+            )
+        }
+        other => panic!("not the get's end: {other:?}"),
+    }
+    assert!(seen.lock().unwrap().is_empty(), "the peer was not failed");
 }
 
 /// One frame of `len` bytes read from `s`, progressing `m` meanwhile.
