@@ -180,6 +180,23 @@ fn mbw_mr_runs_several_pairs() {
 /// pairs.
 #[test]
 fn every_benchmark_runs_over_tcp() {
+    // Each run short, its header naming tcp; its output.
+    let over_tcp = |args: &[&str]| {
+        let out = run(Command::new(OSU).args(args).args([
+            "--btl",
+            "tcp,self",
+            "--iterations",
+            "3",
+            "--skip",
+            "1",
+            "--window",
+            "8",
+        ]));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let header = text.lines().next().unwrap_or("");
+        assert!(header.ends_with(" over tcp)"), "{args:?}: {text}");
+        out
+    };
     for (bench, min, max) in [
         ("latency", "0", "4096"),
         ("bw", "1024", "65536"),
@@ -190,53 +207,14 @@ fn every_benchmark_runs_over_tcp() {
         ("put-bw", "1024", "65536"),
         ("get-bw", "1024", "65536"),
     ] {
-        let out = run(Command::new(OSU).args([
-            bench,
-            "--btl",
-            "tcp,self",
-            "--min-size",
-            min,
-            "--max-size",
-            max,
-            "--iterations",
-            "3",
-            "--skip",
-            "1",
-            "--window",
-            "8",
-        ]));
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            text.lines().next().unwrap_or("").ends_with(" over tcp)"),
-            "{bench}: {text}"
-        );
+        let out = over_tcp(&[bench, "--min-size", min, "--max-size", max]);
         let r = rows(&out.stdout);
         assert_eq!(r.first().map(|r| r.0), min.parse().ok(), "{bench}");
         assert_eq!(r.last().map(|r| r.0), max.parse().ok(), "{bench}");
     }
-    let out = run(Command::new(OSU).args([
-        "mbw-mr",
-        "-n",
-        "2",
-        "--btl",
-        "tcp,self",
-        "--min-size",
-        "8",
-        "--max-size",
-        "64",
-        "--iterations",
-        "3",
-        "--skip",
-        "1",
-        "--window",
-        "8",
-    ]));
+    let out = over_tcp(&["mbw-mr", "-n", "2", "--min-size", "8", "--max-size", "64"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.starts_with("# OSU Multiple Bandwidth")
-            && text.lines().next().unwrap().ends_with(" over tcp)"),
-        "{text}"
-    );
+    assert!(text.starts_with("# OSU Multiple Bandwidth"), "{text}");
     assert_eq!(
         text.lines().filter(|l| !l.starts_with('#')).count(),
         4,

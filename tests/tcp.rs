@@ -933,7 +933,7 @@ fn answer_and_take_the_message(
     s.write_all(&[10, 0, 0, 0, 0, 0, 0, 0]).unwrap();
     let mut frame = [0u8; wire::HEADER + 1];
     read_progressing(m, s, &mut frame);
-    assert_eq!(frame, [1, Tag::USR.0, 1, 0, 1, 0, 0, 0, 1], "the message");
+    assert_eq!(frame, FIRST_MESSAGE, "the message");
     assert_eq!(m.links(ep), Some((1, 1)), "the link is up");
     assert!(
         seen.lock().unwrap().is_empty(),
@@ -995,12 +995,7 @@ impl HangGuard {
 fn flush_waits_for_a_slow_peer_and_names_a_silent_one_whose_put_then_completes() {
     const PUTS: usize = 5;
     let _guard = HangGuard::new("the flush test", Duration::from_secs(60));
-    let (mut m, ep, listener, seen) =
-        module_facing_a_raw_peer(&[("btl_tcp_flush_timeout", "2000")]);
-    let mut s = accept_hello(&mut m, &listener);
-    s.write_all(&[10, 0, 0, 0, 0, 0, 0, 0]).unwrap();
-    let mut first = [0u8; wire::HEADER + 1];
-    read_progressing(&mut m, &mut s, &mut first);
+    let (mut m, ep, mut s, seen) = link_to_a_raw_peer(&[("btl_tcp_flush_timeout", "2000")], None);
     let mut mem = vec![5u8; 64];
     // SAFETY: `mem` outlives the handle (dropped first) and is not resized.
     let lh = unsafe { m.register_mem(None, mem.as_mut_ptr() as usize, mem.len(), Access::all()) }
@@ -1093,11 +1088,7 @@ fn flush_waits_for_a_slow_peer_and_names_a_silent_one_whose_put_then_completes()
 fn a_put_streaming_in_when_its_registration_ends_writes_no_more_and_is_refused() {
     const LEN: usize = 512 << 10;
     let _guard = HangGuard::new("the put whose registration ends", Duration::from_secs(60));
-    let (mut m, ep, listener, seen) = module_facing_a_raw_peer(&[]);
-    let mut s = accept_hello(&mut m, &listener);
-    s.write_all(&[10, 0, 0, 0, 0, 0, 0, 0]).unwrap();
-    let mut first = [0u8; wire::HEADER + 1];
-    read_progressing(&mut m, &mut s, &mut first);
+    let (mut m, ep, mut s, seen) = link_to_a_raw_peer(&[], None);
     let mut mem = vec![0u8; LEN];
     // SAFETY: `mem` outlives the handle (deregistered below) and is not resized.
     let mut lh =
@@ -1147,7 +1138,7 @@ fn a_put_streaming_in_when_its_registration_ends_writes_no_more_and_is_refused()
     );
     // The link goes on.
     send_byte(&mut m, ep, Tag::USR);
-    assert_eq!(read_frame(&mut m, &mut s, wire::HEADER + 1), first);
+    assert_eq!(read_frame(&mut m, &mut s, wire::HEADER + 1), FIRST_MESSAGE);
     assert!(seen.lock().unwrap().is_empty(), "the peer was not failed");
 }
 
@@ -1158,14 +1149,8 @@ fn a_put_streaming_in_when_its_registration_ends_writes_no_more_and_is_refused()
 fn a_get_reply_going_out_when_its_registration_ends_sends_no_more_of_it() {
     const LEN: usize = 4 << 20;
     let _guard = HangGuard::new("the get whose registration ends", Duration::from_secs(60));
-    let (mut m, _, listener, seen) = module_facing_a_raw_peer(&[("btl_tcp_sndbuf", "65536")]);
-    let mut s = accept_hello(&mut m, &listener);
-    socket2::SockRef::from(&s)
-        .set_recv_buffer_size(16 << 10)
-        .unwrap();
-    s.write_all(&[10, 0, 0, 0, 0, 0, 0, 0]).unwrap();
-    let mut first = [0u8; wire::HEADER + 1];
-    read_progressing(&mut m, &mut s, &mut first);
+    let (mut m, _, mut s, seen) =
+        link_to_a_raw_peer(&[("btl_tcp_sndbuf", "65536")], Some(16 << 10));
     let mut mem = vec![9u8; LEN];
     // SAFETY: `mem` outlives the handle (deregistered below) and is not resized.
     let mut lh =
@@ -1218,6 +1203,28 @@ fn a_get_reply_going_out_when_its_registration_ends_sends_no_more_of_it() {
     assert!(seen.lock().unwrap().is_empty(), "the peer was not failed");
 }
 
+/// The one-byte message rank 0's module queues for the raw peer, as it arrives.
+const FIRST_MESSAGE: [u8; wire::HEADER + 1] = [1, Tag::USR.0, 1, 0, 1, 0, 0, 0, 1];
+
+/// Rank 0's module under `settings` and the raw peer's end of their link, up: the peer
+/// answered rank 0's HELLO and read its first message. `peer_rcvbuf`: the peer's
+/// receive buffer, where the test needs it small.
+fn link_to_a_raw_peer(
+    settings: &[(&str, &str)],
+    peer_rcvbuf: Option<usize>,
+) -> (TcpModule, Endpoint, TcpStream, Arc<Mutex<Vec<String>>>) {
+    let (mut m, ep, listener, seen) = module_facing_a_raw_peer(settings);
+    let mut s = accept_hello(&mut m, &listener);
+    if let Some(n) = peer_rcvbuf {
+        socket2::SockRef::from(&s).set_recv_buffer_size(n).unwrap();
+    }
+    s.write_all(&[10, 0, 0, 0, 0, 0, 0, 0]).unwrap();
+    let mut first = [0u8; wire::HEADER + 1];
+    read_progressing(&mut m, &mut s, &mut first);
+    assert_eq!(first, FIRST_MESSAGE);
+    (m, ep, s, seen)
+}
+
 /// One frame of `len` bytes read from `s`, progressing `m` meanwhile.
 fn read_frame(m: &mut TcpModule, s: &mut TcpStream, len: usize) -> Vec<u8> {
     let mut frame = vec![0u8; len];
@@ -1235,17 +1242,13 @@ fn flush_waits_for_a_chunk_that_streams_for_longer_than_its_timeout() {
     const SLICE: usize = 32 << 10;
     const EVERY: Duration = Duration::from_millis(100);
     let _guard = HangGuard::new("the streaming flush test", Duration::from_secs(90));
-    let (mut m, ep, listener, seen) = module_facing_a_raw_peer(&[
-        ("btl_tcp_flush_timeout", "2000"),
-        ("btl_tcp_sndbuf", "65536"),
-    ]);
-    let mut s = accept_hello(&mut m, &listener);
-    socket2::SockRef::from(&s)
-        .set_recv_buffer_size(16 << 10)
-        .unwrap();
-    s.write_all(&[10, 0, 0, 0, 0, 0, 0, 0]).unwrap();
-    let mut first = [0u8; wire::HEADER + 1];
-    read_progressing(&mut m, &mut s, &mut first);
+    let (mut m, ep, mut s, seen) = link_to_a_raw_peer(
+        &[
+            ("btl_tcp_flush_timeout", "2000"),
+            ("btl_tcp_sndbuf", "65536"),
+        ],
+        Some(16 << 10),
+    );
     let mut mem: Vec<u8> = (0..2 * LEN).map(|i| (i % 253) as u8).collect();
     // SAFETY: `mem` outlives the handle (dropped first) and is not resized.
     let lh = unsafe { m.register_mem(None, mem.as_mut_ptr() as usize, mem.len(), Access::all()) }
