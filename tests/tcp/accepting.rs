@@ -66,9 +66,9 @@ fn limit_leaving(free: u64) -> u64 {
 /// oldest beyond `UNPROVEN_MAX` (counted as crowded); rank 2 then connects to rank 0
 /// through the crowd. Rank 1 closes its connections; rank 0 lowers its descriptor
 /// limit to leave it `FREE` more, rank 1 opens `SECOND_CROWD` connections, and rank 0
-/// makes room for each it accepts short of descriptors by closing the oldest; then rank 3
-/// connects to rank 0 and rank 0 to rank 4, each taking a stranger's descriptor. No
-/// failure is reported, and each member's link is one connection.
+/// makes room for each it accepts short of descriptors by closing the oldest; then
+/// rank 3 connects to rank 0 and rank 0 to rank 4, each taking a stranger's
+/// descriptor. No failure is reported, and each member's link is one connection.
 pub fn role_crowd() {
     let (mut m, eps, mut job) = tcp_module();
     let rank = job.rank;
