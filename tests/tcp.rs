@@ -8,7 +8,8 @@
 //! never answering, declining and never connecting, closing a handshake unanswered;
 //! over IPv6, of a family the module does not use, publishing an old format: see
 //! `tcp/families.rs`; answering a flush slowly, not at all, or streaming a chunk
-//! slowly; putting into, and getting from, memory whose registration ends midway), and two interfaces per rank in a network namespace the test makes (one
+//! slowly; putting into, and getting from, memory whose registration ends midway;
+//! malformed frames), and two interfaces per rank in a network namespace the test makes (one
 //! link per pair). This test binary re-executes itself as the rank program under the
 //! launcher; `TCP_TEST_ROLE` selects what a rank does, and ranks
 //! leave `ok.<rank>` files in `TCP_TEST_DIR`. (Over 600 lines: each test's rank side
@@ -1079,6 +1080,85 @@ fn flush_waits_for_a_slow_peer_and_names_a_silent_one_whose_put_then_completes()
     assert_eq!(ok.load(Ordering::SeqCst), PUTS + 1);
     drop(lh);
     drop(mem);
+}
+
+/// Frames from a member that fail validation (length, tag, handle, segments, sizes, a
+/// reply to nothing), each on its own link: the module ends that peer with a protocol
+/// error naming what was wrong (reported once, the link closed), and panics on none.
+#[test]
+fn each_malformed_frame_is_a_protocol_error_of_its_peer() {
+    let _guard = HangGuard::new("the malformed frames", Duration::from_secs(60));
+    let handle = rbtl::btl::transport_kit::keytable::HANDLE_SIZE;
+    let huge = 1 << 30;
+    let cases: [(&str, Vec<u8>); 6] = [
+        (
+            "active message on a reserved tag",
+            wire::Encoder::new(wire::Kind::Am, 0, 1, 1)
+                .as_bytes()
+                .to_vec(),
+        ),
+        (
+            "frame length out of bounds for its kind",
+            wire::Encoder::new(wire::Kind::Am, Tag::USR.0, 1, huge)
+                .as_bytes()
+                .to_vec(),
+        ),
+        (
+            "malformed memory handle",
+            wire::Encoder::new(wire::Kind::Put, 3, 0, wire::Kind::Put.ext() + 8)
+                .as_bytes()
+                .to_vec(),
+        ),
+        (
+            "get chunk over the largest chunk",
+            wire::Encoder::new(
+                wire::Kind::GetReq,
+                handle as u8,
+                0,
+                wire::Kind::GetReq.ext(),
+            )
+            .u64(1)
+            .u64(0)
+            .u64(0x1000)
+            .u64(huge as u64)
+            .handle(&vec![0; handle])
+            .as_bytes()
+            .to_vec(),
+        ),
+        (
+            "segment count out of range",
+            wire::Encoder::new(wire::Kind::Am, Tag::USR.0, 0, 1)
+                .as_bytes()
+                .to_vec(),
+        ),
+        ("an acknowledgement of no put", put_ack(77)),
+    ];
+    for (why, frame) in cases {
+        let (mut m, _, mut s, seen) = link_to_a_raw_peer(&[], None);
+        s.write_all(&frame).unwrap();
+        // What the frame's header announces may never come: the check is on the header.
+        let _ = s.write_all(&[0; 64]);
+        let start = Instant::now();
+        while seen.lock().unwrap().is_empty() {
+            m.progress();
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{why}: no report"
+            );
+        }
+        let reports = seen.lock().unwrap().clone();
+        assert_eq!(reports.len(), 1, "{reports:?}");
+        assert!(
+            reports[0].contains(&format!("protocol error: {why}")),
+            "{why}: {reports:?}"
+        );
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut b = [0u8; 8];
+        assert!(
+            matches!(s.read(&mut b), Ok(0) | Err(_)),
+            "{why}: the link closed"
+        );
+    }
 }
 
 /// A put streaming into this process's memory when that memory's registration ends:
