@@ -9,10 +9,10 @@
 //! over IPv6, of a family the module does not use, publishing an old format: see
 //! `tcp/families.rs`; answering a flush slowly, not at all, or streaming a chunk
 //! slowly; putting into, and getting from, memory whose registration ends midway;
-//! malformed frames), and two interfaces per rank in a network namespace the test makes (one
-//! link per pair). This test binary re-executes itself as the rank program under the
-//! launcher; `TCP_TEST_ROLE` selects what a rank does, and ranks
-//! leave `ok.<rank>` files in `TCP_TEST_DIR`. (Over 600 lines: each test's rank side
+//! malformed frames), and two interfaces per rank in a network namespace the test
+//! makes (one link per pair). This test binary re-executes itself as the rank program
+//! under the launcher; `TCP_TEST_ROLE` selects what a rank does, and ranks leave
+//! `ok.<rank>` files in `TCP_TEST_DIR`. (Over 600 lines: each test's rank side
 //! sits here beside its launcher side, in the one binary.)
 
 #[path = "tcp/accepting.rs"]
