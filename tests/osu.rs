@@ -101,33 +101,51 @@ fn latency_alone_launches_its_own_ranks_and_writes_json_and_svg() {
     let _ = (std::fs::remove_file(json), std::fs::remove_file(svg));
 }
 
-#[test]
-fn every_benchmark_runs_a_short_sweep() {
-    for (bench, max) in [
-        ("bw", "65536"),
-        ("bibw", "65536"),
-        ("put-latency", "4096"),
-        ("get-latency", "4096"),
-        ("put-bw", "65536"),
-        ("get-bw", "65536"),
+/// A short run of `osu` with `args` (three iterations, window 8), its header naming the
+/// transport `over`; its output.
+fn short_run(args: &[&str], over: &str) -> Output {
+    let out = run(Command::new(OSU).args(args).args([
+        "--iterations",
+        "3",
+        "--skip",
+        "1",
+        "--window",
+        "8",
+    ]));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let header = text.lines().next().unwrap_or("");
+    assert!(
+        header.ends_with(&format!(" over {over})")),
+        "{args:?}: {text}"
+    );
+    out
+}
+
+/// Every two-rank benchmark in a short sweep, with `extra` arguments, over `over`:
+/// the one-sided ones, and `bw` at a rendezvous size.
+fn short_sweeps(extra: &[&str], over: &str) {
+    for (bench, min, max) in [
+        ("latency", "0", "4096"),
+        ("bw", "1024", "65536"),
+        ("bw", "1048576", "1048576"),
+        ("bibw", "1024", "65536"),
+        ("put-latency", "8", "4096"),
+        ("get-latency", "8", "4096"),
+        ("put-bw", "1024", "65536"),
+        ("get-bw", "1024", "65536"),
     ] {
-        let out = run(Command::new(OSU).args([
-            bench,
-            "--min-size",
-            "1024",
-            "--max-size",
-            max,
-            "--iterations",
-            "3",
-            "--skip",
-            "1",
-            "--window",
-            "8",
-        ]));
+        let mut args = vec![bench, "--min-size", min, "--max-size", max];
+        args.extend_from_slice(extra);
+        let out = short_run(&args, over);
         let r = rows(&out.stdout);
-        assert_eq!(r.first().map(|r| r.0), Some(1024), "{bench}");
+        assert_eq!(r.first().map(|r| r.0), min.parse().ok(), "{bench}");
         assert_eq!(r.last().map(|r| r.0), max.parse().ok(), "{bench}");
     }
+}
+
+#[test]
+fn every_benchmark_runs_a_short_sweep() {
+    short_sweeps(&[], "sm");
     // Rendezvous sizes through the copy path and through cross-memory attach.
     for rdma in ["copy", "cma"] {
         let out = run(Command::new(OSU)
@@ -180,39 +198,11 @@ fn mbw_mr_runs_several_pairs() {
 /// pairs.
 #[test]
 fn every_benchmark_runs_over_tcp() {
-    // Each run short, its header naming tcp; its output.
-    let over_tcp = |args: &[&str]| {
-        let out = run(Command::new(OSU).args(args).args([
-            "--btl",
-            "tcp,self",
-            "--iterations",
-            "3",
-            "--skip",
-            "1",
-            "--window",
-            "8",
-        ]));
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let header = text.lines().next().unwrap_or("");
-        assert!(header.ends_with(" over tcp)"), "{args:?}: {text}");
-        out
-    };
-    for (bench, min, max) in [
-        ("latency", "0", "4096"),
-        ("bw", "1024", "65536"),
-        ("bw", "1048576", "1048576"),
-        ("bibw", "1024", "65536"),
-        ("put-latency", "8", "4096"),
-        ("get-latency", "8", "4096"),
-        ("put-bw", "1024", "65536"),
-        ("get-bw", "1024", "65536"),
-    ] {
-        let out = over_tcp(&[bench, "--min-size", min, "--max-size", max]);
-        let r = rows(&out.stdout);
-        assert_eq!(r.first().map(|r| r.0), min.parse().ok(), "{bench}");
-        assert_eq!(r.last().map(|r| r.0), max.parse().ok(), "{bench}");
-    }
-    let out = over_tcp(&["mbw-mr", "-n", "2", "--min-size", "8", "--max-size", "64"]);
+    let tcp = ["--btl", "tcp,self"];
+    short_sweeps(&tcp, "tcp");
+    let mut args = vec!["mbw-mr", "-n", "2", "--min-size", "8", "--max-size", "64"];
+    args.extend_from_slice(&tcp);
+    let out = short_run(&args, "tcp");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("# OSU Multiple Bandwidth"), "{text}");
     assert_eq!(
