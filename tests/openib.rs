@@ -1,18 +1,18 @@
 //! The openib transport on a real RDMA device (`rxe0` in the soft-RoCE guest, see
 //! `rdma/guest.sh`): the contract suite across two processes with each connection
-//! method (and with put and get limits set), a wrong remote key, the memlock
-//! diagnosis, the message layer across 2 and 4 ranks, a flood that must not cause
+//! method (and with put and get limits set), a wrong remote key, the memlock diagnosis,
+//! the message layer across 2 and 4 ranks, a flood that must not cause
 //! receiver-not-ready retries, a shared receive queue, a job too large for the
 //! completion queue, a killed peer, a peer stopped before its connection came up
 //! (`common/stopped_connect.rs`), a stopped peer the message layer gives up on and a
 //! peer removed with work posted to it, whose messages polled after its removal reach
-//! no callback (`common/stopped_peer.rs`, `openib/removed_peer.rs`), ranks that share no connection method, a short osu
-//! sweep, transfers into memory remapped under cached registrations and after a fork
-//! (`node/stale.rs`), the registration stress of memory that keeps coming and going
-//! (`node/stress.rs`), and, in a pair of guests (`rdma/guest.sh pair`), the contract
-//! suite and osu between two nodes. Without a
-//! device these tests say so and pass, unless `VERBS_REQUIRE_DEVICE` is set (as in
-//! the guest), where a missing device fails them.
+//! no callback (`common/stopped_peer.rs`, `openib/removed_peer.rs`), ranks that share
+//! no connection method, a short osu sweep, transfers into memory remapped under cached
+//! registrations and after a fork (`node/stale.rs`), the registration stress of memory
+//! that keeps coming and going (`node/stress.rs`), and, in a pair of guests
+//! (`rdma/guest.sh pair`), the contract suite and osu between two nodes. Without a
+//! device these tests say so and pass, unless `VERBS_REQUIRE_DEVICE` is set (as in the
+//! guest), where a missing device fails them.
 //!
 //! As in `tests/node.rs`, this binary re-executes itself as the rank program under the
 //! launcher; `OPENIB_TEST_ROLE` selects what a rank does and ranks leave `ok.<rank>`
