@@ -8,6 +8,7 @@
 
 use rbtl::btl::{
     Access, DesFlags, Endpoint, Expected, Module, Order, Proc, RemoteHandle, SendiOutcome, Tag,
+    EXPECTED_KEY,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -58,7 +59,7 @@ fn main() {
         let e = Expected {
             endpoint: ep,
             tag: Tag::USR,
-            key: [0; 4],
+            key: [0; EXPECTED_KEY],
             buf: inbox.as_mut_ptr(),
             cap: inbox.len(),
         };

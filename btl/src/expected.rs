@@ -122,11 +122,12 @@ mod tests {
     #[test]
     fn takes_only_its_peer_tag_key_and_room() {
         let mut buf = [0u8; 4];
+        const K: [u8; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
         let mut slot = ExpectedSlot::default();
         let e = Expected {
             endpoint: Endpoint(1),
             tag: Tag(9),
-            key: [1, 2, 3, 4],
+            key: K,
             buf: buf.as_mut_ptr(),
             cap: 4,
         };
@@ -136,37 +137,37 @@ mod tests {
             // accessed until the last fill.
             unsafe { slot.fill(Endpoint(ep), Tag(tag), segs) }.then(|| slot.take())
         };
-        assert_eq!(fill(2, 9, &[&[1, 2, 3, 4, 5]]), None, "another peer");
-        assert_eq!(fill(1, 8, &[&[1, 2, 3, 4, 5]]), None, "another tag");
-        assert_eq!(fill(1, 9, &[&[1, 2, 3, 5, 5]]), None, "another key");
-        assert_eq!(fill(1, 9, &[&[1, 2, 3]]), None, "shorter than a key");
         assert_eq!(
-            fill(1, 9, &[&[1, 2, 3, 4, 0, 0, 0, 0, 0]]),
+            fill(2, 9, &[&[&K[..], &[5]].concat()]),
             None,
-            "too long"
+            "another peer"
         );
-        assert_eq!(fill(1, 9, &[&[1, 2], &[3, 4, 5]]), None, "a key split");
+        assert_eq!(fill(1, 8, &[&[&K[..], &[5]].concat()]), None, "another tag");
         assert_eq!(
-            fill(1, 9, &[&[1, 2, 3, 4], &[5], &[6]]),
+            fill(1, 9, &[&[1, 2, 3, 4, 5, 6, 7, 9, 5]]),
             None,
-            "three parts"
+            "another key"
         );
+        assert_eq!(fill(1, 9, &[&K[..7]]), None, "shorter than a key");
+        assert_eq!(fill(1, 9, &[&[&K[..], &[0; 5]].concat()]), None, "too long");
         assert_eq!(
-            fill(1, 9, &[&[1, 2, 3, 4, 7, 8]]),
+            fill(1, 9, &[&K[..2], &[&K[2..], &[5]].concat()]),
+            None,
+            "a key split"
+        );
+        assert_eq!(fill(1, 9, &[&K, &[5], &[6]]), None, "three parts");
+        assert_eq!(
+            fill(1, 9, &[&[&K[..], &[7, 8]].concat()]),
             Some(Some(2)),
             "one part"
         );
-        assert_eq!(
-            fill(1, 9, &[&[1, 2, 3, 4], &[5, 6, 7, 8]]),
-            Some(Some(4)),
-            "key, body"
-        );
-        assert_eq!(fill(1, 9, &[&[1, 2, 3, 4]]), Some(Some(0)), "empty");
+        assert_eq!(fill(1, 9, &[&K, &[5, 6, 7, 8]]), Some(Some(4)), "key, body");
+        assert_eq!(fill(1, 9, &[&K]), Some(Some(0)), "empty");
         assert_eq!(buf, [5, 6, 7, 8], "the last body that was longer");
         slot.post(&e);
         slot.cancel();
         // SAFETY: as above.
-        assert!(!unsafe { slot.fill(Endpoint(1), Tag(9), &[&[1, 2, 3, 4, 0]]) });
+        assert!(!unsafe { slot.fill(Endpoint(1), Tag(9), &[&[&K[..], &[0]].concat()]) });
         assert_eq!(slot.take(), None, "a withdrawn receive takes nothing");
         assert_eq!(buf, [5, 6, 7, 8], "nor writes");
     }

@@ -17,6 +17,12 @@ pub trait Modex {
     fn fence(&mut self) -> Result<()>;
     /// What `rank` published under `key`, if anything.
     fn lookup(&mut self, rank: u32, key: &str) -> Result<Option<Vec<u8>>>;
+    /// Ask the process manager behind the exchange to end the whole job with exit
+    /// code `code`, printing `message` (as `MPI_Abort`). One without a process manager
+    /// does nothing: the caller then exits by itself.
+    fn abort(&mut self, _code: i32, _message: &str) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// The modex of a job of one process: what it publishes is all there is.

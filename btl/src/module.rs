@@ -133,7 +133,7 @@ pub struct Expected {
 }
 
 /// Bytes of [`Expected::key`].
-pub const EXPECTED_KEY: usize = 4;
+pub const EXPECTED_KEY: usize = 8;
 
 /// The access a put needs at the remote end.
 pub const PUT_REMOTE: Access = Access::REMOTE_WRITE;

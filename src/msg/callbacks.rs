@@ -43,12 +43,34 @@ pub(super) fn register_callbacks(
             let Some(rts) = protocol::Rts::decode(&r.to_vec()) else {
                 return;
             };
-            match s.take_match(m, src, rts.tag) {
+            match s.take_match(m, src, rts.tag, rts.ctx) {
                 Some(p) => s.start_get(&st, m, mi, r.endpoint, &p, src, rts),
                 None => s.unexpected.push_back(Unexpected::Rts {
                     src,
                     rts: Box::new(rts),
                 }),
+            }
+        }),
+    )?;
+    let (st, senders) = (state.clone(), ranks.clone());
+    m.register_am(
+        protocol::EAGER_SYNC,
+        Box::new(move |m, r: &Received<'_>| {
+            let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() else {
+                return;
+            };
+            let joined = r.to_vec();
+            let Some((tag, ctx, sreq)) = protocol::decode_sync_header(&joined) else {
+                return;
+            };
+            let data = &joined[protocol::SYNC_HEADER..];
+            let mut s = lock(&st);
+            match s.take_match(m, src, tag, ctx) {
+                Some(p) => {
+                    s.deliver_eager(&p, src, tag, data);
+                    s.ack_sync(m, mi, r.endpoint, sreq);
+                }
+                None => s.keep_unexpected(src, tag, ctx, data, Some(sreq)),
             }
         }),
     )?;
@@ -77,14 +99,14 @@ pub(super) fn register_callbacks(
 /// receive, or keep it as unexpected.
 #[inline(always)]
 fn receive_eager(st: &Shared, m: &mut dyn Module, src: u32, head: &[u8], data: &[u8]) {
-    let Ok(head) = <[u8; protocol::EAGER_HEADER]>::try_from(head) else {
+    let Ok(head) = <&[u8; protocol::EAGER_HEADER]>::try_from(head) else {
         return;
     };
-    let tag = i32::from_le_bytes(head);
+    let (tag, ctx) = protocol::decode_eager_header(head);
     let mut s = lock(st);
-    match s.take_match(m, src, tag) {
+    match s.take_match(m, src, tag, ctx) {
         Some(p) => s.deliver_eager(&p, src, tag, data),
-        None => s.keep_unexpected(src, tag, data),
+        None => s.keep_unexpected(src, tag, ctx, data, None),
     }
 }
 

@@ -47,8 +47,10 @@ pub(super) fn peer_timeout(config: &Config) -> Result<Option<Duration>> {
     }
 }
 
-/// The idle rounds of one blocking wait.
-pub(super) struct IdleWait {
+/// The idle rounds of one blocking wait: a layer above that waits in a loop of its
+/// own counts them here, and every so many asks [`Comm::look_at`] whether the
+/// request it waits for can still complete.
+pub struct IdleWait {
     /// Idle rounds in a row.
     rounds: u64,
     /// When this run of idle rounds was first looked at.
@@ -56,7 +58,8 @@ pub(super) struct IdleWait {
 }
 
 impl IdleWait {
-    pub(super) const fn new() -> IdleWait {
+    /// A wait that has not idled yet.
+    pub const fn new() -> IdleWait {
         IdleWait {
             rounds: 0,
             since: None,
@@ -67,7 +70,7 @@ impl IdleWait {
     /// yields the processor, so that ranks sharing a core still advance. Whether it is
     /// time to look whether the wait is in vain.
     #[inline(always)]
-    pub(super) fn idle(&mut self) -> bool {
+    pub fn idle(&mut self) -> bool {
         self.rounds += 1;
         if self.rounds >= u64::from(SPIN_BEFORE_YIELD) {
             std::thread::yield_now();
@@ -78,7 +81,7 @@ impl IdleWait {
 
     /// Count a round that did something.
     #[inline(always)]
-    pub(super) fn busy(&mut self) {
+    pub fn busy(&mut self) {
         self.rounds = 0;
     }
 
@@ -90,6 +93,12 @@ impl IdleWait {
             self.since = Some(now);
         }
         now.duration_since(*self.since.get_or_insert(now))
+    }
+}
+
+impl Default for IdleWait {
+    fn default() -> Self {
+        IdleWait::new()
     }
 }
 
@@ -114,10 +123,12 @@ enum Verdict {
 
 impl Comm {
     /// Look whether the wait for request `req` is in vain (called every so many idle
-    /// rounds); if so the request completes with the error that ends it.
+    /// rounds, when [`IdleWait::idle`] says so); if so the request completes with the
+    /// error that ends it (see "Failed and silent peers" in the [module
+    /// documentation](super)).
     #[cold]
     #[inline(never)]
-    pub(super) fn look_at(&mut self, req: ReqId, idle: &mut IdleWait) {
+    pub fn look_at(&mut self, req: ReqId, idle: &mut IdleWait) {
         let needs = {
             let mut s = lock(&self.state);
             let posted = s.posted.iter().any(|p| p.req == req);

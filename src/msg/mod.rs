@@ -64,8 +64,8 @@ mod window;
 
 pub use comm::Comm;
 pub use error::{Error, Result};
-pub use liveness::{register_params, PEER_TIMEOUT_PARAM};
-pub use p2p::{Status, ANY_SOURCE, ANY_TAG, SPIN_BEFORE_YIELD};
+pub use liveness::{register_params, IdleWait, PEER_TIMEOUT_PARAM};
+pub use p2p::{Matched, SendMode, Status, ANY_SOURCE, ANY_TAG, SPIN_BEFORE_YIELD, WORLD};
 pub use scope::Scope;
 pub use state::ReqId;
 pub use window::Window;

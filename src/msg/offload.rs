@@ -14,6 +14,7 @@ pub(super) struct Offload {
     module: usize,
     source: u32,
     tag: i32,
+    ctx: u32,
 }
 
 /// Withdraws the blocking receive from its transport, if it is still there, however
@@ -37,18 +38,20 @@ impl Comm {
         buf: &mut [u8],
         src: u32,
         tag: i32,
+        ctx: u32,
     ) -> Result<Option<Offload>> {
         let (mi, ep) = self.route(src)?;
         {
-            let s = lock(&self.state);
+            let mut s = lock(&self.state);
             if !s.posted.is_empty() || !s.unexpected.is_empty() {
                 return Ok(None);
             }
+            s.offloaded_ctx = ctx;
         }
         let e = Expected {
             endpoint: ep,
             tag: protocol::EAGER,
-            key: tag.to_le_bytes(),
+            key: protocol::eager_header(tag, ctx),
             buf: buf.as_mut_ptr(),
             cap: buf.len(),
         };
@@ -62,6 +65,7 @@ impl Comm {
             module: mi,
             source: src,
             tag,
+            ctx,
         };
         self.offload = Some(o);
         Ok(Some(o))
@@ -104,7 +108,7 @@ impl Comm {
             }
             if self.signals.offloaded.load(Ordering::Relaxed) == 0 {
                 self.withdraw();
-                return self.recv_posted(buf, Some(o.source), Some(o.tag));
+                return self.recv_posted(buf, Some(o.source), Some(o.tag), o.ctx);
             }
         }
     }

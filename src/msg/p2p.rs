@@ -27,23 +27,44 @@ pub const ANY_TAG: Option<i32> = None;
 /// Idle progress rounds a wait spins before it starts yielding the processor.
 pub const SPIN_BEFORE_YIELD: u32 = 1 << 14;
 
+/// The context of the calls that name none ([`Comm::send`], [`Comm::recv`], ...): the
+/// communicator over every rank. A layer above that builds communicators of its own
+/// gives each its own context (any other value), so that their messages never match
+/// each other's receives.
+pub const WORLD: u32 = 0;
+
+/// When a send completes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendMode {
+    /// Once its buffer may be reused (MPI's standard mode).
+    Standard,
+    /// Once a receive has matched it (MPI's synchronous mode, `MPI_Ssend`).
+    Synchronous,
+}
+
 impl Comm {
     /// Send `buf` to `dst` with `tag`, returning when the buffer may be reused.
     #[inline(always)]
     pub fn send(&mut self, buf: &[u8], dst: u32, tag: i32) -> Result<()> {
+        self.send_in(WORLD, buf, dst, tag)
+    }
+
+    /// [`Comm::send`] in context `ctx`.
+    #[inline(always)]
+    pub fn send_in(&mut self, ctx: u32, buf: &[u8], dst: u32, tag: i32) -> Result<()> {
         if tag < 0 {
             return Err(Error::BadTag(tag));
         }
         // Fast path: an eager message the transport takes at once needs no request.
         let (mi, ep) = self.route(dst)?;
         if buf.len() + protocol::EAGER_HEADER <= self.eager[mi]
-            && self.try_eager(mi, ep, buf, tag)?
+            && self.try_eager(mi, ep, buf, tag, ctx)?
         {
             return Ok(());
         }
         // SAFETY: `buf` is borrowed until wait returns, which is when the request has
         // completed.
-        let req = unsafe { self.isend_raw(buf.as_ptr(), buf.len(), dst, tag) }?;
+        let req = unsafe { self.isend_tagged(buf.as_ptr(), buf.len(), dst, tag, ctx) }?;
         self.wait(req).map(|_| ())
     }
 
@@ -56,15 +77,27 @@ impl Comm {
     /// `buf`, a rendezvous, the source's failure) ends it the usual way.
     #[inline(always)]
     pub fn recv(&mut self, buf: &mut [u8], src: Option<u32>, tag: Option<i32>) -> Result<Status> {
+        self.recv_in(WORLD, buf, src, tag)
+    }
+
+    /// [`Comm::recv`] in context `ctx`.
+    #[inline(always)]
+    pub fn recv_in(
+        &mut self,
+        ctx: u32,
+        buf: &mut [u8],
+        src: Option<u32>,
+        tag: Option<i32>,
+    ) -> Result<Status> {
         if let Some(t) = tag.filter(|t| *t < 0) {
             return Err(Error::BadTag(t));
         }
         if let (Some(s), Some(t)) = (src, tag) {
-            if let Some(o) = self.offload(buf, s, t)? {
+            if let Some(o) = self.offload(buf, s, t, ctx)? {
                 return Withdraw(self).0.wait_offloaded(o, buf);
             }
         }
-        self.recv_posted(buf, src, tag)
+        self.recv_posted(buf, src, tag, ctx)
     }
 
     /// [`Comm::recv`] through a posted receive. (Its request lives outside the table:
@@ -74,10 +107,11 @@ impl Comm {
         buf: &mut [u8],
         src: Option<u32>,
         tag: Option<i32>,
+        ctx: u32,
     ) -> Result<Status> {
         let seen = self.signals.completed.load(Ordering::Acquire);
         // SAFETY: `buf` is borrowed mutably until wait returns.
-        let req = unsafe { self.post_recv(buf.as_mut_ptr(), buf.len(), src, tag, true) }?;
+        let req = unsafe { self.post_recv(buf.as_mut_ptr(), buf.len(), src, tag, ctx, true) }?;
         self.wait_since(req, seen)
     }
 
@@ -97,18 +131,93 @@ impl Comm {
             return Err(Error::BadTag(tag));
         }
         // SAFETY: forwarded contract.
-        unsafe { self.isend_tagged(buf, len, dst, tag) }
+        unsafe { self.isend_tagged(buf, len, dst, tag, WORLD) }
+    }
+
+    /// Start sending `len` bytes at `buf` to `dst` with `tag` in context `ctx`,
+    /// completing as `mode` says.
+    ///
+    /// # Safety
+    ///
+    /// As [`Comm::isend_raw`].
+    pub unsafe fn isend_in(
+        &mut self,
+        ctx: u32,
+        buf: *const u8,
+        len: usize,
+        dst: u32,
+        tag: i32,
+        mode: SendMode,
+    ) -> Result<ReqId> {
+        if tag < 0 {
+            return Err(Error::BadTag(tag));
+        }
+        match mode {
+            // SAFETY: forwarded contract.
+            SendMode::Standard => unsafe { self.isend_tagged(buf, len, dst, tag, ctx) },
+            // SAFETY: forwarded contract.
+            SendMode::Synchronous => unsafe { self.isend_sync(buf, len, dst, tag, ctx) },
+        }
+    }
+
+    /// A synchronous send: an eager message the receiver answers once it is
+    /// matched, or a rendezvous (which completes only once the receiver has read it).
+    ///
+    /// # Safety
+    ///
+    /// As [`Comm::isend_raw`].
+    unsafe fn isend_sync(
+        &mut self,
+        buf: *const u8,
+        len: usize,
+        dst: u32,
+        tag: i32,
+        ctx: u32,
+    ) -> Result<ReqId> {
+        let (mi, ep) = self.route(dst)?;
+        if len + protocol::SYNC_HEADER > self.eager[mi] {
+            // SAFETY: forwarded contract.
+            return unsafe { self.isend_tagged(buf, len, dst, tag, ctx) };
+        }
+        // SAFETY: the caller promised `buf` is valid for `len` bytes.
+        let data = unsafe { std::slice::from_raw_parts(buf, len) };
+        let m = self.modules[mi].as_mut();
+        let mut s = lock(&self.state);
+        let req = s.new_req(Some(dst));
+        if let Some(r) = s.reqs.get_mut(req) {
+            r.status = Status {
+                source: self.rank,
+                tag,
+                len,
+            };
+        }
+        let head = protocol::sync_header(tag, ctx, req);
+        match s.send_or_defer(m, mi, ep, protocol::EAGER_SYNC, &head, data) {
+            Ok(()) => Ok(req),
+            Err(e) => {
+                s.drop_req(req);
+                Err(e)
+            }
+        }
     }
 
     /// Hand an eager message straight to the transport if nothing waits for room:
     /// whether it took it (false: nothing went out, the general path queues it).
     #[inline(always)]
-    fn try_eager(&mut self, mi: usize, ep: Endpoint, buf: &[u8], tag: i32) -> Result<bool> {
+    fn try_eager(
+        &mut self,
+        mi: usize,
+        ep: Endpoint,
+        buf: &[u8],
+        tag: i32,
+        ctx: u32,
+    ) -> Result<bool> {
         if self.signals.deferred.load(Ordering::Acquire) != 0 {
             return Ok(false);
         }
         let m = self.modules[mi].as_mut();
-        match state::transmit(m, ep, protocol::EAGER, &tag.to_le_bytes(), buf) {
+        let head = protocol::eager_header(tag, ctx);
+        match state::transmit(m, ep, protocol::EAGER, &head, buf) {
             Ok(()) => Ok(true),
             Err(rbtl_btl::Error::OutOfResource(_)) => Ok(false),
             Err(e) => Err(e.into()),
@@ -128,13 +237,14 @@ impl Comm {
         len: usize,
         dst: u32,
         tag: i32,
+        ctx: u32,
     ) -> Result<ReqId> {
         let (mi, ep) = self.route(dst)?;
         let eager = self.eager[mi];
         if len + protocol::EAGER_HEADER <= eager {
             // SAFETY: the caller promised `buf` is valid for `len` bytes.
             let data = unsafe { std::slice::from_raw_parts(buf, len) };
-            if self.try_eager(mi, ep, data, tag)? {
+            if self.try_eager(mi, ep, data, tag, ctx)? {
                 // The bytes were copied: the request needs no entry (its id carries
                 // its status).
                 return Ok(requests::completed_send(len, tag));
@@ -147,7 +257,8 @@ impl Comm {
             let data = unsafe { std::slice::from_raw_parts(buf, len) };
             // Sent or deferred, the bytes were copied: the buffer is free again, and
             // the request needs no entry (its id carries its status).
-            s.send_or_defer(m, mi, ep, protocol::EAGER, &tag.to_le_bytes(), data)?;
+            let head = protocol::eager_header(tag, ctx);
+            s.send_or_defer(m, mi, ep, protocol::EAGER, &head, data)?;
             return Ok(requests::completed_send(len, tag));
         }
         let req = s.new_req(Some(dst));
@@ -171,6 +282,7 @@ impl Comm {
             .and_then(|handle| {
                 let rts = protocol::Rts {
                     tag,
+                    ctx,
                     len,
                     sreq: req,
                     addr: buf as u64,
@@ -210,7 +322,98 @@ impl Comm {
             return Err(Error::BadTag(t));
         }
         // SAFETY: forwarded contract.
-        unsafe { self.irecv_tagged(buf, cap, src, tag) }
+        unsafe { self.post_recv(buf, cap, src, tag, WORLD, false) }
+    }
+
+    /// [`Comm::irecv_raw`] in context `ctx`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Comm::irecv_raw`].
+    pub unsafe fn irecv_in(
+        &mut self,
+        ctx: u32,
+        buf: *mut u8,
+        cap: usize,
+        src: Option<u32>,
+        tag: Option<i32>,
+    ) -> Result<ReqId> {
+        if let Some(t) = tag.filter(|t| *t < 0) {
+            return Err(Error::BadTag(t));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.post_recv(buf, cap, src, tag, ctx, false) }
+    }
+
+    /// What the first message waiting for a receive from `src` with `tag` in `ctx`
+    /// would report (after one round of progress), without receiving it
+    /// (`MPI_Iprobe`).
+    pub fn iprobe_in(
+        &mut self,
+        ctx: u32,
+        src: Option<u32>,
+        tag: Option<i32>,
+    ) -> Result<Option<Status>> {
+        if let Some(t) = tag.filter(|t| *t < 0) {
+            return Err(Error::BadTag(t));
+        }
+        if let Some(s) = src {
+            self.route(s)?;
+        }
+        self.progress();
+        Ok(lock(&self.state).peek_unexpected(src, tag, ctx))
+    }
+
+    /// Take the first message waiting for a receive from `src` with `tag` in `ctx`
+    /// out of the queue, for [`Comm::imrecv`] (`MPI_Improbe`): no other receive can
+    /// match it any more.
+    pub fn improbe_in(
+        &mut self,
+        ctx: u32,
+        src: Option<u32>,
+        tag: Option<i32>,
+    ) -> Result<Option<(Matched, Status)>> {
+        if let Some(t) = tag.filter(|t| *t < 0) {
+            return Err(Error::BadTag(t));
+        }
+        if let Some(s) = src {
+            self.route(s)?;
+        }
+        self.progress();
+        let u = lock(&self.state).take_unexpected(src, tag, ctx);
+        Ok(u.map(|u| {
+            let status = u.status();
+            (Matched(u), status)
+        }))
+    }
+
+    /// Receive the message `m` (from [`Comm::improbe_in`]) into `cap` bytes at `buf`
+    /// (`MPI_Imrecv`).
+    ///
+    /// # Safety
+    ///
+    /// As [`Comm::irecv_raw`].
+    pub unsafe fn imrecv(&mut self, m: Matched, buf: *mut u8, cap: usize) -> ReqId {
+        let mut s = lock(&self.state);
+        let (src, tag, ctx) = m.0.key();
+        let posted = Posted {
+            req: s.new_req(Some(src)),
+            src: Some(src),
+            tag: Some(tag),
+            ctx,
+            addr: buf as usize,
+            cap,
+        };
+        let req = posted.req;
+        deliver_unexpected(&self.state, &mut self.modules, &mut s, &posted, m.0);
+        req
+    }
+
+    /// Cancel request `req` if it is a receive that no message has matched yet: it
+    /// then completes with [`Error::Cancelled`]. Whether it was cancelled (a send, or
+    /// a receive already matched, is not).
+    pub fn cancel(&mut self, req: ReqId) -> bool {
+        lock(&self.state).cancel_posted(req)
     }
 
     /// Start receiving into `cap` bytes at `buf` from `src` with `tag`, which may be
@@ -228,7 +431,7 @@ impl Comm {
         tag: Option<i32>,
     ) -> Result<ReqId> {
         // SAFETY: forwarded contract.
-        unsafe { self.post_recv(buf, cap, src, tag, false) }
+        unsafe { self.post_recv(buf, cap, src, tag, WORLD, false) }
     }
 
     /// End request `req`, which its caller will not wait for: a receive still posted
@@ -257,6 +460,7 @@ impl Comm {
         cap: usize,
         src: Option<u32>,
         tag: Option<i32>,
+        ctx: u32,
         blocking: bool,
     ) -> Result<ReqId> {
         if let Some(s) = src {
@@ -278,6 +482,7 @@ impl Comm {
                 req,
                 src,
                 tag,
+                ctx,
                 addr,
                 cap,
             });
@@ -286,12 +491,23 @@ impl Comm {
                 req,
                 src,
                 tag,
+                ctx,
                 addr,
                 cap,
             };
             match_early(&self.state, &mut self.modules, &mut s, posted);
         }
         Ok(req)
+    }
+
+    /// Whether request `req` has completed; its outcome stays for [`Comm::test`] or
+    /// [`Comm::wait`]. (False for an id that is not live.)
+    pub fn is_complete(&self, req: ReqId) -> bool {
+        if requests::as_completed_send(req).is_some() {
+            return true;
+        }
+        let mut s = lock(&self.state);
+        s.req_mut(req).is_some_and(|r| r.outcome.is_some())
     }
 
     /// The outcome of `req` if it has completed (then the request is gone).
@@ -345,12 +561,41 @@ impl Comm {
 #[cold]
 #[inline(never)]
 fn match_early(state: &Shared, modules: &mut [Box<dyn Module>], s: &mut State, posted: Posted) {
-    match s.take_unexpected(posted.src, posted.tag) {
-        Some(Unexpected::Eager { src, tag, data }) => s.deliver_eager(&posted, src, tag, &data),
-        Some(Unexpected::Rts { src, rts }) => {
-            let (mi, ep) = s.route[src as usize].expect("routed");
-            s.start_get(state, modules[mi].as_mut(), mi, ep, &posted, src, *rts);
-        }
+    match s.take_unexpected(posted.src, posted.tag, posted.ctx) {
+        Some(u) => deliver_unexpected(state, modules, s, &posted, u),
         None => s.posted.push_back(posted),
     }
 }
+
+/// Deliver the unexpected message `u` into the receive `posted`.
+fn deliver_unexpected(
+    state: &Shared,
+    modules: &mut [Box<dyn Module>],
+    s: &mut State,
+    posted: &Posted,
+    u: Unexpected,
+) {
+    match u {
+        Unexpected::Eager {
+            src,
+            tag,
+            data,
+            ack,
+            ..
+        } => {
+            s.deliver_eager(posted, src, tag, &data);
+            if let Some(sreq) = ack {
+                let (mi, ep) = s.route[src as usize].expect("routed");
+                s.ack_sync(modules[mi].as_mut(), mi, ep, sreq);
+            }
+        }
+        Unexpected::Rts { src, rts } => {
+            let (mi, ep) = s.route[src as usize].expect("routed");
+            s.start_get(state, modules[mi].as_mut(), mi, ep, posted, src, *rts);
+        }
+    }
+}
+
+/// A message taken out of the queue by a matched probe ([`Comm::improbe_in`]), to be
+/// received by [`Comm::imrecv`].
+pub struct Matched(Unexpected);

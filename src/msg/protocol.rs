@@ -1,28 +1,68 @@
-//! The message layer's wire format: three active-message tags in the BTL's PML range.
+//! The message layer's wire format: four active-message tags in the BTL's PML range.
 //!
 //! | tag | message | body |
 //! |---|---|---|
-//! | `PML` | eager | header (kind-free: user tag, i32) then the payload |
-//! | `PML+1` | rendezvous request (RTS) | user tag, length, sender's request, address, registration handle |
+//! | `PML` | eager | header (user tag, i32; context, u32) then the payload |
+//! | `PML+1` | rendezvous request (RTS) | user tag, context, length, sender's request, address, registration handle |
 //! | `PML+2` | finish (FIN) | sender's request, status |
+//! | `PML+3` | synchronous eager | header (user tag, context, sender's request) then the payload; answered by a FIN once matched |
 
 use rbtl_btl::{RemoteHandle, Tag};
 
-/// Eager message: the user tag then the payload.
+/// Eager message: the user tag and context, then the payload.
 pub const EAGER: Tag = Tag(Tag::PML.0);
 /// Rendezvous request.
 pub const RTS: Tag = Tag(Tag::PML.0 + 1);
-/// Rendezvous finish.
+/// Rendezvous finish (and the answer to a synchronous eager message).
 pub const FIN: Tag = Tag(Tag::PML.0 + 2);
+/// Synchronous eager message: its sender waits for the FIN that says it was matched.
+pub const EAGER_SYNC: Tag = Tag(Tag::PML.0 + 3);
 
 /// Bytes of the eager header.
-pub const EAGER_HEADER: usize = 4;
+pub const EAGER_HEADER: usize = 8;
+/// Bytes of the synchronous eager header.
+pub const SYNC_HEADER: usize = 16;
+
+/// The eager header of a message with `tag` in context `ctx`.
+#[inline(always)]
+pub fn eager_header(tag: i32, ctx: u32) -> [u8; EAGER_HEADER] {
+    let mut h = [0u8; EAGER_HEADER];
+    h[..4].copy_from_slice(&tag.to_le_bytes());
+    h[4..].copy_from_slice(&ctx.to_le_bytes());
+    h
+}
+
+/// Tag and context of an eager header.
+#[inline(always)]
+pub fn decode_eager_header(h: &[u8; EAGER_HEADER]) -> (i32, u32) {
+    let tag = i32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+    let ctx = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+    (tag, ctx)
+}
+
+/// The header of a synchronous eager message from request `sreq`.
+pub fn sync_header(tag: i32, ctx: u32, sreq: u64) -> [u8; SYNC_HEADER] {
+    let mut h = [0u8; SYNC_HEADER];
+    h[..EAGER_HEADER].copy_from_slice(&eager_header(tag, ctx));
+    h[EAGER_HEADER..].copy_from_slice(&sreq.to_le_bytes());
+    h
+}
+
+/// Tag, context and sender's request of a synchronous eager header; `None` if short.
+pub fn decode_sync_header(h: &[u8]) -> Option<(i32, u32, u64)> {
+    let head: &[u8; EAGER_HEADER] = h.get(..EAGER_HEADER)?.try_into().ok()?;
+    let (tag, ctx) = decode_eager_header(head);
+    let sreq = u64::from_le_bytes(h.get(EAGER_HEADER..SYNC_HEADER)?.try_into().ok()?);
+    Some((tag, ctx, sreq))
+}
 
 /// A rendezvous request as received.
 #[derive(Clone, Debug)]
 pub struct Rts {
     /// User tag.
     pub tag: i32,
+    /// Context (the communicator it belongs to).
+    pub ctx: u32,
     /// Message length.
     pub len: usize,
     /// The sender's request id, echoed in FIN.
@@ -33,11 +73,15 @@ pub struct Rts {
     pub handle: RemoteHandle,
 }
 
+/// Bytes of an RTS before its handle.
+const RTS_FIXED: usize = 32;
+
 impl Rts {
     /// Encode.
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(28 + self.handle.as_bytes().len());
+        let mut v = Vec::with_capacity(RTS_FIXED + self.handle.as_bytes().len());
         v.extend_from_slice(&self.tag.to_le_bytes());
+        v.extend_from_slice(&self.ctx.to_le_bytes());
         v.extend_from_slice(&(self.len as u64).to_le_bytes());
         v.extend_from_slice(&self.sreq.to_le_bytes());
         v.extend_from_slice(&self.addr.to_le_bytes());
@@ -47,16 +91,17 @@ impl Rts {
 
     /// Decode; `None` if malformed.
     pub fn decode(b: &[u8]) -> Option<Rts> {
-        if b.len() < 28 {
+        if b.len() < RTS_FIXED {
             return None;
         }
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
         Some(Rts {
             tag: i32::from_le_bytes(b[0..4].try_into().ok()?),
-            len: usize::try_from(u64_at(4)).ok()?,
-            sreq: u64_at(12),
-            addr: u64_at(20),
-            handle: RemoteHandle::from_bytes(&b[28..]).ok()?,
+            ctx: u32::from_le_bytes(b[4..8].try_into().ok()?),
+            len: usize::try_from(u64_at(8)).ok()?,
+            sreq: u64_at(16),
+            addr: u64_at(24),
+            handle: RemoteHandle::from_bytes(&b[RTS_FIXED..]).ok()?,
         })
     }
 }
@@ -75,4 +120,21 @@ pub fn decode_fin(b: &[u8]) -> Option<(u64, bool)> {
         u64::from_le_bytes(b.get(..8)?.try_into().ok()?),
         *b.get(8)? != 0,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_round_trip() {
+        for (tag, ctx, sreq) in [(0, 0, 0), (i32::MAX, u32::MAX, u64::MAX), (-5, 7, 1 << 40)] {
+            assert_eq!(decode_eager_header(&eager_header(tag, ctx)), (tag, ctx));
+            assert_eq!(
+                decode_sync_header(&sync_header(tag, ctx, sreq)),
+                Some((tag, ctx, sreq))
+            );
+        }
+        assert_eq!(decode_sync_header(&[0; SYNC_HEADER - 1]), None);
+    }
 }

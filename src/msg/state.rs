@@ -24,27 +24,59 @@ pub struct Posted {
     pub req: ReqId,
     pub src: Option<u32>,
     pub tag: Option<i32>,
+    /// The context (communicator) whose messages it takes.
+    pub ctx: u32,
     pub addr: usize,
     pub cap: usize,
 }
 
 impl Posted {
-    fn matches(&self, src: u32, tag: i32) -> bool {
-        self.src.is_none_or(|s| s == src) && self.tag.map_or(tag >= 0, |t| t == tag)
+    #[inline(always)]
+    fn matches(&self, src: u32, tag: i32, ctx: u32) -> bool {
+        self.ctx == ctx
+            && self.src.is_none_or(|s| s == src)
+            && self.tag.map_or(tag >= 0, |t| t == tag)
     }
 }
 
 /// A message that arrived before its receive.
 pub enum Unexpected {
-    Eager { src: u32, tag: i32, data: Vec<u8> },
-    Rts { src: u32, rts: Box<Rts> },
+    /// An eager message; `ack` is the sender's request of a synchronous one, which
+    /// waits for a FIN once the message is matched.
+    Eager {
+        src: u32,
+        tag: i32,
+        ctx: u32,
+        data: Vec<u8>,
+        ack: Option<u64>,
+    },
+    Rts {
+        src: u32,
+        rts: Box<Rts>,
+    },
 }
 
 impl Unexpected {
-    fn key(&self) -> (u32, i32) {
+    pub fn key(&self) -> (u32, i32, u32) {
         match self {
-            Unexpected::Eager { src, tag, .. } => (*src, *tag),
-            Unexpected::Rts { src, rts } => (*src, rts.tag),
+            Unexpected::Eager { src, tag, ctx, .. } => (*src, *tag, *ctx),
+            Unexpected::Rts { src, rts } => (*src, rts.tag, rts.ctx),
+        }
+    }
+
+    /// What a probe of it reports.
+    pub fn status(&self) -> Status {
+        match self {
+            Unexpected::Eager { src, tag, data, .. } => Status {
+                source: *src,
+                tag: *tag,
+                len: data.len(),
+            },
+            Unexpected::Rts { src, rts } => Status {
+                source: *src,
+                tag: rts.tag,
+                len: rts.len,
+            },
         }
     }
 }
@@ -124,6 +156,8 @@ pub struct State {
     pub failed: HashMap<u32, String>,
     /// The request of the blocking receive in progress, if any (id [`BLOCKING`]).
     pub blocking: Option<Req>,
+    /// The context of the receive handed to a transport (see [`Signals::offloaded`]).
+    pub offloaded_ctx: u32,
     /// Messages waiting for room, in order per destination.
     pub deferred: VecDeque<Deferred>,
 }
@@ -254,6 +288,17 @@ impl State {
         }
     }
 
+    /// Cancel request `id` if it is a receive still waiting for its message: it
+    /// completes as [`Error::Cancelled`]. Whether it was.
+    pub fn cancel_posted(&mut self, id: ReqId) -> bool {
+        let Some(i) = self.posted.iter().position(|p| p.req == id) else {
+            return false;
+        };
+        self.posted.remove(i);
+        self.complete(id, Err(Error::Cancelled));
+        true
+    }
+
     /// The request of a blocking receive: there is at most one (a blocking call holds
     /// the `Comm`), so it lives outside the table.
     #[inline(always)]
@@ -348,14 +393,14 @@ impl State {
         Ok(())
     }
 
-    /// The first posted receive matching a message from `src` with `tag`.
+    /// The first posted receive matching a message from `src` with `tag` in `ctx`.
     #[inline(always)]
-    pub fn take_posted(&mut self, src: u32, tag: i32) -> Option<Posted> {
+    pub fn take_posted(&mut self, src: u32, tag: i32, ctx: u32) -> Option<Posted> {
         // Usually the oldest receive matches: take it without the general removal.
-        if self.posted.front()?.matches(src, tag) {
+        if self.posted.front()?.matches(src, tag, ctx) {
             return self.posted.pop_front();
         }
-        let i = self.posted.iter().position(|p| p.matches(src, tag))?;
+        let i = self.posted.iter().position(|p| p.matches(src, tag, ctx))?;
         self.posted.remove(i)
     }
 
@@ -365,48 +410,92 @@ impl State {
     /// message: one too long, or a rendezvous), to be posted after the message is
     /// kept as unexpected.
     #[inline(always)]
-    pub fn take_match(&mut self, m: &mut dyn Module, src: u32, tag: i32) -> Option<Posted> {
-        let p = self.take_posted(src, tag);
+    pub fn take_match(
+        &mut self,
+        m: &mut dyn Module,
+        src: u32,
+        tag: i32,
+        ctx: u32,
+    ) -> Option<Posted> {
+        let p = self.take_posted(src, tag, ctx);
         if p.is_none() {
-            self.withdraw_offloaded(m, src, tag);
+            self.withdraw_offloaded(m, src, tag, ctx);
         }
         p
     }
 
     #[cold]
     #[inline(never)]
-    fn withdraw_offloaded(&mut self, m: &mut dyn Module, src: u32, tag: i32) {
-        if tag >= 0 && self.signals.offloaded.load(Ordering::Relaxed) == offload_key(src, tag) {
+    fn withdraw_offloaded(&mut self, m: &mut dyn Module, src: u32, tag: i32, ctx: u32) {
+        if tag >= 0
+            && self.signals.offloaded.load(Ordering::Relaxed) == offload_key(src, tag)
+            && self.offloaded_ctx == ctx
+        {
             m.cancel_expected();
             set(&self.signals.offloaded, 0);
         }
     }
 
-    /// The first unexpected message matching a receive.
-    pub fn take_unexpected(&mut self, src: Option<u32>, tag: Option<i32>) -> Option<Unexpected> {
+    /// Where the first unexpected message matching a receive from `src` with `tag` in
+    /// `ctx` waits.
+    fn find_unexpected(&self, src: Option<u32>, tag: Option<i32>, ctx: u32) -> Option<usize> {
         let probe = Posted {
             req: 0,
             src,
             tag,
+            ctx,
             addr: 0,
             cap: 0,
         };
-        let i = self.unexpected.iter().position(|u| {
-            let (s, t) = u.key();
-            probe.matches(s, t)
-        })?;
+        self.unexpected.iter().position(|u| {
+            let (s, t, c) = u.key();
+            probe.matches(s, t, c)
+        })
+    }
+
+    /// The first unexpected message matching a receive.
+    pub fn take_unexpected(
+        &mut self,
+        src: Option<u32>,
+        tag: Option<i32>,
+        ctx: u32,
+    ) -> Option<Unexpected> {
+        let i = self.find_unexpected(src, tag, ctx)?;
         self.unexpected.remove(i)
+    }
+
+    /// What the first unexpected message matching a receive would report.
+    pub fn peek_unexpected(&self, src: Option<u32>, tag: Option<i32>, ctx: u32) -> Option<Status> {
+        let i = self.find_unexpected(src, tag, ctx)?;
+        Some(self.unexpected[i].status())
     }
 
     /// Keep an eager message that no posted receive matches (a copy of its bytes).
     #[cold]
     #[inline(never)]
-    pub fn keep_unexpected(&mut self, src: u32, tag: i32, data: &[u8]) {
+    pub fn keep_unexpected(&mut self, src: u32, tag: i32, ctx: u32, data: &[u8], ack: Option<u64>) {
         self.unexpected.push_back(Unexpected::Eager {
             src,
             tag,
+            ctx,
             data: data.to_vec(),
+            ack,
         });
+    }
+
+    /// Tell the sender of a synchronous eager message from `src` (its request
+    /// `sreq`) that it was matched.
+    pub fn ack_sync(&mut self, m: &mut dyn Module, module: usize, ep: Endpoint, sreq: u64) {
+        if let Err(e) = self.send_or_defer(
+            m,
+            module,
+            ep,
+            protocol::FIN,
+            &protocol::fin(sreq, true),
+            &[],
+        ) {
+            tracing::warn!(%e, "could not answer a synchronous send");
+        }
     }
 
     /// Deliver eager data into a matched receive.

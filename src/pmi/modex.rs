@@ -134,6 +134,12 @@ impl Modex for PmiModex {
             .map_err(|e| modex_error("publishing", key, e))
     }
 
+    fn abort(&mut self, code: i32, message: &str) -> rbtl_btl::Result<()> {
+        self.client()
+            .abort(code, message)
+            .map_err(|e| rbtl_btl::Error::Modex(format!("abort over PMI: {e}")))
+    }
+
     fn fence(&mut self) -> rbtl_btl::Result<()> {
         self.client()
             .barrier()

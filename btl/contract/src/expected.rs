@@ -3,7 +3,7 @@
 use crate::pattern::pattern;
 use crate::retry::{idle_progress, sendi_all, sendi_progressing};
 use crate::Peer;
-use rbtl_btl::{BtlFlags, Endpoint, Expected, Module, Tag};
+use rbtl_btl::{BtlFlags, Endpoint, Expected, Module, Tag, EXPECTED_KEY};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,10 +25,10 @@ pub fn expected_receive(p: &mut Peer<'_>) {
             Box::new(move |_, r| g.lock().unwrap().push(r.to_vec())),
         )
         .expect("register");
-    let (key, other) = ([1, 2, 3, 4], [1, 2, 3, 5]);
+    let (key, other) = ([1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 9]);
     let ep = p.endpoint;
     for (round, cap) in [16, 1000].into_iter().enumerate() {
-        let len = cap - 4;
+        let len = cap - EXPECTED_KEY;
         let mut buf = vec![0u8; cap];
         let e = Expected {
             endpoint: ep,
@@ -59,7 +59,7 @@ pub fn expected_receive(p: &mut Peer<'_>) {
             assert!(start.elapsed() < Duration::from_secs(60), "the peer's go");
         }
         let sends = [
-            (other, &data[..4]),
+            (other, &data[..EXPECTED_KEY]),
             (key, &data[..]),
             (key, &data[..len]),
             (key, &data[..3]),
@@ -93,7 +93,7 @@ pub fn expected_receive(p: &mut Peer<'_>) {
             got.lock().unwrap().len() == 3
         });
         let expect_got = [
-            [&other[..], &data[..4]].concat(),
+            [&other[..], &data[..EXPECTED_KEY]].concat(),
             [&key[..], &data].concat(),
             [&key[..], &data[..3]].concat(),
         ];
