@@ -1,0 +1,103 @@
+//! `mpiexec`: start an MPI program's ranks on this node, through rbtl's launcher
+//! (`rbtlrun`, a PMI-1 server). Across nodes, MPICH's `mpiexec` (hydra) and Slurm's
+//! `srun --mpi=pmi2` start the same programs: they speak the same PMI.
+//!
+//! It takes the common spellings of MPICH's and Open MPI's launchers and hands the
+//! rest to `rbtlrun` (see `rbtlrun --help`): `-n`/`-np N`; `-genv NAME VALUE`,
+//! `-env NAME VALUE` and `-x NAME=VALUE` set a variable in every rank (as
+//! `--env NAME=VALUE`); `--oversubscribe` is accepted (ranks may always outnumber
+//! cores here); `-host`, `-hosts`, `-f` and `--hostfile` are refused with the way to
+//! run across nodes.
+
+use rbtl::launcher::{self, cli, Invocation};
+use std::ffi::OsString;
+use std::path::Path;
+use std::process::ExitCode;
+
+/// `rbtlrun`'s arguments for an `mpiexec` command line.
+fn translate(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
+    let mut out = Vec::new();
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        let Some(text) = a.to_str().map(str::to_string) else {
+            out.push(a);
+            out.extend(it);
+            break;
+        };
+        if !text.starts_with('-') {
+            out.push(a);
+            out.extend(it);
+            break;
+        }
+        match text.as_str() {
+            "-genv" | "-env" => {
+                let (name, value) = (it.next(), it.next());
+                match (name.and_then(|n| n.into_string().ok()), value.and_then(|v| v.into_string().ok())) {
+                    (Some(n), Some(v)) => {
+                        out.push("--env".into());
+                        out.push(format!("{n}={v}").into());
+                    }
+                    _ => return Err(format!("'{text}' needs NAME and VALUE")),
+                }
+            }
+            "-x" => {
+                let v = it.next().and_then(|v| v.into_string().ok()).ok_or("'-x' needs NAME=VALUE")?;
+                let v = if v.contains('=') {
+                    v
+                } else {
+                    // Open MPI's `-x NAME` passes the launcher's own value.
+                    format!("{v}={}", std::env::var(&v).unwrap_or_default())
+                };
+                out.push("--env".into());
+                out.push(v.into());
+            }
+            "--oversubscribe" | "-oversubscribe" => {}
+            "-host" | "--host" | "-hosts" | "-f" | "--hostfile" | "-hostfile" | "-machinefile" => {
+                return Err(format!(
+                    "'{text}': this mpiexec starts ranks on this node only; across nodes, run the program under MPICH's mpiexec (hydra) or Slurm's srun --mpi=pmi2"
+                ))
+            }
+            _ => out.push(a),
+        }
+    }
+    Ok(out)
+}
+
+fn main() -> ExitCode {
+    let args = match translate(std::env::args_os().skip(1).collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("mpiexec: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match cli::parse_args(args) {
+        Ok(Invocation::Help) => {
+            println!("mpiexec: the MPI launcher of rbtl's libmpi_abi, over rbtlrun\n\nUsage: mpiexec -n N [-genv NAME VALUE]... [-x NAME=VALUE]... PROGRAM [ARGS...]\n\nEvery other option is rbtlrun's:\n");
+            print!("{}", cli::HELP);
+            ExitCode::SUCCESS
+        }
+        Ok(Invocation::Version) => {
+            println!("mpiexec (rbtl) {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Ok(Invocation::Run {
+            program,
+            args,
+            options,
+        }) => match launcher::launch(Path::new(&program), &args, &options) {
+            Ok(summary) => ExitCode::from(summary.exit_byte()),
+            Err(e) => {
+                eprintln!("mpiexec: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Err(e) => {
+            eprintln!(
+                "mpiexec: {}",
+                e.to_string().replace("rbtlrun --help", "mpiexec --help")
+            );
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! A collective's buffer arguments as places of its schedule: a contiguous type's
+//! buffer is used where it is; another is packed into a scratch buffer at the start
+//! (input) or unpacked from one at the end (output).
+
+use super::{Loc, Local, Schedule};
+use crate::datatype::{pack, Datatype};
+use crate::error::{Error, Result};
+use crate::ffi::*;
+
+/// `count` elements of `ty` in bytes.
+pub fn bytes(ty: &Datatype, count: usize) -> Result<usize> {
+    ty.bytes(count)
+        .ok_or_else(|| Error::new(MPI_ERR_COUNT, format!("{count} elements overflow")))
+}
+
+/// The place of an input buffer of `count` elements of `ty`, and its bytes.
+///
+/// # Safety
+///
+/// `buf` holds `count` elements of `ty` (readable now, and until the collective ends
+/// when the type is contiguous).
+pub unsafe fn input(
+    s: &mut Schedule,
+    buf: *const c_void,
+    count: usize,
+    ty: &Datatype,
+) -> Result<(Loc, usize)> {
+    let len = bytes(ty, count)?;
+    if ty.contiguous {
+        return Ok((
+            Loc::User(buf.cast::<u8>().cast_mut().wrapping_offset(ty.lb)),
+            len,
+        ));
+    }
+    let at = s.scratch(len);
+    let p = s.ptr(at);
+    // SAFETY: the caller's contract; the scratch buffer holds `len` bytes.
+    unsafe {
+        pack::pack(
+            ty,
+            buf.cast(),
+            count,
+            std::slice::from_raw_parts_mut(p, len),
+        )
+    };
+    Ok((at, len))
+}
+
+/// The place where an output buffer of `count` elements of `ty` is filled, and its
+/// bytes; for a type that is not contiguous, the unpacking to do at the end.
+///
+/// # Safety
+///
+/// `buf` has room for `count` elements of `ty` until the collective ends.
+pub unsafe fn output(
+    s: &mut Schedule,
+    buf: *mut c_void,
+    count: usize,
+    ty: &Datatype,
+) -> Result<(Loc, usize, Option<Local>)> {
+    let len = bytes(ty, count)?;
+    if ty.contiguous {
+        return Ok((
+            Loc::User(buf.cast::<u8>().wrapping_offset(ty.lb)),
+            len,
+            None,
+        ));
+    }
+    let at = s.scratch(len);
+    let unpack = Local::Unpack {
+        from: at,
+        ty: Box::new(ty.clone()),
+        to: buf.cast(),
+        count,
+    };
+    Ok((at, len, Some(unpack)))
+}
+
+/// An output buffer that also holds input (`MPI_IN_PLACE`, or a reduction's
+/// accumulator): packed now, unpacked at the end.
+///
+/// # Safety
+///
+/// As [`input`] and [`output`] together.
+pub unsafe fn inout(
+    s: &mut Schedule,
+    buf: *mut c_void,
+    count: usize,
+    ty: &Datatype,
+) -> Result<(Loc, usize, Option<Local>)> {
+    // SAFETY: the caller's contract.
+    let (at, len) = unsafe { input(s, buf, count, ty) }?;
+    if ty.contiguous {
+        return Ok((at, len, None));
+    }
+    let unpack = Local::Unpack {
+        from: at,
+        ty: Box::new(ty.clone()),
+        to: buf.cast(),
+        count,
+    };
+    Ok((at, len, Some(unpack)))
+}
+
+/// Add the unpacking of outputs as the schedule's last step.
+pub fn finish(s: &mut Schedule, unpacks: impl IntoIterator<Item = Option<Local>>) {
+    let mut unpacks = unpacks.into_iter().flatten().peekable();
+    if unpacks.peek().is_some() {
+        s.round().then.extend(unpacks);
+    }
+}

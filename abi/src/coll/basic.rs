@@ -1,0 +1,265 @@
+//! Collectives that move data: barrier, broadcast, gathers, scatters, all-gathers
+//! and all-to-alls, on places of a schedule and lengths in bytes.
+
+use super::{Loc, Local, Members, Schedule, Xfer};
+
+/// A place for messages of no bytes.
+fn nowhere() -> Loc {
+    Loc::User(std::ptr::NonNull::<u8>::dangling().as_ptr())
+}
+
+/// Dissemination barrier: in round k each member signals the one 2^k after it and
+/// hears from the one 2^k before (ceil(log2 n) rounds).
+pub fn barrier(s: &mut Schedule, m: &Members) {
+    let (n, me) = (m.size, m.rank);
+    let mut step = 1;
+    while step < n {
+        let r = s.round();
+        r.xfers.push(Xfer::Recv {
+            into: nowhere(),
+            len: 0,
+            from: m.job((me + n - step) % n),
+        });
+        r.xfers.push(Xfer::Send {
+            from: nowhere(),
+            len: 0,
+            to: m.job((me + step) % n),
+        });
+        step *= 2;
+    }
+}
+
+/// Broadcast `len` bytes at `buf` from `root` down a binomial tree: each member
+/// receives from its parent, then sends to its children at once.
+pub fn bcast(s: &mut Schedule, m: &Members, buf: Loc, len: usize, root: u32) {
+    let (n, me) = (m.size, m.rank);
+    let vr = (me + n - root) % n;
+    let job = |v: u32| m.job((v + root) % n);
+    let mut mask = 1;
+    while mask < n {
+        if vr & mask != 0 {
+            s.round().xfers.push(Xfer::Recv {
+                into: buf,
+                len,
+                from: job(vr - mask),
+            });
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    let mut sends = Vec::new();
+    while mask > 0 {
+        if vr + mask < n {
+            sends.push(Xfer::Send {
+                from: buf,
+                len,
+                to: job(vr + mask),
+            });
+        }
+        mask >>= 1;
+    }
+    if !sends.is_empty() {
+        s.round().xfers.extend(sends);
+    }
+}
+
+/// Gather: every member's `send` lands in `recvs[rank]` at `root` (one round; the
+/// root's own block is copied, or already in place when `send` is `None`).
+pub fn gatherv(
+    s: &mut Schedule,
+    m: &Members,
+    send: Option<(Loc, usize)>,
+    recvs: &[(Loc, usize)],
+    root: u32,
+) {
+    let r = s.round();
+    if m.rank != root {
+        let (from, len) = send.expect("a non-root member sends");
+        r.xfers.push(Xfer::Send {
+            from,
+            len,
+            to: m.job(root),
+        });
+        return;
+    }
+    for (i, &(into, len)) in recvs.iter().enumerate() {
+        let i = i as u32;
+        if i == root {
+            if let Some((from, n)) = send {
+                r.then.push(Local::Copy {
+                    from,
+                    to: into,
+                    len: n.min(len),
+                });
+            }
+        } else {
+            r.xfers.push(Xfer::Recv {
+                into,
+                len,
+                from: m.job(i),
+            });
+        }
+    }
+}
+
+/// Scatter: `sends[rank]` at `root` lands in each member's `recv` (one round; the
+/// root's own block is copied, or left in place when `recv` is `None`).
+pub fn scatterv(
+    s: &mut Schedule,
+    m: &Members,
+    sends: &[(Loc, usize)],
+    recv: Option<(Loc, usize)>,
+    root: u32,
+) {
+    let r = s.round();
+    if m.rank != root {
+        let (into, len) = recv.expect("a non-root member receives");
+        r.xfers.push(Xfer::Recv {
+            into,
+            len,
+            from: m.job(root),
+        });
+        return;
+    }
+    for (i, &(from, len)) in sends.iter().enumerate() {
+        let i = i as u32;
+        if i == root {
+            if let Some((into, n)) = recv {
+                r.then.push(Local::Copy {
+                    from,
+                    to: into,
+                    len: n.min(len),
+                });
+            }
+        } else {
+            r.xfers.push(Xfer::Send {
+                from,
+                len,
+                to: m.job(i),
+            });
+        }
+    }
+}
+
+/// All-gather into `blocks` (one per member, this member's already filled): by
+/// recursive doubling when the size is a power of two and the blocks are equal and
+/// small, around a ring otherwise (n - 1 rounds, each passing on the block received
+/// in the last).
+pub fn allgatherv(s: &mut Schedule, m: &Members, blocks: &[(Loc, usize)]) {
+    let (n, me) = (m.size, m.rank);
+    if n == 1 {
+        return;
+    }
+    let equal = blocks.windows(2).all(|w| w[0].1 == w[1].1);
+    let contiguous = equal && blocks.windows(2).all(|w| same_buffer_next(w[0], w[1]));
+    if n.is_power_of_two() && contiguous && blocks[0].1 * n as usize <= DOUBLING_MAX {
+        let len = blocks[0].1;
+        let mut k = 1;
+        while k < n {
+            let mine = me & !(k - 1);
+            let theirs = mine ^ k;
+            let r = s.round();
+            r.xfers.push(Xfer::Send {
+                from: blocks[mine as usize].0,
+                len: len * k as usize,
+                to: m.job(me ^ k),
+            });
+            r.xfers.push(Xfer::Recv {
+                into: blocks[theirs as usize].0,
+                len: len * k as usize,
+                from: m.job(me ^ k),
+            });
+            k <<= 1;
+        }
+        return;
+    }
+    let (right, left) = (m.job((me + 1) % n), m.job((me + n - 1) % n));
+    for step in 0..n - 1 {
+        let out = ((me + n - step) % n) as usize;
+        let inn = ((me + n - step - 1) % n) as usize;
+        let r = s.round();
+        r.xfers.push(Xfer::Send {
+            from: blocks[out].0,
+            len: blocks[out].1,
+            to: right,
+        });
+        r.xfers.push(Xfer::Recv {
+            into: blocks[inn].0,
+            len: blocks[inn].1,
+            from: left,
+        });
+    }
+}
+
+/// Largest all-gather (in bytes, all blocks) done by recursive doubling.
+const DOUBLING_MAX: usize = 64 << 10;
+
+/// Whether block `b` starts where block `a` ends, in the same buffer.
+fn same_buffer_next(a: (Loc, usize), b: (Loc, usize)) -> bool {
+    match (a.0, b.0) {
+        (Loc::User(p), Loc::User(q)) => p.wrapping_add(a.1) == q,
+        (Loc::Scratch { buf, at }, Loc::Scratch { buf: b2, at: at2 }) => {
+            buf == b2 && at + a.1 == at2
+        }
+        _ => false,
+    }
+}
+
+/// All-to-all: `sends[i]` goes to member i, `recvs[i]` comes from it (this member's
+/// own block copied). Small exchanges post everything in one round; large ones go in
+/// n - 1 rounds of one pair each (member + k and member - k), so that no member is
+/// flooded.
+pub fn alltoallv(s: &mut Schedule, m: &Members, sends: &[(Loc, usize)], recvs: &[(Loc, usize)]) {
+    let (n, me) = (m.size, m.rank);
+    let total: usize = sends.iter().map(|b| b.1).sum();
+    let own = Local::Copy {
+        from: sends[me as usize].0,
+        to: recvs[me as usize].0,
+        len: sends[me as usize].1.min(recvs[me as usize].1),
+    };
+    if total <= ALL_AT_ONCE_MAX || n <= 2 {
+        let r = s.round();
+        for k in 1..n {
+            let from = (me + n - k) % n;
+            r.xfers.push(Xfer::Recv {
+                into: recvs[from as usize].0,
+                len: recvs[from as usize].1,
+                from: m.job(from),
+            });
+        }
+        for k in 1..n {
+            let to = (me + k) % n;
+            r.xfers.push(Xfer::Send {
+                from: sends[to as usize].0,
+                len: sends[to as usize].1,
+                to: m.job(to),
+            });
+        }
+        r.then.push(own);
+        return;
+    }
+    s.round().then.push(own);
+    for k in 1..n {
+        let (to, from) = ((me + k) % n, (me + n - k) % n);
+        let r = s.round();
+        r.xfers.push(Xfer::Recv {
+            into: recvs[from as usize].0,
+            len: recvs[from as usize].1,
+            from: m.job(from),
+        });
+        r.xfers.push(Xfer::Send {
+            from: sends[to as usize].0,
+            len: sends[to as usize].1,
+            to: m.job(to),
+        });
+    }
+}
+
+/// Largest all-to-all (bytes this member sends) posted in one round.
+const ALL_AT_ONCE_MAX: usize = 256 << 10;
+
+/// Equal blocks of `len` bytes one after the other from `at`.
+pub fn blocks(at: Loc, len: usize, n: u32) -> Vec<(Loc, usize)> {
+    (0..n as usize).map(|i| (at.offset(i * len), len)).collect()
+}

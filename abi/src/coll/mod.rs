@@ -1,0 +1,122 @@
+//! Collectives on a communicator, built as schedules of point-to-point rounds
+//! ([`schedule`]), with the algorithm chosen by message size and process count (as
+//! Open MPI's `tuned` and MPICH's collectives choose): [`basic`] moves data,
+//! [`reduce`] combines it. Blocking calls run their schedule to the end; nonblocking
+//! ones hand it out as a request.
+
+pub mod api;
+pub mod args;
+pub mod basic;
+pub mod nonblocking;
+pub mod reduce;
+pub mod schedule;
+
+pub use schedule::{Loc, Local, Schedule, Xfer};
+
+use crate::comm::Group;
+use crate::error::{Error, Result};
+use crate::ffi::*;
+use crate::request::Request;
+use crate::state::Mpi;
+use rbtl::msg::IdleWait;
+use std::sync::Arc;
+
+/// What an algorithm knows of its communicator: this process's rank, the size, and
+/// the job rank of every member.
+pub struct Members {
+    pub rank: u32,
+    pub size: u32,
+    group: Arc<Group>,
+}
+
+impl Members {
+    /// The members of `group`, this process being `rank`.
+    pub fn of(group: Arc<Group>, rank: u32) -> Members {
+        Members {
+            rank,
+            size: group.size(),
+            group,
+        }
+    }
+
+    /// The job rank of member `r`.
+    #[inline]
+    pub fn job(&self, r: u32) -> u32 {
+        self.group.job_rank(r).expect("a member's rank")
+    }
+}
+
+impl Mpi {
+    /// A schedule for the next collective on intracommunicator `comm`, and its members.
+    pub fn collective(&mut self, comm: Handle) -> Result<(Schedule, Members)> {
+        let c = self.comm_mut(comm)?;
+        if c.remote.is_some() {
+            return Err(Error::new(
+                MPI_ERR_COMM,
+                "collectives on intercommunicators are not implemented by this library: merge it first (MPI_Intercomm_merge)",
+            ));
+        }
+        let tag = c.next_coll_tag();
+        let members = Members::of(c.group.clone(), c.rank);
+        Ok((Schedule::new(c.coll_ctx(), tag), members))
+    }
+
+    /// Run schedule `s` to its end (a blocking collective).
+    pub fn run(&mut self, mut s: Schedule) -> Result<()> {
+        let mut idle = IdleWait::new();
+        loop {
+            // SAFETY: the blocking call that built `s` keeps its buffers until now.
+            let moved = unsafe { s.advance(&mut self.msg) };
+            if let Some(outcome) = s.outcome() {
+                return outcome;
+            }
+            if moved || self.progress() > 0 {
+                idle.busy();
+            } else if idle.idle() {
+                if let Some(id) = s.pending_id() {
+                    self.msg.look_at(id, &mut idle);
+                }
+            }
+        }
+    }
+
+    /// Hand schedule `s` out as a request (a nonblocking collective), started.
+    ///
+    /// # Safety
+    ///
+    /// The buffers it names stay valid until the request completes; `out` is
+    /// writable.
+    pub unsafe fn start_collective(&mut self, mut s: Schedule, out: *mut Handle) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe { s.advance(&mut self.msg) };
+        let done = s.is_done();
+        // SAFETY: the caller's contract.
+        unsafe { self.hand_out(Request::Coll(Box::new(s)), out) }?;
+        if !done {
+            // SAFETY: `out` was just written.
+            self.active.push(unsafe { *out });
+        }
+        Ok(())
+    }
+}
+
+/// Advance every nonblocking collective in flight, and those freed by their
+/// caller: how much happened.
+pub fn progress_active(mpi: &mut Mpi) -> usize {
+    let Mpi {
+        requests,
+        msg,
+        active,
+        ..
+    } = mpi;
+    let mut n = 0;
+    for h in active.iter() {
+        if let Some(Request::Coll(s)) = requests.get_mut(*h) {
+            // SAFETY: a nonblocking collective's caller keeps its buffers until the
+            // request completes.
+            n += usize::from(unsafe { s.advance(msg) });
+        }
+    }
+    active.retain(|h| matches!(requests.get(*h), Some(Request::Coll(s)) if !s.is_done()));
+    n
+}

@@ -1,0 +1,299 @@
+//! Collectives as schedules: rounds of sends and receives on the communicator's
+//! collective context, each round followed by local work (copies, reductions),
+//! driven by progress (as Open MPI's `libnbc` and MPICH's schedules). A blocking
+//! collective runs its schedule to the end; a nonblocking one is a request whose
+//! schedule advances whenever the library progresses.
+
+use crate::datatype::{pack, Datatype};
+use crate::error::{Error, Result};
+use crate::ffi::*;
+use crate::op::{self, Op};
+use rbtl::msg::{self, ReqId, SendMode};
+
+/// A place in memory: the user's (an address), or a scratch buffer of the schedule.
+#[derive(Clone, Copy, Debug)]
+pub enum Loc {
+    User(*mut u8),
+    Scratch { buf: usize, at: usize },
+}
+
+impl Loc {
+    /// `n` bytes further on.
+    pub fn offset(self, n: usize) -> Loc {
+        match self {
+            Loc::User(p) => Loc::User(p.wrapping_add(n)),
+            Loc::Scratch { buf, at } => Loc::Scratch { buf, at: at + n },
+        }
+    }
+}
+
+/// A transfer, between this process and a job rank.
+#[derive(Debug)]
+pub enum Xfer {
+    Send { from: Loc, len: usize, to: u32 },
+    Recv { into: Loc, len: usize, from: u32 },
+}
+
+/// Local work after a round's transfers.
+pub enum Local {
+    Copy {
+        from: Loc,
+        to: Loc,
+        len: usize,
+    },
+    /// `into = from op into` over `count` packed elements of `ty`.
+    Reduce {
+        op: Op,
+        ty: Box<Datatype>,
+        handle: Handle,
+        from: Loc,
+        into: Loc,
+        count: usize,
+    },
+    /// Unpack `count` elements of `ty` from packed bytes at `from` into user memory.
+    Unpack {
+        from: Loc,
+        ty: Box<Datatype>,
+        to: *mut u8,
+        count: usize,
+    },
+}
+
+/// One round.
+#[derive(Default)]
+pub struct Round {
+    pub xfers: Vec<Xfer>,
+    pub then: Vec<Local>,
+}
+
+/// A collective's schedule.
+pub struct Schedule {
+    ctx: u32,
+    tag: i32,
+    rounds: Vec<Round>,
+    scratch: Vec<Vec<u8>>,
+    /// The round under way, and whether its transfers have started.
+    at: usize,
+    started: bool,
+    pending: Vec<ReqId>,
+    /// The first failure: the schedule ends once its transfers under way have.
+    error: Option<Error>,
+    outcome: Option<Result<()>>,
+}
+
+impl Schedule {
+    /// An empty schedule for a collective in context `ctx` with `tag`.
+    pub fn new(ctx: u32, tag: i32) -> Schedule {
+        Schedule {
+            ctx,
+            tag,
+            rounds: Vec::new(),
+            scratch: Vec::new(),
+            at: 0,
+            started: false,
+            pending: Vec::new(),
+            error: None,
+            outcome: None,
+        }
+    }
+
+    /// A scratch buffer of `len` bytes: its place.
+    pub fn scratch(&mut self, len: usize) -> Loc {
+        self.scratch.push(vec![0u8; len]);
+        Loc::Scratch {
+            buf: self.scratch.len() - 1,
+            at: 0,
+        }
+    }
+
+    /// A new round: its place, to fill.
+    pub fn round(&mut self) -> &mut Round {
+        self.rounds.push(Round::default());
+        self.rounds.last_mut().expect("just pushed")
+    }
+
+    /// The last round (a new one if there is none).
+    pub fn last(&mut self) -> &mut Round {
+        if self.rounds.is_empty() {
+            return self.round();
+        }
+        self.rounds.last_mut().expect("not empty")
+    }
+
+    /// Whether it has ended.
+    pub fn is_done(&self) -> bool {
+        self.outcome.is_some()
+    }
+
+    /// How it ended, once it has (taken once).
+    pub fn outcome(&mut self) -> Option<Result<()>> {
+        self.outcome.take()
+    }
+
+    /// A message-layer request it waits for.
+    pub fn pending_id(&self) -> Option<ReqId> {
+        self.pending.first().copied()
+    }
+
+    /// The address of place `l`.
+    pub fn ptr(&mut self, l: Loc) -> *mut u8 {
+        match l {
+            Loc::User(p) => p,
+            Loc::Scratch { buf, at } => self.scratch[buf].as_mut_ptr().wrapping_add(at),
+        }
+    }
+
+    /// Advance as far as it can without waiting: whether anything happened.
+    ///
+    /// # Safety
+    ///
+    /// The user memory its places name is valid as the collective's caller promised,
+    /// until it ends.
+    pub unsafe fn advance(&mut self, m: &mut msg::Comm) -> bool {
+        if self.outcome.is_some() {
+            return false;
+        }
+        let mut moved = false;
+        loop {
+            // The round's transfers.
+            let mut i = 0;
+            while i < self.pending.len() {
+                match m.test(self.pending[i]) {
+                    None => i += 1,
+                    Some(r) => {
+                        self.pending.swap_remove(i);
+                        moved = true;
+                        match r {
+                            Err(msg::Error::Cancelled) => {}
+                            Err(e) => self.fail(m, e.into()),
+                            Ok(_) => {}
+                        }
+                    }
+                }
+            }
+            if !self.pending.is_empty() {
+                return moved;
+            }
+            if let Some(e) = self.error.take() {
+                self.outcome = Some(Err(e));
+                return true;
+            }
+            if self.started {
+                // SAFETY: the caller's contract.
+                if let Err(e) = unsafe { self.run_locals() } {
+                    self.outcome = Some(Err(e));
+                    return true;
+                }
+                self.at += 1;
+                self.started = false;
+            }
+            if self.at == self.rounds.len() {
+                self.outcome = Some(Ok(()));
+                self.rounds.clear();
+                self.scratch.clear();
+                return true;
+            }
+            // SAFETY: the caller's contract.
+            let started = unsafe { self.start_round(m) };
+            self.started = true;
+            moved = true;
+            if let Err(e) = started {
+                // What started runs out first (its buffers are ours).
+                self.fail(m, e);
+            }
+        }
+    }
+
+    /// Start the transfers of the current round.
+    ///
+    /// # Safety
+    ///
+    /// As [`Schedule::advance`].
+    unsafe fn start_round(&mut self, m: &mut msg::Comm) -> Result<()> {
+        let xfers = std::mem::take(&mut self.rounds[self.at].xfers);
+        let (ctx, tag) = (self.ctx, self.tag);
+        for x in &xfers {
+            let id = match *x {
+                Xfer::Send { from, len, to } => {
+                    let p = self.ptr(from);
+                    // SAFETY: the place holds `len` bytes until the round ends (the
+                    // caller's contract, or a scratch buffer of ours).
+                    unsafe { m.isend_in(ctx, p, len, to, tag, SendMode::Standard) }?
+                }
+                Xfer::Recv { into, len, from } => {
+                    let p = self.ptr(into);
+                    // SAFETY: as above.
+                    unsafe { m.irecv_in(ctx, p, len, Some(from), Some(tag)) }?
+                }
+            };
+            self.pending.push(id);
+        }
+        Ok(())
+    }
+
+    /// Run the current round's local work.
+    ///
+    /// # Safety
+    ///
+    /// As [`Schedule::advance`].
+    unsafe fn run_locals(&mut self) -> Result<()> {
+        let locals = std::mem::take(&mut self.rounds[self.at].then);
+        for l in locals {
+            match l {
+                Local::Copy { from, to, len } => {
+                    let (f, t) = (self.ptr(from), self.ptr(to));
+                    // SAFETY: both places hold `len` bytes; they may overlap only when
+                    // equal (an in-place step), which `copy` allows.
+                    unsafe { std::ptr::copy(f, t, len) };
+                }
+                Local::Reduce {
+                    op,
+                    ty,
+                    handle,
+                    from,
+                    into,
+                    count,
+                } => {
+                    let (f, t) = (self.ptr(from), self.ptr(into));
+                    // SAFETY: both places hold `count` packed elements; they never
+                    // overlap (the builders keep them apart).
+                    unsafe { op::reduce(op, &ty, handle, f, t, count) }?;
+                }
+                Local::Unpack {
+                    from,
+                    ty,
+                    to,
+                    count,
+                } => {
+                    let f = self.ptr(from);
+                    let len = ty.size * count;
+                    // SAFETY: the place holds the packed elements; `to` the user's
+                    // memory for them.
+                    unsafe { pack::unpack(&ty, std::slice::from_raw_parts(f, len), to, count) };
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Fail with `e` (the first failure is kept): receives still posted are
+    /// withdrawn; what is under way runs out before the schedule ends, as its
+    /// buffers are the schedule's.
+    fn fail(&mut self, m: &mut msg::Comm, e: Error) {
+        self.error.get_or_insert(e);
+        for &id in &self.pending {
+            m.cancel(id);
+        }
+    }
+}
+
+impl std::fmt::Debug for Schedule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Schedule")
+            .field("ctx", &self.ctx)
+            .field("tag", &self.tag)
+            .field("round", &self.at)
+            .field("of", &self.rounds.len())
+            .finish()
+    }
+}

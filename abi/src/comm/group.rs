@@ -1,0 +1,374 @@
+//! Groups: `MPI_Comm_group` and the `MPI_Group_*` operations.
+
+use super::Group;
+use crate::entry::call;
+use crate::error::{Error, Object, Result};
+use crate::ffi::*;
+use crate::state::Mpi;
+use std::sync::Arc;
+
+impl Mpi {
+    /// The group `h`.
+    pub fn group(&self, h: Handle) -> Result<Arc<Group>> {
+        match h {
+            MPI_GROUP_EMPTY => Ok(Arc::new(Group::new(Vec::new()))),
+            MPI_GROUP_NULL => Err(Error::new(MPI_ERR_GROUP, "MPI_GROUP_NULL is not a group")),
+            _ => self.groups.get(h).cloned().ok_or_else(|| {
+                Error::new(
+                    MPI_ERR_GROUP,
+                    format!("{h:#x} is not a group (freed, or a handle of another kind)"),
+                )
+            }),
+        }
+    }
+
+    /// Hand out `g` as a group handle (`MPI_GROUP_EMPTY` when it is empty).
+    ///
+    /// # Safety
+    ///
+    /// `out` is writable.
+    pub unsafe fn hand_out_group(&mut self, g: Group, out: *mut Handle) -> Result<()> {
+        if out.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the group pointer is null"));
+        }
+        let h = if g.size() == 0 {
+            MPI_GROUP_EMPTY
+        } else {
+            self.groups.insert(Arc::new(g))?
+        };
+        // SAFETY: the caller's contract.
+        unsafe { out.write(h) };
+        Ok(())
+    }
+}
+
+/// The ranks of an array argument, checked against a group of `size`.
+///
+/// # Safety
+///
+/// `ranks` holds `n` ints.
+unsafe fn ranks_in<'a>(ranks: *const c_int, n: c_int, size: u32) -> Result<&'a [c_int]> {
+    let n = crate::p2p::check_count(n)?;
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if ranks.is_null() {
+        return Err(Error::new(MPI_ERR_ARG, "the ranks array is null"));
+    }
+    // SAFETY: the caller's contract.
+    let v = unsafe { std::slice::from_raw_parts(ranks, n) };
+    if let Some(bad) = v.iter().find(|&&r| r < 0 || r as u32 >= size) {
+        return Err(Error::new(
+            MPI_ERR_RANK,
+            format!("rank {bad} is not in the group of {size}"),
+        ));
+    }
+    Ok(v)
+}
+
+/// The ranks of `MPI_Group_range_incl`/`excl`'s triplets.
+///
+/// # Safety
+///
+/// `ranges` holds `n` triplets.
+unsafe fn range_ranks(ranges: *const [c_int; 3], n: c_int, size: u32) -> Result<Vec<u32>> {
+    let n = crate::p2p::check_count(n)?;
+    if n > 0 && ranges.is_null() {
+        return Err(Error::new(MPI_ERR_ARG, "the ranges array is null"));
+    }
+    let mut out = Vec::new();
+    for i in 0..n {
+        // SAFETY: the caller's contract.
+        let [first, last, stride] = unsafe { *ranges.add(i) };
+        if stride == 0 {
+            return Err(Error::new(MPI_ERR_ARG, "a range's stride is 0"));
+        }
+        let mut r = first;
+        while (stride > 0 && r <= last) || (stride < 0 && r >= last) {
+            if r < 0 || r as u32 >= size {
+                return Err(Error::new(
+                    MPI_ERR_RANK,
+                    format!("rank {r} is not in the group of {size}"),
+                ));
+            }
+            out.push(r as u32);
+            r += stride;
+        }
+    }
+    Ok(out)
+}
+
+/// A group of `g`'s members at `ranks`.
+fn pick(g: &Group, ranks: impl IntoIterator<Item = u32>) -> Result<Group> {
+    let v: Vec<u32> = ranks
+        .into_iter()
+        .map(|r| g.job_rank(r).expect("checked"))
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    if !v.iter().all(|j| seen.insert(*j)) {
+        return Err(Error::new(MPI_ERR_RANK, "a rank is named twice"));
+    }
+    Ok(Group::new(v))
+}
+
+/// `g` without its members at `ranks`.
+fn without(g: &Group, ranks: &[u32]) -> Group {
+    let out: std::collections::HashSet<u32> = ranks.iter().copied().collect();
+    Group::new(
+        (0..g.size())
+            .filter(|r| !out.contains(r))
+            .map(|r| g.job_rank(r).expect("a member"))
+            .collect(),
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_group(comm: Handle, group: *mut Handle) -> c_int {
+    call("MPI_Comm_group", Object::Comm(comm), |mpi| {
+        let g = (*mpi.comm(comm)?.group).clone();
+        // SAFETY: the binding's contract.
+        unsafe { mpi.hand_out_group(g, group) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_remote_group(comm: Handle, group: *mut Handle) -> c_int {
+    call("MPI_Comm_remote_group", Object::Comm(comm), |mpi| {
+        let g = match &mpi.comm(comm)?.remote {
+            Some(r) => (**r).clone(),
+            None => return Err(Error::new(MPI_ERR_COMM, "not an intercommunicator")),
+        };
+        // SAFETY: the binding's contract.
+        unsafe { mpi.hand_out_group(g, group) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Group_size(group: Handle, size: *mut c_int) -> c_int {
+    call("MPI_Group_size", Object::None, |mpi| {
+        let n = mpi.group(group)?.size();
+        // SAFETY: null or writable.
+        unsafe { put(size, n as c_int) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Group_rank(group: Handle, rank: *mut c_int) -> c_int {
+    call("MPI_Group_rank", Object::None, |mpi| {
+        let g = mpi.group(group)?;
+        let r = g
+            .rank_of(mpi.world_rank())
+            .map_or(MPI_UNDEFINED, |r| r as c_int);
+        // SAFETY: null or writable.
+        unsafe { put(rank, r) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Group_incl(
+    group: Handle,
+    n: c_int,
+    ranks: *const c_int,
+    newgroup: *mut Handle,
+) -> c_int {
+    call("MPI_Group_incl", Object::None, |mpi| {
+        let g = mpi.group(group)?;
+        // SAFETY: the binding's contract.
+        let r = unsafe { ranks_in(ranks, n, g.size()) }?;
+        let new = pick(&g, r.iter().map(|&r| r as u32))?;
+        // SAFETY: the binding's contract.
+        unsafe { mpi.hand_out_group(new, newgroup) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Group_excl(
+    group: Handle,
+    n: c_int,
+    ranks: *const c_int,
+    newgroup: *mut Handle,
+) -> c_int {
+    call("MPI_Group_excl", Object::None, |mpi| {
+        let g = mpi.group(group)?;
+        // SAFETY: the binding's contract.
+        let r: Vec<u32> = unsafe { ranks_in(ranks, n, g.size()) }?
+            .iter()
+            .map(|&r| r as u32)
+            .collect();
+        // SAFETY: the binding's contract.
+        unsafe { mpi.hand_out_group(without(&g, &r), newgroup) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Group_range_incl(
+    group: Handle,
+    n: c_int,
+    ranges: *mut c_int,
+    newgroup: *mut Handle,
+) -> c_int {
+    call("MPI_Group_range_incl", Object::None, |mpi| {
+        let g = mpi.group(group)?;
+        // SAFETY: the binding's contract.
+        let r = unsafe { range_ranks(ranges.cast(), n, g.size()) }?;
+        let new = pick(&g, r)?;
+        // SAFETY: the binding's contract.
+        unsafe { mpi.hand_out_group(new, newgroup) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Group_range_excl(
+    group: Handle,
+    n: c_int,
+    ranges: *mut c_int,
+    newgroup: *mut Handle,
+) -> c_int {
+    call("MPI_Group_range_excl", Object::None, |mpi| {
+        let g = mpi.group(group)?;
+        // SAFETY: the binding's contract.
+        let r = unsafe { range_ranks(ranges.cast(), n, g.size()) }?;
+        // SAFETY: the binding's contract.
+        unsafe { mpi.hand_out_group(without(&g, &r), newgroup) }
+    })
+}
+
+/// A set operation on two groups: the members of the result, in order.
+fn combine(a: &Group, b: &Group, f: impl Fn(&Group, &Group) -> Vec<u32>) -> Group {
+    Group::new(f(a, b))
+}
+
+macro_rules! group_op {
+    ($name:ident, $label:literal, $f:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            group1: Handle,
+            group2: Handle,
+            newgroup: *mut Handle,
+        ) -> c_int {
+            call($label, Object::None, |mpi| {
+                let (a, b) = (mpi.group(group1)?, mpi.group(group2)?);
+                let g = combine(&a, &b, $f);
+                // SAFETY: the binding's contract.
+                unsafe { mpi.hand_out_group(g, newgroup) }
+            })
+        }
+    };
+}
+
+group_op!(
+    PMPI_Group_union,
+    "MPI_Group_union",
+    |a: &Group, b: &Group| {
+        let mut v = a.ranks().to_vec();
+        v.extend(b.ranks().iter().filter(|j| a.rank_of(**j).is_none()));
+        v
+    }
+);
+group_op!(
+    PMPI_Group_intersection,
+    "MPI_Group_intersection",
+    |a: &Group, b: &Group| {
+        a.ranks()
+            .iter()
+            .copied()
+            .filter(|j| b.rank_of(*j).is_some())
+            .collect()
+    }
+);
+group_op!(
+    PMPI_Group_difference,
+    "MPI_Group_difference",
+    |a: &Group, b: &Group| {
+        a.ranks()
+            .iter()
+            .copied()
+            .filter(|j| b.rank_of(*j).is_none())
+            .collect()
+    }
+);
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Group_translate_ranks(
+    group1: Handle,
+    n: c_int,
+    ranks1: *const c_int,
+    group2: Handle,
+    ranks2: *mut c_int,
+) -> c_int {
+    call("MPI_Group_translate_ranks", Object::None, |mpi| {
+        let (a, b) = (mpi.group(group1)?, mpi.group(group2)?);
+        let k = crate::p2p::check_count(n)?;
+        if k > 0 && (ranks1.is_null() || ranks2.is_null()) {
+            return Err(Error::new(MPI_ERR_ARG, "a ranks array is null"));
+        }
+        for i in 0..k {
+            // SAFETY: both arrays hold `n` ints.
+            let r = unsafe { *ranks1.add(i) };
+            let out = match r {
+                MPI_PROC_NULL => MPI_PROC_NULL,
+                r if r < 0 || r as u32 >= a.size() => {
+                    return Err(Error::new(
+                        MPI_ERR_RANK,
+                        format!("rank {r} is not in the first group of {}", a.size()),
+                    ))
+                }
+                r => b
+                    .rank_of(a.job_rank(r as u32).expect("checked"))
+                    .map_or(MPI_UNDEFINED, |x| x as c_int),
+            };
+            // SAFETY: as above.
+            unsafe { ranks2.add(i).write(out) };
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_IDENT`, `MPI_SIMILAR` or `MPI_UNEQUAL`.
+pub fn compare(a: &Group, b: &Group) -> c_int {
+    if a.ranks() == b.ranks() {
+        MPI_IDENT
+    } else if a.size() == b.size() && a.ranks().iter().all(|j| b.rank_of(*j).is_some()) {
+        MPI_SIMILAR
+    } else {
+        MPI_UNEQUAL
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Group_compare(
+    group1: Handle,
+    group2: Handle,
+    result: *mut c_int,
+) -> c_int {
+    call("MPI_Group_compare", Object::None, |mpi| {
+        let (a, b) = (mpi.group(group1)?, mpi.group(group2)?);
+        // SAFETY: null or writable.
+        unsafe { put(result, compare(&a, &b)) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Group_free(group: *mut Handle) -> c_int {
+    call("MPI_Group_free", Object::None, |mpi| {
+        if group.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the group pointer is null"));
+        }
+        // SAFETY: checked not null.
+        let h = unsafe { *group };
+        if h != MPI_GROUP_EMPTY {
+            mpi.groups.remove(h).ok_or_else(|| {
+                Error::new(
+                    MPI_ERR_GROUP,
+                    format!("{h:#x} is not a group (freed already?)"),
+                )
+            })?;
+        }
+        // SAFETY: checked not null.
+        unsafe { group.write(MPI_GROUP_NULL) };
+        Ok(())
+    })
+}

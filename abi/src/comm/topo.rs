@@ -1,0 +1,503 @@
+//! Virtual topologies: Cartesian grids and distributed graphs. A topology is a
+//! communicator's description of its ranks; ranks are never reordered here.
+
+use crate::entry::call;
+use crate::error::{Error, Object, Result};
+use crate::ffi::*;
+use crate::state::Mpi;
+
+/// A communicator's topology.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Topology {
+    Cart {
+        dims: Vec<c_int>,
+        periods: Vec<bool>,
+    },
+    DistGraph {
+        sources: Vec<c_int>,
+        destinations: Vec<c_int>,
+    },
+}
+
+impl Topology {
+    /// The coordinates of `rank` in a grid of `dims` (row-major).
+    pub fn coords(dims: &[c_int], rank: c_int) -> Vec<c_int> {
+        let mut r = rank;
+        let mut out = vec![0; dims.len()];
+        for i in (0..dims.len()).rev() {
+            out[i] = r % dims[i];
+            r /= dims[i];
+        }
+        out
+    }
+
+    /// The rank at `coords` (wrapped in periodic dimensions); `None` off the grid.
+    pub fn rank(dims: &[c_int], periods: &[bool], coords: &[c_int]) -> Option<c_int> {
+        let mut r = 0;
+        for i in 0..dims.len() {
+            let mut c = coords[i];
+            if periods[i] {
+                c = c.rem_euclid(dims[i]);
+            } else if c < 0 || c >= dims[i] {
+                return None;
+            }
+            r = r * dims[i] + c;
+        }
+        Some(r)
+    }
+}
+
+/// `MPI_Dims_create`: fill the zero entries of `dims` so that the product is `n`,
+/// the dimensions as close to each other as they can be, in non-increasing order.
+pub fn dims_create(n: c_int, dims: &mut [c_int]) -> Result<()> {
+    let fixed: c_int = dims.iter().filter(|&&d| d > 0).product();
+    if dims.iter().any(|&d| d < 0) || fixed == 0 || n % fixed != 0 {
+        return Err(Error::new(
+            MPI_ERR_DIMS,
+            format!("{n} processes cannot fill dimensions {dims:?}"),
+        ));
+    }
+    let free = dims.iter().filter(|&&d| d == 0).count();
+    if free == 0 {
+        return Ok(());
+    }
+    // The prime factors of what is left, largest first, each given to the
+    // smallest dimension so far.
+    let mut rest = n / fixed;
+    let mut factors = Vec::new();
+    let mut p = 2;
+    while p * p <= rest {
+        while rest % p == 0 {
+            factors.push(p);
+            rest /= p;
+        }
+        p += 1;
+    }
+    if rest > 1 {
+        factors.push(rest);
+    }
+    let mut out = vec![1; free];
+    for f in factors.into_iter().rev() {
+        let i = (0..free).min_by_key(|&i| out[i]).expect("free > 0");
+        out[i] *= f;
+    }
+    out.sort_by(|a, b| b.cmp(a));
+    let mut it = out.into_iter();
+    for d in dims.iter_mut().filter(|d| **d == 0) {
+        *d = it.next().expect("one per free dimension");
+    }
+    Ok(())
+}
+
+impl Mpi {
+    /// The Cartesian topology of `comm`.
+    fn cart(&self, comm: Handle) -> Result<(Vec<c_int>, Vec<bool>)> {
+        match &self.comm(comm)?.topo {
+            Some(Topology::Cart { dims, periods }) => Ok((dims.clone(), periods.clone())),
+            _ => Err(Error::new(
+                MPI_ERR_TOPOLOGY,
+                "the communicator has no Cartesian topology",
+            )),
+        }
+    }
+}
+
+/// An int array argument of `n`.
+///
+/// # Safety
+///
+/// `p` holds `n` ints.
+unsafe fn ints<'a>(p: *const c_int, n: c_int) -> Result<&'a [c_int]> {
+    let n = crate::p2p::check_count(n)?;
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Error::new(MPI_ERR_ARG, "an array argument is null"));
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
+    call("MPI_Dims_create", Object::None, |_| {
+        let n = crate::p2p::check_count(ndims)?;
+        if n > 0 && dims.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the dims array is null"));
+        }
+        let d = if n == 0 {
+            &mut [][..]
+        } else {
+            // SAFETY: the binding's contract: `ndims` ints.
+            unsafe { std::slice::from_raw_parts_mut(dims, n) }
+        };
+        dims_create(nnodes, d)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Cart_create(
+    comm_old: Handle,
+    ndims: c_int,
+    dims: *const c_int,
+    periods: *const c_int,
+    _reorder: c_int,
+    comm_cart: *mut Handle,
+) -> c_int {
+    call("MPI_Cart_create", Object::Comm(comm_old), |mpi| {
+        // SAFETY: the binding's contract.
+        let (d, p) = unsafe {
+            (
+                ints(dims, ndims)?.to_vec(),
+                ints(periods, ndims)?
+                    .iter()
+                    .map(|&x| x != 0)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        if d.iter().any(|&x| x <= 0) {
+            return Err(Error::new(
+                MPI_ERR_DIMS,
+                format!("dimensions {d:?} are not all positive"),
+            ));
+        }
+        let cells: i64 = d.iter().map(|&x| i64::from(x)).product();
+        let c = mpi.comm(comm_old)?;
+        if cells > i64::from(c.size()) {
+            return Err(Error::new(
+                MPI_ERR_DIMS,
+                format!(
+                    "a grid of {cells} cells needs more processes than the {} of the communicator",
+                    c.size()
+                ),
+            ));
+        }
+        let rank = c.rank as i64;
+        let h = mpi.comm_split(comm_old, if rank < cells { 0 } else { MPI_UNDEFINED }, 0)?;
+        if h != MPI_COMM_NULL {
+            mpi.comm_mut(h)?.topo = Some(Topology::Cart {
+                dims: d,
+                periods: p,
+            });
+        }
+        // SAFETY: null or writable.
+        unsafe { put(comm_cart, h) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Cart_map(
+    comm: Handle,
+    ndims: c_int,
+    dims: *const c_int,
+    _periods: *const c_int,
+    newrank: *mut c_int,
+) -> c_int {
+    call("MPI_Cart_map", Object::Comm(comm), |mpi| {
+        // SAFETY: the binding's contract.
+        let d = unsafe { ints(dims, ndims) }?;
+        let cells: i64 = d.iter().map(|&x| i64::from(x)).product();
+        let r = mpi.comm(comm)?.rank as i64;
+        // SAFETY: null or writable.
+        unsafe { put(newrank, if r < cells { r as c_int } else { MPI_UNDEFINED }) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Cartdim_get(comm: Handle, ndims: *mut c_int) -> c_int {
+    call("MPI_Cartdim_get", Object::Comm(comm), |mpi| {
+        let (d, _) = mpi.cart(comm)?;
+        // SAFETY: null or writable.
+        unsafe { put(ndims, d.len() as c_int) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Cart_get(
+    comm: Handle,
+    maxdims: c_int,
+    dims: *mut c_int,
+    periods: *mut c_int,
+    coords: *mut c_int,
+) -> c_int {
+    call("MPI_Cart_get", Object::Comm(comm), |mpi| {
+        let (d, p) = mpi.cart(comm)?;
+        let c = Topology::coords(&d, mpi.comm(comm)?.rank as c_int);
+        let n = (maxdims.max(0) as usize).min(d.len());
+        for i in 0..n {
+            // SAFETY: each array holds `maxdims` ints (or is null).
+            unsafe {
+                put(dims.wrapping_add(i), d[i]);
+                put(periods.wrapping_add(i), c_int::from(p[i]));
+                put(coords.wrapping_add(i), c[i]);
+            }
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Cart_rank(
+    comm: Handle,
+    coords: *const c_int,
+    rank: *mut c_int,
+) -> c_int {
+    call("MPI_Cart_rank", Object::Comm(comm), |mpi| {
+        let (d, p) = mpi.cart(comm)?;
+        // SAFETY: the binding's contract: one int per dimension.
+        let c = unsafe { ints(coords, d.len() as c_int) }?;
+        let r = Topology::rank(&d, &p, c).ok_or_else(|| {
+            Error::new(
+                MPI_ERR_ARG,
+                format!("coordinates {c:?} are off the grid {d:?}"),
+            )
+        })?;
+        // SAFETY: null or writable.
+        unsafe { put(rank, r) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Cart_coords(
+    comm: Handle,
+    rank: c_int,
+    maxdims: c_int,
+    coords: *mut c_int,
+) -> c_int {
+    call("MPI_Cart_coords", Object::Comm(comm), |mpi| {
+        let (d, _) = mpi.cart(comm)?;
+        let size = mpi.comm(comm)?.size() as c_int;
+        if rank < 0 || rank >= size {
+            return Err(Error::new(
+                MPI_ERR_RANK,
+                format!("rank {rank} is not in the grid of {size}"),
+            ));
+        }
+        let c = Topology::coords(&d, rank);
+        for (i, v) in c.iter().enumerate().take(maxdims.max(0) as usize) {
+            // SAFETY: `coords` holds `maxdims` ints.
+            unsafe { put(coords.wrapping_add(i), *v) };
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Cart_shift(
+    comm: Handle,
+    direction: c_int,
+    disp: c_int,
+    rank_source: *mut c_int,
+    rank_dest: *mut c_int,
+) -> c_int {
+    call("MPI_Cart_shift", Object::Comm(comm), |mpi| {
+        let (d, p) = mpi.cart(comm)?;
+        let dir = usize::try_from(direction)
+            .ok()
+            .filter(|&x| x < d.len())
+            .ok_or_else(|| {
+                Error::new(
+                    MPI_ERR_ARG,
+                    format!(
+                        "direction {direction} is not one of the {} dimensions",
+                        d.len()
+                    ),
+                )
+            })?;
+        let me = Topology::coords(&d, mpi.comm(comm)?.rank as c_int);
+        let at = |shift: c_int| {
+            let mut c = me.clone();
+            c[dir] += shift;
+            Topology::rank(&d, &p, &c).unwrap_or(MPI_PROC_NULL)
+        };
+        // SAFETY: null or writable.
+        unsafe {
+            put(rank_source, at(-disp));
+            put(rank_dest, at(disp));
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Cart_sub(
+    comm: Handle,
+    remain_dims: *const c_int,
+    newcomm: *mut Handle,
+) -> c_int {
+    call("MPI_Cart_sub", Object::Comm(comm), |mpi| {
+        let (d, p) = mpi.cart(comm)?;
+        // SAFETY: one int per dimension.
+        let keep: Vec<bool> = unsafe { ints(remain_dims, d.len() as c_int) }?
+            .iter()
+            .map(|&x| x != 0)
+            .collect();
+        let me = Topology::coords(&d, mpi.comm(comm)?.rank as c_int);
+        // The colour: the coordinates in the dropped dimensions; the key: the rank.
+        let mut colour: c_int = 0;
+        for i in 0..d.len() {
+            if !keep[i] {
+                colour = colour * d[i] + me[i];
+            }
+        }
+        let key = mpi.comm(comm)?.rank as c_int;
+        let h = mpi.comm_split(comm, colour, key)?;
+        let dims = (0..d.len()).filter(|&i| keep[i]).map(|i| d[i]).collect();
+        let periods = (0..d.len()).filter(|&i| keep[i]).map(|i| p[i]).collect();
+        mpi.comm_mut(h)?.topo = Some(Topology::Cart { dims, periods });
+        // SAFETY: null or writable.
+        unsafe { put(newcomm, h) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Topo_test(comm: Handle, status: *mut c_int) -> c_int {
+    call("MPI_Topo_test", Object::Comm(comm), |mpi| {
+        let t = match mpi.comm(comm)?.topo {
+            Some(Topology::Cart { .. }) => MPI_CART,
+            Some(Topology::DistGraph { .. }) => MPI_DIST_GRAPH,
+            None => MPI_UNDEFINED,
+        };
+        // SAFETY: null or writable.
+        unsafe { put(status, t) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Dist_graph_create_adjacent(
+    comm_old: Handle,
+    indegree: c_int,
+    sources: *const c_int,
+    _sourceweights: *const c_int,
+    outdegree: c_int,
+    destinations: *const c_int,
+    _destweights: *const c_int,
+    _info: Handle,
+    _reorder: c_int,
+    comm_dist_graph: *mut Handle,
+) -> c_int {
+    call(
+        "MPI_Dist_graph_create_adjacent",
+        Object::Comm(comm_old),
+        |mpi| {
+            // SAFETY: the binding's contract.
+            let (s, d) = unsafe {
+                (
+                    ints(sources, indegree)?.to_vec(),
+                    ints(destinations, outdegree)?.to_vec(),
+                )
+            };
+            let size = mpi.comm(comm_old)?.size() as c_int;
+            if let Some(bad) = s.iter().chain(&d).find(|&&r| r < 0 || r >= size) {
+                return Err(Error::new(
+                    MPI_ERR_RANK,
+                    format!("neighbour {bad} is not in the communicator of {size}"),
+                ));
+            }
+            let h = mpi.comm_dup(comm_old)?;
+            mpi.comm_mut(h)?.topo = Some(Topology::DistGraph {
+                sources: s,
+                destinations: d,
+            });
+            // SAFETY: null or writable.
+            unsafe { put(comm_dist_graph, h) };
+            Ok(())
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Dist_graph_neighbors_count(
+    comm: Handle,
+    indegree: *mut c_int,
+    outdegree: *mut c_int,
+    weighted: *mut c_int,
+) -> c_int {
+    call(
+        "MPI_Dist_graph_neighbors_count",
+        Object::Comm(comm),
+        |mpi| {
+            let Some(Topology::DistGraph {
+                sources,
+                destinations,
+            }) = &mpi.comm(comm)?.topo
+            else {
+                return Err(Error::new(
+                    MPI_ERR_TOPOLOGY,
+                    "the communicator has no distributed graph topology",
+                ));
+            };
+            // SAFETY: null or writable.
+            unsafe {
+                put(indegree, sources.len() as c_int);
+                put(outdegree, destinations.len() as c_int);
+                put(weighted, 0);
+            }
+            Ok(())
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Dist_graph_neighbors(
+    comm: Handle,
+    maxindegree: c_int,
+    sources: *mut c_int,
+    _sourceweights: *mut c_int,
+    maxoutdegree: c_int,
+    destinations: *mut c_int,
+    _destweights: *mut c_int,
+) -> c_int {
+    call("MPI_Dist_graph_neighbors", Object::Comm(comm), |mpi| {
+        let Some(Topology::DistGraph {
+            sources: s,
+            destinations: d,
+        }) = &mpi.comm(comm)?.topo
+        else {
+            return Err(Error::new(
+                MPI_ERR_TOPOLOGY,
+                "the communicator has no distributed graph topology",
+            ));
+        };
+        for (i, v) in s.iter().enumerate().take(maxindegree.max(0) as usize) {
+            // SAFETY: the array holds `maxindegree` ints.
+            unsafe { put(sources.wrapping_add(i), *v) };
+        }
+        for (i, v) in d.iter().enumerate().take(maxoutdegree.max(0) as usize) {
+            // SAFETY: the array holds `maxoutdegree` ints.
+            unsafe { put(destinations.wrapping_add(i), *v) };
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dims_are_balanced() {
+        let mut d = [0, 0];
+        dims_create(12, &mut d).unwrap();
+        assert_eq!(d, [4, 3]);
+        let mut d = [0, 3, 0];
+        dims_create(24, &mut d).unwrap();
+        assert_eq!(d, [4, 3, 2]);
+        assert!(dims_create(10, &mut [3, 0]).is_err());
+    }
+
+    #[test]
+    fn coordinates_and_ranks() {
+        let dims = [2, 3];
+        assert_eq!(Topology::coords(&dims, 4), vec![1, 1]);
+        assert_eq!(Topology::rank(&dims, &[false, true], &[1, 4]), Some(4));
+        assert_eq!(Topology::rank(&dims, &[false, false], &[2, 0]), None);
+    }
+}

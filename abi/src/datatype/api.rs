@@ -1,0 +1,732 @@
+//! The datatype bindings: constructors, commit and free, sizes and bounds, names,
+//! decoding, addresses, `MPI_Pack`/`MPI_Unpack`.
+
+use super::build::resized;
+use super::{pack, Datatype, Envelope, Layout};
+use crate::comm::api::{read_str, write_name};
+use crate::entry::call;
+use crate::error::{Error, Object, Result};
+use crate::ffi::*;
+use crate::p2p::check_count;
+use crate::state::Mpi;
+
+/// Basic elements in `bytes` of packed `ty` (`MPI_Get_elements`): `None` when they
+/// do not end on an element.
+pub fn elements_in(ty: &Datatype, bytes: u64) -> Option<u64> {
+    if ty.size == 0 {
+        return (bytes == 0).then_some(0);
+    }
+    let whole = bytes / ty.size as u64;
+    let rest = bytes % ty.size as u64;
+    let per = ty.elements as u64;
+    match ty.prim {
+        Some(p) if rest % p.size() as u64 == 0 => {
+            let sub = rest / p.size() as u64
+                * if matches!(p, super::Prim::Pair(_)) {
+                    2
+                } else {
+                    1
+                };
+            Some(whole * per + sub)
+        }
+        Some(_) => None,
+        None if rest == 0 => Some(whole * per),
+        None => None,
+    }
+}
+
+/// An array argument of `n` items.
+///
+/// # Safety
+///
+/// `p` holds `n` items.
+unsafe fn slice<'a, T>(p: *const T, n: usize) -> Result<&'a [T]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Error::new(MPI_ERR_ARG, "an array argument is null"));
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
+impl Mpi {
+    /// Make a type from `parts` of older ones (by handle) and keep it.
+    fn make(
+        &mut self,
+        parts: &[(isize, Handle, usize)],
+        padded: bool,
+        envelope: Envelope,
+        out: *mut Handle,
+    ) -> Result<()> {
+        if out.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the new type pointer is null"));
+        }
+        let mut olds = Vec::with_capacity(parts.len());
+        for &(_, h, _) in parts {
+            olds.push(self.dtype_any(h)?);
+        }
+        let mut l = Layout::new();
+        for (&(disp, _, count), old) in parts.iter().zip(&olds) {
+            l.push(disp, old, count);
+        }
+        let t = l.finish(padded, envelope)?;
+        let h = self.types.insert(t)?;
+        // SAFETY: checked not null; the binding's contract.
+        unsafe { out.write(h) };
+        Ok(())
+    }
+}
+
+fn env(combiner: c_int, ints: Vec<c_int>, addresses: Vec<Aint>, types: Vec<Handle>) -> Envelope {
+    Envelope {
+        combiner,
+        ints,
+        addresses,
+        types,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_contiguous(
+    count: c_int,
+    oldtype: Handle,
+    newtype: *mut Handle,
+) -> c_int {
+    call("MPI_Type_contiguous", Object::None, |mpi| {
+        let n = check_count(count)?;
+        mpi.make(
+            &[(0, oldtype, n)],
+            false,
+            env(MPI_COMBINER_CONTIGUOUS, vec![count], vec![], vec![oldtype]),
+            newtype,
+        )
+    })
+}
+
+/// `count` blocks of `blocklength` elements, `stride` apart (`bytes`: in bytes, else
+/// in extents of `oldtype`).
+fn vector(
+    mpi: &mut Mpi,
+    count: c_int,
+    blocklength: c_int,
+    stride: isize,
+    bytes: bool,
+    oldtype: Handle,
+    envelope: Envelope,
+    out: *mut Handle,
+) -> Result<()> {
+    let (n, b) = (check_count(count)?, check_count(blocklength)?);
+    let step = if bytes {
+        stride
+    } else {
+        stride * mpi.dtype_any(oldtype)?.extent()
+    };
+    let parts: Vec<_> = (0..n as isize).map(|i| (i * step, oldtype, b)).collect();
+    mpi.make(&parts, false, envelope, out)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_vector(
+    count: c_int,
+    blocklength: c_int,
+    stride: c_int,
+    oldtype: Handle,
+    newtype: *mut Handle,
+) -> c_int {
+    call("MPI_Type_vector", Object::None, |mpi| {
+        let e = env(
+            MPI_COMBINER_VECTOR,
+            vec![count, blocklength, stride],
+            vec![],
+            vec![oldtype],
+        );
+        vector(
+            mpi,
+            count,
+            blocklength,
+            stride as isize,
+            false,
+            oldtype,
+            e,
+            newtype,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_create_hvector(
+    count: c_int,
+    blocklength: c_int,
+    stride: Aint,
+    oldtype: Handle,
+    newtype: *mut Handle,
+) -> c_int {
+    call("MPI_Type_create_hvector", Object::None, |mpi| {
+        let e = env(
+            MPI_COMBINER_HVECTOR,
+            vec![count, blocklength],
+            vec![stride],
+            vec![oldtype],
+        );
+        vector(mpi, count, blocklength, stride, true, oldtype, e, newtype)
+    })
+}
+
+/// Blocks of `lengths[i]` elements at `displs[i]` (in bytes when `bytes`).
+fn indexed(
+    mpi: &mut Mpi,
+    lengths: &[c_int],
+    displs: &[isize],
+    bytes: bool,
+    oldtype: Handle,
+    envelope: Envelope,
+    out: *mut Handle,
+) -> Result<()> {
+    let step = if bytes {
+        1
+    } else {
+        mpi.dtype_any(oldtype)?.extent()
+    };
+    let mut parts = Vec::with_capacity(lengths.len());
+    for (&len, &d) in lengths.iter().zip(displs) {
+        parts.push((d * step, oldtype, check_count(len)?));
+    }
+    mpi.make(&parts, false, envelope, out)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_indexed(
+    count: c_int,
+    array_of_blocklengths: *const c_int,
+    array_of_displacements: *const c_int,
+    oldtype: Handle,
+    newtype: *mut Handle,
+) -> c_int {
+    call("MPI_Type_indexed", Object::None, |mpi| {
+        let n = check_count(count)?;
+        // SAFETY: the binding's contract: `count` of each.
+        let (l, d) = unsafe {
+            (
+                slice(array_of_blocklengths, n)?,
+                slice(array_of_displacements, n)?,
+            )
+        };
+        let mut ints = vec![count];
+        ints.extend_from_slice(l);
+        ints.extend_from_slice(d);
+        let d: Vec<isize> = d.iter().map(|&x| x as isize).collect();
+        indexed(
+            mpi,
+            l,
+            &d,
+            false,
+            oldtype,
+            env(MPI_COMBINER_INDEXED, ints, vec![], vec![oldtype]),
+            newtype,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_create_hindexed(
+    count: c_int,
+    array_of_blocklengths: *const c_int,
+    array_of_displacements: *const Aint,
+    oldtype: Handle,
+    newtype: *mut Handle,
+) -> c_int {
+    call("MPI_Type_create_hindexed", Object::None, |mpi| {
+        let n = check_count(count)?;
+        // SAFETY: the binding's contract: `count` of each.
+        let (l, d) = unsafe {
+            (
+                slice(array_of_blocklengths, n)?,
+                slice(array_of_displacements, n)?,
+            )
+        };
+        let mut ints = vec![count];
+        ints.extend_from_slice(l);
+        indexed(
+            mpi,
+            l,
+            d,
+            true,
+            oldtype,
+            env(MPI_COMBINER_HINDEXED, ints, d.to_vec(), vec![oldtype]),
+            newtype,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_create_indexed_block(
+    count: c_int,
+    blocklength: c_int,
+    array_of_displacements: *const c_int,
+    oldtype: Handle,
+    newtype: *mut Handle,
+) -> c_int {
+    call("MPI_Type_create_indexed_block", Object::None, |mpi| {
+        let n = check_count(count)?;
+        // SAFETY: the binding's contract.
+        let d = unsafe { slice(array_of_displacements, n) }?;
+        let mut ints = vec![count, blocklength];
+        ints.extend_from_slice(d);
+        let l = vec![blocklength; n];
+        let d: Vec<isize> = d.iter().map(|&x| x as isize).collect();
+        indexed(
+            mpi,
+            &l,
+            &d,
+            false,
+            oldtype,
+            env(MPI_COMBINER_INDEXED_BLOCK, ints, vec![], vec![oldtype]),
+            newtype,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_create_hindexed_block(
+    count: c_int,
+    blocklength: c_int,
+    array_of_displacements: *const Aint,
+    oldtype: Handle,
+    newtype: *mut Handle,
+) -> c_int {
+    call("MPI_Type_create_hindexed_block", Object::None, |mpi| {
+        let n = check_count(count)?;
+        // SAFETY: the binding's contract.
+        let d = unsafe { slice(array_of_displacements, n) }?;
+        let l = vec![blocklength; n];
+        indexed(
+            mpi,
+            &l,
+            d,
+            true,
+            oldtype,
+            env(
+                MPI_COMBINER_HINDEXED_BLOCK,
+                vec![count, blocklength],
+                d.to_vec(),
+                vec![oldtype],
+            ),
+            newtype,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_create_struct(
+    count: c_int,
+    array_of_blocklengths: *const c_int,
+    array_of_displacements: *const Aint,
+    array_of_types: *const Handle,
+    newtype: *mut Handle,
+) -> c_int {
+    call("MPI_Type_create_struct", Object::None, |mpi| {
+        let n = check_count(count)?;
+        // SAFETY: the binding's contract: `count` of each.
+        let (l, d, t) = unsafe {
+            (
+                slice(array_of_blocklengths, n)?,
+                slice(array_of_displacements, n)?,
+                slice(array_of_types, n)?,
+            )
+        };
+        let mut parts = Vec::with_capacity(n);
+        for i in 0..n {
+            parts.push((d[i], t[i], check_count(l[i])?));
+        }
+        let mut ints = vec![count];
+        ints.extend_from_slice(l);
+        mpi.make(
+            &parts,
+            true,
+            env(MPI_COMBINER_STRUCT, ints, d.to_vec(), t.to_vec()),
+            newtype,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_create_resized(
+    oldtype: Handle,
+    lb: Aint,
+    extent: Aint,
+    newtype: *mut Handle,
+) -> c_int {
+    call("MPI_Type_create_resized", Object::None, |mpi| {
+        if newtype.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the new type pointer is null"));
+        }
+        let t = resized(
+            mpi.dtype_any(oldtype)?,
+            lb,
+            extent,
+            env(
+                MPI_COMBINER_RESIZED,
+                vec![],
+                vec![lb, extent],
+                vec![oldtype],
+            ),
+        );
+        let h = mpi.types.insert(t)?;
+        // SAFETY: checked not null.
+        unsafe { newtype.write(h) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_dup(oldtype: Handle, newtype: *mut Handle) -> c_int {
+    call("MPI_Type_dup", Object::None, |mpi| {
+        if newtype.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the new type pointer is null"));
+        }
+        let mut t = mpi.dtype_any(oldtype)?.clone();
+        t.predefined = false;
+        t.envelope = Some(env(MPI_COMBINER_DUP, vec![], vec![], vec![oldtype]));
+        let h = mpi.types.insert(t)?;
+        // SAFETY: checked not null.
+        unsafe { newtype.write(h) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_commit(datatype: *mut Handle) -> c_int {
+    call("MPI_Type_commit", Object::None, |mpi| {
+        if datatype.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the type pointer is null"));
+        }
+        // SAFETY: checked not null.
+        let h = unsafe { *datatype };
+        if let Some(t) = mpi.types.get_mut(h) {
+            t.committed = true;
+            return Ok(());
+        }
+        // A predefined type is committed already.
+        mpi.dtype_any(h).map(|_| ())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_free(datatype: *mut Handle) -> c_int {
+    call("MPI_Type_free", Object::None, |mpi| {
+        if datatype.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the type pointer is null"));
+        }
+        // SAFETY: checked not null.
+        let h = unsafe { *datatype };
+        if mpi.types.remove(h).is_none() {
+            mpi.dtype_any(h)?;
+            return Err(Error::new(
+                MPI_ERR_TYPE,
+                "a predefined datatype cannot be freed",
+            ));
+        }
+        // SAFETY: checked not null.
+        unsafe { datatype.write(MPI_DATATYPE_NULL) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_size(datatype: Handle, size: *mut c_int) -> c_int {
+    call("MPI_Type_size", Object::None, |mpi| {
+        let s = mpi.dtype_any(datatype)?.size;
+        // SAFETY: null or writable.
+        unsafe { put(size, c_int::try_from(s).unwrap_or(MPI_UNDEFINED)) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_size_c(datatype: Handle, size: *mut Count) -> c_int {
+    call("MPI_Type_size_c", Object::None, |mpi| {
+        let s = mpi.dtype_any(datatype)?.size;
+        // SAFETY: null or writable.
+        unsafe { put(size, s as Count) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_get_extent(
+    datatype: Handle,
+    lb: *mut Aint,
+    extent: *mut Aint,
+) -> c_int {
+    call("MPI_Type_get_extent", Object::None, |mpi| {
+        let t = mpi.dtype_any(datatype)?;
+        // SAFETY: null or writable.
+        unsafe {
+            put(lb, t.lb);
+            put(extent, t.extent());
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_get_true_extent(
+    datatype: Handle,
+    true_lb: *mut Aint,
+    true_extent: *mut Aint,
+) -> c_int {
+    call("MPI_Type_get_true_extent", Object::None, |mpi| {
+        let t = mpi.dtype_any(datatype)?;
+        // SAFETY: null or writable.
+        unsafe {
+            put(true_lb, t.true_lb);
+            put(true_extent, t.true_ub - t.true_lb);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_get_name(
+    datatype: Handle,
+    type_name: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
+    call("MPI_Type_get_name", Object::None, |mpi| {
+        let name = mpi.dtype_any(datatype)?.name.clone();
+        // SAFETY: the binding's contract: room for MPI_MAX_OBJECT_NAME bytes.
+        unsafe { write_name(&name, type_name, resultlen, MPI_MAX_OBJECT_NAME as usize) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_set_name(datatype: Handle, type_name: *const c_char) -> c_int {
+    call("MPI_Type_set_name", Object::None, |mpi| {
+        // SAFETY: the binding's contract.
+        let mut name = unsafe { read_str(type_name) }?;
+        name.truncate(MPI_MAX_OBJECT_NAME as usize - 1);
+        match mpi.types.get_mut(datatype) {
+            Some(t) => {
+                t.name = name;
+                Ok(())
+            }
+            None => {
+                mpi.dtype_any(datatype)?;
+                Err(Error::new(
+                    MPI_ERR_TYPE,
+                    "a predefined datatype's name cannot change",
+                ))
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_get_envelope(
+    datatype: Handle,
+    num_integers: *mut c_int,
+    num_addresses: *mut c_int,
+    num_datatypes: *mut c_int,
+    combiner: *mut c_int,
+) -> c_int {
+    call("MPI_Type_get_envelope", Object::None, |mpi| {
+        let t = mpi.dtype_any(datatype)?;
+        let (ni, na, nd, c) = match &t.envelope {
+            None => (0, 0, 0, MPI_COMBINER_NAMED),
+            Some(e) => (e.ints.len(), e.addresses.len(), e.types.len(), e.combiner),
+        };
+        // SAFETY: null or writable.
+        unsafe {
+            put(num_integers, ni as c_int);
+            put(num_addresses, na as c_int);
+            put(num_datatypes, nd as c_int);
+            put(combiner, c);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_get_contents(
+    datatype: Handle,
+    max_integers: c_int,
+    max_addresses: c_int,
+    max_datatypes: c_int,
+    array_of_integers: *mut c_int,
+    array_of_addresses: *mut Aint,
+    array_of_datatypes: *mut Handle,
+) -> c_int {
+    call("MPI_Type_get_contents", Object::None, |mpi| {
+        let Some(e) = mpi.dtype_any(datatype)?.envelope.clone() else {
+            return Err(Error::new(
+                MPI_ERR_TYPE,
+                "a predefined datatype has no contents",
+            ));
+        };
+        if (max_integers as usize) < e.ints.len()
+            || (max_addresses as usize) < e.addresses.len()
+            || (max_datatypes as usize) < e.types.len()
+        {
+            return Err(Error::new(
+                MPI_ERR_ARG,
+                "the arrays are smaller than MPI_Type_get_envelope says",
+            ));
+        }
+        // SAFETY: the arrays hold at least the envelope's counts (checked).
+        unsafe {
+            std::ptr::copy_nonoverlapping(e.ints.as_ptr(), array_of_integers, e.ints.len());
+            std::ptr::copy_nonoverlapping(
+                e.addresses.as_ptr(),
+                array_of_addresses,
+                e.addresses.len(),
+            );
+            std::ptr::copy_nonoverlapping(e.types.as_ptr(), array_of_datatypes, e.types.len());
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Get_address(location: *const c_void, address: *mut Aint) -> c_int {
+    // SAFETY: null or writable.
+    unsafe { put(address, location as Aint) };
+    MPI_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Aint_add(base: Aint, disp: Aint) -> Aint {
+    base.wrapping_add(disp)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Aint_diff(addr1: Aint, addr2: Aint) -> Aint {
+    addr1.wrapping_sub(addr2)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Pack_size(
+    incount: c_int,
+    datatype: Handle,
+    _comm: Handle,
+    size: *mut c_int,
+) -> c_int {
+    call("MPI_Pack_size", Object::None, |mpi| {
+        let n = check_count(incount)?;
+        let s = mpi
+            .dtype_any(datatype)?
+            .bytes(n)
+            .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
+        // SAFETY: null or writable.
+        unsafe {
+            put(
+                size,
+                c_int::try_from(s).map_err(|_| {
+                    Error::new(
+                        MPI_ERR_VALUE_TOO_LARGE,
+                        "the size exceeds an int: use MPI_Pack_size_c",
+                    )
+                })?,
+            )
+        };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Pack(
+    inbuf: *const c_void,
+    incount: c_int,
+    datatype: Handle,
+    outbuf: *mut c_void,
+    outsize: c_int,
+    position: *mut c_int,
+    comm: Handle,
+) -> c_int {
+    call("MPI_Pack", Object::Comm(comm), |mpi| {
+        let n = check_count(incount)?;
+        let t = mpi.dtype(datatype)?;
+        if position.is_null() || outbuf.is_null() {
+            return Err(Error::new(
+                MPI_ERR_ARG,
+                "the position or output pointer is null",
+            ));
+        }
+        // SAFETY: checked not null.
+        let pos = unsafe { *position };
+        let need = t
+            .bytes(n)
+            .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
+        if pos < 0 || pos as usize + need > outsize.max(0) as usize {
+            return Err(Error::new(
+                MPI_ERR_TRUNCATE,
+                format!("{need} bytes do not fit the {outsize}-byte buffer at position {pos}"),
+            ));
+        }
+        // SAFETY: the binding's contract; the room was checked.
+        unsafe {
+            let out = std::slice::from_raw_parts_mut(outbuf.cast::<u8>().add(pos as usize), need);
+            pack::pack(t, inbuf.cast(), n, out);
+            position.write(pos + need as c_int);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Unpack(
+    inbuf: *const c_void,
+    insize: c_int,
+    position: *mut c_int,
+    outbuf: *mut c_void,
+    outcount: c_int,
+    datatype: Handle,
+    comm: Handle,
+) -> c_int {
+    call("MPI_Unpack", Object::Comm(comm), |mpi| {
+        let n = check_count(outcount)?;
+        let t = mpi.dtype(datatype)?;
+        if position.is_null() || inbuf.is_null() {
+            return Err(Error::new(
+                MPI_ERR_ARG,
+                "the position or input pointer is null",
+            ));
+        }
+        // SAFETY: checked not null.
+        let pos = unsafe { *position };
+        let need = t
+            .bytes(n)
+            .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
+        if pos < 0 || pos as usize + need > insize.max(0) as usize {
+            return Err(Error::new(
+                MPI_ERR_TRUNCATE,
+                format!("{need} bytes are not left in the {insize}-byte buffer at position {pos}"),
+            ));
+        }
+        // SAFETY: the binding's contract; the length was checked.
+        unsafe {
+            let input = std::slice::from_raw_parts(inbuf.cast::<u8>().add(pos as usize), need);
+            pack::unpack(t, input, outbuf.cast(), n);
+            position.write(pos + need as c_int);
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::elements_in;
+    use crate::datatype::predefined;
+    use crate::ffi::*;
+
+    #[test]
+    fn elements_of_partial_messages() {
+        let all = predefined::all();
+        let int = all[MPI_INT - predefined::FIRST].as_ref().unwrap();
+        assert_eq!(elements_in(int, 12), Some(3));
+        assert_eq!(elements_in(int, 13), None);
+        let pair = all[MPI_2INT - predefined::FIRST].as_ref().unwrap();
+        assert_eq!(elements_in(pair, 16), Some(4));
+    }
+}

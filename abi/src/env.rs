@@ -1,0 +1,266 @@
+//! The environment: starting and ending the library, time, names and versions,
+//! error strings.
+
+use crate::comm::api::write_name;
+use crate::entry::call;
+use crate::error::{self, Error, Object, Result};
+use crate::ffi::*;
+use crate::global::{self, Phase};
+use crate::state::Mpi;
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// The thread level this library gives: one call at a time, from any thread.
+pub const THREAD_LEVEL: c_int = MPI_THREAD_SERIALIZED;
+
+/// The library's version text.
+pub const LIBRARY_VERSION: &str = concat!(
+    "rbtl libmpi_abi ",
+    env!("CARGO_PKG_VERSION"),
+    ": the MPI standard ABI 1.0 over rbtl's message layer (MPI_THREAD_SERIALIZED; no MPI-IO, no Fortran bindings)"
+);
+
+/// Start the library (`MPI_Init`, `MPI_Init_thread`): the job from the launcher,
+/// the transports from rbtl's configuration (`RBTL_*` variables, `RBTL_CONFIG_FILE`).
+fn init(required: c_int) -> Result<c_int> {
+    epoch();
+    let provided = required.clamp(MPI_THREAD_SINGLE, THREAD_LEVEL);
+    global::start(|| {
+        let msg = rbtl::msg::Comm::init(&[]).map_err(|e| {
+            Error::new(
+                MPI_ERR_OTHER,
+                format!("starting the transports failed: {e}"),
+            )
+        })?;
+        Ok(Mpi::new(msg, provided))
+    })?;
+    Ok(provided)
+}
+
+/// The start of `MPI_Wtime`'s clock.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Report an error of a call made outside the library's life (no handler to go
+/// through but the initial, fatal one).
+fn outside(name: &str, r: Result<()>) -> c_int {
+    match r {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => error::raise(name, Object::None, e),
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c_int {
+    outside("MPI_Init", init(MPI_THREAD_SINGLE).map(|_| ()))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Init_thread(
+    _argc: *mut c_int,
+    _argv: *mut *mut *mut c_char,
+    required: c_int,
+    provided: *mut c_int,
+) -> c_int {
+    outside(
+        "MPI_Init_thread",
+        init(required).map(|p| {
+            // SAFETY: null or writable.
+            unsafe { put(provided, p) }
+        }),
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Finalize() -> c_int {
+    // Attributes on MPI_COMM_SELF go first, as the standard asks (their delete
+    // functions may still use MPI).
+    let deleted = call("MPI_Finalize", Object::None, |mpi| {
+        mpi.delete_all_attrs(MPI_COMM_SELF)
+    });
+    if deleted != MPI_SUCCESS {
+        return deleted;
+    }
+    outside(
+        "MPI_Finalize",
+        global::stop(|mpi| {
+            mpi.msg.finalize().map_err(|e| {
+                Error::new(MPI_ERR_OTHER, format!("ending the transports failed: {e}"))
+            })
+        }),
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Initialized(flag: *mut c_int) -> c_int {
+    // SAFETY: null or writable.
+    unsafe { put(flag, c_int::from(global::phase() != Phase::Before)) };
+    MPI_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Finalized(flag: *mut c_int) -> c_int {
+    // SAFETY: null or writable.
+    unsafe { put(flag, c_int::from(global::phase() == Phase::Finalized)) };
+    MPI_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Query_thread(provided: *mut c_int) -> c_int {
+    call("MPI_Query_thread", Object::None, |mpi| {
+        // SAFETY: null or writable.
+        unsafe { put(provided, mpi.thread_level) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Is_thread_main(flag: *mut c_int) -> c_int {
+    call("MPI_Is_thread_main", Object::None, |mpi| {
+        let main = mpi.main_thread == std::thread::current().id();
+        // SAFETY: null or writable.
+        unsafe { put(flag, c_int::from(main)) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Abort(comm: Handle, errorcode: c_int) -> c_int {
+    let message = format!("MPI_Abort was called with error code {errorcode}");
+    let _ = global::with(|mpi| {
+        mpi.comm(comm)?;
+        Ok(())
+    });
+    global::abort_job(errorcode, &message)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Wtime() -> f64 {
+    epoch().elapsed().as_secs_f64()
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Wtick() -> f64 {
+    1e-9
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Get_processor_name(
+    name: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
+    let n = rbtl::pmi::host_name();
+    // SAFETY: the binding's contract: room for MPI_MAX_PROCESSOR_NAME bytes.
+    outside("MPI_Get_processor_name", unsafe {
+        write_name(&n, name, resultlen, MPI_MAX_PROCESSOR_NAME as usize)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> c_int {
+    // SAFETY: null or writable.
+    unsafe {
+        put(version, MPI_VERSION);
+        put(subversion, MPI_SUBVERSION);
+    }
+    MPI_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Get_library_version(
+    version: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
+    // SAFETY: the binding's contract: room for MPI_MAX_LIBRARY_VERSION_STRING bytes.
+    outside("MPI_Get_library_version", unsafe {
+        write_name(
+            LIBRARY_VERSION,
+            version,
+            resultlen,
+            MPI_MAX_LIBRARY_VERSION_STRING as usize,
+        )
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Abi_get_version(
+    abi_major: *mut c_int,
+    abi_minor: *mut c_int,
+) -> c_int {
+    // SAFETY: null or writable.
+    unsafe {
+        put(abi_major, MPI_ABI_VERSION);
+        put(abi_minor, MPI_ABI_SUBVERSION);
+    }
+    MPI_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Error_string(
+    errorcode: c_int,
+    string: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
+    let text = error::string_of(errorcode);
+    let r = match text {
+        // SAFETY: the binding's contract: room for MPI_MAX_ERROR_STRING bytes.
+        Some(t) => unsafe { write_name(&t, string, resultlen, MPI_MAX_ERROR_STRING as usize) },
+        None => Err(Error::new(
+            MPI_ERR_ARG,
+            format!("{errorcode} is not an error code"),
+        )),
+    };
+    outside("MPI_Error_string", r)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> c_int {
+    let r = match error::class_of(errorcode) {
+        Some(c) => {
+            // SAFETY: null or writable.
+            unsafe { put(errorclass, c) };
+            Ok(())
+        }
+        None => Err(Error::new(
+            MPI_ERR_ARG,
+            format!("{errorcode} is not an error code"),
+        )),
+    };
+    outside("MPI_Error_class", r)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Add_error_class(errorclass: *mut c_int) -> c_int {
+    call("MPI_Add_error_class", Object::None, |_| {
+        let c = error::add_class()?;
+        // SAFETY: null or writable.
+        unsafe { put(errorclass, c) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_int {
+    call("MPI_Add_error_code", Object::None, |_| {
+        let c = error::add_code(errorclass)?;
+        // SAFETY: null or writable.
+        unsafe { put(errorcode, c) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Add_error_string(errorcode: c_int, string: *const c_char) -> c_int {
+    call("MPI_Add_error_string", Object::None, |_| {
+        // SAFETY: the binding's contract.
+        let s = unsafe { crate::comm::api::read_str(string) }?;
+        error::add_string(errorcode, s)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Pcontrol(_level: c_int) -> c_int {
+    MPI_SUCCESS
+}

@@ -1,0 +1,363 @@
+//! Errors: the standard's classes, the codes that carry a message, and raising an
+//! error through the error handler of the object it concerns (fatal by default,
+//! returned with `MPI_ERRORS_RETURN`, or the user's function).
+
+use crate::ffi::*;
+use crate::global;
+use std::sync::Mutex;
+
+/// An error of a call: its class and what happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Error {
+    /// The standard's error class (`MPI_ERR_RANK`, ...), or a user's class.
+    pub class: c_int,
+    /// What happened, for `MPI_Error_string` and the fatal handler's report.
+    pub message: String,
+}
+
+/// Result alias.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An error of `class`.
+    pub fn new(class: c_int, message: impl Into<String>) -> Error {
+        Error {
+            class,
+            message: message.into(),
+        }
+    }
+}
+
+/// `Err(Error::new(class, format!(...)))`.
+#[macro_export]
+macro_rules! fail {
+    ($class:expr, $($arg:tt)*) => {
+        return Err($crate::error::Error::new($class, format!($($arg)*)))
+    };
+}
+
+impl From<rbtl::msg::Error> for Error {
+    fn from(e: rbtl::msg::Error) -> Error {
+        use rbtl::msg::Error as E;
+        let class = match &e {
+            E::Truncated { .. } => MPI_ERR_TRUNCATE,
+            E::PeerFailed { .. } | E::PeerTimeout { .. } => MPI_ERR_PROC_ABORTED,
+            E::BadRank(..) => MPI_ERR_RANK,
+            E::BadTag(_) => MPI_ERR_TAG,
+            E::UnknownRequest(_) => MPI_ERR_REQUEST,
+            E::OutOfWindow { .. } => MPI_ERR_RMA_RANGE,
+            E::WrongComm => MPI_ERR_WIN,
+            E::Btl(rbtl::btl::Error::OutOfResource(_)) => MPI_ERR_NO_MEM,
+            E::Config(_) | E::BadParameter(_) => MPI_ERR_ARG,
+            _ => MPI_ERR_OTHER,
+        };
+        Error::new(class, e.to_string())
+    }
+}
+
+/// The object an error concerns, whose error handler it goes through.
+#[derive(Clone, Copy, Debug)]
+pub enum Object {
+    /// None: `MPI_COMM_SELF`'s handler (MPI 4.0, 9.3).
+    None,
+    Comm(Handle),
+    Win(Handle),
+    File(Handle),
+    Session(Handle),
+}
+
+/// What an error handler does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handler {
+    /// Report and end the job (`MPI_ERRORS_ARE_FATAL`, `MPI_ERRORS_ABORT`).
+    Fatal,
+    /// Return the code (`MPI_ERRORS_RETURN`).
+    Return,
+    /// Call the user's function (`MPI_Comm_create_errhandler`, ...) with the object's
+    /// handle and the code, then return the code.
+    User(usize),
+}
+
+/// Error codes beyond the classes: each carries its message. A code is
+/// `class | serial << 8`; the last [`KEPT`] messages are kept.
+struct Codes {
+    next: u32,
+    messages: std::collections::VecDeque<(c_int, String)>,
+    /// Classes added by `MPI_Add_error_class`.
+    last_class: c_int,
+    /// Strings given by `MPI_Add_error_string`.
+    strings: std::collections::BTreeMap<c_int, String>,
+}
+
+/// Messages kept for `MPI_Error_string`.
+const KEPT: usize = 1024;
+/// The largest serial (a code stays a positive `int`).
+const SERIALS: u32 = 1 << 22;
+/// The first class `MPI_Add_error_class` gives.
+const FIRST_USER_CLASS: c_int = MPI_ERR_ERRHANDLER + 1;
+/// Classes fit below this (the low byte of a code).
+const CLASS_LIMIT: c_int = 256;
+
+static CODES: Mutex<Codes> = Mutex::new(Codes {
+    next: 1,
+    messages: std::collections::VecDeque::new(),
+    last_class: FIRST_USER_CLASS - 1,
+    strings: std::collections::BTreeMap::new(),
+});
+
+fn codes() -> std::sync::MutexGuard<'static, Codes> {
+    CODES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A code for `e`, carrying its message.
+pub fn code_of(e: &Error) -> c_int {
+    let mut c = codes();
+    let serial = c.next;
+    c.next = if serial + 1 >= SERIALS { 1 } else { serial + 1 };
+    let code = e.class | (serial << 8) as c_int;
+    if c.messages.len() == KEPT {
+        c.messages.pop_front();
+    }
+    c.messages.push_back((code, e.message.clone()));
+    code
+}
+
+/// The class of `code`; `None` for a code this library never gave.
+pub fn class_of(code: c_int) -> Option<c_int> {
+    if code < 0 {
+        return None;
+    }
+    let class = code & 0xff;
+    let known = class <= MPI_ERR_ERRHANDLER || class <= codes().last_class;
+    (known && (code < CLASS_LIMIT || class != MPI_SUCCESS)).then_some(class)
+}
+
+/// The text of `code`: its message where one is kept, else its class's.
+pub fn string_of(code: c_int) -> Option<String> {
+    let class = class_of(code)?;
+    let c = codes();
+    if let Some(s) = c.strings.get(&code) {
+        return Some(s.clone());
+    }
+    if let Some((_, m)) = c.messages.iter().rev().find(|(k, _)| *k == code) {
+        return Some(format!("{}: {m}", class_name(class)));
+    }
+    Some(
+        c.strings
+            .get(&class)
+            .cloned()
+            .unwrap_or_else(|| class_text(class)),
+    )
+}
+
+/// `MPI_Add_error_class`.
+pub fn add_class() -> Result<c_int> {
+    let mut c = codes();
+    if c.last_class + 1 >= CLASS_LIMIT {
+        return Err(Error::new(
+            MPI_ERR_OTHER,
+            format!(
+                "no more error classes: at most {} can be added",
+                CLASS_LIMIT - FIRST_USER_CLASS
+            ),
+        ));
+    }
+    c.last_class += 1;
+    Ok(c.last_class)
+}
+
+/// `MPI_Add_error_code`.
+pub fn add_code(class: c_int) -> Result<c_int> {
+    if !(FIRST_USER_CLASS..=codes().last_class).contains(&class) && class_of(class) != Some(class) {
+        return Err(Error::new(
+            MPI_ERR_ARG,
+            format!("{class} is not an error class"),
+        ));
+    }
+    Ok(code_of(&Error::new(class, String::new())))
+}
+
+/// `MPI_Add_error_string`.
+pub fn add_string(code: c_int, s: String) -> Result<()> {
+    if code <= MPI_ERR_ERRHANDLER {
+        return Err(Error::new(
+            MPI_ERR_ARG,
+            format!("{code} is a predefined class: its string cannot change"),
+        ));
+    }
+    if class_of(code).is_none() {
+        return Err(Error::new(
+            MPI_ERR_ARG,
+            format!("{code} is not an error code"),
+        ));
+    }
+    codes().strings.insert(code, s);
+    Ok(())
+}
+
+/// The highest error code in use (`MPI_LASTUSEDCODE`).
+pub fn last_used() -> c_int {
+    let c = codes();
+    c.last_class | ((c.next.saturating_sub(1)) << 8) as c_int
+}
+
+/// The name of a class (`MPI_ERR_RANK`).
+pub fn class_name(class: c_int) -> String {
+    let name = match class {
+        MPI_SUCCESS => "MPI_SUCCESS",
+        MPI_ERR_BUFFER => "MPI_ERR_BUFFER",
+        MPI_ERR_COUNT => "MPI_ERR_COUNT",
+        MPI_ERR_TYPE => "MPI_ERR_TYPE",
+        MPI_ERR_TAG => "MPI_ERR_TAG",
+        MPI_ERR_COMM => "MPI_ERR_COMM",
+        MPI_ERR_RANK => "MPI_ERR_RANK",
+        MPI_ERR_REQUEST => "MPI_ERR_REQUEST",
+        MPI_ERR_ROOT => "MPI_ERR_ROOT",
+        MPI_ERR_GROUP => "MPI_ERR_GROUP",
+        MPI_ERR_OP => "MPI_ERR_OP",
+        MPI_ERR_TOPOLOGY => "MPI_ERR_TOPOLOGY",
+        MPI_ERR_DIMS => "MPI_ERR_DIMS",
+        MPI_ERR_ARG => "MPI_ERR_ARG",
+        MPI_ERR_UNKNOWN => "MPI_ERR_UNKNOWN",
+        MPI_ERR_TRUNCATE => "MPI_ERR_TRUNCATE",
+        MPI_ERR_OTHER => "MPI_ERR_OTHER",
+        MPI_ERR_INTERN => "MPI_ERR_INTERN",
+        MPI_ERR_PENDING => "MPI_ERR_PENDING",
+        MPI_ERR_IN_STATUS => "MPI_ERR_IN_STATUS",
+        MPI_ERR_ACCESS => "MPI_ERR_ACCESS",
+        MPI_ERR_ASSERT => "MPI_ERR_ASSERT",
+        MPI_ERR_BASE => "MPI_ERR_BASE",
+        MPI_ERR_DISP => "MPI_ERR_DISP",
+        MPI_ERR_INFO_KEY => "MPI_ERR_INFO_KEY",
+        MPI_ERR_INFO_NOKEY => "MPI_ERR_INFO_NOKEY",
+        MPI_ERR_INFO_VALUE => "MPI_ERR_INFO_VALUE",
+        MPI_ERR_INFO => "MPI_ERR_INFO",
+        MPI_ERR_KEYVAL => "MPI_ERR_KEYVAL",
+        MPI_ERR_LOCKTYPE => "MPI_ERR_LOCKTYPE",
+        MPI_ERR_NAME => "MPI_ERR_NAME",
+        MPI_ERR_NO_MEM => "MPI_ERR_NO_MEM",
+        MPI_ERR_NOT_SAME => "MPI_ERR_NOT_SAME",
+        MPI_ERR_PORT => "MPI_ERR_PORT",
+        MPI_ERR_RMA_CONFLICT => "MPI_ERR_RMA_CONFLICT",
+        MPI_ERR_RMA_RANGE => "MPI_ERR_RMA_RANGE",
+        MPI_ERR_RMA_SYNC => "MPI_ERR_RMA_SYNC",
+        MPI_ERR_RMA_ATTACH => "MPI_ERR_RMA_ATTACH",
+        MPI_ERR_RMA_SHARED => "MPI_ERR_RMA_SHARED",
+        MPI_ERR_RMA_FLAVOR => "MPI_ERR_RMA_FLAVOR",
+        MPI_ERR_SIZE => "MPI_ERR_SIZE",
+        MPI_ERR_SPAWN => "MPI_ERR_SPAWN",
+        MPI_ERR_UNSUPPORTED_OPERATION => "MPI_ERR_UNSUPPORTED_OPERATION",
+        MPI_ERR_WIN => "MPI_ERR_WIN",
+        MPI_ERR_PROC_ABORTED => "MPI_ERR_PROC_ABORTED",
+        MPI_ERR_VALUE_TOO_LARGE => "MPI_ERR_VALUE_TOO_LARGE",
+        MPI_ERR_SESSION => "MPI_ERR_SESSION",
+        MPI_ERR_ERRHANDLER => "MPI_ERR_ERRHANDLER",
+        c if c <= MPI_ERR_ERRHANDLER => "a predefined error class",
+        _ => return format!("user error class {class}"),
+    };
+    name.to_string()
+}
+
+/// What a class means.
+fn class_text(class: c_int) -> String {
+    let text = match class {
+        MPI_SUCCESS => "no error",
+        MPI_ERR_BUFFER => "invalid buffer pointer",
+        MPI_ERR_COUNT => "invalid count argument",
+        MPI_ERR_TYPE => "invalid datatype",
+        MPI_ERR_TAG => "invalid tag",
+        MPI_ERR_COMM => "invalid communicator",
+        MPI_ERR_RANK => "invalid rank",
+        MPI_ERR_REQUEST => "invalid request",
+        MPI_ERR_ROOT => "invalid root",
+        MPI_ERR_GROUP => "invalid group",
+        MPI_ERR_OP => "invalid operation",
+        MPI_ERR_TOPOLOGY => "invalid topology",
+        MPI_ERR_DIMS => "invalid dimension argument",
+        MPI_ERR_ARG => "invalid argument",
+        MPI_ERR_TRUNCATE => "message truncated",
+        MPI_ERR_OTHER => "other error",
+        MPI_ERR_INTERN => "internal error",
+        MPI_ERR_IN_STATUS => "error code is in status",
+        MPI_ERR_PENDING => "pending request",
+        MPI_ERR_KEYVAL => "invalid attribute key",
+        MPI_ERR_NO_MEM => "out of memory",
+        MPI_ERR_WIN => "invalid window",
+        MPI_ERR_RMA_SYNC => "wrong synchronization of RMA calls",
+        MPI_ERR_RMA_RANGE => "target memory is not part of the window",
+        MPI_ERR_UNSUPPORTED_OPERATION => "unsupported operation",
+        MPI_ERR_PROC_ABORTED => "a peer process failed",
+        _ => return class_name(class),
+    };
+    format!("{}: {text}", class_name(class))
+}
+
+/// Raise `e`, from the call `name`, through the error handler of `object`: the code
+/// to return (a fatal handler does not return).
+#[cold]
+#[inline(never)]
+pub fn raise(name: &str, object: Object, e: Error) -> c_int {
+    let code = code_of(&e);
+    match global::handler_of(object) {
+        Handler::Return => code,
+        Handler::Fatal => fatal(name, &e),
+        Handler::User(f) => {
+            global::call_user_handler(f, object, code);
+            code
+        }
+    }
+}
+
+/// Report `e` from `name` and end the job.
+pub fn fatal(name: &str, e: &Error) -> ! {
+    let message = format!("{name}: {}: {}", class_name(e.class), e.message);
+    global::abort_job(1, &message)
+}
+
+/// The body of every MPI function the library does not implement.
+#[cold]
+pub fn unsupported(name: &str, object: Object) -> c_int {
+    let e = Error::new(
+        MPI_ERR_UNSUPPORTED_OPERATION,
+        format!("{name} is not implemented by this library (rbtl's libmpi_abi; docs/mpi-abi.md lists what is)"),
+    );
+    raise(name, object, e)
+}
+
+/// The body of every tool-interface (`MPI_T_`) function: the tool interface has no
+/// error handlers, and this library offers no variables.
+#[cold]
+pub fn unsupported_tool(_name: &str) -> c_int {
+    MPI_T_ERR_NOT_SUPPORTED
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_carry_their_class_and_message() {
+        let e = Error::new(MPI_ERR_RANK, "rank 9 of 2");
+        let code = code_of(&e);
+        assert_ne!(code, MPI_ERR_RANK);
+        assert!(code > 0);
+        assert_eq!(class_of(code), Some(MPI_ERR_RANK));
+        assert_eq!(string_of(code).unwrap(), "MPI_ERR_RANK: rank 9 of 2");
+        assert_eq!(class_of(MPI_ERR_TAG), Some(MPI_ERR_TAG));
+        assert_eq!(string_of(MPI_ERR_TAG).unwrap(), "MPI_ERR_TAG: invalid tag");
+        assert_eq!(class_of(-1), None);
+        assert_eq!(class_of(200), None, "not a class anybody added");
+    }
+
+    #[test]
+    fn added_classes_and_codes() {
+        let class = add_class().unwrap();
+        assert!(class > MPI_ERR_LASTCODE.min(MPI_ERR_ERRHANDLER));
+        let code = add_code(class).unwrap();
+        assert_eq!(class_of(code), Some(class));
+        add_string(code, "my error".into()).unwrap();
+        assert_eq!(string_of(code).unwrap(), "my error");
+        assert!(add_string(MPI_ERR_RANK, "no".into()).is_err());
+        assert!(add_code(250).is_err());
+    }
+}

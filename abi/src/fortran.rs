@@ -1,0 +1,87 @@
+//! Handle conversion to and from Fortran integers (`MPI_*_c2f`, `MPI_*_f2c`): a
+//! predefined handle is its value, a library object its table index above a mark
+//! (see `handles`). The library has no Fortran bindings; C libraries use these to
+//! store handles as integers.
+
+use crate::ffi::*;
+use crate::global;
+use crate::handles::Table;
+use crate::state::Mpi;
+
+/// Convert with the table `pick` chooses; a value the library cannot reach (no
+/// state, a busy library) passes through unchanged.
+fn with_table<T, R>(
+    pick: impl FnOnce(&Mpi) -> Option<&Table<T>>,
+    f: impl FnOnce(&Table<T>) -> R,
+    fallback: R,
+) -> R {
+    global::with(|mpi| Ok(pick(mpi).map(f)))
+        .ok()
+        .flatten()
+        .unwrap_or(fallback)
+}
+
+macro_rules! to_fortran {
+    ($name:ident, $table:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(h: Handle) -> c_int {
+            with_table(|m| Some(&m.$table), |t| t.to_fortran(h), h as c_int)
+        }
+    };
+}
+
+macro_rules! from_fortran {
+    ($name:ident, $table:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(f: c_int) -> Handle {
+            with_table(
+                |m| Some(&m.$table),
+                |t| t.from_fortran(f),
+                f as u32 as Handle,
+            )
+        }
+    };
+}
+
+to_fortran!(PMPI_Comm_c2f, comms);
+from_fortran!(PMPI_Comm_f2c, comms);
+to_fortran!(PMPI_Errhandler_c2f, errhandlers);
+from_fortran!(PMPI_Errhandler_f2c, errhandlers);
+to_fortran!(PMPI_Type_c2f, types);
+from_fortran!(PMPI_Type_f2c, types);
+to_fortran!(PMPI_Group_c2f, groups);
+from_fortran!(PMPI_Group_f2c, groups);
+to_fortran!(PMPI_Info_c2f, infos);
+from_fortran!(PMPI_Info_f2c, infos);
+to_fortran!(PMPI_Message_c2f, messages);
+from_fortran!(PMPI_Message_f2c, messages);
+to_fortran!(PMPI_Op_c2f, ops);
+from_fortran!(PMPI_Op_f2c, ops);
+to_fortran!(PMPI_Request_c2f, requests);
+from_fortran!(PMPI_Request_f2c, requests);
+to_fortran!(PMPI_Win_c2f, wins);
+from_fortran!(PMPI_Win_f2c, wins);
+
+/// Files and sessions: this library makes none, so only predefined values exist.
+macro_rules! identity_to {
+    ($name:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(h: Handle) -> c_int {
+            h as c_int
+        }
+    };
+}
+
+macro_rules! identity_from {
+    ($name:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(f: c_int) -> Handle {
+            f as u32 as Handle
+        }
+    };
+}
+
+identity_to!(PMPI_File_c2f);
+identity_from!(PMPI_File_f2c);
+identity_to!(PMPI_Session_c2f);
+identity_from!(PMPI_Session_f2c);

@@ -1,0 +1,187 @@
+//! Info objects: keys and values a program passes as hints (`MPI_Info_*`).
+
+use crate::comm::api::{read_str, write_name};
+use crate::entry::call;
+use crate::error::{Error, Object, Result};
+use crate::ffi::*;
+use crate::state::{Info, Mpi};
+
+impl Mpi {
+    /// The info object `h` (`MPI_INFO_ENV` and `MPI_INFO_NULL` read as empty).
+    fn info(&self, h: Handle) -> Result<Info> {
+        match h {
+            MPI_INFO_NULL | MPI_INFO_ENV => Ok(Vec::new()),
+            _ => self.infos.get(h).cloned().ok_or_else(|| bad(h)),
+        }
+    }
+
+    fn info_mut(&mut self, h: Handle) -> Result<&mut Info> {
+        self.infos.get_mut(h).ok_or_else(|| bad(h))
+    }
+}
+
+fn bad(h: Handle) -> Error {
+    Error::new(
+        MPI_ERR_INFO,
+        format!("{h:#x} is not an info object (freed, predefined, or a handle of another kind)"),
+    )
+}
+
+/// A key argument, within the standard's length.
+///
+/// # Safety
+///
+/// `key` is null or a NUL-ended string.
+unsafe fn key_of(key: *const c_char) -> Result<String> {
+    // SAFETY: the caller's contract.
+    let k = unsafe { read_str(key) }?;
+    if k.is_empty() || k.len() >= MPI_MAX_INFO_KEY as usize {
+        return Err(Error::new(
+            MPI_ERR_INFO_KEY,
+            format!("key {k:?} is empty or longer than MPI_MAX_INFO_KEY"),
+        ));
+    }
+    Ok(k)
+}
+
+/// Write a new info handle.
+///
+/// # Safety
+///
+/// `out` is null or writable.
+unsafe fn hand_out(mpi: &mut Mpi, info: Info, out: *mut Handle) -> Result<()> {
+    if out.is_null() {
+        return Err(Error::new(MPI_ERR_ARG, "the info pointer is null"));
+    }
+    let h = mpi.infos.insert(info)?;
+    // SAFETY: checked not null.
+    unsafe { out.write(h) };
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_create(info: *mut Handle) -> c_int {
+    // SAFETY: the binding's contract.
+    call("MPI_Info_create", Object::None, |mpi| unsafe {
+        hand_out(mpi, Vec::new(), info)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_dup(info: Handle, newinfo: *mut Handle) -> c_int {
+    call("MPI_Info_dup", Object::None, |mpi| {
+        let i = mpi.info(info)?;
+        // SAFETY: the binding's contract.
+        unsafe { hand_out(mpi, i, newinfo) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_free(info: *mut Handle) -> c_int {
+    call("MPI_Info_free", Object::None, |mpi| {
+        if info.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the info pointer is null"));
+        }
+        // SAFETY: checked not null.
+        let h = unsafe { *info };
+        mpi.infos.remove(h).ok_or_else(|| bad(h))?;
+        // SAFETY: checked not null.
+        unsafe { info.write(MPI_INFO_NULL) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_set(
+    info: Handle,
+    key: *const c_char,
+    value: *const c_char,
+) -> c_int {
+    call("MPI_Info_set", Object::None, |mpi| {
+        // SAFETY: the binding's contract: NUL-ended strings.
+        let (k, v) = unsafe { (key_of(key)?, read_str(value)?) };
+        if v.len() >= MPI_MAX_INFO_VAL as usize {
+            return Err(Error::new(
+                MPI_ERR_INFO_VALUE,
+                "the value is longer than MPI_MAX_INFO_VAL",
+            ));
+        }
+        let i = mpi.info_mut(info)?;
+        match i.iter_mut().find(|(ik, _)| *ik == k) {
+            Some(entry) => entry.1 = v,
+            None => i.push((k, v)),
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_delete(info: Handle, key: *const c_char) -> c_int {
+    call("MPI_Info_delete", Object::None, |mpi| {
+        // SAFETY: the binding's contract.
+        let k = unsafe { key_of(key) }?;
+        let i = mpi.info_mut(info)?;
+        let before = i.len();
+        i.retain(|(ik, _)| *ik != k);
+        if i.len() == before {
+            return Err(Error::new(MPI_ERR_INFO_NOKEY, format!("no key {k:?}")));
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_get_nkeys(info: Handle, nkeys: *mut c_int) -> c_int {
+    call("MPI_Info_get_nkeys", Object::None, |mpi| {
+        let n = mpi.info(info)?.len();
+        // SAFETY: null or writable.
+        unsafe { put(nkeys, n as c_int) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_get_nthkey(info: Handle, n: c_int, key: *mut c_char) -> c_int {
+    call("MPI_Info_get_nthkey", Object::None, |mpi| {
+        let i = mpi.info(info)?;
+        let k = usize::try_from(n)
+            .ok()
+            .and_then(|n| i.get(n))
+            .ok_or_else(|| Error::new(MPI_ERR_ARG, format!("no key number {n}")))?;
+        // SAFETY: the binding's contract: room for MPI_MAX_INFO_KEY bytes.
+        unsafe { write_name(&k.0, key, std::ptr::null_mut(), MPI_MAX_INFO_KEY as usize) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_get_string(
+    info: Handle,
+    key: *const c_char,
+    buflen: *mut c_int,
+    value: *mut c_char,
+    flag: *mut c_int,
+) -> c_int {
+    call("MPI_Info_get_string", Object::None, |mpi| {
+        // SAFETY: the binding's contract.
+        let k = unsafe { key_of(key) }?;
+        if buflen.is_null() || flag.is_null() {
+            return Err(Error::new(
+                MPI_ERR_ARG,
+                "the length or flag pointer is null",
+            ));
+        }
+        let found = mpi.info(info)?.into_iter().find(|(ik, _)| *ik == k);
+        // SAFETY: checked not null; `value` has room for `*buflen` bytes.
+        unsafe {
+            flag.write(c_int::from(found.is_some()));
+            if let Some((_, v)) = found {
+                let room = (*buflen).max(0) as usize;
+                if room > 0 && !value.is_null() {
+                    write_name(&v, value, std::ptr::null_mut(), room)?;
+                }
+                buflen.write(v.len() as c_int + 1);
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,55 @@
+//! `libmpi_abi`: the MPI standard ABI (MPI 5.0's `mpi.h`, ABI version 1.0) over
+//! rbtl's message layer, so that programs and libraries written for MPI run on rbtl
+//! unchanged.
+//!
+//! Every function of the standard's header is exported, with its profiling twin
+//! (`PMPI_`). Those this library implements are written by hand in the modules
+//! below, each as its `PMPI_` function; the others, and every `MPI_` twin, are
+//! generated from the table of the standard (`spec/mpi.spec`) by `build/`: an
+//! unimplemented function returns `MPI_ERR_UNSUPPORTED_OPERATION` through the error
+//! handler, with its name in the message. `docs/mpi-abi.md` lists what is done.
+//!
+//! | module | what |
+//! |---|---|
+//! | [`env`] | `MPI_Init`/`Finalize`, time, versions, error strings |
+//! | [`p2p`] | sends in every mode, receives, probes, persistent requests, waits |
+//! | [`datatype`] | predefined and derived datatypes, packing |
+//! | [`comm`] | communicators, groups, attributes, topologies |
+//! | [`coll`] | blocking and nonblocking collectives, as schedules |
+//! | [`op`] | reduction operations |
+//! | [`rma`] | one-sided windows |
+//!
+//! The library gives `MPI_THREAD_SERIALIZED` (see [`global`]).
+
+// The standard's C bindings: their names, argument counts and contracts are the
+// standard's (up to 17 arguments; each `unsafe` function's contract is its binding's).
+#![allow(non_snake_case, clippy::too_many_arguments, clippy::missing_safety_doc)]
+
+pub mod coll;
+pub mod comm;
+pub mod datatype;
+pub mod entry;
+pub mod env;
+pub mod error;
+pub mod ffi;
+pub mod fortran;
+pub mod global;
+pub mod handles;
+pub mod info;
+pub mod op;
+pub mod p2p;
+pub mod request;
+pub mod rma;
+pub mod state;
+
+/// The exported entry points generated from the standard's table.
+mod entries {
+    use crate::ffi::*;
+    include!(concat!(env!("OUT_DIR"), "/entries.rs"));
+}
+
+/// The project's `mpi.h`, as written from the table.
+pub const HEADER: &str = include_str!(concat!(env!("OUT_DIR"), "/mpi.h"));
+
+/// The bindings written by hand (the rest refuse), one name a line.
+pub const IMPLEMENTED: &str = include_str!(concat!(env!("OUT_DIR"), "/implemented.txt"));

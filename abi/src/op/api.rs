@@ -1,0 +1,131 @@
+//! The bindings of operations: `MPI_Op_create`, `MPI_Op_free`, `MPI_Op_commutative`,
+//! `MPI_Reduce_local`.
+
+use super::{Op, UserOp};
+use crate::entry::call;
+use crate::error::{Error, Object, Result};
+use crate::ffi::*;
+use crate::state::Mpi;
+
+impl Mpi {
+    /// The operation `h`.
+    pub fn op(&self, h: Handle) -> Result<Op> {
+        if super::is_predefined(h) {
+            return Ok(Op::Predefined(h));
+        }
+        match self.ops.get(h) {
+            Some(u) => Ok(Op::User(*u)),
+            None if h == MPI_OP_NULL => {
+                Err(Error::new(MPI_ERR_OP, "MPI_OP_NULL is not an operation"))
+            }
+            None => Err(Error::new(
+                MPI_ERR_OP,
+                format!("{h:#x} is not an operation (freed, or a handle of another kind)"),
+            )),
+        }
+    }
+}
+
+fn create(
+    name: &str,
+    function: *mut c_void,
+    commute: c_int,
+    op: *mut Handle,
+    large: bool,
+) -> c_int {
+    call(name, Object::None, |mpi| {
+        if function.is_null() || op.is_null() {
+            return Err(Error::new(
+                MPI_ERR_ARG,
+                "the function or the op pointer is null",
+            ));
+        }
+        let h = mpi.ops.insert(UserOp {
+            function: function as usize,
+            commute: commute != 0,
+            large,
+        })?;
+        // SAFETY: checked not null; the binding's contract.
+        unsafe { op.write(h) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Op_create(
+    user_fn: *mut c_void,
+    commute: c_int,
+    op: *mut Handle,
+) -> c_int {
+    create("MPI_Op_create", user_fn, commute, op, false)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Op_create_c(
+    user_fn: *mut c_void,
+    commute: c_int,
+    op: *mut Handle,
+) -> c_int {
+    create("MPI_Op_create_c", user_fn, commute, op, true)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Op_free(op: *mut Handle) -> c_int {
+    call("MPI_Op_free", Object::None, |mpi| {
+        if op.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the op pointer is null"));
+        }
+        // SAFETY: checked not null.
+        let h = unsafe { *op };
+        if super::is_predefined(h) {
+            return Err(Error::new(
+                MPI_ERR_OP,
+                format!("{} is predefined: it cannot be freed", super::name(h)),
+            ));
+        }
+        mpi.ops
+            .remove(h)
+            .ok_or_else(|| Error::new(MPI_ERR_OP, format!("{h:#x} is not an operation")))?;
+        // SAFETY: checked not null.
+        unsafe { op.write(MPI_OP_NULL) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Op_commutative(op: Handle, commute: *mut c_int) -> c_int {
+    call("MPI_Op_commutative", Object::None, |mpi| {
+        let o = mpi.op(op)?;
+        // SAFETY: null or writable.
+        unsafe { put(commute, c_int::from(o.commutative())) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Reduce_local(
+    inbuf: *const c_void,
+    inoutbuf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    op: Handle,
+) -> c_int {
+    call("MPI_Reduce_local", Object::None, |mpi| {
+        let n = crate::p2p::check_count(count)?;
+        let o = mpi.op(op)?;
+        let t = mpi.dtype(datatype)?.clone();
+        super::check(o, &t)?;
+        let len = t
+            .bytes(n)
+            .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
+        let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
+        // SAFETY: the binding's contract: both buffers hold `count` elements.
+        unsafe {
+            crate::datatype::pack::pack(&t, inbuf.cast(), n, &mut a);
+            crate::datatype::pack::pack(&t, inoutbuf.cast(), n, &mut b);
+            super::reduce(o, &t, datatype, a.as_ptr(), b.as_mut_ptr(), n)?;
+            crate::datatype::pack::unpack(&t, &b, inoutbuf.cast(), n);
+        }
+        Ok(())
+    })
+}

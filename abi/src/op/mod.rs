@@ -1,0 +1,211 @@
+//! Reduction operations: the predefined ones on every basic kind they apply to, and
+//! the user's (`MPI_Op_create`).
+
+pub mod api;
+mod kernels;
+
+use crate::datatype::{pack, Datatype, Prim};
+use crate::error::{Error, Result};
+use crate::ffi::*;
+
+/// A user's operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserOp {
+    /// `MPI_User_function` (or `MPI_User_function_c` when `large`).
+    pub function: usize,
+    pub commute: bool,
+    pub large: bool,
+}
+
+/// An operation, as a reduction applies it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// A predefined one, by its handle (`MPI_SUM`, ...).
+    Predefined(Handle),
+    User(UserOp),
+}
+
+impl Op {
+    /// Whether the order of the operands does not matter.
+    pub fn commutative(&self) -> bool {
+        match self {
+            Op::Predefined(_) => true,
+            Op::User(u) => u.commute,
+        }
+    }
+}
+
+/// Whether `h` is a predefined operation.
+pub fn is_predefined(h: Handle) -> bool {
+    matches!(
+        h,
+        MPI_SUM
+            | MPI_MIN
+            | MPI_MAX
+            | MPI_PROD
+            | MPI_BAND
+            | MPI_BOR
+            | MPI_BXOR
+            | MPI_LAND
+            | MPI_LOR
+            | MPI_LXOR
+            | MPI_MINLOC
+            | MPI_MAXLOC
+            | MPI_REPLACE
+            | MPI_NO_OP
+    )
+}
+
+/// The name of a predefined operation.
+pub fn name(h: Handle) -> &'static str {
+    match h {
+        MPI_SUM => "MPI_SUM",
+        MPI_MIN => "MPI_MIN",
+        MPI_MAX => "MPI_MAX",
+        MPI_PROD => "MPI_PROD",
+        MPI_BAND => "MPI_BAND",
+        MPI_BOR => "MPI_BOR",
+        MPI_BXOR => "MPI_BXOR",
+        MPI_LAND => "MPI_LAND",
+        MPI_LOR => "MPI_LOR",
+        MPI_LXOR => "MPI_LXOR",
+        MPI_MINLOC => "MPI_MINLOC",
+        MPI_MAXLOC => "MPI_MAXLOC",
+        MPI_REPLACE => "MPI_REPLACE",
+        MPI_NO_OP => "MPI_NO_OP",
+        _ => "a user operation",
+    }
+}
+
+/// Check that predefined `op` applies to `ty` (before any data moves).
+pub fn check(op: Op, ty: &Datatype) -> Result<()> {
+    let Op::Predefined(h) = op else {
+        return Ok(());
+    };
+    match ty.prim {
+        Some(p) if kernels::supports(h, p) => Ok(()),
+        Some(p) => Err(Error::new(
+            MPI_ERR_OP,
+            format!("{} does not apply to {} ({})", name(h), type_name(ty), kernels::why_not(h, p)),
+        )),
+        None if ty.size == 0 => Ok(()),
+        None => Err(Error::new(
+            MPI_ERR_OP,
+            format!("{} applies to a datatype whose elements are all of one predefined type; {} mixes several", name(h), type_name(ty)),
+        )),
+    }
+}
+
+fn type_name(ty: &Datatype) -> String {
+    if ty.name.is_empty() {
+        "this derived datatype".into()
+    } else {
+        ty.name.clone()
+    }
+}
+
+/// `inout[i] = input[i] op inout[i]` for `count` elements of `ty` (`ty_handle` is
+/// what a user's function is told), both in packed form.
+///
+/// # Safety
+///
+/// `input` and `inout` hold `count` packed elements of `ty` each and do not overlap.
+pub unsafe fn reduce(
+    op: Op,
+    ty: &Datatype,
+    ty_handle: Handle,
+    input: *const u8,
+    inout: *mut u8,
+    count: usize,
+) -> Result<()> {
+    if count == 0 || ty.size == 0 {
+        return Ok(());
+    }
+    match op {
+        Op::Predefined(h) => {
+            let p = ty
+                .prim
+                .ok_or_else(|| Error::new(MPI_ERR_OP, "a mixed datatype"))?;
+            let n = count * ty.size / p.size();
+            // SAFETY: the caller's contract: `n` packed elements of `p` each.
+            unsafe { kernels::apply(h, p, input, inout, n) }
+        }
+        Op::User(u) if ty.contiguous => {
+            // SAFETY: packed elements of a contiguous type are its elements in memory.
+            unsafe { call_user(u, input, inout, count, ty_handle) }
+        }
+        Op::User(u) => {
+            // The user's function sees elements as they lie in memory: unpack both,
+            // apply, pack the result back.
+            let span = (ty.extent() as usize)
+                .checked_mul(count)
+                .ok_or_else(|| Error::new(MPI_ERR_COUNT, "overflow"))?;
+            let (mut a, mut b) = (vec![0u8; span], vec![0u8; span]);
+            let base = |v: &mut Vec<u8>| v.as_mut_ptr().wrapping_offset(-ty.lb);
+            let len = count * ty.size;
+            // SAFETY: each buffer holds `count` extents starting at the type's lower
+            // bound; the packed inputs hold `len` bytes (the caller's contract).
+            unsafe {
+                pack::unpack(
+                    ty,
+                    std::slice::from_raw_parts(input, len),
+                    base(&mut a),
+                    count,
+                );
+                pack::unpack(
+                    ty,
+                    std::slice::from_raw_parts(inout, len),
+                    base(&mut b),
+                    count,
+                );
+                call_user(u, base(&mut a), base(&mut b), count, ty_handle)?;
+                pack::pack(
+                    ty,
+                    base(&mut b),
+                    count,
+                    std::slice::from_raw_parts_mut(inout, len),
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Call a user's function on `count` elements.
+///
+/// # Safety
+///
+/// `input` and `inout` hold `count` elements as the function expects.
+unsafe fn call_user(
+    u: UserOp,
+    input: *const u8,
+    inout: *mut u8,
+    count: usize,
+    ty: Handle,
+) -> Result<()> {
+    let mut ty = ty;
+    if u.large {
+        type F = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut Count, *mut Handle);
+        // SAFETY: MPI_Op_create_c's caller gave a function of this type.
+        let f: F = unsafe { std::mem::transmute::<usize, F>(u.function) };
+        let mut n = count as Count;
+        // SAFETY: the caller's contract.
+        unsafe { f(input as *mut c_void, inout.cast(), &mut n, &mut ty) };
+        return Ok(());
+    }
+    type F = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_int, *mut Handle);
+    // SAFETY: MPI_Op_create's caller gave a function of this type.
+    let f: F = unsafe { std::mem::transmute::<usize, F>(u.function) };
+    let mut n = c_int::try_from(count).map_err(|_| {
+        Error::new(MPI_ERR_COUNT, format!("{count} elements are more than a user function of MPI_Op_create takes (an int): use MPI_Op_create_c"))
+    })?;
+    // SAFETY: the caller's contract.
+    unsafe { f(input as *mut c_void, inout.cast(), &mut n, &mut ty) };
+    Ok(())
+}
+
+/// Whether `op` is allowed for `prim` (for one-sided accumulates, which also take
+/// `MPI_REPLACE` and `MPI_NO_OP`).
+pub fn supports(h: Handle, p: Prim) -> bool {
+    kernels::supports(h, p)
+}

@@ -1,0 +1,438 @@
+//! The point-to-point bindings: sends in every mode, receives, `Sendrecv`,
+//! `Get_count`, `Cancel`.
+
+use super::{check_count, check_recv_tag, check_send_tag, peer, Peer};
+use crate::entry::call;
+use crate::error::{Error, Object, Result};
+use crate::ffi::*;
+use crate::request::Request;
+use crate::state::Mpi;
+use rbtl::msg::SendMode;
+
+impl Mpi {
+    /// A blocking send: straight through the message layer when no collective is in
+    /// flight (its own wait is the fastest), else a request waited for here.
+    ///
+    /// # Safety
+    ///
+    /// `buf` holds `count` elements of `ty`.
+    #[inline(always)]
+    pub unsafe fn send(
+        &mut self,
+        buf: *const c_void,
+        count: c_int,
+        ty: Handle,
+        dest: c_int,
+        tag: c_int,
+        comm: Handle,
+        mode: SendMode,
+    ) -> Result<()> {
+        if mode == SendMode::Standard && self.active.is_empty() {
+            let c = self.comm(comm)?;
+            let t = self.dtype(ty)?;
+            if t.contiguous && c.remote.is_none() {
+                let ctx = c.ctx;
+                let n = check_count(count)?;
+                let tag = check_send_tag(tag)?;
+                super::check_buffer(buf, n, t)?;
+                let Peer::Job(dst) = peer(c, dest, false)? else {
+                    return Ok(());
+                };
+                let len = t
+                    .bytes(n)
+                    .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
+                let at = buf.cast::<u8>().wrapping_offset(t.lb);
+                let data: &[u8] = if len == 0 {
+                    &[]
+                } else {
+                    // SAFETY: the caller's contract: `len` bytes from the type's start.
+                    unsafe { std::slice::from_raw_parts(at, len) }
+                };
+                return Ok(self.msg.send_in(ctx, data, dst, tag)?);
+            }
+        }
+        // SAFETY: the caller's contract; waited for below.
+        let r = unsafe { self.isend(buf, count, ty, dest, tag, comm, mode) }?;
+        self.wait_local(r).map(|_| ())
+    }
+
+    /// A blocking receive (as [`Mpi::send`]).
+    ///
+    /// # Safety
+    ///
+    /// `buf` holds room for `count` elements of `ty`.
+    #[inline(always)]
+    pub unsafe fn recv(
+        &mut self,
+        buf: *mut c_void,
+        count: c_int,
+        ty: Handle,
+        source: c_int,
+        tag: c_int,
+        comm: Handle,
+    ) -> Result<Status> {
+        if self.active.is_empty() {
+            let c = self.comm(comm)?;
+            let t = self.dtype(ty)?;
+            if t.contiguous && c.remote.is_none() {
+                let ctx = c.ctx;
+                let n = check_count(count)?;
+                let tag = check_recv_tag(tag)?;
+                super::check_buffer(buf, n, t)?;
+                let src = match peer(c, source, true)? {
+                    Peer::Null => return Ok(Status::proc_null()),
+                    Peer::Any => None,
+                    Peer::Job(j) => Some(j),
+                };
+                let peers = (comm != MPI_COMM_WORLD).then(|| c.group.clone());
+                let len = t
+                    .bytes(n)
+                    .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
+                let at = buf.cast::<u8>().wrapping_offset(t.lb);
+                let data: &mut [u8] = if len == 0 {
+                    &mut []
+                } else {
+                    // SAFETY: the caller's contract: room for `len` bytes.
+                    unsafe { std::slice::from_raw_parts_mut(at, len) }
+                };
+                let outcome = self.msg.recv_in(ctx, data, src, tag);
+                let p = crate::request::P2p {
+                    id: 0,
+                    peers,
+                    unpack: None,
+                    staged: None,
+                };
+                let (status, error) = p.finish(outcome);
+                return match error {
+                    Some(e) => Err(e),
+                    None => Ok(status),
+                };
+            }
+        }
+        // SAFETY: the caller's contract; waited for below.
+        let r = unsafe { self.irecv(buf, count, ty, source, tag, comm) }?;
+        self.wait_local(r)
+    }
+
+    /// Wait for a request that never reaches the table: its status.
+    pub fn wait_local(&mut self, r: Request) -> Result<Status> {
+        let mut h = self.requests.insert(r)?;
+        let (status, error) = self.wait(&mut h)?;
+        match error {
+            Some(e) => Err(e),
+            None => Ok(status),
+        }
+    }
+
+    /// Keep request `r` in the table; its handle written to `out`.
+    ///
+    /// # Safety
+    ///
+    /// `out` is valid for a write.
+    pub unsafe fn hand_out(&mut self, r: Request, out: *mut Handle) -> Result<()> {
+        if out.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the request pointer is null"));
+        }
+        let h = self.requests.insert(r)?;
+        // SAFETY: the caller's contract.
+        unsafe { out.write(h) };
+        Ok(())
+    }
+}
+
+macro_rules! blocking_send {
+    ($name:ident, $label:literal, $mode:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: c_int,
+            datatype: Handle,
+            dest: c_int,
+            tag: c_int,
+            comm: Handle,
+        ) -> c_int {
+            // SAFETY: the binding's contract: `buf` holds `count` elements.
+            call($label, Object::Comm(comm), |mpi| unsafe {
+                mpi.send(buf, count, datatype, dest, tag, comm, $mode)
+            })
+        }
+    };
+}
+
+blocking_send!(PMPI_Send, "MPI_Send", SendMode::Standard);
+blocking_send!(PMPI_Ssend, "MPI_Ssend", SendMode::Synchronous);
+// A ready send may be sent as a standard one: its receive is posted already.
+blocking_send!(PMPI_Rsend, "MPI_Rsend", SendMode::Standard);
+
+macro_rules! immediate_send {
+    ($name:ident, $label:literal, $mode:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: c_int,
+            datatype: Handle,
+            dest: c_int,
+            tag: c_int,
+            comm: Handle,
+            request: *mut Handle,
+        ) -> c_int {
+            call($label, Object::Comm(comm), |mpi| {
+                // SAFETY: the binding's contract: `buf` holds `count` elements until
+                // the request completes; `request` is writable.
+                unsafe {
+                    let r = mpi.isend(buf, count, datatype, dest, tag, comm, $mode)?;
+                    mpi.hand_out(r, request)
+                }
+            })
+        }
+    };
+}
+
+immediate_send!(PMPI_Isend, "MPI_Isend", SendMode::Standard);
+immediate_send!(PMPI_Issend, "MPI_Issend", SendMode::Synchronous);
+immediate_send!(PMPI_Irsend, "MPI_Irsend", SendMode::Standard);
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Recv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    status: *mut Status,
+) -> c_int {
+    call("MPI_Recv", Object::Comm(comm), |mpi| {
+        // SAFETY: the binding's contract: room for `count` elements at `buf`.
+        let s = unsafe { mpi.recv(buf, count, datatype, source, tag, comm) };
+        // A truncated receive still reports what it got (MPI 3.2.5).
+        let s = s?;
+        // SAFETY: `status` is null (ignored) or writable.
+        unsafe { put(status, s) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Irecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call("MPI_Irecv", Object::Comm(comm), |mpi| {
+        // SAFETY: the binding's contract: room for `count` elements at `buf` until the
+        // request completes; `request` is writable.
+        unsafe {
+            let r = mpi.irecv(buf, count, datatype, source, tag, comm)?;
+            mpi.hand_out(r, request)
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Sendrecv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    source: c_int,
+    recvtag: c_int,
+    comm: Handle,
+    status: *mut Status,
+) -> c_int {
+    call("MPI_Sendrecv", Object::Comm(comm), |mpi| {
+        // SAFETY: the binding's contract: both buffers hold their counts; both
+        // requests are waited for before returning.
+        let (r, s) = unsafe {
+            let r = mpi.irecv(recvbuf, recvcount, recvtype, source, recvtag, comm)?;
+            let s = mpi.isend(
+                sendbuf,
+                sendcount,
+                sendtype,
+                dest,
+                sendtag,
+                comm,
+                SendMode::Standard,
+            );
+            (r, s)
+        };
+        let mut rh = mpi.requests.insert(r)?;
+        let sent = s.and_then(|s| mpi.wait_local(s));
+        let (st, e) = mpi.wait(&mut rh)?;
+        sent?;
+        // SAFETY: `status` is null or writable.
+        unsafe { put(status, st) };
+        e.map_or(Ok(()), Err)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Sendrecv_replace(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: Handle,
+    status: *mut Status,
+) -> c_int {
+    call("MPI_Sendrecv_replace", Object::Comm(comm), |mpi| {
+        let n = check_count(count)?;
+        let t = mpi.dtype(datatype)?.clone();
+        let len = t
+            .bytes(n)
+            .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
+        let mut packed = vec![0u8; len];
+        // SAFETY: the binding's contract: `buf` holds `count` elements.
+        unsafe { crate::datatype::pack::pack(&t, buf.cast(), n, &mut packed) };
+        // SAFETY: `packed` outlives both requests, waited for below.
+        let (r, s) = unsafe {
+            let r = mpi.irecv(buf, count, datatype, source, recvtag, comm)?;
+            let s = mpi.isend(
+                packed.as_ptr().cast(),
+                len as c_int,
+                MPI_BYTE,
+                dest,
+                sendtag,
+                comm,
+                SendMode::Standard,
+            );
+            (r, s)
+        };
+        let mut rh = mpi.requests.insert(r)?;
+        let sent = s.and_then(|s| mpi.wait_local(s));
+        let (st, e) = mpi.wait(&mut rh)?;
+        sent?;
+        // SAFETY: `status` is null or writable.
+        unsafe { put(status, st) };
+        e.map_or(Ok(()), Err)
+    })
+}
+
+/// `count` elements of `ty` in `bytes`, or `MPI_UNDEFINED`.
+fn count_of(bytes: u64, size: usize) -> c_int {
+    match size {
+        0 if bytes == 0 => 0,
+        0 => MPI_UNDEFINED,
+        s if bytes % s as u64 == 0 => c_int::try_from(bytes / s as u64).unwrap_or(MPI_UNDEFINED),
+        _ => MPI_UNDEFINED,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Get_count(
+    status: *const Status,
+    datatype: Handle,
+    count: *mut c_int,
+) -> c_int {
+    call("MPI_Get_count", Object::None, |mpi| {
+        if status.is_null() || count.is_null() {
+            return Err(Error::new(
+                MPI_ERR_ARG,
+                "the status or count pointer is null",
+            ));
+        }
+        let size = mpi.dtype_any(datatype)?.size;
+        // SAFETY: checked not null; the binding's contract.
+        unsafe { count.write(count_of((*status).bytes(), size)) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Get_elements(
+    status: *const Status,
+    datatype: Handle,
+    count: *mut c_int,
+) -> c_int {
+    call("MPI_Get_elements", Object::None, |mpi| {
+        if status.is_null() || count.is_null() {
+            return Err(Error::new(
+                MPI_ERR_ARG,
+                "the status or count pointer is null",
+            ));
+        }
+        let t = mpi.dtype_any(datatype)?;
+        // SAFETY: checked not null.
+        let bytes = unsafe { (*status).bytes() };
+        let n = crate::datatype::api::elements_in(t, bytes);
+        // SAFETY: checked not null.
+        unsafe {
+            count.write(
+                n.and_then(|n| c_int::try_from(n).ok())
+                    .unwrap_or(MPI_UNDEFINED),
+            )
+        };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Cancel(request: *mut Handle) -> c_int {
+    call("MPI_Cancel", Object::None, |mpi| {
+        if request.is_null() {
+            return Err(Error::new(MPI_ERR_REQUEST, "the request pointer is null"));
+        }
+        // SAFETY: the binding's contract.
+        let h = unsafe { *request };
+        match mpi.requests.get(h) {
+            // A receive not matched yet completes as cancelled; anything else (a send,
+            // a matched receive) completes as it would have: cancelling it is allowed
+            // to fail (MPI 3.8.4), and `MPI_Test_cancelled` then says false.
+            Some(Request::P2p(p)) => {
+                mpi.msg.cancel(p.id);
+                Ok(())
+            }
+            Some(Request::Persistent(p)) => {
+                if let Some(a) = &p.active {
+                    mpi.msg.cancel(a.id);
+                }
+                Ok(())
+            }
+            Some(_) => Ok(()),
+            None => Err(Error::new(
+                MPI_ERR_REQUEST,
+                format!("{h:#x} is not a request"),
+            )),
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Test_cancelled(status: *const Status, flag: *mut c_int) -> c_int {
+    call("MPI_Test_cancelled", Object::None, |_| {
+        if status.is_null() || flag.is_null() {
+            return Err(Error::new(
+                MPI_ERR_ARG,
+                "the status or flag pointer is null",
+            ));
+        }
+        // SAFETY: checked not null.
+        unsafe { flag.write(c_int::from((*status).cancelled())) };
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_of;
+    use crate::ffi::MPI_UNDEFINED;
+
+    #[test]
+    fn counts_of_bytes() {
+        assert_eq!(count_of(12, 4), 3);
+        assert_eq!(count_of(13, 4), MPI_UNDEFINED);
+        assert_eq!(count_of(0, 0), 0);
+        assert_eq!(count_of(1, 0), MPI_UNDEFINED);
+    }
+}

@@ -1,0 +1,163 @@
+//! Buffered sends: the message is copied out of the user's buffer at once and sent
+//! from the copy, within the room of the buffer the user attached
+//! (`MPI_Buffer_attach`), which `MPI_Buffer_detach` hands back once every buffered
+//! send has left.
+
+use crate::entry::call;
+use crate::error::{Error, Object, Result};
+use crate::ffi::*;
+use crate::p2p::wait::Step;
+use crate::request::Request;
+use crate::state::Mpi;
+use rbtl::msg::SendMode;
+
+/// The attached buffer: where it is, its size, and how much buffered sends in
+/// flight take of it.
+#[derive(Default)]
+pub struct Buffer {
+    attached: Option<(usize, usize)>,
+    pub used: usize,
+}
+
+impl Mpi {
+    /// `MPI_Ibsend`: copy, then send from the copy (a request that is complete).
+    ///
+    /// # Safety
+    ///
+    /// `buf` holds `count` elements of `ty`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn bsend(
+        &mut self,
+        buf: *const c_void,
+        count: c_int,
+        ty: Handle,
+        dest: c_int,
+        tag: c_int,
+        comm: Handle,
+    ) -> Result<Request> {
+        let n = super::check_count(count)?;
+        let t = self.dtype(ty)?.clone();
+        let len = t
+            .bytes(n)
+            .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
+        let Some((_, size)) = self.bsend.attached else {
+            return Err(Error::new(
+                MPI_ERR_BUFFER,
+                "no buffer is attached for buffered sends: call MPI_Buffer_attach first",
+            ));
+        };
+        let need = len + MPI_BSEND_OVERHEAD as usize;
+        if self.bsend.used + need > size {
+            return Err(Error::new(
+                MPI_ERR_BUFFER,
+                format!("the attached buffer of {size} bytes has {} free, and this send needs {need} (its {len} bytes and MPI_BSEND_OVERHEAD)", size - self.bsend.used),
+            ));
+        }
+        let mut copy = vec![0u8; len];
+        // SAFETY: the caller's contract.
+        unsafe { crate::datatype::pack::pack(&t, buf.cast(), n, &mut copy) };
+        // SAFETY: the copy moves into the request, which keeps it until completion.
+        let r = unsafe {
+            self.isend(
+                copy.as_ptr().cast(),
+                len as c_int,
+                MPI_BYTE,
+                dest,
+                tag,
+                comm,
+                SendMode::Standard,
+            )
+        }?;
+        let r = match r {
+            Request::P2p(mut p) => {
+                p.staged = Some(copy);
+                Request::P2p(p)
+            }
+            done => done,
+        };
+        self.bsend.used += need;
+        self.detached.push((r, need));
+        Ok(Request::Done(Status::empty()))
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Bsend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+) -> c_int {
+    call("MPI_Bsend", Object::Comm(comm), |mpi| {
+        // SAFETY: the binding's contract.
+        unsafe { mpi.bsend(buf, count, datatype, dest, tag, comm) }.map(|_| ())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Ibsend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call("MPI_Ibsend", Object::Comm(comm), |mpi| {
+        // SAFETY: the binding's contract.
+        unsafe {
+            let r = mpi.bsend(buf, count, datatype, dest, tag, comm)?;
+            mpi.hand_out(r, request)
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
+    call("MPI_Buffer_attach", Object::None, |mpi| {
+        if mpi.bsend.attached.is_some() {
+            return Err(Error::new(
+                MPI_ERR_BUFFER,
+                "a buffer is attached already: detach it first",
+            ));
+        }
+        let size = usize::try_from(size)
+            .map_err(|_| Error::new(MPI_ERR_ARG, format!("size {size} is negative")))?;
+        mpi.bsend.attached = Some((buffer as usize, size));
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    call("MPI_Buffer_detach", Object::None, |mpi| {
+        let Some((addr, len)) = mpi.bsend.attached else {
+            return Err(Error::new(MPI_ERR_BUFFER, "no buffer is attached"));
+        };
+        // Every buffered send leaves before the buffer goes back.
+        mpi.wait_for(|mpi, look| {
+            if mpi.bsend.used == 0 {
+                return Ok(Step::Done);
+            }
+            Ok(Step::Pending(
+                look.then(|| {
+                    mpi.detached
+                        .iter()
+                        .find_map(|(r, _)| crate::request::pending_id(r))
+                })
+                .flatten(),
+            ))
+        })?;
+        mpi.bsend.attached = None;
+        // SAFETY: the binding's contract: `buffer_addr` points to a pointer, `size` to
+        // an int (either may be null here, ignored).
+        unsafe {
+            put(buffer_addr.cast::<usize>(), addr);
+            put(size, len as c_int);
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,313 @@
+//! Point-to-point: MPI's sends and receives over the message layer's, with the
+//! communicator's context, its ranks translated to the job's, and datatypes that
+//! are not contiguous packed on the way.
+
+pub mod api;
+pub mod bsend;
+pub mod persistent;
+pub mod probe;
+pub mod wait;
+
+use crate::comm::Communicator;
+use crate::datatype::{pack, Datatype, Shape};
+use crate::error::{Error, Result};
+use crate::ffi::*;
+use crate::request::{P2p, Request, Unpack};
+use crate::state::Mpi;
+use rbtl::msg::SendMode;
+
+/// The largest tag (`MPI_TAG_UB`): the message layer takes any non-negative `i32`.
+pub const TAG_UB: c_int = i32::MAX;
+
+/// A count argument.
+#[inline(always)]
+pub fn check_count(count: c_int) -> Result<usize> {
+    usize::try_from(count)
+        .map_err(|_| Error::new(MPI_ERR_COUNT, format!("count {count} is negative")))
+}
+
+/// A send's tag.
+#[inline(always)]
+pub fn check_send_tag(tag: c_int) -> Result<i32> {
+    if tag < 0 {
+        return Err(Error::new(
+            MPI_ERR_TAG,
+            format!("tag {tag} is negative: a send's tag is 0 to MPI_TAG_UB ({TAG_UB})"),
+        ));
+    }
+    Ok(tag)
+}
+
+/// A receive's tag: `None` for `MPI_ANY_TAG`.
+#[inline(always)]
+pub fn check_recv_tag(tag: c_int) -> Result<Option<i32>> {
+    match tag {
+        MPI_ANY_TAG => Ok(None),
+        t if t >= 0 => Ok(Some(t)),
+        t => Err(Error::new(
+            MPI_ERR_TAG,
+            format!("tag {t} is neither MPI_ANY_TAG nor 0 to MPI_TAG_UB ({TAG_UB})"),
+        )),
+    }
+}
+
+/// Where a message goes or comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// `MPI_PROC_NULL`: nothing moves.
+    Null,
+    /// `MPI_ANY_SOURCE` (receives only).
+    Any,
+    /// A process, by job rank.
+    Job(u32),
+}
+
+/// The peer `rank` names on `comm` (the remote group's rank on an
+/// intercommunicator); `any`: whether `MPI_ANY_SOURCE` is allowed.
+#[inline(always)]
+pub fn peer(comm: &Communicator, rank: c_int, any: bool) -> Result<Peer> {
+    match rank {
+        MPI_PROC_NULL => Ok(Peer::Null),
+        MPI_ANY_SOURCE if any => Ok(Peer::Any),
+        r => match u32::try_from(r).ok().and_then(|r| comm.peers().job_rank(r)) {
+            Some(j) => Ok(Peer::Job(j)),
+            None => Err(Error::new(
+                MPI_ERR_RANK,
+                format!(
+                    "rank {r} is not in the communicator \"{}\" of {} processes{}",
+                    comm.name,
+                    comm.peers().size(),
+                    if any {
+                        " (nor MPI_ANY_SOURCE or MPI_PROC_NULL)"
+                    } else {
+                        " (nor MPI_PROC_NULL)"
+                    }
+                ),
+            )),
+        },
+    }
+}
+
+/// A buffer of `count` elements of `ty` at `buf`: null only where nothing is read or
+/// written, or with a derived type (whose displacements may be absolute addresses,
+/// `MPI_BOTTOM`).
+#[inline(always)]
+pub fn check_buffer(buf: *const c_void, count: usize, ty: &Datatype) -> Result<()> {
+    if buf.is_null() && count > 0 && ty.size > 0 && ty.predefined {
+        return Err(Error::new(
+            MPI_ERR_BUFFER,
+            format!("the buffer is null for {count} elements of {}", ty.name),
+        ));
+    }
+    Ok(())
+}
+
+/// The message-layer request of a send, and what it keeps alive.
+pub struct Started {
+    pub id: rbtl::msg::ReqId,
+    pub staged: Option<Vec<u8>>,
+}
+
+impl Mpi {
+    /// Drive the transports once, and the collectives in flight: how much happened.
+    #[inline(always)]
+    pub fn progress(&mut self) -> usize {
+        let mut n = self.msg.progress();
+        if !self.active.is_empty() {
+            n += crate::coll::progress_active(self);
+        }
+        if !self.detached.is_empty() {
+            n += self.reap_detached();
+        }
+        n
+    }
+
+    /// Drive the requests nobody waits for; drop those that completed (releasing
+    /// their room in the attached buffer): how many did.
+    #[cold]
+    fn reap_detached(&mut self) -> usize {
+        let mut detached = std::mem::take(&mut self.detached);
+        let before = detached.len();
+        detached.retain_mut(|(r, bytes)| {
+            let done = match r {
+                Request::P2p(p) => self.msg.test(p.id).is_some(),
+                // SAFETY: a collective's caller keeps its buffers until it completes,
+                // freed request or not.
+                Request::Coll(s) => unsafe {
+                    s.advance(&mut self.msg);
+                    s.outcome().is_some()
+                },
+                _ => true,
+            };
+            if done {
+                self.bsend.used -= *bytes;
+            }
+            !done
+        });
+        let n = before - detached.len();
+        detached.append(&mut self.detached);
+        self.detached = detached;
+        n
+    }
+
+    /// Start sending `count` elements of `ty` at `buf` to job rank `dst` in context
+    /// `ctx`.
+    ///
+    /// # Safety
+    ///
+    /// The buffer holds `count` elements of `ty` and stays unchanged until the send
+    /// completes.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn start_send(
+        &mut self,
+        buf: *const c_void,
+        count: usize,
+        shape: &Shape,
+        dst: u32,
+        tag: i32,
+        ctx: u32,
+        mode: SendMode,
+    ) -> Result<Started> {
+        let len = shape.bytes(count)?;
+        let ty = match shape {
+            Shape::Contiguous { lb, .. } => {
+                let at = buf.cast::<u8>().wrapping_offset(*lb);
+                // SAFETY: the caller's contract.
+                let id = unsafe { self.msg.isend_in(ctx, at, len, dst, tag, mode) }?;
+                return Ok(Started { id, staged: None });
+            }
+            Shape::Typed(ty) => ty,
+        };
+        let mut staged = vec![0u8; len];
+        // SAFETY: the caller's contract: the elements are readable.
+        unsafe { pack::pack(ty, buf.cast(), count, &mut staged) };
+        // SAFETY: `staged` moves into the request, which keeps it until completion (a
+        // Vec's heap buffer does not move with it).
+        let id = unsafe { self.msg.isend_in(ctx, staged.as_ptr(), len, dst, tag, mode) }?;
+        Ok(Started {
+            id,
+            staged: Some(staged),
+        })
+    }
+
+    /// Start receiving `count` elements of `ty` at `buf` from `src` (a job rank, or
+    /// any) in context `ctx`.
+    ///
+    /// # Safety
+    ///
+    /// The buffer holds `count` elements of `ty`, and nobody else reads or writes it,
+    /// until the receive completes.
+    pub unsafe fn start_recv(
+        &mut self,
+        buf: *mut c_void,
+        count: usize,
+        shape: Shape,
+        src: Option<u32>,
+        tag: Option<i32>,
+        ctx: u32,
+    ) -> Result<(rbtl::msg::ReqId, Option<Box<Unpack>>)> {
+        let len = shape.bytes(count)?;
+        let ty = match shape {
+            Shape::Contiguous { lb, .. } => {
+                let at = buf.cast::<u8>().wrapping_offset(lb);
+                // SAFETY: the caller's contract.
+                let id = unsafe { self.msg.irecv_in(ctx, at, len, src, tag) }?;
+                return Ok((id, None));
+            }
+            Shape::Typed(ty) => ty,
+        };
+        let mut u = Box::new(Unpack {
+            staging: vec![0u8; len],
+            base: buf.cast(),
+            count,
+            ty,
+        });
+        // SAFETY: the staging buffer moves into the request, which keeps it until the
+        // receive completes (its heap buffer does not move).
+        let id = unsafe {
+            self.msg
+                .irecv_in(ctx, u.staging.as_mut_ptr(), len, src, tag)
+        }?;
+        Ok((id, Some(u)))
+    }
+
+    /// The request of a send on communicator `comm` (started; `MPI_PROC_NULL` done).
+    ///
+    /// # Safety
+    ///
+    /// As [`Mpi::start_send`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn isend(
+        &mut self,
+        buf: *const c_void,
+        count: c_int,
+        ty: Handle,
+        dest: c_int,
+        tag: c_int,
+        comm: Handle,
+        mode: SendMode,
+    ) -> Result<Request> {
+        let count = check_count(count)?;
+        let tag = check_send_tag(tag)?;
+        let c = self.comm(comm)?;
+        let (ctx, to) = (c.ctx, peer(c, dest, false)?);
+        let peers = c
+            .remote
+            .clone()
+            .or_else(|| (comm != MPI_COMM_WORLD).then(|| c.group.clone()));
+        let t = self.dtype(ty)?;
+        check_buffer(buf, count, t)?;
+        let Peer::Job(dst) = to else {
+            return Ok(Request::Done(Status::proc_null()));
+        };
+        let shape = t.shape();
+        // SAFETY: the caller's contract.
+        let s = unsafe { self.start_send(buf, count, &shape, dst, tag, ctx, mode) }?;
+        Ok(Request::P2p(P2p {
+            id: s.id,
+            peers,
+            unpack: None,
+            staged: s.staged,
+        }))
+    }
+
+    /// The request of a receive on communicator `comm`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Mpi::start_recv`].
+    pub unsafe fn irecv(
+        &mut self,
+        buf: *mut c_void,
+        count: c_int,
+        ty: Handle,
+        source: c_int,
+        tag: c_int,
+        comm: Handle,
+    ) -> Result<Request> {
+        let count = check_count(count)?;
+        let tag = check_recv_tag(tag)?;
+        let c = self.comm(comm)?;
+        let (ctx, from) = (c.ctx, peer(c, source, true)?);
+        let peers = c
+            .remote
+            .clone()
+            .or_else(|| (comm != MPI_COMM_WORLD).then(|| c.group.clone()));
+        let t = self.dtype(ty)?;
+        check_buffer(buf, count, t)?;
+        let src = match from {
+            Peer::Null => return Ok(Request::Done(Status::empty())),
+            Peer::Any => None,
+            Peer::Job(j) => Some(j),
+        };
+        let shape = t.shape();
+        // SAFETY: the caller's contract.
+        let (id, unpack) = unsafe { self.start_recv(buf, count, shape, src, tag, ctx) }?;
+        Ok(Request::P2p(P2p {
+            id,
+            peers,
+            unpack,
+            staged: None,
+        }))
+    }
+}

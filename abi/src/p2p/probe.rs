@@ -1,0 +1,318 @@
+//! Probes: `MPI_Probe`/`Iprobe` look at the first matching message without
+//! receiving it; `MPI_Mprobe`/`Improbe` take it out of the queue for
+//! `MPI_Mrecv`/`Imrecv`, so that no other receive can match it.
+
+use super::{check_count, check_recv_tag, peer, Peer};
+use crate::comm::Group;
+use crate::entry::call;
+use crate::error::{Error, Object, Result};
+use crate::ffi::*;
+use crate::p2p::wait::Step;
+use crate::request::{P2p, Request};
+use crate::state::Mpi;
+use rbtl::msg;
+use std::sync::Arc;
+
+/// A message taken by a matched probe.
+pub struct Message {
+    matched: msg::Matched,
+    peers: Option<Arc<Group>>,
+}
+
+/// What a probe looks for.
+struct Probe {
+    ctx: u32,
+    src: Option<u32>,
+    tag: Option<i32>,
+    peers: Option<Arc<Group>>,
+}
+
+impl Mpi {
+    /// What `source`, `tag` on `comm` look for; `None` for `MPI_PROC_NULL`.
+    fn probe_of(&self, source: c_int, tag: c_int, comm: Handle) -> Result<Option<Probe>> {
+        let tag = check_recv_tag(tag)?;
+        let c = self.comm(comm)?;
+        let src = match peer(c, source, true)? {
+            Peer::Null => return Ok(None),
+            Peer::Any => None,
+            Peer::Job(j) => Some(j),
+        };
+        let peers = c
+            .remote
+            .clone()
+            .or_else(|| (comm != MPI_COMM_WORLD).then(|| c.group.clone()));
+        Ok(Some(Probe {
+            ctx: c.ctx,
+            src,
+            tag,
+            peers,
+        }))
+    }
+
+    /// One look (after a round of progress) for a message `p` matches.
+    fn iprobe(&mut self, p: &Probe) -> Result<Option<Status>> {
+        if !self.active.is_empty() || !self.detached.is_empty() {
+            self.progress();
+        }
+        let found = self.msg.iprobe_in(p.ctx, p.src, p.tag)?;
+        Ok(found.map(|s| status_of(&p.peers, s)))
+    }
+
+    /// One look for a message `p` matches, taking it.
+    fn improbe(&mut self, p: &Probe) -> Result<Option<(Message, Status)>> {
+        if !self.active.is_empty() || !self.detached.is_empty() {
+            self.progress();
+        }
+        let found = self.msg.improbe_in(p.ctx, p.src, p.tag)?;
+        Ok(found.map(|(matched, s)| {
+            (
+                Message {
+                    matched,
+                    peers: p.peers.clone(),
+                },
+                status_of(&p.peers, s),
+            )
+        }))
+    }
+
+    /// Progress until `look` finds the message.
+    fn probe_until<T>(
+        &mut self,
+        p: &Probe,
+        mut look: impl FnMut(&mut Mpi, &Probe) -> Result<Option<T>>,
+    ) -> Result<T> {
+        let mut found = None;
+        self.wait_for(|mpi, _| {
+            found = look(mpi, p)?;
+            Ok(if found.is_some() {
+                Step::Done
+            } else {
+                Step::Pending(None)
+            })
+        })?;
+        Ok(found.expect("set when done"))
+    }
+}
+
+/// The status a probe reports of message `s`.
+fn status_of(peers: &Option<Arc<Group>>, s: msg::Status) -> Status {
+    let mut st = Status::empty();
+    st.source = match peers {
+        None => s.source as c_int,
+        Some(g) => g.rank_of(s.source).map_or(MPI_UNDEFINED, |r| r as c_int),
+    };
+    st.tag = s.tag;
+    st.set_bytes(s.len as u64);
+    st
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Iprobe(
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    flag: *mut c_int,
+    status: *mut Status,
+) -> c_int {
+    call("MPI_Iprobe", Object::Comm(comm), |mpi| {
+        if flag.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the flag pointer is null"));
+        }
+        let found = match mpi.probe_of(source, tag, comm)? {
+            None => Some(Status::proc_null()),
+            Some(p) => mpi.iprobe(&p)?,
+        };
+        // SAFETY: checked not null; `status` null or writable.
+        unsafe {
+            flag.write(c_int::from(found.is_some()));
+            if let Some(s) = found {
+                put(status, s);
+            }
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Probe(
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    status: *mut Status,
+) -> c_int {
+    call("MPI_Probe", Object::Comm(comm), |mpi| {
+        let s = match mpi.probe_of(source, tag, comm)? {
+            None => Status::proc_null(),
+            Some(p) => mpi.probe_until(&p, |mpi, p| mpi.iprobe(p))?,
+        };
+        // SAFETY: `status` null or writable.
+        unsafe { put(status, s) };
+        Ok(())
+    })
+}
+
+/// Hand a matched message out as a handle.
+///
+/// # Safety
+///
+/// `message` and `status` are writable (`status` may be null).
+unsafe fn hand_out_message(
+    mpi: &mut Mpi,
+    found: Option<(Message, Status)>,
+    message: *mut Handle,
+    status: *mut Status,
+) -> Result<()> {
+    let (h, s) = match found {
+        None => (MPI_MESSAGE_NO_PROC, Status::proc_null()),
+        Some((m, s)) => (mpi.messages.insert(m)?, s),
+    };
+    // SAFETY: the caller's contract.
+    unsafe {
+        message.write(h);
+        put(status, s);
+    }
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Mprobe(
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    message: *mut Handle,
+    status: *mut Status,
+) -> c_int {
+    call("MPI_Mprobe", Object::Comm(comm), |mpi| {
+        if message.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the message pointer is null"));
+        }
+        let found = match mpi.probe_of(source, tag, comm)? {
+            None => None,
+            Some(p) => Some(mpi.probe_until(&p, |mpi, p| mpi.improbe(p))?),
+        };
+        // SAFETY: checked; the binding's contract.
+        unsafe { hand_out_message(mpi, found, message, status) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Improbe(
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    flag: *mut c_int,
+    message: *mut Handle,
+    status: *mut Status,
+) -> c_int {
+    call("MPI_Improbe", Object::Comm(comm), |mpi| {
+        if message.is_null() || flag.is_null() {
+            return Err(Error::new(
+                MPI_ERR_ARG,
+                "the message or flag pointer is null",
+            ));
+        }
+        let found = match mpi.probe_of(source, tag, comm)? {
+            None => Some(None),
+            Some(p) => mpi.improbe(&p)?.map(Some),
+        };
+        // SAFETY: checked not null.
+        unsafe { flag.write(c_int::from(found.is_some())) };
+        match found {
+            // SAFETY: checked; the binding's contract.
+            Some(found) => unsafe { hand_out_message(mpi, found, message, status) },
+            None => Ok(()),
+        }
+    })
+}
+
+impl Mpi {
+    /// Start receiving the matched message `*message` (which becomes
+    /// `MPI_MESSAGE_NULL`).
+    ///
+    /// # Safety
+    ///
+    /// `buf` has room for `count` elements of `ty` until the request completes.
+    unsafe fn imrecv(
+        &mut self,
+        buf: *mut c_void,
+        count: c_int,
+        ty: Handle,
+        message: *mut Handle,
+    ) -> Result<Request> {
+        if message.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the message pointer is null"));
+        }
+        // SAFETY: the caller's contract.
+        let h = unsafe { *message };
+        let n = check_count(count)?;
+        let shape = self.dtype(ty)?.shape();
+        let len = shape.bytes(n)?;
+        if h == MPI_MESSAGE_NO_PROC {
+            // SAFETY: the caller's contract.
+            unsafe { message.write(MPI_MESSAGE_NULL) };
+            return Ok(Request::Done(Status::proc_null()));
+        }
+        let m = self.messages.remove(h).ok_or_else(|| {
+            Error::new(MPI_ERR_REQUEST, format!("{h:#x} is not a message from MPI_Mprobe or MPI_Improbe (or it was received already)"))
+        })?;
+        // SAFETY: the caller's contract.
+        unsafe { message.write(MPI_MESSAGE_NULL) };
+        let (at, unpack) = match shape {
+            crate::datatype::Shape::Contiguous { lb, .. } => {
+                (buf.cast::<u8>().wrapping_offset(lb), None)
+            }
+            crate::datatype::Shape::Typed(t) => {
+                let mut u = Box::new(crate::request::Unpack {
+                    staging: vec![0u8; len],
+                    base: buf.cast(),
+                    count: n,
+                    ty: t,
+                });
+                (u.staging.as_mut_ptr(), Some(u))
+            }
+        };
+        // SAFETY: the caller's contract, or the staging buffer the request keeps.
+        let id = unsafe { self.msg.imrecv(m.matched, at, len) };
+        Ok(Request::P2p(P2p {
+            id,
+            peers: m.peers,
+            unpack,
+            staged: None,
+        }))
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Mrecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    message: *mut Handle,
+    status: *mut Status,
+) -> c_int {
+    call("MPI_Mrecv", Object::None, |mpi| {
+        // SAFETY: the binding's contract; waited for below.
+        let r = unsafe { mpi.imrecv(buf, count, datatype, message) }?;
+        let s = mpi.wait_local(r)?;
+        // SAFETY: `status` null or writable.
+        unsafe { put(status, s) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Imrecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    message: *mut Handle,
+    request: *mut Handle,
+) -> c_int {
+    call("MPI_Imrecv", Object::None, |mpi| {
+        // SAFETY: the binding's contract.
+        unsafe {
+            let r = mpi.imrecv(buf, count, datatype, message)?;
+            mpi.hand_out(r, request)
+        }
+    })
+}

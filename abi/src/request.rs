@@ -1,0 +1,138 @@
+//! Requests: what `MPI_Request` handles name, and how each kind completes.
+
+use crate::coll::Schedule;
+use crate::comm::Group;
+use crate::datatype::{pack, Datatype};
+use crate::error::{Error, Result};
+use crate::ffi::*;
+use crate::p2p::persistent::Persistent;
+use rbtl::msg;
+use std::sync::Arc;
+
+/// A request.
+pub enum Request {
+    /// A send or receive of the message layer.
+    P2p(P2p),
+    /// One that completed when it started (a message to `MPI_PROC_NULL`, a buffered
+    /// send): its status.
+    Done(Status),
+    /// A persistent send or receive, active or not.
+    Persistent(Box<Persistent>),
+    /// A nonblocking collective.
+    Coll(Box<Schedule>),
+}
+
+/// A send or receive of the message layer.
+pub struct P2p {
+    pub id: msg::ReqId,
+    /// The group that names the peer (`None`: job ranks are the communicator's).
+    pub peers: Option<Arc<Group>>,
+    /// A receive of a type that is not contiguous lands here first.
+    pub unpack: Option<Box<Unpack>>,
+    /// A send of a type that is not contiguous goes from here.
+    pub staged: Option<Vec<u8>>,
+}
+
+/// A receive through a staging buffer, unpacked into the user's when it completes.
+pub struct Unpack {
+    pub staging: Vec<u8>,
+    pub base: *mut u8,
+    pub count: usize,
+    pub ty: Datatype,
+}
+
+impl P2p {
+    /// The status of its outcome: the error of a failed operation (a truncated
+    /// receive still reports what it got).
+    pub fn finish(self, outcome: rbtl::msg::Result<msg::Status>) -> (Status, Option<Error>) {
+        let mut status = Status::empty();
+        status.tag = MPI_ANY_TAG;
+        let source = |job: u32| match &self.peers {
+            None => job as c_int,
+            Some(g) => g.rank_of(job).map_or(MPI_UNDEFINED, |r| r as c_int),
+        };
+        let (s, error) = match outcome {
+            Ok(s) => (s, None),
+            Err(msg::Error::Cancelled) => {
+                status.set_cancelled(true);
+                return (status, None);
+            }
+            Err(msg::Error::Truncated {
+                sender,
+                tag,
+                capacity,
+                ..
+            }) => {
+                let e = Error::new(
+                    MPI_ERR_TRUNCATE,
+                    format!(
+                        "the message from rank {} (tag {tag}) is longer than the {capacity}-byte receive buffer",
+                        source(sender)
+                    ),
+                );
+                (
+                    msg::Status {
+                        source: sender,
+                        tag,
+                        len: capacity,
+                    },
+                    Some(e),
+                )
+            }
+            Err(e) => {
+                let e = Error::from(e);
+                status.error = e.class;
+                return (status, Some(e));
+            }
+        };
+        status.source = source(s.source);
+        status.tag = s.tag;
+        status.set_bytes(s.len as u64);
+        if let Some(u) = self.unpack {
+            // SAFETY: the receive's caller promised `base` holds `count` elements of
+            // `ty` until it completes (now); the staging buffer is ours.
+            unsafe {
+                pack::unpack(
+                    &u.ty,
+                    &u.staging[..s.len.min(u.staging.len())],
+                    u.base,
+                    u.count,
+                )
+            };
+        }
+        if let Some(e) = &error {
+            status.error = e.class;
+        }
+        (status, error)
+    }
+}
+
+/// Where a request stands after a look.
+pub enum Outcome {
+    /// Still running.
+    Pending,
+    /// Done, with its status and error; `keep`: a persistent request, which stays.
+    Complete {
+        status: Status,
+        error: Option<Error>,
+        keep: bool,
+    },
+}
+
+/// The message-layer request a waiting call may look at for a silent peer.
+pub fn pending_id(r: &Request) -> Option<msg::ReqId> {
+    match r {
+        Request::P2p(p) => Some(p.id),
+        Request::Persistent(p) => p.active.as_ref().map(|a| a.id),
+        Request::Coll(s) => s.pending_id(),
+        Request::Done(_) => None,
+    }
+}
+
+/// The first error of a call's requests, for a call that handles several.
+pub fn first_error(errors: impl IntoIterator<Item = Option<Error>>) -> Result<()> {
+    match errors.into_iter().flatten().next() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,215 @@
+//! The library's state: the message layer under it, and every object a handle names.
+
+use crate::comm::{Communicator, Group, CONTEXTS_PER_COMM};
+use crate::datatype::{predefined, Datatype};
+use crate::error::{Error, Handler, Object, Result};
+use crate::ffi::*;
+use crate::handles::{Kind, Table};
+use crate::op::UserOp;
+use crate::p2p::probe::Message;
+use crate::request::Request;
+use rbtl::msg;
+use std::sync::Arc;
+
+/// A user's error handler: the kind of object it serves and its function.
+#[derive(Clone, Copy, Debug)]
+pub struct Errhandler {
+    pub kind: Kind,
+    pub function: usize,
+}
+
+/// An info object: keys and values, in the order they were set.
+pub type Info = Vec<(String, String)>;
+
+/// Everything the library holds between calls.
+pub struct Mpi {
+    /// The message layer over every process of the job.
+    pub msg: msg::Comm,
+    pub world: Communicator,
+    pub self_comm: Communicator,
+    pub comms: Table<Communicator>,
+    pub groups: Table<Arc<Group>>,
+    /// Predefined datatypes by `handle - predefined::FIRST`.
+    pub predefined: Vec<Option<Datatype>>,
+    pub types: Table<Datatype>,
+    pub ops: Table<UserOp>,
+    pub requests: Table<Request>,
+    /// Requests whose progress the library drives (nonblocking collectives).
+    pub active: Vec<Handle>,
+    /// Requests nobody waits for (freed while active, buffered sends), driven by
+    /// progress until they complete; with the bytes of the attached buffer each
+    /// holds.
+    pub detached: Vec<(Request, usize)>,
+    /// Messages taken by matched probes.
+    pub messages: Table<Message>,
+    pub errhandlers: Table<Errhandler>,
+    pub infos: Table<Info>,
+    pub wins: Table<crate::rma::Win>,
+    pub attrs: crate::comm::attr::Keyvals,
+    /// The thread level granted.
+    pub thread_level: c_int,
+    /// The next context number nobody here has used.
+    pub next_ctx: u32,
+    /// The buffer attached for buffered sends.
+    pub bsend: crate::p2p::bsend::Buffer,
+    /// The communicator to the processes that spawned this one (`MPI_COMM_NULL`).
+    pub parent: Handle,
+    /// The thread that initialized the library.
+    pub main_thread: std::thread::ThreadId,
+}
+
+/// Context numbers: world, self, then those made later (0 belongs to the message
+/// layer itself).
+const WORLD_CTX: u32 = 2;
+const SELF_CTX: u32 = WORLD_CTX + CONTEXTS_PER_COMM;
+
+impl Mpi {
+    /// The library over the message layer `msg`.
+    pub fn new(msg: msg::Comm, thread_level: c_int) -> Mpi {
+        let (rank, size) = (msg.rank(), msg.size());
+        let world = Communicator::new(
+            WORLD_CTX,
+            Arc::new(Group::new((0..size).collect())),
+            rank,
+            "MPI_COMM_WORLD",
+        );
+        let self_comm = Communicator::new(
+            SELF_CTX,
+            Arc::new(Group::new(vec![rank])),
+            0,
+            "MPI_COMM_SELF",
+        );
+        Mpi {
+            msg,
+            world,
+            self_comm,
+            comms: Table::new(Kind::Comm),
+            groups: Table::new(Kind::Group),
+            predefined: predefined::all(),
+            types: Table::new(Kind::Datatype),
+            ops: Table::new(Kind::Op),
+            requests: Table::new(Kind::Request),
+            active: Vec::new(),
+            detached: Vec::new(),
+            messages: Table::new(Kind::Message),
+            errhandlers: Table::new(Kind::Errhandler),
+            infos: Table::new(Kind::Info),
+            wins: Table::new(Kind::Win),
+            attrs: Default::default(),
+            thread_level,
+            next_ctx: SELF_CTX + CONTEXTS_PER_COMM,
+            bsend: Default::default(),
+            parent: MPI_COMM_NULL,
+            main_thread: std::thread::current().id(),
+        }
+    }
+
+    /// This process's rank in the job.
+    pub fn world_rank(&self) -> u32 {
+        self.world.rank
+    }
+
+    /// The communicator `h`.
+    #[inline(always)]
+    pub fn comm(&self, h: Handle) -> Result<&Communicator> {
+        match h {
+            MPI_COMM_WORLD => Ok(&self.world),
+            MPI_COMM_SELF => Ok(&self.self_comm),
+            _ => self.comms.get(h).ok_or_else(|| bad_comm(h)),
+        }
+    }
+
+    /// The communicator `h`, writable.
+    #[inline(always)]
+    pub fn comm_mut(&mut self, h: Handle) -> Result<&mut Communicator> {
+        match h {
+            MPI_COMM_WORLD => Ok(&mut self.world),
+            MPI_COMM_SELF => Ok(&mut self.self_comm),
+            _ => self.comms.get_mut(h).ok_or_else(|| bad_comm(h)),
+        }
+    }
+
+    /// The datatype `h` (committed or not).
+    #[inline(always)]
+    pub fn dtype_any(&self, h: Handle) -> Result<&Datatype> {
+        let found = if (predefined::FIRST..predefined::END).contains(&h) {
+            self.predefined[h - predefined::FIRST].as_ref()
+        } else {
+            self.types.get(h)
+        };
+        found.ok_or_else(|| bad_type(h))
+    }
+
+    /// The datatype `h`, which must be committed (to be used in communication).
+    #[inline(always)]
+    pub fn dtype(&self, h: Handle) -> Result<&Datatype> {
+        let t = self.dtype_any(h)?;
+        if !t.committed {
+            return Err(Error::new(
+                MPI_ERR_TYPE,
+                "the datatype is not committed: call MPI_Type_commit before communicating with it",
+            ));
+        }
+        Ok(t)
+    }
+
+    /// A fresh context pair above every one this process has used; the caller agrees
+    /// on the value with the other members (see `comm::create`).
+    pub fn contexts_above(&self) -> u32 {
+        self.next_ctx
+    }
+
+    /// Note that contexts up to `ctx` (and its collective twin) are in use.
+    pub fn use_contexts(&mut self, ctx: u32) {
+        self.next_ctx = self.next_ctx.max(ctx + CONTEXTS_PER_COMM);
+    }
+
+    /// What an error raised on `object` does.
+    pub fn handler_of(&self, object: Object) -> Handler {
+        let h = match object {
+            Object::None => self.self_comm.errhandler,
+            Object::Comm(c) => match self.comm(c) {
+                Ok(c) => c.errhandler,
+                // An error on a handle that is no communicator goes to the world's.
+                Err(_) => self.world.errhandler,
+            },
+            Object::Win(w) => crate::rma::errhandler_of(self, w),
+            Object::File(_) | Object::Session(_) => MPI_ERRORS_RETURN,
+        };
+        match h {
+            MPI_ERRORS_RETURN => Handler::Return,
+            MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT => Handler::Fatal,
+            h => match self.errhandlers.get(h) {
+                Some(e) => Handler::User(e.function),
+                None => Handler::Fatal,
+            },
+        }
+    }
+
+    /// End the job through the launcher, where there is one.
+    pub fn abort_through_launcher(&mut self, code: c_int, message: &str) {
+        let _ = self.msg.job().modex.abort(code, message);
+    }
+}
+
+#[cold]
+fn bad_comm(h: Handle) -> Error {
+    match h {
+        MPI_COMM_NULL => Error::new(MPI_ERR_COMM, "MPI_COMM_NULL is not a communicator"),
+        _ => Error::new(
+            MPI_ERR_COMM,
+            format!("{h:#x} is not a communicator (freed, or a handle of another kind)"),
+        ),
+    }
+}
+
+#[cold]
+fn bad_type(h: Handle) -> Error {
+    match h {
+        MPI_DATATYPE_NULL => Error::new(MPI_ERR_TYPE, "MPI_DATATYPE_NULL is not a datatype"),
+        _ => Error::new(
+            MPI_ERR_TYPE,
+            format!("{h:#x} is not a datatype (freed, or a handle of another kind)"),
+        ),
+    }
+}
