@@ -9,7 +9,7 @@ pub fn header(items: &[Item]) -> String {
     h.push_str(
         "/* mpi.h: the MPI standard ABI (MPI 5.0, ABI 1.0) of rbtl's libmpi_abi.so.\n \
          * Written by abi/build.rs from abi/spec/mpi.spec: edit the table, not this file. */\n\
-         #ifndef RBTL_MPI_H\n#define RBTL_MPI_H\n\n",
+         #ifndef MPI_H_ABI\n#define MPI_H_ABI\n\n",
     );
     let mut functions = Vec::new();
     let mut opened = false;
@@ -26,7 +26,13 @@ pub fn header(items: &[Item]) -> String {
                 let _ = writeln!(h, "#define {name:<30} {v}");
             }
             Item::Scalar(name, ty) => {
-                let _ = writeln!(h, "typedef {ty} {name};");
+                // As the standard's header: the type may be given by a macro
+                // (`-DMPI_ABI_Aint=...`) on a platform that needs another.
+                let abi = name.replacen("MPI_", "MPI_ABI_", 1);
+                let _ = writeln!(
+                    h,
+                    "#if !defined({abi})\n#define {abi} {ty}\n#endif\ntypedef {abi} {name};\n#undef  {abi}"
+                );
             }
             Item::Struct(name, fields) => {
                 h.push_str("typedef struct {\n");
@@ -78,7 +84,7 @@ pub fn header(items: &[Item]) -> String {
             let _ = writeln!(h, "{};", prototype(f, prefix));
         }
     }
-    h.push_str("\n#if defined(__cplusplus)\n}\n#endif\n\n#endif /* RBTL_MPI_H */\n");
+    h.push_str("\n#if defined(__cplusplus)\n}\n#endif\n\n#endif /* MPI_H_ABI */\n");
     h
 }
 

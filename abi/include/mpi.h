@@ -1,7 +1,7 @@
 /* mpi.h: the MPI standard ABI (MPI 5.0, ABI 1.0) of rbtl's libmpi_abi.so.
  * Written by abi/build.rs from abi/spec/mpi.spec: edit the table, not this file. */
-#ifndef RBTL_MPI_H
-#define RBTL_MPI_H
+#ifndef MPI_H_ABI
+#define MPI_H_ABI
 
 #include <stdint.h>
 
@@ -12,10 +12,26 @@ extern "C" {
 #define MPI_SUBVERSION                 2
 #define MPI_ABI_VERSION                1
 #define MPI_ABI_SUBVERSION             0
-typedef intptr_t MPI_Aint;
-typedef int64_t MPI_Offset;
-typedef MPI_Offset MPI_Count;
-typedef int MPI_Fint;
+#if !defined(MPI_ABI_Aint)
+#define MPI_ABI_Aint intptr_t
+#endif
+typedef MPI_ABI_Aint MPI_Aint;
+#undef  MPI_ABI_Aint
+#if !defined(MPI_ABI_Offset)
+#define MPI_ABI_Offset int64_t
+#endif
+typedef MPI_ABI_Offset MPI_Offset;
+#undef  MPI_ABI_Offset
+#if !defined(MPI_ABI_Count)
+#define MPI_ABI_Count MPI_Offset
+#endif
+typedef MPI_ABI_Count MPI_Count;
+#undef  MPI_ABI_Count
+#if !defined(MPI_ABI_Fint)
+#define MPI_ABI_Fint int
+#endif
+typedef MPI_ABI_Fint MPI_Fint;
+#undef  MPI_ABI_Fint
 typedef struct {
     int MPI_SOURCE;
     int MPI_TAG;
@@ -414,8 +430,16 @@ typedef struct MPI_T_event_instance_t* MPI_T_event_instance;
 #define MPI_T_PVAR_SESSION_NULL        ((MPI_T_pvar_session)0)
 #define MPI_T_PVAR_HANDLE_NULL         ((MPI_T_pvar_handle)0)
 #define MPI_T_PVAR_ALL_HANDLES         ((MPI_T_pvar_handle)1)
-typedef enum  MPI_T_cb_safety { MPI_T_CB_REQUIRE_NONE              = 0, MPI_T_CB_REQUIRE_MPI_RESTRICTED    = 1, MPI_T_CB_REQUIRE_THREAD_SAFE       = 3, MPI_T_CB_REQUIRE_ASYNC_SIGNAL_SAFE = 7 } MPI_T_cb_safety;
-typedef enum MPI_T_source_order { MPI_T_SOURCE_ORDERED               = 1, MPI_T_SOURCE_UNORDERED             = 2 } MPI_T_source_order;
+typedef enum MPI_T_cb_safety {
+    MPI_T_CB_REQUIRE_NONE              = 0,
+    MPI_T_CB_REQUIRE_MPI_RESTRICTED    = 1,
+    MPI_T_CB_REQUIRE_THREAD_SAFE       = 3,
+    MPI_T_CB_REQUIRE_ASYNC_SIGNAL_SAFE = 7
+} MPI_T_cb_safety;
+typedef enum MPI_T_source_order {
+    MPI_T_SOURCE_ORDERED               = 1,
+    MPI_T_SOURCE_UNORDERED             = 2
+} MPI_T_source_order;
 
 enum {
     MPI_T_VERBOSITY_USER_BASIC         = 0x09,
@@ -1810,4 +1834,4 @@ int PMPI_T_source_get_timestamp(int source_index, MPI_Count *timestamp);
 }
 #endif
 
-#endif /* RBTL_MPI_H */
+#endif /* MPI_H_ABI */

@@ -99,6 +99,21 @@ impl Mpi {
         Ok(h)
     }
 
+    /// A duplicate of `comm` for the library's own use (a window's): its group and a
+    /// new context, nothing else of the parent's.
+    pub fn comm_dup_bare(&mut self, comm: Handle) -> Result<Handle> {
+        let parent = self.comm(comm)?;
+        if parent.remote.is_some() {
+            return Err(Error::new(
+                MPI_ERR_COMM,
+                "windows on intercommunicators are not implemented by this library",
+            ));
+        }
+        let group = parent.group.clone();
+        let ctx = self.agree_context(comm, &[])?.0;
+        self.keep(ctx, group, comm)
+    }
+
     /// Agree on a context over `comm`, gathering `extra` ints of every member too:
     /// the context and what was gathered (each member's `extra` in rank order).
     fn agree_context(&mut self, comm: Handle, extra: &[i32]) -> Result<(u32, Vec<Vec<i32>>)> {

@@ -1,12 +1,348 @@
-//! One-sided communication (windows).
+//! One-sided communication: windows (`MPI_Win_create`, `MPI_Win_allocate`), their
+//! operations ([`ops`]) and synchronization ([`sync`]).
+//!
+//! A window's memory is exposed to every member through the message layer's
+//! one-sided blocks (`rbtl::msg::{Exposed, Target}`): memory that `MPI_Win_allocate`
+//! takes from a transport's shared heap is mapped by the members on the node (a put
+//! is a store, an atomic a processor atomic, as Open MPI's `osc/sm`); other memory
+//! and other members are reached through the transports' put, get and atomics (as
+//! `osc/rdma`). Beside it each member exposes a control block of two words: the
+//! passive-target lock (readers counted, a writer's bit) and the mutex of the
+//! accumulates that no single atomic performs.
+//!
+//! A window has a communicator of its own (a duplicate of the one it was made on),
+//! for its fences, post/start/complete/wait tokens, and the exchange of every
+//! member's memory at creation.
 
+pub mod api;
+pub mod ops;
+pub mod sync;
+
+use crate::comm::Group;
+use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
+use rbtl::msg::{Exposed, Pending, SharedRegion, Target};
+use std::sync::Arc;
 
-/// The error handler of window `w`.
-pub fn errhandler_of(_mpi: &Mpi, _w: Handle) -> Handle {
-    MPI_ERRORS_ARE_FATAL
+/// Bytes of a member's control block.
+const CONTROL: usize = 64;
+/// Offsets of its words: the passive-target lock, the accumulate mutex.
+const LOCK_WORD: usize = 0;
+const ACC_WORD: usize = 8;
+
+/// Where a window's memory lives.
+enum Memory {
+    /// The caller's (`MPI_Win_create`).
+    User,
+    /// A transport's shared heap.
+    Shared(SharedRegion),
+    /// This process's own pages.
+    Private(rbtl::mpool::Region),
+}
+
+/// A member's memory and control block, as this process reaches them.
+pub struct Peer {
+    pub mem: Target,
+    pub ctrl: Target,
+    pub disp_unit: usize,
+    /// Its job rank.
+    pub job: u32,
+}
+
+/// The passive-target lock this process holds on a member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Held {
+    Shared,
+    Exclusive,
+    /// Under `MPI_MODE_NOCHECK`: no lock taken.
+    NoCheck,
 }
 
 /// A window.
-pub struct Win;
+pub struct Win {
+    /// The window's own communicator.
+    pub comm: Handle,
+    pub group: Arc<Group>,
+    pub rank: u32,
+    pub base: *mut u8,
+    pub size: usize,
+    pub disp_unit: usize,
+    pub flavor: c_int,
+    memory: Memory,
+    control: Memory,
+    /// Registrations of the memory and the control block (dropped before them).
+    exposed: Option<(Exposed, Exposed)>,
+    /// Every member, by rank in the window's group.
+    pub peers: Vec<Peer>,
+    /// Operations under way to each member.
+    pub pending: Vec<Pending>,
+    pub sync: sync::State,
+    /// Work to finish when a member's operations complete: gets through a staging
+    /// buffer to unpack, staged origin data to release.
+    pub staged: Vec<ops::Staged>,
+    pub name: String,
+    pub errhandler: Handle,
+    /// Values of the predefined attributes (their addresses are handed out).
+    attr_values: Box<(Aint, c_int, c_int, c_int)>,
+}
+
+impl Win {
+    /// The member `rank` of the window's group.
+    pub fn peer(&self, rank: c_int) -> Result<usize> {
+        usize::try_from(rank)
+            .ok()
+            .filter(|r| *r < self.peers.len())
+            .ok_or_else(|| {
+                Error::new(
+                    MPI_ERR_RANK,
+                    format!(
+                        "rank {rank} is not in the window's group of {}",
+                        self.peers.len()
+                    ),
+                )
+            })
+    }
+}
+
+impl Mpi {
+    /// The window `h`.
+    pub fn win(&self, h: Handle) -> Result<&Win> {
+        self.wins.get(h).ok_or_else(|| bad_win(h))
+    }
+
+    /// The window `h`, writable.
+    pub fn win_mut(&mut self, h: Handle) -> Result<&mut Win> {
+        self.wins.get_mut(h).ok_or_else(|| bad_win(h))
+    }
+
+    /// Make a window over `comm` (collective): `base`/`size` the caller's memory
+    /// (`None`: allocate `size` bytes); its handle.
+    pub fn win_create(
+        &mut self,
+        base: Option<*mut u8>,
+        size: usize,
+        disp_unit: usize,
+        comm: Handle,
+    ) -> Result<Handle> {
+        let wcomm = self.comm_dup_bare(comm)?;
+        let made = self.win_make(base, size, disp_unit, wcomm);
+        if made.is_err() {
+            let _ = self.comm_free(wcomm);
+        }
+        made
+    }
+
+    fn win_make(
+        &mut self,
+        base: Option<*mut u8>,
+        size: usize,
+        disp_unit: usize,
+        wcomm: Handle,
+    ) -> Result<Handle> {
+        let c = self.comm(wcomm)?;
+        let (group, rank) = (c.group.clone(), c.rank);
+        let (memory, base, flavor) = match base {
+            Some(b) => (Memory::User, b, MPI_WIN_FLAVOR_CREATE),
+            None => {
+                let m = self.take_memory(size)?;
+                let p = m.ptr();
+                (m, p, MPI_WIN_FLAVOR_ALLOCATE)
+            }
+        };
+        let control = self.take_memory(CONTROL)?;
+        let control_ptr = control.ptr();
+        // SAFETY: the control block is CONTROL bytes of ours; nobody reaches it yet.
+        unsafe { std::ptr::write_bytes(control_ptr, 0, CONTROL) };
+        // SAFETY: both live in the window, whose Drop drops the registrations first.
+        let exposed = unsafe {
+            (
+                self.msg.expose(base as usize, size)?,
+                self.msg.expose(control_ptr as usize, CONTROL)?,
+            )
+        };
+        // Every member's cards for every other: (memory, control, displacement unit).
+        let n = group.size() as usize;
+        let mut mine = vec![0u8; n * CARD];
+        for (i, block) in mine.chunks_mut(CARD).enumerate() {
+            let j = group.job_rank(i as u32).expect("a member");
+            let card = encode(&[
+                &self.msg.card(&exposed.0, j)?,
+                &self.msg.card(&exposed.1, j)?,
+                &(disp_unit as u64).to_le_bytes(),
+            ]);
+            block[..card.len()].copy_from_slice(&card);
+        }
+        let mut theirs = vec![0u8; n * CARD];
+        let null = std::ptr::null();
+        // SAFETY: both buffers live until the collective, run here, ends.
+        let s = unsafe {
+            self.build_alltoall(
+                mine.as_ptr().cast(),
+                (CARD as c_int, null, null),
+                &[MPI_BYTE],
+                theirs.as_mut_ptr().cast(),
+                (CARD as c_int, null, null),
+                &[MPI_BYTE],
+                wcomm,
+                false,
+            )
+        }?;
+        self.run(s)?;
+        let mut peers = Vec::with_capacity(n);
+        for (i, block) in theirs.chunks(CARD).enumerate() {
+            let j = group.job_rank(i as u32).expect("a member");
+            let parts = decode(block).ok_or_else(|| {
+                Error::new(
+                    MPI_ERR_OTHER,
+                    format!("rank {i}'s window description is malformed"),
+                )
+            })?;
+            let [mem, ctrl, unit] = parts[..] else {
+                return Err(Error::new(
+                    MPI_ERR_OTHER,
+                    format!("rank {i}'s window description has {} parts", parts.len()),
+                ));
+            };
+            peers.push(Peer {
+                mem: self.msg.target(j, mem)?,
+                ctrl: self.msg.target(j, ctrl)?,
+                disp_unit: u64::from_le_bytes(
+                    unit.try_into()
+                        .map_err(|_| Error::new(MPI_ERR_OTHER, "a malformed displacement unit"))?,
+                ) as usize,
+                job: j,
+            });
+        }
+        let win = Win {
+            comm: wcomm,
+            group,
+            rank,
+            base,
+            size,
+            disp_unit,
+            flavor,
+            memory,
+            control,
+            exposed: Some(exposed),
+            pending: vec![Pending::default(); n],
+            peers,
+            sync: sync::State::default(),
+            staged: Vec::new(),
+            name: String::new(),
+            errhandler: MPI_ERRORS_ARE_FATAL,
+            attr_values: Box::new((size as Aint, disp_unit as c_int, flavor, MPI_WIN_UNIFIED)),
+        };
+        self.wins.insert(win)
+    }
+
+    /// `len` bytes for a window: from a transport's shared heap where one has room,
+    /// else pages of this process.
+    fn take_memory(&mut self, len: usize) -> Result<Memory> {
+        if let Some(r) = self.msg.alloc_shared(len.max(1))? {
+            return Ok(Memory::Shared(r));
+        }
+        let r = rbtl::mpool::Region::anonymous(len.max(1)).map_err(|e| {
+            Error::new(MPI_ERR_NO_MEM, format!("window memory of {len} bytes: {e}"))
+        })?;
+        Ok(Memory::Private(r))
+    }
+
+    /// `MPI_Win_free` (collective): every operation completes, every member is past
+    /// its last access (a barrier), then the memory goes.
+    pub fn win_free(&mut self, h: Handle) -> Result<()> {
+        self.win_complete_all(h)?;
+        let comm = self.win(h)?.comm;
+        let s = self.build_barrier(comm)?;
+        self.run(s)?;
+        let mut w = self.wins.remove(h).ok_or_else(|| bad_win(h))?;
+        w.exposed = None;
+        for m in [
+            std::mem::replace(&mut w.memory, Memory::User),
+            std::mem::replace(&mut w.control, Memory::User),
+        ] {
+            if let Memory::Shared(r) = m {
+                self.msg.free_shared(r)?;
+            }
+        }
+        self.comm_free(comm)
+    }
+}
+
+impl Memory {
+    fn ptr(&self) -> *mut u8 {
+        match self {
+            Memory::User => std::ptr::null_mut(),
+            Memory::Shared(r) => r.ptr(),
+            Memory::Private(r) => r.as_ptr(),
+        }
+    }
+}
+
+impl Drop for Win {
+    fn drop(&mut self) {
+        // Registrations go before the memory they describe; memory of a transport's
+        // heap not given back stays with the transport (peers may still map it).
+        self.exposed = None;
+    }
+}
+
+/// Bytes of one member's description for another.
+const CARD: usize = 1024;
+
+/// Parts, each preceded by its length (u16).
+fn encode(parts: &[&[u8]]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for p in parts {
+        v.extend_from_slice(&(p.len() as u16).to_le_bytes());
+        v.extend_from_slice(p);
+    }
+    v
+}
+
+/// The parts of [`encode`]; `None` if malformed. (A zero length ends the list.)
+fn decode(mut b: &[u8]) -> Option<Vec<&[u8]>> {
+    let mut parts = Vec::new();
+    while b.len() >= 2 {
+        let n = u16::from_le_bytes([b[0], b[1]]) as usize;
+        if n == 0 {
+            break;
+        }
+        let p = b.get(2..2 + n)?;
+        parts.push(p);
+        b = &b[2 + n..];
+    }
+    Some(parts)
+}
+
+#[cold]
+fn bad_win(h: Handle) -> Error {
+    match h {
+        MPI_WIN_NULL => Error::new(MPI_ERR_WIN, "MPI_WIN_NULL is not a window"),
+        _ => Error::new(
+            MPI_ERR_WIN,
+            format!("{h:#x} is not a window (freed, or a handle of another kind)"),
+        ),
+    }
+}
+
+/// The error handler of window `w`.
+pub fn errhandler_of(mpi: &Mpi, w: Handle) -> Handle {
+    mpi.win(w).map_or(MPI_ERRORS_ARE_FATAL, |w| w.errhandler)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{decode, encode};
+
+    #[test]
+    fn cards_round_trip() {
+        let e = encode(&[b"abc", b"", b"de"]);
+        assert_eq!(decode(&e).unwrap(), vec![&b"abc"[..]]);
+        let e = encode(&[b"abc", b"de"]);
+        let mut block = e.clone();
+        block.resize(64, 0);
+        assert_eq!(decode(&block).unwrap(), vec![&b"abc"[..], &b"de"[..]]);
+        assert!(decode(&[9, 0, 1]).is_none(), "a part longer than the block");
+    }
+}

@@ -1,0 +1,228 @@
+//! The window bindings: making and freeing windows, their group, attributes, names
+//! and error handlers.
+
+use crate::comm::api::{create_errhandler, read_str, write_name};
+use crate::entry::call;
+use crate::error::{Error, Object, Result};
+use crate::ffi::*;
+use crate::handles::Kind;
+use crate::state::Mpi;
+
+/// A window's size and displacement unit arguments.
+fn sizes(size: Aint, disp_unit: c_int) -> Result<(usize, usize)> {
+    let size = usize::try_from(size)
+        .map_err(|_| Error::new(MPI_ERR_SIZE, format!("window size {size} is negative")))?;
+    let unit = usize::try_from(disp_unit)
+        .ok()
+        .filter(|u| *u > 0)
+        .ok_or_else(|| {
+            Error::new(
+                MPI_ERR_DISP,
+                format!("displacement unit {disp_unit} is not positive"),
+            )
+        })?;
+    Ok((size, unit))
+}
+
+/// Write a new window's handle.
+///
+/// # Safety
+///
+/// `out` is null or writable.
+unsafe fn hand_out(h: Handle, out: *mut Handle) -> Result<()> {
+    if out.is_null() {
+        return Err(Error::new(MPI_ERR_ARG, "the window pointer is null"));
+    }
+    // SAFETY: checked not null.
+    unsafe { out.write(h) };
+    Ok(())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_create(
+    base: *mut c_void,
+    size: Aint,
+    disp_unit: c_int,
+    _info: Handle,
+    comm: Handle,
+    win: *mut Handle,
+) -> c_int {
+    call("MPI_Win_create", Object::Comm(comm), |mpi| {
+        let (size, unit) = sizes(size, disp_unit)?;
+        if base.is_null() && size > 0 {
+            return Err(Error::new(MPI_ERR_BUFFER, "the window's base is null"));
+        }
+        let h = mpi.win_create(Some(base.cast()), size, unit, comm)?;
+        // SAFETY: the binding's contract.
+        unsafe { hand_out(h, win) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_allocate(
+    size: Aint,
+    disp_unit: c_int,
+    _info: Handle,
+    comm: Handle,
+    baseptr: *mut c_void,
+    win: *mut Handle,
+) -> c_int {
+    call("MPI_Win_allocate", Object::Comm(comm), |mpi| {
+        let (size, unit) = sizes(size, disp_unit)?;
+        if baseptr.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the base pointer's place is null"));
+        }
+        let h = mpi.win_create(None, size, unit, comm)?;
+        let base = mpi.win(h)?.base;
+        // SAFETY: the binding's contract: `baseptr` points to a pointer.
+        unsafe {
+            baseptr.cast::<*mut u8>().write(base);
+            hand_out(h, win)
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_free(win: *mut Handle) -> c_int {
+    call("MPI_Win_free", Object::None, |mpi| {
+        if win.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the window pointer is null"));
+        }
+        // SAFETY: checked not null.
+        let h = unsafe { *win };
+        let w = mpi.win(h)?;
+        if !w.sync.locks.is_empty()
+            || w.sync.lock_all.is_some()
+            || w.sync.access.is_some()
+            || w.sync.exposure.is_some()
+        {
+            return Err(Error::new(
+                MPI_ERR_RMA_SYNC,
+                "the window is freed inside an epoch: unlock, complete or wait first",
+            ));
+        }
+        mpi.win_free(h)?;
+        // SAFETY: checked not null.
+        unsafe { win.write(MPI_WIN_NULL) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_get_group(win: Handle, group: *mut Handle) -> c_int {
+    call("MPI_Win_get_group", Object::Win(win), |mpi| {
+        let g = (*mpi.win(win)?.group).clone();
+        // SAFETY: the binding's contract.
+        unsafe { mpi.hand_out_group(g, group) }
+    })
+}
+
+impl Mpi {
+    /// The address a predefined window attribute hands out; `None` for another key.
+    fn win_attr(&self, win: Handle, key: c_int) -> Result<Option<usize>> {
+        let w = self.win(win)?;
+        let v = &*w.attr_values;
+        Ok(match key {
+            // The base is handed out as the value itself.
+            MPI_WIN_BASE => Some(w.base as usize),
+            MPI_WIN_SIZE => Some(&v.0 as *const Aint as usize),
+            MPI_WIN_DISP_UNIT => Some(&v.1 as *const c_int as usize),
+            MPI_WIN_CREATE_FLAVOR => Some(&v.2 as *const c_int as usize),
+            MPI_WIN_MODEL => Some(&v.3 as *const c_int as usize),
+            _ => None,
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_get_attr(
+    win: Handle,
+    win_keyval: c_int,
+    attribute_val: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    call("MPI_Win_get_attr", Object::Win(win), |mpi| {
+        if flag.is_null() || attribute_val.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the value or flag pointer is null"));
+        }
+        let v = mpi.win_attr(win, win_keyval)?;
+        // SAFETY: checked not null; `attribute_val` points to a pointer.
+        unsafe {
+            flag.write(c_int::from(v.is_some()));
+            if let Some(v) = v {
+                attribute_val.cast::<usize>().write(v);
+            }
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_set_name(win: Handle, win_name: *const c_char) -> c_int {
+    call("MPI_Win_set_name", Object::Win(win), |mpi| {
+        // SAFETY: the binding's contract.
+        let mut name = unsafe { read_str(win_name) }?;
+        name.truncate(MPI_MAX_OBJECT_NAME as usize - 1);
+        mpi.win_mut(win)?.name = name;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_get_name(
+    win: Handle,
+    win_name: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
+    call("MPI_Win_get_name", Object::Win(win), |mpi| {
+        let name = mpi.win(win)?.name.clone();
+        // SAFETY: the binding's contract: room for MPI_MAX_OBJECT_NAME bytes.
+        unsafe { write_name(&name, win_name, resultlen, MPI_MAX_OBJECT_NAME as usize) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_create_errhandler(
+    win_errhandler_fn: *mut c_void,
+    errhandler: *mut Handle,
+) -> c_int {
+    // SAFETY: the binding's contract: `errhandler` is writable.
+    unsafe {
+        create_errhandler(
+            "MPI_Win_create_errhandler",
+            win_errhandler_fn,
+            errhandler,
+            Kind::Win,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_set_errhandler(win: Handle, errhandler: Handle) -> c_int {
+    call("MPI_Win_set_errhandler", Object::Win(win), |mpi| {
+        match errhandler {
+            MPI_ERRORS_ARE_FATAL | MPI_ERRORS_RETURN | MPI_ERRORS_ABORT => {}
+            h => match mpi.errhandlers.get(h) {
+                Some(e) if e.kind == Kind::Win => {}
+                _ => {
+                    return Err(Error::new(
+                        MPI_ERR_ARG,
+                        "not an error handler made for windows",
+                    ))
+                }
+            },
+        }
+        mpi.win_mut(win)?.errhandler = errhandler;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_get_errhandler(win: Handle, errhandler: *mut Handle) -> c_int {
+    call("MPI_Win_get_errhandler", Object::Win(win), |mpi| {
+        let h = mpi.win(win)?.errhandler;
+        // SAFETY: null or writable.
+        unsafe { put(errhandler, h) };
+        Ok(())
+    })
+}

@@ -1,0 +1,474 @@
+//! A window's synchronization: fences, passive-target locks, flushes, and
+//! post/start/complete/wait.
+//!
+//! An operation completes at its target when the message layer's put, get or atomic
+//! completes (its callback runs once the data is visible there), so every
+//! completion call (flush, unlock, fence, complete) waits for the operations counted
+//! toward the members it concerns. A passive-target lock is a word in the target's
+//! control block changed by atomics: readers add one, a writer sets the top bit when
+//! the word is zero (as Open MPI's `osc/rdma`).
+
+use super::{Held, Win, ACC_WORD, LOCK_WORD};
+use crate::entry::call;
+use crate::error::{Error, Object, Result};
+use crate::ffi::*;
+use crate::state::Mpi;
+use rbtl::btl::AtomicOp;
+use rbtl::msg::{Atomic, Pending};
+use std::collections::BTreeMap;
+
+/// The writer's bit of a lock word.
+const EXCLUSIVE: u64 = 1 << 63;
+/// Tags of the post/start/complete/wait tokens on the window's communicator.
+const POST_TAG: i32 = 1;
+const DONE_TAG: i32 = 2;
+
+/// Which epochs a window has open.
+#[derive(Default, Debug)]
+pub struct State {
+    /// An epoch opened by a fence (until a fence with `MPI_MODE_NOSUCCEED`).
+    pub fence: bool,
+    /// Passive-target locks held, by member.
+    pub locks: BTreeMap<usize, Held>,
+    /// `MPI_Win_lock_all` is in force (`Some(true)` under `MPI_MODE_NOCHECK`).
+    pub lock_all: Option<bool>,
+    /// The access group of a post/start/complete/wait epoch, from start to complete.
+    pub access: Option<Vec<usize>>,
+    /// The exposure group, from post to wait.
+    pub exposure: Option<Vec<usize>>,
+}
+
+impl State {
+    /// Whether member `r` may be accessed now.
+    pub fn may_access(&self, r: usize) -> bool {
+        self.fence
+            || self.lock_all.is_some()
+            || self.locks.contains_key(&r)
+            || self.access.as_ref().is_some_and(|g| g.contains(&r))
+    }
+}
+
+/// An error of synchronization order.
+fn sync_error(what: &str) -> Error {
+    Error::new(MPI_ERR_RMA_SYNC, what.to_string())
+}
+
+impl Mpi {
+    /// Complete every operation toward member `r` of window `h`, then the work that
+    /// waited for them.
+    pub fn win_complete(&mut self, h: Handle, r: usize) -> Result<()> {
+        let (pending, job) = {
+            let w = self.win(h)?;
+            (w.pending[r].clone(), w.peers[r].job)
+        };
+        let done = self.msg.complete(&pending, Some(job));
+        self.finish_staged(h, Some(r))?;
+        Ok(done?)
+    }
+
+    /// Complete every operation of window `h`.
+    pub fn win_complete_all(&mut self, h: Handle) -> Result<()> {
+        let n = self.win(h)?.peers.len();
+        let mut first = Ok(());
+        for r in 0..n {
+            if let Err(e) = self.win_complete(h, r) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+
+    /// Take the lock word at `offset` of member `r`'s control block: exclusively (a
+    /// writer), or shared (a reader); retried while another holds it.
+    pub fn win_acquire(
+        &mut self,
+        h: Handle,
+        r: usize,
+        offset: usize,
+        exclusive: bool,
+    ) -> Result<()> {
+        let (ctrl, job) = {
+            let w = self.win(h)?;
+            (w.peers[r].ctrl.clone(), w.peers[r].job)
+        };
+        let p = Pending::default();
+        let mut tries = 0u32;
+        loop {
+            let mut old = [0u8; 8];
+            let atomic = if exclusive {
+                Atomic::CompareSwap {
+                    compare: 0,
+                    value: EXCLUSIVE,
+                }
+            } else {
+                Atomic::Op(AtomicOp::Add, 1)
+            };
+            // SAFETY: `old` lives until the operation is waited for, just below.
+            unsafe {
+                self.msg
+                    .atomic_on(&ctrl, offset, atomic, false, old.as_mut_ptr(), &p)
+            }?;
+            self.msg.complete(&p, Some(job))?;
+            let old = u64::from_ne_bytes(old);
+            if exclusive && old == 0 || !exclusive && old & EXCLUSIVE == 0 {
+                return Ok(());
+            }
+            if !exclusive {
+                // A writer holds it: the reader's count goes back.
+                // SAFETY: no result.
+                unsafe {
+                    self.msg.atomic_on(
+                        &ctrl,
+                        offset,
+                        Atomic::Op(AtomicOp::Add, u64::MAX),
+                        false,
+                        std::ptr::null_mut(),
+                        &p,
+                    )
+                }?;
+                self.msg.complete(&p, Some(job))?;
+            }
+            // The holder may need this process's progress to finish.
+            self.progress();
+            tries += 1;
+            if tries > 64 {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Release what [`Mpi::win_acquire`] took.
+    pub fn win_release(
+        &mut self,
+        h: Handle,
+        r: usize,
+        offset: usize,
+        exclusive: bool,
+    ) -> Result<()> {
+        let (ctrl, job) = {
+            let w = self.win(h)?;
+            (w.peers[r].ctrl.clone(), w.peers[r].job)
+        };
+        let p = Pending::default();
+        let by = if exclusive {
+            EXCLUSIVE.wrapping_neg()
+        } else {
+            u64::MAX
+        };
+        // SAFETY: no result.
+        unsafe {
+            self.msg.atomic_on(
+                &ctrl,
+                offset,
+                Atomic::Op(AtomicOp::Add, by),
+                false,
+                std::ptr::null_mut(),
+                &p,
+            )
+        }?;
+        Ok(self.msg.complete(&p, Some(job))?)
+    }
+
+    /// Run `f` holding member `r`'s accumulate mutex.
+    pub fn win_exclusive<T>(
+        &mut self,
+        h: Handle,
+        r: usize,
+        f: impl FnOnce(&mut Mpi) -> Result<T>,
+    ) -> Result<T> {
+        self.win_acquire(h, r, ACC_WORD, true)?;
+        let out = f(self);
+        let released = self.win_release(h, r, ACC_WORD, true);
+        let out = out?;
+        released?;
+        Ok(out)
+    }
+
+    /// Send a post/start/complete/wait token to each member of `to`.
+    fn tokens_to(&mut self, h: Handle, to: &[usize], tag: i32) -> Result<()> {
+        let w = self.win(h)?;
+        let ctx = self.comm(w.comm)?.ctx;
+        let jobs: Vec<u32> = to.iter().map(|&r| w.peers[r].job).collect();
+        for j in jobs {
+            self.msg.send_in(ctx, &[], j, tag)?;
+        }
+        Ok(())
+    }
+
+    /// Receive a token from each member of `from`.
+    fn tokens_from(&mut self, h: Handle, from: &[usize], tag: i32) -> Result<()> {
+        let w = self.win(h)?;
+        let ctx = self.comm(w.comm)?.ctx;
+        let jobs: Vec<u32> = from.iter().map(|&r| w.peers[r].job).collect();
+        for j in jobs {
+            self.msg.recv_in(ctx, &mut [], Some(j), Some(tag))?;
+        }
+        Ok(())
+    }
+
+    /// The members of group `g` by their rank in window `h`'s group.
+    fn members_of(&self, h: Handle, g: Handle) -> Result<Vec<usize>> {
+        let group = self.group(g)?;
+        let w = self.win(h)?;
+        group
+            .ranks()
+            .iter()
+            .map(|&j| {
+                w.group.rank_of(j).map(|r| r as usize).ok_or_else(|| {
+                    Error::new(
+                        MPI_ERR_GROUP,
+                        "the group has processes outside the window's",
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_fence(assert: c_int, win: Handle) -> c_int {
+    call("MPI_Win_fence", Object::Win(win), |mpi| {
+        let w = mpi.win(win)?;
+        if !w.sync.locks.is_empty()
+            || w.sync.lock_all.is_some()
+            || w.sync.access.is_some()
+            || w.sync.exposure.is_some()
+        {
+            return Err(sync_error("a fence inside a lock or post/start epoch"));
+        }
+        let comm = w.comm;
+        mpi.win_complete_all(win)?;
+        let s = mpi.build_barrier(comm)?;
+        mpi.run(s)?;
+        mpi.win_mut(win)?.sync.fence = assert & MPI_MODE_NOSUCCEED == 0;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_lock(
+    lock_type: c_int,
+    rank: c_int,
+    assert: c_int,
+    win: Handle,
+) -> c_int {
+    call("MPI_Win_lock", Object::Win(win), |mpi| {
+        let w = mpi.win(win)?;
+        let r = w.peer(rank)?;
+        if w.sync.locks.contains_key(&r) || w.sync.lock_all.is_some() || w.sync.fence {
+            return Err(sync_error(
+                "the target is locked already, or a fence or lock_all epoch is open",
+            ));
+        }
+        let held = match lock_type {
+            _ if assert & MPI_MODE_NOCHECK != 0 => Held::NoCheck,
+            MPI_LOCK_EXCLUSIVE => Held::Exclusive,
+            MPI_LOCK_SHARED => Held::Shared,
+            t => {
+                return Err(Error::new(
+                    MPI_ERR_LOCKTYPE,
+                    format!("lock type {t} is neither MPI_LOCK_SHARED nor MPI_LOCK_EXCLUSIVE"),
+                ))
+            }
+        };
+        if held != Held::NoCheck {
+            mpi.win_acquire(win, r, LOCK_WORD, held == Held::Exclusive)?;
+        }
+        mpi.win_mut(win)?.sync.locks.insert(r, held);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_unlock(rank: c_int, win: Handle) -> c_int {
+    call("MPI_Win_unlock", Object::Win(win), |mpi| {
+        let r = mpi.win(win)?.peer(rank)?;
+        let Some(held) = mpi.win(win)?.sync.locks.get(&r).copied() else {
+            return Err(sync_error("the target is not locked"));
+        };
+        let done = mpi.win_complete(win, r);
+        if held != Held::NoCheck {
+            mpi.win_release(win, r, LOCK_WORD, held == Held::Exclusive)?;
+        }
+        mpi.win_mut(win)?.sync.locks.remove(&r);
+        done
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_lock_all(assert: c_int, win: Handle) -> c_int {
+    call("MPI_Win_lock_all", Object::Win(win), |mpi| {
+        let w = mpi.win(win)?;
+        if w.sync.lock_all.is_some() || !w.sync.locks.is_empty() || w.sync.fence {
+            return Err(sync_error(
+                "a lock, lock_all or fence epoch is open already",
+            ));
+        }
+        let nocheck = assert & MPI_MODE_NOCHECK != 0;
+        if !nocheck {
+            for r in 0..w.peers.len() {
+                mpi.win_acquire(win, r, LOCK_WORD, false)?;
+            }
+        }
+        mpi.win_mut(win)?.sync.lock_all = Some(nocheck);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_unlock_all(win: Handle) -> c_int {
+    call("MPI_Win_unlock_all", Object::Win(win), |mpi| {
+        let Some(nocheck) = mpi.win(win)?.sync.lock_all else {
+            return Err(sync_error("MPI_Win_lock_all was not called"));
+        };
+        let done = mpi.win_complete_all(win);
+        if !nocheck {
+            for r in 0..mpi.win(win)?.peers.len() {
+                mpi.win_release(win, r, LOCK_WORD, false)?;
+            }
+        }
+        mpi.win_mut(win)?.sync.lock_all = None;
+        done
+    })
+}
+
+/// The flushes: `rank` one member, `None` every member (local completion is
+/// remote completion here).
+fn flush(name: &str, rank: Option<c_int>, win: Handle) -> c_int {
+    call(name, Object::Win(win), |mpi| {
+        let w = mpi.win(win)?;
+        if w.sync.locks.is_empty() && w.sync.lock_all.is_none() {
+            return Err(sync_error("a flush outside a passive-target (lock) epoch"));
+        }
+        match rank {
+            Some(rank) => {
+                let r = w.peer(rank)?;
+                mpi.win_complete(win, r)
+            }
+            None => mpi.win_complete_all(win),
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_flush(rank: c_int, win: Handle) -> c_int {
+    flush("MPI_Win_flush", Some(rank), win)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_flush_local(rank: c_int, win: Handle) -> c_int {
+    flush("MPI_Win_flush_local", Some(rank), win)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_flush_all(win: Handle) -> c_int {
+    flush("MPI_Win_flush_all", None, win)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_flush_local_all(win: Handle) -> c_int {
+    flush("MPI_Win_flush_local_all", None, win)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_sync(win: Handle) -> c_int {
+    call("MPI_Win_sync", Object::Win(win), |mpi| {
+        mpi.win(win)?;
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_post(group: Handle, _assert: c_int, win: Handle) -> c_int {
+    call("MPI_Win_post", Object::Win(win), |mpi| {
+        if mpi.win(win)?.sync.exposure.is_some() {
+            return Err(sync_error("an exposure epoch is open already"));
+        }
+        let members = mpi.members_of(win, group)?;
+        mpi.tokens_to(win, &members, POST_TAG)?;
+        mpi.win_mut(win)?.sync.exposure = Some(members);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_start(group: Handle, _assert: c_int, win: Handle) -> c_int {
+    call("MPI_Win_start", Object::Win(win), |mpi| {
+        if mpi.win(win)?.sync.access.is_some() {
+            return Err(sync_error("an access epoch is open already"));
+        }
+        let members = mpi.members_of(win, group)?;
+        // Each target's post first.
+        mpi.tokens_from(win, &members, POST_TAG)?;
+        mpi.win_mut(win)?.sync.access = Some(members);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_complete(win: Handle) -> c_int {
+    call("MPI_Win_complete", Object::Win(win), |mpi| {
+        let Some(members) = mpi.win(win)?.sync.access.clone() else {
+            return Err(sync_error("MPI_Win_start was not called"));
+        };
+        for &r in &members {
+            mpi.win_complete(win, r)?;
+        }
+        mpi.tokens_to(win, &members, DONE_TAG)?;
+        mpi.win_mut(win)?.sync.access = None;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_wait(win: Handle) -> c_int {
+    call("MPI_Win_wait", Object::Win(win), |mpi| {
+        let Some(members) = mpi.win(win)?.sync.exposure.clone() else {
+            return Err(sync_error("MPI_Win_post was not called"));
+        };
+        mpi.tokens_from(win, &members, DONE_TAG)?;
+        mpi.win_mut(win)?.sync.exposure = None;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_test(win: Handle, flag: *mut c_int) -> c_int {
+    call("MPI_Win_test", Object::Win(win), |mpi| {
+        let Some(members) = mpi.win(win)?.sync.exposure.clone() else {
+            return Err(sync_error("MPI_Win_post was not called"));
+        };
+        let w = mpi.win(win)?;
+        let ctx = mpi.comm(w.comm)?.ctx;
+        let jobs: Vec<u32> = members.iter().map(|&r| w.peers[r].job).collect();
+        mpi.progress();
+        // Done once every origin's token waits; then they are taken.
+        let mut all = true;
+        for &j in &jobs {
+            all &= mpi.msg.iprobe_in(ctx, Some(j), Some(DONE_TAG))?.is_some();
+        }
+        if all {
+            for &j in &jobs {
+                mpi.msg.recv_in(ctx, &mut [], Some(j), Some(DONE_TAG))?;
+            }
+            mpi.win_mut(win)?.sync.exposure = None;
+        }
+        // SAFETY: null or writable.
+        unsafe { put(flag, c_int::from(all)) };
+        Ok(())
+    })
+}
+
+impl Win {
+    /// Whether member `r` may be accessed now, else the error that says why not.
+    pub fn check_access(&self, r: usize) -> Result<()> {
+        if self.sync.may_access(r) {
+            Ok(())
+        } else {
+            Err(sync_error("no access epoch to this target is open: call MPI_Win_fence, MPI_Win_lock(_all) or MPI_Win_start first"))
+        }
+    }
+}

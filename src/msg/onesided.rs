@@ -1,0 +1,519 @@
+//! One-sided building blocks for a layer above with windows of its own (an MPI
+//! library's `osc`): memory exposed to peers, a peer's exposed memory as reached from
+//! here, and puts, gets and atomics on it that complete in the background, counted
+//! until the caller waits for them. [`Window`](super::Window) is the simple form over
+//! every rank.
+//!
+//! Where a peer's memory came from a transport's shared heap, it is mapped here: a
+//! put is a store, a get a load, an atomic a processor atomic (Open MPI: `osc/sm`);
+//! other peers are reached through the transports' put, get and atomics (`osc/rdma`).
+
+use super::liveness::{IdleWait, Needs};
+use super::{Comm, Error, Result};
+use rbtl_btl::{
+    rdma_flags, Access, AtomicOp, MemHandle, Order, RdmaCallback, RemoteHandle, SharedMem,
+};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Memory from a transport's shared heap: peers on the node map it.
+pub struct SharedRegion {
+    module: usize,
+    mem: SharedMem,
+}
+
+impl SharedRegion {
+    /// Its start.
+    pub fn ptr(&self) -> *mut u8 {
+        self.mem.ptr
+    }
+
+    /// Its length.
+    pub fn len(&self) -> usize {
+        self.mem.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.mem.len == 0
+    }
+}
+
+/// Memory registered with every transport for peers to reach.
+pub struct Exposed {
+    addr: usize,
+    len: usize,
+    /// Per module.
+    handles: Vec<MemHandle>,
+}
+
+/// A peer's exposed memory, as reached from here.
+#[derive(Clone)]
+pub struct Target {
+    rank: u32,
+    addr: u64,
+    len: usize,
+    handle: RemoteHandle,
+    /// A mapping of it, when it lies in shared memory (or is this process's own).
+    direct: Option<*mut u8>,
+}
+
+impl Target {
+    /// Its length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether it is reached with loads and stores.
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// The rank it belongs to.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+}
+
+/// One-sided operations started and not yet waited for, and the first failure among
+/// them.
+#[derive(Clone, Default)]
+pub struct Pending(Arc<Counts>);
+
+#[derive(Default)]
+struct Counts {
+    started: AtomicUsize,
+    done: AtomicUsize,
+    error: Mutex<Option<rbtl_btl::Error>>,
+}
+
+impl Pending {
+    /// Whether every operation started has completed.
+    pub fn is_idle(&self) -> bool {
+        self.0.done.load(Ordering::Acquire) == self.0.started.load(Ordering::Relaxed)
+    }
+
+    fn start(&self) {
+        self.0.started.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The callback of one operation; `keep` is a registration it uses, released
+    /// once it completes.
+    fn callback(&self, keep: Option<Arc<MemHandle>>) -> RdmaCallback {
+        let counts = self.0.clone();
+        Box::new(move |_, c| {
+            drop(keep);
+            if let Err(e) = c.status {
+                counts
+                    .error
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_or_insert(e);
+            }
+            counts.done.fetch_add(1, Ordering::Release);
+        })
+    }
+
+    /// The first failure, taken.
+    fn take_error(&self) -> Option<rbtl_btl::Error> {
+        self.0
+            .error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+}
+
+/// An atomic operation on a word of a peer's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Atomic {
+    /// Apply `op` with an operand.
+    Op(AtomicOp, u64),
+    /// Store `value` if the word equals `compare`.
+    CompareSwap {
+        /// What the word must hold.
+        compare: u64,
+        /// What it then gets.
+        value: u64,
+    },
+}
+
+/// Bytes of a card's fixed part: address and length.
+const CARD_FIXED: usize = 16;
+
+impl Comm {
+    /// `len` bytes of a transport's shared heap, where one has room: peers on the
+    /// node reach it with loads and stores.
+    pub fn alloc_shared(&mut self, len: usize) -> Result<Option<SharedRegion>> {
+        for (module, m) in self.modules.iter_mut().enumerate() {
+            if let Some(mem) = m.alloc_shared(len)? {
+                return Ok(Some(SharedRegion { module, mem }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Give back shared memory; every peer must be done with it (the caller agrees
+    /// that with them) and its registrations gone.
+    pub fn free_shared(&mut self, r: SharedRegion) -> Result<()> {
+        Ok(self.modules[r.module].free_shared(r.mem)?)
+    }
+
+    /// Register `len` bytes at `addr` with every transport, with every access each
+    /// grants, for peers to reach.
+    ///
+    /// # Safety
+    ///
+    /// The memory stays mapped until the returned value is dropped.
+    pub unsafe fn expose(&mut self, addr: usize, len: usize) -> Result<Exposed> {
+        let mut handles = Vec::with_capacity(self.modules.len());
+        for m in self.modules.iter_mut() {
+            let all = m.attributes().registrable(Access::all());
+            // SAFETY: the caller's contract.
+            handles.push(unsafe { m.register_mem(None, addr, len.max(1), all) }?);
+        }
+        Ok(Exposed { addr, len, handles })
+    }
+
+    /// What `rank` needs to reach `e`: its address, length and the registration of
+    /// the transport that carries traffic between the two.
+    pub fn card(&mut self, e: &Exposed, rank: u32) -> Result<Vec<u8>> {
+        let (mi, _) = self.route(rank)?;
+        let mut b = (e.addr as u64).to_le_bytes().to_vec();
+        b.extend_from_slice(&(e.len as u64).to_le_bytes());
+        b.extend_from_slice(e.handles[mi].remote().as_bytes());
+        Ok(b)
+    }
+
+    /// `rank`'s exposed memory from its `card`: mapped here when it lies in shared
+    /// memory; a card that does not parse is an error.
+    pub fn target(&mut self, rank: u32, card: &[u8]) -> Result<Target> {
+        let malformed = |why: String| {
+            Error::Btl(rbtl_btl::Error::Modex(format!(
+                "rank {rank}'s window card: {why}"
+            )))
+        };
+        if card.len() < CARD_FIXED {
+            return Err(malformed(format!("{} bytes", card.len())));
+        }
+        let addr = u64::from_le_bytes(card[..8].try_into().expect("8 bytes"));
+        let len = u64::from_le_bytes(card[8..16].try_into().expect("8 bytes"));
+        let (Some(_), Ok(len)) = (addr.checked_add(len), usize::try_from(len)) else {
+            return Err(malformed(format!(
+                "{len} bytes at {addr:#x} pass the end of the address space"
+            )));
+        };
+        let handle = RemoteHandle::from_bytes(&card[CARD_FIXED..])?;
+        let direct = if rank == self.rank {
+            Some(addr as usize as *mut u8)
+        } else {
+            let (mi, ep) = self.route(rank)?;
+            self.modules[mi].map_remote(
+                ep,
+                addr,
+                &handle,
+                len,
+                Access::REMOTE_READ | Access::REMOTE_WRITE,
+            )?
+        };
+        Ok(Target {
+            rank,
+            addr,
+            len,
+            handle,
+            direct,
+        })
+    }
+
+    /// `[offset, offset + len)` lies inside `t`.
+    fn inside(t: &Target, offset: usize, len: usize) -> Result<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= t.len => Ok(()),
+            _ => Err(Error::OutOfWindow {
+                rank: t.rank,
+                offset,
+                len,
+                window: t.len,
+            }),
+        }
+    }
+
+    /// Start writing `len` bytes from `buf` into `t` at `offset`, counted by
+    /// `pending` (a direct target is written at once).
+    ///
+    /// # Safety
+    ///
+    /// `buf` holds `len` bytes and stays unchanged until `pending` is waited for.
+    pub unsafe fn put_to(
+        &mut self,
+        t: &Target,
+        offset: usize,
+        buf: *const u8,
+        len: usize,
+        pending: &Pending,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.rdma_to(t, offset, buf.cast_mut(), len, true, pending) }
+    }
+
+    /// Start reading `len` bytes of `t` at `offset` into `buf`, counted by `pending`.
+    ///
+    /// # Safety
+    ///
+    /// `buf` has room for `len` bytes, untouched by anyone else until `pending` is
+    /// waited for.
+    pub unsafe fn get_from(
+        &mut self,
+        t: &Target,
+        offset: usize,
+        buf: *mut u8,
+        len: usize,
+        pending: &Pending,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.rdma_to(t, offset, buf, len, false, pending) }
+    }
+
+    /// # Safety
+    ///
+    /// As [`Comm::put_to`] and [`Comm::get_from`].
+    unsafe fn rdma_to(
+        &mut self,
+        t: &Target,
+        offset: usize,
+        buf: *mut u8,
+        len: usize,
+        put: bool,
+        pending: &Pending,
+    ) -> Result<()> {
+        Self::inside(t, offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        if let Some(base) = t.direct {
+            // SAFETY: the range lies inside the target's mapping (checked), the
+            // caller's buffer holds `len` bytes; fences order the copy with the
+            // processes that synchronize with this one.
+            unsafe {
+                let at = base.add(offset);
+                if put {
+                    rbtl_btl::copy_bytes(buf, at, len);
+                    fence(Ordering::Release);
+                } else {
+                    fence(Ordering::Acquire);
+                    rbtl_btl::copy_bytes(at, buf, len);
+                }
+            }
+            return Ok(());
+        }
+        let (mi, ep) = self.route(t.rank)?;
+        let m = self.modules[mi].as_mut();
+        // SAFETY: the caller keeps the buffer until `pending` is waited for, which is
+        // after the callback that drops the handle.
+        let local = unsafe {
+            m.register_mem(
+                Some(ep),
+                buf as usize,
+                len,
+                Access::LOCAL_READ | Access::LOCAL_WRITE,
+            )
+        }?;
+        let remote = t.addr + offset as u64;
+        let piece = super::pieces::piece_len(m.attributes(), put);
+        let handle = Arc::new(local);
+        pending.start();
+        let done = pending.callback(Some(handle.clone()));
+        let local_addr = buf as usize;
+        let started =
+            super::pieces::start_in_pieces(m, ep, local_addr, len, piece, done, |m, off, n, cb| {
+                let (l, r) = (local_addr + off, remote + off as u64);
+                if put {
+                    m.put(ep, l, r, &handle, &t.handle, n, 0, Order::ANY, cb)
+                } else {
+                    m.get(ep, l, r, &handle, &t.handle, n, 0, Order::ANY, cb)
+                }
+            });
+        if let Err(e) = started {
+            // Nothing started: not counted.
+            pending.0.done.fetch_add(1, Ordering::Release);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Start an atomic on the word of `width_32` (4 bytes) or 8 bytes of `t` at
+    /// `offset`, its previous value written to `result` (when not null) once
+    /// complete; counted by `pending`. The word must be aligned to its size.
+    ///
+    /// # Safety
+    ///
+    /// `result` is null or has room for the word, untouched by anyone else until
+    /// `pending` is waited for.
+    pub unsafe fn atomic_on(
+        &mut self,
+        t: &Target,
+        offset: usize,
+        atomic: Atomic,
+        width_32: bool,
+        result: *mut u8,
+        pending: &Pending,
+    ) -> Result<()> {
+        let size = if width_32 { 4 } else { 8 };
+        Self::inside(t, offset, size)?;
+        let at = t.addr + offset as u64;
+        if at % size as u64 != 0 {
+            return Err(Error::Btl(rbtl_btl::Error::Misaligned(at)));
+        }
+        if let Some(base) = t.direct {
+            // SAFETY: the word lies inside the mapping (checked) and is aligned; it
+            // is reached only atomically by every process (the library's rule for
+            // window words under atomics).
+            let old = unsafe { direct_atomic(base.add(offset), atomic, width_32) };
+            if !result.is_null() {
+                // SAFETY: the caller's contract: room for the word.
+                unsafe { rbtl_btl::copy_bytes(old.to_ne_bytes().as_ptr(), result, size) };
+            }
+            return Ok(());
+        }
+        let (mi, ep) = self.route(t.rank)?;
+        let m = self.modules[mi].as_mut();
+        let flags = if width_32 {
+            rdma_flags::ATOMIC_32BIT
+        } else {
+            0
+        };
+        pending.start();
+        let started = if result.is_null() {
+            match atomic {
+                Atomic::Op(op, operand) => m.atomic_op(
+                    ep,
+                    at,
+                    &t.handle,
+                    op,
+                    operand,
+                    flags,
+                    Order::ANY,
+                    pending.callback(None),
+                ),
+                Atomic::CompareSwap { .. } => Err(rbtl_btl::Error::NotSupported(
+                    "a compare-swap without a result",
+                )),
+            }
+        } else {
+            // SAFETY: the caller keeps `result` until `pending` is waited for, after
+            // the callback that drops the handle.
+            match unsafe {
+                m.register_mem(
+                    Some(ep),
+                    result as usize,
+                    size,
+                    Access::LOCAL_READ | Access::LOCAL_WRITE,
+                )
+            } {
+                Err(e) => Err(e),
+                Ok(local) => {
+                    // The registration stays until the callback has run.
+                    let local = Arc::new(local);
+                    let (l, h, cb) = (
+                        result as usize,
+                        &*local,
+                        pending.callback(Some(local.clone())),
+                    );
+                    match atomic {
+                        Atomic::Op(op, operand) => m.atomic_fop(
+                            ep,
+                            l,
+                            at,
+                            h,
+                            &t.handle,
+                            op,
+                            operand,
+                            flags,
+                            Order::ANY,
+                            cb,
+                        ),
+                        Atomic::CompareSwap { compare, value } => m.atomic_cswap(
+                            ep,
+                            l,
+                            at,
+                            h,
+                            &t.handle,
+                            compare,
+                            value,
+                            flags,
+                            Order::ANY,
+                            cb,
+                        ),
+                    }
+                }
+            }
+        };
+        if let Err(e) = started {
+            pending.0.done.fetch_add(1, Ordering::Release);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Progress until every operation `pending` counts has completed: the first
+    /// failure among them. A peer that stops answering ends the wait as the message
+    /// layer's other waits do (`rank` names the peer the wait needs, if one).
+    pub fn complete(&mut self, pending: &Pending, rank: Option<u32>) -> Result<()> {
+        let mut idle = IdleWait::new();
+        while !pending.is_idle() {
+            if self.progress() > 0 {
+                idle.busy();
+            } else if idle.idle() {
+                if let Some(r) = rank {
+                    if let Some(e) = self.look_for(Needs::Rank(r), &mut idle) {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        match pending.take_error() {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A processor atomic on a word of shared memory: the previous value.
+///
+/// # Safety
+///
+/// `p` is valid, aligned to the word's size, and reached only atomically.
+unsafe fn direct_atomic(p: *mut u8, atomic: Atomic, width_32: bool) -> u64 {
+    use Ordering::AcqRel;
+    if width_32 {
+        // SAFETY: the caller's contract.
+        let w = unsafe { AtomicU32::from_ptr(p.cast()) };
+        return u64::from(match atomic {
+            Atomic::Op(AtomicOp::Add, v) => w.fetch_add(v as u32, AcqRel),
+            Atomic::Op(AtomicOp::And, v) => w.fetch_and(v as u32, AcqRel),
+            Atomic::Op(AtomicOp::Or, v) => w.fetch_or(v as u32, AcqRel),
+            Atomic::Op(AtomicOp::Xor, v) => w.fetch_xor(v as u32, AcqRel),
+            Atomic::Op(AtomicOp::Swap, v) => w.swap(v as u32, AcqRel),
+            Atomic::CompareSwap { compare, value } => {
+                match w.compare_exchange(compare as u32, value as u32, AcqRel, Ordering::Acquire) {
+                    Ok(v) | Err(v) => v,
+                }
+            }
+        });
+    }
+    // SAFETY: the caller's contract.
+    let w = unsafe { AtomicU64::from_ptr(p.cast()) };
+    match atomic {
+        Atomic::Op(op, v) => op.apply(w, v),
+        Atomic::CompareSwap { compare, value } => {
+            match w.compare_exchange(compare, value, AcqRel, Ordering::Acquire) {
+                Ok(v) | Err(v) => v,
+            }
+        }
+    }
+}
