@@ -8,11 +8,13 @@
 //! `-showme:incdir`, `-showme:libdir` and `-showme:libs` (or MPICH's
 //! `-show-compile-info`, ...) print those parts alone. `-cc=CC` picks the compiler.
 //!
-//! The compiler: `-cc=`, else `RBTL_MPICC_CC`, `MPICH_CC`, `MPI_CC`, `CC` (the
-//! first set, unless it names this wrapper), else `cc`. The header's folder:
-//! `RBTL_MPI_INCDIR`, else `../include` beside this program when it holds `mpi.h`
+//! The compiler: `-cc=`, else `MPICC_CC`, `MPICH_CC`, `MPI_CC`, `CC` (the
+//! first set, unless it names this wrapper), else `cc`. (None of these variables
+//! starts with `RBTL_`: those name rbtl's configuration parameters, which an MPI
+//! program reads from its environment at `MPI_Init` and refuses when unknown.) The header's folder:
+//! `MPICC_INCDIR`, else `../include` beside this program when it holds `mpi.h`
 //! (an installed layout), else the crate's own `include/`. The library's folder:
-//! `RBTL_MPI_LIBDIR`, else this program's folder when it holds `libmpi_abi.so` (a
+//! `MPICC_LIBDIR`, else this program's folder when it holds `libmpi_abi.so` (a
 //! cargo build), else `../lib`.
 
 use std::path::{Path, PathBuf};
@@ -34,8 +36,8 @@ Options:
   -showme:libs        print the library's name (also -show-libs)
   --help              print this help
 
-Environment: RBTL_MPICC_CC, MPICH_CC, MPI_CC or CC name the compiler (cc by
-default); RBTL_MPI_INCDIR and RBTL_MPI_LIBDIR override where mpi.h and
+Environment: MPICC_CC, MPICH_CC, MPI_CC or CC name the compiler (cc by
+default); MPICC_INCDIR and MPICC_LIBDIR override where mpi.h and
 libmpi_abi.so are found.
 ";
 
@@ -61,9 +63,9 @@ fn main() -> ExitCode {
         .ok()
         .and_then(|p| p.canonicalize().ok());
     let here = exe.as_deref().and_then(Path::parent).map(Path::to_path_buf);
-    let incdir = folder("RBTL_MPI_INCDIR", here.as_deref(), "../include", "mpi.h")
+    let incdir = folder("MPICC_INCDIR", here.as_deref(), "../include", "mpi.h")
         .unwrap_or_else(|| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/include")));
-    let libdir = folder("RBTL_MPI_LIBDIR", here.as_deref(), ".", "libmpi_abi.so")
+    let libdir = folder("MPICC_LIBDIR", here.as_deref(), ".", "libmpi_abi.so")
         .or_else(|| here.as_ref().map(|h| h.join("../lib")))
         .unwrap_or_else(|| PathBuf::from("."));
     let mut cc: Vec<String> = compiler(exe.as_deref())
@@ -143,7 +145,7 @@ fn folder(var: &str, here: Option<&Path>, rel: &str, file: &str) -> Option<PathB
 /// The C compiler to run: the first of the variables that is set and is not this
 /// wrapper (configure scripts often export `CC=mpicc`).
 fn compiler(exe: Option<&Path>) -> String {
-    for var in ["RBTL_MPICC_CC", "MPICH_CC", "MPI_CC", "CC"] {
+    for var in ["MPICC_CC", "MPICH_CC", "MPI_CC", "CC"] {
         let Ok(v) = std::env::var(var) else { continue };
         let first = v.split_whitespace().next().unwrap_or("");
         if first.is_empty() {

@@ -8,6 +8,11 @@
 //! `--env NAME=VALUE`); `--oversubscribe` is accepted (ranks may always outnumber
 //! cores here); `-host`, `-hosts`, `-f` and `--hostfile` are refused with the way to
 //! run across nodes.
+//!
+//! The ranks find `libmpi_abi.so` where this `mpiexec` finds it (beside itself, or
+//! in `../lib`): that folder goes first in their `LD_LIBRARY_PATH`, as Open MPI's
+//! `mpirun --prefix` does, so that programs linked without a run path (the Rust
+//! `mpi` crate's) start.
 
 use rbtl::launcher::{self, cli, Invocation};
 use std::ffi::OsString;
@@ -63,14 +68,31 @@ fn translate(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
     Ok(out)
 }
 
+/// The folder of `libmpi_abi.so` beside this program, if it is there.
+fn library_folder() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?.canonicalize().ok()?;
+    let here = exe.parent()?;
+    [here.to_path_buf(), here.join("../lib")]
+        .into_iter()
+        .find(|d| d.join("libmpi_abi.so").is_file())
+        .and_then(|d| d.canonicalize().ok())
+}
+
 fn main() -> ExitCode {
-    let args = match translate(std::env::args_os().skip(1).collect()) {
+    let mut args = match translate(std::env::args_os().skip(1).collect()) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("mpiexec: {e}");
             return ExitCode::from(2);
         }
     };
+    if let Some(dir) = library_folder() {
+        let path = match std::env::var("LD_LIBRARY_PATH") {
+            Ok(old) if !old.is_empty() => format!("{}:{old}", dir.display()),
+            _ => dir.display().to_string(),
+        };
+        args.splice(0..0, ["--env".into(), format!("LD_LIBRARY_PATH={path}").into()]);
+    }
     match cli::parse_args(args) {
         Ok(Invocation::Help) => {
             println!("mpiexec: the MPI launcher of rbtl's libmpi_abi, over rbtlrun\n\nUsage: mpiexec -n N [-genv NAME VALUE]... [-x NAME=VALUE]... PROGRAM [ARGS...]\n\nEvery other option is rbtlrun's:\n");

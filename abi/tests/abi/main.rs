@@ -43,9 +43,9 @@ pub fn scratch(name: &str) -> PathBuf {
 pub fn mpicc(reference: bool) -> Command {
     let mut c = Command::new(MPICC);
     if reference {
-        c.env("RBTL_MPI_INCDIR", reference_include());
+        c.env("MPICC_INCDIR", reference_include());
     } else {
-        c.env_remove("RBTL_MPI_INCDIR");
+        c.env_remove("MPICC_INCDIR");
     }
     c
 }
