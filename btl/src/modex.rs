@@ -23,6 +23,11 @@ pub trait Modex {
     fn abort(&mut self, _code: i32, _message: &str) -> Result<()> {
         Ok(())
     }
+    /// The exchange itself, for the process manager's own services beyond the
+    /// modex (reaching other jobs, spawning): `None` where there are none.
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        None
+    }
 }
 
 /// The modex of a job of one process: what it publishes is all there is.

@@ -5,6 +5,7 @@ use super::cores::cores;
 use super::event::Event;
 use super::rank_process::RankProcess;
 use super::spawn::{start_rank, Started};
+use super::universe::SpawnRequest;
 use super::verdict::Verdict;
 use super::{output, server, signals};
 use super::{Bind, Error, ExitStatusSummary, Failure, LaunchOptions};
@@ -40,6 +41,9 @@ struct Ranks {
     /// PMI servers and the threads that see ranks end: joined at the end.
     threads: Vec<JoinHandle<()>>,
     output_threads: usize,
+    /// The jobs ranks spawned, kept for the launcher's life (their key-value spaces
+    /// and PMI records outlive their processes); held, never read.
+    _spawned: Vec<Arc<server::Shared>>,
 }
 
 /// Starts `opts.ranks` ranks of `program` with `args`, serves them PMI-1, forwards
@@ -67,32 +71,35 @@ pub fn launch(
     let shared = server::Shared::new(opts.ranks, kvsname);
     let (events_tx, events) = mpsc::channel();
     let (output_done_tx, output_done) = mpsc::channel::<()>();
+    let (spawn_tx, spawns) = mpsc::channel::<SpawnRequest>();
+    shared.universe().accept_spawns(spawn_tx);
 
     let mut job = Ranks {
         ranks: Vec::new(),
         threads: Vec::new(),
         output_threads: 0,
+        _spawned: Vec::new(),
     };
     let mut started = Ok(());
     for rank in 0..opts.ranks {
         let core = (!cores.is_empty()).then(|| &cores[rank as usize % cores.len()][..]);
-        let result = start_rank(program, args, opts, rank, core).and_then(|s| {
-            job.serve(
-                rank,
-                s,
-                opts.tag_output,
-                &shared,
-                &events_tx,
-                &output_done_tx,
-            )
-        });
+        let result =
+            start_rank(program, args, opts, (rank, opts.ranks, true), core).and_then(|s| {
+                job.serve(
+                    (rank, rank),
+                    s,
+                    opts.tag_output,
+                    &shared,
+                    &events_tx,
+                    &output_done_tx,
+                )
+            });
         if let Err(e) = result {
             started = Err(e);
             break;
         }
     }
-    drop(events_tx);
-    drop(output_done_tx);
+    // (The senders stay: spawned ranks get clones.)
 
     let mut verdict = Verdict::default();
     let mut interrupted: Option<i32> = None;
@@ -113,7 +120,7 @@ pub fn launch(
                 eprintln!("[rbtl launcher] got signal {signal}: ending the job");
                 interrupted = Some(signal);
                 verdict.failure.get_or_insert(Failure::Interrupted(signal));
-                shared.shut_down();
+                shared.universe().shut_down();
                 if matches!(phase, Phase::Running | Phase::Grace(_)) {
                     phase = terminate(&job.ranks);
                 }
@@ -128,7 +135,7 @@ pub fn launch(
         };
         if let Some(failure) = verdict.judge(&shared, ended) {
             // Ranks blocked in a PMI barrier learn of it at once.
-            shared.shut_down();
+            shared.universe().shut_down();
             let alive = job.ranks.iter().any(|r| r.exit.is_none());
             let more = if alive && matches!(phase, Phase::Running) {
                 if matches!(failure, Failure::Aborted(_)) {
@@ -162,6 +169,14 @@ pub fn launch(
             if matches!(phase, Phase::Running | Phase::Grace(_)) {
                 phase = terminate(&job.ranks);
             }
+        }
+        for request in spawns.try_iter() {
+            let answer = if matches!(phase, Phase::Running) {
+                job.spawn(&request, opts, &shared, &events_tx, &output_done_tx)
+            } else {
+                Err("the job is ending".to_string())
+            };
+            let _ = request.reply.send(answer);
         }
         if job.ranks.iter().all(|r| r.exit.is_some()) && verdict.settled() {
             break;
@@ -208,11 +223,72 @@ fn next_events(events: &Receiver<Event>) -> Vec<Event> {
 }
 
 impl Ranks {
-    /// Adds a started rank: the thread that sees it end, its PMI server and the
-    /// threads that forward its output.
+    /// Start the job a spawn asks for, after the ranks started so far: its
+    /// key-value space (holding the spawn's pre-put pairs and
+    /// `rbtl_universe_base`, where its ranks start in the launcher's numbering), then
+    /// its ranks. The new job's key-value space and base.
+    fn spawn(
+        &mut self,
+        request: &SpawnRequest,
+        opts: &LaunchOptions,
+        first: &Arc<server::Shared>,
+        events: &Sender<Event>,
+        output_done: &Sender<()>,
+    ) -> Result<(String, u32), String> {
+        let base = self.ranks.len() as u32;
+        let mut appnums = Vec::new();
+        for (k, s) in request.segments.iter().enumerate() {
+            appnums.extend(std::iter::repeat_n(k as i32, s.command.nprocs as usize));
+        }
+        let size = u32::try_from(appnums.len()).map_err(|_| "too many processes".to_string())?;
+        let kvsname = format!("{}_spawn_{base}", first.kvsname());
+        let job = server::Shared::in_universe(
+            size,
+            kvsname.clone(),
+            base,
+            appnums,
+            first.universe().clone(),
+        );
+        let preput = request
+            .segments
+            .first()
+            .map(|s| s.preput.clone())
+            .unwrap_or_default();
+        for (k, v) in preput
+            .iter()
+            .chain([("rbtl_universe_base".to_string(), base.to_string())].iter())
+        {
+            job.put_as_first(k, v)?;
+        }
+        let mut local = 0;
+        for s in &request.segments {
+            let args: Vec<OsString> = s.command.args.iter().map(OsString::from).collect();
+            let program = PathBuf::from(&s.command.program);
+            for _ in 0..s.command.nprocs {
+                let started = start_rank(&program, &args, opts, (local, size, false), None)
+                    .map_err(|e| e.to_string())?;
+                self.serve(
+                    (base + local, local),
+                    started,
+                    opts.tag_output,
+                    &job,
+                    events,
+                    output_done,
+                )
+                .map_err(|e| e.to_string())?;
+                local += 1;
+            }
+        }
+        self._spawned.push(job);
+        Ok((kvsname, base))
+    }
+
+    /// Adds a started rank (`global` in the launcher's numbering, `rank` in its
+    /// job): the thread that sees it end, its PMI server and the threads that
+    /// forward its output.
     fn serve(
         &mut self,
-        rank: u32,
+        (global, rank): (u32, u32),
         started: Started,
         tag: bool,
         shared: &Arc<server::Shared>,
@@ -227,7 +303,7 @@ impl Ranks {
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
         let process = RankProcess::new(child, leads_group, pmi);
-        match process.watch(rank, events.clone()) {
+        match process.watch(global, events.clone()) {
             Ok(waiter) => self.threads.push(waiter),
             Err(e) => {
                 // Unwatched, it would never be seen to end: end it here.
@@ -239,15 +315,18 @@ impl Ranks {
         }
         let server_end = process.pmi.try_clone();
         self.ranks.push(process);
-        let server_end = server_end.map_err(|source| Error::Socket { rank, source })?;
+        let server_end = server_end.map_err(|source| Error::Socket {
+            rank: global,
+            source,
+        })?;
         let (shared, events) = (shared.clone(), events.clone());
         self.threads
-            .push(spawn_thread(format!("pmi-{rank}"), move || {
+            .push(spawn_thread(format!("pmi-{global}"), move || {
                 server::serve(rank, server_end, shared, events)
             })?);
         if let Some(out) = stdout {
             self.forward(
-                rank,
+                global,
                 "stdout",
                 out,
                 tag,
@@ -257,7 +336,7 @@ impl Ranks {
         }
         if let Some(err) = stderr {
             self.forward(
-                rank,
+                global,
                 "stderr",
                 err,
                 tag,
@@ -292,7 +371,7 @@ impl Ranks {
     /// left running in their process groups (SIGTERM, then SIGKILL once their output
     /// has drained or [`OUTPUT_DRAIN`] has passed), and reaps the ranks.
     fn finish(&mut self, shared: &server::Shared, output_done: &Receiver<()>) {
-        shared.shut_down();
+        shared.universe().shut_down();
         for r in &self.ranks {
             let _ = r.pmi.shutdown(std::net::Shutdown::Both);
         }

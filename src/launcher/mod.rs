@@ -45,6 +45,7 @@ mod server;
 mod server_fuzz;
 mod signals;
 mod spawn;
+mod universe;
 mod verdict;
 
 pub use cli::Invocation;

@@ -4,6 +4,8 @@
 
 use super::event::Event;
 use super::kvs::{KeyValueStore, KEYLEN_MAX, KVSNAME_MAX, REQUEST_MAX, VALLEN_MAX};
+use super::universe::Universe;
+use crate::pmi::spawn::{self, Segment};
 use crate::pmi::wire::{self, Message};
 use std::io::{BufReader, Write};
 use std::net::Shutdown;
@@ -38,19 +40,42 @@ struct State {
     shutdown: bool,
 }
 
-/// What every rank's server thread shares.
+/// What every rank's server thread of one job shares.
 pub(super) struct Shared {
     size: u32,
     kvsname: String,
+    /// Where the job's ranks start in the launcher's numbering of every process it
+    /// started (0 for the first job; a spawned job's follow).
+    base: u32,
+    /// Each rank's executable, for `get_appnum`.
+    appnums: Vec<i32>,
+    /// Every job of the launcher, this one among them.
+    universe: Arc<Universe>,
     state: Mutex<State>,
     barrier: Condvar,
 }
 
 impl Shared {
+    /// The first job: `size` ranks of one executable.
     pub fn new(size: u32, kvsname: String) -> Arc<Self> {
-        Arc::new(Self {
+        Self::in_universe(size, kvsname, 0, vec![0; size as usize], Universe::new())
+    }
+
+    /// A job of `appnums.len()` ranks (rank `r` of executable `appnums[r]`),
+    /// numbered from `base` in `universe`, which it joins.
+    pub fn in_universe(
+        size: u32,
+        kvsname: String,
+        base: u32,
+        appnums: Vec<i32>,
+        universe: Arc<Universe>,
+    ) -> Arc<Self> {
+        let shared = Arc::new(Self {
             size,
             kvsname,
+            base,
+            appnums,
+            universe: universe.clone(),
             state: Mutex::new(State {
                 kvs: KeyValueStore::new(size),
                 ranks: vec![RankPmi::default(); size as usize],
@@ -59,7 +84,30 @@ impl Shared {
                 shutdown: false,
             }),
             barrier: Condvar::new(),
-        })
+        });
+        universe.join(&shared);
+        shared
+    }
+
+    /// The launcher's jobs.
+    pub fn universe(&self) -> &Arc<Universe> {
+        &self.universe
+    }
+
+    /// The name of the job's key-value space.
+    pub fn kvsname(&self) -> &str {
+        &self.kvsname
+    }
+
+    /// Where its ranks start in the launcher's numbering, and how many there are.
+    pub fn span(&self) -> (u32, u32) {
+        (self.base, self.size)
+    }
+
+    /// Store `value` under `key` as rank 0 of the job (pairs a spawn pre-puts, or
+    /// that another job's rank stores here).
+    pub fn put_as_first(&self, key: &str, value: &str) -> Result<(), String> {
+        self.lock().kvs.put(0, key, value).map_err(|r| r.msg())
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -71,6 +119,11 @@ impl Shared {
     pub fn shut_down(&self) {
         self.lock().shutdown = true;
         self.barrier.notify_all();
+    }
+
+    /// Whether the job is ending ([`Shared::shut_down`]).
+    pub fn is_shut_down(&self) -> bool {
+        self.lock().shutdown
     }
 
     /// What `rank` has done with PMI so far.
@@ -140,16 +193,49 @@ fn serve_requests(
 ) -> Option<String> {
     let mut reader = BufReader::new(stream);
     let mut writer = stream;
+    let global = shared.base + rank;
     let broken = |why: String| {
-        warn(rank, &format!("closing its PMI connection: {why}"));
+        warn(global, &format!("closing its PMI connection: {why}"));
         Some(why)
     };
+    // The segments of a spawn read so far (one per executable).
+    let mut segments: Vec<Segment> = Vec::new();
     loop {
         let line = match wire::read_line(&mut reader, REQUEST_MAX) {
             Ok(Some(line)) => line,
             Ok(None) => return None,
             Err(e) => return broken(e.to_string()),
         };
+        if spawn::starts_spawn(&line) {
+            shared.update(rank, |pmi| pmi.spoke = true);
+            let segment = match read_segment(&mut reader) {
+                Ok(Ok(s)) => s,
+                Ok(Err(why)) => {
+                    segments.clear();
+                    if writer
+                        .write_all(format!("{}\n", spawn::spawn_refusal(&why)).as_bytes())
+                        .is_err()
+                    {
+                        return None;
+                    }
+                    continue;
+                }
+                Err(e) => return broken(e),
+            };
+            let last = segment.spawnssofar >= segment.totspawns;
+            segments.push(segment);
+            if !last {
+                continue;
+            }
+            let reply = match shared.universe.spawn(std::mem::take(&mut segments), shared) {
+                Ok((kvsname, base)) => spawn::spawn_result(&kvsname, base),
+                Err(why) => spawn::spawn_refusal(&why),
+            };
+            if writer.write_all(format!("{reply}\n").as_bytes()).is_err() {
+                return None;
+            }
+            continue;
+        }
         let message = match Message::parse(&line) {
             Ok(m) => m,
             Err(e) => return broken(e),
@@ -168,6 +254,29 @@ fn serve_requests(
     }
 }
 
+/// The lines of one spawn segment, up to `endcmd`: the segment, or why it is
+/// malformed (`Err` outside: the connection broke, or the segment is too long).
+fn read_segment(reader: &mut BufReader<&UnixStream>) -> Result<Result<Segment, String>, String> {
+    /// More lines than any spawn of `arg`s and pre-put pairs within reason.
+    const MOST_LINES: usize = 4096;
+    let mut lines = Vec::new();
+    loop {
+        let line = match wire::read_line(reader, REQUEST_MAX) {
+            Ok(Some(line)) => line,
+            Ok(None) => return Err("the connection ended inside a spawn".into()),
+            Err(e) => return Err(e.to_string()),
+        };
+        let line = line.trim_end_matches(['\n', '\r']).to_string();
+        if line == "endcmd" {
+            return Ok(spawn::parse_segment(&lines));
+        }
+        if lines.len() == MOST_LINES {
+            return Err(format!("a spawn segment of more than {MOST_LINES} lines"));
+        }
+        lines.push(line);
+    }
+}
+
 enum Reply {
     Line(String),
     Nothing,
@@ -179,6 +288,37 @@ fn warn(rank: u32, what: &str) {
 }
 
 fn handle(rank: u32, m: &Message, shared: &Shared, events: &Sender<Event>) -> Reply {
+    // Another job's key-value space, named by a request (spawned jobs and their
+    // parents reach each other's).
+    let other = m
+        .get("kvsname")
+        .filter(|k| *k != shared.kvsname)
+        .map(|k| shared.universe.job_of_kvs(k));
+    if let Some(job) = other {
+        return Reply::Line(match (m.cmd.as_str(), job) {
+            ("put", Some(job)) => {
+                let (key, value) = (m.get("key").unwrap_or(""), m.get("value").unwrap_or(""));
+                match job.put_as_first(key, value) {
+                    Ok(()) => "cmd=put_result rc=0 msg=success".to_string(),
+                    Err(msg) => format!("cmd=put_result rc=-1 msg={msg}"),
+                }
+            }
+            ("get", Some(job)) => {
+                let key = m.get("key").unwrap_or("");
+                match job.lock().kvs.get(key) {
+                    Ok(Some(v)) => {
+                        format!("cmd=get_result rc=0 msg=success value={}", wire::escape(v))
+                    }
+                    _ => format!(
+                        "cmd=get_result rc=-1 msg=key_{}_not_found value=unknown",
+                        wire::escape(key)
+                    ),
+                }
+            }
+            ("put", None) => "cmd=put_result rc=-1 msg=unknown_kvsname".to_string(),
+            (_, _) => "cmd=get_result rc=-1 msg=unknown_kvsname value=unknown".to_string(),
+        });
+    }
     let kvs_ok = |m: &Message| m.get("kvsname").is_none_or(|k| k == shared.kvsname);
     let line = match m.cmd.as_str() {
         "init" => {
@@ -192,7 +332,10 @@ fn handle(rank: u32, m: &Message, shared: &Shared, events: &Sender<Event>) -> Re
         "get_maxes" => format!(
             "cmd=maxes kvsname_max={KVSNAME_MAX} keylen_max={KEYLEN_MAX} vallen_max={VALLEN_MAX}"
         ),
-        "get_appnum" => "cmd=appnum appnum=0".to_string(),
+        "get_appnum" => format!(
+            "cmd=appnum appnum={}",
+            shared.appnums.get(rank as usize).copied().unwrap_or(0)
+        ),
         "get_my_kvsname" => format!("cmd=my_kvsname kvsname={}", shared.kvsname),
         "get_universe_size" => format!("cmd=universe_size size={}", shared.size),
         "put" if !kvs_ok(m) => "cmd=put_result rc=-1 msg=unknown_kvsname".to_string(),
@@ -239,7 +382,7 @@ fn handle(rank: u32, m: &Message, shared: &Shared, events: &Sender<Event>) -> Re
                 .unwrap_or(1);
             let message = m.get("message").unwrap_or("").to_string();
             let _ = events.send(Event::Abort {
-                rank,
+                rank: shared.base + rank,
                 code,
                 message,
             });

@@ -20,11 +20,13 @@ pub(super) struct Started {
 
 /// Starts one rank, in a process group of its own (see
 /// [`rank_process`](super::rank_process) for the one exception).
+/// `size` is the size of the rank's job; only the first job's rank 0 reads the
+/// launcher's standard input (`first`).
 pub(super) fn start_rank(
     program: &Path,
     args: &[OsString],
     opts: &LaunchOptions,
-    rank: u32,
+    (rank, size, first): (u32, u32, bool),
     cpus: Option<&[usize]>,
 ) -> Result<Started, Error> {
     let (ours, theirs) = UnixStream::pair().map_err(|source| Error::Socket { rank, source })?;
@@ -50,6 +52,7 @@ pub(super) fn start_rank(
     });
     let launcher_pid = std::process::id() as libc::pid_t;
 
+    let reads_stdin = first && rank == 0;
     let mut command = Command::new(program);
     command
         .args(args)
@@ -58,8 +61,8 @@ pub(super) fn start_rank(
         .env_remove("PMI_ID")
         .env("PMI_FD", fd.to_string())
         .env("PMI_RANK", rank.to_string())
-        .env("PMI_SIZE", opts.ranks.to_string())
-        .stdin(if rank == 0 {
+        .env("PMI_SIZE", size.to_string())
+        .stdin(if reads_stdin {
             Stdio::inherit()
         } else {
             Stdio::null()
@@ -67,7 +70,7 @@ pub(super) fn start_rank(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     // Rank 0 reading a terminal must stay in the terminal's foreground group.
-    let leads_group = rank != 0 || !io::stdin().is_terminal();
+    let leads_group = !reads_stdin || !io::stdin().is_terminal();
     if leads_group {
         command.process_group(0);
     }

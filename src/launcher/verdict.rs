@@ -85,7 +85,7 @@ impl Verdict {
                 }),
                 Event::Ended { .. } if self.failure.is_some() => None,
                 Event::Ended { rank, .. } => {
-                    let pmi = shared.rank_pmi(*rank);
+                    let pmi = shared.universe().rank_pmi(*rank);
                     if !pmi.closed && arrived.elapsed() < PMI_SETTLE {
                         // Its last requests may not have been read yet: judge it, and
                         // everything after it, once they have.
@@ -152,7 +152,7 @@ impl Verdict {
             .iter()
             .find(|(_, finalized)| !finalized)
             .or(self.exited_cleanly.first())?;
-        let waiting = shared.barrier_waiters();
+        let waiting = shared.universe().barrier_waiters_with(rank);
         (!waiting.is_empty()).then_some(Failure::Stranded {
             rank,
             finalized,

@@ -113,6 +113,7 @@ impl Comm {
             offload: None,
             peer_timeout,
             job,
+            bridge: None,
         })
     }
 }

@@ -32,6 +32,8 @@ pub struct Comm {
     /// How long a blocking call waits for a silent peer (`msg_peer_timeout`).
     pub(super) peer_timeout: Option<std::time::Duration>,
     pub(super) job: Job,
+    /// The transport to processes of other jobs of the launcher, once opened.
+    pub(super) bridge: Option<super::bridge::Bridge>,
 }
 
 impl Comm {

@@ -48,6 +48,7 @@
 // well), `collectives`, `scope`; `callbacks` holds the receive callbacks it installs
 // in the modules.
 mod bootstrap;
+mod bridge;
 mod callbacks;
 mod collectives;
 mod comm;

@@ -333,7 +333,7 @@ impl Client {
         Ok(())
     }
 
-    fn send(&mut self, request: &str) -> Result<(), Error> {
+    pub(super) fn send(&mut self, request: &str) -> Result<(), Error> {
         let mut line = Vec::with_capacity(request.len() + 1);
         line.extend_from_slice(request.as_bytes());
         line.push(b'\n');
@@ -373,7 +373,7 @@ impl Client {
         }
     }
 
-    fn request(&mut self, request: &str, expect_cmd: &str) -> Result<Message, Error> {
+    pub(super) fn request(&mut self, request: &str, expect_cmd: &str) -> Result<Message, Error> {
         self.send(request)?;
         let reply = self.recv(request, self.timeout, TIMEOUT_ENV)?;
         expect(request, reply, expect_cmd)

@@ -40,6 +40,7 @@ pub(crate) mod fuzz;
 mod modex;
 mod node;
 mod reply_reader;
+pub(crate) mod spawn;
 pub(crate) mod wire;
 
 pub use client::Client;
@@ -47,3 +48,4 @@ pub use environment::{BARRIER_TIMEOUT_ENV, DEFAULT_TIMEOUT, TIMEOUT_ENV};
 pub use error::Error;
 pub use modex::{job, Job, PmiModex};
 pub use node::{host_name, parse_process_mapping, NodeId, PROCESS_MAPPING_KEY};
+pub use spawn::{SpawnCommand, Spawned};

@@ -105,7 +105,40 @@ impl Modex for PmiModex {
     }
 
     fn publish(&mut self, key: &str, value: &[u8]) -> rbtl_btl::Result<()> {
-        let rank = self.rank();
+        self.publish_as(self.rank(), key, value)
+    }
+
+    fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
+        Some(self)
+    }
+
+    fn abort(&mut self, code: i32, message: &str) -> rbtl_btl::Result<()> {
+        self.client()
+            .abort(code, message)
+            .map_err(|e| rbtl_btl::Error::Modex(format!("abort over PMI: {e}")))
+    }
+
+    fn fence(&mut self) -> rbtl_btl::Result<()> {
+        self.client()
+            .barrier()
+            .map_err(|e| rbtl_btl::Error::Modex(format!("modex fence over PMI: {e}")))
+    }
+
+    fn lookup(&mut self, rank: u32, key: &str) -> rbtl_btl::Result<Option<Vec<u8>>> {
+        if rank >= self.size() {
+            return Err(rbtl_btl::Error::Modex(format!(
+                "no rank {rank} in a job of {} processes",
+                self.size()
+            )));
+        }
+        self.lookup_in(None, rank, key)
+    }
+}
+
+impl PmiModex {
+    /// Publish `value` under `key` as rank `rank` (another numbering than the job's:
+    /// a launcher's universe) in this job's key-value space.
+    pub fn publish_as(&mut self, rank: u32, key: &str, value: &[u8]) -> rbtl_btl::Result<()> {
         let text = base64_encode(value);
         let count_key = self.pmi_key(key, rank, None)?;
         let inline = format!("1_{}_{text}", value.len());
@@ -134,31 +167,24 @@ impl Modex for PmiModex {
             .map_err(|e| modex_error("publishing", key, e))
     }
 
-    fn abort(&mut self, code: i32, message: &str) -> rbtl_btl::Result<()> {
-        self.client()
-            .abort(code, message)
-            .map_err(|e| rbtl_btl::Error::Modex(format!("abort over PMI: {e}")))
-    }
-
-    fn fence(&mut self) -> rbtl_btl::Result<()> {
-        self.client()
-            .barrier()
-            .map_err(|e| rbtl_btl::Error::Modex(format!("modex fence over PMI: {e}")))
-    }
-
-    fn lookup(&mut self, rank: u32, key: &str) -> rbtl_btl::Result<Option<Vec<u8>>> {
-        if rank >= self.size() {
-            return Err(rbtl_btl::Error::Modex(format!(
-                "no rank {rank} in a job of {} processes",
-                self.size()
-            )));
-        }
+    /// What `rank` published under `key` in the key-value space `kvs` (another
+    /// job's, by name; `None`: this job's).
+    pub fn lookup_in(
+        &mut self,
+        kvs: Option<&str>,
+        rank: u32,
+        key: &str,
+    ) -> rbtl_btl::Result<Option<Vec<u8>>> {
+        let get = |this: &mut Self, pmi_key: &str| {
+            let c = this.client();
+            match kvs {
+                Some(k) => c.get_in(k, pmi_key),
+                None => c.get(pmi_key),
+            }
+            .map_err(|e| modex_error("looking up", key, e))
+        };
         let count_key = self.pmi_key(key, rank, None)?;
-        let Some(count) = self
-            .client()
-            .get(&count_key)
-            .map_err(|e| modex_error("looking up", key, e))?
-        else {
+        let Some(count) = get(self, &count_key)? else {
             return Ok(None);
         };
         let corrupt = |why: String| {
@@ -181,16 +207,12 @@ impl Modex for PmiModex {
         };
         for i in 0..parts {
             let part_key = self.pmi_key(key, rank, Some(i))?;
-            let part = self
-                .client()
-                .get(&part_key)
-                .map_err(|e| modex_error("looking up", key, e))?
-                .ok_or_else(|| {
-                    rbtl_btl::Error::Modex(format!(
-                        "rank {rank} published {key:?} in {parts} parts but part {i} is \
+            let part = get(self, &part_key)?.ok_or_else(|| {
+                rbtl_btl::Error::Modex(format!(
+                    "rank {rank} published {key:?} in {parts} parts but part {i} is \
                          missing; call fence after publish on every rank before lookup"
-                    ))
-                })?;
+                ))
+            })?;
             text.push_str(&part);
         }
         let bytes = base64_decode(&text).ok_or_else(|| corrupt("not base64".into()))?;

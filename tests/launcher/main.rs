@@ -11,6 +11,7 @@ mod pmi_server;
 mod raw_pmi;
 mod rbtlrun;
 mod roles;
+mod spawning;
 
 /// Entry point of the ranks: runs the role named by `RBTL_TEST_ROLE`.
 #[test]
@@ -35,6 +36,8 @@ fn rank_role_entry() {
         "bad_pmi" => raw_pmi::bad_pmi(),
         "kvs_bounds" => raw_pmi::kvs_bounds(),
         "silent_server" => pmi_client::silent_server_role(),
+        "spawn" => spawning::role(),
+        "bad_spawn" => spawning::bad_spawn_role(),
         other => panic!("unknown RBTL_TEST_ROLE {other:?}"),
     }
 }

@@ -1,0 +1,256 @@
+//! Reaching processes of other jobs of the same launcher: those this job spawned, or
+//! the job that spawned it (an MPI library's dynamic processes).
+//!
+//! The launcher numbers every process it started in one sequence (a spawned job's
+//! ranks after those started before it: its *base*, in its key-value space as
+//! `rbtl_universe_base`). The bridge is a `tcp` module of its own whose ranks are
+//! these numbers, opened when first needed; it publishes its address in this job's
+//! key-value space under its own keys (no barrier: the processes that read it are
+//! told when to), and reads other jobs' addresses in theirs. Their processes get
+//! ranks of this communicator after its own job's, in the order they were
+//! connected.
+
+use super::callbacks::register_callbacks;
+use super::{Comm, Error, Result};
+use crate::pmi::{PmiModex, SpawnCommand, Spawned};
+use rbtl_btl::{Modex, Proc};
+use std::sync::Arc;
+
+/// The most processes a launcher's universe may hold (the bridge's rank space).
+pub const UNIVERSE_MAX: u32 = 1 << 16;
+/// The key under which the launcher tells a spawned job its base.
+const BASE_KEY: &str = "rbtl_universe_base";
+
+/// A job the bridge reaches: its key-value space and where its ranks start.
+#[derive(Clone, Debug)]
+struct KnownJob {
+    kvsname: String,
+    base: u32,
+    size: u32,
+}
+
+/// The bridge of a communicator.
+pub(super) struct Bridge {
+    /// Its module, among the communicator's.
+    module: usize,
+    /// This process's rank in the launcher's numbering.
+    universe_rank: u32,
+    jobs: Vec<KnownJob>,
+    /// Per endpoint of the bridge: the communicator's rank of its process.
+    ranks: Vec<Option<u32>>,
+}
+
+/// The bridge's modex: this process as its universe rank, publishing in its own
+/// job's key-value space, reading other jobs' by name.
+struct BridgeModex<'a> {
+    pmi: &'a mut PmiModex,
+    me: u32,
+    jobs: &'a [KnownJob],
+}
+
+/// The bridge's keys, apart from the job's own transports'.
+fn bridge_key(key: &str) -> String {
+    format!("u{key}")
+}
+
+impl Modex for BridgeModex<'_> {
+    fn rank(&self) -> u32 {
+        self.me
+    }
+
+    fn size(&self) -> u32 {
+        UNIVERSE_MAX
+    }
+
+    fn publish(&mut self, key: &str, value: &[u8]) -> rbtl_btl::Result<()> {
+        self.pmi.publish_as(self.me, &bridge_key(key), value)
+    }
+
+    fn fence(&mut self) -> rbtl_btl::Result<()> {
+        Ok(())
+    }
+
+    fn lookup(&mut self, rank: u32, key: &str) -> rbtl_btl::Result<Option<Vec<u8>>> {
+        let job = self
+            .jobs
+            .iter()
+            .find(|j| (j.base..j.base + j.size).contains(&rank))
+            .ok_or_else(|| {
+                rbtl_btl::Error::Modex(format!("no known job holds process {rank} of the launcher"))
+            })?;
+        self.pmi
+            .lookup_in(Some(&job.kvsname), rank, &bridge_key(key))
+    }
+}
+
+/// The PMI modex of `job`, where it has a launcher.
+fn pmi_of(job: &mut crate::pmi::Job) -> Result<&mut PmiModex> {
+    job.modex
+        .as_any_mut()
+        .and_then(|a| a.downcast_mut::<PmiModex>())
+        .ok_or_else(|| {
+            Error::BadParameter(
+                "this process has no launcher (PMI) to reach other jobs through".into(),
+            )
+        })
+}
+
+impl Comm {
+    /// The PMI modex under this communicator, where the job has a launcher.
+    fn pmi(&mut self) -> Result<&mut PmiModex> {
+        pmi_of(&mut self.job)
+    }
+
+    /// This job's key-value space.
+    pub fn kvsname(&mut self) -> Result<String> {
+        Ok(self.pmi()?.client().kvsname().to_string())
+    }
+
+    /// Which executable of a multi-executable launch (or spawn) this process runs:
+    /// 0 for the first or only one, or without a launcher.
+    pub fn appnum(&mut self) -> Result<i32> {
+        match self.pmi() {
+            Ok(p) => Ok(p.client().appnum()?),
+            Err(_) => Ok(0),
+        }
+    }
+
+    /// Where this job's ranks start in the launcher's numbering.
+    pub fn universe_base(&mut self) -> Result<u32> {
+        let text = self.pmi()?.client().get(BASE_KEY)?;
+        Ok(text.and_then(|t| t.parse().ok()).unwrap_or(0))
+    }
+
+    /// Ask the launcher to start `commands` as a new job whose key-value space holds
+    /// `preput`.
+    pub fn spawn(
+        &mut self,
+        commands: &[SpawnCommand],
+        preput: &[(String, String)],
+    ) -> Result<Spawned> {
+        Ok(self.pmi()?.client().spawn(commands, preput)?)
+    }
+
+    /// The value under `key` in the key-value space `kvs` (this job's or another's).
+    pub fn kvs_get(&mut self, kvs: &str, key: &str) -> Result<Option<String>> {
+        Ok(self.pmi()?.client().get_in(kvs, key)?)
+    }
+
+    /// Store `value` under `key` in the key-value space `kvs`.
+    pub fn kvs_put(&mut self, kvs: &str, key: &str, value: &str) -> Result<()> {
+        Ok(self.pmi()?.client().put_in(kvs, key, value)?)
+    }
+
+    /// Open the bridge (once) and publish its address; this process's rank in the
+    /// launcher's numbering.
+    pub fn open_bridge(&mut self) -> Result<u32> {
+        if let Some(b) = &self.bridge {
+            return Ok(b.universe_rank);
+        }
+        let me = self.universe_base()? + self.rank;
+        let config = crate::configure(&[])?;
+        let pmi = self.pmi()?;
+        let mut modex = BridgeModex { pmi, me, jobs: &[] };
+        let module = rbtl_btl::tcp::TcpComponent::open(&config, &mut modex)?.ok_or_else(|| {
+            Error::BadParameter(
+                "tcp found no interface to reach other jobs through: see btl_tcp_if_include".into(),
+            )
+        })?;
+        self.modules.push(Box::new(module));
+        self.remote.push(true);
+        self.dirty.push(true);
+        let eager = self
+            .modules
+            .last()
+            .map_or(0, |m| m.attributes().eager_limit);
+        self.eager.push(eager);
+        self.bridge = Some(Bridge {
+            module: self.modules.len() - 1,
+            universe_rank: me,
+            jobs: Vec::new(),
+            ranks: Vec::new(),
+        });
+        Ok(me)
+    }
+
+    /// Connect to processes `ranks` of the job of key-value space `kvsname`, whose
+    /// ranks start at `base` in the launcher's numbering (their bridges are open and
+    /// published): their ranks in this communicator, after its own job's.
+    pub fn connect_job(&mut self, kvsname: &str, base: u32, ranks: &[u32]) -> Result<Vec<u32>> {
+        self.open_bridge()?;
+        let size = ranks.iter().max().map_or(0, |m| m + 1);
+        let mut nodes = Vec::with_capacity(ranks.len());
+        for &r in ranks {
+            let node = self
+                .pmi()?
+                .lookup_in(Some(kvsname), r, "node")?
+                .unwrap_or_default();
+            nodes.push(String::from_utf8_lossy(&node).into_owned());
+        }
+        let mut bridge = self.bridge.take().expect("opened above");
+        if !bridge.jobs.iter().any(|j| j.kvsname == kvsname) {
+            bridge.jobs.push(KnownJob {
+                kvsname: kvsname.to_string(),
+                base,
+                size,
+            });
+        } else if let Some(j) = bridge.jobs.iter_mut().find(|j| j.kvsname == kvsname) {
+            j.size = j.size.max(size);
+        }
+        let procs: Vec<Proc> = ranks
+            .iter()
+            .zip(nodes)
+            .map(|(&r, node)| Proc {
+                rank: base + r,
+                node,
+            })
+            .collect();
+        let added = match pmi_of(&mut self.job) {
+            Ok(pmi) => {
+                let mut modex = BridgeModex {
+                    pmi,
+                    me: bridge.universe_rank,
+                    jobs: &bridge.jobs,
+                };
+                self.modules[bridge.module]
+                    .add_procs(&procs, &mut modex)
+                    .map_err(Error::from)
+            }
+            Err(e) => Err(e),
+        };
+        let endpoints = match added {
+            Ok(e) => e,
+            Err(e) => {
+                self.bridge = Some(bridge);
+                return Err(e);
+            }
+        };
+        let mut out = Vec::with_capacity(endpoints.len());
+        let mut s = super::state::lock(&self.state);
+        for (p, ep) in procs.iter().zip(endpoints) {
+            let Some(ep) = ep else {
+                drop(s);
+                self.bridge = Some(bridge);
+                return Err(Error::Unreachable {
+                    rank: p.rank,
+                    tried: "tcp (the bridge to other jobs)".into(),
+                });
+            };
+            let rank = self.routes.len() as u32;
+            self.routes.push((bridge.module, ep));
+            s.route.push(Some((bridge.module, ep)));
+            let i = ep.0 as usize;
+            if bridge.ranks.len() <= i {
+                bridge.ranks.resize(i + 1, None);
+            }
+            bridge.ranks[i] = Some(rank);
+            out.push(rank);
+        }
+        drop(s);
+        let ranks: Arc<[Option<u32>]> = Arc::from(bridge.ranks.clone());
+        let mi = bridge.module;
+        self.bridge = Some(bridge);
+        register_callbacks(self.modules[mi].as_mut(), mi, &ranks, &self.state)?;
+        Ok(out)
+    }
+}
