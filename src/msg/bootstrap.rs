@@ -37,6 +37,7 @@ impl Comm {
                 })
             })
             .collect::<Result<_, rbtl_btl::Error>>()?;
+        liveness::set_yield(config, procs.iter().filter(|p| p.node == node).count())?;
         let mut state = State {
             route: vec![None; job.size as usize],
             ..State::default()
@@ -146,5 +147,23 @@ mod tests {
             Comm::init(&[("btl", "self"), ("msg_peer_timeout", "soon")]),
             Err(Error::Config(_))
         ));
+    }
+
+    #[test]
+    fn waits_yield_early_where_ranks_outnumber_processors() {
+        let config = |v: &str| crate::configure(&[("msg_yield_when_idle", v)]).unwrap();
+        // A node of one rank has a processor for it; one of a million has not.
+        assert!(!crate::msg::liveness::set_yield(&config("auto"), 1).unwrap());
+        assert!(crate::msg::liveness::set_yield(&config("auto"), 1_000_000).unwrap());
+        assert!(crate::msg::liveness::set_yield(&config("always"), 1).unwrap());
+        assert!(!crate::msg::liveness::set_yield(&config("never"), 1_000_000).unwrap());
+        match Comm::init(&[("btl", "self"), ("msg_yield_when_idle", "sometimes")]) {
+            Err(e @ Error::BadParameter(_)) => {
+                assert!(e.to_string().contains("msg_yield_when_idle"), "{e}")
+            }
+            Err(e) => panic!("expected BadParameter, got {e}"),
+            Ok(_) => panic!("an unknown choice was taken"),
+        }
+        crate::msg::liveness::set_yield(&config("never"), 1).unwrap();
     }
 }

@@ -4,13 +4,16 @@
 //! the user sees is described in the message layer's documentation ("Failed and
 //! silent peers").
 //!
-//! The hot path pays nothing for this: a wait looks only while idle, first after
-//! [`SPIN_BEFORE_YIELD`] idle rounds (when it starts yielding the processor, a system
-//! call per round) and then every [`LOOK_EVERY`] rounds, and reads the clock only then.
+//! The hot path pays nothing for this: a wait looks only while idle, first when it
+//! starts yielding the processor (a system call per round: after
+//! [`SPIN_BEFORE_YIELD`] idle rounds, or [`SPIN_WHEN_OVERSUBSCRIBED`] on a node that
+//! runs more ranks than it has processors, see `msg_yield_when_idle`) and then every
+//! [`LOOK_EVERY`] rounds, and reads the clock only then.
 
 use super::state::{lock, Posted};
 use super::{Comm, Error, ReqId, Result, SPIN_BEFORE_YIELD};
 use rbtl_config::{Config, Registry, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The parameter that sets the peer timeout, in seconds.
@@ -20,6 +23,23 @@ const DEFAULT_PEER_TIMEOUT_SECS: i64 = 60;
 /// Idle rounds between two looks, once a wait yields.
 pub const LOOK_EVERY: u64 = 1 << 10;
 
+/// The parameter that says when waits yield the processor early.
+pub const YIELD_PARAM: &str = "msg_yield_when_idle";
+/// Its values.
+const YIELD_CHOICES: [&str; 3] = ["auto", "always", "never"];
+/// Idle rounds before yielding where ranks outnumber processors: every idle round
+/// yields (as Open MPI's `mpi_yield_when_idle`, set when a node is oversubscribed),
+/// since a rank spinning there holds a processor another rank needs.
+pub const SPIN_WHEN_OVERSUBSCRIBED: u32 = 1;
+
+/// The idle rounds before a wait yields, for every wait of this process.
+static SPIN_LIMIT: AtomicU64 = AtomicU64::new(SPIN_BEFORE_YIELD as u64);
+
+#[inline(always)]
+fn spin_limit() -> u64 {
+    SPIN_LIMIT.load(Ordering::Relaxed)
+}
+
 /// Register the message layer's parameters.
 pub fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
     registry.register(
@@ -27,7 +47,43 @@ pub fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
         Value::Int(DEFAULT_PEER_TIMEOUT_SECS),
         "seconds a blocking call waits, with no progress at all, for a peer it needs before failing with a peer timeout and treating the peer as failed (0: wait forever)",
     )?;
+    registry.register(
+        YIELD_PARAM,
+        Value::Str("auto".into()),
+        "when an idle wait yields the processor at every idle round instead of spinning first: auto (when this node runs more ranks than it has online processors), always, never",
+    )?;
     Ok(())
+}
+
+/// Set how long this process's waits spin before yielding, from `config` and the
+/// number of ranks on this node: whether they yield early.
+pub(super) fn set_yield(config: &Config, ranks_here: usize) -> Result<bool> {
+    let early = match config.str(YIELD_PARAM) {
+        Ok("auto") | Err(rbtl_config::Error::NotRegistered(_)) => ranks_here > online_cpus(),
+        Ok("always") => true,
+        Ok("never") => false,
+        Ok(other) => {
+            return Err(Error::BadParameter(format!(
+                "{YIELD_PARAM} = {other:?}: use one of {YIELD_CHOICES:?}"
+            )))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let limit = if early {
+        SPIN_WHEN_OVERSUBSCRIBED
+    } else {
+        SPIN_BEFORE_YIELD
+    };
+    SPIN_LIMIT.store(u64::from(limit), Ordering::Relaxed);
+    Ok(early)
+}
+
+/// The node's online processors (not this process's affinity: a rank bound to one
+/// core still shares the node with the others).
+fn online_cpus() -> usize {
+    // SAFETY: sysconf only reads the system's configuration.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
 }
 
 /// The peer timeout `config` sets: `None` to wait forever. A configuration made
@@ -66,13 +122,14 @@ impl IdleWait {
         }
     }
 
-    /// Count a round that found nothing to do: after [`SPIN_BEFORE_YIELD`] in a row it
-    /// yields the processor, so that ranks sharing a core still advance. Whether it is
-    /// time to look whether the wait is in vain.
+    /// Count a round that found nothing to do: after [`SPIN_BEFORE_YIELD`] in a row
+    /// (fewer where ranks outnumber processors) it yields the processor, so that ranks
+    /// sharing a core still advance. Whether it is time to look whether the wait is in
+    /// vain.
     #[inline(always)]
     pub fn idle(&mut self) -> bool {
         self.rounds += 1;
-        if self.rounds >= u64::from(SPIN_BEFORE_YIELD) {
+        if self.rounds >= spin_limit() {
             std::thread::yield_now();
             return self.rounds % LOOK_EVERY == 0;
         }
@@ -89,7 +146,8 @@ impl IdleWait {
     /// first look of a run starts its clock).
     fn idle_for(&mut self) -> Duration {
         let now = Instant::now();
-        if self.rounds == u64::from(SPIN_BEFORE_YIELD) {
+        // The first look of a run: the first multiple of LOOK_EVERY once yielding.
+        if self.rounds == spin_limit().div_ceil(LOOK_EVERY) * LOOK_EVERY {
             self.since = Some(now);
         }
         now.duration_since(*self.since.get_or_insert(now))

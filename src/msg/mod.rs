@@ -16,6 +16,12 @@
 //! Non-blocking operations borrow their buffers for a [`Comm::scope`]: the scope waits
 //! for everything started in it, so a buffer can never be freed under a transfer.
 //!
+//! A blocking call polls the transports; after [`SPIN_BEFORE_YIELD`] idle rounds it
+//! yields the processor between rounds. Where a node runs more ranks than it has
+//! online processors it yields at every idle round instead (`msg_yield_when_idle`:
+//! `auto`, the default; `always`; `never`), as Open MPI does when oversubscribed: a
+//! spinning rank would hold the processor the rank it waits for needs.
+//!
 //! # Failed and silent peers
 //!
 //! No blocking call waits forever for a peer that is gone:
