@@ -134,11 +134,15 @@ fn refusal(f: &Function) -> (String, Option<usize>) {
     if name.starts_with("MPI_T_") {
         return (format!("crate::error::unsupported_tool(\"{name}\")"), None);
     }
+    // The file functions report to a file's handler (MPI_FILE_NULL's without a
+    // file, MPI_ERRORS_RETURN by default), even those given a communicator.
+    let file = name.starts_with("MPI_File_");
     let object = f.params.iter().enumerate().find_map(|(i, p)| {
         let kind = match p.base.as_str() {
+            "MPI_File" => "File",
+            _ if file => return None,
             "MPI_Comm" => "Comm",
             "MPI_Win" => "Win",
-            "MPI_File" => "File",
             "MPI_Session" => "Session",
             _ => return None,
         };
@@ -153,6 +157,10 @@ fn refusal(f: &Function) -> (String, Option<usize>) {
         Some((i, o)) => (
             format!("crate::error::unsupported(\"{name}\", {o})"),
             Some(i),
+        ),
+        None if file => (
+            format!("crate::error::unsupported(\"{name}\", crate::error::Object::File(crate::ffi::MPI_FILE_NULL))"),
+            None,
         ),
         None => (
             format!("crate::error::unsupported(\"{name}\", crate::error::Object::None)"),

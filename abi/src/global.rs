@@ -126,11 +126,16 @@ pub fn stop(finish: impl FnOnce(Mpi) -> Result<()>) -> Result<()> {
     finish(mpi)
 }
 
-/// The error handler of `object` (what an error raised on it does). When the state
-/// cannot be reached (before `MPI_Init`, after `MPI_Finalize`, or from inside another
-/// call), errors are fatal, as the standard's initial handler.
+/// The error handler of `object` (what an error raised on it does). Before
+/// `MPI_Init` and after `MPI_Finalize` errors are fatal, as the standard's initial
+/// handler; a call refused because another is inside (from another thread, or from
+/// a callback) returns its error: the caller inside a callback can act on it.
 pub fn handler_of(object: Object) -> Handler {
-    with(|mpi| Ok(mpi.handler_of(object))).unwrap_or(Handler::Fatal)
+    match with(|mpi| Ok(mpi.handler_of(object))) {
+        Ok(h) => h,
+        Err(_) if phase() == Phase::Running => Handler::Return,
+        Err(_) => Handler::Fatal,
+    }
 }
 
 /// Call the user's error handler `f` on `object` with `code`.

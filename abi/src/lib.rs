@@ -53,3 +53,50 @@ pub const HEADER: &str = include_str!(concat!(env!("OUT_DIR"), "/mpi.h"));
 
 /// The bindings written by hand (the rest refuse), one name a line.
 pub const IMPLEMENTED: &str = include_str!(concat!(env!("OUT_DIR"), "/implemented.txt"));
+
+#[cfg(test)]
+mod tests {
+    /// The list of implemented bindings in docs/mpi-abi.md, as it should read.
+    fn listing() -> String {
+        let names: Vec<&str> = super::IMPLEMENTED
+            .lines()
+            .filter(|l| !l.is_empty())
+            .collect();
+        let mut out = format!("{} of the header's functions:\n\n", names.len());
+        let mut line = String::new();
+        for (i, n) in names.iter().enumerate() {
+            let item = format!("`{n}`{}", if i + 1 < names.len() { "," } else { "." });
+            if !line.is_empty() && line.len() + 1 + item.len() > 88 {
+                out.push_str(&line);
+                out.push('\n');
+                line.clear();
+            }
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(&item);
+        }
+        out.push_str(&line);
+        out.push('\n');
+        out
+    }
+
+    #[test]
+    fn the_documented_list_of_functions_is_current() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/mpi-abi.md");
+        let doc = std::fs::read_to_string(path).unwrap();
+        let (begin, end) = ("<!-- implemented:begin -->\n", "<!-- implemented:end -->");
+        let a = doc.find(begin).expect("the list's start mark") + begin.len();
+        let b = doc.find(end).expect("the list's end mark");
+        let want = listing();
+        if doc[a..b] != want && std::env::var("BLESS").as_deref() == Ok("1") {
+            std::fs::write(path, format!("{}{want}{}", &doc[..a], &doc[b..])).unwrap();
+            return;
+        }
+        assert_eq!(
+            doc[a..b],
+            want,
+            "docs/mpi-abi.md's list of functions is stale: run this test with BLESS=1"
+        );
+    }
+}

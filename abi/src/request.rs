@@ -20,11 +20,25 @@ pub enum Request {
     Persistent(Box<Persistent>),
     /// A nonblocking collective.
     Coll(Box<Schedule>),
+    /// A send or receive whose outcome was read (by `MPI_Request_get_status`)
+    /// before any call completed it: the outcome, for the call that does.
+    Finished(Box<Finished>),
+}
+
+/// The outcome of a send or receive, read before its completion.
+pub struct Finished {
+    pub status: Status,
+    pub error: Option<Error>,
+    /// The communicator it ran on.
+    pub comm: Handle,
 }
 
 /// A send or receive of the message layer.
 pub struct P2p {
     pub id: msg::ReqId,
+    /// The communicator it was started on (whose error handler its errors go
+    /// through in a completion call).
+    pub comm: Handle,
     /// The group that names the peer (`None`: job ranks are the communicator's).
     pub peers: Option<Arc<Group>>,
     /// A receive of a type that is not contiguous lands here first.
@@ -119,13 +133,25 @@ pub enum Outcome {
     },
 }
 
+/// The communicator request `r` runs on, if known: a completion call raises the
+/// request's error through its error handler (as MPICH and Open MPI do).
+pub fn comm_of(r: &Request) -> Option<Handle> {
+    match r {
+        Request::P2p(p) => Some(p.comm),
+        Request::Persistent(p) => Some(p.comm()),
+        Request::Coll(s) => s.comm(),
+        Request::Finished(f) => Some(f.comm),
+        Request::Done(_) => None,
+    }
+}
+
 /// The message-layer request a waiting call may look at for a silent peer.
 pub fn pending_id(r: &Request) -> Option<msg::ReqId> {
     match r {
         Request::P2p(p) => Some(p.id),
         Request::Persistent(p) => p.active.as_ref().map(|a| a.id),
         Request::Coll(s) => s.pending_id(),
-        Request::Done(_) => None,
+        Request::Done(_) | Request::Finished(_) => None,
     }
 }
 

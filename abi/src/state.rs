@@ -56,6 +56,8 @@ pub struct Mpi {
     pub parent: Handle,
     /// The thread that initialized the library.
     pub main_thread: std::thread::ThreadId,
+    /// Which executable of the launch this process runs (`MPI_APPNUM`).
+    pub appnum: c_int,
 }
 
 /// Context numbers: world, self, then those made later (0 belongs to the message
@@ -101,6 +103,7 @@ impl Mpi {
             bsend: Default::default(),
             parent: MPI_COMM_NULL,
             main_thread: std::thread::current().id(),
+            appnum: 0,
         }
     }
 

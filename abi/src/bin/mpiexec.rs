@@ -91,7 +91,10 @@ fn main() -> ExitCode {
             Ok(old) if !old.is_empty() => format!("{}:{old}", dir.display()),
             _ => dir.display().to_string(),
         };
-        args.splice(0..0, ["--env".into(), format!("LD_LIBRARY_PATH={path}").into()]);
+        args.splice(
+            0..0,
+            ["--env".into(), format!("LD_LIBRARY_PATH={path}").into()],
+        );
     }
     match cli::parse_args(args) {
         Ok(Invocation::Help) => {

@@ -7,6 +7,7 @@
 pub mod api;
 pub mod args;
 pub mod basic;
+pub mod build;
 pub mod nonblocking;
 pub mod reduce;
 pub mod schedule;
@@ -58,7 +59,9 @@ impl Mpi {
         }
         let tag = c.next_coll_tag();
         let members = Members::of(c.group.clone(), c.rank);
-        Ok((Schedule::new(c.coll_ctx(), tag), members))
+        let mut s = Schedule::new(c.coll_ctx(), tag);
+        s.set_comm(comm);
+        Ok((s, members))
     }
 
     /// Run schedule `s` to its end (a blocking collective).

@@ -1,7 +1,8 @@
 //! The nonblocking collectives: the same schedules as the blocking ones, handed out
 //! as requests that advance whenever the library progresses.
 
-use super::api::{in_place, scatter_counts, types_of};
+use super::api::{scatter_counts, types_of};
+use super::build::in_place;
 use crate::entry::call;
 use crate::error::Object;
 use crate::ffi::*;

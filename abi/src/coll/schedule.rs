@@ -70,6 +70,8 @@ pub struct Round {
 pub struct Schedule {
     ctx: u32,
     tag: i32,
+    /// The communicator of the collective, if it is a communicator's.
+    comm: Option<Handle>,
     rounds: Vec<Round>,
     scratch: Vec<Vec<u8>>,
     /// The round under way, and whether its transfers have started.
@@ -87,6 +89,7 @@ impl Schedule {
         Schedule {
             ctx,
             tag,
+            comm: None,
             rounds: Vec::new(),
             scratch: Vec::new(),
             at: 0,
@@ -95,6 +98,16 @@ impl Schedule {
             error: None,
             outcome: None,
         }
+    }
+
+    /// Note that it is a collective of communicator `comm`.
+    pub fn set_comm(&mut self, comm: Handle) {
+        self.comm = Some(comm);
+    }
+
+    /// The communicator of the collective, if noted.
+    pub fn comm(&self) -> Option<Handle> {
+        self.comm
     }
 
     /// A scratch buffer of `len` bytes: its place.

@@ -187,6 +187,10 @@ impl Mpi {
                 self.comm(h)?;
                 self.delete_all_attrs(h)?;
                 self.comms.remove(h);
+                // The parents' intercommunicator, freed, is not handed out again.
+                if self.parent == h {
+                    self.parent = MPI_COMM_NULL;
+                }
                 Ok(())
             }
         }
@@ -215,9 +219,14 @@ pub unsafe extern "C" fn PMPI_Comm_disconnect(comm: *mut Handle) -> c_int {
         }
         // SAFETY: checked not null.
         let h = unsafe { *comm };
-        // Everything pending on it completes first: a barrier over it.
-        let s = mpi.build_barrier(h)?;
-        mpi.run(s)?;
+        // Everything pending on it completes first: a barrier over it (both groups
+        // of an intercommunicator).
+        if mpi.comm(h)?.remote.is_some() {
+            mpi.intercomm_barrier(h)?;
+        } else {
+            let s = mpi.build_barrier(h)?;
+            mpi.run(s)?;
+        }
         mpi.comm_free(h)?;
         // SAFETY: checked not null.
         unsafe { comm.write(MPI_COMM_NULL) };
@@ -289,11 +298,11 @@ fn check_errhandler(mpi: &Mpi, h: Handle, kind: Kind) -> Result<()> {
         _ => match mpi.errhandlers.get(h) {
             Some(e) if e.kind == kind => Ok(()),
             Some(_) => Err(Error::new(
-                MPI_ERR_ARG,
+                MPI_ERR_ERRHANDLER,
                 "the error handler was made for another kind of object",
             )),
             None => Err(Error::new(
-                MPI_ERR_ARG,
+                MPI_ERR_ERRHANDLER,
                 format!("{h:#x} is not an error handler"),
             )),
         },
@@ -377,7 +386,7 @@ pub unsafe extern "C" fn PMPI_Errhandler_free(errhandler: *mut Handle) -> c_int 
         ) && mpi.errhandlers.get(h).is_none()
         {
             return Err(Error::new(
-                MPI_ERR_ARG,
+                MPI_ERR_ERRHANDLER,
                 format!("{h:#x} is not an error handler"),
             ));
         }

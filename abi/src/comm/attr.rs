@@ -15,6 +15,10 @@ pub struct Keyval {
     pub copy: usize,
     pub delete: usize,
     pub extra: usize,
+    /// Freed by `MPI_Comm_free_keyval`: the program can no longer name it, but the
+    /// attributes still set under it keep their callbacks until they are deleted
+    /// (MPI 7.7.2); it goes once none is left.
+    pub freed: bool,
 }
 
 /// The keys created so far, and the storage of the predefined attributes' values.
@@ -43,14 +47,34 @@ type CopyFn =
 type DeleteFn = unsafe extern "C" fn(Handle, c_int, *mut c_void, *mut c_void) -> c_int;
 
 impl Mpi {
-    /// The key `k`.
+    /// The key `k`, as the program names it (not freed).
     fn keyval(&self, k: c_int) -> Result<Keyval> {
-        self.attrs.keys.get(&k).copied().ok_or_else(|| {
-            Error::new(
-                MPI_ERR_KEYVAL,
-                format!("{k} is not a key created by MPI_Comm_create_keyval (or it was freed)"),
-            )
-        })
+        self.attrs
+            .keys
+            .get(&k)
+            .filter(|key| !key.freed)
+            .copied()
+            .ok_or_else(|| {
+                Error::new(
+                    MPI_ERR_KEYVAL,
+                    format!("{k} is not a key created by MPI_Comm_create_keyval (or it was freed)"),
+                )
+            })
+    }
+
+    /// Whether some communicator still holds an attribute under key `k`.
+    fn key_in_use(&self, k: c_int) -> bool {
+        self.world.attrs.contains_key(&k)
+            || self.self_comm.attrs.contains_key(&k)
+            || self.comms.iter().any(|(_, c)| c.attrs.contains_key(&k))
+    }
+
+    /// Forget key `k` if it was freed and no attribute is left under it.
+    fn drop_freed_key(&mut self, k: c_int) {
+        let freed = self.attrs.keys.get(&k).is_some_and(|key| key.freed);
+        if freed && !self.key_in_use(k) {
+            self.attrs.keys.remove(&k);
+        }
     }
 
     /// The value of predefined attribute `k` on `comm`, as the address the standard
@@ -67,14 +91,14 @@ impl Mpi {
             _ => return None,
         };
         let _ = comm;
-        let world = self.world.size() as c_int;
+        let (world, appnum) = (self.world.size() as c_int, self.appnum);
         let v = &mut self.attrs.values;
         v[0] = crate::p2p::TAG_UB;
         v[1] = MPI_PROC_NULL;
         v[2] = MPI_ANY_SOURCE;
         v[3] = 0;
         v[4] = world;
-        v[5] = 0;
+        v[5] = appnum;
         v[6] = crate::error::last_used();
         Some(&v[i] as *const c_int as usize)
     }
@@ -86,7 +110,9 @@ impl Mpi {
         let attrs = self.comm(old)?.attrs.clone();
         let mut out = BTreeMap::new();
         for (k, v) in attrs {
-            let Ok(key) = self.keyval(k) else { continue };
+            let Some(&key) = self.attrs.keys.get(&k) else {
+                continue;
+            };
             match key.copy {
                 0 => {}
                 1 => {
@@ -123,11 +149,13 @@ impl Mpi {
         Ok(out)
     }
 
-    /// Run the delete function of key `k` on value `v` of `comm`.
-    fn delete_attr(&self, comm: Handle, k: c_int, v: usize) -> Result<()> {
-        let Ok(key) = self.keyval(k) else {
+    /// Run the delete function of key `k` on value `v` of `comm` (taken off it
+    /// already).
+    fn delete_attr(&mut self, comm: Handle, k: c_int, v: usize) -> Result<()> {
+        let Some(&key) = self.attrs.keys.get(&k) else {
             return Ok(());
         };
+        self.drop_freed_key(k);
         if key.delete == 0 {
             return Ok(());
         }
@@ -174,6 +202,7 @@ pub unsafe extern "C" fn PMPI_Comm_create_keyval(
                 copy: comm_copy_attr_fn as usize,
                 delete: comm_delete_attr_fn as usize,
                 extra: extra_state as usize,
+                freed: false,
             },
         );
         // SAFETY: checked not null.
@@ -191,7 +220,10 @@ pub unsafe extern "C" fn PMPI_Comm_free_keyval(comm_keyval: *mut c_int) -> c_int
         // SAFETY: checked not null.
         let k = unsafe { *comm_keyval };
         mpi.keyval(k)?;
-        mpi.attrs.keys.remove(&k);
+        if let Some(key) = mpi.attrs.keys.get_mut(&k) {
+            key.freed = true;
+        }
+        mpi.drop_freed_key(k);
         // SAFETY: checked not null.
         unsafe { comm_keyval.write(MPI_KEYVAL_INVALID) };
         Ok(())

@@ -40,7 +40,7 @@ impl Mpi {
 
     /// The same all-gather among the members of `group` (job ranks) only, with the
     /// collective context of `parent` and `tag` (`MPI_Comm_create_group`).
-    fn allgather_in_group(
+    pub(crate) fn allgather_in_group(
         &mut self,
         parent: Handle,
         group: &Arc<Group>,
@@ -116,7 +116,11 @@ impl Mpi {
 
     /// Agree on a context over `comm`, gathering `extra` ints of every member too:
     /// the context and what was gathered (each member's `extra` in rank order).
-    fn agree_context(&mut self, comm: Handle, extra: &[i32]) -> Result<(u32, Vec<Vec<i32>>)> {
+    pub(crate) fn agree_context(
+        &mut self,
+        comm: Handle,
+        extra: &[i32],
+    ) -> Result<(u32, Vec<Vec<i32>>)> {
         let mut mine = vec![self.contexts_above() as i32];
         mine.extend_from_slice(extra);
         let all = self.allgather_ints(comm, &mine)?;

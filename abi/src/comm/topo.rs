@@ -16,7 +16,15 @@ pub enum Topology {
     DistGraph {
         sources: Vec<c_int>,
         destinations: Vec<c_int>,
+        /// The weights of the sources' and destinations' edges (`None`: created
+        /// with `MPI_UNWEIGHTED`).
+        weights: Option<(Vec<c_int>, Vec<c_int>)>,
     },
+}
+
+/// `MPI_UNWEIGHTED`, as the pointer the header defines.
+fn unweighted(p: *const c_int) -> bool {
+    p as usize == MPI_UNWEIGHTED
 }
 
 impl Topology {
@@ -375,10 +383,10 @@ pub unsafe extern "C" fn PMPI_Dist_graph_create_adjacent(
     comm_old: Handle,
     indegree: c_int,
     sources: *const c_int,
-    _sourceweights: *const c_int,
+    sourceweights: *const c_int,
     outdegree: c_int,
     destinations: *const c_int,
-    _destweights: *const c_int,
+    destweights: *const c_int,
     _info: Handle,
     _reorder: c_int,
     comm_dist_graph: *mut Handle,
@@ -394,6 +402,29 @@ pub unsafe extern "C" fn PMPI_Dist_graph_create_adjacent(
                     ints(destinations, outdegree)?.to_vec(),
                 )
             };
+            // Weights are given for both sides or for neither (MPI_UNWEIGHTED,
+            // MPI_WEIGHTS_EMPTY for a side of no edges).
+            let weights = if unweighted(sourceweights) || unweighted(destweights) {
+                None
+            } else {
+                let side = |w: *const c_int, n: c_int| -> Result<Vec<c_int>> {
+                    if n == 0 {
+                        return Ok(Vec::new());
+                    }
+                    if w as usize == MPI_WEIGHTS_EMPTY {
+                        return Err(Error::new(
+                            MPI_ERR_ARG,
+                            format!("MPI_WEIGHTS_EMPTY for {n} edges"),
+                        ));
+                    }
+                    // SAFETY: the binding's contract: `n` weights.
+                    Ok(unsafe { ints(w, n) }?.to_vec())
+                };
+                Some((
+                    side(sourceweights, indegree)?,
+                    side(destweights, outdegree)?,
+                ))
+            };
             let size = mpi.comm(comm_old)?.size() as c_int;
             if let Some(bad) = s.iter().chain(&d).find(|&&r| r < 0 || r >= size) {
                 return Err(Error::new(
@@ -405,6 +436,7 @@ pub unsafe extern "C" fn PMPI_Dist_graph_create_adjacent(
             mpi.comm_mut(h)?.topo = Some(Topology::DistGraph {
                 sources: s,
                 destinations: d,
+                weights,
             });
             // SAFETY: null or writable.
             unsafe { put(comm_dist_graph, h) };
@@ -427,6 +459,7 @@ pub unsafe extern "C" fn PMPI_Dist_graph_neighbors_count(
             let Some(Topology::DistGraph {
                 sources,
                 destinations,
+                weights,
             }) = &mpi.comm(comm)?.topo
             else {
                 return Err(Error::new(
@@ -438,7 +471,7 @@ pub unsafe extern "C" fn PMPI_Dist_graph_neighbors_count(
             unsafe {
                 put(indegree, sources.len() as c_int);
                 put(outdegree, destinations.len() as c_int);
-                put(weighted, 0);
+                put(weighted, c_int::from(weights.is_some()));
             }
             Ok(())
         },
@@ -450,15 +483,16 @@ pub unsafe extern "C" fn PMPI_Dist_graph_neighbors(
     comm: Handle,
     maxindegree: c_int,
     sources: *mut c_int,
-    _sourceweights: *mut c_int,
+    sourceweights: *mut c_int,
     maxoutdegree: c_int,
     destinations: *mut c_int,
-    _destweights: *mut c_int,
+    destweights: *mut c_int,
 ) -> c_int {
     call("MPI_Dist_graph_neighbors", Object::Comm(comm), |mpi| {
         let Some(Topology::DistGraph {
             sources: s,
             destinations: d,
+            weights,
         }) = &mpi.comm(comm)?.topo
         else {
             return Err(Error::new(
@@ -473,6 +507,22 @@ pub unsafe extern "C" fn PMPI_Dist_graph_neighbors(
         for (i, v) in d.iter().enumerate().take(maxoutdegree.max(0) as usize) {
             // SAFETY: the array holds `maxoutdegree` ints.
             unsafe { put(destinations.wrapping_add(i), *v) };
+        }
+        // The weights, where the graph has them and the caller asks for them.
+        if let Some((sw, dw)) = weights {
+            let asked = |p: *mut c_int| !p.is_null() && !unweighted(p);
+            if asked(sourceweights) {
+                for (i, v) in sw.iter().enumerate().take(maxindegree.max(0) as usize) {
+                    // SAFETY: the array holds `maxindegree` ints.
+                    unsafe { sourceweights.add(i).write(*v) };
+                }
+            }
+            if asked(destweights) {
+                for (i, v) in dw.iter().enumerate().take(maxoutdegree.max(0) as usize) {
+                    // SAFETY: the array holds `maxoutdegree` ints.
+                    unsafe { destweights.add(i).write(*v) };
+                }
+            }
         }
         Ok(())
     })

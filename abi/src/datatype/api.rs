@@ -1,14 +1,14 @@
-//! The datatype bindings: constructors, commit and free, sizes and bounds, names,
-//! decoding, addresses, `MPI_Pack`/`MPI_Unpack`.
+//! The datatype bindings: constructors, commit and free, `MPI_Pack`/`MPI_Unpack`
+//! (the questions a type answers are in `query`).
 
 use super::build::resized;
 use super::{pack, Datatype, Envelope, Layout};
-use crate::comm::api::{read_str, write_name};
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::p2p::check_count;
 use crate::state::Mpi;
+use std::sync::Arc;
 
 /// Basic elements in `bytes` of packed `ty` (`MPI_Get_elements`): `None` when they
 /// do not end on an element.
@@ -52,6 +52,16 @@ unsafe fn slice<'a, T>(p: *const T, n: usize) -> Result<&'a [T]> {
 }
 
 impl Mpi {
+    /// The types of `envelope`, as they are now (see [`Datatype::made_of`]).
+    fn made_of(&self, envelope: &Envelope) -> Result<Arc<[Datatype]>> {
+        let types = envelope
+            .types
+            .iter()
+            .map(|&h| self.dtype_any(h).cloned())
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Arc::from(types))
+    }
+
     /// Make a type from `parts` of older ones (by handle) and keep it.
     fn make(
         &mut self,
@@ -71,7 +81,9 @@ impl Mpi {
         for (&(disp, _, count), old) in parts.iter().zip(&olds) {
             l.push(disp, old, count);
         }
-        let t = l.finish(padded, envelope)?;
+        let made_of = self.made_of(&envelope)?;
+        let mut t = l.finish(padded, envelope)?;
+        t.made_of = made_of;
         let h = self.types.insert(t)?;
         // SAFETY: checked not null; the binding's contract.
         unsafe { out.write(h) };
@@ -362,17 +374,15 @@ pub unsafe extern "C" fn PMPI_Type_create_resized(
         if newtype.is_null() {
             return Err(Error::new(MPI_ERR_ARG, "the new type pointer is null"));
         }
-        let t = resized(
-            mpi.dtype_any(oldtype)?,
-            lb,
-            extent,
-            env(
-                MPI_COMBINER_RESIZED,
-                vec![],
-                vec![lb, extent],
-                vec![oldtype],
-            ),
+        let e = env(
+            MPI_COMBINER_RESIZED,
+            vec![],
+            vec![lb, extent],
+            vec![oldtype],
         );
+        let made_of = mpi.made_of(&e)?;
+        let mut t = resized(mpi.dtype_any(oldtype)?, lb, extent, e);
+        t.made_of = made_of;
         let h = mpi.types.insert(t)?;
         // SAFETY: checked not null.
         unsafe { newtype.write(h) };
@@ -386,7 +396,9 @@ pub unsafe extern "C" fn PMPI_Type_dup(oldtype: Handle, newtype: *mut Handle) ->
         if newtype.is_null() {
             return Err(Error::new(MPI_ERR_ARG, "the new type pointer is null"));
         }
-        let mut t = mpi.dtype_any(oldtype)?.clone();
+        let old = mpi.dtype_any(oldtype)?;
+        let mut t = old.clone();
+        t.made_of = Arc::from(vec![old.clone()]);
         t.predefined = false;
         t.envelope = Some(env(MPI_COMBINER_DUP, vec![], vec![], vec![oldtype]));
         let h = mpi.types.insert(t)?;
@@ -432,177 +444,6 @@ pub unsafe extern "C" fn PMPI_Type_free(datatype: *mut Handle) -> c_int {
         unsafe { datatype.write(MPI_DATATYPE_NULL) };
         Ok(())
     })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_size(datatype: Handle, size: *mut c_int) -> c_int {
-    call("MPI_Type_size", Object::None, |mpi| {
-        let s = mpi.dtype_any(datatype)?.size;
-        // SAFETY: null or writable.
-        unsafe { put(size, c_int::try_from(s).unwrap_or(MPI_UNDEFINED)) };
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_size_c(datatype: Handle, size: *mut Count) -> c_int {
-    call("MPI_Type_size_c", Object::None, |mpi| {
-        let s = mpi.dtype_any(datatype)?.size;
-        // SAFETY: null or writable.
-        unsafe { put(size, s as Count) };
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_get_extent(
-    datatype: Handle,
-    lb: *mut Aint,
-    extent: *mut Aint,
-) -> c_int {
-    call("MPI_Type_get_extent", Object::None, |mpi| {
-        let t = mpi.dtype_any(datatype)?;
-        // SAFETY: null or writable.
-        unsafe {
-            put(lb, t.lb);
-            put(extent, t.extent());
-        }
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_get_true_extent(
-    datatype: Handle,
-    true_lb: *mut Aint,
-    true_extent: *mut Aint,
-) -> c_int {
-    call("MPI_Type_get_true_extent", Object::None, |mpi| {
-        let t = mpi.dtype_any(datatype)?;
-        // SAFETY: null or writable.
-        unsafe {
-            put(true_lb, t.true_lb);
-            put(true_extent, t.true_ub - t.true_lb);
-        }
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_get_name(
-    datatype: Handle,
-    type_name: *mut c_char,
-    resultlen: *mut c_int,
-) -> c_int {
-    call("MPI_Type_get_name", Object::None, |mpi| {
-        let name = mpi.dtype_any(datatype)?.name.clone();
-        // SAFETY: the binding's contract: room for MPI_MAX_OBJECT_NAME bytes.
-        unsafe { write_name(&name, type_name, resultlen, MPI_MAX_OBJECT_NAME as usize) }
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_set_name(datatype: Handle, type_name: *const c_char) -> c_int {
-    call("MPI_Type_set_name", Object::None, |mpi| {
-        // SAFETY: the binding's contract.
-        let mut name = unsafe { read_str(type_name) }?;
-        name.truncate(MPI_MAX_OBJECT_NAME as usize - 1);
-        match mpi.types.get_mut(datatype) {
-            Some(t) => {
-                t.name = name;
-                Ok(())
-            }
-            None => {
-                mpi.dtype_any(datatype)?;
-                Err(Error::new(
-                    MPI_ERR_TYPE,
-                    "a predefined datatype's name cannot change",
-                ))
-            }
-        }
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_get_envelope(
-    datatype: Handle,
-    num_integers: *mut c_int,
-    num_addresses: *mut c_int,
-    num_datatypes: *mut c_int,
-    combiner: *mut c_int,
-) -> c_int {
-    call("MPI_Type_get_envelope", Object::None, |mpi| {
-        let t = mpi.dtype_any(datatype)?;
-        let (ni, na, nd, c) = match &t.envelope {
-            None => (0, 0, 0, MPI_COMBINER_NAMED),
-            Some(e) => (e.ints.len(), e.addresses.len(), e.types.len(), e.combiner),
-        };
-        // SAFETY: null or writable.
-        unsafe {
-            put(num_integers, ni as c_int);
-            put(num_addresses, na as c_int);
-            put(num_datatypes, nd as c_int);
-            put(combiner, c);
-        }
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_get_contents(
-    datatype: Handle,
-    max_integers: c_int,
-    max_addresses: c_int,
-    max_datatypes: c_int,
-    array_of_integers: *mut c_int,
-    array_of_addresses: *mut Aint,
-    array_of_datatypes: *mut Handle,
-) -> c_int {
-    call("MPI_Type_get_contents", Object::None, |mpi| {
-        let Some(e) = mpi.dtype_any(datatype)?.envelope.clone() else {
-            return Err(Error::new(
-                MPI_ERR_TYPE,
-                "a predefined datatype has no contents",
-            ));
-        };
-        if (max_integers as usize) < e.ints.len()
-            || (max_addresses as usize) < e.addresses.len()
-            || (max_datatypes as usize) < e.types.len()
-        {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "the arrays are smaller than MPI_Type_get_envelope says",
-            ));
-        }
-        // SAFETY: the arrays hold at least the envelope's counts (checked).
-        unsafe {
-            std::ptr::copy_nonoverlapping(e.ints.as_ptr(), array_of_integers, e.ints.len());
-            std::ptr::copy_nonoverlapping(
-                e.addresses.as_ptr(),
-                array_of_addresses,
-                e.addresses.len(),
-            );
-            std::ptr::copy_nonoverlapping(e.types.as_ptr(), array_of_datatypes, e.types.len());
-        }
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Get_address(location: *const c_void, address: *mut Aint) -> c_int {
-    // SAFETY: null or writable.
-    unsafe { put(address, location as Aint) };
-    MPI_SUCCESS
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Aint_add(base: Aint, disp: Aint) -> Aint {
-    base.wrapping_add(disp)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Aint_diff(addr1: Aint, addr2: Aint) -> Aint {
-    addr1.wrapping_sub(addr2)
 }
 
 #[no_mangle]

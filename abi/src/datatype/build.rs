@@ -120,6 +120,7 @@ impl<'a> Layout<'a> {
             committed: false,
             predefined: false,
             envelope: Some(envelope),
+            made_of: Arc::from(Vec::new()),
         })
     }
 }

@@ -10,6 +10,7 @@ pub mod api;
 mod build;
 pub mod pack;
 pub mod predefined;
+pub mod query;
 
 pub use build::Layout;
 
@@ -184,6 +185,10 @@ pub struct Datatype {
     pub predefined: bool,
     /// How it was made (`None` for a predefined type).
     pub envelope: Option<Envelope>,
+    /// The types it was made from, as they were then, one per type of its
+    /// envelope: `MPI_Type_get_contents` hands out new handles of them (the old
+    /// handles may have been freed since).
+    pub made_of: Arc<[Datatype]>,
 }
 
 /// What moving elements of a type takes: a contiguous one moves as bytes (and its
@@ -259,6 +264,7 @@ impl Datatype {
             committed: true,
             predefined: true,
             envelope: None,
+            made_of: Arc::from(Vec::new()),
         }
     }
 }

@@ -56,11 +56,12 @@ impl Mpi {
         self.wait_local(r).map(|_| ())
     }
 
-    /// A blocking receive (as [`Mpi::send`]).
+    /// A blocking receive (as [`Mpi::send`]), its status stored at `status` (when
+    /// given): a truncated receive still reports what it got (MPI 3.2.5).
     ///
     /// # Safety
     ///
-    /// `buf` holds room for `count` elements of `ty`.
+    /// `buf` holds room for `count` elements of `ty`; `status` is null or writable.
     #[inline(always)]
     pub unsafe fn recv(
         &mut self,
@@ -70,7 +71,8 @@ impl Mpi {
         source: c_int,
         tag: c_int,
         comm: Handle,
-    ) -> Result<Status> {
+        status: *mut Status,
+    ) -> Result<()> {
         if self.active.is_empty() {
             let c = self.comm(comm)?;
             let t = self.dtype(ty)?;
@@ -80,11 +82,14 @@ impl Mpi {
                 let tag = check_recv_tag(tag)?;
                 super::check_buffer(buf, n, t)?;
                 let src = match peer(c, source, true)? {
-                    Peer::Null => return Ok(Status::proc_null()),
+                    Peer::Null => {
+                        // SAFETY: the caller's contract.
+                        unsafe { crate::p2p::put_one(status, Status::proc_null()) };
+                        return Ok(());
+                    }
                     Peer::Any => None,
                     Peer::Job(j) => Some(j),
                 };
-                let peers = (comm != MPI_COMM_WORLD).then(|| c.group.clone());
                 let len = t
                     .bytes(n)
                     .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
@@ -96,22 +101,48 @@ impl Mpi {
                     unsafe { std::slice::from_raw_parts_mut(at, len) }
                 };
                 let outcome = self.msg.recv_in(ctx, data, src, tag);
+                // The common case without a detour: a message received whole.
+                if let Ok(s) = &outcome {
+                    if !status.is_null() {
+                        let source = if comm == MPI_COMM_WORLD {
+                            s.source as c_int
+                        } else {
+                            let c = self.comm(comm)?;
+                            c.group.rank_of(s.source).map_or(MPI_UNDEFINED, |r| r as c_int)
+                        };
+                        let mut st = Status::empty();
+                        st.source = source;
+                        st.tag = s.tag;
+                        st.set_bytes(s.len as u64);
+                        // SAFETY: checked not null; the caller's contract.
+                        unsafe { crate::p2p::put_one(status, st) };
+                    }
+                    return Ok(());
+                }
+                let peers = match comm {
+                    MPI_COMM_WORLD => None,
+                    _ => Some(self.comm(comm)?.group.clone()),
+                };
                 let p = crate::request::P2p {
                     id: 0,
+                    comm,
                     peers,
                     unpack: None,
                     staged: None,
                 };
-                let (status, error) = p.finish(outcome);
-                return match error {
-                    Some(e) => Err(e),
-                    None => Ok(status),
-                };
+                let (s, e) = p.finish(outcome);
+                // SAFETY: the caller's contract.
+                unsafe { crate::p2p::put_one(status, s) };
+                return e.map_or(Ok(()), Err);
             }
         }
         // SAFETY: the caller's contract; waited for below.
         let r = unsafe { self.irecv(buf, count, ty, source, tag, comm) }?;
-        self.wait_local(r)
+        let mut h = self.requests.insert(r)?;
+        let (s, e) = self.wait(&mut h)?;
+        // SAFETY: the caller's contract.
+        unsafe { crate::p2p::put_one(status, s) };
+        e.map_or(Ok(()), Err)
     }
 
     /// Wait for a request that never reaches the table: its status.
@@ -203,13 +234,9 @@ pub unsafe extern "C" fn PMPI_Recv(
     status: *mut Status,
 ) -> c_int {
     call("MPI_Recv", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract: room for `count` elements at `buf`.
-        let s = unsafe { mpi.recv(buf, count, datatype, source, tag, comm) };
-        // A truncated receive still reports what it got (MPI 3.2.5).
-        let s = s?;
-        // SAFETY: `status` is null (ignored) or writable.
-        unsafe { put(status, s) };
-        Ok(())
+        // SAFETY: the binding's contract: room for `count` elements at `buf`;
+        // `status` null (ignored) or writable.
+        unsafe { mpi.recv(buf, count, datatype, source, tag, comm, status) }
     })
 }
 
@@ -269,7 +296,7 @@ pub unsafe extern "C" fn PMPI_Sendrecv(
         let (st, e) = mpi.wait(&mut rh)?;
         sent?;
         // SAFETY: `status` is null or writable.
-        unsafe { put(status, st) };
+        unsafe { crate::p2p::put_one(status, st) };
         e.map_or(Ok(()), Err)
     })
 }
@@ -314,7 +341,7 @@ pub unsafe extern "C" fn PMPI_Sendrecv_replace(
         let (st, e) = mpi.wait(&mut rh)?;
         sent?;
         // SAFETY: `status` is null or writable.
-        unsafe { put(status, st) };
+        unsafe { crate::p2p::put_one(status, st) };
         e.map_or(Ok(()), Err)
     })
 }
@@ -436,3 +463,4 @@ mod tests {
         assert_eq!(count_of(1, 0), MPI_UNDEFINED);
     }
 }
+

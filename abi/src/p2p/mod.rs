@@ -7,6 +7,7 @@ pub mod bsend;
 pub mod persistent;
 pub mod probe;
 pub mod wait;
+pub mod wait_some;
 
 use crate::comm::Communicator;
 use crate::datatype::{pack, Datatype, Shape};
@@ -100,6 +101,26 @@ pub fn check_buffer(buf: *const c_void, count: usize, ty: &Datatype) -> Result<(
         ));
     }
     Ok(())
+}
+
+/// Store the status of a call that completes (or probes) one operation at `out`,
+/// if given: every field but `MPI_ERROR`, which only the calls that return several
+/// statuses may set (MPI 3.2.5).
+///
+/// # Safety
+///
+/// `out` is null or valid for writes of a status.
+pub unsafe fn put_one(out: *mut Status, s: Status) {
+    if out.is_null() {
+        return;
+    }
+    // SAFETY: the caller's contract; each field is written alone, `error` left as
+    // the caller had it.
+    unsafe {
+        std::ptr::addr_of_mut!((*out).source).write(s.source);
+        std::ptr::addr_of_mut!((*out).tag).write(s.tag);
+        std::ptr::addr_of_mut!((*out).internal).write(s.internal);
+    }
 }
 
 /// The message-layer request of a send, and what it keeps alive.
@@ -265,6 +286,7 @@ impl Mpi {
         let s = unsafe { self.start_send(buf, count, &shape, dst, tag, ctx, mode) }?;
         Ok(Request::P2p(P2p {
             id: s.id,
+            comm,
             peers,
             unpack: None,
             staged: s.staged,
@@ -296,7 +318,7 @@ impl Mpi {
         let t = self.dtype(ty)?;
         check_buffer(buf, count, t)?;
         let src = match from {
-            Peer::Null => return Ok(Request::Done(Status::empty())),
+            Peer::Null => return Ok(Request::Done(Status::proc_null())),
             Peer::Any => None,
             Peer::Job(j) => Some(j),
         };
@@ -305,6 +327,7 @@ impl Mpi {
         let (id, unpack) = unsafe { self.start_recv(buf, count, shape, src, tag, ctx) }?;
         Ok(Request::P2p(P2p {
             id,
+            comm,
             peers,
             unpack,
             staged: None,

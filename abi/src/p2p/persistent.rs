@@ -32,8 +32,16 @@ pub struct Persistent {
     comm: Handle,
     /// The operation under way, between `MPI_Start` and its completion.
     pub active: Option<P2p>,
-    /// A start that completed at once (`MPI_PROC_NULL`), not yet waited for.
-    pub done: Option<Status>,
+    /// A start whose outcome is known, not yet waited for: it completed at once
+    /// (`MPI_PROC_NULL`), or `MPI_Request_get_status` read it. Its status and error.
+    pub done: Option<(Status, Option<Error>)>,
+}
+
+impl Persistent {
+    /// The communicator it runs on.
+    pub fn comm(&self) -> Handle {
+        self.comm
+    }
 }
 
 impl Mpi {
@@ -100,7 +108,7 @@ impl Mpi {
             match r {
                 Request::P2p(a) => p.active = Some(a),
                 // MPI_PROC_NULL: complete at once.
-                Request::Done(s) => p.done = Some(s),
+                Request::Done(s) => p.done = Some((s, None)),
                 _ => unreachable!("a send or receive"),
             }
         }

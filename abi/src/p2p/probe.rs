@@ -17,10 +17,12 @@ use std::sync::Arc;
 pub struct Message {
     matched: msg::Matched,
     peers: Option<Arc<Group>>,
+    comm: Handle,
 }
 
 /// What a probe looks for.
 struct Probe {
+    comm: Handle,
     ctx: u32,
     src: Option<u32>,
     tag: Option<i32>,
@@ -42,6 +44,7 @@ impl Mpi {
             .clone()
             .or_else(|| (comm != MPI_COMM_WORLD).then(|| c.group.clone()));
         Ok(Some(Probe {
+            comm,
             ctx: c.ctx,
             src,
             tag,
@@ -69,6 +72,7 @@ impl Mpi {
                 Message {
                     matched,
                     peers: p.peers.clone(),
+                    comm: p.comm,
                 },
                 status_of(&p.peers, s),
             )
@@ -126,7 +130,7 @@ pub unsafe extern "C" fn PMPI_Iprobe(
         unsafe {
             flag.write(c_int::from(found.is_some()));
             if let Some(s) = found {
-                put(status, s);
+                crate::p2p::put_one(status, s);
             }
         }
         Ok(())
@@ -146,7 +150,7 @@ pub unsafe extern "C" fn PMPI_Probe(
             Some(p) => mpi.probe_until(&p, |mpi, p| mpi.iprobe(p))?,
         };
         // SAFETY: `status` null or writable.
-        unsafe { put(status, s) };
+        unsafe { crate::p2p::put_one(status, s) };
         Ok(())
     })
 }
@@ -169,7 +173,7 @@ unsafe fn hand_out_message(
     // SAFETY: the caller's contract.
     unsafe {
         message.write(h);
-        put(status, s);
+        crate::p2p::put_one(status, s);
     }
     Ok(())
 }
@@ -275,6 +279,7 @@ impl Mpi {
         let id = unsafe { self.msg.imrecv(m.matched, at, len) };
         Ok(Request::P2p(P2p {
             id,
+            comm: m.comm,
             peers: m.peers,
             unpack,
             staged: None,
@@ -293,10 +298,11 @@ pub unsafe extern "C" fn PMPI_Mrecv(
     call("MPI_Mrecv", Object::None, |mpi| {
         // SAFETY: the binding's contract; waited for below.
         let r = unsafe { mpi.imrecv(buf, count, datatype, message) }?;
-        let s = mpi.wait_local(r)?;
+        let mut h = mpi.requests.insert(r)?;
+        let (s, e) = mpi.wait(&mut h)?;
         // SAFETY: `status` null or writable.
-        unsafe { put(status, s) };
-        Ok(())
+        unsafe { crate::p2p::put_one(status, s) };
+        e.map_or(Ok(()), Err)
     })
 }
 

@@ -1,9 +1,10 @@
 //! Completing requests: `MPI_Test*` and `MPI_Wait*`.
 
 use crate::entry::call;
-use crate::error::{Error, Object, Result};
+use crate::error::{raise, Error, Object, Result};
 use crate::ffi::*;
-use crate::request::{pending_id, Outcome, Request};
+use crate::global;
+use crate::request::{comm_of, pending_id, Finished, Outcome, Request};
 use crate::state::Mpi;
 use rbtl::msg::IdleWait;
 
@@ -33,6 +34,11 @@ impl Mpi {
                 error: None,
                 keep: false,
             },
+            Request::Finished(f) => Outcome::Complete {
+                status: f.status,
+                error: f.error.clone(),
+                keep: false,
+            },
             Request::P2p(p) => match msg.test(p.id) {
                 None => return Ok(Outcome::Pending),
                 Some(out) => {
@@ -49,9 +55,9 @@ impl Mpi {
             },
             Request::Persistent(p) => match p.active.as_ref().map(|a| msg.test(a.id)) {
                 None => match p.done.take() {
-                    Some(status) => Outcome::Complete {
+                    Some((status, error)) => Outcome::Complete {
                         status,
-                        error: None,
+                        error,
                         keep: true,
                     },
                     None => inactive,
@@ -86,22 +92,29 @@ impl Mpi {
         Ok(outcome)
     }
 
-    /// Progress until `step` says the wait is over. Each round `step` looks
-    /// (without progress); when asked (`look` true, every so many idle rounds) it
+    /// Progress until `step` says the wait is over. `step` looks (without progress)
+    /// first, then after each round of progress that moved something (nothing
+    /// completes otherwise); when asked (`look` true, every so many idle rounds) it
     /// also names the message-layer request it needs, so that a wait for a silent or
     /// failed peer ends as the message layer's waits do (see `rbtl::msg`).
     pub fn wait_for(&mut self, mut step: impl FnMut(&mut Mpi, bool) -> Result<Step>) -> Result<()> {
         let mut idle = IdleWait::new();
         let mut look = false;
+        let mut moved = true;
         loop {
-            match step(self, look)? {
-                Step::Done => return Ok(()),
-                Step::Pending(Some(id)) if look => self.msg.look_at(id, &mut idle),
-                Step::Pending(_) => {}
+            if moved || look {
+                match step(self, look)? {
+                    Step::Done => return Ok(()),
+                    Step::Pending(Some(id)) if look => self.msg.look_at(id, &mut idle),
+                    Step::Pending(_) => {}
+                }
             }
+            // A look may have failed requests (a peer gone): look again after it.
+            moved = look;
             look = false;
             if self.progress() > 0 {
                 idle.busy();
+                moved = true;
             } else if idle.idle() {
                 look = true;
             }
@@ -147,7 +160,7 @@ pub enum Step {
 }
 
 #[cold]
-fn bad_request(h: Handle) -> Error {
+pub(super) fn bad_request(h: Handle) -> Error {
     Error::new(
         MPI_ERR_REQUEST,
         format!(
@@ -161,7 +174,7 @@ fn bad_request(h: Handle) -> Error {
 /// # Safety
 ///
 /// `statuses` is null (`MPI_STATUSES_IGNORE`) or holds at least `i + 1` statuses.
-unsafe fn put_status(statuses: *mut Status, i: usize, s: Status) {
+pub(super) unsafe fn put_status(statuses: *mut Status, i: usize, s: Status) {
     if !statuses.is_null() {
         // SAFETY: the caller's contract.
         unsafe { statuses.add(i).write(s) };
@@ -170,7 +183,7 @@ unsafe fn put_status(statuses: *mut Status, i: usize, s: Status) {
 
 /// A wait on an array of requests: done, or the first one still running (when
 /// asked for).
-fn pending(mpi: &Mpi, done: bool, look: bool, reqs: &[Handle]) -> Step {
+pub(super) fn pending(mpi: &Mpi, done: bool, look: bool, reqs: &[Handle]) -> Step {
     if done {
         return Step::Done;
     }
@@ -186,7 +199,7 @@ fn pending(mpi: &Mpi, done: bool, look: bool, reqs: &[Handle]) -> Step {
 /// # Safety
 ///
 /// `reqs` holds `count` handles (when `count` > 0).
-unsafe fn handles<'a>(count: c_int, reqs: *mut Handle) -> Result<&'a mut [Handle]> {
+pub(super) unsafe fn handles<'a>(count: c_int, reqs: *mut Handle) -> Result<&'a mut [Handle]> {
     let n = crate::p2p::check_count(count)?;
     if n == 0 {
         return Ok(&mut []);
@@ -200,7 +213,7 @@ unsafe fn handles<'a>(count: c_int, reqs: *mut Handle) -> Result<&'a mut [Handle
 
 /// The error of a call that completed several requests: `MPI_ERR_IN_STATUS`, each
 /// status's `MPI_ERROR` set, when one of them failed.
-fn in_status(errors: &[Option<Error>]) -> Result<()> {
+pub(super) fn in_status(errors: &[Option<Error>]) -> Result<()> {
     match errors.iter().flatten().next() {
         None => Ok(()),
         Some(first) => Err(Error::new(
@@ -213,23 +226,55 @@ fn in_status(errors: &[Option<Error>]) -> Result<()> {
     }
 }
 
+/// Run completion call `name` as `f`, which notes in its second argument the
+/// communicator of the request whose error it returns: such an error goes through
+/// that communicator's error handler (as in MPICH and Open MPI), any other (a bad
+/// request handle, a null pointer) through `MPI_COMM_SELF`'s.
+pub(super) fn complete(
+    name: &str,
+    f: impl FnOnce(&mut Mpi, &mut Option<Handle>) -> Result<()>,
+) -> c_int {
+    let mut comm = None;
+    match global::with(|mpi| f(mpi, &mut comm)) {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => raise(name, comm.map_or(Object::None, Object::Comm), e),
+    }
+}
+
+/// The communicator of each request of `reqs` (`None` for a null one).
+pub(super) fn comms(mpi: &Mpi, reqs: &[Handle]) -> Vec<Option<Handle>> {
+    reqs.iter()
+        .map(|h| mpi.requests.get(*h).and_then(comm_of))
+        .collect()
+}
+
+/// The communicator of the first request of `errors` that failed.
+pub(super) fn failed_comm(errors: &[Option<Error>], comms: &[Option<Handle>]) -> Option<Handle> {
+    errors
+        .iter()
+        .position(Option::is_some)
+        .and_then(|i| comms.get(i).copied().flatten())
+}
+
 /// The `MPI_ERROR` field of a completed request's status.
-fn with_error(mut s: Status, e: &Option<Error>) -> Status {
+pub(super) fn with_error(mut s: Status, e: &Option<Error>) -> Status {
     s.error = e.as_ref().map_or(MPI_SUCCESS, crate::error::code_of);
     s
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Wait(request: *mut Handle, status: *mut Status) -> c_int {
-    call("MPI_Wait", Object::None, |mpi| {
+    complete("MPI_Wait", |mpi, comm| {
         if request.is_null() {
             return Err(Error::new(MPI_ERR_REQUEST, "the request pointer is null"));
         }
         // SAFETY: the binding's contract: `request` points to a handle.
         let h = unsafe { &mut *request };
+        let c = mpi.requests.get(*h).and_then(comm_of);
         let (s, e) = mpi.wait(h)?;
         // SAFETY: `status` is null (ignored) or points to a status.
-        unsafe { put(status, s) };
+        unsafe { crate::p2p::put_one(status, s) };
+        *comm = c;
         e.map_or(Ok(()), Err)
     })
 }
@@ -240,7 +285,7 @@ pub unsafe extern "C" fn PMPI_Test(
     flag: *mut c_int,
     status: *mut Status,
 ) -> c_int {
-    call("MPI_Test", Object::None, |mpi| {
+    complete("MPI_Test", |mpi, comm| {
         if request.is_null() || flag.is_null() {
             return Err(Error::new(
                 MPI_ERR_ARG,
@@ -250,6 +295,7 @@ pub unsafe extern "C" fn PMPI_Test(
         // SAFETY: the binding's contract.
         let h = unsafe { &mut *request };
         mpi.progress();
+        *comm = mpi.requests.get(*h).and_then(comm_of);
         match mpi.look(*h)? {
             Outcome::Pending => {
                 // SAFETY: checked not null.
@@ -267,7 +313,7 @@ pub unsafe extern "C" fn PMPI_Test(
                 // SAFETY: checked not null; `status` null or valid.
                 unsafe {
                     flag.write(1);
-                    put(status, s);
+                    crate::p2p::put_one(status, s);
                 }
                 error.map_or(Ok(()), Err)
             }
@@ -281,9 +327,10 @@ pub unsafe extern "C" fn PMPI_Waitall(
     array_of_requests: *mut Handle,
     array_of_statuses: *mut Status,
 ) -> c_int {
-    call("MPI_Waitall", Object::None, |mpi| {
+    complete("MPI_Waitall", |mpi, comm| {
         // SAFETY: the binding's contract.
         let reqs = unsafe { handles(count, array_of_requests) }?;
+        let of = comms(mpi, reqs);
         let mut errors: Vec<Option<Error>> = vec![None; reqs.len()];
         let mut left = reqs.iter().filter(|h| **h != MPI_REQUEST_NULL).count();
         for (i, h) in reqs.iter().enumerate() {
@@ -293,32 +340,39 @@ pub unsafe extern "C" fn PMPI_Waitall(
             }
         }
         let mut finished = vec![false; reqs.len()];
+        // The requests are taken in order: those before `next` are done, and a look
+        // stops at the first still running (all must end, so later ones can wait).
+        let mut next = 0;
         mpi.wait_for(|mpi, look| {
-            for i in 0..reqs.len() {
-                let h = reqs[i];
-                if h == MPI_REQUEST_NULL || finished[i] {
+            while next < reqs.len() {
+                let h = reqs[next];
+                if h == MPI_REQUEST_NULL || finished[next] {
+                    next += 1;
                     continue;
                 }
-                if let Outcome::Complete {
+                let Outcome::Complete {
                     status,
                     error,
                     keep,
                 } = mpi.look(h)?
-                {
-                    // SAFETY: as above.
-                    unsafe { put_status(array_of_statuses, i, with_error(status, &error)) };
-                    errors[i] = error;
-                    if !keep {
-                        reqs[i] = MPI_REQUEST_NULL;
-                    } else {
-                        // A persistent request stays, inactive: not looked at again.
-                        finished[i] = true;
-                    }
-                    left -= 1;
+                else {
+                    break;
+                };
+                // SAFETY: as above.
+                unsafe { put_status(array_of_statuses, next, with_error(status, &error)) };
+                errors[next] = error;
+                if !keep {
+                    reqs[next] = MPI_REQUEST_NULL;
+                } else {
+                    // A persistent request stays, inactive: not looked at again.
+                    finished[next] = true;
                 }
+                left -= 1;
+                next += 1;
             }
-            Ok(pending(mpi, left == 0, look, reqs))
+            Ok(pending(mpi, left == 0, look, &reqs[next.min(reqs.len())..]))
         })?;
+        *comm = failed_comm(&errors, &of);
         in_status(&errors)
     })
 }
@@ -330,9 +384,10 @@ pub unsafe extern "C" fn PMPI_Testall(
     flag: *mut c_int,
     array_of_statuses: *mut Status,
 ) -> c_int {
-    call("MPI_Testall", Object::None, |mpi| {
+    complete("MPI_Testall", |mpi, comm| {
         // SAFETY: the binding's contract.
         let reqs = unsafe { handles(count, array_of_requests) }?;
+        let of = comms(mpi, reqs);
         if flag.is_null() {
             return Err(Error::new(MPI_ERR_ARG, "the flag pointer is null"));
         }
@@ -344,7 +399,7 @@ pub unsafe extern "C" fn PMPI_Testall(
             Some(Request::Persistent(p)) => {
                 p.active.as_ref().is_none_or(|a| mpi.msg.is_complete(a.id))
             }
-            Some(Request::Done(_)) => true,
+            Some(Request::Done(_) | Request::Finished(_)) => true,
             Some(Request::Coll(s)) => s.is_done(),
         });
         if !all {
@@ -370,222 +425,7 @@ pub unsafe extern "C" fn PMPI_Testall(
         }
         // SAFETY: checked not null.
         unsafe { flag.write(1) };
-        in_status(&errors)
-    })
-}
-
-/// Look at the requests in turn, from `start`: the index and outcome of the first
-/// complete one among those active.
-fn first_complete(
-    mpi: &mut Mpi,
-    reqs: &mut [Handle],
-) -> Result<Option<(usize, Status, Option<Error>)>> {
-    for (i, h) in reqs.iter_mut().enumerate() {
-        if *h == MPI_REQUEST_NULL || is_inactive(mpi, *h) {
-            continue;
-        }
-        if let Outcome::Complete {
-            status,
-            error,
-            keep,
-        } = mpi.look(*h)?
-        {
-            if !keep {
-                *h = MPI_REQUEST_NULL;
-            }
-            return Ok(Some((i, status, error)));
-        }
-    }
-    Ok(None)
-}
-
-/// A persistent request not started.
-fn is_inactive(mpi: &Mpi, h: Handle) -> bool {
-    matches!(mpi.requests.get(h), Some(Request::Persistent(p)) if p.active.is_none() && p.done.is_none())
-}
-
-/// Whether no request of `reqs` is active.
-fn none_active(mpi: &Mpi, reqs: &[Handle]) -> bool {
-    reqs.iter()
-        .all(|&h| h == MPI_REQUEST_NULL || is_inactive(mpi, h))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Waitany(
-    count: c_int,
-    array_of_requests: *mut Handle,
-    index: *mut c_int,
-    status: *mut Status,
-) -> c_int {
-    call("MPI_Waitany", Object::None, |mpi| {
-        // SAFETY: the binding's contract.
-        let reqs = unsafe { handles(count, array_of_requests) }?;
-        if index.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the index pointer is null"));
-        }
-        if none_active(mpi, reqs) {
-            // SAFETY: checked not null; `status` null or valid.
-            unsafe {
-                index.write(MPI_UNDEFINED);
-                put(status, Status::empty());
-            }
-            return Ok(());
-        }
-        let mut found = None;
-        mpi.wait_for(|mpi, look| {
-            found = first_complete(mpi, reqs)?;
-            Ok(pending(mpi, found.is_some(), look, reqs))
-        })?;
-        let (i, s, e) = found.expect("set when done");
-        // SAFETY: as above.
-        unsafe {
-            index.write(i as c_int);
-            put(status, s);
-        }
-        e.map_or(Ok(()), Err)
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Testany(
-    count: c_int,
-    array_of_requests: *mut Handle,
-    index: *mut c_int,
-    flag: *mut c_int,
-    status: *mut Status,
-) -> c_int {
-    call("MPI_Testany", Object::None, |mpi| {
-        // SAFETY: the binding's contract.
-        let reqs = unsafe { handles(count, array_of_requests) }?;
-        if index.is_null() || flag.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the index or flag pointer is null"));
-        }
-        mpi.progress();
-        let (flag_v, index_v, s, e) = if none_active(mpi, reqs) {
-            (1, MPI_UNDEFINED, Status::empty(), None)
-        } else {
-            match first_complete(mpi, reqs)? {
-                Some((i, s, e)) => (1, i as c_int, s, e),
-                None => (0, MPI_UNDEFINED, Status::empty(), None),
-            }
-        };
-        // SAFETY: checked not null; `status` null or valid.
-        unsafe {
-            flag.write(flag_v);
-            index.write(index_v);
-            if flag_v == 1 {
-                put(status, s);
-            }
-        }
-        e.map_or(Ok(()), Err)
-    })
-}
-
-/// Complete every request of `reqs` that is done: their indices written to
-/// `indices`, statuses to `statuses`; how many.
-///
-/// # Safety
-///
-/// `indices` holds `reqs.len()` ints; `statuses` is null or holds as many statuses.
-unsafe fn complete_some(
-    mpi: &mut Mpi,
-    reqs: &mut [Handle],
-    indices: *mut c_int,
-    statuses: *mut Status,
-    errors: &mut Vec<Option<Error>>,
-) -> Result<usize> {
-    let mut n = 0;
-    for (i, h) in reqs.iter_mut().enumerate() {
-        if *h == MPI_REQUEST_NULL || is_inactive(mpi, *h) {
-            continue;
-        }
-        if let Outcome::Complete {
-            status,
-            error,
-            keep,
-        } = mpi.look(*h)?
-        {
-            if !keep {
-                *h = MPI_REQUEST_NULL;
-            }
-            // SAFETY: the caller's contract; `n` < `reqs.len()`.
-            unsafe {
-                indices.add(n).write(i as c_int);
-                put_status(statuses, n, with_error(status, &error));
-            }
-            errors.push(error);
-            n += 1;
-        }
-    }
-    Ok(n)
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Waitsome(
-    incount: c_int,
-    array_of_requests: *mut Handle,
-    outcount: *mut c_int,
-    array_of_indices: *mut c_int,
-    array_of_statuses: *mut Status,
-) -> c_int {
-    call("MPI_Waitsome", Object::None, |mpi| {
-        // SAFETY: the binding's contract.
-        let reqs = unsafe { handles(incount, array_of_requests) }?;
-        if outcount.is_null() || (!reqs.is_empty() && array_of_indices.is_null()) {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "the outcount or indices pointer is null",
-            ));
-        }
-        if none_active(mpi, reqs) {
-            // SAFETY: checked not null.
-            unsafe { outcount.write(MPI_UNDEFINED) };
-            return Ok(());
-        }
-        let mut errors = Vec::new();
-        let mut n = 0;
-        mpi.wait_for(|mpi, look| {
-            // SAFETY: the binding's contract: `incount` indices and statuses.
-            n = unsafe {
-                complete_some(mpi, reqs, array_of_indices, array_of_statuses, &mut errors)
-            }?;
-            Ok(pending(mpi, n > 0, look, reqs))
-        })?;
-        // SAFETY: checked not null.
-        unsafe { outcount.write(n as c_int) };
-        in_status(&errors)
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Testsome(
-    incount: c_int,
-    array_of_requests: *mut Handle,
-    outcount: *mut c_int,
-    array_of_indices: *mut c_int,
-    array_of_statuses: *mut Status,
-) -> c_int {
-    call("MPI_Testsome", Object::None, |mpi| {
-        // SAFETY: the binding's contract.
-        let reqs = unsafe { handles(incount, array_of_requests) }?;
-        if outcount.is_null() || (!reqs.is_empty() && array_of_indices.is_null()) {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "the outcount or indices pointer is null",
-            ));
-        }
-        if none_active(mpi, reqs) {
-            // SAFETY: checked not null.
-            unsafe { outcount.write(MPI_UNDEFINED) };
-            return Ok(());
-        }
-        mpi.progress();
-        let mut errors = Vec::new();
-        // SAFETY: the binding's contract.
-        let n =
-            unsafe { complete_some(mpi, reqs, array_of_indices, array_of_statuses, &mut errors) }?;
-        // SAFETY: checked not null.
-        unsafe { outcount.write(n as c_int) };
+        *comm = failed_comm(&errors, &of);
         in_status(&errors)
     })
 }
@@ -615,22 +455,16 @@ pub unsafe extern "C" fn PMPI_Request_get_status(
             return Err(Error::new(MPI_ERR_ARG, "the flag pointer is null"));
         }
         mpi.progress();
-        let (done, s) = match mpi.requests.get(request) {
-            _ if request == MPI_REQUEST_NULL => (true, Status::empty()),
-            None => return Err(bad_request(request)),
-            Some(Request::Done(s)) => (true, *s),
-            Some(Request::P2p(p)) => (mpi.msg.is_complete(p.id), Status::empty()),
-            Some(Request::Persistent(p)) => (
-                p.active.as_ref().is_none_or(|a| mpi.msg.is_complete(a.id)),
-                Status::empty(),
-            ),
-            Some(Request::Coll(s)) => (s.is_done(), Status::empty()),
+        let found = if request == MPI_REQUEST_NULL {
+            Some(Status::empty())
+        } else {
+            mpi.peek(request)?
         };
         // SAFETY: checked not null; `status` null or valid.
         unsafe {
-            flag.write(c_int::from(done));
-            if done {
-                put(status, s);
+            flag.write(c_int::from(found.is_some()));
+            if let Some(s) = found {
+                crate::p2p::put_one(status, s);
             }
         }
         Ok(())
@@ -638,6 +472,48 @@ pub unsafe extern "C" fn PMPI_Request_get_status(
 }
 
 impl Mpi {
+    /// The status of request `h` if it has completed, without completing it
+    /// (`MPI_Request_get_status`): the outcome of a send or receive is taken from the
+    /// message layer and kept in the request for the call that completes it.
+    fn peek(&mut self, h: Handle) -> Result<Option<Status>> {
+        let Mpi { requests, msg, .. } = self;
+        let r = requests.get_mut(h).ok_or_else(|| bad_request(h))?;
+        if let Request::P2p(p) = r {
+            let Some(out) = msg.test(p.id) else {
+                return Ok(None);
+            };
+            let Request::P2p(p) = std::mem::replace(r, Request::Done(Status::empty())) else {
+                unreachable!("matched just now")
+            };
+            let comm = p.comm;
+            let (status, error) = p.finish(out);
+            *r = Request::Finished(Box::new(Finished {
+                status,
+                error,
+                comm,
+            }));
+            return Ok(Some(status));
+        }
+        Ok(match r {
+            Request::Done(s) => Some(*s),
+            Request::Finished(f) => Some(f.status),
+            Request::Coll(s) => s.is_done().then(Status::empty),
+            Request::P2p(_) => unreachable!("looked at above"),
+            Request::Persistent(p) => match (&p.done, p.active.as_ref().map(|a| msg.test(a.id))) {
+                (Some((s, _)), _) => Some(*s),
+                // Not started: complete, with an empty status.
+                (None, None) => Some(Status::empty()),
+                (None, Some(None)) => None,
+                (None, Some(Some(out))) => {
+                    let a = p.active.take().expect("active");
+                    let (status, error) = a.finish(out);
+                    p.done = Some((status, error));
+                    Some(status)
+                }
+            },
+        })
+    }
+
     /// `MPI_Request_free`: forget `h`; an operation under way still completes, driven
     /// by progress (its buffers kept until then).
     pub fn free_request(&mut self, h: Handle) -> Result<()> {
@@ -658,7 +534,7 @@ impl Mpi {
                 }
                 Ok(())
             }
-            Some(Request::Done(_)) => Ok(()),
+            Some(Request::Done(_) | Request::Finished(_)) => Ok(()),
         }
     }
 }

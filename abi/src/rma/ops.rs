@@ -626,7 +626,11 @@ mod tests {
             types: vec![],
         };
         let t = l.finish(false, env).unwrap();
-        assert_eq!(runs(0, &t, 2).unwrap(), vec![(0, 4), (8, 8), (20, 4)], "the second element starts one extent (12 bytes) on");
+        assert_eq!(
+            runs(0, &t, 2).unwrap(),
+            vec![(0, 4), (8, 8), (20, 4)],
+            "the second element starts one extent (12 bytes) on"
+        );
         assert!(runs(-4, &int, 1).is_err());
     }
 }

@@ -1,0 +1,597 @@
+//! Building each collective's schedule from its arguments (shared by the blocking
+//! bindings of `api` and the nonblocking ones of `nonblocking`).
+
+use super::args::{self, finish};
+use super::basic;
+use super::reduce::{self, Combine};
+use super::{Loc, Local, Members, Schedule};
+use crate::datatype::Datatype;
+use crate::error::{Error, Result};
+use crate::ffi::*;
+use crate::p2p::check_count;
+use crate::state::Mpi;
+
+/// `MPI_IN_PLACE`.
+pub fn in_place(p: *const c_void) -> bool {
+    p as usize == MPI_IN_PLACE
+}
+
+/// A root argument.
+pub fn check_root(root: c_int, m: &Members) -> Result<u32> {
+    u32::try_from(root)
+        .ok()
+        .filter(|r| *r < m.size)
+        .ok_or_else(|| {
+            Error::new(
+                MPI_ERR_ROOT,
+                format!(
+                    "root {root} is not a rank of the communicator of {} processes",
+                    m.size
+                ),
+            )
+        })
+}
+
+/// A block of an array argument: `count` elements of `ty` at `displ` extents (or
+/// `displ` bytes, `bytes`) from `buf`.
+fn at(buf: *const c_void, displ: isize, ty: &Datatype, bytes: bool) -> *mut c_void {
+    let step = if bytes { 1 } else { ty.extent() };
+    buf.cast::<u8>()
+        .cast_mut()
+        .wrapping_offset(displ * step)
+        .cast()
+}
+
+/// The counts and displacements of a vector argument, `n` of each.
+///
+/// # Safety
+///
+/// Each pointer holds `n` ints.
+unsafe fn vector<'a>(
+    counts: *const c_int,
+    displs: *const c_int,
+    n: u32,
+) -> Result<(&'a [c_int], &'a [c_int])> {
+    if counts.is_null() || displs.is_null() {
+        return Err(Error::new(
+            MPI_ERR_ARG,
+            "a counts or displacements array is null",
+        ));
+    }
+    // SAFETY: the caller's contract.
+    unsafe {
+        Ok((
+            std::slice::from_raw_parts(counts, n as usize),
+            std::slice::from_raw_parts(displs, n as usize),
+        ))
+    }
+}
+
+impl Mpi {
+    /// `MPI_Barrier`.
+    pub fn build_barrier(&mut self, comm: Handle) -> Result<Schedule> {
+        let (mut s, m) = self.collective(comm)?;
+        basic::barrier(&mut s, &m);
+        Ok(s)
+    }
+
+    /// `MPI_Bcast`.
+    ///
+    /// # Safety
+    ///
+    /// The collective's buffer contract (here and below): each buffer holds its
+    /// elements until the collective ends.
+    pub unsafe fn build_bcast(
+        &mut self,
+        buf: *mut c_void,
+        count: c_int,
+        ty: Handle,
+        root: c_int,
+        comm: Handle,
+    ) -> Result<Schedule> {
+        let n = check_count(count)?;
+        let t = self.dtype(ty)?.clone();
+        let (mut s, m) = self.collective(comm)?;
+        let root = check_root(root, &m)?;
+        // SAFETY: the caller's contract.
+        let (loc, len, unpack) = unsafe {
+            if m.rank == root {
+                let (l, n) = args::input(&mut s, buf, n, &t)?;
+                (l, n, None)
+            } else {
+                args::output(&mut s, buf, n, &t)?
+            }
+        };
+        basic::bcast(&mut s, &m, loc, len, root);
+        finish(&mut s, [unpack]);
+        Ok(s)
+    }
+
+    /// `MPI_Reduce`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Mpi::build_bcast`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn build_reduce(
+        &mut self,
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: c_int,
+        ty: Handle,
+        op: Handle,
+        root: c_int,
+        comm: Handle,
+    ) -> Result<Schedule> {
+        let n = check_count(count)?;
+        let t = self.dtype(ty)?.clone();
+        let o = self.op(op)?;
+        crate::op::check(o, &t)?;
+        let (mut s, m) = self.collective(comm)?;
+        let root = check_root(root, &m)?;
+        let is_root = m.rank == root;
+        let len = args::bytes(&t, n)?;
+        let acc = s.scratch(len);
+        // SAFETY: the caller's contract.
+        let (input, _) = unsafe {
+            if is_root && in_place(sendbuf) {
+                args::input(&mut s, recvbuf, n, &t)?
+            } else {
+                args::input(&mut s, sendbuf, n, &t)?
+            }
+        };
+        s.round().then.push(Local::Copy {
+            from: input,
+            to: acc,
+            len,
+        });
+        let c = Combine {
+            op: o,
+            ty: &t,
+            handle: ty,
+            count: n,
+        };
+        reduce::reduce(&mut s, &m, &c, acc, root);
+        if is_root {
+            // SAFETY: the caller's contract.
+            let (out, _, unpack) = unsafe { args::output(&mut s, recvbuf, n, &t) }?;
+            s.round().then.push(Local::Copy {
+                from: acc,
+                to: out,
+                len,
+            });
+            finish(&mut s, [unpack]);
+        }
+        Ok(s)
+    }
+
+    /// `MPI_Allreduce`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Mpi::build_bcast`].
+    pub unsafe fn build_allreduce(
+        &mut self,
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: c_int,
+        ty: Handle,
+        op: Handle,
+        comm: Handle,
+    ) -> Result<Schedule> {
+        let n = check_count(count)?;
+        let t = self.dtype(ty)?.clone();
+        let o = self.op(op)?;
+        crate::op::check(o, &t)?;
+        let (mut s, m) = self.collective(comm)?;
+        // SAFETY: the caller's contract.
+        let (acc, len, unpack) = unsafe {
+            if in_place(sendbuf) {
+                args::inout(&mut s, recvbuf, n, &t)?
+            } else {
+                let (input, len) = args::input(&mut s, sendbuf, n, &t)?;
+                let (acc, _, unpack) = args::output(&mut s, recvbuf, n, &t)?;
+                s.round().then.push(Local::Copy {
+                    from: input,
+                    to: acc,
+                    len,
+                });
+                (acc, len, unpack)
+            }
+        };
+        let _ = len;
+        let c = Combine {
+            op: o,
+            ty: &t,
+            handle: ty,
+            count: n,
+        };
+        reduce::allreduce(&mut s, &m, &c, acc);
+        finish(&mut s, [unpack]);
+        Ok(s)
+    }
+
+    /// `MPI_Scan` and `MPI_Exscan`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Mpi::build_bcast`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn build_scan(
+        &mut self,
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: c_int,
+        ty: Handle,
+        op: Handle,
+        comm: Handle,
+        exclusive: bool,
+    ) -> Result<Schedule> {
+        let n = check_count(count)?;
+        let t = self.dtype(ty)?.clone();
+        let o = self.op(op)?;
+        crate::op::check(o, &t)?;
+        let (mut s, m) = self.collective(comm)?;
+        // SAFETY: the caller's contract.
+        let (mine, out, unpack) = unsafe {
+            let source = if in_place(sendbuf) {
+                recvbuf.cast_const()
+            } else {
+                sendbuf
+            };
+            let (input, len) = args::input(&mut s, source, n, &t)?;
+            // The input is read before the output is written (a copy in the first
+            // step), so the same buffer serves both.
+            let mine = s.scratch(len);
+            s.round().then.push(Local::Copy {
+                from: input,
+                to: mine,
+                len,
+            });
+            let (out, _, unpack) = args::output(&mut s, recvbuf, n, &t)?;
+            (mine, out, unpack)
+        };
+        let c = Combine {
+            op: o,
+            ty: &t,
+            handle: ty,
+            count: n,
+        };
+        reduce::scan(&mut s, &m, &c, mine, out, exclusive);
+        // The exclusive scan leaves rank 0's output as it was.
+        if !(exclusive && m.rank == 0) {
+            finish(&mut s, [unpack]);
+        }
+        Ok(s)
+    }
+
+    /// `MPI_Reduce_scatter` (`counts` per member) and `MPI_Reduce_scatter_block`:
+    /// a reduce to rank 0, then a scatter.
+    ///
+    /// # Safety
+    ///
+    /// As [`Mpi::build_bcast`]; `counts` holds the communicator's size of ints.
+    pub unsafe fn build_reduce_scatter(
+        &mut self,
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        counts: &[usize],
+        ty: Handle,
+        op: Handle,
+        comm: Handle,
+    ) -> Result<Schedule> {
+        let t = self.dtype(ty)?.clone();
+        let o = self.op(op)?;
+        crate::op::check(o, &t)?;
+        let (mut s, m) = self.collective(comm)?;
+        let total: usize = counts.iter().sum();
+        let len = args::bytes(&t, total)?;
+        let acc = s.scratch(len);
+        let mine = counts.get(m.rank as usize).copied().unwrap_or(0);
+        // SAFETY: the caller's contract.
+        let (input, _) = unsafe {
+            if in_place(sendbuf) {
+                args::input(&mut s, recvbuf, total, &t)?
+            } else {
+                args::input(&mut s, sendbuf, total, &t)?
+            }
+        };
+        s.round().then.push(Local::Copy {
+            from: input,
+            to: acc,
+            len,
+        });
+        let c = Combine {
+            op: o,
+            ty: &t,
+            handle: ty,
+            count: total,
+        };
+        reduce::reduce(&mut s, &m, &c, acc, 0);
+        let mut blocks = Vec::with_capacity(counts.len());
+        let mut off = 0;
+        for &k in counts {
+            blocks.push((acc.offset(off), k * t.size));
+            off += k * t.size;
+        }
+        // SAFETY: the caller's contract.
+        let (out, olen, unpack) = unsafe { args::output(&mut s, recvbuf, mine, &t) }?;
+        basic::scatterv(&mut s, &m, &blocks, Some((out, olen)), 0);
+        finish(&mut s, [unpack]);
+        Ok(s)
+    }
+
+    /// `MPI_Gather` (`recvcounts` `None`, equal blocks) and `MPI_Gatherv`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Mpi::build_bcast`]; at the root, `recvcounts` and `displs` hold the
+    /// communicator's size of ints.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn build_gather(
+        &mut self,
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: Handle,
+        recvbuf: *mut c_void,
+        recv: (c_int, *const c_int, *const c_int),
+        recvtype: Handle,
+        root: c_int,
+        comm: Handle,
+    ) -> Result<Schedule> {
+        let (mut s, m) = self.collective(comm)?;
+        let root = check_root(root, &m)?;
+        let is_root = m.rank == root;
+        let mut unpacks = Vec::new();
+        let mut blocks = Vec::new();
+        if is_root {
+            let rt = self.dtype(recvtype)?.clone();
+            for i in 0..m.size {
+                let (count, displ) = if recv.1.is_null() {
+                    (recv.0, i as c_int * recv.0)
+                } else {
+                    // SAFETY: the caller's contract.
+                    let (counts, displs) = unsafe { vector(recv.1, recv.2, m.size) }?;
+                    (counts[i as usize], displs[i as usize])
+                };
+                let k = check_count(count)?;
+                // SAFETY: the caller's contract.
+                let (l, len, u) = unsafe {
+                    args::output(&mut s, at(recvbuf, displ as isize, &rt, false), k, &rt)
+                }?;
+                blocks.push((l, len));
+                unpacks.push(u);
+            }
+        }
+        let send = if is_root && in_place(sendbuf) {
+            None
+        } else {
+            let st = self.dtype(sendtype)?.clone();
+            // SAFETY: the caller's contract.
+            Some(unsafe { args::input(&mut s, sendbuf, check_count(sendcount)?, &st) }?)
+        };
+        basic::gatherv(&mut s, &m, send, &blocks, root);
+        finish(&mut s, unpacks);
+        Ok(s)
+    }
+
+    /// `MPI_Scatter` (`sendcounts` `None`) and `MPI_Scatterv`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Mpi::build_gather`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn build_scatter(
+        &mut self,
+        sendbuf: *const c_void,
+        send: (c_int, *const c_int, *const c_int),
+        sendtype: Handle,
+        recvbuf: *mut c_void,
+        recvcount: c_int,
+        recvtype: Handle,
+        root: c_int,
+        comm: Handle,
+    ) -> Result<Schedule> {
+        let (mut s, m) = self.collective(comm)?;
+        let root = check_root(root, &m)?;
+        let is_root = m.rank == root;
+        let mut blocks = Vec::new();
+        if is_root {
+            let st = self.dtype(sendtype)?.clone();
+            for i in 0..m.size {
+                let (count, displ) = if send.1.is_null() {
+                    (send.0, i as c_int * send.0)
+                } else {
+                    // SAFETY: the caller's contract.
+                    let (counts, displs) = unsafe { vector(send.1, send.2, m.size) }?;
+                    (counts[i as usize], displs[i as usize])
+                };
+                let k = check_count(count)?;
+                // SAFETY: the caller's contract.
+                blocks.push(unsafe {
+                    args::input(&mut s, at(sendbuf, displ as isize, &st, false), k, &st)
+                }?);
+            }
+        }
+        let (recv, unpack) = if is_root && in_place(recvbuf) {
+            (None, None)
+        } else {
+            let rt = self.dtype(recvtype)?.clone();
+            // SAFETY: the caller's contract.
+            let (l, len, u) =
+                unsafe { args::output(&mut s, recvbuf, check_count(recvcount)?, &rt) }?;
+            (Some((l, len)), u)
+        };
+        basic::scatterv(&mut s, &m, &blocks, recv, root);
+        finish(&mut s, [unpack]);
+        Ok(s)
+    }
+
+    /// `MPI_Allgather` (`recvcounts` `None`) and `MPI_Allgatherv`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Mpi::build_gather`], on every member.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn build_allgather(
+        &mut self,
+        sendbuf: *const c_void,
+        sendcount: c_int,
+        sendtype: Handle,
+        recvbuf: *mut c_void,
+        recv: (c_int, *const c_int, *const c_int),
+        recvtype: Handle,
+        comm: Handle,
+    ) -> Result<Schedule> {
+        let (mut s, m) = self.collective(comm)?;
+        let rt = self.dtype(recvtype)?.clone();
+        let mut blocks = Vec::new();
+        let mut unpacks = Vec::new();
+        if recv.1.is_null() && rt.contiguous {
+            // Equal blocks in one buffer: one place, cut in blocks.
+            let k = check_count(recv.0)?;
+            let len = args::bytes(&rt, k)?;
+            let base = Loc::User(
+                at(recvbuf, 0, &rt, false)
+                    .cast::<u8>()
+                    .wrapping_offset(rt.lb),
+            );
+            blocks = basic::blocks(base, len, m.size);
+        } else {
+            for i in 0..m.size {
+                let (count, displ) = if recv.1.is_null() {
+                    (recv.0, i as c_int * recv.0)
+                } else {
+                    // SAFETY: the caller's contract.
+                    let (counts, displs) = unsafe { vector(recv.1, recv.2, m.size) }?;
+                    (counts[i as usize], displs[i as usize])
+                };
+                // SAFETY: the caller's contract.
+                let (l, len, u) = unsafe {
+                    args::output(
+                        &mut s,
+                        at(recvbuf, displ as isize, &rt, false),
+                        check_count(count)?,
+                        &rt,
+                    )
+                }?;
+                blocks.push((l, len));
+                unpacks.push(u);
+            }
+        }
+        let me = m.rank as usize;
+        if !in_place(sendbuf) {
+            let st = self.dtype(sendtype)?.clone();
+            // SAFETY: the caller's contract.
+            let (l, len) = unsafe { args::input(&mut s, sendbuf, check_count(sendcount)?, &st) }?;
+            s.round().then.push(Local::Copy {
+                from: l,
+                to: blocks[me].0,
+                len: len.min(blocks[me].1),
+            });
+        } else if !rt.contiguous {
+            // The own block is in the user's buffer: packed into its place now.
+            let (count, displ) = if recv.1.is_null() {
+                (recv.0, me as c_int * recv.0)
+            } else {
+                // SAFETY: the caller's contract.
+                let (counts, displs) = unsafe { vector(recv.1, recv.2, m.size) }?;
+                (counts[me], displs[me])
+            };
+            // SAFETY: the caller's contract.
+            let (l, len) = unsafe {
+                args::input(
+                    &mut s,
+                    at(recvbuf, displ as isize, &rt, false),
+                    check_count(count)?,
+                    &rt,
+                )
+            }?;
+            s.round().then.push(Local::Copy {
+                from: l,
+                to: blocks[me].0,
+                len,
+            });
+        }
+        basic::allgatherv(&mut s, &m, &blocks);
+        finish(&mut s, unpacks);
+        Ok(s)
+    }
+
+    /// `MPI_Alltoall` (`counts` and `displs` null), `MPI_Alltoallv` and
+    /// `MPI_Alltoallw` (per-peer types, displacements in bytes).
+    ///
+    /// # Safety
+    ///
+    /// As [`Mpi::build_gather`], on every member; `types` hold the size's handles.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn build_alltoall(
+        &mut self,
+        sendbuf: *const c_void,
+        send: (c_int, *const c_int, *const c_int),
+        sendtypes: &[Handle],
+        recvbuf: *mut c_void,
+        recv: (c_int, *const c_int, *const c_int),
+        recvtypes: &[Handle],
+        comm: Handle,
+        w: bool,
+    ) -> Result<Schedule> {
+        let (mut s, m) = self.collective(comm)?;
+        // Alltoallw: a type per peer, displacements in bytes.
+        let bytes = w;
+        let type_of = |types: &[Handle], i: usize| if w { types[i] } else { types[0] };
+        let part = |v: (c_int, *const c_int, *const c_int), i: u32| -> Result<(c_int, c_int)> {
+            if v.1.is_null() {
+                Ok((v.0, i as c_int * v.0))
+            } else {
+                // SAFETY: the caller's contract.
+                let (counts, displs) = unsafe { vector(v.1, v.2, m.size) }?;
+                Ok((counts[i as usize], displs[i as usize]))
+            }
+        };
+        let place = in_place(sendbuf);
+        let mut recvs = Vec::new();
+        let mut unpacks = Vec::new();
+        let mut sends = Vec::new();
+        for i in 0..m.size {
+            let rt = self.dtype(type_of(recvtypes, i as usize))?.clone();
+            let (count, displ) = part(recv, i)?;
+            let k = check_count(count)?;
+            let buf = at(recvbuf, displ as isize, &rt, bytes);
+            if place {
+                // In place: what is sent is the receive buffer's block, read now.
+                // SAFETY: the caller's contract.
+                let (l, len) = unsafe { args::input(&mut s, buf, k, &rt) }?;
+                let copy = s.scratch(len);
+                s.round().then.push(Local::Copy {
+                    from: l,
+                    to: copy,
+                    len,
+                });
+                sends.push((copy, len));
+            }
+            // SAFETY: the caller's contract.
+            let (l, len, u) = unsafe { args::output(&mut s, buf, k, &rt) }?;
+            recvs.push((l, len));
+            unpacks.push(u);
+        }
+        if !place {
+            for i in 0..m.size {
+                let st = self.dtype(type_of(sendtypes, i as usize))?.clone();
+                let (count, displ) = part(send, i)?;
+                // SAFETY: the caller's contract.
+                sends.push(unsafe {
+                    args::input(
+                        &mut s,
+                        at(sendbuf, displ as isize, &st, bytes),
+                        check_count(count)?,
+                        &st,
+                    )
+                }?);
+            }
+        }
+        basic::alltoallv(&mut s, &m, &sends, &recvs);
+        finish(&mut s, unpacks);
+        Ok(s)
+    }
+}

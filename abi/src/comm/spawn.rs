@@ -1,0 +1,438 @@
+//! Dynamic processes: `MPI_Comm_spawn(_multiple)` starts new processes through the
+//! launcher (PMI's spawn, as hydra does); they get an intercommunicator to their
+//! parents (`MPI_Comm_get_parent`), the parents one to them; `MPI_Intercomm_merge`
+//! makes one intracommunicator of both groups.
+//!
+//! The two jobs meet through their launcher's key-value spaces and the message
+//! layer's bridge (`rbtl::msg::Comm::connect_job`, a `tcp` module numbered across
+//! jobs). The parents agree on the intercommunicator's context, open their bridges
+//! and publish them, then the root spawns with one pre-put value for the children,
+//! `rbtl_parent`: the parents' key-value space, their base in the launcher's
+//! numbering, the context and their ranks. Each child, in `MPI_Init`, opens its
+//! bridge and publishes it; once all have (a barrier of their job), rank 0 says so
+//! (`rbtl_children_ready` in their key-value space). The parents then connect to
+//! the children, and their root says so (`rbtl_parents_ready` in the children's key-
+//! value space), and only then do the children connect back: neither side sends
+//! before the other knows it. Spawning works under `rbtlrun` (whose PMI server starts
+//! the processes and lets jobs read each other's key-value spaces).
+
+use super::{Communicator, Group};
+use crate::entry::call;
+use crate::error::{Error, Object, Result};
+use crate::ffi::*;
+use crate::state::Mpi;
+use rbtl::pmi::SpawnCommand;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The children's pre-put value, in their key-value space.
+const PARENT_KEY: &str = "rbtl_parent";
+const CHILDREN_READY: &str = "rbtl_children_ready";
+const PARENTS_READY: &str = "rbtl_parents_ready";
+/// How long one side waits for the other to come up.
+const START_LIMIT: Duration = Duration::from_secs(120);
+/// Tags of the leaders' exchanges (`MPI_Intercomm_merge`, barriers).
+const MERGE_TAG: i32 = (1 << 30) | 7;
+const BARRIER_TAG: i32 = (1 << 30) | 8;
+
+impl Mpi {
+    /// Wait until `key` appears in the key-value space `kvs` (the other side's
+    /// signal), within [`START_LIMIT`].
+    fn wait_for_key(&mut self, kvs: &str, key: &str, what: &str) -> Result<String> {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = self.msg.kvs_get(kvs, key)? {
+                return Ok(v);
+            }
+            if start.elapsed() > START_LIMIT {
+                return Err(Error::new(
+                    MPI_ERR_SPAWN,
+                    format!("{what} did not come up within {} s", START_LIMIT.as_secs()),
+                ));
+            }
+            self.progress();
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// A barrier over `comm`.
+    fn barrier_on(&mut self, comm: Handle) -> Result<()> {
+        let s = self.build_barrier(comm)?;
+        self.run(s)
+    }
+
+    /// `MPI_Comm_spawn_multiple` (collective over `comm`; `commands` matter at
+    /// `root` only, where an error in them fails the spawn at every rank): the
+    /// intercommunicator to the new processes.
+    fn spawn(
+        &mut self,
+        commands: Result<Vec<SpawnCommand>>,
+        root: c_int,
+        comm: Handle,
+    ) -> Result<Handle> {
+        let c = self.comm(comm)?;
+        if c.remote.is_some() {
+            return Err(Error::new(
+                MPI_ERR_COMM,
+                "spawning from an intercommunicator is not implemented by this library",
+            ));
+        }
+        let (group, rank) = (c.group.clone(), c.rank);
+        let root = u32::try_from(root)
+            .ok()
+            .filter(|r| *r < group.size())
+            .ok_or_else(|| {
+                Error::new(
+                    MPI_ERR_ROOT,
+                    format!("root {root} is not a rank of the communicator"),
+                )
+            })?;
+        let ctx = self.agree_context(comm, &[])?.0;
+        self.use_contexts(ctx);
+        self.msg.open_bridge()?;
+        let kvs = self.msg.kvsname()?;
+        let base = self.msg.universe_base()?;
+        // Every parent's bridge is published before the children can look.
+        self.barrier_on(comm)?;
+        // The root's outcome, then the children's job, for every parent.
+        let mut answer = vec![0u8; 512];
+        let mut refused = None;
+        if rank == root {
+            let ranks: Vec<String> = group.ranks().iter().map(u32::to_string).collect();
+            let parent = format!("{kvs},{base},{ctx},{}", ranks.join("."));
+            let outcome = match commands {
+                Ok(commands) => self
+                    .msg
+                    .spawn(&commands, &[(PARENT_KEY.to_string(), parent)])
+                    .map(|s| (s, commands.iter().map(|c| c.nprocs).sum::<u32>()))
+                    .map_err(|e| e.to_string()),
+                Err(e) => {
+                    let text = format!("at the root: {}", e.message);
+                    refused = Some(e);
+                    Err(text)
+                }
+            };
+            let text = match outcome {
+                Ok((s, n)) => match (s.kvsname, s.universe_base) {
+                    (Some(k), Some(b)) => format!("ok {k} {b} {n}"),
+                    _ => "error the process manager does not say where the new processes are: spawning works under rbtlrun".into(),
+                },
+                Err(e) => format!("error {e}"),
+            };
+            let n = text.len().min(answer.len());
+            answer[..n].copy_from_slice(&text.as_bytes()[..n]);
+        }
+        // SAFETY: `answer` lives until the broadcast, run here, ends.
+        let s = unsafe {
+            self.build_bcast(
+                answer.as_mut_ptr().cast(),
+                answer.len() as c_int,
+                MPI_BYTE,
+                root as c_int,
+                comm,
+            )
+        }?;
+        self.run(s)?;
+        let text = String::from_utf8_lossy(&answer)
+            .trim_end_matches('\0')
+            .to_string();
+        let fields: Vec<&str> = text.splitn(4, ' ').collect();
+        let (child_kvs, child_base, n) = match fields[..] {
+            ["ok", k, b, n] => (
+                k.to_string(),
+                b.parse::<u32>().unwrap_or(0),
+                n.parse::<u32>().unwrap_or(0),
+            ),
+            _ => {
+                if let Some(e) = refused {
+                    return Err(e);
+                }
+                return Err(Error::new(
+                    MPI_ERR_SPAWN,
+                    format!("spawning failed: {}", text.trim_start_matches("error ")),
+                ));
+            }
+        };
+        self.wait_for_key(&child_kvs, CHILDREN_READY, "the spawned processes")?;
+        let children = self
+            .msg
+            .connect_job(&child_kvs, child_base, &(0..n).collect::<Vec<_>>())?;
+        self.barrier_on(comm)?;
+        if rank == root {
+            self.msg.kvs_put(&child_kvs, PARENTS_READY, "1")?;
+        }
+        let mut c = Communicator::new(ctx, group, rank, "");
+        c.remote = Some(Arc::new(Group::new(children)));
+        c.errhandler = self.comm(comm)?.errhandler;
+        self.comms.insert(c)
+    }
+
+    /// In `MPI_Init`: if this job was spawned, its intercommunicator to the parents
+    /// (kept as the parent communicator).
+    pub fn attach_parent(&mut self) -> Result<()> {
+        let Ok(kvs) = self.msg.kvsname() else {
+            return Ok(());
+        };
+        let Some(parent) = self.msg.kvs_get(&kvs, PARENT_KEY)? else {
+            return Ok(());
+        };
+        let malformed = || {
+            Error::new(
+                MPI_ERR_SPAWN,
+                format!("the parents' description {parent:?} is malformed"),
+            )
+        };
+        let fields: Vec<&str> = parent.splitn(4, ',').collect();
+        let [pkvs, pbase, pctx, pranks] = fields[..] else {
+            return Err(malformed());
+        };
+        let pbase: u32 = pbase.parse().map_err(|_| malformed())?;
+        let ctx: u32 = pctx.parse().map_err(|_| malformed())?;
+        let pranks: Vec<u32> = pranks
+            .split('.')
+            .map(str::parse)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(|_| malformed())?;
+        self.msg.open_bridge()?;
+        // Every child's bridge is published before the parents look.
+        self.msg
+            .job()
+            .modex
+            .fence()
+            .map_err(rbtl::msg::Error::from)?;
+        if self.world.rank == 0 {
+            self.msg.kvs_put(&kvs, CHILDREN_READY, "1")?;
+        }
+        self.wait_for_key(&kvs, PARENTS_READY, "the parents")?;
+        let parents = self.msg.connect_job(pkvs, pbase, &pranks)?;
+        self.use_contexts(ctx);
+        let mut c = Communicator::new(ctx, self.world.group.clone(), self.world.rank, "");
+        c.remote = Some(Arc::new(Group::new(parents)));
+        self.parent = self.comms.insert(c)?;
+        Ok(())
+    }
+
+    /// A barrier over both groups of intercommunicator `inter`: each group gathers,
+    /// the leaders trade a token, each group hears of it.
+    pub fn intercomm_barrier(&mut self, inter: Handle) -> Result<()> {
+        let c = self.comm(inter)?;
+        let Some(remote) = c.remote.clone() else {
+            return Err(Error::new(MPI_ERR_COMM, "not an intercommunicator"));
+        };
+        let (local, me, ctx) = (c.group.clone(), c.rank, c.ctx);
+        self.allgather_in_group(inter, &local, me, 3, &[0])?;
+        if me == 0 {
+            let to = remote.job_rank(0).expect("a member");
+            self.msg.send_in(ctx + 1, &[], to, BARRIER_TAG)?;
+            self.msg
+                .recv_in(ctx + 1, &mut [], Some(to), Some(BARRIER_TAG))?;
+        }
+        self.allgather_in_group(inter, &local, me, 4, &[0])?;
+        Ok(())
+    }
+
+    /// `MPI_Intercomm_merge`: one intracommunicator of both groups, the group whose
+    /// members said `high` last (the lower side in the launcher's numbering first
+    /// when both said the same).
+    fn intercomm_merge(&mut self, inter: Handle, high: bool) -> Result<Handle> {
+        let c = self.comm(inter)?;
+        let Some(remote) = c.remote.clone() else {
+            return Err(Error::new(
+                MPI_ERR_COMM,
+                "MPI_Intercomm_merge takes an intercommunicator",
+            ));
+        };
+        let (local, me, ctx) = (c.group.clone(), c.rank, c.ctx);
+        let base = self.msg.universe_base()?;
+        // Within each group: the largest free context.
+        let mine =
+            self.allgather_in_group(inter, &local, me, 1, &[self.contexts_above() as i32])?;
+        let local_max = mine.iter().copied().max().unwrap_or(0);
+        // The leaders trade (context, high, where their group starts).
+        let leader_universe = base + local.job_rank(0).expect("a member");
+        let ours = [local_max, i32::from(high), leader_universe as i32];
+        let mut theirs = [0i32; 3];
+        if me == 0 {
+            let to = remote.job_rank(0).expect("a member");
+            let bytes = |v: &[i32; 3]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+            self.msg.send_in(ctx + 1, &bytes(&ours), to, MERGE_TAG)?;
+            let mut buf = [0u8; 12];
+            self.msg
+                .recv_in(ctx + 1, &mut buf, Some(to), Some(MERGE_TAG))?;
+            for (i, t) in theirs.iter_mut().enumerate() {
+                *t = i32::from_le_bytes(buf[4 * i..4 * i + 4].try_into().expect("4 bytes"));
+            }
+        }
+        // The leader tells its group.
+        let all = self.allgather_in_group(inter, &local, me, 2, &theirs)?;
+        theirs.copy_from_slice(&all[..3]);
+        let new_ctx = local_max.max(theirs[0]) as u32;
+        let (their_high, their_leader) = (theirs[1] != 0, theirs[2] as u32);
+        let we_first = match (high, their_high) {
+            (false, true) => true,
+            (true, false) => false,
+            _ => leader_universe < their_leader,
+        };
+        let (a, b) = if we_first {
+            (&local, &remote)
+        } else {
+            (&remote, &local)
+        };
+        let ranks: Vec<u32> = a.ranks().iter().chain(b.ranks()).copied().collect();
+        let group = Arc::new(Group::new(ranks));
+        self.use_contexts(new_ctx);
+        let rank = group.rank_of(self.world_rank()).expect("a member");
+        let mut merged = Communicator::new(new_ctx, group, rank, "");
+        merged.errhandler = self.comm(inter)?.errhandler;
+        self.comms.insert(merged)
+    }
+}
+
+/// The strings of a null-ended C array (`argv`).
+///
+/// # Safety
+///
+/// `argv` is null or a null-ended array of NUL-ended strings.
+unsafe fn strings(argv: *const *mut c_char) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    if argv.is_null() {
+        return Ok(out);
+    }
+    for i in 0.. {
+        // SAFETY: the caller's contract: entries up to the null one.
+        let p = unsafe { *argv.add(i) };
+        if p.is_null() {
+            break;
+        }
+        // SAFETY: as above.
+        out.push(unsafe { super::api::read_str(p) }?);
+    }
+    Ok(out)
+}
+
+/// Fill `errcodes` (when given) with `MPI_SUCCESS` for `n` processes.
+///
+/// # Safety
+///
+/// `errcodes` is null or holds `n` ints.
+unsafe fn no_errors(errcodes: *mut c_int, n: usize) {
+    if !errcodes.is_null() {
+        for i in 0..n {
+            // SAFETY: the caller's contract.
+            unsafe { errcodes.add(i).write(MPI_SUCCESS) };
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_spawn(
+    command: *const c_char,
+    argv: *mut *mut c_char,
+    maxprocs: c_int,
+    _info: Handle,
+    root: c_int,
+    comm: Handle,
+    intercomm: *mut Handle,
+    array_of_errcodes: *mut c_int,
+) -> c_int {
+    call("MPI_Comm_spawn", Object::Comm(comm), |mpi| {
+        let at_root = mpi.comm(comm)?.rank as c_int == root;
+        let commands = || {
+            if !at_root {
+                return Ok(Vec::new());
+            }
+            let n = u32::try_from(maxprocs)
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    Error::new(MPI_ERR_ARG, format!("maxprocs {maxprocs} is not positive"))
+                })?;
+            // SAFETY: the binding's contract: a string and a null-ended argv.
+            let (program, args) = unsafe { (super::api::read_str(command)?, strings(argv)?) };
+            Ok(vec![SpawnCommand {
+                program,
+                args,
+                nprocs: n,
+            }])
+        };
+        let h = mpi.spawn(commands(), root, comm)?;
+        let n = mpi.comm(h)?.peers().size() as usize;
+        // SAFETY: the binding's contract: `intercomm` writable; `errcodes` one per
+        // process.
+        unsafe {
+            put(intercomm, h);
+            no_errors(array_of_errcodes, n);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_spawn_multiple(
+    count: c_int,
+    array_of_commands: *mut *mut c_char,
+    array_of_argv: *mut *mut *mut c_char,
+    array_of_maxprocs: *const c_int,
+    _array_of_info: *const Handle,
+    root: c_int,
+    comm: Handle,
+    intercomm: *mut Handle,
+    array_of_errcodes: *mut c_int,
+) -> c_int {
+    call("MPI_Comm_spawn_multiple", Object::Comm(comm), |mpi| {
+        let at_root = mpi.comm(comm)?.rank as c_int == root;
+        let commands = || {
+            let mut commands = Vec::new();
+            if !at_root {
+                return Ok(commands);
+            }
+            let k = crate::p2p::check_count(count)?;
+            if k == 0 || array_of_commands.is_null() || array_of_maxprocs.is_null() {
+                return Err(Error::new(MPI_ERR_ARG, "no commands to spawn"));
+            }
+            for i in 0..k {
+                // SAFETY: the binding's contract: `count` commands, argvs and counts.
+                unsafe {
+                    let program = super::api::read_str(*array_of_commands.add(i))?;
+                    let args = if array_of_argv.is_null() {
+                        Vec::new()
+                    } else {
+                        strings(*array_of_argv.add(i))?
+                    };
+                    let n = *array_of_maxprocs.add(i);
+                    let nprocs = u32::try_from(n).ok().filter(|n| *n > 0).ok_or_else(|| {
+                        Error::new(MPI_ERR_ARG, format!("maxprocs {n} is not positive"))
+                    })?;
+                    commands.push(SpawnCommand {
+                        program,
+                        args,
+                        nprocs,
+                    });
+                }
+            }
+            Ok(commands)
+        };
+        let h = mpi.spawn(commands(), root, comm)?;
+        let n = mpi.comm(h)?.peers().size() as usize;
+        // SAFETY: as in MPI_Comm_spawn.
+        unsafe {
+            put(intercomm, h);
+            no_errors(array_of_errcodes, n);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Intercomm_merge(
+    intercomm: Handle,
+    high: c_int,
+    newintracomm: *mut Handle,
+) -> c_int {
+    call("MPI_Intercomm_merge", Object::Comm(intercomm), |mpi| {
+        let h = mpi.intercomm_merge(intercomm, high != 0)?;
+        // SAFETY: null or writable.
+        unsafe { put(newintracomm, h) };
+        Ok(())
+    })
+}

@@ -1,0 +1,198 @@
+//! The questions a datatype answers: sizes and bounds, names, its envelope and
+//! contents; and addresses.
+
+use crate::comm::api::{read_str, write_name};
+use crate::entry::call;
+use crate::error::{Error, Object};
+use crate::ffi::*;
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_size(datatype: Handle, size: *mut c_int) -> c_int {
+    call("MPI_Type_size", Object::None, |mpi| {
+        let s = mpi.dtype_any(datatype)?.size;
+        // SAFETY: null or writable.
+        unsafe { put(size, c_int::try_from(s).unwrap_or(MPI_UNDEFINED)) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_size_c(datatype: Handle, size: *mut Count) -> c_int {
+    call("MPI_Type_size_c", Object::None, |mpi| {
+        let s = mpi.dtype_any(datatype)?.size;
+        // SAFETY: null or writable.
+        unsafe { put(size, s as Count) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_get_extent(
+    datatype: Handle,
+    lb: *mut Aint,
+    extent: *mut Aint,
+) -> c_int {
+    call("MPI_Type_get_extent", Object::None, |mpi| {
+        let t = mpi.dtype_any(datatype)?;
+        // SAFETY: null or writable.
+        unsafe {
+            put(lb, t.lb);
+            put(extent, t.extent());
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_get_true_extent(
+    datatype: Handle,
+    true_lb: *mut Aint,
+    true_extent: *mut Aint,
+) -> c_int {
+    call("MPI_Type_get_true_extent", Object::None, |mpi| {
+        let t = mpi.dtype_any(datatype)?;
+        // SAFETY: null or writable.
+        unsafe {
+            put(true_lb, t.true_lb);
+            put(true_extent, t.true_ub - t.true_lb);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_get_name(
+    datatype: Handle,
+    type_name: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
+    call("MPI_Type_get_name", Object::None, |mpi| {
+        let name = mpi.dtype_any(datatype)?.name.clone();
+        // SAFETY: the binding's contract: room for MPI_MAX_OBJECT_NAME bytes.
+        unsafe { write_name(&name, type_name, resultlen, MPI_MAX_OBJECT_NAME as usize) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_set_name(datatype: Handle, type_name: *const c_char) -> c_int {
+    call("MPI_Type_set_name", Object::None, |mpi| {
+        // SAFETY: the binding's contract.
+        let mut name = unsafe { read_str(type_name) }?;
+        name.truncate(MPI_MAX_OBJECT_NAME as usize - 1);
+        match mpi.types.get_mut(datatype) {
+            Some(t) => {
+                t.name = name;
+                Ok(())
+            }
+            None => {
+                mpi.dtype_any(datatype)?;
+                Err(Error::new(
+                    MPI_ERR_TYPE,
+                    "a predefined datatype's name cannot change",
+                ))
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_get_envelope(
+    datatype: Handle,
+    num_integers: *mut c_int,
+    num_addresses: *mut c_int,
+    num_datatypes: *mut c_int,
+    combiner: *mut c_int,
+) -> c_int {
+    call("MPI_Type_get_envelope", Object::None, |mpi| {
+        let t = mpi.dtype_any(datatype)?;
+        let (ni, na, nd, c) = match &t.envelope {
+            None => (0, 0, 0, MPI_COMBINER_NAMED),
+            Some(e) => (e.ints.len(), e.addresses.len(), e.types.len(), e.combiner),
+        };
+        // SAFETY: null or writable.
+        unsafe {
+            put(num_integers, ni as c_int);
+            put(num_addresses, na as c_int);
+            put(num_datatypes, nd as c_int);
+            put(combiner, c);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_get_contents(
+    datatype: Handle,
+    max_integers: c_int,
+    max_addresses: c_int,
+    max_datatypes: c_int,
+    array_of_integers: *mut c_int,
+    array_of_addresses: *mut Aint,
+    array_of_datatypes: *mut Handle,
+) -> c_int {
+    call("MPI_Type_get_contents", Object::None, |mpi| {
+        let t = mpi.dtype_any(datatype)?;
+        let Some(e) = t.envelope.clone() else {
+            return Err(Error::new(
+                MPI_ERR_TYPE,
+                "a predefined datatype has no contents",
+            ));
+        };
+        let made_of = t.made_of.clone();
+        let room = |max: c_int, need: usize| usize::try_from(max).is_ok_and(|m| m >= need);
+        if !room(max_integers, e.ints.len())
+            || !room(max_addresses, e.addresses.len())
+            || !room(max_datatypes, e.types.len())
+        {
+            return Err(Error::new(
+                MPI_ERR_ARG,
+                "the arrays are smaller than MPI_Type_get_envelope says",
+            ));
+        }
+        // A derived type among the contents is handed out as a new handle, which
+        // the caller frees (MPI 5.1.13); a predefined one as itself.
+        let mut types = Vec::with_capacity(e.types.len());
+        for (&h, old) in e.types.iter().zip(made_of.iter()) {
+            types.push(if old.predefined {
+                h
+            } else {
+                mpi.types.insert(old.clone())?
+            });
+        }
+        /// Copy `from` into the array `to` (which may be null when `from` is empty).
+        ///
+        /// # Safety
+        ///
+        /// `to` holds `from.len()` items.
+        unsafe fn copy<T: Copy>(from: &[T], to: *mut T) {
+            if !from.is_empty() {
+                // SAFETY: the caller's contract.
+                unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), to, from.len()) };
+            }
+        }
+        // SAFETY: the arrays hold at least the envelope's counts (checked).
+        unsafe {
+            copy(&e.ints, array_of_integers);
+            copy(&e.addresses, array_of_addresses);
+            copy(&types, array_of_datatypes);
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Get_address(location: *const c_void, address: *mut Aint) -> c_int {
+    // SAFETY: null or writable.
+    unsafe { put(address, location as Aint) };
+    MPI_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Aint_add(base: Aint, disp: Aint) -> Aint {
+    base.wrapping_add(disp)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Aint_diff(addr1: Aint, addr2: Aint) -> Aint {
+    addr1.wrapping_sub(addr2)
+}

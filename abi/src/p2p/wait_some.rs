@@ -1,0 +1,242 @@
+//! Completing one or some of an array of requests: `MPI_Waitany`, `MPI_Testany`,
+//! `MPI_Waitsome`, `MPI_Testsome`.
+
+use super::wait::{comms, complete, handles, in_status, pending, put_status, with_error};
+use crate::error::{Error, Result};
+use crate::ffi::*;
+use crate::request::{Outcome, Request};
+use crate::state::Mpi;
+
+/// Look at the requests in turn, from `start`: the index and outcome of the first
+/// complete one among those active.
+fn first_complete(
+    mpi: &mut Mpi,
+    reqs: &mut [Handle],
+) -> Result<Option<(usize, Status, Option<Error>)>> {
+    for (i, h) in reqs.iter_mut().enumerate() {
+        if *h == MPI_REQUEST_NULL || is_inactive(mpi, *h) {
+            continue;
+        }
+        if let Outcome::Complete {
+            status,
+            error,
+            keep,
+        } = mpi.look(*h)?
+        {
+            if !keep {
+                *h = MPI_REQUEST_NULL;
+            }
+            return Ok(Some((i, status, error)));
+        }
+    }
+    Ok(None)
+}
+
+/// A persistent request not started.
+fn is_inactive(mpi: &Mpi, h: Handle) -> bool {
+    matches!(mpi.requests.get(h), Some(Request::Persistent(p)) if p.active.is_none() && p.done.is_none())
+}
+
+/// Whether no request of `reqs` is active.
+fn none_active(mpi: &Mpi, reqs: &[Handle]) -> bool {
+    reqs.iter()
+        .all(|&h| h == MPI_REQUEST_NULL || is_inactive(mpi, h))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Waitany(
+    count: c_int,
+    array_of_requests: *mut Handle,
+    index: *mut c_int,
+    status: *mut Status,
+) -> c_int {
+    complete("MPI_Waitany", |mpi, comm| {
+        // SAFETY: the binding's contract.
+        let reqs = unsafe { handles(count, array_of_requests) }?;
+        let of = comms(mpi, reqs);
+        if index.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the index pointer is null"));
+        }
+        if none_active(mpi, reqs) {
+            // SAFETY: checked not null; `status` null or valid.
+            unsafe {
+                index.write(MPI_UNDEFINED);
+                crate::p2p::put_one(status, Status::empty());
+            }
+            return Ok(());
+        }
+        let mut found = None;
+        mpi.wait_for(|mpi, look| {
+            found = first_complete(mpi, reqs)?;
+            Ok(pending(mpi, found.is_some(), look, reqs))
+        })?;
+        let (i, s, e) = found.expect("set when done");
+        // SAFETY: as above.
+        unsafe {
+            index.write(i as c_int);
+            crate::p2p::put_one(status, s);
+        }
+        *comm = of[i];
+        e.map_or(Ok(()), Err)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Testany(
+    count: c_int,
+    array_of_requests: *mut Handle,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut Status,
+) -> c_int {
+    complete("MPI_Testany", |mpi, comm| {
+        // SAFETY: the binding's contract.
+        let reqs = unsafe { handles(count, array_of_requests) }?;
+        let of = comms(mpi, reqs);
+        if index.is_null() || flag.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the index or flag pointer is null"));
+        }
+        mpi.progress();
+        let (flag_v, index_v, s, e) = if none_active(mpi, reqs) {
+            (1, MPI_UNDEFINED, Status::empty(), None)
+        } else {
+            match first_complete(mpi, reqs)? {
+                Some((i, s, e)) => {
+                    *comm = of[i];
+                    (1, i as c_int, s, e)
+                }
+                None => (0, MPI_UNDEFINED, Status::empty(), None),
+            }
+        };
+        // SAFETY: checked not null; `status` null or valid.
+        unsafe {
+            flag.write(flag_v);
+            index.write(index_v);
+            if flag_v == 1 {
+                crate::p2p::put_one(status, s);
+            }
+        }
+        e.map_or(Ok(()), Err)
+    })
+}
+
+/// Complete every request of `reqs` that is done: their indices written to
+/// `indices`, statuses to `statuses`; how many.
+///
+/// # Safety
+///
+/// `indices` holds `reqs.len()` ints; `statuses` is null or holds as many statuses.
+unsafe fn complete_some(
+    mpi: &mut Mpi,
+    reqs: &mut [Handle],
+    indices: *mut c_int,
+    statuses: *mut Status,
+    errors: &mut Vec<Option<Error>>,
+) -> Result<usize> {
+    let mut n = 0;
+    for (i, h) in reqs.iter_mut().enumerate() {
+        if *h == MPI_REQUEST_NULL || is_inactive(mpi, *h) {
+            continue;
+        }
+        if let Outcome::Complete {
+            status,
+            error,
+            keep,
+        } = mpi.look(*h)?
+        {
+            if !keep {
+                *h = MPI_REQUEST_NULL;
+            }
+            // SAFETY: the caller's contract; `n` < `reqs.len()`.
+            unsafe {
+                indices.add(n).write(i as c_int);
+                put_status(statuses, n, with_error(status, &error));
+            }
+            errors.push(error);
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Waitsome(
+    incount: c_int,
+    array_of_requests: *mut Handle,
+    outcount: *mut c_int,
+    array_of_indices: *mut c_int,
+    array_of_statuses: *mut Status,
+) -> c_int {
+    complete("MPI_Waitsome", |mpi, comm| {
+        // SAFETY: the binding's contract.
+        let reqs = unsafe { handles(incount, array_of_requests) }?;
+        let of = comms(mpi, reqs);
+        if outcount.is_null() || (!reqs.is_empty() && array_of_indices.is_null()) {
+            return Err(Error::new(
+                MPI_ERR_ARG,
+                "the outcount or indices pointer is null",
+            ));
+        }
+        if none_active(mpi, reqs) {
+            // SAFETY: checked not null.
+            unsafe { outcount.write(MPI_UNDEFINED) };
+            return Ok(());
+        }
+        let mut errors = Vec::new();
+        let mut n = 0;
+        mpi.wait_for(|mpi, look| {
+            // SAFETY: the binding's contract: `incount` indices and statuses.
+            n = unsafe {
+                complete_some(mpi, reqs, array_of_indices, array_of_statuses, &mut errors)
+            }?;
+            Ok(pending(mpi, n > 0, look, reqs))
+        })?;
+        // SAFETY: checked not null.
+        unsafe { outcount.write(n as c_int) };
+        if let Some(k) = errors.iter().position(Option::is_some) {
+            // SAFETY: the first `n` indices were written just now.
+            let i = unsafe { *array_of_indices.add(k) } as usize;
+            *comm = of[i];
+        }
+        in_status(&errors)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Testsome(
+    incount: c_int,
+    array_of_requests: *mut Handle,
+    outcount: *mut c_int,
+    array_of_indices: *mut c_int,
+    array_of_statuses: *mut Status,
+) -> c_int {
+    complete("MPI_Testsome", |mpi, comm| {
+        // SAFETY: the binding's contract.
+        let reqs = unsafe { handles(incount, array_of_requests) }?;
+        let of = comms(mpi, reqs);
+        if outcount.is_null() || (!reqs.is_empty() && array_of_indices.is_null()) {
+            return Err(Error::new(
+                MPI_ERR_ARG,
+                "the outcount or indices pointer is null",
+            ));
+        }
+        if none_active(mpi, reqs) {
+            // SAFETY: checked not null.
+            unsafe { outcount.write(MPI_UNDEFINED) };
+            return Ok(());
+        }
+        mpi.progress();
+        let mut errors = Vec::new();
+        // SAFETY: the binding's contract.
+        let n =
+            unsafe { complete_some(mpi, reqs, array_of_indices, array_of_statuses, &mut errors) }?;
+        // SAFETY: checked not null.
+        unsafe { outcount.write(n as c_int) };
+        if let Some(k) = errors.iter().position(Option::is_some) {
+            // SAFETY: the first `n` indices were written just now.
+            let i = unsafe { *array_of_indices.add(k) } as usize;
+            *comm = of[i];
+        }
+        in_status(&errors)
+    })
+}
