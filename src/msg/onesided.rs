@@ -13,7 +13,7 @@ use super::{Comm, Error, Result};
 use rbtl_btl::{
     rdma_flags, Access, AtomicOp, MemHandle, Order, RdmaCallback, RemoteHandle, SharedMem,
 };
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Memory from a transport's shared heap: peers on the node map it.
@@ -89,6 +89,8 @@ pub struct Pending(Arc<Counts>);
 struct Counts {
     started: AtomicUsize,
     done: AtomicUsize,
+    /// Whether `error` may hold one (read without the lock).
+    failed: AtomicBool,
     error: Mutex<Option<rbtl_btl::Error>>,
 }
 
@@ -114,6 +116,7 @@ impl Pending {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .get_or_insert(e);
+                counts.failed.store(true, Ordering::Release);
             }
             counts.done.fetch_add(1, Ordering::Release);
         })
@@ -121,6 +124,9 @@ impl Pending {
 
     /// The first failure, taken.
     fn take_error(&self) -> Option<rbtl_btl::Error> {
+        if !self.0.failed.swap(false, Ordering::AcqRel) {
+            return None;
+        }
         self.0
             .error
             .lock()

@@ -316,7 +316,7 @@ fn decode(mut b: &[u8]) -> Option<Vec<&[u8]>> {
 }
 
 #[cold]
-fn bad_win(h: Handle) -> Error {
+pub(super) fn bad_win(h: Handle) -> Error {
     match h {
         MPI_WIN_NULL => Error::new(MPI_ERR_WIN, "MPI_WIN_NULL is not a window"),
         _ => Error::new(

@@ -53,7 +53,7 @@ impl Mpi {
 
 /// The runs (offset in the target's window, length) of `count` elements of `ty`
 /// from byte displacement `disp`: adjacent runs joined.
-fn runs(disp: isize, ty: &Datatype, count: usize) -> Result<Vec<(usize, usize)>> {
+fn runs(disp: isize, ty: &Datatype, count: usize) -> Result<Runs> {
     let negative = || {
         Error::new(
             MPI_ERR_RMA_RANGE,
@@ -62,7 +62,7 @@ fn runs(disp: isize, ty: &Datatype, count: usize) -> Result<Vec<(usize, usize)>>
     };
     if ty.contiguous {
         let at = usize::try_from(disp + ty.lb).map_err(|_| negative())?;
-        return Ok(vec![(at, ty.size * count)]);
+        return Ok(Runs::One([(at, ty.size * count)]));
     }
     let mut out: Vec<(usize, usize)> = Vec::new();
     for k in 0..count as isize {
@@ -74,13 +74,32 @@ fn runs(disp: isize, ty: &Datatype, count: usize) -> Result<Vec<(usize, usize)>>
             }
         }
     }
-    Ok(out)
+    Ok(Runs::Many(out))
+}
+
+/// The runs of an access: one (a contiguous type, kept without allocating), or
+/// several.
+#[derive(Debug, PartialEq)]
+enum Runs {
+    One([(usize, usize); 1]),
+    Many(Vec<(usize, usize)>),
+}
+
+impl std::ops::Deref for Runs {
+    type Target = [(usize, usize)];
+
+    fn deref(&self) -> &[(usize, usize)] {
+        match self {
+            Runs::One(r) => r,
+            Runs::Many(v) => v,
+        }
+    }
 }
 
 /// An access's target: the member, its byte displacement, and the runs there.
 struct Access {
     member: usize,
-    runs: Vec<(usize, usize)>,
+    runs: Runs,
     bytes: usize,
     /// The target type's basic kind.
     prim: Option<Prim>,
@@ -197,7 +216,7 @@ unsafe fn rdma(
     let w: &mut Win = wins.get_mut(win).expect("checked by access");
     let (target, pending) = (&w.peers[a.member].mem, &w.pending[a.member]);
     let mut at = 0;
-    for &(off, len) in &a.runs {
+    for &(off, len) in a.runs.iter() {
         // SAFETY: `local` holds the bytes (the caller's buffer, or the staged copy,
         // whose heap buffer stays put inside `w.staged` until completion).
         unsafe {
@@ -209,9 +228,10 @@ unsafe fn rdma(
         }
         at += len;
     }
-    if let Some(s) = staged {
-        w.staged.push(s);
-    }
+    let Some(s) = staged else {
+        return Ok(());
+    };
+    w.staged.push(s);
     // A direct target's transfers are done already.
     if !target.is_direct() {
         return Ok(());
@@ -346,7 +366,7 @@ impl Mpi {
         };
         if let (Some(atomic), true) = (hardware(op, prim), aligned) {
             let mut at = 0;
-            for &(off, len) in &a.runs {
+            for &(off, len) in a.runs.iter() {
                 for i in 0..len / bytes {
                     // SAFETY: the caller's contract: element `at + i` of the origin
                     // and of `fetched`, which live until the wait below.
@@ -381,7 +401,7 @@ impl Mpi {
         self.win_exclusive(win, a.member, |mpi| {
             let mut data = vec![0u8; a.bytes];
             let mut at = 0;
-            for &(off, len) in &a.runs {
+            for &(off, len) in a.runs.iter() {
                 // SAFETY: `data` lives until the wait below.
                 unsafe {
                     mpi.msg
@@ -400,7 +420,7 @@ impl Mpi {
             // SAFETY: both hold `n` packed elements of `t`.
             unsafe { op::reduce(Op::Predefined(op), &t, ty, origin, data.as_mut_ptr(), n) }?;
             let mut at = 0;
-            for &(off, len) in &a.runs {
+            for &(off, len) in a.runs.iter() {
                 // SAFETY: `data` lives until the wait below.
                 unsafe { mpi.msg.put_to(&target, off, data.as_ptr().add(at), len, &p) }?;
                 at += len;
@@ -615,7 +635,7 @@ mod tests {
         let int = predefined::all()[MPI_INT - predefined::FIRST]
             .clone()
             .unwrap();
-        assert_eq!(runs(8, &int, 3).unwrap(), vec![(8, 12)]);
+        assert_eq!(*runs(8, &int, 3).unwrap(), [(8, 12)]);
         let mut l = Layout::new();
         l.push(0, &int, 1);
         l.push(8, &int, 1);
@@ -627,8 +647,8 @@ mod tests {
         };
         let t = l.finish(false, env).unwrap();
         assert_eq!(
-            runs(0, &t, 2).unwrap(),
-            vec![(0, 4), (8, 8), (20, 4)],
+            *runs(0, &t, 2).unwrap(),
+            [(0, 4), (8, 8), (20, 4)],
             "the second element starts one extent (12 bytes) on"
         );
         assert!(runs(-4, &int, 1).is_err());

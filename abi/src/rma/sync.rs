@@ -8,7 +8,7 @@
 //! control block changed by atomics: readers add one, a writer sets the top bit when
 //! the word is zero (as Open MPI's `osc/rdma`).
 
-use super::{Held, Win, ACC_WORD, LOCK_WORD};
+use super::{bad_win, Held, Win, ACC_WORD, LOCK_WORD};
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -57,12 +57,12 @@ impl Mpi {
     /// Complete every operation toward member `r` of window `h`, then the work that
     /// waited for them.
     pub fn win_complete(&mut self, h: Handle, r: usize) -> Result<()> {
-        let (pending, job) = {
-            let w = self.win(h)?;
-            (w.pending[r].clone(), w.peers[r].job)
-        };
-        let done = self.msg.complete(&pending, Some(job));
-        self.finish_staged(h, Some(r))?;
+        let Mpi { wins, msg, .. } = self;
+        let w = wins.get(h).ok_or_else(|| bad_win(h))?;
+        let done = msg.complete(&w.pending[r], Some(w.peers[r].job));
+        if !w.staged.is_empty() {
+            self.finish_staged(h, Some(r))?;
+        }
         Ok(done?)
     }
 
