@@ -69,6 +69,11 @@ impl Target {
         self.len == 0
     }
 
+    /// Its address in the peer's memory.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
     /// Whether it is reached with loads and stores.
     pub fn is_direct(&self) -> bool {
         self.direct.is_some()

@@ -108,7 +108,9 @@ impl Mpi {
                             s.source as c_int
                         } else {
                             let c = self.comm(comm)?;
-                            c.group.rank_of(s.source).map_or(MPI_UNDEFINED, |r| r as c_int)
+                            c.group
+                                .rank_of(s.source)
+                                .map_or(MPI_UNDEFINED, |r| r as c_int)
                         };
                         let mut st = Status::empty();
                         st.source = source;
@@ -463,4 +465,3 @@ mod tests {
         assert_eq!(count_of(1, 0), MPI_UNDEFINED);
     }
 }
-

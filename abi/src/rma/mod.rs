@@ -326,9 +326,10 @@ pub(super) fn bad_win(h: Handle) -> Error {
     }
 }
 
-/// The error handler of window `w`.
+/// The error handler of window `w`; an error on a handle that is no window goes to
+/// the world's (as one on a handle that is no communicator).
 pub fn errhandler_of(mpi: &Mpi, w: Handle) -> Handle {
-    mpi.win(w).map_or(MPI_ERRORS_ARE_FATAL, |w| w.errhandler)
+    mpi.win(w).map_or(mpi.world.errhandler, |w| w.errhandler)
 }
 
 #[cfg(test)]

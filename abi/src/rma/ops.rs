@@ -6,11 +6,13 @@
 //! from the origin's buffer or a packed copy of it, and complete at the next
 //! synchronization. Accumulates are atomic per element with respect to each other
 //! (the standard's default, `accumulate_ops` `same_op_no_op`): on 4- and 8-byte
-//! integers, sums, bitwise operations, replacement and fetches are the transports'
-//! atomics, one per element; every other operation and type runs under the target's
-//! accumulate mutex (read, combine here, write back). Which way an accumulate goes
-//! depends only on its operation and type, so that concurrent ones of the same kind
-//! always take the same way. Accumulates complete before they return.
+//! integers aligned in the target's memory, sums, bitwise operations, replacement
+//! and fetches are the transports' atomics, one per element; every other operation
+//! and type runs under the target's accumulate mutex (read, combine here, write
+//! back). Which way an accumulate goes depends only on its operation, its type and
+//! where the elements lie at the target, so that concurrent ones of the same kind on
+//! the same elements always take the same way. Accumulates complete before they
+//! return.
 
 use super::Win;
 use crate::datatype::{pack, Datatype, Prim};
@@ -106,6 +108,13 @@ struct Access {
 }
 
 impl Mpi {
+    /// Whether an operation on window `h` targets `MPI_PROC_NULL`, which makes it do
+    /// nothing (MPI 4.1, 12.3); an error if `h` is no window.
+    fn to_proc_null(&self, h: Handle, rank: c_int) -> Result<bool> {
+        self.win(h)?;
+        Ok(rank == MPI_PROC_NULL)
+    }
+
     /// Check an access to member `rank` of window `h` at `disp` with `count`
     /// elements of `ty`, in an open epoch.
     fn access(
@@ -183,6 +192,9 @@ unsafe fn rdma(
     ttype: Handle,
     win: Handle,
 ) -> Result<()> {
+    if mpi.to_proc_null(win, rank)? {
+        return Ok(());
+    }
     let a = mpi.access(win, rank, disp, tcount, ttype)?;
     let n = check_count(ocount)?;
     let ot = mpi.dtype(otype)?;
@@ -232,11 +244,12 @@ unsafe fn rdma(
         return Ok(());
     };
     w.staged.push(s);
-    // A direct target's transfers are done already.
+    // A direct target's transfers are done already; those to other members may
+    // still be under way, so their staged work waits.
     if !target.is_direct() {
         return Ok(());
     }
-    mpi.finish_staged(win, None).map(|_| ())
+    mpi.finish_staged(win, Some(a.member))
 }
 
 #[no_mangle]
@@ -355,15 +368,17 @@ impl Mpi {
             Some(Prim::Int { bytes, .. }) => bytes as usize,
             _ => 0,
         };
-        let aligned = bytes > 0
-            && a.runs
-                .iter()
-                .all(|&(off, len)| off % bytes == 0 && len % bytes == 0);
         let p = Pending::default();
         let (target, job) = {
             let w = self.win(win)?;
             (w.peers[a.member].mem.clone(), w.peers[a.member].job)
         };
+        // Atomics need each element aligned in the target's memory (a window made
+        // over the user's memory may start anywhere).
+        let aligned = bytes > 0
+            && a.runs.iter().all(|&(off, len)| {
+                (target.addr() + off as u64) % bytes as u64 == 0 && len % bytes == 0
+            });
         if let (Some(atomic), true) = (hardware(op, prim), aligned) {
             let mut at = 0;
             for &(off, len) in a.runs.iter() {
@@ -466,6 +481,9 @@ pub unsafe extern "C" fn PMPI_Accumulate(
             ));
         }
         mpi.accumulate_op(op, target_datatype)?;
+        if mpi.to_proc_null(win, target_rank)? {
+            return Ok(());
+        }
         let a = mpi.access(win, target_rank, target_disp, target_count, target_datatype)?;
         let mut keep = Vec::new();
         // SAFETY: the binding's contract.
@@ -496,6 +514,9 @@ pub unsafe extern "C" fn PMPI_Get_accumulate(
 ) -> c_int {
     call("MPI_Get_accumulate", Object::Win(win), |mpi| {
         mpi.accumulate_op(op, target_datatype)?;
+        if mpi.to_proc_null(win, target_rank)? {
+            return Ok(());
+        }
         let a = mpi.access(win, target_rank, target_disp, target_count, target_datatype)?;
         let mut keep = Vec::new();
         let origin = if op == MPI_NO_OP {
@@ -576,6 +597,9 @@ pub unsafe extern "C" fn PMPI_Compare_and_swap(
             ));
         }
         let size = t.size;
+        if mpi.to_proc_null(win, target_rank)? {
+            return Ok(());
+        }
         let a = mpi.access(win, target_rank, target_disp, 1, datatype)?;
         let off = a.runs[0].0;
         let (target, job) = {
@@ -589,7 +613,7 @@ pub unsafe extern "C" fn PMPI_Compare_and_swap(
             ));
         }
         let p = Pending::default();
-        if (size == 4 || size == 8) && off % size == 0 {
+        if (size == 4 || size == 8) && (target.addr() + off as u64) % size as u64 == 0 {
             // SAFETY: the binding's contract: one element of `size` at each.
             unsafe {
                 let value = word(origin_addr.cast(), 0, size);
