@@ -76,6 +76,14 @@ pub enum Invocation {
     },
 }
 
+/// Whether option `name` takes a value (`-n 4`, `--bind-to=core`).
+pub fn takes_value(name: &str) -> bool {
+    matches!(
+        name,
+        "-n" | "-np" | "--np" | "--ranks" | "--bind-to" | "--grace" | "--env"
+    )
+}
+
 /// Parses `rbtlrun`'s arguments (without the program name).
 pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Error> {
     let usage = |msg: String| Error::Usage(format!("{msg}; run 'rbtlrun --help' for the options"));
@@ -93,10 +101,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
             Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
             _ => (text.to_string(), None),
         };
-        let takes_value = matches!(
-            name.as_str(),
-            "-n" | "-np" | "--np" | "--ranks" | "--bind-to" | "--grace" | "--env"
-        );
+        let takes_value = takes_value(&name);
         if inline.is_some() && !takes_value {
             return Err(usage(format!("option '{name}' takes no value")));
         }

@@ -42,6 +42,13 @@ impl Comm {
         self.rank
     }
 
+    /// How long a blocking call waits for a peer that makes no progress
+    /// (`msg_peer_timeout`; `None`: forever): a layer above that waits on its own
+    /// (for a lock, say) gives up after as long.
+    pub fn peer_timeout(&self) -> Option<std::time::Duration> {
+        self.peer_timeout
+    }
+
     /// Number of ranks.
     pub fn size(&self) -> u32 {
         self.size

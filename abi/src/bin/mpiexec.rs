@@ -62,7 +62,18 @@ fn translate(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
                     "'{text}': this mpiexec starts ranks on this node only; across nodes, run the program under MPICH's mpiexec (hydra) or Slurm's srun --mpi=pmi2"
                 ))
             }
-            _ => out.push(a),
+            "--" => {
+                out.push(a);
+                out.extend(it);
+                break;
+            }
+            _ => {
+                out.push(a);
+                // rbtlrun's own options with a value: the value goes along.
+                if !text.contains('=') && cli::takes_value(&text) {
+                    out.extend(it.next());
+                }
+            }
         }
     }
     Ok(out)
@@ -124,5 +135,53 @@ fn main() -> ExitCode {
             );
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::translate;
+
+    fn t(args: &[&str]) -> Result<Vec<String>, String> {
+        translate(args.iter().map(Into::into).collect())
+            .map(|v| v.into_iter().map(|a| a.into_string().unwrap()).collect())
+    }
+
+    #[test]
+    fn mpich_and_open_mpi_spellings_become_rbtlrun_options() {
+        assert_eq!(
+            t(&[
+                "-n",
+                "2",
+                "-genv",
+                "A",
+                "1",
+                "-x",
+                "B=2",
+                "--bind-to",
+                "core",
+                "prog",
+                "-genv"
+            ])
+            .unwrap(),
+            [
+                "-n",
+                "2",
+                "--env",
+                "A=1",
+                "--env",
+                "B=2",
+                "--bind-to",
+                "core",
+                "prog",
+                "-genv"
+            ]
+        );
+        assert_eq!(
+            t(&["-np=3", "--", "-prog"]).unwrap(),
+            ["-np=3", "--", "-prog"]
+        );
+        assert!(t(&["-genv", "A"]).unwrap_err().contains("NAME and VALUE"));
+        assert!(t(&["-hosts", "a,b", "prog"]).unwrap_err().contains("hydra"));
     }
 }

@@ -95,6 +95,10 @@ impl Mpi {
         };
         let p = Pending::default();
         let mut tries = 0u32;
+        // A holder that never releases (it died, or stopped) is given up on after
+        // the message layer's peer timeout.
+        let limit = self.msg.peer_timeout();
+        let start = std::time::Instant::now();
         loop {
             let mut old = [0u8; 8];
             let atomic = if exclusive {
@@ -135,6 +139,15 @@ impl Mpi {
             tries += 1;
             if tries > 64 {
                 std::thread::yield_now();
+                if let Some(limit) = limit.filter(|l| start.elapsed() > *l) {
+                    return Err(Error::new(
+                        MPI_ERR_RMA_SYNC,
+                        format!(
+                            "the lock of window member {r} has been held by another process for over {} s (msg_peer_timeout): its holder is gone, stopped, or holds it longer than that",
+                            limit.as_secs()
+                        ),
+                    ));
+                }
             }
         }
     }

@@ -1,0 +1,479 @@
+//! The library's own conformance programs (`programs/*.c`), each built with `mpicc`
+//! against the MPI Forum's reference header and run under `mpiexec` at the rank
+//! counts it is meant for: every rank must print its `PASS` line, none a `FAIL`
+//! line, and the job must end with status 0. Each program checks one chapter of
+//! the standard, as long as that chapter's checks need (the collectives' and
+//! point-to-point's are the longest).
+//!
+//! * `p2p`: point-to-point in every mode, wildcards, ordering, truncation, probes,
+//!   cancel, the completion calls, persistent requests, large messages.
+//! * `datatype`: every datatype constructor, bounds and sizes, decoding, packing,
+//!   matching type signatures, absolute addresses.
+//! * `comm`: communicators, groups, attributes, names, topologies, info objects.
+//! * `coll`: every collective, blocking and nonblocking, against results computed
+//!   locally, at 1 to 8 ranks.
+//! * `rma`: one-sided communication: windows created and allocated, put and get
+//!   with derived types under fences, locks and flushes, post/start/complete/wait,
+//!   every accumulate, concurrent atomic increments, the errors of each, at 1 to 4
+//!   ranks.
+//! * `errors`: the error classes of bad input, through each kind of error handler;
+//!   freed and foreign handles; the environment's inquiries.
+//! * `fatal`: the default error handler ends the job, naming the call.
+//! * `spawn`: dynamic processes: a refused spawn, a spawn, traffic both ways over
+//!   the intercommunicator, its barrier, merge and disconnect.
+//! * `callbacks`: MPI calls from inside the library's callbacks (ignored: the
+//!   library refuses them).
+//! * `unsupported` (generated from the reference header and
+//!   [`mpi_abi::IMPLEMENTED`]): every function not implemented refuses with
+//!   `MPI_ERR_UNSUPPORTED_OPERATION`, naming itself.
+
+use super::{compile, mpiexec, reference_include, scratch};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+/// The folder of the programs' sources.
+fn sources() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/abi/programs")
+}
+
+/// Build `programs/<name>.c` against the reference header: the executable.
+fn build(name: &str) -> PathBuf {
+    let dir = scratch(&format!("programs-{name}"));
+    let exe = dir.join(name);
+    compile(&sources().join(format!("{name}.c")), &exe, true);
+    exe
+}
+
+/// The longest a job may run: far above what it needs, so that only a hang (or a
+/// machine many times slower) reaches it.
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// What a job printed, for a failure's report.
+fn report(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Run `exe` (program `name`) at `ranks` with `args`: it must succeed on every rank.
+/// What it printed.
+fn run_passing(exe: &Path, name: &str, ranks: usize, args: &[&str]) -> Output {
+    let o = mpiexec(ranks, exe, args, LIMIT);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !out.contains("FAIL") && !err.contains("FAIL"),
+        "{name} at {ranks} ranks failed a check\n{}",
+        report(&o)
+    );
+    assert!(
+        o.status.success(),
+        "{name} at {ranks} ranks ended with {:?}\n{}",
+        o.status,
+        report(&o)
+    );
+    for r in 0..ranks {
+        let line = format!("PASS {name} rank {r}/{ranks}");
+        assert!(
+            out.lines().any(|l| l == line),
+            "{name} at {ranks} ranks: rank {r} did not report success\n{}",
+            report(&o)
+        );
+    }
+    o
+}
+
+/// Build `name` and run it at each of `ranks`.
+fn passes(name: &str, ranks: &[usize]) {
+    let exe = build(name);
+    for &n in ranks {
+        run_passing(&exe, name, n, &[]);
+    }
+}
+
+#[test]
+fn p2p() {
+    passes("p2p", &[2, 3]);
+}
+
+#[test]
+fn datatype() {
+    passes("datatype", &[2, 3]);
+}
+
+#[test]
+fn comm() {
+    passes("comm", &[1, 2, 3, 4]);
+}
+
+#[test]
+fn coll() {
+    passes("coll", &[1, 2, 3, 4, 5, 6, 7, 8]);
+}
+
+#[test]
+fn rma() {
+    passes("rma", &[1, 2, 3, 4]);
+}
+
+/// A lock whose holder keeps it past the peer timeout is given up on with
+/// `MPI_ERR_RMA_SYNC` (`rma.c held-lock`, with `msg_peer_timeout` at 1 s).
+#[test]
+fn a_lock_held_past_the_peer_timeout_is_given_up() {
+    let exe = build("rma");
+    let o = super::run_for(
+        std::process::Command::new(super::MPIEXEC)
+            .args(["-n", "2", "-genv", "RBTL_MSG_PEER_TIMEOUT", "1"])
+            .arg(&exe)
+            .arg("held-lock"),
+        LIMIT,
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && !out.contains("FAIL"),
+        "{}",
+        report(&o)
+    );
+    for r in 0..2 {
+        assert!(
+            out.contains(&format!("PASS rma rank {r}/2")),
+            "{}",
+            report(&o)
+        );
+    }
+}
+
+#[test]
+fn errors() {
+    passes("errors", &[1, 2]);
+}
+
+/// Parents at 1 and 2 ranks spawn two children: every parent and child reports.
+#[test]
+fn spawn() {
+    let exe = build("spawn");
+    for parents in [1, 2] {
+        let o = run_passing(&exe, "spawn", parents, &[]);
+        let out = String::from_utf8_lossy(&o.stdout);
+        for c in 0..2 {
+            let line = format!("PASS spawn-child rank {c}/2");
+            assert!(
+                out.lines().any(|l| l == line),
+                "spawn from {parents} ranks: child {c} did not report success\n{}",
+                report(&o)
+            );
+        }
+    }
+}
+
+/// MPI calls from inside the library's callbacks (a user's reduction function,
+/// attribute callbacks, `MPI_COMM_SELF`'s delete callbacks at `MPI_Finalize`).
+#[test]
+#[ignore = "the library refuses MPI calls made while another is in progress, callbacks' included (global::with is not reentrant)"]
+fn callbacks() {
+    passes("callbacks", &[1, 2]);
+}
+
+/// Each case of `fatal.c` (its argument), with the words its job's error output
+/// must hold, and the job's exit status (`None`: any but 0).
+const FATAL: &[(&str, &[&str], Option<i32>)] = &[
+    ("send", &["MPI_Send", "MPI_ERR_RANK"], None),
+    ("wait", &["MPI_Wait", "MPI_ERR_TRUNCATE"], None),
+    ("bcast", &["MPI_Bcast", "MPI_ERR_ROOT"], None),
+    ("type", &["MPI_Type_size", "MPI_ERR_TYPE"], None),
+    ("errors_abort", &["MPI_Recv", "MPI_ERR_TAG"], None),
+    ("call_errhandler", &["MPI_Comm_call_errhandler"], None),
+    ("abort", &["MPI_Abort", "7"], Some(7)),
+];
+
+/// Run a job that must end through an error: `case`'s job at 2 ranks, whose error
+/// output holds `words`, with exit `status` (`None`: any but 0).
+fn run_fatal(exe: &Path, case: &str, args: &[&str], words: &[&str], status: Option<i32>) {
+    let o = mpiexec(2, exe, args, LIMIT);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !out.contains("FAIL") && !err.contains("FAIL"),
+        "fatal {case}: a check failed\n{}",
+        report(&o)
+    );
+    assert!(
+        !o.status.success(),
+        "fatal {case}: the job ended with status 0\n{}",
+        report(&o)
+    );
+    if let Some(s) = status {
+        assert_eq!(
+            o.status.code(),
+            Some(s),
+            "fatal {case}: the job's status\n{}",
+            report(&o)
+        );
+    }
+    for w in words {
+        assert!(
+            err.contains(w),
+            "fatal {case}: the error output does not say {w:?}\n{}",
+            report(&o)
+        );
+    }
+    assert!(
+        out.contains(&format!("REACHED {case}")),
+        "fatal {case}: the program did not reach the faulty call\n{}",
+        report(&o)
+    );
+    assert!(
+        !out.contains("PASS") && !out.contains("RETURNED"),
+        "fatal {case}: the faulty call returned\n{}",
+        report(&o)
+    );
+}
+
+/// The default error handler (and `MPI_ERRORS_ABORT`, and `MPI_Abort`) ends the
+/// whole job, with a status that is not 0 and a message naming the call; also for
+/// a function the library does not implement.
+#[test]
+fn fatal() {
+    let exe = build("fatal");
+    for &(case, words, status) in FATAL {
+        run_fatal(&exe, case, &[case], words, status);
+    }
+    let f = unsupported_functions()
+        .into_iter()
+        .find(|f| f.object.as_deref() == Some("MPI_Comm") && !f.name.starts_with("MPI_File_"))
+        .expect("a function not implemented that takes a communicator");
+    let program = format!(
+        r#"/* fatal_unsupported.c, written by the test: a function the library does not
+ * implement, called on MPI_COMM_WORLD, ends the job through the default error
+ * handler. */
+#include "check.h"
+
+int main(int argc, char **argv) {{
+  start("fatal", &argc, &argv);
+  if (check_rank == 0) {{
+    printf("REACHED unsupported\n");
+    fflush(stdout);
+    int rc = {call};
+    printf("RETURNED %d\n", rc);
+  }} else {{
+    int x;
+    MPI_Recv(&x, 1, MPI_INT, MPI_ANY_SOURCE, 999, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  }}
+  return finish();
+}}
+"#,
+        call = f.call("")
+    );
+    let exe = build_written("fatal_unsupported", &program);
+    let words = [f.name.as_str(), "MPI_ERR_UNSUPPORTED_OPERATION"];
+    run_fatal(&exe, "unsupported", &[], &words, None);
+}
+
+/// Build a program the test wrote (`check.h` beside it): the executable.
+fn build_written(name: &str, program: &str) -> PathBuf {
+    let dir = scratch(&format!("programs-{name}"));
+    let source = dir.join(format!("{name}.c"));
+    std::fs::write(&source, program).expect("write the program");
+    std::fs::copy(sources().join("check.h"), dir.join("check.h")).expect("copy check.h");
+    let exe = dir.join(name);
+    compile(&source, &exe, true);
+    exe
+}
+
+/// A function of the reference header that returns `int`.
+struct Function {
+    name: String,
+    /// Each parameter's declaration (`MPI_Comm comm`, `int *flag`, ...).
+    params: Vec<String>,
+    variadic: bool,
+    /// The type of the object whose error handler its errors go through: the first
+    /// communicator, window, file or session it takes by value.
+    object: Option<String>,
+}
+
+/// The handle types whose objects have error handlers.
+const OBJECTS: [&str; 4] = ["MPI_Comm", "MPI_Win", "MPI_File", "MPI_Session"];
+
+impl Function {
+    /// The type a parameter has when it is one of [`OBJECTS`] by value.
+    fn object_of(param: &str) -> Option<&'static str> {
+        OBJECTS.into_iter().find(|o| {
+            param
+                .strip_prefix(o)
+                .is_some_and(|rest| rest.starts_with(' ') && !rest.contains(['*', '[']))
+        })
+    }
+
+    /// A call of it (or of its `PMPI_` twin, `prefix` "P"): `MPI_COMM_WORLD` for
+    /// each communicator, zeros for the rest (a null pointer, a null count, a
+    /// handle that names nothing).
+    fn call(&self, prefix: &str) -> String {
+        let args: Vec<&str> = self
+            .params
+            .iter()
+            .map(|p| match Self::object_of(p) {
+                Some("MPI_Comm") => "MPI_COMM_WORLD",
+                _ => "0",
+            })
+            .collect();
+        format!("{prefix}{}({})", self.name, args.join(", "))
+    }
+}
+
+/// The functions of the reference header that return `int`.
+fn header_functions() -> Vec<Function> {
+    let path = reference_include().join("mpi.h");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("int MPI_") else {
+            continue;
+        };
+        let Some((name, params)) = rest.split_once('(') else {
+            continue;
+        };
+        let Some((params, _)) = params.split_once(");") else {
+            continue;
+        };
+        let params: Vec<String> = match params.trim() {
+            "void" | "" => Vec::new(),
+            p => p.split(',').map(|p| p.trim().to_string()).collect(),
+        };
+        let object = params
+            .iter()
+            .find_map(|p| Function::object_of(p))
+            .map(str::to_string);
+        out.push(Function {
+            name: format!("MPI_{name}"),
+            variadic: params.iter().any(|p| p == "..."),
+            params,
+            object,
+        });
+    }
+    out
+}
+
+/// The functions of the header the library does not implement, but for those of
+/// one-sided communication (windows), which this test leaves alone.
+fn unsupported_functions() -> Vec<Function> {
+    let implemented: BTreeSet<&str> = mpi_abi::IMPLEMENTED.lines().collect();
+    header_functions()
+        .into_iter()
+        .filter(|f| !implemented.contains(f.name.as_str()) && !f.variadic)
+        .filter(|f| {
+            !f.name.starts_with("MPI_Win_")
+                && f.object.as_deref() != Some("MPI_Win")
+                && !f.params.iter().any(|p| p.starts_with("MPI_Win *"))
+        })
+        .collect()
+}
+
+/// The program calling every function not implemented (and its `PMPI_` twin): how
+/// many functions it calls.
+fn unsupported_program() -> (String, usize) {
+    let functions = unsupported_functions();
+    let mut calls = String::new();
+    for f in &functions {
+        for prefix in ["", "P"] {
+            let call = f.call(prefix);
+            let line = if f.name.starts_with("MPI_T_") {
+                format!("  expect_tool({call}, \"{prefix}{}\");\n", f.name)
+            } else {
+                // A refusal on a communicator goes through its handler; the
+                // standard sends the errors of MPI_File_open and the like to the
+                // default file error handler instead, so which handler those use
+                // is not checked (-1).
+                let through_world = match f.object.as_deref() {
+                    Some("MPI_Comm") if f.name.starts_with("MPI_File_") => -1,
+                    Some("MPI_Comm") => 1,
+                    _ => 0,
+                };
+                format!(
+                    "  handled = 0;\n  expect_unsupported({call}, \"{prefix}{name}\", \"{name}\", {through_world});\n",
+                    name = f.name
+                )
+            };
+            calls.push_str(&line);
+        }
+    }
+    let program = format!(
+        r#"/* unsupported.c, written by the test: every function of the reference header
+ * that the library does not implement (and its PMPI_ twin), called with
+ * MPI_COMM_WORLD for its communicators and zeros for the rest, returns
+ * MPI_ERR_UNSUPPORTED_OPERATION through the error handler with its name in the
+ * error string: a refusal on a communicator goes through the user's handler set on
+ * MPI_COMM_WORLD, the others through the handler of their object (MPI_COMM_SELF's,
+ * a file's or a session's: MPI_ERRORS_RETURN here). The tool interface's
+ * functions return MPI_T_ERR_NOT_SUPPORTED. */
+#include "check.h"
+
+static int refused = 0, handled = 0, handled_code = 0;
+static MPI_Comm handled_comm = MPI_COMM_NULL;
+
+static void on_error(MPI_Comm *comm, int *code, ...) {{
+  handled++;
+  handled_comm = *comm;
+  handled_code = *code;
+}}
+
+static void expect_unsupported(int rc, const char *call, const char *name,
+                               int through_world) {{
+  int cls = -1;
+  CHECK(rc != MPI_SUCCESS, "%s succeeded", call);
+  OK(MPI_Error_class(rc, &cls));
+  CHECK(cls == MPI_ERR_UNSUPPORTED_OPERATION, "%s returned class %d: %s", call,
+        cls, error_text(rc));
+  char text[MPI_MAX_ERROR_STRING], word[200];
+  int len = 0;
+  OK(MPI_Error_string(rc, text, &len));
+  snprintf(word, sizeof word, "%s ", name);
+  CHECK(strstr(text, word) != NULL, "the error of %s does not name it: \"%s\"",
+        call, text);
+  if (through_world == 1)
+    CHECK(handled == 1 && handled_comm == MPI_COMM_WORLD && handled_code == rc,
+          "%s on MPI_COMM_WORLD: its handler ran %d times", call, handled);
+  else if (through_world == 0)
+    CHECK(handled == 0, "%s went through MPI_COMM_WORLD's handler", call);
+  refused++;
+}}
+
+static void expect_tool(int rc, const char *call) {{
+  CHECK(rc == MPI_T_ERR_NOT_SUPPORTED, "%s returned %d, not MPI_T_ERR_NOT_SUPPORTED",
+        call, rc);
+  refused++;
+}}
+
+int main(int argc, char **argv) {{
+  start("unsupported", &argc, &argv);
+  MPI_Errhandler eh;
+  OK(MPI_Comm_create_errhandler(on_error, &eh));
+  OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, eh));
+  OK(MPI_Errhandler_free(&eh));
+  errors_return(MPI_COMM_SELF, 1);
+{calls}  CHECK(refused == {total}, "%d refusals, expected {total}", refused);
+  return finish();
+}}
+"#,
+        total = 2 * functions.len()
+    );
+    (program, functions.len())
+}
+
+/// Every function of the standard's header that the library does not implement
+/// exists (the program links) and refuses through the error handler, naming
+/// itself.
+#[test]
+fn unsupported() {
+    let (program, n) = unsupported_program();
+    assert!(
+        n > 100,
+        "only {n} functions are not implemented: the header was not read"
+    );
+    let exe = build_written("unsupported", &program);
+    run_passing(&exe, "unsupported", 1, &[]);
+}

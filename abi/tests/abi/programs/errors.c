@@ -1,0 +1,396 @@
+/* errors.c: errors and the environment at 1 or more ranks. Before MPI_Init and
+ * after MPI_Finalize: MPI_Initialized, MPI_Finalized, the versions. The thread
+ * level (MPI_THREAD_SERIALIZED), processor name, clock. With MPI_ERRORS_RETURN,
+ * each bad input returns the standard's class (checked with MPI_Error_class) and
+ * an error string naming the class and the problem: ranks, tags, counts, buffers,
+ * truncation, communicators, datatypes, requests, groups, operations, roots,
+ * topologies, dimensions, keys, info objects, error handlers; freed handles,
+ * handles of another kind and values that are no handle at all are errors. A user
+ * error handler is called with the communicator and the code, inherited by duplicates,
+ * kept when freed while set, and run by MPI_Comm_call_errhandler. Error classes,
+ * codes and strings of the program's own. */
+#include "check.h"
+
+static int rank, size, flag_unused;
+
+/* A user operation that is never applied. */
+static void never(void *in, void *inout, int *len, MPI_Datatype *type) {
+  (void)in;
+  (void)inout;
+  (void)len;
+  (void)type;
+}
+
+static void test_environment_before(void) {
+  int flag = -1, v = -1, sv = -1;
+  OK(MPI_Initialized(&flag));
+  CHECK(flag == 0, "MPI_Initialized before MPI_Init: %d", flag);
+  OK(MPI_Finalized(&flag));
+  CHECK(flag == 0, "MPI_Finalized before MPI_Init: %d", flag);
+  OK(MPI_Get_version(&v, &sv));
+  CHECK(v == MPI_VERSION && sv == MPI_SUBVERSION, "MPI_Get_version before MPI_Init: %d.%d", v,
+        sv);
+  OK(MPI_Abi_get_version(&v, &sv));
+  CHECK(v == MPI_ABI_VERSION && sv == MPI_ABI_SUBVERSION, "MPI_Abi_get_version: %d.%d", v, sv);
+  char lib[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = -1;
+  OK(MPI_Get_library_version(lib, &len));
+  CHECK(len > 0 && len < MPI_MAX_LIBRARY_VERSION_STRING && (size_t)len == strlen(lib),
+        "MPI_Get_library_version: length %d for \"%s\"", len, lib);
+}
+
+static void test_environment(int provided) {
+  int flag = -1, level = -1;
+  CHECK(provided == MPI_THREAD_SERIALIZED,
+        "MPI_Init_thread(MPI_THREAD_MULTIPLE) provided %d, not MPI_THREAD_SERIALIZED", provided);
+  OK(MPI_Query_thread(&level));
+  CHECK(level == provided, "MPI_Query_thread: %d, provided %d", level, provided);
+  OK(MPI_Is_thread_main(&flag));
+  CHECK(flag, "MPI_Is_thread_main is false on the main thread");
+  OK(MPI_Initialized(&flag));
+  CHECK(flag == 1, "MPI_Initialized after MPI_Init: %d", flag);
+  OK(MPI_Finalized(&flag));
+  CHECK(flag == 0, "MPI_Finalized before MPI_Finalize: %d", flag);
+  char name[MPI_MAX_PROCESSOR_NAME];
+  int len = -1;
+  OK(MPI_Get_processor_name(name, &len));
+  CHECK(len > 0 && len < MPI_MAX_PROCESSOR_NAME && (size_t)len == strlen(name),
+        "MPI_Get_processor_name: length %d for \"%s\"", len, name);
+  double t0 = MPI_Wtime(), t1 = MPI_Wtime(), tick = MPI_Wtick();
+  CHECK(t0 <= t1, "MPI_Wtime went back: %g then %g", t0, t1);
+  CHECK(tick > 0 && tick < 1, "MPI_Wtick: %g", tick);
+  OK(MPI_Pcontrol(1));
+}
+
+static void test_p2p_errors(void) {
+  int buf[10] = {0}, x = 0;
+  MPI_Status st;
+  MPI_Request r;
+  EXPECT_ERR(MPI_Send(buf, 1, MPI_INT, size, 0, MPI_COMM_WORLD), MPI_ERR_RANK,
+             "MPI_COMM_WORLD");
+  EXPECT_ERR(MPI_Send(buf, 1, MPI_INT, -7, 0, MPI_COMM_WORLD), MPI_ERR_RANK, "-7");
+  EXPECT_ERR(MPI_Send(buf, 1, MPI_INT, MPI_ANY_SOURCE, 0, MPI_COMM_WORLD), MPI_ERR_RANK, NULL);
+  EXPECT_ERR(MPI_Recv(buf, 1, MPI_INT, size + 3, 0, MPI_COMM_WORLD, &st), MPI_ERR_RANK, NULL);
+  EXPECT_ERR(MPI_Isend(buf, 1, MPI_INT, size, 0, MPI_COMM_WORLD, &r), MPI_ERR_RANK, NULL);
+  EXPECT_ERR(MPI_Send(buf, 1, MPI_INT, 0, -1, MPI_COMM_WORLD), MPI_ERR_TAG, "-1");
+  EXPECT_ERR(MPI_Recv(buf, 1, MPI_INT, 0, -5, MPI_COMM_WORLD, &st), MPI_ERR_TAG, "-5");
+  EXPECT_ERR(MPI_Irecv(buf, 1, MPI_INT, 0, -5, MPI_COMM_WORLD, &r), MPI_ERR_TAG, NULL);
+  EXPECT_ERR(MPI_Send(buf, -1, MPI_INT, 0, 0, MPI_COMM_WORLD), MPI_ERR_COUNT, "-1");
+  EXPECT_ERR(MPI_Irecv(buf, -3, MPI_INT, 0, 0, MPI_COMM_WORLD, &r), MPI_ERR_COUNT, NULL);
+  EXPECT_ERR(MPI_Send(NULL, 5, MPI_INT, 0, 0, MPI_COMM_WORLD), MPI_ERR_BUFFER, NULL);
+  EXPECT_ERR(MPI_Send(buf, 1, MPI_INT, 0, 0, MPI_COMM_NULL), MPI_ERR_COMM, "MPI_COMM_NULL");
+  EXPECT_ERR(MPI_Send(buf, 1, MPI_DATATYPE_NULL, 0, 0, MPI_COMM_WORLD), MPI_ERR_TYPE,
+             "MPI_DATATYPE_NULL");
+  EXPECT_ERR(MPI_Probe(size, 0, MPI_COMM_WORLD, &st), MPI_ERR_RANK, NULL);
+  EXPECT_ERR(MPI_Send_init(buf, 1, MPI_INT, 0, -2 - 7, MPI_COMM_WORLD, &r), MPI_ERR_TAG,
+             NULL);
+  MPI_Datatype t;
+  OK(MPI_Type_contiguous(2, MPI_INT, &t));
+  EXPECT_ERR(MPI_Send(buf, 1, t, 0, 0, MPI_COMM_WORLD), MPI_ERR_TYPE, "commit");
+  OK(MPI_Type_free(&t));
+
+  /* Truncation, to itself. */
+  OK(MPI_Irecv(buf, 5, MPI_INT, rank, 3, MPI_COMM_WORLD, &r));
+  OK(MPI_Send(buf, 10, MPI_INT, rank, 3, MPI_COMM_WORLD));
+  EXPECT_ERR(MPI_Wait(&r, &st), MPI_ERR_TRUNCATE, "receive buffer");
+
+  /* Requests: completed ones, null ones, of another kind. */
+  MPI_Request old;
+  OK(MPI_Isend(&x, 1, MPI_INT, rank, 4, MPI_COMM_WORLD, &r));
+  old = r;
+  OK(MPI_Recv(&x, 1, MPI_INT, rank, 4, MPI_COMM_WORLD, &st));
+  OK(MPI_Wait(&r, &st));
+  CHECK(r == MPI_REQUEST_NULL, "MPI_Wait left a request");
+  EXPECT_ERR(MPI_Wait(&old, &st), MPI_ERR_REQUEST, "not a request");
+  int flag;
+  EXPECT_ERR(MPI_Test(&old, &flag, &st), MPI_ERR_REQUEST, NULL);
+  EXPECT_ERR(MPI_Request_free(&old), MPI_ERR_REQUEST, NULL);
+  r = MPI_REQUEST_NULL;
+  EXPECT_ERR(MPI_Request_free(&r), MPI_ERR_REQUEST, NULL);
+  EXPECT_ERR(MPI_Cancel(&old), MPI_ERR_REQUEST, NULL);
+  MPI_Request wrong = (MPI_Request)MPI_COMM_WORLD;
+  EXPECT_ERR(MPI_Wait(&wrong, &st), MPI_ERR_REQUEST, NULL);
+  MPI_Request two[2] = {MPI_REQUEST_NULL, old};
+  EXPECT_ERR(MPI_Waitall(2, two, MPI_STATUSES_IGNORE), MPI_ERR_REQUEST, NULL);
+  /* MPI_Start on a request that is not persistent, and on an active one. */
+  OK(MPI_Irecv(&x, 1, MPI_INT, rank, 5, MPI_COMM_WORLD, &r));
+  EXPECT_ERR(MPI_Start(&r), MPI_ERR_REQUEST, "persistent");
+  OK(MPI_Cancel(&r));
+  OK(MPI_Wait(&r, &st));
+  MPI_Request p;
+  OK(MPI_Recv_init(&x, 1, MPI_INT, rank, 6, MPI_COMM_WORLD, &p));
+  OK(MPI_Start(&p));
+  EXPECT_ERR(MPI_Start(&p), MPI_ERR_REQUEST, "active");
+  OK(MPI_Send(&x, 1, MPI_INT, rank, 6, MPI_COMM_WORLD));
+  OK(MPI_Wait(&p, &st));
+  OK(MPI_Request_free(&p));
+}
+
+static void test_handle_errors(void) {
+  int n;
+  MPI_Comm c, stale;
+  /* Communicators: null, freed, of another kind, no handle at all, predefined. */
+  EXPECT_ERR(MPI_Comm_size(MPI_COMM_NULL, &n), MPI_ERR_COMM, "MPI_COMM_NULL");
+  OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+  OK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+  stale = c;
+  OK(MPI_Comm_free(&c));
+  EXPECT_ERR(MPI_Comm_rank(stale, &n), MPI_ERR_COMM, "freed");
+  EXPECT_ERR(MPI_Barrier(stale), MPI_ERR_COMM, NULL);
+  EXPECT_ERR(MPI_Comm_free(&stale), MPI_ERR_COMM, NULL);
+  MPI_Group g;
+  OK(MPI_Comm_group(MPI_COMM_WORLD, &g));
+  EXPECT_ERR(MPI_Comm_size((MPI_Comm)g, &n), MPI_ERR_COMM, "another kind");
+  EXPECT_ERR(MPI_Comm_size((MPI_Comm)(intptr_t)0x12345678, &n), MPI_ERR_COMM, NULL);
+  EXPECT_ERR(MPI_Comm_size((MPI_Comm)&n, &n), MPI_ERR_COMM, NULL);
+  c = MPI_COMM_WORLD;
+  EXPECT_ERR(MPI_Comm_free(&c), MPI_ERR_COMM, "MPI_COMM_WORLD");
+  EXPECT_ERR(MPI_Comm_remote_size(MPI_COMM_WORLD, &n), MPI_ERR_COMM, "intercommunicator");
+  MPI_Group remote;
+  EXPECT_ERR(MPI_Comm_remote_group(MPI_COMM_WORLD, &remote), MPI_ERR_COMM, "intercommunicator");
+  EXPECT_ERR(MPI_Comm_split(MPI_COMM_WORLD, -2, 0, &c), MPI_ERR_ARG, "-2");
+
+  /* Datatypes: null, freed, a freed handle whose slot was used again, another
+   * kind, predefined ones that cannot change. */
+  MPI_Datatype t, t2, old;
+  EXPECT_ERR(MPI_Type_size(MPI_DATATYPE_NULL, &n), MPI_ERR_TYPE, "MPI_DATATYPE_NULL");
+  OK(MPI_Type_contiguous(3, MPI_INT, &t));
+  old = t;
+  OK(MPI_Type_free(&t));
+  CHECK(t == MPI_DATATYPE_NULL, "MPI_Type_free left the handle");
+  OK(MPI_Type_contiguous(5, MPI_INT, &t2));
+  EXPECT_ERR(MPI_Type_size(old, &n), MPI_ERR_TYPE, "freed");
+  OK(MPI_Type_size(t2, &n));
+  CHECK(n == 20, "a type made after another was freed has size %d", n);
+  EXPECT_ERR(MPI_Type_free(&old), MPI_ERR_TYPE, NULL);
+  OK(MPI_Type_free(&t2));
+  EXPECT_ERR(MPI_Type_size((MPI_Datatype)MPI_COMM_WORLD, &n), MPI_ERR_TYPE, NULL);
+  EXPECT_ERR(MPI_Type_size((MPI_Datatype)g, &n), MPI_ERR_TYPE, "another kind");
+  t = MPI_INT;
+  EXPECT_ERR(MPI_Type_free(&t), MPI_ERR_TYPE, "predefined");
+  EXPECT_ERR(MPI_Type_set_name(MPI_INT, "mine"), MPI_ERR_TYPE, "predefined");
+  EXPECT_ERR(MPI_Type_contiguous(-1, MPI_INT, &t), MPI_ERR_COUNT, NULL);
+  EXPECT_ERR(MPI_Type_vector(2, 1, 1, MPI_DATATYPE_NULL, &t), MPI_ERR_TYPE, NULL);
+  int ints[1];
+  MPI_Aint addrs[1];
+  MPI_Datatype types[1];
+  EXPECT_ERR(MPI_Type_get_contents(MPI_INT, 1, 1, 1, ints, addrs, types), MPI_ERR_TYPE,
+             "predefined");
+
+  /* Groups. */
+  MPI_Group gg, stale_g;
+  EXPECT_ERR(MPI_Group_size(MPI_GROUP_NULL, &n), MPI_ERR_GROUP, "MPI_GROUP_NULL");
+  int one[1] = {0};
+  OK(MPI_Group_incl(g, 1, one, &gg));
+  stale_g = gg;
+  OK(MPI_Group_free(&gg));
+  CHECK(gg == MPI_GROUP_NULL, "MPI_Group_free left the handle");
+  EXPECT_ERR(MPI_Group_size(stale_g, &n), MPI_ERR_GROUP, "freed");
+  EXPECT_ERR(MPI_Group_free(&stale_g), MPI_ERR_GROUP, NULL);
+  EXPECT_ERR(MPI_Group_size((MPI_Group)MPI_COMM_WORLD, &n), MPI_ERR_GROUP, NULL);
+  int bad[1] = {size}, twice[2] = {0, 0};
+  EXPECT_ERR(MPI_Group_incl(g, 1, bad, &gg), MPI_ERR_RANK, NULL);
+  EXPECT_ERR(MPI_Group_incl(g, 2, twice, &gg), MPI_ERR_RANK, "twice");
+  EXPECT_ERR(MPI_Group_excl(g, 1, bad, &gg), MPI_ERR_RANK, NULL);
+  int ranges[1][3] = {{0, 0, 0}};
+  EXPECT_ERR(MPI_Group_range_incl(g, 1, ranges, &gg), MPI_ERR_ARG, "stride");
+  int out[1];
+  EXPECT_ERR(MPI_Group_translate_ranks(g, 1, bad, g, out), MPI_ERR_RANK, NULL);
+  EXPECT_ERR(MPI_Comm_create(MPI_COMM_WORLD, MPI_GROUP_NULL, &c), MPI_ERR_GROUP, NULL);
+
+  /* Operations. */
+  int v = 1, w;
+  MPI_Op op, stale_op;
+  EXPECT_ERR(MPI_Allreduce(&v, &w, 1, MPI_INT, MPI_OP_NULL, MPI_COMM_WORLD), MPI_ERR_OP,
+             "MPI_OP_NULL");
+  EXPECT_ERR(MPI_Allreduce(&v, &w, 1, MPI_DOUBLE, MPI_BAND, MPI_COMM_WORLD), MPI_ERR_OP,
+             "MPI_BAND");
+  EXPECT_ERR(MPI_Allreduce(&v, &w, 1, MPI_INT, MPI_MINLOC, MPI_COMM_WORLD), MPI_ERR_OP,
+             "MPI_MINLOC");
+  EXPECT_ERR(MPI_Allreduce(&v, &w, 1, MPI_2INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_OP, NULL);
+  EXPECT_ERR(MPI_Reduce_local(&v, &w, 1, MPI_INT, (MPI_Op)MPI_INT), MPI_ERR_OP, NULL);
+  op = MPI_SUM;
+  EXPECT_ERR(MPI_Op_free(&op), MPI_ERR_OP, "predefined");
+  OK(MPI_Op_create(never, 1, &op));
+  stale_op = op;
+  OK(MPI_Op_free(&op));
+  CHECK(op == MPI_OP_NULL, "MPI_Op_free left the handle");
+  EXPECT_ERR(MPI_Reduce_local(&v, &w, 1, MPI_INT, stale_op), MPI_ERR_OP, "freed");
+  EXPECT_ERR(MPI_Op_free(&stale_op), MPI_ERR_OP, NULL);
+
+  /* Collectives: the same bad argument on every rank. */
+  EXPECT_ERR(MPI_Bcast(&v, 1, MPI_INT, size, MPI_COMM_WORLD), MPI_ERR_ROOT, "root");
+  EXPECT_ERR(MPI_Bcast(&v, 1, MPI_INT, -1, MPI_COMM_WORLD), MPI_ERR_ROOT, NULL);
+  EXPECT_ERR(MPI_Reduce(&v, &w, 1, MPI_INT, MPI_SUM, size + 1, MPI_COMM_WORLD), MPI_ERR_ROOT,
+             NULL);
+  EXPECT_ERR(MPI_Allreduce(&v, &w, -1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_COUNT, NULL);
+  EXPECT_ERR(MPI_Bcast(&v, 1, MPI_DATATYPE_NULL, 0, MPI_COMM_WORLD), MPI_ERR_TYPE, NULL);
+  EXPECT_ERR(MPI_Barrier(MPI_COMM_NULL), MPI_ERR_COMM, NULL);
+  /* The world still works. */
+  OK(MPI_Allreduce(&v, &w, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  CHECK(w == size, "MPI_Allreduce after errors: %d", w);
+
+  /* Topologies. */
+  int coords[2], dims[2] = {2, 0};
+  EXPECT_ERR(MPI_Cart_coords(MPI_COMM_WORLD, 0, 2, coords), MPI_ERR_TOPOLOGY, "Cartesian");
+  EXPECT_ERR(MPI_Dims_create(7, 2, dims), MPI_ERR_DIMS, NULL);
+  int zero_dims[1] = {0}, periods[1] = {0}, many[1] = {size + 1};
+  EXPECT_ERR(MPI_Cart_create(MPI_COMM_WORLD, 1, zero_dims, periods, 0, &c), MPI_ERR_DIMS, NULL);
+  EXPECT_ERR(MPI_Cart_create(MPI_COMM_WORLD, 1, many, periods, 0, &c), MPI_ERR_DIMS, NULL);
+  int in, outd, wgt;
+  EXPECT_ERR(MPI_Dist_graph_neighbors_count(MPI_COMM_WORLD, &in, &outd, &wgt),
+             MPI_ERR_TOPOLOGY, NULL);
+
+  /* Attribute keys. */
+  int key;
+  void *val;
+  OK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &key, NULL));
+  int stale_key = key;
+  OK(MPI_Comm_free_keyval(&key));
+  EXPECT_ERR(MPI_Comm_get_attr(MPI_COMM_WORLD, stale_key, &val, &flag_unused), MPI_ERR_KEYVAL,
+             NULL);
+  EXPECT_ERR(MPI_Comm_set_attr(MPI_COMM_WORLD, stale_key, NULL), MPI_ERR_KEYVAL, NULL);
+  EXPECT_ERR(MPI_Comm_set_attr(MPI_COMM_WORLD, MPI_KEYVAL_INVALID, NULL), MPI_ERR_KEYVAL, NULL);
+  EXPECT_ERR(MPI_Comm_set_attr(MPI_COMM_WORLD, MPI_TAG_UB, NULL), MPI_ERR_KEYVAL, NULL);
+
+  /* Info objects. */
+  MPI_Info info;
+  char long_key[MPI_MAX_INFO_KEY + 10];
+  memset(long_key, 'k', sizeof long_key - 1);
+  long_key[sizeof long_key - 1] = 0;
+  OK(MPI_Info_create(&info));
+  EXPECT_ERR(MPI_Info_delete(info, "absent"), MPI_ERR_INFO_NOKEY, "absent");
+  EXPECT_ERR(MPI_Info_set(info, long_key, "v"), MPI_ERR_INFO_KEY, NULL);
+  MPI_Info stale_info = info;
+  OK(MPI_Info_free(&info));
+  EXPECT_ERR(MPI_Info_get_nkeys(stale_info, &n), MPI_ERR_INFO, "freed");
+  EXPECT_ERR(MPI_Info_set((MPI_Info)MPI_COMM_WORLD, "k", "v"), MPI_ERR_INFO, NULL);
+
+  /* Error handlers. */
+  EXPECT_ERR(MPI_Comm_set_errhandler(MPI_COMM_WORLD, (MPI_Errhandler)MPI_COMM_WORLD),
+             MPI_ERR_ERRHANDLER, NULL);
+  MPI_Errhandler eh = (MPI_Errhandler)(intptr_t)0x777;
+  EXPECT_ERR(MPI_Errhandler_free(&eh), MPI_ERR_ERRHANDLER, NULL);
+
+  /* Error codes themselves. */
+  int cls;
+  EXPECT_ERR(MPI_Error_class(-5, &cls), MPI_ERR_ARG, NULL);
+  char text[MPI_MAX_ERROR_STRING];
+  EXPECT_ERR(MPI_Error_string(-5, text, &n), MPI_ERR_ARG, NULL);
+  OK(MPI_Group_free(&g));
+}
+
+/* A user error handler: what it saw. */
+static MPI_Comm seen_comm = MPI_COMM_NULL;
+static int seen_code = MPI_SUCCESS, seen_calls = 0;
+static char seen_text[MPI_MAX_ERROR_STRING];
+
+static void record(MPI_Comm *comm, int *code, ...) {
+  seen_comm = *comm;
+  seen_code = *code;
+  seen_calls++;
+  /* MPI works inside an error handler. */
+  int len;
+  if (MPI_Error_string(*code, seen_text, &len) != MPI_SUCCESS)
+    strcpy(seen_text, "(no string)");
+}
+
+static void expect_seen(MPI_Comm comm, int rc, int calls, int cls, const char *word,
+                        const char *what) {
+  int got = -1;
+  CHECK(seen_calls == calls, "%s: the handler ran %d times, expected %d", what, seen_calls,
+        calls);
+  CHECK(seen_comm == comm, "%s: the handler got another communicator", what);
+  CHECK(seen_code == rc, "%s: the handler got code %d, the call returned %d", what, seen_code,
+        rc);
+  OK(MPI_Error_class(seen_code, &got));
+  CHECK(got == cls, "%s: the handler got class %d, expected %d", what, got, cls);
+  CHECK(word == NULL || strstr(seen_text, word) != NULL,
+        "%s: the handler's error string does not say \"%s\": \"%s\"", what, word, seen_text);
+}
+
+static void test_user_handler(void) {
+  MPI_Comm c, d;
+  MPI_Errhandler eh, got;
+  OK(MPI_Comm_dup(MPI_COMM_WORLD, &c));
+  OK(MPI_Comm_create_errhandler(record, &eh));
+  OK(MPI_Comm_set_errhandler(c, eh));
+  OK(MPI_Comm_get_errhandler(c, &got));
+  CHECK(got == eh, "MPI_Comm_get_errhandler gave another handler");
+  int x = 0;
+  int rc = MPI_Send(&x, 1, MPI_INT, size + 5, 0, c);
+  expect_seen(c, rc, 1, MPI_ERR_RANK, "MPI_ERR_RANK", "a bad rank");
+  /* Freed while set: still the communicator's. */
+  OK(MPI_Errhandler_free(&eh));
+  CHECK(eh == MPI_ERRHANDLER_NULL, "MPI_Errhandler_free left the handle");
+  rc = MPI_Recv(&x, 1, MPI_INT, 0, -3, c, MPI_STATUS_IGNORE);
+  expect_seen(c, rc, 2, MPI_ERR_TAG, NULL, "a bad tag, the handler freed");
+  /* A duplicate inherits it. */
+  OK(MPI_Comm_dup(c, &d));
+  rc = MPI_Bcast(&x, 1, MPI_INT, -9, d);
+  expect_seen(d, rc, 3, MPI_ERR_ROOT, NULL, "a bad root on a duplicate");
+  /* The program's own classes and codes. */
+  int cls, code, code2;
+  OK(MPI_Add_error_class(&cls));
+  CHECK(cls > MPI_ERR_ERRHANDLER, "MPI_Add_error_class gave %d, a predefined class", cls);
+  OK(MPI_Add_error_code(cls, &code));
+  OK(MPI_Add_error_code(cls, &code2));
+  CHECK(code != code2, "two codes of one class are equal: %d", code);
+  OK(MPI_Add_error_string(code, "the program's own error"));
+  OK(MPI_Add_error_string(cls, "the program's own class"));
+  int gotcls = -1, len = -1;
+  char text[MPI_MAX_ERROR_STRING];
+  OK(MPI_Error_class(code, &gotcls));
+  CHECK(gotcls == cls, "the class of an added code: %d, expected %d", gotcls, cls);
+  OK(MPI_Error_string(code, text, &len));
+  CHECK(strcmp(text, "the program's own error") == 0 && len == (int)strlen(text),
+        "an added code's string: \"%s\"", text);
+  OK(MPI_Error_string(cls, text, &len));
+  CHECK(strcmp(text, "the program's own class") == 0, "an added class's string: \"%s\"", text);
+  EXPECT_ERR(MPI_Add_error_code(MPI_ERR_LASTCODE - 1, &code2), MPI_ERR_ARG, NULL);
+  EXPECT_ERR(MPI_Add_error_string(MPI_ERR_RANK, "no"), MPI_ERR_ARG, NULL);
+  /* MPI_Comm_call_errhandler runs the handler with the code. */
+  OK(MPI_Comm_call_errhandler(c, code));
+  CHECK(seen_calls == 4 && seen_comm == c && seen_code == code &&
+            strcmp(seen_text, "the program's own error") == 0,
+        "MPI_Comm_call_errhandler: %d calls, code %d", seen_calls, seen_code);
+  OK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+  OK(MPI_Comm_call_errhandler(c, code));
+  CHECK(seen_calls == 4, "MPI_Comm_call_errhandler with MPI_ERRORS_RETURN ran the handler");
+  /* MPI_ERRORS_RETURN on one communicator leaves the others' as they were. */
+  OK(MPI_Comm_get_errhandler(d, &got));
+  CHECK(got != MPI_ERRORS_RETURN, "setting one communicator's handler changed another's");
+  OK(MPI_Errhandler_free(&got));
+  OK(MPI_Comm_free(&d));
+  OK(MPI_Comm_free(&c));
+}
+
+int main(int argc, char **argv) {
+  check_program = "errors";
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  test_environment_before();
+  int provided = -1;
+  OK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
+  OK(MPI_Comm_rank(MPI_COMM_WORLD, &check_rank));
+  OK(MPI_Comm_size(MPI_COMM_WORLD, &check_size));
+  rank = check_rank;
+  size = check_size;
+  test_environment(provided);
+  /* Errors on the world, and those of no object (MPI_COMM_SELF's), returned. */
+  errors_return(MPI_COMM_WORLD, 1);
+  errors_return(MPI_COMM_SELF, 1);
+  test_p2p_errors();
+  test_handle_errors();
+  test_user_handler();
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Finalize());
+  int flag = -1, v = -1, sv = -1;
+  MPI_Finalized(&flag);
+  CHECK(flag == 1, "MPI_Finalized after MPI_Finalize: %d", flag);
+  MPI_Initialized(&flag);
+  CHECK(flag == 1, "MPI_Initialized after MPI_Finalize: %d", flag);
+  MPI_Get_version(&v, &sv);
+  CHECK(v == MPI_VERSION, "MPI_Get_version after MPI_Finalize: %d", v);
+  printf("PASS errors rank %d/%d\n", rank, size);
+  return 0;
+}

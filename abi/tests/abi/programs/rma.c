@@ -1,0 +1,701 @@
+/* rma.c: one-sided communication at any number of ranks (run at 1 to 4), every
+ * result checked against values computed here. Windows over user memory
+ * (MPI_Win_create) and allocated (MPI_Win_allocate): their group, name,
+ * attributes and error handler; a window on a reordered communicator. Put and Get
+ * of contiguous and derived types (vector, indexed) on either side, with
+ * displacement units other than 1 (and different on each rank), under fences:
+ * every rank puts to its right neighbour and gets from its left; MPI_PROC_NULL
+ * as a target. Passive target: shared and exclusive locks (mutual exclusion of
+ * read-modify-write), lock_all, every flush, MPI_Win_sync. Post/start/complete/
+ * wait and MPI_Win_test. Accumulates: sums on MPI_CHAR, MPI_INT, MPI_LONG_LONG,
+ * MPI_FLOAT, MPI_DOUBLE, MAX and MIN, REPLACE, bitwise operations, derived types;
+ * Get_accumulate (MPI_NO_OP as an atomic read), Fetch_and_op, Compare_and_swap;
+ * a window whose base is not 8-byte aligned; and every rank incrementing the same
+ * elements of rank 0's window 1000 times at once (int, long long, char modulo
+ * 256, double), whose totals must be exact. Errors: no epoch, out of the window,
+ * a bad rank, a freed window, sizes that do not match, through MPI_ERRORS_RETURN
+ * and a user's handler. */
+#include "check.h"
+#include <stddef.h>
+
+static int rank, size, left, right;
+
+/* What rank r's window holds at element i to begin with. */
+static int val(int r, int i) { return r * 1000 + i; }
+
+/* Ints in the windows of the put/get tests. */
+#define N 96
+
+/* A window over `mem` (n ints, MPI_Win_create), or allocated (n ints, its base
+ * written to *mem), each int set to val(rank, i); the epoch that follows is open
+ * to every kind of synchronization. */
+static MPI_Win int_window(int allocate, int **mem, int n) {
+  MPI_Win win;
+  if (allocate)
+    OK(MPI_Win_allocate(n * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD,
+                        mem, &win));
+  else
+    OK(MPI_Win_create(*mem, n * sizeof(int), sizeof(int), MPI_INFO_NULL,
+                      MPI_COMM_WORLD, &win));
+  for (int i = 0; i < n; i++)
+    (*mem)[i] = val(rank, i);
+  OK(MPI_Win_fence(MPI_MODE_NOPRECEDE | MPI_MODE_NOSUCCEED, win));
+  return win;
+}
+
+/* --- Windows: group, name, attributes, flavors. --- */
+
+/* The predefined attributes of `win`: the base itself, pointers to the others. */
+static void check_attrs(MPI_Win win, void *base, MPI_Aint bytes, int du, int flavor) {
+  void *b = NULL;
+  MPI_Aint *sz = NULL;
+  int *u = NULL, *f = NULL, *m = NULL, flags[5];
+  OK(MPI_Win_get_attr(win, MPI_WIN_BASE, &b, &flags[0]));
+  OK(MPI_Win_get_attr(win, MPI_WIN_SIZE, &sz, &flags[1]));
+  OK(MPI_Win_get_attr(win, MPI_WIN_DISP_UNIT, &u, &flags[2]));
+  OK(MPI_Win_get_attr(win, MPI_WIN_CREATE_FLAVOR, &f, &flags[3]));
+  OK(MPI_Win_get_attr(win, MPI_WIN_MODEL, &m, &flags[4]));
+  for (int i = 0; i < 5; i++)
+    CHECK(flags[i], "predefined window attribute %d is missing", i);
+  CHECK(b == base && *sz == bytes && *u == du && *f == flavor && *m == MPI_WIN_UNIFIED,
+        "attributes: base %p (not %p), size %ld (%ld), unit %d (%d), flavor %d (%d), "
+        "model %d", b, base, (long)*sz, (long)bytes, *u, du, *f, flavor, *m);
+}
+
+static void test_windows(void) {
+  static int buf[16];
+  int n, len;
+  MPI_Win win;
+  OK(MPI_Win_create(buf, sizeof buf, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+  MPI_Group g, world;
+  OK(MPI_Win_get_group(win, &g));
+  OK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  OK(MPI_Group_compare(g, world, &n));
+  CHECK(n == MPI_IDENT, "the window's group compares %d to the world's", n);
+  OK(MPI_Group_rank(g, &n));
+  CHECK(n == rank, "rank %d in the window's group", n);
+  OK(MPI_Group_free(&g));
+  OK(MPI_Group_free(&world));
+  char name[MPI_MAX_OBJECT_NAME];
+  OK(MPI_Win_get_name(win, name, &len));
+  CHECK(len == 0 && name[0] == 0, "a new window is named \"%s\" (%d)", name, len);
+  OK(MPI_Win_set_name(win, "rma window"));
+  OK(MPI_Win_get_name(win, name, &len));
+  CHECK(len == 10 && strcmp(name, "rma window") == 0, "the name \"%s\" (%d)", name, len);
+  check_attrs(win, buf, sizeof buf, sizeof(int), MPI_WIN_FLAVOR_CREATE);
+  MPI_Errhandler eh;
+  OK(MPI_Win_get_errhandler(win, &eh));
+  CHECK(eh == MPI_ERRORS_ARE_FATAL, "a new window's error handler is not fatal");
+  OK(MPI_Win_free(&win));
+  CHECK(win == MPI_WIN_NULL, "MPI_Win_free left the handle");
+
+  /* Allocated: a size of its own on each rank, 8-byte units. */
+  MPI_Aint bytes = 8 * (rank + 1);
+  double *mem = NULL;
+  OK(MPI_Win_allocate(bytes, 8, MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win));
+  CHECK(mem != NULL, "MPI_Win_allocate gave no memory");
+  mem[rank] = rank;
+  check_attrs(win, mem, bytes, 8, MPI_WIN_FLAVOR_ALLOCATE);
+  OK(MPI_Win_free(&win));
+  /* An empty window (a null base) on MPI_COMM_SELF. */
+  OK(MPI_Win_create(NULL, 0, 1, MPI_INFO_NULL, MPI_COMM_SELF, &win));
+  check_attrs(win, NULL, 0, 1, MPI_WIN_FLAVOR_CREATE);
+  OK(MPI_Win_free(&win));
+
+  /* A window on the world reversed: targets are ranks of the window's group. Every
+   * rank puts its world rank into slot [its window rank] of window rank 0. */
+  MPI_Comm rev;
+  OK(MPI_Comm_split(MPI_COMM_WORLD, 0, size - rank, &rev));
+  int *slots = NULL, wrank = size - 1 - rank;
+  OK(MPI_Win_allocate(size * sizeof(int), sizeof(int), MPI_INFO_NULL, rev, &slots, &win));
+  for (int i = 0; i < size; i++)
+    slots[i] = -1;
+  OK(MPI_Win_fence(MPI_MODE_NOPRECEDE, win));
+  OK(MPI_Put(&rank, 1, MPI_INT, 0, wrank, 1, MPI_INT, win));
+  OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
+  if (wrank == 0)
+    for (int i = 0; i < size; i++)
+      CHECK(slots[i] == size - 1 - i, "reversed window: slot %d holds %d", i, slots[i]);
+  OK(MPI_Win_free(&win));
+  OK(MPI_Comm_free(&rev));
+}
+
+/* --- Put and Get under fences. --- */
+
+/* The ints a vector (4 blocks of 2, stride 3) and an indexed type (blocks of 1, 3,
+ * 2, 2 at 0, 2, 7, 11) take, in order. */
+static const int vec_at[8] = {0, 1, 3, 4, 6, 7, 9, 10};
+static const int idx_at[8] = {0, 2, 3, 4, 7, 8, 11, 12};
+
+static void test_fence(int allocate) {
+  static int user[N];
+  int *mem = user;
+  MPI_Win win = int_window(allocate, &mem, N);
+  MPI_Datatype vec, idx;
+  int bl[4] = {1, 3, 2, 2}, dp[4] = {0, 2, 7, 11};
+  OK(MPI_Type_vector(4, 2, 3, MPI_INT, &vec));
+  OK(MPI_Type_indexed(4, bl, dp, MPI_INT, &idx));
+  OK(MPI_Type_commit(&vec));
+  OK(MPI_Type_commit(&idx));
+  int out[24], in[8], vin[16];
+  for (int i = 0; i < 24; i++)
+    out[i] = -val(rank, i) - 1;
+  for (int i = 0; i < 16; i++)
+    vin[i] = -7;
+  OK(MPI_Win_fence(MPI_MODE_NOPRECEDE, win));
+  /* Contiguous: 8 ints to the right's [8, 16), 8 from the left's [0, 8). */
+  OK(MPI_Put(out, 8, MPI_INT, right, 8, 8, MPI_INT, win));
+  OK(MPI_Get(in, 8, MPI_INT, left, 0, 8, MPI_INT, win));
+  /* A vector here to an indexed type there (at 24); two vectors there from 16
+   * contiguous ints here (at 56, each 11 ints long). */
+  OK(MPI_Put(out, 1, vec, right, 24, 1, idx, win));
+  OK(MPI_Put(out + 8, 16, MPI_INT, right, 56, 2, vec, win));
+  /* The left's vector at 40 into an indexed layout here. */
+  OK(MPI_Get(vin, 1, idx, left, 40, 1, vec, win));
+  /* A vector to this rank's own [80, 88), while the get above may be under way. */
+  OK(MPI_Put(out, 1, vec, rank, 80, 8, MPI_INT, win));
+  /* MPI_PROC_NULL as the target: nothing moves. */
+  int pn = 5, pr = -1;
+  OK(MPI_Put(out, 8, MPI_INT, MPI_PROC_NULL, 0, 8, MPI_INT, win));
+  OK(MPI_Get(&pr, 1, MPI_INT, MPI_PROC_NULL, 0, 1, MPI_INT, win));
+  OK(MPI_Accumulate(&pn, 1, MPI_INT, MPI_PROC_NULL, 0, 1, MPI_INT, MPI_SUM, win));
+  OK(MPI_Fetch_and_op(&pn, &pr, MPI_INT, MPI_PROC_NULL, 0, MPI_SUM, win));
+  OK(MPI_Compare_and_swap(&pn, &pn, &pr, MPI_INT, MPI_PROC_NULL, 0, win));
+  OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
+  CHECK(pr == -1, "an operation on MPI_PROC_NULL wrote %d", pr);
+  int expect[N];
+  for (int i = 0; i < N; i++)
+    expect[i] = val(rank, i);
+  for (int i = 0; i < 8; i++) {
+    expect[8 + i] = -val(left, i) - 1;
+    expect[24 + idx_at[i]] = -val(left, vec_at[i]) - 1;
+    expect[56 + vec_at[i]] = -val(left, 8 + i) - 1;
+    expect[56 + 11 + vec_at[i]] = -val(left, 16 + i) - 1;
+    expect[80 + i] = -val(rank, vec_at[i]) - 1;
+    CHECK(in[i] == val(left, i), "get: element %d is %d", i, in[i]);
+  }
+  for (int i = 0; i < N; i++)
+    CHECK(mem[i] == expect[i], "after the puts (%s) element %d is %d, not %d",
+          allocate ? "allocated" : "created", i, mem[i], expect[i]);
+  for (int i = 0, k = 0; i < 16; i++) {
+    int want = k < 8 && idx_at[k] == i ? val(left, 40 + vec_at[k++]) : -7;
+    CHECK(vin[i] == want, "get of a vector: element %d is %d, not %d", i, vin[i], want);
+  }
+  OK(MPI_Type_free(&vec));
+  OK(MPI_Type_free(&idx));
+  OK(MPI_Win_free(&win));
+
+  /* Displacement units of 4, 8 or 12 bytes by rank: the target's scales. */
+  int du = 4 * (1 + rank % 3);
+  unsigned char *bytes = NULL;
+  OK(MPI_Win_allocate(256, du, MPI_INFO_NULL, MPI_COMM_WORLD, &bytes, &win));
+  for (int i = 0; i < 256; i++)
+    bytes[i] = (unsigned char)(rank * 31 + i);
+  int three[3] = {rank + 1, rank + 2, rank + 3}, got[3];
+  OK(MPI_Win_fence(MPI_MODE_NOPRECEDE, win));
+  OK(MPI_Put(three, 3, MPI_INT, right, 5, 3, MPI_INT, win));
+  OK(MPI_Get(got, 3, MPI_INT, left, 10, 3, MPI_INT, win));
+  OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
+  int here[3], ldu = 4 * (1 + left % 3);
+  memcpy(here, bytes + 5 * du, sizeof here);
+  unsigned char lb[12];
+  for (int i = 0; i < 12; i++)
+    lb[i] = (unsigned char)(left * 31 + 10 * ldu + i);
+  for (int i = 0; i < 3; i++)
+    CHECK(here[i] == left + 1 + i, "unit %d: put element %d is %d", du, i, here[i]);
+  CHECK(memcmp(got, lb, 12) == 0, "unit %d: the get read other bytes", ldu);
+  OK(MPI_Win_free(&win));
+}
+
+/* --- Passive target. --- */
+
+static void test_passive(int allocate) {
+  static int user[N];
+  int *mem = user, out[8], in[8], x;
+  MPI_Win win = int_window(allocate, &mem, N);
+  for (int i = 0; i < 8; i++)
+    out[i] = -val(rank, i) - 1;
+  /* Exclusive on the right: put; then, once every put is done, read it here and,
+   * under a shared lock, the left's. */
+  OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, right, 0, win));
+  OK(MPI_Put(out, 4, MPI_INT, right, 0, 4, MPI_INT, win));
+  OK(MPI_Win_unlock(right, win));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Win_lock(MPI_LOCK_SHARED, rank, MPI_MODE_NOCHECK, win));
+  for (int i = 0; i < 4; i++)
+    CHECK(mem[i] == -val(left, i) - 1, "exclusive put: element %d is %d", i, mem[i]);
+  OK(MPI_Win_unlock(rank, win));
+  OK(MPI_Win_lock(MPI_LOCK_SHARED, left, 0, win));
+  OK(MPI_Get(in, 4, MPI_INT, left, 0, 4, MPI_INT, win));
+  OK(MPI_Win_unlock(left, win));
+  int l2 = (left - 1 + size) % size;
+  for (int i = 0; i < 4; i++)
+    CHECK(in[i] == -val(l2, i) - 1, "shared get: element %d is %d", i, in[i]);
+
+  /* Mutual exclusion: 20 read-modify-writes (get, flush, put) of rank 0's [10]
+   * by every rank under exclusive locks lose nothing. */
+  for (int k = 0; k < 20; k++) {
+    OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win));
+    OK(MPI_Get(&x, 1, MPI_INT, 0, 10, 1, MPI_INT, win));
+    OK(MPI_Win_flush(0, win));
+    x++;
+    OK(MPI_Put(&x, 1, MPI_INT, 0, 10, 1, MPI_INT, win));
+    OK(MPI_Win_unlock(0, win));
+  }
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win));
+  OK(MPI_Get(&x, 1, MPI_INT, 0, 10, 1, MPI_INT, win));
+  OK(MPI_Win_unlock(0, win));
+  CHECK(x == val(0, 10) + 20 * size, "exclusive increments: %d, not %d", x,
+        val(0, 10) + 20 * size);
+
+  /* lock_all: puts to the right flushed, gets from the left completed locally. */
+  OK(MPI_Win_lock_all(0, win));
+  OK(MPI_Put(out, 4, MPI_INT, right, 20, 4, MPI_INT, win));
+  OK(MPI_Win_flush(right, win));
+  OK(MPI_Get(in, 4, MPI_INT, left, 30, 4, MPI_INT, win));
+  OK(MPI_Win_flush_local(left, win));
+  for (int i = 0; i < 4; i++)
+    CHECK(in[i] == val(left, 30 + i), "lock_all get: element %d is %d", i, in[i]);
+  OK(MPI_Put(out + 4, 2, MPI_INT, right, 24, 2, MPI_INT, win));
+  OK(MPI_Get(in, 2, MPI_INT, left, 34, 2, MPI_INT, win));
+  OK(MPI_Win_flush_local_all(win));
+  CHECK(in[0] == val(left, 34) && in[1] == val(left, 35), "flush_local_all: get");
+  OK(MPI_Win_flush_all(win));
+  /* A store here made visible by MPI_Win_sync, read by the right neighbour. */
+  mem[40] = rank * 7 + 1;
+  OK(MPI_Win_sync(win));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Get(&x, 1, MPI_INT, left, 40, 1, MPI_INT, win));
+  OK(MPI_Win_flush(left, win));
+  CHECK(x == left * 7 + 1, "a store synced at the left reads %d", x);
+  /* Puts into rank 0's [50 + rank], flushed: seen there after a barrier. */
+  x = 100 + rank;
+  OK(MPI_Put(&x, 1, MPI_INT, 0, 50 + rank, 1, MPI_INT, win));
+  OK(MPI_Win_flush(0, win));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Win_sync(win));
+  if (rank == 0)
+    for (int r = 0; r < size; r++)
+      CHECK(mem[50 + r] == 100 + r, "flushed put of rank %d reads %d", r, mem[50 + r]);
+  OK(MPI_Win_unlock_all(win));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Win_sync(win));
+  for (int i = 0; i < 6; i++)
+    CHECK(mem[20 + i] == -val(left, i) - 1, "lock_all put: element %d is %d", 20 + i,
+          mem[20 + i]);
+  OK(MPI_Win_free(&win));
+}
+
+/* --- Post/start/complete/wait and MPI_Win_test. --- */
+
+static void test_pscw(void) {
+  static int user[N];
+  int *mem = user, out[4], in[4];
+  MPI_Win win = int_window(0, &mem, N);
+  MPI_Group world, from, to;
+  OK(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  OK(MPI_Group_incl(world, 1, &left, &from));
+  OK(MPI_Group_incl(world, 1, &right, &to));
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < 4; i++)
+      out[i] = -val(rank, 10 * round + i) - 1;
+    OK(MPI_Win_post(from, 0, win)); /* the left accesses this window */
+    OK(MPI_Win_start(to, 0, win));  /* this rank accesses the right's */
+    OK(MPI_Put(out, 4, MPI_INT, right, 60 + 8 * round, 4, MPI_INT, win));
+    OK(MPI_Get(in, 4, MPI_INT, right, 70 + 8 * round, 4, MPI_INT, win));
+    OK(MPI_Win_complete(win));
+    if (round == 0) {
+      OK(MPI_Win_wait(win));
+    } else {
+      int flag = 0;
+      while (!flag)
+        OK(MPI_Win_test(win, &flag));
+    }
+    for (int i = 0; i < 4; i++) {
+      CHECK(in[i] == val(right, 70 + 8 * round + i), "pscw round %d: get %d is %d",
+            round, i, in[i]);
+      CHECK(mem[60 + 8 * round + i] == -val(left, 10 * round + i) - 1,
+            "pscw round %d: put %d is %d", round, i, mem[60 + 8 * round + i]);
+    }
+  }
+  OK(MPI_Group_free(&from));
+  OK(MPI_Group_free(&to));
+  OK(MPI_Group_free(&world));
+  OK(MPI_Win_free(&win));
+}
+
+/* --- Accumulates. --- */
+
+typedef struct {
+  signed char c[4];
+  int i[4], mx[4], mn[4], band[2], bor[2], bxor[2], rep[4], vec[12], cas_i;
+  long long ll[4], fetch[4];
+  float f[4];
+  double d[4], dmx[4], dmn[4], dv[5], fd;
+  unsigned char cas_b;
+} acc_t;
+
+#define AT(field) ((MPI_Aint)offsetof(acc_t, field))
+
+/* What origin r adds at element j: sums, extremes, bits. */
+static int add_of(int r, int j) { return r + j + 1; }
+static int ext_of(int r, int j) { return (r * 5 + j * 3) % 7 - 3; }
+static int bit_of(int r, int j) { return 1 << (r + 4 * j); }
+
+/* The sum of every rank's add_of at element j. */
+static int sum_of(int j) {
+  int sum = 0;
+  for (int r = 0; r < size; r++)
+    sum += add_of(r, j);
+  return sum;
+}
+
+static void test_accumulate(void) {
+  static acc_t a;
+  memset(&a, 0, sizeof a);
+  for (int j = 0; j < 4; j++) {
+    a.c[j] = (signed char)j, a.i[j] = val(rank, j), a.ll[j] = 1LL << 40;
+    a.f[j] = 0.5f, a.d[j] = -1.25, a.mx[j] = a.dmx[j] = -1000, a.mn[j] = a.dmn[j] = 1000;
+    a.fetch[j] = 1000 + rank;
+  }
+  a.band[0] = a.band[1] = -1, a.bxor[0] = a.bxor[1] = 0x5a5a;
+  for (int j = 0; j < 12; j++)
+    a.vec[j] = j;
+  a.fd = 2.5, a.cas_i = 7, a.cas_b = 200;
+  MPI_Win win;
+  OK(MPI_Win_create(&a, sizeof a, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+  MPI_Datatype vec22, dvec22; /* elements 0, 1, 3, 4 */
+  OK(MPI_Type_vector(2, 2, 3, MPI_INT, &vec22));
+  OK(MPI_Type_vector(2, 2, 3, MPI_DOUBLE, &dvec22));
+  OK(MPI_Type_commit(&vec22));
+  OK(MPI_Type_commit(&dvec22));
+
+  /* Every rank accumulates into every rank, under fences. */
+  signed char c[4];
+  int i4[4], mx[4], bits[2], bx[2], rep[4];
+  long long ll[4];
+  float f[4];
+  double d[4], dm[4];
+  for (int j = 0; j < 4; j++) {
+    c[j] = (signed char)add_of(rank, j), i4[j] = add_of(rank, j);
+    ll[j] = (long long)add_of(rank, j) << 33, f[j] = 0.25f * add_of(rank, j);
+    d[j] = 0.5 * add_of(rank, j), mx[j] = ext_of(rank, j), dm[j] = 0.5 * ext_of(rank, j);
+    rep[j] = val(rank, 100 + j);
+  }
+  for (int j = 0; j < 2; j++)
+    bits[j] = bit_of(rank, j), bx[j] = (rank + 1) * 0x111 + j;
+  OK(MPI_Win_fence(MPI_MODE_NOPRECEDE, win));
+  for (int t = 0; t < size; t++) {
+    OK(MPI_Accumulate(c, 4, MPI_CHAR, t, AT(c), 4, MPI_CHAR, MPI_SUM, win));
+    OK(MPI_Accumulate(i4, 4, MPI_INT, t, AT(i), 4, MPI_INT, MPI_SUM, win));
+    OK(MPI_Accumulate(ll, 4, MPI_LONG_LONG, t, AT(ll), 4, MPI_LONG_LONG, MPI_SUM, win));
+    OK(MPI_Accumulate(f, 4, MPI_FLOAT, t, AT(f), 4, MPI_FLOAT, MPI_SUM, win));
+    OK(MPI_Accumulate(d, 4, MPI_DOUBLE, t, AT(d), 4, MPI_DOUBLE, MPI_SUM, win));
+    OK(MPI_Accumulate(mx, 4, MPI_INT, t, AT(mx), 4, MPI_INT, MPI_MAX, win));
+    OK(MPI_Accumulate(mx, 4, MPI_INT, t, AT(mn), 4, MPI_INT, MPI_MIN, win));
+    OK(MPI_Accumulate(dm, 4, MPI_DOUBLE, t, AT(dmx), 4, MPI_DOUBLE, MPI_MAX, win));
+    OK(MPI_Accumulate(dm, 4, MPI_DOUBLE, t, AT(dmn), 4, MPI_DOUBLE, MPI_MIN, win));
+    int nbits[2] = {~bits[0], ~bits[1]};
+    OK(MPI_Accumulate(nbits, 2, MPI_INT, t, AT(band), 2, MPI_INT, MPI_BAND, win));
+    OK(MPI_Accumulate(bits, 2, MPI_INT, t, AT(bor), 2, MPI_INT, MPI_BOR, win));
+    OK(MPI_Accumulate(bx, 2, MPI_INT, t, AT(bxor), 2, MPI_INT, MPI_BXOR, win));
+    /* Derived target type (vec[0,1,3,4]), derived origin (into vec[6..10)). */
+    OK(MPI_Accumulate(i4, 4, MPI_INT, t, AT(vec), 1, vec22, MPI_SUM, win));
+    int wide[5] = {i4[0], i4[1], -99, i4[2], i4[3]};
+    OK(MPI_Accumulate(wide, 1, vec22, t, AT(vec[6]), 4, MPI_INT, MPI_SUM, win));
+    OK(MPI_Accumulate(d, 4, MPI_DOUBLE, t, AT(dv), 1, dvec22, MPI_SUM, win));
+  }
+  OK(MPI_Accumulate(rep, 4, MPI_INT, right, AT(rep), 4, MPI_INT, MPI_REPLACE, win));
+  OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
+  for (int j = 0; j < 4; j++) {
+    int sum = sum_of(j), emax = -1000, emin = 1000;
+    for (int r = 0; r < size; r++) {
+      emax = ext_of(r, j) > emax ? ext_of(r, j) : emax;
+      emin = ext_of(r, j) < emin ? ext_of(r, j) : emin;
+    }
+    CHECK(a.c[j] == j + sum, "MPI_CHAR sum %d: %d", j, a.c[j]);
+    CHECK(a.i[j] == val(rank, j) + sum, "MPI_INT sum %d: %d", j, a.i[j]);
+    CHECK(a.ll[j] == (1LL << 40) + ((long long)sum << 33), "MPI_LONG_LONG sum %d", j);
+    CHECK(a.f[j] == 0.5f + 0.25f * sum, "MPI_FLOAT sum %d: %g", j, a.f[j]);
+    CHECK(a.d[j] == -1.25 + 0.5 * sum, "MPI_DOUBLE sum %d: %g", j, a.d[j]);
+    CHECK(a.mx[j] == emax && a.mn[j] == emin, "MAX/MIN %d: %d %d", j, a.mx[j], a.mn[j]);
+    CHECK(a.dmx[j] == 0.5 * emax && a.dmn[j] == 0.5 * emin, "double MAX/MIN %d", j);
+    CHECK(a.rep[j] == val(left, 100 + j), "REPLACE %d: %d", j, a.rep[j]);
+    CHECK(a.vec[vec_at[j]] == vec_at[j] + sum, "vector target %d: %d", j,
+          a.vec[vec_at[j]]);
+    CHECK(a.vec[6 + j] == 6 + j + sum, "vector origin %d: %d", j, a.vec[6 + j]);
+    CHECK(a.dv[vec_at[j]] == 0.5 * sum, "double vector target %d: %g", j, a.dv[vec_at[j]]);
+  }
+  CHECK(a.vec[2] == 2 && a.vec[5] == 5 && a.vec[10] == 10 && a.dv[2] == 0,
+        "the vectors' gaps changed");
+  for (int j = 0; j < 2; j++) {
+    int ors = 0, xors = 0x5a5a;
+    for (int r = 0; r < size; r++)
+      ors |= bit_of(r, j), xors ^= (r + 1) * 0x111 + j;
+    CHECK(a.band[j] == ~ors && a.bor[j] == ors && a.bxor[j] == xors,
+          "bitwise %d: %#x %#x %#x", j, a.band[j], a.bor[j], a.bxor[j]);
+  }
+
+  /* Fetching operations on the right neighbour's window, alone there. */
+  long long add = 5, old = 0, one = 1;
+  OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, right, 0, win));
+  OK(MPI_Get_accumulate(&add, 1, MPI_LONG_LONG, &old, 1, MPI_LONG_LONG, right, AT(fetch),
+                        1, MPI_LONG_LONG, MPI_SUM, win));
+  CHECK(old == 1000 + right, "Get_accumulate fetched %lld", old);
+  OK(MPI_Get_accumulate(NULL, 0, MPI_LONG_LONG, &old, 1, MPI_LONG_LONG, right,
+                        AT(fetch), 1, MPI_LONG_LONG, MPI_NO_OP, win));
+  CHECK(old == 1005 + right, "MPI_NO_OP read %lld", old);
+  OK(MPI_Fetch_and_op(&one, &old, MPI_LONG_LONG, right, AT(fetch[1]), MPI_SUM, win));
+  OK(MPI_Fetch_and_op(NULL, &old, MPI_LONG_LONG, right, AT(fetch[1]), MPI_NO_OP, win));
+  CHECK(old == 1001 + right, "Fetch_and_op then MPI_NO_OP read %lld", old);
+  add = -3;
+  OK(MPI_Fetch_and_op(&add, &old, MPI_LONG_LONG, right, AT(fetch[2]), MPI_REPLACE, win));
+  CHECK(old == 1000 + right, "REPLACE fetched %lld", old);
+  int imax[4] = {-5, 100000, -5, 100000}, iold[5] = {0, 0, -9, 0, 0};
+  OK(MPI_Get_accumulate(imax, 4, MPI_INT, iold, 1, vec22, right, AT(i), 4, MPI_INT,
+                        MPI_MAX, win)); /* fetched into iold[0, 1, 3, 4] */
+  double dadd = 0.75, dold = 0;
+  OK(MPI_Fetch_and_op(&dadd, &dold, MPI_DOUBLE, right, AT(fd), MPI_SUM, win));
+  CHECK(dold == 2.5, "double Fetch_and_op fetched %g", dold);
+  OK(MPI_Fetch_and_op(NULL, &dold, MPI_DOUBLE, right, AT(fd), MPI_NO_OP, win));
+  CHECK(dold == 3.25, "double MPI_NO_OP read %g", dold);
+  /* Compare and swap: swapped when equal, untouched otherwise. */
+  int cmp = 7, nv = 70, iresult = 0;
+  OK(MPI_Compare_and_swap(&nv, &cmp, &iresult, MPI_INT, right, AT(cas_i), win));
+  CHECK(iresult == 7, "CAS int fetched %d", iresult);
+  OK(MPI_Compare_and_swap(&cmp, &cmp, &iresult, MPI_INT, right, AT(cas_i), win));
+  CHECK(iresult == 70, "CAS int (no swap) fetched %d", iresult);
+  long long lcmp = 1001 + right, lnv = -8, lres = 0;
+  OK(MPI_Compare_and_swap(&lnv, &lcmp, &lres, MPI_LONG_LONG, right, AT(fetch[1]), win));
+  CHECK(lres == 1001 + right, "CAS long long fetched %lld", lres);
+  unsigned char bcmp = 200, bnv = 9, bres = 0;
+  OK(MPI_Compare_and_swap(&bnv, &bcmp, &bres, MPI_BYTE, right, AT(cas_b), win));
+  OK(MPI_Compare_and_swap(&bcmp, &bcmp, &bres, MPI_BYTE, right, AT(cas_b), win));
+  CHECK(bres == 9, "CAS byte fetched %d", bres);
+  OK(MPI_Win_unlock(right, win));
+  CHECK(iold[1] == val(right, 1) + sum_of(1) && iold[2] == -9,
+        "Get_accumulate MAX fetched %d (%d between)", iold[1], iold[2]);
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Win_sync(win));
+  CHECK(a.fetch[0] == 1005 + rank && a.fetch[1] == -8 && a.fetch[2] == -3,
+        "fetched elements hold %lld %lld %lld", a.fetch[0], a.fetch[1], a.fetch[2]);
+  CHECK(a.i[0] == val(rank, 0) + sum_of(0) && a.i[1] == 100000 && a.cas_i == 70 &&
+            a.cas_b == 9 && a.fd == 3.25,
+        "after the fetching operations: %d %d %d %d %g", a.i[0], a.i[1], a.cas_i, a.cas_b,
+        a.fd);
+  OK(MPI_Type_free(&vec22));
+  OK(MPI_Type_free(&dvec22));
+  OK(MPI_Win_free(&win));
+
+  /* A window whose base is not 8-byte aligned: long long sums at its start, and a
+   * compare-and-swap 8 bytes on. */
+  static long long raw[4];
+  char *odd = (char *)raw + 4;
+  long long got, zero = 0, mine = rank + 1;
+  memset(raw, 0, sizeof raw);
+  OK(MPI_Win_create(odd, 24, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+  OK(MPI_Win_fence(MPI_MODE_NOPRECEDE, win));
+  for (int t = 0; t < size; t++)
+    OK(MPI_Accumulate(&one, 1, MPI_LONG_LONG, t, 0, 1, MPI_LONG_LONG, MPI_SUM, win));
+  OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
+  memcpy(&got, odd, 8);
+  CHECK(got == size, "unaligned long long sum: %lld", got);
+  OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, right, 0, win));
+  OK(MPI_Compare_and_swap(&mine, &zero, &got, MPI_LONG_LONG, right, 8, win));
+  OK(MPI_Win_unlock(right, win));
+  CHECK(got == 0, "unaligned CAS fetched %lld", got);
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Win_sync(win));
+  memcpy(&got, odd + 8, 8);
+  CHECK(got == left + 1, "unaligned CAS left %lld", got);
+  OK(MPI_Win_free(&win));
+}
+
+/* --- Concurrent accumulates on the same elements: atomic per element. --- */
+
+#define TIMES 1000
+
+typedef struct {
+  long long ll;
+  double d;
+  int i;
+  signed char c;
+} counters_t;
+
+static void test_concurrency(int allocate) {
+  static counters_t user;
+  counters_t *cnt = &user;
+  MPI_Win win;
+  if (allocate)
+    OK(MPI_Win_allocate(sizeof *cnt, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &cnt, &win));
+  else
+    OK(MPI_Win_create(cnt, sizeof *cnt, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+  memset(cnt, 0, sizeof *cnt);
+  OK(MPI_Win_fence(MPI_MODE_NOPRECEDE | MPI_MODE_NOSUCCEED, win));
+  long long fetched = 0, l1 = 1;
+  int i1 = 1, iold;
+  signed char c1 = 1, cold;
+  double half = 0.5;
+  OK(MPI_Win_lock_all(0, win));
+  for (int k = 0; k < TIMES; k++) {
+    OK(MPI_Fetch_and_op(&i1, &iold, MPI_INT, 0, offsetof(counters_t, i), MPI_SUM, win));
+    fetched += iold;
+    OK(MPI_Accumulate(&l1, 1, MPI_LONG_LONG, 0, offsetof(counters_t, ll), 1,
+                      MPI_LONG_LONG, MPI_SUM, win));
+    OK(MPI_Fetch_and_op(&c1, &cold, MPI_CHAR, 0, offsetof(counters_t, c), MPI_SUM, win));
+    OK(MPI_Accumulate(&half, 1, MPI_DOUBLE, 0, offsetof(counters_t, d), 1, MPI_DOUBLE,
+                      MPI_SUM, win));
+  }
+  OK(MPI_Win_flush(0, win));
+  OK(MPI_Win_unlock_all(win));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  /* Every rank reads the totals; the int's fetched values were 0 .. T-1, once each. */
+  counters_t seen;
+  OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win));
+  OK(MPI_Get(&seen, sizeof seen, MPI_BYTE, 0, 0, sizeof seen, MPI_BYTE, win));
+  OK(MPI_Win_unlock(0, win));
+  long long total = (long long)TIMES * size, all = 0;
+  const char *how = allocate ? "allocated" : "created";
+  CHECK(seen.i == total, "%s: int counter %d, not %lld", how, seen.i, total);
+  CHECK(seen.ll == total, "%s: long long counter %lld", how, seen.ll);
+  CHECK((unsigned char)seen.c == total % 256, "%s: char counter %d, not %lld", how,
+        (unsigned char)seen.c, total % 256);
+  CHECK(seen.d == 0.5 * total, "%s: double counter %g", how, seen.d);
+  OK(MPI_Allreduce(&fetched, &all, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
+  CHECK(all == total * (total - 1) / 2, "%s: the fetched values sum to %lld", how, all);
+  OK(MPI_Win_free(&win));
+}
+
+/* --- Errors. --- */
+
+static int handled = 0, handled_code = 0;
+static MPI_Win handled_win = MPI_WIN_NULL;
+
+static void on_win_error(MPI_Win *win, int *code, ...) {
+  handled++;
+  handled_win = *win;
+  handled_code = *code;
+}
+
+static void test_errors(void) {
+  int mem[8], x = 1, y[2] = {1, 2};
+  double dx = 1;
+  MPI_Win win;
+  OK(MPI_Win_create(mem, sizeof mem, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+  OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+  MPI_Errhandler eh;
+  OK(MPI_Win_get_errhandler(win, &eh));
+  CHECK(eh == MPI_ERRORS_RETURN, "the window's handler is not MPI_ERRORS_RETURN");
+  /* Outside any epoch. */
+  EXPECT_ERR(MPI_Put(&x, 1, MPI_INT, right, 0, 1, MPI_INT, win), MPI_ERR_RMA_SYNC, "epoch");
+  EXPECT_ERR(MPI_Accumulate(&x, 1, MPI_INT, right, 0, 1, MPI_INT, MPI_SUM, win),
+             MPI_ERR_RMA_SYNC, NULL);
+  EXPECT_ERR(MPI_Win_unlock(right, win), MPI_ERR_RMA_SYNC, "not locked");
+  EXPECT_ERR(MPI_Win_flush(right, win), MPI_ERR_RMA_SYNC, NULL);
+  EXPECT_ERR(MPI_Win_complete(win), MPI_ERR_RMA_SYNC, NULL);
+  EXPECT_ERR(MPI_Win_lock(12345, right, 0, win), MPI_ERR_LOCKTYPE, NULL);
+  /* In a lock epoch on the right neighbour. */
+  OK(MPI_Win_lock(MPI_LOCK_SHARED, right, 0, win));
+  EXPECT_ERR(MPI_Win_lock(MPI_LOCK_SHARED, right, 0, win), MPI_ERR_RMA_SYNC, NULL);
+  EXPECT_ERR(MPI_Win_fence(0, win), MPI_ERR_RMA_SYNC, NULL);
+  /* (MPI_Win_free raises its errors on MPI_COMM_SELF, as the other frees.) */
+  errors_return(MPI_COMM_SELF, 1);
+  EXPECT_ERR(MPI_Win_free(&win), MPI_ERR_RMA_SYNC, "epoch");
+  errors_return(MPI_COMM_SELF, 0);
+  /* Beyond the target's window (8 ints), or before it. */
+  EXPECT_ERR(MPI_Put(&x, 1, MPI_INT, right, 8, 1, MPI_INT, win), MPI_ERR_RMA_RANGE,
+             "outside");
+  EXPECT_ERR(MPI_Put(y, 2, MPI_INT, right, 7, 2, MPI_INT, win), MPI_ERR_RMA_RANGE, NULL);
+  EXPECT_ERR(MPI_Get(&x, 1, MPI_INT, right, -1, 1, MPI_INT, win), MPI_ERR_RMA_RANGE,
+             "before");
+  EXPECT_ERR(MPI_Accumulate(&x, 1, MPI_INT, right, 8, 1, MPI_INT, MPI_SUM, win),
+             MPI_ERR_RMA_RANGE, NULL);
+  EXPECT_ERR(MPI_Accumulate(&dx, 1, MPI_DOUBLE, right, 7, 1, MPI_DOUBLE, MPI_SUM, win),
+             MPI_ERR_RMA_RANGE, NULL);
+  /* Ranks outside the window's group. */
+  EXPECT_ERR(MPI_Put(&x, 1, MPI_INT, size, 0, 1, MPI_INT, win), MPI_ERR_RANK, "rank");
+  EXPECT_ERR(MPI_Get(&x, 1, MPI_INT, -7, 0, 1, MPI_INT, win), MPI_ERR_RANK, NULL);
+  /* Origin and target of different sizes. */
+  EXPECT_ERR(MPI_Put(y, 2, MPI_INT, right, 0, 1, MPI_INT, win), MPI_ERR_TYPE,
+             "do not match");
+  EXPECT_ERR(MPI_Get(&x, 1, MPI_INT, right, 0, 1, MPI_DOUBLE, win), MPI_ERR_TYPE,
+             "do not match");
+  EXPECT_ERR(MPI_Accumulate(y, 2, MPI_INT, right, 0, 1, MPI_INT, MPI_SUM, win),
+             MPI_ERR_TYPE, "do not match");
+  /* Operations accumulates do not take. */
+  EXPECT_ERR(MPI_Accumulate(&x, 1, MPI_INT, right, 0, 1, MPI_INT, MPI_NO_OP, win),
+             MPI_ERR_OP, NULL);
+  EXPECT_ERR(MPI_Accumulate(&dx, 1, MPI_DOUBLE, right, 0, 1, MPI_DOUBLE, MPI_BAND, win),
+             MPI_ERR_OP, NULL);
+  OK(MPI_Win_unlock(right, win));
+
+  /* A user's handler gets the window and the code. */
+  MPI_Errhandler mine;
+  OK(MPI_Win_create_errhandler(on_win_error, &mine));
+  OK(MPI_Win_set_errhandler(win, mine));
+  OK(MPI_Errhandler_free(&mine));
+  int rc = MPI_Put(&x, 1, MPI_INT, right, 0, 1, MPI_INT, win);
+  CHECK(rc != MPI_SUCCESS && handled == 1 && handled_win == win && handled_code == rc,
+        "the user's handler ran %d times (code %d, returned %d)", handled, handled_code, rc);
+  OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+
+  /* A freed window, and MPI_WIN_NULL: their errors go to the world's handler. */
+  MPI_Win stale = win;
+  OK(MPI_Win_free(&win));
+  errors_return(MPI_COMM_WORLD, 1);
+  errors_return(MPI_COMM_SELF, 1);
+  EXPECT_ERR(MPI_Put(&x, 1, MPI_INT, right, 0, 1, MPI_INT, stale), MPI_ERR_WIN, NULL);
+  EXPECT_ERR(MPI_Win_fence(0, stale), MPI_ERR_WIN, NULL);
+  EXPECT_ERR(MPI_Win_lock_all(0, MPI_WIN_NULL), MPI_ERR_WIN, "MPI_WIN_NULL");
+  EXPECT_ERR(MPI_Win_free(&stale), MPI_ERR_WIN, NULL);
+  errors_return(MPI_COMM_WORLD, 0);
+  errors_return(MPI_COMM_SELF, 0);
+}
+
+/* With the argument "held-lock" (2 ranks, msg_peer_timeout 1 s): rank 1 holds an
+ * exclusive lock on rank 0's window; rank 0's own attempt gives up with
+ * MPI_ERR_RMA_SYNC after the peer timeout instead of waiting forever. */
+static void held_lock(void) {
+  int *base;
+  MPI_Win win;
+  OK(MPI_Win_allocate(sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win));
+  OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+  if (rank == 1)
+    OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  if (rank == 0) {
+    double t0 = MPI_Wtime();
+    EXPECT_ERR(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win), MPI_ERR_RMA_SYNC, "msg_peer_timeout");
+    double waited = MPI_Wtime() - t0;
+    CHECK(waited >= 0.9 && waited < 30, "the lock was given up after %.1f s", waited);
+  }
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  if (rank == 1)
+    OK(MPI_Win_unlock(0, win));
+  OK(MPI_Win_free(&win));
+}
+
+int main(int argc, char **argv) {
+  start("rma", &argc, &argv);
+  rank = check_rank;
+  size = check_size;
+  if (argc > 1 && strcmp(argv[1], "held-lock") == 0) {
+    CHECK(size == 2, "held-lock runs at 2 ranks");
+    held_lock();
+    return finish();
+  }
+  right = (rank + 1) % size;
+  left = (rank - 1 + size) % size;
+  test_windows();
+  for (int allocate = 0; allocate < 2; allocate++) {
+    test_fence(allocate);
+    test_passive(allocate);
+    test_concurrency(allocate);
+  }
+  test_pscw();
+  test_accumulate();
+  test_errors();
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  return finish();
+}

@@ -1,0 +1,106 @@
+/* spawn.c: dynamic processes, at 1 or more ranks. The parents first ask for a
+ * spawn the root refuses (maxprocs 0): every rank gets the error. Then they spawn
+ * two copies of this program (argument "child"); parents and children exchange a
+ * message with every member of the other group over the intercommunicator, meet
+ * in its barrier, merge it (parents first), reduce and broadcast on the merged
+ * communicator, and disconnect. The children report as "spawn-child". */
+#include "check.h"
+
+#define CHILDREN 2
+
+/* Every member of this side sends to every member of the other, then receives
+ * from each: value 1000 * sender + receiver, tag `tag`. */
+static void exchange(MPI_Comm inter, int tag) {
+  int rank, remote;
+  OK(MPI_Comm_rank(inter, &rank));
+  OK(MPI_Comm_remote_size(inter, &remote));
+  MPI_Request reqs[64];
+  int out[64], in[64];
+  CHECK(remote <= 64, "remote group of %d", remote);
+  for (int r = 0; r < remote; r++) {
+    out[r] = 1000 * rank + r;
+    OK(MPI_Isend(&out[r], 1, MPI_INT, r, tag, inter, &reqs[r]));
+  }
+  for (int r = 0; r < remote; r++) {
+    MPI_Status st;
+    OK(MPI_Recv(&in[r], 1, MPI_INT, r, tag, inter, &st));
+    CHECK(in[r] == 1000 * r + rank, "from remote %d: %d, expected %d", r, in[r], 1000 * r + rank);
+    CHECK(st.MPI_SOURCE == r && st.MPI_TAG == tag, "status %d/%d", st.MPI_SOURCE, st.MPI_TAG);
+  }
+  OK(MPI_Waitall(remote, reqs, MPI_STATUSES_IGNORE));
+}
+
+/* Merge `inter` (`high`: this side last), check the order, reduce, broadcast
+ * from the last rank, free. */
+static void merge(MPI_Comm inter, int high, int parents) {
+  MPI_Comm merged;
+  OK(MPI_Intercomm_merge(inter, high, &merged));
+  int local, mr, ms;
+  OK(MPI_Comm_rank(inter, &local));
+  OK(MPI_Comm_rank(merged, &mr));
+  OK(MPI_Comm_size(merged, &ms));
+  CHECK(ms == parents + CHILDREN, "merged size %d, expected %d", ms, parents + CHILDREN);
+  int expected = high ? parents + local : local;
+  CHECK(mr == expected, "merged rank %d, expected %d", mr, expected);
+  int sum = -1;
+  OK(MPI_Allreduce(&mr, &sum, 1, MPI_INT, MPI_SUM, merged));
+  CHECK(sum == ms * (ms - 1) / 2, "sum of merged ranks %d", sum);
+  int word = mr == ms - 1 ? 4242 : 0;
+  OK(MPI_Bcast(&word, 1, MPI_INT, ms - 1, merged));
+  CHECK(word == 4242, "broadcast from the last merged rank: %d", word);
+  int flag = -1;
+  OK(MPI_Comm_test_inter(merged, &flag));
+  CHECK(flag == 0, "the merged communicator is an intracommunicator");
+  OK(MPI_Comm_free(&merged));
+}
+
+int main(int argc, char **argv) {
+  start("spawn", &argc, &argv);
+  MPI_Comm parent, inter;
+  OK(MPI_Comm_get_parent(&parent));
+  int flag = -1;
+  if (parent == MPI_COMM_NULL) {
+    errors_return(MPI_COMM_WORLD, 1);
+    char *args[] = {"child", NULL};
+    /* maxprocs matters at the root only: the root refuses, every rank hears. */
+    int rc = MPI_Comm_spawn(argv[0], args, 0, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter,
+                            MPI_ERRCODES_IGNORE);
+    if (check_rank == 0)
+      EXPECT_ERR(rc, MPI_ERR_ARG, "maxprocs");
+    else
+      EXPECT_ERR(rc, MPI_ERR_SPAWN, "maxprocs");
+
+    int codes[CHILDREN] = {-1, -1};
+    OK(MPI_Comm_spawn(argv[0], args, CHILDREN, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter,
+                      codes));
+    CHECK(codes[0] == MPI_SUCCESS && codes[1] == MPI_SUCCESS, "error codes %d %d", codes[0],
+          codes[1]);
+    OK(MPI_Comm_test_inter(inter, &flag));
+    CHECK(flag == 1, "MPI_Comm_spawn gives an intercommunicator");
+    int rs = -1, ls = -1;
+    OK(MPI_Comm_remote_size(inter, &rs));
+    OK(MPI_Comm_size(inter, &ls));
+    CHECK(rs == CHILDREN && ls == check_size, "sizes: remote %d, local %d", rs, ls);
+    exchange(inter, 1);
+    OK(MPI_Barrier(inter));
+    merge(inter, 0, check_size);
+  } else {
+    check_program = "spawn-child";
+    CHECK(argc == 2 && strcmp(argv[1], "child") == 0, "the child's arguments (%d)", argc);
+    CHECK(check_size == CHILDREN, "the children's world holds %d", check_size);
+    int *appnum = NULL;
+    OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &appnum, &flag));
+    CHECK(flag && *appnum == 0, "MPI_APPNUM");
+    inter = parent;
+    OK(MPI_Comm_test_inter(inter, &flag));
+    CHECK(flag == 1, "the parent communicator is an intercommunicator");
+    int parents = -1;
+    OK(MPI_Comm_remote_size(inter, &parents));
+    exchange(inter, 1);
+    OK(MPI_Barrier(inter));
+    merge(inter, 1, parents);
+  }
+  OK(MPI_Comm_disconnect(&inter));
+  CHECK(inter == MPI_COMM_NULL, "MPI_Comm_disconnect sets the handle to MPI_COMM_NULL");
+  return finish();
+}
