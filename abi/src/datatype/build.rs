@@ -116,10 +116,10 @@ impl<'a> Layout<'a> {
             elements,
             align,
             contiguous,
-            name: String::new(),
+            name: "".into(),
             committed: false,
             predefined: false,
-            envelope: Some(envelope),
+            envelope: Some(Arc::new(envelope)),
             made_of: Arc::from(Vec::new()),
         })
     }
@@ -148,10 +148,10 @@ pub fn resized(old: &Datatype, lb: isize, extent: isize, envelope: Envelope) -> 
     t.lb = lb;
     t.ub = lb + extent;
     t.contiguous = matches!(t.blocks[..], [(0, len)] if lb == 0 && extent == len as isize);
-    t.name = String::new();
+    t.name = "".into();
     t.committed = false;
     t.predefined = false;
-    t.envelope = Some(envelope);
+    t.envelope = Some(Arc::new(envelope));
     t
 }
 

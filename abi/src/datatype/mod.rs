@@ -180,11 +180,13 @@ pub struct Datatype {
     pub align: usize,
     /// One run at 0 filling the extent: data moves without packing.
     pub contiguous: bool,
-    pub name: String,
+    /// Shared, as the envelope: a copy of a type (a schedule keeps one) allocates
+    /// nothing.
+    pub name: Arc<str>,
     pub committed: bool,
     pub predefined: bool,
     /// How it was made (`None` for a predefined type).
-    pub envelope: Option<Envelope>,
+    pub envelope: Option<Arc<Envelope>>,
     /// The types it was made from, as they were then, one per type of its
     /// envelope: `MPI_Type_get_contents` hands out new handles of them (the old
     /// handles may have been freed since).
@@ -260,7 +262,7 @@ impl Datatype {
                 _ => 1,
             },
             align: prim.align(),
-            name: name.to_string(),
+            name: name.into(),
             committed: true,
             predefined: true,
             envelope: None,

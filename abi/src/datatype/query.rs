@@ -81,7 +81,7 @@ pub unsafe extern "C" fn PMPI_Type_set_name(datatype: Handle, type_name: *const 
         name.truncate(MPI_MAX_OBJECT_NAME as usize - 1);
         match mpi.types.get_mut(datatype) {
             Some(t) => {
-                t.name = name;
+                t.name = name.into();
                 Ok(())
             }
             None => {

@@ -100,7 +100,7 @@ fn type_name(ty: &Datatype) -> String {
     if ty.name.is_empty() {
         "this derived datatype".into()
     } else {
-        ty.name.clone()
+        ty.name.to_string()
     }
 }
 
