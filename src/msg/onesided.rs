@@ -79,6 +79,17 @@ impl Target {
         self.direct.is_some()
     }
 
+    /// Where `len` bytes at `offset` of a direct target lie in this process's
+    /// memory: `None` for a target reached through a transport, or a range outside
+    /// it. Reading or writing there races with the peer's own accesses: the caller
+    /// synchronizes (a lock of the window, say).
+    pub fn direct_range(&self, offset: usize, len: usize) -> Option<*mut u8> {
+        let base = self.direct?;
+        let end = offset.checked_add(len)?;
+        // (`base` maps `len` bytes: a pointer inside or one past the end.)
+        (end <= self.len).then(|| base.wrapping_add(offset))
+    }
+
     /// The rank it belongs to.
     pub fn rank(&self) -> u32 {
         self.rank

@@ -77,6 +77,8 @@ pub struct Win {
     pub peers: Vec<Peer>,
     /// Operations under way to each member.
     pub pending: Vec<Pending>,
+    /// Lock-word changes (one at a time, each waited for).
+    pub locking: Pending,
     pub sync: sync::State,
     /// Work to finish when a member's operations complete: gets through a staging
     /// buffer to unpack, staged origin data to release.
@@ -226,6 +228,7 @@ impl Mpi {
             control,
             exposed: Some(exposed),
             pending: vec![Pending::default(); n],
+            locking: Pending::default(),
             peers,
             sync: sync::State::default(),
             staged: Vec::new(),

@@ -14,7 +14,7 @@
 //! the same elements always take the same way. Accumulates complete before they
 //! return.
 
-use super::Win;
+use super::{Win, ACC_WORD};
 use crate::datatype::{pack, Datatype, Prim};
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
@@ -368,18 +368,49 @@ impl Mpi {
             Some(Prim::Int { bytes, .. }) => bytes as usize,
             _ => 0,
         };
+        let (addr, direct) = {
+            let mem = &self.win(win)?.peers[a.member].mem;
+            let direct = match *a.runs {
+                [(off, len)] => mem.direct_range(off, len),
+                _ => None,
+            };
+            (mem.addr(), direct)
+        };
+        // Atomics need each element aligned in the target's memory (a window made
+        // over the user's memory may start anywhere).
+        let aligned = bytes > 0
+            && a.runs
+                .iter()
+                .all(|&(off, len)| (addr + off as u64) % bytes as u64 == 0 && len % bytes == 0);
+        let atomic = hardware(op, prim).filter(|_| aligned);
+        // A target in shared memory, one run, no atomics: combined where it lies,
+        // under the mutex.
+        if let (Some(at), None) = (direct, atomic) {
+            self.win_acquire(win, a.member, ACC_WORD, true)?;
+            let combined = self.dtype(ty).and_then(|t| {
+                let n = a.bytes.checked_div(t.size).unwrap_or(0);
+                // SAFETY: `at` holds the packed bytes of `n` elements, which the
+                // mutex keeps from other accumulates meanwhile; `fetched` has room
+                // for them (the caller's contract); `origin` holds them.
+                unsafe {
+                    if !fetched.is_null() {
+                        std::ptr::copy_nonoverlapping(at, fetched, a.bytes);
+                    }
+                    if op != MPI_NO_OP {
+                        op::reduce(Op::Predefined(op), t, ty, origin, at, n)?;
+                    }
+                }
+                Ok(())
+            });
+            let released = self.win_release(win, a.member, ACC_WORD, true);
+            return combined.and(released);
+        }
         let p = Pending::default();
         let (target, job) = {
             let w = self.win(win)?;
             (w.peers[a.member].mem.clone(), w.peers[a.member].job)
         };
-        // Atomics need each element aligned in the target's memory (a window made
-        // over the user's memory may start anywhere).
-        let aligned = bytes > 0
-            && a.runs.iter().all(|&(off, len)| {
-                (target.addr() + off as u64) % bytes as u64 == 0 && len % bytes == 0
-            });
-        if let (Some(atomic), true) = (hardware(op, prim), aligned) {
+        if let Some(atomic) = atomic {
             let mut at = 0;
             for &(off, len) in a.runs.iter() {
                 for i in 0..len / bytes {

@@ -14,7 +14,7 @@ use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
 use rbtl::btl::AtomicOp;
-use rbtl::msg::{Atomic, Pending};
+use rbtl::msg::Atomic;
 use std::collections::BTreeMap;
 
 /// The writer's bit of a lock word.
@@ -53,6 +53,14 @@ fn sync_error(what: &str) -> Error {
     Error::new(MPI_ERR_RMA_SYNC, what.to_string())
 }
 
+/// A change of a lock word: take it, or give it back (exclusively, or shared).
+#[derive(Clone, Copy)]
+enum Change {
+    Take(bool),
+    Give(bool),
+}
+use Change::{Give, Take};
+
 impl Mpi {
     /// Complete every operation toward member `r` of window `h`, then the work that
     /// waited for them.
@@ -89,50 +97,14 @@ impl Mpi {
         offset: usize,
         exclusive: bool,
     ) -> Result<()> {
-        let (ctrl, job) = {
-            let w = self.win(h)?;
-            (w.peers[r].ctrl.clone(), w.peers[r].job)
-        };
-        let p = Pending::default();
         let mut tries = 0u32;
         // A holder that never releases (it died, or stopped) is given up on after
         // the message layer's peer timeout.
         let limit = self.msg.peer_timeout();
         let start = std::time::Instant::now();
         loop {
-            let mut old = [0u8; 8];
-            let atomic = if exclusive {
-                Atomic::CompareSwap {
-                    compare: 0,
-                    value: EXCLUSIVE,
-                }
-            } else {
-                Atomic::Op(AtomicOp::Add, 1)
-            };
-            // SAFETY: `old` lives until the operation is waited for, just below.
-            unsafe {
-                self.msg
-                    .atomic_on(&ctrl, offset, atomic, false, old.as_mut_ptr(), &p)
-            }?;
-            self.msg.complete(&p, Some(job))?;
-            let old = u64::from_ne_bytes(old);
-            if exclusive && old == 0 || !exclusive && old & EXCLUSIVE == 0 {
+            if self.lock_word(h, r, offset, Take(exclusive))? {
                 return Ok(());
-            }
-            if !exclusive {
-                // A writer holds it: the reader's count goes back.
-                // SAFETY: no result.
-                unsafe {
-                    self.msg.atomic_on(
-                        &ctrl,
-                        offset,
-                        Atomic::Op(AtomicOp::Add, u64::MAX),
-                        false,
-                        std::ptr::null_mut(),
-                        &p,
-                    )
-                }?;
-                self.msg.complete(&p, Some(job))?;
             }
             // The holder may need this process's progress to finish.
             self.progress();
@@ -160,28 +132,55 @@ impl Mpi {
         offset: usize,
         exclusive: bool,
     ) -> Result<()> {
-        let (ctrl, job) = {
-            let w = self.win(h)?;
-            (w.peers[r].ctrl.clone(), w.peers[r].job)
+        self.lock_word(h, r, offset, Give(exclusive)).map(|_| ())
+    }
+
+    /// One change of the lock word at `offset` of member `r`'s control block,
+    /// waited for: whether a take got the lock (a give always does what it says).
+    fn lock_word(&mut self, h: Handle, r: usize, offset: usize, change: Change) -> Result<bool> {
+        let Mpi { wins, msg, .. } = self;
+        let w = wins.get(h).ok_or_else(|| bad_win(h))?;
+        let (ctrl, job, p) = (&w.peers[r].ctrl, w.peers[r].job, &w.locking);
+        let add = |msg: &mut rbtl::msg::Comm, by: u64| {
+            // SAFETY: no result.
+            unsafe {
+                msg.atomic_on(
+                    ctrl,
+                    offset,
+                    Atomic::Op(AtomicOp::Add, by),
+                    false,
+                    std::ptr::null_mut(),
+                    p,
+                )
+            }?;
+            msg.complete(p, Some(job))
         };
-        let p = Pending::default();
-        let by = if exclusive {
-            EXCLUSIVE.wrapping_neg()
+        let exclusive = match change {
+            Give(true) => return Ok(add(msg, EXCLUSIVE.wrapping_neg()).map(|_| true)?),
+            Give(false) => return Ok(add(msg, u64::MAX).map(|_| true)?),
+            Take(exclusive) => exclusive,
+        };
+        let mut old = [0u8; 8];
+        let atomic = if exclusive {
+            Atomic::CompareSwap {
+                compare: 0,
+                value: EXCLUSIVE,
+            }
         } else {
-            u64::MAX
+            Atomic::Op(AtomicOp::Add, 1)
         };
-        // SAFETY: no result.
-        unsafe {
-            self.msg.atomic_on(
-                &ctrl,
-                offset,
-                Atomic::Op(AtomicOp::Add, by),
-                false,
-                std::ptr::null_mut(),
-                &p,
-            )
-        }?;
-        Ok(self.msg.complete(&p, Some(job))?)
+        // SAFETY: `old` lives until the operation is waited for, just below.
+        unsafe { msg.atomic_on(ctrl, offset, atomic, false, old.as_mut_ptr(), p) }?;
+        msg.complete(p, Some(job))?;
+        let old = u64::from_ne_bytes(old);
+        if exclusive && old == 0 || !exclusive && old & EXCLUSIVE == 0 {
+            return Ok(true);
+        }
+        if !exclusive {
+            // A writer holds it: the reader's count goes back.
+            add(msg, u64::MAX)?;
+        }
+        Ok(false)
     }
 
     /// Run `f` holding member `r`'s accumulate mutex.
