@@ -151,7 +151,7 @@ impl<T> Table<T> {
     }
 
     /// The Fortran integer of `h` (`MPI_*_c2f`): a predefined handle's value, or the
-    /// index of a library object above [`FORTRAN_MARK`].
+    /// index of a library object above `FORTRAN_MARK`.
     pub fn to_fortran(&self, h: Handle) -> c_int {
         if self.get(h).is_some() {
             FORTRAN_MARK | Self::split(h).0 as c_int

@@ -11,7 +11,7 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`env`] | `MPI_Init`/`Finalize`, time, versions, error strings |
+//! | [`env`](mod@env) | `MPI_Init`/`Finalize`, time, versions, error strings |
 //! | [`p2p`] | sends in every mode, receives, probes, persistent requests, waits |
 //! | [`datatype`] | predefined and derived datatypes, packing |
 //! | [`comm`] | communicators, groups, attributes, topologies |

@@ -178,9 +178,12 @@ mod toml_fuzz {
     /// A file of its own for each case (cases may run on several threads).
     fn write(bytes: &[u8]) -> PathBuf {
         static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!("rbtl-config-fuzz-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join(format!("{}.toml", N.fetch_add(1, Ordering::Relaxed)));
+        // Beside the others in the temporary folder: removing it leaves nothing.
+        let path = std::env::temp_dir().join(format!(
+            "rbtl-config-fuzz-{}-{}.toml",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
         std::fs::write(&path, bytes).unwrap();
         path
     }

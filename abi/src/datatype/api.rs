@@ -400,7 +400,12 @@ pub unsafe extern "C" fn PMPI_Type_dup(oldtype: Handle, newtype: *mut Handle) ->
         let mut t = old.clone();
         t.made_of = Arc::from(vec![old.clone()]);
         t.predefined = false;
-        t.envelope = Some(Arc::new(env(MPI_COMBINER_DUP, vec![], vec![], vec![oldtype])));
+        t.envelope = Some(Arc::new(env(
+            MPI_COMBINER_DUP,
+            vec![],
+            vec![],
+            vec![oldtype],
+        )));
         let h = mpi.types.insert(t)?;
         // SAFETY: checked not null.
         unsafe { newtype.write(h) };

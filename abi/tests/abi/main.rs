@@ -7,10 +7,13 @@
 //!   function of it.
 //! * [`programs`]: the library's own conformance programs (`programs/*.c`).
 //! * [`osu`]: the OSU micro-benchmarks, built unmodified.
+//! * [`rsmpi`]: the Rust `mpi` crate from crates.io, built unmodified, and its
+//!   examples.
 
 mod header;
 mod osu;
 mod programs;
+mod rsmpi;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -1,0 +1,568 @@
+//! The OSU micro-benchmarks 7.2 (`../shared/external`), built unmodified by
+//! `tools/osu.sh` with this build's `mpicc` against the MPI Forum's reference header,
+//! run as a user runs them:
+//!
+//! * on this node under `mpiexec`: every point-to-point and one-sided benchmark at 2
+//!   ranks, every blocking collective at 2 and 4 ranks, with OSU's own check of the
+//!   data it moved (`-c`) wherever the benchmark has one that holds (not
+//!   `osu_fop_latency`'s, which fails on Open MPI as well);
+//! * `osu_latency_mt`, which needs `MPI_THREAD_MULTIPLE` that the library does not
+//!   give: it must refuse, saying so, with a status that is not 0;
+//! * across two simulated nodes (`tools/nodes.sh`), `osu_latency`, `osu_bw` and
+//!   `osu_allreduce` under MPICH's hydra and under Slurm (`srun --mpi=pmi2`), their
+//!   data over tcp on the nodes' network (the bytes node 1's link carried are
+//!   counted). These need root, MPICH and Slurm (`bash tools/packages.sh install host
+//!   nodes`): without them they say SKIP, unless `NODES_REQUIRED=1`; then they fail.
+//!
+//! Every run must exit 0 and print its title and one table row per size asked for,
+//! every value positive and every check `Pass`. The suite is built once per test run
+//! (into `target/osu/abi-<profile>`, left as it is when up to date). The tests take
+//! turns: one job of this file on the machine at a time, and one set of simulated
+//! nodes (the tool refuses a second set: a set held by another process is waited for,
+//! within a limit).
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{mpsc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// How a benchmark's table is laid out.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Table {
+    /// One row per size, 1 B to the largest asked for (`-m 1:MAX`), doubling.
+    Sizes,
+    /// One row, for the size of one element (the atomics, on `MPI_CHAR`: 1).
+    Element,
+    /// One row holding the latency alone (`osu_barrier`, which has no sizes).
+    Latency,
+}
+
+/// A benchmark of the suite.
+struct Bench {
+    name: &'static str,
+    /// Its title line.
+    title: &'static str,
+    table: Table,
+    /// Whether it checks the data it moved: a `Pass` or `Fail` per row.
+    checks: Check,
+}
+
+/// OSU's check of the data a benchmark moved.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Check {
+    /// It has none.
+    No,
+    /// `-c`.
+    Yes,
+    /// `-c`, with its own warm-up (`-u`) shortened to one iteration.
+    Warm,
+}
+
+const fn bench(name: &'static str, title: &'static str, table: Table, checks: Check) -> Bench {
+    Bench {
+        name,
+        title,
+        table,
+        checks,
+    }
+}
+
+use Check::{No, Warm, Yes};
+use Table::{Element, Latency, Sizes};
+
+/// Point-to-point, standard and persistent (`osu_latency_mt` apart: see its test).
+const PT2PT: &[Bench] = &[
+    bench("osu_latency", "# OSU MPI Latency Test v7.2", Sizes, Warm),
+    bench("osu_bw", "# OSU MPI Bandwidth Test v7.2", Sizes, Warm),
+    bench(
+        "osu_bibw",
+        "# OSU MPI Bi-Directional Bandwidth Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_latency_mp",
+        "# OSU MPI Multi-process Latency Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_mbw_mr",
+        "# OSU MPI Multiple Bandwidth / Message Rate Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_multi_lat",
+        "# OSU MPI Multi Latency Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_latency_persistent",
+        "# OSU MPI Latency Persistent Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_bw_persistent",
+        "# OSU MPI Bandwidth Persistent Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_bibw_persistent",
+        "# OSU MPI Bi-Directional Bandwidth Persistent Test v7.2",
+        Sizes,
+        Warm,
+    ),
+];
+
+/// One-sided, each with its own default window and synchronization.
+const ONE_SIDED: &[Bench] = &[
+    bench(
+        "osu_put_latency",
+        "# OSU MPI_Put Latency Test v7.2",
+        Sizes,
+        No,
+    ),
+    bench(
+        "osu_get_latency",
+        "# OSU MPI_Get latency Test v7.2",
+        Sizes,
+        No,
+    ),
+    bench("osu_put_bw", "# OSU MPI_Put Bandwidth Test v7.2", Sizes, No),
+    bench("osu_get_bw", "# OSU MPI_Get Bandwidth Test v7.2", Sizes, No),
+    bench(
+        "osu_put_bibw",
+        "# OSU MPI_Put Bi-directional Bandwidth Test v7.2",
+        Sizes,
+        No,
+    ),
+    bench(
+        "osu_acc_latency",
+        "# OSU MPI_Accumulate latency Test v7.2",
+        Sizes,
+        Yes,
+    ),
+    bench(
+        "osu_get_acc_latency",
+        "# OSU MPI_Get_accumulate latency Test v7.2",
+        Sizes,
+        No,
+    ),
+    bench(
+        "osu_fop_latency",
+        "# OSU MPI_Fetch_and_op latency Test v7.2",
+        Element,
+        // OSU's check of it fails on Open MPI too, with the same values (the
+        // target finds one more operation's worth than the check expects).
+        No,
+    ),
+    bench(
+        "osu_cas_latency",
+        "# OSU MPI_Compare_and_swap latency Test v7.2",
+        Element,
+        Yes,
+    ),
+];
+
+/// Blocking collectives. `osu_barrier` lists `-c` in its help but refuses it.
+const COLLECTIVES: &[Bench] = &[
+    bench(
+        "osu_allgather",
+        "# OSU MPI Allgather Latency Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_allgatherv",
+        "# OSU MPI Allgatherv Latency Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_allreduce",
+        "# OSU MPI Allreduce Latency Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_alltoall",
+        "# OSU MPI All-to-All Personalized Exchange Latency Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_alltoallv",
+        "# OSU MPI All-to-Allv Personalized Exchange Latency Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_alltoallw",
+        "# OSU MPI All-to-Allw Personalized Exchange Latency Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_barrier",
+        "# OSU MPI Barrier Latency Test v7.2",
+        Latency,
+        No,
+    ),
+    bench(
+        "osu_bcast",
+        "# OSU MPI Broadcast Latency Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_gather",
+        "# OSU MPI Gather Latency Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_gatherv",
+        "# OSU MPI Gatherv Latency Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_reduce",
+        "# OSU MPI Reduce Latency Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_reduce_scatter",
+        "# OSU MPI Reduce_scatter Latency Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_scatter",
+        "# OSU MPI Scatter Latency Test v7.2",
+        Sizes,
+        Warm,
+    ),
+    bench(
+        "osu_scatterv",
+        "# OSU MPI Scatterv Latency Test v7.2",
+        Sizes,
+        Warm,
+    ),
+];
+
+/// How long a run on this node may take: far above what it needs, so that only a
+/// hang (or a machine many times slower) reaches it.
+const RUN_LIMIT: Duration = Duration::from_secs(120);
+/// How long building the suite may take (`tools/osu.sh` bounds each of its steps
+/// and its wait for another build of the same folder below this).
+const BUILD_LIMIT: Duration = Duration::from_secs(1900);
+
+/// One job of this file at a time (two cores serve every rank), and one set of
+/// simulated nodes.
+static TURN: Mutex<()> = Mutex::new(());
+
+fn turn() -> MutexGuard<'static, ()> {
+    TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The suite's `bin/` folder (every benchmark by name), built by the first test
+/// that needs it; the others wait for it.
+fn suite() -> &'static Path {
+    static SUITE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    match SUITE.get_or_init(build_suite) {
+        Ok(bin) => bin,
+        Err(why) => panic!("{why}"),
+    }
+}
+
+fn build_suite() -> Result<PathBuf, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/osu.sh");
+    let profile = Path::new(crate::MPICC).parent().expect("a folder");
+    let mut cmd = Command::new("bash");
+    cmd.arg(&script).arg("abi").arg(profile);
+    let o = run_limited(&mut cmd, BUILD_LIMIT)?;
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    if !o.status.success() {
+        return Err(format!(
+            "{cmd:?} could not build the OSU suite ({}):\n{err}",
+            o.status
+        ));
+    }
+    let bin = PathBuf::from(out.lines().last().unwrap_or("").trim());
+    match bin.join("osu_latency").is_file() {
+        true => Ok(bin),
+        false => Err(format!(
+            "{cmd:?} named no folder of benchmarks:\n{out}{err}"
+        )),
+    }
+}
+
+/// Runs `cmd` in a process group of its own with its output captured; kills the
+/// group when it has not ended within `limit` (an error with what it printed). Its
+/// output is read until the pipes close, for at most `PIPES_LIMIT` after it ended
+/// (a process it left behind could hold them open).
+fn run_limited(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
+    const PIPES_LIMIT: Duration = Duration::from_secs(10);
+    let mut child = cmd
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    let reader = |mut pipe: Box<dyn Read + Send>| {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            let _ = tx.send(bytes);
+        });
+        rx
+    };
+    let out = reader(Box::new(child.stdout.take().expect("piped")));
+    let err = reader(Box::new(child.stderr.take().expect("piped")));
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if Instant::now() >= deadline {
+            kill_group(child.id());
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let read = |rx: mpsc::Receiver<Vec<u8>>| {
+        rx.recv_timeout(PIPES_LIMIT)
+            .unwrap_or_else(|_| b"(still open after it ended: not read)".to_vec())
+    };
+    let (stdout, stderr) = (read(out), read(err));
+    match status {
+        Some(status) => Ok(Output {
+            status,
+            stdout,
+            stderr,
+        }),
+        None => Err(format!(
+            "{cmd:?} did not end within {limit:?}; killed\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        )),
+    }
+}
+
+/// Sends SIGKILL to the process group `group` (through the shell's `kill`, to which
+/// a negative pid names a group).
+fn kill_group(group: u32) {
+    let _ = Command::new("sh")
+        .args(["-c", &format!("kill -KILL -{group}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// The sizes of a `Sizes` table up to `max`: 1, 2, 4, ... `max`.
+fn sizes(max: usize) -> Vec<usize> {
+    std::iter::successors(Some(1usize), |s| Some(s * 2))
+        .take_while(|&s| s <= max)
+        .collect()
+}
+
+/// The benchmark's options: `iterations` timed after `warmup`, sizes up to `max`,
+/// OSU's check of the data where it has one (after one check's warm-up).
+fn options(b: &Bench, iterations: u32, warmup: u32, max: usize) -> Vec<String> {
+    let mut args = vec![
+        "-i".to_string(),
+        iterations.to_string(),
+        "-x".to_string(),
+        warmup.to_string(),
+    ];
+    if b.table != Latency {
+        args.extend(["-m".to_string(), format!("1:{max}")]);
+    }
+    match b.checks {
+        No => {}
+        Yes => args.push("-c".to_string()),
+        Warm => args.extend(["-c", "-u", "1"].map(String::from)),
+    }
+    args
+}
+
+/// Checks what a run of `b` printed: its title, then its table (the lines after the
+/// title up to a blank line or OSU's `---` rule, `#` lines apart), one row per size
+/// asked for (up to `max`), every value positive, every row's check passed and no
+/// line of either output saying `FAILED` (the atomics' checks report per rank after
+/// the table). Returns the rows (size, first value; size 0 when the table has no
+/// sizes).
+fn check_table(b: &Bench, o: &Output, max: usize) -> Result<Vec<(usize, f64)>, String> {
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    if let Some(l) = stdout
+        .lines()
+        .chain(stderr.lines())
+        .find(|l| l.starts_with("FAILED"))
+    {
+        return Err(format!("a data check failed: `{l}`"));
+    }
+    let mut lines = stdout.lines();
+    for line in lines.by_ref() {
+        if line == b.title {
+            break;
+        }
+        if !line.starts_with('#') && !line.trim().is_empty() {
+            return Err(format!("`{line}` before the title `{}`", b.title));
+        }
+    }
+    let mut rows = Vec::new();
+    for line in lines {
+        if line.starts_with('#') || (line.trim().is_empty() && rows.is_empty()) {
+            continue;
+        }
+        if line.trim().is_empty() || line.starts_with("---") {
+            break;
+        }
+        let mut words: Vec<&str> = line.split_whitespace().collect();
+        if b.checks != No {
+            match words.pop() {
+                Some("Pass" | "passed") => {}
+                _ => return Err(format!("`{line}`: the data check did not pass")),
+            }
+        }
+        let size = match b.table {
+            Latency => 0,
+            Sizes | Element => {
+                let size = words.first().and_then(|w| w.parse::<usize>().ok());
+                words.remove(0);
+                size.ok_or_else(|| format!("`{line}` does not start with a size"))?
+            }
+        };
+        if words.is_empty() {
+            return Err(format!("`{line}` has no value"));
+        }
+        let mut first = None;
+        for w in &words {
+            match w.parse::<f64>() {
+                Ok(v) if v > 0.0 && v.is_finite() => {
+                    first.get_or_insert(v);
+                }
+                _ => return Err(format!("`{line}`: `{w}` is not a positive value")),
+            }
+        }
+        rows.push((size, first.expect("a value")));
+    }
+    let got: Vec<usize> = rows.iter().map(|r| r.0).collect();
+    let want = match b.table {
+        Sizes => sizes(max),
+        Element => vec![1],
+        Latency => vec![0],
+    };
+    if got != want {
+        return Err(format!("rows for sizes {got:?}, asked for {want:?}"));
+    }
+    Ok(rows)
+}
+
+/// What a run printed, for a failure's report.
+fn report(o: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// Runs each of `benches` at `ranks` on this node (`iterations` after `warmup`,
+/// sizes up to `max`); panics naming every one that failed, and how.
+fn run_each(benches: &[Bench], ranks: usize, iterations: u32, warmup: u32, max: usize) {
+    let bin = suite();
+    let _turn = turn();
+    let mut failed = Vec::new();
+    for b in benches {
+        let mut cmd = Command::new(crate::MPIEXEC);
+        cmd.args(["-n", &ranks.to_string()])
+            .arg(bin.join(b.name))
+            .args(options(b, iterations, warmup, max))
+            // The tcp transport opens beside sm: on loopback only.
+            .env("RBTL_BTL_TCP_IF_INCLUDE", "lo");
+        let shown = format!("{cmd:?}");
+        let why = match run_limited(&mut cmd, RUN_LIMIT) {
+            Err(why) => why,
+            Ok(o) if !o.status.success() => format!("failed\n{}", report(&o)),
+            Ok(o) => match check_table(b, &o, max) {
+                Ok(_) => continue,
+                Err(why) => format!("{why}\n{}", report(&o)),
+            },
+        };
+        failed.push(format!("{} at {ranks} ranks: {shown}: {why}", b.name));
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {} benchmarks failed:\n\n{}",
+        failed.len(),
+        benches.len(),
+        failed.join("\n\n")
+    );
+}
+
+#[test]
+fn every_point_to_point_benchmark_runs_at_two_ranks() {
+    // Up to 64 KiB: past sm's eager limit, into its rendezvous.
+    run_each(PT2PT, 2, 10, 2, 64 << 10);
+}
+
+#[test]
+fn every_one_sided_benchmark_runs_at_two_ranks() {
+    run_each(ONE_SIDED, 2, 10, 2, 64 << 10);
+}
+
+#[test]
+fn every_blocking_collective_runs_at_two_and_four_ranks() {
+    run_each(COLLECTIVES, 2, 10, 2, 16 << 10);
+    // Four ranks on two cores take turns on them: fewer iterations and sizes.
+    run_each(COLLECTIVES, 4, 5, 1, 4 << 10);
+}
+
+/// `osu_latency_mt` needs `MPI_THREAD_MULTIPLE`; the library gives at most
+/// `MPI_THREAD_SERIALIZED`, so the benchmark refuses to run, saying why, and the job
+/// ends with a status that is not 0 and without a table.
+#[test]
+fn osu_latency_mt_refuses_without_thread_multiple() {
+    let bin = suite();
+    let _turn = turn();
+    let mut cmd = Command::new(crate::MPIEXEC);
+    cmd.args(["-n", "2"])
+        .arg(bin.join("osu_latency_mt"))
+        .args(["-i", "10", "-x", "2", "-m", "1:64"])
+        .env("RBTL_BTL_TCP_IF_INCLUDE", "lo");
+    let o = run_limited(&mut cmd, RUN_LIMIT).unwrap_or_else(|why| panic!("{why}"));
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(!o.status.success(), "it ran:\n{}", report(&o));
+    assert!(
+        format!("{out}{err}").contains("MPI_Init_thread must return MPI_THREAD_MULTIPLE!"),
+        "it did not say why:\n{}",
+        report(&o)
+    );
+    assert!(
+        out.lines()
+            .all(|l| l.starts_with('#') || l.trim().is_empty()),
+        "it printed a table:\n{}",
+        report(&o)
+    );
+}
+
+mod nodes;

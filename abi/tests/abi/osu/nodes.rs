@@ -1,0 +1,221 @@
+//! `osu_latency`, `osu_bw` and `osu_allreduce` across two simulated nodes
+//! (`tools/nodes.sh`) under MPICH's hydra and under Slurm.
+
+use std::os::unix::fs::MetadataExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{check_table, options, report, run_limited, suite, turn, COLLECTIVES, PT2PT};
+
+/// How long a run across nodes may take (launcher and wire-up included).
+const LAUNCH_LIMIT: Duration = Duration::from_secs(240);
+/// How long to wait for another process's simulated nodes to go down.
+const NODES_WAIT: Duration = Duration::from_secs(600);
+
+/// Why this machine cannot run the simulated nodes, if it cannot.
+fn missing(slurm: bool) -> Option<String> {
+    // The owner of /proc/self is the process's effective user.
+    let euid = std::fs::metadata("/proc/self").map(|m| m.uid());
+    if euid.ok() != Some(0) {
+        return Some("simulated nodes need root".into());
+    }
+    let mut tools = vec!["ip", "nsenter", "unshare", "mpiexec.mpich"];
+    if slurm {
+        tools.extend(["munged", "slurmctld", "slurmd", "srun"]);
+    }
+    let absent: Vec<&str> = tools
+        .into_iter()
+        .filter(|t| {
+            !Command::new("sh")
+                .args(["-c", &format!("command -v {t}")])
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .collect();
+    (!absent.is_empty()).then(|| {
+        format!(
+            "{} not installed (bash tools/packages.sh install host nodes)",
+            absent.join(", ")
+        )
+    })
+}
+
+/// Whether to go on; panics when the machine cannot and `NODES_REQUIRED=1`.
+fn can_run(slurm: bool) -> bool {
+    match missing(slurm) {
+        None => true,
+        Some(why) if std::env::var("NODES_REQUIRED").as_deref() == Ok("1") => {
+            panic!("NODES_REQUIRED=1 but {why}")
+        }
+        Some(why) => {
+            eprintln!("SKIP: {why}");
+            false
+        }
+    }
+}
+
+/// Brings up `count` nodes. The tool refuses a second set on the machine ("up
+/// already"): while another process's are up, waits for them to go (as its `status`
+/// tells), up to `NODES_WAIT`.
+fn nodes_up(count: usize, slurm: bool) -> cluster::Nodes {
+    let deadline = Instant::now() + NODES_WAIT;
+    loop {
+        while !nodes_down() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        match std::panic::catch_unwind(|| cluster::Nodes::up(count, slurm)) {
+            Ok(nodes) => return nodes,
+            Err(panic) => {
+                let said = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .unwrap_or("");
+                if !said.contains("up already") || Instant::now() >= deadline {
+                    std::panic::resume_unwind(panic);
+                }
+            }
+        }
+    }
+}
+
+/// Whether no simulated nodes are up (`tools/nodes.sh status` says `down`).
+fn nodes_down() -> bool {
+    let mut status = Command::new("bash");
+    status.arg(cluster::tool()).arg("status");
+    run_limited(&mut status, Duration::from_secs(30)).is_ok_and(|o| o.stdout == b"down\n")
+}
+
+/// A launcher across the nodes.
+#[derive(Clone, Copy, Debug)]
+enum Launcher {
+    Hydra,
+    Slurm,
+}
+
+impl Launcher {
+    /// The command that starts `ranks` ranks, `ranks / 2` on each of two nodes.
+    fn command(self, nodes: &cluster::Nodes, ranks: usize) -> Command {
+        let per_node = (ranks / 2).to_string();
+        let mut cmd = match self {
+            Launcher::Hydra => {
+                let mut cmd = Command::new("mpiexec.mpich");
+                cmd.args(["-iface", cluster::BRIDGE, "-launcher", "ssh"])
+                    .arg("-launcher-exec")
+                    .arg(cluster::ssh())
+                    .args(["-hosts", &nodes.hosts(2), "-n", &ranks.to_string()])
+                    .args(["-ppn", &per_node]);
+                cmd
+            }
+            // Slurm's block distribution fills the first node, then the second.
+            Launcher::Slurm => {
+                let mut cmd = Command::new("bash");
+                cmd.arg(cluster::tool())
+                    .args(["slurm", "srun", "-N", "2", "-n", &ranks.to_string()])
+                    .args(["--ntasks-per-node", &per_node, "--mpi=pmi2", "--time=5"]);
+                cmd
+            }
+        };
+        cmd.env("RBTL_BTL_TCP_IF_INCLUDE", cluster::CIDR);
+        cmd
+    }
+}
+
+/// `osu_latency` and `osu_bw` (one rank on each node) and `osu_allreduce` (two on
+/// each) across two nodes under `launcher`: each ends with its table, its data
+/// checked, and node 1's link carried at least what the timed iterations of the
+/// largest size had to move between the nodes.
+fn across_two_nodes(launcher: Launcher) {
+    let slurm = matches!(launcher, Launcher::Slurm);
+    let _turn = turn();
+    if !can_run(slurm) {
+        return;
+    }
+    let bin = suite();
+    let nodes = nodes_up(2, slurm);
+    let bench = |name: &str| {
+        PT2PT
+            .iter()
+            .chain(COLLECTIVES)
+            .find(|b| b.name == name)
+            .expect("a benchmark of the tables")
+    };
+    // (benchmark, ranks, iterations, largest size, bytes each timed iteration of the
+    // largest size must move between the nodes, both ways together).
+    let runs = [
+        // Past tcp's eager limit, into its rendezvous.
+        (bench("osu_latency"), 2, 10, 128 << 10, 2 * (128 << 10)),
+        // A window of 64 messages, node 1 to node 2.
+        (bench("osu_bw"), 2, 4, 256 << 10, 64 * (256 << 10)),
+        // Each node's result needs the other's data.
+        (bench("osu_allreduce"), 4, 5, 64 << 10, 2 * (64 << 10)),
+    ];
+    let mut failed = Vec::new();
+    for (b, ranks, iterations, max, per_iteration) in runs {
+        let before = cluster::carried(1, false);
+        let mut cmd = launcher.command(&nodes, ranks);
+        cmd.arg(bin.join(b.name))
+            .args(options(b, iterations, 1, max));
+        let shown = format!("{cmd:?}");
+        let why = match run_limited(&mut cmd, LAUNCH_LIMIT) {
+            Err(why) => why,
+            Ok(o) if !o.status.success() => format!("failed\n{}", report(&o)),
+            Ok(o) => match check_table(b, &o, max) {
+                Err(why) => format!("{why}\n{}", report(&o)),
+                Ok(_) => {
+                    let carried = cluster::carried(1, false) - before;
+                    let least = iterations as u64 * per_iteration as u64;
+                    if carried >= least {
+                        continue;
+                    }
+                    format!(
+                        "node 1's link carried {carried} bytes, less than the {least} the \
+                         benchmark moved between the nodes: not over tcp on {}\n{}",
+                        cluster::CIDR,
+                        report(&o)
+                    )
+                }
+            },
+        };
+        failed.push(format!(
+            "{} at {ranks} ranks ({launcher:?}): {shown}: {why}",
+            b.name
+        ));
+    }
+    drop(nodes);
+    assert!(
+        failed.is_empty(),
+        "{} of 3 benchmarks failed across nodes:\n\n{}",
+        failed.len(),
+        failed.join("\n\n")
+    );
+}
+
+#[test]
+fn latency_bw_and_allreduce_across_two_nodes_under_hydra() {
+    across_two_nodes(Launcher::Hydra);
+}
+
+#[test]
+fn latency_bw_and_allreduce_across_two_nodes_under_slurm() {
+    across_two_nodes(Launcher::Slurm);
+}
+
+// The root package's simulated nodes (`tests/nodes/cluster.rs`). It finds `tools/`
+
+// The root package's simulated nodes (`tests/nodes/cluster.rs`). It finds `tools/`
+// under `env!("CARGO_MANIFEST_DIR")`, the root package's folder; this package's is
+// `abi/`, one below. Within the module (this macro's scope: it follows the code
+// above, which keeps the standard `env!`), that name gives the folder above.
+macro_rules! env {
+    ("CARGO_MANIFEST_DIR") => {
+        concat!(std::env!("CARGO_MANIFEST_DIR"), "/..")
+    };
+    ($name:literal) => {
+        std::env!($name)
+    };
+}
+
+#[allow(dead_code)]
+#[path = "../../../../tests/nodes/cluster.rs"]
+mod cluster;
