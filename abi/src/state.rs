@@ -58,6 +58,8 @@ pub struct Mpi {
     pub main_thread: std::thread::ThreadId,
     /// Which executable of the launch this process runs (`MPI_APPNUM`).
     pub appnum: c_int,
+    /// The schedule of the last blocking collective, emptied: the next one's.
+    pub spare_schedule: Option<Box<crate::coll::Schedule>>,
 }
 
 /// Context numbers: world, self, then those made later (0 belongs to the message
@@ -104,6 +106,7 @@ impl Mpi {
             parent: MPI_COMM_NULL,
             main_thread: std::thread::current().id(),
             appnum: 0,
+            spare_schedule: None,
         }
     }
 

@@ -69,7 +69,7 @@ pub unsafe fn output(
     let at = s.scratch(len);
     let unpack = Local::Unpack {
         from: at,
-        ty: Box::new(ty.clone()),
+        ty: ty.clone(),
         to: buf.cast(),
         count,
     };
@@ -95,7 +95,7 @@ pub unsafe fn inout(
     }
     let unpack = Local::Unpack {
         from: at,
-        ty: Box::new(ty.clone()),
+        ty: ty.clone(),
         to: buf.cast(),
         count,
     };

@@ -48,19 +48,21 @@ pub fn bcast(s: &mut Schedule, m: &Members, buf: Loc, len: usize, root: u32) {
         mask <<= 1;
     }
     mask >>= 1;
-    let mut sends = Vec::new();
+    // The sends, all in one round (made at the first).
+    let mut sends = None;
     while mask > 0 {
         if vr + mask < n {
-            sends.push(Xfer::Send {
+            if sends.is_none() {
+                sends = Some(s.round());
+            }
+            let r = sends.as_mut().expect("just made");
+            r.xfers.push(Xfer::Send {
                 from: buf,
                 len,
                 to: job(vr + mask),
             });
         }
         mask >>= 1;
-    }
-    if !sends.is_empty() {
-        s.round().xfers.extend(sends);
     }
 }
 
@@ -145,33 +147,16 @@ pub fn scatterv(
 /// All-gather into `blocks` (one per member, this member's already filled): by
 /// recursive doubling when the size is a power of two and the blocks are equal and
 /// small, around a ring otherwise (n - 1 rounds, each passing on the block received
-/// in the last).
+/// in the last). The choice rests on what every member knows alike (the size and
+/// the blocks' lengths), never on where a member's blocks lie.
 pub fn allgatherv(s: &mut Schedule, m: &Members, blocks: &[(Loc, usize)]) {
     let (n, me) = (m.size, m.rank);
     if n == 1 {
         return;
     }
     let equal = blocks.windows(2).all(|w| w[0].1 == w[1].1);
-    let contiguous = equal && blocks.windows(2).all(|w| same_buffer_next(w[0], w[1]));
-    if n.is_power_of_two() && contiguous && blocks[0].1 * n as usize <= DOUBLING_MAX {
-        let len = blocks[0].1;
-        let mut k = 1;
-        while k < n {
-            let mine = me & !(k - 1);
-            let theirs = mine ^ k;
-            let r = s.round();
-            r.xfers.push(Xfer::Send {
-                from: blocks[mine as usize].0,
-                len: len * k as usize,
-                to: m.job(me ^ k),
-            });
-            r.xfers.push(Xfer::Recv {
-                into: blocks[theirs as usize].0,
-                len: len * k as usize,
-                from: m.job(me ^ k),
-            });
-            k <<= 1;
-        }
+    if n.is_power_of_two() && equal && blocks[0].1 * n as usize <= DOUBLING_MAX {
+        doubling(s, m, blocks);
         return;
     }
     let (right, left) = (m.job((me + 1) % n), m.job((me + n - 1) % n));
@@ -192,6 +177,53 @@ pub fn allgatherv(s: &mut Schedule, m: &Members, blocks: &[(Loc, usize)]) {
     }
 }
 
+/// The recursive doubling of [`allgatherv`]: in round k, the k blocks gathered so
+/// far go to the member k away as one message. Blocks that do not follow each other
+/// in memory here gather in one scratch buffer first, and leave it at the end.
+fn doubling(s: &mut Schedule, m: &Members, blocks: &[(Loc, usize)]) {
+    let (n, me) = (m.size, m.rank);
+    let len = blocks[0].1;
+    let in_order = blocks.windows(2).all(|w| same_buffer_next(w[0], w[1]));
+    let base = if in_order {
+        blocks[0].0
+    } else {
+        let base = s.scratch(len * n as usize);
+        s.round().then.push(Local::Copy {
+            from: blocks[me as usize].0,
+            to: base.offset(len * me as usize),
+            len,
+        });
+        base
+    };
+    let mut k = 1;
+    while k < n {
+        let mine = me & !(k - 1);
+        let theirs = mine ^ k;
+        let r = s.round();
+        r.xfers.push(Xfer::Send {
+            from: base.offset(len * mine as usize),
+            len: len * k as usize,
+            to: m.job(me ^ k),
+        });
+        r.xfers.push(Xfer::Recv {
+            into: base.offset(len * theirs as usize),
+            len: len * k as usize,
+            from: m.job(me ^ k),
+        });
+        k <<= 1;
+    }
+    if !in_order {
+        let r = s.round();
+        for (i, b) in blocks.iter().enumerate().filter(|&(i, _)| i != me as usize) {
+            r.then.push(Local::Copy {
+                from: base.offset(len * i),
+                to: b.0,
+                len,
+            });
+        }
+    }
+}
+
 /// Largest all-gather (in bytes, all blocks) done by recursive doubling.
 const DOUBLING_MAX: usize = 64 << 10;
 
@@ -199,9 +231,7 @@ const DOUBLING_MAX: usize = 64 << 10;
 fn same_buffer_next(a: (Loc, usize), b: (Loc, usize)) -> bool {
     match (a.0, b.0) {
         (Loc::User(p), Loc::User(q)) => p.wrapping_add(a.1) == q,
-        (Loc::Scratch { buf, at }, Loc::Scratch { buf: b2, at: at2 }) => {
-            buf == b2 && at + a.1 == at2
-        }
+        (Loc::Scratch { at }, Loc::Scratch { at: at2 }) => at + a.1 == at2,
         _ => false,
     }
 }

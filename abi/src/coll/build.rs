@@ -69,7 +69,7 @@ unsafe fn vector<'a>(
 
 impl Mpi {
     /// `MPI_Barrier`.
-    pub fn build_barrier(&mut self, comm: Handle) -> Result<Schedule> {
+    pub fn build_barrier(&mut self, comm: Handle) -> Result<Box<Schedule>> {
         let (mut s, m) = self.collective(comm)?;
         basic::barrier(&mut s, &m);
         Ok(s)
@@ -88,7 +88,7 @@ impl Mpi {
         ty: Handle,
         root: c_int,
         comm: Handle,
-    ) -> Result<Schedule> {
+    ) -> Result<Box<Schedule>> {
         let n = check_count(count)?;
         let t = self.dtype(ty)?.clone();
         let (mut s, m) = self.collective(comm)?;
@@ -122,7 +122,7 @@ impl Mpi {
         op: Handle,
         root: c_int,
         comm: Handle,
-    ) -> Result<Schedule> {
+    ) -> Result<Box<Schedule>> {
         let n = check_count(count)?;
         let t = self.dtype(ty)?.clone();
         let o = self.op(op)?;
@@ -178,7 +178,7 @@ impl Mpi {
         ty: Handle,
         op: Handle,
         comm: Handle,
-    ) -> Result<Schedule> {
+    ) -> Result<Box<Schedule>> {
         let n = check_count(count)?;
         let t = self.dtype(ty)?.clone();
         let o = self.op(op)?;
@@ -226,7 +226,7 @@ impl Mpi {
         op: Handle,
         comm: Handle,
         exclusive: bool,
-    ) -> Result<Schedule> {
+    ) -> Result<Box<Schedule>> {
         let n = check_count(count)?;
         let t = self.dtype(ty)?.clone();
         let o = self.op(op)?;
@@ -279,7 +279,7 @@ impl Mpi {
         ty: Handle,
         op: Handle,
         comm: Handle,
-    ) -> Result<Schedule> {
+    ) -> Result<Box<Schedule>> {
         let t = self.dtype(ty)?.clone();
         let o = self.op(op)?;
         crate::op::check(o, &t)?;
@@ -338,7 +338,7 @@ impl Mpi {
         recvtype: Handle,
         root: c_int,
         comm: Handle,
-    ) -> Result<Schedule> {
+    ) -> Result<Box<Schedule>> {
         let (mut s, m) = self.collective(comm)?;
         let root = check_root(root, &m)?;
         let is_root = m.rank == root;
@@ -391,7 +391,7 @@ impl Mpi {
         recvtype: Handle,
         root: c_int,
         comm: Handle,
-    ) -> Result<Schedule> {
+    ) -> Result<Box<Schedule>> {
         let (mut s, m) = self.collective(comm)?;
         let root = check_root(root, &m)?;
         let is_root = m.rank == root;
@@ -442,7 +442,7 @@ impl Mpi {
         recv: (c_int, *const c_int, *const c_int),
         recvtype: Handle,
         comm: Handle,
-    ) -> Result<Schedule> {
+    ) -> Result<Box<Schedule>> {
         let (mut s, m) = self.collective(comm)?;
         let rt = self.dtype(recvtype)?.clone();
         let mut blocks = Vec::new();
@@ -535,7 +535,7 @@ impl Mpi {
         recvtypes: &[Handle],
         comm: Handle,
         w: bool,
-    ) -> Result<Schedule> {
+    ) -> Result<Box<Schedule>> {
         let (mut s, m) = self.collective(comm)?;
         // Alltoallw: a type per peer, displacements in bytes.
         let bytes = w;

@@ -49,7 +49,7 @@ impl Members {
 
 impl Mpi {
     /// A schedule for the next collective on intracommunicator `comm`, and its members.
-    pub fn collective(&mut self, comm: Handle) -> Result<(Schedule, Members)> {
+    pub fn collective(&mut self, comm: Handle) -> Result<(Box<Schedule>, Members)> {
         let c = self.comm_mut(comm)?;
         if c.remote.is_some() {
             return Err(Error::new(
@@ -59,18 +59,26 @@ impl Mpi {
         }
         let tag = c.next_coll_tag();
         let members = Members::of(c.group.clone(), c.rank);
-        let mut s = Schedule::new(c.coll_ctx(), tag);
+        let (ctx, spare) = (c.coll_ctx(), self.spare_schedule.take());
+        let mut s = match spare {
+            Some(mut spare) => {
+                spare.reuse(ctx, tag);
+                spare
+            }
+            None => Box::new(Schedule::new(ctx, tag)),
+        };
         s.set_comm(comm);
         Ok((s, members))
     }
 
     /// Run schedule `s` to its end (a blocking collective).
-    pub fn run(&mut self, mut s: Schedule) -> Result<()> {
+    pub fn run(&mut self, mut s: Box<Schedule>) -> Result<()> {
         let mut idle = IdleWait::new();
         loop {
             // SAFETY: the blocking call that built `s` keeps its buffers until now.
             let moved = unsafe { s.advance(&mut self.msg) };
             if let Some(outcome) = s.outcome() {
+                self.spare_schedule = Some(s);
                 return outcome;
             }
             if moved || self.progress() > 0 {
@@ -89,12 +97,16 @@ impl Mpi {
     ///
     /// The buffers it names stay valid until the request completes; `out` is
     /// writable.
-    pub unsafe fn start_collective(&mut self, mut s: Schedule, out: *mut Handle) -> Result<()> {
+    pub unsafe fn start_collective(
+        &mut self,
+        mut s: Box<Schedule>,
+        out: *mut Handle,
+    ) -> Result<()> {
         // SAFETY: the caller's contract.
         unsafe { s.advance(&mut self.msg) };
         let done = s.is_done();
         // SAFETY: the caller's contract.
-        unsafe { self.hand_out(Request::Coll(Box::new(s)), out) }?;
+        unsafe { self.hand_out(Request::Coll(s), out) }?;
         if !done {
             // SAFETY: `out` was just written.
             self.active.push(unsafe { *out });

@@ -27,7 +27,7 @@ impl Combine<'_> {
     fn local(&self, from: Loc, into: Loc, count: usize) -> Local {
         Local::Reduce {
             op: self.op,
-            ty: Box::new(self.ty.clone()),
+            ty: self.ty.clone(),
             handle: self.handle,
             from,
             into,
@@ -37,18 +37,18 @@ impl Combine<'_> {
 
     /// `acc = acc op other` where `other` holds the operand of higher rank: in place
     /// for a commutative operation, through `other` (then copied back) otherwise.
-    fn after(&self, acc: Loc, other: Loc, count: usize) -> Vec<Local> {
+    /// The steps go to `then`.
+    fn after(&self, then: &mut Vec<Local>, acc: Loc, other: Loc, count: usize) {
         if self.op.commutative() {
-            return vec![self.local(other, acc, count)];
+            then.push(self.local(other, acc, count));
+            return;
         }
-        vec![
-            self.local(acc, other, count),
-            Local::Copy {
-                from: other,
-                to: acc,
-                len: count * self.ty.size,
-            },
-        ]
+        then.push(self.local(acc, other, count));
+        then.push(Local::Copy {
+            from: other,
+            to: acc,
+            len: count * self.ty.size,
+        });
     }
 }
 
@@ -75,7 +75,7 @@ pub fn reduce(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc, root: u32) {
                     len,
                     from: job(child),
                 });
-                r.then.extend(c.after(acc, tmp, c.count));
+                c.after(r.then, acc, tmp, c.count);
             }
         } else {
             s.round().xfers.push(Xfer::Send {
@@ -167,12 +167,11 @@ fn doubling(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
                 len,
                 from: m.job(dst),
             });
-            let locals = if dst < me {
-                vec![c.local(tmp, acc, c.count)]
+            if dst < me {
+                r.then.push(c.local(tmp, acc, c.count));
             } else {
-                c.after(acc, tmp, c.count)
-            };
-            s.last().then.extend(locals);
+                c.after(r.then, acc, tmp, c.count);
+            }
             mask <<= 1;
         }
     }

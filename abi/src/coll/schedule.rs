@@ -3,6 +3,10 @@
 //! driven by progress (as Open MPI's `libnbc` and MPICH's schedules). A blocking
 //! collective runs its schedule to the end; a nonblocking one is a request whose
 //! schedule advances whenever the library progresses.
+//!
+//! A schedule keeps its rounds in three flat lists (transfers, local work, where
+//! each round starts) and its scratch buffers in one: emptied, it is used again by
+//! the next blocking collective, so that a small collective allocates nothing.
 
 use crate::datatype::{pack, Datatype};
 use crate::error::{Error, Result};
@@ -10,11 +14,12 @@ use crate::ffi::*;
 use crate::op::{self, Op};
 use rbtl::msg::{self, ReqId, SendMode};
 
-/// A place in memory: the user's (an address), or a scratch buffer of the schedule.
-#[derive(Clone, Copy, Debug)]
+/// A place in memory: the user's (an address), or bytes of the schedule's scratch
+/// space (from its start).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Loc {
     User(*mut u8),
-    Scratch { buf: usize, at: usize },
+    Scratch { at: usize },
 }
 
 impl Loc {
@@ -22,13 +27,13 @@ impl Loc {
     pub fn offset(self, n: usize) -> Loc {
         match self {
             Loc::User(p) => Loc::User(p.wrapping_add(n)),
-            Loc::Scratch { buf, at } => Loc::Scratch { buf, at: at + n },
+            Loc::Scratch { at } => Loc::Scratch { at: at + n },
         }
     }
 }
 
 /// A transfer, between this process and a job rank.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub enum Xfer {
     Send { from: Loc, len: usize, to: u32 },
     Recv { into: Loc, len: usize, from: u32 },
@@ -44,7 +49,7 @@ pub enum Local {
     /// `into = from op into` over `count` packed elements of `ty`.
     Reduce {
         op: Op,
-        ty: Box<Datatype>,
+        ty: Datatype,
         handle: Handle,
         from: Loc,
         into: Loc,
@@ -53,18 +58,31 @@ pub enum Local {
     /// Unpack `count` elements of `ty` from packed bytes at `from` into user memory.
     Unpack {
         from: Loc,
-        ty: Box<Datatype>,
+        ty: Datatype,
         to: *mut u8,
         count: usize,
     },
 }
 
-/// One round.
-#[derive(Default)]
-pub struct Round {
-    pub xfers: Vec<Xfer>,
-    pub then: Vec<Local>,
+/// The last round of a schedule being built: what is pushed here belongs to it.
+pub struct Round<'a> {
+    pub xfers: &'a mut Vec<Xfer>,
+    pub then: &'a mut Vec<Local>,
 }
+
+/// Where a round starts in the lists of transfers and of local work.
+#[derive(Clone, Copy)]
+struct Start {
+    xfer: usize,
+    local: usize,
+}
+
+/// Scratch space is kept in units of this type: its alignment (16) is every basic
+/// type's that a reduction reads in place.
+type ScratchUnit = u128;
+const UNIT: usize = std::mem::size_of::<ScratchUnit>();
+/// Scratch space a schedule used again keeps at most.
+const SCRATCH_KEPT: usize = 1 << 20;
 
 /// A collective's schedule.
 pub struct Schedule {
@@ -72,8 +90,10 @@ pub struct Schedule {
     tag: i32,
     /// The communicator of the collective, if it is a communicator's.
     comm: Option<Handle>,
-    rounds: Vec<Round>,
-    scratch: Vec<Vec<u8>>,
+    xfers: Vec<Xfer>,
+    locals: Vec<Local>,
+    rounds: Vec<Start>,
+    scratch: Vec<ScratchUnit>,
     /// The round under way, and whether its transfers have started.
     at: usize,
     started: bool,
@@ -90,6 +110,8 @@ impl Schedule {
             ctx,
             tag,
             comm: None,
+            xfers: Vec::new(),
+            locals: Vec::new(),
             rounds: Vec::new(),
             scratch: Vec::new(),
             at: 0,
@@ -98,6 +120,22 @@ impl Schedule {
             error: None,
             outcome: None,
         }
+    }
+
+    /// Empty it for a new collective in context `ctx` with `tag`, keeping the
+    /// storage of the last one (its scratch space bounded).
+    pub fn reuse(&mut self, ctx: u32, tag: i32) {
+        self.xfers.clear();
+        self.locals.clear();
+        self.rounds.clear();
+        self.scratch.clear();
+        if self.scratch.capacity() * UNIT > SCRATCH_KEPT {
+            self.scratch = Vec::new();
+        }
+        self.pending.clear();
+        (self.ctx, self.tag, self.comm) = (ctx, tag, None);
+        (self.at, self.started) = (0, false);
+        (self.error, self.outcome) = (None, None);
     }
 
     /// Note that it is a collective of communicator `comm`.
@@ -110,27 +148,34 @@ impl Schedule {
         self.comm
     }
 
-    /// A scratch buffer of `len` bytes: its place.
+    /// A scratch buffer of `len` bytes, zeroed: its place.
     pub fn scratch(&mut self, len: usize) -> Loc {
-        self.scratch.push(vec![0u8; len]);
-        Loc::Scratch {
-            buf: self.scratch.len() - 1,
-            at: 0,
+        let at = self.scratch.len() * UNIT;
+        self.scratch
+            .resize(self.scratch.len() + len.div_ceil(UNIT), 0);
+        Loc::Scratch { at }
+    }
+
+    /// A new round, to fill.
+    pub fn round(&mut self) -> Round<'_> {
+        self.rounds.push(Start {
+            xfer: self.xfers.len(),
+            local: self.locals.len(),
+        });
+        Round {
+            xfers: &mut self.xfers,
+            then: &mut self.locals,
         }
     }
 
-    /// A new round: its place, to fill.
-    pub fn round(&mut self) -> &mut Round {
-        self.rounds.push(Round::default());
-        self.rounds.last_mut().expect("just pushed")
-    }
-
-    /// The last round (a new one if there is none).
-    pub fn last(&mut self) -> &mut Round {
-        if self.rounds.is_empty() {
-            return self.round();
-        }
-        self.rounds.last_mut().expect("not empty")
+    /// The transfers and the local work of round `i`.
+    fn bounds(&self, i: usize) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        let start = self.rounds[i];
+        let (xfer_end, local_end) = match self.rounds.get(i + 1) {
+            Some(next) => (next.xfer, next.local),
+            None => (self.xfers.len(), self.locals.len()),
+        };
+        (start.xfer..xfer_end, start.local..local_end)
     }
 
     /// Whether it has ended.
@@ -148,12 +193,9 @@ impl Schedule {
         self.pending.first().copied()
     }
 
-    /// The address of place `l`.
+    /// The address of place `l`, until the next scratch buffer is made.
     pub fn ptr(&mut self, l: Loc) -> *mut u8 {
-        match l {
-            Loc::User(p) => p,
-            Loc::Scratch { buf, at } => self.scratch[buf].as_mut_ptr().wrapping_add(at),
-        }
+        address(self.scratch.as_mut_ptr().cast(), l)
     }
 
     /// Advance as far as it can without waiting: whether anything happened.
@@ -202,8 +244,7 @@ impl Schedule {
             }
             if self.at == self.rounds.len() {
                 self.outcome = Some(Ok(()));
-                self.rounds.clear();
-                self.scratch.clear();
+                self.locals.clear();
                 return true;
             }
             // SAFETY: the caller's contract.
@@ -223,10 +264,10 @@ impl Schedule {
     ///
     /// As [`Schedule::advance`].
     unsafe fn start_round(&mut self, m: &mut msg::Comm) -> Result<()> {
-        let xfers = std::mem::take(&mut self.rounds[self.at].xfers);
+        let (xfers, _) = self.bounds(self.at);
         let (ctx, tag) = (self.ctx, self.tag);
-        for x in &xfers {
-            let id = match *x {
+        for i in xfers {
+            let id = match self.xfers[i] {
                 Xfer::Send { from, len, to } => {
                     let p = self.ptr(from);
                     // SAFETY: the place holds `len` bytes until the round ends (the
@@ -250,39 +291,41 @@ impl Schedule {
     ///
     /// As [`Schedule::advance`].
     unsafe fn run_locals(&mut self) -> Result<()> {
-        let locals = std::mem::take(&mut self.rounds[self.at].then);
-        for l in locals {
-            match l {
+        let (_, locals) = self.bounds(self.at);
+        let scratch = self.scratch.as_mut_ptr().cast::<u8>();
+        let ptr = |l: Loc| address(scratch, l);
+        for l in &self.locals[locals] {
+            match *l {
                 Local::Copy { from, to, len } => {
-                    let (f, t) = (self.ptr(from), self.ptr(to));
+                    let (f, t) = (ptr(from), ptr(to));
                     // SAFETY: both places hold `len` bytes; they may overlap only when
                     // equal (an in-place step), which `copy` allows.
                     unsafe { std::ptr::copy(f, t, len) };
                 }
                 Local::Reduce {
                     op,
-                    ty,
+                    ref ty,
                     handle,
                     from,
                     into,
                     count,
                 } => {
-                    let (f, t) = (self.ptr(from), self.ptr(into));
+                    let (f, t) = (ptr(from), ptr(into));
                     // SAFETY: both places hold `count` packed elements; they never
                     // overlap (the builders keep them apart).
-                    unsafe { op::reduce(op, &ty, handle, f, t, count) }?;
+                    unsafe { op::reduce(op, ty, handle, f, t, count) }?;
                 }
                 Local::Unpack {
                     from,
-                    ty,
+                    ref ty,
                     to,
                     count,
                 } => {
-                    let f = self.ptr(from);
+                    let f = ptr(from);
                     let len = ty.size * count;
                     // SAFETY: the place holds the packed elements; `to` the user's
                     // memory for them.
-                    unsafe { pack::unpack(&ty, std::slice::from_raw_parts(f, len), to, count) };
+                    unsafe { pack::unpack(ty, std::slice::from_raw_parts(f, len), to, count) };
                 }
             }
         }
@@ -297,6 +340,14 @@ impl Schedule {
         for &id in &self.pending {
             m.cancel(id);
         }
+    }
+}
+
+/// The address of place `l`, the scratch space starting at `scratch`.
+fn address(scratch: *mut u8, l: Loc) -> *mut u8 {
+    match l {
+        Loc::User(p) => p,
+        Loc::Scratch { at } => scratch.wrapping_add(at),
     }
 }
 

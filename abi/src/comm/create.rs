@@ -52,7 +52,10 @@ impl Mpi {
         let members = Members::of(group.clone(), me);
         let mut all = vec![0i32; group.size() as usize * mine.len()];
         let len = mine.len() * 4;
-        let mut s = Schedule::new(ctx, CREATE_GROUP_TAG | (tag & (CREATE_GROUP_TAG - 1)));
+        let mut s = Box::new(Schedule::new(
+            ctx,
+            CREATE_GROUP_TAG | (tag & (CREATE_GROUP_TAG - 1)),
+        ));
         let base = Loc::User(all.as_mut_ptr().cast());
         let blocks = basic::blocks(base, len, group.size());
         // SAFETY: `mine` and `all` live until the schedule, run here, ends.

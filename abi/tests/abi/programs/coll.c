@@ -628,6 +628,24 @@ static void test_allgather(void) {
           wide[4 * r + 1], wide[4 * r + 2], wide[4 * r + 3]);
   OK(MPI_Type_free(&block));
   OK(MPI_Type_free(&two_spaced));
+
+  /* Equal blocks that lie in rank order on even ranks and in reverse on odd ones:
+   * every rank must take the same algorithm all the same. */
+  enum { E = 3 };
+  int eq_counts[64], eq_displs[64], eq_in[E], eq_out[64 * E];
+  for (int r = 0; r < size; r++) {
+    eq_counts[r] = E;
+    eq_displs[r] = E * (rank % 2 ? size - 1 - r : r);
+  }
+  for (int i = 0; i < E; i++)
+    eq_in[i] = rank * 10 + i;
+  OK(MPI_Allgatherv(eq_in, E, MPI_INT, eq_out, eq_counts, eq_displs, MPI_INT, MPI_COMM_WORLD));
+  for (int r = 0; r < size; r++)
+    for (int i = 0; i < E; i++)
+      CHECK(eq_out[eq_displs[r] + i] == r * 10 + i,
+            "MPI_Allgatherv, blocks in another order here than on other ranks: rank %d's "
+            "element %d is %d",
+            r, i, eq_out[eq_displs[r] + i]);
 }
 
 static void test_alltoall(void) {
