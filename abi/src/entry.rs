@@ -15,3 +15,13 @@ pub fn call(name: &str, object: Object, f: impl FnOnce(&mut Mpi) -> Result<()>) 
         Err(e) => raise(name, object, e),
     }
 }
+
+/// Run binding `name` as `f`, which enters the state itself, in steps (between
+/// them it runs a program's callbacks, which may call MPI): `MPI_SUCCESS`, or the
+/// code of its error, raised as [`call`] does.
+pub fn call_in_steps(name: &str, object: Object, f: impl FnOnce() -> Result<()>) -> c_int {
+    match f() {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => raise(name, object, e),
+    }
+}

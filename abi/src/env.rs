@@ -2,7 +2,7 @@
 //! error strings.
 
 use crate::comm::api::write_name;
-use crate::entry::call;
+use crate::entry::{call, call_in_steps};
 use crate::error::{self, Error, Object, Result};
 use crate::ffi::*;
 use crate::global::{self, Phase};
@@ -73,8 +73,8 @@ pub unsafe extern "C" fn PMPI_Init_thread(
 pub unsafe extern "C" fn PMPI_Finalize() -> c_int {
     // Attributes on MPI_COMM_SELF go first, as the standard asks (their delete
     // functions may still use MPI).
-    let deleted = call("MPI_Finalize", Object::None, |mpi| {
-        mpi.delete_all_attrs(MPI_COMM_SELF)
+    let deleted = call_in_steps("MPI_Finalize", Object::None, || {
+        crate::comm::attr::delete_attrs(MPI_COMM_SELF, None)
     });
     if deleted != MPI_SUCCESS {
         return deleted;

@@ -2,8 +2,12 @@
 //!
 //! MPI is a process-wide library: every call reaches the same state. It lives in a
 //! cell entered by one call at a time (`MPI_THREAD_SERIALIZED`): a call made while
-//! another is inside, from another thread or from a callback the library is running
-//! (a user's reduction, say), is refused with `MPI_ERR_OTHER` instead of racing.
+//! another is inside, from another thread or from a callback run inside (a
+//! program's reduction function in a nonblocking collective), is refused with
+//! `MPI_ERR_OTHER` instead of racing. The callbacks that may call MPI run outside
+//! the cell, between steps of the call that runs them: error handlers, attribute
+//! copy and delete functions, the reduction functions of blocking collectives and
+//! of `MPI_Reduce_local`.
 
 use crate::error::{Error, Handler, Object, Result};
 use crate::ffi::*;

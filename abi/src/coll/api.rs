@@ -2,6 +2,7 @@
 //! run it.
 
 use super::build::in_place;
+use super::run_blocking;
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -43,10 +44,10 @@ pub unsafe extern "C" fn PMPI_Reduce(
     root: c_int,
     comm: Handle,
 ) -> c_int {
-    call("MPI_Reduce", Object::Comm(comm), |mpi| {
+    run_blocking("MPI_Reduce", Object::Comm(comm), |mpi| {
         // SAFETY: the binding's contract.
         let s = unsafe { mpi.build_reduce(sendbuf, recvbuf, count, datatype, op, root, comm) }?;
-        mpi.run(s)
+        Ok(s)
     })
 }
 
@@ -59,10 +60,10 @@ pub unsafe extern "C" fn PMPI_Allreduce(
     op: Handle,
     comm: Handle,
 ) -> c_int {
-    call("MPI_Allreduce", Object::Comm(comm), |mpi| {
+    run_blocking("MPI_Allreduce", Object::Comm(comm), |mpi| {
         // SAFETY: the binding's contract.
         let s = unsafe { mpi.build_allreduce(sendbuf, recvbuf, count, datatype, op, comm) }?;
-        mpi.run(s)
+        Ok(s)
     })
 }
 
@@ -75,10 +76,10 @@ pub unsafe extern "C" fn PMPI_Scan(
     op: Handle,
     comm: Handle,
 ) -> c_int {
-    call("MPI_Scan", Object::Comm(comm), |mpi| {
+    run_blocking("MPI_Scan", Object::Comm(comm), |mpi| {
         // SAFETY: the binding's contract.
         let s = unsafe { mpi.build_scan(sendbuf, recvbuf, count, datatype, op, comm, false) }?;
-        mpi.run(s)
+        Ok(s)
     })
 }
 
@@ -91,10 +92,10 @@ pub unsafe extern "C" fn PMPI_Exscan(
     op: Handle,
     comm: Handle,
 ) -> c_int {
-    call("MPI_Exscan", Object::Comm(comm), |mpi| {
+    run_blocking("MPI_Exscan", Object::Comm(comm), |mpi| {
         // SAFETY: the binding's contract.
         let s = unsafe { mpi.build_scan(sendbuf, recvbuf, count, datatype, op, comm, true) }?;
-        mpi.run(s)
+        Ok(s)
     })
 }
 
@@ -122,13 +123,13 @@ pub unsafe extern "C" fn PMPI_Reduce_scatter(
     op: Handle,
     comm: Handle,
 ) -> c_int {
-    call("MPI_Reduce_scatter", Object::Comm(comm), |mpi| {
+    run_blocking("MPI_Reduce_scatter", Object::Comm(comm), |mpi| {
         // SAFETY: the binding's contract.
         let s = unsafe {
             let counts = scatter_counts(mpi, comm, recvcounts)?;
             mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm)
         }?;
-        mpi.run(s)
+        Ok(s)
     })
 }
 
@@ -141,11 +142,11 @@ pub unsafe extern "C" fn PMPI_Reduce_scatter_block(
     op: Handle,
     comm: Handle,
 ) -> c_int {
-    call("MPI_Reduce_scatter_block", Object::Comm(comm), |mpi| {
+    run_blocking("MPI_Reduce_scatter_block", Object::Comm(comm), |mpi| {
         let counts = vec![check_count(recvcount)?; mpi.comm(comm)?.size() as usize];
         // SAFETY: the binding's contract.
         let s = unsafe { mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm) }?;
-        mpi.run(s)
+        Ok(s)
     })
 }
 

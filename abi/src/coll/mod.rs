@@ -15,12 +15,21 @@ pub mod schedule;
 pub use schedule::{Loc, Local, Schedule, Xfer};
 
 use crate::comm::Group;
-use crate::error::{Error, Result};
+use crate::entry::call_in_steps;
+use crate::error::{Error, Object, Result};
 use crate::ffi::*;
+use crate::global;
 use crate::request::Request;
 use crate::state::Mpi;
 use rbtl::msg::IdleWait;
 use std::sync::Arc;
+
+/// Where a blocking collective's schedule is.
+pub enum Run {
+    Ended(Result<()>),
+    /// Stopped before a program's reduction function.
+    Stopped(Box<Schedule>),
+}
 
 /// What an algorithm knows of its communicator: this process's rank, the size, and
 /// the job rank of every member.
@@ -71,15 +80,45 @@ impl Mpi {
         Ok((s, members))
     }
 
-    /// Run schedule `s` to its end (a blocking collective).
-    pub fn run(&mut self, mut s: Box<Schedule>) -> Result<()> {
+    /// Run schedule `s` to its end (a blocking collective), here.
+    pub fn run(&mut self, s: Box<Schedule>) -> Result<()> {
+        let mut run = self.drive(s);
+        loop {
+            match run {
+                Run::Ended(outcome) => return outcome,
+                Run::Stopped(mut s) => {
+                    // SAFETY: the blocking call that built `s` keeps its buffers
+                    // until now.
+                    unsafe { s.run_user_op() };
+                    run = self.drive(s);
+                }
+            }
+        }
+    }
+
+    /// Run schedule `s` until it ends or stops before a program's reduction
+    /// function. An ended schedule is kept for the next collective.
+    pub fn drive(&mut self, mut s: Box<Schedule>) -> Run {
+        match self.drive_here(&mut s) {
+            Some(outcome) => {
+                self.spare_schedule = Some(s);
+                Run::Ended(outcome)
+            }
+            None => Run::Stopped(s),
+        }
+    }
+
+    /// Run schedule `s` until it ends (its outcome) or stops (`None`).
+    fn drive_here(&mut self, s: &mut Schedule) -> Option<Result<()>> {
         let mut idle = IdleWait::new();
         loop {
             // SAFETY: the blocking call that built `s` keeps its buffers until now.
             let moved = unsafe { s.advance(&mut self.msg) };
             if let Some(outcome) = s.outcome() {
-                self.spare_schedule = Some(s);
-                return outcome;
+                return Some(outcome);
+            }
+            if s.is_paused() {
+                return None;
             }
             if moved || self.progress() > 0 {
                 idle.busy();
@@ -134,4 +173,32 @@ pub fn progress_active(mpi: &mut Mpi) -> usize {
     }
     active.retain(|h| matches!(requests.get(*h), Some(Request::Coll(s)) if !s.is_done()));
     n
+}
+
+/// Binding `name`'s blocking collective, built by `build` and run to its end, its
+/// reductions by a program's functions called outside the library's state (they
+/// may call MPI, all but communication, as the standard allows).
+pub fn run_blocking(
+    name: &str,
+    object: Object,
+    build: impl FnOnce(&mut Mpi) -> Result<Box<Schedule>>,
+) -> c_int {
+    call_in_steps(name, object, || {
+        let mut run = global::with(|mpi| {
+            let mut s = build(mpi)?;
+            s.pause_at_user_ops();
+            Ok(mpi.drive(s))
+        })?;
+        loop {
+            match run {
+                Run::Ended(outcome) => return outcome,
+                Run::Stopped(mut s) => {
+                    // SAFETY: this blocking call's caller keeps its buffers until
+                    // it returns.
+                    unsafe { s.run_user_op() };
+                    run = global::with(|mpi| Ok(mpi.drive(s)))?;
+                }
+            }
+        }
+    })
 }

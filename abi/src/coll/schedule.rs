@@ -97,6 +97,12 @@ pub struct Schedule {
     /// The round under way, and whether its transfers have started.
     at: usize,
     started: bool,
+    /// The next local step to run (an index of `locals`).
+    local_at: usize,
+    /// Whether a program's reduction function stops it (see [`Schedule::pause_at_user_ops`]),
+    /// and whether it is stopped at one.
+    pause_at_user: bool,
+    paused: bool,
     pending: Vec<ReqId>,
     /// The first failure: the schedule ends once its transfers under way have.
     error: Option<Error>,
@@ -116,6 +122,9 @@ impl Schedule {
             scratch: Vec::new(),
             at: 0,
             started: false,
+            local_at: 0,
+            pause_at_user: false,
+            paused: false,
             pending: Vec::new(),
             error: None,
             outcome: None,
@@ -134,7 +143,8 @@ impl Schedule {
         }
         self.pending.clear();
         (self.ctx, self.tag, self.comm) = (ctx, tag, None);
-        (self.at, self.started) = (0, false);
+        (self.at, self.started, self.local_at) = (0, false, 0);
+        (self.pause_at_user, self.paused) = (false, false);
         (self.error, self.outcome) = (None, None);
     }
 
@@ -178,6 +188,36 @@ impl Schedule {
         (start.xfer..xfer_end, start.local..local_end)
     }
 
+    /// Stop before each reduction by a program's function, so that its caller can
+    /// run it ([`Schedule::run_user_op`]) outside the library's state: the
+    /// function may call MPI (all but communication, as the standard allows).
+    pub fn pause_at_user_ops(&mut self) {
+        self.pause_at_user = true;
+    }
+
+    /// Whether it is stopped before a program's reduction function.
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Run the reduction it is stopped at, and go on; a failure ends it.
+    ///
+    /// # Safety
+    ///
+    /// As [`Schedule::advance`].
+    pub unsafe fn run_user_op(&mut self) {
+        if !std::mem::take(&mut self.paused) {
+            return;
+        }
+        let scratch = self.scratch.as_mut_ptr().cast::<u8>();
+        // SAFETY: the caller's contract.
+        let done = unsafe { run_local(&self.locals[self.local_at], scratch) };
+        self.local_at += 1;
+        if let Err(e) = done {
+            self.outcome = Some(Err(e));
+        }
+    }
+
     /// Whether it has ended.
     pub fn is_done(&self) -> bool {
         self.outcome.is_some()
@@ -205,7 +245,7 @@ impl Schedule {
     /// The user memory its places name is valid as the collective's caller promised,
     /// until it ends.
     pub unsafe fn advance(&mut self, m: &mut msg::Comm) -> bool {
-        if self.outcome.is_some() {
+        if self.outcome.is_some() || self.paused {
             return false;
         }
         let mut moved = false;
@@ -235,9 +275,13 @@ impl Schedule {
             }
             if self.started {
                 // SAFETY: the caller's contract.
-                if let Err(e) = unsafe { self.run_locals() } {
-                    self.outcome = Some(Err(e));
-                    return true;
+                match unsafe { self.run_locals() } {
+                    Err(e) => {
+                        self.outcome = Some(Err(e));
+                        return true;
+                    }
+                    Ok(false) => return true,
+                    Ok(true) => {}
                 }
                 self.at += 1;
                 self.started = false;
@@ -285,51 +329,34 @@ impl Schedule {
         Ok(())
     }
 
-    /// Run the current round's local work.
+    /// Run the current round's local work (from where it stopped): whether all
+    /// of it ran, or it stopped before a program's reduction function.
     ///
     /// # Safety
     ///
     /// As [`Schedule::advance`].
-    unsafe fn run_locals(&mut self) -> Result<()> {
+    unsafe fn run_locals(&mut self) -> Result<bool> {
         let (_, locals) = self.bounds(self.at);
         let scratch = self.scratch.as_mut_ptr().cast::<u8>();
-        let ptr = |l: Loc| address(scratch, l);
-        for l in &self.locals[locals] {
-            match *l {
-                Local::Copy { from, to, len } => {
-                    let (f, t) = (ptr(from), ptr(to));
-                    // SAFETY: both places hold `len` bytes; they may overlap only when
-                    // equal (an in-place step), which `copy` allows.
-                    unsafe { std::ptr::copy(f, t, len) };
-                }
-                Local::Reduce {
-                    op,
-                    ref ty,
-                    handle,
-                    from,
-                    into,
-                    count,
-                } => {
-                    let (f, t) = (ptr(from), ptr(into));
-                    // SAFETY: both places hold `count` packed elements; they never
-                    // overlap (the builders keep them apart).
-                    unsafe { op::reduce(op, ty, handle, f, t, count) }?;
-                }
-                Local::Unpack {
-                    from,
-                    ref ty,
-                    to,
-                    count,
-                } => {
-                    let f = ptr(from);
-                    let len = ty.size * count;
-                    // SAFETY: the place holds the packed elements; `to` the user's
-                    // memory for them.
-                    unsafe { pack::unpack(ty, std::slice::from_raw_parts(f, len), to, count) };
-                }
+        for i in self.local_at.max(locals.start)..locals.end {
+            let l = &self.locals[i];
+            if self.pause_at_user
+                && matches!(
+                    l,
+                    Local::Reduce {
+                        op: Op::User(_),
+                        ..
+                    }
+                )
+            {
+                (self.local_at, self.paused) = (i, true);
+                return Ok(false);
             }
+            // SAFETY: the caller's contract.
+            unsafe { run_local(l, scratch) }?;
         }
-        Ok(())
+        self.local_at = locals.end;
+        Ok(true)
     }
 
     /// Fail with `e` (the first failure is kept): receives still posted are
@@ -341,6 +368,49 @@ impl Schedule {
             m.cancel(id);
         }
     }
+}
+
+/// Run local step `l`, the scratch space starting at `scratch`.
+///
+/// # Safety
+///
+/// As [`Schedule::advance`]; `scratch` is the schedule's scratch space.
+unsafe fn run_local(l: &Local, scratch: *mut u8) -> Result<()> {
+    let ptr = |l: Loc| address(scratch, l);
+    match *l {
+        Local::Copy { from, to, len } => {
+            let (f, t) = (ptr(from), ptr(to));
+            // SAFETY: both places hold `len` bytes; they may overlap only when equal
+            // (an in-place step), which `copy` allows.
+            unsafe { std::ptr::copy(f, t, len) };
+        }
+        Local::Reduce {
+            op,
+            ref ty,
+            handle,
+            from,
+            into,
+            count,
+        } => {
+            let (f, t) = (ptr(from), ptr(into));
+            // SAFETY: both places hold `count` packed elements; they never overlap
+            // (the builders keep them apart).
+            unsafe { op::reduce(op, ty, handle, f, t, count) }?;
+        }
+        Local::Unpack {
+            from,
+            ref ty,
+            to,
+            count,
+        } => {
+            let f = ptr(from);
+            let len = ty.size * count;
+            // SAFETY: the place holds the packed elements; `to` the user's memory
+            // for them.
+            unsafe { pack::unpack(ty, std::slice::from_raw_parts(f, len), to, count) };
+        }
+    }
+    Ok(())
 }
 
 /// The address of place `l`, the scratch space starting at `scratch`.

@@ -1,10 +1,12 @@
 //! The communicator bindings: rank, size, making and freeing, comparing, names,
 //! error handlers.
 
+use super::attr;
 use super::group::compare;
-use crate::entry::call;
+use crate::entry::{call, call_in_steps};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
+use crate::global;
 use crate::handles::Kind;
 use crate::state::{Errhandler, Mpi};
 
@@ -103,8 +105,8 @@ pub unsafe extern "C" fn PMPI_Comm_test_inter(comm: Handle, flag: *mut c_int) ->
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_int {
     // SAFETY: the binding's contract.
-    call("MPI_Comm_dup", Object::Comm(comm), |mpi| unsafe {
-        hand_out(mpi.comm_dup(comm), newcomm)
+    call_in_steps("MPI_Comm_dup", Object::Comm(comm), || unsafe {
+        hand_out(dup_with_attrs(comm), newcomm)
     })
 }
 
@@ -115,9 +117,21 @@ pub unsafe extern "C" fn PMPI_Comm_dup_with_info(
     newcomm: *mut Handle,
 ) -> c_int {
     // SAFETY: the binding's contract.
-    call("MPI_Comm_dup_with_info", Object::Comm(comm), |mpi| unsafe {
-        hand_out(mpi.comm_dup(comm), newcomm)
+    call_in_steps("MPI_Comm_dup_with_info", Object::Comm(comm), || unsafe {
+        hand_out(dup_with_attrs(comm), newcomm)
     })
+}
+
+/// `MPI_Comm_dup`: the duplicate, then the attributes copied by their keys' copy
+/// functions (run outside the library's state: they may call MPI). A failed copy
+/// frees the duplicate.
+fn dup_with_attrs(comm: Handle) -> Result<Handle> {
+    let h = global::with(|mpi| mpi.comm_dup(comm))?;
+    if let Err(e) = attr::copy_attrs(comm, h) {
+        global::with(|mpi| mpi.comm_free(h))?;
+        return Err(e);
+    }
+    Ok(h)
 }
 
 #[no_mangle]
@@ -175,8 +189,20 @@ pub unsafe extern "C" fn PMPI_Comm_create_group(
 }
 
 impl Mpi {
-    /// `MPI_Comm_free`: attributes deleted, the handle dead. Operations still under
-    /// way on it complete as usual (their requests hold what they need).
+    /// Whether `h` is a communicator the program may free.
+    pub fn check_freeable(&self, h: Handle) -> Result<()> {
+        match h {
+            MPI_COMM_WORLD | MPI_COMM_SELF => Err(Error::new(
+                MPI_ERR_COMM,
+                "MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed",
+            )),
+            _ => self.comm(h).map(|_| ()),
+        }
+    }
+
+    /// The end of `MPI_Comm_free`, its attributes' deletions run
+    /// ([`attr::delete_attrs`]): the handle dead. Operations still under way on it
+    /// complete as usual (their requests hold what they need).
     pub fn comm_free(&mut self, h: Handle) -> Result<()> {
         match h {
             MPI_COMM_WORLD | MPI_COMM_SELF => Err(Error::new(
@@ -184,8 +210,7 @@ impl Mpi {
                 "MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed",
             )),
             _ => {
-                self.comm(h)?;
-                self.delete_all_attrs(h)?;
+                self.forget_attrs(h, None)?;
                 self.comms.remove(h);
                 // The parents' intercommunicator, freed, is not handed out again.
                 if self.parent == h {
@@ -199,12 +224,15 @@ impl Mpi {
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_free(comm: *mut Handle) -> c_int {
-    call("MPI_Comm_free", Object::None, |mpi| {
+    call_in_steps("MPI_Comm_free", Object::None, || {
         if comm.is_null() {
             return Err(Error::new(MPI_ERR_ARG, "the communicator pointer is null"));
         }
         // SAFETY: checked not null.
-        mpi.comm_free(unsafe { *comm })?;
+        let h = unsafe { *comm };
+        global::with(|mpi| mpi.check_freeable(h))?;
+        attr::delete_attrs(h, None)?;
+        global::with(|mpi| mpi.comm_free(h))?;
         // SAFETY: checked not null.
         unsafe { comm.write(MPI_COMM_NULL) };
         Ok(())
@@ -213,7 +241,7 @@ pub unsafe extern "C" fn PMPI_Comm_free(comm: *mut Handle) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_disconnect(comm: *mut Handle) -> c_int {
-    call("MPI_Comm_disconnect", Object::None, |mpi| {
+    call_in_steps("MPI_Comm_disconnect", Object::None, || {
         if comm.is_null() {
             return Err(Error::new(MPI_ERR_ARG, "the communicator pointer is null"));
         }
@@ -221,13 +249,17 @@ pub unsafe extern "C" fn PMPI_Comm_disconnect(comm: *mut Handle) -> c_int {
         let h = unsafe { *comm };
         // Everything pending on it completes first: a barrier over it (both groups
         // of an intercommunicator).
-        if mpi.comm(h)?.remote.is_some() {
-            mpi.intercomm_barrier(h)?;
-        } else {
-            let s = mpi.build_barrier(h)?;
-            mpi.run(s)?;
-        }
-        mpi.comm_free(h)?;
+        global::with(|mpi| {
+            mpi.check_freeable(h)?;
+            if mpi.comm(h)?.remote.is_some() {
+                mpi.intercomm_barrier(h)
+            } else {
+                let s = mpi.build_barrier(h)?;
+                mpi.run(s)
+            }
+        })?;
+        attr::delete_attrs(h, None)?;
+        global::with(|mpi| mpi.comm_free(h))?;
         // SAFETY: checked not null.
         unsafe { comm.write(MPI_COMM_NULL) };
         Ok(())

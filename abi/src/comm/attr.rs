@@ -3,9 +3,10 @@
 //! `MPI_Comm_free` by its callbacks; and the predefined attributes of the world
 //! (`MPI_TAG_UB`, `MPI_UNIVERSE_SIZE`, ...).
 
-use crate::entry::call;
+use crate::entry::{call, call_in_steps};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
+use crate::global;
 use crate::state::Mpi;
 use std::collections::BTreeMap;
 
@@ -103,84 +104,179 @@ impl Mpi {
         Some(&v[i] as *const c_int as usize)
     }
 
-    /// The attributes of `old` copied for its duplicate `new` as their keys' copy
-    /// functions say (`MPI_COMM_NULL_COPY_FN`: not copied; `MPI_COMM_DUP_FN`: the
-    /// same value).
-    pub fn copy_attrs(&mut self, old: Handle, new: Handle) -> Result<BTreeMap<c_int, usize>> {
-        let attrs = self.comm(old)?.attrs.clone();
-        let mut out = BTreeMap::new();
-        for (k, v) in attrs {
-            let Some(&key) = self.attrs.keys.get(&k) else {
-                continue;
-            };
-            match key.copy {
-                0 => {}
-                1 => {
-                    out.insert(k, v);
-                }
-                f => {
-                    // SAFETY: MPI_Comm_create_keyval's caller gave a copy function.
-                    let f: CopyFn = unsafe { std::mem::transmute::<usize, CopyFn>(f) };
-                    let (mut value, mut flag): (usize, c_int) = (0, 0);
-                    // SAFETY: the function gets the standard's arguments.
-                    let rc = unsafe {
-                        f(
-                            old,
-                            k,
-                            key.extra as *mut c_void,
-                            v as *mut c_void,
-                            (&mut value as *mut usize).cast(),
-                            &mut flag,
-                        )
-                    };
-                    if rc != MPI_SUCCESS {
-                        return Err(Error::new(
-                            MPI_ERR_OTHER,
-                            format!("the copy function of attribute key {k} returned {rc}"),
-                        ));
-                    }
-                    if flag != 0 {
-                        out.insert(k, value);
-                    }
-                }
-            }
-        }
-        let _ = new;
-        Ok(out)
+    /// How each attribute of `comm` goes to a duplicate, as its key's copy function
+    /// says (`MPI_COMM_NULL_COPY_FN`: not copied; `MPI_COMM_DUP_FN`: the same value;
+    /// a program's function: run by [`Copying::run`], outside the library's state).
+    pub fn copyings(&self, comm: Handle) -> Result<Vec<Copying>> {
+        let attrs = &self.comm(comm)?.attrs;
+        Ok(attrs
+            .iter()
+            .filter_map(|(&k, &v)| {
+                let key = self.attrs.keys.get(&k)?;
+                (key.copy != 0).then_some(Copying {
+                    comm,
+                    k,
+                    v,
+                    copy: key.copy,
+                    extra: key.extra,
+                })
+            })
+            .collect())
     }
 
-    /// Run the delete function of key `k` on value `v` of `comm` (taken off it
-    /// already).
-    fn delete_attr(&mut self, comm: Handle, k: c_int, v: usize) -> Result<()> {
-        let Some(&key) = self.attrs.keys.get(&k) else {
-            return Ok(());
+    /// The deletions of the attributes `keys` of `comm` (those set), in the reverse
+    /// order of their keys: run by [`Deletion::run`], outside the library's state,
+    /// before [`Mpi::forget_attrs`] takes the values off.
+    pub fn deletions(&self, comm: Handle, keys: Option<c_int>) -> Result<Vec<Deletion>> {
+        let attrs = &self.comm(comm)?.attrs;
+        Ok(attrs
+            .iter()
+            .filter(|&(&k, _)| keys.is_none_or(|only| only == k))
+            .rev()
+            .filter_map(|(&k, &v)| {
+                let key = self.attrs.keys.get(&k)?;
+                (key.delete != 0).then_some(Deletion {
+                    comm,
+                    k,
+                    v,
+                    delete: key.delete,
+                    extra: key.extra,
+                })
+            })
+            .collect())
+    }
+
+    /// Take the attributes `keys` (all of them: `None`) off `comm`, their deletions
+    /// run; keys freed meanwhile go once nothing is left under them.
+    pub fn forget_attrs(&mut self, comm: Handle, keys: Option<c_int>) -> Result<()> {
+        let attrs = &mut self.comm_mut(comm)?.attrs;
+        let gone: Vec<c_int> = match keys {
+            Some(k) => attrs.remove(&k).map(|_| k).into_iter().collect(),
+            None => std::mem::take(attrs).into_keys().collect(),
         };
-        self.drop_freed_key(k);
-        if key.delete == 0 {
-            return Ok(());
+        for k in gone {
+            self.drop_freed_key(k);
         }
-        // SAFETY: MPI_Comm_create_keyval's caller gave a delete function.
-        let f: DeleteFn = unsafe { std::mem::transmute::<usize, DeleteFn>(key.delete) };
+        Ok(())
+    }
+}
+
+/// An attribute to copy to a duplicate of its communicator.
+pub struct Copying {
+    comm: Handle,
+    k: c_int,
+    v: usize,
+    /// 1 (`MPI_COMM_DUP_FN`) or a program's function.
+    copy: usize,
+    extra: usize,
+}
+
+impl Copying {
+    /// Its key, and the value the duplicate gets (`None`: none).
+    ///
+    /// # Safety
+    ///
+    /// Runs the program's copy function (MPI calls are allowed in it): called
+    /// outside the library's state.
+    pub unsafe fn run(&self) -> Result<(c_int, Option<usize>)> {
+        if self.copy == 1 {
+            return Ok((self.k, Some(self.v)));
+        }
+        // SAFETY: MPI_Comm_create_keyval's caller gave a copy function.
+        let f: CopyFn = unsafe { std::mem::transmute::<usize, CopyFn>(self.copy) };
+        let (mut value, mut flag): (usize, c_int) = (0, 0);
         // SAFETY: the function gets the standard's arguments.
-        let rc = unsafe { f(comm, k, v as *mut c_void, key.extra as *mut c_void) };
+        let rc = unsafe {
+            f(
+                self.comm,
+                self.k,
+                self.extra as *mut c_void,
+                self.v as *mut c_void,
+                (&mut value as *mut usize).cast(),
+                &mut flag,
+            )
+        };
         if rc != MPI_SUCCESS {
             return Err(Error::new(
                 MPI_ERR_OTHER,
-                format!("the delete function of attribute key {k} returned {rc}"),
+                format!(
+                    "the copy function of attribute key {} returned {rc}",
+                    self.k
+                ),
+            ));
+        }
+        Ok((self.k, (flag != 0).then_some(value)))
+    }
+}
+
+/// An attribute's deletion: its key's delete function on its value.
+pub struct Deletion {
+    comm: Handle,
+    k: c_int,
+    v: usize,
+    delete: usize,
+    extra: usize,
+}
+
+impl Deletion {
+    /// Run it.
+    ///
+    /// # Safety
+    ///
+    /// Runs the program's delete function (MPI calls are allowed in it): called
+    /// outside the library's state.
+    pub unsafe fn run(&self) -> Result<()> {
+        // SAFETY: MPI_Comm_create_keyval's caller gave a delete function.
+        let f: DeleteFn = unsafe { std::mem::transmute::<usize, DeleteFn>(self.delete) };
+        // SAFETY: the function gets the standard's arguments.
+        let rc = unsafe {
+            f(
+                self.comm,
+                self.k,
+                self.v as *mut c_void,
+                self.extra as *mut c_void,
+            )
+        };
+        if rc != MPI_SUCCESS {
+            return Err(Error::new(
+                MPI_ERR_OTHER,
+                format!(
+                    "the delete function of attribute key {} returned {rc}",
+                    self.k
+                ),
             ));
         }
         Ok(())
     }
+}
 
-    /// Delete every attribute of `comm` (it is being freed), in the reverse order
-    /// of their keys.
-    pub fn delete_all_attrs(&mut self, comm: Handle) -> Result<()> {
-        let attrs = std::mem::take(&mut self.comm_mut(comm)?.attrs);
-        for (k, v) in attrs.into_iter().rev() {
-            self.delete_attr(comm, k, v)?;
-        }
-        Ok(())
+/// Delete the attributes `keys` (all: `None`) of `comm`: their delete functions run
+/// outside the library's state (they may call MPI, and still read the attributes),
+/// then the values are taken off. A failed deletion leaves every value in place.
+pub fn delete_attrs(comm: Handle, keys: Option<c_int>) -> Result<()> {
+    let deletions = global::with(|mpi| mpi.deletions(comm, keys))?;
+    for d in &deletions {
+        // SAFETY: outside the state.
+        unsafe { d.run() }?;
     }
+    global::with(|mpi| mpi.forget_attrs(comm, keys))
+}
+
+/// Copy the attributes of `old` to its new duplicate `new`, their copy functions
+/// run outside the library's state.
+pub fn copy_attrs(old: Handle, new: Handle) -> Result<()> {
+    let copyings = global::with(|mpi| mpi.copyings(old))?;
+    let mut copied = BTreeMap::new();
+    for c in &copyings {
+        // SAFETY: outside the state.
+        if let (k, Some(v)) = unsafe { c.run() }? {
+            copied.insert(k, v);
+        }
+    }
+    global::with(|mpi| {
+        mpi.comm_mut(new)?.attrs = copied;
+        Ok(())
+    })
 }
 
 #[no_mangle]
@@ -236,16 +332,16 @@ pub unsafe extern "C" fn PMPI_Comm_set_attr(
     comm_keyval: c_int,
     attribute_val: *mut c_void,
 ) -> c_int {
-    call("MPI_Comm_set_attr", Object::Comm(comm), |mpi| {
-        mpi.keyval(comm_keyval)?;
-        let old = mpi
-            .comm_mut(comm)?
-            .attrs
-            .insert(comm_keyval, attribute_val as usize);
-        if let Some(v) = old {
-            mpi.delete_attr(comm, comm_keyval, v)?;
-        }
-        Ok(())
+    call_in_steps("MPI_Comm_set_attr", Object::Comm(comm), || {
+        // The old value's deletion first (it may fail, keeping it).
+        global::with(|mpi| mpi.keyval(comm_keyval).map(|_| ()))?;
+        delete_attrs(comm, Some(comm_keyval))?;
+        global::with(|mpi| {
+            mpi.comm_mut(comm)?
+                .attrs
+                .insert(comm_keyval, attribute_val as usize);
+            Ok(())
+        })
     })
 }
 
@@ -281,14 +377,17 @@ pub unsafe extern "C" fn PMPI_Comm_get_attr(
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_delete_attr(comm: Handle, comm_keyval: c_int) -> c_int {
-    call("MPI_Comm_delete_attr", Object::Comm(comm), |mpi| {
-        mpi.keyval(comm_keyval)?;
-        match mpi.comm_mut(comm)?.attrs.remove(&comm_keyval) {
-            Some(v) => mpi.delete_attr(comm, comm_keyval, v),
-            None => Err(Error::new(
-                MPI_ERR_KEYVAL,
-                format!("the communicator has no attribute under key {comm_keyval}"),
-            )),
-        }
+    call_in_steps("MPI_Comm_delete_attr", Object::Comm(comm), || {
+        global::with(|mpi| {
+            mpi.keyval(comm_keyval)?;
+            match mpi.comm(comm)?.attrs.contains_key(&comm_keyval) {
+                true => Ok(()),
+                false => Err(Error::new(
+                    MPI_ERR_KEYVAL,
+                    format!("the communicator has no attribute under key {comm_keyval}"),
+                )),
+            }
+        })?;
+        delete_attrs(comm, Some(comm_keyval))
     })
 }

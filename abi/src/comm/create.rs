@@ -81,8 +81,9 @@ impl Mpi {
         self.comms.insert(c)
     }
 
-    /// `MPI_Comm_dup`: the same group, a new context, the parent's attributes as
-    /// their copy functions say, its error handler and topology.
+    /// The duplicate of `MPI_Comm_dup`: the same group, a new context, the
+    /// parent's error handler and topology (the attributes come after, copied
+    /// outside the library's state: [`super::attr::copy_attrs`]).
     pub fn comm_dup(&mut self, comm: Handle) -> Result<Handle> {
         let parent = self.comm(comm)?;
         if parent.remote.is_some() {
@@ -95,10 +96,7 @@ impl Mpi {
         let topo = parent.topo.clone();
         let ctx = self.agree_context(comm, &[])?.0;
         let h = self.keep(ctx, group, comm)?;
-        let attrs = self.copy_attrs(comm, h)?;
-        let c = self.comm_mut(h)?;
-        c.topo = topo;
-        c.attrs = attrs;
+        self.comm_mut(h)?.topo = topo;
         Ok(h)
     }
 

@@ -2,9 +2,10 @@
 //! `MPI_Reduce_local`.
 
 use super::{Op, UserOp};
-use crate::entry::call;
+use crate::entry::{call, call_in_steps};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
+use crate::global;
 use crate::state::Mpi;
 
 impl Mpi {
@@ -110,11 +111,15 @@ pub unsafe extern "C" fn PMPI_Reduce_local(
     datatype: Handle,
     op: Handle,
 ) -> c_int {
-    call("MPI_Reduce_local", Object::None, |mpi| {
-        let n = crate::p2p::check_count(count)?;
-        let o = mpi.op(op)?;
-        let t = mpi.dtype(datatype)?.clone();
-        super::check(o, &t)?;
+    call_in_steps("MPI_Reduce_local", Object::None, || {
+        let (n, o, t) = global::with(|mpi| {
+            let n = crate::p2p::check_count(count)?;
+            let o = mpi.op(op)?;
+            let t = mpi.dtype(datatype)?.clone();
+            super::check(o, &t)?;
+            Ok((n, o, t))
+        })?;
+        // Outside the library's state: a program's function may call MPI.
         let len = t
             .bytes(n)
             .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
