@@ -15,6 +15,7 @@
 //! member's memory at creation.
 
 pub mod api;
+pub mod atomics;
 pub mod ops;
 pub mod sync;
 

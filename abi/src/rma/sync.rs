@@ -99,13 +99,14 @@ impl Mpi {
     ) -> Result<()> {
         let mut tries = 0u32;
         // A holder that never releases (it died, or stopped) is given up on after
-        // the message layer's peer timeout.
+        // the message layer's peer timeout, counted from the first failed take.
         let limit = self.msg.peer_timeout();
-        let start = std::time::Instant::now();
+        let mut start = None;
         loop {
             if self.lock_word(h, r, offset, Take(exclusive))? {
                 return Ok(());
             }
+            let start = *start.get_or_insert_with(std::time::Instant::now);
             // The holder may need this process's progress to finish.
             self.progress();
             tries += 1;
