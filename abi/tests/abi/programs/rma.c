@@ -437,7 +437,9 @@ static void test_accumulate(void) {
           "bitwise %d: %#x %#x %#x", j, a.band[j], a.bor[j], a.bxor[j]);
   }
 
-  /* Fetching operations on the right neighbour's window, alone there. */
+  /* Fetching operations on the right neighbour's window, alone there, once it has
+   * checked what the fence left there. */
+  OK(MPI_Barrier(MPI_COMM_WORLD));
   long long add = 5, old = 0, one = 1;
   OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, right, 0, win));
   OK(MPI_Get_accumulate(&add, 1, MPI_LONG_LONG, &old, 1, MPI_LONG_LONG, right, AT(fetch),
