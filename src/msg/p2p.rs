@@ -510,6 +510,14 @@ impl Comm {
         s.req_mut(req).is_some_and(|r| r.outcome.is_some())
     }
 
+    /// How many requests have completed so far: while it stays the same, no request
+    /// started before it was read has completed, but those that completed at once
+    /// (a test right after the start tells).
+    #[inline]
+    pub fn completions(&self) -> usize {
+        self.signals.completed.load(Ordering::Acquire)
+    }
+
     /// The outcome of `req` if it has completed (then the request is gone).
     #[inline]
     pub fn test(&mut self, req: ReqId) -> Option<Result<Status>> {

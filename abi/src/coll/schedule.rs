@@ -104,6 +104,9 @@ pub struct Schedule {
     pause_at_user: bool,
     paused: bool,
     pending: Vec<ReqId>,
+    /// The message layer's count of completions when `pending` was last tested
+    /// (`usize::MAX`: test them now).
+    seen: usize,
     /// The first failure: the schedule ends once its transfers under way have.
     error: Option<Error>,
     outcome: Option<Result<()>>,
@@ -126,6 +129,7 @@ impl Schedule {
             pause_at_user: false,
             paused: false,
             pending: Vec::new(),
+            seen: usize::MAX,
             error: None,
             outcome: None,
         }
@@ -142,6 +146,7 @@ impl Schedule {
             self.scratch = Vec::new();
         }
         self.pending.clear();
+        self.seen = usize::MAX;
         (self.ctx, self.tag, self.comm) = (ctx, tag, None);
         (self.at, self.started, self.local_at) = (0, false, 0);
         (self.pause_at_user, self.paused) = (false, false);
@@ -250,7 +255,12 @@ impl Schedule {
         }
         let mut moved = false;
         loop {
-            // The round's transfers.
+            // The round's transfers, tested when something may have completed.
+            let completions = m.completions();
+            if completions == self.seen && !self.pending.is_empty() {
+                return moved;
+            }
+            self.seen = completions;
             let mut i = 0;
             while i < self.pending.len() {
                 match m.test(self.pending[i]) {
@@ -310,6 +320,8 @@ impl Schedule {
     unsafe fn start_round(&mut self, m: &mut msg::Comm) -> Result<()> {
         let (xfers, _) = self.bounds(self.at);
         let (ctx, tag) = (self.ctx, self.tag);
+        // Some may complete at once, which the count of completions does not show.
+        self.seen = usize::MAX;
         for i in xfers {
             let id = match self.xfers[i] {
                 Xfer::Send { from, len, to } => {
