@@ -252,12 +252,21 @@ impl Deletion {
 
 /// Delete the attributes `keys` (all: `None`) of `comm`: their delete functions run
 /// outside the library's state (they may call MPI, and still read the attributes),
-/// then the values are taken off. A failed deletion leaves every value in place.
+/// then the values are taken off. A failed deletion stops there: the attributes
+/// deleted before it are gone, it and those after it stay.
 pub fn delete_attrs(comm: Handle, keys: Option<c_int>) -> Result<()> {
     let deletions = global::with(|mpi| mpi.deletions(comm, keys))?;
-    for d in &deletions {
+    for (i, d) in deletions.iter().enumerate() {
         // SAFETY: outside the state.
-        unsafe { d.run() }?;
+        if let Err(e) = unsafe { d.run() } {
+            global::with(|mpi| {
+                for done in &deletions[..i] {
+                    mpi.forget_attrs(comm, Some(done.k))?;
+                }
+                Ok(())
+            })?;
+            return Err(e);
+        }
     }
     global::with(|mpi| mpi.forget_attrs(comm, keys))
 }
