@@ -4,6 +4,7 @@
 //! tool may leave on the machine, to check that it left nothing.
 
 use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
@@ -17,6 +18,49 @@ pub fn tool() -> PathBuf {
 /// The ssh stand-in for launchers.
 pub fn ssh() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/nodes-ssh")
+}
+
+/// Why this machine cannot run the simulated nodes, if it cannot.
+pub fn missing(slurm: bool) -> Option<String> {
+    // The owner of /proc/self is the process's effective user.
+    let euid = std::fs::metadata("/proc/self").map(|m| m.uid());
+    if euid.ok() != Some(0) {
+        return Some("simulated nodes need root".into());
+    }
+    let mut tools = vec!["ip", "nsenter", "unshare", "mpiexec.mpich"];
+    if slurm {
+        tools.extend(["munged", "slurmctld", "slurmd", "srun"]);
+    }
+    let absent: Vec<&str> = tools
+        .into_iter()
+        .filter(|t| {
+            !Command::new("sh")
+                .args(["-c", &format!("command -v {t}")])
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+        .collect();
+    (!absent.is_empty()).then(|| {
+        format!(
+            "{} not installed (bash tools/packages.sh install host nodes)",
+            absent.join(", ")
+        )
+    })
+}
+
+/// Whether to go on; panics when the machine cannot and `NODES_REQUIRED=1`.
+pub fn can_run(slurm: bool) -> bool {
+    match missing(slurm) {
+        None => true,
+        Some(why) if std::env::var("NODES_REQUIRED").as_deref() == Ok("1") => {
+            panic!("NODES_REQUIRED=1 but {why}")
+        }
+        Some(why) => {
+            eprintln!("SKIP: {why}");
+            false
+        }
+    }
 }
 
 /// The bridge hydra's proxies reach `mpiexec` through.

@@ -16,7 +16,7 @@
 mod cluster;
 mod launch;
 
-use cluster::{carried, node, Nodes, BRIDGE, CIDR, CIDR2};
+use cluster::{can_run, carried, node, Nodes, BRIDGE, CIDR, CIDR2};
 use launch::{check_routes, rows, run};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -31,48 +31,6 @@ static TURN: Mutex<()> = Mutex::new(());
 
 fn turn() -> std::sync::MutexGuard<'static, ()> {
     TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Why this machine cannot run the simulated nodes, if it cannot.
-fn missing(slurm: bool) -> Option<String> {
-    // SAFETY: geteuid has no arguments and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("simulated nodes need root".into());
-    }
-    let mut tools = vec!["ip", "nsenter", "unshare", "mpiexec.mpich"];
-    if slurm {
-        tools.extend(["munged", "slurmctld", "slurmd", "srun"]);
-    }
-    let absent: Vec<&str> = tools
-        .into_iter()
-        .filter(|t| {
-            !Command::new("sh")
-                .args(["-c", &format!("command -v {t}")])
-                .stdout(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-        .collect();
-    (!absent.is_empty()).then(|| {
-        format!(
-            "{} not installed (bash tools/packages.sh install host nodes)",
-            absent.join(", ")
-        )
-    })
-}
-
-/// Whether to go on; panics when the machine cannot and `NODES_REQUIRED=1`.
-fn can_run(slurm: bool) -> bool {
-    match missing(slurm) {
-        None => true,
-        Some(why) if std::env::var("NODES_REQUIRED").as_deref() == Ok("1") => {
-            panic!("NODES_REQUIRED=1 but {why}")
-        }
-        Some(why) => {
-            eprintln!("SKIP: {why}");
-            false
-        }
-    }
 }
 
 /// `mpiexec.mpich` across the nodes, as docs/nodes.md shows it.

@@ -1,8 +1,7 @@
 //! `osu_latency`, `osu_bw` and `osu_allreduce` across two simulated nodes
 //! (`tools/nodes.sh`) under MPICH's hydra and under Slurm.
 
-use std::os::unix::fs::MetadataExt;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::{check_table, options, report, run_limited, suite, turn, COLLECTIVES, PT2PT};
@@ -11,49 +10,6 @@ use super::{check_table, options, report, run_limited, suite, turn, COLLECTIVES,
 const LAUNCH_LIMIT: Duration = Duration::from_secs(240);
 /// How long to wait for another process's simulated nodes to go down.
 const NODES_WAIT: Duration = Duration::from_secs(600);
-
-/// Why this machine cannot run the simulated nodes, if it cannot.
-fn missing(slurm: bool) -> Option<String> {
-    // The owner of /proc/self is the process's effective user.
-    let euid = std::fs::metadata("/proc/self").map(|m| m.uid());
-    if euid.ok() != Some(0) {
-        return Some("simulated nodes need root".into());
-    }
-    let mut tools = vec!["ip", "nsenter", "unshare", "mpiexec.mpich"];
-    if slurm {
-        tools.extend(["munged", "slurmctld", "slurmd", "srun"]);
-    }
-    let absent: Vec<&str> = tools
-        .into_iter()
-        .filter(|t| {
-            !Command::new("sh")
-                .args(["-c", &format!("command -v {t}")])
-                .stdout(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        })
-        .collect();
-    (!absent.is_empty()).then(|| {
-        format!(
-            "{} not installed (bash tools/packages.sh install host nodes)",
-            absent.join(", ")
-        )
-    })
-}
-
-/// Whether to go on; panics when the machine cannot and `NODES_REQUIRED=1`.
-fn can_run(slurm: bool) -> bool {
-    match missing(slurm) {
-        None => true,
-        Some(why) if std::env::var("NODES_REQUIRED").as_deref() == Ok("1") => {
-            panic!("NODES_REQUIRED=1 but {why}")
-        }
-        Some(why) => {
-            eprintln!("SKIP: {why}");
-            false
-        }
-    }
-}
 
 /// Brings up `count` nodes. The tool refuses a second set on the machine ("up
 /// already"): while another process's are up, waits for them to go (as its `status`
@@ -128,7 +84,7 @@ impl Launcher {
 fn across_two_nodes(launcher: Launcher) {
     let slurm = matches!(launcher, Launcher::Slurm);
     let _turn = turn();
-    if !can_run(slurm) {
+    if !cluster::can_run(slurm) {
         return;
     }
     let bin = suite();
