@@ -6,7 +6,7 @@
 //!
 //! A schedule keeps its rounds in three flat lists (transfers, local work, where
 //! each round starts) and its scratch buffers in one: emptied, it is used again by
-//! the next blocking collective, so that a small collective allocates nothing.
+//! the next blocking collective, so that building a small one allocates nothing.
 
 use crate::datatype::{pack, Datatype};
 use crate::error::{Error, Result};
