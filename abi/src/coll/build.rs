@@ -67,6 +67,21 @@ unsafe fn vector<'a>(
     }
 }
 
+/// Member `i`'s count and displacement in a vector argument `(count, counts,
+/// displs)` of `n` members: with `counts` null, `count` each, one after another.
+///
+/// # Safety
+///
+/// Unless `counts` is null, `counts` and `displs` hold `n` ints each.
+unsafe fn part(v: (c_int, *const c_int, *const c_int), i: u32, n: u32) -> Result<(c_int, c_int)> {
+    if v.1.is_null() {
+        return Ok((v.0, i as c_int * v.0));
+    }
+    // SAFETY: the caller's contract.
+    let (counts, displs) = unsafe { vector(v.1, v.2, n) }?;
+    Ok((counts[i as usize], displs[i as usize]))
+}
+
 impl Mpi {
     /// `MPI_Barrier`.
     pub fn build_barrier(&mut self, comm: Handle) -> Result<Box<Schedule>> {
@@ -347,13 +362,8 @@ impl Mpi {
         if is_root {
             let rt = self.dtype(recvtype)?.clone();
             for i in 0..m.size {
-                let (count, displ) = if recv.1.is_null() {
-                    (recv.0, i as c_int * recv.0)
-                } else {
-                    // SAFETY: the caller's contract.
-                    let (counts, displs) = unsafe { vector(recv.1, recv.2, m.size) }?;
-                    (counts[i as usize], displs[i as usize])
-                };
+                // SAFETY: the caller's contract.
+                let (count, displ) = unsafe { part(recv, i, m.size) }?;
                 let k = check_count(count)?;
                 // SAFETY: the caller's contract.
                 let (l, len, u) = unsafe {
@@ -399,13 +409,8 @@ impl Mpi {
         if is_root {
             let st = self.dtype(sendtype)?.clone();
             for i in 0..m.size {
-                let (count, displ) = if send.1.is_null() {
-                    (send.0, i as c_int * send.0)
-                } else {
-                    // SAFETY: the caller's contract.
-                    let (counts, displs) = unsafe { vector(send.1, send.2, m.size) }?;
-                    (counts[i as usize], displs[i as usize])
-                };
+                // SAFETY: the caller's contract.
+                let (count, displ) = unsafe { part(send, i, m.size) }?;
                 let k = check_count(count)?;
                 // SAFETY: the caller's contract.
                 blocks.push(unsafe {
@@ -459,13 +464,8 @@ impl Mpi {
             blocks = basic::blocks(base, len, m.size);
         } else {
             for i in 0..m.size {
-                let (count, displ) = if recv.1.is_null() {
-                    (recv.0, i as c_int * recv.0)
-                } else {
-                    // SAFETY: the caller's contract.
-                    let (counts, displs) = unsafe { vector(recv.1, recv.2, m.size) }?;
-                    (counts[i as usize], displs[i as usize])
-                };
+                // SAFETY: the caller's contract.
+                let (count, displ) = unsafe { part(recv, i, m.size) }?;
                 // SAFETY: the caller's contract.
                 let (l, len, u) = unsafe {
                     args::output(
@@ -491,13 +491,8 @@ impl Mpi {
             });
         } else if !rt.contiguous {
             // The own block is in the user's buffer: packed into its place now.
-            let (count, displ) = if recv.1.is_null() {
-                (recv.0, me as c_int * recv.0)
-            } else {
-                // SAFETY: the caller's contract.
-                let (counts, displs) = unsafe { vector(recv.1, recv.2, m.size) }?;
-                (counts[me], displs[me])
-            };
+            // SAFETY: the caller's contract.
+            let (count, displ) = unsafe { part(recv, m.rank, m.size) }?;
             // SAFETY: the caller's contract.
             let (l, len) = unsafe {
                 args::input(
@@ -540,22 +535,14 @@ impl Mpi {
         // Alltoallw: a type per peer, displacements in bytes.
         let bytes = w;
         let type_of = |types: &[Handle], i: usize| if w { types[i] } else { types[0] };
-        let part = |v: (c_int, *const c_int, *const c_int), i: u32| -> Result<(c_int, c_int)> {
-            if v.1.is_null() {
-                Ok((v.0, i as c_int * v.0))
-            } else {
-                // SAFETY: the caller's contract.
-                let (counts, displs) = unsafe { vector(v.1, v.2, m.size) }?;
-                Ok((counts[i as usize], displs[i as usize]))
-            }
-        };
         let place = in_place(sendbuf);
         let mut recvs = Vec::new();
         let mut unpacks = Vec::new();
         let mut sends = Vec::new();
         for i in 0..m.size {
             let rt = self.dtype(type_of(recvtypes, i as usize))?.clone();
-            let (count, displ) = part(recv, i)?;
+            // SAFETY: the caller's contract.
+            let (count, displ) = unsafe { part(recv, i, m.size) }?;
             let k = check_count(count)?;
             let buf = at(recvbuf, displ as isize, &rt, bytes);
             if place {
@@ -578,7 +565,8 @@ impl Mpi {
         if !place {
             for i in 0..m.size {
                 let st = self.dtype(type_of(sendtypes, i as usize))?.clone();
-                let (count, displ) = part(send, i)?;
+                // SAFETY: the caller's contract.
+                let (count, displ) = unsafe { part(send, i, m.size) }?;
                 // SAFETY: the caller's contract.
                 sends.push(unsafe {
                     args::input(

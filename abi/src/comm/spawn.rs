@@ -310,18 +310,41 @@ unsafe fn strings(argv: *const *mut c_char) -> Result<Vec<String>> {
     Ok(out)
 }
 
-/// Fill `errcodes` (when given) with `MPI_SUCCESS` for `n` processes.
+/// A command's `maxprocs`, which must be positive.
+fn nprocs(maxprocs: c_int) -> Result<u32> {
+    u32::try_from(maxprocs)
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| Error::new(MPI_ERR_ARG, format!("maxprocs {maxprocs} is not positive")))
+}
+
+/// Spawn `commands` (read at the root only) over `comm` from `root`: the new
+/// intercommunicator into `intercomm`, and `MPI_SUCCESS` for each new process into
+/// `errcodes` when given.
 ///
 /// # Safety
 ///
-/// `errcodes` is null or holds `n` ints.
-unsafe fn no_errors(errcodes: *mut c_int, n: usize) {
-    if !errcodes.is_null() {
-        for i in 0..n {
-            // SAFETY: the caller's contract.
-            unsafe { errcodes.add(i).write(MPI_SUCCESS) };
+/// `intercomm` is writable; `errcodes` is null or holds an int per new process.
+unsafe fn spawn_into(
+    mpi: &mut Mpi,
+    commands: Result<Vec<SpawnCommand>>,
+    root: c_int,
+    comm: Handle,
+    intercomm: *mut Handle,
+    errcodes: *mut c_int,
+) -> Result<()> {
+    let h = mpi.spawn(commands, root, comm)?;
+    let n = mpi.comm(h)?.peers().size() as usize;
+    // SAFETY: the caller's contract.
+    unsafe {
+        put(intercomm, h);
+        if !errcodes.is_null() {
+            for i in 0..n {
+                errcodes.add(i).write(MPI_SUCCESS);
+            }
         }
     }
+    Ok(())
 }
 
 #[no_mangle]
@@ -341,12 +364,7 @@ pub unsafe extern "C" fn PMPI_Comm_spawn(
             if !at_root {
                 return Ok(Vec::new());
             }
-            let n = u32::try_from(maxprocs)
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| {
-                    Error::new(MPI_ERR_ARG, format!("maxprocs {maxprocs} is not positive"))
-                })?;
+            let n = nprocs(maxprocs)?;
             // SAFETY: the binding's contract: a string and a null-ended argv.
             let (program, args) = unsafe { (super::api::read_str(command)?, strings(argv)?) };
             Ok(vec![SpawnCommand {
@@ -355,15 +373,9 @@ pub unsafe extern "C" fn PMPI_Comm_spawn(
                 nprocs: n,
             }])
         };
-        let h = mpi.spawn(commands(), root, comm)?;
-        let n = mpi.comm(h)?.peers().size() as usize;
         // SAFETY: the binding's contract: `intercomm` writable; `errcodes` one per
         // process.
-        unsafe {
-            put(intercomm, h);
-            no_errors(array_of_errcodes, n);
-        }
-        Ok(())
+        unsafe { spawn_into(mpi, commands(), root, comm, intercomm, array_of_errcodes) }
     })
 }
 
@@ -399,10 +411,7 @@ pub unsafe extern "C" fn PMPI_Comm_spawn_multiple(
                     } else {
                         strings(*array_of_argv.add(i))?
                     };
-                    let n = *array_of_maxprocs.add(i);
-                    let nprocs = u32::try_from(n).ok().filter(|n| *n > 0).ok_or_else(|| {
-                        Error::new(MPI_ERR_ARG, format!("maxprocs {n} is not positive"))
-                    })?;
+                    let nprocs = nprocs(*array_of_maxprocs.add(i))?;
                     commands.push(SpawnCommand {
                         program,
                         args,
@@ -412,14 +421,8 @@ pub unsafe extern "C" fn PMPI_Comm_spawn_multiple(
             }
             Ok(commands)
         };
-        let h = mpi.spawn(commands(), root, comm)?;
-        let n = mpi.comm(h)?.peers().size() as usize;
         // SAFETY: as in MPI_Comm_spawn.
-        unsafe {
-            put(intercomm, h);
-            no_errors(array_of_errcodes, n);
-        }
-        Ok(())
+        unsafe { spawn_into(mpi, commands(), root, comm, intercomm, array_of_errcodes) }
     })
 }
 

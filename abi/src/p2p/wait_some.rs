@@ -167,11 +167,43 @@ pub unsafe extern "C" fn PMPI_Waitsome(
     array_of_indices: *mut c_int,
     array_of_statuses: *mut Status,
 ) -> c_int {
-    complete("MPI_Waitsome", |mpi, comm| {
-        // SAFETY: the binding's contract.
-        let reqs = unsafe { handles(incount, array_of_requests) }?;
+    let out = (outcount, array_of_indices, array_of_statuses);
+    // SAFETY: the binding's contract.
+    unsafe { some("MPI_Waitsome", true, incount, array_of_requests, out) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Testsome(
+    incount: c_int,
+    array_of_requests: *mut Handle,
+    outcount: *mut c_int,
+    array_of_indices: *mut c_int,
+    array_of_statuses: *mut Status,
+) -> c_int {
+    let out = (outcount, array_of_indices, array_of_statuses);
+    // SAFETY: the binding's contract.
+    unsafe { some("MPI_Testsome", false, incount, array_of_requests, out) }
+}
+
+/// `MPI_Waitsome` (`wait`: until at least one is done) and `MPI_Testsome` (what is
+/// done after one round of progress): the requests done, written to `out` (the
+/// count, their indices and statuses).
+///
+/// # Safety
+///
+/// `requests` holds `incount` handles; `out` as the bindings' contract says.
+unsafe fn some(
+    name: &str,
+    wait: bool,
+    incount: c_int,
+    requests: *mut Handle,
+    (outcount, indices, statuses): (*mut c_int, *mut c_int, *mut Status),
+) -> c_int {
+    complete(name, |mpi, comm| {
+        // SAFETY: the caller's contract.
+        let reqs = unsafe { handles(incount, requests) }?;
         let of = comms(mpi, reqs);
-        if outcount.is_null() || (!reqs.is_empty() && array_of_indices.is_null()) {
+        if outcount.is_null() || (!reqs.is_empty() && indices.is_null()) {
             return Err(Error::new(
                 MPI_ERR_ARG,
                 "the outcount or indices pointer is null",
@@ -184,57 +216,22 @@ pub unsafe extern "C" fn PMPI_Waitsome(
         }
         let mut errors = Vec::new();
         let mut n = 0;
-        mpi.wait_for(|mpi, look| {
-            // SAFETY: the binding's contract: `incount` indices and statuses.
-            n = unsafe {
-                complete_some(mpi, reqs, array_of_indices, array_of_statuses, &mut errors)
-            }?;
-            Ok(pending(mpi, n > 0, look, reqs))
-        })?;
+        if wait {
+            mpi.wait_for(|mpi, look| {
+                // SAFETY: the caller's contract: `incount` indices and statuses.
+                n = unsafe { complete_some(mpi, reqs, indices, statuses, &mut errors) }?;
+                Ok(pending(mpi, n > 0, look, reqs))
+            })?;
+        } else {
+            mpi.progress();
+            // SAFETY: as above.
+            n = unsafe { complete_some(mpi, reqs, indices, statuses, &mut errors) }?;
+        }
         // SAFETY: checked not null.
         unsafe { outcount.write(n as c_int) };
         if let Some(k) = errors.iter().position(Option::is_some) {
             // SAFETY: the first `n` indices were written just now.
-            let i = unsafe { *array_of_indices.add(k) } as usize;
-            *comm = of[i];
-        }
-        in_status(&errors)
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Testsome(
-    incount: c_int,
-    array_of_requests: *mut Handle,
-    outcount: *mut c_int,
-    array_of_indices: *mut c_int,
-    array_of_statuses: *mut Status,
-) -> c_int {
-    complete("MPI_Testsome", |mpi, comm| {
-        // SAFETY: the binding's contract.
-        let reqs = unsafe { handles(incount, array_of_requests) }?;
-        let of = comms(mpi, reqs);
-        if outcount.is_null() || (!reqs.is_empty() && array_of_indices.is_null()) {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "the outcount or indices pointer is null",
-            ));
-        }
-        if none_active(mpi, reqs) {
-            // SAFETY: checked not null.
-            unsafe { outcount.write(MPI_UNDEFINED) };
-            return Ok(());
-        }
-        mpi.progress();
-        let mut errors = Vec::new();
-        // SAFETY: the binding's contract.
-        let n =
-            unsafe { complete_some(mpi, reqs, array_of_indices, array_of_statuses, &mut errors) }?;
-        // SAFETY: checked not null.
-        unsafe { outcount.write(n as c_int) };
-        if let Some(k) = errors.iter().position(Option::is_some) {
-            // SAFETY: the first `n` indices were written just now.
-            let i = unsafe { *array_of_indices.add(k) } as usize;
+            let i = unsafe { *indices.add(k) } as usize;
             *comm = of[i];
         }
         in_status(&errors)

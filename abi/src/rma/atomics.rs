@@ -219,12 +219,9 @@ pub unsafe extern "C" fn PMPI_Accumulate(
         }
         let a = mpi.access(win, target_rank, target_disp, target_count, target_datatype)?;
         let mut keep = Vec::new();
+        let origin = (origin_addr, origin_count, origin_datatype);
         // SAFETY: the binding's contract.
-        let (origin, len) =
-            unsafe { mpi.origin(origin_addr, origin_count, origin_datatype, &mut keep) }?;
-        if len != a.bytes {
-            return Err(mismatch(len, a.bytes));
-        }
+        let origin = unsafe { mpi.origin(origin, &a, &mut keep) }?;
         // SAFETY: `origin` holds the bytes; nothing is fetched.
         unsafe { mpi.accumulate(win, &a, target_datatype, origin, op, std::ptr::null_mut()) }
     })
@@ -288,7 +285,7 @@ impl Mpi {
     /// The buffers hold their elements.
     unsafe fn get_accumulate(
         &mut self,
-        (origin_addr, origin_count, origin_datatype): (*const c_void, c_int, Handle),
+        origin: (*const c_void, c_int, Handle),
         (result_addr, result_count, result_datatype): (*mut c_void, c_int, Handle),
         (target_rank, target_disp, target_count, target_datatype): (c_int, Aint, c_int, Handle),
         op: Handle,
@@ -304,12 +301,7 @@ impl Mpi {
             std::ptr::null()
         } else {
             // SAFETY: the caller's contract.
-            let (origin, len) =
-                unsafe { self.origin(origin_addr, origin_count, origin_datatype, &mut keep) }?;
-            if len != a.bytes {
-                return Err(mismatch(len, a.bytes));
-            }
-            origin
+            unsafe { self.origin(origin, &a, &mut keep) }?
         };
         let rn = check_count(result_count)?;
         let rt = self.dtype(result_datatype)?;

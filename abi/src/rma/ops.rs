@@ -141,29 +141,32 @@ impl Mpi {
         })
     }
 
-    /// The origin's data as packed bytes: its address (the buffer itself when it is
-    /// contiguous, else a copy kept in `keep`).
+    /// The origin's data for access `a` as packed bytes: its address (the buffer
+    /// itself when it is contiguous, else a copy kept in `keep`); an error unless
+    /// it is as many bytes as the target's.
     ///
     /// # Safety
     ///
     /// `buf` holds `count` elements of `ty`.
     pub(super) unsafe fn origin(
         &self,
-        buf: *const c_void,
-        count: c_int,
-        ty: Handle,
+        (buf, count, ty): (*const c_void, c_int, Handle),
+        a: &Access,
         keep: &mut Vec<u8>,
-    ) -> Result<(*const u8, usize)> {
+    ) -> Result<*const u8> {
         let n = check_count(count)?;
         let t = self.dtype(ty)?;
         let len = t.size * n;
+        if len != a.bytes {
+            return Err(mismatch(len, a.bytes));
+        }
         if t.contiguous {
-            return Ok((buf.cast::<u8>().wrapping_offset(t.lb), len));
+            return Ok(buf.cast::<u8>().wrapping_offset(t.lb));
         }
         *keep = vec![0u8; len];
         // SAFETY: the caller's contract.
         unsafe { pack::pack(t, buf.cast(), n, keep) };
-        Ok((keep.as_ptr(), len))
+        Ok(keep.as_ptr())
     }
 }
 
