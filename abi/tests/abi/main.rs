@@ -15,8 +15,11 @@ mod osu;
 mod programs;
 mod rsmpi;
 
+use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The compiler wrapper and the launcher of this build.
@@ -75,47 +78,75 @@ pub fn compile(source: &Path, out: &Path, reference: bool) {
     );
 }
 
-/// Run `cmd`, killed after `limit`: its output.
+/// Run `cmd`, killed (with everything it started) after `limit`: its output.
 pub fn run_for(cmd: &mut Command, limit: Duration) -> Output {
-    use std::io::Read;
+    run_limited(cmd, limit).unwrap_or_else(|why| panic!("{why}"))
+}
+
+/// Runs `cmd` in a process group of its own with its output captured; kills the
+/// group when it has not ended within `limit` (an error with what it printed). Its
+/// output is read until the pipes close, for at most `PIPES_LIMIT` after it ended
+/// (a process it left behind could hold them open).
+pub fn run_limited(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
+    const PIPES_LIMIT: Duration = Duration::from_secs(10);
     let mut child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
-        .expect("spawn");
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let o = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = out.read_to_end(&mut v);
-        v
-    });
-    let e = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        let _ = err.read_to_end(&mut v);
-        v
-    });
-    let start = Instant::now();
+        .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
+    let reader = |mut pipe: Box<dyn Read + Send>| {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            let _ = tx.send(bytes);
+        });
+        rx
+    };
+    let out = reader(Box::new(child.stdout.take().expect("piped")));
+    let err = reader(Box::new(child.stderr.take().expect("piped")));
+    let deadline = Instant::now() + limit;
     let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
         }
-        if start.elapsed() > limit {
-            let _ = child.kill();
+        if Instant::now() >= deadline {
+            kill_group(child.id());
             let _ = child.wait();
-            let (so, se) = (o.join().unwrap(), e.join().unwrap());
-            panic!(
-                "{cmd:?} still ran after {limit:?}: killed\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&so),
-                String::from_utf8_lossy(&se)
-            );
+            break None;
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    Output {
-        status,
-        stdout: o.join().unwrap(),
-        stderr: e.join().unwrap(),
+    let read = |rx: mpsc::Receiver<Vec<u8>>| {
+        rx.recv_timeout(PIPES_LIMIT)
+            .unwrap_or_else(|_| b"(still open after it ended: not read)".to_vec())
+    };
+    let (stdout, stderr) = (read(out), read(err));
+    match status {
+        Some(status) => Ok(Output {
+            status,
+            stdout,
+            stderr,
+        }),
+        None => Err(format!(
+            "{cmd:?} did not end within {limit:?}; killed\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        )),
     }
+}
+
+/// Sends SIGKILL to the process group `group` (through the shell's `kill`, to which
+/// a negative pid names a group).
+fn kill_group(group: u32) {
+    let _ = Command::new("sh")
+        .args(["-c", &format!("kill -KILL -{group}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
 }
 
 /// `mpiexec -n ranks program args...`, within `limit`.

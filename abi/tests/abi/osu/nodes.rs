@@ -4,7 +4,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::{check_table, options, report, run_limited, suite, turn, COLLECTIVES, PT2PT};
+use super::{check_table, options, report, suite, turn, COLLECTIVES, PT2PT};
+use crate::run_limited;
 
 /// How long a run across nodes may take (launcher and wire-up included).
 const LAUNCH_LIMIT: Duration = Duration::from_secs(240);
