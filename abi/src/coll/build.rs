@@ -200,7 +200,7 @@ impl Mpi {
         crate::op::check(o, &t)?;
         let (mut s, m) = self.collective(comm)?;
         // SAFETY: the caller's contract.
-        let (acc, len, unpack) = unsafe {
+        let (acc, _, unpack) = unsafe {
             if in_place(sendbuf) {
                 args::inout(&mut s, recvbuf, n, &t)?
             } else {
@@ -214,7 +214,6 @@ impl Mpi {
                 (acc, len, unpack)
             }
         };
-        let _ = len;
         let c = Combine {
             op: o,
             ty: &t,

@@ -14,22 +14,32 @@ fn first_complete(
     reqs: &mut [Handle],
 ) -> Result<Option<(usize, Status, Option<Error>)>> {
     for (i, h) in reqs.iter_mut().enumerate() {
-        if *h == MPI_REQUEST_NULL || is_inactive(mpi, *h) {
-            continue;
-        }
-        if let Outcome::Complete {
-            status,
-            error,
-            keep,
-        } = mpi.look(*h)?
-        {
-            if !keep {
-                *h = MPI_REQUEST_NULL;
-            }
+        if let Some((status, error)) = take_complete(mpi, h)? {
             return Ok(Some((i, status, error)));
         }
     }
     Ok(None)
+}
+
+/// The outcome of request `h` if it is active and complete (`h` then becomes
+/// `MPI_REQUEST_NULL`, unless the request is persistent).
+fn take_complete(mpi: &mut Mpi, h: &mut Handle) -> Result<Option<(Status, Option<Error>)>> {
+    if *h == MPI_REQUEST_NULL || is_inactive(mpi, *h) {
+        return Ok(None);
+    }
+    match mpi.look(*h)? {
+        Outcome::Complete {
+            status,
+            error,
+            keep,
+        } => {
+            if !keep {
+                *h = MPI_REQUEST_NULL;
+            }
+            Ok(Some((status, error)))
+        }
+        _ => Ok(None),
+    }
 }
 
 /// A persistent request not started.
@@ -135,18 +145,7 @@ unsafe fn complete_some(
 ) -> Result<usize> {
     let mut n = 0;
     for (i, h) in reqs.iter_mut().enumerate() {
-        if *h == MPI_REQUEST_NULL || is_inactive(mpi, *h) {
-            continue;
-        }
-        if let Outcome::Complete {
-            status,
-            error,
-            keep,
-        } = mpi.look(*h)?
-        {
-            if !keep {
-                *h = MPI_REQUEST_NULL;
-            }
+        if let Some((status, error)) = take_complete(mpi, h)? {
             // SAFETY: the caller's contract; `n` < `reqs.len()`.
             unsafe {
                 indices.add(n).write(i as c_int);
