@@ -25,8 +25,8 @@
 #     MAX_SIZE: largest size of the point-to-point and one-sided benchmarks (default
 #       4 MiB; they run OSU's default iterations)
 #     ITERATIONS: timed iterations per size of the collectives, after a tenth as many
-#       warm-up, sizes up to 64 KiB (default 100: more ranks than cores make every
-#       collective slow), the same for both systems
+#       warm-up, sizes up to 64 KiB (default 1000, OSU's own for small sizes: with 100
+#       the figures at two ranks vary by half between runs), the same for both systems
 #
 # One node: Open MPI's ob1 over vader (its shared memory), rbtl over sm (mpiexec); two
 # ranks are pinned to cores 0 and 1 (mpirun --bind-to core, mpiexec --bind-to core;
@@ -44,7 +44,7 @@ WHERE="node nodes"
 PARTS="pt2pt onesided coll"
 ROUNDS=3
 MAX=4194304
-COLL_ITER=100
+COLL_ITER=1000
 while getopts "w:g:r:M:i:" o; do
     case $o in
         w) WHERE=$OPTARG ;;

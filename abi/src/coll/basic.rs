@@ -8,10 +8,21 @@ fn nowhere() -> Loc {
     Loc::User(std::ptr::NonNull::<u8>::dangling().as_ptr())
 }
 
-/// Dissemination barrier: in round k each member signals the one 2^k after it and
-/// hears from the one 2^k before (ceil(log2 n) rounds).
+/// The largest communicator whose barrier gathers at member 0 ([`barrier`]).
+const GATHERED_BARRIER_MAX: u32 = 8;
+
+/// Barrier. From 3 to [`GATHERED_BARRIER_MAX`] members, as Open MPI's `tuned` does
+/// for small communicators: every member signals member 0, which releases all once it
+/// has heard from each, so member 0 leaves first (a broadcast from it that follows
+/// finds its leaves already waiting) and no member waits through more than two
+/// hops, where ranks share processors. Otherwise dissemination: in round k each
+/// member signals the one 2^k after it and hears from the one 2^k before
+/// (ceil(log2 n) rounds).
 pub fn barrier(s: &mut Schedule, m: &Members) {
     let (n, me) = (m.size, m.rank);
+    if n > 2 && n <= GATHERED_BARRIER_MAX {
+        return gathered_barrier(s, m);
+    }
     let mut step = 1;
     while step < n {
         let r = s.round();
@@ -29,40 +40,79 @@ pub fn barrier(s: &mut Schedule, m: &Members) {
     }
 }
 
-/// Broadcast `len` bytes at `buf` from `root` down a binomial tree: each member
-/// receives from its parent, then sends to its children at once.
-pub fn bcast(s: &mut Schedule, m: &Members, buf: Loc, len: usize, root: u32) {
+/// The barrier that gathers at member 0 and releases from it (see [`barrier`]).
+fn gathered_barrier(s: &mut Schedule, m: &Members) {
+    let signal = |to| Xfer::Send {
+        from: nowhere(),
+        len: 0,
+        to,
+    };
+    let hear = |from| Xfer::Recv {
+        into: nowhere(),
+        len: 0,
+        from,
+    };
+    if m.rank == 0 {
+        let heard = s.round();
+        heard.xfers.extend((1..m.size).map(|i| hear(m.job(i))));
+        let released = s.round();
+        released.xfers.extend((1..m.size).map(|i| signal(m.job(i))));
+    } else {
+        // One round: the release cannot come before member 0 has this signal.
+        let r = s.round();
+        r.xfers.push(signal(m.job(0)));
+        r.xfers.push(hear(m.job(0)));
+    }
+}
+
+/// Broadcast `len` bytes at `buf` from `root` down a binomial tree, in pieces of
+/// `piece` bytes (`len` or more: whole), pipelined: in each round a member receives
+/// the next piece from its parent while it passes the last one on to its children.
+/// With pieces that go in one send (no rendezvous), no member waits for a receiver
+/// to answer before it passes data on.
+pub fn bcast(s: &mut Schedule, m: &Members, buf: Loc, len: usize, root: u32, piece: usize) {
     let (n, me) = (m.size, m.rank);
     let vr = (me + n - root) % n;
     let job = |v: u32| m.job((v + root) % n);
-    let mut mask = 1;
-    while mask < n {
-        if vr & mask != 0 {
-            s.round().xfers.push(Xfer::Recv {
-                into: buf,
-                len,
-                from: job(vr - mask),
-            });
-            break;
+    // The parent is this member (counted from the root) less its lowest set bit; the
+    // children add each lower power of two, largest first.
+    let low = if vr == 0 {
+        n.next_power_of_two()
+    } else {
+        1 << vr.trailing_zeros()
+    };
+    let parent = (vr != 0).then(|| job(vr - low));
+    let children: Vec<u32> = (0..low.trailing_zeros())
+        .rev()
+        .map(|k| vr + (1 << k))
+        .filter(|&c| c < n)
+        .map(job)
+        .collect();
+    let piece = piece.max(1);
+    let count = len.div_ceil(piece);
+    let at = |i: usize| (buf.offset(i * piece), piece.min(len - i * piece));
+    for i in 0..=count {
+        let heard = parent.filter(|_| i < count);
+        // The root has every piece at the start: it passes each on a round earlier.
+        let passed = if parent.is_none() {
+            Some(i)
+        } else {
+            i.checked_sub(1)
+        };
+        let passed = passed.filter(|&j| j < count && !children.is_empty());
+        if heard.is_none() && passed.is_none() {
+            continue;
         }
-        mask <<= 1;
-    }
-    mask >>= 1;
-    // The sends, all in one round (made at the first).
-    let mut sends = None;
-    while mask > 0 {
-        if vr + mask < n {
-            if sends.is_none() {
-                sends = Some(s.round());
-            }
-            let r = sends.as_mut().expect("just made");
-            r.xfers.push(Xfer::Send {
-                from: buf,
-                len,
-                to: job(vr + mask),
-            });
+        let r = s.round();
+        if let Some(from) = heard {
+            let (into, len) = at(i);
+            r.xfers.push(Xfer::Recv { into, len, from });
         }
-        mask >>= 1;
+        if let Some(j) = passed {
+            let (from, len) = at(j);
+            r.xfers
+                .extend(children.iter().map(|&to| Xfer::Send { from, len, to }));
+        }
     }
 }
 

@@ -83,6 +83,13 @@ unsafe fn part(v: (c_int, *const c_int, *const c_int), i: u32, n: u32) -> Result
 }
 
 impl Mpi {
+    /// Operation `op`, checked to apply to type `ty`.
+    fn reduction(&self, op: Handle, ty: Handle) -> Result<crate::op::Op> {
+        let o = self.op(op)?;
+        crate::op::check(o, self.dtype(ty)?)?;
+        Ok(o)
+    }
+
     /// `MPI_Barrier`.
     pub fn build_barrier(&mut self, comm: Handle) -> Result<Box<Schedule>> {
         let (mut s, m) = self.collective(comm)?;
@@ -105,19 +112,22 @@ impl Mpi {
         comm: Handle,
     ) -> Result<Box<Schedule>> {
         let n = check_count(count)?;
-        let t = self.dtype(ty)?.clone();
+        self.dtype(ty)?;
         let (mut s, m) = self.collective(comm)?;
         let root = check_root(root, &m)?;
+        // Borrowed, not copied (a copy costs atomic counts): checked above.
+        let t = self.dtype(ty)?;
         // SAFETY: the caller's contract.
         let (loc, len, unpack) = unsafe {
             if m.rank == root {
-                let (l, n) = args::input(&mut s, buf, n, &t)?;
+                let (l, n) = args::input(&mut s, buf, n, t)?;
                 (l, n, None)
             } else {
-                args::output(&mut s, buf, n, &t)?
+                args::output(&mut s, buf, n, t)?
             }
         };
-        basic::bcast(&mut s, &m, loc, len, root);
+        let piece = self.bcast_piece(&m, len);
+        basic::bcast(&mut s, &m, loc, len, root, piece);
         finish(&mut s, [unpack]);
         Ok(s)
     }
@@ -139,20 +149,20 @@ impl Mpi {
         comm: Handle,
     ) -> Result<Box<Schedule>> {
         let n = check_count(count)?;
-        let t = self.dtype(ty)?.clone();
-        let o = self.op(op)?;
-        crate::op::check(o, &t)?;
+        let o = self.reduction(op, ty)?;
         let (mut s, m) = self.collective(comm)?;
+        // Borrowed, not copied (as in `build_bcast`).
+        let t = self.dtype(ty)?;
         let root = check_root(root, &m)?;
         let is_root = m.rank == root;
-        let len = args::bytes(&t, n)?;
+        let len = args::bytes(t, n)?;
         let acc = s.scratch(len);
         // SAFETY: the caller's contract.
         let (input, _) = unsafe {
             if is_root && in_place(sendbuf) {
-                args::input(&mut s, recvbuf, n, &t)?
+                args::input(&mut s, recvbuf, n, t)?
             } else {
-                args::input(&mut s, sendbuf, n, &t)?
+                args::input(&mut s, sendbuf, n, t)?
             }
         };
         s.round().then.push(Local::Copy {
@@ -162,14 +172,14 @@ impl Mpi {
         });
         let c = Combine {
             op: o,
-            ty: &t,
+            ty: t,
             handle: ty,
             count: n,
         };
         reduce::reduce(&mut s, &m, &c, acc, root);
         if is_root {
             // SAFETY: the caller's contract.
-            let (out, _, unpack) = unsafe { args::output(&mut s, recvbuf, n, &t) }?;
+            let (out, _, unpack) = unsafe { args::output(&mut s, recvbuf, n, t) }?;
             s.round().then.push(Local::Copy {
                 from: acc,
                 to: out,
@@ -195,17 +205,17 @@ impl Mpi {
         comm: Handle,
     ) -> Result<Box<Schedule>> {
         let n = check_count(count)?;
-        let t = self.dtype(ty)?.clone();
-        let o = self.op(op)?;
-        crate::op::check(o, &t)?;
+        let o = self.reduction(op, ty)?;
         let (mut s, m) = self.collective(comm)?;
+        // Borrowed, not copied (as in `build_bcast`).
+        let t = self.dtype(ty)?;
         // SAFETY: the caller's contract.
         let (acc, _, unpack) = unsafe {
             if in_place(sendbuf) {
-                args::inout(&mut s, recvbuf, n, &t)?
+                args::inout(&mut s, recvbuf, n, t)?
             } else {
-                let (input, len) = args::input(&mut s, sendbuf, n, &t)?;
-                let (acc, _, unpack) = args::output(&mut s, recvbuf, n, &t)?;
+                let (input, len) = args::input(&mut s, sendbuf, n, t)?;
+                let (acc, _, unpack) = args::output(&mut s, recvbuf, n, t)?;
                 s.round().then.push(Local::Copy {
                     from: input,
                     to: acc,
@@ -216,7 +226,7 @@ impl Mpi {
         };
         let c = Combine {
             op: o,
-            ty: &t,
+            ty: t,
             handle: ty,
             count: n,
         };
@@ -242,10 +252,10 @@ impl Mpi {
         exclusive: bool,
     ) -> Result<Box<Schedule>> {
         let n = check_count(count)?;
-        let t = self.dtype(ty)?.clone();
-        let o = self.op(op)?;
-        crate::op::check(o, &t)?;
+        let o = self.reduction(op, ty)?;
         let (mut s, m) = self.collective(comm)?;
+        // Borrowed, not copied (as in `build_bcast`).
+        let t = self.dtype(ty)?;
         // SAFETY: the caller's contract.
         let (mine, out, unpack) = unsafe {
             let source = if in_place(sendbuf) {
@@ -253,7 +263,7 @@ impl Mpi {
             } else {
                 sendbuf
             };
-            let (input, len) = args::input(&mut s, source, n, &t)?;
+            let (input, len) = args::input(&mut s, source, n, t)?;
             // The input is read before the output is written (a copy in the first
             // step), so the same buffer serves both.
             let mine = s.scratch(len);
@@ -262,12 +272,12 @@ impl Mpi {
                 to: mine,
                 len,
             });
-            let (out, _, unpack) = args::output(&mut s, recvbuf, n, &t)?;
+            let (out, _, unpack) = args::output(&mut s, recvbuf, n, t)?;
             (mine, out, unpack)
         };
         let c = Combine {
             op: o,
-            ty: &t,
+            ty: t,
             handle: ty,
             count: n,
         };
@@ -294,20 +304,20 @@ impl Mpi {
         op: Handle,
         comm: Handle,
     ) -> Result<Box<Schedule>> {
-        let t = self.dtype(ty)?.clone();
-        let o = self.op(op)?;
-        crate::op::check(o, &t)?;
+        let o = self.reduction(op, ty)?;
         let (mut s, m) = self.collective(comm)?;
+        // Borrowed, not copied (as in `build_bcast`).
+        let t = self.dtype(ty)?;
         let total: usize = counts.iter().sum();
-        let len = args::bytes(&t, total)?;
+        let len = args::bytes(t, total)?;
         let acc = s.scratch(len);
         let mine = counts.get(m.rank as usize).copied().unwrap_or(0);
         // SAFETY: the caller's contract.
         let (input, _) = unsafe {
             if in_place(sendbuf) {
-                args::input(&mut s, recvbuf, total, &t)?
+                args::input(&mut s, recvbuf, total, t)?
             } else {
-                args::input(&mut s, sendbuf, total, &t)?
+                args::input(&mut s, sendbuf, total, t)?
             }
         };
         s.round().then.push(Local::Copy {
@@ -317,7 +327,7 @@ impl Mpi {
         });
         let c = Combine {
             op: o,
-            ty: &t,
+            ty: t,
             handle: ty,
             count: total,
         };
@@ -329,7 +339,7 @@ impl Mpi {
             off += k * t.size;
         }
         // SAFETY: the caller's contract.
-        let (out, olen, unpack) = unsafe { args::output(&mut s, recvbuf, mine, &t) }?;
+        let (out, olen, unpack) = unsafe { args::output(&mut s, recvbuf, mine, t) }?;
         basic::scatterv(&mut s, &m, &blocks, Some((out, olen)), 0);
         finish(&mut s, [unpack]);
         Ok(s)

@@ -56,7 +56,30 @@ impl Members {
     }
 }
 
+/// Largest broadcast sent in pieces (see [`basic::bcast`]); larger ones go whole,
+/// each hop by rendezvous.
+const BCAST_IN_PIECES_MAX: usize = 128 << 10;
+
 impl Mpi {
+    /// The piece size for a broadcast of `len` bytes among `m`: what goes to every
+    /// member in one send, for a broadcast of at most [`BCAST_IN_PIECES_MAX`];
+    /// otherwise `len` (whole).
+    pub fn bcast_piece(&self, m: &Members, len: usize) -> usize {
+        if len <= self.msg.least_eager_payload() || len > BCAST_IN_PIECES_MAX {
+            return len;
+        }
+        let one_send = (0..m.size)
+            .filter(|&r| r != m.rank)
+            .filter_map(|r| self.msg.eager_payload_to(m.job(r)))
+            .min()
+            .unwrap_or(len);
+        // Whole cache lines, unless a send holds less than one.
+        match one_send & !63 {
+            0 => one_send.max(1),
+            lines => lines,
+        }
+    }
+
     /// A schedule for the next collective on intracommunicator `comm`, and its members.
     pub fn collective(&mut self, comm: Handle) -> Result<(Box<Schedule>, Members)> {
         let c = self.comm_mut(comm)?;
@@ -99,7 +122,14 @@ impl Mpi {
     /// Run schedule `s` until it ends or stops before a program's reduction
     /// function. An ended schedule is kept for the next collective.
     pub fn drive(&mut self, mut s: Box<Schedule>) -> Run {
-        match self.drive_here(&mut s) {
+        // Without a nonblocking collective to advance meanwhile, on the blocking
+        // calls' fast paths where it can.
+        let direct = match self.only_messages_in_flight() {
+            // SAFETY: the blocking call that built `s` keeps its buffers until now.
+            true => unsafe { s.run_by_blocking_calls(&mut self.msg) },
+            false => None,
+        };
+        match direct.or_else(|| self.drive_here(&mut s)) {
             Some(outcome) => {
                 self.spare_schedule = Some(s);
                 Run::Ended(outcome)

@@ -25,13 +25,22 @@ impl Combine<'_> {
 
     /// `into = from op into` over `count` elements at the given places.
     fn local(&self, from: Loc, into: Loc, count: usize) -> Local {
-        Local::Reduce {
-            op: self.op,
-            ty: self.ty.clone(),
-            handle: self.handle,
-            from,
-            into,
-            count,
+        match (self.op, self.ty.prim) {
+            (Op::Predefined(op), Some(prim)) => Local::ReduceBasic {
+                op,
+                prim,
+                from,
+                into,
+                n: count * self.ty.size / prim.size(),
+            },
+            _ => Local::Reduce {
+                op: self.op,
+                ty: self.ty.clone(),
+                handle: self.handle,
+                from,
+                into,
+                count,
+            },
         }
     }
 

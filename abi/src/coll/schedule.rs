@@ -8,7 +8,7 @@
 //! each round starts) and its scratch buffers in one: emptied, it is used again by
 //! the next blocking collective, so that building a small one allocates nothing.
 
-use crate::datatype::{pack, Datatype};
+use crate::datatype::{pack, Datatype, Prim};
 use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::op::{self, Op};
@@ -54,6 +54,15 @@ pub enum Local {
         from: Loc,
         into: Loc,
         count: usize,
+    },
+    /// `into = from op into` over `n` elements of one basic kind, by a predefined
+    /// operation (no type to keep).
+    ReduceBasic {
+        op: Handle,
+        prim: Prim,
+        from: Loc,
+        into: Loc,
+        n: usize,
     },
     /// Unpack `count` elements of `ty` from packed bytes at `from` into user memory.
     Unpack {
@@ -312,6 +321,78 @@ impl Schedule {
         }
     }
 
+    /// Run it to the end on the message layer's blocking calls (the fast paths of
+    /// `MPI_Send` and `MPI_Recv`): in each round its sends, then its receives one by
+    /// one, then its local work. Only when every send goes in one message, so that no
+    /// send waits for its receiver, and no program's function is among its
+    /// reductions; `None`, untouched, otherwise. The caller makes sure that nothing
+    /// else needs the library's progress meanwhile (no nonblocking collective in
+    /// flight).
+    ///
+    /// # Safety
+    ///
+    /// As [`Schedule::advance`].
+    pub unsafe fn run_by_blocking_calls(&mut self, m: &mut msg::Comm) -> Option<Result<()>> {
+        let sends_fit = self.xfers.iter().all(|x| match *x {
+            Xfer::Send { len, to, .. } => m.eager_payload_to(to).is_some_and(|e| len <= e),
+            Xfer::Recv { .. } => true,
+        });
+        let user_ops = self.locals.iter().any(|l| {
+            matches!(
+                l,
+                Local::Reduce {
+                    op: Op::User(_),
+                    ..
+                }
+            )
+        });
+        if !sends_fit || user_ops || self.at != 0 || self.started {
+            return None;
+        }
+        // SAFETY: the caller's contract.
+        let outcome = unsafe { self.run_rounds_blocking(m) };
+        self.locals.clear();
+        Some(outcome)
+    }
+
+    /// The rounds of [`Schedule::run_by_blocking_calls`].
+    ///
+    /// # Safety
+    ///
+    /// As [`Schedule::advance`].
+    unsafe fn run_rounds_blocking(&mut self, m: &mut msg::Comm) -> Result<()> {
+        let (ctx, tag) = (self.ctx, self.tag);
+        for round in 0..self.rounds.len() {
+            let (xfers, _) = self.bounds(round);
+            for i in xfers.clone() {
+                if let Xfer::Send { from, len, to } = self.xfers[i] {
+                    let data: &[u8] = match len {
+                        0 => &[],
+                        // SAFETY: the place holds `len` bytes (the caller's contract,
+                        // or a scratch buffer of ours).
+                        _ => unsafe { std::slice::from_raw_parts(self.ptr(from), len) },
+                    };
+                    m.send_in(ctx, data, to, tag)?;
+                }
+            }
+            for i in xfers {
+                if let Xfer::Recv { into, len, from } = self.xfers[i] {
+                    let data: &mut [u8] = match len {
+                        0 => &mut [],
+                        // SAFETY: as above, room for `len` bytes.
+                        _ => unsafe { std::slice::from_raw_parts_mut(self.ptr(into), len) },
+                    };
+                    m.recv_in(ctx, data, Some(from), Some(tag))?;
+                }
+            }
+            self.at = round;
+            // SAFETY: the caller's contract; no reduction in it pauses.
+            unsafe { self.run_locals() }?;
+        }
+        self.at = self.rounds.len();
+        Ok(())
+    }
+
     /// Start the transfers of the current round.
     ///
     /// # Safety
@@ -408,6 +489,17 @@ unsafe fn run_local(l: &Local, scratch: *mut u8) -> Result<()> {
             // SAFETY: both places hold `count` packed elements; they never overlap
             // (the builders keep them apart).
             unsafe { op::reduce(op, ty, handle, f, t, count) }?;
+        }
+        Local::ReduceBasic {
+            op,
+            prim,
+            from,
+            into,
+            n,
+        } => {
+            let (f, t) = (ptr(from), ptr(into));
+            // SAFETY: both places hold `n` elements of `prim`, apart (as above).
+            unsafe { op::reduce_basic(op, prim, f, t, n) }?;
         }
         Local::Unpack {
             from,

@@ -104,6 +104,23 @@ fn type_name(ty: &Datatype) -> String {
     }
 }
 
+/// `inout[i] = input[i] op inout[i]` for `n` elements of basic kind `p`, by
+/// predefined operation `h`.
+///
+/// # Safety
+///
+/// `input` and `inout` hold `n` elements of `p` each and do not overlap.
+pub unsafe fn reduce_basic(
+    h: Handle,
+    p: Prim,
+    input: *const u8,
+    inout: *mut u8,
+    n: usize,
+) -> Result<()> {
+    // SAFETY: the caller's contract.
+    unsafe { kernels::apply(h, p, input, inout, n) }
+}
+
 /// `inout[i] = input[i] op inout[i]` for `count` elements of `ty` (`ty_handle` is
 /// what a user's function is told), both in packed form.
 ///

@@ -27,7 +27,7 @@ impl Mpi {
         comm: Handle,
         mode: SendMode,
     ) -> Result<()> {
-        if mode == SendMode::Standard && self.active.is_empty() {
+        if mode == SendMode::Standard && self.only_messages_in_flight() {
             let c = self.comm(comm)?;
             let t = self.dtype(ty)?;
             if t.contiguous && c.remote.is_none() {
@@ -73,7 +73,7 @@ impl Mpi {
         comm: Handle,
         status: *mut Status,
     ) -> Result<()> {
-        if self.active.is_empty() {
+        if self.only_messages_in_flight() {
             let c = self.comm(comm)?;
             let t = self.dtype(ty)?;
             if t.contiguous && c.remote.is_none() {

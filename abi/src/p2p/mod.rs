@@ -130,6 +130,19 @@ pub struct Started {
 }
 
 impl Mpi {
+    /// Whether the message layer's progress is all the library needs while a
+    /// blocking call waits: no nonblocking collective is in flight, freed or not
+    /// (their schedules advance only by [`Mpi::progress`]).
+    #[inline(always)]
+    pub fn only_messages_in_flight(&self) -> bool {
+        self.active.is_empty()
+            && (self.detached.is_empty()
+                || !self
+                    .detached
+                    .iter()
+                    .any(|(r, _)| matches!(r, Request::Coll(_))))
+    }
+
     /// Drive the transports once, and the collectives in flight: how much happened.
     #[inline(always)]
     pub fn progress(&mut self) -> usize {

@@ -1,5 +1,6 @@
 /* coll.c: collectives at any number of ranks (run at 1 to 8), each result checked
- * against a reference computed here from every rank's input. Barrier; Bcast from
+ * against a reference computed here from every rank's input. Barrier (no rank
+ * leaves before a late one enters; the ranks share one node's clock); Bcast from
  * several roots, small and over 64 KiB, with a type that is not contiguous;
  * Reduce and Allreduce with every predefined operation on several types
  * (MPI_INT, MPI_DOUBLE, MPI_LONG_LONG, MPI_UNSIGNED_CHAR, MPI_C_BOOL, MPI_2INT,
@@ -11,6 +12,7 @@
  * reversed); and the nonblocking forms, many in flight on one communicator,
  * completed in several orders. */
 #include "check.h"
+#include <time.h>
 
 static int rank, size;
 
@@ -108,11 +110,30 @@ static void setup(void) {
 
 /* --- Barrier and broadcast --- */
 
+/* Seconds on the node's monotonic clock, which every rank of a node shares. */
+static double node_clock(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static void test_bcast(void) {
-  for (int k = 0; k < 3; k++)
-    OK(MPI_Barrier(MPI_COMM_WORLD));
   int roots[3] = {0, size - 1, size / 2};
-  enum { BIG = 100000 };
+  /* No rank leaves a barrier before the last has entered: one rank comes late. */
+  for (int k = 0; k < 3; k++) {
+    if (rank == roots[k]) {
+      struct timespec late = {0, 20 * 1000 * 1000};
+      nanosleep(&late, NULL);
+    }
+    double in = node_clock(), last_in;
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    double out = node_clock();
+    OK(MPI_Allreduce(&in, &last_in, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    CHECK(out >= last_in, "MPI_Barrier (rank %d late): rank %d left %.6f s before the last entered",
+          roots[k], rank, last_in - out);
+  }
+  /* In pieces (up to 128 KiB) and whole. */
+  enum { BIG = 300000, PIECES = 100000 };
   unsigned char *big = malloc(BIG);
   for (int k = 0; k < 3; k++) {
     int root = roots[k];
@@ -125,12 +146,14 @@ static void test_bcast(void) {
     for (int i = 0; i < 1000; i++)
       CHECK(small[i] == root * 1000 + i, "MPI_Bcast of 1000 ints from %d: element %d is %d",
             root, i, small[i]);
-    for (int i = 0; i < BIG; i++)
-      big[i] = rank == root ? (unsigned char)(i * 7 + root) : 0;
-    OK(MPI_Bcast(big, BIG, MPI_BYTE, root, MPI_COMM_WORLD));
-    for (int i = 0; i < BIG; i++)
-      CHECK(big[i] == (unsigned char)(i * 7 + root),
-            "MPI_Bcast of %d bytes from %d: byte %d is %d", BIG, root, i, big[i]);
+    for (int len = PIECES; len <= BIG; len += BIG - PIECES) {
+      for (int i = 0; i < len; i++)
+        big[i] = rank == root ? (unsigned char)(i * 7 + root + len) : 0;
+      OK(MPI_Bcast(big, len, MPI_BYTE, root, MPI_COMM_WORLD));
+      for (int i = 0; i < len; i++)
+        CHECK(big[i] == (unsigned char)(i * 7 + root + len),
+              "MPI_Bcast of %d bytes from %d: byte %d is %d", len, root, i, big[i]);
+    }
     /* Every other double. */
     double v[1000];
     MPI_Datatype every_other;
@@ -997,6 +1020,40 @@ static void test_subcomms(void) {
 
 /* --- Nonblocking --- */
 
+/* A nonblocking broadcast advances while ranks sit in blocking calls: every rank
+ * but the last waits in MPI_Recv for the one after it (active request), then in
+ * MPI_Barrier with its request freed, while only the last waits for the broadcast;
+ * whichever ranks pass it on must do so from inside those calls. */
+static void test_progress_in_blocking_calls(void) {
+  static int data[64];
+  for (int round = 0; round < 2; round++) {
+    int freed = round == 1;
+    for (int i = 0; i < 64; i++)
+      data[i] = rank == 0 ? 7000 + i + round : -1;
+    MPI_Request req;
+    OK(MPI_Ibcast(data, 64, MPI_INT, 0, MPI_COMM_WORLD, &req));
+    if (freed && rank != size - 1)
+      OK(MPI_Request_free(&req));
+    int token = 0;
+    if (rank == size - 1) {
+      OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+      for (int i = 0; i < 64; i++)
+        CHECK(data[i] == 7000 + i + round, "Ibcast (%s) to the last rank: element %d is %d",
+              freed ? "freed" : "active", i, data[i]);
+    }
+    if (!freed) {
+      if (rank + 1 < size)
+        OK(MPI_Recv(&token, 1, MPI_INT, rank + 1, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+      if (rank > 0)
+        OK(MPI_Send(&token, 1, MPI_INT, rank - 1, 77, MPI_COMM_WORLD));
+      if (rank != size - 1)
+        OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+    }
+    /* Freed: the barrier's waits drive the broadcast, which ends before it. */
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+  }
+}
+
 static void test_nonblocking(void) {
   enum { NREQ = 16 };
   MPI_Request req[NREQ];
@@ -1221,6 +1278,7 @@ int main(int argc, char **argv) {
   test_reduce_scatter_scan();
   test_corners();
   test_subcomms();
+  test_progress_in_blocking_calls();
   test_nonblocking();
   OK(MPI_Op_free(&op_mat));
   OK(MPI_Op_free(&op_absmax));
