@@ -33,9 +33,11 @@ Options:
   -V, --version        print the version
   --                   end of options (PROGRAM may then start with '-')
 
-Output: each rank's stdout and stderr are copied line by line to rbtlrun's
-stdout and stderr; lines are never cut into each other. Rank 0 reads rbtlrun's
-stdin, the others read nothing.
+Output: each rank's stdout and stderr are copied byte for byte to rbtlrun's
+stdout and stderr, a whole line at a time, so that lines of up to 64 KiB are
+never cut into each other. When they cannot be written (a closed pipe, a full
+disk) the job ends: exit status 141 for a closed pipe, else 1. Rank 0 reads
+rbtlrun's stdin, the others read nothing.
 
 PMI: the key-value store takes keys of at most 64 bytes, values of at most
 1024, and 1 MiB of keys and values per rank (each entry counting 64 bytes

@@ -14,4 +14,9 @@ pub(super) enum Event {
     },
     /// The rank's process ended (it is a zombie until the launcher reaps it).
     Ended { rank: u32, exit: RankExit },
+    /// Writing a rank's output to the launcher's `stream` failed.
+    OutputLost {
+        stream: super::output::Stream,
+        error: std::io::Error,
+    },
 }

@@ -81,13 +81,24 @@ pub enum Failure {
     Aborted(Abort),
     /// The launcher got this signal.
     Interrupted(i32),
+    /// The launcher could not write the ranks' output to its own `stream` (stdout or
+    /// stderr): a closed pipe (`broken_pipe`), a full disk.
+    OutputLost {
+        /// `stdout` or `stderr`.
+        stream: &'static str,
+        /// What writing it said.
+        error: String,
+        /// Whether the reader had closed the pipe.
+        broken_pipe: bool,
+    },
 }
 
 impl Failure {
     /// The job's exit code for this failure: the rank's code or 128 + its signal; 1
     /// for a rank that did not finalize or that strands a barrier; the abort's code,
     /// or 1 for an abort with code 0 (an aborted job never succeeds); 128 + the
-    /// launcher's signal.
+    /// launcher's signal; for lost output 128 + SIGPIPE when the pipe was closed
+    /// (what a shell reports of a writer its pipe ended), else 1.
     pub fn code(&self) -> i32 {
         match self {
             Failure::Rank { exit, .. } => exit.code(),
@@ -95,6 +106,10 @@ impl Failure {
             Failure::Aborted(abort) if abort.code == 0 => 1,
             Failure::Aborted(abort) => abort.code,
             Failure::Interrupted(signal) => 128 + signal,
+            Failure::OutputLost {
+                broken_pipe: true, ..
+            } => 128 + libc::SIGPIPE,
+            Failure::OutputLost { .. } => 1,
         }
     }
 }
@@ -156,6 +171,12 @@ impl fmt::Display for Failure {
                 write!(f, ": {}", abort.message)
             }
             Failure::Interrupted(signal) => write!(f, "got signal {signal}: ending the job"),
+            Failure::OutputLost { stream, error, .. } => {
+                write!(
+                    f,
+                    "could not write the ranks' output to its {stream} ({error}): ending the job"
+                )
+            }
         }
     }
 }

@@ -110,8 +110,18 @@ pub fn launch(
     }
     loop {
         for event in next_events(&events) {
-            if let Event::Ended { rank, exit } = event {
-                job.ranks[rank as usize].exit = Some(exit);
+            match event {
+                Event::OutputLost { stream, error } => {
+                    if lose_output(&mut verdict, stream, &error) {
+                        shared.universe().shut_down();
+                        if matches!(phase, Phase::Running | Phase::Grace(_)) {
+                            phase = terminate(&job.ranks);
+                        }
+                    }
+                    continue;
+                }
+                Event::Ended { rank, exit } => job.ranks[rank as usize].exit = Some(exit),
+                Event::Abort { .. } => {}
             }
             verdict.push(event);
         }
@@ -193,6 +203,12 @@ pub fn launch(
     }
 
     job.finish(&shared, &output_done);
+    // Output written after the last rank ended can fail too.
+    for event in events.try_iter() {
+        if let Event::OutputLost { stream, error } = event {
+            lose_output(&mut verdict, stream, &error);
+        }
+    }
     let removed_segments = cleanup_segments(opts);
     drop(signal_watch);
     started?;
@@ -209,6 +225,23 @@ pub fn launch(
         interrupted,
         removed_segments,
     })
+}
+
+/// Note that the ranks' output to `stream` could not be written: the job's failure
+/// unless it has one (said at once); whether this was the first such loss.
+fn lose_output(verdict: &mut Verdict, stream: output::Stream, error: &std::io::Error) -> bool {
+    let first = !verdict.output_lost;
+    verdict.output_lost = true;
+    if first && verdict.failure.is_none() {
+        let failure = Failure::OutputLost {
+            stream: stream.name(),
+            error: error.to_string(),
+            broken_pipe: error.kind() == std::io::ErrorKind::BrokenPipe,
+        };
+        eprintln!("[rbtl launcher] {failure}");
+        verdict.failure = Some(failure);
+    }
+    first
 }
 
 /// The events that arrived within [`POLL`]: the first one waited for, the rest
@@ -319,48 +352,36 @@ impl Ranks {
             rank: global,
             source,
         })?;
-        let (shared, events) = (shared.clone(), events.clone());
+        let (shared, pmi_events) = (shared.clone(), events.clone());
         self.threads
             .push(spawn_thread(format!("pmi-{global}"), move || {
-                server::serve(rank, server_end, shared, events)
+                server::serve(rank, server_end, shared, pmi_events)
             })?);
+        let tell = (events, output_done);
         if let Some(out) = stdout {
-            self.forward(
-                global,
-                "stdout",
-                out,
-                tag,
-                output::Stream::Stdout,
-                output_done,
-            )?;
+            self.forward(global, out, tag, output::Stream::Stdout, tell)?;
         }
         if let Some(err) = stderr {
-            self.forward(
-                global,
-                "stderr",
-                err,
-                tag,
-                output::Stream::Stderr,
-                output_done,
-            )?;
+            self.forward(global, err, tag, output::Stream::Stderr, tell)?;
         }
         Ok(())
     }
 
     /// Starts the thread that copies `source` (a rank's stdout or stderr) to the
-    /// launcher's `stream`.
+    /// launcher's `stream`, telling the job loop if that fails and when it is done.
     fn forward(
         &mut self,
         rank: u32,
-        name: &str,
         source: impl std::io::Read + Send + 'static,
         tag: bool,
         stream: output::Stream,
-        output_done: &Sender<()>,
+        (events, output_done): (&Sender<Event>, &Sender<()>),
     ) -> Result<(), Error> {
-        let done = output_done.clone();
-        spawn_thread(format!("{name}-{rank}"), move || {
-            output::forward(source, rank, tag, stream);
+        let (events, done) = (events.clone(), output_done.clone());
+        spawn_thread(format!("{}-{rank}", stream.name()), move || {
+            output::forward(source, rank, tag, stream, |error| {
+                let _ = events.send(Event::OutputLost { stream, error });
+            });
             let _ = done.send(());
         })?;
         self.output_threads += 1;

@@ -35,6 +35,8 @@ pub(super) struct Verdict {
     ///
     /// [`take_abort_news`]: Verdict::take_abort_news
     abort_news: bool,
+    /// Whether the ranks' output could not be written (the job loop notes it).
+    pub output_lost: bool,
 }
 
 impl Verdict {
@@ -84,6 +86,8 @@ impl Verdict {
                     exit: *exit,
                 }),
                 Event::Ended { .. } if self.failure.is_some() => None,
+                // Judged by the job loop as it arrives.
+                Event::OutputLost { .. } => None,
                 Event::Ended { rank, .. } => {
                     let pmi = shared.universe().rank_pmi(*rank);
                     if !pmi.closed && arrived.elapsed() < PMI_SETTLE {
@@ -137,7 +141,7 @@ impl Verdict {
         }
         let queued = self.queue.iter().filter_map(|(event, _)| match event {
             Event::Ended { rank, exit } => Some((*rank, *exit)),
-            Event::Abort { .. } => None,
+            Event::Abort { .. } | Event::OutputLost { .. } => None,
         });
         queued
             .chain(ended)

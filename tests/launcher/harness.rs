@@ -4,7 +4,7 @@
 use rbtl::launcher::{self, LaunchOptions};
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -97,6 +97,12 @@ pub fn output_within(mut command: Command, limit: Duration) -> Output {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let child = command.spawn().expect("the command could not be started");
+    wait_within(child, &format!("{command:?}"), limit)
+}
+
+/// The output of `child` (`what`), which must end by itself within `limit`: killed
+/// and the test failed otherwise.
+pub fn wait_within(child: Child, what: &str, limit: Duration) -> Output {
     let pid = child.id();
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
@@ -108,7 +114,7 @@ pub fn output_within(mut command: Command, limit: Duration) -> Output {
             // SAFETY: kill(2) on the pid of our child, not reaped: its waiter thread
             // is still blocked in wait.
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-            panic!("{command:?} did not end within {limit:?}: it hangs");
+            panic!("{what} did not end within {limit:?}: it hangs");
         }
     }
 }

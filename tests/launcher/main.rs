@@ -6,6 +6,7 @@
 
 mod failures;
 mod harness;
+mod output;
 mod pmi_client;
 mod pmi_server;
 mod raw_pmi;
