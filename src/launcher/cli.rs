@@ -48,7 +48,8 @@ Exit status: 0 when every rank exits 0; otherwise the first failure in time:
 a rank's non-zero exit code; 128+S for a rank killed by signal S; 1 for a rank
 that used PMI and exited 0 without finalizing, or that exited 0 while others
 wait for it in a PMI barrier; the code a rank passed to PMI abort (1 if it
-passed 0), which ends the job at once, printing its message. A program that
+passed 0), which ends the job at once, printing its message; 1 for a rank that
+used PMI, closed its connection without finalizing and lives on. A program that
 never uses PMI may exit 0 at any time. Interrupting rbtlrun (Ctrl-C, SIGTERM,
 SIGHUP) ends every rank and exits with 128+signal.
 

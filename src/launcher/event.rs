@@ -14,6 +14,9 @@ pub(super) enum Event {
     },
     /// The rank's process ended (it is a zombie until the launcher reaps it).
     Ended { rank: u32, exit: RankExit },
+    /// The PMI connection of a rank that owes a `finalize` closed (the rank closed
+    /// it, died, or sent what the server cannot serve).
+    PmiClosed { rank: u32 },
     /// Writing a rank's output to the launcher's `stream` failed.
     OutputLost {
         stream: super::output::Stream,

@@ -79,6 +79,15 @@ pub enum Failure {
     },
     /// A rank sent PMI `abort`.
     Aborted(Abort),
+    /// A rank that used PMI closed its connection (or the launcher closed it, for a
+    /// bad request) without `finalize`, and lived on: its peers can no longer meet
+    /// it in a PMI barrier.
+    PmiClosed {
+        /// The rank.
+        rank: u32,
+        /// Why the launcher had closed the connection, if it had.
+        broken: Option<String>,
+    },
     /// The launcher got this signal.
     Interrupted(i32),
     /// The launcher could not write the ranks' output to its own `stream` (stdout or
@@ -95,14 +104,15 @@ pub enum Failure {
 
 impl Failure {
     /// The job's exit code for this failure: the rank's code or 128 + its signal; 1
-    /// for a rank that did not finalize or that strands a barrier; the abort's code,
+    /// for a rank that did not finalize, that strands a barrier or that closed its
+    /// PMI connection and lives on; the abort's code,
     /// or 1 for an abort with code 0 (an aborted job never succeeds); 128 + the
     /// launcher's signal; for lost output 128 + SIGPIPE when the pipe was closed
     /// (what a shell reports of a writer its pipe ended), else 1.
     pub fn code(&self) -> i32 {
         match self {
             Failure::Rank { exit, .. } => exit.code(),
-            Failure::Unfinalized { .. } | Failure::Stranded { .. } => 1,
+            Failure::Unfinalized { .. } | Failure::Stranded { .. } | Failure::PmiClosed { .. } => 1,
             Failure::Aborted(abort) if abort.code == 0 => 1,
             Failure::Aborted(abort) => abort.code,
             Failure::Interrupted(signal) => 128 + signal,
@@ -169,6 +179,22 @@ impl fmt::Display for Failure {
                     write!(f, " (an aborted job exits with 1)")?;
                 }
                 write!(f, ": {}", abort.message)
+            }
+            Failure::PmiClosed { rank, broken } => {
+                match broken {
+                    Some(why) => write!(
+                        f,
+                        "the launcher closed rank {rank}'s PMI connection ({why})"
+                    )?,
+                    None => write!(
+                        f,
+                        "rank {rank} closed its PMI connection without finalizing"
+                    )?,
+                }
+                write!(
+                    f,
+                    " and the rank lives on: its peers can no longer meet it in PMI"
+                )
             }
             Failure::Interrupted(signal) => write!(f, "got signal {signal}: ending the job"),
             Failure::OutputLost { stream, error, .. } => {

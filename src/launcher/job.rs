@@ -121,7 +121,7 @@ pub fn launch(
                     continue;
                 }
                 Event::Ended { rank, exit } => job.ranks[rank as usize].exit = Some(exit),
-                Event::Abort { .. } => {}
+                Event::Abort { .. } | Event::PmiClosed { .. } => {}
             }
             verdict.push(event);
         }

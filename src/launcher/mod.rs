@@ -20,8 +20,9 @@
 //! ([`Failure`]), when a rank exits non-zero or dies of a signal; when a rank that
 //! used PMI exits with code 0 without `finalize`; when ranks wait in a PMI barrier
 //! that a rank that has exited can never enter; on a rank's PMI `abort` (even with
-//! exit code 0); on SIGINT, SIGTERM or SIGHUP to the launcher; or when the ranks'
-//! output cannot be written (a closed pipe, a full disk). A program that never speaks PMI may exit 0
+//! exit code 0); when a rank that used PMI closes its connection without
+//! `finalize` and lives on; on SIGINT, SIGTERM or SIGHUP to the launcher; or when the
+//! ranks' output cannot be written (a closed pipe, a full disk). A program that never speaks PMI may exit 0
 //! whenever it likes. After a failure the others get [`LaunchOptions::grace`] to exit
 //! on their own (those in a PMI barrier see their connection closed), then SIGTERM,
 //! then SIGKILL two seconds later; an abort or a signal ends them at once (SIGTERM,

@@ -176,12 +176,20 @@ pub(super) fn serve(rank: u32, stream: UnixStream, shared: Arc<Shared>, events: 
     // The launcher keeps another handle on this socket: shut it down rather than only
     // drop ours, so that the rank reads the end of the stream.
     let _ = stream.shutdown(Shutdown::Both);
+    let mut owes_finalize = false;
     shared.update(rank, |pmi| {
         if broken.is_some() {
             pmi.broken = broken;
         }
         pmi.closed = true;
+        owes_finalize = (pmi.spoke || pmi.broken.is_some()) && !pmi.finalized;
     });
+    if owes_finalize && !shared.is_shut_down() {
+        // The job loop judges it once the rank had time to be seen ending.
+        let _ = events.send(Event::PmiClosed {
+            rank: shared.base + rank,
+        });
+    }
 }
 
 /// The request loop of [`serve`]; returns why the connection broke, if it did.

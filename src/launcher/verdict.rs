@@ -88,6 +88,24 @@ impl Verdict {
                 Event::Ended { .. } if self.failure.is_some() => None,
                 // Judged by the job loop as it arrives.
                 Event::OutputLost { .. } => None,
+                Event::PmiClosed { .. } if self.failure.is_some() => None,
+                Event::PmiClosed { rank } => {
+                    if arrived.elapsed() < PMI_SETTLE {
+                        // A rank that died closed it too: judge it (and what came
+                        // after) once its end had time to be seen.
+                        break;
+                    }
+                    let rank = *rank;
+                    let ended = self.exited_cleanly.iter().any(|&(r, _)| r == rank)
+                        || self
+                            .queue
+                            .iter()
+                            .any(|(e, _)| matches!(e, Event::Ended { rank: r, .. } if *r == rank));
+                    (!ended).then(|| Failure::PmiClosed {
+                        rank,
+                        broken: shared.universe().rank_pmi(rank).broken,
+                    })
+                }
                 Event::Ended { rank, .. } => {
                     let pmi = shared.universe().rank_pmi(*rank);
                     if !pmi.closed && arrived.elapsed() < PMI_SETTLE {
@@ -141,7 +159,7 @@ impl Verdict {
         }
         let queued = self.queue.iter().filter_map(|(event, _)| match event {
             Event::Ended { rank, exit } => Some((*rank, *exit)),
-            Event::Abort { .. } | Event::OutputLost { .. } => None,
+            Event::Abort { .. } | Event::OutputLost { .. } | Event::PmiClosed { .. } => None,
         });
         queued
             .chain(ended)

@@ -84,6 +84,28 @@ fn a_rank_that_exits_0_without_finalizing_pmi_fails_the_job() {
 }
 
 #[test]
+fn a_rank_that_closes_pmi_and_lives_on_fails_the_job_at_once() {
+    // Rank 1 would sleep for minutes: the job ends because its connection closed.
+    let scratch = Scratch::new("pmi_closed");
+    let summary = launch_self_within(options(3, "pmi_closed", &scratch), ONCE_HUNG);
+    assert_eq!(
+        summary.failure,
+        Some(Failure::PmiClosed {
+            rank: 1,
+            broken: None
+        }),
+        "{summary:?}"
+    );
+    assert_eq!(summary.code, 1);
+    assert_eq!(summary.ranks[1], RankExit::Signaled(libc::SIGTERM));
+    let message = summary.failure.unwrap().to_string();
+    assert!(
+        message.contains("rank 1 closed its PMI connection without finalizing"),
+        "{message}"
+    );
+}
+
+#[test]
 fn a_rank_that_never_speaks_pmi_cannot_strand_the_others_in_a_barrier() {
     let scratch = Scratch::new("never_init");
     let summary = launch_self_within(options(3, "never_init", &scratch), ONCE_HUNG);

@@ -31,6 +31,7 @@ fn rank_role_entry() {
         "shm_crash" => roles::shm_crash(),
         "sleep" => roles::sleep(),
         "unfinalized" => roles::unfinalized(),
+        "pmi_closed" => roles::pmi_closed(),
         "never_init" => roles::never_init(),
         "abort_zero" => roles::abort_zero(),
         "blame" => roles::blame(),

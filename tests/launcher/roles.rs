@@ -218,16 +218,32 @@ pub fn sleep() {
 /// Every rank starts PMI; rank 1 then exits with code 0 without finalizing, the
 /// others wait in a barrier it will never enter.
 pub fn unfinalized() {
-    let mut client = Client::from_env().unwrap().unwrap();
+    let client = Client::from_env().unwrap().unwrap();
     if client.rank() == 1 {
         std::process::exit(0);
     }
+    wait_in_barrier(client);
+}
+
+/// Wait in a PMI barrier until the launcher ends the job.
+fn wait_in_barrier(mut client: Client) -> ! {
     if let Err(e) = client.barrier() {
         // The launcher closes the connection of a failing job: say so and leave.
         eprintln!("rank {}: {e}", client.rank());
         std::process::exit(1);
     }
     sleep_long();
+}
+
+/// Every rank starts PMI; rank 1 then closes its connection without finalizing and
+/// lives on, the others wait in a barrier it will never enter.
+pub fn pmi_closed() {
+    let client = Client::from_env().unwrap().unwrap();
+    if client.rank() == 1 {
+        drop(client);
+        sleep_long();
+    }
+    wait_in_barrier(client);
 }
 
 /// Rank 1 exits with code 0 without ever speaking PMI; the others start PMI and wait
