@@ -24,11 +24,11 @@
 #       round (default 3; the median per size is shown)
 #     MAX_SIZE: largest size of the point-to-point and one-sided benchmarks (default
 #       4 MiB; they run OSU's default iterations)
-#     ITERATIONS: timed iterations per size of the collectives at as many ranks as
-#       cores, after a tenth as many warm-up, sizes up to 64 KiB (default 1000, OSU's
-#       own for small sizes: with 100 the figures at two ranks vary by half between
-#       runs); a tenth as many at more ranks than cores, where every collective is
-#       slow; the same for both systems
+#     ITERATIONS: timed iterations per size of the collectives, after a tenth as
+#       many warm-up, sizes up to 64 KiB (default 1000, OSU's own for small sizes:
+#       with 100 the figures vary by half between runs); a tenth as many across nodes
+#       at more ranks than cores, where each collective takes milliseconds; the same
+#       for both systems
 #
 # One node: Open MPI's ob1 over vader (its shared memory), rbtl over sm (mpiexec); two
 # ranks are pinned to cores 0 and 1 (mpirun --bind-to core, mpiexec --bind-to core;
@@ -122,12 +122,12 @@ osu_sub() {
 }
 is_latency() { [[ $1 != *_bw && $1 != *_bibw ]]; }
 
-# OSU's options for a benchmark at a number of ranks: point-to-point and one-sided from
-# 1 B to MAX at OSU's iterations; collectives up to 64 KiB at COLL_ITER (a tenth of it
-# at more ranks than cores).
+# OSU's options for a benchmark at a number of ranks, on one node or across nodes:
+# point-to-point and one-sided from 1 B to MAX at OSU's iterations; collectives up to
+# 64 KiB at COLL_ITER (a tenth of it across nodes at more ranks than cores).
 osu_args() {
     local it=$COLL_ITER
-    [[ $2 -gt $CORES ]] && it=$(((COLL_ITER + 9) / 10))
+    [[ $3 == nodes && $2 -gt $CORES ]] && it=$(((COLL_ITER + 9) / 10))
     case $1 in
         osu_barrier) echo "-i $it -x $(((it + 9) / 10))" ;;
         osu_allreduce | osu_bcast) echo "-m 1:65536 -i $it -x $(((it + 9) / 10))" ;;
@@ -141,14 +141,14 @@ command_for() {
     per=$(((ranks + 1) / 2))
     [[ $ranks -le $CORES ]] && bind=core
     case $where.$sys in
-        node.ompi) echo "${OMPI_NODE[*]} -np $ranks --bind-to $bind $OMPI/$bench $(osu_args "$bench" "$ranks")" ;;
-        node.abi) echo "env RBTL_BTL_TCP_IF_INCLUDE=lo target/release/mpiexec -n $ranks --bind-to $bind $ABI/$bench $(osu_args "$bench" "$ranks")" ;;
+        node.ompi) echo "${OMPI_NODE[*]} -np $ranks --bind-to $bind $OMPI/$bench $(osu_args "$bench" "$ranks" "$where")" ;;
+        node.abi) echo "env RBTL_BTL_TCP_IF_INCLUDE=lo target/release/mpiexec -n $ranks --bind-to $bind $ABI/$bench $(osu_args "$bench" "$ranks" "$where")" ;;
         node.osu) echo "env RBTL_BTL_TCP_IF_INCLUDE=lo target/release/osu $(osu_sub "$bench") --min-size 1 --max-size $MAX --json $json" ;;
         nodes.ompi)
             local btl=self,tcp
             [[ $per -gt 1 ]] && btl=self,vader,tcp
-            echo "${OMPI_NODES[*]} --host rbtl-n1:$per,rbtl-n2:$per --map-by slot -np $ranks --mca btl $btl $OMPI/$bench $(osu_args "$bench" "$ranks")" ;;
-        nodes.abi) echo "env RBTL_BTL_TCP_IF_INCLUDE=$CIDR ${HYDRA[*]} -hosts rbtl-n1,rbtl-n2 -n $ranks -ppn $per $ABI/$bench $(osu_args "$bench" "$ranks")" ;;
+            echo "${OMPI_NODES[*]} --host rbtl-n1:$per,rbtl-n2:$per --map-by slot -np $ranks --mca btl $btl $OMPI/$bench $(osu_args "$bench" "$ranks" "$where")" ;;
+        nodes.abi) echo "env RBTL_BTL_TCP_IF_INCLUDE=$CIDR ${HYDRA[*]} -hosts rbtl-n1,rbtl-n2 -n $ranks -ppn $per $ABI/$bench $(osu_args "$bench" "$ranks" "$where")" ;;
         nodes.osu) echo "env RBTL_BTL_TCP_IF_INCLUDE=$CIDR ${HYDRA[*]} -hosts rbtl-n1,rbtl-n2 -n $ranks -ppn $per target/release/osu $(osu_sub "$bench") --min-size 1 --max-size $MAX --json $json" ;;
     esac
 }
