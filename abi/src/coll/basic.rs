@@ -11,7 +11,7 @@ fn nowhere() -> Loc {
 /// The largest communicator whose barrier gathers at member 0 ([`barrier`]).
 const GATHERED_BARRIER_MAX: u32 = 8;
 
-/// Barrier. From 3 to [`GATHERED_BARRIER_MAX`] members, as Open MPI's `tuned` does
+/// Barrier. From 3 to 8 members (`GATHERED_BARRIER_MAX`), as Open MPI's `tuned` does
 /// for small communicators: every member signals member 0, which releases all once it
 /// has heard from each, so member 0 leaves first (a broadcast from it that follows
 /// finds its leaves already waiting) and no member waits through more than two

@@ -62,7 +62,7 @@ const BCAST_IN_PIECES_MAX: usize = 128 << 10;
 
 impl Mpi {
     /// The piece size for a broadcast of `len` bytes among `m`: what goes to every
-    /// member in one send, for a broadcast of at most [`BCAST_IN_PIECES_MAX`];
+    /// member in one send, for a broadcast of at most 128 KiB (`BCAST_IN_PIECES_MAX`);
     /// otherwise `len` (whole).
     pub fn bcast_piece(&self, m: &Members, len: usize) -> usize {
         if len <= self.msg.least_eager_payload() || len > BCAST_IN_PIECES_MAX {
