@@ -1454,19 +1454,37 @@ fn add_procs_hands_back_known_peers_whatever_the_modex() {
     assert_eq!(again, [None, Some(ep)]);
 }
 
+/// Every timeout and limit of 0 is refused by name, as none can mean "never" or
+/// "none" (flush and connections always have a way out, the pools are never empty);
+/// so are values past the range.
 #[test]
-fn a_flush_timeout_of_zero_is_refused() {
-    let config =
-        rbtl::configure(&[("btl_tcp_if_include", "lo"), ("btl_tcp_flush_timeout", "0")]).unwrap();
-    let mut modex = TwoRanks {
-        ours: None,
-        theirs: Vec::new(),
-    };
-    match TcpComponent::open(&config, &mut modex) {
-        Err(Error::NotAvailable(why)) => {
-            assert!(why.starts_with("btl_tcp_flush_timeout = 0"), "{why}")
+fn zero_timeouts_and_limits_are_refused_by_name() {
+    for (name, value) in [
+        ("btl_tcp_flush_timeout", "0"),
+        ("btl_tcp_connect_timeout", "0"),
+        ("btl_tcp_handshake_timeout", "0"),
+        ("btl_tcp_free_list_max", "0"),
+        ("btl_tcp_max_registrations", "0"),
+        ("btl_tcp_links", "0"),
+        ("btl_tcp_links", "65"),
+        ("btl_tcp_max_registrations", "-1"),
+    ] {
+        let config = rbtl::configure(&[("btl_tcp_if_include", "lo"), (name, value)]).unwrap();
+        let mut modex = TwoRanks {
+            ours: None,
+            theirs: Vec::new(),
+        };
+        match TcpComponent::open(&config, &mut modex) {
+            Err(Error::ParamOutOfRange {
+                name: refused,
+                value: v,
+                allowed,
+            }) => {
+                assert_eq!((refused.as_str(), v.to_string()), (name, value.to_string()));
+                assert!(allowed.starts_with("give "), "{allowed}");
+            }
+            other => panic!("{name} = {value}: {:?}", other.map(|m| m.is_some())),
         }
-        other => panic!("{:?}", other.map(|m| m.is_some())),
     }
 }
 

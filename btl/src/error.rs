@@ -178,6 +178,16 @@ pub enum Error {
     /// A parameter problem.
     #[error(transparent)]
     Config(#[from] rbtl_config::Error),
+    /// A parameter's value is outside what the transport can work with.
+    #[error("{name} = {value}: {allowed}")]
+    ParamOutOfRange {
+        /// The parameter.
+        name: String,
+        /// Its value.
+        value: i64,
+        /// What it may be.
+        allowed: String,
+    },
     /// A memory pool problem.
     #[error(transparent)]
     Mpool(#[from] rbtl_mpool::Error),

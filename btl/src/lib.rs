@@ -38,6 +38,7 @@ mod atomic;
 mod attributes;
 mod component;
 mod copy;
+mod count_params;
 mod descriptor;
 mod done;
 mod error;

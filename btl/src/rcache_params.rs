@@ -92,13 +92,11 @@ pub fn leave_pinned(config: &Config, name: &str) -> Result<bool> {
 /// `rcache_leave_pinned`: a transport whose registrations pin pages sets its own
 /// through [`leave_pinned`]).
 pub fn options(config: &Config) -> Result<Options> {
-    let max_entries = config.int("rcache_max_entries")?;
     Ok(Options {
         leave_pinned: config.bool("rcache_leave_pinned")?,
         max_pinned_bytes: config.size("rcache_max_pinned_bytes")?,
-        max_entries: usize::try_from(max_entries).map_err(|_| {
-            crate::Error::NotAvailable(format!("rcache_max_entries = {max_entries} must be >= 0"))
-        })?,
+        // 0: no limit, as documented.
+        max_entries: crate::count_params::count(config, "rcache_max_entries")?,
         monitor: monitor_wanted(config)?,
     })
 }

@@ -3,9 +3,7 @@
 
 use super::module::SelfModule;
 use crate::keytable;
-use crate::{
-    exclusivity, AtomicFlags, Attributes, BtlFlags, Component, Error, Modex, Module, Result,
-};
+use crate::{exclusivity, AtomicFlags, Attributes, BtlFlags, Component, Modex, Module, Result};
 use rbtl_config::{Config, Registry, Value};
 use rbtl_rcache::Options;
 
@@ -67,13 +65,18 @@ impl Component for SelfComponent {
 
     fn init(&mut self, config: &Config, modex: &mut dyn Modex) -> Result<Vec<Box<dyn Module>>> {
         let attrs = Attributes::from_config(config, NAME, &default_attributes())?;
-        let count = |name: &str| {
-            usize::try_from(config.int(name)?)
-                .map_err(|_| Error::NotAvailable(format!("{name} must be >= 0")))
-        };
+        use crate::count_params::at_least_one;
         let limits = Limits {
-            max_frags: count("btl_self_free_list_max")?,
-            max_registrations: count("btl_self_max_registrations")?,
+            max_frags: at_least_one(
+                config,
+                "btl_self_free_list_max",
+                "the send descriptors outstanding at once",
+            )?,
+            max_registrations: at_least_one(
+                config,
+                "btl_self_max_registrations",
+                "the registrations alive at once",
+            )?,
             rcache: crate::rcache_params::options(config)?,
         };
         Ok(vec![Box::new(SelfModule::new(
@@ -101,6 +104,32 @@ impl Default for Limits {
             max_frags: 256,
             max_registrations: 4096,
             rcache: Options::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SelfComponent;
+    use crate::{Component, Error, SingletonModex};
+    use rbtl_config::Registry;
+
+    /// The pools cannot be sized to nothing: 0 is refused by name.
+    #[test]
+    fn zero_limits_are_refused_by_name() {
+        for name in ["btl_self_free_list_max", "btl_self_max_registrations"] {
+            let mut registry = Registry::new();
+            crate::rcache_params::register_params(&mut registry).unwrap();
+            SelfComponent.register_params(&mut registry).unwrap();
+            let config = registry.builder().set(name, "0").build().unwrap();
+            match SelfComponent.init(&config, &mut SingletonModex::new()) {
+                Err(Error::ParamOutOfRange {
+                    name: refused,
+                    value: 0,
+                    ..
+                }) => assert_eq!(refused, name),
+                other => panic!("{name} = 0: {:?}", other.map(|m| m.len())),
+            }
         }
     }
 }

@@ -176,28 +176,27 @@ impl Component for SmComponent {
 
     fn init(&mut self, config: &Config, modex: &mut dyn Modex) -> Result<Vec<Box<dyn Module>>> {
         let attrs = Attributes::from_config(config, NAME, &default_attributes())?;
-        let count = |name: &str| {
-            usize::try_from(config.int(name)?)
-                .map_err(|_| Error::NotAvailable(format!("{name} must be >= 0")))
-        };
+        use crate::count_params::{at_least_one, count};
         let settings = Settings {
-            ring_slots: count("btl_sm_ring_slots")?,
+            ring_slots: count(config, "btl_sm_ring_slots")?,
             ring_bytes: config.size("btl_sm_ring_bytes")?,
-            max_registrations: count("btl_sm_max_registrations")?,
+            max_registrations: at_least_one(
+                config,
+                "btl_sm_max_registrations",
+                "the registrations alive at once",
+            )?,
             rdma: RdmaPath::parse(config.str("btl_sm_rdma")?)?,
-            cma_below: count("btl_sm_cma_below")? as u64,
+            cma_below: count(config, "btl_sm_cma_below")? as u64,
             copy_chunk: config.size("btl_sm_copy_chunk")?,
-            max_frags: count("btl_sm_free_list_max")?,
+            max_frags: at_least_one(config, "btl_sm_free_list_max", "the send descriptors outstanding at once")?,
             rcache: crate::rcache_params::options(config)?,
             heap_bytes: config.size("btl_sm_heap_size")?,
-            flush_timeout: std::time::Duration::from_millis(count(FLUSH_TIMEOUT_PARAM)? as u64),
+            flush_timeout: std::time::Duration::from_millis(at_least_one(
+                config,
+                FLUSH_TIMEOUT_PARAM,
+                "the milliseconds flush waits for a peer that does not reply (a large value to wait longer)",
+            )? as u64),
         };
-        if settings.flush_timeout.is_zero() {
-            return Err(Error::NotAvailable(format!(
-                "{FLUSH_TIMEOUT_PARAM} = 0: give the milliseconds flush waits for a peer that \
-                 does not reply (at least 1; a large value to wait longer)"
-            )));
-        }
         Ok(vec![Box::new(SmModule::new(attrs, settings, modex)?)])
     }
 }
@@ -229,22 +228,30 @@ mod tests {
         }
     }
 
-    /// flush always has a way out: a timeout of 0 is refused, not taken as "never".
+    /// flush always has a way out: a timeout of 0 is refused, not taken as "never";
+    /// nor can the pools be sized to nothing.
     #[test]
-    fn a_flush_timeout_of_zero_is_refused() {
-        let mut registry = Registry::new();
-        crate::rcache_params::register_params(&mut registry).unwrap();
-        SmComponent.register_params(&mut registry).unwrap();
-        let config = registry
-            .builder()
-            .set(super::FLUSH_TIMEOUT_PARAM, "0")
-            .build()
-            .unwrap();
-        match SmComponent.init(&config, &mut SingletonModex::new()) {
-            Err(Error::NotAvailable(why)) => {
-                assert!(why.starts_with("btl_sm_flush_timeout = 0"), "{why}")
+    fn zero_timeouts_and_limits_are_refused_by_name() {
+        for name in [
+            super::FLUSH_TIMEOUT_PARAM,
+            "btl_sm_free_list_max",
+            "btl_sm_max_registrations",
+        ] {
+            let mut registry = Registry::new();
+            crate::rcache_params::register_params(&mut registry).unwrap();
+            SmComponent.register_params(&mut registry).unwrap();
+            let config = registry.builder().set(name, "0").build().unwrap();
+            match SmComponent.init(&config, &mut SingletonModex::new()) {
+                Err(Error::ParamOutOfRange {
+                    name: refused,
+                    value: 0,
+                    allowed,
+                }) => {
+                    assert_eq!(refused, name);
+                    assert!(allowed.contains("at least 1"), "{allowed}");
+                }
+                other => panic!("{name} = 0: {:?}", other.map(|m| m.len())),
             }
-            other => panic!("{:?}", other.map(|m| m.len())),
         }
     }
 }

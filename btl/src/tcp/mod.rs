@@ -322,12 +322,12 @@ impl TcpComponent {
     /// `None` when no interface is chosen.
     pub fn open(config: &Config, modex: &mut dyn Modex) -> Result<Option<TcpModule>> {
         let attrs = Attributes::from_config(config, NAME, &default_attributes())?;
-        let count = |name: &str| {
-            usize::try_from(config.int(name)?)
-                .map_err(|_| Error::NotAvailable(format!("{name} must be >= 0")))
+        use crate::count_params::at_least_one;
+        let millis = |name: &str, what: &str| {
+            at_least_one(config, name, what).map(|n| Duration::from_millis(n as u64))
         };
         let settings = Settings {
-            links: count("btl_tcp_links")?,
+            links: at_least_one(config, "btl_tcp_links", "1 to 64 links per peer and interface")?,
             sockets: sockets::Options {
                 nodelay: config.bool("btl_tcp_nodelay")?,
                 sndbuf: config.size("btl_tcp_sndbuf")?,
@@ -335,37 +335,40 @@ impl TcpComponent {
                 congestion: congestion(config.str(CONGESTION_PARAM)?)?,
             },
             rdma_chunk: config.size("btl_tcp_rdma_chunk")?,
-            handshake_timeout: Duration::from_millis(count("btl_tcp_handshake_timeout")? as u64),
-            connect_timeout: Duration::from_millis(count("btl_tcp_connect_timeout")? as u64),
-            flush_timeout: Duration::from_millis(count(FLUSH_TIMEOUT_PARAM)? as u64),
+            handshake_timeout: millis(
+                "btl_tcp_handshake_timeout",
+                "the milliseconds an accepted connection has to prove it belongs to the job",
+            )?,
+            connect_timeout: millis(
+                "btl_tcp_connect_timeout",
+                "the milliseconds a link has to come up",
+            )?,
+            flush_timeout: millis(
+                FLUSH_TIMEOUT_PARAM,
+                "the milliseconds flush waits for a peer that does not answer (a large value to wait longer)",
+            )?,
             rx_bytes: Settings::default().rx_bytes,
-            max_frags: count("btl_tcp_free_list_max")?,
-            max_registrations: count("btl_tcp_max_registrations")?,
+            max_frags: at_least_one(config, "btl_tcp_free_list_max", "the send descriptors outstanding at once")?,
+            max_registrations: at_least_one(
+                config,
+                "btl_tcp_max_registrations",
+                "the registrations alive at once",
+            )?,
             rcache: crate::rcache_params::options(config)?,
         };
-        if settings.links == 0 || settings.links > 64 {
-            return Err(Error::NotAvailable(format!(
-                "btl_tcp_links = {}: give 1 to 64 links per peer and interface",
-                settings.links
-            )));
-        }
-        if settings.connect_timeout.is_zero() {
-            return Err(Error::NotAvailable(
-                "btl_tcp_connect_timeout = 0: give the milliseconds a link has to come up (at least 1)"
-                    .into(),
-            ));
-        }
-        if settings.flush_timeout.is_zero() {
-            return Err(Error::NotAvailable(format!(
-                "{FLUSH_TIMEOUT_PARAM} = 0: give the milliseconds flush waits for a peer that \
-                 does not answer (at least 1; a large value to wait longer)"
-            )));
+        if settings.links > 64 {
+            return Err(Error::ParamOutOfRange {
+                name: "btl_tcp_links".into(),
+                value: settings.links as i64,
+                allowed: "give 1 to 64 links per peer and interface".into(),
+            });
         }
         if settings.rdma_chunk == 0 || settings.rdma_chunk > MAX_CHUNK {
-            return Err(Error::NotAvailable(format!(
-                "btl_tcp_rdma_chunk = {}: give 1 to {MAX_CHUNK} bytes",
-                settings.rdma_chunk
-            )));
+            return Err(Error::ParamOutOfRange {
+                name: "btl_tcp_rdma_chunk".into(),
+                value: i64::try_from(settings.rdma_chunk).unwrap_or(i64::MAX),
+                allowed: format!("give 1 to {MAX_CHUNK} bytes"),
+            });
         }
         let chosen = interfaces::chosen(config)?;
         if chosen.is_empty() {
