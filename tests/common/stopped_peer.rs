@@ -58,6 +58,12 @@ pub fn run(mut comm: Comm, stop: Stop, report: &dyn Fn(u32, &str)) -> ! {
     match e {
         Error::PeerTimeout { rank: 1, waited } => {
             assert!(waited >= Duration::from_secs(1), "{waited:?}");
+            // The wait happened: not only reported.
+            assert!(
+                started.elapsed() >= Duration::from_secs(1),
+                "gave up after {:?}, for a timeout of 1 s",
+                started.elapsed()
+            );
             assert!(
                 e.to_string().contains("msg_peer_timeout"),
                 "the error says what to raise: {e}"
