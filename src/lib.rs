@@ -41,7 +41,7 @@ pub fn framework() -> btl::Framework {
     let components: Vec<Box<dyn btl::Component>> = vec![
         Box::new(btl::loopback::SelfComponent),
         Box::new(btl::sm::SmComponent),
-        Box::new(btl::tcp::TcpComponent),
+        Box::new(btl::tcp::TcpComponent::default()),
         #[cfg(feature = "openib")]
         Box::new(rbtl_openib::OpenibComponent::default()),
     ];

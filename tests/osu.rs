@@ -233,6 +233,23 @@ fn runs_under_rbtlrun_and_over_the_self_transport_alone() {
     assert!(!bad.status.success());
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(err.contains("unreachable") && err.contains("btl"), "{err}");
+    // tcp chosen, but its include list matches no interface here: the error says so.
+    let closed = Command::new(OSU)
+        .args(["latency", "--btl", "self,tcp", "--max-size", "8"])
+        .args(["--param", "btl_tcp_if_include=198.19.255.0/24"])
+        .output()
+        .unwrap();
+    assert!(!closed.status.success());
+    let err = String::from_utf8_lossy(&closed.stderr);
+    assert!(
+        err.contains("unreachable")
+            && err.contains(
+                "tcp: found no address to use: btl_tcp_if_include = 198.19.255.0/24 leaves \
+                 none of this host's up interfaces ("
+            )
+            && err.contains("lo 127.0.0.1/8"),
+        "{err}"
+    );
 }
 
 /// The embedding guide's complete BTL-level program: alone (through `self`) and under

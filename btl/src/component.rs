@@ -23,6 +23,13 @@ pub trait Component: Send {
     /// Query devices and make modules, publishing their address blobs in `modex`
     /// (Open MPI: `btl_component_init`). An empty list means nothing usable here.
     fn init(&mut self, config: &Config, modex: &mut dyn Modex) -> Result<Vec<Box<dyn Module>>>;
+
+    /// Why the last [`Component::init`] made no module, when it can say (the
+    /// configuration chose nothing usable, say), for the error of a rank that no
+    /// transport reaches.
+    fn closed_why(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The name of the selection parameter.
@@ -118,5 +125,14 @@ impl Framework {
         }
         modules.sort_by_key(|m| std::cmp::Reverse(m.attributes().exclusivity));
         Ok(modules)
+    }
+
+    /// Why selected components opened no module, as far as they say: `name: why`
+    /// each, after [`Framework::open`].
+    pub fn closed(&self) -> Vec<String> {
+        self.components
+            .iter()
+            .filter_map(|c| Some(format!("{}: {}", c.name(), c.closed_why()?)))
+            .collect()
     }
 }

@@ -15,7 +15,7 @@ fn framework() -> Framework {
     Framework::new(vec![
         Box::new(SelfComponent),
         Box::new(SmComponent),
-        Box::new(TcpComponent),
+        Box::new(TcpComponent::default()),
     ])
 }
 

@@ -26,7 +26,13 @@ impl Comm {
         let node = job.node.to_string();
         let modex = job.modex.as_mut();
         modex.publish("node", node.as_bytes())?;
-        let mut modules = crate::framework().open(config, modex)?;
+        let mut framework = crate::framework();
+        let mut modules = framework.open(config, modex)?;
+        let closed: String = framework
+            .closed()
+            .iter()
+            .map(|why| format!("; {why}"))
+            .collect();
         modex.fence()?;
         let procs: Vec<Proc> = (0..job.size)
             .map(|rank| {
@@ -77,6 +83,7 @@ impl Comm {
             return Err(Error::Unreachable {
                 rank: rank as u32,
                 tried: tried(),
+                closed,
             });
         }
         let mut remote = vec![false; modules.len()];

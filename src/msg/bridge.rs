@@ -234,6 +234,7 @@ impl Comm {
                 return Err(Error::Unreachable {
                     rank: p.rank,
                     tried: "tcp (the bridge to other jobs)".into(),
+                    closed: String::new(),
                 });
             };
             let rank = self.routes.len() as u32;

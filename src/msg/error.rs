@@ -27,13 +27,16 @@ pub enum Error {
     },
     /// No selected transport reaches a rank.
     #[error(
-        "rank {rank} is unreachable by the selected transports ({tried}): check the btl parameter"
+        "rank {rank} is unreachable by the selected transports ({tried}){closed}: check the btl parameter"
     )]
     Unreachable {
         /// The rank.
         rank: u32,
         /// The transports tried.
         tried: String,
+        /// Why selected transports stayed closed here (`; tcp: found no address ...`),
+        /// or nothing.
+        closed: String,
     },
     /// No selected transport reaches this rank itself (that is `self`'s job).
     #[error(

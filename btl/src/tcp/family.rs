@@ -41,6 +41,15 @@ impl Families {
         Families::from_param(config.int(DISABLE_FAMILY_PARAM)?)
     }
 
+    /// The value of `btl_tcp_disable_family` that gives these families.
+    pub fn param_value(self) -> i64 {
+        match self {
+            Families::Both => 0,
+            Families::V6Only => 4,
+            Families::V4Only => 6,
+        }
+    }
+
     /// Whether `ip`'s family is used.
     pub fn admits(self, ip: IpAddr) -> bool {
         match self {

@@ -8,7 +8,7 @@
 //! `getifaddrs` is called through `libc`: `rustix` (in the workspace already) has no
 //! binding for it, and `nix`, which has one, would come in for this one call.
 
-use super::family::{self, Families, Net};
+use super::family::{self, Families, Net, DISABLE_FAMILY_PARAM};
 use crate::{Error, Result};
 use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -136,15 +136,45 @@ impl Filter {
 /// The interfaces this host's `tcp` module would listen on under `config`
 /// (`btl_tcp_if_include` / `btl_tcp_if_exclude`, `btl_tcp_disable_family`).
 pub fn chosen(config: &rbtl_config::Config) -> Result<Vec<Interface>> {
+    Ok(chosen_or_why(config)?.0)
+}
+
+/// [`chosen`], and when it is empty, why: the setting that left nothing, and the
+/// host's up interfaces.
+pub fn chosen_or_why(config: &rbtl_config::Config) -> Result<(Vec<Interface>, Option<String>)> {
     let families = Families::of(config)?;
     let (all, names) = list()?;
-    select(
-        &all,
-        &names,
+    let (include, exclude) = (
         config.list("btl_tcp_if_include")?,
         config.list("btl_tcp_if_exclude")?,
-        families,
-    )
+    );
+    let chosen = select(&all, &names, include, exclude, families)?;
+    if !chosen.is_empty() {
+        return Ok((chosen, None));
+    }
+    let up: Vec<String> = all
+        .iter()
+        .filter(|i| i.up)
+        .map(|i| format!("{} {}/{}", i.name, i.addr, i.prefix))
+        .collect();
+    let setting = match (include.is_empty(), exclude.is_empty()) {
+        (false, _) => format!("btl_tcp_if_include = {}", include.join(",")),
+        (_, false) => format!("btl_tcp_if_exclude = {}", exclude.join(",")),
+        _ => "no interface is up".to_string(),
+    };
+    let family = match families {
+        Families::Both => String::new(),
+        _ => format!(" with {DISABLE_FAMILY_PARAM} = {}", families.param_value()),
+    };
+    let up = if up.is_empty() {
+        "none".to_string()
+    } else {
+        up.join(", ")
+    };
+    Ok((
+        chosen,
+        Some(format!("found no address to use: {setting}{family} leaves none of this host's up interfaces ({up})")),
+    ))
 }
 
 /// The interfaces to use among `all` (whose interface names are `names`), by the

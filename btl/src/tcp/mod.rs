@@ -315,12 +315,20 @@ fn congestion(name: &str) -> Result<Option<sockets::Congestion>> {
 
 /// The `tcp` component: one module per process, over the chosen interfaces.
 #[derive(Debug, Default)]
-pub struct TcpComponent;
+pub struct TcpComponent {
+    /// Why the last `init` made no module.
+    closed: Option<String>,
+}
 
 impl TcpComponent {
     /// The module the configuration asks for, publishing its addresses in `modex`;
     /// `None` when no interface is chosen.
     pub fn open(config: &Config, modex: &mut dyn Modex) -> Result<Option<TcpModule>> {
+        Ok(TcpComponent::open_or_why(config, modex)?.map_err(drop).ok())
+    }
+
+    /// [`TcpComponent::open`], or why no interface is chosen.
+    fn open_or_why(config: &Config, modex: &mut dyn Modex) -> Result<Result<TcpModule, String>> {
         let attrs = Attributes::from_config(config, NAME, &default_attributes())?;
         use crate::count_params::at_least_one;
         let millis = |name: &str, what: &str| {
@@ -370,13 +378,13 @@ impl TcpComponent {
                 allowed: format!("give 1 to {MAX_CHUNK} bytes"),
             });
         }
-        let chosen = interfaces::chosen(config)?;
-        if chosen.is_empty() {
-            tracing::info!("tcp: no interface chosen; the transport stays closed");
-            return Ok(None);
+        let (chosen, why) = interfaces::chosen_or_why(config)?;
+        if let Some(why) = why {
+            tracing::info!("tcp {why}; the transport stays closed");
+            return Ok(Err(why));
         }
         tracing::debug!(?chosen, "tcp: listening");
-        Ok(Some(TcpModule::new(attrs, settings, &chosen, modex)?))
+        Ok(Ok(TcpModule::new(attrs, settings, &chosen, modex)?))
     }
 }
 
@@ -454,9 +462,19 @@ impl Component for TcpComponent {
     }
 
     fn init(&mut self, config: &Config, modex: &mut dyn Modex) -> Result<Vec<Box<dyn Module>>> {
-        Ok(TcpComponent::open(config, modex)?
-            .map(|m| Box::new(m) as Box<dyn Module>)
-            .into_iter()
-            .collect())
+        match TcpComponent::open_or_why(config, modex)? {
+            Ok(m) => {
+                self.closed = None;
+                Ok(vec![Box::new(m)])
+            }
+            Err(why) => {
+                self.closed = Some(why);
+                Ok(Vec::new())
+            }
+        }
+    }
+
+    fn closed_why(&self) -> Option<String> {
+        self.closed.clone()
     }
 }
