@@ -66,13 +66,6 @@ impl Comm {
         Some(self.eager[*m].saturating_sub(super::protocol::EAGER_HEADER))
     }
 
-    /// The largest message that goes in one send to any rank (the least of
-    /// [`Comm::eager_payload_to`]'s over the modules in use).
-    pub fn least_eager_payload(&self) -> usize {
-        let least = self.eager.iter().min().copied().unwrap_or(0);
-        least.saturating_sub(super::protocol::EAGER_HEADER)
-    }
-
     /// The modules in use, most exclusive first.
     ///
     /// Borrowed, never handed out by value: the message layer's callbacks live in

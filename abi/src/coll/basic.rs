@@ -65,6 +65,25 @@ fn gathered_barrier(s: &mut Schedule, m: &Members) {
     }
 }
 
+/// The pieces of a broadcast sent in pieces ([`bcast_piece`]): one eager message over
+/// `sm` and `tcp` (a rendezvous each over a transport with a smaller eager limit:
+/// slower, the same messages). A constant, as every member must cut alike whatever
+/// transports it uses.
+const BCAST_PIECE: usize = 16 << 10;
+/// The largest broadcast sent in pieces; larger ones go whole, each hop by
+/// rendezvous.
+const BCAST_IN_PIECES_MAX: usize = 128 << 10;
+
+/// The piece size for a broadcast of `len` bytes ([`bcast`]): 16 KiB from 16 KiB to
+/// 128 KiB, else `len` (whole).
+pub fn bcast_piece(len: usize) -> usize {
+    if len > BCAST_PIECE && len <= BCAST_IN_PIECES_MAX {
+        BCAST_PIECE
+    } else {
+        len
+    }
+}
+
 /// Broadcast `len` bytes at `buf` from `root` down a binomial tree, in pieces of
 /// `piece` bytes (`len` or more: whole), pipelined: in each round a member receives
 /// the next piece from its parent while it passes the last one on to its children.

@@ -126,8 +126,7 @@ impl Mpi {
                 args::output(&mut s, buf, n, t)?
             }
         };
-        let piece = self.bcast_piece(&m, len);
-        basic::bcast(&mut s, &m, loc, len, root, piece);
+        basic::bcast(&mut s, &m, loc, len, root, basic::bcast_piece(len));
         finish(&mut s, [unpack]);
         Ok(s)
     }

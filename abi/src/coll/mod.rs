@@ -56,30 +56,7 @@ impl Members {
     }
 }
 
-/// Largest broadcast sent in pieces (see [`basic::bcast`]); larger ones go whole,
-/// each hop by rendezvous.
-const BCAST_IN_PIECES_MAX: usize = 128 << 10;
-
 impl Mpi {
-    /// The piece size for a broadcast of `len` bytes among `m`: what goes to every
-    /// member in one send, for a broadcast of at most 128 KiB (`BCAST_IN_PIECES_MAX`);
-    /// otherwise `len` (whole).
-    pub fn bcast_piece(&self, m: &Members, len: usize) -> usize {
-        if len <= self.msg.least_eager_payload() || len > BCAST_IN_PIECES_MAX {
-            return len;
-        }
-        let one_send = (0..m.size)
-            .filter(|&r| r != m.rank)
-            .filter_map(|r| self.msg.eager_payload_to(m.job(r)))
-            .min()
-            .unwrap_or(len);
-        // Whole cache lines, unless a send holds less than one.
-        match one_send & !63 {
-            0 => one_send.max(1),
-            lines => lines,
-        }
-    }
-
     /// A schedule for the next collective on intracommunicator `comm`, and its members.
     pub fn collective(&mut self, comm: Handle) -> Result<(Box<Schedule>, Members)> {
         let c = self.comm_mut(comm)?;

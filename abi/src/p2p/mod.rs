@@ -136,11 +136,10 @@ impl Mpi {
     #[inline(always)]
     pub fn only_messages_in_flight(&self) -> bool {
         self.active.is_empty()
-            && (self.detached.is_empty()
-                || !self
-                    .detached
-                    .iter()
-                    .any(|(r, _)| matches!(r, Request::Coll(_))))
+            && !self
+                .detached
+                .iter()
+                .any(|(r, _)| matches!(r, Request::Coll(_)))
     }
 
     /// Drive the transports once, and the collectives in flight: how much happened.

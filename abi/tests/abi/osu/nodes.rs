@@ -1,4 +1,4 @@
-//! `osu_latency`, `osu_bw` and `osu_allreduce` across two simulated nodes
+//! `osu_latency`, `osu_bw`, `osu_allreduce` and `osu_bcast` across two simulated nodes
 //! (`tools/nodes.sh`) under MPICH's hydra and under Slurm.
 
 use std::process::Command;
@@ -51,9 +51,10 @@ enum Launcher {
 }
 
 impl Launcher {
-    /// The command that starts `ranks` ranks, `ranks / 2` on each of two nodes.
+    /// The command that starts `ranks` ranks on two nodes, half on each (the first
+    /// takes the odd one).
     fn command(self, nodes: &cluster::Nodes, ranks: usize) -> Command {
-        let per_node = (ranks / 2).to_string();
+        let per_node = ranks.div_ceil(2).to_string();
         let mut cmd = match self {
             Launcher::Hydra => {
                 let mut cmd = Command::new("mpiexec.mpich");
@@ -78,8 +79,8 @@ impl Launcher {
     }
 }
 
-/// `osu_latency` and `osu_bw` (one rank on each node) and `osu_allreduce` (two on
-/// each) across two nodes under `launcher`: each ends with its table, its data
+/// `osu_latency` and `osu_bw` (one rank on each node), `osu_allreduce` (two on each)
+/// and `osu_bcast` (two and one) across two nodes under `launcher`: each ends with its table, its data
 /// checked, and node 1's link carried at least what the timed iterations of the
 /// largest size had to move between the nodes.
 fn across_two_nodes(launcher: Launcher) {
@@ -106,6 +107,9 @@ fn across_two_nodes(launcher: Launcher) {
         (bench("osu_bw"), 2, 4, 256 << 10, 64 * (256 << 10)),
         // Each node's result needs the other's data.
         (bench("osu_allreduce"), 4, 5, 64 << 10, 2 * (64 << 10)),
+        // Two ranks on node 1 (sm between them), one on node 2 (tcp only): every rank
+        // must cut a broadcast into the same pieces whatever transports it uses.
+        (bench("osu_bcast"), 3, 5, 64 << 10, 64 << 10),
     ];
     let mut failed = Vec::new();
     for (b, ranks, iterations, max, per_iteration) in runs {
@@ -142,8 +146,9 @@ fn across_two_nodes(launcher: Launcher) {
     drop(nodes);
     assert!(
         failed.is_empty(),
-        "{} of 3 benchmarks failed across nodes:\n\n{}",
+        "{} of {} benchmarks failed across nodes:\n\n{}",
         failed.len(),
+        runs.len(),
         failed.join("\n\n")
     );
 }
