@@ -127,7 +127,7 @@ pub fn launch(
         }
         if let Some(signal) = signal_watch.received() {
             if interrupted.is_none() {
-                eprintln!("[rbtl launcher] got signal {signal}: ending the job");
+                say!("[rbtl launcher] got signal {signal}: ending the job");
                 interrupted = Some(signal);
                 verdict.failure.get_or_insert(Failure::Interrupted(signal));
                 shared.universe().shut_down();
@@ -159,7 +159,7 @@ pub fn launch(
             } else {
                 String::new()
             };
-            eprintln!("[rbtl launcher] {failure}{more}");
+            say!("[rbtl launcher] {failure}{more}");
             if let Phase::Running = phase {
                 // Capped so that an absurd grace cannot overflow the clock.
                 let grace = opts.grace.min(Duration::from_secs(365 * 24 * 3600));
@@ -170,9 +170,11 @@ pub fn launch(
             // An abort ends the job at once, even during another failure's grace.
             if !matches!(verdict.failure, Some(Failure::Aborted(_))) {
                 if let Some(abort) = &verdict.abort {
-                    eprintln!(
+                    say!(
                         "[rbtl launcher] rank {} aborted the job with exit code {}: {}",
-                        abort.rank, abort.code, abort.message
+                        abort.rank,
+                        abort.code,
+                        abort.message
                     );
                 }
             }
@@ -238,7 +240,7 @@ fn lose_output(verdict: &mut Verdict, stream: output::Stream, error: &std::io::E
             error: error.to_string(),
             broken_pipe: error.kind() == std::io::ErrorKind::BrokenPipe,
         };
-        eprintln!("[rbtl launcher] {failure}");
+        say!("[rbtl launcher] {failure}");
         verdict.failure = Some(failure);
     }
     first
@@ -438,7 +440,7 @@ fn cleanup_segments(opts: &LaunchOptions) -> Vec<PathBuf> {
     for dir in dirs {
         match rbtl_mpool::cleanup_stale_in(&dir) {
             Ok(paths) => removed.extend(paths),
-            Err(e) => eprintln!(
+            Err(e) => say!(
                 "[rbtl launcher] warning: cannot clean up shared memory in {}: {e}",
                 dir.display()
             ),

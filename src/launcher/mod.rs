@@ -32,6 +32,15 @@
 //! behind by dead ranks are removed ([`crate::mpool::cleanup_stale`], plus the
 //! directory `RBTL_SHM_DIR` names in [`LaunchOptions::env`], if it does).
 
+/// `eprintln!` for the launcher's own messages, which never panics: its stderr may
+/// be a closed pipe or a full disk (then the job ends for that, see `output`).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod cli;
 mod cores;
 mod error;

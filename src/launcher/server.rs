@@ -292,7 +292,7 @@ enum Reply {
 }
 
 fn warn(rank: u32, what: &str) {
-    eprintln!("[rbtl launcher] rank {rank}: {what}");
+    say!("[rbtl launcher] rank {rank}: {what}");
 }
 
 fn handle(rank: u32, m: &Message, shared: &Shared, events: &Sender<Event>) -> Reply {

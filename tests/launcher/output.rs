@@ -104,3 +104,25 @@ fn a_full_disk_fails_the_job_and_says_so() {
         "{said}"
     );
 }
+
+#[test]
+fn a_closed_error_pipe_ends_the_job_too() {
+    // The launcher's own messages go to the same closed stderr: it must still end
+    // the job, and not die of the write.
+    let mut child = rbtlrun()
+        .args([
+            "-n",
+            "2",
+            "sh",
+            "-c",
+            "sleep 0.2; echo complaint >&2; exec sleep 60",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take());
+    let out = wait_within(child, "a job whose error pipe was closed", ONCE_HUNG);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGPIPE), "{out:?}");
+}
