@@ -1716,11 +1716,16 @@ impl Drop for TwoInterfaces {
 
 /// Two interfaces on each rank (a network namespace the test makes): one link per pair
 /// of interfaces, data striped over both (see `role_two_interfaces`). Needs root and
-/// `ip`; says SKIP without them.
+/// `ip`; says SKIP without them, unless `NODES_REQUIRED=1` (as `.ci/run` sets),
+/// which makes that a failure.
 #[test]
 fn two_interfaces_per_rank_give_a_link_per_pair() {
     let ns = match TwoInterfaces::make() {
         Ok(ns) => ns,
+        // Under CI (root, the packages installed: `NODES_REQUIRED=1`) it must run.
+        Err(why) if std::env::var("NODES_REQUIRED").as_deref() == Ok("1") => {
+            panic!("NODES_REQUIRED=1 but {why}")
+        }
         Err(why) => return eprintln!("SKIP two_interfaces_per_rank_give_a_link_per_pair: {why}"),
     };
     ns.run(|| {
