@@ -32,6 +32,21 @@ pub trait Component: Send {
     }
 }
 
+/// `component` initialised (with a singleton modex) on its own parameters and the
+/// cache's, `name` set to `value`: for tests of how it takes its parameters.
+#[cfg(test)]
+pub(crate) fn init_with(
+    component: &mut dyn Component,
+    name: &str,
+    value: &str,
+) -> Result<Vec<Box<dyn Module>>> {
+    let mut registry = Registry::new();
+    crate::rcache_params::register_params(&mut registry)?;
+    component.register_params(&mut registry)?;
+    let config = registry.builder().set(name, value).build()?;
+    component.init(&config, &mut crate::SingletonModex::new())
+}
+
 /// The name of the selection parameter.
 pub const SELECT_PARAM: &str = "btl";
 /// The directory of shared-memory segments (environment: `RBTL_SHM_DIR`).

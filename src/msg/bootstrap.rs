@@ -28,11 +28,6 @@ impl Comm {
         modex.publish("node", node.as_bytes())?;
         let mut framework = crate::framework();
         let mut modules = framework.open(config, modex)?;
-        let closed: String = framework
-            .closed()
-            .iter()
-            .map(|why| format!("; {why}"))
-            .collect();
         modex.fence()?;
         let procs: Vec<Proc> = (0..job.size)
             .map(|rank| {
@@ -83,7 +78,11 @@ impl Comm {
             return Err(Error::Unreachable {
                 rank: rank as u32,
                 tried: tried(),
-                closed,
+                closed: framework
+                    .closed()
+                    .iter()
+                    .map(|why| format!("; {why}"))
+                    .collect(),
             });
         }
         let mut remote = vec![false; modules.len()];

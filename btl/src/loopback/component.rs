@@ -111,18 +111,14 @@ impl Default for Limits {
 #[cfg(test)]
 mod tests {
     use super::SelfComponent;
-    use crate::{Component, Error, SingletonModex};
-    use rbtl_config::Registry;
+    use crate::component::init_with;
+    use crate::Error;
 
     /// The pools cannot be sized to nothing: 0 is refused by name.
     #[test]
     fn zero_limits_are_refused_by_name() {
         for name in ["btl_self_free_list_max", "btl_self_max_registrations"] {
-            let mut registry = Registry::new();
-            crate::rcache_params::register_params(&mut registry).unwrap();
-            SelfComponent.register_params(&mut registry).unwrap();
-            let config = registry.builder().set(name, "0").build().unwrap();
-            match SelfComponent.init(&config, &mut SingletonModex::new()) {
+            match init_with(&mut SelfComponent, name, "0") {
                 Err(Error::ParamOutOfRange {
                     name: refused,
                     value: 0,

@@ -204,8 +204,8 @@ impl Component for SmComponent {
 #[cfg(test)]
 mod tests {
     use super::SmComponent;
-    use crate::{Component, Error, SingletonModex};
-    use rbtl_config::Registry;
+    use crate::component::init_with;
+    use crate::Error;
 
     /// Sizes that overflow the segment's layout are refused with a typed error.
     #[test]
@@ -215,11 +215,7 @@ mod tests {
             ("btl_sm_ring_slots", "9223372036854775807"),
             ("btl_sm_heap_size", "18446744073709551615"),
         ] {
-            let mut registry = Registry::new();
-            crate::rcache_params::register_params(&mut registry).unwrap();
-            SmComponent.register_params(&mut registry).unwrap();
-            let config = registry.builder().set(name, value).build().unwrap();
-            let made = SmComponent.init(&config, &mut SingletonModex::new());
+            let made = init_with(&mut SmComponent, name, value);
             assert!(
                 matches!(made, Err(Error::NotAvailable(_))),
                 "{name} = {value}: {:?}",
@@ -237,11 +233,7 @@ mod tests {
             "btl_sm_free_list_max",
             "btl_sm_max_registrations",
         ] {
-            let mut registry = Registry::new();
-            crate::rcache_params::register_params(&mut registry).unwrap();
-            SmComponent.register_params(&mut registry).unwrap();
-            let config = registry.builder().set(name, "0").build().unwrap();
-            match SmComponent.init(&config, &mut SingletonModex::new()) {
+            match init_with(&mut SmComponent, name, "0") {
                 Err(Error::ParamOutOfRange {
                     name: refused,
                     value: 0,
