@@ -86,9 +86,14 @@ pub(super) fn register_callbacks(
             }
         }),
     )?;
-    let st = state.clone();
+    let (st, peers) = (state.clone(), ranks.clone());
     m.register_error(Box::new(move |event| {
-        if let Some(rank) = event.rank {
+        // The endpoint names the rank here: a bridge's own rank numbers are the
+        // launcher's, not this layer's.
+        let rank = event
+            .endpoint
+            .and_then(|ep| peers.get(ep.0 as usize).copied().flatten());
+        if let Some(rank) = rank {
             lock(&st).peer_failed(rank, event.error.to_string());
         }
     }));

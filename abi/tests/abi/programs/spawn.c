@@ -3,8 +3,14 @@
  * two copies of this program (argument "child"); parents and children exchange a
  * message with every member of the other group over the intercommunicator, meet
  * in its barrier, merge it (parents first), reduce and broadcast on the merged
- * communicator, and disconnect. The children report as "spawn-child". */
+ * communicator, and disconnect. The children then wait until every parent has
+ * exited and still talk among themselves: a parent leaving is no failure of
+ * theirs. The children report as "spawn-child". */
 #include "check.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <unistd.h>
 
 #define CHILDREN 2
 
@@ -54,9 +60,65 @@ static void merge(MPI_Comm inter, int high, int parents) {
   OK(MPI_Comm_free(&merged));
 }
 
+/* Every parent sends its process id to every child over `inter`; the children
+ * receive them into `pids` (room for 64). */
+static void send_pids(MPI_Comm inter, int parent, int *pids) {
+  int remote;
+  OK(MPI_Comm_remote_size(inter, &remote));
+  CHECK(remote <= 64, "remote group of %d", remote);
+  for (int r = 0; r < remote; r++) {
+    if (parent) {
+      int pid = (int)getpid();
+      OK(MPI_Send(&pid, 1, MPI_INT, r, 2, inter));
+    } else {
+      OK(MPI_Recv(&pids[r], 1, MPI_INT, r, 2, inter, MPI_STATUS_IGNORE));
+    }
+  }
+}
+
+/* Whether process `pid` has ended (gone, or a zombie not yet reaped). */
+static int ended(int pid) {
+  if (kill(pid, 0) != 0)
+    return errno == ESRCH;
+  char path[64], state = 0;
+  snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return 1;
+  int n = fscanf(f, "%*d (%*[^)]) %c", &state);
+  fclose(f);
+  return n == 1 && state == 'Z';
+}
+
+/* The children, once every one of `parents` processes `pids` has ended (within
+ * 60 s): barriers and a ring over their own world still succeed. */
+static void talk_after_parents_left(const int *pids, int parents) {
+  for (int waited = 0; waited < 6000; waited++) {
+    int left = 0;
+    for (int p = 0; p < parents; p++)
+      left += !ended(pids[p]);
+    if (left == 0)
+      break;
+    CHECK(waited < 5999, "%d parents still running after 60 s", left);
+    usleep(10000);
+  }
+  int rank, size;
+  OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  for (int round = 0; round < 20; round++) {
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    int out = 100 * round + rank, in = -1, from = (rank + size - 1) % size;
+    OK(MPI_Sendrecv(&out, 1, MPI_INT, (rank + 1) % size, 3, &in, 1, MPI_INT, from, 3,
+                    MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    CHECK(in == 100 * round + from, "round %d: %d from %d", round, in, from);
+    usleep(1000);
+  }
+}
+
 int main(int argc, char **argv) {
   start("spawn", &argc, &argv);
   MPI_Comm parent, inter;
+  int parents = -1, pids[64];
   OK(MPI_Comm_get_parent(&parent));
   int flag = -1;
   if (parent == MPI_COMM_NULL) {
@@ -84,6 +146,7 @@ int main(int argc, char **argv) {
     exchange(inter, 1);
     OK(MPI_Barrier(inter));
     merge(inter, 0, check_size);
+    send_pids(inter, 1, NULL);
   } else {
     check_program = "spawn-child";
     CHECK(argc == 2 && strcmp(argv[1], "child") == 0, "the child's arguments (%d)", argc);
@@ -94,13 +157,16 @@ int main(int argc, char **argv) {
     inter = parent;
     OK(MPI_Comm_test_inter(inter, &flag));
     CHECK(flag == 1, "the parent communicator is an intercommunicator");
-    int parents = -1;
     OK(MPI_Comm_remote_size(inter, &parents));
     exchange(inter, 1);
     OK(MPI_Barrier(inter));
     merge(inter, 1, parents);
+    CHECK(parents <= 64, "%d parents", parents);
+    send_pids(inter, 0, pids);
   }
   OK(MPI_Comm_disconnect(&inter));
   CHECK(inter == MPI_COMM_NULL, "MPI_Comm_disconnect sets the handle to MPI_COMM_NULL");
+  if (parents > 0)
+    talk_after_parents_left(pids, parents);
   return finish();
 }
