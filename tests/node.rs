@@ -56,6 +56,7 @@ fn rank_role_entry() {
             stopped_peer::run(comm, stopped_peer::Stop::WithWorkPosted, &report_ok)
         }
         "wildcard_after_deaths" => role_wildcard_after_deaths(),
+        "wildcard_silent" => role_wildcard_silent(),
         "sm_remap" => {
             let (m, eps, job) = sm_module();
             let ep = eps[(job.rank ^ 1) as usize].expect("sm reaches the peer");
@@ -589,6 +590,44 @@ fn role_wildcard_after_deaths() {
     std::process::exit(1);
 }
 
+/// With `msg_peer_timeout` 1 s: ranks 1 and 2 stay out of the layer for 1.5 s, twice;
+/// rank 0's receives from any source (blocking, then non-blocking) meanwhile fail
+/// with the timeout after at least 1 s, and no rank is treated as failed: the
+/// barriers after each still pass.
+fn role_wildcard_silent() {
+    watchdog(Duration::from_secs(30));
+    let mut comm = Comm::init(&[]).unwrap();
+    let me = comm.rank();
+    comm.barrier().unwrap();
+    let mut b = [0u8; 4];
+    for blocking in [true, false] {
+        if me == 0 {
+            let start = std::time::Instant::now();
+            let got = if blocking {
+                comm.recv(&mut b, ANY_SOURCE, Some(5)).map(|_| ())
+            } else {
+                // SAFETY: `b` outlives the request, waited for here.
+                let req = unsafe { comm.irecv_raw(b.as_mut_ptr(), b.len(), ANY_SOURCE, ANY_TAG) };
+                comm.wait(req.unwrap()).map(|_| ())
+            };
+            match got {
+                Err(Error::AnySourceTimeout { live, waited }) => {
+                    assert_eq!(live, [1, 2]);
+                    assert!(waited >= Duration::from_secs(1), "reported {waited:?}");
+                    let took = start.elapsed();
+                    assert!(took >= Duration::from_secs(1), "gave up after {took:?}");
+                }
+                other => panic!("expected the wildcard receive to time out, got {other:?}"),
+            }
+        } else {
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        comm.barrier().unwrap();
+    }
+    report_ok(me, "wildcard_timed_out");
+    comm.finalize().unwrap();
+}
+
 // ---------------------------------------------------------------------------
 // Launcher side.
 
@@ -822,6 +861,17 @@ fn a_receive_from_any_source_fails_once_every_other_rank_has_died() {
         1,
         "rank 0's receives from any source failed (job code {})",
         job.code
+    );
+    std::fs::remove_dir_all(job.dir).unwrap();
+}
+
+#[test]
+fn a_receive_from_any_source_times_out_among_silent_live_ranks() {
+    let job = run("wildcard_silent", 3, &[("RBTL_MSG_PEER_TIMEOUT", "1")]);
+    assert_eq!(
+        (job.code, oks(&job.dir, "wildcard_timed_out", 3)),
+        (0, 3),
+        "rank 0's receives from any source timed out, and every rank went on"
     );
     std::fs::remove_dir_all(job.dir).unwrap();
 }

@@ -65,6 +65,16 @@ pub enum Error {
         /// How long the call waited without any progress.
         waited: std::time::Duration,
     },
+    /// A receive from any source, with several other ranks alive, saw no progress at
+    /// all for the peer timeout (`msg_peer_timeout`). No rank is treated as failed:
+    /// none in particular was needed.
+    #[error("a receive from any source saw no sign of ranks {live:?} for {} s (msg_peer_timeout): none of them sent a message in time, as none may ever do, or they are stopped, hung, or computing for longer than that; raise msg_peer_timeout (0: wait forever) if they compute that long", waited.as_secs())]
+    AnySourceTimeout {
+        /// The other ranks alive, any of which could have sent.
+        live: Vec<u32>,
+        /// How long the call waited without any progress.
+        waited: std::time::Duration,
+    },
     /// A rank outside the job.
     #[error("rank {0} is outside the job of {1} processes")]
     BadRank(u32, u32),

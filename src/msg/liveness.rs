@@ -247,15 +247,16 @@ impl Comm {
     fn verdict(&mut self, needs: Needs, idle: &mut IdleWait) -> Verdict {
         let rank = match needs {
             Needs::Rank(rank) if rank == self.rank => return Verdict::Wait,
-            Needs::Rank(rank) => rank,
+            Needs::Rank(rank) => Some(rank),
             Needs::AnyOther => {
                 let (live, failed) = self.other_ranks();
                 match live[..] {
                     // Alone in the job: no peer to wait for, or to fail.
                     [] if failed.is_empty() => return Verdict::Wait,
                     [] => return Verdict::Fail(all_failed(failed)),
-                    [one] => one,
-                    _ => return Verdict::Wait,
+                    [one] => Some(one),
+                    // Several could send: the same wait, and none to blame.
+                    _ => None,
                 }
             }
         };
@@ -263,10 +264,15 @@ impl Comm {
             return Verdict::Wait;
         };
         let waited = idle.idle_for();
-        if waited >= limit {
-            Verdict::TimedOut { rank, waited }
-        } else {
-            Verdict::Wait
+        if waited < limit {
+            return Verdict::Wait;
+        }
+        match rank {
+            Some(rank) => Verdict::TimedOut { rank, waited },
+            None => Verdict::Fail(Error::AnySourceTimeout {
+                live: self.other_ranks().0,
+                waited,
+            }),
         }
     }
 

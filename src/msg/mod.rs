@@ -44,9 +44,11 @@
 //! * **A receive from any source no live rank can satisfy.** A blocking receive from
 //!   [`ANY_SOURCE`] cannot be satisfied by its caller (nothing else runs meanwhile),
 //!   so once every other rank has failed it fails with [`Error::PeerFailed`] naming
-//!   them; a non-blocking one does so when waited for. Such a receive times out (as
-//!   above) only when a single other rank is alive: only then does it need one
-//!   particular peer.
+//!   them; a non-blocking one does so when waited for. When a single other rank is
+//!   alive such a receive needs that one and times out as above. With several alive
+//!   it sees the same timeout (no progress at all for `msg_peer_timeout`) and fails
+//!   with [`Error::AnySourceTimeout`] naming them, but treats none as failed: none in
+//!   particular was needed.
 
 // `Comm`'s methods are grouped by concern, one file each: `bootstrap` (making it),
 // `comm` (its state and progress), `p2p` (sends, receives, waits), `offload` (a
