@@ -144,6 +144,9 @@ fn role_contract() {
         // One pairing at a time: nobody starts the next round's exchange early.
         job.modex.fence().unwrap();
     }
+    // Every rank at once on rank 0's words.
+    let mut meet = common::meet_through_modex(&mut job);
+    contract::atomics_on_shared_words(m.as_mut(), &eps, rank as usize, &mut meet);
     report_ok(rank, "ok");
 }
 

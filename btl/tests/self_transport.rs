@@ -51,6 +51,8 @@ fn open_self(settings: &[(&str, &str)]) -> (Box<dyn Module>, Endpoint) {
 
 fn run_suite(m: &mut dyn Module, ep: Endpoint) {
     rbtl_contract::run_all(m, ep);
+    // Every operation at both widths against the reference (one origin: itself).
+    rbtl_contract::atomics_on_shared_words(m, &[Some(ep)], 0, &mut |mine| vec![mine.to_vec()]);
 }
 
 #[test]

@@ -168,3 +168,20 @@ pub fn send_noted<T: Send + 'static>(
     }));
     m.send(ep, des, tag).map_err(|e| e.error)
 }
+
+/// Meet every rank of `job` through its PMI modex: publish this rank's bytes, fence,
+/// read every rank's, by rank (for checks that run on every rank at once).
+#[allow(dead_code)] // not every binary that shares this module uses it
+pub fn meet_through_modex(job: &mut rbtl::pmi::Job) -> impl FnMut(&[u8]) -> Vec<Vec<u8>> + '_ {
+    // Keys never published before by this process, whichever meeting asks.
+    static ROUND: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    move |mine: &[u8]| {
+        let round = ROUND.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let key = format!("meet.{round}");
+        job.modex.publish(&key, mine).unwrap();
+        job.modex.fence().unwrap();
+        (0..job.size)
+            .map(|r| job.modex.lookup(r, &key).unwrap().unwrap_or_default())
+            .collect()
+    }
+}

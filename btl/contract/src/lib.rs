@@ -5,7 +5,9 @@
 //! and two processes. A failed check panics with what it saw.
 //!
 //! [`run_all`] runs every check; each is also a function of its own, taking the
-//! [`Peer`] both sides build.
+//! [`Peer`] both sides build. [`offers_what_it_must`] pins what each transport
+//! advertises; [`atomics_on_shared_words`], run by every rank of a job at once, has
+//! them all update the same words.
 
 #![warn(missing_docs)]
 
@@ -14,12 +16,14 @@ mod atomics32;
 mod buffer;
 mod expected;
 mod limits;
+mod offers;
 mod pattern;
 mod peer;
 mod rdma;
 mod registration;
 mod retry;
 mod sends;
+mod shared_words;
 mod vectored_anywhere;
 
 pub use atomics::atomics;
@@ -27,6 +31,7 @@ pub use atomics32::atomics_32bit;
 pub use buffer::{grantable, remote_of, Buffer, Bytes};
 pub use expected::expected_receive;
 pub use limits::limits_are_enforced;
+pub use offers::{offers_what_it_must, pinned};
 pub use pattern::interesting_sizes;
 pub use peer::{Peer, EXCHANGE_TAG, NOBODY_TAG};
 pub use rdma::{flush_completes_everything, put_get_every_alignment, remote_access_is_checked};
@@ -35,6 +40,7 @@ pub use sends::{
     all_tags, callbacks_may_progress, ownership_and_callbacks, segments, sends_every_size,
     unregistered_tag,
 };
+pub use shared_words::{atomics_on_shared_words, Meet};
 pub use vectored_anywhere::vectored_transfers_anywhere;
 
 use rbtl_btl::{Endpoint, Module};
@@ -43,6 +49,7 @@ use rbtl_btl::{Endpoint, Module};
 /// runs it too). Other peers of the module must not run the suite with this process
 /// at the same time.
 pub fn run_all(module: &mut dyn Module, endpoint: Endpoint) {
+    offers_what_it_must(module);
     let p = &mut Peer::new(module, endpoint);
     unregistered_tag(p);
     sends_every_size(p);
