@@ -3,11 +3,16 @@
 use std::io;
 
 /// The physical cores this process may run on, each as the logical CPUs (hardware
-/// threads) it holds: from hwloc's topology with the `hwloc` feature, else from
+/// threads) it holds: from hwloc's topology with the `hwloc` feature (an error if
+/// hwloc cannot read it: no silent fallback), else from
 /// `/sys/devices/system/cpu/cpuN/topology`; one core per allowed CPU if neither says.
 pub(super) fn cores() -> io::Result<Vec<Vec<usize>>> {
     let allowed = allowed_cpus()?;
-    let cores: Vec<Vec<usize>> = topology_cores(&allowed)
+    #[cfg(feature = "hwloc")]
+    let topology = hwloc_cores()?;
+    #[cfg(not(feature = "hwloc"))]
+    let topology = sysfs_cores(&allowed);
+    let cores: Vec<Vec<usize>> = topology
         .into_iter()
         .map(|core| {
             core.into_iter()
@@ -24,21 +29,20 @@ pub(super) fn cores() -> io::Result<Vec<Vec<usize>>> {
 
 /// Every core's hardware threads, from hwloc.
 #[cfg(feature = "hwloc")]
-fn topology_cores(_allowed: &[usize]) -> Vec<Vec<usize>> {
+fn hwloc_cores() -> io::Result<Vec<Vec<usize>>> {
     use hwlocality::object::types::ObjectType;
-    let Ok(topology) = hwlocality::Topology::new() else {
-        return Vec::new();
-    };
-    topology
+    let topology = hwlocality::Topology::new()
+        .map_err(|e| io::Error::other(format!("hwloc could not read the topology: {e}")))?;
+    Ok(topology
         .objects_with_type(ObjectType::Core)
         .filter_map(|core| Some(core.cpuset()?.iter_set().map(usize::from).collect()))
-        .collect()
+        .collect())
 }
 
 /// The cores of the `allowed` CPUs, each as those of its hardware threads that are
 /// allowed, from sysfs: CPUs sharing a package and core id.
-#[cfg(not(feature = "hwloc"))]
-fn topology_cores(allowed: &[usize]) -> Vec<Vec<usize>> {
+#[cfg_attr(feature = "hwloc", allow(dead_code))] // compared with hwloc's in a test
+fn sysfs_cores(allowed: &[usize]) -> Vec<Vec<usize>> {
     let read = |cpu: usize, what: &str| {
         std::fs::read_to_string(format!("/sys/devices/system/cpu/cpu{cpu}/topology/{what}"))
             .ok()
@@ -81,4 +85,30 @@ fn allowed_cpus() -> io::Result<Vec<usize>> {
         ));
     }
     Ok(cpus)
+}
+
+#[cfg(all(test, feature = "hwloc"))]
+mod tests {
+    use super::*;
+
+    /// hwloc reads the topology here (the launcher's `--bind-to core` would fail
+    /// otherwise), and its cores of the allowed CPUs are sysfs's.
+    #[test]
+    fn hwloc_reads_the_cores_sysfs_shows() {
+        let allowed = allowed_cpus().unwrap();
+        let mut from_hwloc: Vec<Vec<usize>> = hwloc_cores()
+            .expect("hwloc reads the topology")
+            .into_iter()
+            .map(|c| c.into_iter().filter(|cpu| allowed.contains(cpu)).collect())
+            .filter(|c: &Vec<usize>| !c.is_empty())
+            .collect();
+        let mut from_sysfs = sysfs_cores(&allowed);
+        from_hwloc.sort();
+        from_sysfs.sort();
+        assert!(
+            !from_hwloc.is_empty(),
+            "hwloc found no core of CPUs {allowed:?}"
+        );
+        assert_eq!(from_hwloc, from_sysfs);
+    }
 }

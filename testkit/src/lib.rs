@@ -2,6 +2,23 @@
 
 pub mod mem;
 
+/// The variable that says every test must run: set by `.ci/run`, which runs as root
+/// with every package installed (not `RBTL_*`, which names configuration parameters).
+pub const REQUIRED_VAR: &str = "NODES_REQUIRED";
+
+/// A test that cannot run on this machine, for `why`: it says SKIP and the caller
+/// returns, unless [`REQUIRED_VAR`] is `1`, where a test that cannot run is a failure.
+///
+/// # Panics
+///
+/// Under [`REQUIRED_VAR`]`=1`.
+pub fn cannot_run(test: &str, why: &str) {
+    if std::env::var(REQUIRED_VAR).as_deref() == Ok("1") {
+        panic!("{REQUIRED_VAR}=1 but {test} cannot run: {why}");
+    }
+    eprintln!("SKIP {test}: {why}");
+}
+
 /// `CAP_IPC_LOCK`'s bit among the capabilities.
 const CAP_IPC_LOCK: u32 = 14;
 

@@ -53,11 +53,8 @@ pub fn missing(slurm: bool) -> Option<String> {
 pub fn can_run(slurm: bool) -> bool {
     match missing(slurm) {
         None => true,
-        Some(why) if std::env::var("NODES_REQUIRED").as_deref() == Ok("1") => {
-            panic!("NODES_REQUIRED=1 but {why}")
-        }
         Some(why) => {
-            eprintln!("SKIP: {why}");
+            rbtl_testkit::cannot_run("jobs across simulated nodes", &why);
             false
         }
     }

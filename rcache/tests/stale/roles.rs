@@ -18,7 +18,7 @@ use rbtl_rcache::{Options, Rcache};
 
 use crate::memory::{fill, map, map_again, unmap, Checker, FrameRegistrar, PS, RW};
 
-const NOBODY: libc::uid_t = 65534;
+pub(crate) const NOBODY: libc::uid_t = 65534;
 
 fn run_role(role: &str) {
     let mut child = Command::new(std::env::current_exe().unwrap())
