@@ -9,8 +9,9 @@
 //! over IPv6, of a family the module does not use, publishing an old format: see
 //! `tcp/families.rs`; answering a flush slowly, not at all, or streaming a chunk
 //! slowly; putting into, and getting from, memory whose registration ends midway;
-//! malformed frames), and two interfaces per rank in a network namespace the test
-//! makes (one link per pair). This test binary re-executes itself as the rank program
+//! malformed frames), and two or three interfaces per rank in a network namespace the
+//! test makes (one link per pair, each carrying data, one of them slowed:
+//! `tcp/interfaces.rs`). This test binary re-executes itself as the rank program
 //! under the launcher; `TCP_TEST_ROLE` selects what a rank does, and ranks leave
 //! `ok.<rank>` files in `TCP_TEST_DIR`. (Over 600 lines: each test's rank side
 //! sits here beside its launcher side, in the one binary.)
@@ -20,6 +21,8 @@ mod accepting;
 mod common;
 #[path = "tcp/families.rs"]
 mod families;
+#[path = "tcp/interfaces.rs"]
+mod interfaces;
 #[path = "common/stopped_flush.rs"]
 mod stopped_flush;
 
@@ -54,7 +57,7 @@ fn rank_role_entry() {
         "refused" => role_refused(),
         "violation" => role_violation(),
         "stopped" => role_stopped(),
-        "two_interfaces" => role_two_interfaces(),
+        "interfaces" => interfaces::role_interfaces(),
         "crowd" => accepting::role_crowd(),
         "crossing" => accepting::role_crossing(),
         other => panic!("unknown TCP_TEST_ROLE {other:?}"),
@@ -148,40 +151,6 @@ fn role_contract() {
     let mut meet = common::meet_through_modex(&mut job);
     contract::atomics_on_shared_words(m.as_mut(), &eps, rank as usize, &mut meet);
     report_ok(rank, "ok");
-}
-
-/// In a namespace whose two interfaces carry 198.18.10.1/24 and 198.18.11.1/24 (both
-/// chosen): each rank publishes a listener on each, its link to its partner is one per
-/// pair of interfaces (two), the contract suite passes over them with put and get data
-/// striped in small chunks, and both links are up.
-fn role_two_interfaces() {
-    let mut job = rbtl::pmi::job().unwrap();
-    let config = rbtl::configure(&[]).unwrap();
-    let mut m = TcpComponent::open(&config, job.modex.as_mut())
-        .unwrap()
-        .expect("the two interfaces are chosen");
-    job.modex.fence().unwrap();
-    let eps = m.add_procs(&procs(job.size), job.modex.as_mut()).unwrap();
-    let partner = job.rank ^ 1;
-    let blob = job.modex.lookup(partner, "btl.tcp").unwrap().unwrap();
-    let listeners = Published::decode(&blob).unwrap().listeners;
-    let mut addrs: Vec<String> = listeners.iter().map(|l| l.addr.ip().to_string()).collect();
-    addrs.sort();
-    assert_eq!(
-        addrs,
-        ["198.18.10.1", "198.18.11.1"],
-        "rank {partner}'s listeners"
-    );
-    assert_ne!(listeners[0].iface, listeners[1].iface, "on two interfaces");
-    let ep = eps[partner as usize].expect("tcp reaches the partner");
-    contract::run_all(&mut m, ep);
-    assert_eq!(
-        m.links(ep),
-        Some((2, 2)),
-        "links to rank {partner} (all, up): one per pair of interfaces"
-    );
-    job.modex.fence().unwrap();
-    report_ok(job.rank, "ok");
 }
 
 /// Rank 1 opens connections to each of rank 0's listeners (127.0.0.1 and ::1) as a
@@ -1646,100 +1615,6 @@ fn contract_three_links_per_peer_small_chunks_and_limits() {
         ],
     );
     expect_all_ok("contract", 4, &[("RBTL_BTL_TCP_LINKS", "3")]);
-}
-
-/// A network namespace of this test's with two interfaces (veth pairs, one end of
-/// each with an address of 198.18.0.0/15), deleted on drop.
-struct TwoInterfaces {
-    name: String,
-}
-
-impl TwoInterfaces {
-    /// Made, or why it cannot be here (not root, no `ip`).
-    fn make() -> Result<TwoInterfaces, String> {
-        // SAFETY: geteuid has no arguments and cannot fail.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err("a network namespace needs root".into());
-        }
-        let ns = TwoInterfaces {
-            name: format!("rbtl-links-{}", std::process::id()),
-        };
-        let ip = |args: &[&str]| -> Result<(), String> {
-            let out = std::process::Command::new("ip")
-                .args(args)
-                .output()
-                .map_err(|e| format!("ip: {e}"))?;
-            match out.status.success() {
-                true => Ok(()),
-                false => Err(format!(
-                    "ip {}: {}",
-                    args.join(" "),
-                    String::from_utf8_lossy(&out.stderr)
-                )),
-            }
-        };
-        ip(&["netns", "add", &ns.name])?;
-        let n = ns.name.as_str();
-        ip(&["-n", n, "link", "set", "lo", "up"])?;
-        for (dev, addr) in [("rbtl-a", "198.18.10.1/24"), ("rbtl-b", "198.18.11.1/24")] {
-            let peer = format!("{dev}-peer");
-            ip(&[
-                "-n", n, "link", "add", dev, "type", "veth", "peer", "name", &peer,
-            ])?;
-            ip(&["-n", n, "addr", "add", addr, "dev", dev])?;
-            ip(&["-n", n, "link", "set", dev, "up"])?;
-            ip(&["-n", n, "link", "set", &peer, "up"])?;
-        }
-        Ok(ns)
-    }
-
-    /// Run `f` on a thread of its own inside the namespace (processes it starts are
-    /// inside too).
-    fn run<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
-        let path = format!("/run/netns/{}", self.name);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let ns = std::fs::File::open(&path).unwrap();
-                use std::os::fd::AsRawFd;
-                // SAFETY: a namespace file we opened; only this thread moves into it.
-                let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-                assert_eq!(r, 0, "setns {path}: {}", std::io::Error::last_os_error());
-                f()
-            })
-            .join()
-            .unwrap()
-        })
-    }
-}
-
-impl Drop for TwoInterfaces {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("ip")
-            .args(["netns", "del", &self.name])
-            .status();
-    }
-}
-
-/// Two interfaces on each rank (a network namespace the test makes): one link per pair
-/// of interfaces, data striped over both (see `role_two_interfaces`). Needs root and
-/// `ip`; says SKIP without them, unless `NODES_REQUIRED=1` (as `.ci/run` sets),
-/// which makes that a failure.
-#[test]
-fn two_interfaces_per_rank_give_a_link_per_pair() {
-    let ns = match TwoInterfaces::make() {
-        Ok(ns) => ns,
-        Err(why) => return rbtl_testkit::cannot_run("two_interfaces_per_rank", &why),
-    };
-    ns.run(|| {
-        expect_all_ok(
-            "two_interfaces",
-            2,
-            &[
-                ("RBTL_BTL_TCP_IF_INCLUDE", "198.18.10.0/24,198.18.11.0/24"),
-                ("RBTL_BTL_TCP_RDMA_CHUNK", "1000"),
-            ],
-        )
-    });
 }
 
 #[test]

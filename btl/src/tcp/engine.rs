@@ -15,6 +15,7 @@ use super::peer::endpoint;
 use super::published::Published;
 use super::sends::Sends;
 use super::slot::Sent;
+use super::sockets::{self, LinkBytes};
 use super::wire::Limits;
 use super::{Refused, Settings, FLUSH_TIMEOUT_PARAM, MAX_CHUNK, MODEX_KEY};
 use crate::done::Done;
@@ -114,6 +115,18 @@ impl Engine {
             p.links.len(),
             p.links.iter().filter(|s| s.up.is_some()).count(),
         ))
+    }
+
+    /// What the kernel counts of each link to `endpoint` that is up.
+    pub fn link_bytes(&self, endpoint: Endpoint) -> Option<Vec<std::io::Result<LinkBytes>>> {
+        let p = self.net.peers.get(endpoint.0 as usize)?;
+        Some(
+            p.links
+                .iter()
+                .filter_map(|s| self.net.conns.get(s.up?))
+                .map(|c| sockets::link_bytes(&c.sock))
+                .collect(),
+        )
     }
 
     /// Whether `endpoint` is a peer not removed (an expected receive may wait for it).

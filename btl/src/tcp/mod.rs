@@ -146,6 +146,7 @@ pub mod sockets;
 pub mod wire;
 
 pub use module::{TcpModule, MAX_CHUNK};
+pub use sockets::LinkBytes;
 
 use crate::{
     exclusivity, AtomicFlags, Attributes, BtlFlags, Component, Error, Modex, Module, Result,

@@ -7,6 +7,7 @@ use super::engine::Engine;
 use super::interfaces::Interface;
 use super::onesided::{Atomic, Transfer};
 use super::reader::{Delivery, Message, Reader};
+use super::sockets::LinkBytes;
 use super::{wire, Refused, Settings, NAME};
 use crate::done::Done;
 use crate::flush_watch::FlushWatch;
@@ -65,6 +66,13 @@ impl TcpModule {
     /// How many links reach `endpoint`, and how many of them are up.
     pub fn links(&self, endpoint: Endpoint) -> Option<(usize, usize)> {
         self.engine.links(endpoint)
+    }
+
+    /// What the kernel counts (`TCP_INFO`) of each link to `endpoint` that is up:
+    /// addresses, bytes sent and acknowledged, bytes received; `None` for an unknown
+    /// endpoint.
+    pub fn link_bytes(&self, endpoint: Endpoint) -> Option<Vec<std::io::Result<LinkBytes>>> {
+        self.engine.link_bytes(endpoint)
     }
 
     /// An active message: to the expected receive, or its tag's callback.

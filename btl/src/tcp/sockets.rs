@@ -170,6 +170,50 @@ pub unsafe fn recv_into(s: &Socket, at: *mut u8, len: usize) -> io::Result<usize
     s.recv(buf)
 }
 
+/// What the kernel counts of one connection (`TCP_INFO`, as `ss -ti` shows it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkBytes {
+    /// This end's address.
+    pub local: SocketAddr,
+    /// The peer's.
+    pub peer: SocketAddr,
+    /// Bytes sent and acknowledged by the peer (`tcpi_bytes_acked`).
+    pub sent: u64,
+    /// Bytes received (`tcpi_bytes_received`).
+    pub received: u64,
+}
+
+/// The kernel's counts of connection `s`.
+pub fn link_bytes(s: &Socket) -> io::Result<LinkBytes> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: tcp_info is plain integers; all-zero is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes into `info`, and says how many.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let addr = |a: io::Result<SockAddr>| {
+        a?.as_socket()
+            .ok_or_else(|| io::Error::other("not an internet socket"))
+    };
+    Ok(LinkBytes {
+        local: addr(s.local_addr())?,
+        peer: addr(s.peer_addr())?,
+        sent: info.tcpi_bytes_acked,
+        received: info.tcpi_bytes_received,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
