@@ -13,6 +13,8 @@
 #![warn(missing_docs)]
 
 pub mod deadline;
+#[cfg(test)]
+mod fuzz;
 pub mod oob;
 pub mod rdma_cm;
 pub mod select;

@@ -157,7 +157,7 @@ pub fn encode(offers: &[Offer]) -> Vec<u8> {
     out
 }
 
-/// Offers from modex bytes.
+/// Offers from modex bytes (all of them: bytes after the last offer are refused).
 pub fn decode(bytes: &[u8]) -> Result<Vec<Offer>, Error> {
     let bad = || {
         Error::Selection(format!(
@@ -185,7 +185,11 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Offer>, Error> {
             blob,
         });
     }
-    Ok(offers)
+    // Nothing may follow the last offer.
+    match take(1) {
+        Ok(_) => Err(bad()),
+        Err(_) => Ok(offers),
+    }
 }
 
 /// The CPC to use with a peer: of the names both lists hold, the one with the highest

@@ -478,6 +478,56 @@ mod tests {
         heard
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// A member's connection carrying any frames (for up to three ranks) and then
+        /// any bytes is heard as its whole frames, in order, up to the first that speaks
+        /// for another rank (the connection is then closed, as no death) or the first
+        /// incomplete one (which waits).
+        #[test]
+        fn a_members_stream_is_heard_as_its_whole_frames(
+            frames in proptest::collection::vec(
+                (0..3u32, proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40)),
+                0..6,
+            ),
+            tail in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..12),
+        ) {
+            let mut c = Channel::listen("test").unwrap();
+            let mut bytes = c.secret.to_vec();
+            for (rank, body) in &frames {
+                bytes.extend(frame(*rank, body));
+            }
+            bytes.extend_from_slice(&tail);
+            // What a reader of the format hears: length, rank, body, while whole and
+            // from the first rank.
+            let (mut want, mut rest, mut first, mut lied) = (Vec::new(), &bytes[secret::LEN..], None, false);
+            while let Some(&len) = rest.first() {
+                let total = 5 + usize::from(len);
+                if rest.len() < total {
+                    break;
+                }
+                let rank = u32::from_le_bytes(rest[1..5].try_into().unwrap());
+                if first.is_some_and(|f| f != rank) {
+                    lied = true;
+                    break;
+                }
+                first = Some(rank);
+                want.push((rank, rest[5..total].to_vec()));
+                rest = &rest[total..];
+            }
+            let mut s = connect(&c, &bytes);
+            let (mut got, closed) = read_until(&mut c, |h| {
+                h.0.len() >= want.len() && (!lied || closed_by_channel(&mut s))
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            got.extend(c.poll().0);
+            proptest::prop_assert_eq!(got, want);
+            proptest::prop_assert!(closed.is_empty(), "{closed:?}");
+            proptest::prop_assert_eq!(closed_by_channel(&mut s), lied);
+        }
+    }
+
     #[test]
     fn a_connection_without_the_secret_is_closed_unheard() {
         let mut c = Channel::listen("test").unwrap();

@@ -55,6 +55,7 @@
 
 #![warn(missing_docs)]
 
+mod address;
 mod buffers;
 mod channel;
 mod core;

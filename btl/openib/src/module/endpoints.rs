@@ -3,6 +3,7 @@
 //! giving up on connections not up by their deadline.
 
 use super::OpenibModule;
+use crate::address::Address;
 use crate::flow::Credits;
 use crate::peer::{Link, Peer};
 use rbtl_btl::{Endpoint, Error, Modex, Proc, Result};
@@ -112,25 +113,20 @@ impl OpenibModule {
                 out.push(None);
                 continue;
             };
-            let Some((subnet, [shared, offers @ ..])) = blob.split_at_checked(8) else {
-                return Err(Error::Modex(format!(
-                    "rank {}'s openib address is {} bytes",
-                    p.rank,
-                    blob.len()
-                )));
-            };
-            if subnet != self.subnet {
+            let address = Address::decode(&blob)
+                .map_err(|why| Error::Modex(format!("rank {}'s address: {why}", p.rank)))?;
+            if address.subnet != self.subnet {
                 out.push(None);
                 continue;
             }
-            let remote = select::decode(offers).map_err(|e| Error::Modex(e.to_string()))?;
+            let (shared, remote) = (address.shared, address.offers);
             let (li, ri) = select::find_match(&local, &remote, p.rank)
                 .map_err(|e| Error::NotAvailable(format!("openib: {e}")))?;
             // Over xrc both receive through their XRC shared receive queue, with no
             // credits; otherwise credits flow only between ranks that both count them.
             let xrc = self.cpcs[li].0.name() == crate::xrc::NAME;
             let ours = self.core.shared.is_some();
-            if !xrc && (*shared != 0) != ours {
+            if !xrc && shared != ours {
                 let how = |shared: bool| match shared {
                     true => "through a shared receive queue",
                     false => "with per-peer buffers",
@@ -139,7 +135,7 @@ impl OpenibModule {
                     "openib: rank {} receives {}, this rank (rank {}) {}: every rank must set \
                      btl_openib_srq_depth alike (0, or more than 0)",
                     p.rank,
-                    how(*shared != 0),
+                    how(shared),
                     self.core.rank,
                     how(ours)
                 )));

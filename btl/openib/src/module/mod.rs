@@ -28,7 +28,7 @@ use rbtl_btl::{
     ErrorCallback, Expected, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback,
     RegRequest, RemoteHandle, Result, SendError, SendOutcome, SendiOutcome, Tag,
 };
-use rbtl_cpc::select::{self, Offer};
+use rbtl_cpc::select::Offer;
 use rbtl_cpc::CpcModule;
 use rbtl_verbs::{Completion, Op};
 use rdma::{device_op, emulated_op, Regs, Transfer};
@@ -80,11 +80,12 @@ impl OpenibModule {
     /// What this module publishes: the subnet prefix, how it receives (1: through a
     /// shared receive queue, 0: per peer), then the CPC offers.
     pub(crate) fn modex_blob(&self) -> Vec<u8> {
-        let offers: Vec<Offer> = self.cpcs.iter().map(|c| c.1.clone()).collect();
-        let mut b = self.subnet.to_vec();
-        b.push(u8::from(self.core.shared.is_some()));
-        b.extend(select::encode(&offers));
-        b
+        crate::address::Address {
+            subnet: self.subnet,
+            shared: self.core.shared.is_some(),
+            offers: self.cpcs.iter().map(|c| c.1.clone()).collect(),
+        }
+        .encode()
     }
 }
 
