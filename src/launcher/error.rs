@@ -38,6 +38,20 @@ pub enum Error {
     /// The CPUs this launcher may use could not be read, for `--bind-to core`.
     #[error("cannot read this process's CPU affinity for --bind-to core: {0}; use --bind-to none")]
     Affinity(#[source] io::Error),
+    /// The job needs more of a resource than this process may have.
+    #[error(
+        "-n {ranks} needs about {need} {what}, and this process may have {limit}: raise the limit or start fewer ranks"
+    )]
+    Limit {
+        /// The ranks asked for.
+        ranks: u64,
+        /// What they need.
+        need: u64,
+        /// Of what, and the limit's name.
+        what: &'static str,
+        /// What the limit allows.
+        limit: u64,
+    },
     /// A thread of the launcher could not be started.
     #[error("cannot start a launcher thread: {}; {}", .0, hint(.0))]
     Thread(#[source] io::Error),

@@ -5,6 +5,7 @@ use super::cores::cores;
 use super::event::Event;
 use super::rank_process::RankProcess;
 use super::spawn::{start_rank, Started};
+use super::startup::{self, Stopped};
 use super::universe::SpawnRequest;
 use super::verdict::Verdict;
 use super::{output, server, signals};
@@ -59,6 +60,7 @@ pub fn launch(
     if opts.ranks == 0 {
         return Err(Error::NoRanks);
     }
+    startup::check_limits(opts.ranks)?;
     let cores = match opts.bind {
         Bind::None => Vec::new(),
         Bind::Core => cores().map_err(Error::Affinity)?,
@@ -80,24 +82,39 @@ pub fn launch(
         output_threads: 0,
         _spawned: Vec::new(),
     };
+    // Every process first, then the threads that serve them (see `startup`).
+    let (processes, stopped) = startup::start_processes(program, args, opts, &cores, &signal_watch);
     let mut started = Ok(());
-    for rank in 0..opts.ranks {
-        let core = (!cores.is_empty()).then(|| &cores[rank as usize % cores.len()][..]);
-        let result =
-            start_rank(program, args, opts, (rank, opts.ranks, true), core).and_then(|s| {
-                job.serve(
-                    (rank, rank),
-                    s,
-                    opts.tag_output,
-                    &shared,
-                    &events_tx,
-                    &output_done_tx,
-                )
-            });
-        if let Err(e) = result {
+    let mut processes = processes.into_iter();
+    for (rank, s) in (0u32..).zip(processes.by_ref()) {
+        let served = job.serve(
+            (rank, rank),
+            s,
+            opts.tag_output,
+            &shared,
+            &events_tx,
+            &output_done_tx,
+        );
+        if let Err(e) = served {
             started = Err(e);
             break;
         }
+    }
+    // Unwatched, these would never be seen to end: ended here.
+    for mut s in processes {
+        let _ = s.child.kill();
+        let _ = s.child.wait();
+    }
+    match stopped {
+        Some(Stopped::Error(e)) => started = started.and(Err(e)),
+        Some(Stopped::Failed(rank, exit)) => say!(
+            "[rbtl launcher] rank {rank} {} while ranks were starting: no more are started \
+             ({} of {})",
+            exit,
+            job.ranks.len(),
+            opts.ranks
+        ),
+        Some(Stopped::Signal) | None => {}
     }
     // (The senders stay: spawned ranks get clones.)
 

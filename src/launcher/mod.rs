@@ -1,7 +1,13 @@
 //! Starting the local ranks of a job, with a PMI-1 server for them: the library
 //! behind the `rbtlrun` binary, for programs that launch themselves.
 //!
-//! [`launch`] starts `ranks` copies of a program, each in a process group of its own.
+//! [`launch`] starts `ranks` copies of a program, each in a process group of its own:
+//! every process first, then the threads that serve them, so that start-up time grows
+//! linearly with the ranks (a signal, or a started rank's failure, stops the start).
+//! A job the open-file limit, the user's process limit or the kernel's pid space
+//! cannot hold (about 4 descriptors and 5 tasks per rank) is refused before anything
+//! starts ([`Error::Limit`]); soft limits below what it needs are raised up to the
+//! hard ones.
 //! Each gets one end of a socketpair as its PMI connection (`PMI_FD`, `PMI_RANK`,
 //! `PMI_SIZE`: what [`crate::pmi::Client::from_env`] reads) and a thread of the
 //! launcher serves it the PMI-1 commands: `init`, `get_maxes`, `get_appnum`,
@@ -56,6 +62,7 @@ mod server;
 mod server_fuzz;
 mod signals;
 mod spawn;
+mod startup;
 mod universe;
 mod verdict;
 

@@ -84,13 +84,18 @@ impl RankProcess {
         if self.exit.is_some() {
             return self.exit;
         }
-        wait_for_exit(self.pid()?, libc::WNOHANG)
+        ended(self.pid()?)
     }
 
     /// Reaps the ended rank: only after every signal to its group has been sent.
     pub fn reap(&mut self) {
         let _ = self.child.wait();
     }
+}
+
+/// How child `pid` ended, if it has, without waiting and without reaping it.
+pub(super) fn ended(pid: libc::pid_t) -> Option<RankExit> {
+    wait_for_exit(pid, libc::WNOHANG)
 }
 
 /// Blocks until process `pid` (a child of ours) has ended and returns how, leaving it

@@ -12,6 +12,7 @@ mod pmi_server;
 mod raw_pmi;
 mod rbtlrun;
 mod roles;
+mod scale;
 mod spawning;
 
 /// Entry point of the ranks: runs the role named by `RBTL_TEST_ROLE`.
