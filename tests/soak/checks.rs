@@ -22,6 +22,8 @@ pub struct Stats {
     pub failed: BTreeMap<String, u64>,
     /// Operations started, by kind.
     pub by_kind: BTreeMap<String, u64>,
+    /// Operations completed and verified, by kind.
+    pub ok_by_kind: BTreeMap<String, u64>,
     /// Messages a killed sender had completed that their receiver did not get (the
     /// message layer drops what a rank sent once it knows that rank failed).
     pub dropped_from_killed: u64,
@@ -43,6 +45,9 @@ impl Stats {
         }
         for (k, v) in run.by_kind {
             *self.by_kind.entry(k).or_default() += v;
+        }
+        for (k, v) in run.ok_by_kind {
+            *self.ok_by_kind.entry(k).or_default() += v;
         }
     }
 }
@@ -90,7 +95,10 @@ pub fn check(
             stats.started += 1;
             *stats.by_kind.entry(op.kind.clone()).or_default() += 1;
             match &op.end {
-                End::Ok => stats.ok += 1,
+                End::Ok => {
+                    stats.ok += 1;
+                    *stats.ok_by_kind.entry(op.kind.clone()).or_default() += 1;
+                }
                 End::Open if survivor => {
                     bad.push(format!("rank {r}: operation {n} ({op:?}) never ended"))
                 }

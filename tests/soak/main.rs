@@ -29,14 +29,24 @@
 //! closed connections): no kill over sm (put/get `auto`, windows in the shared heap,
 //! direct loads and stores); a rank killing itself over tcp; the harness killing a
 //! rank over sm (cross-memory attach, private windows); no kill over tcp; a rank
-//! killing itself over sm (put/get copied through the rings, private windows); the
-//! harness killing a rank over tcp; no kill over sm (rings, private windows); one rank
-//! killing itself and the harness killing another, over sm (`auto`) and over tcp.
+//! stopped (SIGSTOP) for 1.5 s, within the peer timeout, then let go on (SIGCONT), over
+//! sm (rings): the run must end as if nothing happened; a rank killing itself over sm
+//! (put/get copied through the rings, private windows); the harness killing a rank over
+//! tcp; no kill over sm (rings, private windows); one rank killing itself and the
+//! harness killing another, over sm (`auto`) and over tcp; a rank stopped over tcp.
+//! Every fault planned must take place (a kill at an operation the schedule never
+//! reaches fails the run), and every kind of operation must have run and completed
+//! checked somewhere in the soak.
+//!
+//! With `SOAK_TRANSPORT=openib` (a build with the `openib` feature, on a machine with
+//! an RDMA device: `.ci/run` runs it in the soft-RoCE guest) the runs go over `openib`
+//! instead, cycling through no fault, a rank killing itself, the harness killing one
+//! and a rank stopped for a while.
 //!
 //! Environment (not `RBTL_*`: the ranks inherit it, and their configuration reads
 //! every `RBTL_*` variable as a parameter and refuses those it does not know):
 //! * `SOAK_SECONDS` (default 15): runs keep starting until this much time has passed;
-//!   at least 4 (each kind of kill, and tcp with and without kills) are made. The
+//!   at least 5 (each kind of kill, tcp with and without kills, a pause) are made. The
 //!   default takes about 20 s.
 //! * `SOAK_RUNS`: at most this many runs.
 //! * `SOAK_STEPS` (default 120): steps per run (per rank: one exchange of messages,
@@ -118,13 +128,36 @@ fn soak_mixed_operations_with_killed_ranks() {
         stats.corrupt,
         stats.dropped_from_killed
     );
-    assert!(stats.ok > 0, "operations completed");
+    // Every kind of operation ran, and completed checked, somewhere in the soak.
+    for kind in KINDS {
+        let (started, ok) = (
+            stats.by_kind.get(kind).copied().unwrap_or(0),
+            stats.ok_by_kind.get(kind).copied().unwrap_or(0),
+        );
+        assert!(
+            started > 0 && ok > 0,
+            "{kind}: {started} started, {ok} completed and checked ({:?})",
+            stats.ok_by_kind
+        );
+    }
 }
 
-/// Runs made at least, whatever the time: the first four of the cycle, which cover
+/// The kinds of operation a rank's schedule holds.
+const KINDS: [&str; 8] = [
+    "send",
+    "recv",
+    "put",
+    "get",
+    "fetch-add",
+    "cswap",
+    "cswap-miss",
+    "add",
+];
+
+/// Runs made at least, whatever the time: the first five of the cycle, which cover
 /// no kill, a rank killing itself and the harness killing one, over `sm` and `tcp`
-/// with and without kills.
-const MIN_RUNS: u64 = 4;
+/// with and without kills, and a rank stopped for a while.
+const MIN_RUNS: u64 = 5;
 
 /// The transport between the ranks (`self` to themselves).
 #[derive(Clone, Copy, Debug)]
@@ -137,6 +170,9 @@ enum Between {
     },
     /// `tcp` on loopback, `sm` excluded: put, get and atomics applied by the target.
     Tcp,
+    /// `openib` (`SOAK_TRANSPORT=openib`, in the guest with its RDMA device), `sm`
+    /// excluded: put, get and atomics by the device.
+    Openib,
 }
 
 /// What one run does.
@@ -149,6 +185,20 @@ struct Plan {
     self_kill: Option<(u32, u64)>,
     /// (rank, operations started) after which the harness kills a rank.
     harness_kill: Option<(u32, u64)>,
+    /// (rank, operations started) after which the harness stops a rank (SIGSTOP) for
+    /// [`PAUSE`], then lets it go on (SIGCONT).
+    pause: Option<(u32, u64)>,
+}
+
+/// How long a paused rank stays stopped: well within the peer timeout (5 s), so that
+/// the pause must cost nothing but time.
+const PAUSE: Duration = Duration::from_millis(1500);
+
+/// What the harness does to a rank.
+#[derive(Clone, Copy)]
+enum Fault {
+    Kill,
+    Pause,
 }
 
 impl Plan {
@@ -164,22 +214,37 @@ impl Plan {
             between,
             self_kill,
             harness_kill,
+            pause: None,
+        };
+        let paused = |between| Plan {
+            pause: Some((victim, a)),
+            ..plan(between, None, None)
         };
         let sm = |rdma, private_windows| Between::Sm {
             rdma,
             private_windows,
         };
         let (kills_itself, killed_too) = (Some((victim, a)), Some((other, b)));
-        match run % 9 {
+        if std::env::var("SOAK_TRANSPORT").as_deref() == Ok("openib") {
+            return match run % 4 {
+                0 => plan(Between::Openib, None, None),
+                1 => plan(Between::Openib, kills_itself, None),
+                2 => plan(Between::Openib, None, Some((victim, a))),
+                _ => paused(Between::Openib),
+            };
+        }
+        match run % 11 {
             0 => plan(sm("auto", false), None, None),
             1 => plan(Between::Tcp, kills_itself, None),
             2 => plan(sm("cma", true), None, Some((victim, a))),
             3 => plan(Between::Tcp, None, None),
-            4 => plan(sm("copy", true), kills_itself, None),
-            5 => plan(Between::Tcp, None, Some((victim, a))),
-            6 => plan(sm("copy", true), None, None),
-            7 => plan(sm("auto", false), kills_itself, killed_too),
-            _ => plan(Between::Tcp, kills_itself, killed_too),
+            4 => paused(sm("copy", true)),
+            5 => plan(sm("copy", true), kills_itself, None),
+            6 => plan(Between::Tcp, None, Some((victim, a))),
+            7 => plan(sm("copy", true), None, None),
+            8 => plan(sm("auto", false), kills_itself, killed_too),
+            9 => plan(Between::Tcp, kills_itself, killed_too),
+            _ => paused(Between::Tcp),
         }
     }
 
@@ -213,6 +278,10 @@ impl Plan {
             }
             // (The launcher's environment holds RBTL_BTL_TCP_IF_INCLUDE=lo.)
             Between::Tcp => env.push(("RBTL_BTL", "self,tcp".into())),
+            Between::Openib => {
+                env.push(("RBTL_BTL", "self,openib".into()));
+                env.push(("SOAK_RANK_OPENIB", "1".into()));
+            }
         }
         if !self.kills() {
             env.push(("SOAK_RANK_WILDCARDS", "1".into()));
@@ -238,10 +307,12 @@ impl Plan {
             ..LaunchOptions::default()
         };
         let over = Arc::new(AtomicBool::new(false));
-        let killer = self.harness_kill.map(|(rank, after)| {
+        let fault = |(rank, after): (u32, u64), fault: Fault| {
             let (dir, over) = (dir.clone(), over.clone());
-            std::thread::spawn(move || kill_when(&dir, rank, after, &over))
-        });
+            std::thread::spawn(move || fault_when(&dir, rank, after, &over, fault))
+        };
+        let killer = self.harness_kill.map(|k| fault(k, Fault::Kill));
+        let pauser = self.pause.map(|p| fault(p, Fault::Pause));
         let limit = self.rank_limit() + Duration::from_secs(30);
         let (stop, watchdog) = watchdog(dir.clone(), limit);
         let began = Instant::now();
@@ -251,6 +322,7 @@ impl Plan {
         let _ = stop.send(());
         let fired = watchdog.join().unwrap();
         let harness_killed = killer.is_some_and(|k| k.join().unwrap());
+        let paused = pauser.is_some_and(|p| p.join().unwrap());
         let logs: Vec<RankLog> = (0..RANKS)
             .map(|r| RankLog::read(&report::path(&dir, r)))
             .collect();
@@ -269,6 +341,24 @@ impl Plan {
             ..Stats::default()
         };
         let mut bad = checks::check(self.kills(), &killed, code, &logs, &mut run);
+        // Every fault planned took place.
+        if let Some((rank, op)) = self.self_kill {
+            if !logs[rank as usize].killed_self {
+                bad.push(format!(
+                    "rank {rank} was to kill itself at operation {op} and did not"
+                ));
+            }
+        }
+        if let Some((rank, after)) = self.harness_kill.filter(|_| !harness_killed) {
+            bad.push(format!(
+                "the harness was to kill rank {rank} after {after} operations and did not"
+            ));
+        }
+        if let Some((rank, after)) = self.pause.filter(|_| !paused) {
+            bad.push(format!(
+                "the harness was to stop rank {rank} after {after} operations and did not"
+            ));
+        }
         if fired {
             bad.push(format!(
                 "the job did not end by itself within {limit:?}: killed"
@@ -299,8 +389,9 @@ impl Drop for TempDir {
     }
 }
 
-/// SIGKILL `rank` once its report shows `after` operations started; whether it did.
-fn kill_when(dir: &Path, rank: u32, after: u64, over: &AtomicBool) -> bool {
+/// Do `fault` to `rank` once its report shows `after` operations started: SIGKILL,
+/// or SIGSTOP then SIGCONT [`PAUSE`] later; whether it did.
+fn fault_when(dir: &Path, rank: u32, after: u64, over: &AtomicBool, fault: Fault) -> bool {
     while !over.load(Ordering::Acquire) {
         let text = std::fs::read_to_string(report::path(dir, rank)).unwrap_or_default();
         if text.lines().any(|l| l == "done") {
@@ -312,9 +403,18 @@ fn kill_when(dir: &Path, rank: u32, after: u64, over: &AtomicBool) -> bool {
             .find_map(|l| l.strip_prefix("pid "))
             .and_then(|p| p.parse::<i32>().ok());
         if let (true, Some(pid)) = (started >= after, pid) {
-            // SAFETY: a signal to a rank of the running job, which the launcher has
-            // not reaped: it waits for every rank before it returns.
-            return unsafe { libc::kill(pid, libc::SIGKILL) } == 0;
+            return match fault {
+                // SAFETY: a signal to a rank of the running job, which the launcher
+                // has not reaped: it waits for every rank before it returns.
+                Fault::Kill => (unsafe { libc::kill(pid, libc::SIGKILL) }) == 0,
+                Fault::Pause => {
+                    // SAFETY: as above.
+                    let stopped = unsafe { libc::kill(pid, libc::SIGSTOP) } == 0;
+                    std::thread::sleep(PAUSE);
+                    // SAFETY: as above.
+                    stopped && unsafe { libc::kill(pid, libc::SIGCONT) } == 0
+                }
+            };
         }
         std::thread::sleep(Duration::from_millis(2));
     }

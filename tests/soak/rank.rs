@@ -71,11 +71,14 @@ pub fn main() -> Option<i32> {
     });
     // A silent peer is given up after 5 s, by the message layer and by the modules'
     // flush alike.
-    let params = [
+    let mut params = vec![
         ("msg_peer_timeout", "5"),
         ("btl_sm_flush_timeout", "5000"),
         ("btl_tcp_flush_timeout", "5000"),
     ];
+    if std::env::var_os("SOAK_RANK_OPENIB").is_some() {
+        params.push(("btl_openib_flush_timeout", "5000"));
+    }
     let comm = match Comm::init(&params) {
         Ok(c) => c,
         Err(e) => {
