@@ -9,7 +9,10 @@
 //! resolved at each transfer) does not follow it and pays none of its costs.
 //!
 //! It is built on userfaultfd's non-cooperative events (as libfabric's uffd monitor):
-//! each watched registration's pages are registered with one process-wide userfaultfd
+//! it watches private anonymous memory only (`monitor/anonymous.rs`: a file's pages,
+//! shared memory's included, can go by hole punching or truncation with no event), so
+//! registrations of other memory are never kept idle. Each watched registration's
+//! pages are registered with one process-wide userfaultfd
 //! in write-protect mode (never protecting a page, so nothing ever faults into the
 //! monitor), and the kernel then reports `munmap`, `mremap`, `madvise(MADV_DONTNEED /
 //! MADV_FREE / MADV_REMOVE)`, a shrinking `brk`, `shmdt` and `mmap(MAP_FIXED)` over
@@ -38,6 +41,7 @@
 //! context switches); unmaps of pages no cache registration covers pay nothing. See
 //! `docs/memory-monitor.md` for what the monitor cannot see.
 
+mod anonymous;
 mod pages;
 mod probe;
 mod uffd;
@@ -119,9 +123,6 @@ pub enum Status {
     Userfaultfd {
         /// How the descriptor was obtained.
         opened: Opened,
-        /// Whether shared memory (memfd, `/dev/shm`, `MAP_SHARED` anonymous) and
-        /// hugetlbfs pages can be watched too, not only private anonymous memory.
-        shared_memory: bool,
     },
     /// No monitor runs.
     None(Unavailable),
@@ -137,24 +138,17 @@ impl Status {
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Status::Userfaultfd {
-                opened,
-                shared_memory,
-            } => {
+            Status::Userfaultfd { opened } => {
                 let how = match opened {
                     Opened::SyscallUserModeOnly => "userfaultfd(2), user-mode only",
                     Opened::Syscall => "userfaultfd(2)",
                     Opened::Device => "/dev/userfaultfd",
                 };
-                let what = if *shared_memory {
-                    "private and shared memory"
-                } else {
-                    "private anonymous memory only"
-                };
                 write!(
                     f,
-                    "userfaultfd (events unmap, remove, remap; {how}; watches {what}; \
-                     serves caches whose registrations pin pages)"
+                    "userfaultfd (events unmap, remove, remap; {how}; watches private \
+                     anonymous memory, never keeps shared memory idle; serves caches \
+                     whose registrations pin pages)"
                 )
             }
             Status::None(why) => write!(f, "none: {why}"),
@@ -266,7 +260,6 @@ pub fn status() -> Status {
             Some(why) => Status::None(why),
             None => Status::Userfaultfd {
                 opened: m.uffd.opened,
-                shared_memory: m.uffd.features & uffd::OPTIONAL != 0,
             },
         },
         Err(why) => Status::None(why.clone()),
@@ -369,10 +362,10 @@ impl Monitor {
     }
 
     /// Watches the page-aligned `[start, start+len)`; false if it cannot be watched
-    /// (not anonymous or shared memory, registered with another userfaultfd, not
+    /// (not private anonymous memory, registered with another userfaultfd, not
     /// mapped, or no monitor any more).
     pub(crate) fn watch(&self, start: usize, len: usize) -> bool {
-        if !self.usable() {
+        if !self.usable() || !anonymous::only_anonymous(start, len) {
             return false;
         }
         let mut counts = lock(&self.watched);

@@ -16,14 +16,14 @@ use rustix::io::Errno;
 
 use super::Unavailable;
 
-/// Features the monitor cannot work without.
+/// Features the monitor cannot work without. (Not `UFFD_FEATURE_WP_HUGETLBFS_SHMEM`:
+/// without it shared memory and hugetlbfs cannot be registered, so they are never
+/// watched nor kept idle. Their files can lose pages under a mapping, by hole punching
+/// or truncation, with no event for it.)
 pub(crate) const REQUIRED: u64 = (uapi::UFFD_FEATURE_EVENT_UNMAP
     | uapi::UFFD_FEATURE_EVENT_REMOVE
     | uapi::UFFD_FEATURE_EVENT_REMAP
     | uapi::UFFD_FEATURE_PAGEFAULT_FLAG_WP) as u64;
-/// Features taken when the kernel has them: write-protect registration of shared
-/// memory (memfd, `MAP_SHARED|MAP_ANONYMOUS`, `/dev/shm`) and hugetlbfs.
-pub(crate) const OPTIONAL: u64 = uapi::UFFD_FEATURE_WP_HUGETLBFS_SHMEM as u64;
 
 /// `USERFAULTFD_IOC_NEW` of `/dev/userfaultfd`: `_IO(0xAA, 0x00)`.
 const USERFAULTFD_IOC_NEW: libc::c_ulong = (uapi::USERFAULTFD_IOC as libc::c_ulong) << 8;
@@ -149,7 +149,7 @@ impl Uffd {
             });
         }
         let (fd, opened) = open_raw()?;
-        let granted = api(fd.as_raw_fd(), REQUIRED | (OPTIONAL & offered))
+        let granted = api(fd.as_raw_fd(), REQUIRED)
             .map_err(|e| Unavailable::Api(format!("UFFDIO_API with the events: {e}")))?;
         let needed = (1u64 << uapi::_UFFDIO_REGISTER) | (1u64 << uapi::_UFFDIO_UNREGISTER);
         if granted.ioctls & needed != needed {

@@ -1,6 +1,7 @@
 //! The registration cache never hands out a registration of memory that left the
 //! address space, whoever made it leave: C `free`, `munmap`, `mremap`, `madvise`,
-//! `shmdt`, a shrinking `brk`, `mmap(MAP_FIXED)` over it. Real memory through libc,
+//! `shmdt`, a shrinking `brk`, `mmap(MAP_FIXED)` over it, or (for shared memory) its
+//! file's hole punching or truncation. Real memory through libc,
 //! a registrar that pins the pages as a device does and records their physical
 //! frames, and the process's memory monitor (userfaultfd) as the only source of
 //! invalidations.
@@ -14,4 +15,5 @@ mod in_flight;
 mod memory;
 mod pin;
 mod roles;
+mod shared;
 mod stress;
