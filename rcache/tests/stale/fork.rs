@@ -8,7 +8,7 @@
 //! And why the staleness judges pin: a fork anywhere in the process moves the pages of
 //! memory that never left from under a registration that does not pin them.
 
-use crate::memory::{fill, frames, map, unmap, vm_flag, Checker, FrameRegistrar, PS};
+use crate::memory::{fill, frames, map, unmap, vm_flag, Checker, FrameRegistrar, PS, RW};
 
 /// Forks a child that waits for a byte on a pipe, then exits at once (only
 /// async-signal-safe calls, and nothing of this process's memory); runs `meanwhile`
@@ -149,4 +149,109 @@ fn overlapping_registrations_keep_pages_from_children_until_the_last_goes() {
     assert!(!vm_flag(a + 3 * PS, "dc"));
     drop(c);
     unmap(a, 8 * PS);
+}
+
+/// What a fork child does with the registration cache, in a process of its own
+/// (`roles.rs`: a fork child of a process running other tests' threads could find a
+/// lock held): the child gets no monitor and keeps nothing idle, so it never hits a
+/// registration of memory that left, whether it unmaps its own memory or the parent's
+/// watched memory; the parent's monitor sees none of the child's unmaps, its idle
+/// registration stays a right hit, and its later unmaps are seen as before.
+pub(crate) fn role_fork_child() {
+    let mut c = Checker::new();
+    let a = map(None, 4 * PS);
+    fill(a, 4 * PS, 1);
+    let kept = c.lookup(a, 4 * PS);
+    let kept_id = kept.id();
+    drop(kept);
+    assert_eq!(c.cache.stats().idle_entries, 1, "the parent keeps it idle");
+    let before = rbtl_rcache::monitor::event_counts();
+    // SAFETY: the child runs `in_child` (no other thread of this process holds a lock
+    // it takes: the role runs alone, the monitor thread reads events without locks)
+    // and ends with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let code = match std::panic::catch_unwind(|| in_child(a)) {
+            Ok(()) => 0,
+            Err(_) => 5,
+        };
+        // SAFETY: ends the child without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: reaps our child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the fork child failed: status {status:#x}"
+    );
+    assert_eq!(
+        rbtl_rcache::monitor::event_counts(),
+        before,
+        "the child's unmaps reached the parent's monitor"
+    );
+    // The parent's idle registration is still right, and still hit.
+    let again = c.lookup(a, 4 * PS);
+    assert_eq!(again.id(), kept_id, "the parent lost its idle registration");
+    drop(again);
+    assert_eq!(c.stale, 0, "{}", c.stale_report());
+    // And its own unmaps are seen as before.
+    unmap(a, 4 * PS);
+    let b = crate::memory::map_again(a, 4 * PS).expect("the address is free again");
+    fill(b, 4 * PS, 2);
+    let new = c.lookup(b, 4 * PS);
+    assert_ne!(
+        new.id(),
+        kept_id,
+        "a stale hit in the parent after the fork"
+    );
+    assert_eq!(c.stale, 0, "{}", c.stale_report());
+    drop(new);
+    unmap(b, 4 * PS);
+}
+
+/// The child's side: no monitor here; a cache made here keeps nothing idle and never
+/// hits memory that left (its own, or the parent's `a`, unmapped and mapped anew).
+fn in_child(a: usize) {
+    assert!(
+        !rbtl_rcache::monitor::status().is_running(),
+        "a monitor runs in the fork child"
+    );
+    let cache = rbtl_rcache::Rcache::new(
+        FrameRegistrar::pinning(),
+        rbtl_rcache::Options {
+            leave_pinned: true,
+            ..rbtl_rcache::Options::default()
+        },
+    );
+    for at in [None, Some(a)] {
+        // Memory of the child's own, or the parent's range taken over.
+        let m = match at {
+            None => map(None, 2 * PS),
+            Some(a) => {
+                unmap(a, 4 * PS);
+                crate::memory::map_again(a, 2 * PS).expect("the parent's range is free here")
+            }
+        };
+        fill(m, 2 * PS, 3);
+        let r = cache.register(m, 2 * PS, RW).expect("register");
+        let (id, was) = (r.id(), r.handle().frames.clone());
+        drop(r);
+        assert_eq!(cache.stats().idle_entries, 0, "kept idle without a monitor");
+        unmap(m, 2 * PS);
+        let n = crate::memory::map_again(m, 2 * PS).expect("the address is free again");
+        fill(n, 2 * PS, 4);
+        let r = cache.register(n, 2 * PS, RW).expect("register");
+        assert_ne!(r.id(), id, "a hit on memory that left, in the child");
+        if was.iter().any(|&f| f != 0) {
+            assert_ne!(
+                r.handle().frames,
+                was,
+                "the same frames after a new mapping"
+            );
+        }
+        drop(r);
+        unmap(n, 2 * PS);
+    }
 }

@@ -9,6 +9,8 @@
 //! - `brk`: memory taken with `sbrk` and given back by a shrinking `brk`.
 //! - `in_flight`: new memory mapped where an unmap has freed the range but not yet
 //!   returned (see `in_flight`).
+//! - `fork_child`: a fork child that registers and unmaps memory, its own and the
+//!   parent's (see `fork`).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -74,6 +76,11 @@ fn new_memory_mapped_while_its_munmap_is_in_flight_is_a_miss() {
 }
 
 #[test]
+fn a_fork_child_never_hits_memory_that_left_nor_disturbs_the_parents_monitor() {
+    run_role("fork_child");
+}
+
+#[test]
 fn role_entry() {
     let Ok(role) = std::env::var("RBTL_STALE_ROLE") else {
         return;
@@ -83,6 +90,7 @@ fn role_entry() {
         "ordinary" => role_ordinary(),
         "brk" => role_brk(),
         "in_flight" => crate::in_flight::role_in_flight(),
+        "fork_child" => crate::fork::role_fork_child(),
         other => panic!("unknown RBTL_STALE_ROLE {other:?}"),
     }
     println!("role {role} ok");
