@@ -17,6 +17,12 @@ pub trait Modex {
     fn fence(&mut self) -> Result<()>;
     /// What `rank` published under `key`, if anything.
     fn lookup(&mut self, rank: u32, key: &str) -> Result<Option<Vec<u8>>>;
+    /// The ranks the process manager placed on this process's node, ascending, when
+    /// it says (hydra's and Slurm's `PMI_process_mapping`): for transports that size
+    /// what they make per node. `None` when it does not say: any rank may be here.
+    fn local_ranks(&self) -> Option<Vec<u32>> {
+        None
+    }
     /// Ask the process manager behind the exchange to end the whole job with exit
     /// code `code`, printing `message` (as `MPI_Abort`). One without a process manager
     /// does nothing: the caller then exits by itself.

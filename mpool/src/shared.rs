@@ -270,7 +270,9 @@ impl SharedRegion {
     /// size is sealed (nobody can shrink it under a mapping). Peers open it with
     /// [`open_of_process`](SharedRegion::open_of_process), given this process's pid
     /// and [`fd`](SharedRegion::fd). `tag` (as for [`create`](SharedRegion::create))
-    /// names it in `/proc/<pid>/fd` listings.
+    /// names it in `/proc/<pid>/fd` listings. Its pages are backed as they are first
+    /// touched (not reserved up front as [`create`](SharedRegion::create)'s are): a
+    /// caller that may not use it all checks the machine's memory for what it could.
     pub fn create_unnamed(tag: &str, len: usize) -> Result<SharedRegion, Error> {
         if len == 0 {
             return Err(Error::ZeroLength);
@@ -292,9 +294,7 @@ impl SharedRegion {
         }
         // SAFETY: a descriptor just returned to us, owned by nobody else.
         let file = unsafe { <fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        file.set_len(len as u64)
-            .and_then(|()| reserve_space(&file, len))
-            .map_err(fail)?;
+        file.set_len(len as u64).map_err(fail)?;
         let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
         // SAFETY: fcntl on our own descriptor with integer arguments.
         if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) } != 0 {

@@ -357,3 +357,33 @@ fn shared_region_is_send_and_sync() {
     fn check<T: Send + Sync>() {}
     check::<SharedRegion>();
 }
+
+/// Bytes of memory the file behind descriptor `fd` holds.
+fn backed_bytes(fd: i32) -> u64 {
+    // SAFETY: stat is plain integers; fstat writes it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a descriptor of a live segment; `st` is ours to write.
+    assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
+    st.st_blocks as u64 * 512
+}
+
+/// An unnamed segment is backed as it is touched, not when it is made: a process's
+/// segment sized for many peers costs only what is used.
+#[test]
+fn an_unnamed_segment_is_backed_as_it_is_touched() {
+    let len = 64 << 20;
+    let seg = SharedRegion::create_unnamed("lazy", len).unwrap();
+    let fd = seg.fd().expect("an unnamed segment has a descriptor");
+    assert!(
+        backed_bytes(fd) < 1 << 20,
+        "{} bytes backed at once",
+        backed_bytes(fd)
+    );
+    // SAFETY: the segment is ours, `len` bytes long; we write its second MiB.
+    unsafe { std::ptr::write_bytes(seg.as_ptr().add(1 << 20), 7, 1 << 20) };
+    let backed = backed_bytes(fd);
+    assert!(
+        (1 << 20..4 << 20).contains(&backed),
+        "{backed} bytes backed after 1 MiB"
+    );
+}

@@ -29,6 +29,8 @@ const PREFIX: &str = "rbtl";
 #[derive(Debug)]
 pub struct PmiModex {
     client: Option<Client>,
+    /// The ranks the launcher placed on this node, if it said.
+    local: Option<Vec<u32>>,
 }
 
 impl PmiModex {
@@ -36,6 +38,24 @@ impl PmiModex {
     pub fn new(client: Client) -> Self {
         Self {
             client: Some(client),
+            local: None,
+        }
+    }
+
+    /// The modex over `client`'s key-value space, with the launcher's placement:
+    /// the node index of every rank (`PMI_process_mapping`).
+    pub fn with_placement(client: Client, nodes: &[u32]) -> Self {
+        let me = nodes.get(client.rank() as usize).copied();
+        let local = me.map(|n| {
+            (0u32..)
+                .zip(nodes)
+                .filter(|&(_, &m)| m == n)
+                .map(|(r, _)| r)
+                .collect()
+        });
+        Self {
+            client: Some(client),
+            local,
         }
     }
 
@@ -110,6 +130,10 @@ impl Modex for PmiModex {
 
     fn as_any_mut(&mut self) -> Option<&mut dyn std::any::Any> {
         Some(self)
+    }
+
+    fn local_ranks(&self) -> Option<Vec<u32>> {
+        self.local.clone()
     }
 
     fn abort(&mut self, code: i32, message: &str) -> rbtl_btl::Result<()> {
@@ -253,17 +277,22 @@ impl std::fmt::Debug for Job {
 pub fn job() -> Result<Job, Error> {
     Ok(match Client::from_env()? {
         Some(mut client) => {
-            let launcher_node = match client.get(PROCESS_MAPPING_KEY)? {
-                Some(text) => {
-                    let map = parse_process_mapping(&text, client.size())?;
-                    map.get(client.rank() as usize).copied()
-                }
+            let map = match client.get(PROCESS_MAPPING_KEY)? {
+                Some(text) => Some(parse_process_mapping(&text, client.size())?),
                 None => None,
             };
+            let launcher_node = map
+                .as_ref()
+                .and_then(|m| m.get(client.rank() as usize).copied());
+            let (rank, size) = (client.rank(), client.size());
+            let modex = match &map {
+                Some(m) => PmiModex::with_placement(client, m),
+                None => PmiModex::new(client),
+            };
             Job {
-                rank: client.rank(),
-                size: client.size(),
-                modex: Box::new(PmiModex::new(client)),
+                rank,
+                size,
+                modex: Box::new(modex),
                 node: NodeId::this(launcher_node),
             }
         }

@@ -97,7 +97,7 @@ fn listed(m: &dyn Module, o: usize, w: usize) -> bool {
 }
 
 /// Every rank that reaches rank 0 through `m` (`eps[0]`; itself too over `self`)
-/// applies every operation the module lists, [`ROUNDS`] times at each width, to one
+/// applies every operation the module lists, `ROUNDS` (40) times at each width, to one
 /// word per operation and width at rank 0, all at once: add, and, or and xor
 /// alternating fetching and not (where the module has both), swap fetching, and
 /// increments by compare-and-swap loops. Rank 0 then checks each word against its

@@ -73,8 +73,13 @@ pub struct Settings {
     /// directions' slots fit there (64 slots: 8 KiB per ring); a window of 64 small
     /// messages still goes out without waiting.
     pub ring_slots: usize,
-    /// Data bytes per ring.
+    /// Data bytes per ring, at most.
     pub ring_bytes: usize,
+    /// Data bytes of all rings of one segment together, shared among the node's other
+    /// ranks: each ring gets `ring_bytes`, or less (a power of two, never less than
+    /// what the largest send needs) where they are many, so that a node's memory grows
+    /// linearly with its ranks.
+    pub rings_budget: usize,
     /// Most live registrations.
     pub max_registrations: usize,
     /// Put/get path.
@@ -101,6 +106,7 @@ impl Default for Settings {
         Settings {
             ring_slots: 64,
             ring_bytes: 2 << 20,
+            rings_budget: 64 << 20,
             max_registrations: 4096,
             rdma: RdmaPath::Auto,
             cma_below: 8000,
@@ -132,7 +138,13 @@ impl Component for SmComponent {
         let d = Settings::default();
         registry
             .register("btl_sm_ring_slots", Value::Int(d.ring_slots as i64), "message slots per sender ring (rounded up to a power of two)")?
-            .register("btl_sm_ring_bytes", Value::Size(d.ring_bytes), "data bytes per sender ring (rounded up to a power of two)")?
+            .register("btl_sm_ring_bytes", Value::Size(d.ring_bytes), "data bytes per sender ring, at most (rounded up to a power of two)")?
+            .register(
+                "btl_sm_rings_size",
+                Value::Size(d.rings_budget),
+                "data bytes of a process's rings together, shared among the node's other ranks: each ring gets \
+                 btl_sm_ring_bytes or less where the ranks are many (a power of two, at least what the largest send needs)",
+            )?
             .register(
                 "btl_sm_max_registrations",
                 Value::Int(d.max_registrations as i64),
@@ -180,6 +192,7 @@ impl Component for SmComponent {
         let settings = Settings {
             ring_slots: count(config, "btl_sm_ring_slots")?,
             ring_bytes: config.size("btl_sm_ring_bytes")?,
+            rings_budget: config.size("btl_sm_rings_size")?,
             max_registrations: at_least_one(
                 config,
                 "btl_sm_max_registrations",
@@ -203,7 +216,7 @@ impl Component for SmComponent {
 
 #[cfg(test)]
 mod tests {
-    use super::SmComponent;
+    use super::{default_attributes, Settings, SmComponent, SmModule};
     use crate::component::init_with;
     use crate::Error;
 
@@ -221,6 +234,89 @@ mod tests {
                 "{name} = {value}: {:?}",
                 made.map(|m| m.len())
             );
+        }
+    }
+
+    /// A job whose launcher placed `local` on this node (ranks of a job of `size`).
+    struct Placed {
+        rank: u32,
+        size: u32,
+        local: Option<Vec<u32>>,
+    }
+
+    impl crate::Modex for Placed {
+        fn rank(&self) -> u32 {
+            self.rank
+        }
+        fn size(&self) -> u32 {
+            self.size
+        }
+        fn publish(&mut self, _: &str, _: &[u8]) -> crate::Result<()> {
+            Ok(())
+        }
+        fn fence(&mut self) -> crate::Result<()> {
+            Ok(())
+        }
+        fn lookup(&mut self, _: u32, _: &str) -> crate::Result<Option<Vec<u8>>> {
+            Ok(None)
+        }
+        fn local_ranks(&self) -> Option<Vec<u32>> {
+            self.local.clone()
+        }
+    }
+
+    fn module(rank: u32, size: u32, local: Option<Vec<u32>>, settings: Settings) -> SmModule {
+        let mut modex = Placed { rank, size, local };
+        SmModule::new(default_attributes(), settings, &mut modex).unwrap()
+    }
+
+    /// Rings are one per rank of the node where the launcher says which (else one
+    /// per rank of the job), each of `btl_sm_ring_bytes`, or of its share of
+    /// `btl_sm_rings_size` where the ranks are many, never below what the largest send
+    /// needs: a node's memory grows linearly with its ranks.
+    #[test]
+    fn rings_are_one_per_rank_of_the_node_within_the_budget() {
+        let d = Settings::default;
+        // Ranks 4 and 9 of 1,000 on this node: rank 9 is the second, of two rings.
+        assert_eq!(
+            module(9, 1000, Some(vec![4, 9]), d()).rings(),
+            (1, 2, 2 << 20)
+        );
+        // The launcher says nothing: one ring per rank of the job.
+        assert_eq!(module(3, 4, None, d()).rings(), (3, 4, 2 << 20));
+        // 129 ranks on the node: 64 MiB over 128 senders.
+        let many: Vec<u32> = (0..129).collect();
+        assert_eq!(module(0, 129, Some(many), d()).rings(), (0, 129, 512 << 10));
+        // A budget of 1 MiB over 63 senders: the least that holds a send of
+        // max_send_size (32 KiB).
+        let slim = Settings {
+            rings_budget: 1 << 20,
+            heap_bytes: 1 << 20,
+            ..d()
+        };
+        let crowd: Vec<u32> = (0..64).collect();
+        assert_eq!(module(0, 64, Some(crowd), slim).rings(), (0, 64, 64 << 10));
+    }
+
+    /// A node's segments that could outgrow the machine when fully used are refused,
+    /// before anything is made, saying what to lower.
+    #[test]
+    fn segments_beyond_the_machines_memory_are_refused() {
+        let settings = Settings {
+            heap_bytes: 1 << 46,
+            ..Settings::default()
+        };
+        let mut modex = Placed {
+            rank: 0,
+            size: 2,
+            local: Some(vec![0, 1]),
+        };
+        match SmModule::new(default_attributes(), settings, &mut modex) {
+            Err(Error::NotAvailable(why)) => assert!(
+                why.contains("more than this machine's") && why.contains("btl_sm_heap_size"),
+                "{why}"
+            ),
+            other => panic!("{:?}", other.map(|m| m.rings())),
         }
     }
 

@@ -9,7 +9,7 @@
 use super::component::{RdmaPath, Settings};
 use super::copy_protocol::CopyProtocol;
 use super::own_segment::OwnSegment;
-use super::peer::{self, Card, Peer};
+use super::peer::{self, Card, Peer, CARD_FIXED};
 use super::ring::RingLayout;
 use super::segment::Layout;
 use super::wire::{self, Message};
@@ -58,7 +58,8 @@ fn looped_peer() -> (OwnSegment, ModuleId, Peer) {
     let id = ModuleId::fresh();
     own.stamp(id);
     let node = peer::node_id();
-    let blob = peer::card(id, own.region(), &LAYOUT, &node);
+    // Rank 1 writes the ring of slot 1 in our segment; we, slot 0, write its ring 0.
+    let blob = peer::card(id, own.region(), &LAYOUT, 1, &node);
     let settings = Settings {
         rdma: RdmaPath::Copy,
         ..Settings::default()
@@ -254,8 +255,8 @@ proptest! {
     fn cards_are_read_or_refused(blob in vec(any::<u8>(), 0..200), rank in any::<u32>()) {
         match Card::parse(rank, &blob) {
             Ok(card) => {
-                prop_assert!(blob.len() >= 64 && card.pid > 0 && card.fd >= 0);
-                prop_assert_eq!(card.node, String::from_utf8_lossy(&blob[64..]));
+                prop_assert!(blob.len() >= CARD_FIXED && card.pid > 0 && card.fd >= 0);
+                prop_assert_eq!(card.node, String::from_utf8_lossy(&blob[CARD_FIXED..]));
             }
             Err(Error::Modex(why)) => {
                 let named = format!("rank {}", rank);
@@ -283,7 +284,7 @@ proptest! {
         let id = ModuleId::fresh();
         own.stamp(id);
         let node = peer::node_id();
-        let mut blob = peer::card(id, own.region(), &LAYOUT, &node);
+        let mut blob = peer::card(id, own.region(), &LAYOUT, 1, &node);
         for (at, x) in flips {
             // Not the pid (bytes 8..16): another process's descriptors are not ours to
             // open.

@@ -1,7 +1,12 @@
 //! The `sm` transport: processes on one node (Open MPI: `btl/vader`, later `btl/sm`).
 //!
 //! Each process owns a shared segment (see [`segment`]) holding one lock-free message
-//! ring per possible sender ([`ring`]): sends are copied straight into the receiver's
+//! ring per possible sender ([`ring`]), one per rank the launcher placed on the node
+//! (hydra's and Slurm's `PMI_process_mapping`; every rank of the job where it does
+//! not say), each of `btl_sm_ring_bytes` or of its share of `btl_sm_rings_size` where
+//! the node's ranks are many, so that a node's memory grows linearly with its ranks.
+//! The segment is backed as it is used; one whose node's segments could outgrow the
+//! machine's memory when fully used is refused at start. Sends are copied straight into the receiver's
 //! ring and polled out of it, with no system call and no lock; messages of up to 104
 //! bytes travel inside one slot. Put and get are checked against the target's
 //! registration in its key table (which lives in its segment), then take one of two

@@ -10,7 +10,7 @@
 use super::cma;
 use super::component::{RdmaPath, Settings, FLUSH_TIMEOUT_PARAM, NAME};
 use super::copy_protocol::{CopyProtocol, Next};
-use super::own_segment::OwnSegment;
+use super::own_segment::{self, slot_of, OwnSegment};
 use super::peer::{self, Outbound, Peer, MODEX_KEY};
 use super::ring::{self, Producer, RingLayout};
 use super::segment::Layout;
@@ -46,6 +46,8 @@ const BATCH: usize = 32;
 pub struct SmModule {
     id: ModuleId,
     rank: u32,
+    /// This process's place among the node's ranks (see [`slot_of`]).
+    slot: usize,
     node: String,
     attrs: Attributes,
     settings: Settings,
@@ -99,20 +101,37 @@ impl SmModule {
             Error::NotAvailable(format!("{name} = {v} is too large for this machine"))
         };
         let pow2 = |name: &str, v: usize| v.checked_next_power_of_two().ok_or(too_large(name, v));
-        let ring = RingLayout {
+        let mut ring = RingLayout {
             nslots: pow2("btl_sm_ring_slots", settings.ring_slots.max(2))?,
             data_bytes: pow2("btl_sm_ring_bytes", settings.ring_bytes.max(4096))?,
         };
-        if attrs.max_send_size.saturating_add(64) > ring.max_message(MAX_SEGMENTS) {
+        let fits =
+            |r: &RingLayout| attrs.max_send_size.saturating_add(64) <= r.max_message(MAX_SEGMENTS);
+        if !fits(&ring) {
             return Err(Error::NotAvailable(format!(
                 "btl_sm_ring_bytes ({}) must exceed max_send_size ({}) with room to spare",
                 ring.data_bytes, attrs.max_send_size
             )));
         }
+        // One ring per rank of the node, where the launcher says which they are, each
+        // of its share of the rings' budget: no larger, halved while the largest send
+        // still fits.
+        let (slot, slots) = slot_of(modex);
+        let share = settings.rings_budget / slots.saturating_sub(1).max(1);
+        while ring.data_bytes > share && ring.data_bytes > 4096 {
+            let half = RingLayout {
+                data_bytes: ring.data_bytes / 2,
+                ..ring
+            };
+            if !fits(&half) {
+                break;
+            }
+            ring = half;
+        }
         // A ring holds several chunks in flight.
         settings.copy_chunk = settings.copy_chunk.min(ring.data_bytes / 4).max(4096);
         let layout = Layout {
-            nranks: modex.size() as usize,
+            nranks: slots,
             ring,
             registrations: settings.max_registrations.max(1),
             heap_bytes: settings.heap_bytes,
@@ -124,6 +143,7 @@ impl SmModule {
                 layout.nranks
             )));
         }
+        own_segment::fits_the_machine(&layout)?;
         let own = OwnSegment::create(modex.rank(), layout)?;
         let id = ModuleId::fresh();
         own.stamp(id);
@@ -139,11 +159,12 @@ impl SmModule {
             )
         };
         let node = peer::node_id();
-        modex.publish(MODEX_KEY, &peer::card(id, segment, &layout, &node))?;
+        modex.publish(MODEX_KEY, &peer::card(id, segment, &layout, slot, &node))?;
         let copy = CopyProtocol::new(id, regs.view(), settings.copy_chunk);
         Ok(SmModule {
             id,
             rank: modex.rank(),
+            slot,
             node,
             frags: SendFrags::new(id, attrs.max_send_size, settings.max_frags)?,
             rcache: Rcache::new(NoPin, settings.rcache.clone()),
@@ -165,6 +186,13 @@ impl SmModule {
     /// `memfd:<name>`; for tests and diagnostics).
     pub fn segment_name(&self) -> &str {
         self.own.region().name()
+    }
+
+    /// This process's slot among the node's ranks, how many there are, and the data
+    /// bytes of each ring (for tests and diagnostics).
+    pub fn rings(&self) -> (usize, usize, usize) {
+        let l = self.own.layout();
+        (self.slot, l.nranks, l.ring.data_bytes)
     }
 
     /// Whether put/get to `endpoint` may use cross-memory attach.
@@ -648,7 +676,7 @@ impl Module for SmModule {
             let peer = Peer::connect(
                 p,
                 &blob,
-                self.rank,
+                self.slot,
                 &self.node,
                 self.own.layout(),
                 self.own.region(),
@@ -656,6 +684,13 @@ impl Module for SmModule {
             )?;
             match peer {
                 Some(peer) => {
+                    if let Some(q) = self.peers.iter().find(|q| q.slot == peer.slot) {
+                        return Err(Error::Modex(format!(
+                            "ranks {} and {} both have sm slot {}: each rank of a node \
+                             needs a slot of its own",
+                            q.rank, peer.rank, peer.slot
+                        )));
+                    }
                     self.peers.push(peer);
                     out.push(Some(Endpoint(self.peers.len() as u32 - 1)));
                 }
@@ -670,11 +705,11 @@ impl Module for SmModule {
             let i = ep.0 as usize;
             let p = self.peers.get(i).ok_or(Error::UnknownEndpoint(ep.0))?;
             if !p.removed {
-                let rank = p.rank;
+                let slot = p.slot;
                 self.end_peer(i, "removed by del_procs".into());
                 self.peers[i].removed = true;
                 // Its operations towards us would wait for answers that never come.
-                self.own.mark_removed(rank);
+                self.own.mark_removed(slot);
             }
         }
         Ok(())

@@ -4,9 +4,65 @@
 
 use super::heap::Heap;
 use super::segment::{self, Layout};
-use crate::{Error, ModuleId, Result, SharedMem};
+use crate::{Error, Modex, ModuleId, Result, SharedMem};
 use rbtl_mpool::SharedRegion;
 use std::sync::Arc;
+
+/// This process's slot (its place among the ranks the launcher put on this node,
+/// which ring of every peer's segment it writes) and how many there are; the rank and
+/// the job's size where the launcher does not say (`rbtlrun`, whose ranks all share
+/// the node, and a job of one).
+pub(super) fn slot_of(modex: &dyn Modex) -> (usize, usize) {
+    let rank = modex.rank();
+    match modex.local_ranks() {
+        Some(here) => match here.iter().position(|&r| r == rank) {
+            Some(slot) => (slot, here.len()),
+            None => (rank as usize, modex.size() as usize),
+        },
+        None => (rank as usize, modex.size() as usize),
+    }
+}
+
+/// Refuse a `layout` whose segments, one per rank of the node, would take more than
+/// the machine's memory if every page were used. (They are backed as used: most runs
+/// use a fraction; but a run that did use them all would meet the out-of-memory killer
+/// without a word.)
+pub(super) fn fits_the_machine(layout: &Layout) -> Result<()> {
+    let Some(total) = memory_total() else {
+        return Ok(());
+    };
+    let each = layout.bytes();
+    let all = each.saturating_mul(layout.nranks);
+    if all <= total {
+        return Ok(());
+    }
+    let mib = |b: usize| b >> 20;
+    Err(Error::NotAvailable(format!(
+        "the sm segments of this node's {} ranks could take {} MiB when fully used ({} MiB each: \
+         rings of {} KiB per sender, a heap of {} MiB), more than this machine's {} MiB: lower \
+         btl_sm_heap_size or btl_sm_rings_size, or run fewer ranks per node",
+        layout.nranks,
+        mib(all),
+        mib(each),
+        layout.ring.data_bytes >> 10,
+        mib(layout.heap_bytes),
+        mib(total)
+    )))
+}
+
+/// The machine's memory (`MemTotal` of `/proc/meminfo`), if readable.
+fn memory_total() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: usize = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .strip_suffix("kB")?
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
+}
 
 pub(super) struct OwnSegment {
     region: Arc<SharedRegion>,
@@ -17,7 +73,8 @@ pub(super) struct OwnSegment {
 
 impl OwnSegment {
     /// Create the segment of rank `rank`, of `layout`: unnamed (peers open it through
-    /// `/proc/<pid>/fd/<fd>`, see [`SharedRegion::create_unnamed`]).
+    /// `/proc/<pid>/fd/<fd>`, see [`SharedRegion::create_unnamed`]), its pages backed
+    /// as they are first touched.
     pub fn create(rank: u32, layout: Layout) -> Result<OwnSegment> {
         let region = Arc::new(SharedRegion::create_unnamed(
             &format!("sm.{rank}"),
@@ -36,14 +93,13 @@ impl OwnSegment {
         unsafe { segment::header(self.region.as_ptr()) }.init(id.0, self.layout.nranks);
     }
 
-    /// Tell rank `rank` (through its flag in this segment, which it maps) that this
-    /// process removed it.
-    pub fn mark_removed(&self, rank: u32) {
-        if (rank as usize) < self.layout.nranks {
+    /// Tell the peer of slot `slot` (through its flag in this segment, which it maps)
+    /// that this process removed it.
+    pub fn mark_removed(&self, slot: usize) {
+        if slot < self.layout.nranks {
             // SAFETY: our segment, of our layout, mapped for as long as `self`; the
-            // rank is within the layout.
-            unsafe { segment::RemovedFlag::new(self.region.as_ptr(), &self.layout, rank as usize) }
-                .set();
+            // slot is within the layout.
+            unsafe { segment::RemovedFlag::new(self.region.as_ptr(), &self.layout, slot) }.set();
         }
     }
 

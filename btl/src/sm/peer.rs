@@ -21,14 +21,21 @@ use std::time::Instant;
 pub(super) const MODEX_KEY: &str = "btl.sm";
 
 /// Bytes of a card before the node's id: module id, pid, the segment's address in its
-/// owner, the layout (four words) and the segment's descriptor (u64 each).
-const CARD_FIXED: usize = 64;
+/// owner, the layout (four words), the segment's descriptor and the slot (u64 each).
+pub(super) const CARD_FIXED: usize = 72;
 
 /// What this process publishes under [`MODEX_KEY`] for its peers: its module's id, its
 /// pid, where its segment is mapped (an address valid in both processes, which probes
 /// cross-memory attach), the segment's layout and descriptor (peers open it through
-/// `/proc/<pid>/fd/<fd>`), and this node's id.
-pub(super) fn card(id: ModuleId, segment: &SharedRegion, layout: &Layout, node: &str) -> Vec<u8> {
+/// `/proc/<pid>/fd/<fd>`), its slot (its place among the node's ranks: which ring of
+/// each peer's segment it writes), and this node's id.
+pub(super) fn card(
+    id: ModuleId,
+    segment: &SharedRegion,
+    layout: &Layout,
+    slot: usize,
+    node: &str,
+) -> Vec<u8> {
     let fd = segment
         .fd()
         .expect("the sm segment is unnamed: it has a descriptor");
@@ -39,7 +46,7 @@ pub(super) fn card(id: ModuleId, segment: &SharedRegion, layout: &Layout, node: 
     for w in layout.encode() {
         blob = blob.u64(w);
     }
-    let mut blob = blob.u64(fd as u64).0;
+    let mut blob = blob.u64(fd as u64).u64(slot as u64).0;
     blob.extend_from_slice(node.as_bytes());
     blob
 }
@@ -54,6 +61,8 @@ pub(super) struct Card {
     pub layout: Layout,
     /// Its descriptor of its segment.
     pub fd: i32,
+    /// Its place among the node's ranks.
+    pub slot: u64,
     pub node: String,
 }
 
@@ -80,6 +89,7 @@ impl Card {
             probe: r.u64(16),
             layout: Layout::decode([r.u64(24), r.u64(32), r.u64(40), r.u64(48)]),
             fd,
+            slot: r.u64(64),
             node: String::from_utf8_lossy(&blob[CARD_FIXED..]).into_owned(),
         })
     }
@@ -97,6 +107,8 @@ pub(super) enum Outbound {
 /// ring in ours.
 pub(super) struct Peer {
     pub rank: u32,
+    /// Its place among the node's ranks: its ring in our segment, its flag in ours.
+    pub slot: usize,
     pub pid: i32,
     /// Where the peer's segment is mapped in the peer, and here.
     remote_base: u64,
@@ -132,12 +144,12 @@ pub(super) struct Peer {
 
 impl Peer {
     /// Connect to the process `proc_` from its card `blob`: `None` when it runs on
-    /// another node. `me` is our rank, `node` our node's id, `layout` and `segment` our
-    /// own segment's.
+    /// another node. `me` is our slot (our place among the node's ranks), `node` our
+    /// node's id, `layout` and `segment` our own segment's.
     pub fn connect(
         proc_: &Proc,
         blob: &[u8],
-        me: u32,
+        me: usize,
         node: &str,
         layout: &Layout,
         segment: &SharedRegion,
@@ -149,6 +161,7 @@ impl Peer {
             probe,
             layout: their_layout,
             fd,
+            slot,
             node: their_node,
         } = Card::parse(proc_.rank, blob)?;
         if their_node != node {
@@ -160,10 +173,11 @@ impl Peer {
                 proc_.rank
             )));
         }
-        let (me, peer) = (me as usize, proc_.rank as usize);
-        if me >= layout.nranks || peer >= layout.nranks {
+        let peer = usize::try_from(slot).unwrap_or(usize::MAX);
+        if me >= layout.nranks || peer >= layout.nranks || peer == me {
             return Err(Error::Modex(format!(
-                "rank {} or {me} is outside the sm layout of {} ranks",
+                "rank {} has sm slot {slot} and this process {me}, of {}: each rank of a \
+                 node needs a slot of its own",
                 proc_.rank, layout.nranks
             )));
         }
@@ -217,6 +231,7 @@ impl Peer {
         };
         Ok(Some(Peer {
             rank: proc_.rank,
+            slot: peer,
             pid,
             remote_base: probe,
             local_base: base as usize,

@@ -1,14 +1,14 @@
-//! The layout of an `sm` process's shared segment: a header, a flag per rank (set
-//! once this process removed that rank, for it to see), the registration key table,
-//! one message ring per possible sender, and a heap for memory the process shares on
-//! purpose (windows).
+//! The layout of an `sm` process's shared segment: a header, a flag per slot (set
+//! once this process removed that slot's rank, for it to see), the registration key
+//! table, one message ring per possible sender (a slot: a place among the node's
+//! ranks), and a heap for memory the process shares on purpose (windows).
 
 use super::ring::RingLayout;
 use crate::keytable;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 
-const MAGIC: u64 = u64::from_le_bytes(*b"RBTLSM03");
+const MAGIC: u64 = u64::from_le_bytes(*b"RBTLSM04");
 const HEADER_BYTES: usize = 4096;
 
 /// The header at the start of a segment.
@@ -22,7 +22,8 @@ pub struct Header {
 /// Sizes that decide the layout; peers must agree on them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Layout {
-    /// Ranks in the job (one ring per possible sender).
+    /// Slots: the node's ranks, or the job's where the launcher does not say which
+    /// are on the node (one ring per possible sender).
     pub nranks: usize,
     /// Each ring's shape.
     pub ring: RingLayout,
@@ -37,9 +38,10 @@ fn page(n: usize) -> usize {
 }
 
 impl Layout {
-    /// Offset of the flag of rank `rank`: set once the segment's owner removed it.
-    pub fn removed_offset(&self, rank: usize) -> usize {
-        HEADER_BYTES + rank
+    /// Offset of the flag of slot `slot`: set once the segment's owner removed its
+    /// rank.
+    pub fn removed_offset(&self, slot: usize) -> usize {
+        HEADER_BYTES + slot
     }
 
     /// Offset of the key table.
@@ -47,7 +49,7 @@ impl Layout {
         HEADER_BYTES + page(self.nranks)
     }
 
-    /// Offset of the ring that carries messages from `sender`.
+    /// Offset of the ring that carries messages from slot `sender`.
     pub fn ring_offset(&self, sender: usize) -> usize {
         self.table_offset()
             + page(keytable::table_bytes(self.registrations))
