@@ -11,7 +11,8 @@
 //! slowly; putting into, and getting from, memory whose registration ends midway;
 //! malformed frames), and two or three interfaces per rank in a network namespace the
 //! test makes (one link per pair, each carrying data, one of them slowed:
-//! `tcp/interfaces.rs`). This test binary re-executes itself as the rank program
+//! `tcp/interfaces.rs`), and a link broken from outside (`tcp/reset.rs`). This test
+//! binary re-executes itself as the rank program
 //! under the launcher; `TCP_TEST_ROLE` selects what a rank does, and ranks leave
 //! `ok.<rank>` files in `TCP_TEST_DIR`. (Over 600 lines: each test's rank side
 //! sits here beside its launcher side, in the one binary.)
@@ -23,6 +24,8 @@ mod common;
 mod families;
 #[path = "tcp/interfaces.rs"]
 mod interfaces;
+#[path = "tcp/reset.rs"]
+mod reset;
 #[path = "common/stopped_flush.rs"]
 mod stopped_flush;
 
@@ -58,6 +61,7 @@ fn rank_role_entry() {
         "violation" => role_violation(),
         "stopped" => role_stopped(),
         "interfaces" => interfaces::role_interfaces(),
+        "reset" => reset::role_reset(),
         "crowd" => accepting::role_crowd(),
         "crossing" => accepting::role_crossing(),
         other => panic!("unknown TCP_TEST_ROLE {other:?}"),

@@ -19,6 +19,7 @@ use super::peer::{ConnId, Peer};
 use super::published::{Listener, Published};
 use super::readiness::Readiness;
 use super::slot::Sent;
+use super::sockets;
 use super::wire::{Hello, Kind, Limits, VERSION};
 use super::{Refused, Settings};
 use crate::keytable::KeyTableView;
@@ -473,7 +474,7 @@ impl Net {
             return;
         };
         if let Err(e) = slot.drain(conn, &self.table, self.me, &mut self.written) {
-            self.failed(p, format!("writing: {e}"));
+            self.failed(p, sockets::broken("writing", &e));
         }
     }
 

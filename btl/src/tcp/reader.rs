@@ -14,6 +14,7 @@ use super::link::RxBuf;
 use super::onesided::Handled;
 use super::peer::{endpoint, ConnId};
 use super::sink::Sink;
+use super::sockets;
 use super::wire::{self, Frame};
 use crate::{Endpoint, Tag, MAX_SEGMENTS};
 use socket2::Socket;
@@ -218,7 +219,7 @@ fn read_more(
     hup: bool,
 ) -> Result<bool, String> {
     match rx.fill(sock, wire::needed(rx.data())) {
-        Ok((0, _)) => Err("the connection closed".into()),
+        Ok((0, _)) => Err(sockets::CLOSED.into()),
         Ok((_, full)) => {
             // A read that did not fill its room found the kernel's buffer empty, and
             // new data raises a new readiness.
@@ -230,7 +231,7 @@ fn read_more(
             *readable = false;
             Ok(false)
         }
-        Err(err) => Err(format!("reading: {err}")),
+        Err(err) => Err(sockets::broken("reading", &err)),
     }
 }
 

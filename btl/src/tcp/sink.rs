@@ -94,7 +94,7 @@ impl Sink {
                     rx.fill(&conn.sock, 1).map(|(n, full)| (n, full, 0))
                 };
                 match read {
-                    Ok((0, _, _)) => return Err("the connection closed".into()),
+                    Ok((0, _, _)) => return Err(sockets::CLOSED.into()),
                     Ok((_, filled, placed)) => {
                         conn.read_some(filled);
                         placed
@@ -104,7 +104,7 @@ impl Sink {
                         conn.readable = false;
                         0
                     }
-                    Err(e) => return Err(format!("reading: {e}")),
+                    Err(e) => return Err(sockets::broken("reading", &e)),
                 }
             };
             match self {

@@ -66,7 +66,7 @@ impl LinkSlot {
         match conn {
             Some(c) if was_empty && c.writable => match self.drain(c, table, me, written) {
                 Ok(()) => Sent::Queued,
-                Err(e) => Sent::Failed(format!("writing: {e}"), ()),
+                Err(e) => Sent::Failed(sockets::broken("writing", &e), ()),
             },
             Some(_) => Sent::Queued,
             None => Sent::NotUp,
@@ -130,7 +130,7 @@ impl LinkSlot {
                 Ok(n) if n == total => return Ok(Sent::Written(())),
                 Ok(n) => sent = n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Ok(Sent::Failed(format!("writing: {e}"), ())),
+                Err(e) => return Ok(Sent::Failed(sockets::broken("writing", &e), ())),
             }
             conn.writable = false;
         }
@@ -166,7 +166,7 @@ impl LinkSlot {
                 }
                 Ok(n) => sent = n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Sent::Failed(format!("writing: {e}"), descriptor),
+                Err(e) => return Sent::Failed(sockets::broken("writing", &e), descriptor),
             }
             conn.writable = false;
         }

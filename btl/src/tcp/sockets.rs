@@ -170,6 +170,29 @@ pub unsafe fn recv_into(s: &Socket, at: *mut u8, len: usize) -> io::Result<usize
     s.recv(buf)
 }
 
+/// Why a link whose peer closed its end failed (a read found the end).
+pub const CLOSED: &str = "the connection closed: the peer's process ended, or closed it";
+
+/// Why a link failed `doing` ("reading", "writing") with `e`. A reset or an abort
+/// says what it is: the peer's process may still run (something between, or an
+/// administrator, broke the connection), and what was in flight on it is lost, which
+/// is why its peer is failed all the same.
+pub fn broken(doing: &str, e: &io::Error) -> String {
+    match e.raw_os_error() {
+        Some(libc::ECONNRESET) => format!(
+            "{doing}: the connection was reset by the peer's host ({e}): its process \
+             ended with data unread, or something between reset the connection while it \
+             runs; what was in flight on it is lost"
+        ),
+        Some(libc::ECONNABORTED) => format!(
+            "{doing}: the connection was aborted on this host ({e}: by its kernel, or an \
+             administrator's `ss -K`); the peer's process may still run; what was in flight \
+             on it is lost"
+        ),
+        _ => format!("{doing}: {e}"),
+    }
+}
+
 /// What the kernel counts of one connection (`TCP_INFO`, as `ss -ti` shows it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LinkBytes {
