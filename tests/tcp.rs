@@ -1302,6 +1302,8 @@ fn flush_waits_for_a_chunk_that_streams_for_longer_than_its_timeout() {
         &[
             ("btl_tcp_flush_timeout", "2000"),
             ("btl_tcp_sndbuf", "65536"),
+            // One chunk of the whole megabyte.
+            ("btl_tcp_rdma_chunk", "1048576"),
         ],
         Some(16 << 10),
     );

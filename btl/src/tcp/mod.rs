@@ -222,7 +222,7 @@ impl Default for Settings {
                 rcvbuf: 0,
                 congestion: None,
             },
-            rdma_chunk: 4 << 20,
+            rdma_chunk: 512 << 10,
             handshake_timeout: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(60),
             flush_timeout: Duration::from_secs(60),

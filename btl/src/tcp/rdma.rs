@@ -198,8 +198,8 @@ pub const STRIPE_MIN: usize = 64 << 10;
 
 /// The chunk length for a transfer of `len` bytes to a peer with `links` links: one
 /// chunk per link (none smaller than [`STRIPE_MIN`]), and more where a chunk would
-/// exceed `max` (`btl_tcp_rdma_chunk`). With one link a transfer up to `max` goes
-/// whole: cutting it would only add frames, as the link carries its chunks in turn.
+/// exceed `max` (`btl_tcp_rdma_chunk`; see docs/performance.md for how its default
+/// was chosen, across a network and on loopback).
 pub fn chunk_len(len: usize, max: usize, links: usize) -> usize {
     let shares = links.min(len.div_ceil(STRIPE_MIN)).max(1);
     len.div_ceil(shares).clamp(1, max.max(1))
