@@ -61,6 +61,7 @@ fn rank_role_entry() {
         "violation" => role_violation(),
         "stopped" => role_stopped(),
         "interfaces" => interfaces::role_interfaces(),
+        "links" => interfaces::role_links(),
         "reset" => reset::role_reset(),
         "crowd" => accepting::role_crowd(),
         "crossing" => accepting::role_crossing(),

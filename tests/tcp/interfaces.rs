@@ -3,12 +3,13 @@
 //! traffic crosses its loopback): one link per pair of interfaces, the contract suite
 //! striped over them in small chunks, every link carrying data (the kernel's own
 //! counts, `TCP_INFO`), and with one link slowed (a token bucket on that address) the
-//! striped transfers still arriving whole. Ranks of `tcp.rs`'s launcher.
+//! striped transfers still arriving whole; and three links per peer on loopback
+//! (`btl_tcp_links`), each carrying data. Ranks of `tcp.rs`'s launcher.
 
-use super::{contract, expect_all_ok, procs, report_ok};
+use super::{contract, expect_all_ok, procs, report_ok, tcp_module};
 use rbtl::btl::tcp::published::Published;
-use rbtl::btl::tcp::TcpComponent;
-use rbtl::btl::Module;
+use rbtl::btl::tcp::{LinkBytes, TcpComponent, TcpModule};
+use rbtl::btl::{Endpoint, Module};
 
 /// The interfaces' addresses, one network each.
 const ADDRS: [&str; 3] = ["198.18.10.1", "198.18.11.1", "198.18.12.1"];
@@ -45,16 +46,24 @@ pub fn role_interfaces() {
         Some((n, n)),
         "links to rank {partner} (all, up): one per pair of interfaces"
     );
-    let links: Vec<_> = m
+    let links = every_link_carried_data(&m, ep, job.rank);
+    let mut local: Vec<String> = links.iter().map(|l| l.local.ip().to_string()).collect();
+    local.sort();
+    assert_eq!(local, ADDRS[..n], "one link from each interface");
+    job.modex.fence().unwrap();
+    report_ok(job.rank, "ok");
+}
+
+/// The links to `ep` (of rank `rank`'s module), each checked to have carried at least
+/// [`LINK_CARRIES`] bytes by the kernel's count.
+fn every_link_carried_data(m: &TcpModule, ep: Endpoint, rank: u32) -> Vec<LinkBytes> {
+    let links: Vec<LinkBytes> = m
         .link_bytes(ep)
         .unwrap()
         .into_iter()
         .map(|l| l.expect("TCP_INFO of a link"))
         .collect();
-    eprintln!("rank {}: links {links:?}", job.rank);
-    let mut local: Vec<String> = links.iter().map(|l| l.local.ip().to_string()).collect();
-    local.sort();
-    assert_eq!(local, ADDRS[..n], "one link from each interface");
+    eprintln!("rank {rank}: links {links:?}");
     for l in &links {
         assert!(
             l.sent + l.received >= LINK_CARRIES,
@@ -65,8 +74,31 @@ pub fn role_interfaces() {
             l.received
         );
     }
+    links
+}
+
+/// `btl_tcp_links` 3 on loopback: the contract suite, with put and get data striped in
+/// small chunks, over three links to the partner, each of which carries data.
+pub fn role_links() {
+    let (mut m, eps, mut job) = tcp_module();
+    let ep = eps[(job.rank ^ 1) as usize].expect("tcp reaches the partner");
+    contract::run_all(&mut m, ep);
+    assert_eq!(m.links(ep), Some((3, 3)), "three links, all up");
+    every_link_carried_data(&m, ep, job.rank);
     job.modex.fence().unwrap();
     report_ok(job.rank, "ok");
+}
+
+#[test]
+fn three_links_per_peer_each_carry_data() {
+    expect_all_ok(
+        "links",
+        2,
+        &[
+            ("RBTL_BTL_TCP_LINKS", "3"),
+            ("RBTL_BTL_TCP_RDMA_CHUNK", "1000"),
+        ],
+    );
 }
 
 /// A network namespace of this test's with `n` interfaces (veth pairs, one end of
