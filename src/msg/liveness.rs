@@ -245,18 +245,19 @@ impl Comm {
     }
 
     fn verdict(&mut self, needs: Needs, idle: &mut IdleWait) -> Verdict {
-        let rank = match needs {
+        // The one rank the wait needs, or the several live ones any of which would do.
+        let needed = match needs {
             Needs::Rank(rank) if rank == self.rank => return Verdict::Wait,
-            Needs::Rank(rank) => Some(rank),
+            Needs::Rank(rank) => Ok(rank),
             Needs::AnyOther => {
                 let (live, failed) = self.other_ranks();
                 match live[..] {
                     // Alone in the job: no peer to wait for, or to fail.
                     [] if failed.is_empty() => return Verdict::Wait,
                     [] => return Verdict::Fail(all_failed(failed)),
-                    [one] => Some(one),
+                    [one] => Ok(one),
                     // Several could send: the same wait, and none to blame.
-                    _ => None,
+                    _ => Err(live),
                 }
             }
         };
@@ -267,12 +268,9 @@ impl Comm {
         if waited < limit {
             return Verdict::Wait;
         }
-        match rank {
-            Some(rank) => Verdict::TimedOut { rank, waited },
-            None => Verdict::Fail(Error::AnySourceTimeout {
-                live: self.other_ranks().0,
-                waited,
-            }),
+        match needed {
+            Ok(rank) => Verdict::TimedOut { rank, waited },
+            Err(live) => Verdict::Fail(Error::AnySourceTimeout { live, waited }),
         }
     }
 

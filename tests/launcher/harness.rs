@@ -126,3 +126,12 @@ pub fn rbtlrun() -> Command {
     }
     command
 }
+
+/// Whether process `pid` runs (not a zombie) with a command line that starts with
+/// `cmdline` (its arguments, each followed by NUL).
+pub fn runs_with(pid: &str, cmdline: &[u8]) -> bool {
+    let line = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
+    line.starts_with(cmdline) && state != Some(Some('Z'))
+}

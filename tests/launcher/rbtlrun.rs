@@ -1,7 +1,7 @@
 //! The `rbtlrun` binary: signals, tagged output, exit codes and its command line.
 
 use crate::harness::{
-    output_of, output_within, rbtlrun, role_args, self_exe, Scratch, JOB_TIMEOUT,
+    output_of, output_within, rbtlrun, role_args, runs_with, self_exe, Scratch, JOB_TIMEOUT,
 };
 use std::path::Path;
 use std::sync::mpsc;
@@ -223,10 +223,7 @@ fn programs_that_never_speak_pmi_succeed() {
 
 /// Whether process `pid` still runs `sleep` (and is not a zombie).
 fn sleep_runs(pid: &str) -> bool {
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next());
-    cmdline.starts_with(b"sleep\0") && state != Some(Some('Z'))
+    runs_with(pid, b"sleep\0")
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! refused before anything starts (or runs once the soft limit is raised to fit).
 //! How start-up time grows with the ranks is measured by `benches/compare/launch.sh`.
 
-use crate::harness::{output_within, rbtlrun, wait_within};
+use crate::harness::{output_within, rbtlrun, runs_with, wait_within};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -16,22 +16,14 @@ const ENDS_WITHIN: Duration = Duration::from_secs(15);
 
 /// The `sleep` processes whose arguments are `arg`, still running (not zombies).
 fn sleeps_with(arg: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let pid = entry.file_name().to_string_lossy().into_owned();
-        if !pid.bytes().all(|b| b.is_ascii_digit()) {
-            continue;
-        }
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let zombie = stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, s)| s.starts_with('Z'));
-        if cmdline == format!("sleep\0{arg}\0").as_bytes() && !zombie {
-            found.push(pid);
-        }
-    }
-    found
+    let cmdline = format!("sleep\0{arg}\0");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|pid| runs_with(pid, cmdline.as_bytes()))
+        .collect()
 }
 
 #[test]

@@ -48,14 +48,23 @@ pub(crate) fn send_progressing(
 pub(crate) fn retry<T>(
     p: &mut Peer<'_>,
     what: &str,
+    op: impl FnMut(&mut dyn Module) -> Result<T, Error>,
+) -> T {
+    retry_on(&mut *p.module, what, op)
+}
+
+/// [`retry`] on module `m` alone (for checks that run without a [`Peer`]).
+pub(crate) fn retry_on<T>(
+    m: &mut dyn Module,
+    what: &str,
     mut op: impl FnMut(&mut dyn Module) -> Result<T, Error>,
 ) -> T {
     let start = Instant::now();
     loop {
-        match op(&mut *p.module) {
+        match op(&mut *m) {
             Ok(v) => return v,
             Err(Error::OutOfResource(_)) => {
-                idle_progress(p.module);
+                idle_progress(m);
                 assert!(start.elapsed() < Duration::from_secs(60), "{what} stuck");
             }
             Err(e) => panic!("{what}: {e}"),

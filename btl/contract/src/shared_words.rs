@@ -3,11 +3,12 @@
 //! sent (the pairwise checks run one origin at a time).
 
 use crate::buffer::{snapshot, Bytes};
-use crate::retry::idle_progress;
-use crate::{rdma::ALL, remote_of};
+use crate::rdma::{counting, ALL};
+use crate::remote_of;
+use crate::retry::{idle_progress, retry_on};
 use rbtl_btl::rdma_flags::ATOMIC_32BIT;
 use rbtl_btl::{
-    AtomicFlags, AtomicOp, BtlFlags, Endpoint, Error, Module, Order, RdmaCallback, RemoteHandle,
+    AtomicFlags, AtomicOp, BtlFlags, Endpoint, Module, Order, RdmaCallback, RemoteHandle,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -347,26 +348,7 @@ fn retry(
     mut op: impl FnMut(&mut dyn Module, RdmaCallback) -> rbtl_btl::Result<()>,
     done: &Arc<AtomicUsize>,
 ) {
-    let start = Instant::now();
-    loop {
-        let d = done.clone();
-        let cb: RdmaCallback = Box::new(move |_, c| {
-            c.status.as_ref().expect("an atomic failed");
-            d.fetch_add(1, Ordering::SeqCst);
-        });
-        match op(m, cb) {
-            Ok(()) => return,
-            Err(Error::OutOfResource(_)) => {
-                idle_progress(m);
-                assert!(
-                    start.elapsed() < Duration::from_secs(60),
-                    "{}: an atomic stuck",
-                    m.name()
-                );
-            }
-            Err(e) => panic!("{}: an atomic refused: {e}", m.name()),
-        }
-    }
+    retry_on(m, "an atomic", |m| op(m, counting(done)));
 }
 
 /// Rank 0's words `now` against the reference from `origins` and what they sent

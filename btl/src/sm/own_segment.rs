@@ -14,13 +14,10 @@ use std::sync::Arc;
 /// the node, and a job of one).
 pub(super) fn slot_of(modex: &dyn Modex) -> (usize, usize) {
     let rank = modex.rank();
-    match modex.local_ranks() {
-        Some(here) => match here.iter().position(|&r| r == rank) {
-            Some(slot) => (slot, here.len()),
-            None => (rank as usize, modex.size() as usize),
-        },
-        None => (rank as usize, modex.size() as usize),
-    }
+    modex
+        .local_ranks()
+        .and_then(|here| Some((here.iter().position(|&r| r == rank)?, here.len())))
+        .unwrap_or((rank as usize, modex.size() as usize))
 }
 
 /// Refuse a `layout` whose segments, one per rank of the node, would take more than
