@@ -11,13 +11,16 @@
 //! ranks leave `ok.<rank>` files in `NODE_TEST_DIR`. Each job gets its own
 //! `RBTL_SHM_DIR`, checked empty afterwards. `node/stale.rs` holds the roles over
 //! memory remapped under cached registrations and over fork, `node/stress.rs` (over
-//! `node/churn.rs`) the registration stress of memory that keeps coming and going.
+//! `node/churn.rs`) the registration stress of memory that keeps coming and going,
+//! `node/served.rs` the message layer's served contexts.
 
 #[path = "node/churn.rs"]
 mod churn;
 mod common;
 #[path = "node/removed.rs"]
 mod removed;
+#[path = "node/served.rs"]
+mod served;
 #[path = "node/stale.rs"]
 mod stale;
 #[path = "common/stopped_flush.rs"]
@@ -63,6 +66,7 @@ fn rank_role_entry() {
             stale::remap_and_fork(m, ep, job, false);
         }
         "msg_remap" => stale::role_msg_remap(&[]),
+        "served" => served::run(&report_ok),
         "sm_stopped_flush" => {
             let (mut m, eps, mut job) = sm_module();
             stopped_flush::run(m.as_mut(), &eps, &mut job, "btl_sm_flush_timeout");
@@ -784,6 +788,14 @@ fn message_layer_over_tcp() {
             ("RBTL_BTL_TCP_GET_LIMIT", "100000"),
         ],
     );
+}
+
+/// Served contexts (how the MPI library ships accumulates to their target), over
+/// sm and over tcp.
+#[test]
+fn message_layer_serves_requests() {
+    expect_all_ok("served", 3, &[]);
+    expect_all_ok("served", 2, &[("RBTL_BTL", "self,tcp")]);
 }
 
 #[test]

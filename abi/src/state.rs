@@ -60,6 +60,8 @@ pub struct Mpi {
     pub appnum: c_int,
     /// The schedule of the last blocking collective, emptied: the next one's.
     pub spare_schedule: Option<Box<crate::coll::Schedule>>,
+    /// This process's windows, for the accumulates shipped to it.
+    pub exposures: crate::rma::shipped::Exposures,
 }
 
 /// Context numbers: world, self, then those made later (0 belongs to the message
@@ -69,8 +71,10 @@ const SELF_CTX: u32 = WORLD_CTX + CONTEXTS_PER_COMM;
 
 impl Mpi {
     /// The library over the message layer `msg`.
-    pub fn new(msg: msg::Comm, thread_level: c_int) -> Mpi {
+    pub fn new(mut msg: msg::Comm, thread_level: c_int) -> Mpi {
         let (rank, size) = (msg.rank(), msg.size());
+        let exposures = crate::rma::shipped::Exposures::default();
+        msg.serve(crate::rma::shipped::server(exposures.clone()));
         let world = Communicator::new(
             WORLD_CTX,
             Arc::new(Group::new((0..size).collect())),
@@ -107,6 +111,7 @@ impl Mpi {
             main_thread: std::thread::current().id(),
             appnum: 0,
             spare_schedule: None,
+            exposures,
         }
     }
 

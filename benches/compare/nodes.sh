@@ -2,7 +2,8 @@
 # Across simulated nodes (tools/nodes.sh: network namespaces on one bridge), in one
 # run: rbtl's `osu latency` and `osu bw` over tcp between two nodes (one rank each,
 # launched by MPICH's hydra) against Open MPI's tcp running pingpong.c, our OSU-method
-# MPI program, on the same nodes; and wire-up, `osu init` against init.c on Open MPI
+# MPI program, on the same nodes, and against the floor under both (tcp_floor.c: raw
+# TCP between the two nodes, busy-polled, no framing); and wire-up, `osu init` against init.c on Open MPI
 # (MPI_Init plus a first alltoall, as one message to and from every rank), at 2, 4, 8
 # and 16 ranks over 2 and 4 nodes, ranks filling each node in turn. Prints every figure
 # side by side with rbtl's ratio to Open MPI.
@@ -41,6 +42,7 @@ mkdir -p "$OUT"
 cargo build --release --quiet --bin osu
 mpicc.openmpi -O2 -o "$OUT/pingpong.openmpi" benches/compare/pingpong.c
 mpicc.openmpi -O2 -o "$OUT/init.openmpi" benches/compare/init.c
+gcc -O2 -o "$OUT/tcp_floor" benches/compare/tcp_floor.c
 
 TOOL=$PWD/tools/nodes.sh
 SSH=$PWD/tools/nodes-ssh
@@ -90,18 +92,26 @@ run_pingpong() {
             timeout -k 5 $LIMIT "${OMPI[@]}" --host "$(hosts 2)" -np 2 --mca btl self,tcp \
                 "$OUT/pingpong.openmpi" "$mode" -M "$MAX" 2>"$OUT/ompi.$mode.err" |
                 grep -v '^#' >"$rows" || echo "# ompi_tcp $mode failed: $(tail -1 "$OUT/ompi.$mode.err")" ;;
+        tcp_floor)
+            # The listening end on the second node, the origin (which prints) on the first.
+            timeout -k 5 $LIMIT "$SSH" rbtl-n2 "$PWD/$OUT/tcp_floor" "$mode" -M "$MAX" -l 7777 \
+                >/dev/null 2>"$OUT/floor.$mode.err" &
+            timeout -k 5 $LIMIT "$SSH" rbtl-n1 "$PWD/$OUT/tcp_floor" "$mode" -M "$MAX" -c 198.18.1.2:7777 \
+                2>>"$OUT/floor.$mode.err" | grep -v '^#' >"$rows" ||
+                echo "# tcp_floor $mode failed: $(tail -1 "$OUT/floor.$mode.err")"
+            wait ;;
     esac
 }
 
 for mode in $MODES; do
     [[ $mode == init ]] && continue
     for pass in 1 2; do
-        if [[ $pass == 1 ]]; then order=(rbtl ompi_tcp); else order=(ompi_tcp rbtl); fi
+        if [[ $pass == 1 ]]; then order=(rbtl ompi_tcp tcp_floor); else order=(tcp_floor ompi_tcp rbtl); fi
         for sys in "${order[@]}"; do run_pingpong "$sys" "$mode" "$pass"; done
     done
     case $mode in lat) better=min unit="us, ratio = rbtl/ompi (lower is better)" ;;
         *) better=max unit="MB/s, ratio = rbtl/ompi (higher is better)" ;; esac
-    for sys in rbtl ompi_tcp; do
+    for sys in rbtl ompi_tcp tcp_floor; do
         awk -v better=$better '
             NF >= 2 && $2 > 0 {
                 if (!($1 in v)) { order[++n] = $1; v[$1] = $2 }
@@ -111,18 +121,20 @@ for mode in $MODES; do
             "$OUT/$sys.$mode.1.txt" "$OUT/$sys.$mode.2.txt" >"$OUT/$sys.$mode.txt"
     done
     echo
-    echo "## $mode across 2 nodes, 1 rank each ($unit)"
+    echo "## $mode across 2 nodes, 1 rank each ($unit; floor = raw TCP, to_floor = rbtl/floor)"
     {
-        echo "size rbtl ompi_tcp ratio"
+        echo "size rbtl ompi_tcp ratio floor to_floor"
         awk 'FNR == 1 { f++ }
             NF >= 2 { v[f, $1] = $2; if (f == 1) sizes[++n] = $1 }
+            function of(k, s) { return ((k, s) in v && v[k, s] > 0) ? sprintf("%.2f", v[1, s] / v[k, s]) : "-" }
             END {
                 for (i = 1; i <= n; i++) {
                     s = sizes[i]
-                    if ((2, s) in v && v[2, s] > 0) printf "%s %s %s %.2f\n", s, v[1, s], v[2, s], v[1, s] / v[2, s]
-                    else printf "%s %s - -\n", s, v[1, s]
+                    o = (2, s) in v ? v[2, s] : "-"
+                    r = (3, s) in v ? v[3, s] : "-"
+                    printf "%s %s %s %s %s %s\n", s, v[1, s], o, of(2, s), r, of(3, s)
                 }
-            }' "$OUT/rbtl.$mode.txt" "$OUT/ompi_tcp.$mode.txt"
+            }' "$OUT/rbtl.$mode.txt" "$OUT/ompi_tcp.$mode.txt" "$OUT/tcp_floor.$mode.txt"
     } | column -t
 done
 

@@ -3,9 +3,12 @@
  * busy-polled non-blocking sends and receives, no framing at all. Same method and
  * output as `osu` (OSU's loop counts; `# ` header lines, then `%-10d%20.2f` rows):
  *
- *   tcp_floor lat|bw [-m MIN] [-M MAX]
+ *   tcp_floor lat|bw [-m MIN] [-M MAX] [-l PORT | -c ADDR:PORT]
  *       lat: half a round trip (us); bw: MB/s, window 64, the receiver acknowledging
  *       each window with a byte; sizes the powers of two from MIN (default 1) to MAX
+ *       -l, -c: the two ends on two hosts (benches/compare/nodes.sh: two simulated
+ *       nodes), one listening on PORT, the other (which prints) connecting to it;
+ *       without them both ends run here, over loopback
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -56,13 +59,18 @@ int main(int argc, char **argv) {
     }
     int bw = !strcmp(argv[1], "bw");
     size_t min = 1, max = 4194304;
+    const char *listen_port = 0, *peer = 0;
     for (int i = 2; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-m"))
             min = strtoul(argv[i + 1], 0, 0);
         else if (!strcmp(argv[i], "-M"))
             max = strtoul(argv[i + 1], 0, 0);
+        else if (!strcmp(argv[i], "-l"))
+            listen_port = argv[i + 1];
+        else if (!strcmp(argv[i], "-c"))
+            peer = argv[i + 1];
         else {
-            fprintf(stderr, "usage: %s lat|bw [-m MIN] [-M MAX]\n", argv[0]);
+            fprintf(stderr, "usage: %s lat|bw [-m MIN] [-M MAX] [-l PORT | -c ADDR:PORT]\n", argv[0]);
             return 1;
         }
     }
@@ -76,16 +84,52 @@ int main(int argc, char **argv) {
         return 1;
     }
     struct sockaddr_in addr = {.sin_family = AF_INET};
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_addr.s_addr = htonl(peer || listen_port ? INADDR_ANY : INADDR_LOOPBACK);
+    if (listen_port)
+        addr.sin_port = htons((unsigned short)atoi(listen_port));
     socklen_t len = sizeof addr;
-    if (bind(listener, (void *)&addr, sizeof addr) || listen(listener, 1) ||
-        getsockname(listener, (void *)&addr, &len)) {
-        perror("tcp_floor: listening on loopback");
+    setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (!peer && (bind(listener, (void *)&addr, sizeof addr) || listen(listener, 1) ||
+                  getsockname(listener, (void *)&addr, &len))) {
+        perror("tcp_floor: listening");
         return 1;
     }
-    pid_t child = fork();
+    char host[64] = "";
+    if (peer) {
+        const char *colon = strrchr(peer, ':');
+        if (!colon || colon - peer >= (long)sizeof host) {
+            fprintf(stderr, "tcp_floor: -c takes ADDR:PORT, not %s\n", peer);
+            return 1;
+        }
+        memcpy(host, peer, (size_t)(colon - peer));
+        addr.sin_port = htons((unsigned short)atoi(colon + 1));
+        if (inet_pton(AF_INET, host, &addr.sin_addr) != 1) {
+            fprintf(stderr, "tcp_floor: %s is no IPv4 address\n", host);
+            return 1;
+        }
+    }
+    /* Two hosts: this process is one end (the connecting one is the origin, which
+       prints); one host: the child connects, the parent is the origin. */
+    pid_t child = peer ? 0 : listen_port ? -1 : fork();
     int fd;
-    if (child == 0) {
+    if (peer) {
+        pin(0);
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (cc)
+            setsockopt(fd, IPPROTO_TCP, TCP_CONGESTION, cc, strlen(cc));
+        /* The listening end may not be up yet: retry for up to 10 s. */
+        int tries = 0;
+        while (connect(fd, (void *)&addr, sizeof addr)) {
+            if (++tries > 1000) {
+                perror("tcp_floor: connecting");
+                return 1;
+            }
+            usleep(10000);
+        }
+    } else if (listen_port) {
+        pin(1);
+        fd = accept(listener, 0, 0);
+    } else if (child == 0) {
         pin(1);
         fd = socket(AF_INET, SOCK_STREAM, 0);
         if (cc)
@@ -99,10 +143,10 @@ int main(int argc, char **argv) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     char *buf = malloc(max ? max : 1), ack = 0;
     memset(buf, 1, max ? max : 1);
-    int origin = child != 0;
+    int origin = peer ? 1 : listen_port ? 0 : child != 0;
     if (origin) {
-        printf("# tcp_floor %s: raw TCP over loopback, TCP_NODELAY, busy-polled, congestion control %s\n",
-               argv[1], cc ? cc : "the system's");
+        printf("# tcp_floor %s: raw TCP over %s, TCP_NODELAY, busy-polled, congestion control %s\n",
+               argv[1], peer ? peer : "loopback", cc ? cc : "the system's");
         printf("# Size %s\n", bw ? "Bandwidth (MB/s)" : "Latency (us)");
     }
     /* From 1 byte at least: a message of none moves nothing over a raw socket. */
@@ -141,7 +185,7 @@ int main(int argc, char **argv) {
             fflush(stdout);
         }
     }
-    if (origin)
+    if (origin && !peer)
         wait(0);
     return 0;
 }

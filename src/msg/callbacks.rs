@@ -1,10 +1,11 @@
-//! The receive callbacks the message layer installs in every module: eager messages,
-//! rendezvous requests and finishes, and peer failures.
+//! The receive callbacks the message layer installs in every module: eager messages
+//! (and served requests), rendezvous requests and finishes, and peer failures.
 
 use super::protocol;
+use super::served::{Request, SERVED};
 use super::state::{lock, Shared, Unexpected};
 use super::Result;
-use rbtl_btl::{Module, Received};
+use rbtl_btl::{Endpoint, Module, Received};
 use std::sync::Arc;
 
 /// Install the message layer's receive callbacks on module `mi`, whose endpoints
@@ -27,9 +28,9 @@ pub(super) fn register_callbacks(
             let (head, data) = match r.segments {
                 [one] => one.split_at(protocol::EAGER_HEADER.min(one.len())),
                 [head, data] if head.len() == protocol::EAGER_HEADER => (*head, *data),
-                _ => return receive_gathered(&st, m, src, r),
+                _ => return receive_gathered(&st, m, mi, src, r),
             };
-            receive_eager(&st, m, src, head, data);
+            receive_eager(&st, m, (mi, r.endpoint), src, head, data);
         }),
     )?;
     let (st, senders) = (state.clone(), ranks.clone());
@@ -102,13 +103,31 @@ pub(super) fn register_callbacks(
 
 /// Match an eager message from `src` (its header `head`, then `data`) with a posted
 /// receive, or keep it as unexpected.
+/// A message in a served context goes to the server instead (answered through
+/// `from`, the module and endpoint it came by).
 #[inline(always)]
-fn receive_eager(st: &Shared, m: &mut dyn Module, src: u32, head: &[u8], data: &[u8]) {
+fn receive_eager(
+    st: &Shared,
+    m: &mut dyn Module,
+    from: (usize, Endpoint),
+    src: u32,
+    head: &[u8],
+    data: &[u8],
+) {
     let Ok(head) = <&[u8; protocol::EAGER_HEADER]>::try_from(head) else {
         return;
     };
     let (tag, ctx) = protocol::decode_eager_header(head);
     let mut s = lock(st);
+    if ctx & SERVED != 0 {
+        let request = Request {
+            source: src,
+            tag,
+            ctx,
+            body: data,
+        };
+        return s.serve_eager(m, from.0, from.1, request);
+    }
     match s.take_match(m, src, tag, ctx) {
         Some(p) => s.deliver_eager(&p, src, tag, data),
         None => s.keep_unexpected(src, tag, ctx, data, None),
@@ -118,8 +137,8 @@ fn receive_eager(st: &Shared, m: &mut dyn Module, src: u32, head: &[u8], data: &
 /// An eager message that arrived in pieces other than (header, payload): joined first.
 #[cold]
 #[inline(never)]
-fn receive_gathered(st: &Shared, m: &mut dyn Module, src: u32, r: &Received<'_>) {
+fn receive_gathered(st: &Shared, m: &mut dyn Module, mi: usize, src: u32, r: &Received<'_>) {
     let joined = r.to_vec();
     let (head, data) = joined.split_at(protocol::EAGER_HEADER.min(joined.len()));
-    receive_eager(st, m, src, head, data);
+    receive_eager(st, m, (mi, r.endpoint), src, head, data);
 }

@@ -124,7 +124,8 @@ impl Comm {
         n + self.retry_deferred()
     }
 
-    /// Send what waited for room, in order (kept out of `progress`, whose loop is the
+    /// Send what waited for room, in order, then offer the served requests that
+    /// waited to their server again (kept out of `progress`, whose loop is the
     /// latency of every receive).
     #[cold]
     #[inline(never)]
@@ -150,6 +151,11 @@ impl Comm {
                 Err(e) => tracing::warn!(%e, "dropping a deferred message"),
             }
         }
+        let later = !s.later.is_empty();
+        drop(s);
+        if later {
+            n += self.retry_later();
+        }
         n
     }
 
@@ -164,7 +170,8 @@ impl Comm {
     /// Progress until nothing waits for room in a transport.
     fn drain(&mut self) -> Result<()> {
         let mut idle = IdleWait::new();
-        while self.signals.deferred.load(Ordering::Acquire) > 0 {
+        // (Served requests waiting to be offered again are not messages to send.)
+        while !lock(&self.state).deferred.is_empty() {
             if self.signals.failed.load(Ordering::Acquire) > 0 {
                 // Messages to a dead peer never leave; nothing to wait for.
                 break;

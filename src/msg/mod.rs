@@ -69,6 +69,7 @@ mod pieces;
 mod protocol;
 mod requests;
 mod scope;
+mod served;
 mod state;
 mod window;
 
@@ -78,5 +79,6 @@ pub use liveness::{register_params, IdleWait, PEER_TIMEOUT_PARAM};
 pub use onesided::{Atomic, Exposed, Pending, SharedRegion, Target};
 pub use p2p::{Matched, SendMode, Status, ANY_SOURCE, ANY_TAG, SPIN_BEFORE_YIELD, WORLD};
 pub use scope::Scope;
+pub use served::{Request as ServedRequest, Served, Server, SERVED};
 pub use state::ReqId;
 pub use window::Window;

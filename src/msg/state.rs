@@ -122,7 +122,7 @@ pub struct Deferred {
 pub struct Signals {
     /// Requests completed so far.
     pub completed: AtomicUsize,
-    /// Messages waiting in `deferred`.
+    /// Messages waiting in `deferred`, and served requests in `later`.
     pub deferred: AtomicUsize,
     /// Peers known to have failed.
     pub failed: AtomicUsize,
@@ -160,6 +160,11 @@ pub struct State {
     pub offloaded_ctx: u32,
     /// Messages waiting for room, in order per destination.
     pub deferred: VecDeque<Deferred>,
+    /// The handler of served contexts, and the reply it writes into.
+    pub server: Option<super::served::Server>,
+    pub reply: Vec<u8>,
+    /// Served requests to offer again.
+    pub later: VecDeque<super::served::Later>,
 }
 
 /// The state, shared between the [`Comm`](super::Comm) and the receive and

@@ -1,9 +1,13 @@
 //! The accumulates of a window: `MPI_Accumulate`, `MPI_Get_accumulate`,
-//! `MPI_Fetch_and_op` and `MPI_Compare_and_swap` (see [`super::ops`] for how they
-//! are done: transport atomics, or the target's mutex).
+//! `MPI_Fetch_and_op` and `MPI_Compare_and_swap`: a transport atomic where one
+//! performs the operation; else, on memory this process maps, in place under the
+//! target's accumulate mutex; else shipped to the target, which applies it under
+//! the same mutex ([`super::shipped`]).
 
 use super::ops::{mismatch, Access};
-use super::ACC_WORD;
+use super::shipped::{Kind, Ship};
+use super::sync::EXCLUSIVE;
+use super::{bad_win, ACC_WORD};
 use crate::datatype::{pack, Prim};
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
@@ -13,6 +17,7 @@ use crate::p2p::check_count;
 use crate::state::Mpi;
 use rbtl::btl::AtomicOp;
 use rbtl::msg::{Atomic, Pending};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The transport atomic that performs predefined `op` on an integer of 4 or 8
 /// bytes (`MPI_NO_OP`, a fetch, adds nothing); `None` when `op` or the type needs
@@ -88,7 +93,21 @@ impl Mpi {
         // A target in shared memory, one run, no atomics: combined where it lies,
         // under the mutex.
         if let (Some(at), None) = (direct, atomic) {
-            self.win_acquire(win, a.member, ACC_WORD, true)?;
+            // The mutex where this process maps it, taken at once when free: a
+            // processor atomic (else taken and given back as for any member).
+            let ctrl = &self.win(win)?.peers[a.member].ctrl;
+            // SAFETY: the word lies in the member's control block, mapped while the
+            // window lives, aligned, and reached only atomically by every process.
+            let mapped = ctrl
+                .direct_range(ACC_WORD, 8)
+                .map(|p| unsafe { AtomicU64::from_ptr(p.cast()) });
+            let held = mapped.filter(|m| {
+                m.compare_exchange(0, EXCLUSIVE, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            });
+            if held.is_none() {
+                self.win_acquire(win, a.member, ACC_WORD, true)?;
+            }
             let combined = self.dtype(ty).and_then(|t| {
                 let n = a.bytes.checked_div(t.size).unwrap_or(0);
                 // SAFETY: `at` holds the packed bytes of `n` elements, which the
@@ -104,15 +123,29 @@ impl Mpi {
                 }
                 Ok(())
             });
-            let released = self.win_release(win, a.member, ACC_WORD, true);
+            let released = match held {
+                Some(m) => {
+                    m.fetch_sub(EXCLUSIVE, Ordering::Release);
+                    Ok(())
+                }
+                None => self.win_release(win, a.member, ACC_WORD, true),
+            };
             return combined.and(released);
         }
-        let p = Pending::default();
-        let (target, job) = {
-            let w = self.win(win)?;
-            (w.peers[a.member].mem.clone(), w.peers[a.member].job)
-        };
+        if atomic.is_none() && !self.win(win)?.peers[a.member].mem.is_direct() {
+            let s = Ship {
+                kind: Kind::Accumulate,
+                // `MPI_REPLACE` and `MPI_NO_OP` on a type of several kinds move bytes.
+                prim: prim.unwrap_or(Prim::Byte),
+                op,
+            };
+            // SAFETY: the caller's contract.
+            return unsafe { self.ship(win, a.member, &a.runs, &s, origin, fetched) };
+        }
         if let Some(atomic) = atomic {
+            let Mpi { wins, msg, .. } = self;
+            let w = wins.get(win).ok_or_else(|| bad_win(win))?;
+            let (target, job, p) = (&w.peers[a.member].mem, w.peers[a.member].job, &w.waited);
             let mut at = 0;
             for &(off, len) in a.runs.iter() {
                 for i in 0..len / bytes {
@@ -129,21 +162,27 @@ impl Mpi {
                         } else {
                             fetched.add(at + i * bytes)
                         };
-                        self.msg.atomic_on(
-                            &target,
+                        msg.atomic_on(
+                            target,
                             off + i * bytes,
                             Atomic::Op(atomic, v),
                             bytes == 4,
                             out,
-                            &p,
+                            p,
                         )?;
                     }
                 }
                 at += len;
             }
-            return Ok(self.msg.complete(&p, Some(job))?);
+            return Ok(msg.complete(p, Some(job))?);
         }
-        // Under the mutex: read, combine, write back.
+        // Memory this process maps, in several runs: under the mutex, read, combine,
+        // write back.
+        let p = Pending::default();
+        let (target, job) = {
+            let w = self.win(win)?;
+            (w.peers[a.member].mem.clone(), w.peers[a.member].job)
+        };
         let t = self.dtype(ty)?.clone();
         let n = a.bytes.checked_div(t.size).unwrap_or(0);
         self.win_exclusive(win, a.member, |mpi| {
@@ -348,7 +387,7 @@ pub unsafe extern "C" fn PMPI_Compare_and_swap(
                 "MPI_Compare_and_swap takes one integer, logical or byte element",
             ));
         }
-        let size = t.size;
+        let (size, t_prim) = (t.size, t.prim.unwrap_or(Prim::Byte));
         if mpi.to_proc_null(win, target_rank)? {
             return Ok(());
         }
@@ -383,42 +422,47 @@ pub unsafe extern "C" fn PMPI_Compare_and_swap(
                 Ok(())
             });
         }
-        let (target, job) = {
-            let w = mpi.win(win)?;
-            (w.peers[a.member].mem.clone(), w.peers[a.member].job)
-        };
-        let p = Pending::default();
         if one_word {
+            let Mpi { wins, msg, .. } = mpi;
+            let w = wins.get(win).ok_or_else(|| bad_win(win))?;
+            let (target, job, p) = (&w.peers[a.member].mem, w.peers[a.member].job, &w.waited);
             // SAFETY: the binding's contract: one element of `size` at each.
             unsafe {
                 let value = word(origin_addr.cast(), 0, size);
                 let compare = word(compare_addr.cast(), 0, size);
-                mpi.msg.atomic_on(
-                    &target,
+                msg.atomic_on(
+                    target,
                     off,
                     Atomic::CompareSwap { compare, value },
                     size == 4,
                     result_addr.cast(),
-                    &p,
+                    p,
                 )?;
             }
-            return Ok(mpi.msg.complete(&p, Some(job))?);
+            return Ok(msg.complete(p, Some(job))?);
         }
-        mpi.win_exclusive(win, a.member, |mpi| {
-            let mut old = [0u8; 16];
-            // SAFETY: `old` has room for the element and lives until the wait.
-            unsafe { mpi.msg.get_from(&target, off, old.as_mut_ptr(), size, &p) }?;
-            mpi.msg.complete(&p, Some(job))?;
-            // SAFETY: the binding's contract: one element of `size` at each.
-            unsafe {
-                let equal =
-                    std::slice::from_raw_parts(compare_addr.cast::<u8>(), size) == &old[..size];
-                std::ptr::copy_nonoverlapping(old.as_ptr(), result_addr.cast::<u8>(), size);
-                if equal {
-                    mpi.msg.put_to(&target, off, origin_addr.cast(), size, &p)?;
-                }
-            }
-            Ok(mpi.msg.complete(&p, Some(job))?)
-        })
+        // No atomic, memory of another process: swapped there.
+        let s = Ship {
+            kind: Kind::CompareSwap,
+            prim: t_prim,
+            op: MPI_REPLACE,
+        };
+        // The value, then the comparand (an element has at most 16 bytes).
+        let mut operand = [0u8; 32];
+        // SAFETY: the binding's contract: one element of `size` at each, and room
+        // for one at `result_addr`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(origin_addr.cast(), operand.as_mut_ptr(), size);
+            let comparand = operand[size..].as_mut_ptr();
+            std::ptr::copy_nonoverlapping(compare_addr.cast(), comparand, size);
+            mpi.ship(
+                win,
+                a.member,
+                &a.runs,
+                &s,
+                operand.as_ptr(),
+                result_addr.cast(),
+            )
+        }
     })
 }

@@ -17,6 +17,7 @@
 pub mod api;
 pub mod atomics;
 pub mod ops;
+pub mod shipped;
 pub mod sync;
 
 use crate::comm::Group;
@@ -78,8 +79,9 @@ pub struct Win {
     pub peers: Vec<Peer>,
     /// Operations under way to each member.
     pub pending: Vec<Pending>,
-    /// Lock-word changes (one at a time, each waited for).
-    pub locking: Pending,
+    /// Operations each waited for before the call that starts it returns: lock-word
+    /// changes and accumulates.
+    pub waited: Pending,
     pub sync: sync::State,
     /// Work to finish when a member's operations complete: gets through a staging
     /// buffer to unpack, staged origin data to release.
@@ -131,6 +133,9 @@ impl Mpi {
         let wcomm = self.comm_dup_bare(comm)?;
         let made = self.win_make(base, size, disp_unit, wcomm);
         if made.is_err() {
+            if let Ok(c) = self.comm(wcomm) {
+                self.exposures.borrow_mut().remove(&c.ctx);
+            }
             let _ = self.comm_free(wcomm);
         }
         made
@@ -157,6 +162,9 @@ impl Mpi {
         let control_ptr = control.ptr();
         // SAFETY: the control block is CONTROL bytes of ours; nobody reaches it yet.
         unsafe { std::ptr::write_bytes(control_ptr, 0, CONTROL) };
+        // Before any member learns of the window: accumulates shipped here find it.
+        let ctx = self.comm(wcomm)?.ctx;
+        shipped::expose(&self.exposures, ctx, base, size, control_ptr);
         // SAFETY: both live in the window, whose Drop drops the registrations first.
         let exposed = unsafe {
             (
@@ -229,7 +237,7 @@ impl Mpi {
             control,
             exposed: Some(exposed),
             pending: vec![Pending::default(); n],
-            locking: Pending::default(),
+            waited: Pending::default(),
             peers,
             sync: sync::State::default(),
             staged: Vec::new(),
@@ -260,6 +268,9 @@ impl Mpi {
         let s = self.build_barrier(comm)?;
         self.run(s)?;
         let mut w = self.wins.remove(h).ok_or_else(|| bad_win(h))?;
+        if let Ok(c) = self.comm(comm) {
+            self.exposures.borrow_mut().remove(&c.ctx);
+        }
         w.exposed = None;
         for m in [
             std::mem::replace(&mut w.memory, Memory::User),

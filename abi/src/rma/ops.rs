@@ -8,8 +8,9 @@
 //! (the standard's default, `accumulate_ops` `same_op_no_op`): on 4- and 8-byte
 //! integers aligned in the target's memory, sums, bitwise operations, replacement
 //! and fetches are the transports' atomics, one per element; every other operation
-//! and type runs under the target's accumulate mutex (read, combine here, write
-//! back). Which way an accumulate goes depends only on its operation, its type and
+//! and type runs under the target's accumulate mutex: in place where this process
+//! maps the target's memory, else shipped to the target, which applies it there
+//! ([`super::shipped`]). Which way an accumulate goes depends only on its operation, its type and
 //! where the elements lie at the target, so that concurrent ones of the same kind on
 //! the same elements always take the same way. Accumulates complete before they
 //! return.

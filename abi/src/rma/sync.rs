@@ -18,7 +18,7 @@ use rbtl::msg::Atomic;
 use std::collections::BTreeMap;
 
 /// The writer's bit of a lock word.
-const EXCLUSIVE: u64 = 1 << 63;
+pub(super) const EXCLUSIVE: u64 = 1 << 63;
 /// Tags of the post/start/complete/wait tokens on the window's communicator.
 const POST_TAG: i32 = 1;
 const DONE_TAG: i32 = 2;
@@ -141,7 +141,7 @@ impl Mpi {
     fn lock_word(&mut self, h: Handle, r: usize, offset: usize, change: Change) -> Result<bool> {
         let Mpi { wins, msg, .. } = self;
         let w = wins.get(h).ok_or_else(|| bad_win(h))?;
-        let (ctrl, job, p) = (&w.peers[r].ctrl, w.peers[r].job, &w.locking);
+        let (ctrl, job, p) = (&w.peers[r].ctrl, w.peers[r].job, &w.waited);
         let add = |msg: &mut rbtl::msg::Comm, by: u64| {
             // SAFETY: no result.
             unsafe {

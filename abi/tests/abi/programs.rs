@@ -61,10 +61,21 @@ fn report(o: &Output) -> String {
     )
 }
 
-/// Run `exe` (program `name`) at `ranks` with `args`: it must succeed on every rank.
-/// What it printed.
-fn run_passing(exe: &Path, name: &str, ranks: usize, args: &[&str]) -> Output {
-    let o = mpiexec(ranks, exe, args, LIMIT);
+/// Run `exe` (program `name`) at `ranks` with `args` and the environment `genv`:
+/// it must succeed on every rank. What it printed.
+fn run_passing(
+    exe: &Path,
+    name: &str,
+    ranks: usize,
+    args: &[&str],
+    genv: &[(&str, &str)],
+) -> Output {
+    let mut cmd = std::process::Command::new(super::MPIEXEC);
+    cmd.args(["-n", &ranks.to_string()]);
+    for (k, v) in genv {
+        cmd.args(["-genv", k, v]);
+    }
+    let o = super::run_for(cmd.arg(exe).args(args), LIMIT);
     let out = String::from_utf8_lossy(&o.stdout);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -93,7 +104,7 @@ fn run_passing(exe: &Path, name: &str, ranks: usize, args: &[&str]) -> Output {
 fn passes(name: &str, ranks: &[usize]) {
     let exe = build(name);
     for &n in ranks {
-        run_passing(&exe, name, n, &[]);
+        run_passing(&exe, name, n, &[], &[]);
     }
 }
 
@@ -120,6 +131,16 @@ fn coll() {
 #[test]
 fn rma() {
     passes("rma", &[1, 2, 3, 4]);
+}
+
+/// Over `tcp` alone no member maps another's memory: every accumulate that no
+/// transport atomic performs is shipped to its target and applied there.
+#[test]
+fn rma_over_tcp() {
+    let exe = build("rma");
+    for n in [2, 3] {
+        run_passing(&exe, "rma", n, &[], &[("RBTL_BTL", "self,tcp")]);
+    }
 }
 
 /// A lock whose holder keeps it past the peer timeout is given up on with
@@ -159,7 +180,7 @@ fn errors() {
 fn spawn() {
     let exe = build("spawn");
     for parents in [1, 2] {
-        let o = run_passing(&exe, "spawn", parents, &[]);
+        let o = run_passing(&exe, "spawn", parents, &[], &[]);
         let out = String::from_utf8_lossy(&o.stdout);
         for c in 0..2 {
             let line = format!("PASS spawn-child rank {c}/2");
@@ -475,5 +496,5 @@ fn unsupported() {
         "only {n} functions are not implemented: the header was not read"
     );
     let exe = build_written("unsupported", &program);
-    run_passing(&exe, "unsupported", 1, &[]);
+    run_passing(&exe, "unsupported", 1, &[], &[]);
 }

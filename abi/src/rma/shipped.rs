@@ -1,0 +1,667 @@
+//! Accumulates shipped to their target: an accumulate that no transport atomic
+//! performs, on a member whose memory this process does not map, goes to the
+//! target as a message (the message layer's served contexts,
+//! [`rbtl::msg::SERVED`]), which applies it to its own memory under the window's
+//! accumulate mutex and answers with the data it replaced: one round trip, where
+//! taking the mutex remotely, reading, writing back and releasing took four (as
+//! Open MPI's `osc/pt2pt` ships its accumulates).
+//!
+//! A request carries one piece of one run of the target: whole elements, as many
+//! as one eager message of the route holds (each piece is applied atomically,
+//! every element whole: what MPI asks of concurrent accumulates). A type of several
+//! basic kinds (which only `MPI_REPLACE` and `MPI_NO_OP` take) moves as bytes, cut
+//! where the target's memory is aligned to 16: its elements, naturally aligned,
+//! stay whole. The target
+//! applies it at its next call into the library, like any message it receives; the
+//! origin waits for every piece's answer before the call returns.
+//!
+//! Request (little-endian): kind (0 accumulate, 1 compare-and-swap), whether the
+//! old data is wanted, the basic kind (3 bytes), the operation (u64), the offset
+//! and length in the target's window (u64 each), then the operand (for a
+//! compare-and-swap, the value then the comparand). Answer: 0 then the old data
+//! when wanted, or 1 then the reason it was refused.
+
+use super::sync::EXCLUSIVE;
+use super::ACC_WORD;
+use crate::datatype::{Pair, Prim};
+use crate::error::{Error, Result};
+use crate::ffi::*;
+use crate::op;
+use crate::state::Mpi;
+use rbtl::msg::{Served, ServedRequest, Server, SERVED};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Tags of the answers: this plus the piece's index.
+const ANSWER_TAG: i32 = 1 << 20;
+/// Bytes of a request before its operand.
+const HEADER: usize = 29;
+/// Room for a refusal's reason in an answer.
+const REASON: usize = 256;
+/// The alignment of the cuts through bytes of a type of several kinds.
+const ALIGN: usize = 16;
+
+/// What a shipped request does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(super) enum Kind {
+    /// `target = operand op target`.
+    Accumulate = 0,
+    /// `target = value` where `target == comparand`.
+    CompareSwap = 1,
+}
+
+/// A window's memory and control block, as its own process reaches them.
+#[derive(Clone, Copy)]
+pub struct Exposure {
+    base: *mut u8,
+    size: usize,
+    control: *mut u8,
+}
+
+/// This process's windows, by the context of each window's communicator: what
+/// the server applies requests to.
+pub type Exposures = Rc<RefCell<HashMap<u32, Exposure>>>;
+
+/// Add window `ctx` (its memory `base`/`size`, its control block `control`) to
+/// `exposures`, before any member can know of it.
+pub fn expose(exposures: &Exposures, ctx: u32, base: *mut u8, size: usize, control: *mut u8) {
+    exposures.borrow_mut().insert(
+        ctx,
+        Exposure {
+            base,
+            size,
+            control,
+        },
+    );
+}
+
+/// The server of shipped requests over `exposures`.
+pub fn server(exposures: Exposures) -> Server {
+    Box::new(move |r: ServedRequest<'_>, answer: &mut Vec<u8>| {
+        let ctx = r.ctx & !SERVED;
+        let Some(e) = exposures.borrow().get(&ctx).copied() else {
+            return refuse(
+                answer,
+                r.tag,
+                ctx,
+                "no window of this process has that context",
+            );
+        };
+        // SAFETY: the exposure's memory lives until the window is freed, which
+        // removes it first (after every member has passed its last access).
+        match unsafe { apply(&e, r.body, answer) } {
+            Ok(true) => Served::Reply { tag: r.tag, ctx },
+            Ok(false) => Served::Later,
+            Err(why) => refuse(answer, r.tag, ctx, &why),
+        }
+    })
+}
+
+fn refuse(answer: &mut Vec<u8>, tag: i32, ctx: u32, why: &str) -> Served {
+    answer.clear();
+    answer.push(1);
+    let why = &why.as_bytes()[..why.len().min(REASON - 1)];
+    answer.extend_from_slice(why);
+    Served::Reply { tag, ctx }
+}
+
+/// A request, decoded.
+struct Parsed<'a> {
+    kind: Kind,
+    fetch: bool,
+    prim: Prim,
+    op: Handle,
+    offset: usize,
+    len: usize,
+    operand: &'a [u8],
+}
+
+fn parse(b: &[u8]) -> std::result::Result<Parsed<'_>, String> {
+    if b.len() < HEADER {
+        return Err(format!(
+            "a request of {} bytes (at least {HEADER})",
+            b.len()
+        ));
+    }
+    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+    let kind = match b[0] {
+        0 => Kind::Accumulate,
+        1 => Kind::CompareSwap,
+        k => return Err(format!("unknown request kind {k}")),
+    };
+    let prim = decode_prim([b[2], b[3], b[4]]).ok_or("an unknown basic kind")?;
+    let offset = usize::try_from(u64_at(13)).map_err(|_| "offset beyond the address space")?;
+    let len = usize::try_from(u64_at(21)).map_err(|_| "length beyond the address space")?;
+    Ok(Parsed {
+        kind,
+        fetch: b[1] != 0,
+        prim,
+        op: usize::try_from(u64_at(5)).map_err(|_| "an unknown operation")?,
+        offset,
+        len,
+        operand: &b[HEADER..],
+    })
+}
+
+/// Apply request `body` to `e` under its accumulate mutex, the answer in
+/// `answer`: `Ok(false)` when the mutex is held (to be offered again).
+///
+/// # Safety
+///
+/// `e` describes live memory of this process.
+unsafe fn apply(
+    e: &Exposure,
+    body: &[u8],
+    answer: &mut Vec<u8>,
+) -> std::result::Result<bool, String> {
+    let p = parse(body)?;
+    let end = p.offset.checked_add(p.len).filter(|&end| end <= e.size);
+    if end.is_none() {
+        return Err(format!(
+            "{} bytes at offset {} fall outside the window's {} bytes",
+            p.len, p.offset, e.size
+        ));
+    }
+    let psize = p.prim.size();
+    if p.len % psize != 0 {
+        return Err(format!(
+            "{} bytes are no whole number of {psize}-byte elements",
+            p.len
+        ));
+    }
+    let need = match p.kind {
+        Kind::Accumulate if p.op == MPI_NO_OP => 0,
+        Kind::Accumulate => p.len,
+        Kind::CompareSwap => 2 * p.len,
+    };
+    if p.operand.len() != need {
+        return Err(format!(
+            "an operand of {} bytes where {need} belong",
+            p.operand.len()
+        ));
+    }
+    if p.kind == Kind::Accumulate && !(op::is_predefined(p.op) && op::supports(p.op, p.prim)) {
+        return Err(format!(
+            "{} does not apply to this basic kind",
+            op::name(p.op)
+        ));
+    }
+    // SAFETY: the control block holds the aligned mutex word, reached only
+    // atomically by every process.
+    let mutex = unsafe { AtomicU64::from_ptr(e.control.add(ACC_WORD).cast()) };
+    if mutex
+        .compare_exchange(0, EXCLUSIVE, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        return Ok(false);
+    }
+    // SAFETY: the range lies inside the window (checked); the mutex keeps other
+    // accumulates from it meanwhile.
+    let at = unsafe { e.base.add(p.offset) };
+    answer.push(0);
+    if p.fetch {
+        // SAFETY: as above.
+        answer.extend_from_slice(unsafe { std::slice::from_raw_parts(at, p.len) });
+    }
+    let n = p.len / psize;
+    let applied = match p.kind {
+        // SAFETY: the operand and the target hold `n` elements each (checked).
+        Kind::Accumulate => unsafe { op::reduce_basic(p.op, p.prim, p.operand.as_ptr(), at, n) }
+            .map_err(|e| e.message),
+        Kind::CompareSwap => {
+            let (value, compare) = p.operand.split_at(p.len);
+            // SAFETY: as above.
+            let now = unsafe { std::slice::from_raw_parts_mut(at, p.len) };
+            if now == compare {
+                now.copy_from_slice(value);
+            }
+            Ok(())
+        }
+    };
+    mutex.fetch_sub(EXCLUSIVE, Ordering::Release);
+    applied.map(|()| true)
+}
+
+/// The three bytes that name a basic kind.
+fn encode_prim(p: Prim) -> [u8; 3] {
+    match p {
+        Prim::Int { bytes, signed } => [0, bytes, u8::from(signed)],
+        Prim::Float(b) => [1, b, 0],
+        Prim::LongDouble => [2, 0, 0],
+        Prim::Complex(b) => [3, b, 0],
+        Prim::ComplexLongDouble => [4, 0, 0],
+        Prim::Logical(b) => [5, b, 0],
+        Prim::Byte => [6, 0, 0],
+        Prim::Pair(pair) => [
+            7,
+            PAIRS.iter().position(|&q| q == pair).unwrap_or(0) as u8,
+            0,
+        ],
+    }
+}
+
+const PAIRS: [Pair; 8] = [
+    Pair::FloatInt,
+    Pair::DoubleInt,
+    Pair::LongInt,
+    Pair::TwoInt,
+    Pair::ShortInt,
+    Pair::LongDoubleInt,
+    Pair::TwoFloat,
+    Pair::TwoDouble,
+];
+
+/// The basic kind of [`encode_prim`]; `None` for bytes that name none.
+fn decode_prim(b: [u8; 3]) -> Option<Prim> {
+    let sized = |ok: &[u8]| ok.contains(&b[1]).then_some(b[1]);
+    Some(match b[0] {
+        0 if b[2] < 2 => Prim::Int {
+            bytes: sized(&[1, 2, 4, 8, 16])?,
+            signed: b[2] == 1,
+        },
+        1 => Prim::Float(sized(&[2, 4, 8, 16])?),
+        2 => Prim::LongDouble,
+        3 => Prim::Complex(sized(&[2, 4, 8, 16])?),
+        4 => Prim::ComplexLongDouble,
+        5 => Prim::Logical(sized(&[1, 2, 4, 8, 16])?),
+        6 => Prim::Byte,
+        7 => Prim::Pair(*PAIRS.get(b[1] as usize)?),
+        _ => return None,
+    })
+}
+
+/// One request to ship.
+pub(super) struct Ship {
+    pub(super) kind: Kind,
+    pub(super) prim: Prim,
+    pub(super) op: Handle,
+}
+
+/// Start `out` (emptied) with the header of a request `s` on the `len` bytes at
+/// `offset` of the target's window.
+fn header(out: &mut Vec<u8>, s: &Ship, fetch: bool, offset: usize, len: usize) {
+    out.clear();
+    out.push(s.kind as u8);
+    out.push(u8::from(fetch));
+    out.extend_from_slice(&encode_prim(s.prim));
+    out.extend_from_slice(&(s.op as u64).to_le_bytes());
+    out.extend_from_slice(&(offset as u64).to_le_bytes());
+    out.extend_from_slice(&(len as u64).to_le_bytes());
+}
+
+impl Mpi {
+    /// Ship `s` over the runs `runs` of member `member` of window `win`: the
+    /// operand's packed bytes at `operand` (for a compare-and-swap, one element's
+    /// value then its comparand at `operand + len`), the old data into `fetched`
+    /// (packed) when not null. Complete when it returns.
+    ///
+    /// # Safety
+    ///
+    /// `operand` holds the bytes the runs take (none for `MPI_NO_OP`; twice them for
+    /// a compare-and-swap); `fetched` is null or has room for the runs' bytes.
+    pub(super) unsafe fn ship(
+        &mut self,
+        win: Handle,
+        member: usize,
+        runs: &[(usize, usize)],
+        s: &Ship,
+        operand: *const u8,
+        fetched: *mut u8,
+    ) -> Result<()> {
+        let (job, ctx, base) = {
+            let w = self.win(win)?;
+            let m = &w.peers[member];
+            (m.job, self.comm(w.comm)?.ctx, m.mem.addr())
+        };
+        let psize = s.prim.size();
+        let room = self
+            .msg
+            .eager_payload_to(job)
+            .unwrap_or(0)
+            .saturating_sub(HEADER);
+        let step = match s.kind {
+            Kind::Accumulate => room / psize * psize,
+            Kind::CompareSwap => room / 2,
+        };
+        if step < psize {
+            return Err(Error::new(
+                MPI_ERR_INTERN,
+                format!(
+                    "the route to rank {job} carries no whole {psize}-byte element in one message"
+                ),
+            ));
+        }
+        // The pieces: (offset in the target, length, offset in the packed data).
+        let mut pieces = Vec::new();
+        let mut packed = 0;
+        for &(off, len) in runs {
+            let mut done = 0;
+            while done < len {
+                let mut n = step.min(len - done);
+                if s.prim == Prim::Byte && n < len - done && n > ALIGN {
+                    // Bytes of a type of several kinds: cut where the target's memory
+                    // is aligned to 16, which no naturally aligned element straddles.
+                    n -= ((base + (off + done + n) as u64) % ALIGN as u64) as usize;
+                }
+                pieces.push((off + done, n, packed + done));
+                done += n;
+            }
+            packed += len;
+        }
+        let cap = |n: usize| 1 + if fetched.is_null() { 0 } else { n } + REASON;
+        let mut answers = vec![0u8; pieces.iter().map(|p| cap(p.1)).sum()];
+        let mut posted = Vec::with_capacity(pieces.len());
+        let mut request = Vec::with_capacity(HEADER + step * 2);
+        let mut sent = Ok(());
+        let mut at = 0;
+        for (i, &(off, n, from)) in pieces.iter().enumerate() {
+            let tag = ANSWER_TAG + i as i32;
+            // SAFETY: `answers` outlives every receive: each is waited for below.
+            let r = unsafe {
+                self.msg.irecv_in(
+                    ctx,
+                    answers.as_mut_ptr().add(at),
+                    cap(n),
+                    Some(job),
+                    Some(tag),
+                )
+            };
+            match r {
+                Ok(r) => posted.push((r, at, n, from)),
+                Err(e) => {
+                    sent = Err(e.into());
+                    break;
+                }
+            }
+            at += cap(n);
+            header(&mut request, s, !fetched.is_null(), off, n);
+            // SAFETY: the caller's contract: the operand holds the piece.
+            unsafe {
+                match s.kind {
+                    Kind::Accumulate if s.op == MPI_NO_OP => {}
+                    Kind::Accumulate => {
+                        request.extend_from_slice(std::slice::from_raw_parts(operand.add(from), n))
+                    }
+                    Kind::CompareSwap => {
+                        request.extend_from_slice(std::slice::from_raw_parts(operand, 2 * n))
+                    }
+                }
+            }
+            if let Err(e) = self.msg.send_in(ctx | SERVED, &request, job, tag) {
+                sent = Err(e.into());
+                break;
+            }
+        }
+        let mut first = sent;
+        for (r, at, n, from) in posted {
+            if first.is_err() {
+                // Nothing may land in `answers` once it is gone.
+                self.msg.cancel(r);
+                let _ = self.msg.wait(r);
+                continue;
+            }
+            let got = match self.msg.wait(r) {
+                Ok(status) => status.len,
+                Err(e) => {
+                    first = Err(e.into());
+                    continue;
+                }
+            };
+            let answer = &answers[at..at + got];
+            match answer.first() {
+                Some(0) if fetched.is_null() => {}
+                Some(0) if answer.len() == 1 + n => {
+                    // SAFETY: the caller's contract: room for the packed bytes.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(answer[1..].as_ptr(), fetched.add(from), n)
+                    };
+                }
+                Some(1) => {
+                    first = Err(Error::new(
+                        MPI_ERR_RMA_RANGE,
+                        format!(
+                            "rank {job} refused an accumulate: {}",
+                            String::from_utf8_lossy(&answer[1..])
+                        ),
+                    ))
+                }
+                _ => {
+                    first = Err(Error::new(
+                        MPI_ERR_INTERN,
+                        format!("rank {job} answered an accumulate with {got} bytes"),
+                    ))
+                }
+            }
+        }
+        first
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INT: Prim = Prim::Int {
+        bytes: 4,
+        signed: true,
+    };
+
+    /// A window of 16 ints (1..=16) and its control block, as the server sees them.
+    struct Window {
+        mem: Vec<i32>,
+        control: Vec<u64>,
+    }
+
+    impl Window {
+        fn new() -> Window {
+            Window {
+                mem: (1..=16).collect(),
+                control: vec![0; 8],
+            }
+        }
+
+        fn exposure(&mut self) -> Exposure {
+            Exposure {
+                base: self.mem.as_mut_ptr().cast(),
+                size: self.mem.len() * 4,
+                control: self.control.as_mut_ptr().cast(),
+            }
+        }
+
+        /// Apply a request: the result and the answer.
+        fn apply(&mut self, body: &[u8]) -> (std::result::Result<bool, String>, Vec<u8>) {
+            let e = self.exposure();
+            let mut answer = Vec::new();
+            // SAFETY: `e` describes this window's live vectors.
+            let r = unsafe { apply(&e, body, &mut answer) };
+            (r, answer)
+        }
+    }
+
+    fn request(s: &Ship, fetch: bool, offset: usize, len: usize, operand: &[u8]) -> Vec<u8> {
+        let mut r = Vec::new();
+        header(&mut r, s, fetch, offset, len);
+        assert_eq!(r.len(), HEADER);
+        r.extend_from_slice(operand);
+        r
+    }
+
+    fn ints(v: &[i32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+    }
+
+    fn sum() -> Ship {
+        Ship {
+            kind: Kind::Accumulate,
+            prim: INT,
+            op: MPI_SUM,
+        }
+    }
+
+    #[test]
+    fn basic_kinds_round_trip_and_nothing_else_decodes() {
+        let mut all = vec![Prim::LongDouble, Prim::ComplexLongDouble, Prim::Byte];
+        for b in [1, 2, 4, 8, 16] {
+            all.push(Prim::Int {
+                bytes: b,
+                signed: true,
+            });
+            all.push(Prim::Int {
+                bytes: b,
+                signed: false,
+            });
+            all.push(Prim::Logical(b));
+        }
+        for b in [2, 4, 8, 16] {
+            all.push(Prim::Float(b));
+            all.push(Prim::Complex(b));
+        }
+        all.extend(PAIRS.iter().map(|&p| Prim::Pair(p)));
+        for p in all {
+            assert_eq!(decode_prim(encode_prim(p)), Some(p));
+        }
+        for bad in [
+            [0, 3, 1],
+            [0, 4, 2],
+            [1, 1, 0],
+            [5, 0, 0],
+            [7, 8, 0],
+            [8, 0, 0],
+        ] {
+            assert_eq!(decode_prim(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_sum_is_applied_and_the_old_data_answered() {
+        let mut w = Window::new();
+        let (r, answer) = w.apply(&request(&sum(), true, 8, 8, &ints(&[10, 20])));
+        assert_eq!(r, Ok(true));
+        assert_eq!(answer, [&[0u8][..], &ints(&[3, 4])].concat());
+        assert_eq!(w.mem[..5], [1, 2, 13, 24, 5]);
+        assert_eq!(w.control[ACC_WORD / 8], 0, "the mutex is given back");
+        let (r, answer) = w.apply(&request(&sum(), false, 0, 4, &ints(&[1])));
+        assert_eq!((r, answer), (Ok(true), vec![0]));
+        assert_eq!(w.mem[0], 2);
+    }
+
+    #[test]
+    fn a_held_mutex_leaves_the_request_for_later() {
+        let mut w = Window::new();
+        w.control[ACC_WORD / 8] = EXCLUSIVE;
+        let (r, answer) = w.apply(&request(&sum(), true, 0, 4, &ints(&[5])));
+        assert_eq!(r, Ok(false));
+        assert!(answer.is_empty());
+        assert_eq!(w.mem[0], 1, "nothing applied");
+    }
+
+    #[test]
+    fn compare_and_swap_swaps_only_an_equal_element() {
+        let mut w = Window::new();
+        let cas = Ship {
+            kind: Kind::CompareSwap,
+            prim: INT,
+            op: MPI_REPLACE,
+        };
+        let (r, answer) = w.apply(&request(&cas, true, 4, 4, &ints(&[99, 7])));
+        assert_eq!((r, answer), (Ok(true), [&[0u8][..], &ints(&[2])].concat()));
+        assert_eq!(w.mem[1], 2, "2 is not 7");
+        let (r, _) = w.apply(&request(&cas, true, 4, 4, &ints(&[99, 2])));
+        assert_eq!(r, Ok(true));
+        assert_eq!(w.mem[1], 99);
+    }
+
+    #[test]
+    fn malformed_requests_are_refused_and_change_nothing() {
+        let float_band = Ship {
+            kind: Kind::Accumulate,
+            prim: Prim::Float(4),
+            op: MPI_BAND,
+        };
+        let user_op = Ship {
+            kind: Kind::Accumulate,
+            prim: INT,
+            op: 0x7777,
+        };
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (vec![0; HEADER - 1], "bytes (at least"),
+            (
+                request(&sum(), false, 60, 8, &ints(&[1, 1])),
+                "outside the window",
+            ),
+            (
+                request(&sum(), false, usize::MAX - 2, 8, &ints(&[1, 1])),
+                "outside the window",
+            ),
+            (request(&sum(), false, 0, 6, &[0; 6]), "whole number"),
+            (
+                request(&sum(), false, 0, 8, &ints(&[1])),
+                "operand of 4 bytes",
+            ),
+            (request(&float_band, false, 0, 4, &[0; 4]), "does not apply"),
+            (
+                request(&user_op, false, 0, 4, &ints(&[1])),
+                "does not apply",
+            ),
+            (
+                [&[9u8][..], &request(&sum(), false, 0, 4, &ints(&[1]))[1..]].concat(),
+                "kind 9",
+            ),
+        ];
+        for (body, why) in cases {
+            let mut w = Window::new();
+            let (r, _) = w.apply(&body);
+            let e = r.expect_err(why);
+            assert!(e.contains(why), "{e} (expected {why})");
+            assert_eq!(w.mem, (1..=16).collect::<Vec<_>>());
+            assert_eq!(w.control[ACC_WORD / 8], 0);
+        }
+    }
+
+    #[test]
+    fn the_server_answers_a_window_it_does_not_have_with_a_refusal() {
+        let mut w = Window::new();
+        let exposures = Exposures::default();
+        expose(
+            &exposures,
+            6,
+            w.mem.as_mut_ptr().cast(),
+            64,
+            w.control.as_mut_ptr().cast(),
+        );
+        let mut serve = server(exposures);
+        let body = request(&sum(), false, 0, 4, &ints(&[1]));
+        let mut answer = Vec::new();
+        let r = ServedRequest {
+            source: 1,
+            tag: ANSWER_TAG,
+            ctx: 8 | SERVED,
+            body: &body,
+        };
+        assert_eq!(
+            serve(r, &mut answer),
+            Served::Reply {
+                tag: ANSWER_TAG,
+                ctx: 8
+            }
+        );
+        assert_eq!(answer[0], 1);
+        assert!(String::from_utf8_lossy(&answer[1..]).contains("no window"));
+        answer.clear();
+        let r = ServedRequest {
+            ctx: 6 | SERVED,
+            ..r
+        };
+        assert_eq!(
+            serve(r, &mut answer),
+            Served::Reply {
+                tag: ANSWER_TAG,
+                ctx: 6
+            }
+        );
+        assert_eq!((answer, w.mem[0]), (vec![0], 2));
+    }
+}
