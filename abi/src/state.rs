@@ -62,6 +62,8 @@ pub struct Mpi {
     pub spare_schedule: Option<Box<crate::coll::Schedule>>,
     /// This process's windows, for the accumulates shipped to it.
     pub exposures: crate::rma::shipped::Exposures,
+    /// A buffer a call borrows while it runs (the small all-reduction's operand).
+    pub scratch: Vec<u8>,
 }
 
 /// Context numbers: world, self, then those made later (0 belongs to the message
@@ -112,6 +114,7 @@ impl Mpi {
             appnum: 0,
             spare_schedule: None,
             exposures,
+            scratch: Vec::new(),
         }
     }
 

@@ -29,6 +29,10 @@ pub unsafe extern "C" fn PMPI_Bcast(
 ) -> c_int {
     call("MPI_Bcast", Object::Comm(comm), |mpi| {
         // SAFETY: the binding's contract.
+        if let Some(done) = unsafe { mpi.bcast_small(buffer, count, datatype, root, comm) } {
+            return done;
+        }
+        // SAFETY: the binding's contract.
         let s = unsafe { mpi.build_bcast(buffer, count, datatype, root, comm) }?;
         mpi.run(s)
     })
@@ -60,6 +64,11 @@ pub unsafe extern "C" fn PMPI_Allreduce(
     op: Handle,
     comm: Handle,
 ) -> c_int {
+    // SAFETY: the binding's contract.
+    let small = unsafe { super::small::allreduce(sendbuf, recvbuf, count, datatype, op, comm) };
+    if let Some(code) = small {
+        return code;
+    }
     run_blocking("MPI_Allreduce", Object::Comm(comm), |mpi| {
         // SAFETY: the binding's contract.
         let s = unsafe { mpi.build_allreduce(sendbuf, recvbuf, count, datatype, op, comm) }?;

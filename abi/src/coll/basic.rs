@@ -69,7 +69,7 @@ fn gathered_barrier(s: &mut Schedule, m: &Members) {
 /// `sm` and `tcp` (a rendezvous each over a transport with a smaller eager limit:
 /// slower, the same messages). A constant, as every member must cut alike whatever
 /// transports it uses.
-const BCAST_PIECE: usize = 16 << 10;
+pub const BCAST_PIECE: usize = 16 << 10;
 /// The largest broadcast sent in pieces; larger ones go whole, each hop by
 /// rendezvous.
 const BCAST_IN_PIECES_MAX: usize = 128 << 10;
@@ -93,20 +93,9 @@ pub fn bcast(s: &mut Schedule, m: &Members, buf: Loc, len: usize, root: u32, pie
     let (n, me) = (m.size, m.rank);
     let vr = (me + n - root) % n;
     let job = |v: u32| m.job((v + root) % n);
-    // The parent is this member (counted from the root) less its lowest set bit; the
-    // children add each lower power of two, largest first.
-    let low = if vr == 0 {
-        n.next_power_of_two()
-    } else {
-        1 << vr.trailing_zeros()
-    };
-    let parent = (vr != 0).then(|| job(vr - low));
-    let children: Vec<u32> = (0..low.trailing_zeros())
-        .rev()
-        .map(|k| vr + (1 << k))
-        .filter(|&c| c < n)
-        .map(job)
-        .collect();
+    let (parent, children) = binomial(vr, n);
+    let parent = parent.map(job);
+    let children: Vec<u32> = children.map(job).collect();
     let piece = piece.max(1);
     let count = len.div_ceil(piece);
     let at = |i: usize| (buf.offset(i * piece), piece.min(len - i * piece));
@@ -133,6 +122,23 @@ pub fn bcast(s: &mut Schedule, m: &Members, buf: Loc, len: usize, root: u32, pie
                 .extend(children.iter().map(|&to| Xfer::Send { from, len, to }));
         }
     }
+}
+
+/// The binomial tree of [`bcast`] at member `vr` of `n`, counted from the root: its
+/// parent (this member less its lowest set bit) and its children (this member plus
+/// each lower power of two, largest first).
+pub fn binomial(vr: u32, n: u32) -> (Option<u32>, impl Iterator<Item = u32>) {
+    let low = if vr == 0 {
+        n.next_power_of_two()
+    } else {
+        1 << vr.trailing_zeros()
+    };
+    let parent = (vr != 0).then(|| vr - low);
+    let children = (0..low.trailing_zeros())
+        .rev()
+        .map(move |k| vr + (1 << k))
+        .filter(move |&c| c < n);
+    (parent, children)
 }
 
 /// Gather: every member's `send` lands in `recvs[rank]` at `root` (one round; the

@@ -2,7 +2,8 @@
 //! ([`schedule`]), with the algorithm chosen by message size and process count (as
 //! Open MPI's `tuned` and MPICH's collectives choose): [`basic`] moves data,
 //! [`reduce`] combines it. Blocking calls run their schedule to the end; nonblocking
-//! ones hand it out as a request.
+//! ones hand it out as a request. A small all-reduction runs without one
+//! ([`small`]).
 
 pub mod api;
 pub mod args;
@@ -11,6 +12,7 @@ pub mod build;
 pub mod nonblocking;
 pub mod reduce;
 pub mod schedule;
+pub mod small;
 
 pub use schedule::{Loc, Local, Schedule, Xfer};
 

@@ -173,6 +173,25 @@ impl Mpi {
     }
 }
 
+impl Mpi {
+    /// Whether a standard send of `count` elements of `ty` to `dest` on `comm` goes
+    /// in one eager message on the blocking send's fast path (nothing but messages in
+    /// flight, a contiguous type, a process of an intracommunicator).
+    fn goes_eager(&self, count: c_int, ty: Handle, dest: c_int, comm: Handle) -> bool {
+        let (Ok(c), Ok(t), Ok(n)) = (self.comm(comm), self.dtype(ty), check_count(count)) else {
+            return false;
+        };
+        let Ok(Peer::Job(dst)) = peer(c, dest, false) else {
+            return false;
+        };
+        let fits = |len: usize| self.msg.eager_payload_to(dst).is_some_and(|e| len <= e);
+        t.contiguous
+            && c.remote.is_none()
+            && t.bytes(n).is_some_and(fits)
+            && self.only_messages_in_flight()
+    }
+}
+
 macro_rules! blocking_send {
     ($name:ident, $label:literal, $mode:expr) => {
         #[no_mangle]
@@ -278,6 +297,25 @@ pub unsafe extern "C" fn PMPI_Sendrecv(
     status: *mut Status,
 ) -> c_int {
     call("MPI_Sendrecv", Object::Comm(comm), |mpi| {
+        // A send that one eager message carries leaves without its receiver (waiting
+        // for room at most, which the receiver's progress makes): then the blocking
+        // receive, both on their fast paths.
+        if mpi.goes_eager(sendcount, sendtype, dest, comm) {
+            // SAFETY: the binding's contract: both buffers hold their counts;
+            // `status` is null or writable.
+            return unsafe {
+                mpi.send(
+                    sendbuf,
+                    sendcount,
+                    sendtype,
+                    dest,
+                    sendtag,
+                    comm,
+                    SendMode::Standard,
+                )?;
+                mpi.recv(recvbuf, recvcount, recvtype, source, recvtag, comm, status)
+            };
+        }
         // SAFETY: the binding's contract: both buffers hold their counts; both
         // requests are waited for before returning.
         let (r, s) = unsafe {

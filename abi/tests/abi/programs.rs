@@ -29,9 +29,10 @@
 //!   `MPI_ERR_UNSUPPORTED_OPERATION`, naming itself.
 
 use super::{compile, mpiexec, reference_include, scratch};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Output;
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// The folder of the programs' sources.
@@ -40,10 +41,18 @@ fn sources() -> PathBuf {
 }
 
 /// Build `programs/<name>.c` against the reference header: the executable.
+/// Built once per run of the tests: those that run the same program at once share
+/// the executable (a second build would remove it under the first).
 fn build(name: &str) -> PathBuf {
+    static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(exe) = built.get(name) {
+        return exe.clone();
+    }
     let dir = scratch(&format!("programs-{name}"));
     let exe = dir.join(name);
     compile(&sources().join(format!("{name}.c")), &exe, true);
+    built.insert(name.to_string(), exe.clone());
     exe
 }
 

@@ -10,7 +10,8 @@
  * Alltoall(v,w), Reduce_scatter(_block), Scan, Exscan; types that are not
  * contiguous on either side; sub-communicators (a split by parity, the world
  * reversed); and the nonblocking forms, many in flight on one communicator,
- * completed in several orders. */
+ * completed in several orders; an MPI_Allreduce while one rank alone has a
+ * nonblocking collective in flight. */
 #include "check.h"
 #include <time.h>
 
@@ -971,6 +972,28 @@ static void test_corners(void) {
   OK(MPI_Comm_free(&dup));
   OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
   CHECK(sum == size * (size - 1) / 2, "a collective on a freed communicator: %d", sum);
+
+  /* An MPI_Allreduce while rank 0 alone has a nonblocking collective in flight (it
+     takes another way than the others there: they still meet), of doubles, the
+     ranks' results equal to the last bit. */
+  OK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  if (rank == 0)
+    OK(MPI_Ibarrier(dup, &r));
+  double d[3] = {0.1 * rank, 1.0 / (rank + 3), -1e-9 * rank}, ds[3], d0[3];
+  OK(MPI_Allreduce(d, ds, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  for (int i = 0; i < 3; i++) {
+    double want = 0;
+    for (int q = 0; q < size; q++)
+      want += i == 0 ? 0.1 * q : i == 1 ? 1.0 / (q + 3) : -1e-9 * q;
+    CHECK(ds[i] > want - 1e-12 && ds[i] < want + 1e-12, "MPI_Allreduce beside an Ibarrier: %g, expected %g", ds[i], want);
+  }
+  memcpy(d0, ds, sizeof ds);
+  OK(MPI_Bcast(d0, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+  CHECK(memcmp(d0, ds, sizeof ds) == 0, "MPI_Allreduce gave rank %d other bits than rank 0", rank);
+  if (rank != 0)
+    OK(MPI_Ibarrier(dup, &r));
+  OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+  OK(MPI_Comm_free(&dup));
 }
 
 /* --- Sub-communicators --- */

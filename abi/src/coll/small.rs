@@ -1,0 +1,204 @@
+//! Small collectives without a schedule, on the message layer's blocking send and
+//! receive, here, with nothing built: building and running a schedule cost as much
+//! as the exchange itself at two ranks. Where no nonblocking collective is in flight
+//! and every message is one eager message:
+//!
+//! * `MPI_Allreduce` on a power-of-two communicator, of a contiguous predefined type
+//!   with a predefined operation: recursive doubling (Open MPI's `tuned` runs the
+//!   same algorithm at these sizes);
+//! * `MPI_Bcast` of a contiguous type, one piece long: the binomial tree.
+//!
+//! Each sends exactly the messages of its schedule ([`super::reduce`],
+//! [`super::basic`]: the same context, tag, peers and lengths; an all-reduction's
+//! members combining as `acc = received op acc`), so members that take different
+//! ways (one has a nonblocking collective in flight) still meet.
+
+use super::basic::{binomial, BCAST_PIECE};
+use crate::entry::call_in_steps;
+use crate::error::{Error, Object, Result};
+use crate::ffi::*;
+use crate::global;
+use crate::op;
+use crate::p2p::check_count;
+use crate::state::Mpi;
+
+/// The most rounds (a communicator of up to 2^31 members).
+const MAX_ROUNDS: usize = 31;
+
+/// Run `MPI_Allreduce` without a schedule where that is the whole algorithm:
+/// `Some` with the call's code, or `None` (the caller builds a schedule).
+///
+/// # Safety
+///
+/// The binding's contract: the buffers hold `count` elements of `ty`.
+pub unsafe fn allreduce(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    ty: Handle,
+    op: Handle,
+    comm: Handle,
+) -> Option<c_int> {
+    let mut taken = false;
+    let code = call_in_steps("MPI_Allreduce", Object::Comm(comm), || {
+        global::with(|mpi| {
+            // SAFETY: the caller's contract.
+            match unsafe { mpi.allreduce_small(sendbuf, recvbuf, count, ty, op, comm) } {
+                Some(outcome) => {
+                    taken = true;
+                    outcome
+                }
+                None => Ok(()),
+            }
+        })
+    });
+    // (A refusal to enter the library, say from a second thread, is an answer too.)
+    (taken || code != MPI_SUCCESS).then_some(code)
+}
+
+impl Mpi {
+    /// [`allreduce`] on the state: `None` where it does not apply.
+    ///
+    /// # Safety
+    ///
+    /// As [`allreduce`].
+    unsafe fn allreduce_small(
+        &mut self,
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        count: c_int,
+        ty: Handle,
+        op: Handle,
+        comm: Handle,
+    ) -> Option<Result<()>> {
+        if matches!(op, MPI_REPLACE | MPI_NO_OP) || !op::is_predefined(op) {
+            return None;
+        }
+        let n = check_count(count).ok()?;
+        let t = self.dtype(ty).ok()?;
+        let prim = t.prim?;
+        if !t.contiguous || !op::supports(op, prim) || n == 0 {
+            return None;
+        }
+        let (len, lb) = (t.bytes(n)?, t.lb);
+        let c = self.comm(comm).ok()?;
+        let (size, me) = (c.size(), c.rank);
+        if c.remote.is_some() || size < 2 || !size.is_power_of_two() {
+            return None;
+        }
+        // Each round's peer, by job rank; every one reached by one eager message.
+        let mut peers = [0u32; MAX_ROUNDS];
+        let rounds = size.trailing_zeros() as usize;
+        for (k, p) in peers[..rounds].iter_mut().enumerate() {
+            *p = c.group.job_rank(me ^ (1 << k))?;
+            if self.msg.eager_payload_to(*p)? < len {
+                return None;
+            }
+        }
+        if !self.only_messages_in_flight() {
+            return None;
+        }
+        let c = self.comm_mut(comm).ok()?;
+        let (ctx, tag) = (c.coll_ctx(), c.next_coll_tag());
+        let acc = recvbuf.cast::<u8>().wrapping_offset(lb);
+        if sendbuf as usize != MPI_IN_PLACE {
+            // SAFETY: the caller's contract: both hold `len` packed bytes from the
+            // type's lower bound (a contiguous type).
+            unsafe { std::ptr::copy(sendbuf.cast::<u8>().wrapping_offset(lb), acc, len) };
+        }
+        let mut tmp = std::mem::take(&mut self.scratch);
+        tmp.resize(len, 0);
+        let done = (|| {
+            for &p in &peers[..rounds] {
+                // SAFETY: `acc` holds the `len` bytes (above), not written meanwhile.
+                let mine = unsafe { std::slice::from_raw_parts(acc, len) };
+                self.msg.send_in(ctx, mine, p, tag)?;
+                let got = self.msg.recv_in(ctx, &mut tmp, Some(p), Some(tag))?.len;
+                if got != len {
+                    return Err(Error::new(
+                        MPI_ERR_TRUNCATE,
+                        format!("a member sent {got} bytes where this one's MPI_Allreduce has {len}: the members' counts or types differ"),
+                    ));
+                }
+                // SAFETY: both hold `len / prim.size()` elements of `prim`.
+                unsafe { op::reduce_basic(op, prim, tmp.as_ptr(), acc, len / prim.size()) }?;
+            }
+            Ok(())
+        })();
+        self.scratch = tmp;
+        Some(done)
+    }
+}
+
+impl Mpi {
+    /// `MPI_Bcast` without a schedule where that is the whole algorithm (see the
+    /// module's documentation): `None` where it does not apply.
+    ///
+    /// # Safety
+    ///
+    /// The binding's contract: `buf` holds `count` elements of `ty`.
+    pub unsafe fn bcast_small(
+        &mut self,
+        buf: *mut c_void,
+        count: c_int,
+        ty: Handle,
+        root: c_int,
+        comm: Handle,
+    ) -> Option<Result<()>> {
+        let n = check_count(count).ok()?;
+        let t = self.dtype(ty).ok()?;
+        let (len, lb) = (t.bytes(n)?, t.lb);
+        if !t.contiguous || len == 0 || len > BCAST_PIECE {
+            return None;
+        }
+        let c = self.comm(comm).ok()?;
+        let size = c.size();
+        let root = u32::try_from(root).ok().filter(|&r| r < size)?;
+        if c.remote.is_some() || size < 2 {
+            return None;
+        }
+        let vr = (c.rank + size - root) % size;
+        let job = |v: u32| c.group.job_rank((v + root) % size);
+        let (parent, children) = binomial(vr, size);
+        let parent = match parent {
+            Some(v) => Some(job(v)?),
+            None => None,
+        };
+        let mut kids = [0u32; MAX_ROUNDS];
+        let mut k = 0;
+        for v in children {
+            kids[k] = job(v)?;
+            k += 1;
+        }
+        let kids = &kids[..k];
+        let fits = |j: u32| self.msg.eager_payload_to(j).is_some_and(|e| e >= len);
+        if !parent.is_none_or(fits) || !kids.iter().all(|&j| fits(j)) {
+            return None;
+        }
+        if !self.only_messages_in_flight() {
+            return None;
+        }
+        let c = self.comm_mut(comm).ok()?;
+        let (ctx, tag) = (c.coll_ctx(), c.next_coll_tag());
+        let data = buf.cast::<u8>().wrapping_offset(lb);
+        Some((|| {
+            if let Some(p) = parent {
+                // SAFETY: the caller's contract: `len` bytes from the lower bound.
+                let into = unsafe { std::slice::from_raw_parts_mut(data, len) };
+                let got = self.msg.recv_in(ctx, into, Some(p), Some(tag))?.len;
+                if got != len {
+                    return Err(Error::new(
+                        MPI_ERR_TRUNCATE,
+                        format!("the root sent {got} bytes where this member's MPI_Bcast has {len}: the members' counts or types differ"),
+                    ));
+                }
+            }
+            for &to in kids {
+                // SAFETY: as above.
+                let from = unsafe { std::slice::from_raw_parts(data, len) };
+                self.msg.send_in(ctx, from, to, tag)?;
+            }
+            Ok(())
+        })())
+    }
+}
