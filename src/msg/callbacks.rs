@@ -102,9 +102,8 @@ pub(super) fn register_callbacks(
 }
 
 /// Match an eager message from `src` (its header `head`, then `data`) with a posted
-/// receive, or keep it as unexpected.
-/// A message in a served context goes to the server instead (answered through
-/// `from`, the module and endpoint it came by).
+/// receive, or keep it as unexpected. A message in a served context goes to the
+/// server instead (answered through `from`, the module and endpoint it came by).
 #[inline(always)]
 fn receive_eager(
     st: &Shared,

@@ -12,6 +12,8 @@
 //!   finish message. A receive buffer too small gives [`Error::Truncated`].
 //! * One-sided windows: [`Window`] registers memory, exchanges handles, and offers put,
 //!   get and flush.
+//! * Served contexts ([`Comm::serve`]): messages that a layer above answers where they
+//!   arrive instead of matching them (the MPI library ships its accumulates so).
 //!
 //! Non-blocking operations borrow their buffers for a [`Comm::scope`]: the scope waits
 //! for everything started in it, so a buffer can never be freed under a transfer.
@@ -53,8 +55,8 @@
 // `Comm`'s methods are grouped by concern, one file each: `bootstrap` (making it),
 // `comm` (its state and progress), `p2p` (sends, receives, waits), `offload` (a
 // blocking receive matched by its transport), `liveness` (waits that cannot end
-// well), `collectives`, `scope`; `callbacks` holds the receive callbacks it installs
-// in the modules.
+// well), `collectives`, `scope`, `served` (served contexts); `callbacks` holds the
+// receive callbacks it installs in the modules.
 mod bootstrap;
 mod bridge;
 mod callbacks;

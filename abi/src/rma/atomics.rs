@@ -146,12 +146,12 @@ impl Mpi {
             let Mpi { wins, msg, .. } = self;
             let w = wins.get(win).ok_or_else(|| bad_win(win))?;
             let (target, job, p) = (&w.peers[a.member].mem, w.peers[a.member].job, &w.waited);
-            let mut at = 0;
-            for &(off, len) in a.runs.iter() {
+            let (mut at, mut started) = (0, Ok(()));
+            'runs: for &(off, len) in a.runs.iter() {
                 for i in 0..len / bytes {
                     // SAFETY: the caller's contract: element `at + i` of the origin
                     // and of `fetched`, which live until the wait below.
-                    unsafe {
+                    started = unsafe {
                         let v = if op == MPI_NO_OP {
                             0
                         } else {
@@ -169,12 +169,18 @@ impl Mpi {
                             bytes == 4,
                             out,
                             p,
-                        )?;
+                        )
+                    };
+                    if started.is_err() {
+                        break 'runs;
                     }
                 }
                 at += len;
             }
-            return Ok(msg.complete(p, Some(job))?);
+            // Those started complete before the call returns, whatever happened.
+            let done = msg.complete(p, Some(job));
+            started?;
+            return Ok(done?);
         }
         // Memory this process maps, in several runs: under the mutex, read, combine,
         // write back.

@@ -11,9 +11,9 @@
 //! every element whole: what MPI asks of concurrent accumulates). A type of several
 //! basic kinds (which only `MPI_REPLACE` and `MPI_NO_OP` take) moves as bytes, cut
 //! where the target's memory is aligned to 16: its elements, naturally aligned,
-//! stay whole. The target
-//! applies it at its next call into the library, like any message it receives; the
-//! origin waits for every piece's answer before the call returns.
+//! stay whole. The target applies a request at its next call into the library,
+//! like any message it receives; the origin waits for every piece's answer before
+//! the call returns.
 //!
 //! Request (little-endian): kind (0 accumulate, 1 compare-and-swap), whether the
 //! old data is wanted, the basic kind (3 bytes), the operation (u64), the offset
