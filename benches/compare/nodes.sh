@@ -8,15 +8,18 @@
 # and 16 ranks over 2 and 4 nodes, ranks filling each node in turn. Prints every figure
 # side by side with rbtl's ratio to Open MPI.
 #
-#   benches/compare/nodes.sh [-m MODES] [-M MAX_SIZE] [-r RUNS]
+#   benches/compare/nodes.sh [-m MODES] [-M MAX_SIZE] [-r RUNS] [-R RANKS]
 #     MODES: any of "lat bw init" (default: all); MAX_SIZE default 4 MiB;
-#     RUNS: runs of each init case (default 5; the median is shown)
+#     RUNS: runs of each init case (default 5; the median is shown);
+#     RANKS: rank counts of init (default "2 4 8 16"; "2 4 8 16 32 64" gives the
+#       scaling table, more ranks than cores)
 #
 # lat and bw: each system runs twice, in opposite orders, keeping its better figure
 # per size. init: the runs alternate between the systems; the figure is the median
 # over runs of the slowest rank's time (each rank: from the start of its main to its
-# last message), with the TCP connections each process opened, its descriptors, and
-# the wall time of the whole launch (launcher included). Needs root, mpich,
+# last message), with the TCP connections each process opened, its descriptors (all,
+# and those opened since its main began: the others are the launcher's), and the wall
+# time of the whole launch (launcher included). Needs root, mpich,
 # openmpi-bin and libopenmpi-dev; nothing else should run meanwhile (every "node" is
 # the same 2 cores).
 set -euo pipefail
@@ -24,12 +27,14 @@ cd "$(dirname "$0")/../.."
 MODES="lat bw init"
 MAX=4194304
 RUNS=5
-while getopts "m:M:r:" o; do
+RANK_COUNTS="2 4 8 16"
+while getopts "m:M:r:R:" o; do
     case $o in
         m) MODES=$OPTARG ;;
         M) MAX=$OPTARG ;;
         r) RUNS=$OPTARG ;;
-        *) sed -n '2,21p' "$0"; exit 2 ;;
+        R) RANK_COUNTS=$OPTARG ;;
+        *) sed -n '2,25p' "$0"; exit 2 ;;
     esac
 done
 [[ $EUID -eq 0 ]] || { echo "nodes.sh: needs root (simulated nodes)" >&2; exit 1; }
@@ -140,22 +145,25 @@ done
 
 # ------------------------------------------------------------ init
 
-# One init run: "max_ms conns_max fds_max wall_s" from the report's lines.
+# One init run: "max_ms conns_max fds_max wall_s opened_max" from the report's lines.
 init_once() {
     local sys=$1 nodes=$2 ranks=$3 per=$(($3 / $2)) t0 t1 out
     t0=$(date +%s.%N)
     case $sys in
         rbtl) out=$(timeout -k 5 $LIMIT "${HYDRA[@]}" -hosts "$(hosts "$nodes")" -n "$ranks" -ppn "$per" \
-            target/release/osu init 2>"$OUT/init.err") || { echo "- - - -"; return; } ;;
+            target/release/osu init 2>"$OUT/init.err") || { echo "- - - - -"; return; } ;;
         ompi) out=$(timeout -k 5 $LIMIT "${OMPI[@]}" --host "$(hosts "$nodes" ":$per")" -np "$ranks" \
-            --map-by slot --mca btl self,vader,tcp "$OUT/init.openmpi" 2>"$OUT/init.err") || { echo "- - - -"; return; } ;;
+            --map-by slot --mca btl self,vader,tcp "$OUT/init.openmpi" 2>"$OUT/init.err") || { echo "- - - - -"; return; } ;;
     esac
     t1=$(date +%s.%N)
     awk -v t0="$t0" -v t1="$t1" '
         /^nprocs:/ { for (i = 1; i <= NF; i++) if ($i == "max:") ms = $(i + 1) }
         /^tcp connections/ { for (i = 1; i <= NF; i++) if ($i == "max") c = $(i + 1); sub(/,/, "", c) }
-        /^file descriptors/ { for (i = 1; i <= NF; i++) if ($i == "max") { f = $(i + 1); sub(/,/, "", f); exit } }
-        END { printf "%s %s %s %.3f\n", ms, c, f, t1 - t0 }' <<<"$out"
+        /^file descriptors/ {
+            for (i = 1; i <= NF; i++) if ($i == "max") { if (f == "") f = $(i + 1); else o = $(i + 1) }
+            sub(/,/, "", f); sub(/,/, "", o); exit
+        }
+        END { printf "%s %s %s %.3f %s\n", ms, c, f, t1 - t0, o }' <<<"$out"
 }
 
 # The median of the numbers on standard input ("-" when there are none).
@@ -165,11 +173,12 @@ if [[ " $MODES " == *" init "* ]]; then
     echo
     echo "## init: ms from the start of main until every pair has exchanged a message, slowest rank,"
     echo "## median of $RUNS runs (ratio = rbtl/ompi, lower is better); connections opened and"
-    echo "## descriptors per process (most of any rank); wall = the whole launch in s"
+    echo "## descriptors per process (most of any rank; _own: opened since main began, the"
+    echo "## rest are the launcher's); wall = the whole launch in s"
     {
-        echo "nodes ranks rbtl_ms ompi_ms ratio rbtl_conns ompi_conns rbtl_fds ompi_fds rbtl_wall ompi_wall"
+        echo "nodes ranks rbtl_ms ompi_ms ratio rbtl_conns ompi_conns rbtl_fds ompi_fds rbtl_own ompi_own rbtl_wall ompi_wall"
         for nodes in 2 4; do
-            for ranks in 2 4 8 16; do
+            for ranks in $RANK_COUNTS; do
                 [[ $ranks -ge $nodes ]] || continue
                 : >"$OUT/init.rbtl" && : >"$OUT/init.ompi"
                 for ((i = 0; i < RUNS; i++)); do
@@ -179,7 +188,7 @@ if [[ " $MODES " == *" init "* ]]; then
                 col() { awk -v c="$2" '$c != "-" { print $c }' "$OUT/init.$1" | median; }
                 r=$(col rbtl 1) o=$(col ompi 1)
                 ratio=$(awk -v r="$r" -v o="$o" 'BEGIN { if (r == "-" || o == "-" || o == 0) print "-"; else printf "%.2f", r / o }')
-                echo "$nodes $ranks $r $o $ratio $(col rbtl 2) $(col ompi 2) $(col rbtl 3) $(col ompi 3) $(col rbtl 4) $(col ompi 4)"
+                echo "$nodes $ranks $r $o $ratio $(col rbtl 2) $(col ompi 2) $(col rbtl 3) $(col ompi 3) $(col rbtl 5) $(col ompi 5) $(col rbtl 4) $(col ompi 4)"
             done
         done
     } | column -t

@@ -29,7 +29,7 @@ pub unsafe extern "C" fn PMPI_Bcast(
 ) -> c_int {
     call("MPI_Bcast", Object::Comm(comm), |mpi| {
         // SAFETY: the binding's contract.
-        if let Some(done) = unsafe { mpi.bcast_small(buffer, count, datatype, root, comm) } {
+        if let Some(done) = unsafe { mpi.bcast_small((buffer, count, datatype, root, comm)) } {
             return done;
         }
         // SAFETY: the binding's contract.
@@ -65,7 +65,7 @@ pub unsafe extern "C" fn PMPI_Allreduce(
     comm: Handle,
 ) -> c_int {
     // SAFETY: the binding's contract.
-    let small = unsafe { super::small::allreduce(sendbuf, recvbuf, count, datatype, op, comm) };
+    let small = unsafe { super::small::allreduce((sendbuf, recvbuf, count, datatype, op, comm)) };
     if let Some(code) = small {
         return code;
     }

@@ -25,25 +25,37 @@ use crate::state::Mpi;
 /// The most rounds (a communicator of up to 2^31 members).
 const MAX_ROUNDS: usize = 31;
 
+/// An error unless a member's message of `got` bytes is the `len` this member's
+/// collective `name` has.
+fn whole(name: &str, got: usize, len: usize) -> Result<()> {
+    if got == len {
+        return Ok(());
+    }
+    Err(Error::new(
+        MPI_ERR_TRUNCATE,
+        format!("a member sent {got} bytes where this member's {name} has {len}: the members' counts or types differ"),
+    ))
+}
+
+/// The arguments of `MPI_Allreduce`: send and receive buffers, count, datatype,
+/// operation, communicator.
+pub type Allreduce = (*const c_void, *mut c_void, c_int, Handle, Handle, Handle);
+
+/// The arguments of `MPI_Bcast`: buffer, count, datatype, root, communicator.
+pub type Bcast = (*mut c_void, c_int, Handle, c_int, Handle);
+
 /// Run `MPI_Allreduce` without a schedule where that is the whole algorithm:
 /// `Some` with the call's code, or `None` (the caller builds a schedule).
 ///
 /// # Safety
 ///
 /// The binding's contract: the buffers hold `count` elements of `ty`.
-pub unsafe fn allreduce(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
-    count: c_int,
-    ty: Handle,
-    op: Handle,
-    comm: Handle,
-) -> Option<c_int> {
+pub unsafe fn allreduce(args: Allreduce) -> Option<c_int> {
     let mut taken = false;
-    let code = call_in_steps("MPI_Allreduce", Object::Comm(comm), || {
+    let code = call_in_steps("MPI_Allreduce", Object::Comm(args.5), || {
         global::with(|mpi| {
             // SAFETY: the caller's contract.
-            match unsafe { mpi.allreduce_small(sendbuf, recvbuf, count, ty, op, comm) } {
+            match unsafe { mpi.allreduce_small(args) } {
                 Some(outcome) => {
                     taken = true;
                     outcome
@@ -57,6 +69,16 @@ pub unsafe fn allreduce(
 }
 
 impl Mpi {
+    /// The context and tag of a collective on `comm` run without a schedule, taken
+    /// only where no nonblocking collective is in flight (`None`: a schedule then).
+    fn begin_small(&mut self, comm: Handle) -> Option<(u32, i32)> {
+        if !self.only_messages_in_flight() {
+            return None;
+        }
+        let c = self.comm_mut(comm).ok()?;
+        Some((c.coll_ctx(), c.next_coll_tag()))
+    }
+
     /// [`allreduce`] on the state: `None` where it does not apply.
     ///
     /// # Safety
@@ -64,12 +86,7 @@ impl Mpi {
     /// As [`allreduce`].
     unsafe fn allreduce_small(
         &mut self,
-        sendbuf: *const c_void,
-        recvbuf: *mut c_void,
-        count: c_int,
-        ty: Handle,
-        op: Handle,
-        comm: Handle,
+        (sendbuf, recvbuf, count, ty, op, comm): Allreduce,
     ) -> Option<Result<()>> {
         if matches!(op, MPI_REPLACE | MPI_NO_OP) || !op::is_predefined(op) {
             return None;
@@ -95,11 +112,7 @@ impl Mpi {
                 return None;
             }
         }
-        if !self.only_messages_in_flight() {
-            return None;
-        }
-        let c = self.comm_mut(comm).ok()?;
-        let (ctx, tag) = (c.coll_ctx(), c.next_coll_tag());
+        let (ctx, tag) = self.begin_small(comm)?;
         let acc = recvbuf.cast::<u8>().wrapping_offset(lb);
         if sendbuf as usize != MPI_IN_PLACE {
             // SAFETY: the caller's contract: both hold `len` packed bytes from the
@@ -114,12 +127,7 @@ impl Mpi {
                 let mine = unsafe { std::slice::from_raw_parts(acc, len) };
                 self.msg.send_in(ctx, mine, p, tag)?;
                 let got = self.msg.recv_in(ctx, &mut tmp, Some(p), Some(tag))?.len;
-                if got != len {
-                    return Err(Error::new(
-                        MPI_ERR_TRUNCATE,
-                        format!("a member sent {got} bytes where this one's MPI_Allreduce has {len}: the members' counts or types differ"),
-                    ));
-                }
+                whole("MPI_Allreduce", got, len)?;
                 // SAFETY: both hold `len / prim.size()` elements of `prim`.
                 unsafe { op::reduce_basic(op, prim, tmp.as_ptr(), acc, len / prim.size()) }?;
             }
@@ -139,11 +147,7 @@ impl Mpi {
     /// The binding's contract: `buf` holds `count` elements of `ty`.
     pub unsafe fn bcast_small(
         &mut self,
-        buf: *mut c_void,
-        count: c_int,
-        ty: Handle,
-        root: c_int,
-        comm: Handle,
+        (buf, count, ty, root, comm): Bcast,
     ) -> Option<Result<()>> {
         let n = check_count(count).ok()?;
         let t = self.dtype(ty).ok()?;
@@ -175,23 +179,14 @@ impl Mpi {
         if !parent.is_none_or(fits) || !kids.iter().all(|&j| fits(j)) {
             return None;
         }
-        if !self.only_messages_in_flight() {
-            return None;
-        }
-        let c = self.comm_mut(comm).ok()?;
-        let (ctx, tag) = (c.coll_ctx(), c.next_coll_tag());
+        let (ctx, tag) = self.begin_small(comm)?;
         let data = buf.cast::<u8>().wrapping_offset(lb);
         Some((|| {
             if let Some(p) = parent {
                 // SAFETY: the caller's contract: `len` bytes from the lower bound.
                 let into = unsafe { std::slice::from_raw_parts_mut(data, len) };
                 let got = self.msg.recv_in(ctx, into, Some(p), Some(tag))?.len;
-                if got != len {
-                    return Err(Error::new(
-                        MPI_ERR_TRUNCATE,
-                        format!("the root sent {got} bytes where this member's MPI_Bcast has {len}: the members' counts or types differ"),
-                    ));
-                }
+                whole("MPI_Bcast", got, len)?;
             }
             for &to in kids {
                 // SAFETY: as above.

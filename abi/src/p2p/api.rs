@@ -298,29 +298,18 @@ pub unsafe extern "C" fn PMPI_Sendrecv(
 ) -> c_int {
     call("MPI_Sendrecv", Object::Comm(comm), |mpi| {
         // A send that one eager message carries leaves without its receiver (waiting
-        // for room at most, which the receiver's progress makes): then the blocking
-        // receive, both on their fast paths.
-        if mpi.goes_eager(sendcount, sendtype, dest, comm) {
-            // SAFETY: the binding's contract: both buffers hold their counts;
-            // `status` is null or writable.
-            return unsafe {
-                mpi.send(
-                    sendbuf,
-                    sendcount,
-                    sendtype,
-                    dest,
-                    sendtag,
-                    comm,
-                    SendMode::Standard,
-                )?;
-                mpi.recv(recvbuf, recvcount, recvtype, source, recvtag, comm, status)
+        // for room at most, which the receiver's progress makes): it goes first, then
+        // the blocking receive, both on their fast paths. Otherwise the receive is
+        // posted before the send, which may need the peer to receive.
+        let eager = mpi.goes_eager(sendcount, sendtype, dest, comm);
+        // SAFETY: the binding's contract: both buffers hold their counts (the receive
+        // is waited for before returning); `status` is null or writable.
+        unsafe {
+            let r = match eager {
+                true => None,
+                false => Some(mpi.irecv(recvbuf, recvcount, recvtype, source, recvtag, comm)?),
             };
-        }
-        // SAFETY: the binding's contract: both buffers hold their counts; both
-        // requests are waited for before returning.
-        let (r, s) = unsafe {
-            let r = mpi.irecv(recvbuf, recvcount, recvtype, source, recvtag, comm)?;
-            let s = mpi.isend(
+            let sent = mpi.send(
                 sendbuf,
                 sendcount,
                 sendtype,
@@ -329,15 +318,16 @@ pub unsafe extern "C" fn PMPI_Sendrecv(
                 comm,
                 SendMode::Standard,
             );
-            (r, s)
-        };
-        let mut rh = mpi.requests.insert(r)?;
-        let sent = s.and_then(|s| mpi.wait_local(s));
-        let (st, e) = mpi.wait(&mut rh)?;
-        sent?;
-        // SAFETY: `status` is null or writable.
-        unsafe { crate::p2p::put_one(status, st) };
-        e.map_or(Ok(()), Err)
+            let Some(r) = r else {
+                sent?;
+                return mpi.recv(recvbuf, recvcount, recvtype, source, recvtag, comm, status);
+            };
+            let mut rh = mpi.requests.insert(r)?;
+            let (st, e) = mpi.wait(&mut rh)?;
+            sent?;
+            crate::p2p::put_one(status, st);
+            e.map_or(Ok(()), Err)
+        }
     })
 }
 
