@@ -14,12 +14,13 @@
 //! ways (one has a nonblocking collective in flight) still meet.
 
 use super::basic::{binomial, BCAST_PIECE};
+use super::build::in_place;
 use crate::entry::call_in_steps;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
 use crate::op;
-use crate::p2p::check_count;
+use crate::p2p::{check_buffer, check_count};
 use crate::state::Mpi;
 
 /// The most rounds (a communicator of up to 2^31 members).
@@ -93,6 +94,13 @@ impl Mpi {
         }
         let n = check_count(count).ok()?;
         let t = self.dtype(ty).ok()?;
+        // A null buffer is an error whichever way runs (here, before either does).
+        if let Err(e) = check_buffer(recvbuf, n, t).and_then(|()| match in_place(sendbuf) {
+            true => Ok(()),
+            false => check_buffer(sendbuf, n, t),
+        }) {
+            return Some(Err(e));
+        }
         let prim = t.prim?;
         if !t.contiguous || !op::supports(op, prim) || n == 0 {
             return None;
@@ -114,7 +122,7 @@ impl Mpi {
         }
         let (ctx, tag) = self.begin_small(comm)?;
         let acc = recvbuf.cast::<u8>().wrapping_offset(lb);
-        if sendbuf as usize != MPI_IN_PLACE {
+        if !in_place(sendbuf) {
             // SAFETY: the caller's contract: both hold `len` packed bytes from the
             // type's lower bound (a contiguous type).
             unsafe { std::ptr::copy(sendbuf.cast::<u8>().wrapping_offset(lb), acc, len) };
@@ -151,6 +159,10 @@ impl Mpi {
     ) -> Option<Result<()>> {
         let n = check_count(count).ok()?;
         let t = self.dtype(ty).ok()?;
+        // A null buffer is an error whichever way runs (here, before either does).
+        if let Err(e) = check_buffer(buf, n, t) {
+            return Some(Err(e));
+        }
         let (len, lb) = (t.bytes(n)?, t.lb);
         if !t.contiguous || len == 0 || len > BCAST_PIECE {
             return None;
