@@ -171,9 +171,7 @@ impl Mpi {
         unsafe { out.write(h) };
         Ok(())
     }
-}
 
-impl Mpi {
     /// Whether a standard send of `count` elements of `ty` to `dest` on `comm` goes
     /// in one eager message on the blocking send's fast path (nothing but messages in
     /// flight, a contiguous type, a process of an intracommunicator).
