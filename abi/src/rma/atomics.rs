@@ -6,7 +6,6 @@
 
 use super::ops::{mismatch, Access};
 use super::shipped::{Kind, Ship};
-use super::sync::EXCLUSIVE;
 use super::{bad_win, ACC_WORD};
 use crate::datatype::{pack, Prim};
 use crate::entry::call;
@@ -17,7 +16,6 @@ use crate::p2p::check_count;
 use crate::state::Mpi;
 use rbtl::btl::AtomicOp;
 use rbtl::msg::{Atomic, Pending};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The transport atomic that performs predefined `op` on an integer of 4 or 8
 /// bytes (`MPI_NO_OP`, a fetch, adds nothing); `None` when `op` or the type needs
@@ -93,21 +91,7 @@ impl Mpi {
         // A target in shared memory, one run, no atomics: combined where it lies,
         // under the mutex.
         if let (Some(at), None) = (direct, atomic) {
-            // The mutex where this process maps it, taken at once when free: a
-            // processor atomic (else taken and given back as for any member).
-            let ctrl = &self.win(win)?.peers[a.member].ctrl;
-            // SAFETY: the word lies in the member's control block, mapped while the
-            // window lives, aligned, and reached only atomically by every process.
-            let mapped = ctrl
-                .direct_range(ACC_WORD, 8)
-                .map(|p| unsafe { AtomicU64::from_ptr(p.cast()) });
-            let held = mapped.filter(|m| {
-                m.compare_exchange(0, EXCLUSIVE, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            });
-            if held.is_none() {
-                self.win_acquire(win, a.member, ACC_WORD, true)?;
-            }
+            self.win_acquire(win, a.member, ACC_WORD, true)?;
             let combined = self.dtype(ty).and_then(|t| {
                 let n = a.bytes.checked_div(t.size).unwrap_or(0);
                 // SAFETY: `at` holds the packed bytes of `n` elements, which the
@@ -123,13 +107,7 @@ impl Mpi {
                 }
                 Ok(())
             });
-            let released = match held {
-                Some(m) => {
-                    m.fetch_sub(EXCLUSIVE, Ordering::Release);
-                    Ok(())
-                }
-                None => self.win_release(win, a.member, ACC_WORD, true),
-            };
+            let released = self.win_release(win, a.member, ACC_WORD, true);
             return combined.and(released);
         }
         if atomic.is_none() && !self.win(win)?.peers[a.member].mem.is_direct() {
