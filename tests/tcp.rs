@@ -1,3 +1,7 @@
+// Long on purpose: one test binary, re-executed as the rank program of its own jobs,
+// holds each test beside the rank role it runs (its parts that stand alone live in
+// tcp/); more binaries would each link the whole crate and could run their jobs at once
+// on two cores.
 //! The `tcp` transport across real processes on loopback (`btl_tcp_if_include=lo`,
 //! or `::1/128`: loopback only): the contract suite across 2 and 4 processes (one
 //! link per peer, and three; over IPv6 only), strangers' connections to a rank's

@@ -1,6 +1,9 @@
+// Over 600 lines on purpose: one type, the state every receive callback and every call
+// of the layer borrows, with the operations on it that run under that one borrow.
 //! The message layer's shared state: posted receives, unexpected messages and requests.
 //! Receive callbacks (running inside a transport's progress) and the user's calls both
-//! reach it through one mutex, never held while a transport progresses.
+//! reach it through one borrow (a `RefCell`, see [`Local`]), never held while a
+//! transport progresses.
 
 use super::protocol::{self, Rts};
 use super::{Error, Status};

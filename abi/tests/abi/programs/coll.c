@@ -1,3 +1,5 @@
+/* Long on purpose: one program holds every collective's check, so that each rank count
+ * (1 to 8) is one launch. */
 /* coll.c: collectives at any number of ranks (run at 1 to 8), each result checked
  * against a reference computed here from every rank's input. Barrier (no rank
  * leaves before a late one enters; the ranks share one node's clock); Bcast from
