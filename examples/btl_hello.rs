@@ -4,7 +4,10 @@
 //! `rbtlrun -n N` (or `mpiexec.mpich -n N`) through `sm`. docs/embedding.md walks
 //! through it.
 
-use rbtl::btl::{Access, DesFlags, Endpoint, Module, Order, Proc, RemoteHandle, SendiOutcome, Tag};
+use rbtl::btl::{
+    Access, DesFlags, Endpoint, Local, Module, Order, Proc, Remote, RemoteHandle, SendiOutcome,
+    Tag, Transfer,
+};
 use std::error::Error;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -105,15 +108,15 @@ fn main() -> Result<(), Box<dyn Error>> {
     };
     let put_done = Arc::new(AtomicUsize::new(0));
     let done = put_done.clone();
-    modules[to_right].put(
+    // One put, described whole: this process's bytes, the neighbour's, how many.
+    let put = Transfer::new(
         right_ep,
-        outbox.as_ptr() as usize,
-        right_inbox,
-        &outbox_handle,
-        &right_handle,
+        Local::new(outbox.as_ptr() as usize, &outbox_handle),
+        Remote::new(right_inbox, &right_handle),
         outbox.len(),
-        0,
-        Order::ANY,
+    );
+    modules[to_right].put(
+        &put,
         // Runs once the data is visible at the target, with its status.
         Box::new(move |_, completion| {
             let code = if completion.status.is_ok() { 1 } else { 2 };

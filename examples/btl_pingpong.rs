@@ -7,8 +7,8 @@
 //! fences its idle polls as the message layer's does.
 
 use rbtl::btl::{
-    Access, DesFlags, Endpoint, Expected, Module, Order, Proc, RemoteHandle, SendiOutcome, Tag,
-    EXPECTED_KEY,
+    Access, DesFlags, Endpoint, Expected, Local, Module, Order, Proc, Remote, RemoteHandle,
+    SendiOutcome, Tag, Transfer, EXPECTED_KEY,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -144,14 +144,7 @@ fn get_latency(
             let d = done.clone();
             let local = mem.as_mut_ptr() as usize;
             m.get(
-                ep,
-                local,
-                raddr,
-                &h,
-                &rh,
-                8,
-                0,
-                Order::ANY,
+                &Transfer::new(ep, Local::new(local, &h), Remote::new(raddr, &rh), 8),
                 Box::new(move |_, c| {
                     c.status.expect("get");
                     d.fetch_add(1, Ordering::Relaxed);

@@ -30,7 +30,7 @@ mod stopped_peer;
 #[path = "node/stress.rs"]
 mod stress;
 
-use rbtl::btl::{Endpoint, Module, Proc};
+use rbtl::btl::{Endpoint, Local, Module, Proc, Remote, Transfer};
 use rbtl::msg::{Comm, Error, Window, ANY_SOURCE, ANY_TAG};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -203,26 +203,24 @@ fn role_sm_auto_path() {
         let order = rbtl::btl::Order::ANY;
         if put {
             m.put(
-                ep,
-                src.as_ptr() as usize,
-                raddr + LEN as u64,
-                &src_h,
-                &rh,
-                LEN,
-                0,
-                order,
+                &Transfer::new(
+                    ep,
+                    Local::new(src.as_ptr() as usize, &src_h),
+                    Remote::new(raddr + LEN as u64, &rh),
+                    LEN,
+                )
+                .ordered(order),
                 cb,
             )
         } else {
             m.get(
-                ep,
-                out.as_mut_ptr() as usize,
-                raddr,
-                &out_h,
-                &rh,
-                LEN,
-                0,
-                order,
+                &Transfer::new(
+                    ep,
+                    Local::new(out.as_mut_ptr() as usize, &out_h),
+                    Remote::new(raddr, &rh),
+                    LEN,
+                )
+                .ordered(order),
                 cb,
             )
         }

@@ -34,7 +34,7 @@ mod stopped_peer;
 #[path = "node/stress.rs"]
 mod stress;
 
-use rbtl::btl::{Access, Endpoint, Error, Module, Proc, RemoteHandle};
+use rbtl::btl::{Access, Endpoint, Error, Local, Module, Proc, Remote, RemoteHandle, Transfer};
 use rbtl::msg::{Comm, ANY_SOURCE};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -207,14 +207,8 @@ fn wrong_key(m: &mut dyn Module, ep: Endpoint, job: &mut rbtl::pmi::Job) {
         let status: Arc<Mutex<Option<String>>> = Arc::default();
         let s = status.clone();
         m.put(
-            ep,
-            base,
-            raddr,
-            &h,
-            &forged,
-            64,
-            0,
-            rbtl::btl::Order::ANY,
+            &Transfer::new(ep, Local::new(base, &h), Remote::new(raddr, &forged), 64)
+                .ordered(rbtl::btl::Order::ANY),
             Box::new(move |_, c| {
                 *s.lock().unwrap() = Some(format!("{:?}", c.status));
             }),
@@ -229,14 +223,8 @@ fn wrong_key(m: &mut dyn Module, ep: Endpoint, job: &mut rbtl::pmi::Job) {
         assert!(got.starts_with("Err("), "the forged key completed: {got}");
         // Later operations on the broken connection fail clearly.
         let again = m.put(
-            ep,
-            base,
-            raddr,
-            &h,
-            &forged,
-            8,
-            0,
-            rbtl::btl::Order::ANY,
+            &Transfer::new(ep, Local::new(base, &h), Remote::new(raddr, &forged), 8)
+                .ordered(rbtl::btl::Order::ANY),
             Box::new(|_, _| {}),
         );
         assert!(matches!(again, Err(Error::PeerFailed { .. })), "{again:?}");

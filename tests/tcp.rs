@@ -38,8 +38,8 @@ use rbtl::btl::tcp::published::{Listener, Published};
 use rbtl::btl::tcp::{wire, TcpComponent, TcpModule};
 use rbtl::btl::transport_kit::keytable::{HandleFields, RangeFields};
 use rbtl::btl::{
-    Access, DesFlags, Endpoint, Error, ErrorEvent, Modex, Module, Order, Proc, RdmaCompletion,
-    RemoteHandle, SendiOutcome, Tag,
+    Access, AtomicKind, DesFlags, Endpoint, Error, ErrorEvent, Local, Modex, Module, Order, Proc,
+    RdmaCompletion, Remote, RemoteAtomic, RemoteHandle, SendiOutcome, Tag, Transfer,
 };
 use rbtl_contract as contract;
 use std::io::{Read, Write};
@@ -319,10 +319,26 @@ fn role_killed() {
             };
             send_byte(&mut m, ep1, die);
             let l = mem.as_mut_ptr() as usize;
-            m.get(ep1, l, raddr, &handle, &rh, 1 << 20, 0, Order::ANY, cb())
-                .unwrap();
-            m.put(ep1, l, raddr, &handle, &rh, 1 << 20, 0, Order::ANY, cb())
-                .unwrap();
+            m.get(
+                &Transfer::new(
+                    ep1,
+                    Local::new(l, &handle),
+                    Remote::new(raddr, &rh),
+                    1 << 20,
+                ),
+                cb(),
+            )
+            .unwrap();
+            m.put(
+                &Transfer::new(
+                    ep1,
+                    Local::new(l, &handle),
+                    Remote::new(raddr, &rh),
+                    1 << 20,
+                ),
+                cb(),
+            )
+            .unwrap();
             progress_until(&mut m, "both operations failed", || {
                 failed.load(Ordering::SeqCst) == 2
             });
@@ -446,149 +462,110 @@ fn role_refused() {
     let l = local.as_mut_ptr() as usize;
     let order = Order::ANY;
     m.put(
-        ep,
-        l,
-        ro_addr,
-        &lh,
-        &forged,
-        8,
-        0,
-        order,
+        &Transfer::new(ep, Local::new(l, &lh), Remote::new(ro_addr, &forged), 8).ordered(order),
         cb("put into read-only"),
     )
     .unwrap();
     m.put(
-        ep,
-        l,
-        ro_addr + LEN as u64,
-        &lh,
-        &forged,
-        16,
-        0,
-        order,
+        &Transfer::new(
+            ep,
+            Local::new(l, &lh),
+            Remote::new(ro_addr + LEN as u64, &forged),
+            16,
+        )
+        .ordered(order),
         cb("put past the end"),
     )
     .unwrap();
     m.get(
-        ep,
-        l,
-        ro_addr + LEN as u64 - 8,
-        &lh,
-        &forged,
-        16,
-        0,
-        order,
+        &Transfer::new(
+            ep,
+            Local::new(l, &lh),
+            Remote::new(ro_addr + LEN as u64 - 8, &forged),
+            16,
+        )
+        .ordered(order),
         cb("get past the end"),
     )
     .unwrap();
     m.put(
-        ep,
-        l,
-        dd_addr,
-        &lh,
-        &dd_h,
-        8,
-        0,
-        order,
+        &Transfer::new(ep, Local::new(l, &lh), Remote::new(dd_addr, &dd_h), 8).ordered(order),
         cb("put into a dead one"),
     )
     .unwrap();
     m.get(
-        ep,
-        l,
-        dd_addr,
-        &lh,
-        &dd_h,
-        8,
-        0,
-        order,
+        &Transfer::new(ep, Local::new(l, &lh), Remote::new(dd_addr, &dd_h), 8).ordered(order),
         cb("get from a dead one"),
     )
     .unwrap();
-    m.atomic_fop(
-        ep,
-        l,
-        ro_addr,
-        &lh,
-        &forged,
-        rbtl::btl::AtomicOp::Add,
-        1,
-        0,
-        order,
+    m.atomic(
+        &RemoteAtomic::new(
+            ep,
+            Remote::new(ro_addr, &forged),
+            AtomicKind::Op(rbtl::btl::AtomicOp::Add, 1),
+        )
+        .fetching(Local::new(l, &lh))
+        .ordered(order),
         cb("atomic on read-only"),
     )
     .unwrap();
     m.get(
-        ep,
-        l,
-        wo_addr,
-        &lh,
-        &forged_wo,
-        8,
-        0,
-        order,
+        &Transfer::new(ep, Local::new(l, &lh), Remote::new(wo_addr, &forged_wo), 8).ordered(order),
         cb("get from write-only"),
     )
     .unwrap();
     let add = rbtl::btl::AtomicOp::Add;
-    m.atomic_op(
-        ep,
-        ro_addr + LEN as u64,
-        &forged,
-        add,
-        1,
-        0,
-        order,
+    m.atomic(
+        &RemoteAtomic::new(
+            ep,
+            Remote::new(ro_addr + LEN as u64, &forged),
+            AtomicKind::Op(add, 1),
+        )
+        .ordered(order),
         cb("atomic past the end"),
     )
     .unwrap();
-    m.atomic_op(
-        ep,
-        dd_addr,
-        &dd_h,
-        add,
-        1,
-        0,
-        order,
+    m.atomic(
+        &RemoteAtomic::new(ep, Remote::new(dd_addr, &dd_h), AtomicKind::Op(add, 1)).ordered(order),
         cb("atomic on a dead one"),
     )
     .unwrap();
-    m.atomic_fop(
-        ep,
-        l,
-        ro_addr + LEN as u64 + 8,
-        &lh,
-        &forged,
-        add,
-        1,
-        0,
-        order,
+    m.atomic(
+        &RemoteAtomic::new(
+            ep,
+            Remote::new(ro_addr + LEN as u64 + 8, &forged),
+            AtomicKind::Op(add, 1),
+        )
+        .fetching(Local::new(l, &lh))
+        .ordered(order),
         cb("fetch-add past the end"),
     )
     .unwrap();
-    m.atomic_cswap(
-        ep,
-        l,
-        ro_addr,
-        &lh,
-        &forged,
-        3,
-        9,
-        0,
-        order,
+    m.atomic(
+        &RemoteAtomic::new(
+            ep,
+            Remote::new(ro_addr, &forged),
+            AtomicKind::CompareSwap {
+                compare: 3,
+                value: 9,
+            },
+        )
+        .fetching(Local::new(l, &lh))
+        .ordered(order),
         cb("swap on read-only"),
     )
     .unwrap();
-    m.atomic_cswap(
-        ep,
-        l,
-        dd_addr,
-        &lh,
-        &dd_h,
-        4,
-        9,
-        0,
-        order,
+    m.atomic(
+        &RemoteAtomic::new(
+            ep,
+            Remote::new(dd_addr, &dd_h),
+            AtomicKind::CompareSwap {
+                compare: 4,
+                value: 9,
+            },
+        )
+        .fetching(Local::new(l, &lh))
+        .ordered(order),
         cb("swap on a dead one"),
     )
     .unwrap();
@@ -997,7 +974,11 @@ fn flush_waits_for_a_slow_peer_and_names_a_silent_one_whose_put_then_completes()
             o.fetch_add(1, Ordering::SeqCst);
         });
         let l = mem.as_ptr() as usize;
-        m.put(ep, l, at, &lh, &rh, 8, 0, Order::ANY, cb).unwrap();
+        m.put(
+            &Transfer::new(ep, Local::new(l, &lh), Remote::new(at, &rh), 8),
+            cb,
+        )
+        .unwrap();
     };
     for i in 0..PUTS {
         put(&mut m, range.base + 8 * i as u64);
@@ -1334,8 +1315,11 @@ fn flush_waits_for_a_chunk_that_streams_for_longer_than_its_timeout() {
     let l = mem.as_ptr() as usize;
 
     // The put: its header, then the peer reads its data slowly, then acknowledges it.
-    m.put(ep, l, range.base, &lh, &rh, LEN, 0, Order::ANY, record())
-        .unwrap();
+    m.put(
+        &Transfer::new(ep, Local::new(l, &lh), Remote::new(range.base, &rh), LEN),
+        record(),
+    )
+    .unwrap();
     let head_len = wire::HEADER + wire::Kind::Put.ext();
     let head = read_frame(&mut m, &mut s, head_len);
     let req = match wire::decode(&head, &limits) {
@@ -1368,14 +1352,12 @@ fn flush_waits_for_a_chunk_that_streams_for_longer_than_its_timeout() {
 
     // The get: the peer answers its request with the data, a slice at a time.
     m.get(
-        ep,
-        l + LEN,
-        range.base,
-        &lh,
-        &rh,
-        LEN,
-        0,
-        Order::ANY,
+        &Transfer::new(
+            ep,
+            Local::new(l + LEN, &lh),
+            Remote::new(range.base, &rh),
+            LEN,
+        ),
         record(),
     )
     .unwrap();

@@ -2,7 +2,7 @@
 //! `MCA_BTL_ATOMIC_FLAG_32BIT`), and how a target applies one to its memory.
 //!
 //! An atomic works on a 64-bit word, or on a 32-bit one when its flags carry
-//! [`rdma_flags::ATOMIC_32BIT`](crate::rdma_flags::ATOMIC_32BIT). A 32-bit operation
+//! [`AtomicWidth::W32`] (Open MPI: `MCA_BTL_ATOMIC_FLAG_32BIT`). A 32-bit operation
 //! uses the low 32 bits of its operand and compare values (so a value sign-extended to
 //! 64 bits, as Open MPI's one-sided layer passes an `int32_t`, works as well as one
 //! zero-extended), wraps modulo 2^32 without touching the bytes beside its word, and
@@ -76,23 +76,13 @@ pub fn compare_swap(word: &AtomicU64, compare: u64, value: u64) -> u64 {
 /// The size of the word an atomic works on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AtomicWidth {
-    /// A 32-bit word (`rdma_flags::ATOMIC_32BIT`).
+    /// A 32-bit word (Open MPI: `MCA_BTL_ATOMIC_FLAG_32BIT`).
     W32,
     /// A 64-bit word (the default).
     W64,
 }
 
 impl AtomicWidth {
-    /// The width an atomic's `flags` ask for.
-    #[inline]
-    pub fn of(flags: u32) -> AtomicWidth {
-        if flags & crate::rdma_flags::ATOMIC_32BIT != 0 {
-            AtomicWidth::W32
-        } else {
-            AtomicWidth::W64
-        }
-    }
-
     /// Bytes of the word (and of the previous value a fetching atomic writes).
     #[inline]
     pub const fn bytes(self) -> usize {

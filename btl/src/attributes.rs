@@ -59,7 +59,7 @@ bitflags::bitflags! {
         /// Operations on 64-bit words (always set when any is).
         const U64 = 1 << 6;
         /// The same operations on 32-bit words too, with
-        /// [`rdma_flags::ATOMIC_32BIT`](crate::rdma_flags::ATOMIC_32BIT)
+        /// [`AtomicWidth::W32`](crate::AtomicWidth::W32)
         /// (`MCA_BTL_ATOMIC_SUPPORTS_32BIT`).
         const U32 = 1 << 7;
     }

@@ -8,7 +8,9 @@
 //! | `btl_eager_limit`, `btl_put_limit`, `btl_flags`, ... | [`Attributes`], [`BtlFlags`] |
 //! | `mca_btl_base_registration_handle_t` | [`MemHandle`] (local), [`RemoteHandle`] (bytes for peers) |
 //! | (libfabric: `fi_mr_regattr`, `struct fi_mr_attr`, `requested_key`, `fi_mr_regv`) | [`Module::register`], [`RegRequest`], [`MemRange`] |
-//! | `mca_btl_base_atomic_op_t`, `MCA_BTL_ATOMIC_FLAG_32BIT`, `MCA_BTL_ATOMIC_SUPPORTS_*` | [`AtomicOp`], [`rdma_flags::ATOMIC_32BIT`], [`AtomicFlags`] |
+//! | `btl_put`, `btl_get` (address, handle and size of each side, flags, order) | [`Module::put`], [`Module::get`] taking one [`Transfer`] ([`Local`], [`Remote`], [`RdmaFlags`]) |
+//! | `btl_atomic_op`, `btl_atomic_fop`, `btl_atomic_cswap` | [`Module::atomic`] taking one [`RemoteAtomic`] ([`AtomicKind`], a result or none) |
+//! | `mca_btl_base_atomic_op_t`, `MCA_BTL_ATOMIC_FLAG_32BIT`, `MCA_BTL_ATOMIC_SUPPORTS_*` | [`AtomicOp`], [`AtomicWidth::W32`], [`AtomicFlags`] |
 //! | `mca_btl_base_descriptor_t`, `MCA_BTL_DES_FLAGS_*` | [`Descriptor`], [`DesFlags`] |
 //! | `mca_btl_base_tag_t`, `MCA_BTL_TAG_*` | [`Tag`] |
 //! | `mca_btl_base_rdma_completion_fn_t` | [`RdmaCallback`] |
@@ -51,6 +53,7 @@ mod keytable;
 pub mod loopback;
 mod modex;
 mod module;
+mod operation;
 mod rcache_params;
 mod registrations;
 mod request;
@@ -71,9 +74,10 @@ pub use error::{Error, Result, SilentPeer};
 pub use handle::{check_range, find_range, MemHandle, ModuleId, RemoteHandle};
 pub use modex::{Modex, SingletonModex};
 pub use module::{
-    rdma_flags, AmCallback, Endpoint, ErrorCallback, ErrorEvent, Expected, Module, Proc,
-    RdmaCallback, RdmaCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, EXPECTED_KEY,
+    AmCallback, Endpoint, ErrorCallback, ErrorEvent, Expected, Module, Proc, RdmaCallback,
+    RdmaCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, EXPECTED_KEY,
 };
+pub use operation::{AtomicKind, Local, RdmaFlags, Remote, RemoteAtomic, Transfer};
 pub use rbtl_rcache::Access;
 pub use request::{MemRange, RegRequest, MAX_RANGES};
 pub use tag::Tag;

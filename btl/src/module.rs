@@ -10,8 +10,8 @@
 //! `btl` pointer the same way).
 
 use crate::{
-    AtomicOp, Attributes, DesFlags, Descriptor, Error, MemHandle, Modex, Order, Received,
-    RegRequest, RemoteHandle, Result, Tag,
+    Attributes, DesFlags, Descriptor, Error, MemHandle, Modex, Order, Received, RegRequest,
+    RemoteAtomic, RemoteHandle, Result, Tag, Transfer,
 };
 use rbtl_rcache::Access;
 
@@ -100,19 +100,6 @@ pub struct SendError {
     pub error: Error,
     /// The descriptor, unchanged.
     pub descriptor: Descriptor,
-}
-
-/// Flags of put/get/atomics (Open MPI: `MCA_BTL_IN_PLACE`-style op flags and
-/// `MCA_BTL_ATOMIC_FLAG_*`).
-pub mod rdma_flags {
-    /// No flags.
-    pub const NONE: u32 = 0;
-    /// Signal the target's progress engine (where the transport can).
-    pub const SIGNAL: u32 = 1;
-    /// An atomic on a 32-bit word instead of a 64-bit one
-    /// (`MCA_BTL_ATOMIC_FLAG_32BIT`), where the module lists
-    /// [`AtomicFlags::U32`](crate::AtomicFlags::U32): see [`crate::AtomicWidth`].
-    pub const ATOMIC_32BIT: u32 = 1 << 1;
 }
 
 /// A receive handed to the transport, which matches and fills it itself, without a
@@ -266,102 +253,27 @@ pub trait Module: Send {
         tag: Tag,
     ) -> Result<SendiOutcome>;
 
-    /// Write `size` bytes from local `local` to the peer's `remote` (Open MPI:
+    /// Write `op.len` bytes from `op.local` to the peer's `op.remote` (Open MPI:
     /// `btl_put`). `Ok` means queued: `callback` runs once the data is visible at the
     /// target. `OutOfResource` means retry after progress; `NotAvailable` a size over
     /// [`Attributes::put_limit`] or an address or size that is not a multiple of
-    /// [`Attributes::put_alignment`], decided before the handles are looked at. Both
-    /// addresses must lie, with the whole transfer, inside one range of their
-    /// registrations. Every error leaves the target unchanged.
-    #[allow(clippy::too_many_arguments)]
-    fn put(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        size: usize,
-        flags: u32,
-        order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()>;
+    /// [`Attributes::put_alignment`], decided before the handles are looked at
+    /// ([`Transfer::check_limits`]). Both addresses must lie, with the whole transfer,
+    /// inside one range of their registrations. Every error leaves the target
+    /// unchanged.
+    fn put(&mut self, op: &Transfer<'_>, callback: RdmaCallback) -> Result<()>;
 
-    /// Read `size` bytes from the peer's `remote` into local `local` (Open MPI:
+    /// Read `op.len` bytes from the peer's `op.remote` into `op.local` (Open MPI:
     /// `btl_get`); as [`Module::put`] otherwise.
-    #[allow(clippy::too_many_arguments)]
-    fn get(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        size: usize,
-        flags: u32,
-        order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()>;
+    fn get(&mut self, op: &Transfer<'_>, callback: RdmaCallback) -> Result<()>;
 
-    /// Apply `op` with `operand` to the u64 at the peer's `remote` (Open MPI:
-    /// `btl_atomic_op`), or to the u32 there when `flags` has
-    /// [`rdma_flags::ATOMIC_32BIT`] (see [`crate::AtomicWidth`]). The word must be
-    /// aligned to its size ([`Error::Misaligned`]); an operation or width the module
-    /// does not list in [`Attributes::atomic_flags`] is [`Error::NotSupported`].
-    #[allow(clippy::too_many_arguments)]
-    fn atomic_op(
-        &mut self,
-        _endpoint: Endpoint,
-        _remote: u64,
-        _remote_handle: &RemoteHandle,
-        _op: AtomicOp,
-        _operand: u64,
-        _flags: u32,
-        _order: Order,
-        _callback: RdmaCallback,
-    ) -> Result<()> {
-        Err(Error::NotSupported("atomic_op"))
-    }
-
-    /// Apply `op` and write the previous value to local `local` (Open MPI:
-    /// `btl_atomic_fop`): 8 bytes, or 4 with [`rdma_flags::ATOMIC_32BIT`]; as
-    /// [`Module::atomic_op`] otherwise.
-    #[allow(clippy::too_many_arguments)]
-    fn atomic_fop(
-        &mut self,
-        _endpoint: Endpoint,
-        _local: usize,
-        _remote: u64,
-        _local_handle: &MemHandle,
-        _remote_handle: &RemoteHandle,
-        _op: AtomicOp,
-        _operand: u64,
-        _flags: u32,
-        _order: Order,
-        _callback: RdmaCallback,
-    ) -> Result<()> {
-        Err(Error::NotSupported("atomic_fop"))
-    }
-
-    /// If the word at `remote` equals `compare`, store `value`; write the previous
-    /// value to local `local` (Open MPI: `btl_atomic_cswap`). A u64, or with
-    /// [`rdma_flags::ATOMIC_32BIT`] a u32 compared and stored with the low 32 bits of
-    /// `compare` and `value`, its previous value written as 4 bytes.
-    #[allow(clippy::too_many_arguments)]
-    fn atomic_cswap(
-        &mut self,
-        _endpoint: Endpoint,
-        _local: usize,
-        _remote: u64,
-        _local_handle: &MemHandle,
-        _remote_handle: &RemoteHandle,
-        _compare: u64,
-        _value: u64,
-        _flags: u32,
-        _order: Order,
-        _callback: RdmaCallback,
-    ) -> Result<()> {
-        Err(Error::NotSupported("atomic_cswap"))
+    /// Apply `op.kind` to the peer's word at `op.remote`, its previous value written
+    /// to `op.result` if given (Open MPI: `btl_atomic_op`, `btl_atomic_fop`,
+    /// `btl_atomic_cswap`). The word must be aligned to its width
+    /// ([`Error::Misaligned`]); an operation or width the module does not list in
+    /// [`Attributes::atomic_flags`] is [`Error::NotSupported`].
+    fn atomic(&mut self, _op: &RemoteAtomic<'_>, _callback: RdmaCallback) -> Result<()> {
+        Err(Error::NotSupported("atomic"))
     }
 
     /// Memory that peers reach with plain loads and stores through

@@ -4,8 +4,8 @@ use rbtl_btl::loopback::{Limits, SelfComponent, SelfModule};
 use rbtl_btl::sm::SmComponent;
 use rbtl_btl::tcp::TcpComponent;
 use rbtl_btl::{
-    Access, DesFlags, Endpoint, Error, Framework, Module, Order, Proc, RemoteHandle,
-    SingletonModex, Tag,
+    Access, DesFlags, Endpoint, Error, Framework, Local, Module, Order, Proc, Remote, RemoteHandle,
+    SingletonModex, Tag, Transfer,
 };
 use rbtl_config::Registry;
 
@@ -108,26 +108,22 @@ fn registration_bad_input() {
     // SAFETY: `buf` outlives the handle.
     let mut other = unsafe { m.register_mem(Some(ep), base, 64, Access::all()) }.unwrap();
     let e = m.put(
-        ep,
-        base,
-        base as u64,
-        &h,
-        other.remote(),
-        8,
-        0,
-        Order::ANY,
+        &Transfer::new(
+            ep,
+            Local::new(base, &h),
+            Remote::new(base as u64, other.remote()),
+            8,
+        ),
         Box::new(|_, _| {}),
     );
     assert!(matches!(e, Err(Error::Deregistered)), "{e:?}");
     let e = m.put(
-        ep,
-        base,
-        base as u64,
-        &other,
-        &remote,
-        8,
-        0,
-        Order::ANY,
+        &Transfer::new(
+            ep,
+            Local::new(base, &other),
+            Remote::new(base as u64, &remote),
+            8,
+        ),
         Box::new(|_, _| {}),
     );
     assert!(matches!(e, Err(Error::BadRemoteHandle(_))), "{e:?}");
@@ -148,14 +144,12 @@ fn handles_and_descriptors_of_another_module_are_refused() {
     let mut hb = unsafe { b.register_mem(None, base, 64, Access::all()) }.unwrap();
 
     let e = a.put(
-        ep_a,
-        base,
-        base as u64,
-        &hb,
-        ha.remote(),
-        8,
-        0,
-        Order::ANY,
+        &Transfer::new(
+            ep_a,
+            Local::new(base, &hb),
+            Remote::new(base as u64, ha.remote()),
+            8,
+        ),
         Box::new(|_, _| {}),
     );
     assert!(
@@ -163,14 +157,12 @@ fn handles_and_descriptors_of_another_module_are_refused() {
         "foreign local handle: {e:?}"
     );
     let e = a.put(
-        ep_a,
-        base,
-        base as u64,
-        &ha,
-        hb.remote(),
-        8,
-        0,
-        Order::ANY,
+        &Transfer::new(
+            ep_a,
+            Local::new(base, &ha),
+            Remote::new(base as u64, hb.remote()),
+            8,
+        ),
         Box::new(|_, _| {}),
     );
     assert!(
@@ -253,14 +245,12 @@ fn put_and_get_without_permission_leave_memory_unchanged() {
     }
     .unwrap();
     let e = m.put(
-        ep,
-        l.base(),
-        t.base() as u64,
-        &l,
-        t.remote(),
-        16,
-        0,
-        Order::ANY,
+        &Transfer::new(
+            ep,
+            Local::new(l.base(), &l),
+            Remote::new(t.base() as u64, t.remote()),
+            16,
+        ),
         Box::new(|_, _| {}),
     );
     assert!(
@@ -268,14 +258,12 @@ fn put_and_get_without_permission_leave_memory_unchanged() {
         "{e:?}"
     );
     let e = m.get(
-        ep,
-        l.base(),
-        t.base() as u64,
-        &l,
-        t.remote(),
-        16,
-        0,
-        Order::ANY,
+        &Transfer::new(
+            ep,
+            Local::new(l.base(), &l),
+            Remote::new(t.base() as u64, t.remote()),
+            16,
+        ),
         Box::new(|_, _| {}),
     );
     assert!(
@@ -283,27 +271,23 @@ fn put_and_get_without_permission_leave_memory_unchanged() {
         "{e:?}"
     );
     let e = m.put(
-        ep,
-        l.base(),
-        t.base() as u64 + 120,
-        &l,
-        t.remote(),
-        16,
-        0,
-        Order::ANY,
+        &Transfer::new(
+            ep,
+            Local::new(l.base(), &l),
+            Remote::new(t.base() as u64 + 120, t.remote()),
+            16,
+        ),
         Box::new(|_, _| {}),
     );
     assert!(matches!(e, Err(Error::OutOfRange { .. })), "{e:?}");
     let malformed = RemoteHandle::from_bytes(&[1, 2, 3]).unwrap();
     let e = m.put(
-        ep,
-        l.base(),
-        t.base() as u64,
-        &l,
-        &malformed,
-        1,
-        0,
-        Order::ANY,
+        &Transfer::new(
+            ep,
+            Local::new(l.base(), &l),
+            Remote::new(t.base() as u64, &malformed),
+            1,
+        ),
         Box::new(|_, _| {}),
     );
     assert!(matches!(e, Err(Error::MalformedHandle(3))), "{e:?}");

@@ -11,7 +11,8 @@
 use super::liveness::{IdleWait, Needs};
 use super::{Comm, Error, Result};
 use rbtl_btl::{
-    rdma_flags, Access, AtomicOp, MemHandle, Order, RdmaCallback, RemoteHandle, SharedMem,
+    Access, AtomicOp, AtomicWidth, Local, MemHandle, RdmaCallback, Remote, RemoteAtomic,
+    RemoteHandle, SharedMem, Transfer,
 };
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -151,19 +152,8 @@ impl Pending {
     }
 }
 
-/// An atomic operation on a word of a peer's memory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Atomic {
-    /// Apply `op` with an operand.
-    Op(AtomicOp, u64),
-    /// Store `value` if the word equals `compare`.
-    CompareSwap {
-        /// What the word must hold.
-        compare: u64,
-        /// What it then gets.
-        value: u64,
-    },
-}
+/// An atomic operation on a word of a peer's memory (the contract's own).
+pub use rbtl_btl::AtomicKind as Atomic;
 
 /// Bytes of a card's fixed part: address and length.
 const CARD_FIXED: usize = 16;
@@ -351,13 +341,19 @@ impl Comm {
         pending.start();
         let done = pending.callback(Some(handle.clone()));
         let local_addr = buf as usize;
+        let whole = Transfer::new(
+            ep,
+            Local::new(local_addr, &handle),
+            Remote::new(remote, &t.handle),
+            len,
+        );
         let started =
             super::pieces::start_in_pieces(m, ep, local_addr, len, piece, done, |m, off, n, cb| {
-                let (l, r) = (local_addr + off, remote + off as u64);
+                let t = whole.piece(off, n);
                 if put {
-                    m.put(ep, l, r, &handle, &t.handle, n, 0, Order::ANY, cb)
+                    m.put(&t, cb)
                 } else {
-                    m.get(ep, l, r, &handle, &t.handle, n, 0, Order::ANY, cb)
+                    m.get(&t, cb)
                 }
             });
         if let Err(e) = started {
@@ -404,24 +400,17 @@ impl Comm {
         }
         let (mi, ep) = self.route(t.rank)?;
         let m = self.modules[mi].as_mut();
-        let flags = if width_32 {
-            rdma_flags::ATOMIC_32BIT
+        let width = if width_32 {
+            AtomicWidth::W32
         } else {
-            0
+            AtomicWidth::W64
         };
+        let remote = Remote::new(at, &t.handle);
+        let op = RemoteAtomic::new(ep, remote, atomic).of_width(width);
         pending.start();
         let started = if result.is_null() {
             match atomic {
-                Atomic::Op(op, operand) => m.atomic_op(
-                    ep,
-                    at,
-                    &t.handle,
-                    op,
-                    operand,
-                    flags,
-                    Order::ANY,
-                    pending.callback(None),
-                ),
+                Atomic::Op(..) => m.atomic(&op, pending.callback(None)),
                 Atomic::CompareSwap { .. } => Err(rbtl_btl::Error::NotSupported(
                     "a compare-swap without a result",
                 )),
@@ -441,37 +430,8 @@ impl Comm {
                 Ok(local) => {
                     // The registration stays until the callback has run.
                     let local = Arc::new(local);
-                    let (l, h, cb) = (
-                        result as usize,
-                        &*local,
-                        pending.callback(Some(local.clone())),
-                    );
-                    match atomic {
-                        Atomic::Op(op, operand) => m.atomic_fop(
-                            ep,
-                            l,
-                            at,
-                            h,
-                            &t.handle,
-                            op,
-                            operand,
-                            flags,
-                            Order::ANY,
-                            cb,
-                        ),
-                        Atomic::CompareSwap { compare, value } => m.atomic_cswap(
-                            ep,
-                            l,
-                            at,
-                            h,
-                            &t.handle,
-                            compare,
-                            value,
-                            flags,
-                            Order::ANY,
-                            cb,
-                        ),
-                    }
+                    let into = Local::new(result as usize, &local);
+                    m.atomic(&op.fetching(into), pending.callback(Some(local.clone())))
                 }
             }
         };

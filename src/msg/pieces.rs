@@ -110,7 +110,8 @@ pub fn start_in_pieces(
 mod tests {
     use super::*;
     use rbtl_btl::loopback::{default_attributes, Limits, SelfModule};
-    use rbtl_btl::{Access, Order, Proc, SingletonModex};
+    use rbtl_btl::{Access, Proc, SingletonModex};
+    use rbtl_btl::{Local, Remote, Transfer};
 
     /// A `self` module with its endpoint, and a registered source and target of `len`
     /// bytes each (the source numbered).
@@ -149,7 +150,15 @@ mod tests {
                 return Err(Error::OutOfResource("test"));
             }
             started += 1;
-            m.put(ep, l + off, r + off as u64, &sh, &rh, n, 0, Order::ANY, cb)
+            m.put(
+                &Transfer::new(
+                    ep,
+                    Local::new(l + off, &sh),
+                    Remote::new(r + off as u64, &rh),
+                    n,
+                ),
+                cb,
+            )
         });
         assert!(res.is_ok(), "two pieces started: {res:?}");
         assert_eq!(started, 2);

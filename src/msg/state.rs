@@ -8,7 +8,8 @@
 use super::protocol::{self, Rts};
 use super::{Error, Status};
 use rbtl_btl::{
-    Access, DesFlags, Endpoint, MemHandle, Module, Order, RdmaCompletion, SendiOutcome,
+    Access, DesFlags, Endpoint, MemHandle, Module, Order, RdmaCompletion, Remote, SendiOutcome,
+    Transfer,
 };
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -602,11 +603,16 @@ impl State {
         });
         // In pieces within the transport's get limit, completing as one.
         let piece = super::pieces::piece_len(m.attributes(), false);
-        let (local, remote, rh) = (p.addr, rts.addr, rts.handle);
+        let rh = rts.handle;
+        let whole = Transfer::new(
+            ep,
+            rbtl_btl::Local::new(p.addr, &handle),
+            Remote::new(rts.addr, &rh),
+            rts.len,
+        );
         let started =
-            super::pieces::start_in_pieces(m, ep, local, rts.len, piece, done, |m, off, n, cb| {
-                let (l, r) = (local + off, remote + off as u64);
-                m.get(ep, l, r, &handle, &rh, n, 0, Order::ANY, cb)
+            super::pieces::start_in_pieces(m, ep, p.addr, rts.len, piece, done, |m, off, n, cb| {
+                m.get(&whole.piece(off, n), cb)
             });
         match started {
             Ok(()) => {

@@ -8,7 +8,7 @@
 
 use super::liveness::{IdleWait, Needs};
 use super::{Comm, Error, Result};
-use rbtl_btl::{Access, MemHandle, Order, RemoteHandle};
+use rbtl_btl::{Access, Local, MemHandle, Remote, RemoteHandle, Transfer};
 use rbtl_mpool::Region;
 use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -316,12 +316,13 @@ impl Window {
         let m = comm.modules[mi].as_mut();
         // In pieces within the transport's limit, completing as one.
         let piece = super::pieces::piece_len(m.attributes(), put);
+        let whole = Transfer::new(ep, Local::new(local, handle), Remote::new(remote, rh), len);
         super::pieces::start_in_pieces(m, ep, local, len, piece, cb, |m, off, n, cb| {
-            let (l, r) = (local + off, remote + off as u64);
+            let t = whole.piece(off, n);
             if put {
-                m.put(ep, l, r, handle, rh, n, 0, Order::ANY, cb)
+                m.put(&t, cb)
             } else {
-                m.get(ep, l, r, handle, rh, n, 0, Order::ANY, cb)
+                m.get(&t, cb)
             }
         })?;
         // The transport completes the operation, with an error if the target fails or

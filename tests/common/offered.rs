@@ -2,7 +2,10 @@
 //! (`stopped_flush.rs`, `stopped_connect.rs`): a range for puts, the word after it
 //! for atomics, and a word of its own to fetch into, registered and published.
 
-use rbtl::btl::{Access, AtomicOp, Endpoint, MemHandle, Module, Order, RdmaCallback, RemoteHandle};
+use rbtl::btl::{
+    Access, AtomicKind, AtomicOp, Endpoint, Local, MemHandle, Module, Order, RdmaCallback, Remote,
+    RemoteAtomic, RemoteHandle, Transfer,
+};
 
 /// The first `len` bytes of `mem` take puts, the word after them atomics (41 at first);
 /// `result` takes fetched values. The handles come first so that they are dropped
@@ -68,18 +71,16 @@ pub fn put_then_fetch_add(
 ) {
     let (addr, rh) = to;
     let (l, order) = (mem.as_ptr() as usize, Order::ANY);
-    m.put(ep, l, addr, handle, rh, len, 0, order, cb()).unwrap();
+    m.put(
+        &Transfer::new(ep, Local::new(l, handle), Remote::new(addr, rh), len).ordered(order),
+        cb(),
+    )
+    .unwrap();
     let (r, word) = (result.as_mut_ptr() as usize, addr + len as u64);
-    m.atomic_fop(
-        ep,
-        r,
-        word,
-        result_handle,
-        rh,
-        AtomicOp::Add,
-        1,
-        0,
-        order,
+    m.atomic(
+        &RemoteAtomic::new(ep, Remote::new(word, rh), AtomicKind::Op(AtomicOp::Add, 1))
+            .fetching(Local::new(r, result_handle))
+            .ordered(order),
         cb(),
     )
     .unwrap();

@@ -7,8 +7,8 @@
 use crate::common::offered::{put_then_fetch_add, Offered};
 use crate::common::{progress_until, watchdog, Continue};
 use rbtl::btl::{
-    DesFlags, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion,
-    SendOutcome, SendiOutcome, SilentPeer, Tag,
+    DesFlags, Endpoint, Error, ErrorEvent, Local, Module, Order, RdmaCallback, RdmaCompletion,
+    Remote, SendOutcome, SendiOutcome, SilentPeer, Tag, Transfer,
 };
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -107,8 +107,12 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
                 || cb(1),
             );
             send_byte(m, ep1, 1, over, &sends);
-            m.put(ep2, l, addr2, &handle, &rh2, LEN, 0, order, cb(2))
-                .unwrap();
+            m.put(
+                &Transfer::new(ep2, Local::new(l, &handle), Remote::new(addr2, &rh2), LEN)
+                    .ordered(order),
+                cb(2),
+            )
+            .unwrap();
 
             // The first flush gives up on rank 1 alone, its operations still queued.
             let e = m.flush(None).expect_err("rank 1 never answers");
@@ -184,7 +188,11 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
                 "{:?}",
                 seen.lock().unwrap()
             );
-            let again = m.put(ep1, l, addr1, &handle, &rh1, 8, 0, order, cb(1));
+            let again = m.put(
+                &Transfer::new(ep1, Local::new(l, &handle), Remote::new(addr1, &rh1), 8)
+                    .ordered(order),
+                cb(1),
+            );
             assert!(
                 matches!(again, Err(Error::PeerFailed { rank: 1, .. })),
                 "{again:?}"
@@ -192,8 +200,12 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
 
             // Rank 2 goes on.
             done.lock().unwrap().clear();
-            m.put(ep2, l, addr2, &handle, &rh2, LEN, 0, order, cb(2))
-                .unwrap();
+            m.put(
+                &Transfer::new(ep2, Local::new(l, &handle), Remote::new(addr2, &rh2), LEN)
+                    .ordered(order),
+                cb(2),
+            )
+            .unwrap();
             m.flush(Some(ep2)).expect("rank 2 answers");
             assert!(matches!(&done.lock().unwrap()[..], [(2, Ok(()))]));
             send_byte(m, ep2, 2, over, &sends);
@@ -206,7 +218,11 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
             for _ in 0..1 << 16 {
                 m.progress();
             }
-            let again = m.put(ep1, l, addr1, &handle, &rh1, 8, 0, order, cb(1));
+            let again = m.put(
+                &Transfer::new(ep1, Local::new(l, &handle), Remote::new(addr1, &rh1), 8)
+                    .ordered(order),
+                cb(1),
+            );
             assert!(
                 matches!(again, Err(Error::PeerFailed { rank: 1, .. })),
                 "{again:?}"

@@ -4,7 +4,10 @@
 
 use crate::common::offered::{put_then_fetch_add, Offered};
 use crate::common::{progress_until, senders, watchdog, Continue};
-use rbtl::btl::{Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion, Tag};
+use rbtl::btl::{
+    Endpoint, Error, ErrorEvent, Local, Module, Order, RdmaCallback, RdmaCompletion, Remote, Tag,
+    Transfer,
+};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -75,8 +78,12 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
             HALF,
             || cb(1),
         );
-        m.put(ep2, l, addr2, &handle, &rh2, HALF, 0, order, cb(2))
-            .unwrap();
+        m.put(
+            &Transfer::new(ep2, Local::new(l, &handle), Remote::new(addr2, &rh2), HALF)
+                .ordered(order),
+            cb(2),
+        )
+        .unwrap();
         let start = Instant::now();
         let e = m.flush(None).expect_err("rank 1 is stopped");
         let took = start.elapsed();

@@ -6,8 +6,8 @@
 use crate::common::offered::{put_then_fetch_add, Offered};
 use crate::common::{send_noted, watchdog};
 use rbtl::btl::{
-    DesFlags, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion,
-    RemoteHandle, SendOutcome, SendiOutcome, Tag,
+    DesFlags, Endpoint, Error, ErrorEvent, Local, Module, Order, RdmaCallback, RdmaCompletion,
+    Remote, RemoteHandle, SendOutcome, SendiOutcome, Tag, Transfer,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -102,7 +102,10 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
         } else {
             let l = mem.as_ptr() as usize;
             let e = m
-                .get(ep0, l, addr0, &handle, &rh0, HALF, 0, Order::ANY, record())
+                .get(
+                    &Transfer::new(ep0, Local::new(l, &handle), Remote::new(addr0, &rh0), HALF),
+                    record(),
+                )
                 .expect_err("rank 0 removed this process and released its memory");
             assert!(
                 matches!(&e, Error::PeerFailed { rank: 0, why } if why.contains("removed this process")),

@@ -13,8 +13,8 @@
 
 use crate::report_ok;
 use rbtl::btl::{
-    Access, DesFlags, Endpoint, MemHandle, Module, Order, RdmaCompletion, RemoteHandle,
-    SendiOutcome, Tag,
+    Access, DesFlags, Endpoint, Local, MemHandle, Module, Order, RdmaCompletion, Remote,
+    RemoteHandle, SendiOutcome, Tag, Transfer,
 };
 use rbtl_rcache::monitor;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -78,9 +78,15 @@ fn transfer(
         d.fetch_add(1, Ordering::Release);
     });
     if put {
-        m.put(ep, local, remote, lh, rh, LEN, 0, Order::ANY, cb)
+        m.put(
+            &Transfer::new(ep, Local::new(local, lh), Remote::new(remote, rh), LEN),
+            cb,
+        )
     } else {
-        m.get(ep, local, remote, lh, rh, LEN, 0, Order::ANY, cb)
+        m.get(
+            &Transfer::new(ep, Local::new(local, lh), Remote::new(remote, rh), LEN),
+            cb,
+        )
     }
     .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -47,8 +47,8 @@
 
 use crate::churn::{Rng, PS};
 use rbtl::btl::{
-    Access, DesFlags, Endpoint, Error, MemHandle, Module, Order, RdmaCompletion, RemoteHandle,
-    SendOutcome, SendiOutcome, Tag,
+    Access, DesFlags, Endpoint, Error, Local, MemHandle, Module, Order, RdmaCompletion, Remote,
+    RemoteHandle, SendOutcome, SendiOutcome, Tag, Transfer,
 };
 use rbtl_rcache::monitor;
 use std::collections::VecDeque;
@@ -264,9 +264,15 @@ impl Side<'_> {
                         }
                     });
                     let posted_now = if put {
-                        self.m.put(self.ep, l, r, lh, rh, n, 0, Order::ANY, cb)
+                        self.m.put(
+                            &Transfer::new(self.ep, Local::new(l, lh), Remote::new(r, rh), n),
+                            cb,
+                        )
                     } else {
-                        self.m.get(self.ep, l, r, lh, rh, n, 0, Order::ANY, cb)
+                        self.m.get(
+                            &Transfer::new(self.ep, Local::new(l, lh), Remote::new(r, rh), n),
+                            cb,
+                        )
                     };
                     match posted_now {
                         Ok(()) => break,

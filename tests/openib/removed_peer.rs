@@ -8,8 +8,8 @@
 use crate::common::offered::{put_then_fetch_add, Offered};
 use crate::common::{progress_until, send_noted, senders, watchdog, Continue};
 use rbtl::btl::{
-    DesFlags, Endpoint, Error, ErrorEvent, Module, Order, RdmaCallback, RdmaCompletion,
-    SendOutcome, SendiOutcome, Tag,
+    DesFlags, Endpoint, Error, ErrorEvent, Local, Module, Order, RdmaCallback, RdmaCompletion,
+    Remote, SendOutcome, SendiOutcome, Tag, Transfer,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -122,14 +122,12 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
     );
     let into = result.as_mut_ptr() as usize;
     m.get(
-        ep1,
-        into,
-        addr1,
-        &result_handle,
-        &rh1,
-        8,
-        0,
-        Order::ANY,
+        &Transfer::new(
+            ep1,
+            Local::new(into, &result_handle),
+            Remote::new(addr1, &rh1),
+            8,
+        ),
         cb(),
     )
     .unwrap();

@@ -3,7 +3,10 @@
 //! origin alone changes, so each origin knows what its fetches must return.
 
 use crate::schedule::{Rng, RANKS};
-use rbtl::btl::{self, Access, AtomicOp, Endpoint, MemHandle, Order, RemoteHandle};
+use rbtl::btl::{
+    self, Access, AtomicKind, AtomicOp, Endpoint, Local, MemHandle, Order, Remote, RemoteAtomic,
+    RemoteHandle,
+};
 use rbtl::msg::{Comm, Error};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -173,11 +176,30 @@ impl Atomics {
         let (add, any) = (AtomicOp::Add, Order::ANY);
         let m = comm.modules().nth(target.module).expect("module");
         let started = match kind {
-            Kind::FetchAdd => m.atomic_fop(ep, local, remote, lh, rh, add, operand, 0, any, cb),
-            Kind::Swap | Kind::SwapMiss => {
-                m.atomic_cswap(ep, local, remote, lh, rh, compare, operand, 0, any, cb)
-            }
-            Kind::Add => m.atomic_op(ep, remote, rh, add, operand, 0, any, cb),
+            Kind::FetchAdd => m.atomic(
+                &RemoteAtomic::new(ep, Remote::new(remote, rh), AtomicKind::Op(add, operand))
+                    .fetching(Local::new(local, lh))
+                    .ordered(any),
+                cb,
+            ),
+            Kind::Swap | Kind::SwapMiss => m.atomic(
+                &RemoteAtomic::new(
+                    ep,
+                    Remote::new(remote, rh),
+                    AtomicKind::CompareSwap {
+                        compare,
+                        value: operand,
+                    },
+                )
+                .fetching(Local::new(local, lh))
+                .ordered(any),
+                cb,
+            ),
+            Kind::Add => m.atomic(
+                &RemoteAtomic::new(ep, Remote::new(remote, rh), AtomicKind::Op(add, operand))
+                    .ordered(any),
+                cb,
+            ),
         };
         // The module's flush waits for the completion (it fails with a peer failure, or
         // with a peer timeout after the module's flush timeout when the target answers

@@ -2,7 +2,7 @@
 
 use crate::rdma::{counting, ALL};
 use crate::{remote_of, Buffer, Peer};
-use rbtl_btl::{AtomicFlags, AtomicOp, BtlFlags, Error, Order};
+use rbtl_btl::{AtomicFlags, AtomicKind, AtomicOp, BtlFlags, Error, Local, Remote, RemoteAtomic};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -11,14 +11,12 @@ pub fn atomics(p: &mut Peer<'_>) {
     let attrs = p.module.attributes().clone();
     if !attrs.flags.contains(BtlFlags::ATOMIC_FOPS) {
         let b = Buffer::new(p.module, p.endpoint, 64, ALL);
-        let refused = p.module.atomic_op(
-            p.endpoint,
-            b.addr(0) as u64,
-            b.handle.remote(),
-            AtomicOp::Add,
-            1,
-            0,
-            Order::ANY,
+        let refused = p.module.atomic(
+            &RemoteAtomic::new(
+                p.endpoint,
+                Remote::new(b.addr(0) as u64, b.handle.remote()),
+                AtomicKind::Op(AtomicOp::Add, 1),
+            ),
             Box::new(|_, _| {}),
         );
         assert!(matches!(
@@ -36,16 +34,13 @@ pub fn atomics(p: &mut Peer<'_>) {
     let done = Arc::new(AtomicUsize::new(0));
     for i in 0..N {
         p.module
-            .atomic_fop(
-                ep,
-                results.addr(i * 8),
-                raddr,
-                &results.handle,
-                &rh,
-                AtomicOp::Add,
-                1,
-                0,
-                Order::ANY,
+            .atomic(
+                &RemoteAtomic::new(
+                    ep,
+                    Remote::new(raddr, &rh),
+                    AtomicKind::Op(AtomicOp::Add, 1),
+                )
+                .fetching(Local::new(results.addr(i * 8), &results.handle)),
                 counting(&done),
             )
             .expect("atomic_fop");
@@ -73,16 +68,13 @@ pub fn atomics(p: &mut Peer<'_>) {
     // Compare-swap: a mismatch leaves the word, a match replaces it.
     for (compare, value) in [(1, 5), (N as u64, 777)] {
         p.module
-            .atomic_cswap(
-                ep,
-                results.addr(0),
-                raddr,
-                &results.handle,
-                &rh,
-                compare,
-                value,
-                0,
-                Order::ANY,
+            .atomic(
+                &RemoteAtomic::new(
+                    ep,
+                    Remote::new(raddr, &rh),
+                    AtomicKind::CompareSwap { compare, value },
+                )
+                .fetching(Local::new(results.addr(0), &results.handle)),
                 Box::new(|_, c| c.status.expect("cswap status")),
             )
             .expect("atomic_cswap");
@@ -105,14 +97,8 @@ pub fn atomics(p: &mut Peer<'_>) {
             (AtomicOp::Xor, AtomicFlags::XOR, 0b1111),
             (AtomicOp::Add, AtomicFlags::ADD, 100),
         ] {
-            let r = p.module.atomic_op(
-                ep,
-                w1,
-                &rh,
-                op,
-                operand,
-                0,
-                Order::ANY,
+            let r = p.module.atomic(
+                &RemoteAtomic::new(ep, Remote::new(w1, &rh), AtomicKind::Op(op, operand)),
                 Box::new(|_, c| c.status.expect("op")),
             );
             if !attrs.atomic_flags.contains(flag) {
@@ -129,14 +115,12 @@ pub fn atomics(p: &mut Peer<'_>) {
         assert_eq!(word(&target, 1), expected);
         p.barrier();
     }
-    let misaligned = p.module.atomic_op(
-        ep,
-        raddr + 4,
-        &rh,
-        AtomicOp::Add,
-        1,
-        0,
-        Order::ANY,
+    let misaligned = p.module.atomic(
+        &RemoteAtomic::new(
+            ep,
+            Remote::new(raddr + 4, &rh),
+            AtomicKind::Op(AtomicOp::Add, 1),
+        ),
         Box::new(|_, _| {}),
     );
     assert!(

@@ -1,9 +1,12 @@
-//! The check of 32-bit atomics (`rdma_flags::ATOMIC_32BIT`) on the peer's memory.
+//! The check of 32-bit atomics (`AtomicWidth::W32`) on the peer's memory.
 
 use crate::buffer::Buffer;
 use crate::rdma::{counting, ALL};
 use crate::{remote_of, Peer};
-use rbtl_btl::{rdma_flags::ATOMIC_32BIT, AtomicFlags, AtomicOp, BtlFlags, Error, Order};
+use rbtl_btl::{
+    AtomicFlags, AtomicKind, AtomicOp, AtomicWidth, BtlFlags, Error, Local, Order, Remote,
+    RemoteAtomic,
+};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -38,16 +41,14 @@ pub fn atomics_32bit(p: &mut Peer<'_>) {
     }
     let results = Buffer::new(p.module, ep, 256, ALL);
     if !attrs.atomic_flags.contains(AtomicFlags::U32) {
-        let r = p.module.atomic_fop(
-            ep,
-            results.addr(0),
-            results.addr(0) as u64,
-            &results.handle,
-            results.handle.remote(),
-            AtomicOp::Add,
-            1,
-            ATOMIC_32BIT,
-            Order::ANY,
+        let r = p.module.atomic(
+            &RemoteAtomic::new(
+                ep,
+                Remote::new(results.addr(0) as u64, results.handle.remote()),
+                AtomicKind::Op(AtomicOp::Add, 1),
+            )
+            .fetching(Local::new(results.addr(0), &results.handle))
+            .of_width(AtomicWidth::W32),
             Box::new(|_, _| {}),
         );
         assert!(matches!(r, Err(Error::NotSupported(_))), "{r:?}");
@@ -70,16 +71,15 @@ pub fn atomics_32bit(p: &mut Peer<'_>) {
     for i in 0..N {
         let (l, cb) = (results.addr(8 * i), counting(&done));
         p.module
-            .atomic_fop(
-                ep,
-                l,
-                at(4),
-                rl,
-                &rh,
-                AtomicOp::Add,
-                1,
-                ATOMIC_32BIT,
-                any,
+            .atomic(
+                &RemoteAtomic::new(
+                    ep,
+                    Remote::new(at(4), &rh),
+                    AtomicKind::Op(AtomicOp::Add, 1),
+                )
+                .fetching(Local::new(l, rl))
+                .of_width(AtomicWidth::W32)
+                .ordered(any),
                 cb,
             )
             .expect("32-bit fetch-add");
@@ -102,16 +102,15 @@ pub fn atomics_32bit(p: &mut Peer<'_>) {
         let cb = counting(&done);
         let l = results.addr(0);
         p.module
-            .atomic_fop(
-                ep,
-                l,
-                at(off),
-                rl,
-                &rh,
-                AtomicOp::Add,
-                operand,
-                ATOMIC_32BIT,
-                any,
+            .atomic(
+                &RemoteAtomic::new(
+                    ep,
+                    Remote::new(at(off), &rh),
+                    AtomicKind::Op(AtomicOp::Add, operand),
+                )
+                .fetching(Local::new(l, rl))
+                .of_width(AtomicWidth::W32)
+                .ordered(any),
                 cb,
             )
             .expect("32-bit fetch-add");
@@ -130,16 +129,15 @@ pub fn atomics_32bit(p: &mut Peer<'_>) {
         let cb = counting(&done);
         let l = results.addr(0);
         p.module
-            .atomic_cswap(
-                ep,
-                l,
-                at(off),
-                rl,
-                &rh,
-                compare,
-                value,
-                ATOMIC_32BIT,
-                any,
+            .atomic(
+                &RemoteAtomic::new(
+                    ep,
+                    Remote::new(at(off), &rh),
+                    AtomicKind::CompareSwap { compare, value },
+                )
+                .fetching(Local::new(l, rl))
+                .of_width(AtomicWidth::W32)
+                .ordered(any),
                 cb,
             )
             .expect("32-bit compare-swap");
@@ -152,20 +150,28 @@ pub fn atomics_32bit(p: &mut Peer<'_>) {
     if attrs.flags.contains(BtlFlags::ATOMIC_OPS) {
         let cb = counting(&done);
         p.module
-            .atomic_op(ep, at(24), &rh, AtomicOp::Add, 7, ATOMIC_32BIT, any, cb)
+            .atomic(
+                &RemoteAtomic::new(
+                    ep,
+                    Remote::new(at(24), &rh),
+                    AtomicKind::Op(AtomicOp::Add, 7),
+                )
+                .of_width(AtomicWidth::W32)
+                .ordered(any),
+                cb,
+            )
             .expect("32-bit add");
         p.module.flush(Some(ep)).expect("flush");
     }
-    let misaligned = p.module.atomic_fop(
-        ep,
-        results.addr(0),
-        at(2),
-        rl,
-        &rh,
-        AtomicOp::Add,
-        1,
-        ATOMIC_32BIT,
-        any,
+    let misaligned = p.module.atomic(
+        &RemoteAtomic::new(
+            ep,
+            Remote::new(at(2), &rh),
+            AtomicKind::Op(AtomicOp::Add, 1),
+        )
+        .fetching(Local::new(results.addr(0), rl))
+        .of_width(AtomicWidth::W32)
+        .ordered(any),
         Box::new(|_, _| panic!("a misaligned atomic completed")),
     );
     assert!(

@@ -5,7 +5,7 @@ use crate::buffer::{snapshot, Buffer};
 use crate::pattern::{fill, matches_pattern};
 use crate::rdma::{counting, ALL};
 use crate::{remote_of, Peer};
-use rbtl_btl::{BtlFlags, Error, Module, Order, RdmaCallback};
+use rbtl_btl::{BtlFlags, Error, Local, Module, RdmaCallback, Remote, Transfer};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -45,9 +45,15 @@ pub fn limits_are_enforced(p: &mut Peer<'_>) {
             || -> RdmaCallback { Box::new(|_, _| panic!("a refused transfer completed")) };
         let op = |m: &mut dyn Module, l: usize, r: u64, size: usize, cb: RdmaCallback| {
             if put {
-                m.put(ep, l, r, lh, &rh, size, 0, Order::ANY, cb)
+                m.put(
+                    &Transfer::new(ep, Local::new(l, lh), Remote::new(r, &rh), size),
+                    cb,
+                )
             } else {
-                m.get(ep, l, r, lh, &rh, size, 0, Order::ANY, cb)
+                m.get(
+                    &Transfer::new(ep, Local::new(l, lh), Remote::new(r, &rh), size),
+                    cb,
+                )
             }
         };
         let what = if put { "put" } else { "get" };

@@ -4,7 +4,9 @@
 use crate::pattern::{fill, matches_pattern};
 use crate::retry::retry;
 use crate::{remote_of, Buffer, Peer};
-use rbtl_btl::{rdma_flags, Access, BtlFlags, Error, Module, Order, RdmaCallback, RemoteHandle};
+use rbtl_btl::{
+    Access, BtlFlags, Error, Local, Module, RdmaCallback, Remote, RemoteHandle, Transfer,
+};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -66,14 +68,7 @@ pub fn put_get_every_alignment(p: &mut Peer<'_>) {
             let r = raddr + (i * SLOT + ro) as u64;
             let cb = counting(&done);
             let res = p.module.put(
-                ep,
-                l,
-                r,
-                &local.handle,
-                &rh,
-                size,
-                rdma_flags::NONE,
-                Order::ANY,
+                &Transfer::new(ep, Local::new(l, &local.handle), Remote::new(r, &rh), size),
                 cb,
             );
             let aligned = (l | r as usize | size) % attrs.put_alignment == 0;
@@ -124,14 +119,7 @@ pub fn put_get_every_alignment(p: &mut Peer<'_>) {
             let cb = counting(&done);
             let aligned = (l | r as usize | size) % attrs.get_alignment == 0;
             match p.module.get(
-                ep,
-                l,
-                r,
-                &local.handle,
-                &rh,
-                size,
-                rdma_flags::NONE,
-                Order::ANY,
+                &Transfer::new(ep, Local::new(l, &local.handle), Remote::new(r, &rh), size),
                 cb,
             ) {
                 Ok(()) => ok[i] = true,
@@ -177,14 +165,7 @@ pub fn flush_completes_everything(p: &mut Peer<'_>) {
         // A refused put drops its callback: each try gets a fresh one.
         retry(p, "put", |m| {
             m.put(
-                ep,
-                l,
-                r,
-                h,
-                &rh,
-                SIZE,
-                rdma_flags::NONE,
-                Order::ANY,
+                &Transfer::new(ep, Local::new(l, h), Remote::new(r, &rh), SIZE),
                 counting(&done),
             )
         });
@@ -237,7 +218,10 @@ pub fn remote_access_is_checked(p: &mut Peer<'_>) {
     let l = local.addr(0);
     let nop = || -> RdmaCallback { Box::new(|_, _| panic!("refused operation completed")) };
     let put = |m: &mut dyn Module, r: u64, h: &RemoteHandle, size: usize| {
-        m.put(ep, l, r, &local.handle, h, size, 0, Order::ANY, nop())
+        m.put(
+            &Transfer::new(ep, Local::new(l, &local.handle), Remote::new(r, h), size),
+            nop(),
+        )
     };
     if attrs.flags.contains(BtlFlags::PUT) {
         let e = put(p.module, wo + LEN as u64 - 8, &wo_h, 16);
@@ -274,14 +258,12 @@ pub fn remote_access_is_checked(p: &mut Peer<'_>) {
             "garbage: {e:?}"
         );
         let e = p.module.put(
-            ep,
-            l + LEN - 8,
-            wo,
-            &local.handle,
-            &wo_h,
-            16,
-            0,
-            Order::ANY,
+            &Transfer::new(
+                ep,
+                Local::new(l + LEN - 8, &local.handle),
+                Remote::new(wo, &wo_h),
+                16,
+            ),
             nop(),
         );
         assert!(
@@ -290,22 +272,21 @@ pub fn remote_access_is_checked(p: &mut Peer<'_>) {
         );
     }
     if attrs.flags.contains(BtlFlags::GET) {
-        let e = p
-            .module
-            .get(ep, l, wo, &local.handle, &wo_h, 8, 0, Order::ANY, nop());
+        let e = p.module.get(
+            &Transfer::new(ep, Local::new(l, &local.handle), Remote::new(wo, &wo_h), 8),
+            nop(),
+        );
         assert!(
             matches!(e, Err(Error::AccessDenied { side: "remote", .. })),
             "write-only: {e:?}"
         );
         let e = p.module.get(
-            ep,
-            l,
-            ro + LEN as u64,
-            &local.handle,
-            &ro_h,
-            8,
-            0,
-            Order::ANY,
+            &Transfer::new(
+                ep,
+                Local::new(l, &local.handle),
+                Remote::new(ro + LEN as u64, &ro_h),
+                8,
+            ),
             nop(),
         );
         assert!(
@@ -313,14 +294,12 @@ pub fn remote_access_is_checked(p: &mut Peer<'_>) {
             "get past end: {e:?}"
         );
         let e = p.module.get(
-            ep,
-            read_only.addr(0),
-            ro,
-            &read_only.handle,
-            &ro_h,
-            8,
-            0,
-            Order::ANY,
+            &Transfer::new(
+                ep,
+                Local::new(read_only.addr(0), &read_only.handle),
+                Remote::new(ro, &ro_h),
+                8,
+            ),
             nop(),
         );
         assert!(

@@ -7,8 +7,8 @@ use crate::pattern::{fill, pattern};
 use crate::rdma::ALL;
 use crate::{remote_of, Peer};
 use rbtl_btl::{
-    rdma_flags, Access, BtlFlags, Error, MemHandle, MemRange, Module, Order, RdmaCallback,
-    RegRequest, MAX_RANGES,
+    Access, BtlFlags, Error, Local, MemHandle, MemRange, Module, RdmaCallback, RegRequest, Remote,
+    Transfer, MAX_RANGES,
 };
 use std::sync::{Arc, Mutex};
 
@@ -79,7 +79,10 @@ pub fn requested_keys(p: &mut Peer<'_>) {
         let cb: RdmaCallback = Box::new(move |_, c| *s.lock().unwrap() = Some(c.status));
         let lh = &chosen[0];
         p.module
-            .put(ep, other_base, raddr, lh, &rh, 64, 0, Order::ANY, cb)
+            .put(
+                &Transfer::new(ep, Local::new(other_base, lh), Remote::new(raddr, &rh), 64),
+                cb,
+            )
             .expect("put into the registration of the requested key");
         p.module.flush(Some(ep)).expect("flush");
         assert!(matches!(*status.lock().unwrap(), Some(Ok(()))));
@@ -226,7 +229,10 @@ pub fn vectored_registration(p: &mut Peer<'_>) {
             let at = 512 + i * CHUNK;
             let r = raddr + (off + 256) as u64;
             p.module
-                .get(ep, lbase + at, r, &lh, &rh, CHUNK, 0, Order::ANY, ok())
+                .get(
+                    &Transfer::new(ep, Local::new(lbase + at, &lh), Remote::new(r, &rh), CHUNK),
+                    ok(),
+                )
                 .expect("get from a range");
         }
         p.module.flush(Some(ep)).expect("flush");
@@ -241,14 +247,7 @@ pub fn vectored_registration(p: &mut Peer<'_>) {
         }
         let r = raddr + 1024 - 32;
         let e = p.module.get(
-            ep,
-            lbase,
-            r,
-            &lh,
-            &rh,
-            CHUNK,
-            0,
-            Order::ANY,
+            &Transfer::new(ep, Local::new(lbase, &lh), Remote::new(r, &rh), CHUNK),
             expect_refused("get across"),
         );
         assert!(
@@ -265,7 +264,15 @@ pub fn vectored_registration(p: &mut Peer<'_>) {
                 fill(&mut local[src..src + CHUNK], seed);
                 let r = raddr + at as u64;
                 p.module
-                    .put(ep, lbase + src, r, &lh, &rh, CHUNK, 0, Order::ANY, ok())
+                    .put(
+                        &Transfer::new(
+                            ep,
+                            Local::new(lbase + src, &lh),
+                            Remote::new(r, &rh),
+                            CHUNK,
+                        ),
+                        ok(),
+                    )
                     .expect("put into a range");
                 puts.push((at, seed));
             }
@@ -279,14 +286,7 @@ pub fn vectored_registration(p: &mut Peer<'_>) {
         for (at, what) in refusals {
             let r = raddr + at as u64;
             let e = p.module.put(
-                ep,
-                lbase,
-                r,
-                &lh,
-                &rh,
-                CHUNK,
-                0,
-                Order::ANY,
+                &Transfer::new(ep, Local::new(lbase, &lh), Remote::new(r, &rh), CHUNK),
                 expect_refused(what),
             );
             assert!(
@@ -295,14 +295,12 @@ pub fn vectored_registration(p: &mut Peer<'_>) {
             );
         }
         let e = p.module.put(
-            ep,
-            lbase,
-            raddr - CHUNK as u64,
-            &lh,
-            &rh,
-            CHUNK,
-            0,
-            Order::ANY,
+            &Transfer::new(
+                ep,
+                Local::new(lbase, &lh),
+                Remote::new(raddr - CHUNK as u64, &rh),
+                CHUNK,
+            ),
             expect_refused("before"),
         );
         assert!(
@@ -310,14 +308,12 @@ pub fn vectored_registration(p: &mut Peer<'_>) {
             "{e:?}"
         );
         let local_across = p.module.put(
-            ep,
-            lbase + 2048 - 32,
-            raddr,
-            &lh,
-            &rh,
-            CHUNK,
-            rdma_flags::NONE,
-            Order::ANY,
+            &Transfer::new(
+                ep,
+                Local::new(lbase + 2048 - 32, &lh),
+                Remote::new(raddr, &rh),
+                CHUNK,
+            ),
             expect_refused("local across"),
         );
         assert!(

@@ -6,9 +6,9 @@ use crate::buffer::{snapshot, Bytes};
 use crate::rdma::{counting, ALL};
 use crate::remote_of;
 use crate::retry::{idle_progress, retry_on};
-use rbtl_btl::rdma_flags::ATOMIC_32BIT;
 use rbtl_btl::{
-    AtomicFlags, AtomicOp, BtlFlags, Endpoint, Module, Order, RdmaCallback, RemoteHandle,
+    AtomicFlags, AtomicKind, AtomicOp, AtomicWidth, BtlFlags, Endpoint, Local, Module,
+    RdmaCallback, Remote, RemoteAtomic, RemoteHandle,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -34,8 +34,8 @@ const UNWRITTEN: u8 = 0xaa;
 /// The last word of rank 0's area counts the ranks that are done.
 const DONE_AT: usize = 2 * OPS.len() * SLOT;
 
-/// The widths: (bits, flags).
-const WIDTHS: [(u32, u32); 2] = [(64, 0), (32, ATOMIC_32BIT)];
+/// The widths: (bits, width).
+const WIDTHS: [(u32, AtomicWidth); 2] = [(64, AtomicWidth::W64), (32, AtomicWidth::W32)];
 
 /// Meet the other ranks: give this rank's bytes, get every rank's, by rank (a
 /// barrier as well).
@@ -193,7 +193,7 @@ fn apply_all(
     let done = Arc::new(AtomicUsize::new(0));
     let mut issued = 0;
     for i in 0..ROUNDS {
-        for (w, &(bits, flags)) in WIDTHS.iter().enumerate() {
+        for (w, &(bits, width)) in WIDTHS.iter().enumerate() {
             for (o, &(op, _)) in OPS.iter().enumerate() {
                 let Some(op) = op.filter(|_| listed(m, o, w)) else {
                     continue;
@@ -205,9 +205,32 @@ fn apply_all(
                     m,
                     |m, cb| {
                         if fetch {
-                            m.atomic_fop(ep, local, at(o, w), &rl, rh, op, v, flags, Order::ANY, cb)
+                            m.atomic(
+                                &RemoteAtomic::new(
+                                    ep,
+                                    Remote {
+                                        addr: at(o, w),
+                                        handle: rh,
+                                    },
+                                    AtomicKind::Op(op, v),
+                                )
+                                .fetching(Local::new(local, &rl))
+                                .of_width(width),
+                                cb,
+                            )
                         } else {
-                            m.atomic_op(ep, at(o, w), rh, op, v, flags, Order::ANY, cb)
+                            m.atomic(
+                                &RemoteAtomic::new(
+                                    ep,
+                                    Remote {
+                                        addr: at(o, w),
+                                        handle: rh,
+                                    },
+                                    AtomicKind::Op(op, v),
+                                )
+                                .of_width(width),
+                                cb,
+                            )
                         }
                     },
                     &done,
@@ -225,7 +248,7 @@ fn apply_all(
     // Increments by compare-and-swap, one at a time: each success claims an old value.
     let cs = OPS.len() - 1;
     let mut claimed = vec![Vec::new(); WIDTHS.len()];
-    for (w, &(bits, flags)) in WIDTHS.iter().enumerate() {
+    for (w, &(bits, width)) in WIDTHS.iter().enumerate() {
         if !listed(m, cs, w) {
             continue;
         }
@@ -237,16 +260,20 @@ fn apply_all(
             retry(
                 m,
                 |m, cb| {
-                    m.atomic_cswap(
-                        ep,
-                        local,
-                        at(cs, w),
-                        &rl,
-                        rh,
-                        guess,
-                        next,
-                        flags,
-                        Order::ANY,
+                    m.atomic(
+                        &RemoteAtomic::new(
+                            ep,
+                            Remote {
+                                addr: at(cs, w),
+                                handle: rh,
+                            },
+                            AtomicKind::CompareSwap {
+                                compare: guess,
+                                value: next,
+                            },
+                        )
+                        .fetching(Local::new(local, &rl))
+                        .of_width(width),
                         cb,
                     )
                 },
@@ -300,18 +327,22 @@ fn apply_all(
         m,
         |m, cb| {
             if both {
-                m.atomic_op(ep, count, rh, AtomicOp::Add, 1, 0, Order::ANY, cb)
+                m.atomic(
+                    &RemoteAtomic::new(
+                        ep,
+                        Remote::new(count, rh),
+                        AtomicKind::Op(AtomicOp::Add, 1),
+                    ),
+                    cb,
+                )
             } else {
-                m.atomic_fop(
-                    ep,
-                    local,
-                    count,
-                    &rl,
-                    rh,
-                    AtomicOp::Add,
-                    1,
-                    0,
-                    Order::ANY,
+                m.atomic(
+                    &RemoteAtomic::new(
+                        ep,
+                        Remote::new(count, rh),
+                        AtomicKind::Op(AtomicOp::Add, 1),
+                    )
+                    .fetching(Local::new(local, &rl)),
                     cb,
                 )
             }

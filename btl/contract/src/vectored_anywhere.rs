@@ -6,8 +6,8 @@ use crate::pattern::{fill, pattern};
 use crate::rdma::ALL;
 use crate::Peer;
 use rbtl_btl::{
-    BtlFlags, Error, MemHandle, MemRange, Module, Order, RdmaCallback, RegRequest, RemoteHandle,
-    MAX_RANGES,
+    BtlFlags, Error, Local, MemHandle, MemRange, Module, RdmaCallback, RegRequest, Remote,
+    RemoteHandle, Transfer, MAX_RANGES,
 };
 
 /// A key no transport would choose by itself early on (another than the other checks').
@@ -139,11 +139,15 @@ pub fn vectored_transfers_anywhere(p: &mut Peer<'_>) {
         let r = raddr + off as u64;
         let cb: RdmaCallback = Box::new(move |_, c| c.status.expect("a transfer in one range"));
         let posted = if put {
-            p.module
-                .put(ep, lbase + lo, r, &lh, &rh, len, 0, Order::ANY, cb)
+            p.module.put(
+                &Transfer::new(ep, Local::new(lbase + lo, &lh), Remote::new(r, &rh), len),
+                cb,
+            )
         } else {
-            p.module
-                .get(ep, lbase + lo, r, &lh, &rh, len, 0, Order::ANY, cb)
+            p.module.get(
+                &Transfer::new(ep, Local::new(lbase + lo, &lh), Remote::new(r, &rh), len),
+                cb,
+            )
         };
         posted.unwrap_or_else(|e| panic!("{len} bytes at {off} of range {i}: {e}"));
         p.module.flush(Some(ep)).expect("flush");

@@ -9,10 +9,10 @@ use crate::registrations::{NoPin, Reg, Registrations};
 use crate::send_frags::SendFrags;
 use crate::AmTable;
 use crate::{
-    AmCallback, AtomicOp, AtomicRequest, AtomicWidth, Attributes, DesFlags, Descriptor, Endpoint,
-    Error, ErrorCallback, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback,
-    RdmaCompletion, Received, RegRequest, RemoteHandle, Result, SendCompletion, SendError,
-    SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
+    AmCallback, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback, MemHandle, Modex,
+    Module, ModuleId, Order, Proc, RdmaCallback, RdmaCompletion, Received, RegRequest,
+    RemoteAtomic, RemoteHandle, Result, SendCompletion, SendError, SendOutcome, SendiOutcome, Tag,
+    Transfer, MAX_SEGMENTS,
 };
 use rbtl_mpool::Region;
 use rbtl_rcache::{Access, Rcache};
@@ -218,44 +218,6 @@ impl SelfModule {
             None => self.frags.recycle(descriptor),
         }
     }
-
-    /// Apply an atomic to the peer's (our own) word at `remote`, its previous value
-    /// going to `result` if any, after the checks; then queue its completion.
-    #[allow(clippy::too_many_arguments)]
-    fn atomic(
-        &mut self,
-        ep: Endpoint,
-        result: Option<(usize, &MemHandle)>,
-        remote: u64,
-        handle: &RemoteHandle,
-        op: Option<AtomicOp>,
-        operand: u64,
-        compare: u64,
-        flags: u32,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        self.check_endpoint(ep)?;
-        let width = AtomicWidth::of(flags);
-        width.check_aligned(remote)?;
-        let target = self.remote_target(handle, remote, width.bytes(), Access::ATOMIC)?;
-        if let Some((local, h)) = result {
-            h.check::<Reg<NoPin>>(self.id, local, width.bytes(), Access::LOCAL_WRITE)?;
-        }
-        let request = AtomicRequest { op, width };
-        // SAFETY: `target` was checked to be aligned to the width and inside a live
-        // registration with atomic access.
-        let old = unsafe { request.apply(target, operand, compare) };
-        let local = match result {
-            Some((local, _)) => {
-                // SAFETY: checked to be `width` writable bytes of a live registration.
-                unsafe { width.store(local, old) };
-                local
-            }
-            None => 0,
-        };
-        self.complete(ep, local, width.bytes(), callback);
-        Ok(())
-    }
 }
 
 impl Module for SelfModule {
@@ -403,120 +365,60 @@ impl Module for SelfModule {
         Ok(SendiOutcome::Sent)
     }
 
-    fn put(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        size: usize,
-        _flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        self.attrs.check_transfer(true, local, remote, size)?;
-        self.check_endpoint(endpoint)?;
-        local_handle.check::<Reg<NoPin>>(self.id, local, size, Access::LOCAL_READ)?;
-        let dst = self.remote_target(remote_handle, remote, size, crate::PUT_REMOTE)?;
+    fn put(&mut self, op: &Transfer<'_>, callback: RdmaCallback) -> Result<()> {
+        op.check_limits(&self.attrs, true)?;
+        self.check_endpoint(op.endpoint)?;
+        let (local, size) = (op.local.addr, op.len);
+        op.local
+            .handle
+            .check::<Reg<NoPin>>(self.id, local, size, Access::LOCAL_READ)?;
+        let dst = self.remote_target(op.remote.handle, op.remote.addr, size, crate::PUT_REMOTE)?;
         // SAFETY: both ranges were checked to lie inside live registrations, whose
         // register_mem contract keeps the memory mapped; `copy` allows overlap.
         unsafe { std::ptr::copy(local as *const u8, dst, size) };
-        self.complete(endpoint, local, size, callback);
+        self.complete(op.endpoint, local, size, callback);
         Ok(())
     }
 
-    fn get(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        size: usize,
-        _flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        self.attrs.check_transfer(false, local, remote, size)?;
-        self.check_endpoint(endpoint)?;
-        local_handle.check::<Reg<NoPin>>(self.id, local, size, Access::LOCAL_WRITE)?;
-        let src = self.remote_target(remote_handle, remote, size, crate::GET_REMOTE)?;
+    fn get(&mut self, op: &Transfer<'_>, callback: RdmaCallback) -> Result<()> {
+        op.check_limits(&self.attrs, false)?;
+        self.check_endpoint(op.endpoint)?;
+        let (local, size) = (op.local.addr, op.len);
+        op.local
+            .handle
+            .check::<Reg<NoPin>>(self.id, local, size, Access::LOCAL_WRITE)?;
+        let src = self.remote_target(op.remote.handle, op.remote.addr, size, crate::GET_REMOTE)?;
         // SAFETY: as in put, with the roles swapped.
         unsafe { std::ptr::copy(src, local as *mut u8, size) };
-        self.complete(endpoint, local, size, callback);
+        self.complete(op.endpoint, local, size, callback);
         Ok(())
     }
 
-    fn atomic_op(
-        &mut self,
-        endpoint: Endpoint,
-        remote: u64,
-        remote_handle: &RemoteHandle,
-        op: AtomicOp,
-        operand: u64,
-        flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        let h = remote_handle;
-        self.atomic(
-            endpoint,
-            None,
-            remote,
-            h,
-            Some(op),
-            operand,
-            0,
-            flags,
-            callback,
-        )
-    }
-
-    fn atomic_fop(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        op: AtomicOp,
-        operand: u64,
-        flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        let (result, h) = (Some((local, local_handle)), remote_handle);
-        self.atomic(
-            endpoint,
-            result,
-            remote,
-            h,
-            Some(op),
-            operand,
-            0,
-            flags,
-            callback,
-        )
-    }
-
-    fn atomic_cswap(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        compare: u64,
-        value: u64,
-        flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        let (result, h) = (Some((local, local_handle)), remote_handle);
-        self.atomic(
-            endpoint, result, remote, h, None, value, compare, flags, callback,
-        )
+    /// Applied at once to the peer's (our own) word, its completion queued.
+    fn atomic(&mut self, op: &RemoteAtomic<'_>, callback: RdmaCallback) -> Result<()> {
+        self.check_endpoint(op.endpoint)?;
+        op.check_word()?;
+        let width = op.width;
+        let target = self.remote_target(
+            op.remote.handle,
+            op.remote.addr,
+            width.bytes(),
+            Access::ATOMIC,
+        )?;
+        if let Some(r) = op.result {
+            r.handle
+                .check::<Reg<NoPin>>(self.id, r.addr, width.bytes(), Access::LOCAL_WRITE)?;
+        }
+        let (operand, compare) = op.operands();
+        // SAFETY: `target` was checked to be aligned to the width and inside a live
+        // registration with atomic access.
+        let old = unsafe { op.request().apply(target, operand, compare) };
+        if let Some(r) = op.result {
+            // SAFETY: checked to be `width` writable bytes of a live registration.
+            unsafe { width.store(r.addr, old) };
+        }
+        self.complete(op.endpoint, op.result_addr(), width.bytes(), callback);
+        Ok(())
     }
 
     fn flush(&mut self, endpoint: Option<Endpoint>) -> Result<()> {

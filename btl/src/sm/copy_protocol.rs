@@ -24,7 +24,7 @@ use crate::flush_watch::Answers;
 use crate::keytable::KeyTableView;
 use crate::{
     AtomicRequest, AtomicWidth, Endpoint, Error, ModuleId, RdmaCallback, RdmaCompletion,
-    RemoteHandle, Result, GET_REMOTE, PUT_REMOTE,
+    RemoteAtomic, RemoteHandle, Result, Transfer, GET_REMOTE, PUT_REMOTE,
 };
 use rbtl_rcache::Access;
 use std::collections::{HashMap, VecDeque};
@@ -178,90 +178,60 @@ impl CopyProtocol {
         }
     }
 
-    /// Start a put of `size` bytes from our `local` to `remote` at `peer` (endpoint
-    /// `ep`), both ranges checked by the caller: it is queued behind what waits for the
-    /// peer's ring, and the caller then drains that queue.
-    #[allow(clippy::too_many_arguments)]
-    pub fn start_put(
-        &mut self,
-        peer: &mut Peer,
-        ep: Endpoint,
-        local: usize,
-        remote: u64,
-        size: usize,
-        remote_handle: &RemoteHandle,
-        callback: RdmaCallback,
-    ) {
-        let req = self.start_op(ep, local, size, Pending::Put, callback);
-        let handle = *remote_handle;
+    /// Start put `op` at `peer`, its ranges checked by the caller (its remote handle
+    /// the one-range handle of the range it lies in): it is queued behind what waits
+    /// for the peer's ring, and the caller then drains that queue.
+    pub fn start_put(&mut self, peer: &mut Peer, op: &Transfer<'_>, callback: RdmaCallback) {
+        let (local, size) = (op.local.addr, op.len);
+        let req = self.start_op(op.endpoint, local, size, Pending::Put, callback);
         peer.outbound.push_back(Outbound::Protocol(Outgoing::Put {
             req,
             local,
-            remote,
+            remote: op.remote.addr,
             len: size,
             sent: 0,
-            handle,
+            handle: *op.remote.handle,
         }));
     }
 
-    /// Start a get of `size` bytes from `remote` at `peer` (endpoint `ep`) into our
-    /// `local`, both ranges checked by the caller: a request to the peer (a get of
+    /// Start get `op` at `peer`, checked as a put: a request to the peer (a get of
     /// nothing completes at once).
-    #[allow(clippy::too_many_arguments)]
     pub fn start_get(
         &mut self,
         peer: &mut Peer,
-        ep: Endpoint,
-        local: usize,
-        remote: u64,
-        size: usize,
-        remote_handle: &RemoteHandle,
+        op: &Transfer<'_>,
         callback: RdmaCallback,
         done: &mut VecDeque<Done>,
     ) {
-        let req = self.start_op(
-            ep,
+        let (local, size) = (op.local.addr, op.len);
+        let pending = Pending::Get {
             local,
             size,
-            Pending::Get {
-                local,
-                size,
-                received: 0,
-            },
-            callback,
-        );
+            received: 0,
+        };
+        let req = self.start_op(op.endpoint, local, size, pending, callback);
         if size == 0 {
             self.complete_op(req, Ok(()), done);
         } else {
             let msg = wire::Writer::default()
                 .u64(req)
-                .u64(remote)
+                .u64(op.remote.addr)
                 .u64(size as u64)
-                .handle(remote_handle)
+                .handle(op.remote.handle)
                 .0;
             send(peer, wire::GET_REQ, msg);
         }
     }
 
-    /// Start an atomic on the word at `remote` at `peer` (endpoint `ep`), checked by
-    /// the caller: `atomic.op` with `operand`, or for `None` compare-and-swap of
-    /// `compare` for `operand`; the previous value goes to our `result` if any.
-    #[allow(clippy::too_many_arguments)]
-    pub fn start_atomic(
-        &mut self,
-        peer: &mut Peer,
-        ep: Endpoint,
-        result: Option<usize>,
-        remote: u64,
-        remote_handle: &RemoteHandle,
-        atomic: AtomicRequest,
-        operand: u64,
-        compare: u64,
-        callback: RdmaCallback,
-    ) {
+    /// Start atomic `op` at `peer`, checked as a put: the target applies it and
+    /// answers with the previous value, which goes to `op.result` if any.
+    pub fn start_atomic(&mut self, peer: &mut Peer, op: &RemoteAtomic<'_>, callback: RdmaCallback) {
+        let result = op.result.map(|r| r.addr);
+        let atomic = op.request();
+        let (operand, compare) = op.operands();
         let width = atomic.width;
         let req = self.start_op(
-            ep,
+            op.endpoint,
             result.unwrap_or(0),
             width.bytes(),
             Pending::Atomic { result, width },
@@ -269,11 +239,11 @@ impl CopyProtocol {
         );
         let msg = wire::Writer::default()
             .u64(req)
-            .u64(remote)
+            .u64(op.remote.addr)
             .u64(operand)
             .u64(compare)
             .u64(u64::from(atomic.code()))
-            .handle(remote_handle)
+            .handle(op.remote.handle)
             .0;
         send(peer, wire::ATOMIC_REQ, msg);
     }

@@ -344,30 +344,22 @@ fn target() -> Target {
     let (get_into, result) = (Guarded::new(300), Guarded::new(8));
     let mut done = VecDeque::new();
     let ep = Endpoint(0);
-    copy.start_get(
-        &mut peer,
-        ep,
-        get_into.addr(),
-        0x1000,
-        300,
-        &handle,
-        Box::new(|_, _| {}),
-        &mut done,
-    );
-    copy.start_atomic(
-        &mut peer,
-        ep,
-        Some(result.addr()),
-        0x1000,
-        &handle,
-        crate::AtomicRequest {
-            op: None,
-            width: crate::AtomicWidth::W64,
-        },
-        1,
-        0,
-        Box::new(|_, _| {}),
-    );
+    // The origin's side as the module would have checked it: its own registrations.
+    let local = |addr, len| {
+        let range = [crate::MemRange::new(addr, len)];
+        crate::MemHandle::new(id, 0, &range, Access::LOCAL_WRITE, handle, Box::new(()))
+    };
+    let (into, res) = (local(get_into.addr(), 300), local(result.addr(), 8));
+    let remote = crate::Remote::new(0x1000, &handle);
+    let get = crate::Transfer::new(ep, crate::Local::new(get_into.addr(), &into), remote, 300);
+    copy.start_get(&mut peer, &get, Box::new(|_, _| {}), &mut done);
+    let cas = crate::AtomicKind::CompareSwap {
+        compare: 0,
+        value: 1,
+    };
+    let cas =
+        crate::RemoteAtomic::new(ep, remote, cas).fetching(crate::Local::new(result.addr(), &res));
+    copy.start_atomic(&mut peer, &cas, Box::new(|_, _| {}));
     Target {
         _own: own,
         peer,

@@ -20,10 +20,10 @@ use crate::registrations::{NoPin, Reg, Registrations};
 use crate::send_frags::SendFrags;
 use crate::AmTable;
 use crate::{
-    AmCallback, AtomicOp, AtomicRequest, AtomicWidth, Attributes, DesFlags, Descriptor, Endpoint,
-    Error, ErrorCallback, ErrorEvent, Expected, ExpectedSlot, MemHandle, Modex, Module, ModuleId,
-    Order, Proc, RdmaCallback, RdmaCompletion, Received, RegRequest, RemoteHandle, Result,
-    SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, MAX_SEGMENTS,
+    AmCallback, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent,
+    Expected, ExpectedSlot, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback,
+    RdmaCompletion, Received, RegRequest, Remote, RemoteAtomic, RemoteHandle, Result,
+    SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, Transfer, MAX_SEGMENTS,
 };
 use rbtl_rcache::{Access, Rcache};
 use std::collections::VecDeque;
@@ -304,25 +304,22 @@ impl SmModule {
 
     /// Put (`Write`) or get (`Read`): both ranges checked, then by cross-memory attach
     /// or by the copy protocol.
-    #[allow(clippy::too_many_arguments)]
     fn rdma(
         &mut self,
         dir: cma::Direction,
-        ep: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        size: usize,
+        op: &Transfer<'_>,
         callback: RdmaCallback,
     ) -> Result<()> {
         let (local_needs, remote_needs, put) = match dir {
             cma::Direction::Write => (Access::LOCAL_READ, crate::PUT_REMOTE, true),
             cma::Direction::Read => (Access::LOCAL_WRITE, crate::GET_REMOTE, false),
         };
-        self.attrs.check_transfer(put, local, remote, size)?;
-        local_handle.check::<Reg<NoPin>>(self.id, local, size, local_needs)?;
-        self.check_remote(ep, remote_handle, remote, size, remote_needs)?;
+        op.check_limits(&self.attrs, put)?;
+        let (ep, local, remote, size) = (op.endpoint, op.local.addr, op.remote.addr, op.len);
+        op.local
+            .handle
+            .check::<Reg<NoPin>>(self.id, local, size, local_needs)?;
+        self.check_remote(ep, op.remote.handle, remote, size, remote_needs)?;
         let cma = self.peers[ep.0 as usize].goes_by_cma(dir, size, &self.settings);
         let peer = &self.peers[ep.0 as usize];
         if cma {
@@ -365,68 +362,24 @@ impl SmModule {
         let i = ep.0 as usize;
         // The copy protocol's requests carry the one-range handle of the range the
         // transfer lies in (checked above).
-        let remote_handle = &narrow(self.peers[i].module, remote_handle, remote, size)?;
+        let narrowed = narrow(self.peers[i].module, op.remote.handle, remote, size)?;
+        let op = &Transfer {
+            remote: Remote {
+                handle: &narrowed,
+                ..op.remote
+            },
+            ..*op
+        };
         match dir {
             cma::Direction::Write => {
-                self.copy.start_put(
-                    &mut self.peers[i],
-                    ep,
-                    local,
-                    remote,
-                    size,
-                    remote_handle,
-                    callback,
-                );
+                self.copy.start_put(&mut self.peers[i], op, callback);
                 self.drain_outbound(i);
             }
-            cma::Direction::Read => self.copy.start_get(
-                &mut self.peers[i],
-                ep,
-                local,
-                remote,
-                size,
-                remote_handle,
-                callback,
-                &mut self.done,
-            ),
+            cma::Direction::Read => {
+                self.copy
+                    .start_get(&mut self.peers[i], op, callback, &mut self.done)
+            }
         }
-        Ok(())
-    }
-
-    /// An atomic on `remote` at `ep` (`op`, or compare-and-swap for `None`), its
-    /// previous value going to `result` if any: checked, then applied by the target
-    /// through the copy protocol.
-    #[allow(clippy::too_many_arguments)]
-    fn atomic(
-        &mut self,
-        ep: Endpoint,
-        result: Option<(usize, &MemHandle)>,
-        remote: u64,
-        remote_handle: &RemoteHandle,
-        op: Option<AtomicOp>,
-        operand: u64,
-        compare: u64,
-        flags: u32,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        let width = AtomicWidth::of(flags);
-        width.check_aligned(remote)?;
-        if let Some((local, handle)) = result {
-            handle.check::<Reg<NoPin>>(self.id, local, width.bytes(), Access::LOCAL_WRITE)?;
-        }
-        let module = self.check_remote(ep, remote_handle, remote, width.bytes(), Access::ATOMIC)?;
-        let remote_handle = &narrow(module, remote_handle, remote, width.bytes())?;
-        self.copy.start_atomic(
-            &mut self.peers[ep.0 as usize],
-            ep,
-            result.map(|r| r.0),
-            remote,
-            remote_handle,
-            AtomicRequest { op, width },
-            operand,
-            compare,
-            callback,
-        );
         Ok(())
     }
 
@@ -828,103 +781,34 @@ impl Module for SmModule {
         Err(Error::OutOfResource("sm ring full"))
     }
 
-    fn put(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        size: usize,
-        _flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        self.rdma(
-            cma::Direction::Write,
-            endpoint,
-            local,
-            remote,
-            local_handle,
-            remote_handle,
-            size,
-            callback,
-        )
+    fn put(&mut self, op: &Transfer<'_>, callback: RdmaCallback) -> Result<()> {
+        self.rdma(cma::Direction::Write, op, callback)
     }
 
-    fn get(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        size: usize,
-        _flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        self.rdma(
-            cma::Direction::Read,
-            endpoint,
-            local,
-            remote,
-            local_handle,
-            remote_handle,
-            size,
-            callback,
-        )
+    fn get(&mut self, op: &Transfer<'_>, callback: RdmaCallback) -> Result<()> {
+        self.rdma(cma::Direction::Read, op, callback)
     }
 
-    fn atomic_op(
-        &mut self,
-        endpoint: Endpoint,
-        remote: u64,
-        remote_handle: &RemoteHandle,
-        op: AtomicOp,
-        operand: u64,
-        flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        let (h, op) = (remote_handle, Some(op));
-        self.atomic(endpoint, None, remote, h, op, operand, 0, flags, callback)
-    }
-
-    fn atomic_fop(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        op: AtomicOp,
-        operand: u64,
-        flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        let (result, h, op) = (Some((local, local_handle)), remote_handle, Some(op));
-        self.atomic(endpoint, result, remote, h, op, operand, 0, flags, callback)
-    }
-
-    fn atomic_cswap(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        compare: u64,
-        value: u64,
-        flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        let (result, h) = (Some((local, local_handle)), remote_handle);
-        self.atomic(
-            endpoint, result, remote, h, None, value, compare, flags, callback,
-        )
+    /// Checked, then applied by the target through the copy protocol.
+    fn atomic(&mut self, op: &RemoteAtomic<'_>, callback: RdmaCallback) -> Result<()> {
+        op.check_word()?;
+        let (ep, remote, bytes) = (op.endpoint, op.remote.addr, op.width.bytes());
+        if let Some(r) = op.result {
+            r.handle
+                .check::<Reg<NoPin>>(self.id, r.addr, bytes, Access::LOCAL_WRITE)?;
+        }
+        let module = self.check_remote(ep, op.remote.handle, remote, bytes, Access::ATOMIC)?;
+        let narrowed = narrow(module, op.remote.handle, remote, bytes)?;
+        let op = &RemoteAtomic {
+            remote: Remote {
+                handle: &narrowed,
+                ..op.remote
+            },
+            ..*op
+        };
+        self.copy
+            .start_atomic(&mut self.peers[ep.0 as usize], op, callback);
+        Ok(())
     }
 
     fn alloc_shared(&mut self, len: usize) -> Result<Option<SharedMem>> {

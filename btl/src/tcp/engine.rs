@@ -10,7 +10,7 @@ use super::failures::Failures;
 use super::interfaces::Interface;
 use super::link::Item;
 use super::net::Net;
-use super::onesided::{Atomic, OneSided, Transfer};
+use super::onesided::OneSided;
 use super::peer::endpoint;
 use super::published::Published;
 use super::sends::Sends;
@@ -24,7 +24,8 @@ use crate::keytable;
 use crate::registrations::{NoPin, Registrations};
 use crate::{
     Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorEvent, MemHandle, Modex, ModuleId,
-    Order, Proc, RdmaCallback, RegRequest, Result, SendError, SendOutcome, Tag,
+    Order, Proc, RdmaCallback, RegRequest, RemoteAtomic, Result, SendError, SendOutcome, Tag,
+    Transfer,
 };
 use rbtl_mpool::Region;
 use rbtl_rcache::Rcache;
@@ -316,28 +317,23 @@ impl Engine {
     // ---- One-sided operations.
 
     /// Start a put or get with `ep`.
-    pub fn transfer(
-        &mut self,
-        ep: Endpoint,
-        t: Transfer<'_>,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        let p = self.net.live_peer(ep)?;
+    pub fn transfer(&mut self, t: &Transfer<'_>, put: bool, callback: RdmaCallback) -> Result<()> {
+        let p = self.net.live_peer(t.endpoint)?;
         let module = self.net.peers[p].module;
         let r = self
             .onesided
-            .transfer(&mut self.net, (p, ep, module), t, callback);
+            .transfer(&mut self.net, (p, module), (t, put), callback);
         self.settle();
         r
     }
 
-    /// Start an atomic with `ep`.
-    pub fn atomic(&mut self, ep: Endpoint, a: Atomic<'_>, callback: RdmaCallback) -> Result<()> {
-        let p = self.net.live_peer(ep)?;
+    /// Start atomic `a`.
+    pub fn atomic(&mut self, a: &RemoteAtomic<'_>, callback: RdmaCallback) -> Result<()> {
+        let p = self.net.live_peer(a.endpoint)?;
         let module = self.net.peers[p].module;
         let r = self
             .onesided
-            .atomic(&mut self.net, (p, ep, module), a, callback);
+            .atomic(&mut self.net, (p, module), a, callback);
         self.settle();
         r
     }

@@ -5,17 +5,16 @@
 
 use super::engine::Engine;
 use super::interfaces::Interface;
-use super::onesided::{Atomic, Transfer};
 use super::reader::{Delivery, Message, Reader};
 use super::sockets::LinkBytes;
-use super::{wire, Refused, Settings, NAME};
+use super::{Refused, Settings, NAME};
 use crate::done::Done;
 use crate::flush_watch::FlushWatch;
 use crate::{
-    AmCallback, AmTable, AtomicOp, Attributes, DesFlags, Descriptor, Endpoint, Error,
-    ErrorCallback, Expected, ExpectedSlot, MemHandle, Modex, Module, ModuleId, Order, Proc,
-    RdmaCallback, Received, RegRequest, RemoteHandle, Result, SendCompletion, SendError,
-    SendOutcome, SendiOutcome, Tag,
+    AmCallback, AmTable, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
+    Expected, ExpectedSlot, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback,
+    Received, RegRequest, RemoteAtomic, Result, SendCompletion, SendError, SendOutcome,
+    SendiOutcome, Tag, Transfer,
 };
 use std::time::{Duration, Instant};
 
@@ -254,125 +253,18 @@ impl Module for TcpModule {
         Ok(SendiOutcome::Sent)
     }
 
-    fn put(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        size: usize,
-        _flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        self.attrs.check_transfer(true, local, remote, size)?;
-        let t = Transfer {
-            put: true,
-            local,
-            remote,
-            local_handle,
-            remote_handle,
-            size,
-        };
-        self.engine.transfer(endpoint, t, callback)
+    fn put(&mut self, op: &Transfer<'_>, callback: RdmaCallback) -> Result<()> {
+        op.check_limits(&self.attrs, true)?;
+        self.engine.transfer(op, true, callback)
     }
 
-    fn get(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        size: usize,
-        _flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        self.attrs.check_transfer(false, local, remote, size)?;
-        let t = Transfer {
-            put: false,
-            local,
-            remote,
-            local_handle,
-            remote_handle,
-            size,
-        };
-        self.engine.transfer(endpoint, t, callback)
+    fn get(&mut self, op: &Transfer<'_>, callback: RdmaCallback) -> Result<()> {
+        op.check_limits(&self.attrs, false)?;
+        self.engine.transfer(op, false, callback)
     }
 
-    fn atomic_op(
-        &mut self,
-        endpoint: Endpoint,
-        remote: u64,
-        remote_handle: &RemoteHandle,
-        op: AtomicOp,
-        operand: u64,
-        flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        let a = Atomic {
-            result: None,
-            remote,
-            remote_handle,
-            code: wire::op_code(op),
-            operand,
-            compare: 0,
-            flags,
-        };
-        self.engine.atomic(endpoint, a, callback)
-    }
-
-    fn atomic_fop(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        op: AtomicOp,
-        operand: u64,
-        flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        let a = Atomic {
-            result: Some((local, local_handle)),
-            remote,
-            remote_handle,
-            code: wire::op_code(op),
-            operand,
-            compare: 0,
-            flags,
-        };
-        self.engine.atomic(endpoint, a, callback)
-    }
-
-    fn atomic_cswap(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        compare: u64,
-        value: u64,
-        flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        let a = Atomic {
-            result: Some((local, local_handle)),
-            remote,
-            remote_handle,
-            code: wire::CSWAP,
-            operand: value,
-            compare,
-            flags,
-        };
-        self.engine.atomic(endpoint, a, callback)
+    fn atomic(&mut self, op: &RemoteAtomic<'_>, callback: RdmaCallback) -> Result<()> {
+        self.engine.atomic(op, callback)
     }
 
     /// Waits for the answers to every operation towards `endpoint` (or all), for as

@@ -7,14 +7,13 @@
 use super::net::Net;
 use super::rdma::{self, Ops, Pending};
 use super::sink::Sink;
-use super::wire::{self, Frame};
+use super::wire::Frame;
 use crate::done::Done;
 use crate::flush_watch::Answers;
 use crate::keytable::{KeyTableView, HANDLE_SIZE};
 use crate::registrations::{NoPin, Reg};
 use crate::{
-    AtomicRequest, AtomicWidth, Endpoint, Error, MemHandle, ModuleId, RdmaCallback, RemoteHandle,
-    Result,
+    AtomicRequest, Endpoint, Error, ModuleId, RdmaCallback, RemoteAtomic, Result, Transfer,
 };
 use rbtl_rcache::Access;
 use std::collections::VecDeque;
@@ -27,40 +26,6 @@ pub enum Handled {
     Stream(Sink),
     /// The peer broke the protocol.
     Violation(&'static str),
-}
-
-/// A transfer's two sides, as the contract's `put` and `get` name them.
-pub struct Transfer<'a> {
-    /// Put (else get).
-    pub put: bool,
-    /// The local address.
-    pub local: usize,
-    /// The remote address.
-    pub remote: u64,
-    /// The local registration.
-    pub local_handle: &'a MemHandle,
-    /// The remote registration.
-    pub remote_handle: &'a RemoteHandle,
-    /// Bytes.
-    pub size: usize,
-}
-
-/// An atomic, as the contract's three atomic calls name it.
-pub struct Atomic<'a> {
-    /// Where the previous value goes, for fetching ones.
-    pub result: Option<(usize, &'a MemHandle)>,
-    /// The remote word.
-    pub remote: u64,
-    /// Its registration.
-    pub remote_handle: &'a RemoteHandle,
-    /// [`op_code`](super::wire::op_code), or [`CSWAP`](super::wire::CSWAP).
-    pub code: u8,
-    /// The operand (compare-swap's new value).
-    pub operand: u64,
-    /// Compare-swap's expected value.
-    pub compare: u64,
-    /// The contract's atomic flags ([`rdma_flags`](crate::rdma_flags)): the word's width.
-    pub flags: u32,
 }
 
 /// The origin's operations in flight, and how requests are served.
@@ -80,37 +45,39 @@ impl OneSided {
         }
     }
 
-    /// Start a put or get with peer `p` (checked live), whose module is `module`.
+    /// Start put (`put`) or get `t` with peer `p` (checked live), whose module is
+    /// `module`.
     pub fn transfer(
         &mut self,
         net: &mut Net,
-        (p, ep, module): (usize, Endpoint, u64),
-        t: Transfer<'_>,
+        (p, module): (usize, u64),
+        (t, put): (&Transfer<'_>, bool),
         callback: RdmaCallback,
     ) -> Result<()> {
-        let (local_needs, remote_needs) = if t.put {
+        let (local_needs, remote_needs) = if put {
             (Access::LOCAL_READ, crate::PUT_REMOTE)
         } else {
             (Access::LOCAL_WRITE, crate::GET_REMOTE)
         };
-        t.local_handle
-            .check::<Reg<NoPin>>(self.id, t.local, t.size, local_needs)?;
-        let remote_handle =
-            rdma::precheck(module, t.remote_handle, t.remote, t.size, remote_needs)?;
-        let chunk = rdma::chunk_len(t.size, self.chunk, net.peers[p].links.len());
-        let n = rdma::chunks(t.size, chunk).count();
-        let what = if t.put {
+        let (local, size, remote) = (t.local.addr, t.len, t.remote.addr);
+        t.local
+            .handle
+            .check::<Reg<NoPin>>(self.id, local, size, local_needs)?;
+        let remote_handle = rdma::precheck(module, t.remote.handle, remote, size, remote_needs)?;
+        let chunk = rdma::chunk_len(size, self.chunk, net.peers[p].links.len());
+        let n = rdma::chunks(size, chunk).count();
+        let what = if put {
             Pending::Put
         } else {
-            Pending::Get { local: t.local }
+            Pending::Get { local }
         };
-        let req = self.ops.start(ep, t.local, t.size, what, n, callback);
+        let req = self.ops.start(t.endpoint, local, size, what, n, callback);
         let links: Vec<usize> = net.peers[p].stripe(n).collect();
         let h = remote_handle.as_bytes();
-        for ((off, len), k) in rdma::chunks(t.size, chunk).zip(links) {
-            let at = t.remote + off as u64;
-            let item = if t.put {
-                rdma::put_chunk(req, at, h, t.local + off, len)
+        for ((off, len), k) in rdma::chunks(size, chunk).zip(links) {
+            let at = remote + off as u64;
+            let item = if put {
+                rdma::put_chunk(req, at, h, local + off, len)
             } else {
                 rdma::get_request(req, off as u64, at, len, h)
             };
@@ -119,36 +86,34 @@ impl OneSided {
         Ok(())
     }
 
-    /// Start an atomic with peer `p` (checked live), whose module is `module`.
+    /// Start atomic `a` with peer `p` (checked live), whose module is `module`.
     pub fn atomic(
         &mut self,
         net: &mut Net,
-        (p, ep, module): (usize, Endpoint, u64),
-        a: Atomic<'_>,
+        (p, module): (usize, u64),
+        a: &RemoteAtomic<'_>,
         callback: RdmaCallback,
     ) -> Result<()> {
-        let width = AtomicWidth::of(a.flags);
-        width.check_aligned(a.remote)?;
-        let code = match width {
-            AtomicWidth::W32 => a.code | wire::ATOMIC_32BIT,
-            AtomicWidth::W64 => a.code,
-        };
+        a.check_word()?;
+        let (width, remote) = (a.width, a.remote.addr);
         let size = width.bytes();
-        if let Some((local, handle)) = a.result {
-            handle.check::<Reg<NoPin>>(self.id, local, size, Access::LOCAL_WRITE)?;
+        if let Some(r) = a.result {
+            r.handle
+                .check::<Reg<NoPin>>(self.id, r.addr, size, Access::LOCAL_WRITE)?;
         }
-        let remote_handle =
-            rdma::precheck(module, a.remote_handle, a.remote, size, Access::ATOMIC)?;
-        let local = a.result.map(|r| r.0);
+        let remote_handle = rdma::precheck(module, a.remote.handle, remote, size, Access::ATOMIC)?;
+        let local = a.result.map(|r| r.addr);
         let what = Pending::Atomic {
             result: local,
             width,
         };
         let req = self
             .ops
-            .start(ep, local.unwrap_or(0), size, what, 1, callback);
+            .start(a.endpoint, a.result_addr(), size, what, 1, callback);
+        let (operand, compare) = a.operands();
         let h = remote_handle.as_bytes();
-        let msg = rdma::atomic_request(req, a.remote, code, a.operand, a.compare, h);
+        let code = a.request().code();
+        let msg = rdma::atomic_request(req, remote, code, operand, compare, h);
         net.push(p, 0, msg);
         Ok(())
     }

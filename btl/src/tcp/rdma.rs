@@ -299,9 +299,7 @@ pub fn get_request(req: u64, offset: u64, at: u64, len: usize, handle: &[u8]) ->
     Item::Bytes(head.as_bytes().to_vec())
 }
 
-/// An atomic's request (`code` from [`wire::op_code`](super::wire::op_code), or
-/// compare-swap's, with [`wire::ATOMIC_32BIT`](super::wire::ATOMIC_32BIT) for a 32-bit
-/// word).
+/// An atomic's request (`code`: its [`AtomicRequest::code`](crate::AtomicRequest::code)).
 pub fn atomic_request(
     req: u64,
     at: u64,

@@ -20,8 +20,7 @@
 //!
 //! A handle is the one-range handle of the range the access lies in
 //! (see [`keytable`](crate::transport_kit::keytable)). An atomic's `op` is its
-//! operation's code ([`op_code`], [`CSWAP`]), with [`ATOMIC_32BIT`] set for a 32-bit
-//! word.
+//! [`AtomicRequest`]'s code.
 //!
 //! The data of PUT and GET_DATA follows the extension and may be long: the receiver
 //! takes the header and extension from its buffer and reads the data straight into
@@ -30,7 +29,7 @@
 //! lengths) and never panics: a frame it refuses is a protocol error of the peer.
 
 use crate::keytable::HANDLE_SIZE;
-use crate::{AtomicOp, AtomicWidth, Error, Tag, MAX_SEGMENTS};
+use crate::{AtomicOp, AtomicRequest, AtomicWidth, Error, Tag, MAX_SEGMENTS};
 use rbtl_rcache::Access;
 
 /// Bytes of the fixed header.
@@ -348,15 +347,8 @@ pub fn decode<'a>(buf: &'a [u8], limits: &Limits) -> Result<Option<(Frame<'a>, u
             status: decode_status(&body[24..24 + STATUS]),
         },
         Kind::AtomicReq => {
-            let width = if b & ATOMIC_32BIT != 0 {
-                AtomicWidth::W32
-            } else {
-                AtomicWidth::W64
-            };
-            let op = match b & !ATOMIC_32BIT {
-                CSWAP => None,
-                code => Some(op_of(code).ok_or(Invalid("unknown atomic operation"))?),
-            };
+            let AtomicRequest { op, width } =
+                AtomicRequest::of_code(b).ok_or(Invalid("unknown atomic operation"))?;
             Frame::AtomicReq {
                 req: u64_at(body, 0),
                 addr: u64_at(body, 8),
@@ -473,33 +465,6 @@ pub fn hello(h: &Hello) -> Encoder {
         .bytes(&h.rank.to_le_bytes())
         .bytes(&h.link.to_le_bytes())
         .bytes(&h.version.to_le_bytes())
-}
-
-/// Compare-swap's operation code.
-pub const CSWAP: u8 = 5;
-/// Set in an operation code: the atomic is on a 32-bit word.
-pub const ATOMIC_32BIT: u8 = 0x80;
-
-/// The wire code of an atomic operation.
-pub fn op_code(op: AtomicOp) -> u8 {
-    match op {
-        AtomicOp::Add => 0,
-        AtomicOp::And => 1,
-        AtomicOp::Or => 2,
-        AtomicOp::Xor => 3,
-        AtomicOp::Swap => 4,
-    }
-}
-
-fn op_of(code: u8) -> Option<AtomicOp> {
-    Some(match code {
-        0 => AtomicOp::Add,
-        1 => AtomicOp::And,
-        2 => AtomicOp::Or,
-        3 => AtomicOp::Xor,
-        4 => AtomicOp::Swap,
-        _ => return None,
-    })
 }
 
 /// A status as it travels: a code and up to four words, so that the origin gets back

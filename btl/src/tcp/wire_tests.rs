@@ -108,7 +108,11 @@ fn every_kind_round_trips() {
         Encoder::new(
             Kind::AtomicReq,
             HANDLE_SIZE as u8,
-            CSWAP,
+            crate::AtomicRequest {
+                op: None,
+                width: crate::AtomicWidth::W64,
+            }
+            .code(),
             Kind::AtomicReq.ext(),
         )
         .u64(1)

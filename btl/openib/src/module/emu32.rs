@@ -21,8 +21,8 @@
 //! of the 8-byte one is its low half on the little-endian hosts this runs on.
 
 use rbtl_btl::{
-    AtomicOp, Endpoint, Error, MemHandle, Module, Order, RdmaCallback, RdmaCompletion,
-    RemoteHandle, Result,
+    AtomicKind, AtomicOp, Endpoint, Error, Local, MemHandle, Module, RdmaCallback, RdmaCompletion,
+    Remote, RemoteAtomic, RemoteHandle, Result,
 };
 use std::sync::{Arc, Mutex};
 
@@ -237,18 +237,13 @@ impl Emulation {
                     (self.endpoint, self.word(), self.handle, self.landing.addr());
                 let scratch = self.landing.scratch();
                 let (cell, next) = self.step_callback(compare);
-                let posted = m.atomic_cswap(
-                    ep,
-                    at,
-                    word,
-                    scratch.handle(),
-                    &rh,
+                let cas = AtomicKind::CompareSwap {
                     compare,
-                    swap,
-                    0,
-                    Order::ANY,
-                    next,
-                );
+                    value: swap,
+                };
+                let step = RemoteAtomic::new(ep, Remote::new(word, &rh), cas)
+                    .fetching(Local::new(at, scratch.handle()));
+                let posted = m.atomic(&step, next);
                 if let Err(e) = posted {
                     // The refused step dropped its callback; the emulation is still here.
                     if let Some(emu) = take(&cell) {

@@ -24,14 +24,15 @@ use crate::remote_key::{KeyRange, RemoteKey};
 use emu32::{Op32, Scratch};
 use rbtl_btl::transport_kit::ExpectedSlot;
 use rbtl_btl::{
-    AmCallback, AtomicOp, AtomicWidth, Attributes, DesFlags, Descriptor, Endpoint, Error,
+    AmCallback, AtomicKind, AtomicWidth, Attributes, DesFlags, Descriptor, Endpoint, Error,
     ErrorCallback, Expected, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback,
-    RegRequest, RemoteHandle, Result, SendError, SendOutcome, SendiOutcome, Tag,
+    RegRequest, RemoteAtomic, RemoteHandle, Result, SendError, SendOutcome, SendiOutcome, Tag,
+    Transfer,
 };
 use rbtl_cpc::select::Offer;
 use rbtl_cpc::CpcModule;
 use rbtl_verbs::{Completion, Op};
-use rdma::{device_op, emulated_op, Regs, Transfer};
+use rdma::{device_op, emulated_op, Regs, Way};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -220,137 +221,45 @@ impl Module for OpenibModule {
         self.send_inline(endpoint, header, payload, order, flags, tag)
     }
 
-    fn put(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        size: usize,
-        _flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        let handles = (local_handle, remote_handle);
-        self.transfer(
-            endpoint,
-            local,
-            remote,
-            handles,
-            size,
-            Transfer::Put,
-            callback,
-        )
+    fn put(&mut self, op: &Transfer<'_>, callback: RdmaCallback) -> Result<()> {
+        self.transfer(op, Way::Put, callback)
     }
 
-    fn get(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        size: usize,
-        _flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        let handles = (local_handle, remote_handle);
-        self.transfer(
-            endpoint,
-            local,
-            remote,
-            handles,
-            size,
-            Transfer::Get,
-            callback,
-        )
+    fn get(&mut self, op: &Transfer<'_>, callback: RdmaCallback) -> Result<()> {
+        self.transfer(op, Way::Get, callback)
     }
 
-    fn atomic_op(
-        &mut self,
-        endpoint: Endpoint,
-        remote: u64,
-        remote_handle: &RemoteHandle,
-        op: AtomicOp,
-        operand: u64,
-        flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        self.core.peer(endpoint)?;
-        let h = remote_handle;
-        match AtomicWidth::of(flags) {
-            AtomicWidth::W64 => {
-                let op = device_op(op, remote, operand)?;
-                self.atomic(endpoint, None, remote, h, op, callback)
+    /// The device's fetch-add and compare-swap on 64-bit words; on 32-bit ones, the
+    /// same emulated with 64-bit compare-swap steps.
+    fn atomic(&mut self, op: &RemoteAtomic<'_>, callback: RdmaCallback) -> Result<()> {
+        let ep = op.endpoint;
+        self.core.peer(ep)?;
+        let sides = (op.result, op.remote);
+        let remote = op.remote.addr;
+        match (op.width, op.kind) {
+            (AtomicWidth::W64, AtomicKind::Op(o, operand)) => {
+                let o = device_op(o, remote, operand)?;
+                self.atomic64(ep, sides, o, callback)
             }
-            AtomicWidth::W32 => {
-                let op = emulated_op(op, operand)?;
-                self.atomic32(endpoint, None, remote, h, op, callback)
+            (AtomicWidth::W32, AtomicKind::Op(o, operand)) => {
+                let o = emulated_op(o, operand)?;
+                self.atomic32(ep, sides, o, callback)
             }
-        }
-    }
-
-    fn atomic_fop(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        op: AtomicOp,
-        operand: u64,
-        flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        self.core.peer(endpoint)?;
-        let (l, h) = (Some((local, local_handle)), remote_handle);
-        match AtomicWidth::of(flags) {
-            AtomicWidth::W64 => {
-                let op = device_op(op, remote, operand)?;
-                self.atomic(endpoint, l, remote, h, op, callback)
-            }
-            AtomicWidth::W32 => {
-                let op = emulated_op(op, operand)?;
-                self.atomic32(endpoint, l, remote, h, op, callback)
-            }
-        }
-    }
-
-    fn atomic_cswap(
-        &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        local_handle: &MemHandle,
-        remote_handle: &RemoteHandle,
-        compare: u64,
-        value: u64,
-        flags: u32,
-        _order: Order,
-        callback: RdmaCallback,
-    ) -> Result<()> {
-        self.core.peer(endpoint)?;
-        let (l, h) = (Some((local, local_handle)), remote_handle);
-        match AtomicWidth::of(flags) {
-            AtomicWidth::W64 => {
-                let op = move |rkey| Op::CompareSwap {
+            (AtomicWidth::W64, AtomicKind::CompareSwap { compare, value }) => {
+                let o = move |rkey| Op::CompareSwap {
                     remote,
                     rkey,
                     compare,
                     swap: value,
                 };
-                self.atomic(endpoint, l, remote, h, op, callback)
+                self.atomic64(ep, sides, o, callback)
             }
-            AtomicWidth::W32 => {
-                let op = Op32::Cswap {
+            (AtomicWidth::W32, AtomicKind::CompareSwap { compare, value }) => {
+                let o = Op32::Cswap {
                     compare: compare as u32,
                     value: value as u32,
                 };
-                self.atomic32(endpoint, l, remote, h, op, callback)
+                self.atomic32(ep, sides, o, callback)
             }
         }
     }

@@ -12,8 +12,8 @@ use crate::peer::{Link, Peer, RdmaRequest, Waiting};
 use crate::remote_key::RemoteKey;
 use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::{
-    AtomicOp, AtomicWidth, BtlFlags, Endpoint, Error, MemHandle, Module, RdmaCallback,
-    RdmaCompletion, RegRequest, RemoteHandle, Result,
+    AtomicOp, AtomicWidth, BtlFlags, Endpoint, Error, Local, MemHandle, Module, RdmaCallback,
+    RdmaCompletion, RegRequest, Remote, Result, Transfer,
 };
 use rbtl_rcache::{Access, Registration};
 use rbtl_verbs::{Op, Sge, VerbsRegistrar};
@@ -37,7 +37,7 @@ fn rdma_pending(peer: &Peer) -> bool {
 
 /// Which way a put or get moves bytes.
 #[derive(Clone, Copy)]
-pub(super) enum Transfer {
+pub(super) enum Way {
     /// Local to remote (RDMA write).
     Put,
     /// Remote to local (RDMA read).
@@ -80,25 +80,20 @@ pub(super) fn emulated_op(op: AtomicOp, operand: u64) -> Result<Op32> {
 
 impl OpenibModule {
     /// Check a put or get against both handles and its limit, then start it.
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(super) fn transfer(
         &mut self,
-        endpoint: Endpoint,
-        local: usize,
-        remote: u64,
-        (local_handle, remote_handle): (&MemHandle, &RemoteHandle),
-        size: usize,
-        way: Transfer,
+        t: &Transfer<'_>,
+        way: Way,
         callback: RdmaCallback,
     ) -> Result<()> {
         let (needs_remote, needs_local, put) = match way {
-            Transfer::Put => (
+            Way::Put => (
                 rbtl_btl::transport_kit::PUT_REMOTE,
                 Access::LOCAL_READ,
                 true,
             ),
-            Transfer::Get => (
+            Way::Get => (
                 rbtl_btl::transport_kit::GET_REMOTE,
                 Access::LOCAL_WRITE,
                 false,
@@ -106,17 +101,18 @@ impl OpenibModule {
         };
         // (The limits keep a transfer within the port's largest message, and so within
         // a work request's u32 length.)
-        self.core.attrs.check_transfer(put, local, remote, size)?;
-        self.core.peer(endpoint)?;
-        let key = RemoteKey::from_bytes(remote_handle.as_bytes())?;
+        t.check_limits(&self.core.attrs, put)?;
+        self.core.peer(t.endpoint)?;
+        let (local, remote, size) = (t.local.addr, t.remote.addr, t.len);
+        let key = RemoteKey::from_bytes(t.remote.handle.as_bytes())?;
         let rkey = key.check(remote, size, needs_remote)?;
-        let lkey = self.lkey(local_handle, local, size, needs_local)?;
+        let lkey = self.lkey(t.local.handle, local, size, needs_local)?;
         let op = match way {
-            Transfer::Put => Op::Write { remote, rkey },
-            Transfer::Get => Op::Read { remote, rkey },
+            Way::Put => Op::Write { remote, rkey },
+            Way::Get => Op::Read { remote, rkey },
         };
         self.start_rdma(
-            endpoint,
+            t.endpoint,
             RdmaRequest {
                 op,
                 local,
@@ -127,22 +123,25 @@ impl OpenibModule {
         )
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn atomic(
+    /// A 64-bit atomic: the device's operation `op` (given the remote key) on the word
+    /// at `remote`, its previous value to `local` if any.
+    pub(super) fn atomic64(
         &mut self,
         ep: Endpoint,
-        local: Option<(usize, &MemHandle)>,
-        remote: u64,
-        remote_handle: &RemoteHandle,
+        (local, remote): (Option<Local<'_>>, Remote<'_>),
         op: impl FnOnce(u32) -> Op,
         callback: RdmaCallback,
     ) -> Result<()> {
         check_atomics(self)?;
-        let key = RemoteKey::from_bytes(remote_handle.as_bytes())?;
-        let rkey = key.check(remote, 8, Access::ATOMIC)?;
-        AtomicWidth::W64.check_aligned(remote)?;
+        let key = RemoteKey::from_bytes(remote.handle.as_bytes())?;
+        let rkey = key.check(remote.addr, 8, Access::ATOMIC)?;
+        AtomicWidth::W64.check_aligned(remote.addr)?;
         let (addr, lkey, callback) = match local {
-            Some((addr, h)) => (addr, self.lkey(h, addr, 8, Access::LOCAL_WRITE)?, callback),
+            Some(l) => (
+                l.addr,
+                self.lkey(l.handle, l.addr, 8, Access::LOCAL_WRITE)?,
+                callback,
+            ),
             // The previous value nobody asked for lands in the module's scratch word
             // (any number of such operations may share it).
             None => {
@@ -172,9 +171,13 @@ impl OpenibModule {
     pub(super) fn atomic32(
         &mut self,
         ep: Endpoint,
-        local: Option<(usize, &MemHandle)>,
-        remote: u64,
-        remote_handle: &RemoteHandle,
+        (
+            local,
+            Remote {
+                addr: remote,
+                handle: remote_handle,
+            },
+        ): (Option<Local<'_>>, Remote<'_>),
         op: Op32,
         callback: RdmaCallback,
     ) -> Result<()> {
@@ -182,8 +185,9 @@ impl OpenibModule {
         AtomicWidth::W32.check_aligned(remote)?;
         let word = remote & !7;
         RemoteKey::from_bytes(remote_handle.as_bytes())?.check(word, 8, Access::ATOMIC)?;
-        if let Some((addr, h)) = local {
-            h.check::<Regs>(self.core.id, addr, 4, Access::LOCAL_WRITE)?;
+        if let Some(l) = local {
+            l.handle
+                .check::<Regs>(self.core.id, l.addr, 4, Access::LOCAL_WRITE)?;
         }
         let landing = self.scratch()?.take()?;
         let (compare, swap) = op.first(Half::of(remote));
@@ -192,7 +196,7 @@ impl OpenibModule {
             remote,
             handle: *remote_handle,
             op,
-            result: local.map(|l| l.0),
+            result: local.map(|l| l.addr),
             landing,
             callback,
         };
@@ -207,11 +211,10 @@ impl OpenibModule {
         };
         // Refused here, the step's callback and the emulation with it are dropped (its
         // landing place given back), and the caller gets the error.
-        self.atomic(
+        let local = Local::new(at, scratch.handle());
+        self.atomic64(
             ep,
-            Some((at, scratch.handle())),
-            word,
-            remote_handle,
+            (Some(local), Remote::new(word, remote_handle)),
             cas,
             step,
         )

@@ -1,0 +1,213 @@
+//! One-sided operations as values: a [`Transfer`] names a put or a get, a
+//! [`RemoteAtomic`] an atomic, whole, where Open MPI's `btl_put`, `btl_get`,
+//! `btl_atomic_op`, `btl_atomic_fop` and `btl_atomic_cswap` take an argument list
+//! each. [`Module::put`](crate::Module::put), [`Module::get`](crate::Module::get) and
+//! [`Module::atomic`](crate::Module::atomic) take them with the completion callback;
+//! the checks that do not depend on the transport's registrations are the values' own
+//! ([`Transfer::check_limits`], [`RemoteAtomic::check_word`]).
+
+use crate::{AtomicOp, AtomicRequest, AtomicWidth, Attributes, Endpoint, Result};
+use crate::{MemHandle, Order, RemoteHandle};
+
+bitflags::bitflags! {
+    /// Flags of a put or a get (Open MPI: the `flags` of `btl_put` and `btl_get`).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct RdmaFlags: u32 {
+        /// Signal the target's progress engine (where the transport can).
+        const SIGNAL = 1;
+    }
+}
+
+/// This process's side of an operation: an address inside a registration of the
+/// module's.
+#[derive(Clone, Copy, Debug)]
+pub struct Local<'a> {
+    /// Where the bytes are (or go).
+    pub addr: usize,
+    /// The registration they lie in.
+    pub handle: &'a MemHandle,
+}
+
+impl<'a> Local<'a> {
+    /// `addr` inside `handle`.
+    pub fn new(addr: usize, handle: &'a MemHandle) -> Self {
+        Local { addr, handle }
+    }
+}
+
+/// The peer's side: an address inside the registration a peer handed out.
+#[derive(Clone, Copy, Debug)]
+pub struct Remote<'a> {
+    /// The address in the peer's memory.
+    pub addr: u64,
+    /// The peer's registration, as received from it.
+    pub handle: &'a RemoteHandle,
+}
+
+impl<'a> Remote<'a> {
+    /// `addr` inside `handle`.
+    pub fn new(addr: u64, handle: &'a RemoteHandle) -> Self {
+        Remote { addr, handle }
+    }
+}
+
+/// A put (local to remote) or a get (remote to local) of `len` bytes over
+/// `endpoint`.
+#[derive(Clone, Copy, Debug)]
+pub struct Transfer<'a> {
+    /// The peer.
+    pub endpoint: Endpoint,
+    /// This process's bytes.
+    pub local: Local<'a>,
+    /// The peer's bytes.
+    pub remote: Remote<'a>,
+    /// How many.
+    pub len: usize,
+    /// Its flags.
+    pub flags: RdmaFlags,
+    /// The order it keeps with the endpoint's other operations.
+    pub order: Order,
+}
+
+impl<'a> Transfer<'a> {
+    /// `len` bytes between `local` and `remote`, no flags, in any order.
+    pub fn new(endpoint: Endpoint, local: Local<'a>, remote: Remote<'a>, len: usize) -> Self {
+        Transfer {
+            endpoint,
+            local,
+            remote,
+            len,
+            flags: RdmaFlags::empty(),
+            order: Order::ANY,
+        }
+    }
+
+    /// The same, kept in `order`.
+    pub fn ordered(self, order: Order) -> Self {
+        Transfer { order, ..self }
+    }
+
+    /// The same, with `flags`.
+    pub fn flagged(self, flags: RdmaFlags) -> Self {
+        Transfer { flags, ..self }
+    }
+
+    /// The `len` bytes at `offset` of this transfer, on both sides (a piece of one
+    /// larger than the transport's limit).
+    pub fn piece(&self, offset: usize, len: usize) -> Self {
+        let mut piece = *self;
+        piece.local.addr += offset;
+        piece.remote.addr += offset as u64;
+        piece.len = len;
+        piece
+    }
+
+    /// The module's limit and alignment for a put (`put`) or a get
+    /// ([`Error::NotAvailable`](crate::Error::NotAvailable) beyond them), decided before any handle is looked at.
+    #[inline]
+    pub fn check_limits(&self, attrs: &Attributes, put: bool) -> Result<()> {
+        attrs.check_transfer(put, self.local.addr, self.remote.addr, self.len)
+    }
+}
+
+/// What an atomic does to the word.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicKind {
+    /// Apply the operation with the operand (Open MPI: `btl_atomic_op`, and
+    /// `btl_atomic_fop` with a result).
+    Op(AtomicOp, u64),
+    /// Store `value` if the word equals `compare` (Open MPI: `btl_atomic_cswap`); a
+    /// 32-bit word compares and stores the low 32 bits of each.
+    CompareSwap {
+        /// What the word must hold.
+        compare: u64,
+        /// What it then holds.
+        value: u64,
+    },
+}
+
+/// An atomic on the peer's word at `remote` (see [`AtomicWidth`] for the widths).
+#[derive(Clone, Copy, Debug)]
+pub struct RemoteAtomic<'a> {
+    /// The peer.
+    pub endpoint: Endpoint,
+    /// The word.
+    pub remote: Remote<'a>,
+    /// What it does there.
+    pub kind: AtomicKind,
+    /// Where the word's previous value goes (`width` bytes, inside a registration
+    /// with local write access); `None`: nowhere.
+    pub result: Option<Local<'a>>,
+    /// The word's width.
+    pub width: AtomicWidth,
+    /// The order it keeps with the endpoint's other operations.
+    pub order: Order,
+}
+
+impl<'a> RemoteAtomic<'a> {
+    /// `kind` on the 64-bit word at `remote`, its previous value dropped, in any
+    /// order.
+    pub fn new(endpoint: Endpoint, remote: Remote<'a>, kind: AtomicKind) -> Self {
+        RemoteAtomic {
+            endpoint,
+            remote,
+            kind,
+            result: None,
+            width: AtomicWidth::W64,
+            order: Order::ANY,
+        }
+    }
+
+    /// The same, the previous value written to `result`.
+    pub fn fetching(self, result: Local<'a>) -> Self {
+        RemoteAtomic {
+            result: Some(result),
+            ..self
+        }
+    }
+
+    /// The same on a word of `width`.
+    pub fn of_width(self, width: AtomicWidth) -> Self {
+        RemoteAtomic { width, ..self }
+    }
+
+    /// The same, kept in `order`.
+    pub fn ordered(self, order: Order) -> Self {
+        RemoteAtomic { order, ..self }
+    }
+
+    /// The operation and width as a target applies them (and as the wire names them).
+    #[inline]
+    pub fn request(&self) -> AtomicRequest {
+        let op = match self.kind {
+            AtomicKind::Op(op, _) => Some(op),
+            AtomicKind::CompareSwap { .. } => None,
+        };
+        AtomicRequest {
+            op,
+            width: self.width,
+        }
+    }
+
+    /// The operand (the value to store, for a compare-and-swap) and the comparand (0
+    /// for the other operations).
+    #[inline]
+    pub fn operands(&self) -> (u64, u64) {
+        match self.kind {
+            AtomicKind::Op(_, operand) => (operand, 0),
+            AtomicKind::CompareSwap { compare, value } => (value, compare),
+        }
+    }
+
+    /// [`Error::Misaligned`](crate::Error::Misaligned) unless the word is aligned to its width.
+    #[inline]
+    pub fn check_word(&self) -> Result<()> {
+        self.width.check_aligned(self.remote.addr)
+    }
+
+    /// The local address of the result (0 without one), as the completion reports it.
+    #[inline]
+    pub fn result_addr(&self) -> usize {
+        self.result.map_or(0, |r| r.addr)
+    }
+}
