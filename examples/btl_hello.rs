@@ -5,8 +5,8 @@
 //! through it.
 
 use rbtl::btl::{
-    Access, DesFlags, Endpoint, Local, Module, Order, Proc, Remote, RemoteHandle, SendiOutcome,
-    Tag, Transfer,
+    Access, ActiveMessage, DesFlags, Endpoint, Local, Module, Proc, Remote, RemoteHandle,
+    SendiOutcome, Tag, Transfer,
 };
 use std::error::Error;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
@@ -134,14 +134,12 @@ fn main() -> Result<(), Box<dyn Error>> {
     // descriptor to `send`; out of resources means "progress, then try again".
     let module = modules[to_right].as_mut();
     loop {
-        match module.sendi(
+        match module.sendi(&ActiveMessage::new(
             right_ep,
+            Tag::USR,
             &[],
             &me.to_le_bytes(),
-            Order::ANY,
-            DesFlags::empty(),
-            Tag::USR,
-        ) {
+        )) {
             Ok(SendiOutcome::Sent) => break,
             Ok(SendiOutcome::Descriptor(mut des)) => {
                 des.flags |= DesFlags::OWNERSHIP; // the transport frees it once sent

@@ -7,7 +7,7 @@
 //! fences its idle polls as the message layer's does.
 
 use rbtl::btl::{
-    Access, DesFlags, Endpoint, Expected, Local, Module, Order, Proc, Remote, RemoteHandle,
+    Access, ActiveMessage, DesFlags, Endpoint, Expected, Local, Module, Proc, Remote, RemoteHandle,
     SendiOutcome, Tag, Transfer, EXPECTED_KEY,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -171,7 +171,7 @@ fn get_latency(
 /// Send inline, or through the descriptor the transport hands back.
 fn send(m: &mut dyn Module, ep: Endpoint, payload: &[u8]) {
     loop {
-        match m.sendi(ep, &[], payload, Order::ANY, DesFlags::empty(), Tag::USR) {
+        match m.sendi(&ActiveMessage::new(ep, Tag::USR, &[], payload)) {
             Ok(SendiOutcome::Sent) => return,
             Ok(SendiOutcome::Descriptor(mut d)) => {
                 d.flags |= DesFlags::OWNERSHIP;

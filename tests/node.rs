@@ -30,7 +30,7 @@ mod stopped_peer;
 #[path = "node/stress.rs"]
 mod stress;
 
-use rbtl::btl::{Endpoint, Local, Module, Proc, Remote, Transfer};
+use rbtl::btl::{ActiveMessage, Endpoint, Local, Module, Proc, Remote, Transfer};
 use rbtl::msg::{Comm, Error, Window, ANY_SOURCE, ANY_TAG};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -238,12 +238,9 @@ fn role_sm_auto_path() {
     transfer(m.as_mut(), false);
     transfer(m.as_mut(), true);
     let told = m.sendi(
-        ep,
-        &[],
-        &[1],
-        rbtl::btl::Order::ANY,
-        rbtl::btl::DesFlags::empty(),
-        Tag::USR,
+        &ActiveMessage::new(ep, Tag::USR, &[], &[1])
+            .ordered(rbtl::btl::Order::ANY)
+            .flagged(rbtl::btl::DesFlags::empty()),
     );
     assert!(
         matches!(told, Ok(rbtl::btl::SendiOutcome::Sent)),

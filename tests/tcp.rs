@@ -38,8 +38,8 @@ use rbtl::btl::tcp::published::{Listener, Published};
 use rbtl::btl::tcp::{wire, TcpComponent, TcpModule};
 use rbtl::btl::transport_kit::keytable::{HandleFields, RangeFields};
 use rbtl::btl::{
-    Access, AtomicKind, DesFlags, Endpoint, Error, ErrorEvent, Local, Modex, Module, Order, Proc,
-    RdmaCompletion, Remote, RemoteAtomic, RemoteHandle, SendiOutcome, Tag, Transfer,
+    Access, ActiveMessage, AtomicKind, Endpoint, Error, ErrorEvent, Local, Modex, Module, Order,
+    Proc, RdmaCompletion, Remote, RemoteAtomic, RemoteHandle, SendiOutcome, Tag, Transfer,
 };
 use rbtl_contract as contract;
 use std::io::{Read, Write};
@@ -106,7 +106,7 @@ fn tcp_module() -> (TcpModule, Vec<Option<Endpoint>>, rbtl::pmi::Job) {
 }
 
 fn send_byte(m: &mut dyn Module, ep: Endpoint, tag: Tag) {
-    let r = m.sendi(ep, &[], &[1], Order::ANY, DesFlags::empty(), tag);
+    let r = m.sendi(&ActiveMessage::new(ep, tag, &[], &[1]));
     assert!(matches!(r, Ok(SendiOutcome::Sent)), "{r:?}");
 }
 
@@ -351,7 +351,7 @@ fn role_killed() {
                 reports[0].starts_with("Some(1): peer rank 1 is unreachable"),
                 "{reports:?}"
             );
-            let e = m.sendi(ep1, &[], &[1], Order::ANY, DesFlags::empty(), Tag::USR);
+            let e = m.sendi(&ActiveMessage::new(ep1, Tag::USR, &[], &[1]));
             assert!(matches!(e, Err(Error::PeerFailed { rank: 1, .. })), "{e:?}");
             send_byte(&mut m, ep2, Tag::USR);
             progress_until(&mut m, "rank 2's answer", || {
@@ -644,14 +644,7 @@ fn role_violation() {
                 reports[0].starts_with("Some(2): peer rank 2 is unreachable: protocol error"),
                 "{reports:?}"
             );
-            let e = m.sendi(
-                eps[2].unwrap(),
-                &[],
-                &[1],
-                Order::ANY,
-                DesFlags::empty(),
-                Tag::USR,
-            );
+            let e = m.sendi(&ActiveMessage::new(eps[2].unwrap(), Tag::USR, &[], &[1]));
             assert!(matches!(e, Err(Error::PeerFailed { rank: 2, .. })), "{e:?}");
             send_byte(&mut m, eps[1].unwrap(), Tag::USR);
             progress_until(&mut m, "rank 1's answer", || {
@@ -833,7 +826,7 @@ fn a_peer_that_accepts_and_never_answers_fails_at_the_connect_timeout() {
             ),
         "{reports:?}"
     );
-    let e = m.sendi(ep, &[], &[1], Order::ANY, DesFlags::empty(), Tag::USR);
+    let e = m.sendi(&ActiveMessage::new(ep, Tag::USR, &[], &[1]));
     assert!(matches!(e, Err(Error::PeerFailed { rank: 1, .. })), "{e:?}");
     drop(held);
 }

@@ -9,6 +9,7 @@
 //! | `mca_btl_base_registration_handle_t` | [`MemHandle`] (local), [`RemoteHandle`] (bytes for peers) |
 //! | (libfabric: `fi_mr_regattr`, `struct fi_mr_attr`, `requested_key`, `fi_mr_regv`) | [`Module::register`], [`RegRequest`], [`MemRange`] |
 //! | `btl_put`, `btl_get` (address, handle and size of each side, flags, order) | [`Module::put`], [`Module::get`] taking one [`Transfer`] ([`Local`], [`Remote`], [`RdmaFlags`]) |
+//! | `btl_sendi` (endpoint, header, payload, order, flags, tag) | [`Module::sendi`] taking one [`ActiveMessage`] |
 //! | `btl_atomic_op`, `btl_atomic_fop`, `btl_atomic_cswap` | [`Module::atomic`] taking one [`RemoteAtomic`] ([`AtomicKind`], a result or none) |
 //! | `mca_btl_base_atomic_op_t`, `MCA_BTL_ATOMIC_FLAG_32BIT`, `MCA_BTL_ATOMIC_SUPPORTS_*` | [`AtomicOp`], [`AtomicWidth::W32`], [`AtomicFlags`] |
 //! | `mca_btl_base_descriptor_t`, `MCA_BTL_DES_FLAGS_*` | [`Descriptor`], [`DesFlags`] |
@@ -77,7 +78,7 @@ pub use module::{
     AmCallback, Endpoint, ErrorCallback, ErrorEvent, Expected, Module, Proc, RdmaCallback,
     RdmaCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, EXPECTED_KEY,
 };
-pub use operation::{AtomicKind, Local, RdmaFlags, Remote, RemoteAtomic, Transfer};
+pub use operation::{ActiveMessage, AtomicKind, Local, RdmaFlags, Remote, RemoteAtomic, Transfer};
 pub use rbtl_rcache::Access;
 pub use request::{MemRange, RegRequest, MAX_RANGES};
 pub use tag::Tag;

@@ -10,8 +10,8 @@
 //! `btl` pointer the same way).
 
 use crate::{
-    Attributes, DesFlags, Descriptor, Error, MemHandle, Modex, Order, Received, RegRequest,
-    RemoteAtomic, RemoteHandle, Result, Tag, Transfer,
+    ActiveMessage, Attributes, DesFlags, Descriptor, Error, MemHandle, Modex, Order, Received,
+    RegRequest, RemoteAtomic, RemoteHandle, Result, Tag, Transfer,
 };
 use rbtl_rcache::Access;
 
@@ -241,17 +241,9 @@ pub trait Module: Send {
         tag: Tag,
     ) -> Result<SendOutcome, SendError>;
 
-    /// Send `header` then `payload` without a descriptor if the transport can
-    /// (Open MPI: `btl_sendi`); `Err(OutOfResource)` means nothing was sent.
-    fn sendi(
-        &mut self,
-        endpoint: Endpoint,
-        header: &[u8],
-        payload: &[u8],
-        order: Order,
-        flags: DesFlags,
-        tag: Tag,
-    ) -> Result<SendiOutcome>;
+    /// Send `message` without a descriptor if the transport can (Open MPI:
+    /// `btl_sendi`); `Err(OutOfResource)` means nothing was sent.
+    fn sendi(&mut self, message: &ActiveMessage<'_>) -> Result<SendiOutcome>;
 
     /// Write `op.len` bytes from `op.local` to the peer's `op.remote` (Open MPI:
     /// `btl_put`). `Ok` means queued: `callback` runs once the data is visible at the

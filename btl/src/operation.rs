@@ -1,13 +1,15 @@
-//! One-sided operations as values: a [`Transfer`] names a put or a get, a
-//! [`RemoteAtomic`] an atomic, whole, where Open MPI's `btl_put`, `btl_get`,
-//! `btl_atomic_op`, `btl_atomic_fop` and `btl_atomic_cswap` take an argument list
-//! each. [`Module::put`](crate::Module::put), [`Module::get`](crate::Module::get) and
-//! [`Module::atomic`](crate::Module::atomic) take them with the completion callback;
-//! the checks that do not depend on the transport's registrations are the values' own
-//! ([`Transfer::check_limits`], [`RemoteAtomic::check_word`]).
+//! Operations as values: a [`Transfer`] names a put or a get, a [`RemoteAtomic`] an
+//! atomic, an [`ActiveMessage`] a send without a descriptor, whole, where Open MPI's
+//! `btl_put`, `btl_get`, `btl_atomic_op`, `btl_atomic_fop`, `btl_atomic_cswap` and
+//! `btl_sendi` take an argument list each. [`Module::put`](crate::Module::put),
+//! [`Module::get`](crate::Module::get) and [`Module::atomic`](crate::Module::atomic)
+//! take them with the completion callback, [`Module::sendi`](crate::Module::sendi)
+//! alone; the checks that do not depend on the transport's state are the values' own
+//! ([`Transfer::check_limits`], [`RemoteAtomic::check_word`],
+//! [`ActiveMessage::check`]).
 
-use crate::{AtomicOp, AtomicRequest, AtomicWidth, Attributes, Endpoint, Result};
-use crate::{MemHandle, Order, RemoteHandle};
+use crate::{AtomicOp, AtomicRequest, AtomicWidth, Attributes, DesFlags, Endpoint, Error};
+use crate::{MemHandle, Order, RemoteHandle, Result, Tag};
 
 bitflags::bitflags! {
     /// Flags of a put or a get (Open MPI: the `flags` of `btl_put` and `btl_get`).
@@ -209,5 +211,74 @@ impl<'a> RemoteAtomic<'a> {
     #[inline]
     pub fn result_addr(&self) -> usize {
         self.result.map_or(0, |r| r.addr)
+    }
+}
+
+/// A message to the callback of `tag` at `endpoint`: `header`, then `payload`, sent
+/// without a descriptor where the transport can (Open MPI: the arguments of
+/// `btl_sendi`).
+#[derive(Clone, Copy, Debug)]
+pub struct ActiveMessage<'a> {
+    /// The peer.
+    pub endpoint: Endpoint,
+    /// The receive callback's tag.
+    pub tag: Tag,
+    /// The caller's header.
+    pub header: &'a [u8],
+    /// The data after it.
+    pub payload: &'a [u8],
+    /// The order it keeps with the endpoint's other operations.
+    pub order: Order,
+    /// The flags of the descriptor it becomes where it cannot go inline.
+    pub flags: DesFlags,
+}
+
+impl<'a> ActiveMessage<'a> {
+    /// `header` then `payload` to `tag` at `endpoint`, no flags, in any order.
+    pub fn new(endpoint: Endpoint, tag: Tag, header: &'a [u8], payload: &'a [u8]) -> Self {
+        ActiveMessage {
+            endpoint,
+            tag,
+            header,
+            payload,
+            order: Order::ANY,
+            flags: DesFlags::empty(),
+        }
+    }
+
+    /// The same, kept in `order`.
+    pub fn ordered(self, order: Order) -> Self {
+        ActiveMessage { order, ..self }
+    }
+
+    /// The same, with `flags`.
+    pub fn flagged(self, flags: DesFlags) -> Self {
+        ActiveMessage { flags, ..self }
+    }
+
+    /// Bytes of header and payload.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.header.len() + self.payload.len()
+    }
+
+    /// Whether it carries no bytes.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// [`Error::BadTag`] for a tag reserved for transports, [`Error::TooLarge`] for
+    /// more than `max_send_size` bytes.
+    #[inline]
+    pub fn check(&self, max_send_size: usize) -> Result<()> {
+        crate::am_table::check_not_reserved(self.tag)?;
+        let size = self.len();
+        if size > max_send_size {
+            return Err(Error::TooLarge(format!(
+                "{size} bytes exceed max_send_size {max_send_size}"
+            )));
+        }
+        Ok(())
     }
 }

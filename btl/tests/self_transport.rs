@@ -4,8 +4,8 @@ use rbtl_btl::loopback::{Limits, SelfComponent, SelfModule};
 use rbtl_btl::sm::SmComponent;
 use rbtl_btl::tcp::TcpComponent;
 use rbtl_btl::{
-    Access, DesFlags, Endpoint, Error, Framework, Local, Module, Order, Proc, Remote, RemoteHandle,
-    SingletonModex, Tag, Transfer,
+    Access, ActiveMessage, DesFlags, Endpoint, Error, Framework, Local, Module, Order, Proc,
+    Remote, RemoteHandle, SingletonModex, Tag, Transfer,
 };
 use rbtl_config::Registry;
 
@@ -211,7 +211,7 @@ fn sends_with_bad_tags_endpoints_and_sizes_are_refused() {
     let err = m.send(ep, des, Tag(0x99)).unwrap_err();
     assert!(matches!(err.error, Error::BadTag { why, .. } if why.contains("no receive callback")));
     m.free(err.descriptor).unwrap();
-    let e = m.sendi(ep, b"h", b"p", Order::ANY, DesFlags::empty(), Tag(0x99));
+    let e = m.sendi(&ActiveMessage::new(ep, Tag(0x99), b"h", b"p"));
     assert!(matches!(e, Err(Error::BadTag { .. })), "{e:?}");
     assert!(matches!(
         m.register_am(Tag(0x10), Box::new(|_, _| {})),
@@ -378,15 +378,8 @@ fn receive_callbacks_can_reply_through_the_module() {
         Box::new(move |m, r| {
             let n = r.segments[0][0];
             if n > 0 {
-                m.sendi(
-                    r.endpoint,
-                    &[n - 1],
-                    &[],
-                    Order::ANY,
-                    DesFlags::empty(),
-                    Tag::USR,
-                )
-                .expect("reply from a callback");
+                m.sendi(&ActiveMessage::new(r.endpoint, Tag::USR, &[n - 1], &[]))
+                    .expect("reply from a callback");
             }
         }),
     )
@@ -399,7 +392,7 @@ fn receive_callbacks_can_reply_through_the_module() {
         }),
     )
     .unwrap();
-    m.sendi(ep, &[10], &[], Order::ANY, DesFlags::empty(), Tag::USR)
+    m.sendi(&ActiveMessage::new(ep, Tag::USR, &[10], &[]))
         .unwrap();
     let mut rounds = 0;
     while m.progress() > 0 {

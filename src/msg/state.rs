@@ -8,8 +8,8 @@
 use super::protocol::{self, Rts};
 use super::{Error, Status};
 use rbtl_btl::{
-    Access, DesFlags, Endpoint, MemHandle, Module, Order, RdmaCompletion, Remote, SendiOutcome,
-    Transfer,
+    Access, ActiveMessage, DesFlags, Endpoint, MemHandle, Module, RdmaCompletion, Remote,
+    SendiOutcome, Transfer,
 };
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -224,7 +224,7 @@ pub fn transmit(
     header: &[u8],
     payload: &[u8],
 ) -> Result<(), rbtl_btl::Error> {
-    match m.sendi(ep, header, payload, Order::ANY, DesFlags::empty(), tag)? {
+    match m.sendi(&ActiveMessage::new(ep, tag, header, payload))? {
         SendiOutcome::Sent => Ok(()),
         SendiOutcome::Descriptor(mut d) => {
             d.flags |= DesFlags::OWNERSHIP;

@@ -7,8 +7,8 @@
 use crate::common::offered::{put_then_fetch_add, Offered};
 use crate::common::{progress_until, watchdog, Continue};
 use rbtl::btl::{
-    DesFlags, Endpoint, Error, ErrorEvent, Local, Module, Order, RdmaCallback, RdmaCompletion,
-    Remote, SendOutcome, SendiOutcome, SilentPeer, Tag, Transfer,
+    ActiveMessage, DesFlags, Endpoint, Error, ErrorEvent, Local, Module, Order, RdmaCallback,
+    RdmaCompletion, Remote, SendOutcome, SendiOutcome, SilentPeer, Tag, Transfer,
 };
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -29,7 +29,10 @@ type Reports = Arc<Mutex<Vec<(Option<u32>, String)>>>;
 /// its outcome goes to `outcomes` under `to`.
 fn send_byte(m: &mut dyn Module, ep: Endpoint, to: u32, tag: Tag, outcomes: &Outcomes) {
     let flags = DesFlags::OWNERSHIP | DesFlags::ALWAYS_CALLBACK;
-    match m.sendi(ep, &[], &[1], Order::ANY, flags, tag).unwrap() {
+    match m
+        .sendi(&ActiveMessage::new(ep, tag, &[], &[1]).flagged(flags))
+        .unwrap()
+    {
         SendiOutcome::Sent => outcomes.lock().unwrap().push((to, Ok(()))),
         SendiOutcome::Descriptor(mut des) => {
             let o = outcomes.clone();

@@ -5,15 +5,16 @@
 use crate::common::offered::{put_then_fetch_add, Offered};
 use crate::common::{progress_until, senders, watchdog, Continue};
 use rbtl::btl::{
-    Endpoint, Error, ErrorEvent, Local, Module, Order, RdmaCallback, RdmaCompletion, Remote, Tag,
-    Transfer,
+    ActiveMessage, Endpoint, Error, ErrorEvent, Local, Module, Order, RdmaCallback, RdmaCompletion,
+    Remote, Tag, Transfer,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 fn send_byte(m: &mut dyn Module, ep: Endpoint, tag: Tag) {
     let flags = rbtl::btl::DesFlags::empty();
-    m.sendi(ep, &[], &[1], Order::ANY, flags, tag).unwrap();
+    m.sendi(&ActiveMessage::new(ep, tag, &[], &[1]).flagged(flags))
+        .unwrap();
 }
 
 /// Rank 0 stops rank 1 (SIGSTOP: a process that answers nothing, while its kernel may

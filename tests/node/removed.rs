@@ -6,7 +6,7 @@
 use crate::common::offered::{put_then_fetch_add, Offered};
 use crate::common::{send_noted, watchdog};
 use rbtl::btl::{
-    DesFlags, Endpoint, Error, ErrorEvent, Local, Module, Order, RdmaCallback, RdmaCompletion,
+    ActiveMessage, Endpoint, Error, ErrorEvent, Local, Module, RdmaCallback, RdmaCompletion,
     Remote, RemoteHandle, SendOutcome, SendiOutcome, Tag, Transfer,
 };
 use std::sync::{Arc, Mutex};
@@ -160,7 +160,7 @@ fn send_until_the_ring_is_full(m: &mut dyn Module, ep0: Endpoint) {
 /// removal, once the ring is full.
 fn sendi_until_refused(m: &mut dyn Module, ep0: Endpoint) {
     for _ in 0..SENDS {
-        match m.sendi(ep0, &[], &[4], Order::ANY, DesFlags::empty(), Tag::USR) {
+        match m.sendi(&ActiveMessage::new(ep0, Tag::USR, &[], &[4])) {
             Ok(SendiOutcome::Sent) => {}
             Ok(SendiOutcome::Descriptor(_)) => panic!("sendi of one byte handed a descriptor"),
             Err(e) => {

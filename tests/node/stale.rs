@@ -13,7 +13,7 @@
 
 use crate::report_ok;
 use rbtl::btl::{
-    Access, DesFlags, Endpoint, Local, MemHandle, Module, Order, RdmaCompletion, Remote,
+    Access, ActiveMessage, Endpoint, Local, MemHandle, Module, RdmaCompletion, Remote,
     RemoteHandle, SendiOutcome, Tag, Transfer,
 };
 use rbtl_rcache::monitor;
@@ -144,7 +144,7 @@ pub fn remap_and_fork(mut m: Box<dyn Module>, ep: Endpoint, mut job: rbtl::pmi::
             );
             bytes(src).fill(0x10 + round as u8);
             transfer(m.as_mut(), ep, true, (src, &sh), (raddr, &rh));
-            let told = m.sendi(ep, &[], &[1], Order::ANY, DesFlags::empty(), Tag::USR);
+            let told = m.sendi(&ActiveMessage::new(ep, Tag::USR, &[], &[1]));
             assert!(
                 matches!(told, Ok(SendiOutcome::Sent)),
                 "a one-byte message fits"

@@ -47,8 +47,8 @@
 
 use crate::churn::{Rng, PS};
 use rbtl::btl::{
-    Access, DesFlags, Endpoint, Error, Local, MemHandle, Module, Order, RdmaCompletion, Remote,
-    RemoteHandle, SendOutcome, SendiOutcome, Tag, Transfer,
+    Access, ActiveMessage, DesFlags, Endpoint, Error, Local, MemHandle, Module, RdmaCompletion,
+    Remote, RemoteHandle, SendOutcome, SendiOutcome, Tag, Transfer,
 };
 use rbtl_rcache::monitor;
 use std::collections::VecDeque;
@@ -179,10 +179,7 @@ impl Side<'_> {
     fn send(&mut self, bytes: &[u8]) {
         let start = Instant::now();
         let mut des = loop {
-            match self
-                .m
-                .sendi(self.ep, &[], bytes, Order::ANY, DesFlags::empty(), TAG)
-            {
+            match self.m.sendi(&ActiveMessage::new(self.ep, TAG, &[], bytes)) {
                 Ok(SendiOutcome::Sent) => return,
                 Ok(SendiOutcome::Descriptor(d)) => break d,
                 Err(Error::OutOfResource(_)) => self.idle(start, "a send"),

@@ -8,8 +8,8 @@
 use crate::common::offered::{put_then_fetch_add, Offered};
 use crate::common::{progress_until, send_noted, senders, watchdog, Continue};
 use rbtl::btl::{
-    DesFlags, Endpoint, Error, ErrorEvent, Local, Module, Order, RdmaCallback, RdmaCompletion,
-    Remote, SendOutcome, SendiOutcome, Tag, Transfer,
+    ActiveMessage, DesFlags, Endpoint, Error, ErrorEvent, Local, Module, RdmaCallback,
+    RdmaCompletion, Remote, SendOutcome, SendiOutcome, Tag, Transfer,
 };
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -76,8 +76,9 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
     // connection is up.
     let byte = |m: &mut dyn Module, ep, tag| {
         let flags = DesFlags::OWNERSHIP;
-        if let SendiOutcome::Descriptor(des) =
-            m.sendi(ep, &[], &[1], Order::ANY, flags, tag).unwrap()
+        if let SendiOutcome::Descriptor(des) = m
+            .sendi(&ActiveMessage::new(ep, tag, &[], &[1]).flagged(flags))
+            .unwrap()
         {
             m.send(ep, des, tag).map_err(|e| e.error).unwrap();
         }

@@ -2,7 +2,9 @@
 //! tried again after progress, with a hang guard.
 
 use crate::Peer;
-use rbtl_btl::{DesFlags, Descriptor, Error, Module, Order, SendOutcome, SendiOutcome, Tag};
+use rbtl_btl::{
+    ActiveMessage, DesFlags, Descriptor, Error, Module, Order, SendOutcome, SendiOutcome, Tag,
+};
 use std::time::{Duration, Instant};
 
 /// Progress once; give the processor away if nothing happened (the peer may need it).
@@ -90,7 +92,7 @@ pub(crate) fn sendi_progressing(
     let mut des = loop {
         match p
             .module
-            .sendi(ep, header, payload, Order::ANY, DesFlags::empty(), tag)
+            .sendi(&ActiveMessage::new(ep, tag, header, payload))
         {
             Ok(SendiOutcome::Sent) => return,
             Ok(SendiOutcome::Descriptor(d)) => break d,

@@ -4,7 +4,9 @@
 use crate::pattern::{fill, interesting_sizes, matches_pattern};
 use crate::retry::{alloc_retry, idle_progress, retry, send_all};
 use crate::{Peer, EXCHANGE_TAG, NOBODY_TAG};
-use rbtl_btl::{BtlFlags, DesFlags, Error, Order, SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS};
+use rbtl_btl::{
+    ActiveMessage, BtlFlags, DesFlags, Error, Order, SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
+};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,7 +34,7 @@ pub fn unregistered_tag(p: &mut Peer<'_>) {
     let refused = loop {
         match p
             .module
-            .sendi(ep, &[], &[1], Order::ANY, DesFlags::empty(), NOBODY_TAG)
+            .sendi(&ActiveMessage::new(ep, NOBODY_TAG, &[], &[1]))
         {
             Ok(SendiOutcome::Sent) => break false,
             Ok(SendiOutcome::Descriptor(mut des)) => {
@@ -131,9 +133,7 @@ pub fn sends_every_size(p: &mut Peer<'_>) {
         if size <= attrs.eager_limit {
             let split = size / 3;
             let (h, b) = msg.split_at(split);
-            let out = retry(p, "sendi", |m| {
-                m.sendi(ep, h, b, Order::ANY, DesFlags::empty(), tag)
-            });
+            let out = retry(p, "sendi", |m| m.sendi(&ActiveMessage::new(ep, tag, h, b)));
             if let SendiOutcome::Descriptor(mut d) = out {
                 d.flags |= DesFlags::OWNERSHIP;
                 send_all(p, d, tag)
@@ -238,7 +238,7 @@ pub fn callbacks_may_progress(p: &mut Peer<'_>) {
         let ep = p.endpoint;
         let bytes = seq.to_le_bytes();
         let out = retry(p, "sendi", |m| {
-            m.sendi(ep, &bytes, &[], Order::ANY, DesFlags::empty(), tag)
+            m.sendi(&ActiveMessage::new(ep, tag, &bytes, &[]))
         });
         if let SendiOutcome::Descriptor(mut d) = out {
             d.flags |= DesFlags::OWNERSHIP;

@@ -9,10 +9,10 @@ use crate::registrations::{NoPin, Reg, Registrations};
 use crate::send_frags::SendFrags;
 use crate::AmTable;
 use crate::{
-    AmCallback, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback, MemHandle, Modex,
-    Module, ModuleId, Order, Proc, RdmaCallback, RdmaCompletion, Received, RegRequest,
-    RemoteAtomic, RemoteHandle, Result, SendCompletion, SendError, SendOutcome, SendiOutcome, Tag,
-    Transfer, MAX_SEGMENTS,
+    ActiveMessage, AmCallback, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
+    MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback, RdmaCompletion, Received,
+    RegRequest, RemoteAtomic, RemoteHandle, Result, SendCompletion, SendError, SendOutcome,
+    SendiOutcome, Tag, Transfer, MAX_SEGMENTS,
 };
 use rbtl_mpool::Region;
 use rbtl_rcache::{Access, Rcache};
@@ -322,18 +322,18 @@ impl Module for SelfModule {
         Ok(SendOutcome::Queued)
     }
 
-    fn sendi(
-        &mut self,
-        endpoint: Endpoint,
-        header: &[u8],
-        payload: &[u8],
-        order: Order,
-        flags: DesFlags,
-        tag: Tag,
-    ) -> Result<SendiOutcome> {
+    fn sendi(&mut self, m: &ActiveMessage<'_>) -> Result<SendiOutcome> {
+        let &ActiveMessage {
+            endpoint,
+            tag,
+            header,
+            payload,
+            order,
+            flags,
+        } = m;
         self.check_endpoint(endpoint)?;
         self.check_tag(tag)?;
-        let size = header.len() + payload.len();
+        let size = m.len();
         if size <= INLINE_MAX && size <= self.attrs.eager_limit {
             let mut bytes = [0u8; INLINE_MAX];
             let at = bytes.as_mut_ptr();

@@ -20,9 +20,9 @@ use crate::registrations::{NoPin, Reg, Registrations};
 use crate::send_frags::SendFrags;
 use crate::AmTable;
 use crate::{
-    AmCallback, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent,
-    Expected, ExpectedSlot, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback,
-    RdmaCompletion, Received, RegRequest, Remote, RemoteAtomic, RemoteHandle, Result,
+    ActiveMessage, AmCallback, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
+    ErrorEvent, Expected, ExpectedSlot, MemHandle, Modex, Module, ModuleId, Order, Proc,
+    RdmaCallback, RdmaCompletion, Received, RegRequest, Remote, RemoteAtomic, RemoteHandle, Result,
     SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, Transfer, MAX_SEGMENTS,
 };
 use rbtl_rcache::{Access, Rcache};
@@ -745,23 +745,10 @@ impl Module for SmModule {
     }
 
     #[inline]
-    fn sendi(
-        &mut self,
-        endpoint: Endpoint,
-        header: &[u8],
-        payload: &[u8],
-        _order: Order,
-        _flags: DesFlags,
-        tag: Tag,
-    ) -> Result<SendiOutcome> {
-        crate::am_table::check_not_reserved(tag)?;
-        let size = header.len() + payload.len();
-        if size > self.attrs.max_send_size {
-            return Err(Error::TooLarge(format!(
-                "{size} bytes exceed max_send_size {}",
-                self.attrs.max_send_size
-            )));
-        }
+    fn sendi(&mut self, m: &ActiveMessage<'_>) -> Result<SendiOutcome> {
+        m.check(self.attrs.max_send_size)?;
+        let (endpoint, tag, header, payload) = (m.endpoint, m.tag, m.header, m.payload);
+        let size = m.len();
         // (`let else`, not `ok_or`: that builds and drops an error on every send.)
         let Some(peer) = self.peers.get_mut(endpoint.0 as usize) else {
             return Err(Error::UnknownEndpoint(endpoint.0));

@@ -23,9 +23,9 @@ use crate::flush_watch::FlushWatch;
 use crate::keytable;
 use crate::registrations::{NoPin, Registrations};
 use crate::{
-    Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorEvent, MemHandle, Modex, ModuleId,
-    Order, Proc, RdmaCallback, RegRequest, RemoteAtomic, Result, SendError, SendOutcome, Tag,
-    Transfer,
+    ActiveMessage, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorEvent, MemHandle, Modex,
+    ModuleId, Order, Proc, RdmaCallback, RegRequest, RemoteAtomic, Result, SendError, SendOutcome,
+    Tag, Transfer,
 };
 use rbtl_mpool::Region;
 use rbtl_rcache::Rcache;
@@ -306,10 +306,9 @@ impl Engine {
 
     /// Send `header` then `payload` to `ep` on `tag`, copied.
     #[inline]
-    pub fn sendi(&mut self, ep: Endpoint, header: &[u8], payload: &[u8], tag: Tag) -> Result<()> {
-        crate::am_table::check_not_reserved(tag)?;
-        let p = self.net.live_peer(ep)?;
-        let sent = self.sends.sendi(&mut self.net, p, header, payload, tag);
+    pub fn sendi(&mut self, m: &ActiveMessage<'_>) -> Result<()> {
+        let p = self.net.live_peer(m.endpoint)?;
+        let sent = self.sends.sendi(&mut self.net, p, m);
         self.settle();
         sent
     }

@@ -11,10 +11,10 @@ use super::{Refused, Settings, NAME};
 use crate::done::Done;
 use crate::flush_watch::FlushWatch;
 use crate::{
-    AmCallback, AmTable, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
-    Expected, ExpectedSlot, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback,
-    Received, RegRequest, RemoteAtomic, Result, SendCompletion, SendError, SendOutcome,
-    SendiOutcome, Tag, Transfer,
+    ActiveMessage, AmCallback, AmTable, Attributes, DesFlags, Descriptor, Endpoint, Error,
+    ErrorCallback, Expected, ExpectedSlot, MemHandle, Modex, Module, ModuleId, Order, Proc,
+    RdmaCallback, Received, RegRequest, RemoteAtomic, Result, SendCompletion, SendError,
+    SendOutcome, SendiOutcome, Tag, Transfer,
 };
 use std::time::{Duration, Instant};
 
@@ -240,16 +240,9 @@ impl Module for TcpModule {
     }
 
     #[inline]
-    fn sendi(
-        &mut self,
-        endpoint: Endpoint,
-        header: &[u8],
-        payload: &[u8],
-        _order: Order,
-        _flags: DesFlags,
-        tag: Tag,
-    ) -> Result<SendiOutcome> {
-        self.engine.sendi(endpoint, header, payload, tag)?;
+    fn sendi(&mut self, m: &ActiveMessage<'_>) -> Result<SendiOutcome> {
+        m.check(self.attrs.max_send_size)?;
+        self.engine.sendi(m)?;
         Ok(SendiOutcome::Sent)
     }
 

@@ -8,13 +8,12 @@ use super::net::Net;
 use super::slot::Sent;
 use super::wire;
 use crate::send_frags::SendFrags;
-use crate::{Descriptor, Error, ModuleId, Result, Tag, MAX_SEGMENTS};
+use crate::{ActiveMessage, Descriptor, ModuleId, Result, Tag, MAX_SEGMENTS};
 
 /// The module's descriptors and what sends them.
 pub struct Sends {
     /// The pool the module's descriptors come from and go back to.
     pub frags: SendFrags,
-    max_send_size: usize,
 }
 
 impl Sends {
@@ -22,7 +21,6 @@ impl Sends {
     pub fn new(id: ModuleId, max_send_size: usize, max_frags: usize) -> Result<Sends> {
         Ok(Sends {
             frags: SendFrags::new(id, max_send_size, max_frags)?,
-            max_send_size,
         })
     }
 
@@ -42,24 +40,10 @@ impl Sends {
         net.send_desc(p, Head::new(head.as_bytes()), descriptor)
     }
 
-    /// Send `header` then `payload` on `tag` to peer `p` (checked live), copied.
+    /// Send `m` (checked) to peer `p` (checked live), copied.
     #[inline]
-    pub fn sendi(
-        &mut self,
-        net: &mut Net,
-        p: usize,
-        header: &[u8],
-        payload: &[u8],
-        tag: Tag,
-    ) -> Result<()> {
-        let size = header.len() + payload.len();
-        if size > self.max_send_size {
-            return Err(Error::TooLarge(format!(
-                "{size} bytes exceed max_send_size {}",
-                self.max_send_size
-            )));
-        }
-        let head = wire::am(tag, &[size]);
-        net.send_small(p, &[head.as_bytes(), header, payload])
+    pub fn sendi(&mut self, net: &mut Net, p: usize, m: &ActiveMessage<'_>) -> Result<()> {
+        let head = wire::am(m.tag, &[m.len()]);
+        net.send_small(p, &[head.as_bytes(), m.header, m.payload])
     }
 }

@@ -24,8 +24,8 @@ use crate::remote_key::{KeyRange, RemoteKey};
 use emu32::{Op32, Scratch};
 use rbtl_btl::transport_kit::ExpectedSlot;
 use rbtl_btl::{
-    AmCallback, AtomicKind, AtomicWidth, Attributes, DesFlags, Descriptor, Endpoint, Error,
-    ErrorCallback, Expected, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback,
+    ActiveMessage, AmCallback, AtomicKind, AtomicWidth, Attributes, DesFlags, Descriptor, Endpoint,
+    Error, ErrorCallback, Expected, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback,
     RegRequest, RemoteAtomic, RemoteHandle, Result, SendError, SendOutcome, SendiOutcome, Tag,
     Transfer,
 };
@@ -209,16 +209,8 @@ impl Module for OpenibModule {
         self.send_descriptor(endpoint, descriptor, tag)
     }
 
-    fn sendi(
-        &mut self,
-        endpoint: Endpoint,
-        header: &[u8],
-        payload: &[u8],
-        order: Order,
-        flags: DesFlags,
-        tag: Tag,
-    ) -> Result<SendiOutcome> {
-        self.send_inline(endpoint, header, payload, order, flags, tag)
+    fn sendi(&mut self, m: &ActiveMessage<'_>) -> Result<SendiOutcome> {
+        self.send_inline(m)
     }
 
     fn put(&mut self, op: &Transfer<'_>, callback: RdmaCallback) -> Result<()> {

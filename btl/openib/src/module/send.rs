@@ -8,8 +8,8 @@ use crate::core::{Done, Posted, RECV_BIT};
 use crate::peer::{Link, Waiting};
 use crate::wire::{self, Trailer, CREDIT_ONLY, FRAG_EXTRA, TRAILER};
 use rbtl_btl::{
-    copy_bytes, DesFlags, Descriptor, Endpoint, Error, Module, Order, Result, SendError,
-    SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
+    copy_bytes, ActiveMessage, DesFlags, Descriptor, Endpoint, Error, Module, Order, Result,
+    SendError, SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
 };
 use rbtl_verbs::{Op, Sge};
 use std::mem::MaybeUninit;
@@ -100,23 +100,17 @@ impl OpenibModule {
     /// (`Module::sendi`) Send inline from the caller's bytes when the message can go at
     /// once and fits the queue pair's inline limit; else hand back a descriptor
     /// holding it.
-    pub(super) fn send_inline(
-        &mut self,
-        endpoint: Endpoint,
-        header: &[u8],
-        payload: &[u8],
-        order: Order,
-        flags: DesFlags,
-        tag: Tag,
-    ) -> Result<SendiOutcome> {
-        rbtl_btl::transport_kit::check_not_reserved(tag)?;
-        let size = header.len() + payload.len();
-        if size > self.core.attrs.max_send_size {
-            return Err(Error::TooLarge(format!(
-                "{size} bytes exceed max_send_size {}",
-                self.core.attrs.max_send_size
-            )));
-        }
+    pub(super) fn send_inline(&mut self, m: &ActiveMessage<'_>) -> Result<SendiOutcome> {
+        m.check(self.core.attrs.max_send_size)?;
+        let &ActiveMessage {
+            endpoint,
+            tag,
+            header,
+            payload,
+            order,
+            flags,
+        } = m;
+        let size = m.len();
         let ep = endpoint.0 as usize;
         if !matches!(self.core.peers.get(ep).map(|p| &p.link), Some(Link::Up)) {
             self.connect(endpoint)?;
