@@ -8,8 +8,9 @@
 //!
 //! [`Deadlines`] holds the deadlines, with no clock of its own (the caller says what
 //! time it is); each handshake's `time_out` gives up on one peer, saying what it was
-//! waiting for ([`expired_why`] words it alike for every method).
+//! waiting for ([`timed_out`] words it alike for every method).
 
+use crate::Failure;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::time::{Duration, Instant};
@@ -19,13 +20,12 @@ pub const CONNECT_TIMEOUT_PARAM: &str = "btl_openib_connect_timeout";
 
 /// Why a connection given up on at its deadline failed: the method, how long it had,
 /// and what it was `waiting_for`.
-pub fn expired_why(cpc: &str, waited: Duration, waiting_for: &str) -> String {
-    format!(
-        "{cpc}: the connection was not up within {} ms: {waiting_for} (a peer that is \
-         stopped, hung, or not calling progress answers nothing; raise \
-         {CONNECT_TIMEOUT_PARAM} if it is only slow)",
-        waited.as_millis()
-    )
+pub fn timed_out(cpc: &'static str, waited: Duration, waiting_for: &str) -> Failure {
+    Failure::TimedOut {
+        cpc,
+        waited,
+        waiting_for: waiting_for.to_string(),
+    }
 }
 
 /// The deadlines of the connections being made, by peer.
@@ -157,7 +157,7 @@ mod tests {
 
     #[test]
     fn the_reason_names_the_method_the_time_what_was_awaited_and_the_parameter() {
-        let why = expired_why("oob", T, "no Reply to our Request");
+        let why = timed_out("oob", T, "no Reply to our Request").to_string();
         assert!(why.starts_with("oob: the connection was not up within 2000 ms: no Reply"));
         assert!(why.contains(CONNECT_TIMEOUT_PARAM), "{why}");
     }

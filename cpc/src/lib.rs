@@ -48,22 +48,141 @@ pub enum Error {
         /// The port.
         port: u8,
         /// Why.
-        why: String,
+        why: Unusable,
     },
-    /// Connecting failed.
+    /// Connecting failed in the transport's own calls (a queue pair, a listener, the
+    /// device refused); a handshake's own failures are [`Failure`]s.
     #[error("{cpc}: {why}")]
     Connect {
         /// The CPC.
         cpc: &'static str,
-        /// What failed.
+        /// What failed, in the device's or the system's words.
         why: String,
     },
+    /// A handshake failed as it started.
+    #[error(transparent)]
+    Failed(#[from] Failure),
     /// The configuration allows no CPC, names an unknown one, or two peers share none.
-    #[error("{0}")]
-    Selection(String),
+    #[error(transparent)]
+    Selection(#[from] Selection),
     /// A parameter problem.
     #[error(transparent)]
     Config(#[from] rbtl_config::Error),
+}
+
+/// Why a CPC cannot run on a port.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unusable {
+    /// `rdma_cm` addresses peers by IPv4: the port's netdev has none.
+    #[error("the port has no IPv4 address")]
+    NoIpv4Address,
+    /// `xrc` needs XRC domains, which the device does not have.
+    #[error("the device has no XRC domains{}", detail.as_ref().map(|d| format!(" ({d})")).unwrap_or_default())]
+    NoXrc {
+        /// What the device said when asked for one, if it said anything.
+        detail: Option<String>,
+    },
+    /// The device or the connection manager refused what the CPC needs there (its
+    /// words).
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// How the configuration's or the peers' choice of CPC went wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Selection {
+    /// Both the include and the exclude list are set.
+    #[error("{} ({}) and {} ({}) cannot both be set", select::INCLUDE, include.join(","), select::EXCLUDE, exclude.join(","))]
+    IncludeAndExclude {
+        /// The include list.
+        include: Vec<String>,
+        /// The exclude list.
+        exclude: Vec<String>,
+    },
+    /// A list names a CPC that does not exist.
+    #[error("unknown connection method `{name}`; valid ones: {}", valid.join(", "))]
+    Unknown {
+        /// The name given.
+        name: String,
+        /// The CPCs there are.
+        valid: Vec<String>,
+    },
+    /// No allowed CPC can run on the port: each one's reason.
+    #[error("no connection method can run on {device}:{port} (allowed: {}): {}", allowed.join(","), why_not.join("; "))]
+    NoneUsable {
+        /// The device.
+        device: String,
+        /// The port.
+        port: u8,
+        /// The CPCs the configuration allows.
+        allowed: Vec<String>,
+        /// Why each could not run, in the allowed order.
+        why_not: Vec<String>,
+    },
+    /// A peer's list of CPCs in the modex is malformed.
+    #[error("malformed connection-method list ({len} bytes)")]
+    Malformed {
+        /// Its length.
+        len: usize,
+    },
+    /// This process and the peer offer no CPC in common.
+    #[error("no connection method in common with rank {peer}: this side offers [{}], the peer offers [{}]; make {}/{} agree", ours.join(","), theirs.join(","), select::INCLUDE, select::EXCLUDE)]
+    NoneInCommon {
+        /// The peer.
+        peer: u32,
+        /// What this process offers.
+        ours: Vec<String>,
+        /// What the peer offers.
+        theirs: Vec<String>,
+    },
+}
+
+impl Failure {
+    /// A [`Failure::Broken`] of `cpc`, in `what`'s words.
+    pub fn broken(cpc: &'static str, what: impl std::fmt::Display) -> Failure {
+        Failure::Broken {
+            cpc,
+            what: what.to_string(),
+        }
+    }
+}
+
+/// Why connecting to one peer failed, as a handshake reports it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Failure {
+    /// The connection was not up by its deadline ([`deadline`]).
+    #[error("{cpc}: the connection was not up within {} ms: {waiting_for} (a peer that is stopped, hung, or not calling progress answers nothing; raise {} if it is only slow)", waited.as_millis(), deadline::CONNECT_TIMEOUT_PARAM)]
+    TimedOut {
+        /// The CPC.
+        cpc: &'static str,
+        /// How long it had.
+        waited: std::time::Duration,
+        /// What it was waiting for.
+        waiting_for: String,
+    },
+    /// The peer removed this process (`del_procs`): it takes nothing more from it.
+    #[error("{cpc}: the peer removed this process (del_procs): it takes nothing more from it")]
+    Removed {
+        /// The CPC.
+        cpc: &'static str,
+    },
+    /// The peer broke the handshake: a message or event out of turn.
+    #[error("{cpc}: {what}")]
+    Protocol {
+        /// The CPC.
+        cpc: &'static str,
+        /// What came, and when.
+        what: String,
+    },
+    /// The peer, the device or the connection manager ended the connection or refused
+    /// it.
+    #[error("{cpc}: {what}")]
+    Broken {
+        /// The CPC.
+        cpc: &'static str,
+        /// What happened.
+        what: String,
+    },
 }
 
 /// What the transport offers a CPC while it connects (Open MPI: the endpoint
@@ -78,7 +197,7 @@ pub trait ConnectionHost {
     /// The connection to `peer` is up on `qp`: queued fragments may go out.
     fn connected(&mut self, peer: u32, qp: Self::Qp);
     /// Connecting to `peer` failed: what is queued for it fails with `why`.
-    fn failed(&mut self, peer: u32, why: String);
+    fn failed(&mut self, peer: u32, why: Failure);
     /// Something only `peer`'s own progress makes (a handshake message, its accept of
     /// a connect request) arrived from it: it is alive and answering.
     fn heard(&mut self, peer: u32);

@@ -18,7 +18,8 @@
 //! `Removed` before it closes its channel, and the peer fails it with that reason
 //! rather than taking the close for the end of its process.
 
-use crate::deadline::expired_why;
+use crate::deadline::timed_out;
+use crate::Failure;
 use std::time::Duration;
 
 /// What one side tells the other about its queue pair.
@@ -120,7 +121,7 @@ pub enum Action {
     /// The connection is up: queued fragments may go.
     Up,
     /// The handshake failed.
-    Fail(String),
+    Fail(Failure),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,7 +178,7 @@ impl Handshake {
             }
         };
         self.state = State::Failed;
-        vec![Action::Fail(expired_why("oob", waited, waiting_for))]
+        vec![Action::Fail(timed_out("oob", waited, waiting_for))]
     }
 
     /// The local side wants the connection.
@@ -222,18 +223,15 @@ impl Handshake {
             }
             (_, _, Message::Removed) => {
                 self.state = Failed;
-                vec![Action::Fail(
-                    "oob: the peer removed this process (del_procs): it takes nothing more \
-                     from it"
-                        .into(),
-                )]
+                vec![Action::Fail(Failure::Removed { cpc: "oob" })]
             }
             (state, initiator, m) => {
                 self.state = Failed;
                 let side = if initiator { "initiator" } else { "responder" };
-                vec![Action::Fail(format!(
-                    "oob: unexpected {m:?} for the {side} in state {state:?}"
-                ))]
+                vec![Action::Fail(Failure::Protocol {
+                    cpc: "oob",
+                    what: format!("unexpected {m:?} for the {side} in state {state:?}"),
+                })]
             }
         }
     }
@@ -323,7 +321,7 @@ mod tests {
         let mut b = Handshake::new(false, info(2));
         let acts = b.on_message(Message::Ask);
         assert!(
-            matches!(&acts[..], [Action::Fail(why)] if why.contains("Ask") && why.contains("responder")),
+            matches!(&acts[..], [Action::Fail(Failure::Protocol { what, .. })] if what.contains("Ask") && what.contains("responder")),
             "{acts:?}"
         );
         let mut a = Handshake::new(true, info(1));
@@ -339,7 +337,7 @@ mod tests {
     fn a_side_past_its_deadline_fails_naming_what_it_waited_for() {
         let waited = Duration::from_millis(2500);
         let why = |acts: Vec<Action>| match &acts[..] {
-            [Action::Fail(why)] => why.clone(),
+            [Action::Fail(why @ Failure::TimedOut { .. })] => why.to_string(),
             other => panic!("{other:?}"),
         };
         // The initiator whose request the (stopped) peer never answered.
@@ -390,7 +388,7 @@ mod tests {
         for side in [&mut a, &mut b, &mut Handshake::new(false, info(3))] {
             let acts = side.on_message(Message::Removed);
             assert!(
-                matches!(&acts[..], [Action::Fail(why)] if why.contains("removed this process")),
+                matches!(&acts[..], [Action::Fail(Failure::Removed { cpc: "oob" })]),
                 "{acts:?}"
             );
             assert!(!side.is_up());

@@ -6,7 +6,8 @@
 //! same way on both sides: the lower side's connection wins. A side that waits past
 //! its deadline gives up ([`Connection::time_out`]).
 
-use crate::deadline::expired_why;
+use crate::deadline::timed_out;
+use crate::Failure;
 use std::net::SocketAddrV4;
 use std::time::Duration;
 
@@ -90,7 +91,7 @@ pub enum Action {
     /// The connection is up.
     Up,
     /// Connecting failed.
-    Fail(String),
+    Fail(Failure),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,15 +151,19 @@ impl Connection {
             }
         };
         self.state = State::Failed;
-        vec![Action::Fail(expired_why("rdma_cm", waited, waiting_for))]
+        vec![Action::Fail(timed_out("rdma_cm", waited, waiting_for))]
     }
 
     /// Take in an event; what to do.
     pub fn on(&mut self, event: Event) -> Vec<Action> {
         use State::*;
-        let fail = |s: &mut State, why: String| {
+        let fail = |s: &mut State, why: Failure| {
             *s = Failed;
-            vec![Action::Fail(format!("rdma_cm: {why}"))]
+            vec![Action::Fail(why)]
+        };
+        let broken = |what: &str| Failure::Broken {
+            cpc: "rdma_cm",
+            what: what.into(),
         };
         match (self.state, event) {
             (Idle, Event::Start) if self.initiator => {
@@ -188,8 +193,12 @@ impl Connection {
             (Connecting | Accepting | Up, Event::Request(Kind::Ask)) => vec![Action::Reject],
             (Asking, Event::Request(Kind::Ask)) => fail(
                 &mut self.state,
-                "both sides asked the other to connect (their addresses disagree on who initiates)"
-                    .into(),
+                Failure::Protocol {
+                    cpc: "rdma_cm",
+                    what: "both sides asked the other to connect (their addresses disagree on \
+                           who initiates)"
+                        .into(),
+                },
             ),
             (Connecting | Accepting, Event::Established) => {
                 self.state = Up;
@@ -200,18 +209,22 @@ impl Connection {
             (_, Event::Rejected(Kind::Ask)) => Vec::new(),
             (Accepting, Event::Rejected(Kind::Connect)) => Vec::new(),
             (Connecting, Event::Rejected(Kind::Connect)) => {
-                fail(&mut self.state, "the peer rejected the connection".into())
+                fail(&mut self.state, broken("the peer rejected the connection"))
             }
             (Up, Event::Request(Kind::Connect)) => vec![Action::Reject],
             (Up, Event::Disconnected) => fail(
                 &mut self.state,
-                "the peer disconnected: it removed this process (del_procs), or its module \
-                 or process ended"
-                    .into(),
+                broken(
+                    "the peer disconnected: it removed this process (del_procs), or its \
+                     module or process ended",
+                ),
             ),
             (state, event) => fail(
                 &mut self.state,
-                format!("unexpected {event:?} in {state:?}"),
+                Failure::Protocol {
+                    cpc: "rdma_cm",
+                    what: format!("unexpected {event:?} in {state:?}"),
+                },
             ),
         }
     }
@@ -295,19 +308,19 @@ mod tests {
         let mut lo = Connection::new(true);
         lo.on(Event::Start);
         assert!(
-            matches!(&lo.on(Event::Rejected(Kind::Connect))[..], [Action::Fail(w)] if w.contains("rejected"))
+            matches!(&lo.on(Event::Rejected(Kind::Connect))[..], [Action::Fail(Failure::Broken { what, .. })] if what.contains("rejected"))
         );
         let mut hi = Connection::new(false);
         hi.on(Event::Start);
         assert!(
-            matches!(&hi.on(Event::Request(Kind::Ask))[..], [Action::Fail(w)] if w.contains("both sides"))
+            matches!(&hi.on(Event::Request(Kind::Ask))[..], [Action::Fail(Failure::Protocol { what, .. })] if what.contains("both sides"))
         );
         let mut up = Connection::new(true);
         up.on(Event::Start);
         up.on(Event::Established);
         assert!(matches!(
             &up.on(Event::Disconnected)[..],
-            [Action::Fail(why)] if why.contains("removed this process")
+            [Action::Fail(Failure::Broken { what, .. })] if what.contains("removed this process")
         ));
     }
 
@@ -317,7 +330,7 @@ mod tests {
     fn a_side_past_its_deadline_fails_naming_what_it_waited_for() {
         let waited = Duration::from_millis(3000);
         let why = |acts: Vec<Action>| match &acts[..] {
-            [Action::Fail(why)] => why.clone(),
+            [Action::Fail(why @ Failure::TimedOut { .. })] => why.to_string(),
             other => panic!("{other:?}"),
         };
         let mut lo = Connection::new(true);

@@ -8,7 +8,7 @@
 //! highest priority on either side, ties broken by name so that both sides agree; none
 //! in common is an error naming both lists.
 
-use crate::{ConnectionHost, CpcComponent, CpcModule, Error, PortInfo};
+use crate::{ConnectionHost, CpcComponent, CpcModule, Error, PortInfo, Selection};
 use rbtl_config::{Config, Registry, Value};
 
 /// The include list parameter.
@@ -52,18 +52,19 @@ pub fn allowed<'a>(config: &Config, names: &[&'a str]) -> Result<Vec<&'a str>, E
     let include = config.list(INCLUDE)?;
     let exclude = config.list(EXCLUDE)?;
     if !include.is_empty() && !exclude.is_empty() {
-        return Err(Error::Selection(format!(
-            "{INCLUDE} ({}) and {EXCLUDE} ({}) cannot both be set",
-            include.join(","),
-            exclude.join(",")
-        )));
+        return Err(Selection::IncludeAndExclude {
+            include: include.to_vec(),
+            exclude: exclude.to_vec(),
+        }
+        .into());
     }
     for name in include.iter().chain(exclude) {
         if !names.contains(&name.as_str()) {
-            return Err(Error::Selection(format!(
-                "unknown connection method `{name}`; valid ones: {}",
-                names.join(", ")
-            )));
+            return Err(Selection::Unknown {
+                name: name.clone(),
+                valid: names.iter().map(|n| n.to_string()).collect(),
+            }
+            .into());
         }
     }
     Ok(names
@@ -127,13 +128,13 @@ pub fn select_for_port<H: ConnectionHost + ?Sized>(
         }
     }
     if usable.is_empty() {
-        return Err(Error::Selection(format!(
-            "no connection method can run on {}:{} (allowed: {}): {}",
-            port.device,
-            port.port,
-            allowed.join(","),
-            why_not.join("; ")
-        )));
+        return Err(Selection::NoneUsable {
+            device: port.device.clone(),
+            port: port.port,
+            allowed,
+            why_not,
+        }
+        .into());
     }
     usable.sort_by(|a, b| {
         b.1.priority
@@ -159,12 +160,7 @@ pub fn encode(offers: &[Offer]) -> Vec<u8> {
 
 /// Offers from modex bytes (all of them: bytes after the last offer are refused).
 pub fn decode(bytes: &[u8]) -> Result<Vec<Offer>, Error> {
-    let bad = || {
-        Error::Selection(format!(
-            "malformed connection-method list ({} bytes)",
-            bytes.len()
-        ))
-    };
+    let bad = || Error::from(Selection::Malformed { len: bytes.len() });
     let mut rest = bytes;
     let mut take = |n: usize| -> Result<&[u8], Error> {
         let (head, tail) = rest.split_at_checked(n).ok_or_else(bad)?;
@@ -210,13 +206,12 @@ pub fn find_match(local: &[Offer], remote: &[Offer], peer: u32) -> Result<(usize
         }
     }
     best.map(|(_, _, i, j)| (i, j)).ok_or_else(|| {
-        let names = |o: &[Offer]| o.iter().map(|o| o.name.as_str()).collect::<Vec<_>>().join(",");
-        Error::Selection(format!(
-            "no connection method in common with rank {peer}: this side offers [{}], the peer offers [{}]; \
-             make {INCLUDE}/{EXCLUDE} agree",
-            names(local),
-            names(remote)
-        ))
+        let names = |o: &[Offer]| o.iter().map(|o| o.name.clone()).collect();
+        Error::from(Selection::NoneInCommon {
+            peer,
+            ours: names(local),
+            theirs: names(remote),
+        })
     })
 }
 
@@ -236,7 +231,7 @@ mod tests {
             Ok(())
         }
         fn connected(&mut self, _: u32, _: ()) {}
-        fn failed(&mut self, _: u32, _: String) {}
+        fn failed(&mut self, _: u32, _: crate::Failure) {}
         fn heard(&mut self, _: u32) {}
     }
 
@@ -245,7 +240,7 @@ mod tests {
     struct Fixed {
         name: &'static str,
         priority: u8,
-        usable: fn(&PortInfo) -> Result<(), String>,
+        usable: fn(&PortInfo) -> Result<(), crate::Unusable>,
     }
 
     struct FixedModule(&'static str, u8);
@@ -310,7 +305,7 @@ mod tests {
                     if p.xrc {
                         Ok(())
                     } else {
-                        Err("no XRC on this device".into())
+                        Err(crate::Unusable::NoXrc { detail: None })
                     }
                 },
             }),
@@ -319,7 +314,7 @@ mod tests {
                 priority: 30,
                 usable: |p| {
                     if p.ip_addresses.is_empty() {
-                        Err("the port has no IP address".into())
+                        Err(crate::Unusable::NoIpv4Address)
                     } else {
                         Ok(())
                     }
@@ -374,10 +369,14 @@ mod tests {
             ["oob"],
             "rdma_cm needs an IP address"
         );
-        let e = offered(&[(INCLUDE, "rdma_cm,xrc")], &port(false, false))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("no IP address") && e.contains("no XRC"), "{e}");
+        let e = offered(&[(INCLUDE, "rdma_cm,xrc")], &port(false, false)).unwrap_err();
+        assert!(
+            matches!(&e, Error::Selection(Selection::NoneUsable { allowed, why_not, .. })
+                if allowed.len() == 2 && why_not.len() == 2),
+            "{e:?}"
+        );
+        let e = e.to_string();
+        assert!(e.contains("no IPv4 address") && e.contains("no XRC"), "{e}");
     }
 
     #[test]
@@ -395,13 +394,20 @@ mod tests {
             offered(&[("btl_openib_cpc_rdma_cm_priority", "90")], &p).unwrap(),
             ["rdma_cm", "xrc", "oob"]
         );
-        let both = offered(&[(INCLUDE, "oob"), (EXCLUDE, "xrc")], &p)
-            .unwrap_err()
-            .to_string();
+        let both = offered(&[(INCLUDE, "oob"), (EXCLUDE, "xrc")], &p).unwrap_err();
+        assert!(
+            matches!(&both, Error::Selection(Selection::IncludeAndExclude { include, exclude })
+                if include == &["oob"] && exclude == &["xrc"]),
+            "{both:?}"
+        );
+        let both = both.to_string();
         assert!(both.contains("cannot both be set"), "{both}");
-        let unknown = offered(&[(INCLUDE, "oob,udcm")], &p)
-            .unwrap_err()
-            .to_string();
+        let unknown = offered(&[(INCLUDE, "oob,udcm")], &p).unwrap_err();
+        assert!(
+            matches!(&unknown, Error::Selection(Selection::Unknown { name, .. }) if name == "udcm"),
+            "{unknown:?}"
+        );
+        let unknown = unknown.to_string();
         assert!(
             unknown.contains("unknown connection method `udcm`")
                 && unknown.contains("oob, xrc, rdma_cm"),
@@ -441,9 +447,15 @@ mod tests {
 
     #[test]
     fn no_cpc_in_common_names_both_lists() {
-        let e = find_match(&offers(&[("oob", 50)]), &offers(&[("rdma_cm", 30)]), 3)
-            .unwrap_err()
-            .to_string();
+        let e = find_match(&offers(&[("oob", 50)]), &offers(&[("rdma_cm", 30)]), 3).unwrap_err();
+        assert!(
+            matches!(
+                &e,
+                Error::Selection(Selection::NoneInCommon { peer: 3, .. })
+            ),
+            "{e:?}"
+        );
+        let e = e.to_string();
         assert!(
             e.contains("rank 3")
                 && e.contains("[oob]")

@@ -34,8 +34,9 @@
 //! (Past this project's usual file length: the messages and the state machine are one
 //! protocol, about 510 lines, and their tests stay beside them.)
 
-use crate::deadline::expired_why;
+use crate::deadline::timed_out;
 use crate::oob::{QpInfo, INFO_LEN};
+use crate::Failure;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -176,7 +177,7 @@ pub enum Action {
         /// The peer.
         peer: u32,
         /// Why.
-        why: String,
+        why: Failure,
     },
 }
 
@@ -271,7 +272,7 @@ impl Node {
                 self.peers.insert(peer, Peer::Failed);
                 vec![Action::Fail {
                     peer,
-                    why: "xrc: the connection to its node broke".into(),
+                    why: broken("the connection to its node broke".into()),
                 }]
             }
             Link::Up { qpn } => {
@@ -308,7 +309,7 @@ impl Node {
     /// next waiting one tries.
     pub fn initiator_failed(&mut self, why: &str) -> Vec<Action> {
         match self.link {
-            Link::Creating { peer } => self.fail(peer, format!("xrc: no initiator: {why}")),
+            Link::Creating { peer } => self.fail(peer, broken(format!("no initiator: {why}"))),
             _ => Vec::new(),
         }
     }
@@ -339,7 +340,7 @@ impl Node {
                 Message::Refuse { qpn },
             ) if p == peer && qpn == initiator => self.fail(
                 peer,
-                "xrc: it could not make a target for this process".into(),
+                broken("it could not make a target for this process".into()),
             ),
             (
                 Link::Up { qpn },
@@ -352,7 +353,9 @@ impl Node {
             (_, Some(Peer::Attaching { qpn: q }), Message::Refuse { qpn }) if qpn == q => self
                 .fail(
                     peer,
-                    format!("xrc: it could not serve this process through target {qpn}"),
+                    broken(format!(
+                        "it could not serve this process through target {qpn}"
+                    )),
                 ),
             (Link::Up { qpn }, Some(Peer::Attaching { qpn: q }), Message::Gone { qpn: g })
                 if qpn == q && g == q =>
@@ -362,7 +365,12 @@ impl Node {
             (_, Some(state), m) if Self::is_stale(state, &m) => Vec::new(),
             (link, state, m) => self.fail(
                 peer,
-                format!("xrc: unexpected {m:?} from a peer in state {state:?} (node {link:?})"),
+                Failure::Protocol {
+                    cpc: "xrc",
+                    what: format!(
+                        "unexpected {m:?} from a peer in state {state:?} (node {link:?})"
+                    ),
+                },
             ),
         }
     }
@@ -396,10 +404,10 @@ impl Node {
             // Its up peers hold the target open: it exists, this peer cannot reach it.
             return self.fail(
                 peer,
-                format!(
-                    "xrc: it could not open its node's target {qpn}, which other processes \
+                broken(format!(
+                    "it could not open its node's target {qpn}, which other processes \
                      there hold (do the processes of a node share their XRC domain file?)"
-                ),
+                )),
             );
         }
         // Nobody holds the target: it went with the processes that did. Connect the
@@ -419,7 +427,7 @@ impl Node {
     /// `peer` failed (it died, or refused). If it was connecting the node, the next
     /// waiting peer connects it with a new initiator.
     pub fn on_failure(&mut self, peer: u32, why: &str) -> Vec<Action> {
-        self.fail(peer, format!("xrc: {why}"))
+        self.fail(peer, broken(why.to_string()))
     }
 
     /// `peer` was not up within `waited` of being wanted: it fails, saying what it was
@@ -441,12 +449,12 @@ impl Node {
             ),
             _ => return Vec::new(),
         };
-        self.fail(peer, expired_why("xrc", waited, &waiting_for))
+        self.fail(peer, timed_out("xrc", waited, &waiting_for))
     }
 
     /// Forget `peer` (it was removed): as a failure, without reporting it.
     pub fn forget(&mut self, peer: u32) -> Vec<Action> {
-        let mut acts = self.fail(peer, String::new());
+        let mut acts = self.fail(peer, Failure::Removed { cpc: "xrc" });
         acts.retain(|a| !matches!(a, Action::Fail { peer: p, .. } if *p == peer));
         self.peers.remove(&peer);
         acts
@@ -463,14 +471,14 @@ impl Node {
                 *state = Peer::Failed;
                 acts.push(Action::Fail {
                     peer,
-                    why: format!("xrc: the connection to its node broke: {why}"),
+                    why: broken(format!("the connection to its node broke: {why}")),
                 });
             }
         }
         acts
     }
 
-    fn fail(&mut self, peer: u32, why: String) -> Vec<Action> {
+    fn fail(&mut self, peer: u32, why: Failure) -> Vec<Action> {
         let mut acts = Vec::new();
         if self.peers.get(&peer) != Some(&Peer::Failed) {
             self.peers.insert(peer, Peer::Failed);
@@ -509,6 +517,12 @@ impl Node {
         }
         acts
     }
+}
+
+/// An `xrc` connection ended or refused (by the peer, the device, or the node's
+/// connection).
+fn broken(what: String) -> Failure {
+    Failure::Broken { cpc: "xrc", what }
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use rbtl_btl::{
     RdmaCompletion, Result, SendCallback,
 };
 use rbtl_cpc::deadline::Deadlines;
-use rbtl_cpc::ConnectionHost;
+use rbtl_cpc::{ConnectionHost, Failure};
 use rbtl_mpool::{Frag, FreeList};
 use rbtl_verbs::{Context, Cq, Mr, MrAccess, Op, Pd, Qp, QpCaps, Sge, VerbsRegistrar};
 use std::collections::{HashMap, VecDeque};
@@ -574,9 +574,9 @@ impl ConnectionHost for Core {
         self.ready.push(ep);
     }
 
-    fn failed(&mut self, rank: u32, why: String) {
+    fn failed(&mut self, rank: u32, why: Failure) {
         if let Some(&ep) = self.by_rank.get(&rank) {
-            self.fail(ep, why);
+            self.fail(ep, why.to_string());
         }
     }
 

@@ -7,16 +7,21 @@
 //! (`del_procs`) hears `Removed` before the channel to it closes.
 
 use crate::channel::{Channel, Ended};
-use crate::core::{cpc_error, Core};
+use crate::core::Core;
 use rbtl_config::{Config, Registry};
 use rbtl_cpc::oob::{initiates, Action, Handshake, Message, QpInfo};
-use rbtl_cpc::{ConnectionHost, CpcComponent, CpcModule, Error, PortInfo};
+use rbtl_cpc::{ConnectionHost, CpcComponent, CpcModule, Error, Failure, PortInfo};
 use rbtl_verbs::{Qp, QpEndpoint};
 use std::collections::HashMap;
 use std::time::Duration;
 
 /// The CPC's name.
 pub const NAME: &str = "oob";
+
+/// A connection `oob` could not make or keep, in the words of what refused it.
+fn broken(what: impl std::fmt::Display) -> Failure {
+    Failure::broken(NAME, what)
+}
 
 /// The component.
 pub struct OobComponent;
@@ -62,20 +67,22 @@ impl OobModule {
         })
     }
 
-    fn send(&mut self, rank: u32, me: u32, m: Message) -> Result<(), String> {
+    fn send(&mut self, rank: u32, me: u32, m: Message) -> Result<(), Failure> {
         self.me = Some(me);
-        self.channel.send(rank, me, &m.encode())
+        self.channel.send(rank, me, &m.encode()).map_err(broken)
     }
 
     /// Make the peer's queue pair and handshake if not yet there.
-    fn ensure(&mut self, rank: u32, core: &mut Core) -> Result<(), String> {
-        let peer = self.peers.get_mut(&rank).ok_or("no such peer")?;
+    fn ensure(&mut self, rank: u32, core: &mut Core) -> Result<(), Failure> {
+        let peer = self
+            .peers
+            .get_mut(&rank)
+            .ok_or_else(|| broken("no such peer"))?;
         if peer.handshake.is_some() {
             return Ok(());
         }
-        let mut qp = core.new_qp().map_err(|e| e.to_string())?;
-        core.post_receives(rank, &mut qp)
-            .map_err(|e| e.to_string())?;
+        let mut qp = core.new_qp().map_err(broken)?;
+        core.post_receives(rank, &mut qp).map_err(broken)?;
         let info = QpInfo {
             qpn: qp.qpn(),
             psn: qp.qpn() & 0xff_ffff,
@@ -88,13 +95,16 @@ impl OobModule {
         Ok(())
     }
 
-    fn act(&mut self, rank: u32, actions: Vec<Action>, core: &mut Core) -> Result<(), String> {
+    fn act(&mut self, rank: u32, actions: Vec<Action>, core: &mut Core) -> Result<(), Failure> {
         for a in actions {
             match a {
                 Action::Send(m) => self.send(rank, core.rank, m)?,
                 Action::Connect(remote) => {
-                    let peer = self.peers.get_mut(&rank).ok_or("no such peer")?;
-                    let qp = peer.qp.as_mut().ok_or("no queue pair")?;
+                    let peer = self
+                        .peers
+                        .get_mut(&rank)
+                        .ok_or_else(|| broken("no such peer"))?;
+                    let qp = peer.qp.as_mut().ok_or_else(|| broken("no queue pair"))?;
                     let mtu = remote.mtu.min(core.port.mtu);
                     let to = QpEndpoint {
                         qpn: remote.qpn,
@@ -105,14 +115,14 @@ impl OobModule {
                     let psn = qp.qpn() & 0xff_ffff;
                     qp.to_rtr(&to, u32::from(mtu))
                         .and_then(|_| qp.to_rts(psn))
-                        .map_err(|e| e.to_string())?;
+                        .map_err(broken)?;
                 }
                 Action::Up => {
                     let qp = self
                         .peers
                         .get_mut(&rank)
                         .and_then(|p| p.qp.take())
-                        .ok_or("no queue pair")?;
+                        .ok_or_else(|| broken("no queue pair"))?;
                     core.connected(rank, qp);
                 }
                 Action::Fail(why) => return Err(why),
@@ -171,14 +181,14 @@ impl CpcModule<Core> for OobModule {
     }
 
     fn start_connect(&mut self, peer: u32, core: &mut Core) -> Result<(), Error> {
-        self.ensure(peer, core).map_err(cpc_error)?;
+        self.ensure(peer, core)?;
         let actions = self
             .peers
             .get_mut(&peer)
             .and_then(|p| p.handshake.as_mut())
             .map(|h| h.start())
             .unwrap_or_default();
-        self.act(peer, actions, core).map_err(cpc_error)
+        Ok(self.act(peer, actions, core)?)
     }
 
     fn progress(&mut self, core: &mut Core) -> usize {
@@ -196,7 +206,7 @@ impl CpcModule<Core> for OobModule {
             self.on_message(rank, m, core);
         }
         for (rank, why) in closed {
-            core.failed(rank, why);
+            core.failed(rank, broken(why));
         }
         n
     }

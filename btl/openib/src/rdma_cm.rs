@@ -13,7 +13,7 @@ use crate::secret::{self, Secret};
 use crate::srq::SharedReceives;
 use rbtl_config::{Config, Registry};
 use rbtl_cpc::rdma_cm::{initiates, Action, Connection, Event, Hello, Kind};
-use rbtl_cpc::{ConnectionHost, CpcComponent, CpcModule, Error, PortInfo};
+use rbtl_cpc::{ConnectionHost, CpcComponent, CpcModule, Error, Failure, PortInfo, Unusable};
 use rbtl_verbs::{CmEventKind, CmId, EventChannel, Qp};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddrV4};
@@ -21,6 +21,11 @@ use std::time::Duration;
 
 /// The CPC's name.
 pub const NAME: &str = "rdma_cm";
+
+/// A connection `rdma_cm` could not make or keep, in the words of what refused it.
+fn broken(what: impl std::fmt::Display) -> Failure {
+    Failure::broken(NAME, what)
+}
 
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -44,7 +49,7 @@ impl CpcComponent<Core> for RdmaCmComponent {
     }
 
     fn query(&mut self, _: &Config, port: &PortInfo) -> Result<Box<dyn CpcModule<Core>>, Error> {
-        let unusable = |why: String| Error::Unusable {
+        let unusable = |why: Unusable| Error::Unusable {
             cpc: NAME,
             device: port.device.clone(),
             port: port.port,
@@ -57,13 +62,14 @@ impl CpcComponent<Core> for RdmaCmComponent {
                 IpAddr::V4(v4) => Some(*v4),
                 IpAddr::V6(_) => None,
             })
-            .ok_or_else(|| unusable("the port has no IPv4 address".into()))?;
-        let channel = EventChannel::new().map_err(|e| unusable(e.to_string()))?;
-        let listener = CmId::new(&channel).map_err(|e| unusable(e.to_string()))?;
+            .ok_or_else(|| unusable(Unusable::NoIpv4Address))?;
+        let refused = |e: rbtl_verbs::Error| unusable(Unusable::Refused(e.to_string()));
+        let channel = EventChannel::new().map_err(refused)?;
+        let listener = CmId::new(&channel).map_err(refused)?;
         listener
             .bind(SocketAddrV4::new(ip, 0))
             .and_then(|_| listener.listen(64))
-            .map_err(|e| unusable(e.to_string()))?;
+            .map_err(refused)?;
         let me = SocketAddrV4::new(ip, listener.local_port());
         Ok(Box::new(RdmaCmModule {
             channel,
@@ -122,25 +128,30 @@ impl RdmaCmModule {
         actions: Vec<Action>,
         request: &mut Option<CmId>,
         core: &mut Core,
-    ) -> Result<(), String> {
+    ) -> Result<(), Failure> {
         for a in actions {
             match a {
                 Action::Connect(kind) => {
-                    let peer = self.peers.get_mut(&rank).ok_or("no such peer")?;
-                    let id = CmId::new(&self.channel).map_err(|e| e.to_string())?;
+                    let peer = self
+                        .peers
+                        .get_mut(&rank)
+                        .ok_or_else(|| broken("no such peer"))?;
+                    let id = CmId::new(&self.channel).map_err(broken)?;
                     id.resolve_addr(peer.addr, RESOLVE_TIMEOUT)
-                        .map_err(|e| e.to_string())?;
+                        .map_err(broken)?;
                     self.ids.insert(id.key(), rank);
                     peer.active = Some((id, kind));
                 }
                 Action::Accept => {
-                    let id = request.take().ok_or("accept without a request")?;
+                    let id = request
+                        .take()
+                        .ok_or_else(|| broken("accept without a request"))?;
                     // (A request the peer gave up on while this process did not
                     // progress fails here.)
                     let accepting = |e: rbtl_verbs::Error| {
-                        format!(
-                            "rdma_cm: accepting its connect request: {e} (did it give up on it?)"
-                        )
+                        broken(format!(
+                            "accepting its connect request: {e} (did it give up on it?)"
+                        ))
                     };
                     let mut qp = id
                         .create_qp(
@@ -150,26 +161,30 @@ impl RdmaCmModule {
                             core.caps,
                         )
                         .map_err(accepting)?;
-                    core.post_receives(rank, &mut qp)
-                        .map_err(|e| e.to_string())?;
+                    core.post_receives(rank, &mut qp).map_err(broken)?;
                     let hello = self.hello(core, Kind::Connect, qp.qpn());
                     id.accept(&hello).map_err(accepting)?;
-                    let peer = self.peers.get_mut(&rank).ok_or("no such peer")?;
+                    let peer = self
+                        .peers
+                        .get_mut(&rank)
+                        .ok_or_else(|| broken("no such peer"))?;
                     peer.qp = Some(qp);
                     self.ids.insert(id.key(), rank);
                     peer.passive = Some(id);
                 }
                 Action::Reject => {
-                    let id = request.as_ref().ok_or("reject without a request")?;
+                    let id = request
+                        .as_ref()
+                        .ok_or_else(|| broken("reject without a request"))?;
                     let hello = self.hello(core, Kind::Ask, 0);
-                    id.reject(&hello).map_err(|e| e.to_string())?;
+                    id.reject(&hello).map_err(broken)?;
                 }
                 Action::Up => {
                     let qp = self
                         .peers
                         .get_mut(&rank)
                         .and_then(|p| p.qp.take())
-                        .ok_or("no queue pair")?;
+                        .ok_or_else(|| broken("no queue pair"))?;
                     core.connected(rank, qp);
                 }
                 Action::Fail(why) => return Err(why),
@@ -189,10 +204,16 @@ impl RdmaCmModule {
     }
 
     /// Our active identifier's route is resolved: connect on it.
-    fn route_resolved(&mut self, rank: u32, core: &mut Core) -> Result<(), String> {
+    fn route_resolved(&mut self, rank: u32, core: &mut Core) -> Result<(), Failure> {
         let caps = core.caps;
-        let peer = self.peers.get_mut(&rank).ok_or("no such peer")?;
-        let (id, kind) = peer.active.as_ref().ok_or("no connection attempt")?;
+        let peer = self
+            .peers
+            .get_mut(&rank)
+            .ok_or_else(|| broken("no such peer"))?;
+        let (id, kind) = peer
+            .active
+            .as_ref()
+            .ok_or_else(|| broken("no connection attempt"))?;
         let kind = *kind;
         let mut qp = id
             .create_qp(
@@ -201,12 +222,14 @@ impl RdmaCmModule {
                 core.shared.as_ref().and_then(SharedReceives::srq),
                 caps,
             )
-            .map_err(|e| e.to_string())?;
+            .map_err(broken)?;
         if kind == Kind::Connect {
-            core.post_receives(rank, &mut qp)
-                .map_err(|e| e.to_string())?;
+            core.post_receives(rank, &mut qp).map_err(broken)?;
         }
-        let peer = self.peers.get_mut(&rank).ok_or("no such peer")?;
+        let peer = self
+            .peers
+            .get_mut(&rank)
+            .ok_or_else(|| broken("no such peer"))?;
         let mut hello = Hello {
             rank: core.rank,
             kind,
@@ -214,8 +237,11 @@ impl RdmaCmModule {
         }
         .encode();
         hello.extend_from_slice(&peer.secret);
-        let (id, _) = peer.active.as_ref().ok_or("no connection attempt")?;
-        id.connect(&hello).map_err(|e| e.to_string())?;
+        let (id, _) = peer
+            .active
+            .as_ref()
+            .ok_or_else(|| broken("no connection attempt"))?;
+        id.connect(&hello).map_err(broken)?;
         if kind == Kind::Connect {
             peer.qp = Some(qp);
         } else {
@@ -287,7 +313,7 @@ impl CpcModule<Core> for RdmaCmModule {
             .get_mut(&peer)
             .ok_or_else(|| cpc_error(format!("rdma_cm: rank {peer} is not a peer")))?;
         let actions = p.conn.on(Event::Start);
-        self.act(peer, actions, &mut None, core).map_err(cpc_error)
+        Ok(self.act(peer, actions, &mut None, core)?)
     }
 
     fn progress(&mut self, core: &mut Core) -> usize {
@@ -337,10 +363,8 @@ impl CpcModule<Core> for RdmaCmModule {
                     .peers
                     .get(&rank)
                     .and_then(|p| p.active.as_ref())
-                    .ok_or_else(|| "no connection attempt".to_string())
-                    .and_then(|(id, _)| {
-                        id.resolve_route(RESOLVE_TIMEOUT).map_err(|e| e.to_string())
-                    }),
+                    .ok_or_else(|| broken("no connection attempt"))
+                    .and_then(|(id, _)| id.resolve_route(RESOLVE_TIMEOUT).map_err(broken)),
                 CmEventKind::RouteResolved => self.route_resolved(rank, core),
                 CmEventKind::Established => {
                     self.on_event(rank, Event::Established, &mut None, core);
@@ -367,11 +391,11 @@ impl CpcModule<Core> for RdmaCmModule {
                     self.on_event(rank, Event::Disconnected, &mut None, core);
                     Ok(())
                 }
-                CmEventKind::Other(what) => Err(format!("{what} (status {})", ev.status)),
+                CmEventKind::Other(what) => Err(broken(format!("{what} (status {})", ev.status))),
                 CmEventKind::ConnectRequest(_) => Ok(()),
             };
             if let Err(why) = step {
-                core.failed(rank, format!("rdma_cm: {why}"));
+                core.failed(rank, why);
             }
         }
         n
@@ -444,7 +468,14 @@ mod tests {
             .expect("refused");
         let text = e.to_string();
         assert!(
-            matches!(e, Error::Unusable { cpc: "rdma_cm", .. }) && text.contains("no IPv4 address"),
+            matches!(
+                e,
+                Error::Unusable {
+                    cpc: "rdma_cm",
+                    why: Unusable::NoIpv4Address,
+                    ..
+                }
+            ) && text.contains("no IPv4 address"),
             "{text}"
         );
     }

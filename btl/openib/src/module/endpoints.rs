@@ -7,7 +7,7 @@ use crate::address::Address;
 use crate::flow::Credits;
 use crate::peer::{Link, Peer};
 use rbtl_btl::{Endpoint, Error, Modex, Proc, Result};
-use rbtl_cpc::deadline::expired_why;
+use rbtl_cpc::deadline::timed_out;
 use rbtl_cpc::select::{self, Offer};
 use std::time::Instant;
 
@@ -78,12 +78,12 @@ impl OpenibModule {
                 // The method had nothing pending for it (it never started): fail it all
                 // the same.
                 let name = self.cpcs[cpc].0.name();
-                let why = expired_why(
+                let why = timed_out(
                     name,
                     waited,
                     "its connection method had no handshake under way",
                 );
-                self.core.fail(ep, why);
+                self.core.fail(ep, why.to_string());
             }
         }
         expired.len()

@@ -14,6 +14,7 @@ use super::inbound::Inbound;
 use super::room::Room;
 use rbtl_cpc::oob::QpInfo;
 use rbtl_cpc::xrc::{Action, Message, Node};
+use rbtl_cpc::Failure;
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
@@ -70,7 +71,7 @@ pub enum Event {
         /// The peer.
         rank: u32,
         /// Why.
-        why: String,
+        why: Failure,
     },
     /// Messages arriving through target `qpn` come from `rank`.
     Serve {
@@ -197,7 +198,7 @@ impl Engine {
         let Some(node) = self.node_of(rank) else {
             return vec![Event::Failed {
                 rank,
-                why: "xrc: not a peer of this module".into(),
+                why: Failure::broken("xrc", "not a peer of this module"),
             }];
         };
         let acts = self.nodes[node].handshake.start(rank);

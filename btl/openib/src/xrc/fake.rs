@@ -277,7 +277,7 @@ impl World {
                 }
                 Event::Failed { rank, why } => {
                     heard.up.remove(&rank);
-                    heard.failed.insert(rank, why);
+                    heard.failed.insert(rank, why.to_string());
                 }
                 Event::Serve { qpn, rank } => {
                     heard.served.insert(qpn, rank);

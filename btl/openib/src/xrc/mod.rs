@@ -46,7 +46,7 @@ use device::Verbs;
 use engine::{Engine, Event};
 use rbtl_config::{Config, Registry, Value};
 use rbtl_cpc::xrc::Message;
-use rbtl_cpc::{ConnectionHost, CpcComponent, CpcModule, Error, PortInfo};
+use rbtl_cpc::{ConnectionHost, CpcComponent, CpcModule, Error, PortInfo, Unusable};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -63,11 +63,10 @@ const PRIORITY: u8 = 10;
 pub struct XrcComponent;
 
 /// Why a device has no XRC: the refusal of a domain, when it can be had.
-fn no_xrc(device: &str) -> String {
+fn no_xrc(device: &str) -> Unusable {
     let probe = rbtl_verbs::Context::open(device).and_then(|c| rbtl_verbs::Xrcd::open(&c));
-    match probe {
-        Err(e) => format!("the device has no XRC domains ({e})"),
-        Ok(_) => "the device has no XRC domains".into(),
+    Unusable::NoXrc {
+        detail: probe.err().map(|e| e.to_string()),
     }
 }
 
