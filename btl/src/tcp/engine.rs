@@ -304,7 +304,7 @@ impl Engine {
         }
     }
 
-    /// Send `header` then `payload` to `ep` on `tag`, copied.
+    /// Send `m` (checked by the module), copied.
     #[inline]
     pub fn sendi(&mut self, m: &ActiveMessage<'_>) -> Result<()> {
         let p = self.net.live_peer(m.endpoint)?;
@@ -315,7 +315,7 @@ impl Engine {
 
     // ---- One-sided operations.
 
-    /// Start a put or get with `ep`.
+    /// Start put (`put`) or get `t`.
     pub fn transfer(&mut self, t: &Transfer<'_>, put: bool, callback: RdmaCallback) -> Result<()> {
         let p = self.net.live_peer(t.endpoint)?;
         let module = self.net.peers[p].module;
