@@ -319,26 +319,14 @@ fn role_killed() {
             };
             send_byte(&mut m, ep1, die);
             let l = mem.as_mut_ptr() as usize;
-            m.get(
-                &Transfer::new(
-                    ep1,
-                    Local::new(l, &handle),
-                    Remote::new(raddr, &rh),
-                    1 << 20,
-                ),
-                cb(),
-            )
-            .unwrap();
-            m.put(
-                &Transfer::new(
-                    ep1,
-                    Local::new(l, &handle),
-                    Remote::new(raddr, &rh),
-                    1 << 20,
-                ),
-                cb(),
-            )
-            .unwrap();
+            let t = Transfer::new(
+                ep1,
+                Local::new(l, &handle),
+                Remote::new(raddr, &rh),
+                1 << 20,
+            );
+            m.get(&t, cb()).unwrap();
+            m.put(&t, cb()).unwrap();
             progress_until(&mut m, "both operations failed", || {
                 failed.load(Ordering::SeqCst) == 2
             });

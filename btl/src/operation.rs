@@ -8,8 +8,8 @@
 //! ([`Transfer::check_limits`], [`RemoteAtomic::check_word`],
 //! [`ActiveMessage::check`]).
 
+use crate::{Access, MemHandle, Order, RemoteHandle, Result, Tag};
 use crate::{AtomicOp, AtomicRequest, AtomicWidth, Attributes, DesFlags, Endpoint, Error};
-use crate::{MemHandle, Order, RemoteHandle, Result, Tag};
 
 bitflags::bitflags! {
     /// Flags of a put or a get (Open MPI: the `flags` of `btl_put` and `btl_get`).
@@ -102,6 +102,16 @@ impl<'a> Transfer<'a> {
         piece.remote.addr += offset as u64;
         piece.len = len;
         piece
+    }
+
+    /// The access a put (`put`) or a get needs: of this process's memory, and of the
+    /// peer's.
+    pub const fn needs(put: bool) -> (Access, Access) {
+        if put {
+            (Access::LOCAL_READ, crate::PUT_REMOTE)
+        } else {
+            (Access::LOCAL_WRITE, crate::GET_REMOTE)
+        }
     }
 
     /// The module's limit and alignment for a put (`put`) or a get

@@ -201,40 +201,14 @@ fn apply_all(
                 let v = operand(o, me, i, bits);
                 let local = results.as_ptr() as usize + result(o, w, i);
                 let fetch = op == AtomicOp::Swap || i % 2 == 0 || !both;
-                retry(
-                    m,
-                    |m, cb| {
-                        if fetch {
-                            m.atomic(
-                                &RemoteAtomic::new(
-                                    ep,
-                                    Remote {
-                                        addr: at(o, w),
-                                        handle: rh,
-                                    },
-                                    AtomicKind::Op(op, v),
-                                )
-                                .fetching(Local::new(local, &rl))
-                                .of_width(width),
-                                cb,
-                            )
-                        } else {
-                            m.atomic(
-                                &RemoteAtomic::new(
-                                    ep,
-                                    Remote {
-                                        addr: at(o, w),
-                                        handle: rh,
-                                    },
-                                    AtomicKind::Op(op, v),
-                                )
-                                .of_width(width),
-                                cb,
-                            )
-                        }
-                    },
-                    &done,
-                );
+                let word = Remote::new(at(o, w), rh);
+                let a = RemoteAtomic::new(ep, word, AtomicKind::Op(op, v)).of_width(width);
+                let a = if fetch {
+                    a.fetching(Local::new(local, &rl))
+                } else {
+                    a
+                };
+                retry(m, |m, cb| m.atomic(&a, cb), &done);
                 issued += 1;
             }
         }
@@ -263,10 +237,7 @@ fn apply_all(
                     m.atomic(
                         &RemoteAtomic::new(
                             ep,
-                            Remote {
-                                addr: at(cs, w),
-                                handle: rh,
-                            },
+                            Remote::new(at(cs, w), rh),
                             AtomicKind::CompareSwap {
                                 compare: guess,
                                 value: next,

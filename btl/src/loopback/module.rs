@@ -218,6 +218,29 @@ impl SelfModule {
             None => self.frags.recycle(descriptor),
         }
     }
+
+    /// A put (`put`) or a get, checked, then copied at once; its completion queued.
+    fn transfer(&mut self, op: &Transfer<'_>, put: bool, callback: RdmaCallback) -> Result<()> {
+        op.check_limits(&self.attrs, put)?;
+        self.check_endpoint(op.endpoint)?;
+        let (local, size) = (op.local.addr, op.len);
+        let (local_needs, remote_needs) = Transfer::needs(put);
+        op.local
+            .handle
+            .check::<Reg<NoPin>>(self.id, local, size, local_needs)?;
+        let remote = self.remote_target(op.remote.handle, op.remote.addr, size, remote_needs)?;
+        // SAFETY: both ranges were checked to lie inside live registrations, whose
+        // register_mem contract keeps the memory mapped; `copy` allows overlap.
+        unsafe {
+            if put {
+                std::ptr::copy(local as *const u8, remote, size);
+            } else {
+                std::ptr::copy(remote, local as *mut u8, size);
+            }
+        }
+        self.complete(op.endpoint, local, size, callback);
+        Ok(())
+    }
 }
 
 impl Module for SelfModule {
@@ -366,32 +389,11 @@ impl Module for SelfModule {
     }
 
     fn put(&mut self, op: &Transfer<'_>, callback: RdmaCallback) -> Result<()> {
-        op.check_limits(&self.attrs, true)?;
-        self.check_endpoint(op.endpoint)?;
-        let (local, size) = (op.local.addr, op.len);
-        op.local
-            .handle
-            .check::<Reg<NoPin>>(self.id, local, size, Access::LOCAL_READ)?;
-        let dst = self.remote_target(op.remote.handle, op.remote.addr, size, crate::PUT_REMOTE)?;
-        // SAFETY: both ranges were checked to lie inside live registrations, whose
-        // register_mem contract keeps the memory mapped; `copy` allows overlap.
-        unsafe { std::ptr::copy(local as *const u8, dst, size) };
-        self.complete(op.endpoint, local, size, callback);
-        Ok(())
+        self.transfer(op, true, callback)
     }
 
     fn get(&mut self, op: &Transfer<'_>, callback: RdmaCallback) -> Result<()> {
-        op.check_limits(&self.attrs, false)?;
-        self.check_endpoint(op.endpoint)?;
-        let (local, size) = (op.local.addr, op.len);
-        op.local
-            .handle
-            .check::<Reg<NoPin>>(self.id, local, size, Access::LOCAL_WRITE)?;
-        let src = self.remote_target(op.remote.handle, op.remote.addr, size, crate::GET_REMOTE)?;
-        // SAFETY: as in put, with the roles swapped.
-        unsafe { std::ptr::copy(src, local as *mut u8, size) };
-        self.complete(op.endpoint, local, size, callback);
-        Ok(())
+        self.transfer(op, false, callback)
     }
 
     /// Applied at once to the peer's (our own) word, its completion queued.

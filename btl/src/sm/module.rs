@@ -310,10 +310,8 @@ impl SmModule {
         op: &Transfer<'_>,
         callback: RdmaCallback,
     ) -> Result<()> {
-        let (local_needs, remote_needs, put) = match dir {
-            cma::Direction::Write => (Access::LOCAL_READ, crate::PUT_REMOTE, true),
-            cma::Direction::Read => (Access::LOCAL_WRITE, crate::GET_REMOTE, false),
-        };
+        let put = matches!(dir, cma::Direction::Write);
+        let (local_needs, remote_needs) = Transfer::needs(put);
         op.check_limits(&self.attrs, put)?;
         let (ep, local, remote, size) = (op.endpoint, op.local.addr, op.remote.addr, op.len);
         op.local

@@ -54,11 +54,7 @@ impl OneSided {
         (t, put): (&Transfer<'_>, bool),
         callback: RdmaCallback,
     ) -> Result<()> {
-        let (local_needs, remote_needs) = if put {
-            (Access::LOCAL_READ, crate::PUT_REMOTE)
-        } else {
-            (Access::LOCAL_WRITE, crate::GET_REMOTE)
-        };
+        let (local_needs, remote_needs) = Transfer::needs(put);
         let (local, size, remote) = (t.local.addr, t.len, t.remote.addr);
         t.local
             .handle

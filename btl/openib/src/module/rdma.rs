@@ -87,18 +87,8 @@ impl OpenibModule {
         way: Way,
         callback: RdmaCallback,
     ) -> Result<()> {
-        let (needs_remote, needs_local, put) = match way {
-            Way::Put => (
-                rbtl_btl::transport_kit::PUT_REMOTE,
-                Access::LOCAL_READ,
-                true,
-            ),
-            Way::Get => (
-                rbtl_btl::transport_kit::GET_REMOTE,
-                Access::LOCAL_WRITE,
-                false,
-            ),
-        };
+        let put = matches!(way, Way::Put);
+        let (needs_local, needs_remote) = Transfer::needs(put);
         // (The limits keep a transfer within the port's largest message, and so within
         // a work request's u32 length.)
         t.check_limits(&self.core.attrs, put)?;
