@@ -6,7 +6,7 @@
 //! its ring; with `fence`, it lets each look finish before the next
 //! ([`rbtl::btl::idle::between_idle_polls`]).
 
-use rbtl::btl::sm::ring::{Consumer, Producer, RingLayout};
+use rbtl::sm::ring::{Consumer, Producer, RingLayout};
 use std::time::Instant;
 
 fn main() {

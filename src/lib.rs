@@ -1,6 +1,7 @@
 //! `rbtl`: a byte-transfer layer for message-passing libraries, in the tradition of
 //! Open MPI's BTL framework. This crate is what an embedding library depends on: it
-//! re-exports the contract and its parts ([`btl`]), opens the transports compiled in
+//! re-exports the contract and its parts ([`btl`]) and the transports ([`loopback`] for
+//! `self`, [`sm`], [`tcp`]; `openib` with its feature), opens the transports compiled in
 //! ([`framework`]), and builds a configuration over every parameter of every framework
 //! and component ([`configure`]). Writing a transport of one's own takes
 //! [`btl::transport_kit`] besides the contract.
@@ -22,6 +23,9 @@ pub use rbtl_config as config;
 pub use rbtl_cpc as cpc;
 pub use rbtl_mpool as mpool;
 pub use rbtl_rcache as rcache;
+pub use rbtl_self as loopback;
+pub use rbtl_sm as sm;
+pub use rbtl_tcp as tcp;
 
 pub mod launcher;
 pub mod msg;
@@ -39,9 +43,9 @@ use rbtl_config::{Config, Registry};
 /// and `openib` with the `openib` feature.
 pub fn framework() -> btl::Framework {
     let components: Vec<Box<dyn btl::Component>> = vec![
-        Box::new(btl::loopback::SelfComponent),
-        Box::new(btl::sm::SmComponent),
-        Box::new(btl::tcp::TcpComponent::default()),
+        Box::new(loopback::SelfComponent),
+        Box::new(sm::SmComponent),
+        Box::new(tcp::TcpComponent::default()),
         #[cfg(feature = "openib")]
         Box::new(rbtl_openib::OpenibComponent::default()),
     ];

@@ -126,13 +126,13 @@ fn role_sm_contract() {
     }
     for partner in partners {
         let ep = eps[partner as usize].expect("sm reaches every local rank");
-        rbtl_contract::run_all(m.as_mut(), ep);
+        rbtl_conformance::run_all(m.as_mut(), ep);
         // One pairing at a time: nobody starts the next round's exchange early.
         job.modex.fence().unwrap();
     }
     // Every rank at once on rank 0's words.
     let mut meet = common::meet_through_modex(&mut job);
-    rbtl_contract::atomics_on_shared_words(m.as_mut(), &eps, rank as usize, &mut meet);
+    rbtl_conformance::atomics_on_shared_words(m.as_mut(), &eps, rank as usize, &mut meet);
     report_ok(rank, "ok");
 }
 
@@ -159,7 +159,7 @@ fn role_sm_auto_path() {
     job.modex.publish("auto_path", &blob).unwrap();
     job.modex.fence().unwrap();
     let theirs = job.modex.lookup(peer, "auto_path").unwrap().unwrap();
-    let (raddr, rh) = rbtl_contract::remote_of(&theirs);
+    let (raddr, rh) = rbtl_conformance::remote_of(&theirs);
     let heard = Arc::new(AtomicUsize::new(0));
     let h = heard.clone();
     m.register_am(

@@ -112,11 +112,11 @@ fn role_contract(cpc: &str) {
         "openib leaves the process itself to self"
     );
     let ep = eps[peer as usize].expect("openib reaches the peer");
-    rbtl_contract::run_all(m.as_mut(), ep);
+    rbtl_conformance::run_all(m.as_mut(), ep);
     job.modex.fence().unwrap();
     {
         let mut meet = common::meet_through_modex(&mut job);
-        rbtl_contract::atomics_on_shared_words(m.as_mut(), &eps, rank as usize, &mut meet);
+        rbtl_conformance::atomics_on_shared_words(m.as_mut(), &eps, rank as usize, &mut meet);
     }
     wrong_key(m.as_mut(), ep, &mut job);
     memlock(m.as_mut());

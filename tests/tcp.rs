@@ -34,14 +34,14 @@ mod reset;
 mod stopped_flush;
 
 use common::{progress_until, senders};
-use rbtl::btl::tcp::published::{Listener, Published};
-use rbtl::btl::tcp::{wire, TcpComponent, TcpModule};
 use rbtl::btl::transport_kit::keytable::{HandleFields, RangeFields};
 use rbtl::btl::{
     Access, ActiveMessage, AtomicKind, Endpoint, Error, ErrorEvent, Local, Modex, Module, Order,
     Proc, RdmaCompletion, Remote, RemoteAtomic, RemoteHandle, SendiOutcome, Tag, Transfer,
 };
-use rbtl_contract as contract;
+use rbtl::tcp::published::{Listener, Published};
+use rbtl::tcp::{wire, TcpComponent, TcpModule};
+use rbtl_conformance as contract;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};

@@ -34,8 +34,7 @@ pub trait Component: Send {
 
 /// `component` initialised (with a singleton modex) on its own parameters and the
 /// cache's, `name` set to `value`: for tests of how it takes its parameters.
-#[cfg(test)]
-pub(crate) fn init_with(
+pub fn init_with(
     component: &mut dyn Component,
     name: &str,
     value: &str,

@@ -16,8 +16,6 @@ use rbtl_rcache::Access;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-pub use crate::keyed_handle::HANDLE_SIZE;
-
 /// One entry, 40 bytes.
 #[repr(C)]
 pub struct Slot {
@@ -268,7 +266,6 @@ mod tests {
 
     use super::KeyTable;
     use crate::keyed_handle::{handle_size, HandleFields};
-    use crate::sm::fuzz_config;
     use crate::{Error, MemRange, ModuleId, RemoteHandle, MAX_HANDLE_SIZE};
     use proptest::collection::vec;
     use proptest::prelude::*;
@@ -276,6 +273,14 @@ mod tests {
     use std::collections::HashMap;
 
     const MODULE: ModuleId = ModuleId(0x5eed);
+
+    /// `cases` cases, unless `PROPTEST_CASES` says otherwise.
+    fn fuzz_config(cases: u32) -> ProptestConfig {
+        match std::env::var_os("PROPTEST_CASES") {
+            Some(_) => ProptestConfig::default(),
+            None => ProptestConfig::with_cases(cases),
+        }
+    }
 
     /// What the model knows of a live entry: (base, len, access, registration key).
     type Live = HashMap<u64, (u64, usize, Access, u64)>;

@@ -1,5 +1,5 @@
 //! The BTL contract: what a byte-transfer layer offers the message-passing library
-//! above it, in Open MPI BTL 3.x terms, and the transports that implement it.
+//! above it, in Open MPI BTL 3.x terms, and what its transports share to implement it.
 //!
 //! | Open MPI (`opal/mca/btl/btl.h`) | here |
 //! |---|---|
@@ -28,11 +28,13 @@
 //! deregistration unnoticed. A module may also match one receive itself
 //! ([`Module::expect`]), which Open MPI's BTLs leave to the layer above.
 //!
-//! Transports: [`loopback`] (`self`), [`sm`] (processes on one node), [`tcp`] (any IP
-//! network). An embedding program gets the framework over every transport compiled in,
-//! `openib` included, from the `rbtl` crate (`rbtl::framework()`). What only a transport
-//! needs (the table of receive callbacks, the expected-receive slot, key tables, send
-//! fragments, ...) is in [`transport_kit`].
+//! The transports are crates of their own over this one: `rbtl-self` (a process to
+//! itself, the shortest whole transport: read it first when writing one), `rbtl-sm`
+//! (processes on one node), `rbtl-tcp` (any IP network) and `rbtl-openib` (verbs
+//! devices); `rbtl-conformance` is the suite every one of them passes. An embedding
+//! program gets the framework over every transport compiled in from the `rbtl` crate
+//! (`rbtl::framework()`). What only a transport needs (the table of receive callbacks,
+//! the expected-receive slot, key tables, send fragments, ...) is in [`transport_kit`].
 
 #![warn(missing_docs)]
 
@@ -51,7 +53,6 @@ mod handle;
 pub mod idle;
 mod keyed_handle;
 mod keytable;
-pub mod loopback;
 mod modex;
 mod module;
 mod operation;
@@ -59,9 +60,7 @@ mod rcache_params;
 mod registrations;
 mod request;
 mod send_frags;
-pub mod sm;
 mod tag;
-pub mod tcp;
 pub mod transport_kit;
 
 pub use atomic::{AtomicOp, AtomicRequest, AtomicWidth};
@@ -84,6 +83,4 @@ pub use request::{MemRange, RegRequest, MAX_RANGES};
 pub use tag::Tag;
 
 // The transports in this crate name these kit items by their crate-root paths.
-pub(crate) use am_table::AmTable;
-pub(crate) use expected::ExpectedSlot;
 pub(crate) use module::{GET_REMOTE, PUT_REMOTE};

@@ -84,7 +84,7 @@ impl SendFrags {
     /// the caller who owns it (the result); an `immediate` send without
     /// ALWAYS_CALLBACK queues nothing.
     #[inline]
-    pub(crate) fn finish(
+    pub fn finish(
         &mut self,
         mut des: Descriptor,
         immediate: bool,

@@ -1,4 +1,4 @@
-//! For transport authors: building blocks the transports in this crate share; an
+//! For transport authors: building blocks the transports (`self`, `sm`, `tcp`, `openib`) share; an
 //! embedding library does not need them.
 //!
 //! The contract's own types also have methods only a transport calls, such as
@@ -9,6 +9,9 @@
 
 pub use crate::am_table::{check_not_reserved, AmTable};
 pub use crate::atomic::compare_swap;
+pub use crate::component::init_with;
+pub use crate::count_params::{at_least_one, count};
+pub use crate::done::Done;
 pub use crate::expected::ExpectedSlot;
 pub use crate::flush_watch::{Answers, FlushWatch};
 pub use crate::module::{GET_REMOTE, PUT_REMOTE};
@@ -19,7 +22,9 @@ pub mod keytable {
     //! (the `self` and `sm` transports).
 
     pub use crate::keyed_handle::{handle_size, HandleFields, RangeFields, HANDLE_SIZE};
-    pub use crate::keytable::{table_bytes, Entry, KeyTable, KeyTableView, Slot};
+    pub use crate::keytable::{
+        table_bytes, table_bytes_checked, Entry, KeyTable, KeyTableView, Slot,
+    };
 }
 
 pub mod registrations {

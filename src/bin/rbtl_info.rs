@@ -68,7 +68,7 @@ fn main() -> ExitCode {
         println!(
             "\ntcp interfaces (btl_tcp_if_include / btl_tcp_if_exclude / btl_tcp_disable_family):"
         );
-        match rbtl::btl::tcp::interfaces::chosen(&config) {
+        match rbtl::tcp::interfaces::chosen(&config) {
             Ok(ifs) if ifs.is_empty() => println!("  none: tcp stays closed"),
             Ok(ifs) => {
                 for i in ifs {

@@ -151,7 +151,7 @@ impl Comm {
         let config = crate::configure(&[])?;
         let pmi = self.pmi()?;
         let mut modex = BridgeModex { pmi, me, jobs: &[] };
-        let module = rbtl_btl::tcp::TcpComponent::open(&config, &mut modex)?.ok_or_else(|| {
+        let module = rbtl_tcp::TcpComponent::open(&config, &mut modex)?.ok_or_else(|| {
             Error::BadParameter(
                 "tcp found no interface to reach other jobs through: see btl_tcp_if_include".into(),
             )

@@ -45,7 +45,7 @@ pub(super) fn register_callbacks(
                 return;
             };
             match s.take_match(m, src, rts.tag, rts.ctx) {
-                Some(p) => s.start_get(&st, m, mi, r.endpoint, &p, src, rts),
+                Some(p) => s.start_get(&st, m, (mi, r.endpoint), &p, src, rts),
                 None => s.unexpected.push_back(Unexpected::Rts {
                     src,
                     rts: Box::new(rts),

@@ -599,7 +599,7 @@ fn deliver_unexpected(
         }
         Unexpected::Rts { src, rts } => {
             let (mi, ep) = s.route[src as usize].expect("routed");
-            s.start_get(state, modules[mi].as_mut(), mi, ep, posted, src, *rts);
+            s.start_get(state, modules[mi].as_mut(), (mi, ep), posted, src, *rts);
         }
     }
 }

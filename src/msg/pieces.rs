@@ -109,9 +109,9 @@ pub fn start_in_pieces(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rbtl_btl::loopback::{default_attributes, Limits, SelfModule};
     use rbtl_btl::{Access, Proc, SingletonModex};
     use rbtl_btl::{Local, Remote, Transfer};
+    use rbtl_self::{default_attributes, Limits, SelfModule};
 
     /// A `self` module with its endpoint, and a registered source and target of `len`
     /// bytes each (the source numbered).
@@ -186,7 +186,7 @@ mod tests {
 
     #[test]
     fn pieces_stay_within_the_limit_and_keep_the_alignment() {
-        let mut a = rbtl_btl::loopback::default_attributes();
+        let mut a = rbtl_self::default_attributes();
         a.get_limit = 1000;
         a.get_alignment = 16;
         assert_eq!(piece_len(&a, false), 992);

@@ -531,19 +531,19 @@ impl State {
         self.complete_ok(p.req, status);
     }
 
-    /// Start the get of a matched rendezvous: register the receive buffer, read the
-    /// sender's buffer into it, then tell the sender (FIN).
-    #[allow(clippy::too_many_arguments)]
+    /// Start the get of a matched rendezvous from `src` (reached by `route`: module
+    /// index and endpoint): register the receive buffer, read the sender's buffer into
+    /// it, then tell the sender (FIN).
     pub fn start_get(
         &mut self,
         shared: &Shared,
         m: &mut dyn Module,
-        module: usize,
-        ep: Endpoint,
+        route: (usize, Endpoint),
         p: &Posted,
         src: u32,
         rts: Rts,
     ) {
+        let (module, ep) = route;
         let fin = |s: &mut State, m: &mut dyn Module, ok: bool| {
             if let Err(e) = s.send_or_defer(
                 m,

@@ -52,7 +52,7 @@ pub fn launch(mut opts: LaunchOptions) -> i32 {
 
 /// Whether `cidr` is a network within 198.18.0.0/15.
 fn benchmarking_network(cidr: &str) -> bool {
-    use rbtl::btl::tcp::family::Net;
+    use rbtl::tcp::family::Net;
     let range = Net::parse("198.18.0.0/15").expect("a network");
     Net::parse(cidr).is_some_and(|n| n.prefix >= range.prefix && range.contains(n.addr))
 }

@@ -52,7 +52,7 @@ impl Offered {
     pub fn of(job: &mut rbtl::pmi::Job, rank: u32, key: &str) -> (i32, u64, RemoteHandle) {
         let b = job.modex.lookup(rank, key).unwrap().unwrap();
         let pid = u32::from_le_bytes(b[..4].try_into().unwrap()) as i32;
-        let (addr, rh) = rbtl_contract::remote_of(&b[4..]);
+        let (addr, rh) = rbtl_conformance::remote_of(&b[4..]);
         (pid, addr, rh)
     }
 }

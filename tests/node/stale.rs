@@ -60,7 +60,7 @@ fn exchange(
     job.modex.publish(key, &blob).unwrap();
     job.modex.fence().unwrap();
     let theirs = job.modex.lookup(job.rank ^ 1, key).unwrap().unwrap();
-    rbtl_contract::remote_of(&theirs)
+    rbtl_conformance::remote_of(&theirs)
 }
 
 /// One put or get of `LEN` bytes, progressed to its completion.

@@ -6,10 +6,10 @@
 
 use super::{errors, report_ok, send_byte, tcp_module};
 use crate::common::senders;
-use rbtl::btl::tcp::acceptor::UNPROVEN_MAX;
-use rbtl::btl::tcp::published::Published;
-use rbtl::btl::tcp::TcpModule;
 use rbtl::btl::{Endpoint, Module, Tag};
+use rbtl::tcp::acceptor::UNPROVEN_MAX;
+use rbtl::tcp::published::Published;
+use rbtl::tcp::TcpModule;
 use std::net::TcpStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

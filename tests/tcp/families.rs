@@ -9,8 +9,8 @@ use super::{
     accept_hello, answer_and_take_the_message, module_facing_a_raw_peer_at, procs, raw_peer,
 };
 use super::{Published, TwoRanks};
-use rbtl::btl::tcp::{wire, TcpComponent, TcpModule};
 use rbtl::btl::{Error, Module};
+use rbtl::tcp::{wire, TcpComponent, TcpModule};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 const V4: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);

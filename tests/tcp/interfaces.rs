@@ -7,9 +7,9 @@
 //! (`btl_tcp_links`), each carrying data. Ranks of `tcp.rs`'s launcher.
 
 use super::{contract, expect_all_ok, procs, report_ok, tcp_module};
-use rbtl::btl::tcp::published::Published;
-use rbtl::btl::tcp::{LinkBytes, TcpComponent, TcpModule};
 use rbtl::btl::{Endpoint, Module};
+use rbtl::tcp::published::Published;
+use rbtl::tcp::{LinkBytes, TcpComponent, TcpModule};
 
 /// The interfaces' addresses, one network each.
 const ADDRS: [&str; 3] = ["198.18.10.1", "198.18.11.1", "198.18.12.1"];

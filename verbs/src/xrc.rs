@@ -435,34 +435,6 @@ impl XrcInitiator {
         modify(self.ptr, &mut a, mask, "ibv_modify_qp(RTS)")
     }
 
-    /// Post `op` on the local `[addr, addr+len)` of `mr` for the remote SRQ numbered
-    /// `remote_srqn` (`qp_type.xrc.remote_srqn`), signalled; inline when asked and
-    /// small enough.
-    ///
-    /// # Safety
-    ///
-    /// The range must lie inside `mr` (unless inline) and stay valid and untouched
-    /// until the request completes.
-    #[allow(clippy::too_many_arguments)]
-    pub unsafe fn post_send(
-        &mut self,
-        wr_id: u64,
-        remote_srqn: u32,
-        op: Op,
-        mr: &Mr,
-        addr: u64,
-        len: u32,
-        inline: bool,
-    ) -> Result<()> {
-        let sge = Sge {
-            addr,
-            len,
-            lkey: mr.lkey(),
-        };
-        // SAFETY: forwarded contract.
-        unsafe { self.post_send_sg(wr_id, remote_srqn, op, &[sge], inline, true) }
-    }
-
     /// Post `op` gathering `sges` (at most [`MAX_SEND_SGE`]) for the remote SRQ
     /// numbered `remote_srqn`, as [`Qp::post_send_sg`](crate::Qp::post_send_sg) does on
     /// an RC queue pair: inline when asked and the total fits the initiator's inline

@@ -326,7 +326,14 @@ impl Component for OpenibComponent {
                 }
                 // Peers connected by xrc receive through one more queue.
                 let xrc = usable.iter().any(|u| u.0.name() == xrc::NAME);
-                let core = new_core(&ctx, &dev, config, a, settings, port, xrc, modex)?;
+                let found = FoundPort {
+                    ctx: &ctx,
+                    dev: &dev,
+                    port,
+                    attrs: a,
+                    xrc,
+                };
+                let core = new_core(found, config, settings, modex)?;
                 let mut subnet = [0; 8];
                 subnet.copy_from_slice(&gid[..8]);
                 let key = format!("{NAME}.{}", modules.len());
@@ -345,17 +352,30 @@ impl Component for OpenibComponent {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn new_core(
-    ctx: &Context,
-    dev: &DeviceAttr,
-    config: &Config,
-    attrs: Attributes,
-    settings: Settings,
+/// One active port of a device, as `init` found it: what a module over it is made of.
+struct FoundPort<'a> {
+    ctx: &'a Context,
+    dev: &'a DeviceAttr,
     port: PortDesc,
+    /// The transport's attributes, bounded by what the port carries.
+    attrs: Attributes,
+    /// Whether a peer may connect by xrc (one more receive queue to size for).
     xrc: bool,
+}
+
+fn new_core(
+    found: FoundPort,
+    config: &Config,
+    settings: Settings,
     modex: &dyn Modex,
 ) -> Result<Core> {
+    let FoundPort {
+        ctx,
+        dev,
+        port,
+        attrs,
+        xrc,
+    } = found;
     let e = |what: &str| {
         let what = what.to_string();
         move |e: rbtl_verbs::Error| not_available(&what, e)

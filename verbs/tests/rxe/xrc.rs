@@ -2,7 +2,7 @@
 //! where it has none.
 
 use crate::support::{device, Buf, WAIT};
-use rbtl_verbs::{Error, MrAccess, Op, QpCaps, QpEndpoint};
+use rbtl_verbs::{Error, MrAccess, Op, QpCaps, QpEndpoint, Sge};
 
 /// XRC needs a device of the mlx class; a soft device says so with a typed error naming
 /// the call (which is how the xrc connection method learns it cannot run there), and
@@ -85,9 +85,13 @@ fn xrc_domains_where_the_device_has_them() {
     // The second SRQ first: the number, not the order, picks the queue.
     for (i, len) in [(1usize, 20u32), (0, 30)] {
         let src = &srcs[i];
+        let sge = Sge {
+            addr: src.addr(),
+            len,
+            lkey: src.mr.lkey(),
+        };
         // SAFETY: as above.
-        unsafe { ini.post_send(i as u64, nums[i], Op::Send, &src.mr, src.addr(), len, false) }
-            .unwrap();
+        unsafe { ini.post_send_sg(i as u64, nums[i], Op::Send, &[sge], false, true) }.unwrap();
         send_cq.wait_one(WAIT).unwrap().result().unwrap();
         let got = recv_cq.wait_one(WAIT).unwrap();
         got.result().unwrap();

@@ -1,0 +1,402 @@
+//! The `self` transport: the contract suite, selection, and every kind of bad input.
+
+use rbtl_btl::{
+    Access, ActiveMessage, DesFlags, Endpoint, Error, Framework, Local, Module, Order, Proc,
+    Remote, RemoteHandle, SingletonModex, Tag, Transfer,
+};
+use rbtl_config::Registry;
+use rbtl_self::{Limits, SelfComponent, SelfModule};
+use rbtl_sm::SmComponent;
+use rbtl_tcp::TcpComponent;
+
+/// The framework over this crate's transports, in the order `rbtl::framework` lists
+/// them.
+fn framework() -> Framework {
+    Framework::new(vec![
+        Box::new(SelfComponent),
+        Box::new(SmComponent),
+        Box::new(TcpComponent::default()),
+    ])
+}
+
+/// The `self` module of a one-process job, opened through the framework as an
+/// embedding library would, with its endpoint to itself.
+fn open_self(settings: &[(&str, &str)]) -> (Box<dyn Module>, Endpoint) {
+    let mut fw = framework();
+    let mut reg = Registry::new();
+    fw.register_params(&mut reg).unwrap();
+    let mut b = reg.builder().set("btl", "self");
+    for (k, v) in settings {
+        b = b.set(k, *v);
+    }
+    let cfg = b.build().unwrap();
+    let mut modex = SingletonModex::new();
+    let mut modules = fw.open(&cfg, &mut modex).unwrap();
+    assert_eq!(modules.len(), 1);
+    let mut m = modules.pop().unwrap();
+    let procs = [
+        Proc {
+            rank: 0,
+            node: "here".into(),
+        },
+        Proc {
+            rank: 1,
+            node: "there".into(),
+        },
+    ];
+    let eps = m.add_procs(&procs, &mut modex).unwrap();
+    assert!(eps[1].is_none(), "self reaches only itself");
+    (m, eps[0].expect("self reaches itself"))
+}
+
+fn run_suite(m: &mut dyn Module, ep: Endpoint) {
+    rbtl_conformance::run_all(m, ep);
+    // Every operation at both widths against the reference (one origin: itself).
+    rbtl_conformance::atomics_on_shared_words(m, &[Some(ep)], 0, &mut |mine| vec![mine.to_vec()]);
+}
+
+#[test]
+fn contract_suite_passes() {
+    let (mut m, ep) = open_self(&[]);
+    run_suite(m.as_mut(), ep);
+}
+
+#[test]
+fn contract_suite_passes_with_small_limits_and_few_fragments() {
+    // Two fragments: every send path has to wait for completions and retry. Put and
+    // get limits and alignments: the suite's refusals of transfers over them run.
+    let (mut m, ep) = open_self(&[
+        ("btl_self_max_send_size", "1000"),
+        ("btl_self_eager_limit", "100"),
+        ("btl_self_rndv_eager_limit", "100"),
+        ("btl_self_free_list_max", "2"),
+        ("btl_self_put_limit", "4096"),
+        ("btl_self_put_alignment", "8"),
+        ("btl_self_get_limit", "2048"),
+        ("btl_self_get_alignment", "4"),
+    ]);
+    let a = m.attributes();
+    assert_eq!(a.max_send_size, 1000);
+    assert_eq!((a.put_limit, a.put_alignment), (4096, 8));
+    assert_eq!((a.get_limit, a.get_alignment), (2048, 4));
+    run_suite(m.as_mut(), ep);
+}
+
+#[test]
+fn registration_bad_input() {
+    let (mut m, ep) = open_self(&[]);
+    let mut buf = vec![0u8; 64];
+    let base = buf.as_mut_ptr() as usize;
+    // SAFETY: `buf` outlives every handle made in this test (a zero length is refused).
+    let zero = unsafe { m.register_mem(Some(ep), base, 0, Access::all()) };
+    assert!(matches!(zero, Err(Error::ZeroLength)), "{zero:?}");
+    // SAFETY: a range that wraps is refused before anything is registered.
+    let wrap = unsafe { m.register_mem(Some(ep), usize::MAX - 8, 64, Access::all()) };
+    assert!(matches!(wrap, Err(Error::Overflow { .. })), "{wrap:?}");
+
+    // SAFETY: `buf` outlives `h`.
+    let mut h = unsafe { m.register_mem(Some(ep), base, 64, Access::all()) }.unwrap();
+    let remote = *h.remote();
+    m.deregister_mem(&mut h).unwrap();
+    assert!(
+        matches!(m.deregister_mem(&mut h), Err(Error::Deregistered)),
+        "deregistering twice"
+    );
+    assert!(!h.is_live());
+
+    // A dead handle, locally and remotely.
+    // SAFETY: `buf` outlives the handle.
+    let mut other = unsafe { m.register_mem(Some(ep), base, 64, Access::all()) }.unwrap();
+    let e = m.put(
+        &Transfer::new(
+            ep,
+            Local::new(base, &h),
+            Remote::new(base as u64, other.remote()),
+            8,
+        ),
+        Box::new(|_, _| {}),
+    );
+    assert!(matches!(e, Err(Error::Deregistered)), "{e:?}");
+    let e = m.put(
+        &Transfer::new(
+            ep,
+            Local::new(base, &other),
+            Remote::new(base as u64, &remote),
+            8,
+        ),
+        Box::new(|_, _| {}),
+    );
+    assert!(matches!(e, Err(Error::BadRemoteHandle(_))), "{e:?}");
+    m.deregister_mem(&mut other).unwrap();
+    drop(buf);
+}
+
+#[test]
+fn handles_and_descriptors_of_another_module_are_refused() {
+    let (mut a, ep_a) = open_self(&[]);
+    let (mut b, _ep_b) = open_self(&[]);
+    assert_ne!(a.id(), b.id());
+    let mut buf = vec![0u8; 64];
+    let base = buf.as_mut_ptr() as usize;
+    // SAFETY: `buf` outlives both handles.
+    let mut ha = unsafe { a.register_mem(None, base, 64, Access::all()) }.unwrap();
+    // SAFETY: as above.
+    let mut hb = unsafe { b.register_mem(None, base, 64, Access::all()) }.unwrap();
+
+    let e = a.put(
+        &Transfer::new(
+            ep_a,
+            Local::new(base, &hb),
+            Remote::new(base as u64, ha.remote()),
+            8,
+        ),
+        Box::new(|_, _| {}),
+    );
+    assert!(
+        matches!(e, Err(Error::ForeignHandle { .. })),
+        "foreign local handle: {e:?}"
+    );
+    let e = a.put(
+        &Transfer::new(
+            ep_a,
+            Local::new(base, &ha),
+            Remote::new(base as u64, hb.remote()),
+            8,
+        ),
+        Box::new(|_, _| {}),
+    );
+    assert!(
+        matches!(e, Err(Error::BadRemoteHandle(_))),
+        "remote handle of another module: {e:?}"
+    );
+    assert!(matches!(
+        a.deregister_mem(&mut hb),
+        Err(Error::ForeignHandle { .. })
+    ));
+    assert!(hb.is_live(), "a refused deregistration changes nothing");
+    b.deregister_mem(&mut hb).unwrap();
+    a.deregister_mem(&mut ha).unwrap();
+
+    let des = a.alloc(ep_a, Order::ANY, 8, DesFlags::empty()).unwrap();
+    let err = b.send(Endpoint(0), des, Tag::USR).unwrap_err();
+    assert!(matches!(
+        err.error,
+        Error::ForeignHandle {
+            what: "descriptor",
+            ..
+        }
+    ));
+    let des = err.descriptor;
+    let foreign = b.free(des);
+    assert!(
+        matches!(foreign, Err(Error::ForeignHandle { .. })),
+        "{foreign:?}"
+    );
+    drop(buf);
+}
+
+#[test]
+fn sends_with_bad_tags_endpoints_and_sizes_are_refused() {
+    let (mut m, ep) = open_self(&[]);
+    let max = m.attributes().max_send_size;
+    assert!(matches!(
+        m.alloc(ep, Order::ANY, max + 1, DesFlags::empty()),
+        Err(Error::TooLarge(_))
+    ));
+    assert!(matches!(
+        m.alloc(Endpoint(9), Order::ANY, 1, DesFlags::empty()),
+        Err(Error::UnknownEndpoint(9))
+    ));
+    let des = m.alloc(ep, Order::ANY, 1, DesFlags::empty()).unwrap();
+    let err = m.send(ep, des, Tag(0x99)).unwrap_err();
+    assert!(matches!(err.error, Error::BadTag { why, .. } if why.contains("no receive callback")));
+    m.free(err.descriptor).unwrap();
+    let e = m.sendi(&ActiveMessage::new(ep, Tag(0x99), b"h", b"p"));
+    assert!(matches!(e, Err(Error::BadTag { .. })), "{e:?}");
+    assert!(matches!(
+        m.register_am(Tag(0x10), Box::new(|_, _| {})),
+        Err(Error::BadTag { .. })
+    ));
+}
+
+#[test]
+fn put_and_get_without_permission_leave_memory_unchanged() {
+    let (mut m, ep) = open_self(&[]);
+    let mut target = vec![5u8; 128];
+    let mut local = vec![9u8; 128];
+    // SAFETY: both vectors outlive the handles.
+    let t = unsafe {
+        m.register_mem(
+            Some(ep),
+            target.as_mut_ptr() as usize,
+            128,
+            Access::REMOTE_READ,
+        )
+    }
+    .unwrap();
+    // SAFETY: as above.
+    let l = unsafe {
+        m.register_mem(
+            Some(ep),
+            local.as_mut_ptr() as usize,
+            128,
+            Access::LOCAL_READ,
+        )
+    }
+    .unwrap();
+    let e = m.put(
+        &Transfer::new(
+            ep,
+            Local::new(l.base(), &l),
+            Remote::new(t.base() as u64, t.remote()),
+            16,
+        ),
+        Box::new(|_, _| {}),
+    );
+    assert!(
+        matches!(e, Err(Error::AccessDenied { side: "remote", .. })),
+        "{e:?}"
+    );
+    let e = m.get(
+        &Transfer::new(
+            ep,
+            Local::new(l.base(), &l),
+            Remote::new(t.base() as u64, t.remote()),
+            16,
+        ),
+        Box::new(|_, _| {}),
+    );
+    assert!(
+        matches!(e, Err(Error::AccessDenied { side: "local", .. })),
+        "{e:?}"
+    );
+    let e = m.put(
+        &Transfer::new(
+            ep,
+            Local::new(l.base(), &l),
+            Remote::new(t.base() as u64 + 120, t.remote()),
+            16,
+        ),
+        Box::new(|_, _| {}),
+    );
+    assert!(matches!(e, Err(Error::OutOfRange { .. })), "{e:?}");
+    let malformed = RemoteHandle::from_bytes(&[1, 2, 3]).unwrap();
+    let e = m.put(
+        &Transfer::new(
+            ep,
+            Local::new(l.base(), &l),
+            Remote::new(t.base() as u64, &malformed),
+            1,
+        ),
+        Box::new(|_, _| {}),
+    );
+    assert!(matches!(e, Err(Error::MalformedHandle(3))), "{e:?}");
+    assert!(matches!(
+        RemoteHandle::from_bytes(&[0; 257]),
+        Err(Error::MalformedHandle(257))
+    ));
+    m.flush(None).unwrap();
+    drop((t, l));
+    assert!(target.iter().all(|&b| b == 5) && local.iter().all(|&b| b == 9));
+}
+
+#[test]
+fn registrations_go_through_the_cache() {
+    let (mut m, ep) = open_self(&[]);
+    let mut buf = vec![0u8; 1 << 16];
+    let base = buf.as_mut_ptr() as usize;
+    // SAFETY: `buf` outlives the handles.
+    let hs: Vec<_> = (0..4)
+        .map(|i| unsafe { m.register_mem(Some(ep), base + i * 100, 100, Access::all()) }.unwrap())
+        .collect();
+    drop(hs);
+    let _ = buf.as_mut_ptr();
+    // Downcast is not available through dyn Module; open a module directly.
+    let mut direct =
+        SelfModule::new(rbtl_self::default_attributes(), Limits::default(), 0).unwrap();
+    let mut modex = SingletonModex::new();
+    let ep = direct
+        .add_procs(
+            &[Proc {
+                rank: 0,
+                node: "n".into(),
+            }],
+            &mut modex,
+        )
+        .unwrap()[0]
+        .unwrap();
+    for _ in 0..3 {
+        // SAFETY: `buf` outlives the handle.
+        let h = unsafe { direct.register_mem(Some(ep), base, 4096, Access::all()) }.unwrap();
+        drop(h);
+    }
+    let s = direct.rcache_stats();
+    assert_eq!((s.misses, s.hits), (1, 2), "{s:?}");
+}
+
+#[test]
+fn selection_by_configuration() {
+    let fw = framework();
+    let mut reg = Registry::new();
+    fw.register_params(&mut reg).unwrap();
+    let sel = |v: &str| fw.selected(&reg.builder().set("btl", v).build().unwrap());
+    assert_eq!(sel("").unwrap(), vec!["self", "sm", "tcp"]);
+    assert_eq!(sel("self").unwrap(), vec!["self"]);
+    assert_eq!(sel("^self").unwrap(), vec!["sm", "tcp"]);
+    assert_eq!(sel("^self,sm,tcp").unwrap(), Vec::<&str>::new());
+    let e = sel("self,warp").unwrap_err();
+    assert!(matches!(e, Error::UnknownTransport { .. }));
+    assert!(
+        e.to_string().contains("valid transports: self, sm, tcp"),
+        "{e}"
+    );
+    let e = sel("self,^self").unwrap_err();
+    assert!(e.to_string().contains("cannot be mixed"), "{e}");
+    let e = reg
+        .builder()
+        .set("btl_self_eagerlimit", "1")
+        .build()
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("btl_self_eager_limit"),
+        "lists valid names: {e}"
+    );
+}
+
+#[test]
+fn receive_callbacks_can_reply_through_the_module() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let (mut m, ep) = open_self(&[]);
+    let pongs = Arc::new(AtomicUsize::new(0));
+    m.register_am(
+        Tag::USR,
+        Box::new(move |m, r| {
+            let n = r.segments[0][0];
+            if n > 0 {
+                m.sendi(&ActiveMessage::new(r.endpoint, Tag::USR, &[n - 1], &[]))
+                    .expect("reply from a callback");
+            }
+        }),
+    )
+    .unwrap();
+    let p = pongs.clone();
+    m.register_am(
+        Tag(Tag::USR.0 + 1),
+        Box::new(move |_, _| {
+            p.fetch_add(1, Ordering::SeqCst);
+        }),
+    )
+    .unwrap();
+    m.sendi(&ActiveMessage::new(ep, Tag::USR, &[10], &[]))
+        .unwrap();
+    let mut rounds = 0;
+    while m.progress() > 0 {
+        rounds += 1;
+    }
+    assert_eq!(
+        rounds, 11,
+        "each progress call delivers only what was queued before it"
+    );
+    assert_eq!(pongs.load(Ordering::SeqCst), 0);
+}

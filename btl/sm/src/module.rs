@@ -1,0 +1,913 @@
+// Long on purpose: one type, with its `Module` impl (the whole contract) and the progress
+// that runs the callbacks, which take the module itself; what it drives (peers, copy
+// protocol, own segment, settings) lives in the files beside it.
+//! The `sm` module: one per process, reaching the other processes on its node. It
+//! creates and publishes this process's segment, connects to the peers' ([`Peer`]),
+//! sends by copying into their rings and polls its own, runs every callback from
+//! progress, and hands put and get to cross-memory attach or to the [`CopyProtocol`],
+//! atomics to the latter.
+
+use super::cma;
+use super::component::{RdmaPath, Settings, FLUSH_TIMEOUT_PARAM, NAME};
+use super::copy_protocol::{CopyProtocol, Next};
+use super::own_segment::{self, slot_of, OwnSegment};
+use super::peer::{self, Outbound, Peer, MODEX_KEY};
+use super::ring::{self, Producer, RingLayout};
+use super::segment::Layout;
+use rbtl_btl::transport_kit::registrations::{NoPin, Reg, Registrations};
+use rbtl_btl::transport_kit::send_frags::SendFrags;
+use rbtl_btl::transport_kit::AmTable;
+use rbtl_btl::transport_kit::Done;
+use rbtl_btl::transport_kit::ExpectedSlot;
+use rbtl_btl::transport_kit::FlushWatch;
+use rbtl_btl::{
+    ActiveMessage, AmCallback, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
+    ErrorEvent, Expected, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback,
+    RdmaCompletion, Received, RegRequest, Remote, RemoteAtomic, RemoteHandle, Result,
+    SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, Transfer, MAX_SEGMENTS,
+};
+use rbtl_rcache::{Access, Rcache};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Idle progress calls between two looks at the peers' liveness. A look costs a
+/// system call per peer: at this interval a rank that only polls makes one about every
+/// half millisecond, and a ping-pong every few thousand round trips (at a sixteenth of
+/// it, the calls showed in `osu latency`; measured: see docs/performance.md).
+const LIVENESS_INTERVAL: u32 = 1 << 16;
+
+/// Why a peer that removed this process (its `del_procs`) is failed here.
+const REMOVED_US: &str = "it removed this process (del_procs): it takes nothing more from it";
+
+/// Most messages taken from one ring per progress call.
+const BATCH: usize = 32;
+
+/// The `sm` module.
+pub struct SmModule {
+    id: ModuleId,
+    rank: u32,
+    /// This process's place among the node's ranks (see [`slot_of`]).
+    slot: usize,
+    node: String,
+    attrs: Attributes,
+    settings: Settings,
+    /// This process's segment.
+    own: OwnSegment,
+    regs: Arc<Registrations>,
+    rcache: Arc<Rcache<NoPin>>,
+    frags: SendFrags,
+    peers: Vec<Peer>,
+    am: AmTable,
+    /// The receive posted with `Module::expect`.
+    expected: ExpectedSlot,
+    error_cb: Option<ErrorCallback>,
+    done: VecDeque<Done>,
+    copy: CopyProtocol,
+    idle: u32,
+}
+
+/// Copy a descriptor into a ring, keeping its segment cut; false when the ring is full.
+fn push_descriptor(producer: &mut Producer, des: &Descriptor, tag: Tag) -> bool {
+    let mut lens = [0usize; MAX_SEGMENTS];
+    let n = des.segment_count();
+    for (slot, len) in lens.iter_mut().zip(des.segment_lens()) {
+        *slot = len;
+    }
+    // One segment needs no segment table.
+    let lens = if n > 1 { &lens[..n] } else { &[] };
+    producer.push(tag.0, &[des.bytes()], lens)
+}
+
+/// The one-range handle of the range of `handle` (made by module `target`) that holds
+/// `[addr, addr+len)`.
+fn narrow(
+    target: rbtl_btl::ModuleId,
+    handle: &RemoteHandle,
+    addr: u64,
+    len: usize,
+) -> Result<RemoteHandle> {
+    let fields = rbtl_btl::transport_kit::keytable::HandleFields::of(handle, target.0)?;
+    Ok(fields.narrow(fields.find(addr, len)?).to_handle())
+}
+
+impl SmModule {
+    /// Create this process's segment and publish it in the modex.
+    pub fn new(
+        attrs: Attributes,
+        mut settings: Settings,
+        modex: &mut dyn Modex,
+    ) -> Result<SmModule> {
+        let too_large = |name: &str, v: usize| {
+            Error::NotAvailable(format!("{name} = {v} is too large for this machine"))
+        };
+        let pow2 = |name: &str, v: usize| v.checked_next_power_of_two().ok_or(too_large(name, v));
+        let mut ring = RingLayout {
+            nslots: pow2("btl_sm_ring_slots", settings.ring_slots.max(2))?,
+            data_bytes: pow2("btl_sm_ring_bytes", settings.ring_bytes.max(4096))?,
+        };
+        let fits =
+            |r: &RingLayout| attrs.max_send_size.saturating_add(64) <= r.max_message(MAX_SEGMENTS);
+        if !fits(&ring) {
+            return Err(Error::NotAvailable(format!(
+                "btl_sm_ring_bytes ({}) must exceed max_send_size ({}) with room to spare",
+                ring.data_bytes, attrs.max_send_size
+            )));
+        }
+        // One ring per rank of the node, where the launcher says which they are, each
+        // of its share of the rings' budget: no larger, halved while the largest send
+        // still fits.
+        let (slot, slots) = slot_of(modex);
+        let share = settings.rings_budget / slots.saturating_sub(1).max(1);
+        while ring.data_bytes > share && ring.data_bytes > 4096 {
+            let half = RingLayout {
+                data_bytes: ring.data_bytes / 2,
+                ..ring
+            };
+            if !fits(&half) {
+                break;
+            }
+            ring = half;
+        }
+        // A ring holds several chunks in flight.
+        settings.copy_chunk = settings.copy_chunk.min(ring.data_bytes / 4).max(4096);
+        let layout = Layout {
+            nranks: slots,
+            ring,
+            registrations: settings.max_registrations.max(1),
+            heap_bytes: settings.heap_bytes,
+        };
+        if layout.checked_bytes().is_none() {
+            return Err(Error::NotAvailable(format!(
+                "the sm segment of {} ranks with these btl_sm_* sizes (ring slots and bytes, \
+                 registrations, heap) would not fit the address space: lower them",
+                layout.nranks
+            )));
+        }
+        own_segment::fits_the_machine(&layout)?;
+        let own = OwnSegment::create(modex.rank(), layout)?;
+        let id = ModuleId::fresh();
+        own.stamp(id);
+        let segment = own.region();
+        // SAFETY: the table area is inside our fresh (zeroed) segment, page-aligned and
+        // used for nothing else; `regs` keeps the segment mapped (handles outliving the
+        // module keep it too).
+        let regs = unsafe {
+            Registrations::new(
+                segment.as_ptr().add(layout.table_offset()),
+                layout.registrations,
+                segment.clone(),
+            )
+        };
+        let node = peer::node_id();
+        modex.publish(MODEX_KEY, &peer::card(id, segment, &layout, slot, &node))?;
+        let copy = CopyProtocol::new(id, regs.view(), settings.copy_chunk);
+        Ok(SmModule {
+            id,
+            rank: modex.rank(),
+            slot,
+            node,
+            frags: SendFrags::new(id, attrs.max_send_size, settings.max_frags)?,
+            rcache: Rcache::new(NoPin, settings.rcache.clone()),
+            attrs,
+            settings,
+            own,
+            regs,
+            peers: Vec::new(),
+            am: AmTable::default(),
+            error_cb: None,
+            done: VecDeque::new(),
+            copy,
+            idle: 0,
+            expected: ExpectedSlot::default(),
+        })
+    }
+
+    /// The name of this process's segment (`/proc/<pid>/fd` lists it as
+    /// `memfd:<name>`; for tests and diagnostics).
+    pub fn segment_name(&self) -> &str {
+        self.own.region().name()
+    }
+
+    /// This process's slot among the node's ranks, how many there are, and the data
+    /// bytes of each ring (for tests and diagnostics).
+    pub fn rings(&self) -> (usize, usize, usize) {
+        let l = self.own.layout();
+        (self.slot, l.nranks, l.ring.data_bytes)
+    }
+
+    /// Whether put/get to `endpoint` may use cross-memory attach.
+    pub fn uses_cma(&self, endpoint: Endpoint) -> Option<bool> {
+        self.peers.get(endpoint.0 as usize).map(|p| p.cma_ok)
+    }
+
+    fn peer(&self, ep: Endpoint) -> Result<&Peer> {
+        let p = self
+            .peers
+            .get(ep.0 as usize)
+            .ok_or(Error::UnknownEndpoint(ep.0))?;
+        match &p.failed {
+            Some(why) => Err(Error::PeerFailed {
+                rank: p.rank,
+                why: why.clone(),
+            }),
+            None => Ok(p),
+        }
+    }
+
+    /// Peer `ep` for a one-sided operation: as [`SmModule::peer`], and a peer that has
+    /// removed us is failed here first (it gives back what it offered us).
+    fn reachable(&mut self, ep: Endpoint) -> Result<&Peer> {
+        self.peer(ep)?;
+        self.fail_if_removed_us(ep.0 as usize);
+        self.peer(ep)
+    }
+
+    /// Fail peer `i` if it removed us (its flag in its segment) and is not failed yet.
+    fn fail_if_removed_us(&mut self, i: usize) {
+        if self.peers[i].failed.is_none() && self.peers[i].removed_us() {
+            self.fail_peer(i, REMOVED_US.into());
+        }
+    }
+
+    /// `e`, peer `ep`'s refusal of its handle; or the peer's failure when it removed us
+    /// meanwhile (its flag is set before it releases anything).
+    fn refused(&mut self, ep: Endpoint, e: Error) -> Error {
+        self.reachable(ep).err().unwrap_or(e)
+    }
+
+    /// Peer `ep`'s check of its handle for `len` bytes at `remote` with `access`: the
+    /// peer's module, or the refusal (see [`SmModule::refused`]).
+    fn check_remote(
+        &mut self,
+        ep: Endpoint,
+        remote_handle: &RemoteHandle,
+        remote: u64,
+        len: usize,
+        access: Access,
+    ) -> Result<ModuleId> {
+        let peer = self.reachable(ep)?;
+        let module = peer.module;
+        match peer.table.check(module, remote_handle, remote, len, access) {
+            Ok(()) => Ok(module),
+            Err(e) => Err(self.refused(ep, e)),
+        }
+    }
+
+    fn new_descriptor(
+        &mut self,
+        ep: Endpoint,
+        size: usize,
+        order: Order,
+        flags: DesFlags,
+    ) -> Result<Descriptor> {
+        self.peer(ep)?;
+        self.frags.alloc(ep, size, order, flags)
+    }
+
+    /// Queue the completion of a descriptor that went out (or failed); `immediate`
+    /// sends without ALWAYS_CALLBACK hand a kept descriptor straight back.
+    fn finish_send(
+        &mut self,
+        des: Descriptor,
+        immediate: bool,
+        status: Result<()>,
+    ) -> Option<Descriptor> {
+        self.frags.finish(des, immediate, status, &mut self.done)
+    }
+
+    /// Push what waits for peer `i`'s ring, in order, as far as room allows. A full
+    /// ring of a peer that removed us stays full: the peer is failed then.
+    #[inline(never)]
+    fn drain_outbound(&mut self, i: usize) -> usize {
+        let mut n = 0;
+        loop {
+            let peer = &mut self.peers[i];
+            let Some(front) = peer.outbound.front_mut() else {
+                break;
+            };
+            let (producer, speed) = (&mut peer.producer, &mut peer.out_speed);
+            let pushed = match front {
+                Outbound::Desc { descriptor, tag } => push_descriptor(producer, descriptor, *tag),
+                Outbound::Protocol(item) => self.copy.push(item, producer, speed),
+            };
+            if !pushed {
+                self.fail_if_removed_us(i);
+                break;
+            }
+            n += 1;
+            if let Some(Outbound::Desc { descriptor, .. }) = self.peers[i].outbound.pop_front() {
+                self.finish_send(descriptor, false, Ok(()));
+            }
+        }
+        n
+    }
+
+    /// Put (`Write`) or get (`Read`): both ranges checked, then by cross-memory attach
+    /// or by the copy protocol.
+    fn rdma(
+        &mut self,
+        dir: cma::Direction,
+        op: &Transfer<'_>,
+        callback: RdmaCallback,
+    ) -> Result<()> {
+        let put = matches!(dir, cma::Direction::Write);
+        let (local_needs, remote_needs) = Transfer::needs(put);
+        op.check_limits(&self.attrs, put)?;
+        let (ep, local, remote, size) = (op.endpoint, op.local.addr, op.remote.addr, op.len);
+        op.local
+            .handle
+            .check::<Reg<NoPin>>(self.id, local, size, local_needs)?;
+        self.check_remote(ep, op.remote.handle, remote, size, remote_needs)?;
+        let cma = self.peers[ep.0 as usize].goes_by_cma(dir, size, &self.settings);
+        let peer = &self.peers[ep.0 as usize];
+        if cma {
+            // SAFETY: the local range lies inside a live registration of ours with the
+            // needed access (register_mem's contract keeps it mapped and lets the
+            // transport read or write it); the kernel checks the remote range.
+            match unsafe { cma::copy(peer.pid, dir, local, remote, size) } {
+                Ok(()) => {
+                    let done = RdmaCompletion {
+                        endpoint: ep,
+                        local_address: local,
+                        size,
+                        status: Ok(()),
+                    };
+                    self.done.push_back(Done::Rdma(callback, done));
+                    return Ok(());
+                }
+                Err(e)
+                    if e.raw_os_error() == Some(libc::EPERM)
+                        && self.settings.rdma == RdmaPath::Auto =>
+                {
+                    tracing::debug!(
+                        rank = peer.rank,
+                        "cross-memory attach refused: copying through the rings"
+                    );
+                    self.peers[ep.0 as usize].cma_ok = false;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                    self.fail_peer(ep.0 as usize, "process gone (ESRCH)".into());
+                    return Err(self.peer(ep).err().unwrap_or(Error::UnknownEndpoint(ep.0)));
+                }
+                Err(source) => {
+                    return Err(Error::Os {
+                        call: "process_vm_readv/writev",
+                        source,
+                    })
+                }
+            }
+        }
+        let i = ep.0 as usize;
+        // The copy protocol's requests carry the one-range handle of the range the
+        // transfer lies in (checked above).
+        let narrowed = narrow(self.peers[i].module, op.remote.handle, remote, size)?;
+        let op = &Transfer {
+            remote: Remote {
+                handle: &narrowed,
+                ..op.remote
+            },
+            ..*op
+        };
+        match dir {
+            cma::Direction::Write => {
+                self.copy.start_put(&mut self.peers[i], op, callback);
+                self.drain_outbound(i);
+            }
+            cma::Direction::Read => {
+                self.copy
+                    .start_get(&mut self.peers[i], op, callback, &mut self.done)
+            }
+        }
+        Ok(())
+    }
+
+    /// Queue a failure for the error callback, which runs from progress.
+    fn report(&mut self, i: Option<usize>, error: Error) {
+        let event = ErrorEvent {
+            endpoint: i.map(|i| Endpoint(i as u32)),
+            rank: i.map(|i| self.peers[i].rank),
+            error,
+        };
+        self.done.push_back(Done::Error(event));
+    }
+
+    fn deliver_error(&mut self, event: &ErrorEvent) {
+        match &mut self.error_cb {
+            Some(cb) => cb(event),
+            None => tracing::error!(?event, "sm"),
+        }
+    }
+
+    /// Take up to [`BATCH`] messages from peer `i`'s ring, stopping after one that
+    /// fills the expected receive: how many, and whether that happened.
+    fn poll_peer(&mut self, i: usize) -> (usize, bool) {
+        let mut n = 0;
+        while n < BATCH {
+            let peer = &self.peers[i];
+            if peer.busy || peer.removed {
+                break;
+            }
+            let Some(rec) = peer.consumer.peek() else {
+                break;
+            };
+            if self.expected.is_posted() && self.fill_expected(i, &rec) {
+                // A blocking receive ended: its caller often answers the same peer.
+                self.peers[i].producer.prepare_next();
+                self.peers[i].consumer.release(rec);
+                return (n + 1, true);
+            }
+            let delivered = if rec.segment_count() == 1 {
+                // SAFETY: used before the record is released below.
+                let one = [unsafe { rec.payload() }];
+                self.dispatch(i, rec.tag, &one)
+            } else {
+                let mut segs: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
+                // SAFETY: as above.
+                let nseg = unsafe { rec.segments(&mut segs) };
+                self.dispatch(i, rec.tag, &segs[..nseg])
+            };
+            if !delivered {
+                break;
+            }
+            self.peers[i].consumer.release(rec);
+            n += 1;
+        }
+        (n, false)
+    }
+
+    /// Fill the expected receive with `rec`, from peer `i`, if it is the one; whether
+    /// it was.
+    #[inline(always)]
+    fn fill_expected(&mut self, i: usize, rec: &ring::Record) -> bool {
+        let (ep, tag) = (Endpoint(i as u32), Tag(rec.tag));
+        if rec.segment_count() == 1 {
+            // SAFETY: the record is not released yet; the receive's buffer is valid as
+            // `Module::expect` requires.
+            unsafe { self.expected.fill(ep, tag, &[rec.payload()]) }
+        } else {
+            let mut segs: [&[u8]; MAX_SEGMENTS] = [&[]; MAX_SEGMENTS];
+            // SAFETY: the record is not released yet.
+            let nseg = unsafe { rec.segments(&mut segs) };
+            // SAFETY: the segments are used before the record is released; the
+            // receive's buffer is valid as `Module::expect` requires.
+            unsafe { self.expected.fill(ep, tag, &segs[..nseg]) }
+        }
+    }
+
+    /// Hand a message from peer `i` to its callback (or to the transport's own
+    /// protocol); false when its callback is running further up the stack (it called
+    /// progress), so the message must wait.
+    #[inline(always)]
+    fn dispatch(&mut self, i: usize, tag: u8, segs: &[&[u8]]) -> bool {
+        let tag = Tag(tag);
+        if tag.is_reserved() {
+            self.internal(i, tag.0, segs);
+        } else {
+            let Some(mut cb) = self.am.take(tag) else {
+                if !self.am.is_registered(tag) {
+                    self.report(
+                        Some(i),
+                        Error::BadTag {
+                            tag,
+                            why: "a message arrived for it, but no receive callback is registered; dropped",
+                        },
+                    );
+                    return true;
+                }
+                // Its callback is running further up the stack.
+                return false;
+            };
+            self.peers[i].busy = true;
+            cb(
+                self,
+                &Received {
+                    endpoint: Endpoint(i as u32),
+                    tag,
+                    segments: segs,
+                },
+            );
+            self.peers[i].busy = false;
+            self.am.restore(tag, cb);
+        }
+        true
+    }
+
+    /// A message of the transport's own protocol from peer `i`.
+    #[inline(never)]
+    fn internal(&mut self, i: usize, tag: u8, segs: &[&[u8]]) {
+        match self
+            .copy
+            .on_message(&mut self.peers[i], tag, segs, &mut self.done)
+        {
+            Ok(Next::Nothing) => {}
+            Ok(Next::Drain) => {
+                self.drain_outbound(i);
+            }
+            Err(e) => self.report(Some(i), e),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn check_liveness(&mut self) {
+        for i in 0..self.peers.len() {
+            let p = &self.peers[i];
+            if p.failed.is_some() {
+                continue;
+            }
+            if p.has_exited() {
+                self.fail_peer(i, format!("process {} ended", p.pid));
+            } else {
+                self.fail_if_removed_us(i);
+            }
+        }
+    }
+
+    /// Peer `i` is gone: fail what involves it and tell the upper layer.
+    fn fail_peer(&mut self, i: usize, why: String) {
+        self.end_peer(i, why.clone());
+        let rank = self.peers[i].rank;
+        self.report(Some(i), Error::PeerFailed { rank, why });
+    }
+
+    /// Fail every operation and queued send involving peer `i`.
+    fn end_peer(&mut self, i: usize, why: String) {
+        let rank = self.peers[i].rank;
+        self.peers[i].failed = Some(why.clone());
+        let err = || Error::PeerFailed {
+            rank,
+            why: why.clone(),
+        };
+        self.copy
+            .fail_all_to(Endpoint(i as u32), err, &mut self.done);
+        let queued: Vec<Outbound> = self.peers[i].outbound.drain(..).collect();
+        for o in queued {
+            if let Outbound::Desc { descriptor, .. } = o {
+                self.finish_send(descriptor, false, Err(err()));
+            }
+        }
+    }
+
+    #[inline(never)]
+    fn run_done(&mut self) -> usize {
+        let n = self.done.len();
+        for _ in 0..n {
+            match self.done.pop_front() {
+                Some(Done::Send {
+                    callback,
+                    endpoint,
+                    descriptor,
+                    status,
+                }) => {
+                    if descriptor.flags.contains(DesFlags::OWNERSHIP) {
+                        callback(
+                            self,
+                            SendCompletion {
+                                endpoint,
+                                descriptor: None,
+                                status,
+                            },
+                        );
+                        self.frags.recycle(descriptor);
+                    } else {
+                        callback(
+                            self,
+                            SendCompletion {
+                                endpoint,
+                                descriptor: Some(descriptor),
+                                status,
+                            },
+                        );
+                    }
+                }
+                Some(Done::Rdma(cb, done)) => cb(self, done),
+                Some(Done::Error(event)) => self.deliver_error(&event),
+                None => break,
+            }
+        }
+        n
+    }
+}
+
+impl Module for SmModule {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn id(&self) -> ModuleId {
+        self.id
+    }
+
+    fn attributes(&self) -> &Attributes {
+        &self.attrs
+    }
+
+    fn add_procs(
+        &mut self,
+        procs: &[Proc],
+        modex: &mut dyn Modex,
+    ) -> Result<Vec<Option<Endpoint>>> {
+        let mut out = Vec::with_capacity(procs.len());
+        let my_node = procs.iter().find(|p| p.rank == self.rank).map(|p| &p.node);
+        for p in procs {
+            // Another node as the caller (the launcher) sees it is never ours, even
+            // when its card looks local.
+            if p.rank == self.rank || my_node.is_some_and(|n| *n != p.node) {
+                out.push(None);
+                continue;
+            }
+            if let Some(i) = self.peers.iter().position(|q| q.rank == p.rank) {
+                out.push(Some(Endpoint(i as u32)));
+                continue;
+            }
+            let Some(blob) = modex.lookup(p.rank, MODEX_KEY)? else {
+                out.push(None);
+                continue;
+            };
+            let peer = Peer::connect(
+                p,
+                &blob,
+                self.slot,
+                &self.node,
+                self.own.layout(),
+                self.own.region(),
+                &self.settings,
+            )?;
+            match peer {
+                Some(peer) => {
+                    if let Some(q) = self.peers.iter().find(|q| q.slot == peer.slot) {
+                        return Err(Error::Modex(format!(
+                            "ranks {} and {} both have sm slot {}: each rank of a node \
+                             needs a slot of its own",
+                            q.rank, peer.rank, peer.slot
+                        )));
+                    }
+                    self.peers.push(peer);
+                    out.push(Some(Endpoint(self.peers.len() as u32 - 1)));
+                }
+                None => out.push(None),
+            }
+        }
+        Ok(out)
+    }
+
+    fn del_procs(&mut self, endpoints: &[Endpoint]) -> Result<()> {
+        for &ep in endpoints {
+            let i = ep.0 as usize;
+            let p = self.peers.get(i).ok_or(Error::UnknownEndpoint(ep.0))?;
+            if !p.removed {
+                let slot = p.slot;
+                self.end_peer(i, "removed by del_procs".into());
+                self.peers[i].removed = true;
+                // Its operations towards us would wait for answers that never come.
+                self.own.mark_removed(slot);
+            }
+        }
+        Ok(())
+    }
+
+    fn register_am(&mut self, tag: Tag, callback: AmCallback) -> Result<()> {
+        self.am.register(tag, callback)
+    }
+
+    fn register_error(&mut self, callback: ErrorCallback) {
+        self.error_cb = Some(callback);
+    }
+
+    unsafe fn register(&mut self, request: &RegRequest) -> Result<MemHandle> {
+        self.regs
+            .register(self.id, &self.attrs, &self.rcache, request)
+    }
+
+    fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()> {
+        handle.release(self.id)
+    }
+
+    fn registration_stats(&self) -> Option<rbtl_rcache::Stats> {
+        Some(self.rcache.stats())
+    }
+
+    fn alloc(
+        &mut self,
+        endpoint: Endpoint,
+        order: Order,
+        size: usize,
+        flags: DesFlags,
+    ) -> Result<Descriptor> {
+        self.new_descriptor(endpoint, size, order, flags)
+    }
+
+    fn prepare_src(
+        &mut self,
+        endpoint: Endpoint,
+        order: Order,
+        reserve: usize,
+        data: &[&[u8]],
+        flags: DesFlags,
+    ) -> Result<Descriptor> {
+        self.peer(endpoint)?;
+        self.frags
+            .prepare_src(endpoint, order, reserve, data, flags)
+    }
+
+    fn free(&mut self, descriptor: Descriptor) -> Result<()> {
+        self.frags.free(descriptor)
+    }
+
+    fn send(
+        &mut self,
+        endpoint: Endpoint,
+        descriptor: Descriptor,
+        tag: Tag,
+    ) -> Result<SendOutcome, SendError> {
+        let checked = descriptor
+            .check_owner(self.id)
+            .and_then(|_| self.peer(endpoint).map(|_| ()))
+            .and_then(|_| rbtl_btl::transport_kit::check_not_reserved(tag));
+        if let Err(error) = checked {
+            return Err(SendError { error, descriptor });
+        }
+        let peer = &mut self.peers[endpoint.0 as usize];
+        let pushed =
+            peer.outbound.is_empty() && push_descriptor(&mut peer.producer, &descriptor, tag);
+        if pushed {
+            Ok(SendOutcome::Done(self.finish_send(
+                descriptor,
+                true,
+                Ok(()),
+            )))
+        } else {
+            peer.outbound.push_back(Outbound::Desc { descriptor, tag });
+            Ok(SendOutcome::Queued)
+        }
+    }
+
+    #[inline]
+    fn sendi(&mut self, m: &ActiveMessage<'_>) -> Result<SendiOutcome> {
+        m.check(self.attrs.max_send_size)?;
+        let (endpoint, tag, header, payload) = (m.endpoint, m.tag, m.header, m.payload);
+        let size = m.len();
+        // (`let else`, not `ok_or`: that builds and drops an error on every send.)
+        let Some(peer) = self.peers.get_mut(endpoint.0 as usize) else {
+            return Err(Error::UnknownEndpoint(endpoint.0));
+        };
+        let pushed = |p: &mut ring::Producer| {
+            if size <= ring::INLINE_MAX {
+                p.push_small(tag.0, header, payload)
+            } else {
+                p.push(tag.0, &[header, payload], &[])
+            }
+        };
+        if peer.failed.is_none() && peer.outbound.is_empty() && pushed(&mut peer.producer) {
+            return Ok(SendiOutcome::Sent);
+        }
+        // A peer that removed us reads its ring no more.
+        self.reachable(endpoint)?;
+        Err(Error::OutOfResource("sm ring full"))
+    }
+
+    fn put(&mut self, op: &Transfer<'_>, callback: RdmaCallback) -> Result<()> {
+        self.rdma(cma::Direction::Write, op, callback)
+    }
+
+    fn get(&mut self, op: &Transfer<'_>, callback: RdmaCallback) -> Result<()> {
+        self.rdma(cma::Direction::Read, op, callback)
+    }
+
+    /// Checked, then applied by the target through the copy protocol.
+    fn atomic(&mut self, op: &RemoteAtomic<'_>, callback: RdmaCallback) -> Result<()> {
+        op.check_word()?;
+        let (ep, remote, bytes) = (op.endpoint, op.remote.addr, op.width.bytes());
+        if let Some(r) = op.result {
+            r.handle
+                .check::<Reg<NoPin>>(self.id, r.addr, bytes, Access::LOCAL_WRITE)?;
+        }
+        let module = self.check_remote(ep, op.remote.handle, remote, bytes, Access::ATOMIC)?;
+        let narrowed = narrow(module, op.remote.handle, remote, bytes)?;
+        let op = &RemoteAtomic {
+            remote: Remote {
+                handle: &narrowed,
+                ..op.remote
+            },
+            ..*op
+        };
+        self.copy
+            .start_atomic(&mut self.peers[ep.0 as usize], op, callback);
+        Ok(())
+    }
+
+    fn alloc_shared(&mut self, len: usize) -> Result<Option<SharedMem>> {
+        Ok(self.own.alloc_shared(len))
+    }
+
+    fn free_shared(&mut self, mem: SharedMem) -> Result<()> {
+        self.own.free_shared(mem)
+    }
+
+    fn map_remote(
+        &mut self,
+        endpoint: Endpoint,
+        remote: u64,
+        remote_handle: &RemoteHandle,
+        len: usize,
+        access: Access,
+    ) -> Result<Option<*mut u8>> {
+        let layout = *self.own.layout();
+        let mapped =
+            self.reachable(endpoint)?
+                .map_heap(remote, remote_handle, len, access, &layout);
+        mapped.map_err(|e| self.refused(endpoint, e))
+    }
+
+    /// Cross-memory attach completes at the call; the copy protocol waits for the
+    /// peers' replies, for as long as they reply: once every peer it waits for has
+    /// sent none for `btl_sm_flush_timeout` (a stopped or hung process),
+    /// [`Error::PeerTimeout`] names them and their operations stay pending.
+    fn flush(&mut self, endpoint: Option<Endpoint>) -> Result<()> {
+        if let Some(ep) = endpoint {
+            self.peers
+                .get(ep.0 as usize)
+                .ok_or(Error::UnknownEndpoint(ep.0))?;
+        }
+        let mut watch = FlushWatch::new(self.settings.flush_timeout);
+        let mut outcome = Ok(());
+        while self.copy.pending_on(endpoint) {
+            let busy = self.progress() > 0;
+            if !busy {
+                // The peer serving the operation may need this processor.
+                std::thread::yield_now();
+            }
+            if watch.due(busy) {
+                let (waiting, answers) = self.copy.waiting(endpoint);
+                let rank_of = |i: usize| self.peers[i].rank;
+                if let Some(e) = watch.timed_out(
+                    Instant::now(),
+                    waiting,
+                    answers,
+                    rank_of,
+                    FLUSH_TIMEOUT_PARAM,
+                ) {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        // Completed operations' callbacks run before flush returns.
+        while self.done.iter().any(|d| matches!(d, Done::Rdma(..))) {
+            self.run_done();
+        }
+        outcome
+    }
+
+    unsafe fn expect(&mut self, e: Expected) -> bool {
+        let i = e.endpoint.0 as usize;
+        if self.peers.get(i).is_none_or(|p| p.removed) {
+            return false;
+        }
+        self.expected.post(&e);
+        true
+    }
+
+    fn take_expected(&mut self) -> Option<usize> {
+        self.expected.take()
+    }
+
+    fn cancel_expected(&mut self) {
+        self.expected.cancel();
+    }
+
+    fn progress(&mut self) -> usize {
+        let mut n = 0;
+        for i in 0..self.peers.len() {
+            let (taken, filled) = self.poll_peer(i);
+            n += taken;
+            if filled {
+                // The caller learns of it before any later message is delivered.
+                return n;
+            }
+            if !self.peers[i].outbound.is_empty() {
+                n += self.drain_outbound(i);
+            }
+        }
+        if !self.done.is_empty() {
+            n += self.run_done();
+        }
+        if n == 0 {
+            self.idle += 1;
+            if self.idle >= LIVENESS_INTERVAL {
+                self.idle = 0;
+                self.check_liveness();
+            }
+        }
+        n
+    }
+}
+
+impl Drop for SmModule {
+    fn drop(&mut self) {
+        // Peers' segments unmap with `peers`; ours with `own`, and goes when the last
+        // process that maps it does.
+        self.peers.clear();
+    }
+}
