@@ -29,10 +29,61 @@ use std::time::{Duration, Instant};
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The ranks whose connection ended, each with why.
-pub type Ended = Vec<(u32, String)>;
+pub type Ended = Vec<(u32, ChannelError)>;
 
-/// Why a peer's connection closed.
-const ENDED: &str = "its out-of-band connection closed: the process ended";
+/// Why a message could not go to a peer, or why its connection ended.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    /// The body does not fit one frame.
+    #[error("{cpc}: a message of {len} bytes (at most 255)")]
+    TooLong {
+        /// The connection method.
+        cpc: &'static str,
+        /// Its length.
+        len: usize,
+    },
+    /// The rank was never added (or was removed).
+    #[error("{cpc}: rank {rank} is not a peer")]
+    NotAPeer {
+        /// The connection method.
+        cpc: &'static str,
+        /// The rank.
+        rank: u32,
+    },
+    /// None of its addresses took a connection: each address with why (`TimedOut`:
+    /// no answer within [`CONNECT_TIMEOUT`]).
+    #[error("{cpc}: cannot reach rank {rank} ({})", tried_text(tried))]
+    Unreachable {
+        /// The connection method.
+        cpc: &'static str,
+        /// The rank.
+        rank: u32,
+        /// Each address tried, with its error.
+        tried: Vec<(SocketAddrV4, std::io::Error)>,
+    },
+    /// Writing to its connection failed.
+    #[error("{cpc}: writing to rank {rank}: {source}")]
+    Write {
+        /// The connection method.
+        cpc: &'static str,
+        /// The rank.
+        rank: u32,
+        /// The socket's error.
+        source: std::io::Error,
+    },
+    /// Its connection closed, from its end or ours: the process ended (a connection
+    /// lives as long as its process).
+    #[error("its out-of-band connection closed: the process ended")]
+    Closed,
+}
+
+fn tried_text(tried: &[(SocketAddrV4, std::io::Error)]) -> String {
+    if tried.is_empty() {
+        return "no address".into();
+    }
+    let each: Vec<String> = tried.iter().map(|(a, e)| format!("{a}: {e}")).collect();
+    each.join("; ")
+}
 
 /// Where a peer listens, and our connection to it once made.
 struct Outgoing {
@@ -51,22 +102,22 @@ struct Outgoing {
 struct Connecting {
     index: usize,
     since: Instant,
-    failed: Vec<String>,
+    failed: Vec<(SocketAddrV4, std::io::Error)>,
 }
 
 /// Why a connection to a peer ended.
 enum Failure {
     /// No address of its could be reached: why, for each.
-    Unreachable(String),
+    Unreachable(Vec<(SocketAddrV4, std::io::Error)>),
     /// Writing to it failed.
     Write(std::io::Error),
 }
 
 impl Failure {
-    fn describe(&self, cpc: &str, rank: u32) -> String {
+    fn for_peer(self, cpc: &'static str, rank: u32) -> ChannelError {
         match self {
-            Failure::Unreachable(why) => format!("{cpc}: cannot reach rank {rank} ({why})"),
-            Failure::Write(e) => format!("{cpc}: writing to rank {rank}: {e}"),
+            Failure::Unreachable(tried) => ChannelError::Unreachable { cpc, rank, tried },
+            Failure::Write(source) => ChannelError::Write { cpc, rank, source },
         }
     }
 }
@@ -86,7 +137,11 @@ fn start_connect(a: SocketAddrV4) -> std::io::Result<TcpStream> {
 impl Outgoing {
     /// Start connecting to the addresses from `index` on (`failed`: why the ones
     /// before failed); `Err` when none is left.
-    fn connect_from(&mut self, mut index: usize, mut failed: Vec<String>) -> Result<(), Failure> {
+    fn connect_from(
+        &mut self,
+        mut index: usize,
+        mut failed: Vec<(SocketAddrV4, std::io::Error)>,
+    ) -> Result<(), Failure> {
         while let Some(&a) = self.addrs.get(index) {
             match start_connect(a) {
                 Ok(s) => {
@@ -98,17 +153,13 @@ impl Outgoing {
                     });
                     return Ok(());
                 }
-                Err(e) => failed.push(format!("{a}: {e}")),
+                Err(e) => failed.push((a, e)),
             }
             index += 1;
         }
         self.out = None;
         self.connecting = None;
-        Err(Failure::Unreachable(if failed.is_empty() {
-            "no address".into()
-        } else {
-            failed.join("; ")
-        }))
+        Err(Failure::Unreachable(failed))
     }
 
     /// Whether `out` is connected: a connection under way is checked, and moves to the
@@ -125,13 +176,16 @@ impl Outgoing {
                 return Ok(true);
             }
             Ok(None) if c.since.elapsed() < CONNECT_TIMEOUT => return Ok(false),
-            Ok(None) => format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
-            Ok(Some(e)) | Err(e) => e.to_string(),
+            Ok(None) => std::io::Error::new(
+                ErrorKind::TimedOut,
+                format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+            ),
+            Ok(Some(e)) | Err(e) => e,
         };
         let Connecting {
             index, mut failed, ..
         } = self.connecting.take().expect("looked at above");
-        failed.push(format!("{}: {why}", self.addrs[index]));
+        failed.push((self.addrs[index], why));
         self.connect_from(index + 1, failed).map(|()| false)
     }
 
@@ -317,25 +371,27 @@ impl Channel {
 
     /// Send `body` (at most 255 bytes) to `rank`, as `me`, connecting first if
     /// needed.
-    pub fn send(&mut self, rank: u32, me: u32, body: &[u8]) -> Result<(), String> {
+    pub fn send(&mut self, rank: u32, me: u32, body: &[u8]) -> Result<(), ChannelError> {
         let cpc = self.cpc;
-        let len = u8::try_from(body.len())
-            .map_err(|_| format!("{cpc}: a message of {} bytes", body.len()))?;
+        let len = u8::try_from(body.len()).map_err(|_| ChannelError::TooLong {
+            cpc,
+            len: body.len(),
+        })?;
         let peer = self
             .peers
             .get_mut(&rank)
-            .ok_or_else(|| format!("{cpc}: rank {rank} is not a peer"))?;
+            .ok_or(ChannelError::NotAPeer { cpc, rank })?;
         if peer.out.is_none() {
             peer.unsent = peer.secret.to_vec();
             peer.connect_from(0, Vec::new())
-                .map_err(|f| f.describe(cpc, rank))?;
+                .map_err(|f| f.for_peer(cpc, rank))?;
         }
         peer.unsent.push(len);
         peer.unsent.extend_from_slice(&me.to_le_bytes());
         peer.unsent.extend_from_slice(body);
         peer.write_unsent().map_err(|f| {
             peer.close();
-            f.describe(cpc, rank)
+            f.for_peer(cpc, rank)
         })
     }
 
@@ -351,12 +407,12 @@ impl Channel {
         let cpc = self.cpc;
         for (&rank, peer) in self.peers.iter_mut() {
             let why = match peer.write_unsent() {
-                Err(f) => Some(f.describe(cpc, rank)),
+                Err(f) => Some(f.for_peer(cpc, rank)),
                 Ok(())
                     if peer.connecting.is_none()
                         && peer.out.as_ref().is_some_and(closed_by_peer) =>
                 {
-                    Some(ENDED.to_string())
+                    Some(ChannelError::Closed)
                 }
                 Ok(()) => None,
             };
@@ -411,7 +467,7 @@ impl Channel {
                 c.buf.drain(..total);
             }
             if !open {
-                closed.extend(c.rank.map(|r| (r, ENDED.to_string())));
+                closed.extend(c.rank.map(|r| (r, ChannelError::Closed)));
             }
             open
         });

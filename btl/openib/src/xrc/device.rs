@@ -7,7 +7,7 @@
 //! No device this project runs on has XRC, so this file has never run: every decision
 //! is the engine's (tested with a fake device), and what is here only carries them out.
 
-use super::engine::{Device, NodeId};
+use super::engine::{Device, DeviceError, NodeId};
 use crate::channel::Channel;
 use crate::core::Core;
 use crate::srq::SharedReceives;
@@ -17,6 +17,7 @@ use rbtl_mpool::FreeList;
 use rbtl_verbs::{Mr, QpCaps, QpEndpoint, XrcInitiator, XrcSrq, XrcTarget, Xrcd};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Where the domain files go: a node-local directory every process of the node sees.
 fn domain_dir() -> PathBuf {
@@ -57,7 +58,7 @@ pub struct XrcResources {
 impl XrcResources {
     /// Open the node's domain through the file named by `token`, and make this
     /// process's XRC SRQ with `core.settings.xrc_srq_depth` buffers posted.
-    pub fn open(core: &mut Core, token: &[u8]) -> Result<XrcResources, String> {
+    pub fn open(core: &mut Core, token: &[u8]) -> Result<XrcResources, DeviceError> {
         use std::os::unix::fs::OpenOptionsExt;
         let path = domain_file(token, core.ctx.name());
         let file = std::fs::OpenOptions::new()
@@ -67,14 +68,15 @@ impl XrcResources {
             .truncate(false)
             .mode(0o600)
             .open(&path)
-            .map_err(|e| format!("xrc: the domain file {}: {e}", path.display()))?;
-        let domain = Xrcd::open_file(&core.ctx, &file).map_err(|e| e.to_string())?;
+            .map_err(|source| DeviceError::DomainFile {
+                path: path.clone(),
+                source,
+            })?;
+        let domain = Xrcd::open_file(&core.ctx, &file)?;
         let depth = core.settings.xrc_srq_depth;
-        let srq = XrcSrq::create(&core.ctx, &core.pd, &domain, &core.cq, depth)
-            .map_err(|e| e.to_string())?;
-        let srqn = srq.srq_num().map_err(|e| e.to_string())?;
-        let receives =
-            SharedReceives::new_xrc(srq, &mut core.recv_frags, depth).map_err(|e| e.to_string())?;
+        let srq = XrcSrq::create(&core.ctx, &core.pd, &domain, &core.cq, depth)?;
+        let srqn = srq.srq_num()?;
+        let receives = SharedReceives::new_xrc(srq, &mut core.recv_frags, depth)?;
         tracing::debug!(path = %path.display(), srqn, "openib: xrc domain open");
         Ok(XrcResources {
             path,
@@ -118,22 +120,23 @@ pub struct Verbs<'a> {
     /// The job's token, naming the domain file.
     pub token: [u8; 16],
     /// Why this process has no XRC resources, once opening them failed.
-    pub unusable: &'a mut Option<String>,
+    pub unusable: &'a mut Option<Arc<DeviceError>>,
 }
 
 impl Verbs<'_> {
     /// The XRC resources, opened on first use.
-    pub fn resources(&mut self) -> Result<&mut XrcResources, String> {
+    pub fn resources(&mut self) -> Result<&mut XrcResources, DeviceError> {
         if self.core.xrc.is_none() {
             if let Some(why) = self.unusable.as_ref() {
-                return Err(why.clone());
+                return Err(DeviceError::Unusable(why.clone()));
             }
             match XrcResources::open(self.core, &self.token) {
                 Ok(x) => self.core.xrc = Some(x),
                 Err(why) => {
                     tracing::warn!(%why, "openib: no xrc resources");
+                    let why = Arc::new(why);
                     *self.unusable = Some(why.clone());
-                    return Err(why);
+                    return Err(DeviceError::Unusable(why));
                 }
             }
         }
@@ -165,11 +168,11 @@ impl Verbs<'_> {
 }
 
 impl Device for Verbs<'_> {
-    fn srqn(&mut self) -> Result<u32, String> {
+    fn srqn(&mut self) -> Result<u32, DeviceError> {
         Ok(self.resources()?.srqn)
     }
 
-    fn create_initiator(&mut self, node: NodeId, depth: u32) -> Result<(QpInfo, u32), String> {
+    fn create_initiator(&mut self, node: NodeId, depth: u32) -> Result<(QpInfo, u32), DeviceError> {
         self.resources()?;
         let c = &*self.core;
         let caps = QpCaps {
@@ -179,8 +182,7 @@ impl Device for Verbs<'_> {
         };
         let (num, gid_index) = (c.port.num, c.port.gid_index);
         let mut ini = XrcInitiator::create(&c.ctx, &c.pd, &c.cq, caps, num, gid_index)
-            .and_then(|mut i| i.to_init().map(|_| i))
-            .map_err(|e| e.to_string())?;
+            .and_then(|mut i| i.to_init().map(|_| i))?;
         ini.caps.max_inline = ini.caps.max_inline.min(c.settings.max_inline);
         let (info, granted) = (self.info(ini.qpn()), ini.caps.max_send_wr);
         let x = self.resources()?;
@@ -193,18 +195,17 @@ impl Device for Verbs<'_> {
         Ok((info, granted))
     }
 
-    fn connect_initiator(&mut self, node: NodeId, target: &QpInfo) -> Result<(), String> {
+    fn connect_initiator(&mut self, node: NodeId, target: &QpInfo) -> Result<(), DeviceError> {
         let (to, mtu) = self.remote(target);
         let ini = self
             .resources()?
             .initiators
             .get_mut(node)
             .and_then(Option::as_mut)
-            .ok_or("no initiator")?;
+            .ok_or(DeviceError::NoInitiator { node })?;
         let psn = ini.qpn() & 0xff_ffff;
-        ini.to_rtr(&to, mtu)
-            .and_then(|_| ini.to_rts(psn))
-            .map_err(|e| e.to_string())
+        ini.to_rtr(&to, mtu).and_then(|_| ini.to_rts(psn))?;
+        Ok(())
     }
 
     fn retire_initiator(&mut self, node: NodeId) {
@@ -215,24 +216,23 @@ impl Device for Verbs<'_> {
         }
     }
 
-    fn create_target(&mut self, initiator: &QpInfo) -> Result<QpInfo, String> {
+    fn create_target(&mut self, initiator: &QpInfo) -> Result<QpInfo, DeviceError> {
         let (from, mtu) = self.remote(initiator);
         let (num, gid_index) = (self.core.port.num, self.core.port.gid_index);
         let ctx = self.core.ctx.clone();
         let x = self.resources()?;
         let t = XrcTarget::create(&ctx, &x.domain, num, gid_index)
             .and_then(|mut t| t.to_init(Core::qp_access()).map(|_| t))
-            .and_then(|mut t| t.to_rtr(&from, mtu).map(|_| t))
-            .map_err(|e| e.to_string())?;
+            .and_then(|mut t| t.to_rtr(&from, mtu).map(|_| t))?;
         let qpn = t.qpn();
         x.targets.insert(qpn, t);
         Ok(self.info(qpn))
     }
 
-    fn open_target(&mut self, qpn: u32) -> Result<(), String> {
+    fn open_target(&mut self, qpn: u32) -> Result<(), DeviceError> {
         let ctx = self.core.ctx.clone();
         let x = self.resources()?;
-        let t = XrcTarget::open(&ctx, &x.domain, qpn).map_err(|e| e.to_string())?;
+        let t = XrcTarget::open(&ctx, &x.domain, qpn)?;
         x.targets.insert(qpn, t);
         Ok(())
     }
@@ -243,7 +243,7 @@ impl Device for Verbs<'_> {
         }
     }
 
-    fn send(&mut self, rank: u32, m: Message) -> Result<(), String> {
-        self.channel.send(rank, self.core.rank, &m.encode())
+    fn send(&mut self, rank: u32, m: Message) -> Result<(), DeviceError> {
+        Ok(self.channel.send(rank, self.core.rank, &m.encode())?)
     }
 }

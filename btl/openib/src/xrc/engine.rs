@@ -12,6 +12,7 @@
 
 use super::inbound::Inbound;
 use super::room::Room;
+use crate::channel::ChannelError;
 use rbtl_cpc::oob::QpInfo;
 use rbtl_cpc::xrc::{Action, Message, Node};
 use rbtl_cpc::Failure;
@@ -31,27 +32,59 @@ pub struct Route {
     pub srqn: u32,
 }
 
+/// Why a request of the engine to the [`Device`] failed: the peer it was for (or every
+/// peer of the node, for the node's initiator) fails with it.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// The node's domain file could not be opened.
+    #[error("xrc: the domain file {}: {source}", path.display())]
+    DomainFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A verbs call failed (the domain, the receive queue, a queue pair or its move).
+    #[error(transparent)]
+    Verbs(#[from] rbtl_verbs::Error),
+    /// The receive queue's buffers could not be posted.
+    #[error("xrc: posting the receive queue's buffers: {0}")]
+    Receives(#[from] rbtl_btl::Error),
+    /// Opening this process's XRC resources failed before: they are not tried again.
+    #[error("{0}")]
+    Unusable(std::sync::Arc<DeviceError>),
+    /// The node has no initiator to connect.
+    #[error("no initiator for node {node}")]
+    NoInitiator {
+        /// The node.
+        node: NodeId,
+    },
+    /// The message could not go out over the out-of-band channel.
+    #[error(transparent)]
+    Channel(#[from] ChannelError),
+}
+
 /// What the engine needs done: verbs calls on this process's resources, and messages
-/// to peers. Errors are text for the peer's failure.
+/// to peers.
 pub trait Device {
     /// This process's XRC SRQ number (made, with the node's domain, on first use).
-    fn srqn(&mut self) -> Result<u32, String>;
+    fn srqn(&mut self) -> Result<u32, DeviceError>;
     /// A new initiator for `node` of at least `depth` send-queue entries, in INIT: its
     /// address and the depth it got.
-    fn create_initiator(&mut self, node: NodeId, depth: u32) -> Result<(QpInfo, u32), String>;
+    fn create_initiator(&mut self, node: NodeId, depth: u32) -> Result<(QpInfo, u32), DeviceError>;
     /// Move `node`'s initiator to RTR and RTS towards `target`.
-    fn connect_initiator(&mut self, node: NodeId, target: &QpInfo) -> Result<(), String>;
+    fn connect_initiator(&mut self, node: NodeId, target: &QpInfo) -> Result<(), DeviceError>;
     /// `node`'s initiator serves no one any more: keep it aside until the end (work
     /// posted on it may still complete), and let a new one take its place.
     fn retire_initiator(&mut self, node: NodeId);
     /// A target in this node's domain, in RTR from `initiator`.
-    fn create_target(&mut self, initiator: &QpInfo) -> Result<QpInfo, String>;
+    fn create_target(&mut self, initiator: &QpInfo) -> Result<QpInfo, DeviceError>;
     /// Open the node's target `qpn` (fails when it is gone).
-    fn open_target(&mut self, qpn: u32) -> Result<(), String>;
+    fn open_target(&mut self, qpn: u32) -> Result<(), DeviceError>;
     /// Release the target `qpn` made or opened here.
     fn drop_target(&mut self, qpn: u32);
     /// Send `m` to `rank` over the out-of-band channel.
-    fn send(&mut self, rank: u32, m: Message) -> Result<(), String>;
+    fn send(&mut self, rank: u32, m: Message) -> Result<(), DeviceError>;
 }
 
 /// What the transport must learn.
@@ -211,7 +244,7 @@ impl Engine {
             let mut events = Vec::new();
             if let Some(reply) = self.inbound.answer(rank, m, dev, &mut events) {
                 if let Err(why) = dev.send(rank, reply) {
-                    events.extend(self.on_peer_gone(rank, &why, dev));
+                    events.extend(self.on_peer_gone(rank, &why.to_string(), dev));
                 }
             }
             return events;
@@ -283,7 +316,7 @@ impl Engine {
                             entry.room = Some(Room::new(granted, self.per_peer, entry.peers));
                             todo.extend(entry.handshake.initiator(info));
                         }
-                        Err(why) => todo.extend(entry.handshake.initiator_failed(&why)),
+                        Err(why) => todo.extend(entry.handshake.initiator_failed(&why.to_string())),
                     }
                 }
                 Action::DropInitiator => {
@@ -292,7 +325,7 @@ impl Engine {
                 }
                 Action::Send(peer, m) => {
                     if let Err(why) = dev.send(peer, m) {
-                        todo.extend(entry.handshake.on_failure(peer, &why));
+                        todo.extend(entry.handshake.on_failure(peer, &why.to_string()));
                     }
                 }
                 Action::Connect(target) => {

@@ -12,7 +12,8 @@
 //! A send through an up peer's route is checked to land in that peer's queue, with
 //! the sender named by the target it came through.
 
-use super::engine::{Device, Engine, Event, NodeId, Route};
+use super::engine::{Device, DeviceError, Engine, Event, NodeId, Route};
+use crate::channel::ChannelError;
 use rbtl_cpc::oob::QpInfo;
 use rbtl_cpc::xrc::Message;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -103,12 +104,20 @@ pub(super) struct FakeDevice<'a> {
     pub(super) shared: &'a mut Shared,
 }
 
+/// `call` failing with `errno`, as the verbs wrapper reports it.
+fn verbs_error(call: &'static str, errno: i32) -> DeviceError {
+    DeviceError::Verbs(rbtl_verbs::Error::Call {
+        call,
+        source: std::io::Error::from_raw_os_error(errno),
+    })
+}
+
 impl Device for FakeDevice<'_> {
-    fn srqn(&mut self) -> Result<u32, String> {
+    fn srqn(&mut self) -> Result<u32, DeviceError> {
         Ok(Shared::srqn(self.me))
     }
 
-    fn create_initiator(&mut self, node: NodeId, depth: u32) -> Result<(QpInfo, u32), String> {
+    fn create_initiator(&mut self, node: NodeId, depth: u32) -> Result<(QpInfo, u32), DeviceError> {
         assert!(
             self.shared.live_initiator(self.me, node).is_none(),
             "rank {} made a second live initiator for node {node}",
@@ -135,7 +144,7 @@ impl Device for FakeDevice<'_> {
         Ok((info(qpn), depth))
     }
 
-    fn connect_initiator(&mut self, node: NodeId, target: &QpInfo) -> Result<(), String> {
+    fn connect_initiator(&mut self, node: NodeId, target: &QpInfo) -> Result<(), DeviceError> {
         let q = self
             .shared
             .live_initiator(self.me, node)
@@ -150,9 +159,9 @@ impl Device for FakeDevice<'_> {
         }
     }
 
-    fn create_target(&mut self, initiator: &QpInfo) -> Result<QpInfo, String> {
+    fn create_target(&mut self, initiator: &QpInfo) -> Result<QpInfo, DeviceError> {
         if self.shared.refuse.contains(&self.me) {
-            return Err("ibv_create_qp_ex failed: Cannot allocate memory".into());
+            return Err(verbs_error("ibv_create_qp_ex", libc::ENOMEM));
         }
         let qpn = self.shared.qpn();
         let domain = self.shared.node_of[self.me as usize].clone();
@@ -167,14 +176,14 @@ impl Device for FakeDevice<'_> {
         Ok(info(qpn))
     }
 
-    fn open_target(&mut self, qpn: u32) -> Result<(), String> {
+    fn open_target(&mut self, qpn: u32) -> Result<(), DeviceError> {
         let domain = &self.shared.node_of[self.me as usize];
         match self.shared.targets.get_mut(&qpn) {
             Some(t) if t.domain == *domain => {
                 t.holders.insert(self.me);
                 Ok(())
             }
-            _ => Err("ibv_open_qp failed: No such file or directory".into()),
+            _ => Err(verbs_error("ibv_open_qp", libc::ENOENT)),
         }
     }
 
@@ -182,9 +191,14 @@ impl Device for FakeDevice<'_> {
         self.shared.release(self.me, qpn);
     }
 
-    fn send(&mut self, rank: u32, m: Message) -> Result<(), String> {
+    fn send(&mut self, rank: u32, m: Message) -> Result<(), DeviceError> {
         if !self.shared.alive[rank as usize] {
-            return Err(format!("cannot reach rank {rank}"));
+            return Err(ChannelError::Unreachable {
+                cpc: "xrc",
+                rank,
+                tried: Vec::new(),
+            }
+            .into());
         }
         let pair = (self.me.min(rank), self.me.max(rank));
         self.shared.talked.insert(pair);

@@ -43,7 +43,7 @@ use crate::core::{cpc_error, Core};
 use crate::peer::XrcPath;
 use crate::secret::{self, Secret};
 use device::Verbs;
-use engine::{Engine, Event};
+use engine::{DeviceError, Engine, Event};
 use rbtl_config::{Config, Registry, Value};
 use rbtl_cpc::xrc::Message;
 use rbtl_cpc::{ConnectionHost, CpcComponent, CpcModule, Error, PortInfo, Unusable};
@@ -119,7 +119,7 @@ pub struct XrcModule {
     /// Messages from peers not added yet.
     early: Vec<(u32, Message)>,
     /// Why this process has no XRC resources, once opening them failed.
-    unusable: Option<String>,
+    unusable: Option<std::sync::Arc<DeviceError>>,
 }
 
 impl XrcModule {
@@ -278,6 +278,7 @@ impl CpcModule<Core> for XrcModule {
             self.drive(core, |engine, dev| engine.on_message(rank, m, dev));
         }
         for (rank, why) in closed {
+            let why = why.to_string();
             self.drive(core, |engine, dev| engine.on_peer_gone(rank, &why, dev));
         }
         n
