@@ -22,8 +22,9 @@
 //!
 //! Where ours differs: callbacks run only from `progress`/`flush` and get the module
 //! back as `&mut dyn Module`; `register_mem` and `expect` are the `unsafe` calls (they
-//! are where a memory's lifetime is promised), after which put/get check every address
-//! against the handles and are safe; descriptors and handles are owned values, so a
+//! are where a memory's lifetime is promised; [`OwnedMemory`] is the safe form for a
+//! buffer handed over), after which put/get check every address against the handles
+//! and are safe; descriptors and handles are owned values, so a
 //! failed send hands its descriptor back and a handle cannot outlive its
 //! deregistration unnoticed. A module may also match one receive itself
 //! ([`Module::expect`]), which Open MPI's BTLs leave to the layer above.
@@ -56,6 +57,7 @@ mod keytable;
 mod modex;
 mod module;
 mod operation;
+mod owned_memory;
 mod rcache_params;
 mod registrations;
 mod request;
@@ -78,6 +80,7 @@ pub use module::{
     RdmaCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, EXPECTED_KEY,
 };
 pub use operation::{ActiveMessage, AtomicKind, Local, RdmaFlags, Remote, RemoteAtomic, Transfer};
+pub use owned_memory::{NotReleased, OwnedMemory};
 pub use rbtl_rcache::Access;
 pub use request::{MemRange, RegRequest, MAX_RANGES};
 pub use tag::Tag;

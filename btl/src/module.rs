@@ -181,7 +181,8 @@ pub trait Module: Send {
     /// # Safety
     ///
     /// As [`Module::register`]: the memory must stay mapped until the handle is
-    /// deregistered or dropped.
+    /// deregistered or dropped. [`OwnedMemory::register`](crate::OwnedMemory::register)
+    /// is the safe form for a buffer the caller hands over.
     unsafe fn register_mem(
         &mut self,
         endpoint: Option<Endpoint>,

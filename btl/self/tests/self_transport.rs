@@ -400,3 +400,73 @@ fn receive_callbacks_can_reply_through_the_module() {
     );
     assert_eq!(pongs.load(Ordering::SeqCst), 0);
 }
+
+/// Memory handed over to a registration (`OwnedMemory`): a put between two such
+/// buffers lands, `release` runs the pending completion (a flush) before it gives the
+/// bytes back, refuses another module's release keeping the memory registered, and a
+/// buffer dropped without release leaves no registration peers can use.
+#[test]
+fn owned_memory_is_given_back_only_after_a_flush_and_the_deregistration() {
+    use rbtl_btl::OwnedMemory;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let (mut m, ep) = open_self(&[]);
+    let (mut other, _) = open_self(&[]);
+    let src =
+        OwnedMemory::register(m.as_mut(), Some(ep), vec![7u8; 256].into(), Access::all()).unwrap();
+    let dst =
+        OwnedMemory::register(m.as_mut(), Some(ep), vec![0u8; 256].into(), Access::all()).unwrap();
+    assert_eq!((src.len(), dst.len()), (256, 256));
+    let done = Arc::new(AtomicBool::new(false));
+    let seen = done.clone();
+    m.put(
+        &Transfer::new(
+            ep,
+            src.local(16),
+            Remote::new(dst.addr() as u64 + 32, dst.handle().remote()),
+            100,
+        ),
+        Box::new(move |_, c| {
+            c.status.unwrap();
+            seen.store(true, Ordering::SeqCst);
+        }),
+    )
+    .unwrap();
+    assert!(
+        !done.load(Ordering::SeqCst),
+        "completions wait for progress"
+    );
+    // Another module's release is refused; the memory comes back still registered.
+    let refused = src.release(other.as_mut()).unwrap_err();
+    assert!(
+        matches!(refused.error, Error::ForeignHandle { .. }),
+        "{refused}"
+    );
+    assert!(refused.memory.handle().is_live());
+    let src = refused.memory.release(m.as_mut()).unwrap();
+    assert!(done.load(Ordering::SeqCst), "release flushed first");
+    assert_eq!(&src[..], &[7u8; 256][..]);
+    let remote = *dst.handle().remote();
+    let dst_addr = dst.addr() as u64;
+    let dst = dst.release(m.as_mut()).unwrap();
+    assert!(dst[..32].iter().all(|&b| b == 0) && dst[132..].iter().all(|&b| b == 0));
+    assert!(dst[32..132].iter().all(|&b| b == 7));
+    // Dropped without release: the registration ends with it.
+    let kept =
+        OwnedMemory::register(m.as_mut(), Some(ep), vec![1u8; 64].into(), Access::all()).unwrap();
+    let (gone, kept_addr) = (*kept.handle().remote(), kept.addr() as u64);
+    drop(kept);
+    let local =
+        OwnedMemory::register(m.as_mut(), Some(ep), vec![0u8; 64].into(), Access::all()).unwrap();
+    for (addr, handle) in [(dst_addr, &remote), (kept_addr, &gone)] {
+        let e = m.get(
+            &Transfer::new(ep, local.local(0), Remote::new(addr, handle), 8),
+            Box::new(|_, _| {}),
+        );
+        assert!(e.is_err(), "a released registration still reached: {e:?}");
+    }
+    // A refused registration registers nothing.
+    let e = OwnedMemory::register(m.as_mut(), Some(ep), Vec::new().into(), Access::all());
+    assert!(matches!(e, Err(Error::ZeroLength)), "{e:?}");
+    local.release(m.as_mut()).unwrap();
+}
