@@ -142,8 +142,8 @@ pub enum Error {
     PeerFailed {
         /// The peer's rank.
         rank: u32,
-        /// What was seen.
-        why: String,
+        /// Why.
+        why: PeerFailure,
     },
     /// `flush` gave up: every peer it still waited for sent no answer to our put, get or
     /// atomic operations for the transport's timeout (a stopped or hung process, or one
@@ -202,6 +202,33 @@ pub enum Error {
         /// The error it returned.
         source: std::io::Error,
     },
+}
+
+/// Why a peer failed ([`Error::PeerFailed`]): whose doing it was, and what broke.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PeerFailure {
+    /// Its process ended: its process handle said so, it no longer exists, or its
+    /// connection closed as a process's does when it exits.
+    #[error("{0}")]
+    Ended(String),
+    /// This process removed it (`del_procs`).
+    #[error("removed by del_procs")]
+    Removed,
+    /// It removed this process (`del_procs` on its side): it takes nothing more from it.
+    #[error("it removed this process (del_procs): it takes nothing more from it")]
+    RemovedUs,
+    /// Connecting to it failed, or did not finish in time (the connection method's
+    /// words).
+    #[error("{0}")]
+    Connect(String),
+    /// A connection to it broke: a link's or queue pair's error, a send that could not
+    /// go (the transport's words).
+    #[error("{0}")]
+    Broken(String),
+    /// It sent what the protocol does not allow.
+    #[error("protocol error: {0}")]
+    Protocol(String),
 }
 
 /// A peer named by [`Error::PeerTimeout`].

@@ -72,7 +72,7 @@ pub use copy::copy_bytes;
 pub use descriptor::{
     DesFlags, Descriptor, Order, Received, SendCallback, SendCompletion, MAX_SEGMENTS,
 };
-pub use error::{Error, Result, SilentPeer};
+pub use error::{Error, PeerFailure, Result, SilentPeer};
 pub use handle::{check_range, find_range, MemHandle, ModuleId, RemoteHandle};
 pub use modex::{Modex, SingletonModex};
 pub use module::{

@@ -196,8 +196,11 @@ pub trait Module: Send {
     }
 
     /// Release a registration (Open MPI: `btl_deregister_mem`). Deregistering twice,
-    /// or a handle of another module, is an error and changes nothing.
-    fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()>;
+    /// or a handle of another module, is an error and changes nothing. (Provided: the
+    /// handle holds the transport's state of the registration, which ends with it.)
+    fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()> {
+        handle.release(self.id())
+    }
 
     /// The counters of the registration cache behind this module's handles (hits,
     /// misses, invalidations, what is pinned and idle); `None` where the module keeps
@@ -218,7 +221,7 @@ pub trait Module: Send {
     /// A descriptor holding `reserve` bytes for the caller's header followed by as much
     /// of `data` (gathered in order) as fits in `max_send_size` (Open MPI:
     /// `btl_prepare_src` with a convertor). The descriptor's length tells how much was
-    /// packed.
+    /// packed. (Provided: an [`alloc`](Module::alloc) of that length, filled.)
     fn prepare_src(
         &mut self,
         endpoint: Endpoint,
@@ -226,7 +229,13 @@ pub trait Module: Send {
         reserve: usize,
         data: &[&[u8]],
         flags: DesFlags,
-    ) -> Result<Descriptor>;
+    ) -> Result<Descriptor> {
+        let max = self.attributes().max_send_size;
+        let len = crate::send_frags::packed_len(max, reserve, data)?;
+        let mut des = self.alloc(endpoint, order, len, flags)?;
+        crate::send_frags::pack(&mut des, reserve, data);
+        Ok(des)
+    }
 
     /// Return a descriptor (Open MPI: `btl_free`).
     fn free(&mut self, descriptor: Descriptor) -> Result<()>;

@@ -1,5 +1,6 @@
 //! Send descriptors over a free list of fragments, for transports that copy what they
-//! send (`self`, `sm`, `tcp`): `alloc`, `prepare_src` and `free` of the contract, and
+//! send (`self`, `sm`, `tcp`): `alloc` and `free` of the contract (`prepare_src` is
+//! the contract's own, over `alloc`; [`pack`] and [`packed_len`] are its parts), and
 //! the end of a descriptor that went out (its callback queued, or back to the pool or
 //! its owner).
 
@@ -48,22 +49,6 @@ impl SendFrags {
             other => Error::Mpool(other),
         })?;
         Descriptor::new(self.owner, ep, frag, size, order, flags)
-    }
-
-    /// `reserve` bytes for a header, then as much of `data` as fits (Open MPI:
-    /// `btl_prepare_src`).
-    pub fn prepare_src(
-        &mut self,
-        ep: Endpoint,
-        order: Order,
-        reserve: usize,
-        data: &[&[u8]],
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
-        let len = packed_len(self.max_send_size, reserve, data)?;
-        let mut des = self.alloc(ep, len, order, flags)?;
-        pack(&mut des, reserve, data);
-        Ok(des)
     }
 
     /// Take back a descriptor the user frees (Open MPI: `btl_free`); one of another

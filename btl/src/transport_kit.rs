@@ -37,7 +37,7 @@ pub mod registrations {
 
 pub mod send_frags {
     //! Send descriptors over a free list of fragments, for transports that copy what they
-    //! send: `alloc`, `prepare_src` and `free` of the contract.
+    //! send: `alloc` and `free` of the contract (its `prepare_src` packs with these).
 
     pub use crate::send_frags::{pack, packed_len, SendFrags};
 }

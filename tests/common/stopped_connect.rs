@@ -7,8 +7,8 @@
 use crate::common::offered::{put_then_fetch_add, Offered};
 use crate::common::{progress_until, watchdog, Continue};
 use rbtl::btl::{
-    ActiveMessage, DesFlags, Endpoint, Error, ErrorEvent, Local, Module, Order, RdmaCallback,
-    RdmaCompletion, Remote, SendOutcome, SendiOutcome, SilentPeer, Tag, Transfer,
+    ActiveMessage, DesFlags, Endpoint, Error, ErrorEvent, Local, Module, Order, PeerFailure,
+    RdmaCallback, RdmaCompletion, Remote, SendOutcome, SendiOutcome, SilentPeer, Tag, Transfer,
 };
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -50,7 +50,7 @@ fn send_byte(m: &mut dyn Module, ep: Endpoint, to: u32, tag: Tag, outcomes: &Out
 /// Whether `status` is rank `rank`'s failure because its connection was not up in time.
 fn timed_out(status: &rbtl::btl::Result<()>, rank: u32) -> bool {
     let limit = format!("not up within {} ms", CONNECT.as_millis());
-    matches!(status, Err(Error::PeerFailed { rank: r, why })
+    matches!(status, Err(Error::PeerFailed { rank: r, why: PeerFailure::Connect(why) })
         if *r == rank && why.contains(&limit) && why.contains("btl_openib_connect_timeout"))
 }
 

@@ -8,7 +8,7 @@
 use crate::common::offered::{put_then_fetch_add, Offered};
 use crate::common::{progress_until, send_noted, senders, watchdog, Continue};
 use rbtl::btl::{
-    ActiveMessage, DesFlags, Endpoint, Error, ErrorEvent, Local, Module, RdmaCallback,
+    ActiveMessage, DesFlags, Endpoint, Error, ErrorEvent, Local, Module, PeerFailure, RdmaCallback,
     RdmaCompletion, Remote, SendOutcome, SendiOutcome, Tag, Transfer,
 };
 use std::sync::{Arc, Mutex};
@@ -30,7 +30,7 @@ type Reported = Arc<Mutex<Vec<(Option<u32>, String)>>>;
 #[derive(Debug, PartialEq)]
 enum Ended {
     Ok,
-    FailedPeer(u32, String),
+    FailedPeer(u32, PeerFailure),
     Other(String),
 }
 
@@ -181,7 +181,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
     for _ in 0..10_000 {
         m.progress();
     }
-    let removed = |e: &Ended| matches!(e, Ended::FailedPeer(1, why) if why.contains("del_procs"));
+    let removed = |e: &Ended| matches!(e, Ended::FailedPeer(1, PeerFailure::Removed));
     let sends = std::mem::take(&mut *sends.lock().unwrap());
     let failed = sends.iter().filter(|e| removed(e)).count();
     assert_eq!(sends.len(), SENDS, "each send's callback came once");

@@ -12,8 +12,8 @@ use crate::srq::SharedReceives;
 use crate::xrc::XrcResources;
 use rbtl_btl::transport_kit::{AmTable, Answers};
 use rbtl_btl::{
-    Attributes, Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent, ModuleId, RdmaCallback,
-    RdmaCompletion, Result, SendCallback,
+    Attributes, Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent, ModuleId, PeerFailure,
+    RdmaCallback, RdmaCompletion, Result, SendCallback,
 };
 use rbtl_cpc::deadline::Deadlines;
 use rbtl_cpc::{ConnectionHost, Failure};
@@ -285,7 +285,7 @@ impl Core {
 
     /// A send-queue request of peer `ep` completed with an error: its connection is
     /// over, and over XRC that of every peer sharing its node's initiator.
-    pub fn fail_link(&mut self, ep: usize, why: String) {
+    pub fn fail_link(&mut self, ep: usize, why: PeerFailure) {
         let Some(path) = self.peers[ep].xrc else {
             return self.fail(ep, why);
         };
@@ -296,7 +296,7 @@ impl Core {
             self.fail(i, why.clone());
         }
         if !self.xrc_broken.iter().any(|(n, _)| *n == path.node) {
-            self.xrc_broken.push((path.node, why));
+            self.xrc_broken.push((path.node, why.to_string()));
         }
     }
 
@@ -434,7 +434,7 @@ impl Core {
     /// XRC the initiator is the node's, shared with its other peers: it is left alone here,
     /// and fails only with the link (`fail_link`, after an error completion, by which
     /// the device has moved it to error itself).
-    pub fn fail(&mut self, ep: usize, why: String) {
+    pub fn fail(&mut self, ep: usize, why: PeerFailure) {
         let peer = &mut self.peers[ep];
         if matches!(peer.link, Link::Failed(_)) {
             return;
@@ -567,7 +567,7 @@ impl ConnectionHost for Core {
         peer.qp = Some(qp);
         for (slot, credit_only) in std::mem::take(&mut peer.unposted) {
             if let Err(e) = self.post_recv_slot(ep, slot) {
-                return self.fail(ep, e.to_string());
+                return self.fail(ep, PeerFailure::Broken(e.to_string()));
             }
             self.peers[ep].credits.reposted(credit_only);
         }
@@ -576,7 +576,11 @@ impl ConnectionHost for Core {
 
     fn failed(&mut self, rank: u32, why: Failure) {
         if let Some(&ep) = self.by_rank.get(&rank) {
-            self.fail(ep, why.to_string());
+            let why = match why {
+                Failure::Removed { .. } => PeerFailure::RemovedUs,
+                other => PeerFailure::Connect(other.to_string()),
+            };
+            self.fail(ep, why);
         }
     }
 

@@ -3,7 +3,7 @@
 //! and the work waiting for it, in order.
 
 use crate::flow::Credits;
-use rbtl_btl::{Descriptor, RdmaCallback, Tag};
+use rbtl_btl::{Descriptor, PeerFailure, RdmaCallback, Tag};
 use rbtl_mpool::Frag;
 use rbtl_verbs::Qp;
 use std::collections::VecDeque;
@@ -18,7 +18,7 @@ pub enum Link {
     /// Connected.
     Up,
     /// Failed; everything for it fails with this.
-    Failed(String),
+    Failed(PeerFailure),
 }
 
 /// Something waiting for the connection, credits or send-queue room, in order.

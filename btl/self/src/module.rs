@@ -293,10 +293,6 @@ impl Module for SelfModule {
             .register(self.id, &self.attrs, &self.rcache, request)
     }
 
-    fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()> {
-        handle.release(self.id)
-    }
-
     fn registration_stats(&self) -> Option<rbtl_rcache::Stats> {
         Some(self.rcache.stats())
     }
@@ -309,19 +305,6 @@ impl Module for SelfModule {
         flags: DesFlags,
     ) -> Result<Descriptor> {
         self.new_descriptor(endpoint, size, order, flags)
-    }
-
-    fn prepare_src(
-        &mut self,
-        endpoint: Endpoint,
-        order: Order,
-        reserve: usize,
-        data: &[&[u8]],
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
-        self.check_endpoint(endpoint)?;
-        self.frags
-            .prepare_src(endpoint, order, reserve, data, flags)
     }
 
     fn free(&mut self, descriptor: Descriptor) -> Result<()> {

@@ -22,8 +22,8 @@ use rbtl_btl::transport_kit::ExpectedSlot;
 use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::{
     ActiveMessage, AmCallback, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
-    ErrorEvent, Expected, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback,
-    RdmaCompletion, Received, RegRequest, Remote, RemoteAtomic, RemoteHandle, Result,
+    ErrorEvent, Expected, MemHandle, Modex, Module, ModuleId, Order, PeerFailure, Proc,
+    RdmaCallback, RdmaCompletion, Received, RegRequest, Remote, RemoteAtomic, RemoteHandle, Result,
     SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, Transfer, MAX_SEGMENTS,
 };
 use rbtl_rcache::{Access, Rcache};
@@ -36,9 +36,6 @@ use std::time::Instant;
 /// half millisecond, and a ping-pong every few thousand round trips (at a sixteenth of
 /// it, the calls showed in `osu latency`; measured: see docs/performance.md).
 const LIVENESS_INTERVAL: u32 = 1 << 16;
-
-/// Why a peer that removed this process (its `del_procs`) is failed here.
-const REMOVED_US: &str = "it removed this process (del_procs): it takes nothing more from it";
 
 /// Most messages taken from one ring per progress call.
 const BATCH: usize = 32;
@@ -226,7 +223,7 @@ impl SmModule {
     /// Fail peer `i` if it removed us (its flag in its segment) and is not failed yet.
     fn fail_if_removed_us(&mut self, i: usize) {
         if self.peers[i].failed.is_none() && self.peers[i].removed_us() {
-            self.fail_peer(i, REMOVED_US.into());
+            self.fail_peer(i, PeerFailure::RemovedUs);
         }
     }
 
@@ -347,7 +344,10 @@ impl SmModule {
                     self.peers[ep.0 as usize].cma_ok = false;
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
-                    self.fail_peer(ep.0 as usize, "process gone (ESRCH)".into());
+                    self.fail_peer(
+                        ep.0 as usize,
+                        PeerFailure::Ended("process gone (ESRCH)".into()),
+                    );
                     return Err(self.peer(ep).err().unwrap_or(Error::UnknownEndpoint(ep.0)));
                 }
                 Err(source) => {
@@ -517,7 +517,7 @@ impl SmModule {
                 continue;
             }
             if p.has_exited() {
-                self.fail_peer(i, format!("process {} ended", p.pid));
+                self.fail_peer(i, PeerFailure::Ended(format!("process {} ended", p.pid)));
             } else {
                 self.fail_if_removed_us(i);
             }
@@ -525,14 +525,14 @@ impl SmModule {
     }
 
     /// Peer `i` is gone: fail what involves it and tell the upper layer.
-    fn fail_peer(&mut self, i: usize, why: String) {
+    fn fail_peer(&mut self, i: usize, why: PeerFailure) {
         self.end_peer(i, why.clone());
         let rank = self.peers[i].rank;
         self.report(Some(i), Error::PeerFailed { rank, why });
     }
 
     /// Fail every operation and queued send involving peer `i`.
-    fn end_peer(&mut self, i: usize, why: String) {
+    fn end_peer(&mut self, i: usize, why: PeerFailure) {
         let rank = self.peers[i].rank;
         self.peers[i].failed = Some(why.clone());
         let err = || Error::PeerFailed {
@@ -658,7 +658,7 @@ impl Module for SmModule {
             let p = self.peers.get(i).ok_or(Error::UnknownEndpoint(ep.0))?;
             if !p.removed {
                 let slot = p.slot;
-                self.end_peer(i, "removed by del_procs".into());
+                self.end_peer(i, PeerFailure::Removed);
                 self.peers[i].removed = true;
                 // Its operations towards us would wait for answers that never come.
                 self.own.mark_removed(slot);
@@ -680,10 +680,6 @@ impl Module for SmModule {
             .register(self.id, &self.attrs, &self.rcache, request)
     }
 
-    fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()> {
-        handle.release(self.id)
-    }
-
     fn registration_stats(&self) -> Option<rbtl_rcache::Stats> {
         Some(self.rcache.stats())
     }
@@ -696,19 +692,6 @@ impl Module for SmModule {
         flags: DesFlags,
     ) -> Result<Descriptor> {
         self.new_descriptor(endpoint, size, order, flags)
-    }
-
-    fn prepare_src(
-        &mut self,
-        endpoint: Endpoint,
-        order: Order,
-        reserve: usize,
-        data: &[&[u8]],
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
-        self.peer(endpoint)?;
-        self.frags
-            .prepare_src(endpoint, order, reserve, data, flags)
     }
 
     fn free(&mut self, descriptor: Descriptor) -> Result<()> {

@@ -10,7 +10,7 @@ use super::ring::{Consumer, Producer};
 use super::segment::{self, Layout};
 use super::{cma, wire};
 use rbtl_btl::transport_kit::keytable::KeyTableView;
-use rbtl_btl::{Descriptor, Error, ModuleId, Proc, RemoteHandle, Result, Tag};
+use rbtl_btl::{Descriptor, Error, ModuleId, PeerFailure, Proc, RemoteHandle, Result, Tag};
 use rbtl_mpool::SharedRegion;
 use rbtl_rcache::Access;
 use std::collections::{HashMap, VecDeque};
@@ -137,7 +137,7 @@ pub(super) struct Peer {
     put_path: Choice,
     get_path: Choice,
     /// Why it is gone, once it is: its operations fail from then on.
-    pub failed: Option<String>,
+    pub failed: Option<PeerFailure>,
     /// Our flag in its segment: set once it removed us.
     removed_us: segment::RemovedFlag,
 }

@@ -24,8 +24,8 @@ use rbtl_btl::transport_kit::Done;
 use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::{
     ActiveMessage, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorEvent, MemHandle, Modex,
-    ModuleId, Order, Proc, RdmaCallback, RegRequest, RemoteAtomic, Result, SendError, SendOutcome,
-    Tag, Transfer,
+    ModuleId, Order, PeerFailure, Proc, RdmaCallback, RegRequest, RemoteAtomic, Result, SendError,
+    SendOutcome, Tag, Transfer,
 };
 use rbtl_mpool::Region;
 use rbtl_rcache::Rcache;
@@ -48,7 +48,7 @@ pub struct Engine {
     pub onesided: OneSided,
     failures: Failures,
     /// Peers one of whose links closed, ended once their other links are read.
-    closing: Vec<(usize, String)>,
+    closing: Vec<(usize, PeerFailure)>,
     /// Connections listed during a round, looked at in the same round.
     extra: usize,
     /// Completions waiting for their callbacks.
@@ -204,7 +204,7 @@ impl Engine {
             let peer = self.net.peers.get(p).ok_or(Error::UnknownEndpoint(ep.0))?;
             if !peer.removed {
                 if peer.failed.is_none() {
-                    self.end_peer(p, "removed by del_procs".into());
+                    self.end_peer(p, PeerFailure::Removed);
                 }
                 self.net.peers[p].removed = true;
             }
@@ -239,21 +239,6 @@ impl Engine {
     ) -> Result<Descriptor> {
         self.net.live_peer(ep)?;
         self.sends.frags.alloc(ep, size, order, flags)
-    }
-
-    /// A descriptor for `ep` holding `reserve` bytes then `data`.
-    pub fn prepare_src(
-        &mut self,
-        ep: Endpoint,
-        order: Order,
-        reserve: usize,
-        data: &[&[u8]],
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
-        self.net.live_peer(ep)?;
-        self.sends
-            .frags
-            .prepare_src(ep, order, reserve, data, flags)
     }
 
     /// Take back a descriptor.
@@ -294,6 +279,7 @@ impl Engine {
             ))),
             Sent::Queued | Sent::NotUp => Ok(SendOutcome::Queued),
             Sent::Failed(why, descriptor) => {
+                let why = PeerFailure::Broken(why);
                 let error = Error::PeerFailed {
                     rank: self.net.peers[p].rank,
                     why: why.clone(),
@@ -398,7 +384,7 @@ impl Engine {
     /// that ends closes them all, and its last messages may be on another one), then,
     /// at the end of the round, the peer ends: its operations fail then, the error
     /// callback hears of it once this module is quiet ([`Failures`]).
-    pub fn peer_closed(&mut self, p: usize, why: String) {
+    pub fn peer_closed(&mut self, p: usize, why: PeerFailure) {
         let peer = &mut self.net.peers[p];
         if peer.closing || peer.is_gone() {
             return;
@@ -436,7 +422,7 @@ impl Engine {
     }
 
     /// Peer `p` broke the protocol: it ends, and the error callback hears of it now.
-    pub fn fail_peer(&mut self, p: usize, why: String) {
+    pub fn fail_peer(&mut self, p: usize, why: PeerFailure) {
         if self.net.peers[p].is_gone() {
             return;
         }
@@ -447,7 +433,7 @@ impl Engine {
     }
 
     /// Close every link of peer `p` and fail its operations and queued sends.
-    fn end_peer(&mut self, p: usize, why: String) {
+    fn end_peer(&mut self, p: usize, why: PeerFailure) {
         let rank = self.net.peers[p].rank;
         self.net.peers[p].failed = Some(why.clone());
         let err = || Error::PeerFailed {

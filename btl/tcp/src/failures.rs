@@ -8,6 +8,7 @@
 //! busy the module stays with other peers. (A peer that breaks the protocol is reported
 //! at once, by the module.)
 
+use rbtl_btl::PeerFailure;
 use std::time::{Duration, Instant};
 
 /// How long the module must have had nothing to do before a peer whose links closed
@@ -21,7 +22,7 @@ pub const REPORT_WITHIN: Duration = Duration::from_secs(1);
 /// Peers whose links closed, not reported yet.
 #[derive(Default)]
 pub struct Failures {
-    unreported: Vec<(usize, String)>,
+    unreported: Vec<(usize, PeerFailure)>,
     /// When the first of them was seen (read at the first progress call after).
     first_seen: Option<Instant>,
     /// Since when progress has found nothing to do, while some are unreported.
@@ -30,14 +31,14 @@ pub struct Failures {
 
 impl Failures {
     /// Peer `p`'s links closed, for this reason.
-    pub fn closed(&mut self, p: usize, why: String) {
+    pub fn closed(&mut self, p: usize, why: PeerFailure) {
         self.unreported.push((p, why));
     }
 
     /// After a progress call that found work (`busy`) or none, at `now` (read only
     /// when some wait): the peers to report now.
     #[inline]
-    pub fn due(&mut self, busy: bool, now: impl FnOnce() -> Instant) -> Vec<(usize, String)> {
+    pub fn due(&mut self, busy: bool, now: impl FnOnce() -> Instant) -> Vec<(usize, PeerFailure)> {
         if self.unreported.is_empty() {
             self.quiet_since = None;
             return Vec::new();
@@ -68,7 +69,7 @@ mod tests {
         let t0 = Instant::now();
         let mut f = Failures::default();
         assert!(f.due(false, || t0).is_empty(), "nothing to report");
-        f.closed(3, "the connection closed".into());
+        f.closed(3, PeerFailure::Ended("the connection closed".into()));
         assert!(f.due(false, || t0).is_empty(), "quiet from now on");
         assert!(f.due(false, || t0 + QUIET_BEFORE_REPORT / 2).is_empty());
         assert!(
@@ -78,7 +79,10 @@ mod tests {
         let later = t0 + 2 * QUIET_BEFORE_REPORT;
         assert!(f.due(false, || later).is_empty(), "quiet again from here");
         let due = f.due(false, || later + QUIET_BEFORE_REPORT);
-        assert_eq!(due, vec![(3, "the connection closed".to_string())]);
+        assert_eq!(
+            due,
+            vec![(3, PeerFailure::Ended("the connection closed".into()))]
+        );
         assert!(f.due(false, || later + 4 * QUIET_BEFORE_REPORT).is_empty());
     }
 
@@ -86,14 +90,14 @@ mod tests {
     fn a_closed_peer_is_reported_within_a_bound_however_busy_the_module() {
         let t0 = Instant::now();
         let mut f = Failures::default();
-        f.closed(5, "reset".into());
+        f.closed(5, PeerFailure::Broken("reset".into()));
         assert!(f.due(true, || t0).is_empty());
         assert!(f.due(true, || t0 + REPORT_WITHIN / 2).is_empty());
         let due = f.due(true, || t0 + REPORT_WITHIN);
-        assert_eq!(due, vec![(5, "reset".to_string())]);
+        assert_eq!(due, vec![(5, PeerFailure::Broken("reset".into()))]);
         // The next one counts from its own closing.
         let t1 = t0 + 3 * REPORT_WITHIN;
-        f.closed(6, "closed".into());
+        f.closed(6, PeerFailure::Ended("closed".into()));
         assert!(f.due(true, || t1).is_empty());
         assert_eq!(f.due(true, || t1 + REPORT_WITHIN).len(), 1);
     }

@@ -200,10 +200,6 @@ impl Module for TcpModule {
         unsafe { self.engine.register(&self.attrs, request) }
     }
 
-    fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()> {
-        handle.release(self.engine.id())
-    }
-
     fn alloc(
         &mut self,
         endpoint: Endpoint,
@@ -212,18 +208,6 @@ impl Module for TcpModule {
         flags: DesFlags,
     ) -> Result<Descriptor> {
         self.engine.alloc(endpoint, order, size, flags)
-    }
-
-    fn prepare_src(
-        &mut self,
-        endpoint: Endpoint,
-        order: Order,
-        reserve: usize,
-        data: &[&[u8]],
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
-        self.engine
-            .prepare_src(endpoint, order, reserve, data, flags)
     }
 
     fn free(&mut self, descriptor: Descriptor) -> Result<()> {

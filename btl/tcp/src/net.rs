@@ -23,7 +23,7 @@ use super::sockets;
 use super::wire::{Hello, Kind, Limits, VERSION};
 use super::{Refused, Settings};
 use rbtl_btl::transport_kit::keytable::KeyTableView;
-use rbtl_btl::{Descriptor, Endpoint, Error, ModuleId, Result};
+use rbtl_btl::{Descriptor, Endpoint, Error, ModuleId, PeerFailure, Result};
 use std::time::Instant;
 
 /// Connection attempts made again, per link, after the peer closed one before
@@ -51,7 +51,7 @@ pub struct Net {
     /// Descriptors written whole, for the module to complete.
     pub written: Vec<Descriptor>,
     /// Peers one of whose links failed, and why, for the module to end.
-    pub failures: Vec<(usize, String)>,
+    pub failures: Vec<(usize, PeerFailure)>,
 }
 
 impl Net {
@@ -231,7 +231,7 @@ impl Net {
                 self.close(a);
             }
             self.connecting.swap_remove(i);
-            self.failed(p, why);
+            self.failed(p, PeerFailure::Connect(why));
         }
     }
 
@@ -261,7 +261,7 @@ impl Net {
         self.readiness.enqueue(&mut self.conns, id, true);
     }
 
-    fn failed(&mut self, p: usize, why: String) {
+    fn failed(&mut self, p: usize, why: PeerFailure) {
         self.failures.push((p, why));
     }
 
@@ -393,7 +393,10 @@ impl Net {
                     self.connecting.push((p, k));
                 }
             }
-            Err(e) => self.failed(p, format!("cannot connect to {}: {e}", to.addr)),
+            Err(e) => self.failed(
+                p,
+                PeerFailure::Connect(format!("cannot connect to {}: {e}", to.addr)),
+            ),
         }
     }
 
@@ -453,7 +456,7 @@ impl Net {
             self.connect(p, k);
             return;
         }
-        self.failed(p, format!("link {k} to {to}: {why}"));
+        self.failed(p, PeerFailure::Connect(format!("link {k} to {to}: {why}")));
     }
 
     /// Queue `item` on link `k` of peer `p`, writing at once when the link is idle.
@@ -462,7 +465,7 @@ impl Net {
         let conn = slot.up.and_then(|c| self.conns.get_mut(c));
         match slot.push(conn, item, &self.table, self.me, &mut self.written) {
             Sent::NotUp => self.connect(p, k),
-            Sent::Failed(why, ()) => self.failed(p, why),
+            Sent::Failed(why, ()) => self.failed(p, PeerFailure::Broken(why)),
             Sent::Written(()) | Sent::Queued => {}
         }
     }
@@ -474,7 +477,7 @@ impl Net {
             return;
         };
         if let Err(e) = slot.drain(conn, &self.table, self.me, &mut self.written) {
-            self.failed(p, sockets::broken("writing", &e));
+            self.failed(p, PeerFailure::Broken(sockets::broken("writing", &e)));
         }
     }
 
@@ -486,7 +489,7 @@ impl Net {
         let conn = slot.up.and_then(|c| self.conns.get_mut(c));
         match slot.send_small(conn, parts)? {
             Sent::NotUp => self.connect(p, 0),
-            Sent::Failed(why, ()) => self.failed(p, why),
+            Sent::Failed(why, ()) => self.failed(p, PeerFailure::Broken(why)),
             Sent::Written(()) | Sent::Queued => {}
         }
         Ok(())

@@ -9,6 +9,7 @@
 use super::published::{Listener, Published};
 use super::slot::LinkSlot;
 use rbtl_btl::Endpoint;
+use rbtl_btl::PeerFailure;
 use std::net::IpAddr;
 
 /// A connection's index in the module's table.
@@ -25,7 +26,7 @@ pub struct Peer {
     /// The links.
     pub links: Vec<LinkSlot>,
     /// Why it failed, once it has.
-    pub failed: Option<String>,
+    pub failed: Option<PeerFailure>,
     /// Removed by `del_procs`.
     pub removed: bool,
     /// A link closed: the others are being read before the peer fails.

@@ -372,6 +372,7 @@ pub fn atomic_answer(req: u64, applied: Result<u64>) -> Item {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rbtl_btl::PeerFailure;
 
     #[test]
     fn transfers_go_whole_on_one_link_and_shared_over_several() {
@@ -442,7 +443,7 @@ mod tests {
         ops.start(Endpoint(2), 0, 8, Pending::Put, 1, Box::new(|_, _| {}));
         let failed = ops.fail(Endpoint(1), || Error::PeerFailed {
             rank: 1,
-            why: "gone".into(),
+            why: PeerFailure::Ended("gone".into()),
         });
         assert_eq!(failed.len(), 1);
         assert!(ops.pending_on(Some(Endpoint(2))));

@@ -16,7 +16,7 @@ use super::peer::{endpoint, ConnId};
 use super::sink::Sink;
 use super::sockets;
 use super::wire::{self, Frame};
-use rbtl_btl::{Endpoint, Tag, MAX_SEGMENTS};
+use rbtl_btl::{Endpoint, PeerFailure, Tag, MAX_SEGMENTS};
 use socket2::Socket;
 use std::io;
 
@@ -217,9 +217,9 @@ fn read_more(
     rx: &mut RxBuf,
     readable: &mut bool,
     hup: bool,
-) -> Result<bool, String> {
+) -> Result<bool, PeerFailure> {
     match rx.fill(sock, wire::needed(rx.data())) {
-        Ok((0, _)) => Err(sockets::CLOSED.into()),
+        Ok((0, _)) => Err(PeerFailure::Ended(sockets::CLOSED.into())),
         Ok((_, full)) => {
             // A read that did not fill its room found the kernel's buffer empty, and
             // new data raises a new readiness.
@@ -231,7 +231,7 @@ fn read_more(
             *readable = false;
             Ok(false)
         }
-        Err(err) => Err(sockets::broken("reading", &err)),
+        Err(err) => Err(PeerFailure::Broken(sockets::broken("reading", &err))),
     }
 }
 
@@ -268,8 +268,9 @@ fn park(e: &mut Engine, t: Taken, pending: bool) {
 /// Handle link `t`'s frames, reading as needed, up to its next active message.
 fn read_link(e: &mut Engine, mut t: Taken, n: &mut usize) -> Option<Message> {
     let table = e.regs.view();
-    // Err((violation, why)): the peer broke the protocol, or the link closed.
-    let outcome: Result<(), (bool, String)> = loop {
+    // Err((violation, why)): the peer broke the protocol in a frame, or the link
+    // closed (or broke while streaming).
+    let outcome: Result<(), (bool, PeerFailure)> = loop {
         let Some(c) = e.net.conns.same(t.id, t.gen) else {
             // Closed meanwhile (its peer ended): what it held goes with it.
             break Ok(());
@@ -283,7 +284,7 @@ fn read_link(e: &mut Engine, mut t: Taken, n: &mut usize) -> Option<Message> {
             continue;
         }
         let (frame, used) = match wire::decode(t.rx.data(), &e.limits) {
-            Err(wire::Invalid(why)) => break Err((true, format!("protocol error: {why}"))),
+            Err(wire::Invalid(why)) => break Err((true, PeerFailure::Protocol(why.to_string()))),
             Ok(Some(f)) => f,
             Ok(None) => {
                 if !c.readable {
@@ -322,7 +323,7 @@ fn read_link(e: &mut Engine, mut t: Taken, n: &mut usize) -> Option<Message> {
                     c.sink = Some(sink);
                 }
             }
-            Handled::Violation(why) => break Err((true, format!("protocol error: {why}"))),
+            Handled::Violation(why) => break Err((true, PeerFailure::Protocol(why.to_string()))),
         }
         *n += 1;
         e.settle();
@@ -340,7 +341,7 @@ fn read_link(e: &mut Engine, mut t: Taken, n: &mut usize) -> Option<Message> {
 /// Stream the data of the put or get under way on link `t` into place: `true` once
 /// all of it came (the put acknowledged), `false` while more is to come and the
 /// socket has none yet.
-fn stream(e: &mut Engine, t: &mut Taken) -> Result<bool, String> {
+fn stream(e: &mut Engine, t: &mut Taken) -> Result<bool, PeerFailure> {
     let (table, me) = (e.regs.view(), e.id());
     let Some(c) = e.net.conns.get_mut(t.id) else {
         return Ok(false);

@@ -8,7 +8,7 @@ use super::link::{Item, RxBuf};
 use super::sockets;
 use super::wire::{self, Kind};
 use rbtl_btl::transport_kit::keytable::{KeyTableView, HANDLE_SIZE};
-use rbtl_btl::ModuleId;
+use rbtl_btl::{ModuleId, PeerFailure};
 use std::io;
 
 /// Where a put's or get's data goes while it streams in.
@@ -47,7 +47,7 @@ impl Sink {
         rx: &mut RxBuf,
         table: &KeyTableView,
         me: ModuleId,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, PeerFailure> {
         loop {
             // Where the next bytes go (0: discarded), and how many are to come.
             let (at, left) = match self {
@@ -60,7 +60,7 @@ impl Sink {
                 } => {
                     if status.is_ok() && *left > 0 {
                         let h = rbtl_btl::RemoteHandle::from_bytes(handle)
-                            .map_err(|e| e.to_string())?;
+                            .map_err(|e| PeerFailure::Protocol(e.to_string()))?;
                         *status = table.check(
                             me,
                             &h,
@@ -100,7 +100,7 @@ impl Sink {
                     rx.fill(&conn.sock, 1).map(|(n, full)| (n, full, 0))
                 };
                 match read {
-                    Ok((0, _, _)) => return Err(sockets::CLOSED.into()),
+                    Ok((0, _, _)) => return Err(PeerFailure::Ended(sockets::CLOSED.into())),
                     Ok((_, filled, placed)) => {
                         conn.read_some(filled);
                         placed
@@ -110,7 +110,7 @@ impl Sink {
                         conn.readable = false;
                         0
                     }
-                    Err(e) => return Err(sockets::broken("reading", &e)),
+                    Err(e) => return Err(PeerFailure::Broken(sockets::broken("reading", &e))),
                 }
             };
             match self {

@@ -6,7 +6,7 @@ use super::OpenibModule;
 use crate::address::Address;
 use crate::flow::Credits;
 use crate::peer::{Link, Peer};
-use rbtl_btl::{Endpoint, Error, Modex, Proc, Result};
+use rbtl_btl::{Endpoint, Error, Modex, PeerFailure, Proc, Result};
 use rbtl_cpc::deadline::timed_out;
 use rbtl_cpc::select::{self, Offer};
 use std::time::Instant;
@@ -35,11 +35,9 @@ impl OpenibModule {
                 self.core.connecting += 1;
                 self.core.deadlines.start(rank, Instant::now());
                 if let Err(e) = self.cpcs[cpc].0.start_connect(rank, &mut self.core) {
-                    self.core.fail(ep.0 as usize, e.to_string());
-                    return Err(Error::PeerFailed {
-                        rank,
-                        why: e.to_string(),
-                    });
+                    let why = PeerFailure::Connect(e.to_string());
+                    self.core.fail(ep.0 as usize, why.clone());
+                    return Err(Error::PeerFailed { rank, why });
                 }
                 // A method may fail the peer at once through its host (`xrc`: its
                 // node's connection broke before).
@@ -83,7 +81,7 @@ impl OpenibModule {
                     waited,
                     "its connection method had no handshake under way",
                 );
-                self.core.fail(ep, why.to_string());
+                self.core.fail(ep, PeerFailure::Connect(why.to_string()));
             }
         }
         expired.len()
@@ -198,7 +196,7 @@ impl OpenibModule {
             let peer = self.endpoint(ep)?;
             let (rank, cpc) = (peer.rank, peer.cpc);
             if !matches!(peer.link, Link::Failed(_)) {
-                self.core.fail(ep.0 as usize, "removed by del_procs".into());
+                self.core.fail(ep.0 as usize, PeerFailure::Removed);
             }
             self.core.peers[ep.0 as usize].removed = true;
             self.cpcs[cpc].0.endpoint_finalize(rank);

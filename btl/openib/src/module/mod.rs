@@ -158,10 +158,6 @@ impl Module for OpenibModule {
         ))
     }
 
-    fn deregister_mem(&mut self, handle: &mut MemHandle) -> Result<()> {
-        handle.release(self.core.id)
-    }
-
     fn registration_stats(&self) -> Option<rbtl_rcache::Stats> {
         Some(self.core.rcache.stats())
     }
@@ -174,24 +170,6 @@ impl Module for OpenibModule {
         flags: DesFlags,
     ) -> Result<Descriptor> {
         self.alloc_descriptor(endpoint, order, size, flags)
-    }
-
-    fn prepare_src(
-        &mut self,
-        endpoint: Endpoint,
-        order: Order,
-        reserve: usize,
-        data: &[&[u8]],
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
-        let len = rbtl_btl::transport_kit::send_frags::packed_len(
-            self.core.attrs.max_send_size,
-            reserve,
-            data,
-        )?;
-        let mut des = self.alloc(endpoint, order, len, flags)?;
-        rbtl_btl::transport_kit::send_frags::pack(&mut des, reserve, data);
-        Ok(des)
     }
 
     fn free(&mut self, descriptor: Descriptor) -> Result<()> {

@@ -6,7 +6,7 @@
 use super::OpenibModule;
 use crate::core::{Done, Posted, RECV_BIT};
 use crate::peer::Link;
-use rbtl_btl::{DesFlags, Endpoint, Error, RdmaCompletion, SendCompletion};
+use rbtl_btl::{DesFlags, Endpoint, Error, PeerFailure, RdmaCompletion, SendCompletion};
 use rbtl_verbs::Completion;
 use std::mem::MaybeUninit;
 
@@ -131,7 +131,8 @@ impl OpenibModule {
         if let Some(e) = failed {
             // (Nothing more for a peer that had already failed: its queue pair was
             // moved to error, which flushed this request.)
-            self.core.fail_link(ep, format!("queue pair error: {e}"));
+            self.core
+                .fail_link(ep, PeerFailure::Broken(format!("queue pair error: {e}")));
         } else if !self.core.peers[ep].waiting.is_empty() {
             self.drain(ep);
         }
@@ -144,7 +145,7 @@ impl OpenibModule {
         let peer = &self.core.peers[ep];
         let why = match &peer.link {
             Link::Failed(why) => why.clone(),
-            _ => format!("the {what} did not complete: {e}"),
+            _ => PeerFailure::Broken(format!("the {what} did not complete: {e}")),
         };
         Error::PeerFailed {
             rank: peer.rank,

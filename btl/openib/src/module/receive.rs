@@ -7,7 +7,7 @@ use crate::core::{Repost, RECV_BIT};
 use crate::peer::Link;
 use crate::srq::{SRQ_BIT, XRC_BIT};
 use crate::wire::{self, CREDIT_ONLY};
-use rbtl_btl::{Endpoint, Error, Received, Tag, MAX_SEGMENTS};
+use rbtl_btl::{Endpoint, Error, PeerFailure, Received, Tag, MAX_SEGMENTS};
 use rbtl_mpool::Frag;
 use rbtl_verbs::Completion;
 
@@ -96,14 +96,17 @@ impl OpenibModule {
             return None;
         }
         if let Err(e) = c.result() {
-            self.core.fail(ep, format!("queue pair error: {e}"));
+            self.core
+                .fail(ep, PeerFailure::Broken(format!("queue pair error: {e}")));
             return None;
         }
         let bytes = &frag.as_slice()[..c.byte_len as usize];
         let mut lens = [0usize; MAX_SEGMENTS];
         let Some((t, nseg)) = wire::parse(bytes, &mut lens) else {
-            self.core
-                .fail(ep, format!("a malformed fragment of {} bytes", c.byte_len));
+            self.core.fail(
+                ep,
+                PeerFailure::Protocol(format!("a malformed fragment of {} bytes", c.byte_len)),
+            );
             return None;
         };
         let credit_only = t.flags & CREDIT_ONLY != 0;
@@ -174,7 +177,7 @@ impl OpenibModule {
                 continue;
             }
             if let Err(e) = self.core.post_recv_slot(ep, slot) {
-                self.core.fail(ep, e.to_string());
+                self.core.fail(ep, PeerFailure::Broken(e.to_string()));
                 continue;
             }
             self.core.peers[ep].credits.reposted(credit_only);

@@ -8,8 +8,8 @@ use crate::core::{Done, Posted, RECV_BIT};
 use crate::peer::{Link, Waiting};
 use crate::wire::{self, Trailer, CREDIT_ONLY, FRAG_EXTRA, TRAILER};
 use rbtl_btl::{
-    copy_bytes, ActiveMessage, DesFlags, Descriptor, Endpoint, Error, Module, Order, Result,
-    SendError, SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
+    copy_bytes, ActiveMessage, DesFlags, Descriptor, Endpoint, Error, Module, Order, PeerFailure,
+    Result, SendError, SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
 };
 use rbtl_verbs::{Op, Sge};
 use std::mem::MaybeUninit;
@@ -324,7 +324,8 @@ impl OpenibModule {
             }
             Err(e) => {
                 self.core.unpost(id);
-                self.core.fail(ep, format!("openib: {e}"));
+                self.core
+                    .fail(ep, PeerFailure::Broken(format!("openib: {e}")));
             }
         }
     }
