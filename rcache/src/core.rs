@@ -120,10 +120,8 @@ impl<R: Registrar> Core<R> {
             ..
         } = entry;
         self.registrar.deregister(handle);
-        if watched {
-            if let Some(m) = self.monitor {
-                m.unwatch(base, len);
-            }
+        if let (Some((start, len)), Some(m)) = (watched, self.monitor) {
+            m.unwatch(start, len);
         }
         if kept_from_children {
             fork::release(base, len);
@@ -178,14 +176,12 @@ impl<R: Registrar> Core<R> {
         }
         // Watch before registering: an unmap from now on reaches the cache after the
         // entry is in (applying it needs this cache's lock).
-        let watched = self.monitor.is_some_and(|m| m.watch(base, len));
+        let watched = self.monitor.and_then(|m| m.watch(base, len));
         let kept_from_children =
             self.registrar.keep_from_children() && fork::keep_from_children(base, len);
         let undo = || {
-            if watched {
-                if let Some(m) = self.monitor {
-                    m.unwatch(base, len);
-                }
+            if let (Some((start, len)), Some(m)) = (watched, self.monitor) {
+                m.unwatch(start, len);
             }
             if kept_from_children {
                 fork::release(base, len);
@@ -221,7 +217,7 @@ impl<R: Registrar> Core<R> {
             // A cache that follows the monitor keeps only what it watches: the monitor
             // invalidates it when its memory leaves (and every registration of the
             // cache when the monitor stops).
-            keep_idle: self.options.leave_pinned && (!self.follows_monitor || watched),
+            keep_idle: self.options.leave_pinned && (!self.follows_monitor || watched.is_some()),
         });
         Ok(st.insert_slot(entry))
     }

@@ -19,8 +19,9 @@ pub(crate) struct Entry<H> {
     /// Its users and whether it is unreachable (see `users.rs`).
     pub(crate) users: Users,
     pub(crate) handle: H,
-    /// The memory monitor watches its pages.
-    pub(crate) watched: bool,
+    /// The range the memory monitor watches on its account (the whole mappings
+    /// holding its pages), if it does.
+    pub(crate) watched: Option<(usize, usize)>,
     /// Its pages carry `MADV_DONTFORK` on its account.
     pub(crate) kept_from_children: bool,
     /// The cache keeps it idle when its last user lets go (and it is reachable).
@@ -108,7 +109,7 @@ impl<R: Registrar> Registration<R> {
     /// such registrations are kept idle by a cache that follows the monitor
     /// ([`Rcache::is_monitored`]).
     pub fn is_watched(&self) -> bool {
-        self.e().watched
+        self.e().watched.is_some()
     }
 
     /// False once the registration was made unreachable: by the memory monitor,

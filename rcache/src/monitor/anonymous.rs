@@ -35,55 +35,71 @@ struct ProcmapQuery {
     build_id_addr: u64,
 }
 
+/// `PROCMAP_QUERY_COVERING_OR_NEXT_VMA` of `linux/fs.h`: the mapping holding the
+/// address, or else the next one above it.
+const PROCMAP_QUERY_COVERING_OR_NEXT_VMA: u64 = 0x10;
+
 /// `PROCMAP_QUERY`: `_IOWR('f', 17, struct procmap_query)`.
 const PROCMAP_QUERY: libc::c_ulong = (3 << 30)
     | ((std::mem::size_of::<ProcmapQuery>() as libc::c_ulong) << 16)
     | ((b'f' as libc::c_ulong) << 8)
     | 17;
 
-/// What a mapping is, as far as this module cares: its end, and whether it is backed
-/// by no file (`inode` 0 and device 0:0).
-struct Mapping {
-    end: u64,
-    anonymous: bool,
+/// What a mapping is, as far as this module cares: where it starts and ends, and
+/// whether it is backed by no file (`inode` 0 and device 0:0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Mapping {
+    pub(crate) start: u64,
+    pub(crate) end: u64,
+    pub(crate) anonymous: bool,
 }
 
-/// Whether every byte of `[start, start+len)` lies in private anonymous memory;
-/// false if any part is backed by a file or not mapped.
-pub(crate) fn only_anonymous(start: usize, len: usize) -> bool {
-    let Ok(maps) = File::open("/proc/self/maps") else {
-        return false;
-    };
-    let (start, end) = (start as u64, (start + len) as u64);
-    match query(&maps, start) {
-        Err(Unsupported) => from_text(maps, start, end),
-        Ok(mut m) => loop {
-            let at = match m {
-                Some(Mapping {
-                    end: e,
-                    anonymous: true,
-                }) if e >= end => return true,
-                Some(Mapping {
-                    end: e,
-                    anonymous: true,
-                }) => e,
-                _ => return false,
-            };
-            m = match query(&maps, at) {
-                Ok(next) => next,
-                Err(Unsupported) => return false,
-            };
-        },
+/// The mappings over `[start, start+len)`, whole, in address order (holes between
+/// them left out); `None` if the kernel could not be asked.
+pub(crate) fn mappings(start: usize, len: usize) -> Option<Vec<Mapping>> {
+    let maps = File::open("/proc/self/maps").ok()?;
+    let (start, end) = (start as u64, start.saturating_add(len) as u64);
+    let mut found = Vec::new();
+    let mut at = start;
+    while at < end {
+        match query(&maps, at) {
+            Err(Unsupported) => return from_text(maps, start, end),
+            Ok(None) => break,
+            Ok(Some(m)) => {
+                if m.start >= end {
+                    break;
+                }
+                at = m.end;
+                found.push(m);
+            }
+        }
     }
+    Some(found)
+}
+
+/// The whole mappings that hold `[start, start+len)`, as one range, when every byte of
+/// it lies in private anonymous memory; `None` if any part is backed by a file or not
+/// mapped. (Watching whole mappings never splits one in the kernel: a split would make
+/// an `mremap` over the parts fail.)
+pub(crate) fn anonymous_extent(start: usize, len: usize) -> Option<(usize, usize)> {
+    let found = mappings(start, len)?;
+    let (first, last) = (found.first()?, found.last()?);
+    let contiguous = found.windows(2).all(|w| w[0].end == w[1].start);
+    let covers = first.start <= start as u64 && last.end >= start.saturating_add(len) as u64;
+    if !(contiguous && covers && found.iter().all(|m| m.anonymous)) {
+        return None;
+    }
+    Some((first.start as usize, (last.end - first.start) as usize))
 }
 
 /// The kernel has no `PROCMAP_QUERY`.
 struct Unsupported;
 
-/// The mapping covering `addr` (`None` if none does), by `PROCMAP_QUERY`.
+/// The first mapping at or above `addr` (`None` if none is), by `PROCMAP_QUERY`.
 fn query(maps: &File, addr: u64) -> Result<Option<Mapping>, Unsupported> {
     let mut q = ProcmapQuery {
         size: std::mem::size_of::<ProcmapQuery>() as u64,
+        query_flags: PROCMAP_QUERY_COVERING_OR_NEXT_VMA,
         query_addr: addr,
         ..ProcmapQuery::default()
     };
@@ -92,52 +108,47 @@ fn query(maps: &File, addr: u64) -> Result<Option<Mapping>, Unsupported> {
     let rc = unsafe { libc::ioctl(maps.as_raw_fd(), PROCMAP_QUERY, &mut q as *mut ProcmapQuery) };
     if rc == 0 {
         return Ok(Some(Mapping {
+            start: q.vma_start,
             end: q.vma_end,
             anonymous: q.inode == 0 && q.dev_major == 0 && q.dev_minor == 0,
         }));
     }
     match std::io::Error::last_os_error().raw_os_error() {
-        // Nothing mapped there.
+        // Nothing mapped there or above.
         Some(libc::ENOENT) => Ok(None),
         _ => Err(Unsupported),
     }
 }
 
-/// [`only_anonymous`] from the text of `/proc/self/maps` (`start-end perms offset
+/// [`mappings`] from the text of `/proc/self/maps` (`start-end perms offset
 /// major:minor inode path`).
-fn from_text(maps: File, start: u64, end: u64) -> bool {
-    let mut at = start;
+fn from_text(maps: File, start: u64, end: u64) -> Option<Vec<Mapping>> {
+    let mut found = Vec::new();
     for line in BufReader::new(maps).lines() {
-        let Ok(line) = line else {
-            return false;
-        };
+        let line = line.ok()?;
         let mut fields = line.split_whitespace();
         let (Some(range), Some(dev), Some(inode)) = (fields.next(), fields.nth(2), fields.next())
         else {
-            return false;
+            return None;
         };
-        let Some((s, e)) = range.split_once('-') else {
-            return false;
-        };
-        let (Ok(s), Ok(e)) = (u64::from_str_radix(s, 16), u64::from_str_radix(e, 16)) else {
-            return false;
-        };
-        if e <= at {
+        let (s, e) = range.split_once('-')?;
+        let (s, e) = (
+            u64::from_str_radix(s, 16).ok()?,
+            u64::from_str_radix(e, 16).ok()?,
+        );
+        if e <= start {
             continue;
         }
-        if s > at {
-            // A hole before the next mapping.
-            return false;
+        if s >= end {
+            break;
         }
-        if inode != "0" || dev != "00:00" {
-            return false;
-        }
-        at = e;
-        if at >= end {
-            return true;
-        }
+        found.push(Mapping {
+            start: s,
+            end: e,
+            anonymous: inode == "0" && dev == "00:00",
+        });
     }
-    false
+    Some(found)
 }
 
 #[cfg(test)]
@@ -188,18 +199,25 @@ mod tests {
             (private_file, len, false),
         ];
         for (a, l, want) in cases {
-            assert_eq!(only_anonymous(a, l), want, "{a:#x}+{l}");
+            let extent = anonymous_extent(a, l);
+            assert_eq!(extent.is_some(), want, "{a:#x}+{l}");
+            if want {
+                let (s, n) = extent.unwrap();
+                assert!(
+                    s <= anon && s + n >= anon + len,
+                    "the whole mapping: {s:#x}+{n}"
+                );
+            }
             let maps = File::open("/proc/self/maps").unwrap();
-            assert_eq!(
-                from_text(maps, a as u64, (a + l) as u64),
-                want,
-                "text: {a:#x}+{l}"
-            );
+            let by_text = from_text(maps, a as u64, (a + l) as u64).unwrap();
+            assert_eq!(by_text, mappings(a, l).unwrap(), "text: {a:#x}+{l}");
         }
         unmap(anon + len - 4096, 4096);
-        assert!(!only_anonymous(anon, len), "a range into a hole");
+        assert!(anonymous_extent(anon, len).is_none(), "a range into a hole");
         let maps = File::open("/proc/self/maps").unwrap();
-        assert!(!from_text(maps, anon as u64, (anon + len) as u64));
+        let by_text = from_text(maps, anon as u64, (anon + len) as u64).unwrap();
+        assert_eq!(by_text, mappings(anon, len).unwrap());
+        assert!(by_text.iter().all(|m| m.end <= (anon + len - 4096) as u64));
         unmap(anon, len - 4096);
         for a in [shared_anon, shared_file, private_file] {
             unmap(a, len);

@@ -361,29 +361,34 @@ impl Monitor {
         list.push(cache);
     }
 
-    /// Watches the page-aligned `[start, start+len)`; false if it cannot be watched
-    /// (not private anonymous memory, registered with another userfaultfd, not
-    /// mapped, or no monitor any more).
-    pub(crate) fn watch(&self, start: usize, len: usize) -> bool {
-        if !self.usable() || !anonymous::only_anonymous(start, len) {
-            return false;
+    /// Watches the page-aligned `[start, start+len)` by the whole mappings holding it
+    /// (the range watched, to give back to [`unwatch`](Self::unwatch)); `None` if it
+    /// cannot be watched (not private anonymous memory, registered with another
+    /// userfaultfd, not mapped, or no monitor any more). Whole mappings, because a
+    /// userfaultfd registration of part of one splits it in the kernel, and an
+    /// `mremap` over the parts would then fail (`EFAULT`) where it succeeds unwatched.
+    pub(crate) fn watch(&self, start: usize, len: usize) -> Option<(usize, usize)> {
+        if !self.usable() {
+            return None;
         }
+        let (start, len) = anonymous::anonymous_extent(start, len)?;
         let mut counts = lock(&self.watched);
         // Register the whole range each time: pages still counted for an older,
         // invalidated registration may be new memory the kernel does not watch.
         match self.uffd.register(start, len) {
             Ok(()) => {
                 counts.add(start, start + len);
-                true
+                Some((start, len))
             }
             Err(e) => {
                 tracing::debug!(start, len, error = %e, "rcache: range cannot be watched");
-                false
+                None
             }
         }
     }
 
-    /// Stops watching what `[start, start+len)` alone kept watched.
+    /// Stops watching what `[start, start+len)` (a range [`watch`](Self::watch) gave)
+    /// alone kept watched.
     pub(crate) fn unwatch(&self, start: usize, len: usize) {
         let mut counts = lock(&self.watched);
         let gone = counts.remove(start, start + len);
@@ -391,8 +396,20 @@ impl Monitor {
             return;
         }
         for (s, e) in gone {
-            // Parts unmapped meanwhile are simply not found.
-            let _ = self.uffd.unregister(s, e - s);
+            self.unregister_unwatched(&counts, s, e);
+        }
+    }
+
+    /// Unregisters the whole mappings over `[start, end)` that no watched page lies in
+    /// (never a part of one, which would split it; a mapping with watched pages stays
+    /// registered whole, and its other pages only bring events that change nothing).
+    fn unregister_unwatched(&self, counts: &PageCounts, start: usize, end: usize) {
+        for m in anonymous::mappings(start, end - start).unwrap_or_default() {
+            let (s, e) = (m.start as usize, m.end as usize);
+            if m.anonymous && !counts.any(s, e) {
+                // A mapping the kernel does not watch (any more) is simply not found.
+                let _ = self.uffd.unregister(s, e - s);
+            }
         }
     }
 
@@ -470,12 +487,10 @@ impl Monitor {
                         c.invalidate_range(from, len);
                     }
                     // The moved pages stay registered at their new place: stop
-                    // watching what no registration covers there.
+                    // watching the mappings there that no registration covers.
                     let counts = lock(&self.watched);
                     if self.usable() {
-                        for (s, e) in counts.uncovered(to, to.saturating_add(len)) {
-                            let _ = self.uffd.unregister(s, e - s);
-                        }
+                        self.unregister_unwatched(&counts, to, to.saturating_add(len));
                     }
                 }
                 Event::Other { event, address } => {

@@ -147,6 +147,54 @@ fn mremap_shrinking_then_a_new_mapping_in_the_tail() {
     });
 }
 
+/// The monitor never makes a user's `mremap` fail: with a registration (kept idle)
+/// over the middle pages of a mapping, the mapping grows in place or moves whole
+/// (what `realloc` of a large block does), and shrinks again, each succeeding where a
+/// watch of the registered pages alone would have split the mapping in the kernel
+/// (`EFAULT` for a range over the parts); no lookup afterwards is a stale hit.
+#[test]
+fn mremap_over_the_edge_of_a_watched_range_succeeds() {
+    let mut c = Checker::new();
+    let a = map(None, 8 * PS);
+    fill(a, 8 * PS, 3);
+    let old = c.lookup(a + 2 * PS, 2 * PS);
+    let old_id = old.id();
+    assert!(old.is_watched());
+    drop(old);
+    assert!(
+        kernel_watches(a, PS),
+        "the whole mapping is watched, not a part of it"
+    );
+    let mut at = a;
+    let mut len = 8 * PS;
+    for new_len in [16 * PS, 64 * PS, 4 * PS, 32 * PS] {
+        // SAFETY: resizes the test's own mapping, moving it if needed.
+        let p =
+            unsafe { libc::mremap(at as *mut libc::c_void, len, new_len, libc::MREMAP_MAYMOVE) };
+        assert_ne!(
+            p,
+            libc::MAP_FAILED,
+            "mremap of {len} -> {new_len} bytes: {}",
+            std::io::Error::last_os_error()
+        );
+        (at, len) = (p as usize, new_len);
+    }
+    // SAFETY: reads the test's own mapping, moved with its contents.
+    let kept = unsafe { *((at + 3 * PS) as *const u8) };
+    assert_eq!(kept, 3, "contents moved along");
+    // The pages at their place now: a hit only where they never moved (checked by
+    // their frames), else a new registration.
+    let now = c.lookup(at + 2 * PS, 2 * PS);
+    assert!(
+        at == a || now.id() != old_id,
+        "a stale hit after the memory moved"
+    );
+    drop(now);
+    assert_eq!(c.stale, 0, "{}", c.stale_report());
+    drop(c);
+    unmap(at, len);
+}
+
 #[test]
 fn shmdt_then_shmat_at_the_same_address() {
     for _ in 0..20 {
