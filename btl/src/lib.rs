@@ -85,5 +85,5 @@ pub use rbtl_rcache::Access;
 pub use request::{MemRange, RegRequest, MAX_RANGES};
 pub use tag::Tag;
 
-// The transports in this crate name these kit items by their crate-root paths.
+// What a put or a get needs of the remote side, for `operation.rs` (the kit has them too).
 pub(crate) use module::{GET_REMOTE, PUT_REMOTE};

@@ -283,6 +283,13 @@ impl Core {
         }
     }
 
+    /// Peer `rank` failed (as [`fail`](Self::fail), by rank; nothing for a stranger).
+    pub fn fail_rank(&mut self, rank: u32, why: PeerFailure) {
+        if let Some(&ep) = self.by_rank.get(&rank) {
+            self.fail(ep, why);
+        }
+    }
+
     /// A send-queue request of peer `ep` completed with an error: its connection is
     /// over, and over XRC that of every peer sharing its node's initiator.
     pub fn fail_link(&mut self, ep: usize, why: PeerFailure) {
@@ -575,13 +582,14 @@ impl ConnectionHost for Core {
     }
 
     fn failed(&mut self, rank: u32, why: Failure) {
-        if let Some(&ep) = self.by_rank.get(&rank) {
-            let why = match why {
-                Failure::Removed { .. } => PeerFailure::RemovedUs,
-                other => PeerFailure::Connect(other.to_string()),
-            };
-            self.fail(ep, why);
-        }
+        let why = match why {
+            Failure::Removed { .. } => PeerFailure::RemovedUs,
+            Failure::TimedOut { .. } => PeerFailure::Connect(why.to_string()),
+            Failure::Protocol { .. } => PeerFailure::Protocol(why.to_string()),
+            // Refused or ended, by the peer, the device or the connection manager.
+            _ => PeerFailure::Broken(why.to_string()),
+        };
+        self.fail_rank(rank, why);
     }
 
     fn heard(&mut self, rank: u32) {

@@ -6,8 +6,9 @@
 //! up: its queue pair goes, and a late answer only fails the peer again. A peer removed
 //! (`del_procs`) hears `Removed` before the channel to it closes.
 
-use crate::channel::{Channel, Ended};
+use crate::channel::{Channel, ChannelError, Ended};
 use crate::core::Core;
+use rbtl_btl::PeerFailure;
 use rbtl_config::{Config, Registry};
 use rbtl_cpc::oob::{initiates, Action, Handshake, Message, QpInfo};
 use rbtl_cpc::{ConnectionHost, CpcComponent, CpcModule, Error, Failure, PortInfo};
@@ -206,7 +207,11 @@ impl CpcModule<Core> for OobModule {
             self.on_message(rank, m, core);
         }
         for (rank, why) in closed {
-            core.failed(rank, broken(why));
+            match why {
+                // The connection lives as long as the peer's process.
+                ChannelError::Closed => core.fail_rank(rank, PeerFailure::Ended(why.to_string())),
+                other => core.failed(rank, broken(other)),
+            }
         }
         n
     }
