@@ -25,7 +25,8 @@
 //!   refuses cross-memory attach (ptrace restrictions).
 //!
 //! Atomics are applied by the target through the same protocol (as vader emulates
-//! them). A peer that dies is noticed through a pidfd while idle, and reported through
+//! them). A peer that dies is noticed through its `/proc` entry while idle (`liveness`: no
+//! descriptor per peer), and reported through
 //! the error callback; its operations complete with an error. A peer that lives but
 //! replies to nothing (stopped, hung) keeps `flush` waiting only for
 //! `btl_sm_flush_timeout` (as `tcp`'s): flush then returns `PeerTimeout` naming it, its
@@ -43,7 +44,7 @@
 //!
 //! The files: `component` (attributes, settings, the component), `module` (the
 //! module: sends, receives, progress, the contract's calls), `peer` (a connected peer
-//! and its liveness), `own_segment` (this process's segment and its heap),
+//! and its liveness, by `liveness`), `own_segment` (this process's segment and its heap),
 //! `copy_protocol` (put, get and atomics as messages through the rings) with `wire`
 //! (their format); completions wait for progress in the crate's `Done` queue; below them
 //! `segment` (the layout), [`ring`], `heap`, [`path`] (the `auto` choice) and `cma`.
@@ -56,6 +57,7 @@ mod copy_protocol;
 #[cfg(test)]
 mod fuzz;
 mod heap;
+mod liveness;
 mod module;
 mod own_segment;
 pub mod path;

@@ -5,6 +5,7 @@
 
 use super::component::{RdmaPath, Settings};
 use super::copy_protocol::Outgoing;
+use super::liveness::Process;
 use super::path::{Choice, RingSpeed};
 use super::ring::{Consumer, Producer};
 use super::segment::{self, Layout};
@@ -14,7 +15,6 @@ use rbtl_btl::{Descriptor, Error, ModuleId, PeerFailure, Proc, RemoteHandle, Res
 use rbtl_mpool::SharedRegion;
 use rbtl_rcache::Access;
 use std::collections::{HashMap, VecDeque};
-use std::os::fd::OwnedFd;
 use std::time::Instant;
 
 /// The modex key of the card.
@@ -113,7 +113,8 @@ pub(super) struct Peer {
     /// Where the peer's segment is mapped in the peer, and here.
     remote_base: u64,
     local_base: usize,
-    pidfd: Option<OwnedFd>,
+    /// Its process, to tell whether it still runs.
+    process: Process,
     pub module: ModuleId,
     _segment: SharedRegion,
     pub table: KeyTableView,
@@ -235,7 +236,7 @@ impl Peer {
             pid,
             remote_base: probe,
             local_base: base as usize,
-            pidfd: pidfd(pid),
+            process: Process::new(pid),
             module,
             _segment: their_segment,
             table,
@@ -303,25 +304,9 @@ impl Peer {
         self.removed_us.is_set()
     }
 
-    /// Whether the peer's process has ended (seen through its pidfd, else by signal 0).
+    /// Whether the peer's process has ended (see `liveness.rs`).
     pub fn has_exited(&self) -> bool {
-        use std::os::fd::AsRawFd;
-        match &self.pidfd {
-            Some(fd) => {
-                let mut p = libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd, no wait.
-                unsafe { libc::poll(&mut p, 1, 0) > 0 }
-            }
-            None => {
-                // SAFETY: signal 0 only checks for existence.
-                let rc = unsafe { libc::kill(self.pid, 0) };
-                rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-            }
-        }
+        self.process.has_exited()
     }
 }
 
@@ -339,12 +324,4 @@ pub(super) fn node_id() -> String {
     };
     let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
     format!("{host}/{}", boot.trim())
-}
-
-fn pidfd(pid: i32) -> Option<OwnedFd> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    // SAFETY: a non-negative return is a descriptor we now own.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
