@@ -229,6 +229,10 @@ pub enum PeerFailure {
     /// It sent what the protocol does not allow.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// It answered nothing for the timeout of the layer above, which gave up on it
+    /// (that layer's words).
+    #[error("{0}")]
+    Unresponsive(String),
 }
 
 /// A peer named by [`Error::PeerTimeout`].

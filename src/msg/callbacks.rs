@@ -5,7 +5,7 @@ use super::protocol;
 use super::served::{Request, SERVED};
 use super::state::{lock, Shared, Unexpected};
 use super::Result;
-use rbtl_btl::{Endpoint, Module, Received};
+use rbtl_btl::{Endpoint, Module, PeerFailure, Received};
 use std::sync::Arc;
 
 /// Install the message layer's receive callbacks on module `mi`, whose endpoints
@@ -95,7 +95,13 @@ pub(super) fn register_callbacks(
             .endpoint
             .and_then(|ep| peers.get(ep.0 as usize).copied().flatten());
         if let Some(rank) = rank {
-            lock(&st).peer_failed(rank, event.error.to_string());
+            let why = match &event.error {
+                rbtl_btl::Error::PeerFailed { why, .. } => why.clone(),
+                // A message this layer cannot take (on a tag with no callback, or
+                // malformed): the peer does not speak its protocol.
+                other => PeerFailure::Protocol(other.to_string()),
+            };
+            lock(&st).peer_failed(rank, why);
         }
     }));
     Ok(())

@@ -1,5 +1,7 @@
 //! The message layer's errors.
 
+use rbtl_btl::PeerFailure;
+
 /// Errors of the message layer.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -53,8 +55,17 @@ pub enum Error {
     PeerFailed {
         /// The rank.
         rank: u32,
-        /// What was seen.
-        why: String,
+        /// Why (as the transport or this layer saw it).
+        why: PeerFailure,
+    },
+    /// A receive from any source cannot complete: every other rank has failed.
+    #[error(
+        "a receive from any source cannot complete: every other rank has failed: {}",
+        failed_list(failed)
+    )]
+    AllFailed {
+        /// Each other rank, with why it failed.
+        failed: Vec<(u32, PeerFailure)>,
     },
     /// A peer this call needed gave no sign of life for the peer timeout
     /// (`msg_peer_timeout`); it is treated as failed from now on.
@@ -110,3 +121,12 @@ pub enum Error {
 
 /// Result alias.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `rank r (why), ...`.
+fn failed_list(failed: &[(u32, PeerFailure)]) -> String {
+    let each: Vec<String> = failed
+        .iter()
+        .map(|(r, why)| format!("rank {r} ({why})"))
+        .collect();
+    each.join(", ")
+}

@@ -12,6 +12,7 @@
 
 use super::state::{lock, Posted};
 use super::{Comm, Error, ReqId, Result, SPIN_BEFORE_YIELD};
+use rbtl_btl::PeerFailure;
 use rbtl_config::{Config, Registry, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -254,7 +255,7 @@ impl Comm {
                 match live[..] {
                     // Alone in the job: no peer to wait for, or to fail.
                     [] if failed.is_empty() => return Verdict::Wait,
-                    [] => return Verdict::Fail(all_failed(failed)),
+                    [] => return Verdict::Fail(Error::AllFailed { failed }),
                     [one] => Ok(one),
                     // Several could send: the same wait, and none to blame.
                     _ => Err(live),
@@ -275,7 +276,7 @@ impl Comm {
     }
 
     /// The other ranks: those alive, and those that failed with why.
-    fn other_ranks(&self) -> (Vec<u32>, Vec<(u32, String)>) {
+    fn other_ranks(&self) -> (Vec<u32>, Vec<(u32, PeerFailure)>) {
         let s = lock(&self.state);
         let (mut live, mut failed) = (Vec::new(), Vec::new());
         for rank in (0..self.size).filter(|&r| r != self.rank) {
@@ -291,10 +292,10 @@ impl Comm {
     /// from its transport, which fails its operations there (nothing it might still
     /// send lands in a buffer given back).
     fn give_up_on(&mut self, rank: u32, waited: Duration) {
-        let why = format!(
+        let why = PeerFailure::Unresponsive(format!(
             "no response for {} s (raise {PEER_TIMEOUT_PARAM} if it computes that long)",
             waited.as_secs()
-        );
+        ));
         tracing::warn!(rank, %why, "giving up on a peer");
         // The transport first: it tells the peer (where it can) before the memory
         // offered to it is given back with the requests failed below.
@@ -304,21 +305,5 @@ impl Comm {
             }
         }
         lock(&self.state).peer_failed(rank, why);
-    }
-}
-
-/// The error of a wildcard receive when every other rank has failed (`failed`).
-fn all_failed(failed: Vec<(u32, String)>) -> Error {
-    let rank = failed.first().map_or(0, |f| f.0);
-    let list: Vec<String> = failed
-        .iter()
-        .map(|(r, why)| format!("rank {r} ({why})"))
-        .collect();
-    Error::PeerFailed {
-        rank,
-        why: format!(
-            "a receive from any source cannot complete: every other rank has failed: {}",
-            list.join(", ")
-        ),
     }
 }

@@ -45,7 +45,7 @@
 //!   when the others come to wait for it.
 //! * **A receive from any source no live rank can satisfy.** A blocking receive from
 //!   [`ANY_SOURCE`] cannot be satisfied by its caller (nothing else runs meanwhile),
-//!   so once every other rank has failed it fails with [`Error::PeerFailed`] naming
+//!   so once every other rank has failed it fails with [`Error::AllFailed`] naming
 //!   them; a non-blocking one does so when waited for. When a single other rank is
 //!   alive such a receive needs that one and times out as above. With several alive
 //!   it sees the same timeout (no progress at all for `msg_peer_timeout`) and fails
@@ -80,6 +80,7 @@ pub use error::{Error, Result};
 pub use liveness::{register_params, IdleWait, PEER_TIMEOUT_PARAM};
 pub use onesided::{Atomic, Exposed, Pending, SharedRegion, Target};
 pub use p2p::{Matched, SendMode, Status, ANY_SOURCE, ANY_TAG, SPIN_BEFORE_YIELD, WORLD};
+pub use rbtl_btl::PeerFailure;
 pub use scope::Scope;
 pub use served::{Request as ServedRequest, Served, Server, SERVED};
 pub use state::ReqId;

@@ -8,8 +8,8 @@
 use super::protocol::{self, Rts};
 use super::{Error, Status};
 use rbtl_btl::{
-    Access, ActiveMessage, DesFlags, Endpoint, MemHandle, Module, RdmaCompletion, Remote,
-    SendiOutcome, Transfer,
+    Access, ActiveMessage, DesFlags, Endpoint, MemHandle, Module, PeerFailure, RdmaCompletion,
+    Remote, SendiOutcome, Transfer,
 };
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -157,7 +157,7 @@ pub struct State {
     pub unexpected: VecDeque<Unexpected>,
     pub reqs: Requests,
     /// Ranks known to have failed, and why.
-    pub failed: HashMap<u32, String>,
+    pub failed: HashMap<u32, PeerFailure>,
     /// The request of the blocking receive in progress, if any (id [`BLOCKING`]).
     pub blocking: Option<Req>,
     /// The context of the receive handed to a transport (see [`Signals::offloaded`]).
@@ -628,7 +628,7 @@ impl State {
     }
 
     /// A peer failed: fail what involves it.
-    pub fn peer_failed(&mut self, rank: u32, why: String) {
+    pub fn peer_failed(&mut self, rank: u32, why: PeerFailure) {
         self.failed.insert(rank, why.clone());
         bump(&self.signals.failed, 1);
         let mut ids: Vec<ReqId> = self

@@ -4,8 +4,9 @@ use crate::report::{End, RankLog};
 use std::collections::BTreeMap;
 
 /// Failures an operation involving a killed rank may end with.
-const PEER_FAILURES: [&str; 4] = [
+const PEER_FAILURES: [&str; 5] = [
     "PeerFailed",
+    "AllFailed",
     "PeerTimeout",
     "BtlPeerFailed",
     "BtlPeerTimeout",

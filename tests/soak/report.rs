@@ -35,6 +35,7 @@ impl Failure {
     pub fn of_msg(e: &Error) -> Failure {
         let (class, blamed) = match e {
             Error::PeerFailed { rank, .. } => ("PeerFailed".into(), Some(*rank)),
+            Error::AllFailed { failed } => ("AllFailed".into(), failed.first().map(|f| f.0)),
             Error::PeerTimeout { rank, .. } => ("PeerTimeout".into(), Some(*rank)),
             Error::Btl(b) => return Failure::of_btl(b),
             other => (variant(other), None),
