@@ -79,6 +79,51 @@ pub enum Invocation {
     },
 }
 
+/// The front end of a launcher command (`rbtlrun`, or `mpiexec` over it): parse
+/// `args`, print help or version, or launch the job; the exit code is the job's (the
+/// worst of its ranks), 1 when it could not start, 2 for a bad command line.
+/// `name` prefixes its messages (and replaces `rbtlrun` in their advice), `banner`
+/// comes before the options in its help.
+pub fn main(name: &str, banner: &str, args: Vec<OsString>) -> std::process::ExitCode {
+    use std::io::Write;
+    use std::process::ExitCode;
+    match parse_args(args) {
+        // (A closed stdout, as `| head` leaves it, is no error of the user's.)
+        Ok(Invocation::Help) => {
+            let _ = write!(std::io::stdout(), "{banner}{HELP}");
+            ExitCode::SUCCESS
+        }
+        Ok(Invocation::Version) => {
+            let whose = if name == "rbtlrun" { "" } else { " (rbtl)" };
+            let _ = writeln!(
+                std::io::stdout(),
+                "{name}{whose} {}",
+                env!("CARGO_PKG_VERSION")
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(Invocation::Run {
+            program,
+            args,
+            options,
+        }) => match super::launch(std::path::Path::new(&program), &args, &options) {
+            Ok(summary) => ExitCode::from(summary.exit_byte()),
+            Err(e) => {
+                eprintln!("{name}: {e}");
+                ExitCode::from(1)
+            }
+        },
+        Err(e) => {
+            let advice = format!("{name} --help");
+            eprintln!(
+                "{name}: {}",
+                e.to_string().replace("rbtlrun --help", &advice)
+            );
+            ExitCode::from(2)
+        }
+    }
+}
+
 /// Whether option `name` takes a value (`-n 4`, `--bind-to=core`).
 pub fn takes_value(name: &str) -> bool {
     matches!(

@@ -14,9 +14,8 @@
 //! `mpirun --prefix` does, so that programs linked without a run path (the Rust
 //! `mpi` crate's) start.
 
-use rbtl::launcher::{self, cli, Invocation};
+use rbtl::launcher::cli;
 use std::ffi::OsString;
-use std::path::Path;
 use std::process::ExitCode;
 
 /// `rbtlrun`'s arguments for an `mpiexec` command line.
@@ -107,35 +106,8 @@ fn main() -> ExitCode {
             ["--env".into(), format!("LD_LIBRARY_PATH={path}").into()],
         );
     }
-    match cli::parse_args(args) {
-        Ok(Invocation::Help) => {
-            println!("mpiexec: the MPI launcher of rbtl's libmpi_abi, over rbtlrun\n\nUsage: mpiexec -n N [-genv NAME VALUE]... [-x NAME=VALUE]... PROGRAM [ARGS...]\n\nEvery other option is rbtlrun's:\n");
-            print!("{}", cli::HELP);
-            ExitCode::SUCCESS
-        }
-        Ok(Invocation::Version) => {
-            println!("mpiexec (rbtl) {}", env!("CARGO_PKG_VERSION"));
-            ExitCode::SUCCESS
-        }
-        Ok(Invocation::Run {
-            program,
-            args,
-            options,
-        }) => match launcher::launch(Path::new(&program), &args, &options) {
-            Ok(summary) => ExitCode::from(summary.exit_byte()),
-            Err(e) => {
-                eprintln!("mpiexec: {e}");
-                ExitCode::from(1)
-            }
-        },
-        Err(e) => {
-            eprintln!(
-                "mpiexec: {}",
-                e.to_string().replace("rbtlrun --help", "mpiexec --help")
-            );
-            ExitCode::from(2)
-        }
-    }
+    let banner = "mpiexec: the MPI launcher of rbtl's libmpi_abi, over rbtlrun\n\nUsage: mpiexec -n N [-genv NAME VALUE]... [-x NAME=VALUE]... PROGRAM [ARGS...]\n\nEvery other option is rbtlrun's:\n\n";
+    cli::main("mpiexec", banner, args)
 }
 
 #[cfg(test)]

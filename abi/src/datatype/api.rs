@@ -493,31 +493,52 @@ pub unsafe extern "C" fn PMPI_Pack(
     call("MPI_Pack", Object::Comm(comm), |mpi| {
         let n = check_count(incount)?;
         let t = mpi.dtype(datatype)?;
-        if position.is_null() || outbuf.is_null() {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "the position or output pointer is null",
-            ));
-        }
-        // SAFETY: checked not null.
-        let pos = unsafe { *position };
-        let need = t
-            .bytes(n)
-            .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
-        if pos < 0 || pos as usize + need > outsize.max(0) as usize {
-            return Err(Error::new(
-                MPI_ERR_TRUNCATE,
-                format!("{need} bytes do not fit the {outsize}-byte buffer at position {pos}"),
-            ));
-        }
+        // SAFETY: the binding's contract.
+        let (pos, need) =
+            unsafe { span(t, n, position, outbuf.is_null(), outsize, "packed into") }?;
         // SAFETY: the binding's contract; the room was checked.
         unsafe {
-            let out = std::slice::from_raw_parts_mut(outbuf.cast::<u8>().add(pos as usize), need);
+            let out = std::slice::from_raw_parts_mut(outbuf.cast::<u8>().add(pos), need);
             pack::pack(t, inbuf.cast(), n, out);
-            position.write(pos + need as c_int);
+            position.write((pos + need) as c_int);
         }
         Ok(())
     })
+}
+
+/// Where `count` elements of `t` lie in a pack buffer of `size` bytes from
+/// `*position` (`null`: the buffer pointer is null): that position and their bytes;
+/// `MPI_ERR_TRUNCATE` where they do not fit (`what`: "packed into", "unpacked from").
+///
+/// # Safety
+///
+/// `position`, when not null, points to a readable `int`.
+unsafe fn span(
+    t: &Datatype,
+    count: usize,
+    position: *const c_int,
+    null: bool,
+    size: c_int,
+    what: &str,
+) -> Result<(usize, usize)> {
+    if position.is_null() || null {
+        return Err(Error::new(
+            MPI_ERR_ARG,
+            "the position or buffer pointer is null",
+        ));
+    }
+    // SAFETY: checked not null; the caller's contract.
+    let pos = unsafe { *position };
+    let need = t
+        .bytes(count)
+        .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
+    match usize::try_from(pos) {
+        Ok(at) if at + need <= size.max(0) as usize => Ok((at, need)),
+        _ => Err(Error::new(
+            MPI_ERR_TRUNCATE,
+            format!("{need} bytes cannot be {what} the {size}-byte buffer at position {pos}"),
+        )),
+    }
 }
 
 #[no_mangle]
@@ -533,28 +554,14 @@ pub unsafe extern "C" fn PMPI_Unpack(
     call("MPI_Unpack", Object::Comm(comm), |mpi| {
         let n = check_count(outcount)?;
         let t = mpi.dtype(datatype)?;
-        if position.is_null() || inbuf.is_null() {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "the position or input pointer is null",
-            ));
-        }
-        // SAFETY: checked not null.
-        let pos = unsafe { *position };
-        let need = t
-            .bytes(n)
-            .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
-        if pos < 0 || pos as usize + need > insize.max(0) as usize {
-            return Err(Error::new(
-                MPI_ERR_TRUNCATE,
-                format!("{need} bytes are not left in the {insize}-byte buffer at position {pos}"),
-            ));
-        }
+        // SAFETY: the binding's contract.
+        let (pos, need) =
+            unsafe { span(t, n, position, inbuf.is_null(), insize, "unpacked from") }?;
         // SAFETY: the binding's contract; the length was checked.
         unsafe {
-            let input = std::slice::from_raw_parts(inbuf.cast::<u8>().add(pos as usize), need);
+            let input = std::slice::from_raw_parts(inbuf.cast::<u8>().add(pos), need);
             pack::unpack(t, input, outbuf.cast(), n);
-            position.write(pos + need as c_int);
+            position.write((pos + need) as c_int);
         }
         Ok(())
     })
