@@ -191,20 +191,7 @@ impl Qp {
         port: u8,
         gid_index: u8,
     ) -> Result<Qp> {
-        // SAFETY: plain C struct, zero is a valid value.
-        let mut init: sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        init.send_cq = send_cq.inner.ptr.as_ptr();
-        init.recv_cq = recv_cq.inner.ptr.as_ptr();
-        init.cap.max_send_wr = caps.max_send_wr;
-        init.cap.max_recv_wr = caps.max_recv_wr;
-        init.cap.max_send_sge = MAX_SEND_SGE;
-        init.cap.max_recv_sge = 1;
-        init.cap.max_inline_data = caps.max_inline;
-        init.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
-        if let Some(srq) = srq {
-            init.srq = srq.inner.ptr.as_ptr();
-            init.cap.max_recv_wr = 0;
-        }
+        let mut init = rc_init_attr(send_cq, recv_cq, srq, caps);
         // SAFETY: a live PD and CQs; `init` is filled in.
         let qp = unsafe { sys::ibv_create_qp(pd.inner.ptr.as_ptr(), &mut init) };
         let ptr = NonNull::new(qp).ok_or_else(|| call_error("ibv_create_qp", 0))?;
@@ -233,20 +220,7 @@ impl Qp {
         srq: Option<&Srq>,
         caps: QpCaps,
     ) -> Result<Qp> {
-        // SAFETY: plain C struct, zero is a valid value.
-        let mut init: sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
-        init.send_cq = cq.inner.ptr.as_ptr();
-        init.recv_cq = cq.inner.ptr.as_ptr();
-        init.cap.max_send_wr = caps.max_send_wr;
-        init.cap.max_recv_wr = caps.max_recv_wr;
-        init.cap.max_send_sge = MAX_SEND_SGE;
-        init.cap.max_recv_sge = 1;
-        init.cap.max_inline_data = caps.max_inline;
-        init.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
-        if let Some(srq) = srq {
-            init.srq = srq.inner.ptr.as_ptr();
-            init.cap.max_recv_wr = 0;
-        }
+        let mut init = rc_init_attr(cq, cq, srq, caps);
         // SAFETY: a live id with a resolved route (or a connect request), a live PD,
         // CQ and SRQ of the same device.
         let rc = unsafe { sys::rdma_create_qp(id.ptr.as_ptr(), pd.inner.ptr.as_ptr(), &mut init) };
@@ -418,31 +392,84 @@ impl Qp {
         inline: bool,
         signaled: bool,
     ) -> Result<()> {
-        if sges.is_empty() || sges.len() > MAX_SEND_SGE as usize {
-            return Err(call_error("ibv_post_send", libc::EINVAL));
-        }
-        let total: u32 = sges.iter().map(|s| s.len).sum();
-        // SAFETY: plain C struct, zero is a valid value.
-        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = wr_id;
-        // Providers read the list and never write it (the C API just lacks `const`).
-        wr.sg_list = sges.as_ptr().cast::<sys::ibv_sge>().cast_mut();
-        wr.num_sge = sges.len() as i32;
-        if signaled {
-            wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
-        }
-        if inline && total <= self.caps.max_inline && matches!(op, Op::Send | Op::Write { .. }) {
-            wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
-        }
-        op.encode(&mut wr);
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: a live QP and a well-formed request; the caller vouches for memory.
-        let rc = unsafe { sys::ibv_post_send(self.ptr.as_ptr(), &mut wr, &mut bad) };
-        if rc != 0 {
-            return Err(call_error("ibv_post_send", rc));
-        }
-        Ok(())
+        let inline_up_to = inline.then_some(self.caps.max_inline);
+        // SAFETY: a live RC queue pair; the caller's contract for the memory.
+        unsafe { post_send_request(self.ptr, wr_id, op, sges, inline_up_to, signaled, None) }
     }
+}
+
+/// What an RC queue pair over these completion queues (and shared receive queue, which
+/// then takes every receive) is made with: `caps`, [`MAX_SEND_SGE`] gather entries.
+fn rc_init_attr(
+    send_cq: &Cq,
+    recv_cq: &Cq,
+    srq: Option<&Srq>,
+    caps: QpCaps,
+) -> sys::ibv_qp_init_attr {
+    // SAFETY: plain C struct, zero is a valid value.
+    let mut init: sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+    init.send_cq = send_cq.inner.ptr.as_ptr();
+    init.recv_cq = recv_cq.inner.ptr.as_ptr();
+    init.cap.max_send_wr = caps.max_send_wr;
+    init.cap.max_recv_wr = caps.max_recv_wr;
+    init.cap.max_send_sge = MAX_SEND_SGE;
+    init.cap.max_recv_sge = 1;
+    init.cap.max_inline_data = caps.max_inline;
+    init.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
+    if let Some(srq) = srq {
+        init.srq = srq.inner.ptr.as_ptr();
+        init.cap.max_recv_wr = 0;
+    }
+    init
+}
+
+/// Post one send request gathering `sges` (at most [`MAX_SEND_SGE`]) on `qp`: inline
+/// when `inline_up_to` holds the queue pair's inline limit and the total fits it,
+/// signalled when asked, naming the remote SRQ `xrc` on an XRC initiator.
+///
+/// # Safety
+///
+/// `qp` is live (and an XRC initiator when `xrc` is given); each piece lies inside the
+/// registration its key names (unless inline) and stays valid and untouched until the
+/// request completes.
+#[inline(always)]
+pub(crate) unsafe fn post_send_request(
+    qp: NonNull<sys::ibv_qp>,
+    wr_id: u64,
+    op: Op,
+    sges: &[Sge],
+    inline_up_to: Option<u32>,
+    signaled: bool,
+    xrc: Option<u32>,
+) -> Result<()> {
+    if sges.is_empty() || sges.len() > MAX_SEND_SGE as usize {
+        return Err(call_error("ibv_post_send", libc::EINVAL));
+    }
+    let total: u32 = sges.iter().map(|s| s.len).sum();
+    // SAFETY: plain C struct, zero is a valid value.
+    let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+    wr.wr_id = wr_id;
+    // Providers read the list and never write it (the C API just lacks `const`).
+    wr.sg_list = sges.as_ptr().cast::<sys::ibv_sge>().cast_mut();
+    wr.num_sge = sges.len() as i32;
+    if signaled {
+        wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+    }
+    if let Some(remote_srqn) = xrc {
+        wr.qp_type.xrc = sys::xrc_t { remote_srqn };
+    }
+    let fits = inline_up_to.is_some_and(|most| total <= most);
+    if fits && matches!(op, Op::Send | Op::Write { .. }) {
+        wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
+    }
+    op.encode(&mut wr);
+    let mut bad = std::ptr::null_mut();
+    // SAFETY: a live QP and a well-formed request; the caller vouches for memory.
+    let rc = unsafe { sys::ibv_post_send(qp.as_ptr(), &mut wr, &mut bad) };
+    if rc != 0 {
+        return Err(call_error("ibv_post_send", rc));
+    }
+    Ok(())
 }
 
 /// Build a one-entry receive request and hand it to `post` (a queue pair's or a shared

@@ -28,7 +28,7 @@ use crate::device::{Context, ContextInner};
 use crate::error::{call_error, Result};
 use crate::extended::verbs_op;
 use crate::pd::{Mr, MrAccess, Pd, PdInner};
-use crate::qp::{Op, QpCaps, QpEndpoint, Sge, MAX_SEND_SGE};
+use crate::qp::{post_send_request, Op, QpCaps, QpEndpoint, Sge, MAX_SEND_SGE};
 use rdma_sys as sys;
 use std::mem::{offset_of, size_of};
 use std::ptr::NonNull;
@@ -455,32 +455,10 @@ impl XrcInitiator {
         inline: bool,
         signaled: bool,
     ) -> Result<()> {
-        if sges.is_empty() || sges.len() > MAX_SEND_SGE as usize {
-            return Err(call_error("ibv_post_send", libc::EINVAL));
-        }
-        let total: u32 = sges.iter().map(|s| s.len).sum();
-        // SAFETY: plain C struct, zero is a valid value.
-        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = wr_id;
-        // Providers read the list and never write it (the C API just lacks `const`);
-        // `Sge` is laid out as `ibv_sge` (checked in the qp module).
-        wr.sg_list = sges.as_ptr().cast::<sys::ibv_sge>().cast_mut();
-        wr.num_sge = sges.len() as i32;
-        if signaled {
-            wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
-        }
-        wr.qp_type.xrc = sys::xrc_t { remote_srqn };
-        if inline && total <= self.caps.max_inline && matches!(op, Op::Send | Op::Write { .. }) {
-            wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE.0;
-        }
-        op.encode(&mut wr);
-        let mut bad = std::ptr::null_mut();
-        // SAFETY: a live QP and a well-formed request; the caller vouches for memory.
-        let rc = unsafe { sys::ibv_post_send(self.ptr.as_ptr(), &mut wr, &mut bad) };
-        if rc != 0 {
-            return Err(call_error("ibv_post_send", rc));
-        }
-        Ok(())
+        let inline_up_to = inline.then_some(self.caps.max_inline);
+        let xrc = Some(remote_srqn);
+        // SAFETY: a live XRC initiator; the caller's contract for the memory.
+        unsafe { post_send_request(self.ptr, wr_id, op, sges, inline_up_to, signaled, xrc) }
     }
 }
 

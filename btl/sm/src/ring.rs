@@ -1,5 +1,5 @@
-// Whole on purpose: one data structure, whose two ends must agree on the slot format and
-// the order of publication (best read side by side), and its tests.
+// Whole on purpose (over 600 lines): one data structure, whose two ends must agree on
+// the slot format and the order of publication (best read side by side).
 //! A single-producer single-consumer message ring in shared memory: the `sm`
 //! transport's path for sends. One ring per (sender, receiver) pair lives in the
 //! receiver's segment; the sender writes, the receiver polls.
