@@ -1,23 +1,23 @@
 //! Everything of a `tcp` module below the user's callbacks: its registrations, its
-//! connections and links ([`net`](super::net)), its send path ([`sends`](super::sends))
-//! and one-sided operations ([`onesided`](super::onesided)), the completions waiting
+//! connections and links ([`net`](crate::net)), its send path ([`sends`](crate::sends))
+//! and one-sided operations ([`onesided`](crate::onesided)), the completions waiting
 //! for their callbacks, and the end of failed peers.
 //!
-//! The links' frames are read by the [`Reader`](super::reader::Reader), which hands
+//! The links' frames are read by the [`Reader`](crate::reader::Reader), which hands
 //! each to its owner here.
 
-use super::failures::Failures;
-use super::interfaces::Interface;
-use super::link::Item;
-use super::net::Net;
-use super::onesided::OneSided;
-use super::peer::endpoint;
-use super::published::Published;
-use super::sends::Sends;
-use super::slot::Sent;
-use super::sockets::{self, LinkBytes};
-use super::wire::Limits;
-use super::{Refused, Settings, FLUSH_TIMEOUT_PARAM, MAX_CHUNK, MODEX_KEY};
+use crate::failures::Failures;
+use crate::interfaces::Interface;
+use crate::link::Item;
+use crate::net::Net;
+use crate::onesided::OneSided;
+use crate::peer::endpoint;
+use crate::published::Published;
+use crate::sends::Sends;
+use crate::slot::Sent;
+use crate::sockets::{self, LinkBytes};
+use crate::wire::Limits;
+use crate::{Refused, Settings, FLUSH_TIMEOUT_PARAM, MAX_CHUNK, MODEX_KEY};
 use rbtl_btl::transport_kit::keytable;
 use rbtl_btl::transport_kit::registrations::{NoPin, Registrations};
 use rbtl_btl::transport_kit::Done;
@@ -452,7 +452,7 @@ impl Engine {
 
     /// After a progress call that found work (`busy`) or none: queue the reports of
     /// peers whose links closed, once the module is quiet (or at the latest
-    /// [`REPORT_WITHIN`](super::failures::REPORT_WITHIN) after); how many.
+    /// [`REPORT_WITHIN`](crate::failures::REPORT_WITHIN) after); how many.
     #[inline]
     pub fn report_closed(&mut self, busy: bool) -> usize {
         let due = self.failures.due(busy, Instant::now);

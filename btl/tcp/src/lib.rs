@@ -98,12 +98,15 @@
 //!
 //! # Layout
 //!
-//! [`TcpModule`] is the contract's face and runs the user's callbacks; below it the
-//! engine owns the registrations, the send path, the one-sided operations and the end
-//! of failed peers; the reader walks the links in progress. Connections: `net` (the
-//! table of peers' links and how they come up), [`acceptor`], `attempt`,
-//! `readiness`, `conn`, `slot` (one link and its writing side), `link` (its
-//! byte streams), `sink` (data read into place).
+//! [`TcpModule`] (`module.rs`) is the contract's face and runs the user's callbacks;
+//! below it the engine (`engine.rs`) owns the registrations, the send path, the
+//! one-sided operations and the end of failed peers (`failures.rs`). The folders:
+//! `connections/` (`net`: the table of peers' links and how they come up;
+//! [`acceptor`], `attempt`, `handshake`; `readiness`, `conn`, `slot`: one link and its
+//! writing side; `link`: its byte streams; the interfaces and their pairing),
+//! [`wire`] (the frame format, and beside it `reader`, which walks the links in
+//! progress, `sink`, data read into place, and `sends`), and `onesided/` (the put, get
+//! and atomic protocol, its bookkeeping in `rdma`).
 //!
 //! # Crates
 //!
@@ -122,30 +125,18 @@
 
 #![warn(missing_docs)]
 
-pub mod acceptor;
-mod assignment;
-mod attempt;
-mod conn;
+mod connections;
 mod engine;
 mod failures;
-pub mod family;
-mod handshake;
-pub mod interfaces;
-mod link;
 mod module;
-mod net;
 mod onesided;
-mod pairing;
-mod peer;
-pub mod published;
-mod rdma;
-mod reader;
-mod readiness;
-mod sends;
-mod sink;
-mod slot;
-mod sockets;
 pub mod wire;
+
+pub use connections::{acceptor, family, interfaces, published};
+use connections::{
+    assignment, attempt, conn, handshake, link, net, pairing, peer, readiness, slot, sockets,
+};
+use wire::{reader, sends, sink};
 
 pub use module::{TcpModule, MAX_CHUNK};
 pub use sockets::LinkBytes;

@@ -3,11 +3,11 @@
 //! callback or the expected receive, completions to theirs, failures to the error
 //! callback. Every callback gets the module itself, so they all run from here.
 
-use super::engine::Engine;
-use super::interfaces::Interface;
-use super::reader::{Delivery, Message, Reader};
-use super::sockets::LinkBytes;
-use super::{Refused, Settings, NAME};
+use crate::engine::Engine;
+use crate::interfaces::Interface;
+use crate::reader::{Delivery, Message, Reader};
+use crate::sockets::LinkBytes;
+use crate::{Refused, Settings, NAME};
 use rbtl_btl::transport_kit::Done;
 use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::transport_kit::{AmTable, ExpectedSlot};

@@ -6,10 +6,10 @@
 //! system call; what the socket does not take queues, in order, and goes out as the
 //! socket takes it (one `sendmsg` gathers many queued frames).
 
-use super::conn::Conn;
-use super::link::{Head, Item, SendQueue};
-use super::peer::ConnId;
-use super::sockets;
+use crate::conn::Conn;
+use crate::link::{Head, Item, SendQueue};
+use crate::peer::ConnId;
+use crate::sockets;
 use rbtl_btl::transport_kit::keytable::KeyTableView;
 use rbtl_btl::{Descriptor, Error, ModuleId, Result};
 use std::io::{self, IoSlice};

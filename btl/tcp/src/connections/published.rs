@@ -12,9 +12,9 @@
 //! library in the same job) is refused with the reason, as is anything else that is
 //! not a whole blob of this format.
 
-use super::family;
-use super::handshake::Secret;
-use super::wire::SECRET;
+use crate::family;
+use crate::handshake::Secret;
+use crate::wire::SECRET;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 const VERSION: u8 = 2;
@@ -267,7 +267,7 @@ mod tests {
         #[test]
         fn any_bytes_decode_without_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300)) {
             if let Ok(p) = Published::decode(&bytes) {
-                let _ = super::super::pairing::pairs(&p.listeners, &p.listeners, false);
+                let _ = crate::pairing::pairs(&p.listeners, &p.listeners, false);
                 proptest::prop_assert!(p
                     .listeners
                     .iter()

@@ -10,8 +10,8 @@
 //! each chunk is acknowledged (PUT_ACK, GET_DONE), and an operation completes when all
 //! its chunks are, with the first refusal if any.
 
-use super::link::{self, GetReply, Head, Item};
-use super::wire::{Encoder, Kind};
+use crate::link::{self, GetReply, Head, Item};
+use crate::wire::{Encoder, Kind};
 use rbtl_btl::transport_kit::keytable::{HandleFields, KeyTableView, HANDLE_SIZE};
 use rbtl_btl::transport_kit::Answers;
 use rbtl_btl::{

@@ -1,17 +1,17 @@
 //! Our own connection attempt for one link: the nonblocking connect, the HELLO, and
-//! the peer's answer ([`handshake`](super::handshake) has the states, this drives them
+//! the peer's answer ([`handshake`](crate::handshake) has the states, this drives them
 //! over the socket). What the answer means for the link is the connection table's
-//! business ([`net`](super::net)).
+//! business ([`net`](crate::net)).
 //!
 //! The attempt has no clock of its own: the link it is for has a deadline to be up
-//! ([`LinkSlot::deadline`](super::slot::LinkSlot)), which covers the connect, a peer
+//! ([`LinkSlot::deadline`](crate::slot::LinkSlot)), which covers the connect, a peer
 //! that accepted the connection and never answers, and a peer that declined ours and
 //! never connects itself.
 
-use super::handshake::{Connecting, Event, HELLO_LEN};
-use super::link::RxBuf;
-use super::sockets;
-use super::wire::{self, Frame, Hello, Limits};
+use crate::handshake::{Connecting, Event, HELLO_LEN};
+use crate::link::RxBuf;
+use crate::sockets;
+use crate::wire::{self, Frame, Hello, Limits};
 use socket2::Socket;
 use std::io::{self, IoSlice};
 use std::net::{IpAddr, SocketAddr};

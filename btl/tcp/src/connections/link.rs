@@ -8,8 +8,8 @@
 //! a registration that goes meanwhile turns the rest of the data into zeros and the
 //! chunk's status into a refusal).
 
-use super::sockets;
-use super::wire::{self, Kind};
+use crate::sockets;
+use crate::wire::{self, Kind};
 use rbtl_btl::transport_kit::keytable::KeyTableView;
 use rbtl_btl::{Descriptor, Error, ModuleId, RemoteHandle};
 use socket2::Socket;

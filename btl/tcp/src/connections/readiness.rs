@@ -19,9 +19,9 @@
 //! is listed once whatever its readiness, and `epoll` reports a connection only while
 //! it is still ready when asked.
 
-use super::acceptor;
-use super::conn::{Conns, Role};
-use super::peer::ConnId;
+use crate::acceptor;
+use crate::conn::{Conns, Role};
+use crate::peer::ConnId;
 use mio::{Events, Poll, Registry};
 use std::collections::VecDeque;
 use std::io;

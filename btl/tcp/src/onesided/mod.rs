@@ -1,13 +1,14 @@
 //! Put, get and atomics of a `tcp` module, both sides: at the origin, the checks it
 //! can make, the requests (put and get chunks striped over the peer's links) and the
 //! answers that complete them; at the target, each request applied after the checks
-//! against its own registrations ([`rdma`](super::rdma) has the bookkeeping and the
+//! against its own registrations ([`rdma`] has the bookkeeping and the
 //! frames).
 
-use super::net::Net;
-use super::rdma::{self, Ops, Pending};
-use super::sink::Sink;
-use super::wire::Frame;
+pub(crate) mod rdma;
+
+use crate::net::Net;
+use crate::sink::Sink;
+use crate::wire::Frame;
 use rbtl_btl::transport_kit::keytable::{KeyTableView, HANDLE_SIZE};
 use rbtl_btl::transport_kit::registrations::{NoPin, Reg};
 use rbtl_btl::transport_kit::Answers;
@@ -16,6 +17,7 @@ use rbtl_btl::{
     AtomicRequest, Endpoint, Error, ModuleId, RdmaCallback, RemoteAtomic, Result, Transfer,
 };
 use rbtl_rcache::Access;
+use rdma::{Ops, Pending};
 use std::collections::VecDeque;
 
 /// What a one-sided frame came to.
@@ -125,7 +127,7 @@ impl OneSided {
         frame: Frame<'_>,
         done: &mut VecDeque<Done>,
     ) -> Handled {
-        let ep = super::peer::endpoint(p);
+        let ep = crate::peer::endpoint(p);
         match frame {
             Frame::Put {
                 req,

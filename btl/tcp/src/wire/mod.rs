@@ -28,6 +28,11 @@
 //! controls (kind, lengths against [`Limits`], reserved tags, segment tables, handle
 //! lengths) and never panics: a frame it refuses is a protocol error of the peer.
 
+// What reads frames off the links and writes them: beside the format they share.
+pub(crate) mod reader;
+pub(crate) mod sends;
+pub(crate) mod sink;
+
 use rbtl_btl::transport_kit::keytable::HANDLE_SIZE;
 use rbtl_btl::{AtomicOp, AtomicRequest, AtomicWidth, Error, Tag, MAX_SEGMENTS};
 use rbtl_rcache::Access;
@@ -521,5 +526,4 @@ pub fn decode_status(b: &[u8]) -> Result<(), Error> {
 }
 
 #[cfg(test)]
-#[path = "wire_tests.rs"]
 mod tests;

@@ -3,10 +3,10 @@
 //! refused), a get's data at its origin (into the buffer the get named). What the
 //! link's buffer holds is copied; the rest is read from the socket straight into place.
 
-use super::conn::Conn;
-use super::link::{Item, RxBuf};
-use super::sockets;
-use super::wire::{self, Kind};
+use crate::conn::Conn;
+use crate::link::{Item, RxBuf};
+use crate::sockets;
+use crate::wire::{self, Kind};
 use rbtl_btl::transport_kit::keytable::{KeyTableView, HANDLE_SIZE};
 use rbtl_btl::{ModuleId, PeerFailure};
 use std::io;

@@ -4,10 +4,10 @@
 //!
 //! Active messages all go on link 0, so they arrive in the order they were sent. Put
 //! and get chunks are striped over every link: `btl_tcp_links` per pair of interfaces
-//! (see [`pairing::pairs`](super::pairing::pairs)).
+//! (see [`pairing::pairs`](crate::pairing::pairs)).
 
-use super::published::{Listener, Published};
-use super::slot::LinkSlot;
+use crate::published::{Listener, Published};
+use crate::slot::LinkSlot;
 use rbtl_btl::Endpoint;
 use rbtl_btl::PeerFailure;
 use std::net::IpAddr;

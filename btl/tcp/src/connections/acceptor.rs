@@ -12,13 +12,13 @@
 //! shut to the job, nor takes the descriptors its own connections need. Connections
 //! the kernel holds that could not be accepted yet are tried again on every call.
 
-use super::conn::{Conns, Role};
-use super::handshake::{self, Accepting, Expect, Refusal, Step};
-use super::interfaces::Interface;
-use super::peer::ConnId;
-use super::published::{Listener, Published};
-use super::wire::{self, Kind};
-use super::{sockets, Refused};
+use crate::conn::{Conns, Role};
+use crate::handshake::{self, Accepting, Expect, Refusal, Step};
+use crate::interfaces::Interface;
+use crate::peer::ConnId;
+use crate::published::{Listener, Published};
+use crate::wire::{self, Kind};
+use crate::{sockets, Refused};
 use mio::{Registry, Token};
 use rbtl_btl::{Error, Result};
 use socket2::Socket;

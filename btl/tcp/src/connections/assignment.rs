@@ -1,5 +1,5 @@
 //! The best assignment of rows to columns of a table of weights, and which one among
-//! equally good ones: what [`pairing`](super::pairing) pairs interfaces by.
+//! equally good ones: what [`pairing`](crate::pairing) pairs interfaces by.
 //!
 //! A weight of 0 means the row and the column cannot be paired. [`best`] pairs each row
 //! with at most one column and each column with at most one row so that the sum of
@@ -37,7 +37,7 @@ const FORBIDDEN: i64 = 1 << 40;
 /// # Panics
 ///
 /// When the rows are not all of one length (a bug of the caller). The arithmetic is
-/// sized for what [`pairing`](super::pairing) builds: at most 255 rows and 255
+/// sized for what [`pairing`](crate::pairing) builds: at most 255 rows and 255
 /// columns, weights at most 256.
 pub fn best(weights: &[Vec<u32>]) -> Vec<Option<usize>> {
     let rows = weights.len();

@@ -8,7 +8,7 @@
 //! `getifaddrs` is called through `libc`: `rustix` (in the workspace already) has no
 //! binding for it, and `nix`, which has one, would come in for this one call.
 
-use super::family::{self, Families, Net, DISABLE_FAMILY_PARAM};
+use crate::family::{self, Families, Net, DISABLE_FAMILY_PARAM};
 use rbtl_btl::{Error, Result};
 use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};

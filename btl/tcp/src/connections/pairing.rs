@@ -31,9 +31,9 @@
 //! stripe data through a router. Both ranks compute the list from the same two
 //! published lists, with the lower rank's first, so they agree on it ([`pairs_with`]).
 
-use super::assignment;
-use super::family;
-use super::published::Listener;
+use crate::assignment;
+use crate::family;
+use crate::published::Listener;
 
 /// How a pair of addresses reaches across.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

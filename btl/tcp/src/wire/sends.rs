@@ -3,10 +3,10 @@
 //! written whole), and active messages onto link 0 of their peer (so they keep their
 //! order), written at once when the link is idle.
 
-use super::link::Head;
-use super::net::Net;
-use super::slot::Sent;
-use super::wire;
+use crate::link::Head;
+use crate::net::Net;
+use crate::slot::Sent;
+use crate::wire;
 use rbtl_btl::transport_kit::send_frags::SendFrags;
 use rbtl_btl::{ActiveMessage, Descriptor, ModuleId, Result, Tag, MAX_SEGMENTS};
 

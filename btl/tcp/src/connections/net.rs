@@ -8,20 +8,20 @@
 //! ([`Net::failures`], which the module ends after reading what their other links
 //! hold).
 
-use super::acceptor::{self, Acceptor, Heard};
-use super::attempt::{Attempt, Outcome};
-use super::conn::{Conn, Conns, Role};
-use super::handshake::{self, LinkState, Verdict};
-use super::interfaces::Interface;
-use super::link::{Head, Item, RxBuf};
-use super::pairing;
-use super::peer::{ConnId, Peer};
-use super::published::{Listener, Published};
-use super::readiness::Readiness;
-use super::slot::Sent;
-use super::sockets;
-use super::wire::{Hello, Kind, Limits, VERSION};
-use super::{Refused, Settings};
+use crate::acceptor::{self, Acceptor, Heard};
+use crate::attempt::{Attempt, Outcome};
+use crate::conn::{Conn, Conns, Role};
+use crate::handshake::{self, LinkState, Verdict};
+use crate::interfaces::Interface;
+use crate::link::{Head, Item, RxBuf};
+use crate::pairing;
+use crate::peer::{ConnId, Peer};
+use crate::published::{Listener, Published};
+use crate::readiness::Readiness;
+use crate::slot::Sent;
+use crate::sockets;
+use crate::wire::{Hello, Kind, Limits, VERSION};
+use crate::{Refused, Settings};
 use rbtl_btl::transport_kit::keytable::KeyTableView;
 use rbtl_btl::{Descriptor, Endpoint, Error, ModuleId, PeerFailure, Result};
 use std::time::Instant;

@@ -6,13 +6,13 @@
 //!
 //! The table also counts its connections by role and lists the links, so that
 //! progress knows in constant time whether anything but links needs `epoll`
-//! ([`readiness`](super::readiness)).
+//! ([`readiness`](crate::readiness)).
 
-use super::attempt::Attempt;
-use super::handshake::Accepting;
-use super::link::RxBuf;
-use super::peer::ConnId;
-use super::sink::Sink;
+use crate::attempt::Attempt;
+use crate::handshake::Accepting;
+use crate::link::RxBuf;
+use crate::peer::ConnId;
+use crate::sink::Sink;
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
 use socket2::Socket;
@@ -92,7 +92,7 @@ pub struct Conn {
     /// Stopped with frames left to handle.
     pub pending: bool,
     /// Registered with `epoll` (links read directly are not: see
-    /// [`readiness`](super::readiness)).
+    /// [`readiness`](crate::readiness)).
     watched: bool,
 }
 

@@ -15,7 +15,7 @@
 //! rank wins: the higher rank accepts it (HELLO_ACK) and drops its own attempt, the
 //! lower rank declines the higher's (HELLO_NACK) and keeps its own.
 
-use super::wire::{self, Frame, Hello, Limits, SECRET};
+use crate::wire::{self, Frame, Hello, Limits, SECRET};
 use std::time::{Duration, Instant};
 
 /// A listener's secret.

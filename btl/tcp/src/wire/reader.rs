@@ -8,14 +8,14 @@
 //! leaves it alone) and comes back with [`Reader::delivered`]; the link's next frames
 //! are read on the next call.
 
-use super::conn::{Conn, Role};
-use super::engine::Engine;
-use super::link::RxBuf;
-use super::onesided::Handled;
-use super::peer::{endpoint, ConnId};
-use super::sink::Sink;
-use super::sockets;
-use super::wire::{self, Frame};
+use crate::conn::{Conn, Role};
+use crate::engine::Engine;
+use crate::link::RxBuf;
+use crate::onesided::Handled;
+use crate::peer::{endpoint, ConnId};
+use crate::sink::Sink;
+use crate::sockets;
+use crate::wire::{self, Frame};
 use rbtl_btl::{Endpoint, PeerFailure, Tag, MAX_SEGMENTS};
 use socket2::Socket;
 use std::io;
