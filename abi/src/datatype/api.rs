@@ -533,7 +533,13 @@ unsafe fn span(
         .bytes(count)
         .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
     match usize::try_from(pos) {
-        Ok(at) if at + need <= size.max(0) as usize => Ok((at, need)),
+        Ok(at)
+            if at
+                .checked_add(need)
+                .is_some_and(|end| end <= size.max(0) as usize) =>
+        {
+            Ok((at, need))
+        }
         _ => Err(Error::new(
             MPI_ERR_TRUNCATE,
             format!("{need} bytes cannot be {what} the {size}-byte buffer at position {pos}"),
