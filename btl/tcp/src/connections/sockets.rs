@@ -6,6 +6,7 @@
 //! `MSG_NOSIGNAL`, so that a peer's reset is an
 //! error here and never a SIGPIPE in a program that did not ignore it.
 
+use rbtl_btl::PeerFailure;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io::{self, IoSlice};
 use std::mem::MaybeUninit;
@@ -172,6 +173,15 @@ pub unsafe fn recv_into(s: &Socket, at: *mut u8, len: usize) -> io::Result<usize
 
 /// Why a link whose peer closed its end failed (a read found the end).
 pub const CLOSED: &str = "the connection closed: the peer's process ended, or closed it";
+
+/// How a read of a link ended it: at its end (`Ok(0)`: the peer's process ended, or
+/// closed it), or with the socket's error `e` (a broken connection).
+pub fn read_failure(e: Option<&io::Error>) -> PeerFailure {
+    match e {
+        None => PeerFailure::Ended(CLOSED.into()),
+        Some(e) => PeerFailure::Broken(broken("reading", e)),
+    }
+}
 
 /// Why a link failed `doing` ("reading", "writing") with `e`. A reset or an abort
 /// says what it is: the peer's process may still run (something between, or an

@@ -219,7 +219,7 @@ fn read_more(
     hup: bool,
 ) -> Result<bool, PeerFailure> {
     match rx.fill(sock, wire::needed(rx.data())) {
-        Ok((0, _)) => Err(PeerFailure::Ended(sockets::CLOSED.into())),
+        Ok((0, _)) => Err(sockets::read_failure(None)),
         Ok((_, full)) => {
             // A read that did not fill its room found the kernel's buffer empty, and
             // new data raises a new readiness.
@@ -231,7 +231,7 @@ fn read_more(
             *readable = false;
             Ok(false)
         }
-        Err(err) => Err(PeerFailure::Broken(sockets::broken("reading", &err))),
+        Err(err) => Err(sockets::read_failure(Some(&err))),
     }
 }
 

@@ -100,7 +100,7 @@ impl Sink {
                     rx.fill(&conn.sock, 1).map(|(n, full)| (n, full, 0))
                 };
                 match read {
-                    Ok((0, _, _)) => return Err(PeerFailure::Ended(sockets::CLOSED.into())),
+                    Ok((0, _, _)) => return Err(sockets::read_failure(None)),
                     Ok((_, filled, placed)) => {
                         conn.read_some(filled);
                         placed
@@ -110,7 +110,7 @@ impl Sink {
                         conn.readable = false;
                         0
                     }
-                    Err(e) => return Err(PeerFailure::Broken(sockets::broken("reading", &e))),
+                    Err(e) => return Err(sockets::read_failure(Some(&e))),
                 }
             };
             match self {
