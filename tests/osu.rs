@@ -312,6 +312,20 @@ fn rbtl_info_lists_transports_interfaces_and_parameters() {
         text.contains("memory monitor: userfaultfd (events unmap, remove, remap;"),
         "{text}"
     );
+    #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+    assert!(
+        text.contains("unmaps in flight checked after a mapping (libc's mmap"),
+        "{text}"
+    );
+    let each = run(Command::new(RBTL_INFO).args(["--param", "rcache_monitor_mmap_hooks=false"]));
+    let each = String::from_utf8_lossy(&each.stdout);
+    assert!(
+        each.contains(
+            "unmaps in flight checked at each lookup: mapping hooks turned off \
+             (rcache_monitor_mmap_hooks = false)"
+        ),
+        "{each}"
+    );
     let off = run(Command::new(RBTL_INFO).args(["--param", "rcache_monitor=none"]));
     let off = String::from_utf8_lossy(&off.stdout);
     assert!(

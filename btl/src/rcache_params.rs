@@ -20,8 +20,8 @@ use rbtl_rcache::{monitor, Options};
 /// The values of `rcache_monitor`.
 const MONITORS: [&str; 2] = ["userfaultfd", "none"];
 
-/// Register `rcache_leave_pinned`, `rcache_monitor`, `rcache_max_pinned_bytes` and
-/// `rcache_max_entries`.
+/// Register `rcache_leave_pinned`, `rcache_monitor`, `rcache_monitor_mmap_hooks`,
+/// `rcache_max_pinned_bytes` and `rcache_max_entries`.
 pub fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
     let d = Options::default();
     registry
@@ -40,6 +40,15 @@ pub fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
              btl_openib_leave_pinned off unless it does)",
         )?
         .register(
+            "rcache_monitor_mmap_hooks",
+            Value::Bool(true),
+            "with the userfaultfd monitor, patch libc's mmap, mremap, shmat and brk to \
+             count mappings, so that a lookup asks the kernel about unmaps in flight only \
+             after one (as UCX's UCM_MMAP_HOOK_MODE=bistro); false: every lookup asks \
+             (one system call more per lookup, and also covers mappings made by raw \
+             system calls)",
+        )?
+        .register(
             "rcache_max_pinned_bytes",
             Value::Size(d.max_pinned_bytes),
             "most bytes registered at once, 0 for no limit",
@@ -52,8 +61,11 @@ pub fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
     Ok(())
 }
 
-/// Whether `rcache_monitor` asks for the memory monitor.
+/// Whether `rcache_monitor` asks for the memory monitor (and how it should check for
+/// unmaps in flight, `rcache_monitor_mmap_hooks`, which the monitor reads when it
+/// starts).
 pub fn monitor_wanted(config: &Config) -> Result<bool> {
+    monitor::use_mapping_hooks(config.bool("rcache_monitor_mmap_hooks")?);
     match config.str("rcache_monitor")? {
         "userfaultfd" => Ok(true),
         "none" => Ok(false),

@@ -115,7 +115,13 @@ fn benches(c: &mut Criterion) {
 /// The memory monitor on real memory: a hit among 10k watched registrations, a miss
 /// (which registers the range with userfaultfd), and what an unmap costs when a cached
 /// registration covers the pages and when none does.
+///
+/// `RCACHE_BENCH_MMAP_HOOKS=0` in the environment starts the monitor without its
+/// mapping hooks (`rcache_monitor_mmap_hooks=false`): every lookup asks the kernel.
 fn monitored(c: &mut Criterion) {
+    if std::env::var("RCACHE_BENCH_MMAP_HOOKS").as_deref() == Ok("0") {
+        rbtl_rcache::monitor::use_mapping_hooks(false);
+    }
     let rw = Access::LOCAL_READ;
     let ps = page_size();
     let cache = Rcache::new(Nop { pins: true }, Options::default());
@@ -123,6 +129,7 @@ fn monitored(c: &mut Criterion) {
         eprintln!("no memory monitor: {}", rbtl_rcache::monitor::status());
         return;
     }
+    eprintln!("memory monitor: {}", rbtl_rcache::monitor::status());
     let arena = map_anywhere(2 * N * ps);
     for i in 0..N {
         drop(cache.register(arena + 2 * i * ps, ps, rw).unwrap());

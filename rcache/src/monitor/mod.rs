@@ -34,14 +34,18 @@
 //! the counts, a lookup therefore asks the kernel whether such a change is in flight
 //! (one `ioctl`, see `monitor/probe.rs`) and waits for it to be read. So a lookup of
 //! memory mapped after the old memory left misses, whichever thread unmapped it and
-//! whether or not its `munmap` has returned.
+//! whether or not its `munmap` has returned. Where libc's mapping functions are
+//! hooked (`monitor/hooks.rs`), a lookup asks only when a mapping was made since the
+//! last time it asked: without a new mapping there is no new memory to mistake.
 //!
-//! The cost: each lookup of a monitored cache makes that one `ioctl`; an unmap of
-//! watched pages waits for the monitor thread to be scheduled and read the event (two
-//! context switches); unmaps of pages no cache registration covers pay nothing. See
-//! `docs/memory-monitor.md` for what the monitor cannot see.
+//! The cost: a lookup of a monitored cache that follows a mapping (or every lookup,
+//! without the hooks) makes that one `ioctl`; an unmap of watched pages waits for the
+//! monitor thread to be scheduled and read the event (two context switches); unmaps
+//! of pages no cache registration covers pay nothing. See `docs/memory-monitor.md`
+//! for what the monitor cannot see.
 
 mod anonymous;
+mod hooks;
 mod pages;
 mod probe;
 mod uffd;
@@ -53,6 +57,7 @@ use std::sync::{Mutex, OnceLock, Weak};
 use crossbeam_queue::ArrayQueue;
 
 use crate::auto::Watched;
+pub use hooks::set_wanted as use_mapping_hooks;
 pub(crate) use pages::PageCounts;
 use probe::Probe;
 pub use uffd::Opened;
@@ -123,6 +128,9 @@ pub enum Status {
     Userfaultfd {
         /// How the descriptor was obtained.
         opened: Opened,
+        /// Whether lookups ask the kernel about unmaps in flight only after a mapping
+        /// (libc's mapping functions hooked), or why each lookup asks.
+        mapping_hooks: Result<(), String>,
     },
     /// No monitor runs.
     None(Unavailable),
@@ -138,17 +146,26 @@ impl Status {
 impl fmt::Display for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Status::Userfaultfd { opened } => {
+            Status::Userfaultfd {
+                opened,
+                mapping_hooks,
+            } => {
                 let how = match opened {
                     Opened::SyscallUserModeOnly => "userfaultfd(2), user-mode only",
                     Opened::Syscall => "userfaultfd(2)",
                     Opened::Device => "/dev/userfaultfd",
                 };
+                let in_flight = match mapping_hooks {
+                    Ok(()) => "unmaps in flight checked after a mapping (libc's mmap, \
+                               mremap, shmat, brk hooked)"
+                        .to_string(),
+                    Err(why) => format!("unmaps in flight checked at each lookup: {why}"),
+                };
                 write!(
                     f,
-                    "userfaultfd (events unmap, remove, remap; {how}; watches private \
-                     anonymous memory, never keeps shared memory idle; serves caches \
-                     whose registrations pin pages)"
+                    "userfaultfd (events unmap, remove, remap; {how}; {in_flight}; \
+                     watches private anonymous memory, never keeps shared memory idle; \
+                     serves caches whose registrations pin pages)"
                 )
             }
             Status::None(why) => write!(f, "none: {why}"),
@@ -175,6 +192,11 @@ pub(crate) struct Monitor {
     uffd: Uffd,
     /// Asks whether an unmap is in flight (see [`Monitor::settle`]).
     probe: Probe,
+    /// The mapping hooks, or why none are installed (see [`Monitor::sync`]).
+    hooks: Result<hooks::Installed, String>,
+    /// The count of hooked mappings read before the last check found no unmap in
+    /// flight.
+    probed: AtomicU64,
     queue: ArrayQueue<Event>,
     overflow: AtomicBool,
     /// Odd while the monitor thread reads and queues; +2 per round.
@@ -206,9 +228,19 @@ pub(crate) fn get() -> Result<&'static Monitor, &'static Unavailable> {
 fn start() -> Result<&'static Monitor, Unavailable> {
     let uffd = Uffd::open()?;
     let probe = Probe::new(&uffd)?;
+    let hooks = if hooks::wanted() {
+        hooks::install()
+    } else {
+        Err("mapping hooks turned off (rcache_monitor_mmap_hooks = false)".into())
+    };
+    if let Err(why) = &hooks {
+        tracing::debug!(%why, "rcache: every lookup asks the kernel about unmaps in flight");
+    }
     let monitor: &'static Monitor = Box::leak(Box::new(Monitor {
         uffd,
         probe,
+        hooks,
+        probed: AtomicU64::new(u64::MAX),
         queue: ArrayQueue::new(QUEUE),
         overflow: AtomicBool::new(false),
         posted: AtomicU64::new(0),
@@ -260,6 +292,7 @@ pub fn status() -> Status {
             Some(why) => Status::None(why),
             None => Status::Userfaultfd {
                 opened: m.uffd.opened,
+                mapping_hooks: m.hooks.as_ref().map(|_| ()).map_err(Clone::clone),
             },
         },
         Err(why) => Status::None(why.clone()),
@@ -414,12 +447,30 @@ impl Monitor {
     }
 
     /// Applies the events read so far to every cache (before a lookup), after waiting
-    /// for those still in flight. One `ioctl` and two atomic loads when nothing
-    /// happened.
+    /// for those still in flight. With the mapping hooks, a few atomic loads when
+    /// nothing happened; without, one `ioctl` more.
+    ///
+    /// In flight matters only where new memory was mapped over what left before its
+    /// event was read (`probe.rs`), and new memory comes from a mapping, which the
+    /// hooks count once it exists. A lookup that reads the count the last check read
+    /// before it found nothing in flight follows no mapping made since: any unmap in
+    /// flight under such a mapping had begun before that check, which waited until
+    /// its event was read (and counted in `posted`, compared below).
     #[inline]
     pub(crate) fn sync(&self) {
         if self.usable() {
-            self.settle();
+            match &self.hooks {
+                Ok(hooks) => {
+                    let mapped = hooks::mapped();
+                    if mapped != self.probed.load(Ordering::SeqCst) || !hooks.intact() {
+                        self.settle();
+                        if hooks.intact() {
+                            self.probed.store(mapped, Ordering::SeqCst);
+                        }
+                    }
+                }
+                Err(_) => self.settle(),
+            }
         }
         if self.posted.load(Ordering::SeqCst) == self.applied.load(Ordering::Acquire) {
             return;

@@ -8,10 +8,17 @@
 //! run on another. It changes the monitor's scheduling, so it runs as a role, in a
 //! process of its own (see `roles`). A round whose address another thread of the
 //! process takes first proves nothing and is not counted.
+//!
+//! Two ways: with the mapping hooks (the default), the new memory mapped through
+//! libc's `mmap`, which counts it, so the lookup after asks the kernel; with the hooks
+//! turned off, mapped by a raw `syscall(SYS_mmap)`, which only the question asked at
+//! every lookup catches.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use rbtl_rcache::monitor::{self, Status};
 
 use crate::memory::{fill, map, map_again, unmap, Checker, PS};
 
@@ -70,8 +77,55 @@ fn monitor_thread() -> libc::pid_t {
     }
 }
 
-pub fn role_in_flight() {
+/// How the thread that maps again does it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mapping {
+    /// libc's `mmap`, with the mapping hooks installed.
+    Hooked,
+    /// A raw `syscall(SYS_mmap)`, with the hooks turned off.
+    RawEachLookup,
+}
+
+/// `len` bytes at `addr` by the system call itself, bypassing libc's `mmap`; None if
+/// the address is taken.
+fn map_again_raw(addr: usize, len: usize) -> Option<usize> {
+    // SAFETY: a private anonymous mapping where nothing is mapped
+    // (MAP_FIXED_NOREPLACE refuses otherwise).
+    let p = unsafe {
+        libc::syscall(
+            libc::SYS_mmap,
+            addr,
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    (p as usize == addr).then_some(addr)
+}
+
+pub fn role_in_flight(mapping: Mapping) {
+    monitor::use_mapping_hooks(mapping == Mapping::Hooked);
     let mut c = Checker::new();
+    let status = monitor::status();
+    let Status::Userfaultfd { mapping_hooks, .. } = &status else {
+        panic!("{status}");
+    };
+    match mapping {
+        Mapping::Hooked if cfg!(all(target_arch = "x86_64", target_env = "gnu")) => {
+            assert_eq!(mapping_hooks, &Ok(()), "{status}")
+        }
+        Mapping::Hooked => rbtl_testkit::cannot_run(
+            "the in-flight case with mapping hooks",
+            "the hooks are made for x86-64 glibc only",
+        ),
+        Mapping::RawEachLookup => assert!(mapping_hooks.is_err(), "{status}"),
+    }
+    let map_again = match mapping {
+        Mapping::Hooked => map_again,
+        Mapping::RawEachLookup => map_again_raw,
+    };
     let cpus = cpus();
     assert!(cpus.len() >= 2, "this case needs two CPUs, has {cpus:?}");
     let (slow, fast) = (cpus[0], cpus[1]);
@@ -140,8 +194,8 @@ pub fn role_in_flight() {
     stop.store(true, Ordering::Relaxed);
     spinner.join().unwrap();
     println!(
-        "in flight: {in_flight} of {ROUNDS} new mappings made before munmap returned \
-         ({taken} addresses taken by another thread first)"
+        "in flight ({mapping:?}): {in_flight} of {ROUNDS} new mappings made before \
+         munmap returned ({taken} addresses taken by another thread first)"
     );
     assert_eq!(
         stale, 0,

@@ -11,6 +11,7 @@
 
 mod cases;
 mod fork;
+mod hooks;
 mod in_flight;
 mod memory;
 mod pin;

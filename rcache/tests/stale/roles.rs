@@ -7,8 +7,9 @@
 //! - `ordinary`: as an ordinary user while `vm.unprivileged_userfaultfd` is 0: the
 //!   monitor runs with `UFFD_USER_MODE_ONLY` and catches an unmap.
 //! - `brk`: memory taken with `sbrk` and given back by a shrinking `brk`.
-//! - `in_flight`: new memory mapped where an unmap has freed the range but not yet
-//!   returned (see `in_flight`).
+//! - `in_flight`, `in_flight_raw`: new memory mapped where an unmap has freed the
+//!   range but not yet returned, through libc with the mapping hooks and by a raw
+//!   system call without them (see `in_flight`).
 //! - `fork_child`: a fork child that registers and unmaps memory, its own and the
 //!   parent's (see `fork`).
 
@@ -76,6 +77,11 @@ fn new_memory_mapped_while_its_munmap_is_in_flight_is_a_miss() {
 }
 
 #[test]
+fn new_memory_mapped_by_a_raw_system_call_while_its_munmap_is_in_flight_is_a_miss_without_hooks() {
+    run_role("in_flight_raw");
+}
+
+#[test]
 fn a_fork_child_never_hits_memory_that_left_nor_disturbs_the_parents_monitor() {
     run_role("fork_child");
 }
@@ -89,7 +95,10 @@ fn role_entry() {
         "refused" => role_refused(),
         "ordinary" => role_ordinary(),
         "brk" => role_brk(),
-        "in_flight" => crate::in_flight::role_in_flight(),
+        "in_flight" => crate::in_flight::role_in_flight(crate::in_flight::Mapping::Hooked),
+        "in_flight_raw" => {
+            crate::in_flight::role_in_flight(crate::in_flight::Mapping::RawEachLookup)
+        }
         "fork_child" => crate::fork::role_fork_child(),
         other => panic!("unknown RBTL_STALE_ROLE {other:?}"),
     }
