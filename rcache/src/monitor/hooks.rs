@@ -81,7 +81,7 @@ pub(crate) fn install() -> Result<Installed, String> {
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
 mod patch {
-    use std::ffi::{c_int, c_void, CStr};
+    use std::ffi::{c_int, c_long, c_void, CStr};
     use std::ptr;
     use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
@@ -104,8 +104,19 @@ mod patch {
         off: off_t,
     ) -> *mut c_void {
         // SAFETY: the caller's arguments, passed on to the kernel as libc's `mmap`
-        // would; `syscall` sets errno on failure.
-        let r = unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) };
+        // passes them (each widened to a `long`, as `syscall` reads them); `syscall`
+        // sets errno on failure.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_mmap,
+                addr,
+                len,
+                c_long::from(prot),
+                c_long::from(flags),
+                c_long::from(fd),
+                off,
+            )
+        };
         if r != -1 {
             counted();
         }
@@ -127,7 +138,16 @@ mod patch {
             ptr::null_mut()
         };
         // SAFETY: as in `mmap_hook`.
-        let r = unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) };
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_mremap,
+                old,
+                old_len,
+                new_len,
+                c_long::from(flags),
+                new_addr,
+            )
+        };
         if r != -1 {
             counted();
         }
@@ -136,7 +156,8 @@ mod patch {
 
     unsafe extern "C" fn shmat_hook(id: c_int, addr: *const c_void, flags: c_int) -> *mut c_void {
         // SAFETY: as in `mmap_hook`.
-        let r = unsafe { libc::syscall(libc::SYS_shmat, id, addr, flags) };
+        let r =
+            unsafe { libc::syscall(libc::SYS_shmat, c_long::from(id), addr, c_long::from(flags)) };
         if r != -1 {
             counted();
         }
