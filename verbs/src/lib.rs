@@ -31,6 +31,6 @@ pub use error::{memlock_limit, Error, Result};
 pub use pd::{Mr, MrAccess, Pd};
 pub use qp::{Op, Qp, QpCaps, QpEndpoint, Sge, MAX_SEND_SGE};
 pub use rdmacm::{devices as cm_devices, CmEvent, CmEventKind, CmId, EventChannel};
-pub use registrar::{mr_access, VerbsRegistrar};
+pub use registrar::{fork_copies_pinned_pages, mr_access, VerbsRegistrar};
 pub use srq::Srq;
 pub use xrc::{XrcInitiator, XrcSrq, XrcTarget, Xrcd};
