@@ -20,9 +20,10 @@
 //! bytes (`jmp rel32` to a trampoline page mapped within reach), written with one
 //! aligned 8-byte store so no thread can fetch half of it. A thread stopped right
 //! after the first instruction of one of these functions at that instant would resume
-//! inside the jump; the patch is made once, when the monitor starts. Each lookup
-//! checks that the jumps are still in place (another patcher may replace them) and
-//! asks the kernel every time once they are not.
+//! inside the jump; the patch is made once, when the monitor starts, and checked at
+//! once by a mapping that must be counted (under a binary translator the old code may
+//! still run). Each lookup checks that the jumps are still in place (another patcher
+//! may replace them) and asks the kernel every time once they are not.
 //!
 //! x86-64 glibc only; elsewhere every lookup asks the kernel.
 
@@ -318,6 +319,36 @@ mod patch {
             protect(at, 8, libc::PROT_READ | libc::PROT_EXEC)?;
             words.push((at, word));
         }
+        check_counted()?;
         Ok(Installed { words })
+    }
+
+    /// Maps a page through libc's `mmap` and checks that the replacement counted it
+    /// (under a binary translator such as valgrind the old code may still run).
+    fn check_counted() -> Result<(), String> {
+        let before = super::mapped();
+        // SAFETY: a fresh private mapping without access, unmapped at once.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                page(),
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(format!(
+                "mapping a page through the hooked mmap: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: the page just mapped, referred to by nothing.
+        unsafe { libc::munmap(p, page()) };
+        if super::mapped() == before {
+            return Err("libc's mmap was patched but its replacement does not run".into());
+        }
+        Ok(())
     }
 }
