@@ -141,7 +141,8 @@ impl Pending {
 
     /// The first failure, taken.
     fn take_error(&self) -> Option<rbtl_btl::Error> {
-        if !self.0.failed.swap(false, Ordering::AcqRel) {
+        // A load first: the swap, a locked write, only when one failed.
+        if !self.0.failed.load(Ordering::Acquire) || !self.0.failed.swap(false, Ordering::AcqRel) {
             return None;
         }
         self.0
@@ -362,6 +363,27 @@ impl Comm {
             return Err(e.into());
         }
         Ok(())
+    }
+
+    /// An 8-byte atomic on the word of `t` at `offset` done at once with the
+    /// processor's atomics, when `t` is mapped here (shared memory, or this process's
+    /// own): its previous value; `None` when `t` is not mapped (then
+    /// [`Comm::atomic_on`] reaches it through its transport). The word must be aligned.
+    pub fn atomic_here(t: &Target, offset: usize, atomic: Atomic) -> Result<Option<u64>> {
+        let Some(base) = t.direct else {
+            return Ok(None);
+        };
+        Self::inside(t, offset, 8)?;
+        let at = t.addr + offset as u64;
+        if at % 8 != 0 {
+            return Err(Error::Btl(rbtl_btl::Error::Misaligned(at)));
+        }
+        // SAFETY: the word lies inside the mapping (checked) and is aligned; it is
+        // reached only atomically by every process (the library's rule for window
+        // words under atomics).
+        Ok(Some(unsafe {
+            direct_atomic(base.add(offset), atomic, false)
+        }))
     }
 
     /// Start an atomic on the word of `width_32` (4 bytes) or 8 bytes of `t` at

@@ -142,26 +142,24 @@ impl Mpi {
         let Mpi { wins, msg, .. } = self;
         let w = wins.get(h).ok_or_else(|| bad_win(h))?;
         let (ctrl, job, p) = (&w.peers[r].ctrl, w.peers[r].job, &w.waited);
-        let add = |msg: &mut rbtl::msg::Comm, by: u64| {
-            // SAFETY: no result.
-            unsafe {
-                msg.atomic_on(
-                    ctrl,
-                    offset,
-                    Atomic::Op(AtomicOp::Add, by),
-                    false,
-                    std::ptr::null_mut(),
-                    p,
-                )
-            }?;
-            msg.complete(p, Some(job))
+        // The word's previous value: at once where the control block is mapped here,
+        // else through the transport, waited for.
+        let apply = |msg: &mut rbtl::msg::Comm, atomic: Atomic| -> Result<u64> {
+            if let Some(old) = rbtl::msg::Comm::atomic_here(ctrl, offset, atomic)? {
+                return Ok(old);
+            }
+            let mut old = [0u8; 8];
+            // SAFETY: `old` lives until the operation is waited for, just below.
+            unsafe { msg.atomic_on(ctrl, offset, atomic, false, old.as_mut_ptr(), p) }?;
+            msg.complete(p, Some(job))?;
+            Ok(u64::from_ne_bytes(old))
         };
+        let add = |msg: &mut rbtl::msg::Comm, by: u64| apply(msg, Atomic::Op(AtomicOp::Add, by));
         let exclusive = match change {
-            Give(true) => return Ok(add(msg, EXCLUSIVE.wrapping_neg()).map(|_| true)?),
-            Give(false) => return Ok(add(msg, u64::MAX).map(|_| true)?),
+            Give(true) => return add(msg, EXCLUSIVE.wrapping_neg()).map(|_| true),
+            Give(false) => return add(msg, u64::MAX).map(|_| true),
             Take(exclusive) => exclusive,
         };
-        let mut old = [0u8; 8];
         let atomic = if exclusive {
             Atomic::CompareSwap {
                 compare: 0,
@@ -170,10 +168,7 @@ impl Mpi {
         } else {
             Atomic::Op(AtomicOp::Add, 1)
         };
-        // SAFETY: `old` lives until the operation is waited for, just below.
-        unsafe { msg.atomic_on(ctrl, offset, atomic, false, old.as_mut_ptr(), p) }?;
-        msg.complete(p, Some(job))?;
-        let old = u64::from_ne_bytes(old);
+        let old = apply(msg, atomic)?;
         if exclusive && old == 0 || !exclusive && old & EXCLUSIVE == 0 {
             return Ok(true);
         }
