@@ -365,11 +365,11 @@ impl Comm {
         Ok(())
     }
 
-    /// An 8-byte atomic on the word of `t` at `offset` done at once with the
-    /// processor's atomics, when `t` is mapped here (shared memory, or this process's
-    /// own): its previous value; `None` when `t` is not mapped (then
-    /// [`Comm::atomic_on`] reaches it through its transport). The word must be aligned.
-    pub fn atomic_here(t: &Target, offset: usize, atomic: Atomic) -> Result<Option<u64>> {
+    /// The 8-byte word of `t` at `offset`, for the processor's atomics, when `t` is
+    /// mapped here (shared memory, or this process's own); `None` when it is not
+    /// (then [`Comm::atomic_on`] reaches it through its transport). The word must lie
+    /// inside `t` and be aligned.
+    pub fn word_here(t: &Target, offset: usize) -> Result<Option<&AtomicU64>> {
         let Some(base) = t.direct else {
             return Ok(None);
         };
@@ -378,11 +378,11 @@ impl Comm {
         if at % 8 != 0 {
             return Err(Error::Btl(rbtl_btl::Error::Misaligned(at)));
         }
-        // SAFETY: the word lies inside the mapping (checked) and is aligned; it is
-        // reached only atomically by every process (the library's rule for window
-        // words under atomics).
+        // SAFETY: the word lies inside the mapping (checked), which lives as long as
+        // `t`, and is aligned; it is reached only atomically by every process (the
+        // library's rule for window words under atomics).
         Ok(Some(unsafe {
-            direct_atomic(base.add(offset), atomic, false)
+            AtomicU64::from_ptr(base.add(offset).cast())
         }))
     }
 

@@ -92,21 +92,23 @@ impl Mpi {
         // under the mutex.
         if let (Some(at), None) = (direct, atomic) {
             self.win_acquire(win, a.member, ACC_WORD, true)?;
-            let combined = self.dtype(ty).and_then(|t| {
-                let n = a.bytes.checked_div(t.size).unwrap_or(0);
-                // SAFETY: `at` holds the packed bytes of `n` elements, which the
-                // mutex keeps from other accumulates meanwhile; `fetched` has room
-                // for them (the caller's contract); `origin` holds them.
-                unsafe {
-                    if !fetched.is_null() {
-                        std::ptr::copy_nonoverlapping(at, fetched, a.bytes);
-                    }
-                    if op != MPI_NO_OP {
-                        op::reduce(Op::Predefined(op), t, ty, origin, at, n)?;
-                    }
+            // SAFETY: `at` holds `a.bytes` packed bytes, which the mutex keeps from
+            // other accumulates meanwhile; `fetched` has room for them (the caller's
+            // contract); `origin` holds them.
+            let combined = unsafe {
+                if !fetched.is_null() {
+                    std::ptr::copy_nonoverlapping(at, fetched, a.bytes);
                 }
-                Ok(())
-            });
+                match (op, prim) {
+                    (MPI_NO_OP, _) => Ok(()),
+                    // One basic kind: the kernel at once, on its elements.
+                    (_, Some(p)) => op::reduce_basic(op, p, origin, at, a.bytes / p.size()),
+                    (_, None) => self.dtype(ty).and_then(|t| {
+                        let n = a.bytes.checked_div(t.size).unwrap_or(0);
+                        op::reduce(Op::Predefined(op), t, ty, origin, at, n)
+                    }),
+                }
+            };
             let released = self.win_release(win, a.member, ACC_WORD, true);
             return combined.and(released);
         }

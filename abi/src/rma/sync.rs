@@ -16,6 +16,7 @@ use crate::state::Mpi;
 use rbtl::btl::AtomicOp;
 use rbtl::msg::Atomic;
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 
 /// The writer's bit of a lock word.
 pub(super) const EXCLUSIVE: u64 = 1 << 63;
@@ -97,16 +98,15 @@ impl Mpi {
         offset: usize,
         exclusive: bool,
     ) -> Result<()> {
+        if self.lock_word(h, r, offset, Take(exclusive))? {
+            return Ok(());
+        }
         let mut tries = 0u32;
         // A holder that never releases (it died, or stopped) is given up on after
         // the message layer's peer timeout, counted from the first failed take.
         let limit = self.msg.peer_timeout();
-        let mut start = None;
+        let start = std::time::Instant::now();
         loop {
-            if self.lock_word(h, r, offset, Take(exclusive))? {
-                return Ok(());
-            }
-            let start = *start.get_or_insert_with(std::time::Instant::now);
             // The holder may need this process's progress to finish.
             self.progress();
             tries += 1;
@@ -121,6 +121,9 @@ impl Mpi {
                         ),
                     ));
                 }
+            }
+            if self.lock_word(h, r, offset, Take(exclusive))? {
+                return Ok(());
             }
         }
     }
@@ -142,12 +145,32 @@ impl Mpi {
         let Mpi { wins, msg, .. } = self;
         let w = wins.get(h).ok_or_else(|| bad_win(h))?;
         let (ctrl, job, p) = (&w.peers[r].ctrl, w.peers[r].job, &w.waited);
-        // The word's previous value: at once where the control block is mapped here,
-        // else through the transport, waited for.
+        if let Some(word) = rbtl::msg::Comm::word_here(ctrl, offset)? {
+            // The control block is mapped here: the processor's atomics at once.
+            return Ok(match change {
+                Give(true) => {
+                    word.fetch_sub(EXCLUSIVE, Ordering::AcqRel);
+                    true
+                }
+                Give(false) => {
+                    word.fetch_sub(1, Ordering::AcqRel);
+                    true
+                }
+                Take(true) => word
+                    .compare_exchange(0, EXCLUSIVE, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok(),
+                Take(false) => {
+                    let old = word.fetch_add(1, Ordering::AcqRel);
+                    if old & EXCLUSIVE != 0 {
+                        // A writer holds it: the reader's count goes back.
+                        word.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    old & EXCLUSIVE == 0
+                }
+            });
+        }
+        // The word's previous value, through the transport, waited for.
         let apply = |msg: &mut rbtl::msg::Comm, atomic: Atomic| -> Result<u64> {
-            if let Some(old) = rbtl::msg::Comm::atomic_here(ctrl, offset, atomic)? {
-                return Ok(old);
-            }
             let mut old = [0u8; 8];
             // SAFETY: `old` lives until the operation is waited for, just below.
             unsafe { msg.atomic_on(ctrl, offset, atomic, false, old.as_mut_ptr(), p) }?;
