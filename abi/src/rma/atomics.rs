@@ -287,16 +287,34 @@ pub unsafe extern "C" fn PMPI_Fetch_and_op(
     win: Handle,
 ) -> c_int {
     call("MPI_Fetch_and_op", Object::Win(win), |mpi| {
-        // SAFETY: the binding's contract: one element of each.
-        unsafe {
-            mpi.get_accumulate(
-                (origin_addr, 1, datatype),
-                (result_addr, 1, datatype),
-                (target_rank, target_disp, 1, datatype),
-                op,
-                win,
-            )
+        if !mpi.dtype(datatype)?.predefined {
+            // Refused there as for MPI_Get_accumulate, or served the same.
+            // SAFETY: the binding's contract: one element of each.
+            return unsafe {
+                mpi.get_accumulate(
+                    (origin_addr, 1, datatype),
+                    (result_addr, 1, datatype),
+                    (target_rank, target_disp, 1, datatype),
+                    op,
+                    win,
+                )
+            };
         }
+        // A predefined type (as the standard asks): origin and result are the element
+        // itself, of the target's size.
+        mpi.accumulate_op(op, datatype)?;
+        if mpi.to_proc_null(win, target_rank)? {
+            return Ok(());
+        }
+        let a = mpi.access(win, target_rank, target_disp, 1, datatype)?;
+        let origin = if op == MPI_NO_OP {
+            std::ptr::null()
+        } else {
+            origin_addr.cast::<u8>()
+        };
+        // SAFETY: the binding's contract: one element at `origin_addr`, room for one
+        // at `result_addr`.
+        unsafe { mpi.accumulate(win, &a, datatype, origin, op, result_addr.cast()) }
     })
 }
 

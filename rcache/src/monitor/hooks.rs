@@ -10,7 +10,8 @@
 //! asks the kernel; a lookup that reads the count of the last check follows no mapping
 //! made since that check, and the check itself waited for every unmap in flight before
 //! it. Not counted: mappings made by a system call that does not go through libc's
-//! functions (`syscall(2)`, inline `syscall` instructions, a second libc);
+//! functions (`syscall(2)`, inline `syscall` instructions, a second libc, the dynamic
+//! loader's own copy of `mmap`);
 //! `docs/memory-monitor.md` says what that leaves.
 //!
 //! How: as Open MPI's patcher and UCX's ucm ("bistro") do, the entry of each libc
