@@ -274,14 +274,6 @@ mod tests {
 
     const MODULE: ModuleId = ModuleId(0x5eed);
 
-    /// `cases` cases, unless `PROPTEST_CASES` says otherwise.
-    fn fuzz_config(cases: u32) -> ProptestConfig {
-        match std::env::var_os("PROPTEST_CASES") {
-            Some(_) => ProptestConfig::default(),
-            None => ProptestConfig::with_cases(cases),
-        }
-    }
-
     /// What the model knows of a live entry: (base, len, access, registration key).
     type Live = HashMap<u64, (u64, usize, Access, u64)>;
 
@@ -384,7 +376,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(fuzz_config(2000))]
+        #![proptest_config(rbtl_testkit::fuzz::config(2000))]
 
         #[test]
         fn any_bytes_are_a_handle_or_malformed(bytes in vec(any::<u8>(), 0..400)) {

@@ -4,5 +4,11 @@
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    rbtl::launcher::cli::main("rbtlrun", "", std::env::args_os().skip(1).collect())
+    let version = concat!("rbtlrun ", env!("CARGO_PKG_VERSION"));
+    rbtl::launcher::cli::main(
+        "rbtlrun",
+        "",
+        version,
+        std::env::args_os().skip(1).collect(),
+    )
 }

@@ -83,8 +83,13 @@ pub enum Invocation {
 /// `args`, print help or version, or launch the job; the exit code is the job's (the
 /// worst of its ranks), 1 when it could not start, 2 for a bad command line.
 /// `name` prefixes its messages (and replaces `rbtlrun` in their advice), `banner`
-/// comes before the options in its help.
-pub fn main(name: &str, banner: &str, args: Vec<OsString>) -> std::process::ExitCode {
+/// comes before the options in its help, `version` is what `--version` prints.
+pub fn main(
+    name: &str,
+    banner: &str,
+    version: &str,
+    args: Vec<OsString>,
+) -> std::process::ExitCode {
     use std::io::Write;
     use std::process::ExitCode;
     match parse_args(args) {
@@ -94,12 +99,7 @@ pub fn main(name: &str, banner: &str, args: Vec<OsString>) -> std::process::Exit
             ExitCode::SUCCESS
         }
         Ok(Invocation::Version) => {
-            let whose = if name == "rbtlrun" { "" } else { " (rbtl)" };
-            let _ = writeln!(
-                std::io::stdout(),
-                "{name}{whose} {}",
-                env!("CARGO_PKG_VERSION")
-            );
+            let _ = writeln!(std::io::stdout(), "{version}");
             ExitCode::SUCCESS
         }
         Ok(Invocation::Run {

@@ -1,5 +1,6 @@
 //! Helpers the workspace's test suites share.
 
+pub mod fuzz;
 pub mod mem;
 
 /// The variable that says every test must run: set by `.ci/run`, which runs as root

@@ -107,7 +107,8 @@ fn main() -> ExitCode {
         );
     }
     let banner = "mpiexec: the MPI launcher of rbtl's libmpi_abi, over rbtlrun\n\nUsage: mpiexec -n N [-genv NAME VALUE]... [-x NAME=VALUE]... PROGRAM [ARGS...]\n\nEvery other option is rbtlrun's:\n\n";
-    cli::main("mpiexec", banner, args)
+    let version = concat!("mpiexec (rbtl) ", env!("CARGO_PKG_VERSION"));
+    cli::main("mpiexec", banner, version, args)
 }
 
 #[cfg(test)]

@@ -171,14 +171,6 @@ mod tests {
     use proptest::prelude::*;
 
     /// `cases` cases, unless `PROPTEST_CASES` says otherwise.
-    fn config(cases: u32) -> ProptestConfig {
-        let default = ProptestConfig::default();
-        match std::env::var_os("PROPTEST_CASES") {
-            Some(_) => default,
-            None => ProptestConfig { cases, ..default },
-        }
-    }
-
     /// Words where arithmetic goes wrong: small, near a power of two, near the top.
     fn word() -> impl Strategy<Value = u64> {
         prop_oneof![
@@ -250,7 +242,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(config(2000))]
+        #![proptest_config(rbtl_testkit::fuzz::config(2000))]
 
         #[test]
         fn remote_keys_round_trip(

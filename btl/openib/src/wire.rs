@@ -141,14 +141,6 @@ mod tests {
     use proptest::prelude::*;
 
     /// `cases` cases, unless `PROPTEST_CASES` says otherwise.
-    fn config(cases: u32) -> ProptestConfig {
-        let default = ProptestConfig::default();
-        match std::env::var_os("PROPTEST_CASES") {
-            Some(_) => default,
-            None => ProptestConfig { cases, ..default },
-        }
-    }
-
     /// Segment lengths as a table entry may hold them: small, or huge.
     fn seg_len() -> impl Strategy<Value = u32> {
         prop_oneof![0..64u32, (u32::MAX - 8)..=u32::MAX, any::<u32>()]
@@ -216,7 +208,7 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(config(2000))]
+        #![proptest_config(rbtl_testkit::fuzz::config(2000))]
 
         #[test]
         fn trailers_round_trip(t in trailer()) {

@@ -21,15 +21,6 @@ use rbtl_btl::{Endpoint, Error, ModuleId, Proc, RemoteHandle};
 use rbtl_rcache::Access;
 use std::collections::VecDeque;
 
-/// `cases` cases, unless `PROPTEST_CASES` says otherwise.
-pub(crate) fn proptest_config(cases: u32) -> ProptestConfig {
-    let default = ProptestConfig::default();
-    match std::env::var_os("PROPTEST_CASES") {
-        Some(_) => default,
-        None => ProptestConfig { cases, ..default },
-    }
-}
-
 /// Words where arithmetic goes wrong: small, near a power of two, near the top.
 fn word() -> impl Strategy<Value = u64> {
     prop_oneof![
@@ -212,7 +203,7 @@ impl Hostile {
 }
 
 proptest! {
-    #![proptest_config(proptest_config(1000))]
+    #![proptest_config(rbtl_testkit::fuzz::config(1000))]
 
     /// Any bytes as any tag: a message of the protocol whose fields are the bytes, or
     /// `NotAvailable`.
@@ -268,7 +259,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(proptest_config(256))]
+    #![proptest_config(rbtl_testkit::fuzz::config(256))]
 
     /// A real card with bytes changed, truncated or extended (its pid stays ours, so
     /// that only this process's descriptors are opened): connecting either succeeds,
@@ -403,7 +394,7 @@ fn the_fuzzed_target_accepts_well_formed_messages() {
 }
 
 proptest! {
-    #![proptest_config(proptest_config(1000))]
+    #![proptest_config(rbtl_testkit::fuzz::config(1000))]
 
     /// Streams of hostile messages: no panic, a typed error for a malformed one, and no
     /// byte written outside our registration, the pending get's buffer or the atomic's

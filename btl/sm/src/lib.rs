@@ -67,6 +67,4 @@ mod segment;
 mod wire;
 
 pub use component::{default_attributes, RdmaPath, Settings, SmComponent};
-#[cfg(test)]
-pub(crate) use fuzz::proptest_config as fuzz_config;
 pub use module::SmModule;

@@ -221,7 +221,7 @@ mod hostile {
     }
 
     proptest! {
-        #![proptest_config(crate::fuzz_config(1000))]
+        #![proptest_config(rbtl_testkit::fuzz::config(1000))]
 
         #[test]
         fn records_stay_inside_the_ring(
