@@ -10,40 +10,20 @@
 
 use crate::memory::{fill, frames, map, unmap, vm_flag, Checker, FrameRegistrar, PS, RW};
 
-/// Forks a child that waits for a byte on a pipe, then exits at once (only
-/// async-signal-safe calls, and nothing of this process's memory); runs `meanwhile`
-/// in the parent while the child lives; returns the child's exit status and what
-/// `meanwhile` returned.
+/// Forks a child that waits for a byte on a pipe, then exits at once (0, or 3 if the
+/// parent's monitor runs in it); runs `meanwhile` in the parent while the child lives;
+/// returns the child's exit status and what `meanwhile` returned.
 fn with_child<T>(meanwhile: impl FnOnce() -> T) -> (i32, T) {
-    let mut fds = [0; 2];
-    // SAFETY: pipe writes two descriptors into the array.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    // SAFETY: the child calls only read, status() (atomics, no allocation) and _exit.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
-    if pid == 0 {
-        let mut b = 0u8;
-        // SAFETY: reads one byte into `b` from the pipe the parent writes.
-        unsafe { libc::read(fds[0], (&mut b as *mut u8).cast(), 1) };
-        // The monitor belongs to the parent: the child must say none runs here.
-        let code = if rbtl_rcache::monitor::status().is_running() {
+    // The monitor belongs to the parent: the child must say none runs there
+    // (`status()` reads atomics, allocates nothing).
+    let child = || {
+        if rbtl_rcache::monitor::status().is_running() {
             3
         } else {
             0
-        };
-        // SAFETY: ends the child without running the parent's destructors.
-        unsafe { libc::_exit(code) };
-    }
-    let out = meanwhile();
-    let mut status = 0;
-    // SAFETY: wakes the child, then reaps it and closes the pipe.
-    unsafe {
-        libc::write(fds[1], [1u8].as_ptr().cast(), 1);
-        libc::waitpid(pid, &mut status, 0);
-        libc::close(fds[0]);
-        libc::close(fds[1]);
-    }
-    (status, out)
+        }
+    };
+    rbtl_testkit::fork::with_child(child, meanwhile)
 }
 
 #[test]

@@ -97,40 +97,25 @@ fn without_dontfork_the_device_reads_the_parents_writes_and_the_mapping_stays_wh
         "the registration split its mapping"
     );
 
-    let mut fds = [0; 2];
-    // SAFETY: pipe writes two descriptors into the array.
-    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    // SAFETY: the child only reads a byte and exits (async-signal-safe calls).
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
-    if pid == 0 {
-        let mut b = 0u8;
-        // SAFETY: one byte into `b`, then the end of the child.
-        unsafe {
-            libc::read(fds[0], (&mut b as *mut u8).cast(), 1);
-            libc::_exit(0);
-        }
-    }
-    // The child lives: without the kernel's copy this write would move the parent to
-    // new pages, and the device would go on reading the old ones.
-    // SAFETY: the registered pages of the test's own mapping.
-    unsafe { std::ptr::write_bytes((m + 4 * ps) as *mut u8, 0x77, 4 * ps) };
     let dst = Buf::new(&p.pd, 64, 0, MrAccess::LOCAL_WRITE);
     let read = Op::Read {
         remote: (m + 5 * ps + 100) as u64,
         rkey: reg.handle().rkey(),
     };
-    // SAFETY: the local range is `dst`; the remote one lies in the live registration.
-    unsafe { p.a.post_send(1, read, &dst.mr, dst.addr(), 64, false) }.unwrap();
-    p.cq_a.wait_one(WAIT).unwrap().result().unwrap();
-    let mut status = 0;
-    // SAFETY: wakes the child, reaps it and closes the pipe.
-    unsafe {
-        libc::write(fds[1], [0u8].as_ptr().cast(), 1);
-        assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
-        libc::close(fds[0]);
-        libc::close(fds[1]);
-    }
+    let (status, ()) = rbtl_testkit::fork::with_child(
+        || 0,
+        || {
+            // The child lives: without the kernel's copy this write would move the
+            // parent to new pages, and the device would go on reading the old ones.
+            // SAFETY: the registered pages of the test's own mapping.
+            unsafe { std::ptr::write_bytes((m + 4 * ps) as *mut u8, 0x77, 4 * ps) };
+            // SAFETY: the local range is `dst`; the remote one lies in the live
+            // registration.
+            unsafe { p.a.post_send(1, read, &dst.mr, dst.addr(), 64, false) }.unwrap();
+            p.cq_a.wait_one(WAIT).unwrap().result().unwrap();
+        },
+    );
+    assert_eq!(status, 0, "the child's wait status");
     assert_eq!(
         dst.read(),
         vec![0x77; 64],
