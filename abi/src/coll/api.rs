@@ -50,7 +50,7 @@ pub unsafe extern "C" fn PMPI_Reduce(
 ) -> c_int {
     run_blocking("MPI_Reduce", Object::Comm(comm), |mpi| {
         // SAFETY: the binding's contract.
-        let s = unsafe { mpi.build_reduce(sendbuf, recvbuf, count, datatype, op, root, comm) }?;
+        let s = unsafe { mpi.build_reduce((sendbuf, recvbuf), count, datatype, op, root, comm) }?;
         Ok(s)
     })
 }
@@ -87,7 +87,7 @@ pub unsafe extern "C" fn PMPI_Scan(
 ) -> c_int {
     run_blocking("MPI_Scan", Object::Comm(comm), |mpi| {
         // SAFETY: the binding's contract.
-        let s = unsafe { mpi.build_scan(sendbuf, recvbuf, count, datatype, op, comm, false) }?;
+        let s = unsafe { mpi.build_scan((sendbuf, recvbuf), count, datatype, op, comm, false) }?;
         Ok(s)
     })
 }
@@ -103,7 +103,7 @@ pub unsafe extern "C" fn PMPI_Exscan(
 ) -> c_int {
     run_blocking("MPI_Exscan", Object::Comm(comm), |mpi| {
         // SAFETY: the binding's contract.
-        let s = unsafe { mpi.build_scan(sendbuf, recvbuf, count, datatype, op, comm, true) }?;
+        let s = unsafe { mpi.build_scan((sendbuf, recvbuf), count, datatype, op, comm, true) }?;
         Ok(s)
     })
 }
@@ -174,9 +174,7 @@ pub unsafe extern "C" fn PMPI_Gather(
         // SAFETY: the binding's contract.
         let s = unsafe {
             mpi.build_gather(
-                sendbuf,
-                sendcount,
-                sendtype,
+                (sendbuf, sendcount, sendtype),
                 recvbuf,
                 (recvcount, std::ptr::null(), std::ptr::null()),
                 recvtype,
@@ -204,9 +202,7 @@ pub unsafe extern "C" fn PMPI_Gatherv(
         // SAFETY: the binding's contract.
         let s = unsafe {
             mpi.build_gather(
-                sendbuf,
-                sendcount,
-                sendtype,
+                (sendbuf, sendcount, sendtype),
                 recvbuf,
                 (0, recvcounts, displs),
                 recvtype,
@@ -236,9 +232,7 @@ pub unsafe extern "C" fn PMPI_Scatter(
                 sendbuf,
                 (sendcount, std::ptr::null(), std::ptr::null()),
                 sendtype,
-                recvbuf,
-                recvcount,
-                recvtype,
+                (recvbuf, recvcount, recvtype),
                 root,
                 comm,
             )
@@ -266,9 +260,7 @@ pub unsafe extern "C" fn PMPI_Scatterv(
                 sendbuf,
                 (0, sendcounts, displs),
                 sendtype,
-                recvbuf,
-                recvcount,
-                recvtype,
+                (recvbuf, recvcount, recvtype),
                 root,
                 comm,
             )
@@ -291,9 +283,7 @@ pub unsafe extern "C" fn PMPI_Allgather(
         // SAFETY: the binding's contract.
         let s = unsafe {
             mpi.build_allgather(
-                sendbuf,
-                sendcount,
-                sendtype,
+                (sendbuf, sendcount, sendtype),
                 recvbuf,
                 (recvcount, std::ptr::null(), std::ptr::null()),
                 recvtype,
@@ -319,9 +309,7 @@ pub unsafe extern "C" fn PMPI_Allgatherv(
         // SAFETY: the binding's contract.
         let s = unsafe {
             mpi.build_allgather(
-                sendbuf,
-                sendcount,
-                sendtype,
+                (sendbuf, sendcount, sendtype),
                 recvbuf,
                 (0, recvcounts, displs),
                 recvtype,
@@ -347,12 +335,8 @@ pub unsafe extern "C" fn PMPI_Alltoall(
         // SAFETY: the binding's contract.
         let s = unsafe {
             mpi.build_alltoall(
-                sendbuf,
-                (sendcount, null, null),
-                &[sendtype],
-                recvbuf,
-                (recvcount, null, null),
-                &[recvtype],
+                (sendbuf, (sendcount, null, null), &[sendtype]),
+                (recvbuf, (recvcount, null, null), &[recvtype]),
                 comm,
                 false,
             )
@@ -377,12 +361,8 @@ pub unsafe extern "C" fn PMPI_Alltoallv(
         // SAFETY: the binding's contract.
         let s = unsafe {
             mpi.build_alltoall(
-                sendbuf,
-                (0, sendcounts, sdispls),
-                &[sendtype],
-                recvbuf,
-                (0, recvcounts, rdispls),
-                &[recvtype],
+                (sendbuf, (0, sendcounts, sdispls), &[sendtype]),
+                (recvbuf, (0, recvcounts, rdispls), &[recvtype]),
                 comm,
                 false,
             )
@@ -427,12 +407,8 @@ pub unsafe extern "C" fn PMPI_Alltoallw(
                 types_of(mpi, comm, sendtypes)?
             };
             mpi.build_alltoall(
-                sendbuf,
-                (0, sendcounts, sdispls),
-                sts,
-                recvbuf,
-                (0, recvcounts, rdispls),
-                rts,
+                (sendbuf, (0, sendcounts, sdispls), sts),
+                (recvbuf, (0, recvcounts, rdispls), rts),
                 comm,
                 true,
             )

@@ -136,11 +136,9 @@ impl Mpi {
     /// # Safety
     ///
     /// As [`Mpi::build_bcast`].
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn build_reduce(
         &mut self,
-        sendbuf: *const c_void,
-        recvbuf: *mut c_void,
+        (sendbuf, recvbuf): (*const c_void, *mut c_void),
         count: c_int,
         ty: Handle,
         op: Handle,
@@ -239,11 +237,9 @@ impl Mpi {
     /// # Safety
     ///
     /// As [`Mpi::build_bcast`].
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn build_scan(
         &mut self,
-        sendbuf: *const c_void,
-        recvbuf: *mut c_void,
+        (sendbuf, recvbuf): (*const c_void, *mut c_void),
         count: c_int,
         ty: Handle,
         op: Handle,
@@ -350,12 +346,9 @@ impl Mpi {
     ///
     /// As [`Mpi::build_bcast`]; at the root, `recvcounts` and `displs` hold the
     /// communicator's size of ints.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn build_gather(
         &mut self,
-        sendbuf: *const c_void,
-        sendcount: c_int,
-        sendtype: Handle,
+        (sendbuf, sendcount, sendtype): (*const c_void, c_int, Handle),
         recvbuf: *mut c_void,
         recv: (c_int, *const c_int, *const c_int),
         recvtype: Handle,
@@ -398,15 +391,12 @@ impl Mpi {
     /// # Safety
     ///
     /// As [`Mpi::build_gather`].
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn build_scatter(
         &mut self,
         sendbuf: *const c_void,
         send: (c_int, *const c_int, *const c_int),
         sendtype: Handle,
-        recvbuf: *mut c_void,
-        recvcount: c_int,
-        recvtype: Handle,
+        (recvbuf, recvcount, recvtype): (*mut c_void, c_int, Handle),
         root: c_int,
         comm: Handle,
     ) -> Result<Box<Schedule>> {
@@ -445,12 +435,9 @@ impl Mpi {
     /// # Safety
     ///
     /// As [`Mpi::build_gather`], on every member.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn build_allgather(
         &mut self,
-        sendbuf: *const c_void,
-        sendcount: c_int,
-        sendtype: Handle,
+        (sendbuf, sendcount, sendtype): (*const c_void, c_int, Handle),
         recvbuf: *mut c_void,
         recv: (c_int, *const c_int, *const c_int),
         recvtype: Handle,
@@ -527,15 +514,14 @@ impl Mpi {
     /// # Safety
     ///
     /// As [`Mpi::build_gather`], on every member; `types` hold the size's handles.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn build_alltoall(
         &mut self,
-        sendbuf: *const c_void,
-        send: (c_int, *const c_int, *const c_int),
-        sendtypes: &[Handle],
-        recvbuf: *mut c_void,
-        recv: (c_int, *const c_int, *const c_int),
-        recvtypes: &[Handle],
+        (sendbuf, send, sendtypes): (
+            *const c_void,
+            (c_int, *const c_int, *const c_int),
+            &[Handle],
+        ),
+        (recvbuf, recv, recvtypes): (*mut c_void, (c_int, *const c_int, *const c_int), &[Handle]),
         comm: Handle,
         w: bool,
     ) -> Result<Box<Schedule>> {

@@ -40,16 +40,16 @@ nonblocking!(PMPI_Ibcast, "MPI_Ibcast", (buffer: *mut c_void, count: c_int, data
     .build_bcast(buffer, count, datatype, root, comm));
 
 nonblocking!(PMPI_Ireduce, "MPI_Ireduce", (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: Handle, op: Handle, root: c_int, comm: Handle), |mpi| mpi
-    .build_reduce(sendbuf, recvbuf, count, datatype, op, root, comm));
+    .build_reduce((sendbuf, recvbuf), count, datatype, op, root, comm));
 
 nonblocking!(PMPI_Iallreduce, "MPI_Iallreduce", (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: Handle, op: Handle, comm: Handle), |mpi| mpi
     .build_allreduce(sendbuf, recvbuf, count, datatype, op, comm));
 
 nonblocking!(PMPI_Iscan, "MPI_Iscan", (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: Handle, op: Handle, comm: Handle), |mpi| mpi
-    .build_scan(sendbuf, recvbuf, count, datatype, op, comm, false));
+    .build_scan((sendbuf, recvbuf), count, datatype, op, comm, false));
 
 nonblocking!(PMPI_Iexscan, "MPI_Iexscan", (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: Handle, op: Handle, comm: Handle), |mpi| mpi
-    .build_scan(sendbuf, recvbuf, count, datatype, op, comm, true));
+    .build_scan((sendbuf, recvbuf), count, datatype, op, comm, true));
 
 nonblocking!(PMPI_Ireduce_scatter, "MPI_Ireduce_scatter", (sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: Handle, op: Handle, comm: Handle), |mpi| {
     let counts = scatter_counts(mpi, comm, recvcounts)?;
@@ -62,31 +62,31 @@ nonblocking!(PMPI_Ireduce_scatter_block, "MPI_Ireduce_scatter_block", (sendbuf: 
 });
 
 nonblocking!(PMPI_Igather, "MPI_Igather", (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle), |mpi| mpi
-    .build_gather(sendbuf, sendcount, sendtype, recvbuf, (recvcount, std::ptr::null(), std::ptr::null()), recvtype, root, comm));
+    .build_gather((sendbuf, sendcount, sendtype), recvbuf, (recvcount, std::ptr::null(), std::ptr::null()), recvtype, root, comm));
 
 nonblocking!(PMPI_Igatherv, "MPI_Igatherv", (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: Handle, root: c_int, comm: Handle), |mpi| mpi
-    .build_gather(sendbuf, sendcount, sendtype, recvbuf, (0, recvcounts, displs), recvtype, root, comm));
+    .build_gather((sendbuf, sendcount, sendtype), recvbuf, (0, recvcounts, displs), recvtype, root, comm));
 
 nonblocking!(PMPI_Iscatter, "MPI_Iscatter", (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle), |mpi| mpi
-    .build_scatter(sendbuf, (sendcount, std::ptr::null(), std::ptr::null()), sendtype, recvbuf, recvcount, recvtype, root, comm));
+    .build_scatter(sendbuf, (sendcount, std::ptr::null(), std::ptr::null()), sendtype, (recvbuf, recvcount, recvtype), root, comm));
 
 nonblocking!(PMPI_Iscatterv, "MPI_Iscatterv", (sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle), |mpi| mpi
-    .build_scatter(sendbuf, (0, sendcounts, displs), sendtype, recvbuf, recvcount, recvtype, root, comm));
+    .build_scatter(sendbuf, (0, sendcounts, displs), sendtype, (recvbuf, recvcount, recvtype), root, comm));
 
 nonblocking!(PMPI_Iallgather, "MPI_Iallgather", (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, comm: Handle), |mpi| mpi
-    .build_allgather(sendbuf, sendcount, sendtype, recvbuf, (recvcount, std::ptr::null(), std::ptr::null()), recvtype, comm));
+    .build_allgather((sendbuf, sendcount, sendtype), recvbuf, (recvcount, std::ptr::null(), std::ptr::null()), recvtype, comm));
 
 nonblocking!(PMPI_Iallgatherv, "MPI_Iallgatherv", (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: Handle, comm: Handle), |mpi| mpi
-    .build_allgather(sendbuf, sendcount, sendtype, recvbuf, (0, recvcounts, displs), recvtype, comm));
+    .build_allgather((sendbuf, sendcount, sendtype), recvbuf, (0, recvcounts, displs), recvtype, comm));
 
 nonblocking!(PMPI_Ialltoall, "MPI_Ialltoall", (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, comm: Handle), |mpi| mpi
-    .build_alltoall(sendbuf, (sendcount, std::ptr::null(), std::ptr::null()), &[sendtype], recvbuf, (recvcount, std::ptr::null(), std::ptr::null()), &[recvtype], comm, false));
+    .build_alltoall((sendbuf, (sendcount, std::ptr::null(), std::ptr::null()), &[sendtype]), (recvbuf, (recvcount, std::ptr::null(), std::ptr::null()), &[recvtype]), comm, false));
 
 nonblocking!(PMPI_Ialltoallv, "MPI_Ialltoallv", (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: Handle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: Handle, comm: Handle), |mpi| mpi
-    .build_alltoall(sendbuf, (0, sendcounts, sdispls), &[sendtype], recvbuf, (0, recvcounts, rdispls), &[recvtype], comm, false));
+    .build_alltoall((sendbuf, (0, sendcounts, sdispls), &[sendtype]), (recvbuf, (0, recvcounts, rdispls), &[recvtype]), comm, false));
 
 nonblocking!(PMPI_Ialltoallw, "MPI_Ialltoallw", (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const Handle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const Handle, comm: Handle), |mpi| {
     let rts = types_of(mpi, comm, recvtypes)?;
     let sts = if in_place(sendbuf) { rts } else { types_of(mpi, comm, sendtypes)? };
-    mpi.build_alltoall(sendbuf, (0, sendcounts, sdispls), sts, recvbuf, (0, recvcounts, rdispls), rts, comm, true)
+    mpi.build_alltoall((sendbuf, (0, sendcounts, sdispls), sts), (recvbuf, (0, recvcounts, rdispls), rts), comm, true)
 });

@@ -25,9 +25,7 @@ impl Mpi {
         // SAFETY: both buffers live until the collective, run here, ends.
         let s = unsafe {
             self.build_allgather(
-                mine.as_ptr().cast(),
-                mine.len() as c_int,
-                MPI_INT,
+                (mine.as_ptr().cast(), mine.len() as c_int, MPI_INT),
                 all.as_mut_ptr().cast(),
                 (mine.len() as c_int, std::ptr::null(), std::ptr::null()),
                 MPI_INT,

@@ -123,8 +123,7 @@ fn vector(
     mpi: &mut Mpi,
     count: c_int,
     blocklength: c_int,
-    stride: isize,
-    bytes: bool,
+    (stride, bytes): (isize, bool),
     oldtype: Handle,
     envelope: Envelope,
     out: *mut Handle,
@@ -158,8 +157,7 @@ pub unsafe extern "C" fn PMPI_Type_vector(
             mpi,
             count,
             blocklength,
-            stride as isize,
-            false,
+            (stride as isize, false),
             oldtype,
             e,
             newtype,
@@ -182,7 +180,7 @@ pub unsafe extern "C" fn PMPI_Type_create_hvector(
             vec![stride],
             vec![oldtype],
         );
-        vector(mpi, count, blocklength, stride, true, oldtype, e, newtype)
+        vector(mpi, count, blocklength, (stride, true), oldtype, e, newtype)
     })
 }
 

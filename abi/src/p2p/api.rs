@@ -19,9 +19,7 @@ impl Mpi {
     #[inline(always)]
     pub unsafe fn send(
         &mut self,
-        buf: *const c_void,
-        count: c_int,
-        ty: Handle,
+        (buf, count, ty): (*const c_void, c_int, Handle),
         dest: c_int,
         tag: c_int,
         comm: Handle,
@@ -52,7 +50,7 @@ impl Mpi {
             }
         }
         // SAFETY: the caller's contract; waited for below.
-        let r = unsafe { self.isend(buf, count, ty, dest, tag, comm, mode) }?;
+        let r = unsafe { self.isend((buf, count, ty), dest, tag, comm, mode) }?;
         self.wait_local(r).map(|_| ())
     }
 
@@ -65,9 +63,7 @@ impl Mpi {
     #[inline(always)]
     pub unsafe fn recv(
         &mut self,
-        buf: *mut c_void,
-        count: c_int,
-        ty: Handle,
+        (buf, count, ty): (*mut c_void, c_int, Handle),
         source: c_int,
         tag: c_int,
         comm: Handle,
@@ -203,7 +199,7 @@ macro_rules! blocking_send {
         ) -> c_int {
             // SAFETY: the binding's contract: `buf` holds `count` elements.
             call($label, Object::Comm(comm), |mpi| unsafe {
-                mpi.send(buf, count, datatype, dest, tag, comm, $mode)
+                mpi.send((buf, count, datatype), dest, tag, comm, $mode)
             })
         }
     };
@@ -230,7 +226,7 @@ macro_rules! immediate_send {
                 // SAFETY: the binding's contract: `buf` holds `count` elements until
                 // the request completes; `request` is writable.
                 unsafe {
-                    let r = mpi.isend(buf, count, datatype, dest, tag, comm, $mode)?;
+                    let r = mpi.isend((buf, count, datatype), dest, tag, comm, $mode)?;
                     mpi.hand_out(r, request)
                 }
             })
@@ -255,7 +251,7 @@ pub unsafe extern "C" fn PMPI_Recv(
     call("MPI_Recv", Object::Comm(comm), |mpi| {
         // SAFETY: the binding's contract: room for `count` elements at `buf`;
         // `status` null (ignored) or writable.
-        unsafe { mpi.recv(buf, count, datatype, source, tag, comm, status) }
+        unsafe { mpi.recv((buf, count, datatype), source, tag, comm, status) }
     })
 }
 
@@ -308,9 +304,7 @@ pub unsafe extern "C" fn PMPI_Sendrecv(
                 false => Some(mpi.irecv(recvbuf, recvcount, recvtype, source, recvtag, comm)?),
             };
             let sent = mpi.send(
-                sendbuf,
-                sendcount,
-                sendtype,
+                (sendbuf, sendcount, sendtype),
                 dest,
                 sendtag,
                 comm,
@@ -318,7 +312,13 @@ pub unsafe extern "C" fn PMPI_Sendrecv(
             );
             let Some(r) = r else {
                 sent?;
-                return mpi.recv(recvbuf, recvcount, recvtype, source, recvtag, comm, status);
+                return mpi.recv(
+                    (recvbuf, recvcount, recvtype),
+                    source,
+                    recvtag,
+                    comm,
+                    status,
+                );
             };
             let mut rh = mpi.requests.insert(r)?;
             let (st, e) = mpi.wait(&mut rh)?;
@@ -354,9 +354,7 @@ pub unsafe extern "C" fn PMPI_Sendrecv_replace(
         let (r, s) = unsafe {
             let r = mpi.irecv(buf, count, datatype, source, recvtag, comm)?;
             let s = mpi.isend(
-                packed.as_ptr().cast(),
-                len as c_int,
-                MPI_BYTE,
+                (packed.as_ptr().cast(), len as c_int, MPI_BYTE),
                 dest,
                 sendtag,
                 comm,

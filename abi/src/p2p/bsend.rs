@@ -25,7 +25,6 @@ impl Mpi {
     /// # Safety
     ///
     /// `buf` holds `count` elements of `ty`.
-    #[allow(clippy::too_many_arguments)]
     unsafe fn bsend(
         &mut self,
         buf: *const c_void,
@@ -59,9 +58,7 @@ impl Mpi {
         // SAFETY: the copy moves into the request, which keeps it until completion.
         let r = unsafe {
             self.isend(
-                copy.as_ptr().cast(),
-                len as c_int,
-                MPI_BYTE,
+                (copy.as_ptr().cast(), len as c_int, MPI_BYTE),
                 dest,
                 tag,
                 comm,

@@ -190,11 +190,9 @@ impl Mpi {
     ///
     /// The buffer holds `count` elements of `ty` and stays unchanged until the send
     /// completes.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn start_send(
         &mut self,
-        buf: *const c_void,
-        count: usize,
+        (buf, count): (*const c_void, usize),
         shape: &Shape,
         dst: u32,
         tag: i32,
@@ -269,12 +267,9 @@ impl Mpi {
     /// # Safety
     ///
     /// As [`Mpi::start_send`].
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn isend(
         &mut self,
-        buf: *const c_void,
-        count: c_int,
-        ty: Handle,
+        (buf, count, ty): (*const c_void, c_int, Handle),
         dest: c_int,
         tag: c_int,
         comm: Handle,
@@ -295,7 +290,7 @@ impl Mpi {
         };
         let shape = t.shape();
         // SAFETY: the caller's contract.
-        let s = unsafe { self.start_send(buf, count, &shape, dst, tag, ctx, mode) }?;
+        let s = unsafe { self.start_send((buf, count), &shape, dst, tag, ctx, mode) }?;
         Ok(Request::P2p(P2p {
             id: s.id,
             comm,

@@ -99,7 +99,7 @@ impl Mpi {
         let r = unsafe {
             match op {
                 Op::Send { buf, mode, dest } => {
-                    self.isend(buf, count, ty, dest, tag, comm, mode)?
+                    self.isend((buf, count, ty), dest, tag, comm, mode)?
                 }
                 Op::Recv { buf, source } => self.irecv(buf, count, ty, source, tag, comm)?,
             }

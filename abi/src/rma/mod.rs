@@ -189,12 +189,16 @@ impl Mpi {
         // SAFETY: both buffers live until the collective, run here, ends.
         let s = unsafe {
             self.build_alltoall(
-                mine.as_ptr().cast(),
-                (CARD as c_int, null, null),
-                &[MPI_BYTE],
-                theirs.as_mut_ptr().cast(),
-                (CARD as c_int, null, null),
-                &[MPI_BYTE],
+                (
+                    mine.as_ptr().cast(),
+                    (CARD as c_int, null, null),
+                    &[MPI_BYTE],
+                ),
+                (
+                    theirs.as_mut_ptr().cast(),
+                    (CARD as c_int, null, null),
+                    &[MPI_BYTE],
+                ),
                 wcomm,
                 false,
             )

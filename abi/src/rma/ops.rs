@@ -184,13 +184,8 @@ pub(super) fn mismatch(origin: usize, target: usize) -> Error {
 unsafe fn rdma(
     mpi: &mut Mpi,
     put: bool,
-    origin: *mut c_void,
-    ocount: c_int,
-    otype: Handle,
-    rank: c_int,
-    disp: Aint,
-    tcount: c_int,
-    ttype: Handle,
+    (origin, ocount, otype): (*mut c_void, c_int, Handle),
+    (rank, disp, tcount, ttype): (c_int, Aint, c_int, Handle),
     win: Handle,
 ) -> Result<()> {
     if mpi.to_proc_null(win, rank)? {
@@ -270,13 +265,8 @@ pub unsafe extern "C" fn PMPI_Put(
             rdma(
                 mpi,
                 true,
-                origin_addr.cast_mut(),
-                origin_count,
-                origin_datatype,
-                target_rank,
-                target_disp,
-                target_count,
-                target_datatype,
+                (origin_addr.cast_mut(), origin_count, origin_datatype),
+                (target_rank, target_disp, target_count, target_datatype),
                 win,
             )
         }
@@ -300,13 +290,8 @@ pub unsafe extern "C" fn PMPI_Get(
             rdma(
                 mpi,
                 false,
-                origin_addr,
-                origin_count,
-                origin_datatype,
-                target_rank,
-                target_disp,
-                target_count,
-                target_datatype,
+                (origin_addr, origin_count, origin_datatype),
+                (target_rank, target_disp, target_count, target_datatype),
                 win,
             )
         }
