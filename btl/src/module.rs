@@ -9,6 +9,7 @@
 //! the module back as `&mut dyn Module` so it can start more work (Open MPI passes the
 //! `btl` pointer the same way).
 
+use crate::expected::ExpectedSlot;
 use crate::{
     ActiveMessage, Attributes, DesFlags, Descriptor, Error, MemHandle, Modex, Order, Received,
     RegRequest, RemoteAtomic, RemoteHandle, Result, Tag, Transfer,
@@ -344,27 +345,55 @@ pub trait Module: Send {
     /// call that does so returns right after it (so the caller learns of it before any
     /// later message is delivered). Every other message, a matching one too long for
     /// the room included, goes to its callback as usual. A module holds at most one
-    /// such receive: a new one replaces the previous. False (the default) when the
-    /// transport does not match receives itself, or does not know the endpoint;
-    /// nothing was posted then.
+    /// such receive: a new one replaces the previous. False when the transport does
+    /// not match receives itself (no [`Module::expected_slot`]), or cannot receive
+    /// from the endpoint ([`Module::expects_from`]); nothing was posted then.
+    /// (Provided, over those two.)
     ///
     /// # Safety
     ///
     /// `e.buf` must stay valid for writes of `e.cap` bytes, and not be accessed
     /// otherwise, until [`Module::take_expected`] has returned its length or
     /// [`Module::cancel_expected`] was called.
-    unsafe fn expect(&mut self, _e: Expected) -> bool {
-        false
+    unsafe fn expect(&mut self, e: Expected) -> bool {
+        if !self.expects_from(e.endpoint) {
+            return false;
+        }
+        match self.expected_slot() {
+            Some(slot) => {
+                slot.post(&e);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The length of the message the posted [`Module::expect`] received, once (the
     /// receive is then over); `None` while it waits or when none is posted.
+    /// (Provided.)
     fn take_expected(&mut self) -> Option<usize> {
-        None
+        self.expected_slot()?.take()
     }
 
     /// Withdraw the receive posted with [`Module::expect`], whatever its state: the
     /// transport no longer touches its buffer, and [`Module::take_expected`] returns
-    /// `None` until the next one.
-    fn cancel_expected(&mut self) {}
+    /// `None` until the next one. (Provided.)
+    fn cancel_expected(&mut self) {
+        if let Some(slot) = self.expected_slot() {
+            slot.cancel();
+        }
+    }
+
+    /// The slot of the receive [`Module::expect`] posts, for a transport whose poll
+    /// loop fills it (`sm`, `tcp`, `openib`: [`ExpectedSlot::fill`] on each message);
+    /// `None` (the default) for one that does not match receives itself.
+    fn expected_slot(&mut self) -> Option<&mut ExpectedSlot> {
+        None
+    }
+
+    /// Whether `endpoint` is a peer this module can still receive from (one it made,
+    /// not removed), for [`Module::expect`]; false by default.
+    fn expects_from(&self, _endpoint: Endpoint) -> bool {
+        false
+    }
 }

@@ -22,8 +22,8 @@ use rbtl_btl::transport_kit::ExpectedSlot;
 use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::{
     ActiveMessage, AmCallback, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
-    ErrorEvent, Expected, MemHandle, Modex, Module, ModuleId, Order, PeerFailure, Proc,
-    RdmaCallback, RdmaCompletion, Received, RegRequest, Remote, RemoteAtomic, RemoteHandle, Result,
+    ErrorEvent, MemHandle, Modex, Module, ModuleId, Order, PeerFailure, Proc, RdmaCallback,
+    RdmaCompletion, Received, RegRequest, Remote, RemoteAtomic, RemoteHandle, Result,
     SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, Transfer, MAX_SEGMENTS,
 };
 use rbtl_rcache::{Access, Rcache};
@@ -843,21 +843,14 @@ impl Module for SmModule {
         outcome
     }
 
-    unsafe fn expect(&mut self, e: Expected) -> bool {
-        let i = e.endpoint.0 as usize;
-        if self.peers.get(i).is_none_or(|p| p.removed) {
-            return false;
-        }
-        self.expected.post(&e);
-        true
+    fn expected_slot(&mut self) -> Option<&mut ExpectedSlot> {
+        Some(&mut self.expected)
     }
 
-    fn take_expected(&mut self) -> Option<usize> {
-        self.expected.take()
-    }
-
-    fn cancel_expected(&mut self) {
-        self.expected.cancel();
+    fn expects_from(&self, endpoint: Endpoint) -> bool {
+        self.peers
+            .get(endpoint.0 as usize)
+            .is_some_and(|p| !p.removed)
     }
 
     fn progress(&mut self) -> usize {

@@ -13,7 +13,7 @@ use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::transport_kit::{AmTable, ExpectedSlot};
 use rbtl_btl::{
     ActiveMessage, AmCallback, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
-    Expected, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback, Received, RegRequest,
+    MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback, Received, RegRequest,
     RemoteAtomic, Result, SendCompletion, SendError, SendOutcome, SendiOutcome, Tag, Transfer,
 };
 use std::time::{Duration, Instant};
@@ -275,20 +275,12 @@ impl Module for TcpModule {
         outcome
     }
 
-    unsafe fn expect(&mut self, e: Expected) -> bool {
-        if !self.engine.known(e.endpoint) {
-            return false;
-        }
-        self.expected.post(&e);
-        true
+    fn expected_slot(&mut self) -> Option<&mut ExpectedSlot> {
+        Some(&mut self.expected)
     }
 
-    fn take_expected(&mut self) -> Option<usize> {
-        self.expected.take()
-    }
-
-    fn cancel_expected(&mut self) {
-        self.expected.cancel();
+    fn expects_from(&self, endpoint: Endpoint) -> bool {
+        self.engine.known(endpoint)
     }
 
     #[inline]

@@ -25,7 +25,7 @@ use emu32::{Op32, Scratch};
 use rbtl_btl::transport_kit::ExpectedSlot;
 use rbtl_btl::{
     ActiveMessage, AmCallback, AtomicKind, AtomicWidth, Attributes, DesFlags, Descriptor, Endpoint,
-    Error, ErrorCallback, Expected, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback,
+    Error, ErrorCallback, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback,
     RegRequest, RemoteAtomic, RemoteHandle, Result, SendError, SendOutcome, SendiOutcome, Tag,
     Transfer,
 };
@@ -238,20 +238,12 @@ impl Module for OpenibModule {
         self.flush_rdma(endpoint)
     }
 
-    unsafe fn expect(&mut self, e: Expected) -> bool {
-        if self.core.peers.get(e.endpoint.0 as usize).is_none() {
-            return false;
-        }
-        self.expected.post(&e);
-        true
+    fn expected_slot(&mut self) -> Option<&mut ExpectedSlot> {
+        Some(&mut self.expected)
     }
 
-    fn take_expected(&mut self) -> Option<usize> {
-        self.expected.take()
-    }
-
-    fn cancel_expected(&mut self) {
-        self.expected.cancel();
+    fn expects_from(&self, endpoint: Endpoint) -> bool {
+        self.core.peers.get(endpoint.0 as usize).is_some()
     }
 
     fn progress(&mut self) -> usize {
