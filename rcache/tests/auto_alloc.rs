@@ -16,23 +16,13 @@ const RW: Access = Access::LOCAL_WRITE.union(Access::REMOTE_READ);
 const SLOTS: usize = 6;
 const CYCLES: usize = 4000;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> usize {
-        (self.next() % n) as usize
-    }
-    /// 4 KiB .. 1 MiB, biased towards small sizes.
-    fn size(&mut self) -> usize {
-        let shift = 12 + self.below(9); // 4 KiB .. 1 MiB
-        let lo = 1usize << shift;
-        (lo + self.below(lo as u64)).min(1 << 20)
-    }
+use rbtl_testkit::rng::Xorshift as Rng;
+
+/// 4 KiB .. 1 MiB, biased towards small sizes.
+fn size(rng: &mut Rng) -> usize {
+    let shift = 12 + rng.below(9); // 4 KiB .. 1 MiB
+    let lo = 1usize << shift;
+    (lo + rng.below(lo)).min(1 << 20)
 }
 
 struct Buf {
@@ -66,7 +56,7 @@ fn churn(cache: &Arc<Rcache<TestRegistrar>>, seed: u64) -> Outcome {
     };
     let hits0 = cache.stats().hits;
     for _ in 0..CYCLES {
-        let s = rng.below(SLOTS as u64);
+        let s = rng.below(SLOTS);
         let replace = slots[s].is_none() || rng.below(3) != 0;
         if replace {
             let mut freed = None;
@@ -81,7 +71,7 @@ fn churn(cache: &Arc<Rcache<TestRegistrar>>, seed: u64) -> Outcome {
             // place at the address just freed.
             let size = match freed {
                 Some((_, old_len)) if rng.below(2) == 0 => old_len,
-                _ => rng.size(),
+                _ => size(&mut rng),
             };
             let v: Vec<u8> = Vec::with_capacity(size);
             let alloc_seq = cache.registrar().current_seq();

@@ -11,18 +11,7 @@ const B: usize = 0x7000_0000;
 const THREADS: usize = 4;
 const ITERS: usize = 3000;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> usize {
-        (self.next() % n) as usize
-    }
-}
+use rbtl_testkit::rng::Xorshift as Rng;
 
 fn stress(options: Options) {
     let c = Rcache::new(
@@ -45,8 +34,8 @@ fn stress(options: Options) {
                     for _ in 0..ITERS {
                         match rng.below(100) {
                             0..=49 => {
-                                let base = B + rng.below(48) * PS + rng.below(PS as u64);
-                                let len = 1 + rng.below(4 * PS as u64);
+                                let base = B + rng.below(48) * PS + rng.below(PS);
+                                let len = 1 + rng.below(4 * PS);
                                 let access = Access::from_bits_truncate(1 + rng.below(7) as u32);
                                 calls += 1;
                                 match c.register(base, len, access) {
@@ -70,7 +59,7 @@ fn stress(options: Options) {
                             }
                             50..=64 => {
                                 if !held.is_empty() {
-                                    let r = held[rng.below(held.len() as u64)].clone();
+                                    let r = held[rng.below(held.len())].clone();
                                     assert!(c.registrar().is_live(r.handle().seq));
                                     if held.len() < 8 {
                                         held.push(r);
@@ -79,13 +68,13 @@ fn stress(options: Options) {
                             }
                             65..=89 => {
                                 if !held.is_empty() {
-                                    let i = rng.below(held.len() as u64);
+                                    let i = rng.below(held.len());
                                     held.swap_remove(i);
                                 }
                             }
                             _ => {
-                                let base = B + rng.below(52 * PS as u64);
-                                c.invalidate(base, 1 + rng.below(3 * PS as u64));
+                                let base = B + rng.below(52 * PS);
+                                c.invalidate(base, 1 + rng.below(3 * PS));
                             }
                         }
                         // Everything held stays registered, valid or not.
@@ -149,7 +138,7 @@ fn concurrent_without_leave_pinned() {
 /// deregistered exactly once (the registrar panics on a second time), never while a
 /// thread holds it, and the counters agree at the end.
 fn hits_race_invalidations(options: Options) {
-    const PAGES: u64 = 4;
+    const PAGES: usize = 4;
     const ROUNDS: usize = 20_000;
     let c = Rcache::new(
         TestRegistrar::new(),
@@ -168,11 +157,7 @@ fn hits_race_invalidations(options: Options) {
                     start.wait();
                     for _ in 0..ROUNDS {
                         let page = rng.below(PAGES) * 2 * PS;
-                        let r = match c.register(
-                            B + page + rng.below(PS as u64),
-                            1,
-                            Access::LOCAL_READ,
-                        ) {
+                        let r = match c.register(B + page + rng.below(PS), 1, Access::LOCAL_READ) {
                             Ok(r) => r,
                             // Every registration held by the others, at the entry limit.
                             Err(Error::LimitExceeded { .. }) => continue,

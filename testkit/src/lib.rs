@@ -3,6 +3,7 @@
 pub mod fork;
 pub mod fuzz;
 pub mod mem;
+pub mod rng;
 
 /// The variable that says every test must run: set by `.ci/run`, which runs as root
 /// with every package installed (not `RBTL_*`, which names configuration parameters).

@@ -35,38 +35,8 @@ const FREED: usize = 16;
 /// The count of blocks taken over memory that left since the batch before was taken.
 const OVER_MEMORY_THAT_LEFT: &str = "taken over memory that left since the last batch was taken";
 
-/// A seeded xorshift generator: the same rounds on every run.
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from `seed` (any value).
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed | 1)
-    }
-
-    /// The next 64 random bits.
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    /// Uniform in `0..n` (`n` > 0).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    /// In `1..=max`, spread evenly over the powers of two: as many sizes under a page
-    /// as between 1 and 2 MiB.
-    pub fn size(&mut self, max: usize) -> usize {
-        if max < 2 {
-            return max;
-        }
-        let hi = 1usize << (1 + self.below(max.ilog2() as usize));
-        (hi / 2 + self.below(hi / 2 + 1)).clamp(1, max)
-    }
-}
+// A seeded generator: the same rounds on every run.
+pub use rbtl_testkit::rng::Xorshift as Rng;
 
 /// Memory a round uses.
 #[derive(Clone, Copy, Debug)]
@@ -179,7 +149,7 @@ impl Churn {
             "blocks of up to {max_len} bytes: whole pages, at most {MAX_LEN}"
         );
         Churn {
-            rng: Rng::new(seed),
+            rng: Rng(seed | 1),
             max_len,
             spares: SPARES.max(batch),
             freed_most: FREED.max(4 * batch),

@@ -149,9 +149,9 @@ fn mark(round: u64) -> u8 {
 
 /// The bytes patterns of up to `max_len` bytes are cut from, the same in both ranks.
 fn table(max_len: usize) -> Vec<u8> {
-    let mut rng = Rng::new(0x5eed);
+    let mut rng = Rng(0x5eed);
     (0..(max_len + PS) / 8)
-        .flat_map(|_| rng.next().to_le_bytes())
+        .flat_map(|_| rng.next_u64().to_le_bytes())
         .collect()
 }
 

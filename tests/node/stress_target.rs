@@ -212,7 +212,7 @@ pub(super) fn target(side: &mut Side<'_>, plan: &Plan, status: &monitor::Status)
     let mut t = Target {
         table: table(plan.max_len),
         churn: Churn::new(0xc0ffee, plan.max_len, plan.batch),
-        rng: Rng::new(0x7a49e7),
+        rng: Rng(0x7a49e7),
         want: vec![0u8; plan.max_len],
         steps: Steps::default(),
         checks: [0; 3],

@@ -19,17 +19,8 @@ const TRANSFERS: usize = 64;
 /// Seeds of the ranges' first contents.
 const FIRST: usize = 100;
 
-/// A seeded xorshift generator: the same transfers on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
-    }
-}
+// A seeded generator: the same transfers on every run.
+use rbtl_testkit::rng::Xorshift as Rng;
 
 fn register(m: &mut dyn Module, req: &RegRequest) -> rbtl_btl::Result<MemHandle> {
     // SAFETY: the check keeps the memory of `req` alive (and unmoved) until the handle

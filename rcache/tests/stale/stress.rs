@@ -16,19 +16,7 @@ const SLOTS: usize = 24;
 /// Far more than the rounds need; only a hang reaches it.
 const DEADLINE: Duration = Duration::from_secs(600);
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
+use rbtl_testkit::rng::Xorshift as Rng;
 
 enum Block {
     Empty,

@@ -246,17 +246,7 @@ fn malformed_frames_are_refused() {
     );
 }
 
-/// A small xorshift generator: the same inputs on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+use rbtl_testkit::rng::Xorshift as Rng;
 
 #[test]
 fn no_input_makes_the_decoder_panic() {
@@ -291,21 +281,21 @@ fn no_input_makes_the_decoder_panic() {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for round in 0..200_000 {
         let mut b = if round % 4 == 0 {
-            let len = (rng.next() % 128) as usize;
-            (0..len).map(|_| rng.next() as u8).collect()
+            let len = (rng.next_u64() % 128) as usize;
+            (0..len).map(|_| rng.next_u64() as u8).collect()
         } else {
             valid[round % valid.len()].clone()
         };
         // Flip, cut or extend.
-        for _ in 0..(rng.next() % 4) {
+        for _ in 0..(rng.next_u64() % 4) {
             if b.is_empty() {
                 break;
             }
-            let i = (rng.next() as usize) % b.len();
-            b[i] = rng.next() as u8;
+            let i = (rng.next_u64() as usize) % b.len();
+            b[i] = rng.next_u64() as u8;
         }
-        if rng.next() % 3 == 0 {
-            let keep = (rng.next() as usize) % (b.len() + 1);
+        if rng.next_u64() % 3 == 0 {
+            let keep = (rng.next_u64() as usize) % (b.len() + 1);
             b.truncate(keep);
         }
         if let Ok(Some((_, n))) = decode(&b, &LIMITS) {
