@@ -12,7 +12,8 @@
 //! `RBTL_SHM_DIR`, checked empty afterwards. `node/stale.rs` holds the roles over
 //! memory remapped under cached registrations and over fork, `node/stress.rs` (over
 //! `node/churn.rs`) the registration stress of memory that keeps coming and going,
-//! `node/served.rs` the message layer's served contexts.
+//! `node/served.rs` the message layer's served contexts, `node/served_gets.rs` the gets
+//! `sm` serves through its rings.
 
 #[path = "node/churn.rs"]
 mod churn;
@@ -21,6 +22,8 @@ mod common;
 mod removed;
 #[path = "node/served.rs"]
 mod served;
+#[path = "node/served_gets.rs"]
+mod served_gets;
 #[path = "node/stale.rs"]
 mod stale;
 #[path = "common/stopped_flush.rs"]
@@ -70,6 +73,11 @@ fn rank_role_entry() {
         "sm_stopped_flush" => {
             let (mut m, eps, mut job) = sm_module();
             stopped_flush::run(m.as_mut(), &eps, &mut job, "btl_sm_flush_timeout");
+            report_ok(job.rank, "ok");
+        }
+        "sm_served_gets" => {
+            let (mut m, eps, mut job) = sm_module();
+            served_gets::run(m.as_mut(), &eps, &mut job);
             report_ok(job.rank, "ok");
         }
         "sm_removed" => {
@@ -739,6 +747,13 @@ fn sm_auto_switches_large_transfers_to_cross_memory_attach_when_rings_are_slow()
             ("RBTL_BTL_SM_CMA_BELOW", "1000000000"),
         ],
     );
+}
+
+/// Gets served through the rings hold back no send of the serving rank
+/// (`node/served_gets.rs`).
+#[test]
+fn sm_sends_overtake_the_data_of_gets_being_served() {
+    expect_all_ok("sm_served_gets", 2, &[("RBTL_BTL_SM_RDMA", "copy")]);
 }
 
 #[test]

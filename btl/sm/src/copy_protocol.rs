@@ -42,6 +42,17 @@ fn chunk_for(len: usize, most: usize) -> usize {
         .clamp(LEAST.min(most), most)
 }
 
+/// What [`CopyProtocol::push`] got into a ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Pushed {
+    /// All of the item.
+    All,
+    /// The next chunk of a transfer, not its last.
+    Chunk,
+    /// Nothing: the ring has no room.
+    Nothing,
+}
+
 /// What the protocol queues behind a peer's sends until its ring has room.
 pub(super) enum Outgoing {
     /// A request or a reply.
@@ -64,13 +75,6 @@ pub(super) enum Outgoing {
         sent: usize,
         handle: RemoteHandle,
     },
-}
-
-/// What the caller of [`CopyProtocol::on_message`] does next.
-pub(super) enum Next {
-    Nothing,
-    /// Data for the peer was queued: drain the peer's queue now.
-    Drain,
 }
 
 enum Pending {
@@ -249,17 +253,22 @@ impl CopyProtocol {
         send(peer, wire::ATOMIC_REQ, msg);
     }
 
-    /// Copy what `item` still holds into `producer`, as far as room allows, counting
-    /// large copies in `speed`; whether all of it went.
+    /// Copy `item`, or the next chunk of a transfer, into `producer`, counting large
+    /// copies in `speed`.
     pub fn push(
         &self,
         item: &mut Outgoing,
         producer: &mut Producer,
         speed: &mut RingSpeed,
-    ) -> bool {
+    ) -> Pushed {
         let (view, id, most) = (self.own, self.id, self.most);
+        let done = |ok: bool, sent: usize, len: usize| match (ok, sent == len) {
+            (false, _) => Pushed::Nothing,
+            (true, true) => Pushed::All,
+            (true, false) => Pushed::Chunk,
+        };
         match item {
-            Outgoing::Message { tag, bytes } => producer.push(*tag, &[bytes], &[]),
+            Outgoing::Message { tag, bytes } => done(producer.push(*tag, &[bytes], &[]), 0, 0),
             Outgoing::Put {
                 req,
                 local,
@@ -268,31 +277,24 @@ impl CopyProtocol {
                 sent,
                 handle,
             } => {
-                let mut ok = true;
-                let chunk = chunk_for(*len, most);
-                while ok && (*sent < *len || *len == 0) {
-                    let l = chunk.min(*len - *sent);
-                    let last = u64::from(*sent + l == *len);
-                    let hdr = wire::Writer::default()
-                        .u64(*req)
-                        .u64(*remote + *sent as u64)
-                        .u64(last)
-                        .handle(handle)
-                        .0;
-                    // SAFETY: the local range was checked against its registration
-                    // when the put was started; the caller keeps it alive until the
-                    // completion (register_mem's contract).
-                    let data =
-                        unsafe { std::slice::from_raw_parts((*local + *sent) as *const u8, l) };
-                    ok = speed.timed(l, || producer.push(wire::PUT_DATA, &[&hdr, data], &[]));
-                    if ok {
-                        *sent += l;
-                        if *len == 0 {
-                            break;
-                        }
-                    }
+                // A put of no bytes still sends its one (last) chunk.
+                let l = chunk_for(*len, most).min(*len - *sent);
+                let last = u64::from(*sent + l == *len);
+                let hdr = wire::Writer::default()
+                    .u64(*req)
+                    .u64(*remote + *sent as u64)
+                    .u64(last)
+                    .handle(handle)
+                    .0;
+                // SAFETY: the local range was checked against its registration when
+                // the put was started; the caller keeps it alive until the completion
+                // (register_mem's contract).
+                let data = unsafe { std::slice::from_raw_parts((*local + *sent) as *const u8, l) };
+                let ok = speed.timed(l, || producer.push(wire::PUT_DATA, &[&hdr, data], &[]));
+                if ok {
+                    *sent += l;
                 }
-                ok
+                done(ok, *sent, *len)
             }
             Outgoing::Get {
                 req,
@@ -301,44 +303,42 @@ impl CopyProtocol {
                 sent,
                 handle,
             } => {
-                let mut ok = true;
-                let chunk = chunk_for(*len, most);
-                while ok && *sent < *len {
-                    let l = chunk.min(*len - *sent);
-                    let at = (*addr + *sent) as u64;
-                    if let Err(e) = view.check(id, handle, at, l, GET_REMOTE) {
-                        // Deregistered meanwhile: refuse the rest.
-                        let code = u64::from(wire::status_code(&e));
-                        let hdr = wire::Writer::default()
-                            .u64(*req)
-                            .u64(*sent as u64)
-                            .u64(code)
-                            .u64(0)
-                            .0;
-                        ok = producer.push(wire::GET_DATA, &[&hdr], &[]);
-                        if ok {
-                            *sent = *len;
-                        }
-                        break;
-                    }
-                    // The rate of our copies into this ring rides along: the
-                    // receiver chooses the path of its next gets by it.
+                if *sent == *len {
+                    return Pushed::All;
+                }
+                let l = chunk_for(*len, most).min(*len - *sent);
+                let at = (*addr + *sent) as u64;
+                if let Err(e) = view.check(id, handle, at, l, GET_REMOTE) {
+                    // Deregistered meanwhile: refuse the rest.
+                    let code = u64::from(wire::status_code(&e));
                     let hdr = wire::Writer::default()
                         .u64(*req)
                         .u64(*sent as u64)
+                        .u64(code)
                         .u64(0)
-                        .u64(speed.to_wire())
                         .0;
-                    // SAFETY: the range was checked just now against our own live
-                    // registration with remote-read access.
-                    let data =
-                        unsafe { std::slice::from_raw_parts((*addr + *sent) as *const u8, l) };
-                    ok = speed.timed(l, || producer.push(wire::GET_DATA, &[&hdr, data], &[]));
+                    let ok = producer.push(wire::GET_DATA, &[&hdr], &[]);
                     if ok {
-                        *sent += l;
+                        *sent = *len;
                     }
+                    return done(ok, *sent, *len);
                 }
-                ok
+                // The rate of our copies into this ring rides along: the receiver
+                // chooses the path of its next gets by it.
+                let hdr = wire::Writer::default()
+                    .u64(*req)
+                    .u64(*sent as u64)
+                    .u64(0)
+                    .u64(speed.to_wire())
+                    .0;
+                // SAFETY: the range was checked just now against our own live
+                // registration with remote-read access.
+                let data = unsafe { std::slice::from_raw_parts((*addr + *sent) as *const u8, l) };
+                let ok = speed.timed(l, || producer.push(wire::GET_DATA, &[&hdr, data], &[]));
+                if ok {
+                    *sent += l;
+                }
+                done(ok, *sent, *len)
             }
         }
     }
@@ -351,7 +351,7 @@ impl CopyProtocol {
         tag: u8,
         segs: &[&[u8]],
         done: &mut VecDeque<Done>,
-    ) -> Result<Next> {
+    ) -> Result<()> {
         let (own, id) = (self.own, self.id);
         let check = |h: &[u8], addr: u64, len: usize, needs: Access| -> Result<()> {
             let handle = RemoteHandle::from_bytes(h)?;
@@ -407,14 +407,17 @@ impl CopyProtocol {
                 match check(handle, addr, len, GET_REMOTE) {
                     Ok(()) if len > 0 => {
                         let handle = RemoteHandle::from_bytes(handle).expect("checked above");
-                        peer.outbound.push_back(Outbound::Protocol(Outgoing::Get {
+                        // Served by `progress` once it has read what waits in the
+                        // ring: gets asked for together are then served together,
+                        // a chunk of each in turn.
+                        peer.serving.push_back(Outgoing::Get {
                             req,
                             addr: addr as usize,
                             len,
                             sent: 0,
                             handle,
-                        }));
-                        return Ok(Next::Drain);
+                        });
+                        return Ok(());
                     }
                     Ok(()) => {}
                     Err(e) => {
@@ -448,7 +451,7 @@ impl CopyProtocol {
                     ..
                 }) = self.ops.get_mut(&req)
                 else {
-                    return Ok(Next::Nothing);
+                    return Ok(());
                 };
                 // The chunk lies inside the get's buffer (checked without overflow: the
                 // offset is the peer's word).
@@ -533,7 +536,7 @@ impl CopyProtocol {
                 self.complete_op(req, wire::status_error(status), done);
             }
         }
-        Ok(Next::Nothing)
+        Ok(())
     }
 
     /// Fail every operation of ours towards `ep` with `err()`.

@@ -411,6 +411,7 @@ proptest! {
                 Err(e) => prop_assert!(false, "unexpected error {:?}", e),
             }
             t.peer.outbound.clear();
+            t.peer.serving.clear();
             prop_assert!(t.registered.guards_intact(), "write outside the registration");
             prop_assert!(t.get_into.guards_intact(), "write outside the get's buffer");
             prop_assert!(t.result.guards_intact(), "write outside the atomic's result");

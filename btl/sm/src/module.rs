@@ -9,7 +9,7 @@
 
 use super::cma;
 use super::component::{RdmaPath, Settings, FLUSH_TIMEOUT_PARAM, NAME};
-use super::copy_protocol::{CopyProtocol, Next};
+use super::copy_protocol::{CopyProtocol, Pushed};
 use super::own_segment::{self, slot_of, OwnSegment};
 use super::peer::{self, Outbound, Peer, MODEX_KEY};
 use super::ring::{self, Producer, RingLayout};
@@ -273,28 +273,64 @@ impl SmModule {
         self.frags.finish(des, immediate, status, &mut self.done)
     }
 
-    /// Push what waits for peer `i`'s ring, in order, as far as room allows. A full
-    /// ring of a peer that removed us stays full: the peer is failed then.
+    /// Push what waits for peer `i`'s ring as far as room allows: first what
+    /// `outbound` holds, in order, then the gets we serve, a chunk of each in turn.
+    ///
+    /// The gets we serve may be overtaken by our later sends: nothing we send depends
+    /// on them (the peer that asked learns of their end from their data alone). So a
+    /// get's data never holds back a send, not even the rendezvous request of the
+    /// next message, and gets served together advance together (as Open MPI's ob1
+    /// schedules its pending sends): when they read the same buffer (a window of
+    /// messages, as OSU's bandwidth tests send), each chunk is copied at both ends
+    /// while it is still in the processors' caches (docs/performance.md).
+    ///
+    /// A full ring of a peer that removed us stays full: the peer is failed then.
     #[inline(never)]
     fn drain_outbound(&mut self, i: usize) -> usize {
         let mut n = 0;
         loop {
             let peer = &mut self.peers[i];
-            let Some(front) = peer.outbound.front_mut() else {
-                break;
-            };
             let (producer, speed) = (&mut peer.producer, &mut peer.out_speed);
-            let pushed = match front {
-                Outbound::Desc { descriptor, tag } => push_descriptor(producer, descriptor, *tag),
-                Outbound::Protocol(item) => self.copy.push(item, producer, speed),
+            let pushed = match peer.outbound.front_mut() {
+                Some(Outbound::Desc { descriptor, tag }) => {
+                    if push_descriptor(producer, descriptor, *tag) {
+                        Pushed::All
+                    } else {
+                        Pushed::Nothing
+                    }
+                }
+                Some(Outbound::Protocol(item)) => self.copy.push(item, producer, speed),
+                None => break,
             };
-            if !pushed {
-                self.fail_if_removed_us(i);
-                break;
+            match pushed {
+                Pushed::Nothing => {
+                    self.fail_if_removed_us(i);
+                    return n;
+                }
+                // A put's chunks go one after another.
+                Pushed::Chunk => {}
+                Pushed::All => {
+                    n += 1;
+                    if let Some(Outbound::Desc { descriptor, .. }) =
+                        self.peers[i].outbound.pop_front()
+                    {
+                        self.finish_send(descriptor, false, Ok(()));
+                    }
+                }
             }
-            n += 1;
-            if let Some(Outbound::Desc { descriptor, .. }) = self.peers[i].outbound.pop_front() {
-                self.finish_send(descriptor, false, Ok(()));
+        }
+        let peer = &mut self.peers[i];
+        while let Some(get) = peer.serving.front_mut() {
+            match self.copy.push(get, &mut peer.producer, &mut peer.out_speed) {
+                Pushed::Nothing => {
+                    self.fail_if_removed_us(i);
+                    break;
+                }
+                Pushed::Chunk => peer.serving.rotate_left(1),
+                Pushed::All => {
+                    n += 1;
+                    peer.serving.pop_front();
+                }
             }
         }
         n
@@ -496,15 +532,11 @@ impl SmModule {
     /// A message of the transport's own protocol from peer `i`.
     #[inline(never)]
     fn internal(&mut self, i: usize, tag: u8, segs: &[&[u8]]) {
-        match self
+        if let Err(e) = self
             .copy
             .on_message(&mut self.peers[i], tag, segs, &mut self.done)
         {
-            Ok(Next::Nothing) => {}
-            Ok(Next::Drain) => {
-                self.drain_outbound(i);
-            }
-            Err(e) => self.report(Some(i), e),
+            self.report(Some(i), e);
         }
     }
 
@@ -541,6 +573,7 @@ impl SmModule {
         };
         self.copy
             .fail_all_to(Endpoint(i as u32), err, &mut self.done);
+        self.peers[i].serving.clear();
         let queued: Vec<Outbound> = self.peers[i].outbound.drain(..).collect();
         for o in queued {
             if let Outbound::Desc { descriptor, .. } = o {
@@ -862,7 +895,7 @@ impl Module for SmModule {
                 // The caller learns of it before any later message is delivered.
                 return n;
             }
-            if !self.peers[i].outbound.is_empty() {
+            if !self.peers[i].outbound.is_empty() || !self.peers[i].serving.is_empty() {
                 n += self.drain_outbound(i);
             }
         }

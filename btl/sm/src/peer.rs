@@ -121,6 +121,9 @@ pub(super) struct Peer {
     pub producer: Producer,
     pub consumer: Consumer,
     pub outbound: VecDeque<Outbound>,
+    /// The data of the peer's gets that we serve by copy ([`Outgoing::Get`]), pushed
+    /// after what `outbound` holds, a chunk of each in turn (see `drain_outbound`).
+    pub serving: VecDeque<Outgoing>,
     /// A receive callback of this ring is running (it may call progress).
     pub busy: bool,
     /// Copy-mode puts from this peer whose chunks the registration refused, with the
@@ -243,6 +246,7 @@ impl Peer {
             producer,
             consumer,
             outbound: VecDeque::new(),
+            serving: VecDeque::new(),
             busy: false,
             put_refused: HashMap::new(),
             removed: false,
