@@ -2,8 +2,8 @@
 
 use std::ptr;
 
-/// From this many bytes on, [`copy_bytes`] copies with vector loads and stores of its
-/// own instead of `memcpy`, which copies such sizes with `rep movsb`.
+/// From this many bytes on, [`copy_bytes`] copies the way this processor copies large
+/// blocks fastest (`vector::copy`).
 const VECTOR_COPY_MIN: usize = 4096;
 
 /// Copy `len` bytes; sizes up to 16 without a call into `memcpy` (which costs more

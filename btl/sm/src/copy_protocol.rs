@@ -35,7 +35,7 @@ use std::collections::{HashMap, VecDeque};
 /// least 64 KiB (or `most`, if smaller) and at most `most`. Fewer, larger chunks cost
 /// fewer round trips (measured: see docs/performance.md), while transfers of 128-512
 /// KiB keep the pipelining of small chunks.
-fn chunk_for(len: usize, most: usize) -> usize {
+pub(super) fn chunk_for(len: usize, most: usize) -> usize {
     const LEAST: usize = 64 << 10;
     (len / 4)
         .next_multiple_of(4096)
@@ -465,13 +465,16 @@ impl CopyProtocol {
                         // SAFETY: `[off, end)` lies inside the local range, which was
                         // checked against its registration with local-write access when
                         // the get started; it stays alive until the completion.
-                        unsafe {
+                        let copy = || unsafe {
                             rbtl_btl::copy_bytes(
                                 data.as_ptr(),
                                 (*local + off) as *mut u8,
                                 data.len(),
-                            )
+                            );
+                            true
                         };
+                        // Timed: the choice of the path of our next gets weighs it.
+                        peer.out_of_ring_speed.timed(data.len(), copy);
                         *received += data.len();
                         (*received >= *size).then_some(Ok(()))
                     }

@@ -1,18 +1,51 @@
-//! Which way a large put or get goes under `btl_sm_rdma = auto`: through the rings
-//! while copying into them runs at full speed, by cross-memory attach once it does not.
+//! Which way a large put or get goes under `btl_sm_rdma = auto`: through the rings, or
+//! by cross-memory attach where that is faster.
 //!
 //! Copies into a ring of 64 KiB and more run several times slower when the host places
 //! the two cores far apart than while it keeps them near each other, and then slower
 //! than cross-memory attach; the copy *out of* a ring hardly changes (measured: see
 //! docs/performance.md). So the side that copies in measures, and the receiver of a get
-//! hears the rate in the data's headers.
-//! While cross-memory attach is chosen, a transfer goes through the rings again every
-//! [`PROBE_EVERY`], so the choice follows the host's placement back.
+//! hears the rate in the data's headers. While the rings are fast, which path wins
+//! depends on the processor: on the AMD hosts measured, the rings at every size; on an
+//! Intel one, cross-memory attach below about 1 MiB (one copy, by the kernel, against
+//! two through caches the cores must hand over). So the side that starts transfers also
+//! times its cross-memory attach copies, per size class, and takes the faster path for
+//! each size.
+//! Whichever path is chosen, the other is tried again every [`PROBE_EVERY`], so that the
+//! choice follows the host's placement back.
 
 use std::time::{Duration, Instant};
 
 /// Transfers below this size always go through the rings (and are not measured).
-pub const MEASURED_MIN: usize = 64 << 10;
+pub const MEASURED_MIN: usize = 16 << 10;
+
+/// Transfers from this size on go through the rings while they are fast: there their
+/// chunks overlap those of other transfers (served in turns), which cross-memory
+/// attach copies cannot, and a copy of that size by cross-memory attach measured alone
+/// overstates what it achieves beside others (measured: see docs/performance.md).
+pub const COMPARED_BELOW: usize = 2 << 20;
+
+/// Size classes for the rate of cross-memory attach: powers of two from
+/// [`MEASURED_MIN`] below [`COMPARED_BELOW`].
+const CLASSES: usize = (COMPARED_BELOW / MEASURED_MIN).ilog2() as usize;
+
+/// Cross-memory attach copies of a size class that are tried before its rate counts:
+/// a first copy can be several times slower than the next (pages faulted in).
+const FIRST_COPIES: u32 = 3;
+
+/// What cross-memory attach copies of one size class achieved.
+#[derive(Clone, Copy, Debug)]
+struct CmaRate {
+    /// GB/s: the fastest of the first [`FIRST_COPIES`], then smoothed.
+    gbs: f64,
+    /// When the last one ended.
+    at: Instant,
+    copies: u32,
+}
+
+fn class_of(size: usize) -> usize {
+    ((size / MEASURED_MIN).max(1).ilog2() as usize).min(CLASSES - 1)
+}
 
 /// While cross-memory attach is chosen, how often a transfer measures the rings again.
 pub const PROBE_EVERY: Duration = Duration::from_millis(100);
@@ -76,28 +109,78 @@ impl RingSpeed {
 pub struct Choice {
     /// When a transfer last went through the rings (None: never).
     last_ring: Option<Instant>,
+    /// Per size class: the rate of our cross-memory attach copies.
+    cma: [Option<CmaRate>; CLASSES],
 }
 
 impl Choice {
-    /// Whether a transfer of `size` bytes goes by cross-memory attach, given the ring's
-    /// `speed` and the rate below which it counts as slow; when it goes through the
-    /// rings, that is remembered (it measures them).
+    /// Whether a transfer of `size` bytes, `chunks` chunks through the rings, goes by
+    /// cross-memory attach, given the `speeds` of copies into the rings and out of them
+    /// and the rate below which copies into them count as slow. Through the rings when they were not measured lately (a probe),
+    /// by cross-memory attach while they are slow, else below [`COMPARED_BELOW`] by the
+    /// faster of the two for this size, cross-memory attach being tried when not
+    /// measured lately at it.
     pub fn via_cma(
         &mut self,
         size: usize,
-        speed: RingSpeed,
+        chunks: usize,
+        speeds: (RingSpeed, RingSpeed),
         slow_below: f64,
         now: Instant,
     ) -> bool {
-        let measured_lately = self
-            .last_ring
-            .is_some_and(|t| now.duration_since(t) < PROBE_EVERY);
-        let cma = size >= MEASURED_MIN && speed.gbs() < slow_below && measured_lately;
-        if !cma && size >= MEASURED_MIN {
+        let speed = speeds.0;
+        if size < MEASURED_MIN {
+            return false;
+        }
+        let lately = |t: Instant| now.duration_since(t) < PROBE_EVERY;
+        let cma = self.last_ring.is_some_and(lately)
+            && (speed.gbs() < slow_below
+                || size < COMPARED_BELOW
+                    && match self.cma[class_of(size)] {
+                        Some(c) if c.copies >= FIRST_COPIES && lately(c.at) => {
+                            c.gbs > ring_rate(speeds, chunks)
+                        }
+                        _ => true,
+                    });
+        if !cma {
             self.last_ring = Some(now);
         }
         cma
     }
+
+    /// Count a cross-memory attach copy of `bytes` that took `took`, ending `now`.
+    pub fn observe_cma(&mut self, bytes: usize, took: Duration, now: Instant) {
+        if !(MEASURED_MIN..COMPARED_BELOW).contains(&bytes) {
+            return;
+        }
+        let gbs = bytes as f64 / took.as_nanos().max(1) as f64;
+        let c = &mut self.cma[class_of(bytes)];
+        *c = Some(match *c {
+            None => CmaRate {
+                gbs,
+                at: now,
+                copies: 1,
+            },
+            Some(old) => CmaRate {
+                gbs: if old.copies < FIRST_COPIES {
+                    old.gbs.max(gbs)
+                } else {
+                    old.gbs + (gbs - old.gbs) / 4.0
+                },
+                at: now,
+                copies: old.copies.saturating_add(1),
+            },
+        });
+    }
+}
+
+/// The rate of a transfer in `chunks` chunks through rings copied into and out of at
+/// `speeds`: each chunk is copied in, then out, the copy out of one overlapping the copy
+/// into the next.
+fn ring_rate((into, out_of): (RingSpeed, RingSpeed), chunks: usize) -> f64 {
+    let (t_in, t_out) = (1.0 / into.gbs(), 1.0 / out_of.gbs());
+    let n = chunks.max(1) as f64;
+    n / (t_in + t_out + (n - 1.0) * t_in.max(t_out))
 }
 
 #[cfg(test)]
@@ -146,22 +229,57 @@ mod tests {
     fn cma_while_slow_with_a_ring_transfer_every_probe_period() {
         let (mut c, t0) = (Choice::default(), Instant::now());
         let slow = RingSpeed::from_wire(3_000).expect("a figure");
+        let at = |ms| t0 + Duration::from_millis(ms);
         // Never measured: through the rings first, even if the figure says slow.
-        assert!(!c.via_cma(MIB, slow, 8.0, t0));
-        assert!(c.via_cma(MIB, slow, 8.0, t0 + Duration::from_millis(10)));
-        assert!(c.via_cma(MIB, slow, 8.0, t0 + Duration::from_millis(99)));
+        assert!(!c.via_cma(MIB, 4, (slow, slow), 8.0, t0));
+        assert!(c.via_cma(MIB, 4, (slow, slow), 8.0, at(10)));
+        assert!(c.via_cma(MIB, 4, (slow, slow), 8.0, at(99)));
         // The probe: once the period has passed, through the rings again.
-        assert!(!c.via_cma(MIB, slow, 8.0, t0 + Duration::from_millis(101)));
-        assert!(c.via_cma(MIB, slow, 8.0, t0 + Duration::from_millis(102)));
-        // Fast rings, or a small transfer: the rings.
-        assert!(!c.via_cma(
-            MIB,
-            RingSpeed::default(),
-            8.0,
-            t0 + Duration::from_millis(103)
-        ));
-        assert!(!c.via_cma(4096, slow, 8.0, t0 + Duration::from_millis(104)));
+        assert!(!c.via_cma(MIB, 4, (slow, slow), 8.0, at(101)));
+        assert!(c.via_cma(MIB, 4, (slow, slow), 8.0, at(102)));
+        // A small transfer: the rings.
+        assert!(!c.via_cma(4096, 1, (slow, slow), 8.0, at(104)));
         assert_eq!(RingSpeed::from_wire(0), None);
         assert_eq!(RingSpeed::from_wire(slow.to_wire()), Some(slow));
+    }
+
+    #[test]
+    fn fast_rings_against_cross_memory_attach_size_by_size() {
+        let (mut c, t0) = (Choice::default(), Instant::now());
+        let fast = RingSpeed::from_wire(20_000).expect("a figure");
+        let at = |ms| t0 + Duration::from_millis(ms);
+        let took = |bytes: usize, gbs: f64| Duration::from_nanos((bytes as f64 / gbs) as u64);
+        const HALF: usize = MIB / 2;
+        // Rings first; then, at a size never tried, cross-memory attach.
+        assert!(!c.via_cma(HALF, 4, (fast, fast), 8.0, t0));
+        assert!(c.via_cma(HALF, 4, (fast, fast), 8.0, at(1)));
+        // The first copy at 2 GB/s (tried again), the next ones at 12 GB/s: slower
+        // than four chunks through rings copied into at 20 (16 GB/s), so the rings.
+        c.observe_cma(HALF, took(HALF, 2.0), at(1));
+        assert!(c.via_cma(HALF, 4, (fast, fast), 8.0, at(1)));
+        for _ in 1..FIRST_COPIES {
+            c.observe_cma(HALF, took(HALF, 12.0), at(1));
+        }
+        assert!(!c.via_cma(HALF, 4, (fast, fast), 8.0, at(2)));
+        // 64 KiB at 18 GB/s: faster than one chunk copied in, then out (10 GB/s).
+        for _ in 0..FIRST_COPIES {
+            assert!(c.via_cma(64 << 10, 1, (fast, fast), 8.0, at(3)));
+            c.observe_cma(64 << 10, took(64 << 10, 18.0), at(3));
+        }
+        assert!(c.via_cma(64 << 10, 1, (fast, fast), 8.0, at(4)));
+        // Each size class on its own: 512 KiB still goes through the rings ...
+        assert!(!c.via_cma(HALF, 4, (fast, fast), 8.0, at(5)));
+        // ... until its figure is old: then cross-memory attach is tried again.
+        assert!(c.via_cma(HALF, 4, (fast, fast), 8.0, at(102)));
+        // Cross-memory attach chosen: the rings are still probed every period.
+        assert!(!c.via_cma(64 << 10, 1, (fast, fast), 8.0, at(150)));
+        // From 2 MiB on, fast rings always; such copies, and small ones, not counted.
+        for _ in 0..2 * FIRST_COPIES {
+            c.observe_cma(2 * MIB, took(2 * MIB, 100.0), at(151));
+            assert!(!c.via_cma(2 * MIB, 4, (fast, fast), 8.0, at(151)));
+        }
+        let before = format!("{:?}", c.cma);
+        c.observe_cma(4096, Duration::from_secs(1), at(152));
+        assert_eq!(format!("{:?}", c.cma), before);
     }
 }

@@ -4,7 +4,7 @@
 //! still lives.
 
 use super::component::{RdmaPath, Settings};
-use super::copy_protocol::Outgoing;
+use super::copy_protocol::{chunk_for, Outgoing};
 use super::liveness::Process;
 use super::path::{Choice, RingSpeed};
 use super::ring::{Consumer, Producer};
@@ -15,7 +15,7 @@ use rbtl_btl::{Descriptor, Error, ModuleId, PeerFailure, Proc, RemoteHandle, Res
 use rbtl_mpool::SharedRegion;
 use rbtl_rcache::Access;
 use std::collections::{HashMap, VecDeque};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// The modex key of the card.
 pub(super) const MODEX_KEY: &str = "btl.sm";
@@ -137,6 +137,8 @@ pub(super) struct Peer {
     /// towards us as it reports them (gets).
     pub out_speed: RingSpeed,
     pub in_speed: RingSpeed,
+    /// Our copies out of its ring (the data of our gets).
+    pub out_of_ring_speed: RingSpeed,
     /// The `auto` choice for puts and for gets.
     put_path: Choice,
     get_path: Choice,
@@ -253,6 +255,7 @@ impl Peer {
             cma_ok,
             out_speed: RingSpeed::default(),
             in_speed: RingSpeed::default(),
+            out_of_ring_speed: RingSpeed::default(),
             put_path: Choice::default(),
             get_path: Choice::default(),
             failed: None,
@@ -262,15 +265,34 @@ impl Peer {
 
     /// Whether a put (`Write`) or get (`Read`) of `size` bytes goes by cross-memory
     /// attach. `cma_ok` holds the setting (`copy` never, `cma` always, `auto` where the
-    /// kernel allows); `auto` then chooses by the rings' speed.
+    /// kernel allows); `auto` then chooses by the rings' speed and that of earlier
+    /// cross-memory attach copies ([`path`](super::path)).
     pub fn goes_by_cma(&mut self, dir: cma::Direction, size: usize, settings: &Settings) -> bool {
-        let auto = settings.rdma == RdmaPath::Auto;
+        if !self.cma_ok || settings.rdma != RdmaPath::Auto {
+            return self.cma_ok;
+        }
         let slow_below = settings.cma_below as f64 / 1000.0;
-        let (choice, speed) = match dir {
-            cma::Direction::Write => (&mut self.put_path, self.out_speed),
-            cma::Direction::Read => (&mut self.get_path, self.in_speed),
+        let chunks = size.div_ceil(chunk_for(size, settings.copy_chunk).max(1));
+        // Copies into the ring, and out of it: for a put the peer copies out, at a rate
+        // we do not hear, taken as that of our copies in.
+        let speeds = match dir {
+            cma::Direction::Write => (self.out_speed, self.out_speed),
+            cma::Direction::Read => (self.in_speed, self.out_of_ring_speed),
         };
-        self.cma_ok && (!auto || choice.via_cma(size, speed, slow_below, Instant::now()))
+        self.path(dir)
+            .via_cma(size, chunks, speeds, slow_below, Instant::now())
+    }
+
+    /// Count a cross-memory attach copy of `size` bytes that took `took`.
+    pub fn observe_cma(&mut self, dir: cma::Direction, size: usize, took: Duration) {
+        self.path(dir).observe_cma(size, took, Instant::now());
+    }
+
+    fn path(&mut self, dir: cma::Direction) -> &mut Choice {
+        match dir {
+            cma::Direction::Write => &mut self.put_path,
+            cma::Direction::Read => &mut self.get_path,
+        }
     }
 
     /// Where `[remote, +len)` of the peer, checked against its registration `handle`
