@@ -47,7 +47,7 @@ fn class_of(size: usize) -> usize {
     ((size / MEASURED_MIN).max(1).ilog2() as usize).min(CLASSES - 1)
 }
 
-/// While cross-memory attach is chosen, how often a transfer measures the rings again.
+/// How often a path not chosen is tried again (a transfer that measures it).
 pub const PROBE_EVERY: Duration = Duration::from_millis(100);
 
 /// The smoothed rate of copies into one ring, in GB/s.
@@ -116,10 +116,10 @@ pub struct Choice {
 impl Choice {
     /// Whether a transfer of `size` bytes, `chunks` chunks through the rings, goes by
     /// cross-memory attach, given the `speeds` of copies into the rings and out of them
-    /// and the rate below which copies into them count as slow. Through the rings when they were not measured lately (a probe),
-    /// by cross-memory attach while they are slow, else below [`COMPARED_BELOW`] by the
-    /// faster of the two for this size, cross-memory attach being tried when not
-    /// measured lately at it.
+    /// and the rate below which copies into them count as slow. Through the rings when
+    /// they were not measured lately (a probe), by cross-memory attach while they are
+    /// slow, else below [`COMPARED_BELOW`] by the faster of the two for this size,
+    /// cross-memory attach being tried when not measured lately at it.
     pub fn via_cma(
         &mut self,
         size: usize,
@@ -267,6 +267,14 @@ mod tests {
             c.observe_cma(64 << 10, took(64 << 10, 18.0), at(3));
         }
         assert!(c.via_cma(64 << 10, 1, (fast, fast), 8.0, at(4)));
+        // 128 KiB (two chunks) at 12 GB/s: slower than the rings at 20 in and out (13.3),
+        // faster when copies out of them run at 6 (5.2).
+        let slow_out = RingSpeed::from_wire(6_000).expect("a figure");
+        for _ in 0..FIRST_COPIES {
+            c.observe_cma(128 << 10, took(128 << 10, 12.0), at(4));
+        }
+        assert!(!c.via_cma(128 << 10, 2, (fast, fast), 8.0, at(4)));
+        assert!(c.via_cma(128 << 10, 2, (fast, slow_out), 8.0, at(4)));
         // Each size class on its own: 512 KiB still goes through the rings ...
         assert!(!c.via_cma(HALF, 4, (fast, fast), 8.0, at(5)));
         // ... until its figure is old: then cross-memory attach is tried again.
