@@ -162,12 +162,8 @@ fn role_sm_auto_path() {
     // and it is not resized.
     let handle =
         unsafe { m.register_mem(Some(ep), mem.as_mut_ptr() as usize, 2 * LEN, all) }.unwrap();
-    let mut blob = (mem.as_ptr() as u64).to_le_bytes().to_vec();
-    blob.extend_from_slice(handle.remote().as_bytes());
-    job.modex.publish("auto_path", &blob).unwrap();
-    job.modex.fence().unwrap();
-    let theirs = job.modex.lookup(peer, "auto_path").unwrap().unwrap();
-    let (raddr, rh) = rbtl_conformance::remote_of(&theirs);
+    let (raddr, rh) =
+        common::swap_regions(&mut job, "auto_path", mem.as_ptr() as u64, &handle, peer);
     let heard = Arc::new(AtomicUsize::new(0));
     let h = heard.clone();
     m.register_am(

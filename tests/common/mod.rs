@@ -169,6 +169,24 @@ pub fn send_noted<T: Send + 'static>(
     m.send(ep, des, tag).map_err(|e| e.error)
 }
 
+/// Offer this rank's memory at `addr`, registered as `handle`, through `job`'s modex
+/// under `key`, fence, and read `peer`'s offer: its address and handle.
+#[allow(dead_code)] // not every binary that shares this module calls it
+pub fn swap_regions(
+    job: &mut rbtl::pmi::Job,
+    key: &str,
+    addr: u64,
+    handle: &rbtl::btl::MemHandle,
+    peer: u32,
+) -> (u64, rbtl::btl::RemoteHandle) {
+    let mut blob = addr.to_le_bytes().to_vec();
+    blob.extend_from_slice(handle.remote().as_bytes());
+    job.modex.publish(key, &blob).unwrap();
+    job.modex.fence().unwrap();
+    let theirs = job.modex.lookup(peer, key).unwrap().unwrap();
+    rbtl_conformance::remote_of(&theirs)
+}
+
 /// Meet every rank of `job` through its PMI modex: publish this rank's bytes, fence,
 /// read every rank's, by rank (for checks that run on every rank at once).
 #[allow(dead_code)] // not every binary that shares this module uses it

@@ -6,7 +6,6 @@ use rbtl::btl::{
     Access, ActiveMessage, DesFlags, Endpoint, Local, Module, Order, RdmaCompletion, Remote,
     SendiOutcome, Tag, Transfer,
 };
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,21 +36,10 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
     // SAFETY: `mem` outlives the handle (dropped before it below) and is not resized.
     let handle =
         unsafe { m.register_mem(Some(ep), mem.as_mut_ptr() as usize, mem.len(), all) }.unwrap();
-    let mut blob = (mem.as_ptr() as u64).to_le_bytes().to_vec();
-    blob.extend_from_slice(handle.remote().as_bytes());
-    job.modex.publish("served_gets", &blob).unwrap();
-    job.modex.fence().unwrap();
-    let theirs = job.modex.lookup(peer, "served_gets").unwrap().unwrap();
-    let (raddr, rh) = rbtl_conformance::remote_of(&theirs);
-    let heard = Arc::new(AtomicUsize::new(0));
-    let h = heard.clone();
-    m.register_am(
-        Tag::USR,
-        Box::new(move |_, _| {
-            h.fetch_add(1, Ordering::Release);
-        }),
-    )
-    .unwrap();
+    let (raddr, rh) =
+        crate::common::swap_regions(job, "served_gets", mem.as_ptr() as u64, &handle, peer);
+    // The messages each rank hears from the other.
+    let heard = crate::common::senders(m, Tag::USR);
     let tell = |m: &mut dyn Module| {
         m.sendi(
             &ActiveMessage::new(ep, Tag::USR, &[], &[1])
@@ -73,7 +61,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
         );
         job.modex.fence().unwrap();
         // Serve the rest until rank 1 says all arrived.
-        while heard.load(Ordering::Acquire) == 0 {
+        while heard.lock().unwrap().is_empty() {
             m.progress();
             assert!(Instant::now() < deadline, "rank 1's gets hung");
         }
@@ -84,7 +72,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
             let (seen, heard) = (heard_at_completion.clone(), heard.clone());
             let cb = Box::new(move |_: &mut dyn Module, c: RdmaCompletion| {
                 c.status.expect("the get completes");
-                seen.lock().unwrap().push(heard.load(Ordering::Acquire));
+                seen.lock().unwrap().push(heard.lock().unwrap().len());
             });
             let local = mem.as_mut_ptr() as usize + g * LEN;
             m.get(
