@@ -53,7 +53,9 @@ pub(super) enum Pushed {
     Nothing,
 }
 
-/// What the protocol queues behind a peer's sends until its ring has room.
+/// What the protocol queues until a peer's ring has room: requests, replies and puts
+/// behind the peer's sends (`Peer::outbound`), the gets it serves after them
+/// (`Peer::serving`).
 pub(super) enum Outgoing {
     /// A request or a reply.
     Message { tag: u8, bytes: Vec<u8> },
@@ -268,7 +270,13 @@ impl CopyProtocol {
             (true, false) => Pushed::Chunk,
         };
         match item {
-            Outgoing::Message { tag, bytes } => done(producer.push(*tag, &[bytes], &[]), 0, 0),
+            Outgoing::Message { tag, bytes } => {
+                if producer.push(*tag, &[bytes], &[]) {
+                    Pushed::All
+                } else {
+                    Pushed::Nothing
+                }
+            }
             Outgoing::Put {
                 req,
                 local,
