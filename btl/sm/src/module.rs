@@ -320,6 +320,9 @@ impl SmModule {
             }
         }
         let peer = &mut self.peers[i];
+        if !peer.serving.is_empty() {
+            peer.last_served = Some(Instant::now());
+        }
         while let Some(get) = peer.serving.front_mut() {
             match self.copy.push(get, &mut peer.producer, &mut peer.out_speed) {
                 Pushed::Nothing => {

@@ -6,7 +6,7 @@
 use super::component::{RdmaPath, Settings};
 use super::copy_protocol::{chunk_for, Outgoing};
 use super::liveness::Process;
-use super::path::{Choice, RingSpeed};
+use super::path::{Choice, RingSpeed, Rings, PROBE_EVERY};
 use super::ring::{Consumer, Producer};
 use super::segment::{self, Layout};
 use super::{cma, wire};
@@ -124,6 +124,9 @@ pub(super) struct Peer {
     /// The data of the peer's gets that we serve by copy ([`Outgoing::Get`]), pushed
     /// after what `outbound` holds, a chunk of each in turn (see `drain_outbound`).
     pub serving: VecDeque<Outgoing>,
+    /// When we last had data of the peer's gets to serve: it then reads from us while
+    /// we may read from it.
+    pub last_served: Option<Instant>,
     /// A receive callback of this ring is running (it may call progress).
     pub busy: bool,
     /// Copy-mode puts from this peer whose chunks the registration refused, with the
@@ -249,6 +252,7 @@ impl Peer {
             consumer,
             outbound: VecDeque::new(),
             serving: VecDeque::new(),
+            last_served: None,
             busy: false,
             put_refused: HashMap::new(),
             removed: false,
@@ -272,15 +276,20 @@ impl Peer {
             return self.cma_ok;
         }
         let slow_below = settings.cma_below as f64 / 1000.0;
-        let chunks = size.div_ceil(chunk_for(size, settings.copy_chunk).max(1));
-        // Copies into the ring, and out of it: for a put the peer copies out, at a rate
-        // we do not hear, taken as that of our copies in.
-        let speeds = match dir {
-            cma::Direction::Write => (self.out_speed, self.out_speed),
-            cma::Direction::Read => (self.in_speed, self.out_of_ring_speed),
+        let now = Instant::now();
+        let rings = Rings {
+            chunks: size.div_ceil(chunk_for(size, settings.copy_chunk).max(1)),
+            // Copies into the ring, and out of it: for a put the peer copies out, at a
+            // rate we do not hear, taken as that of our copies in.
+            speeds: match dir {
+                cma::Direction::Write => (self.out_speed, self.out_speed),
+                cma::Direction::Read => (self.in_speed, self.out_of_ring_speed),
+            },
+            both_ways: self
+                .last_served
+                .is_some_and(|t| now.duration_since(t) < PROBE_EVERY),
         };
-        self.path(dir)
-            .via_cma(size, chunks, speeds, slow_below, Instant::now())
+        self.path(dir).via_cma(size, rings, slow_below, now)
     }
 
     /// Count a cross-memory attach copy of `size` bytes that took `took`.
