@@ -672,9 +672,19 @@ static void held_lock(void) {
     double waited = MPI_Wtime() - t0;
     CHECK(waited >= 0.9 && waited < 30, "the lock was given up after %.1f s", waited);
   }
-  OK(MPI_Barrier(MPI_COMM_WORLD));
-  if (rank == 1)
+  /* Rank 0 sends nothing while it waits out the timeout: rank 1, idle in a blocking
+   * call meanwhile, would give up on rank 0 at about the same moment. So rank 1 tests
+   * a nonblocking barrier (a test never times out) while rank 0 waits for it. */
+  MPI_Request r;
+  OK(MPI_Ibarrier(MPI_COMM_WORLD, &r));
+  if (rank == 1) {
+    int done = 0;
+    while (!done)
+      OK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
     OK(MPI_Win_unlock(0, win));
+  } else {
+    OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+  }
   OK(MPI_Win_free(&win));
 }
 
