@@ -62,6 +62,32 @@ enum Change {
 }
 use Change::{Give, Take};
 
+/// The two changes a lock word needs: an addition (wrapping) and setting it when it is
+/// zero; each gives the word's previous value.
+#[derive(Clone, Copy)]
+enum WordChange {
+    Add(u64),
+    SetIfZero(u64),
+}
+
+/// Make `change` to a lock word with `apply`: whether a take got the lock (a give
+/// always does what it says). Readers add one, a writer sets [`EXCLUSIVE`] when the
+/// word is zero; a reader that finds a writer takes its one back.
+fn change_word(mut apply: impl FnMut(WordChange) -> Result<u64>, change: Change) -> Result<bool> {
+    match change {
+        Give(true) => apply(WordChange::Add(EXCLUSIVE.wrapping_neg())).map(|_| true),
+        Give(false) => apply(WordChange::Add(u64::MAX)).map(|_| true),
+        Take(true) => Ok(apply(WordChange::SetIfZero(EXCLUSIVE))? == 0),
+        Take(false) => {
+            if apply(WordChange::Add(1))? & EXCLUSIVE == 0 {
+                return Ok(true);
+            }
+            apply(WordChange::Add(u64::MAX))?;
+            Ok(false)
+        }
+    }
+}
+
 impl Mpi {
     /// Complete every operation toward member `r` of window `h`, then the work that
     /// waited for them.
@@ -147,59 +173,33 @@ impl Mpi {
         let (ctrl, job, p) = (&w.peers[r].ctrl, w.peers[r].job, &w.waited);
         if let Some(word) = rbtl::msg::Comm::word_here(ctrl, offset)? {
             // The control block is mapped here: the processor's atomics at once.
-            return Ok(match change {
-                Give(true) => {
-                    word.fetch_sub(EXCLUSIVE, Ordering::AcqRel);
-                    true
-                }
-                Give(false) => {
-                    word.fetch_sub(1, Ordering::AcqRel);
-                    true
-                }
-                Take(true) => word
-                    .compare_exchange(0, EXCLUSIVE, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok(),
-                Take(false) => {
-                    let old = word.fetch_add(1, Ordering::AcqRel);
-                    if old & EXCLUSIVE != 0 {
-                        // A writer holds it: the reader's count goes back.
-                        word.fetch_sub(1, Ordering::AcqRel);
-                    }
-                    old & EXCLUSIVE == 0
-                }
-            });
+            return change_word(
+                |atomic| {
+                    Ok(match atomic {
+                        WordChange::Add(by) => word.fetch_add(by, Ordering::AcqRel),
+                        WordChange::SetIfZero(v) => word
+                            .compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire)
+                            .unwrap_or_else(|old| old),
+                    })
+                },
+                change,
+            );
         }
-        // The word's previous value, through the transport, waited for.
-        let apply = |msg: &mut rbtl::msg::Comm, atomic: Atomic| -> Result<u64> {
-            let mut old = [0u8; 8];
-            // SAFETY: `old` lives until the operation is waited for, just below.
-            unsafe { msg.atomic_on(ctrl, offset, atomic, false, old.as_mut_ptr(), p) }?;
-            msg.complete(p, Some(job))?;
-            Ok(u64::from_ne_bytes(old))
-        };
-        let add = |msg: &mut rbtl::msg::Comm, by: u64| apply(msg, Atomic::Op(AtomicOp::Add, by));
-        let exclusive = match change {
-            Give(true) => return add(msg, EXCLUSIVE.wrapping_neg()).map(|_| true),
-            Give(false) => return add(msg, u64::MAX).map(|_| true),
-            Take(exclusive) => exclusive,
-        };
-        let atomic = if exclusive {
-            Atomic::CompareSwap {
-                compare: 0,
-                value: EXCLUSIVE,
-            }
-        } else {
-            Atomic::Op(AtomicOp::Add, 1)
-        };
-        let old = apply(msg, atomic)?;
-        if exclusive && old == 0 || !exclusive && old & EXCLUSIVE == 0 {
-            return Ok(true);
-        }
-        if !exclusive {
-            // A writer holds it: the reader's count goes back.
-            add(msg, u64::MAX)?;
-        }
-        Ok(false)
+        // Through the transport, each change waited for.
+        change_word(
+            |atomic| {
+                let atomic = match atomic {
+                    WordChange::Add(by) => Atomic::Op(AtomicOp::Add, by),
+                    WordChange::SetIfZero(value) => Atomic::CompareSwap { compare: 0, value },
+                };
+                let mut old = [0u8; 8];
+                // SAFETY: `old` lives until the operation is waited for, just below.
+                unsafe { msg.atomic_on(ctrl, offset, atomic, false, old.as_mut_ptr(), p) }?;
+                msg.complete(p, Some(job))?;
+                Ok(u64::from_ne_bytes(old))
+            },
+            change,
+        )
     }
 
     /// Run `f` holding member `r`'s accumulate mutex.
