@@ -6,7 +6,7 @@
 use super::component::{RdmaPath, Settings};
 use super::copy_protocol::{chunk_for, Outgoing};
 use super::liveness::Process;
-use super::path::{Choice, RingSpeed, Rings, PROBE_EVERY};
+use super::path::{Choice, RingSpeed, Rings, MEASURED_MIN, PROBE_EVERY};
 use super::ring::{Consumer, Producer};
 use super::segment::{self, Layout};
 use super::{cma, wire};
@@ -274,6 +274,11 @@ impl Peer {
     pub fn goes_by_cma(&mut self, dir: cma::Direction, size: usize, settings: &Settings) -> bool {
         if !self.cma_ok || settings.rdma != RdmaPath::Auto {
             return self.cma_ok;
+        }
+        if size < MEASURED_MIN {
+            // Through the rings (as `via_cma` says too), without reading the clock:
+            // the common case of small transfers.
+            return false;
         }
         let slow_below = settings.cma_below as f64 / 1000.0;
         let now = Instant::now();
