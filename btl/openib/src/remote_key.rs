@@ -170,7 +170,6 @@ mod tests {
     use proptest::collection::vec;
     use proptest::prelude::*;
 
-    /// `cases` cases, unless `PROPTEST_CASES` says otherwise.
     /// Words where arithmetic goes wrong: small, near a power of two, near the top.
     fn word() -> impl Strategy<Value = u64> {
         prop_oneof![

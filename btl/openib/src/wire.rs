@@ -140,7 +140,6 @@ mod tests {
     use proptest::collection::vec;
     use proptest::prelude::*;
 
-    /// `cases` cases, unless `PROPTEST_CASES` says otherwise.
     /// Segment lengths as a table entry may hold them: small, or huge.
     fn seg_len() -> impl Strategy<Value = u32> {
         prop_oneof![0..64u32, (u32::MAX - 8)..=u32::MAX, any::<u32>()]
