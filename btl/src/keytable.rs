@@ -13,7 +13,7 @@
 use crate::keyed_handle::{HandleFields, RangeFields};
 use crate::{check_range, Error, MemRange, ModuleId, RemoteHandle, Result, MAX_RANGES};
 use rbtl_rcache::Access;
-use std::collections::HashSet;
+use rustc_hash::FxHashSet;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// One entry, 40 bytes.
@@ -145,7 +145,9 @@ impl Entry {
 pub struct KeyTable {
     view: KeyTableView,
     free: Vec<u32>,
-    keys: HashSet<u64>,
+    /// (Hashed by Fx, not SipHash: the keys come from this process, its own counter
+    /// or a registrant's request, never from a peer; and a rendezvous registers.)
+    keys: FxHashSet<u64>,
     next_key: u64,
 }
 
@@ -160,7 +162,7 @@ impl KeyTable {
             // SAFETY: forwarded contract.
             view: unsafe { KeyTableView::new(mem, capacity) },
             free: (0..capacity as u32).rev().collect(),
-            keys: HashSet::new(),
+            keys: FxHashSet::default(),
             next_key: 1,
         }
     }

@@ -51,7 +51,10 @@ unsafe impl Sync for Registrations {}
 pub struct Reg<R: Registrar> {
     entry: Entry,
     owner: Arc<Registrations>,
-    _cached: Vec<Registration<R>>,
+    /// The cache's registration of each range: the first, then the others (a
+    /// registration of one range, the common case, allocates no list).
+    _first: Registration<R>,
+    _others: Vec<Registration<R>>,
 }
 
 impl<R: Registrar> Drop for Reg<R> {
@@ -104,7 +107,9 @@ impl Registrations {
     ) -> Result<MemHandle> {
         request.check(attrs)?;
         let (ranges, access) = (request.ranges(), request.access());
-        let cached = ranges
+        let (first, others) = ranges.split_first().expect("checked: one range or more");
+        let first = rcache.register(first.base, first.len, access)?;
+        let others = others
             .iter()
             .map(|r| rcache.register(r.base, r.len, access))
             .collect::<Result<Vec<_>, _>>()?;
@@ -112,7 +117,8 @@ impl Registrations {
         let inner = Reg {
             entry,
             owner: Arc::clone(self),
-            _cached: cached,
+            _first: first,
+            _others: others,
         };
         Ok(MemHandle::new(
             module,
