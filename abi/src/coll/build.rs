@@ -207,18 +207,14 @@ impl Mpi {
         // Borrowed, not copied (as in `build_bcast`).
         let t = self.dtype(ty)?;
         // SAFETY: the caller's contract.
-        let (acc, _, unpack) = unsafe {
+        let (input, acc, unpack) = unsafe {
             if in_place(sendbuf) {
-                args::inout(&mut s, recvbuf, n, t)?
+                let (acc, _, unpack) = args::inout(&mut s, recvbuf, n, t)?;
+                (acc, acc, unpack)
             } else {
-                let (input, len) = args::input(&mut s, sendbuf, n, t)?;
+                let (input, _) = args::input(&mut s, sendbuf, n, t)?;
                 let (acc, _, unpack) = args::output(&mut s, recvbuf, n, t)?;
-                s.round().then.push(Local::Copy {
-                    from: input,
-                    to: acc,
-                    len,
-                });
-                (acc, len, unpack)
+                (input, acc, unpack)
             }
         };
         let c = Combine {
@@ -227,7 +223,7 @@ impl Mpi {
             handle: ty,
             count: n,
         };
-        reduce::allreduce(&mut s, &m, &c, acc);
+        reduce::allreduce(&mut s, &m, &c, input, acc);
         finish(&mut s, [unpack]);
         Ok(s)
     }

@@ -113,40 +113,81 @@ pub fn reduce(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc, root: u32) {
     }
 }
 
-/// All-reduce in place at `acc` (this member's operand, then the result): recursive
-/// doubling for short vectors or operations that do not commute, a ring
-/// (reduce-scatter then all-gather) for long ones.
-pub fn allreduce(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
+/// All-reduce of this member's operand at `input` into `acc` (the same place when in
+/// place): recursive doubling for short vectors or operations that do not commute, a
+/// ring (reduce-scatter then all-gather) for long ones.
+///
+/// Where the operation commutes and `input` is apart from `acc`, no member writes
+/// memory a peer has just read: each round's result goes to a place not yet sent
+/// from, the last one to `acc`, and `input` is only read (so nothing is copied into
+/// `acc` first). Over cross-memory attach a peer's read leaves the lines shared in its
+/// cache, and writing them again waits for each to be taken back.
+pub fn allreduce(s: &mut Schedule, m: &Members, c: &Combine, input: Loc, acc: Loc) {
+    let apart = input != acc && c.op.commutative() && m.size > 1;
+    if !apart && input != acc {
+        s.round().then.push(Local::Copy {
+            from: input,
+            to: acc,
+            len: c.bytes(),
+        });
+    }
     if m.size == 1 || c.count == 0 {
         return;
     }
-    if c.op.commutative() && c.bytes() >= RING_MIN && c.count >= m.size as usize {
-        ring(s, m, c, acc)
-    } else {
-        doubling(s, m, c, acc)
+    match (by_ring(c, m.size), apart) {
+        (true, _) => ring(s, m, c, apart.then_some(input), acc),
+        (false, true) => doubling_apart(s, m, c, input, acc),
+        (false, false) => doubling(s, m, c, acc),
     }
 }
 
-/// Smallest all-reduce (bytes) done around a ring.
-const RING_MIN: usize = 64 << 10;
+/// Whether an all-reduce of `c` among `n` members goes around a ring: long vectors of
+/// an operation that commutes. The ring passes a member's share at a time, in eager
+/// messages where recursive doubling would exchange the whole vector by rendezvous,
+/// each waiting for its receiver to run; at two members the ring moves the same bytes
+/// as one exchange, in two steps, so it waits for longer vectors.
+fn by_ring(c: &Combine, n: u32) -> bool {
+    let from = if n == 2 { 1 << 20 } else { 32 << 10 };
+    c.op.commutative() && c.bytes() >= from && c.count >= n as usize
+}
 
-/// Recursive doubling, with the members beyond the largest power of two folded
-/// into their neighbours first (MPICH's algorithm).
-fn doubling(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
-    let (n, me) = (m.size, m.rank);
-    let len = c.bytes();
+/// Where recursive doubling puts the members beyond the largest power of two:
+/// `(pof2, rem, newrank)`, `newrank` `None` for a member folded into its
+/// neighbour (MPICH's algorithm).
+fn folding(n: u32, me: u32) -> (u32, u32, Option<u32>) {
     let pof2 = 1 << (31 - n.leading_zeros());
     let rem = n - pof2;
+    let newrank = match me < 2 * rem {
+        true if me % 2 == 0 => None,
+        true => Some(me / 2),
+        false => Some(me - rem),
+    };
+    (pof2, rem, newrank)
+}
+
+/// The rank of the member of new rank `nr` in recursive doubling.
+fn unfolded(rem: u32, nr: u32) -> u32 {
+    if nr < rem {
+        nr * 2 + 1
+    } else {
+        nr + rem
+    }
+}
+
+/// Recursive doubling, with the members beyond the largest power of two folded
+/// into their neighbours first (MPICH's algorithm), in place at `acc`.
+fn doubling(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
+    let me = m.rank;
+    let len = c.bytes();
+    let (pof2, rem, newrank) = folding(m.size, me);
     let tmp = s.scratch(len);
-    let newrank = if me < 2 * rem {
-        if me % 2 == 0 {
-            s.round().xfers.push(Xfer::Send {
-                from: acc,
-                len,
-                to: m.job(me + 1),
-            });
-            None
-        } else {
+    match newrank {
+        None => s.round().xfers.push(Xfer::Send {
+            from: acc,
+            len,
+            to: m.job(me + 1),
+        }),
+        Some(_) if me < 2 * rem => {
             let r = s.round();
             r.xfers.push(Xfer::Recv {
                 into: tmp,
@@ -155,16 +196,13 @@ fn doubling(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
             });
             // The neighbour is lower: acc = tmp op acc.
             r.then.push(c.local(tmp, acc, c.count));
-            Some(me / 2)
         }
-    } else {
-        Some(me - rem)
-    };
+        Some(_) => {}
+    }
     if let Some(nr) = newrank {
         let mut mask = 1;
         while mask < pof2 {
-            let nd = nr ^ mask;
-            let dst = if nd < rem { nd * 2 + 1 } else { nd + rem };
+            let dst = unfolded(rem, nr ^ mask);
             let r = s.round();
             r.xfers.push(Xfer::Send {
                 from: acc,
@@ -184,6 +222,12 @@ fn doubling(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
             mask <<= 1;
         }
     }
+    unfold(s, m, rem, acc, len);
+}
+
+/// The members folded into their neighbours get the result from them.
+fn unfold(s: &mut Schedule, m: &Members, rem: u32, acc: Loc, len: usize) {
+    let me = m.rank;
     if me < 2 * rem {
         let r = s.round();
         if me % 2 == 1 {
@@ -202,18 +246,82 @@ fn doubling(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
     }
 }
 
+/// Recursive doubling for an operation that commutes, from `input` (only read) into
+/// `acc`: each round receives into a place of its own and combines there what was
+/// sent from, so nothing a peer read is written again; the last round's place is
+/// `acc`.
+fn doubling_apart(s: &mut Schedule, m: &Members, c: &Combine, input: Loc, acc: Loc) {
+    let me = m.rank;
+    let len = c.bytes();
+    let (pof2, rem, newrank) = folding(m.size, me);
+    let Some(nr) = newrank else {
+        s.round().xfers.push(Xfer::Send {
+            from: input,
+            len,
+            to: m.job(me + 1),
+        });
+        unfold(s, m, rem, acc, len);
+        return;
+    };
+    let steps = pof2.trailing_zeros() as usize + usize::from(me < 2 * rem);
+    let mut cur = input;
+    let mut step = 0;
+    let mut next_place = |s: &mut Schedule| {
+        step += 1;
+        match step == steps {
+            true => acc,
+            false => s.scratch(len),
+        }
+    };
+    if me < 2 * rem {
+        let into = next_place(s);
+        let r = s.round();
+        r.xfers.push(Xfer::Recv {
+            into,
+            len,
+            from: m.job(me - 1),
+        });
+        r.then.push(c.local(cur, into, c.count));
+        cur = into;
+    }
+    let mut mask = 1;
+    while mask < pof2 {
+        let dst = unfolded(rem, nr ^ mask);
+        let into = next_place(s);
+        let r = s.round();
+        r.xfers.push(Xfer::Send {
+            from: cur,
+            len,
+            to: m.job(dst),
+        });
+        r.xfers.push(Xfer::Recv {
+            into,
+            len,
+            from: m.job(dst),
+        });
+        r.then.push(c.local(cur, into, c.count));
+        cur = into;
+        mask <<= 1;
+    }
+    unfold(s, m, rem, acc, len);
+}
+
 /// The ring: the vector in n chunks; n - 1 steps pass chunks right, each member
 /// combining the one it receives into its own, until each holds one chunk fully
-/// combined; n - 1 more pass the combined chunks around.
-fn ring(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
+/// combined; n - 1 more pass the combined chunks around. With `input` apart from
+/// `acc` (an operation that commutes), chunks are received straight into `acc` and
+/// combined there with `input`'s.
+fn ring(s: &mut Schedule, m: &Members, c: &Combine, input: Option<Loc>, acc: Loc) {
     let (n, me) = (m.size as usize, m.rank as usize);
     let size = c.ty.size;
     let chunk = |i: usize| {
         let (a, b) = (i * c.count / n, (i + 1) * c.count / n);
         (a * size, b - a)
     };
-    let largest = c.count.div_ceil(n) * size;
-    let tmp = s.scratch(largest);
+    let tmp = match input {
+        Some(_) => None,
+        None => Some(s.scratch(c.count.div_ceil(n) * size)),
+    };
     let (right, left) = (
         m.job(((me + 1) % n) as u32),
         m.job(((me + n - 1) % n) as u32),
@@ -222,18 +330,30 @@ fn ring(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
         let (out, inn) = ((me + n - k) % n, (me + 2 * n - k - 1) % n);
         let (oat, on) = chunk(out);
         let (iat, inum) = chunk(inn);
+        let from = match input {
+            Some(input) if k == 0 => input.offset(oat),
+            _ => acc.offset(oat),
+        };
         let r = s.round();
         r.xfers.push(Xfer::Send {
-            from: acc.offset(oat),
+            from,
             len: on * size,
             to: right,
         });
+        let (into, mine) = match (tmp, input) {
+            (Some(tmp), _) => (tmp, acc.offset(iat)),
+            (None, Some(input)) => (acc.offset(iat), input.offset(iat)),
+            (None, None) => unreachable!("a place to receive in"),
+        };
         r.xfers.push(Xfer::Recv {
-            into: tmp,
+            into,
             len: inum * size,
             from: left,
         });
-        r.then.push(c.local(tmp, acc.offset(iat), inum));
+        match tmp {
+            Some(_) => r.then.push(c.local(into, mine, inum)),
+            None => r.then.push(c.local(mine, into, inum)),
+        }
     }
     for k in 0..n - 1 {
         let (out, inn) = ((me + 1 + n - k) % n, (me + n - k) % n);

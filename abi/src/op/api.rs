@@ -123,6 +123,16 @@ pub unsafe extern "C" fn PMPI_Reduce_local(
         let len = t
             .bytes(n)
             .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
+        if t.contiguous {
+            let (input, inout) = (
+                inbuf.cast::<u8>().wrapping_offset(t.lb),
+                inoutbuf.cast::<u8>().wrapping_offset(t.lb),
+            );
+            // SAFETY: the binding's contract: both buffers hold `count` elements,
+            // which lie packed from the type's lower bound (a contiguous type): no
+            // copies.
+            return unsafe { super::reduce(o, &t, datatype, input, inout, n) };
+        }
         let (mut a, mut b) = (vec![0u8; len], vec![0u8; len]);
         // SAFETY: the binding's contract: both buffers hold `count` elements.
         unsafe {

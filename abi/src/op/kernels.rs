@@ -121,15 +121,54 @@ unsafe fn each<T: Copy>(input: *const u8, inout: *mut u8, n: usize, f: impl Fn(T
                 std::slice::from_raw_parts_mut(inout.cast::<T>(), n),
             )
         };
-        for (y, &x) in b.iter_mut().zip(a) {
-            *y = f(x, *y);
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512bw") {
+                // SAFETY: the processor has the instructions (just asked).
+                return unsafe { zip_avx512(a, b, f) };
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: as above.
+                return unsafe { zip_avx2(a, b, f) };
+            }
         }
-        return;
+        return zip(a, b, f);
     }
     for i in 0..n {
         // SAFETY: the caller's contract.
         unsafe { set(inout, i, f(get::<T>(input, i), get::<T>(inout, i))) };
     }
+}
+
+/// `b[i] = f(a[i], b[i])`, in the widest vectors the compiler is given.
+#[inline(always)]
+fn zip<T: Copy>(a: &[T], b: &mut [T], f: impl Fn(T, T) -> T) {
+    for (y, &x) in b.iter_mut().zip(a) {
+        *y = f(x, *y);
+    }
+}
+
+/// [`zip`] in AVX-512 vectors (64 bytes, four times the baseline's: a quarter of
+/// the steps, which count where each step's loads wait on the stores before it).
+///
+/// # Safety
+///
+/// The processor has AVX-512 (F and BW).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn zip_avx512<T: Copy>(a: &[T], b: &mut [T], f: impl Fn(T, T) -> T) {
+    zip(a, b, f)
+}
+
+/// [`zip`] in AVX2 vectors (32 bytes).
+///
+/// # Safety
+///
+/// The processor has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn zip_avx2<T: Copy>(a: &[T], b: &mut [T], f: impl Fn(T, T) -> T) {
+    zip(a, b, f)
 }
 
 macro_rules! int_ops {

@@ -371,21 +371,29 @@ static void test_reduce_other_types(void) {
     }
   }
 
-  /* Long vectors (the ring), with a count not divisible by the size. */
-  enum { L = 20011 };
-  double *a = malloc(sizeof(double) * L), *b = malloc(sizeof(double) * L);
-  for (int i = 0; i < L; i++)
-    a[i] = (rank + 1) * (i % 7);
-  OK(MPI_Allreduce(a, b, L, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-  for (int i = 0; i < L; i++)
-    CHECK(b[i] == size * (size + 1) / 2 * (i % 7), "a long MPI_Allreduce: element %d is %g", i,
-          b[i]);
-  OK(MPI_Allreduce(MPI_IN_PLACE, a, L, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-  for (int i = 0; i < L; i++)
-    CHECK(a[i] == size * (i % 7), "a long MPI_Allreduce(MPI_MAX) in place: element %d is %g",
-          i, a[i]);
-  free(a);
-  free(b);
+  /* Long vectors, counts not divisible by the size: past eager messages (recursive
+     doubling at two ranks, each round's result in a place of its own; the ring at
+     more) and past 1 MiB (the ring at every size); from a send buffer and in place. */
+  const int lengths[] = {5003, 131101};
+  for (int k = 0; k < 2; k++) {
+    int L = lengths[k];
+    double *a = malloc(sizeof(double) * L), *b = malloc(sizeof(double) * L);
+    for (int i = 0; i < L; i++)
+      a[i] = (rank + 1) * (i % 7);
+    OK(MPI_Allreduce(a, b, L, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    for (int i = 0; i < L; i++)
+      CHECK(b[i] == size * (size + 1) / 2 * (i % 7),
+            "a long MPI_Allreduce of %d: element %d is %g", L, i, b[i]);
+    for (int i = 0; i < L; i++)
+      CHECK(a[i] == (rank + 1) * (i % 7), "a long MPI_Allreduce of %d wrote its send buffer",
+            L);
+    OK(MPI_Allreduce(MPI_IN_PLACE, a, L, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+    for (int i = 0; i < L; i++)
+      CHECK(a[i] == size * (i % 7), "a long MPI_Allreduce(MPI_MAX) of %d in place: element %d is %g",
+            L, i, a[i]);
+    free(a);
+    free(b);
+  }
 
   /* A vector type: every other double of 2 x 100. */
   double v[200], w[200];
@@ -487,6 +495,18 @@ static void test_user_ops(void) {
   int p[3] = {1, 2, 3}, q[3] = {10, 20, 30};
   OK(MPI_Reduce_local(p, q, 3, MPI_INT, MPI_SUM));
   CHECK(q[0] == 11 && q[2] == 33, "MPI_Reduce_local(MPI_SUM): %d %d", q[0], q[2]);
+  /* A type whose one block of 3 ints lies 2 ints in (not contiguous: packed first). */
+  int three = 3;
+  MPI_Aint two_in = 2 * sizeof(int);
+  MPI_Datatype shifted;
+  OK(MPI_Type_create_hindexed(1, &three, &two_in, MPI_INT, &shifted));
+  OK(MPI_Type_commit(&shifted));
+  int sp[5] = {7, 7, 1, 2, 3}, sq[5] = {-1, -2, 10, 20, 30};
+  OK(MPI_Reduce_local(sp, sq, 1, shifted, MPI_SUM));
+  CHECK(sq[0] == -1 && sq[1] == -2 && sq[2] == 11 && sq[3] == 22 && sq[4] == 33,
+        "MPI_Reduce_local(MPI_SUM) on a type 2 ints in: %d %d %d %d %d", sq[0], sq[1], sq[2],
+        sq[3], sq[4]);
+  OK(MPI_Type_free(&shifted));
 }
 
 /* --- Data movement --- */
