@@ -5,6 +5,7 @@
 //! that operations that do not commute get the result the standard defines: the
 //! algorithms for those follow the rank order, the others may not.
 
+use super::schedule::Round;
 use super::{Loc, Local, Members, Schedule, Xfer};
 use crate::datatype::Datatype;
 use crate::op::Op;
@@ -203,17 +204,7 @@ fn doubling(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
         let mut mask = 1;
         while mask < pof2 {
             let dst = unfolded(rem, nr ^ mask);
-            let r = s.round();
-            r.xfers.push(Xfer::Send {
-                from: acc,
-                len,
-                to: m.job(dst),
-            });
-            r.xfers.push(Xfer::Recv {
-                into: tmp,
-                len,
-                from: m.job(dst),
-            });
+            let r = exchange(s, acc, tmp, len, m.job(dst));
             if dst < me {
                 r.then.push(c.local(tmp, acc, c.count));
             } else {
@@ -223,6 +214,23 @@ fn doubling(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
         }
     }
     unfold(s, m, rem, acc, len);
+}
+
+/// A round that sends `len` bytes at `from` to job rank `peer` and receives as many
+/// from it into `into`.
+fn exchange(s: &mut Schedule, from: Loc, into: Loc, len: usize, peer: u32) -> Round<'_> {
+    let r = s.round();
+    r.xfers.push(Xfer::Send {
+        from,
+        len,
+        to: peer,
+    });
+    r.xfers.push(Xfer::Recv {
+        into,
+        len,
+        from: peer,
+    });
+    r
 }
 
 /// The members folded into their neighbours get the result from them.
@@ -288,17 +296,7 @@ fn doubling_apart(s: &mut Schedule, m: &Members, c: &Combine, input: Loc, acc: L
     while mask < pof2 {
         let dst = unfolded(rem, nr ^ mask);
         let into = next_place(s);
-        let r = s.round();
-        r.xfers.push(Xfer::Send {
-            from: cur,
-            len,
-            to: m.job(dst),
-        });
-        r.xfers.push(Xfer::Recv {
-            into,
-            len,
-            from: m.job(dst),
-        });
+        let r = exchange(s, cur, into, len, m.job(dst));
         r.then.push(c.local(cur, into, c.count));
         cur = into;
         mask <<= 1;
