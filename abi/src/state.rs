@@ -64,6 +64,8 @@ pub struct Mpi {
     pub exposures: crate::rma::shipped::Exposures,
     /// A buffer a call borrows while it runs (the small all-reduction's operand).
     pub scratch: Vec<u8>,
+    /// What shipping an accumulate uses, kept between calls.
+    pub shipping: crate::rma::shipped::Buffers,
 }
 
 /// Context numbers: world, self, then those made later (0 belongs to the message
@@ -115,6 +117,7 @@ impl Mpi {
             spare_schedule: None,
             exposures,
             scratch: Vec::new(),
+            shipping: Default::default(),
         }
     }
 

@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::op;
 use crate::state::Mpi;
-use rbtl::msg::{Served, ServedRequest, Server, SERVED};
+use rbtl::msg::{ReqId, Served, ServedRequest, Server, SERVED};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -273,6 +273,25 @@ fn decode_prim(b: [u8; 3]) -> Option<Prim> {
     })
 }
 
+/// What [`Mpi::ship`] uses on every call, kept for the next: a get-accumulate of a
+/// few bytes otherwise spent more on allocating them than on the rest of its path.
+#[derive(Default)]
+pub struct Buffers {
+    /// The pieces: (offset in the target, length, offset in the packed data).
+    pieces: Vec<(usize, usize, usize)>,
+    /// Room for every piece's answer (not shrunk between calls, so not zeroed again:
+    /// each answer is read only as far as it was received).
+    answers: Vec<u8>,
+    /// The receives of the answers: (request, where in `answers`, length, offset in
+    /// the packed data).
+    posted: Vec<(ReqId, usize, usize, usize)>,
+    /// The request being built.
+    request: Vec<u8>,
+}
+
+/// The most answer room kept between calls.
+const ANSWERS_KEPT: usize = 1 << 20;
+
 /// One request to ship.
 pub(super) struct Ship {
     pub(super) kind: Kind,
@@ -334,8 +353,14 @@ impl Mpi {
                 ),
             ));
         }
-        // The pieces: (offset in the target, length, offset in the packed data).
-        let mut pieces = Vec::new();
+        let mut b = std::mem::take(&mut self.shipping);
+        let Buffers {
+            pieces,
+            answers,
+            posted,
+            request,
+        } = &mut b;
+        pieces.clear();
         let mut packed = 0;
         for &(off, len) in runs {
             let mut done = 0;
@@ -352,9 +377,11 @@ impl Mpi {
             packed += len;
         }
         let cap = |n: usize| 1 + if fetched.is_null() { 0 } else { n } + REASON;
-        let mut answers = vec![0u8; pieces.iter().map(|p| cap(p.1)).sum()];
-        let mut posted = Vec::with_capacity(pieces.len());
-        let mut request = Vec::with_capacity(HEADER + step * 2);
+        let room: usize = pieces.iter().map(|p| cap(p.1)).sum();
+        if answers.len() < room {
+            answers.resize(room, 0);
+        }
+        posted.clear();
         let mut sent = Ok(());
         let mut at = 0;
         for (i, &(off, n, from)) in pieces.iter().enumerate() {
@@ -377,7 +404,7 @@ impl Mpi {
                 }
             }
             at += cap(n);
-            header(&mut request, s, !fetched.is_null(), off, n);
+            header(request, s, !fetched.is_null(), off, n);
             // SAFETY: the caller's contract: the operand holds the piece.
             unsafe {
                 match s.kind {
@@ -390,13 +417,13 @@ impl Mpi {
                     }
                 }
             }
-            if let Err(e) = self.msg.send_in(ctx | SERVED, &request, job, tag) {
+            if let Err(e) = self.msg.send_in(ctx | SERVED, request, job, tag) {
                 sent = Err(e.into());
                 break;
             }
         }
         let mut first = sent;
-        for (r, at, n, from) in posted {
+        for (r, at, n, from) in posted.drain(..) {
             if first.is_err() {
                 // Nothing may land in `answers` once it is gone.
                 self.msg.cancel(r);
@@ -436,6 +463,10 @@ impl Mpi {
                 }
             }
         }
+        if b.answers.len() > ANSWERS_KEPT {
+            b.answers = Vec::new();
+        }
+        self.shipping = b;
         first
     }
 }
