@@ -273,8 +273,9 @@ fn decode_prim(b: [u8; 3]) -> Option<Prim> {
     })
 }
 
-/// What [`Mpi::ship`] uses on every call, kept for the next: a get-accumulate of a
-/// few bytes otherwise spent more on allocating them than on the rest of its path.
+/// What shipping an accumulate uses on every call, kept for the next: a
+/// get-accumulate of a few bytes otherwise spent more on allocating them than on the
+/// rest of its path.
 #[derive(Default)]
 pub struct Buffers {
     /// The pieces: (offset in the target, length, offset in the packed data).
