@@ -407,6 +407,9 @@ fn role_msg() {
     assert!(matches!(comm.wait(req), Err(Error::UnknownRequest(_))));
     // Messages to itself go through the self transport.
     assert_eq!(comm.transport_to(me), Some("self"));
+    // Every rank here runs on this node; a rank beyond the job shares none.
+    assert!((0..n).all(|r| comm.same_node(me, r)));
+    assert!(!comm.same_node(me, n));
     let mut back = [0u8; 3];
     comm.scope(|s| {
         s.irecv(&mut back, Some(me), Some(1)).unwrap();

@@ -39,6 +39,14 @@ impl Comm {
             })
             .collect::<Result<_, rbtl_btl::Error>>()?;
         liveness::set_yield(config, procs.iter().filter(|p| p.node == node).count())?;
+        let mut numbers = std::collections::HashMap::new();
+        let nodes = procs
+            .iter()
+            .map(|p| {
+                let next = numbers.len() as u32;
+                *numbers.entry(p.node.as_str()).or_insert(next)
+            })
+            .collect();
         let mut state = State {
             route: vec![None; job.size as usize],
             ..State::default()
@@ -120,6 +128,7 @@ impl Comm {
             offload: None,
             peer_timeout,
             job,
+            nodes,
             bridge: None,
         })
     }
@@ -138,6 +147,14 @@ mod tests {
             Err(e) => panic!("expected SelfUnreachable, got {e}"),
             Ok(_) => panic!("expected SelfUnreachable, got a communicator"),
         }
+    }
+
+    #[test]
+    fn a_rank_alone_shares_its_node_with_itself_only() {
+        let comm = Comm::init(&[("btl", "self")]).unwrap();
+        assert!(comm.same_node(0, 0));
+        assert!(!comm.same_node(0, 1));
+        assert!(!comm.same_node(1, 1));
     }
 
     #[test]

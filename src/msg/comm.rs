@@ -32,6 +32,9 @@ pub struct Comm {
     /// How long a blocking call waits for a silent peer (`msg_peer_timeout`).
     pub(super) peer_timeout: Option<std::time::Duration>,
     pub(super) job: Job,
+    /// Per rank: its node, numbered in the order the ranks name them (every rank
+    /// reads the same names from the modex, so every rank numbers alike).
+    pub(super) nodes: Vec<u32>,
     /// The transport to processes of other jobs of the launcher, once opened.
     pub(super) bridge: Option<super::bridge::Bridge>,
 }
@@ -58,6 +61,14 @@ impl Comm {
     pub fn transport_to(&self, rank: u32) -> Option<&str> {
         let (m, _) = self.routes.get(rank as usize)?;
         Some(self.modules[*m].name())
+    }
+
+    /// Whether ranks `a` and `b` run on one node, as every rank of the job sees it
+    /// (from the node each published at start-up; not from the transports chosen,
+    /// which configuration may make differ between ranks).
+    pub fn same_node(&self, a: u32, b: u32) -> bool {
+        let node = |r: u32| self.nodes.get(r as usize);
+        node(a).is_some() && node(a) == node(b)
     }
 
     /// The largest message to `rank` that goes in one send, without rendezvous.

@@ -115,15 +115,16 @@ pub fn reduce(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc, root: u32) {
 }
 
 /// All-reduce of this member's operand at `input` into `acc` (the same place when in
-/// place): recursive doubling for short vectors or operations that do not commute, a
-/// ring (reduce-scatter then all-gather) for long ones.
+/// place), among members on one node or not (`one_node`, the same at every member):
+/// recursive doubling for short vectors or operations that do not commute, a ring
+/// (reduce-scatter then all-gather) for long ones.
 ///
 /// Where the operation commutes and `input` is apart from `acc`, no member writes
 /// memory a peer has just read: each round's result goes to a place not yet sent
 /// from, the last one to `acc`, and `input` is only read (so nothing is copied into
 /// `acc` first). Over cross-memory attach a peer's read leaves the lines shared in its
 /// cache, and writing them again waits for each to be taken back.
-pub fn allreduce(s: &mut Schedule, m: &Members, c: &Combine, input: Loc, acc: Loc) {
+pub fn allreduce(s: &mut Schedule, m: &Members, c: &Combine, input: Loc, acc: Loc, one_node: bool) {
     let apart = input != acc && c.op.commutative() && m.size > 1;
     if !apart && input != acc {
         s.round().then.push(Local::Copy {
@@ -135,7 +136,7 @@ pub fn allreduce(s: &mut Schedule, m: &Members, c: &Combine, input: Loc, acc: Lo
     if m.size == 1 || c.count == 0 {
         return;
     }
-    match (by_ring(c, m.size), apart) {
+    match (by_ring(c, m.size, one_node), apart) {
         (true, _) => ring(s, m, c, apart.then_some(input), acc),
         (false, true) => doubling_apart(s, m, c, input, acc),
         (false, false) => doubling(s, m, c, acc),
@@ -145,10 +146,16 @@ pub fn allreduce(s: &mut Schedule, m: &Members, c: &Combine, input: Loc, acc: Lo
 /// Whether an all-reduce of `c` among `n` members goes around a ring: long vectors of
 /// an operation that commutes. The ring passes a member's share at a time, in eager
 /// messages where recursive doubling would exchange the whole vector by rendezvous,
-/// each waiting for its receiver to run; at two members the ring moves the same bytes
-/// as one exchange, in two steps, so it waits for longer vectors.
-fn by_ring(c: &Combine, n: u32) -> bool {
-    let from = if n == 2 { 1 << 20 } else { 32 << 10 };
+/// each waiting for its receiver to run. At two members the ring moves the same bytes
+/// as one exchange, in two steps: on one node (`one_node`: every member sees it
+/// alike), where the exchange is a single copy by cross-memory attach, it waits for
+/// longer vectors (measured: docs/performance.md).
+fn by_ring(c: &Combine, n: u32, one_node: bool) -> bool {
+    let from = match (n, one_node) {
+        (2, true) => 1 << 20,
+        (2, false) => 64 << 10,
+        _ => 32 << 10,
+    };
     c.op.commutative() && c.bytes() >= from && c.count >= n as usize
 }
 
