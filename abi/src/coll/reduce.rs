@@ -148,8 +148,8 @@ pub fn allreduce(s: &mut Schedule, m: &Members, c: &Combine, input: Loc, acc: Lo
 /// messages where recursive doubling would exchange the whole vector by rendezvous,
 /// each waiting for its receiver to run. At two members the ring moves the same bytes
 /// as one exchange, in two steps: on one node (`one_node`: every member sees it
-/// alike), where the exchange is a single copy by cross-memory attach, it waits for
-/// longer vectors (measured: docs/performance.md).
+/// alike), where the exchange measured faster up to 512 KiB, it waits for longer
+/// vectors; across nodes it does not (docs/performance.md).
 fn by_ring(c: &Combine, n: u32, one_node: bool) -> bool {
     let from = match (n, one_node) {
         (2, true) => 1 << 20,
