@@ -358,13 +358,13 @@ impl SmModule {
         let cma = self.peers[ep.0 as usize].goes_by_cma(dir, size, &self.settings);
         let peer = &mut self.peers[ep.0 as usize];
         if cma {
-            let start = Instant::now();
+            let start = Peer::cma_timer(&self.settings, size);
             // SAFETY: the local range lies inside a live registration of ours with the
             // needed access (register_mem's contract keeps it mapped and lets the
             // transport read or write it); the kernel checks the remote range.
             match unsafe { cma::copy(peer.pid, dir, local, remote, size) } {
                 Ok(()) => {
-                    peer.observe_cma(dir, size, start.elapsed());
+                    peer.observe_cma(dir, size, start);
                     let done = RdmaCompletion {
                         endpoint: ep,
                         local_address: local,

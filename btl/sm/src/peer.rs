@@ -15,7 +15,13 @@ use rbtl_btl::{Descriptor, Error, ModuleId, PeerFailure, Proc, RemoteHandle, Res
 use rbtl_mpool::SharedRegion;
 use rbtl_rcache::Access;
 use std::collections::{HashMap, VecDeque};
-use std::time::{Duration, Instant};
+use std::time::Instant;
+
+/// Whether `auto` weighs transfers of `size` bytes: compares the paths for them, and
+/// times their copies (smaller ones go through the rings, unmeasured).
+fn weighed(settings: &Settings, size: usize) -> bool {
+    settings.rdma == RdmaPath::Auto && size >= MEASURED_MIN
+}
 
 /// The modex key of the card.
 pub(super) const MODEX_KEY: &str = "btl.sm";
@@ -275,7 +281,7 @@ impl Peer {
         if !self.cma_ok || settings.rdma != RdmaPath::Auto {
             return self.cma_ok;
         }
-        if size < MEASURED_MIN {
+        if !weighed(settings, size) {
             // Through the rings (as `via_cma` says too), without reading the clock:
             // the common case of small transfers.
             return false;
@@ -297,9 +303,20 @@ impl Peer {
         self.path(dir).via_cma(size, rings, slow_below, now)
     }
 
-    /// Count a cross-memory attach copy of `size` bytes that took `took`.
-    pub fn observe_cma(&mut self, dir: cma::Direction, size: usize, took: Duration) {
-        self.path(dir).observe_cma(size, took, Instant::now());
+    /// When a cross-memory attach copy of `size` bytes starts, where `auto` weighs it
+    /// (else `None`: the clock is not read).
+    pub fn cma_timer(settings: &Settings, size: usize) -> Option<Instant> {
+        weighed(settings, size).then(Instant::now)
+    }
+
+    /// Count a cross-memory attach copy of `size` bytes that started at `start` (from
+    /// [`Peer::cma_timer`]; `None`: not weighed).
+    pub fn observe_cma(&mut self, dir: cma::Direction, size: usize, start: Option<Instant>) {
+        if let Some(start) = start {
+            let now = Instant::now();
+            self.path(dir)
+                .observe_cma(size, now.duration_since(start), now);
+        }
     }
 
     fn path(&mut self, dir: cma::Direction) -> &mut Choice {
