@@ -46,6 +46,16 @@ struct CmaRate {
     copies: u32,
 }
 
+/// The rate of a copy of `bytes` that took `took`, GB/s.
+fn rate_of(bytes: usize, took: Duration) -> f64 {
+    bytes as f64 / took.as_nanos().max(1) as f64
+}
+
+/// A smoothed rate `old` after a copy at `new` (each copy weighs a quarter).
+fn smoothed(old: f64, new: f64) -> f64 {
+    old + (new - old) / 4.0
+}
+
 fn class_of(size: usize) -> usize {
     ((size / MEASURED_MIN).max(1).ilog2() as usize).min(CLASSES - 1)
 }
@@ -84,8 +94,7 @@ impl RingSpeed {
         if bytes < MEASURED_MIN {
             return;
         }
-        let gbs = bytes as f64 / took.as_nanos().max(1) as f64;
-        self.0 += (gbs - self.0) / 4.0;
+        self.0 = smoothed(self.0, rate_of(bytes, took));
     }
 
     /// Run `copy`, a copy of `bytes` into the ring that may find no room (false), and
@@ -162,7 +171,7 @@ impl Choice {
         if bytes < MEASURED_MIN {
             return;
         }
-        let gbs = bytes as f64 / took.as_nanos().max(1) as f64;
+        let gbs = rate_of(bytes, took);
         let c = &mut self.cma[class_of(bytes)];
         *c = Some(match *c {
             None => CmaRate {
@@ -174,7 +183,7 @@ impl Choice {
                 gbs: if old.copies < FIRST_COPIES {
                     old.gbs.max(gbs)
                 } else {
-                    old.gbs + (gbs - old.gbs) / 4.0
+                    smoothed(old.gbs, gbs)
                 },
                 at: now,
                 copies: old.copies.saturating_add(1),
