@@ -91,6 +91,33 @@ impl Target {
         (end <= self.len).then(|| base.wrapping_add(offset))
     }
 
+    /// Copy `len` bytes between `buf` and a direct target at `offset` (into the
+    /// target when `put`), ordered by fences with the processes that synchronize
+    /// with this one: done at once, nothing left pending. `false`, copying nothing,
+    /// for a target reached through a transport or a range outside it.
+    ///
+    /// # Safety
+    ///
+    /// `buf` holds (a put) or has room for (a get) `len` bytes.
+    #[inline(always)]
+    pub unsafe fn copy_direct(&self, offset: usize, buf: *mut u8, len: usize, put: bool) -> bool {
+        let Some(at) = self.direct_range(offset, len) else {
+            return false;
+        };
+        // SAFETY: `at` starts `len` bytes inside the target's mapping (checked), the
+        // caller's buffer holds `len` bytes.
+        unsafe {
+            if put {
+                rbtl_btl::copy_bytes(buf, at, len);
+                fence(Ordering::Release);
+            } else {
+                fence(Ordering::Acquire);
+                rbtl_btl::copy_bytes(at, buf, len);
+            }
+        }
+        true
+    }
+
     /// The rank it belongs to.
     pub fn rank(&self) -> u32 {
         self.rank
@@ -308,20 +335,8 @@ impl Comm {
         if len == 0 {
             return Ok(());
         }
-        if let Some(base) = t.direct {
-            // SAFETY: the range lies inside the target's mapping (checked), the
-            // caller's buffer holds `len` bytes; fences order the copy with the
-            // processes that synchronize with this one.
-            unsafe {
-                let at = base.add(offset);
-                if put {
-                    rbtl_btl::copy_bytes(buf, at, len);
-                    fence(Ordering::Release);
-                } else {
-                    fence(Ordering::Acquire);
-                    rbtl_btl::copy_bytes(at, buf, len);
-                }
-            }
+        // SAFETY: the caller's buffer holds `len` bytes.
+        if unsafe { t.copy_direct(offset, buf, len, put) } {
             return Ok(());
         }
         let (mi, ep) = self.route(t.rank)?;

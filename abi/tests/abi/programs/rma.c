@@ -580,11 +580,21 @@ static void on_win_error(MPI_Win *win, int *code, ...) {
   handled_code = *code;
 }
 
-static void test_errors(void) {
+/* Wrong accesses and synchronizations, on a window of 8 ints at each rank: made by
+ * MPI_Win_create (over memory only its process maps), or by MPI_Win_allocate
+ * (shared memory that the other ranks of the node map, puts and gets copied at
+ * once). */
+static void test_errors(int allocated) {
   int mem[8], x = 1, y[2] = {1, 2};
   double dx = 1;
   MPI_Win win;
-  OK(MPI_Win_create(mem, sizeof mem, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+  handled = 0;
+  if (allocated) {
+    int *base;
+    OK(MPI_Win_allocate(sizeof mem, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win));
+  } else {
+    OK(MPI_Win_create(mem, sizeof mem, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+  }
   OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
   MPI_Errhandler eh;
   OK(MPI_Win_get_errhandler(win, &eh));
@@ -707,7 +717,8 @@ int main(int argc, char **argv) {
   }
   test_pscw();
   test_accumulate();
-  test_errors();
+  test_errors(0);
+  test_errors(1);
   OK(MPI_Barrier(MPI_COMM_WORLD));
   return finish();
 }
