@@ -247,4 +247,39 @@ impl Received<'_> {
     pub fn to_vec(&self) -> Vec<u8> {
         self.segments.concat()
     }
+
+    /// The bytes in one slice: the one segment itself, or the segments joined (a
+    /// copy) when the sender cut several.
+    pub fn joined(&self) -> std::borrow::Cow<'_, [u8]> {
+        match self.segments {
+            [] => std::borrow::Cow::Borrowed(&[]),
+            [one] => std::borrow::Cow::Borrowed(one),
+            _ => std::borrow::Cow::Owned(self.to_vec()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Received;
+    use crate::Endpoint;
+    use std::borrow::Cow;
+
+    #[test]
+    fn joined_borrows_one_segment_and_copies_several() {
+        let received = |segments| Received {
+            endpoint: Endpoint(0),
+            tag: crate::Tag(0),
+            segments,
+        };
+        let one: &[&[u8]] = &[b"abc"];
+        let r = received(one);
+        assert!(matches!(r.joined(), Cow::Borrowed(b"abc")));
+        let two: &[&[u8]] = &[b"ab", b"cd"];
+        let r = received(two);
+        let joined = r.joined();
+        assert!(matches!(joined, Cow::Owned(_)));
+        assert_eq!(&*joined, b"abcd");
+        assert!(received(&[]).joined().is_empty());
+    }
 }

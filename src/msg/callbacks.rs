@@ -41,7 +41,7 @@ pub(super) fn register_callbacks(
                 return;
             };
             let mut s = lock(&st);
-            let Some(rts) = protocol::Rts::decode(&r.to_vec()) else {
+            let Some(rts) = protocol::Rts::decode(&r.joined()) else {
                 return;
             };
             match s.take_match(m, src, rts.tag, rts.ctx) {
@@ -60,7 +60,7 @@ pub(super) fn register_callbacks(
             let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() else {
                 return;
             };
-            let joined = r.to_vec();
+            let joined = r.joined();
             let Some((tag, ctx, sreq)) = protocol::decode_sync_header(&joined) else {
                 return;
             };
@@ -80,7 +80,7 @@ pub(super) fn register_callbacks(
         protocol::FIN,
         Box::new(move |_m, r: &Received<'_>| {
             let mut s = lock(&st);
-            if let Some((sreq, _taken)) = protocol::decode_fin(&r.to_vec()) {
+            if let Some((sreq, _taken)) = protocol::decode_fin(&r.joined()) {
                 if let Some(status) = s.reqs.get(sreq).map(|q| q.status) {
                     s.complete(sreq, Ok(status));
                 }
@@ -143,7 +143,7 @@ fn receive_eager(
 #[cold]
 #[inline(never)]
 fn receive_gathered(st: &Shared, m: &mut dyn Module, mi: usize, src: u32, r: &Received<'_>) {
-    let joined = r.to_vec();
+    let joined = r.joined();
     let (head, data) = joined.split_at(protocol::EAGER_HEADER.min(joined.len()));
     receive_eager(st, m, (mi, r.endpoint), src, head, data);
 }
