@@ -79,6 +79,10 @@ pub enum Error {
     /// The local handle was already deregistered.
     #[error("the memory handle was already deregistered")]
     Deregistered,
+    /// The local side of a put or get has no registration, and this transport
+    /// reaches memory only through one (`REGISTRATION_REQUIRED`).
+    #[error("the local buffer is not registered: this transport needs it registered (REGISTRATION_REQUIRED)")]
+    Unregistered,
     /// A remote handle that the target does not know (wrong module, or deregistered).
     #[error("the remote handle is not a live registration of the target: {0}")]
     BadRemoteHandle(String),

@@ -21,19 +21,61 @@ bitflags::bitflags! {
 }
 
 /// This process's side of an operation: an address inside a registration of the
-/// module's.
+/// module's, or, for a module that reaches this process's memory by its address
+/// alone (no [`BtlFlags::REGISTRATION_REQUIRED`](crate::BtlFlags::REGISTRATION_REQUIRED)),
+/// an address the caller vouches for ([`Local::unregistered`]; UCX: a zero-copy
+/// operation without a memory handle where the memory domain does not set
+/// `UCT_MD_FLAG_NEED_MEMH`).
 #[derive(Clone, Copy, Debug)]
 pub struct Local<'a> {
     /// Where the bytes are (or go).
     pub addr: usize,
-    /// The registration they lie in.
-    pub handle: &'a MemHandle,
+    /// The registration they lie in (none: vouched for by the creator).
+    handle: Option<&'a MemHandle>,
 }
 
 impl<'a> Local<'a> {
     /// `addr` inside `handle`.
     pub fn new(addr: usize, handle: &'a MemHandle) -> Self {
-        Local { addr, handle }
+        Local {
+            addr,
+            handle: Some(handle),
+        }
+    }
+
+    /// `addr`, registered with nothing. A module that needs registrations
+    /// ([`BtlFlags::REGISTRATION_REQUIRED`](crate::BtlFlags::REGISTRATION_REQUIRED))
+    /// refuses it with [`Error::Unregistered`].
+    ///
+    /// # Safety
+    ///
+    /// The operation's bytes from `addr` stay mapped, readable (a put) or writable
+    /// (a get), and unused by anyone else until its callback runs: what a
+    /// registration's contract ([`Module::register`](crate::Module::register))
+    /// otherwise promises.
+    pub unsafe fn unregistered(addr: usize) -> Local<'static> {
+        Local { addr, handle: None }
+    }
+
+    /// The registration, if the local side has one.
+    pub fn handle(&self) -> Option<&'a MemHandle> {
+        self.handle
+    }
+
+    /// Check that `len` bytes from the address lie in one range of the registration,
+    /// made by `module` as a `T`, with `needs` access; an unregistered side passes
+    /// (its creator vouched for it).
+    #[inline]
+    pub fn check<T: 'static>(
+        &self,
+        module: crate::ModuleId,
+        len: usize,
+        needs: Access,
+    ) -> Result<()> {
+        match self.handle {
+            Some(h) => h.check::<T>(module, self.addr, len, needs).map(|_| ()),
+            None => Ok(()),
+        }
     }
 }
 

@@ -11,7 +11,7 @@
 use super::liveness::{IdleWait, Needs};
 use super::{Comm, Error, Result};
 use rbtl_btl::{
-    Access, AtomicOp, AtomicWidth, Local, MemHandle, RdmaCallback, Remote, RemoteAtomic,
+    Access, AtomicOp, AtomicWidth, BtlFlags, Local, MemHandle, RdmaCallback, Remote, RemoteAtomic,
     RemoteHandle, SharedMem, Transfer,
 };
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -341,28 +341,39 @@ impl Comm {
         }
         let (mi, ep) = self.route(t.rank)?;
         let m = self.modules[mi].as_mut();
-        // SAFETY: the caller keeps the buffer until `pending` is waited for, which is
-        // after the callback that drops the handle.
-        let local = unsafe {
-            m.register_mem(
-                Some(ep),
-                buf as usize,
-                len,
-                Access::LOCAL_READ | Access::LOCAL_WRITE,
-            )
-        }?;
+        // The buffer registered only where the transport needs it (it reaches this
+        // process's memory through a device); elsewhere its address is enough.
+        let handle = if m
+            .attributes()
+            .flags
+            .contains(BtlFlags::REGISTRATION_REQUIRED)
+        {
+            // SAFETY: the caller keeps the buffer until `pending` is waited for, which
+            // is after the callback that drops the handle.
+            let h = unsafe {
+                m.register_mem(
+                    Some(ep),
+                    buf as usize,
+                    len,
+                    Access::LOCAL_READ | Access::LOCAL_WRITE,
+                )
+            }?;
+            Some(Arc::new(h))
+        } else {
+            None
+        };
         let remote = t.addr + offset as u64;
         let piece = super::pieces::piece_len(m.attributes(), put);
-        let handle = Arc::new(local);
         pending.start();
-        let done = pending.callback(Some(handle.clone()));
+        let done = pending.callback(handle.clone());
         let local_addr = buf as usize;
-        let whole = Transfer::new(
-            ep,
-            Local::new(local_addr, &handle),
-            Remote::new(remote, &t.handle),
-            len,
-        );
+        let local = match &handle {
+            Some(h) => Local::new(local_addr, h),
+            // SAFETY: as above: the caller keeps the buffer until `pending` is waited
+            // for, which is after the operation's callback.
+            None => unsafe { Local::unregistered(local_addr) },
+        };
+        let whole = Transfer::new(ep, local, Remote::new(remote, &t.handle), len);
         let started =
             super::pieces::start_in_pieces(m, ep, local_addr, len, piece, done, |m, off, n, cb| {
                 let t = whole.piece(off, n);

@@ -34,7 +34,10 @@ pub use limits::limits_are_enforced;
 pub use offers::{offers_what_it_must, pinned};
 pub use pattern::interesting_sizes;
 pub use peer::{Peer, EXCHANGE_TAG, NOBODY_TAG};
-pub use rdma::{flush_completes_everything, put_get_every_alignment, remote_access_is_checked};
+pub use rdma::{
+    flush_completes_everything, put_get_every_alignment, remote_access_is_checked,
+    unregistered_local_side,
+};
 pub use registration::{registration_refusals, requested_keys, vectored_registration};
 pub use sends::{
     all_tags, callbacks_may_progress, ownership_and_callbacks, segments, sends_every_size,
@@ -60,6 +63,7 @@ pub fn run_all(module: &mut dyn Module, endpoint: Endpoint) {
     expected_receive(p);
     put_get_every_alignment(p);
     flush_completes_everything(p);
+    unregistered_local_side(p);
     atomics(p);
     atomics_32bit(p);
     remote_access_is_checked(p);

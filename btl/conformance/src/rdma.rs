@@ -317,3 +317,90 @@ pub fn remote_access_is_checked(p: &mut Peer<'_>) {
     }
     p.barrier();
 }
+
+/// A put and a get whose local side is unregistered ([`Local::unregistered`]): where
+/// the module needs registrations ([`BtlFlags::REGISTRATION_REQUIRED`]) each is
+/// refused with [`Error::Unregistered`] and moves nothing; elsewhere the data lands
+/// as with a registered one.
+pub fn unregistered_local_side(p: &mut Peer<'_>) {
+    const LEN: usize = 4096;
+    let attrs = p.module.attributes().clone();
+    let required = attrs.flags.contains(BtlFlags::REGISTRATION_REQUIRED);
+    // As much as one transfer of each kind takes, in whole alignment units.
+    let align = attrs.put_alignment.max(attrs.get_alignment).max(1);
+    let len = LEN.min(attrs.put_limit).min(attrs.get_limit) / align * align;
+    let ep = p.endpoint;
+    // What the peer gets from here, and where it puts.
+    let source = Buffer::new(p.module, ep, LEN, ALL);
+    let target = Buffer::new(p.module, ep, LEN, ALL);
+    // SAFETY: nobody has the address of `source` yet; plain writes are fine.
+    unsafe { std::slice::from_raw_parts_mut(source.addr(0) as *mut u8, LEN) }
+        .copy_from_slice(&source_bytes(7));
+    let mut ad = source.advertise();
+    ad.extend_from_slice(&target.advertise());
+    let peer = p.swap(&ad);
+    let half = peer.len() / 2;
+    let ((src, src_h), (dst, dst_h)) = (remote_of(&peer[..half]), remote_of(&peer[half..]));
+    let mut plain = crate::Bytes::new(2 * LEN);
+    plain[LEN..].copy_from_slice(&source_bytes(8));
+    let (into, from) = (plain.as_mut_ptr() as usize, plain.as_ptr() as usize + LEN);
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut started = 0;
+    let outcome = |what: &str, r: rbtl_btl::Result<()>| match r {
+        Ok(()) if !required => true,
+        Err(Error::Unregistered) if required => false,
+        other => panic!("{what} with an unregistered local side: {other:?}"),
+    };
+    if attrs.flags.contains(BtlFlags::GET) {
+        // SAFETY: `plain` lives, untouched, until the flush below has completed the get.
+        let local = unsafe { Local::unregistered(into) };
+        let got = p.module.get(
+            &Transfer::new(ep, local, Remote::new(src, &src_h), len),
+            counting(&done),
+        );
+        started += usize::from(outcome("get", got));
+    }
+    if attrs.flags.contains(BtlFlags::PUT) {
+        // SAFETY: as above, until the flush completes the put.
+        let local = unsafe { Local::unregistered(from) };
+        let put = p.module.put(
+            &Transfer::new(ep, local, Remote::new(dst, &dst_h), len),
+            counting(&done),
+        );
+        started += usize::from(outcome("put", put));
+    }
+    p.module.flush(Some(ep)).expect("flush");
+    assert_eq!(done.load(Ordering::SeqCst), started, "one callback each");
+    if attrs.flags.contains(BtlFlags::GET) {
+        // SAFETY: the get completed (flushed); the bytes are ours.
+        let got = unsafe { crate::buffer::snapshot(into, LEN) };
+        assert!(
+            if required {
+                got.iter().all(|&b| b == 0)
+            } else {
+                got[..len] == source_bytes(7)[..len] && got[len..].iter().all(|&b| b == 0)
+            },
+            "the unregistered get's data"
+        );
+    }
+    // The peer's put into `target` has completed once it says so.
+    let put_by_peer = attrs.flags.contains(BtlFlags::PUT) && !required;
+    p.barrier();
+    let landed = target.snapshot();
+    assert!(
+        if put_by_peer {
+            landed[..len] == source_bytes(8)[..len] && landed[len..].iter().all(|&b| b == 0)
+        } else {
+            landed.iter().all(|&b| b == 0)
+        },
+        "the unregistered put's data"
+    );
+    p.barrier();
+}
+
+/// `LEN` bytes of the pattern of `seed` ([`unregistered_local_side`]).
+fn source_bytes(seed: usize) -> Vec<u8> {
+    let mut v = vec![0u8; 4096];
+    fill(&mut v, seed);
+    v
+}

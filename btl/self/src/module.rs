@@ -225,9 +225,7 @@ impl SelfModule {
         self.check_endpoint(op.endpoint)?;
         let (local, size) = (op.local.addr, op.len);
         let (local_needs, remote_needs) = Transfer::needs(put);
-        op.local
-            .handle
-            .check::<Reg<NoPin>>(self.id, local, size, local_needs)?;
+        op.local.check::<Reg<NoPin>>(self.id, size, local_needs)?;
         let remote = self.remote_target(op.remote.handle, op.remote.addr, size, remote_needs)?;
         // SAFETY: both ranges were checked to lie inside live registrations, whose
         // register_mem contract keeps the memory mapped; `copy` allows overlap.
@@ -391,8 +389,7 @@ impl Module for SelfModule {
             Access::ATOMIC,
         )?;
         if let Some(r) = op.result {
-            r.handle
-                .check::<Reg<NoPin>>(self.id, r.addr, width.bytes(), Access::LOCAL_WRITE)?;
+            r.check::<Reg<NoPin>>(self.id, width.bytes(), Access::LOCAL_WRITE)?;
         }
         let (operand, compare) = op.operands();
         // SAFETY: `target` was checked to be aligned to the width and inside a live

@@ -351,9 +351,7 @@ impl SmModule {
         let (local_needs, remote_needs) = Transfer::needs(put);
         op.check_limits(&self.attrs, put)?;
         let (ep, local, remote, size) = (op.endpoint, op.local.addr, op.remote.addr, op.len);
-        op.local
-            .handle
-            .check::<Reg<NoPin>>(self.id, local, size, local_needs)?;
+        op.local.check::<Reg<NoPin>>(self.id, size, local_needs)?;
         self.check_remote(ep, op.remote.handle, remote, size, remote_needs)?;
         let cma = self.peers[ep.0 as usize].goes_by_cma(dir, size, &self.settings);
         let peer = &mut self.peers[ep.0 as usize];
@@ -801,8 +799,7 @@ impl Module for SmModule {
         op.check_word()?;
         let (ep, remote, bytes) = (op.endpoint, op.remote.addr, op.width.bytes());
         if let Some(r) = op.result {
-            r.handle
-                .check::<Reg<NoPin>>(self.id, r.addr, bytes, Access::LOCAL_WRITE)?;
+            r.check::<Reg<NoPin>>(self.id, bytes, Access::LOCAL_WRITE)?;
         }
         let module = self.check_remote(ep, op.remote.handle, remote, bytes, Access::ATOMIC)?;
         let narrowed = narrow(module, op.remote.handle, remote, bytes)?;

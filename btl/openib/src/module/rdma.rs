@@ -12,8 +12,8 @@ use crate::peer::{Link, Peer, RdmaRequest, Waiting};
 use crate::remote_key::RemoteKey;
 use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::{
-    AtomicOp, AtomicWidth, BtlFlags, Endpoint, Error, Local, MemHandle, Module, RdmaCallback,
-    RdmaCompletion, RegRequest, Remote, Result, Transfer,
+    AtomicOp, AtomicWidth, BtlFlags, Endpoint, Error, Local, Module, RdmaCallback, RdmaCompletion,
+    RegRequest, Remote, Result, Transfer,
 };
 use rbtl_rcache::{Access, Registration};
 use rbtl_verbs::{Op, Sge, VerbsRegistrar};
@@ -96,7 +96,7 @@ impl OpenibModule {
         let (local, remote, size) = (t.local.addr, t.remote.addr, t.len);
         let key = RemoteKey::from_bytes(t.remote.handle.as_bytes())?;
         let rkey = key.check(remote, size, needs_remote)?;
-        let lkey = self.lkey(t.local.handle, local, size, needs_local)?;
+        let lkey = self.lkey(&t.local, size, needs_local)?;
         let op = match way {
             Way::Put => Op::Write { remote, rkey },
             Way::Get => Op::Read { remote, rkey },
@@ -127,11 +127,7 @@ impl OpenibModule {
         let rkey = key.check(remote.addr, 8, Access::ATOMIC)?;
         AtomicWidth::W64.check_aligned(remote.addr)?;
         let (addr, lkey, callback) = match local {
-            Some(l) => (
-                l.addr,
-                self.lkey(l.handle, l.addr, 8, Access::LOCAL_WRITE)?,
-                callback,
-            ),
+            Some(l) => (l.addr, self.lkey(&l, 8, Access::LOCAL_WRITE)?, callback),
             // The previous value nobody asked for lands in the module's scratch word
             // (any number of such operations may share it).
             None => {
@@ -176,8 +172,12 @@ impl OpenibModule {
         let word = remote & !7;
         RemoteKey::from_bytes(remote_handle.as_bytes())?.check(word, 8, Access::ATOMIC)?;
         if let Some(l) = local {
-            l.handle
-                .check::<Regs>(self.core.id, l.addr, 4, Access::LOCAL_WRITE)?;
+            l.handle().ok_or(Error::Unregistered)?.check::<Regs>(
+                self.core.id,
+                l.addr,
+                4,
+                Access::LOCAL_WRITE,
+            )?;
         }
         let landing = self.scratch()?.take()?;
         let (compare, swap) = op.first(Half::of(remote));
@@ -289,8 +289,10 @@ impl OpenibModule {
     }
 
     #[inline]
-    fn lkey(&self, handle: &MemHandle, addr: usize, len: usize, needs: Access) -> Result<u32> {
-        let (regs, i) = handle.check_at::<Regs>(self.core.id, addr, len, needs)?;
+    fn lkey(&self, local: &Local<'_>, len: usize, needs: Access) -> Result<u32> {
+        // Every access goes through the device, which needs the registration's key.
+        let handle = local.handle().ok_or(Error::Unregistered)?;
+        let (regs, i) = handle.check_at::<Regs>(self.core.id, local.addr, len, needs)?;
         Ok(regs.0[i].handle().lkey())
     }
 

@@ -58,9 +58,7 @@ impl OneSided {
     ) -> Result<()> {
         let (local_needs, remote_needs) = Transfer::needs(put);
         let (local, size, remote) = (t.local.addr, t.len, t.remote.addr);
-        t.local
-            .handle
-            .check::<Reg<NoPin>>(self.id, local, size, local_needs)?;
+        t.local.check::<Reg<NoPin>>(self.id, size, local_needs)?;
         let remote_handle = rdma::precheck(module, t.remote.handle, remote, size, remote_needs)?;
         let chunk = rdma::chunk_len(size, self.chunk, net.peers[p].links.len());
         let n = rdma::chunks(size, chunk).count();
@@ -96,8 +94,7 @@ impl OneSided {
         let (width, remote) = (a.width, a.remote.addr);
         let size = width.bytes();
         if let Some(r) = a.result {
-            r.handle
-                .check::<Reg<NoPin>>(self.id, r.addr, size, Access::LOCAL_WRITE)?;
+            r.check::<Reg<NoPin>>(self.id, size, Access::LOCAL_WRITE)?;
         }
         let remote_handle = rdma::precheck(module, a.remote.handle, remote, size, Access::ATOMIC)?;
         let local = a.result.map(|r| r.addr);
