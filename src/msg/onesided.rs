@@ -11,7 +11,7 @@
 use super::liveness::{IdleWait, Needs};
 use super::{Comm, Error, Result};
 use rbtl_btl::{
-    Access, AtomicOp, AtomicWidth, BtlFlags, Local, MemHandle, RdmaCallback, Remote, RemoteAtomic,
+    Access, AtomicOp, AtomicWidth, Local, MemHandle, RdmaCallback, Remote, RemoteAtomic,
     RemoteHandle, SharedMem, Transfer,
 };
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -106,15 +106,7 @@ impl Target {
         };
         // SAFETY: `at` starts `len` bytes inside the target's mapping (checked), the
         // caller's buffer holds `len` bytes.
-        unsafe {
-            if put {
-                rbtl_btl::copy_bytes(buf, at, len);
-                fence(Ordering::Release);
-            } else {
-                fence(Ordering::Acquire);
-                rbtl_btl::copy_bytes(at, buf, len);
-            }
-        }
+        unsafe { copy_mapped(at, buf, len, put) };
         true
     }
 
@@ -341,38 +333,24 @@ impl Comm {
         }
         let (mi, ep) = self.route(t.rank)?;
         let m = self.modules[mi].as_mut();
-        // The buffer registered only where the transport needs it (it reaches this
-        // process's memory through a device); elsewhere its address is enough.
-        let handle = if m
-            .attributes()
-            .flags
-            .contains(BtlFlags::REGISTRATION_REQUIRED)
-        {
-            // SAFETY: the caller keeps the buffer until `pending` is waited for, which
-            // is after the callback that drops the handle.
-            let h = unsafe {
-                m.register_mem(
-                    Some(ep),
-                    buf as usize,
-                    len,
-                    Access::LOCAL_READ | Access::LOCAL_WRITE,
-                )
-            }?;
-            Some(Arc::new(h))
-        } else {
-            None
-        };
+        // SAFETY: the caller keeps the buffer until `pending` is waited for, which is
+        // after the callback that drops the handle (if any).
+        let handle = unsafe {
+            super::pieces::register_local(
+                m,
+                ep,
+                (buf as usize, len),
+                Access::LOCAL_READ | Access::LOCAL_WRITE,
+            )
+        }?
+        .map(Arc::new);
         let remote = t.addr + offset as u64;
         let piece = super::pieces::piece_len(m.attributes(), put);
         pending.start();
         let done = pending.callback(handle.clone());
         let local_addr = buf as usize;
-        let local = match &handle {
-            Some(h) => Local::new(local_addr, h),
-            // SAFETY: as above: the caller keeps the buffer until `pending` is waited
-            // for, which is after the operation's callback.
-            None => unsafe { Local::unregistered(local_addr) },
-        };
+        // SAFETY: as above.
+        let local = unsafe { super::pieces::local_side(local_addr, handle.as_deref()) };
         let whole = Transfer::new(ep, local, Remote::new(remote, &t.handle), len);
         let started =
             super::pieces::start_in_pieces(m, ep, local_addr, len, piece, done, |m, off, n, cb| {
@@ -509,6 +487,27 @@ impl Comm {
         match pending.take_error() {
             Some(e) => Err(e.into()),
             None => Ok(()),
+        }
+    }
+}
+
+/// Copy `len` bytes between `buf` and `at`, a peer's memory mapped here (into it when
+/// `put`), ordered by fences with the processes that synchronize with this one: a put
+/// is a store, a get a load.
+///
+/// # Safety
+///
+/// `at` and `buf` each hold `len` bytes.
+#[inline(always)]
+pub(super) unsafe fn copy_mapped(at: *mut u8, buf: *mut u8, len: usize, put: bool) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if put {
+            rbtl_btl::copy_bytes(buf, at, len);
+            fence(Ordering::Release);
+        } else {
+            fence(Ordering::Acquire);
+            rbtl_btl::copy_bytes(at, buf, len);
         }
     }
 }

@@ -1,8 +1,50 @@
 //! Puts and gets longer than a transport takes at once (its `put_limit` or
-//! `get_limit`), started as pieces within the limit and completed as one.
+//! `get_limit`), started as pieces within the limit and completed as one; and their
+//! local side, registered only where the transport needs it.
 
-use rbtl_btl::{Attributes, Endpoint, Error, Module, RdmaCallback, RdmaCompletion};
+use rbtl_btl::{
+    Access, Attributes, BtlFlags, Endpoint, Error, Local, MemHandle, Module, RdmaCallback,
+    RdmaCompletion,
+};
 use std::sync::{Arc, Mutex};
+
+/// A registration of a transfer's local side (`len` bytes at `addr`, for `access`)
+/// where module `m` needs one ([`BtlFlags::REGISTRATION_REQUIRED`]: it reaches memory
+/// through a device); `None` where it reaches this process's memory by its address.
+///
+/// # Safety
+///
+/// As [`Module::register_mem`]; without a handle, the bytes stay mapped until the
+/// transfer's callback has run.
+pub unsafe fn register_local(
+    m: &mut dyn Module,
+    ep: Endpoint,
+    (addr, len): (usize, usize),
+    access: Access,
+) -> Result<Option<MemHandle>, Error> {
+    if !m
+        .attributes()
+        .flags
+        .contains(BtlFlags::REGISTRATION_REQUIRED)
+    {
+        return Ok(None);
+    }
+    // SAFETY: the caller's contract.
+    unsafe { m.register_mem(Some(ep), addr, len, access) }.map(Some)
+}
+
+/// The local side at `addr`: inside `handle`, or, without one, unregistered.
+///
+/// # Safety
+///
+/// Without a handle, as [`Local::unregistered`].
+pub unsafe fn local_side(addr: usize, handle: Option<&MemHandle>) -> Local<'_> {
+    match handle {
+        Some(h) => Local::new(addr, h),
+        // SAFETY: the caller's contract.
+        None => unsafe { Local::unregistered(addr) },
+    }
+}
 
 /// Bytes of each piece of a put (`put`) or get with these attributes: the limit,
 /// rounded down to the alignment (so that pieces after the first stay aligned when the

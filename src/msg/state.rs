@@ -8,8 +8,8 @@
 use super::protocol::{self, Rts};
 use super::{Error, Status};
 use rbtl_btl::{
-    Access, ActiveMessage, BtlFlags, DesFlags, Endpoint, MemHandle, Module, PeerFailure,
-    RdmaCompletion, Remote, SendiOutcome, Transfer,
+    Access, ActiveMessage, DesFlags, Endpoint, MemHandle, Module, PeerFailure, RdmaCompletion,
+    Remote, SendiOutcome, Transfer,
 };
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
@@ -579,25 +579,17 @@ impl State {
             fin(self, m, true);
             return;
         }
-        // The destination registered only where the transport needs it (it reaches
-        // this process's memory through a device); elsewhere its address is enough.
-        let handle = if m
-            .attributes()
-            .flags
-            .contains(BtlFlags::REGISTRATION_REQUIRED)
-        {
-            // SAFETY: the receive's caller promised the buffer stays valid until the
-            // request completes; the handle is dropped when it does (State::complete).
-            match unsafe { m.register_mem(Some(ep), p.addr, rts.len, Access::LOCAL_WRITE) } {
-                Ok(h) => Some(h),
-                Err(e) => {
-                    self.complete(p.req, Err(e.into()));
-                    fin(self, m, false);
-                    return;
-                }
+        // SAFETY: the receive's caller promised the buffer stays valid until the request
+        // completes; the handle (if any) is dropped when it does (State::complete).
+        let handle = match unsafe {
+            super::pieces::register_local(m, ep, (p.addr, rts.len), Access::LOCAL_WRITE)
+        } {
+            Ok(h) => h,
+            Err(e) => {
+                self.complete(p.req, Err(e.into()));
+                fin(self, m, false);
+                return;
             }
-        } else {
-            None
         };
         let (state, req, sreq) = (shared.clone(), p.req, rts.sreq);
         let done = Box::new(move |m: &mut dyn Module, c: RdmaCompletion| {
@@ -613,12 +605,9 @@ impl State {
         // In pieces within the transport's get limit, completing as one.
         let piece = super::pieces::piece_len(m.attributes(), false);
         let rh = rts.handle;
-        let local = match &handle {
-            Some(h) => rbtl_btl::Local::new(p.addr, h),
-            // SAFETY: as above: the buffer stays valid until the request completes,
-            // which is after the get's callback.
-            None => unsafe { rbtl_btl::Local::unregistered(p.addr) },
-        };
+        // SAFETY: as above: the buffer stays valid until the request completes, which
+        // is after the get's callback.
+        let local = unsafe { super::pieces::local_side(p.addr, handle.as_ref()) };
         let whole = Transfer::new(ep, local, Remote::new(rts.addr, &rh), rts.len);
         let started =
             super::pieces::start_in_pieces(m, ep, p.addr, rts.len, piece, done, |m, off, n, cb| {

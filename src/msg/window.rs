@@ -8,9 +8,9 @@
 
 use super::liveness::{IdleWait, Needs};
 use super::{Comm, Error, Result};
-use rbtl_btl::{Access, Local, MemHandle, Remote, RemoteHandle, Transfer};
+use rbtl_btl::{Access, MemHandle, Remote, RemoteHandle, Transfer};
 use rbtl_mpool::Region;
-use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Operations at or below this size go through a registered staging buffer; larger
@@ -267,18 +267,8 @@ impl Window {
         if let Some(base) = peer.direct {
             // SAFETY: the range lies inside the target's window (checked above, without
             // overflow), which `map_remote` mapped here for the window's life; the
-            // caller's buffer holds `len` bytes. A put is a store, a get a load,
-            // ordered by the fences.
-            unsafe {
-                let at = base.add(offset);
-                if put {
-                    rbtl_btl::copy_bytes(buf, at, len);
-                    fence(Ordering::Release);
-                } else {
-                    fence(Ordering::Acquire);
-                    rbtl_btl::copy_bytes(at, buf, len);
-                }
-            }
+            // caller's buffer holds `len` bytes.
+            unsafe { super::onesided::copy_mapped(base.add(offset), buf, len, put) };
             return Ok(());
         }
         let rh = &peer.handle;
@@ -289,20 +279,20 @@ impl Window {
                 // SAFETY: `buf` is the caller's slice of `len` bytes; staging holds STAGING.
                 unsafe { rbtl_btl::copy_bytes(buf, self.staging.as_ptr(), len) };
             }
-            (self.staging.as_ptr() as usize, &self.handles[mi].1)
+            (self.staging.as_ptr() as usize, Some(&self.handles[mi].1))
         } else {
             let m = comm.modules[mi].as_mut();
             // SAFETY: the caller's buffer is borrowed for this whole call, which waits
-            // for completion before dropping the handle.
+            // for completion before dropping the handle (if any).
             own = unsafe {
-                m.register_mem(
-                    Some(ep),
-                    buf as usize,
-                    len,
+                super::pieces::register_local(
+                    m,
+                    ep,
+                    (buf as usize, len),
                     Access::LOCAL_READ | Access::LOCAL_WRITE,
                 )
             }?;
-            (buf as usize, &own)
+            (buf as usize, own.as_ref())
         };
         let before = self.signal.done.load(Ordering::Acquire);
         let signal = self.signal.clone();
@@ -316,7 +306,9 @@ impl Window {
         let m = comm.modules[mi].as_mut();
         // In pieces within the transport's limit, completing as one.
         let piece = super::pieces::piece_len(m.attributes(), put);
-        let whole = Transfer::new(ep, Local::new(local, handle), Remote::new(remote, rh), len);
+        // SAFETY: without a handle, the caller's buffer (as above).
+        let local_side = unsafe { super::pieces::local_side(local, handle) };
+        let whole = Transfer::new(ep, local_side, Remote::new(remote, rh), len);
         super::pieces::start_in_pieces(m, ep, local, len, piece, cb, |m, off, n, cb| {
             let t = whole.piece(off, n);
             if put {
