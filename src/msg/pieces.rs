@@ -98,6 +98,11 @@ pub fn start_in_pieces(
     done: RdmaCallback,
     mut start: impl FnMut(&mut dyn Module, usize, usize, RdmaCallback) -> rbtl_btl::Result<()>,
 ) -> rbtl_btl::Result<()> {
+    if len <= piece {
+        // One piece: its completion is the whole's (the same endpoint, address and
+        // size), with nothing to join.
+        return start(m, 0, len, done);
+    }
     let all: Vec<(usize, usize)> = pieces(len, piece).collect();
     let joint = Arc::new(Mutex::new(Joint {
         left: all.len(),
@@ -212,6 +217,41 @@ mod tests {
         assert_eq!((got[0].size, got[0].local_address), (1000, l));
         assert_eq!(&dst[..600], &src[..600], "the started pieces landed");
         assert!(dst[600..].iter().all(|&b| b == 0));
+        drop((sh, dh));
+    }
+
+    #[test]
+    fn a_transfer_of_one_piece_completes_once_as_the_whole() {
+        let (mut m, ep, src, mut dst) = module(300);
+        let all = Access::all();
+        // SAFETY: both vectors outlive their handles (dropped at the end of the test).
+        let (sh, dh) = unsafe {
+            (
+                m.register_mem(None, src.as_ptr() as usize, 300, all)
+                    .unwrap(),
+                m.register_mem(None, dst.as_mut_ptr() as usize, 300, all)
+                    .unwrap(),
+            )
+        };
+        let rh = *dh.remote();
+        let whole: Arc<Mutex<Vec<RdmaCompletion>>> = Arc::default();
+        let w = whole.clone();
+        let done: RdmaCallback = Box::new(move |_, c| w.lock().unwrap().push(c));
+        let (l, r) = (src.as_ptr() as usize, dst.as_ptr() as u64);
+        let mut calls = Vec::new();
+        let res = start_in_pieces(&mut m, ep, l, 300, 300, done, |m, off, n, cb| {
+            calls.push((off, n));
+            let t = Transfer::new(ep, Local::new(l + off, &sh), Remote::new(r, &rh), n);
+            m.put(&t, cb)
+        });
+        assert!(res.is_ok(), "{res:?}");
+        assert_eq!(calls, [(0, 300)], "one piece, the whole");
+        m.flush(None).unwrap();
+        let got = whole.lock().unwrap();
+        assert_eq!(got.len(), 1, "the whole completes once");
+        assert!(got[0].status.is_ok());
+        assert_eq!((got[0].size, got[0].local_address), (300, l));
+        assert_eq!(dst, src);
         drop((sh, dh));
     }
 
