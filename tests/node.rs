@@ -651,10 +651,12 @@ static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn run(role: &str, ranks: u32, extra_env: &[(&str, &str)]) -> Job {
     let _one = ONE_JOB.lock().unwrap_or_else(|e| e.into_inner());
+    // One directory per job, even for jobs of the same role and size.
+    static JOBS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = JOBS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!(
-        "rbtl-node-{}-{role}-{ranks}-{}",
-        std::process::id(),
-        extra_env.len()
+        "rbtl-node-{}-{role}-{ranks}-{n}",
+        std::process::id()
     ));
     let shm = dir.join("shm");
     std::fs::create_dir_all(&shm).unwrap();
@@ -697,6 +699,13 @@ fn expect_all_ok(role: &str, ranks: u32, env: &[(&str, &str)]) {
 #[test]
 fn sm_contract_two_ranks_cross_memory_attach() {
     expect_all_ok("sm_contract", 2, &[("RBTL_BTL_SM_RDMA", "cma")]);
+}
+
+#[test]
+fn sm_contract_two_ranks_auto() {
+    // The default path choice: small transfers through the rings, unless asked to
+    // need nothing of the target (`unattended_get`).
+    expect_all_ok("sm_contract", 2, &[("RBTL_BTL_SM_RDMA", "auto")]);
 }
 
 #[test]

@@ -37,6 +37,13 @@ bitflags::bitflags! {
         /// a requested key is honoured while no live registration of the module holds
         /// it.
         const PROVIDER_KEYS = 1 << 9;
+        /// A put or get flagged [`RdmaFlags::UNATTENDED`](crate::RdmaFlags::UNATTENDED)
+        /// completes without the target process taking part (`sm`: by cross-memory
+        /// attach whatever its size, unless the kernel refuses it, when it goes
+        /// through the rings as any other; not under `btl_sm_rdma = copy`). Open MPI's
+        /// one-sided component asks the same of a BTL's put and get (`osc/rdma` over
+        /// `vader` with a single-copy mechanism).
+        const UNATTENDED_RDMA = 1 << 10;
     }
 }
 

@@ -17,6 +17,11 @@ bitflags::bitflags! {
     pub struct RdmaFlags: u32 {
         /// Signal the target's progress engine (where the transport can).
         const SIGNAL = 1;
+        /// Complete without the target process taking part, on a transport that
+        /// offers it ([`BtlFlags::UNATTENDED_RDMA`](crate::BtlFlags::UNATTENDED_RDMA)):
+        /// for a one-sided operation whose target may be busy elsewhere. Elsewhere it
+        /// changes nothing.
+        const UNATTENDED = 2;
     }
 }
 

@@ -11,8 +11,8 @@
 use super::liveness::{IdleWait, Needs};
 use super::{Comm, Error, Result};
 use rbtl_btl::{
-    Access, AtomicOp, AtomicWidth, Local, MemHandle, RdmaCallback, Remote, RemoteAtomic,
-    RemoteHandle, SharedMem, Transfer,
+    Access, AtomicOp, AtomicWidth, BtlFlags, Local, MemHandle, RdmaCallback, RdmaFlags, Remote,
+    RemoteAtomic, RemoteHandle, SharedMem, Transfer,
 };
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -57,6 +57,8 @@ pub struct Target {
     handle: RemoteHandle,
     /// A mapping of it, when it lies in shared memory (or is this process's own).
     direct: Option<*mut u8>,
+    /// The flags of the transport's transfers to it.
+    flags: RdmaFlags,
 }
 
 impl Target {
@@ -78,6 +80,16 @@ impl Target {
     /// Whether it is reached with loads and stores.
     pub fn is_direct(&self) -> bool {
         self.direct.is_some()
+    }
+
+    /// The same target, its transfers through a transport asked to complete without
+    /// the peer's process taking part ([`RdmaFlags::UNATTENDED`]; see
+    /// [`Comm::reaches_unattended`]).
+    pub fn unattended(self) -> Target {
+        Target {
+            flags: self.flags | RdmaFlags::UNATTENDED,
+            ..self
+        }
     }
 
     /// Where `len` bytes at `offset` of a direct target lie in this process's
@@ -259,6 +271,20 @@ impl Comm {
             len,
             handle,
             direct,
+            flags: RdmaFlags::empty(),
+        })
+    }
+
+    /// Whether transfers to `t` through a transport complete without the peer's process
+    /// taking part once asked ([`Target::unattended`]): the transport that reaches it
+    /// offers it ([`BtlFlags::UNATTENDED_RDMA`]). `false` for a peer this process cannot
+    /// reach.
+    pub fn reaches_unattended(&mut self, t: &Target) -> bool {
+        self.route(t.rank).is_ok_and(|(mi, _)| {
+            self.modules[mi]
+                .attributes()
+                .flags
+                .contains(BtlFlags::UNATTENDED_RDMA)
         })
     }
 
@@ -351,7 +377,7 @@ impl Comm {
         let local_addr = buf as usize;
         // SAFETY: as above.
         let local = unsafe { super::pieces::local_side(local_addr, handle.as_deref()) };
-        let whole = Transfer::new(ep, local, Remote::new(remote, &t.handle), len);
+        let whole = Transfer::new(ep, local, Remote::new(remote, &t.handle), len).flagged(t.flags);
         let started =
             super::pieces::start_in_pieces(m, ep, local_addr, len, piece, done, |m, off, n, cb| {
                 let t = whole.piece(off, n);

@@ -1,8 +1,10 @@
 //! The accumulates of a window: `MPI_Accumulate`, `MPI_Get_accumulate`,
 //! `MPI_Fetch_and_op` and `MPI_Compare_and_swap`: a transport atomic where one
 //! performs the operation; else, on memory this process maps, in place under the
-//! target's accumulate mutex; else shipped to the target, which applies it under
-//! the same mutex ([`super::shipped`]).
+//! target's accumulate mutex; else, from 4 KiB on where the transport reads and
+//! writes the target's memory without its process, read, combined and written back
+//! from here under the same mutex; else shipped to the target, which applies it
+//! under that mutex ([`super::shipped`]).
 
 use super::ops::{mismatch, Access};
 use super::shipped::{Kind, Ship};
@@ -16,6 +18,12 @@ use crate::p2p::check_count;
 use crate::state::Mpi;
 use rbtl::btl::AtomicOp;
 use rbtl::msg::{Atomic, Pending};
+
+/// Accumulates of this many bytes and more, on memory this process does not map,
+/// are read and written back from here where the transport does that without the
+/// target's process (`sm` by cross-memory attach), instead of shipped: two copies by
+/// the kernel against four through the rings (measured: docs/performance.md).
+const UNATTENDED_FROM: usize = 4 << 10;
 
 /// The transport atomic that performs predefined `op` on an integer of 4 or 8
 /// bytes (`MPI_NO_OP`, a fetch, adds nothing); `None` when `op` or the type needs
@@ -112,7 +120,10 @@ impl Mpi {
             let released = self.win_release(win, a.member, ACC_WORD, true);
             return combined.and(released);
         }
-        if atomic.is_none() && !self.win(win)?.peers[a.member].mem.is_direct() {
+        if atomic.is_none()
+            && !self.win(win)?.peers[a.member].mem.is_direct()
+            && !self.unattended(win, a)?
+        {
             let s = Ship {
                 kind: Kind::Accumulate,
                 // `MPI_REPLACE` and `MPI_NO_OP` on a type of several kinds move bytes.
@@ -162,12 +173,16 @@ impl Mpi {
             started?;
             return Ok(done?);
         }
-        // Memory this process maps, in several runs: under the mutex, read, combine,
-        // write back.
+        // Memory this process maps, in several runs, or memory the transport reads and
+        // writes without the target's process ([`Mpi::unattended`]): under the mutex,
+        // read, combine, write back.
         let p = Pending::default();
         let (target, job) = {
             let w = self.win(win)?;
-            (w.peers[a.member].mem.clone(), w.peers[a.member].job)
+            (
+                w.peers[a.member].mem.clone().unattended(),
+                w.peers[a.member].job,
+            )
         };
         let t = self.dtype(ty)?.clone();
         let n = a.bytes.checked_div(t.size).unwrap_or(0);
@@ -200,6 +215,21 @@ impl Mpi {
             }
             Ok(mpi.msg.complete(&p, Some(job))?)
         })
+    }
+
+    /// Whether an accumulate of access `a` on window `win`, which no transport atomic
+    /// performs, is read, combined and written back from here by a transport that
+    /// needs nothing of the target's process ([`UNATTENDED_FROM`] bytes or more),
+    /// rather than shipped to it. Both ways hold the target's accumulate mutex, so
+    /// concurrent accumulates on the same elements exclude each other whichever way
+    /// each goes.
+    fn unattended(&mut self, win: Handle, a: &Access) -> Result<bool> {
+        if a.bytes < UNATTENDED_FROM {
+            return Ok(false);
+        }
+        let Mpi { wins, msg, .. } = self;
+        let w = wins.get(win).ok_or_else(|| bad_win(win))?;
+        Ok(msg.reaches_unattended(&w.peers[a.member].mem))
     }
 
     /// Check `op` for an accumulate on `ty`: predefined, and defined on its kind.

@@ -35,7 +35,7 @@ pub use offers::{offers_what_it_must, pinned};
 pub use pattern::interesting_sizes;
 pub use peer::{Peer, EXCHANGE_TAG, NOBODY_TAG};
 pub use rdma::{
-    flush_completes_everything, put_get_every_alignment, remote_access_is_checked,
+    flush_completes_everything, put_get_every_alignment, remote_access_is_checked, unattended_get,
     unregistered_local_side,
 };
 pub use registration::{registration_refusals, requested_keys, vectored_registration};
@@ -64,6 +64,7 @@ pub fn run_all(module: &mut dyn Module, endpoint: Endpoint) {
     put_get_every_alignment(p);
     flush_completes_everything(p);
     unregistered_local_side(p);
+    unattended_get(p);
     atomics(p);
     atomics_32bit(p);
     remote_access_is_checked(p);

@@ -404,3 +404,53 @@ fn source_bytes(seed: usize) -> Vec<u8> {
     fill(&mut v, seed);
     v
 }
+
+/// Where the module offers it ([`BtlFlags::UNATTENDED_RDMA`]), a get flagged
+/// [`RdmaFlags::UNATTENDED`](rbtl_btl::RdmaFlags::UNATTENDED) completes while the target
+/// process takes no part: one side (the lower process id) gets the other's buffer
+/// while that side sleeps without progressing, then changes its buffer; the getter
+/// must have read the buffer as it was (a get the target serves would be served only
+/// after the change).
+pub fn unattended_get(p: &mut Peer<'_>) {
+    const LEN: usize = 4096;
+    const ASLEEP: std::time::Duration = std::time::Duration::from_millis(500);
+    let flags = p.module.attributes().flags;
+    if !flags.contains(BtlFlags::UNATTENDED_RDMA | BtlFlags::GET) {
+        return;
+    }
+    let ep = p.endpoint;
+    let me = std::process::id();
+    let other = p.swap(&me.to_le_bytes());
+    let getter = me < u32::from_le_bytes(other[..4].try_into().expect("a process id"));
+    let source = Buffer::new(p.module, ep, LEN, ALL);
+    let local = Buffer::new(p.module, ep, LEN, ALL);
+    // SAFETY: nobody has the address of `source` yet; plain writes are fine.
+    let src = unsafe { std::slice::from_raw_parts_mut(source.addr(0) as *mut u8, LEN) };
+    src.copy_from_slice(&source_bytes(3));
+    let peer = p.swap(&source.advertise());
+    let (raddr, rh) = remote_of(&peer);
+    if getter {
+        let done = Arc::new(AtomicUsize::new(0));
+        let t = Transfer::new(
+            ep,
+            Local::new(local.addr(0), &local.handle),
+            Remote::new(raddr, &rh),
+            LEN,
+        )
+        .flagged(rbtl_btl::RdmaFlags::UNATTENDED);
+        retry(p, "an unattended get", |m| m.get(&t, counting(&done)));
+        p.module.flush(Some(ep)).expect("flush");
+        assert_eq!(done.load(Ordering::SeqCst), 1, "the get completed");
+        assert!(
+            local.snapshot() == source_bytes(3),
+            "an unattended get read the target's buffer as changed after it woke: the \
+             target's process took part"
+        );
+    } else {
+        std::thread::sleep(ASLEEP);
+        // SAFETY: our own buffer; the getter read it before (checked on its side).
+        unsafe { std::slice::from_raw_parts_mut(source.addr(0) as *mut u8, LEN) }
+            .copy_from_slice(&source_bytes(4));
+    }
+    p.barrier();
+}

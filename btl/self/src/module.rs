@@ -227,8 +227,9 @@ impl SelfModule {
         let (local_needs, remote_needs) = Transfer::needs(put);
         op.local.check::<Reg<NoPin>>(self.id, size, local_needs)?;
         let remote = self.remote_target(op.remote.handle, op.remote.addr, size, remote_needs)?;
-        // SAFETY: both ranges were checked to lie inside live registrations, whose
-        // register_mem contract keeps the memory mapped; `copy` allows overlap.
+        // SAFETY: the remote range was checked to lie inside a live registration, the
+        // local one too unless it is unregistered; either contract (register_mem's,
+        // `Local::unregistered`'s) keeps the memory mapped; `copy` allows overlap.
         unsafe {
             if put {
                 std::ptr::copy(local as *const u8, remote, size);
@@ -396,7 +397,8 @@ impl Module for SelfModule {
         // registration with atomic access.
         let old = unsafe { op.request().apply(target, operand, compare) };
         if let Some(r) = op.result {
-            // SAFETY: checked to be `width` writable bytes of a live registration.
+            // SAFETY: `width` writable bytes: checked against a live registration, or
+            // unregistered with its creator's promise (`Local::unregistered`).
             unsafe { width.store(r.addr, old) };
         }
         self.complete(op.endpoint, op.result_addr(), width.bytes(), callback);

@@ -212,6 +212,10 @@ impl Component for SmComponent {
                 "the milliseconds flush waits for a peer that does not reply (a large value to wait longer)",
             )? as u64),
         };
+        let mut attrs = attrs;
+        if settings.rdma != RdmaPath::Copy {
+            attrs.flags |= BtlFlags::UNATTENDED_RDMA;
+        }
         Ok(vec![Box::new(SmModule::new(attrs, settings, modex)?)])
     }
 }

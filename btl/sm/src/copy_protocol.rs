@@ -295,8 +295,9 @@ impl CopyProtocol {
                     .handle(handle)
                     .0;
                 // SAFETY: the local range was checked against its registration when
-                // the put was started; the caller keeps it alive until the completion
-                // (register_mem's contract).
+                // the put was started (or is unregistered); the caller keeps it alive
+                // until the completion (register_mem's or `Local::unregistered`'s
+                // contract).
                 let data = unsafe { std::slice::from_raw_parts((*local + *sent) as *const u8, l) };
                 let ok = speed.timed(l, || producer.push(wire::PUT_DATA, &[&hdr, data], &[]));
                 if ok {
@@ -472,7 +473,8 @@ impl CopyProtocol {
                         let off = end - data.len();
                         // SAFETY: `[off, end)` lies inside the local range, which was
                         // checked against its registration with local-write access when
-                        // the get started; it stays alive until the completion.
+                        // the get started (or unregistered); it stays alive until the
+                        // completion.
                         let copy = || unsafe {
                             rbtl_btl::copy_bytes(
                                 data.as_ptr(),
@@ -540,7 +542,8 @@ impl CopyProtocol {
                 {
                     if status == 0 {
                         // SAFETY: `width` bytes checked against a live local registration
-                        // with local-write access when the atomic started.
+                        // with local-write access when the atomic started, or unregistered
+                        // with its creator's promise (`Local::unregistered`).
                         unsafe { width.store(*at, old) };
                     }
                 }

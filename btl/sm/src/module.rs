@@ -23,7 +23,7 @@ use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::{
     ActiveMessage, AmCallback, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
     ErrorEvent, MemHandle, Modex, Module, ModuleId, Order, PeerFailure, Proc, RdmaCallback,
-    RdmaCompletion, Received, RegRequest, Remote, RemoteAtomic, RemoteHandle, Result,
+    RdmaCompletion, RdmaFlags, Received, RegRequest, Remote, RemoteAtomic, RemoteHandle, Result,
     SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, Transfer, MAX_SEGMENTS,
 };
 use rbtl_rcache::{Access, Rcache};
@@ -353,13 +353,19 @@ impl SmModule {
         let (ep, local, remote, size) = (op.endpoint, op.local.addr, op.remote.addr, op.len);
         op.local.check::<Reg<NoPin>>(self.id, size, local_needs)?;
         self.check_remote(ep, op.remote.handle, remote, size, remote_needs)?;
-        let cma = self.peers[ep.0 as usize].goes_by_cma(dir, size, &self.settings);
         let peer = &mut self.peers[ep.0 as usize];
+        let cma = if op.flags.contains(RdmaFlags::UNATTENDED) {
+            // The one path that needs nothing of the target, where it is allowed.
+            peer.cma_ok
+        } else {
+            peer.goes_by_cma(dir, size, &self.settings)
+        };
         if cma {
             let start = Peer::cma_timer(&self.settings, size);
             // SAFETY: the local range lies inside a live registration of ours with the
             // needed access (register_mem's contract keeps it mapped and lets the
-            // transport read or write it); the kernel checks the remote range.
+            // transport read or write it), or is unregistered with the same promise
+            // (`Local::unregistered`); the kernel checks the remote range.
             match unsafe { cma::copy(peer.pid, dir, local, remote, size) } {
                 Ok(()) => {
                     peer.observe_cma(dir, size, start);

@@ -12,7 +12,8 @@
  * Get_accumulate (MPI_NO_OP as an atomic read), Fetch_and_op, Compare_and_swap;
  * a window whose base is not 8-byte aligned; and every rank incrementing the same
  * elements of rank 0's window 1000 times at once (int, long long, char modulo
- * 256, double), whose totals must be exact. Errors: no epoch, out of the window,
+ * 256, double), whose totals must be exact, and 16 KiB get-accumulates mixed with
+ * short accumulates on rank 0's window. Errors: no epoch, out of the window,
  * a bad rank, a freed window, sizes that do not match, through MPI_ERRORS_RETURN
  * and a user's handler. */
 #include "check.h"
@@ -569,6 +570,60 @@ static void test_concurrency(int allocate) {
   OK(MPI_Win_free(&win));
 }
 
+/* --- Long accumulates: 16 KiB at once (read, combined and written back from the
+ * origin where the transport reaches the target's memory without its process,
+ * shipped elsewhere), mixed with short ones (shipped) on an element they share. --- */
+
+#define LONGN 2048
+#define LONG_TIMES 50
+
+static void test_long_accumulates(int allocate) {
+  static double user[LONGN], ones[LONGN], old[LONGN], seen[LONGN];
+  double *mem = user;
+  MPI_Win win;
+  if (allocate)
+    OK(MPI_Win_allocate(sizeof user, sizeof(double), MPI_INFO_NULL, MPI_COMM_WORLD, &mem,
+                        &win));
+  else
+    OK(MPI_Win_create(mem, sizeof user, sizeof(double), MPI_INFO_NULL, MPI_COMM_WORLD,
+                      &win));
+  for (int i = 0; i < LONGN; i++)
+    mem[i] = 0, ones[i] = 1;
+  OK(MPI_Win_fence(MPI_MODE_NOPRECEDE | MPI_MODE_NOSUCCEED, win));
+  const char *how = allocate ? "allocated" : "created";
+  double half = 0.5, fetched = 0;
+  int torn = 0;
+  OK(MPI_Win_lock_all(0, win));
+  for (int k = 0; k < LONG_TIMES; k++) {
+    OK(MPI_Get_accumulate(ones, LONGN, MPI_DOUBLE, old, LONGN, MPI_DOUBLE, 0, 0, LONGN,
+                          MPI_DOUBLE, MPI_SUM, win));
+    /* Elements 1.. change only by whole long accumulates: one fetch sees them equal. */
+    for (int i = 2; i < LONGN && !torn; i++)
+      if (old[i] != old[1])
+        torn = i;
+    fetched += old[1];
+    OK(MPI_Accumulate(&half, 1, MPI_DOUBLE, 0, 0, 1, MPI_DOUBLE, MPI_SUM, win));
+  }
+  OK(MPI_Win_unlock_all(win));
+  CHECK(!torn, "%s: a long get-accumulate fetched %g at %d and %g at 1", how, old[torn],
+        torn, old[1]);
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win));
+  OK(MPI_Get(seen, LONGN, MPI_DOUBLE, 0, 0, LONGN, MPI_DOUBLE, win));
+  OK(MPI_Win_unlock(0, win));
+  double total = (double)LONG_TIMES * size, all = 0;
+  CHECK(seen[0] == 1.5 * total, "%s: element 0 is %g, not %g", how, seen[0], 1.5 * total);
+  for (int i = 1; i < LONGN; i++)
+    if (seen[i] != total) {
+      CHECK(0, "%s: element %d is %g, not %g", how, i, seen[i], total);
+      break;
+    }
+  /* Each long accumulate fetched the count of those before it: 0 .. total-1, once. */
+  OK(MPI_Allreduce(&fetched, &all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  CHECK(all == total * (total - 1) / 2, "%s: the fetched counts sum to %g", how, all);
+  OK(MPI_Win_free(&win));
+}
+
 /* --- Errors. --- */
 
 static int handled = 0, handled_code = 0;
@@ -714,6 +769,7 @@ int main(int argc, char **argv) {
     test_fence(allocate);
     test_passive(allocate);
     test_concurrency(allocate);
+    test_long_accumulates(allocate);
   }
   test_pscw();
   test_accumulate();

@@ -200,7 +200,8 @@ impl OneSided {
                 Some(Pending::Atomic { result, width }) => {
                     if let (Ok(()), Some(at)) = (&status, result) {
                         // SAFETY: `width` bytes checked against a live local registration
-                        // with local-write access when the atomic started.
+                        // with local-write access when the atomic started, or unregistered
+                        // with its creator's promise (`Local::unregistered`).
                         unsafe { width.store(at, old) };
                     }
                     self.chunk_done(p, req, status, done)

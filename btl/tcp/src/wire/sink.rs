@@ -82,7 +82,8 @@ impl Sink {
                     // SAFETY: `at` is checked memory: for a put, our live registration
                     // with remote-write access (checked just now); for a get, the
                     // origin's buffer, checked with local-write access when the get
-                    // started and kept by the caller until its completion.
+                    // started (or unregistered, `Local::unregistered`) and kept by the
+                    // caller until its completion.
                     unsafe { rbtl_btl::copy_bytes(rx.data().as_ptr(), at as *mut u8, held) };
                 }
                 rx.consume(held);
