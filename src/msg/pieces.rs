@@ -173,23 +173,38 @@ mod tests {
         (m, ep, src, vec![0; len])
     }
 
+    /// Registrations of `src` and `dst` for every access.
+    ///
+    /// # Safety
+    ///
+    /// Both buffers outlive the handles.
+    unsafe fn registered(m: &mut SelfModule, src: &[u8], dst: &mut [u8]) -> (MemHandle, MemHandle) {
+        let all = Access::all();
+        // SAFETY: the caller's contract.
+        unsafe {
+            (
+                m.register_mem(None, src.as_ptr() as usize, src.len(), all)
+                    .unwrap(),
+                m.register_mem(None, dst.as_mut_ptr() as usize, dst.len(), all)
+                    .unwrap(),
+            )
+        }
+    }
+
+    /// A callback of the whole transfer that keeps the completions it gets.
+    fn collecting() -> (Arc<Mutex<Vec<RdmaCompletion>>>, RdmaCallback) {
+        let whole: Arc<Mutex<Vec<RdmaCompletion>>> = Arc::default();
+        let w = whole.clone();
+        (whole, Box::new(move |_, c| w.lock().unwrap().push(c)))
+    }
+
     #[test]
     fn a_piece_refused_after_others_started_fails_the_whole_once_they_finish() {
         let (mut m, ep, src, mut dst) = module(1000);
-        let all = Access::all();
         // SAFETY: both vectors outlive their handles (dropped at the end of the test).
-        let (sh, dh) = unsafe {
-            (
-                m.register_mem(None, src.as_ptr() as usize, 1000, all)
-                    .unwrap(),
-                m.register_mem(None, dst.as_mut_ptr() as usize, 1000, all)
-                    .unwrap(),
-            )
-        };
+        let (sh, dh) = unsafe { registered(&mut m, &src, &mut dst) };
         let rh = *dh.remote();
-        let whole: Arc<Mutex<Vec<RdmaCompletion>>> = Arc::default();
-        let w = whole.clone();
-        let done: RdmaCallback = Box::new(move |_, c| w.lock().unwrap().push(c));
+        let (whole, done) = collecting();
         let (l, r) = (src.as_ptr() as usize, dst.as_ptr() as u64);
         let mut started = 0;
         let res = start_in_pieces(&mut m, ep, l, 1000, 300, done, |m, off, n, cb| {
@@ -223,20 +238,10 @@ mod tests {
     #[test]
     fn a_transfer_of_one_piece_completes_once_as_the_whole() {
         let (mut m, ep, src, mut dst) = module(300);
-        let all = Access::all();
         // SAFETY: both vectors outlive their handles (dropped at the end of the test).
-        let (sh, dh) = unsafe {
-            (
-                m.register_mem(None, src.as_ptr() as usize, 300, all)
-                    .unwrap(),
-                m.register_mem(None, dst.as_mut_ptr() as usize, 300, all)
-                    .unwrap(),
-            )
-        };
+        let (sh, dh) = unsafe { registered(&mut m, &src, &mut dst) };
         let rh = *dh.remote();
-        let whole: Arc<Mutex<Vec<RdmaCompletion>>> = Arc::default();
-        let w = whole.clone();
-        let done: RdmaCallback = Box::new(move |_, c| w.lock().unwrap().push(c));
+        let (whole, done) = collecting();
         let (l, r) = (src.as_ptr() as usize, dst.as_ptr() as u64);
         let mut calls = Vec::new();
         let res = start_in_pieces(&mut m, ep, l, 300, 300, done, |m, off, n, cb| {
