@@ -323,9 +323,15 @@ fn ring(s: &mut Schedule, m: &Members, c: &Combine, input: Option<Loc>, acc: Loc
         let (a, b) = (i * c.count / n, (i + 1) * c.count / n);
         (a * size, b - a)
     };
-    let tmp = match input {
-        Some(_) => None,
-        None => Some(s.scratch(c.count.div_ceil(n) * size)),
+    /// Where a received chunk lands: in a scratch chunk, combined from there into
+    /// `acc`; or, with `input` apart, in `acc` itself, combined there with `input`'s.
+    enum Landing {
+        Scratch(Loc),
+        Apart(Loc),
+    }
+    let landing = match input {
+        Some(input) => Landing::Apart(input),
+        None => Landing::Scratch(s.scratch(c.count.div_ceil(n) * size)),
     };
     let (right, left) = (
         m.job(((me + 1) % n) as u32),
@@ -335,9 +341,16 @@ fn ring(s: &mut Schedule, m: &Members, c: &Combine, input: Option<Loc>, acc: Loc
         let (out, inn) = ((me + n - k) % n, (me + 2 * n - k - 1) % n);
         let (oat, on) = chunk(out);
         let (iat, inum) = chunk(inn);
-        let from = match input {
-            Some(input) if k == 0 => input.offset(oat),
+        let from = match landing {
+            Landing::Apart(input) if k == 0 => input.offset(oat),
             _ => acc.offset(oat),
+        };
+        let (into, combine) = match landing {
+            Landing::Scratch(tmp) => (tmp, c.local(tmp, acc.offset(iat), inum)),
+            Landing::Apart(input) => (
+                acc.offset(iat),
+                c.local(input.offset(iat), acc.offset(iat), inum),
+            ),
         };
         let r = s.round();
         r.xfers.push(Xfer::Send {
@@ -345,20 +358,12 @@ fn ring(s: &mut Schedule, m: &Members, c: &Combine, input: Option<Loc>, acc: Loc
             len: on * size,
             to: right,
         });
-        let (into, mine) = match (tmp, input) {
-            (Some(tmp), _) => (tmp, acc.offset(iat)),
-            (None, Some(input)) => (acc.offset(iat), input.offset(iat)),
-            (None, None) => unreachable!("a place to receive in"),
-        };
         r.xfers.push(Xfer::Recv {
             into,
             len: inum * size,
             from: left,
         });
-        match tmp {
-            Some(_) => r.then.push(c.local(into, mine, inum)),
-            None => r.then.push(c.local(mine, into, inum)),
-        }
+        r.then.push(combine);
     }
     for k in 0..n - 1 {
         let (out, inn) = ((me + 1 + n - k) % n, (me + n - k) % n);
