@@ -225,31 +225,25 @@ unsafe fn direct(
     }
 }
 
-/// `MPI_Put` and `MPI_Get`.
+/// `MPI_Put` and `MPI_Get`: the origin `o` (buffer, count, type), the target `t`
+/// (rank, displacement, count, type).
 ///
 /// # Safety
 ///
-/// The origin buffer holds `ocount` elements of `otype`, until the operation
+/// The origin buffer holds its count elements of its type, until the operation
 /// completes.
 unsafe fn rdma(
     mpi: &mut Mpi,
     put: bool,
-    (origin, ocount, otype): (*mut c_void, c_int, Handle),
-    (rank, disp, tcount, ttype): (c_int, Aint, c_int, Handle),
+    o: (*mut c_void, c_int, Handle),
+    t: (c_int, Aint, c_int, Handle),
     win: Handle,
 ) -> Result<()> {
     // SAFETY: forwarded contract.
-    if unsafe {
-        direct(
-            mpi,
-            put,
-            (origin, ocount, otype),
-            (rank, disp, tcount, ttype),
-            win,
-        )
-    } {
+    if unsafe { direct(mpi, put, o, t, win) } {
         return Ok(());
     }
+    let ((origin, ocount, otype), (rank, disp, tcount, ttype)) = (o, t);
     if mpi.to_proc_null(win, rank)? {
         return Ok(());
     }
