@@ -27,6 +27,11 @@ fn check_slot(slot: &[u8], off: usize, size: usize, landed: bool, case: usize, w
             matches_pattern(&slot[off..off + size], case),
             "{what} case {case} data"
         );
+    } else {
+        assert!(
+            slot[off..off + size].iter().all(|&b| b == 0),
+            "{what} case {case} was refused yet wrote its range"
+        );
     }
     assert!(
         slot[..off].iter().all(|&b| b == 0),
@@ -334,15 +339,17 @@ pub fn unregistered_local_side(p: &mut Peer<'_>) {
     let source = Buffer::new(p.module, ep, LEN, ALL);
     let target = Buffer::new(p.module, ep, LEN, ALL);
     // SAFETY: nobody has the address of `source` yet; plain writes are fine.
-    unsafe { std::slice::from_raw_parts_mut(source.addr(0) as *mut u8, LEN) }
-        .copy_from_slice(&source_bytes(7));
+    fill(
+        unsafe { std::slice::from_raw_parts_mut(source.addr(0) as *mut u8, LEN) },
+        7,
+    );
     let mut ad = source.advertise();
     ad.extend_from_slice(&target.advertise());
     let peer = p.swap(&ad);
     let half = peer.len() / 2;
     let ((src, src_h), (dst, dst_h)) = (remote_of(&peer[..half]), remote_of(&peer[half..]));
     let mut plain = crate::Bytes::new(2 * LEN);
-    plain[LEN..].copy_from_slice(&source_bytes(8));
+    fill(&mut plain[LEN..], 8);
     let (into, from) = (plain.as_mut_ptr() as usize, plain.as_ptr() as usize + LEN);
     let done = Arc::new(AtomicUsize::new(0));
     let mut started = 0;
@@ -374,35 +381,20 @@ pub fn unregistered_local_side(p: &mut Peer<'_>) {
     if attrs.flags.contains(BtlFlags::GET) {
         // SAFETY: the get completed (flushed); the bytes are ours.
         let got = unsafe { crate::buffer::snapshot(into, LEN) };
-        assert!(
-            if required {
-                got.iter().all(|&b| b == 0)
-            } else {
-                got[..len] == source_bytes(7)[..len] && got[len..].iter().all(|&b| b == 0)
-            },
-            "the unregistered get's data"
-        );
+        check_slot(&got, 0, len, !required, 7, "an unregistered get");
     }
     // The peer's put into `target` has completed once it says so.
     let put_by_peer = attrs.flags.contains(BtlFlags::PUT) && !required;
     p.barrier();
-    let landed = target.snapshot();
-    assert!(
-        if put_by_peer {
-            landed[..len] == source_bytes(8)[..len] && landed[len..].iter().all(|&b| b == 0)
-        } else {
-            landed.iter().all(|&b| b == 0)
-        },
-        "the unregistered put's data"
+    check_slot(
+        &target.snapshot(),
+        0,
+        len,
+        put_by_peer,
+        8,
+        "an unregistered put",
     );
     p.barrier();
-}
-
-/// `LEN` bytes of the pattern of `seed` ([`unregistered_local_side`]).
-fn source_bytes(seed: usize) -> Vec<u8> {
-    let mut v = vec![0u8; 4096];
-    fill(&mut v, seed);
-    v
 }
 
 /// Where the module offers it ([`BtlFlags::UNATTENDED_RDMA`]), a get flagged
@@ -426,7 +418,7 @@ pub fn unattended_get(p: &mut Peer<'_>) {
     let local = Buffer::new(p.module, ep, LEN, ALL);
     // SAFETY: nobody has the address of `source` yet; plain writes are fine.
     let src = unsafe { std::slice::from_raw_parts_mut(source.addr(0) as *mut u8, LEN) };
-    src.copy_from_slice(&source_bytes(3));
+    fill(src, 3);
     let peer = p.swap(&source.advertise());
     let (raddr, rh) = remote_of(&peer);
     if getter {
@@ -442,15 +434,17 @@ pub fn unattended_get(p: &mut Peer<'_>) {
         p.module.flush(Some(ep)).expect("flush");
         assert_eq!(done.load(Ordering::SeqCst), 1, "the get completed");
         assert!(
-            local.snapshot() == source_bytes(3),
+            matches_pattern(&local.snapshot(), 3),
             "an unattended get read the target's buffer as changed after it woke: the \
              target's process took part"
         );
     } else {
         std::thread::sleep(ASLEEP);
         // SAFETY: our own buffer; the getter read it before (checked on its side).
-        unsafe { std::slice::from_raw_parts_mut(source.addr(0) as *mut u8, LEN) }
-            .copy_from_slice(&source_bytes(4));
+        fill(
+            unsafe { std::slice::from_raw_parts_mut(source.addr(0) as *mut u8, LEN) },
+            4,
+        );
     }
     p.barrier();
 }
