@@ -277,10 +277,11 @@ impl Comm {
 
     /// Whether transfers to `t` through a transport complete without the peer's process
     /// taking part once asked ([`Target::unattended`]): the transport that reaches it
-    /// offers it ([`BtlFlags::UNATTENDED_RDMA`]). `false` for a peer this process cannot
-    /// reach.
-    pub fn reaches_unattended(&mut self, t: &Target) -> bool {
-        self.route(t.rank).is_ok_and(|(mi, _)| {
+    /// offers it ([`BtlFlags::UNATTENDED_RDMA`]). `false` for a rank out of the job.
+    /// (A question about the route only: whether the peer still lives is the
+    /// transfer's to find.)
+    pub fn reaches_unattended(&self, t: &Target) -> bool {
+        self.routes.get(t.rank as usize).is_some_and(|&(mi, _)| {
             self.modules[mi]
                 .attributes()
                 .flags

@@ -223,13 +223,12 @@ impl Mpi {
     /// rather than shipped to it. Both ways hold the target's accumulate mutex, so
     /// concurrent accumulates on the same elements exclude each other whichever way
     /// each goes.
-    fn unattended(&mut self, win: Handle, a: &Access) -> Result<bool> {
+    fn unattended(&self, win: Handle, a: &Access) -> Result<bool> {
         if a.bytes < UNATTENDED_FROM {
             return Ok(false);
         }
-        let Mpi { wins, msg, .. } = self;
-        let w = wins.get(win).ok_or_else(|| bad_win(win))?;
-        Ok(msg.reaches_unattended(&w.peers[a.member].mem))
+        let target = &self.win(win)?.peers[a.member].mem;
+        Ok(self.msg.reaches_unattended(target))
     }
 
     /// Check `op` for an accumulate on `ty`: predefined, and defined on its kind.
