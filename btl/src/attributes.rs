@@ -44,6 +44,12 @@ bitflags::bitflags! {
         /// one-sided component asks the same of a BTL's put and get (`osc/rdma` over
         /// `vader` with a single-copy mechanism).
         const UNATTENDED_RDMA = 1 << 10;
+        /// A put or get may name the peer's memory by its address alone
+        /// ([`Remote::unregistered`](crate::Remote::unregistered)): the kernel, not
+        /// a registration, checks the access (`sm` by cross-memory attach, unless
+        /// `btl_sm_rdma = copy`; cleared once the kernel refuses it with any peer).
+        /// Open MPI's `vader` with cross-memory attach registers nothing.
+        const UNREGISTERED_REMOTE = 1 << 11;
     }
 }
 

@@ -83,6 +83,13 @@ pub enum Error {
     /// reaches memory only through one (`REGISTRATION_REQUIRED`).
     #[error("the local buffer is not registered: this transport needs it registered (REGISTRATION_REQUIRED)")]
     Unregistered,
+    /// The peer's side of a put or get is named by its address alone, and this
+    /// transport reaches a peer's memory only through a registration (no
+    /// `UNREGISTERED_REMOTE`), or cannot reach this peer that way.
+    #[error(
+        "the remote buffer is not registered: this transport cannot reach it by address alone"
+    )]
+    UnregisteredRemote,
     /// A remote handle that the target does not know (wrong module, or deregistered).
     #[error("the remote handle is not a live registration of the target: {0}")]
     BadRemoteHandle(String),

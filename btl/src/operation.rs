@@ -84,19 +84,53 @@ impl<'a> Local<'a> {
     }
 }
 
-/// The peer's side: an address inside the registration a peer handed out.
+/// The peer's side: an address inside the registration a peer handed out, or, for a
+/// module that reaches a peer's memory by its address alone
+/// ([`BtlFlags::UNREGISTERED_REMOTE`](crate::BtlFlags::UNREGISTERED_REMOTE)), an
+/// address the peer vouched for ([`Remote::unregistered`]; Open MPI's `vader` with
+/// cross-memory attach has no registration at all, UCX's transports without
+/// `UCT_MD_FLAG_NEED_RKEY` none for the peer's side).
 #[derive(Clone, Copy, Debug)]
 pub struct Remote<'a> {
     /// The address in the peer's memory.
     pub addr: u64,
-    /// The peer's registration, as received from it.
-    pub handle: &'a RemoteHandle,
+    /// The peer's registration, as received from it (none: vouched for by the peer).
+    handle: Option<&'a RemoteHandle>,
 }
 
 impl<'a> Remote<'a> {
     /// `addr` inside `handle`.
     pub fn new(addr: u64, handle: &'a RemoteHandle) -> Self {
-        Remote { addr, handle }
+        Remote {
+            addr,
+            handle: Some(handle),
+        }
+    }
+
+    /// `addr` in the peer's memory, registered with nothing. A module without
+    /// [`BtlFlags::UNREGISTERED_REMOTE`](crate::BtlFlags::UNREGISTERED_REMOTE)
+    /// refuses it with [`Error::UnregisteredRemote`], as does one that cannot reach this
+    /// peer that way; atomics always refuse it.
+    ///
+    /// # Safety
+    ///
+    /// The peer vouched for the operation's bytes from `addr`: they stay mapped,
+    /// readable (a get) or writable (a put), and unused by anyone else until it
+    /// hears that the operation completed, as its registration would have promised.
+    pub unsafe fn unregistered(addr: u64) -> Remote<'static> {
+        Remote { addr, handle: None }
+    }
+
+    /// The registration, if the peer's side has one.
+    #[inline]
+    pub fn handle(&self) -> Option<&'a RemoteHandle> {
+        self.handle
+    }
+
+    /// The registration, or [`Error::UnregisteredRemote`] for a module that needs one.
+    #[inline]
+    pub fn registered(&self) -> Result<&'a RemoteHandle> {
+        self.handle.ok_or(Error::UnregisteredRemote)
     }
 }
 

@@ -5,7 +5,7 @@ use super::liveness::IdleWait;
 use super::offload::Withdraw;
 use super::state::{self, lock, Posted, Shared, State, Unexpected};
 use super::{protocol, requests, Comm, Error, ReqId, Result};
-use rbtl_btl::{Access, Endpoint, Module};
+use rbtl_btl::{Access, BtlFlags, Endpoint, Module};
 use std::sync::atomic::Ordering;
 
 /// What a completed receive (or send) reports.
@@ -267,7 +267,13 @@ impl Comm {
             tag,
             len,
         };
-        let started = {
+        // Where the receiver's transport reads this process's memory by its address,
+        // the buffer needs no registration: the caller keeps it valid until the
+        // request completes, at the FIN.
+        let by_address = m.attributes().flags.contains(BtlFlags::UNREGISTERED_REMOTE);
+        let handle = if by_address {
+            Ok(None)
+        } else {
             // SAFETY: the caller promised `buf` stays valid until the request
             // completes, which drops the handle.
             unsafe {
@@ -278,23 +284,24 @@ impl Comm {
                     Access::LOCAL_READ | Access::REMOTE_READ,
                 )
             }
+            .map(Some)
             .map_err(Error::from)
-            .and_then(|handle| {
-                let rts = protocol::Rts {
-                    tag,
-                    ctx,
-                    len,
-                    sreq: req,
-                    addr: buf as u64,
-                    handle: *handle.remote(),
-                };
-                if let Some(r) = s.reqs.get_mut(req) {
-                    r.handle = Some(Box::new(handle));
-                    r.status = status;
-                }
-                s.send_or_defer(m, mi, ep, protocol::RTS, &rts.encode(), &[])
-            })
         };
+        let started = handle.and_then(|handle| {
+            let rts = protocol::Rts {
+                tag,
+                ctx,
+                len,
+                sreq: req,
+                addr: buf as u64,
+                handle: handle.as_ref().map(|h| *h.remote()),
+            };
+            if let Some(r) = s.reqs.get_mut(req) {
+                r.handle = handle.map(Box::new);
+                r.status = status;
+            }
+            s.send_or_defer(m, mi, ep, protocol::RTS, &rts.encode(), &[])
+        });
         match started {
             Ok(()) => Ok(req),
             Err(e) => {

@@ -3,7 +3,7 @@
 //! | tag | message | body |
 //! |---|---|---|
 //! | `PML` | eager | header (user tag, i32; context, u32) then the payload |
-//! | `PML+1` | rendezvous request (RTS) | user tag, context, length, sender's request, address, registration handle |
+//! | `PML+1` | rendezvous request (RTS) | user tag, context, length, sender's request, address, whether a registration handle follows (u8), the handle |
 //! | `PML+2` | finish (FIN) | sender's request, status |
 //! | `PML+3` | synchronous eager | header (user tag, context, sender's request) then the payload; answered by a FIN once matched |
 
@@ -69,23 +69,26 @@ pub struct Rts {
     pub sreq: u64,
     /// Address of the sender's buffer.
     pub addr: u64,
-    /// Registration of the sender's buffer.
-    pub handle: RemoteHandle,
+    /// Registration of the sender's buffer; none where the receiver's transport reads
+    /// it by address alone ([`BtlFlags::UNREGISTERED_REMOTE`](rbtl_btl::BtlFlags::UNREGISTERED_REMOTE)).
+    pub handle: Option<RemoteHandle>,
 }
 
 /// Bytes of an RTS before its handle.
-const RTS_FIXED: usize = 32;
+const RTS_FIXED: usize = 33;
 
 impl Rts {
     /// Encode.
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(RTS_FIXED + self.handle.as_bytes().len());
+        let handle = self.handle.as_ref().map_or(&[][..], RemoteHandle::as_bytes);
+        let mut v = Vec::with_capacity(RTS_FIXED + handle.len());
         v.extend_from_slice(&self.tag.to_le_bytes());
         v.extend_from_slice(&self.ctx.to_le_bytes());
         v.extend_from_slice(&(self.len as u64).to_le_bytes());
         v.extend_from_slice(&self.sreq.to_le_bytes());
         v.extend_from_slice(&self.addr.to_le_bytes());
-        v.extend_from_slice(self.handle.as_bytes());
+        v.push(u8::from(self.handle.is_some()));
+        v.extend_from_slice(handle);
         v
     }
 
@@ -101,7 +104,11 @@ impl Rts {
             len: usize::try_from(u64_at(8)).ok()?,
             sreq: u64_at(16),
             addr: u64_at(24),
-            handle: RemoteHandle::from_bytes(&b[RTS_FIXED..]).ok()?,
+            handle: match b[32] {
+                0 if b.len() == RTS_FIXED => None,
+                1 => Some(RemoteHandle::from_bytes(&b[RTS_FIXED..]).ok()?),
+                _ => return None,
+            },
         })
     }
 }
@@ -136,5 +143,42 @@ mod tests {
             );
         }
         assert_eq!(decode_sync_header(&[0; SYNC_HEADER - 1]), None);
+    }
+
+    #[test]
+    fn rendezvous_requests_round_trip_with_and_without_a_handle() {
+        let handle = RemoteHandle::from_bytes(&[9; 40]).expect("a handle");
+        for handle in [Some(handle), None] {
+            let rts = Rts {
+                tag: -3,
+                ctx: 7,
+                len: 1 << 20,
+                sreq: 1 << 40,
+                addr: 0x7f00_1234_5000,
+                handle,
+            };
+            let back = Rts::decode(&rts.encode()).expect("decodes");
+            assert_eq!((back.tag, back.ctx, back.len), (rts.tag, rts.ctx, rts.len));
+            assert_eq!(
+                (back.sreq, back.addr, back.handle),
+                (rts.sreq, rts.addr, rts.handle)
+            );
+        }
+        let mut without = Rts::decode(&[0; RTS_FIXED]).expect("no handle");
+        assert_eq!(without.handle, None);
+        // Bytes after "no handle", or a presence byte other than 0 and 1: malformed.
+        assert!(Rts::decode(&[0; RTS_FIXED + 1]).is_none());
+        let mut bad = [0; RTS_FIXED];
+        bad[32] = 2;
+        assert!(Rts::decode(&bad).is_none());
+        without.handle = Some(handle_of_nothing());
+        assert!(Rts::decode(&without.encode())
+            .expect("empty handle")
+            .handle
+            .is_some());
+    }
+
+    fn handle_of_nothing() -> RemoteHandle {
+        RemoteHandle::from_bytes(&[]).expect("an empty handle")
     }
 }

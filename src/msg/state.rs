@@ -608,7 +608,14 @@ impl State {
         // SAFETY: as above: the buffer stays valid until the request completes, which
         // is after the get's callback.
         let local = unsafe { super::pieces::local_side(p.addr, handle.as_ref()) };
-        let whole = Transfer::new(ep, local, Remote::new(rts.addr, &rh), rts.len);
+        let remote = match &rh {
+            Some(rh) => Remote::new(rts.addr, rh),
+            // SAFETY: the sender vouched for its buffer by naming it without a
+            // registration: it keeps it until our FIN (a transport that cannot reach
+            // it so refuses the get, and the receive fails).
+            None => unsafe { Remote::unregistered(rts.addr) },
+        };
+        let whole = Transfer::new(ep, local, remote, rts.len);
         let started =
             super::pieces::start_in_pieces(m, ep, p.addr, rts.len, piece, done, |m, off, n, cb| {
                 m.get(&whole.piece(off, n), cb)

@@ -24,6 +24,7 @@ mod registration;
 mod retry;
 mod sends;
 mod shared_words;
+mod unregistered;
 mod vectored_anywhere;
 
 pub use atomics::atomics;
@@ -36,7 +37,6 @@ pub use pattern::interesting_sizes;
 pub use peer::{Peer, EXCHANGE_TAG, NOBODY_TAG};
 pub use rdma::{
     flush_completes_everything, put_get_every_alignment, remote_access_is_checked, unattended_get,
-    unregistered_local_side,
 };
 pub use registration::{registration_refusals, requested_keys, vectored_registration};
 pub use sends::{
@@ -44,6 +44,7 @@ pub use sends::{
     unregistered_tag,
 };
 pub use shared_words::{atomics_on_shared_words, Meet};
+pub use unregistered::{unregistered_local_side, unregistered_remote_side};
 pub use vectored_anywhere::vectored_transfers_anywhere;
 
 use rbtl_btl::{Endpoint, Module};
@@ -64,6 +65,7 @@ pub fn run_all(module: &mut dyn Module, endpoint: Endpoint) {
     put_get_every_alignment(p);
     flush_completes_everything(p);
     unregistered_local_side(p);
+    unregistered_remote_side(p);
     unattended_get(p);
     atomics(p);
     atomics_32bit(p);

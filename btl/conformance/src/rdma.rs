@@ -21,7 +21,14 @@ pub(crate) fn counting(done: &Arc<AtomicUsize>) -> RdmaCallback {
 
 /// Case `case`'s slot after a put or get of `size` bytes at `off`: the pattern there
 /// if the operation was accepted, and zeros everywhere else.
-fn check_slot(slot: &[u8], off: usize, size: usize, landed: bool, case: usize, what: &str) {
+pub(crate) fn check_slot(
+    slot: &[u8],
+    off: usize,
+    size: usize,
+    landed: bool,
+    case: usize,
+    what: &str,
+) {
     if landed {
         assert!(
             matches_pattern(&slot[off..off + size], case),
@@ -320,80 +327,6 @@ pub fn remote_access_is_checked(p: &mut Peer<'_>) {
             "refused operations left the target unchanged"
         );
     }
-    p.barrier();
-}
-
-/// A put and a get whose local side is unregistered ([`Local::unregistered`]): where
-/// the module needs registrations ([`BtlFlags::REGISTRATION_REQUIRED`]) each is
-/// refused with [`Error::Unregistered`] and moves nothing; elsewhere the data lands
-/// as with a registered one.
-pub fn unregistered_local_side(p: &mut Peer<'_>) {
-    const LEN: usize = 4096;
-    let attrs = p.module.attributes().clone();
-    let required = attrs.flags.contains(BtlFlags::REGISTRATION_REQUIRED);
-    // As much as one transfer of each kind takes, in whole alignment units.
-    let align = attrs.put_alignment.max(attrs.get_alignment).max(1);
-    let len = LEN.min(attrs.put_limit).min(attrs.get_limit) / align * align;
-    let ep = p.endpoint;
-    // What the peer gets from here, and where it puts.
-    let source = Buffer::new(p.module, ep, LEN, ALL);
-    let target = Buffer::new(p.module, ep, LEN, ALL);
-    // SAFETY: nobody has the address of `source` yet; plain writes are fine.
-    fill(
-        unsafe { std::slice::from_raw_parts_mut(source.addr(0) as *mut u8, LEN) },
-        7,
-    );
-    let mut ad = source.advertise();
-    ad.extend_from_slice(&target.advertise());
-    let peer = p.swap(&ad);
-    let half = peer.len() / 2;
-    let ((src, src_h), (dst, dst_h)) = (remote_of(&peer[..half]), remote_of(&peer[half..]));
-    let mut plain = crate::Bytes::new(2 * LEN);
-    fill(&mut plain[LEN..], 8);
-    let (into, from) = (plain.as_mut_ptr() as usize, plain.as_ptr() as usize + LEN);
-    let done = Arc::new(AtomicUsize::new(0));
-    let mut started = 0;
-    let outcome = |what: &str, r: rbtl_btl::Result<()>| match r {
-        Ok(()) if !required => true,
-        Err(Error::Unregistered) if required => false,
-        other => panic!("{what} with an unregistered local side: {other:?}"),
-    };
-    if attrs.flags.contains(BtlFlags::GET) {
-        // SAFETY: `plain` lives, untouched, until the flush below has completed the get.
-        let local = unsafe { Local::unregistered(into) };
-        let got = p.module.get(
-            &Transfer::new(ep, local, Remote::new(src, &src_h), len),
-            counting(&done),
-        );
-        started += usize::from(outcome("get", got));
-    }
-    if attrs.flags.contains(BtlFlags::PUT) {
-        // SAFETY: as above, until the flush completes the put.
-        let local = unsafe { Local::unregistered(from) };
-        let put = p.module.put(
-            &Transfer::new(ep, local, Remote::new(dst, &dst_h), len),
-            counting(&done),
-        );
-        started += usize::from(outcome("put", put));
-    }
-    p.module.flush(Some(ep)).expect("flush");
-    assert_eq!(done.load(Ordering::SeqCst), started, "one callback each");
-    if attrs.flags.contains(BtlFlags::GET) {
-        // SAFETY: the get completed (flushed); the bytes are ours.
-        let got = unsafe { crate::buffer::snapshot(into, LEN) };
-        check_slot(&got, 0, len, !required, 7, "an unregistered get");
-    }
-    // The peer's put into `target` has completed once it says so.
-    let put_by_peer = attrs.flags.contains(BtlFlags::PUT) && !required;
-    p.barrier();
-    check_slot(
-        &target.snapshot(),
-        0,
-        len,
-        put_by_peer,
-        8,
-        "an unregistered put",
-    );
     p.barrier();
 }
 

@@ -226,7 +226,8 @@ impl SelfModule {
         let (local, size) = (op.local.addr, op.len);
         let (local_needs, remote_needs) = Transfer::needs(put);
         op.local.check::<Reg<NoPin>>(self.id, size, local_needs)?;
-        let remote = self.remote_target(op.remote.handle, op.remote.addr, size, remote_needs)?;
+        let remote =
+            self.remote_target(op.remote.registered()?, op.remote.addr, size, remote_needs)?;
         // SAFETY: the remote range was checked to lie inside a live registration, the
         // local one too unless it is unregistered; either contract (register_mem's,
         // `Local::unregistered`'s) keeps the memory mapped; `copy` allows overlap.
@@ -384,7 +385,7 @@ impl Module for SelfModule {
         op.check_word()?;
         let width = op.width;
         let target = self.remote_target(
-            op.remote.handle,
+            op.remote.registered()?,
             op.remote.addr,
             width.bytes(),
             Access::ATOMIC,

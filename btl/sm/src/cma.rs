@@ -12,6 +12,19 @@ pub enum Direction {
     Read,
 }
 
+/// Let the node's other processes of this user attach to this one where the Yama
+/// security module restricts it to ancestors (`kernel.yama.ptrace_scope = 1`), as
+/// Open MPI's `vader` does for cross-memory attach. Without Yama the call fails with
+/// `EINVAL` and nothing changes; under scopes 2 and 3 the kernel still refuses, and
+/// peers find out with their probe ([`works_with`]).
+pub fn let_peers_attach() {
+    // SAFETY: a process attribute, no memory passed.
+    let r = unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+    if r != 0 {
+        tracing::debug!(error = %io::Error::last_os_error(), "prctl(PR_SET_PTRACER) not applied");
+    }
+}
+
 /// Copy `len` bytes between local `local` and `remote` in process `pid`, looping over
 /// partial transfers.
 ///

@@ -214,7 +214,8 @@ impl Component for SmComponent {
         };
         let mut attrs = attrs;
         if settings.rdma != RdmaPath::Copy {
-            attrs.flags |= BtlFlags::UNATTENDED_RDMA;
+            attrs.flags |= BtlFlags::UNATTENDED_RDMA | BtlFlags::UNREGISTERED_REMOTE;
+            crate::cma::let_peers_attach();
         }
         Ok(vec![Box::new(SmModule::new(attrs, settings, modex)?)])
     }

@@ -188,7 +188,12 @@ impl CopyProtocol {
     /// Start put `op` at `peer`, its ranges checked by the caller (its remote handle
     /// the one-range handle of the range it lies in): it is queued behind what waits
     /// for the peer's ring, and the caller then drains that queue.
-    pub fn start_put(&mut self, peer: &mut Peer, op: &Transfer<'_>, callback: RdmaCallback) {
+    pub fn start_put(
+        &mut self,
+        peer: &mut Peer,
+        (op, handle): (&Transfer<'_>, &RemoteHandle),
+        callback: RdmaCallback,
+    ) {
         let (local, size) = (op.local.addr, op.len);
         let req = self.start_op(op.endpoint, local, size, Pending::Put, callback);
         peer.outbound.push_back(Outbound::Protocol(Outgoing::Put {
@@ -197,7 +202,7 @@ impl CopyProtocol {
             remote: op.remote.addr,
             len: size,
             sent: 0,
-            handle: *op.remote.handle,
+            handle: *handle,
         }));
     }
 
@@ -206,7 +211,7 @@ impl CopyProtocol {
     pub fn start_get(
         &mut self,
         peer: &mut Peer,
-        op: &Transfer<'_>,
+        (op, handle): (&Transfer<'_>, &RemoteHandle),
         callback: RdmaCallback,
         done: &mut VecDeque<Done>,
     ) {
@@ -224,7 +229,7 @@ impl CopyProtocol {
                 .u64(req)
                 .u64(op.remote.addr)
                 .u64(size as u64)
-                .handle(op.remote.handle)
+                .handle(handle)
                 .0;
             send(peer, wire::GET_REQ, msg);
         }
@@ -232,7 +237,12 @@ impl CopyProtocol {
 
     /// Start atomic `op` at `peer`, checked as a put: the target applies it and
     /// answers with the previous value, which goes to `op.result` if any.
-    pub fn start_atomic(&mut self, peer: &mut Peer, op: &RemoteAtomic<'_>, callback: RdmaCallback) {
+    pub fn start_atomic(
+        &mut self,
+        peer: &mut Peer,
+        (op, handle): (&RemoteAtomic<'_>, &RemoteHandle),
+        callback: RdmaCallback,
+    ) {
         let result = op.result.map(|r| r.addr);
         let atomic = op.request();
         let (operand, compare) = op.operands();
@@ -250,7 +260,7 @@ impl CopyProtocol {
             .u64(operand)
             .u64(compare)
             .u64(u64::from(atomic.code()))
-            .handle(op.remote.handle)
+            .handle(handle)
             .0;
         send(peer, wire::ATOMIC_REQ, msg);
     }

@@ -348,14 +348,14 @@ fn target() -> Target {
         remote,
         300,
     );
-    copy.start_get(&mut peer, &get, Box::new(|_, _| {}), &mut done);
+    copy.start_get(&mut peer, (&get, &handle), Box::new(|_, _| {}), &mut done);
     let cas = rbtl_btl::AtomicKind::CompareSwap {
         compare: 0,
         value: 1,
     };
     let cas = rbtl_btl::RemoteAtomic::new(ep, remote, cas)
         .fetching(rbtl_btl::Local::new(result.addr(), &res));
-    copy.start_atomic(&mut peer, &cas, Box::new(|_, _| {}));
+    copy.start_atomic(&mut peer, (&cas, &handle), Box::new(|_, _| {}));
     Target {
         _own: own,
         peer,

@@ -21,10 +21,11 @@ use rbtl_btl::transport_kit::Done;
 use rbtl_btl::transport_kit::ExpectedSlot;
 use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::{
-    ActiveMessage, AmCallback, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
-    ErrorEvent, MemHandle, Modex, Module, ModuleId, Order, PeerFailure, Proc, RdmaCallback,
-    RdmaCompletion, RdmaFlags, Received, RegRequest, Remote, RemoteAtomic, RemoteHandle, Result,
-    SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, Transfer, MAX_SEGMENTS,
+    ActiveMessage, AmCallback, Attributes, BtlFlags, DesFlags, Descriptor, Endpoint, Error,
+    ErrorCallback, ErrorEvent, MemHandle, Modex, Module, ModuleId, Order, PeerFailure, Proc,
+    RdmaCallback, RdmaCompletion, RdmaFlags, Received, RegRequest, RemoteAtomic, RemoteHandle,
+    Result, SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, Transfer,
+    MAX_SEGMENTS,
 };
 use rbtl_rcache::{Access, Rcache};
 use std::collections::VecDeque;
@@ -340,7 +341,8 @@ impl SmModule {
     }
 
     /// Put (`Write`) or get (`Read`): both ranges checked, then by cross-memory attach
-    /// or by the copy protocol.
+    /// or by the copy protocol; a peer's side named by address alone
+    /// (`Remote::unregistered`) only by cross-memory attach, the kernel checking it.
     fn rdma(
         &mut self,
         dir: cma::Direction,
@@ -352,9 +354,24 @@ impl SmModule {
         op.check_limits(&self.attrs, put)?;
         let (ep, local, remote, size) = (op.endpoint, op.local.addr, op.remote.addr, op.len);
         op.local.check::<Reg<NoPin>>(self.id, size, local_needs)?;
-        self.check_remote(ep, op.remote.handle, remote, size, remote_needs)?;
+        let by_address = match op.remote.handle() {
+            Some(handle) => {
+                self.check_remote(ep, handle, remote, size, remote_needs)?;
+                false
+            }
+            None => {
+                self.reachable(ep)?;
+                true
+            }
+        };
         let peer = &mut self.peers[ep.0 as usize];
-        let cma = if op.flags.contains(RdmaFlags::UNATTENDED) {
+        let cma = if by_address {
+            // The peer's process could not check a request of the copy protocol.
+            if !peer.cma_ok {
+                return Err(Error::UnregisteredRemote);
+            }
+            true
+        } else if op.flags.contains(RdmaFlags::UNATTENDED) {
             // The one path that needs nothing of the target, where it is allowed.
             peer.cma_ok
         } else {
@@ -387,6 +404,10 @@ impl SmModule {
                         "cross-memory attach refused: copying through the rings"
                     );
                     self.peers[ep.0 as usize].cma_ok = false;
+                    self.attrs.flags.remove(BtlFlags::UNREGISTERED_REMOTE);
+                    if by_address {
+                        return Err(Error::UnregisteredRemote);
+                    }
                 }
                 Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
                     self.fail_peer(
@@ -406,23 +427,19 @@ impl SmModule {
         let i = ep.0 as usize;
         // The copy protocol's requests carry the one-range handle of the range the
         // transfer lies in (checked above).
-        let narrowed = narrow(self.peers[i].module, op.remote.handle, remote, size)?;
-        let op = &Transfer {
-            remote: Remote {
-                handle: &narrowed,
-                ..op.remote
-            },
-            ..*op
-        };
+        let narrowed = narrow(self.peers[i].module, op.remote.registered()?, remote, size)?;
         match dir {
             cma::Direction::Write => {
-                self.copy.start_put(&mut self.peers[i], op, callback);
+                self.copy
+                    .start_put(&mut self.peers[i], (op, &narrowed), callback);
                 self.drain_outbound(i);
             }
-            cma::Direction::Read => {
-                self.copy
-                    .start_get(&mut self.peers[i], op, callback, &mut self.done)
-            }
+            cma::Direction::Read => self.copy.start_get(
+                &mut self.peers[i],
+                (op, &narrowed),
+                callback,
+                &mut self.done,
+            ),
         }
         Ok(())
     }
@@ -685,6 +702,10 @@ impl Module for SmModule {
                             q.rank, peer.rank, peer.slot
                         )));
                     }
+                    if !peer.cma_ok {
+                        // Peers' memory is reached by address only through the kernel.
+                        self.attrs.flags.remove(BtlFlags::UNREGISTERED_REMOTE);
+                    }
                     self.peers.push(peer);
                     out.push(Some(Endpoint(self.peers.len() as u32 - 1)));
                 }
@@ -807,17 +828,11 @@ impl Module for SmModule {
         if let Some(r) = op.result {
             r.check::<Reg<NoPin>>(self.id, bytes, Access::LOCAL_WRITE)?;
         }
-        let module = self.check_remote(ep, op.remote.handle, remote, bytes, Access::ATOMIC)?;
-        let narrowed = narrow(module, op.remote.handle, remote, bytes)?;
-        let op = &RemoteAtomic {
-            remote: Remote {
-                handle: &narrowed,
-                ..op.remote
-            },
-            ..*op
-        };
+        let handle = op.remote.registered()?;
+        let module = self.check_remote(ep, handle, remote, bytes, Access::ATOMIC)?;
+        let narrowed = narrow(module, handle, remote, bytes)?;
         self.copy
-            .start_atomic(&mut self.peers[ep.0 as usize], op, callback);
+            .start_atomic(&mut self.peers[ep.0 as usize], (op, &narrowed), callback);
         Ok(())
     }
 

@@ -94,7 +94,7 @@ impl OpenibModule {
         t.check_limits(&self.core.attrs, put)?;
         self.core.peer(t.endpoint)?;
         let (local, remote, size) = (t.local.addr, t.remote.addr, t.len);
-        let key = RemoteKey::from_bytes(t.remote.handle.as_bytes())?;
+        let key = RemoteKey::from_bytes(t.remote.registered()?.as_bytes())?;
         let rkey = key.check(remote, size, needs_remote)?;
         let lkey = self.lkey(&t.local, size, needs_local)?;
         let op = match way {
@@ -123,7 +123,7 @@ impl OpenibModule {
         callback: RdmaCallback,
     ) -> Result<()> {
         check_atomics(self)?;
-        let key = RemoteKey::from_bytes(remote.handle.as_bytes())?;
+        let key = RemoteKey::from_bytes(remote.registered()?.as_bytes())?;
         let rkey = key.check(remote.addr, 8, Access::ATOMIC)?;
         AtomicWidth::W64.check_aligned(remote.addr)?;
         let (addr, lkey, callback) = match local {
@@ -157,17 +157,12 @@ impl OpenibModule {
     pub(super) fn atomic32(
         &mut self,
         ep: Endpoint,
-        (
-            local,
-            Remote {
-                addr: remote,
-                handle: remote_handle,
-            },
-        ): (Option<Local<'_>>, Remote<'_>),
+        (local, remote): (Option<Local<'_>>, Remote<'_>),
         op: Op32,
         callback: RdmaCallback,
     ) -> Result<()> {
         check_atomics(self)?;
+        let (remote, remote_handle) = (remote.addr, remote.registered()?);
         AtomicWidth::W32.check_aligned(remote)?;
         let word = remote & !7;
         RemoteKey::from_bytes(remote_handle.as_bytes())?.check(word, 8, Access::ATOMIC)?;

@@ -59,7 +59,8 @@ impl OneSided {
         let (local_needs, remote_needs) = Transfer::needs(put);
         let (local, size, remote) = (t.local.addr, t.len, t.remote.addr);
         t.local.check::<Reg<NoPin>>(self.id, size, local_needs)?;
-        let remote_handle = rdma::precheck(module, t.remote.handle, remote, size, remote_needs)?;
+        let remote_handle =
+            rdma::precheck(module, t.remote.registered()?, remote, size, remote_needs)?;
         let chunk = rdma::chunk_len(size, self.chunk, net.peers[p].links.len());
         let n = rdma::chunks(size, chunk).count();
         let what = if put {
@@ -96,7 +97,8 @@ impl OneSided {
         if let Some(r) = a.result {
             r.check::<Reg<NoPin>>(self.id, size, Access::LOCAL_WRITE)?;
         }
-        let remote_handle = rdma::precheck(module, a.remote.handle, remote, size, Access::ATOMIC)?;
+        let remote_handle =
+            rdma::precheck(module, a.remote.registered()?, remote, size, Access::ATOMIC)?;
         let local = a.result.map(|r| r.addr);
         let what = Pending::Atomic {
             result: local,
