@@ -49,7 +49,16 @@ fn rank_role_entry() {
     match role.as_str() {
         "sm_contract" => role_sm_contract(),
         "sm_auto_path" => role_sm_auto_path(),
-        "msg" => role_msg(),
+        "msg" => role_msg(&[]),
+        "msg_mixed_rdma" => {
+            // Rank 0 reads its peers' memory only through their own processes.
+            let first = std::env::var("PMI_RANK").is_ok_and(|r| r == "0");
+            role_msg(if first {
+                &[("btl_sm_rdma", "copy")]
+            } else {
+                &[]
+            })
+        }
         "window" => role_window(),
         "exit_nonzero" => role_exit_nonzero(),
         "killed_peer" => role_killed_peer(),
@@ -264,8 +273,8 @@ fn role_sm_auto_path() {
     report_ok(rank, "ok");
 }
 
-fn role_msg() {
-    let mut comm = Comm::init(&[]).unwrap();
+fn role_msg(settings: &[(&str, &str)]) {
+    let mut comm = Comm::init(settings).unwrap();
     let (me, n) = (comm.rank(), comm.size());
     let eager = comm
         .modules()
@@ -768,6 +777,14 @@ fn sm_sends_overtake_the_data_of_gets_being_served() {
 fn message_layer_two_and_four_ranks() {
     expect_all_ok("msg", 2, &[]);
     expect_all_ok("msg", 4, &[("RBTL_BTL_SM_RDMA", "cma")]);
+}
+
+/// One rank under `btl_sm_rdma = copy`, the others reading memory by cross-memory
+/// attach: the others' rendezvous sends to it name their buffers with a registration
+/// (it cannot read them by address), and every message arrives.
+#[test]
+fn message_layer_with_one_rank_copying() {
+    expect_all_ok("msg_mixed_rdma", 3, &[]);
 }
 
 /// Memory remapped under a cached `sm` registration: the cache drops it, puts land in

@@ -50,7 +50,7 @@ fn looped_peer() -> (OwnSegment, ModuleId, Peer) {
     own.stamp(id);
     let node = peer::node_id();
     // Rank 1 writes the ring of slot 1 in our segment; we, slot 0, write its ring 0.
-    let blob = peer::card(id, own.region(), &LAYOUT, 1, &node);
+    let blob = peer::card(id, own.region(), (&LAYOUT, 1), true, &node);
     let settings = Settings {
         rdma: RdmaPath::Copy,
         ..Settings::default()
@@ -268,14 +268,14 @@ proptest! {
     fn connecting_to_a_damaged_card_fails_cleanly(
         flips in vec((0..200usize, any::<u8>()), 0..6),
         fd in prop_oneof![Just(None), (0..64u64).prop_map(Some), word().prop_map(Some)],
-        cut in prop_oneof![Just(None), (0..80usize).prop_map(Some)],
+        cut in prop_oneof![Just(None), (0..88usize).prop_map(Some)],
         extra in vec(any::<u8>(), 0..8),
     ) {
         let own = OwnSegment::create(0, LAYOUT).unwrap();
         let id = ModuleId::fresh();
         own.stamp(id);
         let node = peer::node_id();
-        let mut blob = peer::card(id, own.region(), &LAYOUT, 1, &node);
+        let mut blob = peer::card(id, own.region(), (&LAYOUT, 1), true, &node);
         for (at, x) in flips {
             // Not the pid (bytes 8..16): another process's descriptors are not ours to
             // open.

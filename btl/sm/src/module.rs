@@ -158,7 +158,9 @@ impl SmModule {
             )
         };
         let node = peer::node_id();
-        modex.publish(MODEX_KEY, &peer::card(id, segment, &layout, slot, &node))?;
+        let by_address = attrs.flags.contains(BtlFlags::UNREGISTERED_REMOTE);
+        let card = peer::card(id, segment, (&layout, slot), by_address, &node);
+        modex.publish(MODEX_KEY, &card)?;
         let copy = CopyProtocol::new(id, regs.view(), settings.copy_chunk);
         Ok(SmModule {
             id,
@@ -702,8 +704,9 @@ impl Module for SmModule {
                             q.rank, peer.rank, peer.slot
                         )));
                     }
-                    if !peer.cma_ok {
-                        // Peers' memory is reached by address only through the kernel.
+                    if !(peer.cma_ok && peer.reads_by_address) {
+                        // By address only where both sides may attach: a peer's get
+                        // of our memory so named would otherwise be refused.
                         self.attrs.flags.remove(BtlFlags::UNREGISTERED_REMOTE);
                     }
                     self.peers.push(peer);

@@ -27,19 +27,21 @@ fn weighed(settings: &Settings, size: usize) -> bool {
 pub(super) const MODEX_KEY: &str = "btl.sm";
 
 /// Bytes of a card before the node's id: module id, pid, the segment's address in its
-/// owner, the layout (four words), the segment's descriptor and the slot (u64 each).
-pub(super) const CARD_FIXED: usize = 72;
+/// owner, the layout (four words), the segment's descriptor, the slot and whether it
+/// reads peers' memory by address (u64 each).
+pub(super) const CARD_FIXED: usize = 80;
 
 /// What this process publishes under [`MODEX_KEY`] for its peers: its module's id, its
 /// pid, where its segment is mapped (an address valid in both processes, which probes
 /// cross-memory attach), the segment's layout and descriptor (peers open it through
 /// `/proc/<pid>/fd/<fd>`), its slot (its place among the node's ranks: which ring of
-/// each peer's segment it writes), and this node's id.
+/// each peer's segment it writes), whether it may read a peer's memory by address alone
+/// (by cross-memory attach: not under `btl_sm_rdma = copy`), and this node's id.
 pub(super) fn card(
     id: ModuleId,
     segment: &SharedRegion,
-    layout: &Layout,
-    slot: usize,
+    (layout, slot): (&Layout, usize),
+    reads_by_address: bool,
     node: &str,
 ) -> Vec<u8> {
     let fd = segment
@@ -52,7 +54,11 @@ pub(super) fn card(
     for w in layout.encode() {
         blob = blob.u64(w);
     }
-    let mut blob = blob.u64(fd as u64).u64(slot as u64).0;
+    let mut blob = blob
+        .u64(fd as u64)
+        .u64(slot as u64)
+        .u64(u64::from(reads_by_address))
+        .0;
     blob.extend_from_slice(node.as_bytes());
     blob
 }
@@ -69,6 +75,8 @@ pub(super) struct Card {
     pub fd: i32,
     /// Its place among the node's ranks.
     pub slot: u64,
+    /// It may read our memory by address alone.
+    pub reads_by_address: bool,
     pub node: String,
 }
 
@@ -96,6 +104,7 @@ impl Card {
             layout: Layout::decode([r.u64(24), r.u64(32), r.u64(40), r.u64(48)]),
             fd,
             slot: r.u64(64),
+            reads_by_address: r.u64(72) != 0,
             node: String::from_utf8_lossy(&blob[CARD_FIXED..]).into_owned(),
         })
     }
@@ -142,6 +151,8 @@ pub(super) struct Peer {
     pub removed: bool,
     /// Cross-memory attach is allowed with it (`cma`, or `auto` where the kernel lets).
     pub cma_ok: bool,
+    /// It may read our memory by address alone (its card says so).
+    pub reads_by_address: bool,
     /// Our copies into the ring towards it (puts), and its copies into the ring
     /// towards us as it reports them (gets).
     pub out_speed: RingSpeed,
@@ -177,6 +188,7 @@ impl Peer {
             layout: their_layout,
             fd,
             slot,
+            reads_by_address,
             node: their_node,
         } = Card::parse(proc_.rank, blob)?;
         if their_node != node {
@@ -263,6 +275,7 @@ impl Peer {
             put_refused: HashMap::new(),
             removed: false,
             cma_ok,
+            reads_by_address,
             out_speed: RingSpeed::default(),
             in_speed: RingSpeed::default(),
             out_of_ring_speed: RingSpeed::default(),
