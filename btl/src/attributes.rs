@@ -115,6 +115,11 @@ pub struct Attributes {
     /// (`btl_registration_handle_size`); a vectored registration's may be longer, never
     /// more than [`MAX_HANDLE_SIZE`].
     pub registration_handle_size: usize,
+    /// Transfers below this size are worth naming the peer's side by its address
+    /// alone, where the module can ([`BtlFlags::UNREGISTERED_REMOTE`]); from this
+    /// size on a registration lets the module choose a faster way that needs it (`sm`
+    /// under `btl_sm_rdma = auto`: the rings). A hint; 0 where the flag is unset.
+    pub unregistered_remote_below: usize,
 }
 
 /// Exclusivity levels (Open MPI: `MCA_BTL_EXCLUSIVITY_*`).

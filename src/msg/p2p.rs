@@ -267,10 +267,12 @@ impl Comm {
             tag,
             len,
         };
-        // Where the receiver's transport reads this process's memory by its address,
-        // the buffer needs no registration: the caller keeps it valid until the
+        // Where the receiver's transport reads this process's memory by its address
+        // (and that is worth it for the size), the buffer needs no registration: the caller keeps it valid until the
         // request completes, at the FIN.
-        let by_address = m.attributes().flags.contains(BtlFlags::UNREGISTERED_REMOTE);
+        let attrs = m.attributes();
+        let by_address = attrs.flags.contains(BtlFlags::UNREGISTERED_REMOTE)
+            && len < attrs.unregistered_remote_below;
         let handle = if by_address {
             Ok(None)
         } else {

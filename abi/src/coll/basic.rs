@@ -74,10 +74,11 @@ pub const BCAST_PIECE: usize = 16 << 10;
 /// rendezvous.
 const BCAST_IN_PIECES_MAX: usize = 128 << 10;
 
-/// The piece size for a broadcast of `len` bytes ([`bcast`]): 16 KiB from 16 KiB to
-/// 128 KiB, else `len` (whole).
-pub fn bcast_piece(len: usize) -> usize {
-    if len > BCAST_PIECE && len <= BCAST_IN_PIECES_MAX {
+/// The piece size for a broadcast of `len` bytes among `n` members ([`bcast`]): 16 KiB
+/// from 16 KiB to 128 KiB among more than two, else `len` (whole: between two
+/// members pieces overlap nothing and only add messages).
+pub fn bcast_piece(len: usize, n: u32) -> usize {
+    if n > 2 && len > BCAST_PIECE && len <= BCAST_IN_PIECES_MAX {
         BCAST_PIECE
     } else {
         len

@@ -126,7 +126,7 @@ impl Mpi {
                 args::output(&mut s, buf, n, t)?
             }
         };
-        basic::bcast(&mut s, &m, loc, len, root, basic::bcast_piece(len));
+        basic::bcast(&mut s, &m, loc, len, root, basic::bcast_piece(len, m.size));
         finish(&mut s, [unpack]);
         Ok(s)
     }

@@ -137,6 +137,7 @@ fn default_attributes() -> Attributes {
             | BtlFlags::PROVIDER_KEYS,
         atomic_flags: AtomicFlags::empty(),
         registration_handle_size: remote_key::REMOTE_KEY_LEN,
+        unregistered_remote_below: 0,
     }
 }
 

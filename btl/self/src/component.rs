@@ -31,6 +31,7 @@ pub fn default_attributes() -> Attributes {
             | BtlFlags::REMOTE_HANDLES_CHECKED,
         atomic_flags: AtomicFlags::all(),
         registration_handle_size: keytable::HANDLE_SIZE,
+        unregistered_remote_below: 0,
     }
 }
 

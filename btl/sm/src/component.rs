@@ -37,6 +37,7 @@ pub fn default_attributes() -> Attributes {
             | BtlFlags::REMOTE_HANDLES_CHECKED,
         atomic_flags: AtomicFlags::all(),
         registration_handle_size: keytable::HANDLE_SIZE,
+        unregistered_remote_below: 0,
     }
 }
 
@@ -215,6 +216,10 @@ impl Component for SmComponent {
         let mut attrs = attrs;
         if settings.rdma != RdmaPath::Copy {
             attrs.flags |= BtlFlags::UNATTENDED_RDMA | BtlFlags::UNREGISTERED_REMOTE;
+            attrs.unregistered_remote_below = match settings.rdma {
+                RdmaPath::Auto => crate::path::BY_ADDRESS_BELOW,
+                _ => usize::MAX,
+            };
             crate::cma::let_peers_attach();
         }
         Ok(vec![Box::new(SmModule::new(attrs, settings, modex)?)])

@@ -28,6 +28,12 @@ pub const MEASURED_MIN: usize = 16 << 10;
 /// (measured: see docs/performance.md).
 pub const COMPARED_BELOW: usize = 2 << 20;
 
+/// Gets below this size may name the peer's memory by address alone
+/// ([`Attributes::unregistered_remote_below`](rbtl_btl::Attributes::unregistered_remote_below)),
+/// which only cross-memory attach reaches: up to about this size it wins on the
+/// Intel host measured (see above), and a rendezvous then needs no registration.
+pub const BY_ADDRESS_BELOW: usize = 1 << 20;
+
 /// Size classes for the rate of cross-memory attach: powers of two from
 /// [`MEASURED_MIN`], the last one from 8 MiB on.
 const CLASSES: usize = ((8 << 20) / MEASURED_MIN).ilog2() as usize + 1;

@@ -175,6 +175,7 @@ pub fn default_attributes() -> Attributes {
             | BtlFlags::RDMA_REMOTE_COMPLETION,
         atomic_flags: AtomicFlags::all(),
         registration_handle_size: rbtl_btl::transport_kit::keytable::HANDLE_SIZE,
+        unregistered_remote_below: 0,
     }
 }
 
