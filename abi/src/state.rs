@@ -62,7 +62,8 @@ pub struct Mpi {
     pub spare_schedule: Option<Box<crate::coll::Schedule>>,
     /// This process's windows, for the accumulates shipped to it.
     pub exposures: crate::rma::shipped::Exposures,
-    /// A buffer a call borrows while it runs (the small all-reduction's operand).
+    /// A buffer a call borrows while it runs (the small all-reduction's operand, the
+    /// target's bytes of an accumulate combined here).
     pub scratch: Vec<u8>,
     /// What shipping an accumulate uses, kept between calls.
     pub shipping: crate::rma::shipped::Buffers,

@@ -25,6 +25,10 @@ use rbtl::msg::{Atomic, Pending};
 /// the kernel against four through the rings (measured: docs/performance.md).
 const UNATTENDED_FROM: usize = 4 << 10;
 
+/// The largest buffer an accumulate read and written back from here keeps for the
+/// next ([`Mpi::scratch`](crate::state::Mpi::scratch)).
+const SCRATCH_KEPT: usize = 1 << 20;
+
 /// The transport atomic that performs predefined `op` on an integer of 4 or 8
 /// bytes (`MPI_NO_OP`, a fetch, adds nothing); `None` when `op` or the type needs
 /// the mutex.
@@ -184,36 +188,45 @@ impl Mpi {
                 w.peers[a.member].job,
             )
         };
-        let t = self.dtype(ty)?.clone();
-        let n = a.bytes.checked_div(t.size).unwrap_or(0);
         self.win_exclusive(win, a.member, |mpi| {
-            let mut data = vec![0u8; a.bytes];
-            let mut at = 0;
-            for &(off, len) in a.runs.iter() {
-                // SAFETY: `data` lives until the wait below.
-                unsafe {
-                    mpi.msg
-                        .get_from(&target, off, data.as_mut_ptr().add(at), len, &p)
-                }?;
-                at += len;
+            // The target's bytes, in a buffer kept between calls (allocating and
+            // zeroing one each time cost more than the rest of the path).
+            let mut data = std::mem::take(&mut mpi.scratch);
+            data.resize(a.bytes, 0);
+            let done = (|| {
+                let mut at = 0;
+                for &(off, len) in a.runs.iter() {
+                    // SAFETY: `data` lives until the wait below.
+                    unsafe {
+                        mpi.msg
+                            .get_from(&target, off, data.as_mut_ptr().add(at), len, &p)
+                    }?;
+                    at += len;
+                }
+                mpi.msg.complete(&p, Some(job))?;
+                if !fetched.is_null() {
+                    // SAFETY: the caller's contract: room for `a.bytes`.
+                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), fetched, a.bytes) };
+                }
+                if op == MPI_NO_OP {
+                    return Ok(());
+                }
+                let t = mpi.dtype(ty)?;
+                let n = a.bytes.checked_div(t.size).unwrap_or(0);
+                // SAFETY: both hold `n` packed elements of `t`.
+                unsafe { op::reduce(Op::Predefined(op), t, ty, origin, data.as_mut_ptr(), n) }?;
+                let mut at = 0;
+                for &(off, len) in a.runs.iter() {
+                    // SAFETY: `data` lives until the wait below.
+                    unsafe { mpi.msg.put_to(&target, off, data.as_ptr().add(at), len, &p) }?;
+                    at += len;
+                }
+                Ok(mpi.msg.complete(&p, Some(job))?)
+            })();
+            if data.capacity() <= SCRATCH_KEPT {
+                mpi.scratch = data;
             }
-            mpi.msg.complete(&p, Some(job))?;
-            if !fetched.is_null() {
-                // SAFETY: the caller's contract: room for `a.bytes`.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), fetched, a.bytes) };
-            }
-            if op == MPI_NO_OP {
-                return Ok(());
-            }
-            // SAFETY: both hold `n` packed elements of `t`.
-            unsafe { op::reduce(Op::Predefined(op), &t, ty, origin, data.as_mut_ptr(), n) }?;
-            let mut at = 0;
-            for &(off, len) in a.runs.iter() {
-                // SAFETY: `data` lives until the wait below.
-                unsafe { mpi.msg.put_to(&target, off, data.as_ptr().add(at), len, &p) }?;
-                at += len;
-            }
-            Ok(mpi.msg.complete(&p, Some(job))?)
+            done
         })
     }
 
