@@ -4,21 +4,29 @@
 use crate::pattern::fill;
 use crate::rdma::{check_slot, counting, ALL};
 use crate::{remote_of, Buffer, Peer};
-use rbtl_btl::{AtomicKind, AtomicOp, BtlFlags, Error, Local, Remote, RemoteAtomic, Transfer};
+use rbtl_btl::{
+    AtomicKind, AtomicOp, Attributes, BtlFlags, Error, Local, Remote, RemoteAtomic, Transfer,
+};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// The bytes of each side's buffers.
+const LEN: usize = 4096;
+
+/// As much of [`LEN`] as one put and one get take, in whole alignment units.
+fn transfer_len(attrs: &Attributes) -> usize {
+    let align = attrs.put_alignment.max(attrs.get_alignment).max(1);
+    LEN.min(attrs.put_limit).min(attrs.get_limit) / align * align
+}
 
 /// A put and a get whose local side is unregistered ([`Local::unregistered`]): where
 /// the module needs registrations ([`BtlFlags::REGISTRATION_REQUIRED`]) each is
 /// refused with [`Error::Unregistered`] and moves nothing; elsewhere the data lands
 /// as with a registered one.
 pub fn unregistered_local_side(p: &mut Peer<'_>) {
-    const LEN: usize = 4096;
     let attrs = p.module.attributes().clone();
     let required = attrs.flags.contains(BtlFlags::REGISTRATION_REQUIRED);
-    // As much as one transfer of each kind takes, in whole alignment units.
-    let align = attrs.put_alignment.max(attrs.get_alignment).max(1);
-    let len = LEN.min(attrs.put_limit).min(attrs.get_limit) / align * align;
+    let len = transfer_len(&attrs);
     let ep = p.endpoint;
     // What the peer gets from here, and where it puts.
     let source = Buffer::new(p.module, ep, LEN, ALL);
@@ -88,11 +96,9 @@ pub fn unregistered_local_side(p: &mut Peer<'_>) {
 /// registration; elsewhere each is refused with [`Error::UnregisteredRemote`] and moves
 /// nothing. An atomic so named is refused everywhere.
 pub fn unregistered_remote_side(p: &mut Peer<'_>) {
-    const LEN: usize = 4096;
     let attrs = p.module.attributes().clone();
     let offered = attrs.flags.contains(BtlFlags::UNREGISTERED_REMOTE);
-    let align = attrs.put_alignment.max(attrs.get_alignment).max(1);
-    let len = LEN.min(attrs.put_limit).min(attrs.get_limit) / align * align;
+    let len = transfer_len(&attrs);
     let ep = p.endpoint;
     // What the peer reaches here: a source to get from, then a target to put into and
     // a word for an atomic, all plain memory.
