@@ -5,10 +5,11 @@
 //! silent peers").
 //!
 //! The hot path pays nothing for this: a wait looks only while idle, first when it
-//! starts yielding the processor (a system call per round: after
-//! [`SPIN_BEFORE_YIELD`] idle rounds, or [`SPIN_WHEN_OVERSUBSCRIBED`] on a node that
-//! runs more ranks than it has processors, see `msg_yield_when_idle`) and then every
-//! [`LOOK_EVERY`] rounds, and reads the clock only then.
+//! starts yielding the processor (after [`SPIN_BEFORE_YIELD`] idle rounds, then a
+//! system call every [`YIELD_EVERY`] rounds; after [`SPIN_WHEN_OVERSUBSCRIBED`], then
+//! every round, on a node that runs more ranks than it has processors, see
+//! `msg_yield_when_idle`) and then every [`LOOK_EVERY`] rounds, and reads the clock
+//! only then.
 
 use super::state::{lock, Posted};
 use super::{Comm, Error, ReqId, Result, SPIN_BEFORE_YIELD};
@@ -21,6 +22,12 @@ use std::time::{Duration, Instant};
 pub const PEER_TIMEOUT_PARAM: &str = "msg_peer_timeout";
 /// Its default: generous, as a peer may compute for long between messages.
 const DEFAULT_PEER_TIMEOUT_SECS: i64 = 60;
+/// Idle rounds between two yields, once a wait on a node with a processor per rank
+/// yields: rarely, as a rank that calls into the kernel at every round slows the
+/// cross-memory attach copies that peers make of its memory meanwhile (measured: see
+/// docs/performance.md), while one that needs this processor still gets it within
+/// tens of microseconds.
+const YIELD_EVERY: u64 = 1024;
 /// Idle rounds between two looks, once a wait yields.
 pub const LOOK_EVERY: u64 = 1 << 10;
 
@@ -124,14 +131,18 @@ impl IdleWait {
     }
 
     /// Count a round that found nothing to do: after [`SPIN_BEFORE_YIELD`] in a row
-    /// (fewer where ranks outnumber processors) it yields the processor, so that ranks
-    /// sharing a core still advance. Whether it is time to look whether the wait is in
+    /// it yields the processor every `YIELD_EVERY` rounds (where ranks outnumber
+    /// processors, after fewer and at every round), so that processes sharing a core
+    /// still advance. Whether it is time to look whether the wait is in
     /// vain.
     #[inline(always)]
     pub fn idle(&mut self) -> bool {
         self.rounds += 1;
-        if self.rounds >= spin_limit() {
-            std::thread::yield_now();
+        let limit = spin_limit();
+        if self.rounds >= limit {
+            if limit == u64::from(SPIN_WHEN_OVERSUBSCRIBED) || self.rounds % YIELD_EVERY == 0 {
+                std::thread::yield_now();
+            }
             return self.rounds % LOOK_EVERY == 0;
         }
         false
