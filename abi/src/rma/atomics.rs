@@ -1,7 +1,7 @@
 //! The accumulates of a window: `MPI_Accumulate`, `MPI_Get_accumulate`,
 //! `MPI_Fetch_and_op` and `MPI_Compare_and_swap`: a transport atomic where one
 //! performs the operation; else, on memory this process maps, in place under the
-//! target's accumulate mutex; else, from 4 KiB on where the transport reads and
+//! target's accumulate mutex; else, from 2 KiB on where the transport reads and
 //! writes the target's memory without its process, read, combined and written back
 //! from here under the same mutex; else shipped to the target, which applies it
 //! under that mutex ([`super::shipped`]).
@@ -23,7 +23,7 @@ use rbtl::msg::{Atomic, Pending};
 /// are read and written back from here where the transport does that without the
 /// target's process (`sm` by cross-memory attach), instead of shipped: two copies by
 /// the kernel against four through the rings (measured: docs/performance.md).
-const UNATTENDED_FROM: usize = 4 << 10;
+const UNATTENDED_FROM: usize = 2 << 10;
 
 /// The largest buffer an accumulate read and written back from here keeps for the
 /// next ([`Mpi::scratch`](crate::state::Mpi::scratch)).
