@@ -24,6 +24,13 @@
 //!   rings run slow (module [`path`]), and staying with `copy` where the kernel
 //!   refuses cross-memory attach (ptrace restrictions).
 //!
+//! Under `cma` and `auto` each process lets any process of its user attach to it
+//! (`prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)`, as vader does), which Yama's
+//! `ptrace_scope = 1` otherwise allows only to ancestors; and a peer's memory may be
+//! named by its address alone (`BtlFlags::UNREGISTERED_REMOTE`, below
+//! `Attributes::unregistered_remote_below`), read or written by the kernel without a
+//! key, where both processes may attach to each other.
+//!
 //! Atomics are applied by the target through the same protocol (as vader emulates
 //! them). A peer that dies is noticed through its `/proc` entry while idle (`liveness`: no
 //! descriptor per peer), and reported through
