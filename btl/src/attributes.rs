@@ -47,7 +47,8 @@ bitflags::bitflags! {
         /// A put or get may name the peer's memory by its address alone
         /// ([`Remote::unregistered`](crate::Remote::unregistered)): the kernel, not
         /// a registration, checks the access (`sm` by cross-memory attach, unless
-        /// `btl_sm_rdma = copy`; cleared once the kernel refuses it with any peer).
+        /// `btl_sm_rdma = copy`; cleared where a peer and this process cannot both
+        /// attach to each other).
         /// Open MPI's `vader` with cross-memory attach registers nothing.
         const UNREGISTERED_REMOTE = 1 << 11;
     }
