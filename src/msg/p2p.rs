@@ -268,8 +268,8 @@ impl Comm {
             len,
         };
         // Where the receiver's transport reads this process's memory by its address
-        // (and that is worth it for the size), the buffer needs no registration: the caller keeps it valid until the
-        // request completes, at the FIN.
+        // (and that is worth it for the size), the buffer needs no registration: the
+        // caller keeps it valid until the request completes, at the FIN.
         let attrs = m.attributes();
         let by_address = attrs.flags.contains(BtlFlags::UNREGISTERED_REMOTE)
             && len < attrs.unregistered_remote_below;
