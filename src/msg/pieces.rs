@@ -207,20 +207,13 @@ mod tests {
         let (whole, done) = collecting();
         let (l, r) = (src.as_ptr() as usize, dst.as_ptr() as u64);
         let mut started = 0;
+        let t = Transfer::new(ep, Local::new(l, &sh), Remote::new(r, &rh), 1000);
         let res = start_in_pieces(&mut m, ep, l, 1000, 300, done, |m, off, n, cb| {
             if off >= 600 {
                 return Err(Error::OutOfResource("test"));
             }
             started += 1;
-            m.put(
-                &Transfer::new(
-                    ep,
-                    Local::new(l + off, &sh),
-                    Remote::new(r + off as u64, &rh),
-                    n,
-                ),
-                cb,
-            )
+            m.put(&t.piece(off, n), cb)
         });
         assert!(res.is_ok(), "two pieces started: {res:?}");
         assert_eq!(started, 2);
@@ -243,11 +236,11 @@ mod tests {
         let rh = *dh.remote();
         let (whole, done) = collecting();
         let (l, r) = (src.as_ptr() as usize, dst.as_ptr() as u64);
+        let t = Transfer::new(ep, Local::new(l, &sh), Remote::new(r, &rh), 300);
         let mut calls = Vec::new();
         let res = start_in_pieces(&mut m, ep, l, 300, 300, done, |m, off, n, cb| {
             calls.push((off, n));
-            let t = Transfer::new(ep, Local::new(l + off, &sh), Remote::new(r, &rh), n);
-            m.put(&t, cb)
+            m.put(&t.piece(off, n), cb)
         });
         assert!(res.is_ok(), "{res:?}");
         assert_eq!(calls, [(0, 300)], "one piece, the whole");
