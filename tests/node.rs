@@ -13,11 +13,14 @@
 //! memory remapped under cached registrations and over fork, `node/stress.rs` (over
 //! `node/churn.rs`) the registration stress of memory that keeps coming and going,
 //! `node/served.rs` the message layer's served contexts, `node/served_gets.rs` the gets
-//! `sm` serves through its rings.
+//! `sm` serves through its rings, `node/refused_attach.rs` one-sided transfers once the
+//! kernel refuses cross-memory attach.
 
 #[path = "node/churn.rs"]
 mod churn;
 mod common;
+#[path = "node/refused_attach.rs"]
+mod refused_attach;
 #[path = "node/removed.rs"]
 mod removed;
 #[path = "node/served.rs"]
@@ -79,6 +82,7 @@ fn rank_role_entry() {
         }
         "msg_remap" => stale::role_msg_remap(&[]),
         "served" => served::run(&report_ok),
+        "msg_refused_attach" => refused_attach::run(&report_ok),
         "sm_stopped_flush" => {
             let (mut m, eps, mut job) = sm_module();
             stopped_flush::run(m.as_mut(), &eps, &mut job, "btl_sm_flush_timeout");
@@ -805,6 +809,11 @@ fn sm_registration_stress_of_memory_that_comes_and_goes() {
 
 /// The message layer's cached registrations of a send buffer that is remapped between
 /// sends: each receive gets the buffer's contents at the time of its send.
+#[test]
+fn one_sided_transfers_go_with_the_registration_once_attach_is_refused() {
+    expect_all_ok("msg_refused_attach", 2, &[]);
+}
+
 #[test]
 fn message_layer_sends_from_a_remapped_buffer() {
     expect_all_ok("msg_remap", 2, &[]);

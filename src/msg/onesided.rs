@@ -372,12 +372,40 @@ impl Comm {
         }?
         .map(Arc::new);
         let remote = t.addr + offset as u64;
-        let piece = super::pieces::piece_len(m.attributes(), put);
+        let attrs = m.attributes();
+        let piece = super::pieces::piece_len(attrs, put);
         pending.start();
-        let done = pending.callback(handle.clone());
         let local_addr = buf as usize;
         // SAFETY: as above.
         let local = unsafe { super::pieces::local_side(local_addr, handle.as_deref()) };
+        // The peer exposed all of `t` until the window ends (`expose`'s contract): where
+        // the transport reaches a peer's memory by its address, and that is worth it for
+        // the size, it needs no look-up of the registration. Refused (the peer turned
+        // out not to allow it), the transfer goes with the registration.
+        if attrs.flags.contains(BtlFlags::UNREGISTERED_REMOTE)
+            && len < attrs.unregistered_remote_below
+            && len <= piece
+        {
+            // SAFETY: `[remote, remote + len)` lies inside `t` (checked above), which
+            // the peer keeps mapped for the window's life.
+            let by_address = unsafe { Remote::unregistered(remote) };
+            let op = Transfer::new(ep, local, by_address, len).flagged(t.flags);
+            let done = pending.callback(handle.clone());
+            match if put {
+                m.put(&op, done)
+            } else {
+                m.get(&op, done)
+            } {
+                Err(rbtl_btl::Error::UnregisteredRemote) => {}
+                Err(e) => {
+                    // Nothing started: not counted.
+                    pending.0.done.fetch_add(1, Ordering::Release);
+                    return Err(e.into());
+                }
+                Ok(()) => return Ok(()),
+            }
+        }
+        let done = pending.callback(handle.clone());
         let whole = Transfer::new(ep, local, Remote::new(remote, &t.handle), len).flagged(t.flags);
         let started =
             super::pieces::start_in_pieces(m, ep, local_addr, len, piece, done, |m, off, n, cb| {

@@ -1,0 +1,118 @@
+//! Memory a peer exposed, reached by its address alone where `sm` offers that
+//! (cross-memory attach, no look-up of the registration), when the kernel starts
+//! refusing this process's cross-memory attach after wire-up (a seccomp policy here;
+//! Yama or a container's policy elsewhere): the transfers still complete, through the
+//! peer's process with the registration, and `sm` stops offering by-address access.
+
+use rbtl::btl::BtlFlags;
+use rbtl::msg::{Comm, Pending};
+
+/// Bytes exposed by each rank: below `sm`'s `unregistered_remote_below`, so that the
+/// message layer names them by address while it may.
+const LEN: usize = 64 << 10;
+
+/// Tag of the card exchange.
+const CARDS: i32 = 1;
+
+/// Two ranks expose a buffer each; rank 0, its cross-memory attach refused from then
+/// on, puts a pattern into rank 1's and reads it back.
+pub fn run(report: &dyn Fn(u32, &str)) {
+    let mut comm = Comm::init(&[]).unwrap();
+    let (me, peer) = (comm.rank(), comm.rank() ^ 1);
+    let mut mine = vec![0u8; LEN].into_boxed_slice();
+    // SAFETY: `mine` outlives `exposed` (declared after it, so dropped first).
+    let exposed = unsafe { comm.expose(mine.as_mut_ptr() as usize, LEN) }.unwrap();
+    let card = comm.card(&exposed, peer).unwrap();
+    comm.send(&card, peer, CARDS).unwrap();
+    let mut theirs = vec![0u8; 1024];
+    let got = comm.recv(&mut theirs, Some(peer), Some(CARDS)).unwrap();
+    let target = comm.target(peer, &theirs[..got.len]).unwrap();
+    assert!(!target.is_direct(), "the peer's buffer is its own memory");
+    assert!(
+        by_address(&mut comm),
+        "sm reads a peer's memory by address here (cross-memory attach works)"
+    );
+    let pattern: Vec<u8> = (0..LEN).map(|i| (i * 7 + 3) as u8).collect();
+    comm.barrier().unwrap();
+    if me == 0 {
+        refuse_cross_memory_attach();
+        let p = Pending::default();
+        // SAFETY: `pattern` lives until the transfer is waited for, just below.
+        unsafe { comm.put_to(&target, 0, pattern.as_ptr(), LEN, &p) }.unwrap();
+        comm.complete(&p, Some(peer)).unwrap();
+        let mut back = vec![0u8; LEN];
+        // SAFETY: `back` has room and lives until the transfer is waited for.
+        unsafe { comm.get_from(&target, 0, back.as_mut_ptr(), LEN, &p) }.unwrap();
+        comm.complete(&p, Some(peer)).unwrap();
+        assert!(back == pattern, "the bytes read back are those put");
+        assert!(
+            !by_address(&mut comm),
+            "sm no longer offers by-address access once refused"
+        );
+    }
+    comm.barrier().unwrap();
+    if me == 1 {
+        assert!(*mine == *pattern, "rank 0's put landed");
+    }
+    drop(exposed);
+    comm.finalize().unwrap();
+    report(me, "ok");
+}
+
+/// Whether `sm` offers access to peers' memory by address alone.
+fn by_address(comm: &mut Comm) -> bool {
+    let sm = comm
+        .modules()
+        .find(|m| m.name() == "sm")
+        .expect("sm is open");
+    sm.attributes()
+        .flags
+        .contains(BtlFlags::UNREGISTERED_REMOTE)
+}
+
+/// Makes `process_vm_readv(2)` and `process_vm_writev(2)` fail with EPERM in this
+/// thread from now on.
+fn refuse_cross_memory_attach() {
+    let stmt = |code: u32, k: u32, jt: u8, jf: u8| libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
+    let jump_if = |nr: libc::c_long, to_refusal: u8| {
+        stmt(
+            libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+            nr as u32,
+            to_refusal,
+            0,
+        )
+    };
+    let filter = [
+        // A = seccomp_data.nr
+        stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0, 0, 0),
+        jump_if(libc::SYS_process_vm_readv, 2),
+        jump_if(libc::SYS_process_vm_writev, 1),
+        stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW, 0, 0),
+        stmt(
+            libc::BPF_RET | libc::BPF_K,
+            libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+            0,
+            0,
+        ),
+    ];
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: the program lives across the calls (the kernel copies it); it turns
+    // two system calls into errors and allows every other.
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        let installed = libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER,
+            &prog as *const libc::sock_fprog,
+        );
+        assert_eq!(installed, 0, "{}", std::io::Error::last_os_error());
+    }
+}
