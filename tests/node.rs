@@ -810,7 +810,7 @@ fn sm_registration_stress_of_memory_that_comes_and_goes() {
 /// The message layer's cached registrations of a send buffer that is remapped between
 /// sends: each receive gets the buffer's contents at the time of its send.
 #[test]
-fn one_sided_transfers_go_with_the_registration_once_attach_is_refused() {
+fn transfers_and_rendezvous_go_with_a_registration_once_attach_is_refused() {
     expect_all_ok("msg_refused_attach", 2, &[]);
 }
 

@@ -1,7 +1,8 @@
 //! The receive callbacks the message layer installs in every module: eager messages
-//! (and served requests), rendezvous requests and finishes, and peer failures.
+//! (and served requests), rendezvous requests, finishes and registrations asked for,
+//! and peer failures.
 
-use super::protocol;
+use super::protocol::{self, Fin};
 use super::served::{Request, SERVED};
 use super::state::{lock, Shared, Unexpected};
 use super::Result;
@@ -75,15 +76,35 @@ pub(super) fn register_callbacks(
             }
         }),
     )?;
-    let st = state.clone();
+    let (st, senders) = (state.clone(), ranks.clone());
     m.register_am(
         protocol::FIN,
-        Box::new(move |_m, r: &Received<'_>| {
+        Box::new(move |m, r: &Received<'_>| {
             let mut s = lock(&st);
-            if let Some((sreq, _taken)) = protocol::decode_fin(&r.joined()) {
-                if let Some(status) = s.reqs.get(sreq).map(|q| q.status) {
-                    s.complete(sreq, Ok(status));
+            match protocol::decode_fin(&r.joined()) {
+                Some((sreq, Fin::Register)) => {
+                    if let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() {
+                        s.send_handle(m, (mi, r.endpoint), src, sreq);
+                    }
                 }
+                Some((sreq, Fin::Taken | Fin::Failed)) => {
+                    if let Some(status) = s.reqs.get(sreq).map(|q| q.status) {
+                        s.complete(sreq, Ok(status));
+                    }
+                }
+                None => {}
+            }
+        }),
+    )?;
+    let (st, senders) = (state.clone(), ranks.clone());
+    m.register_am(
+        protocol::HANDLE,
+        Box::new(move |m, r: &Received<'_>| {
+            let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() else {
+                return;
+            };
+            if let Some(answer) = protocol::decode_handle_message(&r.joined()) {
+                lock(&st).handle_arrived(&st, m, (mi, r.endpoint), src, answer);
             }
         }),
     )?;

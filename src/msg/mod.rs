@@ -64,6 +64,7 @@ mod collectives;
 mod comm;
 mod error;
 mod liveness;
+mod named;
 mod offload;
 mod onesided;
 mod p2p;

@@ -6,6 +6,7 @@ use super::offload::Withdraw;
 use super::state::{self, lock, Posted, Shared, State, Unexpected};
 use super::{protocol, requests, Comm, Error, ReqId, Result};
 use rbtl_btl::{Access, BtlFlags, Endpoint, Module};
+use std::num::NonZeroU64;
 use std::sync::atomic::Ordering;
 
 /// What a completed receive (or send) reports.
@@ -272,7 +273,8 @@ impl Comm {
         // caller keeps it valid until the request completes, at the FIN.
         let attrs = m.attributes();
         let by_address = attrs.flags.contains(BtlFlags::UNREGISTERED_REMOTE)
-            && len < attrs.unregistered_remote_below;
+            && len < attrs.unregistered_remote_below
+            && s.names_by_address_to(dst);
         let handle = if by_address {
             Ok(None)
         } else {
@@ -299,6 +301,11 @@ impl Comm {
                 handle: handle.as_ref().map(|h| *h.remote()),
             };
             if let Some(r) = s.reqs.get_mut(req) {
+                r.named = if handle.is_none() {
+                    NonZeroU64::new(buf as u64)
+                } else {
+                    None
+                };
                 r.handle = handle.map(Box::new);
                 r.status = status;
             }

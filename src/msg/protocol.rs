@@ -1,11 +1,12 @@
-//! The message layer's wire format: four active-message tags in the BTL's PML range.
+//! The message layer's wire format: five active-message tags in the BTL's PML range.
 //!
 //! | tag | message | body |
 //! |---|---|---|
 //! | `PML` | eager | header (user tag, i32; context, u32) then the payload |
 //! | `PML+1` | rendezvous request (RTS) | user tag, context, length, sender's request, address, whether a registration handle follows (u8), the handle |
-//! | `PML+2` | finish (FIN) | sender's request, status |
+//! | `PML+2` | finish (FIN) | sender's request, status ([`Fin`]) |
 //! | `PML+3` | synchronous eager | header (user tag, context, sender's request) then the payload; answered by a FIN once matched |
+//! | `PML+4` | registration (HANDLE), the answer to a FIN asking for one | sender's request, whether a handle follows (u8), the handle |
 
 use rbtl_btl::{RemoteHandle, Tag};
 
@@ -17,6 +18,9 @@ pub const RTS: Tag = Tag(Tag::PML.0 + 1);
 pub const FIN: Tag = Tag(Tag::PML.0 + 2);
 /// Synchronous eager message: its sender waits for the FIN that says it was matched.
 pub const EAGER_SYNC: Tag = Tag(Tag::PML.0 + 3);
+/// The registration of a rendezvous buffer first named by its address alone, which
+/// the receiver's transport could not read ([`Fin::Register`]).
+pub const HANDLE: Tag = Tag(Tag::PML.0 + 4);
 
 /// Bytes of the eager header.
 pub const EAGER_HEADER: usize = 8;
@@ -113,20 +117,68 @@ impl Rts {
     }
 }
 
+/// What a FIN tells the sender of a rendezvous.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fin {
+    /// The receive failed: the sender's request ends (successfully: its data was
+    /// offered; the receiver's request carries the error).
+    Failed = 0,
+    /// The receiver took the data.
+    Taken = 1,
+    /// The receiver's transport could not read the buffer by its address alone:
+    /// the sender answers with its registration (a [`HANDLE`] message).
+    Register = 2,
+}
+
+impl From<bool> for Fin {
+    fn from(taken: bool) -> Fin {
+        if taken {
+            Fin::Taken
+        } else {
+            Fin::Failed
+        }
+    }
+}
+
 /// Encode a FIN.
-pub fn fin(sreq: u64, ok: bool) -> [u8; 9] {
+pub fn fin(sreq: u64, status: Fin) -> [u8; 9] {
     let mut b = [0u8; 9];
     b[..8].copy_from_slice(&sreq.to_le_bytes());
-    b[8] = u8::from(ok);
+    b[8] = status as u8;
     b
 }
 
-/// Decode a FIN: the sender's request id and whether the receiver took the data.
-pub fn decode_fin(b: &[u8]) -> Option<(u64, bool)> {
-    Some((
-        u64::from_le_bytes(b.get(..8)?.try_into().ok()?),
-        *b.get(8)? != 0,
-    ))
+/// Decode a FIN: the sender's request id and its status; `None` if malformed.
+pub fn decode_fin(b: &[u8]) -> Option<(u64, Fin)> {
+    let status = match *b.get(8)? {
+        0 => Fin::Failed,
+        1 => Fin::Taken,
+        2 => Fin::Register,
+        _ => return None,
+    };
+    Some((u64::from_le_bytes(b.get(..8)?.try_into().ok()?), status))
+}
+
+/// Encode a HANDLE: the registration of request `sreq`'s buffer, or none when the
+/// sender could not register it.
+pub fn handle_message(sreq: u64, handle: Option<&RemoteHandle>) -> Vec<u8> {
+    let bytes = handle.map_or(&[][..], RemoteHandle::as_bytes);
+    let mut b = Vec::with_capacity(9 + bytes.len());
+    b.extend_from_slice(&sreq.to_le_bytes());
+    b.push(u8::from(handle.is_some()));
+    b.extend_from_slice(bytes);
+    b
+}
+
+/// Decode a HANDLE; `None` if malformed.
+pub fn decode_handle_message(b: &[u8]) -> Option<(u64, Option<RemoteHandle>)> {
+    let sreq = u64::from_le_bytes(b.get(..8)?.try_into().ok()?);
+    let handle = match *b.get(8)? {
+        0 if b.len() == 9 => None,
+        1 => Some(RemoteHandle::from_bytes(&b[9..]).ok()?),
+        _ => return None,
+    };
+    Some((sreq, handle))
 }
 
 #[cfg(test)]
@@ -176,6 +228,32 @@ mod tests {
             .expect("empty handle")
             .handle
             .is_some());
+    }
+
+    #[test]
+    fn finishes_and_handles_round_trip_and_refuse_what_is_malformed() {
+        for status in [Fin::Failed, Fin::Taken, Fin::Register] {
+            assert_eq!(decode_fin(&fin(1 << 40, status)), Some((1 << 40, status)));
+        }
+        assert_eq!(decode_fin(&[0; 8]), None);
+        let mut bad = fin(5, Fin::Taken);
+        bad[8] = 3;
+        assert_eq!(decode_fin(&bad), None);
+        let handle = RemoteHandle::from_bytes(&[9; 40]).expect("a handle");
+        for h in [Some(handle), None] {
+            let b = handle_message(u64::MAX, h.as_ref());
+            assert_eq!(decode_handle_message(&b), Some((u64::MAX, h)));
+        }
+        // Short, bytes after "no handle", or a presence byte other than 0 and 1:
+        // malformed.
+        assert_eq!(decode_handle_message(&[0; 8]), None);
+        assert_eq!(decode_handle_message(&[0; 10]), None);
+        let empty = handle_of_nothing();
+        let b = handle_message(1, Some(&empty));
+        assert_eq!(decode_handle_message(&b), Some((1, Some(empty))));
+        let mut bad = handle_message(1, Some(&handle));
+        bad[8] = 2;
+        assert_eq!(decode_handle_message(&bad), None);
     }
 
     fn handle_of_nothing() -> RemoteHandle {

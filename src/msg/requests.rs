@@ -127,6 +127,7 @@ mod tests {
                 tag: 0,
                 len: 0,
             },
+            named: None,
         }
     }
 

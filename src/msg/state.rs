@@ -13,6 +13,7 @@ use rbtl_btl::{
 };
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -24,6 +25,7 @@ pub const BLOCKING: ReqId = 0;
 use super::requests::Requests;
 
 /// A receive waiting for its message.
+#[derive(Clone)]
 pub struct Posted {
     pub req: ReqId,
     pub src: Option<u32>,
@@ -97,6 +99,9 @@ pub struct Req {
     pub handle: Option<Box<MemHandle>>,
     /// What a send reports when its rendezvous finishes.
     pub status: Status,
+    /// The address of a rendezvous send's buffer named by it alone, without a
+    /// registration (see [`super::named`]).
+    pub named: Option<NonZeroU64>,
 }
 
 impl Req {
@@ -169,6 +174,13 @@ pub struct State {
     pub reply: Vec<u8>,
     /// Served requests to offer again.
     pub later: VecDeque<super::served::Later>,
+    /// Matched receives whose sender named its buffer by address alone, which the
+    /// transport could not read: waiting for its registration, by (source, sender's
+    /// request) ([`super::named`]).
+    pub awaiting_handle: HashMap<(u32, u64), (Posted, Box<Rts>)>,
+    /// Per rank: its transport refused to read this process's buffers by address,
+    /// so rendezvous sends to it register them.
+    pub named_refused: Vec<bool>,
 }
 
 /// The state, shared between the [`Comm`](super::Comm) and the receive and
@@ -322,6 +334,7 @@ impl State {
             peer,
             handle: None,
             status,
+            named: None,
         });
         BLOCKING
     }
@@ -338,6 +351,7 @@ impl State {
             peer,
             handle: None,
             status,
+            named: None,
         })
     }
 
@@ -500,7 +514,7 @@ impl State {
             module,
             ep,
             protocol::FIN,
-            &protocol::fin(sreq, true),
+            &protocol::fin(sreq, protocol::Fin::Taken),
             &[],
         ) {
             tracing::warn!(%e, "could not answer a synchronous send");
@@ -550,7 +564,7 @@ impl State {
                 module,
                 ep,
                 protocol::FIN,
-                &protocol::fin(rts.sreq, ok),
+                &protocol::fin(rts.sreq, ok.into()),
                 &[],
             ) {
                 tracing::warn!(%e, "could not send a rendezvous FIN");
@@ -596,9 +610,14 @@ impl State {
             let mut s = lock(&state);
             let ok = c.status.is_ok();
             s.complete(req, c.status.map(|_| status).map_err(Error::from));
-            if let Err(e) =
-                s.send_or_defer(m, module, ep, protocol::FIN, &protocol::fin(sreq, ok), &[])
-            {
+            if let Err(e) = s.send_or_defer(
+                m,
+                module,
+                ep,
+                protocol::FIN,
+                &protocol::fin(sreq, ok.into()),
+                &[],
+            ) {
                 tracing::warn!(%e, "could not send a rendezvous FIN");
             }
         });
@@ -626,6 +645,11 @@ impl State {
                     r.handle = Some(Box::new(h));
                 }
             }
+            // Named by address, which this transport turned out not to reach: the
+            // sender registers it (`super::named`).
+            Err(rbtl_btl::Error::UnregisteredRemote) if rh.is_none() => {
+                self.ask_for_handle(m, route, p, src, rts)
+            }
             Err(e) => {
                 self.complete(p.req, Err(e.into()));
                 fin(self, m, false);
@@ -636,6 +660,7 @@ impl State {
     /// A peer failed: fail what involves it.
     pub fn peer_failed(&mut self, rank: u32, why: PeerFailure) {
         self.failed.insert(rank, why.clone());
+        self.fail_awaiting_handles(rank, &why);
         bump(&self.signals.failed, 1);
         let mut ids: Vec<ReqId> = self
             .reqs

@@ -2,7 +2,9 @@
 //! (cross-memory attach, no look-up of the registration), when the kernel starts
 //! refusing this process's cross-memory attach after wire-up (a seccomp policy here;
 //! Yama or a container's policy elsewhere): the transfers still complete, through the
-//! peer's process with the registration, and `sm` stops offering by-address access.
+//! peer's process with the registration, and `sm` stops offering by-address access;
+//! rendezvous messages whose sender names its buffer by address (its own attach
+//! works) arrive whole, the sender registering it once asked.
 
 use rbtl::btl::BtlFlags;
 use rbtl::msg::{Comm, Pending};
@@ -15,7 +17,8 @@ const LEN: usize = 64 << 10;
 const CARDS: i32 = 1;
 
 /// Two ranks expose a buffer each; rank 0, its cross-memory attach refused from then
-/// on, puts a pattern into rank 1's and reads it back.
+/// on, puts a pattern into rank 1's and reads it back; then the two exchange
+/// rendezvous messages.
 pub fn run(report: &dyn Fn(u32, &str)) {
     let mut comm = Comm::init(&[]).unwrap();
     let (me, peer) = (comm.rank(), comm.rank() ^ 1);
@@ -49,6 +52,25 @@ pub fn run(report: &dyn Fn(u32, &str)) {
             !by_address(&mut comm),
             "sm no longer offers by-address access once refused"
         );
+    }
+    // Rendezvous messages both ways: rank 1 still names its buffers by address
+    // (its own attach works), which rank 0 can no longer read.
+    for round in 0..3u8 {
+        let sent: Vec<u8> = pattern.iter().map(|b| b ^ round).collect();
+        if me == 1 {
+            comm.send(&sent, 0, round.into()).unwrap();
+        } else {
+            let mut got = vec![0u8; LEN];
+            let status = comm.recv(&mut got, Some(1), Some(round.into())).unwrap();
+            assert_eq!(status.len, LEN);
+            assert!(got == sent, "round {round}: the message arrived whole");
+            comm.send(&sent, 1, round.into()).unwrap();
+        }
+        if me == 1 {
+            let mut got = vec![0u8; LEN];
+            comm.recv(&mut got, Some(0), Some(round.into())).unwrap();
+            assert!(got == sent, "round {round}: the message came back whole");
+        }
     }
     comm.barrier().unwrap();
     if me == 1 {
