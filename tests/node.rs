@@ -13,8 +13,8 @@
 //! memory remapped under cached registrations and over fork, `node/stress.rs` (over
 //! `node/churn.rs`) the registration stress of memory that keeps coming and going,
 //! `node/served.rs` the message layer's served contexts, `node/served_gets.rs` the gets
-//! `sm` serves through its rings, `node/refused_attach.rs` one-sided transfers once the
-//! kernel refuses cross-memory attach.
+//! `sm` serves through its rings, `node/refused_attach.rs` one-sided transfers and
+//! rendezvous messages once the kernel refuses cross-memory attach.
 
 #[path = "node/churn.rs"]
 mod churn;
@@ -83,6 +83,10 @@ fn rank_role_entry() {
         "msg_remap" => stale::role_msg_remap(&[]),
         "served" => served::run(&report_ok),
         "msg_refused_attach" => refused_attach::run(&report_ok),
+        "msg_named_sender_dies" => {
+            watchdog(Duration::from_secs(30));
+            refused_attach::run_sender_dies(&report_ok)
+        }
         "sm_stopped_flush" => {
             let (mut m, eps, mut job) = sm_module();
             stopped_flush::run(m.as_mut(), &eps, &mut job, "btl_sm_flush_timeout");
@@ -812,6 +816,18 @@ fn sm_registration_stress_of_memory_that_comes_and_goes() {
 #[test]
 fn transfers_and_rendezvous_go_with_a_registration_once_attach_is_refused() {
     expect_all_ok("msg_refused_attach", 2, &[]);
+}
+
+#[test]
+fn a_receive_waiting_for_a_registration_fails_when_its_sender_dies() {
+    let job = run("msg_named_sender_dies", 2, &[]);
+    assert_eq!(
+        oks(&job.dir, "peer_failed", 1),
+        1,
+        "rank 0's receive failed with rank 1's failure (job code {})",
+        job.code
+    );
+    std::fs::remove_dir_all(job.dir).unwrap();
 }
 
 #[test]

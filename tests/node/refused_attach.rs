@@ -4,10 +4,11 @@
 //! Yama or a container's policy elsewhere): the transfers still complete, through the
 //! peer's process with the registration, and `sm` stops offering by-address access;
 //! rendezvous messages whose sender names its buffer by address (its own attach
-//! works) arrive whole, the sender registering it once asked.
+//! works) arrive whole, the sender registering it once asked; and a receive waiting
+//! for that registration fails, not hangs, when the sender dies.
 
 use rbtl::btl::BtlFlags;
-use rbtl::msg::{Comm, Pending};
+use rbtl::msg::{Comm, Error, Pending, ANY_SOURCE};
 
 /// Bytes exposed by each rank: below `sm`'s `unregistered_remote_below`, so that the
 /// message layer names them by address while it may.
@@ -79,6 +80,31 @@ pub fn run(report: &dyn Fn(u32, &str)) {
     drop(exposed);
     comm.finalize().unwrap();
     report(me, "ok");
+}
+
+/// Rank 1 names a rendezvous buffer by address to rank 0, whose cross-memory attach
+/// is refused, and dies at once; rank 0's receive from any source, matched and
+/// waiting for the buffer's registration, fails with rank 1's failure.
+pub fn run_sender_dies(report: &dyn Fn(u32, &str)) {
+    let mut comm = Comm::init(&[]).unwrap();
+    let me = comm.rank();
+    if me == 0 {
+        refuse_cross_memory_attach();
+    }
+    comm.barrier().unwrap();
+    if me == 1 {
+        let buf: &'static [u8] = vec![5u8; LEN].leak();
+        // SAFETY: `buf` lives as long as the process.
+        unsafe { comm.isend_raw(buf.as_ptr(), LEN, 0, 3) }.unwrap();
+        // SAFETY: raising a signal on ourselves.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+    let mut got = vec![0u8; LEN];
+    match comm.recv(&mut got, ANY_SOURCE, Some(3)) {
+        Err(Error::PeerFailed { rank: 1, .. }) => report(me, "peer_failed"),
+        other => panic!("expected rank 1's failure, got {other:?}"),
+    }
+    std::process::exit(1);
 }
 
 /// Whether `sm` offers access to peers' memory by address alone.
