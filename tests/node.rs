@@ -83,9 +83,14 @@ fn rank_role_entry() {
         "msg_remap" => stale::role_msg_remap(&[]),
         "served" => served::run(&report_ok),
         "msg_refused_attach" => refused_attach::run(&report_ok),
+        "msg_split_refused" => refused_attach::run_split(&report_ok),
         "msg_named_sender_dies" => {
             watchdog(Duration::from_secs(30));
-            refused_attach::run_sender_dies(&report_ok)
+            refused_attach::run_sender_dies(&report_ok, 64 << 10, true)
+        }
+        "msg_split_sender_dies" => {
+            watchdog(Duration::from_secs(30));
+            refused_attach::run_sender_dies(&report_ok, 4 << 20, false)
         }
         "sm_stopped_flush" => {
             let (mut m, eps, mut job) = sm_module();
@@ -819,15 +824,24 @@ fn transfers_and_rendezvous_go_with_a_registration_once_attach_is_refused() {
 }
 
 #[test]
-fn a_receive_waiting_for_a_registration_fails_when_its_sender_dies() {
-    let job = run("msg_named_sender_dies", 2, &[]);
-    assert_eq!(
-        oks(&job.dir, "peer_failed", 1),
-        1,
-        "rank 0's receive failed with rank 1's failure (job code {})",
-        job.code
-    );
-    std::fs::remove_dir_all(job.dir).unwrap();
+fn large_messages_copied_by_both_ranks_arrive_when_either_copy_is_refused() {
+    expect_all_ok("msg_split_refused", 3, &[]);
+}
+
+#[test]
+fn a_receive_waiting_for_its_sender_fails_when_the_sender_dies() {
+    // Waiting for a registration (rank 0's attach refused), then for the half of a
+    // large message the sender was to write.
+    for role in ["msg_named_sender_dies", "msg_split_sender_dies"] {
+        let job = run(role, 2, &[]);
+        assert_eq!(
+            oks(&job.dir, "peer_failed", 1),
+            1,
+            "{role}: rank 0's receive failed with rank 1's failure (job code {})",
+            job.code
+        );
+        std::fs::remove_dir_all(job.dir).unwrap();
+    }
 }
 
 #[test]

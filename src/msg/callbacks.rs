@@ -1,6 +1,6 @@
 //! The receive callbacks the message layer installs in every module: eager messages
-//! (and served requests), rendezvous requests, finishes and registrations asked for,
-//! and peer failures.
+//! (and served requests), rendezvous requests, finishes, registrations and parts asked
+//! for, and peer failures.
 
 use super::protocol::{self, Fin};
 use super::served::{Request, SERVED};
@@ -105,6 +105,30 @@ pub(super) fn register_callbacks(
             };
             if let Some(answer) = protocol::decode_handle_message(&r.joined()) {
                 lock(&st).handle_arrived(&st, m, (mi, r.endpoint), src, answer);
+            }
+        }),
+    )?;
+    let (st, senders) = (state.clone(), ranks.clone());
+    m.register_am(
+        protocol::PART,
+        Box::new(move |m, r: &Received<'_>| {
+            let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() else {
+                return;
+            };
+            if let Some(part) = protocol::Part::decode(&r.joined()) {
+                lock(&st).write_part(&st, m, (mi, r.endpoint), src, part);
+            }
+        }),
+    )?;
+    let (st, senders) = (state.clone(), ranks.clone());
+    m.register_am(
+        protocol::PART_DONE,
+        Box::new(move |m, r: &Received<'_>| {
+            let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() else {
+                return;
+            };
+            if let Some(done) = protocol::decode_part_done(&r.joined()) {
+                lock(&st).sender_part_done(&st, m, src, done);
             }
         }),
     )?;

@@ -73,6 +73,7 @@ mod protocol;
 mod requests;
 mod scope;
 mod served;
+mod split;
 mod state;
 mod window;
 

@@ -271,10 +271,12 @@ impl Comm {
         // Where the receiver's transport reads this process's memory by its address
         // (and that is worth it for the size), the buffer needs no registration: the
         // caller keeps it valid until the request completes, at the FIN.
+        // A large one is offered to be copied by both processes (`super::split`),
+        // which also needs it named by address.
         let attrs = m.attributes();
-        let by_address = attrs.flags.contains(BtlFlags::UNREGISTERED_REMOTE)
-            && len < attrs.unregistered_remote_below
-            && s.names_by_address_to(dst);
+        let may = attrs.flags.contains(BtlFlags::UNREGISTERED_REMOTE) && s.names_by_address_to(dst);
+        let split = may && len >= super::split::SPLIT_FROM;
+        let by_address = may && (len < attrs.unregistered_remote_below || split);
         let handle = if by_address {
             Ok(None)
         } else {
@@ -299,6 +301,7 @@ impl Comm {
                 sreq: req,
                 addr: buf as u64,
                 handle: handle.as_ref().map(|h| *h.remote()),
+                split,
             };
             if let Some(r) = s.reqs.get_mut(req) {
                 r.named = if handle.is_none() {

@@ -7,6 +7,12 @@
 //! | `PML+2` | finish (FIN) | sender's request, status ([`Fin`]) |
 //! | `PML+3` | synchronous eager | header (user tag, context, sender's request) then the payload; answered by a FIN once matched |
 //! | `PML+4` | registration (HANDLE), the answer to a FIN asking for one | sender's request, whether a handle follows (u8), the handle |
+//! | `PML+5` | part asked of the sender (PART) | sender's request, receiver's request, receiver's buffer address, offset, length |
+//! | `PML+6` | part written (PART_DONE) | receiver's request, whether it landed (u8) |
+//!
+//! An RTS's presence byte is 0 (no handle), 1 (a handle follows) or 2 (no handle, and
+//! the sender writes a part of the message into the receiver's buffer when asked:
+//! [`super::split`]).
 
 use rbtl_btl::{RemoteHandle, Tag};
 
@@ -21,6 +27,10 @@ pub const EAGER_SYNC: Tag = Tag(Tag::PML.0 + 3);
 /// The registration of a rendezvous buffer first named by its address alone, which
 /// the receiver's transport could not read ([`Fin::Register`]).
 pub const HANDLE: Tag = Tag(Tag::PML.0 + 4);
+/// A part of a rendezvous message the receiver asks its sender to write ([`Part`]).
+pub const PART: Tag = Tag(Tag::PML.0 + 5);
+/// The sender wrote the part asked of it (or could not).
+pub const PART_DONE: Tag = Tag(Tag::PML.0 + 6);
 
 /// Bytes of the eager header.
 pub const EAGER_HEADER: usize = 8;
@@ -76,6 +86,9 @@ pub struct Rts {
     /// Registration of the sender's buffer; none where the receiver's transport reads
     /// it by address alone ([`BtlFlags::UNREGISTERED_REMOTE`](rbtl_btl::BtlFlags::UNREGISTERED_REMOTE)).
     pub handle: Option<RemoteHandle>,
+    /// Without a handle: the sender writes a part into the receiver's buffer when asked
+    /// ([`super::split`]).
+    pub split: bool,
 }
 
 /// Bytes of an RTS before its handle.
@@ -91,7 +104,11 @@ impl Rts {
         v.extend_from_slice(&(self.len as u64).to_le_bytes());
         v.extend_from_slice(&self.sreq.to_le_bytes());
         v.extend_from_slice(&self.addr.to_le_bytes());
-        v.push(u8::from(self.handle.is_some()));
+        v.push(match (&self.handle, self.split) {
+            (Some(_), _) => 1,
+            (None, false) => 0,
+            (None, true) => 2,
+        });
         v.extend_from_slice(handle);
         v
     }
@@ -109,10 +126,11 @@ impl Rts {
             sreq: u64_at(16),
             addr: u64_at(24),
             handle: match b[32] {
-                0 if b.len() == RTS_FIXED => None,
+                0 | 2 if b.len() == RTS_FIXED => None,
                 1 => Some(RemoteHandle::from_bytes(&b[RTS_FIXED..]).ok()?),
                 _ => return None,
             },
+            split: b[32] == 2,
         })
     }
 }
@@ -181,6 +199,77 @@ pub fn decode_handle_message(b: &[u8]) -> Option<(u64, Option<RemoteHandle>)> {
     Some((sreq, handle))
 }
 
+/// A part of a rendezvous message asked of its sender: write bytes `[offset, offset +
+/// len)` of request `sreq`'s buffer at `addr + offset` (the receiver's buffer, named by
+/// address alone), then answer with a PART_DONE naming `rreq`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Part {
+    pub sreq: u64,
+    pub rreq: u64,
+    pub addr: u64,
+    pub offset: usize,
+    pub len: usize,
+}
+
+/// Bytes of a PART.
+const PART_BYTES: usize = 40;
+
+impl Part {
+    /// Encode.
+    pub fn encode(&self) -> [u8; PART_BYTES] {
+        let mut b = [0u8; PART_BYTES];
+        let words = [
+            self.sreq,
+            self.rreq,
+            self.addr,
+            self.offset as u64,
+            self.len as u64,
+        ];
+        for (chunk, w) in b.chunks_mut(8).zip(words) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
+        b
+    }
+
+    /// Decode; `None` if malformed (a length other than its own, or a range past the
+    /// end of the address space).
+    pub fn decode(b: &[u8]) -> Option<Part> {
+        if b.len() != PART_BYTES {
+            return None;
+        }
+        let w = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        let part = Part {
+            sreq: w(0),
+            rreq: w(1),
+            addr: w(2),
+            offset: usize::try_from(w(3)).ok()?,
+            len: usize::try_from(w(4)).ok()?,
+        };
+        let end = part.offset.checked_add(part.len)? as u64;
+        part.addr.checked_add(end)?;
+        Some(part)
+    }
+}
+
+/// Encode a PART_DONE.
+pub fn part_done(rreq: u64, landed: bool) -> [u8; 9] {
+    let mut b = [0u8; 9];
+    b[..8].copy_from_slice(&rreq.to_le_bytes());
+    b[8] = u8::from(landed);
+    b
+}
+
+/// Decode a PART_DONE: the receiver's request and whether the part landed; `None` if
+/// malformed.
+pub fn decode_part_done(b: &[u8]) -> Option<(u64, bool)> {
+    let landed = match (b.len(), b.get(8)?) {
+        (9, 0) => false,
+        (9, 1) => true,
+        _ => return None,
+    };
+    Some((u64::from_le_bytes(b[..8].try_into().ok()?), landed))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,6 +297,7 @@ mod tests {
                 sreq: 1 << 40,
                 addr: 0x7f00_1234_5000,
                 handle,
+                split: false,
             };
             let back = Rts::decode(&rts.encode()).expect("decodes");
             assert_eq!((back.tag, back.ctx, back.len), (rts.tag, rts.ctx, rts.len));
@@ -217,11 +307,17 @@ mod tests {
             );
         }
         let mut without = Rts::decode(&[0; RTS_FIXED]).expect("no handle");
-        assert_eq!(without.handle, None);
-        // Bytes after "no handle", or a presence byte other than 0 and 1: malformed.
+        assert_eq!((without.handle, without.split), (None, false));
+        let mut split = [0; RTS_FIXED];
+        split[32] = 2;
+        let offered = Rts::decode(&split).expect("no handle, split offered");
+        assert_eq!((offered.handle, offered.split), (None, true));
+        assert_eq!(offered.encode(), split);
+        assert!(Rts::decode(&[&split[..], &[0]].concat()).is_none());
+        // Bytes after "no handle", or a presence byte other than 0, 1 and 2: malformed.
         assert!(Rts::decode(&[0; RTS_FIXED + 1]).is_none());
         let mut bad = [0; RTS_FIXED];
-        bad[32] = 2;
+        bad[32] = 3;
         assert!(Rts::decode(&bad).is_none());
         without.handle = Some(handle_of_nothing());
         assert!(Rts::decode(&without.encode())
@@ -254,6 +350,31 @@ mod tests {
         let mut bad = handle_message(1, Some(&handle));
         bad[8] = 2;
         assert_eq!(decode_handle_message(&bad), None);
+    }
+
+    #[test]
+    fn parts_round_trip_and_refuse_what_is_malformed() {
+        let part = Part {
+            sreq: 1 << 40,
+            rreq: 7,
+            addr: 0x7f00_0000_0000,
+            offset: 1 << 19,
+            len: (1 << 19) + 3,
+        };
+        assert_eq!(Part::decode(&part.encode()), Some(part));
+        assert_eq!(Part::decode(&part.encode()[..PART_BYTES - 1]), None);
+        let past_the_end = Part {
+            addr: u64::MAX - 8,
+            ..part
+        };
+        assert_eq!(Part::decode(&past_the_end.encode()), None);
+        for landed in [true, false] {
+            assert_eq!(decode_part_done(&part_done(9, landed)), Some((9, landed)));
+        }
+        let mut bad = part_done(9, true);
+        bad[8] = 2;
+        assert_eq!(decode_part_done(&bad), None);
+        assert_eq!(decode_part_done(&[0; 10]), None);
     }
 
     fn handle_of_nothing() -> RemoteHandle {

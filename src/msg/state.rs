@@ -181,6 +181,8 @@ pub struct State {
     /// Per rank: its transport refused to read this process's buffers by address,
     /// so rendezvous sends to it register them.
     pub named_refused: Vec<bool>,
+    /// Receives whose message both processes copy, by request ([`super::split`]).
+    pub splits: HashMap<ReqId, super::split::Split>,
 }
 
 /// The state, shared between the [`Comm`](super::Comm) and the receive and
@@ -593,6 +595,9 @@ impl State {
             fin(self, m, true);
             return;
         }
+        if rts.split && self.start_split(shared, m, route, p, src, &rts) {
+            return;
+        }
         // SAFETY: the receive's caller promised the buffer stays valid until the request
         // completes; the handle (if any) is dropped when it does (State::complete).
         let handle = match unsafe {
@@ -661,6 +666,7 @@ impl State {
     pub fn peer_failed(&mut self, rank: u32, why: PeerFailure) {
         self.failed.insert(rank, why.clone());
         self.fail_awaiting_handles(rank, &why);
+        self.fail_splits(rank, &why);
         bump(&self.signals.failed, 1);
         let mut ids: Vec<ReqId> = self
             .reqs

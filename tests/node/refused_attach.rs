@@ -4,8 +4,10 @@
 //! Yama or a container's policy elsewhere): the transfers still complete, through the
 //! peer's process with the registration, and `sm` stops offering by-address access;
 //! rendezvous messages whose sender names its buffer by address (its own attach
-//! works) arrive whole, the sender registering it once asked; and a receive waiting
-//! for that registration fails, not hangs, when the sender dies.
+//! works) arrive whole, the sender registering it once asked; large messages, which
+//! both processes copy, arrive whole when either copy is refused; and a receive
+//! waiting for its sender (for a registration, or for its half of a large message)
+//! fails, not hangs, when the sender dies.
 
 use rbtl::btl::BtlFlags;
 use rbtl::msg::{Comm, Error, Pending, ANY_SOURCE};
@@ -82,24 +84,61 @@ pub fn run(report: &dyn Fn(u32, &str)) {
     report(me, "ok");
 }
 
-/// Rank 1 names a rendezvous buffer by address to rank 0, whose cross-memory attach
-/// is refused, and dies at once; rank 0's receive from any source, matched and
-/// waiting for the buffer's registration, fails with rank 1's failure.
-pub fn run_sender_dies(report: &dyn Fn(u32, &str)) {
+/// Large messages, which both processes copy (half each), with ranks 0 and 2 refused
+/// cross-memory attach after wire-up: rank 1 sends to rank 0, whose read of its half
+/// is refused (rank 1 then writes both halves); rank 2 sends to rank 1, and its write
+/// of its half is refused (rank 1 then reads both).
+pub fn run_split(report: &dyn Fn(u32, &str)) {
     let mut comm = Comm::init(&[]).unwrap();
     let me = comm.rank();
-    if me == 0 {
+    let sm_by_address = by_address(&mut comm);
+    assert!(sm_by_address, "sm reads a peer's memory by address here");
+    if me != 1 {
+        refuse_cross_memory_attach();
+    }
+    comm.barrier().unwrap();
+    let message =
+        |from: u32| -> Vec<u8> { (0..BIG).map(|i| (i * 13) as u8 ^ from as u8).collect() };
+    let mut got = vec![0u8; BIG];
+    match me {
+        0 => {
+            comm.recv(&mut got, Some(1), Some(1)).unwrap();
+            assert!(got == message(1), "rank 1's message, written by rank 1");
+        }
+        1 => {
+            comm.send(&message(1), 0, 1).unwrap();
+            comm.recv(&mut got, Some(2), Some(2)).unwrap();
+            assert!(got == message(2), "rank 2's message, read by rank 1");
+        }
+        _ => comm.send(&message(2), 1, 2).unwrap(),
+    }
+    comm.barrier().unwrap();
+    comm.finalize().unwrap();
+    report(me, "ok");
+}
+
+/// Bytes of the large messages: enough for both processes to copy them.
+const BIG: usize = (1 << 20) + 4099;
+
+/// Rank 1 names a rendezvous buffer of `len` bytes by address to rank 0 and dies at
+/// once; rank 0's receive from any source, matched and waiting for rank 1 (for the
+/// buffer's registration, rank 0's cross-memory attach refused when `refuse`; or
+/// for the half rank 1 was to write), fails with rank 1's failure.
+pub fn run_sender_dies(report: &dyn Fn(u32, &str), len: usize, refuse: bool) {
+    let mut comm = Comm::init(&[]).unwrap();
+    let me = comm.rank();
+    if me == 0 && refuse {
         refuse_cross_memory_attach();
     }
     comm.barrier().unwrap();
     if me == 1 {
-        let buf: &'static [u8] = vec![5u8; LEN].leak();
+        let buf: &'static [u8] = vec![5u8; len].leak();
         // SAFETY: `buf` lives as long as the process.
-        unsafe { comm.isend_raw(buf.as_ptr(), LEN, 0, 3) }.unwrap();
+        unsafe { comm.isend_raw(buf.as_ptr(), len, 0, 3) }.unwrap();
         // SAFETY: raising a signal on ourselves.
         unsafe { libc::raise(libc::SIGKILL) };
     }
-    let mut got = vec![0u8; LEN];
+    let mut got = vec![0u8; len];
     match comm.recv(&mut got, ANY_SOURCE, Some(3)) {
         Err(Error::PeerFailed { rank: 1, .. }) => report(me, "peer_failed"),
         other => panic!("expected rank 1's failure, got {other:?}"),

@@ -1,0 +1,292 @@
+//! Large rendezvous messages copied by both processes at once.
+//!
+//! Over a transport that reaches a peer's memory by its address alone
+//! ([`BtlFlags::UNREGISTERED_REMOTE`]: `sm` by cross-memory attach), one process
+//! copying a large message moves it at the rate one core copies pages through the
+//! kernel; two processes copying half each, at the same time, move it about twice as
+//! fast (docs/performance.md). So a sender that names its buffer by address offers to
+//! write a part (an RTS with presence byte 2), and the receiver of a message of
+//! [`SPLIT_FROM`] bytes or more:
+//!
+//! 1. asks the sender for the second half (a PART naming its receive buffer by
+//!    address), then reads the first half itself;
+//! 2. finishes once both halves are in (its read's callback, and the sender's
+//!    PART_DONE), with the FIN that frees the sender's buffer, as any rendezvous.
+//!
+//! A half that cannot be had so is had the other way: a sender that could not write
+//! its half lets the receiver read it; a receiver whose own read is refused
+//! (`UnregisteredRemote`: its attach refused, though its transport offered it) asks
+//! the sender for that half too. The receive never completes while the sender may
+//! still write into its buffer. The price: the sender's process takes part (it writes
+//! when it next progresses), as in Open MPI's `ob1` when the receiver asks its sender
+//! to put (its RDMA-put protocol).
+
+use super::pieces::{piece_len, start_in_pieces};
+use super::protocol::{self, Fin, Part, Rts};
+use super::state::{lock, Posted, Shared, State};
+use super::{Error, Status};
+use rbtl_btl::{BtlFlags, Endpoint, Local, Module, PeerFailure, RdmaCallback, Remote, Transfer};
+
+/// Messages of this many bytes and more are split between the two processes.
+pub const SPLIT_FROM: usize = 256 << 10;
+
+/// Where the halves are cut: a multiple of this (a page), so that both start aligned
+/// where the buffers do.
+const CUT_ALIGN: usize = 4096;
+
+/// A receive whose message is copied by both processes.
+pub struct Split {
+    /// Halves not yet in.
+    left: u8,
+    /// The first failure among them.
+    error: Option<Error>,
+    /// The receive's status once complete.
+    status: Status,
+    /// The sender, its request, and the route to it (module index, endpoint).
+    src: u32,
+    sreq: u64,
+    route: (usize, Endpoint),
+    /// The receive buffer and the sender's, by address; where the halves are cut.
+    local: usize,
+    remote: u64,
+    cut: usize,
+    len: usize,
+    /// Our own read of the first half was refused: the sender writes both halves.
+    own_refused: bool,
+}
+
+impl State {
+    /// Receiver: split the rendezvous `rts` from `src`, matched by receive `p`, where
+    /// its sender offered it, it is large enough and this transport reads the sender's
+    /// memory by address. `false`: not split (the caller reads it whole).
+    pub fn start_split(
+        &mut self,
+        shared: &Shared,
+        m: &mut dyn Module,
+        route: (usize, Endpoint),
+        p: &Posted,
+        src: u32,
+        rts: &Rts,
+    ) -> bool {
+        let reads_by_address = m.attributes().flags.contains(BtlFlags::UNREGISTERED_REMOTE);
+        if !rts.split || rts.len < SPLIT_FROM || !reads_by_address {
+            return false;
+        }
+        if self.splits.contains_key(&p.req) {
+            return false;
+        }
+        let cut = (rts.len / 2) & !(CUT_ALIGN - 1);
+        let status = Status {
+            source: src,
+            tag: rts.tag,
+            len: rts.len,
+        };
+        self.splits.insert(
+            p.req,
+            Split {
+                left: 2,
+                error: None,
+                status,
+                src,
+                sreq: rts.sreq,
+                route,
+                local: p.addr,
+                remote: rts.addr,
+                cut,
+                len: rts.len,
+                own_refused: false,
+            },
+        );
+        if !self.ask_for_part(m, p.req, cut, rts.len - cut) {
+            self.splits.remove(&p.req);
+            return false;
+        }
+        self.read_part(shared, m, p.req, 0, cut);
+        true
+    }
+
+    /// Ask the sender of split receive `rreq` to write `len` bytes at `offset`;
+    /// `false` if the message could not go.
+    fn ask_for_part(&mut self, m: &mut dyn Module, rreq: u64, offset: usize, len: usize) -> bool {
+        let Some(sp) = self.splits.get(&rreq) else {
+            return false;
+        };
+        let part = Part {
+            sreq: sp.sreq,
+            rreq,
+            addr: sp.local as u64,
+            offset,
+            len,
+        };
+        let (module, ep) = sp.route;
+        self.send_or_defer(m, module, ep, protocol::PART, &part.encode(), &[])
+            .is_ok()
+    }
+
+    /// Receiver: read `len` bytes at `offset` of split receive `rreq`'s message.
+    fn read_part(
+        &mut self,
+        shared: &Shared,
+        m: &mut dyn Module,
+        rreq: u64,
+        offset: usize,
+        len: usize,
+    ) {
+        let Some(sp) = self.splits.get(&rreq) else {
+            return;
+        };
+        let (ep, local, remote) = (sp.route.1, sp.local + offset, sp.remote + offset as u64);
+        let may_hand_over = offset == 0 && !sp.own_refused;
+        let state = shared.clone();
+        let done: RdmaCallback = Box::new(move |m, c| {
+            lock(&state).part_done(m, rreq, c.status.map_err(Error::from));
+        });
+        // SAFETY: the receive buffer stays valid until the receive completes, which
+        // waits for this read's callback; the sender vouched for its buffer (an RTS
+        // without a handle) until our FIN, sent after that.
+        let whole = unsafe {
+            Transfer::new(
+                ep,
+                Local::unregistered(local),
+                Remote::unregistered(remote),
+                len,
+            )
+        };
+        let piece = piece_len(m.attributes(), false);
+        let started = start_in_pieces(m, ep, local, len, piece, done, |m, off, n, cb| {
+            m.get(&whole.piece(off, n), cb)
+        });
+        match started {
+            Ok(()) => {}
+            // Our attach refused: the sender writes this half too.
+            Err(rbtl_btl::Error::UnregisteredRemote) if may_hand_over => {
+                if self.ask_for_part(m, rreq, offset, len) {
+                    if let Some(sp) = self.splits.get_mut(&rreq) {
+                        sp.own_refused = true;
+                    }
+                } else {
+                    self.part_done(m, rreq, Err(rbtl_btl::Error::UnregisteredRemote.into()));
+                }
+            }
+            Err(e) => self.part_done(m, rreq, Err(e.into())),
+        }
+    }
+
+    /// Receiver: one half of split receive `rreq` is in (or failed). The last one
+    /// completes the receive and sends the FIN.
+    pub fn part_done(&mut self, m: &mut dyn Module, rreq: u64, result: Result<(), Error>) {
+        let Some(sp) = self.splits.get_mut(&rreq) else {
+            return;
+        };
+        if let Err(e) = result {
+            sp.error.get_or_insert(e);
+        }
+        sp.left -= 1;
+        if sp.left > 0 {
+            return;
+        }
+        let Some(sp) = self.splits.remove(&rreq) else {
+            return;
+        };
+        let taken = sp.error.is_none();
+        self.complete(rreq, sp.error.map_or(Ok(sp.status), Err));
+        let (module, ep) = sp.route;
+        let fin = protocol::fin(sp.sreq, Fin::from(taken));
+        if let Err(e) = self.send_or_defer(m, module, ep, protocol::FIN, &fin, &[]) {
+            tracing::warn!(%e, "could not send a rendezvous FIN");
+        }
+    }
+
+    /// Receiver: `src` wrote the part of split receive `rreq` asked of it, or could
+    /// not (then this process reads it, unless its own reads are refused).
+    pub fn sender_part_done(
+        &mut self,
+        shared: &Shared,
+        m: &mut dyn Module,
+        src: u32,
+        (rreq, landed): (u64, bool),
+    ) {
+        let Some(sp) = self.splits.get(&rreq).filter(|sp| sp.src == src) else {
+            return;
+        };
+        if landed {
+            return self.part_done(m, rreq, Ok(()));
+        }
+        if sp.own_refused {
+            // Neither process can copy this part.
+            return self.part_done(m, rreq, Err(rbtl_btl::Error::UnregisteredRemote.into()));
+        }
+        let (cut, len) = (sp.cut, sp.len);
+        self.read_part(shared, m, rreq, cut, len - cut);
+    }
+
+    /// Sender: `src` (reached through `route`) asks for `part` of a rendezvous send.
+    /// Written from the send's buffer into the receiver's, by address; answered with a
+    /// PART_DONE saying whether it landed (not landed for a part that is not of a live
+    /// send to `src` named by address).
+    pub fn write_part(
+        &mut self,
+        shared: &Shared,
+        m: &mut dyn Module,
+        (module, ep): (usize, Endpoint),
+        src: u32,
+        part: Part,
+    ) {
+        let buf = self.reqs.get(part.sreq).and_then(|r| {
+            let inside = part
+                .offset
+                .checked_add(part.len)
+                .is_some_and(|end| end <= r.status.len);
+            let live = r.peer == Some(src) && r.outcome.is_none();
+            r.named.filter(|_| live && inside && part.len > 0)
+        });
+        let rreq = part.rreq;
+        let answer = move |s: &mut State, m: &mut dyn Module, landed: bool| {
+            let done = protocol::part_done(rreq, landed);
+            if let Err(e) = s.send_or_defer(m, module, ep, protocol::PART_DONE, &done, &[]) {
+                tracing::warn!(%e, "could not answer a part of a rendezvous");
+            }
+        };
+        let Some(buf) = buf else {
+            return answer(self, m, false);
+        };
+        let local = buf.get() as usize + part.offset;
+        let state = shared.clone();
+        let done: RdmaCallback = Box::new(move |m, c| {
+            answer(&mut lock(&state), m, c.status.is_ok());
+        });
+        // SAFETY: the send's buffer stays valid until its request completes, at the
+        // receiver's FIN, which waits for this write's answer; the receiver named its
+        // buffer by address for this part, valid until its receive completes.
+        let whole = unsafe {
+            Transfer::new(
+                ep,
+                Local::unregistered(local),
+                Remote::unregistered(part.addr + part.offset as u64),
+                part.len,
+            )
+        };
+        let piece = piece_len(m.attributes(), true);
+        let started = start_in_pieces(m, ep, local, part.len, piece, done, |m, off, n, cb| {
+            m.put(&whole.piece(off, n), cb)
+        });
+        if started.is_err() {
+            answer(self, m, false);
+        }
+    }
+
+    /// `rank` failed: the receives it was copying into fail (it writes no more).
+    pub fn fail_splits(&mut self, rank: u32, why: &PeerFailure) {
+        let stuck: Vec<u64> = self
+            .splits
+            .iter()
+            .filter(|(_, sp)| sp.src == rank)
+            .map(|(&req, _)| req)
+            .collect();
+        for req in stuck {
+            self.splits.remove(&req);
+            let why = why.clone();
+            self.complete(req, Err(Error::PeerFailed { rank, why }));
+        }
+    }
+}
