@@ -790,6 +790,8 @@ fn sm_sends_overtake_the_data_of_gets_being_served() {
 fn message_layer_two_and_four_ranks() {
     expect_all_ok("msg", 2, &[]);
     expect_all_ok("msg", 4, &[("RBTL_BTL_SM_RDMA", "cma")]);
+    // Large messages read by the receiver alone, not split between the two.
+    expect_all_ok("msg", 2, &[("RBTL_MSG_SPLIT_FROM", "0")]);
 }
 
 /// One rank under `btl_sm_rdma = copy`, the others reading memory by cross-memory

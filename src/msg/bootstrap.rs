@@ -49,6 +49,7 @@ impl Comm {
             .collect();
         let mut state = State {
             route: vec![None; job.size as usize],
+            split_from: super::split::split_from(config)?,
             ..State::default()
         };
         // Per module: endpoint -> rank (for its receive callbacks).
@@ -147,6 +148,17 @@ mod tests {
             Err(e) => panic!("expected SelfUnreachable, got {e}"),
             Ok(_) => panic!("expected SelfUnreachable, got a communicator"),
         }
+    }
+
+    #[test]
+    fn the_split_size_is_a_size_and_zero_means_never() {
+        let split_from = |v: &str| {
+            let config = crate::configure(&[("msg_split_from", v)])?;
+            crate::msg::split::split_from(&config)
+        };
+        assert_eq!(split_from("64k").unwrap(), 64 << 10);
+        assert_eq!(split_from("0").unwrap(), usize::MAX);
+        assert!(split_from("lots").is_err());
     }
 
     #[test]

@@ -60,7 +60,7 @@ pub fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
         Value::Str("auto".into()),
         "when an idle wait yields the processor at every idle round instead of spinning first: auto (when this node runs more ranks than it has online processors), always, never",
     )?;
-    Ok(())
+    super::split::register_params(registry)
 }
 
 /// Set how long this process's waits spin before yielding, from `config` and the

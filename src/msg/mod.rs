@@ -9,7 +9,11 @@
 //!   the transport's eager limit go in one send; larger ones use rendezvous: a request
 //!   carrying the sender's registration handle, an RDMA get by the receiver straight
 //!   from the sender's buffer (registrations come from the registration cache), and a
-//!   finish message. A receive buffer too small gives [`Error::Truncated`].
+//!   finish message. Where the transport reads a peer's memory by its address (`sm`
+//!   with cross-memory attach), the request names the buffer without a registration,
+//!   and a message of `msg_split_from` bytes or more (32 KiB by default) is copied by
+//!   both processes, half each: the receiver asks the sender to write the second half
+//!   while it reads the first. A receive buffer too small gives [`Error::Truncated`].
 //! * One-sided windows: [`Window`] registers memory, exchanges handles, and offers put,
 //!   get and flush.
 //! * Served contexts ([`Comm::serve`]): messages that a layer above answers where they

@@ -275,7 +275,7 @@ impl Comm {
         // which also needs it named by address.
         let attrs = m.attributes();
         let may = attrs.flags.contains(BtlFlags::UNREGISTERED_REMOTE) && s.names_by_address_to(dst);
-        let split = may && len >= super::split::SPLIT_FROM;
+        let split = may && len >= s.split_from;
         let by_address = may && (len < attrs.unregistered_remote_below || split);
         let handle = if by_address {
             Ok(None)

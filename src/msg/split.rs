@@ -6,7 +6,7 @@
 //! kernel; two processes copying half each, at the same time, move it about twice as
 //! fast (docs/performance.md). So a sender that names its buffer by address offers to
 //! write a part (an RTS with presence byte 2), and the receiver of a message of
-//! [`SPLIT_FROM`] bytes or more:
+//! `msg_split_from` bytes or more ([`SPLIT_FROM`] by default):
 //!
 //! 1. asks the sender for the second half (a PART naming its receive buffer by
 //!    address), then reads the first half itself;
@@ -26,9 +26,34 @@ use super::protocol::{self, Fin, Part, Rts};
 use super::state::{lock, Posted, Shared, State};
 use super::{Error, Status};
 use rbtl_btl::{BtlFlags, Endpoint, Local, Module, PeerFailure, RdmaCallback, Remote, Transfer};
+use rbtl_config::{Config, Registry, Value};
 
-/// Messages of this many bytes and more are split between the two processes.
-pub const SPLIT_FROM: usize = 256 << 10;
+/// The parameter: the size from which messages are split (0: never).
+pub const SPLIT_FROM_PARAM: &str = "msg_split_from";
+
+/// Its default: messages of this many bytes and more are split between the two
+/// processes (measured: docs/performance.md).
+pub const SPLIT_FROM: usize = 32 << 10;
+
+/// Register the parameter.
+pub(super) fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
+    registry.register(
+        SPLIT_FROM_PARAM,
+        Value::Size(SPLIT_FROM),
+        "rendezvous messages of this many bytes and more, over a transport that reaches memory by its address in both directions (sm with cross-memory attach), are copied by both processes, half each: about twice as fast, but the receive then waits for the sender's next call into the library (0: never; the receiver reads alone)",
+    )?;
+    Ok(())
+}
+
+/// The size from which messages are split, from `config`: `usize::MAX` for never.
+pub(super) fn split_from(config: &Config) -> rbtl_config::Result<usize> {
+    match config.size(SPLIT_FROM_PARAM) {
+        Ok(0) => Ok(usize::MAX),
+        Ok(n) => Ok(n),
+        Err(rbtl_config::Error::NotRegistered(_)) => Ok(SPLIT_FROM),
+        Err(e) => Err(e),
+    }
+}
 
 /// Where the halves are cut: a multiple of this (a page), so that both start aligned
 /// where the buffers do.
@@ -69,7 +94,7 @@ impl State {
         rts: &Rts,
     ) -> bool {
         let reads_by_address = m.attributes().flags.contains(BtlFlags::UNREGISTERED_REMOTE);
-        if !rts.split || rts.len < SPLIT_FROM || !reads_by_address {
+        if !rts.split || rts.len < self.split_from || !reads_by_address {
             return false;
         }
         if self.splits.contains_key(&p.req) {

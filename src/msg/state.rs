@@ -183,6 +183,8 @@ pub struct State {
     pub named_refused: Vec<bool>,
     /// Receives whose message both processes copy, by request ([`super::split`]).
     pub splits: HashMap<ReqId, super::split::Split>,
+    /// Messages of this many bytes and more are split (`msg_split_from`).
+    pub split_from: usize,
 }
 
 /// The state, shared between the [`Comm`](super::Comm) and the receive and
