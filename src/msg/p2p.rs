@@ -315,7 +315,10 @@ impl Comm {
             s.send_or_defer(m, mi, ep, protocol::RTS, &rts.encode(), &[])
         });
         match started {
-            Ok(()) => Ok(req),
+            Ok(()) => {
+                s.rendezvous_started(req, dst);
+                Ok(req)
+            }
             Err(e) => {
                 s.drop_req(req);
                 Err(e)

@@ -128,6 +128,7 @@ mod tests {
                 len: 0,
             },
             named: None,
+            rendezvous: false,
         }
     }
 

@@ -13,6 +13,10 @@
 //! 2. finishes once both halves are in (its read's callback, and the sender's
 //!    PART_DONE), with the FIN that frees the sender's buffer, as any rendezvous.
 //!
+//! While the receiver has rendezvous sends of its own to that sender under way, the
+//! sender's process is busy reading those: then only messages of 1 MiB and more are
+//! split.
+//!
 //! A half that cannot be had so is had the other way: a sender that could not write
 //! its half lets the receiver read it; a receiver whose own read is refused
 //! (`UnregisteredRemote`: its attach refused, though its transport offered it) asks
@@ -55,6 +59,12 @@ pub(super) fn split_from(config: &Config) -> rbtl_config::Result<usize> {
     }
 }
 
+/// While this process has rendezvous sends of its own under way to the sender (data
+/// flowing both ways), only messages of this many bytes and more are split: below it
+/// the sender's process is busy reading ours, and splitting was slower (measured:
+/// docs/performance.md).
+const SPLIT_BOTH_WAYS_FROM: usize = 1 << 20;
+
 /// Where the halves are cut: a multiple of this (a page), so that both start aligned
 /// where the buffers do.
 const CUT_ALIGN: usize = 4096;
@@ -94,7 +104,16 @@ impl State {
         rts: &Rts,
     ) -> bool {
         let reads_by_address = m.attributes().flags.contains(BtlFlags::UNREGISTERED_REMOTE);
-        if !rts.split || rts.len < self.split_from || !reads_by_address {
+        let busy_sender = self
+            .rendezvous_out
+            .get(src as usize)
+            .is_some_and(|&n| n > 0);
+        let from = if busy_sender {
+            self.split_from.max(SPLIT_BOTH_WAYS_FROM)
+        } else {
+            self.split_from
+        };
+        if !rts.split || rts.len < from || !reads_by_address {
             return false;
         }
         if self.splits.contains_key(&p.req) {

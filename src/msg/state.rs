@@ -102,6 +102,8 @@ pub struct Req {
     /// The address of a rendezvous send's buffer named by it alone, without a
     /// registration (see [`super::named`]).
     pub named: Option<NonZeroU64>,
+    /// A rendezvous send counted in [`State::rendezvous_out`] until it completes.
+    pub rendezvous: bool,
 }
 
 impl Req {
@@ -185,6 +187,9 @@ pub struct State {
     pub splits: HashMap<ReqId, super::split::Split>,
     /// Messages of this many bytes and more are split (`msg_split_from`).
     pub split_from: usize,
+    /// Per rank: rendezvous sends to it not yet complete (a receive from it is not
+    /// split while this process has its own under way: the sender is busy with them).
+    pub rendezvous_out: Vec<u32>,
 }
 
 /// The state, shared between the [`Comm`](super::Comm) and the receive and
@@ -339,6 +344,7 @@ impl State {
             handle: None,
             status,
             named: None,
+            rendezvous: false,
         });
         BLOCKING
     }
@@ -356,6 +362,7 @@ impl State {
             handle: None,
             status,
             named: None,
+            rendezvous: false,
         })
     }
 
@@ -380,7 +387,31 @@ impl State {
                 r.handle = None;
             }
             r.outcome.get_or_insert_with(outcome);
+            let counted = std::mem::take(&mut r.rendezvous)
+                .then_some(r.peer)
+                .flatten();
             bump(&self.signals.completed, 1);
+            if let Some(peer) = counted {
+                self.rendezvous_ended(peer);
+            }
+        }
+    }
+
+    /// A rendezvous send to `rank` started: counted until it completes.
+    pub fn rendezvous_started(&mut self, req: ReqId, rank: u32) {
+        let i = rank as usize;
+        if let Some(r) = self.req_mut(req) {
+            r.rendezvous = true;
+            if self.rendezvous_out.len() <= i {
+                self.rendezvous_out.resize(i + 1, 0);
+            }
+            self.rendezvous_out[i] += 1;
+        }
+    }
+
+    fn rendezvous_ended(&mut self, rank: u32) {
+        if let Some(n) = self.rendezvous_out.get_mut(rank as usize) {
+            *n = n.saturating_sub(1);
         }
     }
 
