@@ -129,6 +129,8 @@ impl State {
         match handle {
             Some(h) => {
                 rts.handle = Some(h);
+                // Read by this process alone, through the registration.
+                rts.split = false;
                 self.start_get(shared, m, route, &p, src, *rts);
             }
             None => self.complete(p.req, Err(rbtl_btl::Error::UnregisteredRemote.into())),

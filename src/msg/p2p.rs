@@ -270,9 +270,9 @@ impl Comm {
         };
         // Where the receiver's transport reads this process's memory by its address
         // (and that is worth it for the size), the buffer needs no registration: the
-        // caller keeps it valid until the request completes, at the FIN.
-        // A large one is offered to be copied by both processes (`super::split`),
-        // which also needs it named by address.
+        // caller keeps it valid until the request completes, at the FIN. A large one is
+        // offered to be copied by both processes (`super::split`), which also needs it
+        // named by address, whatever its size.
         let attrs = m.attributes();
         let may = attrs.flags.contains(BtlFlags::UNREGISTERED_REMOTE) && s.names_by_address_to(dst);
         let split = may && len >= s.split_from;

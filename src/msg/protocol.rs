@@ -1,4 +1,4 @@
-//! The message layer's wire format: five active-message tags in the BTL's PML range.
+//! The message layer's wire format: seven active-message tags in the BTL's PML range.
 //!
 //! | tag | message | body |
 //! |---|---|---|

@@ -113,7 +113,7 @@ impl State {
         } else {
             self.split_from
         };
-        if !rts.split || rts.len < from || !reads_by_address {
+        if !rts.split || rts.handle.is_some() || rts.len < from || !reads_by_address {
             return false;
         }
         if self.splits.contains_key(&p.req) {
