@@ -6,7 +6,7 @@ use super::protocol::{self, Fin};
 use super::served::{Request, SERVED};
 use super::state::{lock, Shared, Unexpected};
 use super::Result;
-use rbtl_btl::{Endpoint, Module, PeerFailure, Received};
+use rbtl_btl::{Endpoint, Module, PeerFailure, Received, Tag};
 use std::sync::Arc;
 
 /// Install the message layer's receive callbacks on module `mi`, whose endpoints
@@ -34,19 +34,19 @@ pub(super) fn register_callbacks(
             receive_eager(&st, m, (mi, r.endpoint), src, head, data);
         }),
     )?;
-    let (st, senders) = (state.clone(), ranks.clone());
-    m.register_am(
+    let from_peer = |m: &mut dyn Module, tag, handle: ControlHandler| {
+        on_control(m, mi, tag, ranks, state, handle)
+    };
+    from_peer(
+        m,
         protocol::RTS,
-        Box::new(move |m, r: &Received<'_>| {
-            let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() else {
+        Box::new(|st, m, route, src, body| {
+            let Some(rts) = protocol::Rts::decode(body) else {
                 return;
             };
-            let mut s = lock(&st);
-            let Some(rts) = protocol::Rts::decode(&r.joined()) else {
-                return;
-            };
+            let mut s = lock(st);
             match s.take_match(m, src, rts.tag, rts.ctx) {
-                Some(p) => s.start_get(&st, m, (mi, r.endpoint), &p, src, rts),
+                Some(p) => s.start_get(st, m, route, &p, src, rts),
                 None => s.unexpected.push_back(Unexpected::Rts {
                     src,
                     rts: Box::new(rts),
@@ -54,39 +54,31 @@ pub(super) fn register_callbacks(
             }
         }),
     )?;
-    let (st, senders) = (state.clone(), ranks.clone());
-    m.register_am(
+    from_peer(
+        m,
         protocol::EAGER_SYNC,
-        Box::new(move |m, r: &Received<'_>| {
-            let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() else {
+        Box::new(|st, m, (mi, ep), src, body| {
+            let Some((tag, ctx, sreq)) = protocol::decode_sync_header(body) else {
                 return;
             };
-            let joined = r.joined();
-            let Some((tag, ctx, sreq)) = protocol::decode_sync_header(&joined) else {
-                return;
-            };
-            let data = &joined[protocol::SYNC_HEADER..];
-            let mut s = lock(&st);
+            let data = &body[protocol::SYNC_HEADER..];
+            let mut s = lock(st);
             match s.take_match(m, src, tag, ctx) {
                 Some(p) => {
                     s.deliver_eager(&p, src, tag, data);
-                    s.ack_sync(m, mi, r.endpoint, sreq);
+                    s.ack_sync(m, mi, ep, sreq);
                 }
                 None => s.keep_unexpected(src, tag, ctx, data, Some(sreq)),
             }
         }),
     )?;
-    let (st, senders) = (state.clone(), ranks.clone());
-    m.register_am(
+    from_peer(
+        m,
         protocol::FIN,
-        Box::new(move |m, r: &Received<'_>| {
-            let mut s = lock(&st);
-            match protocol::decode_fin(&r.joined()) {
-                Some((sreq, Fin::Register)) => {
-                    if let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() {
-                        s.send_handle(m, (mi, r.endpoint), src, sreq);
-                    }
-                }
+        Box::new(|st, m, route, src, body| {
+            let mut s = lock(st);
+            match protocol::decode_fin(body) {
+                Some((sreq, Fin::Register)) => s.send_handle(m, route, src, sreq),
                 Some((sreq, Fin::Taken | Fin::Failed)) => {
                     if let Some(status) = s.reqs.get(sreq).map(|q| q.status) {
                         s.complete(sreq, Ok(status));
@@ -96,39 +88,30 @@ pub(super) fn register_callbacks(
             }
         }),
     )?;
-    let (st, senders) = (state.clone(), ranks.clone());
-    m.register_am(
+    from_peer(
+        m,
         protocol::HANDLE,
-        Box::new(move |m, r: &Received<'_>| {
-            let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() else {
-                return;
-            };
-            if let Some(answer) = protocol::decode_handle_message(&r.joined()) {
-                lock(&st).handle_arrived(&st, m, (mi, r.endpoint), src, answer);
+        Box::new(|st, m, route, src, body| {
+            if let Some(answer) = protocol::decode_handle_message(body) {
+                lock(st).handle_arrived(st, m, route, src, answer);
             }
         }),
     )?;
-    let (st, senders) = (state.clone(), ranks.clone());
-    m.register_am(
+    from_peer(
+        m,
         protocol::PART,
-        Box::new(move |m, r: &Received<'_>| {
-            let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() else {
-                return;
-            };
-            if let Some(part) = protocol::Part::decode(&r.joined()) {
-                lock(&st).write_part(&st, m, (mi, r.endpoint), src, part);
+        Box::new(|st, m, route, src, body| {
+            if let Some(part) = protocol::Part::decode(body) {
+                lock(st).write_part(st, m, route, src, part);
             }
         }),
     )?;
-    let (st, senders) = (state.clone(), ranks.clone());
-    m.register_am(
+    from_peer(
+        m,
         protocol::PART_DONE,
-        Box::new(move |m, r: &Received<'_>| {
-            let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() else {
-                return;
-            };
-            if let Some(done) = protocol::decode_part_done(&r.joined()) {
-                lock(&st).sender_part_done(&st, m, src, done);
+        Box::new(|st, m, _, src, body| {
+            if let Some(done) = protocol::decode_part_done(body) {
+                lock(st).sender_part_done(st, m, src, done);
             }
         }),
     )?;
@@ -191,4 +174,30 @@ fn receive_gathered(st: &Shared, m: &mut dyn Module, mi: usize, src: u32, r: &Re
     let joined = r.joined();
     let (head, data) = joined.split_at(protocol::EAGER_HEADER.min(joined.len()));
     receive_eager(st, m, (mi, r.endpoint), src, head, data);
+}
+
+/// What handles a control message of the layer: the state, the module, the route back
+/// (module index, endpoint), the sending rank and the message's bytes.
+type ControlHandler = Box<dyn Fn(&Shared, &mut dyn Module, (usize, Endpoint), u32, &[u8]) + Send>;
+
+/// Install `handle` for `tag` on module `mi`, whose endpoints belong to `ranks`; a
+/// message from an endpoint that names no rank is dropped.
+fn on_control(
+    m: &mut dyn Module,
+    mi: usize,
+    tag: Tag,
+    ranks: &Arc<[Option<u32>]>,
+    state: &Shared,
+    handle: ControlHandler,
+) -> Result<()> {
+    let (st, senders) = (state.clone(), ranks.clone());
+    m.register_am(
+        tag,
+        Box::new(move |m, r: &Received<'_>| {
+            if let Some(src) = senders.get(r.endpoint.0 as usize).copied().flatten() {
+                handle(&st, m, (mi, r.endpoint), src, &r.joined());
+            }
+        }),
+    )?;
+    Ok(())
 }
