@@ -377,6 +377,32 @@ mod tests {
         assert_eq!(decode_part_done(&[0; 10]), None);
     }
 
+    proptest::proptest! {
+        #![proptest_config(crate::pmi::fuzz::config())]
+
+        /// Any bytes on any of the layer's control tags: a message or `None`, never a
+        /// panic; what decodes encodes back to the same bytes.
+        #[test]
+        fn control_messages_decode_any_bytes(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..120)) {
+            if let Some(rts) = Rts::decode(&b) {
+                proptest::prop_assert_eq!(rts.encode(), b.clone());
+            }
+            if let Some((sreq, status)) = decode_fin(&b) {
+                proptest::prop_assert_eq!(&fin(sreq, status)[..], &b[..9]);
+            }
+            if let Some((sreq, handle)) = decode_handle_message(&b) {
+                proptest::prop_assert_eq!(handle_message(sreq, handle.as_ref()), b.clone());
+            }
+            if let Some(part) = Part::decode(&b) {
+                proptest::prop_assert_eq!(&part.encode()[..], &b[..]);
+            }
+            if let Some((rreq, landed)) = decode_part_done(&b) {
+                proptest::prop_assert_eq!(&part_done(rreq, landed)[..], &b[..]);
+            }
+            let _ = decode_sync_header(&b);
+        }
+    }
+
     fn handle_of_nothing() -> RemoteHandle {
         RemoteHandle::from_bytes(&[]).expect("an empty handle")
     }
