@@ -1,3 +1,5 @@
+// Over 600 lines on purpose: every way a message is sent, received and waited for,
+// whose fast paths share the request table and the matching state in one place.
 //! Point-to-point: tagged sends and receives, blocking and non-blocking, and waiting
 //! for their requests.
 

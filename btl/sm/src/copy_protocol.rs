@@ -1,3 +1,5 @@
+// Over 600 lines on purpose: one protocol (requests, replies, their checks and
+// what waits for room), which both ends must read the same way.
 //! The `sm` transport's own protocol: put and get copied through the rings when
 //! cross-memory attach is not used, and atomics applied by the target, as requests and
 //! replies that the target checks against its registrations ([`wire`] holds their
