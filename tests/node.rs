@@ -818,8 +818,8 @@ fn sm_registration_stress_of_memory_that_comes_and_goes() {
     expect_all_ok("sm_stress", 2, &[]);
 }
 
-/// The message layer's cached registrations of a send buffer that is remapped between
-/// sends: each receive gets the buffer's contents at the time of its send.
+/// One-sided transfers and rendezvous with rank 0's cross-memory attach refused after
+/// wire-up (`node/refused_attach.rs`).
 #[test]
 fn transfers_and_rendezvous_go_with_a_registration_once_attach_is_refused() {
     expect_all_ok("msg_refused_attach", 2, &[]);
@@ -846,6 +846,8 @@ fn a_receive_waiting_for_its_sender_fails_when_the_sender_dies() {
     }
 }
 
+/// The message layer's cached registrations of a send buffer that is remapped between
+/// sends: each receive gets the buffer's contents at the time of its send.
 #[test]
 fn message_layer_sends_from_a_remapped_buffer() {
     expect_all_ok("msg_remap", 2, &[]);
