@@ -188,18 +188,7 @@ impl State {
         // SAFETY: the receive buffer stays valid until the receive completes, which
         // waits for this read's callback; the sender vouched for its buffer (an RTS
         // without a handle) until our FIN, sent after that.
-        let whole = unsafe {
-            Transfer::new(
-                ep,
-                Local::unregistered(local),
-                Remote::unregistered(remote),
-                len,
-            )
-        };
-        let piece = piece_len(m.attributes(), false);
-        let started = start_in_pieces(m, ep, local, len, piece, done, |m, off, n, cb| {
-            m.get(&whole.piece(off, n), cb)
-        });
+        let started = unsafe { by_address(m, ep, (local, remote, len), false, done) };
         match started {
             Ok(()) => {}
             // Our attach refused: the sender writes this half too.
@@ -299,21 +288,11 @@ impl State {
         let done: RdmaCallback = Box::new(move |m, c| {
             answer(&mut lock(&state), m, c.status.is_ok());
         });
+        let remote = part.addr + part.offset as u64;
         // SAFETY: the send's buffer stays valid until its request completes, at the
         // receiver's FIN, which waits for this write's answer; the receiver named its
         // buffer by address for this part, valid until its receive completes.
-        let whole = unsafe {
-            Transfer::new(
-                ep,
-                Local::unregistered(local),
-                Remote::unregistered(part.addr + part.offset as u64),
-                part.len,
-            )
-        };
-        let piece = piece_len(m.attributes(), true);
-        let started = start_in_pieces(m, ep, local, part.len, piece, done, |m, off, n, cb| {
-            m.put(&whole.piece(off, n), cb)
-        });
+        let started = unsafe { by_address(m, ep, (local, remote, part.len), true, done) };
         if started.is_err() {
             answer(self, m, false);
         }
@@ -333,4 +312,39 @@ impl State {
             self.complete(req, Err(Error::PeerFailed { rank, why }));
         }
     }
+}
+
+/// Start a put (`put`: from `local` here to `remote` in the peer's memory) or a get of
+/// `len` bytes, both sides named by address, in pieces within the transport's limit;
+/// `done` runs once for the whole.
+///
+/// # Safety
+///
+/// Both ranges stay valid, and are named so with the consent of their owners, until
+/// `done` has run (as [`Local::unregistered`] and [`Remote::unregistered`]).
+unsafe fn by_address(
+    m: &mut dyn Module,
+    ep: Endpoint,
+    (local, remote, len): (usize, u64, usize),
+    put: bool,
+    done: RdmaCallback,
+) -> rbtl_btl::Result<()> {
+    // SAFETY: the caller's contract.
+    let whole = unsafe {
+        Transfer::new(
+            ep,
+            Local::unregistered(local),
+            Remote::unregistered(remote),
+            len,
+        )
+    };
+    let piece = piece_len(m.attributes(), put);
+    start_in_pieces(m, ep, local, len, piece, done, |m, off, n, cb| {
+        let t = whole.piece(off, n);
+        if put {
+            m.put(&t, cb)
+        } else {
+            m.get(&t, cb)
+        }
+    })
 }
