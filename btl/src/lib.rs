@@ -79,7 +79,9 @@ pub use module::{
     AmCallback, Endpoint, ErrorCallback, ErrorEvent, Expected, Module, Proc, RdmaCallback,
     RdmaCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, EXPECTED_KEY,
 };
-pub use operation::{ActiveMessage, AtomicKind, Local, RdmaFlags, Remote, RemoteAtomic, Transfer};
+pub use operation::{
+    ActiveMessage, AtomicKind, DescriptorRequest, Local, RdmaFlags, Remote, RemoteAtomic, Transfer,
+};
 pub use owned_memory::{NotReleased, OwnedMemory};
 pub use rbtl_rcache::Access;
 pub use request::{MemRange, RegRequest, MAX_RANGES};

@@ -11,7 +11,7 @@
 
 use crate::expected::ExpectedSlot;
 use crate::{
-    ActiveMessage, Attributes, DesFlags, Descriptor, Error, MemHandle, Modex, Order, Received,
+    ActiveMessage, Attributes, Descriptor, DescriptorRequest, Error, MemHandle, Modex, Received,
     RegRequest, RemoteAtomic, RemoteHandle, Result, Tag, Transfer,
 };
 use rbtl_rcache::Access;
@@ -210,30 +210,23 @@ pub trait Module: Send {
         None
     }
 
-    /// A descriptor with one segment of `size` bytes (at most `max_send_size`).
-    fn alloc(
-        &mut self,
-        endpoint: Endpoint,
-        order: Order,
-        size: usize,
-        flags: DesFlags,
-    ) -> Result<Descriptor>;
+    /// A descriptor with one segment of `request.size` bytes (at most
+    /// `max_send_size`: [`DescriptorRequest::check`]) for `request.endpoint` (Open
+    /// MPI: `btl_alloc`).
+    fn alloc(&mut self, request: &DescriptorRequest) -> Result<Descriptor>;
 
-    /// A descriptor holding `reserve` bytes for the caller's header followed by as much
-    /// of `data` (gathered in order) as fits in `max_send_size` (Open MPI:
+    /// A descriptor holding `request.size` bytes for the caller's header followed by
+    /// as much of `data` (gathered in order) as fits in `max_send_size` (Open MPI:
     /// `btl_prepare_src` with a convertor). The descriptor's length tells how much was
     /// packed. (Provided: an [`alloc`](Module::alloc) of that length, filled.)
-    fn prepare_src(
-        &mut self,
-        endpoint: Endpoint,
-        order: Order,
-        reserve: usize,
-        data: &[&[u8]],
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
+    fn prepare_src(&mut self, request: &DescriptorRequest, data: &[&[u8]]) -> Result<Descriptor> {
         let max = self.attributes().max_send_size;
+        let reserve = request.size;
         let len = crate::send_frags::packed_len(max, reserve, data)?;
-        let mut des = self.alloc(endpoint, order, len, flags)?;
+        let mut des = self.alloc(&DescriptorRequest {
+            size: len,
+            ..*request
+        })?;
         crate::send_frags::pack(&mut des, reserve, data);
         Ok(des)
     }

@@ -1,12 +1,14 @@
 //! Operations as values: a [`Transfer`] names a put or a get, a [`RemoteAtomic`] an
-//! atomic, an [`ActiveMessage`] a send without a descriptor, whole, where Open MPI's
-//! `btl_put`, `btl_get`, `btl_atomic_op`, `btl_atomic_fop`, `btl_atomic_cswap` and
-//! `btl_sendi` take an argument list each. [`Module::put`](crate::Module::put),
-//! [`Module::get`](crate::Module::get) and [`Module::atomic`](crate::Module::atomic)
-//! take them with the completion callback, [`Module::sendi`](crate::Module::sendi)
+//! atomic, an [`ActiveMessage`] a send without a descriptor, a [`DescriptorRequest`]
+//! the descriptor wanted for a send, whole, where Open MPI's `btl_put`, `btl_get`,
+//! `btl_atomic_op`, `btl_atomic_fop`, `btl_atomic_cswap`, `btl_sendi`, `btl_alloc`
+//! and `btl_prepare_src` take an argument list each.
+//! [`Module::put`](crate::Module::put), [`Module::get`](crate::Module::get) and
+//! [`Module::atomic`](crate::Module::atomic) take them with the completion callback,
+//! [`Module::sendi`](crate::Module::sendi) and [`Module::alloc`](crate::Module::alloc)
 //! alone; the checks that do not depend on the transport's state are the values' own
 //! ([`Transfer::check_limits`], [`RemoteAtomic::check_word`],
-//! [`ActiveMessage::check`]).
+//! [`ActiveMessage::check`], [`DescriptorRequest::check`]).
 
 use crate::{Access, MemHandle, Order, RemoteHandle, Result, Tag};
 use crate::{AtomicOp, AtomicRequest, AtomicWidth, Attributes, DesFlags, Endpoint, Error};
@@ -364,12 +366,60 @@ impl<'a> ActiveMessage<'a> {
     #[inline]
     pub fn check(&self, max_send_size: usize) -> Result<()> {
         crate::am_table::check_not_reserved(self.tag)?;
-        let size = self.len();
-        if size > max_send_size {
-            return Err(Error::TooLarge(format!(
-                "{size} bytes exceed max_send_size {max_send_size}"
-            )));
-        }
-        Ok(())
+        check_send_size(self.len(), max_send_size)
     }
+}
+
+/// The descriptor wanted for a send to `endpoint`: one segment of `size` bytes,
+/// kept in `order`, with `flags` (Open MPI: the arguments of `btl_alloc`; for
+/// [`Module::prepare_src`](crate::Module::prepare_src), `size` is the room reserved
+/// for the caller's header before the data).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DescriptorRequest {
+    /// The peer.
+    pub endpoint: Endpoint,
+    /// Bytes of the segment.
+    pub size: usize,
+    /// The order it keeps with the endpoint's other operations.
+    pub order: Order,
+    /// What happens to the descriptor once it is sent.
+    pub flags: DesFlags,
+}
+
+impl DescriptorRequest {
+    /// `size` bytes for `endpoint`, no flags, in any order.
+    pub fn new(endpoint: Endpoint, size: usize) -> Self {
+        DescriptorRequest {
+            endpoint,
+            size,
+            order: Order::ANY,
+            flags: DesFlags::empty(),
+        }
+    }
+
+    /// The same, kept in `order`.
+    pub fn ordered(self, order: Order) -> Self {
+        DescriptorRequest { order, ..self }
+    }
+
+    /// The same, with `flags`.
+    pub fn flagged(self, flags: DesFlags) -> Self {
+        DescriptorRequest { flags, ..self }
+    }
+
+    /// [`Error::TooLarge`] for more than `max_send_size` bytes.
+    #[inline]
+    pub fn check(&self, max_send_size: usize) -> Result<()> {
+        check_send_size(self.size, max_send_size)
+    }
+}
+
+/// [`Error::TooLarge`] for a send of more than `max_send_size` bytes.
+fn check_send_size(size: usize, max_send_size: usize) -> Result<()> {
+    if size > max_send_size {
+        return Err(Error::TooLarge(format!(
+            "{size} bytes exceed max_send_size {max_send_size}"
+        )));
+    }
+    Ok(())
 }

@@ -5,7 +5,7 @@
 //! its owner).
 
 use crate::done::Done;
-use crate::{DesFlags, Descriptor, Endpoint, Error, ModuleId, Order, Result};
+use crate::{DesFlags, Descriptor, DescriptorRequest, Error, ModuleId, Result};
 use rbtl_mpool::{AnonymousSource, FreeList, FreeListConfig};
 use std::collections::VecDeque;
 
@@ -30,25 +30,20 @@ impl SendFrags {
         })
     }
 
-    /// A descriptor with one segment of `size` bytes (Open MPI: `btl_alloc`).
-    pub fn alloc(
-        &mut self,
-        ep: Endpoint,
-        size: usize,
-        order: Order,
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
-        if size > self.max_send_size {
-            return Err(Error::TooLarge(format!(
-                "{size} bytes exceed max_send_size {}",
-                self.max_send_size
-            )));
-        }
+    /// A descriptor of `request` (Open MPI: `btl_alloc`).
+    pub fn alloc(&mut self, request: &DescriptorRequest) -> Result<Descriptor> {
+        request.check(self.max_send_size)?;
         let frag = self.list.get().map_err(|e| match e {
             rbtl_mpool::Error::Exhausted { .. } => Error::OutOfResource("send descriptors"),
             other => Error::Mpool(other),
         })?;
-        Descriptor::new(self.owner, ep, frag, size, order, flags)
+        let &DescriptorRequest {
+            endpoint,
+            size,
+            order,
+            flags,
+        } = request;
+        Descriptor::new(self.owner, endpoint, frag, size, order, flags)
     }
 
     /// Take back a descriptor the user frees (Open MPI: `btl_free`); one of another

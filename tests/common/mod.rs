@@ -157,10 +157,10 @@ pub fn send_noted<T: Send + 'static>(
     statuses: &std::sync::Arc<std::sync::Mutex<Vec<T>>>,
     note: fn(&rbtl::btl::Result<()>) -> T,
 ) -> rbtl::btl::Result<rbtl::btl::SendOutcome> {
-    use rbtl::btl::{DesFlags, Order, SendCompletion};
+    use rbtl::btl::{DesFlags, DescriptorRequest, SendCompletion};
     let flags = DesFlags::OWNERSHIP | DesFlags::ALWAYS_CALLBACK;
     let mut des = m
-        .alloc(ep, Order::ANY, 8, flags)
+        .alloc(&DescriptorRequest::new(ep, 8).flagged(flags))
         .expect("a send descriptor");
     let st = statuses.clone();
     des.set_callback(Box::new(move |_, done: SendCompletion| {

@@ -2,7 +2,7 @@
 //! the transport itself through which the two sides meet.
 
 use crate::retry::{idle_progress, retry, send_all};
-use rbtl_btl::{DesFlags, Endpoint, Module, Order, Tag};
+use rbtl_btl::{DesFlags, DescriptorRequest, Endpoint, Module, Tag};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -58,9 +58,8 @@ impl<'a> Peer<'a> {
     /// Send `bytes` to the peer's exchange (progressing only until they are out).
     pub(crate) fn send_exchange(&mut self, bytes: &[u8]) {
         let ep = self.endpoint;
-        let des = retry(self, "exchange", |m| {
-            m.prepare_src(ep, Order::ANY, 0, &[bytes], DesFlags::OWNERSHIP)
-        });
+        let request = DescriptorRequest::new(ep, 0).flagged(DesFlags::OWNERSHIP);
+        let des = retry(self, "exchange", |m| m.prepare_src(&request, &[bytes]));
         assert_eq!(des.len(), bytes.len(), "exchange fits one fragment");
         send_all(self, des, EXCHANGE_TAG);
     }

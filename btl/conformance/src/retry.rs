@@ -3,7 +3,8 @@
 
 use crate::Peer;
 use rbtl_btl::{
-    ActiveMessage, DesFlags, Descriptor, Error, Module, Order, SendOutcome, SendiOutcome, Tag,
+    ActiveMessage, DesFlags, Descriptor, DescriptorRequest, Error, Module, SendOutcome,
+    SendiOutcome, Tag,
 };
 use std::time::{Duration, Instant};
 
@@ -109,5 +110,6 @@ pub(crate) fn sendi_progressing(
 
 pub(crate) fn alloc_retry(p: &mut Peer<'_>, size: usize, flags: DesFlags) -> Descriptor {
     let ep = p.endpoint;
-    retry(p, "alloc", |m| m.alloc(ep, Order::ANY, size, flags))
+    let request = DescriptorRequest::new(ep, size).flagged(flags);
+    retry(p, "alloc", |m| m.alloc(&request))
 }

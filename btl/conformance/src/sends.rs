@@ -5,7 +5,8 @@ use crate::pattern::{fill, interesting_sizes, matches_pattern};
 use crate::retry::{alloc_retry, idle_progress, retry, send_all};
 use crate::{Peer, EXCHANGE_TAG, NOBODY_TAG};
 use rbtl_btl::{
-    ActiveMessage, BtlFlags, DesFlags, Error, Order, SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
+    ActiveMessage, BtlFlags, DesFlags, DescriptorRequest, Error, SendOutcome, SendiOutcome, Tag,
+    MAX_SEGMENTS,
 };
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -116,14 +117,9 @@ pub fn sends_every_size(p: &mut Peer<'_>) {
         fill(&mut msg, size);
         let reserve = size.min(8);
         let ep = p.endpoint;
+        let request = DescriptorRequest::new(ep, reserve).flagged(DesFlags::OWNERSHIP);
         let mut des = retry(p, "prepare_src", |m| {
-            m.prepare_src(
-                ep,
-                Order::ANY,
-                reserve,
-                &[&msg[reserve..]],
-                DesFlags::OWNERSHIP,
-            )
+            m.prepare_src(&request, &[&msg[reserve..]])
         });
         assert_eq!(des.len(), size, "prepare_src packed all of {size} bytes");
         des.segment_mut(0)[..reserve].copy_from_slice(&msg[..reserve]);

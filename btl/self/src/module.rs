@@ -9,10 +9,10 @@ use rbtl_btl::transport_kit::registrations::{NoPin, Reg, Registrations};
 use rbtl_btl::transport_kit::send_frags::SendFrags;
 use rbtl_btl::transport_kit::AmTable;
 use rbtl_btl::{
-    ActiveMessage, AmCallback, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
-    MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback, RdmaCompletion, Received,
-    RegRequest, RemoteAtomic, RemoteHandle, Result, SendCompletion, SendError, SendOutcome,
-    SendiOutcome, Tag, Transfer, MAX_SEGMENTS,
+    ActiveMessage, AmCallback, Attributes, DesFlags, Descriptor, DescriptorRequest, Endpoint,
+    Error, ErrorCallback, MemHandle, Modex, Module, ModuleId, Proc, RdmaCallback, RdmaCompletion,
+    Received, RegRequest, RemoteAtomic, RemoteHandle, Result, SendCompletion, SendError,
+    SendOutcome, SendiOutcome, Tag, Transfer, MAX_SEGMENTS,
 };
 use rbtl_mpool::Region;
 use rbtl_rcache::{Access, Rcache};
@@ -99,17 +99,6 @@ impl SelfModule {
                 why: "no receive callback registered for it",
             })
         }
-    }
-
-    fn new_descriptor(
-        &mut self,
-        ep: Endpoint,
-        size: usize,
-        order: Order,
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
-        self.check_endpoint(ep)?;
-        self.frags.alloc(ep, size, order, flags)
     }
 
     /// Check a remote handle and range for `needs`; the target address as a pointer.
@@ -297,14 +286,9 @@ impl Module for SelfModule {
         Some(self.rcache.stats())
     }
 
-    fn alloc(
-        &mut self,
-        endpoint: Endpoint,
-        order: Order,
-        size: usize,
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
-        self.new_descriptor(endpoint, size, order, flags)
+    fn alloc(&mut self, request: &DescriptorRequest) -> Result<Descriptor> {
+        self.check_endpoint(request.endpoint)?;
+        self.frags.alloc(request)
     }
 
     fn free(&mut self, descriptor: Descriptor) -> Result<()> {
@@ -356,7 +340,10 @@ impl Module for SelfModule {
             });
             return Ok(SendiOutcome::Sent);
         }
-        let des = self.prepare_src(endpoint, order, 0, &[header, payload], flags)?;
+        let request = DescriptorRequest::new(endpoint, 0)
+            .ordered(order)
+            .flagged(flags);
+        let des = self.prepare_src(&request, &[header, payload])?;
         if size > self.attrs.eager_limit || des.len() < size {
             if des.len() < size {
                 self.frags.recycle(des);

@@ -1,7 +1,7 @@
 //! The `self` transport: the contract suite, selection, and every kind of bad input.
 
 use rbtl_btl::{
-    Access, ActiveMessage, DesFlags, Endpoint, Error, Framework, Local, Module, Order, Proc,
+    Access, ActiveMessage, DescriptorRequest, Endpoint, Error, Framework, Local, Module, Proc,
     Remote, RemoteHandle, SingletonModex, Tag, Transfer,
 };
 use rbtl_config::Registry;
@@ -177,7 +177,7 @@ fn handles_and_descriptors_of_another_module_are_refused() {
     b.deregister_mem(&mut hb).unwrap();
     a.deregister_mem(&mut ha).unwrap();
 
-    let des = a.alloc(ep_a, Order::ANY, 8, DesFlags::empty()).unwrap();
+    let des = a.alloc(&DescriptorRequest::new(ep_a, 8)).unwrap();
     let err = b.send(Endpoint(0), des, Tag::USR).unwrap_err();
     assert!(matches!(
         err.error,
@@ -200,14 +200,14 @@ fn sends_with_bad_tags_endpoints_and_sizes_are_refused() {
     let (mut m, ep) = open_self(&[]);
     let max = m.attributes().max_send_size;
     assert!(matches!(
-        m.alloc(ep, Order::ANY, max + 1, DesFlags::empty()),
+        m.alloc(&DescriptorRequest::new(ep, max + 1)),
         Err(Error::TooLarge(_))
     ));
     assert!(matches!(
-        m.alloc(Endpoint(9), Order::ANY, 1, DesFlags::empty()),
+        m.alloc(&DescriptorRequest::new(Endpoint(9), 1)),
         Err(Error::UnknownEndpoint(9))
     ));
-    let des = m.alloc(ep, Order::ANY, 1, DesFlags::empty()).unwrap();
+    let des = m.alloc(&DescriptorRequest::new(ep, 1)).unwrap();
     let err = m.send(ep, des, Tag(0x99)).unwrap_err();
     assert!(matches!(err.error, Error::BadTag { why, .. } if why.contains("no receive callback")));
     m.free(err.descriptor).unwrap();

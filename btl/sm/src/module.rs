@@ -21,11 +21,11 @@ use rbtl_btl::transport_kit::Done;
 use rbtl_btl::transport_kit::ExpectedSlot;
 use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::{
-    ActiveMessage, AmCallback, Attributes, BtlFlags, DesFlags, Descriptor, Endpoint, Error,
-    ErrorCallback, ErrorEvent, MemHandle, Modex, Module, ModuleId, Order, PeerFailure, Proc,
-    RdmaCallback, RdmaCompletion, RdmaFlags, Received, RegRequest, RemoteAtomic, RemoteHandle,
-    Result, SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, Transfer,
-    MAX_SEGMENTS,
+    ActiveMessage, AmCallback, Attributes, BtlFlags, DesFlags, Descriptor, DescriptorRequest,
+    Endpoint, Error, ErrorCallback, ErrorEvent, MemHandle, Modex, Module, ModuleId, PeerFailure,
+    Proc, RdmaCallback, RdmaCompletion, RdmaFlags, Received, RegRequest, RemoteAtomic,
+    RemoteHandle, Result, SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag,
+    Transfer, MAX_SEGMENTS,
 };
 use rbtl_rcache::{Access, Rcache};
 use std::collections::VecDeque;
@@ -252,17 +252,6 @@ impl SmModule {
             Ok(()) => Ok(module),
             Err(e) => Err(self.refused(ep, e)),
         }
-    }
-
-    fn new_descriptor(
-        &mut self,
-        ep: Endpoint,
-        size: usize,
-        order: Order,
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
-        self.peer(ep)?;
-        self.frags.alloc(ep, size, order, flags)
     }
 
     /// Queue the completion of a descriptor that went out (or failed); `immediate`
@@ -750,14 +739,9 @@ impl Module for SmModule {
         Some(self.rcache.stats())
     }
 
-    fn alloc(
-        &mut self,
-        endpoint: Endpoint,
-        order: Order,
-        size: usize,
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
-        self.new_descriptor(endpoint, size, order, flags)
+    fn alloc(&mut self, request: &DescriptorRequest) -> Result<Descriptor> {
+        self.peer(request.endpoint)?;
+        self.frags.alloc(request)
     }
 
     fn free(&mut self, descriptor: Descriptor) -> Result<()> {

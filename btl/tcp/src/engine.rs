@@ -23,9 +23,9 @@ use rbtl_btl::transport_kit::registrations::{NoPin, Registrations};
 use rbtl_btl::transport_kit::Done;
 use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::{
-    ActiveMessage, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorEvent, MemHandle, Modex,
-    ModuleId, Order, PeerFailure, Proc, RdmaCallback, RegRequest, RemoteAtomic, Result, SendError,
-    SendOutcome, Tag, Transfer,
+    ActiveMessage, Attributes, Descriptor, DescriptorRequest, Endpoint, Error, ErrorEvent,
+    MemHandle, Modex, ModuleId, PeerFailure, Proc, RdmaCallback, RegRequest, RemoteAtomic, Result,
+    SendError, SendOutcome, Tag, Transfer,
 };
 use rbtl_mpool::Region;
 use rbtl_rcache::Rcache;
@@ -230,15 +230,9 @@ impl Engine {
     // ---- Sends.
 
     /// A descriptor for `ep`.
-    pub fn alloc(
-        &mut self,
-        ep: Endpoint,
-        order: Order,
-        size: usize,
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
-        self.net.live_peer(ep)?;
-        self.sends.frags.alloc(ep, size, order, flags)
+    pub fn alloc(&mut self, request: &DescriptorRequest) -> Result<Descriptor> {
+        self.net.live_peer(request.endpoint)?;
+        self.sends.frags.alloc(request)
     }
 
     /// Take back a descriptor.

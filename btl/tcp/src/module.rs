@@ -12,9 +12,10 @@ use rbtl_btl::transport_kit::Done;
 use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::transport_kit::{AmTable, ExpectedSlot};
 use rbtl_btl::{
-    ActiveMessage, AmCallback, Attributes, DesFlags, Descriptor, Endpoint, Error, ErrorCallback,
-    MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback, Received, RegRequest,
-    RemoteAtomic, Result, SendCompletion, SendError, SendOutcome, SendiOutcome, Tag, Transfer,
+    ActiveMessage, AmCallback, Attributes, DesFlags, Descriptor, DescriptorRequest, Endpoint,
+    Error, ErrorCallback, MemHandle, Modex, Module, ModuleId, Proc, RdmaCallback, Received,
+    RegRequest, RemoteAtomic, Result, SendCompletion, SendError, SendOutcome, SendiOutcome, Tag,
+    Transfer,
 };
 use std::time::{Duration, Instant};
 
@@ -200,14 +201,8 @@ impl Module for TcpModule {
         unsafe { self.engine.register(&self.attrs, request) }
     }
 
-    fn alloc(
-        &mut self,
-        endpoint: Endpoint,
-        order: Order,
-        size: usize,
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
-        self.engine.alloc(endpoint, order, size, flags)
+    fn alloc(&mut self, request: &DescriptorRequest) -> Result<Descriptor> {
+        self.engine.alloc(request)
     }
 
     fn free(&mut self, descriptor: Descriptor) -> Result<()> {

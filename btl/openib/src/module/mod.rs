@@ -24,8 +24,8 @@ use crate::remote_key::{KeyRange, RemoteKey};
 use emu32::{Op32, Scratch};
 use rbtl_btl::transport_kit::ExpectedSlot;
 use rbtl_btl::{
-    ActiveMessage, AmCallback, AtomicKind, AtomicWidth, Attributes, DesFlags, Descriptor, Endpoint,
-    Error, ErrorCallback, MemHandle, Modex, Module, ModuleId, Order, Proc, RdmaCallback,
+    ActiveMessage, AmCallback, AtomicKind, AtomicWidth, Attributes, Descriptor, DescriptorRequest,
+    Endpoint, Error, ErrorCallback, MemHandle, Modex, Module, ModuleId, Proc, RdmaCallback,
     RegRequest, RemoteAtomic, RemoteHandle, Result, SendError, SendOutcome, SendiOutcome, Tag,
     Transfer,
 };
@@ -162,14 +162,8 @@ impl Module for OpenibModule {
         Some(self.core.rcache.stats())
     }
 
-    fn alloc(
-        &mut self,
-        endpoint: Endpoint,
-        order: Order,
-        size: usize,
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
-        self.alloc_descriptor(endpoint, order, size, flags)
+    fn alloc(&mut self, request: &DescriptorRequest) -> Result<Descriptor> {
+        self.alloc_descriptor(request)
     }
 
     fn free(&mut self, descriptor: Descriptor) -> Result<()> {

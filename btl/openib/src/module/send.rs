@@ -8,7 +8,7 @@ use crate::core::{Done, Posted, RECV_BIT};
 use crate::peer::{Link, Waiting};
 use crate::wire::{self, Trailer, CREDIT_ONLY, FRAG_EXTRA, TRAILER};
 use rbtl_btl::{
-    copy_bytes, ActiveMessage, DesFlags, Descriptor, Endpoint, Error, Module, Order, PeerFailure,
+    copy_bytes, ActiveMessage, Descriptor, DescriptorRequest, Endpoint, Error, Module, PeerFailure,
     Result, SendError, SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
 };
 use rbtl_verbs::{Op, Sge};
@@ -24,21 +24,16 @@ const SIGNAL_EVERY: u32 = 16;
 const GATHER_MAX: usize = 128;
 
 impl OpenibModule {
-    /// (`Module::alloc`) A descriptor of `size` bytes from the send fragments.
-    pub(super) fn alloc_descriptor(
-        &mut self,
-        endpoint: Endpoint,
-        order: Order,
-        size: usize,
-        flags: DesFlags,
-    ) -> Result<Descriptor> {
+    /// (`Module::alloc`) A descriptor of `request` from the send fragments.
+    pub(super) fn alloc_descriptor(&mut self, request: &DescriptorRequest) -> Result<Descriptor> {
+        let &DescriptorRequest {
+            endpoint,
+            size,
+            order,
+            flags,
+        } = request;
         self.core.peer(endpoint)?;
-        let max = self.core.attrs.max_send_size;
-        if size > max {
-            return Err(Error::TooLarge(format!(
-                "{size} bytes exceed max_send_size {max}"
-            )));
-        }
+        request.check(self.core.attrs.max_send_size)?;
         let frag = self.core.send_frags.get().map_err(|e| {
             if e.is_retryable() {
                 Error::OutOfResource("openib: send fragments")
@@ -123,7 +118,10 @@ impl OpenibModule {
             && size + TRAILER <= inline_max
             && peer.credits.take();
         if !now {
-            let des = self.prepare_src(endpoint, order, 0, &[header, payload], flags)?;
+            let request = DescriptorRequest::new(endpoint, 0)
+                .ordered(order)
+                .flagged(flags);
+            let des = self.prepare_src(&request, &[header, payload])?;
             return Ok(SendiOutcome::Descriptor(des));
         }
         let (credits, rsv) = peer.credits.piggyback();
