@@ -10,6 +10,7 @@
 //! | (libfabric: `fi_mr_regattr`, `struct fi_mr_attr`, `requested_key`, `fi_mr_regv`) | [`Module::register`], [`RegRequest`], [`MemRange`] |
 //! | `btl_put`, `btl_get` (address, handle and size of each side, flags, order) | [`Module::put`], [`Module::get`] taking one [`Transfer`] ([`Local`], [`Remote`], [`RdmaFlags`]) |
 //! | `btl_sendi` (endpoint, header, payload, order, flags, tag) | [`Module::sendi`] taking one [`ActiveMessage`] |
+//! | `btl_alloc`, `btl_prepare_src` (endpoint, order, size or reserve, flags) | [`Module::alloc`], [`Module::prepare_src`] taking one [`DescriptorRequest`] |
 //! | `btl_atomic_op`, `btl_atomic_fop`, `btl_atomic_cswap` | [`Module::atomic`] taking one [`RemoteAtomic`] ([`AtomicKind`], a result or none) |
 //! | `mca_btl_base_atomic_op_t`, `MCA_BTL_ATOMIC_FLAG_32BIT`, `MCA_BTL_ATOMIC_SUPPORTS_*` | [`AtomicOp`], [`AtomicWidth::W32`], [`AtomicFlags`] |
 //! | `mca_btl_base_descriptor_t`, `MCA_BTL_DES_FLAGS_*` | [`Descriptor`], [`DesFlags`] |

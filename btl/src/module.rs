@@ -77,8 +77,9 @@ pub struct SharedMem {
 /// What `send` did with the descriptor.
 #[derive(Debug)]
 pub enum SendOutcome {
-    /// Sent at once. The callback runs only under [`DesFlags::ALWAYS_CALLBACK`]; the
-    /// descriptor comes back here when the caller owns it and no callback will get it.
+    /// Sent at once. The callback runs only under
+    /// [`DesFlags::ALWAYS_CALLBACK`](crate::DesFlags::ALWAYS_CALLBACK); the descriptor
+    /// comes back here when the caller owns it and no callback will get it.
     Done(Option<Descriptor>),
     /// Queued; the callback (if any) runs on completion (Open MPI: `OPAL_SUCCESS`).
     Queued,
