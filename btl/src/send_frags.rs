@@ -37,13 +37,8 @@ impl SendFrags {
             rbtl_mpool::Error::Exhausted { .. } => Error::OutOfResource("send descriptors"),
             other => Error::Mpool(other),
         })?;
-        let &DescriptorRequest {
-            endpoint,
-            size,
-            order,
-            flags,
-        } = request;
-        Descriptor::new(self.owner, endpoint, frag, size, order, flags)
+        let r = request;
+        Descriptor::new(self.owner, r.endpoint, frag, r.size, r.order, r.flags)
     }
 
     /// Take back a descriptor the user frees (Open MPI: `btl_free`); one of another

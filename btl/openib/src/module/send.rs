@@ -26,14 +26,9 @@ const GATHER_MAX: usize = 128;
 impl OpenibModule {
     /// (`Module::alloc`) A descriptor of `request` from the send fragments.
     pub(super) fn alloc_descriptor(&mut self, request: &DescriptorRequest) -> Result<Descriptor> {
-        let &DescriptorRequest {
-            endpoint,
-            size,
-            order,
-            flags,
-        } = request;
-        self.core.peer(endpoint)?;
-        request.check(self.core.attrs.max_send_size)?;
+        let r = request;
+        self.core.peer(r.endpoint)?;
+        r.check(self.core.attrs.max_send_size)?;
         let frag = self.core.send_frags.get().map_err(|e| {
             if e.is_retryable() {
                 Error::OutOfResource("openib: send fragments")
@@ -41,7 +36,7 @@ impl OpenibModule {
                 Error::Mpool(e)
             }
         })?;
-        Descriptor::new(self.core.id, endpoint, frag, size, order, flags)
+        Descriptor::new(self.core.id, r.endpoint, frag, r.size, r.order, r.flags)
     }
 
     /// (`Module::send`) Post `descriptor` at once when the peer is connected, nothing
