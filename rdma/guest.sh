@@ -6,6 +6,8 @@
 # the host's /usr and /etc shared read-only over virtio-9p, so host-built
 # binaries (cargo test binaries included) run in it unchanged.  Why it is done
 # this way: rdma/README.md.  Usage: see usage() below or rdma/README.md.
+# (Over 600 lines: building the guest, booting one or a pair and streaming their
+# output share its helpers; split, each part would carry them again.)
 
 set -euo pipefail
 

@@ -1,3 +1,5 @@
+/* Long on purpose: one program holds every communicator and group check,
+ * so that each rank count is one launch. */
 /* comm.c: communicators and groups at 1 or more ranks. Names; MPI_Comm_compare
  * (IDENT, CONGRUENT, SIMILAR, UNEQUAL); dup, split (colours, keys, MPI_UNDEFINED),
  * split_type (MPI_COMM_TYPE_SHARED), create and create_group, each used for

@@ -1,3 +1,5 @@
+/* Long on purpose: one program holds every point-to-point check,
+ * so that each rank count is one launch. */
 /* p2p.c: point-to-point at 2 or more ranks. Sends in every mode (standard,
  * synchronous: not complete before its receive is posted, ready, buffered: with
  * MPI_ERR_BUFFER when the attached buffer is missing or too small), blocking and

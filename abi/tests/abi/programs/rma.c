@@ -1,3 +1,5 @@
+/* Long on purpose: one program holds every one-sided check,
+ * so that each rank count is one launch. */
 /* rma.c: one-sided communication at any number of ranks (run at 1 to 4), every
  * result checked against values computed here. Windows over user memory
  * (MPI_Win_create) and allocated (MPI_Win_allocate): their group, name,
