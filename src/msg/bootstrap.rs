@@ -59,11 +59,7 @@ impl Comm {
             let mut map = Vec::new();
             for (rank, ep) in eps.into_iter().enumerate() {
                 if let Some(ep) = ep {
-                    let i = ep.0 as usize;
-                    if map.len() <= i {
-                        map.resize(i + 1, None);
-                    }
-                    map[i] = Some(rank as u32);
+                    *super::state::slot(&mut map, ep.0 as usize) = Some(rank as u32);
                     state.route[rank].get_or_insert((mi, ep));
                 }
             }

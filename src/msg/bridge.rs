@@ -240,11 +240,7 @@ impl Comm {
             let rank = self.routes.len() as u32;
             self.routes.push((bridge.module, ep));
             s.route.push(Some((bridge.module, ep)));
-            let i = ep.0 as usize;
-            if bridge.ranks.len() <= i {
-                bridge.ranks.resize(i + 1, None);
-            }
-            bridge.ranks[i] = Some(rank);
+            *super::state::slot(&mut bridge.ranks, ep.0 as usize) = Some(rank);
             out.push(rank);
         }
         drop(s);

@@ -42,7 +42,7 @@ impl State {
     pub fn ask_for_handle(
         &mut self,
         m: &mut dyn Module,
-        (module, ep): (usize, Endpoint),
+        route: (usize, Endpoint),
         p: &Posted,
         src: u32,
         rts: Rts,
@@ -50,11 +50,8 @@ impl State {
         let sreq = rts.sreq;
         self.awaiting_handle
             .insert((src, sreq), (p.clone(), Box::new(rts)));
-        let fin = protocol::fin(sreq, Fin::Register);
-        if let Err(e) = self.send_or_defer(m, module, ep, protocol::FIN, &fin, &[]) {
-            // The peer is gone or unreachable: its failure fails the receive.
-            tracing::warn!(%e, "could not ask for a rendezvous buffer's registration");
-        }
+        // A FIN that cannot go: the peer is gone, and its failure fails the receive.
+        self.send_fin(m, route, sreq, Fin::Register);
     }
 
     /// Sender: `src` (reached through `route`) asks for the registration of request
@@ -102,11 +99,7 @@ impl State {
                 protocol::handle_message(sreq, None)
             }
         };
-        let i = src as usize;
-        if self.named_refused.len() <= i {
-            self.named_refused.resize(i + 1, false);
-        }
-        self.named_refused[i] = true;
+        *super::state::slot(&mut self.named_refused, src as usize) = true;
         if let Err(e) = self.send_or_defer(m, module, ep, protocol::HANDLE, &answer, &[]) {
             self.complete(sreq, Err(e));
         }

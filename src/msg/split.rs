@@ -223,11 +223,7 @@ impl State {
         };
         let taken = sp.error.is_none();
         self.complete(rreq, sp.error.map_or(Ok(sp.status), Err));
-        let (module, ep) = sp.route;
-        let fin = protocol::fin(sp.sreq, Fin::from(taken));
-        if let Err(e) = self.send_or_defer(m, module, ep, protocol::FIN, &fin, &[]) {
-            tracing::warn!(%e, "could not send a rendezvous FIN");
-        }
+        self.send_fin(m, sp.route, sp.sreq, Fin::from(taken));
     }
 
     /// Receiver: `src` wrote the part of split receive `rreq` asked of it, or could

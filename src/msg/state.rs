@@ -224,6 +224,15 @@ pub fn lock(s: &Shared) -> std::cell::RefMut<'_, State> {
     s.0.borrow_mut()
 }
 
+/// Entry `i` of a table indexed by rank or endpoint, grown with default entries to
+/// hold it.
+pub fn slot<T: Clone + Default>(table: &mut Vec<T>, i: usize) -> &mut T {
+    if table.len() <= i {
+        table.resize(i + 1, T::default());
+    }
+    &mut table[i]
+}
+
 /// Set a signal only this thread writes.
 pub fn set(signal: &AtomicU64, value: u64) {
     signal.store(value, Ordering::Release);
@@ -399,13 +408,9 @@ impl State {
 
     /// A rendezvous send to `rank` started: counted until it completes.
     pub fn rendezvous_started(&mut self, req: ReqId, rank: u32) {
-        let i = rank as usize;
         if let Some(r) = self.req_mut(req) {
             r.rendezvous = true;
-            if self.rendezvous_out.len() <= i {
-                self.rendezvous_out.resize(i + 1, 0);
-            }
-            self.rendezvous_out[i] += 1;
+            *slot(&mut self.rendezvous_out, rank as usize) += 1;
         }
     }
 
@@ -544,15 +549,22 @@ impl State {
     /// Tell the sender of a synchronous eager message from `src` (its request
     /// `sreq`) that it was matched.
     pub fn ack_sync(&mut self, m: &mut dyn Module, module: usize, ep: Endpoint, sreq: u64) {
-        if let Err(e) = self.send_or_defer(
-            m,
-            module,
-            ep,
-            protocol::FIN,
-            &protocol::fin(sreq, protocol::Fin::Taken),
-            &[],
-        ) {
-            tracing::warn!(%e, "could not answer a synchronous send");
+        self.send_fin(m, (module, ep), sreq, protocol::Fin::Taken);
+    }
+
+    /// Send `fin` for the sender's request `sreq` through `route` (module index,
+    /// endpoint). A FIN that cannot go is logged: the peer is gone or unreachable, and
+    /// its failure ends its request.
+    pub fn send_fin(
+        &mut self,
+        m: &mut dyn Module,
+        (module, ep): (usize, Endpoint),
+        sreq: u64,
+        fin: protocol::Fin,
+    ) {
+        let body = protocol::fin(sreq, fin);
+        if let Err(e) = self.send_or_defer(m, module, ep, protocol::FIN, &body, &[]) {
+            tracing::warn!(%e, ?fin, "could not send a FIN");
         }
     }
 
@@ -592,18 +604,9 @@ impl State {
         src: u32,
         rts: Rts,
     ) {
-        let (module, ep) = route;
+        let ep = route.1;
         let fin = |s: &mut State, m: &mut dyn Module, ok: bool| {
-            if let Err(e) = s.send_or_defer(
-                m,
-                module,
-                ep,
-                protocol::FIN,
-                &protocol::fin(rts.sreq, ok.into()),
-                &[],
-            ) {
-                tracing::warn!(%e, "could not send a rendezvous FIN");
-            }
+            s.send_fin(m, route, rts.sreq, ok.into());
         };
         if rts.len > p.cap {
             self.complete(
@@ -648,16 +651,7 @@ impl State {
             let mut s = lock(&state);
             let ok = c.status.is_ok();
             s.complete(req, c.status.map(|_| status).map_err(Error::from));
-            if let Err(e) = s.send_or_defer(
-                m,
-                module,
-                ep,
-                protocol::FIN,
-                &protocol::fin(sreq, ok.into()),
-                &[],
-            ) {
-                tracing::warn!(%e, "could not send a rendezvous FIN");
-            }
+            s.send_fin(m, route, sreq, ok.into());
         });
         // In pieces within the transport's get limit, completing as one.
         let piece = super::pieces::piece_len(m.attributes(), false);
