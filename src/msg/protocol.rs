@@ -160,9 +160,14 @@ impl From<bool> for Fin {
 
 /// Encode a FIN.
 pub fn fin(sreq: u64, status: Fin) -> [u8; 9] {
+    request_and_byte(sreq, status as u8)
+}
+
+/// A request id then one byte: the body of a FIN and of a PART_DONE.
+fn request_and_byte(req: u64, byte: u8) -> [u8; 9] {
     let mut b = [0u8; 9];
-    b[..8].copy_from_slice(&sreq.to_le_bytes());
-    b[8] = status as u8;
+    b[..8].copy_from_slice(&req.to_le_bytes());
+    b[8] = byte;
     b
 }
 
@@ -253,10 +258,7 @@ impl Part {
 
 /// Encode a PART_DONE.
 pub fn part_done(rreq: u64, landed: bool) -> [u8; 9] {
-    let mut b = [0u8; 9];
-    b[..8].copy_from_slice(&rreq.to_le_bytes());
-    b[8] = u8::from(landed);
-    b
+    request_and_byte(rreq, u8::from(landed))
 }
 
 /// Decode a PART_DONE: the receiver's request and whether the part landed; `None` if
