@@ -28,6 +28,16 @@ impl Error {
     }
 }
 
+/// The check of a pointer a call must read or write: an error of `class`
+/// (`MPI_ERR_ARG`, or `MPI_ERR_REQUEST` for a request) naming the argument `what` when
+/// `p` is null.
+pub fn non_null<T>(p: *const T, class: c_int, what: &str) -> Result<()> {
+    match p.is_null() {
+        true => Err(Error::new(class, format!("the {what} pointer is null"))),
+        false => Ok(()),
+    }
+}
+
 /// `Err(Error::new(class, format!(...)))`.
 #[macro_export]
 macro_rules! fail {

@@ -2,7 +2,7 @@
 
 use crate::comm::api::{read_str, write_name};
 use crate::entry::call;
-use crate::error::{Error, Object, Result};
+use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
 use crate::state::{Info, Mpi};
 
@@ -50,9 +50,7 @@ unsafe fn key_of(key: *const c_char) -> Result<String> {
 ///
 /// `out` is null or writable.
 unsafe fn hand_out(mpi: &mut Mpi, info: Info, out: *mut Handle) -> Result<()> {
-    if out.is_null() {
-        return Err(Error::new(MPI_ERR_ARG, "the info pointer is null"));
-    }
+    non_null(out, MPI_ERR_ARG, "info")?;
     let h = mpi.infos.insert(info)?;
     // SAFETY: checked not null.
     unsafe { out.write(h) };
@@ -79,9 +77,7 @@ pub unsafe extern "C" fn PMPI_Info_dup(info: Handle, newinfo: *mut Handle) -> c_
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_free(info: *mut Handle) -> c_int {
     call("MPI_Info_free", Object::None, |mpi| {
-        if info.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the info pointer is null"));
-        }
+        non_null(info, MPI_ERR_ARG, "info")?;
         // SAFETY: checked not null.
         let h = unsafe { *info };
         mpi.infos.remove(h).ok_or_else(|| bad(h))?;
@@ -164,12 +160,8 @@ pub unsafe extern "C" fn PMPI_Info_get_string(
     call("MPI_Info_get_string", Object::None, |mpi| {
         // SAFETY: the binding's contract.
         let k = unsafe { key_of(key) }?;
-        if buflen.is_null() || flag.is_null() {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "the length or flag pointer is null",
-            ));
-        }
+        non_null(buflen, MPI_ERR_ARG, "length")?;
+        non_null(flag, MPI_ERR_ARG, "flag")?;
         let found = mpi.info(info)?.into_iter().find(|(ik, _)| *ik == k);
         // SAFETY: checked not null; `value` has room for `*buflen` bytes.
         unsafe {

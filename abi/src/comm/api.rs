@@ -4,7 +4,7 @@
 use super::attr;
 use super::group::compare;
 use crate::entry::{call, call_in_steps};
-use crate::error::{Error, Object, Result};
+use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
 use crate::handles::Kind;
@@ -52,9 +52,7 @@ pub unsafe fn read_str(s: *const c_char) -> Result<String> {
 ///
 /// `out` is null or writable.
 unsafe fn hand_out(h: Result<Handle>, out: *mut Handle) -> Result<()> {
-    if out.is_null() {
-        return Err(Error::new(MPI_ERR_ARG, "the communicator pointer is null"));
-    }
+    non_null(out, MPI_ERR_ARG, "communicator")?;
     // SAFETY: checked not null.
     unsafe { out.write(h?) };
     Ok(())
@@ -225,9 +223,7 @@ impl Mpi {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_free(comm: *mut Handle) -> c_int {
     call_in_steps("MPI_Comm_free", Object::None, || {
-        if comm.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the communicator pointer is null"));
-        }
+        non_null(comm, MPI_ERR_ARG, "communicator")?;
         // SAFETY: checked not null.
         let h = unsafe { *comm };
         global::with(|mpi| mpi.check_freeable(h))?;
@@ -242,9 +238,7 @@ pub unsafe extern "C" fn PMPI_Comm_free(comm: *mut Handle) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_disconnect(comm: *mut Handle) -> c_int {
     call_in_steps("MPI_Comm_disconnect", Object::None, || {
-        if comm.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the communicator pointer is null"));
-        }
+        non_null(comm, MPI_ERR_ARG, "communicator")?;
         // SAFETY: checked not null.
         let h = unsafe { *comm };
         // Everything pending on it completes first: a barrier over it (both groups
@@ -353,12 +347,8 @@ pub unsafe fn create_errhandler(
     kind: Kind,
 ) -> c_int {
     call(name, Object::None, |mpi| {
-        if function.is_null() || out.is_null() {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "the function or the handler pointer is null",
-            ));
-        }
+        non_null(function, MPI_ERR_ARG, "function")?;
+        non_null(out, MPI_ERR_ARG, "handler")?;
         let h = mpi.errhandlers.insert(Errhandler {
             kind,
             function: function as usize,
@@ -407,9 +397,7 @@ pub unsafe extern "C" fn PMPI_Comm_get_errhandler(comm: Handle, errhandler: *mut
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Errhandler_free(errhandler: *mut Handle) -> c_int {
     call("MPI_Errhandler_free", Object::None, |mpi| {
-        if errhandler.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the handler pointer is null"));
-        }
+        non_null(errhandler, MPI_ERR_ARG, "handler")?;
         // SAFETY: checked not null.
         let h = unsafe { *errhandler };
         if !matches!(

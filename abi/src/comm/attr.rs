@@ -4,7 +4,7 @@
 //! (`MPI_TAG_UB`, `MPI_UNIVERSE_SIZE`, ...).
 
 use crate::entry::{call, call_in_steps};
-use crate::error::{Error, Object, Result};
+use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
 use crate::state::Mpi;
@@ -296,9 +296,7 @@ pub unsafe extern "C" fn PMPI_Comm_create_keyval(
     extra_state: *mut c_void,
 ) -> c_int {
     call("MPI_Comm_create_keyval", Object::None, |mpi| {
-        if comm_keyval.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the keyval pointer is null"));
-        }
+        non_null(comm_keyval, MPI_ERR_ARG, "keyval")?;
         let k = mpi.attrs.next;
         mpi.attrs.next += 1;
         mpi.attrs.keys.insert(
@@ -319,9 +317,7 @@ pub unsafe extern "C" fn PMPI_Comm_create_keyval(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_free_keyval(comm_keyval: *mut c_int) -> c_int {
     call("MPI_Comm_free_keyval", Object::None, |mpi| {
-        if comm_keyval.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the keyval pointer is null"));
-        }
+        non_null(comm_keyval, MPI_ERR_ARG, "keyval")?;
         // SAFETY: checked not null.
         let k = unsafe { *comm_keyval };
         mpi.keyval(k)?;
@@ -362,9 +358,8 @@ pub unsafe extern "C" fn PMPI_Comm_get_attr(
     flag: *mut c_int,
 ) -> c_int {
     call("MPI_Comm_get_attr", Object::Comm(comm), |mpi| {
-        if flag.is_null() || attribute_val.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the value or flag pointer is null"));
-        }
+        non_null(flag, MPI_ERR_ARG, "flag")?;
+        non_null(attribute_val, MPI_ERR_ARG, "value")?;
         mpi.comm(comm)?;
         let value = match mpi.predefined_attr(comm, comm_keyval) {
             Some(v) => Some(v),

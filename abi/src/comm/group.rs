@@ -2,7 +2,7 @@
 
 use super::Group;
 use crate::entry::call;
-use crate::error::{Error, Object, Result};
+use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
 use std::sync::Arc;
@@ -28,9 +28,7 @@ impl Mpi {
     ///
     /// `out` is writable.
     pub unsafe fn hand_out_group(&mut self, g: Group, out: *mut Handle) -> Result<()> {
-        if out.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the group pointer is null"));
-        }
+        non_null(out, MPI_ERR_ARG, "group")?;
         let h = if g.size() == 0 {
             MPI_GROUP_EMPTY
         } else {
@@ -354,9 +352,7 @@ pub unsafe extern "C" fn PMPI_Group_compare(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_free(group: *mut Handle) -> c_int {
     call("MPI_Group_free", Object::None, |mpi| {
-        if group.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the group pointer is null"));
-        }
+        non_null(group, MPI_ERR_ARG, "group")?;
         // SAFETY: checked not null.
         let h = unsafe { *group };
         if h != MPI_GROUP_EMPTY {

@@ -4,7 +4,7 @@
 use super::build::resized;
 use super::{pack, Datatype, Envelope, Layout};
 use crate::entry::call;
-use crate::error::{Error, Object, Result};
+use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
 use crate::p2p::check_count;
 use crate::state::Mpi;
@@ -70,9 +70,7 @@ impl Mpi {
         envelope: Envelope,
         out: *mut Handle,
     ) -> Result<()> {
-        if out.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the new type pointer is null"));
-        }
+        non_null(out, MPI_ERR_ARG, "new type")?;
         let mut olds = Vec::with_capacity(parts.len());
         for &(_, h, _) in parts {
             olds.push(self.dtype_any(h)?);
@@ -369,9 +367,7 @@ pub unsafe extern "C" fn PMPI_Type_create_resized(
     newtype: *mut Handle,
 ) -> c_int {
     call("MPI_Type_create_resized", Object::None, |mpi| {
-        if newtype.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the new type pointer is null"));
-        }
+        non_null(newtype, MPI_ERR_ARG, "new type")?;
         let e = env(
             MPI_COMBINER_RESIZED,
             vec![],
@@ -391,9 +387,7 @@ pub unsafe extern "C" fn PMPI_Type_create_resized(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_dup(oldtype: Handle, newtype: *mut Handle) -> c_int {
     call("MPI_Type_dup", Object::None, |mpi| {
-        if newtype.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the new type pointer is null"));
-        }
+        non_null(newtype, MPI_ERR_ARG, "new type")?;
         let old = mpi.dtype_any(oldtype)?;
         let mut t = old.clone();
         t.made_of = Arc::from(vec![old.clone()]);
@@ -414,9 +408,7 @@ pub unsafe extern "C" fn PMPI_Type_dup(oldtype: Handle, newtype: *mut Handle) ->
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_commit(datatype: *mut Handle) -> c_int {
     call("MPI_Type_commit", Object::None, |mpi| {
-        if datatype.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the type pointer is null"));
-        }
+        non_null(datatype, MPI_ERR_ARG, "type")?;
         // SAFETY: checked not null.
         let h = unsafe { *datatype };
         if let Some(t) = mpi.types.get_mut(h) {
@@ -431,9 +423,7 @@ pub unsafe extern "C" fn PMPI_Type_commit(datatype: *mut Handle) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_free(datatype: *mut Handle) -> c_int {
     call("MPI_Type_free", Object::None, |mpi| {
-        if datatype.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the type pointer is null"));
-        }
+        non_null(datatype, MPI_ERR_ARG, "type")?;
         // SAFETY: checked not null.
         let h = unsafe { *datatype };
         if mpi.types.remove(h).is_none() {

@@ -3,7 +3,7 @@
 
 use super::{Op, UserOp};
 use crate::entry::{call, call_in_steps};
-use crate::error::{Error, Object, Result};
+use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
 use crate::state::Mpi;
@@ -35,12 +35,8 @@ fn create(
     large: bool,
 ) -> c_int {
     call(name, Object::None, |mpi| {
-        if function.is_null() || op.is_null() {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "the function or the op pointer is null",
-            ));
-        }
+        non_null(function, MPI_ERR_ARG, "function")?;
+        non_null(op, MPI_ERR_ARG, "op")?;
         let h = mpi.ops.insert(UserOp {
             function: function as usize,
             commute: commute != 0,
@@ -73,9 +69,7 @@ pub unsafe extern "C" fn PMPI_Op_create_c(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Op_free(op: *mut Handle) -> c_int {
     call("MPI_Op_free", Object::None, |mpi| {
-        if op.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the op pointer is null"));
-        }
+        non_null(op, MPI_ERR_ARG, "op")?;
         // SAFETY: checked not null.
         let h = unsafe { *op };
         if super::is_predefined(h) {

@@ -3,7 +3,7 @@
 
 use super::{check_count, check_recv_tag, check_send_tag, peer, Peer};
 use crate::entry::call;
-use crate::error::{Error, Object, Result};
+use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
 use crate::request::Request;
 use crate::state::Mpi;
@@ -159,9 +159,7 @@ impl Mpi {
     ///
     /// `out` is valid for a write.
     pub unsafe fn hand_out(&mut self, r: Request, out: *mut Handle) -> Result<()> {
-        if out.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the request pointer is null"));
-        }
+        non_null(out, MPI_ERR_ARG, "request")?;
         let h = self.requests.insert(r)?;
         // SAFETY: the caller's contract.
         unsafe { out.write(h) };
@@ -389,12 +387,8 @@ pub unsafe extern "C" fn PMPI_Get_count(
     count: *mut c_int,
 ) -> c_int {
     call("MPI_Get_count", Object::None, |mpi| {
-        if status.is_null() || count.is_null() {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "the status or count pointer is null",
-            ));
-        }
+        non_null(status, MPI_ERR_ARG, "status")?;
+        non_null(count, MPI_ERR_ARG, "count")?;
         let size = mpi.dtype_any(datatype)?.size;
         // SAFETY: checked not null; the binding's contract.
         unsafe { count.write(count_of((*status).bytes(), size)) };
@@ -409,12 +403,8 @@ pub unsafe extern "C" fn PMPI_Get_elements(
     count: *mut c_int,
 ) -> c_int {
     call("MPI_Get_elements", Object::None, |mpi| {
-        if status.is_null() || count.is_null() {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "the status or count pointer is null",
-            ));
-        }
+        non_null(status, MPI_ERR_ARG, "status")?;
+        non_null(count, MPI_ERR_ARG, "count")?;
         let t = mpi.dtype_any(datatype)?;
         // SAFETY: checked not null.
         let bytes = unsafe { (*status).bytes() };
@@ -433,9 +423,7 @@ pub unsafe extern "C" fn PMPI_Get_elements(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cancel(request: *mut Handle) -> c_int {
     call("MPI_Cancel", Object::None, |mpi| {
-        if request.is_null() {
-            return Err(Error::new(MPI_ERR_REQUEST, "the request pointer is null"));
-        }
+        non_null(request, MPI_ERR_REQUEST, "request")?;
         // SAFETY: the binding's contract.
         let h = unsafe { *request };
         match mpi.requests.get(h) {
@@ -464,12 +452,8 @@ pub unsafe extern "C" fn PMPI_Cancel(request: *mut Handle) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Test_cancelled(status: *const Status, flag: *mut c_int) -> c_int {
     call("MPI_Test_cancelled", Object::None, |_| {
-        if status.is_null() || flag.is_null() {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "the status or flag pointer is null",
-            ));
-        }
+        non_null(status, MPI_ERR_ARG, "status")?;
+        non_null(flag, MPI_ERR_ARG, "flag")?;
         // SAFETY: checked not null.
         unsafe { flag.write(c_int::from((*status).cancelled())) };
         Ok(())

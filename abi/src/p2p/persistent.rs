@@ -2,7 +2,7 @@
 //! `MPI_Recv_init`, ...) and started again and again (`MPI_Start`).
 
 use crate::entry::call;
-use crate::error::{Error, Object, Result};
+use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
 use crate::request::{P2p, Request};
 
@@ -171,9 +171,7 @@ pub unsafe extern "C" fn PMPI_Recv_init(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Start(request: *mut Handle) -> c_int {
     call("MPI_Start", Object::None, |mpi| {
-        if request.is_null() {
-            return Err(Error::new(MPI_ERR_REQUEST, "the request pointer is null"));
-        }
+        non_null(request, MPI_ERR_REQUEST, "request")?;
         // SAFETY: checked not null.
         mpi.start(unsafe { *request })
     })

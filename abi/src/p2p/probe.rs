@@ -5,7 +5,7 @@
 use super::{check_count, check_recv_tag, peer, Peer};
 use crate::comm::Group;
 use crate::entry::call;
-use crate::error::{Error, Object, Result};
+use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
 use crate::p2p::wait::Step;
 use crate::request::{P2p, Request};
@@ -119,9 +119,7 @@ pub unsafe extern "C" fn PMPI_Iprobe(
     status: *mut Status,
 ) -> c_int {
     call("MPI_Iprobe", Object::Comm(comm), |mpi| {
-        if flag.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the flag pointer is null"));
-        }
+        non_null(flag, MPI_ERR_ARG, "flag")?;
         let found = match mpi.probe_of(source, tag, comm)? {
             None => Some(Status::proc_null()),
             Some(p) => mpi.iprobe(&p)?,
@@ -187,9 +185,7 @@ pub unsafe extern "C" fn PMPI_Mprobe(
     status: *mut Status,
 ) -> c_int {
     call("MPI_Mprobe", Object::Comm(comm), |mpi| {
-        if message.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the message pointer is null"));
-        }
+        non_null(message, MPI_ERR_ARG, "message")?;
         let found = match mpi.probe_of(source, tag, comm)? {
             None => None,
             Some(p) => Some(mpi.probe_until(&p, |mpi, p| mpi.improbe(p))?),
@@ -209,12 +205,8 @@ pub unsafe extern "C" fn PMPI_Improbe(
     status: *mut Status,
 ) -> c_int {
     call("MPI_Improbe", Object::Comm(comm), |mpi| {
-        if message.is_null() || flag.is_null() {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "the message or flag pointer is null",
-            ));
-        }
+        non_null(message, MPI_ERR_ARG, "message")?;
+        non_null(flag, MPI_ERR_ARG, "flag")?;
         let found = match mpi.probe_of(source, tag, comm)? {
             None => Some(None),
             Some(p) => mpi.improbe(&p)?.map(Some),
@@ -243,9 +235,7 @@ impl Mpi {
         ty: Handle,
         message: *mut Handle,
     ) -> Result<Request> {
-        if message.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the message pointer is null"));
-        }
+        non_null(message, MPI_ERR_ARG, "message")?;
         // SAFETY: the caller's contract.
         let h = unsafe { *message };
         let n = check_count(count)?;

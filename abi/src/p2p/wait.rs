@@ -1,7 +1,7 @@
 //! Completing requests: `MPI_Test*` and `MPI_Wait*`.
 
 use crate::entry::call;
-use crate::error::{raise, Error, Object, Result};
+use crate::error::{non_null, raise, Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
 use crate::request::{comm_of, pending_id, Finished, Outcome, Request};
@@ -265,9 +265,7 @@ pub(super) fn with_error(mut s: Status, e: &Option<Error>) -> Status {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Wait(request: *mut Handle, status: *mut Status) -> c_int {
     complete("MPI_Wait", |mpi, comm| {
-        if request.is_null() {
-            return Err(Error::new(MPI_ERR_REQUEST, "the request pointer is null"));
-        }
+        non_null(request, MPI_ERR_REQUEST, "request")?;
         // SAFETY: the binding's contract: `request` points to a handle.
         let h = unsafe { &mut *request };
         let c = mpi.requests.get(*h).and_then(comm_of);
@@ -286,12 +284,8 @@ pub unsafe extern "C" fn PMPI_Test(
     status: *mut Status,
 ) -> c_int {
     complete("MPI_Test", |mpi, comm| {
-        if request.is_null() || flag.is_null() {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "the request or flag pointer is null",
-            ));
-        }
+        non_null(request, MPI_ERR_ARG, "request")?;
+        non_null(flag, MPI_ERR_ARG, "flag")?;
         // SAFETY: the binding's contract.
         let h = unsafe { &mut *request };
         mpi.progress();
@@ -388,9 +382,7 @@ pub unsafe extern "C" fn PMPI_Testall(
         // SAFETY: the binding's contract.
         let reqs = unsafe { handles(count, array_of_requests) }?;
         let of = comms(mpi, reqs);
-        if flag.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the flag pointer is null"));
-        }
+        non_null(flag, MPI_ERR_ARG, "flag")?;
         mpi.progress();
         // All or nothing: look without completing first.
         let all = reqs.iter().all(|&h| match mpi.requests.get(h) {
@@ -433,9 +425,7 @@ pub unsafe extern "C" fn PMPI_Testall(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Request_free(request: *mut Handle) -> c_int {
     call("MPI_Request_free", Object::None, |mpi| {
-        if request.is_null() {
-            return Err(Error::new(MPI_ERR_REQUEST, "the request pointer is null"));
-        }
+        non_null(request, MPI_ERR_REQUEST, "request")?;
         // SAFETY: the binding's contract.
         let h = unsafe { &mut *request };
         mpi.free_request(*h)?;
@@ -451,9 +441,7 @@ pub unsafe extern "C" fn PMPI_Request_get_status(
     status: *mut Status,
 ) -> c_int {
     call("MPI_Request_get_status", Object::None, |mpi| {
-        if flag.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the flag pointer is null"));
-        }
+        non_null(flag, MPI_ERR_ARG, "flag")?;
         mpi.progress();
         let found = if request == MPI_REQUEST_NULL {
             Some(Status::empty())

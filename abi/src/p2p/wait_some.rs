@@ -2,7 +2,7 @@
 //! `MPI_Waitsome`, `MPI_Testsome`.
 
 use super::wait::{comms, complete, handles, in_status, pending, put_status, with_error};
-use crate::error::{Error, Result};
+use crate::error::{non_null, Error, Result};
 use crate::ffi::*;
 use crate::request::{Outcome, Request};
 use crate::state::Mpi;
@@ -64,9 +64,7 @@ pub unsafe extern "C" fn PMPI_Waitany(
         // SAFETY: the binding's contract.
         let reqs = unsafe { handles(count, array_of_requests) }?;
         let of = comms(mpi, reqs);
-        if index.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the index pointer is null"));
-        }
+        non_null(index, MPI_ERR_ARG, "index")?;
         if none_active(mpi, reqs) {
             // SAFETY: checked not null; `status` null or valid.
             unsafe {
@@ -103,9 +101,8 @@ pub unsafe extern "C" fn PMPI_Testany(
         // SAFETY: the binding's contract.
         let reqs = unsafe { handles(count, array_of_requests) }?;
         let of = comms(mpi, reqs);
-        if index.is_null() || flag.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the index or flag pointer is null"));
-        }
+        non_null(index, MPI_ERR_ARG, "index")?;
+        non_null(flag, MPI_ERR_ARG, "flag")?;
         mpi.progress();
         let (flag_v, index_v, s, e) = if none_active(mpi, reqs) {
             (1, MPI_UNDEFINED, Status::empty(), None)
@@ -202,11 +199,9 @@ unsafe fn some(
         // SAFETY: the caller's contract.
         let reqs = unsafe { handles(incount, requests) }?;
         let of = comms(mpi, reqs);
-        if outcount.is_null() || (!reqs.is_empty() && indices.is_null()) {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "the outcount or indices pointer is null",
-            ));
+        non_null(outcount, MPI_ERR_ARG, "outcount")?;
+        if !reqs.is_empty() {
+            non_null(indices, MPI_ERR_ARG, "indices")?;
         }
         if none_active(mpi, reqs) {
             // SAFETY: checked not null.

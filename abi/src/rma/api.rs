@@ -3,7 +3,7 @@
 
 use crate::comm::api::{create_errhandler, read_str, write_name};
 use crate::entry::call;
-use crate::error::{Error, Object, Result};
+use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
 use crate::handles::Kind;
 use crate::state::Mpi;
@@ -30,9 +30,7 @@ fn sizes(size: Aint, disp_unit: c_int) -> Result<(usize, usize)> {
 ///
 /// `out` is null or writable.
 unsafe fn hand_out(h: Handle, out: *mut Handle) -> Result<()> {
-    if out.is_null() {
-        return Err(Error::new(MPI_ERR_ARG, "the window pointer is null"));
-    }
+    non_null(out, MPI_ERR_ARG, "window")?;
     // SAFETY: checked not null.
     unsafe { out.write(h) };
     Ok(())
@@ -85,9 +83,7 @@ pub unsafe extern "C" fn PMPI_Win_allocate(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_free(win: *mut Handle) -> c_int {
     call("MPI_Win_free", Object::None, |mpi| {
-        if win.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the window pointer is null"));
-        }
+        non_null(win, MPI_ERR_ARG, "window")?;
         // SAFETY: checked not null.
         let h = unsafe { *win };
         let w = mpi.win(h)?;
@@ -142,9 +138,8 @@ pub unsafe extern "C" fn PMPI_Win_get_attr(
     flag: *mut c_int,
 ) -> c_int {
     call("MPI_Win_get_attr", Object::Win(win), |mpi| {
-        if flag.is_null() || attribute_val.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the value or flag pointer is null"));
-        }
+        non_null(flag, MPI_ERR_ARG, "flag")?;
+        non_null(attribute_val, MPI_ERR_ARG, "value")?;
         let v = mpi.win_attr(win, win_keyval)?;
         // SAFETY: checked not null; `attribute_val` points to a pointer.
         unsafe {

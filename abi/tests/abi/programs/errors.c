@@ -4,7 +4,7 @@
  * each bad input returns the standard's class (checked with MPI_Error_class) and
  * an error string naming the class and the problem: ranks, tags, counts, buffers,
  * truncation, communicators, datatypes, requests, groups, operations, roots,
- * topologies, dimensions, keys, info objects, error handlers; freed handles,
+ * topologies, dimensions, keys, info objects, error handlers, null pointers; freed handles,
  * handles of another kind and values that are no handle at all are errors. A user
  * error handler is called with the communicator and the code, inherited by duplicates,
  * kept when freed while set, and run by MPI_Comm_call_errhandler. Error classes,
@@ -127,6 +127,14 @@ static void test_p2p_errors(void) {
   OK(MPI_Send(&x, 1, MPI_INT, rank, 6, MPI_COMM_WORLD));
   OK(MPI_Wait(&p, &st));
   OK(MPI_Request_free(&p));
+
+  /* Null pointers where a call must read or write, each named. */
+  EXPECT_ERR(MPI_Wait(NULL, &st), MPI_ERR_REQUEST, "request pointer");
+  EXPECT_ERR(MPI_Test(&r, NULL, &st), MPI_ERR_ARG, "flag pointer");
+  EXPECT_ERR(MPI_Get_count(&st, MPI_INT, NULL), MPI_ERR_ARG, "count pointer");
+  EXPECT_ERR(MPI_Comm_free(NULL), MPI_ERR_ARG, "communicator pointer");
+  EXPECT_ERR(MPI_Type_commit(NULL), MPI_ERR_ARG, "type pointer");
+  EXPECT_ERR(MPI_Iprobe(rank, 0, MPI_COMM_WORLD, NULL, &st), MPI_ERR_ARG, "flag pointer");
 }
 
 static void test_handle_errors(void) {
