@@ -4,11 +4,11 @@
  * each bad input returns the standard's class (checked with MPI_Error_class) and
  * an error string naming the class and the problem: ranks, tags, counts, buffers,
  * truncation, communicators, datatypes, requests, groups, operations, roots,
- * topologies, dimensions, keys, info objects, error handlers, null pointers; freed handles,
- * handles of another kind and values that are no handle at all are errors. A user
- * error handler is called with the communicator and the code, inherited by duplicates,
- * kept when freed while set, and run by MPI_Comm_call_errhandler. Error classes,
- * codes and strings of the program's own. */
+ * topologies, dimensions, keys, info objects, error handlers, null pointers;
+ * freed handles, handles of another kind and values that are no handle at all are
+ * errors. A user error handler is called with the communicator and the code,
+ * inherited by duplicates, kept when freed while set, and run by
+ * MPI_Comm_call_errhandler. Error classes, codes and strings of the program's own. */
 #include "check.h"
 
 static int rank, size, flag_unused;
