@@ -3,6 +3,7 @@
 
 use super::callbacks::register_callbacks;
 use super::liveness;
+use super::placement;
 use super::state::{self, Shared, State};
 use super::{Comm, Error, Result};
 use crate::pmi::Job;
@@ -38,7 +39,9 @@ impl Comm {
                 })
             })
             .collect::<Result<_, rbtl_btl::Error>>()?;
-        liveness::set_yield(config, procs.iter().filter(|p| p.node == node).count())?;
+        let ranks_here = procs.iter().filter(|p| p.node == node).count();
+        liveness::set_yield(config, ranks_here)?;
+        let spread = placement::chosen(config, placement::SPREAD_PARAM, ranks_here)?;
         let mut numbers = std::collections::HashMap::new();
         let nodes = procs
             .iter()
@@ -111,7 +114,7 @@ impl Comm {
         // Everyone has its callbacks in place before anyone sends.
         job.modex.fence()?;
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        Ok(Comm {
+        let comm = Comm {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             rank: job.rank,
             size: job.size,
@@ -127,6 +130,32 @@ impl Comm {
             job,
             nodes,
             bridge: None,
+            spread,
+        };
+        comm.spread();
+        Ok(comm)
+    }
+
+    /// Move this process to its share of the node's processors, once start-up is over,
+    /// where `msg_spread_at_start` asks for it (by default where the node's ranks
+    /// outnumber its processors; see the message layer's documentation, "Ranks and
+    /// processors"): the processor it moved to. [`Comm::with`] does it as it returns;
+    /// a layer above whose own start-up waits for the process manager afterwards (the
+    /// MPI library's `MPI_Init`) calls it again when that is over, as waking from such
+    /// a wait may put the ranks back on the processor that woke them. A failure to
+    /// move is logged, never fatal.
+    pub fn spread(&self) -> Option<usize> {
+        if !self.spread {
+            return None;
+        }
+        let me = self.nodes[self.rank as usize];
+        let index = self.nodes[..self.rank as usize]
+            .iter()
+            .filter(|&&n| n == me)
+            .count();
+        placement::move_to_share(index).unwrap_or_else(|e| {
+            tracing::warn!(%e, "could not move to this rank's share of the processors");
+            None
         })
     }
 }
@@ -178,6 +207,23 @@ mod tests {
             Comm::init(&[("btl", "self"), ("msg_peer_timeout", "soon")]),
             Err(Error::Config(_))
         ));
+    }
+
+    #[test]
+    fn a_rank_moves_to_its_share_of_the_processors_only_when_asked() {
+        let spread = |v: &str| {
+            let comm = Comm::init(&[("btl", "self"), ("msg_spread_at_start", v)]).unwrap();
+            comm.spread()
+        };
+        assert_eq!(spread("never"), None);
+        // By default not where the rank has a processor of its own.
+        assert_eq!(spread("auto"), None);
+        // The first rank of its node goes to the first processor it may run on, where
+        // it may run on two or more.
+        use crate::msg::placement::{affinity, cpus_of};
+        let cpus = cpus_of(&affinity().unwrap());
+        let expected = (cpus.len() > 1).then(|| cpus[0]);
+        assert_eq!(spread("always"), expected);
     }
 
     #[test]

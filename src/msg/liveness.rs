@@ -33,8 +33,6 @@ pub const LOOK_EVERY: u64 = 1 << 10;
 
 /// The parameter that says when waits yield the processor early.
 pub const YIELD_PARAM: &str = "msg_yield_when_idle";
-/// Its values.
-const YIELD_CHOICES: [&str; 3] = ["auto", "always", "never"];
 /// Idle rounds before yielding where ranks outnumber processors: every idle round
 /// yields (as Open MPI's `mpi_yield_when_idle`, set when a node is oversubscribed),
 /// since a rank spinning there holds a processor another rank needs.
@@ -60,23 +58,14 @@ pub fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
         Value::Str("auto".into()),
         "when an idle wait yields the processor at every idle round instead of spinning first: auto (when this node runs more ranks than it has online processors), always, never",
     )?;
-    super::split::register_params(registry)
+    super::split::register_params(registry)?;
+    super::placement::register_params(registry)
 }
 
 /// Set how long this process's waits spin before yielding, from `config` and the
 /// number of ranks on this node: whether they yield early.
 pub(super) fn set_yield(config: &Config, ranks_here: usize) -> Result<bool> {
-    let early = match config.str(YIELD_PARAM) {
-        Ok("auto") | Err(rbtl_config::Error::NotRegistered(_)) => ranks_here > online_cpus(),
-        Ok("always") => true,
-        Ok("never") => false,
-        Ok(other) => {
-            return Err(Error::BadParameter(format!(
-                "{YIELD_PARAM} = {other:?}: use one of {YIELD_CHOICES:?}"
-            )))
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let early = super::placement::chosen(config, YIELD_PARAM, ranks_here)?;
     let limit = if early {
         SPIN_WHEN_OVERSUBSCRIBED
     } else {
@@ -84,14 +73,6 @@ pub(super) fn set_yield(config: &Config, ranks_here: usize) -> Result<bool> {
     };
     SPIN_LIMIT.store(u64::from(limit), Ordering::Relaxed);
     Ok(early)
-}
-
-/// The node's online processors (not this process's affinity: a rank bound to one
-/// core still shares the node with the others).
-fn online_cpus() -> usize {
-    // SAFETY: sysconf only reads the system's configuration.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    usize::try_from(n).unwrap_or(1).max(1)
 }
 
 /// The peer timeout `config` sets: `None` to wait forever. A configuration made

@@ -28,6 +28,18 @@
 //! `auto`, the default; `always`; `never`), as Open MPI does when oversubscribed: a
 //! spinning rank would hold the processor the rank it waits for needs.
 //!
+//! # Ranks and processors
+//!
+//! Where a node's ranks outnumber its processors, how many share each processor is
+//! the kernel's choice, and it sets the time of every collective: ranks woken from
+//! start-up's last wait for the process manager land where the waking thread runs,
+//! and ranks that only yield afterwards are moved by the periodic load balancer alone,
+//! which leaves busy tasks in place for tens of milliseconds. So, by default there
+//! (`msg_spread_at_start`: `auto`; `always`; `never`), each rank moves once as
+//! start-up ends ([`Comm::spread`]) to processor `i mod n` of the `n` it may run on,
+//! `i` being its index among the node's ranks, and may then run anywhere again. A rank
+//! its launcher bound to one processor stays there.
+//!
 //! # Failed and silent peers
 //!
 //! No blocking call waits forever for a peer that is gone:
@@ -73,6 +85,7 @@ mod offload;
 mod onesided;
 mod p2p;
 mod pieces;
+mod placement;
 mod protocol;
 mod requests;
 mod scope;
