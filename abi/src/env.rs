@@ -34,8 +34,6 @@ fn init(required: c_int) -> Result<c_int> {
         mpi.appnum = mpi.msg.appnum()?;
         // A spawned job meets its parents before MPI_Init returns.
         mpi.attach_parent()?;
-        // Start-up waited for the launcher since the message layer spread the ranks.
-        mpi.msg.spread();
         Ok(mpi)
     })?;
     Ok(provided)

@@ -41,7 +41,17 @@ impl Comm {
             .collect::<Result<_, rbtl_btl::Error>>()?;
         let ranks_here = procs.iter().filter(|p| p.node == node).count();
         liveness::set_yield(config, ranks_here)?;
-        let spread = placement::chosen(config, placement::SPREAD_PARAM, ranks_here)?;
+        if placement::bind_chosen(config, ranks_here)? {
+            // Before the transports wire up: what they first touch from here on is
+            // touched from this processor.
+            let index = procs[..job.rank as usize]
+                .iter()
+                .filter(|p| p.node == node)
+                .count();
+            if let Err(e) = placement::bind_to_share(index) {
+                tracing::warn!(%e, "could not bind to this rank's share of the processors");
+            }
+        }
         let mut numbers = std::collections::HashMap::new();
         let nodes = procs
             .iter()
@@ -114,7 +124,7 @@ impl Comm {
         // Everyone has its callbacks in place before anyone sends.
         job.modex.fence()?;
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let comm = Comm {
+        Ok(Comm {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             rank: job.rank,
             size: job.size,
@@ -130,32 +140,6 @@ impl Comm {
             job,
             nodes,
             bridge: None,
-            spread,
-        };
-        comm.spread();
-        Ok(comm)
-    }
-
-    /// Move this process to its share of the node's processors, once start-up is over,
-    /// where `msg_spread_at_start` asks for it (by default where the node's ranks
-    /// outnumber its processors; see the message layer's documentation, "Ranks and
-    /// processors"): the processor it moved to. [`Comm::with`] does it as it returns;
-    /// a layer above whose own start-up waits for the process manager afterwards (the
-    /// MPI library's `MPI_Init`) calls it again when that is over, as waking from such
-    /// a wait may put the ranks back on the processor that woke them. A failure to
-    /// move is logged, never fatal.
-    pub fn spread(&self) -> Option<usize> {
-        if !self.spread {
-            return None;
-        }
-        let me = self.nodes[self.rank as usize];
-        let index = self.nodes[..self.rank as usize]
-            .iter()
-            .filter(|&&n| n == me)
-            .count();
-        placement::move_to_share(index).unwrap_or_else(|e| {
-            tracing::warn!(%e, "could not move to this rank's share of the processors");
-            None
         })
     }
 }
@@ -210,20 +194,23 @@ mod tests {
     }
 
     #[test]
-    fn a_rank_moves_to_its_share_of_the_processors_only_when_asked() {
-        let spread = |v: &str| {
-            let comm = Comm::init(&[("btl", "self"), ("msg_spread_at_start", v)]).unwrap();
-            comm.spread()
-        };
-        assert_eq!(spread("never"), None);
-        // By default not where the rank has a processor of its own.
-        assert_eq!(spread("auto"), None);
-        // The first rank of its node goes to the first processor it may run on, where
-        // it may run on two or more.
+    fn a_rank_binds_itself_to_its_share_of_the_processors_only_when_asked() {
         use crate::msg::placement::{affinity, cpus_of};
         let cpus = cpus_of(&affinity().unwrap());
-        let expected = (cpus.len() > 1).then(|| cpus[0]);
-        assert_eq!(spread("always"), expected);
+        // On threads of their own: the harness's threads keep their affinity.
+        let after_init = |v: &'static str| {
+            std::thread::spawn(move || {
+                let _comm = Comm::init(&[("btl", "self"), ("msg_bind_to", v)]).unwrap();
+                cpus_of(&affinity().unwrap())
+            })
+            .join()
+            .unwrap()
+        };
+        assert_eq!(after_init("none"), cpus);
+        // By default not where the rank has a processor of its own.
+        assert_eq!(after_init("auto"), cpus);
+        // The first rank of its node binds to the first processor it may run on.
+        assert_eq!(after_init("core"), [cpus[0]]);
     }
 
     #[test]

@@ -37,9 +37,6 @@ pub struct Comm {
     pub(super) nodes: Vec<u32>,
     /// The transport to processes of other jobs of the launcher, once opened.
     pub(super) bridge: Option<super::bridge::Bridge>,
-    /// Whether this rank moves to its share of the node's processors after start-up
-    /// (`msg_spread_at_start`).
-    pub(super) spread: bool,
 }
 
 impl Comm {

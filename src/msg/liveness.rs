@@ -65,7 +65,7 @@ pub fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
 /// Set how long this process's waits spin before yielding, from `config` and the
 /// number of ranks on this node: whether they yield early.
 pub(super) fn set_yield(config: &Config, ranks_here: usize) -> Result<bool> {
-    let early = super::placement::chosen(config, YIELD_PARAM, ranks_here)?;
+    let early = super::placement::yield_chosen(config, ranks_here)?;
     let limit = if early {
         SPIN_WHEN_OVERSUBSCRIBED
     } else {

@@ -30,15 +30,16 @@
 //!
 //! # Ranks and processors
 //!
-//! Where a node's ranks outnumber its processors, how many share each processor is
-//! the kernel's choice, and it sets the time of every collective: ranks woken from
-//! start-up's last wait for the process manager land where the waking thread runs,
-//! and ranks that only yield afterwards are moved by the periodic load balancer alone,
-//! which leaves busy tasks in place for tens of milliseconds. So, by default there
-//! (`msg_spread_at_start`: `auto`; `always`; `never`), each rank moves once as
-//! start-up ends ([`Comm::spread`]) to processor `i mod n` of the `n` it may run on,
-//! `i` being its index among the node's ranks, and may then run anywhere again. A rank
-//! its launcher bound to one processor stays there.
+//! Where a node's ranks outnumber its processors, how many share each processor sets
+//! the time of every collective, and left to the kernel it changes under the job:
+//! ranks woken from a wait in the kernel (the process manager's answers during
+//! start-up, a full pipe of output) land where the waking thread runs, and the load
+//! balancer moves ranks that only yield, every few tens of milliseconds, often to a
+//! worse split. So there, by default (`msg_bind_to`: `auto`; `core` binds always,
+//! `none` never), each rank binds itself during start-up to processor `i mod n` of the
+//! `n` it may run on, `i` being its index among the node's ranks, as a launcher's
+//! `--bind-to core` would (Open MPI's and MPICH's leave oversubscribed ranks unbound).
+//! A rank its launcher bound to one processor stays there.
 //!
 //! # Failed and silent peers
 //!
