@@ -32,7 +32,9 @@
 #
 # One node: Open MPI's ob1 over vader (its shared memory), rbtl over sm (mpiexec); two
 # ranks are pinned to cores 0 and 1 (mpirun --bind-to core, mpiexec --bind-to core;
-# osu pins its own), more ranks than cores are pinned by neither. Across nodes: one rank
+# osu pins its own); more ranks than cores are bound by neither launcher: there rbtl's
+# ranks bind themselves round-robin during MPI_Init (msg_bind_to = auto), Open MPI's
+# run unbound, as it leaves oversubscribed ranks. Across nodes: one rank
 # on each node for point-to-point and one-sided (tcp), ranks filling each node in turn
 # for the collectives (tcp across, shared memory within); rbtl under MPICH's hydra,
 # Open MPI under its mpirun with --bind-to none (every node is the same cores) and its
@@ -54,7 +56,7 @@ while getopts "w:g:r:M:i:" o; do
         r) ROUNDS=$OPTARG ;;
         M) MAX=$OPTARG ;;
         i) COLL_ITER=$OPTARG ;;
-        *) sed -n '2,40p' "$0"; exit 2 ;;
+        *) sed -n '2,44p' "$0"; exit 2 ;;
     esac
 done
 die() { echo "osu-abi.sh: $*" >&2; exit 1; }
