@@ -39,7 +39,8 @@
 //! `none` never), each rank binds itself during start-up to processor `i mod n` of the
 //! `n` it may run on, `i` being its index among the node's ranks, as a launcher's
 //! `--bind-to core` would (Open MPI's and MPICH's leave oversubscribed ranks unbound).
-//! A rank its launcher bound to one processor stays there.
+//! A rank its launcher bound to one processor stays there; threads the rank starts
+//! afterwards inherit its processor (`none` leaves them free).
 //!
 //! # Failed and silent peers
 //!
