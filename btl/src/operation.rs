@@ -361,6 +361,16 @@ impl<'a> ActiveMessage<'a> {
         self.len() == 0
     }
 
+    /// The descriptor this message becomes where it cannot go inline: no room reserved
+    /// before the data, header and payload packed as data by
+    /// [`Module::prepare_src`](crate::Module::prepare_src), in the same order and with
+    /// the same flags (Open MPI: `btl_sendi`'s fallback to `btl_prepare_src`).
+    pub fn descriptor_request(&self) -> DescriptorRequest {
+        DescriptorRequest::new(self.endpoint, 0)
+            .ordered(self.order)
+            .flagged(self.flags)
+    }
+
     /// [`Error::BadTag`] for a tag reserved for transports, [`Error::TooLarge`] for
     /// more than `max_send_size` bytes.
     #[inline]

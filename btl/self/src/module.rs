@@ -318,8 +318,7 @@ impl Module for SelfModule {
             tag,
             header,
             payload,
-            order,
-            flags,
+            ..
         } = m;
         self.check_endpoint(endpoint)?;
         self.check_tag(tag)?;
@@ -340,10 +339,7 @@ impl Module for SelfModule {
             });
             return Ok(SendiOutcome::Sent);
         }
-        let request = DescriptorRequest::new(endpoint, 0)
-            .ordered(order)
-            .flagged(flags);
-        let des = self.prepare_src(&request, &[header, payload])?;
+        let des = self.prepare_src(&m.descriptor_request(), &[header, payload])?;
         if size > self.attrs.eager_limit || des.len() < size {
             if des.len() < size {
                 self.frags.recycle(des);

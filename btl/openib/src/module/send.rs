@@ -97,8 +97,7 @@ impl OpenibModule {
             tag,
             header,
             payload,
-            order,
-            flags,
+            ..
         } = m;
         let size = m.len();
         let ep = endpoint.0 as usize;
@@ -113,10 +112,7 @@ impl OpenibModule {
             && size + TRAILER <= inline_max
             && peer.credits.take();
         if !now {
-            let request = DescriptorRequest::new(endpoint, 0)
-                .ordered(order)
-                .flagged(flags);
-            let des = self.prepare_src(&request, &[header, payload])?;
+            let des = self.prepare_src(&m.descriptor_request(), &[header, payload])?;
             return Ok(SendiOutcome::Descriptor(des));
         }
         let (credits, rsv) = peer.credits.piggyback();
