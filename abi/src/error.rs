@@ -38,6 +38,17 @@ pub fn non_null<T>(p: *const T, class: c_int, what: &str) -> Result<()> {
     }
 }
 
+/// The value behind a pointer a call must read, checked as [`non_null`] does.
+///
+/// # Safety
+///
+/// `p` is null or points to a readable `T`.
+pub unsafe fn read_arg<T: Copy>(p: *const T, class: c_int, what: &str) -> Result<T> {
+    non_null(p, class, what)?;
+    // SAFETY: not null, and readable by the caller's contract.
+    Ok(unsafe { *p })
+}
+
 /// `Err(Error::new(class, format!(...)))`.
 #[macro_export]
 macro_rules! fail {

@@ -2,7 +2,7 @@
 
 use crate::comm::api::{read_str, write_name};
 use crate::entry::call;
-use crate::error::{non_null, Error, Object, Result};
+use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::state::{Info, Mpi};
 
@@ -77,9 +77,8 @@ pub unsafe extern "C" fn PMPI_Info_dup(info: Handle, newinfo: *mut Handle) -> c_
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_free(info: *mut Handle) -> c_int {
     call("MPI_Info_free", Object::None, |mpi| {
-        non_null(info, MPI_ERR_ARG, "info")?;
-        // SAFETY: checked not null.
-        let h = unsafe { *info };
+        // SAFETY: null or readable, the binding's contract.
+        let h = unsafe { read_arg(info, MPI_ERR_ARG, "info") }?;
         mpi.infos.remove(h).ok_or_else(|| bad(h))?;
         // SAFETY: checked not null.
         unsafe { info.write(MPI_INFO_NULL) };

@@ -4,7 +4,7 @@
 use super::attr;
 use super::group::compare;
 use crate::entry::{call, call_in_steps};
-use crate::error::{non_null, Error, Object, Result};
+use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
 use crate::handles::Kind;
@@ -223,9 +223,8 @@ impl Mpi {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_free(comm: *mut Handle) -> c_int {
     call_in_steps("MPI_Comm_free", Object::None, || {
-        non_null(comm, MPI_ERR_ARG, "communicator")?;
-        // SAFETY: checked not null.
-        let h = unsafe { *comm };
+        // SAFETY: null or readable, the binding's contract.
+        let h = unsafe { read_arg(comm, MPI_ERR_ARG, "communicator") }?;
         global::with(|mpi| mpi.check_freeable(h))?;
         attr::delete_attrs(h, None)?;
         global::with(|mpi| mpi.comm_free(h))?;
@@ -238,9 +237,8 @@ pub unsafe extern "C" fn PMPI_Comm_free(comm: *mut Handle) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_disconnect(comm: *mut Handle) -> c_int {
     call_in_steps("MPI_Comm_disconnect", Object::None, || {
-        non_null(comm, MPI_ERR_ARG, "communicator")?;
-        // SAFETY: checked not null.
-        let h = unsafe { *comm };
+        // SAFETY: null or readable, the binding's contract.
+        let h = unsafe { read_arg(comm, MPI_ERR_ARG, "communicator") }?;
         // Everything pending on it completes first: a barrier over it (both groups
         // of an intercommunicator).
         global::with(|mpi| {
@@ -397,9 +395,8 @@ pub unsafe extern "C" fn PMPI_Comm_get_errhandler(comm: Handle, errhandler: *mut
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Errhandler_free(errhandler: *mut Handle) -> c_int {
     call("MPI_Errhandler_free", Object::None, |mpi| {
-        non_null(errhandler, MPI_ERR_ARG, "handler")?;
-        // SAFETY: checked not null.
-        let h = unsafe { *errhandler };
+        // SAFETY: null or readable, the binding's contract.
+        let h = unsafe { read_arg(errhandler, MPI_ERR_ARG, "handler") }?;
         if !matches!(
             h,
             MPI_ERRORS_ARE_FATAL | MPI_ERRORS_RETURN | MPI_ERRORS_ABORT

@@ -4,7 +4,7 @@
 //! (`MPI_TAG_UB`, `MPI_UNIVERSE_SIZE`, ...).
 
 use crate::entry::{call, call_in_steps};
-use crate::error::{non_null, Error, Object, Result};
+use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
 use crate::state::Mpi;
@@ -317,9 +317,8 @@ pub unsafe extern "C" fn PMPI_Comm_create_keyval(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_free_keyval(comm_keyval: *mut c_int) -> c_int {
     call("MPI_Comm_free_keyval", Object::None, |mpi| {
-        non_null(comm_keyval, MPI_ERR_ARG, "keyval")?;
-        // SAFETY: checked not null.
-        let k = unsafe { *comm_keyval };
+        // SAFETY: null or readable, the binding's contract.
+        let k = unsafe { read_arg(comm_keyval, MPI_ERR_ARG, "keyval") }?;
         mpi.keyval(k)?;
         if let Some(key) = mpi.attrs.keys.get_mut(&k) {
             key.freed = true;

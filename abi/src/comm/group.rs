@@ -2,7 +2,7 @@
 
 use super::Group;
 use crate::entry::call;
-use crate::error::{non_null, Error, Object, Result};
+use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
 use std::sync::Arc;
@@ -352,9 +352,8 @@ pub unsafe extern "C" fn PMPI_Group_compare(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_free(group: *mut Handle) -> c_int {
     call("MPI_Group_free", Object::None, |mpi| {
-        non_null(group, MPI_ERR_ARG, "group")?;
-        // SAFETY: checked not null.
-        let h = unsafe { *group };
+        // SAFETY: null or readable, the binding's contract.
+        let h = unsafe { read_arg(group, MPI_ERR_ARG, "group") }?;
         if h != MPI_GROUP_EMPTY {
             mpi.groups.remove(h).ok_or_else(|| {
                 Error::new(

@@ -4,7 +4,7 @@
 use super::build::resized;
 use super::{pack, Datatype, Envelope, Layout};
 use crate::entry::call;
-use crate::error::{non_null, Error, Object, Result};
+use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::p2p::check_count;
 use crate::state::Mpi;
@@ -408,9 +408,8 @@ pub unsafe extern "C" fn PMPI_Type_dup(oldtype: Handle, newtype: *mut Handle) ->
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_commit(datatype: *mut Handle) -> c_int {
     call("MPI_Type_commit", Object::None, |mpi| {
-        non_null(datatype, MPI_ERR_ARG, "type")?;
-        // SAFETY: checked not null.
-        let h = unsafe { *datatype };
+        // SAFETY: null or readable, the binding's contract.
+        let h = unsafe { read_arg(datatype, MPI_ERR_ARG, "type") }?;
         if let Some(t) = mpi.types.get_mut(h) {
             t.committed = true;
             return Ok(());
@@ -423,9 +422,8 @@ pub unsafe extern "C" fn PMPI_Type_commit(datatype: *mut Handle) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_free(datatype: *mut Handle) -> c_int {
     call("MPI_Type_free", Object::None, |mpi| {
-        non_null(datatype, MPI_ERR_ARG, "type")?;
-        // SAFETY: checked not null.
-        let h = unsafe { *datatype };
+        // SAFETY: null or readable, the binding's contract.
+        let h = unsafe { read_arg(datatype, MPI_ERR_ARG, "type") }?;
         if mpi.types.remove(h).is_none() {
             mpi.dtype_any(h)?;
             return Err(Error::new(

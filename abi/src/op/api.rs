@@ -3,7 +3,7 @@
 
 use super::{Op, UserOp};
 use crate::entry::{call, call_in_steps};
-use crate::error::{non_null, Error, Object, Result};
+use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
 use crate::state::Mpi;
@@ -69,9 +69,8 @@ pub unsafe extern "C" fn PMPI_Op_create_c(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Op_free(op: *mut Handle) -> c_int {
     call("MPI_Op_free", Object::None, |mpi| {
-        non_null(op, MPI_ERR_ARG, "op")?;
-        // SAFETY: checked not null.
-        let h = unsafe { *op };
+        // SAFETY: null or readable, the binding's contract.
+        let h = unsafe { read_arg(op, MPI_ERR_ARG, "op") }?;
         if super::is_predefined(h) {
             return Err(Error::new(
                 MPI_ERR_OP,

@@ -1,13 +1,12 @@
 //! The point-to-point bindings: sends in every mode, receives, `Sendrecv`,
 //! `Get_count`, `Cancel`.
 
-use super::{check_count, check_recv_tag, check_send_tag, peer, Peer};
+use super::{check_count, check_recv_tag, check_send_tag, peer, Mode, Peer};
 use crate::entry::call;
-use crate::error::{non_null, Error, Object, Result};
+use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::request::Request;
 use crate::state::Mpi;
-use rbtl::msg::SendMode;
 
 impl Mpi {
     /// A blocking send: straight through the message layer when no collective is in
@@ -23,9 +22,9 @@ impl Mpi {
         dest: c_int,
         tag: c_int,
         comm: Handle,
-        mode: SendMode,
+        mode: Mode,
     ) -> Result<()> {
-        if mode == SendMode::Standard && self.only_messages_in_flight() {
+        if mode == Mode::Standard && self.only_messages_in_flight() {
             let c = self.comm(comm)?;
             let t = self.dtype(ty)?;
             if t.contiguous && c.remote.is_none() {
@@ -203,10 +202,10 @@ macro_rules! blocking_send {
     };
 }
 
-blocking_send!(PMPI_Send, "MPI_Send", SendMode::Standard);
-blocking_send!(PMPI_Ssend, "MPI_Ssend", SendMode::Synchronous);
-// A ready send may be sent as a standard one: its receive is posted already.
-blocking_send!(PMPI_Rsend, "MPI_Rsend", SendMode::Standard);
+blocking_send!(PMPI_Send, "MPI_Send", Mode::Standard);
+blocking_send!(PMPI_Ssend, "MPI_Ssend", Mode::Synchronous);
+blocking_send!(PMPI_Rsend, "MPI_Rsend", Mode::Standard);
+blocking_send!(PMPI_Bsend, "MPI_Bsend", Mode::Buffered);
 
 macro_rules! immediate_send {
     ($name:ident, $label:literal, $mode:expr) => {
@@ -232,9 +231,10 @@ macro_rules! immediate_send {
     };
 }
 
-immediate_send!(PMPI_Isend, "MPI_Isend", SendMode::Standard);
-immediate_send!(PMPI_Issend, "MPI_Issend", SendMode::Synchronous);
-immediate_send!(PMPI_Irsend, "MPI_Irsend", SendMode::Standard);
+immediate_send!(PMPI_Isend, "MPI_Isend", Mode::Standard);
+immediate_send!(PMPI_Issend, "MPI_Issend", Mode::Synchronous);
+immediate_send!(PMPI_Irsend, "MPI_Irsend", Mode::Standard);
+immediate_send!(PMPI_Ibsend, "MPI_Ibsend", Mode::Buffered);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Recv(
@@ -306,7 +306,7 @@ pub unsafe extern "C" fn PMPI_Sendrecv(
                 dest,
                 sendtag,
                 comm,
-                SendMode::Standard,
+                Mode::Standard,
             );
             let Some(r) = r else {
                 sent?;
@@ -356,7 +356,7 @@ pub unsafe extern "C" fn PMPI_Sendrecv_replace(
                 dest,
                 sendtag,
                 comm,
-                SendMode::Standard,
+                Mode::Standard,
             );
             (r, s)
         };
@@ -423,9 +423,8 @@ pub unsafe extern "C" fn PMPI_Get_elements(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cancel(request: *mut Handle) -> c_int {
     call("MPI_Cancel", Object::None, |mpi| {
-        non_null(request, MPI_ERR_REQUEST, "request")?;
-        // SAFETY: the binding's contract.
-        let h = unsafe { *request };
+        // SAFETY: null or readable, the binding's contract.
+        let h = unsafe { read_arg(request, MPI_ERR_REQUEST, "request") }?;
         match mpi.requests.get(h) {
             // A receive not matched yet completes as cancelled; anything else (a send,
             // a matched receive) completes as it would have: cancelling it is allowed

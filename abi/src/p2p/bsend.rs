@@ -7,9 +7,9 @@ use crate::entry::call;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::p2p::wait::Step;
+use crate::p2p::Mode;
 use crate::request::Request;
 use crate::state::Mpi;
-use rbtl::msg::SendMode;
 
 /// The attached buffer: where it is, its size, and how much buffered sends in
 /// flight take of it.
@@ -20,16 +20,15 @@ pub struct Buffer {
 }
 
 impl Mpi {
-    /// `MPI_Ibsend`: copy, then send from the copy (a request that is complete).
+    /// A buffered send ([`Mode::Buffered`]): copy, then send from the copy (a
+    /// request that is complete).
     ///
     /// # Safety
     ///
     /// `buf` holds `count` elements of `ty`.
-    unsafe fn bsend(
+    pub unsafe fn bsend(
         &mut self,
-        buf: *const c_void,
-        count: c_int,
-        ty: Handle,
+        (buf, count, ty): (*const c_void, c_int, Handle),
         dest: c_int,
         tag: c_int,
         comm: Handle,
@@ -62,7 +61,7 @@ impl Mpi {
                 dest,
                 tag,
                 comm,
-                SendMode::Standard,
+                Mode::Standard,
             )
         }?;
         let r = match r {
@@ -76,40 +75,6 @@ impl Mpi {
         self.detached.push((r, need));
         Ok(Request::Done(Status::empty()))
     }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Bsend(
-    buf: *const c_void,
-    count: c_int,
-    datatype: Handle,
-    dest: c_int,
-    tag: c_int,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Bsend", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract.
-        unsafe { mpi.bsend(buf, count, datatype, dest, tag, comm) }.map(|_| ())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Ibsend(
-    buf: *const c_void,
-    count: c_int,
-    datatype: Handle,
-    dest: c_int,
-    tag: c_int,
-    comm: Handle,
-    request: *mut Handle,
-) -> c_int {
-    call("MPI_Ibsend", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract.
-        unsafe {
-            let r = mpi.bsend(buf, count, datatype, dest, tag, comm)?;
-            mpi.hand_out(r, request)
-        }
-    })
 }
 
 #[no_mangle]

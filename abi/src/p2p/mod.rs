@@ -17,6 +17,18 @@ use crate::request::{P2p, Request, Unpack};
 use crate::state::Mpi;
 use rbtl::msg::SendMode;
 
+/// An MPI send's mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Complete once the buffer may be reused (`MPI_Send`, and `MPI_Rsend`: a ready
+    /// send may go as a standard one, its receive is posted already).
+    Standard,
+    /// Complete once a receive has matched it (`MPI_Ssend`).
+    Synchronous,
+    /// Copied into the attached buffer at once and sent from the copy (`MPI_Bsend`).
+    Buffered,
+}
+
 /// The largest tag (`MPI_TAG_UB`): the message layer takes any non-negative `i32`.
 pub const TAG_UB: c_int = i32::MAX;
 
@@ -273,8 +285,14 @@ impl Mpi {
         dest: c_int,
         tag: c_int,
         comm: Handle,
-        mode: SendMode,
+        mode: Mode,
     ) -> Result<Request> {
+        let mode = match mode {
+            // SAFETY: the caller's contract.
+            Mode::Buffered => return unsafe { self.bsend((buf, count, ty), dest, tag, comm) },
+            Mode::Standard => SendMode::Standard,
+            Mode::Synchronous => SendMode::Synchronous,
+        };
         let count = check_count(count)?;
         let tag = check_send_tag(tag)?;
         let c = self.comm(comm)?;

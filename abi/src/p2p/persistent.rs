@@ -2,19 +2,18 @@
 //! `MPI_Recv_init`, ...) and started again and again (`MPI_Start`).
 
 use crate::entry::call;
-use crate::error::{non_null, Error, Object, Result};
+use crate::error::{read_arg, Error, Object, Result};
 use crate::ffi::*;
+use crate::p2p::Mode;
 use crate::request::{P2p, Request};
-
 use crate::state::Mpi;
-use rbtl::msg::SendMode;
 
 /// What a persistent request does each time it starts.
 #[derive(Clone, Copy)]
 pub enum Op {
     Send {
         buf: *const c_void,
-        mode: SendMode,
+        mode: Mode,
         dest: c_int,
     },
     Recv {
@@ -147,9 +146,10 @@ macro_rules! send_init {
     };
 }
 
-send_init!(PMPI_Send_init, "MPI_Send_init", SendMode::Standard);
-send_init!(PMPI_Ssend_init, "MPI_Ssend_init", SendMode::Synchronous);
-send_init!(PMPI_Rsend_init, "MPI_Rsend_init", SendMode::Standard);
+send_init!(PMPI_Send_init, "MPI_Send_init", Mode::Standard);
+send_init!(PMPI_Ssend_init, "MPI_Ssend_init", Mode::Synchronous);
+send_init!(PMPI_Rsend_init, "MPI_Rsend_init", Mode::Standard);
+send_init!(PMPI_Bsend_init, "MPI_Bsend_init", Mode::Buffered);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Recv_init(
@@ -171,9 +171,8 @@ pub unsafe extern "C" fn PMPI_Recv_init(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Start(request: *mut Handle) -> c_int {
     call("MPI_Start", Object::None, |mpi| {
-        non_null(request, MPI_ERR_REQUEST, "request")?;
-        // SAFETY: checked not null.
-        mpi.start(unsafe { *request })
+        // SAFETY: null or readable, the binding's contract.
+        mpi.start(unsafe { read_arg(request, MPI_ERR_REQUEST, "request") }?)
     })
 }
 

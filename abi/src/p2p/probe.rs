@@ -5,7 +5,7 @@
 use super::{check_count, check_recv_tag, peer, Peer};
 use crate::comm::Group;
 use crate::entry::call;
-use crate::error::{non_null, Error, Object, Result};
+use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::p2p::wait::Step;
 use crate::request::{P2p, Request};
@@ -235,9 +235,8 @@ impl Mpi {
         ty: Handle,
         message: *mut Handle,
     ) -> Result<Request> {
-        non_null(message, MPI_ERR_ARG, "message")?;
-        // SAFETY: the caller's contract.
-        let h = unsafe { *message };
+        // SAFETY: null or readable, the binding's contract.
+        let h = unsafe { read_arg(message, MPI_ERR_ARG, "message") }?;
         let n = check_count(count)?;
         let shape = self.dtype(ty)?.shape();
         let len = shape.bytes(n)?;

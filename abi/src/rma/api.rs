@@ -3,7 +3,7 @@
 
 use crate::comm::api::{create_errhandler, read_str, write_name};
 use crate::entry::call;
-use crate::error::{non_null, Error, Object, Result};
+use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::handles::Kind;
 use crate::state::Mpi;
@@ -83,9 +83,8 @@ pub unsafe extern "C" fn PMPI_Win_allocate(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_free(win: *mut Handle) -> c_int {
     call("MPI_Win_free", Object::None, |mpi| {
-        non_null(win, MPI_ERR_ARG, "window")?;
-        // SAFETY: checked not null.
-        let h = unsafe { *win };
+        // SAFETY: null or readable, the binding's contract.
+        let h = unsafe { read_arg(win, MPI_ERR_ARG, "window") }?;
         let w = mpi.win(h)?;
         if !w.sync.locks.is_empty()
             || w.sync.lock_all.is_some()

@@ -159,15 +159,16 @@ static void test_buffered(void) {
   enum { N = 100 };
   int packed = 0;
   OK(MPI_Pack_size(N, MPI_INT, MPI_COMM_WORLD, &packed));
-  int room = 3 * (packed + MPI_BSEND_OVERHEAD);
+  int room = 4 * (packed + MPI_BSEND_OVERHEAD);
   char *attached = malloc(room);
   CHECK(attached != NULL, "malloc");
   if (rank == 0) {
-    int a[N], b[N], c[N];
-    MPI_Request r;
+    int a[N], b[N], c[N], d[N];
+    MPI_Request r, p;
     fill(a, N, 5);
     fill(b, N, 6);
     fill(c, N, 7);
+    fill(d, N, 8);
     OK(MPI_Buffer_attach(attached, room));
     OK(MPI_Bsend(a, N, MPI_INT, 1, 41, MPI_COMM_WORLD));
     OK(MPI_Bsend(b, N, MPI_INT, 1, 42, MPI_COMM_WORLD));
@@ -177,6 +178,11 @@ static void test_buffered(void) {
     memset(b, 0, sizeof b);
     OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
     memset(c, 0, sizeof c);
+    OK(MPI_Bsend_init(d, N, MPI_INT, 1, 40, MPI_COMM_WORLD, &p));
+    OK(MPI_Start(&p));
+    OK(MPI_Wait(&p, MPI_STATUS_IGNORE));
+    memset(d, 0, sizeof d);
+    OK(MPI_Request_free(&p));
     void *back = NULL;
     int back_size = -1;
     OK(MPI_Buffer_detach(&back, &back_size));
@@ -209,6 +215,8 @@ static void test_buffered(void) {
     expect_filled(got, N, 6, "the second MPI_Bsend");
     OK(MPI_Recv(got, N, MPI_INT, 0, 41, MPI_COMM_WORLD, &st));
     expect_filled(got, N, 5, "the first MPI_Bsend");
+    OK(MPI_Recv(got, N, MPI_INT, 0, 40, MPI_COMM_WORLD, &st));
+    expect_filled(got, N, 8, "MPI_Bsend_init's start");
   }
   free(attached);
 }
