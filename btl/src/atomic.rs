@@ -27,29 +27,30 @@ pub enum AtomicOp {
     Swap,
 }
 
+/// The `fetch_*` of `$op` on the atomic word `$word` (of either width), acquire and
+/// release: the previous value.
+macro_rules! fetch_op {
+    ($op:expr, $word:expr, $operand:expr) => {{
+        use std::sync::atomic::Ordering::AcqRel;
+        match $op {
+            AtomicOp::Add => $word.fetch_add($operand, AcqRel),
+            AtomicOp::And => $word.fetch_and($operand, AcqRel),
+            AtomicOp::Or => $word.fetch_or($operand, AcqRel),
+            AtomicOp::Xor => $word.fetch_xor($operand, AcqRel),
+            AtomicOp::Swap => $word.swap($operand, AcqRel),
+        }
+    }};
+}
+
 impl AtomicOp {
     /// Apply the operation to `word`; the previous value.
     pub fn apply(self, word: &AtomicU64, operand: u64) -> u64 {
-        use std::sync::atomic::Ordering::AcqRel;
-        match self {
-            AtomicOp::Add => word.fetch_add(operand, AcqRel),
-            AtomicOp::And => word.fetch_and(operand, AcqRel),
-            AtomicOp::Or => word.fetch_or(operand, AcqRel),
-            AtomicOp::Xor => word.fetch_xor(operand, AcqRel),
-            AtomicOp::Swap => word.swap(operand, AcqRel),
-        }
+        fetch_op!(self, word, operand)
     }
 
     /// Apply the operation to the 32-bit `word`; the previous value.
     pub fn apply32(self, word: &AtomicU32, operand: u32) -> u32 {
-        use std::sync::atomic::Ordering::AcqRel;
-        match self {
-            AtomicOp::Add => word.fetch_add(operand, AcqRel),
-            AtomicOp::And => word.fetch_and(operand, AcqRel),
-            AtomicOp::Or => word.fetch_or(operand, AcqRel),
-            AtomicOp::Xor => word.fetch_xor(operand, AcqRel),
-            AtomicOp::Swap => word.swap(operand, AcqRel),
-        }
+        fetch_op!(self, word, operand)
     }
 
     /// What the operation makes of `old` (for transports that emulate it with a

@@ -342,11 +342,8 @@ impl Comm {
         src: Option<u32>,
         tag: Option<i32>,
     ) -> Result<ReqId> {
-        if let Some(t) = tag.filter(|t| *t < 0) {
-            return Err(Error::BadTag(t));
-        }
         // SAFETY: forwarded contract.
-        unsafe { self.post_recv(buf, cap, src, tag, WORLD, false) }
+        unsafe { self.irecv_in(WORLD, buf, cap, src, tag) }
     }
 
     /// [`Comm::irecv_raw`] in context `ctx`.

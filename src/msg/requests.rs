@@ -118,18 +118,7 @@ mod tests {
     use crate::msg::Status;
 
     fn req() -> Req {
-        Req {
-            outcome: None,
-            peer: None,
-            handle: None,
-            status: Status {
-                source: 0,
-                tag: 0,
-                len: 0,
-            },
-            named: None,
-            rendezvous: false,
-        }
+        Req::new(None)
     }
 
     #[test]

@@ -107,6 +107,23 @@ pub struct Req {
 }
 
 impl Req {
+    /// A request involving `peer`, not completed.
+    #[inline(always)]
+    pub fn new(peer: Option<u32>) -> Req {
+        Req {
+            outcome: None,
+            peer,
+            handle: None,
+            status: Status {
+                source: 0,
+                tag: 0,
+                len: 0,
+            },
+            named: None,
+            rendezvous: false,
+        }
+    }
+
     /// Its outcome; the registration it kept (if any) is released. (Taken apart by
     /// hand: dropping the whole request runs the drop glue even for no registration.)
     #[inline]
@@ -342,37 +359,13 @@ impl State {
     /// the `Comm`), so it lives outside the table.
     #[inline(always)]
     pub fn new_blocking(&mut self, peer: Option<u32>) -> ReqId {
-        let status = Status {
-            source: 0,
-            tag: 0,
-            len: 0,
-        };
-        self.blocking = Some(Req {
-            outcome: None,
-            peer,
-            handle: None,
-            status,
-            named: None,
-            rendezvous: false,
-        });
+        self.blocking = Some(Req::new(peer));
         BLOCKING
     }
 
     /// A new request involving `peer`.
     pub fn new_req(&mut self, peer: Option<u32>) -> ReqId {
-        let status = Status {
-            source: 0,
-            tag: 0,
-            len: 0,
-        };
-        self.reqs.insert(|| Req {
-            outcome: None,
-            peer,
-            handle: None,
-            status,
-            named: None,
-            rendezvous: false,
-        })
+        self.reqs.insert(|| Req::new(peer))
     }
 
     /// Finish request `req` (releasing what it kept).
