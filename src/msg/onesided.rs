@@ -52,11 +52,11 @@ pub struct Exposed {
 #[derive(Clone)]
 pub struct Target {
     rank: u32,
-    addr: u64,
-    len: usize,
-    handle: RemoteHandle,
+    pub(super) addr: u64,
+    pub(super) len: usize,
+    pub(super) handle: RemoteHandle,
     /// A mapping of it, when it lies in shared memory (or is this process's own).
-    direct: Option<*mut u8>,
+    pub(super) direct: Option<*mut u8>,
     /// The flags of the transport's transfers to it.
     flags: RdmaFlags,
 }
@@ -190,6 +190,14 @@ pub use rbtl_btl::AtomicKind as Atomic;
 /// Bytes of a card's fixed part: address and length.
 const CARD_FIXED: usize = 16;
 
+/// The card of `len` bytes at `addr` under `handle`: what [`Comm::target`] reads.
+pub(super) fn card_of(addr: u64, len: u64, handle: &RemoteHandle) -> Vec<u8> {
+    let mut b = addr.to_le_bytes().to_vec();
+    b.extend_from_slice(&len.to_le_bytes());
+    b.extend_from_slice(handle.as_bytes());
+    b
+}
+
 impl Comm {
     /// `len` bytes of a transport's shared heap, where one has room: peers on the
     /// node reach it with loads and stores.
@@ -228,10 +236,7 @@ impl Comm {
     /// the transport that carries traffic between the two.
     pub fn card(&mut self, e: &Exposed, rank: u32) -> Result<Vec<u8>> {
         let (mi, _) = self.route(rank)?;
-        let mut b = (e.addr as u64).to_le_bytes().to_vec();
-        b.extend_from_slice(&(e.len as u64).to_le_bytes());
-        b.extend_from_slice(e.handles[mi].remote().as_bytes());
-        Ok(b)
+        Ok(card_of(e.addr as u64, e.len as u64, e.handles[mi].remote()))
     }
 
     /// `rank`'s exposed memory from its `card`: mapped here when it lies in shared

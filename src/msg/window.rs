@@ -8,7 +8,7 @@
 
 use super::liveness::{IdleWait, Needs};
 use super::{Comm, Error, Result};
-use rbtl_btl::{Access, MemHandle, Remote, RemoteHandle, Transfer};
+use rbtl_btl::{Access, MemHandle, Remote, Transfer};
 use rbtl_mpool::Region;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,7 +55,7 @@ pub struct Window {
     handles: Vec<(MemHandle, MemHandle)>,
     /// Per rank: address, length and handle of its window (from the module that routes
     /// to it), and a direct mapping of it where there is one.
-    peers: Vec<Peer>,
+    peers: Vec<super::onesided::Target>,
     /// What the completion callbacks of its puts and gets report.
     signal: Arc<Signal>,
 }
@@ -66,13 +66,6 @@ struct Signal {
     done: AtomicUsize,
     failed: AtomicBool,
     error: Mutex<Option<rbtl_btl::Error>>,
-}
-
-struct Peer {
-    addr: u64,
-    len: usize,
-    handle: RemoteHandle,
-    direct: Option<*mut u8>,
 }
 
 impl Window {
@@ -103,51 +96,18 @@ impl Window {
             let s = unsafe { m.register_mem(None, staging.as_ptr() as usize, STAGING, all) }?;
             handles.push((h, s));
         }
-        // Exchange (address, handle) of the module that routes each pair.
-        let mut peers = Vec::with_capacity(comm.size as usize);
-        let mut blobs = Vec::with_capacity(comm.size as usize);
+        // Exchange the card (address, length, handle of the module that routes the
+        // pair) of each pair; each peer's window mapped where it lies in shared memory.
+        let mut cards = Vec::with_capacity(comm.size as usize);
         for r in 0..comm.size {
             let (mi, _) = comm.route(r)?;
-            let mut b = (mem.ptr() as u64).to_le_bytes().to_vec();
-            b.extend_from_slice(&(mem.len() as u64).to_le_bytes());
-            b.extend_from_slice(handles[mi].0.remote().as_bytes());
-            blobs.push(b);
+            let (at, len) = (mem.ptr() as u64, mem.len() as u64);
+            cards.push(super::onesided::card_of(at, len, handles[mi].0.remote()));
         }
-        let got = comm.alltoall(&blobs)?;
-        for (r, b) in got.into_iter().enumerate() {
-            if b.len() < 16 {
-                return Err(Error::Btl(rbtl_btl::Error::Modex(format!(
-                    "window handle of rank {r} is {} bytes",
-                    b.len()
-                ))));
-            }
-            let addr = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
-            let len = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
-            // The window lies in the peer's address space: its end does not overflow.
-            let (Some(_), Ok(len)) = (addr.checked_add(len), usize::try_from(len)) else {
-                return Err(Error::Btl(rbtl_btl::Error::Modex(format!(
-                    "rank {r} describes its window as {len} bytes at {addr:#x}, past the end of the address space"
-                ))));
-            };
-            let handle = RemoteHandle::from_bytes(&b[16..])?;
-            let direct = if r as u32 == comm.rank {
-                Some(mem.ptr())
-            } else {
-                let (mi, ep) = comm.route(r as u32)?;
-                comm.modules[mi].map_remote(
-                    ep,
-                    addr,
-                    &handle,
-                    len,
-                    Access::REMOTE_READ | Access::REMOTE_WRITE,
-                )?
-            };
-            peers.push(Peer {
-                addr,
-                len,
-                handle,
-                direct,
-            });
+        let got = comm.alltoall(&cards)?;
+        let mut peers = Vec::with_capacity(comm.size as usize);
+        for (r, card) in got.into_iter().enumerate() {
+            peers.push(comm.target(r as u32, &card)?);
         }
         Ok(Window {
             comm: comm.id(),
