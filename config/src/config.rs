@@ -41,7 +41,14 @@ impl Config {
             .ok_or_else(|| Error::NotRegistered(name.to_string()))
     }
 
-    fn typed<T>(&self, name: &str, asked: Kind, pick: impl Fn(&Value) -> Option<T>) -> Result<T> {
+    /// The value of `name` as `pick` reads it, or [`Error::WrongKind`] (naming `asked`)
+    /// when `pick` finds the value of another kind.
+    fn typed<'a, T>(
+        &'a self,
+        name: &str,
+        asked: Kind,
+        pick: impl Fn(&'a Value) -> Option<T>,
+    ) -> Result<T> {
         let (v, _) = self.value(name)?;
         pick(v).ok_or_else(|| Error::WrongKind {
             name: name.to_string(),
@@ -76,28 +83,18 @@ impl Config {
 
     /// A string parameter.
     pub fn str(&self, name: &str) -> Result<&str> {
-        let (v, _) = self.value(name)?;
-        match v {
-            Value::Str(s) => Ok(s),
-            other => Err(Error::WrongKind {
-                name: name.to_string(),
-                actual: other.kind(),
-                asked: Kind::Str,
-            }),
-        }
+        self.typed(name, Kind::Str, |v| match v {
+            Value::Str(s) => Some(s.as_str()),
+            _ => None,
+        })
     }
 
     /// A list parameter.
     pub fn list(&self, name: &str) -> Result<&[String]> {
-        let (v, _) = self.value(name)?;
-        match v {
-            Value::List(l) => Ok(l),
-            other => Err(Error::WrongKind {
-                name: name.to_string(),
-                actual: other.kind(),
-                asked: Kind::List,
-            }),
-        }
+        self.typed(name, Kind::List, |v| match v {
+            Value::List(l) => Some(l.as_slice()),
+            _ => None,
+        })
     }
 
     /// Every parameter with its value, source and description, sorted by name.

@@ -33,6 +33,17 @@ fn near(valid: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
+/// Any run of fewer than `max_len` bytes, or bytes [`near`] an encoding `valid` makes.
+fn any_or_near(
+    max_len: usize,
+    valid: impl Strategy<Value = Vec<u8>>,
+) -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..max_len),
+        valid.prop_flat_map(near),
+    ]
+}
+
 fn qp_info() -> impl Strategy<Value = QpInfo> {
     (
         any::<u32>(),
@@ -108,10 +119,7 @@ fn rdma_cm_event() -> impl Strategy<Value = Event> {
 proptest! {
     #[test]
     fn oob_messages_decode_exactly(
-        bytes in prop_oneof![
-            prop::collection::vec(any::<u8>(), 0..64),
-            oob_message().prop_flat_map(|m| near(m.encode())),
-        ]
+        bytes in any_or_near(64, oob_message().prop_map(|m| m.encode()))
     ) {
         if let Some(m) = oob::Message::decode(&bytes) {
             prop_assert_eq!(m.encode(), bytes);
@@ -120,10 +128,7 @@ proptest! {
 
     #[test]
     fn xrc_messages_decode_exactly(
-        bytes in prop_oneof![
-            prop::collection::vec(any::<u8>(), 0..64),
-            xrc_message().prop_flat_map(|m| near(m.encode())),
-        ]
+        bytes in any_or_near(64, xrc_message().prop_map(|m| m.encode()))
     ) {
         if let Some(m) = xrc::Message::decode(&bytes) {
             prop_assert_eq!(m.encode(), bytes);
@@ -144,10 +149,7 @@ proptest! {
 
     #[test]
     fn connection_method_lists_decode_exactly_or_are_refused(
-        bytes in prop_oneof![
-            prop::collection::vec(any::<u8>(), 0..96),
-            offers().prop_flat_map(|o| near(select::encode(&o))),
-        ]
+        bytes in any_or_near(96, offers().prop_map(|o| select::encode(&o)))
     ) {
         match select::decode(&bytes) {
             Ok(o) => prop_assert_eq!(select::encode(&o), bytes),

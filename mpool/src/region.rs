@@ -57,6 +57,14 @@ pub(crate) fn round_up(len: usize, to: usize) -> Option<usize> {
     len.checked_add(to - 1).map(|v| v & !(to - 1))
 }
 
+/// A private anonymous mapping of `len` bytes (zero-filled, normal pages).
+fn map_anon(len: usize) -> Result<MmapMut, Error> {
+    MmapOptions::new()
+        .len(len)
+        .map_anon()
+        .map_err(|source| Error::Map { len, source })
+}
+
 /// What [`Region::huge`] actually got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HugeOutcome {
@@ -122,13 +130,7 @@ impl Region {
         }
         let page = system_page_size();
         let mapped = round_up(len, page).ok_or(Error::TooLarge { len })?;
-        let map = MmapOptions::new()
-            .len(mapped)
-            .map_anon()
-            .map_err(|source| Error::Map {
-                len: mapped,
-                source,
-            })?;
+        let map = map_anon(mapped)?;
         Ok(Region::from_map(map, 0, len, page))
     }
 
@@ -181,13 +183,7 @@ impl Region {
         let mapped = rounded
             .checked_add(THP_ALIGN)
             .ok_or(Error::TooLarge { len })?;
-        let map = MmapOptions::new()
-            .len(mapped)
-            .map_anon()
-            .map_err(|source| Error::Map {
-                len: mapped,
-                source,
-            })?;
+        let map = map_anon(mapped)?;
         let base = map.as_ptr() as usize;
         let offset = round_up(base, THP_ALIGN).expect("address fits") - base;
         let advised = match map.advise_range(Advice::HugePage, offset, rounded) {

@@ -167,6 +167,43 @@ fn reserve_space(file: &fs::File, len: usize) -> io::Result<()> {
     }
 }
 
+/// Opens the file at `path` for reading and writing and returns it with its length;
+/// fails through `open_err`, with `not_file` as the reason when it is not a regular
+/// file.
+fn open_regular(
+    path: &Path,
+    open_err: impl Fn(io::Error) -> Error,
+    not_file: &'static str,
+) -> Result<(fs::File, u64), Error> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(&open_err)?;
+    let meta = file.metadata().map_err(&open_err)?;
+    if !meta.is_file() {
+        return Err(open_err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            not_file,
+        )));
+    }
+    Ok((file, meta.len()))
+}
+
+/// Maps the first `len` bytes of `file`, the segment at `path`, shared and writable.
+///
+/// # Safety
+///
+/// `file` must stay at least `len` bytes long for as long as the mapping lives.
+unsafe fn map_file(file: &fs::File, path: &Path, len: usize) -> Result<MmapMut, Error> {
+    // SAFETY: the caller's promise.
+    unsafe { MmapOptions::new().len(len).map_mut(file) }.map_err(|source| Error::MapShared {
+        path: path.to_owned(),
+        len,
+        source,
+    })
+}
+
 /// A file under `/dev/shm` (or `$RBTL_SHM_DIR`) mapped shared, that other
 /// processes map by [`name`](SharedRegion::name).
 ///
@@ -253,13 +290,7 @@ impl SharedRegion {
         // sized to `len`; nobody else knows its name yet, so it cannot shrink
         // under the mapping. Later truncation by a peer would be a protocol
         // violation the raw-pointer API already leaves to its users.
-        let map = unsafe { MmapOptions::new().len(len).map_mut(&file) }.map_err(|source| {
-            fail(Error::MapShared {
-                path: path.clone(),
-                len,
-                source,
-            })
-        })?;
+        let map = unsafe { map_file(&file, &path, len) }.map_err(fail)?;
         tracing::debug!(path = %path.display(), len, "created shared segment");
         Ok(SharedRegion::from_map(map, None, len, name, path, true))
     }
@@ -326,19 +357,9 @@ impl SharedRegion {
     pub fn open_of_process(pid: u32, fd: i32) -> Result<SharedRegion, Error> {
         let path = PathBuf::from(format!("/proc/{pid}/fd/{fd}"));
         let open_err = |source| Error::OpenOfProcess { pid, fd, source };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(open_err)?;
-        let meta = file.metadata().map_err(open_err)?;
-        if !meta.is_file() {
-            return Err(open_err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a shared-memory segment (not a regular file)",
-            )));
-        }
-        let len = usize::try_from(meta.len())
+        let not_file = "not a shared-memory segment (not a regular file)";
+        let (file, file_len) = open_regular(&path, open_err, not_file)?;
+        let len = usize::try_from(file_len)
             .ok()
             .filter(|&l| l > 0)
             .ok_or_else(|| {
@@ -350,13 +371,7 @@ impl SharedRegion {
         // SAFETY: a segment of `create_unnamed` is sized before anyone can learn its
         // descriptor, and its size is sealed. (Anything else a peer might name is at
         // worst a file we map and then refuse: users check its contents first.)
-        let map = unsafe { MmapOptions::new().len(len).map_mut(&file) }.map_err(|source| {
-            Error::MapShared {
-                path: path.clone(),
-                len,
-                source,
-            }
-        })?;
+        let map = unsafe { map_file(&file, &path, len) }?;
         let name = path.display().to_string();
         Ok(SharedRegion::from_map(map, None, len, name, path, false))
     }
@@ -375,19 +390,8 @@ impl SharedRegion {
             path: path.clone(),
             source,
         };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(open_err)?;
-        let meta = file.metadata().map_err(open_err)?;
-        if !meta.is_file() {
-            return Err(open_err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a regular file",
-            )));
-        }
-        let len = usize::try_from(meta.len()).map_err(|_| {
+        let (file, file_len) = open_regular(&path, open_err, "not a regular file")?;
+        let len = usize::try_from(file_len).map_err(|_| {
             open_err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "segment larger than the address space",
@@ -401,13 +405,7 @@ impl SharedRegion {
         }
         // SAFETY: the segment was sized by its owner before its name was
         // published and is never truncated by this crate; see create_in.
-        let map = unsafe { MmapOptions::new().len(len).map_mut(&file) }.map_err(|source| {
-            Error::MapShared {
-                path: path.clone(),
-                len,
-                source,
-            }
-        })?;
+        let map = unsafe { map_file(&file, &path, len) }?;
         Ok(SharedRegion::from_map(
             map,
             None,

@@ -48,13 +48,7 @@ impl CompChannel {
 
     /// Wait up to `timeout` for a notification; whether one came (then acknowledged).
     pub fn wait(&self, timeout: std::time::Duration) -> Result<bool> {
-        let mut p = libc::pollfd {
-            fd: self.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut p, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
+        let n = poll_readable(self.fd(), timeout);
         if n < 0 {
             return Err(call_error("poll(completion channel)", 0));
         }
@@ -73,6 +67,18 @@ impl CompChannel {
         unsafe { sys::ibv_ack_cq_events(cq, 1) };
         Ok(true)
     }
+}
+
+/// Wait up to `timeout` (at most `i32::MAX` ms) for `fd` to become readable; what
+/// `poll` answers: 1 when it is, 0 when the time ran out, negative on failure.
+pub(crate) fn poll_readable(fd: i32, timeout: std::time::Duration) -> i32 {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, timeout.as_millis().min(i32::MAX as u128) as i32) }
 }
 
 // SAFETY: completion queues may be used from any thread; polling takes `&mut Cq`.
@@ -138,24 +144,7 @@ impl Completion {
 impl Context {
     /// A completion queue of at least `depth` entries.
     pub fn create_cq(&self, depth: i32) -> Result<Cq> {
-        // SAFETY: a live context; no channel, no context pointer.
-        let cq = unsafe {
-            sys::ibv_create_cq(
-                self.inner.ptr.as_ptr(),
-                depth,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                0,
-            )
-        };
-        let ptr = NonNull::new(cq).ok_or_else(|| call_error("ibv_create_cq", 0))?;
-        Ok(Cq {
-            inner: Arc::new(CqInner {
-                ptr,
-                _channel: None,
-                _ctx: self.inner.clone(),
-            }),
-        })
+        self.new_cq(depth, None)
     }
 
     /// A completion channel.
@@ -173,19 +162,24 @@ impl Context {
 
     /// A completion queue that notifies through `channel`.
     pub fn create_cq_with_channel(&self, depth: i32, channel: &CompChannel) -> Result<Cq> {
-        let ch = channel.inner.ptr.as_ptr();
-        // SAFETY: a live context and channel.
+        self.new_cq(depth, Some(channel))
+    }
+
+    /// A completion queue of at least `depth` entries, notifying through `channel` when
+    /// one is given.
+    fn new_cq(&self, depth: i32, channel: Option<&CompChannel>) -> Result<Cq> {
+        let ch = channel.map_or(std::ptr::null_mut(), |c| c.inner.ptr.as_ptr());
+        // SAFETY: a live context and, if any, a live channel; no context pointer.
         let cq = unsafe {
             sys::ibv_create_cq(self.inner.ptr.as_ptr(), depth, std::ptr::null_mut(), ch, 0)
         };
         let ptr = NonNull::new(cq).ok_or_else(|| call_error("ibv_create_cq", 0))?;
-        let inner = CqInner {
-            ptr,
-            _channel: Some(channel.inner.clone()),
-            _ctx: self.inner.clone(),
-        };
         Ok(Cq {
-            inner: Arc::new(inner),
+            inner: Arc::new(CqInner {
+                ptr,
+                _channel: channel.map(|c| c.inner.clone()),
+                _ctx: self.inner.clone(),
+            }),
         })
     }
 }

@@ -1,5 +1,6 @@
 //! Reliable-connected queue pairs: creation, the RESET -> INIT -> RTR -> RTS
-//! transitions (and ERR, which flushes what is posted), and posting work requests.
+//! transitions (and ERR, which flushes what is posted), and posting work requests. The
+//! transitions and the posting of sends serve the XRC queue pairs too.
 
 use crate::cq::{Cq, CqInner};
 use crate::error::{call_error, Result};
@@ -248,80 +249,23 @@ impl Qp {
 
     /// Its number.
     pub fn qpn(&self) -> u32 {
-        // SAFETY: a live QP; qp_num never changes.
-        unsafe { self.ptr.as_ref() }.qp_num
-    }
-
-    fn modify(&mut self, attr: &mut sys::ibv_qp_attr, mask: u32, what: &'static str) -> Result<()> {
-        // SAFETY: a live QP and a filled-in attr for `mask`.
-        let rc = unsafe { sys::ibv_modify_qp(self.ptr.as_ptr(), attr, mask as i32) };
-        if rc != 0 {
-            return Err(call_error(what, rc));
-        }
-        Ok(())
+        qp_num(self.ptr)
     }
 
     /// RESET -> INIT, granting peers `access`.
     pub fn to_init(&mut self, access: MrAccess) -> Result<()> {
-        use sys::ibv_qp_attr_mask as m;
-        // SAFETY: plain C struct, zero is a valid value.
-        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = sys::ibv_qp_state::IBV_QPS_INIT;
-        a.port_num = self.port;
-        a.pkey_index = 0;
-        a.qp_access_flags = access.0;
-        let mask = m::IBV_QP_STATE.0
-            | m::IBV_QP_PKEY_INDEX.0
-            | m::IBV_QP_PORT.0
-            | m::IBV_QP_ACCESS_FLAGS.0;
-        self.modify(&mut a, mask, "ibv_modify_qp(INIT)")
+        to_init(self.ptr, self.port, access)
     }
 
     /// INIT -> RTR towards `peer`, with path MTU `mtu_enum` (an `ibv_mtu`).
     pub fn to_rtr(&mut self, peer: &QpEndpoint, mtu_enum: u32) -> Result<()> {
-        use sys::ibv_qp_attr_mask as m;
-        // SAFETY: plain C struct, zero is a valid value.
-        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = sys::ibv_qp_state::IBV_QPS_RTR;
-        a.path_mtu = mtu_enum;
-        a.dest_qp_num = peer.qpn;
-        a.rq_psn = peer.psn;
-        a.max_dest_rd_atomic = 1;
-        a.min_rnr_timer = 12;
-        a.ah_attr.is_global = 1;
-        a.ah_attr.grh.dgid.raw = peer.gid;
-        a.ah_attr.grh.sgid_index = self.gid_index;
-        a.ah_attr.grh.hop_limit = 1;
-        a.ah_attr.dlid = peer.lid;
-        a.ah_attr.port_num = self.port;
-        let mask = m::IBV_QP_STATE.0
-            | m::IBV_QP_AV.0
-            | m::IBV_QP_PATH_MTU.0
-            | m::IBV_QP_DEST_QPN.0
-            | m::IBV_QP_RQ_PSN.0
-            | m::IBV_QP_MAX_DEST_RD_ATOMIC.0
-            | m::IBV_QP_MIN_RNR_TIMER.0;
-        self.modify(&mut a, mask, "ibv_modify_qp(RTR)")
+        let (mut a, mask) = responder_rtr_attr(peer, mtu_enum, self.port, self.gid_index);
+        modify(self.ptr, &mut a, mask, "ibv_modify_qp(RTR)")
     }
 
     /// RTR -> RTS, sending from packet sequence number `psn`.
     pub fn to_rts(&mut self, psn: u32) -> Result<()> {
-        use sys::ibv_qp_attr_mask as m;
-        // SAFETY: plain C struct, zero is a valid value.
-        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = sys::ibv_qp_state::IBV_QPS_RTS;
-        a.sq_psn = psn;
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.max_rd_atomic = 1;
-        let mask = m::IBV_QP_STATE.0
-            | m::IBV_QP_TIMEOUT.0
-            | m::IBV_QP_RETRY_CNT.0
-            | m::IBV_QP_RNR_RETRY.0
-            | m::IBV_QP_SQ_PSN.0
-            | m::IBV_QP_MAX_QP_RD_ATOMIC.0;
-        self.modify(&mut a, mask, "ibv_modify_qp(RTS)")
+        to_rts(self.ptr, psn)
     }
 
     /// Any state -> ERR: the queue pair stops, and every work request posted on it and
@@ -333,7 +277,7 @@ impl Qp {
         // SAFETY: plain C struct, zero is a valid value.
         let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
         a.qp_state = sys::ibv_qp_state::IBV_QPS_ERR;
-        self.modify(&mut a, m::IBV_QP_STATE.0, "ibv_modify_qp(ERR)")
+        modify(self.ptr, &mut a, m::IBV_QP_STATE.0, "ibv_modify_qp(ERR)")
     }
 
     /// Post a receive into `[addr, addr+len)` of `mr`.
@@ -396,6 +340,108 @@ impl Qp {
         // SAFETY: a live RC queue pair; the caller's contract for the memory.
         unsafe { post_send_request(self.ptr, wr_id, op, sges, inline_up_to, signaled, None) }
     }
+}
+
+/// The number of the live queue pair `qp` (it never changes).
+pub(crate) fn qp_num(qp: NonNull<sys::ibv_qp>) -> u32 {
+    // SAFETY: a live QP; qp_num never changes.
+    unsafe { qp.as_ref() }.qp_num
+}
+
+/// Modify the live queue pair `qp` with `attr` for `mask`; errors name `what`.
+pub(crate) fn modify(
+    qp: NonNull<sys::ibv_qp>,
+    attr: &mut sys::ibv_qp_attr,
+    mask: u32,
+    what: &'static str,
+) -> Result<()> {
+    // SAFETY: a live QP and a filled-in attr for `mask`.
+    let rc = unsafe { sys::ibv_modify_qp(qp.as_ptr(), attr, mask as i32) };
+    if rc != 0 {
+        return Err(call_error(what, rc));
+    }
+    Ok(())
+}
+
+/// RESET -> INIT of the live queue pair `qp` on `port`, granting peers `access`.
+pub(crate) fn to_init(qp: NonNull<sys::ibv_qp>, port: u8, access: MrAccess) -> Result<()> {
+    use sys::ibv_qp_attr_mask as m;
+    // SAFETY: plain C struct, zero is a valid value.
+    let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = sys::ibv_qp_state::IBV_QPS_INIT;
+    a.pkey_index = 0;
+    a.port_num = port;
+    a.qp_access_flags = access.0;
+    let mask =
+        m::IBV_QP_STATE.0 | m::IBV_QP_PKEY_INDEX.0 | m::IBV_QP_PORT.0 | m::IBV_QP_ACCESS_FLAGS.0;
+    modify(qp, &mut a, mask, "ibv_modify_qp(INIT)")
+}
+
+/// The RTR attributes (and their mask) of every connected queue pair: the path to
+/// `peer` from `port` and GID index `gid_index`, with path MTU `mtu_enum`, and the
+/// peer's numbers.
+pub(crate) fn rtr_attr(
+    peer: &QpEndpoint,
+    mtu_enum: u32,
+    port: u8,
+    gid_index: u8,
+) -> (sys::ibv_qp_attr, u32) {
+    use sys::ibv_qp_attr_mask as m;
+    // SAFETY: plain C struct, zero is a valid value.
+    let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = sys::ibv_qp_state::IBV_QPS_RTR;
+    a.path_mtu = mtu_enum;
+    a.dest_qp_num = peer.qpn;
+    a.rq_psn = peer.psn;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid.raw = peer.gid;
+    a.ah_attr.grh.sgid_index = gid_index;
+    a.ah_attr.grh.hop_limit = 1;
+    a.ah_attr.dlid = peer.lid;
+    a.ah_attr.port_num = port;
+    let mask = m::IBV_QP_STATE.0
+        | m::IBV_QP_AV.0
+        | m::IBV_QP_PATH_MTU.0
+        | m::IBV_QP_DEST_QPN.0
+        | m::IBV_QP_RQ_PSN.0;
+    (a, mask)
+}
+
+/// [`rtr_attr`] for a queue pair that serves the peer's requests: also how many of the
+/// peer's RDMA reads and atomics it serves at once (one), and its minimum RNR NAK timer
+/// (code 12).
+pub(crate) fn responder_rtr_attr(
+    peer: &QpEndpoint,
+    mtu_enum: u32,
+    port: u8,
+    gid_index: u8,
+) -> (sys::ibv_qp_attr, u32) {
+    use sys::ibv_qp_attr_mask as m;
+    let (mut a, mask) = rtr_attr(peer, mtu_enum, port, gid_index);
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    let mask = mask | m::IBV_QP_MAX_DEST_RD_ATOMIC.0 | m::IBV_QP_MIN_RNR_TIMER.0;
+    (a, mask)
+}
+
+/// RTR -> RTS of the live queue pair `qp`, sending from packet sequence number `psn`.
+pub(crate) fn to_rts(qp: NonNull<sys::ibv_qp>, psn: u32) -> Result<()> {
+    use sys::ibv_qp_attr_mask as m;
+    // SAFETY: plain C struct, zero is a valid value.
+    let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = sys::ibv_qp_state::IBV_QPS_RTS;
+    a.sq_psn = psn;
+    a.timeout = 14;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 1;
+    let mask = m::IBV_QP_STATE.0
+        | m::IBV_QP_TIMEOUT.0
+        | m::IBV_QP_RETRY_CNT.0
+        | m::IBV_QP_RNR_RETRY.0
+        | m::IBV_QP_SQ_PSN.0
+        | m::IBV_QP_MAX_QP_RD_ATOMIC.0;
+    modify(qp, &mut a, mask, "ibv_modify_qp(RTS)")
 }
 
 /// What an RC queue pair over these completion queues (and shared receive queue, which

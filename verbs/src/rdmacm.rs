@@ -2,7 +2,7 @@
 //! and accept with private data, and the event channel that reports each step (for
 //! the `rdma_cm` connection method, which connects over IP addresses).
 
-use crate::cq::Cq;
+use crate::cq::{poll_readable, Cq};
 use crate::device::Context;
 use crate::error::{call_error, Error, Result};
 use crate::pd::Pd;
@@ -166,14 +166,7 @@ impl EventChannel {
     pub fn next(&self, timeout: Duration) -> Result<CmEvent> {
         // SAFETY: a live channel; fd never changes.
         let fd = unsafe { self.inner.ptr.as_ref() }.fd;
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut p, 1, timeout.as_millis().min(i32::MAX as u128) as i32) };
-        if n == 0 {
+        if poll_readable(fd, timeout) == 0 {
             return Err(Error::Call {
                 call: "rdma_get_cm_event (timed out)",
                 source: std::io::Error::from_raw_os_error(libc::ETIMEDOUT),

@@ -160,17 +160,35 @@ impl Srq {
     ///
     /// The range must lie inside `mr` and stay untouched until the receive completes.
     pub unsafe fn post_recv(&mut self, wr_id: u64, mr: &Mr, addr: u64, len: u32) -> Result<()> {
-        let srq = self.inner.ptr.as_ptr();
-        // SAFETY: a live SRQ; the caller vouches for the memory.
-        crate::qp::post_one_recv(
-            "ibv_post_srq_recv",
-            wr_id,
-            mr,
-            addr,
-            len,
-            |wr, bad| unsafe { sys::ibv_post_srq_recv(srq, wr, bad) },
-        )
+        // SAFETY: a live SRQ; the caller's contract for the memory.
+        unsafe { post_srq_recv(self.inner.ptr, wr_id, mr, addr, len) }
     }
+}
+
+/// Post a receive into `[addr, addr+len)` of `mr` on the shared receive queue `srq`
+/// (a basic or an XRC one).
+///
+/// # Safety
+///
+/// `srq` is live; the range lies inside `mr` and stays untouched until the receive
+/// completes.
+pub(crate) unsafe fn post_srq_recv(
+    srq: NonNull<sys::ibv_srq>,
+    wr_id: u64,
+    mr: &Mr,
+    addr: u64,
+    len: u32,
+) -> Result<()> {
+    let srq = srq.as_ptr();
+    // SAFETY: a live SRQ; the caller vouches for the memory.
+    crate::qp::post_one_recv(
+        "ibv_post_srq_recv",
+        wr_id,
+        mr,
+        addr,
+        len,
+        |wr, bad| unsafe { sys::ibv_post_srq_recv(srq, wr, bad) },
+    )
 }
 
 impl Drop for SrqInner {

@@ -18,17 +18,16 @@
 //! through the `extended` module, rather than taken from rdma-sys 0.3, whose
 //! `verbs_get_ctx` does not recognise rdma-core's extended contexts and whose
 //! `ibv_create_srq_ex` sends XRC requests to the legacy `ibv_create_srq`.
-//!
-//! (Past this project's usual file length: the domain, its receive queues and both
-//! kinds of queue pair are one family sharing the helpers here; split, each part would
-//! reach into the others.)
 
 use crate::cq::{Cq, CqInner};
 use crate::device::{Context, ContextInner};
 use crate::error::{call_error, Result};
 use crate::extended::verbs_op;
 use crate::pd::{Mr, MrAccess, Pd, PdInner};
-use crate::qp::{post_send_request, Op, QpCaps, QpEndpoint, Sge, MAX_SEND_SGE};
+use crate::qp::{
+    modify, post_send_request, qp_num, responder_rtr_attr, rtr_attr, to_init, to_rts, Op, QpCaps,
+    QpEndpoint, Sge, MAX_SEND_SGE,
+};
 use rdma_sys as sys;
 use std::mem::{offset_of, size_of};
 use std::ptr::NonNull;
@@ -265,16 +264,8 @@ impl XrcSrq {
     ///
     /// The range must lie inside `mr` and stay untouched until the receive completes.
     pub unsafe fn post_recv(&mut self, wr_id: u64, mr: &Mr, addr: u64, len: u32) -> Result<()> {
-        let srq = self.ptr.as_ptr();
-        // SAFETY: a live SRQ; the caller vouches for the memory.
-        crate::qp::post_one_recv(
-            "ibv_post_srq_recv",
-            wr_id,
-            mr,
-            addr,
-            len,
-            |wr, bad| unsafe { sys::ibv_post_srq_recv(srq, wr, bad) },
-        )
+        // SAFETY: a live SRQ; the caller's contract for the memory.
+        unsafe { crate::srq::post_srq_recv(self.ptr, wr_id, mr, addr, len) }
     }
 }
 
@@ -284,63 +275,6 @@ impl Drop for XrcSrq {
         // PD (which it keeps alive).
         unsafe { sys::ibv_destroy_srq(self.ptr.as_ptr()) };
     }
-}
-
-/// Modify `qp` with `attr` for `mask`; errors name `what`.
-fn modify(
-    qp: NonNull<sys::ibv_qp>,
-    attr: &mut sys::ibv_qp_attr,
-    mask: u32,
-    what: &'static str,
-) -> Result<()> {
-    // SAFETY: a live QP and a filled-in attr for `mask`.
-    let rc = unsafe { sys::ibv_modify_qp(qp.as_ptr(), attr, mask as i32) };
-    if rc != 0 {
-        return Err(call_error(what, rc));
-    }
-    Ok(())
-}
-
-/// RESET -> INIT on `port` with `access` for peers.
-fn to_init(qp: NonNull<sys::ibv_qp>, port: u8, access: MrAccess) -> Result<()> {
-    use sys::ibv_qp_attr_mask as m;
-    // SAFETY: plain C struct, zero is a valid value.
-    let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
-    a.qp_state = sys::ibv_qp_state::IBV_QPS_INIT;
-    a.pkey_index = 0;
-    a.port_num = port;
-    a.qp_access_flags = access.0;
-    let mask =
-        m::IBV_QP_STATE.0 | m::IBV_QP_PKEY_INDEX.0 | m::IBV_QP_PORT.0 | m::IBV_QP_ACCESS_FLAGS.0;
-    modify(qp, &mut a, mask, "ibv_modify_qp(INIT)")
-}
-
-/// The RTR attributes common to both ends: the path to `peer` and its numbers.
-fn rtr_attr(peer: &QpEndpoint, mtu_enum: u32, port: u8, gid_index: u8) -> (sys::ibv_qp_attr, u32) {
-    use sys::ibv_qp_attr_mask as m;
-    // SAFETY: plain C struct, zero is a valid value.
-    let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
-    a.qp_state = sys::ibv_qp_state::IBV_QPS_RTR;
-    a.path_mtu = mtu_enum;
-    a.dest_qp_num = peer.qpn;
-    a.rq_psn = peer.psn;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid.raw = peer.gid;
-    a.ah_attr.grh.sgid_index = gid_index;
-    a.ah_attr.grh.hop_limit = 1;
-    a.ah_attr.dlid = peer.lid;
-    a.ah_attr.port_num = port;
-    let mask = m::IBV_QP_STATE.0
-        | m::IBV_QP_AV.0
-        | m::IBV_QP_PATH_MTU.0
-        | m::IBV_QP_DEST_QPN.0
-        | m::IBV_QP_RQ_PSN.0;
-    (a, mask)
-}
-
-fn qp_num(qp: NonNull<sys::ibv_qp>) -> u32 {
-    // SAFETY: a live QP; qp_num never changes.
-    unsafe { qp.as_ref() }.qp_num
 }
 
 /// An XRC initiator queue pair (`IBV_QPT_XRC_SEND`): sends only, each request naming
@@ -417,22 +351,7 @@ impl XrcInitiator {
 
     /// RTR -> RTS, sending from packet sequence number `psn` (what the target expects).
     pub fn to_rts(&mut self, psn: u32) -> Result<()> {
-        use sys::ibv_qp_attr_mask as m;
-        // SAFETY: plain C struct, zero is a valid value.
-        let mut a: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        a.qp_state = sys::ibv_qp_state::IBV_QPS_RTS;
-        a.sq_psn = psn;
-        a.timeout = 14;
-        a.retry_cnt = 7;
-        a.rnr_retry = 7;
-        a.max_rd_atomic = 1;
-        let mask = m::IBV_QP_STATE.0
-            | m::IBV_QP_TIMEOUT.0
-            | m::IBV_QP_SQ_PSN.0
-            | m::IBV_QP_RETRY_CNT.0
-            | m::IBV_QP_RNR_RETRY.0
-            | m::IBV_QP_MAX_QP_RD_ATOMIC.0;
-        modify(self.ptr, &mut a, mask, "ibv_modify_qp(RTS)")
+        to_rts(self.ptr, psn)
     }
 
     /// Post `op` gathering `sges` (at most [`MAX_SEND_SGE`]) for the remote SRQ
@@ -555,11 +474,7 @@ impl XrcTarget {
     /// INIT -> RTR from the remote `initiator` (its queue pair number, first packet
     /// sequence number, LID and GID), with path MTU `mtu_enum` (an `ibv_mtu`).
     pub fn to_rtr(&mut self, initiator: &QpEndpoint, mtu_enum: u32) -> Result<()> {
-        use sys::ibv_qp_attr_mask as m;
-        let (mut a, mask) = rtr_attr(initiator, mtu_enum, self.port, self.gid_index);
-        a.max_dest_rd_atomic = 1;
-        a.min_rnr_timer = 12;
-        let mask = mask | m::IBV_QP_MAX_DEST_RD_ATOMIC.0 | m::IBV_QP_MIN_RNR_TIMER.0;
+        let (mut a, mask) = responder_rtr_attr(initiator, mtu_enum, self.port, self.gid_index);
         modify(self.ptr, &mut a, mask, "ibv_modify_qp(RTR)")
     }
 }

@@ -121,15 +121,25 @@ fn api(fd: RawFd, features: u64) -> Result<uapi::uffdio_api, Errno> {
         features,
         ioctls: 0,
     };
-    // SAFETY: UFFDIO_API reads and writes one `struct uffdio_api`, which `api` is and
-    // which lives across the call.
-    let rc = unsafe { libc::ioctl(fd, uioctl::UFFDIO_API as libc::c_ulong, &mut api) };
-    if rc < 0 {
-        return Err(Errno::from_raw_os_error(
-            std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
-        ));
-    }
+    // SAFETY: UFFDIO_API reads and writes one `struct uffdio_api`, which `api` is.
+    unsafe { uffd_ioctl(fd, uioctl::UFFDIO_API, &mut api) }?;
     Ok(api)
+}
+
+/// `ioctl(fd, request, arg)` for the userfaultfd ioctls, which pass one struct by
+/// pointer and answer 0 or -1 with errno; the errno on failure.
+///
+/// # Safety
+///
+/// `arg` is the struct `request` reads (and writes), and what the ioctl does to the
+/// process's memory is sound for the caller.
+unsafe fn uffd_ioctl<T>(fd: RawFd, request: u32, arg: &mut T) -> Result<(), Errno> {
+    // SAFETY: the caller's promise; `arg` lives across the call.
+    let rc = unsafe { libc::ioctl(fd, request as libc::c_ulong, std::ptr::from_mut(arg)) };
+    if rc < 0 {
+        return Err(last_errno());
+    }
+    Ok(())
 }
 
 impl Uffd {
@@ -187,16 +197,7 @@ impl Uffd {
         // SAFETY: UFFDIO_REGISTER reads and writes one `struct uffdio_register`. In WP
         // mode with no page write-protected it changes no memory access: it only asks
         // for the events of this descriptor's features on the range.
-        let rc = unsafe {
-            libc::ioctl(
-                self.raw(),
-                uioctl::UFFDIO_REGISTER as libc::c_ulong,
-                &mut reg,
-            )
-        };
-        if rc < 0 {
-            return Err(last_errno());
-        }
+        unsafe { uffd_ioctl(self.raw(), uioctl::UFFDIO_REGISTER, &mut reg) }?;
         Ok(reg.ioctls)
     }
 
@@ -232,19 +233,10 @@ impl Uffd {
         };
         // SAFETY: UFFDIO_WRITEPROTECT reads one `struct uffdio_writeprotect`; clearing
         // write protection on pages that have none changes no memory access.
-        let rc = unsafe {
-            libc::ioctl(
-                self.raw(),
-                uioctl::UFFDIO_WRITEPROTECT as libc::c_ulong,
-                &mut wp,
-            )
-        };
-        if rc == 0 {
-            return Ok(false);
-        }
-        match last_errno() {
-            Errno::AGAIN => Ok(true),
-            e => Err(e),
+        match unsafe { uffd_ioctl(self.raw(), uioctl::UFFDIO_WRITEPROTECT, &mut wp) } {
+            Ok(()) => Ok(false),
+            Err(Errno::AGAIN) => Ok(true),
+            Err(e) => Err(e),
         }
     }
 
@@ -257,17 +249,7 @@ impl Uffd {
         };
         // SAFETY: UFFDIO_UNREGISTER reads one `struct uffdio_range`; it only stops the
         // events for the range.
-        let rc = unsafe {
-            libc::ioctl(
-                self.raw(),
-                uioctl::UFFDIO_UNREGISTER as libc::c_ulong,
-                &mut range,
-            )
-        };
-        if rc < 0 {
-            return Err(last_errno());
-        }
-        Ok(())
+        unsafe { uffd_ioctl(self.raw(), uioctl::UFFDIO_UNREGISTER, &mut range) }
     }
 
     /// Waits until events are pending (or a signal interrupts the wait).
