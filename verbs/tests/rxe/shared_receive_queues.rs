@@ -1,8 +1,8 @@
 //! Shared receive queues (made by the legacy verb and by the provider's
 //! `create_srq_ex`) serving an RC queue pair, and a completion channel.
 
-use crate::support::{device, Buf, WAIT};
-use rbtl_verbs::{MrAccess, Op, Qp, QpCaps, QpEndpoint};
+use crate::support::{connect, device, port, Buf, WAIT};
+use rbtl_verbs::{MrAccess, Op, Qp, QpCaps};
 use std::time::Duration;
 
 /// Receives posted to a shared receive queue serve a queue pair that has none of its
@@ -11,9 +11,7 @@ use std::time::Duration;
 fn shared_receive_queue_and_completion_channel() {
     use rbtl_verbs::Srq;
     let Some(ctx) = device() else { return };
-    let port = ctx.query_port(1).unwrap();
-    let gid_index = if port.ethernet { 1 } else { 0 };
-    let gid = ctx.query_gid(1, i32::from(gid_index)).unwrap();
+    let (_, gid_index) = port(&ctx);
     let pd = ctx.alloc_pd().unwrap();
     let channel = ctx.create_comp_channel().unwrap();
     let mut cq_a = ctx.create_cq(16).unwrap();
@@ -26,18 +24,7 @@ fn shared_receive_queue_and_completion_channel() {
     };
     let mut a = Qp::create_rc(&pd, &cq_a, &cq_a, None, caps, 1, gid_index).unwrap();
     let mut b = Qp::create_rc(&pd, &cq_b, &cq_b, Some(&srq), caps, 1, gid_index).unwrap();
-    let ep = |qp: &Qp, psn| QpEndpoint {
-        qpn: qp.qpn(),
-        psn,
-        lid: port.lid,
-        gid,
-    };
-    let (ea, eb) = (ep(&a, 7), ep(&b, 9));
-    for (qp, peer, own) in [(&mut a, &eb, &ea), (&mut b, &ea, &eb)] {
-        qp.to_init(MrAccess::LOCAL_WRITE).unwrap();
-        qp.to_rtr(peer, port.mtu_enum).unwrap();
-        qp.to_rts(own.psn).unwrap();
-    }
+    connect(&ctx, (&mut a, &mut b), (7, 9), MrAccess::LOCAL_WRITE);
     let src = Buf::new(&pd, 256, 0x42, MrAccess::LOCAL_WRITE);
     let dst = Buf::new(&pd, 256, 0, MrAccess::LOCAL_WRITE);
     cq_b.req_notify().unwrap();
@@ -72,9 +59,7 @@ fn shared_receive_queue_and_completion_channel() {
 fn basic_srq_made_through_create_srq_ex_receives_from_an_rc_queue_pair() {
     use rbtl_verbs::Srq;
     let Some(ctx) = device() else { return };
-    let port = ctx.query_port(1).unwrap();
-    let gid_index = if port.ethernet { 1 } else { 0 };
-    let gid = ctx.query_gid(1, i32::from(gid_index)).unwrap();
+    let (_, gid_index) = port(&ctx);
     let pd = ctx.alloc_pd().unwrap();
     let (mut cq_a, mut cq_b) = (ctx.create_cq(16).unwrap(), ctx.create_cq(16).unwrap());
     let mut srq = Srq::create_ex_basic(&pd, 8).unwrap();
@@ -85,18 +70,7 @@ fn basic_srq_made_through_create_srq_ex_receives_from_an_rc_queue_pair() {
     };
     let mut a = Qp::create_rc(&pd, &cq_a, &cq_a, None, caps, 1, gid_index).unwrap();
     let mut b = Qp::create_rc(&pd, &cq_b, &cq_b, Some(&srq), caps, 1, gid_index).unwrap();
-    let ep = |qp: &Qp, psn| QpEndpoint {
-        qpn: qp.qpn(),
-        psn,
-        lid: port.lid,
-        gid,
-    };
-    let (ea, eb) = (ep(&a, 0x31), ep(&b, 0x47));
-    for (qp, peer, own) in [(&mut a, &eb, &ea), (&mut b, &ea, &eb)] {
-        qp.to_init(MrAccess::LOCAL_WRITE).unwrap();
-        qp.to_rtr(peer, port.mtu_enum).unwrap();
-        qp.to_rts(own.psn).unwrap();
-    }
+    connect(&ctx, (&mut a, &mut b), (0x31, 0x47), MrAccess::LOCAL_WRITE);
     let src = Buf::new(&pd, 3 * 64, 0, MrAccess::LOCAL_WRITE);
     let dst = Buf::new(&pd, 3 * 128, 0, MrAccess::LOCAL_WRITE);
     for i in 0..3u64 {

@@ -1,7 +1,7 @@
 //! What the tests share: the device (or SKIP), registered buffers, and two RC queue
 //! pairs connected to each other.
 
-use rbtl_verbs::{device_names, Context, Cq, Mr, MrAccess, Pd, Qp, QpCaps, QpEndpoint};
+use rbtl_verbs::{device_names, Context, Cq, Mr, MrAccess, Pd, PortAttr, Qp, QpCaps, QpEndpoint};
 use std::time::Duration;
 
 /// How long a test waits for one completion or event.
@@ -58,13 +58,42 @@ pub(crate) struct Pair {
     pub(crate) cq_b: Cq,
 }
 
-/// Two RC queue pairs on port 1, connected to each other.
-pub(crate) fn pair(ctx: &Context) -> Pair {
+/// Port 1, and the index of the GID queue pairs use on it: GID 1 is RoCEv2 over IPv4
+/// on rxe; InfiniBand uses GID 0 and the LID.
+pub(crate) fn port(ctx: &Context) -> (PortAttr, u8) {
     let port = ctx.query_port(1).unwrap();
     assert!(port.active, "port 1 of {} is not active", ctx.name());
-    // GID 1 is RoCEv2 over IPv4 on rxe; InfiniBand uses GID 0 and the LID.
     let gid_index = if port.ethernet { 1 } else { 0 };
+    (port, gid_index)
+}
+
+/// Take `a` and `b`, RC queue pairs on port 1, through INIT (granting `access`), RTR
+/// and RTS towards each other, starting at packet sequence numbers `psn_a` and `psn_b`.
+pub(crate) fn connect(
+    ctx: &Context,
+    (a, b): (&mut Qp, &mut Qp),
+    (psn_a, psn_b): (u32, u32),
+    access: MrAccess,
+) {
+    let (port, gid_index) = port(ctx);
     let gid = ctx.query_gid(1, i32::from(gid_index)).unwrap();
+    let ep = |qp: &Qp, psn| QpEndpoint {
+        qpn: qp.qpn(),
+        psn,
+        lid: port.lid,
+        gid,
+    };
+    let (ea, eb) = (ep(a, psn_a), ep(b, psn_b));
+    for (qp, peer, own) in [(a, &eb, &ea), (b, &ea, &eb)] {
+        qp.to_init(access).unwrap();
+        qp.to_rtr(peer, port.mtu_enum).unwrap();
+        qp.to_rts(own.psn).unwrap();
+    }
+}
+
+/// Two RC queue pairs on port 1, connected to each other.
+pub(crate) fn pair(ctx: &Context) -> Pair {
+    let (_, gid_index) = port(ctx);
     let pd = ctx.alloc_pd().unwrap();
     let (cq_a, cq_b) = (ctx.create_cq(64).unwrap(), ctx.create_cq(64).unwrap());
     let caps = QpCaps {
@@ -74,22 +103,11 @@ pub(crate) fn pair(ctx: &Context) -> Pair {
     };
     let mut a = Qp::create_rc(&pd, &cq_a, &cq_a, None, caps, 1, gid_index).unwrap();
     let mut b = Qp::create_rc(&pd, &cq_b, &cq_b, None, caps, 1, gid_index).unwrap();
-    let ep = |qp: &Qp, psn| QpEndpoint {
-        qpn: qp.qpn(),
-        psn,
-        lid: port.lid,
-        gid,
-    };
-    let (ea, eb) = (ep(&a, 0x1111), ep(&b, 0x2222));
     let all = MrAccess::LOCAL_WRITE
         | MrAccess::REMOTE_WRITE
         | MrAccess::REMOTE_READ
         | MrAccess::REMOTE_ATOMIC;
-    for (qp, peer, own) in [(&mut a, &eb, &ea), (&mut b, &ea, &eb)] {
-        qp.to_init(all).unwrap();
-        qp.to_rtr(peer, port.mtu_enum).unwrap();
-        qp.to_rts(own.psn).unwrap();
-    }
+    connect(ctx, (&mut a, &mut b), (0x1111, 0x2222), all);
     Pair {
         pd,
         a,

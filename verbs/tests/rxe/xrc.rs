@@ -1,7 +1,7 @@
 //! XRC: domains, SRQs and queue pairs where the device has them; typed refusals
 //! where it has none.
 
-use crate::support::{device, Buf, WAIT};
+use crate::support::{device, port, Buf, WAIT};
 use rbtl_verbs::{Error, MrAccess, Op, QpCaps, QpEndpoint, Sge};
 
 /// XRC needs a device of the mlx class; a soft device says so with a typed error naming
@@ -17,8 +17,7 @@ use rbtl_verbs::{Error, MrAccess, Op, QpCaps, QpEndpoint, Sge};
 fn xrc_domains_where_the_device_has_them() {
     use rbtl_verbs::{XrcInitiator, XrcSrq, XrcTarget, Xrcd};
     let Some(ctx) = device() else { return };
-    let port = ctx.query_port(1).unwrap();
-    let gid_index = if port.ethernet { 1 } else { 0 };
+    let (port, gid_index) = port(&ctx);
     let pd = ctx.alloc_pd().unwrap();
     let mut send_cq = ctx.create_cq(16).unwrap();
     let caps = QpCaps {
