@@ -60,33 +60,9 @@ pub unsafe extern "C" fn PMPI_Waitany(
     index: *mut c_int,
     status: *mut Status,
 ) -> c_int {
-    complete("MPI_Waitany", |mpi, comm| {
-        // SAFETY: the binding's contract.
-        let reqs = unsafe { handles(count, array_of_requests) }?;
-        let of = comms(mpi, reqs);
-        non_null(index, MPI_ERR_ARG, "index")?;
-        if none_active(mpi, reqs) {
-            // SAFETY: checked not null; `status` null or valid.
-            unsafe {
-                index.write(MPI_UNDEFINED);
-                crate::p2p::put_one(status, Status::empty());
-            }
-            return Ok(());
-        }
-        let mut found = None;
-        mpi.wait_for(|mpi, look| {
-            found = first_complete(mpi, reqs)?;
-            Ok(pending(mpi, found.is_some(), look, reqs))
-        })?;
-        let (i, s, e) = found.expect("set when done");
-        // SAFETY: as above.
-        unsafe {
-            index.write(i as c_int);
-            crate::p2p::put_one(status, s);
-        }
-        *comm = of[i];
-        e.map_or(Ok(()), Err)
-    })
+    let out = (index, std::ptr::null_mut(), status);
+    // SAFETY: the binding's contract.
+    unsafe { any("MPI_Waitany", true, count, array_of_requests, out) }
 }
 
 #[no_mangle]
@@ -97,33 +73,67 @@ pub unsafe extern "C" fn PMPI_Testany(
     flag: *mut c_int,
     status: *mut Status,
 ) -> c_int {
-    complete("MPI_Testany", |mpi, comm| {
-        // SAFETY: the binding's contract.
-        let reqs = unsafe { handles(count, array_of_requests) }?;
+    let out = (index, flag, status);
+    // SAFETY: the binding's contract.
+    unsafe { any("MPI_Testany", false, count, array_of_requests, out) }
+}
+
+/// `MPI_Waitany` (`wait`: until one is done) and `MPI_Testany` (whether one is done
+/// after one round of progress, written to `flag`): the index and status of the one
+/// done, written to `out`. With no request active, the index is `MPI_UNDEFINED`, the
+/// status empty (and the flag set).
+///
+/// # Safety
+///
+/// `requests` holds `count` handles; `out` as the bindings' contract says (`flag`
+/// is only written by `MPI_Testany`).
+unsafe fn any(
+    name: &str,
+    wait: bool,
+    count: c_int,
+    requests: *mut Handle,
+    (index, flag, status): (*mut c_int, *mut c_int, *mut Status),
+) -> c_int {
+    complete(name, |mpi, comm| {
+        // SAFETY: the caller's contract.
+        let reqs = unsafe { handles(count, requests) }?;
         let of = comms(mpi, reqs);
         non_null(index, MPI_ERR_ARG, "index")?;
-        non_null(flag, MPI_ERR_ARG, "flag")?;
-        mpi.progress();
-        let (flag_v, index_v, s, e) = if none_active(mpi, reqs) {
-            (1, MPI_UNDEFINED, Status::empty(), None)
+        if !wait {
+            non_null(flag, MPI_ERR_ARG, "flag")?;
+            mpi.progress();
+        }
+        let found = if none_active(mpi, reqs) {
+            Some((MPI_UNDEFINED, Status::empty(), None))
         } else {
-            match first_complete(mpi, reqs)? {
-                Some((i, s, e)) => {
-                    *comm = of[i];
-                    (1, i as c_int, s, e)
-                }
-                None => (0, MPI_UNDEFINED, Status::empty(), None),
-            }
+            let done = if wait {
+                let mut found = None;
+                mpi.wait_for(|mpi, look| {
+                    found = first_complete(mpi, reqs)?;
+                    Ok(pending(mpi, found.is_some(), look, reqs))
+                })?;
+                Some(found.expect("set when done"))
+            } else {
+                first_complete(mpi, reqs)?
+            };
+            done.map(|(i, s, e)| {
+                *comm = of[i];
+                (i as c_int, s, e)
+            })
         };
         // SAFETY: checked not null; `status` null or valid.
         unsafe {
-            flag.write(flag_v);
-            index.write(index_v);
-            if flag_v == 1 {
-                crate::p2p::put_one(status, s);
+            if !wait {
+                flag.write(c_int::from(found.is_some()));
             }
+            let Some((i, s, e)) = found else {
+                index.write(MPI_UNDEFINED);
+                return Ok(());
+            };
+            index.write(i);
+            crate::p2p::put_one(status, s);
+            e.map_or(Ok(()), Err)
         }
-        e.map_or(Ok(()), Err)
     })
 }
 
