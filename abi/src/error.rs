@@ -38,6 +38,19 @@ pub fn non_null<T>(p: *const T, class: c_int, what: &str) -> Result<()> {
     }
 }
 
+/// The error of handle `h`, which names no live object of a kind (`what`, with its
+/// article): its null handle (`null`, named `null_name`), or any other.
+#[cold]
+pub fn bad_handle(h: Handle, (null, null_name): (Handle, &str), class: c_int, what: &str) -> Error {
+    match h == null {
+        true => Error::new(class, format!("{null_name} is not {what}")),
+        false => Error::new(
+            class,
+            format!("{h:#x} is not {what} (freed, or a handle of another kind)"),
+        ),
+    }
+}
+
 /// The value behind a pointer a call must read, checked as [`non_null`] does.
 ///
 /// # Safety

@@ -212,22 +212,12 @@ impl Mpi {
 
 #[cold]
 fn bad_comm(h: Handle) -> Error {
-    match h {
-        MPI_COMM_NULL => Error::new(MPI_ERR_COMM, "MPI_COMM_NULL is not a communicator"),
-        _ => Error::new(
-            MPI_ERR_COMM,
-            format!("{h:#x} is not a communicator (freed, or a handle of another kind)"),
-        ),
-    }
+    let null = (MPI_COMM_NULL, "MPI_COMM_NULL");
+    crate::error::bad_handle(h, null, MPI_ERR_COMM, "a communicator")
 }
 
 #[cold]
 fn bad_type(h: Handle) -> Error {
-    match h {
-        MPI_DATATYPE_NULL => Error::new(MPI_ERR_TYPE, "MPI_DATATYPE_NULL is not a datatype"),
-        _ => Error::new(
-            MPI_ERR_TYPE,
-            format!("{h:#x} is not a datatype (freed, or a handle of another kind)"),
-        ),
-    }
+    let null = (MPI_DATATYPE_NULL, "MPI_DATATYPE_NULL");
+    crate::error::bad_handle(h, null, MPI_ERR_TYPE, "a datatype")
 }

@@ -12,12 +12,9 @@ impl Mpi {
     pub fn group(&self, h: Handle) -> Result<Arc<Group>> {
         match h {
             MPI_GROUP_EMPTY => Ok(Arc::new(Group::new(Vec::new()))),
-            MPI_GROUP_NULL => Err(Error::new(MPI_ERR_GROUP, "MPI_GROUP_NULL is not a group")),
             _ => self.groups.get(h).cloned().ok_or_else(|| {
-                Error::new(
-                    MPI_ERR_GROUP,
-                    format!("{h:#x} is not a group (freed, or a handle of another kind)"),
-                )
+                let null = (MPI_GROUP_NULL, "MPI_GROUP_NULL");
+                crate::error::bad_handle(h, null, MPI_ERR_GROUP, "a group")
             }),
         }
     }

@@ -3,7 +3,7 @@
 
 use super::{Op, UserOp};
 use crate::entry::{call, call_in_steps};
-use crate::error::{non_null, read_arg, Error, Object, Result};
+use crate::error::{bad_handle, non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
 use crate::state::Mpi;
@@ -16,12 +16,11 @@ impl Mpi {
         }
         match self.ops.get(h) {
             Some(u) => Ok(Op::User(*u)),
-            None if h == MPI_OP_NULL => {
-                Err(Error::new(MPI_ERR_OP, "MPI_OP_NULL is not an operation"))
-            }
-            None => Err(Error::new(
+            None => Err(bad_handle(
+                h,
+                (MPI_OP_NULL, "MPI_OP_NULL"),
                 MPI_ERR_OP,
-                format!("{h:#x} is not an operation (freed, or a handle of another kind)"),
+                "an operation",
             )),
         }
     }

@@ -336,13 +336,8 @@ fn decode(mut b: &[u8]) -> Option<Vec<&[u8]>> {
 
 #[cold]
 pub(super) fn bad_win(h: Handle) -> Error {
-    match h {
-        MPI_WIN_NULL => Error::new(MPI_ERR_WIN, "MPI_WIN_NULL is not a window"),
-        _ => Error::new(
-            MPI_ERR_WIN,
-            format!("{h:#x} is not a window (freed, or a handle of another kind)"),
-        ),
-    }
+    let null = (MPI_WIN_NULL, "MPI_WIN_NULL");
+    crate::error::bad_handle(h, null, MPI_ERR_WIN, "a window")
 }
 
 /// The error handler of window `w`; an error on a handle that is no window goes to
