@@ -9,13 +9,14 @@ pub mod probe;
 pub mod wait;
 pub mod wait_some;
 
-use crate::comm::Communicator;
+use crate::comm::{Communicator, Group};
 use crate::datatype::{pack, Datatype, Shape};
 use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::request::{P2p, Request, Unpack};
 use crate::state::Mpi;
 use rbtl::msg::SendMode;
+use std::sync::Arc;
 
 /// An MPI send's mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -274,6 +275,29 @@ impl Mpi {
         Ok((id, Some(u)))
     }
 
+    /// What a send to (or a receive from) `rank` of `comm` needs, checked: the
+    /// communicator's context, the peer (`any`: `MPI_ANY_SOURCE` allowed), the group
+    /// the request translates ranks through (`None`: the world's), and the shape of
+    /// `count` elements of `ty` at `buf`.
+    #[inline(always)]
+    fn reach(
+        &self,
+        (buf, count, ty): (*const c_void, usize, Handle),
+        rank: c_int,
+        any: bool,
+        comm: Handle,
+    ) -> Result<(u32, Peer, Option<Arc<Group>>, Shape)> {
+        let c = self.comm(comm)?;
+        let (ctx, to) = (c.ctx, peer(c, rank, any)?);
+        let peers = c
+            .remote
+            .clone()
+            .or_else(|| (comm != MPI_COMM_WORLD).then(|| c.group.clone()));
+        let t = self.dtype(ty)?;
+        check_buffer(buf, count, t)?;
+        Ok((ctx, to, peers, t.shape()))
+    }
+
     /// The request of a send on communicator `comm` (started; `MPI_PROC_NULL` done).
     ///
     /// # Safety
@@ -295,18 +319,10 @@ impl Mpi {
         };
         let count = check_count(count)?;
         let tag = check_send_tag(tag)?;
-        let c = self.comm(comm)?;
-        let (ctx, to) = (c.ctx, peer(c, dest, false)?);
-        let peers = c
-            .remote
-            .clone()
-            .or_else(|| (comm != MPI_COMM_WORLD).then(|| c.group.clone()));
-        let t = self.dtype(ty)?;
-        check_buffer(buf, count, t)?;
+        let (ctx, to, peers, shape) = self.reach((buf, count, ty), dest, false, comm)?;
         let Peer::Job(dst) = to else {
             return Ok(Request::Done(Status::proc_null()));
         };
-        let shape = t.shape();
         // SAFETY: the caller's contract.
         let s = unsafe { self.start_send((buf, count), &shape, dst, tag, ctx, mode) }?;
         Ok(Request::P2p(P2p {
@@ -334,20 +350,12 @@ impl Mpi {
     ) -> Result<Request> {
         let count = check_count(count)?;
         let tag = check_recv_tag(tag)?;
-        let c = self.comm(comm)?;
-        let (ctx, from) = (c.ctx, peer(c, source, true)?);
-        let peers = c
-            .remote
-            .clone()
-            .or_else(|| (comm != MPI_COMM_WORLD).then(|| c.group.clone()));
-        let t = self.dtype(ty)?;
-        check_buffer(buf, count, t)?;
+        let (ctx, from, peers, shape) = self.reach((buf, count, ty), source, true, comm)?;
         let src = match from {
             Peer::Null => return Ok(Request::Done(Status::proc_null())),
             Peer::Any => None,
             Peer::Job(j) => Some(j),
         };
-        let shape = t.shape();
         // SAFETY: the caller's contract.
         let (id, unpack) = unsafe { self.start_recv(buf, count, shape, src, tag, ctx) }?;
         Ok(Request::P2p(P2p {
