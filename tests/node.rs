@@ -186,15 +186,7 @@ fn role_sm_auto_path() {
         unsafe { m.register_mem(Some(ep), mem.as_mut_ptr() as usize, 2 * LEN, all) }.unwrap();
     let (raddr, rh) =
         common::swap_regions(&mut job, "auto_path", mem.as_ptr() as u64, &handle, peer);
-    let heard = Arc::new(AtomicUsize::new(0));
-    let h = heard.clone();
-    m.register_am(
-        Tag::USR,
-        Box::new(move |_, _| {
-            h.fetch_add(1, Ordering::Release);
-        }),
-    )
-    .unwrap();
+    let heard = common::arrivals(m.as_mut(), Tag::USR);
     if rank == 1 {
         // Progress until rank 0's ring transfers are done, then stop progressing.
         while heard.load(Ordering::Acquire) == 0 {

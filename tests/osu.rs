@@ -226,21 +226,14 @@ fn runs_under_rbtlrun_and_over_the_self_transport_alone() {
     ]));
     assert_eq!(rows(&out.stdout).len(), 5);
     // With sm excluded, two processes cannot reach each other: a clear error.
-    let bad = Command::new(OSU)
-        .args(["latency", "--btl", "self", "--max-size", "8"])
-        .output()
-        .unwrap();
-    assert!(!bad.status.success());
-    let err = String::from_utf8_lossy(&bad.stderr);
+    let (_, err) = failing(Command::new(OSU).args(["latency", "--btl", "self", "--max-size", "8"]));
     assert!(err.contains("unreachable") && err.contains("btl"), "{err}");
     // tcp chosen, but its include list matches no interface here: the error says so.
-    let closed = Command::new(OSU)
-        .args(["latency", "--btl", "self,tcp", "--max-size", "8"])
-        .args(["--param", "btl_tcp_if_include=198.19.255.0/24"])
-        .output()
-        .unwrap();
-    assert!(!closed.status.success());
-    let err = String::from_utf8_lossy(&closed.stderr);
+    let (_, err) = failing(
+        Command::new(OSU)
+            .args(["latency", "--btl", "self,tcp", "--max-size", "8"])
+            .args(["--param", "btl_tcp_if_include=198.19.255.0/24"]),
+    );
     assert!(
         err.contains("unreachable")
             && err.contains(
@@ -332,12 +325,8 @@ fn rbtl_info_lists_transports_interfaces_and_parameters() {
         off.contains("memory monitor: none: turned off (rcache_monitor = none)"),
         "{off}"
     );
-    let bad = Command::new(RBTL_INFO)
-        .args(["--param", "btl_tcp_if_include=no-such-if0"])
-        .output()
-        .unwrap();
-    assert!(!bad.status.success());
-    let err = String::from_utf8_lossy(&bad.stderr);
+    let (_, err) =
+        failing(Command::new(RBTL_INFO).args(["--param", "btl_tcp_if_include=no-such-if0"]));
     assert!(
         err.contains("no interface `no-such-if0`") && err.contains("lo"),
         "{err}"
@@ -367,9 +356,7 @@ fn bad_arguments_and_parameters_are_clear_errors() {
             "btl_sm_eager_limit",
         ),
     ] {
-        let out = Command::new(OSU).args(&args).output().unwrap();
-        assert!(!out.status.success(), "{args:?}");
-        let err = String::from_utf8_lossy(&out.stderr);
+        let (_, err) = failing(Command::new(OSU).args(&args));
         assert!(err.contains(says), "{args:?}: {err}");
     }
     let help = run(Command::new(OSU).arg("--help"));
@@ -414,7 +401,7 @@ fn runs_under_mpich_hydra() {
     assert_eq!(rows(&out.stdout).len(), 5);
 }
 
-/// `osu` with `args`, which must fail: its exit code and stderr.
+/// `cmd`, which must fail: its exit code and stderr.
 fn failing(cmd: &mut Command) -> (Option<i32>, String) {
     let out = cmd.output().expect("start");
     assert!(

@@ -447,116 +447,44 @@ fn role_refused() {
             o.lock().unwrap().push(format!("{what}: {kind}"));
         })
     };
-    let l = local.as_mut_ptr() as usize;
+    // Each in any order, its local side (if any) at the start of `local`.
+    let here = Local::new(local.as_mut_ptr() as usize, &lh);
     let order = Order::ANY;
-    m.put(
-        &Transfer::new(ep, Local::new(l, &lh), Remote::new(ro_addr, &forged), 8).ordered(order),
-        cb("put into read-only"),
-    )
-    .unwrap();
-    m.put(
-        &Transfer::new(
-            ep,
-            Local::new(l, &lh),
-            Remote::new(ro_addr + LEN as u64, &forged),
-            16,
-        )
-        .ordered(order),
-        cb("put past the end"),
-    )
-    .unwrap();
-    m.get(
-        &Transfer::new(
-            ep,
-            Local::new(l, &lh),
-            Remote::new(ro_addr + LEN as u64 - 8, &forged),
-            16,
-        )
-        .ordered(order),
-        cb("get past the end"),
-    )
-    .unwrap();
-    m.put(
-        &Transfer::new(ep, Local::new(l, &lh), Remote::new(dd_addr, &dd_h), 8).ordered(order),
-        cb("put into a dead one"),
-    )
-    .unwrap();
-    m.get(
-        &Transfer::new(ep, Local::new(l, &lh), Remote::new(dd_addr, &dd_h), 8).ordered(order),
-        cb("get from a dead one"),
-    )
-    .unwrap();
-    m.atomic(
-        &RemoteAtomic::new(
-            ep,
-            Remote::new(ro_addr, &forged),
-            AtomicKind::Op(rbtl::btl::AtomicOp::Add, 1),
-        )
-        .fetching(Local::new(l, &lh))
-        .ordered(order),
-        cb("atomic on read-only"),
-    )
-    .unwrap();
-    m.get(
-        &Transfer::new(ep, Local::new(l, &lh), Remote::new(wo_addr, &forged_wo), 8).ordered(order),
-        cb("get from write-only"),
-    )
-    .unwrap();
-    let add = rbtl::btl::AtomicOp::Add;
-    m.atomic(
-        &RemoteAtomic::new(
-            ep,
-            Remote::new(ro_addr + LEN as u64, &forged),
-            AtomicKind::Op(add, 1),
-        )
-        .ordered(order),
-        cb("atomic past the end"),
-    )
-    .unwrap();
-    m.atomic(
-        &RemoteAtomic::new(ep, Remote::new(dd_addr, &dd_h), AtomicKind::Op(add, 1)).ordered(order),
-        cb("atomic on a dead one"),
-    )
-    .unwrap();
-    m.atomic(
-        &RemoteAtomic::new(
-            ep,
-            Remote::new(ro_addr + LEN as u64 + 8, &forged),
-            AtomicKind::Op(add, 1),
-        )
-        .fetching(Local::new(l, &lh))
-        .ordered(order),
-        cb("fetch-add past the end"),
-    )
-    .unwrap();
-    m.atomic(
-        &RemoteAtomic::new(
-            ep,
-            Remote::new(ro_addr, &forged),
-            AtomicKind::CompareSwap {
-                compare: 3,
-                value: 9,
-            },
-        )
-        .fetching(Local::new(l, &lh))
-        .ordered(order),
-        cb("swap on read-only"),
-    )
-    .unwrap();
-    m.atomic(
-        &RemoteAtomic::new(
-            ep,
-            Remote::new(dd_addr, &dd_h),
-            AtomicKind::CompareSwap {
-                compare: 4,
-                value: 9,
-            },
-        )
-        .fetching(Local::new(l, &lh))
-        .ordered(order),
-        cb("swap on a dead one"),
-    )
-    .unwrap();
+    let transfer = |remote, len| Transfer::new(ep, here, remote, len).ordered(order);
+    let atomic = |remote, kind| RemoteAtomic::new(ep, remote, kind).ordered(order);
+    let read_only = |addr| Remote::new(addr, &forged);
+    let (end, dead) = (ro_addr + LEN as u64, Remote::new(dd_addr, &dd_h));
+    for (what, remote, len) in [
+        ("put into read-only", read_only(ro_addr), 8),
+        ("put past the end", read_only(end), 16),
+        ("put into a dead one", dead, 8),
+    ] {
+        m.put(&transfer(remote, len), cb(what)).unwrap();
+    }
+    for (what, remote, len) in [
+        ("get past the end", read_only(end - 8), 16),
+        ("get from a dead one", dead, 8),
+        ("get from write-only", Remote::new(wo_addr, &forged_wo), 8),
+    ] {
+        m.get(&transfer(remote, len), cb(what)).unwrap();
+    }
+    let add = AtomicKind::Op(rbtl::btl::AtomicOp::Add, 1);
+    let swap = |compare| AtomicKind::CompareSwap { compare, value: 9 };
+    for (what, remote, kind) in [
+        ("atomic on read-only", read_only(ro_addr), add),
+        ("fetch-add past the end", read_only(end + 8), add),
+        ("swap on read-only", read_only(ro_addr), swap(3)),
+        ("swap on a dead one", dead, swap(4)),
+    ] {
+        m.atomic(&atomic(remote, kind).fetching(here), cb(what))
+            .unwrap();
+    }
+    for (what, remote) in [
+        ("atomic past the end", read_only(end)),
+        ("atomic on a dead one", dead),
+    ] {
+        m.atomic(&atomic(remote, add), cb(what)).unwrap();
+    }
     m.flush(Some(ep)).unwrap();
     let mut got = outcomes.lock().unwrap().clone();
     got.sort();
@@ -989,26 +917,12 @@ fn flush_waits_for_a_slow_peer_and_names_a_silent_one_whose_put_then_completes()
     // A silent peer: the put reached it, and nothing comes back.
     put(&mut m, range.base);
     let req = read_put(&mut m, &mut s);
-    let start = Instant::now();
-    let e = m.flush(None).expect_err("the peer is silent");
-    let took = start.elapsed();
-    assert!(
-        took >= Duration::from_secs(2) && took < Duration::from_secs(20),
-        "gave up after {took:?}, for a timeout of 2 s"
+    let e = common::flush_giving_up_on(
+        &mut m,
+        (ep, 1),
+        Duration::from_secs(2),
+        "btl_tcp_flush_timeout",
     );
-    match &e {
-        Error::PeerTimeout {
-            peers,
-            silent_for,
-            param,
-        } => {
-            assert_eq!(peers.len(), 1);
-            assert_eq!((peers[0].endpoint, peers[0].rank), (ep, 1));
-            assert_eq!(*silent_for, Duration::from_secs(2));
-            assert_eq!(*param, "btl_tcp_flush_timeout");
-        }
-        other => panic!("expected PeerTimeout, got {other:?}"),
-    }
     let text = e.to_string();
     assert!(
         text.contains(&format!("rank 1 (endpoint {})", ep.0))
@@ -1255,6 +1169,23 @@ fn read_frame(m: &mut TcpModule, s: &mut TcpStream, len: usize) -> Vec<u8> {
     frame
 }
 
+/// Flush `ep` while the raw peer streams `what` (in `peer`), which the flush waits for
+/// although it takes longer than the 2 s timeout: the bytes `peer` gives back.
+fn flush_while_streaming(
+    m: &mut TcpModule,
+    ep: Endpoint,
+    peer: std::thread::JoinHandle<Vec<u8>>,
+    what: &str,
+) -> Vec<u8> {
+    let start = Instant::now();
+    m.flush(Some(ep))
+        .unwrap_or_else(|e| panic!("{what} is waited for: {e}"));
+    let took = start.elapsed();
+    let data = peer.join().unwrap();
+    assert!(took > Duration::from_secs(2), "streamed for {took:?}");
+    data
+}
+
 #[test]
 fn flush_waits_for_a_chunk_that_streams_for_longer_than_its_timeout() {
     // One chunk each way, put and get, each streaming for about 1.6 timeouts (3.2 s):
@@ -1321,14 +1252,14 @@ fn flush_waits_for_a_chunk_that_streams_for_longer_than_its_timeout() {
         peer.write_all(&put_ack(req)).unwrap();
         data
     });
-    let start = Instant::now();
     // (Until its data is all written, the reading thread waits for this thread's
     // progress: a failed flush fails the test before the join.)
-    m.flush(Some(ep))
-        .expect("a put whose data the peer keeps reading is waited for");
-    let took = start.elapsed();
-    let data = reading.join().unwrap();
-    assert!(took > Duration::from_secs(2), "streamed for {took:?}");
+    let data = flush_while_streaming(
+        &mut m,
+        ep,
+        reading,
+        "a put whose data the peer keeps reading",
+    );
     assert!(data == mem[..LEN], "the put's data as sent");
 
     // The get: the peer answers its request with the data, a slice at a time.
@@ -1377,12 +1308,7 @@ fn flush_waits_for_a_chunk_that_streams_for_longer_than_its_timeout() {
         peer.write_all(done.as_bytes()).unwrap();
         data
     });
-    let start = Instant::now();
-    m.flush(Some(ep))
-        .expect("a get whose data keeps coming is waited for");
-    let took = start.elapsed();
-    let data = writing.join().unwrap();
-    assert!(took > Duration::from_secs(2), "streamed for {took:?}");
+    let data = flush_while_streaming(&mut m, ep, writing, "a get whose data keeps coming");
     assert!(mem[LEN..] == data[..], "the get's data in place");
     assert_eq!(*statuses.lock().unwrap(), ["Ok(())", "Ok(())"]);
     assert!(seen.lock().unwrap().is_empty(), "the peer was not failed");

@@ -130,6 +130,50 @@ pub fn progress_until(m: &mut dyn rbtl::btl::Module, what: &str, mut done: impl 
     }
 }
 
+/// Assert that `e` is a flush's `PeerTimeout` naming rank `rank` at `ep` alone, silent
+/// for `silent_for`, the value of `param`.
+#[allow(dead_code)] // not every binary that shares this module calls it
+pub fn assert_timed_out_on(
+    e: &rbtl::btl::Error,
+    (ep, rank): (rbtl::btl::Endpoint, u32),
+    silent_for: Duration,
+    param: &str,
+) {
+    let peer = rbtl::btl::SilentPeer { endpoint: ep, rank };
+    match e {
+        rbtl::btl::Error::PeerTimeout {
+            peers,
+            silent_for: silent,
+            param: named,
+        } => {
+            assert_eq!(peers[..], [peer], "{e}");
+            assert_eq!((*silent, *named), (silent_for, param), "{e}");
+        }
+        other => panic!("expected PeerTimeout, got {other:?}"),
+    }
+}
+
+/// `flush(None)` of `m`, which gives up on `peer` (its endpoint and rank) alone once it
+/// was silent for `timeout` (the value of `param`; and well within 20 s): the error,
+/// checked by [`assert_timed_out_on`].
+#[allow(dead_code)] // not every binary that shares this module calls it
+pub fn flush_giving_up_on(
+    m: &mut dyn rbtl::btl::Module,
+    peer: (rbtl::btl::Endpoint, u32),
+    timeout: Duration,
+    param: &str,
+) -> rbtl::btl::Error {
+    let start = Instant::now();
+    let e = m.flush(None).expect_err("a peer does not answer");
+    let took = start.elapsed();
+    assert!(
+        took >= timeout && took < Duration::from_secs(20),
+        "flush gave up after {took:?}, for a timeout of {timeout:?}"
+    );
+    assert_timed_out_on(&e, peer, timeout, param);
+    e
+}
+
 /// The senders of the messages that come to `m` on `tag`, in order.
 #[allow(dead_code)] // not every binary that shares this module calls it
 pub fn senders(
@@ -144,6 +188,24 @@ pub fn senders(
     )
     .unwrap();
     got
+}
+
+/// How many messages have come to `m` on `tag`, counted with `Release` ordering.
+#[allow(dead_code)] // not every binary that shares this module calls it
+pub fn arrivals(
+    m: &mut dyn rbtl::btl::Module,
+    tag: rbtl::btl::Tag,
+) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    let count: std::sync::Arc<std::sync::atomic::AtomicUsize> = Default::default();
+    let c = count.clone();
+    m.register_am(
+        tag,
+        Box::new(move |_, _| {
+            c.fetch_add(1, std::sync::atomic::Ordering::Release);
+        }),
+    )
+    .unwrap();
+    count
 }
 
 /// Send an 8-byte descriptor to `ep` on `tag` that owns itself and always calls back:

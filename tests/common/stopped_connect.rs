@@ -5,10 +5,10 @@
 //! progress, so without a deadline that flush would never return.
 
 use crate::common::offered::{put_then_fetch_add, Offered};
-use crate::common::{progress_until, watchdog, Continue};
+use crate::common::{assert_timed_out_on, progress_until, watchdog, Continue};
 use rbtl::btl::{
     ActiveMessage, DesFlags, Endpoint, Error, ErrorEvent, Local, Module, Order, PeerFailure,
-    RdmaCallback, RdmaCompletion, Remote, SendOutcome, SendiOutcome, SilentPeer, Tag, Transfer,
+    RdmaCallback, RdmaCompletion, Remote, SendOutcome, SendiOutcome, Tag, Transfer,
 };
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -99,6 +99,28 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
                 Box::new(move |_, r: RdmaCompletion| d.lock().unwrap().push((to, r.status)))
             };
             let (l, order) = (mem.as_ptr() as usize, Order::ANY);
+            // A put of `len` bytes from the start of `mem` to the start of what rank `to`
+            // (1 or 2) offered.
+            let put = |m: &mut dyn Module, to: u32, len: usize| {
+                let (ep, addr, rh) = if to == 1 {
+                    (ep1, addr1, &rh1)
+                } else {
+                    (ep2, addr2, &rh2)
+                };
+                let local = Local::new(l, &handle);
+                m.put(
+                    &Transfer::new(ep, local, Remote::new(addr, rh), len).ordered(order),
+                    cb(to),
+                )
+            };
+            // Once rank 1 has failed, a put to it fails at once.
+            let refused_at_once = |m: &mut dyn Module| {
+                let again = put(m, 1, 8);
+                assert!(
+                    matches!(again, Err(Error::PeerFailed { rank: 1, .. })),
+                    "{again:?}"
+                );
+            };
             let started = Instant::now();
             put_then_fetch_add(
                 m,
@@ -110,12 +132,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
                 || cb(1),
             );
             send_byte(m, ep1, 1, over, &sends);
-            m.put(
-                &Transfer::new(ep2, Local::new(l, &handle), Remote::new(addr2, &rh2), LEN)
-                    .ordered(order),
-                cb(2),
-            )
-            .unwrap();
+            put(m, 2, LEN).unwrap();
 
             // The first flush gives up on rank 1 alone, its operations still queued.
             let e = m.flush(None).expect_err("rank 1 never answers");
@@ -125,21 +142,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
                 took >= FLUSH && took < CONNECT,
                 "flush gave up after {took:?}, for a flush timeout of {FLUSH:?}"
             );
-            match &e {
-                Error::PeerTimeout {
-                    peers,
-                    silent_for,
-                    param,
-                } => {
-                    let rank1 = SilentPeer {
-                        endpoint: ep1,
-                        rank: 1,
-                    };
-                    assert_eq!(peers[..], [rank1], "{e}");
-                    assert_eq!((*silent_for, *param), (FLUSH, "btl_openib_flush_timeout"));
-                }
-                other => panic!("expected PeerTimeout, got {other:?}"),
-            }
+            assert_timed_out_on(&e, (ep1, 1), FLUSH, "btl_openib_flush_timeout");
             {
                 let d = done.lock().unwrap();
                 assert!(
@@ -191,24 +194,11 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
                 "{:?}",
                 seen.lock().unwrap()
             );
-            let again = m.put(
-                &Transfer::new(ep1, Local::new(l, &handle), Remote::new(addr1, &rh1), 8)
-                    .ordered(order),
-                cb(1),
-            );
-            assert!(
-                matches!(again, Err(Error::PeerFailed { rank: 1, .. })),
-                "{again:?}"
-            );
+            refused_at_once(m);
 
             // Rank 2 goes on.
             done.lock().unwrap().clear();
-            m.put(
-                &Transfer::new(ep2, Local::new(l, &handle), Remote::new(addr2, &rh2), LEN)
-                    .ordered(order),
-                cb(2),
-            )
-            .unwrap();
+            put(m, 2, LEN).unwrap();
             m.flush(Some(ep2)).expect("rank 2 answers");
             assert!(matches!(&done.lock().unwrap()[..], [(2, Ok(()))]));
             send_byte(m, ep2, 2, over, &sends);
@@ -221,15 +211,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
             for _ in 0..1 << 16 {
                 m.progress();
             }
-            let again = m.put(
-                &Transfer::new(ep1, Local::new(l, &handle), Remote::new(addr1, &rh1), 8)
-                    .ordered(order),
-                cb(1),
-            );
-            assert!(
-                matches!(again, Err(Error::PeerFailed { rank: 1, .. })),
-                "{again:?}"
-            );
+            refused_at_once(m);
             assert!(
                 reported(&seen.lock().unwrap()),
                 "{:?}",

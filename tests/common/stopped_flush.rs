@@ -3,13 +3,13 @@
 //! copying through its rings): shared by the test binaries of those transports.
 
 use crate::common::offered::{put_then_fetch_add, Offered};
-use crate::common::{progress_until, senders, watchdog, Continue};
+use crate::common::{flush_giving_up_on, progress_until, senders, watchdog, Continue};
 use rbtl::btl::{
-    ActiveMessage, Endpoint, Error, ErrorEvent, Local, Module, Order, RdmaCallback, RdmaCompletion,
+    ActiveMessage, Endpoint, ErrorEvent, Local, Module, Order, RdmaCallback, RdmaCompletion,
     Remote, Tag, Transfer,
 };
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 fn send_byte(m: &mut dyn Module, ep: Endpoint, tag: Tag) {
     let flags = rbtl::btl::DesFlags::empty();
@@ -85,25 +85,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
             cb(2),
         )
         .unwrap();
-        let start = Instant::now();
-        let e = m.flush(None).expect_err("rank 1 is stopped");
-        let took = start.elapsed();
-        assert!(
-            took >= Duration::from_secs(1) && took < Duration::from_secs(20),
-            "flush gave up after {took:?}, for a timeout of 1 s"
-        );
-        match &e {
-            Error::PeerTimeout {
-                peers,
-                silent_for,
-                param: named,
-            } => {
-                assert_eq!(peers.len(), 1, "{e}");
-                assert_eq!((peers[0].endpoint, peers[0].rank), (ep1, 1), "{e}");
-                assert_eq!((*silent_for, *named), (Duration::from_secs(1), param));
-            }
-            other => panic!("expected PeerTimeout, got {other:?}"),
-        }
+        flush_giving_up_on(m, (ep1, 1), Duration::from_secs(1), param);
         assert_eq!(
             *completed.lock().unwrap(),
             [(2, "Ok(())".to_string())],

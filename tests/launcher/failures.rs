@@ -62,46 +62,43 @@ fn segments_of_a_dead_rank_are_removed() {
     assert!(summary.removed_segments.contains(&segment), "{summary:?}");
 }
 
+/// Rank 1 of a 3-rank job running `role` leaves PMI without finalizing: the job ends
+/// by itself and fails with `failure` and code 1, rank 1 ending as `exit`; the failure
+/// says `says`.
+fn rank_1_fails_the_job_unfinalized(role: &str, failure: Failure, exit: RankExit, says: &str) {
+    let scratch = Scratch::new(role);
+    let summary = launch_self_within(options(3, role, &scratch), ONCE_HUNG);
+    assert_eq!(summary.failure, Some(failure), "{summary:?}");
+    assert_eq!(summary.code, 1);
+    assert_eq!(summary.ranks[1], exit);
+    let message = summary.failure.unwrap().to_string();
+    assert!(message.contains(says), "{message}");
+}
+
 #[test]
 fn a_rank_that_exits_0_without_finalizing_pmi_fails_the_job() {
-    let scratch = Scratch::new("unfinalized");
-    let summary = launch_self_within(options(3, "unfinalized", &scratch), ONCE_HUNG);
-    assert_eq!(
-        summary.failure,
-        Some(Failure::Unfinalized {
+    rank_1_fails_the_job_unfinalized(
+        "unfinalized",
+        Failure::Unfinalized {
             rank: 1,
-            broken: None
-        }),
-        "{summary:?}"
-    );
-    assert_eq!(summary.code, 1);
-    assert_eq!(summary.ranks[1], RankExit::Exited(0));
-    let message = summary.failure.unwrap().to_string();
-    assert!(
-        message.contains("rank 1 exited with code 0 without finalizing"),
-        "{message}"
+            broken: None,
+        },
+        RankExit::Exited(0),
+        "rank 1 exited with code 0 without finalizing",
     );
 }
 
 #[test]
 fn a_rank_that_closes_pmi_and_lives_on_fails_the_job_at_once() {
     // Rank 1 would sleep for minutes: the job ends because its connection closed.
-    let scratch = Scratch::new("pmi_closed");
-    let summary = launch_self_within(options(3, "pmi_closed", &scratch), ONCE_HUNG);
-    assert_eq!(
-        summary.failure,
-        Some(Failure::PmiClosed {
+    rank_1_fails_the_job_unfinalized(
+        "pmi_closed",
+        Failure::PmiClosed {
             rank: 1,
-            broken: None
-        }),
-        "{summary:?}"
-    );
-    assert_eq!(summary.code, 1);
-    assert_eq!(summary.ranks[1], RankExit::Signaled(libc::SIGTERM));
-    let message = summary.failure.unwrap().to_string();
-    assert!(
-        message.contains("rank 1 closed its PMI connection without finalizing"),
-        "{message}"
+            broken: None,
+        },
+        RankExit::Signaled(libc::SIGTERM),
+        "rank 1 closed its PMI connection without finalizing",
     );
 }
 

@@ -121,6 +121,12 @@ pub fn wait_within(child: Child, what: &str, limit: Duration) -> Output {
 
 pub fn rbtlrun() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_rbtlrun"));
+    without_pmi(&mut command);
+    command
+}
+
+/// Leave none of PMI's variables of this process to what `command` starts.
+pub fn without_pmi(command: &mut Command) -> &mut Command {
     for var in ["PMI_FD", "PMI_PORT", "PMI_ID", "PMI_RANK", "PMI_SIZE"] {
         command.env_remove(var);
     }

@@ -2,15 +2,37 @@
 //! launcher, alone, and under MPICH's `mpiexec`.
 
 use crate::harness::{
-    launch_self, options, output_of, output_within, role_args, self_exe, Scratch,
+    launch_self, options, output_of, output_within, role_args, self_exe, without_pmi, Scratch,
 };
 use rbtl::launcher::{Bind, LaunchOptions, RankExit};
 use rbtl::pmi::{self, Client};
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+/// `command`, whose last word runs this binary, made to run `role` alone (none of
+/// PMI's variables of this process given to it) with its reports in `scratch`.
+fn as_role<'c>(command: &'c mut Command, role: &str, scratch: &Scratch) -> &'c mut Command {
+    without_pmi(
+        command
+            .args(role_args())
+            .env("RBTL_TEST_ROLE", role)
+            .env("RBTL_TEST_DIR", &scratch.0),
+    )
+}
+
+/// Assert that the command of `out` succeeded, with what it wrote if it did not.
+fn assert_succeeded(out: &Output) {
+    assert!(
+        out.status.success(),
+        "{:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
 
 #[test]
 fn four_ranks_exchange_multi_kib_blobs_through_pmi_modex() {
@@ -55,19 +77,8 @@ fn job_uses_pmi_under_the_launcher_with_ranks_bound_to_cores() {
 fn job_is_a_singleton_without_a_launcher() {
     let scratch = Scratch::new("singleton");
     let mut command = Command::new(self_exe());
-    command
-        .args(role_args())
-        .env("RBTL_TEST_ROLE", "singleton")
-        .env("RBTL_TEST_DIR", &scratch.0);
-    for var in ["PMI_FD", "PMI_PORT", "PMI_ID", "PMI_RANK", "PMI_SIZE"] {
-        command.env_remove(var);
-    }
-    let out = output_of(command);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    as_role(&mut command, "singleton", &scratch);
+    assert_succeeded(&output_of(command));
     assert!(scratch.reported(0));
 }
 
@@ -92,24 +103,9 @@ fn run_under_mpiexec(extra: &[&str], role: &str, name: &str) {
     };
     let scratch = Scratch::new(name);
     let mut command = Command::new(mpiexec);
-    command
-        .args(extra)
-        .args(["-n", "2"])
-        .arg(self_exe())
-        .args(role_args())
-        .env("RBTL_TEST_ROLE", role)
-        .env("RBTL_TEST_DIR", &scratch.0);
-    for var in ["PMI_FD", "PMI_PORT", "PMI_ID", "PMI_RANK", "PMI_SIZE"] {
-        command.env_remove(var);
-    }
-    let out = output_of(command);
-    assert!(
-        out.status.success(),
-        "{:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    command.args(extra).args(["-n", "2"]).arg(self_exe());
+    as_role(&mut command, role, &scratch);
+    assert_succeeded(&output_of(command));
     assert!(scratch.reported(0) && scratch.reported(1));
 }
 
@@ -156,21 +152,10 @@ fn a_client_gives_up_on_a_silent_server() {
     });
     let scratch = Scratch::new("silent");
     let mut command = Command::new(self_exe());
-    command
-        .args(role_args())
-        .env("RBTL_TEST_ROLE", "silent_server")
-        .env("RBTL_TEST_DIR", &scratch.0)
+    as_role(&mut command, "silent_server", &scratch)
         .env("PMI_PORT", format!("127.0.0.1:{port}"))
         .env("PMI_TIMEOUT", "1");
-    for var in ["PMI_FD", "PMI_ID", "PMI_RANK", "PMI_SIZE"] {
-        command.env_remove(var);
-    }
-    let out = output_within(command, Duration::from_secs(30));
-    assert!(
-        out.status.success() && scratch.reported(0),
-        "{:?}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert_succeeded(&output_within(command, Duration::from_secs(30)));
+    assert!(scratch.reported(0));
     server.join().unwrap();
 }

@@ -83,28 +83,21 @@ fn keys_values_and_each_ranks_store_are_bounded() {
             .unwrap_or_else(|| panic!("no {prefix:?} in {outcome}"))
             .to_string()
     };
+    // The line after `prefix` is a refusal saying `why`.
+    let refused = |prefix: &str, why: &str| {
+        let reply = line(prefix);
+        assert!(reply.contains("rc=-1") && reply.contains(why), "{reply}");
+    };
     assert!(outcome.contains("vallen_max=1024"), "{outcome}");
-    let long_value = line("long value: ");
-    assert!(
-        long_value.contains("rc=-1") && long_value.contains("vallen_max_1024"),
-        "{long_value}"
-    );
-    let long_key = line("long key: ");
-    assert!(
-        long_key.contains("rc=-1") && long_key.contains("keylen_max_64"),
-        "{long_key}"
-    );
+    refused("long value: ", "vallen_max_1024");
+    refused("long key: ", "keylen_max_64");
     assert!(line("at the maxima: ").contains("rc=0"), "{outcome}");
     let filled: usize = line("filled: ").parse().unwrap();
     assert!(
         filled > 0 && filled * 1000 <= STORE_PER_RANK,
         "stored {filled} values of 1000 bytes"
     );
-    let refusal = line("refusal: ");
-    assert!(
-        refusal.contains("rc=-1") && refusal.contains("store_full"),
-        "{refusal}"
-    );
+    refused("refusal: ", "store_full");
     assert!(line("after: ").contains("rc=0"), "{outcome}");
     assert!(outcome.contains("cmd=finalize_ack"), "{outcome}");
 }

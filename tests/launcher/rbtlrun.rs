@@ -4,18 +4,26 @@ use crate::harness::{
     output_of, output_within, rbtlrun, role_args, runs_with, self_exe, Scratch, JOB_TIMEOUT,
 };
 use std::path::Path;
+use std::process::Command;
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
+/// `rbtlrun` with `options` running this binary as the rank program, in `role`.
+fn rbtlrun_role(options: &[&str], role: &str) -> Command {
+    let mut command = rbtlrun();
+    command
+        .args(options)
+        .arg(self_exe())
+        .args(role_args())
+        .env("RBTL_TEST_ROLE", role);
+    command
+}
+
 #[test]
 fn sigterm_to_rbtlrun_ends_every_rank() {
     let scratch = Scratch::new("sigterm");
-    let mut child = rbtlrun()
-        .args(["-n", "2"])
-        .arg(self_exe())
-        .args(role_args())
-        .env("RBTL_TEST_ROLE", "sleep")
+    let mut child = rbtlrun_role(&["-n", "2"], "sleep")
         .env("RBTL_TEST_DIR", &scratch.0)
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -53,13 +61,7 @@ fn sigterm_to_rbtlrun_ends_every_rank() {
 
 #[test]
 fn rbtlrun_tags_output_lines_with_their_rank() {
-    let mut command = rbtlrun();
-    command
-        .args(["-n", "3", "--tag-output"])
-        .arg(self_exe())
-        .args(role_args())
-        .env("RBTL_TEST_ROLE", "echo");
-    let out = output_of(command);
+    let out = output_of(rbtlrun_role(&["-n", "3", "--tag-output"], "echo"));
     assert!(out.status.success(), "{out:?}");
     let stdout = String::from_utf8(out.stdout).unwrap();
     let mut counts = [0usize; 3];
@@ -97,34 +99,16 @@ fn rbtlrun_tags_output_lines_with_their_rank() {
 
 #[test]
 fn rbtlrun_passes_on_the_failure_code_and_abort_message() {
-    let mut command = rbtlrun();
-    command
-        .args(["-n", "2", "--grace", "0.2"])
-        .arg(self_exe())
-        .args(role_args())
-        .env("RBTL_TEST_ROLE", "abort");
-    let out = output_of(command);
+    let out = output_of(rbtlrun_role(&["-n", "2", "--grace", "0.2"], "abort"));
     assert_eq!(out.status.code(), Some(5), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("rank 1 gives up: no peers"), "{stderr}");
 
-    let mut command = rbtlrun();
-    command
-        .args(["-n", "2", "--grace=0.2"])
-        .arg(self_exe())
-        .args(role_args())
-        .env("RBTL_TEST_ROLE", "exit3");
-    let out = output_of(command);
+    let out = output_of(rbtlrun_role(&["-n", "2", "--grace=0.2"], "exit3"));
     assert_eq!(out.status.code(), Some(3), "{out:?}");
 
     // An abort with exit code 0 is still a failure.
-    let mut command = rbtlrun();
-    command
-        .args(["-n", "2", "--grace", "0.2"])
-        .arg(self_exe())
-        .args(role_args())
-        .env("RBTL_TEST_ROLE", "abort_zero");
-    let out = output_of(command);
+    let out = output_of(rbtlrun_role(&["-n", "2", "--grace", "0.2"], "abort_zero"));
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -179,15 +179,20 @@ pub fn echo() {
     eprintln!("complaint from {rank}");
 }
 
-/// Rank 1 aborts the job with code 5; the others wait in a barrier.
-pub fn abort() {
+/// Rank 1 aborts the job with `code` and `message`; the others wait in a barrier.
+fn rank_1_aborts(code: i32, message: &str) -> ! {
     let mut client = Client::from_env().unwrap().unwrap();
     if client.rank() == 1 {
-        client.abort(5, "rank 1 gives up: no peers").unwrap();
+        client.abort(code, message).unwrap();
     } else {
         let _ = client.barrier();
     }
     sleep_long();
+}
+
+/// Rank 1 aborts the job with code 5; the others wait in a barrier.
+pub fn abort() {
+    rank_1_aborts(5, "rank 1 gives up: no peers");
 }
 
 /// Rank 0 creates a shared-memory segment, says where, and dies by SIGKILL.
@@ -257,13 +262,7 @@ pub fn never_init() {
 
 /// Rank 1 aborts the job with exit code 0; the others wait in a barrier.
 pub fn abort_zero() {
-    let mut client = Client::from_env().unwrap().unwrap();
-    if client.rank() == 1 {
-        client.abort(0, "rank 1 ends the job").unwrap();
-    } else {
-        let _ = client.barrier();
-    }
-    sleep_long();
+    rank_1_aborts(0, "rank 1 ends the job");
 }
 
 /// Rank 3 dies by SIGKILL; rank 1 watches it (as a transport watches a peer) and

@@ -18,6 +18,17 @@ fn removed_by_rank_0(status: &str) -> bool {
     status == "Err(PeerFailed { rank: 0, why: RemovedUs })"
 }
 
+/// The same of an error: rank 0's removal of this process.
+fn is_removal_by_rank_0(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::PeerFailed {
+            rank: 0,
+            why: PeerFailure::RemovedUs
+        }
+    )
+}
+
 /// Most sends a full ring is looked for with (it has 64 slots by default).
 const SENDS: usize = 4096;
 
@@ -107,16 +118,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
                     record(),
                 )
                 .expect_err("rank 0 removed this process and released its memory");
-            assert!(
-                matches!(
-                    &e,
-                    Error::PeerFailed {
-                        rank: 0,
-                        why: PeerFailure::RemovedUs
-                    }
-                ),
-                "{e:?}"
-            );
+            assert!(is_removal_by_rank_0(&e), "{e:?}");
         }
         // The report comes with the next progress.
         m.progress();
@@ -169,16 +171,7 @@ fn sendi_until_refused(m: &mut dyn Module, ep0: Endpoint) {
             Ok(SendiOutcome::Sent) => {}
             Ok(SendiOutcome::Descriptor(_)) => panic!("sendi of one byte handed a descriptor"),
             Err(e) => {
-                assert!(
-                    matches!(
-                        &e,
-                        Error::PeerFailed {
-                            rank: 0,
-                            why: PeerFailure::RemovedUs
-                        }
-                    ),
-                    "{e:?}"
-                );
+                assert!(is_removal_by_rank_0(&e), "{e:?}");
                 return;
             }
         }

@@ -104,15 +104,7 @@ fn transfer(
 pub fn remap_and_fork(mut m: Box<dyn Module>, ep: Endpoint, mut job: rbtl::pmi::Job, pins: bool) {
     let rank = job.rank;
     assert!(monitor::status().is_running(), "{}", monitor::status());
-    let heard = Arc::new(AtomicUsize::new(0));
-    let h = heard.clone();
-    m.register_am(
-        Tag::USR,
-        Box::new(move |_, _| {
-            h.fetch_add(1, Ordering::Release);
-        }),
-    )
-    .unwrap();
+    let heard = crate::common::arrivals(m.as_mut(), Tag::USR);
     let round_done = |m: &mut dyn Module, job: &mut rbtl::pmi::Job, round: usize| {
         let deadline = Instant::now() + Duration::from_secs(10);
         while heard.load(Ordering::Acquire) <= round {

@@ -33,6 +33,17 @@ fn turn() -> std::sync::MutexGuard<'static, ()> {
     TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// `count` nodes (with a Slurm cluster when `slurm`), with this test's turn, which it
+/// holds while they are up; `None` where the machine cannot run them (the test then
+/// says SKIP).
+fn nodes_up(count: usize, slurm: bool) -> Option<(std::sync::MutexGuard<'static, ()>, Nodes)> {
+    let turn = turn();
+    if !can_run(slurm) {
+        return None;
+    }
+    Some((turn, Nodes::up(count, slurm)))
+}
+
 /// `mpiexec.mpich` across the nodes, as docs/nodes.md shows it.
 fn hydra(hosts: &str, ranks: usize, per_node: usize) -> Command {
     let mut cmd = Command::new("mpiexec.mpich");
@@ -138,11 +149,9 @@ fn hydra_on(nodes: &Nodes, count: usize) {
 
 #[test]
 fn hydra_on_two_nodes_routes_sm_within_a_node_and_tcp_across() {
-    let _turn = turn();
-    if !can_run(false) {
+    let Some((_turn, nodes)) = nodes_up(2, false) else {
         return;
-    }
-    let nodes = Nodes::up(2, false);
+    };
     hydra_on(&nodes, 2);
     striped_over_two_networks(&nodes);
 }
@@ -191,11 +200,9 @@ fn striped_over_two_networks(nodes: &Nodes) {
 
 #[test]
 fn hydra_on_three_nodes_routes_sm_within_a_node_and_tcp_across() {
-    let _turn = turn();
-    if !can_run(false) {
+    let Some((_turn, nodes)) = nodes_up(3, false) else {
         return;
-    }
-    let nodes = Nodes::up(3, false);
+    };
     hydra_on(&nodes, 3);
     // One-sided operations across nodes (put and get over tcp need the target to
     // progress, which it does in the benchmark's flush and barrier).
@@ -220,11 +227,9 @@ fn hydra_on_three_nodes_routes_sm_within_a_node_and_tcp_across() {
 
 #[test]
 fn slurm_runs_osu_across_nodes_with_pmi2() {
-    let _turn = turn();
-    if !can_run(true) {
+    let Some((_turn, nodes)) = nodes_up(2, true) else {
         return;
-    }
-    let nodes = Nodes::up(2, true);
+    };
     for (ranks, over) in [(4, "over sm)"), (2, "over tcp)")] {
         let out = run(
             Command::new("bash")
@@ -249,11 +254,9 @@ fn slurm_runs_osu_across_nodes_with_pmi2() {
 
 #[test]
 fn osu_init_connects_each_rank_to_the_ranks_of_other_nodes_only() {
-    let _turn = turn();
-    if !can_run(false) {
+    let Some((_turn, nodes)) = nodes_up(4, false) else {
         return;
-    }
-    let nodes = Nodes::up(4, false);
+    };
     for (count, ranks) in [(2, 4), (4, 8)] {
         let per_node = ranks / count;
         let out = run(

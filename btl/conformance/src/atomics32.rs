@@ -66,23 +66,24 @@ pub fn atomics_32bit(p: &mut Peer<'_>) {
     let any = Order::ANY;
     let rl = &results.handle;
 
-    // Fetch-adds on the high half of word 0, each result in its own 8-byte slot.
-    const N: usize = 20;
-    for i in 0..N {
-        let (l, cb) = (results.addr(8 * i), counting(&done));
+    // A fetching 32-bit atomic on the peer's word at `off`, its result in the 8-byte
+    // slot `slot` of `results`.
+    let fetching = |p: &mut Peer<'_>, off: usize, kind: AtomicKind, slot: usize| {
         p.module
             .atomic(
-                &RemoteAtomic::new(
-                    ep,
-                    Remote::new(at(4), &rh),
-                    AtomicKind::Op(AtomicOp::Add, 1),
-                )
-                .fetching(Local::new(l, rl))
-                .of_width(AtomicWidth::W32)
-                .ordered(any),
-                cb,
+                &RemoteAtomic::new(ep, Remote::new(at(off), &rh), kind)
+                    .fetching(Local::new(results.addr(8 * slot), rl))
+                    .of_width(AtomicWidth::W32)
+                    .ordered(any),
+                counting(&done),
             )
-            .expect("32-bit fetch-add");
+            .unwrap_or_else(|e| panic!("32-bit {kind:?}: {e:?}"));
+    };
+
+    // Fetch-adds on the high half of word 0, each result in its own slot.
+    const N: usize = 20;
+    for i in 0..N {
+        fetching(p, 4, AtomicKind::Op(AtomicOp::Add, 1), i);
     }
     p.module.flush(Some(ep)).expect("flush");
     assert_eq!(done.load(Ordering::SeqCst), N);
@@ -98,24 +99,13 @@ pub fn atomics_32bit(p: &mut Peer<'_>) {
 
     // Wrapping and signs, each fetched into slot 0.
     let signed = |v: i32| i64::from(v) as u64;
-    let fop = |p: &mut Peer<'_>, off: usize, operand: u64| -> u32 {
-        let cb = counting(&done);
-        let l = results.addr(0);
-        p.module
-            .atomic(
-                &RemoteAtomic::new(
-                    ep,
-                    Remote::new(at(off), &rh),
-                    AtomicKind::Op(AtomicOp::Add, operand),
-                )
-                .fetching(Local::new(l, rl))
-                .of_width(AtomicWidth::W32)
-                .ordered(any),
-                cb,
-            )
-            .expect("32-bit fetch-add");
+    let fetched = |p: &mut Peer<'_>, off: usize, kind: AtomicKind| -> u32 {
+        fetching(p, off, kind, 0);
         p.module.flush(Some(ep)).expect("flush");
         word(&results, 0)
+    };
+    let fop = |p: &mut Peer<'_>, off: usize, operand: u64| {
+        fetched(p, off, AtomicKind::Op(AtomicOp::Add, operand))
     };
     assert_eq!(fop(p, 8, 1), u32::MAX);
     assert_eq!(fop(p, 8, 0), 0, "u32::MAX + 1 wrapped to 0");
@@ -125,24 +115,8 @@ pub fn atomics_32bit(p: &mut Peer<'_>) {
         0x8000_0000,
         "i32::MAX + 1 is i32::MIN"
     );
-    let cswap = |p: &mut Peer<'_>, off: usize, compare: u64, value: u64| -> u32 {
-        let cb = counting(&done);
-        let l = results.addr(0);
-        p.module
-            .atomic(
-                &RemoteAtomic::new(
-                    ep,
-                    Remote::new(at(off), &rh),
-                    AtomicKind::CompareSwap { compare, value },
-                )
-                .fetching(Local::new(l, rl))
-                .of_width(AtomicWidth::W32)
-                .ordered(any),
-                cb,
-            )
-            .expect("32-bit compare-swap");
-        p.module.flush(Some(ep)).expect("flush");
-        word(&results, 0)
+    let cswap = |p: &mut Peer<'_>, off: usize, compare: u64, value: u64| {
+        fetched(p, off, AtomicKind::CompareSwap { compare, value })
     };
     assert_eq!(cswap(p, 16, 1, 9), 5, "no match: the old value");
     assert_eq!(cswap(p, 16, 5, 6), 5, "a match: the old value");

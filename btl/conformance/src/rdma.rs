@@ -73,30 +73,7 @@ pub fn put_get_every_alignment(p: &mut Peer<'_>) {
         }
         let peer = p.swap(&target.advertise());
         let (raddr, rh) = remote_of(&peer);
-        let mut ok = vec![false; cases.len()];
-        let done = Arc::new(AtomicUsize::new(0));
-        for (i, &(lo, ro, size)) in cases.iter().enumerate() {
-            let l = local.addr(i * SLOT + lo);
-            let r = raddr + (i * SLOT + ro) as u64;
-            let cb = counting(&done);
-            let res = p.module.put(
-                &Transfer::new(ep, Local::new(l, &local.handle), Remote::new(r, &rh), size),
-                cb,
-            );
-            let aligned = (l | r as usize | size) % attrs.put_alignment == 0;
-            match res {
-                Ok(()) => ok[i] = true,
-                Err(Error::NotAvailable(_)) if !aligned || size > attrs.put_limit => {}
-                Err(e) => panic!("put lo={lo} ro={ro} size={size}: {e}"),
-            }
-        }
-        p.module.flush(Some(ep)).expect("flush");
-        let expected = ok.iter().filter(|&&o| o).count();
-        assert_eq!(
-            done.load(Ordering::SeqCst),
-            expected,
-            "one put callback each"
-        );
+        let ok = start_every_case(p, true, &cases, &local, (raddr, &rh));
         // Which of the peer's puts into our target were accepted (its refusals depend on
         // its local offsets too).
         let landed = p.swap(&ok.iter().map(|&o| u8::from(o)).collect::<Vec<u8>>());
@@ -123,29 +100,7 @@ pub fn put_get_every_alignment(p: &mut Peer<'_>) {
         local.mem.fill(0);
         let peer = p.swap(&source.advertise());
         let (raddr, rh) = remote_of(&peer);
-        let done = Arc::new(AtomicUsize::new(0));
-        let mut ok = vec![false; cases.len()];
-        for (i, &(lo, ro, size)) in cases.iter().enumerate() {
-            let l = local.addr(i * SLOT + lo);
-            let r = raddr + (i * SLOT + ro) as u64;
-            let cb = counting(&done);
-            let aligned = (l | r as usize | size) % attrs.get_alignment == 0;
-            match p.module.get(
-                &Transfer::new(ep, Local::new(l, &local.handle), Remote::new(r, &rh), size),
-                cb,
-            ) {
-                Ok(()) => ok[i] = true,
-                Err(Error::NotAvailable(_)) if !aligned || size > attrs.get_limit => {}
-                Err(e) => panic!("get lo={lo} ro={ro} size={size}: {e}"),
-            }
-        }
-        p.module.flush(Some(ep)).expect("flush");
-        let expected = ok.iter().filter(|&&o| o).count();
-        assert_eq!(
-            done.load(Ordering::SeqCst),
-            expected,
-            "one get callback each"
-        );
+        let ok = start_every_case(p, false, &cases, &local, (raddr, &rh));
         let got = local.snapshot();
         for (i, &(lo, _, size)) in cases.iter().enumerate() {
             check_slot(&got[i * SLOT..(i + 1) * SLOT], lo, size, ok[i], i, "get");
@@ -154,6 +109,53 @@ pub fn put_get_every_alignment(p: &mut Peer<'_>) {
         drop(source);
     }
     drop(target);
+}
+
+/// Start a put (`put`) or a get of each case `(lo, ro, size)`: `size` bytes between
+/// offset `lo` of its slot of `local` and offset `ro` of its slot of the peer's buffer
+/// at `raddr`; then flush. Which cases were accepted: a case is refused only with
+/// `NotAvailable`, and only where it breaks the module's alignment or limit; every
+/// accepted one calls back once.
+fn start_every_case(
+    p: &mut Peer<'_>,
+    put: bool,
+    cases: &[(usize, usize, usize)],
+    local: &Buffer,
+    (raddr, rh): (u64, &RemoteHandle),
+) -> Vec<bool> {
+    let attrs = p.module.attributes().clone();
+    let (what, alignment, limit) = if put {
+        ("put", attrs.put_alignment, attrs.put_limit)
+    } else {
+        ("get", attrs.get_alignment, attrs.get_limit)
+    };
+    let ep = p.endpoint;
+    let done = Arc::new(AtomicUsize::new(0));
+    let mut ok = vec![false; cases.len()];
+    for (i, &(lo, ro, size)) in cases.iter().enumerate() {
+        let l = local.addr(i * SLOT + lo);
+        let r = raddr + (i * SLOT + ro) as u64;
+        let t = Transfer::new(ep, Local::new(l, &local.handle), Remote::new(r, rh), size);
+        let res = if put {
+            p.module.put(&t, counting(&done))
+        } else {
+            p.module.get(&t, counting(&done))
+        };
+        let aligned = (l | r as usize | size) % alignment == 0;
+        match res {
+            Ok(()) => ok[i] = true,
+            Err(Error::NotAvailable(_)) if !aligned || size > limit => {}
+            Err(e) => panic!("{what} lo={lo} ro={ro} size={size}: {e}"),
+        }
+    }
+    p.module.flush(Some(ep)).expect("flush");
+    let expected = ok.iter().filter(|&&o| o).count();
+    assert_eq!(
+        done.load(Ordering::SeqCst),
+        expected,
+        "one {what} callback each"
+    );
+    ok
 }
 
 /// Many puts in flight, then one flush: every callback has run and all data is there.

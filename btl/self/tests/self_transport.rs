@@ -1,8 +1,8 @@
 //! The `self` transport: the contract suite, selection, and every kind of bad input.
 
 use rbtl_btl::{
-    Access, ActiveMessage, DescriptorRequest, Endpoint, Error, Framework, Local, Module, Proc,
-    Remote, RemoteHandle, SingletonModex, Tag, Transfer,
+    Access, ActiveMessage, DescriptorRequest, Endpoint, Error, Framework, Local, MemHandle, Module,
+    Proc, Remote, RemoteHandle, Result, SingletonModex, Tag, Transfer,
 };
 use rbtl_config::Registry;
 use rbtl_self::{Limits, SelfComponent, SelfModule};
@@ -47,6 +47,33 @@ fn open_self(settings: &[(&str, &str)]) -> (Box<dyn Module>, Endpoint) {
     let eps = m.add_procs(&procs, &mut modex).unwrap();
     assert!(eps[1].is_none(), "self reaches only itself");
     (m, eps[0].expect("self reaches itself"))
+}
+
+/// Start `t` as a put whose completion is never looked at (the tests that use it
+/// expect it refused).
+fn put(m: &mut dyn Module, t: &Transfer<'_>) -> Result<()> {
+    m.put(t, Box::new(|_, _| {}))
+}
+
+/// As [`put`], a get.
+fn get(m: &mut dyn Module, t: &Transfer<'_>) -> Result<()> {
+    m.get(t, Box::new(|_, _| {}))
+}
+
+/// 8 bytes over `ep` at `addr` on both sides, registered as `local` here and `remote`
+/// there.
+fn eight_bytes_at<'a>(
+    ep: Endpoint,
+    addr: usize,
+    local: &'a MemHandle,
+    remote: &'a RemoteHandle,
+) -> Transfer<'a> {
+    Transfer::new(
+        ep,
+        Local::new(addr, local),
+        Remote::new(addr as u64, remote),
+        8,
+    )
 }
 
 fn run_suite(m: &mut dyn Module, ep: Endpoint) {
@@ -107,25 +134,9 @@ fn registration_bad_input() {
     // A dead handle, locally and remotely.
     // SAFETY: `buf` outlives the handle.
     let mut other = unsafe { m.register_mem(Some(ep), base, 64, Access::all()) }.unwrap();
-    let e = m.put(
-        &Transfer::new(
-            ep,
-            Local::new(base, &h),
-            Remote::new(base as u64, other.remote()),
-            8,
-        ),
-        Box::new(|_, _| {}),
-    );
+    let e = put(m.as_mut(), &eight_bytes_at(ep, base, &h, other.remote()));
     assert!(matches!(e, Err(Error::Deregistered)), "{e:?}");
-    let e = m.put(
-        &Transfer::new(
-            ep,
-            Local::new(base, &other),
-            Remote::new(base as u64, &remote),
-            8,
-        ),
-        Box::new(|_, _| {}),
-    );
+    let e = put(m.as_mut(), &eight_bytes_at(ep, base, &other, &remote));
     assert!(matches!(e, Err(Error::BadRemoteHandle(_))), "{e:?}");
     m.deregister_mem(&mut other).unwrap();
     drop(buf);
@@ -143,28 +154,12 @@ fn handles_and_descriptors_of_another_module_are_refused() {
     // SAFETY: as above.
     let mut hb = unsafe { b.register_mem(None, base, 64, Access::all()) }.unwrap();
 
-    let e = a.put(
-        &Transfer::new(
-            ep_a,
-            Local::new(base, &hb),
-            Remote::new(base as u64, ha.remote()),
-            8,
-        ),
-        Box::new(|_, _| {}),
-    );
+    let e = put(a.as_mut(), &eight_bytes_at(ep_a, base, &hb, ha.remote()));
     assert!(
         matches!(e, Err(Error::ForeignHandle { .. })),
         "foreign local handle: {e:?}"
     );
-    let e = a.put(
-        &Transfer::new(
-            ep_a,
-            Local::new(base, &ha),
-            Remote::new(base as u64, hb.remote()),
-            8,
-        ),
-        Box::new(|_, _| {}),
-    );
+    let e = put(a.as_mut(), &eight_bytes_at(ep_a, base, &ha, hb.remote()));
     assert!(
         matches!(e, Err(Error::BadRemoteHandle(_))),
         "remote handle of another module: {e:?}"
@@ -244,52 +239,36 @@ fn put_and_get_without_permission_leave_memory_unchanged() {
         )
     }
     .unwrap();
-    let e = m.put(
-        &Transfer::new(
-            ep,
-            Local::new(l.base(), &l),
-            Remote::new(t.base() as u64, t.remote()),
-            16,
-        ),
-        Box::new(|_, _| {}),
+    // 16 bytes from the start of each buffer.
+    let start = Transfer::new(
+        ep,
+        Local::new(l.base(), &l),
+        Remote::new(t.base() as u64, t.remote()),
+        16,
     );
+    let e = put(m.as_mut(), &start);
     assert!(
         matches!(e, Err(Error::AccessDenied { side: "remote", .. })),
         "{e:?}"
     );
-    let e = m.get(
-        &Transfer::new(
-            ep,
-            Local::new(l.base(), &l),
-            Remote::new(t.base() as u64, t.remote()),
-            16,
-        ),
-        Box::new(|_, _| {}),
-    );
+    let e = get(m.as_mut(), &start);
     assert!(
         matches!(e, Err(Error::AccessDenied { side: "local", .. })),
         "{e:?}"
     );
-    let e = m.put(
-        &Transfer::new(
-            ep,
-            Local::new(l.base(), &l),
-            Remote::new(t.base() as u64 + 120, t.remote()),
-            16,
-        ),
-        Box::new(|_, _| {}),
-    );
+    let past_the_end = Transfer {
+        remote: Remote::new(t.base() as u64 + 120, t.remote()),
+        ..start
+    };
+    let e = put(m.as_mut(), &past_the_end);
     assert!(matches!(e, Err(Error::OutOfRange { .. })), "{e:?}");
     let malformed = RemoteHandle::from_bytes(&[1, 2, 3]).unwrap();
-    let e = m.put(
-        &Transfer::new(
-            ep,
-            Local::new(l.base(), &l),
-            Remote::new(t.base() as u64, &malformed),
-            1,
-        ),
-        Box::new(|_, _| {}),
-    );
+    let malformed_remote = Transfer {
+        remote: Remote::new(t.base() as u64, &malformed),
+        len: 1,
+        ..start
+    };
+    let e = put(m.as_mut(), &malformed_remote);
     assert!(matches!(e, Err(Error::MalformedHandle(3))), "{e:?}");
     assert!(matches!(
         RemoteHandle::from_bytes(&[0; 257]),
