@@ -52,6 +52,7 @@ if [ -z "$MODES" ]; then
 fi
 OUT=target/compare
 mkdir -p "$OUT"
+. benches/compare/common.sh
 cargo build --release --quiet --bin osu --bin rbtlrun
 gcc -O2 -o "$OUT/cacheline" benches/compare/cacheline.c
 
@@ -81,22 +82,6 @@ elif command -v mpicc.mpich >/dev/null && command -v mpiexec.mpich >/dev/null; t
     fi
 fi
 
-# The one-way time of a cache line between the two cores now (ns); at or above FAR_NS
-# the vCPUs are "far".
-line_ns() { "$OUT/cacheline" | awk '{ print int($2) }'; }
-FAR_NS=80
-# The same, once the vCPUs are near (waiting up to a minute for the host to move them
-# back).
-near_or_wait() {
-    local ns
-    for _ in $(seq 30); do
-        ns=$(line_ns)
-        [ "$ns" -lt "$FAR_NS" ] && break
-        sleep 2
-    done
-    echo "$ns"
-}
-
 # The command that runs one system in one mode.
 command_for() {
     local sys=$1 mode=$2
@@ -120,7 +105,7 @@ command_for() {
     esac
 }
 
-echo "# $(date -u '+%Y-%m-%dT%H:%M:%SZ') $(uptime | sed 's/.*load/load/')"
+echo "# $(stamp)"
 echo "# $("$OUT/cacheline") (one cache line between cores 0 and 1, one way; ~25-45 near, ~160 far)"
 echo "# $("$OUT/cacheline" 2) (one line per direction, as transports use: the floor of their latency)"
 echo "# $("$OUT/cacheline" 1 40) $("$OUT/cacheline" 2 40) (both again, each side computing about 40 ns between a message and its reply)"
@@ -138,8 +123,7 @@ run_one() {
             echo "# $sys $mode failed: $(tail -1 "$OUT/$sys.$mode.err")"
         fi
         if [ "$sys" = rbtl ] && [ -s "$OUT/rbtl.$mode.json" ]; then
-            sed -n 's/.*"size": \([0-9]*\), "value": \([0-9.]*\).*/\1 \2/p' \
-                "$OUT/rbtl.$mode.json" >"$rows"
+            osu_json_rows "$OUT/rbtl.$mode.json" >"$rows"
         fi
         after=$(line_ns)
         [ "$before" -lt "$FAR_NS" ] && [ "$after" -lt "$FAR_NS" ] && break
@@ -159,13 +143,7 @@ for mode in $MODES; do
     done
     case $mode in lat | put_lat | get_lat) better=min ;; *) better=max ;; esac
     for sys in "${SYSTEMS[@]}"; do
-        awk -v better=$better '
-            NF >= 2 && $2 > 0 {
-                if (!($1 in v)) { order[++n] = $1; v[$1] = $2 }
-                else if ((better == "min") == ($2 < v[$1])) v[$1] = $2
-            }
-            END { for (i = 1; i <= n; i++) print order[i], v[order[i]] }' \
-            $(seq -f "$OUT/$sys.$mode.%g.txt" "$ROUNDS") >"$OUT/$sys.$mode.txt"
+        best_per_size $better $(seq -f "$OUT/$sys.$mode.%g.txt" "$ROUNDS") >"$OUT/$sys.$mode.txt"
     done
     case $mode in lat | put_lat | get_lat) unit="us, ratio = rbtl/peer (lower is better)" ;; *) unit="MB/s, ratio = rbtl/peer (higher is better)" ;; esac
     echo

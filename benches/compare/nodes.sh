@@ -44,6 +44,7 @@ done
 
 OUT=target/compare/nodes
 mkdir -p "$OUT"
+. benches/compare/common.sh
 cargo build --release --quiet --bin osu
 mpicc.openmpi -O2 -o "$OUT/pingpong.openmpi" benches/compare/pingpong.c
 mpicc.openmpi -O2 -o "$OUT/init.openmpi" benches/compare/init.c
@@ -74,7 +75,7 @@ hosts() {
     echo "${out[*]}"
 }
 
-echo "# $(date -u '+%Y-%m-%dT%H:%M:%SZ') $(uptime | sed 's/.*load/load/')"
+echo "# $(stamp)"
 echo "# nodes: $(hosts 4) on bridge rbtl-br0, $CIDR; rbtl launched by hydra, Open MPI by mpirun, both through tools/nodes-ssh"
 
 # ------------------------------------------------------------ lat, bw
@@ -90,9 +91,7 @@ run_pingpong() {
                 echo "# rbtl $mode failed: $(tail -1 "$OUT/rbtl.$mode.err")"
             grep -q "over tcp)" "$OUT/rbtl.$mode.out" ||
                 echo "# rbtl $mode did not run over tcp: $(head -1 "$OUT/rbtl.$mode.out")"
-            # Its JSON has 4 decimals (its table, as OSU's, 2).
-            sed -n 's/.*"size": \([0-9]*\), "value": \([0-9.]*\).*/\1 \2/p' \
-                "$OUT/rbtl.$mode.json" >"$rows" ;;
+            osu_json_rows "$OUT/rbtl.$mode.json" >"$rows" ;;
         ompi_tcp)
             timeout -k 5 $LIMIT "${OMPI[@]}" --host "$(hosts 2)" -np 2 --mca btl self,tcp \
                 "$OUT/pingpong.openmpi" "$mode" -M "$MAX" 2>"$OUT/ompi.$mode.err" |
@@ -117,13 +116,7 @@ for mode in $MODES; do
     case $mode in lat) better=min unit="us, ratio = rbtl/ompi (lower is better)" ;;
         *) better=max unit="MB/s, ratio = rbtl/ompi (higher is better)" ;; esac
     for sys in rbtl ompi_tcp tcp_floor; do
-        awk -v better=$better '
-            NF >= 2 && $2 > 0 {
-                if (!($1 in v)) { order[++n] = $1; v[$1] = $2 }
-                else if ((better == "min") == ($2 < v[$1])) v[$1] = $2
-            }
-            END { for (i = 1; i <= n; i++) print order[i], v[order[i]] }' \
-            "$OUT/$sys.$mode.1.txt" "$OUT/$sys.$mode.2.txt" >"$OUT/$sys.$mode.txt"
+        best_per_size $better "$OUT/$sys.$mode.1.txt" "$OUT/$sys.$mode.2.txt" >"$OUT/$sys.$mode.txt"
     done
     echo
     echo "## $mode across 2 nodes, 1 rank each ($unit; floor = raw TCP, to_floor = rbtl/floor)"

@@ -85,6 +85,7 @@ fi
 OUT=target/compare/osu-abi
 rm -rf "$OUT"
 mkdir -p "$OUT"
+. benches/compare/common.sh
 cargo build --release --quiet -p rbtl-abi
 cargo build --release --quiet --bin osu
 gcc -O2 -o "$OUT/cacheline" benches/compare/cacheline.c
@@ -155,22 +156,6 @@ command_for() {
     esac
 }
 
-# The one-way time of a cache line between cores 0 and 1 now (ns); at or above FAR_NS
-# the vCPUs are "far".
-line_ns() { "$OUT/cacheline" | awk '{ print int($2) }'; }
-FAR_NS=80
-# The same, once the vCPUs are near (waiting up to a minute for the host to move them
-# back).
-near_or_wait() {
-    local ns
-    for _ in $(seq 30); do
-        ns=$(line_ns)
-        [ "$ns" -lt "$FAR_NS" ] && break
-        sleep 2
-    done
-    echo "$ns"
-}
-
 # One run; its rows ("size value", "- value" for a table without sizes) into $5. A run
 # of at most as many ranks as cores that starts or ends with the vCPUs far apart is run
 # again (3 tries).
@@ -192,8 +177,7 @@ run_one() {
         echo "# $where $bench at $ranks ranks, $sys: cores far apart (cache line $before then $after ns), try $try of 3"
     done
     if [[ $sys == osu ]]; then
-        # Its JSON has 4 decimals (its table, as OSU's, 2).
-        sed -n 's/.*"size": \([0-9]*\), "value": \([0-9.]*\).*/\1 \2/p' "$json" >"$rows"
+        osu_json_rows "$json" >"$rows"
     else
         awk '/^#/ { next }
             NF >= 2 && $1 ~ /^[0-9]+$/ { print $1, $2; next }
@@ -300,7 +284,7 @@ compare() {
     fi
 }
 
-echo "# $(date -u '+%Y-%m-%dT%H:%M:%SZ') $(uptime | sed 's/.*load/load/')"
+echo "# $(stamp)"
 echo "# Open MPI $(mpirun.openmpi --version 2>/dev/null | head -1 | awk '{ print $NF }'), OSU 7.2 from ../shared/external; rbtl-abi release"
 echo "# ompi: $OMPI; abi: $ABI; osu: target/release/osu"
 echo "# $("$OUT/cacheline") (one cache line between cores 0 and 1, one way; ~25-45 near, ~160 far)"
@@ -331,4 +315,4 @@ done
 echo
 echo "## goals (abi/ompi, this run)"
 printf '%s\n' "${GOALS[@]}"
-echo "# ended $(date -u '+%Y-%m-%dT%H:%M:%SZ') $(uptime | sed 's/.*load/load/'); $("$OUT/cacheline")"
+echo "# ended $(stamp); $("$OUT/cacheline")"

@@ -17,6 +17,7 @@
 //! each request (`sm`'s copy protocol, `tcp`) send the one-range handle of the range
 //! the access lies in ([`HandleFields::narrow`]), so their frames keep a fixed size.
 
+use crate::le::{u32_at, u64_at};
 use crate::{find_range, Error, RemoteHandle, Result, MAX_RANGES};
 use rbtl_rcache::Access;
 
@@ -53,14 +54,6 @@ pub struct HandleFields {
     pub access: Access,
     ranges: [RangeFields; MAX_RANGES],
     count: usize,
-}
-
-fn u64_at(b: &[u8], i: usize) -> u64 {
-    u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
-}
-
-fn u32_at(b: &[u8], i: usize) -> u32 {
-    u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"))
 }
 
 impl HandleFields {

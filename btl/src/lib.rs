@@ -55,6 +55,7 @@ mod handle;
 pub mod idle;
 mod keyed_handle;
 mod keytable;
+mod le;
 mod modex;
 mod module;
 mod operation;

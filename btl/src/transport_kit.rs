@@ -14,6 +14,7 @@ pub use crate::count_params::{at_least_one, count};
 pub use crate::done::Done;
 pub use crate::expected::ExpectedSlot;
 pub use crate::flush_watch::{Answers, FlushWatch};
+pub use crate::le::{u32_at, u64_at};
 pub use crate::module::{GET_REMOTE, PUT_REMOTE};
 
 pub mod keytable {

@@ -15,6 +15,7 @@
 //! 40  ranges 1..n: base u64, length u64, rkey u32, reserved u32
 //! ```
 
+use rbtl_btl::transport_kit::{u32_at, u64_at};
 use rbtl_btl::{find_range, Access, Error, Result, MAX_RANGES};
 
 /// Bytes of the handle of a one-range registration.
@@ -47,14 +48,6 @@ pub struct RemoteKey {
     pub key: u64,
     ranges: [KeyRange; MAX_RANGES],
     count: usize,
-}
-
-fn u64_at(b: &[u8], i: usize) -> u64 {
-    u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"))
-}
-
-fn u32_at(b: &[u8], i: usize) -> u32 {
-    u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"))
 }
 
 impl RemoteKey {

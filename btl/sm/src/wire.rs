@@ -6,6 +6,7 @@
 //! for its peers).
 
 use rbtl_btl::transport_kit::keytable::HANDLE_SIZE;
+use rbtl_btl::transport_kit::{u32_at, u64_at};
 use rbtl_btl::{Error, RemoteHandle};
 
 /// A chunk of a put: header then data.
@@ -27,12 +28,12 @@ pub struct Reader<'a>(pub &'a [u8]);
 impl Reader<'_> {
     /// The u64 at byte `at`.
     pub fn u64(&self, at: usize) -> u64 {
-        u64::from_le_bytes(self.0[at..at + 8].try_into().expect("8 bytes"))
+        u64_at(self.0, at)
     }
 
     /// The u32 at byte `at`.
     pub fn u32(&self, at: usize) -> u32 {
-        u32::from_le_bytes(self.0[at..at + 4].try_into().expect("4 bytes"))
+        u32_at(self.0, at)
     }
 }
 

@@ -34,6 +34,7 @@ pub(crate) mod sends;
 pub(crate) mod sink;
 
 use rbtl_btl::transport_kit::keytable::HANDLE_SIZE;
+use rbtl_btl::transport_kit::{u32_at, u64_at};
 use rbtl_btl::{AtomicOp, AtomicRequest, AtomicWidth, Error, Tag, MAX_SEGMENTS};
 use rbtl_rcache::Access;
 
@@ -238,18 +239,6 @@ pub struct Hello {
 /// Why bytes from a peer are not a frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Invalid(pub &'static str);
-
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(w)
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut w = [0u8; 4];
-    w.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(w)
-}
 
 /// Decode the frame at the start of `buf`: `Ok(None)` while more bytes are needed,
 /// else the frame and the bytes it took (for PUT and GET_DATA, the header and

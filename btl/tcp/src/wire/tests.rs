@@ -12,6 +12,25 @@ fn frame(e: Encoder, tail: &[u8]) -> Vec<u8> {
     [e.as_bytes(), tail].concat()
 }
 
+/// An atomic request of operation code `code` under handle `h`: request 1, at 8,
+/// operand 2, compare 3.
+fn atomic_req(code: u8, h: &[u8]) -> Vec<u8> {
+    frame(
+        Encoder::new(
+            Kind::AtomicReq,
+            HANDLE_SIZE as u8,
+            code,
+            Kind::AtomicReq.ext(),
+        )
+        .u64(1)
+        .u64(8)
+        .u64(2)
+        .u64(3)
+        .handle(h),
+        &[],
+    )
+}
+
 #[test]
 fn every_kind_round_trips() {
     let h = [7u8; HANDLE_SIZE];
@@ -104,23 +123,13 @@ fn every_kind_round_trips() {
         }
     );
     assert_eq!(n, HEADER + Kind::Hello.ext());
-    let cas = frame(
-        Encoder::new(
-            Kind::AtomicReq,
-            HANDLE_SIZE as u8,
-            rbtl_btl::AtomicRequest {
-                op: None,
-                width: rbtl_btl::AtomicWidth::W64,
-            }
-            .code(),
-            Kind::AtomicReq.ext(),
-        )
-        .u64(1)
-        .u64(8)
-        .u64(2)
-        .u64(3)
-        .handle(&h),
-        &[],
+    let cas = atomic_req(
+        rbtl_btl::AtomicRequest {
+            op: None,
+            width: rbtl_btl::AtomicWidth::W64,
+        }
+        .code(),
+        &h,
     );
     assert!(matches!(
         decode(&cas, &LIMITS),
@@ -220,18 +229,7 @@ fn malformed_frames_are_refused() {
         ),
         "get over the largest chunk",
     );
-    bad(
-        frame(
-            Encoder::new(Kind::AtomicReq, HANDLE_SIZE as u8, 9, Kind::AtomicReq.ext())
-                .u64(1)
-                .u64(8)
-                .u64(2)
-                .u64(3)
-                .handle(&h),
-            &[],
-        ),
-        "unknown atomic",
-    );
+    bad(atomic_req(9, &h), "unknown atomic");
     bad(
         frame(Encoder::new(Kind::HelloAck, 0, 0, 4).u64(0), &[]),
         "an ack with a body",
