@@ -14,11 +14,14 @@
 //! `node/churn.rs`) the registration stress of memory that keeps coming and going,
 //! `node/served.rs` the message layer's served contexts, `node/served_gets.rs` the gets
 //! `sm` serves through its rings, `node/refused_attach.rs` one-sided transfers and
-//! rendezvous messages once the kernel refuses cross-memory attach.
+//! rendezvous messages once the kernel refuses cross-memory attach, `node/read_alone.rs`
+//! large messages their receivers read without the sender.
 
 #[path = "node/churn.rs"]
 mod churn;
 mod common;
+#[path = "node/read_alone.rs"]
+mod read_alone;
 #[path = "node/refused_attach.rs"]
 mod refused_attach;
 #[path = "node/removed.rs"]
@@ -84,6 +87,7 @@ fn rank_role_entry() {
         "served" => served::run(&report_ok),
         "msg_refused_attach" => refused_attach::run(&report_ok),
         "msg_split_refused" => refused_attach::run_split(&report_ok),
+        "msg_read_alone" => read_alone::run(&report_ok),
         "msg_named_sender_dies" => {
             watchdog(Duration::from_secs(30));
             refused_attach::run_sender_dies(&report_ok, 64 << 10, true)
@@ -815,6 +819,13 @@ fn sm_registration_stress_of_memory_that_comes_and_goes() {
 #[test]
 fn transfers_and_rendezvous_go_with_a_registration_once_attach_is_refused() {
     expect_all_ok("msg_refused_attach", 2, &[]);
+}
+
+/// Large messages read by their receivers while the sender stays out of the library
+/// (`node/read_alone.rs`).
+#[test]
+fn unsplit_messages_and_those_of_a_sender_busy_with_others_need_no_sender() {
+    expect_all_ok("msg_read_alone", 3, &[]);
 }
 
 #[test]

@@ -107,7 +107,10 @@ impl<'c> Started<'c> {
     /// value is dropped.
     unsafe fn isend(&mut self, buf: *const u8, len: usize, dst: u32, tag: i32) -> Result<ReqId> {
         // SAFETY: forwarded contract; `Drop` ends the request before the buffer may go.
-        let req = unsafe { self.comm.isend_tagged(buf, len, dst, tag, super::WORLD) }?;
+        let req = unsafe {
+            self.comm
+                .isend_tagged(buf, len, (dst, tag, super::WORLD), true)
+        }?;
         self.live.push(req);
         Ok(req)
     }

@@ -67,7 +67,7 @@ impl Comm {
         }
         // SAFETY: `buf` is borrowed until wait returns, which is when the request has
         // completed.
-        let req = unsafe { self.isend_tagged(buf.as_ptr(), buf.len(), dst, tag, ctx) }?;
+        let req = unsafe { self.isend_tagged(buf.as_ptr(), buf.len(), (dst, tag, ctx), true) }?;
         self.wait(req).map(|_| ())
     }
 
@@ -134,7 +134,7 @@ impl Comm {
             return Err(Error::BadTag(tag));
         }
         // SAFETY: forwarded contract.
-        unsafe { self.isend_tagged(buf, len, dst, tag, WORLD) }
+        unsafe { self.isend_tagged(buf, len, (dst, tag, WORLD), true) }
     }
 
     /// Start sending `len` bytes at `buf` to `dst` with `tag` in context `ctx`,
@@ -157,10 +157,33 @@ impl Comm {
         }
         match mode {
             // SAFETY: forwarded contract.
-            SendMode::Standard => unsafe { self.isend_tagged(buf, len, dst, tag, ctx) },
+            SendMode::Standard => unsafe { self.isend_tagged(buf, len, (dst, tag, ctx), true) },
             // SAFETY: forwarded contract.
             SendMode::Synchronous => unsafe { self.isend_sync(buf, len, dst, tag, ctx) },
         }
+    }
+
+    /// [`Comm::isend_in`] in standard mode, for one of several sends this process starts
+    /// at once to different ranks (as a broadcast's root does): a rendezvous message is
+    /// not offered to be copied by both processes ([`super::split`]), so that each
+    /// receiver reads its message alone, all at the same time.
+    ///
+    /// # Safety
+    ///
+    /// As [`Comm::isend_raw`].
+    pub unsafe fn isend_unsplit_in(
+        &mut self,
+        ctx: u32,
+        buf: *const u8,
+        len: usize,
+        dst: u32,
+        tag: i32,
+    ) -> Result<ReqId> {
+        if tag < 0 {
+            return Err(Error::BadTag(tag));
+        }
+        // SAFETY: forwarded contract.
+        unsafe { self.isend_tagged(buf, len, (dst, tag, ctx), false) }
     }
 
     /// A synchronous send: an eager message the receiver answers once it is
@@ -180,7 +203,7 @@ impl Comm {
         let (mi, ep) = self.route(dst)?;
         if len + protocol::SYNC_HEADER > self.eager[mi] {
             // SAFETY: forwarded contract.
-            return unsafe { self.isend_tagged(buf, len, dst, tag, ctx) };
+            return unsafe { self.isend_tagged(buf, len, (dst, tag, ctx), true) };
         }
         // SAFETY: the caller promised `buf` is valid for `len` bytes.
         let data = unsafe { std::slice::from_raw_parts(buf, len) };
@@ -228,7 +251,8 @@ impl Comm {
     }
 
     /// Start sending `len` bytes at `buf` to `dst` with `tag`, which may be one of the
-    /// layer's own (negative) tags.
+    /// layer's own (negative) tags; a rendezvous is offered to be split
+    /// ([`super::split`]) only where `may_split`.
     ///
     /// # Safety
     ///
@@ -238,9 +262,8 @@ impl Comm {
         &mut self,
         buf: *const u8,
         len: usize,
-        dst: u32,
-        tag: i32,
-        ctx: u32,
+        (dst, tag, ctx): (u32, i32, u32),
+        may_split: bool,
     ) -> Result<ReqId> {
         let (mi, ep) = self.route(dst)?;
         let eager = self.eager[mi];
@@ -274,10 +297,12 @@ impl Comm {
         // (and that is worth it for the size), the buffer needs no registration: the
         // caller keeps it valid until the request completes, at the FIN. A large one is
         // offered to be copied by both processes (`super::split`), which also needs it
-        // named by address, whatever its size.
+        // named by address, whatever its size; not while rendezvous sends to other ranks
+        // are under way (each of their receivers reads alone, all at once, where this
+        // process's copies would follow one another).
         let attrs = m.attributes();
         let may = attrs.flags.contains(BtlFlags::UNREGISTERED_REMOTE) && s.names_by_address_to(dst);
-        let split = may && len >= s.split_from;
+        let split = may && may_split && len >= s.split_from && !s.rendezvous_to_others(dst);
         let by_address = may && (len < attrs.unregistered_remote_below || split);
         let handle = if by_address {
             Ok(None)

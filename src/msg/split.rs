@@ -15,7 +15,9 @@
 //!
 //! While the receiver has rendezvous sends of its own to that sender under way, the
 //! sender's process is busy reading those: then only messages of 1 MiB and more are
-//! split.
+//! split. A sender with rendezvous sends under way to other ranks offers no split
+//! (as a root sending to every rank at once): each receiver reads alone, all at the
+//! same time, where the sender's halves would be copied one after another.
 //!
 //! A half that cannot be had so is had the other way: a sender that could not write
 //! its half lets the receiver read it; a receiver whose own read is refused

@@ -207,6 +207,8 @@ pub struct State {
     /// Per rank: rendezvous sends to it not yet complete (a receive from it is not
     /// split while this process has its own under way: the sender is busy with them).
     pub rendezvous_out: Vec<u32>,
+    /// Rendezvous sends not yet complete, to every rank (the sum of `rendezvous_out`).
+    pub rendezvous_out_all: u32,
 }
 
 /// The state, shared between the [`Comm`](super::Comm) and the receive and
@@ -404,13 +406,25 @@ impl State {
         if let Some(r) = self.req_mut(req) {
             r.rendezvous = true;
             *slot(&mut self.rendezvous_out, rank as usize) += 1;
+            self.rendezvous_out_all += 1;
         }
     }
 
     fn rendezvous_ended(&mut self, rank: u32) {
-        if let Some(n) = self.rendezvous_out.get_mut(rank as usize) {
-            *n = n.saturating_sub(1);
+        if let Some(n) = self
+            .rendezvous_out
+            .get_mut(rank as usize)
+            .filter(|n| **n > 0)
+        {
+            *n -= 1;
+            self.rendezvous_out_all -= 1;
         }
+    }
+
+    /// Whether rendezvous sends to ranks other than `rank` are under way.
+    pub fn rendezvous_to_others(&self, rank: u32) -> bool {
+        let to_it = self.rendezvous_out.get(rank as usize).copied().unwrap_or(0);
+        self.rendezvous_out_all > to_it
     }
 
     /// Whether anything waits to go to `rank`.

@@ -85,6 +85,33 @@ pub fn bcast_piece(len: usize, n: u32) -> usize {
     }
 }
 
+/// The smallest broadcast that goes from the root to every member at once
+/// ([`bcast_flat`]) where all members share a node.
+pub const BCAST_FLAT_FROM: usize = 32 << 10;
+
+/// Broadcast `len` bytes at `buf` from `root` to every other member at once, in one
+/// round: each message a rendezvous (from [`BCAST_FLAT_FROM`]) that its receiver reads
+/// from the root's buffer, all at the same time, where a tree would make each copy
+/// wait for the one before it (as Open MPI's `tuned` chooses its linear broadcast at
+/// these sizes on a node).
+pub fn bcast_flat(s: &mut Schedule, m: &Members, buf: Loc, len: usize, root: u32) {
+    let r = s.round();
+    if m.rank == root {
+        let others = (0..m.size).filter(|&v| v != root);
+        r.xfers.extend(others.map(|v| Xfer::Send {
+            from: buf,
+            len,
+            to: m.job(v),
+        }));
+    } else {
+        r.xfers.push(Xfer::Recv {
+            into: buf,
+            len,
+            from: m.job(root),
+        });
+    }
+}
+
 /// Broadcast `len` bytes at `buf` from `root` down a binomial tree, in pieces of
 /// `piece` bytes (`len` or more: whole), pipelined: in each round a member receives
 /// the next piece from its parent while it passes the last one on to its children.

@@ -126,7 +126,12 @@ impl Mpi {
                 args::output(&mut s, buf, n, t)?
             }
         };
-        basic::bcast(&mut s, &m, loc, len, root, basic::bcast_piece(len, m.size));
+        let one_node = || (1..m.size).all(|i| self.msg.same_node(m.job(0), m.job(i)));
+        if m.size > 2 && len >= basic::BCAST_FLAT_FROM && one_node() {
+            basic::bcast_flat(&mut s, &m, loc, len, root);
+        } else {
+            basic::bcast(&mut s, &m, loc, len, root, basic::bcast_piece(len, m.size));
+        }
         finish(&mut s, [unpack]);
         Ok(s)
     }

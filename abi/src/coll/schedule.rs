@@ -403,13 +403,23 @@ impl Schedule {
         let (ctx, tag) = (self.ctx, self.tag);
         // Some may complete at once, which the count of completions does not show.
         self.seen = usize::MAX;
+        // Of several sends at once, each receiver reads its message alone.
+        let sends = xfers
+            .clone()
+            .filter(|&i| matches!(self.xfers[i], Xfer::Send { .. }));
+        let several = sends.count() > 1;
         for i in xfers {
             let id = match self.xfers[i] {
                 Xfer::Send { from, len, to } => {
                     let p = self.ptr(from);
                     // SAFETY: the place holds `len` bytes until the round ends (the
                     // caller's contract, or a scratch buffer of ours).
-                    unsafe { m.isend_in(ctx, p, len, to, tag, SendMode::Standard) }?
+                    unsafe {
+                        match several {
+                            true => m.isend_unsplit_in(ctx, p, len, to, tag),
+                            false => m.isend_in(ctx, p, len, to, tag, SendMode::Standard),
+                        }
+                    }?
                 }
                 Xfer::Recv { into, len, from } => {
                     let p = self.ptr(into);
