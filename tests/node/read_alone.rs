@@ -42,7 +42,8 @@ pub fn run(report: &dyn Fn(u32, &str)) {
             while !alone.iter().all(|f| f.exists()) {
                 assert!(
                     started.elapsed() < OUT_FOR,
-                    "rank 1's first message ({}) and rank 2's ({}) were read without rank 0",
+                    "after {OUT_FOR:?} of rank 0 out of the library, rank 1's first message is \
+                     {} and rank 2's {}: each should have been read by its receiver alone",
                     seen(&alone[0]),
                     seen(&alone[1])
                 );
