@@ -13,7 +13,10 @@
 //!   with cross-memory attach), the request names the buffer without a registration,
 //!   and a message of `msg_split_from` bytes or more (32 KiB by default) is copied by
 //!   both processes, half each: the receiver asks the sender to write the second half
-//!   while it reads the first. A receive buffer too small gives [`Error::Truncated`].
+//!   while it reads the first (not offered while the sender has rendezvous sends to
+//!   other ranks under way, nor by [`Comm::isend_unsplit_in`], for one of several sends
+//!   at once: each receiver then reads alone). A receive buffer too small gives
+//!   [`Error::Truncated`].
 //! * One-sided windows: [`Window`] registers memory, exchanges handles, and offers put,
 //!   get and flush.
 //! * Served contexts ([`Comm::serve`]): messages that a layer above answers where they

@@ -165,7 +165,7 @@ impl Comm {
 
     /// [`Comm::isend_in`] in standard mode, for one of several sends this process starts
     /// at once to different ranks (as a broadcast's root does): a rendezvous message is
-    /// not offered to be copied by both processes ([`super::split`]), so that each
+    /// not offered to be copied by both processes (see `msg_split_from`), so that each
     /// receiver reads its message alone, all at the same time.
     ///
     /// # Safety
