@@ -130,11 +130,8 @@ impl Comm {
         dst: u32,
         tag: i32,
     ) -> Result<ReqId> {
-        if tag < 0 {
-            return Err(Error::BadTag(tag));
-        }
         // SAFETY: forwarded contract.
-        unsafe { self.isend_tagged(buf, len, (dst, tag, WORLD), true) }
+        unsafe { self.isend_in(WORLD, buf, len, dst, tag, SendMode::Standard) }
     }
 
     /// Start sending `len` bytes at `buf` to `dst` with `tag` in context `ctx`,
@@ -143,6 +140,7 @@ impl Comm {
     /// # Safety
     ///
     /// As [`Comm::isend_raw`].
+    #[inline]
     pub unsafe fn isend_in(
         &mut self,
         ctx: u32,
