@@ -11,8 +11,8 @@
 use super::liveness::{IdleWait, Needs};
 use super::{Comm, Error, Result};
 use rbtl_btl::{
-    Access, AtomicOp, AtomicWidth, BtlFlags, Local, MemHandle, RdmaCallback, RdmaFlags, Remote,
-    RemoteAtomic, RemoteHandle, SharedMem, Transfer,
+    Access, AtomicWidth, BtlFlags, Local, MemHandle, RdmaCallback, RdmaFlags, Remote, RemoteAtomic,
+    RemoteHandle, SharedMem, Transfer,
 };
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -578,31 +578,23 @@ pub(super) unsafe fn copy_mapped(at: *mut u8, buf: *mut u8, len: usize, put: boo
 ///
 /// `p` is valid, aligned to the word's size, and reached only atomically.
 unsafe fn direct_atomic(p: *mut u8, atomic: Atomic, width_32: bool) -> u64 {
-    use Ordering::AcqRel;
+    use Ordering::{AcqRel, Acquire};
     if width_32 {
         // SAFETY: the caller's contract.
         let w = unsafe { AtomicU32::from_ptr(p.cast()) };
         return u64::from(match atomic {
-            Atomic::Op(AtomicOp::Add, v) => w.fetch_add(v as u32, AcqRel),
-            Atomic::Op(AtomicOp::And, v) => w.fetch_and(v as u32, AcqRel),
-            Atomic::Op(AtomicOp::Or, v) => w.fetch_or(v as u32, AcqRel),
-            Atomic::Op(AtomicOp::Xor, v) => w.fetch_xor(v as u32, AcqRel),
-            Atomic::Op(AtomicOp::Swap, v) => w.swap(v as u32, AcqRel),
-            Atomic::CompareSwap { compare, value } => {
-                match w.compare_exchange(compare as u32, value as u32, AcqRel, Ordering::Acquire) {
-                    Ok(v) | Err(v) => v,
-                }
-            }
+            Atomic::Op(op, v) => op.apply32(w, v as u32),
+            Atomic::CompareSwap { compare, value } => w
+                .compare_exchange(compare as u32, value as u32, AcqRel, Acquire)
+                .unwrap_or_else(|v| v),
         });
     }
     // SAFETY: the caller's contract.
     let w = unsafe { AtomicU64::from_ptr(p.cast()) };
     match atomic {
         Atomic::Op(op, v) => op.apply(w, v),
-        Atomic::CompareSwap { compare, value } => {
-            match w.compare_exchange(compare, value, AcqRel, Ordering::Acquire) {
-                Ok(v) | Err(v) => v,
-            }
-        }
+        Atomic::CompareSwap { compare, value } => w
+            .compare_exchange(compare, value, AcqRel, Acquire)
+            .unwrap_or_else(|v| v),
     }
 }
