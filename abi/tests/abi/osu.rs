@@ -333,10 +333,9 @@ fn options(b: &Bench, iterations: u32, warmup: u32, max: usize) -> Vec<String> {
 }
 
 /// Checks what a run of `b` printed: its title, then its table (the lines after the
-/// title up to a blank line or OSU's `---` rule, `#` lines apart), one row per size
-/// asked for (up to `max`), every value positive, every row's check passed and no
-/// line of either output saying `FAILED` (the atomics' checks report per rank after
-/// the table). Returns the rows (size, first value; size 0 when the table has no
+/// title up to a blank line, `#` lines and the atomics' per-rank validation reports
+/// apart), one row per size asked for (up to `max`), every value positive, every
+/// row's check passed and no line of either output saying `FAILED`. Returns the rows (size, first value; size 0 when the table has no
 /// sizes).
 fn check_table(b: &Bench, o: &Output, max: usize) -> Result<Vec<(usize, f64)>, String> {
     let stdout = String::from_utf8_lossy(&o.stdout);
@@ -359,10 +358,16 @@ fn check_table(b: &Bench, o: &Output, max: usize) -> Result<Vec<(usize, f64)>, S
     }
     let mut rows = Vec::new();
     for line in lines {
-        if line.starts_with('#') || (line.trim().is_empty() && rows.is_empty()) {
+        // The atomic benchmarks' validation reports (`-c`), one per rank between lines
+        // of dashes, may come before or among the rows: each rank's output reaches the
+        // launcher through its own pipe.
+        let report = ["---", "Atomic Data Validation", "PASSED:"]
+            .iter()
+            .any(|p| line.starts_with(p));
+        if line.starts_with('#') || report || (line.trim().is_empty() && rows.is_empty()) {
             continue;
         }
-        if line.trim().is_empty() || line.starts_with("---") {
+        if line.trim().is_empty() {
             break;
         }
         let mut words: Vec<&str> = line.split_whitespace().collect();
@@ -496,6 +501,38 @@ fn osu_latency_mt_refuses_without_thread_multiple() {
         "it printed a table:\n{}",
         report(&o)
     );
+}
+
+/// The table of an atomic benchmark is read whatever order the ranks' validation
+/// reports reach the launcher in; without its row it is refused.
+#[test]
+fn tables_are_read_among_the_ranks_validation_reports() {
+    use std::os::unix::process::ExitStatusExt;
+    let cas = ONE_SIDED
+        .iter()
+        .find(|b| b.name == "osu_cas_latency")
+        .unwrap();
+    let report = |rank: u32| {
+        format!(
+            "---\nAtomic Data Validation results for Rank={rank}:\n\
+             PASSED: All 1 combinations of ops and datatypes tested passed.\n---\n"
+        )
+    };
+    let output = |table: &str| Output {
+        status: std::process::ExitStatus::from_raw(0),
+        stdout: format!("{}\n# Size Latency (us) Validation\n{table}", cas.title).into_bytes(),
+        stderr: Vec::new(),
+    };
+    let row = "1                       6.06            passed\n";
+    for table in [
+        format!("{row}{}{}", report(0), report(1)),
+        format!("{}{row}{}", report(1), report(0)),
+    ] {
+        let got = check_table(cas, &output(&table), 1);
+        assert_eq!(got, Ok(vec![(1, 6.06)]), "{table}");
+    }
+    let no_row = format!("{}{}", report(1), report(0));
+    assert!(check_table(cas, &output(&no_row), 1).is_err());
 }
 
 mod nodes;
