@@ -239,24 +239,41 @@ pub fn scan(src: &std::path::Path) -> BTreeMap<String, String> {
             let text = std::fs::read_to_string(&path).expect("readable source");
             let module = module_path(src, &path);
             // A binding is written as `extern "C" fn PMPI_X`, or made by a macro
-            // called with its name first (`name!(PMPI_X, ...)`).
+            // called with the names it makes first (`name!(PMPI_X, PMPI_Y, ...)`).
             for (i, _) in text.match_indices("PMPI_") {
                 let before = text[..i].trim_end();
-                if !(before.ends_with("extern \"C\" fn") || before.ends_with("!(")) {
+                let names = if before.ends_with("extern \"C\" fn") {
+                    1
+                } else if before.ends_with("!(") {
+                    usize::MAX
+                } else {
                     continue;
-                }
-                let rest = &text[i + 1..];
-                let end = rest
-                    .find(|c: char| !(c.is_alphanumeric() || c == '_'))
-                    .unwrap_or(rest.len());
-                let name = rest[..end].to_string();
-                if let Some(other) = found.insert(name.clone(), module.clone()) {
-                    panic!("P{name} is written twice: in {other} and {module}");
+                };
+                for name in leading_names(&text[i..]).take(names) {
+                    if let Some(other) = found.insert(name.clone(), module.clone()) {
+                        panic!("P{name} is written twice: in {other} and {module}");
+                    }
                 }
             }
         }
     }
     found
+}
+
+/// The `PMPI_` names that `text` starts with, separated by commas, each as `MPI_...`.
+fn leading_names(mut text: &str) -> impl Iterator<Item = String> + '_ {
+    std::iter::from_fn(move || {
+        let rest = text.strip_prefix("PMPI_")?;
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        let name = format!("MPI_{}", &rest[..end]);
+        text = rest[end..]
+            .trim_start()
+            .strip_prefix(',')
+            .map_or("", str::trim_start);
+        Some(name)
+    })
 }
 
 /// `crate::a::b` for `src/a/b.rs` or `src/a/b/mod.rs`.

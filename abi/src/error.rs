@@ -62,6 +62,22 @@ pub unsafe fn read_arg<T: Copy>(p: *const T, class: c_int, what: &str) -> Result
     Ok(unsafe { *p })
 }
 
+/// An array argument of `n` items (`MPI_ERR_ARG` when it is null and `n` is not 0).
+///
+/// # Safety
+///
+/// `p` holds `n` items.
+pub unsafe fn array<'a, T>(p: *const T, n: usize) -> Result<&'a [T]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Error::new(MPI_ERR_ARG, "an array argument is null"));
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
 /// `Err(Error::new(class, format!(...)))`.
 #[macro_export]
 macro_rules! fail {

@@ -1,13 +1,15 @@
-//! The blocking collectives' bindings: build the schedule ([`super::build`]), then
-//! run it.
+//! The collectives' bindings, blocking and nonblocking: build the schedule
+//! ([`super::build`]), then run it to its end or hand it out as a request.
 
 use super::build::in_place;
-use super::run_blocking;
+use super::{run_blocking, run_in_state};
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::p2p::check_count;
 use crate::state::Mpi;
+use std::ptr::null;
+
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Barrier(comm: Handle) -> c_int {
     call("MPI_Barrier", Object::Comm(comm), |mpi| {
@@ -18,6 +20,8 @@ pub unsafe extern "C" fn PMPI_Barrier(comm: Handle) -> c_int {
         mpi.run(s)
     })
 }
+
+nonblocking!(PMPI_Ibarrier, (comm: Handle), |mpi| mpi.build_barrier(comm));
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Bcast(
@@ -38,22 +42,13 @@ pub unsafe extern "C" fn PMPI_Bcast(
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Reduce(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
-    count: c_int,
-    datatype: Handle,
-    op: Handle,
-    root: c_int,
-    comm: Handle,
-) -> c_int {
-    run_blocking("MPI_Reduce", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract.
-        let s = unsafe { mpi.build_reduce((sendbuf, recvbuf), count, datatype, op, root, comm) }?;
-        Ok(s)
-    })
-}
+nonblocking!(PMPI_Ibcast,
+    (buffer: *mut c_void, count: c_int, datatype: Handle, root: c_int, comm: Handle),
+    |mpi| mpi.build_bcast(buffer, count, datatype, root, comm));
+
+reduction!(PMPI_Reduce, PMPI_Ireduce,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: Handle, op: Handle, root: c_int, comm: Handle),
+    |mpi| mpi.build_reduce((sendbuf, recvbuf), count, datatype, op, root, comm));
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Allreduce(
@@ -76,37 +71,17 @@ pub unsafe extern "C" fn PMPI_Allreduce(
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Scan(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
-    count: c_int,
-    datatype: Handle,
-    op: Handle,
-    comm: Handle,
-) -> c_int {
-    run_blocking("MPI_Scan", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract.
-        let s = unsafe { mpi.build_scan((sendbuf, recvbuf), count, datatype, op, comm, false) }?;
-        Ok(s)
-    })
-}
+nonblocking!(PMPI_Iallreduce,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: Handle, op: Handle, comm: Handle),
+    |mpi| mpi.build_allreduce(sendbuf, recvbuf, count, datatype, op, comm));
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Exscan(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
-    count: c_int,
-    datatype: Handle,
-    op: Handle,
-    comm: Handle,
-) -> c_int {
-    run_blocking("MPI_Exscan", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract.
-        let s = unsafe { mpi.build_scan((sendbuf, recvbuf), count, datatype, op, comm, true) }?;
-        Ok(s)
-    })
-}
+reduction!(PMPI_Scan, PMPI_Iscan,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: Handle, op: Handle, comm: Handle),
+    |mpi| mpi.build_scan((sendbuf, recvbuf), count, datatype, op, comm, false));
+
+reduction!(PMPI_Exscan, PMPI_Iexscan,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: Handle, op: Handle, comm: Handle),
+    |mpi| mpi.build_scan((sendbuf, recvbuf), count, datatype, op, comm, true));
 
 /// The counts of `MPI_Reduce_scatter`.
 ///
@@ -123,253 +98,61 @@ pub unsafe fn scatter_counts(mpi: &Mpi, comm: Handle, counts: *const c_int) -> R
     counts.iter().map(|&c| check_count(c)).collect()
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Reduce_scatter(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    datatype: Handle,
-    op: Handle,
-    comm: Handle,
-) -> c_int {
-    run_blocking("MPI_Reduce_scatter", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract.
-        let s = unsafe {
-            let counts = scatter_counts(mpi, comm, recvcounts)?;
-            mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm)
-        }?;
-        Ok(s)
-    })
-}
+reduction!(PMPI_Reduce_scatter, PMPI_Ireduce_scatter,
+(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: Handle, op: Handle, comm: Handle),
+|mpi| {
+    let counts = scatter_counts(mpi, comm, recvcounts)?;
+    mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm)
+});
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Reduce_scatter_block(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    datatype: Handle,
-    op: Handle,
-    comm: Handle,
-) -> c_int {
-    run_blocking("MPI_Reduce_scatter_block", Object::Comm(comm), |mpi| {
-        let counts = vec![check_count(recvcount)?; mpi.comm(comm)?.size() as usize];
-        // SAFETY: the binding's contract.
-        let s = unsafe { mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm) }?;
-        Ok(s)
-    })
-}
+reduction!(PMPI_Reduce_scatter_block, PMPI_Ireduce_scatter_block,
+(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: Handle, op: Handle, comm: Handle),
+|mpi| {
+    let counts = vec![check_count(recvcount)?; mpi.comm(comm)?.size() as usize];
+    mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm)
+});
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Gather(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: Handle,
-    root: c_int,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Gather", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract.
-        let s = unsafe {
-            mpi.build_gather(
-                (sendbuf, sendcount, sendtype),
-                recvbuf,
-                (recvcount, std::ptr::null(), std::ptr::null()),
-                recvtype,
-                root,
-                comm,
-            )
-        }?;
-        mpi.run(s)
-    })
-}
+collective!(PMPI_Gather, PMPI_Igather,
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle),
+    |mpi| mpi.build_gather((sendbuf, sendcount, sendtype), recvbuf, (recvcount, null(), null()), recvtype, root, comm));
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Gatherv(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    displs: *const c_int,
-    recvtype: Handle,
-    root: c_int,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Gatherv", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract.
-        let s = unsafe {
-            mpi.build_gather(
-                (sendbuf, sendcount, sendtype),
-                recvbuf,
-                (0, recvcounts, displs),
-                recvtype,
-                root,
-                comm,
-            )
-        }?;
-        mpi.run(s)
-    })
-}
+collective!(PMPI_Gatherv, PMPI_Igatherv,
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: Handle, root: c_int, comm: Handle),
+    |mpi| mpi.build_gather((sendbuf, sendcount, sendtype), recvbuf, (0, recvcounts, displs), recvtype, root, comm));
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Scatter(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: Handle,
-    root: c_int,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Scatter", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract.
-        let s = unsafe {
-            mpi.build_scatter(
-                sendbuf,
-                (sendcount, std::ptr::null(), std::ptr::null()),
-                sendtype,
-                (recvbuf, recvcount, recvtype),
-                root,
-                comm,
-            )
-        }?;
-        mpi.run(s)
-    })
-}
+collective!(PMPI_Scatter, PMPI_Iscatter,
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle),
+    |mpi| mpi.build_scatter(sendbuf, (sendcount, null(), null()), sendtype, (recvbuf, recvcount, recvtype), root, comm));
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Scatterv(
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    displs: *const c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: Handle,
-    root: c_int,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Scatterv", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract.
-        let s = unsafe {
-            mpi.build_scatter(
-                sendbuf,
-                (0, sendcounts, displs),
-                sendtype,
-                (recvbuf, recvcount, recvtype),
-                root,
-                comm,
-            )
-        }?;
-        mpi.run(s)
-    })
-}
+collective!(PMPI_Scatterv, PMPI_Iscatterv,
+    (sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle),
+    |mpi| mpi.build_scatter(sendbuf, (0, sendcounts, displs), sendtype, (recvbuf, recvcount, recvtype), root, comm));
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Allgather(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: Handle,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Allgather", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract.
-        let s = unsafe {
-            mpi.build_allgather(
-                (sendbuf, sendcount, sendtype),
-                recvbuf,
-                (recvcount, std::ptr::null(), std::ptr::null()),
-                recvtype,
-                comm,
-            )
-        }?;
-        mpi.run(s)
-    })
-}
+collective!(PMPI_Allgather, PMPI_Iallgather,
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, comm: Handle),
+    |mpi| mpi.build_allgather((sendbuf, sendcount, sendtype), recvbuf, (recvcount, null(), null()), recvtype, comm));
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Allgatherv(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    displs: *const c_int,
-    recvtype: Handle,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Allgatherv", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract.
-        let s = unsafe {
-            mpi.build_allgather(
-                (sendbuf, sendcount, sendtype),
-                recvbuf,
-                (0, recvcounts, displs),
-                recvtype,
-                comm,
-            )
-        }?;
-        mpi.run(s)
-    })
-}
+collective!(PMPI_Allgatherv, PMPI_Iallgatherv,
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: Handle, comm: Handle),
+    |mpi| mpi.build_allgather((sendbuf, sendcount, sendtype), recvbuf, (0, recvcounts, displs), recvtype, comm));
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Alltoall(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: Handle,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Alltoall", Object::Comm(comm), |mpi| {
-        let null = std::ptr::null();
-        // SAFETY: the binding's contract.
-        let s = unsafe {
-            mpi.build_alltoall(
-                (sendbuf, (sendcount, null, null), &[sendtype]),
-                (recvbuf, (recvcount, null, null), &[recvtype]),
-                comm,
-                false,
-            )
-        }?;
-        mpi.run(s)
-    })
-}
+collective!(PMPI_Alltoall, PMPI_Ialltoall,
+(sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, comm: Handle),
+|mpi| mpi.build_alltoall(
+    (sendbuf, (sendcount, null(), null()), &[sendtype]),
+    (recvbuf, (recvcount, null(), null()), &[recvtype]),
+    comm,
+    false,
+));
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Alltoallv(
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const c_int,
-    recvtype: Handle,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Alltoallv", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract.
-        let s = unsafe {
-            mpi.build_alltoall(
-                (sendbuf, (0, sendcounts, sdispls), &[sendtype]),
-                (recvbuf, (0, recvcounts, rdispls), &[recvtype]),
-                comm,
-                false,
-            )
-        }?;
-        mpi.run(s)
-    })
-}
+collective!(PMPI_Alltoallv, PMPI_Ialltoallv,
+(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: Handle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: Handle, comm: Handle),
+|mpi| mpi.build_alltoall(
+    (sendbuf, (0, sendcounts, sdispls), &[sendtype]),
+    (recvbuf, (0, recvcounts, rdispls), &[recvtype]),
+    comm,
+    false,
+));
 
 /// The per-peer types of `MPI_Alltoallw`.
 ///
@@ -385,34 +168,19 @@ pub unsafe fn types_of<'a>(mpi: &Mpi, comm: Handle, types: *const Handle) -> Res
     Ok(unsafe { std::slice::from_raw_parts(types, n) })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Alltoallw(
-    sendbuf: *const c_void,
-    sendcounts: *const c_int,
-    sdispls: *const c_int,
-    sendtypes: *const Handle,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    rdispls: *const c_int,
-    recvtypes: *const Handle,
-    comm: Handle,
-) -> c_int {
-    call("MPI_Alltoallw", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract.
-        let s = unsafe {
-            let rts = types_of(mpi, comm, recvtypes)?;
-            let sts = if in_place(sendbuf) {
-                rts
-            } else {
-                types_of(mpi, comm, sendtypes)?
-            };
-            mpi.build_alltoall(
-                (sendbuf, (0, sendcounts, sdispls), sts),
-                (recvbuf, (0, recvcounts, rdispls), rts),
-                comm,
-                true,
-            )
-        }?;
-        mpi.run(s)
-    })
-}
+collective!(PMPI_Alltoallw, PMPI_Ialltoallw,
+(sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const Handle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const Handle, comm: Handle),
+|mpi| {
+    let rts = types_of(mpi, comm, recvtypes)?;
+    let sts = if in_place(sendbuf) {
+        rts
+    } else {
+        types_of(mpi, comm, sendtypes)?
+    };
+    mpi.build_alltoall(
+        (sendbuf, (0, sendcounts, sdispls), sts),
+        (recvbuf, (0, recvcounts, rdispls), rts),
+        comm,
+        true,
+    )
+});

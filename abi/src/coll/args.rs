@@ -67,13 +67,17 @@ pub unsafe fn output(
         ));
     }
     let at = s.scratch(len);
-    let unpack = Local::Unpack {
-        from: at,
+    Ok((at, len, Some(unpacking(at, ty, buf, count))))
+}
+
+/// The unpacking of `count` elements of `ty` from `from` into the program's `to`.
+fn unpacking(from: Loc, ty: &Datatype, to: *mut c_void, count: usize) -> Local {
+    Local::Unpack {
+        from,
         ty: ty.clone(),
-        to: buf.cast(),
+        to: to.cast(),
         count,
-    };
-    Ok((at, len, Some(unpack)))
+    }
 }
 
 /// An output buffer that also holds input (`MPI_IN_PLACE`, or a reduction's
@@ -90,16 +94,28 @@ pub unsafe fn inout(
 ) -> Result<(Loc, usize, Option<Local>)> {
     // SAFETY: the caller's contract.
     let (at, len) = unsafe { input(s, buf, count, ty) }?;
-    if ty.contiguous {
-        return Ok((at, len, None));
-    }
-    let unpack = Local::Unpack {
-        from: at,
-        ty: ty.clone(),
-        to: buf.cast(),
-        count,
-    };
-    Ok((at, len, Some(unpack)))
+    let unpack = (!ty.contiguous).then(|| unpacking(at, ty, buf, count));
+    Ok((at, len, unpack))
+}
+
+/// A scratch copy of an input buffer, taken in the schedule's first step (a
+/// reduction's accumulator, or an input whose buffer the collective also writes),
+/// and its bytes.
+///
+/// # Safety
+///
+/// As [`input`].
+pub unsafe fn input_copy(
+    s: &mut Schedule,
+    buf: *const c_void,
+    count: usize,
+    ty: &Datatype,
+) -> Result<(Loc, usize)> {
+    // SAFETY: the caller's contract.
+    let (from, len) = unsafe { input(s, buf, count, ty) }?;
+    let to = s.scratch(len);
+    s.round().then.push(Local::Copy { from, to, len });
+    Ok((to, len))
 }
 
 /// Add the unpacking of outputs as the schedule's last step.

@@ -1,5 +1,5 @@
 //! Building each collective's schedule from its arguments (shared by the blocking
-//! bindings of `api` and the nonblocking ones of `nonblocking`).
+//! and nonblocking bindings of `api`).
 
 use super::args::{self, finish};
 use super::basic;
@@ -14,6 +14,16 @@ use crate::state::Mpi;
 /// `MPI_IN_PLACE`.
 pub fn in_place(p: *const c_void) -> bool {
     p as usize == MPI_IN_PLACE
+}
+
+/// A reduction's input: the receive buffer where the send buffer is
+/// `MPI_IN_PLACE`.
+fn reduction_input(sendbuf: *const c_void, recvbuf: *mut c_void) -> *const c_void {
+    if in_place(sendbuf) {
+        recvbuf.cast_const()
+    } else {
+        sendbuf
+    }
 }
 
 /// A root argument.
@@ -90,6 +100,21 @@ impl Mpi {
         Ok(o)
     }
 
+    /// A reduction's schedule on `comm` and its members, its operation `op` (checked
+    /// to apply to `ty`) and its count of elements (checked).
+    fn start_reduction(
+        &mut self,
+        count: c_int,
+        ty: Handle,
+        op: Handle,
+        comm: Handle,
+    ) -> Result<(Box<Schedule>, Members, crate::op::Op, usize)> {
+        let n = check_count(count)?;
+        let o = self.reduction(op, ty)?;
+        let (s, m) = self.collective(comm)?;
+        Ok((s, m, o, n))
+    }
+
     /// `MPI_Barrier`.
     pub fn build_barrier(&mut self, comm: Handle) -> Result<Box<Schedule>> {
         let (mut s, m) = self.collective(comm)?;
@@ -150,28 +175,18 @@ impl Mpi {
         root: c_int,
         comm: Handle,
     ) -> Result<Box<Schedule>> {
-        let n = check_count(count)?;
-        let o = self.reduction(op, ty)?;
-        let (mut s, m) = self.collective(comm)?;
+        let (mut s, m, o, n) = self.start_reduction(count, ty, op, comm)?;
         // Borrowed, not copied (as in `build_bcast`).
         let t = self.dtype(ty)?;
         let root = check_root(root, &m)?;
         let is_root = m.rank == root;
-        let len = args::bytes(t, n)?;
-        let acc = s.scratch(len);
-        // SAFETY: the caller's contract.
-        let (input, _) = unsafe {
-            if is_root && in_place(sendbuf) {
-                args::input(&mut s, recvbuf, n, t)?
-            } else {
-                args::input(&mut s, sendbuf, n, t)?
-            }
+        let input = if is_root {
+            reduction_input(sendbuf, recvbuf)
+        } else {
+            sendbuf
         };
-        s.round().then.push(Local::Copy {
-            from: input,
-            to: acc,
-            len,
-        });
+        // SAFETY: the caller's contract.
+        let (acc, len) = unsafe { args::input_copy(&mut s, input, n, t) }?;
         let c = Combine {
             op: o,
             ty: t,
@@ -206,9 +221,7 @@ impl Mpi {
         op: Handle,
         comm: Handle,
     ) -> Result<Box<Schedule>> {
-        let n = check_count(count)?;
-        let o = self.reduction(op, ty)?;
-        let (mut s, m) = self.collective(comm)?;
+        let (mut s, m, o, n) = self.start_reduction(count, ty, op, comm)?;
         // Borrowed, not copied (as in `build_bcast`).
         let t = self.dtype(ty)?;
         // SAFETY: the caller's contract.
@@ -249,27 +262,14 @@ impl Mpi {
         comm: Handle,
         exclusive: bool,
     ) -> Result<Box<Schedule>> {
-        let n = check_count(count)?;
-        let o = self.reduction(op, ty)?;
-        let (mut s, m) = self.collective(comm)?;
+        let (mut s, m, o, n) = self.start_reduction(count, ty, op, comm)?;
         // Borrowed, not copied (as in `build_bcast`).
         let t = self.dtype(ty)?;
         // SAFETY: the caller's contract.
         let (mine, out, unpack) = unsafe {
-            let source = if in_place(sendbuf) {
-                recvbuf.cast_const()
-            } else {
-                sendbuf
-            };
-            let (input, len) = args::input(&mut s, source, n, t)?;
             // The input is read before the output is written (a copy in the first
             // step), so the same buffer serves both.
-            let mine = s.scratch(len);
-            s.round().then.push(Local::Copy {
-                from: input,
-                to: mine,
-                len,
-            });
+            let (mine, _) = args::input_copy(&mut s, reduction_input(sendbuf, recvbuf), n, t)?;
             let (out, _, unpack) = args::output(&mut s, recvbuf, n, t)?;
             (mine, out, unpack)
         };
@@ -307,22 +307,10 @@ impl Mpi {
         // Borrowed, not copied (as in `build_bcast`).
         let t = self.dtype(ty)?;
         let total: usize = counts.iter().sum();
-        let len = args::bytes(t, total)?;
-        let acc = s.scratch(len);
         let mine = counts.get(m.rank as usize).copied().unwrap_or(0);
+        let input = reduction_input(sendbuf, recvbuf);
         // SAFETY: the caller's contract.
-        let (input, _) = unsafe {
-            if in_place(sendbuf) {
-                args::input(&mut s, recvbuf, total, t)?
-            } else {
-                args::input(&mut s, sendbuf, total, t)?
-            }
-        };
-        s.round().then.push(Local::Copy {
-            from: input,
-            to: acc,
-            len,
-        });
+        let (acc, _) = unsafe { args::input_copy(&mut s, input, total, t) }?;
         let c = Combine {
             op: o,
             ty: t,
@@ -545,14 +533,7 @@ impl Mpi {
             if place {
                 // In place: what is sent is the receive buffer's block, read now.
                 // SAFETY: the caller's contract.
-                let (l, len) = unsafe { args::input(&mut s, buf, k, &rt) }?;
-                let copy = s.scratch(len);
-                s.round().then.push(Local::Copy {
-                    from: l,
-                    to: copy,
-                    len,
-                });
-                sends.push((copy, len));
+                sends.push(unsafe { args::input_copy(&mut s, buf, k, &rt) }?);
             }
             // SAFETY: the caller's contract.
             let (l, len, u) = unsafe { args::output(&mut s, buf, k, &rt) }?;

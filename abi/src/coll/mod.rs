@@ -5,11 +5,12 @@
 //! ones hand it out as a request. A small all-reduction runs without one
 //! ([`small`]).
 
+#[macro_use]
+mod binding;
 pub mod api;
 pub mod args;
 pub mod basic;
 pub mod build;
-pub mod nonblocking;
 pub mod reduce;
 pub mod schedule;
 pub mod small;
@@ -17,7 +18,7 @@ pub mod small;
 pub use schedule::{Loc, Local, Schedule, Xfer};
 
 use crate::comm::Group;
-use crate::entry::call_in_steps;
+use crate::entry::{call, call_in_steps};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
@@ -182,6 +183,19 @@ pub fn progress_active(mpi: &mut Mpi) -> usize {
     }
     active.retain(|h| matches!(requests.get(*h), Some(Request::Coll(s)) if !s.is_done()));
     n
+}
+
+/// Binding `name`'s blocking collective, built by `build` and run to its end within
+/// the library's state (its reductions, if any, are the library's own).
+pub fn run_in_state(
+    name: &str,
+    object: Object,
+    build: impl FnOnce(&mut Mpi) -> Result<Box<Schedule>>,
+) -> c_int {
+    call(name, object, |mpi| {
+        let s = build(mpi)?;
+        mpi.run(s)
+    })
 }
 
 /// Binding `name`'s blocking collective, built by `build` and run to its end, its

@@ -79,37 +79,20 @@ pub fn reduce(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc, root: u32) {
         if vr & mask == 0 {
             let child = vr | mask;
             if child < n {
-                let r = s.round();
-                r.xfers.push(Xfer::Recv {
-                    into: tmp,
-                    len,
-                    from: job(child),
-                });
+                let r = receive(s, tmp, len, job(child));
                 c.after(r.then, acc, tmp, c.count);
             }
         } else {
-            s.round().xfers.push(Xfer::Send {
-                from: acc,
-                len,
-                to: job(vr - mask),
-            });
+            send(s, acc, len, job(vr - mask));
             break;
         }
         mask <<= 1;
     }
     if top != root {
         if me == top {
-            s.round().xfers.push(Xfer::Send {
-                from: acc,
-                len,
-                to: m.job(root),
-            });
+            send(s, acc, len, m.job(root));
         } else if me == root {
-            s.round().xfers.push(Xfer::Recv {
-                into: acc,
-                len,
-                from: m.job(top),
-            });
+            receive(s, acc, len, m.job(top));
         }
     }
 }
@@ -190,18 +173,9 @@ fn doubling(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
     let (pof2, rem, newrank) = folding(m.size, me);
     let tmp = s.scratch(len);
     match newrank {
-        None => s.round().xfers.push(Xfer::Send {
-            from: acc,
-            len,
-            to: m.job(me + 1),
-        }),
+        None => send(s, acc, len, m.job(me + 1)),
         Some(_) if me < 2 * rem => {
-            let r = s.round();
-            r.xfers.push(Xfer::Recv {
-                into: tmp,
-                len,
-                from: m.job(me - 1),
-            });
+            let r = receive(s, tmp, len, m.job(me - 1));
             // The neighbour is lower: acc = tmp op acc.
             r.then.push(c.local(tmp, acc, c.count));
         }
@@ -240,23 +214,27 @@ fn exchange(s: &mut Schedule, from: Loc, into: Loc, len: usize, peer: u32) -> Ro
     r
 }
 
+/// A round that sends `len` bytes at `from` to job rank `to`.
+fn send(s: &mut Schedule, from: Loc, len: usize, to: u32) {
+    s.round().xfers.push(Xfer::Send { from, len, to });
+}
+
+/// A round that receives `len` bytes into `into` from job rank `from`, its local
+/// steps to fill.
+fn receive(s: &mut Schedule, into: Loc, len: usize, from: u32) -> Round<'_> {
+    let r = s.round();
+    r.xfers.push(Xfer::Recv { into, len, from });
+    r
+}
+
 /// The members folded into their neighbours get the result from them.
 fn unfold(s: &mut Schedule, m: &Members, rem: u32, acc: Loc, len: usize) {
     let me = m.rank;
     if me < 2 * rem {
-        let r = s.round();
         if me % 2 == 1 {
-            r.xfers.push(Xfer::Send {
-                from: acc,
-                len,
-                to: m.job(me - 1),
-            });
+            send(s, acc, len, m.job(me - 1));
         } else {
-            r.xfers.push(Xfer::Recv {
-                into: acc,
-                len,
-                from: m.job(me + 1),
-            });
+            receive(s, acc, len, m.job(me + 1));
         }
     }
 }
@@ -270,11 +248,7 @@ fn doubling_apart(s: &mut Schedule, m: &Members, c: &Combine, input: Loc, acc: L
     let len = c.bytes();
     let (pof2, rem, newrank) = folding(m.size, me);
     let Some(nr) = newrank else {
-        s.round().xfers.push(Xfer::Send {
-            from: input,
-            len,
-            to: m.job(me + 1),
-        });
+        send(s, input, len, m.job(me + 1));
         unfold(s, m, rem, acc, len);
         return;
     };
@@ -290,12 +264,7 @@ fn doubling_apart(s: &mut Schedule, m: &Members, c: &Combine, input: Loc, acc: L
     };
     if me < 2 * rem {
         let into = next_place(s);
-        let r = s.round();
-        r.xfers.push(Xfer::Recv {
-            into,
-            len,
-            from: m.job(me - 1),
-        });
+        let r = receive(s, into, len, m.job(me - 1));
         r.then.push(c.local(cur, into, c.count));
         cur = into;
     }
@@ -400,20 +369,11 @@ pub fn scan(s: &mut Schedule, m: &Members, c: &Combine, mine: Loc, out: Loc, exc
     });
     if me > 0 {
         let prefix = if exclusive { out } else { s.scratch(len) };
-        let r = s.round();
-        r.xfers.push(Xfer::Recv {
-            into: prefix,
-            len,
-            from: m.job(me - 1),
-        });
+        let r = receive(s, prefix, len, m.job(me - 1));
         // pass = prefix op pass.
         r.then.push(c.local(prefix, pass, c.count));
     }
     if me + 1 < n {
-        s.round().xfers.push(Xfer::Send {
-            from: pass,
-            len,
-            to: m.job(me + 1),
-        });
+        send(s, pass, len, m.job(me + 1));
     }
 }

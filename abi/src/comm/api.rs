@@ -46,6 +46,19 @@ pub unsafe fn read_str(s: *const c_char) -> Result<String> {
         .into_owned())
 }
 
+/// An object's name argument (of `MPI_Comm_set_name` and the like), cut to
+/// `MPI_MAX_OBJECT_NAME - 1` bytes.
+///
+/// # Safety
+///
+/// As [`read_str`].
+pub unsafe fn read_object_name(s: *const c_char) -> Result<String> {
+    // SAFETY: the caller's contract.
+    let mut name = unsafe { read_str(s) }?;
+    name.truncate(MPI_MAX_OBJECT_NAME as usize - 1);
+    Ok(name)
+}
+
 /// Write a new communicator's handle.
 ///
 /// # Safety
@@ -284,9 +297,7 @@ pub unsafe extern "C" fn PMPI_Comm_compare(
 pub unsafe extern "C" fn PMPI_Comm_set_name(comm: Handle, comm_name: *const c_char) -> c_int {
     call("MPI_Comm_set_name", Object::Comm(comm), |mpi| {
         // SAFETY: the binding's contract: a NUL-ended string.
-        let name = unsafe { read_str(comm_name) }?;
-        let mut name = name;
-        name.truncate(MPI_MAX_OBJECT_NAME as usize - 1);
+        let name = unsafe { read_object_name(comm_name) }?;
         mpi.comm_mut(comm)?.name = name;
         Ok(())
     })

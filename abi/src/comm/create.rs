@@ -83,17 +83,9 @@ impl Mpi {
     /// parent's error handler and topology (the attributes come after, copied
     /// outside the library's state: [`super::attr::copy_attrs`]).
     pub fn comm_dup(&mut self, comm: Handle) -> Result<Handle> {
-        let parent = self.comm(comm)?;
-        if parent.remote.is_some() {
-            return Err(Error::new(
-                MPI_ERR_COMM,
-                "duplicating an intercommunicator is not implemented by this library",
-            ));
-        }
-        let group = parent.group.clone();
-        let topo = parent.topo.clone();
-        let ctx = self.agree_context(comm, &[])?.0;
-        let h = self.keep(ctx, group, comm)?;
+        let refusal = "duplicating an intercommunicator is not implemented by this library";
+        let h = self.dup_group(comm, refusal)?;
+        let topo = self.comm(comm)?.topo.clone();
         self.comm_mut(h)?.topo = topo;
         Ok(h)
     }
@@ -101,12 +93,16 @@ impl Mpi {
     /// A duplicate of `comm` for the library's own use (a window's): its group and a
     /// new context, nothing else of the parent's.
     pub fn comm_dup_bare(&mut self, comm: Handle) -> Result<Handle> {
+        let refusal = "windows on intercommunicators are not implemented by this library";
+        self.dup_group(comm, refusal)
+    }
+
+    /// A new communicator over intracommunicator `comm`'s group, with a new
+    /// context (an intercommunicator is refused, saying `refusal`).
+    fn dup_group(&mut self, comm: Handle, refusal: &str) -> Result<Handle> {
         let parent = self.comm(comm)?;
         if parent.remote.is_some() {
-            return Err(Error::new(
-                MPI_ERR_COMM,
-                "windows on intercommunicators are not implemented by this library",
-            ));
+            return Err(Error::new(MPI_ERR_COMM, refusal));
         }
         let group = parent.group.clone();
         let ctx = self.agree_context(comm, &[])?.0;

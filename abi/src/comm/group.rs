@@ -37,28 +37,32 @@ impl Mpi {
     }
 }
 
+/// Rank `r` of a group of `size`, checked.
+fn member(r: c_int, size: u32) -> Result<u32> {
+    u32::try_from(r).ok().filter(|&r| r < size).ok_or_else(|| {
+        Error::new(
+            MPI_ERR_RANK,
+            format!("rank {r} is not in the group of {size}"),
+        )
+    })
+}
+
 /// The ranks of an array argument, checked against a group of `size`.
 ///
 /// # Safety
 ///
 /// `ranks` holds `n` ints.
-unsafe fn ranks_in<'a>(ranks: *const c_int, n: c_int, size: u32) -> Result<&'a [c_int]> {
+unsafe fn ranks_in(ranks: *const c_int, n: c_int, size: u32) -> Result<Vec<u32>> {
     let n = crate::p2p::check_count(n)?;
     if n == 0 {
-        return Ok(&[]);
+        return Ok(Vec::new());
     }
     if ranks.is_null() {
         return Err(Error::new(MPI_ERR_ARG, "the ranks array is null"));
     }
     // SAFETY: the caller's contract.
     let v = unsafe { std::slice::from_raw_parts(ranks, n) };
-    if let Some(bad) = v.iter().find(|&&r| r < 0 || r as u32 >= size) {
-        return Err(Error::new(
-            MPI_ERR_RANK,
-            format!("rank {bad} is not in the group of {size}"),
-        ));
-    }
-    Ok(v)
+    v.iter().map(|&r| member(r, size)).collect()
 }
 
 /// The ranks of `MPI_Group_range_incl`/`excl`'s triplets.
@@ -66,7 +70,7 @@ unsafe fn ranks_in<'a>(ranks: *const c_int, n: c_int, size: u32) -> Result<&'a [
 /// # Safety
 ///
 /// `ranges` holds `n` triplets.
-unsafe fn range_ranks(ranges: *const [c_int; 3], n: c_int, size: u32) -> Result<Vec<u32>> {
+unsafe fn range_ranks(ranges: *mut c_int, n: c_int, size: u32) -> Result<Vec<u32>> {
     let n = crate::p2p::check_count(n)?;
     if n > 0 && ranges.is_null() {
         return Err(Error::new(MPI_ERR_ARG, "the ranges array is null"));
@@ -74,19 +78,13 @@ unsafe fn range_ranks(ranges: *const [c_int; 3], n: c_int, size: u32) -> Result<
     let mut out = Vec::new();
     for i in 0..n {
         // SAFETY: the caller's contract.
-        let [first, last, stride] = unsafe { *ranges.add(i) };
+        let [first, last, stride] = unsafe { *ranges.cast::<[c_int; 3]>().add(i) };
         if stride == 0 {
             return Err(Error::new(MPI_ERR_ARG, "a range's stride is 0"));
         }
         let mut r = first;
         while (stride > 0 && r <= last) || (stride < 0 && r >= last) {
-            if r < 0 || r as u32 >= size {
-                return Err(Error::new(
-                    MPI_ERR_RANK,
-                    format!("rank {r} is not in the group of {size}"),
-                ));
-            }
-            out.push(r as u32);
+            out.push(member(r, size)?);
             r += stride;
         }
     }
@@ -161,74 +159,34 @@ pub unsafe extern "C" fn PMPI_Group_rank(group: Handle, rank: *mut c_int) -> c_i
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Group_incl(
-    group: Handle,
-    n: c_int,
-    ranks: *const c_int,
-    newgroup: *mut Handle,
-) -> c_int {
-    call("MPI_Group_incl", Object::None, |mpi| {
-        let g = mpi.group(group)?;
-        // SAFETY: the binding's contract.
-        let r = unsafe { ranks_in(ranks, n, g.size()) }?;
-        let new = pick(&g, r.iter().map(|&r| r as u32))?;
-        // SAFETY: the binding's contract.
-        unsafe { mpi.hand_out_group(new, newgroup) }
-    })
+/// A binding making the group of `group`'s members named by `n` entries of `$list`
+/// (read by `$read`: ranks, or ranges of ranks): `$new`, given the group `g` and
+/// those `ranks`.
+macro_rules! subgroup {
+    ($name:ident, $list:ident: $ty:ty, $read:ident, |$g:ident, $ranks:ident| $new:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            group: Handle,
+            n: c_int,
+            $list: $ty,
+            newgroup: *mut Handle,
+        ) -> c_int {
+            call(&stringify!($name)[1..], Object::None, |mpi| {
+                let $g = mpi.group(group)?;
+                // SAFETY: the binding's contract.
+                let $ranks = unsafe { $read($list, n, $g.size()) }?;
+                let new = $new;
+                // SAFETY: the binding's contract.
+                unsafe { mpi.hand_out_group(new, newgroup) }
+            })
+        }
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Group_excl(
-    group: Handle,
-    n: c_int,
-    ranks: *const c_int,
-    newgroup: *mut Handle,
-) -> c_int {
-    call("MPI_Group_excl", Object::None, |mpi| {
-        let g = mpi.group(group)?;
-        // SAFETY: the binding's contract.
-        let r: Vec<u32> = unsafe { ranks_in(ranks, n, g.size()) }?
-            .iter()
-            .map(|&r| r as u32)
-            .collect();
-        // SAFETY: the binding's contract.
-        unsafe { mpi.hand_out_group(without(&g, &r), newgroup) }
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Group_range_incl(
-    group: Handle,
-    n: c_int,
-    ranges: *mut c_int,
-    newgroup: *mut Handle,
-) -> c_int {
-    call("MPI_Group_range_incl", Object::None, |mpi| {
-        let g = mpi.group(group)?;
-        // SAFETY: the binding's contract.
-        let r = unsafe { range_ranks(ranges.cast(), n, g.size()) }?;
-        let new = pick(&g, r)?;
-        // SAFETY: the binding's contract.
-        unsafe { mpi.hand_out_group(new, newgroup) }
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Group_range_excl(
-    group: Handle,
-    n: c_int,
-    ranges: *mut c_int,
-    newgroup: *mut Handle,
-) -> c_int {
-    call("MPI_Group_range_excl", Object::None, |mpi| {
-        let g = mpi.group(group)?;
-        // SAFETY: the binding's contract.
-        let r = unsafe { range_ranks(ranges.cast(), n, g.size()) }?;
-        // SAFETY: the binding's contract.
-        unsafe { mpi.hand_out_group(without(&g, &r), newgroup) }
-    })
-}
+subgroup!(PMPI_Group_incl, ranks: *const c_int, ranks_in, |g, r| pick(&g, r)?);
+subgroup!(PMPI_Group_excl, ranks: *const c_int, ranks_in, |g, r| without(&g, &r));
+subgroup!(PMPI_Group_range_incl, ranges: *mut c_int, range_ranks, |g, r| pick(&g, r)?);
+subgroup!(PMPI_Group_range_excl, ranges: *mut c_int, range_ranks, |g, r| without(&g, &r));
 
 /// A set operation on two groups: the members of the result, in order.
 fn combine(a: &Group, b: &Group, f: impl Fn(&Group, &Group) -> Vec<u32>) -> Group {
@@ -253,37 +211,21 @@ macro_rules! group_op {
     };
 }
 
-group_op!(
-    PMPI_Group_union,
-    "MPI_Group_union",
-    |a: &Group, b: &Group| {
-        let mut v = a.ranks().to_vec();
-        v.extend(b.ranks().iter().filter(|j| a.rank_of(**j).is_none()));
-        v
-    }
-);
-group_op!(
-    PMPI_Group_intersection,
-    "MPI_Group_intersection",
-    |a: &Group, b: &Group| {
-        a.ranks()
-            .iter()
-            .copied()
-            .filter(|j| b.rank_of(*j).is_some())
-            .collect()
-    }
-);
-group_op!(
-    PMPI_Group_difference,
-    "MPI_Group_difference",
-    |a: &Group, b: &Group| {
-        a.ranks()
-            .iter()
-            .copied()
-            .filter(|j| b.rank_of(*j).is_none())
-            .collect()
-    }
-);
+/// The members of `a`, in order, that are in `b` (`in_b`) or not.
+fn sifted(a: &Group, b: &Group, in_b: bool) -> Vec<u32> {
+    let kept = |j: &u32| b.rank_of(*j).is_some() == in_b;
+    a.ranks().iter().copied().filter(kept).collect()
+}
+
+group_op!(PMPI_Group_union, "MPI_Group_union", |a, b| {
+    [a.ranks(), &sifted(b, a, false)].concat()
+});
+group_op!(PMPI_Group_intersection, "MPI_Group_intersection", |a, b| {
+    sifted(a, b, true)
+});
+group_op!(PMPI_Group_difference, "MPI_Group_difference", |a, b| {
+    sifted(a, b, false)
+});
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Group_translate_ranks(

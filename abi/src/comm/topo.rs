@@ -116,15 +116,8 @@ impl Mpi {
 ///
 /// `p` holds `n` ints.
 unsafe fn ints<'a>(p: *const c_int, n: c_int) -> Result<&'a [c_int]> {
-    let n = crate::p2p::check_count(n)?;
-    if n == 0 {
-        return Ok(&[]);
-    }
-    if p.is_null() {
-        return Err(Error::new(MPI_ERR_ARG, "an array argument is null"));
-    }
     // SAFETY: the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+    unsafe { crate::error::array(p, crate::p2p::check_count(n)?) }
 }
 
 #[no_mangle]

@@ -4,7 +4,7 @@
 use super::build::resized;
 use super::{pack, Datatype, Envelope, Layout};
 use crate::entry::call;
-use crate::error::{non_null, read_arg, Error, Object, Result};
+use crate::error::{array, non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::p2p::check_count;
 use crate::state::Mpi;
@@ -35,20 +35,20 @@ pub fn elements_in(ty: &Datatype, bytes: u64) -> Option<u64> {
     }
 }
 
-/// An array argument of `n` items.
+/// The `count` block lengths and displacements of an indexed or struct type's
+/// arguments.
 ///
 /// # Safety
 ///
-/// `p` holds `n` items.
-unsafe fn slice<'a, T>(p: *const T, n: usize) -> Result<&'a [T]> {
-    if n == 0 {
-        return Ok(&[]);
-    }
-    if p.is_null() {
-        return Err(Error::new(MPI_ERR_ARG, "an array argument is null"));
-    }
+/// Each array holds `count` items.
+unsafe fn blocks<'a, D>(
+    count: c_int,
+    lengths: *const c_int,
+    displs: *const D,
+) -> Result<(&'a [c_int], &'a [D])> {
+    let n = check_count(count)?;
     // SAFETY: the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+    unsafe { Ok((array(lengths, n)?, array(displs, n)?)) }
 }
 
 impl Mpi {
@@ -213,27 +213,16 @@ pub unsafe extern "C" fn PMPI_Type_indexed(
     newtype: *mut Handle,
 ) -> c_int {
     call("MPI_Type_indexed", Object::None, |mpi| {
-        let n = check_count(count)?;
         // SAFETY: the binding's contract: `count` of each.
-        let (l, d) = unsafe {
-            (
-                slice(array_of_blocklengths, n)?,
-                slice(array_of_displacements, n)?,
-            )
-        };
-        let mut ints = vec![count];
-        ints.extend_from_slice(l);
-        ints.extend_from_slice(d);
+        let (l, d) = unsafe { blocks(count, array_of_blocklengths, array_of_displacements) }?;
+        let e = env(
+            MPI_COMBINER_INDEXED,
+            [&[count], l, d].concat(),
+            vec![],
+            vec![oldtype],
+        );
         let d: Vec<isize> = d.iter().map(|&x| x as isize).collect();
-        indexed(
-            mpi,
-            l,
-            &d,
-            false,
-            oldtype,
-            env(MPI_COMBINER_INDEXED, ints, vec![], vec![oldtype]),
-            newtype,
-        )
+        indexed(mpi, l, &d, false, oldtype, e, newtype)
     })
 }
 
@@ -246,25 +235,15 @@ pub unsafe extern "C" fn PMPI_Type_create_hindexed(
     newtype: *mut Handle,
 ) -> c_int {
     call("MPI_Type_create_hindexed", Object::None, |mpi| {
-        let n = check_count(count)?;
         // SAFETY: the binding's contract: `count` of each.
-        let (l, d) = unsafe {
-            (
-                slice(array_of_blocklengths, n)?,
-                slice(array_of_displacements, n)?,
-            )
-        };
-        let mut ints = vec![count];
-        ints.extend_from_slice(l);
-        indexed(
-            mpi,
-            l,
-            d,
-            true,
-            oldtype,
-            env(MPI_COMBINER_HINDEXED, ints, d.to_vec(), vec![oldtype]),
-            newtype,
-        )
+        let (l, d) = unsafe { blocks(count, array_of_blocklengths, array_of_displacements) }?;
+        let e = env(
+            MPI_COMBINER_HINDEXED,
+            [&[count], l].concat(),
+            d.to_vec(),
+            vec![oldtype],
+        );
+        indexed(mpi, l, d, true, oldtype, e, newtype)
     })
 }
 
@@ -279,20 +258,11 @@ pub unsafe extern "C" fn PMPI_Type_create_indexed_block(
     call("MPI_Type_create_indexed_block", Object::None, |mpi| {
         let n = check_count(count)?;
         // SAFETY: the binding's contract.
-        let d = unsafe { slice(array_of_displacements, n) }?;
-        let mut ints = vec![count, blocklength];
-        ints.extend_from_slice(d);
-        let l = vec![blocklength; n];
+        let d = unsafe { array(array_of_displacements, n) }?;
+        let ints = [&[count, blocklength], d].concat();
+        let e = env(MPI_COMBINER_INDEXED_BLOCK, ints, vec![], vec![oldtype]);
         let d: Vec<isize> = d.iter().map(|&x| x as isize).collect();
-        indexed(
-            mpi,
-            &l,
-            &d,
-            false,
-            oldtype,
-            env(MPI_COMBINER_INDEXED_BLOCK, ints, vec![], vec![oldtype]),
-            newtype,
-        )
+        indexed(mpi, &vec![blocklength; n], &d, false, oldtype, e, newtype)
     })
 }
 
@@ -307,22 +277,10 @@ pub unsafe extern "C" fn PMPI_Type_create_hindexed_block(
     call("MPI_Type_create_hindexed_block", Object::None, |mpi| {
         let n = check_count(count)?;
         // SAFETY: the binding's contract.
-        let d = unsafe { slice(array_of_displacements, n) }?;
-        let l = vec![blocklength; n];
-        indexed(
-            mpi,
-            &l,
-            d,
-            true,
-            oldtype,
-            env(
-                MPI_COMBINER_HINDEXED_BLOCK,
-                vec![count, blocklength],
-                d.to_vec(),
-                vec![oldtype],
-            ),
-            newtype,
-        )
+        let d = unsafe { array(array_of_displacements, n) }?;
+        let ints = vec![count, blocklength];
+        let e = env(MPI_COMBINER_HINDEXED_BLOCK, ints, d.to_vec(), vec![oldtype]);
+        indexed(mpi, &vec![blocklength; n], d, true, oldtype, e, newtype)
     })
 }
 
@@ -335,27 +293,21 @@ pub unsafe extern "C" fn PMPI_Type_create_struct(
     newtype: *mut Handle,
 ) -> c_int {
     call("MPI_Type_create_struct", Object::None, |mpi| {
-        let n = check_count(count)?;
         // SAFETY: the binding's contract: `count` of each.
         let (l, d, t) = unsafe {
-            (
-                slice(array_of_blocklengths, n)?,
-                slice(array_of_displacements, n)?,
-                slice(array_of_types, n)?,
-            )
+            let (l, d) = blocks(count, array_of_blocklengths, array_of_displacements)?;
+            (l, d, array(array_of_types, l.len())?)
         };
-        let mut parts = Vec::with_capacity(n);
-        for i in 0..n {
-            parts.push((d[i], t[i], check_count(l[i])?));
-        }
-        let mut ints = vec![count];
-        ints.extend_from_slice(l);
-        mpi.make(
-            &parts,
-            true,
-            env(MPI_COMBINER_STRUCT, ints, d.to_vec(), t.to_vec()),
-            newtype,
-        )
+        let parts = (l.iter().zip(d).zip(t))
+            .map(|((&l, &d), &t)| Ok((d, t, check_count(l)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let e = env(
+            MPI_COMBINER_STRUCT,
+            [&[count], l].concat(),
+            d.to_vec(),
+            t.to_vec(),
+        );
+        mpi.make(&parts, true, e, newtype)
     })
 }
 

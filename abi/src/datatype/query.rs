@@ -1,7 +1,7 @@
 //! The questions a datatype answers: sizes and bounds, names, its envelope and
 //! contents; and addresses.
 
-use crate::comm::api::{read_str, write_name};
+use crate::comm::api::{read_object_name, write_name};
 use crate::entry::call;
 use crate::error::{Error, Object};
 use crate::ffi::*;
@@ -77,8 +77,7 @@ pub unsafe extern "C" fn PMPI_Type_get_name(
 pub unsafe extern "C" fn PMPI_Type_set_name(datatype: Handle, type_name: *const c_char) -> c_int {
     call("MPI_Type_set_name", Object::None, |mpi| {
         // SAFETY: the binding's contract.
-        let mut name = unsafe { read_str(type_name) }?;
-        name.truncate(MPI_MAX_OBJECT_NAME as usize - 1);
+        let name = unsafe { read_object_name(type_name) }?;
         match mpi.types.get_mut(datatype) {
             Some(t) => {
                 t.name = name.into();

@@ -207,34 +207,10 @@ blocking_send!(PMPI_Ssend, "MPI_Ssend", Mode::Synchronous);
 blocking_send!(PMPI_Rsend, "MPI_Rsend", Mode::Standard);
 blocking_send!(PMPI_Bsend, "MPI_Bsend", Mode::Buffered);
 
-macro_rules! immediate_send {
-    ($name:ident, $label:literal, $mode:expr) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(
-            buf: *const c_void,
-            count: c_int,
-            datatype: Handle,
-            dest: c_int,
-            tag: c_int,
-            comm: Handle,
-            request: *mut Handle,
-        ) -> c_int {
-            call($label, Object::Comm(comm), |mpi| {
-                // SAFETY: the binding's contract: `buf` holds `count` elements until
-                // the request completes; `request` is writable.
-                unsafe {
-                    let r = mpi.isend((buf, count, datatype), dest, tag, comm, $mode)?;
-                    mpi.hand_out(r, request)
-                }
-            })
-        }
-    };
-}
-
-immediate_send!(PMPI_Isend, "MPI_Isend", Mode::Standard);
-immediate_send!(PMPI_Issend, "MPI_Issend", Mode::Synchronous);
-immediate_send!(PMPI_Irsend, "MPI_Irsend", Mode::Standard);
-immediate_send!(PMPI_Ibsend, "MPI_Ibsend", Mode::Buffered);
+send_request!(PMPI_Isend, post, Mode::Standard);
+send_request!(PMPI_Issend, post, Mode::Synchronous);
+send_request!(PMPI_Irsend, post, Mode::Standard);
+send_request!(PMPI_Ibsend, post, Mode::Buffered);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Recv(
@@ -253,25 +229,7 @@ pub unsafe extern "C" fn PMPI_Recv(
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Irecv(
-    buf: *mut c_void,
-    count: c_int,
-    datatype: Handle,
-    source: c_int,
-    tag: c_int,
-    comm: Handle,
-    request: *mut Handle,
-) -> c_int {
-    call("MPI_Irecv", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract: room for `count` elements at `buf` until the
-        // request completes; `request` is writable.
-        unsafe {
-            let r = mpi.irecv(buf, count, datatype, source, tag, comm)?;
-            mpi.hand_out(r, request)
-        }
-    })
-}
+recv_request!(PMPI_Irecv, post);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Sendrecv(

@@ -2,6 +2,8 @@
 //! communicator's context, its ranks translated to the job's, and datatypes that
 //! are not contiguous packed on the way.
 
+#[macro_use]
+mod binding;
 pub mod api;
 pub mod bsend;
 pub mod persistent;

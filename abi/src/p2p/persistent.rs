@@ -8,7 +8,7 @@ use crate::p2p::Mode;
 use crate::request::{P2p, Request};
 use crate::state::Mpi;
 
-/// What a persistent request does each time it starts.
+/// A send's or receive's direction, buffer and peer.
 #[derive(Clone, Copy)]
 pub enum Op {
     Send {
@@ -22,13 +22,21 @@ pub enum Op {
     },
 }
 
+/// A send or receive as its binding gives it (`count` elements of `ty`, `tag`, on
+/// `comm`): posted at once ([`Mpi::post`]) or kept by a persistent request, to
+/// post at each start.
+#[derive(Clone, Copy)]
+pub struct Transfer {
+    pub op: Op,
+    pub count: c_int,
+    pub ty: Handle,
+    pub tag: c_int,
+    pub comm: Handle,
+}
+
 /// A persistent request.
 pub struct Persistent {
-    op: Op,
-    count: c_int,
-    ty: Handle,
-    tag: c_int,
-    comm: Handle,
+    transfer: Transfer,
     /// The operation under way, between `MPI_Start` and its completion.
     pub active: Option<P2p>,
     /// A start whose outcome is known, not yet waited for: it completed at once
@@ -39,43 +47,54 @@ pub struct Persistent {
 impl Persistent {
     /// The communicator it runs on.
     pub fn comm(&self) -> Handle {
-        self.comm
+        self.transfer.comm
     }
 }
 
 impl Mpi {
     /// Describe a persistent operation (its arguments checked now, as each start
     /// would).
-    fn persistent(
-        &mut self,
-        op: Op,
-        count: c_int,
-        ty: Handle,
-        tag: c_int,
-        comm: Handle,
-    ) -> Result<Request> {
-        super::check_count(count)?;
-        let c = self.comm(comm)?;
-        match op {
+    fn persistent(&mut self, transfer: Transfer) -> Result<Request> {
+        super::check_count(transfer.count)?;
+        let c = self.comm(transfer.comm)?;
+        match transfer.op {
             Op::Send { dest, .. } => {
-                super::check_send_tag(tag)?;
+                super::check_send_tag(transfer.tag)?;
                 super::peer(c, dest, false)?;
             }
             Op::Recv { source, .. } => {
-                super::check_recv_tag(tag)?;
+                super::check_recv_tag(transfer.tag)?;
                 super::peer(c, source, true)?;
             }
         }
-        self.dtype(ty)?;
+        self.dtype(transfer.ty)?;
         Ok(Request::Persistent(Box::new(Persistent {
+            transfer,
+            active: None,
+            done: None,
+        })))
+    }
+
+    /// Start `transfer`: its request (`MPI_PROC_NULL`'s done).
+    ///
+    /// # Safety
+    ///
+    /// The buffer holds the elements (has room for them) until the request completes.
+    pub unsafe fn post(&mut self, transfer: Transfer) -> Result<Request> {
+        let Transfer {
             op,
             count,
             ty,
             tag,
             comm,
-            active: None,
-            done: None,
-        })))
+        } = transfer;
+        // SAFETY: the caller's contract.
+        unsafe {
+            match op {
+                Op::Send { buf, mode, dest } => self.isend((buf, count, ty), dest, tag, comm, mode),
+                Op::Recv { buf, source } => self.irecv(buf, count, ty, source, tag, comm),
+            }
+        }
     }
 
     /// `MPI_Start`.
@@ -92,17 +111,10 @@ impl Mpi {
                 "the persistent request is active: it must complete before it starts again",
             ));
         }
-        let (op, count, ty, tag, comm) = (p.op, p.count, p.ty, p.tag, p.comm);
+        let transfer = p.transfer;
         // SAFETY: the buffer was promised at MPI_*_init for every start, until each
         // completes.
-        let r = unsafe {
-            match op {
-                Op::Send { buf, mode, dest } => {
-                    self.isend((buf, count, ty), dest, tag, comm, mode)?
-                }
-                Op::Recv { buf, source } => self.irecv(buf, count, ty, source, tag, comm)?,
-            }
-        };
+        let r = unsafe { self.post(transfer) }?;
         if let Some(Request::Persistent(p)) = self.requests.get_mut(h) {
             match r {
                 Request::P2p(a) => p.active = Some(a),
@@ -115,58 +127,11 @@ impl Mpi {
     }
 }
 
-macro_rules! send_init {
-    ($name:ident, $label:literal, $mode:expr) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(
-            buf: *const c_void,
-            count: c_int,
-            datatype: Handle,
-            dest: c_int,
-            tag: c_int,
-            comm: Handle,
-            request: *mut Handle,
-        ) -> c_int {
-            call($label, Object::Comm(comm), |mpi| {
-                let r = mpi.persistent(
-                    Op::Send {
-                        buf,
-                        mode: $mode,
-                        dest,
-                    },
-                    count,
-                    datatype,
-                    tag,
-                    comm,
-                )?;
-                // SAFETY: `request` is writable (the binding's contract).
-                unsafe { mpi.hand_out(r, request) }
-            })
-        }
-    };
-}
-
-send_init!(PMPI_Send_init, "MPI_Send_init", Mode::Standard);
-send_init!(PMPI_Ssend_init, "MPI_Ssend_init", Mode::Synchronous);
-send_init!(PMPI_Rsend_init, "MPI_Rsend_init", Mode::Standard);
-send_init!(PMPI_Bsend_init, "MPI_Bsend_init", Mode::Buffered);
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Recv_init(
-    buf: *mut c_void,
-    count: c_int,
-    datatype: Handle,
-    source: c_int,
-    tag: c_int,
-    comm: Handle,
-    request: *mut Handle,
-) -> c_int {
-    call("MPI_Recv_init", Object::Comm(comm), |mpi| {
-        let r = mpi.persistent(Op::Recv { buf, source }, count, datatype, tag, comm)?;
-        // SAFETY: `request` is writable (the binding's contract).
-        unsafe { mpi.hand_out(r, request) }
-    })
-}
+send_request!(PMPI_Send_init, persistent, Mode::Standard);
+send_request!(PMPI_Ssend_init, persistent, Mode::Synchronous);
+send_request!(PMPI_Rsend_init, persistent, Mode::Standard);
+send_request!(PMPI_Bsend_init, persistent, Mode::Buffered);
+recv_request!(PMPI_Recv_init, persistent);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Start(request: *mut Handle) -> c_int {

@@ -53,30 +53,27 @@ fn none_active(mpi: &Mpi, reqs: &[Handle]) -> bool {
         .all(|&h| h == MPI_REQUEST_NULL || is_inactive(mpi, h))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Waitany(
-    count: c_int,
-    array_of_requests: *mut Handle,
-    index: *mut c_int,
-    status: *mut Status,
-) -> c_int {
-    let out = (index, std::ptr::null_mut(), status);
-    // SAFETY: the binding's contract.
-    unsafe { any("MPI_Waitany", true, count, array_of_requests, out) }
+/// A binding that completes one (`$how` `any`) or some (`some`) of an array of
+/// requests, waiting (`$wait`) or testing; `$out`, made of the arguments after the
+/// array, says where the outcome goes.
+macro_rules! completion {
+    ($name:ident, $how:ident, $wait:literal, ($($arg:ident: $ty:ty),*) => $out:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            count: c_int,
+            array_of_requests: *mut Handle,
+            $($arg: $ty),*
+        ) -> c_int {
+            // SAFETY: the binding's contract.
+            unsafe { $how(&stringify!($name)[1..], $wait, count, array_of_requests, $out) }
+        }
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Testany(
-    count: c_int,
-    array_of_requests: *mut Handle,
-    index: *mut c_int,
-    flag: *mut c_int,
-    status: *mut Status,
-) -> c_int {
-    let out = (index, flag, status);
-    // SAFETY: the binding's contract.
-    unsafe { any("MPI_Testany", false, count, array_of_requests, out) }
-}
+completion!(PMPI_Waitany, any, true,
+    (index: *mut c_int, status: *mut Status) => (index, std::ptr::null_mut(), status));
+completion!(PMPI_Testany, any, false,
+    (index: *mut c_int, flag: *mut c_int, status: *mut Status) => (index, flag, status));
 
 /// `MPI_Waitany` (`wait`: until one is done) and `MPI_Testany` (whether one is done
 /// after one round of progress, written to `flag`): the index and status of the one
@@ -165,31 +162,10 @@ unsafe fn complete_some(
     Ok(n)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Waitsome(
-    incount: c_int,
-    array_of_requests: *mut Handle,
-    outcount: *mut c_int,
-    array_of_indices: *mut c_int,
-    array_of_statuses: *mut Status,
-) -> c_int {
-    let out = (outcount, array_of_indices, array_of_statuses);
-    // SAFETY: the binding's contract.
-    unsafe { some("MPI_Waitsome", true, incount, array_of_requests, out) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Testsome(
-    incount: c_int,
-    array_of_requests: *mut Handle,
-    outcount: *mut c_int,
-    array_of_indices: *mut c_int,
-    array_of_statuses: *mut Status,
-) -> c_int {
-    let out = (outcount, array_of_indices, array_of_statuses);
-    // SAFETY: the binding's contract.
-    unsafe { some("MPI_Testsome", false, incount, array_of_requests, out) }
-}
+completion!(PMPI_Waitsome, some, true,
+    (outcount: *mut c_int, indices: *mut c_int, statuses: *mut Status) => (outcount, indices, statuses));
+completion!(PMPI_Testsome, some, false,
+    (outcount: *mut c_int, indices: *mut c_int, statuses: *mut Status) => (outcount, indices, statuses));
 
 /// `MPI_Waitsome` (`wait`: until at least one is done) and `MPI_Testsome` (what is
 /// done after one round of progress): the requests done, written to `out` (the

@@ -1,7 +1,7 @@
 //! The window bindings: making and freeing windows, their group, attributes, names
 //! and error handlers.
 
-use crate::comm::api::{create_errhandler, read_str, write_name};
+use crate::comm::api::{create_errhandler, read_object_name, write_name};
 use crate::entry::call;
 use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
@@ -155,8 +155,7 @@ pub unsafe extern "C" fn PMPI_Win_get_attr(
 pub unsafe extern "C" fn PMPI_Win_set_name(win: Handle, win_name: *const c_char) -> c_int {
     call("MPI_Win_set_name", Object::Win(win), |mpi| {
         // SAFETY: the binding's contract.
-        let mut name = unsafe { read_str(win_name) }?;
-        name.truncate(MPI_MAX_OBJECT_NAME as usize - 1);
+        let name = unsafe { read_object_name(win_name) }?;
         mpi.win_mut(win)?.name = name;
         Ok(())
     })

@@ -304,55 +304,33 @@ unsafe fn rdma(
     mpi.finish_staged(win, Some(a.member))
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Put(
-    origin_addr: *const c_void,
-    origin_count: c_int,
-    origin_datatype: Handle,
-    target_rank: c_int,
-    target_disp: Aint,
-    target_count: c_int,
-    target_datatype: Handle,
-    win: Handle,
-) -> c_int {
-    call("MPI_Put", Object::Win(win), |mpi| {
-        // SAFETY: the binding's contract.
-        unsafe {
-            rdma(
-                mpi,
-                true,
-                (origin_addr.cast_mut(), origin_count, origin_datatype),
-                (target_rank, target_disp, target_count, target_datatype),
-                win,
-            )
+/// The binding of `MPI_Put` (`$put` true) or `MPI_Get`: [`rdma`] between the origin
+/// buffer `$origin` (given as `$buf`) and the target.
+macro_rules! rdma_binding {
+    ($name:ident, $put:literal, $origin:ident: $ty:ty => $buf:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            $origin: $ty,
+            origin_count: c_int,
+            origin_datatype: Handle,
+            target_rank: c_int,
+            target_disp: Aint,
+            target_count: c_int,
+            target_datatype: Handle,
+            win: Handle,
+        ) -> c_int {
+            call(&stringify!($name)[1..], Object::Win(win), |mpi| {
+                let origin = ($buf, origin_count, origin_datatype);
+                let target = (target_rank, target_disp, target_count, target_datatype);
+                // SAFETY: the binding's contract.
+                unsafe { rdma(mpi, $put, origin, target, win) }
+            })
         }
-    })
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Get(
-    origin_addr: *mut c_void,
-    origin_count: c_int,
-    origin_datatype: Handle,
-    target_rank: c_int,
-    target_disp: Aint,
-    target_count: c_int,
-    target_datatype: Handle,
-    win: Handle,
-) -> c_int {
-    call("MPI_Get", Object::Win(win), |mpi| {
-        // SAFETY: the binding's contract.
-        unsafe {
-            rdma(
-                mpi,
-                false,
-                (origin_addr, origin_count, origin_datatype),
-                (target_rank, target_disp, target_count, target_datatype),
-                win,
-            )
-        }
-    })
-}
+rdma_binding!(PMPI_Put, true, origin_addr: *const c_void => origin_addr.cast_mut());
+rdma_binding!(PMPI_Get, false, origin_addr: *mut c_void => origin_addr);
 
 #[cfg(test)]
 mod tests {

@@ -39,7 +39,24 @@ pub struct State {
     pub exposure: Option<Vec<usize>>,
 }
 
+/// A side of a post/start/complete/wait epoch.
+#[derive(Clone, Copy)]
+enum Side {
+    /// The origin's, from `MPI_Win_start` to `MPI_Win_complete`.
+    Access,
+    /// The target's, from `MPI_Win_post` to `MPI_Win_wait`.
+    Exposure,
+}
+
 impl State {
+    /// The group of `side`'s epoch, while one is open.
+    fn group(&mut self, side: Side) -> &mut Option<Vec<usize>> {
+        match side {
+            Side::Access => &mut self.access,
+            Side::Exposure => &mut self.exposure,
+        }
+    }
+
     /// Whether member `r` may be accessed now.
     pub fn may_access(&self, r: usize) -> bool {
         self.fence
@@ -217,11 +234,17 @@ impl Mpi {
         Ok(out)
     }
 
-    /// Send a post/start/complete/wait token to each member of `to`.
-    fn tokens_to(&mut self, h: Handle, to: &[usize], tag: i32) -> Result<()> {
+    /// The context of window `h`'s communicator, and the job ranks of its members
+    /// `members`: where its post/start/complete/wait tokens go.
+    fn token_peers(&self, h: Handle, members: &[usize]) -> Result<(u32, Vec<u32>)> {
         let w = self.win(h)?;
         let ctx = self.comm(w.comm)?.ctx;
-        let jobs: Vec<u32> = to.iter().map(|&r| w.peers[r].job).collect();
+        Ok((ctx, members.iter().map(|&r| w.peers[r].job).collect()))
+    }
+
+    /// Send a post/start/complete/wait token to each member of `to`.
+    fn tokens_to(&mut self, h: Handle, to: &[usize], tag: i32) -> Result<()> {
+        let (ctx, jobs) = self.token_peers(h, to)?;
         for j in jobs {
             self.msg.send_in(ctx, &[], j, tag)?;
         }
@@ -230,13 +253,42 @@ impl Mpi {
 
     /// Receive a token from each member of `from`.
     fn tokens_from(&mut self, h: Handle, from: &[usize], tag: i32) -> Result<()> {
-        let w = self.win(h)?;
-        let ctx = self.comm(w.comm)?.ctx;
-        let jobs: Vec<u32> = from.iter().map(|&r| w.peers[r].job).collect();
+        let (ctx, jobs) = self.token_peers(h, from)?;
         for j in jobs {
             self.msg.recv_in(ctx, &mut [], Some(j), Some(tag))?;
         }
         Ok(())
+    }
+
+    /// Open `side`'s epoch of window `h` toward the members of group `g`, once
+    /// `tokens` has exchanged its tokens with them.
+    fn open_epoch(
+        &mut self,
+        h: Handle,
+        g: Handle,
+        side: Side,
+        tokens: impl FnOnce(&mut Mpi, &[usize]) -> Result<()>,
+    ) -> Result<()> {
+        if self.win_mut(h)?.sync.group(side).is_some() {
+            return Err(sync_error(match side {
+                Side::Access => "an access epoch is open already",
+                Side::Exposure => "an exposure epoch is open already",
+            }));
+        }
+        let members = self.members_of(h, g)?;
+        tokens(self, &members)?;
+        *self.win_mut(h)?.sync.group(side) = Some(members);
+        Ok(())
+    }
+
+    /// The group of `side`'s open epoch of window `h`.
+    fn epoch_group(&mut self, h: Handle, side: Side) -> Result<Vec<usize>> {
+        self.win_mut(h)?.sync.group(side).clone().ok_or_else(|| {
+            sync_error(match side {
+                Side::Access => "MPI_Win_start was not called",
+                Side::Exposure => "MPI_Win_post was not called",
+            })
+        })
     }
 
     /// The members of group `g` by their rank in window `h`'s group.
@@ -415,36 +467,26 @@ pub unsafe extern "C" fn PMPI_Win_sync(win: Handle) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_post(group: Handle, _assert: c_int, win: Handle) -> c_int {
     call("MPI_Win_post", Object::Win(win), |mpi| {
-        if mpi.win(win)?.sync.exposure.is_some() {
-            return Err(sync_error("an exposure epoch is open already"));
-        }
-        let members = mpi.members_of(win, group)?;
-        mpi.tokens_to(win, &members, POST_TAG)?;
-        mpi.win_mut(win)?.sync.exposure = Some(members);
-        Ok(())
+        mpi.open_epoch(win, group, Side::Exposure, |mpi, members| {
+            mpi.tokens_to(win, members, POST_TAG)
+        })
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_start(group: Handle, _assert: c_int, win: Handle) -> c_int {
     call("MPI_Win_start", Object::Win(win), |mpi| {
-        if mpi.win(win)?.sync.access.is_some() {
-            return Err(sync_error("an access epoch is open already"));
-        }
-        let members = mpi.members_of(win, group)?;
         // Each target's post first.
-        mpi.tokens_from(win, &members, POST_TAG)?;
-        mpi.win_mut(win)?.sync.access = Some(members);
-        Ok(())
+        mpi.open_epoch(win, group, Side::Access, |mpi, members| {
+            mpi.tokens_from(win, members, POST_TAG)
+        })
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_complete(win: Handle) -> c_int {
     call("MPI_Win_complete", Object::Win(win), |mpi| {
-        let Some(members) = mpi.win(win)?.sync.access.clone() else {
-            return Err(sync_error("MPI_Win_start was not called"));
-        };
+        let members = mpi.epoch_group(win, Side::Access)?;
         for &r in &members {
             mpi.win_complete(win, r)?;
         }
@@ -457,9 +499,7 @@ pub unsafe extern "C" fn PMPI_Win_complete(win: Handle) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_wait(win: Handle) -> c_int {
     call("MPI_Win_wait", Object::Win(win), |mpi| {
-        let Some(members) = mpi.win(win)?.sync.exposure.clone() else {
-            return Err(sync_error("MPI_Win_post was not called"));
-        };
+        let members = mpi.epoch_group(win, Side::Exposure)?;
         mpi.tokens_from(win, &members, DONE_TAG)?;
         mpi.win_mut(win)?.sync.exposure = None;
         Ok(())
@@ -469,12 +509,8 @@ pub unsafe extern "C" fn PMPI_Win_wait(win: Handle) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_test(win: Handle, flag: *mut c_int) -> c_int {
     call("MPI_Win_test", Object::Win(win), |mpi| {
-        let Some(members) = mpi.win(win)?.sync.exposure.clone() else {
-            return Err(sync_error("MPI_Win_post was not called"));
-        };
-        let w = mpi.win(win)?;
-        let ctx = mpi.comm(w.comm)?.ctx;
-        let jobs: Vec<u32> = members.iter().map(|&r| w.peers[r].job).collect();
+        let members = mpi.epoch_group(win, Side::Exposure)?;
+        let (ctx, jobs) = mpi.token_peers(win, &members)?;
         mpi.progress();
         // Done once every origin's token waits; then they are taken.
         let mut all = true;

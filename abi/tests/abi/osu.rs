@@ -59,202 +59,68 @@ enum Check {
     Warm,
 }
 
-const fn bench(name: &'static str, title: &'static str, table: Table, checks: Check) -> Bench {
-    Bench {
-        name,
-        title,
-        table,
-        checks,
-    }
+/// A benchmark whose title is `# OSU <what> Test v7.2`.
+macro_rules! bench {
+    ($name:literal, $what:literal, $table:expr, $checks:expr) => {
+        Bench {
+            name: $name,
+            title: concat!("# OSU ", $what, " Test v7.2"),
+            table: $table,
+            checks: $checks,
+        }
+    };
 }
 
 use Check::{No, Warm, Yes};
 use Table::{Element, Latency, Sizes};
 
 /// Point-to-point, standard and persistent (`osu_latency_mt` apart: see its test).
+#[rustfmt::skip]
 const PT2PT: &[Bench] = &[
-    bench("osu_latency", "# OSU MPI Latency Test v7.2", Sizes, Warm),
-    bench("osu_bw", "# OSU MPI Bandwidth Test v7.2", Sizes, Warm),
-    bench(
-        "osu_bibw",
-        "# OSU MPI Bi-Directional Bandwidth Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_latency_mp",
-        "# OSU MPI Multi-process Latency Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_mbw_mr",
-        "# OSU MPI Multiple Bandwidth / Message Rate Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_multi_lat",
-        "# OSU MPI Multi Latency Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_latency_persistent",
-        "# OSU MPI Latency Persistent Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_bw_persistent",
-        "# OSU MPI Bandwidth Persistent Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_bibw_persistent",
-        "# OSU MPI Bi-Directional Bandwidth Persistent Test v7.2",
-        Sizes,
-        Warm,
-    ),
+    bench!("osu_latency", "MPI Latency", Sizes, Warm),
+    bench!("osu_bw", "MPI Bandwidth", Sizes, Warm),
+    bench!("osu_bibw", "MPI Bi-Directional Bandwidth", Sizes, Warm),
+    bench!("osu_latency_mp", "MPI Multi-process Latency", Sizes, Warm),
+    bench!("osu_mbw_mr", "MPI Multiple Bandwidth / Message Rate", Sizes, Warm),
+    bench!("osu_multi_lat", "MPI Multi Latency", Sizes, Warm),
+    bench!("osu_latency_persistent", "MPI Latency Persistent", Sizes, Warm),
+    bench!("osu_bw_persistent", "MPI Bandwidth Persistent", Sizes, Warm),
+    bench!("osu_bibw_persistent", "MPI Bi-Directional Bandwidth Persistent", Sizes, Warm),
 ];
 
 /// One-sided, each with its own default window and synchronization.
+#[rustfmt::skip]
 const ONE_SIDED: &[Bench] = &[
-    bench(
-        "osu_put_latency",
-        "# OSU MPI_Put Latency Test v7.2",
-        Sizes,
-        No,
-    ),
-    bench(
-        "osu_get_latency",
-        "# OSU MPI_Get latency Test v7.2",
-        Sizes,
-        No,
-    ),
-    bench("osu_put_bw", "# OSU MPI_Put Bandwidth Test v7.2", Sizes, No),
-    bench("osu_get_bw", "# OSU MPI_Get Bandwidth Test v7.2", Sizes, No),
-    bench(
-        "osu_put_bibw",
-        "# OSU MPI_Put Bi-directional Bandwidth Test v7.2",
-        Sizes,
-        No,
-    ),
-    bench(
-        "osu_acc_latency",
-        "# OSU MPI_Accumulate latency Test v7.2",
-        Sizes,
-        Yes,
-    ),
-    bench(
-        "osu_get_acc_latency",
-        "# OSU MPI_Get_accumulate latency Test v7.2",
-        Sizes,
-        No,
-    ),
-    bench(
-        "osu_fop_latency",
-        "# OSU MPI_Fetch_and_op latency Test v7.2",
-        Element,
-        // OSU's check of it fails on Open MPI too, with the same values (the
-        // target finds one more operation's worth than the check expects).
-        No,
-    ),
-    bench(
-        "osu_cas_latency",
-        "# OSU MPI_Compare_and_swap latency Test v7.2",
-        Element,
-        Yes,
-    ),
+    bench!("osu_put_latency", "MPI_Put Latency", Sizes, No),
+    bench!("osu_get_latency", "MPI_Get latency", Sizes, No),
+    bench!("osu_put_bw", "MPI_Put Bandwidth", Sizes, No),
+    bench!("osu_get_bw", "MPI_Get Bandwidth", Sizes, No),
+    bench!("osu_put_bibw", "MPI_Put Bi-directional Bandwidth", Sizes, No),
+    bench!("osu_acc_latency", "MPI_Accumulate latency", Sizes, Yes),
+    bench!("osu_get_acc_latency", "MPI_Get_accumulate latency", Sizes, No),
+    // OSU's check of it fails on Open MPI too, with the same values (the target
+    // finds one more operation's worth than the check expects).
+    bench!("osu_fop_latency", "MPI_Fetch_and_op latency", Element, No),
+    bench!("osu_cas_latency", "MPI_Compare_and_swap latency", Element, Yes),
 ];
 
 /// Blocking collectives. `osu_barrier` lists `-c` in its help but refuses it.
+#[rustfmt::skip]
 const COLLECTIVES: &[Bench] = &[
-    bench(
-        "osu_allgather",
-        "# OSU MPI Allgather Latency Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_allgatherv",
-        "# OSU MPI Allgatherv Latency Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_allreduce",
-        "# OSU MPI Allreduce Latency Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_alltoall",
-        "# OSU MPI All-to-All Personalized Exchange Latency Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_alltoallv",
-        "# OSU MPI All-to-Allv Personalized Exchange Latency Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_alltoallw",
-        "# OSU MPI All-to-Allw Personalized Exchange Latency Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_barrier",
-        "# OSU MPI Barrier Latency Test v7.2",
-        Latency,
-        No,
-    ),
-    bench(
-        "osu_bcast",
-        "# OSU MPI Broadcast Latency Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_gather",
-        "# OSU MPI Gather Latency Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_gatherv",
-        "# OSU MPI Gatherv Latency Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_reduce",
-        "# OSU MPI Reduce Latency Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_reduce_scatter",
-        "# OSU MPI Reduce_scatter Latency Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_scatter",
-        "# OSU MPI Scatter Latency Test v7.2",
-        Sizes,
-        Warm,
-    ),
-    bench(
-        "osu_scatterv",
-        "# OSU MPI Scatterv Latency Test v7.2",
-        Sizes,
-        Warm,
-    ),
+    bench!("osu_allgather", "MPI Allgather Latency", Sizes, Warm),
+    bench!("osu_allgatherv", "MPI Allgatherv Latency", Sizes, Warm),
+    bench!("osu_allreduce", "MPI Allreduce Latency", Sizes, Warm),
+    bench!("osu_alltoall", "MPI All-to-All Personalized Exchange Latency", Sizes, Warm),
+    bench!("osu_alltoallv", "MPI All-to-Allv Personalized Exchange Latency", Sizes, Warm),
+    bench!("osu_alltoallw", "MPI All-to-Allw Personalized Exchange Latency", Sizes, Warm),
+    bench!("osu_barrier", "MPI Barrier Latency", Latency, No),
+    bench!("osu_bcast", "MPI Broadcast Latency", Sizes, Warm),
+    bench!("osu_gather", "MPI Gather Latency", Sizes, Warm),
+    bench!("osu_gatherv", "MPI Gatherv Latency", Sizes, Warm),
+    bench!("osu_reduce", "MPI Reduce Latency", Sizes, Warm),
+    bench!("osu_reduce_scatter", "MPI Reduce_scatter Latency", Sizes, Warm),
+    bench!("osu_scatter", "MPI Scatter Latency", Sizes, Warm),
+    bench!("osu_scatterv", "MPI Scatterv Latency", Sizes, Warm),
 ];
 
 /// How long a run on this node may take: far above what it needs, so that only a

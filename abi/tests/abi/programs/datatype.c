@@ -78,6 +78,12 @@ static void expect_contents(MPI_Datatype t, int combiner, int ni, const int *int
   }
 }
 
+/* The contents of `t`, made of integers and one older type `old`. */
+static void expect_int_contents(MPI_Datatype t, int combiner, int ni, const int *ints,
+                                MPI_Datatype old, const char *what) {
+  expect_contents(t, combiner, ni, ints, 0, NULL, 1, &old, what);
+}
+
 static void test_predefined(void) {
   struct di { double d; int i; };
   struct si { short s; int i; };
@@ -112,29 +118,18 @@ static void test_constructors(void) {
   /* contiguous */
   OK(MPI_Type_contiguous(5, MPI_INT, &t));
   expect_layout(t, 20, 0, 20, 0, 20, "contiguous(5, MPI_INT)");
-  {
-    int ints[] = {5};
-    MPI_Datatype types[] = {MPI_INT};
-    expect_contents(t, MPI_COMBINER_CONTIGUOUS, 1, ints, 0, NULL, 1, types,
-                    "contiguous");
-  }
+  expect_int_contents(t, MPI_COMBINER_CONTIGUOUS, 1, (int[]){5}, MPI_INT, "contiguous");
   OK(MPI_Type_free(&t));
   /* vector: 3 blocks of 2 ints, 4 ints apart */
   OK(MPI_Type_vector(3, 2, 4, MPI_INT, &t));
   expect_layout(t, 24, 0, 40, 0, 40, "vector(3, 2, 4, MPI_INT)");
-  {
-    int ints[] = {3, 2, 4};
-    MPI_Datatype types[] = {MPI_INT};
-    expect_contents(t, MPI_COMBINER_VECTOR, 3, ints, 0, NULL, 1, types, "vector");
-  }
+  expect_int_contents(t, MPI_COMBINER_VECTOR, 3, (int[]){3, 2, 4}, MPI_INT, "vector");
   /* A vector of vectors: the contents name the inner vector. */
   OK(MPI_Type_contiguous(2, t, &u));
   expect_layout(u, 48, 0, 80, 0, 80, "contiguous(2, vector)");
   {
-    int ints[] = {2};
-    MPI_Datatype types[] = {t};
-    expect_contents(u, MPI_COMBINER_CONTIGUOUS, 1, ints, 0, NULL, 1, types,
-                    "contiguous(2, vector)");
+    expect_int_contents(u, MPI_COMBINER_CONTIGUOUS, 1, (int[]){2}, t,
+                        "contiguous(2, vector)");
     /* The inner type may be freed: the outer stays whole, and its contents still
      * give a type of the inner's layout. */
     MPI_Datatype inner = t;
@@ -170,8 +165,7 @@ static void test_constructors(void) {
     OK(MPI_Type_indexed(3, lens, displs, MPI_INT, &t));
     expect_layout(t, 24, 0, 40, 0, 40, "indexed");
     int ints[] = {3, 2, 1, 3, 0, 4, 7};
-    MPI_Datatype types[] = {MPI_INT};
-    expect_contents(t, MPI_COMBINER_INDEXED, 7, ints, 0, NULL, 1, types, "indexed");
+    expect_int_contents(t, MPI_COMBINER_INDEXED, 7, ints, MPI_INT, "indexed");
     OK(MPI_Type_free(&t));
   }
   /* hindexed */
@@ -191,9 +185,7 @@ static void test_constructors(void) {
     OK(MPI_Type_create_indexed_block(3, 1, displs, MPI_INT, &t));
     expect_layout(t, 12, 4, 32, 4, 32, "indexed_block");
     int ints[] = {3, 1, 1, 5, 8};
-    MPI_Datatype types[] = {MPI_INT};
-    expect_contents(t, MPI_COMBINER_INDEXED_BLOCK, 5, ints, 0, NULL, 1, types,
-                    "indexed_block");
+    expect_int_contents(t, MPI_COMBINER_INDEXED_BLOCK, 5, ints, MPI_INT, "indexed_block");
     OK(MPI_Type_free(&t));
   }
   /* hindexed_block, its blocks out of address order: packed in type-map order */

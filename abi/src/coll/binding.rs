@@ -1,0 +1,63 @@
+//! The macros that write the collectives' bindings from the expression that builds
+//! each one's schedule. A binding `PMPI_X` reports its errors as `MPI_X`, through
+//! the handler of its communicator (every collective's last argument, before a
+//! nonblocking one's request).
+
+/// The last of a list of identifiers.
+macro_rules! last {
+    ($x:ident) => { $x };
+    ($x:ident, $($rest:ident),+) => { last!($($rest),+) };
+}
+
+/// A blocking binding: `$build` makes the schedule (given `mpi`), which `$run`
+/// ([`super::run_in_state`] or [`super::run_blocking`]) runs to its end.
+macro_rules! blocking {
+    ($run:ident, $name:ident, ($($arg:ident: $ty:ty),*), |$mpi:ident| $build:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            let object = Object::Comm(last!($($arg),*));
+            $run(&stringify!($name)[1..], object, |$mpi| {
+                // SAFETY: the binding's contract.
+                unsafe { $build }
+            })
+        }
+    };
+}
+
+/// A nonblocking binding: `$build` makes the schedule (given `mpi`), which starts as
+/// the request written to `request`.
+macro_rules! nonblocking {
+    ($name:ident, ($($arg:ident: $ty:ty),*), |$mpi:ident| $build:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty,)* request: *mut Handle) -> c_int {
+            let object = Object::Comm(last!($($arg),*));
+            call(&stringify!($name)[1..], object, |$mpi| {
+                // SAFETY: the binding's contract: the buffers stay valid until the
+                // request completes; `request` is writable.
+                unsafe {
+                    let s = $build?;
+                    $mpi.start_collective(s, request)
+                }
+            })
+        }
+    };
+}
+
+/// A collective's blocking binding, run within the library's state, and its
+/// nonblocking one, both building their schedule as `$build`.
+macro_rules! collective {
+    ($blocking:ident, $nonblocking:ident, $args:tt, |$mpi:ident| $build:expr) => {
+        blocking!(run_in_state, $blocking, $args, |$mpi| $build);
+        nonblocking!($nonblocking, $args, |$mpi| $build);
+    };
+}
+
+/// A reduction's blocking binding, its reductions by a program's functions called
+/// outside the library's state, and its nonblocking one, both building their
+/// schedule as `$build`.
+macro_rules! reduction {
+    ($blocking:ident, $nonblocking:ident, $args:tt, |$mpi:ident| $build:expr) => {
+        blocking!(run_blocking, $blocking, $args, |$mpi| $build);
+        nonblocking!($nonblocking, $args, |$mpi| $build);
+    };
+}
