@@ -39,7 +39,7 @@ mod stopped_peer;
 #[path = "node/stress.rs"]
 mod stress;
 
-use rbtl::btl::{ActiveMessage, Endpoint, Local, Module, Proc, Remote, Transfer};
+use rbtl::btl::{ActiveMessage, Endpoint, Local, Module, Remote, Transfer};
 use rbtl::msg::{Comm, Error, Window, ANY_SOURCE, ANY_TAG};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -136,13 +136,9 @@ fn sm_module() -> (Box<dyn Module>, Vec<Option<Endpoint>>, rbtl::pmi::Job) {
     job.modex.fence().unwrap();
     let mut m = modules.pop().unwrap();
     assert_eq!(m.name(), "sm");
-    let procs: Vec<Proc> = (0..job.size)
-        .map(|rank| Proc {
-            rank,
-            node: "n".into(),
-        })
-        .collect();
-    let eps = m.add_procs(&procs, job.modex.as_mut()).unwrap();
+    let eps = m
+        .add_procs(&common::procs(job.size), job.modex.as_mut())
+        .unwrap();
     assert!(
         eps[job.rank as usize].is_none(),
         "sm does not reach the process itself"

@@ -34,7 +34,7 @@ mod stopped_peer;
 #[path = "node/stress.rs"]
 mod stress;
 
-use rbtl::btl::{Access, Endpoint, Error, Local, Module, Proc, Remote, RemoteHandle, Transfer};
+use rbtl::btl::{Access, Endpoint, Error, Local, Module, Remote, RemoteHandle, Transfer};
 use rbtl::msg::{Comm, ANY_SOURCE};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -91,21 +91,8 @@ pub(crate) fn report_ok(rank: u32, what: &str) {
 }
 
 fn role_contract(cpc: &str) {
-    let mut job = rbtl::pmi::job().unwrap();
-    let config = rbtl::configure(&[("btl", "openib"), ("btl_openib_cpc_include", cpc)]).unwrap();
-    let mut modules = rbtl::framework().open(&config, job.modex.as_mut()).unwrap();
-    job.modex.fence().unwrap();
-    let mut m = modules
-        .pop()
-        .expect("an openib module on the device's port");
+    let (mut m, eps, mut job) = openib_module(cpc, &[]);
     assert_eq!(m.name(), "openib");
-    let procs: Vec<Proc> = (0..job.size)
-        .map(|rank| Proc {
-            rank,
-            node: "n".into(),
-        })
-        .collect();
-    let eps = m.add_procs(&procs, job.modex.as_mut()).unwrap();
     let (rank, peer) = (job.rank, job.rank ^ 1);
     assert!(
         eps[rank as usize].is_none(),
@@ -159,24 +146,12 @@ fn role_stress(cpc: &str) {
 /// (`btl_openib_leave_pinned`, on where the memory monitor runs), and the peer's
 /// endpoint.
 fn module_keeping_registrations(cpc: &str) -> (Box<dyn Module>, Endpoint, rbtl::pmi::Job) {
-    let mut job = rbtl::pmi::job().unwrap();
     let config = rbtl::configure(&[("btl", "openib"), ("btl_openib_cpc_include", cpc)]).unwrap();
     assert!(
         config.bool("btl_openib_leave_pinned").unwrap(),
         "on where the monitor runs"
     );
-    let mut modules = rbtl::framework().open(&config, job.modex.as_mut()).unwrap();
-    job.modex.fence().unwrap();
-    let mut m = modules
-        .pop()
-        .expect("an openib module on the device's port");
-    let procs: Vec<Proc> = (0..job.size)
-        .map(|rank| Proc {
-            rank,
-            node: "n".into(),
-        })
-        .collect();
-    let eps = m.add_procs(&procs, job.modex.as_mut()).unwrap();
+    let (m, eps, job) = openib_module(cpc, &[]);
     let ep = eps[(job.rank ^ 1) as usize].expect("openib reaches the peer");
     eprintln!(
         "rank {}: memory monitor: {}",
@@ -456,13 +431,9 @@ fn openib_module(
     let mut m = modules
         .pop()
         .expect("an openib module on the device's port");
-    let procs: Vec<Proc> = (0..job.size)
-        .map(|rank| Proc {
-            rank,
-            node: "n".into(),
-        })
-        .collect();
-    let eps = m.add_procs(&procs, job.modex.as_mut()).unwrap();
+    let eps = m
+        .add_procs(&common::procs(job.size), job.modex.as_mut())
+        .unwrap();
     (m, eps, job)
 }
 

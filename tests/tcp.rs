@@ -33,11 +33,11 @@ mod reset;
 #[path = "common/stopped_flush.rs"]
 mod stopped_flush;
 
-use common::{progress_until, senders};
+use common::{procs, progress_until, senders};
 use rbtl::btl::transport_kit::keytable::{HandleFields, RangeFields};
 use rbtl::btl::{
     Access, ActiveMessage, AtomicKind, Endpoint, Error, ErrorEvent, Local, Modex, Module, Order,
-    Proc, RdmaCompletion, Remote, RemoteAtomic, RemoteHandle, SendiOutcome, Tag, Transfer,
+    RdmaCompletion, Remote, RemoteAtomic, RemoteHandle, SendiOutcome, Tag, Transfer,
 };
 use rbtl::tcp::published::{Listener, Published};
 use rbtl::tcp::{wire, TcpComponent, TcpModule};
@@ -76,15 +76,6 @@ fn rank_role_entry() {
 fn report_ok(rank: u32, what: &str) {
     let dir = PathBuf::from(std::env::var_os("TCP_TEST_DIR").expect("TCP_TEST_DIR"));
     std::fs::write(dir.join(format!("{what}.{rank}")), b"ok").unwrap();
-}
-
-fn procs(size: u32) -> Vec<Proc> {
-    (0..size)
-        .map(|rank| Proc {
-            rank,
-            node: "n".into(),
-        })
-        .collect()
 }
 
 /// The tcp module alone, connected to every rank (the launcher's environment sets

@@ -251,13 +251,19 @@ pub fn check_range(
     if inside {
         Ok(())
     } else {
-        Err(Error::OutOfRange {
-            side,
-            addr,
-            len,
-            base,
-            reg_len,
-        })
+        Err(out_of_range(side, addr, len, (base, reg_len)))
+    }
+}
+
+/// The error of an access `[addr, addr+len)` of `side` outside the range `(base,
+/// reg_len)`.
+fn out_of_range(side: &'static str, addr: u64, len: usize, (base, reg_len): (u64, usize)) -> Error {
+    Error::OutOfRange {
+        side,
+        addr,
+        len,
+        base,
+        reg_len,
     }
 }
 
@@ -279,14 +285,8 @@ pub fn find_range(
             nearest = Some((base, reg_len));
         }
     }
-    let (base, reg_len) = nearest.or_else(|| ranges.clone().next()).unwrap_or((0, 0));
-    Err(Error::OutOfRange {
-        side,
-        addr,
-        len,
-        base,
-        reg_len,
-    })
+    let named = nearest.or_else(|| ranges.clone().next()).unwrap_or((0, 0));
+    Err(out_of_range(side, addr, len, named))
 }
 
 #[cfg(test)]

@@ -63,6 +63,7 @@ mod owned_memory;
 mod rcache_params;
 mod registrations;
 mod request;
+mod send_admission;
 mod send_frags;
 mod tag;
 pub mod transport_kit;

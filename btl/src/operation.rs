@@ -361,6 +361,25 @@ impl<'a> ActiveMessage<'a> {
         self.len() == 0
     }
 
+    /// Write its header then its payload, [`len`](Self::len) bytes, from `at` on (for
+    /// a transport that gathers a small message in a buffer of its own).
+    ///
+    /// # Safety
+    ///
+    /// `at` must be valid for writes of `self.len()` bytes that overlap neither slice.
+    #[inline]
+    pub unsafe fn gather_to(&self, at: *mut u8) {
+        // SAFETY: the caller's contract; the two pieces follow each other from `at`.
+        unsafe {
+            crate::copy_bytes(self.header.as_ptr(), at, self.header.len());
+            crate::copy_bytes(
+                self.payload.as_ptr(),
+                at.add(self.header.len()),
+                self.payload.len(),
+            );
+        }
+    }
+
     /// The descriptor this message becomes where it cannot go inline: no room reserved
     /// before the data, header and payload packed as data by
     /// [`Module::prepare_src`](crate::Module::prepare_src), in the same order and with

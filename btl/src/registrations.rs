@@ -3,9 +3,10 @@
 //! registration gets its key and an entry per range in the table, and leaves the table
 //! when its handle is deregistered or dropped.
 
-use crate::keytable::{Entry, KeyTable, KeyTableView};
+use crate::keytable::{table_bytes, Entry, KeyTable, KeyTableView};
 use crate::{Attributes, MemHandle, ModuleId, RegRequest, Result};
-use rbtl_rcache::{Access, Rcache, Registrar, RegistrarError, Registration};
+use rbtl_mpool::Region;
+use rbtl_rcache::{Access, Options, Rcache, Registrar, RegistrarError, Registration, Stats};
 use std::any::Any;
 
 pub use crate::request::check_span;
@@ -34,10 +35,11 @@ impl Registrar for NoPin {
     }
 }
 
-/// A module's live registrations.
+/// A module's live registrations, and the registration cache their ranges go through.
 pub struct Registrations {
     table: Mutex<KeyTable>,
     view: KeyTableView,
+    rcache: Arc<Rcache<NoPin>>,
     _memory: Arc<dyn Any + Send + Sync>,
 }
 
@@ -65,7 +67,7 @@ impl<R: Registrar> Drop for Reg<R> {
 
 impl Registrations {
     /// A table of `capacity` entries in the zeroed memory at `mem`, which `memory` keeps
-    /// mapped.
+    /// mapped, over a registration cache of these `options`.
     ///
     /// # Safety
     ///
@@ -75,14 +77,30 @@ impl Registrations {
         mem: *mut u8,
         capacity: usize,
         memory: Arc<dyn Any + Send + Sync>,
+        options: Options,
     ) -> Arc<Registrations> {
         // SAFETY: forwarded contract.
         let table = unsafe { KeyTable::new(mem, capacity) };
         Arc::new(Registrations {
             view: table.view(),
             table: Mutex::new(table),
+            rcache: Rcache::new(NoPin, options),
             _memory: memory,
         })
+    }
+
+    /// A table of `capacity` entries in memory of its own (a fresh anonymous mapping of
+    /// room for one entry at least), over a registration cache of these `options`.
+    pub fn anonymous(capacity: usize, options: Options) -> Result<Arc<Registrations>> {
+        let table = Arc::new(Region::anonymous(table_bytes(capacity.max(1)))?);
+        // SAFETY: a fresh anonymous mapping is zeroed, page-aligned and ours alone, with
+        // room for `capacity` entries; the Arc handed over keeps it mapped.
+        Ok(unsafe { Registrations::new(table.as_ptr(), capacity, table.clone(), options) })
+    }
+
+    /// The counters of the registration cache.
+    pub fn cache_stats(&self) -> Stats {
+        self.rcache.stats()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, KeyTable> {
@@ -96,22 +114,21 @@ impl Registrations {
     }
 
     /// Register what `request` asks for, after [`RegRequest::check`] against the
-    /// module's `attrs`: each range through `rcache`, then the registration into the
+    /// module's `attrs`: each range through the cache, then the registration into the
     /// table under the requested key or one the table chooses.
-    pub fn register<R: Registrar>(
+    pub fn register(
         self: &Arc<Self>,
         module: ModuleId,
         attrs: &Attributes,
-        rcache: &Arc<Rcache<R>>,
         request: &RegRequest,
     ) -> Result<MemHandle> {
         request.check(attrs)?;
         let (ranges, access) = (request.ranges(), request.access());
         let (first, others) = ranges.split_first().expect("checked: one range or more");
-        let first = rcache.register(first.base, first.len, access)?;
+        let first = self.rcache.register(first.base, first.len, access)?;
         let others = others
             .iter()
-            .map(|r| rcache.register(r.base, r.len, access))
+            .map(|r| self.rcache.register(r.base, r.len, access))
             .collect::<Result<Vec<_>, _>>()?;
         let entry = self.lock().insert(module, ranges, access, request.key())?;
         let inner = Reg {

@@ -11,11 +11,12 @@ pub use crate::am_table::{check_not_reserved, AmTable};
 pub use crate::atomic::compare_swap;
 pub use crate::component::init_with;
 pub use crate::count_params::{at_least_one, count};
-pub use crate::done::Done;
+pub use crate::done::{complete_send, Done};
 pub use crate::expected::ExpectedSlot;
 pub use crate::flush_watch::{Answers, FlushWatch};
 pub use crate::le::{u32_at, u64_at};
 pub use crate::module::{GET_REMOTE, PUT_REMOTE};
+pub use crate::send_admission::admit_send;
 
 pub mod keytable {
     //! A fixed-capacity table of live registrations in plain memory (such as a shared

@@ -145,14 +145,7 @@ mod toml_fuzz {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     fn config() -> ProptestConfig {
-        ProptestConfig {
-            cases: std::env::var("PROPTEST_CASES")
-                .ok()
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(512),
-            failure_persistence: None,
-            ..ProptestConfig::default()
-        }
+        rbtl_testkit::fuzz::config_unpersisted(512)
     }
 
     /// A file of its own for each case (cases may run on several threads).

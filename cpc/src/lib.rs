@@ -196,6 +196,21 @@ pub trait ConnectionHost {
     fn post_receives(&mut self, peer: u32, qp: &mut Self::Qp) -> Result<(), Error>;
     /// The connection to `peer` is up on `qp`: queued fragments may go out.
     fn connected(&mut self, peer: u32, qp: Self::Qp);
+    /// The connection to `peer` is up on the queue pair the CPC `cpc` kept for it
+    /// ([`ConnectionHost::connected`]); without one (the CPC lost it), the connection
+    /// is broken instead.
+    fn connected_on(
+        &mut self,
+        cpc: &'static str,
+        peer: u32,
+        qp: Option<Self::Qp>,
+    ) -> Result<(), Failure> {
+        self.connected(
+            peer,
+            qp.ok_or_else(|| Failure::broken(cpc, "no queue pair"))?,
+        );
+        Ok(())
+    }
     /// Connecting to `peer` failed: what is queued for it fails with `why`.
     fn failed(&mut self, peer: u32, why: Failure);
     /// Something only `peer`'s own progress makes (a handshake message, its accept of
@@ -234,8 +249,10 @@ pub trait CpcModule<H: ConnectionHost + ?Sized>: Send {
 pub trait CpcComponent<H: ConnectionHost + ?Sized>: Send {
     /// The CPC's name (`oob`, `rdma_cm`, `xrc`).
     fn name(&self) -> &'static str;
-    /// Register `btl_openib_cpc_<name>_*` parameters.
-    fn register_params(&self, registry: &mut Registry) -> Result<(), Error>;
+    /// Register `btl_openib_cpc_<name>_*` parameters; none by default.
+    fn register_params(&self, _registry: &mut Registry) -> Result<(), Error> {
+        Ok(())
+    }
     /// Whether it can run on `port`, and if so a module for it.
     fn query(&mut self, config: &Config, port: &PortInfo) -> Result<Box<dyn CpcModule<H>>, Error>;
 }

@@ -273,9 +273,6 @@ mod tests {
         fn name(&self) -> &'static str {
             self.name
         }
-        fn register_params(&self, _: &mut Registry) -> Result<(), Error> {
-            Ok(())
-        }
         fn query(
             &mut self,
             _: &Config,

@@ -396,11 +396,7 @@ impl Comm {
             let by_address = unsafe { Remote::unregistered(remote) };
             let op = Transfer::new(ep, local, by_address, len).flagged(t.flags);
             let done = pending.callback(handle.clone());
-            match if put {
-                m.put(&op, done)
-            } else {
-                m.get(&op, done)
-            } {
+            match super::pieces::put_or_get(m, &op, put, done) {
                 Err(rbtl_btl::Error::UnregisteredRemote) => {}
                 Err(e) => {
                     // Nothing started: not counted.
@@ -412,16 +408,7 @@ impl Comm {
         }
         let done = pending.callback(handle.clone());
         let whole = Transfer::new(ep, local, Remote::new(remote, &t.handle), len).flagged(t.flags);
-        let started =
-            super::pieces::start_in_pieces(m, ep, local_addr, len, piece, done, |m, off, n, cb| {
-                let t = whole.piece(off, n);
-                if put {
-                    m.put(&t, cb)
-                } else {
-                    m.get(&t, cb)
-                }
-            });
-        if let Err(e) = started {
+        if let Err(e) = super::pieces::transfer_in_pieces(m, &whole, put, done) {
             // Nothing started: not counted.
             pending.0.done.fetch_add(1, Ordering::Release);
             return Err(e.into());

@@ -4,7 +4,7 @@
 
 use rbtl_btl::{
     Access, Attributes, BtlFlags, Endpoint, Error, Local, MemHandle, Module, RdmaCallback,
-    RdmaCompletion,
+    RdmaCompletion, Transfer,
 };
 use std::sync::{Arc, Mutex};
 
@@ -68,6 +68,35 @@ pub fn pieces(len: usize, piece: usize) -> impl Iterator<Item = (usize, usize)> 
     let piece = piece.max(1);
     let n = len.div_ceil(piece).max(1);
     (0..n).map(move |i| (i * piece, piece.min(len - i * piece)))
+}
+
+/// Start `op`: a put (`put`) or a get.
+pub fn put_or_get(
+    m: &mut dyn Module,
+    op: &Transfer<'_>,
+    put: bool,
+    done: RdmaCallback,
+) -> Result<(), Error> {
+    if put {
+        m.put(op, done)
+    } else {
+        m.get(op, done)
+    }
+}
+
+/// Start `whole`, a put (`put`) or a get, in pieces of [`piece_len`] for the
+/// transport, completing as one through `done` (as [`start_in_pieces`] says).
+pub fn transfer_in_pieces(
+    m: &mut dyn Module,
+    whole: &Transfer<'_>,
+    put: bool,
+    done: RdmaCallback,
+) -> Result<(), Error> {
+    let piece = piece_len(m.attributes(), put);
+    let (ep, local, len) = (whole.endpoint, whole.local.addr, whole.len);
+    start_in_pieces(m, ep, local, len, piece, done, |m, off, n, cb| {
+        put_or_get(m, &whole.piece(off, n), put, cb)
+    })
 }
 
 /// What the pieces of one transfer share: how many are left, the first failure, and

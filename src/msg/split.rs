@@ -27,7 +27,7 @@
 //! when it next progresses), as in Open MPI's `ob1` when the receiver asks its sender
 //! to put (its RDMA-put protocol).
 
-use super::pieces::{piece_len, start_in_pieces};
+use super::pieces::transfer_in_pieces;
 use super::protocol::{self, Fin, Part, Rts};
 use super::state::{lock, Posted, Shared, State};
 use super::{Error, Status};
@@ -336,13 +336,5 @@ unsafe fn by_address(
             len,
         )
     };
-    let piece = piece_len(m.attributes(), put);
-    start_in_pieces(m, ep, local, len, piece, done, |m, off, n, cb| {
-        let t = whole.piece(off, n);
-        if put {
-            m.put(&t, cb)
-        } else {
-            m.get(&t, cb)
-        }
-    })
+    transfer_in_pieces(m, &whole, put, done)
 }

@@ -660,8 +660,6 @@ impl State {
             s.complete(req, c.status.map(|_| status).map_err(Error::from));
             s.send_fin(m, route, sreq, ok.into());
         });
-        // In pieces within the transport's get limit, completing as one.
-        let piece = super::pieces::piece_len(m.attributes(), false);
         let rh = rts.handle;
         // SAFETY: as above: the buffer stays valid until the request completes, which
         // is after the get's callback.
@@ -674,10 +672,8 @@ impl State {
             None => unsafe { Remote::unregistered(rts.addr) },
         };
         let whole = Transfer::new(ep, local, remote, rts.len);
-        let started =
-            super::pieces::start_in_pieces(m, ep, p.addr, rts.len, piece, done, |m, off, n, cb| {
-                m.get(&whole.piece(off, n), cb)
-            });
+        // In pieces within the transport's get limit, completing as one.
+        let started = super::pieces::transfer_in_pieces(m, &whole, false, done);
         match started {
             Ok(()) => {
                 if let (Some(r), Some(h)) = (self.req_mut(p.req), handle) {

@@ -264,19 +264,11 @@ impl Window {
             signal.done.fetch_add(1, Ordering::Release);
         });
         let m = comm.modules[mi].as_mut();
-        // In pieces within the transport's limit, completing as one.
-        let piece = super::pieces::piece_len(m.attributes(), put);
         // SAFETY: without a handle, the caller's buffer (as above).
         let local_side = unsafe { super::pieces::local_side(local, handle) };
         let whole = Transfer::new(ep, local_side, Remote::new(remote, rh), len);
-        super::pieces::start_in_pieces(m, ep, local, len, piece, cb, |m, off, n, cb| {
-            let t = whole.piece(off, n);
-            if put {
-                m.put(&t, cb)
-            } else {
-                m.get(&t, cb)
-            }
-        })?;
+        // In pieces within the transport's limit, completing as one.
+        super::pieces::transfer_in_pieces(m, &whole, put, cb)?;
         // The transport completes the operation, with an error if the target fails or
         // is given up for its silence (then the timeout is what the caller sees).
         let mut idle = IdleWait::new();

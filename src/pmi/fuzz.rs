@@ -15,14 +15,7 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 pub(crate) fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: std::env::var("PROPTEST_CASES")
-            .ok()
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(512),
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
+    rbtl_testkit::fuzz::config_unpersisted(512)
 }
 
 /// A field value: numbers in and out of range, empty, escaped, odd and long text.

@@ -11,3 +11,11 @@ pub fn config(cases: u32) -> ProptestConfig {
         None => ProptestConfig { cases, ..default },
     }
 }
+
+/// As [`config`], and a failing case is not written to a file for the next runs.
+pub fn config_unpersisted(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        failure_persistence: None,
+        ..config(cases)
+    }
+}

@@ -5,8 +5,20 @@
 #[allow(dead_code)] // not every binary that shares this module uses it
 pub mod offered;
 
+use rbtl::btl::Proc;
 use rbtl::launcher::{self, LaunchOptions};
 use std::time::{Duration, Instant};
+
+/// The job's `size` ranks as `add_procs` takes them, all on one node.
+#[allow(dead_code)] // not every binary that shares this module calls it
+pub fn procs(size: u32) -> Vec<Proc> {
+    (0..size)
+        .map(|rank| Proc {
+            rank,
+            node: "n".into(),
+        })
+        .collect()
+}
 
 /// Run `ranks` copies of this test binary, each running only its `rank_role_entry`
 /// test with `env` added (and the tcp transport on loopback); the job's exit code.

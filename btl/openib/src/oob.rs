@@ -9,7 +9,7 @@
 use crate::channel::{Channel, ChannelError, Ended};
 use crate::core::Core;
 use rbtl_btl::PeerFailure;
-use rbtl_config::{Config, Registry};
+use rbtl_config::Config;
 use rbtl_cpc::oob::{initiates, Action, Handshake, Message, QpInfo};
 use rbtl_cpc::{ConnectionHost, CpcComponent, CpcModule, Error, Failure, PortInfo};
 use rbtl_verbs::{Qp, QpEndpoint};
@@ -30,10 +30,6 @@ pub struct OobComponent;
 impl CpcComponent<Core> for OobComponent {
     fn name(&self) -> &'static str {
         NAME
-    }
-
-    fn register_params(&self, _: &mut Registry) -> Result<(), Error> {
-        Ok(())
     }
 
     fn query(&mut self, _: &Config, _: &PortInfo) -> Result<Box<dyn CpcModule<Core>>, Error> {
@@ -119,12 +115,8 @@ impl OobModule {
                         .map_err(broken)?;
                 }
                 Action::Up => {
-                    let qp = self
-                        .peers
-                        .get_mut(&rank)
-                        .and_then(|p| p.qp.take())
-                        .ok_or_else(|| broken("no queue pair"))?;
-                    core.connected(rank, qp);
+                    let qp = self.peers.get_mut(&rank).and_then(|p| p.qp.take());
+                    core.connected_on(NAME, rank, qp)?;
                 }
                 Action::Fail(why) => return Err(why),
             }

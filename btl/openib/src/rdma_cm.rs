@@ -11,7 +11,7 @@
 use crate::core::{cpc_error, Core};
 use crate::secret::{self, Secret};
 use crate::srq::SharedReceives;
-use rbtl_config::{Config, Registry};
+use rbtl_config::Config;
 use rbtl_cpc::rdma_cm::{initiates, Action, Connection, Event, Hello, Kind};
 use rbtl_cpc::{ConnectionHost, CpcComponent, CpcModule, Error, Failure, PortInfo, Unusable};
 use rbtl_verbs::{CmEventKind, CmId, EventChannel, Qp};
@@ -42,10 +42,6 @@ pub struct RdmaCmComponent;
 impl CpcComponent<Core> for RdmaCmComponent {
     fn name(&self) -> &'static str {
         NAME
-    }
-
-    fn register_params(&self, _: &mut Registry) -> Result<(), Error> {
-        Ok(())
     }
 
     fn query(&mut self, _: &Config, port: &PortInfo) -> Result<Box<dyn CpcModule<Core>>, Error> {
@@ -180,12 +176,8 @@ impl RdmaCmModule {
                     id.reject(&hello).map_err(broken)?;
                 }
                 Action::Up => {
-                    let qp = self
-                        .peers
-                        .get_mut(&rank)
-                        .and_then(|p| p.qp.take())
-                        .ok_or_else(|| broken("no queue pair"))?;
-                    core.connected(rank, qp);
+                    let qp = self.peers.get_mut(&rank).and_then(|p| p.qp.take());
+                    core.connected_on(NAME, rank, qp)?;
                 }
                 Action::Fail(why) => return Err(why),
             }

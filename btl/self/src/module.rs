@@ -4,18 +4,17 @@
 //! from `progress` (or `flush`).
 
 use super::component::{Limits, NAME};
-use rbtl_btl::transport_kit::keytable::{self, KeyTableView};
+use rbtl_btl::transport_kit::keytable::KeyTableView;
 use rbtl_btl::transport_kit::registrations::{NoPin, Reg, Registrations};
 use rbtl_btl::transport_kit::send_frags::SendFrags;
-use rbtl_btl::transport_kit::AmTable;
+use rbtl_btl::transport_kit::{admit_send, complete_send, AmTable};
 use rbtl_btl::{
-    ActiveMessage, AmCallback, Attributes, DesFlags, Descriptor, DescriptorRequest, Endpoint,
-    Error, ErrorCallback, MemHandle, Modex, Module, ModuleId, Proc, RdmaCallback, RdmaCompletion,
-    Received, RegRequest, RemoteAtomic, RemoteHandle, Result, SendCompletion, SendError,
-    SendOutcome, SendiOutcome, Tag, Transfer, MAX_SEGMENTS,
+    ActiveMessage, AmCallback, Attributes, Descriptor, DescriptorRequest, Endpoint, Error,
+    ErrorCallback, MemHandle, Modex, Module, ModuleId, Proc, RdmaCallback, RdmaCompletion,
+    Received, RegRequest, RemoteAtomic, RemoteHandle, Result, SendError, SendOutcome, SendiOutcome,
+    Tag, Transfer, MAX_SEGMENTS,
 };
-use rbtl_mpool::Region;
-use rbtl_rcache::{Access, Rcache};
+use rbtl_rcache::Access;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -41,7 +40,6 @@ pub struct SelfModule {
     rank: u32,
     attrs: Attributes,
     frags: SendFrags,
-    rcache: Arc<Rcache<NoPin>>,
     regs: Arc<Registrations>,
     keys: KeyTableView,
     am: AmTable,
@@ -55,19 +53,12 @@ impl SelfModule {
     /// A module with these attributes and limits, for the process of rank `rank`.
     pub fn new(attrs: Attributes, limits: Limits, rank: u32) -> Result<SelfModule> {
         let id = ModuleId::fresh();
-        let table = Arc::new(Region::anonymous(keytable::table_bytes(
-            limits.max_registrations.max(1),
-        ))?);
-        // SAFETY: a fresh anonymous mapping is zeroed, page-aligned and ours alone; the
-        // Arc handed over keeps it mapped.
-        let regs =
-            unsafe { Registrations::new(table.as_ptr(), limits.max_registrations, table.clone()) };
+        let regs = Registrations::anonymous(limits.max_registrations, limits.rcache)?;
         Ok(SelfModule {
             id,
             rank,
             frags: SendFrags::new(id, attrs.max_send_size, limits.max_frags)?,
             attrs,
-            rcache: Rcache::new(NoPin, limits.rcache),
             keys: regs.view(),
             regs,
             am: AmTable::default(),
@@ -79,7 +70,7 @@ impl SelfModule {
 
     /// Statistics of the registration cache behind this module's handles.
     pub fn rcache_stats(&self) -> rbtl_rcache::Stats {
-        self.rcache.stats()
+        self.regs.cache_stats()
     }
 
     fn check_endpoint(&self, ep: Endpoint) -> Result<()> {
@@ -182,27 +173,8 @@ impl SelfModule {
 
     fn send_complete(&mut self, mut descriptor: Descriptor) {
         let ep = descriptor.endpoint();
-        let owned = descriptor.flags.contains(DesFlags::OWNERSHIP);
         match descriptor.take_callback() {
-            Some(cb) if owned => {
-                cb(
-                    self,
-                    SendCompletion {
-                        endpoint: ep,
-                        descriptor: None,
-                        status: Ok(()),
-                    },
-                );
-                self.frags.recycle(descriptor);
-            }
-            Some(cb) => cb(
-                self,
-                SendCompletion {
-                    endpoint: ep,
-                    descriptor: Some(descriptor),
-                    status: Ok(()),
-                },
-            ),
+            Some(cb) => complete_send(self, cb, ep, descriptor, Ok(()), |m, d| m.frags.recycle(d)),
             // Nobody will take it back: free it rather than leak the fragment.
             None => self.frags.recycle(descriptor),
         }
@@ -278,12 +250,11 @@ impl Module for SelfModule {
     fn register_error(&mut self, _callback: ErrorCallback) {}
 
     unsafe fn register(&mut self, request: &RegRequest) -> Result<MemHandle> {
-        self.regs
-            .register(self.id, &self.attrs, &self.rcache, request)
+        self.regs.register(self.id, &self.attrs, request)
     }
 
     fn registration_stats(&self) -> Option<rbtl_rcache::Stats> {
-        Some(self.rcache.stats())
+        Some(self.regs.cache_stats())
     }
 
     fn alloc(&mut self, request: &DescriptorRequest) -> Result<Descriptor> {
@@ -301,13 +272,10 @@ impl Module for SelfModule {
         descriptor: Descriptor,
         tag: Tag,
     ) -> Result<SendOutcome, SendError> {
-        let checked = descriptor
-            .check_owner(self.id)
-            .and_then(|_| self.check_endpoint(endpoint))
-            .and_then(|_| self.check_tag(tag));
-        if let Err(error) = checked {
-            return Err(SendError { error, descriptor });
-        }
+        let (descriptor, ()) = admit_send(descriptor, self.id, |_| {
+            self.check_endpoint(endpoint)?;
+            self.check_tag(tag)
+        })?;
         self.queue(descriptor, tag, false);
         Ok(SendOutcome::Queued)
     }
@@ -325,13 +293,9 @@ impl Module for SelfModule {
         let size = m.len();
         if size <= INLINE_MAX && size <= self.attrs.eager_limit {
             let mut bytes = [0u8; INLINE_MAX];
-            let at = bytes.as_mut_ptr();
-            // SAFETY: the two pieces add up to `size` <= INLINE_MAX bytes, written in
-            // turn from the start of `bytes`; the sources are live slices outside it.
-            unsafe {
-                rbtl_btl::copy_bytes(header.as_ptr(), at, header.len());
-                rbtl_btl::copy_bytes(payload.as_ptr(), at.add(header.len()), payload.len());
-            }
+            // SAFETY: `bytes` has room for the message's `size` <= INLINE_MAX bytes; its
+            // pieces are live slices outside it.
+            unsafe { m.gather_to(bytes.as_mut_ptr()) };
             self.events.push_back(Event::Inline {
                 tag,
                 len: size as u8,

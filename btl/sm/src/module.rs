@@ -16,18 +16,17 @@ use super::ring::{self, Producer, RingLayout};
 use super::segment::Layout;
 use rbtl_btl::transport_kit::registrations::{NoPin, Reg, Registrations};
 use rbtl_btl::transport_kit::send_frags::SendFrags;
-use rbtl_btl::transport_kit::AmTable;
-use rbtl_btl::transport_kit::Done;
 use rbtl_btl::transport_kit::ExpectedSlot;
 use rbtl_btl::transport_kit::FlushWatch;
+use rbtl_btl::transport_kit::{admit_send, AmTable};
+use rbtl_btl::transport_kit::{complete_send, Done};
 use rbtl_btl::{
-    ActiveMessage, AmCallback, Attributes, BtlFlags, DesFlags, Descriptor, DescriptorRequest,
-    Endpoint, Error, ErrorCallback, ErrorEvent, MemHandle, Modex, Module, ModuleId, PeerFailure,
-    Proc, RdmaCallback, RdmaCompletion, RdmaFlags, Received, RegRequest, RemoteAtomic,
-    RemoteHandle, Result, SendCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, Tag,
-    Transfer, MAX_SEGMENTS,
+    ActiveMessage, AmCallback, Attributes, BtlFlags, Descriptor, DescriptorRequest, Endpoint,
+    Error, ErrorCallback, ErrorEvent, MemHandle, Modex, Module, ModuleId, PeerFailure, Proc,
+    RdmaCallback, RdmaCompletion, RdmaFlags, Received, RegRequest, RemoteAtomic, RemoteHandle,
+    Result, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, Transfer, MAX_SEGMENTS,
 };
-use rbtl_rcache::{Access, Rcache};
+use rbtl_rcache::Access;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
@@ -53,7 +52,6 @@ pub struct SmModule {
     /// This process's segment.
     own: OwnSegment,
     regs: Arc<Registrations>,
-    rcache: Arc<Rcache<NoPin>>,
     frags: SendFrags,
     peers: Vec<Peer>,
     am: AmTable,
@@ -155,6 +153,7 @@ impl SmModule {
                 segment.as_ptr().add(layout.table_offset()),
                 layout.registrations,
                 segment.clone(),
+                settings.rcache.clone(),
             )
         };
         let node = peer::node_id();
@@ -168,7 +167,6 @@ impl SmModule {
             slot,
             node,
             frags: SendFrags::new(id, attrs.max_send_size, settings.max_frags)?,
-            rcache: Rcache::new(NoPin, settings.rcache.clone()),
             attrs,
             settings,
             own,
@@ -609,28 +607,9 @@ impl SmModule {
                     endpoint,
                     descriptor,
                     status,
-                }) => {
-                    if descriptor.flags.contains(DesFlags::OWNERSHIP) {
-                        callback(
-                            self,
-                            SendCompletion {
-                                endpoint,
-                                descriptor: None,
-                                status,
-                            },
-                        );
-                        self.frags.recycle(descriptor);
-                    } else {
-                        callback(
-                            self,
-                            SendCompletion {
-                                endpoint,
-                                descriptor: Some(descriptor),
-                                status,
-                            },
-                        );
-                    }
-                }
+                }) => complete_send(self, callback, endpoint, descriptor, status, |m, d| {
+                    m.frags.recycle(d)
+                }),
                 Some(Done::Rdma(cb, done)) => cb(self, done),
                 Some(Done::Error(event)) => self.deliver_error(&event),
                 None => break,
@@ -731,12 +710,11 @@ impl Module for SmModule {
     }
 
     unsafe fn register(&mut self, request: &RegRequest) -> Result<MemHandle> {
-        self.regs
-            .register(self.id, &self.attrs, &self.rcache, request)
+        self.regs.register(self.id, &self.attrs, request)
     }
 
     fn registration_stats(&self) -> Option<rbtl_rcache::Stats> {
-        Some(self.rcache.stats())
+        Some(self.regs.cache_stats())
     }
 
     fn alloc(&mut self, request: &DescriptorRequest) -> Result<Descriptor> {
@@ -754,13 +732,10 @@ impl Module for SmModule {
         descriptor: Descriptor,
         tag: Tag,
     ) -> Result<SendOutcome, SendError> {
-        let checked = descriptor
-            .check_owner(self.id)
-            .and_then(|_| self.peer(endpoint).map(|_| ()))
-            .and_then(|_| rbtl_btl::transport_kit::check_not_reserved(tag));
-        if let Err(error) = checked {
-            return Err(SendError { error, descriptor });
-        }
+        let (descriptor, ()) = admit_send(descriptor, self.id, |_| {
+            self.peer(endpoint)?;
+            rbtl_btl::transport_kit::check_not_reserved(tag)
+        })?;
         let peer = &mut self.peers[endpoint.0 as usize];
         let pushed =
             peer.outbound.is_empty() && push_descriptor(&mut peer.producer, &descriptor, tag);

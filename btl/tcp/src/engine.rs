@@ -18,8 +18,7 @@ use crate::slot::Sent;
 use crate::sockets::{self, LinkBytes};
 use crate::wire::Limits;
 use crate::{Refused, Settings, FLUSH_TIMEOUT_PARAM, MAX_CHUNK, MODEX_KEY};
-use rbtl_btl::transport_kit::keytable;
-use rbtl_btl::transport_kit::registrations::{NoPin, Registrations};
+use rbtl_btl::transport_kit::registrations::Registrations;
 use rbtl_btl::transport_kit::Done;
 use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::{
@@ -27,8 +26,6 @@ use rbtl_btl::{
     MemHandle, Modex, ModuleId, PeerFailure, Proc, RdmaCallback, RegRequest, RemoteAtomic, Result,
     SendError, SendOutcome, Tag, Transfer,
 };
-use rbtl_mpool::Region;
-use rbtl_rcache::Rcache;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
@@ -42,7 +39,6 @@ pub struct Engine {
     pub net: Net,
     /// The module's registrations.
     pub regs: Arc<Registrations>,
-    rcache: Arc<Rcache<NoPin>>,
     sends: Sends,
     /// Put, get and atomics.
     pub onesided: OneSided,
@@ -65,10 +61,7 @@ impl Engine {
     ) -> Result<Engine> {
         let id = ModuleId::fresh();
         let capacity = settings.max_registrations.max(1);
-        let table = Arc::new(Region::anonymous(keytable::table_bytes(capacity))?);
-        // SAFETY: a fresh anonymous mapping is zeroed, page-aligned and ours alone; the
-        // Arc handed over keeps it mapped.
-        let regs = unsafe { Registrations::new(table.as_ptr(), capacity, table.clone()) };
+        let regs = Registrations::anonymous(capacity, settings.rcache.clone())?;
         let limits = Limits {
             am_payload: attrs.max_send_size,
             rdma_data: MAX_CHUNK,
@@ -89,7 +82,6 @@ impl Engine {
             limits,
             net,
             regs,
-            rcache: Rcache::new(NoPin, settings.rcache.clone()),
             sends: Sends::new(id, attrs.max_send_size, settings.max_frags)?,
             onesided: OneSided::new(id, settings.rdma_chunk),
             failures: Failures::default(),
@@ -224,7 +216,7 @@ impl Engine {
         attrs: &Attributes,
         request: &RegRequest,
     ) -> Result<MemHandle> {
-        self.regs.register(self.id, attrs, &self.rcache, request)
+        self.regs.register(self.id, attrs, request)
     }
 
     // ---- Sends.
@@ -254,14 +246,10 @@ impl Engine {
         descriptor: Descriptor,
         tag: Tag,
     ) -> Result<SendOutcome, SendError> {
-        let checked = descriptor
-            .check_owner(self.id)
-            .and_then(|_| rbtl_btl::transport_kit::check_not_reserved(tag))
-            .and_then(|_| self.net.live_peer(ep));
-        let p = match checked {
-            Ok(p) => p,
-            Err(error) => return Err(SendError { error, descriptor }),
-        };
+        let (descriptor, p) = rbtl_btl::transport_kit::admit_send(descriptor, self.id, |_| {
+            rbtl_btl::transport_kit::check_not_reserved(tag)?;
+            self.net.live_peer(ep)
+        })?;
         let sent = self.sends.send(&mut self.net, p, descriptor, tag);
         self.settle();
         match sent {

@@ -8,14 +8,13 @@ use crate::interfaces::Interface;
 use crate::reader::{Delivery, Message, Reader};
 use crate::sockets::LinkBytes;
 use crate::{Refused, Settings, NAME};
-use rbtl_btl::transport_kit::Done;
 use rbtl_btl::transport_kit::FlushWatch;
+use rbtl_btl::transport_kit::{complete_send, Done};
 use rbtl_btl::transport_kit::{AmTable, ExpectedSlot};
 use rbtl_btl::{
-    ActiveMessage, AmCallback, Attributes, DesFlags, Descriptor, DescriptorRequest, Endpoint,
-    Error, ErrorCallback, MemHandle, Modex, Module, ModuleId, Proc, RdmaCallback, Received,
-    RegRequest, RemoteAtomic, Result, SendCompletion, SendError, SendOutcome, SendiOutcome, Tag,
-    Transfer,
+    ActiveMessage, AmCallback, Attributes, Descriptor, DescriptorRequest, Endpoint, Error,
+    ErrorCallback, MemHandle, Modex, Module, ModuleId, Proc, RdmaCallback, Received, RegRequest,
+    RemoteAtomic, Result, SendError, SendOutcome, SendiOutcome, Tag, Transfer,
 };
 use std::time::{Duration, Instant};
 
@@ -115,24 +114,9 @@ impl TcpModule {
                     endpoint,
                     descriptor,
                     status,
-                }) => {
-                    if descriptor.flags.contains(DesFlags::OWNERSHIP) {
-                        let c = SendCompletion {
-                            endpoint,
-                            descriptor: None,
-                            status,
-                        };
-                        callback(self, c);
-                        self.engine.recycle(descriptor);
-                    } else {
-                        let c = SendCompletion {
-                            endpoint,
-                            descriptor: Some(descriptor),
-                            status,
-                        };
-                        callback(self, c);
-                    }
-                }
+                }) => complete_send(self, callback, endpoint, descriptor, status, |m, d| {
+                    m.engine.recycle(d)
+                }),
                 Some(Done::Rdma(cb, done)) => cb(self, done),
                 Some(Done::Error(event)) => match &mut self.error_cb {
                     Some(cb) => cb(&event),

@@ -6,7 +6,8 @@
 use super::OpenibModule;
 use crate::core::{Done, Posted, RECV_BIT};
 use crate::peer::Link;
-use rbtl_btl::{DesFlags, Endpoint, Error, PeerFailure, RdmaCompletion, SendCompletion};
+use rbtl_btl::transport_kit::complete_send;
+use rbtl_btl::{Endpoint, Error, PeerFailure, RdmaCompletion};
 use rbtl_verbs::Completion;
 use std::mem::MaybeUninit;
 
@@ -159,26 +160,9 @@ impl OpenibModule {
             n += 1;
             match d {
                 Done::Send(cb, endpoint, des, status) => {
-                    if des.flags.contains(DesFlags::OWNERSHIP) {
-                        cb(
-                            self,
-                            SendCompletion {
-                                endpoint,
-                                descriptor: None,
-                                status,
-                            },
-                        );
-                        self.core.send_frags.put(des.into_frag());
-                    } else {
-                        cb(
-                            self,
-                            SendCompletion {
-                                endpoint,
-                                descriptor: Some(des),
-                                status,
-                            },
-                        );
-                    }
+                    complete_send(self, cb, endpoint, des, status, |m, d| {
+                        m.core.send_frags.put(d.into_frag())
+                    })
                 }
                 Done::Rdma(cb, c) => cb(self, c),
                 Done::Error(event) => {

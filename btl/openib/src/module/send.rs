@@ -7,6 +7,7 @@ use super::OpenibModule;
 use crate::core::{Done, Posted, RECV_BIT};
 use crate::peer::{Link, Waiting};
 use crate::wire::{self, Trailer, CREDIT_ONLY, FRAG_EXTRA, TRAILER};
+use rbtl_btl::transport_kit::admit_send;
 use rbtl_btl::{
     copy_bytes, ActiveMessage, Descriptor, DescriptorRequest, Endpoint, Error, Module, PeerFailure,
     Result, SendError, SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
@@ -51,23 +52,16 @@ impl OpenibModule {
         tag: Tag,
     ) -> Result<SendOutcome, SendError> {
         let max = self.core.attrs.max_send_size;
-        let checked = descriptor
-            .check_owner(self.core.id)
-            .and_then(|_| rbtl_btl::transport_kit::check_not_reserved(tag))
-            .and_then(|_| {
-                if descriptor.len() > max || descriptor.capacity() < descriptor.len() + FRAG_EXTRA {
-                    Err(Error::TooLarge(format!(
-                        "{} bytes exceed max_send_size {max}",
-                        descriptor.len()
-                    )))
-                } else {
-                    Ok(())
-                }
-            })
-            .and_then(|_| self.connect(endpoint));
-        if let Err(error) = checked {
-            return Err(SendError { error, descriptor });
-        }
+        let (descriptor, ()) = admit_send(descriptor, self.core.id, |descriptor| {
+            rbtl_btl::transport_kit::check_not_reserved(tag)?;
+            if descriptor.len() > max || descriptor.capacity() < descriptor.len() + FRAG_EXTRA {
+                return Err(Error::TooLarge(format!(
+                    "{} bytes exceed max_send_size {max}",
+                    descriptor.len()
+                )));
+            }
+            self.connect(endpoint)
+        })?;
         let ep = endpoint.0 as usize;
         let peer = &mut self.core.peers[ep];
         let now = matches!(peer.link, Link::Up)
@@ -137,8 +131,7 @@ impl OpenibModule {
             // SAFETY: the three pieces add up to at most GATHER_MAX bytes, written in
             // turn from the start of `gathered`; only those bytes are read back.
             let filled = unsafe {
-                copy_bytes(header.as_ptr(), at, header.len());
-                copy_bytes(payload.as_ptr(), at.add(header.len()), payload.len());
+                m.gather_to(at);
                 copy_bytes(trailer.as_ptr(), at.add(size), TRAILER);
                 std::slice::from_raw_parts(at, size + TRAILER)
             };
