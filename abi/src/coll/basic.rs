@@ -74,54 +74,68 @@ pub const BCAST_PIECE: usize = 16 << 10;
 /// rendezvous.
 const BCAST_IN_PIECES_MAX: usize = 128 << 10;
 
-/// The piece size for a broadcast of `len` bytes among `n` members ([`bcast`]): 16 KiB
-/// from 16 KiB to 128 KiB among more than two, else `len` (whole: between two
-/// members pieces overlap nothing and only add messages).
-pub fn bcast_piece(len: usize, n: u32) -> usize {
-    if n > 2 && len > BCAST_PIECE && len <= BCAST_IN_PIECES_MAX {
+/// The largest communicator whose members, all on one node, a broadcast of any size
+/// reaches from the root at once ([`Tree::Flat`]).
+pub const BCAST_FLAT_MEMBERS: u32 = 8;
+/// The smallest broadcast that reaches every member from the root at once where all
+/// members share a node, however many they are.
+pub const BCAST_FLAT_FROM: usize = 32 << 10;
+
+/// The shape of a broadcast: who passes the data to whom.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tree {
+    /// Each member passes it on to those below it (ceil(log2 n) hops).
+    Binomial,
+    /// The root sends it to every other member (one hop).
+    Flat,
+}
+
+/// The tree of a broadcast of `len` bytes among `n` members, `one_node` telling
+/// whether they all share a node. On a node, sends through shared memory cost the root little next to
+/// a hop, which a member of a tree makes only once it has the data (and, where ranks
+/// share processors, once it runs): the root sends to every member, as Open MPI's
+/// `tuned` does at 4-7 ranks from 8 KiB, at up to [`BCAST_FLAT_MEMBERS`] members, and
+/// at any number from [`BCAST_FLAT_FROM`], where each receiver reads the root's
+/// buffer alone, all at the same time, where a tree would make each copy wait for the
+/// one before it. Elsewhere the binomial tree. A function of what every member knows
+/// alike, so that all choose the same.
+pub fn bcast_tree(n: u32, len: usize, one_node: impl FnOnce() -> bool) -> Tree {
+    if n > 2 && (n <= BCAST_FLAT_MEMBERS || len >= BCAST_FLAT_FROM) && one_node() {
+        Tree::Flat
+    } else {
+        Tree::Binomial
+    }
+}
+
+/// The piece size for a broadcast of `len` bytes among `n` members down `tree`
+/// ([`bcast`]): 16 KiB from 16 KiB to 128 KiB among more than two down the binomial
+/// tree, else `len` (whole: between two members pieces overlap nothing and only add
+/// messages; from the root at once, each receiver reads the whole alone).
+pub fn bcast_piece(len: usize, n: u32, tree: Tree) -> usize {
+    if tree == Tree::Binomial && n > 2 && len > BCAST_PIECE && len <= BCAST_IN_PIECES_MAX {
         BCAST_PIECE
     } else {
         len
     }
 }
 
-/// The smallest broadcast that goes from the root to every member at once
-/// ([`bcast_flat`]) where all members share a node.
-pub const BCAST_FLAT_FROM: usize = 32 << 10;
-
-/// Broadcast `len` bytes at `buf` from `root` to every other member at once, in one
-/// round: each message a rendezvous (from [`BCAST_FLAT_FROM`]) that its receiver reads
-/// from the root's buffer, all at the same time, where a tree would make each copy
-/// wait for the one before it (as Open MPI's `tuned` chooses its linear broadcast at
-/// these sizes on a node).
-pub fn bcast_flat(s: &mut Schedule, m: &Members, buf: Loc, len: usize, root: u32) {
-    let r = s.round();
-    if m.rank == root {
-        let others = (0..m.size).filter(|&v| v != root);
-        r.xfers.extend(others.map(|v| Xfer::Send {
-            from: buf,
-            len,
-            to: m.job(v),
-        }));
-    } else {
-        r.xfers.push(Xfer::Recv {
-            into: buf,
-            len,
-            from: m.job(root),
-        });
-    }
-}
-
-/// Broadcast `len` bytes at `buf` from `root` down a binomial tree, in pieces of
-/// `piece` bytes (`len` or more: whole), pipelined: in each round a member receives
-/// the next piece from its parent while it passes the last one on to its children.
-/// With pieces that go in one send (no rendezvous), no member waits for a receiver
-/// to answer before it passes data on.
-pub fn bcast(s: &mut Schedule, m: &Members, buf: Loc, len: usize, root: u32, piece: usize) {
+/// Broadcast `len` bytes at `buf` from `root` down `tree`, in pieces of `piece` bytes
+/// (`len` or more: whole), pipelined: in each round a member receives the next piece
+/// from its parent while it passes the last one on to its children. With pieces that
+/// go in one send (no rendezvous), no member waits for a receiver to answer before
+/// it passes data on.
+pub fn bcast(
+    s: &mut Schedule,
+    m: &Members,
+    (buf, len): (Loc, usize),
+    root: u32,
+    tree: Tree,
+    piece: usize,
+) {
     let (n, me) = (m.size, m.rank);
     let vr = (me + n - root) % n;
     let job = |v: u32| m.job((v + root) % n);
-    let (parent, children) = binomial(vr, n);
+    let (parent, children) = bcast_links(tree, vr, n);
     let parent = parent.map(job);
     let children: Vec<u32> = children.map(job).collect();
     let piece = piece.max(1);
@@ -152,21 +166,26 @@ pub fn bcast(s: &mut Schedule, m: &Members, buf: Loc, len: usize, root: u32, pie
     }
 }
 
-/// The binomial tree of [`bcast`] at member `vr` of `n`, counted from the root: its
-/// parent (this member less its lowest set bit) and its children (this member plus
-/// each lower power of two, largest first).
-pub fn binomial(vr: u32, n: u32) -> (Option<u32>, impl Iterator<Item = u32>) {
+/// Member `vr`'s links in `tree` of `n` members, counted from the root: its parent
+/// and its children, in the order it sends to them. Binomial: the parent is this
+/// member less its lowest set bit, the children this member plus each lower power of
+/// two, largest first. Flat: every member's parent is the root, whose children are
+/// all the others.
+pub fn bcast_links(tree: Tree, vr: u32, n: u32) -> (Option<u32>, impl Iterator<Item = u32>) {
+    let flat = tree == Tree::Flat;
     let low = if vr == 0 {
         n.next_power_of_two()
     } else {
         1 << vr.trailing_zeros()
     };
-    let parent = (vr != 0).then(|| vr - low);
-    let children = (0..low.trailing_zeros())
+    let parent = (vr != 0).then(|| if flat { 0 } else { vr - low });
+    let from_root = 1..if flat && vr == 0 { n } else { 1 };
+    let bits = if flat { 0 } else { low.trailing_zeros() };
+    let binomial = (0..bits)
         .rev()
         .map(move |k| vr + (1 << k))
         .filter(move |&c| c < n);
-    (parent, children)
+    (parent, from_root.chain(binomial))
 }
 
 /// Gather: every member's `send` lands in `recvs[rank]` at `root` (one round; the
@@ -395,4 +414,65 @@ const ALL_AT_ONCE_MAX: usize = 256 << 10;
 /// Equal blocks of `len` bytes one after the other from `at`.
 pub fn blocks(at: Loc, len: usize, n: u32) -> Vec<(Loc, usize)> {
     (0..n as usize).map(|i| (at.offset(i * len), len)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{bcast_links, bcast_tree, Tree, BCAST_FLAT_FROM, BCAST_FLAT_MEMBERS};
+
+    /// Down either tree, every member but the root hears from exactly one parent,
+    /// which counts it among its children, and the data reaches every member.
+    #[test]
+    fn each_tree_reaches_every_member_once() {
+        for tree in [Tree::Binomial, Tree::Flat] {
+            for n in 1..=33u32 {
+                let mut heard = vec![0u32; n as usize];
+                for vr in 0..n {
+                    let (parent, children) = bcast_links(tree, vr, n);
+                    assert_eq!(
+                        parent.is_none(),
+                        vr == 0,
+                        "{tree:?}, {n} members: {vr}'s parent"
+                    );
+                    if let Some(p) = parent {
+                        let (_, siblings) = bcast_links(tree, p, n);
+                        assert!(
+                            siblings.into_iter().any(|c| c == vr),
+                            "{tree:?}, {n}: {p} does not send to {vr}"
+                        );
+                    }
+                    for c in children {
+                        assert!(c < n && c != vr, "{tree:?}, {n}: {vr} sends to {c}");
+                        heard[c as usize] += 1;
+                    }
+                }
+                let expected: Vec<u32> = (0..n).map(|v| u32::from(v != 0)).collect();
+                assert_eq!(heard, expected, "{tree:?}, {n} members");
+            }
+        }
+        let (_, root) = bcast_links(Tree::Flat, 0, 5);
+        assert_eq!(root.collect::<Vec<_>>(), [1, 2, 3, 4]);
+        let (_, root) = bcast_links(Tree::Binomial, 0, 5);
+        assert_eq!(root.collect::<Vec<_>>(), [4, 2, 1]);
+    }
+
+    /// The root sends to all at once on one node, up to `BCAST_FLAT_MEMBERS` members
+    /// at any size and beyond from `BCAST_FLAT_FROM` bytes; never across nodes, and
+    /// never asked about the node between two members.
+    #[test]
+    fn a_broadcast_goes_flat_only_on_one_node() {
+        assert_eq!(
+            bcast_tree(2, 1 << 20, || panic!("asked about two members' node")),
+            Tree::Binomial
+        );
+        assert_eq!(bcast_tree(4, 1, || true), Tree::Flat);
+        assert_eq!(bcast_tree(BCAST_FLAT_MEMBERS, 1, || true), Tree::Flat);
+        assert_eq!(
+            bcast_tree(BCAST_FLAT_MEMBERS + 1, 1, || true),
+            Tree::Binomial
+        );
+        assert_eq!(bcast_tree(64, BCAST_FLAT_FROM, || true), Tree::Flat);
+        assert_eq!(bcast_tree(4, 1, || false), Tree::Binomial);
+        assert_eq!(bcast_tree(64, BCAST_FLAT_FROM, || false), Tree::Binomial);
+    }
 }

@@ -152,11 +152,9 @@ impl Mpi {
             }
         };
         let one_node = || (1..m.size).all(|i| self.msg.same_node(m.job(0), m.job(i)));
-        if m.size > 2 && len >= basic::BCAST_FLAT_FROM && one_node() {
-            basic::bcast_flat(&mut s, &m, loc, len, root);
-        } else {
-            basic::bcast(&mut s, &m, loc, len, root, basic::bcast_piece(len, m.size));
-        }
+        let tree = basic::bcast_tree(m.size, len, one_node);
+        let piece = basic::bcast_piece(len, m.size, tree);
+        basic::bcast(&mut s, &m, (loc, len), root, tree, piece);
         finish(&mut s, [unpack]);
         Ok(s)
     }

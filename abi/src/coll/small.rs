@@ -6,14 +6,15 @@
 //! * `MPI_Allreduce` on a power-of-two communicator, of a contiguous predefined type
 //!   with a predefined operation: recursive doubling (Open MPI's `tuned` runs the
 //!   same algorithm at these sizes);
-//! * `MPI_Bcast` of a contiguous type, one piece long: the binomial tree.
+//! * `MPI_Bcast` of a contiguous type, one piece long: down the tree of
+//!   [`super::basic::bcast_tree`].
 //!
 //! Each sends exactly the messages of its schedule ([`super::reduce`],
 //! [`super::basic`]: the same context, tag, peers and lengths; an all-reduction's
 //! members combining as `acc = received op acc`), so members that take different
 //! ways (one has a nonblocking collective in flight) still meet.
 
-use super::basic::{binomial, BCAST_PIECE};
+use super::basic::{bcast_links, bcast_tree, BCAST_PIECE};
 use super::build::in_place;
 use crate::entry::call_in_steps;
 use crate::error::{Error, Object, Result};
@@ -175,7 +176,14 @@ impl Mpi {
         }
         let vr = (c.rank + size - root) % size;
         let job = |v: u32| c.group.job_rank((v + root) % size);
-        let (parent, children) = binomial(vr, size);
+        let one_node = || {
+            (1..size).all(|v| {
+                job(v)
+                    .zip(job(0))
+                    .is_some_and(|(a, b)| self.msg.same_node(a, b))
+            })
+        };
+        let (parent, children) = bcast_links(bcast_tree(size, len, one_node), vr, size);
         let parent = match parent {
             Some(v) => Some(job(v)?),
             None => None,
