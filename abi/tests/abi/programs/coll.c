@@ -1017,6 +1017,22 @@ static void test_corners(void) {
     OK(MPI_Ibarrier(dup, &r));
   OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
   OK(MPI_Comm_free(&dup));
+
+  /* An MPI_Bcast from the last rank while rank 1 alone has a nonblocking collective
+     in flight: from 4 ranks a member inside the tree takes the other way. */
+  OK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  if (rank == 1)
+    OK(MPI_Ibarrier(dup, &r));
+  int b[4];
+  for (int i = 0; i < 4; i++)
+    b[i] = rank == size - 1 ? 500 + i : -1;
+  OK(MPI_Bcast(b, 4, MPI_INT, size - 1, MPI_COMM_WORLD));
+  for (int i = 0; i < 4; i++)
+    CHECK(b[i] == 500 + i, "MPI_Bcast beside an Ibarrier on rank 1: element %d is %d", i, b[i]);
+  if (rank != 1)
+    OK(MPI_Ibarrier(dup, &r));
+  OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+  OK(MPI_Comm_free(&dup));
 }
 
 /* --- Sub-communicators --- */
