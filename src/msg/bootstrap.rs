@@ -139,6 +139,7 @@ impl Comm {
             peer_timeout,
             job,
             nodes,
+            node_oversubscribed: placement::oversubscribed(ranks_here),
             bridge: None,
         })
     }

@@ -35,6 +35,8 @@ pub struct Comm {
     /// Per rank: its node, numbered in the order the ranks name them (every rank
     /// reads the same names from the modex, so every rank numbers alike).
     pub(super) nodes: Vec<u32>,
+    /// Whether this node runs more of the job's ranks than it has online processors.
+    pub(super) node_oversubscribed: bool,
     /// The transport to processes of other jobs of the launcher, once opened.
     pub(super) bridge: Option<super::bridge::Bridge>,
 }
@@ -69,6 +71,13 @@ impl Comm {
     pub fn same_node(&self, a: u32, b: u32) -> bool {
         let node = |r: u32| self.nodes.get(r as usize);
         node(a).is_some() && node(a) == node(b)
+    }
+
+    /// Whether this node runs more of the job's ranks than it has online processors,
+    /// so that they take turns on them (every rank of the node sees it alike): what
+    /// `msg_yield_when_idle` and `msg_bind_to` decide by when `auto`.
+    pub fn node_oversubscribed(&self) -> bool {
+        self.node_oversubscribed
     }
 
     /// The largest message to `rank` that goes in one send, without rendezvous.

@@ -62,7 +62,7 @@ fn choice<'a>(config: &'a Config, param: &str, choices: &[&'static str]) -> Resu
 /// Whether a node of `ranks_here` ranks has fewer online processors (not this
 /// process's affinity: a rank bound to one core still shares the node with the
 /// others).
-fn oversubscribed(ranks_here: usize) -> bool {
+pub(super) fn oversubscribed(ranks_here: usize) -> bool {
     // SAFETY: sysconf only reads the system's configuration.
     let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
     ranks_here > usize::try_from(n).unwrap_or(1).max(1)

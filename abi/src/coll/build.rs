@@ -115,6 +115,20 @@ impl Mpi {
         Ok((s, m, o, n))
     }
 
+    /// Where the `size` members of a communicator run (`job` gives a member's rank in
+    /// the job), asked only where an all-reduce's choice depends on it
+    /// ([`reduce::allreduce`]): two members, or up to
+    /// [`reduce::GATHERED_ALLREDUCE_MAX`] on a node with more ranks than processors.
+    pub fn placement(&self, size: u32, job: impl Fn(u32) -> u32) -> reduce::Placement {
+        let oversubscribed = self.msg.node_oversubscribed();
+        let asked = size == 2 || (oversubscribed && size <= reduce::GATHERED_ALLREDUCE_MAX);
+        let one_node = asked && (1..size).all(|v| self.msg.same_node(job(0), job(v)));
+        reduce::Placement {
+            one_node,
+            oversubscribed: one_node && oversubscribed,
+        }
+    }
+
     /// `MPI_Barrier`.
     pub fn build_barrier(&mut self, comm: Handle) -> Result<Box<Schedule>> {
         let (mut s, m) = self.collective(comm)?;
@@ -239,9 +253,8 @@ impl Mpi {
             handle: ty,
             count: n,
         };
-        // (Asked only where it matters: two members.)
-        let one_node = m.size == 2 && self.msg.same_node(m.job(0), m.job(1));
-        reduce::allreduce(&mut s, &m, &c, input, acc, one_node);
+        let at = self.placement(m.size, |v| m.job(v));
+        reduce::allreduce(&mut s, &m, &c, (input, acc), at);
         finish(&mut s, [unpack]);
         Ok(s)
     }

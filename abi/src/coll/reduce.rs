@@ -97,18 +97,39 @@ pub fn reduce(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc, root: u32) {
     }
 }
 
+/// Where the members of an all-reduce run, as every one of them sees it alike.
+#[derive(Clone, Copy, Debug)]
+pub struct Placement {
+    /// All on one node.
+    pub one_node: bool,
+    /// On one node that runs more of the job's ranks than it has processors.
+    pub oversubscribed: bool,
+}
+
+/// The most members an all-reduce gathers at one member ([`gathers`]).
+pub const GATHERED_ALLREDUCE_MAX: u32 = 8;
+
 /// All-reduce of this member's operand at `input` into `acc` (the same place when in
-/// place), among members on one node or not (`one_node`, the same at every member):
-/// recursive doubling for short vectors or operations that do not commute, a ring
-/// (reduce-scatter then all-gather) for long ones.
+/// place), among members placed as `at`: recursive doubling for short vectors or
+/// operations that do not commute, a ring (reduce-scatter then all-gather) for long
+/// ones, and short vectors gathered at member 0 where ranks take turns on processors
+/// ([`gathers`]).
 ///
 /// Where the operation commutes and `input` is apart from `acc`, no member writes
 /// memory a peer has just read: each round's result goes to a place not yet sent
 /// from, the last one to `acc`, and `input` is only read (so nothing is copied into
 /// `acc` first). Over cross-memory attach a peer's read leaves the lines shared in its
 /// cache, and writing them again waits for each to be taken back.
-pub fn allreduce(s: &mut Schedule, m: &Members, c: &Combine, input: Loc, acc: Loc, one_node: bool) {
-    let apart = input != acc && c.op.commutative() && m.size > 1;
+pub fn allreduce(
+    s: &mut Schedule,
+    m: &Members,
+    c: &Combine,
+    (input, acc): (Loc, Loc),
+    at: Placement,
+) {
+    let around = by_ring(c, m.size, at.one_node);
+    let gather = !around && gathers(c.op.commutative(), m.size, at);
+    let apart = input != acc && c.op.commutative() && m.size > 1 && !gather;
     if !apart && input != acc {
         s.round().then.push(Local::Copy {
             from: input,
@@ -119,11 +140,57 @@ pub fn allreduce(s: &mut Schedule, m: &Members, c: &Combine, input: Loc, acc: Lo
     if m.size == 1 || c.count == 0 {
         return;
     }
-    match (by_ring(c, m.size, one_node), apart) {
-        (true, _) => ring(s, m, c, apart.then_some(input), acc),
-        (false, true) => doubling_apart(s, m, c, input, acc),
-        (false, false) => doubling(s, m, c, acc),
+    match (around, gather, apart) {
+        (true, _, _) => ring(s, m, c, apart.then_some(input), acc),
+        (false, true, _) => gathered(s, m, c, acc),
+        (false, false, true) => doubling_apart(s, m, c, input, acc),
+        (false, false, false) => doubling(s, m, c, acc),
     }
+}
+
+/// Whether an all-reduce of a short vector among `n` members placed as `at` is
+/// gathered at member 0 ([`gathered`]): an operation that commutes, on one node whose
+/// ranks take turns on its processors, among at most [`GATHERED_ALLREDUCE_MAX`]
+/// members that recursive doubling would take more than two rounds for. Each round
+/// waits for every member to have run; gathered, the result is two hops away, at the
+/// price of member 0 receiving and sending once per member.
+pub fn gathers(commutative: bool, n: u32, at: Placement) -> bool {
+    let pof2 = 1u32 << (31 - n.max(1).leading_zeros());
+    let doubling_rounds = pof2.trailing_zeros() + if n == pof2 { 0 } else { 2 };
+    commutative
+        && at.one_node
+        && at.oversubscribed
+        && n <= GATHERED_ALLREDUCE_MAX
+        && doubling_rounds > 2
+}
+
+/// All-reduce gathered at member 0, in place at `acc`: every other member sends its
+/// operand there, which combines them (an operation that commutes) and sends the
+/// result back to each, all at once.
+fn gathered(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
+    let len = c.bytes();
+    let root = m.job(0);
+    if m.rank != 0 {
+        send(s, acc, len, root);
+        receive(s, acc, len, root);
+        return;
+    }
+    let slots: Vec<Loc> = (1..m.size).map(|_| s.scratch(len)).collect();
+    let r = s.round();
+    for (v, &slot) in (1..m.size).zip(&slots) {
+        r.xfers.push(Xfer::Recv {
+            into: slot,
+            len,
+            from: m.job(v),
+        });
+        c.after(r.then, acc, slot, c.count);
+    }
+    let r = s.round();
+    r.xfers.extend((1..m.size).map(|v| Xfer::Send {
+        from: acc,
+        len,
+        to: m.job(v),
+    }));
 }
 
 /// Whether an all-reduce of `c` among `n` members goes around a ring: long vectors of

@@ -3,9 +3,10 @@
 //! as the exchange itself at two ranks. Where no nonblocking collective is in flight
 //! and every message is one eager message:
 //!
-//! * `MPI_Allreduce` on a power-of-two communicator, of a contiguous predefined type
-//!   with a predefined operation: recursive doubling (Open MPI's `tuned` runs the
-//!   same algorithm at these sizes);
+//! * `MPI_Allreduce` of a contiguous predefined type with a predefined operation:
+//!   recursive doubling on a power-of-two communicator (Open MPI's `tuned` runs the
+//!   same algorithm at these sizes), or gathered at member 0 where
+//!   [`super::reduce::gathers`] says so;
 //! * `MPI_Bcast` of a contiguous type, one piece long: down the tree of
 //!   [`super::basic::bcast_tree`].
 //!
@@ -16,6 +17,7 @@
 
 use super::basic::{bcast_links, bcast_tree, BCAST_PIECE};
 use super::build::in_place;
+use super::reduce;
 use crate::entry::call_in_steps;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -109,18 +111,35 @@ impl Mpi {
         let (len, lb) = (t.bytes(n)?, t.lb);
         let c = self.comm(comm).ok()?;
         let (size, me) = (c.size(), c.rank);
-        if c.remote.is_some() || size < 2 || !size.is_power_of_two() {
+        if c.remote.is_some() || size < 2 {
             return None;
         }
-        // Each round's peer, by job rank; every one reached by one eager message.
+        // (A predefined operation commutes.)
+        let at = self.placement(size, |v| c.group.job_rank(v).unwrap_or(u32::MAX));
+        let gather = reduce::gathers(true, size, at);
+        if !gather && !size.is_power_of_two() {
+            return None;
+        }
+        // The peers, by job rank, every one reached by one eager message: each
+        // round's, or gathered, member 0's (at member 0: every other member's).
         let mut peers = [0u32; MAX_ROUNDS];
-        let rounds = size.trailing_zeros() as usize;
-        for (k, p) in peers[..rounds].iter_mut().enumerate() {
-            *p = c.group.job_rank(me ^ (1 << k))?;
+        let npeers = match (gather, me) {
+            (true, 0) => size as usize - 1,
+            (true, _) => 1,
+            (false, _) => size.trailing_zeros() as usize,
+        };
+        for (k, p) in peers[..npeers].iter_mut().enumerate() {
+            let member = match (gather, me) {
+                (true, 0) => k as u32 + 1,
+                (true, _) => 0,
+                (false, _) => me ^ (1 << k),
+            };
+            *p = c.group.job_rank(member)?;
             if self.msg.eager_payload_to(*p)? < len {
                 return None;
             }
         }
+        let peers = &peers[..npeers];
         let (ctx, tag) = self.begin_small(comm)?;
         let acc = recvbuf.cast::<u8>().wrapping_offset(lb);
         if !in_place(sendbuf) {
@@ -130,15 +149,40 @@ impl Mpi {
         }
         let mut tmp = std::mem::take(&mut self.scratch);
         tmp.resize(len, 0);
-        let done = (|| {
-            for &p in &peers[..rounds] {
-                // SAFETY: `acc` holds the `len` bytes (above), not written meanwhile.
-                let mine = unsafe { std::slice::from_raw_parts(acc, len) };
-                self.msg.send_in(ctx, mine, p, tag)?;
-                let got = self.msg.recv_in(ctx, &mut tmp, Some(p), Some(tag))?.len;
-                whole("MPI_Allreduce", got, len)?;
-                // SAFETY: both hold `len / prim.size()` elements of `prim`.
-                unsafe { op::reduce_basic(op, prim, tmp.as_ptr(), acc, len / prim.size()) }?;
+        // SAFETY (for the slices below): `acc` holds the `len` bytes (above), each
+        // slice used for one call, while nothing else touches them.
+        let mine = || unsafe { std::slice::from_raw_parts(acc, len) };
+        // Receive a member's operand and combine it into `acc`.
+        let combine = |msg: &mut rbtl::msg::Comm, from: u32, tmp: &mut Vec<u8>| -> Result<()> {
+            let got = msg.recv_in(ctx, tmp, Some(from), Some(tag))?.len;
+            whole("MPI_Allreduce", got, len)?;
+            // SAFETY: both hold `len / prim.size()` elements of `prim`.
+            unsafe { op::reduce_basic(op, prim, tmp.as_ptr(), acc, len / prim.size()) }
+        };
+        let msg = &mut self.msg;
+        let done = (|| -> Result<()> {
+            match (gather, me) {
+                (true, 0) => {
+                    for &p in peers {
+                        combine(msg, p, &mut tmp)?;
+                    }
+                    for &p in peers {
+                        msg.send_in(ctx, mine(), p, tag)?;
+                    }
+                }
+                (true, _) => {
+                    msg.send_in(ctx, mine(), peers[0], tag)?;
+                    // SAFETY: as above.
+                    let result = unsafe { std::slice::from_raw_parts_mut(acc, len) };
+                    let got = msg.recv_in(ctx, result, Some(peers[0]), Some(tag))?.len;
+                    whole("MPI_Allreduce", got, len)?;
+                }
+                (false, _) => {
+                    for &p in peers {
+                        msg.send_in(ctx, mine(), p, tag)?;
+                        combine(msg, p, &mut tmp)?;
+                    }
+                }
             }
             Ok(())
         })();
