@@ -444,3 +444,31 @@ pub fn scan(s: &mut Schedule, m: &Members, c: &Combine, mine: Loc, out: Loc, exc
         send(s, pass, len, m.job(me + 1));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{gathers, Placement};
+
+    /// Gathered only where ranks take turns on one node's processors, among at most 8
+    /// members that recursive doubling takes more than two rounds for, with an
+    /// operation that commutes.
+    #[test]
+    fn short_all_reductions_gather_where_ranks_take_turns() {
+        let shared = Placement {
+            one_node: true,
+            oversubscribed: true,
+        };
+        let gathered: Vec<u32> = (1..=16).filter(|&n| gathers(true, n, shared)).collect();
+        assert_eq!(gathered, [3, 5, 6, 7, 8]);
+        let own = Placement {
+            one_node: true,
+            oversubscribed: false,
+        };
+        let apart = Placement {
+            one_node: false,
+            oversubscribed: false,
+        };
+        assert!((1..=16).all(|n| !gathers(true, n, own) && !gathers(true, n, apart)));
+        assert!(!gathers(false, 8, shared));
+    }
+}
