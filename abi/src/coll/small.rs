@@ -149,9 +149,11 @@ impl Mpi {
         }
         let mut tmp = std::mem::take(&mut self.scratch);
         tmp.resize(len, 0);
-        // SAFETY (for the slices below): `acc` holds the `len` bytes (above), each
-        // slice used for one call, while nothing else touches them.
-        let mine = || unsafe { std::slice::from_raw_parts(acc, len) };
+        let mine = || {
+            // SAFETY: `acc` holds the `len` bytes (above), each slice used for one
+            // call, while nothing else touches them.
+            unsafe { std::slice::from_raw_parts(acc, len) }
+        };
         // Receive a member's operand and combine it into `acc`.
         let combine = |msg: &mut rbtl::msg::Comm, from: u32, tmp: &mut Vec<u8>| -> Result<()> {
             let got = msg.recv_in(ctx, tmp, Some(from), Some(tag))?.len;
