@@ -149,11 +149,12 @@ pub fn allreduce(
 }
 
 /// Whether an all-reduce of a short vector among `n` members placed as `at` is
-/// gathered at member 0 ([`gathered`]): an operation that commutes, on one node whose
-/// ranks take turns on its processors, among at most [`GATHERED_ALLREDUCE_MAX`]
-/// members that recursive doubling would take more than two rounds for. Each round
-/// waits for every member to have run; gathered, the result is two hops away, at the
-/// price of member 0 receiving and sending once per member.
+/// gathered at member 0, which sends the result back to each: an operation that
+/// commutes, on one node whose ranks take turns on its processors, among at most
+/// [`GATHERED_ALLREDUCE_MAX`] members that recursive doubling would take more than
+/// two rounds for. Each round waits for every member to have run; gathered, the
+/// result is two hops away, at the price of member 0 receiving and sending once per
+/// member.
 pub fn gathers(commutative: bool, n: u32, at: Placement) -> bool {
     let pof2 = 1u32 << (31 - n.max(1).leading_zeros());
     let doubling_rounds = pof2.trailing_zeros() + if n == pof2 { 0 } else { 2 };
