@@ -115,6 +115,12 @@ impl Mpi {
         Ok((s, m, o, n))
     }
 
+    /// Whether the `size` members of a communicator (`job` gives a member's rank in the
+    /// job) all run on one node, as every one of them sees it.
+    pub fn one_node(&self, size: u32, job: impl Fn(u32) -> u32) -> bool {
+        (1..size).all(|v| self.msg.same_node(job(0), job(v)))
+    }
+
     /// Where the `size` members of a communicator run (`job` gives a member's rank in
     /// the job), asked only where an all-reduce's choice depends on it
     /// ([`reduce::allreduce`]): two members, or up to
@@ -122,7 +128,7 @@ impl Mpi {
     pub fn placement(&self, size: u32, job: impl Fn(u32) -> u32) -> reduce::Placement {
         let oversubscribed = self.msg.node_oversubscribed();
         let asked = size == 2 || (oversubscribed && size <= reduce::GATHERED_ALLREDUCE_MAX);
-        let one_node = asked && (1..size).all(|v| self.msg.same_node(job(0), job(v)));
+        let one_node = asked && self.one_node(size, job);
         reduce::Placement {
             one_node,
             oversubscribed: one_node && oversubscribed,
@@ -165,8 +171,7 @@ impl Mpi {
                 args::output(&mut s, buf, n, t)?
             }
         };
-        let one_node = || (1..m.size).all(|i| self.msg.same_node(m.job(0), m.job(i)));
-        let tree = basic::bcast_tree(m.size, len, one_node);
+        let tree = basic::bcast_tree(m.size, len, || self.one_node(m.size, |v| m.job(v)));
         let piece = basic::bcast_piece(len, m.size, tree);
         basic::bcast(&mut s, &m, (loc, len), root, tree, piece);
         finish(&mut s, [unpack]);

@@ -128,7 +128,7 @@ pub fn allreduce(
     at: Placement,
 ) {
     let around = by_ring(c, m.size, at.one_node);
-    let gather = !around && gathers(c.op.commutative(), m.size, at);
+    let gather = !around && gathers(c.op.commutative(), m.size, || at);
     let apart = input != acc && c.op.commutative() && m.size > 1 && !gather;
     if !apart && input != acc {
         s.round().then.push(Local::Copy {
@@ -154,15 +154,16 @@ pub fn allreduce(
 /// [`GATHERED_ALLREDUCE_MAX`] members that recursive doubling would take more than
 /// two rounds for. Each round waits for every member to have run; gathered, the
 /// result is two hops away, at the price of member 0 receiving and sending once per
-/// member.
-pub fn gathers(commutative: bool, n: u32, at: Placement) -> bool {
-    let pof2 = 1u32 << (31 - n.max(1).leading_zeros());
-    let doubling_rounds = pof2.trailing_zeros() + if n == pof2 { 0 } else { 2 };
-    commutative
-        && at.one_node
-        && at.oversubscribed
-        && n <= GATHERED_ALLREDUCE_MAX
-        && doubling_rounds > 2
+/// member. `at` is asked last, only where the rest allows gathering.
+pub fn gathers(commutative: bool, n: u32, at: impl FnOnce() -> Placement) -> bool {
+    // Recursive doubling's rounds: one per power of two, and folding in and out
+    // beyond the largest.
+    let (pof2, rem, _) = folding(n.max(1), 0);
+    let doubling_rounds = pof2.trailing_zeros() + if rem == 0 { 0 } else { 2 };
+    commutative && n <= GATHERED_ALLREDUCE_MAX && doubling_rounds > 2 && {
+        let at = at();
+        at.one_node && at.oversubscribed
+    }
 }
 
 /// All-reduce gathered at member 0, in place at `acc`: every other member sends its
@@ -459,7 +460,7 @@ mod tests {
             one_node: true,
             oversubscribed: true,
         };
-        let gathered: Vec<u32> = (1..=16).filter(|&n| gathers(true, n, shared)).collect();
+        let gathered: Vec<u32> = (1..=16).filter(|&n| gathers(true, n, || shared)).collect();
         assert_eq!(gathered, [3, 5, 6, 7, 8]);
         let own = Placement {
             one_node: true,
@@ -469,7 +470,7 @@ mod tests {
             one_node: false,
             oversubscribed: false,
         };
-        assert!((1..=16).all(|n| !gathers(true, n, own) && !gathers(true, n, apart)));
-        assert!(!gathers(false, 8, shared));
+        assert!((1..=16).all(|n| !gathers(true, n, || own) && !gathers(true, n, || apart)));
+        assert!(!gathers(false, 8, || shared));
     }
 }

@@ -115,8 +115,8 @@ impl Mpi {
             return None;
         }
         // (A predefined operation commutes.)
-        let at = self.placement(size, |v| c.group.job_rank(v).unwrap_or(u32::MAX));
-        let gather = reduce::gathers(true, size, at);
+        let job = |v: u32| c.group.job_rank(v).unwrap_or(u32::MAX);
+        let gather = reduce::gathers(true, size, || self.placement(size, job));
         if !gather && !size.is_power_of_two() {
             return None;
         }
@@ -222,13 +222,7 @@ impl Mpi {
         }
         let vr = (c.rank + size - root) % size;
         let job = |v: u32| c.group.job_rank((v + root) % size);
-        let one_node = || {
-            (1..size).all(|v| {
-                job(v)
-                    .zip(job(0))
-                    .is_some_and(|(a, b)| self.msg.same_node(a, b))
-            })
-        };
+        let one_node = || self.one_node(size, |v| job(v).unwrap_or(u32::MAX));
         let (parent, children) = bcast_links(bcast_tree(size, len, one_node), vr, size);
         let parent = match parent {
             Some(v) => Some(job(v)?),
