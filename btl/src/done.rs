@@ -39,20 +39,18 @@ pub fn complete_send<M: Module>(
     status: Result<()>,
     recycle: impl FnOnce(&mut M, Descriptor),
 ) {
-    if descriptor.flags.contains(DesFlags::OWNERSHIP) {
-        let completion = SendCompletion {
-            endpoint,
-            descriptor: None,
-            status,
-        };
-        callback(m, completion);
-        recycle(m, descriptor);
+    let (kept, back) = if descriptor.flags.contains(DesFlags::OWNERSHIP) {
+        (Some(descriptor), None)
     } else {
-        let completion = SendCompletion {
-            endpoint,
-            descriptor: Some(descriptor),
-            status,
-        };
-        callback(m, completion);
+        (None, Some(descriptor))
+    };
+    let completion = SendCompletion {
+        endpoint,
+        descriptor: back,
+        status,
+    };
+    callback(m, completion);
+    if let Some(descriptor) = kept {
+        recycle(m, descriptor);
     }
 }
