@@ -1,12 +1,14 @@
 //! What is finished and waits for progress to run its callback: callbacks run from
 //! progress (or flush), never inside the call that started the work. Shared by the
-//! transports that queue their completions (`sm`, `tcp`); every transport ends a send
-//! with [`complete_send`].
+//! transports that queue their completions (`sm`, `tcp`), with the one-sided
+//! operation ([`RdmaOp`]) that becomes such a completion, and run by [`run_done`]; every
+//! transport ends a send with [`complete_send`].
 
 use crate::{
     DesFlags, Descriptor, Endpoint, ErrorEvent, Module, RdmaCallback, RdmaCompletion, Result,
     SendCallback, SendCompletion,
 };
+use std::collections::VecDeque;
 
 /// A finished send or one-sided operation, or a failure, queued for `progress`.
 pub enum Done {
@@ -52,5 +54,62 @@ pub fn complete_send<M: Module>(
     callback(m, completion);
     if let Some(descriptor) = kept {
         recycle(m, descriptor);
+    }
+}
+
+/// Run the callbacks of what `m` had done when called (what they queue waits for the
+/// next call): `queue` is `m`'s queue, `recycle` takes back a descriptor that `m`
+/// keeps ([`complete_send`]), `error` hands a failure to `m`'s error callback. How
+/// many ran.
+#[inline]
+pub fn run_done<M: Module>(
+    m: &mut M,
+    queue: impl Fn(&mut M) -> &mut VecDeque<Done>,
+    recycle: impl Fn(&mut M, Descriptor),
+    error: impl Fn(&mut M, &ErrorEvent),
+) -> usize {
+    let n = queue(m).len();
+    for _ in 0..n {
+        match queue(m).pop_front() {
+            Some(Done::Send {
+                callback,
+                endpoint,
+                descriptor,
+                status,
+            }) => complete_send(m, callback, endpoint, descriptor, status, &recycle),
+            Some(Done::Rdma(cb, done)) => cb(m, done),
+            Some(Done::Error(event)) => error(m, &event),
+            None => break,
+        }
+    }
+    n
+}
+
+/// A put, get or atomic under way, for a transport that completes it later (`sm`'s
+/// copy protocol, `tcp`): what its completion reports, what it waits for (`what`, the
+/// transport's own), and its callback.
+pub struct RdmaOp<P> {
+    /// The endpoint of the operation.
+    pub endpoint: Endpoint,
+    /// The local address given to it.
+    pub local: usize,
+    /// Bytes it transfers.
+    pub size: usize,
+    /// What it waits for.
+    pub what: P,
+    /// Its callback.
+    pub callback: RdmaCallback,
+}
+
+impl<P> RdmaOp<P> {
+    /// It is over with `status`: its callback and completion, for progress to run.
+    pub fn completion(self, status: Result<()>) -> (RdmaCallback, RdmaCompletion) {
+        let completion = RdmaCompletion {
+            endpoint: self.endpoint,
+            local_address: self.local,
+            size: self.size,
+            status,
+        };
+        (self.callback, completion)
     }
 }

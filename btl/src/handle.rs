@@ -2,7 +2,8 @@
 //! (Open MPI: `mca_btl_base_registration_handle_t`, an opaque blob of
 //! `btl_registration_handle_size` bytes).
 
-use crate::{Error, MemRange, Result, MAX_HANDLE_SIZE, MAX_RANGES};
+use crate::inline_ranges::InlineRanges;
+use crate::{Error, MemRange, Result, MAX_HANDLE_SIZE};
 use rbtl_rcache::Access;
 use std::any::Any;
 use std::fmt;
@@ -69,18 +70,17 @@ impl fmt::Debug for RemoteHandle {
 pub struct MemHandle {
     owner: ModuleId,
     key: u64,
-    ranges: [MemRange; MAX_RANGES],
-    count: u8,
+    ranges: InlineRanges<MemRange>,
     access: Access,
     remote: RemoteHandle,
     inner: Option<Box<dyn Any + Send + Sync>>,
 }
 
 impl MemHandle {
-    /// Made by transports: the registration of `ranges` (1 to [`MAX_RANGES`], checked
-    /// by the transport) under `key`; `inner` is the transport's own state of the
-    /// registration (typically rcache registrations), released when the handle is
-    /// deregistered or dropped.
+    /// Made by transports: the registration of `ranges` (1 to
+    /// [`MAX_RANGES`](crate::MAX_RANGES), checked by the transport) under `key`; `inner`
+    /// is the transport's own state of the registration (typically rcache
+    /// registrations), released when the handle is deregistered or dropped.
     pub fn new(
         owner: ModuleId,
         key: u64,
@@ -89,18 +89,10 @@ impl MemHandle {
         remote: RemoteHandle,
         inner: Box<dyn Any + Send + Sync>,
     ) -> MemHandle {
-        assert!(
-            (1..=MAX_RANGES).contains(&ranges.len()),
-            "a transport made a handle of {} ranges",
-            ranges.len()
-        );
-        let mut r = [MemRange::default(); MAX_RANGES];
-        r[..ranges.len()].copy_from_slice(ranges);
         MemHandle {
             owner,
             key,
-            ranges: r,
-            count: ranges.len() as u8,
+            ranges: InlineRanges::new(ranges),
             access,
             remote,
             inner: Some(inner),
@@ -122,7 +114,7 @@ impl MemHandle {
 
     /// The registered ranges, as asked (not page-aligned).
     pub fn ranges(&self) -> &[MemRange] {
-        &self.ranges[..usize::from(self.count)]
+        &self.ranges
     }
 
     /// Start of the (first) registered range.

@@ -17,18 +17,23 @@
 //! each request (`sm`'s copy protocol, `tcp`) send the one-range handle of the range
 //! the access lies in ([`HandleFields::narrow`]), so their frames keep a fixed size.
 
+use crate::inline_ranges::{InlineRanges, RangeLayout};
 use crate::le::{u32_at, u64_at};
 use crate::{find_range, Error, RemoteHandle, Result, MAX_RANGES};
 use rbtl_rcache::Access;
 
 /// Bytes of a one-range handle.
 pub const HANDLE_SIZE: usize = 48;
-/// Bytes each further range adds.
-const RANGE_BYTES: usize = 24;
+/// Where each range (slot key, start, length) stands.
+const LAYOUT: RangeLayout = RangeLayout {
+    head: HANDLE_SIZE,
+    first: 8,
+    stride: 24,
+};
 
 /// Bytes of a handle of `ranges` ranges.
 pub const fn handle_size(ranges: usize) -> usize {
-    HANDLE_SIZE + RANGE_BYTES * (ranges - 1)
+    LAYOUT.handle_len(ranges)
 }
 
 /// One range as a handle describes it.
@@ -52,22 +57,17 @@ pub struct HandleFields {
     pub key: u64,
     /// The access it grants.
     pub access: Access,
-    ranges: [RangeFields; MAX_RANGES],
-    count: usize,
+    ranges: InlineRanges<RangeFields>,
 }
 
 impl HandleFields {
     /// The fields of a registration.
     pub fn new(module: u64, key: u64, access: Access, ranges: &[RangeFields]) -> HandleFields {
-        assert!((1..=MAX_RANGES).contains(&ranges.len()));
-        let mut r = [RangeFields::default(); MAX_RANGES];
-        r[..ranges.len()].copy_from_slice(ranges);
         HandleFields {
             module,
             key,
             access,
-            ranges: r,
-            count: ranges.len(),
+            ranges: InlineRanges::new(ranges),
         }
     }
 
@@ -87,32 +87,25 @@ impl HandleFields {
                 u64_at(b, 0)
             )));
         }
-        let mut ranges = [RangeFields::default(); MAX_RANGES];
-        ranges[0] = RangeFields {
-            slot: u64_at(b, 8),
-            base: u64_at(b, 16),
-            len: u64_at(b, 24) as usize,
-        };
-        for (i, r) in ranges.iter_mut().enumerate().take(count).skip(1) {
-            let at = HANDLE_SIZE + RANGE_BYTES * (i - 1);
-            *r = RangeFields {
+        let ranges = InlineRanges::from_fn(count, |i| {
+            let at = LAYOUT.range_at(i);
+            RangeFields {
                 slot: u64_at(b, at),
                 base: u64_at(b, at + 8),
                 len: u64_at(b, at + 16) as usize,
-            };
-        }
+            }
+        });
         Ok(HandleFields {
             module: target,
             key: u64_at(b, 40),
             access: Access::from_bits_truncate(u32_at(b, 32)),
             ranges,
-            count,
         })
     }
 
     /// The ranges.
     pub fn ranges(&self) -> &[RangeFields] {
-        &self.ranges[..self.count]
+        &self.ranges
     }
 
     /// The index of the range that holds `[addr, addr+len)`, else
@@ -131,21 +124,17 @@ impl HandleFields {
     /// The bytes.
     pub fn to_handle(&self) -> RemoteHandle {
         let mut b = [0u8; handle_size(MAX_RANGES)];
-        let r0 = self.ranges[0];
         b[0..8].copy_from_slice(&self.module.to_le_bytes());
-        b[8..16].copy_from_slice(&r0.slot.to_le_bytes());
-        b[16..24].copy_from_slice(&r0.base.to_le_bytes());
-        b[24..32].copy_from_slice(&(r0.len as u64).to_le_bytes());
         b[32..36].copy_from_slice(&self.access.bits().to_le_bytes());
-        b[36..40].copy_from_slice(&(self.count as u32).to_le_bytes());
+        b[36..40].copy_from_slice(&(self.ranges.len() as u32).to_le_bytes());
         b[40..48].copy_from_slice(&self.key.to_le_bytes());
-        for (i, r) in self.ranges().iter().enumerate().skip(1) {
-            let at = HANDLE_SIZE + RANGE_BYTES * (i - 1);
+        for (i, r) in self.ranges().iter().enumerate() {
+            let at = LAYOUT.range_at(i);
             b[at..at + 8].copy_from_slice(&r.slot.to_le_bytes());
             b[at + 8..at + 16].copy_from_slice(&r.base.to_le_bytes());
             b[at + 16..at + 24].copy_from_slice(&(r.len as u64).to_le_bytes());
         }
-        RemoteHandle::from_bytes(&b[..handle_size(self.count)]).expect("a handle fits")
+        RemoteHandle::from_bytes(&b[..handle_size(self.ranges.len())]).expect("a handle fits")
     }
 }
 

@@ -53,6 +53,7 @@ mod expected;
 mod flush_watch;
 mod handle;
 pub mod idle;
+mod inline_ranges;
 mod keyed_handle;
 mod keytable;
 mod le;
@@ -80,7 +81,7 @@ pub use handle::{check_range, find_range, MemHandle, ModuleId, RemoteHandle};
 pub use modex::{Modex, SingletonModex};
 pub use module::{
     AmCallback, Endpoint, ErrorCallback, ErrorEvent, Expected, Module, Proc, RdmaCallback,
-    RdmaCompletion, SendError, SendOutcome, SendiOutcome, SharedMem, EXPECTED_KEY,
+    RdmaCompletion, SendError, SendOutcome, SendResult, SendiOutcome, SharedMem, EXPECTED_KEY,
 };
 pub use operation::{
     ActiveMessage, AtomicKind, DescriptorRequest, Local, RdmaFlags, Remote, RemoteAtomic, Transfer,

@@ -95,6 +95,9 @@ pub enum SendiOutcome {
     Descriptor(Descriptor),
 }
 
+/// What `send` gives: the outcome, or the error with the descriptor.
+pub type SendResult = std::result::Result<SendOutcome, SendError>;
+
 /// A failed `send`: the descriptor comes back with the error, nothing is lost.
 #[derive(Debug)]
 pub struct SendError {
@@ -239,12 +242,7 @@ pub trait Module: Send {
     // The error carries the descriptor back by value: boxing it would allocate on every
     // out-of-resource retry, which is a hot path under load.
     #[allow(clippy::result_large_err)]
-    fn send(
-        &mut self,
-        endpoint: Endpoint,
-        descriptor: Descriptor,
-        tag: Tag,
-    ) -> Result<SendOutcome, SendError>;
+    fn send(&mut self, endpoint: Endpoint, descriptor: Descriptor, tag: Tag) -> SendResult;
 
     /// Send `message` without a descriptor if the transport can (Open MPI:
     /// `btl_sendi`); `Err(OutOfResource)` means nothing was sent.

@@ -12,6 +12,7 @@
 
 use crate::{Access, MemHandle, Order, RemoteHandle, Result, Tag};
 use crate::{AtomicOp, AtomicRequest, AtomicWidth, Attributes, DesFlags, Endpoint, Error};
+use crate::{Descriptor, Module};
 
 bitflags::bitflags! {
     /// Flags of a put or a get (Open MPI: the `flags` of `btl_put` and `btl_get`).
@@ -380,14 +381,15 @@ impl<'a> ActiveMessage<'a> {
         }
     }
 
-    /// The descriptor this message becomes where it cannot go inline: no room reserved
-    /// before the data, header and payload packed as data by
+    /// The descriptor this message becomes where it cannot go inline, from `module`:
+    /// no room reserved before the data, header and payload packed as data by
     /// [`Module::prepare_src`](crate::Module::prepare_src), in the same order and with
     /// the same flags (Open MPI: `btl_sendi`'s fallback to `btl_prepare_src`).
-    pub fn descriptor_request(&self) -> DescriptorRequest {
-        DescriptorRequest::new(self.endpoint, 0)
+    pub fn prepare_descriptor<M: Module + ?Sized>(&self, module: &mut M) -> Result<Descriptor> {
+        let request = DescriptorRequest::new(self.endpoint, 0)
             .ordered(self.order)
-            .flagged(self.flags)
+            .flagged(self.flags);
+        module.prepare_src(&request, &[self.header, self.payload])
     }
 
     /// [`Error::BadTag`] for a tag reserved for transports, [`Error::TooLarge`] for

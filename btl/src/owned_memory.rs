@@ -29,21 +29,13 @@ pub struct OwnedMemory {
 unsafe impl Send for OwnedMemory {}
 
 /// `release` refused: the memory stays registered and is handed back with why.
+#[derive(Debug)]
 pub struct NotReleased {
     /// Why: [`Error::ForeignHandle`] for another module, or the flush's error (such as
     /// [`Error::PeerTimeout`]: operations still pending).
     pub error: Error,
     /// The memory, still registered.
     pub memory: OwnedMemory,
-}
-
-impl fmt::Debug for NotReleased {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NotReleased")
-            .field("error", &self.error)
-            .field("memory", &self.memory)
-            .finish()
-    }
 }
 
 impl fmt::Display for NotReleased {

@@ -15,17 +15,22 @@
 //! 40  ranges 1..n: base u64, length u64, rkey u32, reserved u32
 //! ```
 
-use rbtl_btl::transport_kit::{u32_at, u64_at};
+use rbtl_btl::transport_kit::{u32_at, u64_at, InlineRanges, RangeLayout};
 use rbtl_btl::{find_range, Access, Error, Result, MAX_RANGES};
 
 /// Bytes of the handle of a one-range registration.
 pub const REMOTE_KEY_LEN: usize = 40;
-/// Bytes each further range adds.
-const RANGE_BYTES: usize = 24;
+/// Where each range (start, length, remote key, and after range 0 a reserved `u32`)
+/// stands.
+const LAYOUT: RangeLayout = RangeLayout {
+    head: REMOTE_KEY_LEN,
+    first: 0,
+    stride: 24,
+};
 
 /// Bytes of the handle of `ranges` ranges.
 pub const fn remote_key_len(ranges: usize) -> usize {
-    REMOTE_KEY_LEN + RANGE_BYTES * (ranges - 1)
+    LAYOUT.handle_len(ranges)
 }
 
 /// One range of a registration, as peers see it.
@@ -46,41 +51,32 @@ pub struct RemoteKey {
     pub access: Access,
     /// The registration's key.
     pub key: u64,
-    ranges: [KeyRange; MAX_RANGES],
-    count: usize,
+    ranges: InlineRanges<KeyRange>,
 }
 
 impl RemoteKey {
     /// The key of `ranges` (1 to [`MAX_RANGES`]).
     pub fn new(access: Access, key: u64, ranges: &[KeyRange]) -> RemoteKey {
-        assert!((1..=MAX_RANGES).contains(&ranges.len()));
-        let mut r = [KeyRange::default(); MAX_RANGES];
-        r[..ranges.len()].copy_from_slice(ranges);
         RemoteKey {
             access,
             key,
-            ranges: r,
-            count: ranges.len(),
+            ranges: InlineRanges::new(ranges),
         }
     }
 
     /// The ranges.
     pub fn ranges(&self) -> &[KeyRange] {
-        &self.ranges[..self.count]
+        &self.ranges
     }
 
     /// Its bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut b = vec![0u8; remote_key_len(self.count)];
-        let r0 = self.ranges[0];
-        b[0..8].copy_from_slice(&r0.base.to_le_bytes());
-        b[8..16].copy_from_slice(&r0.len.to_le_bytes());
-        b[16..20].copy_from_slice(&r0.rkey.to_le_bytes());
+        let mut b = vec![0u8; remote_key_len(self.ranges.len())];
         b[20..24].copy_from_slice(&self.access.bits().to_le_bytes());
-        b[24..28].copy_from_slice(&(self.count as u32).to_le_bytes());
+        b[24..28].copy_from_slice(&(self.ranges.len() as u32).to_le_bytes());
         b[32..40].copy_from_slice(&self.key.to_le_bytes());
-        for (i, r) in self.ranges().iter().enumerate().skip(1) {
-            let at = REMOTE_KEY_LEN + RANGE_BYTES * (i - 1);
+        for (i, r) in self.ranges().iter().enumerate() {
+            let at = LAYOUT.range_at(i);
             b[at..at + 8].copy_from_slice(&r.base.to_le_bytes());
             b[at + 8..at + 16].copy_from_slice(&r.len.to_le_bytes());
             b[at + 16..at + 20].copy_from_slice(&r.rkey.to_le_bytes());
@@ -107,28 +103,21 @@ impl RemoteKey {
         if u32_at(b, 28) != 0 {
             return Err(malformed);
         }
-        let mut ranges = [KeyRange::default(); MAX_RANGES];
-        ranges[0] = KeyRange {
-            base: u64_at(b, 0),
-            len: u64_at(b, 8),
-            rkey: u32_at(b, 16),
-        };
-        for (i, r) in ranges.iter_mut().enumerate().take(count).skip(1) {
-            let at = REMOTE_KEY_LEN + RANGE_BYTES * (i - 1);
-            if u32_at(b, at + 20) != 0 {
-                return Err(malformed);
-            }
-            *r = KeyRange {
+        if (1..count).any(|i| u32_at(b, LAYOUT.range_at(i) + 20) != 0) {
+            return Err(malformed);
+        }
+        let ranges = InlineRanges::from_fn(count, |i| {
+            let at = LAYOUT.range_at(i);
+            KeyRange {
                 base: u64_at(b, at),
                 len: u64_at(b, at + 8),
                 rkey: u32_at(b, at + 16),
-            };
-        }
+            }
+        });
         Ok(RemoteKey {
             access,
             key: u64_at(b, 32),
             ranges,
-            count,
         })
     }
 

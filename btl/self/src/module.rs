@@ -11,8 +11,8 @@ use rbtl_btl::transport_kit::{admit_send, complete_send, AmTable};
 use rbtl_btl::{
     ActiveMessage, AmCallback, Attributes, Descriptor, DescriptorRequest, Endpoint, Error,
     ErrorCallback, MemHandle, Modex, Module, ModuleId, Proc, RdmaCallback, RdmaCompletion,
-    Received, RegRequest, RemoteAtomic, RemoteHandle, Result, SendError, SendOutcome, SendiOutcome,
-    Tag, Transfer, MAX_SEGMENTS,
+    Received, RegRequest, RemoteAtomic, RemoteHandle, Result, SendOutcome, SendResult,
+    SendiOutcome, Tag, Transfer, MAX_SEGMENTS,
 };
 use rbtl_rcache::Access;
 use std::collections::VecDeque;
@@ -266,12 +266,7 @@ impl Module for SelfModule {
         self.frags.free(descriptor)
     }
 
-    fn send(
-        &mut self,
-        endpoint: Endpoint,
-        descriptor: Descriptor,
-        tag: Tag,
-    ) -> Result<SendOutcome, SendError> {
+    fn send(&mut self, endpoint: Endpoint, descriptor: Descriptor, tag: Tag) -> SendResult {
         let (descriptor, ()) = admit_send(descriptor, self.id, |_| {
             self.check_endpoint(endpoint)?;
             self.check_tag(tag)
@@ -281,13 +276,7 @@ impl Module for SelfModule {
     }
 
     fn sendi(&mut self, m: &ActiveMessage<'_>) -> Result<SendiOutcome> {
-        let &ActiveMessage {
-            endpoint,
-            tag,
-            header,
-            payload,
-            ..
-        } = m;
+        let &ActiveMessage { endpoint, tag, .. } = m;
         self.check_endpoint(endpoint)?;
         self.check_tag(tag)?;
         let size = m.len();
@@ -303,7 +292,7 @@ impl Module for SelfModule {
             });
             return Ok(SendiOutcome::Sent);
         }
-        let des = self.prepare_src(&m.descriptor_request(), &[header, payload])?;
+        let des = m.prepare_descriptor(self)?;
         if size > self.attrs.eager_limit || des.len() < size {
             if des.len() < size {
                 self.frags.recycle(des);

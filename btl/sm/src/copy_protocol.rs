@@ -23,11 +23,11 @@ use super::ring::Producer;
 use super::wire::{self, Message};
 use rbtl_btl::transport_kit::keytable::KeyTableView;
 use rbtl_btl::transport_kit::Answers;
-use rbtl_btl::transport_kit::Done;
+use rbtl_btl::transport_kit::{Done, RdmaOp};
 use rbtl_btl::transport_kit::{GET_REMOTE, PUT_REMOTE};
 use rbtl_btl::{
-    AtomicRequest, AtomicWidth, Endpoint, Error, ModuleId, RdmaCallback, RdmaCompletion,
-    RemoteAtomic, RemoteHandle, Result, Transfer,
+    AtomicRequest, AtomicWidth, Endpoint, Error, ModuleId, RdmaCallback, RemoteAtomic,
+    RemoteHandle, Result, Transfer,
 };
 use rbtl_rcache::Access;
 use std::collections::{HashMap, VecDeque};
@@ -95,13 +95,7 @@ enum Pending {
 }
 
 /// One of our operations, awaiting the target's reply.
-struct Op {
-    endpoint: Endpoint,
-    local: usize,
-    size: usize,
-    what: Pending,
-    callback: RdmaCallback,
-}
+type Op = RdmaOp<Pending>;
 
 /// Put, get and atomics as messages through the rings (see the module's
 /// documentation): the initiator's and the target's side.
@@ -177,13 +171,8 @@ impl CopyProtocol {
 
     fn complete_op(&mut self, req: u64, status: Result<()>, done: &mut VecDeque<Done>) {
         if let Some(op) = self.ops.remove(&req) {
-            let completion = RdmaCompletion {
-                endpoint: op.endpoint,
-                local_address: op.local,
-                size: op.size,
-                status,
-            };
-            done.push_back(Done::Rdma(op.callback, completion));
+            let (callback, completion) = op.completion(status);
+            done.push_back(Done::Rdma(callback, completion));
         }
     }
 

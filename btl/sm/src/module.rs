@@ -19,12 +19,12 @@ use rbtl_btl::transport_kit::send_frags::SendFrags;
 use rbtl_btl::transport_kit::ExpectedSlot;
 use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::transport_kit::{admit_send, AmTable};
-use rbtl_btl::transport_kit::{complete_send, Done};
+use rbtl_btl::transport_kit::{run_done, Done};
 use rbtl_btl::{
     ActiveMessage, AmCallback, Attributes, BtlFlags, Descriptor, DescriptorRequest, Endpoint,
     Error, ErrorCallback, ErrorEvent, MemHandle, Modex, Module, ModuleId, PeerFailure, Proc,
     RdmaCallback, RdmaCompletion, RdmaFlags, Received, RegRequest, RemoteAtomic, RemoteHandle,
-    Result, SendError, SendOutcome, SendiOutcome, SharedMem, Tag, Transfer, MAX_SEGMENTS,
+    Result, SendOutcome, SendResult, SendiOutcome, SharedMem, Tag, Transfer, MAX_SEGMENTS,
 };
 use rbtl_rcache::Access;
 use std::collections::VecDeque;
@@ -599,23 +599,12 @@ impl SmModule {
 
     #[inline(never)]
     fn run_done(&mut self) -> usize {
-        let n = self.done.len();
-        for _ in 0..n {
-            match self.done.pop_front() {
-                Some(Done::Send {
-                    callback,
-                    endpoint,
-                    descriptor,
-                    status,
-                }) => complete_send(self, callback, endpoint, descriptor, status, |m, d| {
-                    m.frags.recycle(d)
-                }),
-                Some(Done::Rdma(cb, done)) => cb(self, done),
-                Some(Done::Error(event)) => self.deliver_error(&event),
-                None => break,
-            }
-        }
-        n
+        run_done(
+            self,
+            |m| &mut m.done,
+            |m, d| m.frags.recycle(d),
+            |m, event| m.deliver_error(event),
+        )
     }
 }
 
@@ -726,12 +715,7 @@ impl Module for SmModule {
         self.frags.free(descriptor)
     }
 
-    fn send(
-        &mut self,
-        endpoint: Endpoint,
-        descriptor: Descriptor,
-        tag: Tag,
-    ) -> Result<SendOutcome, SendError> {
+    fn send(&mut self, endpoint: Endpoint, descriptor: Descriptor, tag: Tag) -> SendResult {
         let (descriptor, ()) = admit_send(descriptor, self.id, |_| {
             self.peer(endpoint)?;
             rbtl_btl::transport_kit::check_not_reserved(tag)

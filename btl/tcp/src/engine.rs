@@ -24,7 +24,7 @@ use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::{
     ActiveMessage, Attributes, Descriptor, DescriptorRequest, Endpoint, Error, ErrorEvent,
     MemHandle, Modex, ModuleId, PeerFailure, Proc, RdmaCallback, RegRequest, RemoteAtomic, Result,
-    SendError, SendOutcome, Tag, Transfer,
+    SendError, SendOutcome, SendResult, Tag, Transfer,
 };
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -240,12 +240,7 @@ impl Engine {
     /// Send `descriptor` to `ep` on `tag`.
     // (The contract's own result: a failed send hands its descriptor back.)
     #[allow(clippy::result_large_err)]
-    pub fn send(
-        &mut self,
-        ep: Endpoint,
-        descriptor: Descriptor,
-        tag: Tag,
-    ) -> Result<SendOutcome, SendError> {
+    pub fn send(&mut self, ep: Endpoint, descriptor: Descriptor, tag: Tag) -> SendResult {
         let (descriptor, p) = rbtl_btl::transport_kit::admit_send(descriptor, self.id, |_| {
             rbtl_btl::transport_kit::check_not_reserved(tag)?;
             self.net.live_peer(ep)

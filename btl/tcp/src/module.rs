@@ -9,12 +9,12 @@ use crate::reader::{Delivery, Message, Reader};
 use crate::sockets::LinkBytes;
 use crate::{Refused, Settings, NAME};
 use rbtl_btl::transport_kit::FlushWatch;
-use rbtl_btl::transport_kit::{complete_send, Done};
+use rbtl_btl::transport_kit::{run_done, Done};
 use rbtl_btl::transport_kit::{AmTable, ExpectedSlot};
 use rbtl_btl::{
     ActiveMessage, AmCallback, Attributes, Descriptor, DescriptorRequest, Endpoint, Error,
     ErrorCallback, MemHandle, Modex, Module, ModuleId, Proc, RdmaCallback, Received, RegRequest,
-    RemoteAtomic, Result, SendError, SendOutcome, SendiOutcome, Tag, Transfer,
+    RemoteAtomic, Result, SendResult, SendiOutcome, Tag, Transfer,
 };
 use std::time::{Duration, Instant};
 
@@ -106,26 +106,15 @@ impl TcpModule {
 
     /// Run the callbacks of what is done; how many.
     fn run_done(&mut self) -> usize {
-        let n = self.engine.done.len();
-        for _ in 0..n {
-            match self.engine.done.pop_front() {
-                Some(Done::Send {
-                    callback,
-                    endpoint,
-                    descriptor,
-                    status,
-                }) => complete_send(self, callback, endpoint, descriptor, status, |m, d| {
-                    m.engine.recycle(d)
-                }),
-                Some(Done::Rdma(cb, done)) => cb(self, done),
-                Some(Done::Error(event)) => match &mut self.error_cb {
-                    Some(cb) => cb(&event),
-                    None => tracing::error!(?event, "tcp"),
-                },
-                None => break,
-            }
-        }
-        n
+        run_done(
+            self,
+            |m| &mut m.engine.done,
+            |m, d| m.engine.recycle(d),
+            |m, event| match &mut m.error_cb {
+                Some(cb) => cb(event),
+                None => tracing::error!(?event, "tcp"),
+            },
+        )
     }
 
     /// Read the links and deliver what they bring; the events handled, and whether
@@ -193,12 +182,7 @@ impl Module for TcpModule {
         self.engine.free(descriptor)
     }
 
-    fn send(
-        &mut self,
-        endpoint: Endpoint,
-        descriptor: Descriptor,
-        tag: Tag,
-    ) -> Result<SendOutcome, SendError> {
+    fn send(&mut self, endpoint: Endpoint, descriptor: Descriptor, tag: Tag) -> SendResult {
         self.engine.send(endpoint, descriptor, tag)
     }
 

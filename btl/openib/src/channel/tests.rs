@@ -29,14 +29,6 @@ fn closed_by_channel(s: &mut TcpStream) -> bool {
 
 type Heard = (Vec<(u32, Vec<u8>)>, Ended);
 
-/// The ranks of `closed`, each checked to have ended as a process does.
-fn ended(closed: &[(u32, ChannelError)]) -> Vec<u32> {
-    for (_, why) in closed {
-        assert!(matches!(why, ChannelError::Closed), "{why}");
-    }
-    closed.iter().map(|c| c.0).collect()
-}
-
 /// What the channel reads from its connections until `done` holds (or 5 s pass).
 fn read_until(c: &mut Channel, mut done: impl FnMut(&Heard) -> bool) -> Heard {
     let mut heard: Heard = (Vec::new(), Vec::new());
@@ -50,6 +42,16 @@ fn read_until(c: &mut Channel, mut done: impl FnMut(&Heard) -> bool) -> Heard {
         std::thread::sleep(Duration::from_millis(10));
     }
     heard
+}
+
+/// The ranks of the first connections the channel reports closed, each checked to
+/// have ended as a process does.
+fn read_ended(c: &mut Channel) -> Vec<u32> {
+    let (_, closed) = read_until(c, |h| !h.1.is_empty());
+    for (_, why) in &closed {
+        assert!(matches!(why, ChannelError::Closed), "{why}");
+    }
+    closed.iter().map(|c| c.0).collect()
 }
 
 proptest::proptest! {
@@ -133,8 +135,7 @@ fn a_member_is_heard_and_its_close_reports_its_rank() {
     let (got, _) = read_until(&mut c, |h| !h.0.is_empty());
     assert_eq!(got, vec![(3, vec![1, 2])]);
     drop(s);
-    let (_, closed) = read_until(&mut c, |h| !h.1.is_empty());
-    assert_eq!(ended(&closed), vec![3]);
+    assert_eq!(read_ended(&mut c), vec![3]);
 }
 
 #[test]
@@ -172,8 +173,7 @@ fn two_channels_exchange_messages_through_their_blobs() {
     let want: Vec<(u32, Vec<u8>)> = (0..3u8).map(|i| (0, vec![i; 40])).collect();
     assert_eq!(got, want);
     drop(a);
-    let (_, closed) = read_until(&mut b, |h| !h.1.is_empty());
-    assert_eq!(ended(&closed), vec![0]);
+    assert_eq!(read_ended(&mut b), vec![0]);
 }
 
 /// A process that only ever heard from us ends: the connection we opened to it
@@ -189,8 +189,7 @@ fn the_end_of_a_peer_that_never_wrote_is_seen_on_our_connection() {
     let (got, closed) = a.poll();
     assert!(got.is_empty() && closed.is_empty(), "alive and silent");
     drop(b);
-    let (_, closed) = read_until(&mut a, |h| !h.1.is_empty());
-    assert_eq!(ended(&closed), vec![1]);
+    assert_eq!(read_ended(&mut a), vec![1]);
     // Refused: at once, or on a later poll.
     let e = match a.send(1, 0, &[8]) {
         Err(e) => e,

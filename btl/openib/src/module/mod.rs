@@ -26,8 +26,7 @@ use rbtl_btl::transport_kit::ExpectedSlot;
 use rbtl_btl::{
     ActiveMessage, AmCallback, AtomicKind, AtomicWidth, Attributes, Descriptor, DescriptorRequest,
     Endpoint, Error, ErrorCallback, MemHandle, Modex, Module, ModuleId, Proc, RdmaCallback,
-    RegRequest, RemoteAtomic, RemoteHandle, Result, SendError, SendOutcome, SendiOutcome, Tag,
-    Transfer,
+    RegRequest, RemoteAtomic, RemoteHandle, Result, SendResult, SendiOutcome, Tag, Transfer,
 };
 use rbtl_cpc::select::Offer;
 use rbtl_cpc::CpcModule;
@@ -172,12 +171,7 @@ impl Module for OpenibModule {
         Ok(())
     }
 
-    fn send(
-        &mut self,
-        endpoint: Endpoint,
-        descriptor: Descriptor,
-        tag: Tag,
-    ) -> Result<SendOutcome, SendError> {
+    fn send(&mut self, endpoint: Endpoint, descriptor: Descriptor, tag: Tag) -> SendResult {
         self.send_descriptor(endpoint, descriptor, tag)
     }
 

@@ -9,8 +9,8 @@ use crate::peer::{Link, Waiting};
 use crate::wire::{self, Trailer, CREDIT_ONLY, FRAG_EXTRA, TRAILER};
 use rbtl_btl::transport_kit::admit_send;
 use rbtl_btl::{
-    copy_bytes, ActiveMessage, Descriptor, DescriptorRequest, Endpoint, Error, Module, PeerFailure,
-    Result, SendError, SendOutcome, SendiOutcome, Tag, MAX_SEGMENTS,
+    copy_bytes, ActiveMessage, Descriptor, DescriptorRequest, Endpoint, Error, PeerFailure, Result,
+    SendError, SendOutcome, SendResult, SendiOutcome, Tag, MAX_SEGMENTS,
 };
 use rbtl_verbs::{Op, Sge};
 use std::mem::MaybeUninit;
@@ -50,7 +50,7 @@ impl OpenibModule {
         endpoint: Endpoint,
         descriptor: Descriptor,
         tag: Tag,
-    ) -> Result<SendOutcome, SendError> {
+    ) -> SendResult {
         let max = self.core.attrs.max_send_size;
         let (descriptor, ()) = admit_send(descriptor, self.core.id, |descriptor| {
             rbtl_btl::transport_kit::check_not_reserved(tag)?;
@@ -106,7 +106,7 @@ impl OpenibModule {
             && size + TRAILER <= inline_max
             && peer.credits.take();
         if !now {
-            let des = self.prepare_src(&m.descriptor_request(), &[header, payload])?;
+            let des = m.prepare_descriptor(self)?;
             return Ok(SendiOutcome::Descriptor(des));
         }
         let (credits, rsv) = peer.credits.piggyback();

@@ -13,7 +13,7 @@
 use crate::link::{self, GetReply, Head, Item};
 use crate::wire::{Encoder, Kind};
 use rbtl_btl::transport_kit::keytable::{HandleFields, KeyTableView, HANDLE_SIZE};
-use rbtl_btl::transport_kit::Answers;
+use rbtl_btl::transport_kit::{Answers, RdmaOp};
 use rbtl_btl::{
     check_range, AtomicRequest, AtomicWidth, Endpoint, Error, ModuleId, RdmaCallback,
     RdmaCompletion, RemoteHandle, Result,
@@ -41,11 +41,7 @@ pub enum Pending {
 }
 
 struct Op {
-    endpoint: Endpoint,
-    local: usize,
-    size: usize,
-    what: Pending,
-    callback: RdmaCallback,
+    rdma: RdmaOp<Pending>,
     chunks_left: usize,
     status: Result<()>,
 }
@@ -77,11 +73,13 @@ impl Ops {
     ) -> u64 {
         self.next += 1;
         let op = Op {
-            endpoint,
-            local,
-            size,
-            what,
-            callback,
+            rdma: RdmaOp {
+                endpoint,
+                local,
+                size,
+                what,
+                callback,
+            },
             chunks_left: chunks,
             status: Ok(()),
         };
@@ -97,7 +95,7 @@ impl Ops {
     /// Take request `req` out of the operations in flight.
     fn remove(&mut self, req: u64) -> Option<Op> {
         let op = self.ops.remove(&req)?;
-        if let Some(n) = self.per_peer.get_mut(op.endpoint.0 as usize) {
+        if let Some(n) = self.per_peer.get_mut(op.rdma.endpoint.0 as usize) {
             *n -= 1;
         }
         Some(op)
@@ -107,8 +105,8 @@ impl Ops {
     pub fn pending(&self, req: u64, endpoint: Endpoint) -> Option<Pending> {
         self.ops
             .get(&req)
-            .filter(|op| op.endpoint == endpoint)
-            .map(|op| op.what)
+            .filter(|op| op.rdma.endpoint == endpoint)
+            .map(|op| op.rdma.what)
     }
 
     /// Where `len` bytes at `offset` of get `req` from `endpoint` go; `None` if no such
@@ -120,12 +118,15 @@ impl Ops {
         offset: u64,
         len: usize,
     ) -> Option<usize> {
-        let op = self.ops.get(&req).filter(|op| op.endpoint == endpoint)?;
-        let Pending::Get { local } = op.what else {
+        let op = self
+            .ops
+            .get(&req)
+            .filter(|op| op.rdma.endpoint == endpoint)?;
+        let Pending::Get { local } = op.rdma.what else {
             return None;
         };
         let end = offset.checked_add(len as u64)?;
-        (end <= op.size as u64).then(|| local + offset as usize)
+        (end <= op.rdma.size as u64).then(|| local + offset as usize)
     }
 
     /// A chunk of `req` is over with `status`: the completion once every chunk is.
@@ -149,7 +150,7 @@ impl Ops {
         let reqs: Vec<u64> = self
             .ops
             .iter()
-            .filter(|(_, op)| op.endpoint == endpoint)
+            .filter(|(_, op)| op.rdma.endpoint == endpoint)
             .map(|(r, _)| *r)
             .collect();
         let mut out = Vec::with_capacity(reqs.len());
@@ -183,13 +184,7 @@ impl Ops {
 }
 
 fn done(op: Op) -> Completion {
-    let completion = RdmaCompletion {
-        endpoint: op.endpoint,
-        local_address: op.local,
-        size: op.size,
-        status: op.status,
-    };
-    (op.callback, completion)
+    op.rdma.completion(op.status)
 }
 
 /// Smallest share of a transfer that goes to a link of its own.
