@@ -1,7 +1,7 @@
 //! Info objects: keys and values a program passes as hints (`MPI_Info_*`).
 
 use crate::comm::api::{read_str, write_name};
-use crate::entry::call;
+use crate::entry::{call, query_binding};
 use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::state::{Info, Mpi};
@@ -125,15 +125,8 @@ pub unsafe extern "C" fn PMPI_Info_delete(info: Handle, key: *const c_char) -> c
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Info_get_nkeys(info: Handle, nkeys: *mut c_int) -> c_int {
-    call("MPI_Info_get_nkeys", Object::None, |mpi| {
-        let n = mpi.info(info)?.len();
-        // SAFETY: null or writable.
-        unsafe { put(nkeys, n as c_int) };
-        Ok(())
-    })
-}
+query_binding!(PMPI_Info_get_nkeys, info, Object::None, |mpi|
+    => nkeys: c_int = mpi.info(info)?.len() as c_int);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_get_nthkey(info: Handle, n: c_int, key: *mut c_char) -> c_int {

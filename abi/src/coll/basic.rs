@@ -197,34 +197,7 @@ pub fn gatherv(
     recvs: &[(Loc, usize)],
     root: u32,
 ) {
-    let r = s.round();
-    if m.rank != root {
-        let (from, len) = send.expect("a non-root member sends");
-        r.xfers.push(Xfer::Send {
-            from,
-            len,
-            to: m.job(root),
-        });
-        return;
-    }
-    for (i, &(into, len)) in recvs.iter().enumerate() {
-        let i = i as u32;
-        if i == root {
-            if let Some((from, n)) = send {
-                r.then.push(Local::Copy {
-                    from,
-                    to: into,
-                    len: n.min(len),
-                });
-            }
-        } else {
-            r.xfers.push(Xfer::Recv {
-                into,
-                len,
-                from: m.job(i),
-            });
-        }
-    }
+    rooted(s, m, send, recvs, root, true);
 }
 
 /// Scatter: `sends[rank]` at `root` lands in each member's `recv` (one round; the
@@ -236,31 +209,53 @@ pub fn scatterv(
     recv: Option<(Loc, usize)>,
     root: u32,
 ) {
-    let r = s.round();
-    if m.rank != root {
-        let (into, len) = recv.expect("a non-root member receives");
-        r.xfers.push(Xfer::Recv {
-            into,
-            len,
-            from: m.job(root),
-        });
-        return;
-    }
-    for (i, &(from, len)) in sends.iter().enumerate() {
-        let i = i as u32;
-        if i == root {
-            if let Some((into, n)) = recv {
-                r.then.push(Local::Copy {
-                    from,
-                    to: into,
-                    len: n.min(len),
-                });
+    rooted(s, m, recv, sends, root, false);
+}
+
+/// One round between `root` and every member: each member's `own` block and the
+/// root's `blocks[rank]`, moved to the root (`to_root`: a gather) or from it (a
+/// scatter); the root's own block is copied, or left as it is when `own` is `None`.
+fn rooted(
+    s: &mut Schedule,
+    m: &Members,
+    own: Option<(Loc, usize)>,
+    blocks: &[(Loc, usize)],
+    root: u32,
+    to_root: bool,
+) {
+    // A transfer of `len` bytes at `at` with member `peer`, sent or received.
+    let xfer = |at: Loc, len: usize, peer: u32, send: bool| {
+        let peer = m.job(peer);
+        if send {
+            Xfer::Send {
+                from: at,
+                len,
+                to: peer,
             }
         } else {
-            r.xfers.push(Xfer::Send {
-                from,
+            Xfer::Recv {
+                into: at,
                 len,
-                to: m.job(i),
+                from: peer,
+            }
+        }
+    };
+    let r = s.round();
+    if m.rank != root {
+        let (at, len) = own.expect("a non-root member sends or receives");
+        r.xfers.push(xfer(at, len, root, to_root));
+        return;
+    }
+    for (i, &(block, len)) in blocks.iter().enumerate() {
+        let i = i as u32;
+        if i != root {
+            r.xfers.push(xfer(block, len, i, !to_root));
+        } else if let Some((at, n)) = own {
+            let (from, to) = if to_root { (at, block) } else { (block, at) };
+            r.then.push(Local::Copy {
+                from,
+                to,
+                len: n.min(len),
             });
         }
     }

@@ -115,6 +115,17 @@ impl Mpi {
         Ok((s, m, o, n))
     }
 
+    /// How `op` combines `count` elements of `ty` (checked by the caller): the type
+    /// borrowed, not copied (as in `build_bcast`).
+    fn combine(&self, op: crate::op::Op, ty: Handle, count: usize) -> Result<Combine<'_>> {
+        Ok(Combine {
+            op,
+            ty: self.dtype(ty)?,
+            handle: ty,
+            count,
+        })
+    }
+
     /// Whether the `size` members of a communicator (`job` gives a member's rank in the
     /// job) all run on one node, as every one of them sees it.
     pub fn one_node(&self, size: u32, job: impl Fn(u32) -> u32) -> bool {
@@ -193,8 +204,8 @@ impl Mpi {
         comm: Handle,
     ) -> Result<Box<Schedule>> {
         let (mut s, m, o, n) = self.start_reduction(count, ty, op, comm)?;
-        // Borrowed, not copied (as in `build_bcast`).
-        let t = self.dtype(ty)?;
+        let c = self.combine(o, ty, n)?;
+        let t = c.ty;
         let root = check_root(root, &m)?;
         let is_root = m.rank == root;
         let input = if is_root {
@@ -204,12 +215,6 @@ impl Mpi {
         };
         // SAFETY: the caller's contract.
         let (acc, len) = unsafe { args::input_copy(&mut s, input, n, t) }?;
-        let c = Combine {
-            op: o,
-            ty: t,
-            handle: ty,
-            count: n,
-        };
         reduce::reduce(&mut s, &m, &c, acc, root);
         if is_root {
             // SAFETY: the caller's contract.
@@ -239,8 +244,8 @@ impl Mpi {
         comm: Handle,
     ) -> Result<Box<Schedule>> {
         let (mut s, m, o, n) = self.start_reduction(count, ty, op, comm)?;
-        // Borrowed, not copied (as in `build_bcast`).
-        let t = self.dtype(ty)?;
+        let c = self.combine(o, ty, n)?;
+        let t = c.ty;
         // SAFETY: the caller's contract.
         let (input, acc, unpack) = unsafe {
             if in_place(sendbuf) {
@@ -251,12 +256,6 @@ impl Mpi {
                 let (acc, _, unpack) = args::output(&mut s, recvbuf, n, t)?;
                 (input, acc, unpack)
             }
-        };
-        let c = Combine {
-            op: o,
-            ty: t,
-            handle: ty,
-            count: n,
         };
         let at = self.placement(m.size, |v| m.job(v));
         reduce::allreduce(&mut s, &m, &c, (input, acc), at);
@@ -279,8 +278,8 @@ impl Mpi {
         exclusive: bool,
     ) -> Result<Box<Schedule>> {
         let (mut s, m, o, n) = self.start_reduction(count, ty, op, comm)?;
-        // Borrowed, not copied (as in `build_bcast`).
-        let t = self.dtype(ty)?;
+        let c = self.combine(o, ty, n)?;
+        let t = c.ty;
         // SAFETY: the caller's contract.
         let (mine, out, unpack) = unsafe {
             // The input is read before the output is written (a copy in the first
@@ -288,12 +287,6 @@ impl Mpi {
             let (mine, _) = args::input_copy(&mut s, reduction_input(sendbuf, recvbuf), n, t)?;
             let (out, _, unpack) = args::output(&mut s, recvbuf, n, t)?;
             (mine, out, unpack)
-        };
-        let c = Combine {
-            op: o,
-            ty: t,
-            handle: ty,
-            count: n,
         };
         reduce::scan(&mut s, &m, &c, mine, out, exclusive);
         // The exclusive scan leaves rank 0's output as it was.
@@ -320,19 +313,13 @@ impl Mpi {
     ) -> Result<Box<Schedule>> {
         let o = self.reduction(op, ty)?;
         let (mut s, m) = self.collective(comm)?;
-        // Borrowed, not copied (as in `build_bcast`).
-        let t = self.dtype(ty)?;
         let total: usize = counts.iter().sum();
+        let c = self.combine(o, ty, total)?;
+        let t = c.ty;
         let mine = counts.get(m.rank as usize).copied().unwrap_or(0);
         let input = reduction_input(sendbuf, recvbuf);
         // SAFETY: the caller's contract.
         let (acc, _) = unsafe { args::input_copy(&mut s, input, total, t) }?;
-        let c = Combine {
-            op: o,
-            ty: t,
-            handle: ty,
-            count: total,
-        };
         reduce::reduce(&mut s, &m, &c, acc, 0);
         let mut blocks = Vec::with_capacity(counts.len());
         let mut off = 0;

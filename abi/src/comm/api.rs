@@ -3,7 +3,7 @@
 
 use super::attr;
 use super::group::compare;
-use crate::entry::{call, call_in_steps};
+use crate::entry::{call, call_in_steps, make_from_function, query_binding};
 use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
@@ -71,25 +71,10 @@ unsafe fn hand_out(h: Result<Handle>, out: *mut Handle) -> Result<()> {
     Ok(())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Comm_rank(comm: Handle, rank: *mut c_int) -> c_int {
-    call("MPI_Comm_rank", Object::Comm(comm), |mpi| {
-        let r = mpi.comm(comm)?.rank;
-        // SAFETY: null or writable.
-        unsafe { put(rank, r as c_int) };
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Comm_size(comm: Handle, size: *mut c_int) -> c_int {
-    call("MPI_Comm_size", Object::Comm(comm), |mpi| {
-        let n = mpi.comm(comm)?.size();
-        // SAFETY: null or writable.
-        unsafe { put(size, n as c_int) };
-        Ok(())
-    })
-}
+query_binding!(PMPI_Comm_rank, comm, Object::Comm(comm), |mpi|
+    => rank: c_int = mpi.comm(comm)?.rank as c_int);
+query_binding!(PMPI_Comm_size, comm, Object::Comm(comm), |mpi|
+    => size: c_int = mpi.comm(comm)?.size() as c_int);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_remote_size(comm: Handle, size: *mut c_int) -> c_int {
@@ -103,15 +88,8 @@ pub unsafe extern "C" fn PMPI_Comm_remote_size(comm: Handle, size: *mut c_int) -
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Comm_test_inter(comm: Handle, flag: *mut c_int) -> c_int {
-    call("MPI_Comm_test_inter", Object::Comm(comm), |mpi| {
-        let inter = mpi.comm(comm)?.remote.is_some();
-        // SAFETY: null or writable.
-        unsafe { put(flag, c_int::from(inter)) };
-        Ok(())
-    })
-}
+query_binding!(PMPI_Comm_test_inter, comm, Object::Comm(comm), |mpi|
+    => flag: c_int = c_int::from(mpi.comm(comm)?.remote.is_some()));
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_int {
@@ -145,59 +123,37 @@ fn dup_with_attrs(comm: Handle) -> Result<Handle> {
     Ok(h)
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Comm_split(
-    comm: Handle,
-    color: c_int,
-    key: c_int,
-    newcomm: *mut Handle,
-) -> c_int {
-    // SAFETY: the binding's contract.
-    call("MPI_Comm_split", Object::Comm(comm), |mpi| unsafe {
-        hand_out(mpi.comm_split(comm, color, key), newcomm)
-    })
+/// A binding that makes a communicator from `$comm` (whose handler reports its
+/// errors) as `$make` says (given `mpi`), its handle written to `$newcomm`.
+macro_rules! comm_maker {
+    ($name:ident, $comm:ident, ($($arg:ident: $ty:ty),*), $newcomm:ident, |$mpi:ident| $make:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            $comm: Handle,
+            $($arg: $ty,)*
+            $newcomm: *mut Handle,
+        ) -> c_int {
+            call(&stringify!($name)[1..], Object::Comm($comm), |$mpi| {
+                let made = $make;
+                // SAFETY: the binding's contract.
+                unsafe { hand_out(made, $newcomm) }
+            })
+        }
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Comm_split_type(
-    comm: Handle,
-    split_type: c_int,
-    key: c_int,
-    _info: Handle,
-    newcomm: *mut Handle,
-) -> c_int {
-    // SAFETY: the binding's contract.
-    call("MPI_Comm_split_type", Object::Comm(comm), |mpi| unsafe {
-        hand_out(mpi.comm_split_type(comm, split_type, key), newcomm)
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Comm_create(
-    comm: Handle,
-    group: Handle,
-    newcomm: *mut Handle,
-) -> c_int {
-    call("MPI_Comm_create", Object::Comm(comm), |mpi| {
-        let g = mpi.group(group)?;
-        // SAFETY: the binding's contract.
-        unsafe { hand_out(mpi.comm_create(comm, g), newcomm) }
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Comm_create_group(
-    comm: Handle,
-    group: Handle,
-    tag: c_int,
-    newcomm: *mut Handle,
-) -> c_int {
-    call("MPI_Comm_create_group", Object::Comm(comm), |mpi| {
-        let g = mpi.group(group)?;
-        // SAFETY: the binding's contract.
-        unsafe { hand_out(mpi.comm_create_group(comm, g, tag), newcomm) }
-    })
-}
+comm_maker!(PMPI_Comm_split, comm, (color: c_int, key: c_int), newcomm,
+    |mpi| mpi.comm_split(comm, color, key));
+comm_maker!(PMPI_Comm_split_type, comm, (split_type: c_int, key: c_int, _info: Handle), newcomm,
+    |mpi| mpi.comm_split_type(comm, split_type, key));
+comm_maker!(PMPI_Comm_create, comm, (group: Handle), newcomm, |mpi| {
+    let g = mpi.group(group)?;
+    mpi.comm_create(comm, g)
+});
+comm_maker!(PMPI_Comm_create_group, comm, (group: Handle, tag: c_int), newcomm, |mpi| {
+    let g = mpi.group(group)?;
+    mpi.comm_create_group(comm, g, tag)
+});
 
 impl Mpi {
     /// Whether `h` is a communicator the program may free.
@@ -293,28 +249,45 @@ pub unsafe extern "C" fn PMPI_Comm_compare(
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Comm_set_name(comm: Handle, comm_name: *const c_char) -> c_int {
-    call("MPI_Comm_set_name", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract: a NUL-ended string.
-        let name = unsafe { read_object_name(comm_name) }?;
-        mpi.comm_mut(comm)?.name = name;
-        Ok(())
-    })
-}
+/// The bindings `$set` and `$get` of the name of an object that `$object` names
+/// (as `MPI_Comm_set_name` and `MPI_Comm_get_name`), found by `mpi.$find` and
+/// `mpi.$find_mut`.
+macro_rules! object_name_bindings {
+    ($set:ident, $get:ident, $object:path, $find:ident, $find_mut:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $set(object: Handle, name: *const c_char) -> c_int {
+            $crate::entry::call(&stringify!($set)[1..], $object(object), |mpi| {
+                // SAFETY: the binding's contract: a NUL-ended string.
+                let name = unsafe { $crate::comm::api::read_object_name(name) }?;
+                mpi.$find_mut(object)?.name = name;
+                Ok(())
+            })
+        }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Comm_get_name(
-    comm: Handle,
-    comm_name: *mut c_char,
-    resultlen: *mut c_int,
-) -> c_int {
-    call("MPI_Comm_get_name", Object::Comm(comm), |mpi| {
-        let name = mpi.comm(comm)?.name.clone();
-        // SAFETY: the binding's contract: room for MPI_MAX_OBJECT_NAME bytes.
-        unsafe { write_name(&name, comm_name, resultlen, MPI_MAX_OBJECT_NAME as usize) }
-    })
+        #[no_mangle]
+        pub unsafe extern "C" fn $get(
+            object: Handle,
+            name: *mut c_char,
+            resultlen: *mut c_int,
+        ) -> c_int {
+            $crate::entry::call(&stringify!($get)[1..], $object(object), |mpi| {
+                let own = mpi.$find(object)?.name.clone();
+                let max = MPI_MAX_OBJECT_NAME as usize;
+                // SAFETY: the binding's contract: room for MPI_MAX_OBJECT_NAME bytes.
+                unsafe { $crate::comm::api::write_name(&own, name, resultlen, max) }
+            })
+        }
+    };
 }
+pub(crate) use object_name_bindings;
+
+object_name_bindings!(
+    PMPI_Comm_set_name,
+    PMPI_Comm_get_name,
+    Object::Comm,
+    comm,
+    comm_mut
+);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_get_parent(parent: *mut Handle) -> c_int {
@@ -355,17 +328,12 @@ pub unsafe fn create_errhandler(
     out: *mut Handle,
     kind: Kind,
 ) -> c_int {
-    call(name, Object::None, |mpi| {
-        non_null(function, MPI_ERR_ARG, "function")?;
-        non_null(out, MPI_ERR_ARG, "handler")?;
-        let h = mpi.errhandlers.insert(Errhandler {
-            kind,
-            function: function as usize,
-        })?;
-        // SAFETY: checked not null.
-        unsafe { out.write(h) };
-        Ok(())
-    })
+    // SAFETY: the caller's contract.
+    unsafe {
+        make_from_function(name, function, (out, "handler"), |mpi, function| {
+            mpi.errhandlers.insert(Errhandler { kind, function })
+        })
+    }
 }
 
 #[no_mangle]
@@ -393,15 +361,8 @@ pub unsafe extern "C" fn PMPI_Comm_set_errhandler(comm: Handle, errhandler: Hand
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Comm_get_errhandler(comm: Handle, errhandler: *mut Handle) -> c_int {
-    call("MPI_Comm_get_errhandler", Object::Comm(comm), |mpi| {
-        let h = mpi.comm(comm)?.errhandler;
-        // SAFETY: null or writable.
-        unsafe { put(errhandler, h) };
-        Ok(())
-    })
-}
+query_binding!(PMPI_Comm_get_errhandler, comm, Object::Comm(comm), |mpi|
+    => errhandler: Handle = mpi.comm(comm)?.errhandler);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Errhandler_free(errhandler: *mut Handle) -> c_int {

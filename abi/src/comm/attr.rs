@@ -108,38 +108,38 @@ impl Mpi {
     /// says (`MPI_COMM_NULL_COPY_FN`: not copied; `MPI_COMM_DUP_FN`: the same value;
     /// a program's function: run by [`Copying::run`], outside the library's state).
     pub fn copyings(&self, comm: Handle) -> Result<Vec<Copying>> {
-        let attrs = &self.comm(comm)?.attrs;
-        Ok(attrs
-            .iter()
-            .filter_map(|(&k, &v)| {
-                let key = self.attrs.keys.get(&k)?;
-                (key.copy != 0).then_some(Copying {
-                    comm,
-                    k,
-                    v,
-                    copy: key.copy,
-                    extra: key.extra,
-                })
-            })
-            .collect())
+        let all = self.callbacks(comm, None, |key| key.copy)?;
+        Ok(all.into_iter().map(Copying).collect())
     }
 
     /// The deletions of the attributes `keys` of `comm` (those set), in the reverse
     /// order of their keys: run by [`Deletion::run`], outside the library's state,
     /// before [`Mpi::forget_attrs`] takes the values off.
     pub fn deletions(&self, comm: Handle, keys: Option<c_int>) -> Result<Vec<Deletion>> {
+        let all = self.callbacks(comm, keys, |key| key.delete)?;
+        Ok(all.into_iter().rev().map(Deletion).collect())
+    }
+
+    /// The attributes `keys` (all: `None`) of `comm` whose key has the callback
+    /// `pick` takes of it (not 0), in the order of their keys.
+    fn callbacks(
+        &self,
+        comm: Handle,
+        keys: Option<c_int>,
+        pick: impl Fn(&Keyval) -> usize,
+    ) -> Result<Vec<Callback>> {
         let attrs = &self.comm(comm)?.attrs;
         Ok(attrs
             .iter()
             .filter(|&(&k, _)| keys.is_none_or(|only| only == k))
-            .rev()
             .filter_map(|(&k, &v)| {
                 let key = self.attrs.keys.get(&k)?;
-                (key.delete != 0).then_some(Deletion {
+                let f = pick(key);
+                (f != 0).then_some(Callback {
                     comm,
                     k,
                     v,
-                    delete: key.delete,
+                    f,
                     extra: key.extra,
                 })
             })
@@ -161,15 +161,35 @@ impl Mpi {
     }
 }
 
-/// An attribute to copy to a duplicate of its communicator.
-pub struct Copying {
+/// An attribute of a communicator and one of its key's callbacks.
+struct Callback {
     comm: Handle,
     k: c_int,
     v: usize,
-    /// 1 (`MPI_COMM_DUP_FN`) or a program's function.
-    copy: usize,
+    /// The copy function (1: `MPI_COMM_DUP_FN`) or the delete function.
+    f: usize,
     extra: usize,
 }
+
+impl Callback {
+    /// The error of the `what` function ("copy", "delete") of the attribute's key,
+    /// unless its return code `rc` is `MPI_SUCCESS`.
+    fn returned(&self, what: &str, rc: c_int) -> Result<()> {
+        if rc == MPI_SUCCESS {
+            return Ok(());
+        }
+        Err(Error::new(
+            MPI_ERR_OTHER,
+            format!(
+                "the {what} function of attribute key {} returned {rc}",
+                self.k
+            ),
+        ))
+    }
+}
+
+/// An attribute to copy to a duplicate of its communicator.
+pub struct Copying(Callback);
 
 impl Copying {
     /// Its key, and the value the duplicate gets (`None`: none).
@@ -179,44 +199,31 @@ impl Copying {
     /// Runs the program's copy function (MPI calls are allowed in it): called
     /// outside the library's state.
     pub unsafe fn run(&self) -> Result<(c_int, Option<usize>)> {
-        if self.copy == 1 {
-            return Ok((self.k, Some(self.v)));
+        let c = &self.0;
+        if c.f == 1 {
+            return Ok((c.k, Some(c.v)));
         }
         // SAFETY: MPI_Comm_create_keyval's caller gave a copy function.
-        let f: CopyFn = unsafe { std::mem::transmute::<usize, CopyFn>(self.copy) };
+        let f: CopyFn = unsafe { std::mem::transmute::<usize, CopyFn>(c.f) };
         let (mut value, mut flag): (usize, c_int) = (0, 0);
         // SAFETY: the function gets the standard's arguments.
         let rc = unsafe {
             f(
-                self.comm,
-                self.k,
-                self.extra as *mut c_void,
-                self.v as *mut c_void,
+                c.comm,
+                c.k,
+                c.extra as *mut c_void,
+                c.v as *mut c_void,
                 (&mut value as *mut usize).cast(),
                 &mut flag,
             )
         };
-        if rc != MPI_SUCCESS {
-            return Err(Error::new(
-                MPI_ERR_OTHER,
-                format!(
-                    "the copy function of attribute key {} returned {rc}",
-                    self.k
-                ),
-            ));
-        }
-        Ok((self.k, (flag != 0).then_some(value)))
+        c.returned("copy", rc)?;
+        Ok((c.k, (flag != 0).then_some(value)))
     }
 }
 
 /// An attribute's deletion: its key's delete function on its value.
-pub struct Deletion {
-    comm: Handle,
-    k: c_int,
-    v: usize,
-    delete: usize,
-    extra: usize,
-}
+pub struct Deletion(Callback);
 
 impl Deletion {
     /// Run it.
@@ -226,27 +233,12 @@ impl Deletion {
     /// Runs the program's delete function (MPI calls are allowed in it): called
     /// outside the library's state.
     pub unsafe fn run(&self) -> Result<()> {
+        let c = &self.0;
         // SAFETY: MPI_Comm_create_keyval's caller gave a delete function.
-        let f: DeleteFn = unsafe { std::mem::transmute::<usize, DeleteFn>(self.delete) };
+        let f: DeleteFn = unsafe { std::mem::transmute::<usize, DeleteFn>(c.f) };
         // SAFETY: the function gets the standard's arguments.
-        let rc = unsafe {
-            f(
-                self.comm,
-                self.k,
-                self.v as *mut c_void,
-                self.extra as *mut c_void,
-            )
-        };
-        if rc != MPI_SUCCESS {
-            return Err(Error::new(
-                MPI_ERR_OTHER,
-                format!(
-                    "the delete function of attribute key {} returned {rc}",
-                    self.k
-                ),
-            ));
-        }
-        Ok(())
+        let rc = unsafe { f(c.comm, c.k, c.v as *mut c_void, c.extra as *mut c_void) };
+        c.returned("delete", rc)
     }
 }
 
@@ -261,7 +253,7 @@ pub fn delete_attrs(comm: Handle, keys: Option<c_int>) -> Result<()> {
         if let Err(e) = unsafe { d.run() } {
             global::with(|mpi| {
                 for done in &deletions[..i] {
-                    mpi.forget_attrs(comm, Some(done.k))?;
+                    mpi.forget_attrs(comm, Some(done.0.k))?;
                 }
                 Ok(())
             })?;
@@ -287,6 +279,39 @@ pub fn copy_attrs(old: Handle, new: Handle) -> Result<()> {
         Ok(())
     })
 }
+
+/// The binding `$name` of an attribute's value on an object that `$object` names
+/// (as `MPI_Comm_get_attr`): `flag` and `attribute_val` checked not null, then the
+/// value `$find` gives (`None`: not set, given `$mpi`, the object `$h` and the key
+/// `$keyval`); whether it was found stored at `flag` and, when it was, the value at
+/// `attribute_val`.
+macro_rules! get_attr_binding {
+    ($name:ident, $object:path, |$mpi:ident, $h:ident, $keyval:ident| $find:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            $h: Handle,
+            $keyval: c_int,
+            attribute_val: *mut c_void,
+            flag: *mut c_int,
+        ) -> c_int {
+            $crate::entry::call(&stringify!($name)[1..], $object($h), |$mpi| {
+                $crate::error::non_null(flag, MPI_ERR_ARG, "flag")?;
+                $crate::error::non_null(attribute_val, MPI_ERR_ARG, "value")?;
+                let value: Option<usize> = $find;
+                // SAFETY: checked not null; the binding's contract: `attribute_val`
+                // points to a pointer.
+                unsafe {
+                    flag.write(c_int::from(value.is_some()));
+                    if let Some(v) = value {
+                        attribute_val.cast::<usize>().write(v);
+                    }
+                }
+                Ok(())
+            })
+        }
+    };
+}
+pub(crate) use get_attr_binding;
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_create_keyval(
@@ -349,34 +374,20 @@ pub unsafe extern "C" fn PMPI_Comm_set_attr(
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Comm_get_attr(
-    comm: Handle,
-    comm_keyval: c_int,
-    attribute_val: *mut c_void,
-    flag: *mut c_int,
-) -> c_int {
-    call("MPI_Comm_get_attr", Object::Comm(comm), |mpi| {
-        non_null(flag, MPI_ERR_ARG, "flag")?;
-        non_null(attribute_val, MPI_ERR_ARG, "value")?;
+get_attr_binding!(
+    PMPI_Comm_get_attr,
+    Object::Comm,
+    |mpi, comm, comm_keyval| {
         mpi.comm(comm)?;
-        let value = match mpi.predefined_attr(comm, comm_keyval) {
+        match mpi.predefined_attr(comm, comm_keyval) {
             Some(v) => Some(v),
             None => {
                 mpi.keyval(comm_keyval)?;
                 mpi.comm(comm)?.attrs.get(&comm_keyval).copied()
             }
-        };
-        // SAFETY: checked not null: `attribute_val` points to a pointer.
-        unsafe {
-            flag.write(c_int::from(value.is_some()));
-            if let Some(v) = value {
-                attribute_val.cast::<usize>().write(v);
-            }
         }
-        Ok(())
-    })
-}
+    }
+);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_delete_attr(comm: Handle, comm_keyval: c_int) -> c_int {

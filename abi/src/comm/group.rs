@@ -1,7 +1,7 @@
 //! Groups: `MPI_Comm_group` and the `MPI_Group_*` operations.
 
 use super::Group;
-use crate::entry::call;
+use crate::entry::{call, query_binding};
 use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
@@ -136,28 +136,11 @@ pub unsafe extern "C" fn PMPI_Comm_remote_group(comm: Handle, group: *mut Handle
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Group_size(group: Handle, size: *mut c_int) -> c_int {
-    call("MPI_Group_size", Object::None, |mpi| {
-        let n = mpi.group(group)?.size();
-        // SAFETY: null or writable.
-        unsafe { put(size, n as c_int) };
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Group_rank(group: Handle, rank: *mut c_int) -> c_int {
-    call("MPI_Group_rank", Object::None, |mpi| {
-        let g = mpi.group(group)?;
-        let r = g
-            .rank_of(mpi.world_rank())
-            .map_or(MPI_UNDEFINED, |r| r as c_int);
-        // SAFETY: null or writable.
-        unsafe { put(rank, r) };
-        Ok(())
-    })
-}
+query_binding!(PMPI_Group_size, group, Object::None, |mpi|
+    => size: c_int = mpi.group(group)?.size() as c_int);
+query_binding!(PMPI_Group_rank, group, Object::None, |mpi| {
+    let g = mpi.group(group)?;
+} => rank: c_int = g.rank_of(mpi.world_rank()).map_or(MPI_UNDEFINED, |r| r as c_int));
 
 /// A binding making the group of `group`'s members named by `n` entries of `$list`
 /// (read by `$read`: ranks, or ranges of ranks): `$new`, given the group `g` and

@@ -347,84 +347,81 @@ unsafe fn spawn_into(
     Ok(())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Comm_spawn(
+/// A binding `$name` that spawns processes: its parameters `$arg`, then `root`,
+/// `comm`, `intercomm` and `array_of_errcodes` (as [`spawn_into`] takes them); the
+/// commands are what `$commands` gives, asked at the root only.
+macro_rules! spawn_binding {
+    ($name:ident($($arg:ident: $ty:ty),*), || $commands:block) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            $($arg: $ty,)*
+            root: c_int,
+            comm: Handle,
+            intercomm: *mut Handle,
+            array_of_errcodes: *mut c_int,
+        ) -> c_int {
+            call(&stringify!($name)[1..], Object::Comm(comm), |mpi| {
+                let at_root = mpi.comm(comm)?.rank as c_int == root;
+                let commands = if at_root {
+                    (|| -> Result<Vec<SpawnCommand>> { $commands })()
+                } else {
+                    Ok(Vec::new())
+                };
+                // SAFETY: the binding's contract: `intercomm` writable; `errcodes`
+                // one per process.
+                unsafe { spawn_into(mpi, commands, root, comm, intercomm, array_of_errcodes) }
+            })
+        }
+    };
+}
+
+spawn_binding!(PMPI_Comm_spawn(
     command: *const c_char,
     argv: *mut *mut c_char,
     maxprocs: c_int,
-    _info: Handle,
-    root: c_int,
-    comm: Handle,
-    intercomm: *mut Handle,
-    array_of_errcodes: *mut c_int,
-) -> c_int {
-    call("MPI_Comm_spawn", Object::Comm(comm), |mpi| {
-        let at_root = mpi.comm(comm)?.rank as c_int == root;
-        let commands = || {
-            if !at_root {
-                return Ok(Vec::new());
-            }
-            let n = nprocs(maxprocs)?;
-            // SAFETY: the binding's contract: a string and a null-ended argv.
-            let (program, args) = unsafe { (super::api::read_str(command)?, strings(argv)?) };
-            Ok(vec![SpawnCommand {
-                program,
-                args,
-                nprocs: n,
-            }])
-        };
-        // SAFETY: the binding's contract: `intercomm` writable; `errcodes` one per
-        // process.
-        unsafe { spawn_into(mpi, commands(), root, comm, intercomm, array_of_errcodes) }
-    })
-}
+    _info: Handle
+), || {
+    let n = nprocs(maxprocs)?;
+    // SAFETY: the binding's contract: a string and a null-ended argv.
+    let (program, args) = unsafe { (super::api::read_str(command)?, strings(argv)?) };
+    Ok(vec![SpawnCommand {
+        program,
+        args,
+        nprocs: n,
+    }])
+});
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Comm_spawn_multiple(
+spawn_binding!(PMPI_Comm_spawn_multiple(
     count: c_int,
     array_of_commands: *mut *mut c_char,
     array_of_argv: *mut *mut *mut c_char,
     array_of_maxprocs: *const c_int,
-    _array_of_info: *const Handle,
-    root: c_int,
-    comm: Handle,
-    intercomm: *mut Handle,
-    array_of_errcodes: *mut c_int,
-) -> c_int {
-    call("MPI_Comm_spawn_multiple", Object::Comm(comm), |mpi| {
-        let at_root = mpi.comm(comm)?.rank as c_int == root;
-        let commands = || {
-            let mut commands = Vec::new();
-            if !at_root {
-                return Ok(commands);
-            }
-            let k = crate::p2p::check_count(count)?;
-            if k == 0 || array_of_commands.is_null() || array_of_maxprocs.is_null() {
-                return Err(Error::new(MPI_ERR_ARG, "no commands to spawn"));
-            }
-            for i in 0..k {
-                // SAFETY: the binding's contract: `count` commands, argvs and counts.
-                unsafe {
-                    let program = super::api::read_str(*array_of_commands.add(i))?;
-                    let args = if array_of_argv.is_null() {
-                        Vec::new()
-                    } else {
-                        strings(*array_of_argv.add(i))?
-                    };
-                    let nprocs = nprocs(*array_of_maxprocs.add(i))?;
-                    commands.push(SpawnCommand {
-                        program,
-                        args,
-                        nprocs,
-                    });
-                }
-            }
-            Ok(commands)
-        };
-        // SAFETY: as in MPI_Comm_spawn.
-        unsafe { spawn_into(mpi, commands(), root, comm, intercomm, array_of_errcodes) }
-    })
-}
+    _array_of_info: *const Handle
+), || {
+    let k = crate::p2p::check_count(count)?;
+    if k == 0 || array_of_commands.is_null() || array_of_maxprocs.is_null() {
+        return Err(Error::new(MPI_ERR_ARG, "no commands to spawn"));
+    }
+    let mut commands = Vec::new();
+    for i in 0..k {
+        // SAFETY: the binding's contract: `count` commands, argvs and counts.
+        unsafe {
+            let program = super::api::read_str(*array_of_commands.add(i))?;
+            let args = if array_of_argv.is_null() {
+                Vec::new()
+            } else {
+                strings(*array_of_argv.add(i))?
+            };
+            let nprocs = nprocs(*array_of_maxprocs.add(i))?;
+            commands.push(SpawnCommand {
+                program,
+                args,
+                nprocs,
+            });
+        }
+    }
+    Ok(commands)
+});
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Intercomm_merge(

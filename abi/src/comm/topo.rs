@@ -1,7 +1,7 @@
 //! Virtual topologies: Cartesian grids and distributed graphs. A topology is a
 //! communicator's description of its ranks; ranks are never reordered here.
 
-use crate::entry::call;
+use crate::entry::{call, query_binding};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
@@ -207,15 +207,9 @@ pub unsafe extern "C" fn PMPI_Cart_map(
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Cartdim_get(comm: Handle, ndims: *mut c_int) -> c_int {
-    call("MPI_Cartdim_get", Object::Comm(comm), |mpi| {
-        let (d, _) = mpi.cart(comm)?;
-        // SAFETY: null or writable.
-        unsafe { put(ndims, d.len() as c_int) };
-        Ok(())
-    })
-}
+query_binding!(PMPI_Cartdim_get, comm, Object::Comm(comm), |mpi| {
+    let (d, _) = mpi.cart(comm)?;
+} => ndims: c_int = d.len() as c_int);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cart_get(

@@ -428,60 +428,16 @@ pub unsafe extern "C" fn PMPI_Pack(
     position: *mut c_int,
     comm: Handle,
 ) -> c_int {
-    call("MPI_Pack", Object::Comm(comm), |mpi| {
-        let n = check_count(incount)?;
-        let t = mpi.dtype(datatype)?;
-        // SAFETY: the binding's contract.
-        let (pos, need) =
-            unsafe { span(t, n, position, outbuf.is_null(), outsize, "packed into") }?;
-        // SAFETY: the binding's contract; the room was checked.
-        unsafe {
-            let out = std::slice::from_raw_parts_mut(outbuf.cast::<u8>().add(pos), need);
-            pack::pack(t, inbuf.cast(), n, out);
-            position.write((pos + need) as c_int);
-        }
-        Ok(())
-    })
-}
-
-/// Where `count` elements of `t` lie in a pack buffer of `size` bytes from
-/// `*position` (`null`: the buffer pointer is null): that position and their bytes;
-/// `MPI_ERR_TRUNCATE` where they do not fit (`what`: "packed into", "unpacked from").
-///
-/// # Safety
-///
-/// `position`, when not null, points to a readable `int`.
-unsafe fn span(
-    t: &Datatype,
-    count: usize,
-    position: *const c_int,
-    null: bool,
-    size: c_int,
-    what: &str,
-) -> Result<(usize, usize)> {
-    if position.is_null() || null {
-        return Err(Error::new(
-            MPI_ERR_ARG,
-            "the position or buffer pointer is null",
-        ));
-    }
-    // SAFETY: checked not null; the caller's contract.
-    let pos = unsafe { *position };
-    let need = t
-        .bytes(count)
-        .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
-    match usize::try_from(pos) {
-        Ok(at)
-            if at
-                .checked_add(need)
-                .is_some_and(|end| end <= size.max(0) as usize) =>
-        {
-            Ok((at, need))
-        }
-        _ => Err(Error::new(
-            MPI_ERR_TRUNCATE,
-            format!("{need} bytes cannot be {what} the {size}-byte buffer at position {pos}"),
-        )),
+    let elements = (inbuf.cast_mut(), incount, datatype);
+    // SAFETY: the binding's contract.
+    unsafe {
+        through_pack_buffer(
+            "MPI_Pack",
+            comm,
+            elements,
+            (outbuf, outsize, position),
+            true,
+        )
     }
 }
 
@@ -495,17 +451,79 @@ pub unsafe extern "C" fn PMPI_Unpack(
     datatype: Handle,
     comm: Handle,
 ) -> c_int {
-    call("MPI_Unpack", Object::Comm(comm), |mpi| {
-        let n = check_count(outcount)?;
+    let packed = (inbuf.cast_mut(), insize, position);
+    // SAFETY: the binding's contract.
+    unsafe {
+        through_pack_buffer(
+            "MPI_Unpack",
+            comm,
+            (outbuf, outcount, datatype),
+            packed,
+            false,
+        )
+    }
+}
+
+/// Run binding `name` (`MPI_Pack`, `packing`, or `MPI_Unpack`), its errors raised
+/// through `comm`'s handler: the `count` elements of `datatype` at `buf` packed into
+/// (or unpacked from) the pack buffer `packed` of `size` bytes from `*position`,
+/// which moves past them; `MPI_ERR_TRUNCATE` where they do not fit.
+///
+/// # Safety
+///
+/// `buf` holds `count` elements of `datatype` (room for them, to unpack); `packed`
+/// holds `size` bytes; `position` is null or points to a writable `int`.
+unsafe fn through_pack_buffer(
+    name: &str,
+    comm: Handle,
+    (buf, count, datatype): (*mut c_void, c_int, Handle),
+    (packed, size, position): (*mut c_void, c_int, *mut c_int),
+    packing: bool,
+) -> c_int {
+    call(name, Object::Comm(comm), |mpi| {
+        let n = check_count(count)?;
         let t = mpi.dtype(datatype)?;
-        // SAFETY: the binding's contract.
-        let (pos, need) =
-            unsafe { span(t, n, position, inbuf.is_null(), insize, "unpacked from") }?;
-        // SAFETY: the binding's contract; the length was checked.
+        if position.is_null() || packed.is_null() {
+            return Err(Error::new(
+                MPI_ERR_ARG,
+                "the position or buffer pointer is null",
+            ));
+        }
+        // SAFETY: checked not null; the caller's contract.
+        let pos = unsafe { *position };
+        let need = t
+            .bytes(n)
+            .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
+        let at = usize::try_from(pos)
+            .ok()
+            .filter(|at| {
+                at.checked_add(need)
+                    .is_some_and(|end| end <= size.max(0) as usize)
+            })
+            .ok_or_else(|| {
+                let what = if packing {
+                    "packed into"
+                } else {
+                    "unpacked from"
+                };
+                Error::new(
+                    MPI_ERR_TRUNCATE,
+                    format!(
+                        "{need} bytes cannot be {what} the {size}-byte buffer at position {pos}"
+                    ),
+                )
+            })?;
+        // SAFETY: the caller's contract; the room was checked.
         unsafe {
-            let input = std::slice::from_raw_parts(inbuf.cast::<u8>().add(pos), need);
-            pack::unpack(t, input, outbuf.cast(), n);
-            position.write((pos + need) as c_int);
+            let bytes = packed.cast::<u8>().add(at);
+            if packing {
+                let out = std::slice::from_raw_parts_mut(bytes, need);
+                pack::pack(t, buf.cast_const().cast(), n, out);
+            } else {
+                let input = std::slice::from_raw_parts(bytes, need);
+                pack::unpack(t, input, buf.cast(), n);
+            }
+            position.write((at + need) as c_int);
         }
         Ok(())
     })

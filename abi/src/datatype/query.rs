@@ -2,63 +2,20 @@
 //! contents; and addresses.
 
 use crate::comm::api::{read_object_name, write_name};
-use crate::entry::call;
+use crate::entry::{call, query_binding};
 use crate::error::{Error, Object};
 use crate::ffi::*;
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_size(datatype: Handle, size: *mut c_int) -> c_int {
-    call("MPI_Type_size", Object::None, |mpi| {
-        let s = mpi.dtype_any(datatype)?.size;
-        // SAFETY: null or writable.
-        unsafe { put(size, c_int::try_from(s).unwrap_or(MPI_UNDEFINED)) };
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_size_c(datatype: Handle, size: *mut Count) -> c_int {
-    call("MPI_Type_size_c", Object::None, |mpi| {
-        let s = mpi.dtype_any(datatype)?.size;
-        // SAFETY: null or writable.
-        unsafe { put(size, s as Count) };
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_get_extent(
-    datatype: Handle,
-    lb: *mut Aint,
-    extent: *mut Aint,
-) -> c_int {
-    call("MPI_Type_get_extent", Object::None, |mpi| {
-        let t = mpi.dtype_any(datatype)?;
-        // SAFETY: null or writable.
-        unsafe {
-            put(lb, t.lb);
-            put(extent, t.extent());
-        }
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_get_true_extent(
-    datatype: Handle,
-    true_lb: *mut Aint,
-    true_extent: *mut Aint,
-) -> c_int {
-    call("MPI_Type_get_true_extent", Object::None, |mpi| {
-        let t = mpi.dtype_any(datatype)?;
-        // SAFETY: null or writable.
-        unsafe {
-            put(true_lb, t.true_lb);
-            put(true_extent, t.true_ub - t.true_lb);
-        }
-        Ok(())
-    })
-}
+query_binding!(PMPI_Type_size, datatype, Object::None, |mpi|
+    => size: c_int = c_int::try_from(mpi.dtype_any(datatype)?.size).unwrap_or(MPI_UNDEFINED));
+query_binding!(PMPI_Type_size_c, datatype, Object::None, |mpi|
+    => size: Count = mpi.dtype_any(datatype)?.size as Count);
+query_binding!(PMPI_Type_get_extent, datatype, Object::None, |mpi| {
+    let t = mpi.dtype_any(datatype)?;
+} => lb: Aint = t.lb, extent: Aint = t.extent());
+query_binding!(PMPI_Type_get_true_extent, datatype, Object::None, |mpi| {
+    let t = mpi.dtype_any(datatype)?;
+} => true_lb: Aint = t.true_lb, true_extent: Aint = t.true_ub - t.true_lb);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_name(
@@ -94,30 +51,15 @@ pub unsafe extern "C" fn PMPI_Type_set_name(datatype: Handle, type_name: *const 
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_get_envelope(
-    datatype: Handle,
-    num_integers: *mut c_int,
-    num_addresses: *mut c_int,
-    num_datatypes: *mut c_int,
-    combiner: *mut c_int,
-) -> c_int {
-    call("MPI_Type_get_envelope", Object::None, |mpi| {
-        let t = mpi.dtype_any(datatype)?;
-        let (ni, na, nd, c) = match &t.envelope {
-            None => (0, 0, 0, MPI_COMBINER_NAMED),
-            Some(e) => (e.ints.len(), e.addresses.len(), e.types.len(), e.combiner),
-        };
-        // SAFETY: null or writable.
-        unsafe {
-            put(num_integers, ni as c_int);
-            put(num_addresses, na as c_int);
-            put(num_datatypes, nd as c_int);
-            put(combiner, c);
-        }
-        Ok(())
-    })
-}
+query_binding!(PMPI_Type_get_envelope, datatype, Object::None, |mpi| {
+    let (ni, na, nd, c) = match &mpi.dtype_any(datatype)?.envelope {
+        None => (0, 0, 0, MPI_COMBINER_NAMED),
+        Some(e) => (e.ints.len(), e.addresses.len(), e.types.len(), e.combiner),
+    };
+} => num_integers: c_int = ni as c_int,
+    num_addresses: c_int = na as c_int,
+    num_datatypes: c_int = nd as c_int,
+    combiner: c_int = c);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_contents(

@@ -2,8 +2,8 @@
 //! `MPI_Reduce_local`.
 
 use super::{Op, UserOp};
-use crate::entry::{call, call_in_steps};
-use crate::error::{bad_handle, non_null, read_arg, Error, Object, Result};
+use crate::entry::{call, call_in_steps, make_from_function, query_binding};
+use crate::error::{bad_handle, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
 use crate::state::Mpi;
@@ -26,25 +26,28 @@ impl Mpi {
     }
 }
 
-fn create(
+/// `MPI_Op_create` (`large`: `MPI_Op_create_c`).
+///
+/// # Safety
+///
+/// `op` is null or writable.
+unsafe fn create(
     name: &str,
     function: *mut c_void,
     commute: c_int,
     op: *mut Handle,
     large: bool,
 ) -> c_int {
-    call(name, Object::None, |mpi| {
-        non_null(function, MPI_ERR_ARG, "function")?;
-        non_null(op, MPI_ERR_ARG, "op")?;
-        let h = mpi.ops.insert(UserOp {
-            function: function as usize,
-            commute: commute != 0,
-            large,
-        })?;
-        // SAFETY: checked not null; the binding's contract.
-        unsafe { op.write(h) };
-        Ok(())
-    })
+    // SAFETY: the caller's contract.
+    unsafe {
+        make_from_function(name, function, (op, "op"), |mpi, function| {
+            mpi.ops.insert(UserOp {
+                function,
+                commute: commute != 0,
+                large,
+            })
+        })
+    }
 }
 
 #[no_mangle]
@@ -53,7 +56,8 @@ pub unsafe extern "C" fn PMPI_Op_create(
     commute: c_int,
     op: *mut Handle,
 ) -> c_int {
-    create("MPI_Op_create", user_fn, commute, op, false)
+    // SAFETY: the binding's contract.
+    unsafe { create("MPI_Op_create", user_fn, commute, op, false) }
 }
 
 #[no_mangle]
@@ -62,7 +66,8 @@ pub unsafe extern "C" fn PMPI_Op_create_c(
     commute: c_int,
     op: *mut Handle,
 ) -> c_int {
-    create("MPI_Op_create_c", user_fn, commute, op, true)
+    // SAFETY: the binding's contract.
+    unsafe { create("MPI_Op_create_c", user_fn, commute, op, true) }
 }
 
 #[no_mangle]
@@ -85,15 +90,8 @@ pub unsafe extern "C" fn PMPI_Op_free(op: *mut Handle) -> c_int {
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Op_commutative(op: Handle, commute: *mut c_int) -> c_int {
-    call("MPI_Op_commutative", Object::None, |mpi| {
-        let o = mpi.op(op)?;
-        // SAFETY: null or writable.
-        unsafe { put(commute, c_int::from(o.commutative())) };
-        Ok(())
-    })
-}
+query_binding!(PMPI_Op_commutative, op, Object::None, |mpi|
+    => commute: c_int = c_int::from(mpi.op(op)?.commutative()));
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Reduce_local(

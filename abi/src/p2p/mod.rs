@@ -138,6 +138,22 @@ pub unsafe fn put_one(out: *mut Status, s: Status) {
     }
 }
 
+/// Store whether a status was `found` at `flag` and, when it was, the status at
+/// `status` (as [`put_one`]).
+///
+/// # Safety
+///
+/// `flag` is writable; `status` is null or valid for writes of a status.
+pub unsafe fn put_found(flag: *mut c_int, status: *mut Status, found: Option<Status>) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        flag.write(c_int::from(found.is_some()));
+        if let Some(s) = found {
+            put_one(status, s);
+        }
+    }
+}
+
 /// The message-layer request of a send, and what it keeps alive.
 pub struct Started {
     pub id: rbtl::msg::ReqId,

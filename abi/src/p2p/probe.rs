@@ -110,48 +110,50 @@ fn status_of(peers: &Option<Arc<Group>>, s: msg::Status) -> Status {
     st
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Iprobe(
-    source: c_int,
-    tag: c_int,
-    comm: Handle,
-    flag: *mut c_int,
-    status: *mut Status,
-) -> c_int {
-    call("MPI_Iprobe", Object::Comm(comm), |mpi| {
-        non_null(flag, MPI_ERR_ARG, "flag")?;
-        let found = match mpi.probe_of(source, tag, comm)? {
-            None => Some(Status::proc_null()),
-            Some(p) => mpi.iprobe(&p)?,
-        };
-        // SAFETY: checked not null; `status` null or writable.
-        unsafe {
-            flag.write(c_int::from(found.is_some()));
-            if let Some(s) = found {
-                crate::p2p::put_one(status, s);
-            }
+/// A probe binding `$name` (as `MPI_Iprobe`): its parameters `source`, `tag`,
+/// `comm`, then `$out`; `$body` runs on the state `$mpi` once each of `$checked` is
+/// checked not null, given the probe `$probe` they ask for (`None`: `MPI_PROC_NULL`).
+macro_rules! probe_binding {
+    (
+        $name:ident($($out:ident: $ty:ty),*),
+        non_null($($checked:ident),*),
+        |$mpi:ident, $probe:ident| $body:expr
+    ) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            source: c_int,
+            tag: c_int,
+            comm: Handle,
+            $($out: *mut $ty),*
+        ) -> c_int {
+            call(&stringify!($name)[1..], Object::Comm(comm), |$mpi| {
+                $(non_null($checked, MPI_ERR_ARG, stringify!($checked))?;)*
+                let $probe = $mpi.probe_of(source, tag, comm)?;
+                $body
+            })
         }
-        Ok(())
-    })
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Probe(
-    source: c_int,
-    tag: c_int,
-    comm: Handle,
-    status: *mut Status,
-) -> c_int {
-    call("MPI_Probe", Object::Comm(comm), |mpi| {
-        let s = match mpi.probe_of(source, tag, comm)? {
-            None => Status::proc_null(),
-            Some(p) => mpi.probe_until(&p, |mpi, p| mpi.iprobe(p))?,
-        };
-        // SAFETY: `status` null or writable.
-        unsafe { crate::p2p::put_one(status, s) };
-        Ok(())
-    })
-}
+probe_binding!(PMPI_Iprobe(flag: c_int, status: Status), non_null(flag), |mpi, probe| {
+    let found = match probe {
+        None => Some(Status::proc_null()),
+        Some(p) => mpi.iprobe(&p)?,
+    };
+    // SAFETY: checked not null; `status` null or writable.
+    unsafe { crate::p2p::put_found(flag, status, found) };
+    Ok(())
+});
+
+probe_binding!(PMPI_Probe(status: Status), non_null(), |mpi, probe| {
+    let s = match probe {
+        None => Status::proc_null(),
+        Some(p) => mpi.probe_until(&p, |mpi, p| mpi.iprobe(p))?,
+    };
+    // SAFETY: `status` null or writable.
+    unsafe { crate::p2p::put_one(status, s) };
+    Ok(())
+});
 
 /// Hand a matched message out as a handle.
 ///
@@ -176,38 +178,24 @@ unsafe fn hand_out_message(
     Ok(())
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Mprobe(
-    source: c_int,
-    tag: c_int,
-    comm: Handle,
-    message: *mut Handle,
-    status: *mut Status,
-) -> c_int {
-    call("MPI_Mprobe", Object::Comm(comm), |mpi| {
-        non_null(message, MPI_ERR_ARG, "message")?;
-        let found = match mpi.probe_of(source, tag, comm)? {
+probe_binding!(
+    PMPI_Mprobe(message: Handle, status: Status),
+    non_null(message),
+    |mpi, probe| {
+        let found = match probe {
             None => None,
             Some(p) => Some(mpi.probe_until(&p, |mpi, p| mpi.improbe(p))?),
         };
         // SAFETY: checked; the binding's contract.
         unsafe { hand_out_message(mpi, found, message, status) }
-    })
-}
+    }
+);
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Improbe(
-    source: c_int,
-    tag: c_int,
-    comm: Handle,
-    flag: *mut c_int,
-    message: *mut Handle,
-    status: *mut Status,
-) -> c_int {
-    call("MPI_Improbe", Object::Comm(comm), |mpi| {
-        non_null(message, MPI_ERR_ARG, "message")?;
-        non_null(flag, MPI_ERR_ARG, "flag")?;
-        let found = match mpi.probe_of(source, tag, comm)? {
+probe_binding!(
+    PMPI_Improbe(flag: c_int, message: Handle, status: Status),
+    non_null(message, flag),
+    |mpi, probe| {
+        let found = match probe {
             None => Some(None),
             Some(p) => mpi.improbe(&p)?.map(Some),
         };
@@ -218,8 +206,8 @@ pub unsafe extern "C" fn PMPI_Improbe(
             Some(found) => unsafe { hand_out_message(mpi, found, message, status) },
             None => Ok(()),
         }
-    })
-}
+    }
+);
 
 impl Mpi {
     /// Start receiving the matched message `*message` (which becomes

@@ -241,6 +241,21 @@ pub(super) fn complete(
     }
 }
 
+/// Run completion call `name` (as [`complete`]) over an array argument of requests
+/// (or the error of reading it, [`handles`]): `f` is given them and the
+/// communicator of each.
+pub(super) fn complete_array(
+    name: &str,
+    reqs: Result<&mut [Handle]>,
+    f: impl FnOnce(&mut Mpi, &mut [Handle], &[Option<Handle>], &mut Option<Handle>) -> Result<()>,
+) -> c_int {
+    complete(name, |mpi, comm| {
+        let reqs = reqs?;
+        let of = comms(mpi, reqs);
+        f(mpi, reqs, &of, comm)
+    })
+}
+
 /// The communicator of each request of `reqs` (`None` for a null one).
 pub(super) fn comms(mpi: &Mpi, reqs: &[Handle]) -> Vec<Option<Handle>> {
     reqs.iter()
@@ -321,10 +336,9 @@ pub unsafe extern "C" fn PMPI_Waitall(
     array_of_requests: *mut Handle,
     array_of_statuses: *mut Status,
 ) -> c_int {
-    complete("MPI_Waitall", |mpi, comm| {
-        // SAFETY: the binding's contract.
-        let reqs = unsafe { handles(count, array_of_requests) }?;
-        let of = comms(mpi, reqs);
+    // SAFETY: the binding's contract.
+    let reqs = unsafe { handles(count, array_of_requests) };
+    complete_array("MPI_Waitall", reqs, |mpi, reqs, of, comm| {
         let mut errors: Vec<Option<Error>> = vec![None; reqs.len()];
         let mut left = reqs.iter().filter(|h| **h != MPI_REQUEST_NULL).count();
         for (i, h) in reqs.iter().enumerate() {
@@ -366,7 +380,7 @@ pub unsafe extern "C" fn PMPI_Waitall(
             }
             Ok(pending(mpi, left == 0, look, &reqs[next.min(reqs.len())..]))
         })?;
-        *comm = failed_comm(&errors, &of);
+        *comm = failed_comm(&errors, of);
         in_status(&errors)
     })
 }
@@ -378,10 +392,9 @@ pub unsafe extern "C" fn PMPI_Testall(
     flag: *mut c_int,
     array_of_statuses: *mut Status,
 ) -> c_int {
-    complete("MPI_Testall", |mpi, comm| {
-        // SAFETY: the binding's contract.
-        let reqs = unsafe { handles(count, array_of_requests) }?;
-        let of = comms(mpi, reqs);
+    // SAFETY: the binding's contract.
+    let reqs = unsafe { handles(count, array_of_requests) };
+    complete_array("MPI_Testall", reqs, |mpi, reqs, of, comm| {
         non_null(flag, MPI_ERR_ARG, "flag")?;
         mpi.progress();
         // All or nothing: look without completing first.
@@ -417,7 +430,7 @@ pub unsafe extern "C" fn PMPI_Testall(
         }
         // SAFETY: checked not null.
         unsafe { flag.write(1) };
-        *comm = failed_comm(&errors, &of);
+        *comm = failed_comm(&errors, of);
         in_status(&errors)
     })
 }
@@ -449,12 +462,7 @@ pub unsafe extern "C" fn PMPI_Request_get_status(
             mpi.peek(request)?
         };
         // SAFETY: checked not null; `status` null or valid.
-        unsafe {
-            flag.write(c_int::from(found.is_some()));
-            if let Some(s) = found {
-                crate::p2p::put_one(status, s);
-            }
-        }
+        unsafe { crate::p2p::put_found(flag, status, found) };
         Ok(())
     })
 }

@@ -1,7 +1,7 @@
 //! Completing one or some of an array of requests: `MPI_Waitany`, `MPI_Testany`,
 //! `MPI_Waitsome`, `MPI_Testsome`.
 
-use super::wait::{comms, complete, handles, in_status, pending, put_status, with_error};
+use super::wait::{complete_array, handles, in_status, pending, put_status, with_error};
 use crate::error::{non_null, Error, Result};
 use crate::ffi::*;
 use crate::request::{Outcome, Request};
@@ -91,10 +91,9 @@ unsafe fn any(
     requests: *mut Handle,
     (index, flag, status): (*mut c_int, *mut c_int, *mut Status),
 ) -> c_int {
-    complete(name, |mpi, comm| {
-        // SAFETY: the caller's contract.
-        let reqs = unsafe { handles(count, requests) }?;
-        let of = comms(mpi, reqs);
+    // SAFETY: the caller's contract.
+    let reqs = unsafe { handles(count, requests) };
+    complete_array(name, reqs, |mpi, reqs, of, comm| {
         non_null(index, MPI_ERR_ARG, "index")?;
         if !wait {
             non_null(flag, MPI_ERR_ARG, "flag")?;
@@ -181,10 +180,9 @@ unsafe fn some(
     requests: *mut Handle,
     (outcount, indices, statuses): (*mut c_int, *mut c_int, *mut Status),
 ) -> c_int {
-    complete(name, |mpi, comm| {
-        // SAFETY: the caller's contract.
-        let reqs = unsafe { handles(incount, requests) }?;
-        let of = comms(mpi, reqs);
+    // SAFETY: the caller's contract.
+    let reqs = unsafe { handles(incount, requests) };
+    complete_array(name, reqs, |mpi, reqs, of, comm| {
         non_null(outcount, MPI_ERR_ARG, "outcount")?;
         if !reqs.is_empty() {
             non_null(indices, MPI_ERR_ARG, "indices")?;

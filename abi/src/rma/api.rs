@@ -1,8 +1,9 @@
 //! The window bindings: making and freeing windows, their group, attributes, names
 //! and error handlers.
 
-use crate::comm::api::{create_errhandler, read_object_name, write_name};
-use crate::entry::call;
+use crate::comm::api::{create_errhandler, object_name_bindings};
+use crate::comm::attr::get_attr_binding;
+use crate::entry::{call, query_binding};
 use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::handles::Kind;
@@ -129,50 +130,17 @@ impl Mpi {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Win_get_attr(
-    win: Handle,
-    win_keyval: c_int,
-    attribute_val: *mut c_void,
-    flag: *mut c_int,
-) -> c_int {
-    call("MPI_Win_get_attr", Object::Win(win), |mpi| {
-        non_null(flag, MPI_ERR_ARG, "flag")?;
-        non_null(attribute_val, MPI_ERR_ARG, "value")?;
-        let v = mpi.win_attr(win, win_keyval)?;
-        // SAFETY: checked not null; `attribute_val` points to a pointer.
-        unsafe {
-            flag.write(c_int::from(v.is_some()));
-            if let Some(v) = v {
-                attribute_val.cast::<usize>().write(v);
-            }
-        }
-        Ok(())
-    })
-}
+get_attr_binding!(PMPI_Win_get_attr, Object::Win, |mpi, win, win_keyval| {
+    mpi.win_attr(win, win_keyval)?
+});
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Win_set_name(win: Handle, win_name: *const c_char) -> c_int {
-    call("MPI_Win_set_name", Object::Win(win), |mpi| {
-        // SAFETY: the binding's contract.
-        let name = unsafe { read_object_name(win_name) }?;
-        mpi.win_mut(win)?.name = name;
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Win_get_name(
-    win: Handle,
-    win_name: *mut c_char,
-    resultlen: *mut c_int,
-) -> c_int {
-    call("MPI_Win_get_name", Object::Win(win), |mpi| {
-        let name = mpi.win(win)?.name.clone();
-        // SAFETY: the binding's contract: room for MPI_MAX_OBJECT_NAME bytes.
-        unsafe { write_name(&name, win_name, resultlen, MPI_MAX_OBJECT_NAME as usize) }
-    })
-}
+object_name_bindings!(
+    PMPI_Win_set_name,
+    PMPI_Win_get_name,
+    Object::Win,
+    win,
+    win_mut
+);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create_errhandler(
@@ -210,12 +178,5 @@ pub unsafe extern "C" fn PMPI_Win_set_errhandler(win: Handle, errhandler: Handle
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Win_get_errhandler(win: Handle, errhandler: *mut Handle) -> c_int {
-    call("MPI_Win_get_errhandler", Object::Win(win), |mpi| {
-        let h = mpi.win(win)?.errhandler;
-        // SAFETY: null or writable.
-        unsafe { put(errhandler, h) };
-        Ok(())
-    })
-}
+query_binding!(PMPI_Win_get_errhandler, win, Object::Win(win), |mpi|
+    => errhandler: Handle = mpi.win(win)?.errhandler);

@@ -6,7 +6,7 @@
 //! from here under the same mutex; else shipped to the target, which applies it
 //! under that mutex ([`super::shipped`]).
 
-use super::ops::{mismatch, Access};
+use super::ops::{mismatch, origin_target_binding, Access};
 use super::shipped::{Kind, Ship};
 use super::{bad_win, ACC_WORD};
 use crate::datatype::{pack, Prim};
@@ -18,6 +18,7 @@ use crate::p2p::check_count;
 use crate::state::Mpi;
 use rbtl::btl::AtomicOp;
 use rbtl::msg::{Atomic, Pending};
+use std::ptr::null_mut;
 
 /// Accumulates of this many bytes and more, on memory this process does not map,
 /// are read and written back from here where the transport does that without the
@@ -261,62 +262,34 @@ impl Mpi {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Accumulate(
-    origin_addr: *const c_void,
-    origin_count: c_int,
-    origin_datatype: Handle,
-    target_rank: c_int,
-    target_disp: Aint,
-    target_count: c_int,
-    target_datatype: Handle,
-    op: Handle,
-    win: Handle,
-) -> c_int {
-    call("MPI_Accumulate", Object::Win(win), |mpi| {
+origin_target_binding!(
+    PMPI_Accumulate(origin_addr: *const c_void, .. op: Handle),
+    |mpi, origin, target, win| {
         if op == MPI_NO_OP {
             return Err(Error::new(
                 MPI_ERR_OP,
                 "MPI_Accumulate does not take MPI_NO_OP",
             ));
         }
-        mpi.accumulate_op(op, target_datatype)?;
-        if mpi.to_proc_null(win, target_rank)? {
-            return Ok(());
-        }
-        let a = mpi.access(win, target_rank, target_disp, target_count, target_datatype)?;
-        let mut keep = Vec::new();
-        let origin = (origin_addr, origin_count, origin_datatype);
         // SAFETY: the binding's contract.
-        let origin = unsafe { mpi.origin(origin, &a, &mut keep) }?;
-        // SAFETY: `origin` holds the bytes; nothing is fetched.
-        unsafe { mpi.accumulate(win, &a, target_datatype, origin, op, std::ptr::null_mut()) }
-    })
-}
+        unsafe { mpi.get_accumulate(origin, None, target, op, win) }
+    }
+);
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Get_accumulate(
-    origin_addr: *const c_void,
-    origin_count: c_int,
-    origin_datatype: Handle,
-    result_addr: *mut c_void,
-    result_count: c_int,
-    result_datatype: Handle,
-    target_rank: c_int,
-    target_disp: Aint,
-    target_count: c_int,
-    target_datatype: Handle,
-    op: Handle,
-    win: Handle,
-) -> c_int {
-    let origin = (origin_addr, origin_count, origin_datatype);
-    let result = (result_addr, result_count, result_datatype);
-    let target = (target_rank, target_disp, target_count, target_datatype);
-    call("MPI_Get_accumulate", Object::Win(win), |mpi| {
+origin_target_binding!(
+    PMPI_Get_accumulate(
+        origin_addr: *const c_void,
+        result_addr: *mut c_void,
+        result_count: c_int,
+        result_datatype: Handle,
+        .. op: Handle
+    ),
+    |mpi, origin, target, win| {
+        let result = (result_addr, result_count, result_datatype);
         // SAFETY: the binding's contract.
-        unsafe { mpi.get_accumulate(origin, result, target, op, win) }
-    })
-}
+        unsafe { mpi.get_accumulate(origin, Some(result), target, op, win) }
+    }
+);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Fetch_and_op(
@@ -335,7 +308,7 @@ pub unsafe extern "C" fn PMPI_Fetch_and_op(
             return unsafe {
                 mpi.get_accumulate(
                     (origin_addr, 1, datatype),
-                    (result_addr, 1, datatype),
+                    Some((result_addr, 1, datatype)),
                     (target_rank, target_disp, 1, datatype),
                     op,
                     win,
@@ -361,9 +334,9 @@ pub unsafe extern "C" fn PMPI_Fetch_and_op(
 }
 
 impl Mpi {
-    /// `MPI_Get_accumulate` (and `MPI_Fetch_and_op`, one element): origin and
-    /// result as (buffer, count, type), target as (rank, displacement, count,
-    /// type).
+    /// `MPI_Get_accumulate` (and `MPI_Fetch_and_op`, one element; `MPI_Accumulate`,
+    /// no result and not `MPI_NO_OP`): origin and result as (buffer, count, type),
+    /// target as (rank, displacement, count, type).
     ///
     /// # Safety
     ///
@@ -371,7 +344,7 @@ impl Mpi {
     unsafe fn get_accumulate(
         &mut self,
         origin: (*const c_void, c_int, Handle),
-        (result_addr, result_count, result_datatype): (*mut c_void, c_int, Handle),
+        result: Option<(*mut c_void, c_int, Handle)>,
         (target_rank, target_disp, target_count, target_datatype): (c_int, Aint, c_int, Handle),
         op: Handle,
         win: Handle,
@@ -387,6 +360,10 @@ impl Mpi {
         } else {
             // SAFETY: the caller's contract.
             unsafe { self.origin(origin, &a, &mut keep) }?
+        };
+        let Some((result_addr, result_count, result_datatype)) = result else {
+            // SAFETY: `origin` holds the bytes; nothing is fetched.
+            return unsafe { self.accumulate(win, &a, target_datatype, origin, op, null_mut()) };
         };
         let rn = check_count(result_count)?;
         let rt = self.dtype(result_datatype)?;

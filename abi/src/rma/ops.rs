@@ -18,8 +18,7 @@
 
 use super::Win;
 use crate::datatype::{pack, Datatype, Prim};
-use crate::entry::call;
-use crate::error::{Error, Object, Result};
+use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::p2p::check_count;
 use crate::state::Mpi;
@@ -304,33 +303,52 @@ unsafe fn rdma(
     mpi.finish_staged(win, Some(a.member))
 }
 
-/// The binding of `MPI_Put` (`$put` true) or `MPI_Get`: [`rdma`] between the origin
-/// buffer `$origin` (given as `$buf`) and the target.
-macro_rules! rdma_binding {
-    ($name:ident, $put:literal, $origin:ident: $ty:ty => $buf:expr) => {
+/// A binding `$name` between an origin buffer and a target in a window (`MPI_Put`,
+/// `MPI_Accumulate`, ...), its parameters in the standard's order: the origin (buffer
+/// `$buf`, count, type), `$before` (a result buffer), the target (rank,
+/// displacement, count, type; the `..`), `$after` (an operation), the window `$win`.
+/// `$body` runs on the state `$mpi`, given the origin and the target as the tuples
+/// `$origin` (buffer, count, type) and `$target` (rank, displacement, count, type).
+macro_rules! origin_target_binding {
+    (
+        $name:ident($buf:ident: $buf_ty:ty, $($before:ident: $before_ty:ty,)*
+            .. $($after:ident: $after_ty:ty),*),
+        |$mpi:ident, $origin:ident, $target:ident, $win:ident| $body:expr
+    ) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(
-            $origin: $ty,
+            $buf: $buf_ty,
             origin_count: c_int,
             origin_datatype: Handle,
+            $($before: $before_ty,)*
             target_rank: c_int,
             target_disp: Aint,
             target_count: c_int,
             target_datatype: Handle,
-            win: Handle,
+            $($after: $after_ty,)*
+            $win: Handle,
         ) -> c_int {
-            call(&stringify!($name)[1..], Object::Win(win), |mpi| {
-                let origin = ($buf, origin_count, origin_datatype);
-                let target = (target_rank, target_disp, target_count, target_datatype);
-                // SAFETY: the binding's contract.
-                unsafe { rdma(mpi, $put, origin, target, win) }
-            })
+            let $origin = ($buf, origin_count, origin_datatype);
+            let $target = (target_rank, target_disp, target_count, target_datatype);
+            $crate::entry::call(
+                &stringify!($name)[1..],
+                $crate::error::Object::Win($win),
+                |$mpi| $body,
+            )
         }
     };
 }
+pub(super) use origin_target_binding;
 
-rdma_binding!(PMPI_Put, true, origin_addr: *const c_void => origin_addr.cast_mut());
-rdma_binding!(PMPI_Get, false, origin_addr: *mut c_void => origin_addr);
+origin_target_binding!(PMPI_Put(origin_addr: *const c_void, ..), |mpi, origin, target, win| {
+    let (buf, count, ty) = origin;
+    // SAFETY: the binding's contract.
+    unsafe { rdma(mpi, true, (buf.cast_mut(), count, ty), target, win) }
+});
+origin_target_binding!(PMPI_Get(origin_addr: *mut c_void, ..), |mpi, origin, target, win| {
+    // SAFETY: the binding's contract.
+    unsafe { rdma(mpi, false, origin, target, win) }
+});
 
 #[cfg(test)]
 mod tests {
