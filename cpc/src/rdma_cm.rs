@@ -238,6 +238,14 @@ mod tests {
         SocketAddrV4::new([198, 18, 0, last].into(), port)
     }
 
+    /// The lower side and the higher one, both started at once.
+    fn both_started() -> (Connection, Connection) {
+        let (mut lo, mut hi) = (Connection::new(true), Connection::new(false));
+        lo.on(Event::Start);
+        hi.on(Event::Start);
+        (lo, hi)
+    }
+
     #[test]
     fn the_lower_address_initiates() {
         assert!(initiates(addr(1, 5000), addr(2, 4000)));
@@ -271,9 +279,7 @@ mod tests {
 
     #[test]
     fn an_asks_refusal_may_arrive_after_the_connection_is_up() {
-        let (mut lo, mut hi) = (Connection::new(true), Connection::new(false));
-        lo.on(Event::Start);
-        hi.on(Event::Start);
+        let (mut lo, mut hi) = both_started();
         assert_eq!(hi.on(Event::Request(Kind::Connect)), vec![Action::Accept]);
         assert_eq!(hi.on(Event::Established), vec![Action::Up]);
         assert_eq!(lo.on(Event::Request(Kind::Ask)), vec![Action::Reject]);
@@ -284,9 +290,7 @@ mod tests {
     #[test]
     fn crossing_requests_resolve_to_the_lower_sides_connection() {
         // Both start at once: the ask reaches a side already connecting.
-        let (mut lo, mut hi) = (Connection::new(true), Connection::new(false));
-        lo.on(Event::Start);
-        hi.on(Event::Start);
+        let (mut lo, mut hi) = both_started();
         assert_eq!(lo.on(Event::Request(Kind::Ask)), vec![Action::Reject]);
         assert_eq!(hi.on(Event::Request(Kind::Connect)), vec![Action::Accept]);
         assert!(hi.on(Event::Rejected(Kind::Ask)).is_empty());

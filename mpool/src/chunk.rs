@@ -49,22 +49,9 @@ impl Chunk {
         // for as long as the region, which the chunk now owns exclusively.
         unsafe { Chunk::from_raw(ptr, len, Box::new(region)) }
     }
-
-    /// Start of the chunk.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the chunk has no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
+
+byte_span!(Chunk, "chunk");
 
 impl fmt::Debug for Chunk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

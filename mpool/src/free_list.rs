@@ -362,7 +362,13 @@ impl<Reg> fmt::Debug for FreeList<Reg> {
 /// A fragment handed out by a [`FreeList`]. Not `Clone`: holding it is the
 /// right to use its bytes until it is [`put`](FreeList::put) back.
 ///
+/// It starts at the list's `frag_align` and is
+/// [`frag_size`](FreeList::frag_size) bytes long (never empty). For fragments in
+/// shared memory, the transport's protocol must keep peers from writing them while
+/// a borrow of [`as_slice`](Frag::as_slice) lives.
+///
 /// Dropping a fragment instead of returning it leaks it from its list.
+#[derive(Debug)]
 pub struct Frag {
     ptr: NonNull<u8>,
     len: usize,
@@ -377,50 +383,11 @@ unsafe impl Send for Frag {}
 // SAFETY: `&Frag` only gives shared (`&[u8]`) or raw access.
 unsafe impl Sync for Frag {}
 
+byte_span!(Frag, "fragment", slices);
+
 impl Frag {
-    /// Start of the fragment, aligned to the list's `frag_align`.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// Length in bytes (the list's [`frag_size`](FreeList::frag_size)).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the fragment has no bytes (never, for fragments of a list).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// The fragment's index in its list (see [`FreeList::frag_ptr`]).
     pub fn index(&self) -> u32 {
         self.index
-    }
-
-    /// The fragment's bytes. For fragments in shared memory, the transport's
-    /// protocol must keep peers from writing them while this borrow lives.
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: the fragment's bytes are initialized mapped memory that
-        // outlives it and that no other Frag covers; `&self` excludes writes
-        // through `as_mut_slice`.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-
-    /// The fragment's bytes, writable.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as for `as_slice`, and `&mut self` gives exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl fmt::Debug for Frag {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Frag")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
-            .field("index", &self.index)
-            .field("list", &self.list)
-            .finish()
     }
 }

@@ -15,6 +15,8 @@
 
 #![warn(missing_docs)]
 
+#[macro_use]
+mod byte_span;
 mod chunk;
 mod chunk_sources;
 mod error;

@@ -1,7 +1,6 @@
 //! Private anonymous memory regions: normal pages, `MAP_HUGETLB` huge pages and
 //! transparent huge pages.
 
-use std::fmt;
 use std::ptr::NonNull;
 use std::sync::OnceLock;
 
@@ -93,6 +92,7 @@ impl HugeOutcome {
 /// The mapping may be larger than [`len`](Region::len) (rounded up to whole
 /// pages, or over-mapped to get 2 MiB alignment); only `len` bytes from
 /// [`as_ptr`](Region::as_ptr) are promised.
+#[derive(Debug)]
 pub struct Region {
     // Keeps the mapping alive; never accessed through after construction.
     _map: MmapMut,
@@ -196,51 +196,14 @@ impl Region {
         Ok((Region::from_map(map, offset, len, page), advised))
     }
 
-    /// Start of the region.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// Usable length in bytes (as asked for).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Always false: regions are at least one byte long.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Size of the pages backing the region: the huge page size for a
     /// [`HugeOutcome::Huge`] region, the base page size otherwise.
     pub fn page_size(&self) -> usize {
         self.page_size
     }
-
-    /// The region's bytes.
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: ptr..ptr+len lies inside the live mapping owned by self, and
-        // mutation requires &mut self, which this shared borrow excludes.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-
-    /// The region's bytes, writable.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: ptr..ptr+len lies inside the live mapping owned by self, and
-        // &mut self guarantees exclusive access.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
 }
 
-impl fmt::Debug for Region {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Region")
-            .field("ptr", &self.ptr)
-            .field("len", &self.len)
-            .field("page_size", &self.page_size)
-            .finish()
-    }
-}
+byte_span!(Region, "region", slices);
 
 /// Memory that stays mapped while the value lives: what a
 /// [`CarveSource`](crate::CarveSource) carves chunks out of.

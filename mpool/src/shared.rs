@@ -449,21 +449,6 @@ impl SharedRegion {
         &self.path
     }
 
-    /// Start of the mapping.
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
-    }
-
-    /// Length of the mapping in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Always false: segments are at least one byte long.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Whether this handle created the segment (and so unlinks it on drop).
     pub fn is_owner(&self) -> bool {
         self.owner
@@ -494,6 +479,8 @@ impl SharedRegion {
         }
     }
 }
+
+byte_span!(SharedRegion, "mapping");
 
 impl Drop for SharedRegion {
     fn drop(&mut self) {

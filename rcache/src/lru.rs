@@ -22,12 +22,8 @@ impl<H> State<H> {
             s.prev = tail;
             s.next = NIL;
         }
-        if tail == NIL {
-            self.lru_head = i;
-        } else {
-            self.slot_mut(tail).next = i;
-        }
-        self.lru_tail = i;
+        self.lru_link_forward(tail, i);
+        self.lru_link_back(NIL, i);
         self.lru_len += 1;
     }
 
@@ -41,17 +37,27 @@ impl<H> State<H> {
             s.next = NIL;
             pn
         };
-        if prev == NIL {
-            self.lru_head = next;
-        } else {
-            self.slot_mut(prev).next = next;
-        }
-        if next == NIL {
-            self.lru_tail = prev;
-        } else {
-            self.slot_mut(next).prev = prev;
-        }
+        self.lru_link_forward(prev, next);
+        self.lru_link_back(next, prev);
         self.lru_len -= 1;
+    }
+
+    /// Points the forward link of `prev` (the list's head, when `prev` is NIL) at `i`.
+    fn lru_link_forward(&mut self, prev: usize, i: usize) {
+        if prev == NIL {
+            self.lru_head = i;
+        } else {
+            self.slot_mut(prev).next = i;
+        }
+    }
+
+    /// Points the backward link of `next` (the list's tail, when `next` is NIL) at `i`.
+    fn lru_link_back(&mut self, next: usize, i: usize) {
+        if next == NIL {
+            self.lru_tail = i;
+        } else {
+            self.slot_mut(next).prev = i;
+        }
     }
 
     /// The idle registration to evict, still on the list and indexed (see the module

@@ -191,13 +191,23 @@ mod tests {
         Event::Ended { rank, exit }
     }
 
+    /// A verdict that has seen `events`, in order.
+    fn seen(events: impl IntoIterator<Item = Event>) -> Verdict {
+        let mut verdict = Verdict::default();
+        for event in events {
+            verdict.push(event);
+        }
+        verdict
+    }
+
     #[test]
     fn a_rank_killed_by_a_signal_is_the_cause_over_one_that_exited() {
         let shared = Shared::new(4, "kvs".into());
         // Seen in the wrong order.
-        let mut verdict = Verdict::default();
-        verdict.push(ended(1, RankExit::Exited(1)));
-        verdict.push(ended(3, RankExit::Signaled(9)));
+        let mut verdict = seen([
+            ended(1, RankExit::Exited(1)),
+            ended(3, RankExit::Signaled(9)),
+        ]);
         let first = verdict.judge(&shared, Vec::new);
         let killed = Failure::Rank {
             rank: 3,
@@ -205,15 +215,12 @@ mod tests {
         };
         assert_eq!(first, Some(killed.clone()));
         // Not seen yet, but ended.
-        let mut verdict = Verdict::default();
-        verdict.push(ended(1, RankExit::Exited(1)));
+        let mut verdict = seen([ended(1, RankExit::Exited(1))]);
         let first = verdict.judge(&shared, || vec![(3, RankExit::Signaled(9))]);
         assert_eq!(first, Some(killed));
         assert_eq!(verdict.judge(&shared, Vec::new), None, "reported once");
         // Without a signal, the first seen stays the cause.
-        let mut verdict = Verdict::default();
-        verdict.push(ended(2, RankExit::Exited(4)));
-        verdict.push(ended(1, RankExit::Exited(1)));
+        let mut verdict = seen([ended(2, RankExit::Exited(4)), ended(1, RankExit::Exited(1))]);
         let first = verdict.judge(&shared, || vec![(0, RankExit::Exited(7))]);
         assert_eq!(
             first,
@@ -227,13 +234,12 @@ mod tests {
     #[test]
     fn an_abort_seen_first_stays_the_cause() {
         let shared = Shared::new(2, "kvs".into());
-        let mut verdict = Verdict::default();
-        verdict.push(Event::Abort {
+        let abort = Event::Abort {
             rank: 0,
             code: 3,
             message: "m".into(),
-        });
-        verdict.push(ended(1, RankExit::Signaled(9)));
+        };
+        let mut verdict = seen([abort, ended(1, RankExit::Signaled(9))]);
         let first = verdict.judge(&shared, Vec::new);
         assert!(matches!(first, Some(Failure::Aborted(_))), "{first:?}");
         assert!(verdict.take_abort_news());
@@ -243,9 +249,7 @@ mod tests {
     #[test]
     fn a_clean_exit_is_judged_once_its_pmi_connection_is_read() {
         let shared = Shared::new(2, "kvs".into());
-        let mut verdict = Verdict::default();
-        verdict.push(ended(1, RankExit::Exited(0)));
-        verdict.push(ended(0, RankExit::Exited(2)));
+        let mut verdict = seen([ended(1, RankExit::Exited(0)), ended(0, RankExit::Exited(2))]);
         // Rank 1's connection is still open: nothing is judged before the settle
         // time, not even the later failure.
         assert_eq!(verdict.judge(&shared, Vec::new), None);

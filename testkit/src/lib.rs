@@ -3,6 +3,7 @@
 pub mod fork;
 pub mod fuzz;
 pub mod mem;
+pub mod process;
 pub mod rng;
 
 /// The variable that says every test must run: set by `.ci/run`, which runs as root
@@ -20,6 +21,25 @@ pub fn cannot_run(test: &str, why: &str) {
         panic!("{REQUIRED_VAR}=1 but {test} cannot run: {why}");
     }
     eprintln!("SKIP {test}: {why}");
+}
+
+/// `found`, or where it is `None` (a test that cannot run here because `missing`: a
+/// device, a guest pair), `None` after saying SKIP, for the caller to return; unless
+/// the environment variable `required` is set, which makes a test that cannot run a
+/// failure.
+///
+/// # Panics
+///
+/// Where `found` is `None` and `required` is set.
+pub fn found_or_skip<T>(found: Option<T>, required: &str, missing: &str) -> Option<T> {
+    if found.is_none() {
+        assert!(
+            std::env::var_os(required).is_none(),
+            "{missing}, and {required} is set"
+        );
+        eprintln!("SKIP: {missing}");
+    }
+    found
 }
 
 /// `CAP_IPC_LOCK`'s bit among the capabilities.

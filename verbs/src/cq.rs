@@ -19,19 +19,10 @@ pub(crate) struct ChannelInner {
     _ctx: Arc<ContextInner>,
 }
 
-// SAFETY: a completion channel is a file descriptor the library reads; waiting takes
-// `&self` and is safe from any thread.
-unsafe impl Send for ChannelInner {}
-// SAFETY: as above.
-unsafe impl Sync for ChannelInner {}
-
-impl Drop for ChannelInner {
-    fn drop(&mut self) {
-        // SAFETY: created by ibv_create_comp_channel; the CQs using it hold an Arc to
-        // this, so they are gone.
-        unsafe { sys::ibv_destroy_comp_channel(self.ptr.as_ptr()) };
-    }
-}
+// A completion channel is a file descriptor the library reads; waiting takes `&self`
+// and is safe from any thread. Created by ibv_create_comp_channel; the CQs using it
+// hold an Arc to this.
+object_owner!(ChannelInner: Send + Sync, sys::ibv_destroy_comp_channel);
 
 /// A completion channel: a file descriptor that becomes readable when a CQ asked to
 /// notify ([`Cq::req_notify`]) gets a completion, so a progress thread can sleep.
@@ -81,17 +72,9 @@ pub(crate) fn poll_readable(fd: i32, timeout: std::time::Duration) -> i32 {
     unsafe { libc::poll(&mut p, 1, timeout.as_millis().min(i32::MAX as u128) as i32) }
 }
 
-// SAFETY: completion queues may be used from any thread; polling takes `&mut Cq`.
-unsafe impl Send for CqInner {}
-// SAFETY: as above.
-unsafe impl Sync for CqInner {}
-
-impl Drop for CqInner {
-    fn drop(&mut self) {
-        // SAFETY: created by ibv_create_cq; queue pairs using it hold an Arc to this.
-        unsafe { sys::ibv_destroy_cq(self.ptr.as_ptr()) };
-    }
-}
+// Completion queues may be used from any thread; polling takes `&mut Cq`. Created by
+// ibv_create_cq; queue pairs using it hold an Arc to this.
+object_owner!(CqInner: Send + Sync, sys::ibv_destroy_cq);
 
 /// A completion queue.
 pub struct Cq {

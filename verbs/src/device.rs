@@ -95,6 +95,14 @@ pub struct DeviceAttr {
 }
 
 impl Context {
+    /// Open the first device there is ([`device_names`]); `None` where there is none.
+    pub fn open_first() -> Result<Option<Context>> {
+        device_names()?
+            .first()
+            .map(|name| Context::open(name))
+            .transpose()
+    }
+
     /// Open the device called `name`.
     pub fn open(name: &str) -> Result<Context> {
         let mut n = 0;

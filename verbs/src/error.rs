@@ -54,6 +54,11 @@ pub fn call_error(call: &'static str, rc: i32) -> Error {
     Error::Call { call, source }
 }
 
+/// The error of `call` where the provider has no op for it: EOPNOTSUPP.
+pub(crate) fn unsupported(call: &'static str) -> Error {
+    call_error(call, libc::EOPNOTSUPP)
+}
+
 /// `ulimit -l` as text.
 pub fn memlock_limit() -> String {
     let mut lim = libc::rlimit {

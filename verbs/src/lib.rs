@@ -12,6 +12,8 @@
 
 #![warn(missing_docs)]
 
+#[macro_use]
+mod object_owner;
 mod cq;
 mod device;
 mod error;

@@ -35,17 +35,9 @@ pub(crate) struct PdInner {
     _ctx: Arc<ContextInner>,
 }
 
-// SAFETY: protection domains may be used from any thread; see ContextInner.
-unsafe impl Send for PdInner {}
-// SAFETY: as above.
-unsafe impl Sync for PdInner {}
-
-impl Drop for PdInner {
-    fn drop(&mut self) {
-        // SAFETY: allocated by ibv_alloc_pd; every MR and QP of it holds an Arc to this.
-        unsafe { sys::ibv_dealloc_pd(self.ptr.as_ptr()) };
-    }
-}
+// Protection domains may be used from any thread; see ContextInner. Allocated by
+// ibv_alloc_pd; every MR and QP of it holds an Arc to this.
+object_owner!(PdInner: Send + Sync, sys::ibv_dealloc_pd);
 
 /// A protection domain.
 #[derive(Clone)]
@@ -74,10 +66,9 @@ pub struct Mr {
     _pd: Arc<PdInner>,
 }
 
-// SAFETY: an MR is immutable after registration and usable from any thread.
-unsafe impl Send for Mr {}
-// SAFETY: as above.
-unsafe impl Sync for Mr {}
+// An MR is immutable after registration and usable from any thread. Registered by
+// ibv_reg_mr; nothing is made from it.
+object_owner!(Mr: Send + Sync, sys::ibv_dereg_mr);
 
 impl Pd {
     /// Register `[addr, addr+len)` with `access`.
@@ -142,12 +133,5 @@ impl Mr {
     /// Whether it is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-impl Drop for Mr {
-    fn drop(&mut self) {
-        // SAFETY: registered by ibv_reg_mr, deregistered once.
-        unsafe { sys::ibv_dereg_mr(self.ptr.as_ptr()) };
     }
 }

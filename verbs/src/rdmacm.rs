@@ -19,19 +19,9 @@ struct ChannelInner {
     ptr: NonNull<sys::rdma_event_channel>,
 }
 
-// SAFETY: an event channel is a file descriptor; librdmacm may be called from any
-// thread.
-unsafe impl Send for ChannelInner {}
-// SAFETY: as above.
-unsafe impl Sync for ChannelInner {}
-
-impl Drop for ChannelInner {
-    fn drop(&mut self) {
-        // SAFETY: created by rdma_create_event_channel; every id on it holds an Arc to
-        // this, so all are destroyed.
-        unsafe { sys::rdma_destroy_event_channel(self.ptr.as_ptr()) };
-    }
-}
+// An event channel is a file descriptor; librdmacm may be called from any thread.
+// Created by rdma_create_event_channel; every id on it holds an Arc to this.
+object_owner!(ChannelInner: Send + Sync, sys::rdma_destroy_event_channel);
 
 /// The channel on which a set of identifiers report their events.
 pub struct EventChannel {
@@ -43,18 +33,9 @@ pub(crate) struct IdInner {
     _channel: Arc<ChannelInner>,
 }
 
-// SAFETY: librdmacm identifiers may be used from any thread.
-unsafe impl Send for IdInner {}
-// SAFETY: as above.
-unsafe impl Sync for IdInner {}
-
-impl Drop for IdInner {
-    fn drop(&mut self) {
-        // SAFETY: created by rdma_create_id (or handed over by a connect request);
-        // its queue pair (which holds an Arc to this) is destroyed already.
-        unsafe { sys::rdma_destroy_id(self.ptr.as_ptr()) };
-    }
-}
+// librdmacm identifiers may be used from any thread. Created by rdma_create_id (or
+// handed over by a connect request); its queue pair holds an Arc to this.
+object_owner!(IdInner: Send + Sync, sys::rdma_destroy_id);
 
 /// A connection identifier (a socket of the RDMA world).
 pub struct CmId {

@@ -6,7 +6,7 @@
 //! whose `verbs_context` lookup does not recognise rdma-core's marker (see the
 //! `extended` module).
 
-use crate::error::{call_error, Result};
+use crate::error::{call_error, unsupported, Result};
 use crate::extended::verbs_op;
 use crate::pd::{Mr, Pd, PdInner};
 use rdma_sys as sys;
@@ -29,11 +29,10 @@ pub(crate) struct SrqInner {
     _pd: Arc<PdInner>,
 }
 
-// SAFETY: libibverbs allows posting from any thread; posting takes `&mut Srq`, and
-// queue pairs only keep it alive.
-unsafe impl Send for SrqInner {}
-// SAFETY: as above.
-unsafe impl Sync for SrqInner {}
+// libibverbs allows posting from any thread; posting takes `&mut Srq`, and queue pairs
+// only keep it alive. Created by ibv_create_srq (directly or through create_srq_ex);
+// every queue pair using it holds an Arc to this.
+object_owner!(SrqInner: Send + Sync, sys::ibv_destroy_srq);
 
 /// A shared receive queue.
 pub struct Srq {
@@ -93,9 +92,7 @@ pub(crate) unsafe fn provider_create_srq_ex(
         return Err(call_error(SRQ_EX, libc::EINVAL));
     }
     // SAFETY: a live context (the caller's promise).
-    let Some(create) = (unsafe { verbs_op!(ctx, create_srq_ex) }) else {
-        return Err(call_error(SRQ_EX, libc::EOPNOTSUPP));
-    };
+    let create = unsafe { verbs_op!(ctx, create_srq_ex) }.ok_or_else(|| unsupported(SRQ_EX))?;
     // SAFETY: the provider's own op, on its context, with a filled-in attr.
     let srq = unsafe { create(ctx, attr) };
     NonNull::new(srq).ok_or_else(|| call_error(SRQ_EX, 0))
@@ -189,14 +186,6 @@ pub(crate) unsafe fn post_srq_recv(
         len,
         |wr, bad| unsafe { sys::ibv_post_srq_recv(srq, wr, bad) },
     )
-}
-
-impl Drop for SrqInner {
-    fn drop(&mut self) {
-        // SAFETY: created by ibv_create_srq (directly or through create_srq_ex),
-        // destroyed once, after every queue pair using it (each holds an Arc to this).
-        unsafe { sys::ibv_destroy_srq(self.ptr.as_ptr()) };
-    }
 }
 
 #[cfg(test)]

@@ -21,7 +21,7 @@
 
 use crate::cq::{Cq, CqInner};
 use crate::device::{Context, ContextInner};
-use crate::error::{call_error, Result};
+use crate::error::{call_error, unsupported, Result};
 use crate::extended::verbs_op;
 use crate::pd::{Mr, MrAccess, Pd, PdInner};
 use crate::qp::{
@@ -82,11 +82,9 @@ unsafe fn create_qp_ex(
         unsafe { sys::ibv_create_qp(attr.pd, init) }
     } else {
         // SAFETY: a live context.
-        match unsafe { verbs_op!(ctx, create_qp_ex) } {
-            // SAFETY: the provider's own op on its context, with a filled-in attr.
-            Some(create) => unsafe { create(ctx, attr) },
-            None => return Err(call_error(CALL, libc::EOPNOTSUPP)),
-        }
+        let create = unsafe { verbs_op!(ctx, create_qp_ex) }.ok_or_else(|| unsupported(CALL))?;
+        // SAFETY: the provider's own op on its context, with a filled-in attr.
+        unsafe { create(ctx, attr) }
     };
     NonNull::new(qp).ok_or_else(|| call_error(CALL, 0))
 }
@@ -174,9 +172,7 @@ impl Xrcd {
         };
         let c = ctx.inner.ptr.as_ptr();
         // SAFETY: a live context.
-        let Some(open) = (unsafe { verbs_op!(c, open_xrcd) }) else {
-            return Err(call_error(CALL, libc::EOPNOTSUPP));
-        };
+        let open = unsafe { verbs_op!(c, open_xrcd) }.ok_or_else(|| unsupported(CALL))?;
         // SAFETY: the provider's own op on its live context, with a filled-in attr
         // whose descriptor (if any) the caller keeps open for the call.
         let xrcd = unsafe { open(c, &mut attr) };
@@ -200,8 +196,9 @@ pub struct XrcSrq {
     _pd: Arc<PdInner>,
 }
 
-// SAFETY: libibverbs allows posting from any thread; posting takes `&mut XrcSrq`.
-unsafe impl Send for XrcSrq {}
+// libibverbs allows posting from any thread; posting takes `&mut XrcSrq`. Created by
+// create_srq_ex, destroyed before its domain, CQ and PD (which it keeps alive).
+object_owner!(XrcSrq: Send, sys::ibv_destroy_srq);
 
 impl XrcSrq {
     /// An XRC SRQ of `max_wr` receives of one scatter entry each, in `xrcd`, its
@@ -246,9 +243,7 @@ impl XrcSrq {
         // SAFETY: a live SRQ; `context` never changes and is kept alive by `_pd`.
         let ctx = unsafe { self.ptr.as_ref() }.context;
         // SAFETY: a live context.
-        let Some(get) = (unsafe { verbs_op!(ctx, get_srq_num) }) else {
-            return Err(call_error(CALL, libc::EOPNOTSUPP));
-        };
+        let get = unsafe { verbs_op!(ctx, get_srq_num) }.ok_or_else(|| unsupported(CALL))?;
         let mut num = 0;
         // SAFETY: the provider's own op, on a live SRQ of its context.
         let rc = unsafe { get(srq, &mut num) };
@@ -269,14 +264,6 @@ impl XrcSrq {
     }
 }
 
-impl Drop for XrcSrq {
-    fn drop(&mut self) {
-        // SAFETY: created by create_srq_ex, destroyed once, before its domain, CQ and
-        // PD (which it keeps alive).
-        unsafe { sys::ibv_destroy_srq(self.ptr.as_ptr()) };
-    }
-}
-
 /// An XRC initiator queue pair (`IBV_QPT_XRC_SEND`): sends only, each request naming
 /// the remote [`XrcSrq`] it is for. Connected to one [`XrcTarget`] on the remote node.
 pub struct XrcInitiator {
@@ -289,8 +276,9 @@ pub struct XrcInitiator {
     pub caps: QpCaps,
 }
 
-// SAFETY: libibverbs allows posting from any thread; posting takes `&mut XrcInitiator`.
-unsafe impl Send for XrcInitiator {}
+// libibverbs allows posting from any thread; posting takes `&mut XrcInitiator`.
+// Created by create_qp_ex, destroyed before its CQ and PD (which it keeps alive).
+object_owner!(XrcInitiator: Send, sys::ibv_destroy_qp);
 
 impl XrcInitiator {
     /// An initiator on `pd` completing its sends into `send_cq` (`caps.max_recv_wr` is
@@ -381,14 +369,6 @@ impl XrcInitiator {
     }
 }
 
-impl Drop for XrcInitiator {
-    fn drop(&mut self) {
-        // SAFETY: created by create_qp_ex, destroyed once, before its CQ and PD (which
-        // it keeps alive).
-        unsafe { sys::ibv_destroy_qp(self.ptr.as_ptr()) };
-    }
-}
-
 /// An XRC target queue pair (`IBV_QPT_XRC_RECV`) in a domain: the receiving end of one
 /// remote [`XrcInitiator`], delivering into whichever [`XrcSrq`] of the domain each
 /// request names. It has no send queue, PD or CQ of its own, so it goes to RTR only.
@@ -399,8 +379,10 @@ pub struct XrcTarget {
     gid_index: u8,
 }
 
-// SAFETY: a kernel object usable from any thread; transitions take `&mut XrcTarget`.
-unsafe impl Send for XrcTarget {}
+// A kernel object usable from any thread; transitions take `&mut XrcTarget`. Created
+// by create_qp_ex or opened by open_qp; destroying an opened one releases its
+// reference. Destroyed before its domain (which it keeps alive).
+object_owner!(XrcTarget: Send, sys::ibv_destroy_qp);
 
 impl XrcTarget {
     /// A target in `xrcd` (of `ctx`'s device, else EINVAL), for `port` and GID index
@@ -445,9 +427,7 @@ impl XrcTarget {
         };
         let c = ctx.inner.ptr.as_ptr();
         // SAFETY: a live context.
-        let Some(open) = (unsafe { verbs_op!(c, open_qp) }) else {
-            return Err(call_error(CALL, libc::EOPNOTSUPP));
-        };
+        let open = unsafe { verbs_op!(c, open_qp) }.ok_or_else(|| unsupported(CALL))?;
         // SAFETY: the provider's own op on its live context, with a filled-in attr
         // naming a live domain of it.
         let qp = unsafe { open(c, &mut attr) };
@@ -476,14 +456,6 @@ impl XrcTarget {
     pub fn to_rtr(&mut self, initiator: &QpEndpoint, mtu_enum: u32) -> Result<()> {
         let (mut a, mask) = responder_rtr_attr(initiator, mtu_enum, self.port, self.gid_index);
         modify(self.ptr, &mut a, mask, "ibv_modify_qp(RTR)")
-    }
-}
-
-impl Drop for XrcTarget {
-    fn drop(&mut self) {
-        // SAFETY: created by create_qp_ex or opened by open_qp, destroyed (for an opened
-        // one: its reference released) once, before its domain (which it keeps alive).
-        unsafe { sys::ibv_destroy_qp(self.ptr.as_ptr()) };
     }
 }
 

@@ -14,6 +14,16 @@ fn info(qpn: u32) -> QpInfo {
     }
 }
 
+/// A node wanted by `peers`, in turn (so the first connects it), what each start
+/// asked for left undone.
+fn wanted_by(peers: &[u32]) -> Node {
+    let mut node = Node::new();
+    for &peer in peers {
+        node.start(peer);
+    }
+    node
+}
+
 /// A node's processes as the sender sees them answer: process `p` has receive
 /// queue `100 + p`; targets are numbered from 901 and opened while `alive`.
 #[derive(Default)]
@@ -50,6 +60,15 @@ impl Remote {
             other => panic!("{other:?} is not a request"),
         }
     }
+}
+
+/// A node that peer 1 connected, and the remote side that answered.
+fn connected_by_peer_1() -> (Node, Remote) {
+    let mut node = Node::new();
+    let mut r = Remote::default();
+    let first = node.start(1);
+    run(&mut node, &mut r, first);
+    (node, r)
 }
 
 /// Run the sender's actions against `remote` until no message is left; what the
@@ -165,9 +184,7 @@ fn a_refused_connect_fails_the_peer_and_nothing_is_left_waiting() {
 
 #[test]
 fn a_creation_failure_passes_the_node_to_the_next_peer() {
-    let mut node = Node::new();
-    node.start(1);
-    node.start(2);
+    let mut node = wanted_by(&[1, 2]);
     let acts = node.initiator_failed("ibv_create_qp_ex failed: out of memory");
     assert!(
         matches!(&acts[0], Action::Fail { peer: 1, why } if why.to_string().contains("out of memory"))
@@ -200,10 +217,7 @@ fn a_broken_node_fails_its_peers_now_and_later() {
 /// new one, its late answer about the old one ignored.
 #[test]
 fn a_gone_target_with_nobody_up_connects_the_node_again() {
-    let mut node = Node::new();
-    let mut r = Remote::default();
-    let first = node.start(1);
-    run(&mut node, &mut r, first);
+    let (mut node, mut r) = connected_by_peer_1();
     node.on_failure(1, "the process ended");
     r.alive.clear();
     assert_eq!(
@@ -230,10 +244,7 @@ fn a_gone_target_with_nobody_up_connects_the_node_again() {
 /// fails itself, saying what to check.
 #[test]
 fn a_gone_target_with_peers_up_fails_only_that_peer() {
-    let mut node = Node::new();
-    let mut r = Remote::default();
-    let first = node.start(1);
-    run(&mut node, &mut r, first);
+    let (mut node, _) = connected_by_peer_1();
     node.start(2);
     let acts = node.on_message(2, Message::Gone { qpn: 901 });
     assert!(
@@ -245,9 +256,7 @@ fn a_gone_target_with_peers_up_fails_only_that_peer() {
 
 #[test]
 fn a_forgotten_connecting_peer_passes_the_node_on_unreported() {
-    let mut node = Node::new();
-    node.start(1);
-    node.start(2);
+    let mut node = wanted_by(&[1, 2]);
     node.initiator(info(1));
     let acts = node.forget(1);
     assert_eq!(acts, [Action::DropInitiator, Action::CreateInitiator]);
@@ -264,10 +273,7 @@ fn a_forgotten_connecting_peer_passes_the_node_on_unreported() {
 #[test]
 fn a_peer_past_its_deadline_fails_and_passes_the_node_on() {
     let waited = Duration::from_millis(1500);
-    let mut node = Node::new();
-    node.start(1);
-    node.start(2);
-    node.start(3);
+    let mut node = wanted_by(&[1, 2, 3]);
     node.initiator(info(1));
     let acts = node.time_out(1, waited);
     assert!(
@@ -320,9 +326,7 @@ fn unexpected_messages_fail_the_peer_with_the_states() {
         "{acts:?}"
     );
     // An accept from a peer that is not the one connecting the node.
-    let mut node = Node::new();
-    node.start(1);
-    node.start(2);
+    let mut node = wanted_by(&[1, 2]);
     node.initiator(info(1));
     let acts = node.on_message(
         2,
