@@ -39,6 +39,7 @@ mod stopped_peer;
 #[path = "node/stress.rs"]
 mod stress;
 
+use common::watchdog;
 use rbtl::btl::{ActiveMessage, Endpoint, Local, Module, Remote, Transfer};
 use rbtl::msg::{Comm, Error, Window, ANY_SOURCE, ANY_TAG};
 use std::path::{Path, PathBuf};
@@ -148,22 +149,10 @@ fn sm_module() -> (Box<dyn Module>, Vec<Option<Endpoint>>, rbtl::pmi::Job) {
 
 fn role_sm_contract() {
     let (mut m, eps, mut job) = sm_module();
-    let (rank, size) = (job.rank, job.size);
-    // Pair with rank ^ 1, then (with 4 ranks) with rank ^ 2: several rings at once.
-    let mut partners = vec![rank ^ 1];
-    if size >= 4 {
-        partners.push(rank ^ 2);
-    }
-    for partner in partners {
-        let ep = eps[partner as usize].expect("sm reaches every local rank");
-        rbtl_conformance::run_all(m.as_mut(), ep);
-        // One pairing at a time: nobody starts the next round's exchange early.
-        job.modex.fence().unwrap();
-    }
-    // Every rank at once on rank 0's words.
-    let mut meet = common::meet_through_modex(&mut job);
-    rbtl_conformance::atomics_on_shared_words(m.as_mut(), &eps, rank as usize, &mut meet);
-    report_ok(rank, "ok");
+    // With 4 ranks, several rings at once.
+    let partners = common::contract_partners(&job);
+    common::contract_suite(m.as_mut(), &eps, &mut job, &partners);
+    report_ok(job.rank, "ok");
 }
 
 /// `btl_sm_rdma=auto` with a switch rate no ring reaches: rank 0's first put and get go
@@ -561,23 +550,20 @@ fn role_killed_peer() {
     std::thread::sleep(Duration::from_secs(600));
 }
 
-/// Exit with code 99 if this rank is still running after `limit`: a test of a hang
-/// then fails by itself, in bounded time, with a code that says so.
-fn watchdog(limit: Duration) {
-    std::thread::spawn(move || {
-        std::thread::sleep(limit);
-        eprintln!("watchdog: still running after {limit:?}");
-        std::process::exit(99);
-    });
+/// The message layer of a rank of the wildcard tests, once every rank has it (a
+/// barrier), and this rank; a hang guard ends the rank after 30 s.
+fn wildcard_comm() -> (Comm, u32) {
+    watchdog(Duration::from_secs(30));
+    let mut comm = Comm::init(&[]).unwrap();
+    let me = comm.rank();
+    comm.barrier().unwrap();
+    (comm, me)
 }
 
 /// Ranks 1 and 2 die one after the other; rank 0's receives from any source fail
 /// only once no rank is left that could satisfy them.
 fn role_wildcard_after_deaths() {
-    watchdog(Duration::from_secs(30));
-    let mut comm = Comm::init(&[]).unwrap();
-    let me = comm.rank();
-    comm.barrier().unwrap();
+    let (mut comm, me) = wildcard_comm();
     let mut b = [0u8; 4];
     match me {
         1 => {
@@ -619,10 +605,7 @@ fn role_wildcard_after_deaths() {
 /// with the timeout after at least 1 s, and no rank is treated as failed: the
 /// barriers after each still pass.
 fn role_wildcard_silent() {
-    watchdog(Duration::from_secs(30));
-    let mut comm = Comm::init(&[]).unwrap();
-    let me = comm.rank();
-    comm.barrier().unwrap();
+    let (mut comm, me) = wildcard_comm();
     let mut b = [0u8; 4];
     for blocking in [true, false] {
         if me == 0 {
@@ -699,6 +682,25 @@ fn oks(dir: &Path, what: &str, ranks: u32) -> usize {
         .count()
 }
 
+/// Run `role` on `ranks` ranks with `env`, which must leave rank 0's report `what`
+/// (`says` what it means); the job's exit code.
+fn expect_rank_0_reported(
+    role: &str,
+    ranks: u32,
+    env: &[(&str, &str)],
+    (what, says): (&str, &str),
+) -> i32 {
+    let job = run(role, ranks, env);
+    assert_eq!(
+        oks(&job.dir, what, 1),
+        1,
+        "{role}: {says} (job code {})",
+        job.code
+    );
+    std::fs::remove_dir_all(job.dir).unwrap();
+    job.code
+}
+
 fn expect_all_ok(role: &str, ranks: u32, env: &[(&str, &str)]) {
     let job = run(role, ranks, env);
     assert_eq!(job.code, 0, "{role} with {ranks} ranks {env:?}");
@@ -710,72 +712,80 @@ fn expect_all_ok(role: &str, ranks: u32, env: &[(&str, &str)]) {
     std::fs::remove_dir_all(job.dir).unwrap();
 }
 
-#[test]
-fn sm_contract_two_ranks_cross_memory_attach() {
-    expect_all_ok("sm_contract", 2, &[("RBTL_BTL_SM_RDMA", "cma")]);
-}
+common::all_ok_tests! {
+    sm_contract_two_ranks_cross_memory_attach: "sm_contract", 2, &[("RBTL_BTL_SM_RDMA", "cma")];
 
-#[test]
-fn sm_contract_two_ranks_auto() {
     // The default path choice: small transfers through the rings, unless asked to
     // need nothing of the target (`unattended_get`).
-    expect_all_ok("sm_contract", 2, &[("RBTL_BTL_SM_RDMA", "auto")]);
-}
+    sm_contract_two_ranks_auto: "sm_contract", 2, &[("RBTL_BTL_SM_RDMA", "auto")];
 
-#[test]
-fn sm_contract_four_ranks_copy_through_rings_small_rings_and_limits() {
-    expect_all_ok(
-        "sm_contract",
-        4,
-        &[
-            ("RBTL_BTL_SM_RDMA", "copy"),
-            ("RBTL_BTL_SM_RING_SLOTS", "16"),
-            ("RBTL_BTL_SM_RING_BYTES", "128k"),
-            ("RBTL_BTL_SM_FREE_LIST_MAX", "4"),
-            ("RBTL_BTL_SM_PUT_LIMIT", "4096"),
-            ("RBTL_BTL_SM_PUT_ALIGNMENT", "8"),
-            ("RBTL_BTL_SM_GET_LIMIT", "3000"),
-            ("RBTL_BTL_SM_GET_ALIGNMENT", "4"),
-        ],
-    );
-}
-
-#[test]
-fn sm_flush_names_a_stopped_peer_after_its_timeout_and_its_operations_complete_once_it_runs() {
-    let env = [
+    sm_contract_four_ranks_copy_through_rings_small_rings_and_limits: "sm_contract", 4, &[
         ("RBTL_BTL_SM_RDMA", "copy"),
-        ("RBTL_BTL_SM_FLUSH_TIMEOUT", "1000"),
+        ("RBTL_BTL_SM_RING_SLOTS", "16"),
+        ("RBTL_BTL_SM_RING_BYTES", "128k"),
+        ("RBTL_BTL_SM_FREE_LIST_MAX", "4"),
+        ("RBTL_BTL_SM_PUT_LIMIT", "4096"),
+        ("RBTL_BTL_SM_PUT_ALIGNMENT", "8"),
+        ("RBTL_BTL_SM_GET_LIMIT", "3000"),
+        ("RBTL_BTL_SM_GET_ALIGNMENT", "4"),
     ];
-    expect_all_ok("sm_stopped_flush", 3, &env);
-}
 
-#[test]
-fn sm_peers_a_rank_removed_fail_it_at_once() {
-    let env = [
+    sm_flush_names_a_stopped_peer_after_its_timeout_and_its_operations_complete_once_it_runs:
+        "sm_stopped_flush", 3, &[
+            ("RBTL_BTL_SM_RDMA", "copy"),
+            ("RBTL_BTL_SM_FLUSH_TIMEOUT", "1000"),
+        ];
+
+    sm_peers_a_rank_removed_fail_it_at_once: "sm_removed", 5, &[
         ("RBTL_BTL_SM_RDMA", "copy"),
         ("RBTL_BTL_SM_FLUSH_TIMEOUT", "60000"),
     ];
-    expect_all_ok("sm_removed", 5, &env);
-}
 
-#[test]
-fn sm_auto_switches_large_transfers_to_cross_memory_attach_when_rings_are_slow() {
     // No ring copies at 1 TB/s: every measured ring counts as slow.
-    expect_all_ok(
-        "sm_auto_path",
-        2,
-        &[
+    sm_auto_switches_large_transfers_to_cross_memory_attach_when_rings_are_slow:
+        "sm_auto_path", 2, &[
             ("RBTL_BTL_SM_RDMA", "auto"),
             ("RBTL_BTL_SM_CMA_BELOW", "1000000000"),
-        ],
-    );
-}
+        ];
 
-/// Gets served through the rings hold back no send of the serving rank
-/// (`node/served_gets.rs`).
-#[test]
-fn sm_sends_overtake_the_data_of_gets_being_served() {
-    expect_all_ok("sm_served_gets", 2, &[("RBTL_BTL_SM_RDMA", "copy")]);
+    /// Gets served through the rings hold back no send of the serving rank
+    /// (`node/served_gets.rs`).
+    sm_sends_overtake_the_data_of_gets_being_served:
+        "sm_served_gets", 2, &[("RBTL_BTL_SM_RDMA", "copy")];
+
+    /// One rank under `btl_sm_rdma = copy`, the others reading memory by cross-memory
+    /// attach: the others' rendezvous sends to it name their buffers with a registration
+    /// (it cannot read them by address), and every message arrives.
+    message_layer_with_one_rank_copying: "msg_mixed_rdma", 3, &[];
+
+    /// The message layer's cached registrations of a send buffer that is remapped between
+    /// sends: each receive gets the buffer's contents at the time of its send.
+    message_layer_sends_from_a_remapped_buffer: "msg_remap", 2, &[];
+
+    /// Memory remapped under a cached `sm` registration: the cache drops it, puts land in
+    /// the new memory and never in the old pages, and a fork changes nothing for the parent.
+    sm_transfers_into_remapped_memory_and_after_fork: "sm_remap", 2, &[];
+
+    /// 100,000 rounds of memory taken and given back in random ways, registered through
+    /// sm's cache by one rank and put into (and read back) by the other, without one wrong
+    /// result (`node/stress.rs`; over sm this proves the path end to end: a put names the
+    /// memory by address, so no cached registration could send it to old pages).
+    sm_registration_stress_of_memory_that_comes_and_goes: "sm_stress", 2, &[];
+
+    /// One-sided transfers and rendezvous with rank 0's cross-memory attach refused after
+    /// wire-up (`node/refused_attach.rs`).
+    transfers_and_rendezvous_go_with_a_registration_once_attach_is_refused:
+        "msg_refused_attach", 2, &[];
+
+    /// Large messages read by their receivers while the sender stays out of the library
+    /// (`node/read_alone.rs`).
+    unsplit_messages_and_those_of_a_sender_busy_with_others_need_no_sender:
+        "msg_read_alone", 3, &[];
+
+    large_messages_copied_by_both_ranks_arrive_when_either_copy_is_refused:
+        "msg_split_refused", 3, &[];
+
+    windows_put_get_across_ranks: "window", 3, &[("RBTL_BTL_SM_HEAP_SIZE", "4M")];
 }
 
 #[test]
@@ -786,70 +796,17 @@ fn message_layer_two_and_four_ranks() {
     expect_all_ok("msg", 2, &[("RBTL_MSG_SPLIT_FROM", "0")]);
 }
 
-/// One rank under `btl_sm_rdma = copy`, the others reading memory by cross-memory
-/// attach: the others' rendezvous sends to it name their buffers with a registration
-/// (it cannot read them by address), and every message arrives.
-#[test]
-fn message_layer_with_one_rank_copying() {
-    expect_all_ok("msg_mixed_rdma", 3, &[]);
-}
-
-/// Memory remapped under a cached `sm` registration: the cache drops it, puts land in
-/// the new memory and never in the old pages, and a fork changes nothing for the parent.
-#[test]
-fn sm_transfers_into_remapped_memory_and_after_fork() {
-    expect_all_ok("sm_remap", 2, &[]);
-}
-
-/// 100,000 rounds of memory taken and given back in random ways, registered through
-/// sm's cache by one rank and put into (and read back) by the other, without one wrong
-/// result (`node/stress.rs`; over sm this proves the path end to end: a put names the
-/// memory by address, so no cached registration could send it to old pages).
-#[test]
-fn sm_registration_stress_of_memory_that_comes_and_goes() {
-    expect_all_ok("sm_stress", 2, &[]);
-}
-
-/// One-sided transfers and rendezvous with rank 0's cross-memory attach refused after
-/// wire-up (`node/refused_attach.rs`).
-#[test]
-fn transfers_and_rendezvous_go_with_a_registration_once_attach_is_refused() {
-    expect_all_ok("msg_refused_attach", 2, &[]);
-}
-
-/// Large messages read by their receivers while the sender stays out of the library
-/// (`node/read_alone.rs`).
-#[test]
-fn unsplit_messages_and_those_of_a_sender_busy_with_others_need_no_sender() {
-    expect_all_ok("msg_read_alone", 3, &[]);
-}
-
-#[test]
-fn large_messages_copied_by_both_ranks_arrive_when_either_copy_is_refused() {
-    expect_all_ok("msg_split_refused", 3, &[]);
-}
-
 #[test]
 fn a_receive_waiting_for_its_sender_fails_when_the_sender_dies() {
     // Waiting for a registration (rank 0's attach refused), then for the half of a
     // large message the sender was to write.
+    let failed = (
+        "peer_failed",
+        "rank 0's receive failed with rank 1's failure",
+    );
     for role in ["msg_named_sender_dies", "msg_split_sender_dies"] {
-        let job = run(role, 2, &[]);
-        assert_eq!(
-            oks(&job.dir, "peer_failed", 1),
-            1,
-            "{role}: rank 0's receive failed with rank 1's failure (job code {})",
-            job.code
-        );
-        std::fs::remove_dir_all(job.dir).unwrap();
+        expect_rank_0_reported(role, 2, &[], failed);
     }
-}
-
-/// The message layer's cached registrations of a send buffer that is remapped between
-/// sends: each receive gets the buffer's contents at the time of its send.
-#[test]
-fn message_layer_sends_from_a_remapped_buffer() {
-    expect_all_ok("msg_remap", 2, &[]);
 }
 
 #[test]
@@ -877,11 +834,6 @@ fn message_layer_serves_requests() {
 }
 
 #[test]
-fn windows_put_get_across_ranks() {
-    expect_all_ok("window", 3, &[("RBTL_BTL_SM_HEAP_SIZE", "4M")]);
-}
-
-#[test]
 fn a_rank_exiting_non_zero_ends_the_job_with_its_code() {
     let job = run("exit_nonzero", 3, &[]);
     assert_eq!(job.code, 3);
@@ -895,19 +847,10 @@ fn survivors_of_a_killed_rank_report_the_failure_and_exit() {
 
 /// Three ranks, rank 1 killed (`env` chooses the transports): the survivors report it.
 fn survivors_report_a_killed_rank(env: &[(&str, &str)]) {
-    let job = run("killed_peer", 3, env);
+    let failed = ("peer_failed", "rank 0 saw rank 1 fail and reported it");
+    let code = expect_rank_0_reported("killed_peer", 3, env, failed);
     // The killed rank (137) or the survivor that reported it (1) ends the job first.
-    assert!(
-        [128 + libc::SIGKILL, 1].contains(&job.code),
-        "job code {}",
-        job.code
-    );
-    assert_eq!(
-        oks(&job.dir, "peer_failed", 1),
-        1,
-        "rank 0 saw rank 1 fail and reported it"
-    );
-    std::fs::remove_dir_all(job.dir).unwrap();
+    assert!([128 + libc::SIGKILL, 1].contains(&code), "job code {code}");
 }
 
 /// See `common/stopped_peer.rs`: rank 1 stopped anywhere in a ping-pong; and stopped
@@ -948,14 +891,11 @@ fn a_stopped_peer_times_out_and_is_given_up() {
 
 #[test]
 fn a_receive_from_any_source_fails_once_every_other_rank_has_died() {
-    let job = run("wildcard_after_deaths", 3, &[]);
-    assert_eq!(
-        oks(&job.dir, "wildcard_failed", 1),
-        1,
-        "rank 0's receives from any source failed (job code {})",
-        job.code
+    let failed = (
+        "wildcard_failed",
+        "rank 0's receives from any source failed",
     );
-    std::fs::remove_dir_all(job.dir).unwrap();
+    expect_rank_0_reported("wildcard_after_deaths", 3, &[], failed);
 }
 
 #[test]

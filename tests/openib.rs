@@ -99,12 +99,7 @@ fn role_contract(cpc: &str) {
         "openib leaves the process itself to self"
     );
     let ep = eps[peer as usize].expect("openib reaches the peer");
-    rbtl_conformance::run_all(m.as_mut(), ep);
-    job.modex.fence().unwrap();
-    {
-        let mut meet = common::meet_through_modex(&mut job);
-        rbtl_conformance::atomics_on_shared_words(m.as_mut(), &eps, rank as usize, &mut meet);
-    }
+    common::contract_suite(m.as_mut(), &eps, &mut job, &[peer]);
     wrong_key(m.as_mut(), ep, &mut job);
     memlock(m.as_mut());
     report_ok(rank, "ok");
@@ -443,17 +438,13 @@ fn openib_module(
 /// Whether a device is here; without one the tests pass with a note, unless the
 /// environment requires one.
 fn device() -> bool {
-    let found = std::fs::read_dir("/sys/class/infiniband")
-        .map(|mut d| d.next().is_some())
-        .unwrap_or(false);
-    if !found {
-        assert!(
-            std::env::var_os("VERBS_REQUIRE_DEVICE").is_none(),
-            "no RDMA device, and VERBS_REQUIRE_DEVICE is set"
-        );
-        eprintln!("no RDMA device here: skipped (run it in rdma/guest.sh)");
-    }
-    found
+    let found = std::fs::read_dir("/sys/class/infiniband").is_ok_and(|mut d| d.next().is_some());
+    rbtl_testkit::found_or_skip(
+        found.then_some(()),
+        "VERBS_REQUIRE_DEVICE",
+        "no RDMA device here (run it in rdma/guest.sh)",
+    )
+    .is_some()
 }
 
 static ONE_JOB: Mutex<()> = Mutex::new(());
@@ -836,21 +827,19 @@ struct Pair {
 /// unless `GUEST_PAIR_REQUIRED` is set).
 fn pair() -> Option<Pair> {
     let var = |name| std::env::var(name).ok();
-    match (
+    let pair = match (
         var("GUEST_PAIR_HOSTS"),
         var("GUEST_PAIR_IFACE"),
         var("GUEST_PAIR_EXEC"),
     ) {
         (Some(hosts), Some(iface), Some(exec)) => Some(Pair { hosts, iface, exec }),
-        _ => {
-            assert!(
-                std::env::var_os("GUEST_PAIR_REQUIRED").is_none(),
-                "GUEST_PAIR_REQUIRED is set, but this is not a guest pair"
-            );
-            eprintln!("not in a guest pair: skipped (run it in rdma/guest.sh pair)");
-            None
-        }
-    }
+        _ => None,
+    };
+    rbtl_testkit::found_or_skip(
+        pair,
+        "GUEST_PAIR_REQUIRED",
+        "not in a guest pair (run it in rdma/guest.sh pair)",
+    )
 }
 
 /// `mpiexec.mpich` across the pair, one rank per guest, `env` given to both ranks,

@@ -36,7 +36,7 @@ mod stopped_flush;
 use common::{procs, progress_until, senders};
 use rbtl::btl::transport_kit::keytable::{HandleFields, RangeFields};
 use rbtl::btl::{
-    Access, ActiveMessage, AtomicKind, Endpoint, Error, ErrorEvent, Local, Modex, Module, Order,
+    Access, ActiveMessage, AtomicKind, Endpoint, Error, Local, Modex, Module, Order,
     RdmaCompletion, Remote, RemoteAtomic, RemoteHandle, SendiOutcome, Tag, Transfer,
 };
 use rbtl::tcp::published::{Listener, Published};
@@ -103,12 +103,7 @@ fn send_byte(m: &mut dyn Module, ep: Endpoint, tag: Tag) {
 
 /// Errors the module reported, for the test to read.
 fn errors(m: &mut dyn Module) -> Arc<Mutex<Vec<String>>> {
-    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let s = seen.clone();
-    m.register_error(Box::new(move |e: &ErrorEvent| {
-        s.lock().unwrap().push(format!("{:?}: {}", e.rank, e.error))
-    }));
-    seen
+    common::errors_heard(m, |e| format!("{:?}: {}", e.rank, e.error))
 }
 
 fn role_contract() {
@@ -120,12 +115,7 @@ fn role_contract() {
     assert_eq!(names, ["self", "tcp"], "btl=self,tcp, most exclusive first");
     let mut m = modules.pop().unwrap();
     let eps = m.add_procs(&procs(job.size), job.modex.as_mut()).unwrap();
-    let (rank, size) = (job.rank, job.size);
-    // Pair with rank ^ 1, then (with 4 ranks) with rank ^ 2: several peers at once.
-    let mut partners = vec![rank ^ 1];
-    if size >= 4 {
-        partners.push(rank ^ 2);
-    }
+    let partners = common::contract_partners(&job);
     if let Ok(want) = std::env::var("TCP_TEST_FAMILIES") {
         // Every partner listens on the families asked for, and on no other: the links
         // between them can be of no other family.
@@ -141,16 +131,8 @@ fn role_contract() {
             assert_eq!(got.join(","), want, "rank {partner}'s listeners");
         }
     }
-    for partner in partners {
-        let ep = eps[partner as usize].expect("tcp reaches every rank");
-        contract::run_all(m.as_mut(), ep);
-        // One pairing at a time: nobody starts the next round's exchange early.
-        job.modex.fence().unwrap();
-    }
-    // Every rank at once on rank 0's words.
-    let mut meet = common::meet_through_modex(&mut job);
-    contract::atomics_on_shared_words(m.as_mut(), &eps, rank as usize, &mut meet);
-    report_ok(rank, "ok");
+    common::contract_suite(m.as_mut(), &eps, &mut job, &partners);
+    report_ok(job.rank, "ok");
 }
 
 /// Rank 1 opens connections to each of rank 0's listeners (127.0.0.1 and ::1) as a
@@ -362,33 +344,22 @@ fn role_refused() {
     let mut local = vec![0u8; LEN];
     // SAFETY: the buffers outlive their handles (dropped at the end) and are not resized.
     let (ro, mut dd, lh, wo) = unsafe {
+        let mut register = |buf: &mut [u8], access: Access| {
+            m.register_mem(None, buf.as_mut_ptr() as usize, LEN, access)
+                .unwrap()
+        };
         (
-            m.register_mem(
-                None,
-                read_only.as_mut_ptr() as usize,
-                LEN,
-                Access::REMOTE_READ | Access::LOCAL_READ,
-            )
-            .unwrap(),
-            m.register_mem(None, dead.as_mut_ptr() as usize, LEN, Access::all())
-                .unwrap(),
-            m.register_mem(None, local.as_mut_ptr() as usize, LEN, Access::all())
-                .unwrap(),
-            m.register_mem(
-                None,
-                write_only.as_mut_ptr() as usize,
-                LEN,
-                Access::REMOTE_WRITE | Access::LOCAL_READ,
-            )
-            .unwrap(),
+            register(&mut read_only, Access::REMOTE_READ | Access::LOCAL_READ),
+            register(&mut dead, Access::all()),
+            register(&mut local, Access::all()),
+            register(&mut write_only, Access::REMOTE_WRITE | Access::LOCAL_READ),
         )
     };
-    let mut blob = (read_only.as_ptr() as u64).to_le_bytes().to_vec();
-    blob.extend_from_slice(ro.remote().as_bytes());
-    blob.extend_from_slice(&(dead.as_ptr() as u64).to_le_bytes());
-    blob.extend_from_slice(dd.remote().as_bytes());
-    blob.extend_from_slice(&(write_only.as_ptr() as u64).to_le_bytes());
-    blob.extend_from_slice(wo.remote().as_bytes());
+    let mut blob = Vec::new();
+    for (buf, h) in [(&read_only, &ro), (&dead, &dd), (&write_only, &wo)] {
+        blob.extend_from_slice(&(buf.as_ptr() as u64).to_le_bytes());
+        blob.extend_from_slice(h.remote().as_bytes());
+    }
     m.deregister_mem(&mut dd).unwrap();
     job.modex.publish("refused", &blob).unwrap();
     job.modex.fence().unwrap();
@@ -704,34 +675,47 @@ fn accept_hello(m: &mut TcpModule, listener: &std::net::TcpListener) -> TcpStrea
     s
 }
 
-#[test]
-fn a_peer_that_accepts_and_never_answers_fails_at_the_connect_timeout() {
-    let (mut m, ep, listener, seen) =
-        module_facing_a_raw_peer(&[("btl_tcp_connect_timeout", "300")]);
-    let start = Instant::now();
-    let held = accept_hello(&mut m, &listener);
+/// Progress rank 0's module `m`, resting 1 ms whenever it has nothing to do, until it
+/// has reported an error to `seen` (a hang guard fails 30 s after `start`, naming `what`
+/// rank 0 still waits for): the one report there is.
+fn the_one_report(
+    m: &mut TcpModule,
+    seen: &Mutex<Vec<String>>,
+    start: Instant,
+    what: &str,
+) -> String {
     while seen.lock().unwrap().is_empty() {
         if m.progress() == 0 {
             std::thread::sleep(Duration::from_millis(1));
         }
         assert!(
             start.elapsed() < Duration::from_secs(30),
-            "rank 0 still waits for an answer"
+            "rank 0 still waits for {what}"
         );
     }
+    let reports = seen.lock().unwrap().clone();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    reports[0].clone()
+}
+
+#[test]
+fn a_peer_that_accepts_and_never_answers_fails_at_the_connect_timeout() {
+    let (mut m, ep, listener, seen) =
+        module_facing_a_raw_peer(&[("btl_tcp_connect_timeout", "300")]);
+    let start = Instant::now();
+    let held = accept_hello(&mut m, &listener);
+    let report = the_one_report(&mut m, &seen, start, "an answer");
     let took = start.elapsed();
     assert!(
         took < Duration::from_secs(10),
         "gave up after {took:?}, long past its 300 ms"
     );
-    let reports = seen.lock().unwrap().clone();
-    assert_eq!(reports.len(), 1, "{reports:?}");
     assert!(
-        reports[0].starts_with("Some(1): peer rank 1 is unreachable: link 0 to 127.0.0.1:")
-            && reports[0].ends_with(
+        report.starts_with("Some(1): peer rank 1 is unreachable: link 0 to 127.0.0.1:")
+            && report.ends_with(
                 "was not up within 300 ms: the peer accepted the connection but did not answer its HELLO"
             ),
-        "{reports:?}"
+        "{report:?}"
     );
     let e = m.sendi(&ActiveMessage::new(ep, Tag::USR, &[], &[1]));
     assert!(matches!(e, Err(Error::PeerFailed { rank: 1, .. })), "{e:?}");
@@ -746,27 +730,17 @@ fn a_peer_that_declines_and_never_connects_fails_at_the_connect_timeout() {
     let mut s = accept_hello(&mut m, &listener);
     // HELLO_NACK: "my own connection for this link wins", which never comes.
     s.write_all(&[11, 0, 0, 0, 0, 0, 0, 0]).unwrap();
-    while seen.lock().unwrap().is_empty() {
-        if m.progress() == 0 {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "rank 0 still waits for rank 1's connection"
-        );
-    }
+    let report = the_one_report(&mut m, &seen, start, "rank 1's connection");
     assert!(
         start.elapsed() < Duration::from_secs(10),
         "{:?}",
         start.elapsed()
     );
-    let reports = seen.lock().unwrap().clone();
-    assert_eq!(reports.len(), 1, "{reports:?}");
     assert!(
-        reports[0].ends_with(
+        report.ends_with(
             "was not up within 300 ms: the peer declined our connection and did not connect itself"
         ),
-        "{reports:?}"
+        "{report:?}"
     );
 }
 
@@ -808,17 +782,30 @@ fn read_put(m: &mut TcpModule, s: &mut TcpStream) -> u64 {
 
 /// The request number of the put `frame` (8 bytes of data).
 fn put_request(frame: &[u8]) -> u64 {
-    let limits = wire::Limits {
-        am_payload: 1 << 20,
-        rdma_data: 1 << 20,
-    };
-    match wire::decode(frame, &limits) {
+    match wire::decode(frame, &limits(1 << 20)) {
         Ok(Some((wire::Frame::Put { req, data_len, .. }, used))) => {
             assert_eq!((data_len, used + 8), (8, frame.len()), "one 8-byte put");
             req
         }
         other => panic!("not a put: {other:?}"),
     }
+}
+
+/// The limits of a module whose messages carry up to 1 MiB, and its RDMA chunks up to
+/// `rdma_data` bytes.
+fn limits(rdma_data: usize) -> wire::Limits {
+    wire::Limits {
+        am_payload: 1 << 20,
+        rdma_data,
+    }
+}
+
+/// A `kind` frame as a raw peer writes it, naming memory by `handle` (its bytes): the
+/// extension's `words`, the handle after them, and `data` bytes of payload to follow.
+fn naming_memory(kind: wire::Kind, words: &[u64], handle: &[u8], data: usize) -> wire::Encoder {
+    let size = rbtl::btl::transport_kit::keytable::HANDLE_SIZE;
+    let head = wire::Encoder::new(kind, size as u8, 0, kind.ext() + data);
+    words.iter().fold(head, |e, &w| e.u64(w)).handle(handle)
 }
 
 /// The acknowledgement of put `req`, applied.
@@ -959,17 +946,12 @@ fn each_malformed_frame_is_a_protocol_error_of_its_peer() {
         ),
         (
             "get chunk over the largest chunk",
-            wire::Encoder::new(
+            naming_memory(
                 wire::Kind::GetReq,
-                handle as u8,
+                &[1, 0, 0x1000, huge as u64],
+                &vec![0; handle],
                 0,
-                wire::Kind::GetReq.ext(),
             )
-            .u64(1)
-            .u64(0)
-            .u64(0x1000)
-            .u64(huge as u64)
-            .handle(&vec![0; handle])
             .as_bytes()
             .to_vec(),
         ),
@@ -1021,16 +1003,8 @@ fn a_put_streaming_in_when_its_registration_ends_writes_no_more_and_is_refused()
     // SAFETY: `mem` outlives the handle (deregistered below) and is not resized.
     let mut lh =
         unsafe { m.register_mem(None, mem.as_mut_ptr() as usize, LEN, Access::all()) }.unwrap();
-    let handle = rbtl::btl::transport_kit::keytable::HANDLE_SIZE;
-    let head = wire::Encoder::new(
-        wire::Kind::Put,
-        handle as u8,
-        0,
-        wire::Kind::Put.ext() + LEN,
-    )
-    .u64(5)
-    .u64(mem.as_ptr() as u64)
-    .handle(lh.remote().as_bytes());
+    let words = [5, mem.as_ptr() as u64];
+    let head = naming_memory(wire::Kind::Put, &words, lh.remote().as_bytes(), LEN);
     s.write_all(head.as_bytes()).unwrap();
     s.write_all(&vec![7u8; LEN / 2]).unwrap();
     let placed = mem.as_ptr() as usize + LEN / 2 - 1;
@@ -1043,19 +1017,14 @@ fn a_put_streaming_in_when_its_registration_ends_writes_no_more_and_is_refused()
     m.deregister_mem(&mut lh).unwrap();
     s.write_all(&vec![8u8; LEN / 2]).unwrap();
     let ack = read_frame(&mut m, &mut s, wire::HEADER + wire::Kind::PutAck.ext());
-    let limits = wire::Limits {
-        am_payload: 1 << 20,
-        rdma_data: 1 << 20,
-    };
-    match wire::decode(&ack, &limits) {
-        Ok(Some((wire::Frame::PutAck { req: 5, status }, _))) => {
-            assert!(
-                matches!(status, Err(Error::BadRemoteHandle(_))),
-                "{status:?}"
-            )
-        }
+    let status = match wire::decode(&ack, &limits(1 << 20)) {
+        Ok(Some((wire::Frame::PutAck { req: 5, status }, _))) => status,
         other => panic!("not the put's acknowledgement: {other:?}"),
-    }
+    };
+    assert!(
+        matches!(status, Err(Error::BadRemoteHandle(_))),
+        "{status:?}"
+    );
     assert!(
         mem[..LEN / 2].iter().all(|&b| b == 7),
         "the first half in place"
@@ -1083,18 +1052,8 @@ fn a_get_reply_going_out_when_its_registration_ends_sends_no_more_of_it() {
     // SAFETY: `mem` outlives the handle (deregistered below) and is not resized.
     let mut lh =
         unsafe { m.register_mem(None, mem.as_mut_ptr() as usize, LEN, Access::all()) }.unwrap();
-    let handle = rbtl::btl::transport_kit::keytable::HANDLE_SIZE;
-    let request = wire::Encoder::new(
-        wire::Kind::GetReq,
-        handle as u8,
-        0,
-        wire::Kind::GetReq.ext(),
-    )
-    .u64(3)
-    .u64(0)
-    .u64(mem.as_ptr() as u64)
-    .u64(LEN as u64)
-    .handle(lh.remote().as_bytes());
+    let words = [3, 0, mem.as_ptr() as u64, LEN as u64];
+    let request = naming_memory(wire::Kind::GetReq, &words, lh.remote().as_bytes(), 0);
     s.write_all(request.as_bytes()).unwrap();
     // The reply's header and what the two sockets' buffers take go out; the rest waits.
     let head_len = wire::HEADER + wire::Kind::GetData.ext();
@@ -1115,19 +1074,14 @@ fn a_get_reply_going_out_when_its_registration_ends_sends_no_more_of_it() {
     );
     assert!(data[kept..].iter().all(|&b| b == 0), "zeros after the end");
     let done = read_frame(&mut m, &mut s, wire::HEADER + wire::Kind::GetDone.ext());
-    let limits = wire::Limits {
-        am_payload: 1 << 20,
-        rdma_data: LEN,
-    };
-    match wire::decode(&done, &limits) {
-        Ok(Some((wire::Frame::GetDone { req: 3, status, .. }, _))) => {
-            assert!(
-                matches!(status, Err(Error::BadRemoteHandle(_))),
-                "{status:?}"
-            )
-        }
+    let status = match wire::decode(&done, &limits(LEN)) {
+        Ok(Some((wire::Frame::GetDone { req: 3, status, .. }, _))) => status,
         other => panic!("not the get's end: {other:?}"),
-    }
+    };
+    assert!(
+        matches!(status, Err(Error::BadRemoteHandle(_))),
+        "{status:?}"
+    );
     assert!(seen.lock().unwrap().is_empty(), "the peer was not failed");
 }
 
@@ -1206,10 +1160,7 @@ fn flush_waits_for_a_chunk_that_streams_for_longer_than_its_timeout() {
         len: 2 * LEN,
     };
     let rh = HandleFields::new(77, 1, Access::all(), &[range]).to_handle();
-    let limits = wire::Limits {
-        am_payload: 1 << 20,
-        rdma_data: 4 << 20,
-    };
+    let limits = limits(4 << 20);
     let statuses: Arc<Mutex<Vec<String>>> = Arc::default();
     let record = || -> rbtl::btl::RdmaCallback {
         let st = statuses.clone();
@@ -1515,19 +1466,21 @@ fn contract_over_ipv6_only_two_and_four_ranks() {
     expect_all_ok("contract", 4, &[("RBTL_BTL_TCP_IF_INCLUDE", "::1/128"), v6]);
 }
 
-#[test]
-fn strangers_are_closed_and_counted_and_change_nothing() {
-    expect_all_ok("strangers", 2, &[("RBTL_BTL_TCP_HANDSHAKE_TIMEOUT", "300")]);
-}
+common::all_ok_tests! {
+    strangers_are_closed_and_counted_and_change_nothing:
+        "strangers", 2, &[("RBTL_BTL_TCP_HANDSHAKE_TIMEOUT", "300")];
 
-#[test]
-fn a_crowd_of_silent_connections_never_keeps_members_out() {
-    expect_all_ok("crowd", 5, &[("RBTL_BTL_TCP_HANDSHAKE_TIMEOUT", "60000")]);
-}
+    a_crowd_of_silent_connections_never_keeps_members_out:
+        "crowd", 5, &[("RBTL_BTL_TCP_HANDSHAKE_TIMEOUT", "60000")];
 
-#[test]
-fn members_connecting_to_each_other_at_once_keep_one_connection() {
-    expect_all_ok("crossing", 2, &[]);
+    members_connecting_to_each_other_at_once_keep_one_connection: "crossing", 2, &[];
+
+    a_member_that_breaks_the_protocol_is_ended_with_the_reason: "violation", 3, &[];
+
+    the_target_refuses_what_its_registrations_do_not_allow: "refused", 2, &[];
+
+    flush_names_a_stopped_peer_after_its_timeout_and_its_operations_complete_once_it_runs:
+        "stopped", 3, &[("RBTL_BTL_TCP_FLUSH_TIMEOUT", "1000")];
 }
 
 #[test]
@@ -1540,19 +1493,4 @@ fn a_killed_peer_fails_its_operations_and_only_it() {
         "ranks 0 and 2 went on (job code {code})"
     );
     std::fs::remove_dir_all(dir).unwrap();
-}
-
-#[test]
-fn a_member_that_breaks_the_protocol_is_ended_with_the_reason() {
-    expect_all_ok("violation", 3, &[]);
-}
-
-#[test]
-fn the_target_refuses_what_its_registrations_do_not_allow() {
-    expect_all_ok("refused", 2, &[]);
-}
-
-#[test]
-fn flush_names_a_stopped_peer_after_its_timeout_and_its_operations_complete_once_it_runs() {
-    expect_all_ok("stopped", 3, &[("RBTL_BTL_TCP_FLUSH_TIMEOUT", "1000")]);
 }

@@ -1,5 +1,31 @@
 # Shell functions of the comparison scripts, sourced by them from the repository's
-# root once OUT (their output folder) is set.
+# root; those that read OUT (their output folder) run once it is set.
+
+# Reads the calling script's options ("$@" after the first two arguments) into its
+# variables. $2 holds a word per option: "x:NAME" sets NAME to the value of -x,
+# "x=NAME" sets NAME to 1 when -x is given. On an option it does not know, shows the
+# script's lines $1 ("FIRST,LAST": its use) and exits with status 2.
+read_options() {
+    local help=$1 spec= word o
+    local -A name=() flag=()
+    for word in $2; do
+        name[${word:0:1}]=${word:2}
+        case $word in
+            ?:*) spec+="${word:0:1}:" ;;
+            *) spec+="${word:0:1}"; flag[${word:0:1}]=1 ;;
+        esac
+    done
+    shift 2
+    local OPTIND=1 OPTARG
+    while getopts "$spec" o; do
+        [ -n "${name[$o]:-}" ] || { sed -n "${help}p" "$0"; exit 2; }
+        if [ -n "${flag[$o]:-}" ]; then
+            printf -v "${name[$o]}" 1
+        else
+            printf -v "${name[$o]}" %s "$OPTARG"
+        fi
+    done
+}
 
 # The date and time (UTC) and the machine's load now.
 stamp() { echo "$(date -u '+%Y-%m-%dT%H:%M:%SZ') $(uptime | sed 's/.*load/load/')"; }

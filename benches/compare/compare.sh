@@ -26,21 +26,13 @@
 # Nothing else should run meanwhile: two cores serve both ranks.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. benches/compare/common.sh
 MODES=
 MIN=
 MAX=4194304
 TCP=0
 ROUNDS=2
-while getopts "tm:s:M:r:" o; do
-    case $o in
-        t) TCP=1 ;;
-        m) MODES=$OPTARG ;;
-        s) MIN=$OPTARG ;;
-        M) MAX=$OPTARG ;;
-        r) ROUNDS=$OPTARG ;;
-        *) sed -n '2,26p' "$0"; exit 2 ;;
-    esac
-done
+read_options 2,26 "t=TCP m:MODES s:MIN M:MAX r:ROUNDS" "$@"
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "-r $ROUNDS: give the runs per system, 1 or more" >&2; exit 2; }
 [[ -z $MIN || $MIN =~ ^[1-9][0-9]*$ && $((MIN & (MIN - 1))) = 0 ]] ||
     { echo "-s $MIN: give the smallest size in bytes, a power of two" >&2; exit 2; }
@@ -52,7 +44,6 @@ if [ -z "$MODES" ]; then
 fi
 OUT=target/compare
 mkdir -p "$OUT"
-. benches/compare/common.sh
 cargo build --release --quiet --bin osu --bin rbtlrun
 gcc -O2 -o "$OUT/cacheline" benches/compare/cacheline.c
 

@@ -10,15 +10,10 @@
 # Needs mpich; nothing else should run meanwhile.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. benches/compare/common.sh
 RUNS=3
 SIZES="100 250 500 1000 2000 3000"
-while getopts "r:n:" o; do
-    case $o in
-        r) RUNS=$OPTARG ;;
-        n) SIZES=$OPTARG ;;
-        *) sed -n '2,10p' "$0"; exit 2 ;;
-    esac
-done
+read_options 2,10 "r:RUNS n:SIZES" "$@"
 command -v mpiexec.mpich >/dev/null || { echo "launch.sh: mpiexec.mpich is missing (apt-get install mpich)" >&2; exit 1; }
 cargo build --release --bin rbtlrun >&2
 RBTLRUN=target/release/rbtlrun

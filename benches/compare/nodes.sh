@@ -24,19 +24,12 @@
 # the same 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. benches/compare/common.sh
 MODES="lat bw init"
 MAX=4194304
 RUNS=5
 RANK_COUNTS="2 4 8 16"
-while getopts "m:M:r:R:" o; do
-    case $o in
-        m) MODES=$OPTARG ;;
-        M) MAX=$OPTARG ;;
-        r) RUNS=$OPTARG ;;
-        R) RANK_COUNTS=$OPTARG ;;
-        *) sed -n '2,25p' "$0"; exit 2 ;;
-    esac
-done
+read_options 2,25 "m:MODES M:MAX r:RUNS R:RANK_COUNTS" "$@"
 [[ $EUID -eq 0 ]] || { echo "nodes.sh: needs root (simulated nodes)" >&2; exit 1; }
 for t in mpiexec.mpich mpirun.openmpi mpicc.openmpi; do
     command -v "$t" >/dev/null || { echo "nodes.sh: $t is missing (apt-get install mpich openmpi-bin libopenmpi-dev)" >&2; exit 1; }
@@ -44,7 +37,6 @@ done
 
 OUT=target/compare/nodes
 mkdir -p "$OUT"
-. benches/compare/common.sh
 cargo build --release --quiet --bin osu
 mpicc.openmpi -O2 -o "$OUT/pingpong.openmpi" benches/compare/pingpong.c
 mpicc.openmpi -O2 -o "$OUT/init.openmpi" benches/compare/init.c

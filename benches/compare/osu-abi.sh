@@ -44,21 +44,13 @@
 # meanwhile: two cores serve every rank.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. benches/compare/common.sh
 WHERE="node nodes"
 PARTS="pt2pt onesided coll"
 ROUNDS=3
 MAX=4194304
 COLL_ITER=1000
-while getopts "w:g:r:M:i:" o; do
-    case $o in
-        w) WHERE=$OPTARG ;;
-        g) PARTS=$OPTARG ;;
-        r) ROUNDS=$OPTARG ;;
-        M) MAX=$OPTARG ;;
-        i) COLL_ITER=$OPTARG ;;
-        *) sed -n '2,44p' "$0"; exit 2 ;;
-    esac
-done
+read_options 2,44 "w:WHERE g:PARTS r:ROUNDS M:MAX i:COLL_ITER" "$@"
 die() { echo "osu-abi.sh: $*" >&2; exit 1; }
 for w in $WHERE; do [[ $w == node || $w == nodes ]] || die "-w: '$w' is neither node nor nodes"; done
 for g in $PARTS; do [[ $g =~ ^(pt2pt|onesided|coll)$ ]] || die "-g: '$g' is not one of pt2pt onesided coll"; done
@@ -85,7 +77,6 @@ fi
 OUT=target/compare/osu-abi
 rm -rf "$OUT"
 mkdir -p "$OUT"
-. benches/compare/common.sh
 cargo build --release --quiet -p rbtl-abi
 cargo build --release --quiet --bin osu
 gcc -O2 -o "$OUT/cacheline" benches/compare/cacheline.c

@@ -24,8 +24,31 @@ fn cache(options: Options) -> Arc<Rcache<TestRegistrar>> {
     )
 }
 
+/// A cache as [`cache`] makes, of `max_entries` registrations at most.
+fn cache_of_entries(max_entries: usize) -> Arc<Rcache<TestRegistrar>> {
+    cache(Options {
+        max_entries,
+        ..Options::default()
+    })
+}
+
+/// `N` registrations of one page each, from `B` on, a page apart (none covers another).
+fn pages_apart<const N: usize>(c: &Rcache<TestRegistrar>) -> [Registration<TestRegistrar>; N] {
+    std::array::from_fn(|i| c.register(B + 2 * i * PS, PS, R).unwrap())
+}
+
 fn seq(r: &Registration<TestRegistrar>) -> u64 {
     r.handle().seq
+}
+
+/// Registers the page at `B` and releases it at once: its sequence number. The page
+/// stays registered, idle in the cache.
+fn idle_page(c: &Rcache<TestRegistrar>) -> u64 {
+    let r = c.register(B, PS, R).unwrap();
+    let s = seq(&r);
+    drop(r);
+    assert!(c.registrar().is_live(s), "an idle registration is kept");
+    s
 }
 
 #[test]
@@ -129,10 +152,7 @@ fn access_union_replaces_and_retires_old() {
 #[test]
 fn access_upgrade_of_idle_entry_deregisters_it_at_once() {
     let c = cache(Options::default());
-    let old = c.register(B, PS, R).unwrap();
-    let old_seq = seq(&old);
-    drop(old);
-    assert!(c.registrar().is_live(old_seq));
+    let old_seq = idle_page(&c);
     let new = c.register(B, PS, Access::LOCAL_WRITE).unwrap();
     assert_eq!(new.access(), Access::LOCAL_READ | Access::LOCAL_WRITE);
     assert_eq!(c.registrar().dereg_order(), vec![old_seq]);
@@ -143,10 +163,7 @@ fn access_upgrade_of_idle_entry_deregisters_it_at_once() {
 #[test]
 fn leave_pinned_on_keeps_idle_registrations() {
     let c = cache(Options::default());
-    let a = c.register(B, PS, R).unwrap();
-    let s = seq(&a);
-    drop(a);
-    assert!(c.registrar().is_live(s));
+    let s = idle_page(&c);
     assert_eq!(c.stats().idle_entries, 1);
     let b = c.register(B, PS, R).unwrap();
     assert_eq!(seq(&b), s);
@@ -195,13 +212,8 @@ fn leave_pinned_off_deregisters_on_last_release() {
 /// hit since goes.
 #[test]
 fn eviction_takes_the_oldest_idle_with_a_second_chance_for_hits() {
-    let c = cache(Options {
-        max_entries: 3,
-        ..Options::default()
-    });
-    let a = c.register(B, PS, R).unwrap();
-    let b = c.register(B + 2 * PS, PS, R).unwrap();
-    let d = c.register(B + 4 * PS, PS, R).unwrap();
+    let c = cache_of_entries(3);
+    let [a, b, d] = pages_apart(&c);
     let (sa, sb) = (seq(&a), seq(&b));
     drop(b);
     drop(a);
@@ -261,12 +273,8 @@ fn lru_eviction_under_max_pinned_bytes() {
 
 #[test]
 fn limit_exceeded_when_everything_is_in_use() {
-    let c = cache(Options {
-        max_entries: 2,
-        ..Options::default()
-    });
-    let a = c.register(B, PS, R).unwrap();
-    let b = c.register(B + 2 * PS, PS, R).unwrap();
+    let c = cache_of_entries(2);
+    let [a, b] = pages_apart(&c);
     let err = c.register(B + 4 * PS, PS, R).unwrap_err();
     match &err {
         Error::LimitExceeded {
@@ -416,10 +424,7 @@ fn hit_among_ten_thousand() {
 
 #[test]
 fn stats_track_everything() {
-    let c = cache(Options {
-        max_entries: 2,
-        ..Options::default()
-    });
+    let c = cache_of_entries(2);
     let a = c.register(B, 2 * PS, R).unwrap();
     let _hit = c.register(B, PS, R).unwrap();
     let b = c.register(B + 4 * PS, PS, R).unwrap();

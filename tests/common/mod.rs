@@ -69,6 +69,24 @@ fn benchmarking_network(cidr: &str) -> bool {
     Net::parse(cidr).is_some_and(|n| n.prefix >= range.prefix && range.contains(n.addr))
 }
 
+/// Tests that each run one job and expect every rank to report success: each entry
+/// `name: role, ranks, env;`, under its doc comment, becomes the test `name`, which
+/// calls `expect_all_ok(role, ranks, env)` of the binary that holds it.
+#[allow(unused_macros)] // not every binary that shares this module uses it
+macro_rules! all_ok_tests {
+    ($($(#[$doc:meta])* $name:ident: $role:expr, $ranks:expr, $env:expr;)+) => {
+        $(
+            $(#[$doc])*
+            #[test]
+            fn $name() {
+                expect_all_ok($role, $ranks, $env);
+            }
+        )+
+    };
+}
+#[allow(unused_imports)] // not every binary that shares this module uses it
+pub(crate) use all_ok_tests;
+
 /// Exit with code 99 if this rank still runs after `limit`: a test of a hang fails by
 /// itself, in bounded time, with a code that says so.
 #[allow(dead_code)] // not every binary that shares this module calls it
@@ -202,6 +220,18 @@ pub fn senders(
     got
 }
 
+/// What `m`'s error callback hears, each report as `note` makes it.
+#[allow(dead_code)] // not every binary that shares this module calls it
+pub fn errors_heard<T: Send + 'static>(
+    m: &mut dyn rbtl::btl::Module,
+    note: fn(&rbtl::btl::ErrorEvent) -> T,
+) -> std::sync::Arc<std::sync::Mutex<Vec<T>>> {
+    let heard: std::sync::Arc<std::sync::Mutex<Vec<T>>> = Default::default();
+    let h = heard.clone();
+    m.register_error(Box::new(move |e| h.lock().unwrap().push(note(e))));
+    heard
+}
+
 /// How many messages have come to `m` on `tag`, counted with `Release` ordering.
 #[allow(dead_code)] // not every binary that shares this module calls it
 pub fn arrivals(
@@ -259,6 +289,37 @@ pub fn swap_regions(
     job.modex.fence().unwrap();
     let theirs = job.modex.lookup(peer, key).unwrap().unwrap();
     rbtl_conformance::remote_of(&theirs)
+}
+
+/// The partners of this rank of `job` in the contract suite: rank ^ 1, then (with 4
+/// ranks or more) rank ^ 2, so that it meets several peers at once.
+#[allow(dead_code)] // not every binary that shares this module calls it
+pub fn contract_partners(job: &rbtl::pmi::Job) -> Vec<u32> {
+    let mut partners = vec![job.rank ^ 1];
+    if job.size >= 4 {
+        partners.push(job.rank ^ 2);
+    }
+    partners
+}
+
+/// The contract suite over `m`, which reaches the ranks of `job` through `eps`: with
+/// each of `partners` in turn, one pairing at a time (a fence after each: nobody starts
+/// the next round's exchange early); then every rank at once on rank 0's words.
+#[allow(dead_code)] // not every binary that shares this module calls it
+pub fn contract_suite(
+    m: &mut dyn rbtl::btl::Module,
+    eps: &[Option<rbtl::btl::Endpoint>],
+    job: &mut rbtl::pmi::Job,
+    partners: &[u32],
+) {
+    for &partner in partners {
+        let ep = eps[partner as usize].expect("the transport reaches every partner");
+        rbtl_conformance::run_all(m, ep);
+        job.modex.fence().unwrap();
+    }
+    let rank = job.rank as usize;
+    let mut meet = meet_through_modex(job);
+    rbtl_conformance::atomics_on_shared_words(m, eps, rank, &mut meet);
 }
 
 /// Meet every rank of `job` through its PMI modex: publish this rank's bytes, fence,

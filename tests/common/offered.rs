@@ -55,33 +55,32 @@ impl Offered {
         let (addr, rh) = rbtl_conformance::remote_of(&b[4..]);
         (pid, addr, rh)
     }
-}
 
-/// Start a put of `mem[..len]` (registered under `handle`) to `to` at `ep`, then a
-/// fetch-add of 1 on the word after it there, fetched into `result`; `cb` makes each
-/// operation's callback.
-pub fn put_then_fetch_add(
-    m: &mut dyn Module,
-    ep: Endpoint,
-    to: (u64, &RemoteHandle),
-    (mem, handle): (&[u8], &MemHandle),
-    (result, result_handle): (&mut [u8], &MemHandle),
-    len: usize,
-    cb: impl Fn() -> RdmaCallback,
-) {
-    let (addr, rh) = to;
-    let (l, order) = (mem.as_ptr() as usize, Order::ANY);
-    m.put(
-        &Transfer::new(ep, Local::new(l, handle), Remote::new(addr, rh), len).ordered(order),
-        cb(),
-    )
-    .unwrap();
-    let (r, word) = (result.as_mut_ptr() as usize, addr + len as u64);
-    m.atomic(
-        &RemoteAtomic::new(ep, Remote::new(word, rh), AtomicKind::Op(AtomicOp::Add, 1))
-            .fetching(Local::new(r, result_handle))
-            .ordered(order),
-        cb(),
-    )
-    .unwrap();
+    /// Start a put of `mem[..len]` to `addr` (registered there as `rh`) at `ep`, then a
+    /// fetch-add of 1 on the word after it there, fetched into `result`; `cb` makes each
+    /// operation's callback.
+    pub fn put_then_fetch_add(
+        &mut self,
+        m: &mut dyn Module,
+        ep: Endpoint,
+        (addr, rh): (u64, &RemoteHandle),
+        len: usize,
+        cb: impl Fn() -> RdmaCallback,
+    ) {
+        let (l, order) = (self.mem.as_ptr() as usize, Order::ANY);
+        m.put(
+            &Transfer::new(ep, Local::new(l, &self.handle), Remote::new(addr, rh), len)
+                .ordered(order),
+            cb(),
+        )
+        .unwrap();
+        let (r, word) = (self.result.as_mut_ptr() as usize, addr + len as u64);
+        m.atomic(
+            &RemoteAtomic::new(ep, Remote::new(word, rh), AtomicKind::Op(AtomicOp::Add, 1))
+                .fetching(Local::new(r, &self.result_handle))
+                .ordered(order),
+            cb(),
+        )
+        .unwrap();
+    }
 }

@@ -4,11 +4,11 @@
 //! Connections are made on first use by a handshake the peer answers in its own
 //! progress, so without a deadline that flush would never return.
 
-use crate::common::offered::{put_then_fetch_add, Offered};
-use crate::common::{assert_timed_out_on, progress_until, watchdog, Continue};
+use crate::common::offered::Offered;
+use crate::common::{assert_timed_out_on, errors_heard, progress_until, watchdog, Continue};
 use rbtl::btl::{
-    ActiveMessage, DesFlags, Endpoint, Error, ErrorEvent, Local, Module, Order, PeerFailure,
-    RdmaCallback, RdmaCompletion, Remote, SendOutcome, SendiOutcome, Tag, Transfer,
+    ActiveMessage, DesFlags, Endpoint, Error, Local, Module, Order, PeerFailure, RdmaCallback,
+    RdmaCompletion, Remote, SendOutcome, SendiOutcome, Tag, Transfer,
 };
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -68,37 +68,30 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
     const LEN: usize = 16 << 10;
     watchdog(Duration::from_secs(60));
     let rank = job.rank;
-    let seen: Reports = Arc::default();
-    let s = seen.clone();
-    m.register_error(Box::new(move |e: &ErrorEvent| {
-        s.lock().unwrap().push((e.rank, format!("{:?}", e.error)))
-    }));
+    let seen: Reports = errors_heard(m, |e| (e.rank, format!("{:?}", e.error)));
     let over = Tag::USR;
     let got: Arc<Mutex<u32>> = Arc::default();
     let g = got.clone();
     m.register_am(over, Box::new(move |_, _| *g.lock().unwrap() += 1))
         .unwrap();
     let pattern: Vec<u8> = (0..LEN).map(|i| (i % 249) as u8).collect();
-    let Offered {
-        handle,
-        result_handle,
-        mut mem,
-        mut result,
-    } = Offered::publish(m, job, "stopped_connect", LEN);
+    let mut offered = Offered::publish(m, job, "stopped_connect", LEN);
     let sends: Outcomes = Arc::default();
     match rank {
         0 => {
             let (ep1, ep2) = (eps[1].unwrap(), eps[2].unwrap());
             let (pid1, addr1, rh1) = Offered::of(job, 1, "stopped_connect");
             let (_, addr2, rh2) = Offered::of(job, 2, "stopped_connect");
-            mem[..LEN].copy_from_slice(&pattern);
+            offered.mem[..LEN].copy_from_slice(&pattern);
             let resume = Continue::stop(pid1);
             let done: Outcomes = Arc::default();
             let cb = |to: u32| -> RdmaCallback {
                 let d = done.clone();
                 Box::new(move |_, r: RdmaCompletion| d.lock().unwrap().push((to, r.status)))
             };
-            let (l, order) = (mem.as_ptr() as usize, Order::ANY);
+            let started = Instant::now();
+            offered.put_then_fetch_add(m, ep1, (addr1, &rh1), LEN, || cb(1));
+            let (l, order) = (offered.mem.as_ptr() as usize, Order::ANY);
             // A put of `len` bytes from the start of `mem` to the start of what rank `to`
             // (1 or 2) offered.
             let put = |m: &mut dyn Module, to: u32, len: usize| {
@@ -107,7 +100,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
                 } else {
                     (ep2, addr2, &rh2)
                 };
-                let local = Local::new(l, &handle);
+                let local = Local::new(l, &offered.handle);
                 m.put(
                     &Transfer::new(ep, local, Remote::new(addr, rh), len).ordered(order),
                     cb(to),
@@ -121,16 +114,6 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
                     "{again:?}"
                 );
             };
-            let started = Instant::now();
-            put_then_fetch_add(
-                m,
-                ep1,
-                (addr1, &rh1),
-                (&mem, &handle),
-                (&mut result, &result_handle),
-                LEN,
-                || cb(1),
-            );
             send_byte(m, ep1, 1, over, &sends);
             put(m, 2, LEN).unwrap();
 
@@ -217,13 +200,13 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
                 "{:?}",
                 seen.lock().unwrap()
             );
-            assert_eq!(result, [0; 8], "no fetch-add ran");
+            assert_eq!(offered.result, [0; 8], "no fetch-add ran");
         }
         1 => {
             // Stopped by rank 0 in here, until it lets this rank go.
             progress_until(m, "the release", || dir.join("release").exists());
-            assert_eq!(mem[..LEN], vec![0; LEN], "no put landed");
-            assert_eq!(mem[LEN..], 41u64.to_le_bytes(), "no fetch-add ran");
+            assert_eq!(offered.mem[..LEN], vec![0; LEN], "no put landed");
+            assert_eq!(offered.mem[LEN..], 41u64.to_le_bytes(), "no fetch-add ran");
             assert_eq!(*got.lock().unwrap(), 0, "no message came");
             // Rank 0 has given this rank up: a send to it fails (refused, or at this
             // rank's own deadline; the hang guard bounds it), whatever its handshake
@@ -243,10 +226,10 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
         }
         _ => {
             progress_until(m, "rank 0's message", || *got.lock().unwrap() > 0);
-            assert_eq!(mem[..LEN], pattern[..], "rank 0's puts landed");
+            assert_eq!(offered.mem[..LEN], pattern[..], "rank 0's puts landed");
         }
     }
     // Every rank is done with the module before any ends.
     job.modex.fence().unwrap();
-    drop((handle, result_handle));
+    drop(offered);
 }

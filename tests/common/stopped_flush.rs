@@ -2,11 +2,13 @@
 //! transport whose put, get and atomics need the target's progress (`tcp`, and `sm`
 //! copying through its rings): shared by the test binaries of those transports.
 
-use crate::common::offered::{put_then_fetch_add, Offered};
-use crate::common::{flush_giving_up_on, progress_until, senders, watchdog, Continue};
+use crate::common::offered::Offered;
+use crate::common::{
+    errors_heard, flush_giving_up_on, progress_until, senders, watchdog, Continue,
+};
 use rbtl::btl::{
-    ActiveMessage, Endpoint, ErrorEvent, Local, Module, Order, RdmaCallback, RdmaCompletion,
-    Remote, Tag, Transfer,
+    ActiveMessage, Endpoint, Local, Module, Order, RdmaCallback, RdmaCompletion, Remote, Tag,
+    Transfer,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,29 +30,20 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
     const HALF: usize = 32 << 10;
     watchdog(Duration::from_secs(60));
     let rank = job.rank;
-    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let s = seen.clone();
-    m.register_error(Box::new(move |e: &ErrorEvent| {
-        s.lock().unwrap().push(format!("{:?}: {}", e.rank, e.error))
-    }));
+    let seen = errors_heard(m, |e| format!("{:?}: {}", e.rank, e.error));
     let ping = senders(m, Tag::USR);
     let over = Tag(Tag::USR.0 + 1);
     let done = senders(m, over);
     let pattern: Vec<u8> = (0..HALF).map(|i| (i % 251) as u8).collect();
-    let Offered {
-        handle,
-        result_handle,
-        mut mem,
-        mut result,
-    } = Offered::publish(m, job, "stopped", HALF);
+    let mut offered = Offered::publish(m, job, "stopped", HALF);
     if rank != 0 {
         // (A transport that connects on first use connects now.)
         send_byte(m, eps[0].unwrap(), Tag::USR);
         progress_until(m, "rank 0's end", || !done.lock().unwrap().is_empty());
         if rank == 1 {
-            assert_eq!(&mem[..HALF], &pattern[..], "the put landed");
+            assert_eq!(&offered.mem[..HALF], &pattern[..], "the put landed");
             assert_eq!(
-                mem[HALF..HALF + 8],
+                offered.mem[HALF..HALF + 8],
                 42u64.to_le_bytes(),
                 "the fetch-add too"
             );
@@ -60,7 +53,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
         progress_until(m, "both peers", || ping.lock().unwrap().len() == 2);
         let (pid1, addr1, rh1) = Offered::of(job, 1, "stopped");
         let (_, addr2, rh2) = Offered::of(job, 2, "stopped");
-        mem[..HALF].copy_from_slice(&pattern);
+        offered.mem[..HALF].copy_from_slice(&pattern);
         let resume = Continue::stop(pid1);
         let completed: Arc<Mutex<Vec<(u32, String)>>> = Arc::default();
         let cb = |to: u32| -> RdmaCallback {
@@ -69,19 +62,16 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
                 c.lock().unwrap().push((to, format!("{:?}", r.status)));
             })
         };
-        let (l, order) = (mem.as_ptr() as usize, Order::ANY);
-        put_then_fetch_add(
-            m,
-            ep1,
-            (addr1, &rh1),
-            (&mem, &handle),
-            (&mut result, &result_handle),
-            HALF,
-            || cb(1),
-        );
+        let (l, order) = (offered.mem.as_ptr() as usize, Order::ANY);
+        offered.put_then_fetch_add(m, ep1, (addr1, &rh1), HALF, || cb(1));
         m.put(
-            &Transfer::new(ep2, Local::new(l, &handle), Remote::new(addr2, &rh2), HALF)
-                .ordered(order),
+            &Transfer::new(
+                ep2,
+                Local::new(l, &offered.handle),
+                Remote::new(addr2, &rh2),
+                HALF,
+            )
+            .ordered(order),
             cb(2),
         )
         .unwrap();
@@ -98,7 +88,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
         got.sort();
         let ok = |to: u32| (to, "Ok(())".to_string());
         assert_eq!(got, [ok(1), ok(1), ok(2)]);
-        assert_eq!(result, 41u64.to_le_bytes(), "the fetch-add fetched");
+        assert_eq!(offered.result, 41u64.to_le_bytes(), "the fetch-add fetched");
         assert!(
             seen.lock().unwrap().is_empty(),
             "{:?}",
@@ -109,5 +99,5 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
     }
     // Every rank has its message before any ends.
     job.modex.fence().unwrap();
-    drop((handle, result_handle));
+    drop(offered);
 }

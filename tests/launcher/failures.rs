@@ -2,39 +2,41 @@
 //! and the shared memory dead ranks leave behind.
 
 use crate::harness::{launch_self, launch_self_within, options, Scratch};
-use rbtl::launcher::{Failure, RankExit};
+use rbtl::launcher::{ExitStatusSummary, Failure, RankExit};
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// The deadline of jobs that once hung: each ends by itself well within it.
 const ONCE_HUNG: Duration = Duration::from_secs(30);
 
+/// A job of `ranks` ranks running `role` (reporting in a scratch directory named after
+/// it), which must end with exit code `code`: its summary.
+fn job_ending_with(code: i32, ranks: u32, role: &str) -> ExitStatusSummary {
+    let scratch = Scratch::new(role);
+    let summary = launch_self(options(ranks, role, &scratch));
+    assert_eq!(summary.code, code, "{summary:?}");
+    summary
+}
+
 #[test]
 fn a_failing_rank_sets_the_exit_code_and_the_others_are_ended() {
-    let scratch = Scratch::new("exit3");
-    let summary = launch_self(options(3, "exit3", &scratch));
-    assert_eq!(summary.code, 3, "{summary:?}");
-    assert_eq!(summary.ranks[1], RankExit::Exited(3));
-    assert_eq!(summary.ranks[0], RankExit::Signaled(libc::SIGTERM));
-    assert_eq!(summary.ranks[2], RankExit::Signaled(libc::SIGTERM));
+    let summary = job_ending_with(3, 3, "exit3");
+    let ended = RankExit::Signaled(libc::SIGTERM);
+    assert_eq!(summary.ranks, [ended, RankExit::Exited(3), ended]);
 }
 
 #[test]
 fn a_rank_killed_by_sigkill_gives_137_and_survivors_are_terminated_then_killed() {
-    let scratch = Scratch::new("kill");
-    let summary = launch_self(options(3, "kill_self", &scratch));
-    assert_eq!(summary.code, 128 + libc::SIGKILL, "{summary:?}");
-    assert_eq!(summary.ranks[0], RankExit::Signaled(libc::SIGKILL));
+    let summary = job_ending_with(128 + libc::SIGKILL, 3, "kill_self");
     // Whether they got as far as reporting depends on timing; what ends them does not.
-    assert_eq!(summary.ranks[1], RankExit::Signaled(libc::SIGTERM));
-    assert_eq!(summary.ranks[2], RankExit::Signaled(libc::SIGKILL));
+    let killed = RankExit::Signaled(libc::SIGKILL);
+    let ended = RankExit::Signaled(libc::SIGTERM);
+    assert_eq!(summary.ranks, [killed, ended, killed]);
 }
 
 #[test]
 fn abort_ends_the_job_with_its_code() {
-    let scratch = Scratch::new("abort");
-    let summary = launch_self(options(3, "abort", &scratch));
-    assert_eq!(summary.code, 5, "{summary:?}");
+    let summary = job_ending_with(5, 3, "abort");
     let abort = summary.abort.expect("the abort is reported");
     assert_eq!(abort.rank, 1);
     assert_eq!(abort.code, 5);
@@ -120,9 +122,7 @@ fn a_rank_that_never_speaks_pmi_cannot_strand_the_others_in_a_barrier() {
 
 #[test]
 fn an_abort_with_exit_code_0_still_fails_the_job() {
-    let scratch = Scratch::new("abort0");
-    let summary = launch_self(options(2, "abort_zero", &scratch));
-    assert_eq!(summary.code, 1, "{summary:?}");
+    let summary = job_ending_with(1, 2, "abort_zero");
     let abort = summary.abort.clone().expect("the abort is reported");
     assert_eq!((abort.rank, abort.code), (1, 0));
     assert!(!summary.success());

@@ -3,11 +3,11 @@
 //! (`PeerFailed`, naming the removal) instead of waiting for answers that never come,
 //! meeting a handle that went away, or filling a ring nobody reads.
 
-use crate::common::offered::{put_then_fetch_add, Offered};
-use crate::common::{send_noted, watchdog};
+use crate::common::offered::Offered;
+use crate::common::{errors_heard, send_noted, watchdog};
 use rbtl::btl::{
-    ActiveMessage, Endpoint, Error, ErrorEvent, Local, Module, PeerFailure, RdmaCallback,
-    RdmaCompletion, Remote, RemoteHandle, SendOutcome, SendiOutcome, Tag, Transfer,
+    ActiveMessage, Endpoint, Error, Local, Module, PeerFailure, RdmaCallback, RdmaCompletion,
+    Remote, RemoteHandle, SendOutcome, SendiOutcome, Tag, Transfer,
 };
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -50,19 +50,8 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
     const HALF: usize = 16 << 10;
     watchdog(Duration::from_secs(50));
     let rank = job.rank;
-    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let s = seen.clone();
-    m.register_error(Box::new(move |e: &ErrorEvent| {
-        s.lock()
-            .unwrap()
-            .push(format!("{:?}: {:?}", e.rank, e.error))
-    }));
-    let Offered {
-        handle,
-        result_handle,
-        mem,
-        mut result,
-    } = Offered::publish(m, job, "removed", HALF);
+    let seen = errors_heard(m, |e| format!("{:?}: {:?}", e.rank, e.error));
+    let mut offered = Offered::publish(m, job, "removed", HALF);
     let statuses: Arc<Mutex<Vec<String>>> = Arc::default();
     let record = || -> RdmaCallback {
         let st = statuses.clone();
@@ -74,21 +63,13 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
     };
     if rank == 1 {
         let (ep0, addr0, rh0) = to_0(job);
-        put_then_fetch_add(
-            m,
-            ep0,
-            (addr0, &rh0),
-            (&mem, &handle),
-            (&mut result, &result_handle),
-            HALF,
-            record,
-        );
+        offered.put_then_fetch_add(m, ep0, (addr0, &rh0), HALF, record);
     }
     job.modex.fence().unwrap();
     if rank == 0 {
         let others: Vec<Endpoint> = eps.iter().flatten().copied().collect();
         m.del_procs(&others).unwrap();
-        drop(handle);
+        drop(offered.handle);
         job.modex.fence().unwrap();
         // Removing is no failure to report.
         for _ in 0..1000 {
@@ -111,10 +92,15 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
         } else if rank == 4 {
             sendi_until_refused(m, ep0);
         } else {
-            let l = mem.as_ptr() as usize;
+            let l = offered.mem.as_ptr() as usize;
             let e = m
                 .get(
-                    &Transfer::new(ep0, Local::new(l, &handle), Remote::new(addr0, &rh0), HALF),
+                    &Transfer::new(
+                        ep0,
+                        Local::new(l, &offered.handle),
+                        Remote::new(addr0, &rh0),
+                        HALF,
+                    ),
                     record(),
                 )
                 .expect_err("rank 0 removed this process and released its memory");
@@ -129,9 +115,9 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
             "{reports:?}"
         );
         job.modex.fence().unwrap();
-        drop(handle);
+        drop(offered.handle);
     }
-    drop((result_handle, mem, result));
+    drop((offered.result_handle, offered.mem, offered.result));
 }
 
 /// Rank 3's part: descriptor sends to rank 0 until one waits for room in its ring; the

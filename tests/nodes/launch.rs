@@ -1,9 +1,8 @@
 //! Running a launcher with a deadline, and reading what `osu --verbose` reports.
 
-use std::io::Read;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use rbtl_testkit::process::run_limited;
+use std::process::Command;
+use std::time::Duration;
 
 /// What a finished launch printed.
 pub struct Ran {
@@ -14,51 +13,19 @@ pub struct Ran {
 /// Runs `cmd` in a process group of its own; kills the whole group and panics when
 /// it has not ended within `limit`, or when it fails.
 pub fn run(cmd: &mut Command, limit: Duration) -> Ran {
-    let shown = format!("{cmd:?}");
-    let mut child = cmd
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {shown}: {e}"));
-    let reader = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = pipe.read_to_string(&mut text);
-            text
-        })
-    };
-    let out = reader(Box::new(child.stdout.take().expect("piped")));
-    let err = reader(Box::new(child.stderr.take().expect("piped")));
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break Some(status);
-        }
-        if Instant::now() >= deadline {
-            // SAFETY: kill takes no pointers; the group is the child's own.
-            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let o = run_limited(cmd, limit).unwrap_or_else(|why| panic!("{why}"));
     let ran = Ran {
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
+        stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
     };
-    match status {
-        Some(s) if s.success() => ran,
-        Some(s) => panic!(
-            "{shown} failed ({s}):\nstdout:\n{}\nstderr:\n{}",
-            ran.stdout, ran.stderr
-        ),
-        None => panic!(
-            "{shown} did not end within {limit:?}; killed:\nstdout:\n{}\nstderr:\n{}",
-            ran.stdout, ran.stderr
-        ),
-    }
+    assert!(
+        o.status.success(),
+        "{cmd:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        ran.stdout,
+        ran.stderr
+    );
+    ran
 }
 
 /// One rank's line of `osu --verbose`: its host and its transport to every rank.

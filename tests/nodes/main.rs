@@ -55,6 +55,19 @@ fn hydra(hosts: &str, ranks: usize, per_node: usize) -> Command {
     cmd
 }
 
+/// `osu`'s options for a short run: sizes up to `max_size`, each timed over `iterations`
+/// after `skip` untimed.
+fn short_run<'a>(max_size: &'a str, iterations: &'a str, skip: &'a str) -> [&'a str; 6] {
+    [
+        "--max-size",
+        max_size,
+        "--iterations",
+        iterations,
+        "--skip",
+        skip,
+    ]
+}
+
 /// The host of every rank when ranks fill each node in turn, `per_node` each.
 fn block_hosts(ranks: usize, per_node: usize) -> Vec<String> {
     (0..ranks).map(|r| node(r / per_node + 1)).collect()
@@ -66,17 +79,9 @@ fn hydra_on(nodes: &Nodes, count: usize) {
     for per_node in [1, 2] {
         let ranks = count * per_node;
         let out = run(
-            hydra(&hosts, ranks, per_node).args([
-                OSU,
-                "latency",
-                "--verbose",
-                "--max-size",
-                "4096",
-                "--iterations",
-                "100",
-                "--skip",
-                "10",
-            ]),
+            hydra(&hosts, ranks, per_node)
+                .args([OSU, "latency", "--verbose"])
+                .args(short_run("4096", "100", "10")),
             LAUNCH_LIMIT,
         );
         // Ranks 0 and 1 measure: one node when two share it.
@@ -108,18 +113,9 @@ fn hydra_on(nodes: &Nodes, count: usize) {
     }
     // Large messages across two nodes.
     let out = run(
-        hydra(&nodes.hosts(2), 2, 1).args([
-            OSU,
-            "bw",
-            "--min-size",
-            "65536",
-            "--max-size",
-            "1m",
-            "--iterations",
-            "3",
-            "--skip",
-            "1",
-        ]),
+        hydra(&nodes.hosts(2), 2, 1)
+            .args([OSU, "bw", "--min-size", "65536"])
+            .args(short_run("1m", "3", "1")),
         LAUNCH_LIMIT,
     );
     assert!(out.stdout.contains("over tcp)"), "{}", out.stdout);
@@ -127,16 +123,9 @@ fn hydra_on(nodes: &Nodes, count: usize) {
     // mbw-mr with two ranks per node pairs rank i with rank i + 2, on the other node:
     // its header names tcp, though ranks 0 and 1 share a node.
     let out = run(
-        hydra(&nodes.hosts(2), 4, 2).args([
-            OSU,
-            "mbw-mr",
-            "--max-size",
-            "64",
-            "--iterations",
-            "3",
-            "--skip",
-            "1",
-        ]),
+        hydra(&nodes.hosts(2), 4, 2)
+            .args([OSU, "mbw-mr"])
+            .args(short_run("64", "3", "1")),
         LAUNCH_LIMIT,
     );
     let header = out.stdout.lines().next().unwrap_or("");
@@ -165,18 +154,8 @@ fn striped_over_two_networks(nodes: &Nodes) {
     let out = run(
         hydra(&nodes.hosts(2), 2, 1)
             .env("RBTL_BTL_TCP_IF_INCLUDE", format!("{CIDR},{CIDR2}"))
-            .args([
-                OSU,
-                "bw",
-                "--min-size",
-                "1m",
-                "--max-size",
-                "1m",
-                "--iterations",
-                "1",
-                "--skip",
-                "0",
-            ]),
+            .args([OSU, "bw", "--min-size", "1m"])
+            .args(short_run("1m", "1", "0")),
         LAUNCH_LIMIT,
     );
     assert!(out.stdout.contains("over tcp)"), "{}", out.stdout);
@@ -208,16 +187,9 @@ fn hydra_on_three_nodes_routes_sm_within_a_node_and_tcp_across() {
     // progress, which it does in the benchmark's flush and barrier).
     for bench in ["put-latency", "get-latency"] {
         let out = run(
-            hydra(&nodes.hosts(3), 3, 1).args([
-                OSU,
-                bench,
-                "--max-size",
-                "4096",
-                "--iterations",
-                "50",
-                "--skip",
-                "5",
-            ]),
+            hydra(&nodes.hosts(3), 3, 1)
+                .args([OSU, bench])
+                .args(short_run("4096", "50", "5")),
             LAUNCH_LIMIT,
         );
         assert!(out.stdout.contains("over tcp)"), "{bench}: {}", out.stdout);
@@ -236,7 +208,7 @@ fn slurm_runs_osu_across_nodes_with_pmi2() {
                 .arg(cluster::tool())
                 .args(["slurm", "srun", "-N", "2", "-n", &ranks.to_string()])
                 .args(["--mpi=pmi2", "--time=5", OSU, "latency", "--verbose"])
-                .args(["--max-size", "4096", "--iterations", "100", "--skip", "10"])
+                .args(short_run("4096", "100", "10"))
                 .env("RBTL_BTL_TCP_IF_INCLUDE", CIDR),
             LAUNCH_LIMIT,
         );

@@ -5,10 +5,10 @@
 //! before its removal, polled after it: none reaches a callback, and the removed peer
 //! is told ([`run_late`]).
 
-use crate::common::offered::{put_then_fetch_add, Offered};
-use crate::common::{progress_until, send_noted, senders, watchdog, Continue};
+use crate::common::offered::Offered;
+use crate::common::{errors_heard, progress_until, send_noted, senders, watchdog, Continue};
 use rbtl::btl::{
-    ActiveMessage, DesFlags, Endpoint, Error, ErrorEvent, Local, Module, PeerFailure, RdmaCallback,
+    ActiveMessage, DesFlags, Endpoint, Error, Local, Module, PeerFailure, RdmaCallback,
     RdmaCompletion, Remote, SendOutcome, SendiOutcome, Tag, Transfer,
 };
 use std::sync::{Arc, Mutex};
@@ -57,21 +57,12 @@ fn ended(status: &Result<(), Error>) -> Ended {
 pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Job) {
     watchdog(Duration::from_secs(90));
     let rank = job.rank;
-    let errors: Reported = Arc::default();
-    let e = errors.clone();
-    m.register_error(Box::new(move |ev: &ErrorEvent| {
-        e.lock().unwrap().push((ev.rank, ev.error.to_string()))
-    }));
+    let errors: Reported = errors_heard(m, |e| (e.rank, e.error.to_string()));
     let ping = senders(m, Tag::USR);
     let answer = senders(m, Tag(Tag::USR.0 + 1));
     let flood = Tag(Tag::USR.0 + 2);
     let _flooded = senders(m, flood);
-    let Offered {
-        handle,
-        result_handle,
-        mem,
-        mut result,
-    } = Offered::publish(m, job, "removed", LEN);
+    let mut offered = Offered::publish(m, job, "removed", LEN);
     // One byte, inline, or through the descriptor `sendi` hands back before the
     // connection is up.
     let byte = |m: &mut dyn Module, ep, tag| {
@@ -90,7 +81,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
         // Rank 0 stops this process here or in the fence, where nothing progresses the
         // module: the shared receive queue is not refilled.
         job.modex.fence().unwrap();
-        drop((handle, result_handle));
+        drop(offered);
         return;
     }
     let ep1 = eps[1].unwrap();
@@ -112,20 +103,12 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
         let r = rdma.clone();
         Box::new(move |_, c: RdmaCompletion| r.lock().unwrap().push(ended(&c.status)))
     };
-    put_then_fetch_add(
-        m,
-        ep1,
-        (addr1, &rh1),
-        (&mem, &handle),
-        (&mut result, &result_handle),
-        LEN,
-        cb,
-    );
-    let into = result.as_mut_ptr() as usize;
+    offered.put_then_fetch_add(m, ep1, (addr1, &rh1), LEN, cb);
+    let into = offered.result.as_mut_ptr() as usize;
     m.get(
         &Transfer::new(
             ep1,
-            Local::new(into, &result_handle),
+            Local::new(into, &offered.result_handle),
             Remote::new(addr1, &rh1),
             8,
         ),
@@ -203,7 +186,7 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Jo
         .expect("nothing is pending for the removed peer");
     drop(resume);
     job.modex.fence().unwrap();
-    drop((handle, result_handle));
+    drop(offered);
 }
 
 /// Messages rank 1 sends before rank 0 removes it, which rank 0 has not polled yet.
@@ -218,11 +201,7 @@ const LATE: usize = 4;
 /// removal, while rank 0 still runs.
 pub fn run_late(m: &mut dyn Module, eps: &[Option<Endpoint>], job: &mut rbtl::pmi::Job) {
     watchdog(Duration::from_secs(60));
-    let errors: Reported = Arc::default();
-    let e = errors.clone();
-    m.register_error(Box::new(move |ev: &ErrorEvent| {
-        e.lock().unwrap().push((ev.rank, ev.error.to_string()))
-    }));
+    let errors: Reported = errors_heard(m, |e| (e.rank, e.error.to_string()));
     let ping = senders(m, Tag::USR);
     let late = Tag(Tag::USR.0 + 1);
     let arrived = senders(m, late);

@@ -15,12 +15,10 @@ mod osu;
 mod programs;
 mod rsmpi;
 
-use std::io::Read;
-use std::os::unix::process::CommandExt;
+pub use rbtl_testkit::process::run_limited;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
+use std::time::Duration;
 
 /// The compiler wrapper and the launcher of this build.
 pub const MPICC: &str = env!("CARGO_BIN_EXE_mpicc");
@@ -58,95 +56,48 @@ pub fn mpicc(reference: bool) -> Command {
 
 /// Compile the C program `source` into `out`; panics with the compiler's words.
 pub fn compile(source: &Path, out: &Path, reference: bool) {
-    let o = mpicc(reference)
-        .args([
-            "-O1",
-            "-Wall",
-            "-Werror=implicit-function-declaration",
-            "-o",
-        ])
-        .arg(out)
-        .arg(source)
+    succeed(
+        mpicc(reference)
+            .args([
+                "-O1",
+                "-Wall",
+                "-Werror=implicit-function-declaration",
+                "-o",
+            ])
+            .arg(out)
+            .arg(source),
+        &format!("mpicc {}", source.display()),
+    );
+}
+
+/// Run `cmd` to its end: its output. Panics, naming it `what` and showing what it
+/// printed, when it cannot start or ends with a status that is not 0.
+pub fn succeed(cmd: &mut Command, what: &str) -> Output {
+    let o = cmd
         .output()
-        .expect("run mpicc");
+        .unwrap_or_else(|e| panic!("cannot start {what}: {e}"));
     assert!(
         o.status.success(),
-        "mpicc {}: {}{}",
-        source.display(),
+        "{what}: {}{}",
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
+    o
+}
+
+/// What a run printed, and its status, for a failure's report.
+pub fn report(o: &Output) -> String {
+    format!(
+        "status {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 /// Run `cmd`, killed (with everything it started) after `limit`: its output.
 pub fn run_for(cmd: &mut Command, limit: Duration) -> Output {
     run_limited(cmd, limit).unwrap_or_else(|why| panic!("{why}"))
-}
-
-/// Runs `cmd` in a process group of its own with its output captured; kills the
-/// group when it has not ended within `limit` (an error with what it printed). Its
-/// output is read until the pipes close, for at most `PIPES_LIMIT` after it ended
-/// (a process it left behind could hold them open).
-pub fn run_limited(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
-    const PIPES_LIMIT: Duration = Duration::from_secs(10);
-    let mut child = cmd
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot start {cmd:?}: {e}"))?;
-    let reader = |mut pipe: Box<dyn Read + Send>| {
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = pipe.read_to_end(&mut bytes);
-            let _ = tx.send(bytes);
-        });
-        rx
-    };
-    let out = reader(Box::new(child.stdout.take().expect("piped")));
-    let err = reader(Box::new(child.stderr.take().expect("piped")));
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break Some(status);
-        }
-        if Instant::now() >= deadline {
-            kill_group(child.id());
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let read = |rx: mpsc::Receiver<Vec<u8>>| {
-        rx.recv_timeout(PIPES_LIMIT)
-            .unwrap_or_else(|_| b"(still open after it ended: not read)".to_vec())
-    };
-    let (stdout, stderr) = (read(out), read(err));
-    match status {
-        Some(status) => Ok(Output {
-            status,
-            stdout,
-            stderr,
-        }),
-        None => Err(format!(
-            "{cmd:?} did not end within {limit:?}; killed\nstdout:\n{}\nstderr:\n{}",
-            String::from_utf8_lossy(&stdout),
-            String::from_utf8_lossy(&stderr)
-        )),
-    }
-}
-
-/// Sends SIGKILL to the process group `group` (through the shell's `kill`, to which
-/// a negative pid names a group).
-fn kill_group(group: u32) {
-    let _ = Command::new("sh")
-        .args(["-c", &format!("kill -KILL -{group}")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
 }
 
 /// `mpiexec -n ranks program args...`, within `limit`.

@@ -21,7 +21,7 @@
 //! nodes (the tool refuses a second set: a set held by another process is waited for,
 //! within a limit).
 
-use crate::run_limited;
+use crate::{report, run_limited};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -275,16 +275,6 @@ fn check_table(b: &Bench, o: &Output, max: usize) -> Result<Vec<(usize, f64)>, S
         return Err(format!("rows for sizes {got:?}, asked for {want:?}"));
     }
     Ok(rows)
-}
-
-/// What a run printed, for a failure's report.
-fn report(o: &Output) -> String {
-    format!(
-        "status {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Runs each of `benches` at `ranks` on this node (`iterations` after `warmup`,

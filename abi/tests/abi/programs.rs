@@ -28,7 +28,7 @@
 //!   [`mpi_abi::IMPLEMENTED`]): every function not implemented refuses with
 //!   `MPI_ERR_UNSUPPORTED_OPERATION`, naming itself.
 
-use super::{compile, mpiexec, reference_include, scratch};
+use super::{compile, mpiexec, reference_include, report, scratch};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -60,14 +60,14 @@ fn build(name: &str) -> PathBuf {
 /// machine many times slower) reaches it.
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// What a job printed, for a failure's report.
-fn report(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+/// Asserts that the job `what` printed no `FAIL` (no check of its program failed).
+fn assert_no_failed_check(o: &Output, what: &str) {
+    let printed = [&o.stdout, &o.stderr].map(|bytes| String::from_utf8_lossy(bytes));
+    assert!(
+        printed.iter().all(|text| !text.contains("FAIL")),
+        "{what}: a check failed\n{}",
+        report(o)
+    );
 }
 
 /// Run `exe` (program `name`) at `ranks` with `args` and the environment `genv`:
@@ -85,13 +85,8 @@ fn run_passing(
         cmd.args(["-genv", k, v]);
     }
     let o = super::run_for(cmd.arg(exe).args(args), LIMIT);
+    assert_no_failed_check(&o, &format!("{name} at {ranks} ranks"));
     let out = String::from_utf8_lossy(&o.stdout);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !out.contains("FAIL") && !err.contains("FAIL"),
-        "{name} at {ranks} ranks failed a check\n{}",
-        report(&o)
-    );
     assert!(
         o.status.success(),
         "{name} at {ranks} ranks ended with {:?}\n{}",
@@ -225,13 +220,9 @@ const FATAL: &[(&str, &[&str], Option<i32>)] = &[
 /// output holds `words`, with exit `status` (`None`: any but 0).
 fn run_fatal(exe: &Path, case: &str, args: &[&str], words: &[&str], status: Option<i32>) {
     let o = mpiexec(2, exe, args, LIMIT);
+    assert_no_failed_check(&o, &format!("fatal {case}"));
     let out = String::from_utf8_lossy(&o.stdout);
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !out.contains("FAIL") && !err.contains("FAIL"),
-        "fatal {case}: a check failed\n{}",
-        report(&o)
-    );
     assert!(
         !o.status.success(),
         "fatal {case}: the job ended with status 0\n{}",

@@ -4,7 +4,7 @@
 //! `ci/run-examples.sh` runs them (a debug build, `cargo mpirun`'s way). Its
 //! dependencies come from crates.io: the test needs the network.
 
-use super::{mpiexec, reference_include, scratch, MPICC};
+use super::{mpiexec, reference_include, scratch, succeed, MPICC};
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -34,15 +34,11 @@ fn fetch(dir: &Path) -> PathBuf {
     )
     .unwrap();
     std::fs::write(probe.join("src/main.rs"), "fn main() {}\n").unwrap();
-    let o = cargo()
-        .args(["metadata", "--format-version", "1"])
-        .current_dir(&probe)
-        .output()
-        .expect("cargo metadata");
-    assert!(
-        o.status.success(),
-        "cargo metadata: {}",
-        String::from_utf8_lossy(&o.stderr)
+    let o = succeed(
+        cargo()
+            .args(["metadata", "--format-version", "1"])
+            .current_dir(&probe),
+        "cargo metadata",
     );
     let meta = String::from_utf8(o.stdout).unwrap();
     // The manifest of `mpi` itself: `.../mpi-0.8.2/Cargo.toml`.
@@ -52,17 +48,9 @@ fn fetch(dir: &Path) -> PathBuf {
     let start = meta[..end].rfind('"').expect("a path") + 1;
     let source = PathBuf::from(&meta[start..end]);
     let copy = dir.join(format!("mpi-{VERSION}"));
-    let o = Command::new("cp")
-        .arg("-r")
-        .arg(&source)
-        .arg(&copy)
-        .output()
-        .expect("cp");
-    assert!(
-        o.status.success(),
-        "copying {}: {}",
-        source.display(),
-        String::from_utf8_lossy(&o.stderr)
+    succeed(
+        Command::new("cp").arg("-r").arg(&source).arg(&copy),
+        &format!("copying {}", source.display()),
     );
     copy
 }
@@ -133,18 +121,14 @@ fn every_example_of_the_rust_mpi_crate_runs_on_2_and_3_ranks() {
     let names = examples(&crate_dir);
     assert_eq!(names.len(), 58, "the package's examples: {names:?}");
     let target = scratch("rsmpi").join("../rsmpi-target");
-    let o = cargo()
-        .args(["build", "--examples", "--all-features"])
-        .current_dir(&crate_dir)
-        .env("CARGO_TARGET_DIR", &target)
-        .env("MPICC", MPICC)
-        .env("MPICC_INCDIR", reference_include())
-        .output()
-        .expect("cargo build");
-    assert!(
-        o.status.success(),
-        "building the examples: {}",
-        String::from_utf8_lossy(&o.stderr)
+    succeed(
+        cargo()
+            .args(["build", "--examples", "--all-features"])
+            .current_dir(&crate_dir)
+            .env("CARGO_TARGET_DIR", &target)
+            .env("MPICC", MPICC)
+            .env("MPICC_INCDIR", reference_include()),
+        "building the examples",
     );
     let mut failed = Vec::new();
     for name in &names {

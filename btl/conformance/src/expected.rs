@@ -1,10 +1,11 @@
 //! The check of expected receives ([`Module::expect`]).
 
 use crate::pattern::pattern;
+use crate::peer::collect;
 use crate::retry::{idle_progress, sendi_all, sendi_progressing};
 use crate::Peer;
 use rbtl_btl::{BtlFlags, Endpoint, Expected, Module, Tag, EXPECTED_KEY};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// An expected receive ([`Module::expect`]), where the transport has them, takes the
@@ -17,14 +18,7 @@ pub fn expected_receive(p: &mut Peer<'_>) {
         return;
     }
     let tag = Tag(Tag::USR.0 + 3);
-    let got: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
-    let g = got.clone();
-    p.module
-        .register_am(
-            tag,
-            Box::new(move |_, r| g.lock().unwrap().push(r.to_vec())),
-        )
-        .expect("register");
+    let got = collect(p.module, tag, |r| r.to_vec());
     let (key, other) = ([1, 2, 3, 4, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 9]);
     let ep = p.endpoint;
     for (round, cap) in [16, 1000].into_iter().enumerate() {

@@ -2,7 +2,7 @@
 //! the transport itself through which the two sides meet.
 
 use crate::retry::{idle_progress, retry, send_all};
-use rbtl_btl::{DesFlags, DescriptorRequest, Endpoint, Module, Tag};
+use rbtl_btl::{DesFlags, DescriptorRequest, Endpoint, Module, Received, Tag};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,21 @@ pub const NOBODY_TAG: Tag = Tag(0xfe);
 
 /// Exchange messages received, with the endpoint they came from.
 type Inbox = Arc<Mutex<Vec<(Endpoint, Vec<u8>)>>>;
+
+/// Registers on `tag` a callback that keeps `kept(message)` of each message received
+/// on it, in the order they arrive: what it has kept so far.
+pub(crate) fn collect<T: Send + 'static>(
+    module: &mut dyn Module,
+    tag: Tag,
+    kept: impl Fn(&Received<'_>) -> T + Send + 'static,
+) -> Arc<Mutex<Vec<T>>> {
+    let list: Arc<Mutex<Vec<T>>> = Arc::default();
+    let l = list.clone();
+    module
+        .register_am(tag, Box::new(move |_, r| l.lock().unwrap().push(kept(r))))
+        .unwrap_or_else(|e| panic!("registering tag {tag}: {e:?}"));
+    list
+}
 
 /// One side of a pair under test, with the exchange the checks meet through: bytes
 /// sent to the peer on [`EXCHANGE_TAG`], progressing until the peer's arrive (for
@@ -30,14 +45,7 @@ pub struct Peer<'a> {
 impl<'a> Peer<'a> {
     /// Set up the exchange on `module` towards `endpoint`.
     pub fn new(module: &'a mut dyn Module, endpoint: Endpoint) -> Peer<'a> {
-        let inbox: Inbox = Arc::default();
-        let i = inbox.clone();
-        module
-            .register_am(
-                EXCHANGE_TAG,
-                Box::new(move |_, r| i.lock().unwrap().push((r.endpoint, r.to_vec()))),
-            )
-            .expect("register the exchange tag");
+        let inbox = collect(module, EXCHANGE_TAG, |r| (r.endpoint, r.to_vec()));
         Peer {
             module,
             endpoint,

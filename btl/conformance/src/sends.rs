@@ -2,6 +2,7 @@
 //! ownership, completion and receive callbacks.
 
 use crate::pattern::{fill, interesting_sizes, matches_pattern};
+use crate::peer::collect;
 use crate::retry::{alloc_retry, idle_progress, retry, send_all};
 use crate::{Peer, EXCHANGE_TAG, NOBODY_TAG};
 use rbtl_btl::{
@@ -258,18 +259,9 @@ pub fn segments(p: &mut Peer<'_>) {
         return;
     }
     let tag = Tag(Tag::USR.0 + 1);
-    let got: Arc<Mutex<Vec<Vec<Vec<u8>>>>> = Arc::default();
-    let g = got.clone();
-    p.module
-        .register_am(
-            tag,
-            Box::new(move |_, r| {
-                g.lock()
-                    .unwrap()
-                    .push(r.segments.iter().map(|s| s.to_vec()).collect());
-            }),
-        )
-        .expect("register_am");
+    let got = collect(p.module, tag, |r| {
+        r.segments.iter().map(|s| s.to_vec()).collect::<Vec<_>>()
+    });
     p.barrier();
     let lens: Vec<usize> = (0..MAX_SEGMENTS).map(|i| (i * 5) % 17).collect();
     let total: usize = lens.iter().sum();

@@ -19,6 +19,26 @@ fn transfer_len(attrs: &Attributes) -> usize {
     LEN.min(attrs.put_limit).min(attrs.get_limit) / align * align
 }
 
+/// Starts `get` and `put`, each where the module offers it, with a callback counting
+/// on `done`; `outcome` judges each call's result, named "a get" or "a put": whether
+/// it started (its callback will run). How many started.
+fn start_get_and_put(
+    p: &mut Peer<'_>,
+    (get, put): (&Transfer<'_>, &Transfer<'_>),
+    done: &Arc<AtomicUsize>,
+    outcome: impl Fn(&str, rbtl_btl::Result<()>) -> bool,
+) -> usize {
+    let flags = p.module.attributes().flags;
+    let mut started = 0;
+    if flags.contains(BtlFlags::GET) {
+        started += usize::from(outcome("a get", p.module.get(get, counting(done))));
+    }
+    if flags.contains(BtlFlags::PUT) {
+        started += usize::from(outcome("a put", p.module.put(put, counting(done))));
+    }
+    started
+}
+
 /// A put and a get whose local side is unregistered ([`Local::unregistered`]): where
 /// the module needs registrations ([`BtlFlags::REGISTRATION_REQUIRED`]) each is
 /// refused with [`Error::Unregistered`] and moves nothing; elsewhere the data lands
@@ -45,30 +65,17 @@ pub fn unregistered_local_side(p: &mut Peer<'_>) {
     fill(&mut plain[LEN..], 8);
     let (into, from) = (plain.as_mut_ptr() as usize, plain.as_ptr() as usize + LEN);
     let done = Arc::new(AtomicUsize::new(0));
-    let mut started = 0;
     let outcome = |what: &str, r: rbtl_btl::Result<()>| match r {
         Ok(()) if !required => true,
         Err(Error::Unregistered) if required => false,
         other => panic!("{what} with an unregistered local side: {other:?}"),
     };
-    if attrs.flags.contains(BtlFlags::GET) {
-        // SAFETY: `plain` lives, untouched, until the flush below has completed the get.
-        let local = unsafe { Local::unregistered(into) };
-        let got = p.module.get(
-            &Transfer::new(ep, local, Remote::new(src, &src_h), len),
-            counting(&done),
-        );
-        started += usize::from(outcome("get", got));
-    }
-    if attrs.flags.contains(BtlFlags::PUT) {
-        // SAFETY: as above, until the flush completes the put.
-        let local = unsafe { Local::unregistered(from) };
-        let put = p.module.put(
-            &Transfer::new(ep, local, Remote::new(dst, &dst_h), len),
-            counting(&done),
-        );
-        started += usize::from(outcome("put", put));
-    }
+    // SAFETY: `plain` lives, untouched, until the flush below has completed the get
+    // and the put.
+    let (get_into, put_from) = unsafe { (Local::unregistered(into), Local::unregistered(from)) };
+    let get = Transfer::new(ep, get_into, Remote::new(src, &src_h), len);
+    let put = Transfer::new(ep, put_from, Remote::new(dst, &dst_h), len);
+    let started = start_get_and_put(p, (&get, &put), &done, outcome);
     p.module.flush(Some(ep)).expect("flush");
     assert_eq!(done.load(Ordering::SeqCst), started, "one callback each");
     if attrs.flags.contains(BtlFlags::GET) {
@@ -115,7 +122,6 @@ pub fn unregistered_remote_side(p: &mut Peer<'_>) {
         6,
     );
     let done = Arc::new(AtomicUsize::new(0));
-    let mut started = 0;
     let outcome = |what: &str, r: rbtl_btl::Result<()>| match r {
         Ok(()) if offered => true,
         Err(Error::UnregisteredRemote) if !offered => false,
@@ -123,24 +129,21 @@ pub fn unregistered_remote_side(p: &mut Peer<'_>) {
     };
     // The peer keeps `plain` alive, its source unchanged, until the second barrier,
     // after this side's flush.
-    if attrs.flags.contains(BtlFlags::GET) {
-        // SAFETY: the peer's source, as above.
-        let from = unsafe { Remote::unregistered(peer_base) };
-        let into = Local::new(local.addr(0), &local.handle);
-        let got = p
-            .module
-            .get(&Transfer::new(ep, into, from, len), counting(&done));
-        started += usize::from(outcome("a get", got));
-    }
-    if attrs.flags.contains(BtlFlags::PUT) {
-        // SAFETY: the peer's target, as above.
-        let into = unsafe { Remote::unregistered(peer_base + LEN as u64) };
-        let from = Local::new(local.addr(LEN), &local.handle);
-        let put = p
-            .module
-            .put(&Transfer::new(ep, from, into, len), counting(&done));
-        started += usize::from(outcome("a put", put));
-    }
+    // SAFETY: the peer's source and target, as above.
+    let (get_from, put_into) = unsafe {
+        (
+            Remote::unregistered(peer_base),
+            Remote::unregistered(peer_base + LEN as u64),
+        )
+    };
+    let get = Transfer::new(ep, Local::new(local.addr(0), &local.handle), get_from, len);
+    let put = Transfer::new(
+        ep,
+        Local::new(local.addr(LEN), &local.handle),
+        put_into,
+        len,
+    );
+    let started = start_get_and_put(p, (&get, &put), &done, outcome);
     if attrs.flags.contains(BtlFlags::ATOMIC_OPS) {
         // SAFETY: the peer's word, as above (and refused).
         let word = unsafe { Remote::unregistered(peer_base + 2 * LEN as u64) };

@@ -219,26 +219,14 @@ fn put_and_get_without_permission_leave_memory_unchanged() {
     let (mut m, ep) = open_self(&[]);
     let mut target = vec![5u8; 128];
     let mut local = vec![9u8; 128];
-    // SAFETY: both vectors outlive the handles.
-    let t = unsafe {
-        m.register_mem(
-            Some(ep),
-            target.as_mut_ptr() as usize,
-            128,
-            Access::REMOTE_READ,
-        )
-    }
-    .unwrap();
-    // SAFETY: as above.
-    let l = unsafe {
-        m.register_mem(
-            Some(ep),
-            local.as_mut_ptr() as usize,
-            128,
-            Access::LOCAL_READ,
-        )
-    }
-    .unwrap();
+    let [t, l] = [
+        (&mut target, Access::REMOTE_READ),
+        (&mut local, Access::LOCAL_READ),
+    ]
+    .map(|(buf, access)| {
+        // SAFETY: both vectors outlive the handles.
+        unsafe { m.register_mem(Some(ep), buf.as_mut_ptr() as usize, 128, access) }.unwrap()
+    });
     // 16 bytes from the start of each buffer.
     let start = Transfer::new(
         ep,

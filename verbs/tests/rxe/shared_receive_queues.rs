@@ -1,30 +1,39 @@
 //! Shared receive queues (made by the legacy verb and by the provider's
 //! `create_srq_ex`) serving an RC queue pair, and a completion channel.
 
-use crate::support::{connect, device, port, Buf, WAIT};
-use rbtl_verbs::{MrAccess, Op, Qp, QpCaps};
+use crate::support::{connected_qps, device, Buf, WAIT};
+use rbtl_verbs::{Context, Cq, MrAccess, Op, Pd, Qp, QpCaps, Srq};
 use std::time::Duration;
+
+/// An RC queue pair `a` on `cq_a` connected (at `psns`) to one on `cq_b` that takes its
+/// receives from `srq`; both queues `depth` deep, sends never inline.
+fn srq_pair(
+    ctx: &Context,
+    pd: &Pd,
+    cqs: (&Cq, &Cq),
+    srq: &Srq,
+    depth: u32,
+    psns: (u32, u32),
+) -> (Qp, Qp) {
+    let caps = QpCaps {
+        max_send_wr: depth,
+        max_recv_wr: depth,
+        max_inline: 0,
+    };
+    connected_qps(ctx, pd, cqs, Some(srq), caps, psns, MrAccess::LOCAL_WRITE)
+}
 
 /// Receives posted to a shared receive queue serve a queue pair that has none of its
 /// own; a completion channel wakes a waiter when the CQ it watches gets a completion.
 #[test]
 fn shared_receive_queue_and_completion_channel() {
-    use rbtl_verbs::Srq;
     let Some(ctx) = device() else { return };
-    let (_, gid_index) = port(&ctx);
     let pd = ctx.alloc_pd().unwrap();
     let channel = ctx.create_comp_channel().unwrap();
     let mut cq_a = ctx.create_cq(16).unwrap();
     let mut cq_b = ctx.create_cq_with_channel(16, &channel).unwrap();
     let mut srq = Srq::create(&pd, 16).unwrap();
-    let caps = QpCaps {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_inline: 0,
-    };
-    let mut a = Qp::create_rc(&pd, &cq_a, &cq_a, None, caps, 1, gid_index).unwrap();
-    let mut b = Qp::create_rc(&pd, &cq_b, &cq_b, Some(&srq), caps, 1, gid_index).unwrap();
-    connect(&ctx, (&mut a, &mut b), (7, 9), MrAccess::LOCAL_WRITE);
+    let (mut a, _b) = srq_pair(&ctx, &pd, (&cq_a, &cq_b), &srq, 16, (7, 9));
     let src = Buf::new(&pd, 256, 0x42, MrAccess::LOCAL_WRITE);
     let dst = Buf::new(&pd, 256, 0, MrAccess::LOCAL_WRITE);
     cq_b.req_notify().unwrap();
@@ -57,20 +66,11 @@ fn shared_receive_queue_and_completion_channel() {
 /// as a device without XRC gets.
 #[test]
 fn basic_srq_made_through_create_srq_ex_receives_from_an_rc_queue_pair() {
-    use rbtl_verbs::Srq;
     let Some(ctx) = device() else { return };
-    let (_, gid_index) = port(&ctx);
     let pd = ctx.alloc_pd().unwrap();
     let (mut cq_a, mut cq_b) = (ctx.create_cq(16).unwrap(), ctx.create_cq(16).unwrap());
     let mut srq = Srq::create_ex_basic(&pd, 8).unwrap();
-    let caps = QpCaps {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_inline: 0,
-    };
-    let mut a = Qp::create_rc(&pd, &cq_a, &cq_a, None, caps, 1, gid_index).unwrap();
-    let mut b = Qp::create_rc(&pd, &cq_b, &cq_b, Some(&srq), caps, 1, gid_index).unwrap();
-    connect(&ctx, (&mut a, &mut b), (0x31, 0x47), MrAccess::LOCAL_WRITE);
+    let (mut a, _b) = srq_pair(&ctx, &pd, (&cq_a, &cq_b), &srq, 8, (0x31, 0x47));
     let src = Buf::new(&pd, 3 * 64, 0, MrAccess::LOCAL_WRITE);
     let dst = Buf::new(&pd, 3 * 128, 0, MrAccess::LOCAL_WRITE);
     for i in 0..3u64 {

@@ -1,25 +1,18 @@
 //! What the tests share: the device (or SKIP), registered buffers, and two RC queue
 //! pairs connected to each other.
 
-use rbtl_verbs::{device_names, Context, Cq, Mr, MrAccess, Pd, PortAttr, Qp, QpCaps, QpEndpoint};
+use rbtl_verbs::{Context, Cq, Mr, MrAccess, Pd, PortAttr, Qp, QpCaps, QpEndpoint, Srq};
 use std::time::Duration;
 
 /// How long a test waits for one completion or event.
 pub(crate) const WAIT: Duration = Duration::from_secs(20);
 
 pub(crate) fn device() -> Option<Context> {
-    let names = device_names().unwrap();
-    match names.first() {
-        Some(name) => Some(Context::open(name).unwrap()),
-        None => {
-            assert!(
-                std::env::var_os("VERBS_REQUIRE_DEVICE").is_none(),
-                "no RDMA device, and VERBS_REQUIRE_DEVICE is set"
-            );
-            eprintln!("SKIP: no RDMA device here (run in the soft-RoCE guest: rdma/guest.sh)");
-            None
-        }
-    }
+    rbtl_testkit::found_or_skip(
+        Context::open_first().unwrap(),
+        "VERBS_REQUIRE_DEVICE",
+        "no RDMA device here (run in the soft-RoCE guest: rdma/guest.sh)",
+    )
 }
 
 /// Memory and its registration, kept together (the region goes first).
@@ -91,9 +84,27 @@ pub(crate) fn connect(
     }
 }
 
+/// Two RC queue pairs on port 1 of `pd`, each of `caps`: `a` completing on `cq_a`, `b`
+/// on `cq_b` and taking its receives from `srq` when there is one; connected to each
+/// other as [`connect`] does (at `psns`, granting `access`).
+pub(crate) fn connected_qps(
+    ctx: &Context,
+    pd: &Pd,
+    (cq_a, cq_b): (&Cq, &Cq),
+    srq: Option<&Srq>,
+    caps: QpCaps,
+    psns: (u32, u32),
+    access: MrAccess,
+) -> (Qp, Qp) {
+    let (_, gid_index) = port(ctx);
+    let mut a = Qp::create_rc(pd, cq_a, cq_a, None, caps, 1, gid_index).unwrap();
+    let mut b = Qp::create_rc(pd, cq_b, cq_b, srq, caps, 1, gid_index).unwrap();
+    connect(ctx, (&mut a, &mut b), psns, access);
+    (a, b)
+}
+
 /// Two RC queue pairs on port 1, connected to each other.
 pub(crate) fn pair(ctx: &Context) -> Pair {
-    let (_, gid_index) = port(ctx);
     let pd = ctx.alloc_pd().unwrap();
     let (cq_a, cq_b) = (ctx.create_cq(64).unwrap(), ctx.create_cq(64).unwrap());
     let caps = QpCaps {
@@ -101,13 +112,11 @@ pub(crate) fn pair(ctx: &Context) -> Pair {
         max_recv_wr: 32,
         max_inline: 64,
     };
-    let mut a = Qp::create_rc(&pd, &cq_a, &cq_a, None, caps, 1, gid_index).unwrap();
-    let mut b = Qp::create_rc(&pd, &cq_b, &cq_b, None, caps, 1, gid_index).unwrap();
     let all = MrAccess::LOCAL_WRITE
         | MrAccess::REMOTE_WRITE
         | MrAccess::REMOTE_READ
         | MrAccess::REMOTE_ATOMIC;
-    connect(ctx, (&mut a, &mut b), (0x1111, 0x2222), all);
+    let (a, b) = connected_qps(ctx, &pd, (&cq_a, &cq_b), None, caps, (0x1111, 0x2222), all);
     Pair {
         pd,
         a,
