@@ -1,8 +1,8 @@
 //! What is finished and waits for progress to run its callback: callbacks run from
-//! progress (or flush), never inside the call that started the work. Shared by the
-//! transports that queue their completions (`sm`, `tcp`), with the one-sided
-//! operation ([`RdmaOp`]) that becomes such a completion, and run by [`run_done`]; every
-//! transport ends a send with [`complete_send`].
+//! progress (or flush), never inside the call that started the work. Queued by the
+//! transports that complete later (`sm`, `tcp`, `openib`), with the one-sided operation
+//! ([`RdmaOp`]) that becomes such a completion (`sm`, `tcp`), and run by [`run_done`]
+//! (`sm`, `tcp`); every transport ends a send with [`complete_send`].
 
 use crate::{
     DesFlags, Descriptor, Endpoint, ErrorEvent, Module, RdmaCallback, RdmaCompletion, Result,

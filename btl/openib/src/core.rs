@@ -10,10 +10,10 @@ use crate::buffers::Control;
 use crate::peer::{Link, Peer, Waiting, XrcPath};
 use crate::srq::SharedReceives;
 use crate::xrc::XrcResources;
-use rbtl_btl::transport_kit::{AmTable, Answers};
+use rbtl_btl::transport_kit::{AmTable, Answers, Done};
 use rbtl_btl::{
     Attributes, Descriptor, Endpoint, Error, ErrorCallback, ErrorEvent, ModuleId, PeerFailure,
-    RdmaCallback, RdmaCompletion, Result, SendCallback,
+    RdmaCallback, RdmaCompletion, Result,
 };
 use rbtl_cpc::deadline::Deadlines;
 use rbtl_cpc::{ConnectionHost, Failure};
@@ -131,16 +131,6 @@ impl Repost {
 
 /// Work-request ids of receives have this bit; the endpoint and slot follow.
 pub const RECV_BIT: u64 = 1 << 63;
-
-/// A completion to report from progress.
-pub enum Done {
-    /// A send finished.
-    Send(SendCallback, Endpoint, Descriptor, Result<()>),
-    /// A one-sided operation finished.
-    Rdma(RdmaCallback, RdmaCompletion),
-    /// For the error callback.
-    Error(ErrorEvent),
-}
 
 /// The module's state, host of its CPCs.
 pub struct Core {
@@ -470,10 +460,12 @@ impl Core {
         for w in std::mem::take(&mut peer.waiting) {
             match w {
                 Waiting::Send(mut des, _) => match des.take_callback() {
-                    Some(cb) => {
-                        self.done
-                            .push_back(Done::Send(cb, Endpoint(ep as u32), des, Err(err())))
-                    }
+                    Some(cb) => self.done.push_back(Done::Send {
+                        callback: cb,
+                        endpoint: Endpoint(ep as u32),
+                        descriptor: des,
+                        status: Err(err()),
+                    }),
                     None => self.send_frags.put(des.into_frag()),
                 },
                 Waiting::Rdma(r) => self.done.push_back(Done::Rdma(

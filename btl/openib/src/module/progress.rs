@@ -4,9 +4,9 @@
 //! reporting completions to their callbacks.
 
 use super::OpenibModule;
-use crate::core::{Done, Posted, RECV_BIT};
+use crate::core::{Posted, RECV_BIT};
 use crate::peer::Link;
-use rbtl_btl::transport_kit::complete_send;
+use rbtl_btl::transport_kit::{complete_send, Done};
 use rbtl_btl::{Endpoint, Error, PeerFailure, RdmaCompletion};
 use rbtl_verbs::Completion;
 use std::mem::MaybeUninit;
@@ -159,11 +159,14 @@ impl OpenibModule {
         while let Some(d) = self.core.done.pop_front() {
             n += 1;
             match d {
-                Done::Send(cb, endpoint, des, status) => {
-                    complete_send(self, cb, endpoint, des, status, |m, d| {
-                        m.core.send_frags.put(d.into_frag())
-                    })
-                }
+                Done::Send {
+                    callback,
+                    endpoint,
+                    descriptor,
+                    status,
+                } => complete_send(self, callback, endpoint, descriptor, status, |m, d| {
+                    m.core.send_frags.put(d.into_frag())
+                }),
                 Done::Rdma(cb, c) => cb(self, c),
                 Done::Error(event) => {
                     if let Some(cb) = self.core.on_error.as_mut() {

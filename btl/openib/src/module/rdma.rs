@@ -7,9 +7,10 @@
 
 use super::emu32::{Emulation, Half, Op32, Scratch};
 use super::OpenibModule;
-use crate::core::{Core, Done, Posted};
+use crate::core::{Core, Posted};
 use crate::peer::{Link, Peer, RdmaRequest, Waiting};
 use crate::remote_key::RemoteKey;
+use rbtl_btl::transport_kit::Done;
 use rbtl_btl::transport_kit::FlushWatch;
 use rbtl_btl::{
     AtomicOp, AtomicWidth, BtlFlags, Endpoint, Error, Local, Module, RdmaCallback, RdmaCompletion,

@@ -4,10 +4,11 @@
 //! carries them.
 
 use super::OpenibModule;
-use crate::core::{Done, Posted, RECV_BIT};
+use crate::core::{Posted, RECV_BIT};
 use crate::peer::{Link, Waiting};
 use crate::wire::{self, Trailer, CREDIT_ONLY, FRAG_EXTRA, TRAILER};
 use rbtl_btl::transport_kit::admit_send;
+use rbtl_btl::transport_kit::Done;
 use rbtl_btl::{
     copy_bytes, ActiveMessage, Descriptor, DescriptorRequest, Endpoint, Error, PeerFailure, Result,
     SendError, SendOutcome, SendResult, SendiOutcome, Tag, MAX_SEGMENTS,
@@ -316,7 +317,12 @@ impl OpenibModule {
     pub(super) fn finish_send(&mut self, mut des: Descriptor, status: Result<()>) {
         let ep = des.endpoint();
         match des.take_callback() {
-            Some(cb) => self.core.done.push_back(Done::Send(cb, ep, des, status)),
+            Some(cb) => self.core.done.push_back(Done::Send {
+                callback: cb,
+                endpoint: ep,
+                descriptor: des,
+                status,
+            }),
             None => self.core.send_frags.put(des.into_frag()),
         }
     }
