@@ -17,17 +17,7 @@ impl<T: Copy + Default> InlineRanges<T> {
     /// A copy of `ranges`, of which there must be 1 to [`MAX_RANGES`] (the maker of a
     /// registration checks that first; this panics otherwise).
     pub fn new(ranges: &[T]) -> Self {
-        assert!(
-            (1..=MAX_RANGES).contains(&ranges.len()),
-            "a registration of {} ranges",
-            ranges.len()
-        );
-        let mut items = [T::default(); MAX_RANGES];
-        items[..ranges.len()].copy_from_slice(ranges);
-        InlineRanges {
-            items,
-            count: ranges.len() as u8,
-        }
+        InlineRanges::from_fn(ranges.len(), |i| ranges[i])
     }
 
     /// `count` ranges (1 to [`MAX_RANGES`], as [`InlineRanges::new`]), range `i` being
