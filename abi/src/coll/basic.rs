@@ -78,44 +78,66 @@ const BCAST_IN_PIECES_MAX: usize = 128 << 10;
 /// reaches from the root at once ([`Tree::Flat`]).
 pub const BCAST_FLAT_MEMBERS: u32 = 8;
 /// The smallest broadcast that reaches every member from the root at once where all
-/// members share a node, however many they are.
+/// members share a node, however many they are; down the in-order tree instead where
+/// the node has more ranks than processors.
 pub const BCAST_FLAT_FROM: usize = 32 << 10;
+/// The pieces a broadcast down the in-order tree is cut into (each of 8 to 16 KiB).
+const IN_ORDER_PIECES: usize = 8;
 
 /// The shape of a broadcast: who passes the data to whom.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tree {
     /// Each member passes it on to those below it (ceil(log2 n) hops).
     Binomial,
+    /// Open MPI's in-order binomial tree: member `v` passes it on to `v + 2^k` for
+    /// each power of two above its highest set bit, smallest first. Where a node's
+    /// ranks are bound to its `p` processors in turn (`msg_bind_to`), `p` a power of
+    /// two, every member from `p` on hears from one on its own processor: only the
+    /// first `p` members' hops cross between processors.
+    InOrder,
     /// The root sends it to every other member (one hop).
     Flat,
 }
 
 /// The tree of a broadcast of `len` bytes among `n` members, `one_node` telling
-/// whether they all share a node. On a node, sends through shared memory cost the root little next to
-/// a hop, which a member of a tree makes only once it has the data (and, where ranks
-/// share processors, once it runs): the root sends to every member, as Open MPI's
-/// `tuned` does at 4-7 ranks from 8 KiB, at up to [`BCAST_FLAT_MEMBERS`] members, and
-/// at any number from [`BCAST_FLAT_FROM`], where each receiver reads the root's
-/// buffer alone, all at the same time, where a tree would make each copy wait for the
-/// one before it. Elsewhere the binomial tree. A function of what every member knows
-/// alike, so that all choose the same.
-pub fn bcast_tree(n: u32, len: usize, one_node: impl FnOnce() -> bool) -> Tree {
-    if n > 2 && (n <= BCAST_FLAT_MEMBERS || len >= BCAST_FLAT_FROM) && one_node() {
-        Tree::Flat
-    } else {
+/// whether they all share a node, `oversubscribed` whether that node (this member's)
+/// has more ranks than processors. On a node, sends through shared memory cost the
+/// root little next to a hop, which a member of a tree makes only once it has the
+/// data (and, where ranks share processors, once it runs): the root sends to every
+/// member, as Open MPI's `tuned` does at 4-7 ranks from 8 KiB, at up to
+/// [`BCAST_FLAT_MEMBERS`] members, and at any number from [`BCAST_FLAT_FROM`], where
+/// each receiver reads the root's buffer alone, all at the same time, where a tree
+/// would make each copy wait for the one before it. From that size on a node with
+/// more ranks than processors, though, readers sharing a processor take turns while
+/// the root waits for the last: there the in-order tree, in pieces, keeps both sides
+/// of each of its few hops between processors copying at once (measured:
+/// docs/performance.md). Elsewhere the binomial tree. A function of what every member
+/// knows alike, so that all choose the same.
+pub fn bcast_tree(
+    n: u32,
+    len: usize,
+    one_node: impl FnOnce() -> bool,
+    oversubscribed: bool,
+) -> Tree {
+    if n <= 2 || !(n <= BCAST_FLAT_MEMBERS || len >= BCAST_FLAT_FROM) || !one_node() {
         Tree::Binomial
+    } else if oversubscribed && len >= BCAST_FLAT_FROM {
+        Tree::InOrder
+    } else {
+        Tree::Flat
     }
 }
 
 /// The piece size for a broadcast of `len` bytes among `n` members down `tree`
 /// ([`bcast`]): 16 KiB from 16 KiB to 128 KiB among more than two down the binomial
-/// tree, else `len` (whole: between two members pieces overlap nothing and only add
-/// messages; from the root at once, each receiver reads the whole alone).
+/// tree; an eighth of `len`, within 8-16 KiB, down the in-order tree; else `len`
+/// (whole: between two members pieces overlap nothing and only add messages; from
+/// the root at once, each receiver reads the whole alone).
 pub fn bcast_piece(len: usize, n: u32, tree: Tree) -> usize {
-    if tree == Tree::Binomial && n > 2 && len > BCAST_PIECE && len <= BCAST_IN_PIECES_MAX {
-        BCAST_PIECE
-    } else {
-        len
+    match tree {
+        Tree::Binomial if n > 2 && len > BCAST_PIECE && len <= BCAST_IN_PIECES_MAX => BCAST_PIECE,
+        Tree::InOrder => (len / IN_ORDER_PIECES).clamp(BCAST_PIECE / 2, BCAST_PIECE),
+        _ => len,
     }
 }
 
@@ -169,23 +191,37 @@ pub fn bcast(
 /// Member `vr`'s links in `tree` of `n` members, counted from the root: its parent
 /// and its children, in the order it sends to them. Binomial: the parent is this
 /// member less its lowest set bit, the children this member plus each lower power of
-/// two, largest first. Flat: every member's parent is the root, whose children are
-/// all the others.
+/// two, largest first. In order: the parent is this member less its highest set bit,
+/// the children this member plus each higher power of two, smallest first. Flat:
+/// every member's parent is the root, whose children are all the others.
 pub fn bcast_links(tree: Tree, vr: u32, n: u32) -> (Option<u32>, impl Iterator<Item = u32>) {
-    let flat = tree == Tree::Flat;
     let low = if vr == 0 {
         n.next_power_of_two()
     } else {
         1 << vr.trailing_zeros()
     };
-    let parent = (vr != 0).then(|| if flat { 0 } else { vr - low });
-    let from_root = 1..if flat && vr == 0 { n } else { 1 };
-    let bits = if flat { 0 } else { low.trailing_zeros() };
+    // The power of two above the highest set bit (1 for the root).
+    let above = if vr == 0 { 1 } else { 2 << vr.ilog2() };
+    let parent = (vr != 0).then(|| match tree {
+        Tree::Flat => 0,
+        Tree::Binomial => vr - low,
+        Tree::InOrder => vr - above / 2,
+    });
+    let from_root = 1..if tree == Tree::Flat && vr == 0 { n } else { 1 };
+    let bits = if tree == Tree::Binomial {
+        low.trailing_zeros()
+    } else {
+        0
+    };
     let binomial = (0..bits)
         .rev()
         .map(move |k| vr + (1 << k))
         .filter(move |&c| c < n);
-    (parent, from_root.chain(binomial))
+    let in_order = std::iter::successors(Some(u64::from(above)), |&k| Some(k * 2))
+        .map(move |k| u64::from(vr) + k)
+        .take_while(move |&c| tree == Tree::InOrder && c < u64::from(n))
+        .map(|c| c as u32);
+    (parent, from_root.chain(binomial).chain(in_order))
 }
 
 /// Gather: every member's `send` lands in `recvs[rank]` at `root` (one round; the
@@ -413,13 +449,16 @@ pub fn blocks(at: Loc, len: usize, n: u32) -> Vec<(Loc, usize)> {
 
 #[cfg(test)]
 mod tests {
-    use super::{bcast_links, bcast_tree, Tree, BCAST_FLAT_FROM, BCAST_FLAT_MEMBERS};
+    use super::{
+        bcast_links, bcast_piece, bcast_tree, Tree, BCAST_FLAT_FROM, BCAST_FLAT_MEMBERS,
+        BCAST_PIECE,
+    };
 
-    /// Down either tree, every member but the root hears from exactly one parent,
+    /// Down each tree, every member but the root hears from exactly one parent,
     /// which counts it among its children, and the data reaches every member.
     #[test]
     fn each_tree_reaches_every_member_once() {
-        for tree in [Tree::Binomial, Tree::Flat] {
+        for tree in [Tree::Binomial, Tree::InOrder, Tree::Flat] {
             for n in 1..=33u32 {
                 let mut heard = vec![0u32; n as usize];
                 for vr in 0..n {
@@ -449,25 +488,76 @@ mod tests {
         assert_eq!(root.collect::<Vec<_>>(), [1, 2, 3, 4]);
         let (_, root) = bcast_links(Tree::Binomial, 0, 5);
         assert_eq!(root.collect::<Vec<_>>(), [4, 2, 1]);
+        let (_, root) = bcast_links(Tree::InOrder, 0, 5);
+        assert_eq!(root.collect::<Vec<_>>(), [1, 2, 4]);
+        let (parent, children) = bcast_links(Tree::InOrder, 3, 12);
+        assert_eq!(
+            (parent, children.collect::<Vec<_>>()),
+            (Some(1), vec![7, 11])
+        );
+    }
+
+    /// Down the in-order tree, ranks bound to `p` processors in turn (`p` a power of
+    /// two): every member from `p` on hears from one on its own processor.
+    #[test]
+    fn in_order_members_beyond_the_first_hear_from_their_own_processor() {
+        for p in [1u32, 2, 4, 8] {
+            for n in p..=40 {
+                for vr in p..n {
+                    let (parent, _) = bcast_links(Tree::InOrder, vr, n);
+                    let parent = parent.expect("every member but the root has a parent");
+                    assert_eq!(
+                        parent % p,
+                        vr % p,
+                        "{n} members on {p}: {vr} hears from {parent}"
+                    );
+                }
+            }
+        }
     }
 
     /// The root sends to all at once on one node, up to `BCAST_FLAT_MEMBERS` members
-    /// at any size and beyond from `BCAST_FLAT_FROM` bytes; never across nodes, and
-    /// never asked about the node between two members.
+    /// at any size and beyond from `BCAST_FLAT_FROM` bytes, a node with more ranks
+    /// than processors taking the in-order tree from that size instead; never across
+    /// nodes, and never asked about the node between two members.
     #[test]
-    fn a_broadcast_goes_flat_only_on_one_node() {
-        assert_eq!(
-            bcast_tree(2, 1 << 20, || panic!("asked about two members' node")),
-            Tree::Binomial
-        );
-        assert_eq!(bcast_tree(4, 1, || true), Tree::Flat);
-        assert_eq!(bcast_tree(BCAST_FLAT_MEMBERS, 1, || true), Tree::Flat);
-        assert_eq!(
-            bcast_tree(BCAST_FLAT_MEMBERS + 1, 1, || true),
-            Tree::Binomial
-        );
-        assert_eq!(bcast_tree(64, BCAST_FLAT_FROM, || true), Tree::Flat);
-        assert_eq!(bcast_tree(4, 1, || false), Tree::Binomial);
-        assert_eq!(bcast_tree(64, BCAST_FLAT_FROM, || false), Tree::Binomial);
+    fn a_broadcast_goes_flat_or_in_order_only_on_one_node() {
+        for over in [false, true] {
+            let from_root = if over { Tree::InOrder } else { Tree::Flat };
+            assert_eq!(
+                bcast_tree(2, 1 << 20, || panic!("asked about two members' node"), over),
+                Tree::Binomial
+            );
+            assert_eq!(bcast_tree(4, 1, || true, over), Tree::Flat);
+            assert_eq!(
+                bcast_tree(4, BCAST_FLAT_FROM - 1, || true, over),
+                Tree::Flat
+            );
+            assert_eq!(bcast_tree(4, BCAST_FLAT_FROM, || true, over), from_root);
+            assert_eq!(bcast_tree(BCAST_FLAT_MEMBERS, 1, || true, over), Tree::Flat);
+            assert_eq!(
+                bcast_tree(BCAST_FLAT_MEMBERS + 1, 1, || true, over),
+                Tree::Binomial
+            );
+            assert_eq!(bcast_tree(64, BCAST_FLAT_FROM, || true, over), from_root);
+            assert_eq!(bcast_tree(4, 1, || false, over), Tree::Binomial);
+            assert_eq!(
+                bcast_tree(64, BCAST_FLAT_FROM, || false, over),
+                Tree::Binomial
+            );
+        }
+    }
+
+    /// Pieces: eight of 8-16 KiB down the in-order tree, 16 KiB down the binomial
+    /// tree up to 128 KiB, else whole.
+    #[test]
+    fn a_broadcast_is_cut_by_its_tree() {
+        assert_eq!(bcast_piece(32 << 10, 4, Tree::InOrder), 8 << 10);
+        assert_eq!(bcast_piece(96 << 10, 4, Tree::InOrder), 12 << 10);
+        assert_eq!(bcast_piece(1 << 20, 4, Tree::InOrder), BCAST_PIECE);
+        assert_eq!(bcast_piece(64 << 10, 16, Tree::Binomial), BCAST_PIECE);
+        assert_eq!(bcast_piece(64 << 10, 2, Tree::Binomial), 64 << 10);
+        assert_eq!(bcast_piece(1 << 20, 16, Tree::Binomial), 1 << 20);
+        assert_eq!(bcast_piece(1 << 20, 4, Tree::Flat), 1 << 20);
     }
 }

@@ -182,7 +182,8 @@ impl Mpi {
                 args::output(&mut s, buf, n, t)?
             }
         };
-        let tree = basic::bcast_tree(m.size, len, || self.one_node(m.size, |v| m.job(v)));
+        let over = self.msg.node_oversubscribed();
+        let tree = basic::bcast_tree(m.size, len, || self.one_node(m.size, |v| m.job(v)), over);
         let piece = basic::bcast_piece(len, m.size, tree);
         basic::bcast(&mut s, &m, (loc, len), root, tree, piece);
         finish(&mut s, [unpack]);

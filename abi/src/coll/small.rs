@@ -223,7 +223,8 @@ impl Mpi {
         let vr = (c.rank + size - root) % size;
         let job = |v: u32| c.group.job_rank((v + root) % size);
         let one_node = || self.one_node(size, |v| job(v).unwrap_or(u32::MAX));
-        let (parent, children) = bcast_links(bcast_tree(size, len, one_node), vr, size);
+        let over = self.msg.node_oversubscribed();
+        let (parent, children) = bcast_links(bcast_tree(size, len, one_node, over), vr, size);
         let parent = match parent {
             Some(v) => Some(job(v)?),
             None => None,

@@ -135,9 +135,12 @@ static void test_bcast(void) {
     CHECK(out >= last_in, "MPI_Barrier (rank %d late): rank %d left %.6f s before the last entered",
           roots[k], rank, last_in - out);
   }
-  /* In pieces down a tree (below 32 KiB), and from the root to each at once (from 32
-   * KiB, all ranks on one node). */
-  enum { BIG = 300000, PIECES = 20000 };
+  /* Whole from the root to each at once (three ranks or more on one node; below 32
+   * KiB), then from 32 KiB: from the root to each at once or, on a node with more
+   * ranks than processors, down the in-order tree in pieces of 8 KiB, of an eighth
+   * of an odd size, and of 16 KiB. */
+  enum { BIG = 300000 };
+  static const int lens[] = {20000, 40000, 100003, BIG};
   unsigned char *big = malloc(BIG);
   for (int k = 0; k < 3; k++) {
     int root = roots[k];
@@ -150,7 +153,8 @@ static void test_bcast(void) {
     for (int i = 0; i < 1000; i++)
       CHECK(small[i] == root * 1000 + i, "MPI_Bcast of 1000 ints from %d: element %d is %d",
             root, i, small[i]);
-    for (int len = PIECES; len <= BIG; len += (BIG - PIECES) / 2) {
+    for (int j = 0; j < (int)(sizeof lens / sizeof lens[0]); j++) {
+      int len = lens[j];
       for (int i = 0; i < len; i++)
         big[i] = rank == root ? (unsigned char)(i * 7 + root + len) : 0;
       OK(MPI_Bcast(big, len, MPI_BYTE, root, MPI_COMM_WORLD));
