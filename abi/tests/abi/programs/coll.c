@@ -1326,6 +1326,29 @@ static void test_nonblocking(void) {
   OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
   CHECK(ib == size * (size - 1) / 2 && sum == size * (size + 1) / 2,
         "interleaved: nonblocking %d, blocking %d", ib, sum);
+  /* Two broadcasts in pieces at once (from 32 KiB, down the in-order tree where ranks
+   * outnumber processors), from two roots, completed last first. */
+  enum { LONG = 70001 };
+  unsigned char *b1 = malloc(LONG), *b2 = malloc(LONG);
+  CHECK(b1 && b2, "no memory for two broadcasts");
+  int root2 = size - 1;
+  for (int i = 0; i < LONG; i++) {
+    b1[i] = rank == 0 ? (unsigned char)(i * 3) : 0;
+    b2[i] = rank == root2 ? (unsigned char)(i * 5 + 1) : 0;
+  }
+  MPI_Request two[2];
+  OK(MPI_Ibcast(b1, LONG, MPI_BYTE, 0, MPI_COMM_WORLD, &two[0]));
+  OK(MPI_Ibcast(b2, LONG, MPI_BYTE, root2, MPI_COMM_WORLD, &two[1]));
+  OK(MPI_Wait(&two[1], MPI_STATUS_IGNORE));
+  OK(MPI_Wait(&two[0], MPI_STATUS_IGNORE));
+  for (int i = 0; i < LONG; i++) {
+    CHECK(b1[i] == (unsigned char)(i * 3), "MPI_Ibcast of %d bytes from 0: byte %d is %d", LONG,
+          i, b1[i]);
+    CHECK(b2[i] == (unsigned char)(i * 5 + 1), "MPI_Ibcast of %d bytes from %d: byte %d is %d",
+          LONG, root2, i, b2[i]);
+  }
+  free(b1);
+  free(b2);
 }
 
 int main(int argc, char **argv) {
