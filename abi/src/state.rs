@@ -67,6 +67,10 @@ pub struct Mpi {
     pub scratch: Vec<u8>,
     /// What shipping an accumulate uses, kept between calls.
     pub shipping: crate::rma::shipped::Buffers,
+    /// The count of the transfers of an accumulate read and written back from here,
+    /// kept between calls: each waits for its own before it returns (a new count
+    /// replaces one a failure left unfinished).
+    pub combining: rbtl::msg::Pending,
 }
 
 /// Context numbers: world, self, then those made later (0 belongs to the message
@@ -119,6 +123,7 @@ impl Mpi {
             exposures,
             scratch: Vec::new(),
             shipping: Default::default(),
+            combining: Default::default(),
         }
     }
 

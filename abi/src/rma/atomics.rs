@@ -181,7 +181,8 @@ impl Mpi {
         // Memory this process maps, in several runs, or memory the transport reads and
         // writes without the target's process ([`Mpi::unattended`]): under the mutex,
         // read, combine, write back.
-        let p = Pending::default();
+        // The count of its transfers, kept between calls.
+        let p = self.combining.clone();
         let (target, job) = {
             let w = self.win(win)?;
             (
@@ -212,10 +213,18 @@ impl Mpi {
                 if op == MPI_NO_OP {
                     return Ok(());
                 }
-                let t = mpi.dtype(ty)?;
-                let n = a.bytes.checked_div(t.size).unwrap_or(0);
-                // SAFETY: both hold `n` packed elements of `t`.
-                unsafe { op::reduce(Op::Predefined(op), t, ty, origin, data.as_mut_ptr(), n) }?;
+                let into = data.as_mut_ptr();
+                // SAFETY: both hold `a.bytes` packed bytes of `ty`.
+                unsafe {
+                    match prim {
+                        // One basic kind: the kernel at once, on its elements.
+                        Some(p) => op::reduce_basic(op, p, origin, into, a.bytes / p.size()),
+                        None => mpi.dtype(ty).and_then(|t| {
+                            let n = a.bytes.checked_div(t.size).unwrap_or(0);
+                            op::reduce(Op::Predefined(op), t, ty, origin, into, n)
+                        }),
+                    }
+                }?;
                 let mut at = 0;
                 for &(off, len) in a.runs.iter() {
                     // SAFETY: `data` lives until the wait below.
@@ -226,6 +235,10 @@ impl Mpi {
             })();
             if data.capacity() <= SCRATCH_KEPT {
                 mpi.scratch = data;
+            }
+            if !p.is_idle() {
+                // Left unfinished by a failure: the next accumulate counts afresh.
+                mpi.combining = Pending::default();
             }
             done
         })

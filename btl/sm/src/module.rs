@@ -200,10 +200,11 @@ impl SmModule {
     }
 
     fn peer(&self, ep: Endpoint) -> Result<&Peer> {
-        let p = self
-            .peers
-            .get(ep.0 as usize)
-            .ok_or(Error::UnknownEndpoint(ep.0))?;
+        // Not `ok_or`: on every operation's path, and the error it builds is dropped
+        // there when unused.
+        let Some(p) = self.peers.get(ep.0 as usize) else {
+            return Err(Error::UnknownEndpoint(ep.0));
+        };
         match &p.failed {
             Some(why) => Err(Error::PeerFailed {
                 rank: p.rank,
