@@ -112,15 +112,7 @@ impl Mpi {
                 if !fetched.is_null() {
                     std::ptr::copy_nonoverlapping(at, fetched, a.bytes);
                 }
-                match (op, prim) {
-                    (MPI_NO_OP, _) => Ok(()),
-                    // One basic kind: the kernel at once, on its elements.
-                    (_, Some(p)) => op::reduce_basic(op, p, origin, at, a.bytes / p.size()),
-                    (_, None) => self.dtype(ty).and_then(|t| {
-                        let n = a.bytes.checked_div(t.size).unwrap_or(0);
-                        op::reduce(Op::Predefined(op), t, ty, origin, at, n)
-                    }),
-                }
+                self.accumulate_into(op, (ty, prim), origin, at, a.bytes)
             };
             let released = self.win_release(win, a.member, ACC_WORD, true);
             return combined.and(released);
@@ -213,18 +205,8 @@ impl Mpi {
                 if op == MPI_NO_OP {
                     return Ok(());
                 }
-                let into = data.as_mut_ptr();
                 // SAFETY: both hold `a.bytes` packed bytes of `ty`.
-                unsafe {
-                    match prim {
-                        // One basic kind: the kernel at once, on its elements.
-                        Some(p) => op::reduce_basic(op, p, origin, into, a.bytes / p.size()),
-                        None => mpi.dtype(ty).and_then(|t| {
-                            let n = a.bytes.checked_div(t.size).unwrap_or(0);
-                            op::reduce(Op::Predefined(op), t, ty, origin, into, n)
-                        }),
-                    }
-                }?;
+                unsafe { mpi.accumulate_into(op, (ty, prim), origin, data.as_mut_ptr(), a.bytes) }?;
                 let mut at = 0;
                 for &(off, len) in a.runs.iter() {
                     // SAFETY: `data` lives until the wait below.
@@ -242,6 +224,34 @@ impl Mpi {
             }
             done
         })
+    }
+
+    /// `into = origin op into` over `bytes` packed bytes of `ty` (`prim`, its one
+    /// basic kind if it has one), predefined `op`; `MPI_NO_OP` leaves `into` as it is.
+    ///
+    /// # Safety
+    ///
+    /// `origin` and `into` each hold `bytes` packed bytes of `ty`.
+    unsafe fn accumulate_into(
+        &self,
+        op: Handle,
+        (ty, prim): (Handle, Option<Prim>),
+        origin: *const u8,
+        into: *mut u8,
+        bytes: usize,
+    ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            match (op, prim) {
+                (MPI_NO_OP, _) => Ok(()),
+                // One basic kind: the kernel at once, on its elements.
+                (_, Some(p)) => op::reduce_basic(op, p, origin, into, bytes / p.size()),
+                (_, None) => self.dtype(ty).and_then(|t| {
+                    let n = bytes.checked_div(t.size).unwrap_or(0);
+                    op::reduce(Op::Predefined(op), t, ty, origin, into, n)
+                }),
+            }
+        }
     }
 
     /// Whether an accumulate of access `a` on window `win`, which no transport atomic
