@@ -811,10 +811,8 @@ impl Module for SmModule {
     /// sent none for `btl_sm_flush_timeout` (a stopped or hung process),
     /// [`Error::PeerTimeout`] names them and their operations stay pending.
     fn flush(&mut self, endpoint: Option<Endpoint>) -> Result<()> {
-        if let Some(ep) = endpoint {
-            self.peers
-                .get(ep.0 as usize)
-                .ok_or(Error::UnknownEndpoint(ep.0))?;
+        if let Some(ep) = endpoint.filter(|ep| self.peers.get(ep.0 as usize).is_none()) {
+            return Err(Error::UnknownEndpoint(ep.0));
         }
         let mut watch = FlushWatch::new(self.settings.flush_timeout);
         let mut outcome = Ok(());

@@ -303,11 +303,8 @@ impl Engine {
     /// Whether an operation towards `ep` (or any; an unknown one is an error) is in
     /// flight.
     pub fn rdma_pending(&self, ep: Option<Endpoint>) -> Result<bool> {
-        if let Some(ep) = ep {
-            self.net
-                .peers
-                .get(ep.0 as usize)
-                .ok_or(Error::UnknownEndpoint(ep.0))?;
+        if let Some(ep) = ep.filter(|ep| self.net.peers.get(ep.0 as usize).is_none()) {
+            return Err(Error::UnknownEndpoint(ep.0));
         }
         Ok(self.onesided.pending_on(ep))
     }
