@@ -96,7 +96,8 @@ pub struct Settings {
     pub max_frags: usize,
     /// Registration cache options.
     pub rcache: rbtl_rcache::Options,
-    /// Bytes of the segment's heap for [`Module::alloc_shared`].
+    /// Bytes of the segment's heap for [`Module::alloc_shared`]; 0: sized by the
+    /// machine's memory and the node's ranks (see `own_segment::auto_heap`).
     pub heap_bytes: usize,
     /// How long `flush` waits for peers that reply to none of its copy-protocol
     /// operations before it returns [`Error::PeerTimeout`] (they stay pending).
@@ -115,7 +116,7 @@ impl Default for Settings {
             copy_chunk: 512 << 10,
             max_frags: 256,
             rcache: rbtl_rcache::Options::default(),
-            heap_bytes: 32 << 20,
+            heap_bytes: 0,
             flush_timeout: std::time::Duration::from_secs(60),
         }
     }
@@ -167,7 +168,9 @@ impl Component for SmComponent {
             .register(
                 "btl_sm_heap_size",
                 Value::Size(d.heap_bytes),
-                "bytes of each process's segment that windows can share for direct loads and stores",
+                "bytes of each process's segment that windows can share for direct loads and stores (backed as used; \
+                 a larger window gets pages of its process, reached through the transport); 0: the node's ranks' \
+                 heaps together a quarter of the machine's memory, each from 32 MiB to 1 GiB",
             )?
             .register(
                 "btl_sm_copy_chunk",
@@ -230,7 +233,7 @@ impl Component for SmComponent {
 mod tests {
     use super::{default_attributes, Settings, SmComponent, SmModule};
     use rbtl_btl::transport_kit::init_with;
-    use rbtl_btl::Error;
+    use rbtl_btl::{Error, Module};
 
     /// Sizes that overflow the segment's layout are refused with a typed error.
     #[test]
@@ -308,6 +311,26 @@ mod tests {
         };
         let crowd: Vec<u32> = (0..64).collect();
         assert_eq!(module(0, 64, Some(crowd), slim).rings(), (0, 64, 64 << 10));
+    }
+
+    /// By default (`btl_sm_heap_size = 0`) a process's heap is its share of a quarter of
+    /// the machine's memory, the same for every rank of the node; a size given is kept.
+    #[test]
+    fn the_heap_is_sized_by_the_machine_unless_given() {
+        let d = Settings::default;
+        let auto = crate::own_segment::auto_heap(2);
+        let mut first = module(0, 2, Some(vec![0, 1]), d());
+        assert_eq!(first.heap_bytes(), auto);
+        assert_eq!(module(1, 2, Some(vec![0, 1]), d()).heap_bytes(), auto);
+        // A window of 64 MiB (OSU's one-sided bandwidth tests at 1 MiB) is shared
+        // wherever the machine has 512 MiB or more.
+        let big = 64 << 20;
+        assert_eq!(first.alloc_shared(big).unwrap().is_some(), auto >= big);
+        let given = Settings {
+            heap_bytes: 3 << 20,
+            ..d()
+        };
+        assert_eq!(module(0, 2, Some(vec![0, 1]), given).heap_bytes(), 3 << 20);
     }
 
     /// A node's segments that could outgrow the machine when fully used are refused,

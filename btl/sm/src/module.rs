@@ -131,7 +131,10 @@ impl SmModule {
             nranks: slots,
             ring,
             registrations: settings.max_registrations.max(1),
-            heap_bytes: settings.heap_bytes,
+            heap_bytes: match settings.heap_bytes {
+                0 => own_segment::auto_heap(slots),
+                bytes => bytes,
+            },
         };
         if layout.checked_bytes().is_none() {
             return Err(Error::NotAvailable(format!(
@@ -192,6 +195,11 @@ impl SmModule {
     pub fn rings(&self) -> (usize, usize, usize) {
         let l = self.own.layout();
         (self.slot, l.nranks, l.ring.data_bytes)
+    }
+
+    /// Bytes of this process's heap (for windows).
+    pub fn heap_bytes(&self) -> usize {
+        self.own.layout().heap_bytes
     }
 
     /// Whether put/get to `endpoint` may use cross-memory attach.

@@ -47,6 +47,23 @@ pub(super) fn fits_the_machine(layout: &Layout) -> Result<()> {
     )))
 }
 
+/// Least and most heap that `btl_sm_heap_size = 0` gives a process.
+pub(super) const AUTO_HEAP_MIN: usize = 32 << 20;
+pub(super) const AUTO_HEAP_MAX: usize = 1 << 30;
+
+/// The heap of each of this node's `slots` ranks under `btl_sm_heap_size = 0`: the
+/// ranks' heaps together a quarter of the machine's memory, each between
+/// [`AUTO_HEAP_MIN`] and [`AUTO_HEAP_MAX`], whole MiB. (Every rank of the node computes
+/// the same, as their layouts must agree.)
+pub(super) fn auto_heap(slots: usize) -> usize {
+    auto_heap_of(memory_total(), slots)
+}
+
+fn auto_heap_of(total: Option<usize>, slots: usize) -> usize {
+    let share = total.map_or(AUTO_HEAP_MIN, |t| t / 4 / slots.max(1));
+    (share & !((1 << 20) - 1)).clamp(AUTO_HEAP_MIN, AUTO_HEAP_MAX)
+}
+
 /// The machine's memory (`MemTotal` of `/proc/meminfo`), if readable.
 fn memory_total() -> Option<usize> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
@@ -123,7 +140,8 @@ impl OwnSegment {
         Some(SharedMem { ptr, len })
     }
 
-    /// Give back memory of [`OwnSegment::alloc_shared`].
+    /// Give back memory of [`OwnSegment::alloc_shared`], and its pages to the system
+    /// (the segment's file gets a hole there: read again, they are zeros).
     pub fn free_shared(&mut self, mem: SharedMem) -> Result<()> {
         let unknown = || Error::UnknownSharedMemory {
             addr: mem.ptr as usize,
@@ -134,6 +152,88 @@ impl OwnSegment {
         if !self.heap.free(start, mem.len) {
             return Err(unknown());
         }
+        let pages = mem.len.next_multiple_of(4096);
+        // SAFETY: the range was a live allocation (the heap just said so): whole pages
+        // of our segment's heap, mapped shared and writable; nothing of ours refers to
+        // it any more (peers map it, and read zeros if they still look).
+        let rc = unsafe { libc::madvise(mem.ptr.cast(), pages, libc::MADV_REMOVE) };
+        if rc != 0 {
+            tracing::debug!(
+                error = %std::io::Error::last_os_error(),
+                pages,
+                "sm: the pages of freed shared memory stay backed"
+            );
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{auto_heap_of, OwnSegment, AUTO_HEAP_MAX, AUTO_HEAP_MIN};
+    use crate::ring::RingLayout;
+    use crate::segment::Layout;
+
+    /// Under `btl_sm_heap_size = 0` the node's heaps together take a quarter of the
+    /// machine's memory, each within its bounds, in whole MiB.
+    #[test]
+    fn the_automatic_heap_is_a_share_of_a_quarter_of_the_machine() {
+        const GIB: usize = 1 << 30;
+        assert_eq!(auto_heap_of(Some(23 * GIB), 2), AUTO_HEAP_MAX);
+        assert_eq!(auto_heap_of(Some(23 * GIB), 64), 92 << 20);
+        assert_eq!(auto_heap_of(Some(23 * GIB + 12345), 64), 92 << 20);
+        assert_eq!(auto_heap_of(Some(GIB), 64), AUTO_HEAP_MIN);
+        assert_eq!(auto_heap_of(None, 2), AUTO_HEAP_MIN);
+        assert_eq!(auto_heap_of(Some(23 * GIB), 0), AUTO_HEAP_MAX);
+    }
+
+    /// Bytes of the segment's file backed by memory.
+    fn backed(own: &OwnSegment) -> usize {
+        let fd = own
+            .region()
+            .fd()
+            .expect("an unnamed segment has its descriptor");
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: the segment holds the descriptor open for as long as `own` lives;
+        // `st` has room for the answer.
+        let rc = unsafe { libc::fstat(fd, st.as_mut_ptr()) };
+        assert_eq!(rc, 0, "fstat of the segment");
+        // SAFETY: fstat succeeded: it filled `st`.
+        unsafe { st.assume_init() }.st_blocks as usize * 512
+    }
+
+    /// Freed shared memory goes back to the system at once: a window of a large heap
+    /// does not keep its pages once freed; what is handed out again reads zeros.
+    #[test]
+    fn freed_shared_memory_gives_its_pages_back() {
+        let layout = Layout {
+            nranks: 1,
+            ring: RingLayout {
+                nslots: 2,
+                data_bytes: 4096,
+            },
+            registrations: 1,
+            heap_bytes: 8 << 20,
+        };
+        let mut own = OwnSegment::create(0, layout).unwrap();
+        let at_start = backed(&own);
+        let mem = own.alloc_shared(4 << 20).unwrap();
+        // SAFETY: the allocation is `mem.len` bytes of our mapped segment.
+        unsafe { std::ptr::write_bytes(mem.ptr, 7, mem.len) };
+        assert!(
+            backed(&own) >= at_start + (4 << 20),
+            "written pages are backed"
+        );
+        own.free_shared(mem).unwrap();
+        assert!(
+            backed(&own) < at_start + (64 << 10),
+            "{} bytes still backed after the free (at start {at_start})",
+            backed(&own)
+        );
+        let again = own.alloc_shared(4 << 20).unwrap();
+        assert_eq!(again.ptr, mem.ptr, "first fit hands out the same range");
+        // SAFETY: as above.
+        let bytes = unsafe { std::slice::from_raw_parts(again.ptr, again.len) };
+        assert!(bytes.iter().all(|&b| b == 0));
     }
 }
