@@ -92,6 +92,18 @@ impl Target {
         }
     }
 
+    /// The `len` bytes at `offset` of this target, as a target of their own (the same
+    /// registration and mapping); `None` past its end.
+    pub fn slice(&self, offset: usize, len: usize) -> Option<Target> {
+        let end = offset.checked_add(len)?;
+        (end <= self.len).then(|| Target {
+            addr: self.addr + offset as u64,
+            len,
+            direct: self.direct.map(|base| base.wrapping_add(offset)),
+            ..self.clone()
+        })
+    }
+
     /// Where `len` bytes at `offset` of a direct target lie in this process's
     /// memory: `None` for a target reached through a transport, or a range outside
     /// it. Reading or writing there races with the peer's own accesses: the caller

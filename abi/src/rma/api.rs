@@ -10,7 +10,7 @@ use crate::handles::Kind;
 use crate::state::Mpi;
 
 /// A window's size and displacement unit arguments.
-fn sizes(size: Aint, disp_unit: c_int) -> Result<(usize, usize)> {
+pub(super) fn sizes(size: Aint, disp_unit: c_int) -> Result<(usize, usize)> {
     let size = usize::try_from(size)
         .map_err(|_| Error::new(MPI_ERR_SIZE, format!("window size {size} is negative")))?;
     let unit = usize::try_from(disp_unit)
@@ -30,7 +30,7 @@ fn sizes(size: Aint, disp_unit: c_int) -> Result<(usize, usize)> {
 /// # Safety
 ///
 /// `out` is null or writable.
-unsafe fn hand_out(h: Handle, out: *mut Handle) -> Result<()> {
+pub(super) unsafe fn hand_out(h: Handle, out: *mut Handle) -> Result<()> {
     non_null(out, MPI_ERR_ARG, "window")?;
     // SAFETY: checked not null.
     unsafe { out.write(h) };

@@ -17,6 +17,7 @@
 pub mod api;
 pub mod atomics;
 pub mod ops;
+pub mod shared;
 pub mod shipped;
 pub mod sync;
 
@@ -131,7 +132,23 @@ impl Mpi {
         comm: Handle,
     ) -> Result<Handle> {
         let wcomm = self.comm_dup_bare(comm)?;
-        let made = self.win_make(base, size, disp_unit, wcomm);
+        let made = match base {
+            Some(b) => self.win_make(
+                (Memory::User, b, MPI_WIN_FLAVOR_CREATE),
+                size,
+                disp_unit,
+                wcomm,
+            ),
+            None => self.take_memory(size).and_then(|m| {
+                let p = m.ptr();
+                self.win_make((m, p, MPI_WIN_FLAVOR_ALLOCATE), size, disp_unit, wcomm)
+            }),
+        };
+        self.win_made(made, wcomm)
+    }
+
+    /// A window made on `wcomm`, or, having failed, `wcomm` freed.
+    fn win_made(&mut self, made: Result<Handle>, wcomm: Handle) -> Result<Handle> {
         if made.is_err() {
             if let Ok(c) = self.comm(wcomm) {
                 self.exposures.borrow_mut().remove(&c.ctx);
@@ -141,23 +158,17 @@ impl Mpi {
         made
     }
 
+    /// Make a window of `size` bytes at `base` (held as `memory`, of `flavor`) on
+    /// its own communicator `wcomm` (collective).
     fn win_make(
         &mut self,
-        base: Option<*mut u8>,
+        (memory, base, flavor): (Memory, *mut u8, c_int),
         size: usize,
         disp_unit: usize,
         wcomm: Handle,
     ) -> Result<Handle> {
         let c = self.comm(wcomm)?;
         let (group, rank) = (c.group.clone(), c.rank);
-        let (memory, base, flavor) = match base {
-            Some(b) => (Memory::User, b, MPI_WIN_FLAVOR_CREATE),
-            None => {
-                let m = self.take_memory(size)?;
-                let p = m.ptr();
-                (m, p, MPI_WIN_FLAVOR_ALLOCATE)
-            }
-        };
         let control = self.take_memory(CONTROL)?;
         let control_ptr = control.ptr();
         // SAFETY: the control block is CONTROL bytes of ours; nobody reaches it yet.

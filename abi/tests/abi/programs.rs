@@ -16,6 +16,9 @@
 //!   with derived types under fences, locks and flushes, post/start/complete/wait,
 //!   every accumulate, concurrent atomic increments, the errors of each, at 1 to 4
 //!   ranks.
+//! * `shared`: shared-memory windows: contiguous parts, `MPI_Win_shared_query`,
+//!   loads and stores beside puts and accumulates, at 1 to 4 ranks; refused alike
+//!   by every rank where nothing is shared.
 //! * `errors`: the error classes of bad input, through each kind of error handler;
 //!   freed and foreign handles; the environment's inquiries.
 //! * `fatal`: the default error handler ends the job, naming the call.
@@ -145,6 +148,22 @@ fn rma_over_tcp() {
     for n in [2, 3] {
         run_passing(&exe, "rma", n, &[], &[("RBTL_BTL", "self,tcp")]);
     }
+}
+
+#[test]
+fn shared_windows() {
+    passes("shared", &[1, 2, 3, 4]);
+}
+
+/// Over `tcp` alone the ranks share no memory, and a heap of 32 MiB cannot hold a
+/// window of 64 MiB: every rank's `MPI_Win_allocate_shared` fails alike, and the
+/// job goes on.
+#[test]
+fn shared_windows_refused_where_nothing_is_shared() {
+    let exe = build("shared");
+    run_passing(&exe, "shared", 2, &["refused"], &[("RBTL_BTL", "self,tcp")]);
+    let small = [("RBTL_BTL_SM_HEAP_SIZE", "32m")];
+    run_passing(&exe, "shared", 3, &["refused"], &small);
 }
 
 /// A lock whose holder keeps it past the peer timeout is given up on with

@@ -1,0 +1,270 @@
+//! Shared-memory windows (`MPI_Win_allocate_shared`) and `MPI_Win_shared_query`.
+//!
+//! The members' memory is one allocation from the shared heap of the window's first
+//! member, contiguous across ranks as the standard has it by default: member i's
+//! part starts where member i-1's ends, in every member's mapping of it. Every
+//! member maps the allocation; each exposes its own part as in any window (for its
+//! control block and the accumulates shipped to it) and reaches every part with
+//! loads and stores. Where the allocation cannot be made or mapped by every member
+//! (a member on another node, a heap too small), every member fails alike with
+//! `MPI_ERR_RMA_SHARED`.
+//!
+//! `MPI_Win_shared_query` answers for any window: a member's memory where this
+//! process maps it (a window allocated on one node), else size 0 and no address.
+
+use super::api::{hand_out, sizes};
+use super::{bad_win, Memory};
+use crate::entry::call;
+use crate::error::{Error, Object, Result};
+use crate::ffi::*;
+use crate::state::Mpi;
+use rbtl::msg::{Exposed, Target};
+use std::ptr::{null, null_mut};
+
+/// Bytes of the first member's description of the allocation for each member.
+const CARD: usize = 1024;
+
+impl Mpi {
+    /// `MPI_Win_allocate_shared` (collective over `comm`): the window, and this
+    /// member's part of the memory.
+    pub fn win_allocate_shared(
+        &mut self,
+        size: usize,
+        disp_unit: usize,
+        comm: Handle,
+    ) -> Result<(Handle, *mut u8)> {
+        let wcomm = self.comm_dup_bare(comm)?;
+        let mut base = null_mut();
+        let made = self.shared_make(size, disp_unit, wcomm, &mut base);
+        self.win_made(made, wcomm).map(|h| (h, base))
+    }
+
+    fn shared_make(
+        &mut self,
+        size: usize,
+        disp_unit: usize,
+        wcomm: Handle,
+        base: &mut *mut u8,
+    ) -> Result<Handle> {
+        let (all, starts, total) = self.shared_layout(size, wcomm)?;
+        let rank = self.comm(wcomm)?.rank as usize;
+        let (memory, whole) = self.shared_memory(total, wcomm)?;
+        let part = whole
+            .slice(starts[rank], size)
+            .expect("inside the allocation");
+        *base = part.direct_range(0, 0).expect("a mapped target");
+        let flavor = MPI_WIN_FLAVOR_SHARED;
+        let h = self.win_make((memory, *base, flavor), size, disp_unit, wcomm)?;
+        // Every part with loads and stores, through this process's mapping.
+        let w = self.win_mut(h)?;
+        for (i, p) in w.peers.iter_mut().enumerate() {
+            p.mem = whole
+                .slice(starts[i], all[i])
+                .expect("inside the allocation");
+        }
+        Ok(h)
+    }
+
+    /// Every member's size, where each part starts, and their sum (collective).
+    fn shared_layout(
+        &mut self,
+        size: usize,
+        wcomm: Handle,
+    ) -> Result<(Vec<usize>, Vec<usize>, usize)> {
+        let n = self.comm(wcomm)?.group.size() as usize;
+        let mut all = vec![0u64; n];
+        let mine = (size as u64).to_le_bytes();
+        // SAFETY: both buffers live until the collective, run here, ends.
+        let s = unsafe {
+            self.build_allgather(
+                (mine.as_ptr().cast(), 8, MPI_BYTE),
+                all.as_mut_ptr().cast(),
+                (8, null(), null()),
+                MPI_BYTE,
+                wcomm,
+            )
+        }?;
+        self.run(s)?;
+        let overflow = || Error::new(MPI_ERR_SIZE, "the members' sizes overflow");
+        let all = all
+            .into_iter()
+            .map(|len| usize::try_from(len).map_err(|_| overflow()))
+            .collect::<Result<Vec<usize>>>()?;
+        let mut starts = Vec::with_capacity(n);
+        let mut total = 0usize;
+        for &len in &all {
+            starts.push(total);
+            total = total.checked_add(len).ok_or_else(overflow)?;
+        }
+        Ok((all, starts, total))
+    }
+
+    /// The members' `total` bytes (collective): the first member allocates them (from
+    /// a transport's shared heap; alone, any memory of its own will do) and
+    /// describes them to each member, which maps them. What this member holds of
+    /// them (the first member the allocation, others nothing), and the whole as
+    /// mapped here; `MPI_ERR_RMA_SHARED` on every member unless every member maps it.
+    fn shared_memory(&mut self, total: usize, wcomm: Handle) -> Result<(Memory, Target)> {
+        let c = self.comm(wcomm)?;
+        let (n, rank) = (c.group.size() as usize, c.rank);
+        let first = c.group.job_rank(0).expect("a member");
+        let memory = match (rank, n) {
+            (0, 1) => Some(self.take_memory(total)?),
+            (0, _) => self.msg.alloc_shared(total.max(1))?.map(Memory::Shared),
+            _ => None,
+        };
+        // An empty description says the allocation could not be made or described.
+        let mut cards = vec![0u8; if rank == 0 { n * CARD } else { 0 }];
+        let exposed = match &memory {
+            Some(m) => self.describe(m.ptr(), total.max(1), wcomm, &mut cards),
+            None => None,
+        };
+        let mut got = vec![0u8; CARD];
+        // SAFETY: both buffers live until the collective, run here, ends.
+        let s = unsafe {
+            self.build_scatter(
+                cards.as_ptr().cast(),
+                (CARD as c_int, null(), null()),
+                MPI_BYTE,
+                (got.as_mut_ptr().cast(), CARD as c_int, MPI_BYTE),
+                0,
+                wcomm,
+            )
+        }?;
+        self.run(s)?;
+        let whole = self.shared_target(first, &got, total);
+        let ok = i32::from(whole.is_some());
+        let mut all_ok = 0i32;
+        // SAFETY: both live until the collective, run here, ends.
+        let s = unsafe {
+            self.build_allreduce(
+                (&ok as *const i32).cast(),
+                (&mut all_ok as *mut i32).cast(),
+                1,
+                MPI_INT,
+                MPI_MIN,
+                wcomm,
+            )
+        }?;
+        self.run(s)?;
+        // Mapped by every member (or given up): the description has served.
+        drop(exposed);
+        match (whole, all_ok) {
+            (Some(whole), 1) => Ok((memory.unwrap_or(Memory::User), whole)),
+            _ => {
+                if let Some(Memory::Shared(r)) = memory {
+                    self.msg.free_shared(r)?;
+                }
+                Err(Error::new(
+                    MPI_ERR_RMA_SHARED,
+                    "the window's memory cannot be shared by every member: they must all \
+                     be on one node, reached by a transport that shares memory (sm), whose \
+                     heap (btl_sm_heap_size) holds the sum of their sizes",
+                ))
+            }
+        }
+    }
+
+    /// Expose `len` bytes at `at` and write into `cards` each member's description of
+    /// them (its length, u16, then the bytes): the exposure, kept until every member
+    /// has mapped them; `None`, the cards left empty, where that cannot be done.
+    fn describe(
+        &mut self,
+        at: *mut u8,
+        len: usize,
+        wcomm: Handle,
+        cards: &mut [u8],
+    ) -> Option<Exposed> {
+        // SAFETY: the memory stays allocated while the exposure lives (the caller
+        // drops it before freeing the memory).
+        let exposed = unsafe { self.msg.expose(at as usize, len) }.ok()?;
+        let group = self.comm(wcomm).ok()?.group.clone();
+        for (i, block) in cards.chunks_mut(CARD).enumerate() {
+            let card = self.msg.card(&exposed, group.job_rank(i as u32)?).ok()?;
+            if card.len() + 2 > CARD {
+                block.fill(0);
+                return None;
+            }
+            block[..2].copy_from_slice(&(card.len() as u16).to_le_bytes());
+            block[2..2 + card.len()].copy_from_slice(&card);
+        }
+        Some(exposed)
+    }
+
+    /// The first member's allocation of `total` bytes from its description `card`,
+    /// mapped here; `None` where it is missing, malformed or not mapped.
+    fn shared_target(&mut self, first: u32, card: &[u8], total: usize) -> Option<Target> {
+        let len = u16::from_le_bytes([card[0], card[1]]) as usize;
+        let card = card.get(2..2 + len).filter(|c| !c.is_empty())?;
+        let t = self.msg.target(first, card).ok()?;
+        (t.is_direct() && t.len() >= total).then_some(t)
+    }
+
+    /// `MPI_Win_shared_query`: member `rank`'s size, displacement unit and address
+    /// here (`MPI_PROC_NULL`: the first member with memory); size 0 and null where
+    /// this process does not map it.
+    fn shared_query(&self, win: Handle, rank: c_int) -> Result<(usize, usize, *mut u8)> {
+        let w = self.win(win)?;
+        let r = if rank == MPI_PROC_NULL {
+            match w.peers.iter().position(|p| !p.mem.is_empty()) {
+                Some(r) => r,
+                None => return Ok((0, 0, null_mut())),
+            }
+        } else {
+            w.peer(rank)?
+        };
+        let p = &w.peers[r];
+        Ok(match p.mem.direct_range(0, 0) {
+            Some(at) => (p.mem.len(), p.disp_unit, at),
+            None => (0, p.disp_unit, null_mut()),
+        })
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_allocate_shared(
+    size: Aint,
+    disp_unit: c_int,
+    _info: Handle,
+    comm: Handle,
+    baseptr: *mut c_void,
+    win: *mut Handle,
+) -> c_int {
+    call("MPI_Win_allocate_shared", Object::Comm(comm), |mpi| {
+        let (size, unit) = sizes(size, disp_unit)?;
+        if baseptr.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "the base pointer's place is null"));
+        }
+        let (h, base) = mpi.win_allocate_shared(size, unit, comm)?;
+        // SAFETY: the binding's contract: `baseptr` points to a pointer.
+        unsafe {
+            baseptr.cast::<*mut u8>().write(base);
+            hand_out(h, win)
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_shared_query(
+    win: Handle,
+    rank: c_int,
+    size: *mut Aint,
+    disp_unit: *mut c_int,
+    baseptr: *mut c_void,
+) -> c_int {
+    call("MPI_Win_shared_query", Object::Win(win), |mpi| {
+        if size.is_null() || disp_unit.is_null() || baseptr.is_null() {
+            return Err(Error::new(MPI_ERR_ARG, "an output argument is null"));
+        }
+        mpi.win(win).map_err(|_| bad_win(win))?;
+        let (len, unit, at) = mpi.shared_query(win, rank)?;
+        // SAFETY: checked not null; the binding's contract: writable, `baseptr` a
+        // pointer's place.
+        unsafe {
+            size.write(len as Aint);
+            disp_unit.write(unit as c_int);
+            baseptr.cast::<*mut u8>().write(at);
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,198 @@
+/* shared.c: shared-memory windows, at any number of ranks on one node (run at 1 to
+ * 4). MPI_Win_allocate_shared on the node's communicator (MPI_Comm_split_type,
+ * MPI_COMM_TYPE_SHARED), each rank asking for a different size (one asks for none):
+ * the parts are contiguous in every rank's view (rank r's starts where rank r-1's
+ * ends), MPI_Win_shared_query gives every part's size, displacement unit and
+ * address (MPI_PROC_NULL: the first part that has bytes); each rank writes its
+ * part with stores and reads every other part with loads; MPI_Put to a neighbour's
+ * part and accumulates from every rank land where the owner reads them; the
+ * window's attributes. A window of 48 MiB in all. MPI_Win_shared_query on an
+ * allocated window (each rank's own memory) and its errors.
+ *
+ * With the argument "refused" (run where the ranks share no memory, over tcp
+ * alone, or where 64 MiB do not fit the sm heap): every rank's
+ * MPI_Win_allocate_shared of 64 MiB in all fails alike with MPI_ERR_RMA_SHARED,
+ * and the ranks go on. */
+#include "check.h"
+#include <stddef.h>
+
+static int rank, size;
+
+/* Ints in rank r's part (rank 1 asks for none). */
+static int ints_of(int r) { return r == 1 ? 0 : 64 + 16 * r; }
+
+/* The next rank after r (of n) whose part has ints. */
+static int next_with_part(int r, int n) {
+  int next = (r + 1) % n;
+  while (ints_of(next) == 0)
+    next = (next + 1) % n;
+  return next;
+}
+
+/* What rank r writes at element i of its part. */
+static int val(int r, int i) { return r * 100000 + i; }
+
+static void test_parts(MPI_Comm node) {
+  int n, me;
+  OK(MPI_Comm_size(node, &n));
+  OK(MPI_Comm_rank(node, &me));
+  int *mine = NULL;
+  MPI_Win win;
+  OK(MPI_Win_allocate_shared(ints_of(me) * sizeof(int), sizeof(int), MPI_INFO_NULL,
+                             node, &mine, &win));
+  CHECK(mine != NULL, "no base for rank %d's part", me);
+  for (int i = 0; i < ints_of(me); i++)
+    mine[i] = val(me, i);
+
+  /* Every part, where this rank maps it: contiguous, of the size asked for. */
+  int *first = NULL;
+  MPI_Aint sz = -1;
+  int du = -1;
+  OK(MPI_Win_shared_query(win, 0, &sz, &du, &first));
+  CHECK(first != NULL && sz == ints_of(0) * (MPI_Aint)sizeof(int) && du == sizeof(int),
+        "rank 0's part: %p, %ld bytes, unit %d", (void *)first, (long)sz, du);
+  int at = 0;
+  for (int r = 0; r < n; r++) {
+    int *part = NULL;
+    OK(MPI_Win_shared_query(win, r, &sz, &du, &part));
+    CHECK(sz == ints_of(r) * (MPI_Aint)sizeof(int), "rank %d's part: %ld bytes", r,
+          (long)sz);
+    CHECK(du == sizeof(int), "rank %d's unit %d", r, du);
+    CHECK(part == first + at, "rank %d's part at %p, not right after rank %d's (%p)", r,
+          (void *)part, r - 1, (void *)(first + at));
+    at += ints_of(r);
+  }
+  int before = 0;
+  for (int r = 0; r < me; r++)
+    before += ints_of(r);
+  CHECK(mine == first + before, "my base %p is not my part %p", (void *)mine,
+        (void *)(first + before));
+  int *any = NULL;
+  OK(MPI_Win_shared_query(win, MPI_PROC_NULL, &sz, &du, &any));
+  CHECK(any == first && sz == ints_of(0) * (MPI_Aint)sizeof(int),
+        "MPI_PROC_NULL: %p, %ld bytes", (void *)any, (long)sz);
+
+  /* Loads of every other part once all have written theirs. */
+  OK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win));
+  OK(MPI_Win_sync(win));
+  OK(MPI_Barrier(node));
+  OK(MPI_Win_sync(win));
+  at = 0;
+  for (int r = 0; r < n; r++) {
+    for (int i = 0; i < ints_of(r); i++)
+      CHECK(first[at + i] == val(r, i), "rank %d's element %d reads %d", r, i,
+            first[at + i]);
+    at += ints_of(r);
+  }
+  OK(MPI_Win_unlock_all(win));
+
+  /* Each rank puts to the next rank that has a part (at an element of its own),
+   * and adds to rank 0's part. */
+  int word = -7 - me;
+  OK(MPI_Win_fence(0, win));
+  OK(MPI_Put(&word, 1, MPI_INT, next_with_part(me, n), 10 + me, 1, MPI_INT, win));
+  int one = me + 1;
+  OK(MPI_Accumulate(&one, 1, MPI_INT, 0, 5, 1, MPI_INT, MPI_SUM, win));
+  OK(MPI_Win_fence(0, win));
+  if (me == 0) {
+    int sum = val(0, 5);
+    for (int r = 0; r < n; r++)
+      sum += r + 1;
+    CHECK(mine[5] == sum, "rank 0's element 5 holds %d, not %d", mine[5], sum);
+  }
+  for (int r = 0; r < n; r++)
+    if (next_with_part(r, n) == me)
+      CHECK(mine[10 + r] == -7 - r, "my element %d holds %d, not rank %d's put", 10 + r,
+            mine[10 + r], r);
+
+  /* Attributes. */
+  void *b = NULL;
+  int *flavor = NULL, flag = 0;
+  OK(MPI_Win_get_attr(win, MPI_WIN_BASE, &b, &flag));
+  CHECK(flag && b == mine, "MPI_WIN_BASE %p, not %p", b, (void *)mine);
+  OK(MPI_Win_get_attr(win, MPI_WIN_CREATE_FLAVOR, &flavor, &flag));
+  CHECK(flag && *flavor == MPI_WIN_FLAVOR_SHARED, "flavor %d", flag ? *flavor : -1);
+
+  /* Errors: a rank outside the window, outputs missing. */
+  errors_return(MPI_COMM_WORLD, 1);
+  OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+  EXPECT_ERR(MPI_Win_shared_query(win, n, &sz, &du, &any), MPI_ERR_RANK, NULL);
+  EXPECT_ERR(MPI_Win_shared_query(win, 0, NULL, &du, &any), MPI_ERR_ARG, NULL);
+  EXPECT_ERR(MPI_Win_shared_query(MPI_WIN_NULL, 0, &sz, &du, &any), MPI_ERR_WIN, NULL);
+  errors_return(MPI_COMM_WORLD, 0);
+  OK(MPI_Win_free(&win));
+}
+
+/* 48 MiB in all, the first and last bytes of every part written and read. */
+static void test_large(MPI_Comm node) {
+  int n, me;
+  OK(MPI_Comm_size(node, &n));
+  OK(MPI_Comm_rank(node, &me));
+  MPI_Aint each = ((MPI_Aint)48 << 20) / n;
+  char *mine = NULL;
+  MPI_Win win;
+  OK(MPI_Win_allocate_shared(each, 1, MPI_INFO_NULL, node, &mine, &win));
+  OK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win));
+  mine[0] = (char)(me + 1);
+  mine[each - 1] = (char)(me + 101);
+  OK(MPI_Win_sync(win));
+  OK(MPI_Barrier(node));
+  OK(MPI_Win_sync(win));
+  for (int r = 0; r < n; r++) {
+    char *part = NULL;
+    MPI_Aint sz = 0;
+    int du = 0;
+    OK(MPI_Win_shared_query(win, r, &sz, &du, &part));
+    CHECK(sz == each && part[0] == (char)(r + 1) && part[each - 1] == (char)(r + 101),
+          "rank %d's part of %ld bytes reads %d ... %d", r, (long)sz, part[0],
+          part[each - 1]);
+  }
+  OK(MPI_Win_unlock_all(win));
+  OK(MPI_Win_free(&win));
+}
+
+/* MPI_Win_shared_query on an allocated window: this rank's own memory at least. */
+static void test_allocated(void) {
+  int *base = NULL;
+  MPI_Win win;
+  OK(MPI_Win_allocate(16 * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD,
+                      &base, &win));
+  int *got = NULL;
+  MPI_Aint sz = 0;
+  int du = 0;
+  OK(MPI_Win_shared_query(win, rank, &sz, &du, &got));
+  CHECK(got == base && sz == 16 * sizeof(int) && du == sizeof(int),
+        "my allocated memory: %p, %ld bytes, unit %d", (void *)got, (long)sz, du);
+  OK(MPI_Win_free(&win));
+}
+
+static void refused(void) {
+  errors_return(MPI_COMM_WORLD, 1);
+  int *base = NULL;
+  MPI_Win win = MPI_WIN_NULL;
+  MPI_Aint each = ((MPI_Aint)64 << 20) / size;
+  EXPECT_ERR(MPI_Win_allocate_shared(each, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win),
+             MPI_ERR_RMA_SHARED, "one node");
+  CHECK(win == MPI_WIN_NULL, "a window was handed out");
+  errors_return(MPI_COMM_WORLD, 0);
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+}
+
+int main(int argc, char **argv) {
+  start("shared", &argc, &argv);
+  rank = check_rank;
+  size = check_size;
+  if (argc > 1 && strcmp(argv[1], "refused") == 0) {
+    CHECK(size > 1, "refused runs at 2 ranks or more");
+    refused();
+    return finish();
+  }
+  MPI_Comm node;
+  OK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  test_parts(node);
+  test_large(node);
+  test_allocated();
+  OK(MPI_Comm_free(&node));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  return finish();
+}
