@@ -10,7 +10,7 @@ use crate::handles::Kind;
 use crate::state::Mpi;
 
 /// A window's size and displacement unit arguments.
-pub(super) fn sizes(size: Aint, disp_unit: c_int) -> Result<(usize, usize)> {
+fn sizes(size: Aint, disp_unit: c_int) -> Result<(usize, usize)> {
     let size = usize::try_from(size)
         .map_err(|_| Error::new(MPI_ERR_SIZE, format!("window size {size} is negative")))?;
     let unit = usize::try_from(disp_unit)
@@ -30,7 +30,7 @@ pub(super) fn sizes(size: Aint, disp_unit: c_int) -> Result<(usize, usize)> {
 /// # Safety
 ///
 /// `out` is null or writable.
-pub(super) unsafe fn hand_out(h: Handle, out: *mut Handle) -> Result<()> {
+unsafe fn hand_out(h: Handle, out: *mut Handle) -> Result<()> {
     non_null(out, MPI_ERR_ARG, "window")?;
     // SAFETY: checked not null.
     unsafe { out.write(h) };
@@ -67,18 +67,39 @@ pub unsafe extern "C" fn PMPI_Win_allocate(
     win: *mut Handle,
 ) -> c_int {
     call("MPI_Win_allocate", Object::Comm(comm), |mpi| {
-        let (size, unit) = sizes(size, disp_unit)?;
-        if baseptr.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the base pointer's place is null"));
-        }
-        let h = mpi.win_create(None, size, unit, comm)?;
-        let base = mpi.win(h)?.base;
-        // SAFETY: the binding's contract: `baseptr` points to a pointer.
+        // SAFETY: the binding's contract.
         unsafe {
-            baseptr.cast::<*mut u8>().write(base);
-            hand_out(h, win)
+            allocated(mpi, (size, disp_unit), (baseptr, win), |mpi, size, unit| {
+                mpi.win_create(None, size, unit, comm)
+            })
         }
     })
+}
+
+/// `MPI_Win_allocate` and `MPI_Win_allocate_shared`: the arguments checked, the
+/// window made by `make` (given the size and displacement unit), its base and its
+/// handle handed out.
+///
+/// # Safety
+///
+/// `baseptr` is null or points to a pointer, `win` is null or writable.
+pub(super) unsafe fn allocated(
+    mpi: &mut Mpi,
+    (size, disp_unit): (Aint, c_int),
+    (baseptr, win): (*mut c_void, *mut Handle),
+    make: impl FnOnce(&mut Mpi, usize, usize) -> Result<Handle>,
+) -> Result<()> {
+    let (size, unit) = sizes(size, disp_unit)?;
+    if baseptr.is_null() {
+        return Err(Error::new(MPI_ERR_ARG, "the base pointer's place is null"));
+    }
+    let h = make(mpi, size, unit)?;
+    let base = mpi.win(h)?.base;
+    // SAFETY: the caller's contract: `baseptr` points to a pointer.
+    unsafe {
+        baseptr.cast::<*mut u8>().write(base);
+        hand_out(h, win)
+    }
 }
 
 #[no_mangle]

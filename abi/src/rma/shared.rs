@@ -12,7 +12,7 @@
 //! `MPI_Win_shared_query` answers for any window: a member's memory where this
 //! process maps it (a window allocated on one node), else size 0 and no address.
 
-use super::api::{hand_out, sizes};
+use super::api::allocated;
 use super::{bad_win, Memory};
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
@@ -25,36 +25,29 @@ use std::ptr::{null, null_mut};
 const CARD: usize = 1024;
 
 impl Mpi {
-    /// `MPI_Win_allocate_shared` (collective over `comm`): the window, and this
-    /// member's part of the memory.
+    /// `MPI_Win_allocate_shared` (collective over `comm`): the window, whose base is
+    /// this member's part of the memory.
     pub fn win_allocate_shared(
         &mut self,
         size: usize,
         disp_unit: usize,
         comm: Handle,
-    ) -> Result<(Handle, *mut u8)> {
+    ) -> Result<Handle> {
         let wcomm = self.comm_dup_bare(comm)?;
-        let mut base = null_mut();
-        let made = self.shared_make(size, disp_unit, wcomm, &mut base);
-        self.win_made(made, wcomm).map(|h| (h, base))
+        let made = self.shared_make(size, disp_unit, wcomm);
+        self.win_made(made, wcomm)
     }
 
-    fn shared_make(
-        &mut self,
-        size: usize,
-        disp_unit: usize,
-        wcomm: Handle,
-        base: &mut *mut u8,
-    ) -> Result<Handle> {
+    fn shared_make(&mut self, size: usize, disp_unit: usize, wcomm: Handle) -> Result<Handle> {
         let (all, starts, total) = self.shared_layout(size, wcomm)?;
         let rank = self.comm(wcomm)?.rank as usize;
         let (memory, whole) = self.shared_memory(total, wcomm)?;
         let part = whole
             .slice(starts[rank], size)
             .expect("inside the allocation");
-        *base = part.direct_range(0, 0).expect("a mapped target");
+        let base = part.direct_range(0, 0).expect("a mapped target");
         let flavor = MPI_WIN_FLAVOR_SHARED;
-        let h = self.win_make((memory, *base, flavor), size, disp_unit, wcomm)?;
+        let h = self.win_make((memory, base, flavor), size, disp_unit, wcomm)?;
         // Every part with loads and stores, through this process's mapping.
         let w = self.win_mut(h)?;
         for (i, p) in w.peers.iter_mut().enumerate() {
@@ -231,15 +224,11 @@ pub unsafe extern "C" fn PMPI_Win_allocate_shared(
     win: *mut Handle,
 ) -> c_int {
     call("MPI_Win_allocate_shared", Object::Comm(comm), |mpi| {
-        let (size, unit) = sizes(size, disp_unit)?;
-        if baseptr.is_null() {
-            return Err(Error::new(MPI_ERR_ARG, "the base pointer's place is null"));
-        }
-        let (h, base) = mpi.win_allocate_shared(size, unit, comm)?;
-        // SAFETY: the binding's contract: `baseptr` points to a pointer.
+        // SAFETY: the binding's contract.
         unsafe {
-            baseptr.cast::<*mut u8>().write(base);
-            hand_out(h, win)
+            allocated(mpi, (size, disp_unit), (baseptr, win), |mpi, size, unit| {
+                mpi.win_allocate_shared(size, unit, comm)
+            })
         }
     })
 }
