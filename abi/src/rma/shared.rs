@@ -13,7 +13,7 @@
 //! process maps it (a window allocated on one node), else size 0 and no address.
 
 use super::api::allocated;
-use super::{bad_win, Memory};
+use super::Memory;
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -245,7 +245,6 @@ pub unsafe extern "C" fn PMPI_Win_shared_query(
         if size.is_null() || disp_unit.is_null() || baseptr.is_null() {
             return Err(Error::new(MPI_ERR_ARG, "an output argument is null"));
         }
-        mpi.win(win).map_err(|_| bad_win(win))?;
         let (len, unit, at) = mpi.shared_query(win, rank)?;
         // SAFETY: checked not null; the binding's contract: writable, `baseptr` a
         // pointer's place.
