@@ -57,24 +57,34 @@ pub unsafe extern "C" fn PMPI_Win_create(
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Win_allocate(
-    size: Aint,
-    disp_unit: c_int,
-    _info: Handle,
-    comm: Handle,
-    baseptr: *mut c_void,
-    win: *mut Handle,
-) -> c_int {
-    call("MPI_Win_allocate", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract.
-        unsafe {
-            allocated(mpi, (size, disp_unit), (baseptr, win), |mpi, size, unit| {
-                mpi.win_create(None, size, unit, comm)
+/// A binding `$name` that allocates a window, with `MPI_Win_allocate`'s parameters:
+/// [`allocated`], the window made by `$make` given the state `$mpi`, the checked size
+/// `$size` and displacement unit `$unit`, and the communicator `$comm`.
+macro_rules! allocate_binding {
+    ($name:ident, |$mpi:ident, $size:ident, $unit:ident, $comm:ident| $make:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            size: Aint,
+            disp_unit: c_int,
+            _info: Handle,
+            $comm: Handle,
+            baseptr: *mut c_void,
+            win: *mut Handle,
+        ) -> c_int {
+            let object = $crate::error::Object::Comm($comm);
+            $crate::entry::call(&stringify!($name)[1..], object, |mpi| {
+                let make = |$mpi: &mut $crate::state::Mpi, $size, $unit| $make;
+                // SAFETY: the binding's contract.
+                unsafe { $crate::rma::api::allocated(mpi, (size, disp_unit), (baseptr, win), make) }
             })
         }
-    })
+    };
 }
+pub(super) use allocate_binding;
+
+allocate_binding!(PMPI_Win_allocate, |mpi, size, unit, comm| {
+    mpi.win_create(None, size, unit, comm)
+});
 
 /// `MPI_Win_allocate` and `MPI_Win_allocate_shared`: the arguments checked, the
 /// window made by `make` (given the size and displacement unit), its base and its

@@ -12,7 +12,7 @@
 //! `MPI_Win_shared_query` answers for any window: a member's memory where this
 //! process maps it (a window allocated on one node), else size 0 and no address.
 
-use super::api::allocated;
+use super::api::allocate_binding;
 use super::Memory;
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
@@ -214,24 +214,9 @@ impl Mpi {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Win_allocate_shared(
-    size: Aint,
-    disp_unit: c_int,
-    _info: Handle,
-    comm: Handle,
-    baseptr: *mut c_void,
-    win: *mut Handle,
-) -> c_int {
-    call("MPI_Win_allocate_shared", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract.
-        unsafe {
-            allocated(mpi, (size, disp_unit), (baseptr, win), |mpi, size, unit| {
-                mpi.win_allocate_shared(size, unit, comm)
-            })
-        }
-    })
-}
+allocate_binding!(PMPI_Win_allocate_shared, |mpi, size, unit, comm| {
+    mpi.win_allocate_shared(size, unit, comm)
+});
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_shared_query(
