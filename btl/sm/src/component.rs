@@ -318,7 +318,7 @@ mod tests {
     #[test]
     fn the_heap_is_sized_by_the_machine_unless_given() {
         let d = Settings::default;
-        let auto = crate::own_segment::auto_heap(2);
+        let auto = crate::own_segment::auto_heap(crate::own_segment::memory_total(), 2);
         let mut first = module(0, 2, Some(vec![0, 1]), d());
         assert_eq!(first.heap_bytes(), auto);
         assert_eq!(module(1, 2, Some(vec![0, 1]), d()).heap_bytes(), auto);

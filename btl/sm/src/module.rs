@@ -127,12 +127,14 @@ impl SmModule {
         }
         // A ring holds several chunks in flight.
         settings.copy_chunk = settings.copy_chunk.min(ring.data_bytes / 4).max(4096);
+        // Read once: it sizes the heap by default and bounds the node's segments.
+        let memory = own_segment::memory_total();
         let layout = Layout {
             nranks: slots,
             ring,
             registrations: settings.max_registrations.max(1),
             heap_bytes: match settings.heap_bytes {
-                0 => own_segment::auto_heap(slots),
+                0 => own_segment::auto_heap(memory, slots),
                 bytes => bytes,
             },
         };
@@ -143,7 +145,7 @@ impl SmModule {
                 layout.nranks
             )));
         }
-        own_segment::fits_the_machine(&layout)?;
+        own_segment::fits_the_machine(&layout, memory)?;
         let own = OwnSegment::create(modex.rank(), layout)?;
         let id = ModuleId::fresh();
         own.stamp(id);

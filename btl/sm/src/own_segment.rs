@@ -21,11 +21,11 @@ pub(super) fn slot_of(modex: &dyn Modex) -> (usize, usize) {
 }
 
 /// Refuse a `layout` whose segments, one per rank of the node, would take more than
-/// the machine's memory if every page were used. (They are backed as used: most runs
-/// use a fraction; but a run that did use them all would meet the out-of-memory killer
-/// without a word.)
-pub(super) fn fits_the_machine(layout: &Layout) -> Result<()> {
-    let Some(total) = memory_total() else {
+/// the machine's memory (`total`, [`memory_total`]) if every page were used. (They are
+/// backed as used: most runs use a fraction; but a run that did use them all would meet
+/// the out-of-memory killer without a word.)
+pub(super) fn fits_the_machine(layout: &Layout, total: Option<usize>) -> Result<()> {
+    let Some(total) = total else {
         return Ok(());
     };
     let each = layout.bytes();
@@ -52,20 +52,16 @@ pub(super) const AUTO_HEAP_MIN: usize = 32 << 20;
 pub(super) const AUTO_HEAP_MAX: usize = 1 << 30;
 
 /// The heap of each of this node's `slots` ranks under `btl_sm_heap_size = 0`: the
-/// ranks' heaps together a quarter of the machine's memory, each between
-/// [`AUTO_HEAP_MIN`] and [`AUTO_HEAP_MAX`], whole MiB. (Every rank of the node computes
-/// the same, as their layouts must agree.)
-pub(super) fn auto_heap(slots: usize) -> usize {
-    auto_heap_of(memory_total(), slots)
-}
-
-fn auto_heap_of(total: Option<usize>, slots: usize) -> usize {
+/// ranks' heaps together a quarter of the machine's memory (`total`,
+/// [`memory_total`]), each between [`AUTO_HEAP_MIN`] and [`AUTO_HEAP_MAX`], whole MiB.
+/// (Every rank of the node computes the same, as their layouts must agree.)
+pub(super) fn auto_heap(total: Option<usize>, slots: usize) -> usize {
     let share = total.map_or(AUTO_HEAP_MIN, |t| t / 4 / slots.max(1));
     (share & !((1 << 20) - 1)).clamp(AUTO_HEAP_MIN, AUTO_HEAP_MAX)
 }
 
 /// The machine's memory (`MemTotal` of `/proc/meminfo`), if readable.
-fn memory_total() -> Option<usize> {
+pub(super) fn memory_total() -> Option<usize> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
     let kib: usize = text
         .lines()
@@ -170,7 +166,7 @@ impl OwnSegment {
 
 #[cfg(test)]
 mod tests {
-    use super::{auto_heap_of, OwnSegment, AUTO_HEAP_MAX, AUTO_HEAP_MIN};
+    use super::{auto_heap, OwnSegment, AUTO_HEAP_MAX, AUTO_HEAP_MIN};
     use crate::ring::RingLayout;
     use crate::segment::Layout;
 
@@ -179,12 +175,12 @@ mod tests {
     #[test]
     fn the_automatic_heap_is_a_share_of_a_quarter_of_the_machine() {
         const GIB: usize = 1 << 30;
-        assert_eq!(auto_heap_of(Some(23 * GIB), 2), AUTO_HEAP_MAX);
-        assert_eq!(auto_heap_of(Some(23 * GIB), 64), 92 << 20);
-        assert_eq!(auto_heap_of(Some(23 * GIB + 12345), 64), 92 << 20);
-        assert_eq!(auto_heap_of(Some(GIB), 64), AUTO_HEAP_MIN);
-        assert_eq!(auto_heap_of(None, 2), AUTO_HEAP_MIN);
-        assert_eq!(auto_heap_of(Some(23 * GIB), 0), AUTO_HEAP_MAX);
+        assert_eq!(auto_heap(Some(23 * GIB), 2), AUTO_HEAP_MAX);
+        assert_eq!(auto_heap(Some(23 * GIB), 64), 92 << 20);
+        assert_eq!(auto_heap(Some(23 * GIB + 12345), 64), 92 << 20);
+        assert_eq!(auto_heap(Some(GIB), 64), AUTO_HEAP_MIN);
+        assert_eq!(auto_heap(None, 2), AUTO_HEAP_MIN);
+        assert_eq!(auto_heap(Some(23 * GIB), 0), AUTO_HEAP_MAX);
     }
 
     /// Bytes of the segment's file backed by memory.
