@@ -46,7 +46,7 @@ fn sources() -> PathBuf {
 /// Build `programs/<name>.c` against the reference header: the executable.
 /// Built once per run of the tests: those that run the same program at once share
 /// the executable (a second build would remove it under the first).
-fn build(name: &str) -> PathBuf {
+pub(crate) fn build(name: &str) -> PathBuf {
     static BUILT: Mutex<BTreeMap<String, PathBuf>> = Mutex::new(BTreeMap::new());
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(exe) = built.get(name) {
@@ -89,22 +89,33 @@ fn run_passing(
     }
     let o = super::run_for(cmd.arg(exe).args(args), LIMIT);
     assert_no_failed_check(&o, &format!("{name} at {ranks} ranks"));
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{name} at {ranks} ranks ended with {:?}\n{}",
-        o.status,
-        report(&o)
-    );
-    for r in 0..ranks {
-        let line = format!("PASS {name} rank {r}/{ranks}");
-        assert!(
-            out.lines().any(|l| l == line),
-            "{name} at {ranks} ranks: rank {r} did not report success\n{}",
-            report(&o)
-        );
+    if let Err(why) = passed(&o, name, ranks) {
+        panic!("{why}");
     }
     o
+}
+
+/// Whether the job `o` of program `name` at `ranks` ended well, every rank having
+/// reported success; else why not, with what it printed.
+pub(crate) fn passed(o: &Output, name: &str, ranks: usize) -> Result<(), String> {
+    let out = String::from_utf8_lossy(&o.stdout);
+    if !o.status.success() || out.contains("FAIL") {
+        return Err(format!(
+            "{name} at {ranks} ranks ended with {:?}\n{}",
+            o.status,
+            report(o)
+        ));
+    }
+    match (0..ranks).find(|r| {
+        !out.lines()
+            .any(|l| l == format!("PASS {name} rank {r}/{ranks}"))
+    }) {
+        Some(r) => Err(format!(
+            "{name} at {ranks} ranks: rank {r} did not report success\n{}",
+            report(o)
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Build `name` and run it at each of `ranks`.

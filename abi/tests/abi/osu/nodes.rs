@@ -1,5 +1,6 @@
 //! `osu_latency`, `osu_bw`, `osu_allreduce` and `osu_bcast` across two simulated nodes
-//! (`tools/nodes.sh`) under MPICH's hydra and under Slurm.
+//! (`tools/nodes.sh`) under MPICH's hydra and under Slurm, and the shared-memory
+//! windows' program (`programs/shared.c`) on two ranks of each node.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -80,9 +81,10 @@ impl Launcher {
 }
 
 /// `osu_latency` and `osu_bw` (one rank on each node), `osu_allreduce` (two on each)
-/// and `osu_bcast` (two and one) across two nodes under `launcher`: each ends with its table, its data
-/// checked, and node 1's link carried at least what the timed iterations of the
-/// largest size had to move between the nodes.
+/// and `osu_bcast` (two and one) across two nodes under `launcher`: each ends with
+/// its table, its data checked, and node 1's link carried at least what the timed
+/// iterations of the largest size had to move between the nodes. Then `shared.c`,
+/// two ranks on each node: every rank passes.
 fn across_two_nodes(launcher: Launcher) {
     let slurm = matches!(launcher, Launcher::Slurm);
     let _turn = turn();
@@ -143,12 +145,24 @@ fn across_two_nodes(launcher: Launcher) {
             b.name
         ));
     }
+    // Shared-memory windows, two ranks on each node: on each node's communicator,
+    // and refused alike on every rank for the world's.
+    let mut cmd = launcher.command(&nodes, 4);
+    cmd.arg(crate::programs::build("shared"));
+    let shown = format!("{cmd:?}");
+    let why = match run_limited(&mut cmd, LAUNCH_LIMIT) {
+        Err(why) => Some(why),
+        Ok(o) => crate::programs::passed(&o, "shared", 4).err(),
+    };
+    if let Some(why) = why {
+        failed.push(format!("shared at 4 ranks ({launcher:?}): {shown}: {why}"));
+    }
     drop(nodes);
     assert!(
         failed.is_empty(),
-        "{} of {} benchmarks failed across nodes:\n\n{}",
+        "{} of {} runs failed across nodes:\n\n{}",
         failed.len(),
-        runs.len(),
+        runs.len() + 1,
         failed.join("\n\n")
     );
 }

@@ -9,6 +9,11 @@
  * window's attributes. A window of 48 MiB in all. MPI_Win_shared_query on an
  * allocated window (each rank's own memory) and its errors.
  *
+ * Where the job spans several nodes (the node's communicator is smaller than the
+ * world), MPI_Win_allocate_shared on MPI_COMM_WORLD: each node's ranks could map
+ * their own node's parts but not the others', and every rank fails alike with
+ * MPI_ERR_RMA_SHARED.
+ *
  * With the argument "refused" (run where the ranks share no memory, over tcp
  * alone, or where 64 MiB do not fit the sm heap): every rank's
  * MPI_Win_allocate_shared of 64 MiB in all fails alike with MPI_ERR_RMA_SHARED,
@@ -166,6 +171,22 @@ static void test_allocated(void) {
   OK(MPI_Win_free(&win));
 }
 
+/* A shared window on MPI_COMM_WORLD, where the world spans several nodes. */
+static void test_across_nodes(MPI_Comm node) {
+  int n;
+  OK(MPI_Comm_size(node, &n));
+  if (n == size)
+    return;
+  errors_return(MPI_COMM_WORLD, 1);
+  int *base = NULL;
+  MPI_Win win = MPI_WIN_NULL;
+  EXPECT_ERR(MPI_Win_allocate_shared(4096, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win),
+             MPI_ERR_RMA_SHARED, "one node");
+  CHECK(win == MPI_WIN_NULL, "a window was handed out across nodes");
+  errors_return(MPI_COMM_WORLD, 0);
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+}
+
 static void refused(void) {
   errors_return(MPI_COMM_WORLD, 1);
   int *base = NULL;
@@ -192,6 +213,7 @@ int main(int argc, char **argv) {
   test_parts(node);
   test_large(node);
   test_allocated();
+  test_across_nodes(node);
   OK(MPI_Comm_free(&node));
   OK(MPI_Barrier(MPI_COMM_WORLD));
   return finish();
