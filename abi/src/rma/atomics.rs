@@ -288,14 +288,8 @@ impl Mpi {
 origin_target_binding!(
     PMPI_Accumulate(origin_addr: *const c_void, .. op: Handle),
     |mpi, origin, target, win| {
-        if op == MPI_NO_OP {
-            return Err(Error::new(
-                MPI_ERR_OP,
-                "MPI_Accumulate does not take MPI_NO_OP",
-            ));
-        }
         // SAFETY: the binding's contract.
-        unsafe { mpi.get_accumulate(origin, None, target, op, win) }
+        unsafe { mpi.accumulate_to(origin, target, op, win) }
     }
 );
 
@@ -357,6 +351,29 @@ pub unsafe extern "C" fn PMPI_Fetch_and_op(
 }
 
 impl Mpi {
+    /// `MPI_Accumulate`: origin as (buffer, count, type), target as (rank,
+    /// displacement, count, type); not `MPI_NO_OP`.
+    ///
+    /// # Safety
+    ///
+    /// The origin buffer holds its elements.
+    pub(super) unsafe fn accumulate_to(
+        &mut self,
+        origin: (*const c_void, c_int, Handle),
+        target: (c_int, Aint, c_int, Handle),
+        op: Handle,
+        win: Handle,
+    ) -> Result<()> {
+        if op == MPI_NO_OP {
+            return Err(Error::new(
+                MPI_ERR_OP,
+                "MPI_Accumulate does not take MPI_NO_OP",
+            ));
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.get_accumulate(origin, None, target, op, win) }
+    }
+
     /// `MPI_Get_accumulate` (and `MPI_Fetch_and_op`, one element; `MPI_Accumulate`,
     /// no result and not `MPI_NO_OP`): origin and result as (buffer, count, type),
     /// target as (rank, displacement, count, type).
@@ -364,7 +381,7 @@ impl Mpi {
     /// # Safety
     ///
     /// The buffers hold their elements.
-    unsafe fn get_accumulate(
+    pub(super) unsafe fn get_accumulate(
         &mut self,
         origin: (*const c_void, c_int, Handle),
         result: Option<(*mut c_void, c_int, Handle)>,

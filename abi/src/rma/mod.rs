@@ -17,6 +17,7 @@
 pub mod api;
 pub mod atomics;
 pub mod ops;
+pub mod requests;
 pub mod shared;
 pub mod shipped;
 pub mod sync;

@@ -231,7 +231,7 @@ unsafe fn direct(
 ///
 /// The origin buffer holds its count elements of its type, until the operation
 /// completes.
-unsafe fn rdma(
+pub(super) unsafe fn rdma(
     mpi: &mut Mpi,
     put: bool,
     o: (*mut c_void, c_int, Handle),
@@ -309,10 +309,12 @@ unsafe fn rdma(
 /// displacement, count, type; the `..`), `$after` (an operation), the window `$win`.
 /// `$body` runs on the state `$mpi`, given the origin and the target as the tuples
 /// `$origin` (buffer, count, type) and `$target` (rank, displacement, count, type).
+/// After `->`, the name of a last parameter, the request handed out (`MPI_Rput`,
+/// ...).
 macro_rules! origin_target_binding {
     (
         $name:ident($buf:ident: $buf_ty:ty, $($before:ident: $before_ty:ty,)*
-            .. $($after:ident: $after_ty:ty),*),
+            .. $($after:ident: $after_ty:ty),*) $(-> $request:ident)?,
         |$mpi:ident, $origin:ident, $target:ident, $win:ident| $body:expr
     ) => {
         #[no_mangle]
@@ -327,6 +329,7 @@ macro_rules! origin_target_binding {
             target_datatype: Handle,
             $($after: $after_ty,)*
             $win: Handle,
+            $($request: *mut Handle,)?
         ) -> c_int {
             let $origin = ($buf, origin_count, origin_datatype);
             let $target = (target_rank, target_disp, target_count, target_datatype);

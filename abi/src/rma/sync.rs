@@ -67,7 +67,7 @@ impl State {
 }
 
 /// An error of synchronization order.
-fn sync_error(what: &str) -> Error {
+pub(super) fn sync_error(what: &str) -> Error {
     Error::new(MPI_ERR_RMA_SYNC, what.to_string())
 }
 

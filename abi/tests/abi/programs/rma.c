@@ -15,9 +15,10 @@
  * a window whose base is not 8-byte aligned; and every rank incrementing the same
  * elements of rank 0's window 1000 times at once (int, long long, char modulo
  * 256, double), whose totals must be exact, and 16 KiB get-accumulates mixed with
- * short accumulates on rank 0's window. Errors: no epoch, out of the window,
- * a bad rank, a freed window, sizes that do not match, through MPI_ERRORS_RETURN
- * and a user's handler. */
+ * short accumulates on rank 0's window. Request-based operations under lock_all,
+ * waited for together, and refused outside a passive-target epoch. Errors: no
+ * epoch, out of the window, a bad rank, a freed window, sizes that do not match,
+ * through MPI_ERRORS_RETURN and a user's handler. */
 #include "check.h"
 #include <stddef.h>
 
@@ -287,6 +288,58 @@ static void test_passive(int allocate) {
   for (int i = 0; i < 6; i++)
     CHECK(mem[20 + i] == -val(left, i) - 1, "lock_all put: element %d is %d", 20 + i,
           mem[20 + i]);
+  OK(MPI_Win_free(&win));
+}
+
+/* --- Request-based operations (Rput, Rget, Raccumulate, Rget_accumulate). --- */
+
+static void test_requests(int allocate) {
+  static int user[N];
+  int *mem = user, out[4], in[4], old[4], one = 1;
+  MPI_Win win = int_window(allocate, &mem, N);
+  MPI_Request req[4];
+  for (int i = 0; i < 4; i++)
+    out[i] = -val(rank, 60 + i) - 1;
+  OK(MPI_Win_lock_all(0, win));
+  /* A put to the right and a get from the left, waited for together. */
+  OK(MPI_Rput(out, 4, MPI_INT, right, 60, 4, MPI_INT, win, &req[0]));
+  OK(MPI_Rget(in, 4, MPI_INT, left, 64, 4, MPI_INT, win, &req[1]));
+  /* Sums into rank 0's [70], the old values fetched from its [71..74]. */
+  OK(MPI_Raccumulate(&one, 1, MPI_INT, 0, 70, 1, MPI_INT, MPI_SUM, win, &req[2]));
+  OK(MPI_Rget_accumulate(&one, 1, MPI_INT, old, 1, MPI_INT, 0, 71, 1, MPI_INT, MPI_SUM,
+                         win, &req[3]));
+  OK(MPI_Waitall(4, req, MPI_STATUSES_IGNORE));
+  for (int i = 0; i < 4; i++)
+    CHECK(req[i] == MPI_REQUEST_NULL, "request %d is not freed by its wait", i);
+  for (int i = 0; i < 4; i++)
+    CHECK(in[i] == val(left, 64 + i), "Rget: element %d is %d", i, in[i]);
+  CHECK(old[0] >= val(0, 71) && old[0] < val(0, 71) + size,
+        "Rget_accumulate fetched %d (from %d, %d ranks adding)", old[0], val(0, 71), size);
+  /* MPI_PROC_NULL as a target: complete, nothing moved; MPI_Test finds it done. */
+  int flag = 0;
+  OK(MPI_Rput(out, 4, MPI_INT, MPI_PROC_NULL, 0, 4, MPI_INT, win, &req[0]));
+  OK(MPI_Test(&req[0], &flag, MPI_STATUS_IGNORE));
+  CHECK(flag && req[0] == MPI_REQUEST_NULL, "a request to MPI_PROC_NULL is not done");
+  OK(MPI_Win_unlock_all(win));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Win_sync(win));
+  for (int i = 0; i < 4; i++)
+    CHECK(mem[60 + i] == -val(left, 60 + i) - 1, "Rput: element %d is %d", 60 + i,
+          mem[60 + i]);
+  if (rank == 0)
+    CHECK(mem[70] == val(0, 70) + size && mem[71] == val(0, 71) + size,
+          "Raccumulate / Rget_accumulate: %d and %d", mem[70], mem[71]);
+
+  /* Outside a passive-target epoch, and without a place for the request. */
+  OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+  OK(MPI_Win_fence(0, win));
+  EXPECT_ERR(MPI_Rget(in, 1, MPI_INT, right, 0, 1, MPI_INT, win, &req[0]), MPI_ERR_RMA_SYNC,
+             "passive-target");
+  OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
+  OK(MPI_Win_lock(MPI_LOCK_SHARED, right, 0, win));
+  EXPECT_ERR(MPI_Rput(out, 1, MPI_INT, right, 0, 1, MPI_INT, win, NULL), MPI_ERR_ARG,
+             "request");
+  OK(MPI_Win_unlock(right, win));
   OK(MPI_Win_free(&win));
 }
 
@@ -772,6 +825,7 @@ int main(int argc, char **argv) {
     test_passive(allocate);
     test_concurrency(allocate);
     test_long_accumulates(allocate);
+    test_requests(allocate);
   }
   test_pscw();
   test_accumulate();
