@@ -11,6 +11,7 @@ pub mod api;
 pub mod args;
 pub mod basic;
 pub mod build;
+pub mod neighbor;
 pub mod reduce;
 pub mod schedule;
 pub mod small;

@@ -3,8 +3,9 @@
 //! run as a user runs them:
 //!
 //! * on this node under `mpiexec`: every point-to-point and one-sided benchmark at 2
-//!   ranks, every blocking collective at 2 and 4 ranks, with OSU's own check of the
-//!   data it moved (`-c`) wherever the benchmark has one that holds (not
+//!   ranks, every blocking and nonblocking collective at 2 and 4 ranks, every
+//!   neighbourhood collective at 4 (OSU's own least for its grid), with OSU's own
+//!   check of the data it moved (`-c`) wherever the benchmark has one that holds (not
 //!   `osu_fop_latency`'s, which fails on Open MPI as well);
 //! * `osu_latency_mt`, which needs `MPI_THREAD_MULTIPLE` that the library does not
 //!   give: it must refuse, saying so, with a status that is not 0;
@@ -123,6 +124,43 @@ const COLLECTIVES: &[Bench] = &[
     bench!("osu_scatterv", "MPI Scatterv Latency", Sizes, Warm),
 ];
 
+/// Nonblocking collectives: each row gives the overall time, the computation OSU
+/// overlaps, the communication alone and the overlap (which may be 0).
+#[rustfmt::skip]
+const NONBLOCKING_COLLECTIVES: &[Bench] = &[
+    bench!("osu_iallgather", "MPI Non-blocking Allgather Latency", Sizes, Warm),
+    bench!("osu_iallgatherv", "MPI Non-blocking Allgatherv Latency", Sizes, Warm),
+    bench!("osu_iallreduce", "MPI Non-blocking Allreduce Latency", Sizes, Warm),
+    bench!("osu_ialltoall", "MPI Non-blocking All-to-All Latency", Sizes, Warm),
+    bench!("osu_ialltoallv", "MPI Non-blocking All-to-Allv Personalized Exchange Latency", Sizes, Warm),
+    bench!("osu_ialltoallw", "MPI Non-blocking All-to-Allw Personalized Exchange Latency", Sizes, Warm),
+    bench!("osu_ibarrier", "MPI Non-blocking Barrier Latency", Latency, No),
+    bench!("osu_ibcast", "MPI Non-Blocking Broadcast Latency", Sizes, Warm),
+    bench!("osu_igather", "MPI Non-blocking Gather Latency", Sizes, Warm),
+    bench!("osu_igatherv", "MPI Non-blocking Gatherv Latency", Sizes, Warm),
+    bench!("osu_ireduce", "MPI Non-blocking Reduce Latency", Sizes, Warm),
+    bench!("osu_ireduce_scatter", "MPI Non-blocking Reduce_scatter Latency", Sizes, Warm),
+    bench!("osu_iscatter", "MPI Non-blocking Scatter Latency", Sizes, Warm),
+    bench!("osu_iscatterv", "MPI Non-blocking Scatterv Latency", Sizes, Warm),
+];
+
+/// Neighbourhood collectives, blocking and nonblocking, on OSU's default grid (two
+/// dimensions, radius 1: it needs 4 ranks at least). `osu_neighbor_alltoallw` bears
+/// `osu_alltoallw`'s title.
+#[rustfmt::skip]
+const NEIGHBOURHOOD_COLLECTIVES: &[Bench] = &[
+    bench!("osu_neighbor_allgather", "MPI Neighborhood Allgather Latency", Sizes, Warm),
+    bench!("osu_neighbor_allgatherv", "MPI Neighborhood Allgatherv Latency", Sizes, Warm),
+    bench!("osu_neighbor_alltoall", "MPI Neighborhood Alltoall Latency", Sizes, Warm),
+    bench!("osu_neighbor_alltoallv", "MPI Neighborhood All-to-Allv Latency", Sizes, Warm),
+    bench!("osu_neighbor_alltoallw", "MPI All-to-Allw Personalized Exchange Latency", Sizes, Warm),
+    bench!("osu_ineighbor_allgather", "MPI Non-blocking Neighborhood Allgather Latency", Sizes, Warm),
+    bench!("osu_ineighbor_allgatherv", "MPI Non-blocking Neighborhood Allgatherv Latency", Sizes, Warm),
+    bench!("osu_ineighbor_alltoall", "MPI Non-blocking Neighborhood Alltoall Latency", Sizes, Warm),
+    bench!("osu_ineighbor_alltoallv", "MPI Non-blocking Neighborhood Alltoallv Latency", Sizes, Warm),
+    bench!("osu_ineighbor_alltoallw", "MPI Non-blocking Neighborhood Alltoallw Latency", Sizes, Warm),
+];
+
 /// How long a run on this node may take: far above what it needs, so that only a
 /// hang (or a machine many times slower) reaches it.
 const RUN_LIMIT: Duration = Duration::from_secs(120);
@@ -198,10 +236,13 @@ fn options(b: &Bench, iterations: u32, warmup: u32, max: usize) -> Vec<String> {
     args
 }
 
-/// Checks what a run of `b` printed: its title, then its table (the lines after the
-/// title up to a blank line, `#` lines and the atomics' per-rank validation reports
-/// apart), one row per size asked for (up to `max`), every value positive, every
-/// row's check passed and no line of either output saying `FAILED`. Returns the rows (size, first value; size 0 when the table has no
+/// Checks what a run of `b` printed: its title (before it only `#` lines, blank
+/// ones, and the neighbourhood benchmarks' lines on their grid), then its table (the
+/// lines after the title up to a blank line, `#` lines and the atomics' per-rank
+/// validation reports apart), one row per size asked for (up to `max`), the first
+/// value positive and the others not negative (a nonblocking collective's overlap
+/// may be 0), every row's check passed and no line of either output saying
+/// `FAILED`. Returns the rows (size, first value; size 0 when the table has no
 /// sizes).
 fn check_table(b: &Bench, o: &Output, max: usize) -> Result<Vec<(usize, f64)>, String> {
     let stdout = String::from_utf8_lossy(&o.stdout);
@@ -218,7 +259,10 @@ fn check_table(b: &Bench, o: &Output, max: usize) -> Result<Vec<(usize, f64)>, S
         if line == b.title {
             break;
         }
-        if !line.starts_with('#') && !line.trim().is_empty() {
+        let grid = ["Dimensions size = ", "Time took to create topology graph:"]
+            .iter()
+            .any(|p| line.starts_with(p));
+        if !line.starts_with('#') && !line.trim().is_empty() && !grid {
             return Err(format!("`{line}` before the title `{}`", b.title));
         }
     }
@@ -254,16 +298,16 @@ fn check_table(b: &Bench, o: &Output, max: usize) -> Result<Vec<(usize, f64)>, S
         if words.is_empty() {
             return Err(format!("`{line}` has no value"));
         }
-        let mut first = None;
+        let mut values = Vec::new();
         for w in &words {
             match w.parse::<f64>() {
-                Ok(v) if v > 0.0 && v.is_finite() => {
-                    first.get_or_insert(v);
+                Ok(v) if v >= 0.0 && v.is_finite() && (v > 0.0 || !values.is_empty()) => {
+                    values.push(v)
                 }
-                _ => return Err(format!("`{line}`: `{w}` is not a positive value")),
+                _ => return Err(format!("`{line}`: `{w}` is not a value in range")),
             }
         }
-        rows.push((size, first.expect("a value")));
+        rows.push((size, values[0]));
     }
     let got: Vec<usize> = rows.iter().map(|r| r.0).collect();
     let want = match b.table {
@@ -326,6 +370,17 @@ fn every_blocking_collective_runs_at_two_and_four_ranks() {
     run_each(COLLECTIVES, 2, 10, 2, 16 << 10);
     // Four ranks on two cores take turns on them: fewer iterations and sizes.
     run_each(COLLECTIVES, 4, 5, 1, 4 << 10);
+}
+
+#[test]
+fn every_nonblocking_collective_runs_at_two_and_four_ranks() {
+    run_each(NONBLOCKING_COLLECTIVES, 2, 10, 2, 16 << 10);
+    run_each(NONBLOCKING_COLLECTIVES, 4, 5, 1, 4 << 10);
+}
+
+#[test]
+fn every_neighbourhood_collective_runs_at_four_ranks() {
+    run_each(NEIGHBOURHOOD_COLLECTIVES, 4, 5, 1, 4 << 10);
 }
 
 /// `osu_latency_mt` needs `MPI_THREAD_MULTIPLE`; the library gives at most

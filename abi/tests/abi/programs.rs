@@ -12,13 +12,16 @@
 //! * `comm`: communicators, groups, attributes, names, topologies, info objects.
 //! * `coll`: every collective, blocking and nonblocking, against results computed
 //!   locally, at 1 to 8 ranks.
+//! * `neighbor`: the neighbourhood collectives, blocking and nonblocking, on a
+//!   Cartesian grid (edges, and a neighbour on both sides) and on a distributed
+//!   graph (repeated edges, a rank its own neighbour), at 1 to 6 ranks.
 //! * `rma`: one-sided communication: windows created and allocated, put and get
 //!   with derived types under fences, locks and flushes, post/start/complete/wait,
-//!   every accumulate, concurrent atomic increments, the errors of each, at 1 to 4
-//!   ranks.
+//!   every accumulate, concurrent atomic increments, the request-based operations,
+//!   the errors of each, at 1 to 4 ranks.
 //! * `shared`: shared-memory windows: contiguous parts, `MPI_Win_shared_query`,
 //!   loads and stores beside puts and accumulates, at 1 to 4 ranks; refused alike
-//!   by every rank where nothing is shared.
+//!   by every rank where nothing is shared, and across nodes.
 //! * `errors`: the error classes of bad input, through each kind of error handler;
 //!   freed and foreign handles; the environment's inquiries.
 //! * `fatal`: the default error handler ends the job, naming the call.
@@ -144,6 +147,11 @@ fn comm() {
 #[test]
 fn coll() {
     passes("coll", &[1, 2, 3, 4, 5, 6, 7, 8]);
+}
+
+#[test]
+fn neighbor() {
+    passes("neighbor", &[1, 2, 3, 4, 6]);
 }
 
 #[test]

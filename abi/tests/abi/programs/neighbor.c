@@ -1,0 +1,240 @@
+/* neighbor.c: neighbourhood collectives at any number of ranks (run at 1 to 6),
+ * every block checked against what its source sent, computed here.
+ *
+ * A Cartesian grid (MPI_Dims_create, two dimensions, the first periodic, the
+ * second not): beyond the second's edges the neighbour is MPI_PROC_NULL and the
+ * block stays as it was; at 1 and 2 ranks the same process is the neighbour on
+ * both sides of the first dimension (itself at 1), where what a rank sends toward
+ * +1 must land in the receiver's block from -1. A distributed graph with every
+ * rank sending to the next, to the one after twice, and to itself, the sources
+ * listed in the order of the ranks that send: messages between two processes
+ * match in order. On both: MPI_Neighbor_allgather (into a strided type too),
+ * _allgatherv (blocks of different lengths, with gaps), _alltoall, _alltoallv,
+ * _alltoallw (byte displacements, in reverse order), and the nonblocking forms.
+ * Errors: no topology, MPI_IN_PLACE. */
+#include "check.h"
+
+static int rank, size;
+
+/* What rank r sends in its block j. */
+static int sent(int r, int j) { return 1000 * r + j + 1; }
+
+/* A communicator's neighbours, and for each source block, the block index the
+ * source sent it from (-1 for MPI_PROC_NULL). */
+struct hood {
+  MPI_Comm comm;
+  int in, out;
+  int src[16], dst[16], from_block[16];
+};
+
+static void cart_hood(struct hood *h) {
+  int dims[2] = {0, 0}, periods[2] = {1, 0};
+  OK(MPI_Dims_create(size, 2, dims));
+  OK(MPI_Cart_create(MPI_COMM_WORLD, 2, dims, periods, 0, &h->comm));
+  h->in = h->out = 4;
+  for (int d = 0; d < 2; d++) {
+    OK(MPI_Cart_shift(h->comm, d, 1, &h->src[2 * d], &h->src[2 * d + 1]));
+    h->dst[2 * d] = h->src[2 * d];
+    h->dst[2 * d + 1] = h->src[2 * d + 1];
+    /* From -1: the source sent toward its +1 (its block 2d+1), and so on. */
+    h->from_block[2 * d] = h->src[2 * d] == MPI_PROC_NULL ? -1 : 2 * d + 1;
+    h->from_block[2 * d + 1] = h->src[2 * d + 1] == MPI_PROC_NULL ? -1 : 2 * d;
+  }
+}
+
+/* Rank r's destinations: r+1, r+2 twice, r itself. */
+static int dests_of(int r, int *out) {
+  out[0] = (r + 1) % size;
+  out[1] = (r + 2) % size;
+  out[2] = (r + 2) % size;
+  out[3] = r;
+  return 4;
+}
+
+static void graph_hood(struct hood *h) {
+  h->out = dests_of(rank, h->dst);
+  h->in = 0;
+  for (int q = 0; q < size; q++) {
+    int d[4], n = dests_of(q, d);
+    for (int j = 0; j < n; j++)
+      if (d[j] == rank) {
+        h->src[h->in] = q;
+        h->from_block[h->in++] = j;
+      }
+  }
+  OK(MPI_Dist_graph_create_adjacent(MPI_COMM_WORLD, h->in, h->src, MPI_UNWEIGHTED, h->out,
+                                    h->dst, MPI_UNWEIGHTED, MPI_INFO_NULL, 0, &h->comm));
+  int in = -1, out = -1, weighted = -1;
+  OK(MPI_Dist_graph_neighbors_count(h->comm, &in, &out, &weighted));
+  CHECK(in == h->in && out == h->out, "neighbour counts %d %d, not %d %d", in, out, h->in,
+        h->out);
+}
+
+/* Block i of a receive (k ints at `at`) holds what its source sent from
+ * `from_block` (all blocks: -1 when `same`), or -7 beyond an edge. */
+static void check_block(const struct hood *h, int i, const int *at, int k, int same,
+                        const char *what) {
+  for (int e = 0; e < k; e++) {
+    int want = h->src[i] == MPI_PROC_NULL ? -7
+               : same                     ? sent(h->src[i], 99) + e
+                                          : sent(h->src[i], h->from_block[i]) + e;
+    CHECK(at[e] == want, "%s: block %d element %d is %d, not %d (source %d)", what, i, e,
+          at[e], want, h->src[i]);
+  }
+}
+
+static void fill(int *p, int n) {
+  for (int i = 0; i < n; i++)
+    p[i] = -7;
+}
+
+static void test_hood(const struct hood *h, const char *name) {
+  enum { K = 3 };
+  int sbuf[16 * K], rbuf[16 * 2 * K], one[K];
+  char what[64];
+  for (int e = 0; e < K; e++)
+    one[e] = sent(rank, 99) + e;
+  for (int j = 0; j < h->out; j++)
+    for (int e = 0; e < K; e++)
+      sbuf[j * K + e] = sent(rank, j) + e;
+
+  snprintf(what, sizeof what, "%s allgather", name);
+  fill(rbuf, 16 * 2 * K);
+  OK(MPI_Neighbor_allgather(one, K, MPI_INT, rbuf, K, MPI_INT, h->comm));
+  for (int i = 0; i < h->in; i++)
+    check_block(h, i, rbuf + i * K, K, 1, what);
+
+  /* Into every other int: a strided receive type. */
+  snprintf(what, sizeof what, "%s allgather, strided", name);
+  MPI_Datatype strided;
+  OK(MPI_Type_vector(K, 1, 2, MPI_INT, &strided));
+  MPI_Datatype block;
+  OK(MPI_Type_create_resized(strided, 0, 2 * K * sizeof(int), &block));
+  OK(MPI_Type_commit(&block));
+  fill(rbuf, 16 * 2 * K);
+  OK(MPI_Neighbor_allgather(one, K, MPI_INT, rbuf, 1, block, h->comm));
+  for (int i = 0; i < h->in; i++) {
+    int got[K];
+    for (int e = 0; e < K; e++) {
+      got[e] = rbuf[i * 2 * K + 2 * e];
+      CHECK(rbuf[i * 2 * K + 2 * e + 1] == -7, "%s: a gap was written", what);
+    }
+    check_block(h, i, got, K, 1, what);
+  }
+  OK(MPI_Type_free(&block));
+  OK(MPI_Type_free(&strided));
+
+  /* Block i: K ints at 4 * i (a gap after each). */
+  snprintf(what, sizeof what, "%s allgatherv", name);
+  int counts[16], displs[16];
+  for (int i = 0; i < h->in; i++) {
+    counts[i] = K;
+    displs[i] = 4 * i;
+  }
+  fill(rbuf, 16 * 2 * K);
+  OK(MPI_Neighbor_allgatherv(one, K, MPI_INT, rbuf, counts, displs, MPI_INT, h->comm));
+  for (int i = 0; i < h->in; i++) {
+    check_block(h, i, rbuf + displs[i], K, 1, what);
+    CHECK(rbuf[displs[i] + K] == -7, "%s: past block %d was written", what, i);
+  }
+
+  snprintf(what, sizeof what, "%s alltoall", name);
+  fill(rbuf, 16 * 2 * K);
+  OK(MPI_Neighbor_alltoall(sbuf, K, MPI_INT, rbuf, K, MPI_INT, h->comm));
+  for (int i = 0; i < h->in; i++)
+    check_block(h, i, rbuf + i * K, K, 0, what);
+
+  snprintf(what, sizeof what, "%s ineighbor_alltoall", name);
+  fill(rbuf, 16 * 2 * K);
+  MPI_Request req;
+  OK(MPI_Ineighbor_alltoall(sbuf, K, MPI_INT, rbuf, K, MPI_INT, h->comm, &req));
+  OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+  for (int i = 0; i < h->in; i++)
+    check_block(h, i, rbuf + i * K, K, 0, what);
+
+  /* alltoallv: K ints each, receive blocks 5 ints apart, send blocks K apart. */
+  snprintf(what, sizeof what, "%s alltoallv", name);
+  int scounts[16], sdispls[16];
+  for (int j = 0; j < h->out; j++) {
+    scounts[j] = K;
+    sdispls[j] = j * K;
+  }
+  for (int i = 0; i < h->in; i++) {
+    counts[i] = K;
+    displs[i] = 5 * i;
+  }
+  fill(rbuf, 16 * 2 * K);
+  OK(MPI_Neighbor_alltoallv(sbuf, scounts, sdispls, MPI_INT, rbuf, counts, displs, MPI_INT,
+                            h->comm));
+  for (int i = 0; i < h->in; i++)
+    check_block(h, i, rbuf + 5 * i, K, 0, what);
+
+  /* alltoallw, nonblocking: byte displacements, receive blocks in reverse order. */
+  snprintf(what, sizeof what, "%s ineighbor_alltoallw", name);
+  MPI_Aint sd[16], rd[16];
+  MPI_Datatype st[16], rt[16];
+  for (int j = 0; j < h->out; j++) {
+    sd[j] = (MPI_Aint)(j * K * sizeof(int));
+    st[j] = MPI_INT;
+  }
+  for (int i = 0; i < h->in; i++) {
+    rd[i] = (MPI_Aint)((h->in - 1 - i) * K * sizeof(int));
+    rt[i] = MPI_INT;
+    counts[i] = K;
+  }
+  fill(rbuf, 16 * 2 * K);
+  OK(MPI_Ineighbor_alltoallw(sbuf, scounts, sd, st, rbuf, counts, rd, rt, h->comm, &req));
+  OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+  for (int i = 0; i < h->in; i++)
+    check_block(h, i, rbuf + (h->in - 1 - i) * K, K, 0, what);
+
+  /* The other nonblocking forms, all in flight at once. */
+  snprintf(what, sizeof what, "%s nonblocking", name);
+  int r2[16 * K], r3[16 * 5], r4[16 * K], packed[16];
+  for (int i = 0; i < h->in; i++)
+    packed[i] = i * K;
+  MPI_Request reqs[3];
+  fill(r2, 16 * K);
+  fill(r3, 16 * 5);
+  fill(r4, 16 * K);
+  OK(MPI_Ineighbor_allgather(one, K, MPI_INT, r2, K, MPI_INT, h->comm, &reqs[0]));
+  OK(MPI_Ineighbor_allgatherv(one, K, MPI_INT, r3, counts, displs, MPI_INT, h->comm,
+                              &reqs[1]));
+  OK(MPI_Ineighbor_alltoallv(sbuf, scounts, sdispls, MPI_INT, r4, counts, packed, MPI_INT,
+                             h->comm, &reqs[2]));
+  OK(MPI_Waitall(3, reqs, MPI_STATUSES_IGNORE));
+  for (int i = 0; i < h->in; i++) {
+    check_block(h, i, r2 + i * K, K, 1, what);
+    check_block(h, i, r3 + 5 * i, K, 1, what);
+    check_block(h, i, r4 + i * K, K, 0, what);
+  }
+}
+
+static void test_errors(const struct hood *cart) {
+  int x = 0, y[16];
+  errors_return(MPI_COMM_WORLD, 1);
+  EXPECT_ERR(MPI_Neighbor_allgather(&x, 1, MPI_INT, y, 1, MPI_INT, MPI_COMM_WORLD),
+             MPI_ERR_TOPOLOGY, "topology");
+  errors_return(MPI_COMM_WORLD, 0);
+  errors_return(cart->comm, 1);
+  EXPECT_ERR(MPI_Neighbor_alltoall(MPI_IN_PLACE, 1, MPI_INT, y, 1, MPI_INT, cart->comm),
+             MPI_ERR_BUFFER, "MPI_IN_PLACE");
+  errors_return(cart->comm, 0);
+}
+
+int main(int argc, char **argv) {
+  start("neighbor", &argc, &argv);
+  rank = check_rank;
+  size = check_size;
+  CHECK(size <= 8, "neighbor runs at 8 ranks at most");
+  struct hood cart, graph;
+  cart_hood(&cart);
+  graph_hood(&graph);
+  test_hood(&cart, "grid");
+  test_hood(&graph, "graph");
+  test_errors(&cart);
+  OK(MPI_Comm_free(&cart.comm));
+  OK(MPI_Comm_free(&graph.comm));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  return finish();
+}
