@@ -1,5 +1,6 @@
 //! Requests: what `MPI_Request` handles name, and how each kind completes.
 
+use crate::coll::persistent::CollInit;
 use crate::coll::Schedule;
 use crate::comm::Group;
 use crate::datatype::{pack, Datatype};
@@ -20,6 +21,8 @@ pub enum Request {
     Persistent(Box<Persistent>),
     /// A nonblocking collective.
     Coll(Box<Schedule>),
+    /// A persistent collective, active or not.
+    CollInit(Box<CollInit>),
     /// A send or receive whose outcome was read (by `MPI_Request_get_status`)
     /// before any call completed it: the outcome, for the call that does.
     Finished(Box<Finished>),
@@ -140,6 +143,7 @@ pub fn comm_of(r: &Request) -> Option<Handle> {
         Request::P2p(p) => Some(p.comm),
         Request::Persistent(p) => Some(p.comm()),
         Request::Coll(s) => s.comm(),
+        Request::CollInit(c) => Some(c.comm),
         Request::Finished(f) => Some(f.comm),
         Request::Done(_) => None,
     }
@@ -151,7 +155,8 @@ pub fn pending_id(r: &Request) -> Option<msg::ReqId> {
         Request::P2p(p) => Some(p.id),
         Request::Persistent(p) => p.active.as_ref().map(|a| a.id),
         Request::Coll(s) => s.pending_id(),
-        Request::Done(_) | Request::Finished(_) => None,
+        // The start under way is a request of its own ([`crate::state::Mpi::pending_of`]).
+        Request::CollInit(_) | Request::Done(_) | Request::Finished(_) => None,
     }
 }
 

@@ -22,6 +22,7 @@ pub unsafe extern "C" fn PMPI_Barrier(comm: Handle) -> c_int {
 }
 
 nonblocking!(PMPI_Ibarrier, (comm: Handle), |mpi| mpi.build_barrier(comm));
+persistent!(PMPI_Barrier_init, (comm: Handle), |mpi| mpi.build_barrier(comm));
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Bcast(
@@ -45,8 +46,11 @@ pub unsafe extern "C" fn PMPI_Bcast(
 nonblocking!(PMPI_Ibcast,
     (buffer: *mut c_void, count: c_int, datatype: Handle, root: c_int, comm: Handle),
     |mpi| mpi.build_bcast(buffer, count, datatype, root, comm));
+persistent!(PMPI_Bcast_init,
+    (buffer: *mut c_void, count: c_int, datatype: Handle, root: c_int, comm: Handle),
+    |mpi| mpi.build_bcast(buffer, count, datatype, root, comm));
 
-reduction!(PMPI_Reduce, PMPI_Ireduce,
+reduction!(PMPI_Reduce, PMPI_Ireduce, PMPI_Reduce_init,
     (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: Handle, op: Handle, root: c_int, comm: Handle),
     |mpi| mpi.build_reduce((sendbuf, recvbuf), count, datatype, op, root, comm));
 
@@ -74,12 +78,15 @@ pub unsafe extern "C" fn PMPI_Allreduce(
 nonblocking!(PMPI_Iallreduce,
     (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: Handle, op: Handle, comm: Handle),
     |mpi| mpi.build_allreduce(sendbuf, recvbuf, count, datatype, op, comm));
+persistent!(PMPI_Allreduce_init,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: Handle, op: Handle, comm: Handle),
+    |mpi| mpi.build_allreduce(sendbuf, recvbuf, count, datatype, op, comm));
 
-reduction!(PMPI_Scan, PMPI_Iscan,
+reduction!(PMPI_Scan, PMPI_Iscan, PMPI_Scan_init,
     (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: Handle, op: Handle, comm: Handle),
     |mpi| mpi.build_scan((sendbuf, recvbuf), count, datatype, op, comm, false));
 
-reduction!(PMPI_Exscan, PMPI_Iexscan,
+reduction!(PMPI_Exscan, PMPI_Iexscan, PMPI_Exscan_init,
     (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: Handle, op: Handle, comm: Handle),
     |mpi| mpi.build_scan((sendbuf, recvbuf), count, datatype, op, comm, true));
 
@@ -98,45 +105,45 @@ pub unsafe fn scatter_counts(mpi: &Mpi, comm: Handle, counts: *const c_int) -> R
     counts.iter().map(|&c| check_count(c)).collect()
 }
 
-reduction!(PMPI_Reduce_scatter, PMPI_Ireduce_scatter,
+reduction!(PMPI_Reduce_scatter, PMPI_Ireduce_scatter, PMPI_Reduce_scatter_init,
 (sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: Handle, op: Handle, comm: Handle),
 |mpi| {
     let counts = scatter_counts(mpi, comm, recvcounts)?;
     mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm)
 });
 
-reduction!(PMPI_Reduce_scatter_block, PMPI_Ireduce_scatter_block,
+reduction!(PMPI_Reduce_scatter_block, PMPI_Ireduce_scatter_block, PMPI_Reduce_scatter_block_init,
 (sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: Handle, op: Handle, comm: Handle),
 |mpi| {
     let counts = vec![check_count(recvcount)?; mpi.comm(comm)?.size() as usize];
     mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm)
 });
 
-collective!(PMPI_Gather, PMPI_Igather,
+collective!(PMPI_Gather, PMPI_Igather, PMPI_Gather_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle),
     |mpi| mpi.build_gather((sendbuf, sendcount, sendtype), recvbuf, (recvcount, null(), null()), recvtype, root, comm));
 
-collective!(PMPI_Gatherv, PMPI_Igatherv,
+collective!(PMPI_Gatherv, PMPI_Igatherv, PMPI_Gatherv_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: Handle, root: c_int, comm: Handle),
     |mpi| mpi.build_gather((sendbuf, sendcount, sendtype), recvbuf, (0, recvcounts, displs), recvtype, root, comm));
 
-collective!(PMPI_Scatter, PMPI_Iscatter,
+collective!(PMPI_Scatter, PMPI_Iscatter, PMPI_Scatter_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle),
     |mpi| mpi.build_scatter(sendbuf, (sendcount, null(), null()), sendtype, (recvbuf, recvcount, recvtype), root, comm));
 
-collective!(PMPI_Scatterv, PMPI_Iscatterv,
+collective!(PMPI_Scatterv, PMPI_Iscatterv, PMPI_Scatterv_init,
     (sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle),
     |mpi| mpi.build_scatter(sendbuf, (0, sendcounts, displs), sendtype, (recvbuf, recvcount, recvtype), root, comm));
 
-collective!(PMPI_Allgather, PMPI_Iallgather,
+collective!(PMPI_Allgather, PMPI_Iallgather, PMPI_Allgather_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, comm: Handle),
     |mpi| mpi.build_allgather((sendbuf, sendcount, sendtype), recvbuf, (recvcount, null(), null()), recvtype, comm));
 
-collective!(PMPI_Allgatherv, PMPI_Iallgatherv,
+collective!(PMPI_Allgatherv, PMPI_Iallgatherv, PMPI_Allgatherv_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: Handle, comm: Handle),
     |mpi| mpi.build_allgather((sendbuf, sendcount, sendtype), recvbuf, (0, recvcounts, displs), recvtype, comm));
 
-collective!(PMPI_Alltoall, PMPI_Ialltoall,
+collective!(PMPI_Alltoall, PMPI_Ialltoall, PMPI_Alltoall_init,
 (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, comm: Handle),
 |mpi| mpi.build_alltoall(
     (sendbuf, (sendcount, null(), null()), &[sendtype]),
@@ -145,7 +152,7 @@ collective!(PMPI_Alltoall, PMPI_Ialltoall,
     false,
 ));
 
-collective!(PMPI_Alltoallv, PMPI_Ialltoallv,
+collective!(PMPI_Alltoallv, PMPI_Ialltoallv, PMPI_Alltoallv_init,
 (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: Handle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: Handle, comm: Handle),
 |mpi| mpi.build_alltoall(
     (sendbuf, (0, sendcounts, sdispls), &[sendtype]),
@@ -168,7 +175,7 @@ pub unsafe fn types_of<'a>(mpi: &Mpi, comm: Handle, types: *const Handle) -> Res
     Ok(unsafe { std::slice::from_raw_parts(types, n) })
 }
 
-collective!(PMPI_Alltoallw, PMPI_Ialltoallw,
+collective!(PMPI_Alltoallw, PMPI_Ialltoallw, PMPI_Alltoallw_init,
 (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtypes: *const Handle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtypes: *const Handle, comm: Handle),
 |mpi| {
     let rts = types_of(mpi, comm, recvtypes)?;

@@ -1,5 +1,5 @@
-//! The macros that write the collectives' bindings from the expression that builds
-//! each one's schedule. A binding `PMPI_X` reports its errors as `MPI_X`, through
+//! The macros that write the collectives' bindings (blocking, nonblocking,
+//! persistent) from the expression that builds each one's schedule. A binding `PMPI_X` reports its errors as `MPI_X`, through
 //! the handler of its communicator (every collective's last argument, before a
 //! nonblocking one's request).
 
@@ -43,21 +43,50 @@ macro_rules! nonblocking {
     };
 }
 
-/// A collective's blocking binding, run within the library's state, and its
-/// nonblocking one, both building their schedule as `$build`.
+/// A persistent binding (`MPI_X_init`): a request that keeps the arguments, from
+/// which `$build` makes the schedule (given `mpi`) at each start.
+macro_rules! persistent {
+    ($name:ident, ($($arg:ident: $ty:ty),*), |$mpi:ident| $build:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            $($arg: $ty,)*
+            _info: Handle,
+            request: *mut Handle,
+        ) -> c_int {
+            let comm = last!($($arg),*);
+            call(&stringify!($name)[1..], Object::Comm(comm), |$mpi| {
+                // (Not every build is unsafe: the barrier's has no buffers.)
+                #[allow(unused_unsafe)]
+                let build = move |$mpi: &mut $crate::state::Mpi| {
+                    // SAFETY: the binding's contract: the buffers and arrays stay
+                    // valid for every start until its request completes.
+                    unsafe { $build }
+                };
+                // SAFETY: `request` is writable (the binding's contract).
+                unsafe { $mpi.persistent_collective(comm, std::rc::Rc::new(build), request) }
+            })
+        }
+    };
+}
+
+/// A collective's blocking binding, run within the library's state, its
+/// nonblocking one and its persistent one, all building their schedule as
+/// `$build`.
 macro_rules! collective {
-    ($blocking:ident, $nonblocking:ident, $args:tt, |$mpi:ident| $build:expr) => {
+    ($blocking:ident, $nonblocking:ident, $init:ident, $args:tt, |$mpi:ident| $build:expr) => {
         blocking!(run_in_state, $blocking, $args, |$mpi| $build);
         nonblocking!($nonblocking, $args, |$mpi| $build);
+        persistent!($init, $args, |$mpi| $build);
     };
 }
 
 /// A reduction's blocking binding, its reductions by a program's functions called
-/// outside the library's state, and its nonblocking one, both building their
-/// schedule as `$build`.
+/// outside the library's state, its nonblocking one and its persistent one, all
+/// building their schedule as `$build`.
 macro_rules! reduction {
-    ($blocking:ident, $nonblocking:ident, $args:tt, |$mpi:ident| $build:expr) => {
+    ($blocking:ident, $nonblocking:ident, $init:ident, $args:tt, |$mpi:ident| $build:expr) => {
         blocking!(run_blocking, $blocking, $args, |$mpi| $build);
         nonblocking!($nonblocking, $args, |$mpi| $build);
+        persistent!($init, $args, |$mpi| $build);
     };
 }

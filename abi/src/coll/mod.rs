@@ -12,6 +12,7 @@ pub mod args;
 pub mod basic;
 pub mod build;
 pub mod neighbor;
+pub mod persistent;
 pub mod reduce;
 pub mod schedule;
 pub mod small;

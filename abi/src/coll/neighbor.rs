@@ -181,7 +181,7 @@ fn one_round(
     }
 }
 
-collective!(PMPI_Neighbor_allgather, PMPI_Ineighbor_allgather,
+collective!(PMPI_Neighbor_allgather, PMPI_Ineighbor_allgather, PMPI_Neighbor_allgather_init,
 (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, comm: Handle),
 |mpi| mpi.build_neighbor(
     Sends::Same(sendbuf, sendcount, sendtype),
@@ -189,7 +189,7 @@ collective!(PMPI_Neighbor_allgather, PMPI_Ineighbor_allgather,
     comm,
 ));
 
-collective!(PMPI_Neighbor_allgatherv, PMPI_Ineighbor_allgatherv,
+collective!(PMPI_Neighbor_allgatherv, PMPI_Ineighbor_allgatherv, PMPI_Neighbor_allgatherv_init,
 (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: Handle, comm: Handle),
 |mpi| mpi.build_neighbor(
     Sends::Same(sendbuf, sendcount, sendtype),
@@ -197,7 +197,7 @@ collective!(PMPI_Neighbor_allgatherv, PMPI_Ineighbor_allgatherv,
     comm,
 ));
 
-collective!(PMPI_Neighbor_alltoall, PMPI_Ineighbor_alltoall,
+collective!(PMPI_Neighbor_alltoall, PMPI_Ineighbor_alltoall, PMPI_Neighbor_alltoall_init,
 (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, comm: Handle),
 |mpi| mpi.build_neighbor(
     Sends::Blocks(Side { buf: sendbuf, displs: Displs::Equal(sendcount), types: Types::One(sendtype) }),
@@ -205,7 +205,7 @@ collective!(PMPI_Neighbor_alltoall, PMPI_Ineighbor_alltoall,
     comm,
 ));
 
-collective!(PMPI_Neighbor_alltoallv, PMPI_Ineighbor_alltoallv,
+collective!(PMPI_Neighbor_alltoallv, PMPI_Ineighbor_alltoallv, PMPI_Neighbor_alltoallv_init,
 (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const c_int, sendtype: Handle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const c_int, recvtype: Handle, comm: Handle),
 |mpi| mpi.build_neighbor(
     Sends::Blocks(Side { buf: sendbuf, displs: Displs::Extents(sendcounts, sdispls), types: Types::One(sendtype) }),
@@ -213,7 +213,7 @@ collective!(PMPI_Neighbor_alltoallv, PMPI_Ineighbor_alltoallv,
     comm,
 ));
 
-collective!(PMPI_Neighbor_alltoallw, PMPI_Ineighbor_alltoallw,
+collective!(PMPI_Neighbor_alltoallw, PMPI_Ineighbor_alltoallw, PMPI_Neighbor_alltoallw_init,
 (sendbuf: *const c_void, sendcounts: *const c_int, sdispls: *const Aint, sendtypes: *const Handle, recvbuf: *mut c_void, recvcounts: *const c_int, rdispls: *const Aint, recvtypes: *const Handle, comm: Handle),
 |mpi| mpi.build_neighbor(
     Sends::Blocks(Side { buf: sendbuf, displs: Displs::Bytes(sendcounts, sdispls), types: Types::Each(sendtypes) }),

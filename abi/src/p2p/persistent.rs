@@ -99,6 +99,9 @@ impl Mpi {
 
     /// `MPI_Start`.
     fn start(&mut self, h: Handle) -> Result<()> {
+        if let Some(Request::CollInit(_)) = self.requests.get(h) {
+            return self.start_collective_init(h);
+        }
         let Some(Request::Persistent(p)) = self.requests.get(h) else {
             return Err(Error::new(
                 MPI_ERR_REQUEST,

@@ -21,6 +21,9 @@ impl Mpi {
         if h == MPI_REQUEST_NULL {
             return Ok(inactive);
         }
+        if let Some(Request::CollInit(c)) = self.requests.get(h) {
+            return self.look_collective_init(h, c.started);
+        }
         let Mpi {
             requests,
             msg,
@@ -85,6 +88,7 @@ impl Mpi {
                     }
                 }
             },
+            Request::CollInit(_) => unreachable!("looked at above"),
         };
         if let Outcome::Complete { keep: false, .. } = outcome {
             requests.remove(h);
@@ -123,7 +127,10 @@ impl Mpi {
 
     /// The message-layer request request `h` waits on.
     pub fn pending_of(&self, h: Handle) -> Option<rbtl::msg::ReqId> {
-        self.requests.get(h).and_then(pending_id)
+        match self.requests.get(h)? {
+            Request::CollInit(c) => c.started.and_then(|inner| self.pending_of(inner)),
+            r => pending_id(r),
+        }
     }
 
     /// `MPI_Wait`: the status and error of `*h`, which becomes null unless persistent.
@@ -406,6 +413,7 @@ pub unsafe extern "C" fn PMPI_Testall(
             }
             Some(Request::Done(_) | Request::Finished(_)) => true,
             Some(Request::Coll(s)) => s.is_done(),
+            Some(Request::CollInit(c)) => mpi.collective_init_done(c),
         });
         if !all {
             // SAFETY: checked not null.
@@ -472,6 +480,13 @@ impl Mpi {
     /// (`MPI_Request_get_status`): the outcome of a send or receive is taken from the
     /// message layer and kept in the request for the call that completes it.
     fn peek(&mut self, h: Handle) -> Result<Option<Status>> {
+        if let Some(Request::CollInit(c)) = self.requests.get(h) {
+            // Not started: complete, with an empty status.
+            return match c.started {
+                None => Ok(Some(Status::empty())),
+                Some(inner) => self.peek(inner),
+            };
+        }
         let Mpi { requests, msg, .. } = self;
         let r = requests.get_mut(h).ok_or_else(|| bad_request(h))?;
         if let Request::P2p(p) = r {
@@ -494,7 +509,7 @@ impl Mpi {
             Request::Done(s) => Some(*s),
             Request::Finished(f) => Some(f.status),
             Request::Coll(s) => s.is_done().then(Status::empty),
-            Request::P2p(_) => unreachable!("looked at above"),
+            Request::P2p(_) | Request::CollInit(_) => unreachable!("looked at above"),
             Request::Persistent(p) => match (&p.done, p.active.as_ref().map(|a| msg.test(a.id))) {
                 (Some((s, _)), _) => Some(*s),
                 // Not started: complete, with an empty status.
@@ -530,6 +545,11 @@ impl Mpi {
                 }
                 Ok(())
             }
+            Some(Request::CollInit(c)) => match c.started {
+                // The start under way still completes, driven by progress.
+                Some(inner) => self.free_request(inner),
+                None => Ok(()),
+            },
             Some(Request::Done(_) | Request::Finished(_)) => Ok(()),
         }
     }

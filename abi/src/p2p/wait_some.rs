@@ -44,7 +44,11 @@ fn take_complete(mpi: &mut Mpi, h: &mut Handle) -> Result<Option<(Status, Option
 
 /// A persistent request not started.
 fn is_inactive(mpi: &Mpi, h: Handle) -> bool {
-    matches!(mpi.requests.get(h), Some(Request::Persistent(p)) if p.active.is_none() && p.done.is_none())
+    match mpi.requests.get(h) {
+        Some(Request::Persistent(p)) => p.active.is_none() && p.done.is_none(),
+        Some(Request::CollInit(c)) => c.started.is_none(),
+        _ => false,
+    }
 }
 
 /// Whether no request of `reqs` is active.

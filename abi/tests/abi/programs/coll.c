@@ -13,7 +13,8 @@
  * contiguous on either side; sub-communicators (a split by parity, the world
  * reversed); and the nonblocking forms, many in flight on one communicator,
  * completed in several orders; an MPI_Allreduce while one rank alone has a
- * nonblocking collective in flight. */
+ * nonblocking collective in flight; persistent collectives started three times,
+ * their buffers read at each start. */
 #include "check.h"
 #include <time.h>
 
@@ -1351,6 +1352,64 @@ static void test_nonblocking(void) {
   free(b2);
 }
 
+/* --- Persistent collectives (MPI_*_init, MPI_Start). --- */
+
+static void test_persistent(void) {
+  int in[3], out[3], bc[2], ag[64], one;
+  mat m, prod;
+  MPI_Request ar, b, g, red, bar;
+  OK(MPI_Allreduce_init(in, out, 3, MPI_INT, MPI_SUM, MPI_COMM_WORLD, MPI_INFO_NULL, &ar));
+  OK(MPI_Bcast_init(bc, 2, MPI_INT, size - 1, MPI_COMM_WORLD, MPI_INFO_NULL, &b));
+  OK(MPI_Allgather_init(&one, 1, MPI_INT, ag, 1, MPI_INT, MPI_COMM_WORLD, MPI_INFO_NULL, &g));
+  OK(MPI_Reduce_init(&m, &prod, 1, t_mat, op_mat, 0, MPI_COMM_WORLD, MPI_INFO_NULL, &red));
+  OK(MPI_Barrier_init(MPI_COMM_WORLD, MPI_INFO_NULL, &bar));
+  /* Inactive: complete at once, and kept. */
+  int flag = 0;
+  OK(MPI_Test(&ar, &flag, MPI_STATUS_IGNORE));
+  CHECK(flag && ar != MPI_REQUEST_NULL, "an inactive persistent collective: flag %d", flag);
+  for (int round = 0; round < 3; round++) {
+    /* The buffers are read at each start, not at the init. */
+    for (int i = 0; i < 3; i++)
+      in[i] = ival(rank, i) * (round + 1);
+    bc[0] = rank == size - 1 ? 70 + round : -1;
+    bc[1] = rank == size - 1 ? 80 + round : -1;
+    one = rank * 10 + round;
+    m = mat_of(rank, round);
+    MPI_Request all[5] = {ar, b, g, red, bar};
+    OK(MPI_Startall(5, all));
+    errors_return(MPI_COMM_SELF, 1);
+    EXPECT_ERR(MPI_Start(&all[0]), MPI_ERR_REQUEST, "active");
+    errors_return(MPI_COMM_SELF, 0);
+    OK(MPI_Waitall(5, all, MPI_STATUSES_IGNORE));
+    CHECK(all[0] == ar && all[4] == bar, "MPI_Waitall freed a persistent collective");
+    for (int i = 0; i < 3; i++) {
+      int want = 0;
+      for (int r = 0; r < size; r++)
+        want += ival(r, i) * (round + 1);
+      CHECK(out[i] == want, "round %d: Allreduce_init element %d is %d, not %d", round, i,
+            out[i], want);
+    }
+    CHECK(bc[0] == 70 + round && bc[1] == 80 + round, "round %d: Bcast_init gave %d %d",
+          round, bc[0], bc[1]);
+    for (int r = 0; r < size; r++)
+      CHECK(ag[r] == r * 10 + round, "round %d: Allgather_init from %d is %d", round, r,
+            ag[r]);
+    if (rank == 0)
+      CHECK(mat_eq(prod, mat_prod(0, size, round)),
+            "round %d: Reduce_init of a user operation that does not commute", round);
+  }
+  OK(MPI_Start(&ar));
+  do
+    OK(MPI_Test(&ar, &flag, MPI_STATUS_IGNORE));
+  while (!flag);
+  CHECK(ar != MPI_REQUEST_NULL, "MPI_Test freed a persistent collective");
+  MPI_Request *reqs[5] = {&ar, &b, &g, &red, &bar};
+  for (int k = 0; k < 5; k++) {
+    OK(MPI_Request_free(reqs[k]));
+    CHECK(*reqs[k] == MPI_REQUEST_NULL, "MPI_Request_free left request %d", k);
+  }
+}
+
 int main(int argc, char **argv) {
   start("coll", &argc, &argv);
   rank = check_rank;
@@ -1369,6 +1428,7 @@ int main(int argc, char **argv) {
   test_subcomms();
   test_progress_in_blocking_calls();
   test_nonblocking();
+  test_persistent();
   OK(MPI_Op_free(&op_mat));
   OK(MPI_Op_free(&op_absmax));
   CHECK(op_mat == MPI_OP_NULL, "MPI_Op_free left the handle");

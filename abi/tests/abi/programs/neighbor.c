@@ -9,8 +9,9 @@
  * rank sending to the next, to the one after twice, and to itself, the sources
  * listed in the order of the ranks that send: messages between two processes
  * match in order. On both: MPI_Neighbor_allgather (into a strided type too),
- * _allgatherv (blocks of different lengths, with gaps), _alltoall, _alltoallv,
- * _alltoallw (byte displacements, in reverse order), and the nonblocking forms.
+ * _allgatherv (gaps between the blocks), _alltoall, _alltoallv,
+ * _alltoallw (byte displacements, in reverse order), the nonblocking forms, and
+ * MPI_Neighbor_alltoall_init started twice.
  * Errors: no topology, MPI_IN_PLACE. */
 #include "check.h"
 
@@ -143,6 +144,19 @@ static void test_hood(const struct hood *h, const char *name) {
   OK(MPI_Neighbor_alltoall(sbuf, K, MPI_INT, rbuf, K, MPI_INT, h->comm));
   for (int i = 0; i < h->in; i++)
     check_block(h, i, rbuf + i * K, K, 0, what);
+
+  snprintf(what, sizeof what, "%s neighbor_alltoall_init", name);
+  MPI_Request per;
+  OK(MPI_Neighbor_alltoall_init(sbuf, K, MPI_INT, rbuf, K, MPI_INT, h->comm, MPI_INFO_NULL,
+                                &per));
+  for (int round = 0; round < 2; round++) {
+    fill(rbuf, 16 * 2 * K);
+    OK(MPI_Start(&per));
+    OK(MPI_Wait(&per, MPI_STATUS_IGNORE));
+    for (int i = 0; i < h->in; i++)
+      check_block(h, i, rbuf + i * K, K, 0, what);
+  }
+  OK(MPI_Request_free(&per));
 
   snprintf(what, sizeof what, "%s ineighbor_alltoall", name);
   fill(rbuf, 16 * 2 * K);
