@@ -87,7 +87,7 @@ impl Mpi {
             _ => 0,
         };
         let (addr, direct) = {
-            let mem = &self.win(win)?.peers[a.member].mem;
+            let mem = a.target(self.win(win)?);
             let direct = match *a.runs {
                 [(off, len)] => mem.direct_range(off, len),
                 _ => None,
@@ -117,10 +117,7 @@ impl Mpi {
             let released = self.win_release(win, a.member, ACC_WORD, true);
             return combined.and(released);
         }
-        if atomic.is_none()
-            && !self.win(win)?.peers[a.member].mem.is_direct()
-            && !self.unattended(win, a)?
-        {
+        if atomic.is_none() && !a.target(self.win(win)?).is_direct() && !self.unattended(win, a)? {
             let s = Ship {
                 kind: Kind::Accumulate,
                 // `MPI_REPLACE` and `MPI_NO_OP` on a type of several kinds move bytes.
@@ -128,12 +125,12 @@ impl Mpi {
                 op,
             };
             // SAFETY: the caller's contract.
-            return unsafe { self.ship(win, a.member, &a.runs, &s, origin, fetched) };
+            return unsafe { self.ship(win, a, &s, origin, fetched) };
         }
         if let Some(atomic) = atomic {
             let Mpi { wins, msg, .. } = self;
             let w = wins.get(win).ok_or_else(|| bad_win(win))?;
-            let (target, job, p) = (&w.peers[a.member].mem, w.peers[a.member].job, &w.waited);
+            let (target, job, p) = (a.target(w), w.peers[a.member].job, &w.waited);
             let (mut at, mut started) = (0, Ok(()));
             'runs: for &(off, len) in a.runs.iter() {
                 for i in 0..len / bytes {
@@ -177,10 +174,7 @@ impl Mpi {
         let p = self.combining.clone();
         let (target, job) = {
             let w = self.win(win)?;
-            (
-                w.peers[a.member].mem.clone().unattended(),
-                w.peers[a.member].job,
-            )
+            (a.target(w).clone().unattended(), w.peers[a.member].job)
         };
         self.win_exclusive(win, a.member, |mpi| {
             // The target's bytes, in a buffer kept between calls (allocating and
@@ -264,8 +258,7 @@ impl Mpi {
         if a.bytes < UNATTENDED_FROM {
             return Ok(false);
         }
-        let target = &self.win(win)?.peers[a.member].mem;
-        Ok(self.msg.reaches_unattended(target))
+        Ok(self.msg.reaches_unattended(a.target(self.win(win)?)))
     }
 
     /// Check `op` for an accumulate on `ty`: predefined, and defined on its kind.
@@ -463,7 +456,7 @@ pub unsafe extern "C" fn PMPI_Compare_and_swap(
             ));
         }
         let (addr, direct) = {
-            let mem = &mpi.win(win)?.peers[a.member].mem;
+            let mem = a.target(mpi.win(win)?);
             (mem.addr(), mem.direct_range(off, size))
         };
         let one_word = (size == 4 || size == 8) && (addr + off as u64) % size as u64 == 0;
@@ -488,7 +481,7 @@ pub unsafe extern "C" fn PMPI_Compare_and_swap(
         if one_word {
             let Mpi { wins, msg, .. } = mpi;
             let w = wins.get(win).ok_or_else(|| bad_win(win))?;
-            let (target, job, p) = (&w.peers[a.member].mem, w.peers[a.member].job, &w.waited);
+            let (target, job, p) = (a.target(w), w.peers[a.member].job, &w.waited);
             // SAFETY: the binding's contract: one element of `size` at each.
             unsafe {
                 let value = word(origin_addr.cast(), 0, size);
@@ -518,14 +511,7 @@ pub unsafe extern "C" fn PMPI_Compare_and_swap(
             std::ptr::copy_nonoverlapping(origin_addr.cast(), operand.as_mut_ptr(), size);
             let comparand = operand[size..].as_mut_ptr();
             std::ptr::copy_nonoverlapping(compare_addr.cast(), comparand, size);
-            mpi.ship(
-                win,
-                a.member,
-                &a.runs,
-                &s,
-                operand.as_ptr(),
-                result_addr.cast(),
-            )
+            mpi.ship(win, &a, &s, operand.as_ptr(), result_addr.cast())
         }
     })
 }

@@ -16,6 +16,7 @@
 
 pub mod api;
 pub mod atomics;
+pub mod dynamic;
 pub mod ops;
 pub mod requests;
 pub mod shared;
@@ -31,9 +32,11 @@ use std::sync::Arc;
 
 /// Bytes of a member's control block.
 const CONTROL: usize = 64;
-/// Offsets of its words: the passive-target lock, the accumulate mutex.
+/// Offsets of its words: the passive-target lock, the accumulate mutex, a dynamic
+/// window's attach count.
 const LOCK_WORD: usize = 0;
 const ACC_WORD: usize = 8;
+const COUNT_WORD: usize = 16;
 
 /// Where a window's memory lives.
 enum Memory {
@@ -92,9 +95,18 @@ pub struct Win {
     pub errhandler: Handle,
     /// Values of the predefined attributes (their addresses are handed out).
     attr_values: Box<(Aint, c_int, c_int, c_int)>,
+    /// A dynamic window's regions attached here.
+    attached: Option<dynamic::Attached>,
+    /// A dynamic window's regions of each member, as far as this process knows them.
+    known: Vec<dynamic::Known>,
 }
 
 impl Win {
+    /// This process's control block.
+    fn control_ptr(&self) -> *mut u8 {
+        self.control.ptr()
+    }
+
     /// The member `rank` of the window's group.
     pub fn peer(&self, rank: c_int) -> Result<usize> {
         usize::try_from(rank)
@@ -148,6 +160,18 @@ impl Mpi {
         self.win_made(made, wcomm)
     }
 
+    /// Make a dynamic window over `comm` (collective), with no memory yet.
+    pub fn win_create_dynamic(&mut self, comm: Handle) -> Result<Handle> {
+        let wcomm = self.comm_dup_bare(comm)?;
+        let made = self.win_make(
+            (Memory::User, std::ptr::null_mut(), MPI_WIN_FLAVOR_DYNAMIC),
+            0,
+            1,
+            wcomm,
+        );
+        self.win_made(made, wcomm)
+    }
+
     /// A window made on `wcomm`, or, having failed, `wcomm` freed.
     fn win_made(&mut self, made: Result<Handle>, wcomm: Handle) -> Result<Handle> {
         if made.is_err() {
@@ -174,13 +198,27 @@ impl Mpi {
         let control_ptr = control.ptr();
         // SAFETY: the control block is CONTROL bytes of ours; nobody reaches it yet.
         unsafe { std::ptr::write_bytes(control_ptr, 0, CONTROL) };
+        let attached = (flavor == MPI_WIN_FLAVOR_DYNAMIC).then(dynamic::Attached::default);
         // Before any member learns of the window: accumulates shipped here find it.
         let ctx = self.comm(wcomm)?.ctx;
-        shipped::expose(&self.exposures, ctx, base, size, control_ptr);
+        shipped::expose(
+            &self.exposures,
+            ctx,
+            (base, size),
+            control_ptr,
+            attached.clone(),
+        );
+        // A dynamic window has no memory of its own: an empty view of the control
+        // block stands for it.
+        let mem_at = if attached.is_some() {
+            control_ptr
+        } else {
+            base
+        };
         // SAFETY: both live in the window, whose Drop drops the registrations first.
         let exposed = unsafe {
             (
-                self.msg.expose(base as usize, size)?,
+                self.msg.expose(mem_at as usize, size)?,
                 self.msg.expose(control_ptr as usize, CONTROL)?,
             )
         };
@@ -260,6 +298,8 @@ impl Mpi {
             name: String::new(),
             errhandler: MPI_ERRORS_ARE_FATAL,
             attr_values: Box::new((size as Aint, disp_unit as c_int, flavor, MPI_WIN_UNIFIED)),
+            attached,
+            known: (0..n).map(|_| dynamic::Known::default()).collect(),
         };
         self.wins.insert(win)
     }

@@ -22,6 +22,7 @@ use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::p2p::check_count;
 use crate::state::Mpi;
+use rbtl::msg::Target;
 
 /// Work left for when a member's operations complete.
 pub struct Staged {
@@ -103,6 +104,16 @@ pub(super) struct Access {
     pub(super) bytes: usize,
     /// The target type's basic kind.
     pub(super) prim: Option<Prim>,
+    /// On a dynamic window, the region that holds the runs (their offsets are from
+    /// its start).
+    pub(super) region: Option<Target>,
+}
+
+impl Access {
+    /// The memory of window `w` it reaches: the member's, or its region's.
+    pub(super) fn target<'a>(&'a self, w: &'a Win) -> &'a Target {
+        self.region.as_ref().unwrap_or(&w.peers[self.member].mem)
+    }
 }
 
 impl Mpi {
@@ -114,9 +125,10 @@ impl Mpi {
     }
 
     /// Check an access to member `rank` of window `h` at `disp` with `count`
-    /// elements of `ty`, in an open epoch.
+    /// elements of `ty`, in an open epoch (on a dynamic window, `disp` is an address
+    /// in a region the member attached).
     pub(super) fn access(
-        &self,
+        &mut self,
         h: Handle,
         rank: c_int,
         disp: Aint,
@@ -132,13 +144,30 @@ impl Mpi {
         let disp = disp
             .checked_mul(unit)
             .ok_or_else(|| Error::new(MPI_ERR_DISP, format!("displacement {disp} overflows")))?;
-        let runs = runs(disp, t, count)?;
-        let bytes = t.size * count;
+        let mut runs = runs(disp, t, count)?;
+        let (bytes, prim) = (t.size * count, t.prim);
+        let region = match w.is_dynamic() {
+            false => None,
+            true => {
+                let lo = runs.iter().map(|r| r.0).min().unwrap_or(0);
+                let hi = runs.iter().map(|r| r.0 + r.1).max().unwrap_or(lo);
+                let region = self.region_of(h, member, lo, hi - lo)?;
+                let base = region.addr() as usize;
+                runs = match runs {
+                    Runs::One([(at, len)]) => Runs::One([(at - base, len)]),
+                    Runs::Many(v) => {
+                        Runs::Many(v.into_iter().map(|(at, len)| (at - base, len)).collect())
+                    }
+                };
+                Some(region)
+            }
+        };
         Ok(Access {
             member,
             runs,
             bytes,
-            prim: t.prim,
+            prim,
+            region,
         })
     }
 
@@ -277,7 +306,7 @@ pub(super) unsafe fn rdma(
     };
     let Mpi { wins, msg, .. } = mpi;
     let w: &mut Win = wins.get_mut(win).expect("checked by access");
-    let (target, pending) = (&w.peers[a.member].mem, &w.pending[a.member]);
+    let (target, pending) = (a.target(w), &w.pending[a.member]);
     let mut at = 0;
     for &(off, len) in a.runs.iter() {
         // SAFETY: `local` holds the bytes (the caller's buffer, or the staged copy,
@@ -294,10 +323,11 @@ pub(super) unsafe fn rdma(
     let Some(s) = staged else {
         return Ok(());
     };
+    let direct = target.is_direct();
     w.staged.push(s);
     // A direct target's transfers are done already; those to other members may
     // still be under way, so their staged work waits.
-    if !target.is_direct() {
+    if !direct {
         return Ok(());
     }
     mpi.finish_staged(win, Some(a.member))

@@ -21,6 +21,8 @@
 //! compare-and-swap, the value then the comparand). Answer: 0 then the old data
 //! when wanted, or 1 then the reason it was refused.
 
+use super::dynamic::{self, Attached};
+use super::ops::Access;
 use super::sync::EXCLUSIVE;
 use super::ACC_WORD;
 use crate::datatype::{Pair, Prim};
@@ -51,29 +53,41 @@ pub(super) enum Kind {
     Accumulate = 0,
     /// `target = value` where `target == comparand`.
     CompareSwap = 1,
+    /// No change: the card of the dynamic window's region that holds the bytes
+    /// ([`super::dynamic`]).
+    Region = 2,
 }
 
 /// A window's memory and control block, as its own process reaches them.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 pub struct Exposure {
     base: *mut u8,
     size: usize,
     control: *mut u8,
+    /// A dynamic window's regions (`base` is then 0, offsets are addresses).
+    regions: Option<Attached>,
 }
 
 /// This process's windows, by the context of each window's communicator: what
 /// the server applies requests to.
 pub type Exposures = Rc<RefCell<HashMap<u32, Exposure>>>;
 
-/// Add window `ctx` (its memory `base`/`size`, its control block `control`) to
-/// `exposures`, before any member can know of it.
-pub fn expose(exposures: &Exposures, ctx: u32, base: *mut u8, size: usize, control: *mut u8) {
+/// Add window `ctx` (its memory `base`/`size`, its control block `control`; a
+/// dynamic window's `regions`) to `exposures`, before any member can know of it.
+pub fn expose(
+    exposures: &Exposures,
+    ctx: u32,
+    (base, size): (*mut u8, usize),
+    control: *mut u8,
+    regions: Option<Attached>,
+) {
     exposures.borrow_mut().insert(
         ctx,
         Exposure {
             base,
             size,
             control,
+            regions,
         },
     );
 }
@@ -82,7 +96,7 @@ pub fn expose(exposures: &Exposures, ctx: u32, base: *mut u8, size: usize, contr
 pub fn server(exposures: Exposures) -> Server {
     Box::new(move |r: ServedRequest<'_>, answer: &mut Vec<u8>| {
         let ctx = r.ctx & !SERVED;
-        let Some(e) = exposures.borrow().get(&ctx).copied() else {
+        let Some(e) = exposures.borrow().get(&ctx).cloned() else {
             return refuse(
                 answer,
                 r.tag,
@@ -92,7 +106,7 @@ pub fn server(exposures: Exposures) -> Server {
         };
         // SAFETY: the exposure's memory lives until the window is freed, which
         // removes it first (after every member has passed its last access).
-        match unsafe { apply(&e, r.body, answer) } {
+        match unsafe { apply(&e, r.body, r.source, answer) } {
             Ok(true) => Served::Reply { tag: r.tag, ctx },
             Ok(false) => Served::Later,
             Err(why) => refuse(answer, r.tag, ctx, &why),
@@ -130,6 +144,7 @@ fn parse(b: &[u8]) -> std::result::Result<Parsed<'_>, String> {
     let kind = match b[0] {
         0 => Kind::Accumulate,
         1 => Kind::CompareSwap,
+        2 => Kind::Region,
         k => return Err(format!("unknown request kind {k}")),
     };
     let prim = decode_prim([b[2], b[3], b[4]]).ok_or("an unknown basic kind")?;
@@ -146,8 +161,8 @@ fn parse(b: &[u8]) -> std::result::Result<Parsed<'_>, String> {
     })
 }
 
-/// Apply request `body` to `e` under its accumulate mutex, the answer in
-/// `answer`: `Ok(false)` when the mutex is held (to be offered again).
+/// Apply request `body` from job rank `source` to `e` under its accumulate mutex,
+/// the answer in `answer`: `Ok(false)` when the mutex is held (to be offered again).
 ///
 /// # Safety
 ///
@@ -155,15 +170,35 @@ fn parse(b: &[u8]) -> std::result::Result<Parsed<'_>, String> {
 unsafe fn apply(
     e: &Exposure,
     body: &[u8],
+    source: u32,
     answer: &mut Vec<u8>,
 ) -> std::result::Result<bool, String> {
     let p = parse(body)?;
-    let end = p.offset.checked_add(p.len).filter(|&end| end <= e.size);
-    if end.is_none() {
-        return Err(format!(
-            "{} bytes at offset {} fall outside the window's {} bytes",
-            p.len, p.offset, e.size
-        ));
+    match &e.regions {
+        Some(regions) if p.kind == Kind::Region => {
+            answer.push(0);
+            answer.extend(dynamic::answer(regions, source, p.offset, p.len)?);
+            return Ok(true);
+        }
+        Some(regions) if !dynamic::is_attached(regions, p.offset, p.len) => {
+            return Err(format!(
+                "{} bytes at {:#x} lie in no region attached to the window",
+                p.len, p.offset
+            ));
+        }
+        Some(_) => {}
+        None if p.kind == Kind::Region => {
+            return Err("the window is not dynamic".to_string());
+        }
+        None => {
+            let end = p.offset.checked_add(p.len).filter(|&end| end <= e.size);
+            if end.is_none() {
+                return Err(format!(
+                    "{} bytes at offset {} fall outside the window's {} bytes",
+                    p.len, p.offset, e.size
+                ));
+            }
+        }
     }
     let psize = p.prim.size();
     if p.len % psize != 0 {
@@ -176,6 +211,7 @@ unsafe fn apply(
         Kind::Accumulate if p.op == MPI_NO_OP => 0,
         Kind::Accumulate => p.len,
         Kind::CompareSwap => 2 * p.len,
+        Kind::Region => unreachable!("answered above"),
     };
     if p.operand.len() != need {
         return Err(format!(
@@ -198,9 +234,9 @@ unsafe fn apply(
     {
         return Ok(false);
     }
-    // SAFETY: the range lies inside the window (checked); the mutex keeps other
-    // accumulates from it meanwhile.
-    let at = unsafe { e.base.add(p.offset) };
+    // The range lies inside the window or one of its regions (checked; a dynamic
+    // window's base is 0); the mutex keeps other accumulates from it meanwhile.
+    let at = e.base.wrapping_add(p.offset);
     answer.push(0);
     if p.fetch {
         // SAFETY: as above.
@@ -220,6 +256,7 @@ unsafe fn apply(
             }
             Ok(())
         }
+        Kind::Region => unreachable!("answered above"),
     };
     mutex.fetch_sub(EXCLUSIVE, Ordering::Release);
     applied.map(|()| true)
@@ -293,6 +330,11 @@ pub struct Buffers {
 /// The most answer room kept between calls.
 const ANSWERS_KEPT: usize = 1 << 20;
 
+/// The tag of the answer to a question ([`Mpi::ask`]).
+const ASK_TAG: i32 = ANSWER_TAG - 1;
+/// Room for that answer: a region's base, size and card, or a refusal.
+const ASK_ROOM: usize = 4096;
+
 /// One request to ship.
 pub(super) struct Ship {
     pub(super) kind: Kind,
@@ -313,10 +355,11 @@ fn header(out: &mut Vec<u8>, s: &Ship, fetch: bool, offset: usize, len: usize) {
 }
 
 impl Mpi {
-    /// Ship `s` over the runs `runs` of member `member` of window `win`: the
-    /// operand's packed bytes at `operand` (for a compare-and-swap, one element's
-    /// value then its comparand at `operand + len`), the old data into `fetched`
-    /// (packed) when not null. Complete when it returns.
+    /// Ship `s` over the runs of access `a` to window `win`: the operand's packed
+    /// bytes at `operand` (for a compare-and-swap, one element's value then its
+    /// comparand at `operand + len`), the old data into `fetched` (packed) when not
+    /// null. Complete when it returns. On a dynamic window the request names
+    /// addresses (the runs' offsets from the region's start).
     ///
     /// # Safety
     ///
@@ -325,17 +368,23 @@ impl Mpi {
     pub(super) unsafe fn ship(
         &mut self,
         win: Handle,
-        member: usize,
-        runs: &[(usize, usize)],
+        a: &Access,
         s: &Ship,
         operand: *const u8,
         fetched: *mut u8,
     ) -> Result<()> {
+        let runs = &a.runs;
         let (job, ctx, base) = {
             let w = self.win(win)?;
-            let m = &w.peers[member];
-            (m.job, self.comm(w.comm)?.ctx, m.mem.addr())
+            (
+                w.peers[a.member].job,
+                self.comm(w.comm)?.ctx,
+                a.target(w).addr(),
+            )
         };
+        // Where the request's offsets start: the window's base at the target, or
+        // address 0 on a dynamic window.
+        let origin_of_offsets = if a.region.is_some() { base as usize } else { 0 };
         let psize = s.prim.size();
         let room = self
             .msg
@@ -343,7 +392,7 @@ impl Mpi {
             .unwrap_or(0)
             .saturating_sub(HEADER);
         let step = match s.kind {
-            Kind::Accumulate => room / psize * psize,
+            Kind::Accumulate | Kind::Region => room / psize * psize,
             Kind::CompareSwap => room / 2,
         };
         if step < psize {
@@ -363,7 +412,7 @@ impl Mpi {
         } = &mut b;
         pieces.clear();
         let mut packed = 0;
-        for &(off, len) in runs {
+        for &(off, len) in runs.iter() {
             let mut done = 0;
             while done < len {
                 let mut n = step.min(len - done);
@@ -405,11 +454,12 @@ impl Mpi {
                 }
             }
             at += cap(n);
-            header(request, s, !fetched.is_null(), off, n);
+            header(request, s, !fetched.is_null(), origin_of_offsets + off, n);
             // SAFETY: the caller's contract: the operand holds the piece.
             unsafe {
                 match s.kind {
                     Kind::Accumulate if s.op == MPI_NO_OP => {}
+                    Kind::Region => {}
                     Kind::Accumulate => {
                         request.extend_from_slice(std::slice::from_raw_parts(operand.add(from), n))
                     }
@@ -469,6 +519,53 @@ impl Mpi {
         }
         self.shipping = b;
         first
+    }
+}
+
+impl Mpi {
+    /// Ask member `member` of window `win` question `s` (a [`Kind::Region`]) about
+    /// `len` bytes at `addr`, and wait for the answer: its bytes after the status.
+    pub(super) fn ask(
+        &mut self,
+        win: Handle,
+        member: usize,
+        s: &Ship,
+        addr: usize,
+        len: usize,
+    ) -> Result<Vec<u8>> {
+        let (job, ctx) = {
+            let w = self.win(win)?;
+            (w.peers[member].job, self.comm(w.comm)?.ctx)
+        };
+        let mut request = Vec::with_capacity(HEADER);
+        header(&mut request, s, false, addr, len);
+        let mut answer = vec![0u8; ASK_ROOM];
+        // SAFETY: `answer` outlives the receive, waited for (or cancelled) below.
+        let r = unsafe {
+            self.msg
+                .irecv_in(ctx, answer.as_mut_ptr(), ASK_ROOM, Some(job), Some(ASK_TAG))
+        }?;
+        if let Err(e) = self.msg.send_in(ctx | SERVED, &request, job, ASK_TAG) {
+            self.msg.cancel(r);
+            let _ = self.msg.wait(r);
+            return Err(e.into());
+        }
+        let got = self.msg.wait(r)?.len;
+        answer.truncate(got);
+        match answer.first() {
+            Some(0) => Ok(answer.split_off(1)),
+            Some(1) => Err(Error::new(
+                MPI_ERR_RMA_RANGE,
+                format!(
+                    "rank {job} refused: {}",
+                    String::from_utf8_lossy(&answer[1..])
+                ),
+            )),
+            _ => Err(Error::new(
+                MPI_ERR_INTERN,
+                format!("rank {job} answered a question with {got} bytes"),
+            )),
+        }
     }
 }
 

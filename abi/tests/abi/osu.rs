@@ -3,7 +3,7 @@
 //! run as a user runs them:
 //!
 //! * on this node under `mpiexec`: every point-to-point and one-sided benchmark at 2
-//!   ranks, every blocking and nonblocking collective at 2 and 4 ranks, every
+//!   ranks (the one-sided ones on dynamic windows too), every blocking and nonblocking collective at 2 and 4 ranks, every
 //!   neighbourhood collective at 4 (OSU's own least for its grid), with OSU's own
 //!   check of the data it moved (`-c`) wherever the benchmark has one that holds (not
 //!   `osu_fop_latency`'s, which fails on Open MPI as well);
@@ -324,6 +324,16 @@ fn check_table(b: &Bench, o: &Output, max: usize) -> Result<Vec<(usize, f64)>, S
 /// Runs each of `benches` at `ranks` on this node (`iterations` after `warmup`,
 /// sizes up to `max`); panics naming every one that failed, and how.
 fn run_each(benches: &[Bench], ranks: usize, iterations: u32, warmup: u32, max: usize) {
+    run_each_with(benches, ranks, (iterations, warmup, max), &[]);
+}
+
+/// [`run_each`], each benchmark given `extra` options too.
+fn run_each_with(
+    benches: &[Bench],
+    ranks: usize,
+    (iterations, warmup, max): (u32, u32, usize),
+    extra: &[&str],
+) {
     let bin = suite();
     let _turn = turn();
     let mut failed = Vec::new();
@@ -332,6 +342,7 @@ fn run_each(benches: &[Bench], ranks: usize, iterations: u32, warmup: u32, max: 
         cmd.args(["-n", &ranks.to_string()])
             .arg(bin.join(b.name))
             .args(options(b, iterations, warmup, max))
+            .args(extra)
             // The tcp transport opens beside sm: on loopback only.
             .env("RBTL_BTL_TCP_IF_INCLUDE", "lo");
         let shown = format!("{cmd:?}");
@@ -363,6 +374,18 @@ fn every_point_to_point_benchmark_runs_at_two_ranks() {
 #[test]
 fn every_one_sided_benchmark_runs_at_two_ranks() {
     run_each(ONE_SIDED, 2, 10, 2, 64 << 10);
+}
+
+/// On windows of `MPI_Win_create_dynamic`, the memory attached and reached by
+/// address, with each kind of synchronization OSU offers.
+#[test]
+fn every_one_sided_benchmark_runs_on_a_dynamic_window() {
+    run_each_with(ONE_SIDED, 2, (10, 2, 64 << 10), &["-w", "dynamic"]);
+    let sync = ["lock", "flush_local", "lock_all", "pscw", "fence"];
+    let latency = &ONE_SIDED[..2];
+    for s in sync {
+        run_each_with(latency, 2, (10, 2, 4 << 10), &["-w", "dynamic", "-s", s]);
+    }
 }
 
 #[test]

@@ -26,6 +26,7 @@ impl Window {
             base: self.mem.as_mut_ptr().cast(),
             size: self.mem.len() * 4,
             control: self.control.as_mut_ptr().cast(),
+            regions: None,
         }
     }
 
@@ -34,7 +35,7 @@ impl Window {
         let e = self.exposure();
         let mut answer = Vec::new();
         // SAFETY: `e` describes this window's live vectors.
-        let r = unsafe { apply(&e, body, &mut answer) };
+        let r = unsafe { apply(&e, body, 1, &mut answer) };
         (r, answer)
     }
 }
@@ -186,9 +187,9 @@ fn the_server_answers_a_window_it_does_not_have_with_a_refusal() {
     expose(
         &exposures,
         6,
-        w.mem.as_mut_ptr().cast(),
-        64,
+        (w.mem.as_mut_ptr().cast(), 64),
         w.control.as_mut_ptr().cast(),
+        None,
     );
     let mut serve = server(exposures);
     let body = request(&sum(), false, 0, 4, &ints(&[1]));

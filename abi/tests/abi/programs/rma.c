@@ -15,7 +15,9 @@
  * a window whose base is not 8-byte aligned; and every rank incrementing the same
  * elements of rank 0's window 1000 times at once (int, long long, char modulo
  * 256, double), whose totals must be exact, and 16 KiB get-accumulates mixed with
- * short accumulates on rank 0's window. Request-based operations under lock_all,
+ * short accumulates on rank 0's window. Dynamic windows: regions attached,
+ * reached by address with every kind of operation under lock_all and fences,
+ * detached and attached again, and their errors. Request-based operations under lock_all,
  * waited for together, and refused outside a passive-target epoch. Errors: no
  * epoch, out of the window, a bad rank, a freed window, sizes that do not match,
  * through MPI_ERRORS_RETURN and a user's handler. */
@@ -341,6 +343,110 @@ static void test_requests(int allocate) {
              "request");
   OK(MPI_Win_unlock(right, win));
   OK(MPI_Win_free(&win));
+}
+
+/* --- Dynamic windows (MPI_Win_create_dynamic, attach, detach). --- */
+
+static void test_dynamic(void) {
+  MPI_Win win;
+  OK(MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+  check_attrs(win, MPI_BOTTOM, 0, 1, MPI_WIN_FLAVOR_DYNAMIC);
+  int *a = malloc(N * sizeof(int));
+  long long *b = malloc(8 * sizeof(long long));
+  CHECK(a && b, "out of memory");
+  for (int i = 0; i < N; i++)
+    a[i] = val(rank, i);
+  for (int i = 0; i < 8; i++)
+    b[i] = 0;
+  OK(MPI_Win_attach(win, a, N * sizeof(int)));
+  OK(MPI_Win_attach(win, b, 8 * sizeof(long long)));
+  MPI_Aint mine[2], all[128];
+  OK(MPI_Get_address(a, &mine[0]));
+  OK(MPI_Get_address(b, &mine[1]));
+  OK(MPI_Allgather(mine, 2, MPI_AINT, all, 2, MPI_AINT, MPI_COMM_WORLD));
+  MPI_Aint la = all[2 * left], ra = all[2 * right], b0 = all[1];
+
+  /* Under lock_all: a get, a put, a strided put, sums, a fetch and a swap. */
+  int in[4], out[4], strided[8];
+  long long one = 1, fetched = -1, zero = 0, mark = rank + 1, was = -1;
+  for (int i = 0; i < 4; i++)
+    out[i] = -val(rank, 10 + i) - 1;
+  for (int i = 0; i < 8; i++)
+    strided[i] = 500 + rank * 10 + i;
+  MPI_Datatype every_other;
+  OK(MPI_Type_vector(4, 1, 2, MPI_INT, &every_other));
+  OK(MPI_Type_commit(&every_other));
+  OK(MPI_Win_lock_all(0, win));
+  OK(MPI_Get(in, 4, MPI_INT, left, la + 5 * sizeof(int), 4, MPI_INT, win));
+  OK(MPI_Put(out, 4, MPI_INT, right, ra + 10 * sizeof(int), 4, MPI_INT, win));
+  OK(MPI_Put(strided, 4, MPI_INT, right, ra + 20 * sizeof(int), 1, every_other, win));
+  OK(MPI_Accumulate(&one, 1, MPI_LONG_LONG, 0, b0, 1, MPI_LONG_LONG, MPI_SUM, win));
+  OK(MPI_Fetch_and_op(&one, &fetched, MPI_LONG_LONG, 0, b0 + 8, MPI_SUM, win));
+  OK(MPI_Compare_and_swap(&mark, &zero, &was, MPI_LONG_LONG, right, all[2 * right + 1] + 16,
+                          win));
+  /* Bytes summed: no transport atomic takes them (shipped, or under the mutex). */
+  char c = 1;
+  OK(MPI_Accumulate(&c, 1, MPI_CHAR, 0, b0 + 24, 1, MPI_CHAR, MPI_SUM, win));
+  OK(MPI_Win_flush_all(win));
+  OK(MPI_Win_unlock_all(win));
+  for (int i = 0; i < 4; i++)
+    CHECK(in[i] == val(left, 5 + i), "dynamic get: element %d is %d", i, in[i]);
+  CHECK(fetched >= 0 && fetched < size, "dynamic fetch_and_op fetched %lld", fetched);
+  CHECK(was == 0, "dynamic compare_and_swap found %lld", was);
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Win_sync(win));
+  for (int i = 0; i < 4; i++) {
+    CHECK(a[10 + i] == -val(left, 10 + i) - 1, "dynamic put: element %d is %d", 10 + i,
+          a[10 + i]);
+    CHECK(a[20 + 2 * i] == 500 + left * 10 + i && a[21 + 2 * i] == val(rank, 21 + 2 * i),
+          "dynamic strided put: elements %d, %d are %d, %d", 20 + 2 * i, 21 + 2 * i,
+          a[20 + 2 * i], a[21 + 2 * i]);
+  }
+  CHECK(b[2] == left + 1, "dynamic compare_and_swap left %lld", b[2]);
+  if (rank == 0)
+    CHECK(b[0] == size && b[1] == size && ((char *)b)[24] == (char)size,
+          "dynamic sums: %lld, %lld, %d", b[0], b[1], ((char *)b)[24]);
+  OK(MPI_Type_free(&every_other));
+
+  /* A fence epoch. */
+  OK(MPI_Win_fence(0, win));
+  int x = 7000 + rank;
+  OK(MPI_Put(&x, 1, MPI_INT, right, ra + 40 * sizeof(int), 1, MPI_INT, win));
+  OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
+  CHECK(a[40] == 7000 + left, "dynamic put under fences: %d", a[40]);
+
+  /* Detached and attached again: what peers knew of it is learnt afresh. */
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Win_detach(win, a));
+  a[50] = 9000 + rank;
+  OK(MPI_Win_attach(win, a, N * sizeof(int)));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Win_lock(MPI_LOCK_SHARED, left, 0, win));
+  OK(MPI_Get(&x, 1, MPI_INT, left, la + 50 * sizeof(int), 1, MPI_INT, win));
+  OK(MPI_Win_unlock(left, win));
+  CHECK(x == 9000 + left, "a get after the region was attached again: %d", x);
+
+  /* Errors. */
+  OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+  EXPECT_ERR(MPI_Win_attach(win, a + 1, sizeof(int)), MPI_ERR_RMA_ATTACH, "overlap");
+  EXPECT_ERR(MPI_Win_detach(win, strided), MPI_ERR_RMA_ATTACH, "attached");
+  OK(MPI_Win_lock(MPI_LOCK_SHARED, right, 0, win));
+  EXPECT_ERR(MPI_Get(in, 1, MPI_INT, right, ra + N * sizeof(int), 1, MPI_INT, win),
+             MPI_ERR_RMA_RANGE, "no region");
+  OK(MPI_Win_unlock(right, win));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  int *plain = NULL;
+  MPI_Win other;
+  OK(MPI_Win_allocate(sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &plain,
+                      &other));
+  OK(MPI_Win_set_errhandler(other, MPI_ERRORS_RETURN));
+  EXPECT_ERR(MPI_Win_attach(other, a, sizeof(int)), MPI_ERR_RMA_FLAVOR, "dynamic");
+  OK(MPI_Win_free(&other));
+  OK(MPI_Win_detach(win, a));
+  OK(MPI_Win_detach(win, b));
+  OK(MPI_Win_free(&win));
+  free(a);
+  free(b);
 }
 
 /* --- Post/start/complete/wait and MPI_Win_test. --- */
@@ -828,6 +934,7 @@ int main(int argc, char **argv) {
     test_requests(allocate);
   }
   test_pscw();
+  test_dynamic();
   test_accumulate();
   test_errors(0);
   test_errors(1);

@@ -1,0 +1,271 @@
+//! Dynamic windows (MPI 4.1, 12.2.4): `MPI_Win_create_dynamic`, `MPI_Win_attach` and
+//! `MPI_Win_detach`. A dynamic window starts with no memory; each member attaches
+//! regions of its own, and peers reach them by absolute address (`MPI_Get_address`,
+//! displacement unit 1).
+//!
+//! Attaching exposes the region to the transports, writes down the card that
+//! reaches it for every member, and moves the member's attach count, a word of its
+//! control block (detaching moves it too). An origin asks a region's owner for its
+//! card the first time it reaches an address there (a served request, answered at
+//! the owner's next call into the library, as shipped accumulates are), and keeps
+//! it while the owner's count stays the same: before each access it reads that word
+//! (a load where the control block is mapped here, else a transport atomic) and
+//! forgets what it knew of that member when the count moved. Open MPI's `osc/rdma`
+//! keeps a region table in each member's memory for the same purpose.
+
+use super::shipped::{Kind, Ship};
+use super::{bad_win, Win, COUNT_WORD};
+use crate::datatype::Prim;
+use crate::entry::call;
+use crate::error::{Error, Object, Result};
+use crate::ffi::*;
+use crate::state::Mpi;
+use rbtl::btl::AtomicOp;
+use rbtl::msg::{Atomic, Exposed, Target};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A region attached to a dynamic window here.
+pub struct Region {
+    pub base: usize,
+    pub size: usize,
+    /// Its registration with the transports (dropped at the detach).
+    _exposed: Exposed,
+    /// The card of it for each member, by job rank.
+    cards: HashMap<u32, Vec<u8>>,
+}
+
+/// The regions attached to a dynamic window here: the window's, and the server's
+/// that answers peers' questions about them.
+pub type Attached = Rc<RefCell<Vec<Region>>>;
+
+/// Whether `[addr, addr + len)` lies inside the region at `base` of `size` bytes.
+fn holds(base: usize, size: usize, addr: usize, len: usize) -> bool {
+    addr >= base && addr.checked_add(len).is_some_and(|end| end <= base + size)
+}
+
+/// The card of the region of `attached` that holds `[addr, addr + len)`, for job
+/// rank `rank`, as the answer to a region request: its base, size, then the card.
+pub fn answer(
+    attached: &Attached,
+    rank: u32,
+    addr: usize,
+    len: usize,
+) -> std::result::Result<Vec<u8>, String> {
+    let regions = attached.borrow();
+    let r = regions
+        .iter()
+        .find(|r| holds(r.base, r.size, addr, len))
+        .ok_or_else(|| format!("no region attached here holds {len} bytes at {addr:#x}"))?;
+    let card = r
+        .cards
+        .get(&rank)
+        .ok_or_else(|| format!("rank {rank} is not a member of the window"))?;
+    let mut out = (r.base as u64).to_le_bytes().to_vec();
+    out.extend_from_slice(&(r.size as u64).to_le_bytes());
+    out.extend_from_slice(card);
+    Ok(out)
+}
+
+/// Whether `[addr, addr + len)` lies inside a region of `attached`.
+pub fn is_attached(attached: &Attached, addr: usize, len: usize) -> bool {
+    attached
+        .borrow()
+        .iter()
+        .any(|r| holds(r.base, r.size, addr, len))
+}
+
+/// What an origin knows of a member's regions.
+#[derive(Default)]
+pub struct Known {
+    /// The member's attach count when these were learnt.
+    count: u64,
+    /// Its regions learnt: base, size, and the target that reaches each.
+    regions: Vec<(usize, usize, Target)>,
+}
+
+impl Mpi {
+    /// The region of member `r` of dynamic window `h` that holds `[addr, addr +
+    /// len)`: the target that reaches it (its address is the region's base).
+    pub fn region_of(&mut self, h: Handle, r: usize, addr: usize, len: usize) -> Result<Target> {
+        let count = self.attach_count(h, r)?;
+        let w = self.wins.get_mut(h).ok_or_else(|| bad_win(h))?;
+        let known = &mut w.known[r];
+        if known.count != count {
+            known.regions.clear();
+            known.count = count;
+        }
+        if let Some((.., t)) = known
+            .regions
+            .iter()
+            .find(|(base, size, _)| holds(*base, *size, addr, len))
+        {
+            return Ok(t.clone());
+        }
+        let job = w.peers[r].job;
+        let s = Ship {
+            kind: Kind::Region,
+            prim: Prim::Byte,
+            op: 0,
+        };
+        let answer = self.ask(h, r, &s, addr, len)?;
+        let (base, rest) = answer.split_at_checked(8).ok_or_else(|| malformed(job))?;
+        let (size, card) = rest.split_at_checked(8).ok_or_else(|| malformed(job))?;
+        let base = u64::from_le_bytes(base.try_into().expect("8 bytes")) as usize;
+        let size = u64::from_le_bytes(size.try_into().expect("8 bytes")) as usize;
+        let t = self.msg.target(job, card)?;
+        if !holds(base, size, addr, len) || t.addr() != base as u64 || t.len() != size {
+            return Err(malformed(job));
+        }
+        let w = self.wins.get_mut(h).ok_or_else(|| bad_win(h))?;
+        w.known[r].regions.push((base, size, t.clone()));
+        Ok(t)
+    }
+
+    /// Member `r`'s attach count, read now.
+    fn attach_count(&mut self, h: Handle, r: usize) -> Result<u64> {
+        let Mpi { wins, msg, .. } = self;
+        let w = wins.get(h).ok_or_else(|| bad_win(h))?;
+        let (ctrl, job, p) = (&w.peers[r].ctrl, w.peers[r].job, &w.waited);
+        if let Some(word) = rbtl::msg::Comm::word_here(ctrl, COUNT_WORD)? {
+            return Ok(word.load(Ordering::Acquire));
+        }
+        let mut old = [0u8; 8];
+        // SAFETY: `old` lives until the operation is waited for, just below.
+        unsafe {
+            msg.atomic_on(
+                ctrl,
+                COUNT_WORD,
+                Atomic::Op(AtomicOp::Add, 0),
+                false,
+                old.as_mut_ptr(),
+                p,
+            )
+        }?;
+        msg.complete(p, Some(job))?;
+        Ok(u64::from_ne_bytes(old))
+    }
+
+    /// Attach `size` bytes at `base` to dynamic window `h`.
+    ///
+    /// # Safety
+    ///
+    /// The memory stays mapped until it is detached or the window freed.
+    unsafe fn win_attach(&mut self, h: Handle, base: usize, size: usize) -> Result<()> {
+        let (attached, members, control) = {
+            let w = self.win(h)?;
+            let Some(a) = w.attached.clone() else {
+                return Err(Error::new(
+                    MPI_ERR_RMA_FLAVOR,
+                    "MPI_Win_attach takes a window made by MPI_Win_create_dynamic",
+                ));
+            };
+            let members: Vec<u32> = w.peers.iter().map(|p| p.job).collect();
+            (a, members, w.control_ptr())
+        };
+        if attached
+            .borrow()
+            .iter()
+            .any(|r| base < r.base + r.size && r.base < base + size)
+        {
+            return Err(Error::new(
+                MPI_ERR_RMA_ATTACH,
+                format!("{size} bytes at {base:#x} overlap a region attached already"),
+            ));
+        }
+        // SAFETY: the caller's contract.
+        let exposed = unsafe { self.msg.expose(base, size) }?;
+        let mut cards = HashMap::with_capacity(members.len());
+        for j in members {
+            cards.insert(j, self.msg.card(&exposed, j)?);
+        }
+        attached.borrow_mut().push(Region {
+            base,
+            size,
+            _exposed: exposed,
+            cards,
+        });
+        bump(control);
+        Ok(())
+    }
+
+    /// Detach the region at `base` from dynamic window `h`.
+    fn win_detach(&mut self, h: Handle, base: usize) -> Result<()> {
+        let w = self.win(h)?;
+        let Some(attached) = w.attached.clone() else {
+            return Err(Error::new(
+                MPI_ERR_RMA_FLAVOR,
+                "MPI_Win_detach takes a window made by MPI_Win_create_dynamic",
+            ));
+        };
+        let control = w.control_ptr();
+        let mut regions = attached.borrow_mut();
+        let i = regions.iter().position(|r| r.base == base).ok_or_else(|| {
+            Error::new(
+                MPI_ERR_RMA_ATTACH,
+                format!("no region is attached at {base:#x}"),
+            )
+        })?;
+        bump(control);
+        regions.remove(i);
+        Ok(())
+    }
+}
+
+/// Move the attach count in control block `control` (this process's own).
+fn bump(control: *mut u8) {
+    // SAFETY: the count is an aligned word of the control block, which lives as
+    // long as the window and is reached only atomically.
+    unsafe { AtomicU64::from_ptr(control.add(COUNT_WORD).cast()) }.fetch_add(1, Ordering::AcqRel);
+}
+
+fn malformed(job: u32) -> Error {
+    Error::new(
+        MPI_ERR_INTERN,
+        format!("rank {job} answered a question about its regions with a malformed card"),
+    )
+}
+
+impl Win {
+    /// Whether this is a dynamic window.
+    pub fn is_dynamic(&self) -> bool {
+        self.attached.is_some()
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_create_dynamic(
+    _info: Handle,
+    comm: Handle,
+    win: *mut Handle,
+) -> c_int {
+    call("MPI_Win_create_dynamic", Object::Comm(comm), |mpi| {
+        crate::error::non_null(win, MPI_ERR_ARG, "window")?;
+        let h = mpi.win_create_dynamic(comm)?;
+        // SAFETY: checked not null.
+        unsafe { win.write(h) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_attach(win: Handle, base: *mut c_void, size: Aint) -> c_int {
+    call("MPI_Win_attach", Object::Win(win), |mpi| {
+        let size = usize::try_from(size)
+            .map_err(|_| Error::new(MPI_ERR_SIZE, format!("region size {size} is negative")))?;
+        if base.is_null() && size > 0 {
+            return Err(Error::new(MPI_ERR_BUFFER, "the region's base is null"));
+        }
+        // SAFETY: the binding's contract: the memory stays until detached.
+        unsafe { mpi.win_attach(win, base as usize, size) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_detach(win: Handle, base: *const c_void) -> c_int {
+    call("MPI_Win_detach", Object::Win(win), |mpi| {
+        mpi.win_detach(win, base as usize)
+    })
+}
