@@ -105,14 +105,14 @@ pub(super) struct Access {
     /// The target type's basic kind.
     pub(super) prim: Option<Prim>,
     /// On a dynamic window, the region that holds the runs (their offsets are from
-    /// its start).
-    pub(super) region: Option<Target>,
+    /// its start). Boxed: a target is large, and an access moves on every call.
+    pub(super) region: Option<Box<Target>>,
 }
 
 impl Access {
     /// The memory of window `w` it reaches: the member's, or its region's.
     pub(super) fn target<'a>(&'a self, w: &'a Win) -> &'a Target {
-        self.region.as_ref().unwrap_or(&w.peers[self.member].mem)
+        self.region.as_deref().unwrap_or(&w.peers[self.member].mem)
     }
 }
 
@@ -144,31 +144,34 @@ impl Mpi {
         let disp = disp
             .checked_mul(unit)
             .ok_or_else(|| Error::new(MPI_ERR_DISP, format!("displacement {disp} overflows")))?;
-        let mut runs = runs(disp, t, count)?;
-        let (bytes, prim) = (t.size * count, t.prim);
-        let region = match w.is_dynamic() {
-            false => None,
-            true => {
-                let lo = runs.iter().map(|r| r.0).min().unwrap_or(0);
-                let hi = runs.iter().map(|r| r.0 + r.1).max().unwrap_or(lo);
-                let region = self.region_of(h, member, lo, hi - lo)?;
-                let base = region.addr() as usize;
-                runs = match runs {
-                    Runs::One([(at, len)]) => Runs::One([(at - base, len)]),
-                    Runs::Many(v) => {
-                        Runs::Many(v.into_iter().map(|(at, len)| (at - base, len)).collect())
-                    }
-                };
-                Some(region)
-            }
-        };
-        Ok(Access {
+        let a = Access {
             member,
-            runs,
-            bytes,
-            prim,
-            region,
-        })
+            runs: runs(disp, t, count)?,
+            bytes: t.size * count,
+            prim: t.prim,
+            region: None,
+        };
+        if w.is_dynamic() {
+            return self.in_region(h, a);
+        }
+        Ok(a)
+    }
+
+    /// Access `a` to a dynamic window `h`, its runs' offsets addresses: the region
+    /// that holds them found, the offsets made the region's.
+    #[cold]
+    #[inline(never)]
+    fn in_region(&mut self, h: Handle, mut a: Access) -> Result<Access> {
+        let lo = a.runs.iter().map(|r| r.0).min().unwrap_or(0);
+        let hi = a.runs.iter().map(|r| r.0 + r.1).max().unwrap_or(lo);
+        let region = self.region_of(h, a.member, lo, hi - lo)?;
+        let base = region.addr() as usize;
+        a.runs = match a.runs {
+            Runs::One([(at, len)]) => Runs::One([(at - base, len)]),
+            Runs::Many(v) => Runs::Many(v.into_iter().map(|(at, len)| (at - base, len)).collect()),
+        };
+        a.region = Some(Box::new(region));
+        Ok(a)
     }
 
     /// The origin's data for access `a` as packed bytes: its address (the buffer
