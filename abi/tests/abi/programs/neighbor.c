@@ -84,6 +84,13 @@ static void check_block(const struct hood *h, int i, const int *at, int k, int s
   }
 }
 
+/* Every block of a receive, block i at buf + i * stride ints. */
+static void check_blocks(const struct hood *h, const int *buf, int stride, int k, int same,
+                         const char *what) {
+  for (int i = 0; i < h->in; i++)
+    check_block(h, i, buf + i * stride, k, same, what);
+}
+
 static void fill(int *p, int n) {
   for (int i = 0; i < n; i++)
     p[i] = -7;
@@ -102,8 +109,7 @@ static void test_hood(const struct hood *h, const char *name) {
   snprintf(what, sizeof what, "%s allgather", name);
   fill(rbuf, 16 * 2 * K);
   OK(MPI_Neighbor_allgather(one, K, MPI_INT, rbuf, K, MPI_INT, h->comm));
-  for (int i = 0; i < h->in; i++)
-    check_block(h, i, rbuf + i * K, K, 1, what);
+  check_blocks(h, rbuf, K, K, 1, what);
 
   /* Into every other int: a strided receive type. */
   snprintf(what, sizeof what, "%s allgather, strided", name);
@@ -142,8 +148,7 @@ static void test_hood(const struct hood *h, const char *name) {
   snprintf(what, sizeof what, "%s alltoall", name);
   fill(rbuf, 16 * 2 * K);
   OK(MPI_Neighbor_alltoall(sbuf, K, MPI_INT, rbuf, K, MPI_INT, h->comm));
-  for (int i = 0; i < h->in; i++)
-    check_block(h, i, rbuf + i * K, K, 0, what);
+  check_blocks(h, rbuf, K, K, 0, what);
 
   snprintf(what, sizeof what, "%s neighbor_alltoall_init", name);
   MPI_Request per;
@@ -153,8 +158,7 @@ static void test_hood(const struct hood *h, const char *name) {
     fill(rbuf, 16 * 2 * K);
     OK(MPI_Start(&per));
     OK(MPI_Wait(&per, MPI_STATUS_IGNORE));
-    for (int i = 0; i < h->in; i++)
-      check_block(h, i, rbuf + i * K, K, 0, what);
+    check_blocks(h, rbuf, K, K, 0, what);
   }
   OK(MPI_Request_free(&per));
 
@@ -163,8 +167,7 @@ static void test_hood(const struct hood *h, const char *name) {
   MPI_Request req;
   OK(MPI_Ineighbor_alltoall(sbuf, K, MPI_INT, rbuf, K, MPI_INT, h->comm, &req));
   OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
-  for (int i = 0; i < h->in; i++)
-    check_block(h, i, rbuf + i * K, K, 0, what);
+  check_blocks(h, rbuf, K, K, 0, what);
 
   /* alltoallv: K ints each, receive blocks 5 ints apart, send blocks K apart. */
   snprintf(what, sizeof what, "%s alltoallv", name);
@@ -180,8 +183,7 @@ static void test_hood(const struct hood *h, const char *name) {
   fill(rbuf, 16 * 2 * K);
   OK(MPI_Neighbor_alltoallv(sbuf, scounts, sdispls, MPI_INT, rbuf, counts, displs, MPI_INT,
                             h->comm));
-  for (int i = 0; i < h->in; i++)
-    check_block(h, i, rbuf + 5 * i, K, 0, what);
+  check_blocks(h, rbuf, 5, K, 0, what);
 
   /* alltoallw, nonblocking: byte displacements, receive blocks in reverse order. */
   snprintf(what, sizeof what, "%s ineighbor_alltoallw", name);
@@ -217,11 +219,9 @@ static void test_hood(const struct hood *h, const char *name) {
   OK(MPI_Ineighbor_alltoallv(sbuf, scounts, sdispls, MPI_INT, r4, counts, packed, MPI_INT,
                              h->comm, &reqs[2]));
   OK(MPI_Waitall(3, reqs, MPI_STATUSES_IGNORE));
-  for (int i = 0; i < h->in; i++) {
-    check_block(h, i, r2 + i * K, K, 1, what);
-    check_block(h, i, r3 + 5 * i, K, 1, what);
-    check_block(h, i, r4 + i * K, K, 0, what);
-  }
+  check_blocks(h, r2, K, K, 1, what);
+  check_blocks(h, r3, 5, K, 1, what);
+  check_blocks(h, r4, K, K, 0, what);
 }
 
 static void test_errors(const struct hood *cart) {
