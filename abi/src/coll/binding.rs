@@ -1,7 +1,8 @@
 //! The macros that write the collectives' bindings (blocking, nonblocking,
-//! persistent) from the expression that builds each one's schedule. A binding `PMPI_X` reports its errors as `MPI_X`, through
-//! the handler of its communicator (every collective's last argument, before a
-//! nonblocking one's request).
+//! persistent) from the expression that builds each one's schedule. A binding
+//! `PMPI_X` reports its errors as `MPI_X`, through the handler of its communicator
+//! (every collective's last argument, before a nonblocking or persistent one's info
+//! and request).
 
 /// The last of a list of identifiers.
 macro_rules! last {

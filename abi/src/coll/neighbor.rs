@@ -1,8 +1,9 @@
 //! Neighbourhood collectives (MPI 4.1, 8.6): `MPI_Neighbor_allgather(v)` and
-//! `MPI_Neighbor_alltoall(v, w)`, blocking and nonblocking, on a communicator with a
-//! Cartesian or distributed-graph topology ([`Mpi::neighbours`]). Each is one round,
-//! as Open MPI's `coll/basic` does them: a receive from every source into its block
-//! and a send to every destination, all at once. A neighbour beyond a grid's edge
+//! `MPI_Neighbor_alltoall(v, w)`, blocking, nonblocking and persistent, on a
+//! communicator with a Cartesian or distributed-graph topology
+//! ([`Mpi::neighbours`]). Each is one round, as Open MPI's `coll/basic` does them: a
+//! receive from every source into its block and a send to every destination, all at
+//! once. A neighbour beyond a grid's edge
 //! (`MPI_PROC_NULL`) moves nothing, and its receive block stays as it was. There is
 //! no `MPI_IN_PLACE` for these (the standard has none).
 
@@ -62,8 +63,14 @@ impl Side {
             // SAFETY: the caller's contract.
             let (count, offset) = unsafe {
                 match self.displs {
-                    Displs::Equal(k) => (k, i as isize * k as isize * extent),
-                    Displs::Extents(c, d) => (array(c, n)?[i], array(d, n)?[i] as isize * extent),
+                    Displs::Equal(k) => (
+                        k,
+                        (i as isize).wrapping_mul(k as isize).wrapping_mul(extent),
+                    ),
+                    Displs::Extents(c, d) => (
+                        array(c, n)?[i],
+                        (array(d, n)?[i] as isize).wrapping_mul(extent),
+                    ),
                     Displs::Bytes(c, d) => (array(c, n)?[i], array(d, n)?[i]),
                 }
             };

@@ -165,10 +165,16 @@ impl Mpi {
             let members: Vec<u32> = w.peers.iter().map(|p| p.job).collect();
             (a, members, w.control_ptr())
         };
+        let end = base.checked_add(size).ok_or_else(|| {
+            Error::new(
+                MPI_ERR_SIZE,
+                format!("{size} bytes at {base:#x} pass the end of the address space"),
+            )
+        })?;
         if attached
             .borrow()
             .iter()
-            .any(|r| base < r.base + r.size && r.base < base + size)
+            .any(|r| base < r.base + r.size && r.base < end)
         {
             return Err(Error::new(
                 MPI_ERR_RMA_ATTACH,

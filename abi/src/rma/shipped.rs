@@ -15,11 +15,13 @@
 //! like any message it receives; the origin waits for every piece's answer before
 //! the call returns.
 //!
-//! Request (little-endian): kind (0 accumulate, 1 compare-and-swap), whether the
-//! old data is wanted, the basic kind (3 bytes), the operation (u64), the offset
-//! and length in the target's window (u64 each), then the operand (for a
-//! compare-and-swap, the value then the comparand). Answer: 0 then the old data
-//! when wanted, or 1 then the reason it was refused.
+//! Request (little-endian): kind (0 accumulate, 1 compare-and-swap, 2 the region
+//! of a dynamic window that holds the bytes), whether the old data is wanted, the
+//! basic kind (3 bytes), the operation (u64), the offset and length in the target's
+//! window (u64 each; on a dynamic window the offset is an address), then the
+//! operand (for a compare-and-swap, the value then the comparand). Answer: 0 then
+//! the old data when wanted (for a region: its base, size and card), or 1 then the
+//! reason it was refused.
 
 use super::dynamic::{self, Attached};
 use super::ops::Access;
@@ -382,9 +384,9 @@ impl Mpi {
                 a.target(w).addr(),
             )
         };
-        // Where the request's offsets start: the window's base at the target, or
-        // address 0 on a dynamic window.
-        let origin_of_offsets = if a.region.is_some() { base as usize } else { 0 };
+        // The target's server counts offsets from its window's base; on a dynamic
+        // window it takes addresses: the region's base added here.
+        let added = if a.region.is_some() { base as usize } else { 0 };
         let psize = s.prim.size();
         let room = self
             .msg
@@ -454,7 +456,7 @@ impl Mpi {
                 }
             }
             at += cap(n);
-            header(request, s, !fetched.is_null(), origin_of_offsets + off, n);
+            header(request, s, !fetched.is_null(), added + off, n);
             // SAFETY: the caller's contract: the operand holds the piece.
             unsafe {
                 match s.kind {
