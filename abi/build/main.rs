@@ -1,7 +1,9 @@
 //! Writes, from `spec/mpi.spec`: the project's `mpi.h`, the library's constants
-//! (`consts.rs`) and its exported entry points (`entries.rs`), into `OUT_DIR`.
+//! (`consts.rs`), its exported entry points (`entries.rs`) and the large-count
+//! bindings its `int` ones serve (`large_count.rs`), into `OUT_DIR`.
 
 mod header;
+mod large;
 mod rust;
 mod spec;
 
@@ -16,13 +18,16 @@ fn main() {
     println!("cargo:rerun-if-changed={}", table.display());
     println!("cargo:rerun-if-changed={}", dir.join("src").display());
     let items = spec::parse(&std::fs::read_to_string(&table).expect("spec/mpi.spec"));
-    let implemented = rust::scan(&dir.join("src"));
+    let mut implemented = rust::scan(&dir.join("src"));
+    let (large_count, narrowed) = large::wrappers(&items, &implemented);
+    implemented.extend(narrowed);
     let write = |name: &str, text: String| {
         std::fs::write(out.join(name), text).unwrap_or_else(|e| panic!("writing {name}: {e}"))
     };
     write("mpi.h", header::header(&items));
     write("consts.rs", rust::constants(&items));
     write("entries.rs", rust::entries(&items, &implemented));
+    write("large_count.rs", large_count);
     let mut done: Vec<&str> = implemented.keys().map(String::as_str).collect();
     done.sort();
     write("implemented.txt", done.join("\n") + "\n");

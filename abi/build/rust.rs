@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 /// The handle types (`typedef struct MPI_ABI_X* MPI_X`).
-fn handle_types(items: &[Item]) -> Vec<&str> {
+pub fn handle_types(items: &[Item]) -> Vec<&str> {
     items
         .iter()
         .filter_map(|i| match i {
@@ -127,16 +127,23 @@ pub fn entries(items: &[Item], implemented: &BTreeMap<String, String>) -> String
 }
 
 /// The body of a function not written: its refusal, through the error handler of
-/// the communicator, window, file or session it names (else `MPI_COMM_SELF`'s);
-/// and which parameter that object is.
+/// the object it names ([`object`]); and which parameter that object is.
 fn refusal(f: &Function) -> (String, Option<usize>) {
     let name = &f.name;
     if name.starts_with("MPI_T_") {
         return (format!("crate::error::unsupported_tool(\"{name}\")"), None);
     }
+    let (o, i) = object(f);
+    (format!("crate::error::unsupported(\"{name}\", {o})"), i)
+}
+
+/// The object whose error handler `f`'s errors go through, as a Rust expression:
+/// the communicator, window, file or session it names (else `MPI_COMM_SELF`'s); and
+/// which parameter that object is.
+pub fn object(f: &Function) -> (String, Option<usize>) {
     // The file functions report to a file's handler (MPI_FILE_NULL's without a
     // file, MPI_ERRORS_RETURN by default), even those given a communicator.
-    let file = name.starts_with("MPI_File_");
+    let file = f.name.starts_with("MPI_File_");
     let object = f.params.iter().enumerate().find_map(|(i, p)| {
         let kind = match p.base.as_str() {
             "MPI_File" => "File",
@@ -154,23 +161,17 @@ fn refusal(f: &Function) -> (String, Option<usize>) {
         })
     });
     match object {
-        Some((i, o)) => (
-            format!("crate::error::unsupported(\"{name}\", {o})"),
-            Some(i),
-        ),
+        Some((i, o)) => (o, Some(i)),
         None if file => (
-            format!("crate::error::unsupported(\"{name}\", crate::error::Object::File(crate::ffi::MPI_FILE_NULL))"),
+            "crate::error::Object::File(crate::ffi::MPI_FILE_NULL)".to_string(),
             None,
         ),
-        None => (
-            format!("crate::error::unsupported(\"{name}\", crate::error::Object::None)"),
-            None,
-        ),
+        None => ("crate::error::Object::None".to_string(), None),
     }
 }
 
 /// A parameter's name, clear of Rust's keywords.
-fn rust_name(name: &str) -> String {
+pub fn rust_name(name: &str) -> String {
     match name {
         "type" | "ref" | "in" | "fn" | "mod" | "use" | "box" | "match" => format!("{name}_"),
         _ => name.to_string(),

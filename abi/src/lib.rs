@@ -18,6 +18,7 @@
 //! | [`coll`] | blocking and nonblocking collectives, as schedules |
 //! | [`op`] | reduction operations |
 //! | [`rma`] | one-sided windows |
+//! | [`large_count`] | the large-count (`_c`) bindings their `int` twins serve |
 //!
 //! The library gives `MPI_THREAD_SERIALIZED` (see [`global`]).
 
@@ -36,6 +37,7 @@ pub mod fortran;
 pub mod global;
 pub mod handles;
 pub mod info;
+pub mod large_count;
 pub mod op;
 pub mod p2p;
 pub mod request;

@@ -12,6 +12,8 @@
 //! * `comm`: communicators, groups, attributes, names, topologies, info objects.
 //! * `coll`: every collective, blocking and nonblocking, against results computed
 //!   locally, at 1 to 8 ranks.
+//! * `large`: the large-count (`_c`) bindings that their `int` twins serve, and a
+//!   count beyond `int` refused, at 1 to 3 ranks.
 //! * `neighbor`: the neighbourhood collectives, blocking and nonblocking, on a
 //!   Cartesian grid (edges, and a neighbour on both sides) and on a distributed
 //!   graph (repeated edges, a rank its own neighbour), at 1 to 6 ranks.
@@ -147,6 +149,11 @@ fn comm() {
 #[test]
 fn coll() {
     passes("coll", &[1, 2, 3, 4, 5, 6, 7, 8]);
+}
+
+#[test]
+fn large_count() {
+    passes("large", &[1, 2, 3]);
 }
 
 #[test]
