@@ -321,7 +321,7 @@ fn fatal() {
 
 int main(int argc, char **argv) {{
   start("fatal", &argc, &argv);
-  if (check_rank == 0) {{
+  if (rank == 0) {{
     printf("REACHED unsupported\n");
     fflush(stdout);
     int rc = {call};

@@ -7,7 +7,6 @@
  * MPI_Finalize, when MPI still works. */
 #include "check.h"
 
-static int rank, size;
 static int op_calls, op_failures;
 static int copy_ok, delete_ok, self_ok;
 
@@ -63,8 +62,6 @@ static int self_delete(MPI_Comm c, int key, void *value, void *extra) {
 
 int main(int argc, char **argv) {
   start("callbacks", &argc, &argv);
-  rank = check_rank;
-  size = check_size;
   /* A failed call inside a callback is reported here, not fatal there. */
   errors_return(MPI_COMM_WORLD, 1);
   errors_return(MPI_COMM_SELF, 1);

@@ -11,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int check_rank = -1, check_size = -1;
+/* This process's rank in MPI_COMM_WORLD and the world's size, once started. */
+static int rank = -1, size = -1;
 static const char *check_program = "?";
 
 static void check_fail(const char *file, int line, const char *fmt, ...)
@@ -23,9 +24,9 @@ static void check_fail(const char *file, int line, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(what, sizeof what, fmt, ap);
   va_end(ap);
-  printf("FAIL rank %d: %s (%s:%d)\n", check_rank, what, file, line);
+  printf("FAIL rank %d: %s (%s:%d)\n", rank, what, file, line);
   fflush(stdout);
-  fprintf(stderr, "FAIL rank %d: %s (%s:%d)\n", check_rank, what, file, line);
+  fprintf(stderr, "FAIL rank %d: %s (%s:%d)\n", rank, what, file, line);
   fflush(stderr);
   MPI_Abort(MPI_COMM_WORLD, 1);
   exit(1);
@@ -99,14 +100,14 @@ static inline void start(const char *program, int *argc, char ***argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   check_program = program;
   OK(MPI_Init(argc, argv));
-  OK(MPI_Comm_rank(MPI_COMM_WORLD, &check_rank));
-  OK(MPI_Comm_size(MPI_COMM_WORLD, &check_size));
+  OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
 }
 
 /* End MPI and report this rank's success. */
 static inline int finish(void) {
   OK(MPI_Finalize());
-  printf("PASS %s rank %d/%d\n", check_program, check_rank, check_size);
+  printf("PASS %s rank %d/%d\n", check_program, rank, size);
   fflush(stdout);
   return 0;
 }

@@ -18,8 +18,6 @@
 #include "check.h"
 #include <time.h>
 
-static int rank, size;
-
 /* --- Reference inputs: what rank r holds at element i. --- */
 
 static int ival(int r, int i) { return (r * 7 + i * 3) % 11 - 5; }
@@ -1412,8 +1410,6 @@ static void test_persistent(void) {
 
 int main(int argc, char **argv) {
   start("coll", &argc, &argv);
-  rank = check_rank;
-  size = check_size;
   CHECK(size <= 64, "coll runs at 64 ranks at most, not %d", size);
   setup();
   test_bcast();

@@ -19,8 +19,6 @@
 #pragma GCC diagnostic ignored "-Wstringop-overflow"
 #endif
 
-static int rank, size;
-
 static void expect_compare(MPI_Comm a, MPI_Comm b, int want, const char *what) {
   int r = -1;
   OK(MPI_Comm_compare(a, b, &r));
@@ -718,8 +716,6 @@ static void test_fortran_handles(void) {
 
 int main(int argc, char **argv) {
   start("comm", &argc, &argv);
-  rank = check_rank;
-  size = check_size;
   test_basics();
   test_split();
   test_create();

@@ -11,8 +11,6 @@
 #include "check.h"
 #include <stddef.h>
 
-static int rank, size;
-
 static void expect_layout(MPI_Datatype t, int tsize, MPI_Aint lb, MPI_Aint extent,
                           MPI_Aint true_lb, MPI_Aint true_extent, const char *what) {
   int s = -1;
@@ -552,8 +550,6 @@ static void test_transfers(void) {
 
 int main(int argc, char **argv) {
   start("datatype", &argc, &argv);
-  rank = check_rank;
-  size = check_size;
   CHECK(size >= 2, "datatype needs 2 ranks or more, not %d", size);
   test_predefined();
   test_constructors();

@@ -11,7 +11,7 @@
  * MPI_Comm_call_errhandler. Error classes, codes and strings of the program's own. */
 #include "check.h"
 
-static int rank, size, flag_unused;
+static int flag_unused;
 
 /* A user operation that is never applied. */
 static void never(void *in, void *inout, int *len, MPI_Datatype *type) {
@@ -382,10 +382,8 @@ int main(int argc, char **argv) {
   test_environment_before();
   int provided = -1;
   OK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
-  OK(MPI_Comm_rank(MPI_COMM_WORLD, &check_rank));
-  OK(MPI_Comm_size(MPI_COMM_WORLD, &check_size));
-  rank = check_rank;
-  size = check_size;
+  OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
   test_environment(provided);
   /* Errors on the world, and those of no object (MPI_COMM_SELF's), returned. */
   errors_return(MPI_COMM_WORLD, 1);

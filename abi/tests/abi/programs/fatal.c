@@ -27,7 +27,7 @@ static void stuck(void) {
 int main(int argc, char **argv) {
   start("fatal", &argc, &argv);
   const char *what = argc > 1 ? argv[1] : "";
-  int rank = check_rank, size = check_size, x = 0, rc = MPI_SUCCESS;
+  int x = 0, rc = MPI_SUCCESS;
   if (strcmp(what, "send") == 0) {
     /* A bad rank on the world. */
     if (rank == 0) {

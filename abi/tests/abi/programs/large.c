@@ -9,8 +9,6 @@
  * MPI_ERR_COUNT, naming the limit. */
 #include "check.h"
 
-static int rank, size;
-
 static void test_p2p(void) {
   int right = (rank + 1) % size, left = (rank + size - 1) % size;
   int out[5] = {rank, rank + 1, rank + 2, rank + 3, rank + 4}, in[5] = {0};
@@ -115,8 +113,6 @@ static void test_rma(void) {
 
 int main(int argc, char **argv) {
   start("large", &argc, &argv);
-  rank = check_rank;
-  size = check_size;
   test_p2p();
   test_coll();
   test_types_and_packing();

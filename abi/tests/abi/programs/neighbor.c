@@ -15,8 +15,6 @@
  * Errors: no topology, MPI_IN_PLACE. */
 #include "check.h"
 
-static int rank, size;
-
 /* What rank r sends in its block j. */
 static int sent(int r, int j) { return 1000 * r + j + 1; }
 
@@ -238,8 +236,6 @@ static void test_errors(const struct hood *cart) {
 
 int main(int argc, char **argv) {
   start("neighbor", &argc, &argv);
-  rank = check_rank;
-  size = check_size;
   CHECK(size <= 8, "neighbor runs at 8 ranks at most");
   struct hood cart, graph;
   cart_hood(&cart);

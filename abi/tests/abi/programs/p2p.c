@@ -13,8 +13,6 @@
  * MPI_PROC_NULL; large messages, contiguous and not. */
 #include "check.h"
 
-static int rank, size;
-
 static void fill(int *b, int n, int seed) {
   for (int i = 0; i < n; i++)
     b[i] = seed * 100000 + i;
@@ -1019,8 +1017,6 @@ static void test_large(void) {
 
 int main(int argc, char **argv) {
   start("p2p", &argc, &argv);
-  rank = check_rank;
-  size = check_size;
   CHECK(size >= 2, "p2p needs 2 ranks or more, not %d", size);
   test_standard();
   test_synchronous();

@@ -24,7 +24,7 @@
 #include "check.h"
 #include <stddef.h>
 
-static int rank, size, left, right;
+static int left, right;
 
 /* What rank r's window holds at element i to begin with. */
 static int val(int r, int i) { return r * 1000 + i; }
@@ -916,8 +916,6 @@ static void held_lock(void) {
 
 int main(int argc, char **argv) {
   start("rma", &argc, &argv);
-  rank = check_rank;
-  size = check_size;
   if (argc > 1 && strcmp(argv[1], "held-lock") == 0) {
     CHECK(size == 2, "held-lock runs at 2 ranks");
     held_lock();

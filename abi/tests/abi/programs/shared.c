@@ -21,8 +21,6 @@
 #include "check.h"
 #include <stddef.h>
 
-static int rank, size;
-
 /* Ints in rank r's part (rank 1 asks for none). */
 static int ints_of(int r) { return r == 1 ? 0 : 64 + 16 * r; }
 
@@ -201,8 +199,6 @@ static void refused(void) {
 
 int main(int argc, char **argv) {
   start("shared", &argc, &argv);
-  rank = check_rank;
-  size = check_size;
   if (argc > 1 && strcmp(argv[1], "refused") == 0) {
     CHECK(size > 1, "refused runs at 2 ranks or more");
     refused();

@@ -127,7 +127,7 @@ int main(int argc, char **argv) {
     /* maxprocs matters at the root only: the root refuses, every rank hears. */
     int rc = MPI_Comm_spawn(argv[0], args, 0, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter,
                             MPI_ERRCODES_IGNORE);
-    if (check_rank == 0)
+    if (rank == 0)
       EXPECT_ERR(rc, MPI_ERR_ARG, "maxprocs");
     else
       EXPECT_ERR(rc, MPI_ERR_SPAWN, "maxprocs");
@@ -142,15 +142,15 @@ int main(int argc, char **argv) {
     int rs = -1, ls = -1;
     OK(MPI_Comm_remote_size(inter, &rs));
     OK(MPI_Comm_size(inter, &ls));
-    CHECK(rs == CHILDREN && ls == check_size, "sizes: remote %d, local %d", rs, ls);
+    CHECK(rs == CHILDREN && ls == size, "sizes: remote %d, local %d", rs, ls);
     exchange(inter, 1);
     OK(MPI_Barrier(inter));
-    merge(inter, 0, check_size);
+    merge(inter, 0, size);
     send_pids(inter, 1, NULL);
   } else {
     check_program = "spawn-child";
     CHECK(argc == 2 && strcmp(argv[1], "child") == 0, "the child's arguments (%d)", argc);
-    CHECK(check_size == CHILDREN, "the children's world holds %d", check_size);
+    CHECK(size == CHILDREN, "the children's world holds %d", size);
     int *appnum = NULL;
     OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &appnum, &flag));
     CHECK(flag && *appnum == 0, "MPI_APPNUM");
