@@ -39,6 +39,8 @@ fn passes(c: &Function, f: &Function) -> Option<Vec<Pass>> {
         .collect()
 }
 
+/// How parameter `large` of the large-count binding reaches `twin`, the same
+/// parameter of its `int` form.
 fn pass(large: &Param, twin: &Param) -> Option<Pass> {
     if large.name != twin.name || large.pointers != twin.pointers {
         return None;
