@@ -3,19 +3,75 @@
 //! communicator with a Cartesian or distributed-graph topology
 //! ([`Mpi::neighbours`]). Each is one round, as Open MPI's `coll/basic` does them: a
 //! receive from every source into its block and a send to every destination, all at
-//! once. A neighbour beyond a grid's edge
-//! (`MPI_PROC_NULL`) moves nothing, and its receive block stays as it was. There is
-//! no `MPI_IN_PLACE` for these (the standard has none).
+//! once. A neighbour beyond a grid's edge (`MPI_PROC_NULL`) moves nothing, and its
+//! receive block stays as it was. There is no `MPI_IN_PLACE` for these (the standard
+//! has none).
 
 use super::args;
 use super::build::in_place;
 use super::schedule::{Loc, Schedule, Xfer};
 use super::{run_in_state, Members};
+use crate::comm::topo::Topology;
 use crate::entry::call;
 use crate::error::{array, Error, Object, Result};
 use crate::ffi::*;
 use crate::p2p::check_count;
 use crate::state::Mpi;
+
+/// A communicator's neighbours in its topology, as its ranks, each list in the order
+/// of the blocks of a neighbourhood collective's buffers.
+pub struct Neighbours {
+    /// Whom blocks are received from (`MPI_PROC_NULL` beyond a grid's edge).
+    pub sources: Vec<c_int>,
+    /// Whom blocks are sent to.
+    pub destinations: Vec<c_int>,
+    /// The order in which the sends are posted (indices of `destinations`). On a grid,
+    /// toward +1 before -1 in each dimension, where the receives are posted from -1
+    /// before +1: where one process is the neighbour on both sides (a periodic
+    /// dimension of 1 or 2), messages between two processes match in the order they
+    /// are posted, so what goes toward +1 lands in the block from -1.
+    pub send_order: Vec<usize>,
+}
+
+impl Mpi {
+    /// The neighbours of `comm` in its topology (MPI 4.1, 8.6): on a Cartesian grid,
+    /// for each dimension, the process at -1 then at +1, both as sources and as
+    /// destinations; in a distributed graph, its sources and destinations.
+    pub fn neighbours(&self, comm: Handle) -> Result<Neighbours> {
+        let c = self.comm(comm)?;
+        match &c.topo {
+            Some(Topology::Cart { dims, periods }) => {
+                let me = Topology::coords(dims, c.rank as c_int);
+                let mut around = Vec::with_capacity(2 * dims.len());
+                let mut send_order = Vec::with_capacity(2 * dims.len());
+                for d in 0..dims.len() {
+                    for shift in [-1, 1] {
+                        around.push(Topology::shifted(dims, periods, &me, d, shift));
+                    }
+                    send_order.extend([2 * d + 1, 2 * d]);
+                }
+                Ok(Neighbours {
+                    sources: around.clone(),
+                    destinations: around,
+                    send_order,
+                })
+            }
+            Some(Topology::DistGraph {
+                sources,
+                destinations,
+                ..
+            }) => Ok(Neighbours {
+                sources: sources.clone(),
+                destinations: destinations.clone(),
+                send_order: (0..destinations.len()).collect(),
+            }),
+            None => Err(Error::new(
+                MPI_ERR_TOPOLOGY,
+                "a neighbourhood collective needs a communicator with a Cartesian or distributed-graph topology",
+            )),
+        }
+    }
+}
 
 /// Where the displacements of a side's blocks are.
 #[derive(Clone, Copy)]
@@ -161,7 +217,7 @@ impl Mpi {
 fn one_round(
     s: &mut Schedule,
     m: &Members,
-    n: &crate::comm::topo::Neighbours,
+    n: &Neighbours,
     into: &[(Loc, usize)],
     from: &[(Loc, usize)],
 ) {

@@ -39,6 +39,20 @@ impl Topology {
         out
     }
 
+    /// The rank `shift` away from `coords` in dimension `dim` (wrapped where it is
+    /// periodic); `MPI_PROC_NULL` off the grid.
+    pub fn shifted(
+        dims: &[c_int],
+        periods: &[bool],
+        coords: &[c_int],
+        dim: usize,
+        shift: c_int,
+    ) -> c_int {
+        let mut at = coords.to_vec();
+        at[dim] += shift;
+        Topology::rank(dims, periods, &at).unwrap_or(MPI_PROC_NULL)
+    }
+
     /// The rank at `coords` (wrapped in periodic dimensions); `None` off the grid.
     pub fn rank(dims: &[c_int], periods: &[bool], coords: &[c_int]) -> Option<c_int> {
         let mut r = 0;
@@ -97,62 +111,7 @@ pub fn dims_create(n: c_int, dims: &mut [c_int]) -> Result<()> {
     Ok(())
 }
 
-/// A communicator's neighbours in its topology, as its ranks, each list in the order
-/// of the blocks of a neighbourhood collective's buffers.
-pub struct Neighbours {
-    /// Whom blocks are received from (`MPI_PROC_NULL` beyond a grid's edge).
-    pub sources: Vec<c_int>,
-    /// Whom blocks are sent to.
-    pub destinations: Vec<c_int>,
-    /// The order in which the sends are posted (indices of `destinations`). On a grid,
-    /// toward +1 before -1 in each dimension, where the receives are posted from -1
-    /// before +1: where one process is the neighbour on both sides (a periodic
-    /// dimension of 1 or 2), messages between two processes match in the order they
-    /// are posted, so what goes toward +1 lands in the block from -1.
-    pub send_order: Vec<usize>,
-}
-
 impl Mpi {
-    /// The neighbours of `comm` in its topology (MPI 4.1, 8.6): on a Cartesian grid,
-    /// for each dimension, the process at -1 then at +1, both as sources and as
-    /// destinations; in a distributed graph, its sources and destinations.
-    pub fn neighbours(&self, comm: Handle) -> Result<Neighbours> {
-        let c = self.comm(comm)?;
-        match &c.topo {
-            Some(Topology::Cart { dims, periods }) => {
-                let me = Topology::coords(dims, c.rank as c_int);
-                let mut around = Vec::with_capacity(2 * dims.len());
-                let mut send_order = Vec::with_capacity(2 * dims.len());
-                for d in 0..dims.len() {
-                    for shift in [-1, 1] {
-                        let mut at = me.clone();
-                        at[d] += shift;
-                        around.push(Topology::rank(dims, periods, &at).unwrap_or(MPI_PROC_NULL));
-                    }
-                    send_order.extend([2 * d + 1, 2 * d]);
-                }
-                Ok(Neighbours {
-                    sources: around.clone(),
-                    destinations: around,
-                    send_order,
-                })
-            }
-            Some(Topology::DistGraph {
-                sources,
-                destinations,
-                ..
-            }) => Ok(Neighbours {
-                sources: sources.clone(),
-                destinations: destinations.clone(),
-                send_order: (0..destinations.len()).collect(),
-            }),
-            None => Err(Error::new(
-                MPI_ERR_TOPOLOGY,
-                "a neighbourhood collective needs a communicator with a Cartesian or distributed-graph topology",
-            )),
-        }
-    }
-
     /// The Cartesian topology of `comm`.
     fn cart(&self, comm: Handle) -> Result<(Vec<c_int>, Vec<bool>)> {
         match &self.comm(comm)?.topo {
@@ -360,11 +319,7 @@ pub unsafe extern "C" fn PMPI_Cart_shift(
                 )
             })?;
         let me = Topology::coords(&d, mpi.comm(comm)?.rank as c_int);
-        let at = |shift: c_int| {
-            let mut c = me.clone();
-            c[dir] += shift;
-            Topology::rank(&d, &p, &c).unwrap_or(MPI_PROC_NULL)
-        };
+        let at = |shift: c_int| Topology::shifted(&d, &p, &me, dir, shift);
         // SAFETY: null or writable.
         unsafe {
             put(rank_source, at(-disp));

@@ -14,14 +14,14 @@
 //! keeps a region table in each member's memory for the same purpose.
 
 use super::shipped::{Kind, Ship};
+use super::sync::{word_change, WordChange};
 use super::{bad_win, Win, COUNT_WORD};
 use crate::datatype::Prim;
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
-use rbtl::btl::AtomicOp;
-use rbtl::msg::{Atomic, Exposed, Target};
+use rbtl::msg::{Exposed, Target};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -128,24 +128,21 @@ impl Mpi {
     fn attach_count(&mut self, h: Handle, r: usize) -> Result<u64> {
         let Mpi { wins, msg, .. } = self;
         let w = wins.get(h).ok_or_else(|| bad_win(h))?;
-        let (ctrl, job, p) = (&w.peers[r].ctrl, w.peers[r].job, &w.waited);
-        if let Some(word) = rbtl::msg::Comm::word_here(ctrl, COUNT_WORD)? {
-            return Ok(word.load(Ordering::Acquire));
+        let member = (&w.peers[r].ctrl, w.peers[r].job, &w.waited);
+        word_change(msg, member, COUNT_WORD, WordChange::Read)
+    }
+
+    /// Dynamic window `h`'s regions attached here and this process's control block;
+    /// `MPI_ERR_RMA_FLAVOR` on another window, for call `name`.
+    fn attached(&self, h: Handle, name: &str) -> Result<(Attached, *mut u8)> {
+        let w = self.win(h)?;
+        match &w.attached {
+            Some(a) => Ok((a.clone(), w.control_ptr())),
+            None => Err(Error::new(
+                MPI_ERR_RMA_FLAVOR,
+                format!("{name} takes a window made by MPI_Win_create_dynamic"),
+            )),
         }
-        let mut old = [0u8; 8];
-        // SAFETY: `old` lives until the operation is waited for, just below.
-        unsafe {
-            msg.atomic_on(
-                ctrl,
-                COUNT_WORD,
-                Atomic::Op(AtomicOp::Add, 0),
-                false,
-                old.as_mut_ptr(),
-                p,
-            )
-        }?;
-        msg.complete(p, Some(job))?;
-        Ok(u64::from_ne_bytes(old))
     }
 
     /// Attach `size` bytes at `base` to dynamic window `h`.
@@ -154,17 +151,8 @@ impl Mpi {
     ///
     /// The memory stays mapped until it is detached or the window freed.
     unsafe fn win_attach(&mut self, h: Handle, base: usize, size: usize) -> Result<()> {
-        let (attached, members, control) = {
-            let w = self.win(h)?;
-            let Some(a) = w.attached.clone() else {
-                return Err(Error::new(
-                    MPI_ERR_RMA_FLAVOR,
-                    "MPI_Win_attach takes a window made by MPI_Win_create_dynamic",
-                ));
-            };
-            let members: Vec<u32> = w.peers.iter().map(|p| p.job).collect();
-            (a, members, w.control_ptr())
-        };
+        let (attached, control) = self.attached(h, "MPI_Win_attach")?;
+        let members: Vec<u32> = self.win(h)?.peers.iter().map(|p| p.job).collect();
         let end = base.checked_add(size).ok_or_else(|| {
             Error::new(
                 MPI_ERR_SIZE,
@@ -199,14 +187,7 @@ impl Mpi {
 
     /// Detach the region at `base` from dynamic window `h`.
     fn win_detach(&mut self, h: Handle, base: usize) -> Result<()> {
-        let w = self.win(h)?;
-        let Some(attached) = w.attached.clone() else {
-            return Err(Error::new(
-                MPI_ERR_RMA_FLAVOR,
-                "MPI_Win_detach takes a window made by MPI_Win_create_dynamic",
-            ));
-        };
-        let control = w.control_ptr();
+        let (attached, control) = self.attached(h, "MPI_Win_detach")?;
         let mut regions = attached.borrow_mut();
         let i = regions.iter().position(|r| r.base == base).ok_or_else(|| {
             Error::new(

@@ -20,8 +20,7 @@ impl Mpi {
     /// Check that a request-based operation may start on window `win`: a
     /// passive-target epoch is open, and `request` is a place to write its handle.
     fn request_based(&self, win: Handle, request: *mut Handle) -> Result<()> {
-        let w = self.win(win)?;
-        if w.sync.locks.is_empty() && w.sync.lock_all.is_none() {
+        if !self.win(win)?.sync.passive() {
             return Err(sync_error(
                 "a request-based operation outside a passive-target (lock) epoch",
             ));

@@ -14,9 +14,9 @@ use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
 use rbtl::btl::AtomicOp;
-use rbtl::msg::Atomic;
+use rbtl::msg::{Atomic, Comm, Pending, Target};
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The writer's bit of a lock word.
 pub(super) const EXCLUSIVE: u64 = 1 << 63;
@@ -57,6 +57,11 @@ impl State {
         }
     }
 
+    /// Whether a passive-target epoch is open (a lock, or `lock_all`).
+    pub fn passive(&self) -> bool {
+        !self.locks.is_empty() || self.lock_all.is_some()
+    }
+
     /// Whether member `r` may be accessed now.
     pub fn may_access(&self, r: usize) -> bool {
         self.fence
@@ -79,12 +84,60 @@ enum Change {
 }
 use Change::{Give, Take};
 
-/// The two changes a lock word needs: an addition (wrapping) and setting it when it is
-/// zero; each gives the word's previous value.
+/// What is done to a word of a control block: the two changes a lock word needs, an
+/// addition (wrapping) and setting it when it is zero, or a plain read; each gives
+/// the word's previous value.
 #[derive(Clone, Copy)]
-enum WordChange {
+pub(super) enum WordChange {
     Add(u64),
     SetIfZero(u64),
+    Read,
+}
+
+/// Do `c` to the word at `offset` of control block `ctrl` (of job rank `job`, the
+/// wait counted by `p`), waited for: the word's previous value. Where the block is
+/// mapped here, the processor's atomics; else the transport's.
+pub(super) fn word_change(
+    msg: &mut Comm,
+    member: (&Target, u32, &Pending),
+    offset: usize,
+    c: WordChange,
+) -> Result<u64> {
+    match Comm::word_here(member.0, offset)? {
+        Some(word) => Ok(change_here(word, c)),
+        None => change_there(msg, member, offset, c),
+    }
+}
+
+/// Do `c` to a word mapped here.
+#[inline(always)]
+fn change_here(word: &AtomicU64, c: WordChange) -> u64 {
+    match c {
+        WordChange::Add(by) => word.fetch_add(by, Ordering::AcqRel),
+        WordChange::SetIfZero(v) => word
+            .compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire)
+            .unwrap_or_else(|old| old),
+        WordChange::Read => word.load(Ordering::Acquire),
+    }
+}
+
+/// Do `c` to a word through the transport (a read is an addition of 0), waited for.
+fn change_there(
+    msg: &mut Comm,
+    (ctrl, job, p): (&Target, u32, &Pending),
+    offset: usize,
+    c: WordChange,
+) -> Result<u64> {
+    let atomic = match c {
+        WordChange::Add(by) => Atomic::Op(AtomicOp::Add, by),
+        WordChange::SetIfZero(value) => Atomic::CompareSwap { compare: 0, value },
+        WordChange::Read => Atomic::Op(AtomicOp::Add, 0),
+    };
+    let mut old = [0u8; 8];
+    // SAFETY: `old` lives until the operation is waited for, just below.
+    unsafe { msg.atomic_on(ctrl, offset, atomic, false, old.as_mut_ptr(), p) }?;
+    msg.complete(p, Some(job))?;
+    Ok(u64::from_ne_bytes(old))
 }
 
 /// Make `change` to a lock word with `apply`: whether a take got the lock (a give
@@ -187,36 +240,12 @@ impl Mpi {
     fn lock_word(&mut self, h: Handle, r: usize, offset: usize, change: Change) -> Result<bool> {
         let Mpi { wins, msg, .. } = self;
         let w = wins.get(h).ok_or_else(|| bad_win(h))?;
-        let (ctrl, job, p) = (&w.peers[r].ctrl, w.peers[r].job, &w.waited);
-        if let Some(word) = rbtl::msg::Comm::word_here(ctrl, offset)? {
-            // The control block is mapped here: the processor's atomics at once.
-            return change_word(
-                |atomic| {
-                    Ok(match atomic {
-                        WordChange::Add(by) => word.fetch_add(by, Ordering::AcqRel),
-                        WordChange::SetIfZero(v) => word
-                            .compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire)
-                            .unwrap_or_else(|old| old),
-                    })
-                },
-                change,
-            );
+        let member = (&w.peers[r].ctrl, w.peers[r].job, &w.waited);
+        // The word looked for once: mapped here, the processor's atomics at once.
+        match Comm::word_here(member.0, offset)? {
+            Some(word) => change_word(|c| Ok(change_here(word, c)), change),
+            None => change_word(|c| change_there(msg, member, offset, c), change),
         }
-        // Through the transport, each change waited for.
-        change_word(
-            |atomic| {
-                let atomic = match atomic {
-                    WordChange::Add(by) => Atomic::Op(AtomicOp::Add, by),
-                    WordChange::SetIfZero(value) => Atomic::CompareSwap { compare: 0, value },
-                };
-                let mut old = [0u8; 8];
-                // SAFETY: `old` lives until the operation is waited for, just below.
-                unsafe { msg.atomic_on(ctrl, offset, atomic, false, old.as_mut_ptr(), p) }?;
-                msg.complete(p, Some(job))?;
-                Ok(u64::from_ne_bytes(old))
-            },
-            change,
-        )
     }
 
     /// Run `f` holding member `r`'s accumulate mutex.
@@ -422,7 +451,7 @@ pub unsafe extern "C" fn PMPI_Win_unlock_all(win: Handle) -> c_int {
 fn flush(name: &str, rank: Option<c_int>, win: Handle) -> c_int {
     call(name, Object::Win(win), |mpi| {
         let w = mpi.win(win)?;
-        if w.sync.locks.is_empty() && w.sync.lock_all.is_none() {
+        if !w.sync.passive() {
             return Err(sync_error("a flush outside a passive-target (lock) epoch"));
         }
         match rank {
