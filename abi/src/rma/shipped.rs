@@ -490,30 +490,19 @@ impl Mpi {
                     continue;
                 }
             };
-            let answer = &answers[at..at + got];
-            match answer.first() {
-                Some(0) if fetched.is_null() => {}
-                Some(0) if answer.len() == 1 + n => {
+            match answered(job, &answers[at..at + got], "an accumulate") {
+                Ok(_) if fetched.is_null() => {}
+                Ok(old) if old.len() == n => {
                     // SAFETY: the caller's contract: room for the packed bytes.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(answer[1..].as_ptr(), fetched.add(from), n)
-                    };
+                    unsafe { std::ptr::copy_nonoverlapping(old.as_ptr(), fetched.add(from), n) };
                 }
-                Some(1) => {
-                    first = Err(Error::new(
-                        MPI_ERR_RMA_RANGE,
-                        format!(
-                            "rank {job} refused an accumulate: {}",
-                            String::from_utf8_lossy(&answer[1..])
-                        ),
-                    ))
-                }
-                _ => {
+                Ok(_) => {
                     first = Err(Error::new(
                         MPI_ERR_INTERN,
                         format!("rank {job} answered an accumulate with {got} bytes"),
                     ))
                 }
+                Err(e) => first = Err(e),
             }
         }
         if b.answers.len() > ANSWERS_KEPT {
@@ -553,21 +542,26 @@ impl Mpi {
             return Err(e.into());
         }
         let got = self.msg.wait(r)?.len;
-        answer.truncate(got);
-        match answer.first() {
-            Some(0) => Ok(answer.split_off(1)),
-            Some(1) => Err(Error::new(
-                MPI_ERR_RMA_RANGE,
-                format!(
-                    "rank {job} refused: {}",
-                    String::from_utf8_lossy(&answer[1..])
-                ),
-            )),
-            _ => Err(Error::new(
-                MPI_ERR_INTERN,
-                format!("rank {job} answered a question with {got} bytes"),
-            )),
-        }
+        Ok(answered(job, &answer[..got], "a question")?.to_vec())
+    }
+}
+
+/// The body of `answer`, from job rank `job`, to `what` (a request): its bytes after
+/// the status; a refusal, or an answer with no status, is an error.
+fn answered<'a>(job: u32, answer: &'a [u8], what: &str) -> Result<&'a [u8]> {
+    match answer.split_first() {
+        Some((0, body)) => Ok(body),
+        Some((1, why)) => Err(Error::new(
+            MPI_ERR_RMA_RANGE,
+            format!(
+                "rank {job} refused {what}: {}",
+                String::from_utf8_lossy(why)
+            ),
+        )),
+        _ => Err(Error::new(
+            MPI_ERR_INTERN,
+            format!("rank {job} answered {what} with {} bytes", answer.len()),
+        )),
     }
 }
 
