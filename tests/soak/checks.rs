@@ -12,6 +12,16 @@ const PEER_FAILURES: [&str; 5] = [
     "BtlPeerTimeout",
 ];
 
+/// How a device answers a one-sided operation that reaches a target being killed once
+/// the dying process's memory registrations are gone but before its queue pairs are:
+/// with a remote access error, as for a key that was never live (the origin cannot
+/// tell the two apart when the error arrives). Accepted only on such operations with
+/// a killed rank.
+const DYING_TARGET_REFUSAL: &str = "BtlBadRemoteHandle";
+
+/// The one-sided operations, which reach the target's registered memory.
+const ONE_SIDED: [&str; 6] = ["put", "get", "add", "fetch-add", "cswap", "cswap-miss"];
+
 /// What runs did, added up.
 #[derive(Default)]
 pub struct Stats {
@@ -110,7 +120,12 @@ pub fn check(
                     text,
                 } => {
                     *stats.failed.entry(class.clone()).or_default() += 1;
-                    if !typed_blaming_killed(class, *blamed) || *blamed != op.peer {
+                    let refused_by_dying_target = class == DYING_TARGET_REFUSAL
+                        && ONE_SIDED.contains(&op.kind.as_str())
+                        && op.peer.is_some_and(|p| killed.contains(&p));
+                    let blames_its_killed_peer =
+                        typed_blaming_killed(class, *blamed) && *blamed == op.peer;
+                    if !refused_by_dying_target && !blames_its_killed_peer {
                         bad.push(format!(
                             "rank {r}: operation {n} {} with {:?} (step {}) failed: {class} blaming {blamed:?}: {text}",
                             op.kind, op.peer, op.step
