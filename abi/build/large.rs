@@ -3,8 +3,9 @@
 //! from the twin's only in scalar counts and sizes (`MPI_Count` or `MPI_Aint` where
 //! the twin has `int`, or `MPI_Count` where it has `MPI_Aint`) and in single values
 //! written back through a pointer, a `PMPI_X_c` that narrows each such argument and
-//! calls `PMPI_X`. Arrays of counts (`MPI_Allgatherv_c`'s `recvcounts`, ...) are left
-//! to be written by hand.
+//! calls `PMPI_X`. Those with arrays of counts (`MPI_Allgatherv_c`'s `recvcounts`,
+//! ...) are written by hand (`src/large_arrays.rs`), as their arrays' lengths depend
+//! on the call.
 
 use crate::rust::{object, rust_name, rust_type};
 use crate::spec::{Function, Item, Param};

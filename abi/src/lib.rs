@@ -19,6 +19,7 @@
 //! | [`op`] | reduction operations |
 //! | [`rma`] | one-sided windows |
 //! | [`large_count`] | the large-count (`_c`) bindings their `int` twins serve |
+//! | [`large_arrays`] | those with arrays of counts, narrowed for their twins |
 //!
 //! The library gives `MPI_THREAD_SERIALIZED` (see [`global`]).
 
@@ -37,6 +38,7 @@ pub mod fortran;
 pub mod global;
 pub mod handles;
 pub mod info;
+pub mod large_arrays;
 pub mod large_count;
 pub mod op;
 pub mod p2p;

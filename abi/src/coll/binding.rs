@@ -9,6 +9,7 @@ macro_rules! last {
     ($x:ident) => { $x };
     ($x:ident, $($rest:ident),+) => { last!($($rest),+) };
 }
+pub(crate) use last;
 
 /// A blocking binding: `$build` makes the schedule (given `mpi`), which `$run`
 /// ([`super::run_in_state`] or [`super::run_blocking`]) runs to its end.

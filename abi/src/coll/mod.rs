@@ -7,6 +7,7 @@
 
 #[macro_use]
 mod binding;
+pub(crate) use binding::last;
 pub mod api;
 pub mod args;
 pub mod basic;

@@ -23,6 +23,9 @@ pub struct CollInit {
     pub comm: Handle,
     /// The request of the start under way, until a completion call completes it.
     pub started: Option<Handle>,
+    /// Arrays the starts read that the library made (a large-count binding's
+    /// narrowed counts): they live as long as the request.
+    pub kept: Vec<Vec<c_int>>,
 }
 
 impl Mpi {
@@ -48,9 +51,25 @@ impl Mpi {
             build,
             comm,
             started: None,
+            kept: Vec::new(),
         }));
         // SAFETY: the caller's contract.
         unsafe { self.hand_out(r, out) }
+    }
+
+    /// Keep `arrays`, which the starts of persistent collective `h` read, as long as
+    /// its request.
+    pub fn keep_with_collective(&mut self, h: Handle, arrays: Vec<Vec<c_int>>) -> Result<()> {
+        match self.requests.get_mut(h) {
+            Some(Request::CollInit(c)) => {
+                c.kept.extend(arrays);
+                Ok(())
+            }
+            _ => Err(Error::new(
+                MPI_ERR_INTERN,
+                format!("{h:#x} is not the persistent collective just made"),
+            )),
+        }
     }
 
     /// `MPI_Start` of persistent collective `h`: its schedule built and started.

@@ -51,14 +51,32 @@ pub unsafe extern "C" fn PMPI_Type_set_name(datatype: Handle, type_name: *const 
     })
 }
 
-query_binding!(PMPI_Type_get_envelope, datatype, Object::None, |mpi| {
-    let (ni, na, nd, c) = match &mpi.dtype_any(datatype)?.envelope {
+/// What `MPI_Type_get_envelope` says of `datatype`: how many integers, addresses and
+/// datatypes made it, and its combiner.
+fn envelope(
+    mpi: &crate::state::Mpi,
+    datatype: Handle,
+) -> crate::error::Result<(usize, usize, usize, c_int)> {
+    Ok(match &mpi.dtype_any(datatype)?.envelope {
         None => (0, 0, 0, MPI_COMBINER_NAMED),
         Some(e) => (e.ints.len(), e.addresses.len(), e.types.len(), e.combiner),
-    };
+    })
+}
+
+query_binding!(PMPI_Type_get_envelope, datatype, Object::None, |mpi| {
+    let (ni, na, nd, c) = envelope(mpi, datatype)?;
 } => num_integers: c_int = ni as c_int,
     num_addresses: c_int = na as c_int,
     num_datatypes: c_int = nd as c_int,
+    combiner: c_int = c);
+
+// (Every constructor keeps its counts as integers: none is made of large counts.)
+query_binding!(PMPI_Type_get_envelope_c, datatype, Object::None, |mpi| {
+    let (ni, na, nd, c) = envelope(mpi, datatype)?;
+} => num_integers: Count = ni as Count,
+    num_addresses: Count = na as Count,
+    num_large_counts: Count = 0,
+    num_datatypes: Count = nd as Count,
     combiner: c_int = c);
 
 #[no_mangle]
@@ -72,53 +90,110 @@ pub unsafe extern "C" fn PMPI_Type_get_contents(
     array_of_datatypes: *mut Handle,
 ) -> c_int {
     call("MPI_Type_get_contents", Object::None, |mpi| {
-        let t = mpi.dtype_any(datatype)?;
-        let Some(e) = t.envelope.clone() else {
-            return Err(Error::new(
-                MPI_ERR_TYPE,
-                "a predefined datatype has no contents",
-            ));
-        };
-        let made_of = t.made_of.clone();
-        let room = |max: c_int, need: usize| usize::try_from(max).is_ok_and(|m| m >= need);
-        if !room(max_integers, e.ints.len())
-            || !room(max_addresses, e.addresses.len())
-            || !room(max_datatypes, e.types.len())
-        {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "the arrays are smaller than MPI_Type_get_envelope says",
-            ));
-        }
-        // A derived type among the contents is handed out as a new handle, which
-        // the caller frees (MPI 5.1.13); a predefined one as itself.
-        let mut types = Vec::with_capacity(e.types.len());
-        for (&h, old) in e.types.iter().zip(made_of.iter()) {
-            types.push(if old.predefined {
-                h
-            } else {
-                mpi.types.insert(old.clone())?
-            });
-        }
-        /// Copy `from` into the array `to` (which may be null when `from` is empty).
-        ///
-        /// # Safety
-        ///
-        /// `to` holds `from.len()` items.
-        unsafe fn copy<T: Copy>(from: &[T], to: *mut T) {
-            if !from.is_empty() {
-                // SAFETY: the caller's contract.
-                unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), to, from.len()) };
-            }
-        }
-        // SAFETY: the arrays hold at least the envelope's counts (checked).
+        let max = [max_integers, max_addresses, 0, max_datatypes].map(Count::from);
+        // SAFETY: the binding's contract.
         unsafe {
-            copy(&e.ints, array_of_integers);
-            copy(&e.addresses, array_of_addresses);
-            copy(&types, array_of_datatypes);
+            contents(
+                mpi,
+                datatype,
+                max,
+                array_of_integers,
+                array_of_addresses,
+                array_of_datatypes,
+            )
         }
-        Ok(())
     })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_get_contents_c(
+    datatype: Handle,
+    max_integers: Count,
+    max_addresses: Count,
+    max_large_counts: Count,
+    max_datatypes: Count,
+    array_of_integers: *mut c_int,
+    array_of_addresses: *mut Aint,
+    _array_of_large_counts: *mut Count,
+    array_of_datatypes: *mut Handle,
+) -> c_int {
+    call("MPI_Type_get_contents_c", Object::None, |mpi| {
+        let max = [max_integers, max_addresses, max_large_counts, max_datatypes];
+        // SAFETY: the binding's contract (no large count is written: none made a type).
+        unsafe {
+            contents(
+                mpi,
+                datatype,
+                max,
+                array_of_integers,
+                array_of_addresses,
+                array_of_datatypes,
+            )
+        }
+    })
+}
+
+/// What made `datatype`, into the arrays, whose room is `max` (integers, addresses,
+/// large counts, datatypes).
+///
+/// # Safety
+///
+/// Each array holds its `max` items.
+unsafe fn contents(
+    mpi: &mut crate::state::Mpi,
+    datatype: Handle,
+    max: [Count; 4],
+    array_of_integers: *mut c_int,
+    array_of_addresses: *mut Aint,
+    array_of_datatypes: *mut Handle,
+) -> crate::error::Result<()> {
+    let t = mpi.dtype_any(datatype)?;
+    let Some(e) = t.envelope.clone() else {
+        return Err(Error::new(
+            MPI_ERR_TYPE,
+            "a predefined datatype has no contents",
+        ));
+    };
+    let made_of = t.made_of.clone();
+    let need = [e.ints.len(), e.addresses.len(), 0, e.types.len()];
+    if max
+        .iter()
+        .zip(need)
+        .any(|(&m, n)| usize::try_from(m).map_or(true, |m| m < n))
+    {
+        return Err(Error::new(
+            MPI_ERR_ARG,
+            "the arrays are smaller than MPI_Type_get_envelope says",
+        ));
+    }
+    // A derived type among the contents is handed out as a new handle, which the
+    // caller frees (MPI 5.1.13); a predefined one as itself.
+    let mut types = Vec::with_capacity(e.types.len());
+    for (&h, old) in e.types.iter().zip(made_of.iter()) {
+        types.push(if old.predefined {
+            h
+        } else {
+            mpi.types.insert(old.clone())?
+        });
+    }
+    /// Copy `from` into the array `to` (which may be null when `from` is empty).
+    ///
+    /// # Safety
+    ///
+    /// `to` holds `from.len()` items.
+    unsafe fn copy<T: Copy>(from: &[T], to: *mut T) {
+        if !from.is_empty() {
+            // SAFETY: the caller's contract.
+            unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), to, from.len()) };
+        }
+    }
+    // SAFETY: the arrays hold at least the envelope's counts (checked).
+    unsafe {
+        copy(&e.ints, array_of_integers);
+        copy(&e.addresses, array_of_addresses);
+        copy(&types, array_of_datatypes);
+    }
+    Ok(())
 }
 
 #[no_mangle]

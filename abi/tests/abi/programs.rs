@@ -12,8 +12,8 @@
 //! * `comm`: communicators, groups, attributes, names, topologies, info objects.
 //! * `coll`: every collective, blocking and nonblocking, against results computed
 //!   locally, at 1 to 8 ranks.
-//! * `large`: the large-count (`_c`) bindings that their `int` twins serve, and a
-//!   count beyond `int` refused, at 1 to 3 ranks.
+//! * `large`: the large-count (`_c`) bindings that their `int` twins serve, those
+//!   with arrays of counts too, and a count beyond `int` refused, at 1 to 3 ranks.
 //! * `neighbor`: the neighbourhood collectives, blocking and nonblocking, on a
 //!   Cartesian grid (edges, and a neighbour on both sides) and on a distributed
 //!   graph (repeated edges, a rank its own neighbour), at 1 to 6 ranks.

@@ -5,8 +5,12 @@
  * (MPI_Type_contiguous_c, MPI_Type_vector_c, MPI_Type_create_resized_c,
  * MPI_Type_get_extent_c), packing (MPI_Pack_c and MPI_Unpack_c moving the position
  * both ways, MPI_Pack_size_c), one-sided (MPI_Win_allocate_c, MPI_Put_c, MPI_Get_c,
- * MPI_Accumulate_c, MPI_Win_shared_query_c). A count beyond int is refused with
- * MPI_ERR_COUNT, naming the limit. */
+ * MPI_Accumulate_c, MPI_Win_shared_query_c). The forms with arrays of counts:
+ * the vector collectives (blocking, nonblocking and persistent; MPI_IN_PLACE and
+ * rooted ones with the arrays that are not significant left NULL), a neighbourhood
+ * one on a ring, and the type constructors, each against its int twin (with
+ * MPI_Type_get_envelope_c and MPI_Type_get_contents_c). A count
+ * beyond int is refused with MPI_ERR_COUNT, naming the limit, or the array entry. */
 #include "check.h"
 
 static void test_p2p(void) {
@@ -111,12 +115,208 @@ static void test_rma(void) {
   OK(MPI_Win_free(&win));
 }
 
+/* Rank r sends r + 1 ints (r*10, r*10+1, ...); every block lands a gap of one int
+ * apart. */
+static void test_vector_collectives(void) {
+  MPI_Count counts[8], displs_c[8];
+  MPI_Aint displs[8];
+  int icounts[8], idispls[8], mine[8], got[64], want[64];
+  for (int i = 0, at = 0; i < size; i++) {
+    counts[i] = icounts[i] = i + 1;
+    displs[i] = displs_c[i] = idispls[i] = at;
+    at += i + 2;
+  }
+  for (int k = 0; k <= rank; k++)
+    mine[k] = rank * 10 + k;
+  for (int i = 0; i < 64; i++)
+    got[i] = want[i] = -1;
+  OK(MPI_Allgatherv(mine, rank + 1, MPI_INT, want, icounts, idispls, MPI_INT, MPI_COMM_WORLD));
+  OK(MPI_Allgatherv_c(mine, (MPI_Count)rank + 1, MPI_INT, got, counts, displs, MPI_INT,
+                      MPI_COMM_WORLD));
+  CHECK(memcmp(got, want, sizeof got) == 0, "MPI_Allgatherv_c differs from MPI_Allgatherv");
+  MPI_Request r;
+  for (int i = 0; i < 64; i++)
+    got[i] = -1;
+  OK(MPI_Iallgatherv_c(mine, (MPI_Count)rank + 1, MPI_INT, got, counts, displs, MPI_INT,
+                       MPI_COMM_WORLD, &r));
+  OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+  CHECK(memcmp(got, want, sizeof got) == 0, "MPI_Iallgatherv_c differs");
+  /* Rooted: the arrays are significant at the root alone (NULL elsewhere). */
+  for (int i = 0; i < 64; i++)
+    got[i] = -1;
+  int root = size - 1, at_root = rank == root;
+  OK(MPI_Gatherv_c(mine, (MPI_Count)rank + 1, MPI_INT, got, at_root ? counts : NULL,
+                   at_root ? displs : NULL, MPI_INT, root, MPI_COMM_WORLD));
+  if (at_root)
+    CHECK(memcmp(got, want, sizeof got) == 0, "MPI_Gatherv_c differs");
+  int back[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+  OK(MPI_Scatterv_c(want, at_root ? counts : NULL, at_root ? displs : NULL, MPI_INT, back,
+                    (MPI_Count)rank + 1, MPI_INT, root, MPI_COMM_WORLD));
+  CHECK(memcmp(back, mine, (rank + 1) * sizeof(int)) == 0 && back[rank + 1] == -1,
+        "MPI_Scatterv_c: %d %d", back[0], back[rank + 1]);
+  /* Alltoall by vectors: rank r sends i + 1 ints to rank i, in place too (the send
+   * arrays NULL, as they are ignored). Persistent: started twice. */
+  int sends[64], into[64], twin[64];
+  for (int i = 0; i < 64; i++)
+    sends[i] = rank * 100 + i, into[i] = twin[i] = -1;
+  MPI_Count rcounts[8];
+  MPI_Aint rdispls[8];
+  int ircounts[8], irdispls[8];
+  for (int i = 0; i < size; i++) {
+    rcounts[i] = ircounts[i] = rank + 1;
+    rdispls[i] = irdispls[i] = i * (rank + 2);
+  }
+  OK(MPI_Alltoallv(sends, icounts, idispls, MPI_INT, twin, ircounts, irdispls, MPI_INT,
+                   MPI_COMM_WORLD));
+  OK(MPI_Alltoallv_init_c(sends, counts, displs, MPI_INT, into, rcounts, rdispls, MPI_INT,
+                          MPI_COMM_WORLD, MPI_INFO_NULL, &r));
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < 64; i++)
+      into[i] = -1;
+    OK(MPI_Start(&r));
+    OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    CHECK(memcmp(into, twin, sizeof into) == 0, "MPI_Alltoallv_init_c, start %d", round);
+  }
+  OK(MPI_Request_free(&r));
+  /* In place, two ints to each rank, three apart. */
+  MPI_Count two[8];
+  MPI_Aint apart[8];
+  int itwo[8], iapart[8];
+  for (int i = 0; i < size; i++) {
+    two[i] = itwo[i] = 2;
+    apart[i] = iapart[i] = 3 * i;
+  }
+  for (int i = 0; i < 64; i++)
+    into[i] = twin[i] = rank * 100 + i;
+  OK(MPI_Alltoallv_c(MPI_IN_PLACE, NULL, NULL, MPI_DATATYPE_NULL, into, two, apart, MPI_INT,
+                     MPI_COMM_WORLD));
+  OK(MPI_Alltoallv(MPI_IN_PLACE, NULL, NULL, MPI_DATATYPE_NULL, twin, itwo, iapart, MPI_INT,
+                   MPI_COMM_WORLD));
+  CHECK(memcmp(into, twin, sizeof into) == 0, "MPI_Alltoallv_c in place differs");
+  /* By types, the displacements in bytes. */
+  MPI_Datatype types[8];
+  for (int i = 0; i < size; i++) {
+    types[i] = MPI_INT;
+    rdispls[i] *= sizeof(int);
+    irdispls[i] *= sizeof(int);
+    displs[i] *= sizeof(int);
+    idispls[i] *= sizeof(int);
+  }
+  OK(MPI_Alltoallw(sends, icounts, idispls, types, twin, ircounts, irdispls, types,
+                   MPI_COMM_WORLD));
+  OK(MPI_Alltoallw_c(sends, counts, displs, types, into, rcounts, rdispls, types,
+                     MPI_COMM_WORLD));
+  CHECK(memcmp(into, twin, sizeof into) == 0, "MPI_Alltoallw_c differs");
+  /* Each rank gets back rank + 1 sums. */
+  int all[64], part[8] = {0};
+  for (int i = 0; i < 64; i++)
+    all[i] = i;
+  OK(MPI_Reduce_scatter_c(all, part, counts, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  int first = rank * (rank + 1) / 2;
+  CHECK(part[0] == size * first && part[rank] == size * (first + rank),
+        "MPI_Reduce_scatter_c: %d %d", part[0], part[rank]);
+  /* An entry beyond int is refused, naming it. */
+  errors_return(MPI_COMM_WORLD, 1);
+  counts[size - 1] = (MPI_Count)1 << 31;
+  EXPECT_ERR(MPI_Allgatherv_c(mine, (MPI_Count)rank + 1, MPI_INT, got, counts, displs, MPI_INT,
+                              MPI_COMM_WORLD),
+             MPI_ERR_COUNT, "recvcounts[");
+  errors_return(MPI_COMM_WORLD, 0);
+}
+
+/* A ring: each rank gathers both neighbours' two ints, the right one's a gap of one
+ * int after the left one's. */
+static void test_neighbor_vector(void) {
+  int dims[1] = {size}, periods[1] = {1};
+  MPI_Comm ring;
+  OK(MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &ring));
+  int mine[2] = {rank, rank + 100}, got[6] = {-1, -1, -1, -1, -1, -1};
+  MPI_Count counts[2] = {2, 2};
+  MPI_Aint displs[2] = {0, 3};
+  OK(MPI_Neighbor_allgatherv_c(mine, (MPI_Count)2, MPI_INT, got, counts, displs, MPI_INT, ring));
+  int left = (rank + size - 1) % size, right = (rank + 1) % size;
+  CHECK(got[0] == left && got[1] == left + 100 && got[2] == -1 && got[3] == right &&
+            got[4] == right + 100,
+        "MPI_Neighbor_allgatherv_c: %d %d %d %d %d", got[0], got[1], got[2], got[3], got[4]);
+  OK(MPI_Comm_free(&ring));
+}
+
+/* Each constructor against its int twin: the same size, extent and packed bytes. */
+static void same_type(MPI_Datatype a, MPI_Datatype b, const char *what) {
+  int sa, sb;
+  MPI_Aint la, ea, lb, eb;
+  char pa[256], pb[256];
+  int data[32], pos_a = 0, pos_b = 0;
+  for (int i = 0; i < 32; i++)
+    data[i] = i;
+  OK(MPI_Type_commit(&a));
+  OK(MPI_Type_commit(&b));
+  OK(MPI_Type_size(a, &sa));
+  OK(MPI_Type_size(b, &sb));
+  OK(MPI_Type_get_extent(a, &la, &ea));
+  OK(MPI_Type_get_extent(b, &lb, &eb));
+  OK(MPI_Pack(data, 1, a, pa, sizeof pa, &pos_a, MPI_COMM_SELF));
+  OK(MPI_Pack(data, 1, b, pb, sizeof pb, &pos_b, MPI_COMM_SELF));
+  CHECK(sa == sb && la == lb && ea == eb && pos_a == pos_b && memcmp(pa, pb, pos_a) == 0,
+        "%s: size %d/%d extent %ld/%ld", what, sa, sb, (long)ea, (long)eb);
+  /* The envelope and contents, in both forms: the same (no large count). */
+  MPI_Count ni, na, nl, nd;
+  int ini, ina, ind, comb, icomb;
+  OK(MPI_Type_get_envelope_c(a, &ni, &na, &nl, &nd, &comb));
+  OK(MPI_Type_get_envelope(b, &ini, &ina, &ind, &icomb));
+  CHECK(ni == ini && na == ina && nl == 0 && nd == ind && comb == icomb && ni <= 8 && na <= 4,
+        "%s: MPI_Type_get_envelope_c %lld %lld %lld %lld", what, (long long)ni, (long long)na,
+        (long long)nl, (long long)nd);
+  int ints[8], iints[8];
+  MPI_Aint addrs[4], iaddrs[4];
+  MPI_Count large[1];
+  MPI_Datatype ts[4], its[4];
+  OK(MPI_Type_get_contents_c(a, ni, na, (MPI_Count)1, (MPI_Count)4, ints, addrs, large, ts));
+  OK(MPI_Type_get_contents(b, ini, ina, 4, iints, iaddrs, its));
+  CHECK(memcmp(ints, iints, ni * sizeof(int)) == 0 && memcmp(addrs, iaddrs, na * sizeof(MPI_Aint)) == 0,
+        "%s: MPI_Type_get_contents_c differs", what);
+  OK(MPI_Type_free(&a));
+  OK(MPI_Type_free(&b));
+}
+
+static void test_type_arrays(void) {
+  MPI_Datatype a, b;
+  MPI_Count lens[3] = {2, 1, 3}, at[3] = {0, 4, 9}, bytes[3] = {0, 16, 36};
+  int ilens[3] = {2, 1, 3}, iat[3] = {0, 4, 9};
+  MPI_Aint ibytes[3] = {0, 16, 36};
+  MPI_Datatype three[3] = {MPI_INT, MPI_INT, MPI_INT};
+  OK(MPI_Type_indexed_c((MPI_Count)3, lens, at, MPI_INT, &a));
+  OK(MPI_Type_indexed(3, ilens, iat, MPI_INT, &b));
+  same_type(a, b, "MPI_Type_indexed_c");
+  OK(MPI_Type_create_hindexed_c((MPI_Count)3, lens, bytes, MPI_INT, &a));
+  OK(MPI_Type_create_hindexed(3, ilens, ibytes, MPI_INT, &b));
+  same_type(a, b, "MPI_Type_create_hindexed_c");
+  OK(MPI_Type_create_indexed_block_c((MPI_Count)3, (MPI_Count)2, at, MPI_INT, &a));
+  OK(MPI_Type_create_indexed_block(3, 2, iat, MPI_INT, &b));
+  same_type(a, b, "MPI_Type_create_indexed_block_c");
+  OK(MPI_Type_create_hindexed_block_c((MPI_Count)3, (MPI_Count)2, bytes, MPI_INT, &a));
+  OK(MPI_Type_create_hindexed_block(3, 2, ibytes, MPI_INT, &b));
+  same_type(a, b, "MPI_Type_create_hindexed_block_c");
+  OK(MPI_Type_create_struct_c((MPI_Count)3, lens, bytes, three, &a));
+  OK(MPI_Type_create_struct(3, ilens, ibytes, three, &b));
+  same_type(a, b, "MPI_Type_create_struct_c");
+  /* (Errors of no object go to MPI_COMM_SELF's handler.) */
+  errors_return(MPI_COMM_SELF, 1);
+  lens[1] = -((MPI_Count)1 << 40);
+  EXPECT_ERR(MPI_Type_indexed_c((MPI_Count)3, lens, at, MPI_INT, &a), MPI_ERR_COUNT,
+             "array_of_blocklengths[1]");
+  errors_return(MPI_COMM_SELF, 0);
+}
+
 int main(int argc, char **argv) {
   start("large", &argc, &argv);
   test_p2p();
   test_coll();
   test_types_and_packing();
   test_rma();
+  test_vector_collectives();
+  test_neighbor_vector();
+  test_type_arrays();
   OK(MPI_Barrier(MPI_COMM_WORLD));
   return finish();
 }
