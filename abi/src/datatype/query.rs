@@ -91,17 +91,9 @@ pub unsafe extern "C" fn PMPI_Type_get_contents(
 ) -> c_int {
     call("MPI_Type_get_contents", Object::None, |mpi| {
         let max = [max_integers, max_addresses, 0, max_datatypes].map(Count::from);
+        let arrays = (array_of_integers, array_of_addresses, array_of_datatypes);
         // SAFETY: the binding's contract.
-        unsafe {
-            contents(
-                mpi,
-                datatype,
-                max,
-                array_of_integers,
-                array_of_addresses,
-                array_of_datatypes,
-            )
-        }
+        unsafe { contents(mpi, datatype, max, arrays) }
     })
 }
 
@@ -119,22 +111,14 @@ pub unsafe extern "C" fn PMPI_Type_get_contents_c(
 ) -> c_int {
     call("MPI_Type_get_contents_c", Object::None, |mpi| {
         let max = [max_integers, max_addresses, max_large_counts, max_datatypes];
+        let arrays = (array_of_integers, array_of_addresses, array_of_datatypes);
         // SAFETY: the binding's contract (no large count is written: none made a type).
-        unsafe {
-            contents(
-                mpi,
-                datatype,
-                max,
-                array_of_integers,
-                array_of_addresses,
-                array_of_datatypes,
-            )
-        }
+        unsafe { contents(mpi, datatype, max, arrays) }
     })
 }
 
-/// What made `datatype`, into the arrays, whose room is `max` (integers, addresses,
-/// large counts, datatypes).
+/// What made `datatype`, into the arrays of integers, addresses and datatypes, whose
+/// room is `max` (integers, addresses, large counts, datatypes).
 ///
 /// # Safety
 ///
@@ -143,9 +127,11 @@ unsafe fn contents(
     mpi: &mut crate::state::Mpi,
     datatype: Handle,
     max: [Count; 4],
-    array_of_integers: *mut c_int,
-    array_of_addresses: *mut Aint,
-    array_of_datatypes: *mut Handle,
+    (array_of_integers, array_of_addresses, array_of_datatypes): (
+        *mut c_int,
+        *mut Aint,
+        *mut Handle,
+    ),
 ) -> crate::error::Result<()> {
     let t = mpi.dtype_any(datatype)?;
     let Some(e) = t.envelope.clone() else {
