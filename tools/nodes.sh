@@ -107,14 +107,22 @@ take_lock() {
     mkdir -p "$(dirname "$LOCK")"
     local fd
     while :; do
+        # Known before it is locked: a signal that comes as `flock` returns finds
+        # the descriptor that holds the lock (see up_undo).
         exec {fd}>>"$LOCK"
+        LOCK_FD=$fd
         flock -w 120 "$fd" || die "another $PROG has held $LOCK for 2 minutes"
-        if [[ /proc/$BASHPID/fd/$fd -ef $LOCK ]]; then
-            LOCK_FD=$fd
+        if holds_lock_file; then
             return 0
         fi
+        LOCK_FD=
         exec {fd}>&-
     done
+}
+
+# Whether $LOCK_FD is open on the file now at $LOCK.
+holds_lock_file() {
+    [[ -n $LOCK_FD && /proc/$BASHPID/fd/$LOCK_FD -ef $LOCK ]]
 }
 
 release_lock() {
@@ -228,10 +236,12 @@ cmd_up() {
 # under another holder would let a third take a new one).
 up_undo() {
     trap '' INT TERM HUP
-    if [[ -z $LOCK_FD ]]; then
+    if ! holds_lock_file; then
+        [[ -z $LOCK_FD ]] || exec {LOCK_FD}>&-
         exec {LOCK_FD}>>"$LOCK" || return
-        flock -n "$LOCK_FD" || return
     fi
+    # (At once where this process holds it already, on this descriptor.)
+    flock -n "$LOCK_FD" || return
     if [[ $MADE -eq 1 ]]; then
         teardown >/dev/null 2>&1
     fi
