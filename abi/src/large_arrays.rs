@@ -20,7 +20,7 @@ use crate::large_count::narrow;
 use std::ptr::null;
 
 /// The arrays of one call, narrowed, and what their lengths depend on.
-pub struct Narrowed {
+struct Narrowed {
     name: &'static str,
     object: Object,
     /// The copies handed to the twin: each stays where it is while this lives.
@@ -91,7 +91,7 @@ impl Narrowed {
         let copy = values
             .iter()
             .enumerate()
-            .map(|(i, &v)| self.one(&format!("{param}[{i}]"), v))
+            .map(|(i, &v)| c_int::try_from(v).or_else(|_| self.one(&format!("{param}[{i}]"), v)))
             .collect::<Result<Vec<c_int>, c_int>>()?;
         self.kept.push(copy);
         Ok(self.kept.last().map_or(null(), |c| c.as_ptr()))
