@@ -118,12 +118,12 @@ static void test_rma(void) {
 /* Rank r sends r + 1 ints (r*10, r*10+1, ...); every block lands a gap of one int
  * apart. */
 static void test_vector_collectives(void) {
-  MPI_Count counts[8], displs_c[8];
+  MPI_Count counts[8];
   MPI_Aint displs[8];
   int icounts[8], idispls[8], mine[8], got[64], want[64];
   for (int i = 0, at = 0; i < size; i++) {
     counts[i] = icounts[i] = i + 1;
-    displs[i] = displs_c[i] = idispls[i] = at;
+    displs[i] = idispls[i] = at;
     at += i + 2;
   }
   for (int k = 0; k <= rank; k++)
