@@ -1,8 +1,10 @@
 //! Several threads registering, cloning, releasing and invalidating at once.
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
+use std::time::{Duration, Instant};
 
 use common::{Shared, TestRegistrar, PS, UNMONITORED};
 use rbtl_rcache::{Access, Error, Options, Rcache};
@@ -10,6 +12,8 @@ use rbtl_rcache::{Access, Error, Options, Rcache};
 const B: usize = 0x7000_0000;
 const THREADS: usize = 4;
 const ITERS: usize = 3000;
+/// How long the threads of a race go on past their rounds for the race to take place.
+const RACE_LIMIT: Duration = Duration::from_secs(10);
 
 use rbtl_testkit::rng::Xorshift as Rng;
 
@@ -136,7 +140,10 @@ fn concurrent_without_leave_pinned() {
 /// A few registrations, hit, cloned and released without the lock by several threads
 /// while another invalidates them and misses evict them: each registration is
 /// deregistered exactly once (the registrar panics on a second time), never while a
-/// thread holds it, and the counters agree at the end.
+/// thread holds it, and the counters agree at the end. The invalidating thread goes on
+/// until the others are done, and they go on past their rounds until an invalidation
+/// has removed an entry (within [`RACE_LIMIT`]), so that the two overlap however the
+/// threads are scheduled.
 fn hits_race_invalidations(options: Options) {
     const PAGES: usize = 4;
     const ROUNDS: usize = 20_000;
@@ -148,6 +155,7 @@ fn hits_race_invalidations(options: Options) {
         },
     );
     let start = Barrier::new(THREADS);
+    let workers_done = AtomicBool::new(false);
     let lookups: u64 = thread::scope(|s| {
         let workers: Vec<_> = (0..THREADS - 1)
             .map(|t| {
@@ -155,7 +163,15 @@ fn hits_race_invalidations(options: Options) {
                 s.spawn(move || {
                     let mut rng = Rng(0x2545_F491_4F6C_DD1D ^ (t as u64 + 1) << 7);
                     start.wait();
-                    for _ in 0..ROUNDS {
+                    let began = Instant::now();
+                    let mut rounds = 0;
+                    loop {
+                        // (The statistics take the cache's lock: asked only past the rounds.)
+                        let raced = || c.stats().invalidations > 0;
+                        if rounds >= ROUNDS && (raced() || began.elapsed() > RACE_LIMIT) {
+                            break;
+                        }
+                        rounds += 1;
                         let page = rng.below(PAGES) * 2 * PS;
                         let r = match c.register(B + page + rng.below(PS), 1, Access::LOCAL_READ) {
                             Ok(r) => r,
@@ -175,21 +191,22 @@ fn hits_race_invalidations(options: Options) {
                         );
                         drop(twin);
                     }
-                    ROUNDS as u64
+                    rounds as u64
                 })
             })
             .collect();
-        let c = &c;
-        let start = &start;
+        let (c, start, workers_done) = (&c, &start, &workers_done);
         s.spawn(move || {
             let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
             start.wait();
-            for _ in 0..ROUNDS / 4 {
+            while !workers_done.load(Ordering::Acquire) {
                 c.invalidate(B + rng.below(PAGES) * 2 * PS, 1);
                 thread::yield_now();
             }
         });
-        workers.into_iter().map(|w| w.join().unwrap()).sum()
+        let lookups = workers.into_iter().map(|w| w.join().unwrap()).sum();
+        workers_done.store(true, Ordering::Release);
+        lookups
     });
     let s = c.stats();
     assert!(s.hits + s.misses <= lookups, "{s:?}");
