@@ -118,11 +118,7 @@ pub unsafe extern "C" fn PMPI_Win_free(win: *mut Handle) -> c_int {
         // SAFETY: null or readable, the binding's contract.
         let h = unsafe { read_arg(win, MPI_ERR_ARG, "window") }?;
         let w = mpi.win(h)?;
-        if !w.sync.locks.is_empty()
-            || w.sync.lock_all.is_some()
-            || w.sync.access.is_some()
-            || w.sync.exposure.is_some()
-        {
+        if w.sync.passive() || w.sync.access.is_some() || w.sync.exposure.is_some() {
             return Err(Error::new(
                 MPI_ERR_RMA_SYNC,
                 "the window is freed inside an epoch: unlock, complete or wait first",

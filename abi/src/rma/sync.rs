@@ -343,11 +343,7 @@ impl Mpi {
 pub unsafe extern "C" fn PMPI_Win_fence(assert: c_int, win: Handle) -> c_int {
     call("MPI_Win_fence", Object::Win(win), |mpi| {
         let w = mpi.win(win)?;
-        if !w.sync.locks.is_empty()
-            || w.sync.lock_all.is_some()
-            || w.sync.access.is_some()
-            || w.sync.exposure.is_some()
-        {
+        if w.sync.passive() || w.sync.access.is_some() || w.sync.exposure.is_some() {
             return Err(sync_error("a fence inside a lock or post/start epoch"));
         }
         let comm = w.comm;
@@ -413,7 +409,7 @@ pub unsafe extern "C" fn PMPI_Win_unlock(rank: c_int, win: Handle) -> c_int {
 pub unsafe extern "C" fn PMPI_Win_lock_all(assert: c_int, win: Handle) -> c_int {
     call("MPI_Win_lock_all", Object::Win(win), |mpi| {
         let w = mpi.win(win)?;
-        if w.sync.lock_all.is_some() || !w.sync.locks.is_empty() || w.sync.fence {
+        if w.sync.passive() || w.sync.fence {
             return Err(sync_error(
                 "a lock, lock_all or fence epoch is open already",
             ));
