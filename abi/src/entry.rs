@@ -16,6 +16,20 @@ pub fn call(name: &str, object: Object, f: impl FnOnce(&mut Mpi) -> Result<()>) 
     }
 }
 
+/// Run blocking binding `name` as `f` on the state held so that other threads'
+/// calls may go in while it waits ([`global::Held`]), as [`call`] otherwise.
+#[inline(always)]
+pub fn call_held(
+    name: &str,
+    object: Object,
+    f: impl FnOnce(&mut global::Held) -> Result<()>,
+) -> c_int {
+    match global::with_held(f) {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => raise(name, object, e),
+    }
+}
+
 /// Run binding `name` as `f`, which enters the state itself, in steps (between
 /// them it runs a program's callbacks, which may call MPI): `MPI_SUCCESS`, or the
 /// code of its error, raised as [`call`] does.

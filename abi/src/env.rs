@@ -8,14 +8,14 @@ use crate::ffi::*;
 use crate::global::{self, Phase};
 use crate::state::Mpi;
 
-/// The thread level this library gives: one call at a time, from any thread.
-pub const THREAD_LEVEL: c_int = MPI_THREAD_SERIALIZED;
+/// The highest thread level this library gives: calls from any thread at once.
+pub const THREAD_LEVEL: c_int = MPI_THREAD_MULTIPLE;
 
 /// The library's version text.
 pub const LIBRARY_VERSION: &str = concat!(
     "rbtl libmpi_abi ",
     env!("CARGO_PKG_VERSION"),
-    ": the MPI standard ABI 1.0 over rbtl's message layer (MPI_THREAD_SERIALIZED; no MPI-IO, no Fortran bindings)"
+    ": the MPI standard ABI 1.0 over rbtl's message layer (MPI_THREAD_MULTIPLE; no MPI-IO, no Fortran bindings)"
 );
 
 /// Start the library (`MPI_Init`, `MPI_Init_thread`): the job from the launcher,
@@ -36,6 +36,9 @@ fn init(required: c_int) -> Result<c_int> {
         mpi.attach_parent()?;
         Ok(mpi)
     })?;
+    if provided == MPI_THREAD_MULTIPLE {
+        global::allow_threads();
+    }
     Ok(provided)
 }
 

@@ -1,19 +1,24 @@
 //! The library's one state per process, and the entry to it.
 //!
 //! MPI is a process-wide library: every call reaches the same state. It lives in a
-//! cell entered by one call at a time (`MPI_THREAD_SERIALIZED`): a call made while
-//! another is inside, from another thread or from a callback run inside (a
-//! program's reduction function in a nonblocking collective), is refused with
-//! `MPI_ERR_OTHER` instead of racing. The callbacks that may call MPI run outside
-//! the cell, between steps of the call that runs them: error handlers, attribute
-//! copy and delete functions, the reduction functions of blocking collectives and
-//! of `MPI_Reduce_local`.
+//! cell entered by one call at a time. Below `MPI_THREAD_MULTIPLE` a call made
+//! while another is inside (from another thread, or from a callback run inside: a
+//! program's reduction function in a nonblocking collective) is refused with
+//! `MPI_ERR_OTHER` instead of racing. With `MPI_THREAD_MULTIPLE` granted, a call
+//! of another thread waits to enter, and a blocking call lets such calls in
+//! between its rounds of progress ([`Held::let_others_in`]); a call from a
+//! callback of the thread inside is still refused (it would wait for itself).
+//! The callbacks that may call MPI run outside the cell, between steps of the
+//! call that runs them: error handlers, attribute copy and delete functions, the
+//! reduction functions of blocking collectives and of `MPI_Reduce_local`.
 
 use crate::error::{Error, Handler, Object, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 /// Where the library is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,6 +32,15 @@ pub enum Phase {
 struct Global {
     /// Set while a call is inside.
     busy: AtomicBool,
+    /// Set once `MPI_THREAD_MULTIPLE` is granted: a call waits for another
+    /// thread's to leave instead of being refused.
+    multiple: AtomicBool,
+    /// With `multiple`: the thread inside ([`this_thread`]; 0 between calls).
+    owner: AtomicUsize,
+    /// With `multiple`: threads waiting to enter.
+    waiting: AtomicUsize,
+    /// Blocking calls between two rounds, out of the cell to let others in.
+    paused: AtomicUsize,
     phase: AtomicU8,
     state: UnsafeCell<Option<Mpi>>,
 }
@@ -37,6 +51,10 @@ unsafe impl Sync for Global {}
 
 static GLOBAL: Global = Global {
     busy: AtomicBool::new(false),
+    multiple: AtomicBool::new(false),
+    owner: AtomicUsize::new(0),
+    waiting: AtomicUsize::new(0),
+    paused: AtomicUsize::new(0),
     phase: AtomicU8::new(Phase::Before as u8),
     state: UnsafeCell::new(None),
 };
@@ -57,10 +75,10 @@ impl Entered {
     #[inline(always)]
     fn try_enter() -> Result<Entered> {
         if GLOBAL.busy.swap(true, Ordering::Acquire) {
-            return Err(Error::new(
-                MPI_ERR_OTHER,
-                "another MPI call is in progress (from another thread, or from a callback of this library): the library gives MPI_THREAD_SERIALIZED",
-            ));
+            return enter_contended();
+        }
+        if GLOBAL.multiple.load(Ordering::Relaxed) {
+            GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
         }
         Ok(Entered)
     }
@@ -69,7 +87,79 @@ impl Entered {
 impl Drop for Entered {
     #[inline(always)]
     fn drop(&mut self) {
-        GLOBAL.busy.store(false, Ordering::Release);
+        leave();
+    }
+}
+
+/// Leave the cell.
+#[inline(always)]
+fn leave() {
+    if GLOBAL.multiple.load(Ordering::Relaxed) {
+        GLOBAL.owner.store(0, Ordering::Relaxed);
+    }
+    GLOBAL.busy.store(false, Ordering::Release);
+}
+
+/// A number of the calling thread, unique among the live threads, never 0: the
+/// address of a thread-local.
+fn this_thread() -> usize {
+    thread_local!(static MARK: u8 = const { 0 });
+    MARK.with(|m| m as *const u8 as usize)
+}
+
+/// Enter the cell that another call holds: wait for it with `MPI_THREAD_MULTIPLE`,
+/// unless the caller is the thread inside (a callback's call); else refuse.
+#[cold]
+fn enter_contended() -> Result<Entered> {
+    let me = this_thread();
+    if !GLOBAL.multiple.load(Ordering::Relaxed) || GLOBAL.owner.load(Ordering::Relaxed) == me {
+        return Err(Error::new(
+            MPI_ERR_OTHER,
+            match GLOBAL.multiple.load(Ordering::Relaxed) {
+                true => "an MPI call from a callback that this thread's call runs inside the library (a reduction function of a nonblocking collective): only calls that do not enter the library are allowed there",
+                false => "another MPI call is in progress (from another thread, or from a callback of this library): the library gives MPI_THREAD_SERIALIZED unless MPI_THREAD_MULTIPLE is asked for",
+            },
+        ));
+    }
+    GLOBAL.waiting.fetch_add(1, Ordering::Relaxed);
+    acquire();
+    GLOBAL.waiting.fetch_sub(1, Ordering::Relaxed);
+    GLOBAL.owner.store(me, Ordering::Relaxed);
+    Ok(Entered)
+}
+
+/// Take the cell, waiting for its holder: spinning a little, then yielding the
+/// processor (the holder may need it, where threads outnumber processors).
+fn acquire() {
+    let mut tries = 0u32;
+    while GLOBAL.busy.load(Ordering::Relaxed) || GLOBAL.busy.swap(true, Ordering::Acquire) {
+        tries += 1;
+        if tries < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Grant `MPI_THREAD_MULTIPLE`: from now on calls of other threads wait to enter.
+pub fn allow_threads() {
+    GLOBAL.multiple.store(true, Ordering::Release);
+}
+
+/// Whether threads wait to enter (with `MPI_THREAD_MULTIPLE`): a call inside
+/// that waits should leave the cell to them.
+#[inline(always)]
+pub fn others_waiting() -> bool {
+    GLOBAL.waiting.load(Ordering::Relaxed) > 0
+}
+
+/// Between the steps of a call made outside the cell: let the threads waiting
+/// to enter go first.
+#[inline(always)]
+pub fn yield_to_waiting() {
+    if others_waiting() {
+        std::thread::yield_now();
     }
 }
 
@@ -82,6 +172,73 @@ pub fn with<R>(f: impl FnOnce(&mut Mpi) -> Result<R>) -> Result<R> {
     let state = unsafe { &mut *GLOBAL.state.get() };
     match state {
         Some(mpi) => f(mpi),
+        None => Err(not_running()),
+    }
+}
+
+/// The state held by a blocking call, which may let other threads' calls in
+/// while it waits ([`Held::let_others_in`]). It gives the state for as long as
+/// the borrow of the `Held` lasts: no reference into the state outlives a
+/// borrow, so none is alive while another thread's call is inside.
+pub struct Held {
+    state: NonNull<Mpi>,
+    _entered: Entered,
+}
+
+impl Deref for Held {
+    type Target = Mpi;
+    #[inline(always)]
+    fn deref(&self) -> &Mpi {
+        // SAFETY: the cell is held (`_entered`) and the state lives while it is
+        // held: `stop` refuses while a call has let others in (`paused`).
+        unsafe { self.state.as_ref() }
+    }
+}
+
+impl DerefMut for Held {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut Mpi {
+        // SAFETY: as `deref`; the `&mut self` borrow is the only way in.
+        unsafe { self.state.as_mut() }
+    }
+}
+
+impl Held {
+    /// With `MPI_THREAD_MULTIPLE` and threads waiting to enter: leave the cell to
+    /// them and enter again. The state may have changed meanwhile (requests,
+    /// communicators): whatever the caller needs of it, it looks up again.
+    #[inline(always)]
+    pub fn let_others_in(&mut self) {
+        if others_waiting() {
+            self.pause();
+        }
+    }
+
+    #[cold]
+    fn pause(&mut self) {
+        GLOBAL.paused.fetch_add(1, Ordering::Relaxed);
+        leave();
+        std::thread::yield_now();
+        // Waiting now, as the others: the one inside lets this call in in turn.
+        GLOBAL.waiting.fetch_add(1, Ordering::Relaxed);
+        acquire();
+        GLOBAL.waiting.fetch_sub(1, Ordering::Relaxed);
+        GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
+        GLOBAL.paused.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Run `f` on the state of a running library, given as a [`Held`] (a blocking
+/// call that lets other threads in while it waits).
+#[inline(always)]
+pub fn with_held<R>(f: impl FnOnce(&mut Held) -> Result<R>) -> Result<R> {
+    let entered = Entered::try_enter()?;
+    // SAFETY: `busy` is held (by `entered`, moved into the `Held`).
+    match unsafe { (*GLOBAL.state.get()).as_mut() } {
+        Some(mpi) => f(&mut Held {
+            state: NonNull::from(mpi),
+            _entered: entered,
+        }),
         None => Err(not_running()),
     }
 }
@@ -119,6 +276,12 @@ pub fn start(init: impl FnOnce() -> Result<Mpi>) -> Result<()> {
 /// End the state with `finish`.
 pub fn stop(finish: impl FnOnce(Mpi) -> Result<()>) -> Result<()> {
     let _entered = Entered::try_enter()?;
+    if GLOBAL.paused.load(Ordering::Relaxed) > 0 {
+        return Err(Error::new(
+            MPI_ERR_OTHER,
+            "MPI_Finalize while a blocking call of another thread is under way: every thread's calls must end first",
+        ));
+    }
     // SAFETY: `busy` is held (`_entered`).
     let state = unsafe { (*GLOBAL.state.get()).take() };
     let Some(mpi) = state else {

@@ -21,7 +21,7 @@
 //! | [`large_count`] | the large-count (`_c`) bindings their `int` twins serve |
 //! | [`large_arrays`] | those with arrays of counts, narrowed for their twins |
 //!
-//! The library gives `MPI_THREAD_SERIALIZED` (see [`global`]).
+//! The library gives up to `MPI_THREAD_MULTIPLE` (see [`global`]).
 
 // The standard's C bindings: their names and contracts are the standard's (each
 // `unsafe` function's contract is its binding's).

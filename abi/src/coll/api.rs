@@ -2,7 +2,7 @@
 //! ([`super::build`]), then run it to its end or hand it out as a request.
 
 use super::build::in_place;
-use super::{run_blocking, run_in_state};
+use super::{run_blocking, run_in_state, run_steps};
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -12,13 +12,18 @@ use std::ptr::null;
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Barrier(comm: Handle) -> c_int {
-    call("MPI_Barrier", Object::Comm(comm), |mpi| {
-        if mpi.comm(comm)?.remote.is_some() {
-            return mpi.intercomm_barrier(comm);
-        }
-        let s = mpi.build_barrier(comm)?;
-        mpi.run(s)
-    })
+    run_steps(
+        "MPI_Barrier",
+        Object::Comm(comm),
+        |mpi| {
+            if mpi.comm(comm)?.remote.is_some() {
+                mpi.intercomm_barrier(comm)?;
+                return Ok(None);
+            }
+            mpi.build_barrier(comm).map(Some)
+        },
+        false,
+    )
 }
 
 nonblocking!(PMPI_Ibarrier, (comm: Handle), |mpi| mpi.build_barrier(comm));
@@ -32,15 +37,19 @@ pub unsafe extern "C" fn PMPI_Bcast(
     root: c_int,
     comm: Handle,
 ) -> c_int {
-    call("MPI_Bcast", Object::Comm(comm), |mpi| {
-        // SAFETY: the binding's contract.
-        if let Some(done) = unsafe { mpi.bcast_small((buffer, count, datatype, root, comm)) } {
-            return done;
-        }
-        // SAFETY: the binding's contract.
-        let s = unsafe { mpi.build_bcast(buffer, count, datatype, root, comm) }?;
-        mpi.run(s)
-    })
+    run_steps(
+        "MPI_Bcast",
+        Object::Comm(comm),
+        |mpi| {
+            // SAFETY: the binding's contract.
+            if let Some(done) = unsafe { mpi.bcast_small((buffer, count, datatype, root, comm)) } {
+                return done.map(|()| None);
+            }
+            // SAFETY: the binding's contract.
+            unsafe { mpi.build_bcast(buffer, count, datatype, root, comm) }.map(Some)
+        },
+        false,
+    )
 }
 
 nonblocking!(PMPI_Ibcast,

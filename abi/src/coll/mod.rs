@@ -21,7 +21,7 @@ pub mod small;
 pub use schedule::{Loc, Local, Schedule, Xfer};
 
 use crate::comm::Group;
-use crate::entry::{call, call_in_steps};
+use crate::entry::call_in_steps;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
@@ -88,7 +88,8 @@ impl Mpi {
 
     /// Run schedule `s` to its end (a blocking collective), here.
     pub fn run(&mut self, s: Box<Schedule>) -> Result<()> {
-        let mut run = self.drive(s);
+        let mut idle = IdleWait::new();
+        let mut run = self.drive(s, &mut idle);
         loop {
             match run {
                 Run::Ended(outcome) => return outcome,
@@ -96,23 +97,25 @@ impl Mpi {
                     // SAFETY: the blocking call that built `s` keeps its buffers
                     // until now.
                     unsafe { s.run_user_op() };
-                    run = self.drive(s);
+                    run = self.drive(s, &mut idle);
                 }
             }
         }
     }
 
-    /// Run schedule `s` until it ends or stops before a program's reduction
-    /// function. An ended schedule is kept for the next collective.
-    pub fn drive(&mut self, mut s: Box<Schedule>) -> Run {
+    /// Run schedule `s` until it ends, or stops before a program's reduction
+    /// function or (with `MPI_THREAD_MULTIPLE`) for other threads waiting to
+    /// enter. An ended schedule is kept for the next collective. `idle` counts the
+    /// wait's idle rounds from one call to the next.
+    pub fn drive(&mut self, mut s: Box<Schedule>, idle: &mut IdleWait) -> Run {
         // Without a nonblocking collective to advance meanwhile, on the blocking
         // calls' fast paths where it can.
-        let direct = match self.only_messages_in_flight() {
+        let direct = match self.waits_in_layer() {
             // SAFETY: the blocking call that built `s` keeps its buffers until now.
             true => unsafe { s.run_by_blocking_calls(&mut self.msg) },
             false => None,
         };
-        match direct.or_else(|| self.drive_here(&mut s)) {
+        match direct.or_else(|| self.drive_here(&mut s, idle)) {
             Some(outcome) => {
                 self.spare_schedule = Some(s);
                 Run::Ended(outcome)
@@ -122,8 +125,7 @@ impl Mpi {
     }
 
     /// Run schedule `s` until it ends (its outcome) or stops (`None`).
-    fn drive_here(&mut self, s: &mut Schedule) -> Option<Result<()>> {
-        let mut idle = IdleWait::new();
+    fn drive_here(&mut self, s: &mut Schedule, idle: &mut IdleWait) -> Option<Result<()>> {
         loop {
             // SAFETY: the blocking call that built `s` keeps its buffers until now.
             let moved = unsafe { s.advance(&mut self.msg) };
@@ -137,8 +139,11 @@ impl Mpi {
                 idle.busy();
             } else if idle.idle() {
                 if let Some(id) = s.pending_id() {
-                    self.msg.look_at(id, &mut idle);
+                    self.msg.look_at(id, idle);
                 }
+            }
+            if global::others_waiting() {
+                return None;
             }
         }
     }
@@ -195,10 +200,7 @@ pub fn run_in_state(
     object: Object,
     build: impl FnOnce(&mut Mpi) -> Result<Box<Schedule>>,
 ) -> c_int {
-    call(name, object, |mpi| {
-        let s = build(mpi)?;
-        mpi.run(s)
-    })
+    run_steps(name, object, |mpi| build(mpi).map(Some), false)
 }
 
 /// Binding `name`'s blocking collective, built by `build` and run to its end, its
@@ -209,11 +211,29 @@ pub fn run_blocking(
     object: Object,
     build: impl FnOnce(&mut Mpi) -> Result<Box<Schedule>>,
 ) -> c_int {
+    run_steps(name, object, |mpi| build(mpi).map(Some), true)
+}
+
+/// Binding `name`'s blocking collective: `build` makes its schedule (or does it
+/// all, `None`), run to its end in steps, between which the library's state is
+/// left: to run a program's reduction functions (`user_ops_outside`), and to let
+/// other threads' calls in (`MPI_THREAD_MULTIPLE`).
+pub(crate) fn run_steps(
+    name: &str,
+    object: Object,
+    build: impl FnOnce(&mut Mpi) -> Result<Option<Box<Schedule>>>,
+    user_ops_outside: bool,
+) -> c_int {
     call_in_steps(name, object, || {
+        let mut idle = IdleWait::new();
         let mut run = global::with(|mpi| {
-            let mut s = build(mpi)?;
-            s.pause_at_user_ops();
-            Ok(mpi.drive(s))
+            let Some(mut s) = build(mpi)? else {
+                return Ok(Run::Ended(Ok(())));
+            };
+            if user_ops_outside {
+                s.pause_at_user_ops();
+            }
+            Ok(mpi.drive(s, &mut idle))
         })?;
         loop {
             match run {
@@ -222,7 +242,8 @@ pub fn run_blocking(
                     // SAFETY: this blocking call's caller keeps its buffers until
                     // it returns.
                     unsafe { s.run_user_op() };
-                    run = global::with(|mpi| Ok(mpi.drive(s)))?;
+                    global::yield_to_waiting();
+                    run = global::with(|mpi| Ok(mpi.drive(s, &mut idle)))?;
                 }
             }
         }

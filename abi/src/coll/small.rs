@@ -76,7 +76,7 @@ impl Mpi {
     /// The context and tag of a collective on `comm` run without a schedule, taken
     /// only where no nonblocking collective is in flight (`None`: a schedule then).
     fn begin_small(&mut self, comm: Handle) -> Option<(u32, i32)> {
-        if !self.only_messages_in_flight() {
+        if !self.waits_in_layer() {
             return None;
         }
         let c = self.comm_mut(comm).ok()?;

@@ -2,13 +2,14 @@
 //! `Get_count`, `Cancel`.
 
 use super::{check_count, check_recv_tag, check_send_tag, peer, Mode, Peer};
-use crate::entry::call;
+use crate::entry::{call, call_held};
 use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
+use crate::global::Held;
 use crate::request::Request;
 use crate::state::Mpi;
 
-impl Mpi {
+impl Held {
     /// A blocking send: straight through the message layer when no collective is in
     /// flight (its own wait is the fastest), else a request waited for here.
     ///
@@ -24,7 +25,7 @@ impl Mpi {
         comm: Handle,
         mode: Mode,
     ) -> Result<()> {
-        if mode == Mode::Standard && self.only_messages_in_flight() {
+        if mode == Mode::Standard && self.waits_in_layer() {
             let c = self.comm(comm)?;
             let t = self.dtype(ty)?;
             if t.contiguous && c.remote.is_none() {
@@ -53,7 +54,7 @@ impl Mpi {
         self.wait_local(r).map(|_| ())
     }
 
-    /// A blocking receive (as [`Mpi::send`]), its status stored at `status` (when
+    /// A blocking receive (as [`Held::send`]), its status stored at `status` (when
     /// given): a truncated receive still reports what it got (MPI 3.2.5).
     ///
     /// # Safety
@@ -68,7 +69,7 @@ impl Mpi {
         comm: Handle,
         status: *mut Status,
     ) -> Result<()> {
-        if self.only_messages_in_flight() {
+        if self.waits_in_layer() {
             let c = self.comm(comm)?;
             let t = self.dtype(ty)?;
             if t.contiguous && c.remote.is_none() {
@@ -151,7 +152,9 @@ impl Mpi {
             None => Ok(status),
         }
     }
+}
 
+impl Mpi {
     /// Keep request `r` in the table; its handle written to `out`.
     ///
     /// # Safety
@@ -176,10 +179,7 @@ impl Mpi {
             return false;
         };
         let fits = |len: usize| self.msg.eager_payload_to(dst).is_some_and(|e| len <= e);
-        t.contiguous
-            && c.remote.is_none()
-            && t.bytes(n).is_some_and(fits)
-            && self.only_messages_in_flight()
+        t.contiguous && c.remote.is_none() && t.bytes(n).is_some_and(fits) && self.waits_in_layer()
     }
 }
 
@@ -195,7 +195,7 @@ macro_rules! blocking_send {
             comm: Handle,
         ) -> c_int {
             // SAFETY: the binding's contract: `buf` holds `count` elements.
-            call($label, Object::Comm(comm), |mpi| unsafe {
+            call_held($label, Object::Comm(comm), |mpi| unsafe {
                 mpi.send((buf, count, datatype), dest, tag, comm, $mode)
             })
         }
@@ -222,7 +222,7 @@ pub unsafe extern "C" fn PMPI_Recv(
     comm: Handle,
     status: *mut Status,
 ) -> c_int {
-    call("MPI_Recv", Object::Comm(comm), |mpi| {
+    call_held("MPI_Recv", Object::Comm(comm), |mpi| {
         // SAFETY: the binding's contract: room for `count` elements at `buf`;
         // `status` null (ignored) or writable.
         unsafe { mpi.recv((buf, count, datatype), source, tag, comm, status) }
@@ -246,7 +246,7 @@ pub unsafe extern "C" fn PMPI_Sendrecv(
     comm: Handle,
     status: *mut Status,
 ) -> c_int {
-    call("MPI_Sendrecv", Object::Comm(comm), |mpi| {
+    call_held("MPI_Sendrecv", Object::Comm(comm), |mpi| {
         // A send that one eager message carries leaves without its receiver (waiting
         // for room at most, which the receiver's progress makes): it goes first, then
         // the blocking receive, both on their fast paths. Otherwise the receive is
@@ -297,7 +297,7 @@ pub unsafe extern "C" fn PMPI_Sendrecv_replace(
     comm: Handle,
     status: *mut Status,
 ) -> c_int {
-    call("MPI_Sendrecv_replace", Object::Comm(comm), |mpi| {
+    call_held("MPI_Sendrecv_replace", Object::Comm(comm), |mpi| {
         let n = check_count(count)?;
         let t = mpi.dtype(datatype)?.clone();
         let len = t

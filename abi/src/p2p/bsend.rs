@@ -3,7 +3,7 @@
 //! (`MPI_Buffer_attach`), which `MPI_Buffer_detach` hands back once every buffered
 //! send has left.
 
-use crate::entry::call;
+use crate::entry::{call, call_held};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::p2p::wait::Step;
@@ -95,7 +95,7 @@ pub unsafe extern "C" fn PMPI_Buffer_attach(buffer: *mut c_void, size: c_int) ->
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
-    call("MPI_Buffer_detach", Object::None, |mpi| {
+    call_held("MPI_Buffer_detach", Object::None, |mpi| {
         let Some((addr, len)) = mpi.bsend.attached else {
             return Err(Error::new(MPI_ERR_BUFFER, "no buffer is attached"));
         };

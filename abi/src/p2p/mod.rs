@@ -161,12 +161,15 @@ pub struct Started {
 }
 
 impl Mpi {
-    /// Whether the message layer's progress is all the library needs while a
-    /// blocking call waits: no nonblocking collective is in flight, freed or not
-    /// (their schedules advance only by [`Mpi::progress`]).
+    /// Whether a blocking call may wait inside the message layer's own blocking
+    /// calls (its fastest way): the message layer's progress is all the library
+    /// needs meanwhile (no nonblocking collective is in flight, freed or not: their
+    /// schedules advance only by [`Mpi::progress`]), and no other thread's calls
+    /// are to be let in (below `MPI_THREAD_MULTIPLE`).
     #[inline(always)]
-    pub fn only_messages_in_flight(&self) -> bool {
-        self.active.is_empty()
+    pub fn waits_in_layer(&self) -> bool {
+        self.thread_level != MPI_THREAD_MULTIPLE
+            && self.active.is_empty()
             && !self
                 .detached
                 .iter()

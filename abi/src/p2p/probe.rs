@@ -4,9 +4,10 @@
 
 use super::{check_count, check_recv_tag, peer, Peer};
 use crate::comm::Group;
-use crate::entry::call;
+use crate::entry::{call, call_held};
 use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
+use crate::global::Held;
 use crate::p2p::wait::Step;
 use crate::request::{P2p, Request};
 use crate::state::Mpi;
@@ -78,7 +79,9 @@ impl Mpi {
             )
         }))
     }
+}
 
+impl Held {
     /// Progress until `look` finds the message.
     fn probe_until<T>(
         &mut self,
@@ -126,7 +129,7 @@ macro_rules! probe_binding {
             comm: Handle,
             $($out: *mut $ty),*
         ) -> c_int {
-            call(&stringify!($name)[1..], Object::Comm(comm), |$mpi| {
+            call_held(&stringify!($name)[1..], Object::Comm(comm), |$mpi| {
                 $(non_null($checked, MPI_ERR_ARG, stringify!($checked))?;)*
                 let $probe = $mpi.probe_of(source, tag, comm)?;
                 $body
@@ -272,7 +275,7 @@ pub unsafe extern "C" fn PMPI_Mrecv(
     message: *mut Handle,
     status: *mut Status,
 ) -> c_int {
-    call("MPI_Mrecv", Object::None, |mpi| {
+    call_held("MPI_Mrecv", Object::None, |mpi| {
         // SAFETY: the binding's contract; waited for below.
         let r = unsafe { mpi.imrecv(buf, count, datatype, message) }?;
         let mut h = mpi.requests.insert(r)?;

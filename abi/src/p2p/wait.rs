@@ -3,7 +3,7 @@
 use crate::entry::call;
 use crate::error::{non_null, raise, Error, Object, Result};
 use crate::ffi::*;
-use crate::global;
+use crate::global::{self, Held};
 use crate::request::{comm_of, pending_id, Finished, Outcome, Request};
 use crate::state::Mpi;
 use rbtl::msg::IdleWait;
@@ -96,18 +96,30 @@ impl Mpi {
         Ok(outcome)
     }
 
+    /// The message-layer request request `h` waits on.
+    pub fn pending_of(&self, h: Handle) -> Option<rbtl::msg::ReqId> {
+        match self.requests.get(h)? {
+            Request::CollInit(c) => c.started.and_then(|inner| self.pending_of(inner)),
+            r => pending_id(r),
+        }
+    }
+}
+
+impl Held {
     /// Progress until `step` says the wait is over. `step` looks (without progress)
     /// first, then after each round of progress that moved something (nothing
     /// completes otherwise); when asked (`look` true, every so many idle rounds) it
     /// also names the message-layer request it needs, so that a wait for a silent or
-    /// failed peer ends as the message layer's waits do (see `rbtl::msg`).
+    /// failed peer ends as the message layer's waits do (see `rbtl::msg`). Between
+    /// rounds other threads' calls go in ([`Held::let_others_in`]): `step` looks
+    /// up whatever it needs of the state each time.
     pub fn wait_for(&mut self, mut step: impl FnMut(&mut Mpi, bool) -> Result<Step>) -> Result<()> {
         let mut idle = IdleWait::new();
         let mut look = false;
         let mut moved = true;
         loop {
             if moved || look {
-                match step(self, look)? {
+                match step(&mut *self, look)? {
                     Step::Done => return Ok(()),
                     Step::Pending(Some(id)) if look => self.msg.look_at(id, &mut idle),
                     Step::Pending(_) => {}
@@ -122,14 +134,7 @@ impl Mpi {
             } else if idle.idle() {
                 look = true;
             }
-        }
-    }
-
-    /// The message-layer request request `h` waits on.
-    pub fn pending_of(&self, h: Handle) -> Option<rbtl::msg::ReqId> {
-        match self.requests.get(h)? {
-            Request::CollInit(c) => c.started.and_then(|inner| self.pending_of(inner)),
-            r => pending_id(r),
+            self.let_others_in();
         }
     }
 
@@ -239,10 +244,10 @@ pub(super) fn in_status(errors: &[Option<Error>]) -> Result<()> {
 /// request handle, a null pointer) through `MPI_COMM_SELF`'s.
 pub(super) fn complete(
     name: &str,
-    f: impl FnOnce(&mut Mpi, &mut Option<Handle>) -> Result<()>,
+    f: impl FnOnce(&mut Held, &mut Option<Handle>) -> Result<()>,
 ) -> c_int {
     let mut comm = None;
-    match global::with(|mpi| f(mpi, &mut comm)) {
+    match global::with_held(|mpi| f(mpi, &mut comm)) {
         Ok(()) => MPI_SUCCESS,
         Err(e) => raise(name, comm.map_or(Object::None, Object::Comm), e),
     }
@@ -254,7 +259,7 @@ pub(super) fn complete(
 pub(super) fn complete_array(
     name: &str,
     reqs: Result<&mut [Handle]>,
-    f: impl FnOnce(&mut Mpi, &mut [Handle], &[Option<Handle>], &mut Option<Handle>) -> Result<()>,
+    f: impl FnOnce(&mut Held, &mut [Handle], &[Option<Handle>], &mut Option<Handle>) -> Result<()>,
 ) -> c_int {
     complete(name, |mpi, comm| {
         let reqs = reqs?;

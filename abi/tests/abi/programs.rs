@@ -27,6 +27,9 @@
 //! * `errors`: the error classes of bad input, through each kind of error handler;
 //!   freed and foreign handles; the environment's inquiries.
 //! * `fatal`: the default error handler ends the job, naming the call.
+//! * `threads`: `MPI_THREAD_MULTIPLE`: several threads of each rank at once, in
+//!   point-to-point calls and collectives, and blocking calls that wait for another
+//!   thread of their own rank, at 1 to 3 ranks.
 //! * `spawn`: dynamic processes: a refused spawn, a spawn, traffic both ways over
 //!   the intercommunicator, its barrier, merge and disconnect.
 //! * `callbacks`: MPI calls from inside the library's callbacks: a reduction
@@ -240,6 +243,13 @@ fn spawn() {
             );
         }
     }
+}
+
+/// `MPI_THREAD_MULTIPLE`: threads of a rank calling at once, blocking calls that
+/// end only after another thread of the same rank has made its call.
+#[test]
+fn threads() {
+    passes("threads", &[1, 2, 3]);
 }
 
 /// MPI calls from inside the library's callbacks (a user's reduction function,

@@ -1,6 +1,6 @@
 /* errors.c: errors and the environment at 1 or more ranks. Before MPI_Init and
  * after MPI_Finalize: MPI_Initialized, MPI_Finalized, the versions. The thread
- * level (MPI_THREAD_SERIALIZED), processor name, clock. With MPI_ERRORS_RETURN,
+ * level (MPI_THREAD_MULTIPLE), processor name, clock. With MPI_ERRORS_RETURN,
  * each bad input returns the standard's class (checked with MPI_Error_class) and
  * an error string naming the class and the problem: ranks, tags, counts, buffers,
  * truncation, communicators, datatypes, requests, groups, operations, roots,
@@ -41,8 +41,8 @@ static void test_environment_before(void) {
 
 static void test_environment(int provided) {
   int flag = -1, level = -1;
-  CHECK(provided == MPI_THREAD_SERIALIZED,
-        "MPI_Init_thread(MPI_THREAD_MULTIPLE) provided %d, not MPI_THREAD_SERIALIZED", provided);
+  CHECK(provided == MPI_THREAD_MULTIPLE,
+        "MPI_Init_thread(MPI_THREAD_MULTIPLE) provided %d, not MPI_THREAD_MULTIPLE", provided);
   OK(MPI_Query_thread(&level));
   CHECK(level == provided, "MPI_Query_thread: %d, provided %d", level, provided);
   OK(MPI_Is_thread_main(&flag));

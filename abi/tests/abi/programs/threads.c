@@ -1,0 +1,126 @@
+/* MPI_THREAD_MULTIPLE: calls from several threads of a rank at once, among them
+ * blocking calls that can only end after another thread of the same rank has made
+ * its call (so a blocking call must let the others in while it waits).
+ *
+ * - a blocking receive from this very rank, whose send another thread makes later;
+ * - a barrier that one rank can only reach after a message that another thread
+ *   of its partner sends while the partner's own barrier waits;
+ * - ping-pongs between partner ranks, one per thread on its own tag, in blocking
+ *   and nonblocking forms; all-reductions, one communicator per thread.
+ */
+#include "check.h"
+#include <pthread.h>
+#include <unistd.h>
+
+enum { THREADS = 4, ROUNDS = 200, REDUCTIONS = 50, BIG = 1 << 20 };
+
+static MPI_Comm comms[THREADS];
+static int partner; /* the rank this one pairs with (itself when it has none) */
+
+/* A receive from this rank, posted before its send (which another thread makes). */
+static void *receive_from_self(void *buf) {
+  MPI_Status st;
+  OK(MPI_Recv(buf, BIG, MPI_BYTE, rank, 7, MPI_COMM_WORLD, &st));
+  CHECK(st.MPI_SOURCE == rank && st.MPI_TAG == 7, "self receive: source %d tag %d",
+        st.MPI_SOURCE, st.MPI_TAG);
+  return NULL;
+}
+
+static void blocked_by_own_thread(void) {
+  unsigned char *in = calloc(BIG, 1), *out = malloc(BIG);
+  CHECK(in && out, "out of memory");
+  for (int i = 0; i < BIG; i++)
+    out[i] = (unsigned char)(i * 7 + rank);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, receive_from_self, in) == 0, "pthread_create");
+  usleep(50 * 1000); /* the receive is waiting inside MPI_Recv by now */
+  OK(MPI_Send(out, BIG, MPI_BYTE, rank, 7, MPI_COMM_WORLD));
+  CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+  CHECK(memcmp(in, out, BIG) == 0, "the self message arrived changed");
+  free(in);
+  free(out);
+}
+
+/* Rank 0's barrier on comms[0] waits for rank 1, whose barrier comes only after
+ * the message rank 0's second thread sends on comms[1]. */
+static void *barrier_thread(void *arg) {
+  (void)arg;
+  if (rank == 1) {
+    int got = -1;
+    OK(MPI_Recv(&got, 1, MPI_INT, 0, 3, comms[1], MPI_STATUS_IGNORE));
+    CHECK(got == 42, "the message before the barrier: %d", got);
+  }
+  OK(MPI_Barrier(comms[0]));
+  return NULL;
+}
+
+static void barrier_after_other_thread(void) {
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, barrier_thread, NULL) == 0, "pthread_create");
+  if (rank == 0 && size > 1) {
+    usleep(50 * 1000); /* the barrier is waiting by now */
+    int v = 42;
+    OK(MPI_Send(&v, 1, MPI_INT, 1, 3, comms[1]));
+  }
+  CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+}
+
+/* Thread `t`'s ping-pongs with the partner on tag `t`, then its reductions. */
+static void *worker(void *arg) {
+  int t = (int)(intptr_t)arg;
+  for (int r = 0; r < ROUNDS; r++) {
+    int mine[2] = {t, r * 1000 + rank}, theirs[2] = {-1, -1};
+    if (r % 2 == 0) {
+      if (rank <= partner) {
+        OK(MPI_Send(mine, 2, MPI_INT, partner, t, MPI_COMM_WORLD));
+        OK(MPI_Recv(theirs, 2, MPI_INT, partner, t, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+      } else {
+        OK(MPI_Recv(theirs, 2, MPI_INT, partner, t, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        OK(MPI_Send(mine, 2, MPI_INT, partner, t, MPI_COMM_WORLD));
+      }
+    } else {
+      MPI_Request q[2];
+      OK(MPI_Irecv(theirs, 2, MPI_INT, partner, t, MPI_COMM_WORLD, &q[0]));
+      OK(MPI_Isend(mine, 2, MPI_INT, partner, t, MPI_COMM_WORLD, &q[1]));
+      OK(MPI_Waitall(2, q, MPI_STATUSES_IGNORE));
+    }
+    CHECK(theirs[0] == t && theirs[1] == r * 1000 + partner,
+          "thread %d round %d got (%d, %d) from rank %d", t, r, theirs[0], theirs[1],
+          partner);
+  }
+  for (int r = 0; r < REDUCTIONS; r++) {
+    long v = rank + t * 100 + r, sum = -1;
+    OK(MPI_Allreduce(&v, &sum, 1, MPI_LONG, MPI_SUM, comms[t]));
+    long want = (long)size * (size - 1) / 2 + (long)size * (t * 100 + r);
+    CHECK(sum == want, "thread %d reduction %d: %ld, not %ld", t, r, sum, want);
+  }
+  return NULL;
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  check_program = "threads";
+  int provided = -1, level = -1;
+  OK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
+  OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  CHECK(provided == MPI_THREAD_MULTIPLE, "provided %d, not MPI_THREAD_MULTIPLE", provided);
+  OK(MPI_Query_thread(&level));
+  CHECK(level == MPI_THREAD_MULTIPLE, "MPI_Query_thread: %d", level);
+  partner = (rank ^ 1) < size ? (rank ^ 1) : rank;
+  for (int t = 0; t < THREADS; t++)
+    OK(MPI_Comm_dup(MPI_COMM_WORLD, &comms[t]));
+
+  blocked_by_own_thread();
+  barrier_after_other_thread();
+  pthread_t workers[THREADS];
+  for (int t = 0; t < THREADS; t++)
+    CHECK(pthread_create(&workers[t], NULL, worker, (void *)(intptr_t)t) == 0,
+          "pthread_create");
+  for (int t = 0; t < THREADS; t++)
+    CHECK(pthread_join(workers[t], NULL) == 0, "pthread_join");
+
+  for (int t = 0; t < THREADS; t++)
+    OK(MPI_Comm_free(&comms[t]));
+  return finish();
+}
