@@ -17,7 +17,6 @@ use crate::ffi::*;
 use crate::state::Mpi;
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 
 /// Where the library is in its life.
@@ -178,20 +177,36 @@ pub fn with<R>(f: impl FnOnce(&mut Mpi) -> Result<R>) -> Result<R> {
 
 /// The state held by a blocking call, which may let other threads' calls in
 /// while it waits ([`Held::let_others_in`]). It gives the state for as long as
-/// the borrow of the `Held` lasts: no reference into the state outlives a
-/// borrow, so none is alive while another thread's call is inside.
+/// the borrow of the `Held` lasts, each time a reference made afresh from the
+/// cell: no reference into the state outlives a borrow, so none is alive while
+/// another thread's call is inside.
 pub struct Held {
-    state: NonNull<Mpi>,
     _entered: Entered,
+}
+
+impl Held {
+    /// The state.
+    ///
+    /// # Safety
+    ///
+    /// The cell is held, and the reference is not used once it is left.
+    #[inline(always)]
+    unsafe fn state<'a>() -> &'a mut Mpi {
+        // SAFETY: the caller holds the cell. The state is there: `with_held` made
+        // the `Held` only on a running library, and it stays while a `Held`
+        // lives (`stop` needs the cell, and refuses while a call has let others
+        // in, `paused`).
+        unsafe { (*GLOBAL.state.get()).as_mut().unwrap_unchecked() }
+    }
 }
 
 impl Deref for Held {
     type Target = Mpi;
     #[inline(always)]
     fn deref(&self) -> &Mpi {
-        // SAFETY: the cell is held (`_entered`) and the state lives while it is
-        // held: `stop` refuses while a call has let others in (`paused`).
-        unsafe { self.state.as_ref() }
+        // SAFETY: the cell is held (`_entered`) for as long as the borrow of
+        // `self`, which the reference lives no longer than.
+        unsafe { Held::state() }
     }
 }
 
@@ -199,7 +214,7 @@ impl DerefMut for Held {
     #[inline(always)]
     fn deref_mut(&mut self) -> &mut Mpi {
         // SAFETY: as `deref`; the `&mut self` borrow is the only way in.
-        unsafe { self.state.as_mut() }
+        unsafe { Held::state() }
     }
 }
 
@@ -233,14 +248,11 @@ impl Held {
 #[inline(always)]
 pub fn with_held<R>(f: impl FnOnce(&mut Held) -> Result<R>) -> Result<R> {
     let entered = Entered::try_enter()?;
-    // SAFETY: `busy` is held (by `entered`, moved into the `Held`).
-    match unsafe { (*GLOBAL.state.get()).as_mut() } {
-        Some(mpi) => f(&mut Held {
-            state: NonNull::from(mpi),
-            _entered: entered,
-        }),
-        None => Err(not_running()),
+    // SAFETY: `busy` is held (by `entered`).
+    if unsafe { (*GLOBAL.state.get()).is_none() } {
+        return Err(not_running());
     }
+    f(&mut Held { _entered: entered })
 }
 
 #[cold]

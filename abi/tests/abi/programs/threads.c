@@ -6,7 +6,9 @@
  * - a barrier that one rank can only reach after a message that another thread
  *   of its partner sends while the partner's own barrier waits;
  * - ping-pongs between partner ranks, one per thread on its own tag, in blocking
- *   and nonblocking forms; all-reductions, one communicator per thread.
+ *   and nonblocking forms; all-reductions, one communicator per thread;
+ * - MPI_Finalize refused while another thread's receive waits, and the library
+ *   still whole after it.
  */
 #include "check.h"
 #include <pthread.h>
@@ -63,6 +65,24 @@ static void barrier_after_other_thread(void) {
     OK(MPI_Send(&v, 1, MPI_INT, 1, 3, comms[1]));
   }
   CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+}
+
+static void *receive_one(void *arg) {
+  OK(MPI_Recv(arg, 1, MPI_INT, rank, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+  return NULL;
+}
+
+static void finalize_while_a_thread_waits(void) {
+  int got = -1, v = 5;
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, receive_one, &got) == 0, "pthread_create");
+  usleep(50 * 1000); /* the receive is waiting inside MPI_Recv by now */
+  errors_return(MPI_COMM_SELF, 1);
+  EXPECT_ERR(MPI_Finalize(), MPI_ERR_OTHER, "another thread");
+  errors_return(MPI_COMM_SELF, 0);
+  OK(MPI_Send(&v, 1, MPI_INT, rank, 9, MPI_COMM_WORLD));
+  CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+  CHECK(got == 5, "the receive after the refused MPI_Finalize got %d", got);
 }
 
 /* Thread `t`'s ping-pongs with the partner on tag `t`, then its reductions. */
@@ -122,5 +142,6 @@ int main(int argc, char **argv) {
 
   for (int t = 0; t < THREADS; t++)
     OK(MPI_Comm_free(&comms[t]));
+  finalize_while_a_thread_waits();
   return finish();
 }
