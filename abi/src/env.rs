@@ -22,7 +22,16 @@ pub const LIBRARY_VERSION: &str = concat!(
 /// the transports from rbtl's configuration (`RBTL_*` variables, `RBTL_CONFIG_FILE`).
 fn init(required: c_int) -> Result<c_int> {
     std::sync::LazyLock::force(&START);
-    let provided = required.clamp(MPI_THREAD_SINGLE, THREAD_LEVEL);
+    // The highest level not above the one asked for (the ABI leaves room between
+    // MPI_THREAD_SERIALIZED and MPI_THREAD_MULTIPLE: no value there is a level).
+    let provided = [
+        MPI_THREAD_MULTIPLE,
+        MPI_THREAD_SERIALIZED,
+        MPI_THREAD_FUNNELED,
+    ]
+    .into_iter()
+    .find(|&level| level <= required.min(THREAD_LEVEL))
+    .unwrap_or(MPI_THREAD_SINGLE);
     global::start(|| {
         let msg = rbtl::msg::Comm::init(&[]).map_err(|e| {
             Error::new(

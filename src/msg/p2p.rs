@@ -55,20 +55,28 @@ impl Comm {
     /// [`Comm::send`] in context `ctx`.
     #[inline(always)]
     pub fn send_in(&mut self, ctx: u32, buf: &[u8], dst: u32, tag: i32) -> Result<()> {
-        if tag < 0 {
-            return Err(Error::BadTag(tag));
-        }
         // Fast path: an eager message the transport takes at once needs no request.
-        let (mi, ep) = self.route(dst)?;
-        if buf.len() + protocol::EAGER_HEADER <= self.eager[mi]
-            && self.try_eager(mi, ep, buf, tag, ctx)?
-        {
+        if self.try_send_in(ctx, buf, dst, tag)? {
             return Ok(());
         }
         // SAFETY: `buf` is borrowed until wait returns, which is when the request has
         // completed.
         let req = unsafe { self.isend_tagged(buf.as_ptr(), buf.len(), (dst, tag, ctx), true) }?;
         self.wait(req).map(|_| ())
+    }
+
+    /// [`Comm::send_in`] only where it ends at once, without waiting: an eager
+    /// message that the transport takes now. Whether it went (false: nothing went
+    /// out; the message is for a request then). For a caller that may not wait
+    /// inside the layer (an MPI library whose other threads must get in meanwhile).
+    #[inline(always)]
+    pub fn try_send_in(&mut self, ctx: u32, buf: &[u8], dst: u32, tag: i32) -> Result<bool> {
+        if tag < 0 {
+            return Err(Error::BadTag(tag));
+        }
+        let (mi, ep) = self.route(dst)?;
+        Ok(buf.len() + protocol::EAGER_HEADER <= self.eager[mi]
+            && self.try_eager(mi, ep, buf, tag, ctx)?)
     }
 
     /// Receive into `buf` from `src` with `tag`.

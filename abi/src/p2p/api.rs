@@ -10,8 +10,9 @@ use crate::request::Request;
 use crate::state::Mpi;
 
 impl Held {
-    /// A blocking send: straight through the message layer when no collective is in
-    /// flight (its own wait is the fastest), else a request waited for here.
+    /// A blocking send: straight through the message layer where it may wait there
+    /// ([`Mpi::waits_in_layer`]: its own wait is the fastest); else an eager
+    /// message that the transport takes at once, or a request waited for here.
     ///
     /// # Safety
     ///
@@ -25,7 +26,7 @@ impl Held {
         comm: Handle,
         mode: Mode,
     ) -> Result<()> {
-        if mode == Mode::Standard && self.waits_in_layer() {
+        if mode == Mode::Standard {
             let c = self.comm(comm)?;
             let t = self.dtype(ty)?;
             if t.contiguous && c.remote.is_none() {
@@ -46,7 +47,12 @@ impl Held {
                     // SAFETY: the caller's contract: `len` bytes from the type's start.
                     unsafe { std::slice::from_raw_parts(at, len) }
                 };
-                return Ok(self.msg.send_in(ctx, data, dst, tag)?);
+                if self.waits_in_layer() {
+                    return Ok(self.msg.send_in(ctx, data, dst, tag)?);
+                }
+                if self.msg.try_send_in(ctx, data, dst, tag)? {
+                    return Ok(());
+                }
             }
         }
         // SAFETY: the caller's contract; waited for below.

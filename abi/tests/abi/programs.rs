@@ -246,10 +246,12 @@ fn spawn() {
 }
 
 /// `MPI_THREAD_MULTIPLE`: threads of a rank calling at once, blocking calls that
-/// end only after another thread of the same rank has made its call.
+/// end only after another thread of the same rank has made its call; a value
+/// asked for between two levels gets the lower.
 #[test]
 fn threads() {
     passes("threads", &[1, 2, 3]);
+    run_passing(&build("threads"), "threads", 2, &["between"], &[]);
 }
 
 /// MPI calls from inside the library's callbacks (a user's reduction function,

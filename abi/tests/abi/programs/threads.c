@@ -9,6 +9,8 @@
  *   and nonblocking forms; all-reductions, one communicator per thread;
  * - MPI_Finalize refused while another thread's receive waits, and the library
  *   still whole after it.
+ * With the argument "between": a level asked for between MPI_THREAD_SERIALIZED
+ * and MPI_THREAD_MULTIPLE (no level) gets MPI_THREAD_SERIALIZED.
  */
 #include "check.h"
 #include <pthread.h>
@@ -121,6 +123,14 @@ int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   check_program = "threads";
   int provided = -1, level = -1;
+  if (argc > 1 && strcmp(argv[1], "between") == 0) {
+    OK(MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED + 1, &provided));
+    OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+    CHECK(provided == MPI_THREAD_SERIALIZED, "asked for %d, provided %d",
+          MPI_THREAD_SERIALIZED + 1, provided);
+    return finish();
+  }
   OK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
   OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
