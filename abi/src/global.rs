@@ -110,26 +110,26 @@ fn this_thread() -> usize {
 /// unless the caller is the thread inside (a callback's call); else refuse.
 #[cold]
 fn enter_contended() -> Result<Entered> {
-    let me = this_thread();
-    if !GLOBAL.multiple.load(Ordering::Relaxed) || GLOBAL.owner.load(Ordering::Relaxed) == me {
+    let multiple = GLOBAL.multiple.load(Ordering::Relaxed);
+    if !multiple || GLOBAL.owner.load(Ordering::Relaxed) == this_thread() {
         return Err(Error::new(
             MPI_ERR_OTHER,
-            match GLOBAL.multiple.load(Ordering::Relaxed) {
+            match multiple {
                 true => "an MPI call from a callback that this thread's call runs inside the library (a reduction function of a nonblocking collective): only calls that do not enter the library are allowed there",
                 false => "another MPI call is in progress (from another thread, or from a callback of this library): the library gives MPI_THREAD_SERIALIZED unless MPI_THREAD_MULTIPLE is asked for",
             },
         ));
     }
-    GLOBAL.waiting.fetch_add(1, Ordering::Relaxed);
     acquire();
-    GLOBAL.waiting.fetch_sub(1, Ordering::Relaxed);
-    GLOBAL.owner.store(me, Ordering::Relaxed);
     Ok(Entered)
 }
 
-/// Take the cell, waiting for its holder: spinning a little, then yielding the
+/// Take the cell, waiting for its holder (counted in `waiting`, so that a call
+/// inside that waits lets this one in): spinning a little, then yielding the
 /// processor (the holder may need it, where threads outnumber processors).
+/// The caller is the thread inside then.
 fn acquire() {
+    GLOBAL.waiting.fetch_add(1, Ordering::Relaxed);
     let mut tries = 0u32;
     while GLOBAL.busy.load(Ordering::Relaxed) || GLOBAL.busy.swap(true, Ordering::Acquire) {
         tries += 1;
@@ -139,6 +139,8 @@ fn acquire() {
             std::thread::yield_now();
         }
     }
+    GLOBAL.waiting.fetch_sub(1, Ordering::Relaxed);
+    GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
 }
 
 /// Grant `MPI_THREAD_MULTIPLE`: from now on calls of other threads wait to enter.
@@ -235,10 +237,7 @@ impl Held {
         leave();
         std::thread::yield_now();
         // Waiting now, as the others: the one inside lets this call in in turn.
-        GLOBAL.waiting.fetch_add(1, Ordering::Relaxed);
         acquire();
-        GLOBAL.waiting.fetch_sub(1, Ordering::Relaxed);
-        GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
         GLOBAL.paused.fetch_sub(1, Ordering::Relaxed);
     }
 }
