@@ -30,6 +30,8 @@ struct Narrowed {
     /// neighbours in and out: unknown where the communicator is not valid (the twin
     /// then says why), or has no topology.
     members: Option<usize>,
+    /// The size of this process's group (the communicator's size).
+    local: Option<usize>,
     rank: c_int,
     inter: bool,
     neighbours: Option<(usize, usize)>,
@@ -44,6 +46,7 @@ impl Narrowed {
             object,
             kept: Vec::new(),
             members: None,
+            local: None,
             rank: 0,
             inter: false,
             neighbours: None,
@@ -51,7 +54,8 @@ impl Narrowed {
         if let Some(comm) = comm {
             let _ = global::with(|mpi| {
                 let c = mpi.comm(comm)?;
-                n.members = Some(c.remote.as_ref().unwrap_or(&c.group).size() as usize);
+                n.members = Some(c.peers().size() as usize);
+                n.local = Some(c.size() as usize);
                 n.rank = c.rank as c_int;
                 n.inter = c.remote.is_some();
                 if c.topo.is_none() {
@@ -100,6 +104,11 @@ impl Narrowed {
     /// As many as the communicator has members.
     fn members(&self) -> Option<usize> {
         self.members
+    }
+
+    /// The members of this process's group.
+    fn local(&self) -> Option<usize> {
+        self.local
     }
 
     /// The members, where this process is `root` of a rooted collective, else none
@@ -245,7 +254,7 @@ large_collective!(PMPI_Alltoallw_c, PMPI_Ialltoallw_c, PMPI_Alltoallw_init_c
 large_collective!(PMPI_Reduce_scatter_c, PMPI_Ireduce_scatter_c, PMPI_Reduce_scatter_init_c
     => PMPI_Reduce_scatter, PMPI_Ireduce_scatter, PMPI_Reduce_scatter_init,
     (sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const Count, datatype: Handle, op: Handle, comm: Handle),
-    |n| (sendbuf, recvbuf, n.each("recvcounts", recvcounts, n.members())?, datatype, op, comm));
+    |n| (sendbuf, recvbuf, n.each("recvcounts", recvcounts, n.local())?, datatype, op, comm));
 
 large_collective!(PMPI_Neighbor_allgatherv_c, PMPI_Ineighbor_allgatherv_c, PMPI_Neighbor_allgatherv_init_c
     => PMPI_Neighbor_allgatherv, PMPI_Ineighbor_allgatherv, PMPI_Neighbor_allgatherv_init,

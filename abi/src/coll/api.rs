@@ -15,13 +15,7 @@ pub unsafe extern "C" fn PMPI_Barrier(comm: Handle) -> c_int {
     run_steps(
         "MPI_Barrier",
         Object::Comm(comm),
-        |mpi| {
-            if mpi.comm(comm)?.remote.is_some() {
-                mpi.intercomm_barrier(comm)?;
-                return Ok(None);
-            }
-            mpi.build_barrier(comm).map(Some)
-        },
+        |mpi| mpi.build_barrier(comm).map(Some),
         false,
     )
 }
@@ -103,7 +97,7 @@ reduction!(PMPI_Exscan, PMPI_Iexscan, PMPI_Exscan_init,
 ///
 /// # Safety
 ///
-/// `counts` holds the communicator's size of ints.
+/// `counts` holds the communicator's size of ints (its local group's).
 pub unsafe fn scatter_counts(mpi: &Mpi, comm: Handle, counts: *const c_int) -> Result<Vec<usize>> {
     let n = mpi.comm(comm)?.size() as usize;
     if counts.is_null() {
@@ -174,9 +168,10 @@ collective!(PMPI_Alltoallv, PMPI_Ialltoallv, PMPI_Alltoallv_init,
 ///
 /// # Safety
 ///
-/// `types` holds the communicator's size of handles.
+/// `types` holds a handle per peer (member of the other group of an
+/// intercommunicator).
 pub unsafe fn types_of<'a>(mpi: &Mpi, comm: Handle, types: *const Handle) -> Result<&'a [Handle]> {
-    let n = mpi.comm(comm)?.size() as usize;
+    let n = mpi.comm(comm)?.peers().size() as usize;
     if types.is_null() {
         return Err(Error::new(MPI_ERR_ARG, "the datatypes array is null"));
     }

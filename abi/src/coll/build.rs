@@ -44,7 +44,7 @@ pub fn check_root(root: c_int, m: &Members) -> Result<u32> {
 
 /// A block of an array argument: `count` elements of `ty` at `displ` extents (or
 /// `displ` bytes, `bytes`) from `buf`.
-fn at(buf: *const c_void, displ: isize, ty: &Datatype, bytes: bool) -> *mut c_void {
+pub(super) fn at(buf: *const c_void, displ: isize, ty: &Datatype, bytes: bool) -> *mut c_void {
     let step = if bytes { 1 } else { ty.extent() };
     buf.cast::<u8>()
         .cast_mut()
@@ -83,7 +83,11 @@ unsafe fn vector<'a>(
 /// # Safety
 ///
 /// Unless `counts` is null, `counts` and `displs` hold `n` ints each.
-unsafe fn part(v: (c_int, *const c_int, *const c_int), i: u32, n: u32) -> Result<(c_int, c_int)> {
+pub(super) unsafe fn part(
+    v: (c_int, *const c_int, *const c_int),
+    i: u32,
+    n: u32,
+) -> Result<(c_int, c_int)> {
     if v.1.is_null() {
         return Ok((v.0, i as c_int * v.0));
     }
@@ -94,7 +98,7 @@ unsafe fn part(v: (c_int, *const c_int, *const c_int), i: u32, n: u32) -> Result
 
 impl Mpi {
     /// Operation `op`, checked to apply to type `ty`.
-    fn reduction(&self, op: Handle, ty: Handle) -> Result<crate::op::Op> {
+    pub(super) fn reduction(&self, op: Handle, ty: Handle) -> Result<crate::op::Op> {
         let o = self.op(op)?;
         crate::op::check(o, self.dtype(ty)?)?;
         Ok(o)
@@ -117,7 +121,12 @@ impl Mpi {
 
     /// How `op` combines `count` elements of `ty` (checked by the caller): the type
     /// borrowed, not copied (as in `build_bcast`).
-    fn combine(&self, op: crate::op::Op, ty: Handle, count: usize) -> Result<Combine<'_>> {
+    pub(super) fn combine(
+        &self,
+        op: crate::op::Op,
+        ty: Handle,
+        count: usize,
+    ) -> Result<Combine<'_>> {
         Ok(Combine {
             op,
             ty: self.dtype(ty)?,
@@ -148,6 +157,9 @@ impl Mpi {
 
     /// `MPI_Barrier`.
     pub fn build_barrier(&mut self, comm: Handle) -> Result<Box<Schedule>> {
+        if let Some((s, sides)) = self.inter_collective(comm)? {
+            return Ok(self.inter_barrier(s, &sides));
+        }
         let (mut s, m) = self.collective(comm)?;
         basic::barrier(&mut s, &m);
         Ok(s)
@@ -167,6 +179,10 @@ impl Mpi {
         root: c_int,
         comm: Handle,
     ) -> Result<Box<Schedule>> {
+        if let Some((s, sides)) = self.inter_collective(comm)? {
+            // SAFETY: the caller's contract.
+            return unsafe { self.inter_bcast(s, &sides, (buf, count, ty), root) };
+        }
         let n = check_count(count)?;
         self.dtype(ty)?;
         let (mut s, m) = self.collective(comm)?;
@@ -204,6 +220,11 @@ impl Mpi {
         root: c_int,
         comm: Handle,
     ) -> Result<Box<Schedule>> {
+        if let Some((s, sides)) = self.inter_collective(comm)? {
+            let bufs = (sendbuf, recvbuf);
+            // SAFETY: the caller's contract.
+            return unsafe { self.inter_reduce(s, &sides, bufs, (count, ty, op), root) };
+        }
         let (mut s, m, o, n) = self.start_reduction(count, ty, op, comm)?;
         let c = self.combine(o, ty, n)?;
         let t = c.ty;
@@ -244,6 +265,11 @@ impl Mpi {
         op: Handle,
         comm: Handle,
     ) -> Result<Box<Schedule>> {
+        if let Some((s, sides)) = self.inter_collective(comm)? {
+            let bufs = (sendbuf, recvbuf);
+            // SAFETY: the caller's contract.
+            return unsafe { self.inter_allreduce(s, &sides, bufs, (count, ty, op), None) };
+        }
         let (mut s, m, o, n) = self.start_reduction(count, ty, op, comm)?;
         let c = self.combine(o, ty, n)?;
         let t = c.ty;
@@ -312,6 +338,11 @@ impl Mpi {
         op: Handle,
         comm: Handle,
     ) -> Result<Box<Schedule>> {
+        if let Some((s, sides)) = self.inter_collective(comm)? {
+            let (bufs, counts) = ((sendbuf, recvbuf), Some(counts));
+            // SAFETY: the caller's contract.
+            return unsafe { self.inter_allreduce(s, &sides, bufs, (0, ty, op), counts) };
+        }
         let o = self.reduction(op, ty)?;
         let (mut s, m) = self.collective(comm)?;
         let total: usize = counts.iter().sum();
@@ -350,6 +381,13 @@ impl Mpi {
         root: c_int,
         comm: Handle,
     ) -> Result<Box<Schedule>> {
+        if let Some((s, sides)) = self.inter_collective(comm)? {
+            let own = (sendbuf.cast_mut(), sendcount, sendtype);
+            // SAFETY: the caller's contract.
+            return unsafe {
+                self.inter_rooted(s, &sides, own, (recvbuf, recv, recvtype), (root, true))
+            };
+        }
         let (mut s, m) = self.collective(comm)?;
         let root = check_root(root, &m)?;
         let is_root = m.rank == root;
@@ -395,6 +433,12 @@ impl Mpi {
         root: c_int,
         comm: Handle,
     ) -> Result<Box<Schedule>> {
+        if let Some((s, sides)) = self.inter_collective(comm)? {
+            let blocks = (sendbuf.cast_mut(), send, sendtype);
+            let own = (recvbuf, recvcount, recvtype);
+            // SAFETY: the caller's contract.
+            return unsafe { self.inter_rooted(s, &sides, own, blocks, (root, false)) };
+        }
         let (mut s, m) = self.collective(comm)?;
         let root = check_root(root, &m)?;
         let is_root = m.rank == root;
@@ -438,6 +482,11 @@ impl Mpi {
         recvtype: Handle,
         comm: Handle,
     ) -> Result<Box<Schedule>> {
+        if let Some((s, sides)) = self.inter_collective(comm)? {
+            let send = (sendbuf, sendcount, sendtype);
+            // SAFETY: the caller's contract.
+            return unsafe { self.inter_allgather(s, &sides, send, (recvbuf, recv, recvtype)) };
+        }
         let (mut s, m) = self.collective(comm)?;
         let rt = self.dtype(recvtype)?.clone();
         let mut blocks = Vec::new();
@@ -520,6 +569,11 @@ impl Mpi {
         comm: Handle,
         w: bool,
     ) -> Result<Box<Schedule>> {
+        if let Some((s, sides)) = self.inter_collective(comm)? {
+            let (send, recv) = ((sendbuf, send, sendtypes), (recvbuf, recv, recvtypes));
+            // SAFETY: the caller's contract.
+            return unsafe { self.inter_alltoall(s, &sides, send, recv, w) };
+        }
         let (mut s, m) = self.collective(comm)?;
         // Alltoallw: a type per peer, displacements in bytes.
         let bytes = w;

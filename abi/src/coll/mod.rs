@@ -1,9 +1,9 @@
 //! Collectives on a communicator, built as schedules of point-to-point rounds
 //! ([`schedule`]), with the algorithm chosen by message size and process count (as
 //! Open MPI's `tuned` and MPICH's collectives choose): [`basic`] moves data,
-//! [`reduce`] combines it. Blocking calls run their schedule to the end; nonblocking
-//! ones hand it out as a request. A small all-reduction runs without one
-//! ([`small`]).
+//! [`reduce`] combines it; [`inter`] has those of intercommunicators. Blocking calls
+//! run their schedule to the end; nonblocking ones hand it out as a request. A small
+//! all-reduction runs without one ([`small`]).
 
 #[macro_use]
 mod binding;
@@ -12,12 +12,14 @@ pub mod api;
 pub mod args;
 pub mod basic;
 pub mod build;
+pub mod inter;
 pub mod neighbor;
 pub mod persistent;
 pub mod reduce;
 pub mod schedule;
 pub mod small;
 
+pub use inter::Sides;
 pub use schedule::{Loc, Local, Schedule, Xfer};
 
 use crate::comm::Group;
@@ -65,15 +67,40 @@ impl Members {
 impl Mpi {
     /// A schedule for the next collective on intracommunicator `comm`, and its members.
     pub fn collective(&mut self, comm: Handle) -> Result<(Box<Schedule>, Members)> {
+        let (s, m, remote) = self.next_collective(comm, false)?;
+        debug_assert!(remote.is_none());
+        Ok((s, m))
+    }
+
+    /// For an intercommunicator, a schedule for its next collective and its two
+    /// groups; `None` for an intracommunicator.
+    pub fn inter_collective(&mut self, comm: Handle) -> Result<Option<(Box<Schedule>, Sides)>> {
+        if self.comm(comm)?.remote.is_none() {
+            return Ok(None);
+        }
+        let (s, local, remote) = self.next_collective(comm, true)?;
+        let remote = remote.expect("an intercommunicator");
+        Ok(Some((s, Sides { local, remote })))
+    }
+
+    /// A schedule for the next collective on `comm` (an intercommunicator refused
+    /// unless `inter`), this process's group, and the other group of an
+    /// intercommunicator.
+    fn next_collective(
+        &mut self,
+        comm: Handle,
+        inter: bool,
+    ) -> Result<(Box<Schedule>, Members, Option<Arc<Group>>)> {
         let c = self.comm_mut(comm)?;
-        if c.remote.is_some() {
+        if c.remote.is_some() && !inter {
             return Err(Error::new(
                 MPI_ERR_COMM,
-                "collectives on intercommunicators are not implemented by this library: merge it first (MPI_Intercomm_merge)",
+                "scans and neighbourhood collectives are not defined on intercommunicators",
             ));
         }
         let tag = c.next_coll_tag();
         let members = Members::of(c.group.clone(), c.rank);
+        let remote = c.remote.clone();
         let (ctx, spare) = (c.coll_ctx(), self.spare_schedule.take());
         let mut s = match spare {
             Some(mut spare) => {
@@ -83,7 +110,7 @@ impl Mpi {
             None => Box::new(Schedule::new(ctx, tag)),
         };
         s.set_comm(comm);
-        Ok((s, members))
+        Ok((s, members, remote))
     }
 
     /// Run schedule `s` to its end (a blocking collective), here.

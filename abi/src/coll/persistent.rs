@@ -41,12 +41,7 @@ impl Mpi {
         build: Build,
         out: *mut Handle,
     ) -> Result<()> {
-        if self.comm(comm)?.remote.is_some() {
-            return Err(Error::new(
-                MPI_ERR_COMM,
-                "collectives on intercommunicators are not implemented by this library: merge it first (MPI_Intercomm_merge)",
-            ));
-        }
+        self.comm(comm)?;
         let r = Request::CollInit(Box::new(CollInit {
             build,
             comm,

@@ -212,12 +212,8 @@ pub unsafe extern "C" fn PMPI_Comm_disconnect(comm: *mut Handle) -> c_int {
         // of an intercommunicator).
         global::with(|mpi| {
             mpi.check_freeable(h)?;
-            if mpi.comm(h)?.remote.is_some() {
-                mpi.intercomm_barrier(h)
-            } else {
-                let s = mpi.build_barrier(h)?;
-                mpi.run(s)
-            }
+            let s = mpi.build_barrier(h)?;
+            mpi.run(s)
         })?;
         attr::delete_attrs(h, None)?;
         global::with(|mpi| mpi.comm_free(h))?;

@@ -18,9 +18,10 @@ const CREATE_GROUP_TAG: i32 = 1 << 30;
 
 impl Mpi {
     /// Gather `mine` (the same number of ints on every member) from every member of
-    /// intracommunicator `comm`, in rank order.
+    /// intracommunicator `comm`, in rank order (of an intercommunicator: from every
+    /// member of the other group).
     pub fn allgather_ints(&mut self, comm: Handle, mine: &[i32]) -> Result<Vec<i32>> {
-        let n = self.comm(comm)?.size() as usize;
+        let n = self.comm(comm)?.peers().size() as usize;
         let mut all = vec![0i32; n * mine.len()];
         // SAFETY: both buffers live until the collective, run here, ends.
         let s = unsafe {
@@ -83,8 +84,10 @@ impl Mpi {
     /// parent's error handler and topology (the attributes come after, copied
     /// outside the library's state: [`super::attr::copy_attrs`]).
     pub fn comm_dup(&mut self, comm: Handle) -> Result<Handle> {
-        let refusal = "duplicating an intercommunicator is not implemented by this library";
-        let h = self.dup_group(comm, refusal)?;
+        if self.comm(comm)?.remote.is_some() {
+            return self.intercomm_dup(comm);
+        }
+        let h = self.dup_group(comm)?;
         let topo = self.comm(comm)?.topo.clone();
         self.comm_mut(h)?.topo = topo;
         Ok(h)
@@ -93,18 +96,19 @@ impl Mpi {
     /// A duplicate of `comm` for the library's own use (a window's): its group and a
     /// new context, nothing else of the parent's.
     pub fn comm_dup_bare(&mut self, comm: Handle) -> Result<Handle> {
-        let refusal = "windows on intercommunicators are not implemented by this library";
-        self.dup_group(comm, refusal)
+        if self.comm(comm)?.remote.is_some() {
+            return Err(Error::new(
+                MPI_ERR_COMM,
+                "windows on intercommunicators are not implemented by this library",
+            ));
+        }
+        self.dup_group(comm)
     }
 
     /// A new communicator over intracommunicator `comm`'s group, with a new
-    /// context (an intercommunicator is refused, saying `refusal`).
-    fn dup_group(&mut self, comm: Handle, refusal: &str) -> Result<Handle> {
-        let parent = self.comm(comm)?;
-        if parent.remote.is_some() {
-            return Err(Error::new(MPI_ERR_COMM, refusal));
-        }
-        let group = parent.group.clone();
+    /// context.
+    fn dup_group(&mut self, comm: Handle) -> Result<Handle> {
+        let group = self.comm(comm)?.group.clone();
         let ctx = self.agree_context(comm, &[])?.0;
         self.keep(ctx, group, comm)
     }

@@ -10,6 +10,7 @@ pub mod api;
 pub mod attr;
 pub mod create;
 pub mod group;
+pub mod intercomm;
 pub mod spawn;
 pub mod topo;
 

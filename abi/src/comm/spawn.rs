@@ -31,9 +31,8 @@ const CHILDREN_READY: &str = "rbtl_children_ready";
 const PARENTS_READY: &str = "rbtl_parents_ready";
 /// How long one side waits for the other to come up.
 const START_LIMIT: Duration = Duration::from_secs(120);
-/// Tags of the leaders' exchanges (`MPI_Intercomm_merge`, barriers).
+/// The tag of the leaders' exchange in `MPI_Intercomm_merge`.
 const MERGE_TAG: i32 = (1 << 30) | 7;
-const BARRIER_TAG: i32 = (1 << 30) | 8;
 
 impl Mpi {
     /// Wait until `key` appears in the key-value space `kvs` (the other side's
@@ -209,25 +208,6 @@ impl Mpi {
         let mut c = Communicator::new(ctx, self.world.group.clone(), self.world.rank, "");
         c.remote = Some(Arc::new(Group::new(parents)));
         self.parent = self.comms.insert(c)?;
-        Ok(())
-    }
-
-    /// A barrier over both groups of intercommunicator `inter`: each group gathers,
-    /// the leaders trade a token, each group hears of it.
-    pub fn intercomm_barrier(&mut self, inter: Handle) -> Result<()> {
-        let c = self.comm(inter)?;
-        let Some(remote) = c.remote.clone() else {
-            return Err(Error::new(MPI_ERR_COMM, "not an intercommunicator"));
-        };
-        let (local, me, ctx) = (c.group.clone(), c.rank, c.ctx);
-        self.allgather_in_group(inter, &local, me, 3, &[0])?;
-        if me == 0 {
-            let to = remote.job_rank(0).expect("a member");
-            self.msg.send_in(ctx + 1, &[], to, BARRIER_TAG)?;
-            self.msg
-                .recv_in(ctx + 1, &mut [], Some(to), Some(BARRIER_TAG))?;
-        }
-        self.allgather_in_group(inter, &local, me, 4, &[0])?;
         Ok(())
     }
 

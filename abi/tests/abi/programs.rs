@@ -154,6 +154,12 @@ fn coll() {
     passes("coll", &[1, 2, 3, 4, 5, 6, 7, 8]);
 }
 
+/// Intercommunicators between the even and the odd ranks: every collective across.
+#[test]
+fn intercomm() {
+    passes("intercomm", &[2, 3, 4, 5]);
+}
+
 #[test]
 fn large_count() {
     passes("large", &[1, 2, 3]);

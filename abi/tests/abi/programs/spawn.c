@@ -2,7 +2,9 @@
  * spawn the root refuses (maxprocs 0): every rank gets the error. Then they spawn
  * two copies of this program (argument "child"); parents and children exchange a
  * message with every member of the other group over the intercommunicator, meet
- * in its barrier, merge it (parents first), reduce and broadcast on the merged
+ * in its barrier, broadcast and all-reduce across it, are refused an
+ * MPI_Intercomm_create between the two jobs, merge it (parents first), reduce and
+ * broadcast on the merged
  * communicator, and disconnect. The children then wait until every parent has
  * exited and still talk among themselves: a parent leaving is no failure of
  * theirs. The children report as "spawn-child". */
@@ -34,6 +36,26 @@ static void exchange(MPI_Comm inter, int tag) {
     CHECK(st.MPI_SOURCE == r && st.MPI_TAG == tag, "status %d/%d", st.MPI_SOURCE, st.MPI_TAG);
   }
   OK(MPI_Waitall(remote, reqs, MPI_STATUSES_IGNORE));
+}
+
+/* Collectives across `inter`: a broadcast from the parents' rank 0 (MPI_ROOT),
+ * an all-reduction of each side's ranks; then MPI_Intercomm_create between the two
+ * jobs over it, refused on every member of both. */
+static void across(MPI_Comm inter, int parent) {
+  int local, remote;
+  OK(MPI_Comm_rank(inter, &local));
+  OK(MPI_Comm_remote_size(inter, &remote));
+  int word = parent && local == 0 ? 5151 : 0;
+  int root = parent ? (local == 0 ? MPI_ROOT : MPI_PROC_NULL) : 0;
+  OK(MPI_Bcast(&word, 1, MPI_INT, root, inter));
+  CHECK(word == (parent && local != 0 ? 0 : 5151), "broadcast across: %d", word);
+  int sum = -1;
+  OK(MPI_Allreduce(&local, &sum, 1, MPI_INT, MPI_SUM, inter));
+  CHECK(sum == remote * (remote - 1) / 2, "all-reduction across: %d", sum);
+  MPI_Comm made = MPI_COMM_NULL;
+  errors_return(MPI_COMM_WORLD, 1);
+  EXPECT_ERR(MPI_Intercomm_create(MPI_COMM_WORLD, 0, inter, 0, 9, &made), MPI_ERR_COMM, NULL);
+  errors_return(MPI_COMM_WORLD, 0);
 }
 
 /* Merge `inter` (`high`: this side last), check the order, reduce, broadcast
@@ -145,6 +167,7 @@ int main(int argc, char **argv) {
     CHECK(rs == CHILDREN && ls == size, "sizes: remote %d, local %d", rs, ls);
     exchange(inter, 1);
     OK(MPI_Barrier(inter));
+    across(inter, 1);
     merge(inter, 0, size);
     send_pids(inter, 1, NULL);
   } else {
@@ -160,6 +183,7 @@ int main(int argc, char **argv) {
     OK(MPI_Comm_remote_size(inter, &parents));
     exchange(inter, 1);
     OK(MPI_Barrier(inter));
+    across(inter, 0);
     merge(inter, 1, parents);
     CHECK(parents <= 64, "%d parents", parents);
     send_pids(inter, 0, pids);
