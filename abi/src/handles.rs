@@ -109,6 +109,25 @@ impl<T> Table<T> {
         }
     }
 
+    /// The place of `h`'s object, if live: to read, change or take it out with one
+    /// look-up of the handle.
+    #[inline(always)]
+    pub fn entry(&mut self, h: Handle) -> Option<Entry<'_, T>> {
+        if !self.owns(h) {
+            return None;
+        }
+        let (i, g) = Self::split(h);
+        let slot = self.slots.get_mut(i)?;
+        if slot.0 != g || slot.1.is_none() {
+            return None;
+        }
+        Some(Entry {
+            slot,
+            free: &mut self.free,
+            index: i as u32,
+        })
+    }
+
     /// Take the object of `h` out; its handle is dead from now on.
     pub fn remove(&mut self, h: Handle) -> Option<T> {
         if !self.owns(h) {
@@ -176,9 +195,58 @@ impl<T> Table<T> {
     }
 }
 
+/// A live object's place in its table ([`Table::entry`]).
+pub struct Entry<'a, T> {
+    slot: &'a mut (u16, Option<T>),
+    free: &'a mut Vec<u32>,
+    index: u32,
+}
+
+impl<T> Entry<'_, T> {
+    /// The object.
+    #[inline(always)]
+    pub fn get(&self) -> &T {
+        self.slot.1.as_ref().expect("a live entry")
+    }
+
+    /// The object, writable.
+    #[inline(always)]
+    pub fn get_mut(&mut self) -> &mut T {
+        self.slot.1.as_mut().expect("a live entry")
+    }
+
+    /// Take the object out; its handle is dead from now on.
+    #[inline(always)]
+    pub fn remove(self) -> T {
+        self.free.push(self.index);
+        self.slot.1.take().expect("a live entry")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_entry_reads_changes_and_removes_its_object_only() {
+        let mut reqs: Table<u32> = Table::new(Kind::Request);
+        let (a, b) = (reqs.insert(1).unwrap(), reqs.insert(2).unwrap());
+        *reqs.entry(a).unwrap().get_mut() = 10;
+        assert_eq!(reqs.get(a), Some(&10));
+        assert_eq!(reqs.entry(a).unwrap().remove(), 10);
+        assert!(reqs.entry(a).is_none(), "removed");
+        assert!(reqs.get(a).is_none());
+        assert_eq!(reqs.entry(b).map(|e| *e.get()), Some(2), "the other stays");
+        let c = reqs.insert(3).unwrap();
+        assert!(
+            reqs.entry(a).is_none(),
+            "the slot's new object is not the old handle's"
+        );
+        assert_eq!(reqs.entry(c).map(|e| *e.get()), Some(3));
+        let mut comms: Table<u32> = Table::new(Kind::Comm);
+        assert!(comms.entry(c).is_none(), "a request is not a communicator");
+        assert_eq!(reqs.len(), 2);
+    }
 
     #[test]
     fn stale_and_foreign_handles_find_nothing() {

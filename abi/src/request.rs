@@ -128,12 +128,27 @@ impl P2p {
 pub enum Outcome {
     /// Still running.
     Pending,
-    /// Done, with its status and error; `keep`: a persistent request, which stays.
+    /// Done, with its status and error; `keep`: a persistent request, which stays;
+    /// `comm`: the communicator it ran on, whose error handler its error goes
+    /// through (as in MPICH and Open MPI).
     Complete {
         status: Status,
         error: Option<Error>,
         keep: bool,
+        comm: Option<Handle>,
     },
+}
+
+impl Outcome {
+    /// That of an inactive request (persistent) on `comm`, or of a null one.
+    pub fn inactive(comm: Option<Handle>) -> Outcome {
+        Outcome::Complete {
+            status: Status::empty(),
+            error: None,
+            keep: true,
+            comm,
+        }
+    }
 }
 
 /// The communicator request `r` runs on, if known: a completion call raises the

@@ -94,15 +94,17 @@ impl Mpi {
         Ok(())
     }
 
-    /// Look once at persistent collective `h` (without progress), whose start under
-    /// way is `started`: complete, and inactive again, when that start is.
-    pub fn look_collective_init(&mut self, h: Handle, started: Option<Handle>) -> Result<Outcome> {
+    /// Look once at persistent collective `h` on `comm` (without progress), whose
+    /// start under way is `started`: complete, and inactive again, when that start
+    /// is.
+    pub fn look_collective_init(
+        &mut self,
+        h: Handle,
+        started: Option<Handle>,
+        comm: Option<Handle>,
+    ) -> Result<Outcome> {
         let Some(inner) = started else {
-            return Ok(Outcome::Complete {
-                status: Status::empty(),
-                error: None,
-                keep: true,
-            });
+            return Ok(Outcome::inactive(comm));
         };
         match self.look(inner)? {
             Outcome::Pending => Ok(Outcome::Pending),
@@ -114,6 +116,7 @@ impl Mpi {
                     status,
                     error,
                     keep: true,
+                    comm,
                 })
             }
         }

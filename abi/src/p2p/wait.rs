@@ -13,87 +13,63 @@ impl Mpi {
     /// leaves the table unless it is persistent; a null or inactive one is complete
     /// with an empty status.
     pub fn look(&mut self, h: Handle) -> Result<Outcome> {
-        let inactive = Outcome::Complete {
-            status: Status::empty(),
-            error: None,
-            keep: true,
-        };
         if h == MPI_REQUEST_NULL {
-            return Ok(inactive);
+            return Ok(Outcome::inactive(None));
         }
-        if let Some(Request::CollInit(c)) = self.requests.get(h) {
-            return self.look_collective_init(h, c.started);
-        }
-        let Mpi {
-            requests,
-            msg,
-            active,
-            ..
-        } = self;
-        let r = requests.get_mut(h).ok_or_else(|| bad_request(h))?;
-        let outcome = match r {
-            Request::Done(status) => Outcome::Complete {
-                status: *status,
-                error: None,
-                keep: false,
-            },
-            Request::Finished(f) => Outcome::Complete {
-                status: f.status,
-                error: f.error.clone(),
-                keep: false,
-            },
-            Request::P2p(p) => match msg.test(p.id) {
+        let mut entry = self.requests.entry(h).ok_or_else(|| bad_request(h))?;
+        let comm = comm_of(entry.get());
+        let (status, error, keep) = match entry.get_mut() {
+            Request::P2p(p) => match self.msg.test(p.id) {
                 None => return Ok(Outcome::Pending),
                 Some(out) => {
-                    let Some(Request::P2p(p)) = requests.remove(h) else {
+                    let Request::P2p(p) = entry.remove() else {
                         unreachable!("looked at just now")
                     };
                     let (status, error) = p.finish(out);
-                    return Ok(Outcome::Complete {
-                        status,
-                        error,
-                        keep: false,
-                    });
+                    (status, error, false)
                 }
             },
-            Request::Persistent(p) => match p.active.as_ref().map(|a| msg.test(a.id)) {
+            Request::Done(status) => {
+                let status = *status;
+                entry.remove();
+                (status, None, false)
+            }
+            Request::Finished(f) => {
+                let (status, error) = (f.status, f.error.take());
+                entry.remove();
+                (status, error, false)
+            }
+            Request::Persistent(p) => match p.active.as_ref().map(|a| self.msg.test(a.id)) {
                 None => match p.done.take() {
-                    Some((status, error)) => Outcome::Complete {
-                        status,
-                        error,
-                        keep: true,
-                    },
-                    None => inactive,
+                    Some((status, error)) => (status, error, true),
+                    None => return Ok(Outcome::inactive(comm)),
                 },
-                Some(None) => Outcome::Pending,
+                Some(None) => return Ok(Outcome::Pending),
                 Some(Some(out)) => {
                     let a = p.active.take().expect("active");
                     let (status, error) = a.finish(out);
-                    Outcome::Complete {
-                        status,
-                        error,
-                        keep: true,
-                    }
+                    (status, error, true)
                 }
             },
             Request::Coll(s) => match s.outcome() {
                 None => return Ok(Outcome::Pending),
                 Some(result) => {
-                    active.retain(|a| *a != h);
-                    requests.remove(h);
-                    Outcome::Complete {
-                        status: Status::empty(),
-                        error: result.err(),
-                        keep: false,
-                    }
+                    self.active.retain(|a| *a != h);
+                    entry.remove();
+                    (Status::empty(), result.err(), false)
                 }
             },
-            Request::CollInit(_) => unreachable!("looked at above"),
+            Request::CollInit(c) => {
+                let started = c.started;
+                return self.look_collective_init(h, started, comm);
+            }
         };
-        if let Outcome::Complete { keep: false, .. } = outcome {
-            requests.remove(h);
-        }
-        Ok(outcome)
+        Ok(Outcome::Complete {
+            status,
+            error,
+            keep,
+            comm,
+        })
     }
 
     /// The message-layer request request `h` waits on.
@@ -147,6 +123,7 @@ impl Held {
                 status,
                 error,
                 keep,
+                ..
             } = mpi.look(handle)?
             {
                 out = Some((status, error, keep));
@@ -275,14 +252,6 @@ pub(super) fn comms(mpi: &Mpi, reqs: &[Handle]) -> Vec<Option<Handle>> {
         .collect()
 }
 
-/// The communicator of the first request of `errors` that failed.
-pub(super) fn failed_comm(errors: &[Option<Error>], comms: &[Option<Handle>]) -> Option<Handle> {
-    errors
-        .iter()
-        .position(Option::is_some)
-        .and_then(|i| comms.get(i).copied().flatten())
-}
-
 /// The `MPI_ERROR` field of a completed request's status.
 pub(super) fn with_error(mut s: Status, e: &Option<Error>) -> Status {
     s.error = e.as_ref().map_or(MPI_SUCCESS, crate::error::code_of);
@@ -327,6 +296,7 @@ pub unsafe extern "C" fn PMPI_Test(
                 status: s,
                 error,
                 keep,
+                ..
             } => {
                 if !keep {
                     *h = MPI_REQUEST_NULL;
@@ -348,10 +318,12 @@ pub unsafe extern "C" fn PMPI_Waitall(
     array_of_requests: *mut Handle,
     array_of_statuses: *mut Status,
 ) -> c_int {
-    // SAFETY: the binding's contract.
-    let reqs = unsafe { handles(count, array_of_requests) };
-    complete_array("MPI_Waitall", reqs, |mpi, reqs, of, comm| {
+    complete("MPI_Waitall", |mpi, comm| {
+        // SAFETY: the binding's contract.
+        let reqs = unsafe { handles(count, array_of_requests) }?;
         let mut errors: Vec<Option<Error>> = vec![None; reqs.len()];
+        // The communicator of the first request that failed.
+        let mut failed = None;
         let mut left = reqs.iter().filter(|h| **h != MPI_REQUEST_NULL).count();
         for (i, h) in reqs.iter().enumerate() {
             if *h == MPI_REQUEST_NULL {
@@ -374,10 +346,14 @@ pub unsafe extern "C" fn PMPI_Waitall(
                     status,
                     error,
                     keep,
+                    comm: on,
                 } = mpi.look(h)?
                 else {
                     break;
                 };
+                if error.is_some() && failed.is_none() {
+                    failed = Some(on);
+                }
                 // SAFETY: as above.
                 unsafe { put_status(array_of_statuses, next, with_error(status, &error)) };
                 errors[next] = error;
@@ -392,7 +368,7 @@ pub unsafe extern "C" fn PMPI_Waitall(
             }
             Ok(pending(mpi, left == 0, look, &reqs[next.min(reqs.len())..]))
         })?;
-        *comm = failed_comm(&errors, of);
+        *comm = failed.flatten();
         in_status(&errors)
     })
 }
@@ -404,9 +380,9 @@ pub unsafe extern "C" fn PMPI_Testall(
     flag: *mut c_int,
     array_of_statuses: *mut Status,
 ) -> c_int {
-    // SAFETY: the binding's contract.
-    let reqs = unsafe { handles(count, array_of_requests) };
-    complete_array("MPI_Testall", reqs, |mpi, reqs, of, comm| {
+    complete("MPI_Testall", |mpi, comm| {
+        // SAFETY: the binding's contract.
+        let reqs = unsafe { handles(count, array_of_requests) }?;
         non_null(flag, MPI_ERR_ARG, "flag")?;
         mpi.progress();
         // All or nothing: look without completing first.
@@ -426,13 +402,18 @@ pub unsafe extern "C" fn PMPI_Testall(
             return Ok(());
         }
         let mut errors = vec![None; reqs.len()];
+        let mut failed = None;
         for (i, h) in reqs.iter_mut().enumerate() {
             if let Outcome::Complete {
                 status,
                 error,
                 keep,
+                comm: on,
             } = mpi.look(*h)?
             {
+                if error.is_some() && failed.is_none() {
+                    failed = Some(on);
+                }
                 // SAFETY: ignored or `count` statuses.
                 unsafe { put_status(array_of_statuses, i, with_error(status, &error)) };
                 errors[i] = error;
@@ -443,7 +424,7 @@ pub unsafe extern "C" fn PMPI_Testall(
         }
         // SAFETY: checked not null.
         unsafe { flag.write(1) };
-        *comm = failed_comm(&errors, of);
+        *comm = failed.flatten();
         in_status(&errors)
     })
 }

@@ -32,6 +32,7 @@ fn take_complete(mpi: &mut Mpi, h: &mut Handle) -> Result<Option<(Status, Option
             status,
             error,
             keep,
+            ..
         } => {
             if !keep {
                 *h = MPI_REQUEST_NULL;
