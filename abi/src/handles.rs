@@ -109,7 +109,7 @@ impl<T> Table<T> {
         }
     }
 
-    /// The place of `h`'s object, if live: to read, change or take it out with one
+    /// The place of `h`'s object, if live: to read, change or delete it with one
     /// look-up of the handle.
     #[inline(always)]
     pub fn entry(&mut self, h: Handle) -> Option<Entry<'_, T>> {
@@ -215,11 +215,11 @@ impl<T> Entry<'_, T> {
         self.slot.1.as_mut().expect("a live entry")
     }
 
-    /// Take the object out; its handle is dead from now on.
+    /// Drop the object where it lies; its handle is dead from now on.
     #[inline(always)]
-    pub fn remove(self) -> T {
+    pub fn delete(self) {
         self.free.push(self.index);
-        self.slot.1.take().expect("a live entry")
+        self.slot.1 = None;
     }
 }
 
@@ -228,13 +228,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_entry_reads_changes_and_removes_its_object_only() {
+    fn an_entry_reads_changes_and_deletes_its_object_only() {
         let mut reqs: Table<u32> = Table::new(Kind::Request);
         let (a, b) = (reqs.insert(1).unwrap(), reqs.insert(2).unwrap());
         *reqs.entry(a).unwrap().get_mut() = 10;
         assert_eq!(reqs.get(a), Some(&10));
-        assert_eq!(reqs.entry(a).unwrap().remove(), 10);
-        assert!(reqs.entry(a).is_none(), "removed");
+        reqs.entry(a).unwrap().delete();
+        assert!(reqs.entry(a).is_none(), "deleted");
         assert!(reqs.get(a).is_none());
         assert_eq!(reqs.entry(b).map(|e| *e.get()), Some(2), "the other stays");
         let c = reqs.insert(3).unwrap();

@@ -60,8 +60,9 @@ pub struct Unpack {
 
 impl P2p {
     /// The status of its outcome: the error of a failed operation (a truncated
-    /// receive still reports what it got).
-    pub fn finish(self, outcome: rbtl::msg::Result<msg::Status>) -> (Status, Option<Error>) {
+    /// receive still reports what it got). A receive through a staging buffer is
+    /// unpacked (once).
+    pub fn finish(&mut self, outcome: rbtl::msg::Result<msg::Status>) -> (Status, Option<Error>) {
         let mut status = Status::empty();
         status.tag = MPI_ANY_TAG;
         let source = |job: u32| match &self.peers {
@@ -105,7 +106,7 @@ impl P2p {
         status.source = source(s.source);
         status.tag = s.tag;
         status.set_bytes(s.len as u64);
-        if let Some(u) = self.unpack {
+        if let Some(u) = self.unpack.take() {
             // SAFETY: the receive's caller promised `base` holds `count` elements of
             // `ty` until it completes (now); the staging buffer is ours.
             unsafe {

@@ -127,7 +127,7 @@ impl Held {
                     MPI_COMM_WORLD => None,
                     _ => Some(self.comm(comm)?.group.clone()),
                 };
-                let p = crate::request::P2p {
+                let mut p = crate::request::P2p {
                     id: 0,
                     comm,
                     peers,

@@ -22,21 +22,19 @@ impl Mpi {
             Request::P2p(p) => match self.msg.test(p.id) {
                 None => return Ok(Outcome::Pending),
                 Some(out) => {
-                    let Request::P2p(p) = entry.remove() else {
-                        unreachable!("looked at just now")
-                    };
                     let (status, error) = p.finish(out);
+                    entry.delete();
                     (status, error, false)
                 }
             },
             Request::Done(status) => {
                 let status = *status;
-                entry.remove();
+                entry.delete();
                 (status, None, false)
             }
             Request::Finished(f) => {
                 let (status, error) = (f.status, f.error.take());
-                entry.remove();
+                entry.delete();
                 (status, error, false)
             }
             Request::Persistent(p) => match p.active.as_ref().map(|a| self.msg.test(a.id)) {
@@ -46,7 +44,7 @@ impl Mpi {
                 },
                 Some(None) => return Ok(Outcome::Pending),
                 Some(Some(out)) => {
-                    let a = p.active.take().expect("active");
+                    let mut a = p.active.take().expect("active");
                     let (status, error) = a.finish(out);
                     (status, error, true)
                 }
@@ -55,7 +53,7 @@ impl Mpi {
                 None => return Ok(Outcome::Pending),
                 Some(result) => {
                     self.active.retain(|a| *a != h);
-                    entry.remove();
+                    entry.delete();
                     (Status::empty(), result.err(), false)
                 }
             },
@@ -479,7 +477,7 @@ impl Mpi {
             let Some(out) = msg.test(p.id) else {
                 return Ok(None);
             };
-            let Request::P2p(p) = std::mem::replace(r, Request::Done(Status::empty())) else {
+            let Request::P2p(mut p) = std::mem::replace(r, Request::Done(Status::empty())) else {
                 unreachable!("matched just now")
             };
             let comm = p.comm;
@@ -502,7 +500,7 @@ impl Mpi {
                 (None, None) => Some(Status::empty()),
                 (None, Some(None)) => None,
                 (None, Some(Some(out))) => {
-                    let a = p.active.take().expect("active");
+                    let mut a = p.active.take().expect("active");
                     let (status, error) = a.finish(out);
                     p.done = Some((status, error));
                     Some(status)
