@@ -61,8 +61,10 @@ to_fortran!(PMPI_Request_c2f, requests);
 from_fortran!(PMPI_Request_f2c, requests);
 to_fortran!(PMPI_Win_c2f, wins);
 from_fortran!(PMPI_Win_f2c, wins);
+to_fortran!(PMPI_File_c2f, files);
+from_fortran!(PMPI_File_f2c, files);
 
-/// Files and sessions: this library makes none, so only predefined values exist.
+/// Sessions: this library makes none, so only predefined values exist.
 macro_rules! identity_to {
     ($name:ident) => {
         #[no_mangle]
@@ -81,7 +83,5 @@ macro_rules! identity_from {
     };
 }
 
-identity_to!(PMPI_File_c2f);
-identity_from!(PMPI_File_f2c);
 identity_to!(PMPI_Session_c2f);
 identity_from!(PMPI_Session_f2c);

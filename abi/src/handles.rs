@@ -22,6 +22,7 @@ pub enum Kind {
     Errhandler = 7,
     Info = 8,
     Message = 9,
+    File = 10,
 }
 
 const MARK: usize = 1 << 44;

@@ -8,7 +8,7 @@ use crate::state::{Info, Mpi};
 
 impl Mpi {
     /// The info object `h` (`MPI_INFO_ENV` and `MPI_INFO_NULL` read as empty).
-    fn info(&self, h: Handle) -> Result<Info> {
+    pub(crate) fn info(&self, h: Handle) -> Result<Info> {
         match h {
             MPI_INFO_NULL | MPI_INFO_ENV => Ok(Vec::new()),
             _ => self.infos.get(h).cloned().ok_or_else(|| bad(h)),
@@ -49,7 +49,7 @@ unsafe fn key_of(key: *const c_char) -> Result<String> {
 /// # Safety
 ///
 /// `out` is null or writable.
-unsafe fn hand_out(mpi: &mut Mpi, info: Info, out: *mut Handle) -> Result<()> {
+pub(crate) unsafe fn hand_out(mpi: &mut Mpi, info: Info, out: *mut Handle) -> Result<()> {
     non_null(out, MPI_ERR_ARG, "info")?;
     let h = mpi.infos.insert(info)?;
     // SAFETY: checked not null.

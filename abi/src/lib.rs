@@ -38,6 +38,7 @@ pub mod fortran;
 pub mod global;
 pub mod handles;
 pub mod info;
+pub mod io;
 pub mod large_arrays;
 pub mod large_count;
 pub mod op;

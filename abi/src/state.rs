@@ -45,6 +45,10 @@ pub struct Mpi {
     pub errhandlers: Table<Errhandler>,
     pub infos: Table<Info>,
     pub wins: Table<crate::rma::Win>,
+    pub files: Table<crate::io::File>,
+    /// The error handler of `MPI_FILE_NULL`: that of files being opened, and of
+    /// each new file.
+    pub file_null_errhandler: Handle,
     pub attrs: crate::comm::attr::Keyvals,
     /// The thread level granted.
     pub thread_level: c_int,
@@ -112,6 +116,8 @@ impl Mpi {
             errhandlers: Table::new(Kind::Errhandler),
             infos: Table::new(Kind::Info),
             wins: Table::new(Kind::Win),
+            files: Table::new(Kind::File),
+            file_null_errhandler: MPI_ERRORS_RETURN,
             attrs: Default::default(),
             thread_level,
             next_ctx: SELF_CTX + CONTEXTS_PER_COMM,
@@ -197,7 +203,8 @@ impl Mpi {
                 Err(_) => self.world.errhandler,
             },
             Object::Win(w) => crate::rma::errhandler_of(self, w),
-            Object::File(_) | Object::Session(_) => MPI_ERRORS_RETURN,
+            Object::File(f) => crate::io::errhandler_of(self, f),
+            Object::Session(_) => MPI_ERRORS_RETURN,
         };
         match h {
             MPI_ERRORS_RETURN => Handler::Return,

@@ -385,18 +385,23 @@ pub unsafe extern "C" fn PMPI_Errhandler_free(errhandler: *mut Handle) -> c_int 
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_call_errhandler(comm: Handle, errorcode: c_int) -> c_int {
-    let handler = crate::global::handler_of(Object::Comm(comm));
-    match handler {
+    call_errhandler("MPI_Comm_call_errhandler", Object::Comm(comm), errorcode)
+}
+
+/// `MPI_*_call_errhandler` (binding `name`): run `object`'s error handler on
+/// `errorcode`.
+pub fn call_errhandler(name: &str, object: Object, errorcode: c_int) -> c_int {
+    match crate::global::handler_of(object) {
         crate::error::Handler::Return => MPI_SUCCESS,
         crate::error::Handler::Fatal => {
             let e = Error::new(
                 crate::error::class_of(errorcode).unwrap_or(MPI_ERR_UNKNOWN),
                 crate::error::string_of(errorcode).unwrap_or_default(),
             );
-            crate::error::fatal("MPI_Comm_call_errhandler", &e)
+            crate::error::fatal(name, &e)
         }
         crate::error::Handler::User(f) => {
-            crate::global::call_user_handler(f, Object::Comm(comm), errorcode);
+            crate::global::call_user_handler(f, object, errorcode);
             MPI_SUCCESS
         }
     }

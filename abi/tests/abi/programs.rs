@@ -160,6 +160,18 @@ fn intercomm() {
     passes("intercomm", &[2, 3, 4, 5]);
 }
 
+/// MPI-IO: in a folder of the test's own (`TMPDIR`), which the program removes.
+#[test]
+fn io() {
+    let exe = build("io");
+    let tmp = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("io");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let tmp = tmp.to_str().unwrap();
+    for n in [1, 2, 3, 4] {
+        run_passing(&exe, "io", n, &[], &[("TMPDIR", tmp)]);
+    }
+}
+
 #[test]
 fn large_count() {
     passes("large", &[1, 2, 3]);

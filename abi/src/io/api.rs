@@ -1,0 +1,637 @@
+//! The bindings of MPI-IO: opening and closing, the file as a whole, views, and
+//! the accesses (each blocking, nonblocking and split-collective form of each
+//! way of placing them).
+
+use super::data::{Buffer, Start};
+use crate::comm::api::read_str;
+use crate::entry::{call, query_binding};
+use crate::error::{non_null, read_arg, Error, Object, Result};
+use crate::ffi::*;
+use crate::handles::Kind;
+use crate::request::Request;
+use crate::state::Mpi;
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_open(
+    comm: Handle,
+    filename: *const c_char,
+    amode: c_int,
+    info: Handle,
+    fh: *mut Handle,
+) -> c_int {
+    call("MPI_File_open", Object::File(MPI_FILE_NULL), |mpi| {
+        non_null(fh, MPI_ERR_ARG, "fh")?;
+        // SAFETY: the binding's contract.
+        let path = unsafe { read_str(filename) }?;
+        let hints = mpi.info(info)?;
+        let h = mpi.file_open(comm, path.into(), amode, hints)?;
+        // SAFETY: checked not null.
+        unsafe { fh.write(h) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_close(fh: *mut Handle) -> c_int {
+    // SAFETY: null or readable, the binding's contract.
+    let h = unsafe { read_arg(fh, MPI_ERR_FILE, "file") }.unwrap_or(MPI_FILE_NULL);
+    call("MPI_File_close", Object::File(h), |mpi| {
+        mpi.file_close(h)?;
+        // SAFETY: read above, so not null.
+        unsafe { fh.write(MPI_FILE_NULL) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_delete(filename: *const c_char, _info: Handle) -> c_int {
+    call("MPI_File_delete", Object::File(MPI_FILE_NULL), |_| {
+        // SAFETY: the binding's contract.
+        let path = unsafe { read_str(filename) }?;
+        std::fs::remove_file(&path).map_err(|e| super::io_error(&format!("deleting {path}"), e))
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_set_size(fh: Handle, size: Count) -> c_int {
+    call("MPI_File_set_size", Object::File(fh), |mpi| {
+        let size = non_negative(size, "size")?;
+        mpi.file_change(fh, |f| {
+            f.fd.set_len(size)
+                .map_err(|e| super::io_error("setting the file's size", e))
+        })
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_preallocate(fh: Handle, size: Count) -> c_int {
+    call("MPI_File_preallocate", Object::File(fh), |mpi| {
+        let size = non_negative(size, "size")?;
+        mpi.file_change(fh, |f| {
+            if f.size()? >= size {
+                return Ok(());
+            }
+            f.fd.set_len(size)
+                .map_err(|e| super::io_error("growing the file", e))
+        })
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_sync(fh: Handle) -> c_int {
+    call("MPI_File_sync", Object::File(fh), |mpi| {
+        let f = mpi.file(fh)?;
+        f.fd.sync_all()
+            .map_err(|e| super::io_error("syncing the file", e))?;
+        let comm = f.comm;
+        mpi.barrier_over(comm)
+    })
+}
+
+query_binding!(PMPI_File_get_size, fh, Object::File(fh), |mpi|
+    => size: Count = mpi.file(fh)?.size()? as Count);
+query_binding!(PMPI_File_get_amode, fh, Object::File(fh), |mpi|
+    => amode: c_int = mpi.file(fh)?.amode);
+query_binding!(PMPI_File_get_atomicity, fh, Object::File(fh), |mpi|
+    => flag: c_int = c_int::from(mpi.file(fh)?.atomic));
+query_binding!(PMPI_File_get_position, fh, Object::File(fh), |mpi|
+    => offset: Count = mpi.file(fh)?.pointer as Count);
+query_binding!(PMPI_File_get_position_shared, fh, Object::File(fh), |mpi|
+    => offset: Count = mpi.file(fh)?.shared as Count);
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_get_errhandler(file: Handle, errhandler: *mut Handle) -> c_int {
+    call("MPI_File_get_errhandler", Object::File(file), |mpi| {
+        if file != MPI_FILE_NULL {
+            mpi.file(file)?;
+        }
+        // SAFETY: the binding's contract: null or writable.
+        unsafe { put(errhandler, super::errhandler_of(mpi, file)) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_get_group(fh: Handle, group: *mut Handle) -> c_int {
+    call("MPI_File_get_group", Object::File(fh), |mpi| {
+        let g = (**mpi.comm(mpi.file(fh)?.comm)?.peers()).clone();
+        // SAFETY: the binding's contract.
+        unsafe { mpi.hand_out_group(g, group) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_get_info(fh: Handle, info_used: *mut Handle) -> c_int {
+    call("MPI_File_get_info", Object::File(fh), |mpi| {
+        let i = mpi.file(fh)?.info.clone();
+        // SAFETY: the binding's contract.
+        unsafe { crate::info::hand_out(mpi, i, info_used) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_set_info(fh: Handle, info: Handle) -> c_int {
+    call("MPI_File_set_info", Object::File(fh), |mpi| {
+        let i = mpi.info(info)?;
+        mpi.file_mut(fh)?.info = i;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_set_atomicity(fh: Handle, flag: c_int) -> c_int {
+    call("MPI_File_set_atomicity", Object::File(fh), |mpi| {
+        let comm = mpi.file(fh)?.comm;
+        same_on_every_member(mpi, comm, u64::from(flag != 0), "the atomicity")?;
+        mpi.file_mut(fh)?.atomic = flag != 0;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_set_view(
+    fh: Handle,
+    disp: Count,
+    etype: Handle,
+    filetype: Handle,
+    datarep: *const c_char,
+    _info: Handle,
+) -> c_int {
+    call("MPI_File_set_view", Object::File(fh), |mpi| {
+        // SAFETY: the binding's contract.
+        let rep = unsafe { read_str(datarep) }?;
+        if !rep.eq_ignore_ascii_case("native") {
+            return Err(Error::new(
+                MPI_ERR_UNSUPPORTED_DATAREP,
+                format!("data representation {rep:?}: this library writes \"native\" only"),
+            ));
+        }
+        let disp = non_negative(disp, "the displacement (MPI_DISPLACEMENT_CURRENT too)")?;
+        let (e, t) = (mpi.dtype(etype)?.clone(), mpi.dtype(filetype)?.clone());
+        if e.size == 0 || t.size % e.size != 0 || t.extent() <= 0 {
+            return Err(Error::new(
+                MPI_ERR_TYPE,
+                "the filetype is not made of whole etypes (or is empty)",
+            ));
+        }
+        let comm = mpi.file(fh)?.comm;
+        same_on_every_member(mpi, comm, e.size as u64, "the etype's size")?;
+        let f = mpi.file_mut(fh)?;
+        f.view = super::view::View {
+            disp,
+            etype: (etype, e),
+            filetype: (filetype, t),
+        };
+        (f.pointer, f.shared) = (0, 0);
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_get_view(
+    fh: Handle,
+    disp: *mut Count,
+    etype: *mut Handle,
+    filetype: *mut Handle,
+    datarep: *mut c_char,
+) -> c_int {
+    call("MPI_File_get_view", Object::File(fh), |mpi| {
+        let v = mpi.file(fh)?.view.clone();
+        // A derived type goes out as a new handle, which the caller frees.
+        let mut handle = |(h, t): (Handle, crate::datatype::Datatype)| match t.predefined {
+            true => Ok(h),
+            false => mpi.types.insert(t),
+        };
+        let (e, t) = (handle(v.etype)?, handle(v.filetype)?);
+        // SAFETY: the binding's contract: null or writable; `datarep` holds
+        // MPI_MAX_DATAREP_STRING bytes.
+        unsafe {
+            put(disp, v.disp as Count);
+            put(etype, e);
+            put(filetype, t);
+            if !datarep.is_null() {
+                std::ptr::copy_nonoverlapping(c"native".as_ptr(), datarep, 7);
+            }
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_get_type_extent(
+    fh: Handle,
+    datatype: Handle,
+    extent: *mut Aint,
+) -> c_int {
+    call("MPI_File_get_type_extent", Object::File(fh), |mpi| {
+        mpi.file(fh)?;
+        let x = mpi.dtype_any(datatype)?.extent();
+        // SAFETY: the binding's contract: null or writable.
+        unsafe { put(extent, x) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_get_byte_offset(
+    fh: Handle,
+    offset: Count,
+    disp: *mut Count,
+) -> c_int {
+    call("MPI_File_get_byte_offset", Object::File(fh), |mpi| {
+        let offset = non_negative(offset, "the offset")?;
+        let v = &mpi.file(fh)?.view;
+        let at = v.segments(offset * v.etype_size(), 1)[0].0;
+        // SAFETY: the binding's contract: null or writable.
+        unsafe { put(disp, at as Count) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_seek(fh: Handle, offset: Count, whence: c_int) -> c_int {
+    call("MPI_File_seek", Object::File(fh), |mpi| {
+        let at = mpi.seek_target(fh, offset, whence, false)?;
+        mpi.file_mut(fh)?.pointer = at;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_seek_shared(fh: Handle, offset: Count, whence: c_int) -> c_int {
+    call("MPI_File_seek_shared", Object::File(fh), |mpi| {
+        let at = mpi.seek_target(fh, offset, whence, true)?;
+        let comm = mpi.file(fh)?.comm;
+        same_on_every_member(mpi, comm, at, "the shared file pointer sought")?;
+        mpi.file_mut(fh)?.shared = at;
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_create_errhandler(
+    file_errhandler_fn: *mut c_void,
+    errhandler: *mut Handle,
+) -> c_int {
+    // SAFETY: the binding's contract: `errhandler` is writable.
+    unsafe {
+        crate::comm::api::create_errhandler(
+            "MPI_File_create_errhandler",
+            file_errhandler_fn,
+            errhandler,
+            Kind::File,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_set_errhandler(file: Handle, errhandler: Handle) -> c_int {
+    call("MPI_File_set_errhandler", Object::File(file), |mpi| {
+        match errhandler {
+            MPI_ERRORS_ARE_FATAL | MPI_ERRORS_RETURN | MPI_ERRORS_ABORT => {}
+            h => match mpi.errhandlers.get(h) {
+                Some(e) if e.kind == Kind::File => {}
+                _ => {
+                    return Err(Error::new(
+                        MPI_ERR_ARG,
+                        "not an error handler made for files",
+                    ))
+                }
+            },
+        }
+        match file {
+            MPI_FILE_NULL => mpi.file_null_errhandler = errhandler,
+            _ => mpi.file_mut(file)?.errhandler = errhandler,
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_call_errhandler(fh: Handle, errorcode: c_int) -> c_int {
+    crate::comm::api::call_errhandler("MPI_File_call_errhandler", Object::File(fh), errorcode)
+}
+
+/// A size or offset argument, which must not be negative.
+fn non_negative(v: Count, what: &str) -> Result<u64> {
+    u64::try_from(v).map_err(|_| Error::new(MPI_ERR_ARG, format!("{what} {v} is negative")))
+}
+
+/// Check that every member of `comm` passed the same `value` (`what`), as a
+/// collective call requires: `MPI_ERR_NOT_SAME` on every member when one differs.
+fn same_on_every_member(mpi: &mut Mpi, comm: Handle, value: u64, what: &str) -> Result<()> {
+    let all = mpi.allgather_u64(comm, value)?;
+    if all.iter().any(|v| *v != value) {
+        return Err(Error::new(
+            MPI_ERR_NOT_SAME,
+            format!("{what} differs between the file's members"),
+        ));
+    }
+    Ok(())
+}
+
+/// Where an access goes: at an offset or a file pointer, or in rank order.
+#[derive(Clone, Copy)]
+enum Place {
+    Start(Start),
+    Ordered,
+}
+
+/// Run access `name` on `fh` (`write`: the direction) at `place`: its status.
+///
+/// # Safety
+///
+/// `buf` holds its elements (readable to write, writable to read).
+unsafe fn access(
+    mpi: &mut Mpi,
+    fh: Handle,
+    place: Place,
+    buf: Buffer,
+    write: bool,
+) -> Result<Status> {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match place {
+            Place::Start(s) => mpi.file_access(fh, s, buf, write),
+            Place::Ordered => mpi.file_ordered(fh, buf, write),
+        }
+    }
+}
+
+/// A blocking access: its status into `status`.
+///
+/// # Safety
+///
+/// As [`access`]; `status` is null or writable.
+unsafe fn blocking(
+    name: &str,
+    fh: Handle,
+    place: Place,
+    buf: Buffer,
+    write: bool,
+    status: *mut Status,
+) -> c_int {
+    call(name, Object::File(fh), |mpi| {
+        // SAFETY: the caller's contract.
+        let s = unsafe { access(mpi, fh, place, buf, write) }?;
+        // SAFETY: the caller's contract.
+        unsafe { crate::p2p::put_one(status, s) };
+        Ok(())
+    })
+}
+
+/// A nonblocking access, done by the time it returns: a complete request into
+/// `request`.
+///
+/// # Safety
+///
+/// As [`access`]; `request` is writable.
+unsafe fn nonblocking(
+    name: &str,
+    fh: Handle,
+    place: Place,
+    buf: Buffer,
+    write: bool,
+    request: *mut Handle,
+) -> c_int {
+    call(name, Object::File(fh), |mpi| {
+        non_null(request, MPI_ERR_ARG, "request")?;
+        // SAFETY: the caller's contract.
+        let s = unsafe { access(mpi, fh, place, buf, write) }?;
+        // SAFETY: the caller's contract.
+        unsafe { mpi.hand_out(Request::Done(s), request) }
+    })
+}
+
+/// The beginning of a split collective access: done now, its outcome kept for the
+/// end.
+///
+/// # Safety
+///
+/// As [`access`].
+unsafe fn begin(name: &str, fh: Handle, place: Place, buf: Buffer, write: bool) -> c_int {
+    call(name, Object::File(fh), |mpi| {
+        if mpi.file(fh)?.split.is_some() {
+            return Err(Error::new(
+                MPI_ERR_OTHER,
+                "a split collective is under way on this file: end it first",
+            ));
+        }
+        // SAFETY: the caller's contract.
+        let outcome = unsafe { access(mpi, fh, place, buf, write) };
+        let kept = match outcome {
+            Ok(s) => (s, None),
+            Err(e) => (Status::empty(), Some(e)),
+        };
+        mpi.file_mut(fh)?.split = Some(kept);
+        Ok(())
+    })
+}
+
+/// The end of a split collective access: the status of its beginning.
+///
+/// # Safety
+///
+/// `status` is null or writable.
+unsafe fn end(name: &str, fh: Handle, status: *mut Status) -> c_int {
+    call(name, Object::File(fh), |mpi| {
+        let Some((s, e)) = mpi.file_mut(fh)?.split.take() else {
+            return Err(Error::new(
+                MPI_ERR_OTHER,
+                "no split collective was begun on this file",
+            ));
+        };
+        // SAFETY: the caller's contract.
+        unsafe { crate::p2p::put_one(status, s) };
+        e.map_or(Ok(()), Err)
+    })
+}
+
+/// The six bindings of one way of accessing in one direction: blocking, collective,
+/// their nonblocking forms, and the split collective's beginning and end.
+/// `$offset` names the offset parameter of the explicit-offset forms. (The names
+/// come first, as the build finds the bindings written by macros.)
+macro_rules! accesses {
+    ($blocking:ident, $all:ident, $i:ident, $iall:ident, $begin:ident, $end:ident,
+     $buf:ty, $write:expr, $place:expr, [$($offset:ident)?]) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $blocking(fh: Handle, $($offset: Count,)? buf: $buf, count: c_int, datatype: Handle, status: *mut Status) -> c_int {
+            // SAFETY: the binding's contract.
+            unsafe { blocking(&stringify!($blocking)[1..], fh, $place, (buf as *mut c_void, count, datatype), $write, status) }
+        }
+        #[no_mangle]
+        pub unsafe extern "C" fn $all(fh: Handle, $($offset: Count,)? buf: $buf, count: c_int, datatype: Handle, status: *mut Status) -> c_int {
+            // SAFETY: the binding's contract.
+            unsafe { blocking(&stringify!($all)[1..], fh, $place, (buf as *mut c_void, count, datatype), $write, status) }
+        }
+        #[no_mangle]
+        pub unsafe extern "C" fn $i(fh: Handle, $($offset: Count,)? buf: $buf, count: c_int, datatype: Handle, request: *mut Handle) -> c_int {
+            // SAFETY: the binding's contract.
+            unsafe { nonblocking(&stringify!($i)[1..], fh, $place, (buf as *mut c_void, count, datatype), $write, request) }
+        }
+        #[no_mangle]
+        pub unsafe extern "C" fn $iall(fh: Handle, $($offset: Count,)? buf: $buf, count: c_int, datatype: Handle, request: *mut Handle) -> c_int {
+            // SAFETY: the binding's contract.
+            unsafe { nonblocking(&stringify!($iall)[1..], fh, $place, (buf as *mut c_void, count, datatype), $write, request) }
+        }
+        #[no_mangle]
+        pub unsafe extern "C" fn $begin(fh: Handle, $($offset: Count,)? buf: $buf, count: c_int, datatype: Handle) -> c_int {
+            // SAFETY: the binding's contract.
+            unsafe { begin(&stringify!($begin)[1..], fh, $place, (buf as *mut c_void, count, datatype), $write) }
+        }
+        #[no_mangle]
+        pub unsafe extern "C" fn $end(fh: Handle, _buf: $buf, status: *mut Status) -> c_int {
+            // SAFETY: the binding's contract.
+            unsafe { end(&stringify!($end)[1..], fh, status) }
+        }
+    };
+}
+
+accesses!(
+    PMPI_File_read_at,
+    PMPI_File_read_at_all,
+    PMPI_File_iread_at,
+    PMPI_File_iread_at_all,
+    PMPI_File_read_at_all_begin,
+    PMPI_File_read_at_all_end,
+    *mut c_void,
+    false,
+    Place::Start(Start::At(offset)),
+    [offset]
+);
+accesses!(
+    PMPI_File_write_at,
+    PMPI_File_write_at_all,
+    PMPI_File_iwrite_at,
+    PMPI_File_iwrite_at_all,
+    PMPI_File_write_at_all_begin,
+    PMPI_File_write_at_all_end,
+    *const c_void,
+    true,
+    Place::Start(Start::At(offset)),
+    [offset]
+);
+accesses!(
+    PMPI_File_read,
+    PMPI_File_read_all,
+    PMPI_File_iread,
+    PMPI_File_iread_all,
+    PMPI_File_read_all_begin,
+    PMPI_File_read_all_end,
+    *mut c_void,
+    false,
+    Place::Start(Start::Pointer),
+    []
+);
+accesses!(
+    PMPI_File_write,
+    PMPI_File_write_all,
+    PMPI_File_iwrite,
+    PMPI_File_iwrite_all,
+    PMPI_File_write_all_begin,
+    PMPI_File_write_all_end,
+    *const c_void,
+    true,
+    Place::Start(Start::Pointer),
+    []
+);
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_read_ordered(
+    fh: Handle,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    status: *mut Status,
+) -> c_int {
+    // SAFETY: the binding's contract.
+    unsafe {
+        blocking(
+            "MPI_File_read_ordered",
+            fh,
+            Place::Ordered,
+            (buf, count, datatype),
+            false,
+            status,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_write_ordered(
+    fh: Handle,
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    status: *mut Status,
+) -> c_int {
+    // SAFETY: the binding's contract.
+    unsafe {
+        blocking(
+            "MPI_File_write_ordered",
+            fh,
+            Place::Ordered,
+            (buf.cast_mut(), count, datatype),
+            true,
+            status,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_read_ordered_begin(
+    fh: Handle,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+) -> c_int {
+    // SAFETY: the binding's contract.
+    unsafe {
+        begin(
+            "MPI_File_read_ordered_begin",
+            fh,
+            Place::Ordered,
+            (buf, count, datatype),
+            false,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_write_ordered_begin(
+    fh: Handle,
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+) -> c_int {
+    // SAFETY: the binding's contract.
+    unsafe {
+        begin(
+            "MPI_File_write_ordered_begin",
+            fh,
+            Place::Ordered,
+            (buf.cast_mut(), count, datatype),
+            true,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_read_ordered_end(
+    fh: Handle,
+    _buf: *mut c_void,
+    status: *mut Status,
+) -> c_int {
+    // SAFETY: the binding's contract.
+    unsafe { end("MPI_File_read_ordered_end", fh, status) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_write_ordered_end(
+    fh: Handle,
+    _buf: *const c_void,
+    status: *mut Status,
+) -> c_int {
+    // SAFETY: the binding's contract.
+    unsafe { end("MPI_File_write_ordered_end", fh, status) }
+}

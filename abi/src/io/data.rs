@@ -1,0 +1,261 @@
+//! Reading and writing a file through its view: at an explicit offset, at the
+//! individual file pointer, or in rank order at the shared one (`_ordered`, the
+//! members' places found by an all-gather of their sizes).
+
+use super::{io_error, File};
+use crate::datatype::pack;
+use crate::error::{Error, Result};
+use crate::ffi::*;
+use crate::p2p::check_count;
+use crate::state::Mpi;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+
+/// Where an access starts in the view.
+#[derive(Clone, Copy)]
+pub enum Start {
+    /// At an offset, in etypes.
+    At(Count),
+    /// At the individual file pointer, which moves past what was moved.
+    Pointer,
+}
+
+/// A program's buffer: `count` elements of a type at an address.
+pub type Buffer = (*mut c_void, c_int, Handle);
+
+/// A lock on the whole file for one access in atomic mode (`flock`).
+struct Locked<'a>(&'a std::fs::File);
+
+impl<'a> Locked<'a> {
+    fn new(fd: &'a std::fs::File, exclusive: bool) -> Result<Locked<'a>> {
+        let how = if exclusive {
+            libc::LOCK_EX
+        } else {
+            libc::LOCK_SH
+        };
+        // SAFETY: `fd` is an open descriptor for as long as the borrow.
+        if unsafe { libc::flock(fd.as_raw_fd(), how) } != 0 {
+            return Err(io_error(
+                "locking the file",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(Locked(fd))
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        // SAFETY: as above; unlocking cannot harm the descriptor.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+    }
+}
+
+/// Check that file `f` may be read (`write` false) or written.
+fn check_access(f: &File, write: bool) -> Result<()> {
+    if write && f.amode & MPI_MODE_RDONLY != 0 {
+        return Err(Error::new(MPI_ERR_READ_ONLY, "the file is open read-only"));
+    }
+    if !write && f.amode & MPI_MODE_WRONLY != 0 {
+        return Err(Error::new(MPI_ERR_ACCESS, "the file is open write-only"));
+    }
+    Ok(())
+}
+
+/// Write `data` at the file's `spans`.
+fn write_spans(fd: &std::fs::File, spans: &[(u64, u64)], data: &[u8]) -> Result<u64> {
+    let mut at = 0;
+    for &(offset, len) in spans {
+        let len = len as usize;
+        fd.write_all_at(&data[at..at + len], offset)
+            .map_err(|e| io_error("writing the file", e))?;
+        at += len;
+    }
+    Ok(at as u64)
+}
+
+/// Read the file's `spans` into `data`: the bytes read (fewer at the end of the
+/// file).
+fn read_spans(fd: &std::fs::File, spans: &[(u64, u64)], data: &mut [u8]) -> Result<u64> {
+    let mut at = 0;
+    for &(offset, len) in spans {
+        let (first, end) = (at, at + len as usize);
+        while at < end {
+            let n = fd
+                .read_at(&mut data[at..end], offset + (at - first) as u64)
+                .map_err(|e| io_error("reading the file", e))?;
+            if n == 0 {
+                return Ok(at as u64);
+            }
+            at += n;
+        }
+    }
+    Ok(at as u64)
+}
+
+impl Mpi {
+    /// The etypes `count` elements of `ty` make in file `h`'s view.
+    fn etypes_of(&self, h: Handle, count: c_int, ty: Handle) -> Result<u64> {
+        let n = check_count(count)?;
+        let t = self.dtype(ty)?;
+        let bytes = crate::coll::args::bytes(t, n)? as u64;
+        let es = self.file(h)?.view.etype_size();
+        if bytes % es != 0 {
+            return Err(Error::new(
+                MPI_ERR_TYPE,
+                format!("{bytes} bytes are not a whole number of the view's etypes of {es} bytes"),
+            ));
+        }
+        Ok(bytes / es)
+    }
+
+    /// Read (`write` false) or write `buf` in file `h` from `start`: the status,
+    /// which counts the bytes moved.
+    ///
+    /// # Safety
+    ///
+    /// `buf` holds its elements (readable to write, writable to read).
+    pub unsafe fn file_access(
+        &mut self,
+        h: Handle,
+        start: Start,
+        (buf, count, ty): Buffer,
+        write: bool,
+    ) -> Result<Status> {
+        let f = self.file(h)?;
+        check_access(f, write)?;
+        if f.amode & MPI_MODE_SEQUENTIAL != 0 {
+            return Err(Error::new(
+                MPI_ERR_UNSUPPORTED_OPERATION,
+                "a file opened with MPI_MODE_SEQUENTIAL is accessed at the shared file pointer only",
+            ));
+        }
+        let pos = match start {
+            Start::At(offset) => u64::try_from(offset)
+                .map_err(|_| Error::new(MPI_ERR_ARG, format!("offset {offset} is negative")))?,
+            Start::Pointer => f.pointer,
+        };
+        // SAFETY: the caller's contract.
+        let moved = unsafe { self.move_data(h, pos, (buf, count, ty), write) }?;
+        if let Start::Pointer = start {
+            let f = self.file_mut(h)?;
+            f.pointer = pos + moved / f.view.etype_size();
+        }
+        let mut status = Status::empty();
+        status.set_bytes(moved);
+        Ok(status)
+    }
+
+    /// Move `buf` between memory and file `h` from view position `pos` (etypes):
+    /// the bytes moved.
+    ///
+    /// # Safety
+    ///
+    /// As [`Mpi::file_access`].
+    unsafe fn move_data(
+        &self,
+        h: Handle,
+        pos: u64,
+        (buf, count, ty): Buffer,
+        write: bool,
+    ) -> Result<u64> {
+        let etypes = self.etypes_of(h, count, ty)?;
+        let (f, t) = (self.file(h)?, self.dtype(ty)?);
+        let es = f.view.etype_size();
+        let len = etypes * es;
+        let spans = f.view.segments(pos * es, len);
+        let _lock = f.atomic.then(|| Locked::new(&f.fd, write)).transpose()?;
+        let n = check_count(count)?;
+        let base = buf.cast::<u8>();
+        if write {
+            if t.contiguous {
+                // SAFETY: the caller's contract: `len` bytes from the type's lower bound.
+                let data =
+                    unsafe { std::slice::from_raw_parts(base.wrapping_offset(t.lb), len as usize) };
+                return write_spans(&f.fd, &spans, data);
+            }
+            let mut data = vec![0u8; len as usize];
+            // SAFETY: the caller's contract.
+            unsafe { pack::pack(t, base, n, &mut data) };
+            return write_spans(&f.fd, &spans, &data);
+        }
+        if t.contiguous {
+            // SAFETY: the caller's contract, as above, writable.
+            let data =
+                unsafe { std::slice::from_raw_parts_mut(base.wrapping_offset(t.lb), len as usize) };
+            return read_spans(&f.fd, &spans, data);
+        }
+        let mut data = vec![0u8; len as usize];
+        let got = read_spans(&f.fd, &spans, &mut data)?;
+        // SAFETY: the caller's contract.
+        unsafe { pack::unpack(t, &data[..got as usize], base, n) };
+        Ok(got)
+    }
+
+    /// `MPI_File_read_ordered` and `MPI_File_write_ordered`, collective: each member
+    /// accesses its data after that of the members before it, from the shared file
+    /// pointer, which then moves past all of it. A member whose arguments are
+    /// refused makes every member's call fail.
+    ///
+    /// # Safety
+    ///
+    /// As [`Mpi::file_access`].
+    pub unsafe fn file_ordered(
+        &mut self,
+        h: Handle,
+        (buf, count, ty): Buffer,
+        write: bool,
+    ) -> Result<Status> {
+        let f = self.file(h)?;
+        let (comm, shared) = (f.comm, f.shared);
+        let mine = check_access(f, write).and_then(|()| self.etypes_of(h, count, ty));
+        let all = self.allgather_u64(comm, *mine.as_ref().unwrap_or(&u64::MAX))?;
+        let mine = mine?;
+        if all.contains(&u64::MAX) {
+            return Err(Error::new(
+                MPI_ERR_ARG,
+                "another member's arguments were refused",
+            ));
+        }
+        let rank = self.comm(comm)?.rank as usize;
+        let before: u64 = all[..rank].iter().sum();
+        self.file_mut(h)?.shared = shared + all.iter().sum::<u64>();
+        // SAFETY: the caller's contract.
+        let moved = unsafe { self.move_data(h, shared + before, (buf, count, ty), write) }?;
+        debug_assert!(moved <= mine * self.file(h)?.view.etype_size());
+        let mut status = Status::empty();
+        status.set_bytes(moved);
+        Ok(status)
+    }
+
+    /// The view position (etypes) that `MPI_File_seek` (`shared` false) or
+    /// `MPI_File_seek_shared` of `offset` from `whence` gives.
+    pub fn seek_target(
+        &self,
+        h: Handle,
+        offset: Count,
+        whence: c_int,
+        shared: bool,
+    ) -> Result<u64> {
+        let f = self.file(h)?;
+        let es = f.view.etype_size();
+        let from = match whence {
+            MPI_SEEK_SET => 0,
+            MPI_SEEK_CUR if shared => f.shared,
+            MPI_SEEK_CUR => f.pointer,
+            MPI_SEEK_END => f.view.position_below(f.size()?) / es,
+            w => {
+                return Err(Error::new(
+                    MPI_ERR_ARG,
+                    format!("whence {w} is not MPI_SEEK_SET, _CUR or _END"),
+                ))
+            }
+        };
+        from.checked_add_signed(offset).ok_or_else(|| {
+            Error::new(
+                MPI_ERR_ARG,
+                format!("seeking {offset} from {from} goes before the view's start"),
+            )
+        })
+    }
+}

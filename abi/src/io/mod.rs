@@ -1,0 +1,286 @@
+//! MPI-IO (MPI 4.1 chapter 14) over the operating system's files: each process
+//! opens the file itself and reads and writes its own bytes with positioned
+//! system calls (`pread`/`pwrite`), through its view ([`view`]). Nothing is cached:
+//! what a call wrote is in the file (the kernel's page cache) when it returns, so
+//! another process that reads after a barrier sees it, on one node or across nodes
+//! that share the file system. Collective calls move each process's own data as
+//! the independent ones do (no two-phase aggregation); those that change the file
+//! as a whole (`set_size`, `preallocate`, closing with `MPI_MODE_DELETE_ON_CLOSE`)
+//! are made by the first member, the others waiting for its outcome. In atomic
+//! mode each access holds a lock on the whole file (`flock`, shared to read,
+//! exclusive to write).
+//!
+//! The shared file pointer moves only by collective calls (`read_ordered`,
+//! `write_ordered`, `seek_shared`), so every member knows it; the independent calls
+//! on it (`read_shared`, `write_shared`) are not implemented.
+
+pub mod api;
+pub mod data;
+pub mod view;
+
+use crate::error::{Error, Result};
+use crate::ffi::*;
+use crate::state::{Info, Mpi};
+use std::path::PathBuf;
+use view::View;
+
+/// An open file.
+pub struct File {
+    pub fd: std::fs::File,
+    pub path: PathBuf,
+    /// A duplicate of the communicator it was opened on, for its collectives.
+    pub comm: Handle,
+    pub amode: c_int,
+    pub view: View,
+    /// The individual and the shared file pointers, in etypes of the view.
+    pub pointer: u64,
+    pub shared: u64,
+    pub atomic: bool,
+    pub errhandler: Handle,
+    pub info: Info,
+    /// The outcome of a split collective begun and not yet ended.
+    pub split: Option<(Status, Option<Error>)>,
+}
+
+/// The error of system call `what` on a file, in the standard's classes.
+pub fn io_error(what: &str, e: std::io::Error) -> Error {
+    use std::io::ErrorKind::*;
+    let class = match e.kind() {
+        NotFound => MPI_ERR_NO_SUCH_FILE,
+        PermissionDenied => MPI_ERR_ACCESS,
+        AlreadyExists => MPI_ERR_FILE_EXISTS,
+        StorageFull => MPI_ERR_NO_SPACE,
+        ReadOnlyFilesystem => MPI_ERR_READ_ONLY,
+        QuotaExceeded => MPI_ERR_QUOTA,
+        InvalidFilename | IsADirectory | NotADirectory => MPI_ERR_BAD_FILE,
+        _ => MPI_ERR_IO,
+    };
+    Error::new(class, format!("{what}: {e}"))
+}
+
+/// The error handler of file `h` (`MPI_FILE_NULL`'s: that of opening).
+pub fn errhandler_of(mpi: &Mpi, h: Handle) -> Handle {
+    match h {
+        MPI_FILE_NULL => mpi.file_null_errhandler,
+        _ => mpi
+            .files
+            .get(h)
+            .map_or(mpi.file_null_errhandler, |f| f.errhandler),
+    }
+}
+
+#[cold]
+fn bad_file(h: Handle) -> Error {
+    crate::error::bad_handle(h, (MPI_FILE_NULL, "MPI_FILE_NULL"), MPI_ERR_FILE, "a file")
+}
+
+/// Check access mode `amode` (MPI 4.1 §14.2.1): one of read-only, read-write and
+/// write-only; no creation read-only; no sequential read-write.
+fn check_amode(amode: c_int) -> Result<()> {
+    let modes = [MPI_MODE_RDONLY, MPI_MODE_RDWR, MPI_MODE_WRONLY];
+    let bad = |why: &str| {
+        Err(Error::new(
+            MPI_ERR_AMODE,
+            format!("access mode {amode:#x}: {why}"),
+        ))
+    };
+    if modes.iter().filter(|m| amode & **m != 0).count() != 1 {
+        return bad("exactly one of MPI_MODE_RDONLY, MPI_MODE_RDWR and MPI_MODE_WRONLY");
+    }
+    if amode & MPI_MODE_RDONLY != 0 && amode & (MPI_MODE_CREATE | MPI_MODE_EXCL) != 0 {
+        return bad("MPI_MODE_CREATE or MPI_MODE_EXCL with MPI_MODE_RDONLY");
+    }
+    if amode & MPI_MODE_RDWR != 0 && amode & MPI_MODE_SEQUENTIAL != 0 {
+        return bad("MPI_MODE_SEQUENTIAL with MPI_MODE_RDWR");
+    }
+    let known = MPI_MODE_APPEND
+        | MPI_MODE_CREATE
+        | MPI_MODE_DELETE_ON_CLOSE
+        | MPI_MODE_EXCL
+        | MPI_MODE_SEQUENTIAL
+        | MPI_MODE_UNIQUE_OPEN
+        | modes.iter().fold(0, |a, m| a | m);
+    if amode & !known != 0 {
+        return bad("bits the standard does not define");
+    }
+    Ok(())
+}
+
+/// Open `path` as `amode` says; `create`: with its creation flags.
+fn open_file(path: &PathBuf, amode: c_int, create: bool) -> Result<std::fs::File> {
+    let mut o = std::fs::OpenOptions::new();
+    o.read(amode & MPI_MODE_WRONLY == 0)
+        .write(amode & MPI_MODE_RDONLY == 0);
+    if create && amode & MPI_MODE_EXCL != 0 {
+        o.create_new(true);
+    } else if create && amode & MPI_MODE_CREATE != 0 {
+        o.create(true);
+    }
+    o.open(path)
+        .map_err(|e| io_error(&format!("opening {}", path.display()), e))
+}
+
+impl Mpi {
+    /// File `h`.
+    pub fn file(&self, h: Handle) -> Result<&File> {
+        self.files.get(h).ok_or_else(|| bad_file(h))
+    }
+
+    /// File `h`, writable.
+    pub fn file_mut(&mut self, h: Handle) -> Result<&mut File> {
+        self.files.get_mut(h).ok_or_else(|| bad_file(h))
+    }
+
+    /// A barrier over intracommunicator `comm`.
+    pub fn barrier_over(&mut self, comm: Handle) -> Result<()> {
+        let s = self.build_barrier(comm)?;
+        self.run(s)
+    }
+
+    /// The class of the first member's outcome (`MPI_SUCCESS`), told by it to every
+    /// member of `comm`: its error there, an error of that class elsewhere.
+    fn first_members_outcome(&mut self, comm: Handle, mine: Option<Result<()>>) -> Result<()> {
+        let mut class = [match &mine {
+            Some(Err(e)) => e.class,
+            _ => MPI_SUCCESS,
+        }];
+        // SAFETY: `class` lives until the broadcast, run here, ends.
+        let s = unsafe { self.build_bcast(class.as_mut_ptr().cast(), 1, MPI_INT, 0, comm) }?;
+        self.run(s)?;
+        match (mine, class[0]) {
+            (Some(outcome), _) => outcome,
+            (None, MPI_SUCCESS) => Ok(()),
+            (None, class) => Err(Error::new(
+                class,
+                "the file's first member failed (its error says why)",
+            )),
+        }
+    }
+
+    /// Every member's `value`, in rank order (over intracommunicator `comm`).
+    pub fn allgather_u64(&mut self, comm: Handle, value: u64) -> Result<Vec<u64>> {
+        let n = self.comm(comm)?.size() as usize;
+        let mut all = vec![0u64; n];
+        // SAFETY: both buffers live until the collective, run here, ends.
+        let s = unsafe {
+            self.build_allgather(
+                ((&value as *const u64).cast(), 1, MPI_UINT64_T),
+                all.as_mut_ptr().cast(),
+                (1, std::ptr::null(), std::ptr::null()),
+                MPI_UINT64_T,
+                comm,
+            )
+        }?;
+        self.run(s)?;
+        Ok(all)
+    }
+
+    /// `MPI_File_open`, collective over `comm`: the first member opens (and
+    /// creates) the file, then the others open it; any member's failure is every
+    /// member's.
+    pub fn file_open(
+        &mut self,
+        comm: Handle,
+        path: PathBuf,
+        amode: c_int,
+        info: Info,
+    ) -> Result<Handle> {
+        if self.comm(comm)?.remote.is_some() {
+            return Err(Error::new(
+                MPI_ERR_COMM,
+                "files are opened on intracommunicators",
+            ));
+        }
+        check_amode(amode)?;
+        if path.as_os_str().is_empty() {
+            return Err(Error::new(MPI_ERR_BAD_FILE, "the file name is empty"));
+        }
+        let first = self.comm(comm)?.rank == 0;
+        let mut fd = None;
+        let mine = first.then(|| open_file(&path, amode, true).map(|f| fd = Some(f)));
+        self.first_members_outcome(comm, mine)?;
+        let opened = match fd {
+            Some(f) => Ok(f),
+            None => open_file(&path, amode, false),
+        };
+        let failed =
+            self.allgather_u64(comm, opened.as_ref().map_or_else(|e| e.class as u64, |_| 0))?;
+        let fd = opened?;
+        if let Some(&class) = failed.iter().find(|c| **c != 0) {
+            return Err(Error::new(
+                class as c_int,
+                "another member could not open the file (its error says why)",
+            ));
+        }
+        let dup = self.comm_dup(comm)?;
+        let byte = self.dtype(MPI_BYTE)?.clone();
+        let mut f = File {
+            fd,
+            path,
+            comm: dup,
+            amode,
+            view: View {
+                disp: 0,
+                etype: (MPI_BYTE, byte.clone()),
+                filetype: (MPI_BYTE, byte),
+            },
+            pointer: 0,
+            shared: 0,
+            atomic: false,
+            errhandler: self.file_null_errhandler,
+            info,
+            split: None,
+        };
+        if amode & MPI_MODE_APPEND != 0 {
+            let end = f.size()?;
+            (f.pointer, f.shared) = (end, end);
+        }
+        self.files.insert(f)
+    }
+
+    /// `MPI_File_close`, collective: every member's accesses end before the first
+    /// member deletes the file (`MPI_MODE_DELETE_ON_CLOSE`).
+    pub fn file_close(&mut self, h: Handle) -> Result<()> {
+        let comm = self.file(h)?.comm;
+        self.barrier_over(comm)?;
+        let f = self.files.remove(h).expect("looked up above");
+        let mine =
+            (self.comm(comm)?.rank == 0 && f.amode & MPI_MODE_DELETE_ON_CLOSE != 0).then(|| {
+                std::fs::remove_file(&f.path).map_err(|e| io_error("deleting the file on close", e))
+            });
+        drop(f);
+        let outcome = self.first_members_outcome(comm, mine);
+        self.comm_free(comm)?;
+        outcome
+    }
+
+    /// A change to the file as a whole, collective: made by the first member
+    /// (`change`) once every member has called, then every member has its outcome
+    /// (so no member's access before or after the call meets the change under way).
+    pub fn file_change(
+        &mut self,
+        h: Handle,
+        change: impl FnOnce(&File) -> Result<()>,
+    ) -> Result<()> {
+        let f = self.file(h)?;
+        if f.amode & MPI_MODE_RDONLY != 0 {
+            return Err(Error::new(MPI_ERR_READ_ONLY, "the file is open read-only"));
+        }
+        let comm = f.comm;
+        self.barrier_over(comm)?;
+        let mine =
+            (self.comm(comm)?.rank == 0).then(|| change(self.file(h).expect("looked up above")));
+        self.first_members_outcome(comm, mine)
+    }
+}
+
+impl File {
+    /// Its size in bytes.
+    pub fn size(&self) -> Result<u64> {
+        Ok(self
+            .fd
+            .metadata()
+            .map_err(|e| io_error("reading the file's size", e))?
+            .len())
+    }
+}

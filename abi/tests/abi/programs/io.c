@@ -1,0 +1,253 @@
+/* io.c: MPI-IO at any number of ranks (run at 1 to 4), in a fresh folder under
+ * TMPDIR (or /tmp) that rank 0 removes at the end. Opening's errors (no such file,
+ * bad access modes, MPI_MODE_EXCL on a file that exists, writing a read-only one);
+ * explicit offsets, collective and not, each rank's block read back by every rank;
+ * the file's size; a strided view (each rank every size-th int) written at the
+ * individual pointer and read back through the view and as bytes; a memory type
+ * that is not contiguous; seeks and positions; rank-ordered accesses at the shared
+ * pointer; nonblocking and split collective forms; reading past the end; the
+ * view, group, access mode, byte offsets, atomicity, info, error handlers and
+ * Fortran handles of an open file; MPI_MODE_DELETE_ON_CLOSE and MPI_File_delete. */
+#include "check.h"
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define N 64
+
+static char path[512], other[512];
+
+static int exists(const char *p) { return access(p, F_OK) == 0; }
+
+/* The ints read or written, from a status. */
+static int ints_of(MPI_Status *st) {
+  int n = -1;
+  OK(MPI_Get_count(st, MPI_INT, &n));
+  return n;
+}
+
+int main(int argc, char **argv) {
+  start("io", &argc, &argv);
+  /* Rank 0 makes the folder; every rank learns its name. */
+  char dir[400] = {0};
+  if (rank == 0) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/rbtl-io-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp %s", dir);
+  }
+  OK(MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD));
+  snprintf(path, sizeof path, "%s/data", dir);
+  snprintf(other, sizeof other, "%s/gone", dir);
+  MPI_File fh;
+  MPI_Status st;
+
+  /* Opening's errors: files return errors by default. */
+  EXPECT_ERR(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY, MPI_INFO_NULL, &fh),
+             MPI_ERR_NO_SUCH_FILE, NULL);
+  EXPECT_ERR(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY | MPI_MODE_RDWR,
+                           MPI_INFO_NULL, &fh),
+             MPI_ERR_AMODE, "exactly one");
+  EXPECT_ERR(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY | MPI_MODE_CREATE,
+                           MPI_INFO_NULL, &fh),
+             MPI_ERR_AMODE, NULL);
+  CHECK(!exists(path), "a refused open created the file");
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+
+  /* Each rank's block at an explicit offset; everyone reads all back. */
+  OK(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_RDWR, MPI_INFO_NULL, &fh));
+  int amode = 0;
+  OK(MPI_File_get_amode(fh, &amode));
+  CHECK(amode == (MPI_MODE_CREATE | MPI_MODE_RDWR), "amode %#x", amode);
+  int mine[N], all[N * 8];
+  for (int k = 0; k < N; k++)
+    mine[k] = rank * 1000 + k;
+  OK(MPI_File_write_at_all(fh, (MPI_Offset)rank * N * sizeof(int), mine, N, MPI_INT, &st));
+  CHECK(ints_of(&st) == N, "write_at_all moved %d ints", ints_of(&st));
+  OK(MPI_File_sync(fh));
+  OK(MPI_File_read_at(fh, 0, all, N * size, MPI_INT, &st));
+  CHECK(ints_of(&st) == N * size, "read_at got %d ints", ints_of(&st));
+  for (int i = 0; i < N * size; i++)
+    CHECK(all[i] == (i / N) * 1000 + i % N, "int %d read back: %d", i, all[i]);
+  MPI_Offset fsize = -1;
+  OK(MPI_File_get_size(fh, &fsize));
+  CHECK(fsize == (MPI_Offset)(N * size * sizeof(int)), "size %lld", (long long)fsize);
+  /* Past the end: nothing, and no error. */
+  OK(MPI_File_read_at(fh, fsize + 100, all, 4, MPI_INT, &st));
+  CHECK(ints_of(&st) == 0, "read past the end got %d ints", ints_of(&st));
+  EXPECT_ERR(MPI_File_read_at(fh, -1, all, 1, MPI_INT, &st), MPI_ERR_ARG, "negative");
+
+  /* A strided view: rank r sees ints r, r + size, ...; written at the individual
+   * pointer, read back through the view and, by rank 0, as bytes. */
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  MPI_Datatype one, strided;
+  OK(MPI_Type_contiguous(1, MPI_INT, &one));
+  OK(MPI_Type_create_resized(one, 0, (MPI_Aint)(size * sizeof(int)), &strided));
+  OK(MPI_Type_commit(&strided));
+  OK(MPI_File_set_view(fh, (MPI_Offset)rank * sizeof(int), MPI_INT, strided, "native",
+                       MPI_INFO_NULL));
+  MPI_Offset pos = -1, byte = -1;
+  OK(MPI_File_get_position(fh, &pos));
+  CHECK(pos == 0, "the position after set_view: %lld", (long long)pos);
+  OK(MPI_File_get_byte_offset(fh, 3, &byte));
+  CHECK(byte == (MPI_Offset)((3 * size + rank) * sizeof(int)), "byte offset of etype 3: %lld",
+        (long long)byte);
+  for (int k = 0; k < N; k++)
+    mine[k] = 50000 + rank * 100 + k;
+  OK(MPI_File_write_all(fh, mine, N / 2, MPI_INT, &st));
+  OK(MPI_File_write(fh, mine + N / 2, N / 2, MPI_INT, &st));
+  OK(MPI_File_get_position(fh, &pos));
+  CHECK(pos == N, "the position after %d ints: %lld", N, (long long)pos);
+  OK(MPI_File_seek(fh, -N, MPI_SEEK_CUR));
+  int back[N];
+  OK(MPI_File_read_all(fh, back, N, MPI_INT, &st));
+  for (int k = 0; k < N; k++)
+    CHECK(back[k] == mine[k], "through the view, int %d: %d", k, back[k]);
+  OK(MPI_File_seek(fh, 0, MPI_SEEK_END));
+  OK(MPI_File_get_position(fh, &pos));
+  CHECK(pos == N, "the end through the view: %lld", (long long)pos);
+  EXPECT_ERR(MPI_File_seek(fh, -N - 1, MPI_SEEK_END), MPI_ERR_ARG, NULL);
+  MPI_Offset disp = -1;
+  MPI_Datatype et, ft;
+  char rep[MPI_MAX_DATAREP_STRING];
+  OK(MPI_File_get_view(fh, &disp, &et, &ft, rep));
+  CHECK(disp == (MPI_Offset)(rank * sizeof(int)) && et == MPI_INT && !strcmp(rep, "native"),
+        "get_view: %lld %s", (long long)disp, rep);
+  MPI_Aint lb, extent;
+  OK(MPI_Type_get_extent(ft, &lb, &extent));
+  CHECK(extent == (MPI_Aint)(size * sizeof(int)), "the view's filetype extent %ld", (long)extent);
+  OK(MPI_Type_free(&ft));
+  OK(MPI_File_sync(fh));
+  OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL));
+  if (rank == 0) {
+    OK(MPI_File_read_at(fh, 0, all, N * size, MPI_INT, &st));
+    for (int i = 0; i < N * size; i++)
+      CHECK(all[i] == 50000 + (i % size) * 100 + i / size, "interleaved int %d: %d", i, all[i]);
+  }
+  EXPECT_ERR(MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, "external32", MPI_INFO_NULL),
+             MPI_ERR_UNSUPPORTED_DATAREP, NULL);
+
+  /* A memory type that is not contiguous: every other int. */
+  MPI_Datatype every_other;
+  OK(MPI_Type_vector(N, 1, 2, MPI_INT, &every_other));
+  OK(MPI_Type_commit(&every_other));
+  int spread[2 * N], packed[N];
+  for (int k = 0; k < 2 * N; k++)
+    spread[k] = k % 2 ? -1 : rank * 7 + k;
+  MPI_Offset base = (MPI_Offset)(N * size + rank * N) * sizeof(int);
+  OK(MPI_File_write_at(fh, base, spread, 1, every_other, &st));
+  CHECK(ints_of(&st) == N, "a vector type wrote %d ints", ints_of(&st));
+  OK(MPI_File_read_at(fh, base, packed, N, MPI_INT, &st));
+  for (int k = 0; k < N; k++)
+    CHECK(packed[k] == rank * 7 + 2 * k, "from the vector type, int %d: %d", k, packed[k]);
+  for (int k = 0; k < 2 * N; k++)
+    spread[k] = -5;
+  OK(MPI_File_read_at(fh, base, spread, 1, every_other, &st));
+  for (int k = 0; k < 2 * N; k++)
+    CHECK(spread[k] == (k % 2 ? -5 : rank * 7 + k), "into the vector type, int %d: %d", k,
+          spread[k]);
+
+  /* Rank order at the shared pointer: rank r writes r + 1 ints of r. */
+  OK(MPI_File_seek_shared(fh, 0, MPI_SEEK_SET));
+  int ord[16];
+  for (int k = 0; k <= rank; k++)
+    ord[k] = rank;
+  OK(MPI_File_write_ordered(fh, ord, rank + 1, MPI_INT, &st));
+  OK(MPI_File_get_position_shared(fh, &pos));
+  int total = size * (size + 1) / 2;
+  CHECK(pos == (MPI_Offset)(total * sizeof(int)), "shared pointer after ordered writes: %lld",
+        (long long)pos);
+  OK(MPI_File_sync(fh));
+  OK(MPI_File_read_at(fh, 0, all, total, MPI_INT, &st));
+  for (int r = 0, at = 0; r < size; r++)
+    for (int k = 0; k <= r; k++, at++)
+      CHECK(all[at] == r, "ordered int %d: %d, expected %d", at, all[at], r);
+  OK(MPI_File_seek_shared(fh, 0, MPI_SEEK_SET));
+  for (int k = 0; k <= rank; k++)
+    ord[k] = -1;
+  OK(MPI_File_read_ordered(fh, ord, rank + 1, MPI_INT, &st));
+  for (int k = 0; k <= rank; k++)
+    CHECK(ord[k] == rank, "read in order, int %d: %d", k, ord[k]);
+  EXPECT_ERR(MPI_File_read_shared(fh, ord, 1, MPI_INT, &st), MPI_ERR_UNSUPPORTED_OPERATION,
+             NULL);
+
+  /* Nonblocking and split collectives. */
+  MPI_Request req;
+  int v = 4242 + rank, w = 0;
+  MPI_Offset spot = (MPI_Offset)(4 * N * size + rank) * sizeof(int);
+  OK(MPI_File_iwrite_at(fh, spot, &v, 1, MPI_INT, &req));
+  OK(MPI_Wait(&req, &st));
+  CHECK(ints_of(&st) == 1, "iwrite_at moved %d", ints_of(&st));
+  OK(MPI_File_iread_at_all(fh, spot, &w, 1, MPI_INT, &req));
+  OK(MPI_Wait(&req, &st));
+  CHECK(w == v && ints_of(&st) == 1, "iread_at_all: %d", w);
+  v += 100;
+  OK(MPI_File_write_at_all_begin(fh, spot, &v, 1, MPI_INT));
+  EXPECT_ERR(MPI_File_write_at_all_begin(fh, spot, &v, 1, MPI_INT), MPI_ERR_OTHER, "split");
+  OK(MPI_File_write_at_all_end(fh, &v, &st));
+  OK(MPI_File_read_at_all_begin(fh, spot, &w, 1, MPI_INT));
+  OK(MPI_File_read_at_all_end(fh, &w, &st));
+  CHECK(w == v, "split collective read: %d", w);
+  EXPECT_ERR(MPI_File_read_all_end(fh, &w, &st), MPI_ERR_OTHER, "no split collective");
+
+  /* What an open file tells. */
+  MPI_Group g, wg;
+  int same = -1, flag = -1;
+  OK(MPI_File_get_group(fh, &g));
+  OK(MPI_Comm_group(MPI_COMM_WORLD, &wg));
+  OK(MPI_Group_compare(g, wg, &same));
+  CHECK(same == MPI_IDENT, "the file's group is not the world's");
+  OK(MPI_Group_free(&g));
+  OK(MPI_Group_free(&wg));
+  OK(MPI_File_set_atomicity(fh, 1));
+  OK(MPI_File_get_atomicity(fh, &flag));
+  CHECK(flag == 1, "atomicity %d", flag);
+  OK(MPI_File_write_at(fh, spot, &v, 1, MPI_INT, &st));
+  OK(MPI_File_set_atomicity(fh, 0));
+  MPI_Info info;
+  OK(MPI_File_get_info(fh, &info));
+  OK(MPI_Info_free(&info));
+  MPI_Errhandler eh;
+  OK(MPI_File_get_errhandler(fh, &eh));
+  CHECK(eh == MPI_ERRORS_RETURN, "a file's default error handler");
+  OK(MPI_File_call_errhandler(fh, MPI_ERR_IO));
+  CHECK(MPI_File_f2c(MPI_File_c2f(fh)) == fh, "the Fortran handle round trip");
+  MPI_Aint x = 0;
+  OK(MPI_File_get_type_extent(fh, every_other, &x));
+  CHECK(x == (MPI_Aint)((2 * N - 1) * sizeof(int)), "type extent %ld", (long)x);
+  OK(MPI_File_close(&fh));
+  CHECK(fh == MPI_FILE_NULL, "close left the handle");
+
+  /* It exists now: MPI_MODE_EXCL refuses it; read-only refuses writes. */
+  EXPECT_ERR(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_CREATE | MPI_MODE_EXCL | MPI_MODE_WRONLY,
+                           MPI_INFO_NULL, &fh),
+             MPI_ERR_FILE_EXISTS, NULL);
+  OK(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY, MPI_INFO_NULL, &fh));
+  EXPECT_ERR(MPI_File_write_at(fh, 0, &v, 1, MPI_INT, &st), MPI_ERR_READ_ONLY, NULL);
+  EXPECT_ERR(MPI_File_set_size(fh, 0), MPI_ERR_READ_ONLY, NULL);
+  OK(MPI_File_read_at(fh, 0, &w, 1, MPI_INT, &st));
+  CHECK(w == 0, "the first int after all that: %d", w);
+  OK(MPI_File_close(&fh));
+
+  /* Deleted on close, by size and by MPI_File_delete. */
+  OK(MPI_File_open(MPI_COMM_WORLD, other,
+                   MPI_MODE_CREATE | MPI_MODE_WRONLY | MPI_MODE_DELETE_ON_CLOSE, MPI_INFO_NULL,
+                   &fh));
+  OK(MPI_File_preallocate(fh, 4096));
+  OK(MPI_File_get_size(fh, &fsize));
+  CHECK(fsize == 4096, "preallocated size %lld", (long long)fsize);
+  OK(MPI_File_set_size(fh, 100));
+  OK(MPI_File_get_size(fh, &fsize));
+  CHECK(fsize == 100, "set size %lld", (long long)fsize);
+  EXPECT_ERR(MPI_File_read_at(fh, 0, &w, 1, MPI_INT, &st), MPI_ERR_ACCESS, "write-only");
+  OK(MPI_File_close(&fh));
+  CHECK(!exists(other), "MPI_MODE_DELETE_ON_CLOSE left the file");
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  if (rank == 0) {
+    OK(MPI_File_delete(path, MPI_INFO_NULL));
+    EXPECT_ERR(MPI_File_delete(path, MPI_INFO_NULL), MPI_ERR_NO_SUCH_FILE, NULL);
+    CHECK(rmdir(dir) == 0, "removing %s", dir);
+  }
+  OK(MPI_Type_free(&every_other));
+  OK(MPI_Type_free(&strided));
+  OK(MPI_Type_free(&one));
+  return finish();
+}
