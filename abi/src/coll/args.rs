@@ -1,6 +1,7 @@
 //! A collective's buffer arguments as places of its schedule: a contiguous type's
 //! buffer is used where it is; another is packed into a scratch buffer at the start
-//! (input) or unpacked from one at the end (output).
+//! (input) or unpacked from one at the end (output). And the blocks of its array
+//! arguments (counts and displacements per member).
 
 use super::{Loc, Local, Schedule};
 use crate::datatype::{pack, Datatype};
@@ -124,4 +125,58 @@ pub fn finish(s: &mut Schedule, unpacks: impl IntoIterator<Item = Option<Local>>
     if unpacks.peek().is_some() {
         s.round().then.extend(unpacks);
     }
+}
+
+/// A block of an array argument: `count` elements of `ty` at `displ` extents (or
+/// `displ` bytes, `bytes`) from `buf`.
+pub fn at(buf: *const c_void, displ: isize, ty: &Datatype, bytes: bool) -> *mut c_void {
+    let step = if bytes { 1 } else { ty.extent() };
+    buf.cast::<u8>()
+        .cast_mut()
+        .wrapping_offset(displ * step)
+        .cast()
+}
+
+/// The counts and displacements of a vector argument, `n` of each.
+///
+/// # Safety
+///
+/// Each pointer holds `n` ints.
+unsafe fn vector<'a>(
+    counts: *const c_int,
+    displs: *const c_int,
+    n: u32,
+) -> Result<(&'a [c_int], &'a [c_int])> {
+    if counts.is_null() || displs.is_null() {
+        return Err(Error::new(
+            MPI_ERR_ARG,
+            "a counts or displacements array is null",
+        ));
+    }
+    // SAFETY: the caller's contract.
+    unsafe {
+        Ok((
+            std::slice::from_raw_parts(counts, n as usize),
+            std::slice::from_raw_parts(displs, n as usize),
+        ))
+    }
+}
+
+/// Member `i`'s count and displacement in a vector argument `(count, counts,
+/// displs)` of `n` members: with `counts` null, `count` each, one after another.
+///
+/// # Safety
+///
+/// Unless `counts` is null, `counts` and `displs` hold `n` ints each.
+pub unsafe fn part(
+    v: (c_int, *const c_int, *const c_int),
+    i: u32,
+    n: u32,
+) -> Result<(c_int, c_int)> {
+    if v.1.is_null() {
+        return Ok((v.0, i as c_int * v.0));
+    }
+    // SAFETY: the caller's contract.
+    let (counts, displs) = unsafe { vector(v.1, v.2, n) }?;
+    Ok((counts[i as usize], displs[i as usize]))
 }

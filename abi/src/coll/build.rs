@@ -1,11 +1,10 @@
 //! Building each collective's schedule from its arguments (shared by the blocking
 //! and nonblocking bindings of `api`).
 
-use super::args::{self, finish};
+use super::args::{self, at, finish, part};
 use super::basic;
 use super::reduce::{self, Combine};
 use super::{Loc, Local, Members, Schedule};
-use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::p2p::check_count;
@@ -40,60 +39,6 @@ pub fn check_root(root: c_int, m: &Members) -> Result<u32> {
                 ),
             )
         })
-}
-
-/// A block of an array argument: `count` elements of `ty` at `displ` extents (or
-/// `displ` bytes, `bytes`) from `buf`.
-pub(super) fn at(buf: *const c_void, displ: isize, ty: &Datatype, bytes: bool) -> *mut c_void {
-    let step = if bytes { 1 } else { ty.extent() };
-    buf.cast::<u8>()
-        .cast_mut()
-        .wrapping_offset(displ * step)
-        .cast()
-}
-
-/// The counts and displacements of a vector argument, `n` of each.
-///
-/// # Safety
-///
-/// Each pointer holds `n` ints.
-unsafe fn vector<'a>(
-    counts: *const c_int,
-    displs: *const c_int,
-    n: u32,
-) -> Result<(&'a [c_int], &'a [c_int])> {
-    if counts.is_null() || displs.is_null() {
-        return Err(Error::new(
-            MPI_ERR_ARG,
-            "a counts or displacements array is null",
-        ));
-    }
-    // SAFETY: the caller's contract.
-    unsafe {
-        Ok((
-            std::slice::from_raw_parts(counts, n as usize),
-            std::slice::from_raw_parts(displs, n as usize),
-        ))
-    }
-}
-
-/// Member `i`'s count and displacement in a vector argument `(count, counts,
-/// displs)` of `n` members: with `counts` null, `count` each, one after another.
-///
-/// # Safety
-///
-/// Unless `counts` is null, `counts` and `displs` hold `n` ints each.
-pub(super) unsafe fn part(
-    v: (c_int, *const c_int, *const c_int),
-    i: u32,
-    n: u32,
-) -> Result<(c_int, c_int)> {
-    if v.1.is_null() {
-        return Ok((v.0, i as c_int * v.0));
-    }
-    // SAFETY: the caller's contract.
-    let (counts, displs) = unsafe { vector(v.1, v.2, n) }?;
-    Ok((counts[i as usize], displs[i as usize]))
 }
 
 impl Mpi {

@@ -14,9 +14,8 @@
 //! all-to-alls go directly between the members, in one round. Scans and
 //! `MPI_IN_PLACE` are not defined on intercommunicators.
 
-use super::args::{self, finish};
+use super::args::{self, at, finish, part};
 use super::basic::{self, Tree};
-use super::build::{at, part};
 use super::reduce;
 use super::{Loc, Local, Members, Schedule, Xfer};
 use crate::comm::Group;

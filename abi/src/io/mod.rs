@@ -14,6 +14,7 @@
 //! `write_ordered`, `seek_shared`), so every member knows it; the independent calls
 //! on it (`read_shared`, `write_shared`) are not implemented.
 
+pub mod access;
 pub mod api;
 pub mod data;
 pub mod view;

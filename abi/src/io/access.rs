@@ -1,0 +1,316 @@
+//! The bindings of MPI-IO's accesses: each blocking, collective, nonblocking and
+//! split-collective form of each way of placing them (an explicit offset, the
+//! individual file pointer, rank order at the shared one).
+
+use super::data::{Buffer, Start};
+use crate::entry::call;
+use crate::error::{non_null, Error, Object, Result};
+use crate::ffi::*;
+use crate::request::Request;
+use crate::state::Mpi;
+
+/// Where an access goes: at an offset or a file pointer, or in rank order.
+#[derive(Clone, Copy)]
+enum Place {
+    Start(Start),
+    Ordered,
+}
+
+/// Run access `name` on `fh` (`write`: the direction) at `place`: its status.
+///
+/// # Safety
+///
+/// `buf` holds its elements (readable to write, writable to read).
+unsafe fn access(
+    mpi: &mut Mpi,
+    fh: Handle,
+    place: Place,
+    buf: Buffer,
+    write: bool,
+) -> Result<Status> {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match place {
+            Place::Start(s) => mpi.file_access(fh, s, buf, write),
+            Place::Ordered => mpi.file_ordered(fh, buf, write),
+        }
+    }
+}
+
+/// A blocking access: its status into `status`.
+///
+/// # Safety
+///
+/// As [`access`]; `status` is null or writable.
+unsafe fn blocking(
+    name: &str,
+    fh: Handle,
+    place: Place,
+    buf: Buffer,
+    write: bool,
+    status: *mut Status,
+) -> c_int {
+    call(name, Object::File(fh), |mpi| {
+        // SAFETY: the caller's contract.
+        let s = unsafe { access(mpi, fh, place, buf, write) }?;
+        // SAFETY: the caller's contract.
+        unsafe { crate::p2p::put_one(status, s) };
+        Ok(())
+    })
+}
+
+/// A nonblocking access, done by the time it returns: a complete request into
+/// `request`.
+///
+/// # Safety
+///
+/// As [`access`]; `request` is writable.
+unsafe fn nonblocking(
+    name: &str,
+    fh: Handle,
+    place: Place,
+    buf: Buffer,
+    write: bool,
+    request: *mut Handle,
+) -> c_int {
+    call(name, Object::File(fh), |mpi| {
+        non_null(request, MPI_ERR_ARG, "request")?;
+        // SAFETY: the caller's contract.
+        let s = unsafe { access(mpi, fh, place, buf, write) }?;
+        // SAFETY: the caller's contract.
+        unsafe { mpi.hand_out(Request::Done(s), request) }
+    })
+}
+
+/// The beginning of a split collective access: done now, its outcome kept for the
+/// end.
+///
+/// # Safety
+///
+/// As [`access`].
+unsafe fn begin(name: &str, fh: Handle, place: Place, buf: Buffer, write: bool) -> c_int {
+    call(name, Object::File(fh), |mpi| {
+        if mpi.file(fh)?.split.is_some() {
+            return Err(Error::new(
+                MPI_ERR_OTHER,
+                "a split collective is under way on this file: end it first",
+            ));
+        }
+        // SAFETY: the caller's contract.
+        let outcome = unsafe { access(mpi, fh, place, buf, write) };
+        let kept = match outcome {
+            Ok(s) => (s, None),
+            Err(e) => (Status::empty(), Some(e)),
+        };
+        mpi.file_mut(fh)?.split = Some(kept);
+        Ok(())
+    })
+}
+
+/// The end of a split collective access: the status of its beginning.
+///
+/// # Safety
+///
+/// `status` is null or writable.
+unsafe fn end(name: &str, fh: Handle, status: *mut Status) -> c_int {
+    call(name, Object::File(fh), |mpi| {
+        let Some((s, e)) = mpi.file_mut(fh)?.split.take() else {
+            return Err(Error::new(
+                MPI_ERR_OTHER,
+                "no split collective was begun on this file",
+            ));
+        };
+        // SAFETY: the caller's contract.
+        unsafe { crate::p2p::put_one(status, s) };
+        e.map_or(Ok(()), Err)
+    })
+}
+
+/// The six bindings of one way of accessing in one direction: blocking, collective,
+/// their nonblocking forms, and the split collective's beginning and end.
+/// `$offset` names the offset parameter of the explicit-offset forms. (The names
+/// come first, as the build finds the bindings written by macros.)
+macro_rules! accesses {
+    ($blocking:ident, $all:ident, $i:ident, $iall:ident, $begin:ident, $end:ident,
+     $buf:ty, $write:expr, $place:expr, [$($offset:ident)?]) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $blocking(fh: Handle, $($offset: Count,)? buf: $buf, count: c_int, datatype: Handle, status: *mut Status) -> c_int {
+            // SAFETY: the binding's contract.
+            unsafe { blocking(&stringify!($blocking)[1..], fh, $place, (buf as *mut c_void, count, datatype), $write, status) }
+        }
+        #[no_mangle]
+        pub unsafe extern "C" fn $all(fh: Handle, $($offset: Count,)? buf: $buf, count: c_int, datatype: Handle, status: *mut Status) -> c_int {
+            // SAFETY: the binding's contract.
+            unsafe { blocking(&stringify!($all)[1..], fh, $place, (buf as *mut c_void, count, datatype), $write, status) }
+        }
+        #[no_mangle]
+        pub unsafe extern "C" fn $i(fh: Handle, $($offset: Count,)? buf: $buf, count: c_int, datatype: Handle, request: *mut Handle) -> c_int {
+            // SAFETY: the binding's contract.
+            unsafe { nonblocking(&stringify!($i)[1..], fh, $place, (buf as *mut c_void, count, datatype), $write, request) }
+        }
+        #[no_mangle]
+        pub unsafe extern "C" fn $iall(fh: Handle, $($offset: Count,)? buf: $buf, count: c_int, datatype: Handle, request: *mut Handle) -> c_int {
+            // SAFETY: the binding's contract.
+            unsafe { nonblocking(&stringify!($iall)[1..], fh, $place, (buf as *mut c_void, count, datatype), $write, request) }
+        }
+        #[no_mangle]
+        pub unsafe extern "C" fn $begin(fh: Handle, $($offset: Count,)? buf: $buf, count: c_int, datatype: Handle) -> c_int {
+            // SAFETY: the binding's contract.
+            unsafe { begin(&stringify!($begin)[1..], fh, $place, (buf as *mut c_void, count, datatype), $write) }
+        }
+        #[no_mangle]
+        pub unsafe extern "C" fn $end(fh: Handle, _buf: $buf, status: *mut Status) -> c_int {
+            // SAFETY: the binding's contract.
+            unsafe { end(&stringify!($end)[1..], fh, status) }
+        }
+    };
+}
+
+accesses!(
+    PMPI_File_read_at,
+    PMPI_File_read_at_all,
+    PMPI_File_iread_at,
+    PMPI_File_iread_at_all,
+    PMPI_File_read_at_all_begin,
+    PMPI_File_read_at_all_end,
+    *mut c_void,
+    false,
+    Place::Start(Start::At(offset)),
+    [offset]
+);
+accesses!(
+    PMPI_File_write_at,
+    PMPI_File_write_at_all,
+    PMPI_File_iwrite_at,
+    PMPI_File_iwrite_at_all,
+    PMPI_File_write_at_all_begin,
+    PMPI_File_write_at_all_end,
+    *const c_void,
+    true,
+    Place::Start(Start::At(offset)),
+    [offset]
+);
+accesses!(
+    PMPI_File_read,
+    PMPI_File_read_all,
+    PMPI_File_iread,
+    PMPI_File_iread_all,
+    PMPI_File_read_all_begin,
+    PMPI_File_read_all_end,
+    *mut c_void,
+    false,
+    Place::Start(Start::Pointer),
+    []
+);
+accesses!(
+    PMPI_File_write,
+    PMPI_File_write_all,
+    PMPI_File_iwrite,
+    PMPI_File_iwrite_all,
+    PMPI_File_write_all_begin,
+    PMPI_File_write_all_end,
+    *const c_void,
+    true,
+    Place::Start(Start::Pointer),
+    []
+);
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_read_ordered(
+    fh: Handle,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    status: *mut Status,
+) -> c_int {
+    // SAFETY: the binding's contract.
+    unsafe {
+        blocking(
+            "MPI_File_read_ordered",
+            fh,
+            Place::Ordered,
+            (buf, count, datatype),
+            false,
+            status,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_write_ordered(
+    fh: Handle,
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    status: *mut Status,
+) -> c_int {
+    // SAFETY: the binding's contract.
+    unsafe {
+        blocking(
+            "MPI_File_write_ordered",
+            fh,
+            Place::Ordered,
+            (buf.cast_mut(), count, datatype),
+            true,
+            status,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_read_ordered_begin(
+    fh: Handle,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+) -> c_int {
+    // SAFETY: the binding's contract.
+    unsafe {
+        begin(
+            "MPI_File_read_ordered_begin",
+            fh,
+            Place::Ordered,
+            (buf, count, datatype),
+            false,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_write_ordered_begin(
+    fh: Handle,
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+) -> c_int {
+    // SAFETY: the binding's contract.
+    unsafe {
+        begin(
+            "MPI_File_write_ordered_begin",
+            fh,
+            Place::Ordered,
+            (buf.cast_mut(), count, datatype),
+            true,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_read_ordered_end(
+    fh: Handle,
+    _buf: *mut c_void,
+    status: *mut Status,
+) -> c_int {
+    // SAFETY: the binding's contract.
+    unsafe { end("MPI_File_read_ordered_end", fh, status) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_write_ordered_end(
+    fh: Handle,
+    _buf: *const c_void,
+    status: *mut Status,
+) -> c_int {
+    // SAFETY: the binding's contract.
+    unsafe { end("MPI_File_write_ordered_end", fh, status) }
+}
