@@ -139,10 +139,7 @@ impl Mpi {
         }
         let parent = self.comm(comm)?;
         if parent.remote.is_some() {
-            return Err(Error::new(
-                MPI_ERR_COMM,
-                "splitting an intercommunicator is not implemented by this library",
-            ));
+            return self.intercomm_split(comm, color, key);
         }
         let pg = parent.group.clone();
         let (ctx, all) = self.agree_context(comm, &[color, key])?;
@@ -166,6 +163,9 @@ impl Mpi {
     /// `MPI_Comm_create`: every member of `comm` calls it; those in `group` get the
     /// new communicator.
     pub fn comm_create(&mut self, comm: Handle, group: Arc<Group>) -> Result<Handle> {
+        if self.comm(comm)?.remote.is_some() {
+            return self.intercomm_subgroup(comm, &group);
+        }
         self.check_subgroup(comm, &group)?;
         let ctx = self.agree_context(comm, &[])?.0;
         if group.rank_of(self.world_rank()).is_none() {

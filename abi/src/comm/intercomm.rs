@@ -11,6 +11,9 @@
 //!
 //! `MPI_Comm_dup` of an intercommunicator keeps its groups with a new context,
 //! agreed the same way: each group's largest, then the two traded across.
+//! `MPI_Comm_split` and `MPI_Comm_create` of one make intercommunicators between
+//! subsets of its two groups: each member's colour and key go to its own group and
+//! to the other, and the members of one colour on both sides form one.
 
 use super::{Communicator, Group};
 use crate::coll::{Loc, Schedule, Xfer};
@@ -20,8 +23,10 @@ use crate::ffi::*;
 use crate::state::Mpi;
 use std::sync::Arc;
 
-/// The tag of `MPI_Comm_dup`'s agreement within a group (`Mpi::allgather_in_group`).
+/// The tags of `MPI_Comm_dup`'s and `MPI_Comm_split`'s agreement within a group
+/// (`Mpi::allgather_in_group`).
 const DUP_TAG: i32 = 5;
+const SPLIT_TAG: i32 = 6;
 
 impl Mpi {
     /// `MPI_Intercomm_create` (see the module's description).
@@ -108,6 +113,68 @@ impl Mpi {
         c.remote = remote;
         c.errhandler = errhandler;
         self.comms.insert(c)
+    }
+
+    /// `MPI_Comm_split` of intercommunicator `comm`: the members of each colour in
+    /// both groups, each side ordered by key then rank (`MPI_COMM_NULL` for
+    /// `MPI_UNDEFINED`, or a colour the other group lacks).
+    pub fn intercomm_split(&mut self, comm: Handle, color: c_int, key: c_int) -> Result<Handle> {
+        let c = self.comm(comm)?;
+        let (group, rank, errhandler) = (c.group.clone(), c.rank, c.errhandler);
+        let remote = c.remote.clone().expect("an intercommunicator");
+        let mine = [color, key, self.contexts_above() as i32];
+        let ours = self.allgather_in_group(comm, &group, rank, SPLIT_TAG, &mine)?;
+        let theirs = self.allgather_ints(comm, &mine)?;
+        let ctx = ours
+            .chunks(3)
+            .chain(theirs.chunks(3))
+            .map(|v| v[2])
+            .max()
+            .unwrap_or(0) as u32;
+        self.use_contexts(ctx);
+        // The job ranks of the members of `color` in `g`, by key then rank.
+        let members = |all: &[i32], g: &Group| {
+            let mut m: Vec<(i32, u32)> = all
+                .chunks(3)
+                .enumerate()
+                .filter(|(_, v)| v[0] == color)
+                .map(|(r, v)| (v[1], r as u32))
+                .collect();
+            m.sort();
+            m.iter()
+                .map(|&(_, r)| g.job_rank(r).expect("a member"))
+                .collect::<Vec<u32>>()
+        };
+        let (local, other) = (members(&ours, &group), members(&theirs, &remote));
+        if color == MPI_UNDEFINED || other.is_empty() {
+            return Ok(MPI_COMM_NULL);
+        }
+        let group = Arc::new(Group::new(local));
+        let rank = group
+            .rank_of(self.world_rank())
+            .expect("a member of its colour");
+        let mut c = Communicator::new(ctx, group, rank, "");
+        c.remote = Some(Arc::new(Group::new(other)));
+        c.errhandler = errhandler;
+        self.comms.insert(c)
+    }
+
+    /// `MPI_Comm_create` of intercommunicator `comm`: `group`, a subgroup of the
+    /// local group, with the subgroup the other side chose (its members in the
+    /// groups' orders).
+    pub fn intercomm_subgroup(&mut self, comm: Handle, group: &Group) -> Result<Handle> {
+        let local = self.comm(comm)?.group.clone();
+        if group.ranks().iter().any(|&j| local.rank_of(j).is_none()) {
+            return Err(Error::new(
+                MPI_ERR_GROUP,
+                "the group has processes outside the intercommunicator's local group",
+            ));
+        }
+        let (color, key) = match group.rank_of(self.world_rank()) {
+            Some(r) => (0, r as c_int),
+            None => (MPI_UNDEFINED, 0),
+        };
+        self.intercomm_split(comm, color, key)
     }
 
     /// The leader's part: check the peer communicator's arguments, then trade

@@ -1,13 +1,13 @@
 /* intercomm.c: intercommunicators made by MPI_Intercomm_create between the even
  * and the odd ranks of the world (run at 2 to 5 ranks: equal groups and not), and
- * their duplicate (its own traffic); every collective on them, each result
- * checked against what the other group sent: Barrier (no rank of one group leaves
- * before the last of the other enters), Bcast (MPI_ROOT, MPI_PROC_NULL, small,
- * large, a type that is not contiguous), Reduce and Allreduce (a sum, and 2x2
- * matrix products that must come in rank order), Gather(v), Scatter(v),
- * Allgather(v), Alltoall(v,w), Reduce_scatter(_block); the nonblocking and
- * persistent forms; point-to-point across; the errors (scans, MPI_IN_PLACE, a bad
- * root, a bad leader); then MPI_Intercomm_merge of it. */
+ * their duplicate (its own traffic), split and created from subgroups; every
+ * collective on them, each result checked against what the other group sent:
+ * Barrier (no rank of one group leaves before the last of the other enters), Bcast
+ * (MPI_ROOT, MPI_PROC_NULL, small, large, a type that is not contiguous), Reduce and
+ * Allreduce (a sum, and 2x2 matrix products that must come in rank order),
+ * Gather(v), Scatter(v), Allgather(v), Alltoall(v,w), Reduce_scatter(_block); the
+ * nonblocking and persistent forms; point-to-point across; the errors (scans,
+ * MPI_IN_PLACE, a bad root, a bad leader); then MPI_Intercomm_merge of it. */
 #include "check.h"
 #include <time.h>
 
@@ -116,6 +116,50 @@ int main(int argc, char **argv) {
     CHECK(out[0] == want && out[1] == m, "allreduce on the duplicate: %d %d", out[0], out[1]);
   }
   OK(MPI_Comm_free(&dup));
+
+  /* Split by the parity of the local rank, keys reversed: an intercommunicator
+   * between the members of each parity in the two groups (none for a parity the
+   * other group lacks). */
+  {
+    MPI_Comm part;
+    int parity = lrank % 2;
+    OK(MPI_Comm_split(inter, parity, -lrank, &part));
+    int mine_n = (n - parity + 1) / 2, theirs_n = (m - parity + 1) / 2;
+    if (theirs_n == 0) {
+      CHECK(part == MPI_COMM_NULL, "a parity the other group lacks got a communicator");
+    } else {
+      int pr = -1, ps = -1, prs = -1;
+      OK(MPI_Comm_rank(part, &pr));
+      OK(MPI_Comm_size(part, &ps));
+      OK(MPI_Comm_remote_size(part, &prs));
+      CHECK(ps == mine_n && prs == theirs_n && pr == mine_n - 1 - lrank / 2,
+            "split: rank %d of %d, remote %d", pr, ps, prs);
+      int in = rank, out = -1, want = 0;
+      for (int i = parity; i < m; i += 2)
+        want += world_of(other, i);
+      OK(MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_SUM, part));
+      CHECK(out == want, "allreduce on the split: %d, expected %d", out, want);
+      OK(MPI_Comm_free(&part));
+    }
+    /* Created from each group's member 0 alone. */
+    MPI_Group lg, first;
+    int zero = 0;
+    OK(MPI_Comm_group(inter, &lg));
+    OK(MPI_Group_incl(lg, 1, &zero, &first));
+    OK(MPI_Comm_create(inter, first, &part));
+    if (lrank == 0) {
+      int prs = -1, v = rank, got = -1;
+      OK(MPI_Comm_remote_size(part, &prs));
+      CHECK(prs == 1, "created: remote size %d", prs);
+      OK(MPI_Sendrecv(&v, 1, MPI_INT, 0, 5, &got, 1, MPI_INT, 0, 5, part, MPI_STATUS_IGNORE));
+      CHECK(got == other, "created: the other member 0 is world rank %d", got);
+      OK(MPI_Comm_free(&part));
+    } else {
+      CHECK(part == MPI_COMM_NULL, "a member outside the group got a communicator");
+    }
+    OK(MPI_Group_free(&first));
+    OK(MPI_Group_free(&lg));
+  }
 
   /* Barrier: the even group's last member comes late; no member of either group
    * leaves before it enters (the ranks share one node's clock). */
