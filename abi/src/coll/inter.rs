@@ -95,8 +95,8 @@ fn not_in_place(buf: *const c_void) -> Result<()> {
     Ok(())
 }
 
-/// One round in which this process sends `out` to and receives `into` from member
-/// `r` of the other group.
+/// One round in which this process sends `out` to and receives `into` from job
+/// rank `peer` (a member of the other group).
 fn trade(s: &mut Schedule, (out, len): (Loc, usize), into: Loc, peer: u32) {
     let r = s.round();
     r.xfers.push(Xfer::Send {

@@ -220,10 +220,10 @@ impl Mpi {
         let peer_ctx = p.ctx;
         let mine = [ctx as c_int, group.size() as c_int];
         let mut header = [0 as c_int; 2];
-        self.trade(peer_ctx, tag, other, &mine, &mut header)?;
+        self.exchange_with(peer_ctx, tag, other, &mine, &mut header)?;
         let ranks: Vec<c_int> = group.ranks().iter().map(|&r| r as c_int).collect();
         let mut theirs = vec![0; usize::try_from(header[1]).unwrap_or(0)];
-        self.trade(peer_ctx, tag, other, &ranks, &mut theirs)?;
+        self.exchange_with(peer_ctx, tag, other, &ranks, &mut theirs)?;
         if theirs.iter().any(|&j| group.rank_of(j as u32).is_some()) {
             return Err(Error::new(
                 MPI_ERR_COMM,
@@ -235,7 +235,7 @@ impl Mpi {
 
     /// Send `mine` to job rank `to` and receive `theirs` from it at once, in context
     /// `ctx` with `tag`.
-    fn trade(
+    fn exchange_with(
         &mut self,
         ctx: u32,
         tag: c_int,

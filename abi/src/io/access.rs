@@ -9,10 +9,12 @@ use crate::ffi::*;
 use crate::request::Request;
 use crate::state::Mpi;
 
-/// Where an access goes: at an offset or a file pointer, or in rank order.
+/// Where an access goes: at an offset or the individual file pointer, at the
+/// shared one, or in rank order.
 #[derive(Clone, Copy)]
 enum Place {
     Start(Start),
+    Shared,
     Ordered,
 }
 
@@ -32,6 +34,7 @@ unsafe fn access(
     unsafe {
         match place {
             Place::Start(s) => mpi.file_access(fh, s, buf, write),
+            Place::Shared => mpi.file_shared(fh, buf, write),
             Place::Ordered => mpi.file_ordered(fh, buf, write),
         }
     }
@@ -313,4 +316,92 @@ pub unsafe extern "C" fn PMPI_File_write_ordered_end(
 ) -> c_int {
     // SAFETY: the binding's contract.
     unsafe { end("MPI_File_write_ordered_end", fh, status) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_read_shared(
+    fh: Handle,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    status: *mut Status,
+) -> c_int {
+    let buf = (buf, count, datatype);
+    // SAFETY: the binding's contract.
+    unsafe {
+        blocking(
+            "MPI_File_read_shared",
+            fh,
+            Place::Shared,
+            buf,
+            false,
+            status,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_write_shared(
+    fh: Handle,
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    status: *mut Status,
+) -> c_int {
+    let buf = (buf.cast_mut(), count, datatype);
+    // SAFETY: the binding's contract.
+    unsafe {
+        blocking(
+            "MPI_File_write_shared",
+            fh,
+            Place::Shared,
+            buf,
+            true,
+            status,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_iread_shared(
+    fh: Handle,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    request: *mut Handle,
+) -> c_int {
+    let buf = (buf, count, datatype);
+    // SAFETY: the binding's contract.
+    unsafe {
+        nonblocking(
+            "MPI_File_iread_shared",
+            fh,
+            Place::Shared,
+            buf,
+            false,
+            request,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_File_iwrite_shared(
+    fh: Handle,
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    request: *mut Handle,
+) -> c_int {
+    let buf = (buf.cast_mut(), count, datatype);
+    // SAFETY: the binding's contract.
+    unsafe {
+        nonblocking(
+            "MPI_File_iwrite_shared",
+            fh,
+            Place::Shared,
+            buf,
+            true,
+            request,
+        )
+    }
 }

@@ -94,7 +94,7 @@ query_binding!(PMPI_File_get_atomicity, fh, Object::File(fh), |mpi|
 query_binding!(PMPI_File_get_position, fh, Object::File(fh), |mpi|
     => offset: Count = mpi.file(fh)?.pointer as Count);
 query_binding!(PMPI_File_get_position_shared, fh, Object::File(fh), |mpi|
-    => offset: Count = mpi.file(fh)?.shared as Count);
+    => offset: Count = mpi.shared_of(fh)?.get()? as Count);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_errhandler(file: Handle, errhandler: *mut Handle) -> c_int {
@@ -179,7 +179,10 @@ pub unsafe extern "C" fn PMPI_File_set_view(
             etype: (etype, e),
             filetype: (filetype, t),
         };
-        (f.pointer, f.shared) = (0, 0);
+        f.pointer = 0;
+        if f.shared.is_some() {
+            mpi.set_shared(fh, |_| Ok(0))?;
+        }
         Ok(())
     })
 }
@@ -257,11 +260,10 @@ pub unsafe extern "C" fn PMPI_File_seek(fh: Handle, offset: Count, whence: c_int
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_seek_shared(fh: Handle, offset: Count, whence: c_int) -> c_int {
     call("MPI_File_seek_shared", Object::File(fh), |mpi| {
-        let at = mpi.seek_target(fh, offset, whence, true)?;
         let comm = mpi.file(fh)?.comm;
-        same_on_every_member(mpi, comm, at, "the shared file pointer sought")?;
-        mpi.file_mut(fh)?.shared = at;
-        Ok(())
+        same_on_every_member(mpi, comm, offset as u64, "the offset")?;
+        same_on_every_member(mpi, comm, whence as u64, "whence")?;
+        mpi.set_shared(fh, |mpi| mpi.seek_target(fh, offset, whence, true))
     })
 }
 

@@ -1,6 +1,5 @@
-//! Reading and writing a file through its view: at an explicit offset, at the
-//! individual file pointer, or in rank order at the shared one (`_ordered`, the
-//! members' places found by an all-gather of their sizes).
+//! Reading and writing a file through its view, at an explicit offset or at the
+//! individual file pointer (the shared one: [`super::shared`]).
 
 use super::{io_error, File};
 use crate::datatype::pack;
@@ -24,10 +23,10 @@ pub enum Start {
 pub type Buffer = (*mut c_void, c_int, Handle);
 
 /// A lock on the whole file for one access in atomic mode (`flock`).
-struct Locked<'a>(&'a std::fs::File);
+pub(super) struct Locked<'a>(&'a std::fs::File);
 
 impl<'a> Locked<'a> {
-    fn new(fd: &'a std::fs::File, exclusive: bool) -> Result<Locked<'a>> {
+    pub(super) fn new(fd: &'a std::fs::File, exclusive: bool) -> Result<Locked<'a>> {
         let how = if exclusive {
             libc::LOCK_EX
         } else {
@@ -52,7 +51,7 @@ impl Drop for Locked<'_> {
 }
 
 /// Check that file `f` may be read (`write` false) or written.
-fn check_access(f: &File, write: bool) -> Result<()> {
+pub(super) fn check_access(f: &File, write: bool) -> Result<()> {
     if write && f.amode & MPI_MODE_RDONLY != 0 {
         return Err(Error::new(MPI_ERR_READ_ONLY, "the file is open read-only"));
     }
@@ -95,7 +94,7 @@ fn read_spans(fd: &std::fs::File, spans: &[(u64, u64)], data: &mut [u8]) -> Resu
 
 impl Mpi {
     /// The etypes `count` elements of `ty` make in file `h`'s view.
-    fn etypes_of(&self, h: Handle, count: c_int, ty: Handle) -> Result<u64> {
+    pub(super) fn etypes_of(&self, h: Handle, count: c_int, ty: Handle) -> Result<u64> {
         let n = check_count(count)?;
         let t = self.dtype(ty)?;
         let bytes = crate::coll::args::bytes(t, n)? as u64;
@@ -152,7 +151,7 @@ impl Mpi {
     /// # Safety
     ///
     /// As [`Mpi::file_access`].
-    unsafe fn move_data(
+    pub(super) unsafe fn move_data(
         &self,
         h: Handle,
         pos: u64,
@@ -192,42 +191,6 @@ impl Mpi {
         Ok(got)
     }
 
-    /// `MPI_File_read_ordered` and `MPI_File_write_ordered`, collective: each member
-    /// accesses its data after that of the members before it, from the shared file
-    /// pointer, which then moves past all of it. A member whose arguments are
-    /// refused makes every member's call fail.
-    ///
-    /// # Safety
-    ///
-    /// As [`Mpi::file_access`].
-    pub unsafe fn file_ordered(
-        &mut self,
-        h: Handle,
-        (buf, count, ty): Buffer,
-        write: bool,
-    ) -> Result<Status> {
-        let f = self.file(h)?;
-        let (comm, shared) = (f.comm, f.shared);
-        let mine = check_access(f, write).and_then(|()| self.etypes_of(h, count, ty));
-        let all = self.allgather_u64(comm, *mine.as_ref().unwrap_or(&u64::MAX))?;
-        let mine = mine?;
-        if all.contains(&u64::MAX) {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "another member's arguments were refused",
-            ));
-        }
-        let rank = self.comm(comm)?.rank as usize;
-        let before: u64 = all[..rank].iter().sum();
-        self.file_mut(h)?.shared = shared + all.iter().sum::<u64>();
-        // SAFETY: the caller's contract.
-        let moved = unsafe { self.move_data(h, shared + before, (buf, count, ty), write) }?;
-        debug_assert!(moved <= mine * self.file(h)?.view.etype_size());
-        let mut status = Status::empty();
-        status.set_bytes(moved);
-        Ok(status)
-    }
-
     /// The view position (etypes) that `MPI_File_seek` (`shared` false) or
     /// `MPI_File_seek_shared` of `offset` from `whence` gives.
     pub fn seek_target(
@@ -241,7 +204,7 @@ impl Mpi {
         let es = f.view.etype_size();
         let from = match whence {
             MPI_SEEK_SET => 0,
-            MPI_SEEK_CUR if shared => f.shared,
+            MPI_SEEK_CUR if shared => self.shared_of(h)?.get()?,
             MPI_SEEK_CUR => f.pointer,
             MPI_SEEK_END => f.view.position_below(f.size()?) / es,
             w => {

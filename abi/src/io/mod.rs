@@ -1,22 +1,22 @@
 //! MPI-IO (MPI 4.1 chapter 14) over the operating system's files: each process
 //! opens the file itself and reads and writes its own bytes with positioned
-//! system calls (`pread`/`pwrite`), through its view ([`view`]). Nothing is cached:
-//! what a call wrote is in the file (the kernel's page cache) when it returns, so
-//! another process that reads after a barrier sees it, on one node or across nodes
-//! that share the file system. Collective calls move each process's own data as
+//! system calls (`pread`/`pwrite`), through its view ([`view`]). Nothing is cached
+//! here: what a call wrote is in the file (the kernel's page cache) when it
+//! returns, so another process of the node that reads after a barrier sees it;
+//! across nodes, as their shared file system shows it (`MPI_File_sync` flushes it
+//! to storage). Collective calls move each process's own data as
 //! the independent ones do (no two-phase aggregation); those that change the file
 //! as a whole (`set_size`, `preallocate`, closing with `MPI_MODE_DELETE_ON_CLOSE`)
 //! are made by the first member, the others waiting for its outcome. In atomic
 //! mode each access holds a lock on the whole file (`flock`, shared to read,
 //! exclusive to write).
 //!
-//! The shared file pointer moves only by collective calls (`read_ordered`,
-//! `write_ordered`, `seek_shared`), so every member knows it; the independent calls
-//! on it (`read_shared`, `write_shared`) are not implemented.
+//! The shared file pointer is kept in a file beside the data ([`shared`]).
 
 pub mod access;
 pub mod api;
 pub mod data;
+pub mod shared;
 pub mod view;
 
 use crate::error::{Error, Result};
@@ -33,9 +33,10 @@ pub struct File {
     pub comm: Handle,
     pub amode: c_int,
     pub view: View,
-    /// The individual and the shared file pointers, in etypes of the view.
+    /// The individual file pointer, in etypes of the view.
     pub pointer: u64,
-    pub shared: u64,
+    /// The shared one (none where its file could not be made).
+    pub shared: Option<shared::Shared>,
     pub atomic: bool,
     pub errhandler: Handle,
     pub info: Info,
@@ -140,7 +141,11 @@ impl Mpi {
 
     /// The class of the first member's outcome (`MPI_SUCCESS`), told by it to every
     /// member of `comm`: its error there, an error of that class elsewhere.
-    fn first_members_outcome(&mut self, comm: Handle, mine: Option<Result<()>>) -> Result<()> {
+    pub(super) fn first_members_outcome(
+        &mut self,
+        comm: Handle,
+        mine: Option<Result<()>>,
+    ) -> Result<()> {
         let mut class = [match &mine {
             Some(Err(e)) => e.class,
             _ => MPI_SUCCESS,
@@ -214,8 +219,16 @@ impl Mpi {
             ));
         }
         let dup = self.comm_dup(comm)?;
+        let end = match amode & MPI_MODE_APPEND {
+            0 => 0,
+            _ => fd
+                .metadata()
+                .map_err(|e| io_error("reading the file's size", e))?
+                .len(),
+        };
+        let shared = self.open_shared(dup, &path, end)?;
         let byte = self.dtype(MPI_BYTE)?.clone();
-        let mut f = File {
+        let f = File {
             fd,
             path,
             comm: dup,
@@ -225,17 +238,13 @@ impl Mpi {
                 etype: (MPI_BYTE, byte.clone()),
                 filetype: (MPI_BYTE, byte),
             },
-            pointer: 0,
-            shared: 0,
+            pointer: end,
+            shared,
             atomic: false,
             errhandler: self.file_null_errhandler,
             info,
             split: None,
         };
-        if amode & MPI_MODE_APPEND != 0 {
-            let end = f.size()?;
-            (f.pointer, f.shared) = (end, end);
-        }
         self.files.insert(f)
     }
 
@@ -245,10 +254,13 @@ impl Mpi {
         let comm = self.file(h)?.comm;
         self.barrier_over(comm)?;
         let f = self.files.remove(h).expect("looked up above");
-        let mine =
-            (self.comm(comm)?.rank == 0 && f.amode & MPI_MODE_DELETE_ON_CLOSE != 0).then(|| {
-                std::fs::remove_file(&f.path).map_err(|e| io_error("deleting the file on close", e))
-            });
+        let first = self.comm(comm)?.rank == 0;
+        if let (true, Some(s)) = (first, &f.shared) {
+            let _ = std::fs::remove_file(&s.path);
+        }
+        let mine = (first && f.amode & MPI_MODE_DELETE_ON_CLOSE != 0).then(|| {
+            std::fs::remove_file(&f.path).map_err(|e| io_error("deleting the file on close", e))
+        });
         drop(f);
         let outcome = self.first_members_outcome(comm, mine);
         self.comm_free(comm)?;

@@ -4,8 +4,8 @@
  * explicit offsets, collective and not, each rank's block read back by every rank;
  * the file's size; a strided view (each rank every size-th int) written at the
  * individual pointer and read back through the view and as bytes; a memory type
- * that is not contiguous; seeks and positions; rank-ordered accesses at the shared
- * pointer; nonblocking and split collective forms; reading past the end; the
+ * that is not contiguous; seeks and positions; rank-ordered and independent
+ * accesses at the shared pointer; nonblocking and split collective forms; reading past the end; the
  * view, group, access mode, byte offsets, atomicity, info, error handlers and
  * Fortran handles of an open file; MPI_MODE_DELETE_ON_CLOSE and MPI_File_delete. */
 #include "check.h"
@@ -39,6 +39,7 @@ int main(int argc, char **argv) {
   snprintf(other, sizeof other, "%s/gone", dir);
   MPI_File fh;
   MPI_Status st;
+  MPI_Request req0;
 
   /* Opening's errors: files return errors by default. */
   EXPECT_ERR(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY, MPI_INFO_NULL, &fh),
@@ -166,11 +167,48 @@ int main(int argc, char **argv) {
   OK(MPI_File_read_ordered(fh, ord, rank + 1, MPI_INT, &st));
   for (int k = 0; k <= rank; k++)
     CHECK(ord[k] == rank, "read in order, int %d: %d", k, ord[k]);
-  EXPECT_ERR(MPI_File_read_shared(fh, ord, 1, MPI_INT, &st), MPI_ERR_UNSUPPORTED_OPERATION,
-             NULL);
+
+  /* Independent accesses at the shared pointer (in bytes: the view's etype):
+   * each rank's pair of ints lands
+   * where the pointer was, none over another; then the last rank alone moves it,
+   * the others in a barrier. */
+  OK(MPI_File_seek_shared(fh, 0, MPI_SEEK_SET));
+  int pair[2] = {rank, rank};
+  OK(MPI_File_write_shared(fh, pair, 2, MPI_INT, &st));
+  CHECK(ints_of(&st) == 2, "write_shared moved %d ints", ints_of(&st));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_File_get_position_shared(fh, &pos));
+  CHECK(pos == (MPI_Offset)(2 * size * sizeof(int)), "shared pointer after every rank's pair: %lld",
+        (long long)pos);
+  OK(MPI_File_read_at(fh, 0, all, 2 * size, MPI_INT, &st));
+  int seen[8] = {0};
+  for (int i = 0; i < size; i++) {
+    CHECK(all[2 * i] == all[2 * i + 1] && all[2 * i] >= 0 && all[2 * i] < size,
+          "pair %d: %d %d", i, all[2 * i], all[2 * i + 1]);
+    seen[all[2 * i]]++;
+  }
+  for (int r = 0; r < size; r++)
+    CHECK(seen[r] == 1, "rank %d's pair landed %d times", r, seen[r]);
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  if (rank == size - 1) {
+    int one = 77;
+    OK(MPI_File_iwrite_shared(fh, &one, 1, MPI_INT, &req0));
+    OK(MPI_Wait(&req0, &st));
+  }
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_File_get_position_shared(fh, &pos));
+  CHECK(pos == (MPI_Offset)((2 * size + 1) * sizeof(int)),
+        "shared pointer after one rank's write: %lld", (long long)pos);
+  OK(MPI_File_seek_shared(fh, (MPI_Offset)(2 * size * sizeof(int)), MPI_SEEK_SET));
+  if (rank == 0) {
+    int one = -1;
+    OK(MPI_File_read_shared(fh, &one, 1, MPI_INT, &st));
+    CHECK(one == 77, "read_shared of the last rank's int: %d", one);
+  }
 
   /* Nonblocking and split collectives. */
   MPI_Request req;
+  int first_int = -1;
   int v = 4242 + rank, w = 0;
   MPI_Offset spot = (MPI_Offset)(4 * N * size + rank) * sizeof(int);
   OK(MPI_File_iwrite_at(fh, spot, &v, 1, MPI_INT, &req));
@@ -213,6 +251,7 @@ int main(int argc, char **argv) {
   MPI_Aint x = 0;
   OK(MPI_File_get_type_extent(fh, every_other, &x));
   CHECK(x == (MPI_Aint)((2 * N - 1) * sizeof(int)), "type extent %ld", (long)x);
+  OK(MPI_File_read_at(fh, 0, &first_int, 1, MPI_INT, &st));
   OK(MPI_File_close(&fh));
   CHECK(fh == MPI_FILE_NULL, "close left the handle");
 
@@ -224,7 +263,7 @@ int main(int argc, char **argv) {
   EXPECT_ERR(MPI_File_write_at(fh, 0, &v, 1, MPI_INT, &st), MPI_ERR_READ_ONLY, NULL);
   EXPECT_ERR(MPI_File_set_size(fh, 0), MPI_ERR_READ_ONLY, NULL);
   OK(MPI_File_read_at(fh, 0, &w, 1, MPI_INT, &st));
-  CHECK(w == 0, "the first int after all that: %d", w);
+  CHECK(w == first_int, "the first int read only: %d, before %d", w, first_int);
   OK(MPI_File_close(&fh));
 
   /* Deleted on close, by size and by MPI_File_delete. */
