@@ -15,7 +15,7 @@ pub const THREAD_LEVEL: c_int = MPI_THREAD_MULTIPLE;
 pub const LIBRARY_VERSION: &str = concat!(
     "rbtl libmpi_abi ",
     env!("CARGO_PKG_VERSION"),
-    ": the MPI standard ABI 1.0 over rbtl's message layer (MPI_THREAD_MULTIPLE; no MPI-IO, no Fortran bindings)"
+    ": the MPI standard ABI 1.0 over rbtl's message layer (MPI_THREAD_MULTIPLE, MPI-IO; no Fortran bindings)"
 );
 
 /// Start the library (`MPI_Init`, `MPI_Init_thread`): the job from the launcher,
