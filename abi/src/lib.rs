@@ -46,6 +46,7 @@ pub mod p2p;
 pub mod request;
 pub mod rma;
 pub mod state;
+pub mod tool;
 
 /// The exported entry points generated from the standard's table.
 mod entries {

@@ -172,6 +172,16 @@ fn io() {
     }
 }
 
+/// The tool information interface: rbtl's parameters as control variables (one set
+/// through the environment, as a user would).
+#[test]
+fn tool() {
+    let exe = build("tool");
+    for n in [1, 2] {
+        run_passing(&exe, "tool", n, &[], &[("RBTL_MSG_PEER_TIMEOUT", "77")]);
+    }
+}
+
 #[test]
 fn large_count() {
     passes("large", &[1, 2, 3]);

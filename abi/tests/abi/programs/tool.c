@@ -1,0 +1,119 @@
+/* tool.c: the tool information interface, before MPI_Init, during and after
+ * MPI_Finalize. rbtl's parameters as control variables: a count, names and
+ * descriptions by the interface's length convention, an integer
+ * (msg_peer_timeout, which the test sets to 77 through RBTL_MSG_PEER_TIMEOUT), a
+ * size (btl_sm_eager_limit) and a string (msg_bind_to) read through handles, every
+ * variable readable; writes refused; categories and their variables; no
+ * performance variables, events or sources; the errors of bad names, indices and
+ * handles, and of calls outside MPI_T_init_thread/MPI_T_finalize. */
+#include "check.h"
+
+/* The index of control variable `name`. */
+static int cvar(const char *name) {
+  int i = -1;
+  int rc = MPI_T_cvar_get_index(name, &i);
+  CHECK(rc == MPI_SUCCESS && i >= 0, "MPI_T_cvar_get_index(%s): %d", name, rc);
+  return i;
+}
+
+/* Read variable `i` into `buf` (room for `room` bytes): its type and count. */
+static void read_var(int i, void *buf, size_t room, MPI_Datatype *ty, int *count) {
+  char name[256];
+  int len = sizeof name, verbosity, bind, scope;
+  MPI_T_enum en;
+  OK(MPI_T_cvar_get_info(i, name, &len, &verbosity, ty, &en, NULL, NULL, &bind, &scope));
+  CHECK(bind == MPI_T_BIND_NO_OBJECT && scope == MPI_T_SCOPE_READONLY,
+        "%s: bind %d scope %d", name, bind, scope);
+  MPI_T_cvar_handle h;
+  OK(MPI_T_cvar_handle_alloc(i, NULL, &h, count));
+  /* The interface's types (MPI_Type_size needs MPI_Init). */
+  size_t size = *ty == MPI_CHAR ? 1 : *ty == MPI_INT ? sizeof(int) : 8;
+  CHECK(*ty == MPI_CHAR || *ty == MPI_INT || *ty == MPI_COUNT || *ty == MPI_UNSIGNED_LONG_LONG,
+        "%s: a type the interface does not use", name);
+  CHECK(size * *count <= room, "%s: %d of %zu bytes", name, *count, size);
+  OK(MPI_T_cvar_read(h, buf));
+  OK(MPI_T_cvar_handle_free(&h));
+  CHECK(h == MPI_T_CVAR_HANDLE_NULL, "handle_free left the handle");
+}
+
+int main(int argc, char **argv) {
+  int n = -1, provided = -1;
+  CHECK(MPI_T_cvar_get_num(&n) == MPI_T_ERR_NOT_INITIALIZED, "a call before MPI_T_init_thread");
+  OK(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided));
+  CHECK(provided == MPI_THREAD_SINGLE, "provided %d", provided);
+  OK(MPI_T_cvar_get_num(&n));
+  CHECK(n > 10, "%d control variables", n);
+
+  /* Names by the length convention: measured with 0, then cut to the buffer. */
+  int i = cvar("msg_peer_timeout"), len = 0;
+  OK(MPI_T_cvar_get_info(i, NULL, &len, NULL, NULL, NULL, NULL, NULL, NULL, NULL));
+  CHECK(len == (int)strlen("msg_peer_timeout") + 1, "name length %d", len);
+  char cut[5];
+  len = sizeof cut;
+  OK(MPI_T_cvar_get_info(i, cut, &len, NULL, NULL, NULL, NULL, NULL, NULL, NULL));
+  CHECK(len == 5 && !strcmp(cut, "msg_"), "cut name \"%s\", %d", cut, len);
+  char desc[1024];
+  len = sizeof desc;
+  OK(MPI_T_cvar_get_info(i, NULL, NULL, NULL, NULL, NULL, desc, &len, NULL, NULL));
+  CHECK(len > 10 && strlen(desc) == (size_t)len - 1, "description \"%s\"", desc);
+
+  /* Values, through handles. */
+  MPI_Datatype ty;
+  int count = 0;
+  MPI_Count secs = 0;
+  read_var(i, &secs, sizeof secs, &ty, &count);
+  CHECK(ty == MPI_COUNT && count == 1 && secs == 77, "msg_peer_timeout: %lld", (long long)secs);
+  unsigned long long eager = 0;
+  read_var(cvar("btl_sm_eager_limit"), &eager, sizeof eager, &ty, &count);
+  CHECK(ty == MPI_UNSIGNED_LONG_LONG && eager > 0, "btl_sm_eager_limit: %llu", eager);
+  char bind[64];
+  read_var(cvar("msg_bind_to"), bind, sizeof bind, &ty, &count);
+  CHECK(ty == MPI_CHAR && !strcmp(bind, "auto") && count == 5, "msg_bind_to: \"%s\" (%d)", bind,
+        count);
+  /* Every variable reads. */
+  for (int k = 0; k < n; k++) {
+    char buf[4096];
+    read_var(k, buf, sizeof buf, &ty, &count);
+  }
+  MPI_T_cvar_handle h;
+  OK(MPI_T_cvar_handle_alloc(i, NULL, &h, &count));
+  CHECK(MPI_T_cvar_write(h, &secs) == MPI_T_ERR_CVAR_SET_NEVER, "a write");
+  OK(MPI_T_cvar_handle_free(&h));
+  CHECK(MPI_T_cvar_get_index("no_such_parameter", &i) == MPI_T_ERR_INVALID_NAME, "a bad name");
+  CHECK(MPI_T_cvar_get_info(n, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL) ==
+            MPI_T_ERR_INVALID_INDEX,
+        "a bad index");
+  CHECK(MPI_T_cvar_read((MPI_T_cvar_handle)(intptr_t)(n + 5), &secs) == MPI_T_ERR_INVALID_HANDLE,
+        "a bad handle");
+
+  /* Categories: btl_sm holds btl_sm_eager_limit. */
+  int cats = 0, c = -1, in_cat = 0, pv = -1, sub = -1;
+  OK(MPI_T_category_get_num(&cats));
+  OK(MPI_T_category_get_index("btl_sm", &c));
+  CHECK(cats > 1 && c >= 0 && c < cats, "%d categories, btl_sm %d", cats, c);
+  OK(MPI_T_category_get_info(c, NULL, NULL, NULL, NULL, &in_cat, &pv, &sub));
+  CHECK(in_cat > 1 && pv == 0 && sub == 0, "btl_sm: %d variables", in_cat);
+  int members[256];
+  OK(MPI_T_category_get_cvars(c, in_cat, members));
+  int found = 0;
+  for (int k = 0; k < in_cat; k++)
+    found += members[k] == cvar("btl_sm_eager_limit");
+  CHECK(found == 1, "btl_sm_eager_limit is not in its category");
+  int none = -1;
+  OK(MPI_T_pvar_get_num(&none));
+  CHECK(none == 0, "%d performance variables", none);
+  OK(MPI_T_event_get_num(&none));
+  CHECK(none == 0, "%d events", none);
+  OK(MPI_T_source_get_num(&none));
+  CHECK(none == 0, "%d sources", none);
+
+  /* Through MPI's life and after it. */
+  start("tool", &argc, &argv);
+  OK(MPI_T_cvar_get_num(&n));
+  OK(MPI_Finalize());
+  OK(MPI_T_cvar_get_num(&n));
+  OK(MPI_T_finalize());
+  CHECK(MPI_T_finalize() == MPI_T_ERR_NOT_INITIALIZED, "a second MPI_T_finalize");
+  printf("PASS tool rank %d/%d\n", rank, size);
+  return 0;
+}
