@@ -44,10 +44,17 @@ pub struct P2p {
     pub comm: Handle,
     /// The group that names the peer (`None`: job ranks are the communicator's).
     pub peers: Option<Arc<Group>>,
-    /// A receive of a type that is not contiguous lands here first.
-    pub unpack: Option<Box<Unpack>>,
-    /// A send of a type that is not contiguous goes from here.
-    pub staged: Option<Vec<u8>>,
+    /// What it keeps for a type that is not contiguous (boxed: a request stays
+    /// small, as it moves through every call).
+    pub staging: Option<Box<Staging>>,
+}
+
+/// What a send or receive of a type that is not contiguous keeps until it completes.
+pub enum Staging {
+    /// A receive lands here first.
+    Unpack(Unpack),
+    /// A send goes from here.
+    Send(Vec<u8>),
 }
 
 /// A receive through a staging buffer, unpacked into the user's when it completes.
@@ -106,7 +113,7 @@ impl P2p {
         status.source = source(s.source);
         status.tag = s.tag;
         status.set_bytes(s.len as u64);
-        if let Some(u) = self.unpack.take() {
+        if let Some(Staging::Unpack(u)) = self.staging.take().map(|s| *s) {
             // SAFETY: the receive's caller promised `base` holds `count` elements of
             // `ty` until it completes (now); the staging buffer is ours.
             unsafe {

@@ -194,10 +194,11 @@ pub struct Datatype {
 }
 
 /// What moving elements of a type takes: a contiguous one moves as bytes (and its
-/// description is copied for nothing), another is packed.
+/// description is copied for nothing), another is packed (its description boxed:
+/// a shape stays small, as it moves through every send and receive).
 pub enum Shape {
     Contiguous { lb: isize, size: usize },
-    Typed(Datatype),
+    Typed(Box<Datatype>),
 }
 
 impl Shape {
@@ -226,7 +227,7 @@ impl Datatype {
                 size: self.size,
             }
         } else {
-            Shape::Typed(self.clone())
+            Shape::Typed(Box::new(self.clone()))
         }
     }
 

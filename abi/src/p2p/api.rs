@@ -131,8 +131,7 @@ impl Held {
                     id: 0,
                     comm,
                     peers,
-                    unpack: None,
-                    staged: None,
+                    staging: None,
                 };
                 let (s, e) = p.finish(outcome);
                 // SAFETY: the caller's contract.

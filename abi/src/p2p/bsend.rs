@@ -66,7 +66,7 @@ impl Mpi {
         }?;
         let r = match r {
             Request::P2p(mut p) => {
-                p.staged = Some(copy);
+                p.staging = Some(Box::new(crate::request::Staging::Send(copy)));
                 Request::P2p(p)
             }
             done => done,

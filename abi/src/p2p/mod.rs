@@ -15,7 +15,7 @@ use crate::comm::{Communicator, Group};
 use crate::datatype::{pack, Datatype, Shape};
 use crate::error::{Error, Result};
 use crate::ffi::*;
-use crate::request::{P2p, Request, Unpack};
+use crate::request::{P2p, Request, Staging, Unpack};
 use crate::state::Mpi;
 use rbtl::msg::SendMode;
 use std::sync::Arc;
@@ -270,7 +270,7 @@ impl Mpi {
         src: Option<u32>,
         tag: Option<i32>,
         ctx: u32,
-    ) -> Result<(rbtl::msg::ReqId, Option<Box<Unpack>>)> {
+    ) -> Result<(rbtl::msg::ReqId, Option<Box<Staging>>)> {
         let len = shape.bytes(count)?;
         let ty = match shape {
             Shape::Contiguous { lb, .. } => {
@@ -281,19 +281,17 @@ impl Mpi {
             }
             Shape::Typed(ty) => ty,
         };
-        let mut u = Box::new(Unpack {
-            staging: vec![0u8; len],
-            base: buf.cast(),
-            count,
-            ty,
-        });
+        let mut staging = vec![0u8; len];
         // SAFETY: the staging buffer moves into the request, which keeps it until the
         // receive completes (its heap buffer does not move).
-        let id = unsafe {
-            self.msg
-                .irecv_in(ctx, u.staging.as_mut_ptr(), len, src, tag)
-        }?;
-        Ok((id, Some(u)))
+        let id = unsafe { self.msg.irecv_in(ctx, staging.as_mut_ptr(), len, src, tag) }?;
+        let u = Unpack {
+            staging,
+            base: buf.cast(),
+            count,
+            ty: *ty,
+        };
+        Ok((id, Some(Box::new(Staging::Unpack(u)))))
     }
 
     /// What a send to (or a receive from) `rank` of `comm` needs, checked: the
@@ -350,8 +348,7 @@ impl Mpi {
             id: s.id,
             comm,
             peers,
-            unpack: None,
-            staged: s.staged,
+            staging: s.staged.map(|v| Box::new(Staging::Send(v))),
         }))
     }
 
@@ -378,13 +375,12 @@ impl Mpi {
             Peer::Job(j) => Some(j),
         };
         // SAFETY: the caller's contract.
-        let (id, unpack) = unsafe { self.start_recv(buf, count, shape, src, tag, ctx) }?;
+        let (id, staging) = unsafe { self.start_recv(buf, count, shape, src, tag, ctx) }?;
         Ok(Request::P2p(P2p {
             id,
             comm,
             peers,
-            unpack,
-            staged: None,
+            staging,
         }))
     }
 }

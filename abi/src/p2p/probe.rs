@@ -241,18 +241,21 @@ impl Mpi {
         })?;
         // SAFETY: the caller's contract.
         unsafe { message.write(MPI_MESSAGE_NULL) };
-        let (at, unpack) = match shape {
+        let (at, staging) = match shape {
             crate::datatype::Shape::Contiguous { lb, .. } => {
                 (buf.cast::<u8>().wrapping_offset(lb), None)
             }
             crate::datatype::Shape::Typed(t) => {
-                let mut u = Box::new(crate::request::Unpack {
-                    staging: vec![0u8; len],
+                let mut staging = vec![0u8; len];
+                // The heap buffer stays put as the vector moves into the request.
+                let at = staging.as_mut_ptr();
+                let u = crate::request::Unpack {
+                    staging,
                     base: buf.cast(),
                     count: n,
-                    ty: t,
-                });
-                (u.staging.as_mut_ptr(), Some(u))
+                    ty: *t,
+                };
+                (at, Some(Box::new(crate::request::Staging::Unpack(u))))
             }
         };
         // SAFETY: the caller's contract, or the staging buffer the request keeps.
@@ -261,8 +264,7 @@ impl Mpi {
             id,
             comm: m.comm,
             peers: m.peers,
-            unpack,
-            staged: None,
+            staging,
         }))
     }
 }
