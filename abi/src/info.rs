@@ -169,3 +169,79 @@ pub unsafe extern "C" fn PMPI_Info_get_string(
         Ok(())
     })
 }
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_get(
+    info: Handle,
+    key: *const c_char,
+    valuelen: c_int,
+    value: *mut c_char,
+    flag: *mut c_int,
+) -> c_int {
+    call("MPI_Info_get", Object::None, |mpi| {
+        // SAFETY: the binding's contract.
+        let k = unsafe { key_of(key) }?;
+        non_null(flag, MPI_ERR_ARG, "flag")?;
+        let room = usize::try_from(valuelen)
+            .map_err(|_| Error::new(MPI_ERR_ARG, format!("valuelen {valuelen} is negative")))?;
+        let found = mpi.info(info)?.into_iter().find(|(ik, _)| *ik == k);
+        // SAFETY: checked not null.
+        unsafe { flag.write(c_int::from(found.is_some())) };
+        if let Some((_, v)) = found {
+            // SAFETY: the binding's contract: `value` has room for `valuelen` + 1 bytes.
+            unsafe { write_name(&v, value, std::ptr::null_mut(), room + 1) }?;
+        }
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_get_valuelen(
+    info: Handle,
+    key: *const c_char,
+    valuelen: *mut c_int,
+    flag: *mut c_int,
+) -> c_int {
+    call("MPI_Info_get_valuelen", Object::None, |mpi| {
+        // SAFETY: the binding's contract.
+        let k = unsafe { key_of(key) }?;
+        non_null(valuelen, MPI_ERR_ARG, "valuelen")?;
+        non_null(flag, MPI_ERR_ARG, "flag")?;
+        let found = mpi.info(info)?.into_iter().find(|(ik, _)| *ik == k);
+        // SAFETY: checked not null.
+        unsafe {
+            flag.write(c_int::from(found.is_some()));
+            if let Some((_, v)) = found {
+                valuelen.write(v.len() as c_int);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// The hints of communicators and windows: `MPI_*_set_info` reads them and takes
+/// none (this library acts on no hint); `MPI_*_get_info` gives the hints in use: a
+/// new, empty info object.
+macro_rules! object_hints {
+    ($set:ident, $get:ident, $object:ident, $lookup:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $set(h: Handle, info: Handle) -> c_int {
+            call(&stringify!($set)[1..], Object::$object(h), |mpi| {
+                mpi.$lookup(h)?;
+                mpi.info(info).map(|_| ())
+            })
+        }
+
+        #[no_mangle]
+        pub unsafe extern "C" fn $get(h: Handle, info_used: *mut Handle) -> c_int {
+            call(&stringify!($get)[1..], Object::$object(h), |mpi| {
+                mpi.$lookup(h)?;
+                // SAFETY: the binding's contract.
+                unsafe { hand_out(mpi, Vec::new(), info_used) }
+            })
+        }
+    };
+}
+
+object_hints!(PMPI_Comm_set_info, PMPI_Comm_get_info, Comm, comm);
+object_hints!(PMPI_Win_set_info, PMPI_Win_get_info, Win, win);

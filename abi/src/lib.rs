@@ -27,6 +27,7 @@
 // `unsafe` function's contract is its binding's).
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
+pub mod alloc_mem;
 pub mod coll;
 pub mod comm;
 pub mod datatype;

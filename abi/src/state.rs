@@ -46,6 +46,8 @@ pub struct Mpi {
     pub infos: Table<Info>,
     pub wins: Table<crate::rma::Win>,
     pub files: Table<crate::io::File>,
+    /// The blocks of `MPI_Alloc_mem`, by address.
+    pub allocated: std::collections::HashMap<usize, std::alloc::Layout>,
     /// The error handler of `MPI_FILE_NULL`: that of files being opened, and of
     /// each new file.
     pub file_null_errhandler: Handle,
@@ -117,6 +119,7 @@ impl Mpi {
             infos: Table::new(Kind::Info),
             wins: Table::new(Kind::Win),
             files: Table::new(Kind::File),
+            allocated: Default::default(),
             file_null_errhandler: MPI_ERRORS_RETURN,
             attrs: Default::default(),
             thread_level,

@@ -7,6 +7,7 @@
 //! straight from and to the user's buffer.
 
 pub mod api;
+pub mod arrays;
 mod build;
 pub mod pack;
 pub mod predefined;

@@ -16,6 +16,15 @@ query_binding!(PMPI_Type_get_extent, datatype, Object::None, |mpi| {
 query_binding!(PMPI_Type_get_true_extent, datatype, Object::None, |mpi| {
     let t = mpi.dtype_any(datatype)?;
 } => true_lb: Aint = t.true_lb, true_extent: Aint = t.true_ub - t.true_lb);
+// The `_x` forms of MPI-3 (`MPI_Count` results), as the `_c` ones of MPI-4.
+query_binding!(PMPI_Type_size_x, datatype, Object::None, |mpi|
+    => size: Count = mpi.dtype_any(datatype)?.size as Count);
+query_binding!(PMPI_Type_get_extent_x, datatype, Object::None, |mpi| {
+    let t = mpi.dtype_any(datatype)?;
+} => lb: Count = t.lb as Count, extent: Count = t.extent() as Count);
+query_binding!(PMPI_Type_get_true_extent_x, datatype, Object::None, |mpi| {
+    let t = mpi.dtype_any(datatype)?;
+} => true_lb: Count = t.true_lb as Count, true_extent: Count = (t.true_ub - t.true_lb) as Count);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_name(

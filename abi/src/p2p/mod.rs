@@ -8,6 +8,7 @@ pub mod api;
 pub mod bsend;
 pub mod persistent;
 pub mod probe;
+pub mod status;
 pub mod wait;
 pub mod wait_some;
 

@@ -182,6 +182,18 @@ fn tool() {
     }
 }
 
+/// Subarray and distributed-array types, the `_x` queries.
+#[test]
+fn arrays() {
+    passes("arrays", &[1, 2, 3]);
+}
+
+/// `MPI_Alloc_mem`, statuses written by hand, info lookups, hints.
+#[test]
+fn utilities() {
+    passes("utilities", &[1, 2]);
+}
+
 #[test]
 fn large_count() {
     passes("large", &[1, 2, 3]);

@@ -3,10 +3,11 @@
  * bad access modes, MPI_MODE_EXCL on a file that exists, writing a read-only one);
  * explicit offsets, collective and not, each rank's block read back by every rank;
  * the file's size; a strided view (each rank every size-th int) written at the
- * individual pointer and read back through the view and as bytes; a memory type
- * that is not contiguous; seeks and positions; rank-ordered and independent
- * accesses at the shared pointer; nonblocking and split collective forms; reading past the end; the
- * view, group, access mode, byte offsets, atomicity, info, error handlers and
+ * individual pointer and read back through the view and as bytes; a subarray view
+ * written collectively (a distributed array); a memory type that is not
+ * contiguous; seeks and positions; rank-ordered and independent accesses at the
+ * shared pointer; nonblocking and split collective forms; reading past the end;
+ * the view, group, access mode, byte offsets, atomicity, info, error handlers and
  * Fortran handles of an open file; MPI_MODE_DELETE_ON_CLOSE and MPI_File_delete. */
 #include "check.h"
 #include <sys/stat.h>
@@ -125,6 +126,32 @@ int main(int argc, char **argv) {
   }
   EXPECT_ERR(MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, "external32", MPI_INFO_NULL),
              MPI_ERR_UNSUPPORTED_DATAREP, NULL);
+
+  /* A subarray view, as programs write a distributed array: a 4 x (2 size) array
+   * of ints after the strided region, each rank the block of columns 2r and
+   * 2r + 1, written collectively; rank 0 reads it back in row-major order. */
+  {
+    int gsizes[2] = {4, 2 * size}, subsizes[2] = {4, 2}, starts[2] = {0, 2 * rank};
+    MPI_Datatype block;
+    OK(MPI_Type_create_subarray(2, gsizes, subsizes, starts, MPI_ORDER_C, MPI_INT, &block));
+    OK(MPI_Type_commit(&block));
+    MPI_Offset at = (MPI_Offset)(8 * N * size) * sizeof(int);
+    OK(MPI_File_set_view(fh, at, MPI_INT, block, "native", MPI_INFO_NULL));
+    int mine8[8];
+    for (int k = 0; k < 8; k++)
+      mine8[k] = rank * 100 + k;
+    OK(MPI_File_write_all(fh, mine8, 8, MPI_INT, &st));
+    OK(MPI_File_sync(fh));
+    OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL));
+    if (rank == 0) {
+      OK(MPI_File_read_at(fh, at, all, 8 * size, MPI_INT, &st));
+      for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 2 * size; j++)
+          CHECK(all[i * 2 * size + j] == (j / 2) * 100 + i * 2 + j % 2,
+                "distributed array (%d, %d): %d", i, j, all[i * 2 * size + j]);
+    }
+    OK(MPI_Type_free(&block));
+  }
 
   /* A memory type that is not contiguous: every other int. */
   MPI_Datatype every_other;

@@ -1,0 +1,111 @@
+/* utilities.c: at 1 or more ranks (run at 1 and 2). MPI_Alloc_mem and
+ * MPI_Free_mem (a window over such memory, its errors); a status written by hand
+ * (MPI_Status_set_elements, _cancelled, the MPI 5.0 accessors) and read back by
+ * MPI_Get_count, MPI_Get_elements and MPI_Test_cancelled; MPI_Info_get and
+ * MPI_Info_get_valuelen; the hints of communicators and windows. */
+#include "check.h"
+
+static void test_alloc_mem(void) {
+  int *p = NULL;
+  OK(MPI_Alloc_mem(1000 * sizeof(int), MPI_INFO_NULL, &p));
+  CHECK(p != NULL && ((uintptr_t)p) % 64 == 0, "MPI_Alloc_mem gave %p", (void *)p);
+  for (int i = 0; i < 1000; i++)
+    p[i] = i;
+  /* A window over it: each rank puts its rank into the next rank's memory. */
+  MPI_Win w;
+  OK(MPI_Win_create(p, 1000 * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &w));
+  OK(MPI_Win_fence(0, w));
+  OK(MPI_Put(&rank, 1, MPI_INT, (rank + 1) % size, 7, 1, MPI_INT, w));
+  OK(MPI_Win_fence(0, w));
+  CHECK(p[7] == (rank + size - 1) % size && p[6] == 6, "the window's memory: %d %d", p[6], p[7]);
+  OK(MPI_Win_free(&w));
+  OK(MPI_Free_mem(p));
+  void *none = NULL;
+  OK(MPI_Alloc_mem(0, MPI_INFO_NULL, &none));
+  OK(MPI_Free_mem(none));
+  errors_return(MPI_COMM_SELF, 1);
+  int local = 0;
+  EXPECT_ERR(MPI_Free_mem(&local), MPI_ERR_BASE, "MPI_Alloc_mem");
+  EXPECT_ERR(MPI_Free_mem(none), MPI_ERR_BASE, "freed");
+  EXPECT_ERR(MPI_Alloc_mem(-1, MPI_INFO_NULL, &none), MPI_ERR_SIZE, "negative");
+  errors_return(MPI_COMM_SELF, 0);
+}
+
+static void test_status(void) {
+  MPI_Status st;
+  int n = -1, flag = -1, v = -1;
+  OK(MPI_Status_set_elements(&st, MPI_INT, 5));
+  OK(MPI_Get_count(&st, MPI_INT, &n));
+  CHECK(n == 5, "count %d", n);
+  OK(MPI_Get_count(&st, MPI_DOUBLE, &n));
+  CHECK(n == MPI_UNDEFINED, "5 ints as doubles: %d", n);
+  OK(MPI_Status_set_elements(&st, MPI_2INT, 4));
+  OK(MPI_Get_elements(&st, MPI_2INT, &n));
+  CHECK(n == 4, "elements of MPI_2INT %d", n);
+  OK(MPI_Get_count(&st, MPI_2INT, &n));
+  CHECK(n == 2, "count of MPI_2INT %d", n);
+  errors_return(MPI_COMM_SELF, 1);
+  EXPECT_ERR(MPI_Status_set_elements(&st, MPI_2INT, 3), MPI_ERR_COUNT, NULL);
+  EXPECT_ERR(MPI_Status_set_elements(&st, MPI_INT, -1), MPI_ERR_COUNT, NULL);
+  errors_return(MPI_COMM_SELF, 0);
+  OK(MPI_Status_set_cancelled(&st, 1));
+  OK(MPI_Test_cancelled(&st, &flag));
+  CHECK(flag == 1, "cancelled %d", flag);
+  OK(MPI_Status_set_cancelled(&st, 0));
+  OK(MPI_Test_cancelled(&st, &flag));
+  CHECK(flag == 0, "not cancelled %d", flag);
+  OK(MPI_Status_set_source(&st, 3));
+  OK(MPI_Status_set_tag(&st, 44));
+  OK(MPI_Status_set_error(&st, MPI_ERR_TAG));
+  OK(MPI_Status_get_source(&st, &v));
+  CHECK(v == 3 && st.MPI_SOURCE == 3, "source %d", v);
+  OK(MPI_Status_get_tag(&st, &v));
+  CHECK(v == 44 && st.MPI_TAG == 44, "tag %d", v);
+  OK(MPI_Status_get_error(&st, &v));
+  CHECK(v == MPI_ERR_TAG && st.MPI_ERROR == MPI_ERR_TAG, "error %d", v);
+}
+
+static void test_info(void) {
+  MPI_Info info;
+  OK(MPI_Info_create(&info));
+  OK(MPI_Info_set(info, "access_style", "read_once"));
+  int len = -1, flag = -1;
+  char value[64];
+  OK(MPI_Info_get_valuelen(info, "access_style", &len, &flag));
+  CHECK(flag == 1 && len == 9, "valuelen %d flag %d", len, flag);
+  OK(MPI_Info_get(info, "access_style", 4, value, &flag));
+  CHECK(flag == 1 && !strcmp(value, "read"), "cut to 4: \"%s\"", value);
+  OK(MPI_Info_get(info, "access_style", sizeof value - 1, value, &flag));
+  CHECK(!strcmp(value, "read_once"), "whole: \"%s\"", value);
+  OK(MPI_Info_get(info, "nothing", sizeof value - 1, value, &flag));
+  CHECK(flag == 0, "a key not set was found");
+  OK(MPI_Info_get_valuelen(info, "nothing", &len, &flag));
+  CHECK(flag == 0, "a key not set has a length");
+  /* Hints: taken, none in use. */
+  MPI_Comm dup;
+  MPI_Info used;
+  int nkeys = -1;
+  OK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  OK(MPI_Comm_set_info(dup, info));
+  OK(MPI_Comm_get_info(dup, &used));
+  OK(MPI_Info_get_nkeys(used, &nkeys));
+  CHECK(nkeys == 0, "the communicator uses %d hints", nkeys);
+  OK(MPI_Info_free(&used));
+  MPI_Win w;
+  int mem[4];
+  OK(MPI_Win_create(mem, sizeof mem, sizeof(int), MPI_INFO_NULL, dup, &w));
+  OK(MPI_Win_set_info(w, info));
+  OK(MPI_Win_get_info(w, &used));
+  OK(MPI_Info_free(&used));
+  OK(MPI_Win_free(&w));
+  OK(MPI_Comm_free(&dup));
+  OK(MPI_Info_free(&info));
+}
+
+int main(int argc, char **argv) {
+  start("utilities", &argc, &argv);
+  test_alloc_mem();
+  test_status();
+  test_info();
+  return finish();
+}
