@@ -405,3 +405,25 @@ pub unsafe extern "C" fn PMPI_Comm_delete_attr(comm: Handle, comm_keyval: c_int)
         delete_attrs(comm, Some(comm_keyval))
     })
 }
+
+/// The MPI-1 names of the communicators' attribute calls (deprecated since MPI-2,
+/// still in the ABI), the same calls: older programs read `MPI_TAG_UB` with
+/// `MPI_Attr_get`.
+macro_rules! mpi1_alias {
+    ($old:ident => $new:ident ($($arg:ident: $ty:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $old($($arg: $ty),*) -> c_int {
+            // SAFETY: the binding's contract, which is the new name's.
+            unsafe { $new($($arg),*) }
+        }
+    };
+}
+
+mpi1_alias!(PMPI_Attr_get => PMPI_Comm_get_attr(
+    comm: Handle, keyval: c_int, attribute_val: *mut c_void, flag: *mut c_int));
+mpi1_alias!(PMPI_Attr_put => PMPI_Comm_set_attr(
+    comm: Handle, keyval: c_int, attribute_val: *mut c_void));
+mpi1_alias!(PMPI_Attr_delete => PMPI_Comm_delete_attr(comm: Handle, keyval: c_int));
+mpi1_alias!(PMPI_Keyval_create => PMPI_Comm_create_keyval(
+    copy_fn: *mut c_void, delete_fn: *mut c_void, keyval: *mut c_int, extra_state: *mut c_void));
+mpi1_alias!(PMPI_Keyval_free => PMPI_Comm_free_keyval(keyval: *mut c_int));

@@ -2,7 +2,8 @@
  * MPI_Free_mem (a window over such memory, its errors); a status written by hand
  * (MPI_Status_set_elements, _cancelled, the MPI 5.0 accessors) and read back by
  * MPI_Get_count, MPI_Get_elements and MPI_Test_cancelled; MPI_Info_get and
- * MPI_Info_get_valuelen; the hints of communicators and windows. */
+ * MPI_Info_get_valuelen; the hints of communicators and windows; the MPI-1 names
+ * of the attribute calls. */
 #include "check.h"
 
 static void test_alloc_mem(void) {
@@ -102,10 +103,27 @@ static void test_info(void) {
   OK(MPI_Info_free(&info));
 }
 
+/* The MPI-1 names of the attribute calls. */
+static void test_mpi1_attributes(void) {
+  int *ub = NULL, flag = 0, key = MPI_KEYVAL_INVALID, value = 42, *got = NULL;
+  OK(MPI_Attr_get(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag));
+  CHECK(flag && *ub >= 32767, "MPI_TAG_UB through MPI_Attr_get");
+  OK(MPI_Keyval_create(MPI_NULL_COPY_FN, MPI_NULL_DELETE_FN, &key, NULL));
+  OK(MPI_Attr_put(MPI_COMM_SELF, key, &value));
+  OK(MPI_Attr_get(MPI_COMM_SELF, key, &got, &flag));
+  CHECK(flag && got == &value, "an attribute put with MPI_Attr_put");
+  OK(MPI_Attr_delete(MPI_COMM_SELF, key));
+  OK(MPI_Attr_get(MPI_COMM_SELF, key, &got, &flag));
+  CHECK(!flag, "an attribute deleted with MPI_Attr_delete");
+  OK(MPI_Keyval_free(&key));
+  CHECK(key == MPI_KEYVAL_INVALID, "MPI_Keyval_free left the key");
+}
+
 int main(int argc, char **argv) {
   start("utilities", &argc, &argv);
   test_alloc_mem();
   test_status();
   test_info();
+  test_mpi1_attributes();
   return finish();
 }
