@@ -51,18 +51,6 @@ fn with(f: impl FnOnce(&mut Tool) -> Result<(), c_int>) -> c_int {
     }
 }
 
-/// Write `value` through `out` when it is not null.
-///
-/// # Safety
-///
-/// `out` is null or writable.
-unsafe fn put<T>(out: *mut T, value: T) {
-    if !out.is_null() {
-        // SAFETY: the caller's contract.
-        unsafe { out.write(value) };
-    }
-}
-
 /// The interface's string convention: with `len` null or 0, the length `s` needs
 /// (with its terminator) into `len`; else `s` cut to fit `*len` bytes with its
 /// terminator, and the bytes stored into `len`.

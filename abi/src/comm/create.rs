@@ -99,7 +99,7 @@ impl Mpi {
         if self.comm(comm)?.remote.is_some() {
             return Err(Error::new(
                 MPI_ERR_COMM,
-                "windows on intercommunicators are not implemented by this library",
+                "a window is made over an intracommunicator (MPI 4.1 §12.2), not an intercommunicator",
             ));
         }
         self.dup_group(comm)
@@ -230,7 +230,7 @@ impl Mpi {
         if parent.remote.is_some() {
             return Err(Error::new(
                 MPI_ERR_COMM,
-                "this library makes communicators from intracommunicators only",
+                "MPI_Comm_create_group takes an intracommunicator (MPI 4.1 §7.4.2)",
             ));
         }
         if group

@@ -94,7 +94,7 @@ query_binding!(PMPI_File_get_atomicity, fh, Object::File(fh), |mpi|
 query_binding!(PMPI_File_get_position, fh, Object::File(fh), |mpi|
     => offset: Count = mpi.file(fh)?.pointer as Count);
 query_binding!(PMPI_File_get_position_shared, fh, Object::File(fh), |mpi|
-    => offset: Count = mpi.shared_of(fh)?.get()? as Count);
+    => offset: Count = mpi.shared_mut(fh)?.get()? as Count);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_get_errhandler(file: Handle, errhandler: *mut Handle) -> c_int {
@@ -180,10 +180,7 @@ pub unsafe extern "C" fn PMPI_File_set_view(
             filetype: (filetype, t),
         };
         f.pointer = 0;
-        if f.shared.is_some() {
-            mpi.set_shared(fh, |_| Ok(0))?;
-        }
-        Ok(())
+        mpi.set_shared(fh, |_| Ok(0))
     })
 }
 

@@ -194,19 +194,20 @@ impl Mpi {
     /// The view position (etypes) that `MPI_File_seek` (`shared` false) or
     /// `MPI_File_seek_shared` of `offset` from `whence` gives.
     pub fn seek_target(
-        &self,
+        &mut self,
         h: Handle,
         offset: Count,
         whence: c_int,
         shared: bool,
     ) -> Result<u64> {
-        let f = self.file(h)?;
-        let es = f.view.etype_size();
         let from = match whence {
             MPI_SEEK_SET => 0,
-            MPI_SEEK_CUR if shared => self.shared_of(h)?.get()?,
-            MPI_SEEK_CUR => f.pointer,
-            MPI_SEEK_END => f.view.position_below(f.size()?) / es,
+            MPI_SEEK_CUR if shared => self.shared_mut(h)?.get()?,
+            MPI_SEEK_CUR => self.file(h)?.pointer,
+            MPI_SEEK_END => {
+                let f = self.file(h)?;
+                f.view.position_below(f.size()?) / f.view.etype_size()
+            }
             w => {
                 return Err(Error::new(
                     MPI_ERR_ARG,

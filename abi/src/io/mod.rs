@@ -35,8 +35,8 @@ pub struct File {
     pub view: View,
     /// The individual file pointer, in etypes of the view.
     pub pointer: u64,
-    /// The shared one (none where its file could not be made).
-    pub shared: Option<shared::Shared>,
+    /// The shared one.
+    pub shared: shared::Shared,
     pub atomic: bool,
     pub errhandler: Handle,
     pub info: Info,
@@ -255,8 +255,9 @@ impl Mpi {
         self.barrier_over(comm)?;
         let f = self.files.remove(h).expect("looked up above");
         let first = self.comm(comm)?.rank == 0;
-        if let (true, Some(s)) = (first, &f.shared) {
-            let _ = std::fs::remove_file(&s.path);
+        if first {
+            // Missing where no member moved the shared pointer.
+            let _ = std::fs::remove_file(&f.shared.path);
         }
         let mine = (first && f.amode & MPI_MODE_DELETE_ON_CLOSE != 0).then(|| {
             std::fs::remove_file(&f.path).map_err(|e| io_error("deleting the file on close", e))

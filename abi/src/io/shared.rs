@@ -1,61 +1,94 @@
 //! The shared file pointer (MPI 4.1 §14.4.4): one per open file, which every member
-//! moves. It is kept in a small file beside the data file, made by the first member
-//! at opening (`.<name>.<pid>-<nanoseconds>.shfp`, removed at closing), as ROMIO and
-//! Open MPI's `sharedfp/lockedfile` keep it: a member moves it under an exclusive
-//! `flock` of that file. So an independent access (`read_shared`, `write_shared`)
-//! takes its place without the other members, on every node that shares the file
-//! system. Where that file cannot be made (a folder the first member may not write),
-//! the file opens without a shared pointer and the calls that need one fail with
-//! `MPI_ERR_IO`.
+//! moves. It is kept in a small file beside the data file, as ROMIO and Open MPI's
+//! `sharedfp/lockedfile` keep it: named by the first member at opening
+//! (`.<name>.<pid>-<nanoseconds>.shfp`), made by the first member that moves the
+//! pointer, removed at closing. A member moves it under an exclusive `flock` of that
+//! file, so an independent access (`read_shared`, `write_shared`) takes its place
+//! without the other members, on every node that shares the file system. Where that
+//! file cannot be made (a folder nobody may write), the calls that move the pointer
+//! fail with `MPI_ERR_IO`.
 
 use super::data::{check_access, Buffer, Locked};
 use super::io_error;
 use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-/// The file of a shared file pointer: one native `u64`, in etypes of the view.
+/// A shared file pointer: one native `u64` in its file, in etypes of the view.
 pub struct Shared {
-    fd: std::fs::File,
+    /// Its file, opened (made, where it is missing) at its first use here.
+    fd: Option<std::fs::File>,
     pub path: PathBuf,
+    /// Its value while its file has none (before any member moved it).
+    start: u64,
 }
 
 impl Shared {
+    /// Its file, opened (made) now if need be.
+    fn fd(&mut self) -> Result<&std::fs::File> {
+        if self.fd.is_none() {
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&self.path)
+                .map_err(|e| io_error("opening the shared file pointer's file", e))?;
+            self.fd = Some(f);
+        }
+        Ok(self.fd.as_ref().expect("opened above"))
+    }
+
     /// Its value.
-    pub fn get(&self) -> Result<u64> {
-        let _lock = Locked::new(&self.fd, false)?;
-        self.read()
+    pub fn get(&mut self) -> Result<u64> {
+        if self.fd.is_none() && !self.path.exists() {
+            return Ok(self.start);
+        }
+        let start = self.start;
+        let fd = self.fd()?;
+        let _lock = Locked::new(fd, false)?;
+        read(fd, start)
     }
 
     /// Move it on by `n`: where it was.
-    pub fn add(&self, n: u64) -> Result<u64> {
-        let _lock = Locked::new(&self.fd, true)?;
-        let v = self.read()?;
-        self.write(v + n)?;
+    pub fn add(&mut self, n: u64) -> Result<u64> {
+        let start = self.start;
+        let fd = self.fd()?;
+        let _lock = Locked::new(fd, true)?;
+        let v = read(fd, start)?;
+        write(fd, v + n)?;
         Ok(v)
     }
 
-    /// Set it to `v`.
-    pub fn set(&self, v: u64) -> Result<()> {
-        let _lock = Locked::new(&self.fd, true)?;
-        self.write(v)
+    /// Set it to `v` (its file written only where a member has made it).
+    fn set(&mut self, v: u64) -> Result<()> {
+        self.start = v;
+        if self.fd.is_none() && !self.path.exists() {
+            return Ok(());
+        }
+        let fd = self.fd()?;
+        let _lock = Locked::new(fd, true)?;
+        write(fd, v)
     }
+}
 
-    fn read(&self) -> Result<u64> {
-        let mut b = [0u8; 8];
-        self.fd
-            .read_exact_at(&mut b, 0)
-            .map_err(|e| io_error("reading the shared file pointer", e))?;
-        Ok(u64::from_ne_bytes(b))
+/// The value in file `fd`, or `start` while it holds none.
+fn read(fd: &std::fs::File, start: u64) -> Result<u64> {
+    let mut b = [0u8; 8];
+    match fd.read_exact_at(&mut b, 0) {
+        Ok(()) => Ok(u64::from_ne_bytes(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(start),
+        Err(e) => Err(io_error("reading the shared file pointer", e)),
     }
+}
 
-    fn write(&self, v: u64) -> Result<()> {
-        self.fd
-            .write_all_at(&v.to_ne_bytes(), 0)
-            .map_err(|e| io_error("writing the shared file pointer", e))
-    }
+fn write(fd: &std::fs::File, v: u64) -> Result<()> {
+    fd.write_all_at(&v.to_ne_bytes(), 0)
+        .map_err(|e| io_error("writing the shared file pointer", e))
 }
 
 /// The name of the shared pointer's file for data file `data`.
@@ -69,57 +102,20 @@ fn beside(data: &Path) -> PathBuf {
     data.with_file_name(format!(".{name}.{}-{nanos}.shfp", std::process::id()))
 }
 
-/// Open (`create`: make, at `start`) the shared pointer's file `path`.
-fn open_shared_file(path: &Path, create: bool, start: u64) -> Result<Shared> {
-    let mut o = std::fs::OpenOptions::new();
-    o.read(true).write(true).create_new(create);
-    let fd = o
-        .open(path)
-        .map_err(|e| io_error("opening the shared file pointer's file", e))?;
-    let s = Shared {
-        fd,
-        path: path.to_path_buf(),
-    };
-    if create {
-        s.write(start)?;
-    }
-    Ok(s)
-}
-
 impl Mpi {
     /// At opening, collective over `comm`: the shared pointer of data file `data`,
-    /// at `start`, or none where any member could not open its file.
-    pub fn open_shared(&mut self, comm: Handle, data: &Path, start: u64) -> Result<Option<Shared>> {
-        let first = self.comm(comm)?.rank == 0;
-        let mut name = Vec::new();
-        let mut made = None;
-        if first {
-            let path = beside(data);
-            if let Ok(s) = open_shared_file(&path, true, start) {
-                name = path.into_os_string().into_encoded_bytes();
-                made = Some(s);
-            }
-        }
-        let name = self.bcast_bytes(comm, name)?;
-        let opened = match made {
-            Some(s) => Some(s),
-            None if name.is_empty() => None,
-            // SAFETY: the first member's path, as it encoded it on this system.
-            None => open_shared_file(
-                Path::new(unsafe { std::ffi::OsStr::from_encoded_bytes_unchecked(&name) }),
-                false,
-                0,
-            )
-            .ok(),
+    /// at `start`, its file named by the first member.
+    pub fn open_shared(&mut self, comm: Handle, data: &Path, start: u64) -> Result<Shared> {
+        let name = match self.comm(comm)?.rank {
+            0 => beside(data).into_os_string().into_vec(),
+            _ => Vec::new(),
         };
-        let all = self.allgather_u64(comm, u64::from(opened.is_some()))?;
-        if all.contains(&0) {
-            if let (true, Some(s)) = (first, &opened) {
-                let _ = std::fs::remove_file(&s.path);
-            }
-            return Ok(None);
-        }
-        Ok(opened)
+        let name = self.bcast_bytes(comm, name)?;
+        Ok(Shared {
+            fd: None,
+            path: PathBuf::from(OsString::from_vec(name)),
+            start,
+        })
     }
 
     /// `v`, a vector of bytes of the first member of `comm`, at every member.
@@ -151,13 +147,8 @@ impl Mpi {
     }
 
     /// File `h`'s shared pointer.
-    pub fn shared_of(&self, h: Handle) -> Result<&Shared> {
-        self.file(h)?.shared.as_ref().ok_or_else(|| {
-            Error::new(
-                MPI_ERR_IO,
-                "this file has no shared file pointer: its file could not be made beside the file",
-            )
-        })
+    pub fn shared_mut(&mut self, h: Handle) -> Result<&mut Shared> {
+        Ok(&mut self.file_mut(h)?.shared)
     }
 
     /// `MPI_File_read_shared` and `MPI_File_write_shared`: the data goes where the
@@ -174,7 +165,7 @@ impl Mpi {
     ) -> Result<Status> {
         check_access(self.file(h)?, write)?;
         let etypes = self.etypes_of(h, count, ty)?;
-        let at = self.shared_of(h)?.add(etypes)?;
+        let at = self.shared_mut(h)?.add(etypes)?;
         // SAFETY: the caller's contract.
         let moved = unsafe { self.move_data(h, at, (buf, count, ty), write) }?;
         let mut status = Status::empty();
@@ -199,9 +190,7 @@ impl Mpi {
     ) -> Result<Status> {
         let f = self.file(h)?;
         let comm = f.comm;
-        let mine = check_access(f, write)
-            .and_then(|()| self.shared_of(h).map(|_| ()))
-            .and_then(|()| self.etypes_of(h, count, ty));
+        let mine = check_access(f, write).and_then(|()| self.etypes_of(h, count, ty));
         let all = self.allgather_u64(comm, *mine.as_ref().unwrap_or(&u64::MAX))?;
         mine?;
         if all.contains(&u64::MAX) {
@@ -213,7 +202,7 @@ impl Mpi {
         let rank = self.comm(comm)?.rank as usize;
         let mut base = [0u64];
         if rank == 0 {
-            base[0] = self.shared_of(h)?.add(all.iter().sum())?;
+            base[0] = self.shared_mut(h)?.add(all.iter().sum())?;
         }
         self.bcast_u64s(comm, &mut base)?;
         let before: u64 = all[..rank].iter().sum();
@@ -224,12 +213,22 @@ impl Mpi {
         Ok(status)
     }
 
-    /// Set file `h`'s shared pointer to `at` (collective: the first member sets it,
-    /// then every member has the outcome).
-    pub fn set_shared(&mut self, h: Handle, at: impl FnOnce(&Mpi) -> Result<u64>) -> Result<()> {
+    /// Set file `h`'s shared pointer to `at` (collective: the first member finds
+    /// the value and writes it, then every member has the outcome and the value).
+    pub fn set_shared(
+        &mut self,
+        h: Handle,
+        at: impl FnOnce(&mut Mpi) -> Result<u64>,
+    ) -> Result<()> {
         let comm = self.file(h)?.comm;
-        let first = self.comm(comm)?.rank == 0;
-        let mine = first.then(|| at(self).and_then(|v| self.shared_of(h)?.set(v)));
-        self.first_members_outcome(comm, mine)
+        let mut v = [0u64];
+        let mine = (self.comm(comm)?.rank == 0).then(|| {
+            v[0] = at(self)?;
+            self.shared_mut(h)?.set(v[0])
+        });
+        self.first_members_outcome(comm, mine)?;
+        self.bcast_u64s(comm, &mut v)?;
+        self.shared_mut(h)?.start = v[0];
+        Ok(())
     }
 }
