@@ -7,7 +7,6 @@ use crate::entry::{call, call_held};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::p2p::wait::Step;
-use crate::p2p::Mode;
 use crate::request::Request;
 use crate::state::Mpi;
 
@@ -33,11 +32,9 @@ impl Mpi {
         tag: c_int,
         comm: Handle,
     ) -> Result<Request> {
-        let n = super::check_count(count)?;
-        let t = self.dtype(ty)?.clone();
-        let len = t
-            .bytes(n)
-            .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
+        // SAFETY: the caller's contract.
+        let copy = unsafe { self.packed_copy((buf, count, ty)) }?;
+        let len = copy.len();
         let Some((_, size)) = self.bsend.attached else {
             return Err(Error::new(
                 MPI_ERR_BUFFER,
@@ -51,28 +48,8 @@ impl Mpi {
                 format!("the attached buffer of {size} bytes has {} free, and this send needs {need} (its {len} bytes and MPI_BSEND_OVERHEAD)", size - self.bsend.used),
             ));
         }
-        let mut copy = vec![0u8; len];
-        // SAFETY: the caller's contract.
-        unsafe { crate::datatype::pack::pack(&t, buf.cast(), n, &mut copy) };
-        // SAFETY: the copy moves into the request, which keeps it until completion.
-        let r = unsafe {
-            self.isend(
-                (copy.as_ptr().cast(), len as c_int, MPI_BYTE),
-                dest,
-                tag,
-                comm,
-                Mode::Standard,
-            )
-        }?;
-        let r = match r {
-            Request::P2p(mut p) => {
-                p.staging = Some(Box::new(crate::request::Staging::Send(copy)));
-                Request::P2p(p)
-            }
-            done => done,
-        };
+        self.send_detached(copy, dest, tag, comm, need)?;
         self.bsend.used += need;
-        self.detached.push((r, need));
         Ok(Request::Done(Status::empty()))
     }
 }

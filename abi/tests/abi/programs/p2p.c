@@ -10,7 +10,7 @@
  * communicator's handler, and MPI_ERR_IN_STATUS in MPI_Waitall); probes and
  * matched probes; MPI_Get_count and MPI_Get_elements; cancelling a receive; the
  * Test and Wait families with null and inactive requests; persistent requests;
- * MPI_PROC_NULL; large messages, contiguous and not. */
+ * MPI_PROC_NULL; large messages, contiguous and not; MPI_Isendrecv(_replace). */
 #include "check.h"
 
 static void fill(int *b, int n, int seed) {
@@ -1015,6 +1015,42 @@ static void test_large(void) {
   free(b);
 }
 
+/* MPI_Isendrecv(_replace) around the ring, small and 1 MiB (the send buffer
+ * reused before the request completes: its data was taken at the call); a send to
+ * a rank that does not exist fails and leaves no receive behind. */
+static void test_isendrecv(void) {
+  int right = (rank + 1) % size, left = (rank + size - 1) % size;
+  int out = rank, in = -1;
+  MPI_Request r;
+  MPI_Status st;
+  OK(MPI_Isendrecv(&out, 1, MPI_INT, right, 12, &in, 1, MPI_INT, left, 12, MPI_COMM_WORLD, &r));
+  out = -7;
+  OK(MPI_Wait(&r, &st));
+  CHECK(in == left && st.MPI_SOURCE == left && st.MPI_TAG == 12, "isendrecv got %d from %d", in,
+        st.MPI_SOURCE);
+  int n = 1 << 18, *big = malloc(sizeof(int) * n), *got = malloc(sizeof(int) * n);
+  fill(big, n, rank);
+  OK(MPI_Isendrecv(big, n, MPI_INT, right, 13, got, n, MPI_INT, MPI_ANY_SOURCE, 13,
+                   MPI_COMM_WORLD, &r));
+  fill(big, n, 99);
+  OK(MPI_Wait(&r, &st));
+  expect_filled(got, n, left, "a 1 MiB isendrecv");
+  fill(big, n, rank);
+  OK(MPI_Isendrecv_replace(big, n, MPI_INT, right, 14, left, 14, MPI_COMM_WORLD, &r));
+  OK(MPI_Wait(&r, &st));
+  expect_filled(big, n, left, "a 1 MiB isendrecv_replace");
+  free(big);
+  free(got);
+  errors_return(MPI_COMM_WORLD, 1);
+  EXPECT_ERR(MPI_Isendrecv(&out, 1, MPI_INT, size, 15, &in, 1, MPI_INT, left, 15,
+                           MPI_COMM_WORLD, &r),
+             MPI_ERR_RANK, NULL);
+  errors_return(MPI_COMM_WORLD, 0);
+  out = rank;
+  OK(MPI_Sendrecv(&out, 1, MPI_INT, right, 15, &in, 1, MPI_INT, left, 15, MPI_COMM_WORLD, &st));
+  CHECK(in == left, "after a refused isendrecv, the receive got %d", in);
+}
+
 int main(int argc, char **argv) {
   start("p2p", &argc, &argv);
   CHECK(size >= 2, "p2p needs 2 ranks or more, not %d", size);
@@ -1037,6 +1073,7 @@ int main(int argc, char **argv) {
   test_proc_null();
   test_error_field();
   test_large();
+  test_isendrecv();
   OK(MPI_Barrier(MPI_COMM_WORLD));
   return finish();
 }
