@@ -202,23 +202,32 @@ pub unsafe extern "C" fn PMPI_T_cvar_get_info(
     })
 }
 
+/// `MPI_T_*_get_index`: the index of `name` among `names` into `out`
+/// (`MPI_T_ERR_INVALID_NAME` where none has it).
+///
+/// # Safety
+///
+/// `name` is null or NUL-ended; `out` is null or writable.
+unsafe fn index_of<'a>(
+    mut names: impl Iterator<Item = &'a str>,
+    name: *const c_char,
+    out: *mut c_int,
+) -> Result<(), c_int> {
+    // SAFETY: the caller's contract.
+    let n = unsafe { name_arg(name) }?;
+    let i = names.position(|v| v == n).ok_or(MPI_T_ERR_INVALID_NAME)?;
+    // SAFETY: as above.
+    unsafe { put(out, i as c_int) };
+    Ok(())
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_cvar_get_index(
     name: *const c_char,
     cvar_index: *mut c_int,
 ) -> c_int {
-    with(|t| {
-        // SAFETY: the binding's contract.
-        let n = unsafe { name_arg(name) }?;
-        let i = t
-            .vars
-            .iter()
-            .position(|v| v.name == n)
-            .ok_or(MPI_T_ERR_INVALID_NAME)?;
-        // SAFETY: as above.
-        unsafe { put(cvar_index, i as c_int) };
-        Ok(())
-    })
+    // SAFETY: the binding's contract.
+    with(|t| unsafe { index_of(t.vars.iter().map(|v| v.name.as_str()), name, cvar_index) })
 }
 
 /// A control variable's handle: its index plus one (never `MPI_T_CVAR_HANDLE_NULL`).
@@ -333,18 +342,8 @@ pub unsafe extern "C" fn PMPI_T_category_get_index(
     name: *const c_char,
     cat_index: *mut c_int,
 ) -> c_int {
-    with(|t| {
-        // SAFETY: the binding's contract.
-        let n = unsafe { name_arg(name) }?;
-        let i = t
-            .categories
-            .iter()
-            .position(|c| c.0 == n)
-            .ok_or(MPI_T_ERR_INVALID_NAME)?;
-        // SAFETY: as above.
-        unsafe { put(cat_index, i as c_int) };
-        Ok(())
-    })
+    // SAFETY: the binding's contract.
+    with(|t| unsafe { index_of(t.categories.iter().map(|c| c.0.as_str()), name, cat_index) })
 }
 
 #[no_mangle]

@@ -95,22 +95,6 @@ fn not_in_place(buf: *const c_void) -> Result<()> {
     Ok(())
 }
 
-/// One round in which this process sends `out` to and receives `into` from job
-/// rank `peer` (a member of the other group).
-fn trade(s: &mut Schedule, (out, len): (Loc, usize), into: Loc, peer: u32) {
-    let r = s.round();
-    r.xfers.push(Xfer::Send {
-        from: out,
-        len,
-        to: peer,
-    });
-    r.xfers.push(Xfer::Recv {
-        into,
-        len,
-        from: peer,
-    });
-}
-
 /// Broadcast `len` bytes at `buf` from member 0 within this group.
 fn bcast_from_leader(s: &mut Schedule, m: &Members, (buf, len): (Loc, usize)) {
     let piece = basic::bcast_piece(len, m.size, Tree::Binomial);
@@ -123,7 +107,7 @@ impl Mpi {
         basic::barrier(&mut s, &sides.local);
         if sides.leads() {
             let nothing = Loc::User(std::ptr::NonNull::<u8>::dangling().as_ptr());
-            trade(&mut s, (nothing, 0), nothing, sides.peer(0));
+            reduce::exchange(&mut s, nothing, nothing, 0, sides.peer(0));
         }
         basic::barrier(&mut s, &sides.local);
         s
@@ -232,7 +216,7 @@ impl Mpi {
             // SAFETY: the caller's contract.
             let (out, _, unpack) = unsafe { args::output(&mut s, recvbuf, total, t) }?;
             if sides.leads() {
-                trade(&mut s, (acc, len), out, sides.peer(0));
+                reduce::exchange(&mut s, acc, out, len, sides.peer(0));
             }
             bcast_from_leader(&mut s, &sides.local, (out, len));
             finish(&mut s, [unpack]);
@@ -241,7 +225,7 @@ impl Mpi {
         let mut blocks = Vec::new();
         if sides.leads() {
             let theirs = s.scratch(len);
-            trade(&mut s, (acc, len), theirs, sides.peer(0));
+            reduce::exchange(&mut s, acc, theirs, len, sides.peer(0));
             let mut off = 0;
             for &k in counts {
                 blocks.push((theirs.offset(off), k * t.size));

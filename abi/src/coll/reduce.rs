@@ -268,7 +268,7 @@ fn doubling(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
 
 /// A round that sends `len` bytes at `from` to job rank `peer` and receives as many
 /// from it into `into`.
-fn exchange(s: &mut Schedule, from: Loc, into: Loc, len: usize, peer: u32) -> Round<'_> {
+pub(super) fn exchange(s: &mut Schedule, from: Loc, into: Loc, len: usize, peer: u32) -> Round<'_> {
     let r = s.round();
     r.xfers.push(Xfer::Send {
         from,

@@ -296,7 +296,7 @@ pub unsafe extern "C" fn PMPI_Comm_get_parent(parent: *mut Handle) -> c_int {
 }
 
 /// An error handler argument.
-fn check_errhandler(mpi: &Mpi, h: Handle, kind: Kind) -> Result<()> {
+pub(crate) fn check_errhandler(mpi: &Mpi, h: Handle, kind: Kind) -> Result<()> {
     match h {
         MPI_ERRORS_ARE_FATAL | MPI_ERRORS_RETURN | MPI_ERRORS_ABORT => Ok(()),
         _ => match mpi.errhandlers.get(h) {

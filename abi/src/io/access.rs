@@ -129,6 +129,20 @@ unsafe fn end(name: &str, fh: Handle, status: *mut Status) -> c_int {
     })
 }
 
+/// A blocking (`blocking`) or nonblocking (`nonblocking`, the last parameter
+/// `request`) access binding `$name`, with an offset parameter `$offset` or none
+/// (the name first, as the build finds the bindings written by macros).
+macro_rules! access_binding {
+    ($name:ident, $how:ident, $last:ident: $last_ty:ty, $buf:ty, $write:expr, $place:expr, [$($offset:ident)?]) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(fh: Handle, $($offset: Count,)? buf: $buf, count: c_int, datatype: Handle, $last: $last_ty) -> c_int {
+            let buf = (buf as *mut c_void, count, datatype);
+            // SAFETY: the binding's contract.
+            unsafe { $how(&stringify!($name)[1..], fh, $place, buf, $write, $last) }
+        }
+    };
+}
+
 /// The six bindings of one way of accessing in one direction: blocking, collective,
 /// their nonblocking forms, and the split collective's beginning and end.
 /// `$offset` names the offset parameter of the explicit-offset forms. (The names
@@ -136,26 +150,10 @@ unsafe fn end(name: &str, fh: Handle, status: *mut Status) -> c_int {
 macro_rules! accesses {
     ($blocking:ident, $all:ident, $i:ident, $iall:ident, $begin:ident, $end:ident,
      $buf:ty, $write:expr, $place:expr, [$($offset:ident)?]) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $blocking(fh: Handle, $($offset: Count,)? buf: $buf, count: c_int, datatype: Handle, status: *mut Status) -> c_int {
-            // SAFETY: the binding's contract.
-            unsafe { blocking(&stringify!($blocking)[1..], fh, $place, (buf as *mut c_void, count, datatype), $write, status) }
-        }
-        #[no_mangle]
-        pub unsafe extern "C" fn $all(fh: Handle, $($offset: Count,)? buf: $buf, count: c_int, datatype: Handle, status: *mut Status) -> c_int {
-            // SAFETY: the binding's contract.
-            unsafe { blocking(&stringify!($all)[1..], fh, $place, (buf as *mut c_void, count, datatype), $write, status) }
-        }
-        #[no_mangle]
-        pub unsafe extern "C" fn $i(fh: Handle, $($offset: Count,)? buf: $buf, count: c_int, datatype: Handle, request: *mut Handle) -> c_int {
-            // SAFETY: the binding's contract.
-            unsafe { nonblocking(&stringify!($i)[1..], fh, $place, (buf as *mut c_void, count, datatype), $write, request) }
-        }
-        #[no_mangle]
-        pub unsafe extern "C" fn $iall(fh: Handle, $($offset: Count,)? buf: $buf, count: c_int, datatype: Handle, request: *mut Handle) -> c_int {
-            // SAFETY: the binding's contract.
-            unsafe { nonblocking(&stringify!($iall)[1..], fh, $place, (buf as *mut c_void, count, datatype), $write, request) }
-        }
+        access_binding!($blocking, blocking, status: *mut Status, $buf, $write, $place, [$($offset)?]);
+        access_binding!($all, blocking, status: *mut Status, $buf, $write, $place, [$($offset)?]);
+        access_binding!($i, nonblocking, request: *mut Handle, $buf, $write, $place, [$($offset)?]);
+        access_binding!($iall, nonblocking, request: *mut Handle, $buf, $write, $place, [$($offset)?]);
         #[no_mangle]
         pub unsafe extern "C" fn $begin(fh: Handle, $($offset: Count,)? buf: $buf, count: c_int, datatype: Handle) -> c_int {
             // SAFETY: the binding's contract.
@@ -218,47 +216,10 @@ accesses!(
     []
 );
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_File_read_ordered(
-    fh: Handle,
-    buf: *mut c_void,
-    count: c_int,
-    datatype: Handle,
-    status: *mut Status,
-) -> c_int {
-    // SAFETY: the binding's contract.
-    unsafe {
-        blocking(
-            "MPI_File_read_ordered",
-            fh,
-            Place::Ordered,
-            (buf, count, datatype),
-            false,
-            status,
-        )
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_File_write_ordered(
-    fh: Handle,
-    buf: *const c_void,
-    count: c_int,
-    datatype: Handle,
-    status: *mut Status,
-) -> c_int {
-    // SAFETY: the binding's contract.
-    unsafe {
-        blocking(
-            "MPI_File_write_ordered",
-            fh,
-            Place::Ordered,
-            (buf.cast_mut(), count, datatype),
-            true,
-            status,
-        )
-    }
-}
+access_binding!(PMPI_File_read_ordered, blocking, status: *mut Status,
+    *mut c_void, false, Place::Ordered, []);
+access_binding!(PMPI_File_write_ordered, blocking, status: *mut Status,
+    *const c_void, true, Place::Ordered, []);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_read_ordered_begin(
@@ -318,90 +279,11 @@ pub unsafe extern "C" fn PMPI_File_write_ordered_end(
     unsafe { end("MPI_File_write_ordered_end", fh, status) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_File_read_shared(
-    fh: Handle,
-    buf: *mut c_void,
-    count: c_int,
-    datatype: Handle,
-    status: *mut Status,
-) -> c_int {
-    let buf = (buf, count, datatype);
-    // SAFETY: the binding's contract.
-    unsafe {
-        blocking(
-            "MPI_File_read_shared",
-            fh,
-            Place::Shared,
-            buf,
-            false,
-            status,
-        )
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_File_write_shared(
-    fh: Handle,
-    buf: *const c_void,
-    count: c_int,
-    datatype: Handle,
-    status: *mut Status,
-) -> c_int {
-    let buf = (buf.cast_mut(), count, datatype);
-    // SAFETY: the binding's contract.
-    unsafe {
-        blocking(
-            "MPI_File_write_shared",
-            fh,
-            Place::Shared,
-            buf,
-            true,
-            status,
-        )
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_File_iread_shared(
-    fh: Handle,
-    buf: *mut c_void,
-    count: c_int,
-    datatype: Handle,
-    request: *mut Handle,
-) -> c_int {
-    let buf = (buf, count, datatype);
-    // SAFETY: the binding's contract.
-    unsafe {
-        nonblocking(
-            "MPI_File_iread_shared",
-            fh,
-            Place::Shared,
-            buf,
-            false,
-            request,
-        )
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_File_iwrite_shared(
-    fh: Handle,
-    buf: *const c_void,
-    count: c_int,
-    datatype: Handle,
-    request: *mut Handle,
-) -> c_int {
-    let buf = (buf.cast_mut(), count, datatype);
-    // SAFETY: the binding's contract.
-    unsafe {
-        nonblocking(
-            "MPI_File_iwrite_shared",
-            fh,
-            Place::Shared,
-            buf,
-            true,
-            request,
-        )
-    }
-}
+access_binding!(PMPI_File_read_shared, blocking, status: *mut Status,
+    *mut c_void, false, Place::Shared, []);
+access_binding!(PMPI_File_write_shared, blocking, status: *mut Status,
+    *const c_void, true, Place::Shared, []);
+access_binding!(PMPI_File_iread_shared, nonblocking, request: *mut Handle,
+    *mut c_void, false, Place::Shared, []);
+access_binding!(PMPI_File_iwrite_shared, nonblocking, request: *mut Handle,
+    *const c_void, true, Place::Shared, []);

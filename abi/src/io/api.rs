@@ -283,18 +283,7 @@ pub unsafe extern "C" fn PMPI_File_create_errhandler(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_errhandler(file: Handle, errhandler: Handle) -> c_int {
     call("MPI_File_set_errhandler", Object::File(file), |mpi| {
-        match errhandler {
-            MPI_ERRORS_ARE_FATAL | MPI_ERRORS_RETURN | MPI_ERRORS_ABORT => {}
-            h => match mpi.errhandlers.get(h) {
-                Some(e) if e.kind == Kind::File => {}
-                _ => {
-                    return Err(Error::new(
-                        MPI_ERR_ARG,
-                        "not an error handler made for files",
-                    ))
-                }
-            },
-        }
+        crate::comm::api::check_errhandler(mpi, errhandler, Kind::File)?;
         match file {
             MPI_FILE_NULL => mpi.file_null_errhandler = errhandler,
             _ => mpi.file_mut(file)?.errhandler = errhandler,

@@ -188,18 +188,7 @@ pub unsafe extern "C" fn PMPI_Win_create_errhandler(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_set_errhandler(win: Handle, errhandler: Handle) -> c_int {
     call("MPI_Win_set_errhandler", Object::Win(win), |mpi| {
-        match errhandler {
-            MPI_ERRORS_ARE_FATAL | MPI_ERRORS_RETURN | MPI_ERRORS_ABORT => {}
-            h => match mpi.errhandlers.get(h) {
-                Some(e) if e.kind == Kind::Win => {}
-                _ => {
-                    return Err(Error::new(
-                        MPI_ERR_ARG,
-                        "not an error handler made for windows",
-                    ))
-                }
-            },
-        }
+        crate::comm::api::check_errhandler(mpi, errhandler, Kind::Win)?;
         mpi.win_mut(win)?.errhandler = errhandler;
         Ok(())
     })
