@@ -19,7 +19,7 @@ pub struct Buffer {
 }
 
 impl Mpi {
-    /// A buffered send ([`Mode::Buffered`]): copy, then send from the copy (a
+    /// A buffered send ([`super::Mode::Buffered`]): copy, then send from the copy (a
     /// request that is complete).
     ///
     /// # Safety
