@@ -15,6 +15,20 @@ impl Mpi {
         }
     }
 
+    /// The value of `key` in info object `h`, if it has one.
+    fn value_of(&self, h: Handle, key: &str) -> Result<Option<String>> {
+        let found = match h {
+            MPI_INFO_NULL | MPI_INFO_ENV => None,
+            _ => self
+                .infos
+                .get(h)
+                .ok_or_else(|| bad(h))?
+                .iter()
+                .find(|(k, _)| k == key),
+        };
+        Ok(found.map(|(_, v)| v.clone()))
+    }
+
     fn info_mut(&mut self, h: Handle) -> Result<&mut Info> {
         self.infos.get_mut(h).ok_or_else(|| bad(h))
     }
@@ -154,11 +168,11 @@ pub unsafe extern "C" fn PMPI_Info_get_string(
         let k = unsafe { key_of(key) }?;
         non_null(buflen, MPI_ERR_ARG, "length")?;
         non_null(flag, MPI_ERR_ARG, "flag")?;
-        let found = mpi.info(info)?.into_iter().find(|(ik, _)| *ik == k);
+        let found = mpi.value_of(info, &k)?;
         // SAFETY: checked not null; `value` has room for `*buflen` bytes.
         unsafe {
             flag.write(c_int::from(found.is_some()));
-            if let Some((_, v)) = found {
+            if let Some(v) = found {
                 let room = (*buflen).max(0) as usize;
                 if room > 0 && !value.is_null() {
                     write_name(&v, value, std::ptr::null_mut(), room)?;
@@ -184,10 +198,10 @@ pub unsafe extern "C" fn PMPI_Info_get(
         non_null(flag, MPI_ERR_ARG, "flag")?;
         let room = usize::try_from(valuelen)
             .map_err(|_| Error::new(MPI_ERR_ARG, format!("valuelen {valuelen} is negative")))?;
-        let found = mpi.info(info)?.into_iter().find(|(ik, _)| *ik == k);
+        let found = mpi.value_of(info, &k)?;
         // SAFETY: checked not null.
         unsafe { flag.write(c_int::from(found.is_some())) };
-        if let Some((_, v)) = found {
+        if let Some(v) = found {
             // SAFETY: the binding's contract: `value` has room for `valuelen` + 1 bytes.
             unsafe { write_name(&v, value, std::ptr::null_mut(), room + 1) }?;
         }
@@ -207,11 +221,11 @@ pub unsafe extern "C" fn PMPI_Info_get_valuelen(
         let k = unsafe { key_of(key) }?;
         non_null(valuelen, MPI_ERR_ARG, "valuelen")?;
         non_null(flag, MPI_ERR_ARG, "flag")?;
-        let found = mpi.info(info)?.into_iter().find(|(ik, _)| *ik == k);
+        let found = mpi.value_of(info, &k)?;
         // SAFETY: checked not null.
         unsafe {
             flag.write(c_int::from(found.is_some()));
-            if let Some((_, v)) = found {
+            if let Some(v) = found {
                 valuelen.write(v.len() as c_int);
             }
         }

@@ -199,6 +199,55 @@ impl Mpi {
     }
 }
 
+/// A value the library's own blocking collectives move ([`Mpi::allgather_of`],
+/// [`Mpi::bcast_here`]), with its type.
+pub trait Basic: Copy + Default {
+    const TYPE: Handle;
+}
+
+impl Basic for i32 {
+    const TYPE: Handle = MPI_INT;
+}
+
+impl Basic for u64 {
+    const TYPE: Handle = MPI_UINT64_T;
+}
+
+impl Basic for u8 {
+    const TYPE: Handle = MPI_BYTE;
+}
+
+impl Mpi {
+    /// Gather `mine` (as many values on every member) from every member of
+    /// intracommunicator `comm`, in rank order (of an intercommunicator: from every
+    /// member of the other group), run here.
+    pub fn allgather_of<T: Basic>(&mut self, comm: Handle, mine: &[T]) -> Result<Vec<T>> {
+        let n = self.comm(comm)?.peers().size() as usize;
+        let mut all = vec![T::default(); n * mine.len()];
+        // SAFETY: both buffers live until the collective, run here, ends.
+        let s = unsafe {
+            self.build_allgather(
+                (mine.as_ptr().cast(), mine.len() as c_int, T::TYPE),
+                all.as_mut_ptr().cast(),
+                (mine.len() as c_int, std::ptr::null(), std::ptr::null()),
+                T::TYPE,
+                comm,
+            )
+        }?;
+        self.run(s)?;
+        Ok(all)
+    }
+
+    /// Broadcast `v` from `root` over `comm`, run here.
+    pub fn bcast_here<T: Basic>(&mut self, v: &mut [T], root: c_int, comm: Handle) -> Result<()> {
+        // SAFETY: `v` lives until the broadcast, run here, ends.
+        let s = unsafe {
+            self.build_bcast(v.as_mut_ptr().cast(), v.len() as c_int, T::TYPE, root, comm)
+        }?;
+        self.run(s)
+    }
+}
+
 /// Advance every nonblocking collective in flight, and those freed by their
 /// caller: how much happened.
 pub fn progress_active(mpi: &mut Mpi) -> usize {

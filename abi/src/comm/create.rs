@@ -17,28 +17,9 @@ use std::sync::Arc;
 const CREATE_GROUP_TAG: i32 = 1 << 30;
 
 impl Mpi {
-    /// Gather `mine` (the same number of ints on every member) from every member of
-    /// intracommunicator `comm`, in rank order (of an intercommunicator: from every
-    /// member of the other group).
-    pub fn allgather_ints(&mut self, comm: Handle, mine: &[i32]) -> Result<Vec<i32>> {
-        let n = self.comm(comm)?.peers().size() as usize;
-        let mut all = vec![0i32; n * mine.len()];
-        // SAFETY: both buffers live until the collective, run here, ends.
-        let s = unsafe {
-            self.build_allgather(
-                (mine.as_ptr().cast(), mine.len() as c_int, MPI_INT),
-                all.as_mut_ptr().cast(),
-                (mine.len() as c_int, std::ptr::null(), std::ptr::null()),
-                MPI_INT,
-                comm,
-            )
-        }?;
-        self.run(s)?;
-        Ok(all)
-    }
-
-    /// The same all-gather among the members of `group` (job ranks) only, with the
-    /// collective context of `parent` and `tag` (`MPI_Comm_create_group`).
+    /// An all-gather of `mine` ([`Mpi::allgather_of`]) among the members of `group`
+    /// (job ranks) only, with the collective context of `parent` and `tag`
+    /// (`MPI_Comm_create_group`).
     pub(crate) fn allgather_in_group(
         &mut self,
         parent: Handle,
@@ -122,7 +103,7 @@ impl Mpi {
     ) -> Result<(u32, Vec<Vec<i32>>)> {
         let mut mine = vec![self.contexts_above() as i32];
         mine.extend_from_slice(extra);
-        let all = self.allgather_ints(comm, &mine)?;
+        let all = self.allgather_of(comm, &mine)?;
         let per = mine.len();
         let ctx = all.chunks(per).map(|c| c[0] as u32).max().unwrap_or(0);
         Ok((ctx, all.chunks(per).map(|c| c[1..].to_vec()).collect()))

@@ -76,7 +76,7 @@ impl Mpi {
                 }
             }
         }
-        self.bcast_ints(&mut header, local_leader, local)?;
+        self.bcast_here(&mut header, local_leader, local)?;
         if let Some(e) = failure {
             return Err(e);
         }
@@ -87,7 +87,7 @@ impl Mpi {
             ));
         }
         theirs.resize(header[2] as usize, 0);
-        self.bcast_ints(&mut theirs, local_leader, local)?;
+        self.bcast_here(&mut theirs, local_leader, local)?;
         let ctx = ctx.max(header[1] as u32);
         self.use_contexts(ctx);
         let mut c = Communicator::new(ctx, group, rank, "");
@@ -106,7 +106,7 @@ impl Mpi {
         let free = [self.contexts_above() as i32];
         let ours = self.allgather_in_group(comm, &group, rank, DUP_TAG, &free)?;
         let ours = ours.iter().copied().max().unwrap_or(0);
-        let theirs = self.allgather_ints(comm, &[ours])?;
+        let theirs = self.allgather_of(comm, &[ours])?;
         let ctx = theirs.iter().copied().fold(ours, i32::max) as u32;
         self.use_contexts(ctx);
         let mut c = Communicator::new(ctx, group, rank, "");
@@ -124,7 +124,7 @@ impl Mpi {
         let remote = c.remote.clone().expect("an intercommunicator");
         let mine = [color, key, self.contexts_above() as i32];
         let ours = self.allgather_in_group(comm, &group, rank, SPLIT_TAG, &mine)?;
-        let theirs = self.allgather_ints(comm, &mine)?;
+        let theirs = self.allgather_of(comm, &mine)?;
         let ctx = ours
             .chunks(3)
             .chain(theirs.chunks(3))
@@ -255,15 +255,6 @@ impl Mpi {
             len: std::mem::size_of_val(theirs),
             from: to,
         });
-        self.run(s)
-    }
-
-    /// Broadcast `v` from `root` over intracommunicator `comm`, here.
-    fn bcast_ints(&mut self, v: &mut [c_int], root: c_int, comm: Handle) -> Result<()> {
-        // SAFETY: `v` lives until the broadcast, run here, ends.
-        let s = unsafe {
-            self.build_bcast(v.as_mut_ptr().cast(), v.len() as c_int, MPI_INT, root, comm)
-        }?;
         self.run(s)
     }
 }

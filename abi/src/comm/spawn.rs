@@ -121,17 +121,7 @@ impl Mpi {
             let n = text.len().min(answer.len());
             answer[..n].copy_from_slice(&text.as_bytes()[..n]);
         }
-        // SAFETY: `answer` lives until the broadcast, run here, ends.
-        let s = unsafe {
-            self.build_bcast(
-                answer.as_mut_ptr().cast(),
-                answer.len() as c_int,
-                MPI_BYTE,
-                root as c_int,
-                comm,
-            )
-        }?;
-        self.run(s)?;
+        self.bcast_here(&mut answer[..], root as c_int, comm)?;
         let text = String::from_utf8_lossy(&answer)
             .trim_end_matches('\0')
             .to_string();

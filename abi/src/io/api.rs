@@ -305,7 +305,7 @@ fn non_negative(v: Count, what: &str) -> Result<u64> {
 /// Check that every member of `comm` passed the same `value` (`what`), as a
 /// collective call requires: `MPI_ERR_NOT_SAME` on every member when one differs.
 fn same_on_every_member(mpi: &mut Mpi, comm: Handle, value: u64, what: &str) -> Result<()> {
-    let all = mpi.allgather_u64(comm, value)?;
+    let all = mpi.allgather_of(comm, &[value])?;
     if all.iter().any(|v| *v != value) {
         return Err(Error::new(
             MPI_ERR_NOT_SAME,

@@ -50,6 +50,13 @@ impl Drop for Locked<'_> {
     }
 }
 
+/// The status of an access that moved `bytes`.
+pub(super) fn moved_status(bytes: u64) -> Status {
+    let mut status = Status::empty();
+    status.set_bytes(bytes);
+    status
+}
+
 /// Check that file `f` may be read (`write` false) or written.
 pub(super) fn check_access(f: &File, write: bool) -> Result<()> {
     if write && f.amode & MPI_MODE_RDONLY != 0 {
@@ -140,9 +147,7 @@ impl Mpi {
             let f = self.file_mut(h)?;
             f.pointer = pos + moved / f.view.etype_size();
         }
-        let mut status = Status::empty();
-        status.set_bytes(moved);
-        Ok(status)
+        Ok(moved_status(moved))
     }
 
     /// Move `buf` between memory and file `h` from view position `pos` (etypes):

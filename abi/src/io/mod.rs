@@ -150,9 +150,7 @@ impl Mpi {
             Some(Err(e)) => e.class,
             _ => MPI_SUCCESS,
         }];
-        // SAFETY: `class` lives until the broadcast, run here, ends.
-        let s = unsafe { self.build_bcast(class.as_mut_ptr().cast(), 1, MPI_INT, 0, comm) }?;
-        self.run(s)?;
+        self.bcast_here(&mut class, 0, comm)?;
         match (mine, class[0]) {
             (Some(outcome), _) => outcome,
             (None, MPI_SUCCESS) => Ok(()),
@@ -161,24 +159,6 @@ impl Mpi {
                 "the file's first member failed (its error says why)",
             )),
         }
-    }
-
-    /// Every member's `value`, in rank order (over intracommunicator `comm`).
-    pub fn allgather_u64(&mut self, comm: Handle, value: u64) -> Result<Vec<u64>> {
-        let n = self.comm(comm)?.size() as usize;
-        let mut all = vec![0u64; n];
-        // SAFETY: both buffers live until the collective, run here, ends.
-        let s = unsafe {
-            self.build_allgather(
-                ((&value as *const u64).cast(), 1, MPI_UINT64_T),
-                all.as_mut_ptr().cast(),
-                (1, std::ptr::null(), std::ptr::null()),
-                MPI_UINT64_T,
-                comm,
-            )
-        }?;
-        self.run(s)?;
-        Ok(all)
     }
 
     /// `MPI_File_open`, collective over `comm`: the first member opens (and
@@ -209,8 +189,10 @@ impl Mpi {
             Some(f) => Ok(f),
             None => open_file(&path, amode, false),
         };
-        let failed =
-            self.allgather_u64(comm, opened.as_ref().map_or_else(|e| e.class as u64, |_| 0))?;
+        let failed = self.allgather_of(
+            comm,
+            &[opened.as_ref().map_or_else(|e| e.class as u64, |_| 0)],
+        )?;
         let fd = opened?;
         if let Some(&class) = failed.iter().find(|c| **c != 0) {
             return Err(Error::new(

@@ -8,7 +8,7 @@
 //! file cannot be made (a folder nobody may write), the calls that move the pointer
 //! fail with `MPI_ERR_IO`.
 
-use super::data::{check_access, Buffer, Locked};
+use super::data::{check_access, moved_status, Buffer, Locked};
 use super::io_error;
 use crate::error::{Error, Result};
 use crate::ffi::*;
@@ -106,44 +106,20 @@ impl Mpi {
     /// At opening, collective over `comm`: the shared pointer of data file `data`,
     /// at `start`, its file named by the first member.
     pub fn open_shared(&mut self, comm: Handle, data: &Path, start: u64) -> Result<Shared> {
-        let name = match self.comm(comm)?.rank {
+        let mut name = match self.comm(comm)?.rank {
             0 => beside(data).into_os_string().into_vec(),
             _ => Vec::new(),
         };
-        let name = self.bcast_bytes(comm, name)?;
+        // Its length, then its bytes.
+        let mut len = [name.len() as u64];
+        self.bcast_here(&mut len, 0, comm)?;
+        name.resize(len[0] as usize, 0);
+        self.bcast_here(&mut name, 0, comm)?;
         Ok(Shared {
             fd: None,
             path: PathBuf::from(OsString::from_vec(name)),
             start,
         })
-    }
-
-    /// `v`, a vector of bytes of the first member of `comm`, at every member.
-    fn bcast_bytes(&mut self, comm: Handle, mut v: Vec<u8>) -> Result<Vec<u8>> {
-        let mut len = [v.len() as u64];
-        self.bcast_u64s(comm, &mut len)?;
-        v.resize(len[0] as usize, 0);
-        // SAFETY: `v` lives until the broadcast, run here, ends.
-        let s = unsafe {
-            self.build_bcast(v.as_mut_ptr().cast(), v.len() as c_int, MPI_BYTE, 0, comm)
-        }?;
-        self.run(s)?;
-        Ok(v)
-    }
-
-    /// `v` of the first member of `comm`, at every member.
-    fn bcast_u64s(&mut self, comm: Handle, v: &mut [u64]) -> Result<()> {
-        // SAFETY: `v` lives until the broadcast, run here, ends.
-        let s = unsafe {
-            self.build_bcast(
-                v.as_mut_ptr().cast(),
-                v.len() as c_int,
-                MPI_UINT64_T,
-                0,
-                comm,
-            )
-        }?;
-        self.run(s)
     }
 
     /// File `h`'s shared pointer.
@@ -168,9 +144,7 @@ impl Mpi {
         let at = self.shared_mut(h)?.add(etypes)?;
         // SAFETY: the caller's contract.
         let moved = unsafe { self.move_data(h, at, (buf, count, ty), write) }?;
-        let mut status = Status::empty();
-        status.set_bytes(moved);
-        Ok(status)
+        Ok(moved_status(moved))
     }
 
     /// `MPI_File_read_ordered` and `MPI_File_write_ordered`, collective: each member
@@ -191,7 +165,7 @@ impl Mpi {
         let f = self.file(h)?;
         let comm = f.comm;
         let mine = check_access(f, write).and_then(|()| self.etypes_of(h, count, ty));
-        let all = self.allgather_u64(comm, *mine.as_ref().unwrap_or(&u64::MAX))?;
+        let all = self.allgather_of(comm, &[*mine.as_ref().unwrap_or(&u64::MAX)])?;
         mine?;
         if all.contains(&u64::MAX) {
             return Err(Error::new(
@@ -204,13 +178,11 @@ impl Mpi {
         if rank == 0 {
             base[0] = self.shared_mut(h)?.add(all.iter().sum())?;
         }
-        self.bcast_u64s(comm, &mut base)?;
+        self.bcast_here(&mut base, 0, comm)?;
         let before: u64 = all[..rank].iter().sum();
         // SAFETY: the caller's contract.
         let moved = unsafe { self.move_data(h, base[0] + before, (buf, count, ty), write) }?;
-        let mut status = Status::empty();
-        status.set_bytes(moved);
-        Ok(status)
+        Ok(moved_status(moved))
     }
 
     /// Set file `h`'s shared pointer to `at` (collective: the first member finds
@@ -227,7 +199,7 @@ impl Mpi {
             self.shared_mut(h)?.set(v[0])
         });
         self.first_members_outcome(comm, mine)?;
-        self.bcast_u64s(comm, &mut v)?;
+        self.bcast_here(&mut v, 0, comm)?;
         self.shared_mut(h)?.start = v[0];
         Ok(())
     }
