@@ -238,6 +238,37 @@ impl Mpi {
         Ok(all)
     }
 
+    /// Gather `mine` from every member of intracommunicator `comm`, in rank order,
+    /// member `i` giving `counts[i]` values (as every member knows), run here.
+    pub fn allgatherv_of<T: Basic>(
+        &mut self,
+        comm: Handle,
+        mine: &[T],
+        counts: &[c_int],
+    ) -> Result<Vec<T>> {
+        let mut displs = Vec::with_capacity(counts.len());
+        let mut total: c_int = 0;
+        for &c in counts {
+            displs.push(total);
+            total = total
+                .checked_add(c)
+                .ok_or_else(|| Error::new(MPI_ERR_COUNT, "more than 2^31 values in all"))?;
+        }
+        let mut all = vec![T::default(); total as usize];
+        // SAFETY: the buffers and both arrays live until the collective, run here, ends.
+        let s = unsafe {
+            self.build_allgather(
+                (mine.as_ptr().cast(), mine.len() as c_int, T::TYPE),
+                all.as_mut_ptr().cast(),
+                (0, counts.as_ptr(), displs.as_ptr()),
+                T::TYPE,
+                comm,
+            )
+        }?;
+        self.run(s)?;
+        Ok(all)
+    }
+
     /// Broadcast `v` from `root` over `comm`, run here.
     pub fn bcast_here<T: Basic>(&mut self, v: &mut [T], root: c_int, comm: Handle) -> Result<()> {
         // SAFETY: `v` lives until the broadcast, run here, ends.

@@ -1,6 +1,6 @@
 //! Neighbourhood collectives (MPI 4.1, 8.6): `MPI_Neighbor_allgather(v)` and
 //! `MPI_Neighbor_alltoall(v, w)`, blocking, nonblocking and persistent, on a
-//! communicator with a Cartesian or distributed-graph topology
+//! communicator with a Cartesian, graph or distributed-graph topology
 //! ([`Mpi::neighbours`]). Each is one round, as Open MPI's `coll/basic` does them: a
 //! receive from every source into its block and a send to every destination, all at
 //! once. A neighbour beyond a grid's edge (`MPI_PROC_NULL`) moves nothing, and its
@@ -11,6 +11,7 @@ use super::args;
 use super::build::in_place;
 use super::schedule::{Loc, Schedule, Xfer};
 use super::{run_in_state, Members};
+use crate::comm::graph::graph_neighbours;
 use crate::comm::topo::Topology;
 use crate::entry::call;
 use crate::error::{array, Error, Object, Result};
@@ -36,7 +37,8 @@ pub struct Neighbours {
 impl Mpi {
     /// The neighbours of `comm` in its topology (MPI 4.1, 8.6): on a Cartesian grid,
     /// for each dimension, the process at -1 then at +1, both as sources and as
-    /// destinations; in a distributed graph, its sources and destinations.
+    /// destinations; in a graph, its neighbours, both ways; in a distributed graph,
+    /// its sources and destinations.
     pub fn neighbours(&self, comm: Handle) -> Result<Neighbours> {
         let c = self.comm(comm)?;
         match &c.topo {
@@ -56,6 +58,14 @@ impl Mpi {
                     send_order,
                 })
             }
+            Some(Topology::Graph { index, edges }) => {
+                let around = graph_neighbours(index, edges, c.rank as usize).to_vec();
+                Ok(Neighbours {
+                    sources: around.clone(),
+                    send_order: (0..around.len()).collect(),
+                    destinations: around,
+                })
+            }
             Some(Topology::DistGraph {
                 sources,
                 destinations,
@@ -67,7 +77,7 @@ impl Mpi {
             }),
             None => Err(Error::new(
                 MPI_ERR_TOPOLOGY,
-                "a neighbourhood collective needs a communicator with a Cartesian or distributed-graph topology",
+                "a neighbourhood collective needs a communicator with a topology",
             )),
         }
     }

@@ -9,6 +9,7 @@
 pub mod api;
 pub mod attr;
 pub mod create;
+pub mod graph;
 pub mod group;
 pub mod intercomm;
 pub mod spawn;

@@ -1,5 +1,6 @@
-//! Virtual topologies: Cartesian grids and distributed graphs. A topology is a
-//! communicator's description of its ranks; ranks are never reordered here.
+//! Virtual topologies and Cartesian grids (graphs are in [`super::graph`]). A
+//! topology is a communicator's description of its ranks; ranks are never reordered
+//! here.
 
 use crate::entry::{call, query_binding};
 use crate::error::{Error, Object, Result};
@@ -13,6 +14,12 @@ pub enum Topology {
         dims: Vec<c_int>,
         periods: Vec<bool>,
     },
+    /// An MPI-1 graph: node `i`'s neighbours are `edges[index[i - 1]..index[i]]`
+    /// (from 0 for node 0), every node knowing the whole graph.
+    Graph {
+        index: Vec<c_int>,
+        edges: Vec<c_int>,
+    },
     DistGraph {
         sources: Vec<c_int>,
         destinations: Vec<c_int>,
@@ -20,11 +27,6 @@ pub enum Topology {
         /// with `MPI_UNWEIGHTED`).
         weights: Option<(Vec<c_int>, Vec<c_int>)>,
     },
-}
-
-/// `MPI_UNWEIGHTED`, as the pointer the header defines.
-fn unweighted(p: *const c_int) -> bool {
-    p as usize == MPI_UNWEIGHTED
 }
 
 impl Topology {
@@ -129,7 +131,7 @@ impl Mpi {
 /// # Safety
 ///
 /// `p` holds `n` ints.
-unsafe fn ints<'a>(p: *const c_int, n: c_int) -> Result<&'a [c_int]> {
+pub(super) unsafe fn ints<'a>(p: *const c_int, n: c_int) -> Result<&'a [c_int]> {
     // SAFETY: the caller's contract.
     unsafe { crate::error::array(p, crate::p2p::check_count(n)?) }
 }
@@ -366,161 +368,12 @@ pub unsafe extern "C" fn PMPI_Topo_test(comm: Handle, status: *mut c_int) -> c_i
     call("MPI_Topo_test", Object::Comm(comm), |mpi| {
         let t = match mpi.comm(comm)?.topo {
             Some(Topology::Cart { .. }) => MPI_CART,
+            Some(Topology::Graph { .. }) => MPI_GRAPH,
             Some(Topology::DistGraph { .. }) => MPI_DIST_GRAPH,
             None => MPI_UNDEFINED,
         };
         // SAFETY: null or writable.
         unsafe { put(status, t) };
-        Ok(())
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Dist_graph_create_adjacent(
-    comm_old: Handle,
-    indegree: c_int,
-    sources: *const c_int,
-    sourceweights: *const c_int,
-    outdegree: c_int,
-    destinations: *const c_int,
-    destweights: *const c_int,
-    _info: Handle,
-    _reorder: c_int,
-    comm_dist_graph: *mut Handle,
-) -> c_int {
-    call(
-        "MPI_Dist_graph_create_adjacent",
-        Object::Comm(comm_old),
-        |mpi| {
-            // SAFETY: the binding's contract.
-            let (s, d) = unsafe {
-                (
-                    ints(sources, indegree)?.to_vec(),
-                    ints(destinations, outdegree)?.to_vec(),
-                )
-            };
-            // Weights are given for both sides or for neither (MPI_UNWEIGHTED,
-            // MPI_WEIGHTS_EMPTY for a side of no edges).
-            let weights = if unweighted(sourceweights) || unweighted(destweights) {
-                None
-            } else {
-                let side = |w: *const c_int, n: c_int| -> Result<Vec<c_int>> {
-                    if n == 0 {
-                        return Ok(Vec::new());
-                    }
-                    if w as usize == MPI_WEIGHTS_EMPTY {
-                        return Err(Error::new(
-                            MPI_ERR_ARG,
-                            format!("MPI_WEIGHTS_EMPTY for {n} edges"),
-                        ));
-                    }
-                    // SAFETY: the binding's contract: `n` weights.
-                    Ok(unsafe { ints(w, n) }?.to_vec())
-                };
-                Some((
-                    side(sourceweights, indegree)?,
-                    side(destweights, outdegree)?,
-                ))
-            };
-            let size = mpi.comm(comm_old)?.size() as c_int;
-            if let Some(bad) = s.iter().chain(&d).find(|&&r| r < 0 || r >= size) {
-                return Err(Error::new(
-                    MPI_ERR_RANK,
-                    format!("neighbour {bad} is not in the communicator of {size}"),
-                ));
-            }
-            let h = mpi.comm_dup(comm_old)?;
-            mpi.comm_mut(h)?.topo = Some(Topology::DistGraph {
-                sources: s,
-                destinations: d,
-                weights,
-            });
-            // SAFETY: null or writable.
-            unsafe { put(comm_dist_graph, h) };
-            Ok(())
-        },
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Dist_graph_neighbors_count(
-    comm: Handle,
-    indegree: *mut c_int,
-    outdegree: *mut c_int,
-    weighted: *mut c_int,
-) -> c_int {
-    call(
-        "MPI_Dist_graph_neighbors_count",
-        Object::Comm(comm),
-        |mpi| {
-            let Some(Topology::DistGraph {
-                sources,
-                destinations,
-                weights,
-            }) = &mpi.comm(comm)?.topo
-            else {
-                return Err(Error::new(
-                    MPI_ERR_TOPOLOGY,
-                    "the communicator has no distributed graph topology",
-                ));
-            };
-            // SAFETY: null or writable.
-            unsafe {
-                put(indegree, sources.len() as c_int);
-                put(outdegree, destinations.len() as c_int);
-                put(weighted, c_int::from(weights.is_some()));
-            }
-            Ok(())
-        },
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Dist_graph_neighbors(
-    comm: Handle,
-    maxindegree: c_int,
-    sources: *mut c_int,
-    sourceweights: *mut c_int,
-    maxoutdegree: c_int,
-    destinations: *mut c_int,
-    destweights: *mut c_int,
-) -> c_int {
-    call("MPI_Dist_graph_neighbors", Object::Comm(comm), |mpi| {
-        let Some(Topology::DistGraph {
-            sources: s,
-            destinations: d,
-            weights,
-        }) = &mpi.comm(comm)?.topo
-        else {
-            return Err(Error::new(
-                MPI_ERR_TOPOLOGY,
-                "the communicator has no distributed graph topology",
-            ));
-        };
-        for (i, v) in s.iter().enumerate().take(maxindegree.max(0) as usize) {
-            // SAFETY: the array holds `maxindegree` ints.
-            unsafe { put(sources.wrapping_add(i), *v) };
-        }
-        for (i, v) in d.iter().enumerate().take(maxoutdegree.max(0) as usize) {
-            // SAFETY: the array holds `maxoutdegree` ints.
-            unsafe { put(destinations.wrapping_add(i), *v) };
-        }
-        // The weights, where the graph has them and the caller asks for them.
-        if let Some((sw, dw)) = weights {
-            let asked = |p: *mut c_int| !p.is_null() && !unweighted(p);
-            if asked(sourceweights) {
-                for (i, v) in sw.iter().enumerate().take(maxindegree.max(0) as usize) {
-                    // SAFETY: the array holds `maxindegree` ints.
-                    unsafe { sourceweights.add(i).write(*v) };
-                }
-            }
-            if asked(destweights) {
-                for (i, v) in dw.iter().enumerate().take(maxoutdegree.max(0) as usize) {
-                    // SAFETY: the array holds `maxoutdegree` ints.
-                    unsafe { destweights.add(i).write(*v) };
-                }
-            }
-        }
         Ok(())
     })
 }

@@ -15,8 +15,10 @@
 //! * `large`: the large-count (`_c`) bindings that their `int` twins serve, those
 //!   with arrays of counts too, and a count beyond `int` refused, at 1 to 3 ranks.
 //! * `neighbor`: the neighbourhood collectives, blocking and nonblocking, on a
-//!   Cartesian grid (edges, and a neighbour on both sides) and on a distributed
-//!   graph (repeated edges, a rank its own neighbour), at 1 to 6 ranks.
+//!   Cartesian grid (edges, and a neighbour on both sides), on distributed graphs
+//!   made from each rank's edges and from parts of the graph (repeated edges, a rank
+//!   its own neighbour, weights) and on an MPI-1 graph; the graphs' errors, one
+//!   rank's bad edge failing all; at 1 to 6 ranks.
 //! * `rma`: one-sided communication: windows created and allocated, put and get
 //!   with derived types under fences, locks and flushes, post/start/complete/wait,
 //!   every accumulate, concurrent atomic increments, the request-based operations,

@@ -8,11 +8,17 @@
  * +1 must land in the receiver's block from -1. A distributed graph with every
  * rank sending to the next, to the one after twice, and to itself, the sources
  * listed in the order of the ranks that send: messages between two processes
- * match in order. On both: MPI_Neighbor_allgather (into a strided type too),
+ * match in order. The same graph made by MPI_Dist_graph_create, each rank
+ * describing the edges of the next one, weighted: each rank's edges and weights
+ * read back, the order of repeated edges between two ranks taken from what the
+ * library answers at both ends. An MPI-1 graph (MPI_Graph_create), a ring of all
+ * ranks but the last (from 3 ranks), which gets MPI_COMM_NULL: at 1 and 2 ranks the
+ * same neighbour twice. On each: MPI_Neighbor_allgather (into a strided type too),
  * _allgatherv (gaps between the blocks), _alltoall, _alltoallv,
  * _alltoallw (byte displacements, in reverse order), the nonblocking forms, and
  * MPI_Neighbor_alltoall_init started twice.
- * Errors: no topology, MPI_IN_PLACE. */
+ * Errors: no topology, MPI_IN_PLACE; the graphs' bad arguments, one rank's bad
+ * degree or edge failing every rank. */
 #include "check.h"
 
 /* What rank r sends in its block j. */
@@ -67,6 +73,115 @@ static void graph_hood(struct hood *h) {
   OK(MPI_Dist_graph_neighbors_count(h->comm, &in, &out, &weighted));
   CHECK(in == h->in && out == h->out, "neighbour counts %d %d, not %d %d", in, out, h->in,
         h->out);
+}
+
+/* The weight rank s gives its j-th edge in the distributed graph. */
+static int weight(int s, int j) { return 100 * s + j; }
+
+/* from_block of every source: the k-th time a source q is listed here pairs with
+ * the k-th time this rank is in q's destinations (dsts[q], nd[q] of them). */
+static void pair_blocks(struct hood *h, int dsts[][16], const int *nd) {
+  for (int i = 0; i < h->in; i++) {
+    int q = h->src[i], k = 0;
+    for (int e = 0; e < i; e++)
+      k += h->src[e] == q;
+    h->from_block[i] = -1;
+    for (int j = 0; j < nd[q] && h->from_block[i] < 0; j++)
+      if (dsts[q][j] == rank && k-- == 0)
+        h->from_block[i] = j;
+    CHECK(h->from_block[i] >= 0, "source %d listed once too often", q);
+  }
+}
+
+/* The graph of graph_hood, made by MPI_Dist_graph_create: rank r describes the
+ * edges of rank r + 1, with weights. */
+static void dist_hood(struct hood *h) {
+  int owner = (rank + 1) % size, d[4], w[4];
+  int n = dests_of(owner, d);
+  for (int j = 0; j < n; j++)
+    w[j] = weight(owner, j);
+  OK(MPI_Dist_graph_create(MPI_COMM_WORLD, 1, &owner, &n, d, w, MPI_INFO_NULL, 0, &h->comm));
+  int topo = -1, weighted = -1;
+  OK(MPI_Topo_test(h->comm, &topo));
+  CHECK(topo == MPI_DIST_GRAPH, "topology %d, not MPI_DIST_GRAPH", topo);
+  OK(MPI_Dist_graph_neighbors_count(h->comm, &h->in, &h->out, &weighted));
+  CHECK(h->in == 4 * 1 && h->out == 4 && weighted == 1, "counts %d %d %d, not 4 4 1", h->in,
+        h->out, weighted);
+  int sw[16], dw[16];
+  OK(MPI_Dist_graph_neighbors(h->comm, 16, h->src, sw, 16, h->dst, dw));
+  /* My edges, each once, with its weight, in whatever order the library keeps. */
+  int mine[4], used[4] = {0, 0, 0, 0};
+  dests_of(rank, mine);
+  for (int j = 0; j < 4; j++) {
+    int found = -1;
+    for (int e = 0; e < 4 && found < 0; e++)
+      if (!used[e] && mine[e] == h->dst[j] && weight(rank, e) == dw[j])
+        found = e;
+    CHECK(found >= 0, "destination %d (weight %d) is not one of my edges", h->dst[j], dw[j]);
+    used[found] = 1;
+  }
+  /* Every rank's destinations as the library lists them: the pairing of sources. */
+  int dsts[8][16], nd[8];
+  OK(MPI_Allgather(h->dst, 16, MPI_INT, dsts, 16, MPI_INT, MPI_COMM_WORLD));
+  for (int q = 0; q < size; q++)
+    nd[q] = 4;
+  pair_blocks(h, dsts, nd);
+  int dws[8][16];
+  OK(MPI_Allgather(dw, 16, MPI_INT, dws, 16, MPI_INT, MPI_COMM_WORLD));
+  for (int i = 0; i < h->in; i++)
+    CHECK(sw[i] == dws[h->src[i]][h->from_block[i]], "source %d's weight %d, not %d",
+          h->src[i], sw[i], dws[h->src[i]][h->from_block[i]]);
+}
+
+/* An MPI-1 graph: a ring of the first n = size - 1 ranks (all at 1 and 2 ranks),
+ * each node's neighbours the next, then the one before. */
+static int ring_nodes(void) { return size > 2 ? size - 1 : size; }
+
+static void ring_graph(int *index, int *edges) {
+  int n = ring_nodes();
+  for (int i = 0; i < n; i++) {
+    edges[2 * i] = (i + 1) % n;
+    edges[2 * i + 1] = (i + n - 1) % n;
+    index[i] = 2 * i + 2;
+  }
+}
+
+/* Returns 0 on the rank outside the graph. */
+static int ring_hood(struct hood *h) {
+  int index[8], edges[16], n = ring_nodes();
+  ring_graph(index, edges);
+  int newrank = -2;
+  OK(MPI_Graph_map(MPI_COMM_WORLD, n, index, edges, &newrank));
+  CHECK(newrank == (rank < n ? rank : MPI_UNDEFINED), "Graph_map gave %d", newrank);
+  OK(MPI_Graph_create(MPI_COMM_WORLD, n, index, edges, 0, &h->comm));
+  if (rank >= n) {
+    CHECK(h->comm == MPI_COMM_NULL, "rank %d outside the graph got a communicator", rank);
+    return 0;
+  }
+  int topo = -1, nnodes = -1, nedges = -1, gi[8], ge[16], k = -1;
+  OK(MPI_Topo_test(h->comm, &topo));
+  CHECK(topo == MPI_GRAPH, "topology %d, not MPI_GRAPH", topo);
+  OK(MPI_Graphdims_get(h->comm, &nnodes, &nedges));
+  CHECK(nnodes == n && nedges == 2 * n, "graph of %d nodes %d edges", nnodes, nedges);
+  OK(MPI_Graph_get(h->comm, 8, 16, gi, ge));
+  for (int i = 0; i < n; i++)
+    CHECK(gi[i] == index[i] && ge[2 * i] == edges[2 * i] && ge[2 * i + 1] == edges[2 * i + 1],
+          "Graph_get differs at node %d", i);
+  OK(MPI_Graph_neighbors_count(h->comm, rank, &k));
+  CHECK(k == 2, "%d neighbours, not 2", k);
+  OK(MPI_Graph_neighbors(h->comm, rank, 16, h->src));
+  h->in = h->out = 2;
+  int dsts[8][16], nd[8];
+  for (int q = 0; q < n; q++) {
+    nd[q] = 2;
+    OK(MPI_Graph_neighbors(h->comm, q, 16, dsts[q]));
+  }
+  for (int i = 0; i < 2; i++) {
+    CHECK(h->src[i] == edges[2 * rank + i], "neighbour %d is %d", i, h->src[i]);
+    h->dst[i] = h->src[i];
+  }
+  pair_blocks(h, dsts, nd);
+  return 1;
 }
 
 /* Block i of a receive (k ints at `at`) holds what its source sent from
@@ -227,24 +342,52 @@ static void test_errors(const struct hood *cart) {
   errors_return(MPI_COMM_WORLD, 1);
   EXPECT_ERR(MPI_Neighbor_allgather(&x, 1, MPI_INT, y, 1, MPI_INT, MPI_COMM_WORLD),
              MPI_ERR_TOPOLOGY, "topology");
+  MPI_Comm bad = MPI_COMM_NULL;
+  int index[1] = {1}, edges[1] = {1};
+  EXPECT_ERR(MPI_Graph_create(MPI_COMM_WORLD, 1, index, edges, 0, &bad), MPI_ERR_ARG,
+             "edge to 1");
+  EXPECT_ERR(MPI_Graph_create(MPI_COMM_WORLD, size + 1, index, edges, 0, &bad), MPI_ERR_ARG,
+             "needs more processes");
+  /* Rank 0's degree is negative: every rank fails. */
+  int degree = rank == 0 ? -1 : 1, me = rank;
+  EXPECT_ERR(MPI_Dist_graph_create(MPI_COMM_WORLD, 1, &me, &degree, &me, MPI_UNWEIGHTED,
+                                   MPI_INFO_NULL, 0, &bad),
+             MPI_ERR_ARG, rank == 0 ? "negative" : "member 0");
+  /* The last rank names a destination beyond the communicator: every rank fails. */
+  int to = rank == size - 1 ? size : rank;
+  degree = 1;
+  EXPECT_ERR(MPI_Dist_graph_create(MPI_COMM_WORLD, 1, &me, &degree, &to, MPI_UNWEIGHTED,
+                                   MPI_INFO_NULL, 0, &bad),
+             MPI_ERR_RANK, "not in the communicator");
+  CHECK(bad == MPI_COMM_NULL, "a refused graph gave a communicator");
   errors_return(MPI_COMM_WORLD, 0);
   errors_return(cart->comm, 1);
   EXPECT_ERR(MPI_Neighbor_alltoall(MPI_IN_PLACE, 1, MPI_INT, y, 1, MPI_INT, cart->comm),
              MPI_ERR_BUFFER, "MPI_IN_PLACE");
+  EXPECT_ERR(MPI_Graphdims_get(cart->comm, &x, y), MPI_ERR_TOPOLOGY, "no graph topology");
+  EXPECT_ERR(MPI_Graph_neighbors_count(cart->comm, 0, &x), MPI_ERR_TOPOLOGY, "no graph");
   errors_return(cart->comm, 0);
 }
 
 int main(int argc, char **argv) {
   start("neighbor", &argc, &argv);
   CHECK(size <= 8, "neighbor runs at 8 ranks at most");
-  struct hood cart, graph;
+  struct hood cart, graph, dist, ring;
   cart_hood(&cart);
   graph_hood(&graph);
+  dist_hood(&dist);
+  int in_ring = ring_hood(&ring);
   test_hood(&cart, "grid");
   test_hood(&graph, "graph");
+  test_hood(&dist, "dist_graph_create");
+  if (in_ring)
+    test_hood(&ring, "MPI-1 graph");
   test_errors(&cart);
   OK(MPI_Comm_free(&cart.comm));
   OK(MPI_Comm_free(&graph.comm));
+  OK(MPI_Comm_free(&dist.comm));
+  if (in_ring)
+    OK(MPI_Comm_free(&ring.comm));
   OK(MPI_Barrier(MPI_COMM_WORLD));
   return finish();
 }
