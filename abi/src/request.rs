@@ -26,6 +26,8 @@ pub enum Request {
     /// A send or receive whose outcome was read (by `MPI_Request_get_status`)
     /// before any call completed it: the outcome, for the call that does.
     Finished(Box<Finished>),
+    /// A generalized request: an operation the program runs itself.
+    Generalized(Box<crate::p2p::grequest::Grequest>),
 }
 
 /// The outcome of a send or receive, read before its completion.
@@ -168,7 +170,7 @@ pub fn comm_of(r: &Request) -> Option<Handle> {
         Request::Coll(s) => s.comm(),
         Request::CollInit(c) => Some(c.comm),
         Request::Finished(f) => Some(f.comm),
-        Request::Done(_) => None,
+        Request::Done(_) | Request::Generalized(_) => None,
     }
 }
 
@@ -180,6 +182,7 @@ pub fn pending_id(r: &Request) -> Option<msg::ReqId> {
         Request::Coll(s) => s.pending_id(),
         // The start under way is a request of its own ([`crate::state::Mpi::pending_of`]).
         Request::CollInit(_) | Request::Done(_) | Request::Finished(_) => None,
+        Request::Generalized(_) => None,
     }
 }
 

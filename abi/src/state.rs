@@ -40,6 +40,9 @@ pub struct Mpi {
     /// progress until they complete; with the bytes of the attached buffer each
     /// holds.
     pub detached: Vec<(Request, usize)>,
+    /// The generalized requests a completion call took, whose free functions run
+    /// once it has left the state.
+    pub grequest_frees: Vec<crate::p2p::grequest::Callbacks>,
     /// Messages taken by matched probes.
     pub messages: Table<Message>,
     pub errhandlers: Table<Errhandler>,
@@ -114,6 +117,7 @@ impl Mpi {
             requests: Table::new(Kind::Request),
             active: Vec::new(),
             detached: Vec::new(),
+            grequest_frees: Vec::new(),
             messages: Table::new(Kind::Message),
             errhandlers: Table::new(Kind::Errhandler),
             infos: Table::new(Kind::Info),

@@ -2,10 +2,10 @@
 //! `Get_count`, `Cancel`.
 
 use super::{check_count, check_recv_tag, check_send_tag, peer, Mode, Peer};
-use crate::entry::{call, call_held};
+use crate::entry::{call, call_held, call_in_steps};
 use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
-use crate::global::Held;
+use crate::global::{self, Held};
 use crate::request::Request;
 use crate::state::Mpi;
 
@@ -385,28 +385,35 @@ pub unsafe extern "C" fn PMPI_Get_elements(
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cancel(request: *mut Handle) -> c_int {
-    call("MPI_Cancel", Object::None, |mpi| {
+    call_in_steps("MPI_Cancel", Object::None, || {
         // SAFETY: null or readable, the binding's contract.
         let h = unsafe { read_arg(request, MPI_ERR_REQUEST, "request") }?;
-        match mpi.requests.get(h) {
+        let generalized = global::with(|mpi| match mpi.requests.get(h) {
             // A receive not matched yet completes as cancelled; anything else (a send,
             // a matched receive) completes as it would have: cancelling it is allowed
             // to fail (MPI 3.8.4), and `MPI_Test_cancelled` then says false.
             Some(Request::P2p(p)) => {
                 mpi.msg.cancel(p.id);
-                Ok(())
+                Ok(None)
             }
             Some(Request::Persistent(p)) => {
                 if let Some(a) = &p.active {
                     mpi.msg.cancel(a.id);
                 }
-                Ok(())
+                Ok(None)
             }
-            Some(_) => Ok(()),
+            // The program's operation: its cancel function decides.
+            Some(Request::Generalized(g)) => Ok(Some((g.callbacks, g.done.is_some()))),
+            Some(_) => Ok(None),
             None => Err(Error::new(
                 MPI_ERR_REQUEST,
                 format!("{h:#x} is not a request"),
             )),
+        })?;
+        match generalized {
+            // SAFETY: outside the state.
+            Some((c, complete)) => unsafe { c.cancel(complete) },
+            None => Ok(()),
         }
     })
 }

@@ -1,5 +1,6 @@
 //! Completing requests: `MPI_Test*` and `MPI_Wait*`.
 
+use super::grequest;
 use crate::entry::call;
 use crate::error::{non_null, raise, Error, Object, Result};
 use crate::ffi::*;
@@ -37,6 +38,14 @@ impl Mpi {
                 entry.delete();
                 (status, error, false)
             }
+            Request::Generalized(g) => match g.done.take() {
+                None => return Ok(Outcome::Pending),
+                Some((status, error)) => {
+                    self.grequest_frees.push(g.callbacks);
+                    entry.delete();
+                    (status, error, false)
+                }
+            },
             Request::Persistent(p) => match p.active.as_ref().map(|a| self.msg.test(a.id)) {
                 None => match p.done.take() {
                     Some((status, error)) => (status, error, true),
@@ -216,15 +225,30 @@ pub(super) fn in_status(errors: &[Option<Error>]) -> Result<()> {
 /// Run completion call `name` as `f`, which notes in its second argument the
 /// communicator of the request whose error it returns: such an error goes through
 /// that communicator's error handler (as in MPICH and Open MPI), any other (a bad
-/// request handle, a null pointer) through `MPI_COMM_SELF`'s.
+/// request handle, a null pointer, a generalized request's free function) through
+/// `MPI_COMM_SELF`'s. The free functions of the generalized requests it took run
+/// once it has left the state.
 pub(super) fn complete(
     name: &str,
     f: impl FnOnce(&mut Held, &mut Option<Handle>) -> Result<()>,
 ) -> c_int {
     let mut comm = None;
-    match global::with_held(|mpi| f(mpi, &mut comm)) {
-        Ok(()) => MPI_SUCCESS,
-        Err(e) => raise(name, comm.map_or(Object::None, Object::Comm), e),
+    let mut taken = Vec::new();
+    let done = global::with_held(|mpi| {
+        let r = f(mpi, &mut comm);
+        if !mpi.grequest_frees.is_empty() {
+            taken = std::mem::take(&mut mpi.grequest_frees);
+        }
+        r
+    });
+    let freed = match taken.is_empty() {
+        true => Ok(()),
+        false => grequest::free_all(taken),
+    };
+    match (done, freed) {
+        (Ok(()), Ok(())) => MPI_SUCCESS,
+        (Err(e), _) => raise(name, comm.map_or(Object::None, Object::Comm), e),
+        (Ok(()), Err(e)) => raise(name, Object::None, e),
     }
 }
 
@@ -391,6 +415,7 @@ pub unsafe extern "C" fn PMPI_Testall(
                 p.active.as_ref().is_none_or(|a| mpi.msg.is_complete(a.id))
             }
             Some(Request::Done(_) | Request::Finished(_)) => true,
+            Some(Request::Generalized(g)) => g.done.is_some(),
             Some(Request::Coll(s)) => s.is_done(),
             Some(Request::CollInit(c)) => mpi.collective_init_done(c),
         });
@@ -429,7 +454,7 @@ pub unsafe extern "C" fn PMPI_Testall(
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Request_free(request: *mut Handle) -> c_int {
-    call("MPI_Request_free", Object::None, |mpi| {
+    complete("MPI_Request_free", |mpi, _| {
         non_null(request, MPI_ERR_REQUEST, "request")?;
         // SAFETY: the binding's contract.
         let h = unsafe { &mut *request };
@@ -492,6 +517,7 @@ impl Mpi {
         Ok(match r {
             Request::Done(s) => Some(*s),
             Request::Finished(f) => Some(f.status),
+            Request::Generalized(g) => g.done.as_ref().map(|d| d.0),
             Request::Coll(s) => s.is_done().then(Status::empty),
             Request::P2p(_) | Request::CollInit(_) => unreachable!("looked at above"),
             Request::Persistent(p) => match (&p.done, p.active.as_ref().map(|a| msg.test(a.id))) {
@@ -512,6 +538,13 @@ impl Mpi {
     /// `MPI_Request_free`: forget `h`; an operation under way still completes, driven
     /// by progress (its buffers kept until then).
     pub fn free_request(&mut self, h: Handle) -> Result<()> {
+        if let Some(Request::Generalized(g)) = self.requests.get_mut(h) {
+            if g.done.is_none() {
+                // It goes when the program completes it.
+                g.freed = true;
+                return Ok(());
+            }
+        }
         match self.requests.remove(h) {
             None => Err(bad_request(h)),
             Some(r @ Request::P2p(_)) => {
@@ -535,6 +568,10 @@ impl Mpi {
                 None => Ok(()),
             },
             Some(Request::Done(_) | Request::Finished(_)) => Ok(()),
+            Some(Request::Generalized(g)) => {
+                self.grequest_frees.push(g.callbacks);
+                Ok(())
+            }
         }
     }
 }

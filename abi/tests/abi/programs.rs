@@ -32,6 +32,8 @@
 //! * `threads`: `MPI_THREAD_MULTIPLE`: several threads of each rank at once, in
 //!   point-to-point calls and collectives, and blocking calls that wait for another
 //!   thread of their own rank, at 1 to 3 ranks.
+//! * `grequest`: generalized requests: their functions (an MPI call from each),
+//!   completion by another thread, cancel, free before completion, their errors.
 //! * `spawn`: dynamic processes: a refused spawn, a spawn, traffic both ways over
 //!   the intercommunicator, its barrier, merge and disconnect.
 //! * `callbacks`: MPI calls from inside the library's callbacks: a reduction
@@ -194,6 +196,11 @@ fn arrays() {
 #[test]
 fn utilities() {
     passes("utilities", &[1, 2]);
+}
+
+#[test]
+fn grequest() {
+    passes("grequest", &[1, 2]);
 }
 
 #[test]
