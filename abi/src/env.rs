@@ -86,7 +86,7 @@ pub unsafe extern "C" fn PMPI_Finalize() -> c_int {
     // Attributes on MPI_COMM_SELF go first, as the standard asks (their delete
     // functions may still use MPI).
     let deleted = call_in_steps("MPI_Finalize", Object::None, || {
-        crate::comm::attr::delete_attrs(MPI_COMM_SELF, None)
+        crate::attr::delete_attrs(crate::attr::Holder::comm(MPI_COMM_SELF), None)
     });
     if deleted != MPI_SUCCESS {
         return deleted;

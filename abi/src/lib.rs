@@ -28,6 +28,7 @@
 #![allow(non_snake_case, clippy::missing_safety_doc)]
 
 pub mod alloc_mem;
+pub mod attr;
 pub mod coll;
 pub mod comm;
 pub mod datatype;

@@ -54,7 +54,7 @@ pub struct Mpi {
     /// The error handler of `MPI_FILE_NULL`: that of files being opened, and of
     /// each new file.
     pub file_null_errhandler: Handle,
-    pub attrs: crate::comm::attr::Keyvals,
+    pub attrs: crate::attr::Keyvals,
     /// The thread level granted.
     pub thread_level: c_int,
     /// The next context number nobody here has used.

@@ -1,8 +1,8 @@
 //! The communicator bindings: rank, size, making and freeing, comparing, names,
 //! error handlers.
 
-use super::attr;
 use super::group::compare;
+use crate::attr::{self, Holder};
 use crate::entry::{call, call_in_steps, make_from_function, query_binding};
 use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
@@ -116,7 +116,7 @@ pub unsafe extern "C" fn PMPI_Comm_dup_with_info(
 /// frees the duplicate.
 fn dup_with_attrs(comm: Handle) -> Result<Handle> {
     let h = global::with(|mpi| mpi.comm_dup(comm))?;
-    if let Err(e) = attr::copy_attrs(comm, h) {
+    if let Err(e) = attr::copy_attrs(Holder::comm(comm), Holder::comm(h)) {
         global::with(|mpi| mpi.comm_free(h))?;
         return Err(e);
     }
@@ -177,7 +177,7 @@ impl Mpi {
                 "MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed",
             )),
             _ => {
-                self.forget_attrs(h, None)?;
+                self.forget_attrs(Holder::comm(h), None)?;
                 self.comms.remove(h);
                 // The parents' intercommunicator, freed, is not handed out again.
                 if self.parent == h {
@@ -195,7 +195,7 @@ pub unsafe extern "C" fn PMPI_Comm_free(comm: *mut Handle) -> c_int {
         // SAFETY: null or readable, the binding's contract.
         let h = unsafe { read_arg(comm, MPI_ERR_ARG, "communicator") }?;
         global::with(|mpi| mpi.check_freeable(h))?;
-        attr::delete_attrs(h, None)?;
+        attr::delete_attrs(Holder::comm(h), None)?;
         global::with(|mpi| mpi.comm_free(h))?;
         // SAFETY: checked not null.
         unsafe { comm.write(MPI_COMM_NULL) };
@@ -215,7 +215,7 @@ pub unsafe extern "C" fn PMPI_Comm_disconnect(comm: *mut Handle) -> c_int {
             let s = mpi.build_barrier(h)?;
             mpi.run(s)
         })?;
-        attr::delete_attrs(h, None)?;
+        attr::delete_attrs(Holder::comm(h), None)?;
         global::with(|mpi| mpi.comm_free(h))?;
         // SAFETY: checked not null.
         unsafe { comm.write(MPI_COMM_NULL) };

@@ -63,7 +63,7 @@ impl Mpi {
 
     /// The duplicate of `MPI_Comm_dup`: the same group, a new context, the
     /// parent's error handler and topology (the attributes come after, copied
-    /// outside the library's state: [`super::attr::copy_attrs`]).
+    /// outside the library's state: [`crate::attr::copy_attrs`]).
     pub fn comm_dup(&mut self, comm: Handle) -> Result<Handle> {
         if self.comm(comm)?.remote.is_some() {
             return self.intercomm_dup(comm);

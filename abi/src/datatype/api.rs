@@ -3,9 +3,11 @@
 
 use super::build::resized;
 use super::{pack, Datatype, Envelope, Layout};
-use crate::entry::call;
+use crate::attr::{self, Holder};
+use crate::entry::{call, call_in_steps};
 use crate::error::{array, non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
+use crate::global;
 use crate::p2p::check_count;
 use crate::state::Mpi;
 use std::sync::Arc;
@@ -338,19 +340,29 @@ pub unsafe extern "C" fn PMPI_Type_create_resized(
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_dup(oldtype: Handle, newtype: *mut Handle) -> c_int {
-    call("MPI_Type_dup", Object::None, |mpi| {
+    call_in_steps("MPI_Type_dup", Object::None, || {
         non_null(newtype, MPI_ERR_ARG, "new type")?;
-        let old = mpi.dtype_any(oldtype)?;
-        let mut t = old.clone();
-        t.made_of = Arc::from(vec![old.clone()]);
-        t.predefined = false;
-        t.envelope = Some(Arc::new(env(
-            MPI_COMBINER_DUP,
-            vec![],
-            vec![],
-            vec![oldtype],
-        )));
-        let h = mpi.types.insert(t)?;
+        let h = global::with(|mpi| {
+            let old = mpi.dtype_any(oldtype)?;
+            let mut t = old.clone();
+            t.made_of = Arc::from(vec![old.clone()]);
+            t.predefined = false;
+            t.envelope = Some(Arc::new(env(
+                MPI_COMBINER_DUP,
+                vec![],
+                vec![],
+                vec![oldtype],
+            )));
+            mpi.types.insert(t)
+        })?;
+        // The attributes, by their keys' copy functions (outside the state).
+        if let Err(e) = attr::copy_attrs(Holder::datatype(oldtype), Holder::datatype(h)) {
+            global::with(|mpi| {
+                mpi.types.remove(h);
+                Ok(())
+            })?;
+            return Err(e);
+        }
         // SAFETY: checked not null.
         unsafe { newtype.write(h) };
         Ok(())
@@ -373,16 +385,25 @@ pub unsafe extern "C" fn PMPI_Type_commit(datatype: *mut Handle) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_free(datatype: *mut Handle) -> c_int {
-    call("MPI_Type_free", Object::None, |mpi| {
+    call_in_steps("MPI_Type_free", Object::None, || {
         // SAFETY: null or readable, the binding's contract.
         let h = unsafe { read_arg(datatype, MPI_ERR_ARG, "type") }?;
-        if mpi.types.remove(h).is_none() {
-            mpi.dtype_any(h)?;
-            return Err(Error::new(
-                MPI_ERR_TYPE,
-                "a predefined datatype cannot be freed",
-            ));
-        }
+        global::with(|mpi| match mpi.types.get(h) {
+            Some(_) => Ok(()),
+            None => {
+                mpi.dtype_any(h)?;
+                Err(Error::new(
+                    MPI_ERR_TYPE,
+                    "a predefined datatype cannot be freed",
+                ))
+            }
+        })?;
+        // Its attributes' deletions (outside the state), then the type.
+        attr::delete_attrs(Holder::datatype(h), None)?;
+        global::with(|mpi| {
+            mpi.types.remove(h);
+            Ok(())
+        })?;
         // SAFETY: checked not null.
         unsafe { datatype.write(MPI_DATATYPE_NULL) };
         Ok(())

@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod arrays;
+pub mod attr;
 mod build;
 pub mod pack;
 pub mod predefined;

@@ -1,11 +1,12 @@
 //! The window bindings: making and freeing windows, their group, attributes, names
 //! and error handlers.
 
+use crate::attr::{self, get_attr_binding, keyval_bindings, AttrKind, Holder};
 use crate::comm::api::{create_errhandler, object_name_bindings};
-use crate::comm::attr::get_attr_binding;
-use crate::entry::{call, query_binding};
+use crate::entry::{call, call_in_steps, query_binding};
 use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
+use crate::global;
 use crate::handles::Kind;
 use crate::state::Mpi;
 
@@ -114,17 +115,22 @@ pub(super) unsafe fn allocated(
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_free(win: *mut Handle) -> c_int {
-    call("MPI_Win_free", Object::None, |mpi| {
+    call_in_steps("MPI_Win_free", Object::None, || {
         // SAFETY: null or readable, the binding's contract.
         let h = unsafe { read_arg(win, MPI_ERR_ARG, "window") }?;
-        let w = mpi.win(h)?;
-        if w.sync.passive() || w.sync.access.is_some() || w.sync.exposure.is_some() {
-            return Err(Error::new(
-                MPI_ERR_RMA_SYNC,
-                "the window is freed inside an epoch: unlock, complete or wait first",
-            ));
-        }
-        mpi.win_free(h)?;
+        global::with(|mpi| {
+            let w = mpi.win(h)?;
+            if w.sync.passive() || w.sync.access.is_some() || w.sync.exposure.is_some() {
+                return Err(Error::new(
+                    MPI_ERR_RMA_SYNC,
+                    "the window is freed inside an epoch: unlock, complete or wait first",
+                ));
+            }
+            Ok(())
+        })?;
+        // Its attributes' deletions (outside the state), then the window.
+        attr::delete_attrs(Holder::win(h), None)?;
+        global::with(|mpi| mpi.win_free(h))?;
         // SAFETY: checked not null.
         unsafe { win.write(MPI_WIN_NULL) };
         Ok(())
@@ -158,8 +164,21 @@ impl Mpi {
 }
 
 get_attr_binding!(PMPI_Win_get_attr, Object::Win, |mpi, win, win_keyval| {
-    mpi.win_attr(win, win_keyval)?
+    match mpi.win_attr(win, win_keyval)? {
+        Some(v) => Some(v),
+        None => mpi.attr(Holder::win(win), win_keyval)?,
+    }
 });
+
+keyval_bindings!(
+    PMPI_Win_create_keyval,
+    PMPI_Win_free_keyval,
+    PMPI_Win_set_attr,
+    PMPI_Win_delete_attr,
+    AttrKind::Win,
+    Object::Win,
+    Holder::win
+);
 
 object_name_bindings!(
     PMPI_Win_set_name,

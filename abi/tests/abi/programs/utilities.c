@@ -3,7 +3,11 @@
  * (MPI_Status_set_elements, _cancelled, the MPI 5.0 accessors) and read back by
  * MPI_Get_count, MPI_Get_elements and MPI_Test_cancelled; MPI_Info_get and
  * MPI_Info_get_valuelen; the hints of communicators and windows; the MPI-1 names
- * of the attribute calls. */
+ * of the attribute calls; attributes on datatypes (a derived one and MPI_INT) and
+ * windows: copied by MPI_Type_dup as each key's copy function says, deleted by
+ * MPI_Type_free, MPI_Win_free, replacement and MPI_*_delete_attr through the delete
+ * function (which calls MPI on the object), a freed key's attribute still deleted,
+ * a key of another kind refused. */
 #include "check.h"
 
 static void test_alloc_mem(void) {
@@ -119,11 +123,124 @@ static void test_mpi1_attributes(void) {
   CHECK(key == MPI_KEYVAL_INVALID, "MPI_Keyval_free left the key");
 }
 
+/* Attribute callbacks: values are small integers; a copy gives ten times the value;
+ * each deletion is counted, with the size of the type it was on (an MPI call on
+ * the object being deleted from). */
+static int deletions, deleted_value, deleted_size;
+
+static int type_copy(MPI_Datatype t, int key, void *extra, void *in, void *out, int *flag) {
+  (void)t, (void)key, (void)extra;
+  *(intptr_t *)out = 10 * (intptr_t)in;
+  *flag = 1;
+  return MPI_SUCCESS;
+}
+
+static int type_delete(MPI_Datatype t, int key, void *value, void *extra) {
+  (void)key, (void)extra;
+  deletions++;
+  deleted_value = (int)(intptr_t)value;
+  OK(MPI_Type_size(t, &deleted_size));
+  return MPI_SUCCESS;
+}
+
+static int win_delete(MPI_Win w, int key, void *value, void *extra) {
+  (void)key, (void)extra;
+  deletions++;
+  deleted_value = (int)(intptr_t)value;
+  MPI_Aint *wsize = NULL;
+  int flag = 0;
+  OK(MPI_Win_get_attr(w, MPI_WIN_SIZE, &wsize, &flag));
+  deleted_size = flag ? (int)*wsize : -1;
+  return MPI_SUCCESS;
+}
+
+static intptr_t get_type_attr(MPI_Datatype t, int key) {
+  void *v = NULL;
+  int flag = -1;
+  OK(MPI_Type_get_attr(t, key, &v, &flag));
+  return flag ? (intptr_t)v : -1;
+}
+
+static void test_type_win_attributes(void) {
+  int copied, same, dropped;
+  OK(MPI_Type_create_keyval(type_copy, type_delete, &copied, NULL));
+  OK(MPI_Type_create_keyval(MPI_TYPE_DUP_FN, MPI_TYPE_NULL_DELETE_FN, &same, NULL));
+  OK(MPI_Type_create_keyval(MPI_TYPE_NULL_COPY_FN, type_delete, &dropped, NULL));
+  MPI_Datatype pair, dup;
+  OK(MPI_Type_contiguous(2, MPI_INT, &pair));
+  CHECK(get_type_attr(pair, copied) == -1, "an attribute never set was found");
+  OK(MPI_Type_set_attr(pair, copied, (void *)3));
+  OK(MPI_Type_set_attr(pair, same, (void *)4));
+  OK(MPI_Type_set_attr(pair, dropped, (void *)5));
+  CHECK(get_type_attr(pair, copied) == 3 && get_type_attr(pair, same) == 4,
+        "the attributes set on a type");
+  OK(MPI_Type_dup(pair, &dup));
+  CHECK(get_type_attr(dup, copied) == 30 && get_type_attr(dup, same) == 4 &&
+            get_type_attr(dup, dropped) == -1,
+        "MPI_Type_dup's attributes: %ld %ld %ld", (long)get_type_attr(dup, copied),
+        (long)get_type_attr(dup, same), (long)get_type_attr(dup, dropped));
+  deletions = 0;
+  OK(MPI_Type_free(&dup));
+  CHECK(deletions == 1 && deleted_value == 30 && deleted_size == 8,
+        "MPI_Type_free's deletions: %d, value %d, size %d", deletions, deleted_value,
+        deleted_size);
+  /* Replacing a value deletes the old one; so does MPI_Type_delete_attr. */
+  OK(MPI_Type_set_attr(pair, copied, (void *)6));
+  CHECK(deletions == 2 && deleted_value == 3, "replaced: %d deletions", deletions);
+  OK(MPI_Type_delete_attr(pair, copied));
+  CHECK(deletions == 3 && deleted_value == 6 && get_type_attr(pair, copied) == -1,
+        "MPI_Type_delete_attr");
+  /* A freed key's attribute is still deleted by its function. */
+  OK(MPI_Type_free_keyval(&dropped));
+  CHECK(dropped == MPI_KEYVAL_INVALID, "MPI_Type_free_keyval left the key");
+  OK(MPI_Type_free(&pair));
+  CHECK(deletions == 4 && deleted_value == 5, "a freed key's attribute: %d deletions",
+        deletions);
+  /* On a predefined type. */
+  OK(MPI_Type_set_attr(MPI_INT, same, (void *)7));
+  CHECK(get_type_attr(MPI_INT, same) == 7, "an attribute on MPI_INT");
+  OK(MPI_Type_delete_attr(MPI_INT, same));
+  CHECK(get_type_attr(MPI_INT, same) == -1, "MPI_INT's attribute deleted");
+
+  /* Windows. */
+  int wkey, ckey;
+  OK(MPI_Win_create_keyval(MPI_WIN_NULL_COPY_FN, win_delete, &wkey, NULL));
+  OK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &ckey, NULL));
+  int mem[4];
+  MPI_Win w;
+  OK(MPI_Win_create(mem, sizeof mem, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &w));
+  OK(MPI_Win_set_attr(w, wkey, (void *)8));
+  void *v = NULL;
+  int flag = 0;
+  OK(MPI_Win_get_attr(w, wkey, &v, &flag));
+  CHECK(flag && (intptr_t)v == 8, "a window's attribute");
+  MPI_Aint *wsize = NULL;
+  OK(MPI_Win_get_attr(w, MPI_WIN_SIZE, &wsize, &flag));
+  CHECK(flag && *wsize == (MPI_Aint)sizeof mem, "MPI_WIN_SIZE beside the program's");
+  errors_return(MPI_COMM_SELF, 1);
+  OK(MPI_Win_set_errhandler(w, MPI_ERRORS_RETURN));
+  EXPECT_ERR(MPI_Win_set_attr(w, ckey, (void *)1), MPI_ERR_KEYVAL, "MPI_Win_create_keyval");
+  EXPECT_ERR(MPI_Type_set_attr(MPI_INT, wkey, (void *)1), MPI_ERR_KEYVAL,
+             "MPI_Type_create_keyval");
+  EXPECT_ERR(MPI_Type_delete_attr(MPI_INT, copied), MPI_ERR_KEYVAL, "no attribute");
+  errors_return(MPI_COMM_SELF, 0);
+  deletions = 0;
+  OK(MPI_Win_free(&w));
+  CHECK(deletions == 1 && deleted_value == 8 && deleted_size == (int)sizeof mem,
+        "MPI_Win_free's deletions: %d, value %d, size %d", deletions, deleted_value,
+        deleted_size);
+  OK(MPI_Win_free_keyval(&wkey));
+  OK(MPI_Comm_free_keyval(&ckey));
+  OK(MPI_Type_free_keyval(&copied));
+  OK(MPI_Type_free_keyval(&same));
+}
+
 int main(int argc, char **argv) {
   start("utilities", &argc, &argv);
   test_alloc_mem();
   test_status();
   test_info();
   test_mpi1_attributes();
+  test_type_win_attributes();
   return finish();
 }
