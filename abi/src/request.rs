@@ -26,6 +26,10 @@ pub enum Request {
     /// A send or receive whose outcome was read (by `MPI_Request_get_status`)
     /// before any call completed it: the outcome, for the call that does.
     Finished(Box<Finished>),
+    /// `MPI_Buffer_iflush`, `MPI_Comm_iflush_buffer`: done when the buffered sends
+    /// before number `upto` in the buffer of `owner` (`None`: the process's) have
+    /// left.
+    Flush { owner: Option<Handle>, upto: u64 },
     /// A generalized request: an operation the program runs itself.
     Generalized(Box<crate::p2p::grequest::Grequest>),
 }
@@ -170,6 +174,7 @@ pub fn comm_of(r: &Request) -> Option<Handle> {
         Request::Coll(s) => s.comm(),
         Request::CollInit(c) => Some(c.comm),
         Request::Finished(f) => Some(f.comm),
+        Request::Flush { owner, .. } => *owner,
         Request::Done(_) | Request::Generalized(_) => None,
     }
 }
@@ -183,6 +188,8 @@ pub fn pending_id(r: &Request) -> Option<msg::ReqId> {
         // The start under way is a request of its own ([`crate::state::Mpi::pending_of`]).
         Request::CollInit(_) | Request::Done(_) | Request::Finished(_) => None,
         Request::Generalized(_) => None,
+        // What it waits for is in the library's own requests ([`crate::state::Mpi::pending_of`]).
+        Request::Flush { .. } => None,
     }
 }
 

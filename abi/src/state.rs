@@ -39,7 +39,7 @@ pub struct Mpi {
     /// Requests nobody waits for (freed while active, buffered sends), driven by
     /// progress until they complete; with the bytes of the attached buffer each
     /// holds.
-    pub detached: Vec<(Request, usize)>,
+    pub detached: Vec<(Request, crate::p2p::bsend::Room)>,
     /// The generalized requests a completion call took, whose free functions run
     /// once it has left the state.
     pub grequest_frees: Vec<crate::p2p::grequest::Callbacks>,
@@ -60,7 +60,7 @@ pub struct Mpi {
     /// The next context number nobody here has used.
     pub next_ctx: u32,
     /// The buffer attached for buffered sends.
-    pub bsend: crate::p2p::bsend::Buffer,
+    pub bsend: crate::p2p::bsend::Buffers,
     /// The communicator to the processes that spawned this one (`MPI_COMM_NULL`).
     pub parent: Handle,
     /// The thread that initialized the library.

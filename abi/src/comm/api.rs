@@ -178,6 +178,7 @@ impl Mpi {
             )),
             _ => {
                 self.forget_attrs(Holder::comm(h), None)?;
+                self.drop_comm_buffer(h);
                 self.comms.remove(h);
                 // The parents' intercommunicator, freed, is not handed out again.
                 if self.parent == h {

@@ -1,21 +1,94 @@
-//! Buffered sends: the message is copied out of the user's buffer at once and sent
-//! from the copy, within the room of the buffer the user attached
-//! (`MPI_Buffer_attach`), which `MPI_Buffer_detach` hands back once every buffered
-//! send has left.
+//! Buffered sends and their buffers: the message is copied out of the user's buffer
+//! at once and sent from the copy, within the room of a buffer the user attached:
+//! the communicator's (`MPI_Comm_attach_buffer`, MPI 4.1) if it has one, else the
+//! process's (`MPI_Buffer_attach`). `MPI_BUFFER_AUTOMATIC` attaches a buffer
+//! without a limit. Detaching hands a buffer back once every buffered send that
+//! took room in it has left; flushing (`MPI_Buffer_flush`, `MPI_Comm_flush_buffer`
+//! and their nonblocking forms) waits for the same without detaching. The copy is
+//! the library's own: an attached buffer is room counted, never written.
+//!
+//! Sessions have no buffers here: `MPI_Session_attach_buffer` and its kin are
+//! refused with the sessions.
 
 use crate::entry::{call, call_held};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
+use crate::global::Held;
 use crate::p2p::wait::Step;
 use crate::request::Request;
 use crate::state::Mpi;
+use std::collections::HashMap;
 
-/// The attached buffer: where it is, its size, and how much buffered sends in
-/// flight take of it.
+/// An attached buffer.
+#[derive(Clone, Copy)]
+enum Attached {
+    At {
+        addr: usize,
+        size: usize,
+    },
+    /// `MPI_BUFFER_AUTOMATIC`: room without a limit.
+    Automatic,
+}
+
+/// A buffer for buffered sends, and how much of it the sends in flight take.
 #[derive(Default)]
-pub struct Buffer {
-    attached: Option<(usize, usize)>,
-    pub used: usize,
+struct Buffer {
+    attached: Option<Attached>,
+    used: usize,
+}
+
+/// The process's buffer and the communicators' (by handle), and the number of the
+/// next buffered send.
+#[derive(Default)]
+pub struct Buffers {
+    process: Buffer,
+    comms: HashMap<Handle, Buffer>,
+    serial: u64,
+}
+
+/// The room a request nobody waits for takes in a buffer (none: `bytes` 0).
+#[derive(Clone, Copy, Default)]
+pub struct Room {
+    bytes: usize,
+    /// The communicator whose buffer it is in (`None`: the process's).
+    owner: Option<Handle>,
+    /// Which buffered send it is, in order.
+    serial: u64,
+}
+
+impl Buffers {
+    fn of(&mut self, owner: Option<Handle>) -> Option<&mut Buffer> {
+        match owner {
+            None => Some(&mut self.process),
+            Some(c) => self.comms.get_mut(&c),
+        }
+    }
+
+    /// Give back the room of a request that completed.
+    pub fn release(&mut self, room: Room) {
+        if room.bytes > 0 {
+            if let Some(b) = self.of(room.owner) {
+                b.used -= room.bytes;
+            }
+        }
+    }
+}
+
+/// Whether every buffered send before number `upto` that took room in `owner`'s
+/// buffer has left the requests nobody waits for (`detached`); else one of them,
+/// for a wait to look at.
+pub fn flushed(
+    detached: &[(Request, Room)],
+    owner: Option<Handle>,
+    upto: u64,
+) -> (bool, Option<rbtl::msg::ReqId>) {
+    let mut left = detached
+        .iter()
+        .filter(|(_, room)| room.bytes > 0 && room.owner == owner && room.serial < upto);
+    match left.next() {
+        None => (true, None),
+        Some((r, _)) => (false, crate::request::pending_id(r)),
+    }
 }
 
 impl Mpi {
@@ -35,68 +108,217 @@ impl Mpi {
         // SAFETY: the caller's contract.
         let copy = unsafe { self.packed_copy((buf, count, ty)) }?;
         let len = copy.len();
-        let Some((_, size)) = self.bsend.attached else {
-            return Err(Error::new(
-                MPI_ERR_BUFFER,
-                "no buffer is attached for buffered sends: call MPI_Buffer_attach first",
-            ));
-        };
+        let owner = self
+            .bsend
+            .comms
+            .get(&comm)
+            .is_some_and(|b| b.attached.is_some())
+            .then_some(comm);
+        let b = self.bsend.of(owner).expect("the process's, or one found");
         let need = len + MPI_BSEND_OVERHEAD as usize;
-        if self.bsend.used + need > size {
+        match b.attached {
+            None => {
+                return Err(Error::new(
+                    MPI_ERR_BUFFER,
+                    "no buffer is attached for buffered sends: call MPI_Buffer_attach or MPI_Comm_attach_buffer first",
+                ))
+            }
+            Some(Attached::At { size, .. }) if b.used + need > size => {
+                return Err(Error::new(
+                    MPI_ERR_BUFFER,
+                    format!("the attached buffer of {size} bytes has {} free, and this send needs {need} (its {len} bytes and MPI_BSEND_OVERHEAD)", size - b.used),
+                ))
+            }
+            Some(_) => {}
+        }
+        let room = Room {
+            bytes: need,
+            owner,
+            serial: self.bsend.serial,
+        };
+        self.send_detached(copy, dest, tag, comm, room)?;
+        self.bsend.serial += 1;
+        if let Some(b) = self.bsend.of(owner) {
+            b.used += need;
+        }
+        Ok(Request::Done(Status::empty()))
+    }
+
+    /// The number the next buffered send gets.
+    pub fn next_bsend(&self) -> u64 {
+        self.bsend.serial
+    }
+
+    /// Attach `buffer` of `size` bytes to `owner` (`None`: the process).
+    fn attach(&mut self, owner: Option<Handle>, buffer: *mut c_void, size: c_int) -> Result<()> {
+        let attached = if buffer as usize == MPI_BUFFER_AUTOMATIC {
+            Attached::Automatic
+        } else {
+            let size = usize::try_from(size)
+                .map_err(|_| Error::new(MPI_ERR_ARG, format!("size {size} is negative")))?;
+            Attached::At {
+                addr: buffer as usize,
+                size,
+            }
+        };
+        let b = match owner {
+            None => &mut self.bsend.process,
+            Some(c) => {
+                self.comm(c)?;
+                self.bsend.comms.entry(c).or_default()
+            }
+        };
+        if b.attached.is_some() {
             return Err(Error::new(
                 MPI_ERR_BUFFER,
-                format!("the attached buffer of {size} bytes has {} free, and this send needs {need} (its {len} bytes and MPI_BSEND_OVERHEAD)", size - self.bsend.used),
+                "a buffer is attached already: detach it first",
             ));
         }
-        self.send_detached(copy, dest, tag, comm, need)?;
-        self.bsend.used += need;
-        Ok(Request::Done(Status::empty()))
+        b.attached = Some(attached);
+        Ok(())
+    }
+
+    /// Forget communicator `c`'s buffer (the communicator is freed): its sends in
+    /// flight give their room back to nobody.
+    pub fn drop_comm_buffer(&mut self, c: Handle) {
+        self.bsend.comms.remove(&c);
+    }
+}
+
+impl Held {
+    /// Wait until every buffered send made so far in `owner`'s buffer has left.
+    fn flush(&mut self, owner: Option<Handle>) -> Result<()> {
+        if let Some(c) = owner {
+            self.comm(c)?;
+        }
+        let upto = self.next_bsend();
+        self.wait_for(|mpi, look| {
+            let (done, pending) = flushed(&mpi.detached, owner, upto);
+            Ok(match done {
+                true => Step::Done,
+                false => Step::Pending(pending.filter(|_| look)),
+            })
+        })
+    }
+
+    /// Detach `owner`'s buffer once its buffered sends have left: its address (or
+    /// `MPI_BUFFER_AUTOMATIC`) and size (0 for an automatic one).
+    fn detach(&mut self, owner: Option<Handle>) -> Result<(usize, usize)> {
+        let attached = match owner {
+            None => self.bsend.process.attached,
+            Some(c) => {
+                self.comm(c)?;
+                self.bsend.comms.get(&c).and_then(|b| b.attached)
+            }
+        };
+        let Some(attached) = attached else {
+            return Err(Error::new(MPI_ERR_BUFFER, "no buffer is attached"));
+        };
+        self.flush(owner)?;
+        if let Some(b) = self.bsend.of(owner) {
+            b.attached = None;
+        }
+        Ok(match attached {
+            Attached::At { addr, size } => (addr, size),
+            Attached::Automatic => (MPI_BUFFER_AUTOMATIC, 0),
+        })
+    }
+}
+
+/// Hand a detached buffer back: its address and size.
+///
+/// # Safety
+///
+/// `buffer_addr` is null or points to a pointer, `size` null or to an int.
+unsafe fn hand_back(buffer_addr: *mut c_void, size: *mut c_int, (addr, len): (usize, usize)) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        put(buffer_addr.cast::<usize>(), addr);
+        put(size, len as c_int);
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
     call("MPI_Buffer_attach", Object::None, |mpi| {
-        if mpi.bsend.attached.is_some() {
-            return Err(Error::new(
-                MPI_ERR_BUFFER,
-                "a buffer is attached already: detach it first",
-            ));
-        }
-        let size = usize::try_from(size)
-            .map_err(|_| Error::new(MPI_ERR_ARG, format!("size {size} is negative")))?;
-        mpi.bsend.attached = Some((buffer as usize, size));
-        Ok(())
+        mpi.attach(None, buffer, size)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_attach_buffer(
+    comm: Handle,
+    buffer: *mut c_void,
+    size: c_int,
+) -> c_int {
+    call("MPI_Comm_attach_buffer", Object::Comm(comm), |mpi| {
+        mpi.attach(Some(comm), buffer, size)
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
     call_held("MPI_Buffer_detach", Object::None, |mpi| {
-        let Some((addr, len)) = mpi.bsend.attached else {
-            return Err(Error::new(MPI_ERR_BUFFER, "no buffer is attached"));
-        };
-        // Every buffered send leaves before the buffer goes back.
-        mpi.wait_for(|mpi, look| {
-            if mpi.bsend.used == 0 {
-                return Ok(Step::Done);
-            }
-            Ok(Step::Pending(
-                look.then(|| {
-                    mpi.detached
-                        .iter()
-                        .find_map(|(r, _)| crate::request::pending_id(r))
-                })
-                .flatten(),
-            ))
-        })?;
-        mpi.bsend.attached = None;
-        // SAFETY: the binding's contract: `buffer_addr` points to a pointer, `size` to
-        // an int (either may be null here, ignored).
-        unsafe {
-            put(buffer_addr.cast::<usize>(), addr);
-            put(size, len as c_int);
-        }
+        let back = mpi.detach(None)?;
+        // SAFETY: the binding's contract.
+        unsafe { hand_back(buffer_addr, size, back) };
         Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_detach_buffer(
+    comm: Handle,
+    buffer_addr: *mut c_void,
+    size: *mut c_int,
+) -> c_int {
+    call_held("MPI_Comm_detach_buffer", Object::Comm(comm), |mpi| {
+        let back = mpi.detach(Some(comm))?;
+        // SAFETY: the binding's contract.
+        unsafe { hand_back(buffer_addr, size, back) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Buffer_flush() -> c_int {
+    call_held("MPI_Buffer_flush", Object::None, |mpi| mpi.flush(None))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_flush_buffer(comm: Handle) -> c_int {
+    call_held("MPI_Comm_flush_buffer", Object::Comm(comm), |mpi| {
+        mpi.flush(Some(comm))
+    })
+}
+
+/// A request that completes when the buffered sends made so far in `owner`'s
+/// buffer have left.
+///
+/// # Safety
+///
+/// `request` is null or writable.
+unsafe fn iflush(mpi: &mut Mpi, owner: Option<Handle>, request: *mut Handle) -> Result<()> {
+    if let Some(c) = owner {
+        mpi.comm(c)?;
+    }
+    let upto = mpi.next_bsend();
+    // SAFETY: the caller's contract.
+    unsafe { mpi.hand_out(Request::Flush { owner, upto }, request) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Buffer_iflush(request: *mut Handle) -> c_int {
+    // SAFETY: the binding's contract.
+    call("MPI_Buffer_iflush", Object::None, |mpi| unsafe {
+        iflush(mpi, None, request)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_iflush_buffer(comm: Handle, request: *mut Handle) -> c_int {
+    // SAFETY: the binding's contract.
+    call("MPI_Comm_iflush_buffer", Object::Comm(comm), |mpi| unsafe {
+        iflush(mpi, Some(comm), request)
     })
 }

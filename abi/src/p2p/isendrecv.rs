@@ -5,6 +5,7 @@
 //! completes once the message has come in, the send's data being the library's
 //! from the start.
 
+use super::bsend::Room;
 use super::Mode;
 use crate::entry::call;
 use crate::error::{non_null, Error, Object, Result};
@@ -34,7 +35,7 @@ impl Mpi {
     }
 
     /// Send `copy` to `dest` of `comm` with `tag`, nobody waiting for it: progress
-    /// drives it to its end, then drops it, giving back `held` bytes of the attached
+    /// drives it to its end, then drops it, giving back the `held` room of a
     /// buffer.
     pub fn send_detached(
         &mut self,
@@ -42,7 +43,7 @@ impl Mpi {
         dest: c_int,
         tag: c_int,
         comm: Handle,
-        held: usize,
+        held: Room,
     ) -> Result<()> {
         let len = c_int::try_from(copy.len())
             .map_err(|_| Error::new(MPI_ERR_COUNT, "the message is over 2 GiB"))?;
@@ -93,11 +94,11 @@ impl Mpi {
         )?;
         // SAFETY: the caller's contract.
         let r = unsafe { self.irecv(buf, count, ty, source, recvtag, comm) }?;
-        if let Err(e) = self.send_detached(copy, dest, sendtag, comm, 0) {
+        if let Err(e) = self.send_detached(copy, dest, sendtag, comm, Room::default()) {
             if let Request::P2p(p) = &r {
                 self.msg.cancel(p.id);
             }
-            self.detached.push((r, 0));
+            self.detached.push((r, Room::default()));
             return Err(e);
         }
         // SAFETY: the caller's contract.

@@ -198,7 +198,7 @@ impl Mpi {
     fn reap_detached(&mut self) -> usize {
         let mut detached = std::mem::take(&mut self.detached);
         let before = detached.len();
-        detached.retain_mut(|(r, bytes)| {
+        detached.retain_mut(|(r, room)| {
             let done = match r {
                 Request::P2p(p) => self.msg.test(p.id).is_some(),
                 // SAFETY: a collective's caller keeps its buffers until it completes,
@@ -210,7 +210,7 @@ impl Mpi {
                 _ => true,
             };
             if done {
-                self.bsend.used -= *bytes;
+                self.bsend.release(*room);
             }
             !done
         });

@@ -1,5 +1,6 @@
 //! Completing requests: `MPI_Test*` and `MPI_Wait*`.
 
+use super::bsend::{flushed, Room};
 use super::grequest;
 use crate::entry::call;
 use crate::error::{non_null, raise, Error, Object, Result};
@@ -38,6 +39,13 @@ impl Mpi {
                 entry.delete();
                 (status, error, false)
             }
+            Request::Flush { owner, upto } => match flushed(&self.detached, *owner, *upto).0 {
+                false => return Ok(Outcome::Pending),
+                true => {
+                    entry.delete();
+                    (Status::empty(), None, false)
+                }
+            },
             Request::Generalized(g) => match g.done.take() {
                 None => return Ok(Outcome::Pending),
                 Some((status, error)) => {
@@ -83,6 +91,7 @@ impl Mpi {
     pub fn pending_of(&self, h: Handle) -> Option<rbtl::msg::ReqId> {
         match self.requests.get(h)? {
             Request::CollInit(c) => c.started.and_then(|inner| self.pending_of(inner)),
+            Request::Flush { owner, upto } => flushed(&self.detached, *owner, *upto).1,
             r => pending_id(r),
         }
     }
@@ -416,6 +425,7 @@ pub unsafe extern "C" fn PMPI_Testall(
             }
             Some(Request::Done(_) | Request::Finished(_)) => true,
             Some(Request::Generalized(g)) => g.done.is_some(),
+            Some(Request::Flush { owner, upto }) => flushed(&mpi.detached, *owner, *upto).0,
             Some(Request::Coll(s)) => s.is_done(),
             Some(Request::CollInit(c)) => mpi.collective_init_done(c),
         });
@@ -496,7 +506,12 @@ impl Mpi {
                 Some(inner) => self.peek(inner),
             };
         }
-        let Mpi { requests, msg, .. } = self;
+        let Mpi {
+            requests,
+            msg,
+            detached,
+            ..
+        } = self;
         let r = requests.get_mut(h).ok_or_else(|| bad_request(h))?;
         if let Request::P2p(p) = r {
             let Some(out) = msg.test(p.id) else {
@@ -518,6 +533,9 @@ impl Mpi {
             Request::Done(s) => Some(*s),
             Request::Finished(f) => Some(f.status),
             Request::Generalized(g) => g.done.as_ref().map(|d| d.0),
+            Request::Flush { owner, upto } => {
+                flushed(detached, *owner, *upto).0.then(Status::empty)
+            }
             Request::Coll(s) => s.is_done().then(Status::empty),
             Request::P2p(_) | Request::CollInit(_) => unreachable!("looked at above"),
             Request::Persistent(p) => match (&p.done, p.active.as_ref().map(|a| msg.test(a.id))) {
@@ -548,17 +566,17 @@ impl Mpi {
         match self.requests.remove(h) {
             None => Err(bad_request(h)),
             Some(r @ Request::P2p(_)) => {
-                self.detached.push((r, 0));
+                self.detached.push((r, Room::default()));
                 Ok(())
             }
             Some(r @ Request::Coll(_)) => {
                 self.active.retain(|a| *a != h);
-                self.detached.push((r, 0));
+                self.detached.push((r, Room::default()));
                 Ok(())
             }
             Some(Request::Persistent(p)) => {
                 if let Some(a) = p.active {
-                    self.detached.push((Request::P2p(a), 0));
+                    self.detached.push((Request::P2p(a), Room::default()));
                 }
                 Ok(())
             }
@@ -567,7 +585,7 @@ impl Mpi {
                 Some(inner) => self.free_request(inner),
                 None => Ok(()),
             },
-            Some(Request::Done(_) | Request::Finished(_)) => Ok(()),
+            Some(Request::Done(_) | Request::Finished(_) | Request::Flush { .. }) => Ok(()),
             Some(Request::Generalized(g)) => {
                 self.grequest_frees.push(g.callbacks);
                 Ok(())

@@ -7,7 +7,10 @@
  * windows: copied by MPI_Type_dup as each key's copy function says, deleted by
  * MPI_Type_free, MPI_Win_free, replacement and MPI_*_delete_attr through the delete
  * function (which calls MPI on the object), a freed key's attribute still deleted,
- * a key of another kind refused. */
+ * a key of another kind refused; the buffers of buffered sends (MPI 4.1): a
+ * communicator's taking precedence over the process's, MPI_BUFFER_AUTOMATIC, a
+ * send larger than the room refused, flushing (a nonblocking flush not done while
+ * its rendezvous-sized message is unreceived), detaching. */
 #include "check.h"
 
 static void test_alloc_mem(void) {
@@ -235,6 +238,88 @@ static void test_type_win_attributes(void) {
   OK(MPI_Type_free_keyval(&same));
 }
 
+/* Buffered sends of `n` ints to the next rank on `comm`, received from the one
+ * before: the values must arrive. */
+static void bsend_ring(MPI_Comm comm, int n, int tag) {
+  int *out = malloc(n * sizeof(int)), *in = malloc(n * sizeof(int));
+  CHECK(out && in, "out of memory");
+  for (int i = 0; i < n; i++)
+    out[i] = rank * 1000 + i;
+  MPI_Request r;
+  OK(MPI_Irecv(in, n, MPI_INT, (rank + size - 1) % size, tag, comm, &r));
+  OK(MPI_Bsend(out, n, MPI_INT, (rank + 1) % size, tag, comm));
+  OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+  int from = (rank + size - 1) % size;
+  for (int i = 0; i < n; i++)
+    CHECK(in[i] == from * 1000 + i, "buffered send: element %d is %d", i, in[i]);
+  free(out);
+  free(in);
+}
+
+static void test_buffers(void) {
+  enum { BIG = 1 << 18 }; /* ints: 1 MiB, above every eager limit */
+  MPI_Comm dup;
+  OK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  int small_size = 64 + MPI_BSEND_OVERHEAD, big_size = BIG * 4 + MPI_BSEND_OVERHEAD;
+  char *small = malloc(small_size), *big = malloc(big_size);
+  CHECK(small && big, "out of memory");
+  OK(MPI_Buffer_attach(small, small_size));
+  OK(MPI_Comm_attach_buffer(dup, big, big_size));
+  errors_return(MPI_COMM_WORLD, 1);
+  errors_return(dup, 1);
+  int x = 0;
+  EXPECT_ERR(MPI_Comm_attach_buffer(dup, big, big_size), MPI_ERR_BUFFER, "attached already");
+  /* The process's buffer is too small for 1 MiB; the communicator's is not. */
+  int *data = calloc(BIG, sizeof(int));
+  CHECK(data != NULL, "out of memory");
+  EXPECT_ERR(MPI_Bsend(data, BIG, MPI_INT, rank, 1, MPI_COMM_WORLD), MPI_ERR_BUFFER,
+             "this send needs");
+  bsend_ring(dup, BIG, 2);
+  bsend_ring(MPI_COMM_WORLD, 16, 3);
+  OK(MPI_Buffer_flush());
+  OK(MPI_Comm_flush_buffer(dup));
+  /* A nonblocking flush is not done while its message has no receive. */
+  OK(MPI_Bsend(data, BIG, MPI_INT, (rank + 1) % size, 4, dup));
+  MPI_Request flush;
+  OK(MPI_Comm_iflush_buffer(dup, &flush));
+  int flag = -1;
+  OK(MPI_Test(&flush, &flag, MPI_STATUS_IGNORE));
+  CHECK(flag == 0, "the flush was done before its message was received");
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  int *in = malloc(BIG * sizeof(int));
+  CHECK(in != NULL, "out of memory");
+  MPI_Request reqs[2] = {flush, MPI_REQUEST_NULL};
+  OK(MPI_Irecv(in, BIG, MPI_INT, (rank + size - 1) % size, 4, dup, &reqs[1]));
+  OK(MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE));
+  OK(MPI_Buffer_iflush(&flush));
+  OK(MPI_Wait(&flush, MPI_STATUS_IGNORE));
+  void *addr = NULL;
+  int got = -1;
+  OK(MPI_Comm_detach_buffer(dup, &addr, &got));
+  CHECK(addr == big && got == big_size, "the communicator's buffer handed back: %p %d", addr,
+        got);
+  EXPECT_ERR(MPI_Comm_detach_buffer(dup, &addr, &got), MPI_ERR_BUFFER, "no buffer");
+  /* Without a buffer of its own, the communicator's sends take the process's. */
+  EXPECT_ERR(MPI_Bsend(data, 32, MPI_INT, rank, 5, dup), MPI_ERR_BUFFER, "this send needs");
+  OK(MPI_Buffer_detach(&addr, &got));
+  CHECK(addr == small && got == small_size, "the process's buffer handed back");
+  EXPECT_ERR(MPI_Bsend(&x, 1, MPI_INT, rank, 6, MPI_COMM_WORLD), MPI_ERR_BUFFER,
+             "no buffer is attached");
+  /* Automatic: no limit; detached as MPI_BUFFER_AUTOMATIC, size 0. */
+  OK(MPI_Buffer_attach(MPI_BUFFER_AUTOMATIC, 0));
+  bsend_ring(MPI_COMM_WORLD, BIG, 7);
+  OK(MPI_Buffer_detach(&addr, &got));
+  CHECK(addr == MPI_BUFFER_AUTOMATIC && got == 0, "the automatic buffer handed back: %p %d",
+        addr, got);
+  errors_return(dup, 0);
+  errors_return(MPI_COMM_WORLD, 0);
+  OK(MPI_Comm_free(&dup));
+  free(in);
+  free(data);
+  free(small);
+  free(big);
+}
+
 int main(int argc, char **argv) {
   start("utilities", &argc, &argv);
   test_alloc_mem();
@@ -242,5 +327,6 @@ int main(int argc, char **argv) {
   test_info();
   test_mpi1_attributes();
   test_type_win_attributes();
+  test_buffers();
   return finish();
 }
