@@ -8,6 +8,7 @@ pub mod api;
 pub mod bsend;
 pub mod grequest;
 pub mod isendrecv;
+pub mod partitioned;
 pub mod persistent;
 pub mod probe;
 pub mod status;

@@ -1,9 +1,11 @@
 //! Persistent requests: a send or receive described once (`MPI_Send_init`,
-//! `MPI_Recv_init`, ...) and started again and again (`MPI_Start`).
+//! `MPI_Recv_init`, ...) and started again and again (`MPI_Start`); partitioned
+//! ones too ([`super::partitioned`]).
 
 use crate::entry::call;
 use crate::error::{read_arg, Error, Object, Result};
 use crate::ffi::*;
+use crate::p2p::partitioned::Parts;
 use crate::p2p::Mode;
 use crate::request::{P2p, Request};
 use crate::state::Mpi;
@@ -42,19 +44,73 @@ pub struct Persistent {
     /// A start whose outcome is known, not yet waited for: it completed at once
     /// (`MPI_PROC_NULL`), or `MPI_Request_get_status` read it. Its status and error.
     pub done: Option<(Status, Option<Error>)>,
+    /// Its partitions (0: not partitioned).
+    pub partitions: usize,
+    /// A partitioned send's partitions.
+    pub parts: Option<Parts>,
 }
 
 impl Persistent {
+    /// A persistent request for `transfer`, in `partitions` partitions (0: not
+    /// partitioned), `parts` those of a partitioned send.
+    pub fn new(transfer: Transfer, parts: Option<Parts>, partitions: usize) -> Persistent {
+        Persistent {
+            transfer,
+            active: None,
+            done: None,
+            partitions,
+            parts,
+        }
+    }
+
     /// The communicator it runs on.
     pub fn comm(&self) -> Handle {
         self.transfer.comm
     }
+
+    /// What it moves.
+    pub fn transfer(&self) -> Transfer {
+        self.transfer
+    }
+
+    /// A started partitioned send whose message waits for partitions: running.
+    pub fn unposted(&self) -> bool {
+        self.parts.as_ref().is_some_and(Parts::unposted)
+    }
+
+    /// Note the request its start posted.
+    pub fn started(&mut self, r: Request) {
+        match r {
+            Request::P2p(a) => self.active = Some(a),
+            // MPI_PROC_NULL: complete at once.
+            Request::Done(s) => self.done = Some((s, None)),
+            _ => unreachable!("a send or receive"),
+        }
+    }
 }
 
 impl Mpi {
+    /// The datatype a persistent request keeps for its starts: a derived `ty` as a
+    /// handle of the request's own (the program may free its handle meanwhile,
+    /// MPI 4.1 5.1.9), freed with the request ([`Mpi::free_persistent`]).
+    pub fn keep_type(&mut self, ty: Handle) -> Result<Handle> {
+        match self.types.get(ty) {
+            None => self.dtype(ty).map(|_| ty),
+            Some(t) => {
+                let t = t.clone();
+                self.types.insert(t)
+            }
+        }
+    }
+
+    /// Forget persistent request `p`'s own datatype handle.
+    pub fn free_persistent(&mut self, p: &Persistent) {
+        self.types.remove(p.transfer.ty);
+    }
+
     /// Describe a persistent operation (its arguments checked now, as each start
     /// would).
-    fn persistent(&mut self, transfer: Transfer) -> Result<Request> {
+    fn persistent(&mut self, mut transfer: Transfer) -> Result<Request> {
         super::check_count(transfer.count)?;
         let c = self.comm(transfer.comm)?;
         match transfer.op {
@@ -67,12 +123,10 @@ impl Mpi {
                 super::peer(c, source, true)?;
             }
         }
-        self.dtype(transfer.ty)?;
-        Ok(Request::Persistent(Box::new(Persistent {
-            transfer,
-            active: None,
-            done: None,
-        })))
+        transfer.ty = self.keep_type(transfer.ty)?;
+        Ok(Request::Persistent(Box::new(Persistent::new(
+            transfer, None, 0,
+        ))))
     }
 
     /// Start `transfer`: its request (`MPI_PROC_NULL`'s done).
@@ -108,23 +162,30 @@ impl Mpi {
                 format!("{h:#x} is not a persistent request"),
             ));
         };
-        if p.active.is_some() || p.done.is_some() {
+        if p.active.is_some() || p.done.is_some() || p.unposted() {
             return Err(Error::new(
                 MPI_ERR_REQUEST,
                 "the persistent request is active: it must complete before it starts again",
             ));
         }
-        let transfer = p.transfer;
+        let (transfer, partitioned) = (p.transfer, p.partitions > 0);
+        if let (Some(Request::Persistent(p)), true) = (self.requests.get_mut(h), partitioned) {
+            if let Some(parts) = p.parts.as_mut() {
+                // A partitioned send's message leaves with its last partition.
+                parts.start();
+                return Ok(());
+            }
+        }
         // SAFETY: the buffer was promised at MPI_*_init for every start, until each
         // completes.
-        let r = unsafe { self.post(transfer) }?;
-        if let Some(Request::Persistent(p)) = self.requests.get_mut(h) {
-            match r {
-                Request::P2p(a) => p.active = Some(a),
-                // MPI_PROC_NULL: complete at once.
-                Request::Done(s) => p.done = Some((s, None)),
-                _ => unreachable!("a send or receive"),
+        let r = unsafe {
+            match partitioned {
+                true => self.post_partitioned(transfer),
+                false => self.post(transfer),
             }
+        }?;
+        if let Some(Request::Persistent(p)) = self.requests.get_mut(h) {
+            p.started(r);
         }
         Ok(())
     }

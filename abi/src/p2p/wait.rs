@@ -57,6 +57,7 @@ impl Mpi {
             Request::Persistent(p) => match p.active.as_ref().map(|a| self.msg.test(a.id)) {
                 None => match p.done.take() {
                     Some((status, error)) => (status, error, true),
+                    None if p.unposted() => return Ok(Outcome::Pending),
                     None => return Ok(Outcome::inactive(comm)),
                 },
                 Some(None) => return Ok(Outcome::Pending),
@@ -421,7 +422,7 @@ pub unsafe extern "C" fn PMPI_Testall(
             None => true,
             Some(Request::P2p(p)) => mpi.msg.is_complete(p.id),
             Some(Request::Persistent(p)) => {
-                p.active.as_ref().is_none_or(|a| mpi.msg.is_complete(a.id))
+                !p.unposted() && p.active.as_ref().is_none_or(|a| mpi.msg.is_complete(a.id))
             }
             Some(Request::Done(_) | Request::Finished(_)) => true,
             Some(Request::Generalized(g)) => g.done.is_some(),
@@ -540,6 +541,7 @@ impl Mpi {
             Request::P2p(_) | Request::CollInit(_) => unreachable!("looked at above"),
             Request::Persistent(p) => match (&p.done, p.active.as_ref().map(|a| msg.test(a.id))) {
                 (Some((s, _)), _) => Some(*s),
+                (None, None) if p.unposted() => None,
                 // Not started: complete, with an empty status.
                 (None, None) => Some(Status::empty()),
                 (None, Some(None)) => None,
@@ -575,6 +577,7 @@ impl Mpi {
                 Ok(())
             }
             Some(Request::Persistent(p)) => {
+                self.free_persistent(&p);
                 if let Some(a) = p.active {
                     self.detached.push((Request::P2p(a), Room::default()));
                 }

@@ -32,6 +32,9 @@
 //! * `threads`: `MPI_THREAD_MULTIPLE`: several threads of each rank at once, in
 //!   point-to-point calls and collectives, and blocking calls that wait for another
 //!   thread of their own rank, at 1 to 3 ranks.
+//! * `partitioned`: partitioned sends and receives around the ring: rounds,
+//!   partitions ready in any order, cut differently at each end, strided, apart
+//!   from wildcard receives, the errors, at 1 to 3 ranks.
 //! * `grequest`: generalized requests: their functions (an MPI call from each),
 //!   completion by another thread, cancel, free before completion, their errors.
 //! * `spawn`: dynamic processes: a refused spawn, a spawn, traffic both ways over
@@ -196,6 +199,11 @@ fn arrays() {
 #[test]
 fn utilities() {
     passes("utilities", &[1, 2]);
+}
+
+#[test]
+fn partitioned() {
+    passes("partitioned", &[1, 2, 3]);
 }
 
 #[test]
