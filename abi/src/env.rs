@@ -7,6 +7,7 @@ use crate::error::{self, Error, Object, Result};
 use crate::ffi::*;
 use crate::global::{self, Phase};
 use crate::state::Mpi;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// The highest thread level this library gives: calls from any thread at once.
 pub const THREAD_LEVEL: c_int = MPI_THREAD_MULTIPLE;
@@ -18,13 +19,19 @@ pub const LIBRARY_VERSION: &str = concat!(
     ": the MPI standard ABI 1.0 over rbtl's message layer (MPI_THREAD_MULTIPLE, MPI-IO; no Fortran bindings)"
 );
 
-/// Start the library (`MPI_Init`, `MPI_Init_thread`): the job from the launcher,
-/// the transports from rbtl's configuration (`RBTL_*` variables, `RBTL_CONFIG_FILE`).
+/// Where the world model is in its life: never started, started by `MPI_Init`
+/// (the library may run for sessions without it), ended by `MPI_Finalize`.
+static WORLD_MODEL: AtomicU8 = AtomicU8::new(NEVER);
+const NEVER: u8 = 0;
+const STARTED: u8 = 1;
+const ENDED: u8 = 2;
+
+/// Start the world model (`MPI_Init`, `MPI_Init_thread`) at the highest level not
+/// above the one asked for (the ABI leaves room between MPI_THREAD_SERIALIZED and
+/// MPI_THREAD_MULTIPLE: no value there is a level); the library's state with it,
+/// unless sessions started it (then the level is the higher of theirs and this).
 fn init(required: c_int) -> Result<c_int> {
-    std::sync::LazyLock::force(&START);
-    // The highest level not above the one asked for (the ABI leaves room between
-    // MPI_THREAD_SERIALIZED and MPI_THREAD_MULTIPLE: no value there is a level).
-    let provided = [
+    let mut provided = [
         MPI_THREAD_MULTIPLE,
         MPI_THREAD_SERIALIZED,
         MPI_THREAD_FUNNELED,
@@ -32,6 +39,29 @@ fn init(required: c_int) -> Result<c_int> {
     .into_iter()
     .find(|&level| level <= required.min(THREAD_LEVEL))
     .unwrap_or(MPI_THREAD_SINGLE);
+    if WORLD_MODEL.load(Ordering::Acquire) != NEVER {
+        return Err(Error::new(
+            MPI_ERR_OTHER,
+            "MPI_Init was called twice (or after MPI_Finalize): MPI is initialized once per process",
+        ));
+    }
+    if global::phase() == Phase::Running {
+        provided = global::with(|mpi| {
+            mpi.raise_thread_level(provided);
+            Ok(mpi.thread_level)
+        })?;
+    } else {
+        start_state(provided)?;
+    }
+    WORLD_MODEL.store(STARTED, Ordering::Release);
+    Ok(provided)
+}
+
+/// Start the library's state at thread level `provided`: the job from the
+/// launcher, the transports from rbtl's configuration (`RBTL_*` variables,
+/// `RBTL_CONFIG_FILE`).
+fn start_state(provided: c_int) -> Result<()> {
+    std::sync::LazyLock::force(&START);
     global::start(|| {
         let msg = rbtl::msg::Comm::init(&[]).map_err(|e| {
             Error::new(
@@ -48,7 +78,37 @@ fn init(required: c_int) -> Result<c_int> {
     if provided == MPI_THREAD_MULTIPLE {
         global::allow_threads();
     }
-    Ok(provided)
+    Ok(())
+}
+
+/// End the library's state: the transports' end.
+fn stop_state() -> Result<()> {
+    global::stop(|mpi| {
+        mpi.msg
+            .finalize()
+            .map_err(|e| Error::new(MPI_ERR_OTHER, format!("ending the transports failed: {e}")))
+    })
+}
+
+/// The library's state for `MPI_Session_init`: started if nothing started it yet.
+pub fn start_for_session() -> Result<()> {
+    match global::phase() {
+        Phase::Running => Ok(()),
+        Phase::Before => start_state(MPI_THREAD_SINGLE),
+        Phase::Finalized => Err(Error::new(
+            MPI_ERR_OTHER,
+            "the library has ended (its last session, or MPI_Finalize, ended it): it does not start again in this process",
+        )),
+    }
+}
+
+/// After `MPI_Session_finalize`, with `left` sessions open: the last one ends the
+/// library unless the world model runs.
+pub fn end_after_session(left: usize) -> Result<()> {
+    match left == 0 && WORLD_MODEL.load(Ordering::Acquire) != STARTED {
+        true => stop_state(),
+        false => Ok(()),
+    }
 }
 
 /// Report an error of a call made outside the library's life (no handler to go
@@ -91,27 +151,36 @@ pub unsafe extern "C" fn PMPI_Finalize() -> c_int {
     if deleted != MPI_SUCCESS {
         return deleted;
     }
-    outside(
-        "MPI_Finalize",
-        global::stop(|mpi| {
-            mpi.msg.finalize().map_err(|e| {
-                Error::new(MPI_ERR_OTHER, format!("ending the transports failed: {e}"))
-            })
-        }),
-    )
+    // Sessions still open keep the library running.
+    let sessions = global::with(|mpi| Ok(mpi.sessions.len())).unwrap_or(0);
+    WORLD_MODEL.store(ENDED, Ordering::Release);
+    match sessions {
+        0 => outside("MPI_Finalize", stop_state()),
+        _ => MPI_SUCCESS,
+    }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Initialized(flag: *mut c_int) -> c_int {
     // SAFETY: null or writable.
-    unsafe { put(flag, c_int::from(global::phase() != Phase::Before)) };
+    unsafe {
+        put(
+            flag,
+            c_int::from(WORLD_MODEL.load(Ordering::Acquire) != NEVER),
+        )
+    };
     MPI_SUCCESS
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Finalized(flag: *mut c_int) -> c_int {
     // SAFETY: null or writable.
-    unsafe { put(flag, c_int::from(global::phase() == Phase::Finalized)) };
+    unsafe {
+        put(
+            flag,
+            c_int::from(WORLD_MODEL.load(Ordering::Acquire) == ENDED),
+        )
+    };
     MPI_SUCCESS
 }
 

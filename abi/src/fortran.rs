@@ -64,24 +64,5 @@ from_fortran!(PMPI_Win_f2c, wins);
 to_fortran!(PMPI_File_c2f, files);
 from_fortran!(PMPI_File_f2c, files);
 
-/// Sessions: this library makes none, so only predefined values exist.
-macro_rules! identity_to {
-    ($name:ident) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(h: Handle) -> c_int {
-            h as c_int
-        }
-    };
-}
-
-macro_rules! identity_from {
-    ($name:ident) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(f: c_int) -> Handle {
-            f as u32 as Handle
-        }
-    };
-}
-
-identity_to!(PMPI_Session_c2f);
-identity_from!(PMPI_Session_f2c);
+to_fortran!(PMPI_Session_c2f, sessions);
+from_fortran!(PMPI_Session_f2c, sessions);

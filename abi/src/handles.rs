@@ -23,6 +23,7 @@ pub enum Kind {
     Info = 8,
     Message = 9,
     File = 10,
+    Session = 11,
 }
 
 const MARK: usize = 1 << 44;

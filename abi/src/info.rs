@@ -16,7 +16,7 @@ impl Mpi {
     }
 
     /// The value of `key` in info object `h`, if it has one.
-    fn value_of(&self, h: Handle, key: &str) -> Result<Option<String>> {
+    pub(crate) fn value_of(&self, h: Handle, key: &str) -> Result<Option<String>> {
         let found = match h {
             MPI_INFO_NULL | MPI_INFO_ENV => None,
             _ => self

@@ -47,6 +47,7 @@ pub mod op;
 pub mod p2p;
 pub mod request;
 pub mod rma;
+pub mod session;
 pub mod state;
 pub mod tool;
 

@@ -49,6 +49,7 @@ pub struct Mpi {
     pub infos: Table<Info>,
     pub wins: Table<crate::rma::Win>,
     pub files: Table<crate::io::File>,
+    pub sessions: Table<crate::session::Session>,
     /// The blocks of `MPI_Alloc_mem`, by address.
     pub allocated: std::collections::HashMap<usize, std::alloc::Layout>,
     /// The error handler of `MPI_FILE_NULL`: that of files being opened, and of
@@ -123,6 +124,7 @@ impl Mpi {
             infos: Table::new(Kind::Info),
             wins: Table::new(Kind::Win),
             files: Table::new(Kind::File),
+            sessions: Table::new(Kind::Session),
             allocated: Default::default(),
             file_null_errhandler: MPI_ERRORS_RETURN,
             attrs: Default::default(),
@@ -211,7 +213,11 @@ impl Mpi {
             },
             Object::Win(w) => crate::rma::errhandler_of(self, w),
             Object::File(f) => crate::io::errhandler_of(self, f),
-            Object::Session(_) => MPI_ERRORS_RETURN,
+            // An error on a handle that is no session goes to MPI_COMM_SELF's.
+            Object::Session(s) => self
+                .sessions
+                .get(s)
+                .map_or(self.self_comm.errhandler, |s| s.errhandler),
         };
         match h {
             MPI_ERRORS_RETURN => Handler::Return,

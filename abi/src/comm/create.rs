@@ -29,13 +29,24 @@ impl Mpi {
         mine: &[i32],
     ) -> Result<Vec<i32>> {
         let ctx = self.comm(parent)?.coll_ctx();
+        let tag = CREATE_GROUP_TAG | (tag & (CREATE_GROUP_TAG - 1));
+        self.allgather_in_ctx(ctx, group, me, tag, mine)
+    }
+
+    /// An all-gather of `mine` ([`Mpi::allgather_of`]) among the members of `group`
+    /// only (this process is its member `me`), in context `ctx` with `tag`.
+    pub(crate) fn allgather_in_ctx(
+        &mut self,
+        ctx: u32,
+        group: &Arc<Group>,
+        me: u32,
+        tag: i32,
+        mine: &[i32],
+    ) -> Result<Vec<i32>> {
         let members = Members::of(group.clone(), me);
         let mut all = vec![0i32; group.size() as usize * mine.len()];
         let len = mine.len() * 4;
-        let mut s = Box::new(Schedule::new(
-            ctx,
-            CREATE_GROUP_TAG | (tag & (CREATE_GROUP_TAG - 1)),
-        ));
+        let mut s = Box::new(Schedule::new(ctx, tag));
         let base = Loc::User(all.as_mut_ptr().cast());
         let blocks = basic::blocks(base, len, group.size());
         // SAFETY: `mine` and `all` live until the schedule, run here, ends.

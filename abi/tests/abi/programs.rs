@@ -35,6 +35,9 @@
 //! * `partitioned`: partitioned sends and receives around the ring: rounds,
 //!   partitions ready in any order, cut differently at each end, strided, apart
 //!   from wildcard receives, the errors, at 1 to 3 ranks.
+//! * `session`: sessions before and beside the world model, and alone: process
+//!   sets, communicators from groups, their traffic kept apart, error handlers, at
+//!   1 to 3 ranks.
 //! * `grequest`: generalized requests: their functions (an MPI call from each),
 //!   completion by another thread, cancel, free before completion, their errors.
 //! * `spawn`: dynamic processes: a refused spawn, a spawn, traffic both ways over
@@ -204,6 +207,15 @@ fn utilities() {
 #[test]
 fn partitioned() {
     passes("partitioned", &[1, 2, 3]);
+}
+
+#[test]
+fn session() {
+    passes("session", &[1, 2, 3]);
+    let exe = build("session");
+    for n in [1, 3] {
+        run_passing(&exe, "session", n, &["only"], &[]);
+    }
 }
 
 #[test]

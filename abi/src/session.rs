@@ -1,0 +1,384 @@
+//! Sessions (MPI 4.1, 11.3): the library started without `MPI_Init`, by
+//! `MPI_Session_init`, and communicators made from groups of the process sets
+//! (`mpi://WORLD`, `mpi://SELF`) without a parent communicator
+//! (`MPI_Comm_create_from_group`).
+//!
+//! Sessions and the world model share the library's one state: the first of
+//! `MPI_Init` and `MPI_Session_init` starts it, and the last of `MPI_Finalize` and
+//! `MPI_Session_finalize` ends it. Once ended it does not start again: a session
+//! begun after that is refused. The thread level is the highest asked for so far
+//! (`mpi_thread_support_level` in the session's info; `MPI_THREAD_SINGLE` without).
+
+use crate::comm::api::{call_errhandler, check_errhandler, create_errhandler, read_str};
+use crate::comm::{Communicator, Group};
+use crate::entry::call;
+use crate::error::{non_null, read_arg, Error, Object, Result};
+use crate::ffi::*;
+use crate::global;
+use crate::handles::Kind;
+use crate::state::Mpi;
+use std::sync::Arc;
+
+/// A session.
+pub struct Session {
+    pub errhandler: Handle,
+    /// The thread level it asked for.
+    thread_level: c_int,
+}
+
+/// The process sets, by name.
+const PSETS: [&str; 2] = ["mpi://WORLD", "mpi://SELF"];
+
+/// The context of the agreements of `MPI_Comm_create_from_group`, which have no
+/// parent communicator (0 is the message layer's own, 2 and up the communicators').
+const FROM_GROUP_CTX: u32 = 1;
+
+/// The names of the thread levels, as a session's info gives them.
+const LEVELS: [(&str, c_int); 4] = [
+    ("MPI_THREAD_SINGLE", MPI_THREAD_SINGLE),
+    ("MPI_THREAD_FUNNELED", MPI_THREAD_FUNNELED),
+    ("MPI_THREAD_SERIALIZED", MPI_THREAD_SERIALIZED),
+    ("MPI_THREAD_MULTIPLE", MPI_THREAD_MULTIPLE),
+];
+
+/// A string tag as a message tag: the same on every process (FNV-1a), never
+/// negative.
+fn tag_of(stringtag: &str) -> i32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in stringtag.bytes() {
+        h = (h ^ u32::from(b)).wrapping_mul(0x0100_0193);
+    }
+    (h & 0x7fff_ffff) as i32
+}
+
+impl Mpi {
+    /// Session `h`.
+    fn session(&self, h: Handle) -> Result<&Session> {
+        self.sessions.get(h).ok_or_else(|| {
+            Error::new(
+                MPI_ERR_SESSION,
+                format!("{h:#x} is not a session (finalized, or a handle of another kind)"),
+            )
+        })
+    }
+
+    /// The group of process set `name`.
+    fn pset_group(&self, name: &str) -> Result<Group> {
+        match PSETS.iter().position(|p| p.eq_ignore_ascii_case(name)) {
+            Some(0) => Ok((*self.world.group).clone()),
+            Some(_) => Ok((*self.self_comm.group).clone()),
+            None => Err(Error::new(
+                MPI_ERR_ARG,
+                format!("{name:?} is not a process set (there are {PSETS:?})"),
+            )),
+        }
+    }
+
+    /// Raise the thread level to `level`, if higher.
+    pub fn raise_thread_level(&mut self, level: c_int) {
+        if level > self.thread_level {
+            self.thread_level = level;
+            if level == MPI_THREAD_MULTIPLE {
+                global::allow_threads();
+            }
+        }
+    }
+
+    /// `MPI_Comm_create_from_group`: a communicator over `group` (which holds this
+    /// process), its context agreed among the members alone, their messages told
+    /// apart from other such calls by `stringtag`.
+    fn comm_from_group(
+        &mut self,
+        group: Arc<Group>,
+        stringtag: &str,
+        errhandler: Handle,
+    ) -> Result<Handle> {
+        let me = self.world_rank();
+        let rank = group
+            .rank_of(me)
+            .ok_or_else(|| Error::new(MPI_ERR_GROUP, "the calling process is not in the group"))?;
+        let mine = [self.contexts_above() as i32];
+        let all = self.allgather_in_ctx(FROM_GROUP_CTX, &group, rank, tag_of(stringtag), &mine)?;
+        let ctx = all.iter().map(|&c| c as u32).max().unwrap_or(0);
+        self.use_contexts(ctx);
+        let mut c = Communicator::new(ctx, group, rank, "");
+        c.errhandler = errhandler;
+        self.comms.insert(c)
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_init(
+    info: Handle,
+    errhandler: Handle,
+    session: *mut Handle,
+) -> c_int {
+    if let Err(e) = crate::env::start_for_session() {
+        return crate::error::raise("MPI_Session_init", Object::None, e);
+    }
+    call("MPI_Session_init", Object::None, |mpi| {
+        non_null(session, MPI_ERR_ARG, "session")?;
+        check_errhandler(mpi, errhandler, Kind::Session)?;
+        let asked = mpi.value_of(info, "mpi_thread_support_level")?;
+        let thread_level = match asked {
+            None => MPI_THREAD_SINGLE,
+            Some(v) => LEVELS
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case(v.trim()))
+                .map(|l| l.1)
+                .ok_or_else(|| {
+                    Error::new(
+                        MPI_ERR_ARG,
+                        format!("mpi_thread_support_level {v:?} is not a thread level"),
+                    )
+                })?,
+        };
+        mpi.raise_thread_level(thread_level);
+        let h = mpi.sessions.insert(Session {
+            errhandler,
+            thread_level,
+        })?;
+        // SAFETY: checked not null.
+        unsafe { session.write(h) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_finalize(session: *mut Handle) -> c_int {
+    // SAFETY: null or readable, the binding's contract.
+    let h = match unsafe { read_arg(session, MPI_ERR_ARG, "session") } {
+        Ok(h) => h,
+        Err(e) => return crate::error::raise("MPI_Session_finalize", Object::None, e),
+    };
+    let left = global::with(|mpi| {
+        mpi.session(h)?;
+        mpi.sessions.remove(h);
+        Ok(mpi.sessions.len())
+    });
+    match left {
+        Err(e) => crate::error::raise("MPI_Session_finalize", Object::Session(h), e),
+        Ok(n) => {
+            // SAFETY: checked readable; the binding's contract: writable.
+            unsafe { session.write(MPI_SESSION_NULL) };
+            match crate::env::end_after_session(n) {
+                Ok(()) => MPI_SUCCESS,
+                Err(e) => crate::error::raise("MPI_Session_finalize", Object::None, e),
+            }
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_get_num_psets(
+    session: Handle,
+    _info: Handle,
+    npset_names: *mut c_int,
+) -> c_int {
+    call(
+        "MPI_Session_get_num_psets",
+        Object::Session(session),
+        |mpi| {
+            mpi.session(session)?;
+            // SAFETY: null or writable.
+            unsafe { put(npset_names, PSETS.len() as c_int) };
+            Ok(())
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_get_nth_pset(
+    session: Handle,
+    _info: Handle,
+    n: c_int,
+    pset_len: *mut c_int,
+    pset_name: *mut c_char,
+) -> c_int {
+    call(
+        "MPI_Session_get_nth_pset",
+        Object::Session(session),
+        |mpi| {
+            mpi.session(session)?;
+            let name = usize::try_from(n)
+                .ok()
+                .and_then(|i| PSETS.get(i))
+                .ok_or_else(|| {
+                    Error::new(
+                        MPI_ERR_ARG,
+                        format!("process set {n} is not one of the {}", PSETS.len()),
+                    )
+                })?;
+            // SAFETY: null or readable, the binding's contract.
+            let room = unsafe { read_arg(pset_len, MPI_ERR_ARG, "pset_len") }?;
+            let need = name.len() as c_int + 1;
+            if room == 0 {
+                // The length asked for, with the NUL.
+                // SAFETY: checked not null.
+                unsafe { pset_len.write(need) };
+                return Ok(());
+            }
+            // SAFETY: the binding's contract: `pset_name` has room for `*pset_len` bytes.
+            unsafe {
+                crate::comm::api::write_name(
+                    name,
+                    pset_name,
+                    std::ptr::null_mut(),
+                    room.max(1) as usize,
+                )?;
+                pset_len.write(need);
+            }
+            Ok(())
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_get_pset_info(
+    session: Handle,
+    pset_name: *const c_char,
+    info: *mut Handle,
+) -> c_int {
+    call(
+        "MPI_Session_get_pset_info",
+        Object::Session(session),
+        |mpi| {
+            mpi.session(session)?;
+            // SAFETY: the binding's contract: a NUL-ended string.
+            let name = unsafe { read_str(pset_name) }?;
+            let size = mpi.pset_group(&name)?.size();
+            let entries = vec![("mpi_size".to_string(), size.to_string())];
+            // SAFETY: the binding's contract: `info` null or writable.
+            unsafe { crate::info::hand_out(mpi, entries, info) }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_get_info(session: Handle, info_used: *mut Handle) -> c_int {
+    call("MPI_Session_get_info", Object::Session(session), |mpi| {
+        let level = mpi.session(session)?.thread_level;
+        let name = LEVELS.iter().find(|l| l.1 == level).map_or("", |l| l.0);
+        let entries = vec![("mpi_thread_support_level".to_string(), name.to_string())];
+        // SAFETY: the binding's contract: `info_used` null or writable.
+        unsafe { crate::info::hand_out(mpi, entries, info_used) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Group_from_session_pset(
+    session: Handle,
+    pset_name: *const c_char,
+    newgroup: *mut Handle,
+) -> c_int {
+    call(
+        "MPI_Group_from_session_pset",
+        Object::Session(session),
+        |mpi| {
+            mpi.session(session)?;
+            // SAFETY: the binding's contract: a NUL-ended string.
+            let name = unsafe { read_str(pset_name) }?;
+            let g = mpi.pset_group(&name)?;
+            // SAFETY: the binding's contract: `newgroup` null or writable.
+            unsafe { mpi.hand_out_group(g, newgroup) }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_create_from_group(
+    group: Handle,
+    stringtag: *const c_char,
+    _info: Handle,
+    errhandler: Handle,
+    newcomm: *mut Handle,
+) -> c_int {
+    call("MPI_Comm_create_from_group", Object::None, |mpi| {
+        non_null(newcomm, MPI_ERR_ARG, "communicator")?;
+        // SAFETY: the binding's contract: a NUL-ended string.
+        let tag = unsafe { read_str(stringtag) }?;
+        check_errhandler(mpi, errhandler, Kind::Comm)?;
+        let h = match group {
+            MPI_GROUP_EMPTY => MPI_COMM_NULL,
+            _ => {
+                let g = mpi.group(group)?;
+                mpi.comm_from_group(g, &tag, errhandler)?
+            }
+        };
+        // SAFETY: checked not null.
+        unsafe { newcomm.write(h) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_create_errhandler(
+    session_errhandler_fn: *mut c_void,
+    errhandler: *mut Handle,
+) -> c_int {
+    // SAFETY: the binding's contract: `errhandler` is writable.
+    unsafe {
+        create_errhandler(
+            "MPI_Session_create_errhandler",
+            session_errhandler_fn,
+            errhandler,
+            Kind::Session,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_set_errhandler(session: Handle, errhandler: Handle) -> c_int {
+    call(
+        "MPI_Session_set_errhandler",
+        Object::Session(session),
+        |mpi| {
+            check_errhandler(mpi, errhandler, Kind::Session)?;
+            mpi.session(session)?;
+            if let Some(s) = mpi.sessions.get_mut(session) {
+                s.errhandler = errhandler;
+            }
+            Ok(())
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_get_errhandler(
+    session: Handle,
+    errhandler: *mut Handle,
+) -> c_int {
+    call(
+        "MPI_Session_get_errhandler",
+        Object::Session(session),
+        |mpi| {
+            let h = mpi.session(session)?.errhandler;
+            // SAFETY: null or writable.
+            unsafe { put(errhandler, h) };
+            Ok(())
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_call_errhandler(session: Handle, errorcode: c_int) -> c_int {
+    call_errhandler(
+        "MPI_Session_call_errhandler",
+        Object::Session(session),
+        errorcode,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tag_of;
+
+    #[test]
+    fn string_tags_are_stable_and_never_negative() {
+        assert_eq!(tag_of(""), 0x011c_9dc5);
+        assert_ne!(tag_of("a"), tag_of("b"));
+        assert!(["x", "mpi://WORLD", "a much longer tag"]
+            .iter()
+            .all(|t| tag_of(t) >= 0));
+    }
+}

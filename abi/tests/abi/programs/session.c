@@ -1,0 +1,181 @@
+/* session.c: sessions (MPI 4.1, 11.3), at 1 to 3 ranks.
+ *
+ * - MPI_Session_init before MPI_Init (MPI_Initialized still false): the process
+ *   sets, their names (the length asked first) and info (mpi_size); groups from
+ *   them; communicators made from groups (of every rank, of the even ranks only, of
+ *   this process alone), each carrying its own traffic: an all-reduce and a ring
+ *   of messages checked; two made from the same group with different tags kept
+ *   apart; the session's info (its thread level) and error handlers (a program's,
+ *   called by MPI_Session_call_errhandler and by a bad process set name);
+ * - then MPI_Init_thread: the world model joins the running library; MPI_Finalize
+ *   with the session open leaves its communicators working (MPI_Finalized true);
+ *   MPI_Session_finalize ends the library.
+ * With the argument "only": sessions alone, two at once, no MPI_Init at all; the
+ * last MPI_Session_finalize ends the library. */
+#include "check.h"
+
+static int handled;
+static MPI_Session handled_on;
+
+static void on_error(MPI_Session *s, int *code, ...) {
+  handled++;
+  handled_on = *s;
+  (void)code;
+}
+
+/* An all-reduce of the ranks and a ring message on `comm` (of `n` processes,
+ * this one at `me` of them, the job's rank `job`). */
+static void check_comm(MPI_Comm comm, int n, const char *what) {
+  int csize = -1, me = -1;
+  OK(MPI_Comm_size(comm, &csize));
+  OK(MPI_Comm_rank(comm, &me));
+  CHECK(csize == n, "%s: %d processes, not %d", what, csize, n);
+  int sum = -1, want = n * (n - 1) / 2;
+  OK(MPI_Allreduce(&me, &sum, 1, MPI_INT, MPI_SUM, comm));
+  CHECK(sum == want, "%s: the ranks sum to %d, not %d", what, sum, want);
+  int got = -1, mine = 100 + me;
+  OK(MPI_Sendrecv(&mine, 1, MPI_INT, (me + 1) % n, 3, &got, 1, MPI_INT, (me + n - 1) % n, 3,
+                  comm, MPI_STATUS_IGNORE));
+  CHECK(got == 100 + (me + n - 1) % n, "%s: the ring gave %d", what, got);
+}
+
+static int pset_size(MPI_Session s, const char *pset) {
+  MPI_Info info;
+  OK(MPI_Session_get_pset_info(s, pset, &info));
+  char value[32];
+  int len = sizeof value, flag = 0;
+  OK(MPI_Info_get_string(info, "mpi_size", &len, value, &flag));
+  CHECK(flag, "no mpi_size in the info of %s", pset);
+  OK(MPI_Info_free(&info));
+  return atoi(value);
+}
+
+static MPI_Comm comm_of(MPI_Session s, const char *pset, const char *tag) {
+  MPI_Group g;
+  OK(MPI_Group_from_session_pset(s, pset, &g));
+  MPI_Comm c;
+  OK(MPI_Comm_create_from_group(g, tag, MPI_INFO_NULL, MPI_ERRORS_RETURN, &c));
+  OK(MPI_Group_free(&g));
+  return c;
+}
+
+static void test_session(MPI_Session s) {
+  int n = -1;
+  OK(MPI_Session_get_num_psets(s, MPI_INFO_NULL, &n));
+  CHECK(n == 2, "%d process sets, not 2", n);
+  int len = 0;
+  OK(MPI_Session_get_nth_pset(s, MPI_INFO_NULL, 0, &len, NULL));
+  CHECK(len == (int)strlen("mpi://WORLD") + 1, "the name's length %d", len);
+  char name[64];
+  OK(MPI_Session_get_nth_pset(s, MPI_INFO_NULL, 0, &len, name));
+  CHECK(strcmp(name, "mpi://WORLD") == 0, "process set 0 is %s", name);
+  len = sizeof name;
+  OK(MPI_Session_get_nth_pset(s, MPI_INFO_NULL, 1, &len, name));
+  CHECK(strcmp(name, "mpi://SELF") == 0, "process set 1 is %s", name);
+  size = pset_size(s, "mpi://WORLD");
+  CHECK(pset_size(s, "mpi://SELF") == 1, "mpi://SELF is not of one process");
+
+  MPI_Comm all = comm_of(s, "mpi://WORLD", "org.rbtl.session.all");
+  MPI_Comm again = comm_of(s, "mpi://WORLD", "org.rbtl.session.again");
+  MPI_Comm alone = comm_of(s, "mpi://SELF", "org.rbtl.session.alone");
+  OK(MPI_Comm_rank(all, &rank));
+  /* Traffic on `again` posted first must not take `all`'s. */
+  int early = -1, late = -1, one = 1, two = 2;
+  MPI_Request r;
+  OK(MPI_Irecv(&early, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, again, &r));
+  OK(MPI_Sendrecv(&one, 1, MPI_INT, rank, 4, &late, 1, MPI_INT, rank, 4, all,
+                  MPI_STATUS_IGNORE));
+  OK(MPI_Send(&two, 1, MPI_INT, rank, 5, again));
+  OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+  CHECK(late == 1 && early == 2, "traffic crossed communicators: %d %d", late, early);
+  check_comm(all, size, "mpi://WORLD");
+  check_comm(again, size, "mpi://WORLD again");
+  check_comm(alone, 1, "mpi://SELF");
+
+  /* The even ranks only. */
+  MPI_Group world, evens;
+  OK(MPI_Group_from_session_pset(s, "mpi://WORLD", &world));
+  int ranges[1][3] = {{0, size - 1, 2}};
+  OK(MPI_Group_range_incl(world, 1, ranges, &evens));
+  if (rank % 2 == 0) {
+    MPI_Comm even;
+    OK(MPI_Comm_create_from_group(evens, "org.rbtl.session.even", MPI_INFO_NULL,
+                                  MPI_ERRORS_RETURN, &even));
+    check_comm(even, (size + 1) / 2, "the even ranks");
+    OK(MPI_Comm_free(&even));
+  }
+  OK(MPI_Group_free(&evens));
+  OK(MPI_Group_free(&world));
+  OK(MPI_Comm_free(&all));
+  OK(MPI_Comm_free(&again));
+  OK(MPI_Comm_free(&alone));
+
+  MPI_Info info;
+  OK(MPI_Session_get_info(s, &info));
+  char level[64];
+  int flag = 0;
+  len = sizeof level;
+  OK(MPI_Info_get_string(info, "mpi_thread_support_level", &len, level, &flag));
+  CHECK(flag && strcmp(level, "MPI_THREAD_SINGLE") == 0, "the session's level: %s", level);
+  OK(MPI_Info_free(&info));
+}
+
+static void test_errhandlers(MPI_Session s) {
+  MPI_Errhandler eh, got;
+  OK(MPI_Session_create_errhandler(on_error, &eh));
+  OK(MPI_Session_set_errhandler(s, eh));
+  OK(MPI_Session_get_errhandler(s, &got));
+  CHECK(got == eh, "MPI_Session_get_errhandler");
+  OK(MPI_Session_call_errhandler(s, MPI_ERR_OTHER));
+  CHECK(handled == 1 && handled_on == s, "the program's handler: %d calls", handled);
+  MPI_Group g = MPI_GROUP_NULL;
+  int rc = MPI_Group_from_session_pset(s, "mpi://NOWHERE", &g);
+  int cls = -1;
+  OK(MPI_Error_class(rc, &cls));
+  CHECK(cls == MPI_ERR_ARG && handled == 2, "a bad process set: class %d, %d calls", cls,
+        handled);
+  OK(MPI_Session_set_errhandler(s, MPI_ERRORS_RETURN));
+  OK(MPI_Errhandler_free(&eh));
+  EXPECT_ERR(MPI_Session_set_errhandler(s, MPI_ERRHANDLER_NULL), MPI_ERR_ERRHANDLER, NULL);
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  check_program = "session";
+  int flag = -1;
+  OK(MPI_Initialized(&flag));
+  CHECK(flag == 0, "initialized before anything");
+  MPI_Session s;
+  OK(MPI_Session_init(MPI_INFO_NULL, MPI_ERRORS_RETURN, &s));
+  OK(MPI_Initialized(&flag));
+  CHECK(flag == 0, "a session made MPI_Initialized true");
+  test_session(s);
+  test_errhandlers(s);
+  if (argc > 1 && strcmp(argv[1], "only") == 0) {
+    MPI_Session second;
+    OK(MPI_Session_init(MPI_INFO_NULL, MPI_ERRORS_RETURN, &second));
+    test_session(second);
+    OK(MPI_Session_finalize(&s));
+    CHECK(s == MPI_SESSION_NULL, "MPI_Session_finalize left the handle");
+    MPI_Comm c = comm_of(second, "mpi://WORLD", "org.rbtl.session.last");
+    check_comm(c, size, "the second session");
+    OK(MPI_Comm_free(&c));
+    OK(MPI_Session_finalize(&second));
+  } else {
+    int provided = -1;
+    OK(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided));
+    CHECK(provided == MPI_THREAD_FUNNELED, "provided %d", provided);
+    OK(MPI_Initialized(&flag));
+    CHECK(flag == 1, "MPI_Init did not count");
+    check_comm(MPI_COMM_WORLD, size, "MPI_COMM_WORLD");
+    MPI_Comm c = comm_of(s, "mpi://WORLD", "org.rbtl.session.after");
+    OK(MPI_Finalize());
+    OK(MPI_Finalized(&flag));
+    CHECK(flag == 1, "MPI_Finalize did not count");
+    check_comm(c, size, "a session's communicator after MPI_Finalize");
+    OK(MPI_Comm_free(&c));
+    OK(MPI_Session_finalize(&s));
+  }
+  printf("PASS %s rank %d/%d\n", check_program, rank, size);
+  return 0;
+}
