@@ -1,7 +1,7 @@
 //! Sessions (MPI 4.1, 11.3): the library started without `MPI_Init`, by
 //! `MPI_Session_init`, and communicators made from groups of the process sets
 //! (`mpi://WORLD`, `mpi://SELF`) without a parent communicator
-//! (`MPI_Comm_create_from_group`).
+//! (`MPI_Comm_create_from_group`, `MPI_Intercomm_create_from_groups`).
 //!
 //! Sessions and the world model share the library's one state: the first of
 //! `MPI_Init` and `MPI_Session_init` starts it, and the last of `MPI_Finalize` and
@@ -307,6 +307,64 @@ pub unsafe extern "C" fn PMPI_Comm_create_from_group(
         };
         // SAFETY: checked not null.
         unsafe { newcomm.write(h) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Intercomm_create_from_groups(
+    local_group: Handle,
+    local_leader: c_int,
+    remote_group: Handle,
+    remote_leader: c_int,
+    stringtag: *const c_char,
+    _info: Handle,
+    errhandler: Handle,
+    newintercomm: *mut Handle,
+) -> c_int {
+    call("MPI_Intercomm_create_from_groups", Object::None, |mpi| {
+        non_null(newintercomm, MPI_ERR_ARG, "communicator")?;
+        // SAFETY: the binding's contract: a NUL-ended string.
+        let tag = unsafe { read_str(stringtag) }?;
+        check_errhandler(mpi, errhandler, Kind::Comm)?;
+        let (local, remote) = (mpi.group(local_group)?, mpi.group(remote_group)?);
+        let leader_of = |g: &Group, r: c_int, which: &str| {
+            u32::try_from(r)
+                .ok()
+                .and_then(|r| g.job_rank(r))
+                .ok_or_else(|| {
+                    Error::new(
+                        MPI_ERR_RANK,
+                        format!("{which} leader {r} is not in its group of {}", g.size()),
+                    )
+                })
+        };
+        let leaders = [
+            leader_of(&local, local_leader, "the local")?,
+            leader_of(&remote, remote_leader, "the remote")?,
+        ];
+        // As MPICH does: a communicator of each group, one of the two leaders, then
+        // MPI_Intercomm_create over them; all told apart by the string tag.
+        let intra = mpi.comm_from_group(local.clone(), &format!("{tag}\0local"), errhandler)?;
+        let me = mpi.world_rank();
+        let mut peer = MPI_COMM_NULL;
+        let mut remote_in_peer = 0;
+        if me == leaders[0] {
+            let mut pair = leaders.to_vec();
+            pair.sort_unstable();
+            remote_in_peer = pair.iter().position(|&j| j == leaders[1]).unwrap_or(0) as c_int;
+            let g = Arc::new(Group::new(pair));
+            peer = mpi.comm_from_group(g, &format!("{tag}\0leaders"), errhandler)?;
+        }
+        let made = mpi.intercomm_create(intra, local_leader, peer, remote_in_peer, tag_of(&tag));
+        mpi.comm_free(intra)?;
+        if peer != MPI_COMM_NULL {
+            mpi.comm_free(peer)?;
+        }
+        let h = made?;
+        mpi.comm_mut(h)?.errhandler = errhandler;
+        // SAFETY: checked not null.
+        unsafe { newintercomm.write(h) };
         Ok(())
     })
 }

@@ -5,7 +5,9 @@
  *   them; communicators made from groups (of every rank, of the even ranks only, of
  *   this process alone), each carrying its own traffic: an all-reduce and a ring
  *   of messages checked; two made from the same group with different tags kept
- *   apart; the session's info (its thread level) and error handlers (a program's,
+ *   apart; an intercommunicator between the even and the odd ranks
+ *   (MPI_Intercomm_create_from_groups: an all-reduce across it checked); the
+ *   session's info (its thread level) and error handlers (a program's,
  *   called by MPI_Session_call_errhandler and by a bad process set name);
  * - then MPI_Init_thread: the world model joins the running library; MPI_Finalize
  *   with the session open leaves its communicators working (MPI_Finalized true);
@@ -103,6 +105,27 @@ static void test_session(MPI_Session s) {
                                   MPI_ERRORS_RETURN, &even));
     check_comm(even, (size + 1) / 2, "the even ranks");
     OK(MPI_Comm_free(&even));
+  }
+  if (size > 1) {
+    /* Evens against odds: each side's all-reduce gets the other side's sum. */
+    MPI_Group odds, mine, other;
+    int odd_ranges[1][3] = {{1, size - 1, 2}};
+    OK(MPI_Group_range_incl(world, 1, odd_ranges, &odds));
+    mine = rank % 2 ? odds : evens;
+    other = rank % 2 ? evens : odds;
+    MPI_Comm inter;
+    OK(MPI_Intercomm_create_from_groups(mine, 0, other, 0, "org.rbtl.session.inter",
+                                        MPI_INFO_NULL, MPI_ERRORS_RETURN, &inter));
+    int remote = -1, sum = -1, want = 0;
+    OK(MPI_Comm_remote_size(inter, &remote));
+    int other_size = rank % 2 ? (size + 1) / 2 : size / 2;
+    CHECK(remote == other_size, "the remote group has %d, not %d", remote, other_size);
+    for (int r = 1 - rank % 2; r < size; r += 2)
+      want += r;
+    OK(MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, inter));
+    CHECK(sum == want, "across the intercommunicator: %d, not %d", sum, want);
+    OK(MPI_Comm_free(&inter));
+    OK(MPI_Group_free(&odds));
   }
   OK(MPI_Group_free(&evens));
   OK(MPI_Group_free(&world));
