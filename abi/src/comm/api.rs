@@ -111,11 +111,58 @@ pub unsafe extern "C" fn PMPI_Comm_dup_with_info(
     })
 }
 
+/// `MPI_Comm_idup`: the duplicate ([`Mpi::comm_idup`]) and its attributes, made at
+/// once; the request is complete.
+///
+/// # Safety
+///
+/// `newcomm` and `request` are null or writable.
+unsafe fn idup(comm: Handle, newcomm: *mut Handle, request: *mut Handle) -> Result<()> {
+    non_null(request, MPI_ERR_ARG, "request")?;
+    // SAFETY: the caller's contract.
+    unsafe { hand_out(with_attrs(comm, |mpi| mpi.comm_idup(comm)), newcomm) }?;
+    global::with(|mpi| {
+        // SAFETY: the caller's contract; checked not null.
+        unsafe { mpi.hand_out(crate::request::Request::Done(Status::empty()), request) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_idup(
+    comm: Handle,
+    newcomm: *mut Handle,
+    request: *mut Handle,
+) -> c_int {
+    // SAFETY: the binding's contract.
+    call_in_steps("MPI_Comm_idup", Object::Comm(comm), || unsafe {
+        idup(comm, newcomm, request)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Comm_idup_with_info(
+    comm: Handle,
+    _info: Handle,
+    newcomm: *mut Handle,
+    request: *mut Handle,
+) -> c_int {
+    // SAFETY: the binding's contract.
+    call_in_steps("MPI_Comm_idup_with_info", Object::Comm(comm), || unsafe {
+        idup(comm, newcomm, request)
+    })
+}
+
 /// `MPI_Comm_dup`: the duplicate, then the attributes copied by their keys' copy
 /// functions (run outside the library's state: they may call MPI). A failed copy
 /// frees the duplicate.
 fn dup_with_attrs(comm: Handle) -> Result<Handle> {
-    let h = global::with(|mpi| mpi.comm_dup(comm))?;
+    with_attrs(comm, |mpi| mpi.comm_dup(comm))
+}
+
+/// The duplicate `make` gives of `comm`, then its attributes copied as
+/// [`dup_with_attrs`] says.
+fn with_attrs(comm: Handle, make: impl FnOnce(&mut Mpi) -> Result<Handle>) -> Result<Handle> {
+    let h = global::with(make)?;
     if let Err(e) = attr::copy_attrs(Holder::comm(comm), Holder::comm(h)) {
         global::with(|mpi| mpi.comm_free(h))?;
         return Err(e);

@@ -77,8 +77,15 @@ impl Group {
 }
 
 /// The context numbers of a communicator: point-to-point on `ctx`, collectives on
-/// `ctx + 1`.
-pub const CONTEXTS_PER_COMM: u32 = 2;
+/// `ctx + 1`, and the contexts of its first [`IDUP_SLOTS`] nonblocking duplicates.
+pub const CONTEXTS_PER_COMM: u32 = 2 + 2 * IDUP_SLOTS;
+
+/// How many `MPI_Comm_idup` of one communicator (made otherwise) get a context
+/// reserved with it. Every member reserved the same block when the communicator was
+/// made, and a communicator's collective calls come in the same order on every
+/// member, so the n-th duplicate takes the n-th pair of the block without a word
+/// between the members.
+pub const IDUP_SLOTS: u32 = 16;
 
 /// A communicator.
 pub struct Communicator {
@@ -97,6 +104,9 @@ pub struct Communicator {
     pub topo: Option<topo::Topology>,
     /// Collectives started so far (each uses its own tag).
     pub coll_seq: u32,
+    /// Its nonblocking duplicates so far, and how many it has contexts for.
+    pub idups: u32,
+    pub idup_slots: u32,
 }
 
 impl Communicator {
@@ -112,6 +122,8 @@ impl Communicator {
             attrs: BTreeMap::new(),
             topo: None,
             coll_seq: 0,
+            idups: 0,
+            idup_slots: IDUP_SLOTS,
         }
     }
 

@@ -10,7 +10,10 @@
  * a key of another kind refused; the buffers of buffered sends (MPI 4.1): a
  * communicator's taking precedence over the process's, MPI_BUFFER_AUTOMATIC, a
  * send larger than the room refused, flushing (a nonblocking flush not done while
- * its rendezvous-sized message is unreceived), detaching. */
+ * its rendezvous-sized message is unreceived), detaching; MPI_Comm_idup: its
+ * traffic apart from the original's, its attributes and topology, sixteen of one
+ * communicator among blocking duplicates (each checked by an all-reduce), the
+ * seventeenth and a duplicate's own refused. */
 #include "check.h"
 
 static void test_alloc_mem(void) {
@@ -320,6 +323,65 @@ static void test_buffers(void) {
   free(big);
 }
 
+static void test_idup(void) {
+  MPI_Comm base, dup, cart;
+  OK(MPI_Comm_dup(MPI_COMM_WORLD, &base));
+  int key, flag = 0;
+  void *v = NULL;
+  OK(MPI_Comm_create_keyval(MPI_COMM_DUP_FN, MPI_COMM_NULL_DELETE_FN, &key, NULL));
+  OK(MPI_Comm_set_attr(base, key, (void *)11));
+  MPI_Request r;
+  OK(MPI_Comm_idup(base, &dup, &r));
+  OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+  OK(MPI_Comm_get_attr(dup, key, &v, &flag));
+  CHECK(flag && (intptr_t)v == 11, "MPI_Comm_idup's attribute");
+  /* A wildcard receive on the duplicate does not take the original's message. */
+  int wild = -1, got = -1, one = 1, two = 2;
+  MPI_Request w;
+  OK(MPI_Irecv(&wild, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, dup, &w));
+  OK(MPI_Sendrecv(&one, 1, MPI_INT, rank, 1, &got, 1, MPI_INT, rank, 1, base,
+                  MPI_STATUS_IGNORE));
+  OK(MPI_Send(&two, 1, MPI_INT, rank, 2, dup));
+  OK(MPI_Wait(&w, MPI_STATUS_IGNORE));
+  CHECK(got == 1 && wild == 2, "traffic crossed the duplicate: %d %d", got, wild);
+  /* Fifteen more of `base`, a blocking duplicate between them; all in use at once. */
+  MPI_Comm more[16], between;
+  more[0] = dup;
+  for (int i = 1; i < 16; i++) {
+    OK(MPI_Comm_idup_with_info(base, MPI_INFO_NULL, &more[i], &r));
+    OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    if (i == 8)
+      OK(MPI_Comm_dup(base, &between));
+  }
+  for (int i = 0; i < 16; i++) {
+    int sum = -1;
+    OK(MPI_Allreduce(&i, &sum, 1, MPI_INT, MPI_SUM, more[i]));
+    CHECK(sum == i * size, "duplicate %d's all-reduce gave %d", i, sum);
+  }
+  errors_return(base, 1);
+  MPI_Comm none = MPI_COMM_NULL;
+  EXPECT_ERR(MPI_Comm_idup(base, &none, &r), MPI_ERR_UNSUPPORTED_OPERATION, "all taken");
+  errors_return(more[3], 1);
+  EXPECT_ERR(MPI_Comm_idup(more[3], &none, &r), MPI_ERR_UNSUPPORTED_OPERATION,
+             "MPI_Comm_dup");
+  CHECK(none == MPI_COMM_NULL, "a refused duplicate was handed out");
+  /* A grid's duplicate keeps the grid. */
+  int dims[1] = {size}, periods[1] = {1}, topo = -1;
+  OK(MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &cart));
+  MPI_Comm cart_dup;
+  OK(MPI_Comm_idup(cart, &cart_dup, &r));
+  OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+  OK(MPI_Topo_test(cart_dup, &topo));
+  CHECK(topo == MPI_CART, "MPI_Comm_idup's topology: %d", topo);
+  OK(MPI_Comm_free(&cart_dup));
+  OK(MPI_Comm_free(&cart));
+  for (int i = 0; i < 16; i++)
+    OK(MPI_Comm_free(&more[i]));
+  OK(MPI_Comm_free(&between));
+  OK(MPI_Comm_free(&base));
+  OK(MPI_Comm_free_keyval(&key));
+}
+
 int main(int argc, char **argv) {
   start("utilities", &argc, &argv);
   test_alloc_mem();
@@ -328,5 +390,6 @@ int main(int argc, char **argv) {
   test_mpi1_attributes();
   test_type_win_attributes();
   test_buffers();
+  test_idup();
   return finish();
 }
