@@ -12,8 +12,9 @@ use crate::global;
 use crate::state::Mpi;
 use std::collections::{BTreeMap, HashMap};
 
-/// The attributes of one object: values by key.
-pub type Attrs = BTreeMap<c_int, usize>;
+/// The attributes of one object: by key, the value and when it was set (a number
+/// that grows with each setting in the process).
+pub type Attrs = BTreeMap<c_int, (usize, u64)>;
 
 /// The objects a key's attributes hang on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +83,8 @@ pub struct Keyval {
 pub struct Keyvals {
     keys: BTreeMap<c_int, Keyval>,
     next: c_int,
+    /// Attributes set so far.
+    settings: u64,
     on_types: HashMap<Handle, Attrs>,
     on_wins: HashMap<Handle, Attrs>,
     /// Values of the predefined attributes (their addresses are handed out).
@@ -93,6 +96,7 @@ impl Default for Keyvals {
         Keyvals {
             keys: BTreeMap::new(),
             next: FIRST_KEY,
+            settings: 0,
             on_types: HashMap::new(),
             on_wins: HashMap::new(),
             values: Box::new([0; 8]),
@@ -190,7 +194,7 @@ impl Mpi {
     /// The value of attribute `k` of `o`, if set (the key checked).
     pub fn attr(&self, o: Holder, k: c_int) -> Result<Option<usize>> {
         self.keyval(o.kind, k)?;
-        Ok(self.attrs_of(o)?.and_then(|a| a.get(&k).copied()))
+        Ok(self.attrs_of(o)?.and_then(|a| a.get(&k)).map(|a| a.0))
     }
 
     /// Whether some object still holds an attribute under key `k`.
@@ -220,11 +224,13 @@ impl Mpi {
     }
 
     /// The deletions of the attributes `keys` of `o` (those set), in the reverse
-    /// order of their keys: run by [`Deletion::run`], outside the library's state,
+    /// order of their setting (as MPI 4.1, 11.2.4 asks of `MPI_COMM_SELF`'s at
+    /// `MPI_Finalize`): run by [`Deletion::run`], outside the library's state,
     /// before [`Mpi::forget_attrs`] takes the values off.
     fn deletions(&self, o: Holder, keys: Option<c_int>) -> Result<Vec<Deletion>> {
-        let all = self.callbacks(o, keys, |key| key.delete)?;
-        Ok(all.into_iter().rev().map(Deletion).collect())
+        let mut all = self.callbacks(o, keys, |key| key.delete)?;
+        all.sort_by_key(|c| std::cmp::Reverse(c.set));
+        Ok(all.into_iter().map(Deletion).collect())
     }
 
     /// The attributes `keys` (all: `None`) of `o` whose key has the callback
@@ -241,13 +247,14 @@ impl Mpi {
         Ok(attrs
             .iter()
             .filter(|&(&k, _)| keys.is_none_or(|only| only == k))
-            .filter_map(|(&k, &v)| {
+            .filter_map(|(&k, &(v, set))| {
                 let key = self.attrs.keys.get(&k)?;
                 let f = pick(key);
                 (f != 0).then_some(Callback {
                     object: o.handle,
                     k,
                     v,
+                    set,
                     f,
                     extra: key.extra,
                 })
@@ -282,6 +289,8 @@ struct Callback {
     object: Handle,
     k: c_int,
     v: usize,
+    /// When the attribute was set.
+    set: u64,
     /// The copy function (1: `MPI_*_DUP_FN`) or the delete function.
     f: usize,
     extra: usize,
@@ -314,10 +323,10 @@ impl Copying {
     ///
     /// Runs the program's copy function (MPI calls are allowed in it): called
     /// outside the library's state.
-    unsafe fn run(&self) -> Result<(c_int, Option<usize>)> {
+    unsafe fn run(&self) -> Result<(c_int, Option<(usize, u64)>)> {
         let c = &self.0;
         if c.f == 1 {
-            return Ok((c.k, Some(c.v)));
+            return Ok((c.k, Some((c.v, c.set))));
         }
         // SAFETY: the key's creator was given a copy function.
         let f: CopyFn = unsafe { std::mem::transmute::<usize, CopyFn>(c.f) };
@@ -334,7 +343,7 @@ impl Copying {
             )
         };
         c.returned("copy", rc)?;
-        Ok((c.k, (flag != 0).then_some(value)))
+        Ok((c.k, (flag != 0).then_some((value, c.set))))
     }
 }
 
@@ -405,7 +414,9 @@ pub fn set_attr(o: Holder, k: c_int, value: usize) -> Result<()> {
     global::with(|mpi| mpi.keyval(o.kind, k).map(|_| ()))?;
     delete_attrs(o, Some(k))?;
     global::with(|mpi| {
-        mpi.attrs_of_mut(o)?.insert(k, value);
+        let set = mpi.attrs.settings;
+        mpi.attrs_of_mut(o)?.insert(k, (value, set));
+        mpi.attrs.settings += 1;
         Ok(())
     })
 }

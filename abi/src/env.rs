@@ -48,6 +48,7 @@ fn init(required: c_int) -> Result<c_int> {
     if global::phase() == Phase::Running {
         provided = global::with(|mpi| {
             mpi.raise_thread_level(provided);
+            mpi.main_thread = std::thread::current().id();
             Ok(mpi.thread_level)
         })?;
     } else {
@@ -81,9 +82,17 @@ fn start_state(provided: c_int) -> Result<()> {
     Ok(())
 }
 
-/// End the library's state: the transports' end.
-fn stop_state() -> Result<()> {
-    global::stop(|mpi| {
+/// End the library's state (the transports' end), unless a session is open or
+/// the world model runs: decided while holding the state. With `ending` (from
+/// `MPI_Finalize`) the world model ends then, whether the state does or not.
+fn stop_state(ending: bool) -> Result<()> {
+    let needed = |mpi: &Mpi| {
+        if ending {
+            WORLD_MODEL.store(ENDED, Ordering::Release);
+        }
+        !mpi.sessions.is_empty() || WORLD_MODEL.load(Ordering::Acquire) == STARTED
+    };
+    global::stop(needed, |mpi| {
         mpi.msg
             .finalize()
             .map_err(|e| Error::new(MPI_ERR_OTHER, format!("ending the transports failed: {e}")))
@@ -102,13 +111,10 @@ pub fn start_for_session() -> Result<()> {
     }
 }
 
-/// After `MPI_Session_finalize`, with `left` sessions open: the last one ends the
-/// library unless the world model runs.
-pub fn end_after_session(left: usize) -> Result<()> {
-    match left == 0 && WORLD_MODEL.load(Ordering::Acquire) != STARTED {
-        true => stop_state(),
-        false => Ok(()),
-    }
+/// After `MPI_Session_finalize`: the last session ends the library unless the
+/// world model runs.
+pub fn end_after_session() -> Result<()> {
+    stop_state(false)
 }
 
 /// Report an error of a call made outside the library's life (no handler to go
@@ -143,6 +149,13 @@ pub unsafe extern "C" fn PMPI_Init_thread(
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Finalize() -> c_int {
+    if WORLD_MODEL.load(Ordering::Acquire) != STARTED {
+        let e = Error::new(
+            MPI_ERR_OTHER,
+            "MPI_Finalize without MPI_Init, or called twice",
+        );
+        return outside("MPI_Finalize", Err(e));
+    }
     // Attributes on MPI_COMM_SELF go first, as the standard asks (their delete
     // functions may still use MPI).
     let deleted = call_in_steps("MPI_Finalize", Object::None, || {
@@ -151,13 +164,9 @@ pub unsafe extern "C" fn PMPI_Finalize() -> c_int {
     if deleted != MPI_SUCCESS {
         return deleted;
     }
-    // Sessions still open keep the library running.
-    let sessions = global::with(|mpi| Ok(mpi.sessions.len())).unwrap_or(0);
-    WORLD_MODEL.store(ENDED, Ordering::Release);
-    match sessions {
-        0 => outside("MPI_Finalize", stop_state()),
-        _ => MPI_SUCCESS,
-    }
+    // Sessions still open keep the library running. A refused end (another
+    // thread's call under way) leaves the world model running.
+    outside("MPI_Finalize", stop_state(true))
 }
 
 #[no_mangle]

@@ -10,7 +10,8 @@
 //! callback of the thread inside is still refused (it would wait for itself).
 //! The callbacks that may call MPI run outside the cell, between steps of the
 //! call that runs them: error handlers, attribute copy and delete functions, the
-//! reduction functions of blocking collectives and of `MPI_Reduce_local`.
+//! reduction functions of blocking collectives and of `MPI_Reduce_local`, the
+//! functions of generalized requests.
 
 use crate::error::{Error, Handler, Object, Result};
 use crate::ffi::*;
@@ -284,14 +285,19 @@ pub fn start(init: impl FnOnce() -> Result<Mpi>) -> Result<()> {
     Ok(())
 }
 
-/// End the state with `finish`.
-pub fn stop(finish: impl FnOnce(Mpi) -> Result<()>) -> Result<()> {
+/// End the state with `finish`, unless `keep` says it is still needed (decided
+/// while holding it, so that no other call comes between).
+pub fn stop(keep: impl FnOnce(&Mpi) -> bool, finish: impl FnOnce(Mpi) -> Result<()>) -> Result<()> {
     let _entered = Entered::try_enter()?;
     if GLOBAL.paused.load(Ordering::Relaxed) > 0 {
         return Err(Error::new(
             MPI_ERR_OTHER,
             "MPI_Finalize while a blocking call of another thread is under way: every thread's calls must end first",
         ));
+    }
+    // SAFETY: `busy` is held (`_entered`).
+    if unsafe { (*GLOBAL.state.get()).as_ref() }.is_some_and(keep) {
+        return Ok(());
     }
     // SAFETY: `busy` is held (`_entered`).
     let state = unsafe { (*GLOBAL.state.get()).take() };

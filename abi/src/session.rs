@@ -100,7 +100,7 @@ impl Mpi {
         let mine = [self.contexts_above() as i32];
         let all = self.allgather_in_ctx(FROM_GROUP_CTX, &group, rank, tag_of(stringtag), &mine)?;
         let ctx = all.iter().map(|&c| c as u32).max().unwrap_or(0);
-        self.use_contexts(ctx);
+        self.use_contexts(ctx)?;
         let mut c = Communicator::new(ctx, group, rank, "");
         c.errhandler = errhandler;
         self.comms.insert(c)
@@ -113,35 +113,41 @@ pub unsafe extern "C" fn PMPI_Session_init(
     errhandler: Handle,
     session: *mut Handle,
 ) -> c_int {
-    if let Err(e) = crate::env::start_for_session() {
-        return crate::error::raise("MPI_Session_init", Object::None, e);
+    let made = crate::env::start_for_session().and_then(|()| {
+        global::with(|mpi| {
+            non_null(session, MPI_ERR_ARG, "session")?;
+            check_errhandler(mpi, errhandler, Kind::Session)?;
+            let thread_level = match mpi.value_of(info, "mpi_thread_support_level")? {
+                None => MPI_THREAD_SINGLE,
+                Some(v) => LEVELS
+                    .iter()
+                    .find(|(name, _)| name.eq_ignore_ascii_case(v.trim()))
+                    .map(|l| l.1)
+                    .ok_or_else(|| {
+                        Error::new(
+                            MPI_ERR_ARG,
+                            format!("mpi_thread_support_level {v:?} is not a thread level"),
+                        )
+                    })?,
+            };
+            mpi.raise_thread_level(thread_level);
+            mpi.sessions.insert(Session {
+                errhandler,
+                thread_level,
+            })
+        })
+    });
+    match made {
+        Ok(h) => {
+            // SAFETY: checked not null; the binding's contract: writable.
+            unsafe { session.write(h) };
+            MPI_SUCCESS
+        }
+        // The handler given to the call reports its errors (MPI 4.1, 11.3.1); a
+        // program's session handler has no session to be called on yet.
+        Err(e) if errhandler == MPI_ERRORS_RETURN => crate::error::code_of(&e),
+        Err(e) => crate::error::raise("MPI_Session_init", Object::None, e),
     }
-    call("MPI_Session_init", Object::None, |mpi| {
-        non_null(session, MPI_ERR_ARG, "session")?;
-        check_errhandler(mpi, errhandler, Kind::Session)?;
-        let asked = mpi.value_of(info, "mpi_thread_support_level")?;
-        let thread_level = match asked {
-            None => MPI_THREAD_SINGLE,
-            Some(v) => LEVELS
-                .iter()
-                .find(|(name, _)| name.eq_ignore_ascii_case(v.trim()))
-                .map(|l| l.1)
-                .ok_or_else(|| {
-                    Error::new(
-                        MPI_ERR_ARG,
-                        format!("mpi_thread_support_level {v:?} is not a thread level"),
-                    )
-                })?,
-        };
-        mpi.raise_thread_level(thread_level);
-        let h = mpi.sessions.insert(Session {
-            errhandler,
-            thread_level,
-        })?;
-        // SAFETY: checked not null.
-        unsafe { session.write(h) };
-        Ok(())
-    })
 }
 
 #[no_mangle]
@@ -151,21 +157,19 @@ pub unsafe extern "C" fn PMPI_Session_finalize(session: *mut Handle) -> c_int {
         Ok(h) => h,
         Err(e) => return crate::error::raise("MPI_Session_finalize", Object::None, e),
     };
-    let left = global::with(|mpi| {
+    let removed = global::with(|mpi| {
         mpi.session(h)?;
         mpi.sessions.remove(h);
-        Ok(mpi.sessions.len())
+        Ok(())
     });
-    match left {
-        Err(e) => crate::error::raise("MPI_Session_finalize", Object::Session(h), e),
-        Ok(n) => {
-            // SAFETY: checked readable; the binding's contract: writable.
-            unsafe { session.write(MPI_SESSION_NULL) };
-            match crate::env::end_after_session(n) {
-                Ok(()) => MPI_SUCCESS,
-                Err(e) => crate::error::raise("MPI_Session_finalize", Object::None, e),
-            }
-        }
+    if let Err(e) = removed {
+        return crate::error::raise("MPI_Session_finalize", Object::Session(h), e);
+    }
+    // SAFETY: checked readable; the binding's contract: writable.
+    unsafe { session.write(MPI_SESSION_NULL) };
+    match crate::env::end_after_session() {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => crate::error::raise("MPI_Session_finalize", Object::None, e),
     }
 }
 

@@ -43,6 +43,9 @@ pub struct Mpi {
     /// The generalized requests a completion call took, whose free functions run
     /// once it has left the state.
     pub grequest_frees: Vec<crate::p2p::grequest::Callbacks>,
+    /// Partitioned inits so far, by communicator, side (send), peer and tag: the
+    /// number of the next pair ([`crate::p2p::partitioned`]).
+    pub pairs: std::collections::HashMap<(Handle, bool, c_int, c_int), u32>,
     /// Messages taken by matched probes.
     pub messages: Table<Message>,
     pub errhandlers: Table<Errhandler>,
@@ -119,6 +122,7 @@ impl Mpi {
             active: Vec::new(),
             detached: Vec::new(),
             grequest_frees: Vec::new(),
+            pairs: Default::default(),
             messages: Table::new(Kind::Message),
             errhandlers: Table::new(Kind::Errhandler),
             infos: Table::new(Kind::Info),
@@ -191,15 +195,27 @@ impl Mpi {
         Ok(t)
     }
 
-    /// A fresh context pair above every one this process has used; the caller agrees
-    /// on the value with the other members (see `comm::create`).
+    /// The first context of a fresh block above every one this process has used;
+    /// the caller agrees on the value with the other members (see `comm::create`).
     pub fn contexts_above(&self) -> u32 {
         self.next_ctx
     }
 
-    /// Note that contexts up to `ctx` (and its collective twin) are in use.
-    pub fn use_contexts(&mut self, ctx: u32) {
-        self.next_ctx = self.next_ctx.max(ctx + CONTEXTS_PER_COMM);
+    /// Note that the block of contexts from `ctx` ([`CONTEXTS_PER_COMM`]) is in
+    /// use; refused when it would reach the bit of partitioned messages' contexts
+    /// (after some 31 million communicators and windows).
+    pub fn use_contexts(&mut self, ctx: u32) -> Result<()> {
+        let end = ctx
+            .checked_add(CONTEXTS_PER_COMM)
+            .filter(|&e| e <= crate::p2p::partitioned::PARTITIONED)
+            .ok_or_else(|| {
+                Error::new(
+                    MPI_ERR_INTERN,
+                    "no context number is left for a new communicator in this job",
+                )
+            })?;
+        self.next_ctx = self.next_ctx.max(end);
+        Ok(())
     }
 
     /// What an error raised on `object` does.

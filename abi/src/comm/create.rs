@@ -64,7 +64,7 @@ impl Mpi {
 
     /// Keep a new communicator over `group` with context `ctx`; its handle.
     fn keep(&mut self, ctx: u32, group: Arc<Group>, parent: Handle) -> Result<Handle> {
-        self.use_contexts(ctx);
+        self.use_contexts(ctx)?;
         let me = self.world_rank();
         let rank = group.rank_of(me).expect("a member");
         let mut c = Communicator::new(ctx, group, rank, "");

@@ -151,12 +151,15 @@ query_binding!(PMPI_Graphdims_get, comm, Object::Comm(comm), |mpi| {
     let (index, edges) = mpi.graph(comm)?;
 } => nnodes: c_int = index.len() as c_int, nedges: c_int = edges.len() as c_int);
 
-/// Write the first `max` of `values` to `out`.
+/// Write the first `max` of `values` to `out` (nothing to a null `out`).
 ///
 /// # Safety
 ///
 /// `out` holds `max` ints (or is null).
 unsafe fn write_ints(out: *mut c_int, max: c_int, values: &[c_int]) {
+    if out.is_null() {
+        return;
+    }
     for (i, v) in values.iter().enumerate().take(max.max(0) as usize) {
         // SAFETY: the caller's contract.
         unsafe { put(out.wrapping_add(i), *v) };
@@ -351,7 +354,11 @@ impl Mpi {
                 "some members gave weights and others MPI_UNWEIGHTED",
             ));
         }
-        let counts: Vec<c_int> = heads.chunks(2).map(|h| 3 * h[0]).collect();
+        let counts = heads
+            .chunks(2)
+            .map(|h| h[0].checked_mul(3))
+            .collect::<Option<Vec<c_int>>>()
+            .ok_or_else(|| Error::new(MPI_ERR_ARG, "a member gave more than 2^31 / 3 edges"))?;
         let flat: Vec<c_int> = mine.edges.iter().flatten().copied().collect();
         let all = self.allgatherv_of(comm, &flat, &counts)?;
         let me = self.comm(comm)?.rank as c_int;

@@ -89,7 +89,7 @@ impl Mpi {
         theirs.resize(header[2] as usize, 0);
         self.bcast_here(&mut theirs, local_leader, local)?;
         let ctx = ctx.max(header[1] as u32);
-        self.use_contexts(ctx);
+        self.use_contexts(ctx)?;
         let mut c = Communicator::new(ctx, group, rank, "");
         c.remote = Some(Arc::new(Group::new(
             theirs.iter().map(|&r| r as u32).collect(),
@@ -108,7 +108,7 @@ impl Mpi {
         let ours = ours.iter().copied().max().unwrap_or(0);
         let theirs = self.allgather_of(comm, &[ours])?;
         let ctx = theirs.iter().copied().fold(ours, i32::max) as u32;
-        self.use_contexts(ctx);
+        self.use_contexts(ctx)?;
         let mut c = Communicator::new(ctx, group, rank, "");
         c.remote = remote;
         c.errhandler = errhandler;
@@ -131,7 +131,7 @@ impl Mpi {
             .map(|v| v[2])
             .max()
             .unwrap_or(0) as u32;
-        self.use_contexts(ctx);
+        self.use_contexts(ctx)?;
         // The job ranks of the members of `color` in `g`, by key then rank.
         let members = |all: &[i32], g: &Group| {
             let mut m: Vec<(i32, u32)> = all

@@ -99,8 +99,8 @@ pub struct Communicator {
     pub rank: u32,
     pub name: String,
     pub errhandler: Handle,
-    /// Attributes: key to value.
-    pub attrs: BTreeMap<c_int, usize>,
+    /// Attributes.
+    pub attrs: crate::attr::Attrs,
     pub topo: Option<topo::Topology>,
     /// Collectives started so far (each uses its own tag).
     pub coll_seq: u32,

@@ -87,7 +87,7 @@ impl Mpi {
                 )
             })?;
         let ctx = self.agree_context(comm, &[])?.0;
-        self.use_contexts(ctx);
+        self.use_contexts(ctx)?;
         self.msg.open_bridge()?;
         let kvs = self.msg.kvsname()?;
         let base = self.msg.universe_base()?;
@@ -194,7 +194,7 @@ impl Mpi {
         }
         self.wait_for_key(&kvs, PARENTS_READY, "the parents")?;
         let parents = self.msg.connect_job(pkvs, pbase, &pranks)?;
-        self.use_contexts(ctx);
+        self.use_contexts(ctx)?;
         let mut c = Communicator::new(ctx, self.world.group.clone(), self.world.rank, "");
         c.remote = Some(Arc::new(Group::new(parents)));
         self.parent = self.comms.insert(c)?;
@@ -250,7 +250,7 @@ impl Mpi {
         };
         let ranks: Vec<u32> = a.ranks().iter().chain(b.ranks()).copied().collect();
         let group = Arc::new(Group::new(ranks));
-        self.use_contexts(new_ctx);
+        self.use_contexts(new_ctx)?;
         let rank = group.rank_of(self.world_rank()).expect("a member");
         let mut merged = Communicator::new(new_ctx, group, rank, "");
         merged.errhandler = self.comm(inter)?.errhandler;

@@ -8,7 +8,7 @@
 //! the library's own: an attached buffer is room counted, never written.
 //!
 //! Sessions have no buffers here: `MPI_Session_attach_buffer` and its kin are
-//! refused with the sessions.
+//! refused (`MPI_ERR_UNSUPPORTED_OPERATION`).
 
 use crate::entry::{call, call_held};
 use crate::error::{Error, Object, Result};
@@ -64,11 +64,13 @@ impl Buffers {
         }
     }
 
-    /// Give back the room of a request that completed.
+    /// Give back the room of a request that completed (to a buffer that may have
+    /// been detached and another attached since, under `MPI_THREAD_MULTIPLE`, or
+    /// whose communicator's handle went to another: never below nothing).
     pub fn release(&mut self, room: Room) {
         if room.bytes > 0 {
             if let Some(b) = self.of(room.owner) {
-                b.used -= room.bytes;
+                b.used = b.used.saturating_sub(room.bytes);
             }
         }
     }
@@ -126,7 +128,7 @@ impl Mpi {
             Some(Attached::At { size, .. }) if b.used + need > size => {
                 return Err(Error::new(
                     MPI_ERR_BUFFER,
-                    format!("the attached buffer of {size} bytes has {} free, and this send needs {need} (its {len} bytes and MPI_BSEND_OVERHEAD)", size - b.used),
+                    format!("the attached buffer of {size} bytes has {} free, and this send needs {need} (its {len} bytes and MPI_BSEND_OVERHEAD)", size.saturating_sub(b.used)),
                 ))
             }
             Some(_) => {}

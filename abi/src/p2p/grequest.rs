@@ -62,7 +62,8 @@ impl Callbacks {
     ///
     /// # Safety
     ///
-    /// Runs the program's function (which may call MPI): outside the library's state.
+    /// Runs the program's function (which may call MPI): called outside the
+    /// library's state.
     unsafe fn query(&self) -> (Status, Option<Error>) {
         let mut status = Status::empty();
         // SAFETY: MPI_Grequest_start's caller gave a query function.
@@ -76,7 +77,8 @@ impl Callbacks {
     ///
     /// # Safety
     ///
-    /// As [`Callbacks::query`].
+    /// Runs the program's function (which may call MPI): called outside the
+    /// library's state.
     pub unsafe fn free(&self) -> Result<()> {
         // SAFETY: MPI_Grequest_start's caller gave a free function.
         let f = unsafe { std::mem::transmute::<usize, FreeFn>(self.free) };
@@ -88,7 +90,8 @@ impl Callbacks {
     ///
     /// # Safety
     ///
-    /// As [`Callbacks::query`].
+    /// Runs the program's function (which may call MPI): called outside the
+    /// library's state.
     pub unsafe fn cancel(&self, complete: bool) -> Result<()> {
         // SAFETY: MPI_Grequest_start's caller gave a cancel function.
         let f = unsafe { std::mem::transmute::<usize, CancelFn>(self.cancel) };

@@ -5,8 +5,12 @@
 //! Here the whole buffer travels as one message, sent when the last partition is
 //! ready; a partition has arrived when the whole message has. The messages go in a
 //! context of their own beside the communicator's (its context with
-//! [`PARTITIONED`] set), so that they match only partitioned receives, by source
-//! and tag, in the order the pairs were started.
+//! [`PARTITIONED`] set), so that they match only partitioned receives. Sends and
+//! receives pair in the order of their init calls (MPI 4.1, 4.2.2): each end
+//! numbers its inits per communicator, peer and tag, and the n-th carries n in the
+//! high bits of its message's tag ([`wire_tag`]), for tags below 2^20 (above, the
+//! pairs of one tag match in the order their messages leave and their receives
+//! start).
 
 use super::persistent::{Op, Persistent, Transfer};
 use super::{check_count, Peer};
@@ -22,24 +26,45 @@ use rbtl::msg::SendMode;
 /// for its served contexts).
 pub const PARTITIONED: u32 = 1 << 30;
 
-/// The partitions of a partitioned send.
-pub struct Parts {
-    /// Which partitions of the round under way are ready.
-    ready: Vec<bool>,
+/// The tags below this carry the pair's number above them.
+const NUMBERED_TAGS: c_int = 1 << 20;
+
+/// The tag of the message of the `n`-th partitioned pair with `tag` between two
+/// processes on one communicator.
+pub fn wire_tag(tag: c_int, n: u32) -> c_int {
+    match tag < NUMBERED_TAGS {
+        true => ((n % 2048) as c_int) << 20 | tag,
+        false => tag,
+    }
+}
+
+/// What a partitioned request has besides a persistent one's.
+pub struct Partitioned {
+    /// Its partitions.
+    pub partitions: usize,
+    /// The tag its message carries ([`wire_tag`]).
+    pub wire_tag: c_int,
+    /// A send's partitions ready in the round under way (a receive's: none).
+    ready: Option<Vec<bool>>,
     /// How many are not ready yet (0 between rounds, and once the message is sent).
     left: usize,
 }
 
-impl Parts {
+impl Partitioned {
     /// A send started whose message waits for partitions.
     pub fn unposted(&self) -> bool {
         self.left > 0
     }
 
-    /// Start a round: no partition ready.
-    pub fn start(&mut self) {
-        self.ready.iter_mut().for_each(|r| *r = false);
-        self.left = self.ready.len();
+    /// Start a round of a send (no partition ready): whether its message waits for
+    /// partitions (a send of none leaves at once, as a receive is posted at once).
+    pub fn start_send(&mut self) -> bool {
+        let Some(ready) = self.ready.as_mut() else {
+            return false;
+        };
+        ready.iter_mut().for_each(|r| *r = false);
+        self.left = ready.len();
+        self.left > 0
     }
 }
 
@@ -53,15 +78,12 @@ impl Mpi {
         tag: c_int,
         comm: Handle,
     ) -> Result<Request> {
-        let n = usize::try_from(partitions)
-            .ok()
-            .filter(|&n| n > 0)
-            .ok_or_else(|| {
-                Error::new(
-                    MPI_ERR_ARG,
-                    format!("{partitions} partitions: at least one is needed"),
-                )
-            })?;
+        let n = usize::try_from(partitions).map_err(|_| {
+            Error::new(
+                MPI_ERR_ARG,
+                format!("{partitions} partitions: a count of partitions is not negative"),
+            )
+        })?;
         let total = count
             .checked_mul(Count::from(partitions))
             .and_then(|t| c_int::try_from(t).ok())
@@ -80,10 +102,16 @@ impl Mpi {
         };
         super::peer(c, rank, false)?;
         let ty = self.keep_type(ty)?;
-        let parts = matches!(op, Op::Send { .. }).then(|| Parts {
-            ready: vec![false; n],
+        let send = matches!(op, Op::Send { .. });
+        let number = self.pairs.entry((comm, send, rank, tag)).or_insert(0);
+        let wire = wire_tag(tag, *number);
+        *number = number.wrapping_add(1);
+        let partitioned = Partitioned {
+            partitions: n,
+            wire_tag: wire,
+            ready: send.then(|| vec![false; n]),
             left: 0,
-        });
+        };
         let transfer = Transfer {
             op,
             count: total,
@@ -92,16 +120,18 @@ impl Mpi {
             comm,
         };
         Ok(Request::Persistent(Box::new(Persistent::new(
-            transfer, parts, n,
+            transfer,
+            Some(Box::new(partitioned)),
         ))))
     }
 
-    /// Post partitioned `transfer`'s message: its request (`MPI_PROC_NULL`'s done).
+    /// Post partitioned `transfer`'s message, with tag `wire` ([`wire_tag`]): its
+    /// request (`MPI_PROC_NULL`'s done).
     ///
     /// # Safety
     ///
     /// The buffer holds the elements (has room for them) until the request completes.
-    pub unsafe fn post_partitioned(&mut self, t: Transfer) -> Result<Request> {
+    pub unsafe fn post_partitioned(&mut self, t: Transfer, wire: c_int) -> Result<Request> {
         let count = check_count(t.count)?;
         let (buf, rank, send) = match t.op {
             Op::Send { buf, dest, .. } => (buf, dest, true),
@@ -115,12 +145,12 @@ impl Mpi {
         let (id, staging) = if send {
             // SAFETY: the caller's contract.
             let s = unsafe {
-                self.start_send((buf, count), &shape, job, t.tag, ctx, SendMode::Standard)
+                self.start_send((buf, count), &shape, job, wire, ctx, SendMode::Standard)
             }?;
             (s.id, s.staged.map(|v| Box::new(Staging::Send(v))))
         } else {
             // SAFETY: the caller's contract.
-            unsafe { self.start_recv(buf.cast_mut(), count, shape, Some(job), Some(t.tag), ctx) }?
+            unsafe { self.start_recv(buf.cast_mut(), count, shape, Some(job), Some(wire), ctx) }?
         };
         Ok(Request::P2p(P2p {
             id,
@@ -134,23 +164,26 @@ impl Mpi {
     /// last.
     fn pready(&mut self, h: Handle, partitions: impl Iterator<Item = c_int>) -> Result<()> {
         let p = self.partitioned_request(h)?;
-        let Some(parts) = p.parts.as_mut() else {
+        let transfer = p.transfer();
+        let x = p.partitioned.as_mut().expect("partitioned");
+        let wire = x.wire_tag;
+        let Some(ready) = x.ready.as_mut() else {
             return Err(Error::new(
                 MPI_ERR_REQUEST,
                 "MPI_Pready is for a partitioned send, not a receive",
             ));
         };
-        if !parts.unposted() {
+        if x.left == 0 {
             return Err(Error::new(
                 MPI_ERR_REQUEST,
                 "the partitioned send is not started, or all its partitions are ready",
             ));
         }
         for i in partitions {
-            let n = parts.ready.len();
+            let n = ready.len();
             let r = usize::try_from(i)
                 .ok()
-                .and_then(|i| parts.ready.get_mut(i))
+                .and_then(|i| ready.get_mut(i))
                 .ok_or_else(|| {
                     Error::new(MPI_ERR_ARG, format!("partition {i} is not one of the {n}"))
                 })?;
@@ -161,25 +194,34 @@ impl Mpi {
                 ));
             }
             *r = true;
-            parts.left -= 1;
+            x.left -= 1;
         }
-        if parts.left > 0 {
+        if x.left > 0 {
             return Ok(());
         }
-        let transfer = p.transfer();
         // SAFETY: the buffer was promised at MPI_Psend_init for every round, until
         // each completes.
-        let r = unsafe { self.post_partitioned(transfer) }?;
-        if let Some(Request::Persistent(p)) = self.requests.get_mut(h) {
-            p.started(r);
+        let r = unsafe { self.post_partitioned(transfer, wire) };
+        let Some(Request::Persistent(p)) = self.requests.get_mut(h) else {
+            return r.map(|_| ());
+        };
+        match r {
+            Ok(r) => {
+                p.started(r);
+                Ok(())
+            }
+            // The round ends with the error, for the call that completes it too.
+            Err(e) => {
+                p.done = Some((Status::empty(), Some(e.clone())));
+                Err(e)
+            }
         }
-        Ok(())
     }
 
     /// The partitioned request `h`.
     fn partitioned_request(&mut self, h: Handle) -> Result<&mut Persistent> {
         match self.requests.get_mut(h) {
-            Some(Request::Persistent(p)) if p.partitions > 0 => Ok(p),
+            Some(Request::Persistent(p)) if p.partitioned.is_some() => Ok(p),
             _ => Err(Error::new(
                 MPI_ERR_REQUEST,
                 format!("{h:#x} is not a partitioned request"),
@@ -279,16 +321,18 @@ pub unsafe extern "C" fn PMPI_Parrived(
         non_null(flag, MPI_ERR_ARG, "flag")?;
         mpi.progress();
         let p = mpi.partitioned_request(request)?;
-        if p.parts.is_some() {
+        let x = p.partitioned.as_ref().expect("partitioned");
+        let partitions = x.partitions;
+        if x.ready.is_some() {
             return Err(Error::new(
                 MPI_ERR_REQUEST,
                 "MPI_Parrived is for a partitioned receive, not a send",
             ));
         }
-        if partition < 0 || partition as usize >= p.partitions {
+        if partition < 0 || partition as usize >= partitions {
             return Err(Error::new(
                 MPI_ERR_ARG,
-                format!("partition {partition} is not one of the {}", p.partitions),
+                format!("partition {partition} is not one of the {partitions}"),
             ));
         }
         let arrived = match (&p.done, &p.active) {

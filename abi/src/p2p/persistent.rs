@@ -5,7 +5,7 @@
 use crate::entry::call;
 use crate::error::{read_arg, Error, Object, Result};
 use crate::ffi::*;
-use crate::p2p::partitioned::Parts;
+use crate::p2p::partitioned::Partitioned;
 use crate::p2p::Mode;
 use crate::request::{P2p, Request};
 use crate::state::Mpi;
@@ -44,22 +44,18 @@ pub struct Persistent {
     /// A start whose outcome is known, not yet waited for: it completed at once
     /// (`MPI_PROC_NULL`), or `MPI_Request_get_status` read it. Its status and error.
     pub done: Option<(Status, Option<Error>)>,
-    /// Its partitions (0: not partitioned).
-    pub partitions: usize,
-    /// A partitioned send's partitions.
-    pub parts: Option<Parts>,
+    /// What a partitioned request has besides.
+    pub partitioned: Option<Box<Partitioned>>,
 }
 
 impl Persistent {
-    /// A persistent request for `transfer`, in `partitions` partitions (0: not
-    /// partitioned), `parts` those of a partitioned send.
-    pub fn new(transfer: Transfer, parts: Option<Parts>, partitions: usize) -> Persistent {
+    /// A persistent request for `transfer` (`partitioned` if it is).
+    pub fn new(transfer: Transfer, partitioned: Option<Box<Partitioned>>) -> Persistent {
         Persistent {
             transfer,
             active: None,
             done: None,
-            partitions,
-            parts,
+            partitioned,
         }
     }
 
@@ -75,7 +71,21 @@ impl Persistent {
 
     /// A started partitioned send whose message waits for partitions: running.
     pub fn unposted(&self) -> bool {
-        self.parts.as_ref().is_some_and(Parts::unposted)
+        self.partitioned.as_ref().is_some_and(|p| p.unposted())
+    }
+
+    /// The outcome of the operation under way, which completed as `out` (a
+    /// partitioned receive's status shows the program's tag, not its message's).
+    pub fn finish_active(
+        &mut self,
+        out: rbtl::msg::Result<rbtl::msg::Status>,
+    ) -> (Status, Option<Error>) {
+        let mut a = self.active.take().expect("active");
+        let (mut status, error) = a.finish(out);
+        if self.partitioned.is_some() && status.tag != MPI_ANY_TAG {
+            status.tag = self.transfer.tag;
+        }
+        (status, error)
     }
 
     /// Note the request its start posted.
@@ -94,8 +104,9 @@ impl Mpi {
     /// handle of the request's own (the program may free its handle meanwhile,
     /// MPI 4.1 5.1.9), freed with the request ([`Mpi::free_persistent`]).
     pub fn keep_type(&mut self, ty: Handle) -> Result<Handle> {
+        self.dtype(ty)?;
         match self.types.get(ty) {
-            None => self.dtype(ty).map(|_| ty),
+            None => Ok(ty),
             Some(t) => {
                 let t = t.clone();
                 self.types.insert(t)
@@ -125,7 +136,7 @@ impl Mpi {
         }
         transfer.ty = self.keep_type(transfer.ty)?;
         Ok(Request::Persistent(Box::new(Persistent::new(
-            transfer, None, 0,
+            transfer, None,
         ))))
     }
 
@@ -168,20 +179,22 @@ impl Mpi {
                 "the persistent request is active: it must complete before it starts again",
             ));
         }
-        let (transfer, partitioned) = (p.transfer, p.partitions > 0);
-        if let (Some(Request::Persistent(p)), true) = (self.requests.get_mut(h), partitioned) {
-            if let Some(parts) = p.parts.as_mut() {
+        let transfer = p.transfer;
+        let wire_tag = p.partitioned.as_ref().map(|x| x.wire_tag);
+        if let Some(Request::Persistent(p)) = self.requests.get_mut(h) {
+            if let Some(x) = p.partitioned.as_mut() {
                 // A partitioned send's message leaves with its last partition.
-                parts.start();
-                return Ok(());
+                if x.start_send() {
+                    return Ok(());
+                }
             }
         }
         // SAFETY: the buffer was promised at MPI_*_init for every start, until each
         // completes.
         let r = unsafe {
-            match partitioned {
-                true => self.post_partitioned(transfer),
-                false => self.post(transfer),
+            match wire_tag {
+                Some(tag) => self.post_partitioned(transfer, tag),
+                None => self.post(transfer),
             }
         }?;
         if let Some(Request::Persistent(p)) = self.requests.get_mut(h) {

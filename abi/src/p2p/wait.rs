@@ -62,8 +62,7 @@ impl Mpi {
                 },
                 Some(None) => return Ok(Outcome::Pending),
                 Some(Some(out)) => {
-                    let mut a = p.active.take().expect("active");
-                    let (status, error) = a.finish(out);
+                    let (status, error) = p.finish_active(out);
                     (status, error, true)
                 }
             },
@@ -546,8 +545,7 @@ impl Mpi {
                 (None, None) => Some(Status::empty()),
                 (None, Some(None)) => None,
                 (None, Some(Some(out))) => {
-                    let mut a = p.active.take().expect("active");
-                    let (status, error) = a.finish(out);
+                    let (status, error) = p.finish_active(out);
                     p.done = Some((status, error));
                     Some(status)
                 }

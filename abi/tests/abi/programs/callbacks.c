@@ -4,7 +4,8 @@
  * serve several types do); attribute copy and delete callbacks may call MPI (here
  * they read the communicator, and free a datatype kept as an attribute's value);
  * the delete callbacks of MPI_COMM_SELF's attributes run at the start of
- * MPI_Finalize, when MPI still works. */
+ * MPI_Finalize, when MPI still works, in the reverse order of their setting (the
+ * later key set first, so that key order would be wrong). */
 #include "check.h"
 
 static int op_calls, op_failures;
@@ -60,6 +61,17 @@ static int self_delete(MPI_Comm c, int key, void *value, void *extra) {
   return MPI_SUCCESS;
 }
 
+/* The order MPI_COMM_SELF's deletions ran in: each records its extra state. */
+static int deleted[2], ndeleted;
+
+static int record_delete(MPI_Comm c, int key, void *value, void *extra) {
+  (void)c, (void)key, (void)value;
+  if (ndeleted < 2)
+    deleted[ndeleted] = (int)(intptr_t)extra;
+  ndeleted++;
+  return MPI_SUCCESS;
+}
+
 int main(int argc, char **argv) {
   start("callbacks", &argc, &argv);
   /* A failed call inside a callback is reported here, not fatal there. */
@@ -100,7 +112,15 @@ int main(int argc, char **argv) {
   int self_key;
   OK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, self_delete, &self_key, NULL));
   OK(MPI_Comm_set_attr(MPI_COMM_SELF, self_key, NULL));
+  int first_key, second_key;
+  OK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, record_delete, &first_key, (void *)1));
+  OK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, record_delete, &second_key, (void *)2));
+  OK(MPI_Comm_set_attr(MPI_COMM_SELF, second_key, NULL));
+  OK(MPI_Comm_set_attr(MPI_COMM_SELF, first_key, NULL));
   OK(MPI_Finalize());
+  CHECK(ndeleted == 2 && deleted[0] == 1 && deleted[1] == 2,
+        "MPI_COMM_SELF's deletions ran in the order %d %d (%d of them), not 1 2", deleted[0],
+        deleted[1], ndeleted);
   CHECK(self_ok == 1, "MPI calls inside MPI_COMM_SELF's delete callback at MPI_Finalize: %d "
                       "of 1 worked",
         self_ok);

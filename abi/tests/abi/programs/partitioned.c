@@ -10,6 +10,8 @@
  *   plain persistent requests (MPI_Send_init, MPI_Recv_init);
  * - a wildcard receive (MPI_ANY_SOURCE, MPI_ANY_TAG) posted on the same
  *   communicator does not take a partitioned message;
+ * - two pairs of one tag pair in the order of their inits, whatever the order of
+ *   their partitions and starts; a send of no partitions leaves at its start;
  * - MPI_PROC_NULL: both sides complete at once;
  * - errors: a partition ready twice, out of range, before the start; MPI_Parrived
  *   on a send; wildcards and no partitions refused; a start while active. */
@@ -142,6 +144,50 @@ static void test_strided(void) {
     OK(MPI_Request_free(&r[i]));
 }
 
+/* Pairs A and B of one tag: the sender readies B first while only A's receive is
+ * started; A's data must still land in A's receive. Then pairs of no partitions. */
+static void test_init_order(void) {
+  int a_out[P], b_out[P], a_in[P], b_in[P];
+  for (int i = 0; i < P; i++) {
+    a_out[i] = value(rank, i, 20);
+    b_out[i] = value(rank, i, 21);
+    a_in[i] = b_in[i] = -1;
+  }
+  MPI_Request a, b, a_r, b_r;
+  OK(MPI_Psend_init(a_out, P, 1, MPI_INT, next(), 10, MPI_COMM_WORLD, MPI_INFO_NULL, &a));
+  OK(MPI_Psend_init(b_out, P, 1, MPI_INT, next(), 10, MPI_COMM_WORLD, MPI_INFO_NULL, &b));
+  OK(MPI_Precv_init(a_in, P, 1, MPI_INT, prev(), 10, MPI_COMM_WORLD, MPI_INFO_NULL, &a_r));
+  OK(MPI_Precv_init(b_in, P, 1, MPI_INT, prev(), 10, MPI_COMM_WORLD, MPI_INFO_NULL, &b_r));
+  OK(MPI_Start(&a_r));
+  OK(MPI_Start(&b));
+  OK(MPI_Start(&a));
+  OK(MPI_Pready_range(0, P - 1, b)); /* B's message leaves first */
+  OK(MPI_Start(&b_r));
+  OK(MPI_Pready_range(0, P - 1, a));
+  MPI_Request all[4] = {a, b, a_r, b_r};
+  MPI_Status st[4];
+  OK(MPI_Waitall(4, all, st));
+  for (int i = 0; i < P; i++)
+    CHECK(a_in[i] == value(prev(), i, 20) && b_in[i] == value(prev(), i, 21),
+          "pairs crossed: element %d is %d and %d", i, a_in[i], b_in[i]);
+  CHECK(st[2].MPI_TAG == 10 && st[3].MPI_TAG == 10, "the receives' tags: %d %d",
+        st[2].MPI_TAG, st[3].MPI_TAG);
+  for (int i = 0; i < 4; i++)
+    OK(MPI_Request_free(&all[i]));
+
+  /* No partitions: the message (of nothing) leaves at the start. */
+  MPI_Request none[2];
+  OK(MPI_Psend_init(a_out, 0, 1, MPI_INT, next(), 11, MPI_COMM_WORLD, MPI_INFO_NULL, &none[0]));
+  OK(MPI_Precv_init(a_in, 0, 1, MPI_INT, prev(), 11, MPI_COMM_WORLD, MPI_INFO_NULL, &none[1]));
+  OK(MPI_Startall(2, none));
+  OK(MPI_Waitall(2, none, st));
+  int count = -1;
+  OK(MPI_Get_count(&st[1], MPI_INT, &count));
+  CHECK(count == 0, "a receive of no partitions got %d elements", count);
+  OK(MPI_Request_free(&none[0]));
+  OK(MPI_Request_free(&none[1]));
+}
+
 static void test_proc_null_and_errors(void) {
   int buf[P] = {0};
   MPI_Request r[2];
@@ -172,8 +218,8 @@ static void test_proc_null_and_errors(void) {
   EXPECT_ERR(MPI_Precv_init(buf, P, 1, MPI_INT, 0, MPI_ANY_TAG, MPI_COMM_WORLD, MPI_INFO_NULL,
                             &bad),
              MPI_ERR_TAG, NULL);
-  EXPECT_ERR(MPI_Psend_init(buf, 0, 1, MPI_INT, 0, 8, MPI_COMM_WORLD, MPI_INFO_NULL, &bad),
-             MPI_ERR_ARG, "at least one");
+  EXPECT_ERR(MPI_Psend_init(buf, -1, 1, MPI_INT, 0, 8, MPI_COMM_WORLD, MPI_INFO_NULL, &bad),
+             MPI_ERR_ARG, "not negative");
   EXPECT_ERR(MPI_Pready(0, MPI_REQUEST_NULL), MPI_ERR_REQUEST, "not a partitioned request");
   errors_return(MPI_COMM_WORLD, 0);
   errors_return(MPI_COMM_SELF, 0);
@@ -186,6 +232,7 @@ int main(int argc, char **argv) {
   test_rounds();
   test_cut_differently();
   test_strided();
+  test_init_order();
   test_proc_null_and_errors();
   return finish();
 }

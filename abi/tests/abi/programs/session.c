@@ -159,6 +159,15 @@ static void test_errhandlers(MPI_Session s) {
         handled);
   OK(MPI_Session_set_errhandler(s, MPI_ERRORS_RETURN));
   OK(MPI_Errhandler_free(&eh));
+  /* MPI_Session_init's errors go to the handler it is given. */
+  MPI_Info bad;
+  OK(MPI_Info_create(&bad));
+  OK(MPI_Info_set(bad, "mpi_thread_support_level", "MPI_THREAD_SOMETIMES"));
+  MPI_Session none = MPI_SESSION_NULL;
+  rc = MPI_Session_init(bad, MPI_ERRORS_RETURN, &none);
+  OK(MPI_Error_class(rc, &cls));
+  CHECK(cls == MPI_ERR_ARG && none == MPI_SESSION_NULL, "a bad thread level: class %d", cls);
+  OK(MPI_Info_free(&bad));
   EXPECT_ERR(MPI_Session_set_errhandler(s, MPI_ERRHANDLER_NULL), MPI_ERR_ERRHANDLER, NULL);
 }
 
