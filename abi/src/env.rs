@@ -366,6 +366,47 @@ pub unsafe extern "C" fn PMPI_Add_error_string(errorcode: c_int, string: *const 
     })
 }
 
+/// The bindings of MPI 4.1's removals of error classes, codes and strings: each
+/// `$name` calls `$remove` on its argument.
+macro_rules! remove_binding {
+    ($name:ident, $remove:path) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(errorcode: c_int) -> c_int {
+            call(&stringify!($name)[1..], Object::None, |_| {
+                $remove(errorcode)
+            })
+        }
+    };
+}
+
+remove_binding!(PMPI_Remove_error_class, error::remove_class);
+remove_binding!(PMPI_Remove_error_code, error::remove_code);
+remove_binding!(PMPI_Remove_error_string, error::remove_string);
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Abi_get_info(info: *mut Handle) -> c_int {
+    call("MPI_Abi_get_info", Object::None, |mpi| {
+        let size = |key: &str, n: usize| (key.to_string(), n.to_string());
+        let entries = vec![
+            size("mpi_aint_size", std::mem::size_of::<Aint>()),
+            size("mpi_count_size", std::mem::size_of::<Count>()),
+            size("mpi_offset_size", std::mem::size_of::<Count>()),
+        ];
+        // SAFETY: the binding's contract: `info` null or writable.
+        unsafe { crate::info::hand_out(mpi, entries, info) }
+    })
+}
+
+/// `MPI_Get_hw_resource_info`: no key (the library knows no more of the hardware
+/// than the node).
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Get_hw_resource_info(hw_info: *mut Handle) -> c_int {
+    call("MPI_Get_hw_resource_info", Object::None, |mpi| {
+        // SAFETY: the binding's contract: `hw_info` null or writable.
+        unsafe { crate::info::hand_out(mpi, Vec::new(), hw_info) }
+    })
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pcontrol(_level: c_int) -> c_int {
     MPI_SUCCESS

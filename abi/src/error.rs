@@ -139,6 +139,11 @@ struct Codes {
     last_class: c_int,
     /// Strings given by `MPI_Add_error_string`.
     strings: std::collections::BTreeMap<c_int, String>,
+    /// Codes given by `MPI_Add_error_code`, not removed.
+    user_codes: std::collections::BTreeSet<c_int>,
+    /// Classes removed by `MPI_Remove_error_class` (their numbers are not given
+    /// again).
+    removed: std::collections::BTreeSet<c_int>,
 }
 
 /// Messages kept for `MPI_Error_string`.
@@ -155,6 +160,8 @@ static CODES: Mutex<Codes> = Mutex::new(Codes {
     messages: std::collections::VecDeque::new(),
     last_class: FIRST_USER_CLASS - 1,
     strings: std::collections::BTreeMap::new(),
+    user_codes: std::collections::BTreeSet::new(),
+    removed: std::collections::BTreeSet::new(),
 });
 
 fn codes() -> std::sync::MutexGuard<'static, Codes> {
@@ -180,7 +187,9 @@ pub fn class_of(code: c_int) -> Option<c_int> {
         return None;
     }
     let class = code & 0xff;
-    let known = class <= MPI_ERR_ERRHANDLER || class <= codes().last_class;
+    let c = codes();
+    let known =
+        class <= MPI_ERR_ERRHANDLER || (class <= c.last_class && !c.removed.contains(&class));
     (known && (code < CLASS_LIMIT || class != MPI_SUCCESS)).then_some(class)
 }
 
@@ -220,13 +229,61 @@ pub fn add_class() -> Result<c_int> {
 
 /// `MPI_Add_error_code`.
 pub fn add_code(class: c_int) -> Result<c_int> {
-    if !(FIRST_USER_CLASS..=codes().last_class).contains(&class) && class_of(class) != Some(class) {
+    if class_of(class) != Some(class) {
         return Err(Error::new(
             MPI_ERR_ARG,
             format!("{class} is not an error class"),
         ));
     }
-    Ok(code_of(&Error::new(class, String::new())))
+    let code = code_of(&Error::new(class, String::new()));
+    codes().user_codes.insert(code);
+    Ok(code)
+}
+
+/// `MPI_Remove_error_class`: a class `MPI_Add_error_class` gave, with no code
+/// left; its string goes with it.
+pub fn remove_class(class: c_int) -> Result<()> {
+    let mut c = codes();
+    if !(FIRST_USER_CLASS..=c.last_class).contains(&class) || c.removed.contains(&class) {
+        return Err(Error::new(
+            MPI_ERR_ARG,
+            format!("{class} is not an error class that MPI_Add_error_class gave"),
+        ));
+    }
+    if let Some(code) = c.user_codes.iter().find(|&&code| code & 0xff == class) {
+        return Err(Error::new(
+            MPI_ERR_ARG,
+            format!("error class {class} still has code {code}: remove its codes first"),
+        ));
+    }
+    c.strings.remove(&class);
+    c.removed.insert(class);
+    Ok(())
+}
+
+/// `MPI_Remove_error_code`: a code `MPI_Add_error_code` gave; its string goes
+/// with it.
+pub fn remove_code(code: c_int) -> Result<()> {
+    let mut c = codes();
+    if !c.user_codes.remove(&code) {
+        return Err(Error::new(
+            MPI_ERR_ARG,
+            format!("{code} is not an error code that MPI_Add_error_code gave"),
+        ));
+    }
+    c.strings.remove(&code);
+    Ok(())
+}
+
+/// `MPI_Remove_error_string`: the string `MPI_Add_error_string` gave `code`.
+pub fn remove_string(code: c_int) -> Result<()> {
+    match codes().strings.remove(&code) {
+        Some(_) => Ok(()),
+        None => Err(Error::new(
+            MPI_ERR_ARG,
+            format!("{code} has no string that MPI_Add_error_string gave"),
+        )),
+    }
 }
 
 /// `MPI_Add_error_string`.

@@ -66,3 +66,36 @@ from_fortran!(PMPI_File_f2c, files);
 
 to_fortran!(PMPI_Session_c2f, sessions);
 from_fortran!(PMPI_Session_f2c, sessions);
+
+/// The conversions of statuses between C and Fortran (`MPI_Status_c2f`, ...): in
+/// the standard ABI the three have one layout, `MPI_F_STATUS_SIZE` integers
+/// (`MPI_SOURCE`, `MPI_TAG`, `MPI_ERROR`, then the library's own), so each copies
+/// them.
+macro_rules! status_copy {
+    ($name:ident, $from:ty => $to:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(from: *const $from, to: *mut $to) -> c_int {
+            if from.is_null() || to.is_null() {
+                let e = crate::error::Error::new(MPI_ERR_ARG, "a status argument is null");
+                return crate::error::raise(&stringify!($name)[1..], crate::error::Object::None, e);
+            }
+            // SAFETY: the binding's contract: each points to a status, of
+            // MPI_F_STATUS_SIZE integers in every form.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    from.cast::<c_int>(),
+                    to.cast::<c_int>(),
+                    MPI_F_STATUS_SIZE as usize,
+                )
+            };
+            MPI_SUCCESS
+        }
+    };
+}
+
+status_copy!(PMPI_Status_c2f, Status => c_int);
+status_copy!(PMPI_Status_f2c, c_int => Status);
+status_copy!(PMPI_Status_c2f08, Status => Status);
+status_copy!(PMPI_Status_f082c, Status => Status);
+status_copy!(PMPI_Status_f2f08, c_int => Status);
+status_copy!(PMPI_Status_f082f, Status => c_int);

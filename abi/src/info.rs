@@ -7,10 +7,11 @@ use crate::ffi::*;
 use crate::state::{Info, Mpi};
 
 impl Mpi {
-    /// The info object `h` (`MPI_INFO_ENV` and `MPI_INFO_NULL` read as empty).
+    /// The info object `h` (`MPI_INFO_NULL` reads as empty).
     pub(crate) fn info(&self, h: Handle) -> Result<Info> {
         match h {
-            MPI_INFO_NULL | MPI_INFO_ENV => Ok(Vec::new()),
+            MPI_INFO_NULL => Ok(Vec::new()),
+            MPI_INFO_ENV => Ok(self.env_info(std::env::args())),
             _ => self.infos.get(h).cloned().ok_or_else(|| bad(h)),
         }
     }
@@ -18,7 +19,11 @@ impl Mpi {
     /// The value of `key` in info object `h`, if it has one.
     pub(crate) fn value_of(&self, h: Handle, key: &str) -> Result<Option<String>> {
         let found = match h {
-            MPI_INFO_NULL | MPI_INFO_ENV => None,
+            MPI_INFO_NULL => None,
+            MPI_INFO_ENV => {
+                let env = self.env_info(std::env::args());
+                return Ok(env.into_iter().find(|(k, _)| k == key).map(|(_, v)| v));
+            }
             _ => self
                 .infos
                 .get(h)
@@ -27,6 +32,28 @@ impl Mpi {
                 .find(|(k, _)| k == key),
         };
         Ok(found.map(|(_, v)| v.clone()))
+    }
+
+    /// What `MPI_INFO_ENV` holds (MPI 4.1, 11.4) for a program started with `args`:
+    /// `command`, `argv` (the arguments after it, by spaces), `maxprocs` (the
+    /// processes started with it: the world), `wdir`, `thread_level`.
+    fn env_info(&self, mut args: impl Iterator<Item = String>) -> Info {
+        let mut info = Vec::new();
+        let mut put = |k: &str, v: String| info.push((k.to_string(), v));
+        put("command", args.next().unwrap_or_default());
+        put("argv", args.collect::<Vec<_>>().join(" "));
+        put("maxprocs", self.world.size().to_string());
+        if let Ok(dir) = std::env::current_dir() {
+            put("wdir", dir.display().to_string());
+        }
+        let level = match self.thread_level {
+            MPI_THREAD_MULTIPLE => "MPI_THREAD_MULTIPLE",
+            MPI_THREAD_SERIALIZED => "MPI_THREAD_SERIALIZED",
+            MPI_THREAD_FUNNELED => "MPI_THREAD_FUNNELED",
+            _ => "MPI_THREAD_SINGLE",
+        };
+        put("thread_level", level.to_string());
+        info
     }
 
     fn info_mut(&mut self, h: Handle) -> Result<&mut Info> {
@@ -76,6 +103,32 @@ pub unsafe extern "C" fn PMPI_Info_create(info: *mut Handle) -> c_int {
     // SAFETY: the binding's contract.
     call("MPI_Info_create", Object::None, |mpi| unsafe {
         hand_out(mpi, Vec::new(), info)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_create_env(
+    argc: c_int,
+    argv: *mut *mut c_char,
+    info: *mut Handle,
+) -> c_int {
+    call("MPI_Info_create_env", Object::None, |mpi| {
+        // The arguments given (as `main` has them), else the process's own.
+        let env = match (argv.is_null(), usize::try_from(argc)) {
+            (false, Ok(n)) => {
+                let mut args = Vec::with_capacity(n);
+                for i in 0..n {
+                    // SAFETY: the binding's contract: `argc` strings.
+                    let a = unsafe { *argv.add(i) };
+                    // SAFETY: as above: each NUL-ended.
+                    args.push(unsafe { read_str(a) }?);
+                }
+                mpi.env_info(args.into_iter())
+            }
+            _ => mpi.env_info(std::env::args()),
+        };
+        // SAFETY: the binding's contract: `info` null or writable.
+        unsafe { hand_out(mpi, env, info) }
     })
 }
 

@@ -324,3 +324,19 @@ large_constructor!(PMPI_Type_create_struct_c => PMPI_Type_create_struct,
     |n| (n.one("count", count)?,
         n.each("array_of_blocklengths", array_of_blocklengths, Narrowed::count(count))?,
         array_of_displacements.cast(), array_of_types, newtype));
+
+use crate::datatype::arrays::{PMPI_Type_create_darray, PMPI_Type_create_subarray};
+
+large_constructor!(PMPI_Type_create_subarray_c => PMPI_Type_create_subarray,
+    (ndims: c_int, array_of_sizes: *const Count, array_of_subsizes: *const Count, array_of_starts: *const Count, order: c_int, oldtype: Handle, newtype: *mut Handle),
+    |n| (ndims,
+        n.each("array_of_sizes", array_of_sizes, usize::try_from(ndims).ok())?,
+        n.each("array_of_subsizes", array_of_subsizes, usize::try_from(ndims).ok())?,
+        n.each("array_of_starts", array_of_starts, usize::try_from(ndims).ok())?,
+        order, oldtype, newtype));
+
+large_constructor!(PMPI_Type_create_darray_c => PMPI_Type_create_darray,
+    (size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const Count, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: Handle, newtype: *mut Handle),
+    |n| (size, rank, ndims,
+        n.each("array_of_gsizes", array_of_gsizes, usize::try_from(ndims).ok())?,
+        array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype));

@@ -37,8 +37,8 @@ pub struct Mpi {
     /// Requests whose progress the library drives (nonblocking collectives).
     pub active: Vec<Handle>,
     /// Requests nobody waits for (freed while active, buffered sends), driven by
-    /// progress until they complete; with the bytes of the attached buffer each
-    /// holds.
+    /// progress until they complete; with the room each takes in a buffer of
+    /// buffered sends.
     pub detached: Vec<(Request, crate::p2p::bsend::Room)>,
     /// The generalized requests a completion call took, whose free functions run
     /// once it has left the state.

@@ -66,10 +66,10 @@ impl Mpi {
         }
     }
 
-    /// The node of `comm`'s graph that `rank` is.
-    fn graph_node(&self, comm: Handle, rank: c_int) -> Result<usize> {
-        let (index, _) = self.graph(comm)?;
-        usize::try_from(rank)
+    /// The neighbours of `rank` in `comm`'s graph.
+    fn graph_neighbours_of(&self, comm: Handle, rank: c_int) -> Result<&[c_int]> {
+        let (index, edges) = self.graph(comm)?;
+        let node = usize::try_from(rank)
             .ok()
             .filter(|&r| r < index.len())
             .ok_or_else(|| {
@@ -77,7 +77,8 @@ impl Mpi {
                     MPI_ERR_RANK,
                     format!("rank {rank} is not a node of the graph of {}", index.len()),
                 )
-            })
+            })?;
+        Ok(graph_neighbours(index, edges, node))
     }
 }
 
@@ -192,15 +193,9 @@ pub unsafe extern "C" fn PMPI_Graph_neighbors_count(
     nneighbors: *mut c_int,
 ) -> c_int {
     call("MPI_Graph_neighbors_count", Object::Comm(comm), |mpi| {
-        let node = mpi.graph_node(comm, rank)?;
-        let (index, edges) = mpi.graph(comm)?;
+        let n = mpi.graph_neighbours_of(comm, rank)?.len();
         // SAFETY: null or writable.
-        unsafe {
-            put(
-                nneighbors,
-                graph_neighbours(index, edges, node).len() as c_int,
-            )
-        };
+        unsafe { put(nneighbors, n as c_int) };
         Ok(())
     })
 }
@@ -213,16 +208,9 @@ pub unsafe extern "C" fn PMPI_Graph_neighbors(
     neighbors: *mut c_int,
 ) -> c_int {
     call("MPI_Graph_neighbors", Object::Comm(comm), |mpi| {
-        let node = mpi.graph_node(comm, rank)?;
-        let (index, edges) = mpi.graph(comm)?;
+        let around = mpi.graph_neighbours_of(comm, rank)?;
         // SAFETY: the binding's contract: `maxneighbors` ints.
-        unsafe {
-            write_ints(
-                neighbors,
-                maxneighbors,
-                graph_neighbours(index, edges, node),
-            )
-        };
+        unsafe { write_ints(neighbors, maxneighbors, around) };
         Ok(())
     })
 }

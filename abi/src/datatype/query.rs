@@ -207,3 +207,75 @@ pub unsafe extern "C" fn PMPI_Aint_add(base: Aint, disp: Aint) -> Aint {
 pub unsafe extern "C" fn PMPI_Aint_diff(addr1: Aint, addr2: Aint) -> Aint {
     addr1.wrapping_sub(addr2)
 }
+
+/// The predefined pair type of a value type and an index type, for
+/// `MPI_MINLOC`/`MPI_MAXLOC` (MPI 4.1, 6.9.4): `MPI_DATATYPE_NULL` where the
+/// standard names none.
+fn value_index(value: Handle, index: Handle) -> Handle {
+    match (value, index) {
+        (MPI_FLOAT, MPI_INT) => MPI_FLOAT_INT,
+        (MPI_DOUBLE, MPI_INT) => MPI_DOUBLE_INT,
+        (MPI_LONG, MPI_INT) => MPI_LONG_INT,
+        (MPI_INT, MPI_INT) => MPI_2INT,
+        (MPI_SHORT, MPI_INT) => MPI_SHORT_INT,
+        (MPI_LONG_DOUBLE, MPI_INT) => MPI_LONG_DOUBLE_INT,
+        (MPI_REAL, MPI_REAL) => MPI_2REAL,
+        (MPI_DOUBLE_PRECISION, MPI_DOUBLE_PRECISION) => MPI_2DOUBLE_PRECISION,
+        (MPI_INTEGER, MPI_INTEGER) => MPI_2INTEGER,
+        _ => MPI_DATATYPE_NULL,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_get_value_index(
+    value_type: Handle,
+    index_type: Handle,
+    pair_type: *mut Handle,
+) -> c_int {
+    call("MPI_Type_get_value_index", Object::None, |mpi| {
+        mpi.dtype_any(value_type)?;
+        mpi.dtype_any(index_type)?;
+        // SAFETY: null or writable.
+        unsafe { put(pair_type, value_index(value_type, index_type)) };
+        Ok(())
+    })
+}
+
+/// The Fortran type of `size` bytes of type class `class` (`MPI_Type_match_size`).
+fn matching_size(class: c_int, size: c_int) -> Option<Handle> {
+    Some(match (class, size) {
+        (MPI_TYPECLASS_INTEGER, 1) => MPI_INTEGER1,
+        (MPI_TYPECLASS_INTEGER, 2) => MPI_INTEGER2,
+        (MPI_TYPECLASS_INTEGER, 4) => MPI_INTEGER4,
+        (MPI_TYPECLASS_INTEGER, 8) => MPI_INTEGER8,
+        (MPI_TYPECLASS_INTEGER, 16) => MPI_INTEGER16,
+        (MPI_TYPECLASS_REAL, 2) => MPI_REAL2,
+        (MPI_TYPECLASS_REAL, 4) => MPI_REAL4,
+        (MPI_TYPECLASS_REAL, 8) => MPI_REAL8,
+        (MPI_TYPECLASS_REAL, 16) => MPI_REAL16,
+        (MPI_TYPECLASS_COMPLEX, 4) => MPI_COMPLEX4,
+        (MPI_TYPECLASS_COMPLEX, 8) => MPI_COMPLEX8,
+        (MPI_TYPECLASS_COMPLEX, 16) => MPI_COMPLEX16,
+        (MPI_TYPECLASS_COMPLEX, 32) => MPI_COMPLEX32,
+        _ => return None,
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_match_size(
+    typeclass: c_int,
+    size: c_int,
+    datatype: *mut Handle,
+) -> c_int {
+    call("MPI_Type_match_size", Object::None, |_| {
+        let t = matching_size(typeclass, size).ok_or_else(|| {
+            Error::new(
+                MPI_ERR_ARG,
+                format!("no predefined type of class {typeclass} has {size} bytes"),
+            )
+        })?;
+        // SAFETY: null or writable.
+        unsafe { put(datatype, t) };
+        Ok(())
+    })
+}

@@ -6,6 +6,7 @@
 mod binding;
 pub mod api;
 pub mod bsend;
+pub mod get_status;
 pub mod grequest;
 pub mod isendrecv;
 pub mod partitioned;

@@ -2,11 +2,10 @@
 
 use super::bsend::{flushed, Room};
 use super::grequest;
-use crate::entry::call;
 use crate::error::{non_null, raise, Error, Object, Result};
 use crate::ffi::*;
 use crate::global::{self, Held};
-use crate::request::{comm_of, pending_id, Finished, Outcome, Request};
+use crate::request::{comm_of, pending_id, Outcome, Request};
 use crate::state::Mpi;
 use rbtl::msg::IdleWait;
 
@@ -474,85 +473,7 @@ pub unsafe extern "C" fn PMPI_Request_free(request: *mut Handle) -> c_int {
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Request_get_status(
-    request: Handle,
-    flag: *mut c_int,
-    status: *mut Status,
-) -> c_int {
-    call("MPI_Request_get_status", Object::None, |mpi| {
-        non_null(flag, MPI_ERR_ARG, "flag")?;
-        mpi.progress();
-        let found = if request == MPI_REQUEST_NULL {
-            Some(Status::empty())
-        } else {
-            mpi.peek(request)?
-        };
-        // SAFETY: checked not null; `status` null or valid.
-        unsafe { crate::p2p::put_found(flag, status, found) };
-        Ok(())
-    })
-}
-
 impl Mpi {
-    /// The status of request `h` if it has completed, without completing it
-    /// (`MPI_Request_get_status`): the outcome of a send or receive is taken from the
-    /// message layer and kept in the request for the call that completes it.
-    fn peek(&mut self, h: Handle) -> Result<Option<Status>> {
-        if let Some(Request::CollInit(c)) = self.requests.get(h) {
-            // Not started: complete, with an empty status.
-            return match c.started {
-                None => Ok(Some(Status::empty())),
-                Some(inner) => self.peek(inner),
-            };
-        }
-        let Mpi {
-            requests,
-            msg,
-            detached,
-            ..
-        } = self;
-        let r = requests.get_mut(h).ok_or_else(|| bad_request(h))?;
-        if let Request::P2p(p) = r {
-            let Some(out) = msg.test(p.id) else {
-                return Ok(None);
-            };
-            let Request::P2p(mut p) = std::mem::replace(r, Request::Done(Status::empty())) else {
-                unreachable!("matched just now")
-            };
-            let comm = p.comm;
-            let (status, error) = p.finish(out);
-            *r = Request::Finished(Box::new(Finished {
-                status,
-                error,
-                comm,
-            }));
-            return Ok(Some(status));
-        }
-        Ok(match r {
-            Request::Done(s) => Some(*s),
-            Request::Finished(f) => Some(f.status),
-            Request::Generalized(g) => g.done.as_ref().map(|d| d.0),
-            Request::Flush { owner, upto } => {
-                flushed(detached, *owner, *upto).0.then(Status::empty)
-            }
-            Request::Coll(s) => s.is_done().then(Status::empty),
-            Request::P2p(_) | Request::CollInit(_) => unreachable!("looked at above"),
-            Request::Persistent(p) => match (&p.done, p.active.as_ref().map(|a| msg.test(a.id))) {
-                (Some((s, _)), _) => Some(*s),
-                (None, None) if p.unposted() => None,
-                // Not started: complete, with an empty status.
-                (None, None) => Some(Status::empty()),
-                (None, Some(None)) => None,
-                (None, Some(Some(out))) => {
-                    let (status, error) = p.finish_active(out);
-                    p.done = Some((status, error));
-                    Some(status)
-                }
-            },
-        })
-    }
-
     /// `MPI_Request_free`: forget `h`; an operation under way still completes, driven
     /// by progress (its buffers kept until then).
     pub fn free_request(&mut self, h: Handle) -> Result<()> {

@@ -44,7 +44,7 @@ fn take_complete(mpi: &mut Mpi, h: &mut Handle) -> Result<Option<(Status, Option
 }
 
 /// A persistent request not started.
-fn is_inactive(mpi: &Mpi, h: Handle) -> bool {
+pub(super) fn is_inactive(mpi: &Mpi, h: Handle) -> bool {
     match mpi.requests.get(h) {
         Some(Request::Persistent(p)) => p.active.is_none() && p.done.is_none() && !p.unposted(),
         Some(Request::CollInit(c)) => c.started.is_none(),

@@ -189,6 +189,11 @@ object_name_bindings!(
 );
 
 #[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_call_errhandler(win: Handle, errorcode: c_int) -> c_int {
+    crate::comm::api::call_errhandler("MPI_Win_call_errhandler", Object::Win(win), errorcode)
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create_errhandler(
     win_errhandler_fn: *mut c_void,
     errhandler: *mut Handle,

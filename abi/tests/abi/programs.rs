@@ -38,6 +38,9 @@
 //! * `session`: sessions before and beside the world model, and alone: process
 //!   sets, communicators from groups, their traffic kept apart, error handlers, at
 //!   1 to 3 ranks.
+//! * `inquiry`: MPI 4.1's and 5.0's inquiries (the ABI's info, the environment's,
+//!   requests' statuses without completion), error classes removed, the value-index
+//!   pairs, status conversions, at 1 and 2 ranks.
 //! * `grequest`: generalized requests: their functions (an MPI call from each),
 //!   completion by another thread, cancel, free before completion, their errors.
 //! * `spawn`: dynamic processes: a refused spawn, a spawn, traffic both ways over
@@ -216,6 +219,11 @@ fn session() {
     for n in [1, 3] {
         run_passing(&exe, "session", n, &["only"], &[]);
     }
+}
+
+#[test]
+fn inquiry() {
+    passes("inquiry", &[1, 2]);
 }
 
 #[test]

@@ -4,8 +4,8 @@
  * a send of it received contiguous, and its errors; MPI_Type_create_darray of
  * block, cyclic(2) and undistributed dimensions over a grid of 6 processes (as
  * each of them would make it): every element of the array in exactly one process's
- * share, each share's elements against a reference computed here; and the MPI-3
- * `_x` queries. */
+ * share, each share's elements against a reference computed here; their
+ * large-count forms (`_c`) picking the same elements; and the MPI-3 `_x` queries. */
 #include "check.h"
 
 #define ROWS 4
@@ -152,10 +152,38 @@ static void test_x_queries(void) {
   OK(MPI_Type_free(&v));
 }
 
+/* The `_c` forms, their extents given as MPI_Count, against the `int` forms. */
+static void test_large_forms(void) {
+  int sizes[2] = {ROWS, COLS}, subsizes[2] = {2, 3}, starts[2] = {1, 2};
+  MPI_Count csizes[2] = {ROWS, COLS}, csubsizes[2] = {2, 3}, cstarts[2] = {1, 2};
+  int distribs[2] = {MPI_DISTRIBUTE_BLOCK, MPI_DISTRIBUTE_CYCLIC};
+  int dargs[2] = {MPI_DISTRIBUTE_DFLT_DARG, 2}, psizes[2] = {2, 3};
+  MPI_Datatype t[4];
+  OK(MPI_Type_create_subarray(2, sizes, subsizes, starts, MPI_ORDER_C, MPI_INT, &t[0]));
+  OK(MPI_Type_create_subarray_c(2, csizes, csubsizes, cstarts, MPI_ORDER_C, MPI_INT, &t[1]));
+  OK(MPI_Type_create_darray(6, 4, 2, sizes, distribs, dargs, psizes, MPI_ORDER_C, MPI_INT,
+                            &t[2]));
+  OK(MPI_Type_create_darray_c(6, 4, 2, csizes, distribs, dargs, psizes, MPI_ORDER_C, MPI_INT,
+                              &t[3]));
+  for (int k = 0; k < 4; k += 2) {
+    int a[ROWS * COLS], b[ROWS * COLS];
+    OK(MPI_Type_commit(&t[k]));
+    OK(MPI_Type_commit(&t[k + 1]));
+    int n = picked(t[k], a), m = picked(t[k + 1], b);
+    CHECK(n == m && n > 0, "%s: the large form picks %d ints, the int form %d",
+          k ? "darray" : "subarray", m, n);
+    for (int i = 0; i < n; i++)
+      CHECK(a[i] == b[i], "%s: element %d differs", k ? "darray" : "subarray", i);
+  }
+  for (int k = 0; k < 4; k++)
+    OK(MPI_Type_free(&t[k]));
+}
+
 int main(int argc, char **argv) {
   start("arrays", &argc, &argv);
   test_subarray();
   test_darray();
+  test_large_forms();
   test_x_queries();
   return finish();
 }
