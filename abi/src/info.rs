@@ -6,12 +6,17 @@ use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::state::{Info, Mpi};
 
+/// The process's arguments (any that is not UTF-8 with its bad bytes replaced).
+fn process_args() -> impl Iterator<Item = String> {
+    std::env::args_os().map(|a| a.to_string_lossy().into_owned())
+}
+
 impl Mpi {
     /// The info object `h` (`MPI_INFO_NULL` reads as empty).
     pub(crate) fn info(&self, h: Handle) -> Result<Info> {
         match h {
             MPI_INFO_NULL => Ok(Vec::new()),
-            MPI_INFO_ENV => Ok(self.env_info(std::env::args())),
+            MPI_INFO_ENV => Ok(self.env_info(process_args())),
             _ => self.infos.get(h).cloned().ok_or_else(|| bad(h)),
         }
     }
@@ -21,7 +26,7 @@ impl Mpi {
         let found = match h {
             MPI_INFO_NULL => None,
             MPI_INFO_ENV => {
-                let env = self.env_info(std::env::args());
+                let env = self.env_info(process_args());
                 return Ok(env.into_iter().find(|(k, _)| k == key).map(|(_, v)| v));
             }
             _ => self
@@ -125,7 +130,7 @@ pub unsafe extern "C" fn PMPI_Info_create_env(
                 }
                 mpi.env_info(args.into_iter())
             }
-            _ => mpi.env_info(std::env::args()),
+            _ => mpi.env_info(process_args()),
         };
         // SAFETY: the binding's contract: `info` null or writable.
         unsafe { hand_out(mpi, env, info) }
