@@ -43,9 +43,9 @@ pub struct Mpi {
     /// The generalized requests a completion call took, whose free functions run
     /// once it has left the state.
     pub grequest_frees: Vec<crate::p2p::grequest::Callbacks>,
-    /// Partitioned inits so far, by communicator, side (send), peer and tag: the
-    /// number of the next pair ([`crate::p2p::partitioned`]).
-    pub pairs: std::collections::HashMap<(Handle, bool, c_int, c_int), u32>,
+    /// Partitioned inits so far, by communicator (its context), side (send), peer
+    /// and tag: the number of the next pair ([`crate::p2p::partitioned`]).
+    pub pairs: std::collections::HashMap<(u32, bool, c_int, c_int), u32>,
     /// Messages taken by matched probes.
     pub messages: Table<Message>,
     pub errhandlers: Table<Errhandler>,

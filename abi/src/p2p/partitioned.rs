@@ -101,9 +101,12 @@ impl Mpi {
             Op::Recv { source, .. } => source,
         };
         super::peer(c, rank, false)?;
+        // Numbered by the communicator's context, which its members share (a
+        // handle is each process's own, and may be given again once freed).
+        let ctx = c.ctx;
         let ty = self.keep_type(ty)?;
         let send = matches!(op, Op::Send { .. });
-        let number = self.pairs.entry((comm, send, rank, tag)).or_insert(0);
+        let number = self.pairs.entry((ctx, send, rank, tag)).or_insert(0);
         let wire = wire_tag(tag, *number);
         *number = number.wrapping_add(1);
         let partitioned = Partitioned {
