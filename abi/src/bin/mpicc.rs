@@ -50,7 +50,17 @@ enum Mode {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<String> = match std::env::args_os()
+        .skip(1)
+        .map(|a| a.into_string())
+        .collect()
+    {
+        Ok(args) => args,
+        Err(bad) => {
+            eprintln!("mpicc: the argument {bad:?} is not UTF-8 (give file names in UTF-8)");
+            return ExitCode::from(1);
+        }
+    };
     if args.is_empty() || args.iter().any(|a| a == "--help") {
         print!("{HELP}");
         return if args.is_empty() {

@@ -110,3 +110,16 @@ pub fn mpiexec(ranks: usize, program: &Path, args: &[&str], limit: Duration) -> 
         limit,
     )
 }
+
+/// An argument that is not UTF-8 gets a clear refusal from `mpicc`, not a crash.
+#[test]
+fn mpicc_refuses_an_argument_that_is_not_utf8() {
+    use std::os::unix::ffi::OsStrExt;
+    let o = mpicc(true)
+        .arg(std::ffi::OsStr::from_bytes(b"prog\xff.c"))
+        .output()
+        .expect("mpicc starts");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "mpicc's status; it said: {err}");
+    assert!(err.contains("is not UTF-8"), "mpicc said: {err}");
+}
