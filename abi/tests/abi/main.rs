@@ -6,6 +6,8 @@
 //!   constant, layout by layout, binding by binding; the library exports every
 //!   function of it.
 //! * [`programs`]: the library's own conformance programs (`programs/*.c`).
+//! * [`unsupported`]: every function of the reference header not implemented
+//!   refuses, naming itself.
 //! * [`osu`]: the OSU micro-benchmarks, built unmodified.
 //! * [`rsmpi`]: the Rust `mpi` crate from crates.io, built unmodified, and its
 //!   examples.
@@ -14,6 +16,7 @@ mod header;
 mod osu;
 mod programs;
 mod rsmpi;
+mod unsupported;
 
 pub use rbtl_testkit::process::run_limited;
 use std::path::{Path, PathBuf};
