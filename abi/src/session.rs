@@ -10,7 +10,7 @@
 //! (`mpi_thread_support_level` in the session's info; `MPI_THREAD_SINGLE` without).
 
 use crate::comm::api::{call_errhandler, check_errhandler, create_errhandler, read_str};
-use crate::comm::{Communicator, Group};
+use crate::comm::Group;
 use crate::entry::call;
 use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
@@ -93,17 +93,15 @@ impl Mpi {
         stringtag: &str,
         errhandler: Handle,
     ) -> Result<Handle> {
-        let me = self.world_rank();
         let rank = group
-            .rank_of(me)
+            .rank_of(self.world_rank())
             .ok_or_else(|| Error::new(MPI_ERR_GROUP, "the calling process is not in the group"))?;
         let mine = [self.contexts_above() as i32];
         let all = self.allgather_in_ctx(FROM_GROUP_CTX, &group, rank, tag_of(stringtag), &mine)?;
         let ctx = all.iter().map(|&c| c as u32).max().unwrap_or(0);
-        self.use_contexts(ctx)?;
-        let mut c = Communicator::new(ctx, group, rank, "");
-        c.errhandler = errhandler;
-        self.comms.insert(c)
+        let h = self.keep(ctx, group, MPI_COMM_WORLD)?;
+        self.comm_mut(h)?.errhandler = errhandler;
+        Ok(h)
     }
 }
 

@@ -62,8 +62,9 @@ impl Mpi {
         Ok(all)
     }
 
-    /// Keep a new communicator over `group` with context `ctx`; its handle.
-    fn keep(&mut self, ctx: u32, group: Arc<Group>, parent: Handle) -> Result<Handle> {
+    /// Keep a new communicator over `group` (which holds this process) with context
+    /// `ctx` and `parent`'s error handler; its handle.
+    pub(crate) fn keep(&mut self, ctx: u32, group: Arc<Group>, parent: Handle) -> Result<Handle> {
         self.use_contexts(ctx)?;
         let me = self.world_rank();
         let rank = group.rank_of(me).expect("a member");

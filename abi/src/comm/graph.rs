@@ -9,6 +9,9 @@ use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
 
+/// The weights of a distributed graph's source and destination edges.
+type EdgeWeights = (Vec<c_int>, Vec<c_int>);
+
 /// `MPI_UNWEIGHTED`, as the pointer the header defines.
 fn unweighted(p: *const c_int) -> bool {
     p as usize == MPI_UNWEIGHTED
@@ -62,6 +65,22 @@ impl Mpi {
             _ => Err(Error::new(
                 MPI_ERR_TOPOLOGY,
                 "the communicator has no graph topology",
+            )),
+        }
+    }
+
+    /// The distributed graph of `comm`: its sources, destinations and their
+    /// weights (`None`: unweighted).
+    fn dist_graph_of(&self, comm: Handle) -> Result<(&[c_int], &[c_int], Option<&EdgeWeights>)> {
+        match &self.comm(comm)?.topo {
+            Some(Topology::DistGraph {
+                sources,
+                destinations,
+                weights,
+            }) => Ok((sources, destinations, weights.as_ref())),
+            _ => Err(Error::new(
+                MPI_ERR_TOPOLOGY,
+                "the communicator has no distributed graph topology",
             )),
         }
     }
@@ -470,17 +489,7 @@ pub unsafe extern "C" fn PMPI_Dist_graph_neighbors_count(
         "MPI_Dist_graph_neighbors_count",
         Object::Comm(comm),
         |mpi| {
-            let Some(Topology::DistGraph {
-                sources,
-                destinations,
-                weights,
-            }) = &mpi.comm(comm)?.topo
-            else {
-                return Err(Error::new(
-                    MPI_ERR_TOPOLOGY,
-                    "the communicator has no distributed graph topology",
-                ));
-            };
+            let (sources, destinations, weights) = mpi.dist_graph_of(comm)?;
             // SAFETY: null or writable.
             unsafe {
                 put(indegree, sources.len() as c_int);
@@ -503,17 +512,7 @@ pub unsafe extern "C" fn PMPI_Dist_graph_neighbors(
     destweights: *mut c_int,
 ) -> c_int {
     call("MPI_Dist_graph_neighbors", Object::Comm(comm), |mpi| {
-        let Some(Topology::DistGraph {
-            sources: s,
-            destinations: d,
-            weights,
-        }) = &mpi.comm(comm)?.topo
-        else {
-            return Err(Error::new(
-                MPI_ERR_TOPOLOGY,
-                "the communicator has no distributed graph topology",
-            ));
-        };
+        let (s, d, weights) = mpi.dist_graph_of(comm)?;
         // SAFETY: the binding's contract: `maxindegree` and `maxoutdegree` ints.
         unsafe {
             write_ints(sources, maxindegree, s);

@@ -68,22 +68,26 @@ impl Mpi {
         Ok(())
     }
 
-    /// Post receive `recv`, then send `copy`: the receive's request, handed out into
-    /// `request`. The send's arguments are checked first, so that a refused call
-    /// posts nothing (a posted receive could take a later message); a send that
-    /// still cannot start cancels the receive.
+    /// Copy `send`, post receive `recv`, then send the copy: the receive's request,
+    /// handed out into `request`. The send is copied before the receive is posted
+    /// (both may be one buffer, `MPI_Isendrecv_replace`), and its arguments are
+    /// checked first, so that a refused call posts nothing (a posted receive could
+    /// take a later message); a send that still cannot start cancels the receive.
     ///
     /// # Safety
     ///
-    /// `recv` holds its elements until the request completes; `request` is writable.
+    /// `send` holds its elements now; `recv` holds its elements until the request
+    /// completes; `request` is writable.
     unsafe fn sendrecv_copy(
         &mut self,
-        copy: Vec<u8>,
+        send: (*const c_void, c_int, Handle),
         (dest, sendtag): (c_int, c_int),
         (buf, count, ty): (*mut c_void, c_int, Handle),
         (source, recvtag, comm): (c_int, c_int, Handle),
         request: *mut Handle,
     ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        let copy = unsafe { self.packed_copy(send) }?;
         non_null(request, MPI_ERR_ARG, "request")?;
         super::check_send_tag(sendtag)?;
         self.reach(
@@ -124,12 +128,10 @@ pub unsafe extern "C" fn PMPI_Isendrecv(
     call("MPI_Isendrecv", Object::Comm(comm), |mpi| {
         // SAFETY: the binding's contract.
         unsafe {
-            let copy = mpi.packed_copy((sendbuf, sendcount, sendtype))?;
-            let recv = (recvbuf, recvcount, recvtype);
             mpi.sendrecv_copy(
-                copy,
+                (sendbuf, sendcount, sendtype),
                 (dest, sendtag),
-                recv,
+                (recvbuf, recvcount, recvtype),
                 (source, recvtag, comm),
                 request,
             )
@@ -153,12 +155,10 @@ pub unsafe extern "C" fn PMPI_Isendrecv_replace(
         // SAFETY: the binding's contract: the buffer is read now (the copy), then
         // received into.
         unsafe {
-            let copy = mpi.packed_copy((buf, count, datatype))?;
-            let recv = (buf, count, datatype);
             mpi.sendrecv_copy(
-                copy,
+                (buf.cast_const(), count, datatype),
                 (dest, sendtag),
-                recv,
+                (buf, count, datatype),
                 (source, recvtag, comm),
                 request,
             )
