@@ -322,7 +322,8 @@ fn role_cq_too_small() {
 
 /// Each rank in turn floods the other with small messages while the other is not
 /// progressing yet: all arrive, in order (the launcher side checks that the device
-/// saw no receiver-not-ready retries).
+/// saw no receiver-not-ready retries). Then rank 1's last message, sent just before
+/// it exits, arrives too.
 fn role_flood(cpc: &str) {
     const N: u32 = 20_000;
     let mut comm = Comm::init(&settings(cpc)).unwrap();
@@ -346,6 +347,18 @@ fn role_flood(cpc: &str) {
         }
         comm.barrier().unwrap();
     }
+    // The last word: rank 1 sends and leaves at once, while rank 0 waits for it. Its
+    // leaving waits until the message has arrived: else rank 0 could see the
+    // out-of-band connection close first and fail the peer, its queue pair then
+    // taking nothing more.
+    if me == 1 {
+        comm.send(b"last", 0, 4).unwrap();
+        report_ok(me, "ok");
+        return;
+    }
+    let mut last = [0u8; 4];
+    comm.recv(&mut last, Some(1), Some(4)).unwrap();
+    assert_eq!(&last, b"last");
     report_ok(me, "ok");
 }
 

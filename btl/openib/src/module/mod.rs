@@ -8,11 +8,13 @@
 //! each call to the file of its concern: `endpoints` (peers: adding, removing,
 //! connecting on first use), `send` (sends, credit messages, and what waits for a
 //! peer), `receive` (delivering received messages, reposting their buffers), `rdma`
-//! (puts, gets, atomics, flush) and `progress` (one progress call: the connection
-//! methods, the completion queue, reporting completions).
+//! (puts, gets, atomics, flush), `progress` (one progress call: the connection
+//! methods, the completion queue, reporting completions) and `leaving` (what a module
+//! going away waits for).
 
 mod emu32;
 mod endpoints;
+mod leaving;
 mod progress;
 mod rdma;
 mod receive;
@@ -241,6 +243,7 @@ impl Module for OpenibModule {
 
 impl Drop for OpenibModule {
     fn drop(&mut self) {
+        self.let_sends_arrive();
         for c in &mut self.cpcs {
             c.0.finalize();
         }
