@@ -389,7 +389,11 @@ pub unsafe extern "C" fn PMPI_Type_free(datatype: *mut Handle) -> c_int {
         // SAFETY: null or readable, the binding's contract.
         let h = unsafe { read_arg(datatype, MPI_ERR_ARG, "type") }?;
         global::with(|mpi| match mpi.types.get(h) {
-            Some(_) => Ok(()),
+            Some(t) if !t.predefined => Ok(()),
+            Some(_) => Err(Error::new(
+                MPI_ERR_TYPE,
+                "a predefined datatype (a Fortran 90 parameterized one) cannot be freed",
+            )),
             None => {
                 mpi.dtype_any(h)?;
                 Err(Error::new(

@@ -1,6 +1,7 @@
 //! Making derived datatypes: every constructor places copies of older types at
 //! displacements, and the new type's runs, bounds and kind follow from that.
 
+use super::external::Sig;
 use super::{Block, Datatype, Envelope, Prim};
 use crate::error::{Error, Result};
 use crate::ffi::*;
@@ -121,6 +122,13 @@ impl<'a> Layout<'a> {
             predefined: false,
             envelope: Some(Arc::new(envelope)),
             made_of: Arc::from(Vec::new()),
+            sig: Sig::seq(
+                self.parts
+                    .iter()
+                    .filter(|p| p.2 > 0)
+                    .map(|&(_, ty, count)| (ty.sig.clone(), count))
+                    .collect(),
+            ),
         })
     }
 }

@@ -10,6 +10,8 @@ pub mod api;
 pub mod arrays;
 pub mod attr;
 mod build;
+pub mod external;
+pub mod f90;
 pub mod pack;
 pub mod predefined;
 pub mod query;
@@ -71,6 +73,25 @@ impl Prim {
         match self {
             Prim::Pair(p) => p.extent(),
             p => p.size(),
+        }
+    }
+
+    /// Its basic elements, for `external32` (where the type's own size is kept).
+    pub fn signature(self) -> external::Sig {
+        use external::{Conv, Sig};
+        let one = |c| Sig::One(c);
+        match self {
+            Prim::Byte | Prim::Int { bytes: 1, .. } | Prim::Logical(1) => one(Conv::Byte),
+            Prim::Int { bytes, .. } | Prim::Float(bytes) | Prim::Logical(bytes) => {
+                one(Conv::Swap(bytes))
+            }
+            Prim::LongDouble => one(Conv::LongDouble),
+            Prim::Complex(b) => Sig::seq(vec![(Prim::Float(b).signature(), 2)]),
+            Prim::ComplexLongDouble => Sig::seq(vec![(one(Conv::LongDouble), 2)]),
+            Prim::Pair(p) => {
+                let (value, index) = p.parts();
+                Sig::seq(vec![(value.signature(), 1), (index.signature(), 1)])
+            }
         }
     }
 
@@ -193,6 +214,8 @@ pub struct Datatype {
     /// envelope: `MPI_Type_get_contents` hands out new handles of them (the old
     /// handles may have been freed since).
     pub made_of: Arc<[Datatype]>,
+    /// Its basic elements in order, for `external32`.
+    pub sig: external::Sig,
 }
 
 /// What moving elements of a type takes: a contiguous one moves as bytes (and its
@@ -270,6 +293,7 @@ impl Datatype {
             predefined: true,
             envelope: None,
             made_of: Arc::from(Vec::new()),
+            sig: prim.signature(),
         }
     }
 }

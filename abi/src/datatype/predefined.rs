@@ -1,5 +1,6 @@
 //! The predefined datatypes of the standard ABI: handle, name and kind.
 
+use super::external::{Conv, Sig};
 use super::{Datatype, Pair, Prim};
 use crate::ffi::*;
 
@@ -108,6 +109,22 @@ pub fn all() -> Vec<Option<Datatype>> {
     let mut v = vec![None; END - FIRST];
     for &(h, name, prim) in TABLE {
         v[h - FIRST] = Some(Datatype::basic(name, prim));
+    }
+    // The types whose size in `external32` is not their size here.
+    let narrow = |signed| Sig::One(Conv::Narrow { signed });
+    let narrowed = [
+        (MPI_LONG, narrow(true)),
+        (MPI_UNSIGNED_LONG, narrow(false)),
+        (MPI_WCHAR, Sig::One(Conv::Wchar)),
+        (
+            MPI_LONG_INT,
+            Sig::seq(vec![(narrow(true), 1), (Sig::One(Conv::Swap(4)), 1)]),
+        ),
+    ];
+    for (h, sig) in narrowed {
+        if let Some(t) = v[h - FIRST].as_mut() {
+            t.sig = sig;
+        }
     }
     v
 }

@@ -45,6 +45,9 @@
 //!   completion by another thread, cancel, free before completion, their errors.
 //! * `spawn`: dynamic processes: a refused spawn, a spawn, traffic both ways over
 //!   the intercommunicator, its barrier, merge and disconnect.
+//! * `representations`: packing in `external32` (sizes, bytes, round trips alone
+//!   and between ranks, conversions refused) and the Fortran 90 parameterized
+//!   types, at 1 and 2 ranks.
 //! * `callbacks`: MPI calls from inside the library's callbacks: a reduction
 //!   function's (blocking collectives and `MPI_Reduce_local`), attribute copy and
 //!   delete functions', `MPI_COMM_SELF`'s at `MPI_Finalize`.
@@ -219,6 +222,11 @@ fn session() {
     for n in [1, 3] {
         run_passing(&exe, "session", n, &["only"], &[]);
     }
+}
+
+#[test]
+fn representations() {
+    passes("representations", &[1, 2]);
 }
 
 #[test]
