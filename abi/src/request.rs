@@ -26,10 +26,13 @@ pub enum Request {
     /// A send or receive whose outcome was read (by `MPI_Request_get_status`)
     /// before any call completed it: the outcome, for the call that does.
     Finished(Box<Finished>),
-    /// `MPI_Buffer_iflush`, `MPI_Comm_iflush_buffer`: done when the buffered sends
-    /// before number `upto` in the buffer of `owner` (`None`: the process's) have
+    /// `MPI_Buffer_iflush`, `MPI_Comm_iflush_buffer`, `MPI_Session_iflush_buffer`:
+    /// done when the buffered sends before number `upto` in `owner`'s buffer have
     /// left.
-    Flush { owner: Option<Handle>, upto: u64 },
+    Flush {
+        owner: crate::p2p::bsend::Owner,
+        upto: u64,
+    },
     /// A generalized request: an operation the program runs itself.
     Generalized(Box<crate::p2p::grequest::Grequest>),
 }
@@ -174,7 +177,7 @@ pub fn comm_of(r: &Request) -> Option<Handle> {
         Request::Coll(s) => s.comm(),
         Request::CollInit(c) => Some(c.comm),
         Request::Finished(f) => Some(f.comm),
-        Request::Flush { owner, .. } => *owner,
+        Request::Flush { owner, .. } => owner.comm(),
         Request::Done(_) | Request::Generalized(_) => None,
     }
 }

@@ -53,7 +53,7 @@ fn tag_of(stringtag: &str) -> i32 {
 
 impl Mpi {
     /// Session `h`.
-    fn session(&self, h: Handle) -> Result<&Session> {
+    pub(crate) fn session(&self, h: Handle) -> Result<&Session> {
         self.sessions.get(h).ok_or_else(|| {
             Error::new(
                 MPI_ERR_SESSION,
@@ -158,6 +158,7 @@ pub unsafe extern "C" fn PMPI_Session_finalize(session: *mut Handle) -> c_int {
     let removed = global::with(|mpi| {
         mpi.session(h)?;
         mpi.sessions.remove(h);
+        mpi.drop_session_buffer(h);
         Ok(())
     });
     if let Err(e) = removed {
@@ -280,7 +281,7 @@ pub unsafe extern "C" fn PMPI_Group_from_session_pset(
             mpi.session(session)?;
             // SAFETY: the binding's contract: a NUL-ended string.
             let name = unsafe { read_str(pset_name) }?;
-            let g = mpi.pset_group(&name)?;
+            let g = mpi.pset_group(&name)?.in_session(Some(session));
             // SAFETY: the binding's contract: `newgroup` null or writable.
             unsafe { mpi.hand_out_group(g, newgroup) }
         },

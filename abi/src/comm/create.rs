@@ -63,9 +63,15 @@ impl Mpi {
     }
 
     /// Keep a new communicator over `group` (which holds this process) with context
-    /// `ctx` and `parent`'s error handler; its handle.
+    /// `ctx` and `parent`'s error handler; its handle. A group without a session
+    /// takes the parent's.
     pub(crate) fn keep(&mut self, ctx: u32, group: Arc<Group>, parent: Handle) -> Result<Handle> {
         self.use_contexts(ctx)?;
+        let inherited = self.comm(parent)?.group.session();
+        let group = match group.session() {
+            None if inherited.is_some() => Arc::new((*group).clone().in_session(inherited)),
+            _ => group,
+        };
         let me = self.world_rank();
         let rank = group.rank_of(me).expect("a member");
         let mut c = Communicator::new(ctx, group, rank, "");

@@ -101,7 +101,7 @@ fn pick(g: &Group, ranks: impl IntoIterator<Item = u32>) -> Result<Group> {
     if !v.iter().all(|j| seen.insert(*j)) {
         return Err(Error::new(MPI_ERR_RANK, "a rank is named twice"));
     }
-    Ok(Group::new(v))
+    Ok(Group::new(v).in_session(g.session()))
 }
 
 /// `g` without its members at `ranks`.
@@ -113,6 +113,7 @@ fn without(g: &Group, ranks: &[u32]) -> Group {
             .map(|r| g.job_rank(r).expect("a member"))
             .collect(),
     )
+    .in_session(g.session())
 }
 
 #[no_mangle]
@@ -173,7 +174,7 @@ subgroup!(PMPI_Group_range_excl, ranges: *mut c_int, range_ranks, |g, r| without
 
 /// A set operation on two groups: the members of the result, in order.
 fn combine(a: &Group, b: &Group, f: impl Fn(&Group, &Group) -> Vec<u32>) -> Group {
-    Group::new(f(a, b))
+    Group::new(f(a, b)).in_session(a.session().or(b.session()))
 }
 
 macro_rules! group_op {

@@ -26,6 +26,9 @@ pub struct Group {
     /// Job rank to group rank (empty when the group is the job in order).
     index: HashMap<u32, u32>,
     identity: bool,
+    /// The session it derives from (from `MPI_Group_from_session_pset`; kept by the
+    /// groups and communicators made from it).
+    session: Option<Handle>,
 }
 
 impl Group {
@@ -45,7 +48,19 @@ impl Group {
             ranks,
             index,
             identity,
+            session: None,
         }
+    }
+
+    /// The same members, derived from `session`.
+    pub fn in_session(mut self, session: Option<Handle>) -> Group {
+        self.session = session;
+        self
+    }
+
+    /// The session it derives from, if any.
+    pub fn session(&self) -> Option<Handle> {
+        self.session
     }
 
     /// Its size.

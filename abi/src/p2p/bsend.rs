@@ -1,14 +1,13 @@
 //! Buffered sends and their buffers: the message is copied out of the user's buffer
 //! at once and sent from the copy, within the room of a buffer the user attached:
-//! the communicator's (`MPI_Comm_attach_buffer`, MPI 4.1) if it has one, else the
-//! process's (`MPI_Buffer_attach`). `MPI_BUFFER_AUTOMATIC` attaches a buffer
-//! without a limit. Detaching hands a buffer back once every buffered send that
-//! took room in it has left; flushing (`MPI_Buffer_flush`, `MPI_Comm_flush_buffer`
-//! and their nonblocking forms) waits for the same without detaching. The copy is
-//! the library's own: an attached buffer is room counted, never written.
-//!
-//! Sessions have no buffers here: `MPI_Session_attach_buffer` and its kin are
-//! refused (`MPI_ERR_UNSUPPORTED_OPERATION`).
+//! the communicator's (`MPI_Comm_attach_buffer`, MPI 4.1) if it has one, else that
+//! of the session it derives from (`MPI_Session_attach_buffer`), else the process's
+//! (`MPI_Buffer_attach`). `MPI_BUFFER_AUTOMATIC` attaches a buffer without a limit.
+//! Detaching hands a buffer back once every buffered send that took room in it has
+//! left; flushing (`MPI_Buffer_flush`, `MPI_Comm_flush_buffer`,
+//! `MPI_Session_flush_buffer` and their nonblocking forms) waits for the same
+//! without detaching. The copy is the library's own: an attached buffer is room
+//! counted, never written.
 
 use crate::entry::{call, call_held};
 use crate::error::{Error, Object, Result};
@@ -37,12 +36,42 @@ struct Buffer {
     used: usize,
 }
 
-/// The process's buffer and the communicators' (by handle), and the number of the
-/// next buffered send.
+/// Whose buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Owner {
+    #[default]
+    Process,
+    Comm(Handle),
+    Session(Handle),
+}
+
+impl Owner {
+    /// Check that the communicator or session is live.
+    fn check(self, mpi: &Mpi) -> Result<()> {
+        match self {
+            Owner::Process => Ok(()),
+            Owner::Comm(c) => mpi.comm(c).map(|_| ()),
+            Owner::Session(s) => mpi.session(s).map(|_| ()),
+        }
+    }
+
+    /// The communicator whose error handler a request flushing it raises errors
+    /// through, if any.
+    pub fn comm(self) -> Option<Handle> {
+        match self {
+            Owner::Comm(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+/// The process's buffer, the communicators' and the sessions' (by handle), and the
+/// number of the next buffered send.
 #[derive(Default)]
 pub struct Buffers {
     process: Buffer,
     comms: HashMap<Handle, Buffer>,
+    sessions: HashMap<Handle, Buffer>,
     serial: u64,
 }
 
@@ -50,18 +79,24 @@ pub struct Buffers {
 #[derive(Clone, Copy, Default)]
 pub struct Room {
     bytes: usize,
-    /// The communicator whose buffer it is in (`None`: the process's).
-    owner: Option<Handle>,
+    /// Whose buffer it is in.
+    owner: Owner,
     /// Which buffered send it is, in order.
     serial: u64,
 }
 
 impl Buffers {
-    fn of(&mut self, owner: Option<Handle>) -> Option<&mut Buffer> {
+    fn of(&mut self, owner: Owner) -> Option<&mut Buffer> {
         match owner {
-            None => Some(&mut self.process),
-            Some(c) => self.comms.get_mut(&c),
+            Owner::Process => Some(&mut self.process),
+            Owner::Comm(c) => self.comms.get_mut(&c),
+            Owner::Session(s) => self.sessions.get_mut(&s),
         }
+    }
+
+    /// Whether `owner` has a buffer attached.
+    fn attached(&mut self, owner: Owner) -> bool {
+        self.of(owner).is_some_and(|b| b.attached.is_some())
     }
 
     /// Give back the room of a request that completed (to a buffer that may have
@@ -81,7 +116,7 @@ impl Buffers {
 /// for a wait to look at.
 pub fn flushed(
     detached: &[(Request, Room)],
-    owner: Option<Handle>,
+    owner: Owner,
     upto: u64,
 ) -> (bool, Option<rbtl::msg::ReqId>) {
     let mut left = detached
@@ -110,19 +145,19 @@ impl Mpi {
         // SAFETY: the caller's contract.
         let copy = unsafe { self.packed_copy((buf, count, ty)) }?;
         let len = copy.len();
-        let owner = self
-            .bsend
-            .comms
-            .get(&comm)
-            .is_some_and(|b| b.attached.is_some())
-            .then_some(comm);
+        let session = self.comm(comm)?.group.session().map(Owner::Session);
+        let owner = [Some(Owner::Comm(comm)), session]
+            .into_iter()
+            .flatten()
+            .find(|&o| self.bsend.attached(o))
+            .unwrap_or(Owner::Process);
         let b = self.bsend.of(owner).expect("the process's, or one found");
         let need = len + MPI_BSEND_OVERHEAD as usize;
         match b.attached {
             None => {
                 return Err(Error::new(
                     MPI_ERR_BUFFER,
-                    "no buffer is attached for buffered sends: call MPI_Buffer_attach or MPI_Comm_attach_buffer first",
+                    "no buffer is attached for buffered sends: call MPI_Buffer_attach, MPI_Comm_attach_buffer or MPI_Session_attach_buffer first",
                 ))
             }
             Some(Attached::At { size, .. }) if b.used + need > size => {
@@ -151,8 +186,8 @@ impl Mpi {
         self.bsend.serial
     }
 
-    /// Attach `buffer` of `size` bytes to `owner` (`None`: the process).
-    fn attach(&mut self, owner: Option<Handle>, buffer: *mut c_void, size: c_int) -> Result<()> {
+    /// Attach `buffer` of `size` bytes to `owner`.
+    fn attach(&mut self, owner: Owner, buffer: *mut c_void, size: c_int) -> Result<()> {
         let attached = if buffer as usize == MPI_BUFFER_AUTOMATIC {
             Attached::Automatic
         } else {
@@ -163,12 +198,11 @@ impl Mpi {
                 size,
             }
         };
+        owner.check(self)?;
         let b = match owner {
-            None => &mut self.bsend.process,
-            Some(c) => {
-                self.comm(c)?;
-                self.bsend.comms.entry(c).or_default()
-            }
+            Owner::Process => &mut self.bsend.process,
+            Owner::Comm(c) => self.bsend.comms.entry(c).or_default(),
+            Owner::Session(s) => self.bsend.sessions.entry(s).or_default(),
         };
         if b.attached.is_some() {
             return Err(Error::new(
@@ -185,14 +219,18 @@ impl Mpi {
     pub fn drop_comm_buffer(&mut self, c: Handle) {
         self.bsend.comms.remove(&c);
     }
+
+    /// Forget session `s`'s buffer (the session is finalized), as
+    /// [`drop_comm_buffer`](Self::drop_comm_buffer).
+    pub fn drop_session_buffer(&mut self, s: Handle) {
+        self.bsend.sessions.remove(&s);
+    }
 }
 
 impl Held {
     /// Wait until every buffered send made so far in `owner`'s buffer has left.
-    fn flush(&mut self, owner: Option<Handle>) -> Result<()> {
-        if let Some(c) = owner {
-            self.comm(c)?;
-        }
+    fn flush(&mut self, owner: Owner) -> Result<()> {
+        owner.check(self)?;
         let upto = self.next_bsend();
         self.wait_for(|mpi, look| {
             let (done, pending) = flushed(&mpi.detached, owner, upto);
@@ -205,14 +243,9 @@ impl Held {
 
     /// Detach `owner`'s buffer once its buffered sends have left: its address (or
     /// `MPI_BUFFER_AUTOMATIC`) and size (0 for an automatic one).
-    fn detach(&mut self, owner: Option<Handle>) -> Result<(usize, usize)> {
-        let attached = match owner {
-            None => self.bsend.process.attached,
-            Some(c) => {
-                self.comm(c)?;
-                self.bsend.comms.get(&c).and_then(|b| b.attached)
-            }
-        };
+    fn detach(&mut self, owner: Owner) -> Result<(usize, usize)> {
+        owner.check(self)?;
+        let attached = self.bsend.of(owner).and_then(|b| b.attached);
         let Some(attached) = attached else {
             return Err(Error::new(MPI_ERR_BUFFER, "no buffer is attached"));
         };
@@ -243,7 +276,7 @@ unsafe fn hand_back(buffer_addr: *mut c_void, size: *mut c_int, (addr, len): (us
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
     call("MPI_Buffer_attach", Object::None, |mpi| {
-        mpi.attach(None, buffer, size)
+        mpi.attach(Owner::Process, buffer, size)
     })
 }
 
@@ -254,14 +287,14 @@ pub unsafe extern "C" fn PMPI_Comm_attach_buffer(
     size: c_int,
 ) -> c_int {
     call("MPI_Comm_attach_buffer", Object::Comm(comm), |mpi| {
-        mpi.attach(Some(comm), buffer, size)
+        mpi.attach(Owner::Comm(comm), buffer, size)
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
     call_held("MPI_Buffer_detach", Object::None, |mpi| {
-        let back = mpi.detach(None)?;
+        let back = mpi.detach(Owner::Process)?;
         // SAFETY: the binding's contract.
         unsafe { hand_back(buffer_addr, size, back) };
         Ok(())
@@ -275,7 +308,7 @@ pub unsafe extern "C" fn PMPI_Comm_detach_buffer(
     size: *mut c_int,
 ) -> c_int {
     call_held("MPI_Comm_detach_buffer", Object::Comm(comm), |mpi| {
-        let back = mpi.detach(Some(comm))?;
+        let back = mpi.detach(Owner::Comm(comm))?;
         // SAFETY: the binding's contract.
         unsafe { hand_back(buffer_addr, size, back) };
         Ok(())
@@ -284,13 +317,15 @@ pub unsafe extern "C" fn PMPI_Comm_detach_buffer(
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_flush() -> c_int {
-    call_held("MPI_Buffer_flush", Object::None, |mpi| mpi.flush(None))
+    call_held("MPI_Buffer_flush", Object::None, |mpi| {
+        mpi.flush(Owner::Process)
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_flush_buffer(comm: Handle) -> c_int {
     call_held("MPI_Comm_flush_buffer", Object::Comm(comm), |mpi| {
-        mpi.flush(Some(comm))
+        mpi.flush(Owner::Comm(comm))
     })
 }
 
@@ -300,10 +335,8 @@ pub unsafe extern "C" fn PMPI_Comm_flush_buffer(comm: Handle) -> c_int {
 /// # Safety
 ///
 /// `request` is null or writable.
-unsafe fn iflush(mpi: &mut Mpi, owner: Option<Handle>, request: *mut Handle) -> Result<()> {
-    if let Some(c) = owner {
-        mpi.comm(c)?;
-    }
+unsafe fn iflush(mpi: &mut Mpi, owner: Owner, request: *mut Handle) -> Result<()> {
+    owner.check(mpi)?;
     let upto = mpi.next_bsend();
     // SAFETY: the caller's contract.
     unsafe { mpi.hand_out(Request::Flush { owner, upto }, request) }
@@ -313,7 +346,7 @@ unsafe fn iflush(mpi: &mut Mpi, owner: Option<Handle>, request: *mut Handle) -> 
 pub unsafe extern "C" fn PMPI_Buffer_iflush(request: *mut Handle) -> c_int {
     // SAFETY: the binding's contract.
     call("MPI_Buffer_iflush", Object::None, |mpi| unsafe {
-        iflush(mpi, None, request)
+        iflush(mpi, Owner::Process, request)
     })
 }
 
@@ -321,6 +354,59 @@ pub unsafe extern "C" fn PMPI_Buffer_iflush(request: *mut Handle) -> c_int {
 pub unsafe extern "C" fn PMPI_Comm_iflush_buffer(comm: Handle, request: *mut Handle) -> c_int {
     // SAFETY: the binding's contract.
     call("MPI_Comm_iflush_buffer", Object::Comm(comm), |mpi| unsafe {
-        iflush(mpi, Some(comm), request)
+        iflush(mpi, Owner::Comm(comm), request)
     })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_attach_buffer(
+    session: Handle,
+    buffer: *mut c_void,
+    size: c_int,
+) -> c_int {
+    call(
+        "MPI_Session_attach_buffer",
+        Object::Session(session),
+        |mpi| mpi.attach(Owner::Session(session), buffer, size),
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_detach_buffer(
+    session: Handle,
+    buffer_addr: *mut c_void,
+    size: *mut c_int,
+) -> c_int {
+    call_held(
+        "MPI_Session_detach_buffer",
+        Object::Session(session),
+        |mpi| {
+            let back = mpi.detach(Owner::Session(session))?;
+            // SAFETY: the binding's contract.
+            unsafe { hand_back(buffer_addr, size, back) };
+            Ok(())
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_flush_buffer(session: Handle) -> c_int {
+    call_held(
+        "MPI_Session_flush_buffer",
+        Object::Session(session),
+        |mpi| mpi.flush(Owner::Session(session)),
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Session_iflush_buffer(
+    session: Handle,
+    request: *mut Handle,
+) -> c_int {
+    // SAFETY: the binding's contract.
+    call(
+        "MPI_Session_iflush_buffer",
+        Object::Session(session),
+        |mpi| unsafe { iflush(mpi, Owner::Session(session), request) },
+    )
 }

@@ -8,7 +8,9 @@
  *   apart; an intercommunicator between the even and the odd ranks
  *   (MPI_Intercomm_create_from_groups: an all-reduce across it checked); the
  *   session's info (its thread level) and error handlers (a program's,
- *   called by MPI_Session_call_errhandler and by a bad process set name);
+ *   called by MPI_Session_call_errhandler and by a bad process set name); the
+ *   session's buffer for buffered sends (used by its communicators and those made
+ *   from them, after a communicator's own, its room counted, flushed, detached);
  * - then MPI_Init_thread: the world model joins the running library; MPI_Finalize
  *   with the session open leaves its communicators working (MPI_Finalized true);
  *   MPI_Session_finalize ends the library.
@@ -171,6 +173,56 @@ static void test_errhandlers(MPI_Session s) {
   EXPECT_ERR(MPI_Session_set_errhandler(s, MPI_ERRHANDLER_NULL), MPI_ERR_ERRHANDLER, NULL);
 }
 
+/* Buffered sends of the session's communicators go through its buffer. */
+static void test_buffers(MPI_Session s) {
+  MPI_Comm all = comm_of(s, "mpi://WORLD", "org.rbtl.session.buffers"), dup, small;
+  OK(MPI_Comm_dup(all, &dup));
+  int x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8];
+  EXPECT_ERR(MPI_Bsend(x, 8, MPI_INT, rank, 1, all), MPI_ERR_BUFFER,
+             "MPI_Session_attach_buffer");
+  enum { ROOM = 2 * (MPI_BSEND_OVERHEAD + 8 * sizeof(int)) };
+  static char room[ROOM];
+  OK(MPI_Session_attach_buffer(s, room, ROOM));
+  EXPECT_ERR(MPI_Session_attach_buffer(s, room, ROOM), MPI_ERR_BUFFER, "attached");
+  /* Two messages fill it: on the communicator and on one made from it. */
+  OK(MPI_Bsend(x, 8, MPI_INT, rank, 1, all));
+  OK(MPI_Bsend(x, 8, MPI_INT, rank, 2, dup));
+  EXPECT_ERR(MPI_Bsend(x, 1, MPI_INT, rank, 3, all), MPI_ERR_BUFFER, "free");
+  OK(MPI_Recv(y, 8, MPI_INT, rank, 1, all, MPI_STATUS_IGNORE));
+  CHECK(y[7] == 8, "the first buffered message ends with %d", y[7]);
+  OK(MPI_Recv(y, 8, MPI_INT, rank, 2, dup, MPI_STATUS_IGNORE));
+  OK(MPI_Session_flush_buffer(s));
+  MPI_Request r;
+  OK(MPI_Session_iflush_buffer(s, &r));
+  OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+  /* A communicator's own buffer comes first: too small for 8 ints. */
+  static char tiny[MPI_BSEND_OVERHEAD + 4];
+  OK(MPI_Comm_dup(all, &small));
+  OK(MPI_Comm_attach_buffer(small, tiny, sizeof tiny));
+  EXPECT_ERR(MPI_Bsend(x, 8, MPI_INT, rank, 4, small), MPI_ERR_BUFFER, NULL);
+  OK(MPI_Bsend(x, 1, MPI_INT, rank, 4, small));
+  OK(MPI_Recv(y, 1, MPI_INT, rank, 4, small, MPI_STATUS_IGNORE));
+  void *back = NULL;
+  int back_size = -1;
+  OK(MPI_Comm_detach_buffer(small, &back, &back_size));
+  OK(MPI_Session_detach_buffer(s, &back, &back_size));
+  CHECK(back == room && back_size == ROOM, "detached %p of %d bytes", back, back_size);
+  EXPECT_ERR(MPI_Bsend(x, 1, MPI_INT, rank, 5, dup), MPI_ERR_BUFFER, NULL);
+  EXPECT_ERR(MPI_Session_detach_buffer(s, &back, &back_size), MPI_ERR_BUFFER, NULL);
+  /* Without a limit. */
+  OK(MPI_Session_attach_buffer(s, MPI_BUFFER_AUTOMATIC, 0));
+  for (int i = 0; i < 4; i++)
+    OK(MPI_Bsend(x, 8, MPI_INT, rank, 6, all));
+  for (int i = 0; i < 4; i++)
+    OK(MPI_Recv(y, 8, MPI_INT, rank, 6, all, MPI_STATUS_IGNORE));
+  OK(MPI_Session_detach_buffer(s, &back, &back_size));
+  CHECK(back == MPI_BUFFER_AUTOMATIC && back_size == 0, "an automatic buffer came back as %p",
+        back);
+  OK(MPI_Comm_free(&small));
+  OK(MPI_Comm_free(&dup));
+  OK(MPI_Comm_free(&all));
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   check_program = "session";
@@ -183,6 +235,7 @@ int main(int argc, char **argv) {
   CHECK(flag == 0, "a session made MPI_Initialized true");
   test_session(s);
   test_errhandlers(s);
+  test_buffers(s);
   if (argc > 1 && strcmp(argv[1], "only") == 0) {
     MPI_Session second;
     OK(MPI_Session_init(MPI_INFO_NULL, MPI_ERRORS_RETURN, &second));
