@@ -46,6 +46,9 @@ pub struct Mpi {
     /// Partitioned inits so far, by communicator (its context), side (send), peer
     /// and tag: the number of the next pair ([`crate::p2p::partitioned`]).
     pub pairs: std::collections::HashMap<(u32, bool, c_int, c_int), u32>,
+    /// Datatypes and operations held by persistent collectives: how many hold each,
+    /// and whether the program has freed it ([`Mpi::pin`]).
+    pub pinned: std::collections::HashMap<Handle, (u32, bool)>,
     /// Messages taken by matched probes.
     pub messages: Table<Message>,
     pub errhandlers: Table<Errhandler>,
@@ -123,6 +126,7 @@ impl Mpi {
             detached: Vec::new(),
             grequest_frees: Vec::new(),
             pairs: Default::default(),
+            pinned: Default::default(),
             messages: Table::new(Kind::Message),
             errhandlers: Table::new(Kind::Errhandler),
             infos: Table::new(Kind::Info),

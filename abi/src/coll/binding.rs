@@ -45,8 +45,11 @@ macro_rules! nonblocking {
     };
 }
 
-/// A persistent binding (`MPI_X_init`): a request that keeps the arguments, from
-/// which `$build` makes the schedule (given `mpi`) at each start.
+/// A persistent binding (`MPI_X_init`): a request that keeps the arguments (and
+/// holds its datatypes and operation: [`KeepArg`]), from which
+/// `$build` makes the schedule (given `mpi`) at each start.
+///
+/// [`KeepArg`]: crate::coll::persistent::KeepArg
 macro_rules! persistent {
     ($name:ident, ($($arg:ident: $ty:ty),*), |$mpi:ident| $build:expr) => {
         #[no_mangle]
@@ -57,6 +60,8 @@ macro_rules! persistent {
         ) -> c_int {
             let comm = last!($($arg),*);
             call(&stringify!($name)[1..], Object::Comm(comm), |$mpi| {
+                let mut own = $crate::coll::persistent::Owned::default();
+                $(let $arg = $crate::coll::persistent::KeepArg::kept($arg, $mpi, stringify!($arg), &mut own);)*
                 // (Not every build is unsafe: the barrier's has no buffers.)
                 #[allow(unused_unsafe)]
                 let build = move |$mpi: &mut $crate::state::Mpi| {
@@ -65,7 +70,7 @@ macro_rules! persistent {
                     unsafe { $build }
                 };
                 // SAFETY: `request` is writable (the binding's contract).
-                unsafe { $mpi.persistent_collective(comm, std::rc::Rc::new(build), request) }
+                unsafe { $mpi.persistent_collective(comm, std::rc::Rc::new(build), own, request) }
             })
         }
     };

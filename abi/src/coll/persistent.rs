@@ -4,7 +4,10 @@
 //! then, not at the init) and runs it as the nonblocking form would, under a request
 //! of its own that the persistent one holds out of the program's sight. Starts are
 //! collective: every member starts its persistent collectives in the same order, as
-//! the standard asks.
+//! the standard asks. The request holds its derived datatypes and its operation, so
+//! that the program may free them after the init (MPI 4.1 5.1.9, 6.9.7): they live
+//! on, under the same handles, until the request is freed. The types in an array
+//! (`MPI_Alltoallw_init`) are not held: each start looks them up.
 
 use super::Schedule;
 use crate::error::{Error, Result};
@@ -26,6 +29,42 @@ pub struct CollInit {
     /// Arrays the starts read that the library made (a large-count binding's
     /// narrowed counts): they live as long as the request.
     pub kept: Vec<Vec<c_int>>,
+    /// The handles of its own, freed with it.
+    pub own: Owned,
+}
+
+/// The datatype and operation handles a persistent collective holds.
+#[derive(Default)]
+pub struct Owned(Vec<Handle>);
+
+/// An argument of a persistent collective as its starts see it.
+pub trait KeepArg: Sized {
+    /// The argument itself; a derived datatype (`datatype`, `sendtype`, `recvtype`)
+    /// or a program's operation (`op`) is held in `own` ([`Mpi::pin`]). A handle
+    /// that names nothing is not: the arguments a member ignores (the send type of
+    /// an in-place call) may be anything, and the others are refused at the start.
+    fn kept(self, _mpi: &mut Mpi, _name: &str, _own: &mut Owned) -> Self {
+        self
+    }
+}
+
+impl KeepArg for c_int {}
+impl<T> KeepArg for *const T {}
+impl<T> KeepArg for *mut T {}
+
+impl KeepArg for Handle {
+    fn kept(self, mpi: &mut Mpi, name: &str, own: &mut Owned) -> Handle {
+        let held = match name {
+            "datatype" | "sendtype" | "recvtype" => mpi.types.get(self).is_some(),
+            "op" => mpi.ops.get(self).is_some(),
+            _ => false,
+        };
+        if held {
+            mpi.pin(self);
+            own.0.push(self);
+        }
+        self
+    }
 }
 
 impl Mpi {
@@ -39,17 +78,65 @@ impl Mpi {
         &mut self,
         comm: Handle,
         build: Build,
+        own: Owned,
         out: *mut Handle,
     ) -> Result<()> {
-        self.comm(comm)?;
+        if let Err(e) = self.comm(comm) {
+            self.free_owned(own);
+            return Err(e);
+        }
         let r = Request::CollInit(Box::new(CollInit {
             build,
             comm,
             started: None,
             kept: Vec::new(),
+            own,
         }));
         // SAFETY: the caller's contract.
         unsafe { self.hand_out(r, out) }
+    }
+
+    /// Let go of the handles a persistent collective held (its request is freed,
+    /// or never made).
+    pub fn free_owned(&mut self, own: Owned) {
+        for h in own.0 {
+            self.unpin(h);
+        }
+    }
+
+    /// Hold datatype or operation `h` for a persistent collective: freed by the
+    /// program meanwhile ([`release`](Self::release)), it lives on until the last
+    /// request holding it is freed, under the same handle (the one a program's
+    /// reduction function is given).
+    pub fn pin(&mut self, h: Handle) {
+        self.pinned.entry(h).or_default().0 += 1;
+    }
+
+    fn unpin(&mut self, h: Handle) {
+        let Some((count, released)) = self.pinned.get_mut(&h) else {
+            return;
+        };
+        *count -= 1;
+        if *count == 0 {
+            let released = *released;
+            self.pinned.remove(&h);
+            if released {
+                self.types.remove(h);
+                self.ops.remove(h);
+            }
+        }
+    }
+
+    /// The program frees datatype or operation `h`: gone now, or when the last
+    /// persistent collective holding it is freed.
+    pub fn release(&mut self, h: Handle) {
+        match self.pinned.get_mut(&h) {
+            Some((_, released)) => *released = true,
+            None => {
+                self.types.remove(h);
+                self.ops.remove(h);
+            }
+        }
     }
 
     /// Keep `arrays`, which the starts of persistent collective `h` read, as long as

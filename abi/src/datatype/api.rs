@@ -405,7 +405,7 @@ pub unsafe extern "C" fn PMPI_Type_free(datatype: *mut Handle) -> c_int {
         // Its attributes' deletions (outside the state), then the type.
         attr::delete_attrs(Holder::datatype(h), None)?;
         global::with(|mpi| {
-            mpi.types.remove(h);
+            mpi.release(h);
             Ok(())
         })?;
         // SAFETY: checked not null.

@@ -81,9 +81,13 @@ pub unsafe extern "C" fn PMPI_Op_free(op: *mut Handle) -> c_int {
                 format!("{} is predefined: it cannot be freed", super::name(h)),
             ));
         }
-        mpi.ops
-            .remove(h)
-            .ok_or_else(|| Error::new(MPI_ERR_OP, format!("{h:#x} is not an operation")))?;
+        if mpi.ops.get(h).is_none() {
+            return Err(Error::new(
+                MPI_ERR_OP,
+                format!("{h:#x} is not an operation"),
+            ));
+        }
+        mpi.release(h);
         // SAFETY: checked not null.
         unsafe { op.write(MPI_OP_NULL) };
         Ok(())

@@ -502,11 +502,16 @@ impl Mpi {
                 }
                 Ok(())
             }
-            Some(Request::CollInit(c)) => match c.started {
-                // The start under way still completes, driven by progress.
-                Some(inner) => self.free_request(inner),
-                None => Ok(()),
-            },
+            Some(Request::CollInit(c)) => {
+                let c = *c;
+                // (The start under way was built with its types and operation.)
+                self.free_owned(c.own);
+                match c.started {
+                    // The start under way still completes, driven by progress.
+                    Some(inner) => self.free_request(inner),
+                    None => Ok(()),
+                }
+            }
             Some(Request::Done(_) | Request::Finished(_) | Request::Flush { .. }) => Ok(()),
             Some(Request::Generalized(g)) => {
                 self.grequest_frees.push(g.callbacks);

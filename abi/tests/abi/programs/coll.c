@@ -1408,6 +1408,49 @@ static void test_persistent(void) {
   }
 }
 
+/* A persistent collective whose datatype and operation the program frees after the
+ * init: they live on, under the same handles, until the request is freed. */
+static MPI_Datatype pair_seen;
+static void pair_sum(void *in, void *inout, int *len, MPI_Datatype *type) {
+  pair_seen = *type;
+  int *x = in, *y = inout;
+  for (int j = 0; j < 2 * *len; j++)
+    y[j] += x[j];
+}
+
+static void test_persistent_freed_args(void) {
+  MPI_Datatype pair, pair_handle;
+  MPI_Op sum;
+  MPI_Request r;
+  OK(MPI_Type_contiguous(2, MPI_INT, &pair));
+  OK(MPI_Type_commit(&pair));
+  pair_handle = pair;
+  OK(MPI_Op_create(pair_sum, 1, &sum));
+  int in[4], out[4];
+  OK(MPI_Allreduce_init(in, out, 2, pair, sum, MPI_COMM_WORLD, MPI_INFO_NULL, &r));
+  OK(MPI_Type_free(&pair));
+  OK(MPI_Op_free(&sum));
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < 4; i++)
+      in[i] = rank + i + round;
+    pair_seen = MPI_DATATYPE_NULL;
+    OK(MPI_Start(&r));
+    OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    for (int i = 0; i < 4; i++) {
+      int want = 0;
+      for (int k = 0; k < size; k++)
+        want += k + i + round;
+      CHECK(out[i] == want, "round %d: element %d is %d, not %d (type and op freed)", round,
+            i, out[i], want);
+    }
+    /* (A rank whose part another combines does not call it.) */
+    CHECK(pair_seen == MPI_DATATYPE_NULL || pair_seen == pair_handle,
+          "the operation was given handle %#lx for the freed type %#lx", (long)pair_seen,
+          (long)pair_handle);
+  }
+  OK(MPI_Request_free(&r));
+}
+
 int main(int argc, char **argv) {
   start("coll", &argc, &argv);
   CHECK(size <= 64, "coll runs at 64 ranks at most, not %d", size);
@@ -1425,6 +1468,7 @@ int main(int argc, char **argv) {
   test_progress_in_blocking_calls();
   test_nonblocking();
   test_persistent();
+  test_persistent_freed_args();
   OK(MPI_Op_free(&op_mat));
   OK(MPI_Op_free(&op_absmax));
   CHECK(op_mat == MPI_OP_NULL, "MPI_Op_free left the handle");
