@@ -300,6 +300,27 @@ pub fn progress_active(mpi: &mut Mpi) -> usize {
     n
 }
 
+impl global::Held {
+    /// Run schedule `s` to its end (a blocking collective), here, letting other
+    /// threads' calls in while it waits (with `MPI_THREAD_MULTIPLE`).
+    pub fn run_letting_in(&mut self, s: Box<Schedule>) -> Result<()> {
+        let mut idle = IdleWait::new();
+        let mut run = self.drive(s, &mut idle);
+        loop {
+            match run {
+                Run::Ended(outcome) => return outcome,
+                Run::Stopped(mut s) => {
+                    // SAFETY: the blocking call that built `s` keeps its buffers
+                    // until now.
+                    unsafe { s.run_user_op() };
+                    self.let_others_in();
+                    run = self.drive(s, &mut idle);
+                }
+            }
+        }
+    }
+}
+
 /// Binding `name`'s blocking collective, built by `build` and run to its end within
 /// the library's state (its reductions, if any, are the library's own).
 pub fn run_in_state(

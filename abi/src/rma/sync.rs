@@ -9,13 +9,16 @@
 //! the word is zero (as Open MPI's `osc/rdma`).
 
 use super::{bad_win, Held, Win, ACC_WORD, LOCK_WORD};
-use crate::entry::call;
+use crate::entry::{call, call_held};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
+use crate::global::Held as Inside;
+use crate::p2p::wait::Step;
 use crate::state::Mpi;
 use rbtl::btl::AtomicOp;
 use rbtl::msg::{Atomic, Comm, Pending, Target};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The writer's bit of a lock word.
@@ -280,13 +283,16 @@ impl Mpi {
         Ok(())
     }
 
-    /// Receive a token from each member of `from`.
-    fn tokens_from(&mut self, h: Handle, from: &[usize], tag: i32) -> Result<()> {
-        let (ctx, jobs) = self.token_peers(h, from)?;
-        for j in jobs {
-            self.msg.recv_in(ctx, &mut [], Some(j), Some(tag))?;
+    /// The members of group `g` for `side`'s epoch of window `h`, which must not be
+    /// open yet.
+    fn epoch_members(&mut self, h: Handle, g: Handle, side: Side) -> Result<Vec<usize>> {
+        if self.win_mut(h)?.sync.group(side).is_some() {
+            return Err(sync_error(match side {
+                Side::Access => "an access epoch is open already",
+                Side::Exposure => "an exposure epoch is open already",
+            }));
         }
-        Ok(())
+        self.members_of(h, g)
     }
 
     /// Open `side`'s epoch of window `h` toward the members of group `g`, once
@@ -298,13 +304,7 @@ impl Mpi {
         side: Side,
         tokens: impl FnOnce(&mut Mpi, &[usize]) -> Result<()>,
     ) -> Result<()> {
-        if self.win_mut(h)?.sync.group(side).is_some() {
-            return Err(sync_error(match side {
-                Side::Access => "an access epoch is open already",
-                Side::Exposure => "an exposure epoch is open already",
-            }));
-        }
-        let members = self.members_of(h, g)?;
+        let members = self.epoch_members(h, g, side)?;
         tokens(self, &members)?;
         *self.win_mut(h)?.sync.group(side) = Some(members);
         Ok(())
@@ -339,9 +339,58 @@ impl Mpi {
     }
 }
 
+impl Inside {
+    /// Receive a token from each member of `from`, letting other threads' calls in
+    /// while they are awaited (with `MPI_THREAD_MULTIPLE`: one of them may send
+    /// what a member waits for before it sends its token).
+    fn tokens_from(&mut self, h: Handle, from: &[usize], tag: i32) -> Result<()> {
+        let (ctx, jobs) = self.token_peers(h, from)?;
+        let mut waiting = VecDeque::with_capacity(jobs.len());
+        for j in jobs {
+            // SAFETY: an empty receive writes nothing.
+            let posted = unsafe {
+                self.msg
+                    .irecv_in(ctx, NonNull::dangling().as_ptr(), 0, Some(j), Some(tag))
+            };
+            match posted {
+                Ok(r) => waiting.push_back(r),
+                Err(e) => {
+                    self.withdraw_tokens(waiting);
+                    return Err(e.into());
+                }
+            }
+        }
+        let got = self.wait_for(|mpi, look| {
+            while let Some(&r) = waiting.front() {
+                match mpi.msg.test(r) {
+                    None => return Ok(Step::Pending(Some(r).filter(|_| look))),
+                    Some(outcome) => {
+                        waiting.pop_front();
+                        outcome?;
+                    }
+                }
+            }
+            Ok(Step::Done)
+        });
+        if got.is_err() {
+            self.withdraw_tokens(waiting);
+        }
+        got
+    }
+
+    /// Give up the token receives `waiting` (after an error).
+    fn withdraw_tokens(&mut self, waiting: VecDeque<rbtl::msg::ReqId>) {
+        for r in waiting {
+            if self.msg.cancel(r) {
+                self.msg.test(r);
+            }
+        }
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_fence(assert: c_int, win: Handle) -> c_int {
-    call("MPI_Win_fence", Object::Win(win), |mpi| {
+    call_held("MPI_Win_fence", Object::Win(win), |mpi| {
         let w = mpi.win(win)?;
         if w.sync.passive() || w.sync.access.is_some() || w.sync.exposure.is_some() {
             return Err(sync_error("a fence inside a lock or post/start epoch"));
@@ -349,7 +398,8 @@ pub unsafe extern "C" fn PMPI_Win_fence(assert: c_int, win: Handle) -> c_int {
         let comm = w.comm;
         mpi.win_complete_all(win)?;
         let s = mpi.build_barrier(comm)?;
-        mpi.run(s)?;
+        // (Other threads' calls come in while the barrier waits.)
+        mpi.run_letting_in(s)?;
         mpi.win_mut(win)?.sync.fence = assert & MPI_MODE_NOSUCCEED == 0;
         Ok(())
     })
@@ -500,11 +550,12 @@ pub unsafe extern "C" fn PMPI_Win_post(group: Handle, _assert: c_int, win: Handl
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_start(group: Handle, _assert: c_int, win: Handle) -> c_int {
-    call("MPI_Win_start", Object::Win(win), |mpi| {
+    call_held("MPI_Win_start", Object::Win(win), |mpi| {
         // Each target's post first.
-        mpi.open_epoch(win, group, Side::Access, |mpi, members| {
-            mpi.tokens_from(win, members, POST_TAG)
-        })
+        let members = mpi.epoch_members(win, group, Side::Access)?;
+        mpi.tokens_from(win, &members, POST_TAG)?;
+        *mpi.win_mut(win)?.sync.group(Side::Access) = Some(members);
+        Ok(())
     })
 }
 
@@ -523,7 +574,7 @@ pub unsafe extern "C" fn PMPI_Win_complete(win: Handle) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_wait(win: Handle) -> c_int {
-    call("MPI_Win_wait", Object::Win(win), |mpi| {
+    call_held("MPI_Win_wait", Object::Win(win), |mpi| {
         let members = mpi.epoch_group(win, Side::Exposure)?;
         mpi.tokens_from(win, &members, DONE_TAG)?;
         mpi.win_mut(win)?.sync.exposure = None;

@@ -5,6 +5,9 @@
  * - a blocking receive from this very rank, whose send another thread makes later;
  * - a barrier that one rank can only reach after a message that another thread
  *   of its partner sends while the partner's own barrier waits;
+ * - the same of a fence (MPI_Win_fence), and of a post/start/complete/wait epoch
+ *   whose MPI_Win_start and MPI_Win_wait each wait for a message that another
+ *   thread of their own rank sends meanwhile;
  * - ping-pongs between partner ranks, one per thread on its own tag, in blocking
  *   and nonblocking forms; all-reductions, one communicator per thread;
  * - MPI_Finalize refused while another thread's receive waits, and the library
@@ -67,6 +70,69 @@ static void barrier_after_other_thread(void) {
     OK(MPI_Send(&v, 1, MPI_INT, 1, 3, comms[1]));
   }
   CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+}
+
+static MPI_Win win;
+
+/* Rank 0's fence waits for rank 1, whose fence comes only after the message rank
+ * 0's second thread sends on comms[1]. */
+static void *fence_thread(void *arg) {
+  (void)arg;
+  if (rank == 1) {
+    int got = -1;
+    OK(MPI_Recv(&got, 1, MPI_INT, 0, 3, comms[1], MPI_STATUS_IGNORE));
+    CHECK(got == 43, "the message before the fence: %d", got);
+  }
+  OK(MPI_Win_fence(0, win));
+  return NULL;
+}
+
+/* A post/start/complete/wait epoch between ranks 0 (target) and 1 (origin):
+ * rank 1's MPI_Win_start waits for rank 0's post, which comes after the message
+ * rank 1's main thread sends meanwhile; rank 0's MPI_Win_wait waits for rank 1's
+ * complete, which comes after the message rank 0's main thread sends meanwhile. */
+static void *epoch_thread(void *arg) {
+  MPI_Group world, peer;
+  int other = 1 - rank, got = -1;
+  OK(MPI_Comm_group(comms[0], &world));
+  OK(MPI_Group_incl(world, 1, &other, &peer));
+  if (rank == 0) {
+    OK(MPI_Recv(&got, 1, MPI_INT, 1, 4, comms[1], MPI_STATUS_IGNORE));
+    OK(MPI_Win_post(peer, 0, win));
+    OK(MPI_Win_wait(win));
+    CHECK(*(int *)arg == 77, "the put of the epoch: %d", *(int *)arg);
+  } else {
+    OK(MPI_Win_start(peer, 0, win));
+    OK(MPI_Recv(&got, 1, MPI_INT, 0, 5, comms[1], MPI_STATUS_IGNORE));
+    int v = 77;
+    OK(MPI_Put(&v, 1, MPI_INT, 0, 0, 1, MPI_INT, win));
+    OK(MPI_Win_complete(win));
+  }
+  OK(MPI_Group_free(&peer));
+  OK(MPI_Group_free(&world));
+  return NULL;
+}
+
+static void synchronization_after_other_thread(void) {
+  int cell = -1;
+  OK(MPI_Win_create(&cell, sizeof cell, sizeof cell, MPI_INFO_NULL, comms[0], &win));
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, fence_thread, NULL) == 0, "pthread_create");
+  if (rank == 0 && size > 1) {
+    usleep(50 * 1000); /* the fence is waiting by now */
+    int v = 43;
+    OK(MPI_Send(&v, 1, MPI_INT, 1, 3, comms[1]));
+  }
+  CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+  OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
+  if (rank < 2 && size > 1) {
+    CHECK(pthread_create(&t, NULL, epoch_thread, &cell) == 0, "pthread_create");
+    usleep((rank == 0 ? 150 : 50) * 1000); /* rank 1's start, then rank 0's wait, waits */
+    int v = 44;
+    OK(MPI_Send(&v, 1, MPI_INT, 1 - rank, rank == 1 ? 4 : 5, comms[1]));
+    CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+  }
+  OK(MPI_Win_free(&win));
 }
 
 static void *receive_one(void *arg) {
@@ -143,6 +209,7 @@ int main(int argc, char **argv) {
 
   blocked_by_own_thread();
   barrier_after_other_thread();
+  synchronization_after_other_thread();
   pthread_t workers[THREADS];
   for (int t = 0; t < THREADS; t++)
     CHECK(pthread_create(&workers[t], NULL, worker, (void *)(intptr_t)t) == 0,
