@@ -18,6 +18,7 @@ pub mod api;
 pub mod atomics;
 pub mod dynamic;
 pub mod ops;
+pub mod pscw;
 pub mod requests;
 pub mod shared;
 pub mod shipped;
