@@ -115,19 +115,7 @@ impl Mpi {
 
     /// Run schedule `s` to its end (a blocking collective), here.
     pub fn run(&mut self, s: Box<Schedule>) -> Result<()> {
-        let mut idle = IdleWait::new();
-        let mut run = self.drive(s, &mut idle);
-        loop {
-            match run {
-                Run::Ended(outcome) => return outcome,
-                Run::Stopped(mut s) => {
-                    // SAFETY: the blocking call that built `s` keeps its buffers
-                    // until now.
-                    unsafe { s.run_user_op() };
-                    run = self.drive(s, &mut idle);
-                }
-            }
-        }
+        run_here(self, s)
     }
 
     /// Run schedule `s` until it ends, or stops before a program's reduction
@@ -304,18 +292,46 @@ impl global::Held {
     /// Run schedule `s` to its end (a blocking collective), here, letting other
     /// threads' calls in while it waits (with `MPI_THREAD_MULTIPLE`).
     pub fn run_letting_in(&mut self, s: Box<Schedule>) -> Result<()> {
-        let mut idle = IdleWait::new();
-        let mut run = self.drive(s, &mut idle);
-        loop {
-            match run {
-                Run::Ended(outcome) => return outcome,
-                Run::Stopped(mut s) => {
-                    // SAFETY: the blocking call that built `s` keeps its buffers
-                    // until now.
-                    unsafe { s.run_user_op() };
-                    self.let_others_in();
-                    run = self.drive(s, &mut idle);
-                }
+        run_here(self, s)
+    }
+}
+
+/// The state a blocking schedule runs in: the library's (other threads wait until
+/// it ends), or a [`global::Held`] (they come in between its rounds).
+trait Inside {
+    fn state(&mut self) -> &mut Mpi;
+    /// Between two rounds.
+    fn turn(&mut self) {}
+}
+
+impl Inside for Mpi {
+    fn state(&mut self) -> &mut Mpi {
+        self
+    }
+}
+
+impl Inside for global::Held {
+    fn state(&mut self) -> &mut Mpi {
+        self
+    }
+    fn turn(&mut self) {
+        self.let_others_in();
+    }
+}
+
+/// Run schedule `s` to its end in `inside`, a program's reduction functions in it.
+fn run_here(inside: &mut impl Inside, s: Box<Schedule>) -> Result<()> {
+    let mut idle = IdleWait::new();
+    let mut run = inside.state().drive(s, &mut idle);
+    loop {
+        match run {
+            Run::Ended(outcome) => return outcome,
+            Run::Stopped(mut s) => {
+                // SAFETY: the blocking call that built `s` keeps its buffers until
+                // now.
+                unsafe { s.run_user_op() };
+                inside.turn();
+                run = inside.state().drive(s, &mut idle);
             }
         }
     }
