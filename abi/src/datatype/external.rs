@@ -62,10 +62,19 @@ impl Sig {
 
     /// Bytes of one element in `external32` (`None`: beyond the address space).
     pub fn external_size(&self) -> Option<usize> {
+        self.size(|c| c.sizes().1)
+    }
+
+    /// Bytes of one element here, packed.
+    fn native_size(&self) -> Option<usize> {
+        self.size(|c| c.sizes().0)
+    }
+
+    fn size(&self, of: impl Fn(Conv) -> usize + Copy) -> Option<usize> {
         match self {
-            Sig::One(c) => Some(c.sizes().1),
+            Sig::One(c) => Some(of(*c)),
             Sig::Seq(parts) => parts.iter().try_fold(0usize, |sum, (s, n)| {
-                sum.checked_add(s.external_size()?.checked_mul(*n)?)
+                sum.checked_add(s.size(of)?.checked_mul(*n)?)
             }),
         }
     }
@@ -254,6 +263,19 @@ fn external_bytes(t: &Datatype, count: usize) -> Result<usize> {
         .ok_or_else(|| Error::new(MPI_ERR_COUNT, "the packed size overflows"))
 }
 
+/// Bytes of `count` elements of `t` packed natively (which its signature must
+/// describe: the conversions walk both).
+fn native_bytes(t: &Datatype, count: usize) -> Result<usize> {
+    if t.sig.native_size() != Some(t.size) {
+        return Err(Error::new(
+            MPI_ERR_INTERN,
+            "the datatype's signature does not describe its size",
+        ));
+    }
+    t.bytes(count)
+        .ok_or_else(|| Error::new(MPI_ERR_COUNT, "the packed size overflows"))
+}
+
 /// The position argument, as an offset in a buffer of `size` bytes that has room
 /// for `need` bytes there (else `MPI_ERR_TRUNCATE`, saying `what` did not fit).
 ///
@@ -298,7 +320,7 @@ pub unsafe extern "C" fn PMPI_Pack_external(
         if need > 0 && (outbuf.is_null() || inbuf.is_null()) {
             return Err(Error::new(MPI_ERR_BUFFER, "a buffer pointer is null"));
         }
-        let mut native = vec![0u8; t.size * n];
+        let mut native = vec![0u8; native_bytes(t, n)?];
         // SAFETY: `inbuf` holds `incount` elements of the type (the binding's
         // contract); `native` has room for them packed.
         unsafe { pack::pack(t, inbuf.cast(), n, &mut native) };
@@ -336,7 +358,7 @@ pub unsafe extern "C" fn PMPI_Unpack_external(
         // SAFETY: `inbuf` holds `insize` bytes (the binding's contract), of which
         // `at..at + need` was checked to lie inside.
         let input = unsafe { std::slice::from_raw_parts(inbuf.cast::<u8>().add(at), need) };
-        let mut native = vec![0u8; t.size * n];
+        let mut native = vec![0u8; native_bytes(t, n)?];
         from_external(&t.sig, n, input, &mut native)?;
         // SAFETY: `outbuf` has room for `outcount` elements of the type (the
         // binding's contract), apart from `native`.
@@ -409,6 +431,22 @@ mod tests {
         // The largest fraction rounds up into the next power of two.
         let below_two = (0x3fffu128 << 112) | ((1u128 << 112) - 1);
         assert_eq!(quad_to_x87(below_two), (0x4000 << 64) | INTEGER_BIT as u128);
+    }
+
+    #[test]
+    fn every_predefined_signature_describes_its_type() {
+        let all = crate::datatype::predefined::all();
+        for t in all.iter().flatten() {
+            assert_eq!(t.sig.native_size(), Some(t.size), "{}", t.name);
+            let ext = t.sig.external_size().unwrap();
+            let want = match &*t.name {
+                "MPI_LONG" | "MPI_UNSIGNED_LONG" => 4,
+                "MPI_WCHAR" => 2,
+                "MPI_LONG_INT" => 8,
+                _ => t.size,
+            };
+            assert_eq!(ext, want, "{} in external32", t.name);
+        }
     }
 
     #[test]
