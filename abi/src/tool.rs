@@ -4,9 +4,9 @@
 //! `btl_sm`, `msg_peer`, ... or its only part), read-only (`MPI_T_SCOPE_READONLY`:
 //! the transports read the configuration once, when they start). The values are
 //! the configuration's (`RBTL_*` variables, `RBTL_CONFIG_FILE`, the defaults), as
-//! the first `MPI_T_init_thread` found them. This library has no performance
-//! variables, events or sources: their counts are 0, and the calls on their handles
-//! are refused.
+//! the first `MPI_T_init_thread` found them. The performance variables are in
+//! `pvar`. This library has no events or sources: their counts are 0, and the calls
+//! on their handles are refused.
 //!
 //! The interface works before `MPI_Init` and after `MPI_Finalize`, and from any
 //! thread: it has a lock of its own.
@@ -23,7 +23,7 @@ struct Var {
 }
 
 /// What `MPI_T_init_thread` loaded, and how many times it was called.
-struct Tool {
+pub(crate) struct Tool {
     inits: usize,
     vars: Vec<Var>,
     /// Each category's name and its variables.
@@ -43,7 +43,7 @@ fn category_of(name: &str) -> &str {
 
 /// Run `f` on the loaded interface (`MPI_T_ERR_NOT_INITIALIZED` before
 /// `MPI_T_init_thread`).
-fn with(f: impl FnOnce(&mut Tool) -> Result<(), c_int>) -> c_int {
+pub(crate) fn with(f: impl FnOnce(&mut Tool) -> Result<(), c_int>) -> c_int {
     let mut t = TOOL.lock().unwrap_or_else(|e| e.into_inner());
     match t.as_mut() {
         Some(tool) if tool.inits > 0 => f(tool).err().unwrap_or(MPI_SUCCESS),
@@ -58,7 +58,7 @@ fn with(f: impl FnOnce(&mut Tool) -> Result<(), c_int>) -> c_int {
 /// # Safety
 ///
 /// `len` is null or points to an int; `out`, when `*len` > 0, holds `*len` bytes.
-unsafe fn put_str(s: &str, out: *mut c_char, len: *mut c_int) {
+pub(crate) unsafe fn put_str(s: &str, out: *mut c_char, len: *mut c_int) {
     if len.is_null() {
         return;
     }
@@ -79,7 +79,7 @@ unsafe fn put_str(s: &str, out: *mut c_char, len: *mut c_int) {
 }
 
 /// Variable `i` of `items`, or `MPI_T_ERR_INVALID_INDEX`.
-fn item<T>(items: &[T], i: c_int) -> Result<&T, c_int> {
+pub(crate) fn item<T>(items: &[T], i: c_int) -> Result<&T, c_int> {
     usize::try_from(i)
         .ok()
         .and_then(|i| items.get(i))
@@ -101,7 +101,7 @@ fn layout(v: &Value) -> (Handle, c_int) {
 /// # Safety
 ///
 /// `s` is null or NUL-ended.
-unsafe fn name_arg(s: *const c_char) -> Result<String, c_int> {
+pub(crate) unsafe fn name_arg(s: *const c_char) -> Result<String, c_int> {
     if s.is_null() {
         return Err(MPI_T_ERR_INVALID_NAME);
     }
@@ -432,11 +432,7 @@ macro_rules! none_of {
     )+};
 }
 
-none_of!(
-    PMPI_T_pvar_get_num,
-    PMPI_T_event_get_num,
-    PMPI_T_source_get_num
-);
+none_of!(PMPI_T_event_get_num, PMPI_T_source_get_num);
 
 #[cfg(test)]
 mod tests {

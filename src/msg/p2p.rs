@@ -570,6 +570,13 @@ impl Comm {
         self.signals.completed.load(Ordering::Acquire)
     }
 
+    /// Receives posted that no message has matched yet, and messages arrived that no
+    /// receive has matched yet (for tools: the lengths of the two queues).
+    pub fn queue_lengths(&self) -> (usize, usize) {
+        let s = lock(&self.state);
+        (s.posted.len(), s.unexpected.len())
+    }
+
     /// The outcome of `req` if it has completed (then the request is gone).
     #[inline]
     pub fn test(&mut self, req: ReqId) -> Option<Result<Status>> {

@@ -190,7 +190,8 @@ fn io() {
 }
 
 /// The tool information interface: rbtl's parameters as control variables (one set
-/// through the environment, as a user would).
+/// through the environment, as a user would), the message layer's performance
+/// variables.
 #[test]
 fn tool() {
     let exe = build("tool");

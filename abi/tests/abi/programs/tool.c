@@ -3,9 +3,11 @@
  * descriptions by the interface's length convention, an integer
  * (msg_peer_timeout, which the test sets to 77 through RBTL_MSG_PEER_TIMEOUT), a
  * size (btl_sm_eager_limit) and a string (msg_bind_to) read through handles, every
- * variable readable; writes refused; categories and their variables; no
- * performance variables, events or sources; the errors of bad names, indices and
- * handles, and of calls outside MPI_T_init_thread/MPI_T_finalize. */
+ * variable readable; writes refused; categories and their variables; the
+ * performance variables (a counter of completed requests and the two matching
+ * queues' lengths, read through a session's handles before MPI_Init and while
+ * messages wait, reset, and their errors); no events or sources; the errors of bad
+ * names, indices and handles, and of calls outside MPI_T_init_thread/MPI_T_finalize. */
 #include "check.h"
 
 /* The index of control variable `name`. */
@@ -34,6 +36,69 @@ static void read_var(int i, void *buf, size_t room, MPI_Datatype *ty, int *count
   OK(MPI_T_cvar_read(h, buf));
   OK(MPI_T_cvar_handle_free(&h));
   CHECK(h == MPI_T_CVAR_HANDLE_NULL, "handle_free left the handle");
+}
+
+/* The index of performance variable `name` of class `cls`, and its handle in
+ * session `s`. */
+static MPI_T_pvar_handle pvar(MPI_T_pvar_session s, const char *name, int cls) {
+  int i = -1, count = 0;
+  OK(MPI_T_pvar_get_index(name, cls, &i));
+  char got[64], desc[256];
+  int len = sizeof got, dlen = sizeof desc, verbosity, klass, bind, ro, cont, atomic;
+  MPI_Datatype ty;
+  MPI_T_enum en;
+  OK(MPI_T_pvar_get_info(i, got, &len, &verbosity, &klass, &ty, &en, desc, &dlen, &bind, &ro,
+                         &cont, &atomic));
+  CHECK(!strcmp(got, name) && klass == cls && ty == MPI_UNSIGNED_LONG_LONG &&
+            bind == MPI_T_BIND_NO_OBJECT && ro && cont && strlen(desc) > 10,
+        "%s: class %d, bind %d, readonly %d, continuous %d", got, klass, bind, ro, cont);
+  MPI_T_pvar_handle h;
+  OK(MPI_T_pvar_handle_alloc(s, i, NULL, &h, &count));
+  CHECK(count == 1, "%s: count %d", name, count);
+  return h;
+}
+
+static unsigned long long pread(MPI_T_pvar_session s, MPI_T_pvar_handle h) {
+  unsigned long long v = ~0ULL;
+  OK(MPI_T_pvar_read(s, h, &v));
+  return v;
+}
+
+/* Rank 0 looks at its queues while the others wait for its word (so that nothing
+ * of theirs arrives meanwhile). */
+static void test_pvars(MPI_T_pvar_session s, MPI_T_pvar_handle done, MPI_T_pvar_handle posted,
+                       MPI_T_pvar_handle unexpected) {
+  int x = 5, y = 0, flag = 0;
+  if (rank != 0) {
+    OK(MPI_Recv(&y, 1, MPI_INT, 0, 99, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    return;
+  }
+  unsigned long long u0 = pread(s, unexpected), p0 = pread(s, posted);
+  /* A message nobody receives yet: unexpected once it has arrived. */
+  OK(MPI_Send(&x, 1, MPI_INT, rank, 11, MPI_COMM_WORLD));
+  for (int k = 0; k < 1000 && !flag; k++)
+    OK(MPI_Iprobe(rank, 11, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE));
+  CHECK(flag && pread(s, unexpected) == u0 + 1, "unexpected messages: %llu, %llu before",
+        pread(s, unexpected), u0);
+  OK(MPI_Recv(&y, 1, MPI_INT, rank, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+  CHECK(pread(s, unexpected) == u0, "unexpected after the receive: %llu", pread(s, unexpected));
+  /* A receive nobody sends to yet: posted until its message comes. */
+  MPI_Request r;
+  OK(MPI_Irecv(&y, 1, MPI_INT, rank, 12, MPI_COMM_WORLD, &r));
+  CHECK(pread(s, posted) == p0 + 1, "posted receives: %llu, %llu before", pread(s, posted),
+        p0);
+  OK(MPI_Send(&x, 1, MPI_INT, rank, 12, MPI_COMM_WORLD));
+  OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+  CHECK(pread(s, posted) == p0, "posted after the message: %llu", pread(s, posted));
+  /* The counter counts from its handle's allocation, and from a reset. */
+  unsigned long long n = 0, after = ~0ULL;
+  OK(MPI_T_pvar_readreset(s, done, &n));
+  CHECK(n >= 1, "%llu completed requests after two sends and two receives", n);
+  OK(MPI_T_pvar_read(s, done, &after));
+  CHECK(after < n, "the counter read %llu after its reset (%llu before)", after, n);
+  OK(MPI_T_pvar_reset(s, MPI_T_PVAR_ALL_HANDLES));
+  for (int k = 1; k < size; k++)
+    OK(MPI_Send(&x, 1, MPI_INT, k, 99, MPI_COMM_WORLD));
 }
 
 int main(int argc, char **argv) {
@@ -101,7 +166,27 @@ int main(int argc, char **argv) {
   CHECK(found == 1, "btl_sm_eager_limit is not in its category");
   int none = -1;
   OK(MPI_T_pvar_get_num(&none));
-  CHECK(none == 0, "%d performance variables", none);
+  CHECK(none == 3, "%d performance variables", none);
+  MPI_T_pvar_session s;
+  OK(MPI_T_pvar_session_create(&s));
+  MPI_T_pvar_handle done = pvar(s, "msg_completed_requests", MPI_T_PVAR_CLASS_COUNTER);
+  MPI_T_pvar_handle posted = pvar(s, "msg_posted_receives", MPI_T_PVAR_CLASS_SIZE);
+  MPI_T_pvar_handle unexpected = pvar(s, "msg_unexpected_messages", MPI_T_PVAR_CLASS_SIZE);
+  CHECK(pread(s, done) == 0 && pread(s, posted) == 0, "values before MPI_Init");
+  unsigned long long v = 0;
+  CHECK(MPI_T_pvar_start(s, done) == MPI_T_ERR_PVAR_NO_STARTSTOP, "start of a continuous one");
+  OK(MPI_T_pvar_start(s, MPI_T_PVAR_ALL_HANDLES));
+  CHECK(MPI_T_pvar_write(s, done, &v) == MPI_T_ERR_PVAR_NO_WRITE, "a write");
+  CHECK(MPI_T_pvar_reset(s, posted) == MPI_T_ERR_PVAR_NO_WRITE, "a reset of a size");
+  CHECK(MPI_T_pvar_read((MPI_T_pvar_session)(intptr_t)1000000, done, &v) ==
+            MPI_T_ERR_INVALID_SESSION,
+        "a bad session");
+  CHECK(MPI_T_pvar_read(s, MPI_T_PVAR_HANDLE_NULL, &v) == MPI_T_ERR_INVALID_HANDLE,
+        "a bad handle");
+  int idx = -1;
+  CHECK(MPI_T_pvar_get_index("msg_posted_receives", MPI_T_PVAR_CLASS_COUNTER, &idx) ==
+            MPI_T_ERR_INVALID_NAME,
+        "a name of another class");
   OK(MPI_T_event_get_num(&none));
   CHECK(none == 0, "%d events", none);
   OK(MPI_T_source_get_num(&none));
@@ -110,8 +195,14 @@ int main(int argc, char **argv) {
   /* Through MPI's life and after it. */
   start("tool", &argc, &argv);
   OK(MPI_T_cvar_get_num(&n));
+  test_pvars(s, done, posted, unexpected);
   OK(MPI_Finalize());
   OK(MPI_T_cvar_get_num(&n));
+  CHECK(pread(s, posted) == 0, "a size after MPI_Finalize");
+  OK(MPI_T_pvar_handle_free(s, &done));
+  CHECK(done == MPI_T_PVAR_HANDLE_NULL, "handle_free left the handle");
+  OK(MPI_T_pvar_session_free(&s));
+  CHECK(s == MPI_T_PVAR_SESSION_NULL, "session_free left the session");
   OK(MPI_T_finalize());
   CHECK(MPI_T_finalize() == MPI_T_ERR_NOT_INITIALIZED, "a second MPI_T_finalize");
   printf("PASS tool rank %d/%d\n", rank, size);
