@@ -309,17 +309,27 @@ unsafe fn read_reset(session: Handle, handle: Handle, buf: *mut c_void, reset: b
     })
 }
 
+/// `MPI_T_pvar_read` and `_readreset`: into `buf`, which must be given.
+///
+/// # Safety
+///
+/// As [`read_reset`].
+unsafe fn read_into(session: Handle, handle: Handle, buf: *mut c_void, reset: bool) -> c_int {
+    if buf.is_null() {
+        return MPI_T_ERR_INVALID;
+    }
+    // SAFETY: the caller's contract.
+    unsafe { read_reset(session, handle, buf, reset) }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_read(
     session: Handle,
     handle: Handle,
     buf: *mut c_void,
 ) -> c_int {
-    if buf.is_null() {
-        return MPI_T_ERR_INVALID;
-    }
     // SAFETY: the binding's contract.
-    unsafe { read_reset(session, handle, buf, false) }
+    unsafe { read_into(session, handle, buf, false) }
 }
 
 #[no_mangle]
@@ -328,11 +338,8 @@ pub unsafe extern "C" fn PMPI_T_pvar_readreset(
     handle: Handle,
     buf: *mut c_void,
 ) -> c_int {
-    if buf.is_null() {
-        return MPI_T_ERR_INVALID;
-    }
     // SAFETY: the binding's contract.
-    unsafe { read_reset(session, handle, buf, true) }
+    unsafe { read_into(session, handle, buf, true) }
 }
 
 #[no_mangle]
