@@ -51,12 +51,7 @@ impl Mpi {
         if let Ok(dir) = std::env::current_dir() {
             put("wdir", dir.display().to_string());
         }
-        let level = match self.thread_level {
-            MPI_THREAD_MULTIPLE => "MPI_THREAD_MULTIPLE",
-            MPI_THREAD_SERIALIZED => "MPI_THREAD_SERIALIZED",
-            MPI_THREAD_FUNNELED => "MPI_THREAD_FUNNELED",
-            _ => "MPI_THREAD_SINGLE",
-        };
+        let level = crate::session::level_name(self.thread_level).unwrap_or("MPI_THREAD_SINGLE");
         put("thread_level", level.to_string());
         info
     }

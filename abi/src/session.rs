@@ -33,13 +33,18 @@ const PSETS: [&str; 2] = ["mpi://WORLD", "mpi://SELF"];
 /// parent communicator (0 is the message layer's own, 2 and up the communicators').
 const FROM_GROUP_CTX: u32 = 1;
 
-/// The names of the thread levels, as a session's info gives them.
+/// The names of the thread levels, as a session's info and `MPI_INFO_ENV` give them.
 const LEVELS: [(&str, c_int); 4] = [
     ("MPI_THREAD_SINGLE", MPI_THREAD_SINGLE),
     ("MPI_THREAD_FUNNELED", MPI_THREAD_FUNNELED),
     ("MPI_THREAD_SERIALIZED", MPI_THREAD_SERIALIZED),
     ("MPI_THREAD_MULTIPLE", MPI_THREAD_MULTIPLE),
 ];
+
+/// The name of thread level `level` (`None`: not one of the four).
+pub(crate) fn level_name(level: c_int) -> Option<&'static str> {
+    LEVELS.iter().find(|l| l.1 == level).map(|l| l.0)
+}
 
 /// A string tag as a message tag: the same on every process (FNV-1a), never
 /// negative.
@@ -261,7 +266,7 @@ pub unsafe extern "C" fn PMPI_Session_get_pset_info(
 pub unsafe extern "C" fn PMPI_Session_get_info(session: Handle, info_used: *mut Handle) -> c_int {
     call("MPI_Session_get_info", Object::Session(session), |mpi| {
         let level = mpi.session(session)?.thread_level;
-        let name = LEVELS.iter().find(|l| l.1 == level).map_or("", |l| l.0);
+        let name = level_name(level).unwrap_or("");
         let entries = vec![("mpi_thread_support_level".to_string(), name.to_string())];
         // SAFETY: the binding's contract: `info_used` null or writable.
         unsafe { crate::info::hand_out(mpi, entries, info_used) }
