@@ -13,7 +13,7 @@
 
 use crate::ffi::*;
 use crate::global::{self, Phase};
-use crate::tool::{item, name_arg, put_str, with};
+use crate::tool::{index_of, item, put_str, with};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -164,17 +164,12 @@ pub unsafe extern "C" fn PMPI_T_pvar_get_index(
     var_class: c_int,
     pvar_index: *mut c_int,
 ) -> c_int {
-    with(|_| {
-        // SAFETY: the binding's contract.
-        let name = unsafe { name_arg(name) }?;
-        let i = PVARS
-            .iter()
-            .position(|v| v.name == name && v.class == var_class)
-            .ok_or(MPI_T_ERR_INVALID_NAME)?;
-        // SAFETY: the binding's contract: null or writable.
-        unsafe { put(pvar_index, i as c_int) };
-        Ok(())
-    })
+    // A variable of another class is named "\0", which no C string is.
+    let names = PVARS
+        .iter()
+        .map(move |v| if v.class == var_class { v.name } else { "\0" });
+    // SAFETY: the binding's contract.
+    with(|_| unsafe { index_of(names, name, pvar_index) })
 }
 
 #[no_mangle]

@@ -101,7 +101,7 @@ fn layout(v: &Value) -> (Handle, c_int) {
 /// # Safety
 ///
 /// `s` is null or NUL-ended.
-pub(crate) unsafe fn name_arg(s: *const c_char) -> Result<String, c_int> {
+unsafe fn name_arg(s: *const c_char) -> Result<String, c_int> {
     if s.is_null() {
         return Err(MPI_T_ERR_INVALID_NAME);
     }
@@ -208,7 +208,7 @@ pub unsafe extern "C" fn PMPI_T_cvar_get_info(
 /// # Safety
 ///
 /// `name` is null or NUL-ended; `out` is null or writable.
-unsafe fn index_of<'a>(
+pub(crate) unsafe fn index_of<'a>(
     mut names: impl Iterator<Item = &'a str>,
     name: *const c_char,
     out: *mut c_int,
