@@ -99,45 +99,65 @@ impl Sig {
     }
 }
 
+/// Convert `count` elements of signature `sig` from `input` into `output`, each
+/// basic element by `one` (given its conversion and its bytes on either side);
+/// `outward`: `input` is native and `output` external32, else the other way.
+fn convert(
+    sig: &Sig,
+    count: usize,
+    (input, output): (&[u8], &mut [u8]),
+    outward: bool,
+    one: impl Fn(Conv, &[u8], &mut [u8]) -> Result<()>,
+) -> Result<()> {
+    let (mut i, mut o) = (0, 0);
+    sig.each(count, &mut |c, n| {
+        let (native, external) = c.sizes();
+        let (is, os) = if outward {
+            (native, external)
+        } else {
+            (external, native)
+        };
+        for _ in 0..n {
+            one(c, &input[i..i + is], &mut output[o..o + os])?;
+            i += is;
+            o += os;
+        }
+        Ok(())
+    })
+}
+
 /// Convert `count` elements of signature `sig`, packed natively in `native`, into
 /// `external32` in `out` (of exactly their size there).
 pub fn to_external(sig: &Sig, count: usize, native: &[u8], out: &mut [u8]) -> Result<()> {
-    let (mut i, mut o) = (0, 0);
-    sig.each(count, &mut |c, n| {
-        let (ns, es) = c.sizes();
-        for _ in 0..n {
-            let (from, to) = (&native[i..i + ns], &mut out[o..o + es]);
-            match c {
-                Conv::Byte => to[0] = from[0],
-                Conv::Swap(_) => {
-                    to.copy_from_slice(from);
-                    to.reverse();
-                }
-                Conv::Narrow { signed } => {
-                    let v = u64::from_le_bytes(from.try_into().expect("8 bytes"));
-                    let fits = match signed {
-                        true => i32::try_from(v as i64).is_ok(),
-                        false => u32::try_from(v).is_ok(),
-                    };
-                    if !fits {
-                        return Err(too_wide(if signed { "long" } else { "unsigned long" }, v));
-                    }
-                    to.copy_from_slice(&(v as u32).to_be_bytes());
-                }
-                Conv::Wchar => {
-                    let v = u32::from_le_bytes(from.try_into().expect("4 bytes"));
-                    let Ok(v) = u16::try_from(v) else {
-                        return Err(too_wide("wchar_t", v as u64));
-                    };
-                    to.copy_from_slice(&v.to_be_bytes());
-                }
-                Conv::LongDouble => {
-                    let x = u128::from_le_bytes(from.try_into().expect("16 bytes"));
-                    to.copy_from_slice(&x87_to_quad(x).to_be_bytes());
-                }
+    convert(sig, count, (native, out), true, |c, from, to| {
+        match c {
+            Conv::Byte => to[0] = from[0],
+            Conv::Swap(_) => {
+                to.copy_from_slice(from);
+                to.reverse();
             }
-            i += ns;
-            o += es;
+            Conv::Narrow { signed } => {
+                let v = u64::from_le_bytes(from.try_into().expect("8 bytes"));
+                let fits = match signed {
+                    true => i32::try_from(v as i64).is_ok(),
+                    false => u32::try_from(v).is_ok(),
+                };
+                if !fits {
+                    return Err(too_wide(if signed { "long" } else { "unsigned long" }, v));
+                }
+                to.copy_from_slice(&(v as u32).to_be_bytes());
+            }
+            Conv::Wchar => {
+                let v = u32::from_le_bytes(from.try_into().expect("4 bytes"));
+                let Ok(v) = u16::try_from(v) else {
+                    return Err(too_wide("wchar_t", v as u64));
+                };
+                to.copy_from_slice(&v.to_be_bytes());
+            }
+            Conv::LongDouble => {
+                let x = u128::from_le_bytes(from.try_into().expect("16 bytes"));
+                to.copy_from_slice(&x87_to_quad(x).to_be_bytes());
+            }
         }
         Ok(())
     })
@@ -146,36 +166,29 @@ pub fn to_external(sig: &Sig, count: usize, native: &[u8], out: &mut [u8]) -> Re
 /// Convert `count` elements of signature `sig` in `external32` (`input`, exactly
 /// their size there) into their native packed form in `native`.
 pub fn from_external(sig: &Sig, count: usize, input: &[u8], native: &mut [u8]) -> Result<()> {
-    let (mut i, mut o) = (0, 0);
-    sig.each(count, &mut |c, n| {
-        let (ns, es) = c.sizes();
-        for _ in 0..n {
-            let (from, to) = (&input[i..i + es], &mut native[o..o + ns]);
-            match c {
-                Conv::Byte => to[0] = from[0],
-                Conv::Swap(_) => {
-                    to.copy_from_slice(from);
-                    to.reverse();
-                }
-                Conv::Narrow { signed } => {
-                    let v = u32::from_be_bytes(from.try_into().expect("4 bytes"));
-                    let wide = match signed {
-                        true => v as i32 as i64 as u64,
-                        false => v as u64,
-                    };
-                    to.copy_from_slice(&wide.to_le_bytes());
-                }
-                Conv::Wchar => {
-                    let v = u16::from_be_bytes(from.try_into().expect("2 bytes"));
-                    to.copy_from_slice(&(v as u32).to_le_bytes());
-                }
-                Conv::LongDouble => {
-                    let q = u128::from_be_bytes(from.try_into().expect("16 bytes"));
-                    to.copy_from_slice(&quad_to_x87(q).to_le_bytes());
-                }
+    convert(sig, count, (input, native), false, |c, from, to| {
+        match c {
+            Conv::Byte => to[0] = from[0],
+            Conv::Swap(_) => {
+                to.copy_from_slice(from);
+                to.reverse();
             }
-            i += es;
-            o += ns;
+            Conv::Narrow { signed } => {
+                let v = u32::from_be_bytes(from.try_into().expect("4 bytes"));
+                let wide = match signed {
+                    true => v as i32 as i64 as u64,
+                    false => v as u64,
+                };
+                to.copy_from_slice(&wide.to_le_bytes());
+            }
+            Conv::Wchar => {
+                let v = u16::from_be_bytes(from.try_into().expect("2 bytes"));
+                to.copy_from_slice(&(v as u32).to_le_bytes());
+            }
+            Conv::LongDouble => {
+                let q = u128::from_be_bytes(from.try_into().expect("16 bytes"));
+                to.copy_from_slice(&quad_to_x87(q).to_le_bytes());
+            }
         }
         Ok(())
     })
