@@ -70,8 +70,8 @@ impl Mpi {
         })
     }
 
-    /// The status of each active request of `reqs` that has completed (`None`:
-    /// null, or not started, or still running; `Some(None)`: not active).
+    /// What each request of `reqs` is: `None` null or not active (a persistent one
+    /// not started), `Some(None)` still running, `Some(Some(status))` complete.
     fn peek_all(&mut self, reqs: &[Handle]) -> Result<Vec<Option<Option<Status>>>> {
         self.progress();
         reqs.iter()
