@@ -119,6 +119,25 @@ pub enum Error {
     WrongComm,
 }
 
+impl Error {
+    /// The error of this process's read of a message that rank `sender` announced
+    /// (rendezvous): the sender keeps the message's registration until the receiver's
+    /// FIN, so a refusal of its handle means its registrations are being torn down,
+    /// which happens when its process is going away. That is reported as the sender's
+    /// failure; every other error stays as it is.
+    pub(crate) fn reading_from_sender(sender: u32, e: rbtl_btl::Error) -> Error {
+        match e {
+            rbtl_btl::Error::BadRemoteHandle(why) => Error::PeerFailed {
+                rank: sender,
+                why: PeerFailure::Broken(format!(
+                    "the registration of the message it announced was refused before the message was read ({why}): its process is going away"
+                )),
+            },
+            e => e.into(),
+        }
+    }
+}
+
 /// Result alias.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 

@@ -182,10 +182,11 @@ impl State {
             return;
         };
         let (ep, local, remote) = (sp.route.1, sp.local + offset, sp.remote + offset as u64);
-        let may_hand_over = offset == 0 && !sp.own_refused;
+        let (may_hand_over, sender) = (offset == 0 && !sp.own_refused, sp.status.source);
         let state = shared.clone();
         let done: RdmaCallback = Box::new(move |m, c| {
-            lock(&state).part_done(m, rreq, c.status.map_err(Error::from));
+            let read = c.status.map_err(|e| Error::reading_from_sender(sender, e));
+            lock(&state).part_done(m, rreq, read);
         });
         // SAFETY: the receive buffer stays valid until the receive completes, which
         // waits for this read's callback; the sender vouched for its buffer (an RTS

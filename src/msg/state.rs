@@ -657,7 +657,8 @@ impl State {
         let done = Box::new(move |m: &mut dyn Module, c: RdmaCompletion| {
             let mut s = lock(&state);
             let ok = c.status.is_ok();
-            s.complete(req, c.status.map(|_| status).map_err(Error::from));
+            let read = c.status.map_err(|e| Error::reading_from_sender(src, e));
+            s.complete(req, read.map(|_| status));
             s.send_fin(m, route, sreq, ok.into());
         });
         let rh = rts.handle;

@@ -53,7 +53,8 @@
 //! * `SOAK_RUNS`: at most this many runs.
 //! * `SOAK_STEPS` (default 120): steps per run (per rank: one exchange of messages,
 //!   perhaps a put, a get and an atomic).
-//! * `SOAK_SEED`: the first run's seed (default: from the clock); run i uses seed + i.
+//! * `SOAK_SEED`: the first run's seed (default: from the clock); run i uses seed + i,
+//!   its faults chosen by i (a failure prints the `SOAK_SEED` and `SOAK_RUNS` that replay it).
 //!   Each run prints its seed (`--nocapture`); a failure names it.
 //!
 //! A long soak: `SOAK_SECONDS=600 SOAK_STEPS=400 cargo test --release --test soak --
@@ -137,7 +138,9 @@ fn soak_mixed_operations_with_killed_ranks() {
         let bad = plan.run(&mut stats);
         assert!(
             bad.is_empty(),
-            "soak run {run} (replay: SOAK_SEED={seed} SOAK_STEPS={steps}; {plan:?}):\n{}",
+            "soak run {run} (replay: SOAK_SEED={first_seed} SOAK_RUNS={} SOAK_STEPS={steps}, \
+             as a run's faults follow its number; {plan:?}):\n{}",
+            run + 1,
             first_of_each_rank(&bad)
         );
     }
