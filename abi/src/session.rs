@@ -10,6 +10,7 @@
 //! (`mpi_thread_support_level` in the session's info; `MPI_THREAD_SINGLE` without).
 
 use crate::comm::api::{call_errhandler, check_errhandler, create_errhandler, read_str};
+use crate::comm::context::{agree_context, Among};
 use crate::comm::Group;
 use crate::entry::call;
 use crate::error::{non_null, read_arg, Error, Object, Result};
@@ -101,9 +102,13 @@ impl Mpi {
         let rank = group
             .rank_of(self.world_rank())
             .ok_or_else(|| Error::new(MPI_ERR_GROUP, "the calling process is not in the group"))?;
-        let mine = [self.contexts_above() as i32];
-        let all = self.allgather_in_ctx(FROM_GROUP_CTX, &group, rank, tag_of(stringtag), &mine)?;
-        let ctx = all.iter().map(|&c| c as u32).max().unwrap_or(0);
+        let among = Among::Group {
+            ctx: FROM_GROUP_CTX,
+            group: &group,
+            me: rank,
+            tag: tag_of(stringtag),
+        };
+        let ctx = agree_context(self, &among, &[])?.0;
         let h = self.keep(ctx, group, MPI_COMM_WORLD)?;
         self.comm_mut(h)?.errhandler = errhandler;
         Ok(h)

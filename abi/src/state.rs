@@ -64,8 +64,8 @@ pub struct Mpi {
     pub attrs: crate::attr::Keyvals,
     /// The thread level granted.
     pub thread_level: c_int,
-    /// The next context number nobody here has used.
-    pub next_ctx: u32,
+    /// The context numbers taken here.
+    pub contexts: crate::comm::context::Contexts,
     /// The buffer attached for buffered sends.
     pub bsend: crate::p2p::bsend::Buffers,
     /// The communicator to the processes that spawned this one (`MPI_COMM_NULL`).
@@ -137,7 +137,7 @@ impl Mpi {
             file_null_errhandler: MPI_ERRORS_RETURN,
             attrs: Default::default(),
             thread_level,
-            next_ctx: SELF_CTX + CONTEXTS_PER_COMM,
+            contexts: crate::comm::context::Contexts::new(SELF_CTX + CONTEXTS_PER_COMM),
             bsend: Default::default(),
             parent: MPI_COMM_NULL,
             main_thread: std::thread::current().id(),
@@ -197,29 +197,6 @@ impl Mpi {
             ));
         }
         Ok(t)
-    }
-
-    /// The first context of a fresh block above every one this process has used;
-    /// the caller agrees on the value with the other members (see `comm::create`).
-    pub fn contexts_above(&self) -> u32 {
-        self.next_ctx
-    }
-
-    /// Note that the block of contexts from `ctx` ([`CONTEXTS_PER_COMM`]) is in
-    /// use; refused when it would reach the bit of partitioned messages' contexts
-    /// (after some 31 million communicators and windows).
-    pub fn use_contexts(&mut self, ctx: u32) -> Result<()> {
-        let end = ctx
-            .checked_add(CONTEXTS_PER_COMM)
-            .filter(|&e| e <= crate::p2p::partitioned::PARTITIONED)
-            .ok_or_else(|| {
-                Error::new(
-                    MPI_ERR_INTERN,
-                    "no context number is left for a new communicator in this job",
-                )
-            })?;
-        self.next_ctx = self.next_ctx.max(end);
-        Ok(())
     }
 
     /// What an error raised on `object` does.

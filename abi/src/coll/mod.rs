@@ -205,25 +205,35 @@ impl Basic for u8 {
     const TYPE: Handle = MPI_BYTE;
 }
 
+/// Gather `mine` (as many values on every member) from every member of
+/// intracommunicator `comm`, in rank order (of an intercommunicator: from every
+/// member of the other group), run in `inside`.
+pub(crate) fn allgather_here<T: Basic>(
+    inside: &mut impl Inside,
+    comm: Handle,
+    mine: &[T],
+) -> Result<Vec<T>> {
+    let mpi = inside.state();
+    let n = mpi.comm(comm)?.peers().size() as usize;
+    let mut all = vec![T::default(); n * mine.len()];
+    // SAFETY: both buffers live until the collective, run here, ends.
+    let s = unsafe {
+        mpi.build_allgather(
+            (mine.as_ptr().cast(), mine.len() as c_int, T::TYPE),
+            all.as_mut_ptr().cast(),
+            (mine.len() as c_int, std::ptr::null(), std::ptr::null()),
+            T::TYPE,
+            comm,
+        )
+    }?;
+    run_here(inside, s)?;
+    Ok(all)
+}
+
 impl Mpi {
-    /// Gather `mine` (as many values on every member) from every member of
-    /// intracommunicator `comm`, in rank order (of an intercommunicator: from every
-    /// member of the other group), run here.
+    /// [`allgather_here`], keeping other threads out.
     pub fn allgather_of<T: Basic>(&mut self, comm: Handle, mine: &[T]) -> Result<Vec<T>> {
-        let n = self.comm(comm)?.peers().size() as usize;
-        let mut all = vec![T::default(); n * mine.len()];
-        // SAFETY: both buffers live until the collective, run here, ends.
-        let s = unsafe {
-            self.build_allgather(
-                (mine.as_ptr().cast(), mine.len() as c_int, T::TYPE),
-                all.as_mut_ptr().cast(),
-                (mine.len() as c_int, std::ptr::null(), std::ptr::null()),
-                T::TYPE,
-                comm,
-            )
-        }?;
-        self.run(s)?;
-        Ok(all)
+        allgather_here(self, comm, mine)
     }
 
     /// Gather `mine` from every member of intracommunicator `comm`, in rank order,
@@ -298,7 +308,7 @@ impl global::Held {
 
 /// The state a blocking schedule runs in: the library's (other threads wait until
 /// it ends), or a [`global::Held`] (they come in between its rounds).
-trait Inside {
+pub trait Inside {
     fn state(&mut self) -> &mut Mpi;
     /// Between two rounds.
     fn turn(&mut self) {}
@@ -320,7 +330,7 @@ impl Inside for global::Held {
 }
 
 /// Run schedule `s` to its end in `inside`, a program's reduction functions in it.
-fn run_here(inside: &mut impl Inside, s: Box<Schedule>) -> Result<()> {
+pub(crate) fn run_here(inside: &mut impl Inside, s: Box<Schedule>) -> Result<()> {
     let mut idle = IdleWait::new();
     let mut run = inside.state().drive(s, &mut idle);
     loop {

@@ -1,9 +1,10 @@
 //! The communicator bindings: rank, size, making and freeing, comparing, names,
 //! error handlers.
 
+use super::create;
 use super::group::compare;
 use crate::attr::{self, Holder};
-use crate::entry::{call, call_in_steps, make_from_function, query_binding};
+use crate::entry::{call, call_held, call_in_steps, make_from_function, query_binding};
 use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
@@ -119,8 +120,9 @@ pub unsafe extern "C" fn PMPI_Comm_dup_with_info(
 /// `newcomm` and `request` are null or writable.
 unsafe fn idup(comm: Handle, newcomm: *mut Handle, request: *mut Handle) -> Result<()> {
     non_null(request, MPI_ERR_ARG, "request")?;
+    let made = global::with(|mpi| mpi.comm_idup(comm)).and_then(|h| with_attrs(comm, h));
     // SAFETY: the caller's contract.
-    unsafe { hand_out(with_attrs(comm, |mpi| mpi.comm_idup(comm)), newcomm) }?;
+    unsafe { hand_out(made, newcomm) }?;
     global::with(|mpi| {
         // SAFETY: the caller's contract; checked not null.
         unsafe { mpi.hand_out(crate::request::Request::Done(Status::empty()), request) }
@@ -156,13 +158,12 @@ pub unsafe extern "C" fn PMPI_Comm_idup_with_info(
 /// functions (run outside the library's state: they may call MPI). A failed copy
 /// frees the duplicate.
 fn dup_with_attrs(comm: Handle) -> Result<Handle> {
-    with_attrs(comm, |mpi| mpi.comm_dup(comm))
+    let h = global::with_held(|held| create::dup(held, comm))?;
+    with_attrs(comm, h)
 }
 
-/// The duplicate `make` gives of `comm`, then its attributes copied as
-/// [`dup_with_attrs`] says.
-fn with_attrs(comm: Handle, make: impl FnOnce(&mut Mpi) -> Result<Handle>) -> Result<Handle> {
-    let h = global::with(make)?;
+/// `comm`'s duplicate `h` with its attributes copied as [`dup_with_attrs`] says.
+fn with_attrs(comm: Handle, h: Handle) -> Result<Handle> {
     if let Err(e) = attr::copy_attrs(Holder::comm(comm), Holder::comm(h)) {
         global::with(|mpi| mpi.comm_free(h))?;
         return Err(e);
@@ -171,16 +172,17 @@ fn with_attrs(comm: Handle, make: impl FnOnce(&mut Mpi) -> Result<Handle>) -> Re
 }
 
 /// A binding that makes a communicator from `$comm` (whose handler reports its
-/// errors) as `$make` says (given `mpi`), its handle written to `$newcomm`.
+/// errors) as `$make` says (given `held`: other threads' calls come in while the
+/// members agree on its context), its handle written to `$newcomm`.
 macro_rules! comm_maker {
-    ($name:ident, $comm:ident, ($($arg:ident: $ty:ty),*), $newcomm:ident, |$mpi:ident| $make:expr) => {
+    ($name:ident, $comm:ident, ($($arg:ident: $ty:ty),*), $newcomm:ident, |$held:ident| $make:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(
             $comm: Handle,
             $($arg: $ty,)*
             $newcomm: *mut Handle,
         ) -> c_int {
-            call(&stringify!($name)[1..], Object::Comm($comm), |$mpi| {
+            call_held(&stringify!($name)[1..], Object::Comm($comm), |$held| {
                 let made = $make;
                 // SAFETY: the binding's contract.
                 unsafe { hand_out(made, $newcomm) }
@@ -190,16 +192,16 @@ macro_rules! comm_maker {
 }
 
 comm_maker!(PMPI_Comm_split, comm, (color: c_int, key: c_int), newcomm,
-    |mpi| mpi.comm_split(comm, color, key));
+    |held| create::split(held, comm, color, key));
 comm_maker!(PMPI_Comm_split_type, comm, (split_type: c_int, key: c_int, _info: Handle), newcomm,
-    |mpi| mpi.comm_split_type(comm, split_type, key));
-comm_maker!(PMPI_Comm_create, comm, (group: Handle), newcomm, |mpi| {
-    let g = mpi.group(group)?;
-    mpi.comm_create(comm, g)
+    |held| create::split_type(held, comm, split_type, key));
+comm_maker!(PMPI_Comm_create, comm, (group: Handle), newcomm, |held| {
+    let g = held.group(group)?;
+    create::create(held, comm, g)
 });
-comm_maker!(PMPI_Comm_create_group, comm, (group: Handle, tag: c_int), newcomm, |mpi| {
-    let g = mpi.group(group)?;
-    mpi.comm_create_group(comm, g, tag)
+comm_maker!(PMPI_Comm_create_group, comm, (group: Handle, tag: c_int), newcomm, |held| {
+    let g = held.group(group)?;
+    create::create_group(held, comm, g, tag)
 });
 
 impl Mpi {

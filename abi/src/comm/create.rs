@@ -1,13 +1,13 @@
 //! Making communicators: `dup`, `split`, `split_type`, `create`, `create_group`.
 //!
-//! Every new communicator needs a context no member uses: the members agree on the
-//! largest "next free context" among them (an all-gather over the parent, which
-//! also carries a split's colours and keys), and each moves its own past it. Two
-//! communicators with the same context never share a process, so their traffic never
-//! meets.
+//! Each new communicator gets a context block its members agree on
+//! ([`super::context`]). Made from a binding, the agreement lets other threads'
+//! calls in while it waits (`inside` a [`crate::global::Held`]); made inside
+//! another call (a topology's, a window's), it keeps them out (`inside` the state).
 
+use super::context::{agree_context, Among};
 use super::{Communicator, Group};
-use crate::coll::{basic, Loc, Members, Schedule};
+use crate::coll::{basic, run_here, Inside, Loc, Members, Schedule};
 use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
@@ -15,6 +15,161 @@ use std::sync::Arc;
 
 /// Tags of `MPI_Comm_create_group`'s exchange, apart from the collectives' own.
 const CREATE_GROUP_TAG: i32 = 1 << 30;
+
+/// An all-gather of `mine` ([`Mpi::allgather_of`]) among the members of `group`
+/// only (this process is its member `me`), in context `ctx` with `tag`, run in
+/// `inside`.
+pub(crate) fn allgather_among(
+    inside: &mut impl Inside,
+    (ctx, tag): (u32, i32),
+    group: &Arc<Group>,
+    me: u32,
+    mine: &[i32],
+) -> Result<Vec<i32>> {
+    let members = Members::of(group.clone(), me);
+    let mut all = vec![0i32; group.size() as usize * mine.len()];
+    let len = mine.len() * 4;
+    let mut s = Box::new(Schedule::new(ctx, tag));
+    let base = Loc::User(all.as_mut_ptr().cast());
+    let blocks = basic::blocks(base, len, group.size());
+    // SAFETY: `mine` and `all` live until the schedule, run here, ends.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            mine.as_ptr().cast::<u8>(),
+            all.as_mut_ptr().cast::<u8>().add(me as usize * len),
+            len,
+        )
+    };
+    basic::allgatherv(&mut s, &members, &blocks);
+    run_here(inside, s)?;
+    Ok(all)
+}
+
+/// The context and tag `MPI_Comm_create_group`'s exchanges among `group` take over
+/// `parent` with the program's `tag`.
+fn create_group_ctx(mpi: &Mpi, parent: Handle, tag: i32) -> Result<(u32, i32)> {
+    let ctx = mpi.comm(parent)?.coll_ctx();
+    Ok((ctx, CREATE_GROUP_TAG | (tag & (CREATE_GROUP_TAG - 1))))
+}
+
+/// `MPI_Comm_dup`'s duplicate: the same group, a new context, the parent's error
+/// handler and topology (the attributes come after, copied outside the library's
+/// state: [`crate::attr::copy_attrs`]).
+pub fn dup(inside: &mut impl Inside, comm: Handle) -> Result<Handle> {
+    if inside.state().comm(comm)?.remote.is_some() {
+        return inside.state().intercomm_dup(comm);
+    }
+    let h = dup_group(inside, comm)?;
+    let mpi = inside.state();
+    let topo = mpi.comm(comm)?.topo.clone();
+    mpi.comm_mut(h)?.topo = topo;
+    Ok(h)
+}
+
+/// A new communicator over intracommunicator `comm`'s group, with a new context.
+fn dup_group(inside: &mut impl Inside, comm: Handle) -> Result<Handle> {
+    let ctx = agree_context(inside, &Among::Comm(comm), &[])?.0;
+    let mpi = inside.state();
+    let group = mpi.comm(comm)?.group.clone();
+    mpi.keep(ctx, group, comm)
+}
+
+/// `MPI_Comm_split`: members of one colour form a communicator, ordered by key then
+/// by their rank in `comm`; `MPI_UNDEFINED` gets none.
+pub fn split(inside: &mut impl Inside, comm: Handle, color: c_int, key: c_int) -> Result<Handle> {
+    if color < 0 && color != MPI_UNDEFINED {
+        return Err(Error::new(
+            MPI_ERR_ARG,
+            format!("colour {color} is negative (and not MPI_UNDEFINED)"),
+        ));
+    }
+    if inside.state().comm(comm)?.remote.is_some() {
+        return inside.state().intercomm_split(comm, color, key);
+    }
+    let (ctx, all) = agree_context(inside, &Among::Comm(comm), &[color, key])?;
+    if color == MPI_UNDEFINED {
+        return Ok(MPI_COMM_NULL);
+    }
+    let mpi = inside.state();
+    let pg = mpi.comm(comm)?.group.clone();
+    let mut members: Vec<(c_int, u32)> = all
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v[0] == color)
+        .map(|(r, v)| (v[1], r as u32))
+        .collect();
+    members.sort();
+    let ranks = members
+        .iter()
+        .map(|&(_, r)| pg.job_rank(r).expect("a member"))
+        .collect();
+    mpi.keep(ctx, Arc::new(Group::new(ranks)), comm)
+}
+
+/// `MPI_Comm_split_type`: `MPI_COMM_TYPE_SHARED` splits by node (the processes that
+/// share memory); any other type is `MPI_UNDEFINED`'s communicator.
+pub fn split_type(
+    inside: &mut impl Inside,
+    comm: Handle,
+    kind: c_int,
+    key: c_int,
+) -> Result<Handle> {
+    let color = match kind {
+        MPI_COMM_TYPE_SHARED => inside.state().node_colour(),
+        MPI_UNDEFINED => MPI_UNDEFINED,
+        // Hardware-guided splits: no finer level than the node is known here.
+        MPI_COMM_TYPE_HW_GUIDED | MPI_COMM_TYPE_HW_UNGUIDED | MPI_COMM_TYPE_RESOURCE_GUIDED => {
+            inside.state().node_colour()
+        }
+        k => {
+            return Err(Error::new(
+                MPI_ERR_ARG,
+                format!("split type {k} is not one of the standard's"),
+            ))
+        }
+    };
+    split(inside, comm, color, key)
+}
+
+/// `MPI_Comm_create`: every member of `comm` calls it; those in `group` get the new
+/// communicator.
+pub fn create(inside: &mut impl Inside, comm: Handle, group: Arc<Group>) -> Result<Handle> {
+    if inside.state().comm(comm)?.remote.is_some() {
+        return inside.state().intercomm_subgroup(comm, &group);
+    }
+    inside.state().check_subgroup(comm, &group)?;
+    let ctx = agree_context(inside, &Among::Comm(comm), &[])?.0;
+    if group.rank_of(inside.state().world_rank()).is_none() {
+        return Ok(MPI_COMM_NULL);
+    }
+    inside.state().keep(ctx, group, comm)
+}
+
+/// `MPI_Comm_create_group`: only the members of `group` call it.
+pub fn create_group(
+    inside: &mut impl Inside,
+    comm: Handle,
+    group: Arc<Group>,
+    tag: c_int,
+) -> Result<Handle> {
+    let mpi = inside.state();
+    mpi.check_subgroup(comm, &group)?;
+    let Some(me) = group.rank_of(mpi.world_rank()) else {
+        return Ok(MPI_COMM_NULL);
+    };
+    if tag < 0 {
+        return Err(Error::new(MPI_ERR_TAG, format!("tag {tag} is negative")));
+    }
+    let (ctx, tag) = create_group_ctx(mpi, comm, tag)?;
+    let among = Among::Group {
+        ctx,
+        group: &group,
+        me,
+        tag,
+    };
+    let ctx = agree_context(inside, &among, &[])?.0;
+    inside.state().keep(ctx, group, comm)
+}
 
 impl Mpi {
     /// An all-gather of `mine` ([`Mpi::allgather_of`]) among the members of `group`
@@ -28,38 +183,8 @@ impl Mpi {
         tag: i32,
         mine: &[i32],
     ) -> Result<Vec<i32>> {
-        let ctx = self.comm(parent)?.coll_ctx();
-        let tag = CREATE_GROUP_TAG | (tag & (CREATE_GROUP_TAG - 1));
-        self.allgather_in_ctx(ctx, group, me, tag, mine)
-    }
-
-    /// An all-gather of `mine` ([`Mpi::allgather_of`]) among the members of `group`
-    /// only (this process is its member `me`), in context `ctx` with `tag`.
-    pub(crate) fn allgather_in_ctx(
-        &mut self,
-        ctx: u32,
-        group: &Arc<Group>,
-        me: u32,
-        tag: i32,
-        mine: &[i32],
-    ) -> Result<Vec<i32>> {
-        let members = Members::of(group.clone(), me);
-        let mut all = vec![0i32; group.size() as usize * mine.len()];
-        let len = mine.len() * 4;
-        let mut s = Box::new(Schedule::new(ctx, tag));
-        let base = Loc::User(all.as_mut_ptr().cast());
-        let blocks = basic::blocks(base, len, group.size());
-        // SAFETY: `mine` and `all` live until the schedule, run here, ends.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                mine.as_ptr().cast::<u8>(),
-                all.as_mut_ptr().cast::<u8>().add(me as usize * len),
-                len,
-            )
-        };
-        basic::allgatherv(&mut s, &members, &blocks);
-        self.run(s)?;
-        Ok(all)
+        let at = create_group_ctx(self, parent, tag)?;
+        allgather_among(self, at, group, me, mine)
     }
 
     /// Keep a new communicator over `group` (which holds this process) with context
@@ -77,19 +202,6 @@ impl Mpi {
         let mut c = Communicator::new(ctx, group, rank, "");
         c.errhandler = self.comm(parent)?.errhandler;
         self.comms.insert(c)
-    }
-
-    /// The duplicate of `MPI_Comm_dup`: the same group, a new context, the
-    /// parent's error handler and topology (the attributes come after, copied
-    /// outside the library's state: [`crate::attr::copy_attrs`]).
-    pub fn comm_dup(&mut self, comm: Handle) -> Result<Handle> {
-        if self.comm(comm)?.remote.is_some() {
-            return self.intercomm_dup(comm);
-        }
-        let h = self.dup_group(comm)?;
-        let topo = self.comm(comm)?.topo.clone();
-        self.comm_mut(h)?.topo = topo;
-        Ok(h)
     }
 
     /// The duplicate of `MPI_Comm_idup`, made at once: its context is the next
@@ -124,116 +236,17 @@ impl Mpi {
                 "a window is made over an intracommunicator (MPI 4.1 §12.2), not an intercommunicator",
             ));
         }
-        self.dup_group(comm)
+        dup_group(self, comm)
     }
 
-    /// A new communicator over intracommunicator `comm`'s group, with a new
-    /// context.
-    fn dup_group(&mut self, comm: Handle) -> Result<Handle> {
-        let group = self.comm(comm)?.group.clone();
-        let ctx = self.agree_context(comm, &[])?.0;
-        self.keep(ctx, group, comm)
-    }
-
-    /// Agree on a context over `comm`, gathering `extra` ints of every member too:
-    /// the context and what was gathered (each member's `extra` in rank order).
+    /// Agree on a context over intracommunicator `comm`, keeping other threads out
+    /// ([`agree_context`]).
     pub(crate) fn agree_context(
         &mut self,
         comm: Handle,
         extra: &[i32],
     ) -> Result<(u32, Vec<Vec<i32>>)> {
-        let mut mine = vec![self.contexts_above() as i32];
-        mine.extend_from_slice(extra);
-        let all = self.allgather_of(comm, &mine)?;
-        let per = mine.len();
-        let ctx = all.chunks(per).map(|c| c[0] as u32).max().unwrap_or(0);
-        Ok((ctx, all.chunks(per).map(|c| c[1..].to_vec()).collect()))
-    }
-
-    /// `MPI_Comm_split`: members of one colour form a communicator, ordered by key
-    /// then by their rank in `comm`; `MPI_UNDEFINED` gets none.
-    pub fn comm_split(&mut self, comm: Handle, color: c_int, key: c_int) -> Result<Handle> {
-        if color < 0 && color != MPI_UNDEFINED {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                format!("colour {color} is negative (and not MPI_UNDEFINED)"),
-            ));
-        }
-        let parent = self.comm(comm)?;
-        if parent.remote.is_some() {
-            return self.intercomm_split(comm, color, key);
-        }
-        let pg = parent.group.clone();
-        let (ctx, all) = self.agree_context(comm, &[color, key])?;
-        if color == MPI_UNDEFINED {
-            return Ok(MPI_COMM_NULL);
-        }
-        let mut members: Vec<(c_int, u32)> = all
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| v[0] == color)
-            .map(|(r, v)| (v[1], r as u32))
-            .collect();
-        members.sort();
-        let ranks = members
-            .iter()
-            .map(|&(_, r)| pg.job_rank(r).expect("a member"))
-            .collect();
-        self.keep(ctx, Arc::new(Group::new(ranks)), comm)
-    }
-
-    /// `MPI_Comm_create`: every member of `comm` calls it; those in `group` get the
-    /// new communicator.
-    pub fn comm_create(&mut self, comm: Handle, group: Arc<Group>) -> Result<Handle> {
-        if self.comm(comm)?.remote.is_some() {
-            return self.intercomm_subgroup(comm, &group);
-        }
-        self.check_subgroup(comm, &group)?;
-        let ctx = self.agree_context(comm, &[])?.0;
-        if group.rank_of(self.world_rank()).is_none() {
-            return Ok(MPI_COMM_NULL);
-        }
-        self.keep(ctx, group, comm)
-    }
-
-    /// `MPI_Comm_create_group`: only the members of `group` call it.
-    pub fn comm_create_group(
-        &mut self,
-        comm: Handle,
-        group: Arc<Group>,
-        tag: c_int,
-    ) -> Result<Handle> {
-        self.check_subgroup(comm, &group)?;
-        let Some(me) = group.rank_of(self.world_rank()) else {
-            return Ok(MPI_COMM_NULL);
-        };
-        if tag < 0 {
-            return Err(Error::new(MPI_ERR_TAG, format!("tag {tag} is negative")));
-        }
-        let all =
-            self.allgather_in_group(comm, &group, me, tag, &[self.contexts_above() as i32])?;
-        let ctx = all.iter().map(|&c| c as u32).max().unwrap_or(0);
-        self.keep(ctx, group, comm)
-    }
-
-    /// `MPI_Comm_split_type`: `MPI_COMM_TYPE_SHARED` splits by node (the processes
-    /// that share memory); any other type is `MPI_UNDEFINED`'s communicator.
-    pub fn comm_split_type(&mut self, comm: Handle, kind: c_int, key: c_int) -> Result<Handle> {
-        let color = match kind {
-            MPI_COMM_TYPE_SHARED => self.node_colour(),
-            MPI_UNDEFINED => MPI_UNDEFINED,
-            // Hardware-guided splits: no finer level than the node is known here.
-            MPI_COMM_TYPE_HW_GUIDED | MPI_COMM_TYPE_HW_UNGUIDED | MPI_COMM_TYPE_RESOURCE_GUIDED => {
-                self.node_colour()
-            }
-            k => {
-                return Err(Error::new(
-                    MPI_ERR_ARG,
-                    format!("split type {k} is not one of the standard's"),
-                ))
-            }
-        };
-        self.comm_split(comm, color, key)
+        agree_context(self, &Among::Comm(comm), extra)
     }
 
     /// A colour for this node: a hash of the node's identity (the launcher's

@@ -126,7 +126,7 @@ pub unsafe extern "C" fn PMPI_Graph_create(
         }
         check_graph(&index, &edges, c.size() as usize)?;
         let member = (c.rank as usize) < index.len();
-        let h = mpi.comm_split(comm_old, if member { 0 } else { MPI_UNDEFINED }, 0)?;
+        let h = super::create::split(mpi, comm_old, if member { 0 } else { MPI_UNDEFINED }, 0)?;
         if h != MPI_COMM_NULL {
             mpi.comm_mut(h)?.topo = Some(Topology::Graph { index, edges });
         }
@@ -321,7 +321,7 @@ impl Mpi {
                 format!("neighbour {bad} is not in the communicator of {size}"),
             ));
         }
-        let h = self.comm_dup(comm)?;
+        let h = super::create::dup(self, comm)?;
         self.comm_mut(h)?.topo = Some(Topology::DistGraph {
             sources,
             destinations,

@@ -8,6 +8,7 @@
 
 pub mod api;
 pub mod attr;
+pub mod context;
 pub mod create;
 pub mod graph;
 pub mod group;

@@ -191,7 +191,12 @@ pub unsafe extern "C" fn PMPI_Cart_create(
             ));
         }
         let rank = c.rank as i64;
-        let h = mpi.comm_split(comm_old, if rank < cells { 0 } else { MPI_UNDEFINED }, 0)?;
+        let h = super::create::split(
+            mpi,
+            comm_old,
+            if rank < cells { 0 } else { MPI_UNDEFINED },
+            0,
+        )?;
         if h != MPI_COMM_NULL {
             mpi.comm_mut(h)?.topo = Some(Topology::Cart {
                 dims: d,
@@ -353,7 +358,7 @@ pub unsafe extern "C" fn PMPI_Cart_sub(
             }
         }
         let key = mpi.comm(comm)?.rank as c_int;
-        let h = mpi.comm_split(comm, colour, key)?;
+        let h = super::create::split(mpi, comm, colour, key)?;
         let dims = (0..d.len()).filter(|&i| keep[i]).map(|i| d[i]).collect();
         let periods = (0..d.len()).filter(|&i| keep[i]).map(|i| p[i]).collect();
         mpi.comm_mut(h)?.topo = Some(Topology::Cart { dims, periods });

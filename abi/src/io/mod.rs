@@ -200,7 +200,7 @@ impl Mpi {
                 "another member could not open the file (its error says why)",
             ));
         }
-        let dup = self.comm_dup(comm)?;
+        let dup = crate::comm::create::dup(self, comm)?;
         let end = match amode & MPI_MODE_APPEND {
             0 => 0,
             _ => fd

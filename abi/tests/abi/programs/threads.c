@@ -8,6 +8,10 @@
  * - the same of a fence (MPI_Win_fence), and of a post/start/complete/wait epoch
  *   whose MPI_Win_start and MPI_Win_wait each wait for a message that another
  *   thread of their own rank sends meanwhile;
+ * - two threads of each rank making communicators (dup, split, create_group) from
+ *   two different parents, the first of them in opposite orders on even and odd
+ *   ranks (so each creation's agreement must let the other thread in), the new
+ *   communicators' traffic kept apart;
  * - ping-pongs between partner ranks, one per thread on its own tag, in blocking
  *   and nonblocking forms; all-reductions, one communicator per thread;
  * - MPI_Finalize refused while another thread's receive waits, and the library
@@ -19,7 +23,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
-enum { THREADS = 4, ROUNDS = 200, REDUCTIONS = 50, BIG = 1 << 20 };
+enum { THREADS = 4, ROUNDS = 200, REDUCTIONS = 50, CREATIONS = 10, BIG = 1 << 20 };
 
 static MPI_Comm comms[THREADS];
 static int partner; /* the rank this one pairs with (itself when it has none) */
@@ -153,6 +157,52 @@ static void finalize_while_a_thread_waits(void) {
   CHECK(got == 5, "the receive after the refused MPI_Finalize got %d", got);
 }
 
+/* Thread `k` makes communicators from comms[k] while the other thread makes them
+ * from comms[1 - k]: even ranks start with comms[0], odd ones with comms[1]. */
+static void *creator(void *arg) {
+  int k = (int)(intptr_t)arg;
+  if ((rank + k) % 2 == 1)
+    usleep(50 * 1000); /* the other thread's first creation is waiting by now */
+  MPI_Group all;
+  OK(MPI_Comm_group(comms[k], &all));
+  for (int r = 0; r < CREATIONS; r++) {
+    MPI_Comm made[3];
+    OK(MPI_Comm_dup(comms[k], &made[0]));
+    OK(MPI_Comm_split(comms[k], 0, size - rank, &made[1]));
+    OK(MPI_Comm_create_group(comms[k], all, k, &made[2]));
+    for (int m = 0; m < 3; m++) {
+      int me = -1;
+      OK(MPI_Comm_rank(made[m], &me));
+      int want = m == 1 ? size - 1 - rank : rank;
+      CHECK(me == want, "thread %d creation %d: rank %d in communicator %d, not %d", k,
+            r, me, m, want);
+      /* The same tag on both threads' communicators: a message meeting the other
+       * thread's receive would carry the wrong thread. */
+      int to = (me ^ 1) < size ? (me ^ 1) : me;
+      int mine[3] = {k, m, r}, theirs[3] = {-1, -1, -1};
+      OK(MPI_Sendrecv(mine, 3, MPI_INT, to, 5, theirs, 3, MPI_INT, to, 5, made[m],
+                      MPI_STATUS_IGNORE));
+      CHECK(theirs[0] == k && theirs[1] == m && theirs[2] == r,
+            "thread %d creation %d communicator %d got (%d, %d, %d)", k, r, m, theirs[0],
+            theirs[1], theirs[2]);
+      int sum = -1;
+      OK(MPI_Allreduce(&me, &sum, 1, MPI_INT, MPI_SUM, made[m]));
+      CHECK(sum == size * (size - 1) / 2, "thread %d creation %d: sum %d", k, r, sum);
+      OK(MPI_Comm_free(&made[m]));
+    }
+  }
+  OK(MPI_Group_free(&all));
+  return NULL;
+}
+
+static void creations_in_opposite_orders(void) {
+  pthread_t t[2];
+  for (int k = 0; k < 2; k++)
+    CHECK(pthread_create(&t[k], NULL, creator, (void *)(intptr_t)k) == 0, "pthread_create");
+  for (int k = 0; k < 2; k++)
+    CHECK(pthread_join(t[k], NULL) == 0, "pthread_join");
+}
+
 /* Thread `t`'s ping-pongs with the partner on tag `t`, then its reductions. */
 static void *worker(void *arg) {
   int t = (int)(intptr_t)arg;
@@ -210,6 +260,7 @@ int main(int argc, char **argv) {
   blocked_by_own_thread();
   barrier_after_other_thread();
   synchronization_after_other_thread();
+  creations_in_opposite_orders();
   pthread_t workers[THREADS];
   for (int t = 0; t < THREADS; t++)
     CHECK(pthread_create(&workers[t], NULL, worker, (void *)(intptr_t)t) == 0,
