@@ -61,7 +61,8 @@ macro_rules! persistent {
             let comm = last!($($arg),*);
             call(&stringify!($name)[1..], Object::Comm(comm), |$mpi| {
                 let mut own = $crate::coll::persistent::Owned::default();
-                $(let $arg = $crate::coll::persistent::KeepArg::kept($arg, $mpi, stringify!($arg), &mut own);)*
+                let at = $crate::coll::persistent::At { call: stringify!($name), comm };
+                $(let $arg = $crate::coll::persistent::KeepArg::kept($arg, $mpi, stringify!($arg), at, &mut own);)*
                 // (Not every build is unsafe: the barrier's has no buffers.)
                 #[allow(unused_unsafe)]
                 let build = move |$mpi: &mut $crate::state::Mpi| {

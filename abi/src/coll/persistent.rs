@@ -6,8 +6,9 @@
 //! collective: every member starts its persistent collectives in the same order, as
 //! the standard asks. The request holds its derived datatypes and its operation, so
 //! that the program may free them after the init (MPI 4.1 5.1.9, 6.9.7): they live
-//! on, under the same handles, until the request is freed. The types in an array
-//! (`MPI_Alltoallw_init`) are not held: each start looks them up.
+//! on, under the same handles, until the request is freed; so do the types of an
+//! array (`MPI_Alltoallw_init`), which each start reads again (the program keeps
+//! the arrays as they were).
 
 use super::Schedule;
 use crate::error::{Error, Result};
@@ -35,25 +36,48 @@ pub struct CollInit {
 
 /// The datatype and operation handles a persistent collective holds.
 #[derive(Default)]
-pub struct Owned(Vec<Handle>);
+pub struct Owned {
+    handles: Vec<Handle>,
+    /// Its send side is ignored (`MPI_IN_PLACE`): the send types are not read.
+    send_ignored: bool,
+}
+
+/// The call whose argument is kept: the binding's name and its communicator.
+#[derive(Clone, Copy)]
+pub struct At<'a> {
+    pub call: &'a str,
+    pub comm: Handle,
+}
 
 /// An argument of a persistent collective as its starts see it.
 pub trait KeepArg: Sized {
-    /// The argument itself; a derived datatype (`datatype`, `sendtype`, `recvtype`)
-    /// or a program's operation (`op`) is held in `own` ([`Mpi::pin`]). A handle
-    /// that names nothing is not: the arguments a member ignores (the send type of
-    /// an in-place call) may be anything, and the others are refused at the start.
-    fn kept(self, _mpi: &mut Mpi, _name: &str, _own: &mut Owned) -> Self {
+    /// The argument itself (named `name`, of call `at`); a derived datatype
+    /// (`datatype`, `sendtype`, `recvtype`, each of the arrays `sendtypes` and
+    /// `recvtypes`) or a program's operation (`op`) is held in `own`
+    /// ([`Mpi::pin`]). A handle that names nothing is not: the arguments a member
+    /// ignores (the send type of an in-place call) may be anything, and the others
+    /// are refused at the start.
+    fn kept(self, _mpi: &mut Mpi, _name: &str, _at: At, _own: &mut Owned) -> Self {
         self
     }
 }
 
 impl KeepArg for c_int {}
-impl<T> KeepArg for *const T {}
-impl<T> KeepArg for *mut T {}
+impl KeepArg for *const c_int {}
+impl KeepArg for *const Aint {}
+impl KeepArg for *mut c_void {}
+
+impl KeepArg for *const c_void {
+    fn kept(self, _mpi: &mut Mpi, name: &str, _at: At, own: &mut Owned) -> Self {
+        if name == "sendbuf" && super::build::in_place(self) {
+            own.send_ignored = true;
+        }
+        self
+    }
+}
 
 impl KeepArg for Handle {
-    fn kept(self, mpi: &mut Mpi, name: &str, own: &mut Owned) -> Handle {
+    fn kept(self, mpi: &mut Mpi, name: &str, _at: At, own: &mut Owned) -> Handle {
         let held = match name {
             "datatype" | "sendtype" | "recvtype" => mpi.types.get(self).is_some(),
             "op" => mpi.ops.get(self).is_some(),
@@ -61,7 +85,41 @@ impl KeepArg for Handle {
         };
         if held {
             mpi.pin(self);
-            own.0.push(self);
+            own.handles.push(self);
+        }
+        self
+    }
+}
+
+impl KeepArg for *const Handle {
+    /// An array of datatypes: one per peer (`MPI_Alltoallw_init`), per destination
+    /// or source (`MPI_Neighbor_alltoallw_init`). Not read when null, nor the send
+    /// types of an in-place call (its `sendbuf` comes before); a communicator
+    /// without the topology asked for holds nothing (the start refuses it).
+    fn kept(self, mpi: &mut Mpi, name: &str, at: At, own: &mut Owned) -> Self {
+        let sending = match name {
+            "sendtypes" if !own.send_ignored => true,
+            "recvtypes" => false,
+            _ => return self,
+        };
+        let n = match at.call.contains("Neighbor") {
+            true => match mpi.neighbours(at.comm) {
+                Ok(n) if sending => n.destinations.len(),
+                Ok(n) => n.sources.len(),
+                Err(_) => return self,
+            },
+            false => match mpi.comm(at.comm) {
+                Ok(c) => c.peers().size() as usize,
+                Err(_) => return self,
+            },
+        };
+        if self.is_null() {
+            return self;
+        }
+        // SAFETY: the binding's contract: the array holds a type per peer (per
+        // neighbour), readable for as long as the request lives.
+        for &t in unsafe { std::slice::from_raw_parts(self, n) } {
+            t.kept(mpi, "datatype", at, own);
         }
         self
     }
@@ -99,7 +157,7 @@ impl Mpi {
     /// Let go of the handles a persistent collective held (its request is freed,
     /// or never made).
     pub fn free_owned(&mut self, own: Owned) {
-        for h in own.0 {
+        for h in own.handles {
             self.unpin(h);
         }
     }

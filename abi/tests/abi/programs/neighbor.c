@@ -16,7 +16,8 @@
  * same neighbour twice. On each: MPI_Neighbor_allgather (into a strided type too),
  * _allgatherv (gaps between the blocks), _alltoall, _alltoallv,
  * _alltoallw (byte displacements, in reverse order), the nonblocking forms, and
- * MPI_Neighbor_alltoall_init started twice.
+ * MPI_Neighbor_alltoall_init and _alltoallw_init (its types freed after the init)
+ * started twice.
  * Errors: no topology, MPI_IN_PLACE; the graphs' bad arguments, one rank's bad
  * degree or edge failing every rank. */
 #include "check.h"
@@ -316,6 +317,38 @@ static void test_hood(const struct hood *h, const char *name) {
   OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
   for (int i = 0; i < h->in; i++)
     check_block(h, i, rbuf + (h->in - 1 - i) * K, K, 0, what);
+
+  /* alltoallw, persistent: a type of K ints per block, each its own, freed after
+   * the init (through copies: the arrays stay as they were). */
+  snprintf(what, sizeof what, "%s neighbor_alltoallw_init", name);
+  int ones[16];
+  for (int j = 0; j < h->out; j++) {
+    OK(MPI_Type_contiguous(K, MPI_INT, &st[j]));
+    OK(MPI_Type_commit(&st[j]));
+    ones[j] = 1;
+  }
+  for (int i = 0; i < h->in; i++) {
+    OK(MPI_Type_contiguous(K, MPI_INT, &rt[i]));
+    OK(MPI_Type_commit(&rt[i]));
+  }
+  OK(MPI_Neighbor_alltoallw_init(sbuf, ones, sd, st, rbuf, ones, rd, rt, h->comm,
+                                 MPI_INFO_NULL, &per));
+  for (int j = 0; j < h->out || j < h->in; j++) {
+    MPI_Datatype s = j < h->out ? st[j] : MPI_DATATYPE_NULL;
+    MPI_Datatype t = j < h->in ? rt[j] : MPI_DATATYPE_NULL;
+    if (s != MPI_DATATYPE_NULL)
+      OK(MPI_Type_free(&s));
+    if (t != MPI_DATATYPE_NULL)
+      OK(MPI_Type_free(&t));
+  }
+  for (int round = 0; round < 2; round++) {
+    fill(rbuf, 16 * 2 * K);
+    OK(MPI_Start(&per));
+    OK(MPI_Wait(&per, MPI_STATUS_IGNORE));
+    for (int i = 0; i < h->in; i++)
+      check_block(h, i, rbuf + (h->in - 1 - i) * K, K, 0, what);
+  }
+  OK(MPI_Request_free(&per));
 
   /* The other nonblocking forms, all in flight at once. */
   snprintf(what, sizeof what, "%s nonblocking", name);
