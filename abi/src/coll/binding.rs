@@ -62,7 +62,8 @@ macro_rules! persistent {
             call(&stringify!($name)[1..], Object::Comm(comm), |$mpi| {
                 let mut own = $crate::coll::persistent::Owned::default();
                 let at = $crate::coll::persistent::At { call: stringify!($name), comm };
-                $(let $arg = $crate::coll::persistent::KeepArg::kept($arg, $mpi, stringify!($arg), at, &mut own);)*
+                // SAFETY: the binding's contract: its arguments as the caller gave them.
+                $(let $arg = unsafe { $crate::coll::persistent::KeepArg::kept($arg, $mpi, stringify!($arg), at, &mut own) };)*
                 // (Not every build is unsafe: the barrier's has no buffers.)
                 #[allow(unused_unsafe)]
                 let build = move |$mpi: &mut $crate::state::Mpi| {

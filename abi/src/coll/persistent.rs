@@ -57,7 +57,12 @@ pub trait KeepArg: Sized {
     /// ([`Mpi::pin`]). A handle that names nothing is not: the arguments a member
     /// ignores (the send type of an in-place call) may be anything, and the others
     /// are refused at the start.
-    fn kept(self, _mpi: &mut Mpi, _name: &str, _at: At, _own: &mut Owned) -> Self {
+    ///
+    /// # Safety
+    ///
+    /// The argument is the binding's, as its caller gave it: an array of datatypes
+    /// holds one per peer (per neighbour) unless it is null or ignored.
+    unsafe fn kept(self, _mpi: &mut Mpi, _name: &str, _at: At, _own: &mut Owned) -> Self {
         self
     }
 }
@@ -68,7 +73,7 @@ impl KeepArg for *const Aint {}
 impl KeepArg for *mut c_void {}
 
 impl KeepArg for *const c_void {
-    fn kept(self, _mpi: &mut Mpi, name: &str, _at: At, own: &mut Owned) -> Self {
+    unsafe fn kept(self, _mpi: &mut Mpi, name: &str, _at: At, own: &mut Owned) -> Self {
         if name == "sendbuf" && super::build::in_place(self) {
             own.send_ignored = true;
         }
@@ -77,7 +82,7 @@ impl KeepArg for *const c_void {
 }
 
 impl KeepArg for Handle {
-    fn kept(self, mpi: &mut Mpi, name: &str, _at: At, own: &mut Owned) -> Handle {
+    unsafe fn kept(self, mpi: &mut Mpi, name: &str, _at: At, own: &mut Owned) -> Handle {
         let held = match name {
             "datatype" | "sendtype" | "recvtype" => mpi.types.get(self).is_some(),
             "op" => mpi.ops.get(self).is_some(),
@@ -96,7 +101,7 @@ impl KeepArg for *const Handle {
     /// or source (`MPI_Neighbor_alltoallw_init`). Not read when null, nor the send
     /// types of an in-place call (its `sendbuf` comes before); a communicator
     /// without the topology asked for holds nothing (the start refuses it).
-    fn kept(self, mpi: &mut Mpi, name: &str, at: At, own: &mut Owned) -> Self {
+    unsafe fn kept(self, mpi: &mut Mpi, name: &str, at: At, own: &mut Owned) -> Self {
         let sending = match name {
             "sendtypes" if !own.send_ignored => true,
             "recvtypes" => false,
@@ -116,10 +121,11 @@ impl KeepArg for *const Handle {
         if self.is_null() {
             return self;
         }
-        // SAFETY: the binding's contract: the array holds a type per peer (per
-        // neighbour), readable for as long as the request lives.
+        // SAFETY: the caller's contract: the array holds a type per peer (per
+        // neighbour).
         for &t in unsafe { std::slice::from_raw_parts(self, n) } {
-            t.kept(mpi, "datatype", at, own);
+            // SAFETY: a handle has no contract.
+            unsafe { t.kept(mpi, "datatype", at, own) };
         }
         self
     }

@@ -66,6 +66,18 @@ pub fn dup(inside: &mut impl Inside, comm: Handle) -> Result<Handle> {
     Ok(h)
 }
 
+/// A duplicate of `comm` for the library's own use (a window's): its group and a new
+/// context, nothing else of the parent's.
+pub fn dup_bare(inside: &mut impl Inside, comm: Handle) -> Result<Handle> {
+    if inside.state().comm(comm)?.remote.is_some() {
+        return Err(Error::new(
+            MPI_ERR_COMM,
+            "a window is made over an intracommunicator (MPI 4.1 §12.2), not an intercommunicator",
+        ));
+    }
+    dup_group(inside, comm)
+}
+
 /// A new communicator over intracommunicator `comm`'s group, with a new context.
 fn dup_group(inside: &mut impl Inside, comm: Handle) -> Result<Handle> {
     let ctx = agree_context(inside, &Among::Comm(comm), &[])?.0;
@@ -225,18 +237,6 @@ impl Mpi {
         d.topo = c.topo.clone();
         d.idup_slots = 0;
         self.comms.insert(d)
-    }
-
-    /// A duplicate of `comm` for the library's own use (a window's): its group and a
-    /// new context, nothing else of the parent's.
-    pub fn comm_dup_bare(&mut self, comm: Handle) -> Result<Handle> {
-        if self.comm(comm)?.remote.is_some() {
-            return Err(Error::new(
-                MPI_ERR_COMM,
-                "a window is made over an intracommunicator (MPI 4.1 §12.2), not an intercommunicator",
-            ));
-        }
-        dup_group(self, comm)
     }
 
     /// Agree on a context over intracommunicator `comm`, keeping other threads out

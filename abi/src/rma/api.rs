@@ -1,12 +1,13 @@
 //! The window bindings: making and freeing windows, their group, attributes, names
 //! and error handlers.
 
+use super::{win_create, win_free};
 use crate::attr::{self, get_attr_binding, keyval_bindings, AttrKind, Holder};
 use crate::comm::api::{create_errhandler, object_name_bindings};
-use crate::entry::{call, call_in_steps, query_binding};
+use crate::entry::{call, call_held, call_in_steps, query_binding};
 use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
-use crate::global;
+use crate::global::{self, Held};
 use crate::handles::Kind;
 use crate::state::Mpi;
 
@@ -47,22 +48,23 @@ pub unsafe extern "C" fn PMPI_Win_create(
     comm: Handle,
     win: *mut Handle,
 ) -> c_int {
-    call("MPI_Win_create", Object::Comm(comm), |mpi| {
+    call_held("MPI_Win_create", Object::Comm(comm), |held| {
         let (size, unit) = sizes(size, disp_unit)?;
         if base.is_null() && size > 0 {
             return Err(Error::new(MPI_ERR_BUFFER, "the window's base is null"));
         }
-        let h = mpi.win_create(Some(base.cast()), size, unit, comm)?;
+        let h = win_create(held, Some(base.cast()), size, unit, comm)?;
         // SAFETY: the binding's contract.
         unsafe { hand_out(h, win) }
     })
 }
 
 /// A binding `$name` that allocates a window, with `MPI_Win_allocate`'s parameters:
-/// [`allocated`], the window made by `$make` given the state `$mpi`, the checked size
+/// [`allocated`], the window made by `$make` given the state `$held` (other threads'
+/// calls come in while it waits), the checked size
 /// `$size` and displacement unit `$unit`, and the communicator `$comm`.
 macro_rules! allocate_binding {
-    ($name:ident, |$mpi:ident, $size:ident, $unit:ident, $comm:ident| $make:expr) => {
+    ($name:ident, |$held:ident, $size:ident, $unit:ident, $comm:ident| $make:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(
             size: Aint,
@@ -73,18 +75,20 @@ macro_rules! allocate_binding {
             win: *mut Handle,
         ) -> c_int {
             let object = $crate::error::Object::Comm($comm);
-            $crate::entry::call(&stringify!($name)[1..], object, |mpi| {
-                let make = |$mpi: &mut $crate::state::Mpi, $size, $unit| $make;
+            $crate::entry::call_held(&stringify!($name)[1..], object, |held| {
+                let make = |$held: &mut $crate::global::Held, $size, $unit| $make;
                 // SAFETY: the binding's contract.
-                unsafe { $crate::rma::api::allocated(mpi, (size, disp_unit), (baseptr, win), make) }
+                unsafe {
+                    $crate::rma::api::allocated(held, (size, disp_unit), (baseptr, win), make)
+                }
             })
         }
     };
 }
 pub(super) use allocate_binding;
 
-allocate_binding!(PMPI_Win_allocate, |mpi, size, unit, comm| {
-    mpi.win_create(None, size, unit, comm)
+allocate_binding!(PMPI_Win_allocate, |held, size, unit, comm| {
+    win_create(held, None, size, unit, comm)
 });
 
 /// `MPI_Win_allocate` and `MPI_Win_allocate_shared`: the arguments checked, the
@@ -95,17 +99,17 @@ allocate_binding!(PMPI_Win_allocate, |mpi, size, unit, comm| {
 ///
 /// `baseptr` is null or points to a pointer, `win` is null or writable.
 pub(super) unsafe fn allocated(
-    mpi: &mut Mpi,
+    held: &mut Held,
     (size, disp_unit): (Aint, c_int),
     (baseptr, win): (*mut c_void, *mut Handle),
-    make: impl FnOnce(&mut Mpi, usize, usize) -> Result<Handle>,
+    make: impl FnOnce(&mut Held, usize, usize) -> Result<Handle>,
 ) -> Result<()> {
     let (size, unit) = sizes(size, disp_unit)?;
     if baseptr.is_null() {
         return Err(Error::new(MPI_ERR_ARG, "the base pointer's place is null"));
     }
-    let h = make(mpi, size, unit)?;
-    let base = mpi.win(h)?.base;
+    let h = make(held, size, unit)?;
+    let base = held.win(h)?.base;
     // SAFETY: the caller's contract: `baseptr` points to a pointer.
     unsafe {
         baseptr.cast::<*mut u8>().write(base);
@@ -130,7 +134,7 @@ pub unsafe extern "C" fn PMPI_Win_free(win: *mut Handle) -> c_int {
         })?;
         // Its attributes' deletions (outside the state), then the window.
         attr::delete_attrs(Holder::win(h), None)?;
-        global::with(|mpi| mpi.win_free(h))?;
+        global::with_held(|held| win_free(held, h))?;
         // SAFETY: checked not null.
         unsafe { win.write(MPI_WIN_NULL) };
         Ok(())

@@ -228,9 +228,9 @@ pub unsafe extern "C" fn PMPI_Win_create_dynamic(
     comm: Handle,
     win: *mut Handle,
 ) -> c_int {
-    call("MPI_Win_create_dynamic", Object::Comm(comm), |mpi| {
+    crate::entry::call_held("MPI_Win_create_dynamic", Object::Comm(comm), |held| {
         crate::error::non_null(win, MPI_ERR_ARG, "window")?;
-        let h = mpi.win_create_dynamic(comm)?;
+        let h = super::win_create_dynamic(held, comm)?;
         // SAFETY: checked not null.
         unsafe { win.write(h) };
         Ok(())

@@ -24,6 +24,8 @@ pub mod shared;
 pub mod shipped;
 pub mod sync;
 
+use crate::coll::{run_here, Inside};
+use crate::comm::create::dup_bare;
 use crate::comm::Group;
 use crate::error::{Error, Result};
 use crate::ffi::*;
@@ -136,43 +138,6 @@ impl Mpi {
         self.wins.get_mut(h).ok_or_else(|| bad_win(h))
     }
 
-    /// Make a window over `comm` (collective): `base`/`size` the caller's memory
-    /// (`None`: allocate `size` bytes); its handle.
-    pub fn win_create(
-        &mut self,
-        base: Option<*mut u8>,
-        size: usize,
-        disp_unit: usize,
-        comm: Handle,
-    ) -> Result<Handle> {
-        let wcomm = self.comm_dup_bare(comm)?;
-        let made = match base {
-            Some(b) => self.win_make(
-                (Memory::User, b, MPI_WIN_FLAVOR_CREATE),
-                size,
-                disp_unit,
-                wcomm,
-            ),
-            None => self.take_memory(size).and_then(|m| {
-                let p = m.ptr();
-                self.win_make((m, p, MPI_WIN_FLAVOR_ALLOCATE), size, disp_unit, wcomm)
-            }),
-        };
-        self.win_made(made, wcomm)
-    }
-
-    /// Make a dynamic window over `comm` (collective), with no memory yet.
-    pub fn win_create_dynamic(&mut self, comm: Handle) -> Result<Handle> {
-        let wcomm = self.comm_dup_bare(comm)?;
-        let made = self.win_make(
-            (Memory::User, std::ptr::null_mut(), MPI_WIN_FLAVOR_DYNAMIC),
-            0,
-            1,
-            wcomm,
-        );
-        self.win_made(made, wcomm)
-    }
-
     /// A window made on `wcomm`, or, having failed, `wcomm` freed.
     fn win_made(&mut self, made: Result<Handle>, wcomm: Handle) -> Result<Handle> {
         if made.is_err() {
@@ -182,127 +147,6 @@ impl Mpi {
             let _ = self.comm_free(wcomm);
         }
         made
-    }
-
-    /// Make a window of `size` bytes at `base` (held as `memory`, of `flavor`) on
-    /// its own communicator `wcomm` (collective).
-    fn win_make(
-        &mut self,
-        (memory, base, flavor): (Memory, *mut u8, c_int),
-        size: usize,
-        disp_unit: usize,
-        wcomm: Handle,
-    ) -> Result<Handle> {
-        let c = self.comm(wcomm)?;
-        let (group, rank) = (c.group.clone(), c.rank);
-        let control = self.take_memory(CONTROL)?;
-        let control_ptr = control.ptr();
-        // SAFETY: the control block is CONTROL bytes of ours; nobody reaches it yet.
-        unsafe { std::ptr::write_bytes(control_ptr, 0, CONTROL) };
-        let attached = (flavor == MPI_WIN_FLAVOR_DYNAMIC).then(dynamic::Attached::default);
-        // Before any member learns of the window: accumulates shipped here find it.
-        let ctx = self.comm(wcomm)?.ctx;
-        shipped::expose(
-            &self.exposures,
-            ctx,
-            (base, size),
-            control_ptr,
-            attached.clone(),
-        );
-        // A dynamic window has no memory of its own: an empty view of the control
-        // block stands for it.
-        let mem_at = if attached.is_some() {
-            control_ptr
-        } else {
-            base
-        };
-        // SAFETY: both live in the window, whose Drop drops the registrations first.
-        let exposed = unsafe {
-            (
-                self.msg.expose(mem_at as usize, size)?,
-                self.msg.expose(control_ptr as usize, CONTROL)?,
-            )
-        };
-        // Every member's cards for every other: (memory, control, displacement unit).
-        let n = group.size() as usize;
-        let mut mine = vec![0u8; n * CARD];
-        for (i, block) in mine.chunks_mut(CARD).enumerate() {
-            let j = group.job_rank(i as u32).expect("a member");
-            let card = encode(&[
-                &self.msg.card(&exposed.0, j)?,
-                &self.msg.card(&exposed.1, j)?,
-                &(disp_unit as u64).to_le_bytes(),
-            ]);
-            block[..card.len()].copy_from_slice(&card);
-        }
-        let mut theirs = vec![0u8; n * CARD];
-        let null = std::ptr::null();
-        // SAFETY: both buffers live until the collective, run here, ends.
-        let s = unsafe {
-            self.build_alltoall(
-                (
-                    mine.as_ptr().cast(),
-                    (CARD as c_int, null, null),
-                    &[MPI_BYTE],
-                ),
-                (
-                    theirs.as_mut_ptr().cast(),
-                    (CARD as c_int, null, null),
-                    &[MPI_BYTE],
-                ),
-                wcomm,
-                false,
-            )
-        }?;
-        self.run(s)?;
-        let mut peers = Vec::with_capacity(n);
-        for (i, block) in theirs.chunks(CARD).enumerate() {
-            let j = group.job_rank(i as u32).expect("a member");
-            let parts = decode(block).ok_or_else(|| {
-                Error::new(
-                    MPI_ERR_OTHER,
-                    format!("rank {i}'s window description is malformed"),
-                )
-            })?;
-            let [mem, ctrl, unit] = parts[..] else {
-                return Err(Error::new(
-                    MPI_ERR_OTHER,
-                    format!("rank {i}'s window description has {} parts", parts.len()),
-                ));
-            };
-            peers.push(Peer {
-                mem: self.msg.target(j, mem)?,
-                ctrl: self.msg.target(j, ctrl)?,
-                disp_unit: u64::from_le_bytes(
-                    unit.try_into()
-                        .map_err(|_| Error::new(MPI_ERR_OTHER, "a malformed displacement unit"))?,
-                ) as usize,
-                job: j,
-            });
-        }
-        let win = Win {
-            comm: wcomm,
-            group,
-            rank,
-            base,
-            size,
-            disp_unit,
-            flavor,
-            memory,
-            control,
-            exposed: Some(exposed),
-            pending: vec![Pending::default(); n],
-            waited: Pending::default(),
-            peers,
-            sync: sync::State::default(),
-            staged: Vec::new(),
-            name: String::new(),
-            errhandler: MPI_ERRORS_ARE_FATAL,
-            attr_values: Box::new((size as Aint, disp_unit as c_int, flavor, MPI_WIN_UNIFIED)),
-            attached,
-            known: (0..n).map(|_| dynamic::Known::default()).collect(),
-        };
-        self.wins.insert(win)
     }
 
     /// `len` bytes for a window: from a transport's shared heap where one has room,
@@ -316,29 +160,203 @@ impl Mpi {
         })?;
         Ok(Memory::Private(r))
     }
+}
 
-    /// `MPI_Win_free` (collective): every operation completes, every member is past
-    /// its last access (a barrier), then the memory goes.
-    pub fn win_free(&mut self, h: Handle) -> Result<()> {
-        self.win_complete_all(h)?;
-        let comm = self.win(h)?.comm;
-        let s = self.build_barrier(comm)?;
-        self.run(s)?;
-        let mut w = self.wins.remove(h).ok_or_else(|| bad_win(h))?;
-        if let Ok(c) = self.comm(comm) {
-            self.exposures.borrow_mut().remove(&c.ctx);
-        }
-        w.exposed = None;
-        for m in [
-            std::mem::replace(&mut w.memory, Memory::User),
-            std::mem::replace(&mut w.control, Memory::User),
-        ] {
-            if let Memory::Shared(r) = m {
-                self.msg.free_shared(r)?;
+/// Make a window over `comm` (collective): `base`/`size` the caller's memory
+/// (`None`: allocate `size` bytes); its handle. Its waits run in `inside` (from a
+/// binding, other threads' calls come in meanwhile).
+pub fn win_create(
+    inside: &mut impl Inside,
+    base: Option<*mut u8>,
+    size: usize,
+    disp_unit: usize,
+    comm: Handle,
+) -> Result<Handle> {
+    let wcomm = dup_bare(inside, comm)?;
+    let made = match base {
+        Some(b) => win_make(
+            inside,
+            (Memory::User, b, MPI_WIN_FLAVOR_CREATE),
+            size,
+            disp_unit,
+            wcomm,
+        ),
+        None => match inside.state().take_memory(size) {
+            Ok(m) => {
+                let p = m.ptr();
+                win_make(
+                    inside,
+                    (m, p, MPI_WIN_FLAVOR_ALLOCATE),
+                    size,
+                    disp_unit,
+                    wcomm,
+                )
             }
-        }
-        self.comm_free(comm)
+            Err(e) => Err(e),
+        },
+    };
+    inside.state().win_made(made, wcomm)
+}
+
+/// Make a dynamic window over `comm` (collective), with no memory yet.
+pub fn win_create_dynamic(inside: &mut impl Inside, comm: Handle) -> Result<Handle> {
+    let wcomm = dup_bare(inside, comm)?;
+    let made = win_make(
+        inside,
+        (Memory::User, std::ptr::null_mut(), MPI_WIN_FLAVOR_DYNAMIC),
+        0,
+        1,
+        wcomm,
+    );
+    inside.state().win_made(made, wcomm)
+}
+
+/// Make a window of `size` bytes at `base` (held as `memory`, of `flavor`) on
+/// its own communicator `wcomm` (collective).
+fn win_make(
+    inside: &mut impl Inside,
+    (memory, base, flavor): (Memory, *mut u8, c_int),
+    size: usize,
+    disp_unit: usize,
+    wcomm: Handle,
+) -> Result<Handle> {
+    let mpi = inside.state();
+    let c = mpi.comm(wcomm)?;
+    let (group, rank) = (c.group.clone(), c.rank);
+    let control = mpi.take_memory(CONTROL)?;
+    let control_ptr = control.ptr();
+    // SAFETY: the control block is CONTROL bytes of ours; nobody reaches it yet.
+    unsafe { std::ptr::write_bytes(control_ptr, 0, CONTROL) };
+    let attached = (flavor == MPI_WIN_FLAVOR_DYNAMIC).then(dynamic::Attached::default);
+    // Before any member learns of the window: accumulates shipped here find it.
+    let ctx = mpi.comm(wcomm)?.ctx;
+    shipped::expose(
+        &mpi.exposures,
+        ctx,
+        (base, size),
+        control_ptr,
+        attached.clone(),
+    );
+    // A dynamic window has no memory of its own: an empty view of the control
+    // block stands for it.
+    let mem_at = if attached.is_some() {
+        control_ptr
+    } else {
+        base
+    };
+    // SAFETY: both live in the window, whose Drop drops the registrations first.
+    let exposed = unsafe {
+        (
+            mpi.msg.expose(mem_at as usize, size)?,
+            mpi.msg.expose(control_ptr as usize, CONTROL)?,
+        )
+    };
+    // Every member's cards for every other: (memory, control, displacement unit).
+    let n = group.size() as usize;
+    let mut mine = vec![0u8; n * CARD];
+    for (i, block) in mine.chunks_mut(CARD).enumerate() {
+        let j = group.job_rank(i as u32).expect("a member");
+        let card = encode(&[
+            &mpi.msg.card(&exposed.0, j)?,
+            &mpi.msg.card(&exposed.1, j)?,
+            &(disp_unit as u64).to_le_bytes(),
+        ]);
+        block[..card.len()].copy_from_slice(&card);
     }
+    let mut theirs = vec![0u8; n * CARD];
+    let null = std::ptr::null();
+    // SAFETY: both buffers live until the collective, run here, ends.
+    let s = unsafe {
+        mpi.build_alltoall(
+            (
+                mine.as_ptr().cast(),
+                (CARD as c_int, null, null),
+                &[MPI_BYTE],
+            ),
+            (
+                theirs.as_mut_ptr().cast(),
+                (CARD as c_int, null, null),
+                &[MPI_BYTE],
+            ),
+            wcomm,
+            false,
+        )
+    }?;
+    run_here(inside, s)?;
+    let mpi = inside.state();
+    let mut peers = Vec::with_capacity(n);
+    for (i, block) in theirs.chunks(CARD).enumerate() {
+        let j = group.job_rank(i as u32).expect("a member");
+        let parts = decode(block).ok_or_else(|| {
+            Error::new(
+                MPI_ERR_OTHER,
+                format!("rank {i}'s window description is malformed"),
+            )
+        })?;
+        let [mem, ctrl, unit] = parts[..] else {
+            return Err(Error::new(
+                MPI_ERR_OTHER,
+                format!("rank {i}'s window description has {} parts", parts.len()),
+            ));
+        };
+        peers.push(Peer {
+            mem: mpi.msg.target(j, mem)?,
+            ctrl: mpi.msg.target(j, ctrl)?,
+            disp_unit: u64::from_le_bytes(
+                unit.try_into()
+                    .map_err(|_| Error::new(MPI_ERR_OTHER, "a malformed displacement unit"))?,
+            ) as usize,
+            job: j,
+        });
+    }
+    let win = Win {
+        comm: wcomm,
+        group,
+        rank,
+        base,
+        size,
+        disp_unit,
+        flavor,
+        memory,
+        control,
+        exposed: Some(exposed),
+        pending: vec![Pending::default(); n],
+        waited: Pending::default(),
+        peers,
+        sync: sync::State::default(),
+        staged: Vec::new(),
+        name: String::new(),
+        errhandler: MPI_ERRORS_ARE_FATAL,
+        attr_values: Box::new((size as Aint, disp_unit as c_int, flavor, MPI_WIN_UNIFIED)),
+        attached,
+        known: (0..n).map(|_| dynamic::Known::default()).collect(),
+    };
+    mpi.wins.insert(win)
+}
+
+/// `MPI_Win_free` (collective): every operation completes, every member is past
+/// its last access (a barrier), then the memory goes.
+pub fn win_free(inside: &mut impl Inside, h: Handle) -> Result<()> {
+    let mpi = inside.state();
+    mpi.win_complete_all(h)?;
+    let comm = mpi.win(h)?.comm;
+    let s = mpi.build_barrier(comm)?;
+    run_here(inside, s)?;
+    let mpi = inside.state();
+    let mut w = mpi.wins.remove(h).ok_or_else(|| bad_win(h))?;
+    if let Ok(c) = mpi.comm(comm) {
+        mpi.exposures.borrow_mut().remove(&c.ctx);
+    }
+    w.exposed = None;
+    for m in [
+        std::mem::replace(&mut w.memory, Memory::User),
+        std::mem::replace(&mut w.control, Memory::User),
+    ] {
+        if let Memory::Shared(r) = m {
+            mpi.msg.free_shared(r)?;
+        }
+    }
+    mpi.comm_free(comm)
 }
 
 impl Memory {

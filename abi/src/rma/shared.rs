@@ -13,7 +13,9 @@
 //! process maps it (a window allocated on one node), else size 0 and no address.
 
 use super::api::allocate_binding;
-use super::Memory;
+use super::{win_make, Memory};
+use crate::coll::{allgather_here, run_here, Inside};
+use crate::comm::create::dup_bare;
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -24,140 +26,139 @@ use std::ptr::{null, null_mut};
 /// Bytes of the first member's description of the allocation for each member.
 const CARD: usize = 1024;
 
-impl Mpi {
-    /// `MPI_Win_allocate_shared` (collective over `comm`): the window, whose base is
-    /// this member's part of the memory.
-    pub fn win_allocate_shared(
-        &mut self,
-        size: usize,
-        disp_unit: usize,
-        comm: Handle,
-    ) -> Result<Handle> {
-        let wcomm = self.comm_dup_bare(comm)?;
-        let made = self.shared_make(size, disp_unit, wcomm);
-        self.win_made(made, wcomm)
-    }
+/// `MPI_Win_allocate_shared` (collective over `comm`): the window, whose base is this
+/// member's part of the memory. Its waits run in `inside`.
+pub fn win_allocate_shared(
+    inside: &mut impl Inside,
+    size: usize,
+    disp_unit: usize,
+    comm: Handle,
+) -> Result<Handle> {
+    let wcomm = dup_bare(inside, comm)?;
+    let made = shared_make(inside, size, disp_unit, wcomm);
+    inside.state().win_made(made, wcomm)
+}
 
-    fn shared_make(&mut self, size: usize, disp_unit: usize, wcomm: Handle) -> Result<Handle> {
-        let (all, starts, total) = self.shared_layout(size, wcomm)?;
-        let rank = self.comm(wcomm)?.rank as usize;
-        let (memory, whole) = self.shared_memory(total, wcomm)?;
-        let part = whole
-            .slice(starts[rank], size)
+fn shared_make(
+    inside: &mut impl Inside,
+    size: usize,
+    disp_unit: usize,
+    wcomm: Handle,
+) -> Result<Handle> {
+    let (all, starts, total) = shared_layout(inside, size, wcomm)?;
+    let rank = inside.state().comm(wcomm)?.rank as usize;
+    let (memory, whole) = shared_memory(inside, total, wcomm)?;
+    let part = whole
+        .slice(starts[rank], size)
+        .expect("inside the allocation");
+    let base = part.direct_range(0, 0).expect("a mapped target");
+    let flavor = MPI_WIN_FLAVOR_SHARED;
+    let h = win_make(inside, (memory, base, flavor), size, disp_unit, wcomm)?;
+    // Every part with loads and stores, through this process's mapping.
+    let w = inside.state().win_mut(h)?;
+    for (i, p) in w.peers.iter_mut().enumerate() {
+        p.mem = whole
+            .slice(starts[i], all[i])
             .expect("inside the allocation");
-        let base = part.direct_range(0, 0).expect("a mapped target");
-        let flavor = MPI_WIN_FLAVOR_SHARED;
-        let h = self.win_make((memory, base, flavor), size, disp_unit, wcomm)?;
-        // Every part with loads and stores, through this process's mapping.
-        let w = self.win_mut(h)?;
-        for (i, p) in w.peers.iter_mut().enumerate() {
-            p.mem = whole
-                .slice(starts[i], all[i])
-                .expect("inside the allocation");
-        }
-        Ok(h)
     }
+    Ok(h)
+}
 
-    /// Every member's size, where each part starts, and their sum (collective).
-    fn shared_layout(
-        &mut self,
-        size: usize,
-        wcomm: Handle,
-    ) -> Result<(Vec<usize>, Vec<usize>, usize)> {
-        let n = self.comm(wcomm)?.group.size() as usize;
-        let mut all = vec![0u64; n];
-        let mine = (size as u64).to_le_bytes();
-        // SAFETY: both buffers live until the collective, run here, ends.
-        let s = unsafe {
-            self.build_allgather(
-                (mine.as_ptr().cast(), 8, MPI_BYTE),
-                all.as_mut_ptr().cast(),
-                (8, null(), null()),
-                MPI_BYTE,
-                wcomm,
-            )
-        }?;
-        self.run(s)?;
-        let overflow = || Error::new(MPI_ERR_SIZE, "the members' sizes overflow");
-        let all = all
-            .into_iter()
-            .map(|len| usize::try_from(len).map_err(|_| overflow()))
-            .collect::<Result<Vec<usize>>>()?;
-        let mut starts = Vec::with_capacity(n);
-        let mut total = 0usize;
-        for &len in &all {
-            starts.push(total);
-            total = total.checked_add(len).ok_or_else(overflow)?;
-        }
-        Ok((all, starts, total))
+/// Every member's size, where each part starts, and their sum (collective).
+fn shared_layout(
+    inside: &mut impl Inside,
+    size: usize,
+    wcomm: Handle,
+) -> Result<(Vec<usize>, Vec<usize>, usize)> {
+    let mine = [size as u64];
+    let all = allgather_here(inside, wcomm, &mine)?;
+    let overflow = || Error::new(MPI_ERR_SIZE, "the members' sizes overflow");
+    let all = all
+        .into_iter()
+        .map(|len| usize::try_from(len).map_err(|_| overflow()))
+        .collect::<Result<Vec<usize>>>()?;
+    let mut starts = Vec::with_capacity(all.len());
+    let mut total = 0usize;
+    for &len in &all {
+        starts.push(total);
+        total = total.checked_add(len).ok_or_else(overflow)?;
     }
+    Ok((all, starts, total))
+}
 
-    /// The members' `total` bytes (collective): the first member allocates them (from
-    /// a transport's shared heap; alone, any memory of its own will do) and
-    /// describes them to each member, which maps them. What this member holds of
-    /// them (the first member the allocation, others nothing), and the whole as
-    /// mapped here; `MPI_ERR_RMA_SHARED` on every member unless every member maps it.
-    fn shared_memory(&mut self, total: usize, wcomm: Handle) -> Result<(Memory, Target)> {
-        let c = self.comm(wcomm)?;
-        let (n, rank) = (c.group.size() as usize, c.rank);
-        let first = c.group.job_rank(0).expect("a member");
-        let memory = match (rank, n) {
-            (0, 1) => Some(self.take_memory(total)?),
-            (0, _) => self.msg.alloc_shared(total.max(1))?.map(Memory::Shared),
-            _ => None,
-        };
-        // An empty description says the allocation could not be made or described.
-        let mut cards = vec![0u8; if rank == 0 { n * CARD } else { 0 }];
-        let exposed = match &memory {
-            Some(m) => self.describe(m.ptr(), total.max(1), wcomm, &mut cards),
-            None => None,
-        };
-        let mut got = vec![0u8; CARD];
-        // SAFETY: both buffers live until the collective, run here, ends.
-        let s = unsafe {
-            self.build_scatter(
-                cards.as_ptr().cast(),
-                (CARD as c_int, null(), null()),
-                MPI_BYTE,
-                (got.as_mut_ptr().cast(), CARD as c_int, MPI_BYTE),
-                0,
-                wcomm,
-            )
-        }?;
-        self.run(s)?;
-        let whole = self.shared_target(first, &got, total);
-        let ok = i32::from(whole.is_some());
-        let mut all_ok = 0i32;
-        // SAFETY: both live until the collective, run here, ends.
-        let s = unsafe {
-            self.build_allreduce(
-                (&ok as *const i32).cast(),
-                (&mut all_ok as *mut i32).cast(),
-                1,
-                MPI_INT,
-                MPI_MIN,
-                wcomm,
-            )
-        }?;
-        self.run(s)?;
-        // Mapped by every member (or given up): the description has served.
-        drop(exposed);
-        match (whole, all_ok) {
-            (Some(whole), 1) => Ok((memory.unwrap_or(Memory::User), whole)),
-            _ => {
-                if let Some(Memory::Shared(r)) = memory {
-                    self.msg.free_shared(r)?;
-                }
-                Err(Error::new(
-                    MPI_ERR_RMA_SHARED,
-                    "the window's memory cannot be shared by every member: they must all \
-                     be on one node, reached by a transport that shares memory (sm), whose \
-                     heap (btl_sm_heap_size) holds the sum of their sizes",
-                ))
+/// The members' `total` bytes (collective): the first member allocates them (from a
+/// transport's shared heap; alone, any memory of its own will do) and describes
+/// them to each member, which maps them. What this member holds of them (the first
+/// member the allocation, others nothing), and the whole as mapped here;
+/// `MPI_ERR_RMA_SHARED` on every member unless every member maps it.
+fn shared_memory(
+    inside: &mut impl Inside,
+    total: usize,
+    wcomm: Handle,
+) -> Result<(Memory, Target)> {
+    let mpi = inside.state();
+    let c = mpi.comm(wcomm)?;
+    let (n, rank) = (c.group.size() as usize, c.rank);
+    let first = c.group.job_rank(0).expect("a member");
+    let memory = match (rank, n) {
+        (0, 1) => Some(mpi.take_memory(total)?),
+        (0, _) => mpi.msg.alloc_shared(total.max(1))?.map(Memory::Shared),
+        _ => None,
+    };
+    // An empty description says the allocation could not be made or described.
+    let mut cards = vec![0u8; if rank == 0 { n * CARD } else { 0 }];
+    let exposed = match &memory {
+        Some(m) => mpi.describe(m.ptr(), total.max(1), wcomm, &mut cards),
+        None => None,
+    };
+    let mut got = vec![0u8; CARD];
+    // SAFETY: both buffers live until the collective, run here, ends.
+    let s = unsafe {
+        mpi.build_scatter(
+            cards.as_ptr().cast(),
+            (CARD as c_int, null(), null()),
+            MPI_BYTE,
+            (got.as_mut_ptr().cast(), CARD as c_int, MPI_BYTE),
+            0,
+            wcomm,
+        )
+    }?;
+    run_here(inside, s)?;
+    let mpi = inside.state();
+    let whole = mpi.shared_target(first, &got, total);
+    let ok = i32::from(whole.is_some());
+    let mut all_ok = 0i32;
+    // SAFETY: both live until the collective, run here, ends.
+    let s = unsafe {
+        mpi.build_allreduce(
+            (&ok as *const i32).cast(),
+            (&mut all_ok as *mut i32).cast(),
+            1,
+            MPI_INT,
+            MPI_MIN,
+            wcomm,
+        )
+    }?;
+    run_here(inside, s)?;
+    // Mapped by every member (or given up): the description has served.
+    drop(exposed);
+    match (whole, all_ok) {
+        (Some(whole), 1) => Ok((memory.unwrap_or(Memory::User), whole)),
+        _ => {
+            if let Some(Memory::Shared(r)) = memory {
+                inside.state().msg.free_shared(r)?;
             }
+            Err(Error::new(
+                MPI_ERR_RMA_SHARED,
+                "the window's memory cannot be shared by every member: they must all \
+                 be on one node, reached by a transport that shares memory (sm), whose \
+                 heap (btl_sm_heap_size) holds the sum of their sizes",
+            ))
         }
     }
+}
 
+impl Mpi {
     /// Expose `len` bytes at `at` and write into `cards` each member's description of
     /// them (its length, u16, then the bytes): the exposure, kept until every member
     /// has mapped them; `None`, the cards left empty, where that cannot be done.
@@ -214,8 +215,8 @@ impl Mpi {
     }
 }
 
-allocate_binding!(PMPI_Win_allocate_shared, |mpi, size, unit, comm| {
-    mpi.win_allocate_shared(size, unit, comm)
+allocate_binding!(PMPI_Win_allocate_shared, |held, size, unit, comm| {
+    win_allocate_shared(held, size, unit, comm)
 });
 
 #[no_mangle]

@@ -8,10 +8,11 @@
  * - the same of a fence (MPI_Win_fence), and of a post/start/complete/wait epoch
  *   whose MPI_Win_start and MPI_Win_wait each wait for a message that another
  *   thread of their own rank sends meanwhile;
- * - two threads of each rank making communicators (dup, split, create_group) from
- *   two different parents, the first of them in opposite orders on even and odd
- *   ranks (so each creation's agreement must let the other thread in), the new
- *   communicators' traffic kept apart;
+ * - two threads of each rank making communicators (dup, split, create_group) and
+ *   windows (create, allocate, allocate_shared) from two different parents, the
+ *   first of them in opposite orders on even and odd ranks (so each creation's and
+ *   each window's free must let the other thread in), the new communicators'
+ *   traffic kept apart, the windows reached with puts between fences;
  * - ping-pongs between partner ranks, one per thread on its own tag, in blocking
  *   and nonblocking forms; all-reductions, one communicator per thread;
  * - MPI_Finalize refused while another thread's receive waits, and the library
@@ -195,12 +196,45 @@ static void *creator(void *arg) {
   return NULL;
 }
 
+/* Thread `k` makes windows over comms[k] (used with fences, freed), each with a
+ * word that the next rank puts there, while the other thread makes them over
+ * comms[1 - k], the first in opposite orders as above. */
+static void *window_maker(void *arg) {
+  int k = (int)(intptr_t)arg;
+  if ((rank + k) % 2 == 1)
+    usleep(50 * 1000);
+  for (int r = 0; r < CREATIONS; r++) {
+    int mine[1] = {-1}, *allocated = NULL, *shared = NULL;
+    MPI_Win w[3];
+    OK(MPI_Win_create(mine, sizeof mine, sizeof(int), MPI_INFO_NULL, comms[k], &w[0]));
+    OK(MPI_Win_allocate(sizeof(int), sizeof(int), MPI_INFO_NULL, comms[k], &allocated, &w[1]));
+    OK(MPI_Win_allocate_shared(sizeof(int), sizeof(int), MPI_INFO_NULL, comms[k], &shared,
+                               &w[2]));
+    int *words[3] = {mine, allocated, shared};
+    for (int m = 0; m < 3; m++) {
+      int v = 100 * k + 10 * m + r;
+      OK(MPI_Win_fence(0, w[m]));
+      OK(MPI_Put(&v, 1, MPI_INT, (rank + 1) % size, 0, 1, MPI_INT, w[m]));
+      OK(MPI_Win_fence(0, w[m]));
+      CHECK(words[m][0] == v, "thread %d round %d window %d holds %d, not %d", k, r, m,
+            words[m][0], v);
+    }
+    for (int m = 0; m < 3; m++)
+      OK(MPI_Win_free(&w[m]));
+  }
+  return NULL;
+}
+
 static void creations_in_opposite_orders(void) {
-  pthread_t t[2];
-  for (int k = 0; k < 2; k++)
-    CHECK(pthread_create(&t[k], NULL, creator, (void *)(intptr_t)k) == 0, "pthread_create");
-  for (int k = 0; k < 2; k++)
-    CHECK(pthread_join(t[k], NULL) == 0, "pthread_join");
+  void *(*makers[2])(void *) = {creator, window_maker};
+  for (int phase = 0; phase < 2; phase++) {
+    pthread_t t[2];
+    for (int k = 0; k < 2; k++)
+      CHECK(pthread_create(&t[k], NULL, makers[phase], (void *)(intptr_t)k) == 0,
+            "pthread_create");
+    for (int k = 0; k < 2; k++)
+      CHECK(pthread_join(t[k], NULL) == 0, "pthread_join");
+  }
 }
 
 /* Thread `t`'s ping-pongs with the partner on tag `t`, then its reductions. */
