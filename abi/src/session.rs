@@ -9,10 +9,11 @@
 //! begun after that is refused. The thread level is the highest asked for so far
 //! (`mpi_thread_support_level` in the session's info; `MPI_THREAD_SINGLE` without).
 
+use crate::coll::Inside;
 use crate::comm::api::{call_errhandler, check_errhandler, create_errhandler, read_str};
 use crate::comm::context::{agree_context, Among};
 use crate::comm::Group;
-use crate::entry::call;
+use crate::entry::{call, call_held};
 use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
@@ -89,30 +90,31 @@ impl Mpi {
             }
         }
     }
+}
 
-    /// `MPI_Comm_create_from_group`: a communicator over `group` (which holds this
-    /// process), its context agreed among the members alone, their messages told
-    /// apart from other such calls by `stringtag`.
-    fn comm_from_group(
-        &mut self,
-        group: Arc<Group>,
-        stringtag: &str,
-        errhandler: Handle,
-    ) -> Result<Handle> {
-        let rank = group
-            .rank_of(self.world_rank())
-            .ok_or_else(|| Error::new(MPI_ERR_GROUP, "the calling process is not in the group"))?;
-        let among = Among::Group {
-            ctx: FROM_GROUP_CTX,
-            group: &group,
-            me: rank,
-            tag: tag_of(stringtag),
-        };
-        let ctx = agree_context(self, &among, &[])?.0;
-        let h = self.keep(ctx, group, MPI_COMM_WORLD)?;
-        self.comm_mut(h)?.errhandler = errhandler;
-        Ok(h)
-    }
+/// `MPI_Comm_create_from_group`: a communicator over `group` (which holds this
+/// process), its context agreed among the members alone (in `inside`), their
+/// messages told apart from other such calls by `stringtag`.
+fn comm_from_group(
+    inside: &mut impl Inside,
+    group: Arc<Group>,
+    stringtag: &str,
+    errhandler: Handle,
+) -> Result<Handle> {
+    let rank = group
+        .rank_of(inside.state().world_rank())
+        .ok_or_else(|| Error::new(MPI_ERR_GROUP, "the calling process is not in the group"))?;
+    let among = Among::Group {
+        ctx: FROM_GROUP_CTX,
+        group: &group,
+        me: rank,
+        tag: tag_of(stringtag),
+    };
+    let ctx = agree_context(inside, &among, &[])?.0;
+    let mpi = inside.state();
+    let h = mpi.keep(ctx, group, MPI_COMM_WORLD)?;
+    mpi.comm_mut(h)?.errhandler = errhandler;
+    Ok(h)
 }
 
 #[no_mangle]
@@ -306,7 +308,7 @@ pub unsafe extern "C" fn PMPI_Comm_create_from_group(
     errhandler: Handle,
     newcomm: *mut Handle,
 ) -> c_int {
-    call("MPI_Comm_create_from_group", Object::None, |mpi| {
+    call_held("MPI_Comm_create_from_group", Object::None, |mpi| {
         non_null(newcomm, MPI_ERR_ARG, "communicator")?;
         // SAFETY: the binding's contract: a NUL-ended string.
         let tag = unsafe { read_str(stringtag) }?;
@@ -315,7 +317,7 @@ pub unsafe extern "C" fn PMPI_Comm_create_from_group(
             MPI_GROUP_EMPTY => MPI_COMM_NULL,
             _ => {
                 let g = mpi.group(group)?;
-                mpi.comm_from_group(g, &tag, errhandler)?
+                comm_from_group(mpi, g, &tag, errhandler)?
             }
         };
         // SAFETY: checked not null.
@@ -358,7 +360,7 @@ pub unsafe extern "C" fn PMPI_Intercomm_create_from_groups(
         ];
         // As MPICH does: a communicator of each group, one of the two leaders, then
         // MPI_Intercomm_create over them; all told apart by the string tag.
-        let intra = mpi.comm_from_group(local.clone(), &format!("{tag}\0local"), errhandler)?;
+        let intra = comm_from_group(mpi, local.clone(), &format!("{tag}\0local"), errhandler)?;
         let me = mpi.world_rank();
         let mut peer = MPI_COMM_NULL;
         let mut remote_in_peer = 0;
@@ -367,7 +369,7 @@ pub unsafe extern "C" fn PMPI_Intercomm_create_from_groups(
             pair.sort_unstable();
             remote_in_peer = pair.iter().position(|&j| j == leaders[1]).unwrap_or(0) as c_int;
             let g = Arc::new(Group::new(pair));
-            peer = mpi.comm_from_group(g, &format!("{tag}\0leaders"), errhandler)?;
+            peer = comm_from_group(mpi, g, &format!("{tag}\0leaders"), errhandler)?;
         }
         let made = mpi.intercomm_create(intra, local_leader, peer, remote_in_peer, tag_of(&tag));
         mpi.comm_free(intra)?;

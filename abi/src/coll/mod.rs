@@ -230,41 +230,41 @@ pub(crate) fn allgather_here<T: Basic>(
     Ok(all)
 }
 
+/// Gather `mine` from every member of intracommunicator `comm`, in rank order,
+/// member `i` giving `counts[i]` values (as every member knows), run in `inside`.
+pub(crate) fn allgatherv_here<T: Basic>(
+    inside: &mut impl Inside,
+    comm: Handle,
+    mine: &[T],
+    counts: &[c_int],
+) -> Result<Vec<T>> {
+    let mut displs = Vec::with_capacity(counts.len());
+    let mut total: c_int = 0;
+    for &c in counts {
+        displs.push(total);
+        total = total
+            .checked_add(c)
+            .ok_or_else(|| Error::new(MPI_ERR_COUNT, "more than 2^31 values in all"))?;
+    }
+    let mut all = vec![T::default(); total as usize];
+    // SAFETY: the buffers and both arrays live until the collective, run here, ends.
+    let s = unsafe {
+        inside.state().build_allgather(
+            (mine.as_ptr().cast(), mine.len() as c_int, T::TYPE),
+            all.as_mut_ptr().cast(),
+            (0, counts.as_ptr(), displs.as_ptr()),
+            T::TYPE,
+            comm,
+        )
+    }?;
+    run_here(inside, s)?;
+    Ok(all)
+}
+
 impl Mpi {
     /// [`allgather_here`], keeping other threads out.
     pub fn allgather_of<T: Basic>(&mut self, comm: Handle, mine: &[T]) -> Result<Vec<T>> {
         allgather_here(self, comm, mine)
-    }
-
-    /// Gather `mine` from every member of intracommunicator `comm`, in rank order,
-    /// member `i` giving `counts[i]` values (as every member knows), run here.
-    pub fn allgatherv_of<T: Basic>(
-        &mut self,
-        comm: Handle,
-        mine: &[T],
-        counts: &[c_int],
-    ) -> Result<Vec<T>> {
-        let mut displs = Vec::with_capacity(counts.len());
-        let mut total: c_int = 0;
-        for &c in counts {
-            displs.push(total);
-            total = total
-                .checked_add(c)
-                .ok_or_else(|| Error::new(MPI_ERR_COUNT, "more than 2^31 values in all"))?;
-        }
-        let mut all = vec![T::default(); total as usize];
-        // SAFETY: the buffers and both arrays live until the collective, run here, ends.
-        let s = unsafe {
-            self.build_allgather(
-                (mine.as_ptr().cast(), mine.len() as c_int, T::TYPE),
-                all.as_mut_ptr().cast(),
-                (0, counts.as_ptr(), displs.as_ptr()),
-                T::TYPE,
-                comm,
-            )
-        }?;
-        self.run(s)?;
-        Ok(all)
     }
 
     /// Broadcast `v` from `root` over `comm`, run here.

@@ -4,7 +4,8 @@
 //! Ranks are never reordered here.
 
 use super::topo::{ints, Topology};
-use crate::entry::{call, query_binding};
+use crate::coll::{allgather_here, allgatherv_here, Inside};
+use crate::entry::{call, call_held, query_binding};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
@@ -110,7 +111,7 @@ pub unsafe extern "C" fn PMPI_Graph_create(
     _reorder: c_int,
     comm_graph: *mut Handle,
 ) -> c_int {
-    call("MPI_Graph_create", Object::Comm(comm_old), |mpi| {
+    call_held("MPI_Graph_create", Object::Comm(comm_old), |mpi| {
         // SAFETY: the binding's contract: `nnodes` ints, then as many as the last
         // of them says.
         let index = unsafe { ints(index, nnodes) }?.to_vec();
@@ -301,104 +302,102 @@ unsafe fn read_part(
     })
 }
 
-impl Mpi {
-    /// A duplicate of `comm` with a distributed graph of these edges of this member.
-    fn dist_graph(
-        &mut self,
-        comm: Handle,
-        sources: Vec<c_int>,
-        destinations: Vec<c_int>,
-        weights: Option<(Vec<c_int>, Vec<c_int>)>,
-    ) -> Result<Handle> {
-        let size = self.comm(comm)?.size() as c_int;
-        if let Some(bad) = sources
-            .iter()
-            .chain(&destinations)
-            .find(|&&r| r < 0 || r >= size)
-        {
+/// A duplicate of `comm` with a distributed graph of these edges of this member.
+fn dist_graph(
+    inside: &mut impl Inside,
+    comm: Handle,
+    sources: Vec<c_int>,
+    destinations: Vec<c_int>,
+    weights: Option<(Vec<c_int>, Vec<c_int>)>,
+) -> Result<Handle> {
+    let size = inside.state().comm(comm)?.size() as c_int;
+    if let Some(bad) = sources
+        .iter()
+        .chain(&destinations)
+        .find(|&&r| r < 0 || r >= size)
+    {
+        return Err(Error::new(
+            MPI_ERR_RANK,
+            format!("neighbour {bad} is not in the communicator of {size}"),
+        ));
+    }
+    let h = super::create::dup(inside, comm)?;
+    inside.state().comm_mut(h)?.topo = Some(Topology::DistGraph {
+        sources,
+        destinations,
+        weights,
+    });
+    Ok(h)
+}
+
+/// `MPI_Dist_graph_create`: every member's edges gathered by all, each member
+/// keeping those that start or end at it, in the order of the members that gave
+/// them and of their lists (so that repeated edges between two members pair up
+/// in the same order at both ends). A member's bad arguments fail every member:
+/// each checks every edge.
+fn dist_graph_create(inside: &mut impl Inside, comm: Handle, mine: Result<Part>) -> Result<Handle> {
+    if inside.state().comm(comm)?.remote.is_some() {
+        return Err(Error::new(
+            MPI_ERR_COMM,
+            "a graph is made over an intracommunicator",
+        ));
+    }
+    let (len, say) = match &mine {
+        Ok(p) => (p.edges.len() as c_int, p.weights),
+        Err(_) => (-1, Weights::Either),
+    };
+    let heads = allgather_here(inside, comm, &[len, say as c_int])?;
+    let mine = mine?;
+    if let Some(who) = heads.chunks(2).position(|h| h[0] < 0) {
+        return Err(Error::new(
+            MPI_ERR_ARG,
+            format!("member {who} gave a graph it could not describe"),
+        ));
+    }
+    let says = |w: Weights| heads.chunks(2).any(|h| h[1] == w as c_int);
+    if says(Weights::Unweighted) && says(Weights::Given) {
+        return Err(Error::new(
+            MPI_ERR_ARG,
+            "some members gave weights and others MPI_UNWEIGHTED",
+        ));
+    }
+    let counts = heads
+        .chunks(2)
+        .map(|h| h[0].checked_mul(3))
+        .collect::<Option<Vec<c_int>>>()
+        .ok_or_else(|| Error::new(MPI_ERR_ARG, "a member gave more than 2^31 / 3 edges"))?;
+    let flat: Vec<c_int> = mine.edges.iter().flatten().copied().collect();
+    let all = allgatherv_here(inside, comm, &flat, &counts)?;
+    let me = inside.state().comm(comm)?.rank as c_int;
+    let (mut s, mut sw, mut d, mut dw) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let size = inside.state().comm(comm)?.size() as c_int;
+    for e in all.chunks(3) {
+        if let Some(bad) = e[..2].iter().find(|&&r| r < 0 || r >= size) {
             return Err(Error::new(
                 MPI_ERR_RANK,
-                format!("neighbour {bad} is not in the communicator of {size}"),
+                format!(
+                    "edge {} -> {}: {bad} is not in the communicator of {size}",
+                    e[0], e[1]
+                ),
             ));
         }
-        let h = super::create::dup(self, comm)?;
-        self.comm_mut(h)?.topo = Some(Topology::DistGraph {
-            sources,
-            destinations,
-            weights,
-        });
-        Ok(h)
-    }
-
-    /// `MPI_Dist_graph_create`: every member's edges gathered by all, each member
-    /// keeping those that start or end at it, in the order of the members that gave
-    /// them and of their lists (so that repeated edges between two members pair up
-    /// in the same order at both ends). A member's bad arguments fail every member:
-    /// each checks every edge.
-    fn dist_graph_create(&mut self, comm: Handle, mine: Result<Part>) -> Result<Handle> {
-        if self.comm(comm)?.remote.is_some() {
-            return Err(Error::new(
-                MPI_ERR_COMM,
-                "a graph is made over an intracommunicator",
-            ));
-        }
-        let (len, say) = match &mine {
-            Ok(p) => (p.edges.len() as c_int, p.weights),
-            Err(_) => (-1, Weights::Either),
-        };
-        let heads = self.allgather_of(comm, &[len, say as c_int])?;
-        let mine = mine?;
-        if let Some(who) = heads.chunks(2).position(|h| h[0] < 0) {
+        if e[2] < 0 {
             return Err(Error::new(
                 MPI_ERR_ARG,
-                format!("member {who} gave a graph it could not describe"),
+                format!("edge {} -> {} has the negative weight {}", e[0], e[1], e[2]),
             ));
         }
-        let says = |w: Weights| heads.chunks(2).any(|h| h[1] == w as c_int);
-        if says(Weights::Unweighted) && says(Weights::Given) {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "some members gave weights and others MPI_UNWEIGHTED",
-            ));
+        if e[1] == me {
+            s.push(e[0]);
+            sw.push(e[2]);
         }
-        let counts = heads
-            .chunks(2)
-            .map(|h| h[0].checked_mul(3))
-            .collect::<Option<Vec<c_int>>>()
-            .ok_or_else(|| Error::new(MPI_ERR_ARG, "a member gave more than 2^31 / 3 edges"))?;
-        let flat: Vec<c_int> = mine.edges.iter().flatten().copied().collect();
-        let all = self.allgatherv_of(comm, &flat, &counts)?;
-        let me = self.comm(comm)?.rank as c_int;
-        let (mut s, mut sw, mut d, mut dw) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let size = self.comm(comm)?.size() as c_int;
-        for e in all.chunks(3) {
-            if let Some(bad) = e[..2].iter().find(|&&r| r < 0 || r >= size) {
-                return Err(Error::new(
-                    MPI_ERR_RANK,
-                    format!(
-                        "edge {} -> {}: {bad} is not in the communicator of {size}",
-                        e[0], e[1]
-                    ),
-                ));
-            }
-            if e[2] < 0 {
-                return Err(Error::new(
-                    MPI_ERR_ARG,
-                    format!("edge {} -> {} has the negative weight {}", e[0], e[1], e[2]),
-                ));
-            }
-            if e[1] == me {
-                s.push(e[0]);
-                sw.push(e[2]);
-            }
-            if e[0] == me {
-                d.push(e[1]);
-                dw.push(e[2]);
-            }
+        if e[0] == me {
+            d.push(e[1]);
+            dw.push(e[2]);
         }
-        let weighted = !says(Weights::Unweighted);
-        self.dist_graph(comm, s, d, weighted.then_some((sw, dw)))
     }
+    let weighted = !says(Weights::Unweighted);
+    dist_graph(inside, comm, s, d, weighted.then_some((sw, dw)))
 }
 
 #[no_mangle]
@@ -413,10 +412,10 @@ pub unsafe extern "C" fn PMPI_Dist_graph_create(
     _reorder: c_int,
     comm_dist_graph: *mut Handle,
 ) -> c_int {
-    call("MPI_Dist_graph_create", Object::Comm(comm_old), |mpi| {
+    call_held("MPI_Dist_graph_create", Object::Comm(comm_old), |mpi| {
         // SAFETY: the binding's contract.
         let mine = unsafe { read_part(n, sources, degrees, destinations, weights) };
-        let h = mpi.dist_graph_create(comm_old, mine)?;
+        let h = dist_graph_create(mpi, comm_old, mine)?;
         // SAFETY: null or writable.
         unsafe { put(comm_dist_graph, h) };
         Ok(())
@@ -436,7 +435,7 @@ pub unsafe extern "C" fn PMPI_Dist_graph_create_adjacent(
     _reorder: c_int,
     comm_dist_graph: *mut Handle,
 ) -> c_int {
-    call(
+    call_held(
         "MPI_Dist_graph_create_adjacent",
         Object::Comm(comm_old),
         |mpi| {
@@ -470,7 +469,7 @@ pub unsafe extern "C" fn PMPI_Dist_graph_create_adjacent(
                     side(destweights, outdegree)?,
                 ))
             };
-            let h = mpi.dist_graph(comm_old, s, d, weights)?;
+            let h = dist_graph(mpi, comm_old, s, d, weights)?;
             // SAFETY: null or writable.
             unsafe { put(comm_dist_graph, h) };
             Ok(())

@@ -2,7 +2,7 @@
 //! topology is a communicator's description of its ranks; ranks are never reordered
 //! here.
 
-use crate::entry::{call, query_binding};
+use crate::entry::{call, call_held, query_binding};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
@@ -162,7 +162,7 @@ pub unsafe extern "C" fn PMPI_Cart_create(
     _reorder: c_int,
     comm_cart: *mut Handle,
 ) -> c_int {
-    call("MPI_Cart_create", Object::Comm(comm_old), |mpi| {
+    call_held("MPI_Cart_create", Object::Comm(comm_old), |mpi| {
         // SAFETY: the binding's contract.
         let (d, p) = unsafe {
             (
@@ -342,7 +342,7 @@ pub unsafe extern "C" fn PMPI_Cart_sub(
     remain_dims: *const c_int,
     newcomm: *mut Handle,
 ) -> c_int {
-    call("MPI_Cart_sub", Object::Comm(comm), |mpi| {
+    call_held("MPI_Cart_sub", Object::Comm(comm), |mpi| {
         let (d, p) = mpi.cart(comm)?;
         // SAFETY: one int per dimension.
         let keep: Vec<bool> = unsafe { ints(remain_dims, d.len() as c_int) }?

@@ -8,11 +8,12 @@
  * - the same of a fence (MPI_Win_fence), and of a post/start/complete/wait epoch
  *   whose MPI_Win_start and MPI_Win_wait each wait for a message that another
  *   thread of their own rank sends meanwhile;
- * - two threads of each rank making communicators (dup, split, create_group) and
- *   windows (create, allocate, allocate_shared) from two different parents, the
- *   first of them in opposite orders on even and odd ranks (so each creation's and
- *   each window's free must let the other thread in), the new communicators'
- *   traffic kept apart, the windows reached with puts between fences;
+ * - two threads of each rank making communicators (dup, split, create_group,
+ *   Cartesian, distributed graph, from a group) and windows (create, allocate,
+ *   allocate_shared) from two different parents, in opposite orders on even and
+ *   odd ranks (so each creation and each window's free must let the other thread
+ *   in), the new communicators' traffic kept apart, the windows reached with puts
+ *   between fences;
  * - ping-pongs between partner ranks, one per thread on its own tag, in blocking
  *   and nonblocking forms; all-reductions, one communicator per thread;
  * - MPI_Finalize refused while another thread's receive waits, and the library
@@ -158,38 +159,62 @@ static void finalize_while_a_thread_waits(void) {
   CHECK(got == 5, "the receive after the refused MPI_Finalize got %d", got);
 }
 
+enum { KINDS = 6 };
+
+/* A communicator of kind `kind` made by thread `k` from comms[k] (of group `all`):
+ * a duplicate, a split reversing the ranks, a group's, a ring (Cartesian), a
+ * distributed graph, one from the group alone. */
+static MPI_Comm make(int kind, int k, MPI_Group all) {
+  MPI_Comm c = MPI_COMM_NULL;
+  int dims[1] = {size}, periods[1] = {1}, next = (rank + 1) % size;
+  char tag[32];
+  switch (kind) {
+  case 0: OK(MPI_Comm_dup(comms[k], &c)); break;
+  case 1: OK(MPI_Comm_split(comms[k], 0, size - rank, &c)); break;
+  case 2: OK(MPI_Comm_create_group(comms[k], all, k, &c)); break;
+  case 3: OK(MPI_Cart_create(comms[k], 1, dims, periods, 0, &c)); break;
+  case 4:
+    OK(MPI_Dist_graph_create_adjacent(comms[k], 1, &next, MPI_UNWEIGHTED, 1, &next,
+                                      MPI_UNWEIGHTED, MPI_INFO_NULL, 0, &c));
+    break;
+  default:
+    snprintf(tag, sizeof tag, "threads-%d", k);
+    OK(MPI_Comm_create_from_group(all, tag, MPI_INFO_NULL, MPI_ERRORS_ARE_FATAL, &c));
+  }
+  return c;
+}
+
 /* Thread `k` makes communicators from comms[k] while the other thread makes them
- * from comms[1 - k]: even ranks start with comms[0], odd ones with comms[1]. */
+ * from comms[1 - k]: at the start of each round, even ranks start with comms[0],
+ * odd ones with comms[1], each round with the next kind. */
 static void *creator(void *arg) {
   int k = (int)(intptr_t)arg;
-  if ((rank + k) % 2 == 1)
-    usleep(50 * 1000); /* the other thread's first creation is waiting by now */
   MPI_Group all;
   OK(MPI_Comm_group(comms[k], &all));
   for (int r = 0; r < CREATIONS; r++) {
-    MPI_Comm made[3];
-    OK(MPI_Comm_dup(comms[k], &made[0]));
-    OK(MPI_Comm_split(comms[k], 0, size - rank, &made[1]));
-    OK(MPI_Comm_create_group(comms[k], all, k, &made[2]));
-    for (int m = 0; m < 3; m++) {
+    if ((rank + k) % 2 == 1)
+      usleep(20 * 1000); /* the other thread's first creation is waiting by now */
+    for (int i = 0; i < KINDS; i++) {
+      int m = (r + i) % KINDS;
+      MPI_Comm made = make(m, k, all);
       int me = -1;
-      OK(MPI_Comm_rank(made[m], &me));
+      OK(MPI_Comm_rank(made, &me));
       int want = m == 1 ? size - 1 - rank : rank;
-      CHECK(me == want, "thread %d creation %d: rank %d in communicator %d, not %d", k,
-            r, me, m, want);
+      CHECK(me == want, "thread %d round %d: rank %d in communicator %d, not %d", k, r, me,
+            m, want);
       /* The same tag on both threads' communicators: a message meeting the other
        * thread's receive would carry the wrong thread. */
       int to = (me ^ 1) < size ? (me ^ 1) : me;
       int mine[3] = {k, m, r}, theirs[3] = {-1, -1, -1};
-      OK(MPI_Sendrecv(mine, 3, MPI_INT, to, 5, theirs, 3, MPI_INT, to, 5, made[m],
+      OK(MPI_Sendrecv(mine, 3, MPI_INT, to, 5, theirs, 3, MPI_INT, to, 5, made,
                       MPI_STATUS_IGNORE));
       CHECK(theirs[0] == k && theirs[1] == m && theirs[2] == r,
-            "thread %d creation %d communicator %d got (%d, %d, %d)", k, r, m, theirs[0],
+            "thread %d round %d communicator %d got (%d, %d, %d)", k, r, m, theirs[0],
             theirs[1], theirs[2]);
       int sum = -1;
-      OK(MPI_Allreduce(&me, &sum, 1, MPI_INT, MPI_SUM, made[m]));
-      CHECK(sum == size * (size - 1) / 2, "thread %d creation %d: sum %d", k, r, sum);
-      OK(MPI_Comm_free(&made[m]));
+      OK(MPI_Allreduce(&me, &sum, 1, MPI_INT, MPI_SUM, made));
+      CHECK(sum == size * (size - 1) / 2, "thread %d round %d: sum %d", k, r, sum);
+      OK(MPI_Comm_free(&made));
     }
   }
   OK(MPI_Group_free(&all));
