@@ -3,9 +3,11 @@
 //! from the twin's only in scalar counts and sizes (`MPI_Count` or `MPI_Aint` where
 //! the twin has `int`, or `MPI_Count` where it has `MPI_Aint`) and in single values
 //! written back through a pointer, a `PMPI_X_c` that narrows each such argument and
-//! calls `PMPI_X`. Those with arrays of counts (`MPI_Allgatherv_c`'s `recvcounts`,
-//! ...) are written by hand (`src/large_arrays.rs`), as their arrays' lengths depend
-//! on the call.
+//! calls `PMPI_X`; a count followed by its datatype (outside reductions,
+//! accumulates and type constructors) is widened instead: beyond `int`, one element
+//! of a type of that many (`large_count::widen`). Those with arrays of counts
+//! (`MPI_Allgatherv_c`'s `recvcounts`, ...) are written by hand
+//! (`src/large_arrays.rs`), as their arrays' lengths depend on the call.
 
 use crate::rust::{object, rust_name, rust_type};
 use crate::spec::{Function, Item, Param};
@@ -100,10 +102,26 @@ pub fn wrappers(
         let mut before = String::new();
         let mut after = String::new();
         let mut args = Vec::new();
-        for (p, how) in c.params.iter().zip(&passes) {
+        // Counts of elements of a datatype may be widened (see the module's
+        // description): not where an operation combines basic elements.
+        let typed = !name.starts_with("MPI_Type_") && !c.params.iter().any(|p| p.base == "MPI_Op");
+        for (i, (p, how)) in c.params.iter().zip(&passes).enumerate() {
             let n = rust_name(&p.name);
+            let its_type = c
+                .params
+                .get(i + 1)
+                .filter(|t| typed && t.base == "MPI_Datatype" && t.pointers == 0);
             match how {
                 Pass::Same => args.push(n),
+                Pass::Narrow if its_type.is_some() => {
+                    let t = rust_name(&its_type.expect("checked").name);
+                    let _ = writeln!(
+                        before,
+                        "    let ({n}, {t}, _{n}_whole) = match widen(\"{name}\", \"{n}\", {n} as i64, {t}, {object}) {{\n        \
+                         Ok(v) => v,\n        Err(code) => return code,\n    }};"
+                    );
+                    args.push(n);
+                }
                 Pass::Narrow => {
                     let _ = writeln!(
                         before,
@@ -149,7 +167,8 @@ pub fn wrappers(
         let _ = writeln!(
             out,
             "#[no_mangle]\npub unsafe extern \"C\" fn P{name}({}) -> c_int {{\n{before}    \
-             // SAFETY: the binding's contract, passed on with its counts narrowed.\n{body}}}",
+             // SAFETY: the binding's contract, passed on with its counts narrowed (or\n    \
+             // widened into a type of as many elements).\n{body}}}",
             params.join(", "),
         );
         added.insert(name.to_string(), "crate::large_count".to_string());

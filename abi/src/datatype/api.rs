@@ -91,6 +91,24 @@ impl Mpi {
     }
 }
 
+impl Mpi {
+    /// A committed type of `count` elements of committed type `old`, one after
+    /// another: one element of it stands for them in a call whose count does not fit
+    /// an `int` ([`crate::large_count::widen`]). Its envelope, never shown to the
+    /// program, is a contiguous one without its count.
+    pub fn whole_of(&mut self, count: usize, old: Handle) -> Result<Handle> {
+        let o = self.dtype(old)?.clone();
+        let mut l = Layout::new();
+        l.push(0, &o, count);
+        let envelope = env(MPI_COMBINER_CONTIGUOUS, vec![], vec![], vec![old]);
+        let made_of = self.made_of(&envelope)?;
+        let mut t = l.finish(false, envelope)?;
+        t.made_of = made_of;
+        t.committed = true;
+        self.types.insert(t)
+    }
+}
+
 fn env(combiner: c_int, ints: Vec<c_int>, addresses: Vec<Aint>, types: Vec<Handle>) -> Envelope {
     Envelope {
         combiner,
@@ -414,6 +432,15 @@ pub unsafe extern "C" fn PMPI_Type_free(datatype: *mut Handle) -> c_int {
     })
 }
 
+/// The bytes `incount` elements of `datatype` pack into.
+fn pack_size(mpi: &Mpi, incount: Count, datatype: Handle) -> Result<usize> {
+    let n = usize::try_from(incount)
+        .map_err(|_| Error::new(MPI_ERR_COUNT, format!("count {incount} is negative")))?;
+    mpi.dtype_any(datatype)?
+        .bytes(n)
+        .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Pack_size(
     incount: c_int,
@@ -422,23 +449,30 @@ pub unsafe extern "C" fn PMPI_Pack_size(
     size: *mut c_int,
 ) -> c_int {
     call("MPI_Pack_size", Object::None, |mpi| {
-        let n = check_count(incount)?;
-        let s = mpi
-            .dtype_any(datatype)?
-            .bytes(n)
-            .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
-        // SAFETY: null or writable.
-        unsafe {
-            put(
-                size,
-                c_int::try_from(s).map_err(|_| {
-                    Error::new(
-                        MPI_ERR_VALUE_TOO_LARGE,
-                        "the size exceeds an int: use MPI_Pack_size_c",
-                    )
-                })?,
+        let s = pack_size(mpi, Count::from(incount), datatype)?;
+        let s = c_int::try_from(s).map_err(|_| {
+            Error::new(
+                MPI_ERR_VALUE_TOO_LARGE,
+                "the size exceeds an int: use MPI_Pack_size_c",
             )
-        };
+        })?;
+        // SAFETY: null or writable.
+        unsafe { put(size, s) };
+        Ok(())
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Pack_size_c(
+    incount: Count,
+    datatype: Handle,
+    _comm: Handle,
+    size: *mut Count,
+) -> c_int {
+    call("MPI_Pack_size_c", Object::None, |mpi| {
+        let s = pack_size(mpi, incount, datatype)?;
+        // SAFETY: null or writable.
+        unsafe { put(size, s as Count) };
         Ok(())
     })
 }

@@ -70,6 +70,15 @@ impl<'a> Layout<'a> {
                 None => (lb, ub),
                 Some((l, u)) => (l.min(lb), u.max(ub)),
             });
+            // Copies of a type without gaps (its one run as long as its extent) touch
+            // one another: one run for all of them, however many.
+            if let [(off, len)] = ty.blocks[..] {
+                if len as isize == extent {
+                    let all = len.checked_mul(count).ok_or_else(too_big)?;
+                    push_run(&mut blocks, disp + off, all);
+                    continue;
+                }
+            }
             if blocks
                 .len()
                 .saturating_add(count.saturating_mul(ty.blocks.len()))

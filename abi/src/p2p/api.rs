@@ -333,55 +333,52 @@ pub unsafe extern "C" fn PMPI_Sendrecv_replace(
     })
 }
 
-/// `count` elements of `ty` in `bytes`, or `MPI_UNDEFINED`.
-fn count_of(bytes: u64, size: usize) -> c_int {
+/// Whole elements of a type of `size` bytes in `bytes`, if they are whole.
+fn count_of(bytes: u64, size: usize) -> Option<u64> {
     match size {
-        0 if bytes == 0 => 0,
-        0 => MPI_UNDEFINED,
-        s if bytes % s as u64 == 0 => c_int::try_from(bytes / s as u64).unwrap_or(MPI_UNDEFINED),
-        _ => MPI_UNDEFINED,
+        0 if bytes == 0 => Some(0),
+        0 => None,
+        s if bytes % s as u64 == 0 => Some(bytes / s as u64),
+        _ => None,
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Get_count(
-    status: *const Status,
-    datatype: Handle,
-    count: *mut c_int,
-) -> c_int {
-    call("MPI_Get_count", Object::None, |mpi| {
-        non_null(status, MPI_ERR_ARG, "status")?;
-        non_null(count, MPI_ERR_ARG, "count")?;
-        let size = mpi.dtype_any(datatype)?.size;
-        // SAFETY: checked not null; the binding's contract.
-        unsafe { count.write(count_of((*status).bytes(), size)) };
-        Ok(())
-    })
+/// A binding `$name` that counts, in a status, the elements of a datatype
+/// (`MPI_Get_count`, `MPI_Get_elements`: `$count` given the type and the bytes),
+/// writing a `$ty` (an `int`, or an `MPI_Count` for the `_c` forms): `MPI_UNDEFINED`
+/// where they are not whole or do not fit.
+macro_rules! count_binding {
+    ($name:ident, $ty:ty, |$t:ident, $bytes:ident| $count:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            status: *const Status,
+            datatype: Handle,
+            count: *mut $ty,
+        ) -> c_int {
+            call(&stringify!($name)[1..], Object::None, |mpi| {
+                non_null(status, MPI_ERR_ARG, "status")?;
+                non_null(count, MPI_ERR_ARG, "count")?;
+                let $t = mpi.dtype_any(datatype)?;
+                // SAFETY: checked not null; the binding's contract.
+                let $bytes = unsafe { (*status).bytes() };
+                let n: Option<u64> = $count;
+                let n = n.and_then(|n| <$ty>::try_from(n).ok());
+                // SAFETY: checked not null; the binding's contract.
+                unsafe { count.write(n.unwrap_or(MPI_UNDEFINED as $ty)) };
+                Ok(())
+            })
+        }
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Get_elements(
-    status: *const Status,
-    datatype: Handle,
-    count: *mut c_int,
-) -> c_int {
-    call("MPI_Get_elements", Object::None, |mpi| {
-        non_null(status, MPI_ERR_ARG, "status")?;
-        non_null(count, MPI_ERR_ARG, "count")?;
-        let t = mpi.dtype_any(datatype)?;
-        // SAFETY: checked not null.
-        let bytes = unsafe { (*status).bytes() };
-        let n = crate::datatype::api::elements_in(t, bytes);
-        // SAFETY: checked not null.
-        unsafe {
-            count.write(
-                n.and_then(|n| c_int::try_from(n).ok())
-                    .unwrap_or(MPI_UNDEFINED),
-            )
-        };
-        Ok(())
-    })
-}
+count_binding!(PMPI_Get_count, c_int, |t, bytes| count_of(bytes, t.size));
+count_binding!(PMPI_Get_count_c, Count, |t, bytes| count_of(bytes, t.size));
+count_binding!(PMPI_Get_elements, c_int, |t, bytes| {
+    crate::datatype::api::elements_in(t, bytes)
+});
+count_binding!(PMPI_Get_elements_c, Count, |t, bytes| {
+    crate::datatype::api::elements_in(t, bytes)
+});
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Cancel(request: *mut Handle) -> c_int {
@@ -432,13 +429,13 @@ pub unsafe extern "C" fn PMPI_Test_cancelled(status: *const Status, flag: *mut c
 #[cfg(test)]
 mod tests {
     use super::count_of;
-    use crate::ffi::MPI_UNDEFINED;
 
     #[test]
     fn counts_of_bytes() {
-        assert_eq!(count_of(12, 4), 3);
-        assert_eq!(count_of(13, 4), MPI_UNDEFINED);
-        assert_eq!(count_of(0, 0), 0);
-        assert_eq!(count_of(1, 0), MPI_UNDEFINED);
+        assert_eq!(count_of(12, 4), Some(3));
+        assert_eq!(count_of(13, 4), None);
+        assert_eq!(count_of(0, 0), Some(0));
+        assert_eq!(count_of(1, 0), None);
+        assert_eq!(count_of(3 << 31, 1), Some(3 << 31));
     }
 }

@@ -46,20 +46,29 @@ fn bytes_of(ty: &crate::datatype::Datatype, count: Count) -> Result<u64> {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Status_set_elements_x(
-    status: *mut Status,
-    datatype: Handle,
-    count: Count,
-) -> c_int {
-    // SAFETY: the binding's contract.
-    unsafe {
-        on_status("MPI_Status_set_elements_x", status, |s, mpi| {
-            s.set_bytes(bytes_of(mpi.dtype_any(datatype)?, count)?);
-            Ok(())
-        })
-    }
+/// `MPI_Status_set_elements_x` and `_c` (`$name`): `count` (an `MPI_Count`) basic
+/// elements.
+macro_rules! set_elements {
+    ($name:ident) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            status: *mut Status,
+            datatype: Handle,
+            count: Count,
+        ) -> c_int {
+            // SAFETY: the binding's contract.
+            unsafe {
+                on_status(&stringify!($name)[1..], status, |s, mpi| {
+                    s.set_bytes(bytes_of(mpi.dtype_any(datatype)?, count)?);
+                    Ok(())
+                })
+            }
+        }
+    };
 }
+
+set_elements!(PMPI_Status_set_elements_x);
+set_elements!(PMPI_Status_set_elements_c);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Status_set_elements(
@@ -131,5 +140,5 @@ pub unsafe extern "C" fn PMPI_Get_elements_x(
     count: *mut Count,
 ) -> c_int {
     // SAFETY: the binding's contract, which is the `_c` form's.
-    unsafe { crate::large_count::PMPI_Get_elements_c(status, datatype, count) }
+    unsafe { crate::p2p::api::PMPI_Get_elements_c(status, datatype, count) }
 }

@@ -13,7 +13,10 @@
 //! * `coll`: every collective, blocking and nonblocking, against results computed
 //!   locally, at 1 to 8 ranks.
 //! * `large`: the large-count (`_c`) bindings that their `int` twins serve, those
-//!   with arrays of counts too, and a count beyond `int` refused, at 1 to 3 ranks.
+//!   with arrays of counts too, and a count beyond `int` in a reduction refused, at
+//!   1 to 3 ranks.
+//! * `bigcount`: counts beyond `int` (2^31 + 7 bytes) sent, received and broadcast,
+//!   blocking and nonblocking, and counted back, at 1 and 2 ranks (2 GiB per rank).
 //! * `neighbor`: the neighbourhood collectives, blocking and nonblocking, on a
 //!   Cartesian grid (edges, and a neighbour on both sides), on distributed graphs
 //!   made from each rank's edges and from parts of the graph (repeated edges, a rank
@@ -245,6 +248,12 @@ fn grequest() {
 #[test]
 fn large_count() {
     passes("large", &[1, 2, 3]);
+}
+
+/// Counts beyond `int` in the large-count forms: moved and counted back.
+#[test]
+fn big_count() {
+    passes("bigcount", &[1, 2]);
 }
 
 #[test]
