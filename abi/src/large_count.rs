@@ -3,9 +3,12 @@
 //! the twin's `int` and calls it, and widens what the twin writes back. A count of
 //! a datatype's elements beyond `int` (2,147,483,647) becomes one element of a type
 //! made of that many ([`widen`]: as BigMPI does), except in reductions and
-//! accumulates (whose operations take basic types) and in the type constructors;
-//! any other count or size beyond `int` is refused with `MPI_ERR_COUNT` through the
-//! error handler of the binding's object. The twin's own errors name the twin.
+//! accumulates (whose operations take basic types) and in the type constructors.
+//! The blocking reductions (`MPI_Reduce_c`, `MPI_Allreduce_c`, `MPI_Scan_c`,
+//! `MPI_Exscan_c`, `MPI_Reduce_local_c`) reduce such a count in pieces, each an
+//! `int` count ([`in_pieces`]: every element is reduced on its own). Any other
+//! count or size beyond `int` is refused with `MPI_ERR_COUNT` through the error
+//! handler of the binding's object. The twin's own errors name the twin.
 
 // The generated code casts every count alike, `MPI_Count` (already 64 bits) too.
 #![allow(clippy::unnecessary_cast)]
@@ -62,5 +65,91 @@ pub fn widen(
         Err(e) => Err(raise(name, object, e)),
     }
 }
+
+/// Elements of a reduction's piece ([`in_pieces`]).
+const PIECE: i64 = 1 << 30;
+
+/// Buffer `p` moved `by` bytes on, unless it is null or `MPI_IN_PLACE`.
+fn moved(p: *const c_void, by: isize) -> *const c_void {
+    match p.is_null() || crate::coll::build::in_place(p) {
+        true => p,
+        false => p.wrapping_byte_offset(by),
+    }
+}
+
+/// Blocking reduction `name` of `count` elements of `datatype` (its errors raised
+/// through `object`'s handler) made by `twin`, its `int` form, given its two
+/// buffers and a count: at once when the count fits an `int`, else in pieces of
+/// [`PIECE`] elements, the buffers moved along (every member cuts alike: they
+/// give the same count). Its code.
+fn in_pieces(
+    (name, object): (&str, Object),
+    count: Count,
+    datatype: Handle,
+    (a, b): (*const c_void, *mut c_void),
+    mut twin: impl FnMut(*const c_void, *mut c_void, c_int) -> c_int,
+) -> c_int {
+    if let Ok(c) = c_int::try_from(count) {
+        return twin(a, b, c);
+    }
+    if count < 0 {
+        let e = Error::new(MPI_ERR_COUNT, format!("count is {count}: it is negative"));
+        return raise(name, object, e);
+    }
+    let extent = match global::with(|mpi| Ok(mpi.dtype(datatype)?.extent())) {
+        Ok(e) => e,
+        Err(e) => return raise(name, object, e),
+    };
+    let mut done = 0;
+    while done < count {
+        let n = (count - done).min(PIECE);
+        let by = done as isize * extent;
+        let code = twin(moved(a, by), moved(b, by).cast_mut(), n as c_int);
+        if code != MPI_SUCCESS {
+            return code;
+        }
+        done += n;
+    }
+    MPI_SUCCESS
+}
+
+/// A blocking reduction's large-count binding `$name` (`$sendbuf`, `$recvbuf`,
+/// count, datatype, op, then `$rest`) served by `$twin` in pieces ([`in_pieces`]).
+macro_rules! reduction_in_pieces {
+    ($name:ident, $twin:path, $sendbuf:ident, $recvbuf:ident, $object:expr, ($($rest:ident: $ty:ty),*)) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            $sendbuf: *const c_void,
+            $recvbuf: *mut c_void,
+            count: Count,
+            datatype: Handle,
+            op: Handle,
+            $($rest: $ty),*
+        ) -> c_int {
+            let at = (&stringify!($name)[1..], $object);
+            in_pieces(at, count, datatype, ($sendbuf, $recvbuf), |a, b, n| {
+                // SAFETY: the binding's contract: each piece lies in the buffers.
+                unsafe { $twin(a, b, n, datatype, op, $($rest),*) }
+            })
+        }
+    };
+}
+
+reduction_in_pieces!(PMPI_Allreduce_c, crate::coll::api::PMPI_Allreduce, sendbuf, recvbuf,
+    Object::Comm(comm), (comm: Handle));
+reduction_in_pieces!(PMPI_Reduce_c, crate::coll::api::PMPI_Reduce, sendbuf, recvbuf,
+    Object::Comm(comm), (root: c_int, comm: Handle));
+reduction_in_pieces!(PMPI_Scan_c, crate::coll::api::PMPI_Scan, sendbuf, recvbuf,
+    Object::Comm(comm), (comm: Handle));
+reduction_in_pieces!(PMPI_Exscan_c, crate::coll::api::PMPI_Exscan, sendbuf, recvbuf,
+    Object::Comm(comm), (comm: Handle));
+reduction_in_pieces!(
+    PMPI_Reduce_local_c,
+    crate::op::api::PMPI_Reduce_local,
+    inbuf,
+    inoutbuf,
+    Object::None,
+    ()
+);
 
 include!(concat!(env!("OUT_DIR"), "/large_count.rs"));

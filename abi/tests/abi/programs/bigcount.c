@@ -3,7 +3,8 @@
  * MPI_Status_set_elements_c, MPI_Get_count_c and MPI_Get_elements_c of 2^31 + 7
  * bytes (MPI_Get_count then MPI_UNDEFINED); between two ranks, 2^31 + 7 bytes each
  * way by MPI_Send_c / MPI_Recv_c, MPI_Isend_c / MPI_Irecv_c and MPI_Bcast_c /
- * MPI_Ibcast_c, sampled bytes checked and the receive's count read back. */
+ * MPI_Ibcast_c, and reduced by MPI_Allreduce_c (in pieces), sampled bytes checked
+ * and the receive's count read back. */
 #include "check.h"
 #include <stdint.h>
 #include <stdlib.h>
@@ -93,6 +94,13 @@ static void between_two(MPI_Comm pair, int me) {
   OK(MPI_Ibcast_c(b, N, MPI_BYTE, 1, pair, &r));
   OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
   check_bytes(b, 4, "MPI_Ibcast_c");
+  /* Reduced in pieces: rank 1's bytes XOR rank 0's zeros. */
+  if (me == 0)
+    memset(b, 0, (size_t)N);
+  else
+    fill(b, 5);
+  OK(MPI_Allreduce_c(MPI_IN_PLACE, b, N, MPI_BYTE, MPI_BXOR, pair));
+  check_bytes(b, 5, "MPI_Allreduce_c");
   free(b);
 }
 

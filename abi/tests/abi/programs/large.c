@@ -10,8 +10,8 @@
  * rooted ones with the arrays that are not significant left NULL), a neighbourhood
  * one on a ring, and the type constructors, each against its int twin (with
  * MPI_Type_get_envelope_c and MPI_Type_get_contents_c). A count beyond int in a
- * reduction, or negative, is refused with MPI_ERR_COUNT, naming the limit, or the
- * array entry. */
+ * nonblocking reduction, or negative, is refused with MPI_ERR_COUNT, naming the
+ * limit, or the array entry. */
 #include "check.h"
 
 static void test_p2p(void) {
@@ -35,12 +35,13 @@ static void test_p2p(void) {
     OK(MPI_Get_elements_c(&st, MPI_INT, &count));
     CHECK(count == 3 && in[2] == 2, "MPI_Get_elements_c: %lld", (long long)count);
   }
-  /* Beyond int in a reduction (whose operation takes basic elements): refused,
-   * naming the limit; a negative count below int too (bigcount.c moves counts
-   * beyond int). */
+  /* Beyond int in a nonblocking reduction (whose operation takes basic elements):
+   * refused, naming the limit; a negative count below int too (bigcount.c moves
+   * and reduces counts beyond int). */
   errors_return(MPI_COMM_WORLD, 1);
-  EXPECT_ERR(MPI_Allreduce_c(MPI_IN_PLACE, out, (MPI_Count)1 << 31, MPI_INT, MPI_SUM,
-                             MPI_COMM_WORLD),
+  MPI_Request never;
+  EXPECT_ERR(MPI_Iallreduce_c(MPI_IN_PLACE, out, (MPI_Count)1 << 31, MPI_INT, MPI_SUM,
+                              MPI_COMM_WORLD, &never),
              MPI_ERR_COUNT, "2,147,483,647");
   EXPECT_ERR(MPI_Send_c(out, -((MPI_Count)1 << 32), MPI_INT, right, 6, MPI_COMM_WORLD),
              MPI_ERR_COUNT, "negative");
