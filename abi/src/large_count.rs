@@ -6,7 +6,7 @@
 //! accumulates (whose operations take basic types) and in the type constructors.
 //! The blocking reductions (`MPI_Reduce_c`, `MPI_Allreduce_c`, `MPI_Scan_c`,
 //! `MPI_Exscan_c`, `MPI_Reduce_local_c`) reduce such a count in pieces, each an
-//! `int` count ([`in_pieces`]: every element is reduced on its own). Any other
+//! `int` count (`in_pieces`: every element is reduced on its own). Any other
 //! count or size beyond `int` is refused with `MPI_ERR_COUNT` through the error
 //! handler of the binding's object. The twin's own errors name the twin.
 

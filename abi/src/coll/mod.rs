@@ -262,7 +262,7 @@ pub(crate) fn allgatherv_here<T: Basic>(
 }
 
 impl Mpi {
-    /// [`allgather_here`], keeping other threads out.
+    /// `allgather_here`, keeping other threads out.
     pub fn allgather_of<T: Basic>(&mut self, comm: Handle, mine: &[T]) -> Result<Vec<T>> {
         allgather_here(self, comm, mine)
     }
