@@ -269,12 +269,24 @@ impl Mpi {
 
     /// Broadcast `v` from `root` over `comm`, run here.
     pub fn bcast_here<T: Basic>(&mut self, v: &mut [T], root: c_int, comm: Handle) -> Result<()> {
-        // SAFETY: `v` lives until the broadcast, run here, ends.
-        let s = unsafe {
-            self.build_bcast(v.as_mut_ptr().cast(), v.len() as c_int, T::TYPE, root, comm)
-        }?;
-        self.run(s)
+        bcast_in(self, v, root, comm)
     }
+}
+
+/// Broadcast `v` from `root` over `comm`, run in `inside`.
+pub(crate) fn bcast_in<T: Basic>(
+    inside: &mut impl Inside,
+    v: &mut [T],
+    root: c_int,
+    comm: Handle,
+) -> Result<()> {
+    // SAFETY: `v` lives until the broadcast, run here, ends.
+    let s = unsafe {
+        inside
+            .state()
+            .build_bcast(v.as_mut_ptr().cast(), v.len() as c_int, T::TYPE, root, comm)
+    }?;
+    run_here(inside, s)
 }
 
 /// Advance every nonblocking collective in flight, and those freed by their

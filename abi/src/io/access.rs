@@ -3,11 +3,11 @@
 //! individual file pointer, rank order at the shared one).
 
 use super::data::{Buffer, Start};
-use crate::entry::call;
+use crate::coll::Inside;
+use crate::entry::call_held;
 use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
 use crate::request::Request;
-use crate::state::Mpi;
 
 /// Where an access goes: at an offset or the individual file pointer, at the
 /// shared one, or in rank order.
@@ -24,7 +24,7 @@ enum Place {
 ///
 /// `buf` holds its elements (readable to write, writable to read).
 unsafe fn access(
-    mpi: &mut Mpi,
+    inside: &mut impl Inside,
     fh: Handle,
     place: Place,
     buf: Buffer,
@@ -33,9 +33,9 @@ unsafe fn access(
     // SAFETY: the caller's contract.
     unsafe {
         match place {
-            Place::Start(s) => mpi.file_access(fh, s, buf, write),
-            Place::Shared => mpi.file_shared(fh, buf, write),
-            Place::Ordered => mpi.file_ordered(fh, buf, write),
+            Place::Start(s) => inside.state().file_access(fh, s, buf, write),
+            Place::Shared => inside.state().file_shared(fh, buf, write),
+            Place::Ordered => super::shared::file_ordered(inside, fh, buf, write),
         }
     }
 }
@@ -53,7 +53,7 @@ unsafe fn blocking(
     write: bool,
     status: *mut Status,
 ) -> c_int {
-    call(name, Object::File(fh), |mpi| {
+    call_held(name, Object::File(fh), |mpi| {
         // SAFETY: the caller's contract.
         let s = unsafe { access(mpi, fh, place, buf, write) }?;
         // SAFETY: the caller's contract.
@@ -76,7 +76,7 @@ unsafe fn nonblocking(
     write: bool,
     request: *mut Handle,
 ) -> c_int {
-    call(name, Object::File(fh), |mpi| {
+    call_held(name, Object::File(fh), |mpi| {
         non_null(request, MPI_ERR_ARG, "request")?;
         // SAFETY: the caller's contract.
         let s = unsafe { access(mpi, fh, place, buf, write) }?;
@@ -92,7 +92,7 @@ unsafe fn nonblocking(
 ///
 /// As [`access`].
 unsafe fn begin(name: &str, fh: Handle, place: Place, buf: Buffer, write: bool) -> c_int {
-    call(name, Object::File(fh), |mpi| {
+    call_held(name, Object::File(fh), |mpi| {
         if mpi.file(fh)?.split.is_some() {
             return Err(Error::new(
                 MPI_ERR_OTHER,
@@ -116,7 +116,7 @@ unsafe fn begin(name: &str, fh: Handle, place: Place, buf: Buffer, write: bool) 
 ///
 /// `status` is null or writable.
 unsafe fn end(name: &str, fh: Handle, status: *mut Status) -> c_int {
-    call(name, Object::File(fh), |mpi| {
+    call_held(name, Object::File(fh), |mpi| {
         let Some((s, e)) = mpi.file_mut(fh)?.split.take() else {
             return Err(Error::new(
                 MPI_ERR_OTHER,

@@ -1,12 +1,13 @@
 //! The bindings of MPI-IO but the accesses ([`super::access`]): opening and
 //! closing, the file as a whole, views, pointers and error handlers.
 
+use super::shared::set_shared;
+use crate::coll::{allgather_here, Inside};
 use crate::comm::api::read_str;
-use crate::entry::{call, query_binding};
+use crate::entry::{call, call_held, query_binding};
 use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::handles::Kind;
-use crate::state::Mpi;
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_open(
@@ -16,12 +17,12 @@ pub unsafe extern "C" fn PMPI_File_open(
     info: Handle,
     fh: *mut Handle,
 ) -> c_int {
-    call("MPI_File_open", Object::File(MPI_FILE_NULL), |mpi| {
+    call_held("MPI_File_open", Object::File(MPI_FILE_NULL), |mpi| {
         non_null(fh, MPI_ERR_ARG, "fh")?;
         // SAFETY: the binding's contract.
         let path = unsafe { read_str(filename) }?;
         let hints = mpi.info(info)?;
-        let h = mpi.file_open(comm, path.into(), amode, hints)?;
+        let h = super::file_open(mpi, comm, path.into(), amode, hints)?;
         // SAFETY: checked not null.
         unsafe { fh.write(h) };
         Ok(())
@@ -32,8 +33,8 @@ pub unsafe extern "C" fn PMPI_File_open(
 pub unsafe extern "C" fn PMPI_File_close(fh: *mut Handle) -> c_int {
     // SAFETY: null or readable, the binding's contract.
     let h = unsafe { read_arg(fh, MPI_ERR_FILE, "file") }.unwrap_or(MPI_FILE_NULL);
-    call("MPI_File_close", Object::File(h), |mpi| {
-        mpi.file_close(h)?;
+    call_held("MPI_File_close", Object::File(h), |mpi| {
+        super::file_close(mpi, h)?;
         // SAFETY: read above, so not null.
         unsafe { fh.write(MPI_FILE_NULL) };
         Ok(())
@@ -51,9 +52,9 @@ pub unsafe extern "C" fn PMPI_File_delete(filename: *const c_char, _info: Handle
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_size(fh: Handle, size: Count) -> c_int {
-    call("MPI_File_set_size", Object::File(fh), |mpi| {
+    call_held("MPI_File_set_size", Object::File(fh), |mpi| {
         let size = non_negative(size, "size")?;
-        mpi.file_change(fh, |f| {
+        super::file_change(mpi, fh, |f| {
             f.fd.set_len(size)
                 .map_err(|e| super::io_error("setting the file's size", e))
         })
@@ -62,9 +63,9 @@ pub unsafe extern "C" fn PMPI_File_set_size(fh: Handle, size: Count) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_preallocate(fh: Handle, size: Count) -> c_int {
-    call("MPI_File_preallocate", Object::File(fh), |mpi| {
+    call_held("MPI_File_preallocate", Object::File(fh), |mpi| {
         let size = non_negative(size, "size")?;
-        mpi.file_change(fh, |f| {
+        super::file_change(mpi, fh, |f| {
             if f.size()? >= size {
                 return Ok(());
             }
@@ -76,12 +77,12 @@ pub unsafe extern "C" fn PMPI_File_preallocate(fh: Handle, size: Count) -> c_int
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_sync(fh: Handle) -> c_int {
-    call("MPI_File_sync", Object::File(fh), |mpi| {
+    call_held("MPI_File_sync", Object::File(fh), |mpi| {
         let f = mpi.file(fh)?;
         f.fd.sync_all()
             .map_err(|e| super::io_error("syncing the file", e))?;
         let comm = f.comm;
-        mpi.barrier_over(comm)
+        super::barrier_over(mpi, comm)
     })
 }
 
@@ -137,7 +138,7 @@ pub unsafe extern "C" fn PMPI_File_set_info(fh: Handle, info: Handle) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_atomicity(fh: Handle, flag: c_int) -> c_int {
-    call("MPI_File_set_atomicity", Object::File(fh), |mpi| {
+    call_held("MPI_File_set_atomicity", Object::File(fh), |mpi| {
         let comm = mpi.file(fh)?.comm;
         same_on_every_member(mpi, comm, u64::from(flag != 0), "the atomicity")?;
         mpi.file_mut(fh)?.atomic = flag != 0;
@@ -154,7 +155,7 @@ pub unsafe extern "C" fn PMPI_File_set_view(
     datarep: *const c_char,
     _info: Handle,
 ) -> c_int {
-    call("MPI_File_set_view", Object::File(fh), |mpi| {
+    call_held("MPI_File_set_view", Object::File(fh), |mpi| {
         // SAFETY: the binding's contract.
         let rep = unsafe { read_str(datarep) }?;
         if !rep.eq_ignore_ascii_case("native") {
@@ -180,7 +181,7 @@ pub unsafe extern "C" fn PMPI_File_set_view(
             filetype: (filetype, t),
         };
         f.pointer = 0;
-        mpi.set_shared(fh, |_| Ok(0))
+        set_shared(mpi, fh, |_| Ok(0))
     })
 }
 
@@ -256,11 +257,11 @@ pub unsafe extern "C" fn PMPI_File_seek(fh: Handle, offset: Count, whence: c_int
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_seek_shared(fh: Handle, offset: Count, whence: c_int) -> c_int {
-    call("MPI_File_seek_shared", Object::File(fh), |mpi| {
+    call_held("MPI_File_seek_shared", Object::File(fh), |mpi| {
         let comm = mpi.file(fh)?.comm;
         same_on_every_member(mpi, comm, offset as u64, "the offset")?;
         same_on_every_member(mpi, comm, whence as u64, "whence")?;
-        mpi.set_shared(fh, |mpi| mpi.seek_target(fh, offset, whence, true))
+        set_shared(mpi, fh, |mpi| mpi.seek_target(fh, offset, whence, true))
     })
 }
 
@@ -304,8 +305,13 @@ fn non_negative(v: Count, what: &str) -> Result<u64> {
 
 /// Check that every member of `comm` passed the same `value` (`what`), as a
 /// collective call requires: `MPI_ERR_NOT_SAME` on every member when one differs.
-fn same_on_every_member(mpi: &mut Mpi, comm: Handle, value: u64, what: &str) -> Result<()> {
-    let all = mpi.allgather_of(comm, &[value])?;
+fn same_on_every_member(
+    inside: &mut impl Inside,
+    comm: Handle,
+    value: u64,
+    what: &str,
+) -> Result<()> {
+    let all = allgather_here(inside, comm, &[value])?;
     if all.iter().any(|v| *v != value) {
         return Err(Error::new(
             MPI_ERR_NOT_SAME,

@@ -19,6 +19,7 @@ pub mod data;
 pub mod shared;
 pub mod view;
 
+use crate::coll::{allgather_here, bcast_in, run_here, Inside};
 use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::state::{Info, Mpi};
@@ -132,142 +133,145 @@ impl Mpi {
     pub fn file_mut(&mut self, h: Handle) -> Result<&mut File> {
         self.files.get_mut(h).ok_or_else(|| bad_file(h))
     }
+}
 
-    /// A barrier over intracommunicator `comm`.
-    pub fn barrier_over(&mut self, comm: Handle) -> Result<()> {
-        let s = self.build_barrier(comm)?;
-        self.run(s)
-    }
+/// A barrier over intracommunicator `comm`, run in `inside` (from a binding, other
+/// threads' calls come in while it waits; so in every collective call below).
+pub fn barrier_over(inside: &mut impl Inside, comm: Handle) -> Result<()> {
+    let s = inside.state().build_barrier(comm)?;
+    run_here(inside, s)
+}
 
-    /// The class of the first member's outcome (`MPI_SUCCESS`), told by it to every
-    /// member of `comm`: its error there, an error of that class elsewhere.
-    pub(super) fn first_members_outcome(
-        &mut self,
-        comm: Handle,
-        mine: Option<Result<()>>,
-    ) -> Result<()> {
-        let mut class = [match &mine {
-            Some(Err(e)) => e.class,
-            _ => MPI_SUCCESS,
-        }];
-        self.bcast_here(&mut class, 0, comm)?;
-        match (mine, class[0]) {
-            (Some(outcome), _) => outcome,
-            (None, MPI_SUCCESS) => Ok(()),
-            (None, class) => Err(Error::new(
-                class,
-                "the file's first member failed (its error says why)",
-            )),
-        }
+/// The class of the first member's outcome (`MPI_SUCCESS`), told by it to every
+/// member of `comm`: its error there, an error of that class elsewhere.
+pub(super) fn first_members_outcome(
+    inside: &mut impl Inside,
+    comm: Handle,
+    mine: Option<Result<()>>,
+) -> Result<()> {
+    let mut class = [match &mine {
+        Some(Err(e)) => e.class,
+        _ => MPI_SUCCESS,
+    }];
+    bcast_in(inside, &mut class, 0, comm)?;
+    match (mine, class[0]) {
+        (Some(outcome), _) => outcome,
+        (None, MPI_SUCCESS) => Ok(()),
+        (None, class) => Err(Error::new(
+            class,
+            "the file's first member failed (its error says why)",
+        )),
     }
+}
 
-    /// `MPI_File_open`, collective over `comm`: the first member opens (and
-    /// creates) the file, then the others open it; any member's failure is every
-    /// member's.
-    pub fn file_open(
-        &mut self,
-        comm: Handle,
-        path: PathBuf,
-        amode: c_int,
-        info: Info,
-    ) -> Result<Handle> {
-        if self.comm(comm)?.remote.is_some() {
-            return Err(Error::new(
-                MPI_ERR_COMM,
-                "files are opened on intracommunicators",
-            ));
-        }
-        check_amode(amode)?;
-        if path.as_os_str().is_empty() {
-            return Err(Error::new(MPI_ERR_BAD_FILE, "the file name is empty"));
-        }
-        let first = self.comm(comm)?.rank == 0;
-        let mut fd = None;
-        let mine = first.then(|| open_file(&path, amode, true).map(|f| fd = Some(f)));
-        self.first_members_outcome(comm, mine)?;
-        let opened = match fd {
-            Some(f) => Ok(f),
-            None => open_file(&path, amode, false),
-        };
-        let failed = self.allgather_of(
-            comm,
-            &[opened.as_ref().map_or_else(|e| e.class as u64, |_| 0)],
-        )?;
-        let fd = opened?;
-        if let Some(&class) = failed.iter().find(|c| **c != 0) {
-            return Err(Error::new(
-                class as c_int,
-                "another member could not open the file (its error says why)",
-            ));
-        }
-        let dup = crate::comm::create::dup(self, comm)?;
-        let end = match amode & MPI_MODE_APPEND {
-            0 => 0,
-            _ => fd
-                .metadata()
-                .map_err(|e| io_error("reading the file's size", e))?
-                .len(),
-        };
-        let shared = self.open_shared(dup, &path, end)?;
-        let byte = self.dtype(MPI_BYTE)?.clone();
-        let f = File {
-            fd,
-            path,
-            comm: dup,
-            amode,
-            view: View {
-                disp: 0,
-                etype: (MPI_BYTE, byte.clone()),
-                filetype: (MPI_BYTE, byte),
-            },
-            pointer: end,
-            shared,
-            atomic: false,
-            errhandler: self.file_null_errhandler,
-            info,
-            split: None,
-        };
-        self.files.insert(f)
+/// `MPI_File_open`, collective over `comm`: the first member opens (and creates)
+/// the file, then the others open it; any member's failure is every member's.
+pub fn file_open(
+    inside: &mut impl Inside,
+    comm: Handle,
+    path: PathBuf,
+    amode: c_int,
+    info: Info,
+) -> Result<Handle> {
+    if inside.state().comm(comm)?.remote.is_some() {
+        return Err(Error::new(
+            MPI_ERR_COMM,
+            "files are opened on intracommunicators",
+        ));
     }
+    check_amode(amode)?;
+    if path.as_os_str().is_empty() {
+        return Err(Error::new(MPI_ERR_BAD_FILE, "the file name is empty"));
+    }
+    let first = inside.state().comm(comm)?.rank == 0;
+    let mut fd = None;
+    let mine = first.then(|| open_file(&path, amode, true).map(|f| fd = Some(f)));
+    first_members_outcome(inside, comm, mine)?;
+    let opened = match fd {
+        Some(f) => Ok(f),
+        None => open_file(&path, amode, false),
+    };
+    let failed = allgather_here(
+        inside,
+        comm,
+        &[opened.as_ref().map_or_else(|e| e.class as u64, |_| 0)],
+    )?;
+    let fd = opened?;
+    if let Some(&class) = failed.iter().find(|c| **c != 0) {
+        return Err(Error::new(
+            class as c_int,
+            "another member could not open the file (its error says why)",
+        ));
+    }
+    let dup = crate::comm::create::dup(inside, comm)?;
+    let end = match amode & MPI_MODE_APPEND {
+        0 => 0,
+        _ => fd
+            .metadata()
+            .map_err(|e| io_error("reading the file's size", e))?
+            .len(),
+    };
+    let shared = shared::open_shared(inside, dup, &path, end)?;
+    let mpi = inside.state();
+    let byte = mpi.dtype(MPI_BYTE)?.clone();
+    let f = File {
+        fd,
+        path,
+        comm: dup,
+        amode,
+        view: View {
+            disp: 0,
+            etype: (MPI_BYTE, byte.clone()),
+            filetype: (MPI_BYTE, byte),
+        },
+        pointer: end,
+        shared,
+        atomic: false,
+        errhandler: mpi.file_null_errhandler,
+        info,
+        split: None,
+    };
+    mpi.files.insert(f)
+}
 
-    /// `MPI_File_close`, collective: every member's accesses end before the first
-    /// member deletes the file (`MPI_MODE_DELETE_ON_CLOSE`).
-    pub fn file_close(&mut self, h: Handle) -> Result<()> {
-        let comm = self.file(h)?.comm;
-        self.barrier_over(comm)?;
-        let f = self.files.remove(h).expect("looked up above");
-        let first = self.comm(comm)?.rank == 0;
-        if first {
-            // Missing where no member moved the shared pointer.
-            let _ = std::fs::remove_file(&f.shared.path);
-        }
-        let mine = (first && f.amode & MPI_MODE_DELETE_ON_CLOSE != 0).then(|| {
-            std::fs::remove_file(&f.path).map_err(|e| io_error("deleting the file on close", e))
-        });
-        drop(f);
-        let outcome = self.first_members_outcome(comm, mine);
-        self.comm_free(comm)?;
-        outcome
+/// `MPI_File_close`, collective: every member's accesses end before the first
+/// member deletes the file (`MPI_MODE_DELETE_ON_CLOSE`).
+pub fn file_close(inside: &mut impl Inside, h: Handle) -> Result<()> {
+    let comm = inside.state().file(h)?.comm;
+    barrier_over(inside, comm)?;
+    let mpi = inside.state();
+    let f = mpi.files.remove(h).ok_or_else(|| bad_file(h))?;
+    let first = mpi.comm(comm)?.rank == 0;
+    if first {
+        // Missing where no member moved the shared pointer.
+        let _ = std::fs::remove_file(&f.shared.path);
     }
+    let mine = (first && f.amode & MPI_MODE_DELETE_ON_CLOSE != 0).then(|| {
+        std::fs::remove_file(&f.path).map_err(|e| io_error("deleting the file on close", e))
+    });
+    drop(f);
+    let outcome = first_members_outcome(inside, comm, mine);
+    inside.state().comm_free(comm)?;
+    outcome
+}
 
-    /// A change to the file as a whole, collective: made by the first member
-    /// (`change`) once every member has called, then every member has its outcome
-    /// (so no member's access before or after the call meets the change under way).
-    pub fn file_change(
-        &mut self,
-        h: Handle,
-        change: impl FnOnce(&File) -> Result<()>,
-    ) -> Result<()> {
-        let f = self.file(h)?;
-        if f.amode & MPI_MODE_RDONLY != 0 {
-            return Err(Error::new(MPI_ERR_READ_ONLY, "the file is open read-only"));
-        }
-        let comm = f.comm;
-        self.barrier_over(comm)?;
-        let mine =
-            (self.comm(comm)?.rank == 0).then(|| change(self.file(h).expect("looked up above")));
-        self.first_members_outcome(comm, mine)
+/// A change to the file as a whole, collective: made by the first member
+/// (`change`) once every member has called, then every member has its outcome (so
+/// no member's access before or after the call meets the change under way).
+pub fn file_change(
+    inside: &mut impl Inside,
+    h: Handle,
+    change: impl FnOnce(&File) -> Result<()>,
+) -> Result<()> {
+    let f = inside.state().file(h)?;
+    if f.amode & MPI_MODE_RDONLY != 0 {
+        return Err(Error::new(MPI_ERR_READ_ONLY, "the file is open read-only"));
     }
+    let comm = f.comm;
+    barrier_over(inside, comm)?;
+    let mpi = inside.state();
+    let mine = (mpi.comm(comm)?.rank == 0).then(|| change(mpi.file(h)?));
+    first_members_outcome(inside, comm, mine)
 }
 
 impl File {

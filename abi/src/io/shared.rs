@@ -10,6 +10,7 @@
 
 use super::data::{check_access, moved_status, Buffer, Locked};
 use super::io_error;
+use crate::coll::{allgather_here, bcast_in, Inside};
 use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
@@ -103,25 +104,6 @@ fn beside(data: &Path) -> PathBuf {
 }
 
 impl Mpi {
-    /// At opening, collective over `comm`: the shared pointer of data file `data`,
-    /// at `start`, its file named by the first member.
-    pub fn open_shared(&mut self, comm: Handle, data: &Path, start: u64) -> Result<Shared> {
-        let mut name = match self.comm(comm)?.rank {
-            0 => beside(data).into_os_string().into_vec(),
-            _ => Vec::new(),
-        };
-        // Its length, then its bytes.
-        let mut len = [name.len() as u64];
-        self.bcast_here(&mut len, 0, comm)?;
-        name.resize(len[0] as usize, 0);
-        self.bcast_here(&mut name, 0, comm)?;
-        Ok(Shared {
-            fd: None,
-            path: PathBuf::from(OsString::from_vec(name)),
-            start,
-        })
-    }
-
     /// File `h`'s shared pointer.
     pub fn shared_mut(&mut self, h: Handle) -> Result<&mut Shared> {
         Ok(&mut self.file_mut(h)?.shared)
@@ -146,61 +128,93 @@ impl Mpi {
         let moved = unsafe { self.move_data(h, at, (buf, count, ty), write) }?;
         Ok(moved_status(moved))
     }
+}
 
-    /// `MPI_File_read_ordered` and `MPI_File_write_ordered`, collective: each member
-    /// accesses its data after that of the members before it, from the shared file
-    /// pointer, which then moves past all of it (the first member moves it, once
-    /// every member has called, and tells the others where it was). A member whose
-    /// arguments are refused makes every member's call fail.
-    ///
-    /// # Safety
-    ///
-    /// As [`Mpi::file_access`].
-    pub unsafe fn file_ordered(
-        &mut self,
-        h: Handle,
-        (buf, count, ty): Buffer,
-        write: bool,
-    ) -> Result<Status> {
-        let f = self.file(h)?;
-        let comm = f.comm;
-        let mine = check_access(f, write).and_then(|()| self.etypes_of(h, count, ty));
-        let all = self.allgather_of(comm, &[*mine.as_ref().unwrap_or(&u64::MAX)])?;
-        mine?;
-        if all.contains(&u64::MAX) {
-            return Err(Error::new(
-                MPI_ERR_ARG,
-                "another member's arguments were refused",
-            ));
-        }
-        let rank = self.comm(comm)?.rank as usize;
-        let mut base = [0u64];
-        if rank == 0 {
-            base[0] = self.shared_mut(h)?.add(all.iter().sum())?;
-        }
-        self.bcast_here(&mut base, 0, comm)?;
-        let before: u64 = all[..rank].iter().sum();
-        // SAFETY: the caller's contract.
-        let moved = unsafe { self.move_data(h, base[0] + before, (buf, count, ty), write) }?;
-        Ok(moved_status(moved))
-    }
+/// At opening, collective over `comm` (run in `inside`): the shared pointer of data
+/// file `data`, at `start`, its file named by the first member.
+pub fn open_shared(
+    inside: &mut impl Inside,
+    comm: Handle,
+    data: &Path,
+    start: u64,
+) -> Result<Shared> {
+    let mut name = match inside.state().comm(comm)?.rank {
+        0 => beside(data).into_os_string().into_vec(),
+        _ => Vec::new(),
+    };
+    // Its length, then its bytes.
+    let mut len = [name.len() as u64];
+    bcast_in(inside, &mut len, 0, comm)?;
+    name.resize(len[0] as usize, 0);
+    bcast_in(inside, &mut name, 0, comm)?;
+    Ok(Shared {
+        fd: None,
+        path: PathBuf::from(OsString::from_vec(name)),
+        start,
+    })
+}
 
-    /// Set file `h`'s shared pointer to `at` (collective: the first member finds
-    /// the value and writes it, then every member has the outcome and the value).
-    pub fn set_shared(
-        &mut self,
-        h: Handle,
-        at: impl FnOnce(&mut Mpi) -> Result<u64>,
-    ) -> Result<()> {
-        let comm = self.file(h)?.comm;
-        let mut v = [0u64];
-        let mine = (self.comm(comm)?.rank == 0).then(|| {
-            v[0] = at(self)?;
-            self.shared_mut(h)?.set(v[0])
-        });
-        self.first_members_outcome(comm, mine)?;
-        self.bcast_here(&mut v, 0, comm)?;
-        self.shared_mut(h)?.start = v[0];
-        Ok(())
+/// `MPI_File_read_ordered` and `MPI_File_write_ordered`, collective (run in
+/// `inside`): each member accesses its data after that of the members before it,
+/// from the shared file pointer, which then moves past all of it (the first member
+/// moves it, once every member has called, and tells the others where it was). A
+/// member whose arguments are refused makes every member's call fail.
+///
+/// # Safety
+///
+/// As [`Mpi::file_access`].
+pub unsafe fn file_ordered(
+    inside: &mut impl Inside,
+    h: Handle,
+    (buf, count, ty): Buffer,
+    write: bool,
+) -> Result<Status> {
+    let mpi = inside.state();
+    let f = mpi.file(h)?;
+    let comm = f.comm;
+    let mine = check_access(f, write).and_then(|()| mpi.etypes_of(h, count, ty));
+    let all = allgather_here(inside, comm, &[*mine.as_ref().unwrap_or(&u64::MAX)])?;
+    mine?;
+    if all.contains(&u64::MAX) {
+        return Err(Error::new(
+            MPI_ERR_ARG,
+            "another member's arguments were refused",
+        ));
     }
+    let mpi = inside.state();
+    let rank = mpi.comm(comm)?.rank as usize;
+    let mut base = [0u64];
+    if rank == 0 {
+        base[0] = mpi.shared_mut(h)?.add(all.iter().sum())?;
+    }
+    bcast_in(inside, &mut base, 0, comm)?;
+    let before: u64 = all[..rank].iter().sum();
+    // SAFETY: the caller's contract.
+    let moved = unsafe {
+        inside
+            .state()
+            .move_data(h, base[0] + before, (buf, count, ty), write)
+    }?;
+    Ok(moved_status(moved))
+}
+
+/// Set file `h`'s shared pointer to `at` (collective, run in `inside`: the first
+/// member finds the value and writes it, then every member has the outcome and the
+/// value).
+pub fn set_shared(
+    inside: &mut impl Inside,
+    h: Handle,
+    at: impl FnOnce(&mut Mpi) -> Result<u64>,
+) -> Result<()> {
+    let mpi = inside.state();
+    let comm = mpi.file(h)?.comm;
+    let mut v = [0u64];
+    let mine = (mpi.comm(comm)?.rank == 0).then(|| {
+        v[0] = at(mpi)?;
+        mpi.shared_mut(h)?.set(v[0])
+    });
+    super::first_members_outcome(inside, comm, mine)?;
+    bcast_in(inside, &mut v, 0, comm)?;
+    inside.state().shared_mut(h)?.start = v[0];
+    Ok(())
 }

@@ -13,7 +13,8 @@
  *   allocate_shared) from two different parents, in opposite orders on even and
  *   odd ranks (so each creation and each window's free must let the other thread
  *   in), the new communicators' traffic kept apart, the windows reached with puts
- *   between fences;
+ *   between fences; files opened, written in rank order, synced and closed the
+ *   same way;
  * - ping-pongs between partner ranks, one per thread on its own tag, in blocking
  *   and nonblocking forms; all-reductions, one communicator per thread;
  * - MPI_Finalize refused while another thread's receive waits, and the library
@@ -250,9 +251,44 @@ static void *window_maker(void *arg) {
   return NULL;
 }
 
+static char dir[400]; /* the files' folder (made by rank 0) */
+
+/* Thread `k` opens a file of its own over comms[k], writes each rank's number in
+ * rank order, reads them back and closes it (deleted on close), while the other
+ * thread does the same over comms[1 - k], the first in opposite orders as above. */
+static void *file_user(void *arg) {
+  int k = (int)(intptr_t)arg;
+  char path[480];
+  snprintf(path, sizeof path, "%s/%d", dir, k);
+  for (int r = 0; r < CREATIONS / 2; r++) {
+    if ((rank + k) % 2 == 1)
+      usleep(20 * 1000);
+    MPI_File fh;
+    OK(MPI_File_open(comms[k], path,
+                     MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE, MPI_INFO_NULL,
+                     &fh));
+    OK(MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, "native", MPI_INFO_NULL));
+    int mine = 100 * k + rank, got = -1;
+    OK(MPI_File_write_ordered(fh, &mine, 1, MPI_INT, MPI_STATUS_IGNORE));
+    OK(MPI_File_sync(fh));
+    int peer = (rank + 1) % size;
+    OK(MPI_File_read_at(fh, peer, &got, 1, MPI_INT, MPI_STATUS_IGNORE));
+    CHECK(got == 100 * k + peer, "thread %d round %d: file holds %d for rank %d", k, r, got,
+          peer);
+    OK(MPI_File_close(&fh));
+  }
+  return NULL;
+}
+
 static void creations_in_opposite_orders(void) {
-  void *(*makers[2])(void *) = {creator, window_maker};
-  for (int phase = 0; phase < 2; phase++) {
+  if (rank == 0) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/rbtl-threads-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp %s", dir);
+  }
+  OK(MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD));
+  void *(*makers[3])(void *) = {creator, window_maker, file_user};
+  for (int phase = 0; phase < 3; phase++) {
     pthread_t t[2];
     for (int k = 0; k < 2; k++)
       CHECK(pthread_create(&t[k], NULL, makers[phase], (void *)(intptr_t)k) == 0,
@@ -260,6 +296,9 @@ static void creations_in_opposite_orders(void) {
     for (int k = 0; k < 2; k++)
       CHECK(pthread_join(t[k], NULL) == 0, "pthread_join");
   }
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  if (rank == 0)
+    CHECK(rmdir(dir) == 0, "removing %s", dir);
 }
 
 /* Thread `t`'s ping-pongs with the partner on tag `t`, then its reductions. */
