@@ -13,9 +13,11 @@
 // The generated code casts every count alike, `MPI_Count` (already 64 bits) too.
 #![allow(clippy::unnecessary_cast)]
 
+use crate::datatype::{Envelope, Layout};
 use crate::error::{raise, Error, Object};
 use crate::ffi::*;
 use crate::global;
+use std::sync::Arc;
 
 /// `value`, parameter `param` of binding `name`, as an `int`; when it does not fit,
 /// an error raised through `object`'s handler: its code.
@@ -27,6 +29,28 @@ pub fn narrow(name: &str, param: &str, value: i64, object: Object) -> Result<c_i
         );
         raise(name, object, e)
     })
+}
+
+impl crate::state::Mpi {
+    /// A committed type of `count` elements of committed type `old`, one after
+    /// another: one element of it stands for them in a call whose count does not fit
+    /// an `int` ([`widen`]). Its envelope, never shown to the program, is a
+    /// contiguous one without its count.
+    pub fn whole_of(&mut self, count: usize, old: Handle) -> Result<Handle, Error> {
+        let o = self.dtype(old)?.clone();
+        let mut l = Layout::new();
+        l.push(0, &o, count);
+        let envelope = Envelope {
+            combiner: MPI_COMBINER_CONTIGUOUS,
+            ints: Vec::new(),
+            addresses: Vec::new(),
+            types: vec![old],
+        };
+        let mut t = l.finish(false, envelope)?;
+        t.made_of = Arc::from(vec![o.clone()]);
+        t.committed = true;
+        self.types.insert(t)
+    }
 }
 
 /// A type made for one call of a large-count binding ([`widen`]), freed when the call

@@ -91,24 +91,6 @@ impl Mpi {
     }
 }
 
-impl Mpi {
-    /// A committed type of `count` elements of committed type `old`, one after
-    /// another: one element of it stands for them in a call whose count does not fit
-    /// an `int` ([`crate::large_count::widen`]). Its envelope, never shown to the
-    /// program, is a contiguous one without its count.
-    pub fn whole_of(&mut self, count: usize, old: Handle) -> Result<Handle> {
-        let o = self.dtype(old)?.clone();
-        let mut l = Layout::new();
-        l.push(0, &o, count);
-        let envelope = env(MPI_COMBINER_CONTIGUOUS, vec![], vec![], vec![old]);
-        let made_of = self.made_of(&envelope)?;
-        let mut t = l.finish(false, envelope)?;
-        t.made_of = made_of;
-        t.committed = true;
-        self.types.insert(t)
-    }
-}
-
 fn env(combiner: c_int, ints: Vec<c_int>, addresses: Vec<Aint>, types: Vec<Handle>) -> Envelope {
     Envelope {
         combiner,
