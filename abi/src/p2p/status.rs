@@ -1,4 +1,4 @@
-//! Writing and reading a status by hand: `MPI_Status_set_elements(_x)` and
+//! Writing and reading a status by hand: `MPI_Status_set_elements(_x, _c)` and
 //! `MPI_Status_set_cancelled` (for generalized requests and layered libraries), the
 //! accessors of MPI 5.0 (`MPI_Status_get/set_source`, `_tag`, `_error`), and
 //! `MPI_Get_elements_x`.
