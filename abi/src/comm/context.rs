@@ -54,12 +54,7 @@ impl Contexts {
         let end = ctx
             .checked_add(CONTEXTS_PER_COMM)
             .filter(|&e| e <= crate::p2p::partitioned::PARTITIONED)
-            .ok_or_else(|| {
-                Error::new(
-                    MPI_ERR_INTERN,
-                    "no context number is left for a new communicator in this job",
-                )
-            })?;
+            .ok_or_else(none_left)?;
         self.next = self.next.max(end);
         if self.agreeing > 0 {
             self.taken_meanwhile.insert(ctx);
@@ -177,14 +172,19 @@ fn agree(inside: &mut impl Inside, among: &Among, extra: &[i32]) -> Result<(u32,
             return Ok((ctx, extras));
         }
         if all_said.contains(&NONE_LEFT) {
-            return Err(Error::new(
-                MPI_ERR_INTERN,
-                "no context number is left for a new communicator in this job",
-            ));
+            return Err(none_left());
         }
         tries += 1;
         inside.turn();
     }
+}
+
+/// The error of a job whose context numbers are all taken.
+fn none_left() -> Error {
+    Error::new(
+        MPI_ERR_INTERN,
+        "no context number is left for a new communicator in this job",
+    )
 }
 
 /// A number below `n`, different from process to process and try to try.

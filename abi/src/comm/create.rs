@@ -200,10 +200,9 @@ impl Mpi {
     }
 
     /// Keep a new communicator over `group` (which holds this process) with context
-    /// `ctx` and `parent`'s error handler; its handle. A group without a session
-    /// takes the parent's.
+    /// `ctx` (agreed and taken: [`agree_context`]) and `parent`'s error handler; its
+    /// handle. A group without a session takes the parent's.
     pub(crate) fn keep(&mut self, ctx: u32, group: Arc<Group>, parent: Handle) -> Result<Handle> {
-        self.use_contexts(ctx)?;
         let inherited = self.comm(parent)?.group.session();
         let group = match group.session() {
             None if inherited.is_some() => Arc::new((*group).clone().in_session(inherited)),

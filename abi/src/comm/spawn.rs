@@ -87,7 +87,6 @@ impl Mpi {
                 )
             })?;
         let ctx = self.agree_context(comm, &[])?.0;
-        self.use_contexts(ctx)?;
         self.msg.open_bridge()?;
         let kvs = self.msg.kvsname()?;
         let base = self.msg.universe_base()?;
