@@ -103,6 +103,7 @@ impl KeepArg for *const Handle {
     /// without the topology asked for holds nothing (the start refuses it).
     unsafe fn kept(self, mpi: &mut Mpi, name: &str, at: At, own: &mut Owned) -> Self {
         let sending = match name {
+            _ if self.is_null() => return self,
             "sendtypes" if !own.send_ignored => true,
             "recvtypes" => false,
             _ => return self,
@@ -118,9 +119,6 @@ impl KeepArg for *const Handle {
                 Err(_) => return self,
             },
         };
-        if self.is_null() {
-            return self;
-        }
         // SAFETY: the caller's contract: the array holds a type per peer (per
         // neighbour).
         for &t in unsafe { std::slice::from_raw_parts(self, n) } {
