@@ -12,6 +12,7 @@
 use crate::coll::Inside;
 use crate::comm::api::{call_errhandler, check_errhandler, create_errhandler, read_str};
 use crate::comm::context::{agree_context, Among};
+use crate::comm::intercomm::intercomm_create;
 use crate::comm::Group;
 use crate::entry::{call, call_held};
 use crate::error::{non_null, read_arg, Error, Object, Result};
@@ -337,7 +338,7 @@ pub unsafe extern "C" fn PMPI_Intercomm_create_from_groups(
     errhandler: Handle,
     newintercomm: *mut Handle,
 ) -> c_int {
-    call("MPI_Intercomm_create_from_groups", Object::None, |mpi| {
+    call_held("MPI_Intercomm_create_from_groups", Object::None, |mpi| {
         non_null(newintercomm, MPI_ERR_ARG, "communicator")?;
         // SAFETY: the binding's contract: a NUL-ended string.
         let tag = unsafe { read_str(stringtag) }?;
@@ -371,7 +372,7 @@ pub unsafe extern "C" fn PMPI_Intercomm_create_from_groups(
             let g = Arc::new(Group::new(pair));
             peer = comm_from_group(mpi, g, &format!("{tag}\0leaders"), errhandler)?;
         }
-        let made = mpi.intercomm_create(intra, local_leader, peer, remote_in_peer, tag_of(&tag));
+        let made = intercomm_create(mpi, intra, local_leader, peer, remote_in_peer, tag_of(&tag));
         mpi.comm_free(intra)?;
         if peer != MPI_COMM_NULL {
             mpi.comm_free(peer)?;

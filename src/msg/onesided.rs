@@ -532,21 +532,40 @@ impl Comm {
     /// layer's other waits do (`rank` names the peer the wait needs, if one).
     pub fn complete(&mut self, pending: &Pending, rank: Option<u32>) -> Result<()> {
         let mut idle = IdleWait::new();
-        while !pending.is_idle() {
-            if self.progress() > 0 {
-                idle.busy();
-            } else if idle.idle() {
-                if let Some(r) = rank {
-                    if let Some(e) = self.look_for(Needs::Rank(r), &mut idle) {
-                        return Err(e);
-                    }
+        loop {
+            if let Some(done) = self.complete_round(pending, rank, &mut idle) {
+                return done;
+            }
+        }
+    }
+
+    /// One round of [`Comm::complete`], for a caller that does something else
+    /// between rounds: its outcome once every operation `pending` counts has
+    /// completed (or the peer `rank` is found gone), else `None` after one progress
+    /// call. `idle` carries the wait from one round to the next.
+    #[inline]
+    pub fn complete_round(
+        &mut self,
+        pending: &Pending,
+        rank: Option<u32>,
+        idle: &mut IdleWait,
+    ) -> Option<Result<()>> {
+        if pending.is_idle() {
+            return Some(match pending.take_error() {
+                Some(e) => Err(e.into()),
+                None => Ok(()),
+            });
+        }
+        if self.progress() > 0 {
+            idle.busy();
+        } else if idle.idle() {
+            if let Some(r) = rank {
+                if let Some(e) = self.look_for(Needs::Rank(r), idle) {
+                    return Some(Err(e));
                 }
             }
         }
-        match pending.take_error() {
-            Some(e) => Err(e.into()),
-            None => Ok(()),
-        }
+        None
     }
 }
 

@@ -3,7 +3,8 @@
 //!
 //! Each process keeps the first context above every block it has taken. The members
 //! agree on the largest of theirs (an all-gather, which also carries a split's
-//! colours and keys) and each takes that block. Context numbers are never reused.
+//! colours and keys; for an intercommunicator, each group's, traded between the
+//! groups) and each takes that block. Context numbers are never reused.
 //!
 //! With `MPI_THREAD_MULTIPLE` an agreement lets other threads' calls in while it
 //! waits: two threads may each make a communicator from a different parent, in
@@ -19,7 +20,7 @@
 //! `MPI_THREAD_MULTIPLE` at any member, nothing comes between and one round does.
 
 use super::{Group, CONTEXTS_PER_COMM};
-use crate::coll::{allgather_here, Inside};
+use crate::coll::{allgather_here, bcast_in, Inside};
 use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
@@ -97,10 +98,25 @@ pub enum Among<'a> {
         me: u32,
         tag: i32,
     },
+    /// The members of both groups of intercommunicator `inter`: each group gathers
+    /// its own among `local`, then the groups trade over `inter`.
+    Both { inter: Handle, local: &'a Among<'a> },
+    /// The members of both groups of an intercommunicator being made
+    /// (`MPI_Intercomm_create`): each group gathers its own over intracommunicator
+    /// `local`, whose member `leader` trades that with the other group's leader
+    /// (`across`, at the leader only: the context, tag and job rank to trade with)
+    /// and tells its group what the other's `theirs` members gave.
+    Leaders {
+        local: Handle,
+        leader: c_int,
+        across: Option<(u32, i32, u32)>,
+        theirs: usize,
+    },
 }
 
 impl Among<'_> {
-    /// Every member's `mine`, in rank order.
+    /// Every member's `mine`, in rank order (of two groups: this process's group
+    /// first).
     fn gather(&self, inside: &mut impl Inside, mine: &[i32]) -> Result<Vec<i32>> {
         match *self {
             Among::Comm(comm) => allgather_here(inside, comm, mine),
@@ -110,6 +126,40 @@ impl Among<'_> {
                 me,
                 tag,
             } => super::create::allgather_among(inside, (ctx, tag), group, me, mine),
+            Among::Both { inter, local } => {
+                let mut all = local.gather(inside, mine)?;
+                all.extend(allgather_here(inside, inter, mine)?);
+                Ok(all)
+            }
+            Among::Leaders {
+                local,
+                leader,
+                across,
+                theirs,
+            } => {
+                let mut all = allgather_here(inside, local, mine)?;
+                // The leader's outcome (an error class), then the other group's.
+                let mut told = vec![MPI_SUCCESS; 1 + theirs * mine.len()];
+                let mut failed = None;
+                if let Some(with) = across {
+                    if let Err(e) = super::intercomm::exchange(inside, with, &all, &mut told[1..]) {
+                        told[0] = e.class;
+                        failed = Some(e);
+                    }
+                }
+                bcast_in(inside, &mut told, leader, local)?;
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                if told[0] != MPI_SUCCESS {
+                    return Err(Error::new(
+                        told[0],
+                        "the local leader could not trade with the other group (its error says why)",
+                    ));
+                }
+                all.extend_from_slice(&told[1..]);
+                Ok(all)
+            }
         }
     }
 }

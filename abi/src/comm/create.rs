@@ -6,6 +6,7 @@
 //! another call (a topology's, a window's), it keeps them out (`inside` the state).
 
 use super::context::{agree_context, Among};
+use super::intercomm::{intercomm_dup, intercomm_split, intercomm_subgroup};
 use super::{Communicator, Group};
 use crate::coll::{basic, run_here, Inside, Loc, Members, Schedule};
 use crate::error::{Error, Result};
@@ -47,7 +48,7 @@ pub(crate) fn allgather_among(
 
 /// The context and tag `MPI_Comm_create_group`'s exchanges among `group` take over
 /// `parent` with the program's `tag`.
-fn create_group_ctx(mpi: &Mpi, parent: Handle, tag: i32) -> Result<(u32, i32)> {
+pub(super) fn create_group_ctx(mpi: &Mpi, parent: Handle, tag: i32) -> Result<(u32, i32)> {
     let ctx = mpi.comm(parent)?.coll_ctx();
     Ok((ctx, CREATE_GROUP_TAG | (tag & (CREATE_GROUP_TAG - 1))))
 }
@@ -57,7 +58,7 @@ fn create_group_ctx(mpi: &Mpi, parent: Handle, tag: i32) -> Result<(u32, i32)> {
 /// state: [`crate::attr::copy_attrs`]).
 pub fn dup(inside: &mut impl Inside, comm: Handle) -> Result<Handle> {
     if inside.state().comm(comm)?.remote.is_some() {
-        return inside.state().intercomm_dup(comm);
+        return intercomm_dup(inside, comm);
     }
     let h = dup_group(inside, comm)?;
     let mpi = inside.state();
@@ -96,7 +97,7 @@ pub fn split(inside: &mut impl Inside, comm: Handle, color: c_int, key: c_int) -
         ));
     }
     if inside.state().comm(comm)?.remote.is_some() {
-        return inside.state().intercomm_split(comm, color, key);
+        return intercomm_split(inside, comm, color, key);
     }
     let (ctx, all) = agree_context(inside, &Among::Comm(comm), &[color, key])?;
     if color == MPI_UNDEFINED {
@@ -147,7 +148,7 @@ pub fn split_type(
 /// communicator.
 pub fn create(inside: &mut impl Inside, comm: Handle, group: Arc<Group>) -> Result<Handle> {
     if inside.state().comm(comm)?.remote.is_some() {
-        return inside.state().intercomm_subgroup(comm, &group);
+        return intercomm_subgroup(inside, comm, &group);
     }
     inside.state().check_subgroup(comm, &group)?;
     let ctx = agree_context(inside, &Among::Comm(comm), &[])?.0;
@@ -184,21 +185,6 @@ pub fn create_group(
 }
 
 impl Mpi {
-    /// An all-gather of `mine` ([`Mpi::allgather_of`]) among the members of `group`
-    /// (job ranks) only, with the collective context of `parent` and `tag`
-    /// (`MPI_Comm_create_group`).
-    pub(crate) fn allgather_in_group(
-        &mut self,
-        parent: Handle,
-        group: &Arc<Group>,
-        me: u32,
-        tag: i32,
-        mine: &[i32],
-    ) -> Result<Vec<i32>> {
-        let at = create_group_ctx(self, parent, tag)?;
-        allgather_among(self, at, group, me, mine)
-    }
-
     /// Keep a new communicator over `group` (which holds this process) with context
     /// `ctx` (agreed and taken: [`agree_context`]) and `parent`'s error handler; its
     /// handle. A group without a session takes the parent's.

@@ -1,7 +1,7 @@
 //! Dynamic processes: `MPI_Comm_spawn(_multiple)` starts new processes through the
 //! launcher (PMI's spawn, as hydra does); they get an intercommunicator to their
-//! parents (`MPI_Comm_get_parent`), the parents one to them; `MPI_Intercomm_merge`
-//! makes one intracommunicator of both groups.
+//! parents (`MPI_Comm_get_parent`), the parents one to them (`MPI_Intercomm_merge`,
+//! in `intercomm`, makes one intracommunicator of both groups).
 //!
 //! The two jobs meet through their launcher's key-value spaces and the message
 //! layer's bridge (`rbtl::msg::Comm::connect_job`, a `tcp` module numbered across
@@ -31,8 +31,6 @@ const CHILDREN_READY: &str = "rbtl_children_ready";
 const PARENTS_READY: &str = "rbtl_parents_ready";
 /// How long one side waits for the other to come up.
 const START_LIMIT: Duration = Duration::from_secs(120);
-/// The tag of the leaders' exchange in `MPI_Intercomm_merge`.
-const MERGE_TAG: i32 = (1 << 30) | 7;
 
 impl Mpi {
     /// Wait until `key` appears in the key-value space `kvs` (the other side's
@@ -199,62 +197,6 @@ impl Mpi {
         self.parent = self.comms.insert(c)?;
         Ok(())
     }
-
-    /// `MPI_Intercomm_merge`: one intracommunicator of both groups, the group whose
-    /// members said `high` last (the lower side in the launcher's numbering first
-    /// when both said the same).
-    fn intercomm_merge(&mut self, inter: Handle, high: bool) -> Result<Handle> {
-        let c = self.comm(inter)?;
-        let Some(remote) = c.remote.clone() else {
-            return Err(Error::new(
-                MPI_ERR_COMM,
-                "MPI_Intercomm_merge takes an intercommunicator",
-            ));
-        };
-        let (local, me, ctx) = (c.group.clone(), c.rank, c.ctx);
-        let base = self.msg.universe_base()?;
-        // Within each group: the largest free context.
-        let mine =
-            self.allgather_in_group(inter, &local, me, 1, &[self.contexts_above() as i32])?;
-        let local_max = mine.iter().copied().max().unwrap_or(0);
-        // The leaders trade (context, high, where their group starts).
-        let leader_universe = base + local.job_rank(0).expect("a member");
-        let ours = [local_max, i32::from(high), leader_universe as i32];
-        let mut theirs = [0i32; 3];
-        if me == 0 {
-            let to = remote.job_rank(0).expect("a member");
-            let bytes = |v: &[i32; 3]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-            self.msg.send_in(ctx + 1, &bytes(&ours), to, MERGE_TAG)?;
-            let mut buf = [0u8; 12];
-            self.msg
-                .recv_in(ctx + 1, &mut buf, Some(to), Some(MERGE_TAG))?;
-            for (i, t) in theirs.iter_mut().enumerate() {
-                *t = i32::from_le_bytes(buf[4 * i..4 * i + 4].try_into().expect("4 bytes"));
-            }
-        }
-        // The leader tells its group.
-        let all = self.allgather_in_group(inter, &local, me, 2, &theirs)?;
-        theirs.copy_from_slice(&all[..3]);
-        let new_ctx = local_max.max(theirs[0]) as u32;
-        let (their_high, their_leader) = (theirs[1] != 0, theirs[2] as u32);
-        let we_first = match (high, their_high) {
-            (false, true) => true,
-            (true, false) => false,
-            _ => leader_universe < their_leader,
-        };
-        let (a, b) = if we_first {
-            (&local, &remote)
-        } else {
-            (&remote, &local)
-        };
-        let ranks: Vec<u32> = a.ranks().iter().chain(b.ranks()).copied().collect();
-        let group = Arc::new(Group::new(ranks));
-        self.use_contexts(new_ctx)?;
-        let rank = group.rank_of(self.world_rank()).expect("a member");
-        let mut merged = Communicator::new(new_ctx, group, rank, "");
-        merged.errhandler = self.comm(inter)?.errhandler;
-        self.comms.insert(merged)
-    }
 }
 
 /// The strings of a null-ended C array (`argv`).
@@ -391,17 +333,3 @@ spawn_binding!(PMPI_Comm_spawn_multiple(
     }
     Ok(commands)
 });
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Intercomm_merge(
-    intercomm: Handle,
-    high: c_int,
-    newintracomm: *mut Handle,
-) -> c_int {
-    call("MPI_Intercomm_merge", Object::Comm(intercomm), |mpi| {
-        let h = mpi.intercomm_merge(intercomm, high != 0)?;
-        // SAFETY: null or writable.
-        unsafe { put(newintracomm, h) };
-        Ok(())
-    })
-}

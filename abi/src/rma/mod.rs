@@ -337,8 +337,8 @@ fn win_make(
 /// `MPI_Win_free` (collective): every operation completes, every member is past
 /// its last access (a barrier), then the memory goes.
 pub fn win_free(inside: &mut impl Inside, h: Handle) -> Result<()> {
+    sync::complete_all(inside, h)?;
     let mpi = inside.state();
-    mpi.win_complete_all(h)?;
     let comm = mpi.win(h)?.comm;
     let s = mpi.build_barrier(comm)?;
     run_here(inside, s)?;

@@ -7,7 +7,7 @@
 //! meanwhile (with `MPI_THREAD_MULTIPLE`, one of them may send what a member waits
 //! for before it sends its token).
 
-use super::sync::{sync_error, State};
+use super::sync::{complete_toward, sync_error, State};
 use crate::entry::{call, call_held};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -185,10 +185,10 @@ pub unsafe extern "C" fn PMPI_Win_start(group: Handle, _assert: c_int, win: Hand
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_complete(win: Handle) -> c_int {
-    call("MPI_Win_complete", Object::Win(win), |mpi| {
+    call_held("MPI_Win_complete", Object::Win(win), |mpi| {
         let members = mpi.epoch_group(win, Side::Access)?;
         for &r in &members {
-            mpi.win_complete(win, r)?;
+            complete_toward(mpi, win, r)?;
         }
         mpi.tokens_to(win, &members, DONE_TAG)?;
         mpi.win_mut(win)?.sync.access = None;

@@ -10,7 +10,7 @@
 //! for its target before the next starts.
 
 use super::ops::{origin_target_binding, rdma};
-use super::sync::sync_error;
+use super::sync::{complete_toward, sync_error};
 use crate::error::{non_null, Result};
 use crate::ffi::*;
 use crate::request::Request;
@@ -37,7 +37,7 @@ impl Mpi {
     unsafe fn completed(&mut self, win: Handle, rank: c_int, request: *mut Handle) -> Result<()> {
         if rank != MPI_PROC_NULL {
             let r = self.win(win)?.peer(rank)?;
-            self.win_complete(win, r)?;
+            complete_toward(self, win, r)?;
         }
         // SAFETY: the caller's contract.
         unsafe { self.hand_out(Request::Done(Status::empty()), request) }

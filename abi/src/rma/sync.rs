@@ -9,12 +9,13 @@
 //! the word is zero (as Open MPI's `osc/rdma`).
 
 use super::{bad_win, Held, Win, ACC_WORD, LOCK_WORD};
+use crate::coll::Inside;
 use crate::entry::{call, call_held};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
 use rbtl::btl::AtomicOp;
-use rbtl::msg::{Atomic, Comm, Pending, Target};
+use rbtl::msg::{Atomic, Comm, IdleWait, Pending, Target};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -138,73 +139,96 @@ fn change_word(mut apply: impl FnMut(WordChange) -> Result<u64>, change: Change)
     }
 }
 
-impl Mpi {
-    /// Complete every operation toward member `r` of window `h`, then the work that
-    /// waited for them.
-    pub fn win_complete(&mut self, h: Handle, r: usize) -> Result<()> {
-        let Mpi { wins, msg, .. } = self;
-        let w = wins.get(h).ok_or_else(|| bad_win(h))?;
-        let done = msg.complete(&w.pending[r], Some(w.peers[r].job));
-        if !w.staged.is_empty() {
-            self.finish_staged(h, Some(r))?;
-        }
-        Ok(done?)
-    }
-
-    /// Complete every operation of window `h`.
-    pub fn win_complete_all(&mut self, h: Handle) -> Result<()> {
-        let n = self.win(h)?.peers.len();
-        let mut first = Ok(());
-        for r in 0..n {
-            if let Err(e) = self.win_complete(h, r) {
-                if first.is_ok() {
-                    first = Err(e);
+/// Complete every operation toward member `r` of window `h`, then the work that
+/// waited for them. In a [`crate::global::Held`], other threads' calls come in
+/// between the rounds of the wait.
+pub fn complete_toward(inside: &mut impl Inside, h: Handle, r: usize) -> Result<()> {
+    let mut idle = IdleWait::new();
+    let Mpi { wins, msg, .. } = inside.state();
+    let w = wins.get(h).ok_or_else(|| bad_win(h))?;
+    let (pending, job) = (&w.pending[r], w.peers[r].job);
+    let done = match msg.complete_round(pending, Some(job), &mut idle) {
+        Some(done) => done,
+        // Waited for on a count of its own: the window may go meanwhile.
+        None => {
+            let pending = pending.clone();
+            loop {
+                inside.turn();
+                let round = inside
+                    .state()
+                    .msg
+                    .complete_round(&pending, Some(job), &mut idle);
+                if let Some(done) = round {
+                    break done;
                 }
             }
         }
-        first
+    };
+    let mpi = inside.state();
+    if !mpi.win(h)?.staged.is_empty() {
+        mpi.finish_staged(h, Some(r))?;
     }
+    Ok(done?)
+}
 
-    /// Take the lock word at `offset` of member `r`'s control block: exclusively (a
-    /// writer), or shared (a reader); retried while another holds it.
-    pub fn win_acquire(
-        &mut self,
-        h: Handle,
-        r: usize,
-        offset: usize,
-        exclusive: bool,
-    ) -> Result<()> {
-        if self.lock_word(h, r, offset, Take(exclusive))? {
+/// Complete every operation of window `h`, as [`complete_toward`] each member.
+pub fn complete_all(inside: &mut impl Inside, h: Handle) -> Result<()> {
+    let n = inside.state().win(h)?.peers.len();
+    let mut first = Ok(());
+    for r in 0..n {
+        if let Err(e) = complete_toward(inside, h, r) {
+            if first.is_ok() {
+                first = Err(e);
+            }
+        }
+    }
+    first
+}
+
+/// Take the lock word at `offset` of member `r`'s control block of window `h`:
+/// exclusively (a writer), or shared (a reader); retried while another holds it (in
+/// a [`crate::global::Held`], other threads' calls come in between the tries: the
+/// holder may wait for one of them).
+pub fn acquire(
+    inside: &mut impl Inside,
+    h: Handle,
+    r: usize,
+    offset: usize,
+    exclusive: bool,
+) -> Result<()> {
+    if inside.state().lock_word(h, r, offset, Take(exclusive))? {
+        return Ok(());
+    }
+    let mut tries = 0u32;
+    // A holder that never releases (it died, or stopped) is given up on after the
+    // message layer's peer timeout, counted from the first failed take.
+    let limit = inside.state().msg.peer_timeout();
+    let start = std::time::Instant::now();
+    loop {
+        // The holder may need this process's progress to finish.
+        inside.state().progress();
+        inside.turn();
+        tries += 1;
+        if tries > 64 {
+            std::thread::yield_now();
+            if let Some(limit) = limit.filter(|l| start.elapsed() > *l) {
+                return Err(Error::new(
+                    MPI_ERR_RMA_SYNC,
+                    format!(
+                        "the lock of window member {r} has been held by another process for over {} s (msg_peer_timeout): its holder is gone, stopped, or holds it longer than that",
+                        limit.as_secs()
+                    ),
+                ));
+            }
+        }
+        if inside.state().lock_word(h, r, offset, Take(exclusive))? {
             return Ok(());
         }
-        let mut tries = 0u32;
-        // A holder that never releases (it died, or stopped) is given up on after
-        // the message layer's peer timeout, counted from the first failed take.
-        let limit = self.msg.peer_timeout();
-        let start = std::time::Instant::now();
-        loop {
-            // The holder may need this process's progress to finish.
-            self.progress();
-            tries += 1;
-            if tries > 64 {
-                std::thread::yield_now();
-                if let Some(limit) = limit.filter(|l| start.elapsed() > *l) {
-                    return Err(Error::new(
-                        MPI_ERR_RMA_SYNC,
-                        format!(
-                            "the lock of window member {r} has been held by another process for over {} s (msg_peer_timeout): its holder is gone, stopped, or holds it longer than that",
-                            limit.as_secs()
-                        ),
-                    ));
-                }
-            }
-            if self.lock_word(h, r, offset, Take(exclusive))? {
-                return Ok(());
-            }
-        }
     }
+}
 
-    /// Release what [`Mpi::win_acquire`] took.
+impl Mpi {
+    /// Release what [`acquire`] took.
     pub fn win_release(
         &mut self,
         h: Handle,
@@ -235,7 +259,7 @@ impl Mpi {
         r: usize,
         f: impl FnOnce(&mut Mpi) -> Result<T>,
     ) -> Result<T> {
-        self.win_acquire(h, r, ACC_WORD, true)?;
+        acquire(self, h, r, ACC_WORD, true)?;
         let out = f(self);
         let released = self.win_release(h, r, ACC_WORD, true);
         let out = out?;
@@ -252,14 +276,42 @@ pub unsafe extern "C" fn PMPI_Win_fence(assert: c_int, win: Handle) -> c_int {
             return Err(sync_error("a fence inside a lock or post/start epoch"));
         }
         let comm = w.comm;
-        mpi.win_complete_all(win)?;
+        // (Other threads' calls come in while the operations and the barrier wait.)
+        complete_all(mpi, win)?;
         let s = mpi.build_barrier(comm)?;
-        // (Other threads' calls come in while the barrier waits.)
         mpi.run_letting_in(s)?;
         mpi.win_mut(win)?.sync.fence = assert & MPI_MODE_NOSUCCEED == 0;
         Ok(())
     })
 }
+
+impl State {
+    /// Whether member `r` may be locked now, else the error that says why not.
+    fn may_lock(&self, r: usize) -> Result<()> {
+        if self.locks.contains_key(&r) || self.lock_all.is_some() || self.fence {
+            return Err(sync_error(
+                "the target is locked already, or a fence or lock_all epoch is open",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether `MPI_Win_lock_all` may be called now, else the error that says why
+    /// not.
+    fn may_lock_all(&self) -> Result<()> {
+        if self.passive() || self.fence {
+            return Err(sync_error(
+                "a lock, lock_all or fence epoch is open already",
+            ));
+        }
+        Ok(())
+    }
+}
+
+// The lock calls let other threads' calls in while they wait for a lock word (its
+// holder may wait for one of them), and while operations complete: the epoch is
+// looked at again once the wait is over, as another thread may have opened or
+// closed it meanwhile (which the standard makes erroneous: it is refused).
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_lock(
@@ -268,14 +320,10 @@ pub unsafe extern "C" fn PMPI_Win_lock(
     assert: c_int,
     win: Handle,
 ) -> c_int {
-    call("MPI_Win_lock", Object::Win(win), |mpi| {
+    call_held("MPI_Win_lock", Object::Win(win), |mpi| {
         let w = mpi.win(win)?;
         let r = w.peer(rank)?;
-        if w.sync.locks.contains_key(&r) || w.sync.lock_all.is_some() || w.sync.fence {
-            return Err(sync_error(
-                "the target is locked already, or a fence or lock_all epoch is open",
-            ));
-        }
+        w.sync.may_lock(r)?;
         let held = match lock_type {
             _ if assert & MPI_MODE_NOCHECK != 0 => Held::NoCheck,
             MPI_LOCK_EXCLUSIVE => Held::Exclusive,
@@ -287,63 +335,85 @@ pub unsafe extern "C" fn PMPI_Win_lock(
                 ))
             }
         };
+        let exclusive = held == Held::Exclusive;
         if held != Held::NoCheck {
-            mpi.win_acquire(win, r, LOCK_WORD, held == Held::Exclusive)?;
+            acquire(mpi, win, r, LOCK_WORD, exclusive)?;
         }
-        mpi.win_mut(win)?.sync.locks.insert(r, held);
+        let sync = &mut mpi.win_mut(win)?.sync;
+        if let Err(e) = sync.may_lock(r) {
+            if held != Held::NoCheck {
+                mpi.win_release(win, r, LOCK_WORD, exclusive)?;
+            }
+            return Err(e);
+        }
+        sync.locks.insert(r, held);
         Ok(())
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_unlock(rank: c_int, win: Handle) -> c_int {
-    call("MPI_Win_unlock", Object::Win(win), |mpi| {
+    call_held("MPI_Win_unlock", Object::Win(win), |mpi| {
         let r = mpi.win(win)?.peer(rank)?;
-        let Some(held) = mpi.win(win)?.sync.locks.get(&r).copied() else {
+        if !mpi.win(win)?.sync.locks.contains_key(&r) {
             return Err(sync_error("the target is not locked"));
+        }
+        let done = complete_toward(mpi, win, r);
+        let Some(held) = mpi.win_mut(win)?.sync.locks.remove(&r) else {
+            return Err(sync_error("another thread unlocked the target meanwhile"));
         };
-        let done = mpi.win_complete(win, r);
         if held != Held::NoCheck {
             mpi.win_release(win, r, LOCK_WORD, held == Held::Exclusive)?;
         }
-        mpi.win_mut(win)?.sync.locks.remove(&r);
         done
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_lock_all(assert: c_int, win: Handle) -> c_int {
-    call("MPI_Win_lock_all", Object::Win(win), |mpi| {
+    call_held("MPI_Win_lock_all", Object::Win(win), |mpi| {
         let w = mpi.win(win)?;
-        if w.sync.passive() || w.sync.fence {
-            return Err(sync_error(
-                "a lock, lock_all or fence epoch is open already",
-            ));
-        }
+        w.sync.may_lock_all()?;
         let nocheck = assert & MPI_MODE_NOCHECK != 0;
+        let mut taken = 0;
+        let mut outcome = Ok(());
         if !nocheck {
-            for r in 0..w.peers.len() {
-                mpi.win_acquire(win, r, LOCK_WORD, false)?;
+            let n = w.peers.len();
+            while taken < n && outcome.is_ok() {
+                outcome = acquire(mpi, win, taken, LOCK_WORD, false);
+                taken += usize::from(outcome.is_ok());
             }
         }
-        mpi.win_mut(win)?.sync.lock_all = Some(nocheck);
-        Ok(())
+        let outcome = outcome.and_then(|()| {
+            let sync = &mut mpi.win_mut(win)?.sync;
+            sync.may_lock_all()?;
+            sync.lock_all = Some(nocheck);
+            Ok(())
+        });
+        if outcome.is_err() {
+            for r in 0..taken {
+                mpi.win_release(win, r, LOCK_WORD, false)?;
+            }
+        }
+        outcome
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_unlock_all(win: Handle) -> c_int {
-    call("MPI_Win_unlock_all", Object::Win(win), |mpi| {
-        let Some(nocheck) = mpi.win(win)?.sync.lock_all else {
+    call_held("MPI_Win_unlock_all", Object::Win(win), |mpi| {
+        if mpi.win(win)?.sync.lock_all.is_none() {
             return Err(sync_error("MPI_Win_lock_all was not called"));
+        }
+        let done = complete_all(mpi, win);
+        let Some(nocheck) = mpi.win_mut(win)?.sync.lock_all.take() else {
+            return Err(sync_error("another thread unlocked the window meanwhile"));
         };
-        let done = mpi.win_complete_all(win);
         if !nocheck {
             for r in 0..mpi.win(win)?.peers.len() {
                 mpi.win_release(win, r, LOCK_WORD, false)?;
             }
         }
-        mpi.win_mut(win)?.sync.lock_all = None;
         done
     })
 }
@@ -351,7 +421,7 @@ pub unsafe extern "C" fn PMPI_Win_unlock_all(win: Handle) -> c_int {
 /// The flushes: `rank` one member, `None` every member (local completion is
 /// remote completion here).
 fn flush(name: &str, rank: Option<c_int>, win: Handle) -> c_int {
-    call(name, Object::Win(win), |mpi| {
+    call_held(name, Object::Win(win), |mpi| {
         let w = mpi.win(win)?;
         if !w.sync.passive() {
             return Err(sync_error("a flush outside a passive-target (lock) epoch"));
@@ -359,9 +429,9 @@ fn flush(name: &str, rank: Option<c_int>, win: Handle) -> c_int {
         match rank {
             Some(rank) => {
                 let r = w.peer(rank)?;
-                mpi.win_complete(win, r)
+                complete_toward(mpi, win, r)
             }
-            None => mpi.win_complete_all(win),
+            None => complete_all(mpi, win),
         }
     })
 }

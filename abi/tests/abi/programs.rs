@@ -34,9 +34,10 @@
 //! * `fatal`: the default error handler ends the job, naming the call.
 //! * `threads`: `MPI_THREAD_MULTIPLE`: several threads of each rank at once, in
 //!   point-to-point calls and collectives, blocking calls (a barrier, a fence,
-//!   `MPI_Win_start` and `MPI_Win_wait`) that wait for another thread of their own
-//!   rank, and communicators, windows and files made by two threads at once, in
-//!   opposite orders on two ranks, at 1 to 3 ranks.
+//!   `MPI_Win_start`, `MPI_Win_wait`, `MPI_Win_lock` and `_lock_all`, the making
+//!   and merging of intercommunicators) that wait for another thread of their own
+//!   rank, and communicators (intercommunicators among them), windows and files
+//!   made by two threads at once, in opposite orders on two ranks, at 1 to 3 ranks.
 //! * `partitioned`: partitioned sends and receives around the ring: rounds,
 //!   partitions ready in any order, cut differently at each end, strided, apart
 //!   from wildcard receives, the errors, at 1 to 3 ranks.

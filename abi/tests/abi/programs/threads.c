@@ -7,9 +7,14 @@
  *   of its partner sends while the partner's own barrier waits;
  * - the same of a fence (MPI_Win_fence), and of a post/start/complete/wait epoch
  *   whose MPI_Win_start and MPI_Win_wait each wait for a message that another
- *   thread of their own rank sends meanwhile;
+ *   thread of their own rank sends meanwhile; and of MPI_Win_lock and
+ *   MPI_Win_lock_all, whose lock rank 0 holds until another thread of the
+ *   locking rank has sent it a message; and of MPI_Intercomm_create, the
+ *   duplicate of an intercommunicator and MPI_Intercomm_merge, which rank 1 calls
+ *   only after a message from another thread of rank 0;
  * - two threads of each rank making communicators (dup, split, create_group,
- *   Cartesian, distributed graph, from a group) and windows (create, allocate,
+ *   Cartesian, distributed graph, from a group; intercommunicators made, duplicated
+ *   and merged) and windows (create, allocate,
  *   allocate_shared) from two different parents, in opposite orders on even and
  *   odd ranks (so each creation and each window's free must let the other thread
  *   in), the new communicators' traffic kept apart, the windows reached with puts
@@ -120,6 +125,52 @@ static void *epoch_thread(void *arg) {
   return NULL;
 }
 
+/* Rank 1's lock of rank 0's window memory, taken once rank 0 has put `value`
+ * there under its exclusive lock (which it keeps until rank 1's main thread has
+ * sent it a message): MPI_Win_lock in round 0, MPI_Win_lock_all in round 1. */
+struct locked {
+  int round, value;
+};
+
+static void *lock_thread(void *arg) {
+  struct locked *l = arg;
+  int seen = -1, got = -1;
+  OK(MPI_Recv(&seen, 1, MPI_INT, 0, 6, comms[1], MPI_STATUS_IGNORE));
+  if (l->round == 0)
+    OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win));
+  else
+    OK(MPI_Win_lock_all(0, win));
+  OK(MPI_Get(&got, 1, MPI_INT, 0, 0, 1, MPI_INT, win));
+  OK(l->round == 0 ? MPI_Win_unlock(0, win) : MPI_Win_unlock_all(win));
+  CHECK(got == l->value && seen == l->value, "round %d: read %d under the lock, %d put", l->round,
+        got, l->value);
+  return NULL;
+}
+
+static void locks_after_other_thread(void) {
+  for (int round = 0; round < 2; round++) {
+    struct locked l = {round, 88 + round};
+    int got = -1;
+    if (rank == 0) {
+      OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win));
+      OK(MPI_Put(&l.value, 1, MPI_INT, 0, 0, 1, MPI_INT, win));
+      OK(MPI_Win_flush(0, win));
+      OK(MPI_Send(&l.value, 1, MPI_INT, 1, 6, comms[1]));
+      OK(MPI_Recv(&got, 1, MPI_INT, 1, 7, comms[1], MPI_STATUS_IGNORE));
+      OK(MPI_Win_unlock(0, win));
+      /* (the next round's lock only once rank 1 has had this one) */
+      OK(MPI_Recv(&got, 1, MPI_INT, 1, 8, comms[1], MPI_STATUS_IGNORE));
+    } else {
+      pthread_t t;
+      CHECK(pthread_create(&t, NULL, lock_thread, &l) == 0, "pthread_create");
+      usleep(100 * 1000); /* the other thread's lock waits by now */
+      OK(MPI_Send(&round, 1, MPI_INT, 0, 7, comms[1]));
+      CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+      OK(MPI_Send(&round, 1, MPI_INT, 0, 8, comms[1]));
+    }
+  }
+}
+
 static void synchronization_after_other_thread(void) {
   int cell = -1;
   OK(MPI_Win_create(&cell, sizeof cell, sizeof cell, MPI_INFO_NULL, comms[0], &win));
@@ -138,8 +189,51 @@ static void synchronization_after_other_thread(void) {
     int v = 44;
     OK(MPI_Send(&v, 1, MPI_INT, 1 - rank, rank == 1 ? 4 : 5, comms[1]));
     CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+    locks_after_other_thread();
   }
   OK(MPI_Win_free(&win));
+}
+
+/* Rank 1's calls that make and merge an intercommunicator (of comms[0]'s even and
+ * odd ranks), each made only after a message that rank 0's main thread sends while
+ * rank 0's own call of it waits. */
+static void *intercomm_thread(void *arg) {
+  (void)arg;
+  MPI_Comm half, inter, twin, all;
+  int go = -1;
+  OK(MPI_Comm_split(comms[0], rank % 2, rank, &half));
+  if (rank == 1)
+    OK(MPI_Recv(&go, 1, MPI_INT, 0, 11, comms[1], MPI_STATUS_IGNORE));
+  OK(MPI_Intercomm_create(half, 0, comms[0], 1 - rank % 2, 12, &inter));
+  if (rank == 1)
+    OK(MPI_Recv(&go, 1, MPI_INT, 0, 11, comms[1], MPI_STATUS_IGNORE));
+  OK(MPI_Comm_dup(inter, &twin));
+  if (rank == 1)
+    OK(MPI_Recv(&go, 1, MPI_INT, 0, 11, comms[1], MPI_STATUS_IGNORE));
+  OK(MPI_Intercomm_merge(twin, rank % 2, &all));
+  int me = -1, remote = -1;
+  OK(MPI_Comm_rank(all, &me));
+  OK(MPI_Comm_remote_size(twin, &remote));
+  CHECK(me == rank / 2 + rank % 2 * (size + 1) / 2, "rank %d in the merged communicator", me);
+  CHECK(remote == (rank % 2 ? (size + 1) / 2 : size / 2), "%d in the other group", remote);
+  OK(MPI_Comm_free(&all));
+  OK(MPI_Comm_free(&twin));
+  OK(MPI_Comm_free(&inter));
+  OK(MPI_Comm_free(&half));
+  return NULL;
+}
+
+static void intercomms_after_other_thread(void) {
+  if (size < 2)
+    return;
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, intercomm_thread, NULL) == 0, "pthread_create");
+  if (rank == 0)
+    for (int i = 0; i < 3; i++) {
+      usleep(100 * 1000); /* the other thread's call waits by now */
+      OK(MPI_Send(&i, 1, MPI_INT, 1, 11, comms[1]));
+    }
+  CHECK(pthread_join(t, NULL) == 0, "pthread_join");
 }
 
 static void *receive_one(void *arg) {
@@ -160,11 +254,31 @@ static void finalize_while_a_thread_waits(void) {
   CHECK(got == 5, "the receive after the refused MPI_Finalize got %d", got);
 }
 
-enum { KINDS = 6 };
+/* The kinds of communicator the creators make: the last two need two ranks. */
+static int kinds(void) { return size > 1 ? 8 : 6; }
+
+/* The intercommunicator between the even and the odd ranks of comms[k] (its peer
+ * communicator, with tag 10 + k), merged: itself (`dup` 0) or its duplicate. */
+static MPI_Comm merged(int k, int dup) {
+  MPI_Comm half, inter, twin, c;
+  OK(MPI_Comm_split(comms[k], rank % 2, rank, &half));
+  OK(MPI_Intercomm_create(half, 0, comms[k], 1 - rank % 2, 10 + k, &inter));
+  if (dup) {
+    OK(MPI_Comm_dup(inter, &twin));
+    OK(MPI_Comm_free(&inter));
+    inter = twin;
+  }
+  OK(MPI_Intercomm_merge(inter, dup ? 0 : rank % 2, &c));
+  OK(MPI_Comm_free(&inter));
+  OK(MPI_Comm_free(&half));
+  return c;
+}
 
 /* A communicator of kind `kind` made by thread `k` from comms[k] (of group `all`):
  * a duplicate, a split reversing the ranks, a group's, a ring (Cartesian), a
- * distributed graph, one from the group alone. */
+ * distributed graph, one from the group alone; the even and the odd ranks'
+ * intercommunicator merged (the even ranks first), the same through its
+ * duplicate. */
 static MPI_Comm make(int kind, int k, MPI_Group all) {
   MPI_Comm c = MPI_COMM_NULL;
   int dims[1] = {size}, periods[1] = {1}, next = (rank + 1) % size;
@@ -178,9 +292,11 @@ static MPI_Comm make(int kind, int k, MPI_Group all) {
     OK(MPI_Dist_graph_create_adjacent(comms[k], 1, &next, MPI_UNWEIGHTED, 1, &next,
                                       MPI_UNWEIGHTED, MPI_INFO_NULL, 0, &c));
     break;
-  default:
+  case 5:
     snprintf(tag, sizeof tag, "threads-%d", k);
     OK(MPI_Comm_create_from_group(all, tag, MPI_INFO_NULL, MPI_ERRORS_ARE_FATAL, &c));
+    break;
+  default: c = merged(k, kind == 7);
   }
   return c;
 }
@@ -195,12 +311,12 @@ static void *creator(void *arg) {
   for (int r = 0; r < CREATIONS; r++) {
     if ((rank + k) % 2 == 1)
       usleep(20 * 1000); /* the other thread's first creation is waiting by now */
-    for (int i = 0; i < KINDS; i++) {
-      int m = (r + i) % KINDS;
+    for (int i = 0; i < kinds(); i++) {
+      int m = (r + i) % kinds();
       MPI_Comm made = make(m, k, all);
       int me = -1;
       OK(MPI_Comm_rank(made, &me));
-      int want = m == 1 ? size - 1 - rank : rank;
+      int want = m == 1 ? size - 1 - rank : m >= 6 ? rank / 2 + rank % 2 * (size + 1) / 2 : rank;
       CHECK(me == want, "thread %d round %d: rank %d in communicator %d, not %d", k, r, me,
             m, want);
       /* The same tag on both threads' communicators: a message meeting the other
@@ -358,6 +474,7 @@ int main(int argc, char **argv) {
   blocked_by_own_thread();
   barrier_after_other_thread();
   synchronization_after_other_thread();
+  intercomms_after_other_thread();
   creations_in_opposite_orders();
   pthread_t workers[THREADS];
   for (int t = 0; t < THREADS; t++)
