@@ -35,6 +35,27 @@ pub enum Request {
     },
     /// A generalized request: an operation the program runs itself.
     Generalized(Box<crate::p2p::grequest::Grequest>),
+    /// A request-based one-sided operation (`MPI_Rput`, ...).
+    Rma(Box<RmaOp>),
+}
+
+/// A request-based one-sided operation: done once every operation toward its
+/// target member has completed (its own among them; completion at the target is
+/// local completion here). A peer that stops answering ends it as the message
+/// layer's waits end (`idle` carries that wait from one look to the next).
+pub struct RmaOp {
+    pub pending: msg::Pending,
+    /// The target's job rank.
+    pub job: u32,
+    pub idle: msg::IdleWait,
+}
+
+impl RmaOp {
+    /// Whether it is done, progressing once if not: `Some` of its outcome.
+    pub fn look(&mut self, msg: &mut msg::Comm) -> Option<Result<()>> {
+        msg.complete_round(&self.pending, Some(self.job), &mut self.idle)
+            .map(|done| done.map_err(Error::from))
+    }
 }
 
 /// The outcome of a send or receive, read before its completion.
@@ -178,7 +199,7 @@ pub fn comm_of(r: &Request) -> Option<Handle> {
         Request::CollInit(c) => Some(c.comm),
         Request::Finished(f) => Some(f.comm),
         Request::Flush { owner, .. } => owner.comm(),
-        Request::Done(_) | Request::Generalized(_) => None,
+        Request::Done(_) | Request::Generalized(_) | Request::Rma(_) => None,
     }
 }
 
@@ -190,7 +211,8 @@ pub fn pending_id(r: &Request) -> Option<msg::ReqId> {
         Request::Coll(s) => s.pending_id(),
         // The start under way is a request of its own ([`crate::state::Mpi::pending_of`]).
         Request::CollInit(_) | Request::Done(_) | Request::Finished(_) => None,
-        Request::Generalized(_) => None,
+        // Its own look ends a wait for a silent peer ([`RmaOp::look`]).
+        Request::Generalized(_) | Request::Rma(_) => None,
         // What it waits for is in the library's own requests ([`crate::state::Mpi::pending_of`]).
         Request::Flush { .. } => None,
     }

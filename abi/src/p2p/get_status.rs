@@ -50,6 +50,7 @@ impl Mpi {
             Request::Done(s) => Some(*s),
             Request::Finished(f) => Some(f.status),
             Request::Generalized(g) => g.done.as_ref().map(|d| d.0),
+            Request::Rma(op) => op.pending.is_idle().then(Status::empty),
             Request::Flush { owner, upto } => {
                 flushed(detached, *owner, *upto).0.then(Status::empty)
             }

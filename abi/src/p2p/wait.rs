@@ -45,6 +45,13 @@ impl Mpi {
                     (Status::empty(), None, false)
                 }
             },
+            Request::Rma(op) => match op.look(&mut self.msg) {
+                None => return Ok(Outcome::Pending),
+                Some(result) => {
+                    entry.delete();
+                    (Status::empty(), result.err(), false)
+                }
+            },
             Request::Generalized(g) => match g.done.take() {
                 None => return Ok(Outcome::Pending),
                 Some((status, error)) => {
@@ -424,6 +431,7 @@ pub unsafe extern "C" fn PMPI_Testall(
             }
             Some(Request::Done(_) | Request::Finished(_)) => true,
             Some(Request::Generalized(g)) => g.done.is_some(),
+            Some(Request::Rma(op)) => op.pending.is_idle(),
             Some(Request::Flush { owner, upto }) => flushed(&mpi.detached, *owner, *upto).0,
             Some(Request::Coll(s)) => s.is_done(),
             Some(Request::CollInit(c)) => mpi.collective_init_done(c),
@@ -512,7 +520,10 @@ impl Mpi {
                     None => Ok(()),
                 }
             }
-            Some(Request::Done(_) | Request::Finished(_) | Request::Flush { .. }) => Ok(()),
+            // (A one-sided operation still completes, in its window's synchronization.)
+            Some(
+                Request::Done(_) | Request::Finished(_) | Request::Flush { .. } | Request::Rma(_),
+            ) => Ok(()),
             Some(Request::Generalized(g)) => {
                 self.grequest_frees.push(g.callbacks);
                 Ok(())

@@ -52,6 +52,13 @@ impl Mpi {
     }
 }
 
+impl Win {
+    /// Whether member `r` has work staged for its operations' completion.
+    pub(super) fn staged_for(&self, r: usize) -> bool {
+        self.staged.iter().any(|s| s.member == r)
+    }
+}
+
 /// The runs (offset in the target's window, length) of `count` elements of `ty`
 /// from byte displacement `disp`: adjacent runs joined.
 fn runs(disp: isize, ty: &Datatype, count: usize) -> Result<Runs> {

@@ -1,20 +1,23 @@
 //! Request-based one-sided operations: `MPI_Rput`, `MPI_Rget`, `MPI_Raccumulate`
 //! and `MPI_Rget_accumulate`, inside a passive-target epoch (MPI 4.1, 12.3.5).
 //!
-//! Each is its plain form followed by the completion of every operation toward its
-//! target (what `MPI_Win_flush` does), so the request it hands out is complete
-//! already: a wait or test on it returns at once. The standard asks only that the
-//! operation be complete locally when the wait returns; completing it earlier is
-//! allowed, and here it is also complete at the target. What this gives up is
-//! overlap: several request-based operations do not travel together, each waits
-//! for its target before the next starts.
+//! Each is its plain form, with a request that is done once every operation toward
+//! its target member has completed ([`RmaOp`]): several travel together, and a
+//! wait or test on one progresses them all. The standard asks only that the
+//! operation be complete locally when the wait returns; here it is then also
+//! complete at the target (as after `MPI_Win_flush`), and it may have waited for
+//! the operations toward the same member started before and after it. A get into
+//! a non-contiguous origin buffer (unpacked once it has arrived) and the
+//! accumulates that run to their end inside the call complete before the call
+//! returns.
 
 use super::ops::{origin_target_binding, rdma};
 use super::sync::{complete_toward, sync_error};
 use crate::error::{non_null, Result};
 use crate::ffi::*;
-use crate::request::Request;
+use crate::request::{Request, RmaOp};
 use crate::state::Mpi;
+use rbtl::msg::IdleWait;
 
 impl Mpi {
     /// Check that a request-based operation may start on window `win`: a
@@ -28,19 +31,32 @@ impl Mpi {
         non_null(request, MPI_ERR_ARG, "request")
     }
 
-    /// Complete every operation toward `rank` of window `win`, then hand out a
-    /// request complete already into `request`.
+    /// Hand out into `request` the request of the operation just started toward
+    /// `rank` of window `win`. Where the operation left work for its completion (a
+    /// get to unpack), it completes first and the request is done already.
     ///
     /// # Safety
     ///
     /// `request` is writable.
     unsafe fn completed(&mut self, win: Handle, rank: c_int, request: *mut Handle) -> Result<()> {
-        if rank != MPI_PROC_NULL {
-            let r = self.win(win)?.peer(rank)?;
-            complete_toward(self, win, r)?;
-        }
+        let r = if rank == MPI_PROC_NULL {
+            Request::Done(Status::empty())
+        } else {
+            let w = self.win(win)?;
+            let r = w.peer(rank)?;
+            if w.staged_for(r) {
+                complete_toward(self, win, r)?;
+                Request::Done(Status::empty())
+            } else {
+                Request::Rma(Box::new(RmaOp {
+                    pending: w.pending[r].clone(),
+                    job: w.peers[r].job,
+                    idle: IdleWait::new(),
+                }))
+            }
+        };
         // SAFETY: the caller's contract.
-        unsafe { self.hand_out(Request::Done(Status::empty()), request) }
+        unsafe { self.hand_out(r, request) }
     }
 }
 
@@ -49,7 +65,7 @@ origin_target_binding!(
     |mpi, origin, target, win| {
         mpi.request_based(win, request)?;
         let (buf, count, ty) = origin;
-        // SAFETY: the binding's contract; the operation completes below.
+        // SAFETY: the binding's contract; the request waits for the operation.
         unsafe {
             rdma(mpi, true, (buf.cast_mut(), count, ty), target, win)?;
             mpi.completed(win, target.0, request)
@@ -61,7 +77,7 @@ origin_target_binding!(
     PMPI_Rget(origin_addr: *mut c_void, ..) -> request,
     |mpi, origin, target, win| {
         mpi.request_based(win, request)?;
-        // SAFETY: the binding's contract; the operation completes below.
+        // SAFETY: the binding's contract; the request waits for the operation.
         unsafe {
             rdma(mpi, false, origin, target, win)?;
             mpi.completed(win, target.0, request)

@@ -18,7 +18,8 @@
  * short accumulates on rank 0's window. Dynamic windows: regions attached,
  * reached by address with every kind of operation under lock_all and fences,
  * detached and attached again, and their errors. Request-based operations under lock_all,
- * waited for together, and refused outside a passive-target epoch. Errors: no
+ * waited for together and one by one, into a derived type, freed before completion,
+ * and refused outside a passive-target epoch. Errors: no
  * epoch, out of the window, a bad rank, a freed window, sizes that do not match,
  * through MPI_ERRORS_RETURN and a user's handler. */
 #include "check.h"
@@ -322,6 +323,33 @@ static void test_requests(int allocate) {
   OK(MPI_Rput(out, 4, MPI_INT, MPI_PROC_NULL, 0, 4, MPI_INT, win, &req[0]));
   OK(MPI_Test(&req[0], &flag, MPI_STATUS_IGNORE));
   CHECK(flag && req[0] == MPI_REQUEST_NULL, "a request to MPI_PROC_NULL is not done");
+  /* Eight gets in flight together, completed one by one; one looked at with
+   * MPI_Request_get_status until done; a get into every other int (unpacked);
+   * a put freed before it completes (the unlock completes it). */
+  MPI_Request many[8];
+  int got[8], strided[8] = {0}, later[2] = {-7, -8};
+  for (int i = 0; i < 8; i++) {
+    got[i] = -1;
+    OK(MPI_Rget(&got[i], 1, MPI_INT, left, i, 1, MPI_INT, win, &many[i]));
+  }
+  for (flag = 0; !flag;)
+    OK(MPI_Request_get_status(many[7], &flag, MPI_STATUS_IGNORE));
+  for (int k = 0; k < 8; k++) {
+    int i = -1;
+    OK(MPI_Waitany(8, many, &i, MPI_STATUS_IGNORE));
+    CHECK(i >= 0 && got[i] == val(left, i), "Rget %d of 8 got %d", i, i >= 0 ? got[i] : 0);
+  }
+  MPI_Datatype every_other;
+  OK(MPI_Type_vector(4, 1, 2, MPI_INT, &every_other));
+  OK(MPI_Type_commit(&every_other));
+  OK(MPI_Rget(strided, 1, every_other, left, 8, 4, MPI_INT, win, &req[0]));
+  OK(MPI_Type_free(&every_other));
+  OK(MPI_Wait(&req[0], MPI_STATUS_IGNORE));
+  for (int i = 0; i < 4; i++)
+    CHECK(strided[2 * i] == val(left, 8 + i) && strided[2 * i + 1] == 0,
+          "strided Rget: %d, %d at %d", strided[2 * i], strided[2 * i + 1], 2 * i);
+  OK(MPI_Rput(later, 2, MPI_INT, right, 80, 2, MPI_INT, win, &req[0]));
+  OK(MPI_Request_free(&req[0]));
   OK(MPI_Win_unlock_all(win));
   OK(MPI_Barrier(MPI_COMM_WORLD));
   OK(MPI_Win_sync(win));
@@ -331,6 +359,7 @@ static void test_requests(int allocate) {
   if (rank == 0)
     CHECK(mem[70] == val(0, 70) + size && mem[71] == val(0, 71) + size,
           "Raccumulate / Rget_accumulate: %d and %d", mem[70], mem[71]);
+  CHECK(mem[80] == -7 && mem[81] == -8, "the freed Rput: %d, %d", mem[80], mem[81]);
 
   /* Outside a passive-target epoch, and without a place for the request. */
   OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
