@@ -19,8 +19,9 @@
 //! context). A block taken in a failed try stays unused. Without
 //! `MPI_THREAD_MULTIPLE` at any member, nothing comes between and one round does.
 
+use super::intercomm::{exchange, tell_group};
 use super::{Group, CONTEXTS_PER_COMM};
-use crate::coll::{allgather_here, bcast_in, Inside};
+use crate::coll::{allgather_here, Inside};
 use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
@@ -140,23 +141,9 @@ impl Among<'_> {
                 let mut all = allgather_here(inside, local, mine)?;
                 // The leader's outcome (an error class), then the other group's.
                 let mut told = vec![MPI_SUCCESS; 1 + theirs * mine.len()];
-                let mut failed = None;
-                if let Some(with) = across {
-                    if let Err(e) = super::intercomm::exchange(inside, with, &all, &mut told[1..]) {
-                        told[0] = e.class;
-                        failed = Some(e);
-                    }
-                }
-                bcast_in(inside, &mut told, leader, local)?;
-                if let Some(e) = failed {
-                    return Err(e);
-                }
-                if told[0] != MPI_SUCCESS {
-                    return Err(Error::new(
-                        told[0],
-                        "the local leader could not trade with the other group (its error says why)",
-                    ));
-                }
+                let part = across.map(|with| exchange(inside, with, &all, &mut told[1..]));
+                let what = "could not trade with the other group";
+                tell_group(inside, part, &mut told, (leader, local), what)?;
                 all.extend_from_slice(&told[1..]);
                 Ok(all)
             }

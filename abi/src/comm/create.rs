@@ -104,19 +104,24 @@ pub fn split(inside: &mut impl Inside, comm: Handle, color: c_int, key: c_int) -
         return Ok(MPI_COMM_NULL);
     }
     let mpi = inside.state();
-    let pg = mpi.comm(comm)?.group.clone();
-    let mut members: Vec<(c_int, u32)> = all
+    let ranks = of_colour(&all, color, &mpi.comm(comm)?.group);
+    mpi.keep(ctx, Arc::new(Group::new(ranks)), comm)
+}
+
+/// The job ranks of the members of `g` whose colour is `color`, by key then rank:
+/// `said` holds each member's colour and key, in `g`'s order.
+pub(super) fn of_colour(said: &[Vec<i32>], color: c_int, g: &Group) -> Vec<u32> {
+    let mut members: Vec<(c_int, u32)> = said
         .iter()
         .enumerate()
         .filter(|(_, v)| v[0] == color)
         .map(|(r, v)| (v[1], r as u32))
         .collect();
     members.sort();
-    let ranks = members
+    members
         .iter()
-        .map(|&(_, r)| pg.job_rank(r).expect("a member"))
-        .collect();
-    mpi.keep(ctx, Arc::new(Group::new(ranks)), comm)
+        .map(|&(_, r)| g.job_rank(r).expect("a member"))
+        .collect()
 }
 
 /// `MPI_Comm_split_type`: `MPI_COMM_TYPE_SHARED` splits by node (the processes that

@@ -19,7 +19,7 @@
 //! a binding, the agreement lets other threads' calls in while it waits.
 
 use super::context::{agree_context, Among};
-use super::create::create_group_ctx;
+use super::create::{create_group_ctx, of_colour};
 use super::{Communicator, Group};
 use crate::coll::{bcast_in, run_here, Inside, Loc, Schedule, Xfer};
 use crate::entry::call_held;
@@ -67,30 +67,15 @@ pub fn intercomm_create(
     let mut header = [MPI_SUCCESS, 0];
     let mut theirs = Vec::new();
     let mut across = None;
-    let mut failure = None;
-    if rank == leader {
-        match trade_groups(inside, &group, (peer, remote_leader, tag)) {
-            Ok((ranks, with)) => {
-                header[1] = ranks.len() as c_int;
-                theirs = ranks;
-                across = Some(with);
-            }
-            Err(e) => {
-                header[0] = e.class;
-                failure = Some(e);
-            }
-        }
-    }
-    bcast_in(inside, &mut header, local_leader, local)?;
-    if let Some(e) = failure {
-        return Err(e);
-    }
-    if header[0] != MPI_SUCCESS {
-        return Err(Error::new(
-            header[0],
-            "the local leader could not make the intercommunicator (its error says why)",
-        ));
-    }
+    let part = (rank == leader).then(|| {
+        trade_groups(inside, &group, (peer, remote_leader, tag)).map(|(ranks, with)| {
+            header[1] = ranks.len() as c_int;
+            theirs = ranks;
+            across = Some(with);
+        })
+    });
+    let what = "could not make the intercommunicator";
+    tell_group(inside, part, &mut header, (local_leader, local), what)?;
     theirs.resize(header[1] as usize, 0);
     bcast_in(inside, &mut theirs, local_leader, local)?;
     let among = Among::Leaders {
@@ -175,21 +160,10 @@ pub fn intercomm_split(
     let remote = c.remote.clone().expect("an intercommunicator");
     let (ctx, all) = agree_across(inside, comm, SPLIT_TAG, &[color, key])?;
     let (ours, theirs) = all.split_at(group.size() as usize);
-    // The job ranks of the members of `color` in `g` (their colours and keys in
-    // `said`), by key then rank.
-    let members = |said: &[Vec<i32>], g: &Group| {
-        let mut m: Vec<(i32, u32)> = said
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| v[0] == color)
-            .map(|(r, v)| (v[1], r as u32))
-            .collect();
-        m.sort();
-        m.iter()
-            .map(|&(_, r)| g.job_rank(r).expect("a member"))
-            .collect::<Vec<u32>>()
-    };
-    let (local, other) = (members(ours, &group), members(theirs, &remote));
+    let (local, other) = (
+        of_colour(ours, color, &group),
+        of_colour(theirs, color, &remote),
+    );
     if color == MPI_UNDEFINED || other.is_empty() {
         return Ok(MPI_COMM_NULL);
     }
@@ -313,6 +287,35 @@ fn trade_groups(
         ));
     }
     Ok((theirs, with))
+}
+
+/// Broadcast over `local` from its member `leader` what the leader's `part` (`Some`
+/// at the leader only) gave: `told`, whose first value is the part's outcome (set
+/// here at the leader: `MPI_SUCCESS` or its error's class). The leader's error, or
+/// elsewhere one of its class that says the leader `what`.
+pub(super) fn tell_group(
+    inside: &mut impl Inside,
+    part: Option<Result<()>>,
+    told: &mut [c_int],
+    (leader, local): (c_int, Handle),
+    what: &str,
+) -> Result<()> {
+    let mut failed = None;
+    if let Some(Err(e)) = part {
+        told[0] = e.class;
+        failed = Some(e);
+    }
+    bcast_in(inside, told, leader, local)?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    if told[0] != MPI_SUCCESS {
+        return Err(Error::new(
+            told[0],
+            format!("the local leader {what} (its error says why)"),
+        ));
+    }
+    Ok(())
 }
 
 /// Send `mine` to job rank `to` and receive `theirs` from it at once, in context
