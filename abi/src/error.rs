@@ -75,7 +75,7 @@ pub unsafe fn array<'a, T>(p: *const T, n: usize) -> Result<&'a [T]> {
         return Err(Error::new(MPI_ERR_ARG, "an array argument is null"));
     }
     // SAFETY: the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+    Ok(unsafe { rbtl::btl::slice_at(p, n) })
 }
 
 /// `Err(Error::new(class, format!(...)))`.

@@ -91,7 +91,7 @@ impl Narrowed {
             return Ok(null());
         };
         // SAFETY: the caller's contract.
-        let values = unsafe { std::slice::from_raw_parts(values, len) };
+        let values = unsafe { rbtl::btl::slice_at(values, len) };
         let copy = values
             .iter()
             .enumerate()

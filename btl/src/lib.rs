@@ -66,6 +66,7 @@ mod registrations;
 mod request;
 mod send_admission;
 mod send_frags;
+mod slices;
 mod tag;
 pub mod transport_kit;
 
@@ -89,6 +90,7 @@ pub use operation::{
 pub use owned_memory::{NotReleased, OwnedMemory};
 pub use rbtl_rcache::Access;
 pub use request::{MemRange, RegRequest, MAX_RANGES};
+pub use slices::{slice_at, slice_at_mut};
 pub use tag::Tag;
 
 // What a put or a get needs of the remote side, for `operation.rs` (the kit has them too).

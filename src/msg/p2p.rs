@@ -212,7 +212,7 @@ impl Comm {
             return unsafe { self.isend_tagged(buf, len, (dst, tag, ctx), true) };
         }
         // SAFETY: the caller promised `buf` is valid for `len` bytes.
-        let data = unsafe { std::slice::from_raw_parts(buf, len) };
+        let data = unsafe { rbtl_btl::slice_at(buf, len) };
         let m = self.modules[mi].as_mut();
         let mut s = lock(&self.state);
         let req = s.new_req(Some(dst));
@@ -275,7 +275,7 @@ impl Comm {
         let eager = self.eager[mi];
         if len + protocol::EAGER_HEADER <= eager {
             // SAFETY: the caller promised `buf` is valid for `len` bytes.
-            let data = unsafe { std::slice::from_raw_parts(buf, len) };
+            let data = unsafe { rbtl_btl::slice_at(buf, len) };
             if self.try_eager(mi, ep, data, tag, ctx)? {
                 // The bytes were copied: the request needs no entry (its id carries
                 // its status).
@@ -286,7 +286,7 @@ impl Comm {
         let mut s = lock(&self.state);
         if len + protocol::EAGER_HEADER <= eager {
             // SAFETY: the caller promised `buf` is valid for `len` bytes.
-            let data = unsafe { std::slice::from_raw_parts(buf, len) };
+            let data = unsafe { rbtl_btl::slice_at(buf, len) };
             // Sent or deferred, the bytes were copied: the buffer is free again, and
             // the request needs no entry (its id carries its status).
             let head = protocol::eager_header(tag, ctx);

@@ -104,7 +104,7 @@ pub unsafe fn scatter_counts(mpi: &Mpi, comm: Handle, counts: *const c_int) -> R
         return Err(Error::new(MPI_ERR_ARG, "the counts array is null"));
     }
     // SAFETY: the caller's contract.
-    let counts = unsafe { std::slice::from_raw_parts(counts, n) };
+    let counts = unsafe { rbtl::btl::slice_at(counts, n) };
     counts.iter().map(|&c| check_count(c)).collect()
 }
 
@@ -176,7 +176,7 @@ pub unsafe fn types_of<'a>(mpi: &Mpi, comm: Handle, types: *const Handle) -> Res
         return Err(Error::new(MPI_ERR_ARG, "the datatypes array is null"));
     }
     // SAFETY: the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts(types, n) })
+    Ok(unsafe { rbtl::btl::slice_at(types, n) })
 }
 
 collective!(PMPI_Alltoallw, PMPI_Ialltoallw, PMPI_Alltoallw_init,

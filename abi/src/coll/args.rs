@@ -36,14 +36,7 @@ pub unsafe fn input(
     let at = s.scratch(len);
     let p = s.ptr(at);
     // SAFETY: the caller's contract; the scratch buffer holds `len` bytes.
-    unsafe {
-        pack::pack(
-            ty,
-            buf.cast(),
-            count,
-            std::slice::from_raw_parts_mut(p, len),
-        )
-    };
+    unsafe { pack::pack(ty, buf.cast(), count, rbtl::btl::slice_at_mut(p, len)) };
     Ok((at, len))
 }
 
@@ -156,8 +149,8 @@ unsafe fn vector<'a>(
     // SAFETY: the caller's contract.
     unsafe {
         Ok((
-            std::slice::from_raw_parts(counts, n as usize),
-            std::slice::from_raw_parts(displs, n as usize),
+            rbtl::btl::slice_at(counts, n as usize),
+            rbtl::btl::slice_at(displs, n as usize),
         ))
     }
 }

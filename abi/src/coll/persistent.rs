@@ -121,7 +121,7 @@ impl KeepArg for *const Handle {
         };
         // SAFETY: the caller's contract: the array holds a type per peer (per
         // neighbour).
-        for &t in unsafe { std::slice::from_raw_parts(self, n) } {
+        for &t in unsafe { rbtl::btl::slice_at(self, n) } {
             // SAFETY: a handle has no contract.
             unsafe { t.kept(mpi, "datatype", at, own) };
         }

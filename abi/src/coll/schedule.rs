@@ -370,7 +370,7 @@ impl Schedule {
                         0 => &[],
                         // SAFETY: the place holds `len` bytes (the caller's contract,
                         // or a scratch buffer of ours).
-                        _ => unsafe { std::slice::from_raw_parts(self.ptr(from), len) },
+                        _ => unsafe { rbtl::btl::slice_at(self.ptr(from), len) },
                     };
                     m.send_in(ctx, data, to, tag)?;
                 }
@@ -380,7 +380,7 @@ impl Schedule {
                     let data: &mut [u8] = match len {
                         0 => &mut [],
                         // SAFETY: as above, room for `len` bytes.
-                        _ => unsafe { std::slice::from_raw_parts_mut(self.ptr(into), len) },
+                        _ => unsafe { rbtl::btl::slice_at_mut(self.ptr(into), len) },
                     };
                     m.recv_in(ctx, data, Some(from), Some(tag))?;
                 }
@@ -521,7 +521,7 @@ unsafe fn run_local(l: &Local, scratch: *mut u8) -> Result<()> {
             let len = ty.size * count;
             // SAFETY: the place holds the packed elements; `to` the user's memory
             // for them.
-            unsafe { pack::unpack(ty, std::slice::from_raw_parts(f, len), to, count) };
+            unsafe { pack::unpack(ty, rbtl::btl::slice_at(f, len), to, count) };
         }
     }
     Ok(())

@@ -152,7 +152,7 @@ impl Mpi {
         let mine = || {
             // SAFETY: `acc` holds the `len` bytes (above), each slice used for one
             // call, while nothing else touches them.
-            unsafe { std::slice::from_raw_parts(acc, len) }
+            unsafe { rbtl::btl::slice_at(acc, len) }
         };
         // Receive a member's operand and combine it into `acc`.
         let combine = |msg: &mut rbtl::msg::Comm, from: u32, tmp: &mut Vec<u8>| -> Result<()> {
@@ -175,7 +175,7 @@ impl Mpi {
                 (true, _) => {
                     msg.send_in(ctx, mine(), peers[0], tag)?;
                     // SAFETY: as above.
-                    let result = unsafe { std::slice::from_raw_parts_mut(acc, len) };
+                    let result = unsafe { rbtl::btl::slice_at_mut(acc, len) };
                     let got = msg.recv_in(ctx, result, Some(peers[0]), Some(tag))?.len;
                     whole("MPI_Allreduce", got, len)?;
                 }
@@ -245,13 +245,13 @@ impl Mpi {
         Some((|| {
             if let Some(p) = parent {
                 // SAFETY: the caller's contract: `len` bytes from the lower bound.
-                let into = unsafe { std::slice::from_raw_parts_mut(data, len) };
+                let into = unsafe { rbtl::btl::slice_at_mut(data, len) };
                 let got = self.msg.recv_in(ctx, into, Some(p), Some(tag))?.len;
                 whole("MPI_Bcast", got, len)?;
             }
             for &to in kids {
                 // SAFETY: as above.
-                let from = unsafe { std::slice::from_raw_parts(data, len) };
+                let from = unsafe { rbtl::btl::slice_at(data, len) };
                 self.msg.send_in(ctx, from, to, tag)?;
             }
             Ok(())

@@ -61,7 +61,7 @@ unsafe fn ranks_in(ranks: *const c_int, n: c_int, size: u32) -> Result<Vec<u32>>
         return Err(Error::new(MPI_ERR_ARG, "the ranks array is null"));
     }
     // SAFETY: the caller's contract.
-    let v = unsafe { std::slice::from_raw_parts(ranks, n) };
+    let v = unsafe { rbtl::btl::slice_at(ranks, n) };
     v.iter().map(|&r| member(r, size)).collect()
 }
 

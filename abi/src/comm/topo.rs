@@ -147,7 +147,7 @@ pub unsafe extern "C" fn PMPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mu
             &mut [][..]
         } else {
             // SAFETY: the binding's contract: `ndims` ints.
-            unsafe { std::slice::from_raw_parts_mut(dims, n) }
+            unsafe { rbtl::btl::slice_at_mut(dims, n) }
         };
         dims_create(nnodes, d)
     })

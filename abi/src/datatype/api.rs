@@ -558,10 +558,10 @@ unsafe fn through_pack_buffer(
         unsafe {
             let bytes = packed.cast::<u8>().add(at);
             if packing {
-                let out = std::slice::from_raw_parts_mut(bytes, need);
+                let out = rbtl::btl::slice_at_mut(bytes, need);
                 pack::pack(t, buf.cast_const().cast(), n, out);
             } else {
-                let input = std::slice::from_raw_parts(bytes, need);
+                let input = rbtl::btl::slice_at(bytes, need);
                 pack::unpack(t, input, buf.cast(), n);
             }
             position.write((at + need) as c_int);

@@ -339,7 +339,7 @@ pub unsafe extern "C" fn PMPI_Pack_external(
         unsafe { pack::pack(t, inbuf.cast(), n, &mut native) };
         // SAFETY: `outbuf` holds `outsize` bytes (the binding's contract), of which
         // `at..at + need` was checked to lie inside.
-        let out = unsafe { std::slice::from_raw_parts_mut(outbuf.cast::<u8>().add(at), need) };
+        let out = unsafe { rbtl::btl::slice_at_mut(outbuf.cast::<u8>().add(at), need) };
         to_external(&t.sig, n, &native, out)?;
         // SAFETY: read above, so not null.
         unsafe { position.write((at + need) as Aint) };
@@ -370,7 +370,7 @@ pub unsafe extern "C" fn PMPI_Unpack_external(
         }
         // SAFETY: `inbuf` holds `insize` bytes (the binding's contract), of which
         // `at..at + need` was checked to lie inside.
-        let input = unsafe { std::slice::from_raw_parts(inbuf.cast::<u8>().add(at), need) };
+        let input = unsafe { rbtl::btl::slice_at(inbuf.cast::<u8>().add(at), need) };
         let mut native = vec![0u8; native_bytes(t, n)?];
         from_external(&t.sig, n, input, &mut native)?;
         // SAFETY: `outbuf` has room for `outcount` elements of the type (the

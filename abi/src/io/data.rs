@@ -174,8 +174,7 @@ impl Mpi {
         if write {
             if t.contiguous {
                 // SAFETY: the caller's contract: `len` bytes from the type's lower bound.
-                let data =
-                    unsafe { std::slice::from_raw_parts(base.wrapping_offset(t.lb), len as usize) };
+                let data = unsafe { rbtl::btl::slice_at(base.wrapping_offset(t.lb), len as usize) };
                 return write_spans(&f.fd, &spans, data);
             }
             let mut data = vec![0u8; len as usize];
@@ -185,8 +184,7 @@ impl Mpi {
         }
         if t.contiguous {
             // SAFETY: the caller's contract, as above, writable.
-            let data =
-                unsafe { std::slice::from_raw_parts_mut(base.wrapping_offset(t.lb), len as usize) };
+            let data = unsafe { rbtl::btl::slice_at_mut(base.wrapping_offset(t.lb), len as usize) };
             return read_spans(&f.fd, &spans, data);
         }
         let mut data = vec![0u8; len as usize];

@@ -117,8 +117,8 @@ unsafe fn each<T: Copy>(input: *const u8, inout: *mut u8, n: usize, f: impl Fn(T
         // just checked.
         let (a, b) = unsafe {
             (
-                std::slice::from_raw_parts(input.cast::<T>(), n),
-                std::slice::from_raw_parts_mut(inout.cast::<T>(), n),
+                rbtl::btl::slice_at(input.cast::<T>(), n),
+                rbtl::btl::slice_at_mut(inout.cast::<T>(), n),
             )
         };
         #[cfg(target_arch = "x86_64")]

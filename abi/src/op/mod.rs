@@ -163,25 +163,10 @@ pub unsafe fn reduce(
             // SAFETY: each buffer holds `count` extents starting at the type's lower
             // bound; the packed inputs hold `len` bytes (the caller's contract).
             unsafe {
-                pack::unpack(
-                    ty,
-                    std::slice::from_raw_parts(input, len),
-                    base(&mut a),
-                    count,
-                );
-                pack::unpack(
-                    ty,
-                    std::slice::from_raw_parts(inout, len),
-                    base(&mut b),
-                    count,
-                );
+                pack::unpack(ty, rbtl::btl::slice_at(input, len), base(&mut a), count);
+                pack::unpack(ty, rbtl::btl::slice_at(inout, len), base(&mut b), count);
                 call_user(u, base(&mut a), base(&mut b), count, ty_handle)?;
-                pack::pack(
-                    ty,
-                    base(&mut b),
-                    count,
-                    std::slice::from_raw_parts_mut(inout, len),
-                );
+                pack::pack(ty, base(&mut b), count, rbtl::btl::slice_at_mut(inout, len));
             }
             Ok(())
         }

@@ -28,8 +28,9 @@ impl Held {
     ) -> Result<()> {
         if mode == Mode::Standard {
             let c = self.comm(comm)?;
-            let t = self.dtype(ty)?;
-            if t.contiguous && c.remote.is_none() {
+            // (A type that is not one takes the path below, which names the error.)
+            let t = self.dtype(ty).ok();
+            if let Some(t) = t.filter(|t| t.contiguous && c.remote.is_none()) {
                 let ctx = c.ctx;
                 let n = check_count(count)?;
                 let tag = check_send_tag(tag)?;
@@ -45,7 +46,7 @@ impl Held {
                     &[]
                 } else {
                     // SAFETY: the caller's contract: `len` bytes from the type's start.
-                    unsafe { std::slice::from_raw_parts(at, len) }
+                    unsafe { rbtl::btl::slice_at(at, len) }
                 };
                 if self.waits_in_layer() {
                     return Ok(self.msg.send_in(ctx, data, dst, tag)?);
@@ -77,8 +78,8 @@ impl Held {
     ) -> Result<()> {
         if self.waits_in_layer() {
             let c = self.comm(comm)?;
-            let t = self.dtype(ty)?;
-            if t.contiguous && c.remote.is_none() {
+            let t = self.dtype(ty).ok();
+            if let Some(t) = t.filter(|t| t.contiguous && c.remote.is_none()) {
                 let ctx = c.ctx;
                 let n = check_count(count)?;
                 let tag = check_recv_tag(tag)?;
@@ -100,7 +101,7 @@ impl Held {
                     &mut []
                 } else {
                     // SAFETY: the caller's contract: room for `len` bytes.
-                    unsafe { std::slice::from_raw_parts_mut(at, len) }
+                    unsafe { rbtl::btl::slice_at_mut(at, len) }
                 };
                 let outcome = self.msg.recv_in(ctx, data, src, tag);
                 // The common case without a detour: a message received whole.

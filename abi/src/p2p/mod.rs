@@ -317,7 +317,14 @@ impl Mpi {
             .remote
             .clone()
             .or_else(|| (comm != MPI_COMM_WORLD).then(|| c.group.clone()));
-        let t = self.dtype(ty)?;
+        let t = match self.dtype(ty) {
+            // Nothing moves to or from MPI_PROC_NULL: its type is not looked at (as
+            // MPICH does).
+            Err(_) if ty == MPI_DATATYPE_NULL && matches!(to, Peer::Null) => {
+                self.dtype(MPI_BYTE)?
+            }
+            t => t?,
+        };
         check_buffer(buf, count, t)?;
         Ok((ctx, to, peers, t.shape()))
     }

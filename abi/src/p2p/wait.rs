@@ -219,7 +219,7 @@ pub(super) unsafe fn handles<'a>(count: c_int, reqs: *mut Handle) -> Result<&'a 
         return Err(Error::new(MPI_ERR_ARG, "the array of requests is null"));
     }
     // SAFETY: the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts_mut(reqs, n) })
+    Ok(unsafe { rbtl::btl::slice_at_mut(reqs, n) })
 }
 
 /// The error of a call that completed several requests: `MPI_ERR_IN_STATUS`, each

@@ -469,8 +469,8 @@ pub unsafe extern "C" fn PMPI_Compare_and_swap(
                 // accumulates meanwhile; the binding's contract: one element of
                 // `size` at each buffer.
                 unsafe {
-                    let equal = std::slice::from_raw_parts(compare_addr.cast::<u8>(), size)
-                        == std::slice::from_raw_parts(at, size);
+                    let equal = rbtl::btl::slice_at(compare_addr.cast::<u8>(), size)
+                        == rbtl::btl::slice_at(at, size);
                     std::ptr::copy_nonoverlapping(at, result_addr.cast::<u8>(), size);
                     if equal {
                         std::ptr::copy_nonoverlapping(origin_addr.cast::<u8>(), at, size);

@@ -242,7 +242,7 @@ unsafe fn apply(
     answer.push(0);
     if p.fetch {
         // SAFETY: as above.
-        answer.extend_from_slice(unsafe { std::slice::from_raw_parts(at, p.len) });
+        answer.extend_from_slice(unsafe { rbtl::btl::slice_at(at, p.len) });
     }
     let n = p.len / psize;
     let applied = match p.kind {
@@ -252,7 +252,7 @@ unsafe fn apply(
         Kind::CompareSwap => {
             let (value, compare) = p.operand.split_at(p.len);
             // SAFETY: as above.
-            let now = unsafe { std::slice::from_raw_parts_mut(at, p.len) };
+            let now = unsafe { rbtl::btl::slice_at_mut(at, p.len) };
             if now == compare {
                 now.copy_from_slice(value);
             }
@@ -463,10 +463,10 @@ impl Mpi {
                     Kind::Accumulate if s.op == MPI_NO_OP => {}
                     Kind::Region => {}
                     Kind::Accumulate => {
-                        request.extend_from_slice(std::slice::from_raw_parts(operand.add(from), n))
+                        request.extend_from_slice(rbtl::btl::slice_at(operand.add(from), n))
                     }
                     Kind::CompareSwap => {
-                        request.extend_from_slice(std::slice::from_raw_parts(operand, 2 * n))
+                        request.extend_from_slice(rbtl::btl::slice_at(operand, 2 * n))
                     }
                 }
             }

@@ -184,10 +184,13 @@ static void test_buffers(MPI_Session s) {
   static char room[ROOM];
   OK(MPI_Session_attach_buffer(s, room, ROOM));
   EXPECT_ERR(MPI_Session_attach_buffer(s, room, ROOM), MPI_ERR_BUFFER, "attached");
-  /* Two messages fill it: on the communicator and on one made from it. */
+  /* Two messages take room in it, on the communicator and on one made from it: then
+   * a message of all its size does not fit. */
+  static int whole[ROOM / sizeof(int)];
   OK(MPI_Bsend(x, 8, MPI_INT, rank, 1, all));
   OK(MPI_Bsend(x, 8, MPI_INT, rank, 2, dup));
-  EXPECT_ERR(MPI_Bsend(x, 1, MPI_INT, rank, 3, all), MPI_ERR_BUFFER, "free");
+  EXPECT_ERR(MPI_Bsend(whole, ROOM / sizeof(int) - 2 * 8, MPI_INT, rank, 3, all),
+             MPI_ERR_BUFFER, "free");
   OK(MPI_Recv(y, 8, MPI_INT, rank, 1, all, MPI_STATUS_IGNORE));
   CHECK(y[7] == 8, "the first buffered message ends with %d", y[7]);
   OK(MPI_Recv(y, 8, MPI_INT, rank, 2, dup, MPI_STATUS_IGNORE));
@@ -195,11 +198,12 @@ static void test_buffers(MPI_Session s) {
   MPI_Request r;
   OK(MPI_Session_iflush_buffer(s, &r));
   OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
-  /* A communicator's own buffer comes first: too small for 8 ints. */
+  /* A communicator's own buffer comes first: too small for its size in ints. */
   static char tiny[MPI_BSEND_OVERHEAD + 4];
   OK(MPI_Comm_dup(all, &small));
   OK(MPI_Comm_attach_buffer(small, tiny, sizeof tiny));
-  EXPECT_ERR(MPI_Bsend(x, 8, MPI_INT, rank, 4, small), MPI_ERR_BUFFER, NULL);
+  EXPECT_ERR(MPI_Bsend(whole, sizeof tiny / sizeof(int), MPI_INT, rank, 4, small),
+             MPI_ERR_BUFFER, NULL);
   OK(MPI_Bsend(x, 1, MPI_INT, rank, 4, small));
   OK(MPI_Recv(y, 1, MPI_INT, rank, 4, small, MPI_STATUS_IGNORE));
   void *back = NULL;

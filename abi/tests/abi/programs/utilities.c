@@ -303,7 +303,8 @@ static void test_buffers(void) {
         got);
   EXPECT_ERR(MPI_Comm_detach_buffer(dup, &addr, &got), MPI_ERR_BUFFER, "no buffer");
   /* Without a buffer of its own, the communicator's sends take the process's. */
-  EXPECT_ERR(MPI_Bsend(data, 32, MPI_INT, rank, 5, dup), MPI_ERR_BUFFER, "this send needs");
+  EXPECT_ERR(MPI_Bsend(data, small_size / (int)sizeof(int), MPI_INT, rank, 5, dup),
+             MPI_ERR_BUFFER, "this send needs");
   OK(MPI_Buffer_detach(&addr, &got));
   CHECK(addr == small && got == small_size, "the process's buffer handed back");
   EXPECT_ERR(MPI_Bsend(&x, 1, MPI_INT, rank, 6, MPI_COMM_WORLD), MPI_ERR_BUFFER,
