@@ -76,6 +76,9 @@ pub struct Mpi {
     pub appnum: c_int,
     /// The schedule of the last blocking collective, emptied: the next one's.
     pub spare_schedule: Option<Box<crate::coll::Schedule>>,
+    /// The tag the next collective's schedule takes instead of its communicator's
+    /// next: a persistent collective's own, while one of its starts builds it.
+    pub coll_tag_given: Option<i32>,
     /// This process's windows, for the accumulates shipped to it.
     pub exposures: crate::rma::shipped::Exposures,
     /// A buffer a call borrows while it runs (the small all-reduction's operand, the
@@ -143,6 +146,7 @@ impl Mpi {
             main_thread: std::thread::current().id(),
             appnum: 0,
             spare_schedule: None,
+            coll_tag_given: None,
             exposures,
             scratch: Vec::new(),
             shipping: Default::default(),

@@ -91,6 +91,7 @@ impl Mpi {
         comm: Handle,
         inter: bool,
     ) -> Result<(Box<Schedule>, Members, Option<Arc<Group>>)> {
+        let given = self.coll_tag_given.take();
         let c = self.comm_mut(comm)?;
         if c.remote.is_some() && !inter {
             return Err(Error::new(
@@ -98,7 +99,10 @@ impl Mpi {
                 "scans and neighbourhood collectives are not defined on intercommunicators",
             ));
         }
-        let tag = c.next_coll_tag();
+        let tag = match given {
+            Some(tag) => tag,
+            None => c.next_coll_tag(),
+        };
         let members = Members::of(c.group.clone(), c.rank);
         let remote = c.remote.clone();
         let (ctx, spare) = (c.coll_ctx(), self.spare_schedule.take());

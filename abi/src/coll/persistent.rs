@@ -25,6 +25,10 @@ pub struct CollInit {
     build: Build,
     /// The communicator it runs on.
     pub comm: Handle,
+    /// The tag of every start's messages, taken from the communicator's collectives
+    /// at the init: the inits come in the same order on every member, the starts
+    /// may not (MPI 4.1, 6.13).
+    tag: i32,
     /// The request of the start under way, until a completion call completes it.
     pub started: Option<Handle>,
     /// Arrays the starts read that the library made (a large-count binding's
@@ -143,13 +147,17 @@ impl Mpi {
         own: Owned,
         out: *mut Handle,
     ) -> Result<()> {
-        if let Err(e) = self.comm(comm) {
-            self.free_owned(own);
-            return Err(e);
-        }
+        let tag = match self.comm_mut(comm) {
+            Ok(c) => c.next_coll_tag(),
+            Err(e) => {
+                self.free_owned(own);
+                return Err(e);
+            }
+        };
         let r = Request::CollInit(Box::new(CollInit {
             build,
             comm,
+            tag,
             started: None,
             kept: Vec::new(),
             own,
@@ -218,9 +226,9 @@ impl Mpi {
 
     /// `MPI_Start` of persistent collective `h`: its schedule built and started.
     pub fn start_collective_init(&mut self, h: Handle) -> Result<()> {
-        let build =
+        let (build, tag) =
             match self.requests.get(h) {
-                Some(Request::CollInit(c)) if c.started.is_none() => c.build.clone(),
+                Some(Request::CollInit(c)) if c.started.is_none() => (c.build.clone(), c.tag),
                 Some(Request::CollInit(_)) => return Err(Error::new(
                     MPI_ERR_REQUEST,
                     "the persistent collective is active: it must complete before it starts again",
@@ -232,7 +240,10 @@ impl Mpi {
                     ))
                 }
             };
-        let s = build(self)?;
+        self.coll_tag_given = Some(tag);
+        let s = build(self);
+        self.coll_tag_given = None;
+        let s = s?;
         let mut inner = MPI_REQUEST_NULL;
         // SAFETY: the buffers were promised at the init for every start, until each
         // completes; `inner` is writable.
