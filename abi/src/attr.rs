@@ -133,9 +133,10 @@ impl Mpi {
         k
     }
 
-    /// Free key `k` of `kind`: it goes once no attribute is left under it.
+    /// Free key `k` of `kind`: it goes once no attribute is left under it. (Freed
+    /// again meanwhile, as MPICH allows, it stays freed.)
     pub fn free_keyval(&mut self, kind: AttrKind, k: c_int) -> Result<()> {
-        self.keyval(kind, k)?;
+        self.key(kind, k, true)?;
         if let Some(key) = self.attrs.keys.get_mut(&k) {
             key.freed = true;
         }
@@ -145,10 +146,17 @@ impl Mpi {
 
     /// The key `k` of `kind`, as the program names it (not freed).
     pub fn keyval(&self, kind: AttrKind, k: c_int) -> Result<Keyval> {
+        self.key(kind, k, false)
+    }
+
+    /// The key `k` of `kind`: not freed, or (`held`) freed while attributes are
+    /// still under it, which the program reads and deletes under it (MPI 4.1,
+    /// 7.7.2). A freed key goes once none is left.
+    fn key(&self, kind: AttrKind, k: c_int, held: bool) -> Result<Keyval> {
         self.attrs
             .keys
             .get(&k)
-            .filter(|key| !key.freed && key.kind == kind)
+            .filter(|key| (held || !key.freed) && key.kind == kind)
             .copied()
             .ok_or_else(|| {
                 Error::new(
@@ -193,7 +201,7 @@ impl Mpi {
 
     /// The value of attribute `k` of `o`, if set (the key checked).
     pub fn attr(&self, o: Holder, k: c_int) -> Result<Option<usize>> {
-        self.keyval(o.kind, k)?;
+        self.key(o.kind, k, true)?;
         Ok(self.attrs_of(o)?.and_then(|a| a.get(&k)).map(|a| a.0))
     }
 

@@ -304,10 +304,12 @@ pub fn add_string(code: c_int, s: String) -> Result<()> {
     Ok(())
 }
 
-/// The highest error code in use (`MPI_LASTUSEDCODE`).
+/// The highest error code in use (`MPI_LASTUSEDCODE`), never below
+/// `MPI_ERR_LASTCODE` (MPI 4.1, 9.5).
 pub fn last_used() -> c_int {
     let c = codes();
-    c.last_class | ((c.next.saturating_sub(1)) << 8) as c_int
+    let used = c.last_class | ((c.next.saturating_sub(1)) << 8) as c_int;
+    used.max(MPI_ERR_LASTCODE)
 }
 
 /// The name of a class (`MPI_ERR_RANK`).

@@ -67,9 +67,10 @@ pub unsafe fn read_object_name(s: *const c_char) -> Result<String> {
 /// `out` is null or writable.
 unsafe fn hand_out(h: Result<Handle>, out: *mut Handle) -> Result<()> {
     non_null(out, MPI_ERR_ARG, "communicator")?;
-    // SAFETY: checked not null.
-    unsafe { out.write(h?) };
-    Ok(())
+    // SAFETY: checked not null. (A communicator not made is null, as MPICH hands
+    // it out.)
+    unsafe { out.write(*h.as_ref().unwrap_or(&MPI_COMM_NULL)) };
+    h.map(|_| ())
 }
 
 query_binding!(PMPI_Comm_rank, comm, Object::Comm(comm), |mpi|

@@ -361,6 +361,8 @@ pub unsafe extern "C" fn PMPI_Type_dup(oldtype: Handle, newtype: *mut Handle) ->
                 mpi.types.remove(h);
                 Ok(())
             })?;
+            // SAFETY: checked not null. (As MPICH: the failed duplicate is null.)
+            unsafe { newtype.write(MPI_DATATYPE_NULL) };
             return Err(e);
         }
         // SAFETY: checked not null.

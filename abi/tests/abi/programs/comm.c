@@ -395,6 +395,22 @@ static void expect_attr(MPI_Comm c, int key, int present, intptr_t value,
           (long)value);
 }
 
+static int copy_fails(MPI_Comm old, int key, void *extra, void *in, void *out, int *flag) {
+  (void)old;
+  (void)key;
+  (void)extra;
+  (void)in;
+  (void)out;
+  *flag = 0;
+  return MPI_ERR_OTHER;
+}
+
+static int type_copy_fails(MPI_Datatype old, int key, void *extra, void *in, void *out,
+                           int *flag) {
+  (void)old;
+  return copy_fails(MPI_COMM_NULL, key, extra, in, out, flag);
+}
+
 static void test_attributes(void) {
   int plus, none, same, nulled;
   OK(MPI_Comm_create_keyval(copy_plus_one, count_delete, &plus, &the_extra));
@@ -430,15 +446,45 @@ static void test_attributes(void) {
   OK(MPI_Comm_free(&b));
   CHECK(deletes == 1 && last_deleted == 11, "freeing a duplicate: %d deletes, last %ld",
         deletes, (long)last_deleted);
-  /* A freed key's attributes stay, and are deleted with their communicator. */
+  /* A freed key's attributes stay, read and deleted under the key's number (MPI
+   * 4.1, 7.7.2), or deleted with their communicator; freeing it again (as MPICH
+   * allows) changes nothing. */
   deletes = 0;
+  int none_kept = none, again = none;
   OK(MPI_Comm_free_keyval(&none));
   CHECK(none == MPI_KEYVAL_INVALID, "MPI_Comm_free_keyval left the key");
   CHECK(deletes == 0, "freeing a key deleted its attributes");
+  expect_attr(a, none_kept, 1, 20, "the attribute of a freed key");
+  OK(MPI_Comm_free_keyval(&again));
+  OK(MPI_Comm_delete_attr(a, none_kept));
+  CHECK(deletes == 1 && last_deleted == 20, "deleting under a freed key: %d deletes", deletes);
   OK(MPI_Comm_free(&a));
-  CHECK(deletes == 2, "freeing a communicator with attributes of a freed key and of "
-                      "MPI_COMM_NULL_COPY_FN: %d deletes, expected 2",
+  CHECK(deletes == 2, "freeing a communicator with an attribute of MPI_COMM_NULL_COPY_FN: "
+                      "%d deletes, expected 2",
         deletes);
+  /* A copy callback that fails fails the duplicate, handed out as MPI_COMM_NULL. */
+  int failing;
+  OK(MPI_Comm_create_keyval(copy_fails, MPI_COMM_NULL_DELETE_FN, &failing, NULL));
+  OK(MPI_Comm_dup(MPI_COMM_WORLD, &a));
+  OK(MPI_Comm_set_attr(a, failing, NULL));
+  errors_return(a, 1);
+  b = MPI_COMM_WORLD;
+  EXPECT_ERR(MPI_Comm_dup(a, &b), MPI_ERR_OTHER, NULL);
+  CHECK(b == MPI_COMM_NULL, "a failed MPI_Comm_dup handed out %#lx", (unsigned long)(uintptr_t)b);
+  OK(MPI_Comm_free(&a));
+  OK(MPI_Comm_free_keyval(&failing));
+  /* The same of a datatype's (whose errors go to MPI_COMM_SELF's handler). */
+  MPI_Datatype t, t_copy = MPI_INT;
+  OK(MPI_Type_create_keyval(type_copy_fails, MPI_TYPE_NULL_DELETE_FN, &failing, NULL));
+  OK(MPI_Type_dup(MPI_INT, &t));
+  OK(MPI_Type_set_attr(t, failing, NULL));
+  errors_return(MPI_COMM_SELF, 1);
+  EXPECT_ERR(MPI_Type_dup(t, &t_copy), MPI_ERR_OTHER, NULL);
+  errors_return(MPI_COMM_SELF, 0);
+  CHECK(t_copy == MPI_DATATYPE_NULL, "a failed MPI_Type_dup handed out %#lx",
+        (unsigned long)(uintptr_t)t_copy);
+  OK(MPI_Type_free(&t));
+  OK(MPI_Type_free_keyval(&failing));
   CHECK(extra_ok, "a callback did not get the extra state");
   OK(MPI_Comm_free_keyval(&plus));
   OK(MPI_Comm_free_keyval(&same));
@@ -469,7 +515,8 @@ static void test_attributes(void) {
   OK(MPI_Add_error_class(&cls));
   OK(MPI_Add_error_code(cls, &code));
   OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_LASTUSEDCODE, &v, &flag));
-  CHECK(flag && *v >= code && *v >= cls, "MPI_LASTUSEDCODE: %d, below %d", *v, code);
+  CHECK(flag && *v >= code && *v >= cls && *v >= MPI_ERR_LASTCODE,
+        "MPI_LASTUSEDCODE: %d, below %d or MPI_ERR_LASTCODE", *v, code);
 }
 
 static void test_cart(void) {
