@@ -12,31 +12,6 @@ use crate::p2p::check_count;
 use crate::state::Mpi;
 use std::sync::Arc;
 
-/// Basic elements in `bytes` of packed `ty` (`MPI_Get_elements`): `None` when they
-/// do not end on an element.
-pub fn elements_in(ty: &Datatype, bytes: u64) -> Option<u64> {
-    if ty.size == 0 {
-        return (bytes == 0).then_some(0);
-    }
-    let whole = bytes / ty.size as u64;
-    let rest = bytes % ty.size as u64;
-    let per = ty.elements as u64;
-    match ty.prim {
-        Some(p) if rest % p.size() as u64 == 0 => {
-            let sub = rest / p.size() as u64
-                * if matches!(p, super::Prim::Pair(_)) {
-                    2
-                } else {
-                    1
-                };
-            Some(whole * per + sub)
-        }
-        Some(_) => None,
-        None if rest == 0 => Some(whole * per),
-        None => None,
-    }
-}
-
 /// The `count` block lengths and displacements of an indexed or struct type's
 /// arguments.
 ///
@@ -129,12 +104,31 @@ fn vector(
     out: *mut Handle,
 ) -> Result<()> {
     let (n, b) = (check_count(count)?, check_count(blocklength)?);
+    let old = mpi.dtype_any(oldtype)?;
+    let extent = old.extent();
+    let overflow = || {
+        Error::new(
+            MPI_ERR_COUNT,
+            "the datatype's size overflows the address space",
+        )
+    };
     let step = if bytes {
         stride
     } else {
-        stride * mpi.dtype_any(oldtype)?.extent()
+        stride.checked_mul(extent).ok_or_else(overflow)?
     };
-    let parts: Vec<_> = (0..n as isize).map(|i| (i * step, oldtype, b)).collect();
+    // Blocks one after the other are one block of copies, however many.
+    if b as isize * extent == step {
+        let all = n.checked_mul(b).ok_or_else(overflow)?;
+        return mpi.make(&[(0, oldtype, all)], false, envelope, out);
+    }
+    // Else each block is a run of its own at least (refused before it takes room).
+    if n > super::build::MAX_BLOCKS && old.size > 0 && b > 0 {
+        return Err(super::build::too_many_runs());
+    }
+    let parts = (0..n as isize)
+        .map(|i| Ok((i.checked_mul(step).ok_or_else(overflow)?, oldtype, b)))
+        .collect::<Result<Vec<_>>>()?;
     mpi.make(&parts, false, envelope, out)
 }
 
@@ -570,21 +564,4 @@ unsafe fn through_pack_buffer(
         }
         Ok(())
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::elements_in;
-    use crate::datatype::predefined;
-    use crate::ffi::*;
-
-    #[test]
-    fn elements_of_partial_messages() {
-        let all = predefined::all();
-        let int = all[MPI_INT - predefined::FIRST].as_ref().unwrap();
-        assert_eq!(elements_in(int, 12), Some(3));
-        assert_eq!(elements_in(int, 13), None);
-        let pair = all[MPI_2INT - predefined::FIRST].as_ref().unwrap();
-        assert_eq!(elements_in(pair, 16), Some(4));
-    }
 }

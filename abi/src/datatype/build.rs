@@ -84,10 +84,7 @@ impl<'a> Layout<'a> {
                 .saturating_add(count.saturating_mul(ty.blocks.len()))
                 > MAX_BLOCKS
             {
-                return Err(Error::new(
-                    MPI_ERR_TYPE,
-                    format!("the datatype has more than {MAX_BLOCKS} separate runs of bytes: this library flattens types and cannot hold it"),
-                ));
+                return Err(too_many_runs());
             }
             for k in 0..count as isize {
                 let at = disp + k * extent;
@@ -144,6 +141,14 @@ impl<'a> Layout<'a> {
 
 /// Most runs of bytes a flattened type may hold.
 pub const MAX_BLOCKS: usize = 1 << 24;
+
+/// The error of a type of more than [`MAX_BLOCKS`] runs.
+pub fn too_many_runs() -> Error {
+    Error::new(
+        MPI_ERR_TYPE,
+        format!("the datatype has more than {MAX_BLOCKS} separate runs of bytes: this library flattens types and cannot hold it"),
+    )
+}
 
 /// Append a run, joining it to the last when they touch.
 fn push_run(blocks: &mut Vec<Block>, at: isize, len: usize) {

@@ -1,6 +1,7 @@
 //! The questions a datatype answers: sizes and bounds, names, its envelope and
-//! contents; and addresses.
+//! contents, the elements a message of it holds; and addresses.
 
+use super::Datatype;
 use crate::comm::api::{read_object_name, write_name};
 use crate::entry::{call, query_binding};
 use crate::error::{Error, Object};
@@ -278,4 +279,46 @@ pub unsafe extern "C" fn PMPI_Type_match_size(
         unsafe { put(datatype, t) };
         Ok(())
     })
+}
+
+/// Basic elements in `bytes` of packed `ty` (`MPI_Get_elements`): `None` when they
+/// do not end on an element.
+pub fn elements_in(ty: &Datatype, bytes: u64) -> Option<u64> {
+    if ty.size == 0 {
+        return (bytes == 0).then_some(0);
+    }
+    let whole = bytes / ty.size as u64;
+    let rest = bytes % ty.size as u64;
+    let per = ty.elements as u64;
+    match ty.prim {
+        Some(p) if rest % p.size() as u64 == 0 => {
+            let sub = rest / p.size() as u64
+                * if matches!(p, super::Prim::Pair(_)) {
+                    2
+                } else {
+                    1
+                };
+            Some(whole * per + sub)
+        }
+        Some(_) => None,
+        None if rest == 0 => Some(whole * per),
+        None => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::elements_in;
+    use crate::datatype::predefined;
+    use crate::ffi::*;
+
+    #[test]
+    fn elements_of_partial_messages() {
+        let all = predefined::all();
+        let int = all[MPI_INT - predefined::FIRST].as_ref().unwrap();
+        assert_eq!(elements_in(int, 12), Some(3));
+        assert_eq!(elements_in(int, 13), None);
+        let pair = all[MPI_2INT - predefined::FIRST].as_ref().unwrap();
+        assert_eq!(elements_in(pair, 16), Some(4));
+    }
 }

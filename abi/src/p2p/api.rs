@@ -375,10 +375,10 @@ macro_rules! count_binding {
 count_binding!(PMPI_Get_count, c_int, |t, bytes| count_of(bytes, t.size));
 count_binding!(PMPI_Get_count_c, Count, |t, bytes| count_of(bytes, t.size));
 count_binding!(PMPI_Get_elements, c_int, |t, bytes| {
-    crate::datatype::api::elements_in(t, bytes)
+    crate::datatype::query::elements_in(t, bytes)
 });
 count_binding!(PMPI_Get_elements_c, Count, |t, bytes| {
-    crate::datatype::api::elements_in(t, bytes)
+    crate::datatype::query::elements_in(t, bytes)
 });
 
 #[no_mangle]

@@ -10,6 +10,7 @@
  * inherited by duplicates, kept when freed while set, and run by
  * MPI_Comm_call_errhandler. Error classes, codes and strings of the program's own. */
 #include "check.h"
+#include <limits.h>
 
 static int flag_unused;
 
@@ -177,6 +178,15 @@ static void test_handle_errors(void) {
   OK(MPI_Type_free(&t2));
   EXPECT_ERR(MPI_Type_size((MPI_Datatype)MPI_COMM_WORLD, &n), MPI_ERR_TYPE, NULL);
   EXPECT_ERR(MPI_Type_size((MPI_Datatype)g, &n), MPI_ERR_TYPE, "another kind");
+  /* A type of more runs than this library holds is refused before it takes room; a
+   * vector of as many blocks one after the other is one run. */
+  EXPECT_ERR(MPI_Type_vector(INT_MAX / 2, 1, 3, MPI_INT, &t), MPI_ERR_TYPE, "runs");
+  OK(MPI_Type_vector(INT_MAX / 2, 2, 2, MPI_CHAR, &t));
+  MPI_Count big = 0;
+  OK(MPI_Type_size_c(t, &big));
+  CHECK(big == (MPI_Count)(INT_MAX / 2) * 2, "a vector of adjacent blocks: %lld bytes",
+        (long long)big);
+  OK(MPI_Type_free(&t));
   t = MPI_INT;
   EXPECT_ERR(MPI_Type_free(&t), MPI_ERR_TYPE, "predefined");
   EXPECT_ERR(MPI_Type_set_name(MPI_INT, "mine"), MPI_ERR_TYPE, "predefined");
