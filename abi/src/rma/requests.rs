@@ -20,10 +20,11 @@ use crate::state::Mpi;
 use rbtl::msg::IdleWait;
 
 impl Mpi {
-    /// Check that a request-based operation may start on window `win`: a
-    /// passive-target epoch is open, and `request` is a place to write its handle.
-    fn request_based(&self, win: Handle, request: *mut Handle) -> Result<()> {
-        if !self.win(win)?.sync.passive() {
+    /// Check that a request-based operation to `rank` may start on window `win`: a
+    /// passive-target epoch is open (or the target is `MPI_PROC_NULL`, which any
+    /// epoch reaches, as MPICH has it), and `request` is a place to write its handle.
+    fn request_based(&self, win: Handle, rank: c_int, request: *mut Handle) -> Result<()> {
+        if !self.to_proc_null(win, rank)? && !self.win(win)?.sync.passive() {
             return Err(sync_error(
                 "a request-based operation outside a passive-target (lock) epoch",
             ));
@@ -63,7 +64,7 @@ impl Mpi {
 origin_target_binding!(
     PMPI_Rput(origin_addr: *const c_void, ..) -> request,
     |mpi, origin, target, win| {
-        mpi.request_based(win, request)?;
+        mpi.request_based(win, target.0, request)?;
         let (buf, count, ty) = origin;
         // SAFETY: the binding's contract; the request waits for the operation.
         unsafe {
@@ -76,7 +77,7 @@ origin_target_binding!(
 origin_target_binding!(
     PMPI_Rget(origin_addr: *mut c_void, ..) -> request,
     |mpi, origin, target, win| {
-        mpi.request_based(win, request)?;
+        mpi.request_based(win, target.0, request)?;
         // SAFETY: the binding's contract; the request waits for the operation.
         unsafe {
             rdma(mpi, false, origin, target, win)?;
@@ -88,7 +89,7 @@ origin_target_binding!(
 origin_target_binding!(
     PMPI_Raccumulate(origin_addr: *const c_void, .. op: Handle) -> request,
     |mpi, origin, target, win| {
-        mpi.request_based(win, request)?;
+        mpi.request_based(win, target.0, request)?;
         // SAFETY: the binding's contract.
         unsafe {
             mpi.accumulate_to(origin, target, op, win)?;
@@ -106,7 +107,7 @@ origin_target_binding!(
         .. op: Handle
     ) -> request,
     |mpi, origin, target, win| {
-        mpi.request_based(win, request)?;
+        mpi.request_based(win, target.0, request)?;
         let result = (result_addr, result_count, result_datatype);
         // SAFETY: the binding's contract.
         unsafe {

@@ -286,23 +286,23 @@ pub unsafe extern "C" fn PMPI_Win_fence(assert: c_int, win: Handle) -> c_int {
 }
 
 impl State {
-    /// Whether member `r` may be locked now, else the error that says why not.
+    /// Whether member `r` may be locked now, else the error that says why not. (A
+    /// fence without `MPI_MODE_NOSUCCEED` starts an epoch only if operations
+    /// follow it (MPI 4.1, 12.5.1): a lock may follow it, which ends it.)
     fn may_lock(&self, r: usize) -> Result<()> {
-        if self.locks.contains_key(&r) || self.lock_all.is_some() || self.fence {
+        if self.locks.contains_key(&r) || self.lock_all.is_some() {
             return Err(sync_error(
-                "the target is locked already, or a fence or lock_all epoch is open",
+                "the target is locked already, or a lock_all epoch is open",
             ));
         }
         Ok(())
     }
 
     /// Whether `MPI_Win_lock_all` may be called now, else the error that says why
-    /// not.
+    /// not (after a fence, as [`State::may_lock`]).
     fn may_lock_all(&self) -> Result<()> {
-        if self.passive() || self.fence {
-            return Err(sync_error(
-                "a lock, lock_all or fence epoch is open already",
-            ));
+        if self.passive() {
+            return Err(sync_error("a lock or lock_all epoch is open already"));
         }
         Ok(())
     }
@@ -312,6 +312,7 @@ impl State {
 // holder may wait for one of them), and while operations complete: the epoch is
 // looked at again once the wait is over, as another thread may have opened or
 // closed it meanwhile (which the standard makes erroneous: it is refused).
+// `MPI_PROC_NULL` is a target they do nothing to (as MPICH has it).
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_lock(
@@ -321,6 +322,9 @@ pub unsafe extern "C" fn PMPI_Win_lock(
     win: Handle,
 ) -> c_int {
     call_held("MPI_Win_lock", Object::Win(win), |mpi| {
+        if mpi.to_proc_null(win, rank)? {
+            return Ok(());
+        }
         let w = mpi.win(win)?;
         let r = w.peer(rank)?;
         w.sync.may_lock(r)?;
@@ -347,6 +351,7 @@ pub unsafe extern "C" fn PMPI_Win_lock(
             return Err(e);
         }
         sync.locks.insert(r, held);
+        sync.fence = false;
         Ok(())
     })
 }
@@ -354,6 +359,9 @@ pub unsafe extern "C" fn PMPI_Win_lock(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_unlock(rank: c_int, win: Handle) -> c_int {
     call_held("MPI_Win_unlock", Object::Win(win), |mpi| {
+        if mpi.to_proc_null(win, rank)? {
+            return Ok(());
+        }
         let r = mpi.win(win)?.peer(rank)?;
         if !mpi.win(win)?.sync.locks.contains_key(&r) {
             return Err(sync_error("the target is not locked"));
@@ -388,6 +396,7 @@ pub unsafe extern "C" fn PMPI_Win_lock_all(assert: c_int, win: Handle) -> c_int 
             let sync = &mut mpi.win_mut(win)?.sync;
             sync.may_lock_all()?;
             sync.lock_all = Some(nocheck);
+            sync.fence = false;
             Ok(())
         });
         if outcome.is_err() {
@@ -423,6 +432,9 @@ pub unsafe extern "C" fn PMPI_Win_unlock_all(win: Handle) -> c_int {
 fn flush(name: &str, rank: Option<c_int>, win: Handle) -> c_int {
     call_held(name, Object::Win(win), |mpi| {
         let w = mpi.win(win)?;
+        if rank == Some(MPI_PROC_NULL) {
+            return Ok(());
+        }
         if !w.sync.passive() {
             return Err(sync_error("a flush outside a passive-target (lock) epoch"));
         }

@@ -19,7 +19,8 @@
  * reached by address with every kind of operation under lock_all and fences,
  * detached and attached again, and their errors. Request-based operations under lock_all,
  * waited for together and one by one, into a derived type, freed before completion,
- * and refused outside a passive-target epoch. Errors: no
+ * and refused outside a passive-target epoch; a lock after a fence that started no
+ * epoch; MPI_PROC_NULL as the target of locks, flushes and requests. Errors: no
  * epoch, out of the window, a bad rank, a freed window, sizes that do not match,
  * through MPI_ERRORS_RETURN and a user's handler. */
 #include "check.h"
@@ -360,6 +361,23 @@ static void test_requests(int allocate) {
     CHECK(mem[70] == val(0, 70) + size && mem[71] == val(0, 71) + size,
           "Raccumulate / Rget_accumulate: %d and %d", mem[70], mem[71]);
   CHECK(mem[80] == -7 && mem[81] == -8, "the freed Rput: %d, %d", mem[80], mem[81]);
+
+  /* A lock after a fence that no operation followed (which started no epoch);
+   * MPI_PROC_NULL as the target of locks, flushes and request-based operations,
+   * which do nothing. */
+  int seen = -1;
+  OK(MPI_Win_fence(0, win));
+  OK(MPI_Win_lock(MPI_LOCK_SHARED, right, 0, win));
+  OK(MPI_Get(&seen, 1, MPI_INT, right, 2, 1, MPI_INT, win));
+  OK(MPI_Win_unlock(right, win));
+  CHECK(seen == val(right, 2), "a get under a lock after a fence: %d", seen);
+  OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, MPI_PROC_NULL, 0, win));
+  OK(MPI_Rget(&seen, 1, MPI_INT, MPI_PROC_NULL, 0, 1, MPI_INT, win, &req[0]));
+  OK(MPI_Win_flush(MPI_PROC_NULL, win));
+  OK(MPI_Win_unlock(MPI_PROC_NULL, win));
+  OK(MPI_Wait(&req[0], MPI_STATUS_IGNORE));
+  CHECK(seen == val(right, 2), "a get from MPI_PROC_NULL wrote %d", seen);
+  OK(MPI_Barrier(MPI_COMM_WORLD));
 
   /* Outside a passive-target epoch, and without a place for the request. */
   OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
