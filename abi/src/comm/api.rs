@@ -298,9 +298,9 @@ pub unsafe extern "C" fn PMPI_Comm_compare(
 
 /// The bindings `$set` and `$get` of the name of an object that `$object` names
 /// (as `MPI_Comm_set_name` and `MPI_Comm_get_name`), found by `mpi.$find` and
-/// `mpi.$find_mut`.
+/// `mpi.$find_mut`; the null handle `$null`'s name is its own (as MPICH gives it).
 macro_rules! object_name_bindings {
-    ($set:ident, $get:ident, $object:path, $find:ident, $find_mut:ident) => {
+    ($set:ident, $get:ident, $object:path, $find:ident, $find_mut:ident, $null:ident) => {
         #[no_mangle]
         pub unsafe extern "C" fn $set(object: Handle, name: *const c_char) -> c_int {
             $crate::entry::call(&stringify!($set)[1..], $object(object), |mpi| {
@@ -318,7 +318,10 @@ macro_rules! object_name_bindings {
             resultlen: *mut c_int,
         ) -> c_int {
             $crate::entry::call(&stringify!($get)[1..], $object(object), |mpi| {
-                let own = mpi.$find(object)?.name.clone();
+                let own = match object {
+                    $null => stringify!($null).into(),
+                    _ => mpi.$find(object)?.name.clone(),
+                };
                 let max = MPI_MAX_OBJECT_NAME as usize;
                 // SAFETY: the binding's contract: room for MPI_MAX_OBJECT_NAME bytes.
                 unsafe { $crate::comm::api::write_name(&own, name, resultlen, max) }
@@ -333,7 +336,8 @@ object_name_bindings!(
     PMPI_Comm_get_name,
     Object::Comm,
     comm,
-    comm_mut
+    comm_mut,
+    MPI_COMM_NULL
 );
 
 #[no_mangle]

@@ -34,7 +34,11 @@ pub unsafe extern "C" fn PMPI_Type_get_name(
     resultlen: *mut c_int,
 ) -> c_int {
     call("MPI_Type_get_name", Object::None, |mpi| {
-        let name = mpi.dtype_any(datatype)?.name.clone();
+        // (MPI_DATATYPE_NULL's name is its own, as MPICH gives it.)
+        let name = match datatype {
+            MPI_DATATYPE_NULL => "MPI_DATATYPE_NULL".into(),
+            _ => mpi.dtype_any(datatype)?.name.clone(),
+        };
         // SAFETY: the binding's contract: room for MPI_MAX_OBJECT_NAME bytes.
         unsafe { write_name(&name, type_name, resultlen, MPI_MAX_OBJECT_NAME as usize) }
     })

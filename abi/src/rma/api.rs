@@ -189,7 +189,8 @@ object_name_bindings!(
     PMPI_Win_get_name,
     Object::Win,
     win,
-    win_mut
+    win_mut,
+    MPI_WIN_NULL
 );
 
 #[no_mangle]

@@ -196,7 +196,7 @@ impl Mpi {
 
     /// `MPI_Win_shared_query`: member `rank`'s size, displacement unit and address
     /// here (`MPI_PROC_NULL`: the first member with memory); size 0 and null where
-    /// this process does not map it.
+    /// it has none (as MPICH gives it) or this process does not map it.
     fn shared_query(&self, win: Handle, rank: c_int) -> Result<(usize, usize, *mut u8)> {
         let w = self.win(win)?;
         let r = if rank == MPI_PROC_NULL {
@@ -209,8 +209,8 @@ impl Mpi {
         };
         let p = &w.peers[r];
         Ok(match p.mem.direct_range(0, 0) {
-            Some(at) => (p.mem.len(), p.disp_unit, at),
-            None => (0, p.disp_unit, null_mut()),
+            Some(at) if !p.mem.is_empty() => (p.mem.len(), p.disp_unit, at),
+            _ => (0, p.disp_unit, null_mut()),
         })
     }
 }

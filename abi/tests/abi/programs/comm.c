@@ -75,6 +75,14 @@ static void exercise(MPI_Comm c, const char *what) {
 static void test_basics(void) {
   expect_comm_name(MPI_COMM_WORLD, "MPI_COMM_WORLD");
   expect_comm_name(MPI_COMM_SELF, "MPI_COMM_SELF");
+  /* The null handles are named too (as MPICH names them). */
+  expect_comm_name(MPI_COMM_NULL, "MPI_COMM_NULL");
+  char named[MPI_MAX_OBJECT_NAME];
+  int named_len = -1;
+  OK(MPI_Win_get_name(MPI_WIN_NULL, named, &named_len));
+  CHECK(strcmp(named, "MPI_WIN_NULL") == 0, "MPI_WIN_NULL is named \"%s\"", named);
+  OK(MPI_Type_get_name(MPI_DATATYPE_NULL, named, &named_len));
+  CHECK(strcmp(named, "MPI_DATATYPE_NULL") == 0, "MPI_DATATYPE_NULL is named \"%s\"", named);
   int n = -1, r = -1, flag = -1;
   OK(MPI_Comm_size(MPI_COMM_SELF, &n));
   OK(MPI_Comm_rank(MPI_COMM_SELF, &r));

@@ -3,10 +3,10 @@
  * MPI_COMM_TYPE_SHARED), each rank asking for a different size (one asks for none):
  * the parts are contiguous in every rank's view (rank r's starts where rank r-1's
  * ends), MPI_Win_shared_query gives every part's size, displacement unit and
- * address (MPI_PROC_NULL: the first part that has bytes); each rank writes its
- * part with stores and reads every other part with loads; MPI_Put to a neighbour's
- * part and accumulates from every rank land where the owner reads them; the
- * window's attributes. A window of 48 MiB in all. MPI_Win_shared_query on an
+ * address (MPI_PROC_NULL: the first part that has bytes; null for an empty part);
+ * each rank writes its part with stores and reads every other part with loads;
+ * MPI_Put to a neighbour's part and accumulates from every rank land where the
+ * owner reads them; the window's attributes. A window of 48 MiB in all. MPI_Win_shared_query on an
  * allocated window (each rank's own memory) and its errors.
  *
  * Where the job spans several nodes (the node's communicator is smaller than the
@@ -61,8 +61,11 @@ static void test_parts(MPI_Comm node) {
     CHECK(sz == ints_of(r) * (MPI_Aint)sizeof(int), "rank %d's part: %ld bytes", r,
           (long)sz);
     CHECK(du == sizeof(int), "rank %d's unit %d", r, du);
-    CHECK(part == first + at, "rank %d's part at %p, not right after rank %d's (%p)", r,
-          (void *)part, r - 1, (void *)(first + at));
+    if (ints_of(r) == 0)
+      CHECK(part == NULL, "rank %d's empty part at %p, not null", r, (void *)part);
+    else
+      CHECK(part == first + at, "rank %d's part at %p, not right after rank %d's (%p)", r,
+            (void *)part, r - 1, (void *)(first + at));
     at += ints_of(r);
   }
   int before = 0;
