@@ -7,25 +7,45 @@ use crate::entry::{call, query_binding};
 use crate::error::{Error, Object};
 use crate::ffi::*;
 
-query_binding!(PMPI_Type_size, datatype, Object::None, |mpi|
-    => size: c_int = c_int::try_from(mpi.dtype_any(datatype)?.size).unwrap_or(MPI_UNDEFINED));
-query_binding!(PMPI_Type_size_c, datatype, Object::None, |mpi|
-    => size: Count = mpi.dtype_any(datatype)?.size as Count);
-query_binding!(PMPI_Type_get_extent, datatype, Object::None, |mpi| {
-    let t = mpi.dtype_any(datatype)?;
-} => lb: Aint = t.lb, extent: Aint = t.extent());
-query_binding!(PMPI_Type_get_true_extent, datatype, Object::None, |mpi| {
-    let t = mpi.dtype_any(datatype)?;
-} => true_lb: Aint = t.true_lb, true_extent: Aint = t.true_ub - t.true_lb);
+/// A binding `$name` that asks datatype `datatype` its size or bounds: each answer
+/// `$value` (of the type `$t`) stored at its out-parameter `$out` when the caller
+/// gave a place for it. A program's reduction function asking about the type it
+/// was given is answered without entering the library ([`crate::op::given_type`]).
+macro_rules! type_query {
+    ($name:ident, |$t:ident| => $($out:ident: $ty:ty = $value:expr),+ $(,)?) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(datatype: Handle, $($out: *mut $ty),+) -> c_int {
+            let answer = |$t: &Datatype| {
+                $(
+                    let value: $ty = $value;
+                    // SAFETY: the binding's contract: null or writable.
+                    unsafe { $crate::ffi::put($out, value) };
+                )+
+            };
+            if let Some(t) = crate::op::given_type(datatype) {
+                answer(&t);
+                return MPI_SUCCESS;
+            }
+            call(&stringify!($name)[1..], Object::None, |mpi| {
+                answer(mpi.dtype_any(datatype)?);
+                Ok(())
+            })
+        }
+    };
+}
+
+type_query!(PMPI_Type_size, |t|
+    => size: c_int = c_int::try_from(t.size).unwrap_or(MPI_UNDEFINED));
+type_query!(PMPI_Type_size_c, |t| => size: Count = t.size as Count);
+type_query!(PMPI_Type_get_extent, |t| => lb: Aint = t.lb, extent: Aint = t.extent());
+type_query!(PMPI_Type_get_true_extent, |t|
+    => true_lb: Aint = t.true_lb, true_extent: Aint = t.true_ub - t.true_lb);
 // The `_x` forms of MPI-3 (`MPI_Count` results), as the `_c` ones of MPI-4.
-query_binding!(PMPI_Type_size_x, datatype, Object::None, |mpi|
-    => size: Count = mpi.dtype_any(datatype)?.size as Count);
-query_binding!(PMPI_Type_get_extent_x, datatype, Object::None, |mpi| {
-    let t = mpi.dtype_any(datatype)?;
-} => lb: Count = t.lb as Count, extent: Count = t.extent() as Count);
-query_binding!(PMPI_Type_get_true_extent_x, datatype, Object::None, |mpi| {
-    let t = mpi.dtype_any(datatype)?;
-} => true_lb: Count = t.true_lb as Count, true_extent: Count = (t.true_ub - t.true_lb) as Count);
+type_query!(PMPI_Type_size_x, |t| => size: Count = t.size as Count);
+type_query!(PMPI_Type_get_extent_x, |t|
+    => lb: Count = t.lb as Count, extent: Count = t.extent() as Count);
+type_query!(PMPI_Type_get_true_extent_x, |t|
+    => true_lb: Count = t.true_lb as Count, true_extent: Count = (t.true_ub - t.true_lb) as Count);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Type_get_name(

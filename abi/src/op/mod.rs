@@ -7,6 +7,7 @@ mod kernels;
 use crate::datatype::{pack, Datatype, Prim};
 use crate::error::{Error, Result};
 use crate::ffi::*;
+use std::cell::RefCell;
 
 /// A user's operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -149,7 +150,7 @@ pub unsafe fn reduce(
         }
         Op::User(u) if ty.contiguous => {
             // SAFETY: packed elements of a contiguous type are its elements in memory.
-            unsafe { call_user(u, input, inout, count, ty_handle) }
+            unsafe { call_user(u, input, inout, count, (ty_handle, ty)) }
         }
         Op::User(u) => {
             // The user's function sees elements as they lie in memory: unpack both,
@@ -165,7 +166,7 @@ pub unsafe fn reduce(
             unsafe {
                 pack::unpack(ty, rbtl::btl::slice_at(input, len), base(&mut a), count);
                 pack::unpack(ty, rbtl::btl::slice_at(inout, len), base(&mut b), count);
-                call_user(u, base(&mut a), base(&mut b), count, ty_handle)?;
+                call_user(u, base(&mut a), base(&mut b), count, (ty_handle, ty))?;
                 pack::pack(ty, base(&mut b), count, rbtl::btl::slice_at_mut(inout, len));
             }
             Ok(())
@@ -173,12 +174,51 @@ pub unsafe fn reduce(
     }
 }
 
-/// Call a user's function on `count` elements.
+thread_local! {
+    /// The datatype (and its handle) that the program's reduction function running
+    /// on this thread was given.
+    static GIVEN: RefCell<Option<(Handle, Datatype)>> = const { RefCell::new(None) };
+}
+
+/// Datatype `h`, if a program's reduction function running on this thread was given
+/// it: such a function may ask the type's size and bounds (as functions that serve
+/// several types do) even where it runs inside the call that progresses a
+/// nonblocking collective, whose other MPI calls are refused.
+pub fn given_type(h: Handle) -> Option<Datatype> {
+    GIVEN.with(|g| {
+        g.borrow()
+            .as_ref()
+            .filter(|(k, _)| *k == h)
+            .map(|(_, t)| t.clone())
+    })
+}
+
+/// Call a user's function on `count` elements of `ty` (whose handle is given to
+/// it), the type noted for [`given_type`] meanwhile.
 ///
 /// # Safety
 ///
 /// `input` and `inout` hold `count` elements as the function expects.
 unsafe fn call_user(
+    u: UserOp,
+    input: *const u8,
+    inout: *mut u8,
+    count: usize,
+    (handle, ty): (Handle, &Datatype),
+) -> Result<()> {
+    let before = GIVEN.with(|g| g.replace(Some((handle, ty.clone()))));
+    // SAFETY: the caller's contract.
+    let out = unsafe { apply_user(u, input, inout, count, handle) };
+    GIVEN.with(|g| *g.borrow_mut() = before);
+    out
+}
+
+/// Call a user's function on `count` elements of the type `ty` names.
+///
+/// # Safety
+///
+/// As [`call_user`].
+unsafe fn apply_user(
     u: UserOp,
     input: *const u8,
     inout: *mut u8,

@@ -55,8 +55,9 @@
 //!   and between ranks, conversions refused) and the Fortran 90 parameterized
 //!   types, at 1 and 2 ranks.
 //! * `callbacks`: MPI calls from inside the library's callbacks: a reduction
-//!   function's (blocking collectives and `MPI_Reduce_local`), attribute copy and
-//!   delete functions', `MPI_COMM_SELF`'s at `MPI_Finalize`.
+//!   function's (blocking collectives and `MPI_Reduce_local`; its type's size and
+//!   bounds in nonblocking and persistent ones), attribute copy and delete
+//!   functions', `MPI_COMM_SELF`'s at `MPI_Finalize`.
 //!
 //! The program calling every function not implemented is in [`super::unsupported`].
 

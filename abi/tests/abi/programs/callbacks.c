@@ -1,7 +1,8 @@
 /* callbacks.c: MPI calls made from inside the library's callbacks, at 1 or more
  * ranks. A user reduction function may call MPI functions other than
  * communication (here it asks the datatype's extent and size, as functions that
- * serve several types do); attribute copy and delete callbacks may call MPI (here
+ * serve several types do; inside a nonblocking or persistent collective, whose
+ * progress runs it within other calls, those two questions still); attribute copy and delete callbacks may call MPI (here
  * they read the communicator, and free a datatype kept as an attribute's value);
  * the delete callbacks of MPI_COMM_SELF's attributes run at the start of
  * MPI_Finalize, when MPI still works, in the reverse order of their setting (the
@@ -90,6 +91,27 @@ int main(int argc, char **argv) {
         "a reduction function asking its type: %d %d %d", out[0], out[1], out[3]);
   OK(MPI_Reduce_local(in, out, 2, two, op));
   CHECK(op_failures == 0, "MPI calls inside MPI_Reduce_local's function failed");
+  /* Run inside the calls that progress a nonblocking or persistent collective, the
+   * function's other calls cannot enter the library: its type's size and bounds
+   * are still answered. */
+  MPI_Request r;
+  for (int persistent = 0; persistent < 2; persistent++) {
+    memset(out, 0, sizeof out);
+    if (persistent) {
+      OK(MPI_Allreduce_init(in, out, 2, two, op, MPI_COMM_WORLD, MPI_INFO_NULL, &r));
+      OK(MPI_Start(&r));
+    } else {
+      OK(MPI_Iallreduce(in, out, 2, two, op, MPI_COMM_WORLD, &r));
+    }
+    OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    if (persistent)
+      OK(MPI_Request_free(&r));
+    CHECK(op_failures == 0, "a reduction function inside a nonblocking collective: %d failed",
+          op_failures);
+    CHECK(out[0] == size * (size - 1) / 2 && out[1] == size && out[3] == 3 * size,
+          "a nonblocking reduction function asking its type: %d %d %d", out[0], out[1],
+          out[3]);
+  }
   OK(MPI_Op_free(&op));
 
   int key;
