@@ -385,7 +385,8 @@ remove_binding!(PMPI_Remove_error_string, error::remove_string);
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Abi_get_info(info: *mut Handle) -> c_int {
-    call("MPI_Abi_get_info", Object::None, |mpi| {
+    // (At any time, as the info objects: it needs no state.)
+    call_in_steps("MPI_Abi_get_info", Object::None, || {
         let size = |key: &str, n: usize| (key.to_string(), n.to_string());
         let entries = vec![
             size("mpi_aint_size", std::mem::size_of::<Aint>()),
@@ -393,7 +394,7 @@ pub unsafe extern "C" fn PMPI_Abi_get_info(info: *mut Handle) -> c_int {
             size("mpi_offset_size", std::mem::size_of::<Count>()),
         ];
         // SAFETY: the binding's contract: `info` null or writable.
-        unsafe { crate::info::hand_out(mpi, entries, info) }
+        unsafe { crate::info::hand_out(entries, info) }
     })
 }
 
@@ -401,9 +402,9 @@ pub unsafe extern "C" fn PMPI_Abi_get_info(info: *mut Handle) -> c_int {
 /// than the node).
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_hw_resource_info(hw_info: *mut Handle) -> c_int {
-    call("MPI_Get_hw_resource_info", Object::None, |mpi| {
+    call("MPI_Get_hw_resource_info", Object::None, |_| {
         // SAFETY: the binding's contract: `hw_info` null or writable.
-        unsafe { crate::info::hand_out(mpi, Vec::new(), hw_info) }
+        unsafe { crate::info::hand_out(Vec::new(), hw_info) }
     })
 }
 

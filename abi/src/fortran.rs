@@ -51,8 +51,17 @@ to_fortran!(PMPI_Type_c2f, types);
 from_fortran!(PMPI_Type_f2c, types);
 to_fortran!(PMPI_Group_c2f, groups);
 from_fortran!(PMPI_Group_f2c, groups);
-to_fortran!(PMPI_Info_c2f, infos);
-from_fortran!(PMPI_Info_f2c, infos);
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_c2f(h: Handle) -> c_int {
+    crate::info::with_infos(|t| t.to_fortran(h))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_f2c(f: c_int) -> Handle {
+    crate::info::with_infos(|t| t.from_fortran(f))
+}
+
 to_fortran!(PMPI_Message_c2f, messages);
 from_fortran!(PMPI_Message_f2c, messages);
 to_fortran!(PMPI_Op_c2f, ops);

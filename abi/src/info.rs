@@ -1,64 +1,101 @@
-//! Info objects: keys and values a program passes as hints (`MPI_Info_*`).
+//! Info objects: keys and values a program passes as hints (`MPI_Info_*`). They
+//! live in a table of their own, outside the library's state: a program may make
+//! and read them before `MPI_Init` and after `MPI_Finalize` (MPI 4.1, 11.2.1), to
+//! give `MPI_Session_init` its hints.
 
 use crate::comm::api::{read_str, write_name};
-use crate::entry::{call, query_binding};
-use crate::error::{non_null, read_arg, Error, Object, Result};
+use crate::entry::call;
+use crate::error::{non_null, raise, read_arg, Error, Object, Result};
 use crate::ffi::*;
+use crate::global;
+use crate::handles::{Kind, Table};
 use crate::state::{Info, Mpi};
+use std::sync::{Mutex, MutexGuard};
+
+static INFOS: Mutex<Table<Info>> = Mutex::new(Table::new(Kind::Info));
+
+/// The info objects (a call that panicked while it held them left them whole:
+/// each change is one step).
+fn infos() -> MutexGuard<'static, Table<Info>> {
+    INFOS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `f` of the info objects (for the conversions to and from Fortran).
+pub fn with_infos<R>(f: impl FnOnce(&Table<Info>) -> R) -> R {
+    f(&infos())
+}
+
+/// Run binding `name` as `f` on the info objects: `MPI_SUCCESS`, or the code of its
+/// error (through `MPI_COMM_SELF`'s handler, which is fatal before `MPI_Init`).
+fn info_call(name: &str, f: impl FnOnce(&mut Table<Info>) -> Result<()>) -> c_int {
+    match f(&mut infos()) {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => raise(name, Object::None, e),
+    }
+}
 
 /// The process's arguments (any that is not UTF-8 with its bad bytes replaced).
 fn process_args() -> impl Iterator<Item = String> {
     std::env::args_os().map(|a| a.to_string_lossy().into_owned())
 }
 
+/// The info object `h` of `table` (`MPI_INFO_NULL` reads as empty, `MPI_INFO_ENV`
+/// as the job's, given its size and thread level).
+fn lookup(table: &Table<Info>, h: Handle, job: impl FnOnce() -> (u32, c_int)) -> Result<Info> {
+    match h {
+        MPI_INFO_NULL => Ok(Vec::new()),
+        MPI_INFO_ENV => Ok(env_info(process_args(), job())),
+        _ => table.get(h).cloned().ok_or_else(|| bad(h)),
+    }
+}
+
+/// The job's size and thread level for `MPI_INFO_ENV` where a binding of this
+/// module asks: the running library's, else (before `MPI_Init`) the launcher's
+/// size and `MPI_THREAD_SINGLE`.
+fn job_now() -> (u32, c_int) {
+    global::with(|mpi| Ok((mpi.world.size(), mpi.thread_level))).unwrap_or_else(|_| {
+        let size = std::env::var("PMI_SIZE").ok().and_then(|s| s.parse().ok());
+        (size.unwrap_or(1), MPI_THREAD_SINGLE)
+    })
+}
+
 impl Mpi {
     /// The info object `h` (`MPI_INFO_NULL` reads as empty).
     pub(crate) fn info(&self, h: Handle) -> Result<Info> {
-        match h {
-            MPI_INFO_NULL => Ok(Vec::new()),
-            MPI_INFO_ENV => Ok(self.env_info(process_args())),
-            _ => self.infos.get(h).cloned().ok_or_else(|| bad(h)),
-        }
+        lookup(&infos(), h, || (self.world.size(), self.thread_level))
     }
 
     /// The value of `key` in info object `h`, if it has one.
     pub(crate) fn value_of(&self, h: Handle, key: &str) -> Result<Option<String>> {
-        let found = match h {
-            MPI_INFO_NULL => None,
-            MPI_INFO_ENV => {
-                let env = self.env_info(process_args());
-                return Ok(env.into_iter().find(|(k, _)| k == key).map(|(_, v)| v));
-            }
-            _ => self
-                .infos
-                .get(h)
-                .ok_or_else(|| bad(h))?
-                .iter()
-                .find(|(k, _)| k == key),
-        };
-        Ok(found.map(|(_, v)| v.clone()))
+        Ok(value_in(self.info(h)?, key))
     }
+}
 
-    /// What `MPI_INFO_ENV` holds (MPI 4.1, 11.4) for a program started with `args`:
-    /// `command`, `argv` (the arguments after it, by spaces), `maxprocs` (the
-    /// processes started with it: the world), `wdir`, `thread_level`.
-    fn env_info(&self, mut args: impl Iterator<Item = String>) -> Info {
-        let mut info = Vec::new();
-        let mut put = |k: &str, v: String| info.push((k.to_string(), v));
-        put("command", args.next().unwrap_or_default());
-        put("argv", args.collect::<Vec<_>>().join(" "));
-        put("maxprocs", self.world.size().to_string());
-        if let Ok(dir) = std::env::current_dir() {
-            put("wdir", dir.display().to_string());
-        }
-        let level = crate::session::level_name(self.thread_level).unwrap_or("MPI_THREAD_SINGLE");
-        put("thread_level", level.to_string());
-        info
-    }
+/// The value of `key` in `info`, if it has one.
+fn value_in(info: Info, key: &str) -> Option<String> {
+    info.into_iter().find(|(k, _)| k == key).map(|(_, v)| v)
+}
 
-    fn info_mut(&mut self, h: Handle) -> Result<&mut Info> {
-        self.infos.get_mut(h).ok_or_else(|| bad(h))
+/// What `MPI_INFO_ENV` holds (MPI 4.1, 11.4) for a program started with `args`
+/// in a job of `size` processes at `thread_level`: `command`, `argv` (the arguments
+/// after it, by spaces), `maxprocs` (the processes started with it: the world),
+/// `wdir`, `thread_level`.
+fn env_info(mut args: impl Iterator<Item = String>, (size, thread_level): (u32, c_int)) -> Info {
+    let mut info = Vec::new();
+    let mut put = |k: &str, v: String| info.push((k.to_string(), v));
+    put("command", args.next().unwrap_or_default());
+    put("argv", args.collect::<Vec<_>>().join(" "));
+    put("maxprocs", size.to_string());
+    if let Ok(dir) = std::env::current_dir() {
+        put("wdir", dir.display().to_string());
     }
+    let level = crate::session::level_name(thread_level).unwrap_or("MPI_THREAD_SINGLE");
+    put("thread_level", level.to_string());
+    info
+}
+
+fn info_mut(table: &mut Table<Info>, h: Handle) -> Result<&mut Info> {
+    table.get_mut(h).ok_or_else(|| bad(h))
 }
 
 fn bad(h: Handle) -> Error {
@@ -90,9 +127,19 @@ unsafe fn key_of(key: *const c_char) -> Result<String> {
 /// # Safety
 ///
 /// `out` is null or writable.
-pub(crate) unsafe fn hand_out(mpi: &mut Mpi, info: Info, out: *mut Handle) -> Result<()> {
+pub(crate) unsafe fn hand_out(info: Info, out: *mut Handle) -> Result<()> {
+    // SAFETY: the caller's contract.
+    unsafe { hand_out_in(&mut infos(), info, out) }
+}
+
+/// [`hand_out`] in `table`, which the caller holds.
+///
+/// # Safety
+///
+/// As [`hand_out`].
+unsafe fn hand_out_in(table: &mut Table<Info>, info: Info, out: *mut Handle) -> Result<()> {
     non_null(out, MPI_ERR_ARG, "info")?;
-    let h = mpi.infos.insert(info)?;
+    let h = table.insert(info)?;
     // SAFETY: checked not null.
     unsafe { out.write(h) };
     Ok(())
@@ -101,8 +148,8 @@ pub(crate) unsafe fn hand_out(mpi: &mut Mpi, info: Info, out: *mut Handle) -> Re
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_create(info: *mut Handle) -> c_int {
     // SAFETY: the binding's contract.
-    call("MPI_Info_create", Object::None, |mpi| unsafe {
-        hand_out(mpi, Vec::new(), info)
+    info_call("MPI_Info_create", |t| unsafe {
+        hand_out_in(t, Vec::new(), info)
     })
 }
 
@@ -112,7 +159,8 @@ pub unsafe extern "C" fn PMPI_Info_create_env(
     argv: *mut *mut c_char,
     info: *mut Handle,
 ) -> c_int {
-    call("MPI_Info_create_env", Object::None, |mpi| {
+    let job = job_now();
+    info_call("MPI_Info_create_env", |t| {
         // The arguments given (as `main` has them), else the process's own.
         let env = match (argv.is_null(), usize::try_from(argc)) {
             (false, Ok(n)) => {
@@ -123,30 +171,30 @@ pub unsafe extern "C" fn PMPI_Info_create_env(
                     // SAFETY: as above: each NUL-ended.
                     args.push(unsafe { read_str(a) }?);
                 }
-                mpi.env_info(args.into_iter())
+                env_info(args.into_iter(), job)
             }
-            _ => mpi.env_info(process_args()),
+            _ => env_info(process_args(), job),
         };
         // SAFETY: the binding's contract: `info` null or writable.
-        unsafe { hand_out(mpi, env, info) }
+        unsafe { hand_out_in(t, env, info) }
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_dup(info: Handle, newinfo: *mut Handle) -> c_int {
-    call("MPI_Info_dup", Object::None, |mpi| {
-        let i = mpi.info(info)?;
+    info_call("MPI_Info_dup", |t| {
+        let i = lookup(t, info, job_now)?;
         // SAFETY: the binding's contract.
-        unsafe { hand_out(mpi, i, newinfo) }
+        unsafe { hand_out_in(t, i, newinfo) }
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_free(info: *mut Handle) -> c_int {
-    call("MPI_Info_free", Object::None, |mpi| {
+    info_call("MPI_Info_free", |t| {
         // SAFETY: null or readable, the binding's contract.
         let h = unsafe { read_arg(info, MPI_ERR_ARG, "info") }?;
-        mpi.infos.remove(h).ok_or_else(|| bad(h))?;
+        t.remove(h).ok_or_else(|| bad(h))?;
         // SAFETY: checked not null.
         unsafe { info.write(MPI_INFO_NULL) };
         Ok(())
@@ -159,7 +207,7 @@ pub unsafe extern "C" fn PMPI_Info_set(
     key: *const c_char,
     value: *const c_char,
 ) -> c_int {
-    call("MPI_Info_set", Object::None, |mpi| {
+    info_call("MPI_Info_set", |t| {
         // SAFETY: the binding's contract: NUL-ended strings.
         let (k, v) = unsafe { (key_of(key)?, read_str(value)?) };
         if v.len() >= MPI_MAX_INFO_VAL as usize {
@@ -168,7 +216,7 @@ pub unsafe extern "C" fn PMPI_Info_set(
                 "the value is longer than MPI_MAX_INFO_VAL",
             ));
         }
-        let i = mpi.info_mut(info)?;
+        let i = info_mut(t, info)?;
         match i.iter_mut().find(|(ik, _)| *ik == k) {
             Some(entry) => entry.1 = v,
             None => i.push((k, v)),
@@ -179,10 +227,10 @@ pub unsafe extern "C" fn PMPI_Info_set(
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_delete(info: Handle, key: *const c_char) -> c_int {
-    call("MPI_Info_delete", Object::None, |mpi| {
+    info_call("MPI_Info_delete", |t| {
         // SAFETY: the binding's contract.
         let k = unsafe { key_of(key) }?;
-        let i = mpi.info_mut(info)?;
+        let i = info_mut(t, info)?;
         let before = i.len();
         i.retain(|(ik, _)| *ik != k);
         if i.len() == before {
@@ -192,13 +240,26 @@ pub unsafe extern "C" fn PMPI_Info_delete(info: Handle, key: *const c_char) -> c
     })
 }
 
-query_binding!(PMPI_Info_get_nkeys, info, Object::None, |mpi|
-    => nkeys: c_int = mpi.info(info)?.len() as c_int);
+/// The info object `h` as a binding of this module reads it (`MPI_INFO_ENV` for
+/// the job as it is now).
+fn read(t: &Table<Info>, h: Handle) -> Result<Info> {
+    lookup(t, h, job_now)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Info_get_nkeys(info: Handle, nkeys: *mut c_int) -> c_int {
+    info_call("MPI_Info_get_nkeys", |t| {
+        let n = read(t, info)?.len() as c_int;
+        // SAFETY: the binding's contract: null or writable.
+        unsafe { put(nkeys, n) };
+        Ok(())
+    })
+}
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_get_nthkey(info: Handle, n: c_int, key: *mut c_char) -> c_int {
-    call("MPI_Info_get_nthkey", Object::None, |mpi| {
-        let i = mpi.info(info)?;
+    info_call("MPI_Info_get_nthkey", |t| {
+        let i = read(t, info)?;
         let k = usize::try_from(n)
             .ok()
             .and_then(|n| i.get(n))
@@ -216,12 +277,12 @@ pub unsafe extern "C" fn PMPI_Info_get_string(
     value: *mut c_char,
     flag: *mut c_int,
 ) -> c_int {
-    call("MPI_Info_get_string", Object::None, |mpi| {
+    info_call("MPI_Info_get_string", |t| {
         // SAFETY: the binding's contract.
         let k = unsafe { key_of(key) }?;
         non_null(buflen, MPI_ERR_ARG, "length")?;
         non_null(flag, MPI_ERR_ARG, "flag")?;
-        let found = mpi.value_of(info, &k)?;
+        let found = value_in(read(t, info)?, &k);
         // SAFETY: checked not null; `value` has room for `*buflen` bytes.
         unsafe {
             flag.write(c_int::from(found.is_some()));
@@ -245,13 +306,13 @@ pub unsafe extern "C" fn PMPI_Info_get(
     value: *mut c_char,
     flag: *mut c_int,
 ) -> c_int {
-    call("MPI_Info_get", Object::None, |mpi| {
+    info_call("MPI_Info_get", |t| {
         // SAFETY: the binding's contract.
         let k = unsafe { key_of(key) }?;
         non_null(flag, MPI_ERR_ARG, "flag")?;
         let room = usize::try_from(valuelen)
             .map_err(|_| Error::new(MPI_ERR_ARG, format!("valuelen {valuelen} is negative")))?;
-        let found = mpi.value_of(info, &k)?;
+        let found = value_in(read(t, info)?, &k);
         // SAFETY: checked not null.
         unsafe { flag.write(c_int::from(found.is_some())) };
         if let Some(v) = found {
@@ -269,12 +330,12 @@ pub unsafe extern "C" fn PMPI_Info_get_valuelen(
     valuelen: *mut c_int,
     flag: *mut c_int,
 ) -> c_int {
-    call("MPI_Info_get_valuelen", Object::None, |mpi| {
+    info_call("MPI_Info_get_valuelen", |t| {
         // SAFETY: the binding's contract.
         let k = unsafe { key_of(key) }?;
         non_null(valuelen, MPI_ERR_ARG, "valuelen")?;
         non_null(flag, MPI_ERR_ARG, "flag")?;
-        let found = mpi.value_of(info, &k)?;
+        let found = value_in(read(t, info)?, &k);
         // SAFETY: checked not null.
         unsafe {
             flag.write(c_int::from(found.is_some()));
@@ -304,7 +365,7 @@ macro_rules! object_hints {
             call(&stringify!($get)[1..], Object::$object(h), |mpi| {
                 mpi.$lookup(h)?;
                 // SAFETY: the binding's contract.
-                unsafe { hand_out(mpi, Vec::new(), info_used) }
+                unsafe { hand_out(Vec::new(), info_used) }
             })
         }
     };

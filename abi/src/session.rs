@@ -265,7 +265,7 @@ pub unsafe extern "C" fn PMPI_Session_get_pset_info(
             let size = mpi.pset_group(&name)?.size();
             let entries = vec![("mpi_size".to_string(), size.to_string())];
             // SAFETY: the binding's contract: `info` null or writable.
-            unsafe { crate::info::hand_out(mpi, entries, info) }
+            unsafe { crate::info::hand_out(entries, info) }
         },
     )
 }
@@ -277,7 +277,7 @@ pub unsafe extern "C" fn PMPI_Session_get_info(session: Handle, info_used: *mut 
         let name = level_name(level).unwrap_or("");
         let entries = vec![("mpi_thread_support_level".to_string(), name.to_string())];
         // SAFETY: the binding's contract: `info_used` null or writable.
-        unsafe { crate::info::hand_out(mpi, entries, info_used) }
+        unsafe { crate::info::hand_out(entries, info_used) }
     })
 }
 

@@ -52,7 +52,6 @@ pub struct Mpi {
     /// Messages taken by matched probes.
     pub messages: Table<Message>,
     pub errhandlers: Table<Errhandler>,
-    pub infos: Table<Info>,
     pub wins: Table<crate::rma::Win>,
     pub files: Table<crate::io::File>,
     pub sessions: Table<crate::session::Session>,
@@ -132,7 +131,6 @@ impl Mpi {
             pinned: Default::default(),
             messages: Table::new(Kind::Message),
             errhandlers: Table::new(Kind::Errhandler),
-            infos: Table::new(Kind::Info),
             wins: Table::new(Kind::Win),
             files: Table::new(Kind::File),
             sessions: Table::new(Kind::Session),

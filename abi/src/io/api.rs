@@ -123,7 +123,7 @@ pub unsafe extern "C" fn PMPI_File_get_info(fh: Handle, info_used: *mut Handle) 
     call("MPI_File_get_info", Object::File(fh), |mpi| {
         let i = mpi.file(fh)?.info.clone();
         // SAFETY: the binding's contract.
-        unsafe { crate::info::hand_out(mpi, i, info_used) }
+        unsafe { crate::info::hand_out(i, info_used) }
     })
 }
 

@@ -1,9 +1,10 @@
 /* session.c: sessions (MPI 4.1, 11.3), at 1 to 3 ranks.
  *
- * - MPI_Session_init before MPI_Init (MPI_Initialized still false): the process
- *   sets, their names (the length asked first) and info (mpi_size); groups from
- *   them; communicators made from groups (of every rank, of the even ranks only, of
- *   this process alone), each carrying its own traffic: an all-reduce and a ring
+ * - info objects made and read before anything and after the end;
+ * - MPI_Session_init before MPI_Init (MPI_Initialized still false), given hints:
+ *   the process sets, their names (the length asked first) and info (mpi_size);
+ *   groups from them; communicators made from groups (of every rank, of the even
+ *   ranks only, of this process alone), each carrying its own traffic: an all-reduce and a ring
  *   of messages checked; two made from the same group with different tags kept
  *   apart; an intercommunicator between the even and the odd ranks
  *   (MPI_Intercomm_create_from_groups: an all-reduce across it checked); the
@@ -233,8 +234,22 @@ int main(int argc, char **argv) {
   int flag = -1;
   OK(MPI_Initialized(&flag));
   CHECK(flag == 0, "initialized before anything");
+  /* Info objects before anything (MPI 4.1, 11.2.1): the session's hints. */
+  MPI_Info hints, env;
+  int nkeys = -1;
+  OK(MPI_Info_create(&hints));
+  OK(MPI_Info_set(hints, "mpi_thread_support_level", "MPI_THREAD_SINGLE"));
+  OK(MPI_Info_get_nkeys(hints, &nkeys));
+  CHECK(nkeys == 1, "an info made before MPI_Init holds %d keys", nkeys);
+  OK(MPI_Info_create_env(argc, argv, &env));
+  char value[64];
+  int len = sizeof value;
+  OK(MPI_Info_get_string(env, "maxprocs", &len, value, &flag));
+  CHECK(flag && atoi(value) >= 1, "MPI_Info_create_env before MPI_Init: maxprocs %s", value);
+  OK(MPI_Info_free(&env));
   MPI_Session s;
-  OK(MPI_Session_init(MPI_INFO_NULL, MPI_ERRORS_RETURN, &s));
+  OK(MPI_Session_init(hints, MPI_ERRORS_RETURN, &s));
+  OK(MPI_Info_free(&hints));
   OK(MPI_Initialized(&flag));
   CHECK(flag == 0, "a session made MPI_Initialized true");
   test_session(s);
@@ -265,6 +280,9 @@ int main(int argc, char **argv) {
     OK(MPI_Comm_free(&c));
     OK(MPI_Session_finalize(&s));
   }
+  /* And after the library ended. */
+  OK(MPI_Info_create(&hints));
+  OK(MPI_Info_free(&hints));
   printf("PASS %s rank %d/%d\n", check_program, rank, size);
   return 0;
 }
