@@ -7,7 +7,7 @@
 //! left; flushing (`MPI_Buffer_flush`, `MPI_Comm_flush_buffer`,
 //! `MPI_Session_flush_buffer` and their nonblocking forms) waits for the same
 //! without detaching. The copy is the library's own: an attached buffer is room
-//! counted, never written. Each message takes its packed bytes and [`OVERHEAD`] of
+//! counted, never written. Each message takes its packed bytes and `OVERHEAD` of
 //! that room.
 
 use crate::entry::{call, call_held};
