@@ -141,8 +141,8 @@ struct Codes {
     strings: std::collections::BTreeMap<c_int, String>,
     /// Codes given by `MPI_Add_error_code`, not removed.
     user_codes: std::collections::BTreeSet<c_int>,
-    /// Classes removed by `MPI_Remove_error_class` (their numbers are not given
-    /// again).
+    /// Classes removed by `MPI_Remove_error_class`: their numbers are given again
+    /// first.
     removed: std::collections::BTreeSet<c_int>,
 }
 
@@ -193,12 +193,16 @@ pub fn class_of(code: c_int) -> Option<c_int> {
     (known && (code < CLASS_LIMIT || class != MPI_SUCCESS)).then_some(class)
 }
 
-/// The text of `code`: its message where one is kept, else its class's.
+/// The text of `code`: its message where one is kept, else its class's; empty for
+/// a class or code the program added without a string (MPI 4.1, 9.5).
 pub fn string_of(code: c_int) -> Option<String> {
     let class = class_of(code)?;
     let c = codes();
     if let Some(s) = c.strings.get(&code) {
         return Some(s.clone());
+    }
+    if (code == class && class >= FIRST_USER_CLASS) || c.user_codes.contains(&code) {
+        return Some(String::new());
     }
     if let Some((_, m)) = c.messages.iter().rev().find(|(k, _)| *k == code) {
         return Some(format!("{}: {m}", class_name(class)));
@@ -214,11 +218,14 @@ pub fn string_of(code: c_int) -> Option<String> {
 /// `MPI_Add_error_class`.
 pub fn add_class() -> Result<c_int> {
     let mut c = codes();
+    if let Some(class) = c.removed.pop_first() {
+        return Ok(class);
+    }
     if c.last_class + 1 >= CLASS_LIMIT {
         return Err(Error::new(
             MPI_ERR_OTHER,
             format!(
-                "no more error classes: at most {} can be added",
+                "no more error classes: at most {} can be in use",
                 CLASS_LIMIT - FIRST_USER_CLASS
             ),
         ));

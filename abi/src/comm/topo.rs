@@ -85,32 +85,75 @@ pub fn dims_create(n: c_int, dims: &mut [c_int]) -> Result<()> {
     if free == 0 {
         return Ok(());
     }
-    // The prime factors of what is left, largest first, each given to the
-    // smallest dimension so far.
-    let mut rest = n / fixed;
-    let mut factors = Vec::new();
-    let mut p = 2;
-    while p * p <= rest {
-        while rest % p == 0 {
-            factors.push(p);
-            rest /= p;
-        }
-        p += 1;
-    }
-    if rest > 1 {
-        factors.push(rest);
-    }
-    let mut out = vec![1; free];
-    for f in factors.into_iter().rev() {
-        let i = (0..free).min_by_key(|&i| out[i]).expect("free > 0");
-        out[i] *= f;
-    }
+    // The decomposition whose largest and smallest dimensions are closest (as
+    // MPICH's), found among the divisors of what is left.
+    let rest = i64::from(n / fixed);
+    let divisors: Vec<i64> = (1..)
+        .take_while(|d| d * d <= rest)
+        .filter(|d| rest % d == 0)
+        .flat_map(|d| [d, rest / d])
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let mut best = Balanced {
+        spread: i64::MAX,
+        dims: Vec::new(),
+    };
+    best.search(rest, free, (i64::MAX, None), &divisors, &mut Vec::new());
+    let mut out: Vec<c_int> = best.dims.iter().map(|&d| d as c_int).collect();
     out.sort_by(|a, b| b.cmp(a));
     let mut it = out.into_iter();
     for d in dims.iter_mut().filter(|d| **d == 0) {
         *d = it.next().expect("one per free dimension");
     }
     Ok(())
+}
+
+/// The best decomposition found so far: its dimensions, non-increasing, and the
+/// difference between the first and the last.
+struct Balanced {
+    spread: i64,
+    dims: Vec<i64>,
+}
+
+impl Balanced {
+    /// Try every way of ending `chosen` (non-increasing, the largest first) with
+    /// `k` dimensions, each at most `cap`, that multiply to `m` (`largest`: the
+    /// first dimension chosen), among `divisors` (ascending) of the whole. Of two
+    /// as close, the one found later (its middle dimensions smaller) is kept, as
+    /// MPICH keeps it.
+    fn search(
+        &mut self,
+        m: i64,
+        k: usize,
+        (cap, largest): (i64, Option<i64>),
+        divisors: &[i64],
+        chosen: &mut Vec<i64>,
+    ) {
+        if k == 1 {
+            if m <= cap {
+                let spread = largest.unwrap_or(m) - m;
+                if spread <= self.spread {
+                    chosen.push(m);
+                    self.spread = spread;
+                    self.dims = chosen.clone();
+                    chosen.pop();
+                }
+            }
+            return;
+        }
+        // Largest first: the smallest part is at most this one, so a part too far
+        // below the largest ends the search.
+        for &d in divisors.iter().rev().filter(|&&d| d <= cap && m % d == 0) {
+            let top = largest.unwrap_or(d);
+            if top - d > self.spread || (d as f64).powi(k as i32) < m as f64 {
+                break;
+            }
+            chosen.push(d);
+            self.search(m / d, k - 1, (d, Some(top)), divisors, chosen);
+            chosen.pop();
+        }
+    }
 }
 
 impl Mpi {
@@ -396,6 +439,20 @@ mod tests {
         dims_create(24, &mut d).unwrap();
         assert_eq!(d, [4, 3, 2]);
         assert!(dims_create(10, &mut [3, 0]).is_err());
+        // The closest largest and smallest, where handing out prime factors one by
+        // one gives 28 x 18 and 12 x 7 x 6.
+        let mut d = [0, 0];
+        dims_create(504, &mut d).unwrap();
+        assert_eq!(d, [24, 21]);
+        let mut d = [0, 0, 0];
+        dims_create(504, &mut d).unwrap();
+        assert_eq!(d, [9, 8, 7]);
+        let mut d = [0, 0, 0, 0];
+        dims_create(13392, &mut d).unwrap();
+        assert_eq!(d, [31, 9, 8, 6]);
+        let mut d = [0; 5];
+        dims_create(1, &mut d).unwrap();
+        assert_eq!(d, [1; 5]);
     }
 
     #[test]

@@ -318,9 +318,9 @@ impl Mpi {
             .clone()
             .or_else(|| (comm != MPI_COMM_WORLD).then(|| c.group.clone()));
         let t = match self.dtype(ty) {
-            // Nothing moves to or from MPI_PROC_NULL: its type is not looked at (as
-            // MPICH does).
-            Err(_) if ty == MPI_DATATYPE_NULL && matches!(to, Peer::Null) => {
+            // Nothing moves to or from MPI_PROC_NULL, nor in a message of no
+            // elements: the type is not looked at (as MPICH does).
+            Err(_) if ty == MPI_DATATYPE_NULL && (matches!(to, Peer::Null) || count == 0) => {
                 self.dtype(MPI_BYTE)?
             }
             t => t?,

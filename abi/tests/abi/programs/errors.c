@@ -357,6 +357,16 @@ static void test_user_handler(void) {
   OK(MPI_Add_error_code(cls, &code));
   OK(MPI_Add_error_code(cls, &code2));
   CHECK(code != code2, "two codes of one class are equal: %d", code);
+  {
+    /* Without a string, an added class's and code's are empty (MPI 4.1, 9.5). */
+    char none[MPI_MAX_ERROR_STRING] = "x";
+    int none_len = -1;
+    OK(MPI_Error_string(cls, none, &none_len));
+    CHECK(none[0] == 0 && none_len == 0, "an added class's string before one was given: %s",
+          none);
+    OK(MPI_Error_string(code2, none, &none_len));
+    CHECK(none[0] == 0, "an added code's string before one was given: %s", none);
+  }
   OK(MPI_Add_error_string(code, "the program's own error"));
   OK(MPI_Add_error_string(cls, "the program's own class"));
   int gotcls = -1, len = -1;

@@ -8,6 +8,7 @@
  *   freed, the statuses those of the completed ones, then again once the receive
  *   has its message; with no active request;
  * - MPI_Remove_error_class, _code and _string, refused while a class has codes,
+ *   a class's number given again once removed,
  *   and the removed ones no longer known;
  * - MPI_Win_call_errhandler; MPI_Type_get_value_index; MPI_Type_match_size;
  * - MPI_Status_c2f and the other status conversions, there and back. */
@@ -105,6 +106,12 @@ static void test_remove_errors(void) {
   OK(MPI_Remove_error_class(cls));
   rc = MPI_Error_class(cls, &got);
   CHECK(rc != MPI_SUCCESS, "a removed class is still a class");
+  /* Classes added and removed many times over: their numbers are given again. */
+  for (int i = 0; i < 1000; i++) {
+    int again;
+    OK(MPI_Add_error_class(&again));
+    OK(MPI_Remove_error_class(again));
+  }
   EXPECT_ERR(MPI_Remove_error_class(MPI_ERR_RANK), MPI_ERR_ARG, "MPI_Add_error_class");
   errors_return(MPI_COMM_SELF, 0);
 }

@@ -275,9 +275,13 @@ static void test_sendrecv(void) {
   OK(MPI_Recv(NULL, 0, MPI_DATATYPE_NULL, MPI_PROC_NULL, 55, MPI_COMM_WORLD, &st));
   expect_empty(&st, MPI_PROC_NULL, "MPI_Recv of MPI_DATATYPE_NULL from MPI_PROC_NULL");
   OK(MPI_Send(NULL, 0, MPI_DATATYPE_NULL, MPI_PROC_NULL, 55, MPI_COMM_WORLD));
-  /* A message of no elements at a null buffer, to this very rank. */
+  /* A message of no elements at a null buffer, to this very rank; of
+   * MPI_DATATYPE_NULL too (as MPICH allows). */
   OK(MPI_Isend(NULL, 0, MPI_INT, rank, 56, MPI_COMM_WORLD, &r));
   OK(MPI_Recv(NULL, 0, MPI_INT, rank, 56, MPI_COMM_WORLD, &st));
+  OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+  OK(MPI_Isend(NULL, 0, MPI_DATATYPE_NULL, rank, 57, MPI_COMM_WORLD, &r));
+  OK(MPI_Recv(NULL, 0, MPI_DATATYPE_NULL, rank, 57, MPI_COMM_WORLD, &st));
   OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
 }
 
