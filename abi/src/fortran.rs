@@ -45,8 +45,17 @@ macro_rules! from_fortran {
 
 to_fortran!(PMPI_Comm_c2f, comms);
 from_fortran!(PMPI_Comm_f2c, comms);
-to_fortran!(PMPI_Errhandler_c2f, errhandlers);
-from_fortran!(PMPI_Errhandler_f2c, errhandlers);
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Errhandler_c2f(h: Handle) -> c_int {
+    crate::comm::api::with_errhandlers(|t| t.to_fortran(h))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Errhandler_f2c(f: c_int) -> Handle {
+    crate::comm::api::with_errhandlers(|t| t.from_fortran(f))
+}
+
 to_fortran!(PMPI_Type_c2f, types);
 from_fortran!(PMPI_Type_f2c, types);
 to_fortran!(PMPI_Group_c2f, groups);

@@ -127,7 +127,7 @@ pub unsafe extern "C" fn PMPI_Session_init(
     let made = crate::env::start_for_session().and_then(|()| {
         global::with(|mpi| {
             non_null(session, MPI_ERR_ARG, "session")?;
-            check_errhandler(mpi, errhandler, Kind::Session)?;
+            check_errhandler(errhandler, Kind::Session)?;
             let thread_level = match mpi.value_of(info, "mpi_thread_support_level")? {
                 None => MPI_THREAD_SINGLE,
                 Some(v) => LEVELS
@@ -313,7 +313,7 @@ pub unsafe extern "C" fn PMPI_Comm_create_from_group(
         non_null(newcomm, MPI_ERR_ARG, "communicator")?;
         // SAFETY: the binding's contract: a NUL-ended string.
         let tag = unsafe { read_str(stringtag) }?;
-        check_errhandler(mpi, errhandler, Kind::Comm)?;
+        check_errhandler(errhandler, Kind::Comm)?;
         let h = match group {
             MPI_GROUP_EMPTY => MPI_COMM_NULL,
             _ => {
@@ -342,7 +342,7 @@ pub unsafe extern "C" fn PMPI_Intercomm_create_from_groups(
         non_null(newintercomm, MPI_ERR_ARG, "communicator")?;
         // SAFETY: the binding's contract: a NUL-ended string.
         let tag = unsafe { read_str(stringtag) }?;
-        check_errhandler(mpi, errhandler, Kind::Comm)?;
+        check_errhandler(errhandler, Kind::Comm)?;
         let (local, remote) = (mpi.group(local_group)?, mpi.group(remote_group)?);
         let leader_of = |g: &Group, r: c_int, which: &str| {
             u32::try_from(r)
@@ -407,7 +407,7 @@ pub unsafe extern "C" fn PMPI_Session_set_errhandler(session: Handle, errhandler
         "MPI_Session_set_errhandler",
         Object::Session(session),
         |mpi| {
-            check_errhandler(mpi, errhandler, Kind::Session)?;
+            check_errhandler(errhandler, Kind::Session)?;
             mpi.session(session)?;
             if let Some(s) = mpi.sessions.get_mut(session) {
                 s.errhandler = errhandler;

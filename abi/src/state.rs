@@ -11,7 +11,8 @@ use crate::request::Request;
 use rbtl::msg;
 use std::sync::Arc;
 
-/// A user's error handler: the kind of object it serves and its function.
+/// A user's error handler: the kind of object it serves and its function. (They
+/// live in a table of their own: [`crate::comm::api::errhandler`].)
 #[derive(Clone, Copy, Debug)]
 pub struct Errhandler {
     pub kind: Kind,
@@ -51,7 +52,6 @@ pub struct Mpi {
     pub pinned: std::collections::HashMap<Handle, (u32, bool)>,
     /// Messages taken by matched probes.
     pub messages: Table<Message>,
-    pub errhandlers: Table<Errhandler>,
     pub wins: Table<crate::rma::Win>,
     pub files: Table<crate::io::File>,
     pub sessions: Table<crate::session::Session>,
@@ -130,7 +130,6 @@ impl Mpi {
             pairs: Default::default(),
             pinned: Default::default(),
             messages: Table::new(Kind::Message),
-            errhandlers: Table::new(Kind::Errhandler),
             wins: Table::new(Kind::Win),
             files: Table::new(Kind::File),
             sessions: Table::new(Kind::Session),
@@ -221,7 +220,7 @@ impl Mpi {
         match h {
             MPI_ERRORS_RETURN => Handler::Return,
             MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT => Handler::Fatal,
-            h => match self.errhandlers.get(h) {
+            h => match crate::comm::api::errhandler(h) {
                 Some(e) => Handler::User(e.function),
                 None => Handler::Fatal,
             },

@@ -4,12 +4,13 @@
 use super::create;
 use super::group::compare;
 use crate::attr::{self, Holder};
-use crate::entry::{call, call_held, call_in_steps, make_from_function, query_binding};
+use crate::entry::{call, call_held, call_in_steps, query_binding};
 use crate::error::{non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
-use crate::handles::Kind;
+use crate::handles::{Kind, Table};
 use crate::state::{Errhandler, Mpi};
+use std::sync::{Mutex, MutexGuard};
 
 /// Copy `name` into a C buffer of `MPI_MAX_OBJECT_NAME` bytes (cut short, ended by
 /// NUL), its length into `len`.
@@ -350,11 +351,30 @@ pub unsafe extern "C" fn PMPI_Comm_get_parent(parent: *mut Handle) -> c_int {
     })
 }
 
+/// The program's error handlers. They live outside the library's state: a program
+/// makes the one it gives `MPI_Session_init` before the library starts (MPI 4.1,
+/// 11.2.1), and errors raised outside the state find theirs.
+static ERRHANDLERS: Mutex<Table<Errhandler>> = Mutex::new(Table::new(Kind::Errhandler));
+
+fn errhandlers() -> MutexGuard<'static, Table<Errhandler>> {
+    ERRHANDLERS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The program's error handler `h`, if it is one.
+pub fn errhandler(h: Handle) -> Option<Errhandler> {
+    errhandlers().get(h).copied()
+}
+
+/// `f` of the error handlers (for the conversions to and from Fortran).
+pub fn with_errhandlers<R>(f: impl FnOnce(&Table<Errhandler>) -> R) -> R {
+    f(&errhandlers())
+}
+
 /// An error handler argument.
-pub(crate) fn check_errhandler(mpi: &Mpi, h: Handle, kind: Kind) -> Result<()> {
+pub(crate) fn check_errhandler(h: Handle, kind: Kind) -> Result<()> {
     match h {
         MPI_ERRORS_ARE_FATAL | MPI_ERRORS_RETURN | MPI_ERRORS_ABORT => Ok(()),
-        _ => match mpi.errhandlers.get(h) {
+        _ => match errhandler(h) {
             Some(e) if e.kind == kind => Ok(()),
             Some(_) => Err(Error::new(
                 MPI_ERR_ERRHANDLER,
@@ -379,12 +399,18 @@ pub unsafe fn create_errhandler(
     out: *mut Handle,
     kind: Kind,
 ) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe {
-        make_from_function(name, function, (out, "handler"), |mpi, function| {
-            mpi.errhandlers.insert(Errhandler { kind, function })
-        })
-    }
+    // (At any time: the table is not the state's.)
+    call_in_steps(name, Object::None, || {
+        non_null(function, MPI_ERR_ARG, "function")?;
+        non_null(out, MPI_ERR_ARG, "handler")?;
+        let h = errhandlers().insert(Errhandler {
+            kind,
+            function: function as usize,
+        })?;
+        // SAFETY: checked not null; the caller's contract: writable.
+        unsafe { out.write(h) };
+        Ok(())
+    })
 }
 
 #[no_mangle]
@@ -406,7 +432,7 @@ pub unsafe extern "C" fn PMPI_Comm_create_errhandler(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_set_errhandler(comm: Handle, errhandler: Handle) -> c_int {
     call("MPI_Comm_set_errhandler", Object::Comm(comm), |mpi| {
-        check_errhandler(mpi, errhandler, Kind::Comm)?;
+        check_errhandler(errhandler, Kind::Comm)?;
         mpi.comm_mut(comm)?.errhandler = errhandler;
         Ok(())
     })
@@ -417,13 +443,13 @@ query_binding!(PMPI_Comm_get_errhandler, comm, Object::Comm(comm), |mpi|
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Errhandler_free(errhandler: *mut Handle) -> c_int {
-    call("MPI_Errhandler_free", Object::None, |mpi| {
+    call_in_steps("MPI_Errhandler_free", Object::None, || {
         // SAFETY: null or readable, the binding's contract.
         let h = unsafe { read_arg(errhandler, MPI_ERR_ARG, "handler") }?;
         if !matches!(
             h,
             MPI_ERRORS_ARE_FATAL | MPI_ERRORS_RETURN | MPI_ERRORS_ABORT
-        ) && mpi.errhandlers.get(h).is_none()
+        ) && self::errhandler(h).is_none()
         {
             return Err(Error::new(
                 MPI_ERR_ERRHANDLER,

@@ -284,7 +284,7 @@ pub unsafe extern "C" fn PMPI_File_create_errhandler(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_errhandler(file: Handle, errhandler: Handle) -> c_int {
     call("MPI_File_set_errhandler", Object::File(file), |mpi| {
-        crate::comm::api::check_errhandler(mpi, errhandler, Kind::File)?;
+        crate::comm::api::check_errhandler(errhandler, Kind::File)?;
         match file {
             MPI_FILE_NULL => mpi.file_null_errhandler = errhandler,
             _ => mpi.file_mut(file)?.errhandler = errhandler,

@@ -217,7 +217,7 @@ pub unsafe extern "C" fn PMPI_Win_create_errhandler(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_set_errhandler(win: Handle, errhandler: Handle) -> c_int {
     call("MPI_Win_set_errhandler", Object::Win(win), |mpi| {
-        crate::comm::api::check_errhandler(mpi, errhandler, Kind::Win)?;
+        crate::comm::api::check_errhandler(errhandler, Kind::Win)?;
         mpi.win_mut(win)?.errhandler = errhandler;
         Ok(())
     })

@@ -1,6 +1,7 @@
 /* session.c: sessions (MPI 4.1, 11.3), at 1 to 3 ranks.
  *
- * - info objects made and read before anything and after the end;
+ * - info objects made and read before anything and after the end, an error
+ *   handler made before the session it is given to;
  * - MPI_Session_init before MPI_Init (MPI_Initialized still false), given hints:
  *   the process sets, their names (the length asked first) and info (mpi_size);
  *   groups from them; communicators made from groups (of every rank, of the even
@@ -247,9 +248,16 @@ int main(int argc, char **argv) {
   OK(MPI_Info_get_string(env, "maxprocs", &len, value, &flag));
   CHECK(flag && atoi(value) >= 1, "MPI_Info_create_env before MPI_Init: maxprocs %s", value);
   OK(MPI_Info_free(&env));
+  /* And the session's error handler, made before it. */
+  MPI_Errhandler early, got;
+  OK(MPI_Session_create_errhandler(on_error, &early));
   MPI_Session s;
-  OK(MPI_Session_init(hints, MPI_ERRORS_RETURN, &s));
+  OK(MPI_Session_init(hints, early, &s));
   OK(MPI_Info_free(&hints));
+  OK(MPI_Session_get_errhandler(s, &got));
+  CHECK(got == early, "the session's handler is not the one made before it");
+  OK(MPI_Session_set_errhandler(s, MPI_ERRORS_RETURN));
+  OK(MPI_Errhandler_free(&early));
   OK(MPI_Initialized(&flag));
   CHECK(flag == 0, "a session made MPI_Initialized true");
   test_session(s);
