@@ -164,13 +164,40 @@ pub unsafe extern "C" fn PMPI_File_set_view(
                 format!("data representation {rep:?}: this library writes \"native\" only"),
             ));
         }
-        let disp = non_negative(disp, "the displacement (MPI_DISPLACEMENT_CURRENT too)")?;
+        let disp = match disp {
+            // Where the shared pointer is, in a file opened for sequential access
+            // (MPI 4.1 §14.3): every member sees the same.
+            MPI_DISPLACEMENT_CURRENT => {
+                if mpi.file(fh)?.amode & MPI_MODE_SEQUENTIAL == 0 {
+                    return Err(Error::new(
+                        MPI_ERR_ARG,
+                        "MPI_DISPLACEMENT_CURRENT is the displacement of files opened with MPI_MODE_SEQUENTIAL only",
+                    ));
+                }
+                let at = mpi.shared_mut(fh)?.get()?;
+                let v = &mpi.file(fh)?.view;
+                v.segments(at * v.etype_size(), 1)[0].0
+            }
+            _ => non_negative(disp, "the displacement")?,
+        };
         let (e, t) = (mpi.dtype(etype)?.clone(), mpi.dtype(filetype)?.clone());
         if e.size == 0 || t.size % e.size != 0 || t.extent() <= 0 {
             return Err(Error::new(
                 MPI_ERR_TYPE,
                 "the filetype is not made of whole etypes (or is empty)",
             ));
+        }
+        // Its displacements are non-negative and never go back (MPI 4.1 §14.3; the
+        // class is ROMIO's).
+        let mut at = 0;
+        for &(off, _) in t.blocks.iter() {
+            if off < at {
+                return Err(Error::new(
+                    MPI_ERR_IO,
+                    "the filetype's displacements must be non-negative and non-decreasing",
+                ));
+            }
+            at = off;
         }
         let comm = mpi.file(fh)?.comm;
         same_on_every_member(mpi, comm, e.size as u64, "the etype's size")?;

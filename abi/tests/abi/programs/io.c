@@ -291,6 +291,40 @@ int main(int argc, char **argv) {
   EXPECT_ERR(MPI_File_set_size(fh, 0), MPI_ERR_READ_ONLY, NULL);
   OK(MPI_File_read_at(fh, 0, &w, 1, MPI_INT, &st));
   CHECK(w == first_int, "the first int read only: %d, before %d", w, first_int);
+  int next_int = -1;
+  OK(MPI_File_read_at(fh, (MPI_Offset)((1 + rank) * sizeof(int)), &next_int, 1, MPI_INT, &st));
+  EXPECT_ERR(MPI_File_set_view(fh, MPI_DISPLACEMENT_CURRENT, MPI_INT, MPI_INT, "native",
+                               MPI_INFO_NULL),
+             MPI_ERR_ARG, "MPI_MODE_SEQUENTIAL");
+  /* A filetype's displacements are non-negative and never go back. */
+  int lens[2] = {1, 1}, backwards[2][2] = {{-2, 2}, {3, 0}};
+  for (int k = 0; k < 2; k++) {
+    MPI_Datatype bad_view;
+    OK(MPI_Type_indexed(2, lens, backwards[k], MPI_INT, &bad_view));
+    OK(MPI_Type_commit(&bad_view));
+    EXPECT_ERR(MPI_File_set_view(fh, 0, MPI_INT, bad_view, "native", MPI_INFO_NULL),
+               MPI_ERR_IO, "non-decreasing");
+    OK(MPI_Type_free(&bad_view));
+  }
+  OK(MPI_File_close(&fh));
+
+  /* Sequential access: a view may start where the shared pointer is. */
+  OK(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDONLY | MPI_MODE_SEQUENTIAL, MPI_INFO_NULL,
+                   &fh));
+  if (rank == 0)
+    OK(MPI_File_read_shared(fh, &w, 1, MPI_INT, &st));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_File_set_view(fh, MPI_DISPLACEMENT_CURRENT, MPI_INT, MPI_INT, "native", MPI_INFO_NULL));
+  MPI_Offset view_disp = -1;
+  MPI_Datatype view_etype, view_filetype;
+  char view_rep[MPI_MAX_DATAREP_STRING];
+  OK(MPI_File_get_view(fh, &view_disp, &view_etype, &view_filetype, view_rep));
+  CHECK(view_disp == (MPI_Offset)sizeof(int), "MPI_DISPLACEMENT_CURRENT: displacement %lld",
+        (long long)view_disp);
+  w = -1;
+  OK(MPI_File_read_ordered(fh, &w, 1, MPI_INT, &st));
+  CHECK(w == next_int, "read in order after MPI_DISPLACEMENT_CURRENT: %d, expected %d", w,
+        next_int);
   OK(MPI_File_close(&fh));
 
   /* Deleted on close, by size and by MPI_File_delete. */
