@@ -8,14 +8,14 @@
 //! put is a store, a get a load, an atomic a processor atomic (Open MPI: `osc/sm`);
 //! other peers are reached through the transports' put, get and atomics (`osc/rdma`).
 
-use super::liveness::{IdleWait, Needs};
+use super::pending::Pending;
 use super::{Comm, Error, Result};
 use rbtl_btl::{
-    Access, AtomicWidth, BtlFlags, Local, MemHandle, RdmaCallback, RdmaFlags, Remote, RemoteAtomic,
-    RemoteHandle, SharedMem, Transfer,
+    Access, AtomicWidth, BtlFlags, Local, MemHandle, RdmaFlags, Remote, RemoteAtomic, RemoteHandle,
+    SharedMem, Transfer,
 };
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Memory from a transport's shared heap: peers on the node map it.
 pub struct SharedRegion {
@@ -137,62 +137,6 @@ impl Target {
     /// The rank it belongs to.
     pub fn rank(&self) -> u32 {
         self.rank
-    }
-}
-
-/// One-sided operations started and not yet waited for, and the first failure among
-/// them.
-#[derive(Clone, Default)]
-pub struct Pending(Arc<Counts>);
-
-#[derive(Default)]
-struct Counts {
-    started: AtomicUsize,
-    done: AtomicUsize,
-    /// Whether `error` may hold one (read without the lock).
-    failed: AtomicBool,
-    error: Mutex<Option<rbtl_btl::Error>>,
-}
-
-impl Pending {
-    /// Whether every operation started has completed.
-    pub fn is_idle(&self) -> bool {
-        self.0.done.load(Ordering::Acquire) == self.0.started.load(Ordering::Relaxed)
-    }
-
-    fn start(&self) {
-        self.0.started.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The callback of one operation; `keep` is a registration it uses, released
-    /// once it completes.
-    fn callback(&self, keep: Option<Arc<MemHandle>>) -> RdmaCallback {
-        let counts = self.0.clone();
-        Box::new(move |_, c| {
-            drop(keep);
-            if let Err(e) = c.status {
-                counts
-                    .error
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .get_or_insert(e);
-                counts.failed.store(true, Ordering::Release);
-            }
-            counts.done.fetch_add(1, Ordering::Release);
-        })
-    }
-
-    /// The first failure, taken.
-    fn take_error(&self) -> Option<rbtl_btl::Error> {
-        // A load first: the swap, a locked write, only when one failed.
-        if !self.0.failed.load(Ordering::Acquire) || !self.0.failed.swap(false, Ordering::AcqRel) {
-            return None;
-        }
-        self.0
-            .error
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
     }
 }
 
@@ -412,7 +356,7 @@ impl Comm {
                 Err(rbtl_btl::Error::UnregisteredRemote) => {}
                 Err(e) => {
                     // Nothing started: not counted.
-                    pending.0.done.fetch_add(1, Ordering::Release);
+                    pending.abandon();
                     return Err(e.into());
                 }
                 Ok(()) => return Ok(()),
@@ -422,7 +366,7 @@ impl Comm {
         let whole = Transfer::new(ep, local, Remote::new(remote, &t.handle), len).flagged(t.flags);
         if let Err(e) = super::pieces::transfer_in_pieces(m, &whole, put, done) {
             // Nothing started: not counted.
-            pending.0.done.fetch_add(1, Ordering::Release);
+            pending.abandon();
             return Err(e.into());
         }
         Ok(())
@@ -521,51 +465,10 @@ impl Comm {
             }
         };
         if let Err(e) = started {
-            pending.0.done.fetch_add(1, Ordering::Release);
+            pending.abandon();
             return Err(e.into());
         }
         Ok(())
-    }
-
-    /// Progress until every operation `pending` counts has completed: the first
-    /// failure among them. A peer that stops answering ends the wait as the message
-    /// layer's other waits do (`rank` names the peer the wait needs, if one).
-    pub fn complete(&mut self, pending: &Pending, rank: Option<u32>) -> Result<()> {
-        let mut idle = IdleWait::new();
-        loop {
-            if let Some(done) = self.complete_round(pending, rank, &mut idle) {
-                return done;
-            }
-        }
-    }
-
-    /// One round of [`Comm::complete`], for a caller that does something else
-    /// between rounds: its outcome once every operation `pending` counts has
-    /// completed (or the peer `rank` is found gone), else `None` after one progress
-    /// call. `idle` carries the wait from one round to the next.
-    #[inline]
-    pub fn complete_round(
-        &mut self,
-        pending: &Pending,
-        rank: Option<u32>,
-        idle: &mut IdleWait,
-    ) -> Option<Result<()>> {
-        if pending.is_idle() {
-            return Some(match pending.take_error() {
-                Some(e) => Err(e.into()),
-                None => Ok(()),
-            });
-        }
-        if self.progress() > 0 {
-            idle.busy();
-        } else if idle.idle() {
-            if let Some(r) = rank {
-                if let Some(e) = self.look_for(Needs::Rank(r), idle) {
-                    return Some(Err(e));
-                }
-            }
-        }
-        None
     }
 }
 
