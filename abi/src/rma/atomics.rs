@@ -21,6 +21,10 @@ use rbtl::btl::AtomicOp;
 use rbtl::msg::{Atomic, Pending};
 use std::ptr::null_mut;
 
+/// Fetching atomics one accumulate keeps in flight at most (each holds a
+/// registration, of which a transport has some thousands).
+const FETCHES_AT_ONCE: usize = 1024;
+
 /// Accumulates of this many bytes and more, on memory this process does not map,
 /// are read and written back from here where the transport does that without the
 /// target's process (`sm` by cross-memory attach), instead of shipped: two copies by
@@ -132,7 +136,7 @@ impl Mpi {
             let Mpi { wins, msg, .. } = self;
             let w = wins.get(win).ok_or_else(|| bad_win(win))?;
             let (target, job, p) = (a.target(w), w.peers[a.member].job, &w.waited);
-            let (mut at, mut started) = (0, Ok(()));
+            let (mut at, mut started, mut fetching) = (0, Ok(()), 0);
             'runs: for &(off, len) in a.runs.iter() {
                 for i in 0..len / bytes {
                     // SAFETY: the caller's contract: element `at + i` of the origin
@@ -159,6 +163,16 @@ impl Mpi {
                     };
                     if started.is_err() {
                         break 'runs;
+                    }
+                    // A fetching atomic holds a registration of its result word until
+                    // it completes: so many at a time.
+                    fetching += usize::from(!fetched.is_null());
+                    if fetching == FETCHES_AT_ONCE {
+                        fetching = 0;
+                        started = msg.complete(p, Some(job));
+                        if started.is_err() {
+                            break 'runs;
+                        }
                     }
                 }
                 at += len;

@@ -15,10 +15,11 @@
  * a window whose base is not 8-byte aligned; and every rank incrementing the same
  * elements of rank 0's window 1000 times at once (int, long long, char modulo
  * 256, double), whose totals must be exact, and 16 KiB get-accumulates mixed with
- * short accumulates on rank 0's window. Dynamic windows: regions attached,
- * reached by address with every kind of operation under lock_all and fences,
- * detached and attached again, and their errors. Request-based operations under lock_all,
- * waited for together and one by one, into a derived type, freed before completion,
+ * short accumulates on rank 0's window; a get-accumulate of 5000 ints. Dynamic
+ * windows: regions attached, reached by address with every kind of operation under
+ * lock_all and fences, detached and attached again, and their errors.
+ * Request-based operations under lock_all, waited for together and one by one,
+ * into a derived type, freed before completion,
  * and refused outside a passive-target epoch; a lock after a fence that started no
  * epoch; MPI_PROC_NULL as the target of locks, flushes and requests. Errors: no
  * epoch, out of the window, a bad rank, a freed window, sizes that do not match,
@@ -293,6 +294,38 @@ static void test_passive(int allocate) {
     CHECK(mem[20 + i] == -val(left, i) - 1, "lock_all put: element %d is %d", 20 + i,
           mem[20 + i]);
   OK(MPI_Win_free(&win));
+}
+
+/* A get-accumulate of more elements than a transport has registrations (each
+ * fetching atomic holds one while it is in flight). */
+static void test_many_fetches(void) {
+  enum { MANY = 5000 };
+  int *mem = NULL, *one = malloc(MANY * sizeof(int)), *old = malloc(MANY * sizeof(int));
+  CHECK(one && old, "out of memory");
+  MPI_Win win;
+  OK(MPI_Win_allocate(MANY * sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &mem,
+                      &win));
+  OK(MPI_Win_lock_all(0, win));
+  for (int i = 0; i < MANY; i++) {
+    mem[i] = i;
+    one[i] = 1;
+    old[i] = -1;
+  }
+  OK(MPI_Win_sync(win));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Get_accumulate(one, MANY, MPI_INT, old, MANY, MPI_INT, right, 0, MANY, MPI_INT,
+                        MPI_SUM, win));
+  OK(MPI_Win_flush(right, win));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Win_sync(win));
+  for (int i = 0; i < MANY; i++) {
+    CHECK(old[i] == i, "get-accumulate of %d ints: element %d was %d", MANY, i, old[i]);
+    CHECK(mem[i] == i + 1, "get-accumulate of %d ints: element %d is %d", MANY, i, mem[i]);
+  }
+  OK(MPI_Win_unlock_all(win));
+  OK(MPI_Win_free(&win));
+  free(one);
+  free(old);
 }
 
 /* --- Request-based operations (Rput, Rget, Raccumulate, Rget_accumulate). --- */
@@ -978,6 +1011,7 @@ int main(int argc, char **argv) {
     test_long_accumulates(allocate);
     test_requests(allocate);
   }
+  test_many_fetches();
   test_pscw();
   test_dynamic();
   test_accumulate();
