@@ -293,6 +293,35 @@ pub(crate) fn bcast_in<T: Basic>(
     run_here(inside, s)
 }
 
+/// Broadcast over `comm` from its member `root` what the root's `part` (`Some` at
+/// the root only) gave: `told`, whose first value is the part's outcome (set here
+/// at the root: `MPI_SUCCESS` or its error's class), then what else the root tells.
+/// The root's error there; elsewhere one of its class, saying that `failed`.
+pub(crate) fn bcast_outcome(
+    inside: &mut impl Inside,
+    part: Option<Result<()>>,
+    told: &mut [c_int],
+    (root, comm): (c_int, Handle),
+    failed: &str,
+) -> Result<()> {
+    let mut own = None;
+    if let Some(Err(e)) = part {
+        told[0] = e.class;
+        own = Some(e);
+    }
+    bcast_in(inside, told, root, comm)?;
+    if let Some(e) = own {
+        return Err(e);
+    }
+    if told[0] != MPI_SUCCESS {
+        return Err(Error::new(
+            told[0],
+            format!("{failed} (its error says why)"),
+        ));
+    }
+    Ok(())
+}
+
 /// Advance every nonblocking collective in flight, and those freed by their
 /// caller: how much happened.
 pub fn progress_active(mpi: &mut Mpi) -> usize {

@@ -19,9 +19,9 @@
 //! context). A block taken in a failed try stays unused. Without
 //! `MPI_THREAD_MULTIPLE` at any member, nothing comes between and one round does.
 
-use super::intercomm::{exchange, tell_group};
+use super::intercomm::exchange;
 use super::{Group, CONTEXTS_PER_COMM};
-use crate::coll::{allgather_here, Inside};
+use crate::coll::{allgather_here, bcast_outcome, Inside};
 use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
@@ -142,8 +142,8 @@ impl Among<'_> {
                 // The leader's outcome (an error class), then the other group's.
                 let mut told = vec![MPI_SUCCESS; 1 + theirs * mine.len()];
                 let part = across.map(|with| exchange(inside, with, &all, &mut told[1..]));
-                let what = "could not trade with the other group";
-                tell_group(inside, part, &mut told, (leader, local), what)?;
+                let failed = "the local leader could not trade with the other group";
+                bcast_outcome(inside, part, &mut told, (leader, local), failed)?;
                 all.extend_from_slice(&told[1..]);
                 Ok(all)
             }

@@ -21,7 +21,7 @@
 use super::context::{agree_context, Among};
 use super::create::{create_group_ctx, of_colour};
 use super::{Communicator, Group};
-use crate::coll::{bcast_in, run_here, Inside, Loc, Schedule, Xfer};
+use crate::coll::{bcast_in, bcast_outcome, run_here, Inside, Loc, Schedule, Xfer};
 use crate::entry::call_held;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -74,8 +74,8 @@ pub fn intercomm_create(
             across = Some(with);
         })
     });
-    let what = "could not make the intercommunicator";
-    tell_group(inside, part, &mut header, (local_leader, local), what)?;
+    let failed = "the local leader could not make the intercommunicator";
+    bcast_outcome(inside, part, &mut header, (local_leader, local), failed)?;
     theirs.resize(header[1] as usize, 0);
     bcast_in(inside, &mut theirs, local_leader, local)?;
     let among = Among::Leaders {
@@ -287,35 +287,6 @@ fn trade_groups(
         ));
     }
     Ok((theirs, with))
-}
-
-/// Broadcast over `local` from its member `leader` what the leader's `part` (`Some`
-/// at the leader only) gave: `told`, whose first value is the part's outcome (set
-/// here at the leader: `MPI_SUCCESS` or its error's class). The leader's error, or
-/// elsewhere one of its class that says the leader `what`.
-pub(super) fn tell_group(
-    inside: &mut impl Inside,
-    part: Option<Result<()>>,
-    told: &mut [c_int],
-    (leader, local): (c_int, Handle),
-    what: &str,
-) -> Result<()> {
-    let mut failed = None;
-    if let Some(Err(e)) = part {
-        told[0] = e.class;
-        failed = Some(e);
-    }
-    bcast_in(inside, told, leader, local)?;
-    if let Some(e) = failed {
-        return Err(e);
-    }
-    if told[0] != MPI_SUCCESS {
-        return Err(Error::new(
-            told[0],
-            format!("the local leader {what} (its error says why)"),
-        ));
-    }
-    Ok(())
 }
 
 /// Send `mine` to job rank `to` and receive `theirs` from it at once, in context

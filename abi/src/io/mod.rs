@@ -19,7 +19,7 @@ pub mod data;
 pub mod shared;
 pub mod view;
 
-use crate::coll::{allgather_here, bcast_in, run_here, Inside};
+use crate::coll::{allgather_here, bcast_outcome, run_here, Inside};
 use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::state::{Info, Mpi};
@@ -149,19 +149,8 @@ pub(super) fn first_members_outcome(
     comm: Handle,
     mine: Option<Result<()>>,
 ) -> Result<()> {
-    let mut class = [match &mine {
-        Some(Err(e)) => e.class,
-        _ => MPI_SUCCESS,
-    }];
-    bcast_in(inside, &mut class, 0, comm)?;
-    match (mine, class[0]) {
-        (Some(outcome), _) => outcome,
-        (None, MPI_SUCCESS) => Ok(()),
-        (None, class) => Err(Error::new(
-            class,
-            "the file's first member failed (its error says why)",
-        )),
-    }
+    let failed = "the file's first member failed";
+    bcast_outcome(inside, mine, &mut [MPI_SUCCESS], (0, comm), failed)
 }
 
 /// `MPI_File_open`, collective over `comm`: the first member opens (and creates)
