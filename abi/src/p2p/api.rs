@@ -42,12 +42,8 @@ impl Held {
                     .bytes(n)
                     .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
                 let at = buf.cast::<u8>().wrapping_offset(t.lb);
-                let data: &[u8] = if len == 0 {
-                    &[]
-                } else {
-                    // SAFETY: the caller's contract: `len` bytes from the type's start.
-                    unsafe { rbtl::btl::slice_at(at, len) }
-                };
+                // SAFETY: the caller's contract: `len` bytes from the type's start.
+                let data = unsafe { rbtl::btl::slice_at(at, len) };
                 if self.waits_in_layer() {
                     return Ok(self.msg.send_in(ctx, data, dst, tag)?);
                 }
@@ -97,12 +93,8 @@ impl Held {
                     .bytes(n)
                     .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
                 let at = buf.cast::<u8>().wrapping_offset(t.lb);
-                let data: &mut [u8] = if len == 0 {
-                    &mut []
-                } else {
-                    // SAFETY: the caller's contract: room for `len` bytes.
-                    unsafe { rbtl::btl::slice_at_mut(at, len) }
-                };
+                // SAFETY: the caller's contract: room for `len` bytes.
+                let data = unsafe { rbtl::btl::slice_at_mut(at, len) };
                 let outcome = self.msg.recv_in(ctx, data, src, tag);
                 // The common case without a detour: a message received whole.
                 if let Ok(s) = &outcome {
