@@ -25,10 +25,12 @@ pub fn with_infos<R>(f: impl FnOnce(&Table<Info>) -> R) -> R {
     f(&infos())
 }
 
-/// Run binding `name` as `f` on the info objects: `MPI_SUCCESS`, or the code of its
-/// error (through `MPI_COMM_SELF`'s handler, which is fatal before `MPI_Init`).
-fn info_call(name: &str, f: impl FnOnce(&mut Table<Info>) -> Result<()>) -> c_int {
-    match f(&mut infos()) {
+/// Run binding `name` as `f`, which takes the info objects itself ([`infos`], never
+/// while it waits for the library's state: a call inside the state takes them
+/// too): `MPI_SUCCESS`, or the code of its error (through `MPI_COMM_SELF`'s handler,
+/// which is fatal before `MPI_Init`).
+fn info_call(name: &str, f: impl FnOnce() -> Result<()>) -> c_int {
+    match f() {
         Ok(()) => MPI_SUCCESS,
         Err(e) => raise(name, Object::None, e),
     }
@@ -39,13 +41,13 @@ fn process_args() -> impl Iterator<Item = String> {
     std::env::args_os().map(|a| a.to_string_lossy().into_owned())
 }
 
-/// The info object `h` of `table` (`MPI_INFO_NULL` reads as empty, `MPI_INFO_ENV`
-/// as the job's, given its size and thread level).
-fn lookup(table: &Table<Info>, h: Handle, job: impl FnOnce() -> (u32, c_int)) -> Result<Info> {
+/// The info object `h` (`MPI_INFO_NULL` reads as empty, `MPI_INFO_ENV` as the job's,
+/// given its size and thread level by `job`, called without the info objects held).
+fn lookup(h: Handle, job: impl FnOnce() -> (u32, c_int)) -> Result<Info> {
     match h {
         MPI_INFO_NULL => Ok(Vec::new()),
         MPI_INFO_ENV => Ok(env_info(process_args(), job())),
-        _ => table.get(h).cloned().ok_or_else(|| bad(h)),
+        _ => infos().get(h).cloned().ok_or_else(|| bad(h)),
     }
 }
 
@@ -62,7 +64,7 @@ fn job_now() -> (u32, c_int) {
 impl Mpi {
     /// The info object `h` (`MPI_INFO_NULL` reads as empty).
     pub(crate) fn info(&self, h: Handle) -> Result<Info> {
-        lookup(&infos(), h, || (self.world.size(), self.thread_level))
+        lookup(h, || (self.world.size(), self.thread_level))
     }
 
     /// The value of `key` in info object `h`, if it has one.
@@ -128,18 +130,8 @@ unsafe fn key_of(key: *const c_char) -> Result<String> {
 ///
 /// `out` is null or writable.
 pub(crate) unsafe fn hand_out(info: Info, out: *mut Handle) -> Result<()> {
-    // SAFETY: the caller's contract.
-    unsafe { hand_out_in(&mut infos(), info, out) }
-}
-
-/// [`hand_out`] in `table`, which the caller holds.
-///
-/// # Safety
-///
-/// As [`hand_out`].
-unsafe fn hand_out_in(table: &mut Table<Info>, info: Info, out: *mut Handle) -> Result<()> {
     non_null(out, MPI_ERR_ARG, "info")?;
-    let h = table.insert(info)?;
+    let h = infos().insert(info)?;
     // SAFETY: checked not null.
     unsafe { out.write(h) };
     Ok(())
@@ -148,9 +140,7 @@ unsafe fn hand_out_in(table: &mut Table<Info>, info: Info, out: *mut Handle) -> 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_create(info: *mut Handle) -> c_int {
     // SAFETY: the binding's contract.
-    info_call("MPI_Info_create", |t| unsafe {
-        hand_out_in(t, Vec::new(), info)
-    })
+    info_call("MPI_Info_create", || unsafe { hand_out(Vec::new(), info) })
 }
 
 #[no_mangle]
@@ -160,7 +150,7 @@ pub unsafe extern "C" fn PMPI_Info_create_env(
     info: *mut Handle,
 ) -> c_int {
     let job = job_now();
-    info_call("MPI_Info_create_env", |t| {
+    info_call("MPI_Info_create_env", || {
         // The arguments given (as `main` has them), else the process's own.
         let env = match (argv.is_null(), usize::try_from(argc)) {
             (false, Ok(n)) => {
@@ -176,25 +166,25 @@ pub unsafe extern "C" fn PMPI_Info_create_env(
             _ => env_info(process_args(), job),
         };
         // SAFETY: the binding's contract: `info` null or writable.
-        unsafe { hand_out_in(t, env, info) }
+        unsafe { hand_out(env, info) }
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_dup(info: Handle, newinfo: *mut Handle) -> c_int {
-    info_call("MPI_Info_dup", |t| {
-        let i = lookup(t, info, job_now)?;
+    info_call("MPI_Info_dup", || {
+        let i = read(info)?;
         // SAFETY: the binding's contract.
-        unsafe { hand_out_in(t, i, newinfo) }
+        unsafe { hand_out(i, newinfo) }
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_free(info: *mut Handle) -> c_int {
-    info_call("MPI_Info_free", |t| {
+    info_call("MPI_Info_free", || {
         // SAFETY: null or readable, the binding's contract.
         let h = unsafe { read_arg(info, MPI_ERR_ARG, "info") }?;
-        t.remove(h).ok_or_else(|| bad(h))?;
+        infos().remove(h).ok_or_else(|| bad(h))?;
         // SAFETY: checked not null.
         unsafe { info.write(MPI_INFO_NULL) };
         Ok(())
@@ -207,7 +197,7 @@ pub unsafe extern "C" fn PMPI_Info_set(
     key: *const c_char,
     value: *const c_char,
 ) -> c_int {
-    info_call("MPI_Info_set", |t| {
+    info_call("MPI_Info_set", || {
         // SAFETY: the binding's contract: NUL-ended strings.
         let (k, v) = unsafe { (key_of(key)?, read_str(value)?) };
         if v.len() >= MPI_MAX_INFO_VAL as usize {
@@ -216,7 +206,8 @@ pub unsafe extern "C" fn PMPI_Info_set(
                 "the value is longer than MPI_MAX_INFO_VAL",
             ));
         }
-        let i = info_mut(t, info)?;
+        let mut t = infos();
+        let i = info_mut(&mut t, info)?;
         match i.iter_mut().find(|(ik, _)| *ik == k) {
             Some(entry) => entry.1 = v,
             None => i.push((k, v)),
@@ -227,10 +218,11 @@ pub unsafe extern "C" fn PMPI_Info_set(
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_delete(info: Handle, key: *const c_char) -> c_int {
-    info_call("MPI_Info_delete", |t| {
+    info_call("MPI_Info_delete", || {
         // SAFETY: the binding's contract.
         let k = unsafe { key_of(key) }?;
-        let i = info_mut(t, info)?;
+        let mut t = infos();
+        let i = info_mut(&mut t, info)?;
         let before = i.len();
         i.retain(|(ik, _)| *ik != k);
         if i.len() == before {
@@ -242,14 +234,14 @@ pub unsafe extern "C" fn PMPI_Info_delete(info: Handle, key: *const c_char) -> c
 
 /// The info object `h` as a binding of this module reads it (`MPI_INFO_ENV` for
 /// the job as it is now).
-fn read(t: &Table<Info>, h: Handle) -> Result<Info> {
-    lookup(t, h, job_now)
+fn read(h: Handle) -> Result<Info> {
+    lookup(h, job_now)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_get_nkeys(info: Handle, nkeys: *mut c_int) -> c_int {
-    info_call("MPI_Info_get_nkeys", |t| {
-        let n = read(t, info)?.len() as c_int;
+    info_call("MPI_Info_get_nkeys", || {
+        let n = read(info)?.len() as c_int;
         // SAFETY: the binding's contract: null or writable.
         unsafe { put(nkeys, n) };
         Ok(())
@@ -258,8 +250,8 @@ pub unsafe extern "C" fn PMPI_Info_get_nkeys(info: Handle, nkeys: *mut c_int) ->
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Info_get_nthkey(info: Handle, n: c_int, key: *mut c_char) -> c_int {
-    info_call("MPI_Info_get_nthkey", |t| {
-        let i = read(t, info)?;
+    info_call("MPI_Info_get_nthkey", || {
+        let i = read(info)?;
         let k = usize::try_from(n)
             .ok()
             .and_then(|n| i.get(n))
@@ -277,12 +269,12 @@ pub unsafe extern "C" fn PMPI_Info_get_string(
     value: *mut c_char,
     flag: *mut c_int,
 ) -> c_int {
-    info_call("MPI_Info_get_string", |t| {
+    info_call("MPI_Info_get_string", || {
         // SAFETY: the binding's contract.
         let k = unsafe { key_of(key) }?;
         non_null(buflen, MPI_ERR_ARG, "length")?;
         non_null(flag, MPI_ERR_ARG, "flag")?;
-        let found = value_in(read(t, info)?, &k);
+        let found = value_in(read(info)?, &k);
         // SAFETY: checked not null; `value` has room for `*buflen` bytes.
         unsafe {
             flag.write(c_int::from(found.is_some()));
@@ -306,13 +298,13 @@ pub unsafe extern "C" fn PMPI_Info_get(
     value: *mut c_char,
     flag: *mut c_int,
 ) -> c_int {
-    info_call("MPI_Info_get", |t| {
+    info_call("MPI_Info_get", || {
         // SAFETY: the binding's contract.
         let k = unsafe { key_of(key) }?;
         non_null(flag, MPI_ERR_ARG, "flag")?;
         let room = usize::try_from(valuelen)
             .map_err(|_| Error::new(MPI_ERR_ARG, format!("valuelen {valuelen} is negative")))?;
-        let found = value_in(read(t, info)?, &k);
+        let found = value_in(read(info)?, &k);
         // SAFETY: checked not null.
         unsafe { flag.write(c_int::from(found.is_some())) };
         if let Some(v) = found {
@@ -330,12 +322,12 @@ pub unsafe extern "C" fn PMPI_Info_get_valuelen(
     valuelen: *mut c_int,
     flag: *mut c_int,
 ) -> c_int {
-    info_call("MPI_Info_get_valuelen", |t| {
+    info_call("MPI_Info_get_valuelen", || {
         // SAFETY: the binding's contract.
         let k = unsafe { key_of(key) }?;
         non_null(valuelen, MPI_ERR_ARG, "valuelen")?;
         non_null(flag, MPI_ERR_ARG, "flag")?;
-        let found = value_in(read(t, info)?, &k);
+        let found = value_in(read(info)?, &k);
         // SAFETY: checked not null.
         unsafe {
             flag.write(c_int::from(found.is_some()));
