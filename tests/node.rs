@@ -78,7 +78,8 @@ fn rank_role_entry() {
             stopped_peer::run(comm, stopped_peer::Stop::WithWorkPosted, &report_ok)
         }
         "wildcard_after_deaths" => role_wildcard_after_deaths(),
-        "wildcard_silent" => role_wildcard_silent(),
+        "wildcard_waits" => role_wildcard_waits(),
+        "deadlock" => role_deadlock(),
         "sm_remap" => {
             let (m, eps, job) = sm_module();
             let ep = eps[(job.rank ^ 1) as usize].expect("sm reaches the peer");
@@ -600,39 +601,84 @@ fn role_wildcard_after_deaths() {
     std::process::exit(1);
 }
 
-/// With `msg_peer_timeout` 1 s: ranks 1 and 2 stay out of the layer for 1.5 s, twice;
-/// rank 0's receives from any source (blocking, then non-blocking) meanwhile fail
-/// with the timeout after at least 1 s, and no rank is treated as failed: the
-/// barriers after each still pass.
-fn role_wildcard_silent() {
+/// With `msg_peer_timeout` 1 s. Ranks that compute (stay out of the layer) for longer
+/// than that are waited for: rank 0's receive from rank 1, then its receives from any
+/// source (blocking and non-blocking), get their messages after 2.5 s. A receive from
+/// any source that no rank will satisfy, while ranks 1 and 2 wait in a barrier for
+/// rank 0, fails with the timeout (the job waits on itself); no rank is treated as
+/// failed: the barriers after each phase pass.
+fn role_wildcard_waits() {
     let (mut comm, me) = wildcard_comm();
     let mut b = [0u8; 4];
-    for blocking in [true, false] {
-        if me == 0 {
-            let start = std::time::Instant::now();
-            let got = if blocking {
-                comm.recv(&mut b, ANY_SOURCE, Some(5)).map(|_| ())
-            } else {
-                // SAFETY: `b` outlives the request, waited for here.
-                let req = unsafe { comm.irecv_raw(b.as_mut_ptr(), b.len(), ANY_SOURCE, ANY_TAG) };
-                comm.wait(req.unwrap()).map(|_| ())
-            };
-            match got {
-                Err(Error::AnySourceTimeout { live, waited }) => {
-                    assert_eq!(live, [1, 2]);
-                    assert!(waited >= Duration::from_secs(1), "reported {waited:?}");
-                    let took = start.elapsed();
-                    assert!(took >= Duration::from_secs(1), "gave up after {took:?}");
-                }
-                other => panic!("expected the wildcard receive to time out, got {other:?}"),
-            }
-        } else {
-            std::thread::sleep(Duration::from_millis(1500));
+    let computing = Duration::from_millis(2500);
+    let start = std::time::Instant::now();
+    match me {
+        0 => {
+            let st = comm.recv(&mut b, Some(1), Some(5)).unwrap();
+            assert_eq!(st.source, 1);
+            assert!(start.elapsed() >= computing, "{:?}", start.elapsed());
         }
-        comm.barrier().unwrap();
+        1 => {
+            std::thread::sleep(computing);
+            comm.send(&[1; 4], 0, 5).unwrap();
+        }
+        _ => {}
     }
+    comm.barrier().unwrap();
+    let start = std::time::Instant::now();
+    if me == 0 {
+        let st = comm.recv(&mut b, ANY_SOURCE, Some(5)).unwrap();
+        assert_eq!(st.source, 2);
+        assert!(start.elapsed() >= computing, "{:?}", start.elapsed());
+        // SAFETY: `b` outlives the request, waited for here.
+        let req = unsafe { comm.irecv_raw(b.as_mut_ptr(), b.len(), ANY_SOURCE, ANY_TAG) };
+        assert_eq!(comm.wait(req.unwrap()).unwrap().source, 1);
+        assert!(start.elapsed() >= 2 * computing, "{:?}", start.elapsed());
+    } else {
+        std::thread::sleep(computing * (3 - me));
+        comm.send(&[me as u8; 4], 0, 5).unwrap();
+    }
+    comm.barrier().unwrap();
+    report_ok(me, "wildcard_waited");
+    if me == 0 {
+        let start = std::time::Instant::now();
+        match comm.recv(&mut b, ANY_SOURCE, Some(5)) {
+            Err(Error::AnySourceTimeout { live, waited }) => {
+                assert_eq!(live, [1, 2]);
+                assert!(waited >= Duration::from_secs(1), "reported {waited:?}");
+                let took = start.elapsed();
+                assert!(took >= Duration::from_secs(1), "gave up after {took:?}");
+            }
+            other => panic!("expected the wildcard receive to time out, got {other:?}"),
+        }
+    }
+    // (Ranks 1 and 2 wait in it for rank 0: as long as rank 0 waits, from the last
+    // message of the barrier before; the lowest rank decides for the job.)
+    comm.barrier().unwrap();
     report_ok(me, "wildcard_timed_out");
     comm.finalize().unwrap();
+}
+
+/// With `msg_peer_timeout` 1 s, two ranks each receive from the other, which never
+/// sends: they give up with `Stalled` once both have waited the timeout (one may
+/// instead learn of the other's end first: it gave up, and exits).
+fn role_deadlock() {
+    let (mut comm, me) = wildcard_comm();
+    let mut b = [0u8; 4];
+    let start = std::time::Instant::now();
+    match comm.recv(&mut b, Some(1 - me), Some(5)) {
+        Err(Error::Stalled { rank, waited }) => {
+            assert_eq!(rank, 1 - me);
+            assert!(waited >= Duration::from_secs(1), "reported {waited:?}");
+            assert!(start.elapsed() >= Duration::from_secs(1));
+            report_ok(me, "stalled");
+        }
+        Err(Error::PeerFailed { rank, .. } | Error::PeerTimeout { rank, .. }) if rank == 1 - me => {
+            report_ok(me, "failed")
+        }
+        other => panic!("expected the receive to stall, got {other:?}"),
+    }
+    std::process::exit(1);
 }
 
 // ---------------------------------------------------------------------------
@@ -899,12 +945,22 @@ fn a_receive_from_any_source_fails_once_every_other_rank_has_died() {
 }
 
 #[test]
-fn a_receive_from_any_source_times_out_among_silent_live_ranks() {
-    let job = run("wildcard_silent", 3, &[("RBTL_MSG_PEER_TIMEOUT", "1")]);
+fn ranks_computing_past_the_timeout_are_waited_for_and_a_job_waiting_on_itself_ends() {
+    let job = run("wildcard_waits", 3, &[("RBTL_MSG_PEER_TIMEOUT", "1")]);
     assert_eq!(
-        (job.code, oks(&job.dir, "wildcard_timed_out", 3)),
-        (0, 3),
-        "rank 0's receives from any source timed out, and every rank went on"
+        (
+            job.code,
+            oks(&job.dir, "wildcard_waited", 3),
+            oks(&job.dir, "wildcard_timed_out", 3)
+        ),
+        (0, 3, 3),
+        "rank 0's receives got the messages of ranks that computed for longer than the timeout, then its receive from any source timed out, and every rank went on"
+    );
+    std::fs::remove_dir_all(job.dir).unwrap();
+    let job = run("deadlock", 2, &[("RBTL_MSG_PEER_TIMEOUT", "1")]);
+    assert!(
+        oks(&job.dir, "stalled", 2) >= 1,
+        "two ranks receiving from each other: neither saw the job stalled"
     );
     std::fs::remove_dir_all(job.dir).unwrap();
 }

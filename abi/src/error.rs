@@ -91,9 +91,10 @@ impl From<rbtl::msg::Error> for Error {
         use rbtl::msg::Error as E;
         let class = match &e {
             E::Truncated { .. } => MPI_ERR_TRUNCATE,
-            E::PeerFailed { .. } | E::AllFailed { .. } | E::PeerTimeout { .. } => {
-                MPI_ERR_PROC_ABORTED
-            }
+            E::PeerFailed { .. }
+            | E::AllFailed { .. }
+            | E::PeerTimeout { .. }
+            | E::Stalled { .. } => MPI_ERR_PROC_ABORTED,
             E::BadRank(..) => MPI_ERR_RANK,
             E::BadTag(_) => MPI_ERR_TAG,
             E::UnknownRequest(_) => MPI_ERR_REQUEST,

@@ -4,6 +4,7 @@
 use super::callbacks::register_callbacks;
 use super::liveness;
 use super::placement;
+use super::responder;
 use super::state::{self, Shared, State};
 use super::{Comm, Error, Result};
 use crate::pmi::Job;
@@ -27,6 +28,9 @@ impl Comm {
         let node = job.node.to_string();
         let modex = job.modex.as_mut();
         modex.publish("node", node.as_bytes())?;
+        if let Some(card) = responder::card(config) {
+            modex.publish(responder::CARD_KEY, &card.encode())?;
+        }
         let mut framework = crate::framework();
         let mut modules = framework.open(config, modex)?;
         modex.fence()?;
@@ -141,6 +145,7 @@ impl Comm {
             nodes,
             node_oversubscribed: placement::oversubscribed(ranks_here),
             bridge: None,
+            cards: Vec::new(),
         })
     }
 }

@@ -39,6 +39,8 @@ pub struct Comm {
     pub(super) node_oversubscribed: bool,
     /// The transport to processes of other jobs of the launcher, once opened.
     pub(super) bridge: Option<super::bridge::Bridge>,
+    /// Per rank: where its process answers liveness probes (read at the first probe).
+    pub(super) cards: Vec<Option<super::responder::Card>>,
 }
 
 impl Comm {

@@ -67,19 +67,30 @@ pub enum Error {
         /// Each other rank, with why it failed.
         failed: Vec<(u32, PeerFailure)>,
     },
-    /// A peer this call needed gave no sign of life for the peer timeout
-    /// (`msg_peer_timeout`); it is treated as failed from now on.
-    #[error("rank {rank} did not respond for {} s (msg_peer_timeout): it is stopped, hung, or computing for longer than that; raise msg_peer_timeout (0: wait forever) if it computes that long", waited.as_secs())]
+    /// A peer this call needed sent nothing for the peer timeout (`msg_peer_timeout`),
+    /// and its process did not answer probes; it is treated as failed from now on.
+    #[error("rank {rank} did not respond for {} s (msg_peer_timeout): nothing came from it, and its process did not answer probes: it is stopped, or out of reach; raise msg_peer_timeout (0: wait forever) to wait longer", waited.as_secs())]
     PeerTimeout {
         /// The rank.
         rank: u32,
         /// How long the call waited without any progress.
         waited: std::time::Duration,
     },
+    /// A peer this call needed sent nothing for the peer timeout (`msg_peer_timeout`),
+    /// and it and every other rank were waiting as well: the job waits on itself. The
+    /// peer is treated as failed from now on.
+    #[error("rank {rank} sent nothing for {} s (msg_peer_timeout) while it and every other rank were waiting as well: no rank can send what another waits for", waited.as_secs())]
+    Stalled {
+        /// The rank.
+        rank: u32,
+        /// How long the call waited without any progress.
+        waited: std::time::Duration,
+    },
     /// A receive from any source, with several other ranks alive, saw no progress at
-    /// all for the peer timeout (`msg_peer_timeout`). No rank is treated as failed:
-    /// none in particular was needed.
-    #[error("a receive from any source saw no sign of ranks {live:?} for {} s (msg_peer_timeout): none of them sent a message in time, as none may ever do, or they are stopped, hung, or computing for longer than that; raise msg_peer_timeout (0: wait forever) if they compute that long", waited.as_secs())]
+    /// all for the peer timeout (`msg_peer_timeout`), and none of them answered
+    /// probes, or every one was waiting as well. No rank is treated as failed: none in
+    /// particular was needed.
+    #[error("a receive from any source heard nothing from ranks {live:?} for {} s (msg_peer_timeout): their processes did not answer probes (stopped, or out of reach), or each was waiting as well, so that none can send", waited.as_secs())]
     AnySourceTimeout {
         /// The other ranks alive, any of which could have sent.
         live: Vec<u32>,

@@ -1,16 +1,19 @@
 //! Waits that cannot end well: how a blocking call learns that what it waits for will
-//! not come (a peer that stopped responding, or a receive from any source when every
-//! other rank has failed), and ends with an error instead of spinning forever. What
-//! the user sees is described in the message layer's documentation ("Failed and
-//! silent peers").
+//! not come (a peer stopped or gone, a job whose ranks all wait, or a receive from any
+//! source when every other rank has failed), and ends with an error instead of
+//! spinning forever. What the user sees is described in the message layer's
+//! documentation ("Failed and silent peers"); the probes of other processes are in
+//! [`super::responder`].
 //!
 //! The hot path pays nothing for this: a wait looks only while idle, first when it
 //! starts yielding the processor (after [`SPIN_BEFORE_YIELD`] idle rounds, then a
 //! system call every [`YIELD_EVERY`] rounds; after [`SPIN_WHEN_OVERSUBSCRIBED`], then
 //! every round, on a node that runs more ranks than it has processors, see
 //! `msg_yield_when_idle`) and then every [`LOOK_EVERY`] rounds, and reads the clock
-//! only then.
+//! only then. Each look records the wait's idle run for the responder; a wait that
+//! idled says so when it ends.
 
+use super::responder;
 use super::state::{lock, Posted};
 use super::{Comm, Error, ReqId, Result, SPIN_BEFORE_YIELD};
 use rbtl_btl::PeerFailure;
@@ -20,7 +23,8 @@ use std::time::{Duration, Instant};
 
 /// The parameter that sets the peer timeout, in seconds.
 pub const PEER_TIMEOUT_PARAM: &str = "msg_peer_timeout";
-/// Its default: generous, as a peer may compute for long between messages.
+/// Its default: a stopped peer, or a job that waits on itself, ends a wait after a
+/// minute (a peer that computes is waited for however long).
 const DEFAULT_PEER_TIMEOUT_SECS: i64 = 60;
 /// Idle rounds between two yields, once a wait on a node with a processor per rank
 /// yields: rarely, as a rank that calls into the kernel at every round slows the
@@ -51,7 +55,7 @@ pub fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
     registry.register(
         PEER_TIMEOUT_PARAM,
         Value::Int(DEFAULT_PEER_TIMEOUT_SECS),
-        "seconds a blocking call waits, with no progress at all, for a peer it needs before failing with a peer timeout and treating the peer as failed (0: wait forever)",
+        "seconds a blocking call waits, with no progress at all, for a peer it needs before probing the peers' processes: one that does not answer (stopped, gone, out of reach) is given up with a peer timeout and treated as failed, as is a job whose ranks all wait; one computing is waited for (0: wait forever)",
     )?;
     registry.register(
         YIELD_PARAM,
@@ -100,6 +104,8 @@ pub struct IdleWait {
     rounds: u64,
     /// When this run of idle rounds was first looked at.
     since: Option<Instant>,
+    /// What probes of the other ranks found in this run, once it lasted the timeout.
+    probing: Option<Box<Probing>>,
 }
 
 impl IdleWait {
@@ -108,6 +114,7 @@ impl IdleWait {
         IdleWait {
             rounds: 0,
             since: None,
+            probing: None,
         }
     }
 
@@ -136,14 +143,29 @@ impl IdleWait {
     }
 
     /// How long this run of idle rounds has lasted, as far as the looks tell (the
-    /// first look of a run starts its clock).
+    /// first look of a run starts its clock); recorded for this process's responder.
     fn idle_for(&mut self) -> Duration {
         let now = Instant::now();
         // The first look of a run: the first multiple of LOOK_EVERY once yielding.
         if self.rounds == spin_limit().div_ceil(LOOK_EVERY) * LOOK_EVERY {
             self.since = Some(now);
+            self.probing = None;
         }
-        now.duration_since(*self.since.get_or_insert(now))
+        let since = *self.since.get_or_insert(now);
+        waiting::record(since, now);
+        now.duration_since(since)
+    }
+}
+
+impl IdleWait {
+    /// A wait of a layer above that started at `start` and counts no rounds: its
+    /// looks ([`Comm::look_for_anyone`]) count its length from there.
+    pub fn since(start: Instant) -> IdleWait {
+        IdleWait {
+            rounds: 0,
+            since: Some(start),
+            probing: None,
+        }
     }
 }
 
@@ -153,6 +175,86 @@ impl Default for IdleWait {
     }
 }
 
+impl Drop for IdleWait {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(since) = self.since {
+            waiting::ended(since);
+        }
+    }
+}
+
+/// This process's waiting, as its responder tells the ranks that probe it: the idle
+/// run of the wait looked at last, while its looks go on.
+mod waiting {
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+    use std::sync::OnceLock;
+    use std::time::{Duration, Instant};
+
+    /// A wait not looked at for this long is over, or busy.
+    const STALE: Duration = Duration::from_secs(2);
+    /// The start of the run (ms on this process's clock, from 1; 0: none), and its
+    /// last look.
+    static SINCE: AtomicU64 = AtomicU64::new(0);
+    static LOOKED: AtomicU64 = AtomicU64::new(0);
+
+    fn ms(t: Instant) -> u64 {
+        static EPOCH: OnceLock<Instant> = OnceLock::new();
+        let epoch = *EPOCH.get_or_init(|| Instant::now() - Duration::from_millis(1));
+        t.saturating_duration_since(epoch).as_millis() as u64 + 1
+    }
+
+    /// A look of a wait whose run started at `since`.
+    pub(super) fn record(since: Instant, now: Instant) {
+        SINCE.store(ms(since), SeqCst);
+        LOOKED.store(ms(now), SeqCst);
+    }
+
+    /// The wait whose run started at `since` ended (unless another's is recorded).
+    pub(super) fn ended(since: Instant) {
+        let _ = SINCE.compare_exchange(ms(since), 0, SeqCst, SeqCst);
+    }
+
+    /// The run going on (its start, 0 with none) and how long it has lasted.
+    pub(in crate::msg) fn now() -> (u64, Duration) {
+        let (since, looked) = (SINCE.load(SeqCst), LOOKED.load(SeqCst));
+        let now = ms(Instant::now());
+        if since == 0 || now.saturating_sub(looked) > STALE.as_millis() as u64 {
+            return (0, Duration::ZERO);
+        }
+        (since, Duration::from_millis(now.saturating_sub(since)))
+    }
+
+    /// How long after a probe that found every rank waiting one may confirm it: a
+    /// rank that got busy since no longer counts as waiting by then.
+    pub(super) const CONFIRM_AFTER: Duration = Duration::from_millis(2500);
+}
+
+pub(super) use waiting::now as waiting_now;
+
+/// What the probes of one idle run found.
+struct Probing {
+    /// When it last probed.
+    asked: Instant,
+    /// Since when no rank it needs has answered.
+    silent_since: Option<Instant>,
+    /// When every other rank answered that it waited as long as the timeout (and
+    /// none longer than this wait), with each one's run, to be confirmed.
+    all_waiting: Option<(Instant, Vec<(u32, u64)>)>,
+}
+
+/// How long the ranks a wait needs must leave its probes unanswered before it gives
+/// up on them.
+const SILENT_FOR: Duration = Duration::from_secs(1);
+
+/// Waits whose lengths differ by at most this much count as equally long.
+const SAME_WAIT: Duration = Duration::from_millis(500);
+
+/// How often a wait past its timeout probes the other ranks.
+fn probe_every(limit: Duration) -> Duration {
+    (limit / 4).clamp(Duration::from_millis(250), Duration::from_secs(5))
+}
+
 /// What a waited-for operation needs.
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Needs {
@@ -160,6 +262,9 @@ pub(super) enum Needs {
     Rank(u32),
     /// A message from any other rank (a wildcard receive, still unmatched).
     AnyOther,
+    /// Something from one other rank or another, not known which (a lock's release):
+    /// any of them that is silent may be the one.
+    Unknown,
 }
 
 /// What a look found.
@@ -168,8 +273,22 @@ enum Verdict {
     Wait,
     /// It can never complete.
     Fail(Error),
-    /// The rank it needs gave no sign of life for the timeout.
-    TimedOut { rank: u32, waited: Duration },
+    /// The rank it needs gave no sign of life for the timeout (`stalled`: it
+    /// answered, but it and every other rank have been waiting as long).
+    TimedOut {
+        rank: u32,
+        waited: Duration,
+        stalled: bool,
+    },
+}
+
+/// The error of a wait given up on `rank`.
+fn timed_out(rank: u32, waited: Duration, stalled: bool) -> Error {
+    if stalled {
+        Error::Stalled { rank, waited }
+    } else {
+        Error::PeerTimeout { rank, waited }
+    }
 }
 
 impl Comm {
@@ -202,10 +321,14 @@ impl Comm {
         match self.verdict(needs, idle) {
             Verdict::Wait => {}
             Verdict::Fail(e) => end(self, e),
-            Verdict::TimedOut { rank, waited } => {
+            Verdict::TimedOut {
+                rank,
+                waited,
+                stalled,
+            } => {
                 // This request ends with the timeout, the others involving the rank
                 // with its failure.
-                end(self, Error::PeerTimeout { rank, waited });
+                end(self, timed_out(rank, waited, stalled));
                 self.give_up_on(rank, waited);
             }
         }
@@ -219,11 +342,27 @@ impl Comm {
         match self.verdict(needs, idle) {
             Verdict::Wait => None,
             Verdict::Fail(e) => Some(e),
-            Verdict::TimedOut { rank, waited } => {
+            Verdict::TimedOut {
+                rank,
+                waited,
+                stalled,
+            } => {
                 self.give_up_on(rank, waited);
-                Some(Error::PeerTimeout { rank, waited })
+                Some(timed_out(rank, waited, stalled))
             }
         }
+    }
+
+    /// Look whether a wait of a layer above for something that one other rank or
+    /// another must do, not known which (the release of a lock it waits to take), is
+    /// in vain: the error that ends it, if so. It is, once it has lasted the peer
+    /// timeout and a rank does not answer probes (it may be the one), or every rank
+    /// waits as well ([`Error::AnySourceTimeout`] naming the live ranks). No rank is
+    /// treated as failed.
+    #[cold]
+    #[inline(never)]
+    pub fn look_for_anyone(&mut self, idle: &mut IdleWait) -> Option<Error> {
+        self.look_for(Needs::Unknown, idle)
     }
 
     /// The rank a deferred message waits to reach, if any.
@@ -238,17 +377,19 @@ impl Comm {
     }
 
     fn verdict(&mut self, needs: Needs, idle: &mut IdleWait) -> Verdict {
+        let waited = idle.idle_for();
         // The one rank the wait needs, or the several live ones any of which would do.
         let needed = match needs {
             Needs::Rank(rank) if rank == self.rank => return Verdict::Wait,
             Needs::Rank(rank) => Ok(rank),
-            Needs::AnyOther => {
+            Needs::AnyOther | Needs::Unknown => {
                 let (live, failed) = self.other_ranks();
                 match live[..] {
                     // Alone in the job: no peer to wait for, or to fail.
                     [] if failed.is_empty() => return Verdict::Wait,
                     [] => return Verdict::Fail(Error::AllFailed { failed }),
-                    [one] => Ok(one),
+                    // (Nothing is given up on for a need not known.)
+                    [one] if !matches!(needs, Needs::Unknown) => Ok(one),
                     // Several could send: the same wait, and none to blame.
                     _ => Err(live),
                 }
@@ -257,14 +398,113 @@ impl Comm {
         let Some(limit) = self.peer_timeout else {
             return Verdict::Wait;
         };
-        let waited = idle.idle_for();
         if waited < limit {
             return Verdict::Wait;
         }
-        match needed {
-            Ok(rank) => Verdict::TimedOut { rank, waited },
-            Err(live) => Verdict::Fail(Error::AnySourceTimeout { live, waited }),
+        let now = Instant::now();
+        if idle
+            .probing
+            .as_ref()
+            .is_some_and(|p| now.duration_since(p.asked) < probe_every(limit))
+        {
+            return Verdict::Wait;
         }
+        let (live, answers) = self.probe_others();
+        let p = idle.probing.get_or_insert_with(|| {
+            Box::new(Probing {
+                asked: now,
+                silent_since: None,
+                all_waiting: None,
+            })
+        });
+        p.asked = now;
+        let give_up = |stalled| match &needed {
+            &Ok(rank) => Verdict::TimedOut {
+                rank,
+                waited,
+                stalled,
+            },
+            Err(live) => Verdict::Fail(Error::AnySourceTimeout {
+                live: live.clone(),
+                waited,
+            }),
+        };
+        // Nothing it needs answers (any that may be needed, when that is not known):
+        // stopped, dead, or out of reach.
+        let needed_ranks = match &needed {
+            Ok(rank) => std::slice::from_ref(rank),
+            Err(live) => &live[..],
+        };
+        let answered = |r: &u32| answers.iter().any(|a| a.0 == *r);
+        let silent = match needs {
+            Needs::Unknown => !needed_ranks.iter().all(answered),
+            _ => !needed_ranks.iter().any(answered),
+        };
+        if silent {
+            let since = *p.silent_since.get_or_insert(now);
+            return match now.duration_since(since) >= SILENT_FOR {
+                true => give_up(false),
+                false => Verdict::Wait,
+            };
+        }
+        p.silent_since = None;
+        // A rank not waiting (computing, or working with others) may still send; one
+        // silent may be what the others wait for, and they give up on it; one that
+        // has waited longer than this wait (or as long, the last message having
+        // started every run, and has a lower rank) decides instead.
+        let decides_before = |r: u32, a: &responder::Answer| {
+            a.waiting > waited + SAME_WAIT || (a.waiting + SAME_WAIT >= waited && r < self.rank)
+        };
+        if answers.len() < live.len()
+            || answers
+                .iter()
+                .any(|(r, a)| a.waiting < limit || decides_before(*r, a))
+        {
+            p.all_waiting = None;
+            return Verdict::Wait;
+        }
+        // Every rank waits, and none longer: the job waits on itself, if a probe
+        // later still finds each in the same run.
+        let runs: Vec<(u32, u64)> = answers.iter().map(|(r, a)| (*r, a.run)).collect();
+        match &p.all_waiting {
+            Some((at, before)) if *before == runs => {
+                match now.duration_since(*at) >= waiting::CONFIRM_AFTER {
+                    true => give_up(true),
+                    false => Verdict::Wait,
+                }
+            }
+            _ => {
+                p.all_waiting = Some((now, runs));
+                Verdict::Wait
+            }
+        }
+    }
+
+    /// Probe every other live rank's process: the live ranks, and the answers by
+    /// rank (in rank order).
+    fn probe_others(&mut self) -> (Vec<u32>, Vec<(u32, responder::Answer)>) {
+        let (live, _) = self.other_ranks();
+        if self.cards.is_empty() {
+            self.cards = (0..self.size)
+                .map(
+                    |rank| match self.job.modex.lookup(rank, responder::CARD_KEY) {
+                        Ok(Some(bytes)) => responder::Card::decode(&bytes),
+                        _ => None,
+                    },
+                )
+                .collect();
+        }
+        let targets: Vec<(u32, Vec<std::net::SocketAddr>)> = live
+            .iter()
+            .filter_map(|&r| {
+                let card = self.cards.get(r as usize)?.as_ref()?;
+                let same_node = self.nodes[r as usize] == self.nodes[self.rank as usize];
+                Some((r, card.targets(same_node)))
+            })
+            .collect();
+        let mut answers: Vec<_> = responder::probe(&targets).into_iter().collect();
+        answers.sort_by_key(|a| a.0);
+        (live, answers)
     }
 
     /// The other ranks: those alive, and those that failed with why.
@@ -285,7 +525,7 @@ impl Comm {
     /// send lands in a buffer given back).
     fn give_up_on(&mut self, rank: u32, waited: Duration) {
         let why = PeerFailure::Unresponsive(format!(
-            "no response for {} s (raise {PEER_TIMEOUT_PARAM} if it computes that long)",
+            "nothing from it for {} s, its process stopped, out of reach, or waiting as every other ({PEER_TIMEOUT_PARAM})",
             waited.as_secs()
         ));
         tracing::warn!(rank, %why, "giving up on a peer");

@@ -54,24 +54,32 @@
 //! * **A peer that stops responding.** A blocking call (a receive, a wait, a
 //!   rendezvous send, a window's put or get, a barrier, `finalize`) that waits for an
 //!   operation needing rank R, and sees no progress at all on any transport for
-//!   `msg_peer_timeout` seconds (default 60; 0 waits forever), fails with
-//!   [`Error::PeerTimeout`] naming R. R is then treated as failed: every other
-//!   operation involving it fails with [`Error::PeerFailed`], later calls naming it
-//!   fail at once, and its transports drop it (`del_procs`), so that nothing it might
-//!   still send lands anywhere. A stopped process (`SIGSTOP`), a hung one and one
-//!   computing for longer than the timeout without calling into this layer look the
-//!   same from here: raise the timeout for programs whose ranks compute that long
-//!   between messages. Any progress (a message from any rank) starts the count again,
-//!   so a peer that stops is noticed once the job around it goes quiet, which it does
-//!   when the others come to wait for it.
+//!   `msg_peer_timeout` seconds (default 60; 0 waits forever), probes R's process:
+//!   every process answers small UDP probes from a thread of its own (over loopback
+//!   on its node, else to the IPv4 addresses `tcp` would choose). If R's does not
+//!   answer for a further second (it is stopped, dead or out of reach), the call
+//!   fails with [`Error::PeerTimeout`] naming R. R is then treated as failed: every
+//!   other operation involving it fails with [`Error::PeerFailed`], later calls
+//!   naming it fail at once, and its transports drop it (`del_procs`), so that
+//!   nothing it might still send lands anywhere. A process that answers is waited
+//!   for, however long it computes between messages. Any progress (a message from
+//!   any rank) starts the count again, so a peer that stops is noticed once the job
+//!   around it goes quiet, which it does when the others come to wait for it.
+//! * **A job that waits on itself.** The answer to a probe says whether the process
+//!   is waiting in a blocking call of this layer, and for how long. A wait past the
+//!   timeout whose probes find every other rank waiting as long, twice 2.5 s apart in
+//!   the same run, and none waiting longer (the lowest rank deciding among those as
+//!   long), fails with [`Error::Stalled`] naming R, which is treated as failed as
+//!   above. One rank deciding is enough: its error ends its wait, and what it does
+//!   next moves the others.
 //! * **A receive from any source no live rank can satisfy.** A blocking receive from
 //!   [`ANY_SOURCE`] cannot be satisfied by its caller (nothing else runs meanwhile),
 //!   so once every other rank has failed it fails with [`Error::AllFailed`] naming
 //!   them; a non-blocking one does so when waited for. When a single other rank is
 //!   alive such a receive needs that one and times out as above. With several alive
-//!   it sees the same timeout (no progress at all for `msg_peer_timeout`) and fails
-//!   with [`Error::AnySourceTimeout`] naming them, but treats none as failed: none in
-//!   particular was needed.
+//!   it fails with [`Error::AnySourceTimeout`] naming them once none answers probes
+//!   or every one waits as well, but treats none as failed: none in particular was
+//!   needed.
 
 // `Comm`'s methods are grouped by concern, one file each: `bootstrap` (making it),
 // `comm` (its state and progress), `p2p` (sends, receives, waits), `offload` (a
@@ -94,6 +102,7 @@ mod pieces;
 mod placement;
 mod protocol;
 mod requests;
+mod responder;
 mod scope;
 mod served;
 mod split;

@@ -200,10 +200,12 @@ pub fn acquire(
         return Ok(());
     }
     let mut tries = 0u32;
-    // A holder that never releases (it died, or stopped) is given up on after the
-    // message layer's peer timeout, counted from the first failed take.
+    // A holder that never releases (it died, or stopped, or waits on this process) is
+    // given up on once the message layer's peer timeout has passed since the first
+    // failed take, and its probes of the other ranks find one silent, or every one
+    // waiting as well (a holder computing is waited for).
     let limit = inside.state().msg.peer_timeout();
-    let start = std::time::Instant::now();
+    let mut idle = IdleWait::since(std::time::Instant::now());
     loop {
         // The holder may need this process's progress to finish.
         inside.state().progress();
@@ -211,14 +213,15 @@ pub fn acquire(
         tries += 1;
         if tries > 64 {
             std::thread::yield_now();
-            if let Some(limit) = limit.filter(|l| start.elapsed() > *l) {
-                return Err(Error::new(
-                    MPI_ERR_RMA_SYNC,
-                    format!(
-                        "the lock of window member {r} has been held by another process for over {} s (msg_peer_timeout): its holder is gone, stopped, or holds it longer than that",
-                        limit.as_secs()
-                    ),
-                ));
+            if limit.is_some() && tries % 1024 == 0 {
+                if let Some(e) = inside.state().msg.look_for_anyone(&mut idle) {
+                    return Err(Error::new(
+                        MPI_ERR_RMA_SYNC,
+                        format!(
+                            "the lock of window member {r} was not released within the peer timeout (msg_peer_timeout): its holder is gone or stopped, or waits on this process: {e}"
+                        ),
+                    ));
+                }
             }
         }
         if inside.state().lock_word(h, r, offset, Take(exclusive))? {

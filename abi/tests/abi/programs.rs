@@ -294,10 +294,11 @@ fn shared_windows_refused_where_nothing_is_shared() {
     run_passing(&exe, "shared", 3, &["refused"], &small);
 }
 
-/// A lock whose holder keeps it past the peer timeout is given up on with
-/// `MPI_ERR_RMA_SYNC` (`rma.c held-lock`, with `msg_peer_timeout` at 1 s).
+/// A lock whose holder computes past the peer timeout is waited for; one whose holder
+/// waits for the rank that wants it is given up on with `MPI_ERR_RMA_SYNC` (`rma.c
+/// held-lock`, with `msg_peer_timeout` at 1 s).
 #[test]
-fn a_lock_held_past_the_peer_timeout_is_given_up() {
+fn a_lock_held_while_computing_is_waited_for_and_one_held_while_waiting_is_given_up() {
     let exe = build("rma");
     let o = super::run_for(
         std::process::Command::new(super::MPIEXEC)

@@ -962,34 +962,39 @@ static void test_errors(int allocated) {
 }
 
 /* With the argument "held-lock" (2 ranks, msg_peer_timeout 1 s): rank 1 holds an
- * exclusive lock on rank 0's window; rank 0's own attempt gives up with
+ * exclusive lock on rank 0's window while it computes for 2.5 s, longer than the
+ * timeout: rank 0's own MPI_Win_lock waits, and takes it once released. Then rank 1
+ * holds it while it waits in a barrier for rank 0: rank 0's attempt gives up with
  * MPI_ERR_RMA_SYNC after the peer timeout instead of waiting forever. */
 static void held_lock(void) {
   int *base;
   MPI_Win win;
   OK(MPI_Win_allocate(sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win));
   OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
-  if (rank == 1)
-    OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win));
-  OK(MPI_Barrier(MPI_COMM_WORLD));
-  if (rank == 0) {
+  for (int stalled = 0; stalled < 2; stalled++) {
+    if (rank == 1)
+      OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win));
+    OK(MPI_Barrier(MPI_COMM_WORLD));
     double t0 = MPI_Wtime();
-    EXPECT_ERR(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win), MPI_ERR_RMA_SYNC, "msg_peer_timeout");
-    double waited = MPI_Wtime() - t0;
-    CHECK(waited >= 0.9 && waited < 30, "the lock was given up after %.1f s", waited);
-  }
-  /* Rank 0 sends nothing while it waits out the timeout: rank 1, idle in a blocking
-   * call meanwhile, would give up on rank 0 at about the same moment. So rank 1 tests
-   * a nonblocking barrier (a test never times out) while rank 0 waits for it. */
-  MPI_Request r;
-  OK(MPI_Ibarrier(MPI_COMM_WORLD, &r));
-  if (rank == 1) {
-    int done = 0;
-    while (!done)
-      OK(MPI_Test(&r, &done, MPI_STATUS_IGNORE));
-    OK(MPI_Win_unlock(0, win));
-  } else {
-    OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    if (rank == 0 && !stalled) {
+      OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win));
+      double waited = MPI_Wtime() - t0;
+      CHECK(waited >= 2.0, "the lock was taken after %.1f s, before its holder let it go", waited);
+      OK(MPI_Win_unlock(0, win));
+    } else if (rank == 0) {
+      EXPECT_ERR(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win), MPI_ERR_RMA_SYNC, "msg_peer_timeout");
+      double waited = MPI_Wtime() - t0;
+      CHECK(waited >= 0.9 && waited < 30, "the lock was given up after %.1f s", waited);
+    } else if (!stalled) {
+      /* Computing, outside the library. */
+      while (MPI_Wtime() - t0 < 2.5)
+        ;
+      OK(MPI_Win_unlock(0, win));
+    }
+    /* (Rank 1 waits in it for rank 0 while it holds the lock, the second time.) */
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == 1 && stalled)
+      OK(MPI_Win_unlock(0, win));
   }
   OK(MPI_Win_free(&win));
 }
