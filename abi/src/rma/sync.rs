@@ -215,11 +215,16 @@ pub fn acquire(
             std::thread::yield_now();
             if limit.is_some() && tries % 1024 == 0 {
                 if let Some(e) = inside.state().msg.look_for_anyone(&mut idle) {
+                    let why = match e {
+                        rbtl::msg::Error::AnySourceTimeout { live, waited } => format!(
+                            "for {} s (msg_peer_timeout), and of ranks {live:?} one did not answer probes (the holder may be gone or stopped) or every one waits as well (the holder may wait on this process)",
+                            waited.as_secs()
+                        ),
+                        e => e.to_string(),
+                    };
                     return Err(Error::new(
                         MPI_ERR_RMA_SYNC,
-                        format!(
-                            "the lock of window member {r} was not released within the peer timeout (msg_peer_timeout): its holder is gone or stopped, or waits on this process: {e}"
-                        ),
+                        format!("the lock of window member {r} was not released {why}"),
                     ));
                 }
             }

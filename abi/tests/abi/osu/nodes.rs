@@ -84,7 +84,7 @@ impl Launcher {
 /// and `osu_bcast` (two and one) across two nodes under `launcher`: each ends with
 /// its table, its data checked, and node 1's link carried at least what the timed
 /// iterations of the largest size had to move between the nodes. Then `shared.c`,
-/// two ranks on each node: every rank passes.
+/// two ranks on each node, and `rma.c held-lock`, one: every rank passes.
 fn across_two_nodes(launcher: Launcher) {
     let slurm = matches!(launcher, Launcher::Slurm);
     let _turn = turn();
@@ -157,12 +157,27 @@ fn across_two_nodes(launcher: Launcher) {
     if let Some(why) = why {
         failed.push(format!("shared at 4 ranks ({launcher:?}): {shown}: {why}"));
     }
+    // A lock held by a rank of the other node while it computes past the peer
+    // timeout is waited for (its process answers probes across the nodes), and one
+    // held while its holder waits for the taker is given up on.
+    let mut cmd = launcher.command(&nodes, 2);
+    cmd.env("RBTL_MSG_PEER_TIMEOUT", "1")
+        .arg(crate::programs::build("rma"))
+        .arg("held-lock");
+    let shown = format!("{cmd:?}");
+    let why = match run_limited(&mut cmd, LAUNCH_LIMIT) {
+        Err(why) => Some(why),
+        Ok(o) => crate::programs::passed(&o, "rma", 2).err(),
+    };
+    if let Some(why) = why {
+        failed.push(format!("rma held-lock at 2 ranks ({launcher:?}): {shown}: {why}"));
+    }
     drop(nodes);
     assert!(
         failed.is_empty(),
         "{} of {} runs failed across nodes:\n\n{}",
         failed.len(),
-        runs.len() + 1,
+        runs.len() + 2,
         failed.join("\n\n")
     );
 }
