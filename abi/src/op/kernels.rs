@@ -3,6 +3,8 @@
 use crate::datatype::{Pair, Prim};
 use crate::error::{Error, Result};
 use crate::ffi::*;
+#[cfg(target_arch = "x86_64")]
+use super::extended::F80;
 
 /// What kind of operation `h` is.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -33,18 +35,18 @@ fn class(h: Handle) -> Option<Class> {
     })
 }
 
-/// Whether Rust here computes on `p` (half and quadruple floats, `long double`:
-/// no native arithmetic).
+/// Whether this library computes on `p`: not on half and quadruple floats (no
+/// arithmetic for them here), nor on `long double` but on x86-64 (its x87 format,
+/// [`super::extended`]).
 fn computable(p: Prim) -> bool {
+    let long_double = matches!(
+        p,
+        Prim::LongDouble | Prim::ComplexLongDouble | Prim::Pair(Pair::LongDoubleInt)
+    );
     !matches!(
         p,
-        Prim::Float(2)
-            | Prim::Float(16)
-            | Prim::Complex(2)
-            | Prim::Complex(16)
-            | Prim::LongDouble
-            | Prim::ComplexLongDouble
-    ) && !matches!(p, Prim::Pair(Pair::LongDoubleInt))
+        Prim::Float(2) | Prim::Float(16) | Prim::Complex(2) | Prim::Complex(16)
+    ) && (!long_double || cfg!(target_arch = "x86_64"))
 }
 
 /// Whether predefined `h` applies to `p`.
@@ -58,11 +60,17 @@ pub fn supports(h: Handle, p: Prim) -> bool {
     }
     matches!(
         (c, p),
-        (Class::Order, Prim::Int { .. } | Prim::Float(_))
-            | (
-                Class::Arith,
-                Prim::Int { .. } | Prim::Float(_) | Prim::Complex(_)
-            )
+        (
+            Class::Order,
+            Prim::Int { .. } | Prim::Float(_) | Prim::LongDouble
+        ) | (
+            Class::Arith,
+            Prim::Int { .. }
+                | Prim::Float(_)
+                | Prim::Complex(_)
+                | Prim::LongDouble
+                | Prim::ComplexLongDouble
+        )
             | (Class::Logic, Prim::Int { .. } | Prim::Logical(_))
             | (Class::Bits, Prim::Int { .. } | Prim::Byte)
             | (Class::Loc, Prim::Pair(_))
@@ -72,7 +80,7 @@ pub fn supports(h: Handle, p: Prim) -> bool {
 /// Why `h` does not apply to `p`.
 pub fn why_not(h: Handle, p: Prim) -> &'static str {
     if class(h).is_some() && !computable(p) {
-        "this library has no arithmetic for half, quadruple or long double floats"
+        "this library has no arithmetic for half or quadruple floats, nor for long double but on x86-64"
     } else {
         "the standard does not define it for this type (MPI 6.9.2)"
     }
@@ -340,10 +348,17 @@ pub unsafe fn apply(h: Handle, p: Prim, input: *const u8, inout: *mut u8, n: usi
                     Pair::ShortInt => loc::<i16, i32>(max, pair, input, inout, n),
                     Pair::TwoFloat => loc::<f32, f32>(max, pair, input, inout, n),
                     Pair::TwoDouble => loc::<f64, f64>(max, pair, input, inout, n),
+                    #[cfg(target_arch = "x86_64")]
+                    Pair::LongDoubleInt => loc::<F80, i32>(max, pair, input, inout, n),
+                    #[cfg(not(target_arch = "x86_64"))]
                     Pair::LongDoubleInt => unreachable!("checked by supports"),
                 }
             }
         }
+        #[cfg(target_arch = "x86_64")]
+        Prim::LongDouble => float_ops!(h, F80, input, inout, n),
+        #[cfg(target_arch = "x86_64")]
+        Prim::ComplexLongDouble => complex_ops!(h, F80, input, inout, n),
         _ => unreachable!("checked by supports"),
     }
     Ok(())
@@ -405,7 +420,12 @@ mod tests {
     fn what_does_not_apply_is_refused() {
         assert!(!supports(MPI_SUM, Prim::Byte));
         assert!(!supports(MPI_MIN, Prim::Complex(8)));
-        assert!(!supports(MPI_SUM, Prim::LongDouble));
+        assert_eq!(
+            supports(MPI_SUM, Prim::LongDouble),
+            cfg!(target_arch = "x86_64")
+        );
+        assert!(!supports(MPI_SUM, Prim::Float(16)));
+        assert!(!supports(MPI_MIN, Prim::ComplexLongDouble));
         assert!(supports(MPI_REPLACE, Prim::LongDouble));
         assert!(!supports(MPI_MAXLOC, Prim::Float(8)));
         assert!(supports(MPI_BAND, Prim::Byte));

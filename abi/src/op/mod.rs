@@ -2,6 +2,8 @@
 //! the user's (`MPI_Op_create`).
 
 pub mod api;
+#[cfg(target_arch = "x86_64")]
+mod extended;
 mod kernels;
 
 use crate::datatype::{pack, Datatype, Prim};

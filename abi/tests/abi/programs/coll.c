@@ -6,7 +6,8 @@
  * several roots, small and over 64 KiB, with a type that is not contiguous;
  * Reduce and Allreduce with every predefined operation on several types
  * (MPI_INT, MPI_DOUBLE, MPI_LONG_LONG, MPI_UNSIGNED_CHAR, MPI_C_BOOL, MPI_2INT,
- * MPI_DOUBLE_INT), short and long; user operations, commutative and not (2x2
+ * MPI_DOUBLE_INT, and long double, its complex and MPI_LONG_DOUBLE_INT with
+ * values a double cannot hold), short and long; user operations, commutative and not (2x2
  * matrix products, which must come in rank order), on contiguous types and not;
  * MPI_Reduce_local; every MPI_IN_PLACE form; Gather(v), Scatter(v), Allgather(v),
  * Alltoall(v,w), Reduce_scatter(_block), Scan, Exscan; types that are not
@@ -16,6 +17,8 @@
  * nonblocking collective in flight; persistent collectives started three times,
  * their buffers read at each start. */
 #include "check.h"
+#include <complex.h>
+#include <math.h>
 #include <time.h>
 
 /* --- Reference inputs: what rank r holds at element i. --- */
@@ -417,6 +420,89 @@ static void test_reduce_other_types(void) {
           w[i], want);
   }
   OK(MPI_Type_free(&every_other));
+}
+
+/* long double (x86-64's 80-bit format): values that differ from 1 beyond a double's
+ * precision, whose sums, products, extremes and locations are exact in any order. */
+static void test_reduce_long_double(void) {
+  enum { N = 3 };
+  const long double step = ldexpl(1.0L, -60);
+  long double in[N], out[N];
+  for (int i = 0; i < N; i++)
+    in[i] = 1.0L + (rank + 1 + i) * step;
+  OK(MPI_Allreduce(in, out, N, MPI_LONG_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  for (int i = 0; i < N; i++) {
+    long double want = size;
+    for (int r = 0; r < size; r++)
+      want += (r + 1 + i) * step;
+    CHECK(out[i] == want, "MPI_SUM on MPI_LONG_DOUBLE: element %d is off by %Lg", i,
+          out[i] - want);
+  }
+  for (int i = 0; i < N; i++)
+    in[i] = rank ? 2.0L : 1.0L + (i + 1) * step;
+  OK(MPI_Allreduce(in, out, N, MPI_LONG_DOUBLE, MPI_PROD, MPI_COMM_WORLD));
+  for (int i = 0; i < N; i++) {
+    long double want = ldexpl(1.0L + (i + 1) * step, size - 1);
+    CHECK(out[i] == want, "MPI_PROD on MPI_LONG_DOUBLE: element %d is off by %Lg", i,
+          out[i] - want);
+  }
+  for (int k = 0; k < 2; k++) {
+    MPI_Op op = k ? MPI_MAX : MPI_MIN;
+    for (int i = 0; i < N; i++)
+      in[i] = 1.0L + ((rank * 5 + i) % 7) * step;
+    OK(MPI_Allreduce(in, out, N, MPI_LONG_DOUBLE, op, MPI_COMM_WORLD));
+    for (int i = 0; i < N; i++) {
+      long double want = 1.0L + ((0 * 5 + i) % 7) * step;
+      for (int r = 1; r < size; r++) {
+        long double x = 1.0L + ((r * 5 + i) % 7) * step;
+        want = k ? (x > want ? x : want) : (x < want ? x : want);
+      }
+      CHECK(out[i] == want, "%s on MPI_LONG_DOUBLE: element %d is off by %Lg",
+            k ? "MPI_MAX" : "MPI_MIN", i, out[i] - want);
+    }
+  }
+  long double _Complex zin = (1.0L + (rank + 1) * step) - rank * 1.0iL, zout;
+  OK(MPI_Allreduce(&zin, &zout, 1, MPI_C_LONG_DOUBLE_COMPLEX, MPI_SUM, MPI_COMM_WORLD));
+  long double re = size, im = 0;
+  for (int r = 0; r < size; r++) {
+    re += (r + 1) * step;
+    im -= r;
+  }
+  CHECK(creall(zout) == re && cimagl(zout) == im,
+        "MPI_SUM on MPI_C_LONG_DOUBLE_COMPLEX: off by %Lg%+Lgi", creall(zout) - re,
+        cimagl(zout) - im);
+  zin = rank ? 1.0iL : 1.0L + step;
+  OK(MPI_Allreduce(&zin, &zout, 1, MPI_C_LONG_DOUBLE_COMPLEX, MPI_PROD, MPI_COMM_WORLD));
+  /* (1 + step) i^(size - 1) */
+  long double a = (size - 1) % 2 ? 0 : 1.0L + step, b = (size - 1) % 2 ? 1.0L + step : 0;
+  if ((size - 1) % 4 >= 2) {
+    a = -a;
+    b = -b;
+  }
+  CHECK(creall(zout) == a && cimagl(zout) == b,
+        "MPI_PROD on MPI_C_LONG_DOUBLE_COMPLEX: %Lg%+Lgi, expected %Lg%+Lgi", creall(zout),
+        cimagl(zout), a, b);
+  struct {
+    long double v;
+    int i;
+  } pin, pout;
+  pin.v = 1.0L + ((rank * 3) % 4) * step;
+  pin.i = rank;
+  for (int k = 0; k < 2; k++) {
+    MPI_Op op = k ? MPI_MAXLOC : MPI_MINLOC;
+    OK(MPI_Allreduce(&pin, &pout, 1, MPI_LONG_DOUBLE_INT, op, MPI_COMM_WORLD));
+    long double bv = 1.0L;
+    int bi = 0;
+    for (int r = 1; r < size; r++) {
+      long double v = 1.0L + ((r * 3) % 4) * step;
+      if (k ? v > bv : v < bv) {
+        bv = v;
+        bi = r;
+      }
+    }
+    CHECK(pout.v == bv && pout.i == bi, "%s on MPI_LONG_DOUBLE_INT: index %d, expected %d",
+          k ? "MPI_MAXLOC" : "MPI_MINLOC", pout.i, bi);
+  }
 }
 
 /* --- User operations --- */
@@ -1508,6 +1594,7 @@ int main(int argc, char **argv) {
   test_bcast();
   test_reduce_int();
   test_reduce_other_types();
+  test_reduce_long_double();
   test_user_ops();
   test_gather_scatter();
   test_allgather();
