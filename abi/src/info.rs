@@ -96,6 +96,17 @@ fn env_info(mut args: impl Iterator<Item = String>, (size, thread_level): (u32, 
     info
 }
 
+/// Set `key` to `value` in info object `h` (for calls that answer through one).
+pub(crate) fn set_value(h: Handle, key: &str, value: &str) -> Result<()> {
+    let mut t = infos();
+    let i = info_mut(&mut t, h)?;
+    match i.iter_mut().find(|(k, _)| k == key) {
+        Some(entry) => entry.1 = value.to_string(),
+        None => i.push((key.to_string(), value.to_string())),
+    }
+    Ok(())
+}
+
 fn info_mut(table: &mut Table<Info>, h: Handle) -> Result<&mut Info> {
     table.get_mut(h).ok_or_else(|| bad(h))
 }
@@ -206,13 +217,7 @@ pub unsafe extern "C" fn PMPI_Info_set(
                 "the value is longer than MPI_MAX_INFO_VAL",
             ));
         }
-        let mut t = infos();
-        let i = info_mut(&mut t, info)?;
-        match i.iter_mut().find(|(ik, _)| *ik == k) {
-            Some(entry) => entry.1 = v,
-            None => i.push((k, v)),
-        }
-        Ok(())
+        set_value(info, &k, &v)
     })
 }
 

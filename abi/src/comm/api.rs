@@ -195,8 +195,8 @@ macro_rules! comm_maker {
 
 comm_maker!(PMPI_Comm_split, comm, (color: c_int, key: c_int), newcomm,
     |held| create::split(held, comm, color, key));
-comm_maker!(PMPI_Comm_split_type, comm, (split_type: c_int, key: c_int, _info: Handle), newcomm,
-    |held| create::split_type(held, comm, split_type, key));
+comm_maker!(PMPI_Comm_split_type, comm, (split_type: c_int, key: c_int, info: Handle), newcomm,
+    |held| create::split_type(held, comm, split_type, key, info));
 comm_maker!(PMPI_Comm_create, comm, (group: Handle), newcomm, |held| {
     let g = held.group(group)?;
     create::create(held, comm, g)

@@ -124,20 +124,46 @@ pub(super) fn of_colour(said: &[Vec<i32>], color: c_int, g: &Group) -> Vec<u32> 
         .collect()
 }
 
+/// The info key that names the hardware a split follows (MPI 4.1, 7.4.2).
+const HW_RESOURCE_KEY: &str = "mpi_hw_resource_type";
+/// The one resource the standard names: what shares memory, a node here.
+const SHARED_MEMORY: &str = "mpi_shared_memory";
+
 /// `MPI_Comm_split_type`: `MPI_COMM_TYPE_SHARED` splits by node (the processes that
-/// share memory); any other type is `MPI_UNDEFINED`'s communicator.
+/// share memory); the hardware-guided types by the resource `info` names
+/// (`mpi_hw_resource_type`): `mpi_shared_memory` and hwloc's `machine` are the node,
+/// any other (or none) gives `MPI_COMM_NULL`; `MPI_COMM_TYPE_HW_UNGUIDED` splits by
+/// node where that makes each part smaller than `comm` (and says so in `info`), else
+/// gives `MPI_COMM_NULL`: no finer level than the node is known here.
 pub fn split_type(
     inside: &mut impl Inside,
     comm: Handle,
     kind: c_int,
     key: c_int,
+    info: Handle,
 ) -> Result<Handle> {
     let color = match kind {
         MPI_COMM_TYPE_SHARED => inside.state().node_colour(),
         MPI_UNDEFINED => MPI_UNDEFINED,
-        // Hardware-guided splits: no finer level than the node is known here.
-        MPI_COMM_TYPE_HW_GUIDED | MPI_COMM_TYPE_HW_UNGUIDED | MPI_COMM_TYPE_RESOURCE_GUIDED => {
-            inside.state().node_colour()
+        MPI_COMM_TYPE_HW_GUIDED | MPI_COMM_TYPE_RESOURCE_GUIDED => {
+            match inside.state().value_of(info, HW_RESOURCE_KEY)?.as_deref() {
+                Some(SHARED_MEMORY | "machine") => inside.state().node_colour(),
+                _ => MPI_UNDEFINED,
+            }
+        }
+        MPI_COMM_TYPE_HW_UNGUIDED => {
+            let whole = inside.state().comm(comm)?.group.size();
+            let color = inside.state().node_colour();
+            let part = split(inside, comm, color, key)?;
+            if inside.state().comm(part)?.group.size() == whole {
+                // The same processes: not a split (every member sees the same size).
+                inside.state().comm_free(part)?;
+                return Ok(MPI_COMM_NULL);
+            }
+            if info != MPI_INFO_NULL {
+                crate::info::set_value(info, HW_RESOURCE_KEY, SHARED_MEMORY)?;
+            }
+            return Ok(part);
         }
         k => {
             return Err(Error::new(

@@ -1,10 +1,10 @@
 //! The predefined operations on packed elements of each basic kind.
 
+#[cfg(target_arch = "x86_64")]
+use super::extended::F80;
 use crate::datatype::{Pair, Prim};
 use crate::error::{Error, Result};
 use crate::ffi::*;
-#[cfg(target_arch = "x86_64")]
-use super::extended::F80;
 
 /// What kind of operation `h` is.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -70,8 +70,7 @@ pub fn supports(h: Handle, p: Prim) -> bool {
                 | Prim::Complex(_)
                 | Prim::LongDouble
                 | Prim::ComplexLongDouble
-        )
-            | (Class::Logic, Prim::Int { .. } | Prim::Logical(_))
+        ) | (Class::Logic, Prim::Int { .. } | Prim::Logical(_))
             | (Class::Bits, Prim::Int { .. } | Prim::Byte)
             | (Class::Loc, Prim::Pair(_))
     )

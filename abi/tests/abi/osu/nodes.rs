@@ -170,7 +170,9 @@ fn across_two_nodes(launcher: Launcher) {
         Ok(o) => crate::programs::passed(&o, "rma", 2).err(),
     };
     if let Some(why) = why {
-        failed.push(format!("rma held-lock at 2 ranks ({launcher:?}): {shown}: {why}"));
+        failed.push(format!(
+            "rma held-lock at 2 ranks ({launcher:?}): {shown}: {why}"
+        ));
     }
     drop(nodes);
     assert!(

@@ -2,7 +2,7 @@
  * so that each rank count is one launch. */
 /* comm.c: communicators and groups at 1 or more ranks. Names; MPI_Comm_compare
  * (IDENT, CONGRUENT, SIMILAR, UNEQUAL); dup, split (colours, keys, MPI_UNDEFINED),
- * split_type (MPI_COMM_TYPE_SHARED), create and create_group, each used for
+ * split_type (MPI_COMM_TYPE_SHARED, and guided by the info's hardware level), create and create_group, each used for
  * traffic afterwards; every group operation and MPI_GROUP_EMPTY; attributes
  * (copy and delete callbacks on dup, set, delete and free, MPI_COMM_NULL_COPY_FN
  * and MPI_COMM_DUP_FN, a freed key's attributes still deleted, MPI_COMM_SELF's
@@ -179,6 +179,30 @@ static void test_split(void) {
   OK(MPI_Comm_free(&c));
   OK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_UNDEFINED, rank, MPI_INFO_NULL, &c));
   CHECK(c == MPI_COMM_NULL, "split_type MPI_UNDEFINED gave a communicator");
+  /* Guided by hardware (MPI 4.1, 7.4.2): the level the info names, the node for
+   * mpi_shared_memory and hwloc's machine; MPI_COMM_NULL for a level not known here
+   * and for none named. */
+  const char *levels[] = {"mpi_shared_memory", "machine", "core", NULL};
+  const int kinds[] = {MPI_COMM_TYPE_HW_GUIDED, MPI_COMM_TYPE_RESOURCE_GUIDED};
+  for (int k = 0; k < 2; k++) {
+    for (int l = 0; l < 4; l++) {
+      MPI_Info info = MPI_INFO_NULL;
+      if (levels[l]) {
+        OK(MPI_Info_create(&info));
+        OK(MPI_Info_set(info, "mpi_hw_resource_type", levels[l]));
+      }
+      OK(MPI_Comm_split_type(MPI_COMM_WORLD, kinds[k], rank, info, &c));
+      if (l < 2) {
+        expect_compare(c, MPI_COMM_WORLD, MPI_CONGRUENT, "a split guided to the node");
+        OK(MPI_Comm_free(&c));
+      } else {
+        CHECK(c == MPI_COMM_NULL, "a split guided to %s gave a communicator",
+              levels[l] ? levels[l] : "nothing");
+      }
+      if (info != MPI_INFO_NULL)
+        OK(MPI_Info_free(&info));
+    }
+  }
 }
 
 static void test_create(void) {

@@ -7,7 +7,8 @@
  * each rank writes its part with stores and reads every other part with loads;
  * MPI_Put to a neighbour's part and accumulates from every rank land where the
  * owner reads them; the window's attributes. A window of 48 MiB in all. MPI_Win_shared_query on an
- * allocated window (each rank's own memory) and its errors.
+ * allocated window (each rank's own memory) and its errors. MPI_COMM_TYPE_HW_UNGUIDED
+ * splits by node where the job spans several, else gives MPI_COMM_NULL.
  *
  * Where the job spans several nodes (the node's communicator is smaller than the
  * world), MPI_Win_allocate_shared on MPI_COMM_WORLD: each node's ranks could map
@@ -200,6 +201,32 @@ static void refused(void) {
   OK(MPI_Barrier(MPI_COMM_WORLD));
 }
 
+/* MPI_COMM_TYPE_HW_UNGUIDED: the node's ranks where the world spans several nodes
+ * (and the info then names the level: mpi_shared_memory), else MPI_COMM_NULL (no
+ * finer level is known, and the node's ranks are all of the world's). */
+static void test_unguided(MPI_Comm node) {
+  int node_size, result, has = 0;
+  char level[MPI_MAX_INFO_VAL + 1] = "";
+  OK(MPI_Comm_size(node, &node_size));
+  MPI_Info info;
+  MPI_Comm c;
+  OK(MPI_Info_create(&info));
+  OK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_HW_UNGUIDED, 0, info, &c));
+  OK(MPI_Info_get(info, "mpi_hw_resource_type", MPI_MAX_INFO_VAL, level, &has));
+  if (node_size < size) {
+    CHECK(c != MPI_COMM_NULL, "an unguided split across nodes gave MPI_COMM_NULL");
+    OK(MPI_Comm_compare(c, node, &result));
+    CHECK(result == MPI_CONGRUENT, "an unguided split across nodes is not the node's ranks");
+    CHECK(has && strcmp(level, "mpi_shared_memory") == 0, "the unguided split's level: %s",
+          has ? level : "(none)");
+    OK(MPI_Comm_free(&c));
+  } else {
+    CHECK(c == MPI_COMM_NULL, "an unguided split on one node gave a communicator");
+    CHECK(!has, "an unguided split that gave nothing named a level: %s", level);
+  }
+  OK(MPI_Info_free(&info));
+}
+
 int main(int argc, char **argv) {
   start("shared", &argc, &argv);
   if (argc > 1 && strcmp(argv[1], "refused") == 0) {
@@ -213,6 +240,7 @@ int main(int argc, char **argv) {
   test_large(node);
   test_allocated();
   test_across_nodes(node);
+  test_unguided(node);
   OK(MPI_Comm_free(&node));
   OK(MPI_Barrier(MPI_COMM_WORLD));
   return finish();
