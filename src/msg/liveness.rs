@@ -217,8 +217,12 @@ mod waiting {
 
     /// The run going on (its start, 0 with none) and how long it has lasted.
     pub(in crate::msg) fn now() -> (u64, Duration) {
-        let (since, looked) = (SINCE.load(SeqCst), LOOKED.load(SeqCst));
-        let now = ms(Instant::now());
+        report(SINCE.load(SeqCst), LOOKED.load(SeqCst), ms(Instant::now()))
+    }
+
+    /// What a process reports at `now` of the run that started at `since` and was
+    /// last looked at at `looked` (ms on its clock).
+    pub(super) fn report(since: u64, looked: u64, now: u64) -> (u64, Duration) {
         if since == 0 || now.saturating_sub(looked) > STALE.as_millis() as u64 {
             return (0, Duration::ZERO);
         }
@@ -537,5 +541,31 @@ impl Comm {
             }
         }
         lock(&self.state).peer_failed(rank, why);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_counts_while_it_is_looked_at() {
+        let ms = Duration::from_millis;
+        // A run that started at 1000, looked at 500 ms ago: waiting 4 s at 5000.
+        assert_eq!(waiting::report(1000, 4500, 5000), (1000, ms(4000)));
+        // Its looks stopped more than 2 s ago: it ended, or is busy.
+        assert_eq!(waiting::report(1000, 2900, 5000), (0, Duration::ZERO));
+        // No run.
+        assert_eq!(waiting::report(0, 4900, 5000), (0, Duration::ZERO));
+    }
+
+    #[test]
+    fn probes_come_every_quarter_timeout_within_bounds() {
+        assert_eq!(
+            probe_every(Duration::from_secs(1)),
+            Duration::from_millis(250)
+        );
+        assert_eq!(probe_every(Duration::from_secs(8)), Duration::from_secs(2));
+        assert_eq!(probe_every(Duration::from_secs(60)), Duration::from_secs(5));
     }
 }

@@ -279,7 +279,6 @@ mod tests {
         let me = card.targets(true);
         let answers = probe(&[(7, me.clone())]);
         assert_eq!(answers.len(), 1, "{answers:?}");
-        assert_eq!(answers[&7].waiting, Duration::ZERO, "no wait runs here");
         // A datagram that is not a probe gets nothing back.
         let s = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
         s.set_read_timeout(Some(Duration::from_millis(300)))
