@@ -22,7 +22,7 @@
 use rbtl_config::Config;
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
-use std::sync::OnceLock;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// The first bytes of every probe and answer.
@@ -86,17 +86,29 @@ pub(super) struct Answer {
     pub waiting: Duration,
 }
 
-/// This process's card, starting its responder on first use; `None` if it could not
+/// This process's card, starting its responder on first use (in this process: a
+/// child forked after it has no thread of its parent's); `None` if it could not
 /// start (then peers see it as silent once their waits time out).
 pub(super) fn card(config: &Config) -> Option<Card> {
-    static PORT: OnceLock<Option<u16>> = OnceLock::new();
-    let port = (*PORT.get_or_init(|| match start() {
-        Ok(port) => Some(port),
-        Err(e) => {
-            tracing::warn!(%e, "no liveness responder: peers will give up on this process once it is silent for their timeout");
-            None
+    // The process that started it, and its port.
+    static STARTED: Mutex<Option<(u32, Option<u16>)>> = Mutex::new(None);
+    let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+    let me = std::process::id();
+    let port = match *started {
+        Some((pid, port)) if pid == me => port,
+        _ => {
+            let port = match start() {
+                Ok(port) => Some(port),
+                Err(e) => {
+                    tracing::warn!(%e, "no liveness responder: peers will give up on this process once it is silent for their timeout");
+                    None
+                }
+            };
+            *started = Some((me, port));
+            port
         }
-    }))?;
+    }?;
+    drop(started);
     let addrs = match rbtl_tcp::interfaces::chosen(config) {
         Ok(ifs) => ifs
             .iter()
