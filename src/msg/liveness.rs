@@ -459,7 +459,11 @@ impl Comm {
         let decides_before = |r: u32, a: &responder::Answer| {
             a.waiting > waited + SAME_WAIT || (a.waiting + SAME_WAIT >= waited && r < self.rank)
         };
-        if answers.len() < live.len()
+        // (Processes of other jobs, reached through the bridge, are not probed: one
+        // of them may be what all wait for.)
+        let other_jobs = self.routes.len() > self.size as usize;
+        if other_jobs
+            || answers.len() < live.len()
             || answers
                 .iter()
                 .any(|(r, a)| a.waiting < limit || decides_before(*r, a))
