@@ -133,7 +133,7 @@ fn acquire() {
     GLOBAL.waiting.fetch_add(1, Ordering::Relaxed);
     let mut tries = 0u32;
     while GLOBAL.busy.load(Ordering::Relaxed) || GLOBAL.busy.swap(true, Ordering::Acquire) {
-        tries += 1;
+        tries = tries.saturating_add(1);
         if tries < 64 {
             std::hint::spin_loop();
         } else {

@@ -199,7 +199,7 @@ pub fn acquire(
     if inside.state().lock_word(h, r, offset, Take(exclusive))? {
         return Ok(());
     }
-    let mut tries = 0u32;
+    let mut tries = 0u64;
     // A holder that never releases (it died, or stopped, or waits on this process) is
     // given up on once the message layer's peer timeout has passed since the first
     // failed take, and its probes of the other ranks find one silent, or every one
