@@ -148,7 +148,13 @@ pub fn complete_toward(inside: &mut impl Inside, h: Handle, r: usize) -> Result<
     let w = wins.get(h).ok_or_else(|| bad_win(h))?;
     let (pending, job) = (&w.pending[r], w.peers[r].job);
     let done = match msg.complete_round(pending, Some(job), &mut idle) {
-        Some(done) => done,
+        Some(done) => {
+            // Nothing was under way: still one round of progress, so that a program
+            // that only flushes (polling its own memory, say) answers what other
+            // processes need of it (MPI 4.1, 12.7: every call progresses).
+            inside.state().progress();
+            done
+        }
         // Waited for on a count of its own: the window may go meanwhile.
         None => {
             let pending = pending.clone();

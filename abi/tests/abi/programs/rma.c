@@ -21,7 +21,7 @@
  * Request-based operations under lock_all, waited for together and one by one,
  * into a derived type, freed before completion,
  * and refused outside a passive-target epoch; a lock after a fence that started no
- * epoch; MPI_PROC_NULL as the target of locks, flushes and requests. Errors: no
+ * epoch; a rank that only flushes its own window serves the others' accumulates; MPI_PROC_NULL as the target of locks, flushes and requests. Errors: no
  * epoch, out of the window, a bad rank, a freed window, sizes that do not match,
  * through MPI_ERRORS_RETURN and a user's handler. */
 #include "check.h"
@@ -999,6 +999,37 @@ static void held_lock(void) {
   OK(MPI_Win_free(&win));
 }
 
+/* A rank that only polls its own window (a get-accumulate and a flush on itself,
+ * again and again) still serves what the others' accumulates need of it: every
+ * call progresses (MPI 4.1, 12.7). Each other rank adds 1 to rank 0's word and
+ * waits for it; rank 0 polls for at most 20 s. */
+static void test_flush_progresses(void) {
+  int *mem = malloc(sizeof(int));
+  *mem = 0;
+  MPI_Win win;
+  OK(MPI_Win_create(mem, sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+  OK(MPI_Win_lock_all(0, win));
+  if (rank == 0) {
+    int seen = 0;
+    double t0 = MPI_Wtime();
+    while (seen < size - 1 && MPI_Wtime() - t0 < 20) {
+      OK(MPI_Get_accumulate(NULL, 0, MPI_DATATYPE_NULL, &seen, 1, MPI_INT, 0, 0, 1, MPI_INT,
+                            MPI_NO_OP, win));
+      OK(MPI_Win_flush(0, win));
+    }
+    CHECK(seen == size - 1, "rank 0, polling its own window, saw %d of %d accumulates in %.0f s",
+          seen, size - 1, MPI_Wtime() - t0);
+  } else {
+    int one = 1;
+    OK(MPI_Accumulate(&one, 1, MPI_INT, 0, 0, 1, MPI_INT, MPI_SUM, win));
+    OK(MPI_Win_flush(0, win));
+  }
+  OK(MPI_Win_unlock_all(win));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Win_free(&win));
+  free(mem);
+}
+
 int main(int argc, char **argv) {
   start("rma", &argc, &argv);
   if (argc > 1 && strcmp(argv[1], "held-lock") == 0) {
@@ -1017,6 +1048,7 @@ int main(int argc, char **argv) {
     test_requests(allocate);
   }
   test_many_fetches();
+  test_flush_progresses();
   test_pscw();
   test_dynamic();
   test_accumulate();
