@@ -13,53 +13,48 @@ use std::cmp::Ordering;
 #[repr(C, align(16))]
 pub struct F80(pub [u8; 16]);
 
-impl F80 {
-    /// `x + y`, rounded as the x87 unit rounds.
-    #[inline]
-    pub fn add(self, y: F80) -> F80 {
-        let mut out = F80([0; 16]);
-        // SAFETY: `fld` reads 10 bytes of each operand and `fstp` writes 10 of the
-        // result, all in values of this frame of 16 bytes each; the two loads and the
-        // popping add and store leave the x87 stack empty, as it was (the ABI's
-        // rule), and the clobbered registers are declared.
-        unsafe {
-            asm!(
-                "fld tbyte ptr [{x}]",
-                "fld tbyte ptr [{y}]",
-                "faddp st(1), st",
-                "fstp tbyte ptr [{o}]",
-                x = in(reg) &self,
-                y = in(reg) &y,
-                o = in(reg) &mut out,
-                out("st(0)") _,
-                out("st(1)") _,
-                options(nostack),
-            );
+/// `$name(x, y)`: load `x` then `y` into the x87 unit, combine them with `$insn`
+/// (which pops one), store the result.
+macro_rules! x87_binary {
+    ($(#[$doc:meta])* $name:ident, $insn:literal) => {
+        $(#[$doc])*
+        #[inline]
+        pub fn $name(self, y: F80) -> F80 {
+            let mut out = F80([0; 16]);
+            // SAFETY: `fld` reads 10 bytes of each operand and `fstp` writes 10 of
+            // the result, all in values of this frame of 16 bytes each; the two
+            // loads and the popping operation and store leave the x87 stack empty,
+            // as it was (the ABI's rule), and the clobbered registers are declared.
+            unsafe {
+                asm!(
+                    "fld tbyte ptr [{x}]",
+                    "fld tbyte ptr [{y}]",
+                    $insn,
+                    "fstp tbyte ptr [{o}]",
+                    x = in(reg) &self,
+                    y = in(reg) &y,
+                    o = in(reg) &mut out,
+                    out("st(0)") _,
+                    out("st(1)") _,
+                    options(nostack),
+                );
+            }
+            out
         }
-        out
-    }
+    };
+}
 
-    /// `x * y`, rounded as the x87 unit rounds.
-    #[inline]
-    pub fn mul(self, y: F80) -> F80 {
-        let mut out = F80([0; 16]);
-        // SAFETY: as in `add`.
-        unsafe {
-            asm!(
-                "fld tbyte ptr [{x}]",
-                "fld tbyte ptr [{y}]",
-                "fmulp st(1), st",
-                "fstp tbyte ptr [{o}]",
-                x = in(reg) &self,
-                y = in(reg) &y,
-                o = in(reg) &mut out,
-                out("st(0)") _,
-                out("st(1)") _,
-                options(nostack),
-            );
-        }
-        out
-    }
+impl F80 {
+    x87_binary!(
+        /// `x + y`, rounded as the x87 unit rounds.
+        add,
+        "faddp st(1), st"
+    );
+    x87_binary!(
+        /// `x * y`, rounded as the x87 unit rounds.
+        mul,
+        "fmulp st(1), st"
+    );
 
     /// `-x`: the sign bit flipped (exact, as C's negation).
     #[inline]
