@@ -533,7 +533,7 @@ impl Comm {
     /// send lands in a buffer given back).
     fn give_up_on(&mut self, rank: u32, waited: Duration) {
         let why = PeerFailure::Unresponsive(format!(
-            "nothing from it for {} s, its process stopped, out of reach, or waiting as every other ({PEER_TIMEOUT_PARAM})",
+            "nothing from it for {} s: its process stopped or out of reach, or waiting as every other rank was ({PEER_TIMEOUT_PARAM})",
             waited.as_secs()
         ));
         tracing::warn!(rank, %why, "giving up on a peer");
