@@ -43,33 +43,35 @@ macro_rules! from_fortran {
     };
 }
 
+/// `$c2f` and `$f2c` of objects that live outside the library's state, in a table
+/// `$with` lends (reachable at any time).
+macro_rules! outside_state {
+    ($c2f:ident, $f2c:ident, $with:path) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $c2f(h: Handle) -> c_int {
+            $with(|t| t.to_fortran(h))
+        }
+
+        #[no_mangle]
+        pub unsafe extern "C" fn $f2c(f: c_int) -> Handle {
+            $with(|t| t.from_fortran(f))
+        }
+    };
+}
+
 to_fortran!(PMPI_Comm_c2f, comms);
 from_fortran!(PMPI_Comm_f2c, comms);
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Errhandler_c2f(h: Handle) -> c_int {
-    crate::comm::api::with_errhandlers(|t| t.to_fortran(h))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Errhandler_f2c(f: c_int) -> Handle {
-    crate::comm::api::with_errhandlers(|t| t.from_fortran(f))
-}
+outside_state!(
+    PMPI_Errhandler_c2f,
+    PMPI_Errhandler_f2c,
+    crate::comm::api::with_errhandlers
+);
 
 to_fortran!(PMPI_Type_c2f, types);
 from_fortran!(PMPI_Type_f2c, types);
 to_fortran!(PMPI_Group_c2f, groups);
 from_fortran!(PMPI_Group_f2c, groups);
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Info_c2f(h: Handle) -> c_int {
-    crate::info::with_infos(|t| t.to_fortran(h))
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Info_f2c(f: c_int) -> Handle {
-    crate::info::with_infos(|t| t.from_fortran(f))
-}
+outside_state!(PMPI_Info_c2f, PMPI_Info_f2c, crate::info::with_infos);
 
 to_fortran!(PMPI_Message_c2f, messages);
 from_fortran!(PMPI_Message_f2c, messages);

@@ -441,18 +441,17 @@ mod tests {
         assert!(dims_create(10, &mut [3, 0]).is_err());
         // The closest largest and smallest, where handing out prime factors one by
         // one gives 28 x 18 and 12 x 7 x 6.
-        let mut d = [0, 0];
-        dims_create(504, &mut d).unwrap();
-        assert_eq!(d, [24, 21]);
-        let mut d = [0, 0, 0];
-        dims_create(504, &mut d).unwrap();
-        assert_eq!(d, [9, 8, 7]);
-        let mut d = [0, 0, 0, 0];
-        dims_create(13392, &mut d).unwrap();
-        assert_eq!(d, [31, 9, 8, 6]);
-        let mut d = [0; 5];
-        dims_create(1, &mut d).unwrap();
-        assert_eq!(d, [1; 5]);
+        let cases: [(c_int, &[c_int]); 4] = [
+            (504, &[24, 21]),
+            (504, &[9, 8, 7]),
+            (13392, &[31, 9, 8, 6]),
+            (1, &[1; 5]),
+        ];
+        for (n, want) in cases {
+            let mut d = vec![0; want.len()];
+            dims_create(n, &mut d).unwrap();
+            assert_eq!(d, want, "{n} in {} dimensions", want.len());
+        }
     }
 
     #[test]

@@ -210,7 +210,6 @@ pub fn acquire(
     // given up on once the message layer's peer timeout has passed since the first
     // failed take, and its probes of the other ranks find one silent, or every one
     // waiting as well (a holder computing is waited for).
-    let limit = inside.state().msg.peer_timeout();
     let mut idle = IdleWait::since(std::time::Instant::now());
     loop {
         // The holder may need this process's progress to finish.
@@ -219,7 +218,8 @@ pub fn acquire(
         tries += 1;
         if tries > 64 {
             std::thread::yield_now();
-            if limit.is_some() && tries % 1024 == 0 {
+            // (Without a timeout the look only records the wait.)
+            if tries % 1024 == 0 {
                 if let Some(e) = inside.state().msg.look_for_anyone(&mut idle) {
                     let why = match e {
                         rbtl::msg::Error::AnySourceTimeout { live, waited } => format!(
