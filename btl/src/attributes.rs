@@ -76,6 +76,13 @@ bitflags::bitflags! {
         /// [`AtomicWidth::W32`](crate::AtomicWidth::W32)
         /// (`MCA_BTL_ATOMIC_SUPPORTS_32BIT`).
         const U32 = 1 << 7;
+        /// The operations are atomic with respect to the processor's atomic
+        /// instructions on the same memory at the target (`MCA_BTL_ATOMIC_SUPPORTS_GLOB`):
+        /// the target's own `fetch_add` on a word, say, mixes with the transport's adds
+        /// to it without losing either. Transports whose target applies atomics with
+        /// the processor's instructions have it; a network adapter only where it
+        /// says so (`IBV_ATOMIC_GLOB`).
+        const GLOB = 1 << 8;
     }
 }
 

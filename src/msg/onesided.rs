@@ -250,6 +250,20 @@ impl Comm {
         })
     }
 
+    /// Whether the atomics that reach `t` through a transport are atomic with respect
+    /// to the processor's atomic instructions at its rank
+    /// ([`AtomicFlags::GLOB`](rbtl_btl::AtomicFlags::GLOB)): that rank may then apply
+    /// operations of its own to the same words with them. `false` for a rank out of
+    /// the job.
+    pub fn atomics_global(&self, t: &Target) -> bool {
+        self.routes.get(t.rank as usize).is_some_and(|&(mi, _)| {
+            self.modules[mi]
+                .attributes()
+                .atomic_flags
+                .contains(rbtl_btl::AtomicFlags::GLOB)
+        })
+    }
+
     /// `[offset, offset + len)` lies inside `t`.
     fn inside(t: &Target, offset: usize, len: usize) -> Result<()> {
         match offset.checked_add(len) {

@@ -90,6 +90,10 @@ pub struct DeviceAttr {
     pub max_qp_wr: i32,
     /// Whether 64-bit atomics are supported.
     pub atomics: bool,
+    /// Whether they are atomic with respect to the host processor's atomic
+    /// instructions too (`IBV_ATOMIC_GLOB`; `IBV_ATOMIC_HCA` promises it only among
+    /// the adapter's own).
+    pub atomics_global: bool,
     /// Most entries of a completion queue.
     pub max_cqe: i32,
 }
@@ -182,6 +186,7 @@ impl Context {
             ports: attr.phys_port_cnt,
             max_qp_wr: attr.max_qp_wr,
             atomics: attr.atomic_cap != sys::ibv_atomic_cap::IBV_ATOMIC_NONE,
+            atomics_global: attr.atomic_cap == sys::ibv_atomic_cap::IBV_ATOMIC_GLOB,
             max_cqe: attr.max_cqe,
         })
     }

@@ -1,6 +1,7 @@
 //! The accumulates of a window: `MPI_Accumulate`, `MPI_Get_accumulate`,
 //! `MPI_Fetch_and_op` and `MPI_Compare_and_swap`: a transport atomic where one
-//! performs the operation; else, on memory this process maps, in place under the
+//! performs the operation (shipped whole when long, where the target can apply it
+//! atomically itself); else, on memory this process maps, in place under the
 //! target's accumulate mutex; else, from 2 KiB on where the transport reads and
 //! writes the target's memory without its process, read, combined and written back
 //! from here under the same mutex; else shipped to the target, which applies it
@@ -35,10 +36,20 @@ const UNATTENDED_FROM: usize = 2 << 10;
 /// next ([`Mpi::scratch`](crate::state::Mpi::scratch)).
 const SCRATCH_KEPT: usize = 1 << 20;
 
+/// Accumulates of several elements that a transport atomic performs, on
+/// memory this process does not map, go to the target whole where the transport's
+/// atomics mix with the processor's there ([`Comm::atomics_global`]): the target
+/// applies each element with the processor's atomic instructions
+/// ([`super::shipped`]), where one transport atomic per element, each served by the
+/// target's process, cost a message each.
+///
+/// [`Comm::atomics_global`]: rbtl::msg::Comm::atomics_global
+const SHIPPED_ATOMICS_FROM: usize = 2;
+
 /// The transport atomic that performs predefined `op` on an integer of 4 or 8
 /// bytes (`MPI_NO_OP`, a fetch, adds nothing); `None` when `op` or the type needs
 /// the mutex.
-fn hardware(op: Handle, prim: Option<Prim>) -> Option<AtomicOp> {
+pub(super) fn hardware(op: Handle, prim: Option<Prim>) -> Option<AtomicOp> {
     let Some(Prim::Int { bytes: 4 | 8, .. }) = prim else {
         return None;
     };
@@ -122,7 +133,15 @@ impl Mpi {
             let released = self.win_release(win, a.member, ACC_WORD, true);
             return combined.and(released);
         }
-        if atomic.is_none() && !a.target(self.win(win)?).is_direct() && !self.unattended(win, a)? {
+        let shipped_atomics = atomic.is_some() && a.bytes / bytes >= SHIPPED_ATOMICS_FROM && {
+            let t = a.target(self.win(win)?);
+            !t.is_direct() && self.msg.atomics_global(t)
+        };
+        if shipped_atomics
+            || atomic.is_none()
+                && !a.target(self.win(win)?).is_direct()
+                && !self.unattended(win, a)?
+        {
             let s = Ship {
                 kind: Kind::Accumulate,
                 // `MPI_REPLACE` and `MPI_NO_OP` on a type of several kinds move bytes.

@@ -1,6 +1,8 @@
 //! Accumulates shipped to their target: an accumulate that no transport atomic
-//! performs, on a member whose memory this process does not map, goes to the
-//! target as a message (the message layer's served contexts,
+//! performs, or a long one that transport atomics would perform element by element
+//! where the target applies them with the processor's atomic instructions
+//! ([`AtomicFlags::GLOB`](rbtl::btl::AtomicFlags::GLOB)), on a member whose memory
+//! this process does not map, goes to the target as a message (the message layer's served contexts,
 //! [`rbtl::msg::SERVED`]), which applies it to its own memory under the window's
 //! accumulate mutex and answers with the data it replaced: one round trip, where
 //! taking the mutex remotely, reading, writing back and releasing took four (as
@@ -11,7 +13,9 @@
 //! every element whole: what MPI asks of concurrent accumulates). A type of several
 //! basic kinds (which only `MPI_REPLACE` and `MPI_NO_OP` take) moves as bytes, cut
 //! where the target's memory is aligned to 16: its elements, naturally aligned,
-//! stay whole. The target applies a request at its next call into the library,
+//! stay whole. An operation transports perform atomically, on aligned words, is
+//! applied with the processor's atomic instructions, one per element, so that the
+//! transports' atomics on the same words lose nothing. The target applies a request at its next call into the library,
 //! like any message it receives; the origin waits for every piece's answer before
 //! the call returns.
 //!
@@ -23,6 +27,7 @@
 //! the old data when wanted (for a region: its base, size and card), or 1 then the
 //! reason it was refused.
 
+use super::atomics::hardware;
 use super::dynamic::{self, Attached};
 use super::ops::Access;
 use super::sync::EXCLUSIVE;
@@ -32,11 +37,12 @@ use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::op;
 use crate::state::Mpi;
+use rbtl::btl::{AtomicOp, AtomicRequest, AtomicWidth};
 use rbtl::msg::{ReqId, Served, ServedRequest, Server, SERVED};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Tags of the answers: this plus the piece's index.
 const ANSWER_TAG: i32 = 1 << 20;
@@ -240,11 +246,26 @@ unsafe fn apply(
     // window's base is 0); the mutex keeps other accumulates from it meanwhile.
     let at = e.base.wrapping_add(p.offset);
     answer.push(0);
+    let n = p.len / psize;
+    // An operation transports perform atomically, on aligned words: with the
+    // processor's atomic instructions, which the transports' atomics to this
+    // memory mix with (their origins ship only over such transports).
+    let atomic = match p.kind {
+        Kind::Accumulate => hardware(p.op, Some(p.prim)).filter(|_| at as usize % psize == 0),
+        _ => None,
+    };
+    if let Some(atomic) = atomic {
+        let fetched = p.fetch.then_some(&mut *answer);
+        // SAFETY: the target holds `n` aligned words (checked), reached only
+        // atomically by every process; the operand holds `n` (checked).
+        unsafe { apply_atomically(atomic, p.op == MPI_NO_OP, p.operand, at, n, psize, fetched) };
+        mutex.fetch_sub(EXCLUSIVE, Ordering::Release);
+        return Ok(true);
+    }
     if p.fetch {
         // SAFETY: as above.
         answer.extend_from_slice(unsafe { rbtl::btl::slice_at(at, p.len) });
     }
-    let n = p.len / psize;
     let applied = match p.kind {
         // SAFETY: the operand and the target hold `n` elements each (checked).
         Kind::Accumulate => unsafe { op::reduce_basic(p.op, p.prim, p.operand.as_ptr(), at, n) }
@@ -262,6 +283,65 @@ unsafe fn apply(
     };
     mutex.fetch_sub(EXCLUSIVE, Ordering::Release);
     applied.map(|()| true)
+}
+
+/// Apply `atomic` with each of the `n` words of `bytes` (4 or 8) in `operand` (none
+/// for `MPI_NO_OP`, `no_op`: the words are only read) to the words at `at`, each with
+/// one atomic instruction; their previous values appended to `fetched` when given.
+///
+/// # Safety
+///
+/// `at` holds `n` words aligned to `bytes`, which every process reaches only
+/// atomically; `operand` holds `n` unless `no_op`.
+unsafe fn apply_atomically(
+    atomic: AtomicOp,
+    no_op: bool,
+    operand: &[u8],
+    at: *mut u8,
+    n: usize,
+    bytes: usize,
+    mut fetched: Option<&mut Vec<u8>>,
+) {
+    let width = if bytes == 4 {
+        AtomicWidth::W32
+    } else {
+        AtomicWidth::W64
+    };
+    let request = AtomicRequest {
+        op: Some(atomic),
+        width,
+    };
+    for i in 0..n {
+        // SAFETY: the caller's contract: word `i` is aligned and reached atomically.
+        let word = unsafe { at.add(i * bytes) };
+        let old = if no_op {
+            // SAFETY: as above.
+            unsafe { load(word, width) }
+        } else {
+            let mut v = [0u8; 8];
+            v[..bytes].copy_from_slice(&operand[i * bytes..(i + 1) * bytes]);
+            // SAFETY: as above.
+            unsafe { request.apply(word, u64::from_ne_bytes(v), 0) }
+        };
+        if let Some(out) = fetched.as_deref_mut() {
+            out.extend_from_slice(&old.to_ne_bytes()[..bytes]);
+        }
+    }
+}
+
+/// The word of `width` at `at`, read atomically (zero-extended).
+///
+/// # Safety
+///
+/// `at` holds an aligned word of `width`, reached only atomically.
+unsafe fn load(at: *mut u8, width: AtomicWidth) -> u64 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match width {
+            AtomicWidth::W32 => u64::from(AtomicU32::from_ptr(at.cast()).load(Ordering::Acquire)),
+            AtomicWidth::W64 => AtomicU64::from_ptr(at.cast()).load(Ordering::Acquire),
+        }
+    }
 }
 
 /// The three bytes that name a basic kind.

@@ -10,7 +10,7 @@ use rbtl_btl::{
     AtomicFlags, AtomicKind, AtomicOp, AtomicWidth, BtlFlags, Endpoint, Local, Module,
     RdmaCallback, Remote, RemoteAtomic, RemoteHandle,
 };
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,11 @@ const SLOT: usize = 16;
 const GUARD: u8 = 0x5a;
 /// The byte a fetch result starts as: a 32-bit fetch leaves the four after it.
 const UNWRITTEN: u8 = 0xaa;
+/// Adds rank 0 makes itself with the processor's instructions, during the others',
+/// where the module's atomics are atomic with them ([`AtomicFlags::GLOB`]), and each
+/// one's value.
+const LOCAL_ADDS: u64 = 2000;
+const LOCAL_ADD: u64 = 0x1_0001;
 /// The last word of rank 0's area counts the ranks that are done.
 const DONE_AT: usize = 2 * OPS.len() * SLOT;
 
@@ -104,7 +109,9 @@ fn listed(m: &dyn Module, o: usize, w: usize) -> bool {
 /// increments by compare-and-swap loops. Rank 0 then checks each word against its
 /// reference (the operands of every rank folded; for swap, the values fetched and
 /// left are the values stored and the first; for compare-and-swap, the count of
-/// successes and each old value claimed once), that no operation touched the bytes
+/// successes and each old value claimed once; for add, with rank 0's own adds by the
+/// processor's instructions where the module says its atomics mix with those,
+/// [`AtomicFlags::GLOB`]), that no operation touched the bytes
 /// beside its word, and every origin that its 32-bit fetches wrote 4 bytes.
 /// `eps` is by rank, `me` this rank, `meet` the other ranks' bytes.
 pub fn atomics_on_shared_words(
@@ -145,14 +152,25 @@ pub fn atomics_on_shared_words(
         .collect();
     let (raddr, rh) = remote_of(&all[0][1..]);
     let fetched = origin.map(|ep| apply_all(m, ep, me, raddr, &rh));
+    let mut local_adds = 0;
     if me == 0 {
         // Progress (applying what the transport applies here) until every origin is
-        // done.
+        // done; meanwhile, where the module's atomics are atomic with the processor's,
+        // add to the add words here too.
         let start = Instant::now();
         let done_at = area.as_ptr() as usize + DONE_AT;
         // SAFETY: our own live area; origins add to its last word.
         let done = || u64::from_ne_bytes(unsafe { snapshot(done_at, 8) }.try_into().unwrap());
-        while done() < origins.len() as u64 {
+        let glob = m.attributes().atomic_flags.contains(AtomicFlags::GLOB);
+        let base = area.as_mut_ptr();
+        while done() < origins.len() as u64 || (glob && local_adds < LOCAL_ADDS) {
+            if glob && local_adds < LOCAL_ADDS {
+                // SAFETY: the add words of our own live area, aligned (slots are 16
+                // bytes apart from an aligned start), which every process reaches
+                // only atomically meanwhile.
+                unsafe { add_here(m, base, LOCAL_ADD) };
+                local_adds += 1;
+            }
             idle_progress(m);
             assert!(
                 start.elapsed() < Duration::from_secs(60),
@@ -165,9 +183,30 @@ pub fn atomics_on_shared_words(
     if me == 0 {
         // SAFETY: our own live area, no longer written (every origin is done).
         let now = unsafe { snapshot(area.as_ptr() as usize, area.len()) };
-        check_words(m, &now, &origins, &all);
+        check_words(m, &now, &origins, &all, local_adds * LOCAL_ADD);
     }
     drop(area_handle);
+}
+
+/// Add `v` to the add word of each width the module lists in the area at `base`, with
+/// the processor's atomic instructions.
+///
+/// # Safety
+///
+/// `base` is rank 0's live area, aligned to 8, whose words are reached only
+/// atomically.
+unsafe fn add_here(m: &dyn Module, base: *mut u8, v: u64) {
+    let add = 0;
+    if listed(m, add, 0) {
+        // SAFETY: the caller's contract.
+        let w = unsafe { AtomicU64::from_ptr(base.add(slot(add, 0)).cast()) };
+        w.fetch_add(v, Ordering::AcqRel);
+    }
+    if listed(m, add, 1) {
+        // SAFETY: the caller's contract.
+        let w = unsafe { AtomicU32::from_ptr(base.add(slot(add, 1)).cast()) };
+        w.fetch_add(v as u32, Ordering::AcqRel);
+    }
 }
 
 /// Issue rank `me`'s operations on rank 0's words at `raddr` and wait for them; tell
@@ -355,7 +394,7 @@ fn retry(
 
 /// Rank 0's words `now` against the reference from `origins` and what they sent
 /// (`all`, by rank).
-fn check_words(m: &dyn Module, now: &[u8], origins: &[usize], all: &[Vec<u8>]) {
+fn check_words(m: &dyn Module, now: &[u8], origins: &[usize], all: &[Vec<u8>], here: u64) {
     let name = m.name();
     let u64_at = |b: &[u8], i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
     for (w, &(bits, _)) in WIDTHS.iter().enumerate() {
@@ -394,7 +433,12 @@ fn check_words(m: &dyn Module, now: &[u8], origins: &[usize], all: &[Vec<u8>]) {
                     );
                 }
                 Some(op) => {
-                    let mut want = init;
+                    // Rank 0's own adds, where it made them.
+                    let mut want = if op == AtomicOp::Add {
+                        init.wrapping_add(here) & mask(bits)
+                    } else {
+                        init
+                    };
                     for &r in origins {
                         for i in 0..ROUNDS {
                             want = op.value(want, operand(o, r, i, bits)) & mask(bits);

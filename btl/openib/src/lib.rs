@@ -324,6 +324,9 @@ impl Component for OpenibComponent {
                     // 32-bit ones emulated with 64-bit compare-swap (module::emu32).
                     a.atomic_flags =
                         AtomicFlags::ADD | AtomicFlags::CSWAP | AtomicFlags::U64 | AtomicFlags::U32;
+                    if dev.atomics_global {
+                        a.atomic_flags |= AtomicFlags::GLOB;
+                    }
                 }
                 // Peers connected by xrc receive through one more queue.
                 let xrc = usable.iter().any(|u| u.0.name() == xrc::NAME);
