@@ -27,18 +27,22 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// A region attached to a dynamic window here.
+/// A region attached to a dynamic window here, or a span of regions attached one
+/// after another without a gap (exposed whole, so that one access may cross from
+/// one to the next, as MPICH allows).
 pub struct Region {
     pub base: usize,
     pub size: usize,
+    /// Whether this is a span of regions rather than one the user attached.
+    span: bool,
     /// Its registration with the transports (dropped at the detach).
     _exposed: Exposed,
     /// The card of it for each member, by job rank.
     cards: HashMap<u32, Vec<u8>>,
 }
 
-/// The regions attached to a dynamic window here: the window's, and the server's
-/// that answers peers' questions about them.
+/// The regions attached to a dynamic window here, with the spans of adjacent ones:
+/// the window's, and the server's that answers peers' questions about them.
 pub type Attached = Rc<RefCell<Vec<Region>>>;
 
 /// Whether `[addr, addr + len)` lies inside the region at `base` of `size` bytes.
@@ -46,8 +50,9 @@ fn holds(base: usize, size: usize, addr: usize, len: usize) -> bool {
     addr >= base && addr.checked_add(len).is_some_and(|end| end <= base + size)
 }
 
-/// The card of the region of `attached` that holds `[addr, addr + len)`, for job
-/// rank `rank`, as the answer to a region request: its base, size, then the card.
+/// The card of the region (or span) of `attached` that holds `[addr, addr + len)`,
+/// for job rank `rank`, as the answer to a region request: its base, size, then the
+/// card.
 pub fn answer(
     attached: &Attached,
     rank: u32,
@@ -69,7 +74,7 @@ pub fn answer(
     Ok(out)
 }
 
-/// Whether `[addr, addr + len)` lies inside a region of `attached`.
+/// Whether `[addr, addr + len)` lies inside a region (or span) of `attached`.
 pub fn is_attached(attached: &Attached, addr: usize, len: usize) -> bool {
     attached
         .borrow()
@@ -162,7 +167,7 @@ impl Mpi {
         if attached
             .borrow()
             .iter()
-            .any(|r| base < r.base + r.size && r.base < end)
+            .any(|r| !r.span && base < r.base + r.size && r.base < end)
         {
             return Err(Error::new(
                 MPI_ERR_RMA_ATTACH,
@@ -172,32 +177,90 @@ impl Mpi {
         // SAFETY: the caller's contract.
         let exposed = unsafe { self.msg.expose(base, size) }?;
         let mut cards = HashMap::with_capacity(members.len());
-        for j in members {
+        for &j in &members {
             cards.insert(j, self.msg.card(&exposed, j)?);
         }
         attached.borrow_mut().push(Region {
             base,
             size,
+            span: false,
             _exposed: exposed,
             cards,
         });
+        let spanned = self.respan(&attached, &members);
         bump(control);
+        spanned
+    }
+
+    /// Make the spans of `attached` those of its runs of adjacent regions: one for
+    /// each run of two or more (`members` get cards of it), none elsewhere.
+    fn respan(&mut self, attached: &Attached, members: &[u32]) -> Result<()> {
+        let mut runs: Vec<(usize, usize)> = Vec::new();
+        {
+            let mut regions = attached.borrow_mut();
+            let mut parts: Vec<(usize, usize)> = regions
+                .iter()
+                .filter(|r| !r.span && r.size > 0)
+                .map(|r| (r.base, r.base + r.size))
+                .collect();
+            parts.sort_unstable();
+            for (lo, hi) in parts {
+                match runs.last_mut() {
+                    Some(run) if run.1 == lo => run.1 = hi,
+                    _ => runs.push((lo, hi)),
+                }
+            }
+            // Each run of one region needs none; a span still a run stays.
+            runs.retain(|&(lo, hi)| {
+                !regions
+                    .iter()
+                    .any(|r| !r.span && (r.base, r.base + r.size) == (lo, hi))
+            });
+            regions.retain(|r| !r.span || runs.contains(&(r.base, r.base + r.size)));
+            runs.retain(|&(lo, hi)| {
+                !regions
+                    .iter()
+                    .any(|r| r.span && (r.base, r.base + r.size) == (lo, hi))
+            });
+        }
+        for (lo, hi) in runs {
+            // SAFETY: every byte of the run lies in a region attached, which the
+            // user keeps mapped until detached; the detach drops the span first.
+            let exposed = unsafe { self.msg.expose(lo, hi - lo) }?;
+            let mut cards = HashMap::with_capacity(members.len());
+            for &j in members {
+                cards.insert(j, self.msg.card(&exposed, j)?);
+            }
+            attached.borrow_mut().push(Region {
+                base: lo,
+                size: hi - lo,
+                span: true,
+                _exposed: exposed,
+                cards,
+            });
+        }
         Ok(())
     }
 
     /// Detach the region at `base` from dynamic window `h`.
     fn win_detach(&mut self, h: Handle, base: usize) -> Result<()> {
         let (attached, control) = self.attached(h, "MPI_Win_detach")?;
-        let mut regions = attached.borrow_mut();
-        let i = regions.iter().position(|r| r.base == base).ok_or_else(|| {
-            Error::new(
-                MPI_ERR_RMA_ATTACH,
-                format!("no region is attached at {base:#x}"),
-            )
-        })?;
-        bump(control);
-        regions.remove(i);
-        Ok(())
+        let members: Vec<u32> = self.win(h)?.peers.iter().map(|p| p.job).collect();
+        {
+            let mut regions = attached.borrow_mut();
+            let i = regions
+                .iter()
+                .position(|r| !r.span && r.base == base)
+                .ok_or_else(|| {
+                    Error::new(
+                        MPI_ERR_RMA_ATTACH,
+                        format!("no region is attached at {base:#x}"),
+                    )
+                })?;
+            bump(control);
+            regions.remove(i);
+        }
+        self.respan(&attached, &members)
     }
 }
 
