@@ -50,6 +50,8 @@ impl Conv {
 #[derive(Clone, Debug)]
 pub enum Sig {
     One(Conv),
+    /// One basic element of two parts converted alike (a complex number).
+    Complex(Conv),
     /// Each part's elements, its count of times, one part after the other.
     Seq(Arc<[(Sig, usize)]>),
 }
@@ -73,8 +75,43 @@ impl Sig {
     fn size(&self, of: impl Fn(Conv) -> usize + Copy) -> Option<usize> {
         match self {
             Sig::One(c) => Some(of(*c)),
+            Sig::Complex(c) => Some(2 * of(*c)),
             Sig::Seq(parts) => parts.iter().try_fold(0usize, |sum, (s, n)| {
                 sum.checked_add(s.size(of)?.checked_mul(*n)?)
+            }),
+        }
+    }
+
+    /// The basic elements (`MPI_Get_elements`' count) in the first `bytes` packed
+    /// bytes of one element: `None` where they end inside a basic element (or
+    /// beyond the element).
+    pub fn elements_within(&self, bytes: usize) -> Option<usize> {
+        let size = self.native_size()?;
+        match self {
+            _ if bytes == 0 => Some(0),
+            Sig::One(_) | Sig::Complex(_) => (bytes == size).then_some(1),
+            Sig::Seq(parts) => {
+                let (mut left, mut elements) = (bytes, 0usize);
+                for (s, n) in parts.iter() {
+                    let each = s.native_size()?;
+                    let whole = left.checked_div(each).map_or(*n, |k| k.min(*n));
+                    elements = elements.checked_add(s.elements()?.checked_mul(whole)?)?;
+                    left -= whole * each;
+                    if whole < *n {
+                        return elements.checked_add(s.elements_within(left)?);
+                    }
+                }
+                (left == 0).then_some(elements)
+            }
+        }
+    }
+
+    /// Its basic elements.
+    fn elements(&self) -> Option<usize> {
+        match self {
+            Sig::One(_) | Sig::Complex(_) => Some(1),
+            Sig::Seq(parts) => parts.iter().try_fold(0usize, |sum, (s, n)| {
+                sum.checked_add(s.elements()?.checked_mul(*n)?)
             }),
         }
     }
@@ -84,6 +121,7 @@ impl Sig {
     fn each(&self, count: usize, f: &mut impl FnMut(Conv, usize) -> Result<()>) -> Result<()> {
         match self {
             Sig::One(c) => f(*c, count),
+            Sig::Complex(c) => f(*c, count.saturating_mul(2)),
             Sig::Seq(parts) => {
                 if let [(Sig::One(c), n)] = parts[..] {
                     return f(c, n.saturating_mul(count));
@@ -460,6 +498,32 @@ mod tests {
             };
             assert_eq!(ext, want, "{} in external32", t.name);
         }
+    }
+
+    #[test]
+    fn elements_within_an_element() {
+        // An int, two doubles, a complex float: 4, 8, 8, 8 bytes.
+        let sig = Sig::seq(vec![
+            (Sig::One(Conv::Swap(4)), 1),
+            (Sig::One(Conv::Swap(8)), 2),
+            (Sig::Complex(Conv::Swap(4)), 1),
+        ]);
+        let within = [
+            (0, Some(0)),
+            (4, Some(1)),
+            (6, None),
+            (12, Some(2)),
+            (20, Some(3)),
+        ];
+        for (bytes, want) in within
+            .into_iter()
+            .chain([(24, None), (28, Some(4)), (29, None)])
+        {
+            assert_eq!(sig.elements_within(bytes), want, "{bytes} bytes");
+        }
+        let nested = Sig::seq(vec![(sig, 3), (Sig::One(Conv::Byte), 1)]);
+        assert_eq!(nested.elements_within(2 * 28 + 12), Some(10));
+        assert_eq!(nested.elements_within(3 * 28 + 1), Some(13));
     }
 
     #[test]

@@ -86,8 +86,8 @@ impl Prim {
                 one(Conv::Swap(bytes))
             }
             Prim::LongDouble => one(Conv::LongDouble),
-            Prim::Complex(b) => Sig::seq(vec![(Prim::Float(b).signature(), 2)]),
-            Prim::ComplexLongDouble => Sig::seq(vec![(one(Conv::LongDouble), 2)]),
+            Prim::Complex(b) => Sig::Complex(Conv::Swap(b)),
+            Prim::ComplexLongDouble => Sig::Complex(Conv::LongDouble),
             Prim::Pair(p) => {
                 let (value, index) = p.parts();
                 Sig::seq(vec![(value.signature(), 1), (index.signature(), 1)])

@@ -306,7 +306,7 @@ pub unsafe extern "C" fn PMPI_Type_match_size(
 }
 
 /// Basic elements in `bytes` of packed `ty` (`MPI_Get_elements`): `None` when they
-/// do not end on an element.
+/// do not end on a basic element.
 pub fn elements_in(ty: &Datatype, bytes: u64) -> Option<u64> {
     if ty.size == 0 {
         return (bytes == 0).then_some(0);
@@ -325,8 +325,11 @@ pub fn elements_in(ty: &Datatype, bytes: u64) -> Option<u64> {
             Some(whole * per + sub)
         }
         Some(_) => None,
-        None if rest == 0 => Some(whole * per),
-        None => None,
+        // A type of several kinds: its signature says where the rest ends.
+        None => {
+            let part = ty.sig.elements_within(usize::try_from(rest).ok()?)?;
+            whole.checked_mul(per)?.checked_add(part as u64)
+        }
     }
 }
 
