@@ -313,6 +313,17 @@ static void test_struct(void) {
     int n = -1;
     OK(MPI_Get_elements(&st, t, &n));
     CHECK(n == 12, "MPI_Get_elements of 4 structs of 3: %d", n);
+    /* A message that ends inside a struct: its basic elements to there, or
+     * MPI_UNDEFINED where it ends inside one of them (char, double, int: 13 bytes). */
+    MPI_Status part = st;
+    int ends[][2] = {{13 + 1, 4}, {13 + 9, 5}, {13 + 5, MPI_UNDEFINED}, {2 * 13, 6},
+                     {13 + 10, MPI_UNDEFINED}};
+    for (int k = 0; k < 5; k++) {
+      OK(MPI_Status_set_elements(&part, MPI_BYTE, ends[k][0]));
+      OK(MPI_Get_elements(&part, t, &n));
+      CHECK(n == ends[k][1], "MPI_Get_elements of %d bytes of structs: %d, not %d", ends[k][0],
+            n, ends[k][1]);
+    }
     memset(a, 0, sizeof a);
     OK(MPI_Recv(a, 2, t, 0, 2, MPI_COMM_WORLD, &st));
     CHECK(a[0].c == 'a' && a[1].c == 'c' && a[1].d == 2.25 && a[1].i == -2,

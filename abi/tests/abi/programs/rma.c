@@ -506,6 +506,49 @@ static void test_dynamic(void) {
   OK(MPI_Win_unlock(left, win));
   CHECK(x == 9000 + left, "a get after the region was attached again: %d", x);
 
+  /* Two regions one after the other: one access crosses from the first to the
+   * second; once the second is detached, it is out of range. */
+  int *two = malloc(64 * sizeof(int)), cross[16], back[16];
+  CHECK(two != NULL, "out of memory");
+  for (int i = 0; i < 64; i++)
+    two[i] = 0;
+  OK(MPI_Win_attach(win, two, 32 * sizeof(int)));
+  OK(MPI_Win_attach(win, two + 32, 32 * sizeof(int)));
+  MPI_Aint t0, tall[64];
+  OK(MPI_Get_address(two, &t0));
+  OK(MPI_Allgather(&t0, 1, MPI_AINT, tall, 1, MPI_AINT, MPI_COMM_WORLD));
+  MPI_Aint tr = tall[right];
+  for (int i = 0; i < 16; i++)
+    cross[i] = 100 * rank + i;
+  OK(MPI_Win_lock(MPI_LOCK_SHARED, right, 0, win));
+  OK(MPI_Put(cross, 8, MPI_INT, right, tr + 28 * sizeof(int), 8, MPI_INT, win));
+  OK(MPI_Accumulate(cross, 16, MPI_INT, right, tr + 40 * sizeof(int), 16, MPI_INT, MPI_SUM,
+                    win));
+  OK(MPI_Accumulate(cross, 16, MPI_INT, right, tr + 24 * sizeof(int), 16, MPI_INT, MPI_SUM,
+                    win));
+  OK(MPI_Win_flush(right, win));
+  OK(MPI_Get(back, 16, MPI_INT, right, tr + 24 * sizeof(int), 16, MPI_INT, win));
+  OK(MPI_Win_unlock(right, win));
+  for (int i = 0; i < 16; i++) {
+    int want = cross[i] + (i >= 4 && i < 12 ? cross[i - 4] : 0);
+    CHECK(back[i] == want, "across two regions: element %d is %d, not %d", 24 + i, back[i],
+          want);
+  }
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Win_detach(win, two + 32));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+  OK(MPI_Win_lock(MPI_LOCK_SHARED, right, 0, win));
+  EXPECT_ERR(MPI_Get(back, 16, MPI_INT, right, tr + 24 * sizeof(int), 16, MPI_INT, win),
+             MPI_ERR_RMA_RANGE, "no region attached");
+  OK(MPI_Get(back, 8, MPI_INT, right, tr + 24 * sizeof(int), 8, MPI_INT, win));
+  OK(MPI_Win_unlock(right, win));
+  CHECK(back[4] == cross[4] + cross[0], "the first region after the second's detach: %d",
+        back[4]);
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Win_detach(win, two));
+  free(two);
+
   /* Errors. */
   OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
   EXPECT_ERR(MPI_Win_attach(win, a + 1, sizeof(int)), MPI_ERR_RMA_ATTACH, "overlap");
@@ -865,6 +908,63 @@ static void test_long_accumulates(int allocate) {
   OK(MPI_Win_free(&win));
 }
 
+/* --- Long accumulates of integers, an operation transports perform atomically
+ * (applied at the target element by element with the processor's atomic
+ * instructions where shipped), mixed with single atomics on an element they share:
+ * every element's fetched values are each count before it, once. --- */
+
+#define INTN 5000
+
+static void test_long_integer_accumulates(int allocate) {
+  static int user[INTN], ones[INTN], old[INTN];
+  int *mem = user;
+  MPI_Win win;
+  if (allocate)
+    OK(MPI_Win_allocate(sizeof user, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win));
+  else
+    OK(MPI_Win_create(mem, sizeof user, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+  for (int i = 0; i < INTN; i++)
+    mem[i] = 0, ones[i] = 1;
+  OK(MPI_Win_fence(MPI_MODE_NOPRECEDE | MPI_MODE_NOSUCCEED, win));
+  const char *how = allocate ? "allocated" : "created";
+  long long first = 0, last = 0, total = (long long)LONG_TIMES * size;
+  OK(MPI_Win_lock_all(0, win));
+  for (int k = 0; k < LONG_TIMES; k++) {
+    int one = 1, was;
+    OK(MPI_Get_accumulate(ones, INTN, MPI_INT, old, INTN, MPI_INT, 0, 0, INTN, MPI_INT, MPI_SUM,
+                          win));
+    first += old[0];
+    last += old[INTN - 1];
+    OK(MPI_Fetch_and_op(&one, &was, MPI_INT, 0, 0, MPI_SUM, win));
+    first += was;
+  }
+  /* A long read (no operation) sees no element beyond the counts. */
+  OK(MPI_Get_accumulate(NULL, 0, MPI_INT, old, INTN, MPI_INT, 0, 0, INTN, MPI_INT, MPI_NO_OP,
+                        win));
+  OK(MPI_Win_unlock_all(win));
+  for (int i = 1; i < INTN; i++)
+    if (old[i] > total) {
+      CHECK(0, "%s: a long read saw %d at %d, beyond %lld", how, old[i], i, total);
+      break;
+    }
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  if (rank == 0) {
+    CHECK(mem[0] == 2 * total, "%s: element 0 is %d, not %lld", how, mem[0], 2 * total);
+    for (int i = 1; i < INTN; i++)
+      if (mem[i] != total) {
+        CHECK(0, "%s: element %d is %d, not %lld", how, i, mem[i], total);
+        break;
+      }
+  }
+  long long sums[2] = {first, last}, all[2];
+  OK(MPI_Allreduce(sums, all, 2, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
+  CHECK(all[0] == 2 * total * (2 * total - 1) / 2,
+        "%s: element 0's fetched counts sum to %lld", how, all[0]);
+  CHECK(all[1] == total * (total - 1) / 2, "%s: the last element's fetched counts sum to %lld",
+        how, all[1]);
+  OK(MPI_Win_free(&win));
+}
+
 /* --- Errors. --- */
 
 static int handled = 0, handled_code = 0;
@@ -1045,6 +1145,7 @@ int main(int argc, char **argv) {
     test_passive(allocate);
     test_concurrency(allocate);
     test_long_accumulates(allocate);
+    test_long_integer_accumulates(allocate);
     test_requests(allocate);
   }
   test_many_fetches();
