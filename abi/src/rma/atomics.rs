@@ -346,8 +346,10 @@ pub unsafe extern "C" fn PMPI_Fetch_and_op(
     win: Handle,
 ) -> c_int {
     call("MPI_Fetch_and_op", Object::Win(win), |mpi| {
-        if !mpi.dtype(datatype)?.predefined {
-            // Refused there as for MPI_Get_accumulate, or served the same.
+        let t = mpi.dtype(datatype)?;
+        if !t.predefined || !t.contiguous {
+            // Refused there as for MPI_Get_accumulate, or served the same (a pair
+            // type with padding, `MPI_SHORT_INT`, packed and unpacked).
             // SAFETY: the binding's contract: one element of each.
             return unsafe {
                 mpi.get_accumulate(
@@ -359,8 +361,8 @@ pub unsafe extern "C" fn PMPI_Fetch_and_op(
                 )
             };
         }
-        // A predefined type (as the standard asks): origin and result are the element
-        // itself, of the target's size.
+        // A predefined type without gaps (as the standard asks): origin and result
+        // are the element itself, of the target's size.
         mpi.accumulate_op(op, datatype)?;
         if mpi.to_proc_null(win, target_rank)? {
             return Ok(());

@@ -13,7 +13,9 @@
 //! every element whole: what MPI asks of concurrent accumulates). A type of several
 //! basic kinds (which only `MPI_REPLACE` and `MPI_NO_OP` take) moves as bytes, cut
 //! where the target's memory is aligned to 16: its elements, naturally aligned,
-//! stay whole. An operation transports perform atomically, on aligned words, is
+//! stay whole. A pair type whose index does not follow its value in its C struct
+//! (`MPI_SHORT_INT`) names whole structs one after the other in the target's memory
+//! and carries them packed. An operation transports perform atomically, on aligned words, is
 //! applied with the processor's atomic instructions, one per element, so that the
 //! transports' atomics on the same words lose nothing. The target applies a request at its next call into the library,
 //! like any message it receives; the origin waits for every piece's answer before
@@ -27,22 +29,16 @@
 //! the old data when wanted (for a region: its base, size and card), or 1 then the
 //! reason it was refused.
 
-use super::atomics::hardware;
-use super::dynamic::{self, Attached};
 use super::ops::Access;
-use super::sync::EXCLUSIVE;
-use super::ACC_WORD;
 use crate::datatype::{Pair, Prim};
 use crate::error::{Error, Result};
 use crate::ffi::*;
-use crate::op;
 use crate::state::Mpi;
-use rbtl::btl::{AtomicOp, AtomicRequest, AtomicWidth};
-use rbtl::msg::{ReqId, Served, ServedRequest, Server, SERVED};
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::rc::Rc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use rbtl::msg::{ReqId, SERVED};
+
+mod target;
+use target::gapped;
+pub use target::{expose, server, Exposure, Exposures};
 
 /// Tags of the answers: this plus the piece's index.
 const ANSWER_TAG: i32 = 1 << 20;
@@ -64,284 +60,6 @@ pub(super) enum Kind {
     /// No change: the card of the dynamic window's region that holds the bytes
     /// ([`super::dynamic`]).
     Region = 2,
-}
-
-/// A window's memory and control block, as its own process reaches them.
-#[derive(Clone)]
-pub struct Exposure {
-    base: *mut u8,
-    size: usize,
-    control: *mut u8,
-    /// A dynamic window's regions (`base` is then 0, offsets are addresses).
-    regions: Option<Attached>,
-}
-
-/// This process's windows, by the context of each window's communicator: what
-/// the server applies requests to.
-pub type Exposures = Rc<RefCell<HashMap<u32, Exposure>>>;
-
-/// Add window `ctx` (its memory `base`/`size`, its control block `control`; a
-/// dynamic window's `regions`) to `exposures`, before any member can know of it.
-pub fn expose(
-    exposures: &Exposures,
-    ctx: u32,
-    (base, size): (*mut u8, usize),
-    control: *mut u8,
-    regions: Option<Attached>,
-) {
-    exposures.borrow_mut().insert(
-        ctx,
-        Exposure {
-            base,
-            size,
-            control,
-            regions,
-        },
-    );
-}
-
-/// The server of shipped requests over `exposures`.
-pub fn server(exposures: Exposures) -> Server {
-    Box::new(move |r: ServedRequest<'_>, answer: &mut Vec<u8>| {
-        let ctx = r.ctx & !SERVED;
-        let Some(e) = exposures.borrow().get(&ctx).cloned() else {
-            return refuse(
-                answer,
-                r.tag,
-                ctx,
-                "no window of this process has that context",
-            );
-        };
-        // SAFETY: the exposure's memory lives until the window is freed, which
-        // removes it first (after every member has passed its last access).
-        match unsafe { apply(&e, r.body, r.source, answer) } {
-            Ok(true) => Served::Reply { tag: r.tag, ctx },
-            Ok(false) => Served::Later,
-            Err(why) => refuse(answer, r.tag, ctx, &why),
-        }
-    })
-}
-
-fn refuse(answer: &mut Vec<u8>, tag: i32, ctx: u32, why: &str) -> Served {
-    answer.clear();
-    answer.push(1);
-    let why = &why.as_bytes()[..why.len().min(REASON - 1)];
-    answer.extend_from_slice(why);
-    Served::Reply { tag, ctx }
-}
-
-/// A request, decoded.
-struct Parsed<'a> {
-    kind: Kind,
-    fetch: bool,
-    prim: Prim,
-    op: Handle,
-    offset: usize,
-    len: usize,
-    operand: &'a [u8],
-}
-
-fn parse(b: &[u8]) -> std::result::Result<Parsed<'_>, String> {
-    if b.len() < HEADER {
-        return Err(format!(
-            "a request of {} bytes (at least {HEADER})",
-            b.len()
-        ));
-    }
-    let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-    let kind = match b[0] {
-        0 => Kind::Accumulate,
-        1 => Kind::CompareSwap,
-        2 => Kind::Region,
-        k => return Err(format!("unknown request kind {k}")),
-    };
-    let prim = decode_prim([b[2], b[3], b[4]]).ok_or("an unknown basic kind")?;
-    let offset = usize::try_from(u64_at(13)).map_err(|_| "offset beyond the address space")?;
-    let len = usize::try_from(u64_at(21)).map_err(|_| "length beyond the address space")?;
-    Ok(Parsed {
-        kind,
-        fetch: b[1] != 0,
-        prim,
-        op: usize::try_from(u64_at(5)).map_err(|_| "an unknown operation")?,
-        offset,
-        len,
-        operand: &b[HEADER..],
-    })
-}
-
-/// Apply request `body` from job rank `source` to `e` under its accumulate mutex,
-/// the answer in `answer`: `Ok(false)` when the mutex is held (to be offered again).
-///
-/// # Safety
-///
-/// `e` describes live memory of this process.
-unsafe fn apply(
-    e: &Exposure,
-    body: &[u8],
-    source: u32,
-    answer: &mut Vec<u8>,
-) -> std::result::Result<bool, String> {
-    let p = parse(body)?;
-    match &e.regions {
-        Some(regions) if p.kind == Kind::Region => {
-            answer.push(0);
-            answer.extend(dynamic::answer(regions, source, p.offset, p.len)?);
-            return Ok(true);
-        }
-        Some(regions) if !dynamic::is_attached(regions, p.offset, p.len) => {
-            return Err(format!(
-                "{} bytes at {:#x} lie in no region attached to the window",
-                p.len, p.offset
-            ));
-        }
-        Some(_) => {}
-        None if p.kind == Kind::Region => {
-            return Err("the window is not dynamic".to_string());
-        }
-        None => {
-            let end = p.offset.checked_add(p.len).filter(|&end| end <= e.size);
-            if end.is_none() {
-                return Err(format!(
-                    "{} bytes at offset {} fall outside the window's {} bytes",
-                    p.len, p.offset, e.size
-                ));
-            }
-        }
-    }
-    let psize = p.prim.size();
-    if p.len % psize != 0 {
-        return Err(format!(
-            "{} bytes are no whole number of {psize}-byte elements",
-            p.len
-        ));
-    }
-    let need = match p.kind {
-        Kind::Accumulate if p.op == MPI_NO_OP => 0,
-        Kind::Accumulate => p.len,
-        Kind::CompareSwap => 2 * p.len,
-        Kind::Region => unreachable!("answered above"),
-    };
-    if p.operand.len() != need {
-        return Err(format!(
-            "an operand of {} bytes where {need} belong",
-            p.operand.len()
-        ));
-    }
-    if p.kind == Kind::Accumulate && !(op::is_predefined(p.op) && op::supports(p.op, p.prim)) {
-        return Err(format!(
-            "{} does not apply to this basic kind",
-            op::name(p.op)
-        ));
-    }
-    // SAFETY: the control block holds the aligned mutex word, reached only
-    // atomically by every process.
-    let mutex = unsafe { AtomicU64::from_ptr(e.control.add(ACC_WORD).cast()) };
-    if mutex
-        .compare_exchange(0, EXCLUSIVE, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
-        return Ok(false);
-    }
-    // The range lies inside the window or one of its regions (checked; a dynamic
-    // window's base is 0); the mutex keeps other accumulates from it meanwhile.
-    let at = e.base.wrapping_add(p.offset);
-    answer.push(0);
-    let n = p.len / psize;
-    // An operation transports perform atomically, on aligned words: with the
-    // processor's atomic instructions, which the transports' atomics to this
-    // memory mix with (their origins ship only over such transports).
-    let atomic = match p.kind {
-        Kind::Accumulate => hardware(p.op, Some(p.prim)).filter(|_| at as usize % psize == 0),
-        _ => None,
-    };
-    if let Some(atomic) = atomic {
-        let fetched = p.fetch.then_some(&mut *answer);
-        // SAFETY: the target holds `n` aligned words (checked), reached only
-        // atomically by every process; the operand holds `n` (checked).
-        unsafe { apply_atomically(atomic, p.op == MPI_NO_OP, p.operand, at, n, psize, fetched) };
-        mutex.fetch_sub(EXCLUSIVE, Ordering::Release);
-        return Ok(true);
-    }
-    if p.fetch {
-        // SAFETY: as above.
-        answer.extend_from_slice(unsafe { rbtl::btl::slice_at(at, p.len) });
-    }
-    let applied = match p.kind {
-        // SAFETY: the operand and the target hold `n` elements each (checked).
-        Kind::Accumulate => unsafe { op::reduce_basic(p.op, p.prim, p.operand.as_ptr(), at, n) }
-            .map_err(|e| e.message),
-        Kind::CompareSwap => {
-            let (value, compare) = p.operand.split_at(p.len);
-            // SAFETY: as above.
-            let now = unsafe { rbtl::btl::slice_at_mut(at, p.len) };
-            if now == compare {
-                now.copy_from_slice(value);
-            }
-            Ok(())
-        }
-        Kind::Region => unreachable!("answered above"),
-    };
-    mutex.fetch_sub(EXCLUSIVE, Ordering::Release);
-    applied.map(|()| true)
-}
-
-/// Apply `atomic` with each of the `n` words of `bytes` (4 or 8) in `operand` (none
-/// for `MPI_NO_OP`, `no_op`: the words are only read) to the words at `at`, each with
-/// one atomic instruction; their previous values appended to `fetched` when given.
-///
-/// # Safety
-///
-/// `at` holds `n` words aligned to `bytes`, which every process reaches only
-/// atomically; `operand` holds `n` unless `no_op`.
-unsafe fn apply_atomically(
-    atomic: AtomicOp,
-    no_op: bool,
-    operand: &[u8],
-    at: *mut u8,
-    n: usize,
-    bytes: usize,
-    mut fetched: Option<&mut Vec<u8>>,
-) {
-    let width = if bytes == 4 {
-        AtomicWidth::W32
-    } else {
-        AtomicWidth::W64
-    };
-    let request = AtomicRequest {
-        op: Some(atomic),
-        width,
-    };
-    for i in 0..n {
-        // SAFETY: the caller's contract: word `i` is aligned and reached atomically.
-        let word = unsafe { at.add(i * bytes) };
-        let old = if no_op {
-            // SAFETY: as above.
-            unsafe { load(word, width) }
-        } else {
-            let mut v = [0u8; 8];
-            v[..bytes].copy_from_slice(&operand[i * bytes..(i + 1) * bytes]);
-            // SAFETY: as above.
-            unsafe { request.apply(word, u64::from_ne_bytes(v), 0) }
-        };
-        if let Some(out) = fetched.as_deref_mut() {
-            out.extend_from_slice(&old.to_ne_bytes()[..bytes]);
-        }
-    }
-}
-
-/// The word of `width` at `at`, read atomically (zero-extended).
-///
-/// # Safety
-///
-/// `at` holds an aligned word of `width`, reached only atomically.
-unsafe fn load(at: *mut u8, width: AtomicWidth) -> u64 {
-    // SAFETY: the caller's contract.
-    unsafe {
-        match width {
-            AtomicWidth::W32 => u64::from(AtomicU32::from_ptr(at.cast()).load(Ordering::Acquire)),
-            AtomicWidth::W64 => AtomicU64::from_ptr(at.cast()).load(Ordering::Acquire),
-        }
-    }
 }
 
 /// The three bytes that name a basic kind.
@@ -397,8 +115,9 @@ fn decode_prim(b: [u8; 3]) -> Option<Prim> {
 /// rest of its path.
 #[derive(Default)]
 pub struct Buffers {
-    /// The pieces: (offset in the target, length, offset in the packed data).
-    pieces: Vec<(usize, usize, usize)>,
+    /// The pieces: (offset in the target, length there, offset in the packed data,
+    /// length packed).
+    pieces: Vec<(usize, usize, usize, usize)>,
     /// Room for every piece's answer (not shrunk between calls, so not zeroed again:
     /// each answer is read only as far as it was received).
     answers: Vec<u8>,
@@ -422,6 +141,36 @@ pub(super) struct Ship {
     pub(super) kind: Kind,
     pub(super) prim: Prim,
     pub(super) op: Handle,
+}
+
+/// The pieces of an access to the runs `runs` of elements of `pair`, which has a
+/// gap ([`gapped`]), into `pieces`: runs of whole C structs one after the other in
+/// the target, at most `step` packed bytes each.
+fn gapped_pieces(
+    runs: &[(usize, usize)],
+    pair: Pair,
+    step: usize,
+    pieces: &mut Vec<(usize, usize, usize, usize)>,
+) {
+    let (psize, extent) = (pair.size(), pair.extent());
+    let most = (step / psize).max(1);
+    let mut packed: usize = 0;
+    for &(off, len) in runs {
+        // Where each element starts: a run is contiguous, packed as it lies.
+        let mut at = packed.next_multiple_of(psize);
+        while at < packed + len {
+            let start = off + (at - packed);
+            match pieces.last_mut() {
+                Some(p) if p.0 + p.1 == start && p.3 / psize < most => {
+                    p.1 += extent;
+                    p.3 += psize;
+                }
+                _ => pieces.push((start, extent, at, psize)),
+            }
+            at += psize;
+        }
+        packed += len;
+    }
 }
 
 /// Start `out` (emptied) with the header of a request `s` on the `len` bytes at
@@ -493,8 +242,11 @@ impl Mpi {
             request,
         } = &mut b;
         pieces.clear();
+        if let Some(pair) = gapped(s.prim) {
+            gapped_pieces(runs, pair, step, pieces);
+        }
         let mut packed = 0;
-        for &(off, len) in runs.iter() {
+        for &(off, len) in runs.iter().filter(|_| gapped(s.prim).is_none()) {
             let mut done = 0;
             while done < len {
                 let mut n = step.min(len - done);
@@ -503,20 +255,20 @@ impl Mpi {
                     // is aligned to 16, which no naturally aligned element straddles.
                     n -= ((base + (off + done + n) as u64) % ALIGN as u64) as usize;
                 }
-                pieces.push((off + done, n, packed + done));
+                pieces.push((off + done, n, packed + done, n));
                 done += n;
             }
             packed += len;
         }
         let cap = |n: usize| 1 + if fetched.is_null() { 0 } else { n } + REASON;
-        let room: usize = pieces.iter().map(|p| cap(p.1)).sum();
+        let room: usize = pieces.iter().map(|p| cap(p.3)).sum();
         if answers.len() < room {
             answers.resize(room, 0);
         }
         posted.clear();
         let mut sent = Ok(());
         let mut at = 0;
-        for (i, &(off, n, from)) in pieces.iter().enumerate() {
+        for (i, &(off, span, from, n)) in pieces.iter().enumerate() {
             let tag = ANSWER_TAG + i as i32;
             // SAFETY: `answers` outlives every receive: each is waited for below.
             let r = unsafe {
@@ -536,7 +288,7 @@ impl Mpi {
                 }
             }
             at += cap(n);
-            header(request, s, !fetched.is_null(), added + off, n);
+            header(request, s, !fetched.is_null(), added + off, span);
             // SAFETY: the caller's contract: the operand holds the piece.
             unsafe {
                 match s.kind {

@@ -1,6 +1,10 @@
 //! The server's requests against real memory: applied, refused, held for later.
 
+use super::super::sync::EXCLUSIVE;
+use super::super::ACC_WORD;
+use super::target::apply;
 use super::*;
+use rbtl::msg::{Served, ServedRequest};
 
 const INT: Prim = Prim::Int {
     bytes: 4,
@@ -222,4 +226,49 @@ fn the_server_answers_a_window_it_does_not_have_with_a_refusal() {
         }
     );
     assert_eq!((answer, w.mem[0]), (vec![0], 2));
+}
+
+#[test]
+fn pairs_with_a_gap_travel_packed_and_are_applied_as_their_c_structs() {
+    // Three `MPI_SHORT_INT`s one after the other: runs of memory join one struct's
+    // int to the next one's short.
+    let runs = [(0, 2), (4, 6), (12, 6), (20, 4)];
+    let mut pieces = Vec::new();
+    gapped_pieces(&runs, Pair::ShortInt, 1 << 10, &mut pieces);
+    assert_eq!(pieces, [(0, 24, 0, 18)]);
+    pieces.clear();
+    gapped_pieces(&runs, Pair::ShortInt, 12, &mut pieces);
+    assert_eq!(pieces, [(0, 16, 0, 12), (16, 8, 12, 6)]);
+    // MINLOC on the structs at bytes 8..24 of the window (ints 3..6): {short 7, pad,
+    // int 1} and {short 2, pad, int 5}, against {3, 9} and {2, 0} packed.
+    let mut w = Window::new();
+    let shorts = |v: i16, rest: i32| [&v.to_ne_bytes()[..], &[0, 0], &rest.to_ne_bytes()].concat();
+    let mem = [shorts(7, 1), shorts(2, 5)].concat();
+    // SAFETY: 16 bytes inside the window's 64.
+    unsafe { std::ptr::copy_nonoverlapping(mem.as_ptr(), w.mem.as_mut_ptr().add(2).cast(), 16) };
+    let packed = |v: i16, i: i32| [&v.to_ne_bytes()[..], &i.to_ne_bytes()].concat();
+    let operand = [packed(3, 9), packed(2, 0)].concat();
+    let minloc = Ship {
+        kind: Kind::Accumulate,
+        prim: Prim::Pair(Pair::ShortInt),
+        op: MPI_MINLOC,
+    };
+    let (r, answer) = w.apply(&request(&minloc, true, 8, 16, &operand));
+    assert_eq!(r, Ok(true));
+    assert_eq!(answer, [&[0u8][..], &packed(7, 1), &packed(2, 5)].concat());
+    // SAFETY: as above.
+    let now = unsafe { rbtl::btl::slice_at(w.mem.as_ptr().add(2).cast::<u8>(), 16) };
+    assert_eq!(now[..2], 3i16.to_ne_bytes());
+    assert_eq!(now[4..8], 9i32.to_ne_bytes());
+    assert_eq!(now[8..10], 2i16.to_ne_bytes());
+    assert_eq!(
+        now[12..16],
+        0i32.to_ne_bytes(),
+        "a tie takes the lower index"
+    );
+    assert_eq!(now[2..4], [0, 0], "the padding stays");
+    let (r, _) = w.apply(&request(&minloc, false, 8, 12, &operand[..6]));
+    assert!(r
+        .unwrap_err()
+        .contains("no whole number of 8-byte elements"));
 }

@@ -610,6 +610,55 @@ static void test_pscw(void) {
   OK(MPI_Win_free(&win));
 }
 
+/* --- MPI_Fetch_and_op on a pair type with a gap (MPI_SHORT_INT: a short, two
+ * bytes of padding, an int), on a window made each way: the origin and the result
+ * are C structs, not packed bytes. --- */
+
+typedef struct {
+  short a;
+  int b;
+} short_int_t;
+
+static void test_padded_pair(int allocate) {
+  static short_int_t user[5];
+  short_int_t *mem = user, loc[4];
+  MPI_Win win;
+  if (allocate)
+    OK(MPI_Win_allocate(sizeof user, sizeof *user, MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win));
+  else
+    OK(MPI_Win_create(mem, sizeof user, sizeof *user, MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+  mem[0].a = -1, mem[0].b = -1;
+  for (int j = 1; j < 5; j++)
+    mem[j].a = 100, mem[j].b = -1;
+  OK(MPI_Win_fence(MPI_MODE_NOPRECEDE, win));
+  /* MINLOC of four structs from every rank at rank 0 (runs of memory that join
+   * one struct's int to the next one's short). */
+  for (int j = 0; j < 4; j++)
+    loc[j].a = (short)((rank * 3 + j) % 5), loc[j].b = rank;
+  OK(MPI_Accumulate(loc, 4, MPI_SHORT_INT, 0, 1, 4, MPI_SHORT_INT, MPI_MINLOC, win));
+  short_int_t mine = {(short)(rank + 1), 70000 + rank}, old, seen;
+  old.a = seen.a = 0, old.b = seen.b = 0;
+  OK(MPI_Fetch_and_op(&mine, &old, MPI_SHORT_INT, right, 0, MPI_REPLACE, win));
+  OK(MPI_Win_fence(0, win));
+  OK(MPI_Fetch_and_op(NULL, &seen, MPI_SHORT_INT, right, 0, MPI_NO_OP, win));
+  OK(MPI_Win_fence(MPI_MODE_NOSUCCEED, win));
+  const char *how = allocate ? "allocated" : "created";
+  CHECK(old.a == -1 && old.b == -1, "%s: MPI_SHORT_INT fetched {%d, %d}", how, old.a, old.b);
+  for (int j = 0; j < 4 && rank == 0; j++) {
+    int least = 100, at = -1;
+    for (int r = 0; r < size; r++)
+      if ((r * 3 + j) % 5 < least)
+        least = (r * 3 + j) % 5, at = r;
+    CHECK(mem[1 + j].a == least && mem[1 + j].b == at,
+          "%s: MPI_MINLOC of MPI_SHORT_INT %d is {%d, %d}, not {%d, %d}", how, j, mem[1 + j].a,
+          mem[1 + j].b, least, at);
+  }
+  CHECK(seen.a == rank + 1 && seen.b == 70000 + rank,
+        "%s: MPI_SHORT_INT read back {%d, %d}, not {%d, %d}", how, seen.a, seen.b, rank + 1,
+        70000 + rank);
+  OK(MPI_Win_free(&win));
+}
+
 /* --- Accumulates. --- */
 
 typedef struct {
@@ -1146,6 +1195,7 @@ int main(int argc, char **argv) {
     test_concurrency(allocate);
     test_long_accumulates(allocate);
     test_long_integer_accumulates(allocate);
+    test_padded_pair(allocate);
     test_requests(allocate);
   }
   test_many_fetches();
