@@ -8,26 +8,29 @@
 //! taking the mutex remotely, reading, writing back and releasing took four (as
 //! Open MPI's `osc/pt2pt` ships its accumulates).
 //!
-//! A request carries one piece of one run of the target: whole elements, as many
-//! as one eager message of the route holds (each piece is applied atomically,
-//! every element whole: what MPI asks of concurrent accumulates). A type of several
-//! basic kinds (which only `MPI_REPLACE` and `MPI_NO_OP` take) moves as bytes, cut
-//! where the target's memory is aligned to 16: its elements, naturally aligned,
-//! stay whole. A pair type whose index does not follow its value in its C struct
-//! (`MPI_SHORT_INT`) names whole structs one after the other in the target's memory
-//! and carries them packed. An operation transports perform atomically, on aligned words, is
-//! applied with the processor's atomic instructions, one per element, so that the
-//! transports' atomics on the same words lose nothing. The target applies a request at its next call into the library,
-//! like any message it receives; the origin waits for every piece's answer before
-//! the call returns.
+//! A request carries one piece of one run of the target, or several short runs
+//! whole: whole elements, as many as one eager message of the route holds (each
+//! request is applied atomically, every element whole: what MPI asks of concurrent
+//! accumulates). A type of several basic kinds (which only `MPI_REPLACE` and
+//! `MPI_NO_OP` take) moves as bytes, cut where the target's memory is aligned to
+//! 16: its elements, naturally aligned, stay whole. A pair type whose index does
+//! not follow its value in its C struct (`MPI_SHORT_INT`) names whole structs one
+//! after the other in the target's memory and carries them packed. An operation
+//! transports perform atomically, on aligned words, is applied with the processor's
+//! atomic instructions, one per element, so that the transports' atomics on the
+//! same words lose nothing. The target applies a request at its next call into the
+//! library, like any message it receives; the origin waits for every request's
+//! answer before the call returns.
 //!
 //! Request (little-endian): kind (0 accumulate, 1 compare-and-swap, 2 the region
-//! of a dynamic window that holds the bytes), whether the old data is wanted, the
-//! basic kind (3 bytes), the operation (u64), the offset and length in the target's
-//! window (u64 each; on a dynamic window the offset is an address), then the
-//! operand (for a compare-and-swap, the value then the comparand). Answer: 0 then
-//! the old data when wanted (for a region: its base, size and card), or 1 then the
-//! reason it was refused.
+//! of a dynamic window that holds the bytes, 3 an accumulate over several ranges),
+//! whether the old data is wanted, the basic kind (3 bytes), the operation (u64),
+//! the offset and length in the target's window (u64 each; on a dynamic window the
+//! offset is an address; for kind 3, the count of ranges and their bytes in all,
+//! the ranges following as offset and length, u64 each), then the operand (for a
+//! compare-and-swap, the value then the comparand). Answer: 0 then the old data
+//! when wanted (for a region: its base, size and card), or 1 then the reason it was
+//! refused.
 
 use super::ops::Access;
 use crate::datatype::{Pair, Prim};
@@ -60,6 +63,8 @@ pub(super) enum Kind {
     /// No change: the card of the dynamic window's region that holds the bytes
     /// ([`super::dynamic`]).
     Region = 2,
+    /// An accumulate over several ranges of the target, one after the other.
+    Runs = 3,
 }
 
 /// The three bytes that name a basic kind.
@@ -110,14 +115,22 @@ fn decode_prim(b: [u8; 3]) -> Option<Prim> {
     })
 }
 
+/// One request: its ranges (in [`Buffers::ranges`]), its offset in the packed data,
+/// its length packed.
+type Piece = (std::ops::Range<usize>, usize, usize);
+
+/// Bytes each range of a request of several takes.
+const RANGE: usize = 16;
+
 /// What shipping an accumulate uses on every call, kept for the next: a
 /// get-accumulate of a few bytes otherwise spent more on allocating them than on the
 /// rest of its path.
 #[derive(Default)]
 pub struct Buffers {
-    /// The pieces: (offset in the target, length there, offset in the packed data,
-    /// length packed).
-    pieces: Vec<(usize, usize, usize, usize)>,
+    /// The requests.
+    pieces: Vec<Piece>,
+    /// The ranges of the target the requests name: (offset, length there).
+    ranges: Vec<(usize, usize)>,
     /// Room for every piece's answer (not shrunk between calls, so not zeroed again:
     /// each answer is read only as far as it was received).
     answers: Vec<u8>,
@@ -150,7 +163,8 @@ fn gapped_pieces(
     runs: &[(usize, usize)],
     pair: Pair,
     step: usize,
-    pieces: &mut Vec<(usize, usize, usize, usize)>,
+    pieces: &mut Vec<Piece>,
+    ranges: &mut Vec<(usize, usize)>,
 ) {
     let (psize, extent) = (pair.size(), pair.extent());
     let most = (step / psize).max(1);
@@ -160,16 +174,74 @@ fn gapped_pieces(
         let mut at = packed.next_multiple_of(psize);
         while at < packed + len {
             let start = off + (at - packed);
-            match pieces.last_mut() {
-                Some(p) if p.0 + p.1 == start && p.3 / psize < most => {
-                    p.1 += extent;
-                    p.3 += psize;
+            match (pieces.last_mut(), ranges.last_mut()) {
+                (Some(p), Some(r)) if r.0 + r.1 == start && p.2 / psize < most => {
+                    r.1 += extent;
+                    p.2 += psize;
                 }
-                _ => pieces.push((start, extent, at, psize)),
+                _ => {
+                    ranges.push((start, extent));
+                    pieces.push((ranges.len() - 1..ranges.len(), at, psize));
+                }
             }
             at += psize;
         }
         packed += len;
+    }
+}
+
+/// The requests of an access to the runs `runs` with `s` into `pieces` (their
+/// ranges into `ranges`): a run longer than half of `step` (the packed bytes a
+/// request carries) cut into pieces of one range each; shorter ones gathered, one
+/// after another, into requests of several ranges (each range taking 16 bytes of
+/// the message too). Bytes of a type of several kinds are cut where the target's
+/// memory (at `base`) is aligned to 16, which no naturally aligned element
+/// straddles.
+fn pieces_of(
+    runs: &[(usize, usize)],
+    s: &Ship,
+    (step, base): (usize, u64),
+    pieces: &mut Vec<Piece>,
+    ranges: &mut Vec<(usize, usize)>,
+) {
+    let gather = s.kind == Kind::Accumulate;
+    let mut packed = 0;
+    // The request gathering short runs: its first range and bytes so far.
+    let mut open: Option<(usize, usize)> = None;
+    for &(off, len) in runs {
+        if gather && len <= step / 2 {
+            let fits =
+                open.is_some_and(|(first, n)| n + len + RANGE * (ranges.len() - first + 1) <= step);
+            if !fits {
+                if let Some((first, n)) = open.take() {
+                    pieces.push((first..ranges.len(), packed - n, n));
+                }
+                open = Some((ranges.len(), 0));
+            }
+            ranges.push((off, len));
+            if let Some(o) = open.as_mut() {
+                o.1 += len;
+            }
+            packed += len;
+            continue;
+        }
+        if let Some((first, n)) = open.take() {
+            pieces.push((first..ranges.len(), packed - n, n));
+        }
+        let mut done = 0;
+        while done < len {
+            let mut n = step.min(len - done);
+            if s.prim == Prim::Byte && n < len - done && n > ALIGN {
+                n -= ((base + (off + done + n) as u64) % ALIGN as u64) as usize;
+            }
+            ranges.push((off + done, n));
+            pieces.push((ranges.len() - 1..ranges.len(), packed + done, n));
+            done += n;
+        }
+        packed += len;
+    }
+    if let Some((first, n)) = open {
+        pieces.push((first..ranges.len(), packed - n, n));
     }
 }
 
@@ -223,7 +295,7 @@ impl Mpi {
             .unwrap_or(0)
             .saturating_sub(HEADER);
         let step = match s.kind {
-            Kind::Accumulate | Kind::Region => room / psize * psize,
+            Kind::Accumulate | Kind::Runs | Kind::Region => room / psize * psize,
             Kind::CompareSwap => room / 2,
         };
         if step < psize {
@@ -237,38 +309,27 @@ impl Mpi {
         let mut b = std::mem::take(&mut self.shipping);
         let Buffers {
             pieces,
+            ranges,
             answers,
             posted,
             request,
         } = &mut b;
         pieces.clear();
-        if let Some(pair) = gapped(s.prim) {
-            gapped_pieces(runs, pair, step, pieces);
-        }
-        let mut packed = 0;
-        for &(off, len) in runs.iter().filter(|_| gapped(s.prim).is_none()) {
-            let mut done = 0;
-            while done < len {
-                let mut n = step.min(len - done);
-                if s.prim == Prim::Byte && n < len - done && n > ALIGN {
-                    // Bytes of a type of several kinds: cut where the target's memory
-                    // is aligned to 16, which no naturally aligned element straddles.
-                    n -= ((base + (off + done + n) as u64) % ALIGN as u64) as usize;
-                }
-                pieces.push((off + done, n, packed + done, n));
-                done += n;
-            }
-            packed += len;
+        ranges.clear();
+        match gapped(s.prim) {
+            Some(pair) => gapped_pieces(runs, pair, step, pieces, ranges),
+            None => pieces_of(runs, s, (step, base), pieces, ranges),
         }
         let cap = |n: usize| 1 + if fetched.is_null() { 0 } else { n } + REASON;
-        let room: usize = pieces.iter().map(|p| cap(p.3)).sum();
+        let room: usize = pieces.iter().map(|p| cap(p.2)).sum();
         if answers.len() < room {
             answers.resize(room, 0);
         }
         posted.clear();
         let mut sent = Ok(());
         let mut at = 0;
-        for (i, &(off, span, from, n)) in pieces.iter().enumerate() {
+        for (i, (these, from, n)) in pieces.iter().enumerate() {
+            let (from, n) = (*from, *n);
             let tag = ANSWER_TAG + i as i32;
             // SAFETY: `answers` outlives every receive: each is waited for below.
             let r = unsafe {
@@ -288,13 +349,28 @@ impl Mpi {
                 }
             }
             at += cap(n);
-            header(request, s, !fetched.is_null(), added + off, span);
+            let fetch = !fetched.is_null();
+            if let [(off, span)] = ranges[these.clone()] {
+                header(request, s, fetch, added + off, span);
+            } else {
+                let runs = Ship {
+                    kind: Kind::Runs,
+                    prim: s.prim,
+                    op: s.op,
+                };
+                let span = ranges[these.clone()].iter().map(|r| r.1).sum();
+                header(request, &runs, fetch, these.len(), span);
+                for &(off, len) in &ranges[these.clone()] {
+                    request.extend_from_slice(&((added + off) as u64).to_le_bytes());
+                    request.extend_from_slice(&(len as u64).to_le_bytes());
+                }
+            }
             // SAFETY: the caller's contract: the operand holds the piece.
             unsafe {
                 match s.kind {
-                    Kind::Accumulate if s.op == MPI_NO_OP => {}
+                    Kind::Accumulate | Kind::Runs if s.op == MPI_NO_OP => {}
                     Kind::Region => {}
-                    Kind::Accumulate => {
+                    Kind::Accumulate | Kind::Runs => {
                         request.extend_from_slice(rbtl::btl::slice_at(operand.add(from), n))
                     }
                     Kind::CompareSwap => {

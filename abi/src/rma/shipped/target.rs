@@ -87,9 +87,27 @@ struct Parsed<'a> {
     fetch: bool,
     prim: Prim,
     op: Handle,
-    offset: usize,
-    len: usize,
+    ranges: Ranges<'a>,
     operand: &'a [u8],
+}
+
+/// The ranges of the target a request names: one (offset and length from the
+/// header), or several ([`Kind::Runs`]: 16 bytes each, every value checked to fit).
+enum Ranges<'a> {
+    One(usize, usize),
+    Many(&'a [u8]),
+}
+
+impl Ranges<'_> {
+    fn iter(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let (one, many) = match *self {
+            Ranges::One(off, len) => (Some((off, len)), &[][..]),
+            Ranges::Many(b) => (None, b),
+        };
+        let u = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize;
+        one.into_iter()
+            .chain(many.chunks_exact(16).map(move |r| (u(&r[..8]), u(&r[8..]))))
+    }
 }
 
 fn parse(b: &[u8]) -> std::result::Result<Parsed<'_>, String> {
@@ -104,19 +122,34 @@ fn parse(b: &[u8]) -> std::result::Result<Parsed<'_>, String> {
         0 => Kind::Accumulate,
         1 => Kind::CompareSwap,
         2 => Kind::Region,
+        3 => Kind::Runs,
         k => return Err(format!("unknown request kind {k}")),
     };
     let prim = decode_prim([b[2], b[3], b[4]]).ok_or("an unknown basic kind")?;
     let offset = usize::try_from(u64_at(13)).map_err(|_| "offset beyond the address space")?;
     let len = usize::try_from(u64_at(21)).map_err(|_| "length beyond the address space")?;
+    let (ranges, operand) = if kind == Kind::Runs {
+        // The header's offset counts the ranges.
+        let bytes = offset
+            .checked_mul(16)
+            .filter(|&n| n <= b.len() - HEADER)
+            .ok_or_else(|| format!("{offset} ranges in a request of {} bytes", b.len()))?;
+        let (ranges, operand) = b[HEADER..].split_at(bytes);
+        let fits = |r: &[u8]| usize::try_from(u64::from_le_bytes(r.try_into().expect("8 bytes")));
+        if ranges.chunks_exact(8).any(|r| fits(r).is_err()) {
+            return Err("a range beyond the address space".to_string());
+        }
+        (Ranges::Many(ranges), operand)
+    } else {
+        (Ranges::One(offset, len), &b[HEADER..])
+    };
     Ok(Parsed {
         kind,
         fetch: b[1] != 0,
         prim,
         op: usize::try_from(u64_at(5)).map_err(|_| "an unknown operation")?,
-        offset,
-        len,
-        operand: &b[HEADER..],
+        ranges,
+        operand,
     })
 }
 
@@ -133,47 +166,32 @@ pub(super) unsafe fn apply(
     answer: &mut Vec<u8>,
 ) -> std::result::Result<bool, String> {
     let p = parse(body)?;
-    match &e.regions {
-        Some(regions) if p.kind == Kind::Region => {
-            answer.push(0);
-            answer.extend(dynamic::answer(regions, source, p.offset, p.len)?);
-            return Ok(true);
-        }
-        Some(regions) if !dynamic::is_attached(regions, p.offset, p.len) => {
-            return Err(format!(
-                "{} bytes at {:#x} lie in no region attached to the window",
-                p.len, p.offset
-            ));
-        }
-        Some(_) => {}
-        None if p.kind == Kind::Region => {
-            return Err("the window is not dynamic".to_string());
-        }
-        None => {
-            let end = p.offset.checked_add(p.len).filter(|&end| end <= e.size);
-            if end.is_none() {
-                return Err(format!(
-                    "{} bytes at offset {} fall outside the window's {} bytes",
-                    p.len, p.offset, e.size
-                ));
-            }
-        }
+    if let (Kind::Region, Ranges::One(offset, len)) = (p.kind, &p.ranges) {
+        let regions = e.regions.as_ref().ok_or("the window is not dynamic")?;
+        answer.push(0);
+        answer.extend(dynamic::answer(regions, source, *offset, *len)?);
+        return Ok(true);
     }
     let psize = p.prim.size();
     // A pair with a gap lies in memory as its C struct, and travels packed.
     let unit = gapped(p.prim).map_or(psize, Pair::extent);
-    if p.len % unit != 0 {
-        return Err(format!(
-            "{} bytes are no whole number of {unit}-byte elements",
-            p.len
-        ));
+    let mut total = 0usize;
+    for (offset, len) in p.ranges.iter() {
+        inside(e, offset, len)?;
+        if len % unit != 0 {
+            return Err(format!(
+                "{len} bytes are no whole number of {unit}-byte elements"
+            ));
+        }
+        total = total
+            .checked_add(len)
+            .ok_or("ranges beyond the address space")?;
     }
-    let n = p.len / unit;
-    let need = match p.kind {
-        Kind::Accumulate if p.op == MPI_NO_OP => 0,
-        Kind::Accumulate => n * psize,
-        Kind::CompareSwap => 2 * p.len,
-        Kind::Region => unreachable!("answered above"),
+    let need = match (p.kind, &p.ranges) {
+        (Kind::Accumulate | Kind::Runs, _) if p.op == MPI_NO_OP => 0,
+        (Kind::Accumulate | Kind::Runs, _) => total / unit * psize,
+        (Kind::CompareSwap, Ranges::One(..)) => 2 * total,
+        _ => return Err("a request of this kind names one range".to_string()),
     };
     if p.operand.len() != need {
         return Err(format!(
@@ -181,7 +199,7 @@ pub(super) unsafe fn apply(
             p.operand.len()
         ));
     }
-    if p.kind == Kind::Accumulate && !(op::is_predefined(p.op) && op::supports(p.op, p.prim)) {
+    if p.kind != Kind::CompareSwap && !(op::is_predefined(p.op) && op::supports(p.op, p.prim)) {
         return Err(format!(
             "{} does not apply to this basic kind",
             op::name(p.op)
@@ -196,62 +214,105 @@ pub(super) unsafe fn apply(
     {
         return Ok(false);
     }
-    // The range lies inside the window or one of its regions (checked; a dynamic
-    // window's base is 0); the mutex keeps other accumulates from it meanwhile.
-    let at = e.base.wrapping_add(p.offset);
     answer.push(0);
-    if let Some(pair) = gapped(p.prim) {
-        // SAFETY: the target holds `n` structs, the operand `n` packed pairs
-        // (checked); the mutex keeps other accumulates from them.
-        let applied = unsafe {
-            apply_gapped(
-                pair,
-                p.op,
-                p.operand,
-                at,
-                n,
-                p.fetch.then_some(&mut *answer),
-            )
+    let mut operand = p.operand;
+    let mut applied = Ok(());
+    for (offset, len) in p.ranges.iter() {
+        let n = len / unit;
+        let take = match p.kind {
+            Kind::CompareSwap => need,
+            _ if need == 0 => 0,
+            _ => n * psize,
         };
-        mutex.fetch_sub(EXCLUSIVE, Ordering::Release);
-        return applied.map(|()| true);
+        let (mine, rest) = operand.split_at(take);
+        operand = rest;
+        // The range lies inside the window or one of its regions (checked; a
+        // dynamic window's base is 0); the mutex keeps other accumulates from it.
+        let at = e.base.wrapping_add(offset);
+        // SAFETY: as above; `mine` holds the range's operand (checked).
+        applied = unsafe { apply_range(&p, at, len, mine, answer) };
+        if applied.is_err() {
+            break;
+        }
     }
+    mutex.fetch_sub(EXCLUSIVE, Ordering::Release);
+    applied.map(|()| true)
+}
+
+/// `[offset, offset + len)` lies inside `e`'s memory (on a dynamic window, in a
+/// region attached, or a run of them: offsets are addresses).
+fn inside(e: &Exposure, offset: usize, len: usize) -> std::result::Result<(), String> {
+    match &e.regions {
+        Some(regions) if !dynamic::is_attached(regions, offset, len) => Err(format!(
+            "{len} bytes at {offset:#x} lie in no region attached to the window"
+        )),
+        Some(_) => Ok(()),
+        None if offset.checked_add(len).is_some_and(|end| end <= e.size) => Ok(()),
+        None => Err(format!(
+            "{len} bytes at offset {offset} fall outside the window's {} bytes",
+            e.size
+        )),
+    }
+}
+
+/// Apply request `p` to the `len` bytes at `at` with `operand` (its part for
+/// them), the old data appended to `answer` when asked for.
+///
+/// # Safety
+///
+/// `at` holds `len` bytes of this process, whole elements, which the window's
+/// mutex (held) keeps from other accumulates; `operand` holds their operand.
+unsafe fn apply_range(
+    p: &Parsed<'_>,
+    at: *mut u8,
+    len: usize,
+    operand: &[u8],
+    answer: &mut Vec<u8>,
+) -> std::result::Result<(), String> {
+    let psize = p.prim.size();
+    if let Some(pair) = gapped(p.prim) {
+        let n = len / pair.extent();
+        // SAFETY: the caller's contract: `n` structs, `n` packed pairs.
+        return unsafe { apply_gapped(pair, p.op, operand, at, n, p.fetch.then_some(answer)) };
+    }
+    let n = len / psize;
     // An operation transports perform atomically, on aligned words: with the
     // processor's atomic instructions, which the transports' atomics to this
     // memory mix with (their origins ship only over such transports).
     let atomic = match p.kind {
-        Kind::Accumulate => hardware(p.op, Some(p.prim)).filter(|_| at as usize % psize == 0),
+        Kind::Accumulate | Kind::Runs => {
+            hardware(p.op, Some(p.prim)).filter(|_| at as usize % psize == 0)
+        }
         _ => None,
     };
     if let Some(atomic) = atomic {
-        let fetched = p.fetch.then_some(&mut *answer);
-        // SAFETY: the target holds `n` aligned words (checked), reached only
-        // atomically by every process; the operand holds `n` (checked).
-        unsafe { apply_atomically(atomic, p.op == MPI_NO_OP, p.operand, at, n, psize, fetched) };
-        mutex.fetch_sub(EXCLUSIVE, Ordering::Release);
-        return Ok(true);
+        let fetched = p.fetch.then_some(answer);
+        // SAFETY: the caller's contract: `n` aligned words (every process reaches
+        // them only atomically), `n` operands.
+        unsafe { apply_atomically(atomic, p.op == MPI_NO_OP, operand, at, n, psize, fetched) };
+        return Ok(());
     }
     if p.fetch {
-        // SAFETY: as above.
-        answer.extend_from_slice(unsafe { rbtl::btl::slice_at(at, p.len) });
+        // SAFETY: the caller's contract.
+        answer.extend_from_slice(unsafe { rbtl::btl::slice_at(at, len) });
     }
-    let applied = match p.kind {
-        // SAFETY: the operand and the target hold `n` elements each (checked).
-        Kind::Accumulate => unsafe { op::reduce_basic(p.op, p.prim, p.operand.as_ptr(), at, n) }
-            .map_err(|e| e.message),
+    match p.kind {
+        // SAFETY: the operand and the target hold `n` elements each.
+        Kind::Accumulate | Kind::Runs => {
+            unsafe { op::reduce_basic(p.op, p.prim, operand.as_ptr(), at, n) }
+                .map_err(|e| e.message)
+        }
         Kind::CompareSwap => {
-            let (value, compare) = p.operand.split_at(p.len);
-            // SAFETY: as above.
-            let now = unsafe { rbtl::btl::slice_at_mut(at, p.len) };
+            let (value, compare) = operand.split_at(len);
+            // SAFETY: the caller's contract.
+            let now = unsafe { rbtl::btl::slice_at_mut(at, len) };
             if now == compare {
                 now.copy_from_slice(value);
             }
             Ok(())
         }
-        Kind::Region => unreachable!("answered above"),
-    };
-    mutex.fetch_sub(EXCLUSIVE, Ordering::Release);
-    applied.map(|()| true)
+        Kind::Region => Err("a region request applies nothing".to_string()),
+    }
 }
 
 /// The pair kind of `p` when its index does not follow its value in its C struct

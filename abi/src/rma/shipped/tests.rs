@@ -233,12 +233,13 @@ fn pairs_with_a_gap_travel_packed_and_are_applied_as_their_c_structs() {
     // Three `MPI_SHORT_INT`s one after the other: runs of memory join one struct's
     // int to the next one's short.
     let runs = [(0, 2), (4, 6), (12, 6), (20, 4)];
-    let mut pieces = Vec::new();
-    gapped_pieces(&runs, Pair::ShortInt, 1 << 10, &mut pieces);
-    assert_eq!(pieces, [(0, 24, 0, 18)]);
-    pieces.clear();
-    gapped_pieces(&runs, Pair::ShortInt, 12, &mut pieces);
-    assert_eq!(pieces, [(0, 16, 0, 12), (16, 8, 12, 6)]);
+    let (mut pieces, mut ranges) = (Vec::new(), Vec::new());
+    gapped_pieces(&runs, Pair::ShortInt, 1 << 10, &mut pieces, &mut ranges);
+    assert_eq!((pieces, ranges), (vec![(0..1, 0, 18)], vec![(0, 24)]));
+    let (mut pieces, mut ranges) = (Vec::new(), Vec::new());
+    gapped_pieces(&runs, Pair::ShortInt, 12, &mut pieces, &mut ranges);
+    assert_eq!(pieces, [(0..1, 0, 12), (1..2, 12, 6)]);
+    assert_eq!(ranges, [(0, 16), (16, 8)]);
     // MINLOC on the structs at bytes 8..24 of the window (ints 3..6): {short 7, pad,
     // int 1} and {short 2, pad, int 5}, against {3, 9} and {2, 0} packed.
     let mut w = Window::new();
@@ -271,4 +272,68 @@ fn pairs_with_a_gap_travel_packed_and_are_applied_as_their_c_structs() {
     assert!(r
         .unwrap_err()
         .contains("no whole number of 8-byte elements"));
+}
+
+#[test]
+fn short_runs_travel_together_and_long_ones_in_pieces() {
+    // Runs of 8 bytes every 16, then one of 100 bytes, then two short ones again,
+    // with room for 64 packed bytes a request.
+    let runs = [
+        (0, 8),
+        (16, 8),
+        (32, 8),
+        (48, 8),
+        (64, 100),
+        (200, 8),
+        (216, 8),
+    ];
+    let (mut pieces, mut ranges) = (Vec::new(), Vec::new());
+    pieces_of(&runs, &sum(), (64, 0), &mut pieces, &mut ranges);
+    // 8 bytes and 16 of range each: two runs a request (the third would make 72).
+    assert_eq!(
+        pieces,
+        [
+            (0..2, 0, 16),
+            (2..4, 16, 16),
+            (4..5, 32, 64),
+            (5..6, 96, 36),
+            (6..8, 132, 16)
+        ]
+    );
+    assert_eq!(ranges[4..6], [(64, 64), (128, 36)]);
+    // A request of several ranges, applied to each in order; the old data answered
+    // range by range; a range outside the window refuses the whole.
+    let mut w = Window::new();
+    let runs_of = Ship {
+        kind: Kind::Runs,
+        prim: INT,
+        op: MPI_SUM,
+    };
+    let several = |rs: &[(u64, u64)], operand: &[i32]| {
+        let mut r = Vec::new();
+        header(
+            &mut r,
+            &runs_of,
+            true,
+            rs.len(),
+            rs.iter().map(|r| r.1 as usize).sum(),
+        );
+        for &(off, len) in rs {
+            r.extend_from_slice(&off.to_le_bytes());
+            r.extend_from_slice(&len.to_le_bytes());
+        }
+        r.extend_from_slice(&ints(operand));
+        r
+    };
+    let (r, answer) = w.apply(&several(&[(4, 4), (12, 8)], &[100, 200, 300]));
+    assert_eq!(r, Ok(true));
+    assert_eq!(answer, [&[0u8][..], &ints(&[2, 4, 5])].concat());
+    assert_eq!(w.mem[..6], [1, 102, 3, 204, 305, 6]);
+    let (r, _) = w.apply(&several(&[(0, 4), (64, 4)], &[1, 1]));
+    assert!(r.unwrap_err().contains("outside the window"));
+    assert_eq!(w.mem[0], 1, "nothing applied");
+    let mut short = several(&[(0, 4)], &[1]);
+    short[13] = 9;
+    let (r, _) = w.apply(&short);
+    assert!(r.unwrap_err().contains("9 ranges in a request"));
 }
