@@ -297,8 +297,8 @@ unsafe fn apply_range(
         answer.extend_from_slice(unsafe { rbtl::btl::slice_at(at, len) });
     }
     match p.kind {
-        // SAFETY: the operand and the target hold `n` elements each.
         Kind::Accumulate | Kind::Runs => {
+            // SAFETY: the operand and the target hold `n` elements each.
             unsafe { op::reduce_basic(p.op, p.prim, operand.as_ptr(), at, n) }
                 .map_err(|e| e.message)
         }
