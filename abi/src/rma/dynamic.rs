@@ -3,15 +3,17 @@
 //! regions of its own, and peers reach them by absolute address (`MPI_Get_address`,
 //! displacement unit 1).
 //!
-//! Attaching exposes the region to the transports, writes down the card that
-//! reaches it for every member, and moves the member's attach count, a word of its
-//! control block (detaching moves it too). An origin asks a region's owner for its
-//! card the first time it reaches an address there (a served request, answered at
-//! the owner's next call into the library, as shipped accumulates are), and keeps
-//! it while the owner's count stays the same: before each access it reads that word
-//! (a load where the control block is mapped here, else a transport atomic) and
-//! forgets what it knew of that member when the count moved. Open MPI's `osc/rdma`
-//! keeps a region table in each member's memory for the same purpose.
+//! Attaching exposes the region to the transports (and each run of regions attached
+//! side by side, whole, so that one access may cross from one to the next), writes
+//! down the card that reaches it for every member, and moves the member's attach
+//! count, a word of its control block (detaching moves it too). An origin asks a
+//! region's owner for its card the first time it reaches an address there (a served
+//! request, answered at the owner's next call into the library, as shipped
+//! accumulates are), and keeps it while the owner's count stays the same: before
+//! each access it reads that word (a load where the control block is mapped here,
+//! else a transport atomic) and forgets what it knew of that member when the count
+//! moved. Open MPI's `osc/rdma` keeps a region table in each member's memory for the
+//! same purpose.
 
 use super::shipped::{Kind, Ship};
 use super::sync::{word_change, WordChange};
@@ -187,9 +189,22 @@ impl Mpi {
             _exposed: exposed,
             cards,
         });
-        let spanned = self.respan(&attached, &members);
+        if let Err(e) = self.respan(&attached, &members) {
+            // Not attached after all: the spans as they were (whose memory is
+            // registered already, the cause being this one's).
+            let mut regions = attached.borrow_mut();
+            if let Some(i) = regions
+                .iter()
+                .rposition(|r| !r.span && (r.base, r.size) == (base, size))
+            {
+                regions.remove(i);
+            }
+            drop(regions);
+            let _ = self.respan(&attached, &members);
+            return Err(e);
+        }
         bump(control);
-        spanned
+        Ok(())
     }
 
     /// Make the spans of `attached` those of its runs of adjacent regions: one for
