@@ -29,6 +29,9 @@ Options:
                        their own (to notice the dead peer and report it)
                        before SIGTERM; SIGKILL follows 2 s later (default 1)
   --env NAME=VALUE     set an environment variable in every rank (repeatable)
+  --timeout SECS       end every rank once the job has run SECS seconds, and
+                       exit 124 (default: the environment's MPIEXEC_TIMEOUT,
+                       as MPICH's and Open MPI's launchers read it; else none)
   -h, --help           print this help
   -V, --version        print the version
   --                   end of options (PROGRAM may then start with '-')
@@ -105,14 +108,26 @@ pub fn main(
         Ok(Invocation::Run {
             program,
             args,
-            options,
-        }) => match super::launch(std::path::Path::new(&program), &args, &options) {
-            Ok(summary) => ExitCode::from(summary.exit_byte()),
-            Err(e) => {
-                eprintln!("{name}: {e}");
-                ExitCode::from(1)
+            mut options,
+        }) => {
+            if options.timeout.is_none() {
+                let env = std::env::var("MPIEXEC_TIMEOUT").ok();
+                match timeout_from_env(env.as_deref()) {
+                    Ok(t) => options.timeout = t,
+                    Err(e) => {
+                        eprintln!("{name}: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
             }
-        },
+            match super::launch(std::path::Path::new(&program), &args, &options) {
+                Ok(summary) => ExitCode::from(summary.exit_byte()),
+                Err(e) => {
+                    eprintln!("{name}: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Err(e) => {
             let advice = format!("{name} --help");
             eprintln!(
@@ -128,7 +143,7 @@ pub fn main(
 pub fn takes_value(name: &str) -> bool {
     matches!(
         name,
-        "-n" | "-np" | "--np" | "--ranks" | "--bind-to" | "--grace" | "--env"
+        "-n" | "-np" | "--np" | "--ranks" | "--bind-to" | "--grace" | "--env" | "--timeout"
     )
 }
 
@@ -200,6 +215,14 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
                         ))
                     })?;
             }
+            "--timeout" => {
+                let v = value()?;
+                options.timeout = Some(seconds(&v).ok_or_else(|| {
+                    usage(format!(
+                        "'--timeout {v}': want a number of seconds, more than 0"
+                    ))
+                })?);
+            }
             "--env" => {
                 let v = value()?;
                 match v.split_once('=') {
@@ -213,6 +236,28 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
         }
     }
     Err(usage("no PROGRAM given".into()))
+}
+
+/// A time limit of `v` seconds, more than 0 (fractions allowed).
+fn seconds(v: &str) -> Option<Duration> {
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|&s| s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+}
+
+/// The time limit `MPIEXEC_TIMEOUT` gives (`value`, the variable's), for options
+/// that set none; a value that is no number of seconds is an error.
+pub fn timeout_from_env(value: Option<&str>) -> Result<Option<Duration>, Error> {
+    match value {
+        None => Ok(None),
+        Some(v) => seconds(v).map(Some).ok_or_else(|| {
+            Error::Usage(format!(
+                "MPIEXEC_TIMEOUT={v}: want a number of seconds, more than 0"
+            ))
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -239,6 +284,7 @@ mod tests {
             "0.5",
             "--env",
             "A=b=c",
+            "--timeout=2.5",
             "prog",
             "-n",
             "x",
@@ -254,6 +300,7 @@ mod tests {
         assert!(options.tag_output);
         assert_eq!(options.grace, Duration::from_millis(500));
         assert_eq!(options.env, [("A".to_string(), "b=c".to_string())]);
+        assert_eq!(options.timeout, Some(Duration::from_millis(2500)));
     }
 
     #[test]
@@ -269,6 +316,17 @@ mod tests {
         assert_eq!(options.bind, Bind::None);
         assert!(!options.tag_output);
         assert_eq!(options.grace, Duration::from_secs(1));
+        assert_eq!(options.timeout, None);
+        // MPIEXEC_TIMEOUT, where the command line sets no limit.
+        assert_eq!(timeout_from_env(None).unwrap(), None);
+        assert_eq!(
+            timeout_from_env(Some(" 10 ")).unwrap(),
+            Some(Duration::from_secs(10))
+        );
+        for bad in ["0", "-3", "ten", ""] {
+            let err = timeout_from_env(Some(bad)).unwrap_err().to_string();
+            assert!(err.contains(&format!("MPIEXEC_TIMEOUT={bad}:")), "{err}");
+        }
     }
 
     #[test]
@@ -279,6 +337,8 @@ mod tests {
             (&["-n"][..], "needs a value"),
             (&["--bind-to", "socket", "prog"][..], "socket"),
             (&["--grace", "-1", "prog"][..], "--grace -1"),
+            (&["--timeout", "0", "prog"][..], "--timeout 0"),
+            (&["--timeout=never", "prog"][..], "--timeout never"),
             (&["--tag-output=yes", "prog"][..], "takes no value"),
             (&[][..], "no PROGRAM"),
         ] {

@@ -90,6 +90,8 @@ pub enum Failure {
     },
     /// The launcher got this signal.
     Interrupted(i32),
+    /// The job ran past its time limit (`--timeout`, `MPIEXEC_TIMEOUT`).
+    TimedOut(std::time::Duration),
     /// The launcher could not write the ranks' output to its own `stream` (stdout or
     /// stderr): a closed pipe (`broken_pipe`), a full disk.
     OutputLost {
@@ -102,12 +104,15 @@ pub enum Failure {
     },
 }
 
+/// The job's exit code past its time limit (`timeout(1)`'s).
+pub const TIMED_OUT: i32 = 124;
+
 impl Failure {
     /// The job's exit code for this failure: the rank's code or 128 + its signal; 1
     /// for a rank that did not finalize, that strands a barrier or that closed its
     /// PMI connection and lives on; the abort's code,
     /// or 1 for an abort with code 0 (an aborted job never succeeds); 128 + the
-    /// launcher's signal; for lost output 128 + SIGPIPE when the pipe was closed
+    /// launcher's signal; 124 past the time limit (as `timeout(1)`); for lost output 128 + SIGPIPE when the pipe was closed
     /// (what a shell reports of a writer its pipe ended), else 1.
     pub fn code(&self) -> i32 {
         match self {
@@ -116,6 +121,7 @@ impl Failure {
             Failure::Aborted(abort) if abort.code == 0 => 1,
             Failure::Aborted(abort) => abort.code,
             Failure::Interrupted(signal) => 128 + signal,
+            Failure::TimedOut(_) => TIMED_OUT,
             Failure::OutputLost {
                 broken_pipe: true, ..
             } => 128 + libc::SIGPIPE,
@@ -197,6 +203,11 @@ impl fmt::Display for Failure {
                 )
             }
             Failure::Interrupted(signal) => write!(f, "got signal {signal}: ending the job"),
+            Failure::TimedOut(limit) => write!(
+                f,
+                "the job ran past its time limit of {} s (--timeout, MPIEXEC_TIMEOUT): ending it",
+                limit.as_secs_f64()
+            ),
             Failure::OutputLost { stream, error, .. } => {
                 write!(
                     f,

@@ -120,6 +120,13 @@ pub fn launch(
 
     let mut verdict = Verdict::default();
     let mut interrupted: Option<i32> = None;
+    // Capped so that an absurd limit cannot overflow the clock.
+    let mut deadline = opts.timeout.map(|t| {
+        (
+            Instant::now() + t.min(Duration::from_secs(365 * 24 * 3600)),
+            t,
+        )
+    });
     let mut phase = Phase::Running;
     if started.is_err() {
         // End what did start, then report the failure.
@@ -151,6 +158,18 @@ pub fn launch(
                 if matches!(phase, Phase::Running | Phase::Grace(_)) {
                     phase = terminate(&job.ranks);
                 }
+            }
+        }
+        if let Some((_, limit)) = deadline.filter(|&(at, _)| Instant::now() >= at) {
+            deadline = None;
+            if verdict.failure.is_none() {
+                let failure = Failure::TimedOut(limit);
+                say!("[rbtl launcher] {failure}");
+                verdict.failure = Some(failure);
+            }
+            shared.universe().shut_down();
+            if matches!(phase, Phase::Running | Phase::Grace(_)) {
+                phase = terminate(&job.ranks);
             }
         }
         let ended = || {

@@ -1,5 +1,5 @@
 //! How to run a job: the number of ranks, their binding, output tagging, the grace
-//! period after a failure, and their environment.
+//! period after a failure, the time limit, and their environment.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -43,6 +43,10 @@ pub struct LaunchOptions {
     pub grace: Duration,
     /// Environment variables set in every rank, on top of the launcher's own.
     pub env: Vec<(String, String)>,
+    /// The longest the job may run: past it the launcher ends every rank (default
+    /// none; `--timeout`, or `MPIEXEC_TIMEOUT` as MPICH's and Open MPI's launchers
+    /// read it).
+    pub timeout: Option<Duration>,
 }
 
 impl Default for LaunchOptions {
@@ -53,6 +57,7 @@ impl Default for LaunchOptions {
             tag_output: false,
             grace: Duration::from_secs(1),
             env: Vec::new(),
+            timeout: None,
         }
     }
 }

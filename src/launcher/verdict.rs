@@ -150,6 +150,7 @@ impl Verdict {
             failure,
             Failure::Aborted(_)
                 | Failure::Interrupted(_)
+                | Failure::TimedOut(_)
                 | Failure::Rank {
                     exit: RankExit::Signaled(_),
                     ..

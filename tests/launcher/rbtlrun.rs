@@ -118,6 +118,48 @@ fn rbtlrun_passes_on_the_failure_code_and_abort_message() {
 }
 
 #[test]
+fn a_job_past_its_time_limit_is_ended_and_exits_124() {
+    // By the option, and by MPIEXEC_TIMEOUT (which the option overrides).
+    for (options, env) in [
+        (&["-n", "2", "--timeout", "0.5"][..], None),
+        (&["-n", "2"][..], Some("0.5")),
+        (&["-n", "2", "--timeout=0.5"][..], Some("3600")),
+    ] {
+        let mut command = rbtlrun();
+        command.args(options).args(["sleep", "30"]);
+        if let Some(v) = env {
+            command.env("MPIEXEC_TIMEOUT", v);
+        }
+        let started = std::time::Instant::now();
+        let out = output_within(command, JOB_TIMEOUT);
+        assert_eq!(out.status.code(), Some(124), "{options:?} {env:?}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("ran past its time limit of 0.5 s"),
+            "{stderr}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{options:?} {env:?}"
+        );
+    }
+    // A job within its limit is not touched; a limit that is no number is refused.
+    let out = output_of({
+        let mut c = rbtlrun();
+        c.args(["-n", "2", "true"]).env("MPIEXEC_TIMEOUT", "60");
+        c
+    });
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let out = output_of({
+        let mut c = rbtlrun();
+        c.args(["-n", "2", "true"]).env("MPIEXEC_TIMEOUT", "soon");
+        c
+    });
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("MPIEXEC_TIMEOUT=soon"));
+}
+
+#[test]
 fn rbtlrun_rejects_unknown_options_by_name() {
     let out = output_of({
         let mut c = rbtlrun();
@@ -140,6 +182,8 @@ fn rbtlrun_rejects_unknown_options_by_name() {
         "--bind-to",
         "--tag-output",
         "--grace",
+        "--timeout",
+        "MPIEXEC_TIMEOUT",
         "SIGKILL",
         "hwloc",
     ] {
