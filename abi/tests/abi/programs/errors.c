@@ -163,7 +163,7 @@ static void test_handle_errors(void) {
   EXPECT_ERR(MPI_Comm_split(MPI_COMM_WORLD, -2, 0, &c), MPI_ERR_ARG, "-2");
 
   /* Datatypes: null, freed, a freed handle whose slot was used again, another
-   * kind, predefined ones that cannot change. */
+   * kind, predefined ones that cannot change (their names can). */
   MPI_Datatype t, t2, old;
   EXPECT_ERR(MPI_Type_size(MPI_DATATYPE_NULL, &n), MPI_ERR_TYPE, "MPI_DATATYPE_NULL");
   OK(MPI_Type_contiguous(3, MPI_INT, &t));
@@ -189,7 +189,13 @@ static void test_handle_errors(void) {
   OK(MPI_Type_free(&t));
   t = MPI_INT;
   EXPECT_ERR(MPI_Type_free(&t), MPI_ERR_TYPE, "predefined");
-  EXPECT_ERR(MPI_Type_set_name(MPI_INT, "mine"), MPI_ERR_TYPE, "predefined");
+  char tname[MPI_MAX_OBJECT_NAME];
+  int tlen = 0;
+  OK(MPI_Type_set_name(MPI_INT, "mine"));
+  OK(MPI_Type_get_name(MPI_INT, tname, &tlen));
+  CHECK(strcmp(tname, "mine") == 0 && tlen == 4, "MPI_INT renamed: \"%s\"", tname);
+  OK(MPI_Type_set_name(MPI_INT, "MPI_INT"));
+  EXPECT_ERR(MPI_Type_set_name(MPI_DATATYPE_NULL, "none"), MPI_ERR_TYPE, NULL);
   EXPECT_ERR(MPI_Type_contiguous(-1, MPI_INT, &t), MPI_ERR_COUNT, NULL);
   EXPECT_ERR(MPI_Type_vector(2, 1, 1, MPI_DATATYPE_NULL, &t), MPI_ERR_TYPE, NULL);
   int ints[1];
