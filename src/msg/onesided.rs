@@ -198,22 +198,7 @@ impl Comm {
     /// `rank`'s exposed memory from its `card`: mapped here when it lies in shared
     /// memory; a card that does not parse is an error.
     pub fn target(&mut self, rank: u32, card: &[u8]) -> Result<Target> {
-        let malformed = |why: String| {
-            Error::Btl(rbtl_btl::Error::Modex(format!(
-                "rank {rank}'s window card: {why}"
-            )))
-        };
-        if card.len() < CARD_FIXED {
-            return Err(malformed(format!("{} bytes", card.len())));
-        }
-        let addr = u64::from_le_bytes(card[..8].try_into().expect("8 bytes"));
-        let len = u64::from_le_bytes(card[8..16].try_into().expect("8 bytes"));
-        let (Some(_), Ok(len)) = (addr.checked_add(len), usize::try_from(len)) else {
-            return Err(malformed(format!(
-                "{len} bytes at {addr:#x} pass the end of the address space"
-            )));
-        };
-        let handle = RemoteHandle::from_bytes(&card[CARD_FIXED..])?;
+        let (addr, len, handle) = Self::read_card(rank, card)?;
         let direct = if rank == self.rank {
             Some(addr as usize as *mut u8)
         } else {
@@ -234,6 +219,48 @@ impl Comm {
             direct,
             flags: RdmaFlags::empty(),
         })
+    }
+
+    /// `rank`'s exposed memory from its `card`, which this process maps at `at` by
+    /// means of its own (a segment both processes map, outside any transport's
+    /// heap): reached there with loads and stores, as a mapping of a transport's.
+    ///
+    /// # Safety
+    ///
+    /// `at` maps the same memory as the card describes, all its bytes, for as long as
+    /// the target is used.
+    pub unsafe fn target_mapped(&mut self, rank: u32, card: &[u8], at: *mut u8) -> Result<Target> {
+        let (addr, len, handle) = Self::read_card(rank, card)?;
+        self.route(rank)?;
+        Ok(Target {
+            rank,
+            addr,
+            len,
+            handle,
+            direct: Some(at),
+            flags: RdmaFlags::empty(),
+        })
+    }
+
+    /// The address, length and handle that `rank`'s window `card` holds.
+    fn read_card(rank: u32, card: &[u8]) -> Result<(u64, usize, RemoteHandle)> {
+        let malformed = |why: String| {
+            Error::Btl(rbtl_btl::Error::Modex(format!(
+                "rank {rank}'s window card: {why}"
+            )))
+        };
+        if card.len() < CARD_FIXED {
+            return Err(malformed(format!("{} bytes", card.len())));
+        }
+        let addr = u64::from_le_bytes(card[..8].try_into().expect("8 bytes"));
+        let len = u64::from_le_bytes(card[8..16].try_into().expect("8 bytes"));
+        let (Some(_), Ok(len)) = (addr.checked_add(len), usize::try_from(len)) else {
+            return Err(malformed(format!(
+                "{len} bytes at {addr:#x} pass the end of the address space"
+            )));
+        };
+        let handle = RemoteHandle::from_bytes(&card[CARD_FIXED..])?;
+        Ok((addr, len, handle))
     }
 
     /// Whether transfers to `t` through a transport complete without the peer's process

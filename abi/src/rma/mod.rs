@@ -49,6 +49,9 @@ enum Memory {
     Shared(SharedRegion),
     /// This process's own pages.
     Private(rbtl::mpool::Region),
+    /// A segment of a shared window's own, beyond the transport's heap: made by the
+    /// first member, mapped by every member ([`shared`]).
+    Segment(rbtl::mpool::SharedRegion),
 }
 
 /// A member's memory and control block, as this process reaches them.
@@ -365,6 +368,7 @@ impl Memory {
             Memory::User => std::ptr::null_mut(),
             Memory::Shared(r) => r.ptr(),
             Memory::Private(r) => r.as_ptr(),
+            Memory::Segment(r) => r.as_ptr(),
         }
     }
 }

@@ -5,9 +5,12 @@
 //! part starts where member i-1's ends, in every member's mapping of it. Every
 //! member maps the allocation; each exposes its own part as in any window (for its
 //! control block and the accumulates shipped to it) and reaches every part with
-//! loads and stores. Where the allocation cannot be made or mapped by every member
-//! (a member on another node, a heap too small), every member fails alike with
-//! `MPI_ERR_RMA_SHARED`.
+//! loads and stores. An allocation the heap cannot hold (or that no transport's heap
+//! serves, as over `tcp` alone) is a segment of the window's own (`memfd_create`),
+//! which the other members open through the first member's `/proc/<pid>/fd` (as
+//! `sm` opens its peers' segments; Open MPI's `osc/sm` makes a segment per window).
+//! Where the memory cannot be made or mapped by every member (a member on another
+//! node), every member fails alike with `MPI_ERR_RMA_SHARED`.
 //!
 //! `MPI_Win_shared_query` answers for any window: a member's memory where this
 //! process maps it (a window allocated on one node), else size 0 and no address.
@@ -20,11 +23,15 @@ use crate::entry::call;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
+use rbtl::mpool::SharedRegion;
 use rbtl::msg::{Exposed, Target};
 use std::ptr::{null, null_mut};
 
 /// Bytes of the first member's description of the allocation for each member.
 const CARD: usize = 1024;
+/// Bytes of it after the card: whether the allocation is a segment of its own, then
+/// the first member's pid and the segment's descriptor there.
+const OPENED: usize = 9;
 
 /// `MPI_Win_allocate_shared` (collective over `comm`): the window, whose base is this
 /// member's part of the memory. Its waits run in `inside`.
@@ -100,15 +107,33 @@ fn shared_memory(
     let c = mpi.comm(wcomm)?;
     let (n, rank) = (c.group.size() as usize, c.rank);
     let first = c.group.job_rank(0).expect("a member");
+    // A segment of its own only where every member runs on the first one's node.
+    let one_node = (0..n as u32).all(|i| {
+        c.group
+            .job_rank(i)
+            .is_some_and(|j| mpi.msg.same_node(first, j))
+    });
     let memory = match (rank, n) {
         (0, 1) => Some(mpi.take_memory(total)?),
-        (0, _) => mpi.msg.alloc_shared(total.max(1))?.map(Memory::Shared),
+        (0, _) => match mpi.msg.alloc_shared(total.max(1))? {
+            Some(r) => Some(Memory::Shared(r)),
+            None if one_node => SharedRegion::create_unnamed("win", total.max(1))
+                .ok()
+                .map(Memory::Segment),
+            None => None,
+        },
         _ => None,
     };
     // An empty description says the allocation could not be made or described.
     let mut cards = vec![0u8; if rank == 0 { n * CARD } else { 0 }];
     let exposed = match &memory {
-        Some(m) => mpi.describe(m.ptr(), total.max(1), wcomm, &mut cards),
+        Some(m) => {
+            let opened = match m {
+                Memory::Segment(r) => r.fd().map(|fd| (std::process::id(), fd)),
+                _ => None,
+            };
+            mpi.describe(m.ptr(), total.max(1), wcomm, (&mut cards, opened))
+        }
         None => None,
     };
     let mut got = vec![0u8; CARD];
@@ -125,7 +150,10 @@ fn shared_memory(
     }?;
     run_here(inside, s)?;
     let mpi = inside.state();
-    let whole = mpi.shared_target(first, &got, total);
+    let (whole, mapped) = match mpi.shared_target(first, &got, total, rank == 0) {
+        Some((t, mapped)) => (Some(t), mapped),
+        None => (None, None),
+    };
     let ok = i32::from(whole.is_some());
     let mut all_ok = 0i32;
     // SAFETY: both live until the collective, run here, ends.
@@ -143,7 +171,12 @@ fn shared_memory(
     // Mapped by every member (or given up): the description has served.
     drop(exposed);
     match (whole, all_ok) {
-        (Some(whole), 1) => Ok((memory.unwrap_or(Memory::User), whole)),
+        (Some(whole), 1) => Ok((
+            memory
+                .or(mapped.map(Memory::Segment))
+                .unwrap_or(Memory::User),
+            whole,
+        )),
         _ => {
             if let Some(Memory::Shared(r)) = memory {
                 inside.state().msg.free_shared(r)?;
@@ -151,8 +184,8 @@ fn shared_memory(
             Err(Error::new(
                 MPI_ERR_RMA_SHARED,
                 "the window's memory cannot be shared by every member: they must all \
-                 be on one node, reached by a transport that shares memory (sm), whose \
-                 heap (btl_sm_heap_size) holds the sum of their sizes",
+                 be on one node and able to open each other's memory (/proc/<pid>/fd, \
+                 as for cross-memory attach)",
             ))
         }
     }
@@ -160,14 +193,16 @@ fn shared_memory(
 
 impl Mpi {
     /// Expose `len` bytes at `at` and write into `cards` each member's description of
-    /// them (its length, u16, then the bytes): the exposure, kept until every member
-    /// has mapped them; `None`, the cards left empty, where that cannot be done.
+    /// them (its length, u16, then the bytes; then 1, the pid and the descriptor that
+    /// `opened` gives of a segment of their own, else 0): the exposure, kept until
+    /// every member has mapped them; `None`, the cards left empty, where that cannot
+    /// be done.
     fn describe(
         &mut self,
         at: *mut u8,
         len: usize,
         wcomm: Handle,
-        cards: &mut [u8],
+        (cards, opened): (&mut [u8], Option<(u32, i32)>),
     ) -> Option<Exposed> {
         // SAFETY: the memory stays allocated while the exposure lives (the caller
         // drops it before freeing the memory).
@@ -175,23 +210,50 @@ impl Mpi {
         let group = self.comm(wcomm).ok()?.group.clone();
         for (i, block) in cards.chunks_mut(CARD).enumerate() {
             let card = self.msg.card(&exposed, group.job_rank(i as u32)?).ok()?;
-            if card.len() + 2 > CARD {
+            if card.len() + 2 + OPENED > CARD {
                 block.fill(0);
                 return None;
             }
             block[..2].copy_from_slice(&(card.len() as u16).to_le_bytes());
             block[2..2 + card.len()].copy_from_slice(&card);
+            let tail = &mut block[2 + card.len()..2 + card.len() + OPENED];
+            if let Some((pid, fd)) = opened {
+                tail[0] = 1;
+                tail[1..5].copy_from_slice(&pid.to_le_bytes());
+                tail[5..9].copy_from_slice(&fd.to_le_bytes());
+            }
         }
         Some(exposed)
     }
 
-    /// The first member's allocation of `total` bytes from its description `card`,
-    /// mapped here; `None` where it is missing, malformed or not mapped.
-    fn shared_target(&mut self, first: u32, card: &[u8], total: usize) -> Option<Target> {
-        let len = u16::from_le_bytes([card[0], card[1]]) as usize;
-        let card = card.get(2..2 + len).filter(|c| !c.is_empty())?;
+    /// The first member's allocation of `total` bytes from its description `block`,
+    /// mapped here (`owner`: this is the first member), with the mapping of its
+    /// segment this process opened for it, if it is one; `None` where it is missing,
+    /// malformed or not mapped.
+    fn shared_target(
+        &mut self,
+        first: u32,
+        block: &[u8],
+        total: usize,
+        owner: bool,
+    ) -> Option<(Target, Option<SharedRegion>)> {
+        let len = u16::from_le_bytes([block[0], block[1]]) as usize;
+        let card = block.get(2..2 + len).filter(|c| !c.is_empty())?;
+        let tail = block.get(2 + len..2 + len + OPENED)?;
+        if tail[0] == 1 && !owner {
+            let pid = u32::from_le_bytes(tail[1..5].try_into().expect("4 bytes"));
+            let fd = i32::from_le_bytes(tail[5..9].try_into().expect("4 bytes"));
+            let segment = SharedRegion::open_of_process(pid, fd)
+                .ok()
+                .filter(|s| s.len() >= total)?;
+            // SAFETY: the segment is the memory the card describes (its first
+            // member's mapping of it), all of it; the window keeps the mapping as
+            // long as the target.
+            let t = unsafe { self.msg.target_mapped(first, card, segment.as_ptr()) }.ok()?;
+            return (t.len() >= total).then_some((t, Some(segment)));
+        }
         let t = self.msg.target(first, card).ok()?;
-        (t.is_direct() && t.len() >= total).then_some(t)
+        (t.is_direct() && t.len() >= total).then_some((t, None))
     }
 
     /// `MPI_Win_shared_query`: member `rank`'s size, displacement unit and address
