@@ -54,7 +54,8 @@ wait for it in a PMI barrier; the code a rank passed to PMI abort (1 if it
 passed 0), which ends the job at once, printing its message; 1 for a rank that
 used PMI, closed its connection without finalizing and lives on. A program that
 never uses PMI may exit 0 at any time. Interrupting rbtlrun (Ctrl-C, SIGTERM,
-SIGHUP) ends every rank and exits with 128+signal.
+SIGHUP) ends every rank and exits with 128+signal; a job past its time limit
+(--timeout, MPIEXEC_TIMEOUT) is ended alike and exits with 124.
 
 Each rank runs in a process group of its own (except rank 0 when stdin is a
 terminal, so that it can read it): ending the job ends what the ranks started,

@@ -112,8 +112,9 @@ impl Failure {
     /// for a rank that did not finalize, that strands a barrier or that closed its
     /// PMI connection and lives on; the abort's code,
     /// or 1 for an abort with code 0 (an aborted job never succeeds); 128 + the
-    /// launcher's signal; 124 past the time limit (as `timeout(1)`); for lost output 128 + SIGPIPE when the pipe was closed
-    /// (what a shell reports of a writer its pipe ended), else 1.
+    /// launcher's signal; 124 past the time limit (as `timeout(1)`); for lost output
+    /// 128 + SIGPIPE when the pipe was closed (what a shell reports of a writer its
+    /// pipe ended), else 1.
     pub fn code(&self) -> i32 {
         match self {
             Failure::Rank { exit, .. } => exit.code(),
