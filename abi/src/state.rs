@@ -187,6 +187,16 @@ impl Mpi {
         found.ok_or_else(|| bad_type(h))
     }
 
+    /// The datatype `h`, committed or not, to change (its name).
+    pub fn dtype_any_mut(&mut self, h: Handle) -> Result<&mut Datatype> {
+        let found = if (predefined::FIRST..predefined::END).contains(&h) {
+            self.predefined[h - predefined::FIRST].as_mut()
+        } else {
+            self.types.get_mut(h)
+        };
+        found.ok_or_else(|| bad_type(h))
+    }
+
     /// The datatype `h`, which must be committed (to be used in communication).
     #[inline(always)]
     pub fn dtype(&self, h: Handle) -> Result<&Datatype> {

@@ -86,10 +86,9 @@ impl Sig {
     /// bytes of one element: `None` where they end inside a basic element (or
     /// beyond the element).
     pub fn elements_within(&self, bytes: usize) -> Option<usize> {
-        let size = self.native_size()?;
         match self {
             _ if bytes == 0 => Some(0),
-            Sig::One(_) | Sig::Complex(_) => (bytes == size).then_some(1),
+            Sig::One(_) | Sig::Complex(_) => (bytes == self.native_size()?).then_some(1),
             Sig::Seq(parts) => {
                 let (mut left, mut elements) = (bytes, 0usize);
                 for (s, n) in parts.iter() {

@@ -1,7 +1,7 @@
 //! The questions a datatype answers: sizes and bounds, names, its envelope and
 //! contents, the elements a message of it holds; and addresses.
 
-use super::{predefined, Datatype};
+use super::Datatype;
 use crate::comm::api::{read_object_name, write_name};
 use crate::entry::{call, query_binding};
 use crate::error::{Error, Object};
@@ -69,16 +69,9 @@ pub unsafe extern "C" fn PMPI_Type_set_name(datatype: Handle, type_name: *const 
     call("MPI_Type_set_name", Object::None, |mpi| {
         // SAFETY: the binding's contract.
         let name = unsafe { read_object_name(type_name) }?;
-        mpi.dtype_any(datatype)?;
         // A predefined type's name may change too (as MPICH and Open MPI allow): in
         // this process's table of them.
-        let t = match datatype.checked_sub(predefined::FIRST) {
-            Some(i) if datatype < predefined::END => mpi.predefined[i].as_mut(),
-            _ => mpi.types.get_mut(datatype),
-        };
-        if let Some(t) = t {
-            t.name = name.into();
-        }
+        mpi.dtype_any_mut(datatype)?.name = name.into();
         Ok(())
     })
 }

@@ -68,7 +68,7 @@ pub(super) fn hardware(op: Handle, prim: Option<Prim>) -> Option<AtomicOp> {
 /// # Safety
 ///
 /// `p` holds element `i`.
-unsafe fn word(p: *const u8, i: usize, bytes: usize) -> u64 {
+pub(super) unsafe fn word(p: *const u8, i: usize, bytes: usize) -> u64 {
     // SAFETY: the caller's contract.
     unsafe {
         if bytes == 4 {

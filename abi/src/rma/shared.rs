@@ -108,16 +108,19 @@ fn shared_memory(
     let (n, rank) = (c.group.size() as usize, c.rank);
     let first = c.group.job_rank(0).expect("a member");
     // A segment of its own only where every member runs on the first one's node.
-    let one_node = (0..n as u32).all(|i| {
-        c.group
-            .job_rank(i)
-            .is_some_and(|j| mpi.msg.same_node(first, j))
-    });
+    let group = c.group.clone();
+    let one_node = |mpi: &Mpi| {
+        (0..n as u32).all(|i| {
+            group
+                .job_rank(i)
+                .is_some_and(|j| mpi.msg.same_node(first, j))
+        })
+    };
     let memory = match (rank, n) {
         (0, 1) => Some(mpi.take_memory(total)?),
         (0, _) => match mpi.msg.alloc_shared(total.max(1))? {
             Some(r) => Some(Memory::Shared(r)),
-            None if one_node => SharedRegion::create_unnamed("win", total.max(1))
+            None if one_node(mpi) => SharedRegion::create_unnamed("win", total.max(1))
                 .ok()
                 .map(Memory::Segment),
             None => None,

@@ -2,8 +2,9 @@
 //! performs, or a long one that transport atomics would perform element by element
 //! where the target applies them with the processor's atomic instructions
 //! ([`AtomicFlags::GLOB`](rbtl::btl::AtomicFlags::GLOB)), on a member whose memory
-//! this process does not map, goes to the target as a message (the message layer's served contexts,
-//! [`rbtl::msg::SERVED`]), which applies it to its own memory under the window's
+//! this process does not map, goes to the target as a message (the message layer's
+//! served contexts, [`rbtl::msg::SERVED`]), which applies it to its own memory under
+//! the window's
 //! accumulate mutex and answers with the data it replaced: one round trip, where
 //! taking the mutex remotely, reading, writing back and releasing took four (as
 //! Open MPI's `osc/pt2pt` ships its accumulates).
@@ -206,28 +207,31 @@ fn pieces_of(
 ) {
     let gather = s.kind == Kind::Accumulate;
     let mut packed = 0;
-    // The request gathering short runs: its first range and bytes so far.
+    // The request gathering short runs: its first range and bytes so far, ended
+    // (made a piece) when the next run does not fit or is long.
     let mut open: Option<(usize, usize)> = None;
+    let end = |open: Option<(usize, usize)>, pieces: &mut Vec<Piece>, ranges: usize, packed| {
+        if let Some((first, n)) = open {
+            pieces.push((first..ranges, packed - n, n));
+        }
+    };
     for &(off, len) in runs {
         if gather && len <= step / 2 {
-            let fits =
-                open.is_some_and(|(first, n)| n + len + RANGE * (ranges.len() - first + 1) <= step);
-            if !fits {
-                if let Some((first, n)) = open.take() {
-                    pieces.push((first..ranges.len(), packed - n, n));
+            let (first, n) = match open {
+                Some((first, n)) if n + len + RANGE * (ranges.len() - first + 1) <= step => {
+                    (first, n)
                 }
-                open = Some((ranges.len(), 0));
-            }
+                other => {
+                    end(other, pieces, ranges.len(), packed);
+                    (ranges.len(), 0)
+                }
+            };
             ranges.push((off, len));
-            if let Some(o) = open.as_mut() {
-                o.1 += len;
-            }
+            open = Some((first, n + len));
             packed += len;
             continue;
         }
-        if let Some((first, n)) = open.take() {
-            pieces.push((first..ranges.len(), packed - n, n));
-        }
+        end(open.take(), pieces, ranges.len(), packed);
         let mut done = 0;
         while done < len {
             let mut n = step.min(len - done);
@@ -240,9 +244,7 @@ fn pieces_of(
         }
         packed += len;
     }
-    if let Some((first, n)) = open {
-        pieces.push((first..ranges.len(), packed - n, n));
-    }
+    end(open, pieces, ranges.len(), packed);
 }
 
 /// Start `out` (emptied) with the header of a request `s` on the `len` bytes at
@@ -329,7 +331,7 @@ impl Mpi {
         let mut sent = Ok(());
         let mut at = 0;
         for (i, (these, from, n)) in pieces.iter().enumerate() {
-            let (from, n) = (*from, *n);
+            let (these, from, n) = (&ranges[these.clone()], *from, *n);
             let tag = ANSWER_TAG + i as i32;
             // SAFETY: `answers` outlives every receive: each is waited for below.
             let r = unsafe {
@@ -350,7 +352,7 @@ impl Mpi {
             }
             at += cap(n);
             let fetch = !fetched.is_null();
-            if let [(off, span)] = ranges[these.clone()] {
+            if let [(off, span)] = *these {
                 header(request, s, fetch, added + off, span);
             } else {
                 let runs = Ship {
@@ -358,9 +360,9 @@ impl Mpi {
                     prim: s.prim,
                     op: s.op,
                 };
-                let span = ranges[these.clone()].iter().map(|r| r.1).sum();
+                let span = these.iter().map(|r| r.1).sum();
                 header(request, &runs, fetch, these.len(), span);
-                for &(off, len) in &ranges[these.clone()] {
+                for &(off, len) in these {
                     request.extend_from_slice(&((added + off) as u64).to_le_bytes());
                     request.extend_from_slice(&(len as u64).to_le_bytes());
                 }

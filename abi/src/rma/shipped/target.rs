@@ -2,7 +2,7 @@
 //! to this process's memory under the window's accumulate mutex ([`super`] has the
 //! protocol and the origin's side).
 
-use super::super::atomics::hardware;
+use super::super::atomics::{hardware, word};
 use super::super::dynamic::{self, Attached};
 use super::super::sync::EXCLUSIVE;
 use super::super::ACC_WORD;
@@ -15,7 +15,7 @@ use rbtl::msg::{Served, ServedRequest, Server, SERVED};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A window's memory and control block, as its own process reaches them.
 #[derive(Clone)]
@@ -372,8 +372,9 @@ unsafe fn apply_gapped(
 }
 
 /// Apply `atomic` with each of the `n` words of `bytes` (4 or 8) in `operand` (none
-/// for `MPI_NO_OP`, `no_op`: the words are only read) to the words at `at`, each with
-/// one atomic instruction; their previous values appended to `fetched` when given.
+/// for `MPI_NO_OP`, `no_op`: an add of 0, as transports fetch) to the words at `at`,
+/// each with one atomic instruction; their previous values appended to `fetched`
+/// when given.
 ///
 /// # Safety
 ///
@@ -398,34 +399,21 @@ unsafe fn apply_atomically(
         width,
     };
     for i in 0..n {
-        // SAFETY: the caller's contract: word `i` is aligned and reached atomically.
-        let word = unsafe { at.add(i * bytes) };
-        let old = if no_op {
-            // SAFETY: as above.
-            unsafe { load(word, width) }
-        } else {
-            let mut v = [0u8; 8];
-            v[..bytes].copy_from_slice(&operand[i * bytes..(i + 1) * bytes]);
-            // SAFETY: as above.
-            unsafe { request.apply(word, u64::from_ne_bytes(v), 0) }
+        // SAFETY: the caller's contract: operand `i` is there unless `no_op`; word
+        // `i` is aligned and reached atomically.
+        let old = unsafe {
+            let v = if no_op {
+                0
+            } else {
+                word(operand.as_ptr(), i, bytes)
+            };
+            request.apply(at.add(i * bytes), v, 0)
         };
         if let Some(out) = fetched.as_deref_mut() {
-            out.extend_from_slice(&old.to_ne_bytes()[..bytes]);
-        }
-    }
-}
-
-/// The word of `width` at `at`, read atomically (zero-extended).
-///
-/// # Safety
-///
-/// `at` holds an aligned word of `width`, reached only atomically.
-unsafe fn load(at: *mut u8, width: AtomicWidth) -> u64 {
-    // SAFETY: the caller's contract.
-    unsafe {
-        match width {
-            AtomicWidth::W32 => u64::from(AtomicU32::from_ptr(at.cast()).load(Ordering::Acquire)),
-            AtomicWidth::W64 => AtomicU64::from_ptr(at.cast()).load(Ordering::Acquire),
+            match width {
+                AtomicWidth::W32 => out.extend_from_slice(&(old as u32).to_ne_bytes()),
+                AtomicWidth::W64 => out.extend_from_slice(&old.to_ne_bytes()),
+            }
         }
     }
 }
