@@ -1,11 +1,12 @@
 //! The large-count bindings with arrays of counts or displacements (MPI 4.1, 2.5.8):
-//! `MPI_Allgatherv_c`, `MPI_Alltoallw_c`, `MPI_Type_create_struct_c`, ... Each copies
+//! `MPI_Allgatherv_c`, `MPI_Alltoallw_c`, ... (the type constructors' are in
+//! `datatype::constructors` and `datatype::arrays`). Each copies
 //! its arrays into `int` arrays of its own, as `large_count` narrows single counts,
 //! and calls its `int` twin with them; a value beyond `int` (2,147,483,647) is refused
 //! with `MPI_ERR_COUNT`, naming the binding and the array. An array is read only where
 //! the standard makes it significant: as many entries as the communicator has members
 //! (the remote group's on an intercommunicator), as the process has neighbours in or
-//! out of its topology, or as the type constructor's `count`; a rooted collective's
+//! out of its topology; a rooted collective's
 //! at its root alone; a send side that `MPI_IN_PLACE` replaces not at all. The twin
 //! judges the rest (a null array, a bad communicator) and its errors name the twin.
 //! A persistent collective (`_init_c`) keeps its copies as long as its request, as
@@ -135,11 +136,6 @@ impl Narrowed {
     /// The neighbours blocks go to.
     fn destinations(&self) -> Option<usize> {
         self.neighbours.map(|n| n.1)
-    }
-
-    /// A type constructor's `count`, where it is one.
-    fn count(count: Count) -> Option<usize> {
-        usize::try_from(count).ok()
     }
 }
 
@@ -277,66 +273,3 @@ large_collective!(PMPI_Neighbor_alltoallw_c, PMPI_Ineighbor_alltoallw_c, PMPI_Ne
     (sendbuf: *const c_void, sendcounts: *const Count, sdispls: *const Aint, sendtypes: *const Handle, recvbuf: *mut c_void, recvcounts: *const Count, rdispls: *const Aint, recvtypes: *const Handle, comm: Handle),
     |n| (sendbuf, n.each("sendcounts", sendcounts, n.destinations())?, sdispls, sendtypes, recvbuf,
         n.each("recvcounts", recvcounts, n.sources())?, rdispls, recvtypes, comm));
-
-use crate::datatype::api::*;
-
-/// A type constructor's large-count form, narrowing its `count` and arrays.
-macro_rules! large_constructor {
-    ($name:ident => $twin:ident, ($($arg:ident: $ty:ty),*), |$n:ident| ($($pass:expr),*)) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
-            narrowed(&stringify!($name)[1..], Object::None, None, |$n| {
-                // SAFETY: the binding's contract, passed on with its arrays narrowed.
-                Ok(unsafe { $twin($($pass),*) })
-            })
-        }
-    };
-}
-
-// (Displacements in bytes are `MPI_Count` here and `MPI_Aint` in the twin: the same
-// width, passed as they are.)
-large_constructor!(PMPI_Type_indexed_c => PMPI_Type_indexed,
-    (count: Count, array_of_blocklengths: *const Count, array_of_displacements: *const Count, oldtype: Handle, newtype: *mut Handle),
-    |n| (n.one("count", count)?,
-        n.each("array_of_blocklengths", array_of_blocklengths, Narrowed::count(count))?,
-        n.each("array_of_displacements", array_of_displacements, Narrowed::count(count))?,
-        oldtype, newtype));
-
-large_constructor!(PMPI_Type_create_hindexed_c => PMPI_Type_create_hindexed,
-    (count: Count, array_of_blocklengths: *const Count, array_of_displacements: *const Count, oldtype: Handle, newtype: *mut Handle),
-    |n| (n.one("count", count)?,
-        n.each("array_of_blocklengths", array_of_blocklengths, Narrowed::count(count))?,
-        array_of_displacements.cast(), oldtype, newtype));
-
-large_constructor!(PMPI_Type_create_indexed_block_c => PMPI_Type_create_indexed_block,
-    (count: Count, blocklength: Count, array_of_displacements: *const Count, oldtype: Handle, newtype: *mut Handle),
-    |n| (n.one("count", count)?, n.one("blocklength", blocklength)?,
-        n.each("array_of_displacements", array_of_displacements, Narrowed::count(count))?,
-        oldtype, newtype));
-
-large_constructor!(PMPI_Type_create_hindexed_block_c => PMPI_Type_create_hindexed_block,
-    (count: Count, blocklength: Count, array_of_displacements: *const Count, oldtype: Handle, newtype: *mut Handle),
-    |n| (n.one("count", count)?, n.one("blocklength", blocklength)?,
-        array_of_displacements.cast(), oldtype, newtype));
-
-large_constructor!(PMPI_Type_create_struct_c => PMPI_Type_create_struct,
-    (count: Count, array_of_blocklengths: *const Count, array_of_displacements: *const Count, array_of_types: *const Handle, newtype: *mut Handle),
-    |n| (n.one("count", count)?,
-        n.each("array_of_blocklengths", array_of_blocklengths, Narrowed::count(count))?,
-        array_of_displacements.cast(), array_of_types, newtype));
-
-use crate::datatype::arrays::{PMPI_Type_create_darray, PMPI_Type_create_subarray};
-
-large_constructor!(PMPI_Type_create_subarray_c => PMPI_Type_create_subarray,
-    (ndims: c_int, array_of_sizes: *const Count, array_of_subsizes: *const Count, array_of_starts: *const Count, order: c_int, oldtype: Handle, newtype: *mut Handle),
-    |n| (ndims,
-        n.each("array_of_sizes", array_of_sizes, usize::try_from(ndims).ok())?,
-        n.each("array_of_subsizes", array_of_subsizes, usize::try_from(ndims).ok())?,
-        n.each("array_of_starts", array_of_starts, usize::try_from(ndims).ok())?,
-        order, oldtype, newtype));
-
-large_constructor!(PMPI_Type_create_darray_c => PMPI_Type_create_darray,
-    (size: c_int, rank: c_int, ndims: c_int, array_of_gsizes: *const Count, array_of_distribs: *const c_int, array_of_dargs: *const c_int, array_of_psizes: *const c_int, order: c_int, oldtype: Handle, newtype: *mut Handle),
-    |n| (size, rank, ndims,
-        n.each("array_of_gsizes", array_of_gsizes, usize::try_from(ndims).ok())?,
-        array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype));

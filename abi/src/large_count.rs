@@ -3,7 +3,8 @@
 //! the twin's `int` and calls it, and widens what the twin writes back. A count of
 //! a datatype's elements beyond `int` (2,147,483,647) becomes one element of a type
 //! made of that many ([`widen`]: as BigMPI does), except in reductions and
-//! accumulates (whose operations take basic types) and in the type constructors.
+//! accumulates (whose operations take basic types). (The type constructors' `_c`
+//! forms take large counts themselves: `datatype::constructors`.)
 //! The blocking reductions (`MPI_Reduce_c`, `MPI_Allreduce_c`, `MPI_Scan_c`,
 //! `MPI_Exscan_c`, `MPI_Reduce_local_c`) reduce such a count in pieces, each an
 //! `int` count (`in_pieces`: every element is reduced on its own). Any other
@@ -44,6 +45,7 @@ impl crate::state::Mpi {
             combiner: MPI_COMBINER_CONTIGUOUS,
             ints: Vec::new(),
             addresses: Vec::new(),
+            counts: Vec::new(),
             types: vec![old],
         };
         let mut t = l.finish(false, envelope)?;

@@ -6,6 +6,7 @@
 //! bound 0, extent the array's): what MPI-IO file views are made of.
 
 use super::build::resized;
+use super::constructors::{counts, envelope, Form, Wide};
 use super::{Envelope, Layout};
 use crate::entry::call;
 use crate::error::{array, non_null, Error, Object, Result};
@@ -154,29 +155,27 @@ fn distributed(
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_create_subarray(
+/// `MPI_Type_create_subarray` in `form`.
+///
+/// # Safety
+///
+/// Each array holds `ndims` items.
+unsafe fn subarray<T: Wide>(
+    (name, form): (&str, Form),
     ndims: c_int,
-    array_of_sizes: *const c_int,
-    array_of_subsizes: *const c_int,
-    array_of_starts: *const c_int,
+    (sizes, subsizes, starts): (*const T, *const T, *const T),
     order: c_int,
     oldtype: Handle,
-    newtype: *mut Handle,
+    out: *mut Handle,
 ) -> c_int {
-    call("MPI_Type_create_subarray", Object::None, |mpi| {
+    call(name, Object::None, |mpi| {
         let n = usize::try_from(ndims)
             .ok()
             .filter(|n| *n > 0)
             .ok_or_else(|| bad(format!("ndims {ndims}")))?;
-        // SAFETY: the binding's contract: `ndims` of each.
-        let (sizes, subsizes, starts) = unsafe {
-            (
-                ints(array_of_sizes, n)?,
-                ints(array_of_subsizes, n)?,
-                ints(array_of_starts, n)?,
-            )
-        };
+        // SAFETY: the caller's contract: `ndims` of each.
+        let (sizes, subsizes, starts) =
+            unsafe { (counts(sizes, n)?, counts(subsizes, n)?, counts(starts, n)?) };
         let mut owned = Vec::with_capacity(n);
         let mut dims = Vec::with_capacity(n);
         for d in 0..n {
@@ -189,45 +188,97 @@ pub unsafe extern "C" fn PMPI_Type_create_subarray(
             dims.push(g as usize);
             owned.push((a as usize..(a + s) as usize).collect::<Vec<_>>());
         }
-        let e = Envelope {
-            combiner: MPI_COMBINER_SUBARRAY,
-            ints: [&[ndims][..], &sizes, &subsizes, &starts, &[order]].concat(),
-            addresses: vec![],
-            types: vec![oldtype],
+        let wide = [&sizes[..], &subsizes, &starts].concat();
+        let e = match form {
+            Form::Int => envelope(
+                form,
+                MPI_COMBINER_SUBARRAY,
+                &[&[ndims.into()][..], &wide, &[order.into()]].concat(),
+                &[],
+                vec![oldtype],
+            ),
+            Form::Large => Envelope {
+                ints: vec![ndims, order],
+                ..envelope(form, MPI_COMBINER_SUBARRAY, &wide, &[], vec![oldtype])
+            },
         };
         let (dims, owned) = (slowest_first(&dims, order)?, slowest_first(&owned, order)?);
-        mpi.array_part(&dims, &owned, oldtype, e, newtype)
+        mpi.array_part(&dims, &owned, oldtype, e, out)
     })
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_create_darray(
-    size: c_int,
-    rank: c_int,
+pub unsafe extern "C" fn PMPI_Type_create_subarray(
     ndims: c_int,
-    array_of_gsizes: *const c_int,
-    array_of_distribs: *const c_int,
-    array_of_dargs: *const c_int,
-    array_of_psizes: *const c_int,
+    array_of_sizes: *const c_int,
+    array_of_subsizes: *const c_int,
+    array_of_starts: *const c_int,
     order: c_int,
     oldtype: Handle,
     newtype: *mut Handle,
 ) -> c_int {
-    call("MPI_Type_create_darray", Object::None, |mpi| {
+    let arrays = (array_of_sizes, array_of_subsizes, array_of_starts);
+    let name = ("MPI_Type_create_subarray", Form::Int);
+    // SAFETY: the binding's contract: `ndims` of each.
+    unsafe { subarray(name, ndims, arrays, order, oldtype, newtype) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_create_subarray_c(
+    ndims: c_int,
+    array_of_sizes: *const Count,
+    array_of_subsizes: *const Count,
+    array_of_starts: *const Count,
+    order: c_int,
+    oldtype: Handle,
+    newtype: *mut Handle,
+) -> c_int {
+    let arrays = (array_of_sizes, array_of_subsizes, array_of_starts);
+    let name = ("MPI_Type_create_subarray_c", Form::Large);
+    // SAFETY: the binding's contract: `ndims` of each.
+    unsafe { subarray(name, ndims, arrays, order, oldtype, newtype) }
+}
+
+/// How the processes share an array in `MPI_Type_create_darray`: the grid's
+/// size, this process's rank in it, and per dimension the distribution, its
+/// argument and the processes along it.
+struct Grid {
+    size: c_int,
+    rank: c_int,
+    distribs: *const c_int,
+    dargs: *const c_int,
+    psizes: *const c_int,
+}
+
+/// `MPI_Type_create_darray` in `form`.
+///
+/// # Safety
+///
+/// Each array holds `ndims` items.
+unsafe fn darray<T: Wide>(
+    (name, form): (&str, Form),
+    grid: Grid,
+    (ndims, gsizes): (c_int, *const T),
+    order: c_int,
+    oldtype: Handle,
+    out: *mut Handle,
+) -> c_int {
+    call(name, Object::None, |mpi| {
+        let Grid { size, rank, .. } = grid;
         let n = usize::try_from(ndims)
             .ok()
             .filter(|n| *n > 0)
             .ok_or_else(|| bad(format!("ndims {ndims}")))?;
-        // SAFETY: the binding's contract: `ndims` of each.
+        // SAFETY: the caller's contract: `ndims` of each.
         let (gsizes, distribs, dargs, psizes) = unsafe {
             (
-                ints(array_of_gsizes, n)?,
-                ints(array_of_distribs, n)?,
-                ints(array_of_dargs, n)?,
-                ints(array_of_psizes, n)?,
+                counts(gsizes, n)?,
+                ints(grid.distribs, n)?,
+                ints(grid.dargs, n)?,
+                ints(grid.psizes, n)?,
             )
         };
-        if gsizes.iter().chain(&psizes).any(|&x| x < 1) {
+        if gsizes.iter().any(|&x| x < 1) || psizes.iter().any(|&x| x < 1) {
             return Err(bad(
                 "every global size and process count must be positive".into()
             ));
@@ -250,24 +301,91 @@ pub unsafe extern "C" fn PMPI_Type_create_darray(
             let place = (gsizes[d] as usize, psizes[d] as usize, coords[d]);
             owned.push(distributed(d, place, distribs[d], dargs[d])?);
         }
-        let e = Envelope {
-            combiner: MPI_COMBINER_DARRAY,
-            ints: [
-                &[size, rank, ndims][..],
-                &gsizes,
-                &distribs,
-                &dargs,
-                &psizes,
-                &[order],
-            ]
-            .concat(),
-            addresses: vec![],
-            types: vec![oldtype],
+        let shares = [&distribs[..], &dargs, &psizes, &[order]].concat();
+        let e = match form {
+            Form::Int => {
+                let head = [size, rank, ndims].map(Count::from);
+                let shares: Vec<Count> = shares.iter().map(|&i| i.into()).collect();
+                let all = [&head[..], &gsizes, &shares].concat();
+                envelope(form, MPI_COMBINER_DARRAY, &all, &[], vec![oldtype])
+            }
+            Form::Large => Envelope {
+                ints: [&[size, rank, ndims][..], &shares].concat(),
+                ..envelope(form, MPI_COMBINER_DARRAY, &gsizes, &[], vec![oldtype])
+            },
         };
         let dims: Vec<usize> = gsizes.iter().map(|&g| g as usize).collect();
         let (dims, owned) = (slowest_first(&dims, order)?, slowest_first(&owned, order)?);
-        mpi.array_part(&dims, &owned, oldtype, e, newtype)
+        mpi.array_part(&dims, &owned, oldtype, e, out)
     })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_create_darray(
+    size: c_int,
+    rank: c_int,
+    ndims: c_int,
+    array_of_gsizes: *const c_int,
+    array_of_distribs: *const c_int,
+    array_of_dargs: *const c_int,
+    array_of_psizes: *const c_int,
+    order: c_int,
+    oldtype: Handle,
+    newtype: *mut Handle,
+) -> c_int {
+    let grid = Grid {
+        size,
+        rank,
+        distribs: array_of_distribs,
+        dargs: array_of_dargs,
+        psizes: array_of_psizes,
+    };
+    let name = ("MPI_Type_create_darray", Form::Int);
+    // SAFETY: the binding's contract: `ndims` of each.
+    unsafe {
+        darray(
+            name,
+            grid,
+            (ndims, array_of_gsizes),
+            order,
+            oldtype,
+            newtype,
+        )
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Type_create_darray_c(
+    size: c_int,
+    rank: c_int,
+    ndims: c_int,
+    array_of_gsizes: *const Count,
+    array_of_distribs: *const c_int,
+    array_of_dargs: *const c_int,
+    array_of_psizes: *const c_int,
+    order: c_int,
+    oldtype: Handle,
+    newtype: *mut Handle,
+) -> c_int {
+    let grid = Grid {
+        size,
+        rank,
+        distribs: array_of_distribs,
+        dargs: array_of_dargs,
+        psizes: array_of_psizes,
+    };
+    let name = ("MPI_Type_create_darray_c", Form::Large);
+    // SAFETY: the binding's contract: `ndims` of each.
+    unsafe {
+        darray(
+            name,
+            grid,
+            (ndims, array_of_gsizes),
+            order,
+            oldtype,
+            newtype,
+        )
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! displacements, and the new type's runs, bounds and kind follow from that.
 
 use super::external::Sig;
-use super::{Block, Datatype, Envelope, Prim};
+use super::{Block, Blocks, Datatype, Envelope, Prim};
 use crate::error::{Error, Result};
 use crate::ffi::*;
 use std::sync::Arc;
@@ -10,7 +10,8 @@ use std::sync::Arc;
 /// The elements of a type being made: copies of older types at byte displacements.
 #[derive(Default)]
 pub struct Layout<'a> {
-    parts: Vec<(isize, &'a Datatype, usize)>,
+    /// (displacement, type, count, bytes from one copy to the next).
+    parts: Vec<(isize, &'a Datatype, usize, isize)>,
 }
 
 impl<'a> Layout<'a> {
@@ -21,7 +22,13 @@ impl<'a> Layout<'a> {
 
     /// `count` elements of `ty`, one after the other from byte `disp`.
     pub fn push(&mut self, disp: isize, ty: &'a Datatype, count: usize) {
-        self.parts.push((disp, ty, count));
+        self.parts.push((disp, ty, count, ty.extent()));
+    }
+
+    /// `count` elements of `ty` from byte `disp`, each `stride` bytes after the
+    /// one before.
+    pub fn push_strided(&mut self, disp: isize, ty: &'a Datatype, count: usize, stride: isize) {
+        self.parts.push((disp, ty, count, stride));
     }
 
     /// The new type. `padded`: round its extent up to its alignment, as a C struct
@@ -33,12 +40,11 @@ impl<'a> Layout<'a> {
                 "the datatype's size overflows the address space",
             )
         };
-        let mut blocks: Vec<Block> = Vec::new();
         let (mut size, mut elements) = (0usize, 0usize);
         let mut bounds: Option<(isize, isize)> = None;
         let mut prim: Option<Option<Prim>> = None;
         let mut align = 1;
-        for &(disp, ty, count) in &self.parts {
+        for &(disp, ty, count, stride) in &self.parts {
             if count == 0 {
                 continue;
             }
@@ -58,10 +64,9 @@ impl<'a> Layout<'a> {
                 Some(p) if p == ty.prim => p,
                 Some(_) => None,
             });
-            let extent = ty.extent();
             let last = isize::try_from(count - 1)
                 .ok()
-                .and_then(|c| c.checked_mul(extent))
+                .and_then(|c| c.checked_mul(stride))
                 .and_then(|o| o.checked_add(disp))
                 .ok_or_else(too_big)?;
             let lb = (disp + ty.lb).min(last + ty.lb);
@@ -70,29 +75,8 @@ impl<'a> Layout<'a> {
                 None => (lb, ub),
                 Some((l, u)) => (l.min(lb), u.max(ub)),
             });
-            // Copies of a type without gaps (its one run as long as its extent) touch
-            // one another: one run for all of them, however many.
-            if let [(off, len)] = ty.blocks[..] {
-                if len as isize == extent {
-                    let all = len.checked_mul(count).ok_or_else(too_big)?;
-                    push_run(&mut blocks, disp + off, all);
-                    continue;
-                }
-            }
-            if blocks
-                .len()
-                .saturating_add(count.saturating_mul(ty.blocks.len()))
-                > MAX_BLOCKS
-            {
-                return Err(too_many_runs());
-            }
-            for k in 0..count as isize {
-                let at = disp + k * extent;
-                for &(off, len) in ty.blocks.iter() {
-                    push_run(&mut blocks, at + off, len);
-                }
-            }
         }
+        let blocks = self.runs()?;
         let (mut lb, mut ub) = bounds.unwrap_or((0, 0));
         if padded {
             let extent = ub - lb;
@@ -105,12 +89,11 @@ impl<'a> Layout<'a> {
             lb = 0;
             ub = 0;
         }
-        let true_lb = blocks.iter().map(|b| b.0).min().unwrap_or(0);
-        let true_ub = blocks.iter().map(|b| b.0 + b.1 as isize).max().unwrap_or(0);
-        let contiguous = match blocks[..] {
-            [] => size == 0 && lb == ub,
-            [(0, len)] => lb == 0 && ub == len as isize,
-            _ => false,
+        let (true_lb, true_ub) = blocks.bounds().unwrap_or((0, 0));
+        let contiguous = match blocks.single() {
+            None => blocks.is_empty() && size == 0 && lb == ub,
+            Some((0, len)) => lb == 0 && ub == len as isize,
+            Some(_) => false,
         };
         Ok(Datatype {
             size,
@@ -118,7 +101,7 @@ impl<'a> Layout<'a> {
             ub,
             true_lb,
             true_ub,
-            blocks: Arc::from(blocks),
+            blocks,
             prim: prim.flatten(),
             elements,
             align,
@@ -132,21 +115,69 @@ impl<'a> Layout<'a> {
                 self.parts
                     .iter()
                     .filter(|p| p.2 > 0)
-                    .map(|&(_, ty, count)| (ty.sig.clone(), count))
+                    .map(|&(_, ty, count, _)| (ty.sig.clone(), count))
                     .collect(),
             ),
         })
     }
+
+    /// The runs of the parts (whose bounds have been checked): listed, or, when one
+    /// part alone would make more than [`FLAT_MOST`] of them, its type's runs and
+    /// their stride.
+    fn runs(&self) -> Result<Blocks> {
+        let parts: Vec<_> = self.parts.iter().filter(|p| p.2 > 0).collect();
+        // Copies of a type without gaps (its one run as long as the stride) touch one
+        // another: one run for all of them, however many.
+        let touching = |ty: &Datatype, stride: isize| {
+            ty.blocks
+                .single()
+                .filter(|&(_, len)| len as isize == stride)
+        };
+        let total = parts.iter().fold(0usize, |n, &&(_, ty, count, stride)| {
+            let runs = match touching(ty, stride) {
+                Some(_) => 1,
+                None => ty.blocks.len().saturating_mul(count),
+            };
+            n.saturating_add(runs)
+        });
+        if let [&(disp, ty, count, stride)] = parts[..] {
+            if total > FLAT_MOST && touching(ty, stride).is_none() {
+                return Ok(ty.blocks.repeated(count, stride, disp));
+            }
+        }
+        if total > MAX_BLOCKS {
+            return Err(too_many_runs());
+        }
+        let mut blocks: Vec<Block> = Vec::new();
+        for &&(disp, ty, count, stride) in &parts {
+            if let Some((off, len)) = touching(ty, stride) {
+                // (Within the size, which has been checked.)
+                push_run(&mut blocks, disp + off, len * count);
+                continue;
+            }
+            for k in 0..count as isize {
+                let at = disp + k * stride;
+                for (off, len) in ty.blocks.iter() {
+                    push_run(&mut blocks, at + off, len);
+                }
+            }
+        }
+        Ok(Blocks::flat(blocks))
+    }
 }
 
-/// Most runs of bytes a flattened type may hold.
+/// Most runs a type lists one by one when it is made of one older type: beyond,
+/// it keeps that type's runs and their stride ([`Blocks::repeated`]).
+pub const FLAT_MOST: usize = 1 << 16;
+
+/// Most runs a type made of several parts may list.
 pub const MAX_BLOCKS: usize = 1 << 24;
 
-/// The error of a type of more than [`MAX_BLOCKS`] runs.
+/// The error of a type of more than [`MAX_BLOCKS`] runs in several parts.
 pub fn too_many_runs() -> Error {
     Error::new(
         MPI_ERR_TYPE,
-        format!("the datatype has more than {MAX_BLOCKS} separate runs of bytes: this library flattens types and cannot hold it"),
+        format!("the datatype's parts make more than {MAX_BLOCKS} separate runs of bytes: this library lists the runs of a type made of several older types and cannot hold it"),
     )
 }
 
@@ -169,7 +200,7 @@ pub fn resized(old: &Datatype, lb: isize, extent: isize, envelope: Envelope) -> 
     let mut t = old.clone();
     t.lb = lb;
     t.ub = lb + extent;
-    t.contiguous = matches!(t.blocks[..], [(0, len)] if lb == 0 && extent == len as isize);
+    t.contiguous = matches!(t.blocks.single(), Some((0, len)) if lb == 0 && extent == len as isize);
     t.name = "".into();
     t.committed = false;
     t.predefined = false;
@@ -191,6 +222,7 @@ mod tests {
             combiner: MPI_COMBINER_CONTIGUOUS,
             ints: vec![],
             addresses: vec![],
+            counts: Vec::new(),
             types: vec![],
         }
     }
@@ -204,7 +236,10 @@ mod tests {
             l.push(i * 16, &int, 2);
         }
         let t = l.finish(false, env()).unwrap();
-        assert_eq!(&t.blocks[..], &[(0, 8), (16, 8), (32, 8)]);
+        assert_eq!(
+            t.blocks.iter().collect::<Vec<_>>(),
+            [(0, 8), (16, 8), (32, 8)]
+        );
         assert_eq!((t.size, t.lb, t.ub, t.extent()), (24, 0, 40, 40));
         assert_eq!(
             t.prim,
@@ -234,7 +269,7 @@ mod tests {
         let t = l.finish(true, env()).unwrap();
         assert_eq!((t.size, t.extent()), (9, 16));
         assert_eq!(t.prim, None, "mixed kinds");
-        assert_eq!(&t.blocks[..], &[(0, 9)]);
+        assert_eq!(t.blocks.single(), Some((0, 9)));
     }
 
     #[test]

@@ -92,6 +92,7 @@ impl Mpi {
             combiner,
             ints,
             addresses: vec![],
+            counts: Vec::new(),
             types: vec![],
         };
         let made = self

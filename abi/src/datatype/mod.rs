@@ -2,7 +2,8 @@
 //!
 //! A datatype is flattened once, when it is made, into the runs of contiguous bytes
 //! one element occupies ([`Datatype::blocks`], in the order of its type map, adjacent
-//! runs merged) with its bounds; packing and unpacking walk those runs. A type whose
+//! runs merged; very many runs of one older type kept as its runs and their strides)
+//! with its bounds; packing and unpacking walk those runs. A type whose
 //! one run starts at 0 and fills its extent is contiguous: messages of it move
 //! straight from and to the user's buffer.
 
@@ -10,13 +11,16 @@ pub mod api;
 pub mod arrays;
 pub mod attr;
 mod build;
+pub mod constructors;
 pub mod external;
 pub mod f90;
 pub mod pack;
 pub mod predefined;
 pub mod query;
+pub mod runs;
 
 pub use build::Layout;
+pub use runs::Blocks;
 
 use crate::ffi::*;
 use std::sync::Arc;
@@ -179,6 +183,8 @@ pub struct Envelope {
     pub combiner: c_int,
     pub ints: Vec<c_int>,
     pub addresses: Vec<Aint>,
+    /// The large counts (of a type made by a large-count constructor).
+    pub counts: Vec<Count>,
     pub types: Vec<Handle>,
 }
 
@@ -194,7 +200,7 @@ pub struct Datatype {
     pub true_lb: isize,
     pub true_ub: isize,
     /// The runs of one element, in type-map order.
-    pub blocks: Arc<[Block]>,
+    pub blocks: Blocks,
     /// The one basic kind of every element, if they are all of one kind.
     pub prim: Option<Prim>,
     /// Basic elements in one element.
@@ -269,18 +275,19 @@ impl Datatype {
     /// A predefined type of one basic kind.
     pub fn basic(name: &str, prim: Prim) -> Datatype {
         let extent = prim.extent() as isize;
-        let blocks: Arc<[Block]> = match prim {
-            Prim::Pair(p) => Arc::from(p.blocks()),
-            p => Arc::from(vec![(0, p.size())]),
+        let runs = match prim {
+            Prim::Pair(p) => p.blocks(),
+            p => vec![(0, p.size())],
         };
-        let true_ub = blocks.last().map_or(0, |b| b.0 + b.1 as isize);
+        let true_ub = runs.last().map_or(0, |b| b.0 + b.1 as isize);
+        let blocks = Blocks::flat(runs);
         Datatype {
             size: prim.size(),
             lb: 0,
             ub: extent,
             true_lb: 0,
             true_ub,
-            contiguous: blocks.len() == 1 && prim.size() as isize == extent,
+            contiguous: blocks.single().is_some() && prim.size() as isize == extent,
             blocks,
             prim: Some(prim),
             elements: match prim {

@@ -50,7 +50,7 @@ fn walk(ty: &Datatype, count: usize, limit: usize, mut f: impl FnMut(isize, usiz
     }
     for k in 0..count as isize {
         let at = k * extent;
-        for &(off, len) in ty.blocks.iter() {
+        for (off, len) in ty.blocks.iter() {
             if pos >= limit {
                 return;
             }
@@ -80,6 +80,7 @@ mod tests {
             combiner: MPI_COMBINER_VECTOR,
             ints: vec![3, 2, 3],
             addresses: vec![],
+            counts: Vec::new(),
             types: vec![MPI_INT],
         };
         let t = l.finish(false, env).unwrap();

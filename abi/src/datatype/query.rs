@@ -6,6 +6,7 @@ use crate::comm::api::{read_object_name, write_name};
 use crate::entry::{call, query_binding};
 use crate::error::{Error, Object};
 use crate::ffi::*;
+use std::ptr::null_mut;
 
 /// A binding `$name` that asks datatype `datatype` its size or bounds: each answer
 /// `$value` (of the type `$t`) stored at its out-parameter `$out` when the caller
@@ -76,31 +77,51 @@ pub unsafe extern "C" fn PMPI_Type_set_name(datatype: Handle, type_name: *const 
     })
 }
 
-/// What `MPI_Type_get_envelope` says of `datatype`: how many integers, addresses and
-/// datatypes made it, and its combiner.
+/// What `MPI_Type_get_envelope_c` says of `datatype`: how many integers, addresses,
+/// large counts and datatypes made it, and its combiner.
 fn envelope(
     mpi: &crate::state::Mpi,
     datatype: Handle,
-) -> crate::error::Result<(usize, usize, usize, c_int)> {
+) -> crate::error::Result<([usize; 4], c_int)> {
     Ok(match &mpi.dtype_any(datatype)?.envelope {
-        None => (0, 0, 0, MPI_COMBINER_NAMED),
-        Some(e) => (e.ints.len(), e.addresses.len(), e.types.len(), e.combiner),
+        None => ([0; 4], MPI_COMBINER_NAMED),
+        Some(e) => (
+            [
+                e.ints.len(),
+                e.addresses.len(),
+                e.counts.len(),
+                e.types.len(),
+            ],
+            e.combiner,
+        ),
     })
 }
 
+/// Whether `binding`, an `int` form, may tell what made a type of `large` large
+/// counts: not when a large-count constructor made it (MPI 4.1 §5.1.13).
+fn int_form_answers(large: usize, binding: &str) -> crate::error::Result<()> {
+    match large {
+        0 => Ok(()),
+        _ => Err(Error::new(
+            MPI_ERR_TYPE,
+            format!("the datatype was made by a large-count constructor: ask {binding}_c"),
+        )),
+    }
+}
+
 query_binding!(PMPI_Type_get_envelope, datatype, Object::None, |mpi| {
-    let (ni, na, nd, c) = envelope(mpi, datatype)?;
+    let ([ni, na, nl, nd], c) = envelope(mpi, datatype)?;
+    let () = int_form_answers(nl, "MPI_Type_get_envelope")?;
 } => num_integers: c_int = ni as c_int,
     num_addresses: c_int = na as c_int,
     num_datatypes: c_int = nd as c_int,
     combiner: c_int = c);
 
-// (Every constructor keeps its counts as integers: none is made of large counts.)
 query_binding!(PMPI_Type_get_envelope_c, datatype, Object::None, |mpi| {
-    let (ni, na, nd, c) = envelope(mpi, datatype)?;
+    let ([ni, na, nl, nd], c) = envelope(mpi, datatype)?;
 } => num_integers: Count = ni as Count,
     num_addresses: Count = na as Count,
-    num_large_counts: Count = 0,
+    num_large_counts: Count = nl as Count,
     num_datatypes: Count = nd as Count,
     combiner: c_int = c);
 
@@ -116,7 +137,13 @@ pub unsafe extern "C" fn PMPI_Type_get_contents(
 ) -> c_int {
     call("MPI_Type_get_contents", Object::None, |mpi| {
         let max = [max_integers, max_addresses, 0, max_datatypes].map(Count::from);
-        let arrays = (array_of_integers, array_of_addresses, array_of_datatypes);
+        int_form_answers(envelope(mpi, datatype)?.0[2], "MPI_Type_get_contents")?;
+        let arrays = (
+            array_of_integers,
+            array_of_addresses,
+            null_mut(),
+            array_of_datatypes,
+        );
         // SAFETY: the binding's contract.
         unsafe { contents(mpi, datatype, max, arrays) }
     })
@@ -131,13 +158,18 @@ pub unsafe extern "C" fn PMPI_Type_get_contents_c(
     max_datatypes: Count,
     array_of_integers: *mut c_int,
     array_of_addresses: *mut Aint,
-    _array_of_large_counts: *mut Count,
+    array_of_large_counts: *mut Count,
     array_of_datatypes: *mut Handle,
 ) -> c_int {
     call("MPI_Type_get_contents_c", Object::None, |mpi| {
         let max = [max_integers, max_addresses, max_large_counts, max_datatypes];
-        let arrays = (array_of_integers, array_of_addresses, array_of_datatypes);
-        // SAFETY: the binding's contract (no large count is written: none made a type).
+        let arrays = (
+            array_of_integers,
+            array_of_addresses,
+            array_of_large_counts,
+            array_of_datatypes,
+        );
+        // SAFETY: the binding's contract.
         unsafe { contents(mpi, datatype, max, arrays) }
     })
 }
@@ -152,9 +184,10 @@ unsafe fn contents(
     mpi: &mut crate::state::Mpi,
     datatype: Handle,
     max: [Count; 4],
-    (array_of_integers, array_of_addresses, array_of_datatypes): (
+    (array_of_integers, array_of_addresses, array_of_large_counts, array_of_datatypes): (
         *mut c_int,
         *mut Aint,
+        *mut Count,
         *mut Handle,
     ),
 ) -> crate::error::Result<()> {
@@ -166,7 +199,12 @@ unsafe fn contents(
         ));
     };
     let made_of = t.made_of.clone();
-    let need = [e.ints.len(), e.addresses.len(), 0, e.types.len()];
+    let need = [
+        e.ints.len(),
+        e.addresses.len(),
+        e.counts.len(),
+        e.types.len(),
+    ];
     if max
         .iter()
         .zip(need)
@@ -202,6 +240,7 @@ unsafe fn contents(
     unsafe {
         copy(&e.ints, array_of_integers);
         copy(&e.addresses, array_of_addresses);
+        copy(&e.counts, array_of_large_counts);
         copy(&types, array_of_datatypes);
     }
     Ok(())

@@ -190,7 +190,7 @@ pub unsafe extern "C" fn PMPI_File_set_view(
         // Its displacements are non-negative and never go back (MPI 4.1 §14.3; the
         // class is ROMIO's).
         let mut at = 0;
-        for &(off, _) in t.blocks.iter() {
+        for (off, _) in t.blocks.iter() {
             if off < at {
                 return Err(Error::new(
                     MPI_ERR_IO,

@@ -27,8 +27,7 @@ impl View {
     /// piece from `disp`).
     fn dense(&self) -> bool {
         let t = &self.filetype.1;
-        t.contiguous
-            || (t.blocks.len() == 1 && t.blocks[0] == (0, t.size) && t.extent() == t.size as isize)
+        t.contiguous || (t.blocks.single() == Some((0, t.size)) && t.extent() == t.size as isize)
     }
 
     /// The file's spans holding the `len` data bytes from view position `pos`, in
@@ -46,7 +45,7 @@ impl View {
         let mut out: Vec<(u64, u64)> = Vec::new();
         while left > 0 {
             let base = self.disp + tile * extent;
-            for &(off, run) in t.blocks.iter() {
+            for (off, run) in t.blocks.iter() {
                 let run = run as u64;
                 if skip >= run {
                     skip -= run;
@@ -85,7 +84,7 @@ impl View {
         let part: u64 = t
             .blocks
             .iter()
-            .map(|&(off, run)| {
+            .map(|(off, run)| {
                 let at = base as i64 + off as i64;
                 (end as i64 - at).clamp(0, run as i64) as u64
             })
@@ -117,6 +116,7 @@ mod tests {
             combiner: MPI_COMBINER_VECTOR,
             ints: vec![2, 1, 2],
             addresses: vec![],
+            counts: Vec::new(),
             types: vec![MPI_INT],
         };
         let t = l.finish(false, env).unwrap();

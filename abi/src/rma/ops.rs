@@ -74,7 +74,7 @@ fn runs(disp: isize, ty: &Datatype, count: usize) -> Result<Runs> {
     }
     let mut out: Vec<(usize, usize)> = Vec::new();
     for k in 0..count as isize {
-        for &(off, len) in ty.blocks.iter() {
+        for (off, len) in ty.blocks.iter() {
             let at = usize::try_from(disp + k * ty.extent() + off).map_err(|_| negative())?;
             match out.last_mut() {
                 Some(last) if last.0 + last.1 == at => last.1 += len,
@@ -412,6 +412,7 @@ mod tests {
             combiner: MPI_COMBINER_STRUCT,
             ints: vec![],
             addresses: vec![],
+            counts: Vec::new(),
             types: vec![],
         };
         let t = l.finish(false, env).unwrap();

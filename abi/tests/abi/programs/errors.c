@@ -178,9 +178,15 @@ static void test_handle_errors(void) {
   OK(MPI_Type_free(&t2));
   EXPECT_ERR(MPI_Type_size((MPI_Datatype)MPI_COMM_WORLD, &n), MPI_ERR_TYPE, NULL);
   EXPECT_ERR(MPI_Type_size((MPI_Datatype)g, &n), MPI_ERR_TYPE, "another kind");
-  /* A type of more runs than this library holds is refused before it takes room; a
-   * vector of as many blocks one after the other is one run. */
-  EXPECT_ERR(MPI_Type_vector(INT_MAX / 2, 1, 3, MPI_INT, &t), MPI_ERR_TYPE, "runs");
+  /* A type joining several parts of more runs than this library lists is refused
+   * before it takes room (one of a single older type keeps that type's runs and
+   * their stride); a vector of as many blocks one after the other is one run. */
+  OK(MPI_Type_vector(INT_MAX / 2, 1, 3, MPI_INT, &t));
+  int two[2] = {1, 1};
+  MPI_Aint two_at[2] = {0, 4};
+  MPI_Datatype two_types[2] = {t, MPI_INT}, joined;
+  EXPECT_ERR(MPI_Type_create_struct(2, two, two_at, two_types, &joined), MPI_ERR_TYPE, "runs");
+  OK(MPI_Type_free(&t));
   OK(MPI_Type_vector(INT_MAX / 2, 2, 2, MPI_CHAR, &t));
   MPI_Count big = 0;
   OK(MPI_Type_size_c(t, &big));

@@ -9,10 +9,12 @@
  * the vector collectives (blocking, nonblocking and persistent; MPI_IN_PLACE and
  * rooted ones with the arrays that are not significant left NULL), a neighbourhood
  * one on a ring, and the type constructors, each against its int twin (with
- * MPI_Type_get_envelope_c and MPI_Type_get_contents_c). A count beyond int in a
+ * MPI_Type_get_envelope_c and MPI_Type_get_contents_c, whose large counts are the
+ * twin's integers and addresses; the int forms refuse such a type). A count beyond int in a
  * nonblocking reduction, or negative, is refused with MPI_ERR_COUNT, naming the
- * limit, or the array entry. */
+ * limit, or the array entry. Types of very many runs of bytes (up to 2^30). */
 #include "check.h"
+#include <limits.h>
 
 static void test_p2p(void) {
   int right = (rank + 1) % size, left = (rank + size - 1) % size;
@@ -266,22 +268,33 @@ static void same_type(MPI_Datatype a, MPI_Datatype b, const char *what) {
   OK(MPI_Pack(data, 1, b, pb, sizeof pb, &pos_b, MPI_COMM_SELF));
   CHECK(sa == sb && la == lb && ea == eb && pos_a == pos_b && memcmp(pa, pb, pos_a) == 0,
         "%s: size %d/%d extent %ld/%ld", what, sa, sb, (long)ea, (long)eb);
-  /* The envelope and contents, in both forms: the same (no large count). */
+  /* The envelope and contents: the large-count form keeps the twin's integers and
+   * addresses, in that order, as large counts (MPI 4.1 5.1.13), which the int forms
+   * refuse to tell. */
   MPI_Count ni, na, nl, nd;
   int ini, ina, ind, comb, icomb;
   OK(MPI_Type_get_envelope_c(a, &ni, &na, &nl, &nd, &comb));
   OK(MPI_Type_get_envelope(b, &ini, &ina, &ind, &icomb));
-  CHECK(ni == ini && na == ina && nl == 0 && nd == ind && comb == icomb && ni <= 8 && na <= 4,
+  CHECK(ni == 0 && na == 0 && nl == ini + ina && nd == ind && comb == icomb && nl <= 12,
         "%s: MPI_Type_get_envelope_c %lld %lld %lld %lld", what, (long long)ni, (long long)na,
         (long long)nl, (long long)nd);
-  int ints[8], iints[8];
-  MPI_Aint addrs[4], iaddrs[4];
-  MPI_Count large[1];
+  int iints[8], dummy;
+  MPI_Aint iaddrs[4];
+  MPI_Count large[12];
   MPI_Datatype ts[4], its[4];
-  OK(MPI_Type_get_contents_c(a, ni, na, (MPI_Count)1, (MPI_Count)4, ints, addrs, large, ts));
+  OK(MPI_Type_get_contents_c(a, ni, na, nl, (MPI_Count)4, NULL, NULL, large, ts));
   OK(MPI_Type_get_contents(b, ini, ina, 4, iints, iaddrs, its));
-  CHECK(memcmp(ints, iints, ni * sizeof(int)) == 0 && memcmp(addrs, iaddrs, na * sizeof(MPI_Aint)) == 0,
-        "%s: MPI_Type_get_contents_c differs", what);
+  for (int i = 0; i < nl; i++) {
+    MPI_Count want = i < ini ? iints[i] : iaddrs[i - ini];
+    CHECK(large[i] == want, "%s: large count %d is %lld, not %lld", what, i,
+          (long long)large[i], (long long)want);
+  }
+  for (int i = 0; i < nd; i++)
+    CHECK(ts[i] == its[i], "%s: type %d differs", what, i);
+  errors_return(MPI_COMM_SELF, 1);
+  EXPECT_ERR(MPI_Type_get_envelope(a, &ini, &ina, &ind, &dummy), MPI_ERR_TYPE, "large-count");
+  EXPECT_ERR(MPI_Type_get_contents(a, 8, 4, 4, iints, iaddrs, its), MPI_ERR_TYPE, "large-count");
+  errors_return(MPI_COMM_SELF, 0);
   OK(MPI_Type_free(&a));
   OK(MPI_Type_free(&b));
 }
@@ -307,12 +320,127 @@ static void test_type_arrays(void) {
   OK(MPI_Type_create_struct_c((MPI_Count)3, lens, bytes, three, &a));
   OK(MPI_Type_create_struct(3, ilens, ibytes, three, &b));
   same_type(a, b, "MPI_Type_create_struct_c");
+  OK(MPI_Type_contiguous_c((MPI_Count)5, MPI_INT, &a));
+  OK(MPI_Type_contiguous(5, MPI_INT, &b));
+  same_type(a, b, "MPI_Type_contiguous_c");
+  OK(MPI_Type_vector_c((MPI_Count)3, (MPI_Count)2, (MPI_Count)-3, MPI_INT, &a));
+  OK(MPI_Type_vector(3, 2, -3, MPI_INT, &b));
+  same_type(a, b, "MPI_Type_vector_c");
+  OK(MPI_Type_create_hvector_c((MPI_Count)3, (MPI_Count)2, (MPI_Count)20, MPI_INT, &a));
+  OK(MPI_Type_create_hvector(3, 2, 20, MPI_INT, &b));
+  same_type(a, b, "MPI_Type_create_hvector_c");
+  OK(MPI_Type_create_resized_c(MPI_INT, (MPI_Count)-4, (MPI_Count)12, &a));
+  OK(MPI_Type_create_resized(MPI_INT, -4, 12, &b));
+  same_type(a, b, "MPI_Type_create_resized_c");
+  /* A subarray keeps ndims and order as integers, its three arrays as large counts. */
+  MPI_Count sizes[2] = {4, 5}, subs[2] = {2, 3}, starts[2] = {1, 2}, got[6];
+  OK(MPI_Type_create_subarray_c(2, sizes, subs, starts, MPI_ORDER_C, MPI_INT, &a));
+  MPI_Count ni, na, nl, nd;
+  int comb, ints[2];
+  OK(MPI_Type_get_envelope_c(a, &ni, &na, &nl, &nd, &comb));
+  CHECK(ni == 2 && na == 0 && nl == 6 && nd == 1 && comb == MPI_COMBINER_SUBARRAY,
+        "MPI_Type_create_subarray_c's envelope: %lld %lld %lld", (long long)ni, (long long)na,
+        (long long)nl);
+  OK(MPI_Type_get_contents_c(a, 2, 0, 6, 1, ints, NULL, got, &b));
+  CHECK(ints[0] == 2 && ints[1] == MPI_ORDER_C && got[0] == 4 && got[3] == 3 && got[5] == 2,
+        "MPI_Type_create_subarray_c's contents");
+  OK(MPI_Type_free(&a));
+  /* Counts beyond int: a contiguous type of 2^32 + 5 bytes, and an indexed block type
+   * of 3 blocks of 2^30 ints (described, never moved). */
+  MPI_Count size_c = -1, lb_c = -1, extent_c = -1, far[3] = {0, (MPI_Count)1 << 30,
+                                                              (MPI_Count)3 << 30};
+  OK(MPI_Type_contiguous_c(((MPI_Count)1 << 32) + 5, MPI_CHAR, &a));
+  OK(MPI_Type_size_c(a, &size_c));
+  OK(MPI_Type_get_true_extent_c(a, &lb_c, &extent_c));
+  CHECK(size_c == ((MPI_Count)1 << 32) + 5 && lb_c == 0 && extent_c == size_c,
+        "MPI_Type_contiguous_c beyond int: size %lld, true extent %lld", (long long)size_c,
+        (long long)extent_c);
+  OK(MPI_Type_free(&a));
+  OK(MPI_Type_create_indexed_block_c((MPI_Count)3, (MPI_Count)1 << 30, far, MPI_INT, &a));
+  OK(MPI_Type_size_c(a, &size_c));
+  OK(MPI_Type_get_extent_c(a, &lb_c, &extent_c));
+  CHECK(size_c == ((MPI_Count)3 << 32) && lb_c == 0 && extent_c == ((MPI_Count)4 << 32),
+        "MPI_Type_create_indexed_block_c beyond int: size %lld, extent %lld", (long long)size_c,
+        (long long)extent_c);
+  OK(MPI_Type_free(&a));
   /* (Errors of no object go to MPI_COMM_SELF's handler.) */
   errors_return(MPI_COMM_SELF, 1);
   lens[1] = -((MPI_Count)1 << 40);
   EXPECT_ERR(MPI_Type_indexed_c((MPI_Count)3, lens, at, MPI_INT, &a), MPI_ERR_COUNT,
              "array_of_blocklengths[1]");
   errors_return(MPI_COMM_SELF, 0);
+}
+
+/* Types of very many runs of bytes (kept as an older type's runs and their
+ * strides): every other int of 2 * N, and three of those, every other one (nested),
+ * each sent to the next rank and received as plain ints, packed and unpacked; a
+ * vector of INT_MAX / 2 blocks of four ints (2^30 runs, never moved), asked its size
+ * and bounds; a struct joining such a type to an int is refused (MPI_ERR_TYPE). */
+static void test_many_runs(void) {
+  enum { N = 300000 };
+  const MPI_Aint ext = (2 * N - 1) * (MPI_Aint)sizeof(int);
+  int right = (rank + 1) % size, left = (rank + size - 1) % size;
+  MPI_Datatype odd, three, four, huge;
+  OK(MPI_Type_vector(N, 1, 2, MPI_INT, &odd));
+  OK(MPI_Type_commit(&odd));
+  OK(MPI_Type_vector(3, 1, 2, odd, &three));
+  OK(MPI_Type_commit(&three));
+  MPI_Aint tlb = -1, text = -1;
+  OK(MPI_Type_get_true_extent(three, &tlb, &text));
+  CHECK(tlb == 0 && text == 5 * ext, "three vectors' true extent: %ld %ld", (long)tlb,
+        (long)text);
+  int *data = malloc(5 * ext), *got = malloc(3 * N * sizeof(int));
+  CHECK(data && got, "no memory");
+  for (MPI_Aint i = 0; i < 5 * ext / (MPI_Aint)sizeof(int); i++)
+    data[i] = (int)i + rank;
+  OK(MPI_Sendrecv(data, 1, odd, right, 7, got, N, MPI_INT, left, 7, MPI_COMM_WORLD,
+                  MPI_STATUS_IGNORE));
+  for (int k = 0; k < N; k++)
+    CHECK(got[k] == 2 * k + left, "every other int: %d is %d", k, got[k]);
+  OK(MPI_Sendrecv(data, 1, three, right, 8, got, 3 * N, MPI_INT, left, 8, MPI_COMM_WORLD,
+                  MPI_STATUS_IGNORE));
+  for (int j = 0; j < 3; j++)
+    for (int k = 0; k < N; k++) {
+      long want = (long)j * 2 * (ext / sizeof(int)) + 2 * k + left;
+      CHECK(got[j * N + k] == want, "three vectors: %d of %d is %d, not %ld", k, j,
+            got[j * N + k], want);
+    }
+  int packed_size = -1, pos = 0;
+  OK(MPI_Pack_size(1, odd, MPI_COMM_SELF, &packed_size));
+  CHECK(packed_size >= N * (int)sizeof(int), "MPI_Pack_size: %d", packed_size);
+  OK(MPI_Pack(data, 1, odd, got, packed_size, &pos, MPI_COMM_SELF));
+  CHECK(pos == N * (int)sizeof(int) && got[N - 1] == 2 * (N - 1) + rank,
+        "MPI_Pack: %d bytes, the last %d", pos, got[N - 1]);
+  memset(data, 0, 2 * N * sizeof(int));
+  pos = 0;
+  OK(MPI_Unpack(got, packed_size, &pos, data, 1, odd, MPI_COMM_SELF));
+  for (int i = 0; i < 2 * N - 1; i++)
+    CHECK(data[i] == (i % 2 ? 0 : i + rank), "MPI_Unpack: int %d is %d", i, data[i]);
+  OK(MPI_Type_contiguous(4, MPI_INT, &four));
+  OK(MPI_Type_vector(INT_MAX / 2, 1, 3, four, &huge));
+  OK(MPI_Type_commit(&huge));
+  int isize = 0;
+  MPI_Count xsize = -1, lb = -1, extent = -1;
+  OK(MPI_Type_size(huge, &isize));
+  OK(MPI_Type_size_x(huge, &xsize));
+  OK(MPI_Type_get_true_extent_x(huge, &lb, &extent));
+  const MPI_Count want = ((MPI_Count)(INT_MAX / 2 - 1) * 3 + 1) * 16;
+  CHECK(isize == MPI_UNDEFINED && xsize == (MPI_Count)16 * (INT_MAX / 2) && lb == 0 &&
+            extent == want,
+        "2^30 runs: size %d / %lld, true extent %lld from %lld", isize, (long long)xsize,
+        (long long)extent, (long long)lb);
+  int lens[2] = {1, 1};
+  MPI_Aint at[2] = {0, 8};
+  MPI_Datatype parts[2] = {huge, MPI_INT}, joined = MPI_DATATYPE_NULL;
+  errors_return(MPI_COMM_SELF, 1);
+  EXPECT_ERR(MPI_Type_create_struct(2, lens, at, parts, &joined), MPI_ERR_TYPE, "runs");
+  errors_return(MPI_COMM_SELF, 0);
+  OK(MPI_Type_free(&huge));
+  OK(MPI_Type_free(&four));
+  OK(MPI_Type_free(&three));
+  OK(MPI_Type_free(&odd));
+  free(data);
+  free(got);
 }
 
 int main(int argc, char **argv) {
@@ -324,6 +452,7 @@ int main(int argc, char **argv) {
   test_vector_collectives();
   test_neighbor_vector();
   test_type_arrays();
+  test_many_runs();
   OK(MPI_Barrier(MPI_COMM_WORLD));
   return finish();
 }
