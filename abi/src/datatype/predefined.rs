@@ -26,7 +26,10 @@ macro_rules! table {
 }
 
 /// Every predefined datatype: its handle, name and kind (sizes as on x86-64 Linux:
-/// `long` 8 bytes, `wchar_t` 4, `char` signed).
+/// `long` 8 bytes, `wchar_t` 4, `char` signed). Of two names of one handle, the
+/// type is called by the one the standard lists first (`MPI_LONG_LONG_INT`, whose
+/// synonym is `MPI_LONG_LONG`; `MPI_C_COMPLEX`, `MPI_C_FLOAT_COMPLEX`'s), as MPICH
+/// calls them.
 pub const TABLE: &[(Handle, &str, Prim)] = table![
     MPI_AINT: int(8),
     MPI_COUNT: int(8),
@@ -35,13 +38,13 @@ pub const TABLE: &[(Handle, &str, Prim)] = table![
     MPI_SHORT: int(2),
     MPI_INT: int(4),
     MPI_LONG: int(8),
-    MPI_LONG_LONG: int(8),
+    MPI_LONG_LONG_INT: int(8),
     MPI_UNSIGNED_SHORT: uint(2),
     MPI_UNSIGNED: uint(4),
     MPI_UNSIGNED_LONG: uint(8),
     MPI_UNSIGNED_LONG_LONG: uint(8),
     MPI_FLOAT: Prim::Float(4),
-    MPI_C_FLOAT_COMPLEX: Prim::Complex(4),
+    MPI_C_COMPLEX: Prim::Complex(4),
     MPI_CXX_FLOAT_COMPLEX: Prim::Complex(4),
     MPI_DOUBLE: Prim::Float(8),
     MPI_C_DOUBLE_COMPLEX: Prim::Complex(8),
