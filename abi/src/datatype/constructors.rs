@@ -229,7 +229,11 @@ fn vector(
         } else {
             stride.checked_mul(extent).ok_or_else(overflow)?
         };
-        // Blocks one after the other are one block of copies, however many.
+        // Blocks one after the other are one block of copies, however many; no
+        // blocks, or empty ones, make an empty type.
+        if n == 0 || b == 0 {
+            return mpi.make(&[(0, oldtype, 0)], false, e, out);
+        }
         if isize::try_from(b).ok().and_then(|b| b.checked_mul(extent)) == Some(step) {
             let all = n.checked_mul(b).ok_or_else(overflow)?;
             return mpi.make(&[(0, oldtype, all)], false, e, out);

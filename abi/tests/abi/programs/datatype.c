@@ -221,6 +221,9 @@ static void test_constructors(void) {
   OK(MPI_Type_contiguous(0, MPI_INT, &t));
   expect_layout(t, 0, 0, 0, 0, 0, "contiguous(0, MPI_INT)");
   OK(MPI_Type_free(&t));
+  OK(MPI_Type_vector(3, 0, 5, MPI_INT, &t));
+  expect_layout(t, 0, 0, 0, 0, 0, "vector(3, 0, 5, MPI_INT)");
+  OK(MPI_Type_free(&t));
   /* resized */
   OK(MPI_Type_create_resized(MPI_INT, -4, 12, &t));
   expect_layout(t, 4, -4, 12, 0, 4, "resized(MPI_INT, -4, 12)");
