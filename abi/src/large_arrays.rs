@@ -1,6 +1,6 @@
 //! The large-count bindings with arrays of counts or displacements (MPI 4.1, 2.5.8):
 //! `MPI_Allgatherv_c`, `MPI_Alltoallw_c`, ... (the type constructors' are in
-//! `datatype::constructors` and `datatype::arrays`). Each copies
+//! `datatype::constructors`, `indexed` and `arrays`). Each copies
 //! its arrays into `int` arrays of its own, as `large_count` narrows single counts,
 //! and calls its `int` twin with them; a value beyond `int` (2,147,483,647) is refused
 //! with `MPI_ERR_COUNT`, naming the binding and the array. An array is read only where

@@ -14,6 +14,7 @@ mod build;
 pub mod constructors;
 pub mod external;
 pub mod f90;
+pub mod indexed;
 pub mod pack;
 pub mod predefined;
 pub mod query;
