@@ -66,8 +66,8 @@ pub unsafe fn make_from_function(
 
 /// A binding `$name` that asks about the object `$object` (a handle; its errors are
 /// raised through `$handler`'s error handler): after the bindings `let $first` (given
-/// `$mpi`), each answer `$value` is stored at its out-parameter `$out` when the
-/// caller gave a place for it (as `MPI_Comm_size`).
+/// `$mpi`), each answer `$value` is stored at its out-parameter `$out` (as
+/// `MPI_Comm_size`); a null out-parameter is an error (`MPI_ERR_ARG`) naming it.
 macro_rules! query_binding {
     (
         $name:ident, $object:ident, $handler:expr,
@@ -77,11 +77,12 @@ macro_rules! query_binding {
         #[no_mangle]
         pub unsafe extern "C" fn $name($object: Handle, $($out: *mut $ty),+) -> c_int {
             $crate::entry::call(&stringify!($name)[1..], $handler, |$mpi| {
+                $($crate::error::non_null($out, $crate::ffi::MPI_ERR_ARG, stringify!($out))?;)+
                 $($(let $first = $init;)*)?
                 $(
                     let value: $ty = $value;
-                    // SAFETY: the binding's contract: null or writable.
-                    unsafe { $crate::ffi::put($out, value) };
+                    // SAFETY: the binding's contract: writable (checked not null).
+                    unsafe { $out.write(value) };
                 )+
                 Ok(())
             })

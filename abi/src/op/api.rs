@@ -111,6 +111,13 @@ pub unsafe extern "C" fn PMPI_Reduce_local(
             let o = mpi.op(op)?;
             let t = mpi.dtype(datatype)?.clone();
             super::check(o, &t)?;
+            // (MPI_IN_PLACE is no buffer here: MPI 4.1 §6.9.7.)
+            for (p, which) in [(inbuf, "inbuf"), (inoutbuf.cast_const(), "inoutbuf")] {
+                if crate::coll::build::in_place(p) || (p.is_null() && n > 0 && t.size > 0) {
+                    let what = if p.is_null() { "null" } else { "MPI_IN_PLACE" };
+                    return Err(Error::new(MPI_ERR_BUFFER, format!("{which} is {what}")));
+                }
+            }
             Ok((n, o, t))
         })?;
         // Outside the library's state: a program's function may call MPI.

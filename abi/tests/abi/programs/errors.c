@@ -136,6 +136,19 @@ static void test_p2p_errors(void) {
   EXPECT_ERR(MPI_Comm_free(NULL), MPI_ERR_ARG, "communicator pointer");
   EXPECT_ERR(MPI_Type_commit(NULL), MPI_ERR_ARG, "type pointer");
   EXPECT_ERR(MPI_Iprobe(rank, 0, MPI_COMM_WORLD, NULL, &st), MPI_ERR_ARG, "flag pointer");
+  EXPECT_ERR(MPI_Comm_size(MPI_COMM_WORLD, NULL), MPI_ERR_ARG, "size pointer");
+  EXPECT_ERR(MPI_Comm_rank(MPI_COMM_WORLD, NULL), MPI_ERR_ARG, "rank pointer");
+  /* (Errors of no object go to MPI_COMM_SELF's handler, set to return.) */
+  MPI_Group g;
+  OK(MPI_Comm_group(MPI_COMM_WORLD, &g));
+  EXPECT_ERR(MPI_Group_size(g, NULL), MPI_ERR_ARG, "size pointer");
+  EXPECT_ERR(MPI_Group_rank(g, NULL), MPI_ERR_ARG, "rank pointer");
+  OK(MPI_Group_free(&g));
+  /* MPI_IN_PLACE is no buffer of MPI_Reduce_local. */
+  EXPECT_ERR(MPI_Reduce_local(MPI_IN_PLACE, buf, 1, MPI_INT, MPI_SUM), MPI_ERR_BUFFER,
+             "MPI_IN_PLACE");
+  EXPECT_ERR(MPI_Reduce_local(buf, MPI_IN_PLACE, 1, MPI_INT, MPI_SUM), MPI_ERR_BUFFER,
+             "inoutbuf");
 }
 
 static void test_handle_errors(void) {
