@@ -3,7 +3,8 @@
 //! receive whose partitions it may ask about (`MPI_Parrived`).
 //!
 //! Here the whole buffer travels as one message, sent when the last partition is
-//! ready; a partition has arrived when the whole message has. The messages go in a
+//! ready; a partition has arrived when the whole message has (and is in the
+//! program's buffer: the receive completes then). The messages go in a
 //! context of their own beside the communicator's (its context with
 //! [`PARTITIONED`] set), so that they match only partitioned receives. Sends and
 //! receives pair in the order of their init calls (MPI 4.1, 4.2.2): each end
@@ -341,8 +342,19 @@ pub unsafe extern "C" fn PMPI_Parrived(
         let arrived = match (&p.done, &p.active) {
             (Some(_), _) => true,
             (None, Some(a)) => {
+                // Arrived, the receive completes now: data received through a
+                // staging buffer (a type with gaps) is in the program's buffer when
+                // MPI_Parrived says so.
                 let id = a.id;
-                mpi.msg.is_complete(id)
+                match mpi.msg.test(id) {
+                    None => false,
+                    Some(out) => {
+                        let p = mpi.partitioned_request(request)?;
+                        let done = p.finish_active(out);
+                        p.done = Some(done);
+                        true
+                    }
+                }
             }
             (None, None) => {
                 return Err(Error::new(
