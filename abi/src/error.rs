@@ -117,6 +117,24 @@ pub enum Object {
     Win(Handle),
     File(Handle),
     Session(Handle),
+    /// The error handler given to a call that makes an object
+    /// (`MPI_Comm_create_from_group`, `MPI_Session_init`), whose function gets the
+    /// object's null handle (the second).
+    Given(Handle, Handle),
+}
+
+/// Whose handler the errors of freeing `*p` go to: the object's (made by `object`),
+/// `MPI_COMM_SELF`'s when `p` is null.
+///
+/// # Safety
+///
+/// `p` is null or readable.
+pub unsafe fn freed_object(p: *const Handle, object: fn(Handle) -> Object) -> Object {
+    match p.is_null() {
+        true => Object::None,
+        // SAFETY: the caller's contract.
+        false => object(unsafe { p.read() }),
+    }
 }
 
 /// What an error handler does.

@@ -315,6 +315,12 @@ pub fn stop(keep: impl FnOnce(&Mpi) -> bool, finish: impl FnOnce(Mpi) -> Result<
 /// handler; a call refused because another is inside (from another thread, or from
 /// a callback) returns its error: the caller inside a callback can act on it.
 pub fn handler_of(object: Object) -> Handler {
+    // (A predefined handler given to the call needs no state: there may be none.)
+    match object {
+        Object::Given(MPI_ERRORS_RETURN, _) => return Handler::Return,
+        Object::Given(MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT, _) => return Handler::Fatal,
+        _ => {}
+    }
     match with(|mpi| Ok(mpi.handler_of(object))) {
         Ok(h) => h,
         Err(_) if phase() == Phase::Running => Handler::Return,
@@ -327,6 +333,7 @@ pub fn call_user_handler(f: usize, object: Object, code: c_int) {
     let mut handle = match object {
         Object::None => MPI_COMM_SELF,
         Object::Comm(h) | Object::Win(h) | Object::File(h) | Object::Session(h) => h,
+        Object::Given(_, null) => null,
     };
     let mut code = code;
     type HandlerFn = unsafe extern "C" fn(*mut Handle, *mut c_int);

@@ -7,7 +7,8 @@
 //! `MPI_Init` and `MPI_Session_init` starts it, and the last of `MPI_Finalize` and
 //! `MPI_Session_finalize` ends it. Once ended it does not start again: a session
 //! begun after that is refused. The thread level is the highest asked for so far
-//! (`mpi_thread_support_level` in the session's info; `MPI_THREAD_SINGLE` without).
+//! (`mpi_thread_support_level` in the session's info, or MPICH's `thread_level`;
+//! `MPI_THREAD_SINGLE` without).
 
 use crate::coll::Inside;
 use crate::comm::api::{call_errhandler, check_errhandler, create_errhandler, read_str};
@@ -128,7 +129,12 @@ pub unsafe extern "C" fn PMPI_Session_init(
         global::with(|mpi| {
             non_null(session, MPI_ERR_ARG, "session")?;
             check_errhandler(errhandler, Kind::Session)?;
-            let thread_level = match mpi.value_of(info, "mpi_thread_support_level")? {
+            // (MPICH names the key `thread_level`: taken too.)
+            let asked = match mpi.value_of(info, "mpi_thread_support_level")? {
+                None => mpi.value_of(info, "thread_level")?,
+                v => v,
+            };
+            let thread_level = match asked {
                 None => MPI_THREAD_SINGLE,
                 Some(v) => LEVELS
                     .iter()
@@ -154,10 +160,12 @@ pub unsafe extern "C" fn PMPI_Session_init(
             unsafe { session.write(h) };
             MPI_SUCCESS
         }
-        // The handler given to the call reports its errors (MPI 4.1, 11.3.1); a
-        // program's session handler has no session to be called on yet.
-        Err(e) if errhandler == MPI_ERRORS_RETURN => crate::error::code_of(&e),
-        Err(e) => crate::error::raise("MPI_Session_init", Object::None, e),
+        // The handler given to the call reports its errors (MPI 4.1, 11.3.1), on no
+        // session yet.
+        Err(e) => {
+            let given = Object::Given(errhandler, MPI_SESSION_NULL);
+            crate::error::raise("MPI_Session_init", given, e)
+        }
     }
 }
 
@@ -275,7 +283,9 @@ pub unsafe extern "C" fn PMPI_Session_get_info(session: Handle, info_used: *mut 
     call("MPI_Session_get_info", Object::Session(session), |mpi| {
         let level = mpi.session(session)?.thread_level;
         let name = level_name(level).unwrap_or("");
-        let entries = vec![("mpi_thread_support_level".to_string(), name.to_string())];
+        let entries = ["mpi_thread_support_level", "thread_level"]
+            .map(|key| (key.to_string(), name.to_string()))
+            .to_vec();
         // SAFETY: the binding's contract: `info_used` null or writable.
         unsafe { crate::info::hand_out(entries, info_used) }
     })
@@ -309,7 +319,9 @@ pub unsafe extern "C" fn PMPI_Comm_create_from_group(
     errhandler: Handle,
     newcomm: *mut Handle,
 ) -> c_int {
-    call_held("MPI_Comm_create_from_group", Object::None, |mpi| {
+    // Its errors go to the handler it is given (MPI 4.1, 7.4.2).
+    let given = Object::Given(errhandler, MPI_COMM_NULL);
+    call_held("MPI_Comm_create_from_group", given, |mpi| {
         non_null(newcomm, MPI_ERR_ARG, "communicator")?;
         // SAFETY: the binding's contract: a NUL-ended string.
         let tag = unsafe { read_str(stringtag) }?;
@@ -338,7 +350,8 @@ pub unsafe extern "C" fn PMPI_Intercomm_create_from_groups(
     errhandler: Handle,
     newintercomm: *mut Handle,
 ) -> c_int {
-    call_held("MPI_Intercomm_create_from_groups", Object::None, |mpi| {
+    let given = Object::Given(errhandler, MPI_COMM_NULL);
+    call_held("MPI_Intercomm_create_from_groups", given, |mpi| {
         non_null(newintercomm, MPI_ERR_ARG, "communicator")?;
         // SAFETY: the binding's contract: a NUL-ended string.
         let tag = unsafe { read_str(stringtag) }?;

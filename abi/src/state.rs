@@ -226,6 +226,12 @@ impl Mpi {
                 .sessions
                 .get(s)
                 .map_or(self.self_comm.errhandler, |s| s.errhandler),
+            // A handle that is no error handler: MPI_COMM_SELF's.
+            Object::Given(h, _) => match h {
+                MPI_ERRORS_RETURN | MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT => h,
+                h if crate::comm::api::errhandler(h).is_some() => h,
+                _ => self.self_comm.errhandler,
+            },
         };
         match h {
             MPI_ERRORS_RETURN => Handler::Return,

@@ -5,7 +5,7 @@ use super::create;
 use super::group::compare;
 use crate::attr::{self, Holder};
 use crate::entry::{call, call_held, call_in_steps, query_binding};
-use crate::error::{non_null, read_arg, Error, Object, Result};
+use crate::error::{freed_object, non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
 use crate::handles::{Kind, Table};
@@ -243,7 +243,9 @@ impl Mpi {
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_free(comm: *mut Handle) -> c_int {
-    call_in_steps("MPI_Comm_free", Object::None, || {
+    // SAFETY: the binding's contract: null or readable.
+    let object = unsafe { freed_object(comm, Object::Comm) };
+    call_in_steps("MPI_Comm_free", object, || {
         // SAFETY: null or readable, the binding's contract.
         let h = unsafe { read_arg(comm, MPI_ERR_ARG, "communicator") }?;
         global::with(|mpi| mpi.check_freeable(h))?;
@@ -257,7 +259,9 @@ pub unsafe extern "C" fn PMPI_Comm_free(comm: *mut Handle) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_disconnect(comm: *mut Handle) -> c_int {
-    call_in_steps("MPI_Comm_disconnect", Object::None, || {
+    // SAFETY: the binding's contract: null or readable.
+    let object = unsafe { freed_object(comm, Object::Comm) };
+    call_in_steps("MPI_Comm_disconnect", object, || {
         // SAFETY: null or readable, the binding's contract.
         let h = unsafe { read_arg(comm, MPI_ERR_ARG, "communicator") }?;
         // Everything pending on it completes first: a barrier over it (both groups

@@ -269,6 +269,22 @@ impl Mpi {
     }
 }
 
+/// Whose error handler the errors of receiving `message` go to: its communicator's
+/// (MPI 4.1 §9.3), `MPI_COMM_SELF`'s for no message.
+///
+/// # Safety
+///
+/// `message` is null or readable.
+unsafe fn message_object(message: *const Handle) -> Object {
+    if message.is_null() {
+        return Object::None;
+    }
+    // SAFETY: the caller's contract.
+    let h = unsafe { message.read() };
+    let comm = crate::global::with(|mpi| Ok(mpi.messages.get(h).map(|m| m.comm)));
+    comm.ok().flatten().map_or(Object::None, Object::Comm)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Mrecv(
     buf: *mut c_void,
@@ -277,7 +293,9 @@ pub unsafe extern "C" fn PMPI_Mrecv(
     message: *mut Handle,
     status: *mut Status,
 ) -> c_int {
-    call_held("MPI_Mrecv", Object::None, |mpi| {
+    // SAFETY: the binding's contract: null or readable.
+    let object = unsafe { message_object(message) };
+    call_held("MPI_Mrecv", object, |mpi| {
         // SAFETY: the binding's contract; waited for below.
         let r = unsafe { mpi.imrecv(buf, count, datatype, message) }?;
         let mut h = mpi.requests.insert(r)?;
@@ -296,7 +314,9 @@ pub unsafe extern "C" fn PMPI_Imrecv(
     message: *mut Handle,
     request: *mut Handle,
 ) -> c_int {
-    call("MPI_Imrecv", Object::None, |mpi| {
+    // SAFETY: the binding's contract: null or readable.
+    let object = unsafe { message_object(message) };
+    call("MPI_Imrecv", object, |mpi| {
         // SAFETY: the binding's contract.
         unsafe {
             let r = mpi.imrecv(buf, count, datatype, message)?;

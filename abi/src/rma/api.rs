@@ -119,7 +119,9 @@ pub(super) unsafe fn allocated(
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_free(win: *mut Handle) -> c_int {
-    call_in_steps("MPI_Win_free", Object::None, || {
+    // SAFETY: the binding's contract: null or readable.
+    let object = unsafe { crate::error::freed_object(win, Object::Win) };
+    call_in_steps("MPI_Win_free", object, || {
         // SAFETY: null or readable, the binding's contract.
         let h = unsafe { read_arg(win, MPI_ERR_ARG, "window") }?;
         global::with(|mpi| {

@@ -539,6 +539,7 @@ static void test_probe(void) {
     OK(MPI_Send(b, 7, MPI_INT, 1, 102, MPI_COMM_WORLD));
     OK(MPI_Send(a, 2, MPI_INT, 1, 103, MPI_COMM_WORLD));
     OK(MPI_Send(b, 6, MPI_INT, 1, 104, MPI_COMM_WORLD));
+    OK(MPI_Send(a, 3, MPI_INT, 1, 105, MPI_COMM_WORLD));
   } else if (rank == 1) {
     int buf[16], n = -1, flag = 0;
     OK(MPI_Probe(MPI_ANY_SOURCE, 101, MPI_COMM_WORLD, &st));
@@ -598,6 +599,12 @@ static void test_probe(void) {
     OK(MPI_Type_contiguous(5, MPI_INT, &five));
     OK(MPI_Get_count(&st, five, &n));
     CHECK(n == MPI_UNDEFINED, "MPI_Get_count of 6 ints in 5-int elements: %d", n);
+    /* A matched message too long for the buffer: MPI_ERR_TRUNCATE on the message's
+     * communicator's handler (MPI_COMM_SELF's stays fatal). */
+    OK(MPI_Mprobe(0, 105, MPI_COMM_WORLD, &m, &st));
+    errors_return(MPI_COMM_WORLD, 1);
+    EXPECT_ERR(MPI_Mrecv(buf, 2, MPI_INT, &m, &st), MPI_ERR_TRUNCATE, NULL);
+    errors_return(MPI_COMM_WORLD, 0);
     OK(MPI_Type_free(&five));
     OK(MPI_Type_free(&three));
   }

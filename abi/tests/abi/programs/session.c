@@ -10,7 +10,8 @@
  *   apart; an intercommunicator between the even and the odd ranks
  *   (MPI_Intercomm_create_from_groups: an all-reduce across it checked); the
  *   session's info (its thread level) and error handlers (a program's,
- *   called by MPI_Session_call_errhandler and by a bad process set name); the
+ *   called by MPI_Session_call_errhandler and by a bad process set name; the one
+ *   given to MPI_Comm_create_from_group, called on its errors); the
  *   session's buffer for buffered sends (used by its communicators and those made
  *   from them, after a communicator's own, its room counted, flushed, detached);
  * - then MPI_Init_thread: the world model joins the running library; MPI_Finalize
@@ -144,7 +145,33 @@ static void test_session(MPI_Session s) {
   len = sizeof level;
   OK(MPI_Info_get_string(info, "mpi_thread_support_level", &len, level, &flag));
   CHECK(flag && strcmp(level, "MPI_THREAD_SINGLE") == 0, "the session's level: %s", level);
+  len = sizeof level;
+  OK(MPI_Info_get_string(info, "thread_level", &len, level, &flag));
+  CHECK(flag && strcmp(level, "MPI_THREAD_SINGLE") == 0, "thread_level: %s", level);
   OK(MPI_Info_free(&info));
+}
+
+static int comm_handled;
+
+static void on_comm_error(MPI_Comm *c, int *code, ...) {
+  comm_handled++;
+  (void)c;
+  (void)code;
+}
+
+/* MPI_Comm_create_from_group's errors go to the handler it is given. */
+static void test_given_handler(MPI_Session s) {
+  MPI_Group g;
+  MPI_Errhandler eh;
+  OK(MPI_Group_from_session_pset(s, "mpi://SELF", &g));
+  OK(MPI_Comm_create_errhandler(on_comm_error, &eh));
+  int rc = MPI_Comm_create_from_group(g, "org.rbtl.session.given", MPI_INFO_NULL, eh, NULL);
+  int cls = -1;
+  OK(MPI_Error_class(rc, &cls));
+  CHECK(cls == MPI_ERR_ARG && comm_handled == 1, "a null communicator pointer: class %d, %d calls",
+        cls, comm_handled);
+  OK(MPI_Errhandler_free(&eh));
+  OK(MPI_Group_free(&g));
 }
 
 static void test_errhandlers(MPI_Session s) {
@@ -262,6 +289,7 @@ int main(int argc, char **argv) {
   CHECK(flag == 0, "a session made MPI_Initialized true");
   test_session(s);
   test_errhandlers(s);
+  test_given_handler(s);
   test_buffers(s);
   if (argc > 1 && strcmp(argv[1], "only") == 0) {
     MPI_Session second;
