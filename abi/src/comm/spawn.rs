@@ -192,7 +192,9 @@ impl Mpi {
         self.wait_for_key(&kvs, PARENTS_READY, "the parents")?;
         let parents = self.msg.connect_job(pkvs, pbase, &pranks)?;
         self.use_contexts(ctx)?;
-        let mut c = Communicator::new(ctx, self.world.group.clone(), self.world.rank, "");
+        // Named as the standard names it (MPI 4.1, 7.8).
+        let (group, rank) = (self.world.group.clone(), self.world.rank);
+        let mut c = Communicator::new(ctx, group, rank, "MPI_COMM_PARENT");
         c.remote = Some(Arc::new(Group::new(parents)));
         self.parent = self.comms.insert(c)?;
         Ok(())

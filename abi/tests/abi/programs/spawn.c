@@ -180,6 +180,10 @@ int main(int argc, char **argv) {
     inter = parent;
     OK(MPI_Comm_test_inter(inter, &flag));
     CHECK(flag == 1, "the parent communicator is an intercommunicator");
+    char name[MPI_MAX_OBJECT_NAME];
+    int len = 0;
+    OK(MPI_Comm_get_name(inter, name, &len));
+    CHECK(strcmp(name, "MPI_COMM_PARENT") == 0, "the parent communicator's name: %s", name);
     OK(MPI_Comm_remote_size(inter, &parents));
     exchange(inter, 1);
     OK(MPI_Barrier(inter));
