@@ -309,7 +309,18 @@ impl State {
                 "the target is locked already, or a lock_all epoch is open",
             ));
         }
-        Ok(())
+        self.outside_start()
+    }
+
+    /// Whether no access epoch of `MPI_Win_start` is open, in which no
+    /// passive-target epoch may begin (MPI 4.1, 12.5).
+    fn outside_start(&self) -> Result<()> {
+        match self.access {
+            Some(_) => Err(sync_error(
+                "a lock inside an access epoch of MPI_Win_start (complete it first)",
+            )),
+            None => Ok(()),
+        }
     }
 
     /// Whether `MPI_Win_lock_all` may be called now, else the error that says why
@@ -318,7 +329,7 @@ impl State {
         if self.passive() {
             return Err(sync_error("a lock or lock_all epoch is open already"));
         }
-        Ok(())
+        self.outside_start()
     }
 }
 

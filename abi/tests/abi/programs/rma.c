@@ -587,6 +587,13 @@ static void test_pscw(void) {
       out[i] = -val(rank, 10 * round + i) - 1;
     OK(MPI_Win_post(from, 0, win)); /* the left accesses this window */
     OK(MPI_Win_start(to, 0, win));  /* this rank accesses the right's */
+    if (round == 0) { /* no passive-target epoch inside */
+      OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+      EXPECT_ERR(MPI_Win_lock(MPI_LOCK_SHARED, right, 0, win), MPI_ERR_RMA_SYNC,
+                 "MPI_Win_start");
+      EXPECT_ERR(MPI_Win_lock_all(0, win), MPI_ERR_RMA_SYNC, NULL);
+      OK(MPI_Win_set_errhandler(win, MPI_ERRORS_ARE_FATAL));
+    }
     OK(MPI_Put(out, 4, MPI_INT, right, 60 + 8 * round, 4, MPI_INT, win));
     OK(MPI_Get(in, 4, MPI_INT, right, 70 + 8 * round, 4, MPI_INT, win));
     OK(MPI_Win_complete(win));
