@@ -146,6 +146,13 @@ pub unsafe extern "C" fn PMPI_File_set_atomicity(fh: Handle, flag: c_int) -> c_i
     })
 }
 
+/// Whether two runs of one element of `t` share a byte.
+fn overlaps(t: &crate::datatype::Datatype) -> bool {
+    let mut runs: Vec<_> = t.blocks.iter().collect();
+    runs.sort_unstable();
+    runs.windows(2).any(|w| w[1].0 < w[0].0 + w[0].1 as isize)
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_view(
     fh: Handle,
@@ -187,8 +194,9 @@ pub unsafe extern "C" fn PMPI_File_set_view(
                 "the filetype is not made of whole etypes (or is empty)",
             ));
         }
-        // Its displacements are non-negative and never go back (MPI 4.1 §14.3; the
-        // class is ROMIO's).
+        // Its displacements are non-negative and never go back; in a file opened for
+        // writing, neither type overlaps itself, nor copies of the filetype one
+        // another (MPI 4.1 §14.3; the class is ROMIO's).
         let mut at = 0;
         for (off, _) in t.blocks.iter() {
             if off < at {
@@ -198,6 +206,14 @@ pub unsafe extern "C" fn PMPI_File_set_view(
                 ));
             }
             at = off;
+        }
+        let writable = mpi.file(fh)?.amode & (MPI_MODE_WRONLY | MPI_MODE_RDWR) != 0;
+        let tiles_overlap = t.true_ub - t.true_lb > t.extent();
+        if writable && (tiles_overlap || overlaps(&t) || overlaps(&e)) {
+            return Err(Error::new(
+                MPI_ERR_IO,
+                "the etype or filetype overlaps itself, in a file opened for writing",
+            ));
         }
         let comm = mpi.file(fh)?.comm;
         same_on_every_member(mpi, comm, e.size as u64, "the etype's size")?;

@@ -306,6 +306,18 @@ int main(int argc, char **argv) {
                MPI_ERR_IO, "non-decreasing");
     OK(MPI_Type_free(&bad_view));
   }
+  /* A filetype whose runs overlap: a view of a file opened for reading only, not of
+   * one opened for writing. */
+  int olens[2] = {2, 1}, oat[2] = {0, 1};
+  MPI_Datatype overlap;
+  OK(MPI_Type_indexed(2, olens, oat, MPI_INT, &overlap));
+  OK(MPI_Type_commit(&overlap));
+  OK(MPI_File_set_view(fh, 0, MPI_INT, overlap, "native", MPI_INFO_NULL));
+  OK(MPI_File_close(&fh));
+  OK(MPI_File_open(MPI_COMM_WORLD, path, MPI_MODE_RDWR, MPI_INFO_NULL, &fh));
+  EXPECT_ERR(MPI_File_set_view(fh, 0, MPI_INT, overlap, "native", MPI_INFO_NULL), MPI_ERR_IO,
+             "overlaps");
+  OK(MPI_Type_free(&overlap));
   OK(MPI_File_close(&fh));
 
   /* Sequential access: a view may start where the shared pointer is. */
