@@ -189,6 +189,8 @@ int main(int argc, char **argv) {
         "a name of another class");
   OK(MPI_T_event_get_num(&none));
   CHECK(none == 0, "%d events", none);
+  CHECK(MPI_T_event_get_index("no such event", &idx) == MPI_T_ERR_INVALID_NAME,
+        "an event's name");
   OK(MPI_T_source_get_num(&none));
   CHECK(none == 0, "%d sources", none);
 
