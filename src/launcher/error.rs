@@ -73,7 +73,10 @@ fn hint(e: &io::Error) -> &'static str {
              ranks"
         }
         Some(libc::ENOMEM) => "not enough memory: start fewer ranks",
-        Some(libc::ENOENT) => "check the program's path (a name without '/' is looked up in PATH)",
+        Some(libc::ENOENT) => {
+            "check the program's path (a name without '/' is looked up in PATH, then in \
+             the working folder)"
+        }
         Some(libc::EACCES | libc::EPERM) => {
             "check the program's permissions: it must be an executable file"
         }

@@ -5,9 +5,11 @@ use super::{Error, LaunchOptions};
 use std::ffi::OsString;
 use std::io::{self, IsTerminal};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 /// A started rank: its process, whether it leads a process group of its own, and the
@@ -16,6 +18,23 @@ pub(super) struct Started {
     pub child: Child,
     pub leads_group: bool,
     pub pmi: UnixStream,
+}
+
+/// The program to run: as given, or, for a bare name that no folder of `PATH`
+/// holds but the working folder does, that one (as Open MPI's `mpirun` and MPICH's
+/// `mpiexec` find it).
+fn located(program: &Path) -> PathBuf {
+    let bare = !program.as_os_str().as_bytes().contains(&b'/');
+    let executable = |p: &Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    let in_path = std::env::var_os("PATH")
+        .is_some_and(|dirs| std::env::split_paths(&dirs).any(|d| executable(&d.join(program))));
+    match bare && !in_path && executable(program) {
+        true => Path::new(".").join(program),
+        false => program.to_path_buf(),
+    }
 }
 
 /// Starts one rank, in a process group of its own (see
@@ -53,7 +72,7 @@ pub(super) fn start_rank(
     let launcher_pid = std::process::id() as libc::pid_t;
 
     let reads_stdin = first && rank == 0;
-    let mut command = Command::new(program);
+    let mut command = Command::new(located(program));
     command
         .args(args)
         .envs(opts.env.iter().map(|(k, v)| (k, v)))

@@ -206,6 +206,26 @@ fn rbtlrun_reports_a_program_that_cannot_start() {
     );
 }
 
+#[test]
+fn a_bare_program_name_is_found_in_the_working_folder_after_path() {
+    let scratch = Scratch::new("bare-name");
+    let script = scratch.0.join("rbtl-bare-name-test");
+    std::fs::write(&script, "#!/bin/sh\necho here $PMI_RANK\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let mut command = rbtlrun();
+    command
+        .current_dir(&scratch.0)
+        .args(["-n", "2", "rbtl-bare-name-test"]);
+    let out = output_within(command, ONCE_HUNG);
+    assert!(out.status.success(), "{out:?}");
+    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    lines.sort();
+    assert_eq!(lines, ["here 0", "here 1"]);
+}
+
 /// The deadline of commands that once hung: each ends by itself well within it.
 const ONCE_HUNG: Duration = Duration::from_secs(30);
 
