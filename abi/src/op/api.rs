@@ -118,6 +118,12 @@ pub unsafe extern "C" fn PMPI_Reduce_local(
                     return Err(Error::new(MPI_ERR_BUFFER, format!("{which} is {what}")));
                 }
             }
+            if inbuf == inoutbuf.cast_const() && n > 0 && t.size > 0 {
+                return Err(Error::new(
+                    MPI_ERR_BUFFER,
+                    "inbuf and inoutbuf are one buffer (MPI forbids aliased arguments)",
+                ));
+            }
             Ok((n, o, t))
         })?;
         // Outside the library's state: a program's function may call MPI.

@@ -144,11 +144,12 @@ static void test_p2p_errors(void) {
   EXPECT_ERR(MPI_Group_size(g, NULL), MPI_ERR_ARG, "size pointer");
   EXPECT_ERR(MPI_Group_rank(g, NULL), MPI_ERR_ARG, "rank pointer");
   OK(MPI_Group_free(&g));
-  /* MPI_IN_PLACE is no buffer of MPI_Reduce_local. */
+  /* MPI_IN_PLACE is no buffer of MPI_Reduce_local, nor are its two buffers one. */
   EXPECT_ERR(MPI_Reduce_local(MPI_IN_PLACE, buf, 1, MPI_INT, MPI_SUM), MPI_ERR_BUFFER,
              "MPI_IN_PLACE");
   EXPECT_ERR(MPI_Reduce_local(buf, MPI_IN_PLACE, 1, MPI_INT, MPI_SUM), MPI_ERR_BUFFER,
              "inoutbuf");
+  EXPECT_ERR(MPI_Reduce_local(buf, buf, 1, MPI_INT, MPI_SUM), MPI_ERR_BUFFER, "one buffer");
 }
 
 static void test_handle_errors(void) {
