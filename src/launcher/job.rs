@@ -4,7 +4,7 @@
 use super::cores::cores;
 use super::event::Event;
 use super::rank_process::RankProcess;
-use super::spawn::{start_rank, Started};
+use super::spawn::{start_rank, Place, Started};
 use super::startup::{self, Stopped};
 use super::universe::SpawnRequest;
 use super::verdict::Verdict;
@@ -335,8 +335,15 @@ impl Ranks {
         for s in &request.segments {
             let args: Vec<OsString> = s.command.args.iter().map(OsString::from).collect();
             let program = PathBuf::from(&s.command.program);
+            let info = |key| s.command.info.iter().find(|(k, _)| k == key);
+            let wdir = info("wdir").map(|(_, v)| PathBuf::from(v));
+            let place = Place {
+                wdir: wdir.as_deref(),
+                path: info("path").map(|(_, v)| v.as_str()),
+            };
             for _ in 0..s.command.nprocs {
-                let started = start_rank(&program, &args, opts, (local, size, false), None)
+                let at = (program.as_path(), place);
+                let started = start_rank(at, &args, opts, (local, size, false), None)
                     .map_err(|e| e.to_string())?;
                 self.serve(
                     (base + local, local),

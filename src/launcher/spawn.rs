@@ -20,21 +20,46 @@ pub(super) struct Started {
     pub pmi: UnixStream,
 }
 
-/// The program to run: as given, or, for a bare name that no folder of `PATH`
-/// holds but the working folder does, that one (as Open MPI's `mpirun` and MPICH's
-/// `mpiexec` find it).
-fn located(program: &Path) -> PathBuf {
-    let bare = !program.as_os_str().as_bytes().contains(&b'/');
+/// Where a rank runs, as a spawn's info asks (MPI 4.1, 11.8.4): its working folder
+/// (`wdir`; the launcher's without), and folders, `:` between them, where its
+/// program is looked for before `PATH` (`path`).
+#[derive(Clone, Copy, Default)]
+pub(super) struct Place<'a> {
+    pub wdir: Option<&'a Path>,
+    pub path: Option<&'a str>,
+}
+
+/// The program to run from `place`: a name with a `/` as given (from the launcher's
+/// working folder); a bare name from the first of `place`'s folders, `PATH` and the
+/// working folder that holds it (as Open MPI's `mpirun` and MPICH's `mpiexec` find
+/// it); as given when none does (the start then fails, naming it).
+fn located(program: &Path, place: Place<'_>) -> PathBuf {
+    if program.as_os_str().as_bytes().contains(&b'/') {
+        return std::path::absolute(program).unwrap_or_else(|_| program.to_path_buf());
+    }
     let executable = |p: &Path| {
         p.metadata()
             .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
     };
-    let in_path = std::env::var_os("PATH")
-        .is_some_and(|dirs| std::env::split_paths(&dirs).any(|d| executable(&d.join(program))));
-    match bare && !in_path && executable(program) {
-        true => Path::new(".").join(program),
-        false => program.to_path_buf(),
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let here = place
+        .wdir
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let folders = (place
+        .path
+        .unwrap_or("")
+        .split(':')
+        .filter(|d| !d.is_empty()))
+    .map(PathBuf::from)
+    .chain(std::env::split_paths(&path))
+    .chain([here]);
+    for d in folders {
+        let p = d.join(program);
+        if executable(&p) {
+            return std::path::absolute(&p).unwrap_or(p);
+        }
     }
+    program.to_path_buf()
 }
 
 /// Starts one rank, in a process group of its own (see
@@ -42,7 +67,7 @@ fn located(program: &Path) -> PathBuf {
 /// `size` is the size of the rank's job; only the first job's rank 0 reads the
 /// launcher's standard input (`first`).
 pub(super) fn start_rank(
-    program: &Path,
+    (program, place): (&Path, Place<'_>),
     args: &[OsString],
     opts: &LaunchOptions,
     (rank, size, first): (u32, u32, bool),
@@ -72,7 +97,10 @@ pub(super) fn start_rank(
     let launcher_pid = std::process::id() as libc::pid_t;
 
     let reads_stdin = first && rank == 0;
-    let mut command = Command::new(located(program));
+    let mut command = Command::new(located(program, place));
+    if let Some(wdir) = place.wdir {
+        command.current_dir(wdir);
+    }
     command
         .args(args)
         .envs(opts.env.iter().map(|(k, v)| (k, v)))

@@ -8,7 +8,7 @@
 
 use super::rank_process::ended;
 use super::signals::Watch;
-use super::spawn::{start_rank, Started};
+use super::spawn::{start_rank, Place, Started};
 use super::{Error, LaunchOptions, RankExit};
 use std::ffi::OsString;
 use std::path::Path;
@@ -132,7 +132,8 @@ pub(super) fn start_processes(
             }
         }
         let core = (!cores.is_empty()).then(|| &cores[rank as usize % cores.len()][..]);
-        match start_rank(program, args, opts, (rank, opts.ranks, true), core) {
+        let at = (program, Place::default());
+        match start_rank(at, args, opts, (rank, opts.ranks, true), core) {
             Ok(s) => started.push(s),
             Err(e) => return (started, Some(Stopped::Error(e))),
         }

@@ -15,7 +15,9 @@
 //! preput_num=1
 //! preput_key_0=key
 //! preput_val_0=value
-//! info_num=0
+//! info_num=1
+//! info_key_0=wdir
+//! info_val_0=/some/folder
 //! endcmd
 //! ```
 //!
@@ -38,6 +40,10 @@ pub struct SpawnCommand {
     pub args: Vec<String>,
     /// How many processes run it.
     pub nprocs: u32,
+    /// The standard's keys of its info (MPI 4.1, 11.8.4) as the launcher takes them:
+    /// `wdir` (the folder it runs in) and `path` (folders, `:` between them, where
+    /// its program is looked for first).
+    pub info: Vec<(String, String)>,
 }
 
 /// What the launcher said of the processes it started.
@@ -67,7 +73,11 @@ pub(crate) fn spawn_lines(commands: &[SpawnCommand], preput: &[(String, String)]
             out.push(format!("preput_key_{j}={k}"));
             out.push(format!("preput_val_{j}={v}"));
         }
-        out.push("info_num=0".to_string());
+        out.push(format!("info_num={}", c.info.len()));
+        for (j, (k, v)) in c.info.iter().enumerate() {
+            out.push(format!("info_key_{j}={k}"));
+            out.push(format!("info_val_{j}={v}"));
+        }
         out.push("endcmd".to_string());
     }
     out
@@ -107,17 +117,23 @@ pub(crate) fn parse_segment(lines: &[String]) -> Result<Segment, String> {
                 .ok_or_else(|| format!("no arg{j} of {argcnt}"))
         })
         .collect::<Result<_, _>>()?;
-    let preput = (0..number("preput_num")?)
-        .map(|j| {
-            match (
-                get(&format!("preput_key_{j}")),
-                get(&format!("preput_val_{j}")),
-            ) {
-                (Some(k), Some(v)) => Ok((k.to_string(), v.to_string())),
-                _ => Err(format!("pre-put pair {j} is incomplete")),
-            }
-        })
-        .collect::<Result<_, _>>()?;
+    let pairs = |kind: &str, key: &str, val: &str| {
+        let n = match get(kind) {
+            // (Older clients leave the info count out.)
+            None if kind == "info_num" => 0,
+            _ => number(kind)?,
+        };
+        (0..n)
+            .map(
+                |j| match (get(&format!("{key}_{j}")), get(&format!("{val}_{j}"))) {
+                    (Some(k), Some(v)) => Ok((k.to_string(), v.to_string())),
+                    _ => Err(format!("{kind}: pair {j} is incomplete")),
+                },
+            )
+            .collect::<Result<Vec<_>, String>>()
+    };
+    let preput = pairs("preput_num", "preput_key", "preput_val")?;
+    let info = pairs("info_num", "info_key", "info_val")?;
     let nprocs = number("nprocs")?;
     if nprocs == 0 {
         return Err("nprocs is 0".into());
@@ -129,6 +145,7 @@ pub(crate) fn parse_segment(lines: &[String]) -> Result<Segment, String> {
                 .to_string(),
             args,
             nprocs,
+            info,
         },
         totspawns: number("totspawns")?,
         spawnssofar: number("spawnssofar")?,
@@ -148,6 +165,10 @@ impl Client {
         for c in commands {
             for token in std::iter::once(&c.program).chain(&c.args) {
                 check_line("a spawn argument", token)?;
+            }
+            for (k, v) in &c.info {
+                self.check_value("an info key", k)?;
+                check_line("an info value", v)?;
             }
         }
         for (k, v) in preput {
@@ -248,11 +269,13 @@ mod tests {
                 program: "/bin/a".into(),
                 args: vec!["x".into(), "y=z".into()],
                 nprocs: 2,
+                info: vec![("wdir".into(), "/tmp/a b".into())],
             },
             SpawnCommand {
                 program: "/bin/b".into(),
                 args: vec![],
                 nprocs: 1,
+                info: vec![],
             },
         ];
         let preput = [("k".to_string(), "v".to_string())];

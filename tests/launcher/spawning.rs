@@ -31,6 +31,7 @@ pub fn role() {
                         .chain(args.iter().map(|s| s.to_string()))
                         .collect(),
                     nprocs,
+                    info: vec![],
                 };
                 let parent = client.kvsname().to_string();
                 let spawned = client

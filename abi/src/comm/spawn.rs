@@ -260,11 +260,23 @@ unsafe fn spawn_into(
     Ok(())
 }
 
+/// The keys of spawn info `info` that the launcher takes (MPI 4.1, 11.8.4): `wdir`
+/// and `path`; the others are hints it does without.
+fn launcher_info(mpi: &Mpi, info: Handle) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for key in ["wdir", "path"] {
+        if let Some(v) = mpi.value_of(info, key)? {
+            out.push((key.to_string(), v));
+        }
+    }
+    Ok(out)
+}
+
 /// A binding `$name` that spawns processes: its parameters `$arg`, then `root`,
 /// `comm`, `intercomm` and `array_of_errcodes` (as [`spawn_into`] takes them); the
-/// commands are what `$commands` gives, asked at the root only.
+/// commands are what `$commands` gives (given `$mpi`), asked at the root only.
 macro_rules! spawn_binding {
-    ($name:ident($($arg:ident: $ty:ty),*), || $commands:block) => {
+    ($name:ident($($arg:ident: $ty:ty),*), |$mpi:ident| $commands:block) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(
             $($arg: $ty,)*
@@ -276,7 +288,7 @@ macro_rules! spawn_binding {
             call(&stringify!($name)[1..], Object::Comm(comm), |mpi| {
                 let at_root = mpi.comm(comm)?.rank as c_int == root;
                 let commands = if at_root {
-                    (|| -> Result<Vec<SpawnCommand>> { $commands })()
+                    (|$mpi: &mut Mpi| -> Result<Vec<SpawnCommand>> { $commands })(mpi)
                 } else {
                     Ok(Vec::new())
                 };
@@ -292,8 +304,8 @@ spawn_binding!(PMPI_Comm_spawn(
     command: *const c_char,
     argv: *mut *mut c_char,
     maxprocs: c_int,
-    _info: Handle
-), || {
+    info: Handle
+), |mpi| {
     let n = nprocs(maxprocs)?;
     // SAFETY: the binding's contract: a string and a null-ended argv.
     let (program, args) = unsafe { (super::api::read_str(command)?, strings(argv)?) };
@@ -301,6 +313,7 @@ spawn_binding!(PMPI_Comm_spawn(
         program,
         args,
         nprocs: n,
+        info: launcher_info(mpi, info)?,
     }])
 });
 
@@ -309,8 +322,8 @@ spawn_binding!(PMPI_Comm_spawn_multiple(
     array_of_commands: *mut *mut c_char,
     array_of_argv: *mut *mut *mut c_char,
     array_of_maxprocs: *const c_int,
-    _array_of_info: *const Handle
-), || {
+    array_of_info: *const Handle
+), |mpi| {
     let k = crate::p2p::check_count(count)?;
     if k == 0 || array_of_commands.is_null() || array_of_maxprocs.is_null() {
         return Err(Error::new(MPI_ERR_ARG, "no commands to spawn"));
@@ -326,10 +339,15 @@ spawn_binding!(PMPI_Comm_spawn_multiple(
                 strings(*array_of_argv.add(i))?
             };
             let nprocs = nprocs(*array_of_maxprocs.add(i))?;
+            let info = match array_of_info.is_null() {
+                true => Vec::new(),
+                false => launcher_info(mpi, *array_of_info.add(i))?,
+            };
             commands.push(SpawnCommand {
                 program,
                 args,
                 nprocs,
+                info,
             });
         }
     }

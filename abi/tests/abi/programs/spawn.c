@@ -1,6 +1,7 @@
 /* spawn.c: dynamic processes, at 1 or more ranks. The parents first ask for a
  * spawn the root refuses (maxprocs 0): every rank gets the error. Then they spawn
- * two copies of this program (argument "child"); parents and children exchange a
+ * two copies of this program (argument "child"; named bare, found in the folder
+ * the info's "path" gives, run in its "wdir"); parents and children exchange a
  * message with every member of the other group over the intercommunicator, meet
  * in its barrier, broadcast and all-reduce across it, are refused an
  * MPI_Intercomm_create between the two jobs, merge it (parents first), reduce and
@@ -154,9 +155,23 @@ int main(int argc, char **argv) {
     else
       EXPECT_ERR(rc, MPI_ERR_SPAWN, "maxprocs");
 
+    /* The program by its bare name, found in the folder the info's "path" names;
+     * the children run in the folder its "wdir" names. */
     int codes[CHILDREN] = {-1, -1};
-    OK(MPI_Comm_spawn(argv[0], args, CHILDREN, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter,
-                      codes));
+    char folder[4096];
+    snprintf(folder, sizeof folder, "%s", argv[0]);
+    char *slash = strrchr(folder, '/');
+    const char *name = slash ? slash + 1 : argv[0];
+    if (slash)
+      *slash = '\0';
+    else
+      snprintf(folder, sizeof folder, ".");
+    MPI_Info where;
+    OK(MPI_Info_create(&where));
+    OK(MPI_Info_set(where, "path", folder));
+    OK(MPI_Info_set(where, "wdir", "/"));
+    OK(MPI_Comm_spawn(name, args, CHILDREN, where, 0, MPI_COMM_WORLD, &inter, codes));
+    OK(MPI_Info_free(&where));
     CHECK(codes[0] == MPI_SUCCESS && codes[1] == MPI_SUCCESS, "error codes %d %d", codes[0],
           codes[1]);
     OK(MPI_Comm_test_inter(inter, &flag));
@@ -173,6 +188,8 @@ int main(int argc, char **argv) {
   } else {
     check_program = "spawn-child";
     CHECK(argc == 2 && strcmp(argv[1], "child") == 0, "the child's arguments (%d)", argc);
+    char cwd[4096];
+    CHECK(getcwd(cwd, sizeof cwd) && strcmp(cwd, "/") == 0, "the child runs in %s", cwd);
     CHECK(size == CHILDREN, "the children's world holds %d", size);
     int *appnum = NULL;
     OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &appnum, &flag));
