@@ -13,7 +13,8 @@ Usage: rbtlrun [OPTIONS] PROGRAM [ARGS...]
 Starts N copies (ranks) of PROGRAM on this machine. Each rank gets a connection
 to the launcher's PMI-1 server (PMI_FD, with PMI_RANK and PMI_SIZE), the same
 wire protocol as MPICH's mpiexec, so rbtl::pmi::job() and other PMI-1 clients
-find their rank, job size and the job-wide key-value store (the modex).
+find their rank, job size and the job-wide key-value store (the modex). A
+PROGRAM named without '/' is looked for in PATH, then in the working folder.
 
 Options:
   -n, -np, --ranks N   number of ranks to start (default 1)
