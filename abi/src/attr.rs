@@ -306,13 +306,14 @@ struct Callback {
 
 impl Callback {
     /// The error of the `what` function ("copy", "delete") of the attribute's key,
-    /// unless its return code `rc` is `MPI_SUCCESS`.
+    /// unless its return code `rc` is `MPI_SUCCESS`: of `rc`'s class where it has
+    /// one (a program's own, say), as MPICH returns it.
     fn returned(&self, what: &str, rc: c_int) -> Result<()> {
         if rc == MPI_SUCCESS {
             return Ok(());
         }
         Err(Error::new(
-            MPI_ERR_OTHER,
+            crate::error::class_of(rc).unwrap_or(MPI_ERR_OTHER),
             format!(
                 "the {what} function of attribute key {} returned {rc}",
                 self.k

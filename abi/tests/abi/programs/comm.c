@@ -434,7 +434,7 @@ static int copy_fails(MPI_Comm old, int key, void *extra, void *in, void *out, i
   (void)in;
   (void)out;
   *flag = 0;
-  return MPI_ERR_OTHER;
+  return MPI_ERR_ARG;
 }
 
 static int type_copy_fails(MPI_Datatype old, int key, void *extra, void *in, void *out,
@@ -494,14 +494,15 @@ static void test_attributes(void) {
   CHECK(deletes == 2, "freeing a communicator with an attribute of MPI_COMM_NULL_COPY_FN: "
                       "%d deletes, expected 2",
         deletes);
-  /* A copy callback that fails fails the duplicate, handed out as MPI_COMM_NULL. */
+  /* A copy callback that fails fails the duplicate, handed out as MPI_COMM_NULL,
+   * with the class of the callback's code. */
   int failing;
   OK(MPI_Comm_create_keyval(copy_fails, MPI_COMM_NULL_DELETE_FN, &failing, NULL));
   OK(MPI_Comm_dup(MPI_COMM_WORLD, &a));
   OK(MPI_Comm_set_attr(a, failing, NULL));
   errors_return(a, 1);
   b = MPI_COMM_WORLD;
-  EXPECT_ERR(MPI_Comm_dup(a, &b), MPI_ERR_OTHER, NULL);
+  EXPECT_ERR(MPI_Comm_dup(a, &b), MPI_ERR_ARG, "copy function");
   CHECK(b == MPI_COMM_NULL, "a failed MPI_Comm_dup handed out %#lx", (unsigned long)(uintptr_t)b);
   OK(MPI_Comm_free(&a));
   OK(MPI_Comm_free_keyval(&failing));
@@ -511,7 +512,7 @@ static void test_attributes(void) {
   OK(MPI_Type_dup(MPI_INT, &t));
   OK(MPI_Type_set_attr(t, failing, NULL));
   errors_return(MPI_COMM_SELF, 1);
-  EXPECT_ERR(MPI_Type_dup(t, &t_copy), MPI_ERR_OTHER, NULL);
+  EXPECT_ERR(MPI_Type_dup(t, &t_copy), MPI_ERR_ARG, NULL);
   errors_return(MPI_COMM_SELF, 0);
   CHECK(t_copy == MPI_DATATYPE_NULL, "a failed MPI_Type_dup handed out %#lx",
         (unsigned long)(uintptr_t)t_copy);
