@@ -165,12 +165,16 @@ pub unsafe extern "C" fn PMPI_File_set_view(
     call_held("MPI_File_set_view", Object::File(fh), |mpi| {
         // SAFETY: the binding's contract.
         let rep = unsafe { read_str(datarep) }?;
-        if !rep.eq_ignore_ascii_case("native") {
-            return Err(Error::new(
-                MPI_ERR_UNSUPPORTED_DATAREP,
-                format!("data representation {rep:?}: this library writes \"native\" only"),
-            ));
-        }
+        let datarep = match rep.as_str() {
+            "native" => c"native",
+            "internal" => c"internal",
+            _ => {
+                return Err(Error::new(
+                    MPI_ERR_UNSUPPORTED_DATAREP,
+                    format!("data representation {rep:?}: this library writes \"native\" and \"internal\" (as native) only"),
+                ))
+            }
+        };
         let disp = match disp {
             // Where the shared pointer is, in a file opened for sequential access
             // (MPI 4.1 §14.3): every member sees the same.
@@ -222,6 +226,7 @@ pub unsafe extern "C" fn PMPI_File_set_view(
             disp,
             etype: (etype, e),
             filetype: (filetype, t),
+            datarep,
         };
         f.pointer = 0;
         set_shared(mpi, fh, |_| Ok(0))
@@ -251,7 +256,8 @@ pub unsafe extern "C" fn PMPI_File_get_view(
             put(etype, e);
             put(filetype, t);
             if !datarep.is_null() {
-                std::ptr::copy_nonoverlapping(c"native".as_ptr(), datarep, 7);
+                let name = v.datarep.to_bytes_with_nul();
+                std::ptr::copy_nonoverlapping(name.as_ptr().cast(), datarep, name.len());
             }
         }
         Ok(())

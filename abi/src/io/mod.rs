@@ -212,6 +212,7 @@ pub fn file_open(
             disp: 0,
             etype: (MPI_BYTE, byte.clone()),
             filetype: (MPI_BYTE, byte),
+            datarep: c"native",
         },
         pointer: end,
         shared,

@@ -15,6 +15,9 @@ pub struct View {
     /// and the types as they were then).
     pub etype: (Handle, Datatype),
     pub filetype: (Handle, Datatype),
+    /// Its data representation's name: `native`, or `internal`, which this library
+    /// writes as `native` (MPI 4.1 §14.5.2 leaves `internal` to it).
+    pub datarep: &'static std::ffi::CStr,
 }
 
 impl View {
@@ -124,6 +127,7 @@ mod tests {
             disp: 4,
             etype: (MPI_INT, int()),
             filetype: (0, t),
+            datarep: c"native",
         }
     }
 
@@ -151,6 +155,7 @@ mod tests {
             disp: 100,
             etype: (MPI_INT, int()),
             filetype: (MPI_INT, int()),
+            datarep: c"native",
         };
         assert_eq!(v.segments(8, 40), vec![(108, 40)]);
         assert_eq!(v.position_below(50), 0);

@@ -118,7 +118,15 @@ int main(int argc, char **argv) {
   CHECK(extent == (MPI_Aint)(size * sizeof(int)), "the view's filetype extent %ld", (long)extent);
   OK(MPI_Type_free(&ft));
   OK(MPI_File_sync(fh));
-  OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL));
+  /* "internal" is this library's own representation: native. */
+  OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "internal", MPI_INFO_NULL));
+  {
+    char rep[MPI_MAX_DATAREP_STRING];
+    MPI_Offset d;
+    MPI_Datatype e, f;
+    OK(MPI_File_get_view(fh, &d, &e, &f, rep));
+    CHECK(strcmp(rep, "internal") == 0, "the view's representation: %s", rep);
+  }
   if (rank == 0) {
     OK(MPI_File_read_at(fh, 0, all, N * size, MPI_INT, &st));
     for (int i = 0; i < N * size; i++)
