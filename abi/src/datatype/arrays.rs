@@ -112,6 +112,26 @@ impl Mpi {
     }
 }
 
+/// Room for `n` indices of a dimension; `MPI_ERR_NO_MEM` where they do not fit in
+/// memory (the large-count constructors take dimensions of any size).
+fn room(n: usize) -> Result<Vec<usize>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        Error::new(
+            MPI_ERR_NO_MEM,
+            format!("{n} indices of a dimension do not fit in memory"),
+        )
+    })?;
+    Ok(v)
+}
+
+/// The indices of `range`, listed (as [`room`] allows).
+fn listed(range: std::ops::Range<usize>) -> Result<Vec<usize>> {
+    let mut v = room(range.len())?;
+    v.extend(range);
+    Ok(v)
+}
+
 /// The indices of dimension `d` (size `g`, over `p` processes, this one at `c`)
 /// that `distrib` with argument `darg` gives this process.
 fn distributed(
@@ -128,7 +148,7 @@ fn distributed(
         }
     };
     match distrib {
-        MPI_DISTRIBUTE_NONE if p == 1 => Ok((0..g).collect()),
+        MPI_DISTRIBUTE_NONE if p == 1 => listed(0..g),
         MPI_DISTRIBUTE_NONE => Err(bad(format!(
             "dimension {d}: MPI_DISTRIBUTE_NONE over {p} processes"
         ))),
@@ -139,11 +159,11 @@ fn distributed(
                     "dimension {d}: blocks of {b} over {p} processes miss some of {g}"
                 )));
             }
-            Ok((c * b..((c + 1) * b).min(g)).collect())
+            listed(c * b..((c + 1) * b).min(g))
         }
         MPI_DISTRIBUTE_CYCLIC => {
             let b = block(1)?;
-            let mut v = Vec::new();
+            let mut v = room((g / (p * b) + 1).saturating_mul(b).min(g))?;
             let mut start = c * b;
             while start < g {
                 v.extend(start..(start + b).min(g));
@@ -186,7 +206,7 @@ unsafe fn subarray<T: Wide>(
                 )));
             }
             dims.push(g as usize);
-            owned.push((a as usize..(a + s) as usize).collect::<Vec<_>>());
+            owned.push(listed(a as usize..(a + s) as usize)?);
         }
         let wide = [&sizes[..], &subsizes, &starts].concat();
         let e = match form {

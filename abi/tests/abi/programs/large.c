@@ -345,6 +345,12 @@ static void test_type_arrays(void) {
   CHECK(ints[0] == 2 && ints[1] == MPI_ORDER_C && got[0] == 4 && got[3] == 3 && got[5] == 2,
         "MPI_Type_create_subarray_c's contents");
   OK(MPI_Type_free(&a));
+  /* A dimension of 2^61 indices: more than this library can list, refused. */
+  MPI_Count vast[1] = {(MPI_Count)1 << 62}, half[1] = {(MPI_Count)1 << 61}, none[1] = {0};
+  errors_return(MPI_COMM_SELF, 1);
+  EXPECT_ERR(MPI_Type_create_subarray_c(1, vast, half, none, MPI_ORDER_C, MPI_CHAR, &a),
+             MPI_ERR_NO_MEM, "memory");
+  errors_return(MPI_COMM_SELF, 0);
   /* Counts beyond int: a contiguous type of 2^32 + 5 bytes, and an indexed block type
    * of 3 blocks of 2^30 ints (described, never moved). */
   MPI_Count size_c = -1, lb_c = -1, extent_c = -1, far[3] = {0, (MPI_Count)1 << 30,
