@@ -402,6 +402,7 @@ pub fn class_name(class: c_int) -> String {
         MPI_ERR_QUOTA => "MPI_ERR_QUOTA",
         MPI_ERR_READ_ONLY => "MPI_ERR_READ_ONLY",
         MPI_ERR_UNSUPPORTED_DATAREP => "MPI_ERR_UNSUPPORTED_DATAREP",
+        MPI_ERR_SERVICE => "MPI_ERR_SERVICE",
         c if c <= MPI_ERR_ERRHANDLER => "a predefined error class",
         _ => return format!("user error class {class}"),
     };
@@ -443,6 +444,9 @@ fn class_text(class: c_int) -> String {
         MPI_ERR_NO_SUCH_FILE => "no such file",
         MPI_ERR_READ_ONLY => "the file is read-only",
         MPI_ERR_IO => "input or output error",
+        MPI_ERR_PORT => "invalid port name",
+        MPI_ERR_SERVICE => "invalid service name",
+        MPI_ERR_NAME => "no such service name",
         _ => return class_name(class),
     };
     format!("{}: {text}", class_name(class))

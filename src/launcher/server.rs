@@ -373,6 +373,25 @@ fn handle(rank: u32, m: &Message, shared: &Shared, events: &Sender<Event>) -> Re
                 }
             }
         }
+        "publish_name" => {
+            let (service, port) = (m.get("service").unwrap_or(""), m.get("port").unwrap_or(""));
+            let published = match service.is_empty() || port.is_empty() {
+                true => Err("no_service_or_port"),
+                false => shared.universe.publish(service, port),
+            };
+            match published {
+                Ok(()) => "cmd=publish_result rc=0 msg=success".to_string(),
+                Err(why) => format!("cmd=publish_result rc=-1 msg={why}"),
+            }
+        }
+        "unpublish_name" => match shared.universe.unpublish(m.get("service").unwrap_or("")) {
+            true => "cmd=unpublish_result rc=0 msg=success".to_string(),
+            false => "cmd=unpublish_result rc=-1 msg=service_not_published".to_string(),
+        },
+        "lookup_name" => match shared.universe.lookup(m.get("service").unwrap_or("")) {
+            Some(port) => format!("cmd=lookup_result rc=0 msg=success port={port}"),
+            None => "cmd=lookup_result rc=-1 msg=service_not_published".to_string(),
+        },
         "barrier_in" => {
             if !shared.barrier(rank) {
                 return Reply::Hangup;

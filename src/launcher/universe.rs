@@ -5,6 +5,7 @@
 
 use super::server::{RankPmi, Shared};
 use crate::pmi::spawn::Segment;
+use std::collections::BTreeMap;
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -21,7 +22,13 @@ pub(super) struct Universe {
     jobs: Mutex<Vec<Weak<Shared>>>,
     /// The job loop, which starts spawned jobs; `None`: spawning is refused.
     spawner: Mutex<Option<Sender<SpawnRequest>>>,
+    /// Published names (PMI-1's `publish_name`, MPI's `MPI_Publish_name`): a service's
+    /// port, for every job of the launcher.
+    names: Mutex<BTreeMap<String, String>>,
 }
+
+/// Most names the launcher keeps at once (a bound on what ranks can make it hold).
+const NAMES_MAX: usize = 4096;
 
 impl Universe {
     /// No jobs yet, no spawning.
@@ -29,6 +36,7 @@ impl Universe {
         Arc::new(Universe {
             jobs: Mutex::new(Vec::new()),
             spawner: Mutex::new(None),
+            names: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -57,6 +65,31 @@ impl Universe {
             .iter()
             .filter_map(Weak::upgrade)
             .collect()
+    }
+
+    /// Publish `port` under `service`, unless the service has a port already.
+    pub fn publish(&self, service: &str, port: &str) -> Result<(), &'static str> {
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        if names.contains_key(service) {
+            return Err("service_already_published");
+        }
+        if names.len() >= NAMES_MAX {
+            return Err("too_many_names");
+        }
+        names.insert(service.to_string(), port.to_string());
+        Ok(())
+    }
+
+    /// Withdraw `service`: whether it was published.
+    pub fn unpublish(&self, service: &str) -> bool {
+        let mut names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        names.remove(service).is_some()
+    }
+
+    /// The port published under `service`.
+    pub fn lookup(&self, service: &str) -> Option<String> {
+        let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        names.get(service).cloned()
     }
 
     /// The job whose key-value space is `kvsname`.

@@ -141,6 +141,22 @@ impl Comm {
         Ok(self.pmi()?.client().put_in(kvs, key, value)?)
     }
 
+    /// Publish `port` under `service` with the launcher (refused when the service has
+    /// one).
+    pub fn publish_name(&mut self, service: &str, port: &str) -> Result<()> {
+        Ok(self.pmi()?.client().publish_name(service, port)?)
+    }
+
+    /// Withdraw `service` (refused when it is not published).
+    pub fn unpublish_name(&mut self, service: &str) -> Result<()> {
+        Ok(self.pmi()?.client().unpublish_name(service)?)
+    }
+
+    /// The port published under `service`.
+    pub fn lookup_name(&mut self, service: &str) -> Result<Option<String>> {
+        Ok(self.pmi()?.client().lookup_name(service)?)
+    }
+
     /// Open the bridge (once) and publish its address; this process's rank in the
     /// launcher's numbering.
     pub fn open_bridge(&mut self) -> Result<u32> {

@@ -38,6 +38,7 @@ mod error;
 #[cfg(test)]
 pub(crate) mod fuzz;
 mod modex;
+mod names;
 mod node;
 mod reply_reader;
 pub(crate) mod spawn;

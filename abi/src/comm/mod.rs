@@ -13,6 +13,7 @@ pub mod create;
 pub mod graph;
 pub mod group;
 pub mod intercomm;
+pub mod ports;
 pub mod spawn;
 pub mod topo;
 

@@ -53,7 +53,7 @@ impl Mpi {
     }
 
     /// A barrier over `comm`.
-    fn barrier_on(&mut self, comm: Handle) -> Result<()> {
+    pub(super) fn barrier_on(&mut self, comm: Handle) -> Result<()> {
         let s = self.build_barrier(comm)?;
         self.run(s)
     }

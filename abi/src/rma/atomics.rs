@@ -97,6 +97,10 @@ impl Mpi {
         op: Handle,
         fetched: *mut u8,
     ) -> Result<()> {
+        // Nothing to combine or fetch (a count of 0, or empty elements).
+        if a.bytes == 0 {
+            return Ok(());
+        }
         let prim = a.prim;
         let bytes = match prim {
             Some(Prim::Int { bytes, .. }) => bytes as usize,

@@ -1091,6 +1091,13 @@ static void test_errors(int allocated) {
              MPI_ERR_OP, NULL);
   EXPECT_ERR(MPI_Accumulate(&dx, 1, MPI_DOUBLE, right, 0, 1, MPI_DOUBLE, MPI_BAND, win),
              MPI_ERR_OP, NULL);
+  /* Nothing to move (MPICH's badrma): a target of empty elements does nothing. */
+  MPI_Datatype empty;
+  OK(MPI_Type_contiguous(0, MPI_INT, &empty));
+  OK(MPI_Type_commit(&empty));
+  OK(MPI_Accumulate(&x, 0, MPI_INT, right, 0, 1, empty, MPI_SUM, win));
+  OK(MPI_Get_accumulate(&x, 0, MPI_INT, &x, 0, MPI_INT, right, 0, 2, empty, MPI_SUM, win));
+  OK(MPI_Type_free(&empty));
   OK(MPI_Win_unlock(right, win));
 
   /* A user's handler gets the window and the code. */
