@@ -48,11 +48,22 @@ struct Side {
 impl Side {
     fn encode(&self) -> String {
         let ranks: Vec<String> = self.ranks.iter().map(u32::to_string).collect();
-        format!("{},{},{},{}", self.kvs, self.base, self.ctx, ranks.join("."))
+        format!(
+            "{},{},{},{}",
+            self.kvs,
+            self.base,
+            self.ctx,
+            ranks.join(".")
+        )
     }
 
     fn decode(text: &str) -> Result<Side> {
-        let bad = || Error::new(MPI_ERR_PORT, format!("a malformed connection request {text:?}"));
+        let bad = || {
+            Error::new(
+                MPI_ERR_PORT,
+                format!("a malformed connection request {text:?}"),
+            )
+        };
         let f: Vec<&str> = text.trim_end_matches('\0').split(',').collect();
         let [kvs, base, ctx, ranks] = f[..] else {
             return Err(bad());
@@ -97,7 +108,12 @@ impl Mpi {
         let root = u32::try_from(root)
             .ok()
             .filter(|r| *r < group.size())
-            .ok_or_else(|| Error::new(MPI_ERR_ROOT, format!("root {root} is not a rank of the communicator")))?;
+            .ok_or_else(|| {
+                Error::new(
+                    MPI_ERR_ROOT,
+                    format!("root {root} is not a rank of the communicator"),
+                )
+            })?;
         let world = self.world.size();
         if group.ranks().iter().any(|&r| r >= world) {
             return Err(Error::new(
@@ -136,7 +152,9 @@ impl Mpi {
             text[..n].copy_from_slice(&line.as_bytes()[..n]);
         }
         self.bcast_here(&mut text[..], root as c_int, comm)?;
-        let text = String::from_utf8_lossy(&text).trim_end_matches('\0').to_string();
+        let text = String::from_utf8_lossy(&text)
+            .trim_end_matches('\0')
+            .to_string();
         match text.split_once(' ') {
             Some(("ok", s)) => Side::decode(s),
             _ => Err(failed.unwrap_or_else(|| {
@@ -148,7 +166,14 @@ impl Mpi {
     /// The intercommunicator of `group` (this process at `rank`) to `other`, with the
     /// larger of the two contexts: connected to the other job's processes (this
     /// job's are reached already).
-    fn joined(&mut self, mine: &Side, other: &Side, group: Arc<Group>, rank: u32, comm: Handle) -> Result<Handle> {
+    fn joined(
+        &mut self,
+        mine: &Side,
+        other: &Side,
+        group: Arc<Group>,
+        rank: u32,
+        comm: Handle,
+    ) -> Result<Handle> {
         let ctx = mine.ctx.max(other.ctx);
         if ctx != mine.ctx {
             self.use_contexts(ctx)?;
@@ -179,7 +204,8 @@ impl Mpi {
         let h = self.joined(&mine, &other, group, rank, comm)?;
         self.barrier_on(comm)?;
         if rank == root {
-            self.msg.kvs_put(&other.kvs, &format!("{port}#{turn}ready"), "1")?;
+            self.msg
+                .kvs_put(&other.kvs, &format!("{port}#{turn}ready"), "1")?;
         }
         Ok(h)
     }
@@ -189,7 +215,10 @@ impl Mpi {
     /// request, the port and its turn.
     fn take_turn(&mut self, port: &str, mine: &Side) -> Result<(String, String, u32)> {
         let turn = *ports().0.get(port).ok_or_else(|| {
-            Error::new(MPI_ERR_PORT, format!("{port:?} is not a port this process opened"))
+            Error::new(
+                MPI_ERR_PORT,
+                format!("{port:?} is not a port this process opened"),
+            )
         })?;
         let service = format!("{port}#{turn}");
         let request = loop {
@@ -201,7 +230,8 @@ impl Mpi {
         };
         // (The turn stays claimed until the port closes: a turn is taken once.)
         let other = Side::decode(&request)?;
-        self.msg.kvs_put(&other.kvs, &format!("{service}ack"), &mine.encode())?;
+        self.msg
+            .kvs_put(&other.kvs, &format!("{service}ack"), &mine.encode())?;
         if let Some(n) = ports().0.get_mut(port) {
             *n += 1;
         }
@@ -287,7 +317,14 @@ pub unsafe extern "C" fn PMPI_Open_port(_info: Handle, port_name: *mut c_char) -
             port
         };
         // SAFETY: the binding's contract: room for MPI_MAX_PORT_NAME bytes.
-        unsafe { write_name(&port, port_name, std::ptr::null_mut(), MPI_MAX_PORT_NAME as usize) }
+        unsafe {
+            write_name(
+                &port,
+                port_name,
+                std::ptr::null_mut(),
+                MPI_MAX_PORT_NAME as usize,
+            )
+        }
     })
 }
 
@@ -297,7 +334,10 @@ pub unsafe extern "C" fn PMPI_Close_port(port_name: *const c_char) -> c_int {
         // SAFETY: the binding's contract: a NUL-ended string.
         let port = unsafe { read_str(port_name) }?;
         let Some(turns) = ports().0.remove(&port) else {
-            return Err(Error::new(MPI_ERR_PORT, format!("{port:?} is not a port this process opened")));
+            return Err(Error::new(
+                MPI_ERR_PORT,
+                format!("{port:?} is not a port this process opened"),
+            ));
         };
         // The turns taken go with it.
         for turn in 0..turns {
@@ -337,7 +377,14 @@ pub unsafe extern "C" fn PMPI_Comm_accept(
     newcomm: *mut Handle,
 ) -> c_int {
     // SAFETY: the binding's contract.
-    unsafe { connection("MPI_Comm_accept", Mpi::accept, (port_name, root, comm), newcomm) }
+    unsafe {
+        connection(
+            "MPI_Comm_accept",
+            Mpi::accept,
+            (port_name, root, comm),
+            newcomm,
+        )
+    }
 }
 
 #[no_mangle]
@@ -349,7 +396,14 @@ pub unsafe extern "C" fn PMPI_Comm_connect(
     newcomm: *mut Handle,
 ) -> c_int {
     // SAFETY: the binding's contract.
-    unsafe { connection("MPI_Comm_connect", Mpi::connect, (port_name, root, comm), newcomm) }
+    unsafe {
+        connection(
+            "MPI_Comm_connect",
+            Mpi::connect,
+            (port_name, root, comm),
+            newcomm,
+        )
+    }
 }
 
 /// The service and port of a name binding, as strings.
@@ -357,7 +411,10 @@ pub unsafe extern "C" fn PMPI_Comm_connect(
 /// # Safety
 ///
 /// Both are null or NUL-ended strings.
-unsafe fn service_and_port(service: *const c_char, port: *const c_char) -> Result<(String, String)> {
+unsafe fn service_and_port(
+    service: *const c_char,
+    port: *const c_char,
+) -> Result<(String, String)> {
     // SAFETY: the caller's contract.
     unsafe { Ok((read_str(service)?, read_str(port)?)) }
 }
@@ -402,9 +459,19 @@ pub unsafe extern "C" fn PMPI_Lookup_name(
         let found = (mpi.msg.lookup_name(&service))
             .map_err(|e| Error::new(MPI_ERR_NAME, format!("{service:?}: {e}")))?;
         let port = found.ok_or_else(|| {
-            Error::new(MPI_ERR_NAME, format!("no port is published under {service:?}"))
+            Error::new(
+                MPI_ERR_NAME,
+                format!("no port is published under {service:?}"),
+            )
         })?;
         // SAFETY: the binding's contract: room for MPI_MAX_PORT_NAME bytes.
-        unsafe { write_name(&port, port_name, std::ptr::null_mut(), MPI_MAX_PORT_NAME as usize) }
+        unsafe {
+            write_name(
+                &port,
+                port_name,
+                std::ptr::null_mut(),
+                MPI_MAX_PORT_NAME as usize,
+            )
+        }
     })
 }

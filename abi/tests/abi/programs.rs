@@ -52,6 +52,8 @@
 //!   completion by another thread, cancel, free before completion, their errors.
 //! * `spawn`: dynamic processes: a refused spawn, a spawn, traffic both ways over
 //!   the intercommunicator, its barrier, merge and disconnect.
+//! * `ports`: ports and names: accept and connect (twice on one port), publish,
+//!   look up and withdraw a name, and their errors, at 2 and 3 ranks.
 //! * `representations`: packing in `external32` (sizes, bytes, round trips alone
 //!   and between ranks, conversions refused) and the Fortran 90 parameterized
 //!   types, at 1 and 2 ranks.
@@ -346,6 +348,13 @@ fn spawn() {
             );
         }
     }
+}
+
+/// Ports and names: one side accepts, the other connects (twice on one port),
+/// found by its published name; the intercommunicator carries traffic and merges.
+#[test]
+fn ports() {
+    passes("ports", &[2, 3]);
 }
 
 /// `MPI_THREAD_MULTIPLE`: threads of a rank calling at once, blocking calls that
