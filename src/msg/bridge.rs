@@ -14,6 +14,7 @@ use super::callbacks::register_callbacks;
 use super::{Comm, Error, Result};
 use crate::pmi::{PmiModex, SpawnCommand, Spawned};
 use rbtl_btl::{Modex, Proc};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The most processes a launcher's universe may hold (the bridge's rank space).
@@ -38,6 +39,9 @@ pub(super) struct Bridge {
     jobs: Vec<KnownJob>,
     /// Per endpoint of the bridge: the communicator's rank of its process.
     ranks: Vec<Option<u32>>,
+    /// The communicator's rank of each process connected (by its launcher rank): a
+    /// process met again (a reconnection) keeps its rank and its connection.
+    met: BTreeMap<u32, u32>,
 }
 
 /// The bridge's modex: this process as its universe rank, publishing in its own
@@ -185,6 +189,7 @@ impl Comm {
             universe_rank: me,
             jobs: Vec::new(),
             ranks: Vec::new(),
+            met: BTreeMap::new(),
         });
         Ok(me)
     }
@@ -194,6 +199,36 @@ impl Comm {
     /// published): their ranks in this communicator, after its own job's.
     pub fn connect_job(&mut self, kvsname: &str, base: u32, ranks: &[u32]) -> Result<Vec<u32>> {
         self.open_bridge()?;
+        // Those met before keep their ranks; the others are connected.
+        let met = |c: &Comm, r: u32| {
+            c.bridge
+                .as_ref()
+                .and_then(|b| b.met.get(&(base + r)).copied())
+        };
+        let new: Vec<u32> = ranks
+            .iter()
+            .copied()
+            .filter(|&r| met(self, r).is_none())
+            .collect();
+        self.connect_new(kvsname, base, &new)?;
+        ranks
+            .iter()
+            .map(|&r| {
+                met(self, r).ok_or_else(|| Error::Unreachable {
+                    rank: base + r,
+                    tried: "tcp (the bridge to other jobs)".into(),
+                    closed: String::new(),
+                })
+            })
+            .collect()
+    }
+
+    /// Connect to processes `ranks` (never met) of the job of `kvsname`, as
+    /// [`Comm::connect_job`].
+    fn connect_new(&mut self, kvsname: &str, base: u32, ranks: &[u32]) -> Result<Vec<u32>> {
+        if ranks.is_empty() {
+            return Ok(Vec::new());
+        }
         let size = ranks.iter().max().map_or(0, |m| m + 1);
         let mut nodes = Vec::with_capacity(ranks.len());
         for &r in ranks {
@@ -257,6 +292,7 @@ impl Comm {
             self.routes.push((bridge.module, ep));
             s.route.push(Some((bridge.module, ep)));
             *super::state::slot(&mut bridge.ranks, ep.0 as usize) = Some(rank);
+            bridge.met.insert(p.rank, rank);
             out.push(rank);
         }
         drop(s);
