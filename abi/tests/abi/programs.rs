@@ -51,7 +51,8 @@
 //! * `grequest`: generalized requests: their functions (an MPI call from each),
 //!   completion by another thread, cancel, free before completion, their errors.
 //! * `spawn`: dynamic processes: a refused spawn, a spawn, traffic both ways over
-//!   the intercommunicator, its barrier, merge and disconnect.
+//!   the intercommunicator, its barrier, merge and disconnect, then the two jobs
+//!   connected again through a port.
 //! * `ports`: ports and names: accept and connect (twice on one port), publish,
 //!   look up and withdraw a name, and their errors, at 2 and 3 ranks.
 //! * `representations`: packing in `external32` (sizes, bytes, round trips alone

@@ -6,9 +6,11 @@
  * in its barrier, broadcast and all-reduce across it, are refused an
  * MPI_Intercomm_create between the two jobs, merge it (parents first), reduce and
  * broadcast on the merged
- * communicator, and disconnect. The children then wait until every parent has
- * exited and still talk among themselves: a parent leaving is no failure of
- * theirs. The children report as "spawn-child". */
+ * communicator, and disconnect; then meet again through a port the parents' root
+ * opened (accept and connect between the two jobs, traffic both ways). The
+ * children then wait until every parent has exited and still talk among
+ * themselves: a parent leaving is no failure of theirs. The children report as
+ * "spawn-child". */
 #include "check.h"
 
 #include <errno.h>
@@ -209,8 +211,29 @@ int main(int argc, char **argv) {
     CHECK(parents <= 64, "%d parents", parents);
     send_pids(inter, 0, pids);
   }
+  /* The parents' root opens a port and tells the children's root over the
+   * intercommunicator; once disconnected, the two jobs meet again through it. */
+  char port[MPI_MAX_PORT_NAME] = "";
+  if (parents < 0 && rank == 0) { /* a parent (no count of parents) */
+    OK(MPI_Open_port(MPI_INFO_NULL, port));
+    OK(MPI_Send(port, MPI_MAX_PORT_NAME, MPI_CHAR, 0, 9, inter));
+  } else if (parents > 0 && rank == 0) {
+    OK(MPI_Recv(port, MPI_MAX_PORT_NAME, MPI_CHAR, 0, 9, inter, MPI_STATUS_IGNORE));
+  }
   OK(MPI_Comm_disconnect(&inter));
   CHECK(inter == MPI_COMM_NULL, "MPI_Comm_disconnect sets the handle to MPI_COMM_NULL");
+  MPI_Comm again;
+  if (parents < 0) {
+    OK(MPI_Comm_accept(port, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &again));
+    exchange(again, 7);
+    OK(MPI_Comm_disconnect(&again));
+    if (rank == 0)
+      OK(MPI_Close_port(port));
+  } else {
+    OK(MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &again));
+    exchange(again, 7);
+    OK(MPI_Comm_disconnect(&again));
+  }
   if (parents > 0)
     talk_after_parents_left(pids, parents);
   return finish();
