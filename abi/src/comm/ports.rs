@@ -33,6 +33,9 @@ fn ports() -> MutexGuard<'static, (BTreeMap<String, u32>, u64)> {
     PORTS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A rank of a job is below this (a launcher numbers at most as many processes).
+const PROCESSES_MAX: u32 = 1 << 16;
+
 /// Most turns a connecting root tries on one port before it gives up.
 const TURNS_MAX: u32 = 100_000;
 
@@ -46,15 +49,18 @@ struct Side {
 }
 
 impl Side {
+    /// As one PMI value: `kvs,base,ctx,ranks`, the ranks as runs `first-last`
+    /// (a group of consecutive ranks takes a few bytes) joined by dots.
     fn encode(&self) -> String {
-        let ranks: Vec<String> = self.ranks.iter().map(u32::to_string).collect();
-        format!(
-            "{},{},{},{}",
-            self.kvs,
-            self.base,
-            self.ctx,
-            ranks.join(".")
-        )
+        let mut runs: Vec<(u32, u32)> = Vec::new();
+        for &r in &self.ranks {
+            match runs.last_mut() {
+                Some(last) if last.1.checked_add(1) == Some(r) => last.1 = r,
+                _ => runs.push((r, r)),
+            }
+        }
+        let runs: Vec<String> = runs.iter().map(|(a, b)| format!("{a}-{b}")).collect();
+        format!("{},{},{},{}", self.kvs, self.base, self.ctx, runs.join("."))
     }
 
     fn decode(text: &str) -> Result<Side> {
@@ -68,10 +74,16 @@ impl Side {
         let [kvs, base, ctx, ranks] = f[..] else {
             return Err(bad());
         };
-        let ranks = ranks
-            .split('.')
-            .map(|r| r.parse().map_err(|_| bad()))
-            .collect::<Result<Vec<u32>>>()?;
+        let mut all = Vec::new();
+        for run in ranks.split('.') {
+            let (a, b) = run.split_once('-').ok_or_else(bad)?;
+            let (a, b): (u32, u32) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+            if b < a || b >= PROCESSES_MAX {
+                return Err(bad());
+            }
+            all.extend(a..=b);
+        }
+        let ranks = all;
         Ok(Side {
             kvs: kvs.to_string(),
             base: base.parse().map_err(|_| bad())?,
@@ -474,4 +486,41 @@ pub unsafe extern "C" fn PMPI_Lookup_name(
             )
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_side_travels_as_runs_of_ranks() {
+        let side = Side {
+            kvs: "kvs_1".into(),
+            base: 4,
+            ctx: 340,
+            ranks: vec![0, 1, 2, 3, 7, 9, 10],
+        };
+        let text = side.encode();
+        assert_eq!(text, "kvs_1,4,340,0-3.7-7.9-10");
+        let back = Side::decode(&text).unwrap();
+        assert_eq!(
+            (back.kvs, back.base, back.ctx, back.ranks),
+            (side.kvs, 4, 340, side.ranks)
+        );
+        for bad in [
+            "kvs,4,340",
+            "kvs,x,1,0-1",
+            "kvs,4,340,3-1",
+            "kvs,4,340,0-70000",
+            "kvs,4,1,5",
+        ] {
+            assert_eq!(
+                Side::decode(bad).err().map(|e| e.class),
+                Some(MPI_ERR_PORT),
+                "{bad}"
+            );
+        }
+        assert!(port_kvs("rbtl-port:kvs_1:0:1").is_ok());
+        assert!(port_kvs("tcp://198.18.0.1:1").is_err());
+    }
 }
