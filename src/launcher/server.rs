@@ -375,9 +375,12 @@ fn handle(rank: u32, m: &Message, shared: &Shared, events: &Sender<Event>) -> Re
         }
         "publish_name" => {
             let (service, port) = (m.get("service").unwrap_or(""), m.get("port").unwrap_or(""));
-            let published = match service.is_empty() || port.is_empty() {
-                true => Err("no_service_or_port"),
-                false => shared.universe.publish(service, port),
+            let published = if service.is_empty() || port.is_empty() {
+                Err("no_service_or_port")
+            } else if service.len() > KEYLEN_MAX || port.len() > VALLEN_MAX {
+                Err("service_or_port_too_long")
+            } else {
+                shared.universe.publish(service, port)
             };
             match published {
                 Ok(()) => "cmd=publish_result rc=0 msg=success".to_string(),

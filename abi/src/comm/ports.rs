@@ -9,11 +9,11 @@
 //! jobs meet their parents ([`super::spawn`]). A port is named
 //! `rbtl-port:<key-value space>:<rank>:<n>`. A connecting root claims the port's
 //! next turn by publishing its group (key-value space, base, proposed context,
-//! ranks) under `<port>#<turn>`, which only one can (the turns stay published until
-//! the port closes); the accepting root takes the turns in order, answers in the connector's key-value space (`<port>#<turn>ack`),
-//! connects its group to the other's, then says so (`<port>#<turn>ready`), and only
-//! then does the connecting group connect back. The context is the larger of the
-//! two groups' agreed ones: free at every member of both.
+//! ranks) under the turn's name ([`turn_key`]), which only one can (the turns stay
+//! published until the port closes); the accepting root takes the turns in order,
+//! answers in the connector's key-value space, connects its group to the other's,
+//! then says so, and only then does the connecting group connect back. The context
+//! is the larger of the two groups' agreed ones: free at every member of both.
 
 use super::api::{read_str, write_name};
 use super::{Communicator, Group};
@@ -91,6 +91,17 @@ impl Side {
             ranks,
         })
     }
+}
+
+/// The name of turn `turn` of `port` (a service, and with `a` and `r` after it the
+/// keys of the answer and of the accepting side's being ready): short enough for a
+/// PMI key whatever the port's length, by a 64-bit FNV-1a hash of the port (a few
+/// lines; no crate needed for one hash).
+fn turn_key(port: &str, turn: u32) -> String {
+    let hash = port.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("rbtl-port-{hash:016x}-{turn}")
 }
 
 /// The key-value space of the job that opened `port`.
@@ -217,7 +228,7 @@ impl Mpi {
         self.barrier_on(comm)?;
         if rank == root {
             self.msg
-                .kvs_put(&other.kvs, &format!("{port}#{turn}ready"), "1")?;
+                .kvs_put(&other.kvs, &format!("{}r", turn_key(&port, turn)), "1")?;
         }
         Ok(h)
     }
@@ -232,7 +243,7 @@ impl Mpi {
                 format!("{port:?} is not a port this process opened"),
             )
         })?;
-        let service = format!("{port}#{turn}");
+        let service = turn_key(port, turn);
         let request = loop {
             if let Some(r) = self.msg.lookup_name(&service)? {
                 break r;
@@ -243,7 +254,7 @@ impl Mpi {
         // (The turn stays claimed until the port closes: a turn is taken once.)
         let other = Side::decode(&request)?;
         self.msg
-            .kvs_put(&other.kvs, &format!("{service}ack"), &mine.encode())?;
+            .kvs_put(&other.kvs, &format!("{service}a"), &mine.encode())?;
         if let Some(n) = ports().0.get_mut(port) {
             *n += 1;
         }
@@ -265,7 +276,7 @@ impl Mpi {
         let other = self.share(answer.map(|a| a.map(|a| a.0)), root, comm)?;
         // The accepting side connects first, then says so.
         if rank == root {
-            self.wait_for(&mine.kvs, &format!("{claimed}ready"), "the accepting side")?;
+            self.wait_for(&mine.kvs, &format!("{claimed}r"), "the accepting side")?;
         }
         self.barrier_on(comm)?;
         self.joined(&mine, &other, group, rank, comm)
@@ -278,14 +289,14 @@ impl Mpi {
         port_kvs(port)?;
         let mut turn = 0;
         let service = loop {
-            let service = format!("{port}#{turn}");
+            let service = turn_key(port, turn);
             match self.msg.publish_name(&service, &mine.encode()) {
                 Ok(()) => break service,
                 Err(_) if turn < TURNS_MAX => turn += 1,
                 Err(e) => return Err(Error::new(MPI_ERR_PORT, e.to_string())),
             }
         };
-        match self.wait_for(&mine.kvs, &format!("{service}ack"), "the accepting side") {
+        match self.wait_for(&mine.kvs, &format!("{service}a"), "the accepting side") {
             Ok(answer) => Ok((answer, service)),
             Err(e) => {
                 // Given up: the claim goes, so that no acceptor takes it later.
@@ -353,7 +364,7 @@ pub unsafe extern "C" fn PMPI_Close_port(port_name: *const c_char) -> c_int {
         };
         // The turns taken go with it.
         for turn in 0..turns {
-            let _ = mpi.msg.unpublish_name(&format!("{port}#{turn}"));
+            let _ = mpi.msg.unpublish_name(&turn_key(&port, turn));
         }
         Ok(())
     })
