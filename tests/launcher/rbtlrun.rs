@@ -218,12 +218,18 @@ fn a_bare_program_name_is_found_in_the_working_folder_after_path() {
         .args(["-n", "2", "rbtl-bare-name-test"]);
     let out = output_within(command, ONCE_HUNG);
     assert!(out.status.success(), "{out:?}");
-    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+    let lines = sorted_lines(&out.stdout);
+    assert_eq!(lines, ["here 0", "here 1"]);
+}
+
+/// The lines of `output`, sorted (ranks print in any order).
+fn sorted_lines(output: &[u8]) -> Vec<String> {
+    let mut lines: Vec<String> = String::from_utf8_lossy(output)
         .lines()
         .map(String::from)
         .collect();
     lines.sort();
-    assert_eq!(lines, ["here 0", "here 1"]);
+    lines
 }
 
 /// The deadline of commands that once hung: each ends by itself well within it.
@@ -261,11 +267,7 @@ fn programs_that_never_speak_pmi_succeed() {
     command.args(["-n", "2", "sh", "-c", "echo rank $PMI_RANK of $PMI_SIZE"]);
     let out = output_within(command, ONCE_HUNG);
     assert!(out.status.success(), "{out:?}");
-    let mut lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(String::from)
-        .collect();
-    lines.sort();
+    let lines = sorted_lines(&out.stdout);
     assert_eq!(lines, ["rank 0 of 2", "rank 1 of 2"]);
 }
 

@@ -120,23 +120,7 @@ impl Mpi {
     /// This side of a connection over intracommunicator `comm`: its members (of
     /// this job only), the context they agree on, their bridges opened. Collective.
     fn this_side(&mut self, comm: Handle, root: c_int) -> Result<(Side, u32, Arc<Group>, u32)> {
-        let c = self.comm(comm)?;
-        if c.remote.is_some() {
-            return Err(Error::new(
-                MPI_ERR_COMM,
-                "connecting from an intercommunicator: give an intracommunicator",
-            ));
-        }
-        let (group, rank) = (c.group.clone(), c.rank);
-        let root = u32::try_from(root)
-            .ok()
-            .filter(|r| *r < group.size())
-            .ok_or_else(|| {
-                Error::new(
-                    MPI_ERR_ROOT,
-                    format!("root {root} is not a rank of the communicator"),
-                )
-            })?;
+        let (group, rank, root) = self.intra_root(comm, root, "connecting")?;
         let world = self.world.size();
         if group.ranks().iter().any(|&r| r >= world) {
             return Err(Error::new(
@@ -429,17 +413,23 @@ pub unsafe extern "C" fn PMPI_Comm_connect(
     }
 }
 
-/// The service and port of a name binding, as strings.
+/// The binding `name` that publishes or withdraws a service (`how`, given the
+/// service and the port): its errors are of class `MPI_ERR_SERVICE`.
 ///
 /// # Safety
 ///
-/// Both are null or NUL-ended strings.
-unsafe fn service_and_port(
-    service: *const c_char,
-    port: *const c_char,
-) -> Result<(String, String)> {
-    // SAFETY: the caller's contract.
-    unsafe { Ok((read_str(service)?, read_str(port)?)) }
+/// Both strings are null or NUL-ended.
+unsafe fn service_binding(
+    name: &str,
+    (service, port): (*const c_char, *const c_char),
+    how: fn(&mut rbtl::msg::Comm, &str, &str) -> rbtl::msg::Result<()>,
+) -> c_int {
+    call(name, Object::None, |mpi| {
+        // SAFETY: the caller's contract.
+        let (service, port) = unsafe { (read_str(service)?, read_str(port)?) };
+        how(&mut mpi.msg, &service, &port)
+            .map_err(|e| Error::new(MPI_ERR_SERVICE, format!("{service:?}: {e}")))
+    })
 }
 
 #[no_mangle]
@@ -448,12 +438,9 @@ pub unsafe extern "C" fn PMPI_Publish_name(
     _info: Handle,
     port_name: *const c_char,
 ) -> c_int {
-    call("MPI_Publish_name", Object::None, |mpi| {
-        // SAFETY: the binding's contract.
-        let (service, port) = unsafe { service_and_port(service_name, port_name) }?;
-        (mpi.msg.publish_name(&service, &port))
-            .map_err(|e| Error::new(MPI_ERR_SERVICE, format!("{service:?}: {e}")))
-    })
+    let names = (service_name, port_name);
+    // SAFETY: the binding's contract.
+    unsafe { service_binding("MPI_Publish_name", names, |m, s, p| m.publish_name(s, p)) }
 }
 
 #[no_mangle]
@@ -462,12 +449,9 @@ pub unsafe extern "C" fn PMPI_Unpublish_name(
     _info: Handle,
     port_name: *const c_char,
 ) -> c_int {
-    call("MPI_Unpublish_name", Object::None, |mpi| {
-        // SAFETY: the binding's contract.
-        let (service, _) = unsafe { service_and_port(service_name, port_name) }?;
-        (mpi.msg.unpublish_name(&service))
-            .map_err(|e| Error::new(MPI_ERR_SERVICE, format!("{service:?}: {e}")))
-    })
+    let names = (service_name, port_name);
+    // SAFETY: the binding's contract.
+    unsafe { service_binding("MPI_Unpublish_name", names, |m, s, _| m.unpublish_name(s)) }
 }
 
 #[no_mangle]

@@ -52,6 +52,34 @@ impl Mpi {
         }
     }
 
+    /// The group of intracommunicator `comm`, this process's rank in it, and `root`
+    /// checked to be one of its ranks; `what` names what an intercommunicator is
+    /// refused for.
+    pub(super) fn intra_root(
+        &self,
+        comm: Handle,
+        root: c_int,
+        what: &str,
+    ) -> Result<(Arc<Group>, u32, u32)> {
+        let c = self.comm(comm)?;
+        if c.remote.is_some() {
+            return Err(Error::new(
+                MPI_ERR_COMM,
+                format!("{what} from an intercommunicator is not implemented by this library"),
+            ));
+        }
+        let root = u32::try_from(root)
+            .ok()
+            .filter(|r| *r < c.group.size())
+            .ok_or_else(|| {
+                Error::new(
+                    MPI_ERR_ROOT,
+                    format!("root {root} is not a rank of the communicator"),
+                )
+            })?;
+        Ok((c.group.clone(), c.rank, root))
+    }
+
     /// A barrier over `comm`.
     pub(super) fn barrier_on(&mut self, comm: Handle) -> Result<()> {
         let s = self.build_barrier(comm)?;
@@ -67,23 +95,7 @@ impl Mpi {
         root: c_int,
         comm: Handle,
     ) -> Result<Handle> {
-        let c = self.comm(comm)?;
-        if c.remote.is_some() {
-            return Err(Error::new(
-                MPI_ERR_COMM,
-                "spawning from an intercommunicator is not implemented by this library",
-            ));
-        }
-        let (group, rank) = (c.group.clone(), c.rank);
-        let root = u32::try_from(root)
-            .ok()
-            .filter(|r| *r < group.size())
-            .ok_or_else(|| {
-                Error::new(
-                    MPI_ERR_ROOT,
-                    format!("root {root} is not a rank of the communicator"),
-                )
-            })?;
+        let (group, rank, root) = self.intra_root(comm, root, "spawning")?;
         let ctx = self.agree_context(comm, &[])?.0;
         self.msg.open_bridge()?;
         let kvs = self.msg.kvsname()?;

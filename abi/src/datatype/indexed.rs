@@ -78,191 +78,49 @@ unsafe fn indexed<L: Wide, D: Wide>(
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_indexed(
-    count: c_int,
-    array_of_blocklengths: *const c_int,
-    array_of_displacements: *const c_int,
-    oldtype: Handle,
-    newtype: *mut Handle,
-) -> c_int {
-    let args = Indexed {
-        count: count.into(),
-        lengths: Lengths::Each(array_of_blocklengths),
-        displs: array_of_displacements,
-        bytes: false,
+/// The binding `$name` of an indexed constructor in `$form`: its count of type
+/// `$count`, its block lengths (`$lengths`: one array of `$l`, or one `$l` for all)
+/// and its displacements (an array of `$d`; `$bytes`: in bytes).
+macro_rules! indexed_binding {
+    ($name:ident, $form:expr, $bytes:expr, $count:ty,
+     $lengths:ident: $lty:ty => $how:ident, $l:ty, $d:ty) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            count: $count,
+            $lengths: $lty,
+            array_of_displacements: *const $d,
+            oldtype: Handle,
+            newtype: *mut Handle,
+        ) -> c_int {
+            let args = Indexed::<$l, $d> {
+                count: count.into(),
+                lengths: Lengths::$how($lengths.into()),
+                displs: array_of_displacements,
+                bytes: $bytes,
+            };
+            let name = (&stringify!($name)[1..], $form);
+            // SAFETY: the binding's contract: `count` of each array.
+            unsafe { indexed(name, args, oldtype, newtype) }
+        }
     };
-    // SAFETY: the binding's contract: `count` of each.
-    unsafe { indexed(("MPI_Type_indexed", Form::Int), args, oldtype, newtype) }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_indexed_c(
-    count: Count,
-    array_of_blocklengths: *const Count,
-    array_of_displacements: *const Count,
-    oldtype: Handle,
-    newtype: *mut Handle,
-) -> c_int {
-    let args = Indexed {
-        count,
-        lengths: Lengths::Each(array_of_blocklengths),
-        displs: array_of_displacements,
-        bytes: false,
-    };
-    // SAFETY: the binding's contract: `count` of each.
-    unsafe { indexed(("MPI_Type_indexed_c", Form::Large), args, oldtype, newtype) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_create_hindexed(
-    count: c_int,
-    array_of_blocklengths: *const c_int,
-    array_of_displacements: *const Aint,
-    oldtype: Handle,
-    newtype: *mut Handle,
-) -> c_int {
-    let args = Indexed {
-        count: count.into(),
-        lengths: Lengths::Each(array_of_blocklengths),
-        displs: array_of_displacements,
-        bytes: true,
-    };
-    // SAFETY: the binding's contract: `count` of each.
-    unsafe {
-        indexed(
-            ("MPI_Type_create_hindexed", Form::Int),
-            args,
-            oldtype,
-            newtype,
-        )
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_create_hindexed_c(
-    count: Count,
-    array_of_blocklengths: *const Count,
-    array_of_displacements: *const Count,
-    oldtype: Handle,
-    newtype: *mut Handle,
-) -> c_int {
-    let args = Indexed {
-        count,
-        lengths: Lengths::Each(array_of_blocklengths),
-        displs: array_of_displacements,
-        bytes: true,
-    };
-    // SAFETY: the binding's contract: `count` of each.
-    unsafe {
-        indexed(
-            ("MPI_Type_create_hindexed_c", Form::Large),
-            args,
-            oldtype,
-            newtype,
-        )
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_create_indexed_block(
-    count: c_int,
-    blocklength: c_int,
-    array_of_displacements: *const c_int,
-    oldtype: Handle,
-    newtype: *mut Handle,
-) -> c_int {
-    let args = Indexed::<c_int, _> {
-        count: count.into(),
-        lengths: Lengths::One(blocklength.into()),
-        displs: array_of_displacements,
-        bytes: false,
-    };
-    // SAFETY: the binding's contract: `count` displacements.
-    unsafe {
-        indexed(
-            ("MPI_Type_create_indexed_block", Form::Int),
-            args,
-            oldtype,
-            newtype,
-        )
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_create_indexed_block_c(
-    count: Count,
-    blocklength: Count,
-    array_of_displacements: *const Count,
-    oldtype: Handle,
-    newtype: *mut Handle,
-) -> c_int {
-    let args = Indexed::<Count, _> {
-        count,
-        lengths: Lengths::One(blocklength),
-        displs: array_of_displacements,
-        bytes: false,
-    };
-    // SAFETY: the binding's contract: `count` displacements.
-    unsafe {
-        indexed(
-            ("MPI_Type_create_indexed_block_c", Form::Large),
-            args,
-            oldtype,
-            newtype,
-        )
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_create_hindexed_block(
-    count: c_int,
-    blocklength: c_int,
-    array_of_displacements: *const Aint,
-    oldtype: Handle,
-    newtype: *mut Handle,
-) -> c_int {
-    let args = Indexed::<c_int, _> {
-        count: count.into(),
-        lengths: Lengths::One(blocklength.into()),
-        displs: array_of_displacements,
-        bytes: true,
-    };
-    // SAFETY: the binding's contract: `count` displacements.
-    unsafe {
-        indexed(
-            ("MPI_Type_create_hindexed_block", Form::Int),
-            args,
-            oldtype,
-            newtype,
-        )
-    }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Type_create_hindexed_block_c(
-    count: Count,
-    blocklength: Count,
-    array_of_displacements: *const Count,
-    oldtype: Handle,
-    newtype: *mut Handle,
-) -> c_int {
-    let args = Indexed::<Count, _> {
-        count,
-        lengths: Lengths::One(blocklength),
-        displs: array_of_displacements,
-        bytes: true,
-    };
-    // SAFETY: the binding's contract: `count` displacements.
-    unsafe {
-        indexed(
-            ("MPI_Type_create_hindexed_block_c", Form::Large),
-            args,
-            oldtype,
-            newtype,
-        )
-    }
-}
+indexed_binding!(PMPI_Type_indexed, Form::Int, false, c_int,
+    array_of_blocklengths: *const c_int => Each, c_int, c_int);
+indexed_binding!(PMPI_Type_indexed_c, Form::Large, false, Count,
+    array_of_blocklengths: *const Count => Each, Count, Count);
+indexed_binding!(PMPI_Type_create_hindexed, Form::Int, true, c_int,
+    array_of_blocklengths: *const c_int => Each, c_int, Aint);
+indexed_binding!(PMPI_Type_create_hindexed_c, Form::Large, true, Count,
+    array_of_blocklengths: *const Count => Each, Count, Count);
+indexed_binding!(PMPI_Type_create_indexed_block, Form::Int, false, c_int,
+    blocklength: c_int => One, c_int, c_int);
+indexed_binding!(PMPI_Type_create_indexed_block_c, Form::Large, false, Count,
+    blocklength: Count => One, Count, Count);
+indexed_binding!(PMPI_Type_create_hindexed_block, Form::Int, true, c_int,
+    blocklength: c_int => One, c_int, Aint);
+indexed_binding!(PMPI_Type_create_hindexed_block_c, Form::Large, true, Count,
+    blocklength: Count => One, Count, Count);
 
 /// `MPI_Type_create_struct` in `form`.
 ///
