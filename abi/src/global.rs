@@ -315,10 +315,16 @@ pub fn stop(keep: impl FnOnce(&Mpi) -> bool, finish: impl FnOnce(Mpi) -> Result<
 /// handler; a call refused because another is inside (from another thread, or from
 /// a callback) returns its error: the caller inside a callback can act on it.
 pub fn handler_of(object: Object) -> Handler {
-    // (A predefined handler given to the call needs no state: there may be none.)
+    // (A handler given to the call needs no state, which may not be there yet: the
+    // program's handlers live outside it.)
     match object {
         Object::Given(MPI_ERRORS_RETURN, _) => return Handler::Return,
         Object::Given(MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT, _) => return Handler::Fatal,
+        Object::Given(h, _) => {
+            if let Some(e) = crate::comm::api::errhandler(h) {
+                return Handler::User(e.function);
+            }
+        }
         _ => {}
     }
     match with(|mpi| Ok(mpi.handler_of(object))) {

@@ -198,6 +198,15 @@ static void test_errhandlers(MPI_Session s) {
   rc = MPI_Session_init(bad, MPI_ERRORS_RETURN, &none);
   OK(MPI_Error_class(rc, &cls));
   CHECK(cls == MPI_ERR_ARG && none == MPI_SESSION_NULL, "a bad thread level: class %d", cls);
+  /* A program's handler given to it is called, on no session. */
+  MPI_Errhandler mine;
+  OK(MPI_Session_create_errhandler(on_error, &mine));
+  int before = handled;
+  rc = MPI_Session_init(bad, mine, &none);
+  OK(MPI_Error_class(rc, &cls));
+  CHECK(cls == MPI_ERR_ARG && handled == before + 1 && handled_on == MPI_SESSION_NULL,
+        "a bad thread level, a program's handler: class %d, %d calls", cls, handled - before);
+  OK(MPI_Errhandler_free(&mine));
   OK(MPI_Info_free(&bad));
   EXPECT_ERR(MPI_Session_set_errhandler(s, MPI_ERRHANDLER_NULL), MPI_ERR_ERRHANDLER, NULL);
 }
