@@ -9,7 +9,7 @@
 //! jobs meet their parents ([`super::spawn`]). A port is named
 //! `rbtl-port:<key-value space>:<rank>:<n>`. A connecting root claims the port's
 //! next turn by publishing its group (key-value space, base, proposed context,
-//! ranks) under the turn's name ([`turn_key`]), which only one can (the turns stay
+//! ranks) under the turn's name (`turn_key`), which only one can (the turns stay
 //! published until the port closes); the accepting root takes the turns in order,
 //! answers in the connector's key-value space, connects its group to the other's,
 //! then says so, and only then does the connecting group connect back. The context
