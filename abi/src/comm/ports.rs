@@ -23,7 +23,7 @@ use crate::ffi::*;
 use crate::state::Mpi;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// This process's open ports, each with the number of connections accepted on it,
 /// and the number of ports opened so far.
@@ -35,6 +35,10 @@ fn ports() -> MutexGuard<'static, (BTreeMap<String, u32>, u64)> {
 
 /// A rank of a job is below this (a launcher numbers at most as many processes).
 const PROCESSES_MAX: u32 = 1 << 16;
+
+/// What a connecting side that waited in vain is told (an implementation may give up
+/// on a connection, MPI 4.1, 11.8.2; it waits as long as a spawn's sides do).
+const NO_ANSWER: (c_int, &str) = (MPI_ERR_PORT, "the accepting side did not answer");
 
 /// Most turns a connecting root tries on one port before it gives up.
 const TURNS_MAX: u32 = 100_000;
@@ -260,7 +264,7 @@ impl Mpi {
         let other = self.share(answer.map(|a| a.map(|a| a.0)), root, comm)?;
         // The accepting side connects first, then says so.
         if rank == root {
-            self.wait_for(&mine.kvs, &format!("{claimed}r"), "the accepting side")?;
+            self.wait_for_key((&mine.kvs, &format!("{claimed}r")), NO_ANSWER)?;
         }
         self.barrier_on(comm)?;
         self.joined(&mine, &other, group, rank, comm)
@@ -280,32 +284,13 @@ impl Mpi {
                 Err(e) => return Err(Error::new(MPI_ERR_PORT, e.to_string())),
             }
         };
-        match self.wait_for(&mine.kvs, &format!("{service}a"), "the accepting side") {
+        match self.wait_for_key((&mine.kvs, &format!("{service}a")), NO_ANSWER) {
             Ok(answer) => Ok((answer, service)),
             Err(e) => {
                 // Given up: the claim goes, so that no acceptor takes it later.
                 let _ = self.msg.unpublish_name(&service);
                 Err(e)
             }
-        }
-    }
-
-    /// Wait until `key` appears in key-value space `kvs`, for at most two minutes
-    /// (an implementation may give up on a connection, MPI 4.1, 11.8.2).
-    fn wait_for(&mut self, kvs: &str, key: &str, what: &str) -> Result<String> {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = self.msg.kvs_get(kvs, key)? {
-                return Ok(v);
-            }
-            if start.elapsed() > Duration::from_secs(120) {
-                return Err(Error::new(
-                    MPI_ERR_PORT,
-                    format!("{what} did not answer within 120 s"),
-                ));
-            }
-            self.progress();
-            std::thread::sleep(Duration::from_millis(2));
         }
     }
 }

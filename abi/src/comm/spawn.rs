@@ -34,8 +34,13 @@ const START_LIMIT: Duration = Duration::from_secs(120);
 
 impl Mpi {
     /// Wait until `key` appears in the key-value space `kvs` (the other side's
-    /// signal), within [`START_LIMIT`].
-    fn wait_for_key(&mut self, kvs: &str, key: &str, what: &str) -> Result<String> {
+    /// signal), within [`START_LIMIT`]; past it, an error of `class` saying what did
+    /// not happen (`missing`).
+    pub(super) fn wait_for_key(
+        &mut self,
+        (kvs, key): (&str, &str),
+        (class, missing): (c_int, &str),
+    ) -> Result<String> {
         let start = Instant::now();
         loop {
             if let Some(v) = self.msg.kvs_get(kvs, key)? {
@@ -43,8 +48,8 @@ impl Mpi {
             }
             if start.elapsed() > START_LIMIT {
                 return Err(Error::new(
-                    MPI_ERR_SPAWN,
-                    format!("{what} did not come up within {} s", START_LIMIT.as_secs()),
+                    class,
+                    format!("{missing} within {} s", START_LIMIT.as_secs()),
                 ));
             }
             self.progress();
@@ -151,7 +156,8 @@ impl Mpi {
                 ));
             }
         };
-        self.wait_for_key(&child_kvs, CHILDREN_READY, "the spawned processes")?;
+        let spawned = (MPI_ERR_SPAWN, "the spawned processes did not come up");
+        self.wait_for_key((&child_kvs, CHILDREN_READY), spawned)?;
         let children = self
             .msg
             .connect_job(&child_kvs, child_base, &(0..n).collect::<Vec<_>>())?;
@@ -201,7 +207,8 @@ impl Mpi {
         if self.world.rank == 0 {
             self.msg.kvs_put(&kvs, CHILDREN_READY, "1")?;
         }
-        self.wait_for_key(&kvs, PARENTS_READY, "the parents")?;
+        let parents = (MPI_ERR_SPAWN, "the parents did not come up");
+        self.wait_for_key((&kvs, PARENTS_READY), parents)?;
         let parents = self.msg.connect_job(pkvs, pbase, &pranks)?;
         self.use_contexts(ctx)?;
         // Named as the standard names it (MPI 4.1, 7.8).
