@@ -79,7 +79,24 @@ fn start_state(provided: c_int) -> Result<()> {
     if provided == MPI_THREAD_MULTIPLE {
         global::allow_threads();
     }
+    // SAFETY: `end_at_exit` is a plain function that stays in the library (which
+    // is not unloaded while the process runs MPI).
+    unsafe { libc::atexit(end_at_exit) };
     Ok(())
+}
+
+/// At the process's exit: end the library's state if sessions left it dormant
+/// (the world model never started, or ended with a session open). A world model
+/// still running is left as it is: the process ends without `MPI_Finalize`, as
+/// the launcher then reports.
+extern "C" fn end_at_exit() {
+    if WORLD_MODEL.load(Ordering::Acquire) != STARTED {
+        if let Err(e) = stop_state(false) {
+            if global::phase() != Phase::Finalized {
+                eprintln!("rbtl libmpi_abi: ending the library at exit: {}", e.message);
+            }
+        }
+    }
 }
 
 /// End the library's state (the transports' end), unless a session is open or
@@ -106,15 +123,9 @@ pub fn start_for_session() -> Result<()> {
         Phase::Before => start_state(MPI_THREAD_SINGLE),
         Phase::Finalized => Err(Error::new(
             MPI_ERR_OTHER,
-            "the library has ended (its last session, or MPI_Finalize, ended it): it does not start again in this process",
+            "the library has ended (MPI_Finalize ended it with no session open): it does not start again in this process",
         )),
     }
-}
-
-/// After `MPI_Session_finalize`: the last session ends the library unless the
-/// world model runs.
-pub fn end_after_session() -> Result<()> {
-    stop_state(false)
 }
 
 /// Report an error of a call made outside the library's life (no handler to go

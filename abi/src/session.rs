@@ -4,9 +4,11 @@
 //! (`MPI_Comm_create_from_group`, `MPI_Intercomm_create_from_groups`).
 //!
 //! Sessions and the world model share the library's one state: the first of
-//! `MPI_Init` and `MPI_Session_init` starts it, and the last of `MPI_Finalize` and
-//! `MPI_Session_finalize` ends it. Once ended it does not start again: a session
-//! begun after that is refused. The thread level is the highest asked for so far
+//! `MPI_Init` and `MPI_Session_init` starts it. `MPI_Finalize` ends it when no
+//! session is open; else it stays after the last session ends, so that sessions
+//! may start again (MPI 4.1, 11.3.1), and ends when the process exits (the
+//! transports' last barrier with it). Once ended it does not start again: a session
+//! begun after `MPI_Finalize` ended it is refused. The thread level is the highest asked for so far
 //! (`mpi_thread_support_level` in the session's info, or MPICH's `thread_level`;
 //! `MPI_THREAD_SINGLE` without).
 
@@ -187,10 +189,8 @@ pub unsafe extern "C" fn PMPI_Session_finalize(session: *mut Handle) -> c_int {
     }
     // SAFETY: checked readable; the binding's contract: writable.
     unsafe { session.write(MPI_SESSION_NULL) };
-    match crate::env::end_after_session() {
-        Ok(()) => MPI_SUCCESS,
-        Err(e) => crate::error::raise("MPI_Session_finalize", Object::None, e),
-    }
+    // (The library stays, for sessions to come: see the module's words.)
+    MPI_SUCCESS
 }
 
 #[no_mangle]

@@ -69,6 +69,8 @@ pub struct Mpi {
     pub bsend: crate::p2p::bsend::Buffers,
     /// The communicator to the processes that spawned this one (`MPI_COMM_NULL`).
     pub parent: Handle,
+    /// This job's key-value space and base (`Mpi::own_job`), once asked.
+    pub own_job: Option<(String, u32)>,
     /// The thread that initialized the library.
     pub main_thread: std::thread::ThreadId,
     /// Which executable of the launch this process runs (`MPI_APPNUM`).
@@ -140,6 +142,7 @@ impl Mpi {
             contexts: crate::comm::context::Contexts::new(SELF_CTX + CONTEXTS_PER_COMM),
             bsend: Default::default(),
             parent: MPI_COMM_NULL,
+            own_job: None,
             main_thread: std::thread::current().id(),
             appnum: 0,
             spare_schedule: None,

@@ -194,6 +194,18 @@ impl Comm {
         Ok(me)
     }
 
+    /// Where process `rank` of this communicator, of another job, is: its job's
+    /// key-value space, the job's base in the launcher's numbering and its rank in
+    /// the job (`None` for a rank of this job or of no process met).
+    pub fn whereabouts(&self, rank: u32) -> Option<(String, u32, u32)> {
+        let b = self.bridge.as_ref()?;
+        let universe = b.met.iter().find(|(_, &r)| r == rank).map(|(&u, _)| u)?;
+        b.jobs
+            .iter()
+            .find(|j| (j.base..j.base.saturating_add(j.size)).contains(&universe))
+            .map(|j| (j.kvsname.clone(), j.base, universe - j.base))
+    }
+
     /// Connect to processes `ranks` of the job of key-value space `kvsname`, whose
     /// ranks start at `base` in the launcher's numbering (their bridges are open and
     /// published): their ranks in this communicator, after its own job's.
@@ -224,10 +236,10 @@ impl Comm {
     }
 
     /// Connect to processes `ranks` (never met) of the job of `kvsname`, as
-    /// [`Comm::connect_job`].
-    fn connect_new(&mut self, kvsname: &str, base: u32, ranks: &[u32]) -> Result<Vec<u32>> {
+    /// [`Comm::connect_job`]: each is recorded as met, with its rank here.
+    fn connect_new(&mut self, kvsname: &str, base: u32, ranks: &[u32]) -> Result<()> {
         if ranks.is_empty() {
-            return Ok(Vec::new());
+            return Ok(());
         }
         let size = ranks.iter().max().map_or(0, |m| m + 1);
         let mut nodes = Vec::with_capacity(ranks.len());
@@ -276,7 +288,6 @@ impl Comm {
                 return Err(e);
             }
         };
-        let mut out = Vec::with_capacity(endpoints.len());
         let mut s = super::state::lock(&self.state);
         for (p, ep) in procs.iter().zip(endpoints) {
             let Some(ep) = ep else {
@@ -293,13 +304,11 @@ impl Comm {
             s.route.push(Some((bridge.module, ep)));
             *super::state::slot(&mut bridge.ranks, ep.0 as usize) = Some(rank);
             bridge.met.insert(p.rank, rank);
-            out.push(rank);
         }
         drop(s);
         let ranks: Arc<[Option<u32>]> = Arc::from(bridge.ranks.clone());
         let mi = bridge.module;
         self.bridge = Some(bridge);
-        register_callbacks(self.modules[mi].as_mut(), mi, &ranks, &self.state)?;
-        Ok(out)
+        register_callbacks(self.modules[mi].as_mut(), mi, &ranks, &self.state)
     }
 }

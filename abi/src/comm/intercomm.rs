@@ -3,9 +3,11 @@
 //! communicator, trade their groups over it with the program's tag (its
 //! point-to-point context, as MPICH does), and each tells its own group.
 //!
-//! Groups of different jobs (a spawned job and its parents) are refused: their
-//! ranks are numbered by each job alone. `MPI_Intercomm_merge` of the spawn's
-//! intercommunicator joins them.
+//! The groups may hold processes of several jobs (a spawned job and its parents):
+//! the leaders trade them named by job ([`super::members`]), and each member finds
+//! them in its own numbering, connecting to those it has not met; then every
+//! member of both groups has its bridge to other jobs open before any connects,
+//! and has connected before the intercommunicator is used.
 //!
 //! `MPI_Comm_dup` of an intercommunicator keeps its groups with a new context.
 //! `MPI_Comm_split` and `MPI_Comm_create` of one make intercommunicators between
@@ -20,8 +22,9 @@
 
 use super::context::{agree_context, Among};
 use super::create::{create_group_ctx, of_colour};
+use super::members::Members;
 use super::{Communicator, Group};
-use crate::coll::{bcast_in, bcast_outcome, run_here, Inside, Loc, Schedule, Xfer};
+use crate::coll::{bcast_in, bcast_outcome, run_here, Basic, Inside, Loc, Schedule, Xfer};
 use crate::entry::call_held;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -62,15 +65,15 @@ pub fn intercomm_create(
                 ),
             )
         })?;
-    // What the leader tells its group: the error class of its part and the other
-    // group's size; then the other group's members.
+    // What the leader tells its group: the error class of its part and the length
+    // of the other group's description; then the description.
     let mut header = [MPI_SUCCESS, 0];
     let mut theirs = Vec::new();
     let mut across = None;
     let part = (rank == leader).then(|| {
-        trade_groups(inside, &group, (peer, remote_leader, tag)).map(|(ranks, with)| {
-            header[1] = ranks.len() as c_int;
-            theirs = ranks;
+        trade_groups(inside, &group, (peer, remote_leader, tag)).map(|(text, with)| {
+            header[1] = text.len() as c_int;
+            theirs = text.into_bytes();
             across = Some(with);
         })
     });
@@ -78,19 +81,55 @@ pub fn intercomm_create(
     bcast_outcome(inside, part, &mut header, (local_leader, local), failed)?;
     theirs.resize(header[1] as usize, 0);
     bcast_in(inside, &mut theirs, local_leader, local)?;
+    let theirs = Members::decode(&String::from_utf8_lossy(&theirs), MPI_ERR_INTERN)?;
+    let mine = inside.state().named_by_job(group.ranks())?;
+    // Groups of several jobs: every member's bridge is open before any looks for
+    // another's, and every member has met the other group before it is used.
+    let mixed = mine.jobs().union(&theirs.jobs()).count() > 1;
+    if mixed {
+        meet(inside, (local, local_leader), across)?;
+    }
+    let remote = inside.state().resolve(&theirs)?;
+    if mixed {
+        meet(inside, (local, local_leader), across)?;
+    }
+    if remote.iter().any(|&r| group.rank_of(r).is_some()) {
+        return Err(Error::new(
+            MPI_ERR_COMM,
+            "the two groups of MPI_Intercomm_create share processes: they must be disjoint",
+        ));
+    }
     let among = Among::Leaders {
         local,
         leader: local_leader,
         across,
-        theirs: theirs.len(),
+        theirs: remote.len(),
     };
     let (ctx, _) = agree_context(inside, &among, &[])?;
-    let mut c = Communicator::new(ctx, group, rank, "");
-    c.remote = Some(Arc::new(Group::new(
-        theirs.iter().map(|&r| r as u32).collect(),
-    )));
-    c.errhandler = errhandler;
-    inside.state().comms.insert(c)
+    keep_inter(
+        inside,
+        ctx,
+        (group, rank),
+        Arc::new(Group::new(remote)),
+        errhandler,
+    )
+}
+
+/// Wait until every member of both groups of an intercommunicator being made has
+/// come here, its bridge to other jobs open: each group's barrier around the
+/// leaders' exchange (`across`, at the local leader only).
+fn meet(
+    inside: &mut impl Inside,
+    (local, leader): (Handle, c_int),
+    across: Option<(u32, i32, u32)>,
+) -> Result<()> {
+    inside.state().msg.open_bridge()?;
+    let s = inside.state().build_barrier(local)?;
+    run_here(inside, s)?;
+    if let Some(with) = across {
+        exchange(inside, with, &[0], &mut [0])?;
+    }
+    bcast_in(inside, &mut [0u8], leader, local)
 }
 
 /// Agree on a new context among both groups of intercommunicator `comm`, its
@@ -131,9 +170,7 @@ fn keep_inter(
     remote: Arc<Group>,
     errhandler: Handle,
 ) -> Result<Handle> {
-    let mut c = Communicator::new(ctx, group, rank, "");
-    c.remote = Some(remote);
-    c.errhandler = errhandler;
+    let c = Communicator::inter(ctx, (group, rank), remote, errhandler);
     inside.state().comms.insert(c)
 }
 
@@ -235,13 +272,14 @@ fn intercomm_merge(inside: &mut impl Inside, inter: Handle, high: bool) -> Resul
 }
 
 /// The leader's part of `MPI_Intercomm_create`: check the peer communicator's
-/// arguments, then trade sizes and members with the other leader. The other group's
-/// members, and what to trade further with its leader (context, tag, job rank).
+/// arguments, then trade the groups' members, named by job ([`Members`]), with the
+/// other leader. The other group's description, and what to trade further with its
+/// leader (context, tag, rank).
 fn trade_groups(
     inside: &mut impl Inside,
     group: &Group,
     (peer, remote_leader, tag): (Handle, c_int, c_int),
-) -> Result<(Vec<c_int>, (u32, i32, u32))> {
+) -> Result<(String, (u32, i32, u32))> {
     let mpi = inside.state();
     let p = mpi.comm(peer)?;
     let other = u32::try_from(remote_leader)
@@ -259,15 +297,6 @@ fn trade_groups(
     if tag < 0 {
         return Err(Error::new(MPI_ERR_TAG, format!("tag {tag} is negative")));
     }
-    let jobs = mpi.world.group.size();
-    if other >= jobs || group.ranks().iter().any(|&j| j >= jobs) {
-        return Err(Error::new(
-            MPI_ERR_COMM,
-            "MPI_Intercomm_create between processes of different jobs (spawned ones) \
-             is not implemented by this library: merge the spawn's intercommunicator \
-             (MPI_Intercomm_merge)",
-        ));
-    }
     if group.rank_of(other).is_some() {
         return Err(Error::new(
             MPI_ERR_COMM,
@@ -275,27 +304,21 @@ fn trade_groups(
         ));
     }
     let with = (p.ctx, tag, other);
+    let mine = mpi.named_by_job(group.ranks())?.encode().into_bytes();
     let mut size = [0 as c_int];
-    exchange(inside, with, &[group.size() as c_int], &mut size)?;
-    let ranks: Vec<c_int> = group.ranks().iter().map(|&r| r as c_int).collect();
-    let mut theirs = vec![0; usize::try_from(size[0]).unwrap_or(0)];
-    exchange(inside, with, &ranks, &mut theirs)?;
-    if theirs.iter().any(|&j| group.rank_of(j as u32).is_some()) {
-        return Err(Error::new(
-            MPI_ERR_COMM,
-            "the two groups of MPI_Intercomm_create share processes: they must be disjoint",
-        ));
-    }
-    Ok((theirs, with))
+    exchange(inside, with, &[mine.len() as c_int], &mut size)?;
+    let mut theirs = vec![0u8; usize::try_from(size[0]).unwrap_or(0)];
+    exchange(inside, with, &mine, &mut theirs)?;
+    Ok((String::from_utf8_lossy(&theirs).into_owned(), with))
 }
 
 /// Send `mine` to job rank `to` and receive `theirs` from it at once, in context
 /// `ctx` with `tag`, run in `inside`.
-pub(super) fn exchange(
+pub(super) fn exchange<T: Basic>(
     inside: &mut impl Inside,
     (ctx, tag, to): (u32, i32, u32),
-    mine: &[c_int],
-    theirs: &mut [c_int],
+    mine: &[T],
+    theirs: &mut [T],
 ) -> Result<()> {
     let mut s = Box::new(Schedule::new(ctx, tag));
     let r = s.round();

@@ -13,6 +13,8 @@ pub mod create;
 pub mod graph;
 pub mod group;
 pub mod intercomm;
+pub mod join;
+pub mod members;
 pub mod ports;
 pub mod spawn;
 pub mod topo;
@@ -142,6 +144,20 @@ impl Communicator {
             idups: 0,
             idup_slots: IDUP_SLOTS,
         }
+    }
+
+    /// An intercommunicator between `group` (this process at `rank`) and `remote`,
+    /// with `errhandler`.
+    pub fn inter(
+        ctx: u32,
+        (group, rank): (Arc<Group>, u32),
+        remote: Arc<Group>,
+        errhandler: Handle,
+    ) -> Communicator {
+        let mut c = Communicator::new(ctx, group, rank, "");
+        c.remote = Some(remote);
+        c.errhandler = errhandler;
+        c
     }
 
     /// Its size (the local group's).

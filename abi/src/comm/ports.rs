@@ -8,14 +8,16 @@
 //! spawned): they meet through its name service and key-value spaces, as spawned
 //! jobs meet their parents ([`super::spawn`]). A port is named
 //! `rbtl-port:<key-value space>:<rank>:<n>`. A connecting root claims the port's
-//! next turn by publishing its group (key-value space, base, proposed context,
-//! ranks) under the turn's name (`turn_key`), which only one can (the turns stay
-//! published until the port closes); the accepting root takes the turns in order,
+//! next turn by publishing its group (its key-value space, proposed context and
+//! members, named by job: [`super::members`]) under the turn's name (`turn_key`),
+//! which only one can (the turns stay published until the port closes); the
+//! accepting root takes the turns in order,
 //! answers in the connector's key-value space, connects its group to the other's,
 //! then says so, and only then does the connecting group connect back. The context
 //! is the larger of the two groups' agreed ones: free at every member of both.
 
 use super::api::{read_str, write_name};
+use super::members::Members;
 use super::{Communicator, Group};
 use crate::entry::call;
 use crate::error::{non_null, Error, Object, Result};
@@ -33,9 +35,6 @@ fn ports() -> MutexGuard<'static, (BTreeMap<String, u32>, u64)> {
     PORTS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A rank of a job is below this (a launcher numbers at most as many processes).
-const PROCESSES_MAX: u32 = 1 << 16;
-
 /// What a connecting side that waited in vain is told (an implementation may give up
 /// on a connection, MPI 4.1, 11.8.2; it waits as long as a spawn's sides do).
 const NO_ANSWER: (c_int, &str) = (MPI_ERR_PORT, "the accepting side did not answer");
@@ -43,28 +42,18 @@ const NO_ANSWER: (c_int, &str) = (MPI_ERR_PORT, "the accepting side did not answ
 /// Most turns a connecting root tries on one port before it gives up.
 const TURNS_MAX: u32 = 100_000;
 
-/// What one group tells the other: its key-value space, its base in the launcher's
-/// numbering, its context and its members' ranks in their job.
+/// What one group tells the other: its root's key-value space (where answers go),
+/// its context and its members, named by job.
 struct Side {
     kvs: String,
-    base: u32,
     ctx: u32,
-    ranks: Vec<u32>,
+    members: Members,
 }
 
 impl Side {
-    /// As one PMI value: `kvs,base,ctx,ranks`, the ranks as runs `first-last`
-    /// (a group of consecutive ranks takes a few bytes) joined by dots.
+    /// As one PMI value: `kvs,ctx,members` ([`Members::encode`]).
     fn encode(&self) -> String {
-        let mut runs: Vec<(u32, u32)> = Vec::new();
-        for &r in &self.ranks {
-            match runs.last_mut() {
-                Some(last) if last.1.checked_add(1) == Some(r) => last.1 = r,
-                _ => runs.push((r, r)),
-            }
-        }
-        let runs: Vec<String> = runs.iter().map(|(a, b)| format!("{a}-{b}")).collect();
-        format!("{},{},{},{}", self.kvs, self.base, self.ctx, runs.join("."))
+        format!("{},{},{}", self.kvs, self.ctx, self.members.encode())
     }
 
     fn decode(text: &str) -> Result<Side> {
@@ -74,25 +63,14 @@ impl Side {
                 format!("a malformed connection request {text:?}"),
             )
         };
-        let f: Vec<&str> = text.trim_end_matches('\0').split(',').collect();
-        let [kvs, base, ctx, ranks] = f[..] else {
+        let f: Vec<&str> = text.trim_end_matches('\0').splitn(3, ',').collect();
+        let [kvs, ctx, members] = f[..] else {
             return Err(bad());
         };
-        let mut all = Vec::new();
-        for run in ranks.split('.') {
-            let (a, b) = run.split_once('-').ok_or_else(bad)?;
-            let (a, b): (u32, u32) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
-            if b < a || b >= PROCESSES_MAX {
-                return Err(bad());
-            }
-            all.extend(a..=b);
-        }
-        let ranks = all;
         Ok(Side {
             kvs: kvs.to_string(),
-            base: base.parse().map_err(|_| bad())?,
             ctx: ctx.parse().map_err(|_| bad())?,
-            ranks,
+            members: Members::decode(members, MPI_ERR_PORT)?,
         })
     }
 }
@@ -121,24 +99,16 @@ fn port_kvs(port: &str) -> Result<&str> {
 }
 
 impl Mpi {
-    /// This side of a connection over intracommunicator `comm`: its members (of
-    /// this job only), the context they agree on, their bridges opened. Collective.
+    /// This side of a connection over intracommunicator `comm`: its members, the
+    /// context they agree on, their bridges opened. Collective.
     fn this_side(&mut self, comm: Handle, root: c_int) -> Result<(Side, u32, Arc<Group>, u32)> {
         let (group, rank, root) = self.intra_root(comm, root, "connecting")?;
-        let world = self.world.size();
-        if group.ranks().iter().any(|&r| r >= world) {
-            return Err(Error::new(
-                MPI_ERR_COMM,
-                "the communicator holds processes of another job: connect from one of this job's",
-            ));
-        }
         let ctx = self.agree_context(comm, &[])?.0;
         self.msg.open_bridge()?;
         let side = Side {
             kvs: self.msg.kvsname()?,
-            base: self.msg.universe_base()?,
             ctx,
-            ranks: group.ranks().to_vec(),
+            members: self.named_by_job(group.ranks())?,
         };
         // Every member's bridge is published before the other side can look.
         self.barrier_on(comm)?;
@@ -148,30 +118,8 @@ impl Mpi {
     /// The other side's description, `mine` at the root (or its error), on every
     /// member of `comm`.
     fn share(&mut self, mine: Option<Result<String>>, root: u32, comm: Handle) -> Result<Side> {
-        let mut text = vec![0u8; 1 << 16];
-        let mut failed = None;
-        if let Some(m) = mine {
-            let line = match m {
-                Ok(s) => format!("ok {s}"),
-                Err(e) => {
-                    let line = format!("error {}", e.message);
-                    failed = Some(e);
-                    line
-                }
-            };
-            let n = line.len().min(text.len());
-            text[..n].copy_from_slice(&line.as_bytes()[..n]);
-        }
-        self.bcast_here(&mut text[..], root as c_int, comm)?;
-        let text = String::from_utf8_lossy(&text)
-            .trim_end_matches('\0')
-            .to_string();
-        match text.split_once(' ') {
-            Some(("ok", s)) => Side::decode(s),
-            _ => Err(failed.unwrap_or_else(|| {
-                Error::new(MPI_ERR_PORT, text.trim_start_matches("error ").to_string())
-            })),
-        }
+        let text = self.share_outcome(mine, (root, comm), 1 << 16, MPI_ERR_PORT)?;
+        Side::decode(&text)
     }
 
     /// The intercommunicator of `group` (this process at `rank`) to `other`, with the
@@ -189,18 +137,20 @@ impl Mpi {
         if ctx != mine.ctx {
             self.use_contexts(ctx)?;
         }
-        let remote = match other.kvs == mine.kvs {
-            true => other.ranks.clone(),
-            false => self.msg.connect_job(&other.kvs, other.base, &other.ranks)?,
-        };
-        let mut c = Communicator::new(ctx, group, rank, "");
-        c.remote = Some(Arc::new(Group::new(remote)));
-        c.errhandler = self.comm(comm)?.errhandler;
-        self.comms.insert(c)
+        let remote = self.resolve(&other.members)?;
+        let errhandler = self.comm(comm)?.errhandler;
+        let remote = Arc::new(Group::new(remote));
+        self.comms
+            .insert(Communicator::inter(ctx, (group, rank), remote, errhandler))
     }
 
     /// `MPI_Comm_accept` of port `port_name` (read at `root` only) over `comm`.
-    fn accept(&mut self, port_name: *const c_char, root: c_int, comm: Handle) -> Result<Handle> {
+    pub(super) fn accept(
+        &mut self,
+        port_name: *const c_char,
+        root: c_int,
+        comm: Handle,
+    ) -> Result<Handle> {
         let (mine, root, group, rank) = self.this_side(comm, root)?;
         let asked = match rank == root {
             // SAFETY: the binding's contract: at the root, a NUL-ended string.
@@ -250,7 +200,12 @@ impl Mpi {
     }
 
     /// `MPI_Comm_connect` to port `port_name` (read at `root` only) over `comm`.
-    fn connect(&mut self, port_name: *const c_char, root: c_int, comm: Handle) -> Result<Handle> {
+    pub(super) fn connect(
+        &mut self,
+        port_name: *const c_char,
+        root: c_int,
+        comm: Handle,
+    ) -> Result<Handle> {
         let (mine, root, group, rank) = self.this_side(comm, root)?;
         let answer = match rank == root {
             // SAFETY: the binding's contract: at the root, a NUL-ended string.
@@ -295,19 +250,38 @@ impl Mpi {
     }
 }
 
+impl Mpi {
+    /// A new port of this process.
+    pub(super) fn open_port(&mut self) -> Result<String> {
+        let kvs = self.msg.kvsname()?;
+        let me = self.world_rank();
+        let mut p = ports();
+        p.1 += 1;
+        let port = format!("rbtl-port:{kvs}:{me}:{}", p.1);
+        p.0.insert(port.clone(), 0);
+        Ok(port)
+    }
+
+    /// Close `port`, which this process opened; the turns taken on it go with it.
+    pub(super) fn close_port(&mut self, port: &str) -> Result<()> {
+        let Some(turns) = ports().0.remove(port) else {
+            return Err(Error::new(
+                MPI_ERR_PORT,
+                format!("{port:?} is not a port this process opened"),
+            ));
+        };
+        for turn in 0..turns {
+            let _ = self.msg.unpublish_name(&turn_key(port, turn));
+        }
+        Ok(())
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Open_port(_info: Handle, port_name: *mut c_char) -> c_int {
     call("MPI_Open_port", Object::None, |mpi| {
         non_null(port_name, MPI_ERR_ARG, "port name")?;
-        let kvs = mpi.msg.kvsname()?;
-        let me = mpi.world_rank();
-        let port = {
-            let mut p = ports();
-            p.1 += 1;
-            let port = format!("rbtl-port:{kvs}:{me}:{}", p.1);
-            p.0.insert(port.clone(), 0);
-            port
-        };
+        let port = mpi.open_port()?;
         // SAFETY: the binding's contract: room for MPI_MAX_PORT_NAME bytes.
         unsafe {
             write_name(
@@ -325,19 +299,13 @@ pub unsafe extern "C" fn PMPI_Close_port(port_name: *const c_char) -> c_int {
     call("MPI_Close_port", Object::None, |mpi| {
         // SAFETY: the binding's contract: a NUL-ended string.
         let port = unsafe { read_str(port_name) }?;
-        let Some(turns) = ports().0.remove(&port) else {
-            return Err(Error::new(
-                MPI_ERR_PORT,
-                format!("{port:?} is not a port this process opened"),
-            ));
-        };
-        // The turns taken go with it.
-        for turn in 0..turns {
-            let _ = mpi.msg.unpublish_name(&turn_key(&port, turn));
-        }
-        Ok(())
+        mpi.close_port(&port)
     })
 }
+
+/// [`Mpi::accept`] or [`Mpi::connect`]: of a port's name (read at the root only), at
+/// a root over a communicator, the intercommunicator.
+pub(super) type Meeting = fn(&mut Mpi, *const c_char, c_int, Handle) -> Result<Handle>;
 
 /// `MPI_Comm_accept` or `MPI_Comm_connect` (`how`) of port `port_name` over `comm`:
 /// the intercommunicator into `newcomm`.
@@ -347,7 +315,7 @@ pub unsafe extern "C" fn PMPI_Close_port(port_name: *const c_char) -> c_int {
 /// `port_name` is a NUL-ended string at `root`; `newcomm` is writable.
 unsafe fn connection(
     name: &str,
-    how: fn(&mut Mpi, *const c_char, c_int, Handle) -> Result<Handle>,
+    how: Meeting,
     (port_name, root, comm): (*const c_char, c_int, Handle),
     newcomm: *mut Handle,
 ) -> c_int {
@@ -473,27 +441,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_side_travels_as_runs_of_ranks() {
-        let side = Side {
-            kvs: "kvs_1".into(),
-            base: 4,
-            ctx: 340,
-            ranks: vec![0, 1, 2, 3, 7, 9, 10],
-        };
-        let text = side.encode();
-        assert_eq!(text, "kvs_1,4,340,0-3.7-7.9-10");
-        let back = Side::decode(&text).unwrap();
-        assert_eq!(
-            (back.kvs, back.base, back.ctx, back.ranks),
-            (side.kvs, 4, 340, side.ranks)
-        );
-        for bad in [
-            "kvs,4,340",
-            "kvs,x,1,0-1",
-            "kvs,4,340,3-1",
-            "kvs,4,340,0-70000",
-            "kvs,4,1,5",
-        ] {
+    fn a_side_travels_with_its_members() {
+        let text = "kvs_1,340,kvs_1,0,0-3;kvs_2,4,1-1";
+        let side = Side::decode(text).unwrap();
+        assert_eq!((side.kvs.as_str(), side.ctx), ("kvs_1", 340));
+        assert_eq!(side.members.jobs().len(), 2);
+        assert_eq!(side.encode(), text);
+        for bad in ["kvs,340", "kvs,x,kvs,0,0-1", "kvs,1,kvs,0,3-1"] {
             assert_eq!(
                 Side::decode(bad).err().map(|e| e.class),
                 Some(MPI_ERR_PORT),

@@ -7,8 +7,8 @@
 //! layer's bridge (`rbtl::msg::Comm::connect_job`, a `tcp` module numbered across
 //! jobs). The parents agree on the intercommunicator's context, open their bridges
 //! and publish them, then the root spawns with one pre-put value for the children,
-//! `rbtl_parent`: the parents' key-value space, their base in the launcher's
-//! numbering, the context and their ranks. Each child, in `MPI_Init`, opens its
+//! `rbtl_parent`: the context and the parents, named by job
+//! ([`super::members`]: a communicator of several jobs spawns too). Each child, in `MPI_Init`, opens its
 //! bridge and publishes it; once all have (a barrier of their job), rank 0 says so
 //! (`rbtl_children_ready` in their key-value space). The parents then connect to
 //! the children, and their root says so (`rbtl_parents_ready` in the children's key-
@@ -16,6 +16,7 @@
 //! before the other knows it. Spawning works under `rbtlrun` (whose PMI server starts
 //! the processes and lets jobs read each other's key-value spaces).
 
+use super::members::Members;
 use super::{Communicator, Group};
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
@@ -30,7 +31,7 @@ const PARENT_KEY: &str = "rbtl_parent";
 const CHILDREN_READY: &str = "rbtl_children_ready";
 const PARENTS_READY: &str = "rbtl_parents_ready";
 /// How long one side waits for the other to come up.
-const START_LIMIT: Duration = Duration::from_secs(120);
+pub(super) const START_LIMIT: Duration = Duration::from_secs(120);
 
 impl Mpi {
     /// Wait until `key` appears in the key-value space `kvs` (the other side's
@@ -85,6 +86,43 @@ impl Mpi {
         Ok((c.group.clone(), c.rank, root))
     }
 
+    /// The outcome of a step taken at `root` alone (`mine`, `Some` there), in
+    /// `room` bytes, for every member of `comm`: its text, or its error (the root's
+    /// own there; elsewhere of `class`, with the root's words).
+    pub(super) fn share_outcome(
+        &mut self,
+        mine: Option<Result<String>>,
+        (root, comm): (u32, Handle),
+        room: usize,
+        class: c_int,
+    ) -> Result<String> {
+        let mut text = vec![0u8; room];
+        let mut failed = None;
+        if let Some(m) = mine {
+            let line = match m {
+                Ok(s) => format!("ok {s}"),
+                Err(e) => {
+                    let line = format!("error {}", e.message);
+                    failed = Some(e);
+                    line
+                }
+            };
+            let n = line.len().min(room);
+            text[..n].copy_from_slice(&line.as_bytes()[..n]);
+        }
+        self.bcast_here(&mut text[..], root as c_int, comm)?;
+        let text = String::from_utf8_lossy(&text)
+            .trim_end_matches('\0')
+            .to_string();
+        match text.strip_prefix("ok ") {
+            Some(s) => Ok(s.to_string()),
+            None => Err(failed.unwrap_or_else(|| {
+                let words = text.trim_start_matches("error ");
+                Error::new(class, format!("at the root: {words}"))
+            })),
+        }
+    }
+
     /// A barrier over `comm`.
     pub(super) fn barrier_on(&mut self, comm: Handle) -> Result<()> {
         let s = self.build_barrier(comm)?;
@@ -103,59 +141,38 @@ impl Mpi {
         let (group, rank, root) = self.intra_root(comm, root, "spawning")?;
         let ctx = self.agree_context(comm, &[])?.0;
         self.msg.open_bridge()?;
-        let kvs = self.msg.kvsname()?;
-        let base = self.msg.universe_base()?;
         // Every parent's bridge is published before the children can look.
         self.barrier_on(comm)?;
         // The root's outcome, then the children's job, for every parent.
-        let mut answer = vec![0u8; 512];
-        let mut refused = None;
-        if rank == root {
-            let ranks: Vec<String> = group.ranks().iter().map(u32::to_string).collect();
-            let parent = format!("{kvs},{base},{ctx},{}", ranks.join("."));
-            let outcome = match commands {
-                Ok(commands) => self
-                    .msg
-                    .spawn(&commands, &[(PARENT_KEY.to_string(), parent)])
-                    .map(|s| (s, commands.iter().map(|c| c.nprocs).sum::<u32>()))
-                    .map_err(|e| e.to_string()),
-                Err(e) => {
-                    let text = format!("at the root: {}", e.message);
-                    refused = Some(e);
-                    Err(text)
-                }
-            };
-            let text = match outcome {
-                Ok((s, n)) => match (s.kvsname, s.universe_base) {
-                    (Some(k), Some(b)) => format!("ok {k} {b} {n}"),
-                    _ => "error the process manager does not say where the new processes are: spawning works under rbtlrun".into(),
-                },
-                Err(e) => format!("error {e}"),
-            };
-            let n = text.len().min(answer.len());
-            answer[..n].copy_from_slice(&text.as_bytes()[..n]);
-        }
-        self.bcast_here(&mut answer[..], root as c_int, comm)?;
-        let text = String::from_utf8_lossy(&answer)
-            .trim_end_matches('\0')
-            .to_string();
-        let fields: Vec<&str> = text.splitn(4, ' ').collect();
-        let (child_kvs, child_base, n) = match fields[..] {
-            ["ok", k, b, n] => (
-                k.to_string(),
-                b.parse::<u32>().unwrap_or(0),
-                n.parse::<u32>().unwrap_or(0),
-            ),
-            _ => {
-                if let Some(e) = refused {
-                    return Err(e);
-                }
-                return Err(Error::new(
+        let mine = (rank == root).then(|| {
+            let parent = format!("{ctx},{}", self.named_by_job(group.ranks())?.encode());
+            let commands = commands?;
+            let n = commands.iter().map(|c| c.nprocs).sum::<u32>();
+            let s = self
+                .msg
+                .spawn(&commands, &[(PARENT_KEY.to_string(), parent)])
+                .map_err(|e| Error::new(MPI_ERR_SPAWN, format!("spawning failed: {e}")))?;
+            match (s.kvsname, s.universe_base) {
+                (Some(k), Some(b)) => Ok(format!("{k} {b} {n}")),
+                _ => Err(Error::new(
                     MPI_ERR_SPAWN,
-                    format!("spawning failed: {}", text.trim_start_matches("error ")),
-                ));
+                    "spawning failed: the process manager does not say where the new processes are: spawning works under rbtlrun",
+                )),
             }
+        });
+        let text = self.share_outcome(mine, (root, comm), 512, MPI_ERR_SPAWN)?;
+        let fields: Vec<&str> = text.split(' ').collect();
+        let [child_kvs, child_base, n] = fields[..] else {
+            return Err(Error::new(
+                MPI_ERR_SPAWN,
+                format!("the spawn's outcome {text:?} is malformed"),
+            ));
         };
+        let child_kvs = child_kvs.to_string();
+        let (child_base, n) = (
+            child_base.parse::<u32>().unwrap_or(0),
+            n.parse::<u32>().unwrap_or(0),
+        );
         let spawned = (MPI_ERR_SPAWN, "the spawned processes did not come up");
         self.wait_for_key((&child_kvs, CHILDREN_READY), spawned)?;
         let children = self
@@ -165,10 +182,14 @@ impl Mpi {
         if rank == root {
             self.msg.kvs_put(&child_kvs, PARENTS_READY, "1")?;
         }
-        let mut c = Communicator::new(ctx, group, rank, "");
-        c.remote = Some(Arc::new(Group::new(children)));
-        c.errhandler = self.comm(comm)?.errhandler;
-        self.comms.insert(c)
+        let errhandler = self.comm(comm)?.errhandler;
+        let children = Arc::new(Group::new(children));
+        self.comms.insert(Communicator::inter(
+            ctx,
+            (group, rank),
+            children,
+            errhandler,
+        ))
     }
 
     /// In `MPI_Init`: if this job was spawned, its intercommunicator to the parents
@@ -186,17 +207,9 @@ impl Mpi {
                 format!("the parents' description {parent:?} is malformed"),
             )
         };
-        let fields: Vec<&str> = parent.splitn(4, ',').collect();
-        let [pkvs, pbase, pctx, pranks] = fields[..] else {
-            return Err(malformed());
-        };
-        let pbase: u32 = pbase.parse().map_err(|_| malformed())?;
-        let ctx: u32 = pctx.parse().map_err(|_| malformed())?;
-        let pranks: Vec<u32> = pranks
-            .split('.')
-            .map(str::parse)
-            .collect::<std::result::Result<_, _>>()
-            .map_err(|_| malformed())?;
+        let (ctx, members) = parent.split_once(',').ok_or_else(malformed)?;
+        let ctx: u32 = ctx.parse().map_err(|_| malformed())?;
+        let members = Members::decode(members, MPI_ERR_SPAWN)?;
         self.msg.open_bridge()?;
         // Every child's bridge is published before the parents look.
         self.msg
@@ -209,12 +222,13 @@ impl Mpi {
         }
         let parents = (MPI_ERR_SPAWN, "the parents did not come up");
         self.wait_for_key((&kvs, PARENTS_READY), parents)?;
-        let parents = self.msg.connect_job(pkvs, pbase, &pranks)?;
+        let parents = self.resolve(&members)?;
         self.use_contexts(ctx)?;
         // Named as the standard names it (MPI 4.1, 7.8).
         let (group, rank) = (self.world.group.clone(), self.world.rank);
-        let mut c = Communicator::new(ctx, group, rank, "MPI_COMM_PARENT");
-        c.remote = Some(Arc::new(Group::new(parents)));
+        let parents = Arc::new(Group::new(parents));
+        let mut c = Communicator::inter(ctx, (group, rank), parents, MPI_ERRORS_ARE_FATAL);
+        c.name = "MPI_COMM_PARENT".into();
         self.parent = self.comms.insert(c)?;
         Ok(())
     }

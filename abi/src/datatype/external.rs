@@ -67,6 +67,12 @@ impl Sig {
         self.size(|c| c.sizes().1)
     }
 
+    /// Whether its elements take as many bytes in `external32` as here (no `long`,
+    /// `unsigned long` nor `wchar_t`): their layout is the same in both.
+    pub fn keeps_size(&self) -> bool {
+        self.external_size() == self.native_size()
+    }
+
     /// Bytes of one element here, packed.
     fn native_size(&self) -> Option<usize> {
         self.size(|c| c.sizes().0)
@@ -138,14 +144,16 @@ impl Sig {
 
 /// Convert `count` elements of signature `sig` from `input` into `output`, each
 /// basic element by `one` (given its conversion and its bytes on either side);
-/// `outward`: `input` is native and `output` external32, else the other way.
+/// `outward`: `input` is native and `output` external32, else the other way. It
+/// stops at the first basic element that `input` does not hold whole: the bytes
+/// written to `output`.
 fn convert(
     sig: &Sig,
     count: usize,
     (input, output): (&[u8], &mut [u8]),
     outward: bool,
     one: impl Fn(Conv, &[u8], &mut [u8]) -> Result<()>,
-) -> Result<()> {
+) -> Result<usize> {
     let (mut i, mut o) = (0, 0);
     sig.each(count, &mut |c, n| {
         let (native, external) = c.sizes();
@@ -155,17 +163,21 @@ fn convert(
             (external, native)
         };
         for _ in 0..n {
+            if i + is > input.len() {
+                return Ok(());
+            }
             one(c, &input[i..i + is], &mut output[o..o + os])?;
             i += is;
             o += os;
         }
         Ok(())
-    })
+    })?;
+    Ok(o)
 }
 
 /// Convert `count` elements of signature `sig`, packed natively in `native`, into
-/// `external32` in `out` (of exactly their size there).
-pub fn to_external(sig: &Sig, count: usize, native: &[u8], out: &mut [u8]) -> Result<()> {
+/// `external32` in `out` (of exactly their size there): the bytes written.
+pub fn to_external(sig: &Sig, count: usize, native: &[u8], out: &mut [u8]) -> Result<usize> {
     convert(sig, count, (native, out), true, |c, from, to| {
         match c {
             Conv::Byte => to[0] = from[0],
@@ -200,9 +212,10 @@ pub fn to_external(sig: &Sig, count: usize, native: &[u8], out: &mut [u8]) -> Re
     })
 }
 
-/// Convert `count` elements of signature `sig` in `external32` (`input`, exactly
-/// their size there) into their native packed form in `native`.
-pub fn from_external(sig: &Sig, count: usize, input: &[u8], native: &mut [u8]) -> Result<()> {
+/// Convert `count` elements of signature `sig` in `external32` (`input`, their size
+/// there or less) into their native packed form in `native`: the bytes written (of
+/// the basic elements `input` holds whole).
+pub fn from_external(sig: &Sig, count: usize, input: &[u8], native: &mut [u8]) -> Result<usize> {
     convert(sig, count, (input, native), false, |c, from, to| {
         match c {
             Conv::Byte => to[0] = from[0],

@@ -153,6 +153,18 @@ fn overlaps(t: &crate::datatype::Datatype) -> bool {
     runs.windows(2).any(|w| w[1].0 < w[0].0 + w[0].1 as isize)
 }
 
+/// Check that the elements of a view's `what` (`t`) take as many bytes in
+/// `external32` as here.
+pub(super) fn external_layout(t: &crate::datatype::Datatype, what: &str) -> Result<()> {
+    if t.sig.keeps_size() {
+        return Ok(());
+    }
+    Err(Error::new(
+        MPI_ERR_UNSUPPORTED_DATAREP,
+        format!("the {what} holds elements of another size in external32 (long, unsigned long or wchar_t): this library does not place them in external32 files"),
+    ))
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_view(
     fh: Handle,
@@ -168,10 +180,11 @@ pub unsafe extern "C" fn PMPI_File_set_view(
         let datarep = match rep.as_str() {
             "native" => c"native",
             "internal" => c"internal",
+            "external32" => c"external32",
             _ => {
                 return Err(Error::new(
                     MPI_ERR_UNSUPPORTED_DATAREP,
-                    format!("data representation {rep:?}: this library writes \"native\" and \"internal\" (as native) only"),
+                    format!("data representation {rep:?}: this library writes \"native\", \"internal\" (as native) and \"external32\" only"),
                 ))
             }
         };
@@ -192,6 +205,10 @@ pub unsafe extern "C" fn PMPI_File_set_view(
             _ => non_negative(disp, "the displacement")?,
         };
         let (e, t) = (mpi.dtype(etype)?.clone(), mpi.dtype(filetype)?.clone());
+        if datarep == c"external32" {
+            external_layout(&e, "etype")?;
+            external_layout(&t, "filetype")?;
+        }
         if e.size == 0 || t.size % e.size != 0 || t.extent() <= 0 {
             return Err(Error::new(
                 MPI_ERR_TYPE,
@@ -271,8 +288,12 @@ pub unsafe extern "C" fn PMPI_File_get_type_extent(
     extent: *mut Aint,
 ) -> c_int {
     call("MPI_File_get_type_extent", Object::File(fh), |mpi| {
-        mpi.file(fh)?;
-        let x = mpi.dtype_any(datatype)?.extent();
+        let external = mpi.file(fh)?.view.external();
+        let t = mpi.dtype_any(datatype)?;
+        if external {
+            external_layout(t, "datatype")?;
+        }
+        let x = t.extent();
         // SAFETY: the binding's contract: null or writable.
         unsafe { put(extent, x) };
         Ok(())

@@ -2,6 +2,7 @@
 //! individual file pointer (the shared one: [`super::shared`]).
 
 use super::{io_error, File};
+use crate::datatype::external::{from_external, to_external};
 use crate::datatype::pack;
 use crate::error::{Error, Result};
 use crate::ffi::*;
@@ -170,28 +171,54 @@ impl Mpi {
         let spans = f.view.segments(pos * es, len);
         let _lock = f.atomic.then(|| Locked::new(&f.fd, write)).transpose()?;
         let n = check_count(count)?;
-        let base = buf.cast::<u8>();
-        if write {
-            if t.contiguous {
-                // SAFETY: the caller's contract: `len` bytes from the type's lower bound.
-                let data = unsafe { rbtl::btl::slice_at(base.wrapping_offset(t.lb), len as usize) };
-                return write_spans(&f.fd, &spans, data);
-            }
-            let mut data = vec![0u8; len as usize];
-            // SAFETY: the caller's contract.
-            unsafe { pack::pack(t, base, n, &mut data) };
-            return write_spans(&f.fd, &spans, &data);
+        let base = buf.cast::<u8>().wrapping_offset(t.lb);
+        let external = f.view.external();
+        if external {
+            super::api::external_layout(t, "buffer's datatype")?;
         }
-        if t.contiguous {
+        let len = len as usize;
+        if write {
+            let mut packed = Vec::new();
+            let mut data: &[u8] = if t.contiguous {
+                // SAFETY: the caller's contract: `len` bytes from the type's lower bound.
+                unsafe { rbtl::btl::slice_at(base, len) }
+            } else {
+                packed.resize(len, 0);
+                // SAFETY: the caller's contract.
+                unsafe { pack::pack(t, buf.cast(), n, &mut packed) };
+                &packed
+            };
+            let converted;
+            if external {
+                let mut out = vec![0u8; len];
+                to_external(&t.sig, n, data, &mut out)?;
+                converted = out;
+                data = &converted;
+            }
+            return write_spans(&f.fd, &spans, data);
+        }
+        if t.contiguous && !external {
             // SAFETY: the caller's contract, as above, writable.
-            let data = unsafe { rbtl::btl::slice_at_mut(base.wrapping_offset(t.lb), len as usize) };
+            let data = unsafe { rbtl::btl::slice_at_mut(base, len) };
             return read_spans(&f.fd, &spans, data);
         }
-        let mut data = vec![0u8; len as usize];
-        let got = read_spans(&f.fd, &spans, &mut data)?;
+        let mut data = vec![0u8; len];
+        let got = read_spans(&f.fd, &spans, &mut data)? as usize;
+        data.truncate(got);
+        if external {
+            if t.contiguous {
+                // SAFETY: the caller's contract, as above, writable.
+                let mem = unsafe { rbtl::btl::slice_at_mut(base, len) };
+                return Ok(from_external(&t.sig, n, &data, mem)? as u64);
+            }
+            let mut native = vec![0u8; got];
+            let converted = from_external(&t.sig, n, &data, &mut native)?;
+            native.truncate(converted);
+            data = native;
+        }
         // SAFETY: the caller's contract.
-        unsafe { pack::unpack(t, &data[..got as usize], base, n) };
-        Ok(got)
+        unsafe { pack::unpack(t, &data, buf.cast(), n) };
+        Ok(data.len() as u64)
     }
 
     /// The view position (etypes) that `MPI_File_seek` (`shared` false) or

@@ -15,12 +15,19 @@ pub struct View {
     /// and the types as they were then).
     pub etype: (Handle, Datatype),
     pub filetype: (Handle, Datatype),
-    /// Its data representation's name: `native`, or `internal`, which this library
-    /// writes as `native` (MPI 4.1 §14.5.2 leaves `internal` to it).
+    /// Its data representation's name: `native`, `internal`, which this library
+    /// writes as `native` (MPI 4.1 §14.5.2 leaves `internal` to it), or
+    /// `external32`, whose elements here keep their size there (so that the types'
+    /// displacements hold in both, as the standard asks of a view's types).
     pub datarep: &'static std::ffi::CStr,
 }
 
 impl View {
+    /// Whether the file holds its data in `external32`.
+    pub fn external(&self) -> bool {
+        self.datarep == c"external32"
+    }
+
     /// Bytes of one etype.
     pub fn etype_size(&self) -> u64 {
         self.etype.1.size as u64

@@ -51,10 +51,13 @@
 //! * `grequest`: generalized requests: their functions (an MPI call from each),
 //!   completion by another thread, cancel, free before completion, their errors.
 //! * `spawn`: dynamic processes: a refused spawn, a spawn, traffic both ways over
-//!   the intercommunicator, its barrier, merge and disconnect, then the two jobs
-//!   connected again through a port.
+//!   the intercommunicator, its barrier, `MPI_Intercomm_create` of both worlds,
+//!   merge and disconnect, then the two jobs connected again through a port; a
+//!   spawn from one parent alone, met by all through `MPI_Intercomm_create`, then
+//!   through a port between groups of both jobs, which then spawn one more.
 //! * `ports`: ports and names: accept and connect (twice on one port), publish,
-//!   look up and withdraw a name, and their errors, at 2 and 3 ranks.
+//!   look up and withdraw a name, and their errors; two ranks joined over a
+//!   loopback socket (`MPI_Comm_join`), at 2 and 3 ranks.
 //! * `representations`: packing in `external32` (sizes, bytes, round trips alone
 //!   and between ranks, conversions refused) and the Fortran 90 parameterized
 //!   types, at 1 and 2 ranks.
@@ -333,18 +336,26 @@ fn errors() {
     passes("errors", &[1, 2]);
 }
 
-/// Parents at 1 and 2 ranks spawn two children: every parent and child reports.
+/// Parents at 1 and 2 ranks spawn two children, then their first rank two more,
+/// then all of those and the parents one: every parent and child reports.
 #[test]
 fn spawn() {
     let exe = build("spawn");
     for parents in [1, 2] {
         let o = run_passing(&exe, "spawn", parents, &[], &[]);
         let out = String::from_utf8_lossy(&o.stdout);
-        for c in 0..2 {
-            let line = format!("PASS spawn-child rank {c}/2");
+        let children = [
+            ("child", 0, 2),
+            ("child", 1, 2),
+            ("late", 0, 2),
+            ("late", 1, 2),
+            ("grand", 0, 1),
+        ];
+        for (who, c, n) in children {
+            let line = format!("PASS spawn-{who} rank {c}/{n}");
             assert!(
                 out.lines().any(|l| l == line),
-                "spawn from {parents} ranks: child {c} did not report success\n{}",
+                "spawn from {parents} ranks: {who} {c} did not report success\n{}",
                 report(&o)
             );
         }

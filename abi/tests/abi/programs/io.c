@@ -8,8 +8,10 @@
  * contiguous; seeks and positions; rank-ordered and independent accesses at the
  * shared pointer; nonblocking and split collective forms; reading past the end;
  * the view, group, access mode, byte offsets, atomicity, info, error handlers and
- * Fortran handles of an open file; MPI_MODE_DELETE_ON_CLOSE and MPI_File_delete. */
+ * Fortran handles of an open file; external32 views; MPI_MODE_DELETE_ON_CLOSE and
+ * MPI_File_delete. */
 #include "check.h"
+#include <stddef.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -24,6 +26,87 @@ static int ints_of(MPI_Status *st) {
   int n = -1;
   OK(MPI_Get_count(st, MPI_INT, &n));
   return n;
+}
+
+/* The big-endian value of the 4 bytes at p. */
+static unsigned be32(const unsigned char *p) {
+  return (unsigned)p[0] << 24 | (unsigned)p[1] << 16 | (unsigned)p[2] << 8 | p[3];
+}
+
+/* external32 views: each rank writes a record {int, double} (a memory type with a
+ * gap) collectively at 12 rank; the file's bytes, read through a native view, are
+ * big-endian; read back through an external32 view into the record and into a
+ * contiguous array; a read that ends inside an int at the end of the file converts
+ * the whole ints only; types whose elements change size there are refused. */
+static void test_external32(const char *dir) {
+  char name[512];
+  snprintf(name, sizeof name, "%s/ext32", dir);
+  MPI_File fh;
+  MPI_Status st;
+  OK(MPI_File_open(MPI_COMM_WORLD, name, MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE,
+                   MPI_INFO_NULL, &fh));
+  OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "external32", MPI_INFO_NULL));
+  char rep[MPI_MAX_DATAREP_STRING];
+  MPI_Offset d;
+  MPI_Datatype e, f;
+  OK(MPI_File_get_view(fh, &d, &e, &f, rep));
+  CHECK(strcmp(rep, "external32") == 0, "the view's representation: %s", rep);
+  struct rec {
+    int i;
+    double x;
+  } mine = {0x01020304 + rank, -1.5 - rank}, back = {0, 0};
+  int lens[2] = {1, 1};
+  MPI_Aint at[2] = {offsetof(struct rec, i), offsetof(struct rec, x)};
+  MPI_Datatype parts[2] = {MPI_INT, MPI_DOUBLE}, rec;
+  OK(MPI_Type_create_struct(2, lens, at, parts, &rec));
+  OK(MPI_Type_commit(&rec));
+  OK(MPI_File_write_at_all(fh, 12 * rank, &mine, 1, rec, &st));
+  int n = -1;
+  OK(MPI_Get_count(&st, rec, &n));
+  CHECK(n == 1, "records written: %d", n);
+  OK(MPI_File_sync(fh));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_File_sync(fh));
+
+  int r = (rank + 1) % size;
+  unsigned char raw[12];
+  OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL));
+  OK(MPI_File_read_at(fh, 12 * r, raw, 12, MPI_BYTE, &st));
+  CHECK(be32(raw) == (unsigned)(0x01020304 + r), "rank %d's int in the file: %#x", r, be32(raw));
+  double x = -1.5 - r;
+  unsigned long long bits;
+  memcpy(&bits, &x, 8);
+  for (int k = 0; k < 8; k++)
+    CHECK(raw[4 + k] == ((bits >> (56 - 8 * k)) & 0xff), "rank %d's double, byte %d: %#x", r, k,
+          raw[4 + k]);
+  unsigned char tail[4];
+  MPI_Offset end = 12 * (MPI_Offset)size;
+  OK(MPI_File_read_at(fh, end - 6, tail, 4, MPI_BYTE, &st));
+
+  OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "external32", MPI_INFO_NULL));
+  OK(MPI_File_read_at(fh, 12 * r, &back, 1, rec, &st));
+  CHECK(back.i == 0x01020304 + r && back.x == -1.5 - r, "rank %d's record read back: %#x %g", r,
+        back.i, back.x);
+  int three[3] = {0, 0, 0};
+  OK(MPI_File_read_at(fh, 12 * r, three, 1, MPI_INT, &st));
+  CHECK(three[0] == 0x01020304 + r, "rank %d's int read back: %#x", r, three[0]);
+  three[0] = three[1] = -7;
+  OK(MPI_File_read_at(fh, end - 6, three, 2, MPI_INT, &st));
+  OK(MPI_Get_count(&st, MPI_INT, &n));
+  CHECK(n == 1 && (unsigned)three[0] == be32(tail) && three[1] == -7,
+        "the read ending inside an int: %d ints, %#x (expected %#x), then %d", n, three[0],
+        be32(tail), three[1]);
+
+  /* An etype of longs (4 bytes in external32, 8 here); a buffer of them. */
+  EXPECT_ERR(MPI_File_set_view(fh, 0, MPI_LONG, MPI_LONG, "external32", MPI_INFO_NULL),
+             MPI_ERR_UNSUPPORTED_DATAREP, "long");
+  long l = 1;
+  EXPECT_ERR(MPI_File_write_at(fh, 0, &l, 1, MPI_LONG, &st), MPI_ERR_UNSUPPORTED_DATAREP, "long");
+  MPI_Aint x_ext = 0;
+  OK(MPI_File_get_type_extent(fh, rec, &x_ext));
+  CHECK(x_ext == sizeof(struct rec), "the record's extent in the file: %ld", (long)x_ext);
+  OK(MPI_Type_free(&rec));
+  OK(MPI_File_close(&fh));
 }
 
 int main(int argc, char **argv) {
@@ -132,7 +215,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N * size; i++)
       CHECK(all[i] == 50000 + (i % size) * 100 + i / size, "interleaved int %d: %d", i, all[i]);
   }
-  EXPECT_ERR(MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, "external32", MPI_INFO_NULL),
+  EXPECT_ERR(MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, "xdr", MPI_INFO_NULL),
              MPI_ERR_UNSUPPORTED_DATAREP, NULL);
 
   /* A subarray view, as programs write a distributed array: a 4 x (2 size) array
@@ -346,6 +429,8 @@ int main(int argc, char **argv) {
   CHECK(w == next_int, "read in order after MPI_DISPLACEMENT_CURRENT: %d, expected %d", w,
         next_int);
   OK(MPI_File_close(&fh));
+
+  test_external32(dir);
 
   /* Deleted on close, by size and by MPI_File_delete. */
   OK(MPI_File_open(MPI_COMM_WORLD, other,

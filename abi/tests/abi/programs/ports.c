@@ -6,8 +6,15 @@
  * disconnected. The same port takes a second connection. Errors: an unknown
  * service (MPI_ERR_NAME), a service published twice or unpublished when it is not
  * (MPI_ERR_SERVICE), a port this process did not open or no port at all
- * (MPI_ERR_PORT). */
+ * (MPI_ERR_PORT). Then MPI_Comm_join: the first and last ranks join over a
+ * loopback TCP connection, talk over the intercommunicator and merge it, and the
+ * socket still carries their bytes afterwards; a socket whose other end is closed
+ * and a descriptor that is none are errors. */
 #include "check.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static void talk(MPI_Comm inter, int accepting, int round) {
   int me, remote;
@@ -34,6 +41,61 @@ static void talk(MPI_Comm inter, int accepting, int round) {
   OK(MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, merged));
   CHECK(sum == size, "an all-reduce across the connection: %d", sum);
   OK(MPI_Comm_free(&merged));
+}
+
+static void test_join(void) {
+  int last = size - 1, port = 0, fd = -1;
+  if (rank == 0) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    CHECK(l >= 0 && bind(l, (struct sockaddr *)&a, sizeof a) == 0 && listen(l, 1) == 0 &&
+              getsockname(l, (struct sockaddr *)&a, &len) == 0,
+          "listening on loopback");
+    port = ntohs(a.sin_port);
+    OK(MPI_Send(&port, 1, MPI_INT, last, 0, MPI_COMM_WORLD));
+    fd = accept(l, NULL, NULL);
+    close(l);
+  } else if (rank == last) {
+    OK(MPI_Recv(&port, 1, MPI_INT, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connecting to %d", port);
+  }
+  if (rank == 0 || rank == last) {
+    CHECK(fd >= 0, "the socket");
+    MPI_Comm inter, merged;
+    OK(MPI_Comm_join(fd, &inter));
+    int flag = 0, remote = 0, got = -1, n = 0;
+    OK(MPI_Comm_test_inter(inter, &flag));
+    OK(MPI_Comm_remote_size(inter, &remote));
+    CHECK(flag && remote == 1, "the join: intercommunicator %d, remote size %d", flag, remote);
+    OK(MPI_Sendrecv(&rank, 1, MPI_INT, 0, 5, &got, 1, MPI_INT, 0, 5, inter, MPI_STATUS_IGNORE));
+    CHECK(got == last - rank, "over the joined intercommunicator: %d", got);
+    OK(MPI_Intercomm_merge(inter, rank != 0, &merged));
+    OK(MPI_Comm_size(merged, &n));
+    OK(MPI_Allreduce(&rank, &got, 1, MPI_INT, MPI_SUM, merged));
+    CHECK(n == 2 && got == last, "merged: %d members, sum %d", n, got);
+    OK(MPI_Comm_free(&merged));
+    OK(MPI_Comm_disconnect(&inter));
+    char c = 'j';
+    if (rank == 0)
+      CHECK(write(fd, &c, 1) == 1, "writing after the join");
+    else
+      CHECK(read(fd, &c, 1) == 1 && c == 'j', "the socket after the join: %c", c);
+    close(fd);
+  }
+  /* Errors: the other end closed; no descriptor. */
+  int pair[2];
+  CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0, "socketpair");
+  close(pair[1]);
+  MPI_Comm none;
+  errors_return(MPI_COMM_SELF, 1);
+  EXPECT_ERR(MPI_Comm_join(pair[0], &none), MPI_ERR_OTHER, "closed");
+  EXPECT_ERR(MPI_Comm_join(-1, &none), MPI_ERR_ARG, "descriptor");
+  errors_return(MPI_COMM_SELF, 0);
+  close(pair[0]);
 }
 
 int main(int argc, char **argv) {
@@ -84,5 +146,6 @@ int main(int argc, char **argv) {
   errors_return(MPI_COMM_SELF, 0);
   OK(MPI_Comm_free(&half));
   OK(MPI_Barrier(MPI_COMM_WORLD));
+  test_join();
   return finish();
 }

@@ -16,9 +16,10 @@
  *   from them, after a communicator's own, its room counted, flushed, detached);
  * - then MPI_Init_thread: the world model joins the running library; MPI_Finalize
  *   with the session open leaves its communicators working (MPI_Finalized true);
- *   MPI_Session_finalize ends the library.
- * With the argument "only": sessions alone, two at once, no MPI_Init at all; the
- * last MPI_Session_finalize ends the library. */
+ *   MPI_Session_finalize leaves it for sessions to come; it ends at exit.
+ * With the argument "only": sessions alone, two at once; after the last one
+ * ends, a session begins again (the library stays), then MPI_Init and
+ * MPI_Finalize. */
 #include "check.h"
 
 static int handled;
@@ -310,6 +311,16 @@ int main(int argc, char **argv) {
     check_comm(c, size, "the second session");
     OK(MPI_Comm_free(&c));
     OK(MPI_Session_finalize(&second));
+    /* The library stays for sessions to come (MPI 4.1, 11.3.1): one begins
+     * again, then the world model. */
+    OK(MPI_Session_init(MPI_INFO_NULL, MPI_ERRORS_RETURN, &s));
+    c = comm_of(s, "mpi://WORLD", "org.rbtl.session.reborn");
+    check_comm(c, size, "a session begun after the last one ended");
+    OK(MPI_Comm_free(&c));
+    OK(MPI_Session_finalize(&s));
+    OK(MPI_Init(&argc, &argv));
+    check_comm(MPI_COMM_WORLD, size, "MPI_COMM_WORLD after the sessions");
+    OK(MPI_Finalize());
   } else {
     int provided = -1;
     OK(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided));

@@ -3,14 +3,15 @@
  * two copies of this program (argument "child"; named bare, found in the folder
  * the info's "path" gives, run in its "wdir"); parents and children exchange a
  * message with every member of the other group over the intercommunicator, meet
- * in its barrier, broadcast and all-reduce across it, are refused an
- * MPI_Intercomm_create between the two jobs, merge it (parents first), reduce and
- * broadcast on the merged
- * communicator, and disconnect; then meet again through a port the parents' root
- * opened (accept and connect between the two jobs, traffic both ways). The
- * children then wait until every parent has exited and still talk among
- * themselves: a parent leaving is no failure of theirs. The children report as
- * "spawn-child". */
+ * in its barrier, broadcast and all-reduce across it, make an intercommunicator
+ * of both worlds over it (MPI_Intercomm_create), merge it (parents first), reduce
+ * and broadcast on the merged communicator, and disconnect; then meet again
+ * through a port the parents' root opened (accept and connect between the two
+ * jobs, traffic both ways). Then the parents' root alone spawns two more ("late",
+ * below), which both worlds meet through MPI_Intercomm_create, then through a port
+ * between groups of both jobs, and which spawn one more together. The first children then wait until every parent
+ * has exited and still talk among themselves: a parent leaving is no failure of
+ * theirs. The children report as "spawn-child", "spawn-late" and "spawn-grand". */
 #include "check.h"
 
 #include <errno.h>
@@ -43,7 +44,7 @@ static void exchange(MPI_Comm inter, int tag) {
 
 /* Collectives across `inter`: a broadcast from the parents' rank 0 (MPI_ROOT),
  * an all-reduction of each side's ranks; then MPI_Intercomm_create between the two
- * jobs over it, refused on every member of both. */
+ * jobs' worlds over it, and traffic over that. */
 static void across(MPI_Comm inter, int parent) {
   int local, remote;
   OK(MPI_Comm_rank(inter, &local));
@@ -56,9 +57,48 @@ static void across(MPI_Comm inter, int parent) {
   OK(MPI_Allreduce(&local, &sum, 1, MPI_INT, MPI_SUM, inter));
   CHECK(sum == remote * (remote - 1) / 2, "all-reduction across: %d", sum);
   MPI_Comm made = MPI_COMM_NULL;
-  errors_return(MPI_COMM_WORLD, 1);
-  EXPECT_ERR(MPI_Intercomm_create(MPI_COMM_WORLD, 0, inter, 0, 9, &made), MPI_ERR_COMM, NULL);
-  errors_return(MPI_COMM_WORLD, 0);
+  OK(MPI_Intercomm_create(MPI_COMM_WORLD, 0, inter, 0, 9, &made));
+  exchange(made, 3);
+  OK(MPI_Comm_free(&made));
+}
+
+/* The children of one parent alone (spawned over MPI_COMM_SELF; `peer` is the
+ * intercommunicator there, MPI_COMM_NULL at the other parents):
+ * MPI_Intercomm_create between both jobs' worlds over it reaches parents that never
+ * met the children; every member talks to every member of the other job. Merged,
+ * it splits into two halves that each hold processes of both jobs (alternate
+ * ranks), and the first accepts on a port while the second connects; then the
+ * merged communicator, of both jobs, spawns one more ("grand"), which talks with
+ * every member. */
+static void late(const char *program, MPI_Comm peer, int parent) {
+  MPI_Comm inter, all, half, again, grand;
+  OK(MPI_Intercomm_create(MPI_COMM_WORLD, 0, peer, 0, 123, &inter));
+  exchange(inter, 11);
+  OK(MPI_Intercomm_merge(inter, !parent, &all));
+  int ar = -1;
+  OK(MPI_Comm_rank(all, &ar));
+  OK(MPI_Comm_split(all, ar % 2, ar, &half));
+  char port[MPI_MAX_PORT_NAME] = "";
+  if (ar == 0)
+    OK(MPI_Open_port(MPI_INFO_NULL, port));
+  OK(MPI_Bcast(port, MPI_MAX_PORT_NAME, MPI_CHAR, 0, all));
+  if (ar % 2 == 0)
+    OK(MPI_Comm_accept(port, MPI_INFO_NULL, 0, half, &again));
+  else
+    OK(MPI_Comm_connect(port, MPI_INFO_NULL, 0, half, &again));
+  exchange(again, 12);
+  OK(MPI_Comm_disconnect(&again));
+  if (ar == 0)
+    OK(MPI_Close_port(port));
+  char *grand_args[] = {"grand", NULL};
+  OK(MPI_Comm_spawn(program, grand_args, 1, MPI_INFO_NULL, 0, all, &grand, MPI_ERRCODES_IGNORE));
+  exchange(grand, 13);
+  OK(MPI_Comm_disconnect(&grand));
+  OK(MPI_Comm_free(&half));
+  OK(MPI_Comm_free(&all));
+  OK(MPI_Comm_disconnect(&inter));
+  if (peer != MPI_COMM_NULL)
+    OK(MPI_Comm_disconnect(&peer));
 }
 
 /* Merge `inter` (`high`: this side last), check the order, reduce, broadcast
@@ -187,6 +227,15 @@ int main(int argc, char **argv) {
     across(inter, 1);
     merge(inter, 0, size);
     send_pids(inter, 1, NULL);
+  } else if (argc == 2 && strcmp(argv[1], "late") == 0) {
+    check_program = "spawn-late";
+    late(argv[0], parent, 0);
+    return finish();
+  } else if (argc == 2 && strcmp(argv[1], "grand") == 0) {
+    check_program = "spawn-grand";
+    exchange(parent, 13);
+    OK(MPI_Comm_disconnect(&parent));
+    return finish();
   } else {
     check_program = "spawn-child";
     CHECK(argc == 2 && strcmp(argv[1], "child") == 0, "the child's arguments (%d)", argc);
@@ -233,6 +282,14 @@ int main(int argc, char **argv) {
     OK(MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &again));
     exchange(again, 7);
     OK(MPI_Comm_disconnect(&again));
+  }
+  if (parents < 0) {
+    MPI_Comm one = MPI_COMM_NULL;
+    char *late_args[] = {"late", NULL};
+    if (rank == 0)
+      OK(MPI_Comm_spawn(argv[0], late_args, CHILDREN, MPI_INFO_NULL, 0, MPI_COMM_SELF, &one,
+                        MPI_ERRCODES_IGNORE));
+    late(argv[0], one, 1);
   }
   if (parents > 0)
     talk_after_parents_left(pids, parents);
