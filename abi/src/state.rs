@@ -75,6 +75,9 @@ pub struct Mpi {
     pub main_thread: std::thread::ThreadId,
     /// Which executable of the launch this process runs (`MPI_APPNUM`).
     pub appnum: c_int,
+    /// The processes the launcher lets the job and those it spawns number
+    /// (`MPI_UNIVERSE_SIZE`; `None`: no bound said, the attribute is absent).
+    pub universe_size: Option<c_int>,
     /// The schedule of the last blocking collective, emptied: the next one's.
     pub spare_schedule: Option<Box<crate::coll::Schedule>>,
     /// The tag the next collective's schedule takes instead of its communicator's
@@ -145,6 +148,7 @@ impl Mpi {
             own_job: None,
             main_thread: std::thread::current().id(),
             appnum: 0,
+            universe_size: None,
             spare_schedule: None,
             coll_tag_given: None,
             exposures,

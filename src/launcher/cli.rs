@@ -18,6 +18,9 @@ PROGRAM named without '/' is looked for in PATH, then in the working folder.
 
 Options:
   -n, -np, --ranks N   number of ranks to start (default 1)
+  --universe-size N    the processes the job and those it spawns may number,
+                       as PMI's get_universe_size answers (MPI_UNIVERSE_SIZE;
+                       hydra's -usize); at least the ranks (default: the ranks)
   --bind-to none|core  none (default): ranks run where the OS puts them;
                        core: rank r is pinned to the r-th CPU (modulo their
                        number) of those this launcher may run on. These are
@@ -145,7 +148,14 @@ pub fn main(
 pub fn takes_value(name: &str) -> bool {
     matches!(
         name,
-        "-n" | "-np" | "--np" | "--ranks" | "--bind-to" | "--grace" | "--env" | "--timeout"
+        "-n" | "-np"
+            | "--np"
+            | "--ranks"
+            | "--universe-size"
+            | "--bind-to"
+            | "--grace"
+            | "--env"
+            | "--timeout"
     )
 }
 
@@ -199,6 +209,15 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
                         "'{name} {v}': want a whole number of ranks, 1 or more"
                     ))
                 })?;
+            }
+            "--universe-size" => {
+                let v = value()?;
+                let n = v.parse().ok().filter(|&n: &u32| n > 0);
+                options.universe_size = Some(n.ok_or_else(|| {
+                    usage(format!(
+                        "'--universe-size {v}': want a whole number of processes, 1 or more"
+                    ))
+                })?);
             }
             "--bind-to" => {
                 let v = value()?;
@@ -287,6 +306,8 @@ mod tests {
             "--env",
             "A=b=c",
             "--timeout=2.5",
+            "--universe-size",
+            "16",
             "prog",
             "-n",
             "x",
@@ -303,6 +324,7 @@ mod tests {
         assert_eq!(options.grace, Duration::from_millis(500));
         assert_eq!(options.env, [("A".to_string(), "b=c".to_string())]);
         assert_eq!(options.timeout, Some(Duration::from_millis(2500)));
+        assert_eq!(options.universe_size, Some(16));
     }
 
     #[test]
@@ -341,6 +363,7 @@ mod tests {
             (&["--grace", "-1", "prog"][..], "--grace -1"),
             (&["--timeout", "0", "prog"][..], "--timeout 0"),
             (&["--timeout=never", "prog"][..], "--timeout never"),
+            (&["--universe-size", "0", "prog"][..], "--universe-size 0"),
             (&["--tag-output=yes", "prog"][..], "takes no value"),
             (&[][..], "no PROGRAM"),
         ] {

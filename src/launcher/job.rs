@@ -60,6 +60,13 @@ pub fn launch(
     if opts.ranks == 0 {
         return Err(Error::NoRanks);
     }
+    let universe_size = opts.universe_size.unwrap_or(opts.ranks);
+    if universe_size < opts.ranks {
+        return Err(Error::Usage(format!(
+            "a universe of {universe_size} processes cannot hold the job's {} ranks",
+            opts.ranks
+        )));
+    }
     startup::check_limits(opts.ranks)?;
     let cores = match opts.bind {
         Bind::None => Vec::new(),
@@ -71,6 +78,7 @@ pub fn launch(
         .unwrap_or_default();
     let kvsname = format!("rbtl_kvs_{}_{}", std::process::id(), now.as_nanos());
     let shared = server::Shared::new(opts.ranks, kvsname);
+    shared.universe().set_size(universe_size);
     let (events_tx, events) = mpsc::channel();
     let (output_done_tx, output_done) = mpsc::channel::<()>();
     let (spawn_tx, spawns) = mpsc::channel::<SpawnRequest>();

@@ -1,5 +1,6 @@
-//! How to run a job: the number of ranks, their binding, output tagging, the grace
-//! period after a failure, the time limit, and their environment.
+//! How to run a job: the number of ranks, the universe's size, their binding,
+//! output tagging, the grace period after a failure, the time limit, and their
+//! environment.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -34,6 +35,10 @@ impl FromStr for Bind {
 pub struct LaunchOptions {
     /// Number of ranks (default 1).
     pub ranks: u32,
+    /// How many processes the job and those it spawns may number, as PMI's
+    /// `get_universe_size` tells them (MPI's `MPI_UNIVERSE_SIZE`; default: the
+    /// number of ranks).
+    pub universe_size: Option<u32>,
     /// Where ranks may run (default [`Bind::None`]).
     pub bind: Bind,
     /// Prefix each forwarded line with `[rank] ` (default off).
@@ -53,6 +58,7 @@ impl Default for LaunchOptions {
     fn default() -> Self {
         Self {
             ranks: 1,
+            universe_size: None,
             bind: Bind::None,
             tag_output: false,
             grace: Duration::from_secs(1),

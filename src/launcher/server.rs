@@ -345,7 +345,10 @@ fn handle(rank: u32, m: &Message, shared: &Shared, events: &Sender<Event>) -> Re
             shared.appnums.get(rank as usize).copied().unwrap_or(0)
         ),
         "get_my_kvsname" => format!("cmd=my_kvsname kvsname={}", shared.kvsname),
-        "get_universe_size" => format!("cmd=universe_size size={}", shared.size),
+        "get_universe_size" => format!(
+            "cmd=universe_size size={}",
+            shared.universe.size().unwrap_or(shared.size)
+        ),
         "put" if !kvs_ok(m) => "cmd=put_result rc=-1 msg=unknown_kvsname".to_string(),
         "put" => {
             let key = m.get("key").unwrap_or("");

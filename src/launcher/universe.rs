@@ -6,6 +6,7 @@
 use super::server::{RankPmi, Shared};
 use crate::pmi::spawn::Segment;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -25,6 +26,8 @@ pub(super) struct Universe {
     /// Published names (PMI-1's `publish_name`, MPI's `MPI_Publish_name`): a service's
     /// port, for every job of the launcher.
     names: Mutex<BTreeMap<String, String>>,
+    /// The processes its jobs may number (PMI's `get_universe_size`; 0: unset).
+    size: AtomicU32,
 }
 
 /// Most names the launcher keeps at once (a bound on what ranks can make it hold).
@@ -37,7 +40,18 @@ impl Universe {
             jobs: Mutex::new(Vec::new()),
             spawner: Mutex::new(None),
             names: Mutex::new(BTreeMap::new()),
+            size: AtomicU32::new(0),
         })
+    }
+
+    /// Set the processes its jobs may number.
+    pub fn set_size(&self, n: u32) {
+        self.size.store(n, Ordering::Relaxed);
+    }
+
+    /// The processes its jobs may number, if set.
+    pub fn size(&self) -> Option<u32> {
+        Some(self.size.load(Ordering::Relaxed)).filter(|&n| n > 0)
     }
 
     /// Add `job`.

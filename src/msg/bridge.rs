@@ -119,6 +119,12 @@ impl Comm {
         }
     }
 
+    /// How many processes this job and those it spawns may number, as the launcher
+    /// says (`None`: no bound, or no launcher).
+    pub fn universe_size(&mut self) -> Option<u32> {
+        self.pmi().ok()?.client().universe_size().ok().flatten()
+    }
+
     /// Where this job's ranks start in the launcher's numbering.
     pub fn universe_base(&mut self) -> Result<u32> {
         let text = self.pmi()?.client().get(BASE_KEY)?;

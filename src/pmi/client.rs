@@ -243,6 +243,18 @@ impl Client {
             })
     }
 
+    /// How many processes the job and those it spawns may number (the launcher's
+    /// universe size: `None` when it has no bound, as hydra answers by default).
+    pub fn universe_size(&mut self) -> Result<Option<u32>, Error> {
+        let request = "cmd=get_universe_size";
+        let reply = self.request(request, "universe_size")?;
+        let size = reply.get_int("size").ok_or_else(|| Error::Protocol {
+            request: request.into(),
+            reply: "no usable size".into(),
+        })?;
+        Ok(u32::try_from(size).ok().filter(|&n| n > 0))
+    }
+
     /// Stores `value` under `key` in the job's key-value space, visible to every rank
     /// after the next [`barrier`](Self::barrier). Neither may contain spaces, `=`,
     /// backslashes or control characters, and both must fit the lengths above.

@@ -14,6 +14,7 @@
 //! | `cmd=get_maxes` | `cmd=maxes kvsname_max=256 keylen_max=64 vallen_max=1024` |
 //! | `cmd=get_appnum` | `cmd=appnum appnum=0` |
 //! | `cmd=get_my_kvsname` | `cmd=my_kvsname kvsname=...` |
+//! | `cmd=get_universe_size` | `cmd=universe_size size=N` (-1: no bound) |
 //! | `cmd=put kvsname=K key=X value=V` | `cmd=put_result rc=0` |
 //! | `cmd=get kvsname=K key=X` | `cmd=get_result rc=0 value=V` (rc non-zero when missing) |
 //! | `cmd=barrier_in` | `cmd=barrier_out` |

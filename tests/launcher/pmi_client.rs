@@ -37,7 +37,11 @@ fn assert_succeeded(out: &Output) {
 #[test]
 fn four_ranks_exchange_multi_kib_blobs_through_pmi_modex() {
     let scratch = Scratch::new("modex");
-    let summary = launch_self(options(4, "modex", &scratch));
+    let mut opts = options(4, "modex", &scratch);
+    // The universe the role expects to be told.
+    opts.universe_size = Some(9);
+    opts.env.push(("RBTL_TEST_UNIVERSE".into(), "9".into()));
+    let summary = launch_self(opts);
     assert_eq!(summary.code, 0, "{summary:?}");
     assert!(summary.success());
     assert_eq!(summary.ranks, vec![RankExit::Exited(0); 4]);

@@ -68,6 +68,13 @@ pub fn modex() {
     assert!(rank < size);
     assert!(!client.kvsname().is_empty());
     assert_eq!(client.appnum().unwrap(), 0);
+    // The universe's size: the one the test set, else (rbtlrun's default, hydra's
+    // unbounded one) the job's or none.
+    let universe = client.universe_size().unwrap();
+    match std::env::var("RBTL_TEST_UNIVERSE") {
+        Ok(v) => assert_eq!(universe, v.parse().ok()),
+        Err(_) => assert!(universe.is_none_or(|n| n == size), "{universe:?}"),
+    }
     assert!(client.max_value_len() >= 256, "{}", client.max_value_len());
     assert!(client.max_key_len() >= 32, "{}", client.max_key_len());
     // Blobs of several KiB need several PMI values.

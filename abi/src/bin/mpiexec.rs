@@ -5,7 +5,8 @@
 //! It takes the common spellings of MPICH's and Open MPI's launchers and hands the
 //! rest to `rbtlrun` (see `rbtlrun --help`): `-n`/`-np N`; `-genv NAME VALUE`,
 //! `-env NAME VALUE` and `-x NAME=VALUE` set a variable in every rank (as
-//! `--env NAME=VALUE`); `--oversubscribe` is accepted (ranks may always outnumber
+//! `--env NAME=VALUE`); hydra's `-usize N` sets `MPI_UNIVERSE_SIZE` (as
+//! `--universe-size N`); `--oversubscribe` is accepted (ranks may always outnumber
 //! cores here); `-host`, `-hosts`, `-f` and `--hostfile` are refused with the way to
 //! run across nodes.
 //!
@@ -56,6 +57,10 @@ fn translate(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
                 out.push(v.into());
             }
             "--oversubscribe" | "-oversubscribe" => {}
+            "-usize" => {
+                out.push("--universe-size".into());
+                out.extend(it.next());
+            }
             "-host" | "--host" | "-hosts" | "-f" | "--hostfile" | "-hostfile" | "-machinefile" => {
                 return Err(format!(
                     "'{text}': this mpiexec starts ranks on this node only; across nodes, run the program under MPICH's mpiexec (hydra) or Slurm's srun --mpi=pmi2"
@@ -153,6 +158,10 @@ mod tests {
         assert_eq!(
             t(&["-np=3", "--", "-prog"]).unwrap(),
             ["-np=3", "--", "-prog"]
+        );
+        assert_eq!(
+            t(&["-usize", "8", "prog"]).unwrap(),
+            ["--universe-size", "8", "prog"]
         );
         assert!(t(&["-genv", "A"]).unwrap_err().contains("NAME and VALUE"));
         assert!(t(&["-hosts", "a,b", "prog"]).unwrap_err().contains("hydra"));

@@ -8,26 +8,28 @@ use crate::state::Mpi;
 
 impl Mpi {
     /// The value of predefined attribute `k` on `comm`, as the address the standard
-    /// hands out: `None` if `k` is not a predefined key.
+    /// hands out: `None` if `k` is not a predefined key, or is absent
+    /// (`MPI_UNIVERSE_SIZE` when the launcher sets no bound, as hydra by default).
     fn predefined_attr(&mut self, comm: Handle, k: c_int) -> Option<usize> {
         let i = match k {
             MPI_TAG_UB => 0,
             MPI_HOST => 1,
             MPI_IO => 2,
             MPI_WTIME_IS_GLOBAL => 3,
+            MPI_UNIVERSE_SIZE if self.universe_size.is_none() => return None,
             MPI_UNIVERSE_SIZE => 4,
             MPI_APPNUM => 5,
             MPI_LASTUSEDCODE => 6,
             _ => return None,
         };
         let _ = comm;
-        let (world, appnum) = (self.world.size() as c_int, self.appnum);
+        let (universe, appnum) = (self.universe_size.unwrap_or(0), self.appnum);
         let v = &mut self.attrs.values;
         v[0] = crate::p2p::TAG_UB;
         v[1] = MPI_PROC_NULL;
         v[2] = MPI_ANY_SOURCE;
         v[3] = 0;
-        v[4] = world;
+        v[4] = universe;
         v[5] = appnum;
         v[6] = crate::error::last_used();
         Some(&v[i] as *const c_int as usize)

@@ -9,7 +9,8 @@
 //!   cancel, the completion calls, persistent requests, large messages.
 //! * `datatype`: every datatype constructor, bounds and sizes, decoding, packing,
 //!   matching type signatures, absolute addresses.
-//! * `comm`: communicators, groups, attributes, names, topologies, info objects.
+//! * `comm`: communicators, groups, attributes, names, topologies, info objects; run
+//!   again with `-usize` (`MPI_UNIVERSE_SIZE`).
 //! * `coll`: every collective, blocking and nonblocking, against results computed
 //!   locally, at 1 to 8 ranks.
 //! * `large`: the large-count (`_c`) bindings that their `int` twins serve, those
@@ -177,6 +178,25 @@ fn datatype() {
 #[test]
 fn comm() {
     passes("comm", &[1, 2, 3, 4]);
+}
+
+/// `MPI_UNIVERSE_SIZE`: the job's size by default, what hydra's `-usize` says.
+#[test]
+fn universe_size() {
+    let exe = build("comm");
+    for (usize, want) in [(None, "2"), (Some("8"), "8")] {
+        let mut cmd = std::process::Command::new(super::MPIEXEC);
+        cmd.args(["-n", "2"]);
+        if let Some(n) = usize {
+            cmd.args(["-usize", n]);
+        }
+        cmd.args(["-genv", "ABI_TEST_UNIVERSE", want]).arg(&exe);
+        let o = super::run_for(&mut cmd, LIMIT);
+        assert_no_failed_check(&o, &format!("comm in a universe of {want}"));
+        if let Err(why) = passed(&o, "comm", 2) {
+            panic!("{why}");
+        }
+    }
 }
 
 #[test]
