@@ -7,7 +7,7 @@ use crate::error::{self, Error, Object, Result};
 use crate::ffi::*;
 use crate::global::{self, Phase};
 use crate::state::Mpi;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
 /// The highest thread level this library gives: calls from any thread at once.
 pub const THREAD_LEVEL: c_int = MPI_THREAD_MULTIPLE;
@@ -83,18 +83,24 @@ fn start_state(provided: c_int) -> Result<()> {
     if provided == MPI_THREAD_MULTIPLE {
         global::allow_threads();
     }
+    STARTED_IN.store(std::process::id(), Ordering::Release);
     // SAFETY: `end_at_exit` is a plain function that stays in the library (which
     // is not unloaded while the process runs MPI).
     unsafe { libc::atexit(end_at_exit) };
     Ok(())
 }
 
+/// The process that started the library's state (a child it forks inherits the
+/// exit handler, not the job).
+static STARTED_IN: AtomicU32 = AtomicU32::new(0);
+
 /// At the process's exit: end the library's state if sessions left it dormant
 /// (the world model never started, or ended with a session open). A world model
 /// still running is left as it is: the process ends without `MPI_Finalize`, as
 /// the launcher then reports.
 extern "C" fn end_at_exit() {
-    if WORLD_MODEL.load(Ordering::Acquire) != STARTED {
+    let here = STARTED_IN.load(Ordering::Acquire) == std::process::id();
+    if here && WORLD_MODEL.load(Ordering::Acquire) != STARTED {
         if let Err(e) = stop_state(false) {
             if global::phase() != Phase::Finalized {
                 eprintln!("rbtl libmpi_abi: ending the library at exit: {}", e.message);

@@ -8,8 +8,8 @@ use super::{Client, Error};
 impl Client {
     /// Publish `port` under `service`; refused when the service has one already.
     pub fn publish_name(&mut self, service: &str, port: &str) -> Result<(), Error> {
-        self.name_token("a service name", service)?;
-        self.name_token("a port name", port)?;
+        self.name_token("service name", service)?;
+        self.name_token("port name", port)?;
         let request = format!("cmd=publish_name service={service} port={port}");
         let reply = self.request(&request, "publish_result")?;
         refused_unless_0(request, &reply)
@@ -17,7 +17,7 @@ impl Client {
 
     /// Withdraw `service`; refused when it is not published.
     pub fn unpublish_name(&mut self, service: &str) -> Result<(), Error> {
-        self.name_token("a service name", service)?;
+        self.name_token("service name", service)?;
         let request = format!("cmd=unpublish_name service={service}");
         let reply = self.request(&request, "unpublish_result")?;
         refused_unless_0(request, &reply)
@@ -25,7 +25,7 @@ impl Client {
 
     /// The port published under `service` (`None`: none is).
     pub fn lookup_name(&mut self, service: &str) -> Result<Option<String>, Error> {
-        self.name_token("a service name", service)?;
+        self.name_token("service name", service)?;
         let request = format!("cmd=lookup_name service={service}");
         let reply = self.request(&request, "lookup_result")?;
         Ok((reply.get_int("rc") == Some(0)).then(|| reply.get("port").unwrap_or("").to_string()))

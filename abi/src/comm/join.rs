@@ -181,7 +181,7 @@ impl Mpi {
         };
         let at =
             CString::new(at).map_err(|_| Error::new(MPI_ERR_PORT, "a port name holds a NUL"))?;
-        how(self, at.as_ptr(), 0, MPI_COMM_SELF)
+        how(self, at.as_ptr(), MPI_INFO_NULL, 0, MPI_COMM_SELF)
     }
 }
 

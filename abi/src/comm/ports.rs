@@ -15,9 +15,17 @@
 //! answers in the connector's key-value space, connects its group to the other's,
 //! then says so, and only then does the connecting group connect back. The context
 //! is the larger of the two groups' agreed ones: free at every member of both.
+//!
+//! An open port is published as such (`open_key`): a connection to a port that is
+//! not open, or stops being while the connector waits, fails with `MPI_ERR_PORT`
+//! at once. The answer and the ready signal are keyed by the claim (`claim_nonce`),
+//! so that an answer to an earlier connection is never taken for one. A connector
+//! waits as long as the info key `timeout` (seconds, MPICH's) says, else as long as
+//! a spawn's sides.
 
 use super::api::{read_str, write_name};
 use super::members::Members;
+use super::spawn::START_LIMIT;
 use super::{Communicator, Group};
 use crate::entry::call;
 use crate::error::{non_null, Error, Object, Result};
@@ -25,7 +33,7 @@ use crate::ffi::*;
 use crate::state::Mpi;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// This process's open ports, each with the number of connections accepted on it,
 /// and the number of ports opened so far.
@@ -36,11 +44,15 @@ fn ports() -> MutexGuard<'static, (BTreeMap<String, u32>, u64)> {
 }
 
 /// What a connecting side that waited in vain is told (an implementation may give up
-/// on a connection, MPI 4.1, 11.8.2; it waits as long as a spawn's sides do).
+/// on a connection, MPI 4.1, 11.8.2; it waits as long as a spawn's sides do, unless
+/// the info key `timeout`, MPICH's, says how many seconds).
 const NO_ANSWER: (c_int, &str) = (MPI_ERR_PORT, "the accepting side did not answer");
 
 /// Most turns a connecting root tries on one port before it gives up.
 const TURNS_MAX: u32 = 100_000;
+
+/// How often a waiting connector looks whether the port is still open.
+const PORT_LOOK_EVERY: Duration = Duration::from_millis(100);
 
 /// What one group tells the other: its root's key-value space (where answers go),
 /// its context and its members, named by job.
@@ -80,10 +92,30 @@ impl Side {
 /// PMI key whatever the port's length, by a 64-bit FNV-1a hash of the port (a few
 /// lines; no crate needed for one hash).
 fn turn_key(port: &str, turn: u32) -> String {
+    format!("{}-{turn}", port_key(port))
+}
+
+/// The name a port is published under while it is open: connecting to a port that
+/// is not (or stops being while the connector waits) fails at once.
+fn open_key(port: &str) -> String {
+    format!("{}-open", port_key(port))
+}
+
+/// The start of a port's names.
+fn port_key(port: &str) -> String {
     let hash = port.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     });
-    format!("rbtl-port-{hash:016x}-{turn}")
+    format!("rbtl-port-{hash:016x}")
+}
+
+/// What a connecting root's claim is known by in the keys of its answer: this
+/// process and its count of claims (a turn of a port closed and a later connection's
+/// cannot be taken for each other).
+fn claim_nonce(me: u32) -> String {
+    static CLAIMS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = CLAIMS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{me}.{n}")
 }
 
 /// The key-value space of the job that opened `port`.
@@ -148,6 +180,7 @@ impl Mpi {
     pub(super) fn accept(
         &mut self,
         port_name: *const c_char,
+        _info: Handle,
         root: c_int,
         comm: Handle,
     ) -> Result<Handle> {
@@ -157,24 +190,24 @@ impl Mpi {
             true => Some(unsafe { read_str(port_name) }.and_then(|p| self.take_turn(&p, &mine))),
             false => None,
         };
-        let (port, turn) = match &asked {
-            Some(Ok((_, port, turn))) => (port.clone(), *turn),
-            _ => (String::new(), 0),
+        let ready = match &asked {
+            Some(Ok((_, ready))) => ready.clone(),
+            _ => String::new(),
         };
         let other = self.share(asked.map(|a| a.map(|a| a.0)), root, comm)?;
         let h = self.joined(&mine, &other, group, rank, comm)?;
         self.barrier_on(comm)?;
         if rank == root {
-            self.msg
-                .kvs_put(&other.kvs, &format!("{}r", turn_key(&port, turn)), "1")?;
+            self.msg.kvs_put(&other.kvs, &ready, "1")?;
         }
         Ok(h)
     }
 
     /// At an accepting root: the next connection request on `port` (waiting for it
     /// as long as the program does, MPI 4.1, 11.8.2), answered with `mine`; the
-    /// request, the port and its turn.
-    fn take_turn(&mut self, port: &str, mine: &Side) -> Result<(String, String, u32)> {
+    /// request's side, and the key that tells the connector the accepting side is
+    /// ready.
+    fn take_turn(&mut self, port: &str, mine: &Side) -> Result<(String, String)> {
         let turn = *ports().0.get(port).ok_or_else(|| {
             Error::new(
                 MPI_ERR_PORT,
@@ -190,57 +223,115 @@ impl Mpi {
             std::thread::sleep(Duration::from_millis(2));
         };
         // (The turn stays claimed until the port closes: a turn is taken once.)
-        let other = Side::decode(&request)?;
+        let (nonce, side) = request.split_once('/').unwrap_or_default();
+        let other = Side::decode(side)?;
         self.msg
-            .kvs_put(&other.kvs, &format!("{service}a"), &mine.encode())?;
+            .kvs_put(&other.kvs, &format!("{service}a{nonce}"), &mine.encode())?;
         if let Some(n) = ports().0.get_mut(port) {
             *n += 1;
         }
-        Ok((request, port.to_string(), turn))
+        Ok((side.to_string(), format!("{service}r{nonce}")))
     }
 
-    /// `MPI_Comm_connect` to port `port_name` (read at `root` only) over `comm`.
+    /// `MPI_Comm_connect` to port `port_name` over `comm` (both, and `info`, read
+    /// at `root` only).
     pub(super) fn connect(
         &mut self,
         port_name: *const c_char,
+        info: Handle,
         root: c_int,
         comm: Handle,
     ) -> Result<Handle> {
         let (mine, root, group, rank) = self.this_side(comm, root)?;
         let answer = match rank == root {
             // SAFETY: the binding's contract: at the root, a NUL-ended string.
-            true => Some(unsafe { read_str(port_name) }.and_then(|p| self.claim_turn(&p, &mine))),
+            true => Some(unsafe { read_str(port_name) }.and_then(|p| {
+                let limit = self.connect_limit(info)?;
+                self.claim_turn(&p, &mine, limit)
+            })),
             false => None,
         };
-        let claimed = match &answer {
-            Some(Ok((_, service))) => service.clone(),
+        let ready = match &answer {
+            Some(Ok((_, ready))) => ready.clone(),
             _ => String::new(),
         };
         let other = self.share(answer.map(|a| a.map(|a| a.0)), root, comm)?;
         // The accepting side connects first, then says so.
         if rank == root {
-            self.wait_for_key((&mine.kvs, &format!("{claimed}r")), NO_ANSWER)?;
+            self.wait_for_key((&mine.kvs, &ready), NO_ANSWER)?;
         }
         self.barrier_on(comm)?;
         self.joined(&mine, &other, group, rank, comm)
     }
 
+    /// How long a connecting root waits for the accepting side: the info key
+    /// `timeout` (seconds, as MPICH reads it), else as long as a spawn's sides.
+    fn connect_limit(&self, info: Handle) -> Result<Duration> {
+        let Some(v) = self.value_of(info, "timeout")? else {
+            return Ok(START_LIMIT);
+        };
+        v.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| *s > 0.0)
+            .and_then(|s| Duration::try_from_secs_f64(s).ok())
+            .ok_or_else(|| {
+                Error::new(
+                    MPI_ERR_INFO_VALUE,
+                    format!("timeout {v:?}: want a number of seconds, more than 0"),
+                )
+            })
+    }
+
     /// At a connecting root: claim the next turn of `port` (a service only one root
-    /// can publish) with `mine`, and wait for the accepting side's answer; the
-    /// answer and the claimed turn's service.
-    fn claim_turn(&mut self, port: &str, mine: &Side) -> Result<(String, String)> {
+    /// can publish) with `mine`, and wait for the accepting side's answer, for at
+    /// most `limit` and while the port is open; the answer and the key that will
+    /// say the accepting side is ready.
+    fn claim_turn(&mut self, port: &str, mine: &Side, limit: Duration) -> Result<(String, String)> {
         port_kvs(port)?;
+        let open = open_key(port);
+        let closed = || Error::new(MPI_ERR_PORT, format!("no port {port:?} is open"));
+        if self.msg.lookup_name(&open).ok().flatten().is_none() {
+            return Err(closed());
+        }
+        let nonce = claim_nonce(self.world_rank());
+        let request = format!("{nonce}/{}", mine.encode());
         let mut turn = 0;
         let service = loop {
             let service = turn_key(port, turn);
-            match self.msg.publish_name(&service, &mine.encode()) {
+            match self.msg.publish_name(&service, &request) {
                 Ok(()) => break service,
                 Err(_) if turn < TURNS_MAX => turn += 1,
                 Err(e) => return Err(Error::new(MPI_ERR_PORT, e.to_string())),
             }
         };
-        match self.wait_for_key((&mine.kvs, &format!("{service}a")), NO_ANSWER) {
-            Ok(answer) => Ok((answer, service)),
+        let key = format!("{service}a{nonce}");
+        let start = Instant::now();
+        let mut looked = start;
+        let answer = loop {
+            match self.msg.kvs_get(&mine.kvs, &key) {
+                Ok(Some(v)) => break Ok(v),
+                Ok(None) => {}
+                Err(e) => break Err(e.into()),
+            }
+            if looked.elapsed() >= PORT_LOOK_EVERY {
+                looked = Instant::now();
+                if self.msg.lookup_name(&open).ok().flatten().is_none() {
+                    break Err(closed());
+                }
+            }
+            if start.elapsed() > limit {
+                let secs = limit.as_secs_f64();
+                break Err(Error::new(
+                    NO_ANSWER.0,
+                    format!("{} within {secs} s", NO_ANSWER.1),
+                ));
+            }
+            self.progress();
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        match answer {
+            Ok(answer) => Ok((answer, format!("{service}r{nonce}"))),
             Err(e) => {
                 // Given up: the claim goes, so that no acceptor takes it later.
                 let _ = self.msg.unpublish_name(&service);
@@ -259,6 +350,9 @@ impl Mpi {
         p.1 += 1;
         let port = format!("rbtl-port:{kvs}:{me}:{}", p.1);
         p.0.insert(port.clone(), 0);
+        drop(p);
+        // (Without a name service no one can connect to it: nothing is lost.)
+        let _ = self.msg.publish_name(&open_key(&port), "1");
         Ok(port)
     }
 
@@ -270,6 +364,7 @@ impl Mpi {
                 format!("{port:?} is not a port this process opened"),
             ));
         };
+        let _ = self.msg.unpublish_name(&open_key(port));
         for turn in 0..turns {
             let _ = self.msg.unpublish_name(&turn_key(port, turn));
         }
@@ -303,9 +398,9 @@ pub unsafe extern "C" fn PMPI_Close_port(port_name: *const c_char) -> c_int {
     })
 }
 
-/// [`Mpi::accept`] or [`Mpi::connect`]: of a port's name (read at the root only), at
-/// a root over a communicator, the intercommunicator.
-pub(super) type Meeting = fn(&mut Mpi, *const c_char, c_int, Handle) -> Result<Handle>;
+/// [`Mpi::accept`] or [`Mpi::connect`]: of a port's name and an info (read at the
+/// root only), at a root over a communicator, the intercommunicator.
+pub(super) type Meeting = fn(&mut Mpi, *const c_char, Handle, c_int, Handle) -> Result<Handle>;
 
 /// `MPI_Comm_accept` or `MPI_Comm_connect` (`how`) of port `port_name` over `comm`:
 /// the intercommunicator into `newcomm`.
@@ -316,12 +411,12 @@ pub(super) type Meeting = fn(&mut Mpi, *const c_char, c_int, Handle) -> Result<H
 unsafe fn connection(
     name: &str,
     how: Meeting,
-    (port_name, root, comm): (*const c_char, c_int, Handle),
+    (port_name, info, root, comm): (*const c_char, Handle, c_int, Handle),
     newcomm: *mut Handle,
 ) -> c_int {
     call(name, Object::Comm(comm), |mpi| {
         non_null(newcomm, MPI_ERR_ARG, "communicator")?;
-        let h = how(mpi, port_name, root, comm)?;
+        let h = how(mpi, port_name, info, root, comm)?;
         // SAFETY: checked not null.
         unsafe { newcomm.write(h) };
         Ok(())
@@ -331,7 +426,7 @@ unsafe fn connection(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_accept(
     port_name: *const c_char,
-    _info: Handle,
+    info: Handle,
     root: c_int,
     comm: Handle,
     newcomm: *mut Handle,
@@ -341,7 +436,7 @@ pub unsafe extern "C" fn PMPI_Comm_accept(
         connection(
             "MPI_Comm_accept",
             Mpi::accept,
-            (port_name, root, comm),
+            (port_name, info, root, comm),
             newcomm,
         )
     }
@@ -350,7 +445,7 @@ pub unsafe extern "C" fn PMPI_Comm_accept(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_connect(
     port_name: *const c_char,
-    _info: Handle,
+    info: Handle,
     root: c_int,
     comm: Handle,
     newcomm: *mut Handle,
@@ -360,7 +455,7 @@ pub unsafe extern "C" fn PMPI_Comm_connect(
         connection(
             "MPI_Comm_connect",
             Mpi::connect,
-            (port_name, root, comm),
+            (port_name, info, root, comm),
             newcomm,
         )
     }

@@ -5,7 +5,8 @@
  * other side; it is merged (the accepting side first) and all-reduced, then
  * disconnected. The same port takes a second connection. Errors: an unknown
  * service (MPI_ERR_NAME), a service published twice or unpublished when it is not
- * (MPI_ERR_SERVICE), a port this process did not open or no port at all
+ * (MPI_ERR_SERVICE), a port this process did not open or no port at all, a
+ * port closed, a port where no one accepts within the info's "timeout"
  * (MPI_ERR_PORT). Then MPI_Comm_join: the first and last ranks join over a
  * loopback TCP connection, talk over the intercommunicator and merge it, and the
  * socket still carries their bytes afterwards; a socket whose other end is closed
@@ -143,6 +144,35 @@ int main(int argc, char **argv) {
   errors_return(half, 1);
   EXPECT_ERR(MPI_Comm_connect("tcp://198.18.0.1:1", MPI_INFO_NULL, 0, half, &none),
              MPI_ERR_PORT, NULL);
+  /* The port closed: connecting to it fails at once (an answer to one of its
+   * earlier connections is not taken for one). A port open where no one accepts:
+   * the connection gives up after the info's "timeout". */
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  if (accepting)
+    OK(MPI_Open_port(MPI_INFO_NULL, port));
+  OK(MPI_Bcast(port, MPI_MAX_PORT_NAME, MPI_CHAR, 0, MPI_COMM_WORLD));
+  if (!accepting) {
+    EXPECT_ERR(MPI_Comm_connect(found, MPI_INFO_NULL, 0, half, &none), MPI_ERR_PORT, "open");
+    MPI_Info brief;
+    OK(MPI_Info_create(&brief));
+    OK(MPI_Info_set(brief, "timeout", "0.5"));
+    double t0 = MPI_Wtime();
+    EXPECT_ERR(MPI_Comm_connect(port, brief, 0, half, &none), MPI_ERR_PORT, "answer");
+    CHECK(MPI_Wtime() - t0 < 60, "the connection gave up after %.1f s", MPI_Wtime() - t0);
+    /* A bad timeout: the root's error; the others hear of it (MPI_ERR_PORT). */
+    OK(MPI_Info_set(brief, "timeout", "soon"));
+    int hr = -1;
+    OK(MPI_Comm_rank(half, &hr));
+    int rc = MPI_Comm_connect(port, brief, 0, half, &none);
+    if (hr == 0)
+      EXPECT_ERR(rc, MPI_ERR_INFO_VALUE, "timeout");
+    else
+      EXPECT_ERR(rc, MPI_ERR_PORT, "timeout");
+    OK(MPI_Info_free(&brief));
+  }
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  if (accepting)
+    OK(MPI_Close_port(port));
   errors_return(MPI_COMM_SELF, 0);
   OK(MPI_Comm_free(&half));
   OK(MPI_Barrier(MPI_COMM_WORLD));
