@@ -255,16 +255,6 @@ impl Mpi {
         self.comms.insert(d)
     }
 
-    /// Agree on a context over intracommunicator `comm`, keeping other threads out
-    /// ([`agree_context`]).
-    pub(crate) fn agree_context(
-        &mut self,
-        comm: Handle,
-        extra: &[i32],
-    ) -> Result<(u32, Vec<Vec<i32>>)> {
-        agree_context(self, &Among::Comm(comm), extra)
-    }
-
     /// A colour for this node: a hash of the node's identity (the launcher's
     /// placement, host name and boot id), the same for every process on it.
     fn node_colour(&mut self) -> c_int {

@@ -10,12 +10,13 @@
 //! it, both over `MPI_COMM_SELF`. The socket is left as it was found, its bytes all
 //! read.
 
-use super::ports::Meeting;
+use super::ports::{accept, connect, Meeting};
 use super::spawn::START_LIMIT;
-use crate::entry::call;
+use crate::coll::Inside;
+use crate::entry::call_held;
 use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
-use crate::state::Mpi;
+use crate::global::Held;
 use std::ffi::CString;
 use std::time::Instant;
 
@@ -57,8 +58,9 @@ impl Socket {
     }
 
     /// Wait until the socket is ready for `events` (the peer has
-    /// [`START_LIMIT`] from the start of the join to act).
-    fn ready(&self, events: libc::c_short) -> Result<()> {
+    /// [`START_LIMIT`] from the start of the join to act), letting other threads'
+    /// calls in meanwhile (`inside`).
+    fn ready(&self, inside: &mut impl Inside, events: libc::c_short) -> Result<()> {
         loop {
             let left = START_LIMIT.saturating_sub(self.start.elapsed());
             if left.is_zero() {
@@ -75,11 +77,14 @@ impl Socket {
                 events,
                 revents: 0,
             };
-            let ms = left.as_millis().min(1000) as c_int;
+            let ms = left.as_millis().min(10) as c_int;
             // SAFETY: one valid `pollfd` for the call.
             match unsafe { libc::poll(&mut p, 1, ms) } {
                 n if n > 0 => return Ok(()),
-                0 => continue,
+                0 => {
+                    inside.state().progress();
+                    inside.turn();
+                }
                 _ => self.interrupted("waiting on")?,
             }
         }
@@ -99,9 +104,9 @@ impl Socket {
         }
     }
 
-    fn send(&self, mut data: &[u8]) -> Result<()> {
+    fn send(&self, inside: &mut impl Inside, mut data: &[u8]) -> Result<()> {
         while !data.is_empty() {
-            self.ready(libc::POLLOUT)?;
+            self.ready(inside, libc::POLLOUT)?;
             // SAFETY: `data` is readable for its length; MSG_NOSIGNAL: a closed peer
             // is an error, not a signal.
             let n = unsafe {
@@ -120,10 +125,10 @@ impl Socket {
         Ok(())
     }
 
-    fn receive(&self, out: &mut [u8]) -> Result<()> {
+    fn receive(&self, inside: &mut impl Inside, out: &mut [u8]) -> Result<()> {
         let mut at = 0;
         while at < out.len() {
-            self.ready(libc::POLLIN)?;
+            self.ready(inside, libc::POLLIN)?;
             // SAFETY: `out[at..]` is writable for its length.
             let n =
                 unsafe { libc::recv(self.fd, out[at..].as_mut_ptr().cast(), out.len() - at, 0) };
@@ -137,59 +142,55 @@ impl Socket {
     }
 }
 
-impl Mpi {
-    /// `MPI_Comm_join` over socket `fd`: the intercommunicator.
-    fn join(&mut self, fd: c_int) -> Result<Handle> {
-        let socket = Socket::new(fd)?;
-        let port = self.open_port()?;
-        let service = join_service(&port);
-        let published = self.msg.publish_name(&service, &port).is_ok();
-        let outcome = self.join_as(&socket, &port, published);
-        if published {
-            let _ = self.msg.unpublish_name(&service);
-        }
-        let _ = self.close_port(&port);
-        outcome
+/// `MPI_Comm_join` over socket `fd`, run in `held`: the intercommunicator.
+fn join(held: &mut Held, fd: c_int) -> Result<Handle> {
+    let socket = Socket::new(fd)?;
+    let port = held.open_port()?;
+    let service = join_service(&port);
+    let published = held.msg.publish_name(&service, &port).is_ok();
+    let outcome = join_as(held, &socket, &port, published);
+    if published {
+        let _ = held.msg.unpublish_name(&service);
     }
+    let _ = held.close_port(&port);
+    outcome
+}
 
-    /// Trade port names and verdicts over `socket`, then accept or connect.
-    fn join_as(&mut self, socket: &Socket, port: &str, published: bool) -> Result<Handle> {
-        let mut name = [0u8; NAME_BYTES];
-        name.get_mut(..port.len())
-            .filter(|_| port.len() < NAME_BYTES)
-            .ok_or_else(|| Error::new(MPI_ERR_PORT, "the port's name is too long to trade"))?
-            .copy_from_slice(port.as_bytes());
-        socket.send(&name)?;
-        socket.receive(&mut name)?;
-        let end = name.iter().position(|&b| b == 0).unwrap_or(NAME_BYTES);
-        let theirs = String::from_utf8_lossy(&name[..end]).into_owned();
-        let met = published
-            && theirs != port
-            && self.msg.lookup_name(&join_service(&theirs)).ok().flatten() == Some(theirs.clone());
-        socket.send(&[u8::from(met)])?;
-        let mut verdict = [0u8];
-        socket.receive(&mut verdict)?;
-        if !met || verdict[0] != 1 {
-            return Err(Error::new(
-                MPI_ERR_UNSUPPORTED_OPERATION,
-                "the processes at the socket's two ends are not of jobs of one launcher with a name service (rbtlrun's): this library joins those only",
-            ));
-        }
-        let (how, at): (Meeting, _) = match port < theirs.as_str() {
-            true => (Mpi::accept, port.to_string()),
-            false => (Mpi::connect, theirs),
-        };
-        let at =
-            CString::new(at).map_err(|_| Error::new(MPI_ERR_PORT, "a port name holds a NUL"))?;
-        how(self, at.as_ptr(), MPI_INFO_NULL, 0, MPI_COMM_SELF)
+/// Trade port names and verdicts over `socket`, then accept or connect.
+fn join_as(held: &mut Held, socket: &Socket, port: &str, published: bool) -> Result<Handle> {
+    let mut name = [0u8; NAME_BYTES];
+    name.get_mut(..port.len())
+        .filter(|_| port.len() < NAME_BYTES)
+        .ok_or_else(|| Error::new(MPI_ERR_PORT, "the port's name is too long to trade"))?
+        .copy_from_slice(port.as_bytes());
+    socket.send(held, &name)?;
+    socket.receive(held, &mut name)?;
+    let end = name.iter().position(|&b| b == 0).unwrap_or(NAME_BYTES);
+    let theirs = String::from_utf8_lossy(&name[..end]).into_owned();
+    let found = held.msg.lookup_name(&join_service(&theirs)).ok().flatten();
+    let met = published && theirs != port && found == Some(theirs.clone());
+    socket.send(held, &[u8::from(met)])?;
+    let mut verdict = [0u8];
+    socket.receive(held, &mut verdict)?;
+    if !met || verdict[0] != 1 {
+        return Err(Error::new(
+            MPI_ERR_UNSUPPORTED_OPERATION,
+            "the processes at the socket's two ends are not of jobs of one launcher with a name service (rbtlrun's): this library joins those only",
+        ));
     }
+    let (how, at): (Meeting, _) = match port < theirs.as_str() {
+        true => (accept::<Held>, port.to_string()),
+        false => (connect::<Held>, theirs),
+    };
+    let at = CString::new(at).map_err(|_| Error::new(MPI_ERR_PORT, "a port name holds a NUL"))?;
+    how(held, at.as_ptr(), MPI_INFO_NULL, 0, MPI_COMM_SELF)
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_join(fd: c_int, intercomm: *mut Handle) -> c_int {
-    call("MPI_Comm_join", Object::None, |mpi| {
+    call_held("MPI_Comm_join", Object::None, |held| {
         non_null(intercomm, MPI_ERR_ARG, "intercommunicator")?;
-        let h = mpi.join(fd)?;
+        let h = join(held, fd)?;
         // SAFETY: checked not null.
         unsafe { intercomm.write(h) };
         Ok(())

@@ -24,12 +24,15 @@
 //! a spawn's sides.
 
 use super::api::{read_str, write_name};
+use super::context::{agree_context, Among};
 use super::members::Members;
-use super::spawn::START_LIMIT;
+use super::spawn::{barrier_in, pause, share_outcome, wait_for_key, START_LIMIT};
 use super::{Communicator, Group};
-use crate::entry::call;
+use crate::coll::Inside;
+use crate::entry::{call, call_held};
 use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
+use crate::global::Held;
 use crate::state::Mpi;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -130,39 +133,206 @@ fn port_kvs(port: &str) -> Result<&str> {
     }
 }
 
+/// This side of a connection over intracommunicator `comm`: its members, the
+/// context they agree on, their bridges opened. Collective, run in `inside`.
+fn this_side(
+    inside: &mut impl Inside,
+    comm: Handle,
+    root: c_int,
+) -> Result<(Side, u32, Arc<Group>, u32)> {
+    let (group, rank, root) = inside.state().intra_root(comm, root, "connecting")?;
+    let ctx = agree_context(inside, &Among::Comm(comm), &[])?.0;
+    let mpi = inside.state();
+    mpi.msg.open_bridge()?;
+    let side = Side {
+        kvs: mpi.msg.kvsname()?,
+        ctx,
+        members: mpi.named_by_job(group.ranks())?,
+    };
+    // Every member's bridge is published before the other side can look.
+    barrier_in(inside, comm)?;
+    Ok((side, root, group, rank))
+}
+
+/// The other side's description, `mine` at the root (or its error), on every
+/// member of `comm`.
+fn share(
+    inside: &mut impl Inside,
+    mine: Option<Result<String>>,
+    root: u32,
+    comm: Handle,
+) -> Result<Side> {
+    let text = share_outcome(inside, mine, (root, comm), 1 << 16, MPI_ERR_PORT)?;
+    Side::decode(&text)
+}
+
+/// `MPI_Comm_accept` of port `port_name` (read at `root` only) over `comm`, run in
+/// `inside`: other threads' calls come in while it waits for a connector.
+pub(super) fn accept<I: Inside>(
+    inside: &mut I,
+    port_name: *const c_char,
+    _info: Handle,
+    root: c_int,
+    comm: Handle,
+) -> Result<Handle> {
+    let (mine, root, group, rank) = this_side(inside, comm, root)?;
+    let asked = match rank == root {
+        // SAFETY: the binding's contract: at the root, a NUL-ended string.
+        true => Some(unsafe { read_str(port_name) }.and_then(|p| take_turn(inside, &p, &mine))),
+        false => None,
+    };
+    let ready = match &asked {
+        Some(Ok((_, ready))) => ready.clone(),
+        _ => String::new(),
+    };
+    let other = share(inside, asked.map(|a| a.map(|a| a.0)), root, comm)?;
+    let h = inside.state().joined(&mine, &other, (group, rank), comm)?;
+    barrier_in(inside, comm)?;
+    if rank == root {
+        inside.state().msg.kvs_put(&other.kvs, &ready, "1")?;
+    }
+    Ok(h)
+}
+
+/// At an accepting root: the next connection request on `port` (waiting for it as
+/// long as the program does, MPI 4.1, 11.8.2, or until the port closes), answered
+/// with `mine`; the request's side, and the key that tells the connector the
+/// accepting side is ready.
+fn take_turn(inside: &mut impl Inside, port: &str, mine: &Side) -> Result<(String, String)> {
+    let not_open = || {
+        Error::new(
+            MPI_ERR_PORT,
+            format!("{port:?} is not a port this process has open"),
+        )
+    };
+    let turn = *ports().0.get(port).ok_or_else(not_open)?;
+    let service = turn_key(port, turn);
+    let request = loop {
+        if let Some(r) = inside.state().msg.lookup_name(&service)? {
+            break r;
+        }
+        pause(inside);
+        // (Another thread may close it meanwhile.)
+        if !ports().0.contains_key(port) {
+            return Err(not_open());
+        }
+    };
+    // (The turn stays claimed until the port closes: a turn is taken once.)
+    let (nonce, side) = request.split_once('/').unwrap_or_default();
+    let other = Side::decode(side)?;
+    inside
+        .state()
+        .msg
+        .kvs_put(&other.kvs, &format!("{service}a{nonce}"), &mine.encode())?;
+    if let Some(n) = ports().0.get_mut(port) {
+        *n += 1;
+    }
+    Ok((side.to_string(), format!("{service}r{nonce}")))
+}
+
+/// `MPI_Comm_connect` to port `port_name` over `comm` (both, and `info`, read at
+/// `root` only), run in `inside`.
+pub(super) fn connect<I: Inside>(
+    inside: &mut I,
+    port_name: *const c_char,
+    info: Handle,
+    root: c_int,
+    comm: Handle,
+) -> Result<Handle> {
+    let (mine, root, group, rank) = this_side(inside, comm, root)?;
+    let answer = match rank == root {
+        // SAFETY: the binding's contract: at the root, a NUL-ended string.
+        true => Some(unsafe { read_str(port_name) }.and_then(|p| {
+            let limit = inside.state().connect_limit(info)?;
+            claim_turn(inside, &p, &mine, limit)
+        })),
+        false => None,
+    };
+    let ready = match &answer {
+        Some(Ok((_, ready))) => ready.clone(),
+        _ => String::new(),
+    };
+    let other = share(inside, answer.map(|a| a.map(|a| a.0)), root, comm)?;
+    // The accepting side connects first, then says so.
+    if rank == root {
+        wait_for_key(inside, (&mine.kvs, &ready), NO_ANSWER)?;
+    }
+    barrier_in(inside, comm)?;
+    inside.state().joined(&mine, &other, (group, rank), comm)
+}
+
+/// At a connecting root: claim the next turn of `port` (a service only one root can
+/// publish) with `mine`, and wait for the accepting side's answer, for at most
+/// `limit` and while the port is open; the answer and the key that will say the
+/// accepting side is ready.
+fn claim_turn(
+    inside: &mut impl Inside,
+    port: &str,
+    mine: &Side,
+    limit: Duration,
+) -> Result<(String, String)> {
+    port_kvs(port)?;
+    let open = open_key(port);
+    let closed = || Error::new(MPI_ERR_PORT, format!("no port {port:?} is open"));
+    let mpi = inside.state();
+    if mpi.msg.lookup_name(&open).ok().flatten().is_none() {
+        return Err(closed());
+    }
+    let nonce = claim_nonce(mpi.world_rank());
+    let request = format!("{nonce}/{}", mine.encode());
+    let mut turn = 0;
+    let service = loop {
+        let service = turn_key(port, turn);
+        match mpi.msg.publish_name(&service, &request) {
+            Ok(()) => break service,
+            Err(_) if turn < TURNS_MAX => turn += 1,
+            Err(e) => return Err(Error::new(MPI_ERR_PORT, e.to_string())),
+        }
+    };
+    let key = format!("{service}a{nonce}");
+    let start = Instant::now();
+    let mut looked = start;
+    let answer = loop {
+        let mpi = inside.state();
+        match mpi.msg.kvs_get(&mine.kvs, &key) {
+            Ok(Some(v)) => break Ok(v),
+            Ok(None) => {}
+            Err(e) => break Err(e.into()),
+        }
+        if looked.elapsed() >= PORT_LOOK_EVERY {
+            looked = Instant::now();
+            if mpi.msg.lookup_name(&open).ok().flatten().is_none() {
+                break Err(closed());
+            }
+        }
+        if start.elapsed() > limit {
+            let secs = limit.as_secs_f64();
+            break Err(Error::new(
+                NO_ANSWER.0,
+                format!("{} within {secs} s", NO_ANSWER.1),
+            ));
+        }
+        pause(inside);
+    };
+    match answer {
+        Ok(answer) => Ok((answer, format!("{service}r{nonce}"))),
+        Err(e) => {
+            // Given up: the claim goes, so that no acceptor takes it later.
+            let _ = inside.state().msg.unpublish_name(&service);
+            Err(e)
+        }
+    }
+}
+
 impl Mpi {
-    /// This side of a connection over intracommunicator `comm`: its members, the
-    /// context they agree on, their bridges opened. Collective.
-    fn this_side(&mut self, comm: Handle, root: c_int) -> Result<(Side, u32, Arc<Group>, u32)> {
-        let (group, rank, root) = self.intra_root(comm, root, "connecting")?;
-        let ctx = self.agree_context(comm, &[])?.0;
-        self.msg.open_bridge()?;
-        let side = Side {
-            kvs: self.msg.kvsname()?,
-            ctx,
-            members: self.named_by_job(group.ranks())?,
-        };
-        // Every member's bridge is published before the other side can look.
-        self.barrier_on(comm)?;
-        Ok((side, root, group, rank))
-    }
-
-    /// The other side's description, `mine` at the root (or its error), on every
-    /// member of `comm`.
-    fn share(&mut self, mine: Option<Result<String>>, root: u32, comm: Handle) -> Result<Side> {
-        let text = self.share_outcome(mine, (root, comm), 1 << 16, MPI_ERR_PORT)?;
-        Side::decode(&text)
-    }
-
-    /// The intercommunicator of `group` (this process at `rank`) to `other`, with the
-    /// larger of the two contexts: connected to the other job's processes (this
-    /// job's are reached already).
+    /// The intercommunicator of `group` (this process at `rank`) to `other`, with
+    /// the larger of the two contexts: connected to the processes of other jobs it
+    /// has not met.
     fn joined(
         &mut self,
         mine: &Side,
         other: &Side,
-        group: Arc<Group>,
-        rank: u32,
+        (group, rank): (Arc<Group>, u32),
         comm: Handle,
     ) -> Result<Handle> {
         let ctx = mine.ctx.max(other.ctx);
@@ -174,94 +344,6 @@ impl Mpi {
         let remote = Arc::new(Group::new(remote));
         self.comms
             .insert(Communicator::inter(ctx, (group, rank), remote, errhandler))
-    }
-
-    /// `MPI_Comm_accept` of port `port_name` (read at `root` only) over `comm`.
-    pub(super) fn accept(
-        &mut self,
-        port_name: *const c_char,
-        _info: Handle,
-        root: c_int,
-        comm: Handle,
-    ) -> Result<Handle> {
-        let (mine, root, group, rank) = self.this_side(comm, root)?;
-        let asked = match rank == root {
-            // SAFETY: the binding's contract: at the root, a NUL-ended string.
-            true => Some(unsafe { read_str(port_name) }.and_then(|p| self.take_turn(&p, &mine))),
-            false => None,
-        };
-        let ready = match &asked {
-            Some(Ok((_, ready))) => ready.clone(),
-            _ => String::new(),
-        };
-        let other = self.share(asked.map(|a| a.map(|a| a.0)), root, comm)?;
-        let h = self.joined(&mine, &other, group, rank, comm)?;
-        self.barrier_on(comm)?;
-        if rank == root {
-            self.msg.kvs_put(&other.kvs, &ready, "1")?;
-        }
-        Ok(h)
-    }
-
-    /// At an accepting root: the next connection request on `port` (waiting for it
-    /// as long as the program does, MPI 4.1, 11.8.2), answered with `mine`; the
-    /// request's side, and the key that tells the connector the accepting side is
-    /// ready.
-    fn take_turn(&mut self, port: &str, mine: &Side) -> Result<(String, String)> {
-        let turn = *ports().0.get(port).ok_or_else(|| {
-            Error::new(
-                MPI_ERR_PORT,
-                format!("{port:?} is not a port this process opened"),
-            )
-        })?;
-        let service = turn_key(port, turn);
-        let request = loop {
-            if let Some(r) = self.msg.lookup_name(&service)? {
-                break r;
-            }
-            self.progress();
-            std::thread::sleep(Duration::from_millis(2));
-        };
-        // (The turn stays claimed until the port closes: a turn is taken once.)
-        let (nonce, side) = request.split_once('/').unwrap_or_default();
-        let other = Side::decode(side)?;
-        self.msg
-            .kvs_put(&other.kvs, &format!("{service}a{nonce}"), &mine.encode())?;
-        if let Some(n) = ports().0.get_mut(port) {
-            *n += 1;
-        }
-        Ok((side.to_string(), format!("{service}r{nonce}")))
-    }
-
-    /// `MPI_Comm_connect` to port `port_name` over `comm` (both, and `info`, read
-    /// at `root` only).
-    pub(super) fn connect(
-        &mut self,
-        port_name: *const c_char,
-        info: Handle,
-        root: c_int,
-        comm: Handle,
-    ) -> Result<Handle> {
-        let (mine, root, group, rank) = self.this_side(comm, root)?;
-        let answer = match rank == root {
-            // SAFETY: the binding's contract: at the root, a NUL-ended string.
-            true => Some(unsafe { read_str(port_name) }.and_then(|p| {
-                let limit = self.connect_limit(info)?;
-                self.claim_turn(&p, &mine, limit)
-            })),
-            false => None,
-        };
-        let ready = match &answer {
-            Some(Ok((_, ready))) => ready.clone(),
-            _ => String::new(),
-        };
-        let other = self.share(answer.map(|a| a.map(|a| a.0)), root, comm)?;
-        // The accepting side connects first, then says so.
-        if rank == root {
-            self.wait_for_key((&mine.kvs, &ready), NO_ANSWER)?;
-        }
-        self.barrier_on(comm)?;
-        self.joined(&mine, &other, group, rank, comm)
     }
 
     /// How long a connecting root waits for the accepting side: the info key
@@ -283,65 +365,6 @@ impl Mpi {
             })
     }
 
-    /// At a connecting root: claim the next turn of `port` (a service only one root
-    /// can publish) with `mine`, and wait for the accepting side's answer, for at
-    /// most `limit` and while the port is open; the answer and the key that will
-    /// say the accepting side is ready.
-    fn claim_turn(&mut self, port: &str, mine: &Side, limit: Duration) -> Result<(String, String)> {
-        port_kvs(port)?;
-        let open = open_key(port);
-        let closed = || Error::new(MPI_ERR_PORT, format!("no port {port:?} is open"));
-        if self.msg.lookup_name(&open).ok().flatten().is_none() {
-            return Err(closed());
-        }
-        let nonce = claim_nonce(self.world_rank());
-        let request = format!("{nonce}/{}", mine.encode());
-        let mut turn = 0;
-        let service = loop {
-            let service = turn_key(port, turn);
-            match self.msg.publish_name(&service, &request) {
-                Ok(()) => break service,
-                Err(_) if turn < TURNS_MAX => turn += 1,
-                Err(e) => return Err(Error::new(MPI_ERR_PORT, e.to_string())),
-            }
-        };
-        let key = format!("{service}a{nonce}");
-        let start = Instant::now();
-        let mut looked = start;
-        let answer = loop {
-            match self.msg.kvs_get(&mine.kvs, &key) {
-                Ok(Some(v)) => break Ok(v),
-                Ok(None) => {}
-                Err(e) => break Err(e.into()),
-            }
-            if looked.elapsed() >= PORT_LOOK_EVERY {
-                looked = Instant::now();
-                if self.msg.lookup_name(&open).ok().flatten().is_none() {
-                    break Err(closed());
-                }
-            }
-            if start.elapsed() > limit {
-                let secs = limit.as_secs_f64();
-                break Err(Error::new(
-                    NO_ANSWER.0,
-                    format!("{} within {secs} s", NO_ANSWER.1),
-                ));
-            }
-            self.progress();
-            std::thread::sleep(Duration::from_millis(2));
-        };
-        match answer {
-            Ok(answer) => Ok((answer, format!("{service}r{nonce}"))),
-            Err(e) => {
-                // Given up: the claim goes, so that no acceptor takes it later.
-                let _ = self.msg.unpublish_name(&service);
-                Err(e)
-            }
-        }
-    }
-}
-
-impl Mpi {
     /// A new port of this process.
     pub(super) fn open_port(&mut self) -> Result<String> {
         let kvs = self.msg.kvsname()?;
@@ -398,9 +421,9 @@ pub unsafe extern "C" fn PMPI_Close_port(port_name: *const c_char) -> c_int {
     })
 }
 
-/// [`Mpi::accept`] or [`Mpi::connect`]: of a port's name and an info (read at the
+/// [`accept`] or [`connect`]: of a port's name and an info (read at the
 /// root only), at a root over a communicator, the intercommunicator.
-pub(super) type Meeting = fn(&mut Mpi, *const c_char, Handle, c_int, Handle) -> Result<Handle>;
+pub(super) type Meeting = fn(&mut Held, *const c_char, Handle, c_int, Handle) -> Result<Handle>;
 
 /// `MPI_Comm_accept` or `MPI_Comm_connect` (`how`) of port `port_name` over `comm`:
 /// the intercommunicator into `newcomm`.
@@ -414,9 +437,9 @@ unsafe fn connection(
     (port_name, info, root, comm): (*const c_char, Handle, c_int, Handle),
     newcomm: *mut Handle,
 ) -> c_int {
-    call(name, Object::Comm(comm), |mpi| {
+    call_held(name, Object::Comm(comm), |held| {
         non_null(newcomm, MPI_ERR_ARG, "communicator")?;
-        let h = how(mpi, port_name, info, root, comm)?;
+        let h = how(held, port_name, info, root, comm)?;
         // SAFETY: checked not null.
         unsafe { newcomm.write(h) };
         Ok(())
@@ -435,7 +458,7 @@ pub unsafe extern "C" fn PMPI_Comm_accept(
     unsafe {
         connection(
             "MPI_Comm_accept",
-            Mpi::accept,
+            accept::<Held>,
             (port_name, info, root, comm),
             newcomm,
         )
@@ -454,7 +477,7 @@ pub unsafe extern "C" fn PMPI_Comm_connect(
     unsafe {
         connection(
             "MPI_Comm_connect",
-            Mpi::connect,
+            connect::<Held>,
             (port_name, info, root, comm),
             newcomm,
         )

@@ -16,9 +16,11 @@
 //! before the other knows it. Spawning works under `rbtlrun` (whose PMI server starts
 //! the processes and lets jobs read each other's key-value spaces).
 
+use super::context::{agree_context, Among};
 use super::members::Members;
 use super::{Communicator, Group};
-use crate::entry::call;
+use crate::coll::{bcast_in, run_here, Inside};
+use crate::entry::call_held;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
@@ -33,31 +35,147 @@ const PARENTS_READY: &str = "rbtl_parents_ready";
 /// How long one side waits for the other to come up.
 pub(super) const START_LIMIT: Duration = Duration::from_secs(120);
 
-impl Mpi {
-    /// Wait until `key` appears in the key-value space `kvs` (the other side's
-    /// signal), within [`START_LIMIT`]; past it, an error of `class` saying what did
-    /// not happen (`missing`).
-    pub(super) fn wait_for_key(
-        &mut self,
-        (kvs, key): (&str, &str),
-        (class, missing): (c_int, &str),
-    ) -> Result<String> {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = self.msg.kvs_get(kvs, key)? {
-                return Ok(v);
-            }
-            if start.elapsed() > START_LIMIT {
-                return Err(Error::new(
-                    class,
-                    format!("{missing} within {} s", START_LIMIT.as_secs()),
-                ));
-            }
-            self.progress();
-            std::thread::sleep(Duration::from_millis(2));
+/// Wait until `key` appears in the key-value space `kvs` (the other side's signal),
+/// within [`START_LIMIT`]; past it, an error of `class` saying what did not happen
+/// (`missing`). Run in `inside`: other threads' calls come in between the looks.
+pub(super) fn wait_for_key(
+    inside: &mut impl Inside,
+    (kvs, key): (&str, &str),
+    (class, missing): (c_int, &str),
+) -> Result<String> {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = inside.state().msg.kvs_get(kvs, key)? {
+            return Ok(v);
         }
+        if start.elapsed() > START_LIMIT {
+            return Err(Error::new(
+                class,
+                format!("{missing} within {} s", START_LIMIT.as_secs()),
+            ));
+        }
+        pause(inside);
     }
+}
 
+/// Between two looks for another process's word: progress, others' calls, a nap.
+pub(super) fn pause(inside: &mut impl Inside) {
+    inside.state().progress();
+    inside.turn();
+    std::thread::sleep(Duration::from_millis(2));
+}
+
+/// The outcome of a step taken at `root` alone (`mine`, `Some` there), in `room`
+/// bytes, for every member of `comm`: its text, or its error (the root's own there;
+/// elsewhere of `class`, with the root's words).
+pub(super) fn share_outcome(
+    inside: &mut impl Inside,
+    mine: Option<Result<String>>,
+    (root, comm): (u32, Handle),
+    room: usize,
+    class: c_int,
+) -> Result<String> {
+    let mut text = vec![0u8; room];
+    let mut failed = None;
+    if let Some(m) = mine {
+        let line = match m {
+            Ok(s) => format!("ok {s}"),
+            Err(e) => {
+                let line = format!("error {}", e.message);
+                failed = Some(e);
+                line
+            }
+        };
+        let n = line.len().min(room);
+        text[..n].copy_from_slice(&line.as_bytes()[..n]);
+    }
+    bcast_in(inside, &mut text[..], root as c_int, comm)?;
+    let text = String::from_utf8_lossy(&text)
+        .trim_end_matches('\0')
+        .to_string();
+    match text.strip_prefix("ok ") {
+        Some(s) => Ok(s.to_string()),
+        None => Err(failed.unwrap_or_else(|| {
+            let words = text.trim_start_matches("error ");
+            Error::new(class, format!("at the root: {words}"))
+        })),
+    }
+}
+
+/// A barrier over `comm`, run in `inside`.
+pub(super) fn barrier_in(inside: &mut impl Inside, comm: Handle) -> Result<()> {
+    let s = inside.state().build_barrier(comm)?;
+    run_here(inside, s)
+}
+
+/// `MPI_Comm_spawn_multiple` (collective over `comm`; `commands` matter at `root`
+/// only, where an error in them fails the spawn at every rank), run in `inside`:
+/// the intercommunicator to the new processes.
+fn spawn(
+    inside: &mut impl Inside,
+    commands: Result<Vec<SpawnCommand>>,
+    root: c_int,
+    comm: Handle,
+) -> Result<Handle> {
+    let (group, rank, root) = inside.state().intra_root(comm, root, "spawning")?;
+    let ctx = agree_context(inside, &Among::Comm(comm), &[])?.0;
+    inside.state().msg.open_bridge()?;
+    // Every parent's bridge is published before the children can look.
+    barrier_in(inside, comm)?;
+    // The root's outcome, then the children's job, for every parent.
+    let mine = (rank == root).then(|| {
+        let mpi = inside.state();
+        let parent = format!("{ctx},{}", mpi.named_by_job(group.ranks())?.encode());
+        let commands = commands?;
+        let n = commands.iter().map(|c| c.nprocs).sum::<u32>();
+        let s = mpi
+            .msg
+            .spawn(&commands, &[(PARENT_KEY.to_string(), parent)])
+            .map_err(|e| Error::new(MPI_ERR_SPAWN, format!("spawning failed: {e}")))?;
+        match (s.kvsname, s.universe_base) {
+            (Some(k), Some(b)) => Ok(format!("{k} {b} {n}")),
+            _ => Err(Error::new(
+                MPI_ERR_SPAWN,
+                "spawning failed: the process manager does not say where the new processes are: spawning works under rbtlrun",
+            )),
+        }
+    });
+    let text = share_outcome(inside, mine, (root, comm), 512, MPI_ERR_SPAWN)?;
+    let fields: Vec<&str> = text.split(' ').collect();
+    let [child_kvs, child_base, n] = fields[..] else {
+        return Err(Error::new(
+            MPI_ERR_SPAWN,
+            format!("the spawn's outcome {text:?} is malformed"),
+        ));
+    };
+    let child_kvs = child_kvs.to_string();
+    let (child_base, n) = (
+        child_base.parse::<u32>().unwrap_or(0),
+        n.parse::<u32>().unwrap_or(0),
+    );
+    let spawned = (MPI_ERR_SPAWN, "the spawned processes did not come up");
+    wait_for_key(inside, (&child_kvs, CHILDREN_READY), spawned)?;
+    let children =
+        inside
+            .state()
+            .msg
+            .connect_job(&child_kvs, child_base, &(0..n).collect::<Vec<_>>())?;
+    barrier_in(inside, comm)?;
+    let mpi = inside.state();
+    if rank == root {
+        mpi.msg.kvs_put(&child_kvs, PARENTS_READY, "1")?;
+    }
+    let errhandler = mpi.comm(comm)?.errhandler;
+    let children = Arc::new(Group::new(children));
+    mpi.comms.insert(Communicator::inter(
+        ctx,
+        (group, rank),
+        children,
+        errhandler,
+    ))
+}
+
+impl Mpi {
     /// The group of intracommunicator `comm`, this process's rank in it, and `root`
     /// checked to be one of its ranks; `what` names what an intercommunicator is
     /// refused for.
@@ -84,112 +202,6 @@ impl Mpi {
                 )
             })?;
         Ok((c.group.clone(), c.rank, root))
-    }
-
-    /// The outcome of a step taken at `root` alone (`mine`, `Some` there), in
-    /// `room` bytes, for every member of `comm`: its text, or its error (the root's
-    /// own there; elsewhere of `class`, with the root's words).
-    pub(super) fn share_outcome(
-        &mut self,
-        mine: Option<Result<String>>,
-        (root, comm): (u32, Handle),
-        room: usize,
-        class: c_int,
-    ) -> Result<String> {
-        let mut text = vec![0u8; room];
-        let mut failed = None;
-        if let Some(m) = mine {
-            let line = match m {
-                Ok(s) => format!("ok {s}"),
-                Err(e) => {
-                    let line = format!("error {}", e.message);
-                    failed = Some(e);
-                    line
-                }
-            };
-            let n = line.len().min(room);
-            text[..n].copy_from_slice(&line.as_bytes()[..n]);
-        }
-        self.bcast_here(&mut text[..], root as c_int, comm)?;
-        let text = String::from_utf8_lossy(&text)
-            .trim_end_matches('\0')
-            .to_string();
-        match text.strip_prefix("ok ") {
-            Some(s) => Ok(s.to_string()),
-            None => Err(failed.unwrap_or_else(|| {
-                let words = text.trim_start_matches("error ");
-                Error::new(class, format!("at the root: {words}"))
-            })),
-        }
-    }
-
-    /// A barrier over `comm`.
-    pub(super) fn barrier_on(&mut self, comm: Handle) -> Result<()> {
-        let s = self.build_barrier(comm)?;
-        self.run(s)
-    }
-
-    /// `MPI_Comm_spawn_multiple` (collective over `comm`; `commands` matter at
-    /// `root` only, where an error in them fails the spawn at every rank): the
-    /// intercommunicator to the new processes.
-    fn spawn(
-        &mut self,
-        commands: Result<Vec<SpawnCommand>>,
-        root: c_int,
-        comm: Handle,
-    ) -> Result<Handle> {
-        let (group, rank, root) = self.intra_root(comm, root, "spawning")?;
-        let ctx = self.agree_context(comm, &[])?.0;
-        self.msg.open_bridge()?;
-        // Every parent's bridge is published before the children can look.
-        self.barrier_on(comm)?;
-        // The root's outcome, then the children's job, for every parent.
-        let mine = (rank == root).then(|| {
-            let parent = format!("{ctx},{}", self.named_by_job(group.ranks())?.encode());
-            let commands = commands?;
-            let n = commands.iter().map(|c| c.nprocs).sum::<u32>();
-            let s = self
-                .msg
-                .spawn(&commands, &[(PARENT_KEY.to_string(), parent)])
-                .map_err(|e| Error::new(MPI_ERR_SPAWN, format!("spawning failed: {e}")))?;
-            match (s.kvsname, s.universe_base) {
-                (Some(k), Some(b)) => Ok(format!("{k} {b} {n}")),
-                _ => Err(Error::new(
-                    MPI_ERR_SPAWN,
-                    "spawning failed: the process manager does not say where the new processes are: spawning works under rbtlrun",
-                )),
-            }
-        });
-        let text = self.share_outcome(mine, (root, comm), 512, MPI_ERR_SPAWN)?;
-        let fields: Vec<&str> = text.split(' ').collect();
-        let [child_kvs, child_base, n] = fields[..] else {
-            return Err(Error::new(
-                MPI_ERR_SPAWN,
-                format!("the spawn's outcome {text:?} is malformed"),
-            ));
-        };
-        let child_kvs = child_kvs.to_string();
-        let (child_base, n) = (
-            child_base.parse::<u32>().unwrap_or(0),
-            n.parse::<u32>().unwrap_or(0),
-        );
-        let spawned = (MPI_ERR_SPAWN, "the spawned processes did not come up");
-        self.wait_for_key((&child_kvs, CHILDREN_READY), spawned)?;
-        let children = self
-            .msg
-            .connect_job(&child_kvs, child_base, &(0..n).collect::<Vec<_>>())?;
-        self.barrier_on(comm)?;
-        if rank == root {
-            self.msg.kvs_put(&child_kvs, PARENTS_READY, "1")?;
-        }
-        let errhandler = self.comm(comm)?.errhandler;
-        let children = Arc::new(Group::new(children));
-        self.comms.insert(Communicator::inter(
-            ctx,
-            (group, rank),
-            children,
-            errhandler,
-        ))
     }
 
     /// In `MPI_Init`: if this job was spawned, its intercommunicator to the parents
@@ -221,7 +233,7 @@ impl Mpi {
             self.msg.kvs_put(&kvs, CHILDREN_READY, "1")?;
         }
         let parents = (MPI_ERR_SPAWN, "the parents did not come up");
-        self.wait_for_key((&kvs, PARENTS_READY), parents)?;
+        wait_for_key(self, (&kvs, PARENTS_READY), parents)?;
         let parents = self.resolve(&members)?;
         self.use_contexts(ctx)?;
         // Named as the standard names it (MPI 4.1, 7.8).
@@ -272,15 +284,15 @@ fn nprocs(maxprocs: c_int) -> Result<u32> {
 ///
 /// `intercomm` is writable; `errcodes` is null or holds an int per new process.
 unsafe fn spawn_into(
-    mpi: &mut Mpi,
+    inside: &mut impl Inside,
     commands: Result<Vec<SpawnCommand>>,
     root: c_int,
     comm: Handle,
     intercomm: *mut Handle,
     errcodes: *mut c_int,
 ) -> Result<()> {
-    let h = mpi.spawn(commands, root, comm)?;
-    let n = mpi.comm(h)?.peers().size() as usize;
+    let h = spawn(inside, commands, root, comm)?;
+    let n = inside.state().comm(h)?.peers().size() as usize;
     // SAFETY: the caller's contract.
     unsafe {
         put(intercomm, h);
@@ -318,10 +330,10 @@ macro_rules! spawn_binding {
             intercomm: *mut Handle,
             array_of_errcodes: *mut c_int,
         ) -> c_int {
-            call(&stringify!($name)[1..], Object::Comm(comm), |mpi| {
+            call_held(&stringify!($name)[1..], Object::Comm(comm), |mpi| {
                 let at_root = mpi.comm(comm)?.rank as c_int == root;
                 let commands = if at_root {
-                    (|$mpi: &mut Mpi| -> Result<Vec<SpawnCommand>> { $commands })(mpi)
+                    (|$mpi: &mut Mpi| -> Result<Vec<SpawnCommand>> { $commands })(mpi.state())
                 } else {
                     Ok(Vec::new())
                 };

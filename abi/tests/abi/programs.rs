@@ -37,7 +37,8 @@
 //! * `threads`: `MPI_THREAD_MULTIPLE`: several threads of each rank at once, in
 //!   point-to-point calls and collectives, blocking calls (a barrier, a fence,
 //!   `MPI_Win_start`, `MPI_Win_wait`, `MPI_Win_lock` and `_lock_all`, the making
-//!   and merging of intercommunicators) that wait for another thread of their own
+//!   and merging of intercommunicators, `MPI_Comm_accept`) that wait for another
+//!   thread of their own
 //!   rank, and communicators (intercommunicators among them), windows and files
 //!   made by two threads at once, in opposite orders on two ranks, at 1 to 3 ranks.
 //! * `partitioned`: partitioned sends and receives around the ring: rounds,

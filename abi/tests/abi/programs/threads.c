@@ -11,7 +11,8 @@
  *   MPI_Win_lock_all, whose lock rank 0 holds until another thread of the
  *   locking rank has sent it a message; and of MPI_Intercomm_create, the
  *   duplicate of an intercommunicator and MPI_Intercomm_merge, which rank 1 calls
- *   only after a message from another thread of rank 0;
+ *   only after a message from another thread of rank 0; and of MPI_Comm_accept,
+ *   to which rank 1 connects only after rank 0's main thread has called;
  * - two threads of each rank making communicators (dup, split, create_group,
  *   Cartesian, distributed graph, from a group; intercommunicators made, duplicated
  *   and merged) and windows (create, allocate,
@@ -234,6 +235,51 @@ static void intercomms_after_other_thread(void) {
       OK(MPI_Send(&i, 1, MPI_INT, 1, 11, comms[1]));
     }
   CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+}
+
+/* Rank 0's accept on a port over MPI_COMM_SELF, in a thread of its own, waits for
+ * rank 1's connection, which rank 1 makes only after rank 0's main thread has
+ * exchanged a message with it and sent it the port's name; then the two talk over
+ * the connection. */
+static char port[MPI_MAX_PORT_NAME];
+
+static void *accepting_thread(void *arg) {
+  (void)arg;
+  MPI_Comm inter;
+  int got = -1;
+  OK(MPI_Comm_accept(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter));
+  OK(MPI_Sendrecv(&rank, 1, MPI_INT, 0, 3, &got, 1, MPI_INT, 0, 3, inter, MPI_STATUS_IGNORE));
+  CHECK(got == 1, "over the accepted connection: %d", got);
+  OK(MPI_Comm_disconnect(&inter));
+  return NULL;
+}
+
+static void accept_while_other_threads_call(void) {
+  if (size < 2 || rank > 1)
+    return;
+  int token = -1;
+  if (rank == 0) {
+    OK(MPI_Open_port(MPI_INFO_NULL, port));
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, accepting_thread, NULL) == 0, "pthread_create");
+    usleep(100 * 1000); /* the other thread's accept waits by now */
+    OK(MPI_Sendrecv(&rank, 1, MPI_INT, 1, 13, &token, 1, MPI_INT, 1, 13, comms[1],
+                    MPI_STATUS_IGNORE));
+    OK(MPI_Send(port, MPI_MAX_PORT_NAME, MPI_CHAR, 1, 14, comms[1]));
+    CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+    OK(MPI_Close_port(port));
+  } else {
+    MPI_Comm inter;
+    int got = -1;
+    OK(MPI_Sendrecv(&rank, 1, MPI_INT, 0, 13, &token, 1, MPI_INT, 0, 13, comms[1],
+                    MPI_STATUS_IGNORE));
+    OK(MPI_Recv(port, MPI_MAX_PORT_NAME, MPI_CHAR, 0, 14, comms[1], MPI_STATUS_IGNORE));
+    OK(MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_SELF, &inter));
+    OK(MPI_Sendrecv(&rank, 1, MPI_INT, 0, 3, &got, 1, MPI_INT, 0, 3, inter, MPI_STATUS_IGNORE));
+    CHECK(got == 0, "over the connection: %d", got);
+    OK(MPI_Comm_disconnect(&inter));
+  }
+  CHECK(token == 1 - rank, "the token: %d", token);
 }
 
 static void *receive_one(void *arg) {
@@ -475,6 +521,7 @@ int main(int argc, char **argv) {
   barrier_after_other_thread();
   synchronization_after_other_thread();
   intercomms_after_other_thread();
+  accept_while_other_threads_call();
   creations_in_opposite_orders();
   pthread_t workers[THREADS];
   for (int t = 0; t < THREADS; t++)
