@@ -38,9 +38,9 @@
 //!   point-to-point calls and collectives, blocking calls (a barrier, a fence,
 //!   `MPI_Win_start`, `MPI_Win_wait`, `MPI_Win_lock` and `_lock_all`, the making
 //!   and merging of intercommunicators, `MPI_Comm_accept`) that wait for another
-//!   thread of their own
-//!   rank, and communicators (intercommunicators among them), windows and files
-//!   made by two threads at once, in opposite orders on two ranks, at 1 to 3 ranks.
+//!   thread of their own rank, and communicators (intercommunicators among them),
+//!   windows, files and spawned processes made by two threads at once, in opposite
+//!   orders on two ranks, at 1 to 3 ranks.
 //! * `partitioned`: partitioned sends and receives around the ring: rounds,
 //!   partitions ready in any order, cut differently at each end, strided, apart
 //!   from wildcard receives, the errors, at 1 to 3 ranks.

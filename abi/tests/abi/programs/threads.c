@@ -13,6 +13,8 @@
  *   duplicate of an intercommunicator and MPI_Intercomm_merge, which rank 1 calls
  *   only after a message from another thread of rank 0; and of MPI_Comm_accept,
  *   to which rank 1 connects only after rank 0's main thread has called;
+ * - two threads of each rank spawning a child each, in opposite orders on even
+ *   and odd ranks;
  * - two threads of each rank making communicators (dup, split, create_group,
  *   Cartesian, distributed graph, from a group; intercommunicators made, duplicated
  *   and merged) and windows (create, allocate,
@@ -282,6 +284,34 @@ static void accept_while_other_threads_call(void) {
   CHECK(token == 1 - rank, "the token: %d", token);
 }
 
+/* Two threads of each rank spawn a child each, over comms[0] and comms[1], in
+ * opposite orders on even and odd ranks (so each spawn must let the other thread's
+ * in); every child sends its word to the parents' rank 0 and leaves. */
+static char *program;
+
+static void *spawning_thread(void *arg) {
+  int t = (int)(intptr_t)arg;
+  MPI_Comm child;
+  char *args[] = {"child", NULL};
+  OK(MPI_Comm_spawn(program, args, 1, MPI_INFO_NULL, 0, comms[t], &child, MPI_ERRCODES_IGNORE));
+  if (rank == 0) {
+    int word = -1;
+    OK(MPI_Recv(&word, 1, MPI_INT, 0, 15, child, MPI_STATUS_IGNORE));
+    CHECK(word == 1515, "the child's word: %d", word);
+  }
+  OK(MPI_Comm_disconnect(&child));
+  return NULL;
+}
+
+static void spawns_from_two_threads(void) {
+  pthread_t t[2];
+  for (int i = 0; i < 2; i++)
+    CHECK(pthread_create(&t[i], NULL, spawning_thread, (void *)(intptr_t)(rank % 2 ? 1 - i : i)) == 0,
+          "pthread_create");
+  for (int i = 0; i < 2; i++)
+    CHECK(pthread_join(t[i], NULL) == 0, "pthread_join");
+}
+
 static void *receive_one(void *arg) {
   OK(MPI_Recv(arg, 1, MPI_INT, rank, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
   return NULL;
@@ -513,6 +543,16 @@ int main(int argc, char **argv) {
   CHECK(provided == MPI_THREAD_MULTIPLE, "provided %d, not MPI_THREAD_MULTIPLE", provided);
   OK(MPI_Query_thread(&level));
   CHECK(level == MPI_THREAD_MULTIPLE, "MPI_Query_thread: %d", level);
+  MPI_Comm parent;
+  OK(MPI_Comm_get_parent(&parent));
+  if (parent != MPI_COMM_NULL) {
+    int word = 1515;
+    OK(MPI_Send(&word, 1, MPI_INT, 0, 15, parent));
+    OK(MPI_Comm_disconnect(&parent));
+    OK(MPI_Finalize());
+    return 0;
+  }
+  program = argv[0];
   partner = (rank ^ 1) < size ? (rank ^ 1) : rank;
   for (int t = 0; t < THREADS; t++)
     OK(MPI_Comm_dup(MPI_COMM_WORLD, &comms[t]));
@@ -522,6 +562,7 @@ int main(int argc, char **argv) {
   synchronization_after_other_thread();
   intercomms_after_other_thread();
   accept_while_other_threads_call();
+  spawns_from_two_threads();
   creations_in_opposite_orders();
   pthread_t workers[THREADS];
   for (int t = 0; t < THREADS; t++)
