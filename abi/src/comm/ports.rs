@@ -11,10 +11,10 @@
 //! next turn by publishing its group (its key-value space, proposed context and
 //! members, named by job: [`super::members`]) under the turn's name (`turn_key`),
 //! which only one can (the turns stay published until the port closes); the
-//! accepting root takes the turns in order,
-//! answers in the connector's key-value space, connects its group to the other's,
-//! then says so, and only then does the connecting group connect back. The context
-//! is the larger of the two groups' agreed ones: free at every member of both.
+//! accepting root takes the turns in order, answers in the connector's key-value
+//! space, connects its group to the other's, then says so, and only then does the
+//! connecting group connect back. The context is the larger of the two groups'
+//! agreed ones: free at every member of both.
 //!
 //! An open port is published as such (`open_key`): a connection to a port that is
 //! not open, or stops being while the connector waits, fails with `MPI_ERR_PORT`
