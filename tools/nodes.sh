@@ -226,7 +226,11 @@ cmd_up() {
     done
     make_uts "$CONTROLLER"
     [[ $slurm -eq 0 ]] || slurm_up "$n"
-    trap - EXIT INT TERM HUP
+    # Done: the nodes stay up, and a signal from here no longer ends the command
+    # with them up and a failing status (its caller takes them down, as after any
+    # `up` that succeeded; `hold` sets its own traps next).
+    trap - EXIT
+    trap '' INT TERM HUP
     release_lock
     note "$n node(s) up: $(cmd_hosts) at $NET.1-$n, bridge $BRIDGE $BRIDGE_ADDR$([[ $slurm -eq 0 ]] || echo ", Slurm")"
 }
