@@ -11,7 +11,7 @@
 //! read.
 
 use super::ports::{accept, connect, Meeting};
-use super::spawn::START_LIMIT;
+use super::spawn::{pause, START_LIMIT};
 use crate::coll::Inside;
 use crate::entry::call_held;
 use crate::error::{non_null, Error, Object, Result};
@@ -81,10 +81,7 @@ impl Socket {
             // SAFETY: one valid `pollfd` for the call.
             match unsafe { libc::poll(&mut p, 1, ms) } {
                 n if n > 0 => return Ok(()),
-                0 => {
-                    inside.state().progress();
-                    inside.turn();
-                }
+                0 => pause(inside),
                 _ => self.interrupted("waiting on")?,
             }
         }

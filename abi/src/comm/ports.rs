@@ -24,9 +24,10 @@
 //! a spawn's sides.
 
 use super::api::{read_str, write_name};
-use super::context::{agree_context, Among};
 use super::members::Members;
-use super::spawn::{barrier_in, pause, share_outcome, wait_for_key, START_LIMIT};
+use super::spawn::{
+    barrier_in, pause, set_out, share_outcome, wait_for_key, wait_for_key_while, START_LIMIT,
+};
 use super::{Communicator, Group};
 use crate::coll::Inside;
 use crate::entry::{call, call_held};
@@ -133,37 +134,57 @@ fn port_kvs(port: &str) -> Result<&str> {
     }
 }
 
-/// This side of a connection over intracommunicator `comm`: its members, the
-/// context they agree on, their bridges opened. Collective, run in `inside`.
-fn this_side(
-    inside: &mut impl Inside,
-    comm: Handle,
-    root: c_int,
-) -> Result<(Side, u32, Arc<Group>, u32)> {
-    let (group, rank, root) = inside.state().intra_root(comm, root, "connecting")?;
-    let ctx = agree_context(inside, &Among::Comm(comm), &[])?.0;
-    let mpi = inside.state();
-    mpi.msg.open_bridge()?;
-    let side = Side {
-        kvs: mpi.msg.kvsname()?,
-        ctx,
-        members: mpi.named_by_job(group.ranks())?,
-    };
-    // Every member's bridge is published before the other side can look.
-    barrier_in(inside, comm)?;
-    Ok((side, root, group, rank))
+/// Both sides of a connection, as a member of one sees them.
+struct Sides {
+    mine: Side,
+    other: Side,
+    /// At the root, the key that says the accepting side is ready.
+    ready: String,
+    group: Arc<Group>,
+    /// This process's rank in its group, and the root's.
+    rank: u32,
+    root: u32,
 }
 
-/// The other side's description, `mine` at the root (or its error), on every
-/// member of `comm`.
-fn share(
-    inside: &mut impl Inside,
-    mine: Option<Result<String>>,
-    root: u32,
-    comm: Handle,
-) -> Result<Side> {
-    let text = share_outcome(inside, mine, (root, comm), 1 << 16, MPI_ERR_PORT)?;
-    Side::decode(&text)
+/// What `MPI_Comm_accept` and `MPI_Comm_connect` share, over intracommunicator
+/// `comm`, run in `inside`: this side set out, the root's step `at_root` on the
+/// port `port_name` (read there only; it gives the other side's description and
+/// the key that will say the accepting side is ready, and its error fails the call
+/// at every member), and the other side, told to every member.
+fn meet<I: Inside>(
+    inside: &mut I,
+    (port_name, root, comm): (*const c_char, c_int, Handle),
+    at_root: impl FnOnce(&mut I, &str, &Side) -> Result<(String, String)>,
+) -> Result<Sides> {
+    let out = set_out(inside, comm, root, "connecting")?;
+    let mine = Side {
+        kvs: inside.state().msg.kvsname()?,
+        ctx: out.ctx,
+        members: out.members,
+    };
+    let step = (out.rank == out.root).then(|| {
+        // SAFETY: the binding's contract: at the root, a NUL-ended string.
+        unsafe { read_str(port_name) }.and_then(|p| at_root(inside, &p, &mine))
+    });
+    let ready = match &step {
+        Some(Ok((_, ready))) => ready.clone(),
+        _ => String::new(),
+    };
+    let text = share_outcome(
+        inside,
+        step.map(|s| s.map(|s| s.0)),
+        (out.root, comm),
+        1 << 16,
+        MPI_ERR_PORT,
+    )?;
+    Ok(Sides {
+        mine,
+        other: Side::decode(&text)?,
+        ready,
+        group: out.group,
+        rank: out.rank,
+        root: out.root,
+    })
 }
 
 /// `MPI_Comm_accept` of port `port_name` (read at `root` only) over `comm`, run in
@@ -175,21 +196,15 @@ pub(super) fn accept<I: Inside>(
     root: c_int,
     comm: Handle,
 ) -> Result<Handle> {
-    let (mine, root, group, rank) = this_side(inside, comm, root)?;
-    let asked = match rank == root {
-        // SAFETY: the binding's contract: at the root, a NUL-ended string.
-        true => Some(unsafe { read_str(port_name) }.and_then(|p| take_turn(inside, &p, &mine))),
-        false => None,
-    };
-    let ready = match &asked {
-        Some(Ok((_, ready))) => ready.clone(),
-        _ => String::new(),
-    };
-    let other = share(inside, asked.map(|a| a.map(|a| a.0)), root, comm)?;
-    let h = inside.state().joined(&mine, &other, (group, rank), comm)?;
+    let s = meet(inside, (port_name, root, comm), |inside, port, mine| {
+        take_turn(inside, port, mine)
+    })?;
+    let h = inside
+        .state()
+        .joined(&s.mine, &s.other, (s.group, s.rank), comm)?;
     barrier_in(inside, comm)?;
-    if rank == root {
-        inside.state().msg.kvs_put(&other.kvs, &ready, "1")?;
+    if s.rank == s.root {
+        inside.state().msg.kvs_put(&s.other.kvs, &s.ready, "1")?;
     }
     Ok(h)
 }
@@ -239,26 +254,18 @@ pub(super) fn connect<I: Inside>(
     root: c_int,
     comm: Handle,
 ) -> Result<Handle> {
-    let (mine, root, group, rank) = this_side(inside, comm, root)?;
-    let answer = match rank == root {
-        // SAFETY: the binding's contract: at the root, a NUL-ended string.
-        true => Some(unsafe { read_str(port_name) }.and_then(|p| {
-            let limit = inside.state().connect_limit(info)?;
-            claim_turn(inside, &p, &mine, limit)
-        })),
-        false => None,
-    };
-    let ready = match &answer {
-        Some(Ok((_, ready))) => ready.clone(),
-        _ => String::new(),
-    };
-    let other = share(inside, answer.map(|a| a.map(|a| a.0)), root, comm)?;
+    let s = meet(inside, (port_name, root, comm), |inside, port, mine| {
+        let limit = inside.state().connect_limit(info)?;
+        claim_turn(inside, port, mine, limit)
+    })?;
     // The accepting side connects first, then says so.
-    if rank == root {
-        wait_for_key(inside, (&mine.kvs, &ready), NO_ANSWER)?;
+    if s.rank == s.root {
+        wait_for_key(inside, (&s.mine.kvs, &s.ready), NO_ANSWER)?;
     }
     barrier_in(inside, comm)?;
-    inside.state().joined(&mine, &other, (group, rank), comm)
+    inside
+        .state()
+        .joined(&s.mine, &s.other, (s.group, s.rank), comm)
 }
 
 /// At a connecting root: claim the next turn of `port` (a service only one root can
@@ -290,30 +297,17 @@ fn claim_turn(
         }
     };
     let key = format!("{service}a{nonce}");
-    let start = Instant::now();
-    let mut looked = start;
-    let answer = loop {
-        let mpi = inside.state();
-        match mpi.msg.kvs_get(&mine.kvs, &key) {
-            Ok(Some(v)) => break Ok(v),
-            Ok(None) => {}
-            Err(e) => break Err(e.into()),
+    let mut looked = Instant::now();
+    let answer = wait_for_key_while(inside, (&mine.kvs, &key), NO_ANSWER, limit, |mpi| {
+        if looked.elapsed() < PORT_LOOK_EVERY {
+            return Ok(());
         }
-        if looked.elapsed() >= PORT_LOOK_EVERY {
-            looked = Instant::now();
-            if mpi.msg.lookup_name(&open).ok().flatten().is_none() {
-                break Err(closed());
-            }
+        looked = Instant::now();
+        match mpi.msg.lookup_name(&open).ok().flatten() {
+            Some(_) => Ok(()),
+            None => Err(closed()),
         }
-        if start.elapsed() > limit {
-            let secs = limit.as_secs_f64();
-            break Err(Error::new(
-                NO_ANSWER.0,
-                format!("{} within {secs} s", NO_ANSWER.1),
-            ));
-        }
-        pause(inside);
-    };
+    });
     match answer {
         Ok(answer) => Ok((answer, format!("{service}r{nonce}"))),
         Err(e) => {

@@ -40,18 +40,31 @@ pub(super) const START_LIMIT: Duration = Duration::from_secs(120);
 /// (`missing`). Run in `inside`: other threads' calls come in between the looks.
 pub(super) fn wait_for_key(
     inside: &mut impl Inside,
+    at: (&str, &str),
+    why: (c_int, &str),
+) -> Result<String> {
+    wait_for_key_while(inside, at, why, START_LIMIT, |_| Ok(()))
+}
+
+/// As [`wait_for_key`], for at most `limit`, and while `still` (asked between the
+/// looks) finds no reason to give up.
+pub(super) fn wait_for_key_while(
+    inside: &mut impl Inside,
     (kvs, key): (&str, &str),
     (class, missing): (c_int, &str),
+    limit: Duration,
+    mut still: impl FnMut(&mut Mpi) -> Result<()>,
 ) -> Result<String> {
     let start = Instant::now();
     loop {
         if let Some(v) = inside.state().msg.kvs_get(kvs, key)? {
             return Ok(v);
         }
-        if start.elapsed() > START_LIMIT {
+        still(inside.state())?;
+        if start.elapsed() > limit {
             return Err(Error::new(
                 class,
-                format!("{missing} within {} s", START_LIMIT.as_secs()),
+                format!("{missing} within {} s", limit.as_secs_f64()),
             ));
         }
         pause(inside);
@@ -102,6 +115,44 @@ pub(super) fn share_outcome(
     }
 }
 
+/// A group over intracommunicator `comm` about to meet another (the processes it
+/// spawns, or the group at a port's other end), as each member sets out.
+pub(super) struct Outset {
+    /// The context its members agree on.
+    pub ctx: u32,
+    /// Its members, named by job.
+    pub members: Members,
+    pub group: Arc<Group>,
+    /// This process's rank in it, and the root's.
+    pub rank: u32,
+    pub root: u32,
+}
+
+/// Set out to meet another group over intracommunicator `comm` (collective, run in
+/// `inside`): the context agreed, every member's bridge to other jobs open and
+/// published before any returns (the other group may look at once); `what` names
+/// the meeting, refused from an intercommunicator.
+pub(super) fn set_out(
+    inside: &mut impl Inside,
+    comm: Handle,
+    root: c_int,
+    what: &str,
+) -> Result<Outset> {
+    let (group, rank, root) = inside.state().intra_root(comm, root, what)?;
+    let ctx = agree_context(inside, &Among::Comm(comm), &[])?.0;
+    let mpi = inside.state();
+    mpi.msg.open_bridge()?;
+    let members = mpi.named_by_job(group.ranks())?;
+    barrier_in(inside, comm)?;
+    Ok(Outset {
+        ctx,
+        members,
+        group,
+        rank,
+        root,
+    })
+}
+
 /// A barrier over `comm`, run in `inside`.
 pub(super) fn barrier_in(inside: &mut impl Inside, comm: Handle) -> Result<()> {
     let s = inside.state().build_barrier(comm)?;
@@ -117,15 +168,17 @@ fn spawn(
     root: c_int,
     comm: Handle,
 ) -> Result<Handle> {
-    let (group, rank, root) = inside.state().intra_root(comm, root, "spawning")?;
-    let ctx = agree_context(inside, &Among::Comm(comm), &[])?.0;
-    inside.state().msg.open_bridge()?;
-    // Every parent's bridge is published before the children can look.
-    barrier_in(inside, comm)?;
+    let Outset {
+        ctx,
+        members,
+        group,
+        rank,
+        root,
+    } = set_out(inside, comm, root, "spawning")?;
     // The root's outcome, then the children's job, for every parent.
     let mine = (rank == root).then(|| {
         let mpi = inside.state();
-        let parent = format!("{ctx},{}", mpi.named_by_job(group.ranks())?.encode());
+        let parent = format!("{ctx},{}", members.encode());
         let commands = commands?;
         let n = commands.iter().map(|c| c.nprocs).sum::<u32>();
         let s = mpi
