@@ -76,8 +76,9 @@ pub struct Mpi {
     /// Which executable of the launch this process runs (`MPI_APPNUM`).
     pub appnum: c_int,
     /// The processes the launcher lets the job and those it spawns number
-    /// (`MPI_UNIVERSE_SIZE`; `None`: no bound said, the attribute is absent).
-    pub universe_size: Option<c_int>,
+    /// (`MPI_UNIVERSE_SIZE`), asked of it when first read (`Some(None)`: no bound
+    /// said, the attribute is absent).
+    pub universe_size: Option<Option<c_int>>,
     /// The schedule of the last blocking collective, emptied: the next one's.
     pub spare_schedule: Option<Box<crate::coll::Schedule>>,
     /// The tag the next collective's schedule takes instead of its communicator's

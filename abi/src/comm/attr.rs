@@ -16,20 +16,28 @@ impl Mpi {
             MPI_HOST => 1,
             MPI_IO => 2,
             MPI_WTIME_IS_GLOBAL => 3,
-            MPI_UNIVERSE_SIZE if self.universe_size.is_none() => return None,
             MPI_UNIVERSE_SIZE => 4,
             MPI_APPNUM => 5,
             MPI_LASTUSEDCODE => 6,
             _ => return None,
         };
         let _ = comm;
-        let (universe, appnum) = (self.universe_size.unwrap_or(0), self.appnum);
+        if k == MPI_UNIVERSE_SIZE {
+            if self.universe_size.is_none() {
+                let u = self
+                    .msg
+                    .universe_size()
+                    .and_then(|n| c_int::try_from(n).ok());
+                self.universe_size = Some(u);
+            }
+            self.attrs.values[4] = self.universe_size.flatten()?;
+        }
+        let appnum = self.appnum;
         let v = &mut self.attrs.values;
         v[0] = crate::p2p::TAG_UB;
         v[1] = MPI_PROC_NULL;
         v[2] = MPI_ANY_SOURCE;
         v[3] = 0;
-        v[4] = universe;
         v[5] = appnum;
         v[6] = crate::error::last_used();
         Some(&v[i] as *const c_int as usize)
