@@ -28,6 +28,15 @@ static int ints_of(MPI_Status *st) {
   return n;
 }
 
+/* The representation of fh's view is `want`. */
+static void view_rep_is(MPI_File fh, const char *want) {
+  char rep[MPI_MAX_DATAREP_STRING];
+  MPI_Offset d;
+  MPI_Datatype e, f;
+  OK(MPI_File_get_view(fh, &d, &e, &f, rep));
+  CHECK(strcmp(rep, want) == 0, "the view's representation: %s, not %s", rep, want);
+}
+
 /* The big-endian value of the 4 bytes at p. */
 static unsigned be32(const unsigned char *p) {
   return (unsigned)p[0] << 24 | (unsigned)p[1] << 16 | (unsigned)p[2] << 8 | p[3];
@@ -46,11 +55,7 @@ static void test_external32(const char *dir) {
   OK(MPI_File_open(MPI_COMM_WORLD, name, MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE,
                    MPI_INFO_NULL, &fh));
   OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "external32", MPI_INFO_NULL));
-  char rep[MPI_MAX_DATAREP_STRING];
-  MPI_Offset d;
-  MPI_Datatype e, f;
-  OK(MPI_File_get_view(fh, &d, &e, &f, rep));
-  CHECK(strcmp(rep, "external32") == 0, "the view's representation: %s", rep);
+  view_rep_is(fh, "external32");
   struct rec {
     int i;
     double x;
@@ -203,13 +208,7 @@ int main(int argc, char **argv) {
   OK(MPI_File_sync(fh));
   /* "internal" is this library's own representation: native. */
   OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "internal", MPI_INFO_NULL));
-  {
-    char rep[MPI_MAX_DATAREP_STRING];
-    MPI_Offset d;
-    MPI_Datatype e, f;
-    OK(MPI_File_get_view(fh, &d, &e, &f, rep));
-    CHECK(strcmp(rep, "internal") == 0, "the view's representation: %s", rep);
-  }
+  view_rep_is(fh, "internal");
   if (rank == 0) {
     OK(MPI_File_read_at(fh, 0, all, N * size, MPI_INT, &st));
     for (int i = 0; i < N * size; i++)
