@@ -484,8 +484,8 @@ pub fn unsupported(name: &str, object: Object) -> c_int {
     raise(name, object, e)
 }
 
-/// The body of every tool-interface (`MPI_T_`) function: the tool interface has no
-/// error handlers, and this library offers no variables.
+/// The body of every tool-interface (`MPI_T_`) function not implemented (events,
+/// sources, enumerations): the tool interface has no error handlers.
 #[cold]
 pub fn unsupported_tool(_name: &str) -> c_int {
     MPI_T_ERR_NOT_SUPPORTED

@@ -54,6 +54,8 @@ pub struct Mpi {
     pub messages: Table<Message>,
     pub wins: Table<crate::rma::Win>,
     pub files: Table<crate::io::File>,
+    /// The data representations registered (`MPI_Register_datarep`).
+    pub datareps: Vec<crate::io::datarep::Datarep>,
     pub sessions: Table<crate::session::Session>,
     /// The blocks of `MPI_Alloc_mem`, by address.
     pub allocated: std::collections::HashMap<usize, std::alloc::Layout>,
@@ -138,6 +140,7 @@ impl Mpi {
             messages: Table::new(Kind::Message),
             wins: Table::new(Kind::Win),
             files: Table::new(Kind::File),
+            datareps: Vec::new(),
             sessions: Table::new(Kind::Session),
             allocated: Default::default(),
             file_null_errhandler: MPI_ERRORS_RETURN,

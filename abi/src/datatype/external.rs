@@ -92,9 +92,18 @@ impl Sig {
     /// bytes of one element: `None` where they end inside a basic element (or
     /// beyond the element).
     pub fn elements_within(&self, bytes: usize) -> Option<usize> {
+        let (elements, used) = self.whole_elements_within(bytes)?;
+        (used == bytes).then_some(elements)
+    }
+
+    /// The basic elements that the first `bytes` packed bytes of one element hold
+    /// whole, and the bytes they take (`None`: beyond the address space).
+    pub fn whole_elements_within(&self, bytes: usize) -> Option<(usize, usize)> {
         match self {
-            _ if bytes == 0 => Some(0),
-            Sig::One(_) | Sig::Complex(_) => (bytes == self.native_size()?).then_some(1),
+            Sig::One(_) | Sig::Complex(_) => {
+                let size = self.native_size()?;
+                Some(if bytes >= size { (1, size) } else { (0, 0) })
+            }
             Sig::Seq(parts) => {
                 let (mut left, mut elements) = (bytes, 0usize);
                 for (s, n) in parts.iter() {
@@ -103,10 +112,11 @@ impl Sig {
                     elements = elements.checked_add(s.elements()?.checked_mul(whole)?)?;
                     left -= whole * each;
                     if whole < *n {
-                        return elements.checked_add(s.elements_within(left)?);
+                        let (more, used) = s.whole_elements_within(left)?;
+                        return Some((elements.checked_add(more)?, bytes - left + used));
                     }
                 }
-                (left == 0).then_some(elements)
+                Some((elements, bytes - left))
             }
         }
     }
@@ -533,9 +543,14 @@ mod tests {
         {
             assert_eq!(sig.elements_within(bytes), want, "{bytes} bytes");
         }
+        // The elements held whole, and their bytes, wherever the bytes end.
+        assert_eq!(sig.whole_elements_within(6), Some((1, 4)));
+        assert_eq!(sig.whole_elements_within(27), Some((3, 20)));
+        assert_eq!(sig.whole_elements_within(29), Some((4, 28)));
         let nested = Sig::seq(vec![(sig, 3), (Sig::One(Conv::Byte), 1)]);
         assert_eq!(nested.elements_within(2 * 28 + 12), Some(10));
         assert_eq!(nested.elements_within(3 * 28 + 1), Some(13));
+        assert_eq!(nested.whole_elements_within(2 * 28 + 13), Some((10, 68)));
     }
 
     #[test]

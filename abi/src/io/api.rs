@@ -153,18 +153,6 @@ fn overlaps(t: &crate::datatype::Datatype) -> bool {
     runs.windows(2).any(|w| w[1].0 < w[0].0 + w[0].1 as isize)
 }
 
-/// Check that the elements of a view's `what` (`t`) take as many bytes in
-/// `external32` as here.
-pub(super) fn external_layout(t: &crate::datatype::Datatype, what: &str) -> Result<()> {
-    if t.sig.keeps_size() {
-        return Ok(());
-    }
-    Err(Error::new(
-        MPI_ERR_UNSUPPORTED_DATAREP,
-        format!("the {what} holds elements of another size in external32 (long, unsigned long or wchar_t): this library does not place them in external32 files"),
-    ))
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_File_set_view(
     fh: Handle,
@@ -176,18 +164,7 @@ pub unsafe extern "C" fn PMPI_File_set_view(
 ) -> c_int {
     call_held("MPI_File_set_view", Object::File(fh), |mpi| {
         // SAFETY: the binding's contract.
-        let rep = unsafe { read_str(datarep) }?;
-        let datarep = match rep.as_str() {
-            "native" => c"native",
-            "internal" => c"internal",
-            "external32" => c"external32",
-            _ => {
-                return Err(Error::new(
-                    MPI_ERR_UNSUPPORTED_DATAREP,
-                    format!("data representation {rep:?}: this library writes \"native\", \"internal\" (as native) and \"external32\" only"),
-                ))
-            }
-        };
+        let datarep = mpi.rep_named(&unsafe { read_str(datarep) }?)?;
         let disp = match disp {
             // Where the shared pointer is, in a file opened for sequential access
             // (MPI 4.1 §14.3): every member sees the same.
@@ -205,10 +182,8 @@ pub unsafe extern "C" fn PMPI_File_set_view(
             _ => non_negative(disp, "the displacement")?,
         };
         let (e, t) = (mpi.dtype(etype)?.clone(), mpi.dtype(filetype)?.clone());
-        if datarep == c"external32" {
-            external_layout(&e, "etype")?;
-            external_layout(&t, "filetype")?;
-        }
+        mpi.check_layout(datarep, (etype, &e), "etype")?;
+        mpi.check_layout(datarep, (filetype, &t), "filetype")?;
         if e.size == 0 || t.size % e.size != 0 || t.extent() <= 0 {
             return Err(Error::new(
                 MPI_ERR_TYPE,
@@ -260,6 +235,7 @@ pub unsafe extern "C" fn PMPI_File_get_view(
 ) -> c_int {
     call("MPI_File_get_view", Object::File(fh), |mpi| {
         let v = mpi.file(fh)?.view.clone();
+        let name = mpi.rep_name(v.datarep).to_owned();
         // A derived type goes out as a new handle, which the caller frees.
         let mut handle = |(h, t): (Handle, crate::datatype::Datatype)| match t.predefined {
             true => Ok(h),
@@ -273,7 +249,7 @@ pub unsafe extern "C" fn PMPI_File_get_view(
             put(etype, e);
             put(filetype, t);
             if !datarep.is_null() {
-                let name = v.datarep.to_bytes_with_nul();
+                let name = name.to_bytes_with_nul();
                 std::ptr::copy_nonoverlapping(name.as_ptr().cast(), datarep, name.len());
             }
         }
@@ -288,11 +264,9 @@ pub unsafe extern "C" fn PMPI_File_get_type_extent(
     extent: *mut Aint,
 ) -> c_int {
     call("MPI_File_get_type_extent", Object::File(fh), |mpi| {
-        let external = mpi.file(fh)?.view.external();
+        let rep = mpi.file(fh)?.view.datarep;
         let t = mpi.dtype_any(datatype)?;
-        if external {
-            external_layout(t, "datatype")?;
-        }
+        mpi.check_layout(rep, (datatype, t), "datatype")?;
         let x = t.extent();
         // SAFETY: the binding's contract: null or writable.
         unsafe { put(extent, x) };

@@ -1,9 +1,11 @@
 //! Reading and writing a file through its view, at an explicit offset or at the
 //! individual file pointer (the shared one: [`super::shared`]).
 
+use super::datarep::Datarep;
 use super::{io_error, File};
 use crate::datatype::external::{from_external, to_external};
 use crate::datatype::pack;
+use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::p2p::check_count;
@@ -100,6 +102,46 @@ fn read_spans(fd: &std::fs::File, spans: &[(u64, u64)], data: &mut [u8]) -> Resu
     Ok(at as u64)
 }
 
+/// Move `n` elements of `buf` (`ty`, `t`) between memory and the file's `spans`
+/// through representation `rep`'s conversion function: the bytes moved.
+///
+/// # Safety
+///
+/// As [`Mpi::file_access`].
+unsafe fn converted(
+    rep: &Datarep,
+    fd: &std::fs::File,
+    spans: &[(u64, u64)],
+    (buf, ty, t): (*mut c_void, Handle, &Datatype),
+    n: usize,
+    write: bool,
+) -> Result<u64> {
+    let len = spans.iter().map(|s| s.1 as usize).sum();
+    let mut file = vec![0u8; len];
+    if write {
+        let items = t.elements.saturating_mul(n);
+        // SAFETY: the caller's contract.
+        unsafe { rep.convert(true, (buf, ty, t), items, &mut file) }?;
+        return write_spans(fd, spans, &file);
+    }
+    let got = read_spans(fd, spans, &mut file)? as usize;
+    // Only the data items read whole are converted.
+    let (items, bytes) = match t.size {
+        0 => (0, 0),
+        size => {
+            let (rest_items, rest_bytes) =
+                t.sig.whole_elements_within(got % size).unwrap_or((0, 0));
+            (
+                t.elements * (got / size) + rest_items,
+                size * (got / size) + rest_bytes,
+            )
+        }
+    };
+    // SAFETY: the caller's contract.
+    unsafe { rep.convert(false, (buf, ty, t), items, &mut file[..bytes]) }?;
+    Ok(bytes as u64)
+}
+
 impl Mpi {
     /// The etypes `count` elements of `ty` make in file `h`'s view.
     pub(super) fn etypes_of(&self, h: Handle, count: c_int, ty: Handle) -> Result<u64> {
@@ -173,10 +215,12 @@ impl Mpi {
         let n = check_count(count)?;
         let base = buf.cast::<u8>().wrapping_offset(t.lb);
         let external = f.view.external();
-        if external {
-            super::api::external_layout(t, "buffer's datatype")?;
-        }
+        self.check_layout(f.view.datarep, (ty, t), "buffer's datatype")?;
         let len = len as usize;
+        if let Some(rep) = self.datarep(f.view.datarep).filter(|r| r.converts(write)) {
+            // SAFETY: the caller's contract.
+            return unsafe { converted(rep, &f.fd, &spans, (buf, ty, t), n, write) };
+        }
         if write {
             let mut packed = Vec::new();
             let mut data: &[u8] = if t.contiguous {

@@ -16,6 +16,7 @@
 pub mod access;
 pub mod api;
 pub mod data;
+pub mod datarep;
 pub mod shared;
 pub mod view;
 
@@ -212,7 +213,7 @@ pub fn file_open(
             disp: 0,
             etype: (MPI_BYTE, byte.clone()),
             filetype: (MPI_BYTE, byte),
-            datarep: c"native",
+            datarep: datarep::Rep::Native,
         },
         pointer: end,
         shared,

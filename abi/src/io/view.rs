@@ -3,6 +3,7 @@
 //! the view is a count of data bytes from its start; [`View::segments`] maps a span
 //! of them to the file's bytes.
 
+use super::datarep::Rep;
 use crate::datatype::Datatype;
 use crate::ffi::Handle;
 
@@ -15,17 +16,14 @@ pub struct View {
     /// and the types as they were then).
     pub etype: (Handle, Datatype),
     pub filetype: (Handle, Datatype),
-    /// Its data representation's name: `native`, `internal`, which this library
-    /// writes as `native` (MPI 4.1 §14.5.2 leaves `internal` to it), or
-    /// `external32`, whose elements here keep their size there (so that the types'
-    /// displacements hold in both, as the standard asks of a view's types).
-    pub datarep: &'static std::ffi::CStr,
+    /// Its data representation ([`super::datarep`]).
+    pub datarep: Rep,
 }
 
 impl View {
     /// Whether the file holds its data in `external32`.
     pub fn external(&self) -> bool {
-        self.datarep == c"external32"
+        self.datarep == Rep::External32
     }
 
     /// Bytes of one etype.
@@ -134,7 +132,7 @@ mod tests {
             disp: 4,
             etype: (MPI_INT, int()),
             filetype: (0, t),
-            datarep: c"native",
+            datarep: Rep::Native,
         }
     }
 
@@ -162,7 +160,7 @@ mod tests {
             disp: 100,
             etype: (MPI_INT, int()),
             filetype: (MPI_INT, int()),
-            datarep: c"native",
+            datarep: Rep::Native,
         };
         assert_eq!(v.segments(8, 40), vec![(108, 40)]);
         assert_eq!(v.position_below(50), 0);

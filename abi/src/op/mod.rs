@@ -177,15 +177,16 @@ pub unsafe fn reduce(
 }
 
 thread_local! {
-    /// The datatype (and its handle) that the program's reduction function running
-    /// on this thread was given.
+    /// The datatype (and its handle) that the program's function running on this
+    /// thread was given.
     static GIVEN: RefCell<Option<(Handle, Datatype)>> = const { RefCell::new(None) };
 }
 
-/// Datatype `h`, if a program's reduction function running on this thread was given
-/// it: such a function may ask the type's size and bounds (as functions that serve
-/// several types do) even where it runs inside the call that progresses a
-/// nonblocking collective, whose other MPI calls are refused.
+/// Datatype `h`, if a program's function running on this thread was given it (a
+/// reduction function, a data representation's functions): such a function may ask
+/// the type's size and bounds (as functions that serve several types do) even where
+/// it runs inside the library (in the call that progresses a nonblocking
+/// collective, in a file access), whose other MPI calls are refused.
 pub fn given_type(h: Handle) -> Option<Datatype> {
     GIVEN.with(|g| {
         g.borrow()
@@ -193,6 +194,15 @@ pub fn given_type(h: Handle) -> Option<Datatype> {
             .filter(|(k, _)| *k == h)
             .map(|(_, t)| t.clone())
     })
+}
+
+/// Run `f`, a call of a program's function given datatype `ty` (handle `handle`),
+/// the type noted for [`given_type`] meanwhile.
+pub fn with_given_type<R>(handle: Handle, ty: &Datatype, f: impl FnOnce() -> R) -> R {
+    let before = GIVEN.with(|g| g.replace(Some((handle, ty.clone()))));
+    let out = f();
+    GIVEN.with(|g| *g.borrow_mut() = before);
+    out
 }
 
 /// Call a user's function on `count` elements of `ty` (whose handle is given to
@@ -208,11 +218,10 @@ unsafe fn call_user(
     count: usize,
     (handle, ty): (Handle, &Datatype),
 ) -> Result<()> {
-    let before = GIVEN.with(|g| g.replace(Some((handle, ty.clone()))));
     // SAFETY: the caller's contract.
-    let out = unsafe { apply_user(u, input, inout, count, handle) };
-    GIVEN.with(|g| *g.borrow_mut() = before);
-    out
+    with_given_type(handle, ty, || unsafe {
+        apply_user(u, input, inout, count, handle)
+    })
 }
 
 /// Call a user's function on `count` elements of the type `ty` names.

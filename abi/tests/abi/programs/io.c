@@ -8,8 +8,8 @@
  * contiguous; seeks and positions; rank-ordered and independent accesses at the
  * shared pointer; nonblocking and split collective forms; reading past the end;
  * the view, group, access mode, byte offsets, atomicity, info, error handlers and
- * Fortran handles of an open file; external32 views; MPI_MODE_DELETE_ON_CLOSE and
- * MPI_File_delete. */
+ * Fortran handles of an open file; external32 views; a representation of the
+ * program's (MPI_Register_datarep); MPI_MODE_DELETE_ON_CLOSE and MPI_File_delete. */
 #include "check.h"
 #include <stddef.h>
 #include <sys/stat.h>
@@ -111,6 +111,148 @@ static void test_external32(const char *dir) {
   OK(MPI_File_get_type_extent(fh, rec, &x_ext));
   CHECK(x_ext == sizeof(struct rec), "the record's extent in the file: %ld", (long)x_ext);
   OK(MPI_Type_free(&rec));
+  OK(MPI_File_close(&fh));
+}
+
+/* A representation of this program's: ints with their bytes reversed (big-endian
+ * here), each data item where the (tiled) datatype puts it, the type's extent
+ * apart (the types given are ints or one int resized), asked of the library from
+ * inside the function. `calls` counts the calls. */
+static unsigned swap32(unsigned v) {
+  return v >> 24 | (v >> 8 & 0xff00) | (v << 8 & 0xff0000) | v << 24;
+}
+static int calls;
+static int reversed(char *user, MPI_Datatype t, MPI_Count count, char *file, MPI_Offset position,
+                    int to_file) {
+  MPI_Aint lb, extent;
+  int rc = MPI_Type_get_extent(t, &lb, &extent);
+  if (rc != MPI_SUCCESS)
+    return rc;
+  calls++;
+  for (MPI_Count i = 0; i < count; i++) {
+    char *mem = user + lb + (position + i) * extent;
+    unsigned v;
+    memcpy(&v, to_file ? mem : file + 4 * i, 4);
+    v = swap32(v);
+    memcpy(to_file ? file + 4 * i : mem, &v, 4);
+  }
+  return MPI_SUCCESS;
+}
+#define CONVERSION(name, count_type, to_file)                                                   \
+  static int name(void *user, MPI_Datatype t, count_type n, void *file, MPI_Offset pos, void *s) { \
+    CHECK(s == &calls, "a conversion function's extra state: %p", s);                           \
+    return reversed(user, t, n, file, pos, to_file);                                             \
+  }
+CONVERSION(rev_read, int, 0)
+CONVERSION(rev_write, int, 1)
+CONVERSION(rev_read_c, MPI_Count, 0)
+CONVERSION(rev_write_c, MPI_Count, 1)
+/* Ints and bytes keep their size; shorts take 4 bytes; other types are refused. */
+static int rev_extent(MPI_Datatype t, MPI_Aint *extent, void *state) {
+  CHECK(state == &calls, "the extent function's extra state: %p", state);
+  if (t != MPI_INT && t != MPI_BYTE && t != MPI_SHORT)
+    return MPI_ERR_TYPE;
+  *extent = t == MPI_BYTE ? 1 : 4;
+  return MPI_SUCCESS;
+}
+static int refuse(void *user, MPI_Datatype t, int count, void *file, MPI_Offset pos, void *s) {
+  (void)user, (void)t, (void)count, (void)file, (void)pos, (void)s;
+  return MPI_ERR_OTHER;
+}
+
+/* MPI_Register_datarep: its errors; each rank writes three ints of a memory type
+ * with gaps collectively at 3 rank through the reversed representation; the file's
+ * bytes (big-endian) through a native view; read back through the representation's
+ * _c form into a contiguous array, and at the end of the file a read ending inside
+ * an int; a representation without conversions moves the bytes as they are; one
+ * whose functions fail, and types whose size changes or that the extent function
+ * refuses, are errors. */
+static void test_datarep(const char *dir) {
+  const char *rev = "rbtl-reversed", *rev_c = "rbtl-reversed-c";
+  OK(MPI_Register_datarep(rev, rev_read, rev_write, rev_extent, &calls));
+  OK(MPI_Register_datarep_c(rev_c, rev_read_c, rev_write_c, rev_extent, &calls));
+  OK(MPI_Register_datarep("rbtl-as-is", MPI_CONVERSION_FN_NULL, MPI_CONVERSION_FN_NULL, rev_extent,
+                          &calls));
+  OK(MPI_Register_datarep("rbtl-refusing", refuse, refuse, rev_extent, &calls));
+  EXPECT_ERR(MPI_Register_datarep(rev, rev_read, rev_write, rev_extent, NULL),
+             MPI_ERR_DUP_DATAREP, "defined already");
+  EXPECT_ERR(MPI_Register_datarep("external32", rev_read, rev_write, rev_extent, NULL),
+             MPI_ERR_DUP_DATAREP, "defined already");
+  EXPECT_ERR(MPI_Register_datarep("", rev_read, rev_write, rev_extent, NULL), MPI_ERR_ARG, "name");
+  EXPECT_ERR(MPI_Register_datarep("rbtl-none", rev_read, rev_write, NULL, NULL), MPI_ERR_ARG,
+             "extent function");
+  char long_name[MPI_MAX_DATAREP_STRING + 1];
+  memset(long_name, 'x', MPI_MAX_DATAREP_STRING);
+  long_name[MPI_MAX_DATAREP_STRING] = 0;
+  EXPECT_ERR(MPI_Register_datarep(long_name, rev_read, rev_write, rev_extent, NULL), MPI_ERR_ARG,
+             "name");
+
+  char name[512];
+  snprintf(name, sizeof name, "%s/datarep", dir);
+  MPI_File fh;
+  MPI_Status st;
+  OK(MPI_File_open(MPI_COMM_WORLD, name, MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE,
+                   MPI_INFO_NULL, &fh));
+  OK(MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, rev, MPI_INFO_NULL));
+  view_rep_is(fh, rev);
+  MPI_Datatype spaced;
+  OK(MPI_Type_create_resized(MPI_INT, 0, 2 * sizeof(int), &spaced));
+  OK(MPI_Type_commit(&spaced));
+  int mine[6] = {0}, n = -1;
+  for (int k = 0; k < 3; k++)
+    mine[2 * k] = 0x01020304 + 16 * rank + k;
+  calls = 0;
+  OK(MPI_File_write_at_all(fh, 3 * rank, mine, 3, spaced, &st));
+  OK(MPI_Get_count(&st, spaced, &n));
+  CHECK(n == 3 && calls == 1, "the write through the representation: %d ints, %d calls", n, calls);
+  OK(MPI_File_sync(fh));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_File_sync(fh));
+
+  int r = (rank + 1) % size;
+  unsigned char raw[12];
+  OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL));
+  OK(MPI_File_read_at(fh, 12 * r, raw, 12, MPI_BYTE, &st));
+  for (int k = 0; k < 3; k++)
+    CHECK(be32(raw + 4 * k) == (unsigned)(0x01020304 + 16 * r + k), "rank %d's int %d in the file: %#x",
+          r, k, be32(raw + 4 * k));
+
+  OK(MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, rev_c, MPI_INFO_NULL));
+  int back[4] = {-7, -7, -7, -7};
+  OK(MPI_File_read_at(fh, 3 * r, back, 3, MPI_INT, &st));
+  for (int k = 0; k < 3; k++)
+    CHECK(back[k] == 0x01020304 + 16 * r + k, "rank %d's int %d read back: %#x", r, k, back[k]);
+  MPI_Aint x_ext = 0;
+  OK(MPI_File_get_type_extent(fh, spaced, &x_ext));
+  CHECK(x_ext == 2 * sizeof(int), "the spaced int's extent in the file: %ld", (long)x_ext);
+  /* Bytes: the end of the file is 6 bytes after the start of the read. */
+  OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, rev, MPI_INFO_NULL));
+  MPI_Offset end = 12 * (MPI_Offset)size;
+  back[0] = back[1] = -7;
+  OK(MPI_File_read_at(fh, end - 6, back, 2, MPI_INT, &st));
+  CHECK(ints_of(&st) == 1 && back[1] == -7, "the read ending inside an int: %d ints, then %d",
+        ints_of(&st), back[1]);
+  unsigned char tail[4];
+  OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "rbtl-as-is", MPI_INFO_NULL));
+  OK(MPI_File_read_at(fh, end - 6, tail, 4, MPI_BYTE, &st));
+  CHECK((unsigned)back[0] == be32(tail), "the whole int read at the end: %#x, not %#x", back[0],
+        be32(tail));
+  int as_is = 0;
+  OK(MPI_File_read_at(fh, 12 * r, &as_is, 1, MPI_INT, &st));
+  CHECK((unsigned)as_is == swap32(0x01020304 + 16 * r), "an int read without conversion: %#x",
+        as_is);
+
+  EXPECT_ERR(MPI_File_set_view(fh, 0, MPI_SHORT, MPI_SHORT, rev, MPI_INFO_NULL),
+             MPI_ERR_UNSUPPORTED_DATAREP, "MPI_SHORT");
+  EXPECT_ERR(MPI_File_set_view(fh, 0, MPI_DOUBLE, MPI_DOUBLE, rev, MPI_INFO_NULL),
+             MPI_ERR_CONVERSION, "extent function");
+  EXPECT_ERR(MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, "rbtl-unknown", MPI_INFO_NULL),
+             MPI_ERR_UNSUPPORTED_DATAREP, "rbtl-unknown");
+  OK(MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, "rbtl-refusing", MPI_INFO_NULL));
+  EXPECT_ERR(MPI_File_read_at(fh, 0, back, 1, MPI_INT, &st), MPI_ERR_CONVERSION, "read conversion");
+  EXPECT_ERR(MPI_File_write_at(fh, 0, back, 1, MPI_INT, &st), MPI_ERR_CONVERSION,
+             "write conversion");
+  OK(MPI_Type_free(&spaced));
   OK(MPI_File_close(&fh));
 }
 
@@ -430,6 +572,7 @@ int main(int argc, char **argv) {
   OK(MPI_File_close(&fh));
 
   test_external32(dir);
+  test_datarep(dir);
 
   /* Deleted on close, by size and by MPI_File_delete. */
   OK(MPI_File_open(MPI_COMM_WORLD, other,
