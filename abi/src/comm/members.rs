@@ -27,21 +27,37 @@ pub struct Segment {
 pub struct Members(pub Vec<Segment>);
 
 impl Members {
-    /// As text: `kvs,base,runs` per segment, joined by `;`; the runs `first-last`
-    /// joined by dots (a group of consecutive ranks takes a few bytes).
+    /// As text: `kvs,base,runs` per segment, joined by `;`; the runs joined by dots,
+    /// each a rank, `first-last` (consecutive ranks) or `first-last:step` (every
+    /// step-th): a group of consecutive ranks, or of every k-th (a split by rank
+    /// modulo k, a column of a grid), takes a few bytes.
     pub fn encode(&self) -> String {
         let segments: Vec<String> = self
             .0
             .iter()
             .map(|s| {
-                let mut runs: Vec<(u32, u32)> = Vec::new();
-                for &r in &s.ranks {
-                    match runs.last_mut() {
-                        Some(last) if last.1.checked_add(1) == Some(r) => last.1 = r,
-                        _ => runs.push((r, r)),
+                let mut runs: Vec<String> = Vec::new();
+                let mut rest = &s.ranks[..];
+                while let [first, ..] = rest {
+                    let step = match rest.get(1) {
+                        Some(&next) if next > *first => next - first,
+                        _ => 0,
+                    };
+                    let mut len = 1 + rest
+                        .windows(2)
+                        .take_while(|w| step > 0 && w[1].checked_sub(w[0]) == Some(step))
+                        .count();
+                    if len == 2 && step > 1 {
+                        len = 1; // two ranks apart: as short one by one
                     }
+                    let last = rest[len - 1];
+                    runs.push(match (len, step) {
+                        (1, _) => format!("{first}"),
+                        (_, 1) => format!("{first}-{last}"),
+                        _ => format!("{first}-{last}:{step}"),
+                    });
+                    rest = &rest[len..];
                 }
-                let runs: Vec<String> = runs.iter().map(|(a, b)| format!("{a}-{b}")).collect();
                 format!("{},{},{}", s.kvs, s.base, runs.join("."))
             })
             .collect();
@@ -62,14 +78,20 @@ impl Members {
                 return Err(bad());
             };
             let mut ranks = Vec::new();
+            let number = |t: &str| t.parse::<u32>().map_err(|_| bad());
             for run in runs.split('.') {
-                let (a, b) = run.split_once('-').ok_or_else(bad)?;
-                let (a, b): (u32, u32) =
-                    (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
-                if b < a || b >= PROCESSES_MAX {
+                let (range, step) = match run.split_once(':') {
+                    Some((range, step)) => (range, number(step)?),
+                    None => (run, 1),
+                };
+                let (a, b) = match range.split_once('-') {
+                    Some((a, b)) => (number(a)?, number(b)?),
+                    None => (number(range)?, number(range)?),
+                };
+                if b < a || b >= PROCESSES_MAX || step == 0 || (b - a) % step != 0 {
                     return Err(bad());
                 }
-                ranks.extend(a..=b);
+                ranks.extend((a..=b).step_by(step as usize));
             }
             let base = base.parse().map_err(|_| bad())?;
             segments.push(Segment {
@@ -162,24 +184,35 @@ mod tests {
             Segment {
                 kvs: "kvs_1".into(),
                 base: 0,
-                ranks: vec![0, 1, 2, 3, 7, 9, 10],
+                ranks: vec![0, 1, 2, 3, 7, 9, 10, 20, 25, 30, 35, 36],
             },
             Segment {
                 kvs: "kvs_2".into(),
                 base: 4,
-                ranks: vec![1, 0],
+                ranks: vec![1, 0, 5],
             },
         ]);
         let text = m.encode();
-        assert_eq!(text, "kvs_1,0,0-3.7-7.9-10;kvs_2,4,1-1.0-0");
+        assert_eq!(text, "kvs_1,0,0-3.7.9-10.20-35:5.36;kvs_2,4,1.0.5");
         assert_eq!(Members::decode(&text, MPI_ERR_PORT).unwrap(), m);
         assert_eq!(m.jobs().len(), 2);
+        // Every other rank of a large job: one run.
+        let odd = Members(vec![Segment {
+            kvs: "kvs_1".into(),
+            base: 0,
+            ranks: (1..4096).step_by(2).collect(),
+        }]);
+        assert_eq!(odd.encode(), "kvs_1,0,1-4095:2");
+        assert_eq!(Members::decode(&odd.encode(), MPI_ERR_PORT).unwrap(), odd);
         for bad in [
             "kvs,4",
             "kvs,x,0-1",
             "kvs,4,3-1",
             "kvs,4,0-70000",
-            "kvs,4,5",
+            "kvs,4,5-",
+            "kvs,4,0-9:0",
+            "kvs,4,0-9:2",
+            "kvs,4,0-8:x",
             "a,0,0-0;b",
         ] {
             assert_eq!(

@@ -554,7 +554,7 @@ mod tests {
 
     #[test]
     fn a_side_travels_with_its_members() {
-        let text = "kvs_1,340,kvs_1,0,0-3;kvs_2,4,1-1";
+        let text = "kvs_1,340,kvs_1,0,0-3;kvs_2,4,1";
         let side = Side::decode(text).unwrap();
         assert_eq!((side.kvs.as_str(), side.ctx), ("kvs_1", 340));
         assert_eq!(side.members.jobs().len(), 2);
