@@ -446,8 +446,14 @@ impl Comm {
     ///
     /// As [`Comm::irecv_raw`].
     pub unsafe fn imrecv(&mut self, m: Matched, buf: *mut u8, cap: usize) -> ReqId {
-        let mut s = lock(&self.state);
         let (src, tag, ctx) = m.0.key();
+        // The answer to a synchronous sender, or the rendezvous's get, goes out
+        // through its route's module, which must be driven until it is done (a
+        // module with no peer elsewhere, as `self`, is driven only when marked).
+        if let Some(&(mi, _)) = self.routes.get(src as usize) {
+            self.dirty[mi] = true;
+        }
+        let mut s = lock(&self.state);
         let posted = Posted {
             req: s.new_req(Some(src)),
             src: Some(src),

@@ -583,6 +583,20 @@ static void test_probe(void) {
     CHECK(m == MPI_MESSAGE_NO_PROC, "MPI_Mprobe of MPI_PROC_NULL");
     OK(MPI_Mrecv(buf, 16, MPI_INT, &m, &st));
     expect_empty(&st, MPI_PROC_NULL, "MPI_Mrecv of MPI_MESSAGE_NO_PROC");
+    /* A synchronous send to itself, found by a test, then received through a
+     * matched probe, completes. */
+    MPI_Request sync;
+    int one = 7;
+    OK(MPI_Issend(&one, 1, MPI_INT, 0, 9, MPI_COMM_SELF, &sync));
+    OK(MPI_Test(&sync, &flag, MPI_STATUS_IGNORE));
+    CHECK(!flag, "MPI_Issend to itself completed before its receive");
+    OK(MPI_Mprobe(0, 9, MPI_COMM_SELF, &m, &st));
+    OK(MPI_Mrecv(buf, 16, MPI_INT, &m, &st));
+    flag = 0;
+    for (int k = 0; k < 1000000 && !flag; k++)
+      OK(MPI_Test(&sync, &flag, MPI_STATUS_IGNORE));
+    CHECK(flag && buf[0] == 7, "MPI_Issend to itself, matched by MPI_Mprobe: done %d, got %d", flag,
+          buf[0]);
     /* Get_count and Get_elements with a type the message does not fill. */
     MPI_Datatype three;
     OK(MPI_Type_contiguous(3, MPI_INT, &three));
