@@ -83,9 +83,8 @@ pub struct Mpi {
     pub universe_size: Option<Option<c_int>>,
     /// The schedule of the last blocking collective, emptied: the next one's.
     pub spare_schedule: Option<Box<crate::coll::Schedule>>,
-    /// The tag the next collective's schedule takes instead of its communicator's
-    /// next: a persistent collective's own, while one of its starts builds it.
-    pub coll_tag_given: Option<i32>,
+    /// Where the tag of the next collective's schedule comes from.
+    pub coll_tag: crate::coll::TagFrom,
     /// This process's windows, for the accumulates shipped to it.
     pub exposures: crate::rma::shipped::Exposures,
     /// A buffer a call borrows while it runs (the small all-reduction's operand, the
@@ -154,7 +153,7 @@ impl Mpi {
             appnum: 0,
             universe_size: None,
             spare_schedule: None,
-            coll_tag_given: None,
+            coll_tag: Default::default(),
             exposures,
             scratch: Vec::new(),
             shipping: Default::default(),

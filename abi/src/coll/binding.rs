@@ -34,12 +34,14 @@ macro_rules! nonblocking {
         pub unsafe extern "C" fn $name($($arg: $ty,)* request: *mut Handle) -> c_int {
             let object = Object::Comm(last!($($arg),*));
             call(&stringify!($name)[1..], object, |$mpi| {
+                $mpi.coll_tag = $crate::coll::TagFrom::Nonblocking;
                 // SAFETY: the binding's contract: the buffers stay valid until the
-                // request completes; `request` is writable.
-                unsafe {
-                    let s = $build?;
-                    $mpi.start_collective(s, request)
-                }
+                // request completes; `request` is writable. (Some builds are safe.)
+                #[allow(unused_unsafe)]
+                let s = unsafe { $build };
+                $mpi.coll_tag = $crate::coll::TagFrom::Blocking;
+                // SAFETY: as above.
+                unsafe { $mpi.start_collective(s?, request) }
             })
         }
     };

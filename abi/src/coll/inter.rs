@@ -125,9 +125,14 @@ impl Mpi {
         (buf, count, ty): (*mut c_void, c_int, Handle),
         root: c_int,
     ) -> Result<Box<Schedule>> {
+        let role = role(root, sides)?;
+        if let Role::Idle = role {
+            // No argument but the root is significant here (MPI 4.1 §6.4).
+            return Ok(s);
+        }
         let n = check_count(count)?;
         let t = self.dtype(ty)?;
-        match role(root, sides)? {
+        match role {
             Role::Idle => {}
             Role::Root => {
                 // SAFETY: the caller's contract.
@@ -162,9 +167,14 @@ impl Mpi {
         (count, ty, op): (c_int, Handle, Handle),
         root: c_int,
     ) -> Result<Box<Schedule>> {
+        let role = role(root, sides)?;
+        if let Role::Idle = role {
+            // No argument but the root is significant here (MPI 4.1 §6.9.1).
+            return Ok(s);
+        }
         let n = check_count(count)?;
         let c = self.combine(self.reduction(op, ty)?, ty, n)?;
-        match role(root, sides)? {
+        match role {
             Role::Idle => {}
             Role::Root => {
                 // SAFETY: the caller's contract.

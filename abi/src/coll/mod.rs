@@ -64,6 +64,19 @@ impl Members {
     }
 }
 
+/// Where a collective's tag comes from: the next of its communicator's blocking
+/// collectives, or of its nonblocking and persistent ones (a sequence of their own,
+/// so that a program that orders the two kinds differently on its members, which
+/// MPI forbids but MPICH's and Open MPI's tags let pass, still matches each), or a
+/// persistent collective's own, while one of its starts builds it.
+#[derive(Clone, Copy, Default)]
+pub enum TagFrom {
+    #[default]
+    Blocking,
+    Nonblocking,
+    Given(i32),
+}
+
 impl Mpi {
     /// A schedule for the next collective on intracommunicator `comm`, and its members.
     pub fn collective(&mut self, comm: Handle) -> Result<(Box<Schedule>, Members)> {
@@ -91,7 +104,7 @@ impl Mpi {
         comm: Handle,
         inter: bool,
     ) -> Result<(Box<Schedule>, Members, Option<Arc<Group>>)> {
-        let given = self.coll_tag_given.take();
+        let from = std::mem::take(&mut self.coll_tag);
         let c = self.comm_mut(comm)?;
         if c.remote.is_some() && !inter {
             return Err(Error::new(
@@ -99,9 +112,10 @@ impl Mpi {
                 "scans and neighbourhood collectives are not defined on intercommunicators",
             ));
         }
-        let tag = match given {
-            Some(tag) => tag,
-            None => c.next_coll_tag(),
+        let tag = match from {
+            TagFrom::Given(tag) => tag,
+            TagFrom::Blocking => c.next_coll_tag(true),
+            TagFrom::Nonblocking => c.next_coll_tag(false),
         };
         let members = Members::of(c.group.clone(), c.rank);
         let remote = c.remote.clone();

@@ -10,7 +10,7 @@
 //! array (`MPI_Alltoallw_init`), which each start reads again (the program keeps
 //! the arrays as they were).
 
-use super::Schedule;
+use super::{Schedule, TagFrom};
 use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::request::{Outcome, Request};
@@ -148,7 +148,7 @@ impl Mpi {
         out: *mut Handle,
     ) -> Result<()> {
         let tag = match self.comm_mut(comm) {
-            Ok(c) => c.next_coll_tag(),
+            Ok(c) => c.next_coll_tag(false),
             Err(e) => {
                 self.free_owned(own);
                 return Err(e);
@@ -240,9 +240,9 @@ impl Mpi {
                     ))
                 }
             };
-        self.coll_tag_given = Some(tag);
+        self.coll_tag = TagFrom::Given(tag);
         let s = build(self);
-        self.coll_tag_given = None;
+        self.coll_tag = TagFrom::Blocking;
         let s = s?;
         let mut inner = MPI_REQUEST_NULL;
         // SAFETY: the buffers were promised at the init for every start, until each

@@ -80,7 +80,7 @@ impl Mpi {
             return None;
         }
         let c = self.comm_mut(comm).ok()?;
-        Some((c.coll_ctx(), c.next_coll_tag()))
+        Some((c.coll_ctx(), c.next_coll_tag(true)))
     }
 
     /// [`allreduce`] on the state: `None` where it does not apply.

@@ -121,8 +121,10 @@ pub struct Communicator {
     /// Attributes.
     pub attrs: crate::attr::Attrs,
     pub topo: Option<topo::Topology>,
-    /// Collectives started so far (each uses its own tag).
+    /// Blocking collectives started so far, and nonblocking and persistent ones
+    /// (each uses its own tag).
     pub coll_seq: u32,
+    pub nonblocking_seq: u32,
     /// Its nonblocking duplicates so far, and how many it has contexts for.
     pub idups: u32,
     pub idup_slots: u32,
@@ -141,6 +143,7 @@ impl Communicator {
             attrs: BTreeMap::new(),
             topo: None,
             coll_seq: 0,
+            nonblocking_seq: 0,
             idups: 0,
             idup_slots: IDUP_SLOTS,
         }
@@ -177,9 +180,14 @@ impl Communicator {
         self.ctx + 1
     }
 
-    /// The tag of the next collective.
-    pub fn next_coll_tag(&mut self) -> i32 {
-        self.coll_seq = self.coll_seq.wrapping_add(1);
-        (self.coll_seq & 0x3fff_ffff) as i32
+    /// The tag of the next blocking collective (`blocking`), or of the next
+    /// nonblocking or persistent one: two sequences, in two halves of the tags.
+    pub fn next_coll_tag(&mut self, blocking: bool) -> i32 {
+        let (seq, half) = match blocking {
+            true => (&mut self.coll_seq, 0),
+            false => (&mut self.nonblocking_seq, 0x2000_0000),
+        };
+        *seq = seq.wrapping_add(1);
+        (half | (*seq & 0x1fff_ffff)) as i32
     }
 }

@@ -14,7 +14,8 @@
  * contiguous on either side; sub-communicators (a split by parity, the world
  * reversed); and the nonblocking forms, many in flight on one communicator,
  * completed in several orders; an MPI_Allreduce while one rank alone has a
- * nonblocking collective in flight; persistent collectives started three times,
+ * nonblocking collective in flight; blocking and nonblocking ones called in other
+ * orders on the members; persistent collectives started three times,
  * their buffers read at each start. */
 #include "check.h"
 #include <complex.h>
@@ -1587,6 +1588,30 @@ static void test_persistent_freed_args(void) {
   }
 }
 
+/* Blocking and nonblocking collectives called in other orders on the members (MPI
+ * forbids it; MPICH's and Open MPI's tags let it pass, and mpi4py's emulation of
+ * MPI_Comm_iagree relies on it): each root starts an MPI_Iallreduce before a
+ * barrier, which the others enter first; the allreduce is not done before the others
+ * begin it, and gives the right result. */
+static void test_kinds_ordered_apart(void) {
+  for (int root = 0; root < size; root++) {
+    int in = rank == root ? 11 : 13, out = -1, flag = 0;
+    MPI_Request r;
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == root) {
+      OK(MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_BAND, MPI_COMM_WORLD, &r));
+      OK(MPI_Test(&r, &flag, MPI_STATUS_IGNORE));
+      CHECK(!flag || size == 1, "root %d's MPI_Iallreduce done before the others began", root);
+      OK(MPI_Barrier(MPI_COMM_WORLD));
+    } else {
+      OK(MPI_Barrier(MPI_COMM_WORLD));
+      OK(MPI_Iallreduce(&in, &out, 1, MPI_INT, MPI_BAND, MPI_COMM_WORLD, &r));
+    }
+    OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+    CHECK(out == (size == 1 ? 11 : (11 & 13)), "root %d: the allreduce gave %d", root, out);
+  }
+}
+
 int main(int argc, char **argv) {
   start("coll", &argc, &argv);
   CHECK(size <= 64, "coll runs at 64 ranks at most, not %d", size);
@@ -1604,6 +1629,7 @@ int main(int argc, char **argv) {
   test_subcomms();
   test_progress_in_blocking_calls();
   test_nonblocking();
+  test_kinds_ordered_apart();
   test_persistent();
   test_persistent_freed_args();
   OK(MPI_Op_free(&op_mat));

@@ -184,7 +184,11 @@ int main(int argc, char **argv) {
     int root = g == from ? (lrank == root_rank ? MPI_ROOT : MPI_PROC_NULL) : root_rank;
     if (root == MPI_ROOT)
       v[0] = 11, v[1] = 22, v[2] = from;
-    OK(MPI_Bcast(v, 3, MPI_INT, root, inter));
+    /* MPI_PROC_NULL: only the root argument counts (its type is not even one). */
+    if (root == MPI_PROC_NULL)
+      OK(MPI_Bcast(NULL, 0, MPI_DATATYPE_NULL, root, inter));
+    else
+      OK(MPI_Bcast(v, 3, MPI_INT, root, inter));
     if (g != from)
       CHECK(v[0] == 11 && v[1] == 22 && v[2] == from, "bcast from group %d: %d %d %d", from,
             v[0], v[1], v[2]);
@@ -247,7 +251,10 @@ int main(int argc, char **argv) {
     int root_rank = group_size(0) - 1;
     int root = g == 0 ? (lrank == root_rank ? MPI_ROOT : MPI_PROC_NULL) : root_rank;
     mat r = {-1, -1, -1, -1};
-    OK(MPI_Reduce(&mine, &r, 1, mat_type, mat_prod, root, inter));
+    if (root == MPI_PROC_NULL) /* as mpi4py passes it: no data, an operation of none */
+      OK(MPI_Reduce(NULL, NULL, 0, MPI_BYTE, MPI_SUM, root, inter));
+    else
+      OK(MPI_Reduce(&mine, &r, 1, mat_type, mat_prod, root, inter));
     if (root == MPI_ROOT)
       CHECK(r.a == expect.a && r.b == expect.b && r.c == expect.c && r.d == expect.d,
             "reduce of matrices out of order");
