@@ -149,8 +149,12 @@ pub enum Handler {
     User(usize),
 }
 
-/// Error codes beyond the classes: each carries its message. A code is
-/// `class | serial << 8`; the last [`KEPT`] messages are kept.
+/// Error codes beyond the classes: each carries its message. The classes the
+/// program adds are numbered from `MPI_ERR_LASTCODE + 1` (MPI 4.1, 9.5: the
+/// attribute `MPI_LASTUSEDCODE` names the largest in use, never below
+/// `MPI_ERR_LASTCODE`). A code is `slot | serial << 8`, at 2^20 or above: its
+/// class's slot (the class itself for a predefined one, after them for the
+/// program's) and a serial; the last [`KEPT`] messages are kept.
 struct Codes {
     next: u32,
     messages: std::collections::VecDeque<(c_int, String)>,
@@ -167,15 +171,19 @@ struct Codes {
 
 /// Messages kept for `MPI_Error_string`.
 const KEPT: usize = 1024;
-/// The largest serial (a code stays a positive `int`).
+/// The first and one past the largest serial (a code is above every class and
+/// stays a positive `int`).
+const FIRST_SERIAL: u32 = 1 << 12;
 const SERIALS: u32 = 1 << 22;
 /// The first class `MPI_Add_error_class` gives.
-const FIRST_USER_CLASS: c_int = MPI_ERR_ERRHANDLER + 1;
-/// Classes fit below this (the low byte of a code).
-const CLASS_LIMIT: c_int = 256;
+const FIRST_USER_CLASS: c_int = MPI_ERR_LASTCODE + 1;
+/// The slot of the first class the program adds; slots fit below this (the low byte
+/// of a code).
+const FIRST_USER_SLOT: c_int = MPI_ERR_ERRHANDLER + 1;
+const SLOT_LIMIT: c_int = 256;
 
 static CODES: Mutex<Codes> = Mutex::new(Codes {
-    next: 1,
+    next: FIRST_SERIAL,
     messages: std::collections::VecDeque::new(),
     last_class: FIRST_USER_CLASS - 1,
     strings: std::collections::BTreeMap::new(),
@@ -187,12 +195,24 @@ fn codes() -> std::sync::MutexGuard<'static, Codes> {
     CODES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The slot of class `class` in a code.
+fn slot_of(class: c_int) -> c_int {
+    match class >= FIRST_USER_CLASS {
+        true => class - FIRST_USER_CLASS + FIRST_USER_SLOT,
+        false => class,
+    }
+}
+
 /// A code for `e`, carrying its message.
 pub fn code_of(e: &Error) -> c_int {
     let mut c = codes();
     let serial = c.next;
-    c.next = if serial + 1 >= SERIALS { 1 } else { serial + 1 };
-    let code = e.class | (serial << 8) as c_int;
+    c.next = if serial + 1 >= SERIALS {
+        FIRST_SERIAL
+    } else {
+        serial + 1
+    };
+    let code = slot_of(e.class) | (serial << 8) as c_int;
     if c.messages.len() == KEPT {
         c.messages.pop_front();
     }
@@ -202,14 +222,21 @@ pub fn code_of(e: &Error) -> c_int {
 
 /// The class of `code`; `None` for a code this library never gave.
 pub fn class_of(code: c_int) -> Option<c_int> {
-    if code < 0 {
-        return None;
-    }
-    let class = code & 0xff;
+    let first_code = (FIRST_SERIAL << 8) as c_int;
+    let class = match code {
+        0..=MPI_ERR_ERRHANDLER => return Some(code),
+        _ if code >= first_code => match code & 0xff {
+            MPI_SUCCESS => return None,
+            slot if slot >= FIRST_USER_SLOT => slot - FIRST_USER_SLOT + FIRST_USER_CLASS,
+            slot => return Some(slot),
+        },
+        _ => code,
+    };
     let c = codes();
-    let known =
-        class <= MPI_ERR_ERRHANDLER || (class <= c.last_class && !c.removed.contains(&class));
-    (known && (code < CLASS_LIMIT || class != MPI_SUCCESS)).then_some(class)
+    (FIRST_USER_CLASS..=c.last_class)
+        .contains(&class)
+        .then_some(class)
+        .filter(|class| !c.removed.contains(class))
 }
 
 /// The text of `code`: its message where one is kept, else its class's; empty for
@@ -240,12 +267,12 @@ pub fn add_class() -> Result<c_int> {
     if let Some(class) = c.removed.pop_first() {
         return Ok(class);
     }
-    if c.last_class + 1 >= CLASS_LIMIT {
+    if slot_of(c.last_class + 1) >= SLOT_LIMIT {
         return Err(Error::new(
             MPI_ERR_OTHER,
             format!(
                 "no more error classes: at most {} can be in use",
-                CLASS_LIMIT - FIRST_USER_CLASS
+                SLOT_LIMIT - FIRST_USER_SLOT
             ),
         ));
     }
@@ -276,7 +303,11 @@ pub fn remove_class(class: c_int) -> Result<()> {
             format!("{class} is not an error class that MPI_Add_error_class gave"),
         ));
     }
-    if let Some(code) = c.user_codes.iter().find(|&&code| code & 0xff == class) {
+    if let Some(code) = c
+        .user_codes
+        .iter()
+        .find(|&&code| code & 0xff == slot_of(class))
+    {
         return Err(Error::new(
             MPI_ERR_ARG,
             format!("error class {class} still has code {code}: remove its codes first"),
@@ -330,12 +361,12 @@ pub fn add_string(code: c_int, s: String) -> Result<()> {
     Ok(())
 }
 
-/// The highest error code in use (`MPI_LASTUSEDCODE`), never below
+/// The largest class or code the program added (`MPI_LASTUSEDCODE`), never below
 /// `MPI_ERR_LASTCODE` (MPI 4.1, 9.5).
 pub fn last_used() -> c_int {
     let c = codes();
-    let used = c.last_class | ((c.next.saturating_sub(1)) << 8) as c_int;
-    used.max(MPI_ERR_LASTCODE)
+    let code = c.user_codes.last().copied().unwrap_or(0);
+    c.last_class.max(code).max(MPI_ERR_LASTCODE)
 }
 
 /// The name of a class (`MPI_ERR_RANK`).
@@ -512,9 +543,13 @@ mod tests {
     #[test]
     fn added_classes_and_codes() {
         let class = add_class().unwrap();
-        assert!(class > MPI_ERR_LASTCODE.min(MPI_ERR_ERRHANDLER));
+        assert!(class > MPI_ERR_LASTCODE);
+        assert_eq!(last_used(), class);
+        assert_eq!(class_of(class), Some(class));
+        assert_eq!(class_of(class + 1), None, "not added yet");
         let code = add_code(class).unwrap();
         assert_eq!(class_of(code), Some(class));
+        assert_eq!(last_used(), code);
         add_string(code, "my error".into()).unwrap();
         assert_eq!(string_of(code).unwrap(), "my error");
         assert!(add_string(MPI_ERR_RANK, "no".into()).is_err());

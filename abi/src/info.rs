@@ -238,8 +238,12 @@ pub unsafe extern "C" fn PMPI_Info_delete(info: Handle, key: *const c_char) -> c
 }
 
 /// The info object `h` as a binding of this module reads it (`MPI_INFO_ENV` for
-/// the job as it is now).
+/// the job as it is now); `MPI_INFO_NULL`, which other functions take as no hints,
+/// is no object to read.
 fn read(h: Handle) -> Result<Info> {
+    if h == MPI_INFO_NULL {
+        return Err(Error::new(MPI_ERR_INFO, "MPI_INFO_NULL is no info object"));
+    }
     lookup(h, job_now)
 }
 

@@ -474,8 +474,22 @@ pub unsafe extern "C" fn PMPI_Comm_call_errhandler(comm: Handle, errorcode: c_in
 }
 
 /// `MPI_*_call_errhandler` (binding `name`): run `object`'s error handler on
-/// `errorcode`.
+/// `errorcode`. A handle that is no such object (its null handle, but
+/// `MPI_FILE_NULL`, whose handler files being opened use) is an error.
 pub fn call_errhandler(name: &str, object: Object, errorcode: c_int) -> c_int {
+    let known = global::with(|mpi| {
+        Ok(match object {
+            Object::Comm(c) => mpi.comm(c).err(),
+            Object::Win(w) => mpi.win(w).err(),
+            Object::File(f) if f != MPI_FILE_NULL => mpi.file(f).err(),
+            Object::Session(s) => mpi.session(s).err(),
+            _ => None,
+        })
+    });
+    // (A state that cannot be read now leaves the handler to decide.)
+    if let Ok(Some(e)) = known {
+        return crate::error::raise(name, object, e);
+    }
     match crate::global::handler_of(object) {
         crate::error::Handler::Return => MPI_SUCCESS,
         crate::error::Handler::Fatal => {

@@ -93,11 +93,15 @@ pub unsafe extern "C" fn PMPI_Request_get_status(
     call("MPI_Request_get_status", Object::None, |mpi| {
         non_null(flag, MPI_ERR_ARG, "flag")?;
         mpi.progress();
-        let found = if request == MPI_REQUEST_NULL {
-            Some(Status::empty())
-        } else {
-            mpi.peek(request)?
-        };
+        if request == MPI_REQUEST_NULL {
+            // SAFETY: checked not null; `status` null or valid.
+            unsafe {
+                flag.write(1);
+                crate::p2p::put_empty(status);
+            }
+            return Ok(());
+        }
+        let found = mpi.peek(request)?;
         // SAFETY: checked not null; `status` null or valid.
         unsafe { crate::p2p::put_found(flag, status, found) };
         Ok(())
@@ -158,8 +162,10 @@ pub unsafe extern "C" fn PMPI_Request_get_status_any(
         unsafe {
             put(indx, i);
             flag.write(f);
-            if let Some(s) = s {
-                crate::p2p::put_one(status, s);
+            match s {
+                Some(_) if none_active => crate::p2p::put_empty(status),
+                Some(s) => crate::p2p::put_one(status, s),
+                None => {}
             }
         }
         Ok(())

@@ -143,6 +143,20 @@ pub unsafe fn put_one(out: *mut Status, s: Status) {
     }
 }
 
+/// Store an empty status at `out` (if not null), its `MPI_ERROR` field too
+/// (`MPI_SUCCESS`, MPI 4.1 §3.7.3): the status of a null request, or of a call on
+/// requests none of which is active.
+///
+/// # Safety
+///
+/// `out` is null or valid for writes of a status.
+pub unsafe fn put_empty(out: *mut Status) {
+    if !out.is_null() {
+        // SAFETY: the caller's contract.
+        unsafe { out.write(Status::empty()) };
+    }
+}
+
 /// Store whether a status was `found` at `flag` and, when it was, the status at
 /// `status` (as [`put_one`]).
 ///

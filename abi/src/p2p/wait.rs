@@ -301,10 +301,18 @@ pub unsafe extern "C" fn PMPI_Wait(request: *mut Handle, status: *mut Status) ->
         non_null(request, MPI_ERR_REQUEST, "request")?;
         // SAFETY: the binding's contract: `request` points to a handle.
         let h = unsafe { &mut *request };
-        let c = mpi.requests.get(*h).and_then(comm_of);
+        let (c, null) = (
+            mpi.requests.get(*h).and_then(comm_of),
+            *h == MPI_REQUEST_NULL,
+        );
         let (s, e) = mpi.wait(h)?;
         // SAFETY: `status` is null (ignored) or points to a status.
-        unsafe { crate::p2p::put_one(status, s) };
+        unsafe {
+            match null {
+                true => crate::p2p::put_empty(status),
+                false => crate::p2p::put_one(status, s),
+            }
+        }
         *comm = c;
         e.map_or(Ok(()), Err)
     })
@@ -323,6 +331,7 @@ pub unsafe extern "C" fn PMPI_Test(
         let h = unsafe { &mut *request };
         mpi.progress();
         *comm = mpi.requests.get(*h).and_then(comm_of);
+        let null = *h == MPI_REQUEST_NULL;
         match mpi.look(*h)? {
             Outcome::Pending => {
                 // SAFETY: checked not null.
@@ -341,7 +350,10 @@ pub unsafe extern "C" fn PMPI_Test(
                 // SAFETY: checked not null; `status` null or valid.
                 unsafe {
                     flag.write(1);
-                    crate::p2p::put_one(status, s);
+                    match null {
+                        true => crate::p2p::put_empty(status),
+                        false => crate::p2p::put_one(status, s),
+                    }
                 }
                 error.map_or(Ok(()), Err)
             }

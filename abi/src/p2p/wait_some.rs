@@ -132,7 +132,10 @@ unsafe fn any(
                 return Ok(());
             };
             index.write(i);
-            crate::p2p::put_one(status, s);
+            match i {
+                MPI_UNDEFINED => crate::p2p::put_empty(status),
+                _ => crate::p2p::put_one(status, s),
+            }
             e.map_or(Ok(()), Err)
         }
     })

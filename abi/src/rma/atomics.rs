@@ -299,8 +299,9 @@ impl Mpi {
         Ok(self.msg.reaches_unattended(a.target(self.win(win)?)))
     }
 
-    /// Check `op` for an accumulate on `ty`: predefined, and defined on its kind.
-    fn accumulate_op(&self, op: Handle, ty: Handle) -> Result<()> {
+    /// Check `op` for an accumulate of `count` elements of `ty`: predefined, and
+    /// defined on its kind.
+    fn accumulate_op(&self, op: Handle, (count, ty): (c_int, Handle)) -> Result<()> {
         if !op::is_predefined(op) {
             return Err(Error::new(
                 MPI_ERR_OP,
@@ -310,6 +311,9 @@ impl Mpi {
         let t = self.dtype(ty)?;
         match t.prim {
             Some(p) if op::supports(op, p) => Ok(()),
+            // No element to combine (a count of 0, given by the caller): any
+            // predefined operation, as MPICH and Open MPI take it.
+            _ if count == 0 => Ok(()),
             None if matches!(op, MPI_REPLACE | MPI_NO_OP) => Ok(()),
             _ => op::check(Op::Predefined(op), t),
         }
@@ -367,7 +371,7 @@ pub unsafe extern "C" fn PMPI_Fetch_and_op(
         }
         // A predefined type without gaps (as the standard asks): origin and result
         // are the element itself, of the target's size.
-        mpi.accumulate_op(op, datatype)?;
+        mpi.accumulate_op(op, (1, datatype))?;
         if mpi.to_proc_null(win, target_rank)? {
             return Ok(());
         }
@@ -422,7 +426,7 @@ impl Mpi {
         op: Handle,
         win: Handle,
     ) -> Result<()> {
-        self.accumulate_op(op, target_datatype)?;
+        self.accumulate_op(op, (target_count, target_datatype))?;
         if self.to_proc_null(win, target_rank)? {
             return Ok(());
         }

@@ -550,9 +550,14 @@ static void test_attributes(void) {
         "MPI_IO: %d", *v);
   OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &v, &flag));
   CHECK(!flag || *v >= 0, "MPI_APPNUM: %d", *v);
-  /* The largest error code in use covers every code given out. */
+  /* The program's classes are above MPI_ERR_LASTCODE; the largest class or code
+   * in use covers every one given out. */
   int cls, code;
   OK(MPI_Add_error_class(&cls));
+  OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_LASTUSEDCODE, &v, &flag));
+  CHECK(cls > MPI_ERR_LASTCODE && flag && *v == cls,
+        "MPI_Add_error_class gave %d, MPI_LASTUSEDCODE %d (MPI_ERR_LASTCODE %d)", cls, *v,
+        MPI_ERR_LASTCODE);
   OK(MPI_Add_error_code(cls, &code));
   OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_LASTUSEDCODE, &v, &flag));
   CHECK(flag && *v >= code && *v >= cls && *v >= MPI_ERR_LASTCODE,

@@ -311,6 +311,13 @@ static void test_handle_errors(void) {
   MPI_Info stale_info = info;
   OK(MPI_Info_free(&info));
   EXPECT_ERR(MPI_Info_get_nkeys(stale_info, &n), MPI_ERR_INFO, "freed");
+  /* MPI_INFO_NULL means no hints where an info is given, but is no object to read. */
+  MPI_Info none;
+  int found = -1;
+  char value[8];
+  EXPECT_ERR(MPI_Info_get_nkeys(MPI_INFO_NULL, &n), MPI_ERR_INFO, "MPI_INFO_NULL");
+  EXPECT_ERR(MPI_Info_dup(MPI_INFO_NULL, &none), MPI_ERR_INFO, "MPI_INFO_NULL");
+  EXPECT_ERR(MPI_Info_get(MPI_INFO_NULL, "k", 7, value, &found), MPI_ERR_INFO, "MPI_INFO_NULL");
   EXPECT_ERR(MPI_Info_set((MPI_Info)MPI_COMM_WORLD, "k", "v"), MPI_ERR_INFO, NULL);
 
   /* Error handlers. */
@@ -414,6 +421,9 @@ static void test_user_handler(void) {
   OK(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
   OK(MPI_Comm_call_errhandler(c, code));
   CHECK(seen_calls == 4, "MPI_Comm_call_errhandler with MPI_ERRORS_RETURN ran the handler");
+  /* A null handle has no handler to call. */
+  EXPECT_ERR(MPI_Comm_call_errhandler(MPI_COMM_NULL, code), MPI_ERR_COMM, NULL);
+  EXPECT_ERR(MPI_Win_call_errhandler(MPI_WIN_NULL, code), MPI_ERR_WIN, NULL);
   /* MPI_ERRORS_RETURN on one communicator leaves the others' as they were. */
   OK(MPI_Comm_get_errhandler(d, &got));
   CHECK(got != MPI_ERRORS_RETURN, "setting one communicator's handler changed another's");

@@ -725,22 +725,43 @@ static void test_cancel_send(void) {
   }
 }
 
+/* An empty status, its MPI_ERROR field MPI_SUCCESS too (MPI 4.1 §3.7.3), where
+ * the call had it MPI_ERR_OTHER. */
+static void expect_empty_whole(const MPI_Status *st, const char *what) {
+  expect_empty(st, MPI_ANY_SOURCE, what);
+  CHECK(st->MPI_ERROR == MPI_SUCCESS, "%s: MPI_ERROR %d in an empty status", what,
+        st->MPI_ERROR);
+}
+
 static void test_completions(void) {
   MPI_Request nulls[3] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   MPI_Status st, sts[4];
   int index = -1, flag = -1, outcount = -1, indices[4];
   MPI_Request r = MPI_REQUEST_NULL;
+  st.MPI_ERROR = MPI_ERR_OTHER;
   OK(MPI_Wait(&r, &st));
-  expect_empty(&st, MPI_ANY_SOURCE, "MPI_Wait on MPI_REQUEST_NULL");
+  expect_empty_whole(&st, "MPI_Wait on MPI_REQUEST_NULL");
+  st.MPI_ERROR = MPI_ERR_OTHER;
   OK(MPI_Test(&r, &flag, &st));
   CHECK(flag, "MPI_Test on MPI_REQUEST_NULL: flag %d", flag);
-  expect_empty(&st, MPI_ANY_SOURCE, "MPI_Test on MPI_REQUEST_NULL");
+  expect_empty_whole(&st, "MPI_Test on MPI_REQUEST_NULL");
+  st.MPI_ERROR = MPI_ERR_OTHER;
+  OK(MPI_Request_get_status(r, &flag, &st));
+  expect_empty_whole(&st, "MPI_Request_get_status of MPI_REQUEST_NULL");
+  st.MPI_ERROR = MPI_ERR_OTHER;
   OK(MPI_Waitany(3, nulls, &index, &st));
   CHECK(index == MPI_UNDEFINED, "MPI_Waitany of nulls: index %d", index);
-  expect_empty(&st, MPI_ANY_SOURCE, "MPI_Waitany of nulls");
+  expect_empty_whole(&st, "MPI_Waitany of nulls");
+  st.MPI_ERROR = MPI_ERR_OTHER;
   OK(MPI_Testany(3, nulls, &index, &flag, &st));
   CHECK(flag && index == MPI_UNDEFINED, "MPI_Testany of nulls: flag %d index %d",
         flag, index);
+  expect_empty_whole(&st, "MPI_Testany of nulls");
+  st.MPI_ERROR = MPI_ERR_OTHER;
+  OK(MPI_Request_get_status_any(3, nulls, &index, &flag, &st));
+  CHECK(flag && index == MPI_UNDEFINED, "MPI_Request_get_status_any of nulls: flag %d index %d",
+        flag, index);
+  expect_empty_whole(&st, "MPI_Request_get_status_any of nulls");
   OK(MPI_Waitsome(3, nulls, &outcount, indices, sts));
   CHECK(outcount == MPI_UNDEFINED, "MPI_Waitsome of nulls: %d", outcount);
   OK(MPI_Testsome(3, nulls, &outcount, indices, sts));

@@ -789,6 +789,9 @@ static void test_accumulate(void) {
   OK(MPI_Get_accumulate(NULL, 0, MPI_LONG_LONG, &old, 1, MPI_LONG_LONG, right,
                         AT(fetch), 1, MPI_LONG_LONG, MPI_NO_OP, win));
   CHECK(old == 1005 + right, "MPI_NO_OP read %lld", old);
+  /* No element: any predefined operation, even one undefined on the type (mpi4py). */
+  OK(MPI_Get_accumulate(NULL, 0, MPI_BYTE, NULL, 0, MPI_BYTE, right, AT(fetch), 0, MPI_BYTE,
+                        MPI_SUM, win));
   OK(MPI_Fetch_and_op(&one, &old, MPI_LONG_LONG, right, AT(fetch[1]), MPI_SUM, win));
   OK(MPI_Fetch_and_op(NULL, &old, MPI_LONG_LONG, right, AT(fetch[1]), MPI_NO_OP, win));
   CHECK(old == 1001 + right, "Fetch_and_op then MPI_NO_OP read %lld", old);
