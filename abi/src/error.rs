@@ -293,8 +293,8 @@ pub fn add_code(class: c_int) -> Result<c_int> {
     Ok(code)
 }
 
-/// `MPI_Remove_error_class`: a class `MPI_Add_error_class` gave, with no code
-/// left; its string goes with it.
+/// `MPI_Remove_error_class`: a class `MPI_Add_error_class` gave, with no code nor
+/// string left (MPI 4.1, 9.5).
 pub fn remove_class(class: c_int) -> Result<()> {
     let mut c = codes();
     if !(FIRST_USER_CLASS..=c.last_class).contains(&class) || c.removed.contains(&class) {
@@ -313,23 +313,35 @@ pub fn remove_class(class: c_int) -> Result<()> {
             format!("error class {class} still has code {code}: remove its codes first"),
         ));
     }
-    c.strings.remove(&class);
+    has_no_string(&c, class)?;
     c.removed.insert(class);
     Ok(())
 }
 
-/// `MPI_Remove_error_code`: a code `MPI_Add_error_code` gave; its string goes
-/// with it.
+/// `MPI_Remove_error_code`: a code `MPI_Add_error_code` gave, with no string left.
 pub fn remove_code(code: c_int) -> Result<()> {
     let mut c = codes();
-    if !c.user_codes.remove(&code) {
+    if !c.user_codes.contains(&code) {
         return Err(Error::new(
             MPI_ERR_ARG,
             format!("{code} is not an error code that MPI_Add_error_code gave"),
         ));
     }
-    c.strings.remove(&code);
+    has_no_string(&c, code)?;
+    c.user_codes.remove(&code);
     Ok(())
+}
+
+/// Refuse to remove class or code `code` while `MPI_Add_error_string` gave it a
+/// string.
+fn has_no_string(c: &Codes, code: c_int) -> Result<()> {
+    match c.strings.contains_key(&code) {
+        true => Err(Error::new(
+            MPI_ERR_ARG,
+            format!("{code} still has a string: remove it first (MPI_Remove_error_string)"),
+        )),
+        false => Ok(()),
+    }
 }
 
 /// `MPI_Remove_error_string`: the string `MPI_Add_error_string` gave `code`.

@@ -99,10 +99,14 @@ static void test_remove_errors(void) {
   OK(MPI_Add_error_string(code, "a code of the program's"));
   errors_return(MPI_COMM_SELF, 1);
   EXPECT_ERR(MPI_Remove_error_class(cls), MPI_ERR_ARG, "remove its codes first");
+  EXPECT_ERR(MPI_Remove_error_code(code), MPI_ERR_ARG, "still has a string");
   OK(MPI_Remove_error_string(code));
   EXPECT_ERR(MPI_Remove_error_string(code), MPI_ERR_ARG, "no string");
   OK(MPI_Remove_error_code(code));
   EXPECT_ERR(MPI_Remove_error_code(code), MPI_ERR_ARG, "not an error code");
+  OK(MPI_Add_error_string(cls, "a class of the program's"));
+  EXPECT_ERR(MPI_Remove_error_class(cls), MPI_ERR_ARG, "still has a string");
+  OK(MPI_Remove_error_string(cls));
   OK(MPI_Remove_error_class(cls));
   rc = MPI_Error_class(cls, &got);
   CHECK(rc != MPI_SUCCESS, "a removed class is still a class");
