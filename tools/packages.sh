@@ -21,8 +21,9 @@ readonly SET_ORDER=(host nodes guest-build guest-qemu verbs-tools)
 declare -A SETS=(
     # Building and testing the workspace: mpich (the osu suite under
     # mpiexec.mpich), hwloc (the launcher's topology feature), verbs headers
-    # and libclang (rdma-sys's build).
-    [host]="mpich libhwloc-dev libudev-dev pkg-config libibverbs-dev librdmacm-dev libclang-dev"
+    # and libclang (rdma-sys's build), python3-venv and python3-dev (mpi4py
+    # built against the MPI ABI, tools/mpi4py.sh).
+    [host]="mpich libhwloc-dev libudev-dev pkg-config libibverbs-dev librdmacm-dev libclang-dev python3-venv python3-dev"
     # Simulated nodes (tools/nodes.sh, tests/nodes): network, UTS and mount
     # namespaces, veth links on a bridge, and a Slurm cluster with its own
     # munge key across them.
