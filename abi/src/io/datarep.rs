@@ -93,9 +93,7 @@ impl Datarep {
         let code = crate::op::with_given_type(ty, t, || -> Result<c_int> {
             match f {
                 Convert::Int(f) => {
-                    let n = c_int::try_from(items).map_err(|_| {
-                    Error::new(MPI_ERR_COUNT, format!("{items} data items are more than a conversion function of MPI_Register_datarep takes (an int): use MPI_Register_datarep_c"))
-                })?;
+                    let n = c_int::try_from(items).map_err(|_| too_many(items))?;
                     // SAFETY: MPI_Register_datarep's caller gave a function of this type;
                     // the buffers as the caller's contract says.
                     Ok(unsafe { std::mem::transmute::<usize, IntFn>(f)(buf, ty, n, fb, 0, extra) })
@@ -150,6 +148,15 @@ impl Datarep {
         }
         Ok(())
     }
+}
+
+/// The error of `items` data items, more than a conversion function of the `int`
+/// form takes.
+fn too_many(items: usize) -> Error {
+    Error::new(
+        MPI_ERR_COUNT,
+        format!("{items} data items are more than a conversion function of MPI_Register_datarep takes (an int): use MPI_Register_datarep_c"),
+    )
 }
 
 /// The predefined types `t` (handle `h`) is made of, each once.
