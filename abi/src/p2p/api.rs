@@ -393,7 +393,7 @@ pub unsafe extern "C" fn PMPI_Cancel(request: *mut Handle) -> c_int {
                 Ok(None)
             }
             // The program's operation: its cancel function decides.
-            Some(Request::Generalized(g)) => Ok(Some((g.callbacks, g.done.is_some()))),
+            Some(Request::Generalized(g)) => Ok(Some((g.callbacks, g.completed))),
             Some(_) => Ok(None),
             None => Err(Error::new(
                 MPI_ERR_REQUEST,

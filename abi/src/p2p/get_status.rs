@@ -90,6 +90,8 @@ pub unsafe extern "C" fn PMPI_Request_get_status(
     flag: *mut c_int,
     status: *mut Status,
 ) -> c_int {
+    // SAFETY: one handle.
+    let _waiting = unsafe { super::grequest::before_completion(1, &request) };
     call("MPI_Request_get_status", Object::None, |mpi| {
         non_null(flag, MPI_ERR_ARG, "flag")?;
         mpi.progress();
@@ -115,6 +117,8 @@ pub unsafe extern "C" fn PMPI_Request_get_status_all(
     flag: *mut c_int,
     array_of_statuses: *mut Status,
 ) -> c_int {
+    // SAFETY: the binding's contract: null or `count` handles.
+    let _waiting = unsafe { super::grequest::before_completion(count, array_of_requests) };
     call("MPI_Request_get_status_all", Object::None, |mpi| {
         non_null(flag, MPI_ERR_ARG, "flag")?;
         // SAFETY: the binding's contract.
@@ -142,6 +146,8 @@ pub unsafe extern "C" fn PMPI_Request_get_status_any(
     flag: *mut c_int,
     status: *mut Status,
 ) -> c_int {
+    // SAFETY: the binding's contract: null or `count` handles.
+    let _waiting = unsafe { super::grequest::before_completion(count, array_of_requests) };
     call("MPI_Request_get_status_any", Object::None, |mpi| {
         non_null(flag, MPI_ERR_ARG, "flag")?;
         // SAFETY: the binding's contract.
@@ -180,6 +186,8 @@ pub unsafe extern "C" fn PMPI_Request_get_status_some(
     array_of_indices: *mut c_int,
     array_of_statuses: *mut Status,
 ) -> c_int {
+    // SAFETY: the binding's contract: null or `incount` handles.
+    let _waiting = unsafe { super::grequest::before_completion(incount, array_of_requests) };
     call("MPI_Request_get_status_some", Object::None, |mpi| {
         non_null(outcount, MPI_ERR_ARG, "outcount")?;
         // SAFETY: the binding's contract.

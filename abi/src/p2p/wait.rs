@@ -275,6 +275,11 @@ pub(super) fn complete_array(
     reqs: Result<&mut [Handle]>,
     f: impl FnOnce(&mut Held, &mut [Handle], &[Option<Handle>], &mut Option<Handle>) -> Result<()>,
 ) -> c_int {
+    let _waiting = match &reqs {
+        // SAFETY: the handles of the array argument.
+        Ok(r) => unsafe { grequest::before_completion(r.len() as c_int, r.as_ptr()) },
+        Err(_) => None,
+    };
     complete(name, |mpi, comm| {
         let reqs = reqs?;
         let of = comms(mpi, reqs);
@@ -297,6 +302,8 @@ pub(super) fn with_error(mut s: Status, e: &Option<Error>) -> Status {
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Wait(request: *mut Handle, status: *mut Status) -> c_int {
+    // SAFETY: the binding's contract: null or a handle.
+    let _waiting = unsafe { grequest::before_completion(1, request) };
     complete("MPI_Wait", |mpi, comm| {
         non_null(request, MPI_ERR_REQUEST, "request")?;
         // SAFETY: the binding's contract: `request` points to a handle.
@@ -324,6 +331,8 @@ pub unsafe extern "C" fn PMPI_Test(
     flag: *mut c_int,
     status: *mut Status,
 ) -> c_int {
+    // SAFETY: the binding's contract: null or a handle.
+    let _waiting = unsafe { grequest::before_completion(1, request) };
     complete("MPI_Test", |mpi, comm| {
         non_null(request, MPI_ERR_ARG, "request")?;
         non_null(flag, MPI_ERR_ARG, "flag")?;
@@ -367,6 +376,8 @@ pub unsafe extern "C" fn PMPI_Waitall(
     array_of_requests: *mut Handle,
     array_of_statuses: *mut Status,
 ) -> c_int {
+    // SAFETY: the binding's contract: null or `count` handles.
+    let _waiting = unsafe { grequest::before_completion(count, array_of_requests) };
     complete("MPI_Waitall", |mpi, comm| {
         // SAFETY: the binding's contract.
         let reqs = unsafe { handles(count, array_of_requests) }?;
@@ -429,6 +440,8 @@ pub unsafe extern "C" fn PMPI_Testall(
     flag: *mut c_int,
     array_of_statuses: *mut Status,
 ) -> c_int {
+    // SAFETY: the binding's contract: null or `count` handles.
+    let _waiting = unsafe { grequest::before_completion(count, array_of_requests) };
     complete("MPI_Testall", |mpi, comm| {
         // SAFETY: the binding's contract.
         let reqs = unsafe { handles(count, array_of_requests) }?;
@@ -498,7 +511,7 @@ impl Mpi {
     /// by progress (its buffers kept until then).
     pub fn free_request(&mut self, h: Handle) -> Result<()> {
         if let Some(Request::Generalized(g)) = self.requests.get_mut(h) {
-            if g.done.is_none() {
+            if !g.completed {
                 // It goes when the program completes it.
                 g.freed = true;
                 return Ok(());
