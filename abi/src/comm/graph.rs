@@ -111,6 +111,9 @@ pub unsafe extern "C" fn PMPI_Graph_create(
     _reorder: c_int,
     comm_graph: *mut Handle,
 ) -> c_int {
+    // An error leaves the output null, as MPICH leaves it.
+    // SAFETY: the binding's contract: null or writable.
+    unsafe { put(comm_graph, MPI_COMM_NULL) };
     call_held("MPI_Graph_create", Object::Comm(comm_old), |mpi| {
         // SAFETY: the binding's contract: `nnodes` ints, then as many as the last
         // of them says.

@@ -205,6 +205,9 @@ pub unsafe extern "C" fn PMPI_Cart_create(
     _reorder: c_int,
     comm_cart: *mut Handle,
 ) -> c_int {
+    // An error leaves the output null, as MPICH leaves it.
+    // SAFETY: the binding's contract: null or writable.
+    unsafe { put(comm_cart, MPI_COMM_NULL) };
     call_held("MPI_Cart_create", Object::Comm(comm_old), |mpi| {
         // SAFETY: the binding's contract.
         let (d, p) = unsafe {

@@ -283,7 +283,9 @@ static void test_handle_errors(void) {
   EXPECT_ERR(MPI_Dims_create(7, 2, dims), MPI_ERR_DIMS, NULL);
   int zero_dims[1] = {0}, periods[1] = {0}, many[1] = {size + 1};
   EXPECT_ERR(MPI_Cart_create(MPI_COMM_WORLD, 1, zero_dims, periods, 0, &c), MPI_ERR_DIMS, NULL);
+  c = MPI_COMM_WORLD;
   EXPECT_ERR(MPI_Cart_create(MPI_COMM_WORLD, 1, many, periods, 0, &c), MPI_ERR_DIMS, NULL);
+  CHECK(c == MPI_COMM_NULL, "a failed MPI_Cart_create left its output %#lx", (unsigned long)c);
   int in, outd, wgt;
   EXPECT_ERR(MPI_Dist_graph_neighbors_count(MPI_COMM_WORLD, &in, &outd, &wgt),
              MPI_ERR_TOPOLOGY, NULL);

@@ -379,8 +379,10 @@ static void test_errors(const struct hood *cart) {
   int index[1] = {1}, edges[1] = {1};
   EXPECT_ERR(MPI_Graph_create(MPI_COMM_WORLD, 1, index, edges, 0, &bad), MPI_ERR_ARG,
              "edge to 1");
+  bad = MPI_COMM_WORLD;
   EXPECT_ERR(MPI_Graph_create(MPI_COMM_WORLD, size + 1, index, edges, 0, &bad), MPI_ERR_ARG,
              "needs more processes");
+  CHECK(bad == MPI_COMM_NULL, "a failed MPI_Graph_create left its output");
   /* Rank 0's degree is negative: every rank fails. */
   int degree = rank == 0 ? -1 : 1, me = rank;
   EXPECT_ERR(MPI_Dist_graph_create(MPI_COMM_WORLD, 1, &me, &degree, &me, MPI_UNWEIGHTED,
