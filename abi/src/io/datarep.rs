@@ -284,36 +284,27 @@ unsafe fn register(
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Register_datarep(
-    datarep: *const c_char,
-    read_conversion_fn: *mut c_void,
-    write_conversion_fn: *mut c_void,
-    dtype_file_extent_fn: *mut c_void,
-    extra_state: *mut c_void,
-) -> c_int {
-    let fns = (
-        read_conversion_fn,
-        write_conversion_fn,
-        dtype_file_extent_fn,
-    );
-    // SAFETY: the binding's contract.
-    unsafe { register("MPI_Register_datarep", datarep, fns, extra_state, false) }
+/// The binding `$name` of `MPI_Register_datarep` (`large`: its `_c` form).
+macro_rules! register_binding {
+    ($name:ident, $large:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            datarep: *const c_char,
+            read_conversion_fn: *mut c_void,
+            write_conversion_fn: *mut c_void,
+            dtype_file_extent_fn: *mut c_void,
+            extra_state: *mut c_void,
+        ) -> c_int {
+            let fns = (
+                read_conversion_fn,
+                write_conversion_fn,
+                dtype_file_extent_fn,
+            );
+            // SAFETY: the binding's contract.
+            unsafe { register(&stringify!($name)[1..], datarep, fns, extra_state, $large) }
+        }
+    };
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Register_datarep_c(
-    datarep: *const c_char,
-    read_conversion_fn: *mut c_void,
-    write_conversion_fn: *mut c_void,
-    dtype_file_extent_fn: *mut c_void,
-    extra_state: *mut c_void,
-) -> c_int {
-    let fns = (
-        read_conversion_fn,
-        write_conversion_fn,
-        dtype_file_extent_fn,
-    );
-    // SAFETY: the binding's contract.
-    unsafe { register("MPI_Register_datarep_c", datarep, fns, extra_state, true) }
-}
+register_binding!(PMPI_Register_datarep, false);
+register_binding!(PMPI_Register_datarep_c, true);

@@ -37,6 +37,17 @@ static void view_rep_is(MPI_File fh, const char *want) {
   CHECK(strcmp(rep, want) == 0, "the view's representation: %s, not %s", rep, want);
 }
 
+/* Once every rank has written its 12 bytes at 12 rank, rank r's, read through a
+ * native view of bytes. */
+static void raw_of(MPI_File fh, int r, unsigned char raw[12]) {
+  MPI_Status st;
+  OK(MPI_File_sync(fh));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_File_sync(fh));
+  OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL));
+  OK(MPI_File_read_at(fh, 12 * r, raw, 12, MPI_BYTE, &st));
+}
+
 /* The big-endian value of the 4 bytes at p. */
 static unsigned be32(const unsigned char *p) {
   return (unsigned)p[0] << 24 | (unsigned)p[1] << 16 | (unsigned)p[2] << 8 | p[3];
@@ -69,14 +80,9 @@ static void test_external32(const char *dir) {
   int n = -1;
   OK(MPI_Get_count(&st, rec, &n));
   CHECK(n == 1, "records written: %d", n);
-  OK(MPI_File_sync(fh));
-  OK(MPI_Barrier(MPI_COMM_WORLD));
-  OK(MPI_File_sync(fh));
-
   int r = (rank + 1) % size;
   unsigned char raw[12];
-  OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL));
-  OK(MPI_File_read_at(fh, 12 * r, raw, 12, MPI_BYTE, &st));
+  raw_of(fh, r, raw);
   CHECK(be32(raw) == (unsigned)(0x01020304 + r), "rank %d's int in the file: %#x", r, be32(raw));
   double x = -1.5 - r;
   unsigned long long bits;
@@ -205,14 +211,9 @@ static void test_datarep(const char *dir) {
   OK(MPI_File_write_at_all(fh, 3 * rank, mine, 3, spaced, &st));
   OK(MPI_Get_count(&st, spaced, &n));
   CHECK(n == 3 && calls == 1, "the write through the representation: %d ints, %d calls", n, calls);
-  OK(MPI_File_sync(fh));
-  OK(MPI_Barrier(MPI_COMM_WORLD));
-  OK(MPI_File_sync(fh));
-
   int r = (rank + 1) % size;
   unsigned char raw[12];
-  OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL));
-  OK(MPI_File_read_at(fh, 12 * r, raw, 12, MPI_BYTE, &st));
+  raw_of(fh, r, raw);
   for (int k = 0; k < 3; k++)
     CHECK(be32(raw + 4 * k) == (unsigned)(0x01020304 + 16 * r + k), "rank %d's int %d in the file: %#x",
           r, k, be32(raw + 4 * k));
