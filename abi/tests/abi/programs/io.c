@@ -1,3 +1,5 @@
+/* Long on purpose: one program holds every MPI-IO check, so that each rank count
+ * is one launch. */
 /* io.c: MPI-IO at any number of ranks (run at 1 to 4), in a fresh folder under
  * TMPDIR (or /tmp) that rank 0 removes at the end. Opening's errors (no such file,
  * bad access modes, MPI_MODE_EXCL on a file that exists, writing a read-only one);
@@ -37,6 +39,17 @@ static void view_rep_is(MPI_File fh, const char *want) {
   CHECK(strcmp(rep, want) == 0, "the view's representation: %s, not %s", rep, want);
 }
 
+/* File `leaf` in folder `dir`, opened by every rank to read and write, deleted
+ * when closed. */
+static MPI_File open_scratch(const char *dir, const char *leaf) {
+  char name[512];
+  snprintf(name, sizeof name, "%s/%s", dir, leaf);
+  MPI_File fh;
+  OK(MPI_File_open(MPI_COMM_WORLD, name, MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE,
+                   MPI_INFO_NULL, &fh));
+  return fh;
+}
+
 /* Once every rank has written its 12 bytes at 12 rank, rank r's, read through a
  * native view of bytes. */
 static void raw_of(MPI_File fh, int r, unsigned char raw[12]) {
@@ -59,12 +72,8 @@ static unsigned be32(const unsigned char *p) {
  * contiguous array; a read that ends inside an int at the end of the file converts
  * the whole ints only; types whose elements change size there are refused. */
 static void test_external32(const char *dir) {
-  char name[512];
-  snprintf(name, sizeof name, "%s/ext32", dir);
-  MPI_File fh;
+  MPI_File fh = open_scratch(dir, "ext32");
   MPI_Status st;
-  OK(MPI_File_open(MPI_COMM_WORLD, name, MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE,
-                   MPI_INFO_NULL, &fh));
   OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "external32", MPI_INFO_NULL));
   view_rep_is(fh, "external32");
   struct rec {
@@ -193,12 +202,8 @@ static void test_datarep(const char *dir) {
   EXPECT_ERR(MPI_Register_datarep(long_name, rev_read, rev_write, rev_extent, NULL), MPI_ERR_ARG,
              "name");
 
-  char name[512];
-  snprintf(name, sizeof name, "%s/datarep", dir);
-  MPI_File fh;
+  MPI_File fh = open_scratch(dir, "datarep");
   MPI_Status st;
-  OK(MPI_File_open(MPI_COMM_WORLD, name, MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE,
-                   MPI_INFO_NULL, &fh));
   OK(MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, rev, MPI_INFO_NULL));
   view_rep_is(fh, rev);
   MPI_Datatype spaced;
