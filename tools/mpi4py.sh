@@ -50,11 +50,17 @@ SDIST=dl/mpi4py-$VERSION.tar.gz
 [[ -r $SDIST ]] || pip download --quiet "mpi4py==$VERSION" --no-deps --no-binary :all: -d dl
 [[ -d mpi4py-$VERSION ]] || tar xzf "$SDIST"
 printf '#include <mpi.h>\nint MPI_Abi_get_fortran_info(MPI_Info *info);\n' >shim.h
-# Built again each run: the library it links may have changed.
-MPICC=$PROFILE/mpicc MPICC_INCDIR=$REFERENCE_INCDIR MPI4PY_BUILD_MPIABI=1 \
-    CFLAGS="-O2 -include $WORK/shim.h" \
-    pip install --quiet --force-reinstall --no-deps "$SDIST" >build.log 2>&1 ||
-    die "building mpi4py failed: $WORK/build.log"
+# The module links libmpi_abi.so by the rpath mpicc gives: a rebuilt library needs
+# no new build, a new compiler command or header does (the inputs' stamp).
+export MPICC_INCDIR=$REFERENCE_INCDIR
+stamp="$VERSION $("$PROFILE/mpicc" -show) $(sha256sum "$REFERENCE_INCDIR/mpi.h" shim.h | cut -c1-64)"
+if [[ $(cat stamp 2>/dev/null) != "$stamp" ]] || ! python -c 'import mpi4py' 2>/dev/null; then
+    rm -f stamp
+    MPICC=$PROFILE/mpicc MPI4PY_BUILD_MPIABI=1 CFLAGS="-O2 -include $WORK/shim.h" \
+        pip install --quiet --force-reinstall --no-deps "$SDIST" >build.log 2>&1 ||
+        die "building mpi4py failed: $WORK/build.log"
+    printf '%s' "$stamp" >stamp
+fi
 
 cd "mpi4py-$VERSION"
 failed=0
