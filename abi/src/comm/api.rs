@@ -68,9 +68,19 @@ pub unsafe fn read_object_name(s: *const c_char) -> Result<String> {
 /// `out` is null or writable.
 unsafe fn hand_out(h: Result<Handle>, out: *mut Handle) -> Result<()> {
     non_null(out, MPI_ERR_ARG, "communicator")?;
-    // SAFETY: checked not null. (A communicator not made is null, as MPICH hands
-    // it out.)
-    unsafe { out.write(*h.as_ref().unwrap_or(&MPI_COMM_NULL)) };
+    // SAFETY: checked not null.
+    unsafe { give(h, out) }
+}
+
+/// Write communicator `h` at `out` (if not null): one not made is null, as MPICH
+/// hands it out. `h`'s error, if any.
+///
+/// # Safety
+///
+/// `out` is null or writable.
+pub(super) unsafe fn give(h: Result<Handle>, out: *mut Handle) -> Result<()> {
+    // SAFETY: the caller's contract.
+    unsafe { put(out, *h.as_ref().unwrap_or(&MPI_COMM_NULL)) };
     h.map(|_| ())
 }
 

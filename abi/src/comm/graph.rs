@@ -111,33 +111,46 @@ pub unsafe extern "C" fn PMPI_Graph_create(
     _reorder: c_int,
     comm_graph: *mut Handle,
 ) -> c_int {
-    // An error leaves the output null, as MPICH leaves it.
-    // SAFETY: the binding's contract: null or writable.
-    unsafe { put(comm_graph, MPI_COMM_NULL) };
     call_held("MPI_Graph_create", Object::Comm(comm_old), |mpi| {
-        // SAFETY: the binding's contract: `nnodes` ints, then as many as the last
-        // of them says.
-        let index = unsafe { ints(index, nnodes) }?.to_vec();
-        let nedges = index.last().copied().unwrap_or(0);
-        // SAFETY: as above.
-        let edges = unsafe { ints(edges, nedges) }?.to_vec();
-        let c = mpi.comm(comm_old)?;
-        if c.remote.is_some() {
-            return Err(Error::new(
-                MPI_ERR_COMM,
-                "a graph is made over an intracommunicator",
-            ));
+        // SAFETY: the binding's contract: `index` holds `nnodes` ints, `edges` as
+        // many as the last of them says; `comm_graph` null or writable.
+        unsafe {
+            let made = graph(mpi, comm_old, (nnodes, index, edges));
+            super::api::give(made, comm_graph)
         }
-        check_graph(&index, &edges, c.size() as usize)?;
-        let member = (c.rank as usize) < index.len();
-        let h = super::create::split(mpi, comm_old, if member { 0 } else { MPI_UNDEFINED }, 0)?;
-        if h != MPI_COMM_NULL {
-            mpi.comm_mut(h)?.topo = Some(Topology::Graph { index, edges });
-        }
-        // SAFETY: null or writable.
-        unsafe { put(comm_graph, h) };
-        Ok(())
     })
+}
+
+/// `MPI_Graph_create` of the `nnodes` nodes `index` and `edges` over `comm_old`:
+/// the new communicator (null at a process outside the graph).
+///
+/// # Safety
+///
+/// `index` holds `nnodes` ints, `edges` as many as the last of them says.
+unsafe fn graph(
+    mpi: &mut Mpi,
+    comm_old: Handle,
+    (nnodes, index, edges): (c_int, *const c_int, *const c_int),
+) -> Result<Handle> {
+    // SAFETY: the caller's contract.
+    let index = unsafe { ints(index, nnodes) }?.to_vec();
+    let nedges = index.last().copied().unwrap_or(0);
+    // SAFETY: the caller's contract.
+    let edges = unsafe { ints(edges, nedges) }?.to_vec();
+    let c = mpi.comm(comm_old)?;
+    if c.remote.is_some() {
+        return Err(Error::new(
+            MPI_ERR_COMM,
+            "a graph is made over an intracommunicator",
+        ));
+    }
+    check_graph(&index, &edges, c.size() as usize)?;
+    let member = (c.rank as usize) < index.len();
+    let h = super::create::split(mpi, comm_old, if member { 0 } else { MPI_UNDEFINED }, 0)?;
+    if h != MPI_COMM_NULL {
+        mpi.comm_mut(h)?.topo = Some(Topology::Graph { index, edges });
+    }
+    Ok(h)
 }
 
 #[no_mangle]

@@ -205,54 +205,68 @@ pub unsafe extern "C" fn PMPI_Cart_create(
     _reorder: c_int,
     comm_cart: *mut Handle,
 ) -> c_int {
-    // An error leaves the output null, as MPICH leaves it.
-    // SAFETY: the binding's contract: null or writable.
-    unsafe { put(comm_cart, MPI_COMM_NULL) };
     call_held("MPI_Cart_create", Object::Comm(comm_old), |mpi| {
-        // SAFETY: the binding's contract.
-        let (d, p) = unsafe {
-            (
-                ints(dims, ndims)?.to_vec(),
-                ints(periods, ndims)?
-                    .iter()
-                    .map(|&x| x != 0)
-                    .collect::<Vec<_>>(),
-            )
-        };
-        if d.iter().any(|&x| x <= 0) {
-            return Err(Error::new(
-                MPI_ERR_DIMS,
-                format!("dimensions {d:?} are not all positive"),
-            ));
+        // SAFETY: the binding's contract: `dims` and `periods` hold `ndims` ints;
+        // `comm_cart` null or writable.
+        unsafe {
+            let made = cart(mpi, comm_old, (ndims, dims, periods));
+            super::api::give(made, comm_cart)
         }
-        let cells: i64 = d.iter().map(|&x| i64::from(x)).product();
-        let c = mpi.comm(comm_old)?;
-        if cells > i64::from(c.size()) {
-            return Err(Error::new(
-                MPI_ERR_DIMS,
-                format!(
-                    "a grid of {cells} cells needs more processes than the {} of the communicator",
-                    c.size()
-                ),
-            ));
-        }
-        let rank = c.rank as i64;
-        let h = super::create::split(
-            mpi,
-            comm_old,
-            if rank < cells { 0 } else { MPI_UNDEFINED },
-            0,
-        )?;
-        if h != MPI_COMM_NULL {
-            mpi.comm_mut(h)?.topo = Some(Topology::Cart {
-                dims: d,
-                periods: p,
-            });
-        }
-        // SAFETY: null or writable.
-        unsafe { put(comm_cart, h) };
-        Ok(())
     })
+}
+
+/// `MPI_Cart_create` of the grid of `ndims` dimensions `dims` (`periods`) over
+/// `comm_old`: the new communicator (null at a process outside the grid).
+///
+/// # Safety
+///
+/// `dims` and `periods` hold `ndims` ints.
+unsafe fn cart(
+    mpi: &mut Mpi,
+    comm_old: Handle,
+    (ndims, dims, periods): (c_int, *const c_int, *const c_int),
+) -> Result<Handle> {
+    // SAFETY: the caller's contract.
+    let (d, p) = unsafe {
+        (
+            ints(dims, ndims)?.to_vec(),
+            ints(periods, ndims)?
+                .iter()
+                .map(|&x| x != 0)
+                .collect::<Vec<_>>(),
+        )
+    };
+    if d.iter().any(|&x| x <= 0) {
+        return Err(Error::new(
+            MPI_ERR_DIMS,
+            format!("dimensions {d:?} are not all positive"),
+        ));
+    }
+    let cells: i64 = d.iter().map(|&x| i64::from(x)).product();
+    let c = mpi.comm(comm_old)?;
+    if cells > i64::from(c.size()) {
+        return Err(Error::new(
+            MPI_ERR_DIMS,
+            format!(
+                "a grid of {cells} cells needs more processes than the {} of the communicator",
+                c.size()
+            ),
+        ));
+    }
+    let rank = c.rank as i64;
+    let h = super::create::split(
+        mpi,
+        comm_old,
+        if rank < cells { 0 } else { MPI_UNDEFINED },
+        0,
+    )?;
+    if h != MPI_COMM_NULL {
+        mpi.comm_mut(h)?.topo = Some(Topology::Cart {
+            dims: d,
+            periods: p,
+        });
+    }
+    Ok(h)
 }
 
 #[no_mangle]
