@@ -131,11 +131,6 @@ impl Mpi {
         Ok((s, members, remote))
     }
 
-    /// Run schedule `s` to its end (a blocking collective), here.
-    pub fn run(&mut self, s: Box<Schedule>) -> Result<()> {
-        run_here(self, s)
-    }
-
     /// Run schedule `s` until it ends, or stops before a program's reduction
     /// function or (with `MPI_THREAD_MULTIPLE`) for other threads waiting to
     /// enter. An ended schedule is kept for the next collective. `idle` counts the
@@ -205,8 +200,8 @@ impl Mpi {
     }
 }
 
-/// A value the library's own blocking collectives move ([`Mpi::allgather_of`],
-/// [`Mpi::bcast_here`]), with its type.
+/// A value the library's own blocking collectives move ([`allgather_here`],
+/// [`bcast_in`]), with its type.
 pub trait Basic: Copy + Default {
     const TYPE: Handle;
 }
@@ -277,18 +272,6 @@ pub(crate) fn allgatherv_here<T: Basic>(
     }?;
     run_here(inside, s)?;
     Ok(all)
-}
-
-impl Mpi {
-    /// `allgather_here`, keeping other threads out.
-    pub fn allgather_of<T: Basic>(&mut self, comm: Handle, mine: &[T]) -> Result<Vec<T>> {
-        allgather_here(self, comm, mine)
-    }
-
-    /// Broadcast `v` from `root` over `comm`, run here.
-    pub fn bcast_here<T: Basic>(&mut self, v: &mut [T], root: c_int, comm: Handle) -> Result<()> {
-        bcast_in(self, v, root, comm)
-    }
 }
 
 /// Broadcast `v` from `root` over `comm`, run in `inside`.
@@ -365,17 +348,25 @@ impl global::Held {
     }
 }
 
-/// The state a blocking schedule runs in: the library's (other threads wait until
-/// it ends), or a [`global::Held`] (they come in between its rounds).
+/// The state a blocking wait runs in: a [`global::Held`] (other threads' calls
+/// come in between its rounds), or a [`KeepOut`] (they wait until it ends).
+/// The state itself is neither, so that a blocking call's `Held`, given where a
+/// `&mut Mpi` is asked for, cannot silently keep the others out.
 pub trait Inside {
     fn state(&mut self) -> &mut Mpi;
     /// Between two rounds.
     fn turn(&mut self) {}
 }
 
-impl Inside for Mpi {
+/// The state of a wait that keeps other threads' calls out until it ends, in a
+/// call that entered without a [`global::Held`]: an accumulate under a window's
+/// mutex, a request-based access that completes the earlier ones first, a
+/// spawned child's start within `MPI_Init`.
+pub struct KeepOut<'a>(pub &'a mut Mpi);
+
+impl Inside for KeepOut<'_> {
     fn state(&mut self) -> &mut Mpi {
-        self
+        self.0
     }
 }
 

@@ -275,11 +275,11 @@ pub unsafe extern "C" fn PMPI_Comm_disconnect(comm: *mut Handle) -> c_int {
         // SAFETY: null or readable, the binding's contract.
         let h = unsafe { read_arg(comm, MPI_ERR_ARG, "communicator") }?;
         // Everything pending on it completes first: a barrier over it (both groups
-        // of an intercommunicator).
-        global::with(|mpi| {
-            mpi.check_freeable(h)?;
-            let s = mpi.build_barrier(h)?;
-            mpi.run(s)
+        // of an intercommunicator), which lets other threads' calls in meanwhile.
+        global::with_held(|held| {
+            held.check_freeable(h)?;
+            let s = held.build_barrier(h)?;
+            held.run_letting_in(s)
         })?;
         attr::delete_attrs(Holder::comm(h), None)?;
         global::with(|mpi| mpi.comm_free(h))?;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 /// Tags of `MPI_Comm_create_group`'s exchange, apart from the collectives' own.
 const CREATE_GROUP_TAG: i32 = 1 << 30;
 
-/// An all-gather of `mine` ([`Mpi::allgather_of`]) among the members of `group`
+/// An all-gather of `mine` (as [`crate::coll::allgather_here`]) among the members of `group`
 /// only (this process is its member `me`), in context `ctx` with `tag`, run in
 /// `inside`.
 pub(crate) fn allgather_among(

@@ -8,6 +8,7 @@ use crate::coll::{allgather_here, allgatherv_here, Inside};
 use crate::entry::{call, call_held, query_binding};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
+use crate::global::Held;
 use crate::state::Mpi;
 
 /// The weights of a distributed graph's source and destination edges.
@@ -128,7 +129,7 @@ pub unsafe extern "C" fn PMPI_Graph_create(
 ///
 /// `index` holds `nnodes` ints, `edges` as many as the last of them says.
 unsafe fn graph(
-    mpi: &mut Mpi,
+    mpi: &mut Held,
     comm_old: Handle,
     (nnodes, index, edges): (c_int, *const c_int, *const c_int),
 ) -> Result<Handle> {

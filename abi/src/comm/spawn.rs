@@ -19,7 +19,7 @@
 use super::context::{agree_context, Among};
 use super::members::Members;
 use super::{Communicator, Group};
-use crate::coll::{bcast_in, run_here, Inside};
+use crate::coll::{bcast_in, run_here, Inside, KeepOut};
 use crate::entry::call_held;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -286,7 +286,7 @@ impl Mpi {
             self.msg.kvs_put(&kvs, CHILDREN_READY, "1")?;
         }
         let parents = (MPI_ERR_SPAWN, "the parents did not come up");
-        wait_for_key(self, (&kvs, PARENTS_READY), parents)?;
+        wait_for_key(&mut KeepOut(self), (&kvs, PARENTS_READY), parents)?;
         let parents = self.resolve(&members)?;
         self.use_contexts(ctx)?;
         // Named as the standard names it (MPI 4.1, 7.8).

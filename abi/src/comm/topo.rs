@@ -5,6 +5,7 @@
 use crate::entry::{call, call_held, query_binding};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
+use crate::global::Held;
 use crate::state::Mpi;
 
 /// A communicator's topology.
@@ -222,7 +223,7 @@ pub unsafe extern "C" fn PMPI_Cart_create(
 ///
 /// `dims` and `periods` hold `ndims` ints.
 unsafe fn cart(
-    mpi: &mut Mpi,
+    mpi: &mut Held,
     comm_old: Handle,
     (ndims, dims, periods): (c_int, *const c_int, *const c_int),
 ) -> Result<Handle> {

@@ -11,6 +11,7 @@ use super::ops::{mismatch, origin_target_binding, Access};
 use super::shipped::{Kind, Ship};
 use super::sync::acquire;
 use super::{bad_win, ACC_WORD};
+use crate::coll::KeepOut;
 use crate::datatype::{pack, Prim};
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
@@ -124,7 +125,7 @@ impl Mpi {
         // A target in shared memory, one run, no atomics: combined where it lies,
         // under the mutex.
         if let (Some(at), None) = (direct, atomic) {
-            acquire(self, win, a.member, ACC_WORD, true)?;
+            acquire(&mut KeepOut(self), win, a.member, ACC_WORD, true)?;
             // SAFETY: `at` holds `a.bytes` packed bytes, which the mutex keeps from
             // other accumulates meanwhile; `fetched` has room for them (the caller's
             // contract); `origin` holds them.

@@ -13,6 +13,7 @@
 
 use super::ops::{origin_target_binding, rdma};
 use super::sync::{complete_toward, sync_error};
+use crate::coll::KeepOut;
 use crate::error::{non_null, Result};
 use crate::ffi::*;
 use crate::request::{Request, RmaOp};
@@ -46,7 +47,7 @@ impl Mpi {
             let w = self.win(win)?;
             let r = w.peer(rank)?;
             if w.staged_for(r) {
-                complete_toward(self, win, r)?;
+                complete_toward(&mut KeepOut(self), win, r)?;
                 Request::Done(Status::empty())
             } else {
                 Request::Rma(Box::new(RmaOp {

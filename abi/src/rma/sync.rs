@@ -9,7 +9,7 @@
 //! the word is zero (as Open MPI's `osc/rdma`).
 
 use super::{bad_win, Held, Win, ACC_WORD, LOCK_WORD};
-use crate::coll::Inside;
+use crate::coll::{Inside, KeepOut};
 use crate::entry::{call, call_held};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -273,7 +273,7 @@ impl Mpi {
         r: usize,
         f: impl FnOnce(&mut Mpi) -> Result<T>,
     ) -> Result<T> {
-        acquire(self, h, r, ACC_WORD, true)?;
+        acquire(&mut KeepOut(self), h, r, ACC_WORD, true)?;
         let out = f(self);
         let released = self.win_release(h, r, ACC_WORD, true);
         let out = out?;

@@ -3,8 +3,9 @@
  * its call (so a blocking call must let the others in while it waits).
  *
  * - a blocking receive from this very rank, whose send another thread makes later;
- * - a barrier that one rank can only reach after a message that another thread
- *   of its partner sends while the partner's own barrier waits;
+ * - a barrier (and an MPI_Comm_disconnect) that one rank can only reach after a
+ *   message that another thread of its partner sends while the partner's own
+ *   barrier waits;
  * - the same of a fence (MPI_Win_fence), and of a post/start/complete/wait epoch
  *   whose MPI_Win_start and MPI_Win_wait each wait for a message that another
  *   thread of their own rank sends meanwhile; and of MPI_Win_lock and
@@ -63,28 +64,38 @@ static void blocked_by_own_thread(void) {
   free(out);
 }
 
-/* Rank 0's barrier on comms[0] waits for rank 1, whose barrier comes only after
- * the message rank 0's second thread sends on comms[1]. */
-static void *barrier_thread(void *arg) {
-  (void)arg;
+/* Rank 0's barrier on comms[0] (or disconnect of `dup`, a duplicate of it, when
+ * given) waits for rank 1, whose own comes only after the message rank 0's
+ * second thread sends on comms[1]. */
+static void *barrier_thread(void *dup) {
   if (rank == 1) {
     int got = -1;
     OK(MPI_Recv(&got, 1, MPI_INT, 0, 3, comms[1], MPI_STATUS_IGNORE));
     CHECK(got == 42, "the message before the barrier: %d", got);
   }
-  OK(MPI_Barrier(comms[0]));
+  if (dup)
+    OK(MPI_Comm_disconnect(dup));
+  else
+    OK(MPI_Barrier(comms[0]));
   return NULL;
 }
 
 static void barrier_after_other_thread(void) {
-  pthread_t t;
-  CHECK(pthread_create(&t, NULL, barrier_thread, NULL) == 0, "pthread_create");
-  if (rank == 0 && size > 1) {
-    usleep(50 * 1000); /* the barrier is waiting by now */
-    int v = 42;
-    OK(MPI_Send(&v, 1, MPI_INT, 1, 3, comms[1]));
+  for (int disconnect = 0; disconnect < 2; disconnect++) {
+    MPI_Comm dup = MPI_COMM_NULL;
+    if (disconnect)
+      OK(MPI_Comm_dup(comms[0], &dup));
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, barrier_thread, disconnect ? &dup : NULL) == 0,
+          "pthread_create");
+    if (rank == 0 && size > 1) {
+      usleep(50 * 1000); /* the barrier (or disconnect) is waiting by now */
+      int v = 42;
+      OK(MPI_Send(&v, 1, MPI_INT, 1, 3, comms[1]));
+    }
+    CHECK(pthread_join(t, NULL) == 0, "pthread_join");
+    CHECK(dup == MPI_COMM_NULL, "MPI_Comm_disconnect left its handle");
   }
-  CHECK(pthread_join(t, NULL) == 0, "pthread_join");
 }
 
 static MPI_Win win;
