@@ -37,6 +37,8 @@ pub enum Request {
     Generalized(Box<crate::p2p::grequest::Grequest>),
     /// A request-based one-sided operation (`MPI_Rput`, ...).
     Rma(Box<RmaOp>),
+    /// `MPI_Comm_idup`'s agreement on the duplicate's context.
+    Dup(Box<crate::comm::idup::Agreement>),
 }
 
 /// A request-based one-sided operation: done once every operation toward its
@@ -196,6 +198,7 @@ pub fn comm_of(r: &Request) -> Option<Handle> {
         Request::P2p(p) => Some(p.comm),
         Request::Persistent(p) => Some(p.comm()),
         Request::Coll(s) => s.comm(),
+        Request::Dup(a) => Some(a.parent),
         Request::CollInit(c) => Some(c.comm),
         Request::Finished(f) => Some(f.comm),
         Request::Flush { owner, .. } => owner.comm(),
@@ -209,6 +212,7 @@ pub fn pending_id(r: &Request) -> Option<msg::ReqId> {
         Request::P2p(p) => Some(p.id),
         Request::Persistent(p) => p.active.as_ref().map(|a| a.id),
         Request::Coll(s) => s.pending_id(),
+        Request::Dup(a) => a.schedule().and_then(Schedule::pending_id),
         // The start under way is a request of its own ([`crate::state::Mpi::pending_of`]).
         Request::CollInit(_) | Request::Done(_) | Request::Finished(_) => None,
         // Its own look ends a wait for a silent peer ([`RmaOp::look`]).

@@ -200,8 +200,8 @@ impl Mpi {
     }
 }
 
-/// A value the library's own blocking collectives move ([`allgather_here`],
-/// [`bcast_in`]), with its type.
+/// A value the library's own blocking collectives move (`allgather_here`,
+/// `bcast_in`), with its type.
 pub trait Basic: Copy + Default {
     const TYPE: Handle;
 }
@@ -319,8 +319,8 @@ pub(crate) fn bcast_outcome(
     Ok(())
 }
 
-/// Advance every nonblocking collective in flight, and those freed by their
-/// caller: how much happened.
+/// Advance every nonblocking collective in flight (and `MPI_Comm_idup`'s
+/// agreements): how much happened.
 pub fn progress_active(mpi: &mut Mpi) -> usize {
     let Mpi {
         requests,
@@ -329,14 +329,29 @@ pub fn progress_active(mpi: &mut Mpi) -> usize {
         ..
     } = mpi;
     let mut n = 0;
+    let mut agreements = false;
     for h in active.iter() {
-        if let Some(Request::Coll(s)) = requests.get_mut(*h) {
+        match requests.get_mut(*h) {
             // SAFETY: a nonblocking collective's caller keeps its buffers until the
             // request completes.
-            n += usize::from(unsafe { s.advance(msg) });
+            Some(Request::Coll(s)) => n += usize::from(unsafe { s.advance(msg) }),
+            Some(Request::Dup(_)) => agreements = true,
+            _ => {}
         }
     }
-    active.retain(|h| matches!(requests.get(*h), Some(Request::Coll(s)) if !s.is_done()));
+    if agreements {
+        for h in mpi.active.clone() {
+            n += usize::from(mpi.advance_idup(h));
+        }
+    }
+    let Mpi {
+        requests, active, ..
+    } = mpi;
+    active.retain(|h| match requests.get(*h) {
+        Some(Request::Coll(s)) => !s.is_done(),
+        Some(Request::Dup(a)) => !a.is_done(),
+        _ => false,
+    });
     n
 }
 

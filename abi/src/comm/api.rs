@@ -124,21 +124,31 @@ pub unsafe extern "C" fn PMPI_Comm_dup_with_info(
     })
 }
 
-/// `MPI_Comm_idup`: the duplicate ([`Mpi::comm_idup`]) and its attributes, made at
-/// once; the request is complete.
+/// `MPI_Comm_idup`: the duplicate and its attributes, made at once, and the
+/// request of the members' agreement on its context ([`Mpi::comm_idup`]). Once the
+/// agreement has begun, it goes on whatever else fails (the other members take
+/// part in it): the request is then freed, the duplicate with it once agreed.
 ///
 /// # Safety
 ///
 /// `newcomm` and `request` are null or writable.
 unsafe fn idup(comm: Handle, newcomm: *mut Handle, request: *mut Handle) -> Result<()> {
     non_null(request, MPI_ERR_ARG, "request")?;
-    let made = global::with(|mpi| mpi.comm_idup(comm)).and_then(|h| with_attrs(comm, h));
-    // SAFETY: the caller's contract.
-    unsafe { hand_out(made, newcomm) }?;
-    global::with(|mpi| {
-        // SAFETY: the caller's contract; checked not null.
-        unsafe { mpi.hand_out(crate::request::Request::Done(Status::empty()), request) }
-    })
+    non_null(newcomm, MPI_ERR_ARG, "newcomm")?;
+    let (made, r) = global::with(|mpi| mpi.comm_idup(comm))?;
+    if let Err(e) = attr::copy_attrs(Holder::comm(comm), Holder::comm(made)) {
+        global::with(|mpi| {
+            mpi.orphan_idup(r);
+            mpi.free_request(r)
+        })?;
+        return Err(e);
+    }
+    // SAFETY: the caller's contract; checked not null.
+    unsafe {
+        newcomm.write(made);
+        request.write(r);
+    }
+    Ok(())
 }
 
 #[no_mangle]

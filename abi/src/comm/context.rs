@@ -17,7 +17,9 @@
 //! creations that met in opposite orders on two processes part (MPICH's context-id
 //! mask protocol settles the same race with a mask and a priority to the lowest
 //! context). A block taken in a failed try stays unused. Without
-//! `MPI_THREAD_MULTIPLE` at any member, nothing comes between and one round does.
+//! `MPI_THREAD_MULTIPLE` at any member, and with no nonblocking duplicate's
+//! agreement under way at any ([`super::idup`]), nothing comes between and one
+//! round does.
 
 use super::intercomm::exchange;
 use super::{Group, CONTEXTS_PER_COMM};
@@ -33,10 +35,11 @@ use std::sync::Arc;
 pub struct Contexts {
     /// The first context above every block taken.
     next: u32,
-    /// Agreements under way that let other threads in.
-    agreeing: u32,
+    /// Agreements under way that let other calls come between: of other threads,
+    /// or nonblocking ([`super::idup`]).
+    pub(super) agreeing: u32,
     /// The first contexts of the blocks taken while one was.
-    taken_meanwhile: BTreeSet<u32>,
+    pub(super) taken_meanwhile: BTreeSet<u32>,
 }
 
 impl Contexts {
@@ -52,7 +55,7 @@ impl Contexts {
     /// Take the block from `ctx`; refused when it would reach the bit of
     /// partitioned messages' contexts (after some 31 million communicators and
     /// windows).
-    fn take(&mut self, ctx: u32) -> Result<()> {
+    pub(super) fn take(&mut self, ctx: u32) -> Result<()> {
         let end = ctx
             .checked_add(CONTEXTS_PER_COMM)
             .filter(|&e| e <= crate::p2p::partitioned::PARTITIONED)
@@ -66,7 +69,7 @@ impl Contexts {
 
     /// Whether a block taken while an agreement was under way overlaps the one from
     /// `ctx`. (A block taken before is below every proposal since.)
-    fn overlaps(&self, ctx: u32) -> bool {
+    pub(super) fn overlaps(&self, ctx: u32) -> bool {
         let from = ctx.saturating_sub(CONTEXTS_PER_COMM - 1);
         let to = ctx.saturating_add(CONTEXTS_PER_COMM);
         self.taken_meanwhile.range(from..to).next().is_some()
@@ -152,9 +155,9 @@ impl Among<'_> {
 }
 
 /// What a member says in the second round.
-const TAKEN: i32 = 1;
-const OVERLAPPED: i32 = 0;
-const NONE_LEFT: i32 = -1;
+pub(super) const TAKEN: i32 = 1;
+pub(super) const OVERLAPPED: i32 = 0;
+pub(super) const NONE_LEFT: i32 = -1;
 
 /// Agree on a context block among `among` (other threads' calls let in meanwhile
 /// when `inside` allows), gathering `extra` ints of every member too: the block's
@@ -176,7 +179,12 @@ pub fn agree_context(
 }
 
 fn agree(inside: &mut impl Inside, among: &Among, extra: &[i32]) -> Result<(u32, Vec<Vec<i32>>)> {
-    let multiple = inside.state().thread_level == MPI_THREAD_MULTIPLE;
+    // Whether another call may take a block here while this one agrees: another
+    // thread's, or progress of a nonblocking duplicate's agreement under way.
+    let multiple = {
+        let mpi = inside.state();
+        mpi.thread_level == MPI_THREAD_MULTIPLE || mpi.contexts.agreeing > 1
+    };
     let mut tries = 0u64;
     loop {
         let moved = if tries == 0 {
@@ -193,7 +201,7 @@ fn agree(inside: &mut impl Inside, among: &Among, extra: &[i32]) -> Result<(u32,
         let extras = all.chunks(per).map(|c| c[2..].to_vec()).collect();
         let c = &mut inside.state().contexts;
         if all.chunks(per).all(|c| c[1] == 0) {
-            // No member lets other threads in: nothing came between.
+            // Nothing came between at any member.
             c.take(ctx)?;
             return Ok((ctx, extras));
         }
@@ -217,7 +225,7 @@ fn agree(inside: &mut impl Inside, among: &Among, extra: &[i32]) -> Result<(u32,
 }
 
 /// The error of a job whose context numbers are all taken.
-fn none_left() -> Error {
+pub(super) fn none_left() -> Error {
     Error::new(
         MPI_ERR_INTERN,
         "no context number is left for a new communicator in this job",
@@ -225,7 +233,7 @@ fn none_left() -> Error {
 }
 
 /// A number below `n`, different from process to process and try to try.
-fn random_below(n: u32, tries: u64) -> u32 {
+pub(super) fn random_below(n: u32, tries: u64) -> u32 {
     // (`RandomState` draws its keys from the system once per thread, then steps
     // them: enough to part two processes.)
     (std::collections::hash_map::RandomState::new().hash_one(tries) % u64::from(n)) as u32

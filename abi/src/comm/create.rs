@@ -232,29 +232,6 @@ impl Mpi {
         self.comms.insert(c)
     }
 
-    /// The duplicate of `MPI_Comm_idup`, made at once: its context is the next
-    /// reserved with `comm` ([`super::IDUP_SLOTS`]); it has none reserved of its own.
-    pub fn comm_idup(&mut self, comm: Handle) -> Result<Handle> {
-        let c = self.comm_mut(comm)?;
-        if c.idups >= c.idup_slots {
-            return Err(Error::new(
-                MPI_ERR_UNSUPPORTED_OPERATION,
-                match c.idup_slots {
-                    0 => "a nonblocking duplicate cannot be duplicated without blocking: use MPI_Comm_dup".to_string(),
-                    n => format!("a communicator has contexts for {n} nonblocking duplicates, all taken: use MPI_Comm_dup"),
-                },
-            ));
-        }
-        let ctx = c.ctx + 2 + 2 * c.idups;
-        c.idups += 1;
-        let mut d = Communicator::new(ctx, c.group.clone(), c.rank, "");
-        d.remote = c.remote.clone();
-        d.errhandler = c.errhandler;
-        d.topo = c.topo.clone();
-        d.idup_slots = 0;
-        self.comms.insert(d)
-    }
-
     /// A colour for this node: a hash of the node's identity (the launcher's
     /// placement, host name and boot id), the same for every process on it.
     fn node_colour(&mut self) -> c_int {

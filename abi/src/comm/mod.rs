@@ -12,6 +12,7 @@ pub mod context;
 pub mod create;
 pub mod graph;
 pub mod group;
+pub mod idup;
 pub mod intercomm;
 pub mod join;
 pub mod members;
@@ -96,15 +97,8 @@ impl Group {
 }
 
 /// The context numbers of a communicator: point-to-point on `ctx`, collectives on
-/// `ctx + 1`, and the contexts of its first [`IDUP_SLOTS`] nonblocking duplicates.
-pub const CONTEXTS_PER_COMM: u32 = 2 + 2 * IDUP_SLOTS;
-
-/// How many `MPI_Comm_idup` of one communicator (made otherwise) get a context
-/// reserved with it. Every member reserved the same block when the communicator was
-/// made, and a communicator's collective calls come in the same order on every
-/// member, so the n-th duplicate takes the n-th pair of the block without a word
-/// between the members.
-pub const IDUP_SLOTS: u32 = 16;
+/// `ctx + 1`.
+pub const CONTEXTS_PER_COMM: u32 = 2;
 
 /// A communicator.
 pub struct Communicator {
@@ -125,9 +119,6 @@ pub struct Communicator {
     /// (each uses its own tag).
     pub coll_seq: u32,
     pub nonblocking_seq: u32,
-    /// Its nonblocking duplicates so far, and how many it has contexts for.
-    pub idups: u32,
-    pub idup_slots: u32,
 }
 
 impl Communicator {
@@ -144,8 +135,6 @@ impl Communicator {
             topo: None,
             coll_seq: 0,
             nonblocking_seq: 0,
-            idups: 0,
-            idup_slots: IDUP_SLOTS,
         }
     }
 

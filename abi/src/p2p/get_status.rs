@@ -55,6 +55,7 @@ impl Mpi {
                 flushed(detached, *owner, *upto).0.then(Status::empty)
             }
             Request::Coll(s) => s.is_done().then(Status::empty),
+            Request::Dup(a) => a.is_done().then(Status::empty),
             Request::P2p(_) | Request::CollInit(_) => unreachable!("looked at above"),
             Request::Persistent(p) => match (&p.done, p.active.as_ref().map(|a| msg.test(a.id))) {
                 (Some((s, _)), _) => Some(*s),

@@ -192,7 +192,7 @@ impl Mpi {
             && !self
                 .detached
                 .iter()
-                .any(|(r, _)| matches!(r, Request::Coll(_)))
+                .any(|(r, _)| matches!(r, Request::Coll(_) | Request::Dup(_)))
     }
 
     /// Drive the transports once, and the collectives in flight: how much happened.
@@ -223,6 +223,10 @@ impl Mpi {
                     s.advance(&mut self.msg);
                     s.outcome().is_some()
                 },
+                Request::Dup(a) => {
+                    a.advance(self);
+                    a.is_done()
+                }
                 _ => true,
             };
             if done {

@@ -80,6 +80,15 @@ impl Mpi {
                     (Status::empty(), result.err(), false)
                 }
             },
+            Request::Dup(a) => match &a.outcome {
+                None => return Ok(Outcome::Pending),
+                Some(result) => {
+                    let error = result.as_ref().err().cloned();
+                    self.active.retain(|a| *a != h);
+                    entry.delete();
+                    (Status::empty(), error, false)
+                }
+            },
             Request::CollInit(c) => {
                 let started = c.started;
                 return self.look_collective_init(h, started, comm);
@@ -459,6 +468,7 @@ pub unsafe extern "C" fn PMPI_Testall(
             Some(Request::Rma(op)) => op.pending.is_idle(),
             Some(Request::Flush { owner, upto }) => flushed(&mpi.detached, *owner, *upto).0,
             Some(Request::Coll(s)) => s.is_done(),
+            Some(Request::Dup(a)) => a.is_done(),
             Some(Request::CollInit(c)) => mpi.collective_init_done(c),
         });
         if !all {
@@ -523,7 +533,7 @@ impl Mpi {
                 self.detached.push((r, Room::default()));
                 Ok(())
             }
-            Some(r @ Request::Coll(_)) => {
+            Some(r @ (Request::Coll(_) | Request::Dup(_))) => {
                 self.active.retain(|a| *a != h);
                 self.detached.push((r, Room::default()));
                 Ok(())

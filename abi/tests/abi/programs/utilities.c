@@ -11,9 +11,11 @@
  * communicator's taking precedence over the process's, MPI_BUFFER_AUTOMATIC, a
  * send larger than the room refused, flushing (a nonblocking flush not done while
  * its rendezvous-sized message is unreceived), detaching; MPI_Comm_idup: its
- * traffic apart from the original's, its attributes and topology, sixteen of one
- * communicator among blocking duplicates (each checked by an all-reduce), the
- * seventeenth and a duplicate's own refused. */
+ * traffic apart from the original's, its attributes and topology, 35 of one
+ * communicator under way at once with a blocking duplicate and a nonblocking
+ * all-reduce among them, duplicates of duplicates in other orders on each rank
+ * (each one's traffic apart, each checked by an all-reduce), an
+ * intercommunicator's under way while it merges. */
 #include "check.h"
 
 static void test_alloc_mem(void) {
@@ -345,27 +347,81 @@ static void test_idup(void) {
   OK(MPI_Send(&two, 1, MPI_INT, rank, 2, dup));
   OK(MPI_Wait(&w, MPI_STATUS_IGNORE));
   CHECK(got == 1 && wild == 2, "traffic crossed the duplicate: %d %d", got, wild);
-  /* Fifteen more of `base`, a blocking duplicate between them; all in use at once. */
-  MPI_Comm more[16], between;
+  /* A blocking duplicate while one is under way (both propose the same context:
+   * the blocking one must agree in two rounds, as the other may take it meanwhile). */
+  MPI_Comm under_way, blocking;
+  OK(MPI_Comm_idup(base, &under_way, &r));
+  OK(MPI_Comm_dup(base, &blocking));
+  OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+  OK(MPI_Irecv(&wild, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, under_way, &w));
+  OK(MPI_Send(&one, 1, MPI_INT, rank, 1, blocking));
+  OK(MPI_Send(&two, 1, MPI_INT, rank, 2, under_way));
+  OK(MPI_Wait(&w, MPI_STATUS_IGNORE));
+  OK(MPI_Recv(&got, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, blocking, MPI_STATUS_IGNORE));
+  CHECK(got == 1 && wild == 2, "traffic crossed two duplicates: %d %d", got, wild);
+  OK(MPI_Comm_free(&blocking));
+  OK(MPI_Comm_free(&under_way));
+  /* 35 more of `base`, all under way at once, a blocking duplicate and a
+   * nonblocking all-reduce of `base` among them; then duplicates of two of them in
+   * opposite orders on even and odd ranks. */
+  enum { N = 36 };
+  MPI_Comm more[N + 2], between;
+  MPI_Request rs[N];
   more[0] = dup;
-  for (int i = 1; i < 16; i++) {
-    OK(MPI_Comm_idup_with_info(base, MPI_INFO_NULL, &more[i], &r));
-    OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+  for (int i = 1; i < N; i++) {
+    OK(MPI_Comm_idup_with_info(base, MPI_INFO_NULL, &more[i], &rs[i]));
     if (i == 8)
       OK(MPI_Comm_dup(base, &between));
   }
-  for (int i = 0; i < 16; i++) {
+  int all = -1;
+  OK(MPI_Iallreduce(&rank, &all, 1, MPI_INT, MPI_SUM, base, &rs[0]));
+  OK(MPI_Waitall(N, rs, MPI_STATUSES_IGNORE));
+  CHECK(all == size * (size - 1) / 2, "the all-reduce among the duplicates gave %d", all);
+  for (int j = 0; j < 2; j++) {
+    int k = rank % 2 ? 1 - j : j;
+    OK(MPI_Comm_idup(more[1 + k], &more[N + k], &rs[j]));
+  }
+  OK(MPI_Waitall(2, rs, MPI_STATUSES_IGNORE));
+  /* Each one's traffic apart: a message to itself on each, received by wildcards
+   * in the other order; then an all-reduce on each. */
+  int which[N + 2];
+  MPI_Request sends[N + 2];
+  for (int i = 0; i < N + 2; i++) {
+    which[i] = i;
+    OK(MPI_Isend(&which[i], 1, MPI_INT, rank, i, more[i], &sends[i]));
+  }
+  OK(MPI_Send(&one, 1, MPI_INT, rank, 0, between));
+  for (int i = N + 1; i >= 0; i--) {
+    MPI_Status st;
+    OK(MPI_Recv(&got, 1, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, more[i], &st));
+    CHECK(got == i && st.MPI_TAG == i, "duplicate %d got %d (tag %d)", i, got, st.MPI_TAG);
+  }
+  OK(MPI_Waitall(N + 2, sends, MPI_STATUSES_IGNORE));
+  OK(MPI_Recv(&got, 1, MPI_INT, rank, 0, between, MPI_STATUS_IGNORE));
+  for (int i = 0; i < N + 2; i++) {
     int sum = -1;
     OK(MPI_Allreduce(&i, &sum, 1, MPI_INT, MPI_SUM, more[i]));
     CHECK(sum == i * size, "duplicate %d's all-reduce gave %d", i, sum);
   }
-  errors_return(base, 1);
-  MPI_Comm none = MPI_COMM_NULL;
-  EXPECT_ERR(MPI_Comm_idup(base, &none, &r), MPI_ERR_UNSUPPORTED_OPERATION, "all taken");
-  errors_return(more[3], 1);
-  EXPECT_ERR(MPI_Comm_idup(more[3], &none, &r), MPI_ERR_UNSUPPORTED_OPERATION,
-             "MPI_Comm_dup");
-  CHECK(none == MPI_COMM_NULL, "a refused duplicate was handed out");
+  /* An intercommunicator's, under way while the intercommunicator merges. */
+  if (size > 1) {
+    MPI_Comm half, inter, inter_dup, merged;
+    OK(MPI_Comm_split(base, rank % 2, rank, &half));
+    OK(MPI_Intercomm_create(half, 0, base, 1 - rank % 2, 7, &inter));
+    OK(MPI_Comm_idup(inter, &inter_dup, &rs[0]));
+    OK(MPI_Intercomm_merge(inter, rank % 2, &merged));
+    OK(MPI_Wait(&rs[0], MPI_STATUS_IGNORE));
+    int remote = -1, ones = -1, me = 1;
+    OK(MPI_Comm_remote_size(inter_dup, &remote));
+    OK(MPI_Allreduce(&me, &ones, 1, MPI_INT, MPI_SUM, inter_dup));
+    CHECK(ones == remote, "the intercommunicator's duplicate summed %d of %d", ones, remote);
+    OK(MPI_Allreduce(&me, &ones, 1, MPI_INT, MPI_SUM, merged));
+    CHECK(ones == size, "the merged communicator summed %d", ones);
+    OK(MPI_Comm_free(&merged));
+    OK(MPI_Comm_free(&inter_dup));
+    OK(MPI_Comm_free(&inter));
+    OK(MPI_Comm_free(&half));
+  }
   /* A grid's duplicate keeps the grid. */
   int dims[1] = {size}, periods[1] = {1}, topo = -1;
   OK(MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &cart));
@@ -376,7 +432,7 @@ static void test_idup(void) {
   CHECK(topo == MPI_CART, "MPI_Comm_idup's topology: %d", topo);
   OK(MPI_Comm_free(&cart_dup));
   OK(MPI_Comm_free(&cart));
-  for (int i = 0; i < 16; i++)
+  for (int i = 0; i < N + 2; i++)
     OK(MPI_Comm_free(&more[i]));
   OK(MPI_Comm_free(&between));
   OK(MPI_Comm_free(&base));
