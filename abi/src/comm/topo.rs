@@ -121,8 +121,8 @@ impl Balanced {
     /// Try every way of ending `chosen` (non-increasing, the largest first) with
     /// `k` dimensions, each at most `cap`, that multiply to `m` (`largest`: the
     /// first dimension chosen), among `divisors` (ascending) of the whole. Of two
-    /// as close, the one found later (its middle dimensions smaller) is kept, as
-    /// MPICH keeps it.
+    /// as close, the one whose smallest dimension is larger is kept (then the one
+    /// whose next smallest is, and so on): MPICH's pick.
     fn search(
         &mut self,
         m: i64,
@@ -134,12 +134,13 @@ impl Balanced {
         if k == 1 {
             if m <= cap {
                 let spread = largest.unwrap_or(m) - m;
-                if spread <= self.spread {
-                    chosen.push(m);
+                chosen.push(m);
+                let tie_won = || chosen.iter().rev().cmp(self.dims.iter().rev()).is_gt();
+                if spread < self.spread || (spread == self.spread && tie_won()) {
                     self.spread = spread;
                     self.dims = chosen.clone();
-                    chosen.pop();
                 }
+                chosen.pop();
             }
             return;
         }
@@ -459,11 +460,15 @@ mod tests {
         assert!(dims_create(10, &mut [3, 0]).is_err());
         // The closest largest and smallest, where handing out prime factors one by
         // one gives 28 x 18 and 12 x 7 x 6.
-        let cases: [(c_int, &[c_int]); 4] = [
+        // Of equally close ones, the larger smallest (20 x 18 x 14 and
+        // 25 x 24 x 18 are as close), as MPICH picks.
+        let cases: [(c_int, &[c_int]); 6] = [
             (504, &[24, 21]),
             (504, &[9, 8, 7]),
             (13392, &[31, 9, 8, 6]),
             (1, &[1; 5]),
+            (5040, &[21, 16, 15]),
+            (10800, &[27, 20, 20]),
         ];
         for (n, want) in cases {
             let mut d = vec![0; want.len()];
