@@ -144,7 +144,7 @@ impl Agreement {
         mpi.coll_tag = TagFrom::Given(self.tag);
         // SAFETY: `mine` and `all` are the agreement's own, on the heap, and neither
         // moves nor is dropped while the schedule runs (it goes first).
-        let mut s = unsafe {
+        let built = unsafe {
             mpi.build_allgather(
                 (std::ptr::from_ref(&*self.mine).cast(), 1, MPI_INT),
                 self.all.as_mut_ptr().cast(),
@@ -152,7 +152,11 @@ impl Agreement {
                 MPI_INT,
                 self.made,
             )
-        }?;
+        };
+        // (The build takes the tag, unless it failed before: then no other
+        // collective may.)
+        mpi.coll_tag = TagFrom::default();
+        let mut s = built?;
         // SAFETY: as above.
         unsafe { s.advance(&mut mpi.msg) };
         self.schedule = Some(s);
