@@ -48,6 +48,6 @@ pub(crate) mod wire;
 pub use client::Client;
 pub use environment::{BARRIER_TIMEOUT_ENV, DEFAULT_TIMEOUT, TIMEOUT_ENV};
 pub use error::Error;
-pub use modex::{job, Job, PmiModex};
+pub use modex::{base64_decode, base64_encode, job, Job, PmiModex};
 pub use node::{host_name, parse_process_mapping, NodeId, PROCESS_MAPPING_KEY};
 pub use spawn::{SpawnCommand, Spawned};

@@ -333,8 +333,8 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
-/// Base64 with the URL alphabet and no padding.
-fn base64_encode(bytes: &[u8]) -> String {
+/// Base64 with the URL alphabet and no padding (PMI values are text).
+pub fn base64_encode(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {
         let b = [
@@ -351,7 +351,7 @@ fn base64_encode(bytes: &[u8]) -> String {
 }
 
 /// The inverse of [`base64_encode`]; `None` for text it cannot have produced.
-fn base64_decode(text: &str) -> Option<Vec<u8>> {
+pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
     let value = |c: u8| ALPHABET.iter().position(|&a| a == c).map(|v| v as u32);
     let mut out = Vec::with_capacity(text.len() / 4 * 3 + 2);
     for chunk in text.as_bytes().chunks(4) {

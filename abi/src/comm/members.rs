@@ -30,35 +30,21 @@ impl Members {
     /// As text: `kvs,base,runs` per segment, joined by `;`; the runs joined by dots,
     /// each a rank, `first-last` (consecutive ranks) or `first-last:step` (every
     /// step-th): a group of consecutive ranks, or of every k-th (a split by rank
-    /// modulo k, a column of a grid), takes a few bytes.
+    /// modulo k, a column of a grid), takes a few bytes. Ranks in increasing order
+    /// whose runs would take more room go as one bitmap instead, `*first*bits`
+    /// (a bit per rank from `first`, in base64): six ranks a character, whatever
+    /// their pattern.
     pub fn encode(&self) -> String {
         let segments: Vec<String> = self
             .0
             .iter()
             .map(|s| {
-                let mut runs: Vec<String> = Vec::new();
-                let mut rest = &s.ranks[..];
-                while let [first, ..] = rest {
-                    let step = match rest.get(1) {
-                        Some(&next) if next > *first => next - first,
-                        _ => 0,
-                    };
-                    let mut len = 1 + rest
-                        .windows(2)
-                        .take_while(|w| step > 0 && w[1].checked_sub(w[0]) == Some(step))
-                        .count();
-                    if len == 2 && step > 1 {
-                        len = 1; // two ranks apart: as short one by one
-                    }
-                    let last = rest[len - 1];
-                    runs.push(match (len, step) {
-                        (1, _) => format!("{first}"),
-                        (_, 1) => format!("{first}-{last}"),
-                        _ => format!("{first}-{last}:{step}"),
-                    });
-                    rest = &rest[len..];
-                }
-                format!("{},{},{}", s.kvs, s.base, runs.join("."))
+                let runs = runs(&s.ranks);
+                let runs = match bitmap(&s.ranks) {
+                    Some(b) if b.len() < runs.len() => b,
+                    _ => runs,
+                };
+                format!("{},{},{}", s.kvs, s.base, runs)
             })
             .collect();
         segments.join(";")
@@ -77,22 +63,11 @@ impl Members {
             let [kvs, base, runs] = segment.splitn(3, ',').collect::<Vec<_>>()[..] else {
                 return Err(bad());
             };
-            let mut ranks = Vec::new();
-            let number = |t: &str| t.parse::<u32>().map_err(|_| bad());
-            for run in runs.split('.') {
-                let (range, step) = match run.split_once(':') {
-                    Some((range, step)) => (range, number(step)?),
-                    None => (run, 1),
-                };
-                let (a, b) = match range.split_once('-') {
-                    Some((a, b)) => (number(a)?, number(b)?),
-                    None => (number(range)?, number(range)?),
-                };
-                if b < a || b >= PROCESSES_MAX || step == 0 || (b - a) % step != 0 {
-                    return Err(bad());
-                }
-                ranks.extend((a..=b).step_by(step as usize));
+            let ranks = match runs.strip_prefix('*') {
+                Some(bits) => from_bitmap(bits),
+                None => from_runs(runs),
             }
+            .ok_or_else(bad)?;
             let base = base.parse().map_err(|_| bad())?;
             segments.push(Segment {
                 kvs: kvs.to_string(),
@@ -107,6 +82,83 @@ impl Members {
     pub fn jobs(&self) -> BTreeSet<&str> {
         self.0.iter().map(|s| s.kvs.as_str()).collect()
     }
+}
+
+/// `ranks` as runs ([`Members::encode`]).
+fn runs(ranks: &[u32]) -> String {
+    let mut runs: Vec<String> = Vec::new();
+    let mut rest = ranks;
+    while let [first, ..] = rest {
+        let step = match rest.get(1) {
+            Some(&next) if next > *first => next - first,
+            _ => 0,
+        };
+        let mut len = 1 + rest
+            .windows(2)
+            .take_while(|w| step > 0 && w[1].checked_sub(w[0]) == Some(step))
+            .count();
+        if len == 2 && step > 1 {
+            len = 1; // two ranks apart: as short one by one
+        }
+        let last = rest[len - 1];
+        runs.push(match (len, step) {
+            (1, _) => format!("{first}"),
+            (_, 1) => format!("{first}-{last}"),
+            _ => format!("{first}-{last}:{step}"),
+        });
+        rest = &rest[len..];
+    }
+    runs.join(".")
+}
+
+/// The ranks of [`runs`]'s text; `None` if it is not such.
+fn from_runs(text: &str) -> Option<Vec<u32>> {
+    let mut ranks = Vec::new();
+    for run in text.split('.') {
+        let (range, step) = match run.split_once(':') {
+            Some((range, step)) => (range, step.parse::<u32>().ok()?),
+            None => (run, 1),
+        };
+        let (a, b) = range.split_once('-').unwrap_or((range, range));
+        let (a, b) = (a.parse::<u32>().ok()?, b.parse::<u32>().ok()?);
+        if b < a || b >= PROCESSES_MAX || step == 0 || (b - a) % step != 0 {
+            return None;
+        }
+        ranks.extend((a..=b).step_by(step as usize));
+    }
+    Some(ranks)
+}
+
+/// `ranks` as a bitmap ([`Members::encode`]), if they increase.
+fn bitmap(ranks: &[u32]) -> Option<String> {
+    let (&first, &last) = ranks.first().zip(ranks.last())?;
+    if ranks.windows(2).any(|w| w[1] <= w[0]) {
+        return None;
+    }
+    let mut bits = vec![0u8; ((last - first) / 8 + 1) as usize];
+    for r in ranks {
+        let i = (r - first) as usize;
+        bits[i / 8] |= 1 << (i % 8);
+    }
+    Some(format!("*{first}*{}", rbtl::pmi::base64_encode(&bits)))
+}
+
+/// The ranks of [`bitmap`]'s text after its first `*`; `None` if it is not such.
+fn from_bitmap(text: &str) -> Option<Vec<u32>> {
+    let (first, bits) = text.split_once('*')?;
+    let first: u32 = first.parse().ok()?;
+    let bits = rbtl::pmi::base64_decode(bits)?;
+    let mut ranks = Vec::new();
+    for (i, byte) in bits.iter().enumerate() {
+        for b in (0..8).filter(|b| byte & (1 << b) != 0) {
+            let r = u32::try_from(i * 8 + b).ok()?.checked_add(first)?;
+            if r >= PROCESSES_MAX {
+                return None;
+            }
+            ranks.push(r);
+        }
+    }
+    (!ranks.is_empty()).then_some(ranks)
 }
 
 impl Mpi {
@@ -192,8 +244,16 @@ mod tests {
                 ranks: vec![1, 0, 5],
             },
         ]);
+        assert_eq!(runs(&m.0[0].ranks), "0-3.7.9-10.20-35:5.36");
+        // (Its bitmap is shorter; ranks not in increasing order go as runs.)
         let text = m.encode();
-        assert_eq!(text, "kvs_1,0,0-3.7.9-10.20-35:5.36;kvs_2,4,1.0.5");
+        assert_eq!(text, "kvs_1,0,*0*jwYQQhg;kvs_2,4,1.0.5");
+        assert_eq!(
+            Members::decode("kvs_1,0,0-3.7.9-10.20-35:5.36", MPI_ERR_PORT)
+                .unwrap()
+                .0[0],
+            m.0[0]
+        );
         assert_eq!(Members::decode(&text, MPI_ERR_PORT).unwrap(), m);
         assert_eq!(m.jobs().len(), 2);
         // Every other rank of a large job: one run.
@@ -204,8 +264,28 @@ mod tests {
         }]);
         assert_eq!(odd.encode(), "kvs_1,0,1-4095:2");
         assert_eq!(Members::decode(&odd.encode(), MPI_ERR_PORT).unwrap(), odd);
+        // A third of a job's ranks picked irregularly: a bitmap, six ranks a
+        // character, within one PMI value (1,024 bytes) where runs were not.
+        let picked: Vec<u32> = (0..3000u32)
+            .filter(|r| r.wrapping_mul(2_654_435_761) % 3 == 0)
+            .collect();
+        let irregular = Members(vec![Segment {
+            kvs: "kvs_1".into(),
+            base: 0,
+            ranks: picked.clone(),
+        }]);
+        let text = irregular.encode();
+        assert!(text.starts_with("kvs_1,0,*0*"), "{text}");
+        let (bitmap, runs) = (text.len(), runs(&picked).len());
+        assert!(bitmap < 1024 && runs > 2048, "{bitmap} {runs}");
+        assert_eq!(Members::decode(&text, MPI_ERR_PORT).unwrap(), irregular);
         for bad in [
             "kvs,4",
+            "kvs,4,*5*!!",
+            "kvs,4,*x*AA",
+            "kvs,4,*65535*BA",
+            "kvs,4,*0*AA",
+            "kvs,4,*5",
             "kvs,x,0-1",
             "kvs,4,3-1",
             "kvs,4,0-70000",
