@@ -5,8 +5,8 @@
 //! the transports read the configuration once, when they start). The values are
 //! the configuration's (`RBTL_*` variables, `RBTL_CONFIG_FILE`, the defaults), as
 //! the first `MPI_T_init_thread` found them. The performance variables are in
-//! `pvar`. This library has no events or sources: their counts are 0, no name is
-//! an event's, and the calls on their handles are refused.
+//! `pvar`; the events, sources and enumerations, of which there are none, in
+//! `tool_events`.
 //!
 //! The interface works before `MPI_Init` and after `MPI_Finalize`, and from any
 //! thread: it has a lock of its own.
@@ -416,32 +416,6 @@ pub unsafe extern "C" fn PMPI_T_category_changed(update_number: *mut c_int) -> c
         unsafe { put(update_number, 0) };
         Ok(())
     })
-}
-
-/// Counts of the kinds this library has none of.
-macro_rules! none_of {
-    ($($name:ident),+) => {$(
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(num: *mut c_int) -> c_int {
-            with(|_| {
-                // SAFETY: the binding's contract: null or writable.
-                unsafe { put(num, 0) };
-                Ok(())
-            })
-        }
-    )+};
-}
-
-none_of!(PMPI_T_event_get_num, PMPI_T_source_get_num);
-
-/// With no events, no name is one (`MPI_T_ERR_INVALID_NAME`, as for the other kinds).
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_T_event_get_index(
-    name: *const c_char,
-    event_index: *mut c_int,
-) -> c_int {
-    // SAFETY: the binding's contract.
-    with(|_| unsafe { index_of(std::iter::empty(), name, event_index) })
 }
 
 #[cfg(test)]

@@ -459,8 +459,8 @@ fn run_fatal(exe: &Path, case: &str, args: &[&str], words: &[&str], status: Opti
 
 /// The default error handler (and `MPI_ERRORS_ABORT`, and `MPI_Abort`) ends the
 /// whole job, with a status that is not 0 and a message naming the call; also for
-/// a function the library does not implement, while the header has one but the
-/// tool interface's (which return codes).
+/// a function the library does not implement, where the header has one (but in
+/// the tool interface, whose functions return codes).
 #[test]
 fn fatal() {
     let exe = build("fatal");

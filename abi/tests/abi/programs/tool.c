@@ -6,8 +6,9 @@
  * variable readable; writes refused; categories and their variables; the
  * performance variables (a counter of completed requests and the two matching
  * queues' lengths, read through a session's handles before MPI_Init and while
- * messages wait, reset, and their errors); no events or sources; the errors of bad
- * names, indices and handles, and of calls outside MPI_T_init_thread/MPI_T_finalize. */
+ * messages wait, reset, and their errors); no events, sources or enumerations (no
+ * index or handle of theirs valid); the errors of bad names, indices and handles,
+ * and of calls outside MPI_T_init_thread/MPI_T_finalize. */
 #include "check.h"
 
 /* The index of control variable `name`. */
@@ -99,6 +100,52 @@ static void test_pvars(MPI_T_pvar_session s, MPI_T_pvar_handle done, MPI_T_pvar_
   OK(MPI_T_pvar_reset(s, MPI_T_PVAR_ALL_HANDLES));
   for (int k = 1; k < size; k++)
     OK(MPI_Send(&x, 1, MPI_INT, k, 99, MPI_COMM_WORLD));
+}
+
+/* No event, source or enumeration: no index, registration, instance or
+ * enumeration is valid. */
+static void test_no_events(void) {
+  char name[16];
+  int len = sizeof name, n, idx;
+  MPI_Count ticks, max_ticks, stamp;
+  MPI_T_source_order order;
+  MPI_Info info;
+  MPI_T_enum en;
+  MPI_T_event_registration reg = NULL;
+  MPI_T_event_instance inst = NULL;
+  CHECK(MPI_T_event_get_info(0, name, &len, &n, NULL, NULL, &n, &en, &info, NULL, NULL, &n) ==
+            MPI_T_ERR_INVALID_INDEX,
+        "an event's information");
+  CHECK(MPI_T_event_handle_alloc(0, NULL, MPI_INFO_NULL, &reg) == MPI_T_ERR_INVALID_INDEX,
+        "a registration");
+  CHECK(MPI_T_source_get_info(0, name, &len, NULL, NULL, &order, &ticks, &max_ticks, &info) ==
+            MPI_T_ERR_INVALID_INDEX,
+        "a source's information");
+  CHECK(MPI_T_source_get_timestamp(-1, &stamp) == MPI_T_ERR_INVALID_INDEX, "a source's time");
+  CHECK(MPI_T_event_handle_free(reg, NULL, NULL) == MPI_T_ERR_INVALID_HANDLE, "handle_free");
+  CHECK(MPI_T_event_handle_get_info(reg, &info) == MPI_T_ERR_INVALID_HANDLE, "handle_get_info");
+  CHECK(MPI_T_event_handle_set_info(reg, MPI_INFO_NULL) == MPI_T_ERR_INVALID_HANDLE,
+        "handle_set_info");
+  CHECK(MPI_T_event_register_callback(reg, MPI_T_CB_REQUIRE_NONE, MPI_INFO_NULL, NULL, NULL) ==
+            MPI_T_ERR_INVALID_HANDLE,
+        "register_callback");
+  CHECK(MPI_T_event_callback_get_info(reg, MPI_T_CB_REQUIRE_NONE, &info) ==
+            MPI_T_ERR_INVALID_HANDLE,
+        "callback_get_info");
+  CHECK(MPI_T_event_callback_set_info(reg, MPI_T_CB_REQUIRE_NONE, MPI_INFO_NULL) ==
+            MPI_T_ERR_INVALID_HANDLE,
+        "callback_set_info");
+  CHECK(MPI_T_event_set_dropped_handler(reg, NULL) == MPI_T_ERR_INVALID_HANDLE,
+        "set_dropped_handler");
+  CHECK(MPI_T_event_copy(inst, name) == MPI_T_ERR_INVALID_HANDLE, "event_copy");
+  CHECK(MPI_T_event_read(inst, 0, name) == MPI_T_ERR_INVALID_HANDLE, "event_read");
+  CHECK(MPI_T_event_get_source(inst, &idx) == MPI_T_ERR_INVALID_HANDLE, "event_get_source");
+  CHECK(MPI_T_event_get_timestamp(inst, &stamp) == MPI_T_ERR_INVALID_HANDLE,
+        "event_get_timestamp");
+  CHECK(MPI_T_enum_get_info(MPI_T_ENUM_NULL, &n, name, &len) == MPI_T_ERR_INVALID_HANDLE,
+        "enum_get_info");
+  CHECK(MPI_T_enum_get_item(MPI_T_ENUM_NULL, 0, &n, name, &len) == MPI_T_ERR_INVALID_HANDLE,
+        "enum_get_item");
 }
 
 int main(int argc, char **argv) {
@@ -193,6 +240,7 @@ int main(int argc, char **argv) {
         "an event's name");
   OK(MPI_T_source_get_num(&none));
   CHECK(none == 0, "%d sources", none);
+  test_no_events();
 
   /* Through MPI's life and after it. */
   start("tool", &argc, &argv);
@@ -207,6 +255,7 @@ int main(int argc, char **argv) {
   CHECK(s == MPI_T_PVAR_SESSION_NULL, "session_free left the session");
   OK(MPI_T_finalize());
   CHECK(MPI_T_finalize() == MPI_T_ERR_NOT_INITIALIZED, "a second MPI_T_finalize");
+  CHECK(MPI_T_event_read(NULL, 0, &n) == MPI_T_ERR_NOT_INITIALIZED, "an event call after it");
   printf("PASS tool rank %d/%d\n", rank, size);
   return 0;
 }
