@@ -4,7 +4,7 @@
 use super::create;
 use super::group::compare;
 use crate::attr::{self, Holder};
-use crate::entry::{call, call_held, call_in_steps, query_binding};
+use crate::entry::{call, call_in_steps, query_binding};
 use crate::error::{freed_object, non_null, read_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
@@ -61,13 +61,22 @@ pub unsafe fn read_object_name(s: *const c_char) -> Result<String> {
     Ok(name)
 }
 
-/// Write a new communicator's handle.
+/// Write a new communicator's handle; with `out` null, free the communicator (if
+/// this process is in it) by `free`, as it was made with the other members, who
+/// keep theirs, and refuse (`MPI_ERR_ARG`).
 ///
 /// # Safety
 ///
 /// `out` is null or writable.
-unsafe fn hand_out(h: Result<Handle>, out: *mut Handle) -> Result<()> {
-    non_null(out, MPI_ERR_ARG, "communicator")?;
+pub(super) unsafe fn hand_out(
+    h: Result<Handle>,
+    out: *mut Handle,
+    free: impl FnOnce(Handle) -> Result<()>,
+) -> Result<()> {
+    if out.is_null() {
+        h.and_then(|h| if h == MPI_COMM_NULL { Ok(()) } else { free(h) })?;
+        return non_null(out, MPI_ERR_ARG, "communicator");
+    }
     // SAFETY: checked not null.
     unsafe { give(h, out) }
 }
@@ -78,7 +87,7 @@ unsafe fn hand_out(h: Result<Handle>, out: *mut Handle) -> Result<()> {
 /// # Safety
 ///
 /// `out` is null or writable.
-pub(super) unsafe fn give(h: Result<Handle>, out: *mut Handle) -> Result<()> {
+unsafe fn give(h: Result<Handle>, out: *mut Handle) -> Result<()> {
     // SAFETY: the caller's contract.
     unsafe { put(out, *h.as_ref().unwrap_or(&MPI_COMM_NULL)) };
     h.map(|_| ())
@@ -108,7 +117,7 @@ query_binding!(PMPI_Comm_test_inter, comm, Object::Comm(comm), |mpi|
 pub unsafe extern "C" fn PMPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_int {
     // SAFETY: the binding's contract.
     call_in_steps("MPI_Comm_dup", Object::Comm(comm), || unsafe {
-        hand_out(dup_with_attrs(comm), newcomm)
+        hand_out(dup_with_attrs(comm), newcomm, free_with_attrs)
     })
 }
 
@@ -120,7 +129,7 @@ pub unsafe extern "C" fn PMPI_Comm_dup_with_info(
 ) -> c_int {
     // SAFETY: the binding's contract.
     call_in_steps("MPI_Comm_dup_with_info", Object::Comm(comm), || unsafe {
-        hand_out(dup_with_attrs(comm), newcomm)
+        hand_out(dup_with_attrs(comm), newcomm, free_with_attrs)
     })
 }
 
@@ -184,6 +193,13 @@ fn dup_with_attrs(comm: Handle) -> Result<Handle> {
     with_attrs(comm, h)
 }
 
+/// Free communicator `h` after its attributes' deletions (run outside the library's
+/// state: they may call MPI).
+fn free_with_attrs(h: Handle) -> Result<()> {
+    attr::delete_attrs(Holder::comm(h), None)?;
+    global::with(|mpi| mpi.comm_free(h))
+}
+
 /// `comm`'s duplicate `h` with its attributes copied as [`dup_with_attrs`] says.
 fn with_attrs(comm: Handle, h: Handle) -> Result<Handle> {
     if let Err(e) = attr::copy_attrs(Holder::comm(comm), Holder::comm(h)) {
@@ -204,14 +220,16 @@ macro_rules! comm_maker {
             $($arg: $ty,)*
             $newcomm: *mut Handle,
         ) -> c_int {
-            call_held(&stringify!($name)[1..], Object::Comm($comm), |$held| {
+            $crate::entry::call_held(&stringify!($name)[1..], $crate::error::Object::Comm($comm), |$held| {
                 let made = $make;
                 // SAFETY: the binding's contract.
-                unsafe { hand_out(made, $newcomm) }
+                unsafe { $crate::comm::api::hand_out(made, $newcomm, |h| $held.comm_free(h)) }
             })
         }
     };
 }
+
+pub(super) use comm_maker;
 
 comm_maker!(PMPI_Comm_split, comm, (color: c_int, key: c_int), newcomm,
     |held| create::split(held, comm, color, key));
@@ -269,8 +287,7 @@ pub unsafe extern "C" fn PMPI_Comm_free(comm: *mut Handle) -> c_int {
         // SAFETY: null or readable, the binding's contract.
         let h = unsafe { read_arg(comm, MPI_ERR_ARG, "communicator") }?;
         global::with(|mpi| mpi.check_freeable(h))?;
-        attr::delete_attrs(Holder::comm(h), None)?;
-        global::with(|mpi| mpi.comm_free(h))?;
+        free_with_attrs(h)?;
         // SAFETY: checked not null.
         unsafe { comm.write(MPI_COMM_NULL) };
         Ok(())

@@ -3,6 +3,7 @@
 //! (`MPI_Dist_graph_create`) or by its own edges (`MPI_Dist_graph_create_adjacent`).
 //! Ranks are never reordered here.
 
+use super::api::comm_maker;
 use super::topo::{ints, Topology};
 use crate::coll::{allgather_here, allgatherv_here, Inside};
 use crate::entry::{call, call_held, query_binding};
@@ -103,24 +104,14 @@ impl Mpi {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Graph_create(
-    comm_old: Handle,
-    nnodes: c_int,
-    index: *const c_int,
-    edges: *const c_int,
-    _reorder: c_int,
-    comm_graph: *mut Handle,
-) -> c_int {
-    call_held("MPI_Graph_create", Object::Comm(comm_old), |mpi| {
-        // SAFETY: the binding's contract: `index` holds `nnodes` ints, `edges` as
-        // many as the last of them says; `comm_graph` null or writable.
-        unsafe {
-            let made = graph(mpi, comm_old, (nnodes, index, edges));
-            super::api::give(made, comm_graph)
-        }
-    })
-}
+#[rustfmt::skip]
+comm_maker!(PMPI_Graph_create, comm_old,
+    (nnodes: c_int, index: *const c_int, edges: *const c_int, _reorder: c_int), comm_graph,
+    |mpi| {
+        // SAFETY: the binding's contract: `index` holds `nnodes` ints, `edges` as many
+        // as the last of them says.
+        unsafe { graph(mpi, comm_old, (nnodes, index, edges)) }
+    });
 
 /// `MPI_Graph_create` of the `nnodes` nodes `index` and `edges` over `comm_old`:
 /// the new communicator (null at a process outside the graph).

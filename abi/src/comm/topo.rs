@@ -2,6 +2,7 @@
 //! topology is a communicator's description of its ranks; ranks are never reordered
 //! here.
 
+use super::api::comm_maker;
 use crate::entry::{call, call_held, query_binding};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -198,24 +199,13 @@ pub unsafe extern "C" fn PMPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mu
     })
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Cart_create(
-    comm_old: Handle,
-    ndims: c_int,
-    dims: *const c_int,
-    periods: *const c_int,
-    _reorder: c_int,
-    comm_cart: *mut Handle,
-) -> c_int {
-    call_held("MPI_Cart_create", Object::Comm(comm_old), |mpi| {
-        // SAFETY: the binding's contract: `dims` and `periods` hold `ndims` ints;
-        // `comm_cart` null or writable.
-        unsafe {
-            let made = cart(mpi, comm_old, (ndims, dims, periods));
-            super::api::give(made, comm_cart)
-        }
-    })
-}
+#[rustfmt::skip]
+comm_maker!(PMPI_Cart_create, comm_old,
+    (ndims: c_int, dims: *const c_int, periods: *const c_int, _reorder: c_int), comm_cart,
+    |mpi| {
+        // SAFETY: the binding's contract: `dims` and `periods` hold `ndims` ints.
+        unsafe { cart(mpi, comm_old, (ndims, dims, periods)) }
+    });
 
 /// `MPI_Cart_create` of the grid of `ndims` dimensions `dims` (`periods`) over
 /// `comm_old`: the new communicator (null at a process outside the grid).

@@ -22,6 +22,14 @@ static void never(void *in, void *inout, int *len, MPI_Datatype *type) {
   (void)type;
 }
 
+/* Deletions of attributes, counted. */
+static int deletions = 0;
+static int count_deletion(MPI_Comm comm, int key, void *value, void *extra) {
+  (void)comm, (void)key, (void)value, (void)extra;
+  deletions++;
+  return MPI_SUCCESS;
+}
+
 static void test_environment_before(void) {
   int flag = -1, v = -1, sv = -1;
   OK(MPI_Initialized(&flag));
@@ -286,6 +294,22 @@ static void test_handle_errors(void) {
   c = MPI_COMM_WORLD;
   EXPECT_ERR(MPI_Cart_create(MPI_COMM_WORLD, 1, many, periods, 0, &c), MPI_ERR_DIMS, NULL);
   CHECK(c == MPI_COMM_NULL, "a failed MPI_Cart_create left its output %#lx", (unsigned long)c);
+  /* Made with the others, then freed where the output is null. */
+  int all[1] = {size}, index[1] = {0};
+  EXPECT_ERR(MPI_Cart_create(MPI_COMM_WORLD, 1, all, periods, 0, NULL), MPI_ERR_ARG,
+             "communicator pointer");
+  EXPECT_ERR(MPI_Graph_create(MPI_COMM_WORLD, 1, index, NULL, 0, NULL), MPI_ERR_ARG,
+             "communicator pointer");
+  EXPECT_ERR(MPI_Comm_split(MPI_COMM_WORLD, rank % 2 ? MPI_UNDEFINED : 0, 0, NULL), MPI_ERR_ARG,
+             "communicator pointer");
+  int counted;
+  OK(MPI_Comm_create_keyval(MPI_COMM_DUP_FN, count_deletion, &counted, NULL));
+  OK(MPI_Comm_set_attr(MPI_COMM_WORLD, counted, &counted));
+  EXPECT_ERR(MPI_Comm_dup(MPI_COMM_WORLD, NULL), MPI_ERR_ARG, "communicator pointer");
+  CHECK(deletions == 1, "the refused duplicate was not freed (%d deletions)", deletions);
+  OK(MPI_Comm_delete_attr(MPI_COMM_WORLD, counted));
+  CHECK(deletions == 2, "%d deletions", deletions);
+  OK(MPI_Comm_free_keyval(&counted));
   int in, outd, wgt;
   EXPECT_ERR(MPI_Dist_graph_neighbors_count(MPI_COMM_WORLD, &in, &outd, &wgt),
              MPI_ERR_TOPOLOGY, NULL);
