@@ -220,10 +220,12 @@ macro_rules! comm_maker {
             $($arg: $ty,)*
             $newcomm: *mut Handle,
         ) -> c_int {
-            $crate::entry::call_held(&stringify!($name)[1..], $crate::error::Object::Comm($comm), |$held| {
+            let object = $crate::error::Object::Comm($comm);
+            $crate::entry::call_held(&stringify!($name)[1..], object, |$held| {
                 let made = $make;
+                let free = |h| $held.comm_free(h);
                 // SAFETY: the binding's contract.
-                unsafe { $crate::comm::api::hand_out(made, $newcomm, |h| $held.comm_free(h)) }
+                unsafe { $crate::comm::api::hand_out(made, $newcomm, free) }
             })
         }
     };
