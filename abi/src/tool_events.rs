@@ -1,12 +1,12 @@
-//! The tool interface's events, event sources and enumerations (MPI 4.1 sections
-//! 15.3.8 and 15.3.5), of which this library has none: no event type, no source,
-//! and no variable whose values are named by an enumeration. Their counts are 0, no
-//! index is valid (`MPI_T_ERR_INVALID_INDEX`), no name is one's
-//! (`MPI_T_ERR_INVALID_NAME`), and no handle is one (`MPI_T_ERR_INVALID_HANDLE`):
-//! registrations come only from an event's index, instances only to a
-//! registration's callback, and enumerations only from a variable's description.
-//! As everywhere in the interface, each call before `MPI_T_init_thread` or after
-//! the last `MPI_T_finalize` is `MPI_T_ERR_NOT_INITIALIZED`.
+//! The tool interface's events, event sources and enumerations (MPI 4.1 chapter
+//! 15), of which this library has none: no event type, no source, and no variable
+//! whose values are named by an enumeration. Their counts are 0, no index is valid
+//! (`MPI_T_ERR_INVALID_INDEX`), no name is one's (`MPI_T_ERR_INVALID_NAME`), and no
+//! handle is one (`MPI_T_ERR_INVALID_HANDLE`): registrations come only from an
+//! event's index, instances only to a registration's callback, and enumerations
+//! only from a variable's description. As everywhere in the interface, each call
+//! before `MPI_T_init_thread` or after the last `MPI_T_finalize` is
+//! `MPI_T_ERR_NOT_INITIALIZED`.
 
 use crate::ffi::*;
 use crate::tool::{index_of, with};
