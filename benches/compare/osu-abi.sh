@@ -19,13 +19,15 @@
 #   across), bandwidth at 1-4 MiB at least 1.0x; one-sided latency at most 1.0x (every
 #   size); osu_allreduce, osu_bcast and osu_barrier at most 1.0x at 2, 4 and 8 ranks.
 #
-#   benches/compare/osu-abi.sh [-w WHERE] [-g PARTS] [-r ROUNDS] [-M MAX_SIZE] [-i ITERATIONS]
+#   benches/compare/osu-abi.sh [-w WHERE] [-g PARTS] [-r ROUNDS] [-m MIN_SIZE] [-M MAX_SIZE]
+#       [-i ITERATIONS]
 #     WHERE: any of "node nodes" (default both; "nodes" needs root and mpich)
 #     PARTS: any of "pt2pt onesided coll" (default all)
 #     ROUNDS: runs of each system per benchmark, alternating, the order reversed each
 #       round (default 3; the median per size is shown)
-#     MAX_SIZE: largest size of the point-to-point and one-sided benchmarks (default
-#       4 MiB; they run OSU's default iterations)
+#     MIN_SIZE, MAX_SIZE: smallest and largest size of the point-to-point and one-sided
+#       benchmarks (default 1 B and 4 MiB; they run OSU's default iterations; shorter
+#       ranges make shorter runs, which the host's placement moves less often)
 #     ITERATIONS: timed iterations per size of the collectives, after a tenth as
 #       many warm-up, sizes up to 64 KiB (default 1000, OSU's own for small sizes:
 #       with 100 the figures vary by half between runs); a tenth as many across nodes
@@ -50,14 +52,16 @@ cd "$(dirname "$0")/../.."
 WHERE="node nodes"
 PARTS="pt2pt onesided coll"
 ROUNDS=3
+MIN=1
 MAX=4194304
 COLL_ITER=1000
-read_options 2,44 "w:WHERE g:PARTS r:ROUNDS M:MAX i:COLL_ITER" "$@"
+read_options 2,45 "w:WHERE g:PARTS r:ROUNDS m:MIN M:MAX i:COLL_ITER" "$@"
 die() { echo "osu-abi.sh: $*" >&2; exit 1; }
 for w in $WHERE; do [[ $w == node || $w == nodes ]] || die "-w: '$w' is neither node nor nodes"; done
 for g in $PARTS; do [[ $g =~ ^(pt2pt|onesided|coll)$ ]] || die "-g: '$g' is not one of pt2pt onesided coll"; done
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "-r $ROUNDS: give the runs per system, 1 or more"
 [[ $MAX =~ ^[1-9][0-9]*$ ]] || die "-M $MAX: give the largest size in bytes"
+[[ $MIN =~ ^[1-9][0-9]*$ && $MIN -le $MAX ]] || die "-m $MIN: give the smallest size in bytes, at most -M"
 [[ $COLL_ITER =~ ^[1-9][0-9]*$ ]] || die "-i $COLL_ITER: give the collectives' iterations, 1 or more"
 if [[ " $WHERE " == *" nodes "* ]]; then
     [[ $EUID -eq 0 ]] || die "across nodes needs root (simulated nodes); -w node runs on this node only"
@@ -119,7 +123,7 @@ osu_sub() {
 is_latency() { [[ $1 != *_bw && $1 != *_bibw ]]; }
 
 # OSU's options for a benchmark at a number of ranks, on one node or across nodes:
-# point-to-point and one-sided from 1 B to MAX at OSU's iterations; collectives up to
+# point-to-point and one-sided from MIN to MAX at OSU's iterations; collectives up to
 # 64 KiB at COLL_ITER (a tenth of it across nodes at more ranks than cores).
 osu_args() {
     local it=$COLL_ITER
@@ -127,7 +131,7 @@ osu_args() {
     case $1 in
         osu_barrier) echo "-i $it -x $(((it + 9) / 10))" ;;
         osu_allreduce | osu_bcast) echo "-m 1:65536 -i $it -x $(((it + 9) / 10))" ;;
-        *) echo "-m 1:$MAX" ;;
+        *) echo "-m $MIN:$MAX" ;;
     esac
 }
 
@@ -139,13 +143,13 @@ command_for() {
     case $where.$sys in
         node.ompi) echo "${OMPI_NODE[*]} -np $ranks --bind-to $bind $OMPI/$bench $(osu_args "$bench" "$ranks" "$where")" ;;
         node.abi) echo "env RBTL_BTL_TCP_IF_INCLUDE=lo target/release/mpiexec -n $ranks --bind-to $bind $ABI/$bench $(osu_args "$bench" "$ranks" "$where")" ;;
-        node.osu) echo "env RBTL_BTL_TCP_IF_INCLUDE=lo target/release/osu $(osu_sub "$bench") --min-size 1 --max-size $MAX --json $json" ;;
+        node.osu) echo "env RBTL_BTL_TCP_IF_INCLUDE=lo target/release/osu $(osu_sub "$bench") --min-size $MIN --max-size $MAX --json $json" ;;
         nodes.ompi)
             local btl=self,tcp
             [[ $per -gt 1 ]] && btl=self,vader,tcp
             echo "${OMPI_NODES[*]} --host rbtl-n1:$per,rbtl-n2:$per --map-by slot -np $ranks --mca btl $btl $OMPI/$bench $(osu_args "$bench" "$ranks" "$where")" ;;
         nodes.abi) echo "env RBTL_BTL_TCP_IF_INCLUDE=$CIDR ${HYDRA[*]} -hosts rbtl-n1,rbtl-n2 -n $ranks -ppn $per $ABI/$bench $(osu_args "$bench" "$ranks" "$where")" ;;
-        nodes.osu) echo "env RBTL_BTL_TCP_IF_INCLUDE=$CIDR ${HYDRA[*]} -hosts rbtl-n1,rbtl-n2 -n $ranks -ppn $per target/release/osu $(osu_sub "$bench") --min-size 1 --max-size $MAX --json $json" ;;
+        nodes.osu) echo "env RBTL_BTL_TCP_IF_INCLUDE=$CIDR ${HYDRA[*]} -hosts rbtl-n1,rbtl-n2 -n $ranks -ppn $per target/release/osu $(osu_sub "$bench") --min-size $MIN --max-size $MAX --json $json" ;;
     esac
 }
 
