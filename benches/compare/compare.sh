@@ -98,7 +98,11 @@ command_for() {
 
 echo "# $(stamp)"
 echo "# $("$OUT/cacheline") (one cache line between cores 0 and 1, one way; ~25-45 near, 63-160 far)"
-echo "# near is below $(seed_near) x 2 ns (the lowest seen first) and below $FAR_NS"
+if [ "${PLACEMENT:-near}" = any ]; then
+    echo "# PLACEMENT=any: every run counts, wherever the host places the vCPUs"
+else
+    echo "# near is below $(seed_near) x 2 ns (the lowest seen first) and below $FAR_NS"
+fi
 echo "# $("$OUT/cacheline" 2) (one line per direction, as transports use: the floor of their latency)"
 echo "# $("$OUT/cacheline" 1 40) $("$OUT/cacheline" 2 40) (both again, each side computing about 40 ns between a message and its reply)"
 echo "# $("$OUT/cacheline" 2 0 pause) $("$OUT/cacheline" 2 10 pause) (one line per direction, pausing between polls)"
