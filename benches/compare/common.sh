@@ -42,10 +42,9 @@ line_ns() {
 }
 # Whether the time $1 says the vCPUs are far apart: at or above FAR_NS, or twice the
 # lowest seen in this run (hosts differ: near is 25-45 ns, apart 63-107 on one, about
-# 160 on another).
-# With PLACEMENT=any, no time is far: runs count wherever the host places the vCPUs
-# (both systems alike, alternating; on an Intel host two busy vCPUs stay near only for
-# seconds, and two cores of one socket are "apart" on such hosts anyway).
+# 160 on another). With PLACEMENT=any no time is far, and runs count wherever the host
+# places the vCPUs, both systems alike, alternating (for hosts where two busy vCPUs
+# stay near only for seconds).
 FAR_NS=80
 is_far() {
     [ "${PLACEMENT:-near}" != any ] &&
