@@ -1,10 +1,9 @@
 //! The functions of the reference header that the library does not implement:
-//! each exists (a program calling it links) and refuses through the error
-//! handler with `MPI_ERR_UNSUPPORTED_OPERATION`, naming itself (or, in the tool
-//! interface, returns `MPI_T_ERR_NOT_SUPPORTED`). Where the library implements
-//! every one, the test checks that instead. The program that
-//! calls them all is written by the test from the header and
-//! [`mpi_abi::IMPLEMENTED`].
+//! each exists (a program calling it links) and refuses through the error handler
+//! with `MPI_ERR_UNSUPPORTED_OPERATION`, naming itself (or, in the tool interface,
+//! returns `MPI_T_ERR_NOT_SUPPORTED`). Where the library implements every one, the
+//! test checks that instead. The program that calls them all is written by the test
+//! from the header and [`mpi_abi::IMPLEMENTED`].
 
 use super::programs::{build_written, run_passing};
 use super::reference_include;
