@@ -329,20 +329,18 @@ pub fn progress_active(mpi: &mut Mpi) -> usize {
         ..
     } = mpi;
     let mut n = 0;
-    let mut agreements = false;
+    let mut agreements = Vec::new();
     for h in active.iter() {
         match requests.get_mut(*h) {
             // SAFETY: a nonblocking collective's caller keeps its buffers until the
             // request completes.
             Some(Request::Coll(s)) => n += usize::from(unsafe { s.advance(msg) }),
-            Some(Request::Dup(_)) => agreements = true,
+            Some(Request::Dup(_)) => agreements.push(*h),
             _ => {}
         }
     }
-    if agreements {
-        for h in mpi.active.clone() {
-            n += usize::from(mpi.advance_idup(h));
-        }
+    for h in agreements {
+        n += usize::from(mpi.advance_idup(h));
     }
     let Mpi {
         requests, active, ..

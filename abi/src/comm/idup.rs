@@ -85,14 +85,17 @@ impl Mpi {
 
     /// Advance the agreement of request `h`: whether anything happened.
     pub fn advance_idup(&mut self, h: Handle) -> bool {
-        let Some(Request::Dup(a)) = self.requests.get_mut(h) else {
+        let Some(slot @ Request::Dup(_)) = self.requests.get_mut(h) else {
             return false;
         };
-        // (Out of the table while it advances: that needs the whole state.)
-        let mut a = std::mem::replace(a, Agreement::new(MPI_COMM_NULL, MPI_COMM_NULL, 0, 1));
+        // (Out of the table while it advances, which needs the whole state; a
+        // completed request holds its place meanwhile.)
+        let Request::Dup(mut a) = std::mem::replace(slot, Request::Done(Status::empty())) else {
+            unreachable!("matched above");
+        };
         let moved = a.advance(self);
-        if let Some(Request::Dup(slot)) = self.requests.get_mut(h) {
-            *slot = a;
+        if let Some(slot) = self.requests.get_mut(h) {
+            *slot = Request::Dup(a);
         }
         moved
     }
