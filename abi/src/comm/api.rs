@@ -310,8 +310,7 @@ pub unsafe extern "C" fn PMPI_Comm_disconnect(comm: *mut Handle) -> c_int {
             let s = held.build_barrier(h)?;
             held.run_letting_in(s)
         })?;
-        attr::delete_attrs(Holder::comm(h), None)?;
-        global::with(|mpi| mpi.comm_free(h))?;
+        free_with_attrs(h)?;
         // SAFETY: checked not null.
         unsafe { comm.write(MPI_COMM_NULL) };
         Ok(())
