@@ -434,6 +434,33 @@ impl Comm {
         }))
     }
 
+    /// The atomic of [`Comm::atomic_on`] done at once where `t` is mapped here: the
+    /// word's previous value; `None`, having done nothing, where `t` is reached
+    /// through a transport.
+    #[inline]
+    pub fn atomic_here(
+        t: &Target,
+        offset: usize,
+        atomic: Atomic,
+        width_32: bool,
+    ) -> Result<Option<u64>> {
+        let size = if width_32 { 4 } else { 8 };
+        Self::inside(t, offset, size)?;
+        let at = t.addr + offset as u64;
+        if at % size as u64 != 0 {
+            return Err(Error::Btl(rbtl_btl::Error::Misaligned(at)));
+        }
+        let Some(base) = t.direct else {
+            return Ok(None);
+        };
+        // SAFETY: the word lies inside the mapping (checked) and is aligned; it is
+        // reached only atomically by every process (the library's rule for window
+        // words under atomics).
+        Ok(Some(unsafe {
+            direct_atomic(base.add(offset), atomic, width_32)
+        }))
+    }
+
     /// Start an atomic on the word of `width_32` (4 bytes) or 8 bytes of `t` at
     /// `offset`, its previous value written to `result` (when not null) once
     /// complete; counted by `pending`. The word must be aligned to its size.
@@ -452,22 +479,14 @@ impl Comm {
         pending: &Pending,
     ) -> Result<()> {
         let size = if width_32 { 4 } else { 8 };
-        Self::inside(t, offset, size)?;
-        let at = t.addr + offset as u64;
-        if at % size as u64 != 0 {
-            return Err(Error::Btl(rbtl_btl::Error::Misaligned(at)));
-        }
-        if let Some(base) = t.direct {
-            // SAFETY: the word lies inside the mapping (checked) and is aligned; it
-            // is reached only atomically by every process (the library's rule for
-            // window words under atomics).
-            let old = unsafe { direct_atomic(base.add(offset), atomic, width_32) };
+        if let Some(old) = Self::atomic_here(t, offset, atomic, width_32)? {
             if !result.is_null() {
                 // SAFETY: the caller's contract: room for the word.
                 unsafe { rbtl_btl::copy_bytes(old.to_ne_bytes().as_ptr(), result, size) };
             }
             return Ok(());
         }
+        let at = t.addr + offset as u64;
         let (mi, ep) = self.route(t.rank)?;
         let m = self.modules[mi].as_mut();
         let width = if width_32 {

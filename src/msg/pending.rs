@@ -27,6 +27,13 @@ impl Pending {
         self.0.done.load(Ordering::Acquire) == self.0.started.load(Ordering::Relaxed)
     }
 
+    /// Whether every operation started has completed and none failed: nothing for
+    /// a wait to do or report.
+    #[inline]
+    pub fn is_settled(&self) -> bool {
+        self.is_idle() && !self.0.failed.load(Ordering::Acquire)
+    }
+
     /// Count an operation started.
     pub(super) fn start(&self) {
         self.0.started.fetch_add(1, Ordering::Relaxed);

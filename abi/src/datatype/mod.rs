@@ -62,6 +62,7 @@ pub enum Pair {
 
 impl Prim {
     /// Bytes of one element's data.
+    #[inline]
     pub fn size(self) -> usize {
         match self {
             Prim::Int { bytes, .. } | Prim::Float(bytes) | Prim::Logical(bytes) => bytes as usize,

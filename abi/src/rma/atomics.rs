@@ -5,8 +5,10 @@
 //! target's accumulate mutex; else, from 2 KiB on where the transport reads and
 //! writes the target's memory without its process, read, combined and written back
 //! from here under the same mutex; else shipped to the target, which applies it
-//! under that mutex ([`super::shipped`]).
+//! under that mutex ([`super::shipped`]). On memory this process maps, the common
+//! forms (one basic kind, contiguous) are done in one step ([`super::direct`]).
 
+use super::direct;
 use super::ops::{mismatch, origin_target_binding, Access};
 use super::shipped::{Kind, Ship};
 use super::sync::acquire;
@@ -372,6 +374,13 @@ pub unsafe extern "C" fn PMPI_Fetch_and_op(
         }
         // A predefined type without gaps (as the standard asks): origin and result
         // are the element itself, of the target's size.
+        let (one, result) = ((origin_addr, 1, datatype), Some((result_addr, 1, datatype)));
+        let target = (target_rank, target_disp, 1, datatype);
+        // SAFETY: the binding's contract: one element at `origin_addr`, room for one
+        // at `result_addr`.
+        if unsafe { direct::accumulate(mpi, one, result, target, op, win) } {
+            return Ok(());
+        }
         mpi.accumulate_op(op, (1, datatype))?;
         if mpi.to_proc_null(win, target_rank)? {
             return Ok(());
@@ -423,10 +432,15 @@ impl Mpi {
         &mut self,
         origin: (*const c_void, c_int, Handle),
         result: Option<(*mut c_void, c_int, Handle)>,
-        (target_rank, target_disp, target_count, target_datatype): (c_int, Aint, c_int, Handle),
+        target: (c_int, Aint, c_int, Handle),
         op: Handle,
         win: Handle,
     ) -> Result<()> {
+        // SAFETY: the caller's contract.
+        if unsafe { direct::accumulate(self, origin, result, target, op, win) } {
+            return Ok(());
+        }
+        let (target_rank, target_disp, target_count, target_datatype) = target;
         self.accumulate_op(op, (target_count, target_datatype))?;
         if self.to_proc_null(win, target_rank)? {
             return Ok(());
@@ -476,6 +490,13 @@ pub unsafe extern "C" fn PMPI_Compare_and_swap(
     win: Handle,
 ) -> c_int {
     call("MPI_Compare_and_swap", Object::Win(win), |mpi| {
+        let buffers = (origin_addr, compare_addr, result_addr);
+        // SAFETY: the binding's contract: one element at each buffer.
+        if unsafe {
+            direct::compare_and_swap(mpi, buffers, datatype, (target_rank, target_disp), win)
+        } {
+            return Ok(());
+        }
         let t = mpi.dtype(datatype)?;
         if !t.predefined
             || !matches!(

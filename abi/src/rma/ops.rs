@@ -214,55 +214,6 @@ pub(super) fn mismatch(origin: usize, target: usize) -> Error {
     Error::new(MPI_ERR_TYPE, format!("the origin's {origin} bytes do not match the target's {target}: their datatypes' signatures differ"))
 }
 
-/// The common put or get, done here in one step: contiguous data at both ends, a
-/// member whose memory this process maps, in an open epoch. The bytes are copied
-/// at once, as the general path below would copy them. `false`, having done
-/// nothing, for any other operation, and for a wrong one (the general path raises
-/// its error).
-///
-/// # Safety
-///
-/// As [`rdma`].
-#[inline(always)]
-unsafe fn direct(
-    mpi: &Mpi,
-    put: bool,
-    (origin, ocount, otype): (*mut c_void, c_int, Handle),
-    (rank, disp, tcount, ttype): (c_int, Aint, c_int, Handle),
-    win: Handle,
-) -> bool {
-    let (Ok(ot), Ok(tt)) = (mpi.dtype(otype), mpi.dtype(ttype)) else {
-        return false;
-    };
-    let (Ok(on), Ok(tn)) = (usize::try_from(ocount), usize::try_from(tcount)) else {
-        return false;
-    };
-    let len = ot.size.checked_mul(on);
-    if !(ot.contiguous && tt.contiguous) || len.is_none() || len != tt.size.checked_mul(tn) {
-        return false;
-    }
-    let Some(w) = mpi.wins.get(win) else {
-        return false;
-    };
-    let Some(r) = usize::try_from(rank).ok().filter(|&r| r < w.peers.len()) else {
-        return false;
-    };
-    let p = &w.peers[r];
-    let at = disp
-        .checked_mul(p.disp_unit as isize)
-        .and_then(|d| d.checked_add(tt.lb))
-        .and_then(|d| usize::try_from(d).ok());
-    match (at, len) {
-        // SAFETY: the origin holds (a put) or has room for (a get) `ocount`
-        // elements of its contiguous type, `len` bytes from its lower bound.
-        (Some(at), Some(len)) if w.sync.may_access(r) => unsafe {
-            p.mem
-                .copy_direct(at, origin.cast::<u8>().wrapping_offset(ot.lb), len, put)
-        },
-        _ => false,
-    }
-}
-
 /// `MPI_Put` and `MPI_Get`: the origin `o` (buffer, count, type), the target `t`
 /// (rank, displacement, count, type).
 ///
@@ -278,7 +229,7 @@ pub(super) unsafe fn rdma(
     win: Handle,
 ) -> Result<()> {
     // SAFETY: forwarded contract.
-    if unsafe { direct(mpi, put, o, t, win) } {
+    if unsafe { super::direct::put_get(mpi, put, o, t, win) } {
         return Ok(());
     }
     let ((origin, ocount, otype), (rank, disp, tcount, ttype)) = (o, t);
