@@ -398,23 +398,39 @@ pub fn delete_attrs(o: Holder, keys: Option<c_int>) -> Result<()> {
 }
 
 /// Copy the attributes of `old` to its new duplicate `new`, their copy functions
-/// run outside the library's state.
+/// run outside the library's state. A failed copy stops there: the attributes
+/// copied before it are deleted from `new`, their delete functions run (as when a
+/// duplicate is freed), for the caller to free it bare.
 pub fn copy_attrs(old: Holder, new: Holder) -> Result<()> {
     let copyings = global::with(|mpi| mpi.copyings(old))?;
     let mut copied = Attrs::new();
+    let mut failed = None;
     for c in &copyings {
         // SAFETY: outside the state.
-        if let (k, Some(v)) = unsafe { c.run() }? {
-            copied.insert(k, v);
+        match unsafe { c.run() } {
+            Ok((k, Some(v))) => _ = copied.insert(k, v),
+            Ok((_, None)) => {}
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
         }
     }
-    if copied.is_empty() {
-        return Ok(());
+    if !copied.is_empty() {
+        global::with(|mpi| {
+            *mpi.attrs_of_mut(new)? = copied;
+            Ok(())
+        })?;
     }
-    global::with(|mpi| {
-        *mpi.attrs_of_mut(new)? = copied;
-        Ok(())
-    })
+    let Some(e) = failed else {
+        return Ok(());
+    };
+    // The copy's error is the one reported; a deletion that fails leaves the
+    // attributes after it, taken off unrun.
+    if delete_attrs(new, None).is_err() {
+        global::with(|mpi| mpi.forget_attrs(new, None))?;
+    }
+    Err(e)
 }
 
 /// Set attribute `k` of `o` to `value`, the old value's deletion first (it may

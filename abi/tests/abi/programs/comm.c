@@ -495,16 +495,23 @@ static void test_attributes(void) {
                       "%d deletes, expected 2",
         deletes);
   /* A copy callback that fails fails the duplicate, handed out as MPI_COMM_NULL,
-   * with the class of the callback's code. */
+   * with the class of the callback's code; what was copied before it (keys in
+   * the order they were made) is deleted from the failed duplicate. */
   int failing;
   OK(MPI_Comm_create_keyval(copy_fails, MPI_COMM_NULL_DELETE_FN, &failing, NULL));
   OK(MPI_Comm_dup(MPI_COMM_WORLD, &a));
+  OK(MPI_Comm_set_attr(a, plus, (void *)(intptr_t)50));
   OK(MPI_Comm_set_attr(a, failing, NULL));
   errors_return(a, 1);
   b = MPI_COMM_WORLD;
+  copies = deletes = 0;
   EXPECT_ERR(MPI_Comm_dup(a, &b), MPI_ERR_ARG, "copy function");
   CHECK(b == MPI_COMM_NULL, "a failed MPI_Comm_dup handed out %#lx", (unsigned long)(uintptr_t)b);
+  CHECK(copies == 1 && deletes == 1 && last_deleted == 51,
+        "a failed MPI_Comm_dup: %d copies, %d deletes (last %ld), expected the copy deleted",
+        copies, deletes, (long)last_deleted);
   OK(MPI_Comm_free(&a));
+  CHECK(deletes == 2 && last_deleted == 50, "freeing after a failed dup: %d deletes", deletes);
   OK(MPI_Comm_free_keyval(&failing));
   /* The same of a datatype's (whose errors go to MPI_COMM_SELF's handler). */
   MPI_Datatype t, t_copy = MPI_INT;
