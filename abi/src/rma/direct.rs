@@ -3,10 +3,10 @@
 //! contiguous data, copied at once; an accumulate of one basic kind, combined in
 //! place under the member's accumulate mutex, or of one element that a transport
 //! atomic performs, by the processor's atomic; a compare-and-swap, by the
-//! processor's on one word, else under the mutex. Each does what the general path ([`super::ops`], [`super::atomics`])
-//! would do, without building the access that path needs for every datatype and
-//! transport; each does nothing and says so for any other operation, and for a
-//! wrong one (the general path raises its error).
+//! processor's on one word, else under the mutex. Each does what the general path
+//! ([`super::ops`], [`super::atomics`]) would do, without building the access that
+//! path needs for every datatype and transport; each does nothing and says so for
+//! any other operation, and for a wrong one (the general path raises its error).
 
 use super::atomics::{hardware, word};
 use super::sync::EXCLUSIVE;
