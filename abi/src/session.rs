@@ -10,7 +10,8 @@
 //! transports' last barrier with it). Once ended it does not start again: a session
 //! begun after `MPI_Finalize` ended it is refused. The thread level is the highest asked for so far
 //! (`mpi_thread_support_level` in the session's info, or MPICH's `thread_level`;
-//! `MPI_THREAD_SINGLE` without).
+//! `MPI_THREAD_SINGLE` without), the library's for every caller: what
+//! `MPI_Session_get_info` reports.
 
 use crate::coll::Inside;
 use crate::comm::api::{call_errhandler, check_errhandler, create_errhandler, read_str};
@@ -28,8 +29,6 @@ use std::sync::Arc;
 /// A session.
 pub struct Session {
     pub errhandler: Handle,
-    /// The thread level it asked for.
-    thread_level: c_int,
 }
 
 /// The process sets, by name.
@@ -150,10 +149,7 @@ pub unsafe extern "C" fn PMPI_Session_init(
                     })?,
             };
             mpi.raise_thread_level(thread_level);
-            mpi.sessions.insert(Session {
-                errhandler,
-                thread_level,
-            })
+            mpi.sessions.insert(Session { errhandler })
         })
     });
     match made {
@@ -281,8 +277,10 @@ pub unsafe extern "C" fn PMPI_Session_get_pset_info(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_get_info(session: Handle, info_used: *mut Handle) -> c_int {
     call("MPI_Session_get_info", Object::Session(session), |mpi| {
-        let level = mpi.session(session)?.thread_level;
-        let name = level_name(level).unwrap_or("");
+        // The level the library gives every caller now: the highest asked for by
+        // any session or `MPI_Init_thread` so far (as MPICH and Open MPI answer).
+        mpi.session(session)?;
+        let name = level_name(mpi.thread_level).unwrap_or("");
         let entries = ["mpi_thread_support_level", "thread_level"]
             .map(|key| (key.to_string(), name.to_string()))
             .to_vec();

@@ -325,6 +325,14 @@ int main(int argc, char **argv) {
     int provided = -1;
     OK(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided));
     CHECK(provided == MPI_THREAD_FUNNELED, "provided %d", provided);
+    /* A session reports the level the library now gives (as MPICH and Open MPI). */
+    MPI_Info used;
+    char level[64];
+    len = sizeof level;
+    OK(MPI_Session_get_info(s, &used));
+    OK(MPI_Info_get_string(used, "mpi_thread_support_level", &len, level, &flag));
+    CHECK(flag && strcmp(level, "MPI_THREAD_FUNNELED") == 0, "the session's level: %s", level);
+    OK(MPI_Info_free(&used));
     OK(MPI_Initialized(&flag));
     CHECK(flag == 1, "MPI_Init did not count");
     check_comm(MPI_COMM_WORLD, size, "MPI_COMM_WORLD");
