@@ -306,14 +306,14 @@ struct Callback {
 
 impl Callback {
     /// The error of the `what` function ("copy", "delete") of the attribute's key,
-    /// unless its return code `rc` is `MPI_SUCCESS`: of `rc`'s class where it has
-    /// one (a program's own, say), as MPICH returns it.
+    /// unless its return code `rc` is `MPI_SUCCESS` ([`Error::returned`]: a class or
+    /// code of the program's is returned as it is, as MPICH returns it).
     fn returned(&self, what: &str, rc: c_int) -> Result<()> {
         if rc == MPI_SUCCESS {
             return Ok(());
         }
-        Err(Error::new(
-            crate::error::class_of(rc).unwrap_or(MPI_ERR_OTHER),
+        Err(Error::returned(
+            rc,
             format!(
                 "the {what} function of attribute key {} returned {rc}",
                 self.k

@@ -13,6 +13,9 @@ pub struct Error {
     pub class: c_int,
     /// What happened, for `MPI_Error_string` and the fatal handler's report.
     pub message: String,
+    /// The code the call returns where the program chose it ([`Error::returned`]);
+    /// else [`code_of`] gives a new one, which carries `message`.
+    pub code: Option<c_int>,
 }
 
 /// Result alias.
@@ -24,6 +27,21 @@ impl Error {
         Error {
             class,
             message: message.into(),
+            code: None,
+        }
+    }
+
+    /// The error of a program's function (a callback) that returned `rc`, not
+    /// `MPI_SUCCESS`: the call returns `rc` itself where it is a class or code the
+    /// program added (whose string the program chose); a code of the standard's
+    /// class, a new one saying what returned it; `MPI_ERR_OTHER` for any other.
+    pub fn returned(rc: c_int, message: String) -> Error {
+        match class_of(rc) {
+            Some(class) if class >= FIRST_USER_CLASS => Error {
+                code: Some(rc),
+                ..Error::new(class, message)
+            },
+            class => Error::new(class.unwrap_or(MPI_ERR_OTHER), message),
         }
     }
 }
@@ -111,7 +129,10 @@ impl From<rbtl::msg::Error> for Error {
 /// The object an error concerns, whose error handler it goes through.
 #[derive(Clone, Copy, Debug)]
 pub enum Object {
-    /// None: `MPI_COMM_SELF`'s handler (MPI 4.0, 9.3).
+    /// None: `MPI_COMM_SELF`'s handler (MPI 4.0, 9.3), or `MPI_COMM_WORLD`'s while
+    /// the program has set none on `MPI_COMM_SELF` ([`Mpi::no_object_comm`]).
+    ///
+    /// [`Mpi::no_object_comm`]: crate::state::Mpi::no_object_comm
     None,
     Comm(Handle),
     Win(Handle),
@@ -205,6 +226,9 @@ fn slot_of(class: c_int) -> c_int {
 
 /// A code for `e`, carrying its message.
 pub fn code_of(e: &Error) -> c_int {
+    if let Some(code) = e.code {
+        return code;
+    }
     let mut c = codes();
     let serial = c.next;
     c.next = if serial + 1 >= SERIALS {

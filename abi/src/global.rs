@@ -337,7 +337,7 @@ pub fn handler_of(object: Object) -> Handler {
 /// Call the user's error handler `f` on `object` with `code`.
 pub fn call_user_handler(f: usize, object: Object, code: c_int) {
     let mut handle = match object {
-        Object::None => MPI_COMM_SELF,
+        Object::None => with(|mpi| Ok(mpi.no_object_comm())).unwrap_or(MPI_COMM_SELF),
         Object::Comm(h) | Object::Win(h) | Object::File(h) | Object::Session(h) => h,
         Object::Given(_, null) => null,
     };

@@ -27,8 +27,8 @@ pub fn with_infos<R>(f: impl FnOnce(&Table<Info>) -> R) -> R {
 
 /// Run binding `name` as `f`, which takes the info objects itself ([`infos`], never
 /// while it waits for the library's state: a call inside the state takes them
-/// too): `MPI_SUCCESS`, or the code of its error (through `MPI_COMM_SELF`'s handler,
-/// which is fatal before `MPI_Init`).
+/// too): `MPI_SUCCESS`, or the code of its error (through the handler of errors
+/// that concern no object, which is fatal before `MPI_Init`).
 fn info_call(name: &str, f: impl FnOnce() -> Result<()>) -> c_int {
     match f() {
         Ok(()) => MPI_SUCCESS,

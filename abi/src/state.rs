@@ -62,6 +62,9 @@ pub struct Mpi {
     /// The error handler of `MPI_FILE_NULL`: that of files being opened, and of
     /// each new file.
     pub file_null_errhandler: Handle,
+    /// Whether the program set `MPI_COMM_SELF`'s error handler
+    /// ([`Mpi::no_object_comm`]).
+    pub self_handler_set: bool,
     pub attrs: crate::attr::Keyvals,
     /// The thread level granted.
     pub thread_level: c_int,
@@ -143,6 +146,7 @@ impl Mpi {
             sessions: Table::new(Kind::Session),
             allocated: Default::default(),
             file_null_errhandler: MPI_ERRORS_RETURN,
+            self_handler_set: false,
             attrs: Default::default(),
             thread_level,
             contexts: crate::comm::context::Contexts::new(SELF_CTX + CONTEXTS_PER_COMM),
@@ -220,10 +224,23 @@ impl Mpi {
         Ok(t)
     }
 
+    /// The communicator whose error handler takes the errors that concern no
+    /// object: `MPI_COMM_SELF` (MPI 4.0, 9.3) once the program has set its handler;
+    /// before, `MPI_COMM_WORLD`, whose handler programs written for MPI 3.1 set
+    /// for them (as MPICH keeps them working). Both start fatal.
+    pub fn no_object_comm(&self) -> Handle {
+        match self.self_handler_set {
+            true => MPI_COMM_SELF,
+            false => MPI_COMM_WORLD,
+        }
+    }
+
     /// What an error raised on `object` does.
     pub fn handler_of(&self, object: Object) -> Handler {
         let h = match object {
-            Object::None => self.self_comm.errhandler,
+            Object::None => self
+                .comm(self.no_object_comm())
+                .map_or(self.self_comm.errhandler, |c| c.errhandler),
             Object::Comm(c) => match self.comm(c) {
                 Ok(c) => c.errhandler,
                 // An error on a handle that is no communicator goes to the world's.

@@ -476,6 +476,7 @@ pub unsafe extern "C" fn PMPI_Comm_set_errhandler(comm: Handle, errhandler: Hand
     call("MPI_Comm_set_errhandler", Object::Comm(comm), |mpi| {
         check_errhandler(errhandler, Kind::Comm)?;
         mpi.comm_mut(comm)?.errhandler = errhandler;
+        mpi.self_handler_set |= comm == MPI_COMM_SELF;
         Ok(())
     })
 }

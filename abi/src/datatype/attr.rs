@@ -1,6 +1,7 @@
 //! Attributes on datatypes (MPI 4.1, 7.7.4), predefined ones included: copied by
 //! `MPI_Type_dup`, deleted by `MPI_Type_free` (the machinery is [`crate::attr`]'s).
-//! Errors on a datatype go to `MPI_COMM_SELF`'s handler.
+//! Errors on a datatype go to the handler of errors that concern no object
+//! ([`crate::error::Object::None`]).
 
 use crate::attr::{get_attr_binding, keyval_bindings, AttrKind, Holder};
 use crate::error::Object;

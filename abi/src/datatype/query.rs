@@ -9,9 +9,9 @@ use crate::ffi::*;
 use std::ptr::null_mut;
 
 /// A binding `$name` that asks datatype `datatype` its size or bounds: each answer
-/// `$value` (of the type `$t`) stored at its out-parameter `$out` when the caller
-/// gave a place for it. A program's reduction function asking about the type it
-/// was given is answered without entering the library ([`crate::op::given_type`]).
+/// `$value` (of the type `$t`) stored at its out-parameter `$out`, which must not
+/// be null (`MPI_ERR_ARG`). A program's reduction function asking about the type
+/// it was given is answered without entering the library ([`crate::op::given_type`]).
 macro_rules! type_query {
     ($name:ident, |$t:ident| => $($out:ident: $ty:ty = $value:expr),+ $(,)?) => {
         #[no_mangle]
@@ -19,16 +19,20 @@ macro_rules! type_query {
             let answer = |$t: &Datatype| {
                 $(
                     let value: $ty = $value;
-                    // SAFETY: the binding's contract: null or writable.
-                    unsafe { $crate::ffi::put($out, value) };
+                    // SAFETY: the binding's contract: writable (checked not null).
+                    unsafe { $out.write(value) };
                 )+
             };
             if let Some(t) = crate::op::given_type(datatype) {
-                answer(&t);
-                return MPI_SUCCESS;
+                if true $(&& !$out.is_null())+ {
+                    answer(&t);
+                    return MPI_SUCCESS;
+                }
             }
             call(&stringify!($name)[1..], Object::None, |mpi| {
-                answer(mpi.dtype_any(datatype)?);
+                let t = mpi.dtype_any(datatype)?;
+                $($crate::error::non_null($out, MPI_ERR_ARG, stringify!($out))?;)+
+                answer(t);
                 Ok(())
             })
         }

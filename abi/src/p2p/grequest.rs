@@ -21,7 +21,7 @@
 //! - `cancel_fn` from `MPI_Cancel`, told whether the request has completed.
 
 use crate::entry::call_in_steps;
-use crate::error::{class_of, Error, Object, Result};
+use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
 use crate::request::Request;
@@ -53,13 +53,13 @@ pub struct Grequest {
 }
 
 /// The error of the program's function `what`, unless its return code `rc` is
-/// `MPI_SUCCESS`: its class (`MPI_ERR_OTHER` for a code that is not MPI's).
+/// `MPI_SUCCESS` ([`Error::returned`]).
 fn returned(what: &str, rc: c_int) -> Result<()> {
     if rc == MPI_SUCCESS {
         return Ok(());
     }
-    Err(Error::new(
-        class_of(rc).unwrap_or(MPI_ERR_OTHER),
+    Err(Error::returned(
+        rc,
         format!("the generalized request's {what} function returned {rc}"),
     ))
 }

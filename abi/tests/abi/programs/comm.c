@@ -437,6 +437,15 @@ static int copy_fails(MPI_Comm old, int key, void *extra, void *in, void *out, i
   return MPI_ERR_ARG;
 }
 
+/* A copy function that fails with a code the program added. */
+static int program_code;
+static int copy_fails_with_code(MPI_Comm old, int key, void *extra, void *in, void *out,
+                                int *flag) {
+  (void)old, (void)key, (void)extra, (void)in, (void)out;
+  *flag = 0;
+  return program_code;
+}
+
 static int type_copy_fails(MPI_Datatype old, int key, void *extra, void *in, void *out,
                            int *flag) {
   (void)old;
@@ -512,6 +521,7 @@ static void test_attributes(void) {
         copies, deletes, (long)last_deleted);
   OK(MPI_Comm_free(&a));
   CHECK(deletes == 2 && last_deleted == 50, "freeing after a failed dup: %d deletes", deletes);
+
   OK(MPI_Comm_free_keyval(&failing));
   /* The same of a datatype's (whose errors go to MPI_COMM_SELF's handler). */
   MPI_Datatype t, t_copy = MPI_INT;
@@ -569,6 +579,18 @@ static void test_attributes(void) {
   OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_LASTUSEDCODE, &v, &flag));
   CHECK(flag && *v >= code && *v >= cls && *v >= MPI_ERR_LASTCODE,
         "MPI_LASTUSEDCODE: %d, below %d or MPI_ERR_LASTCODE", *v, code);
+  /* Such a code, returned by a copy function, is what the call returns (its
+   * class and string the program's). */
+  int coded;
+  program_code = code;
+  OK(MPI_Comm_create_keyval(copy_fails_with_code, MPI_COMM_NULL_DELETE_FN, &coded, NULL));
+  OK(MPI_Comm_dup(MPI_COMM_WORLD, &a));
+  OK(MPI_Comm_set_attr(a, coded, NULL));
+  errors_return(a, 1);
+  int rc = MPI_Comm_dup(a, &b);
+  CHECK(rc == code, "a copy function's own code %d came back as %d", code, rc);
+  OK(MPI_Comm_free(&a));
+  OK(MPI_Comm_free_keyval(&coded));
 }
 
 static void test_cart(void) {

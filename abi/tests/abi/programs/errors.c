@@ -188,6 +188,9 @@ static void test_handle_errors(void) {
    * kind, predefined ones that cannot change (their names can). */
   MPI_Datatype t, t2, old;
   EXPECT_ERR(MPI_Type_size(MPI_DATATYPE_NULL, &n), MPI_ERR_TYPE, "MPI_DATATYPE_NULL");
+  MPI_Aint lb;
+  EXPECT_ERR(MPI_Type_size(MPI_INT, NULL), MPI_ERR_ARG, "size");
+  EXPECT_ERR(MPI_Type_get_extent(MPI_INT, &lb, NULL), MPI_ERR_ARG, "extent");
   OK(MPI_Type_contiguous(3, MPI_INT, &t));
   old = t;
   OK(MPI_Type_free(&t));
@@ -467,9 +470,17 @@ int main(int argc, char **argv) {
   OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   OK(MPI_Comm_size(MPI_COMM_WORLD, &size));
   test_environment(provided);
-  /* Errors on the world, and those of no object (MPI_COMM_SELF's), returned. */
+  /* Errors on the world, and those of no object, returned: those go to
+   * MPI_COMM_WORLD's handler while the program has set none on MPI_COMM_SELF (as
+   * programs written for MPI 3.1 expect), then to MPI_COMM_SELF's (MPI 4). */
   errors_return(MPI_COMM_WORLD, 1);
+  int bytes;
+  EXPECT_ERR(MPI_Type_size(MPI_DATATYPE_NULL, &bytes), MPI_ERR_TYPE, NULL);
   errors_return(MPI_COMM_SELF, 1);
+  errors_return(MPI_COMM_WORLD, 0);
+  EXPECT_ERR(MPI_Type_size(MPI_DATATYPE_NULL, &bytes), MPI_ERR_TYPE, NULL);
+  errors_return(MPI_COMM_WORLD, 1);
+  OK(MPI_Type_size(MPI_INT, &bytes));
   test_p2p_errors();
   test_handle_errors();
   test_user_handler();
