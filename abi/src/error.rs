@@ -520,7 +520,7 @@ fn class_text(class: c_int) -> String {
 }
 
 /// Raise `e`, from the call `name`, through the error handler of `object`: the code
-/// to return (a fatal handler does not return).
+/// to return (as the program's handler left it; a fatal handler does not return).
 #[cold]
 #[inline(never)]
 pub fn raise(name: &str, object: Object, e: Error) -> c_int {
@@ -528,10 +528,7 @@ pub fn raise(name: &str, object: Object, e: Error) -> c_int {
     match global::handler_of(object) {
         Handler::Return => code,
         Handler::Fatal => fatal(name, &e),
-        Handler::User(f) => {
-            global::call_user_handler(f, object, code);
-            code
-        }
+        Handler::User(f) => global::call_user_handler(f, object, code),
     }
 }
 

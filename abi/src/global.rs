@@ -334,8 +334,10 @@ pub fn handler_of(object: Object) -> Handler {
     }
 }
 
-/// Call the user's error handler `f` on `object` with `code`.
-pub fn call_user_handler(f: usize, object: Object, code: c_int) {
+/// Call the user's error handler `f` on `object` with `code`: the code it leaves,
+/// which the call that raised the error returns (the handler's second argument is
+/// "the error code to be returned by the MPI routine", MPI 4.1, 9.3).
+pub fn call_user_handler(f: usize, object: Object, code: c_int) -> c_int {
     let mut handle = match object {
         Object::None => with(|mpi| Ok(mpi.no_object_comm())).unwrap_or(MPI_COMM_SELF),
         Object::Comm(h) | Object::Win(h) | Object::File(h) | Object::Session(h) => h,
@@ -348,6 +350,7 @@ pub fn call_user_handler(f: usize, object: Object, code: c_int) {
     let f: HandlerFn = unsafe { std::mem::transmute::<usize, HandlerFn>(f) };
     // SAFETY: the handler gets valid pointers to the handle and the code.
     unsafe { f(&mut handle, &mut code) };
+    code
 }
 
 /// Print `message` and end the job with `code`: through the process manager where

@@ -539,6 +539,7 @@ pub fn call_errhandler(name: &str, object: Object, errorcode: c_int) -> c_int {
             crate::error::fatal(name, &e)
         }
         crate::error::Handler::User(f) => {
+            // (The call itself succeeded, whatever code the handler leaves.)
             crate::global::call_user_handler(f, object, errorcode);
             MPI_SUCCESS
         }
