@@ -16,7 +16,7 @@
 
 pub mod api;
 pub mod atomics;
-mod direct;
+pub mod direct;
 pub mod dynamic;
 pub mod ops;
 pub mod pscw;
