@@ -529,18 +529,12 @@ pub unsafe extern "C" fn PMPI_Compare_and_swap(
         // A target in shared memory that no atomic serves: swapped where it lies,
         // under the mutex.
         if let (Some(at), false) = (direct, one_word) {
+            let bytes = (origin_addr.cast(), compare_addr.cast(), result_addr.cast());
             return mpi.win_exclusive(win, a.member, |_| {
                 // SAFETY: `at` holds the element, which the mutex keeps from other
                 // accumulates meanwhile; the binding's contract: one element of
                 // `size` at each buffer.
-                unsafe {
-                    let equal = rbtl::btl::slice_at(compare_addr.cast::<u8>(), size)
-                        == rbtl::btl::slice_at(at, size);
-                    std::ptr::copy_nonoverlapping(at, result_addr.cast::<u8>(), size);
-                    if equal {
-                        std::ptr::copy_nonoverlapping(origin_addr.cast::<u8>(), at, size);
-                    }
-                }
+                unsafe { direct::swap_if_equal(at, bytes, size) };
                 Ok(())
             });
         }

@@ -233,11 +233,30 @@ pub(super) unsafe fn compare_and_swap(
     // keeps from other accumulates meanwhile; the caller's contract: one element at
     // each buffer.
     under_mutex(p, || unsafe {
+        swap_if_equal(at, (origin, compare, result), size)
+    })
+    .is_some()
+}
+
+/// The compare-and-swap of the `size` bytes at `at`, which the caller keeps from
+/// other accumulates (under the member's mutex): copied to `result`, then replaced
+/// by `origin`'s where they equal `compare`'s.
+///
+/// # Safety
+///
+/// Each of `at`, `origin`, `compare` and `result` holds (`result`: has room for)
+/// `size` bytes.
+pub(super) unsafe fn swap_if_equal(
+    at: *mut u8,
+    (origin, compare, result): (*const u8, *const u8, *mut u8),
+    size: usize,
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
         let equal = rbtl::btl::slice_at(compare, size) == rbtl::btl::slice_at(at, size);
         std::ptr::copy_nonoverlapping(at, result, size);
         if equal {
             std::ptr::copy_nonoverlapping(origin, at, size);
         }
-    })
-    .is_some()
+    }
 }
