@@ -88,6 +88,9 @@ pub struct Mpi {
     pub spare_schedule: Option<Box<crate::coll::Schedule>>,
     /// Where the tag of the next collective's schedule comes from.
     pub coll_tag: crate::coll::TagFrom,
+    /// The communicator and sequence (blocking or not) whose tag the collective
+    /// being built took ([`Mpi::building`]).
+    pub tag_taken: Option<(Handle, bool)>,
     /// This process's windows, for the accumulates shipped to it.
     pub exposures: crate::rma::shipped::Exposures,
     /// A buffer a call borrows while it runs (the small all-reduction's operand, the
@@ -158,6 +161,7 @@ impl Mpi {
             universe_size: None,
             spare_schedule: None,
             coll_tag: Default::default(),
+            tag_taken: None,
             exposures,
             scratch: Vec::new(),
             shipping: Default::default(),

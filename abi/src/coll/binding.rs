@@ -38,7 +38,7 @@ macro_rules! nonblocking {
                 // SAFETY: the binding's contract: the buffers stay valid until the
                 // request completes; `request` is writable. (Some builds are safe.)
                 #[allow(unused_unsafe)]
-                let s = unsafe { $build };
+                let s = $mpi.building(|$mpi| unsafe { $build });
                 $mpi.coll_tag = $crate::coll::TagFrom::Blocking;
                 // SAFETY: as above.
                 unsafe { $mpi.start_collective(s?, request) }

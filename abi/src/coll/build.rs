@@ -1,6 +1,7 @@
 //! Building each collective's schedule from its arguments (shared by the blocking
 //! and nonblocking bindings of `api`).
 
+use super::aliased::{self, holds};
 use super::args::{self, at, finish, part};
 use super::basic;
 use super::reduce::{self, Combine};
@@ -175,6 +176,9 @@ impl Mpi {
         let t = c.ty;
         let root = check_root(root, &m)?;
         let is_root = m.rank == root;
+        if is_root {
+            aliased::reduction(sendbuf, recvbuf, n, t)?;
+        }
         let input = if is_root {
             reduction_input(sendbuf, recvbuf)
         } else {
@@ -218,6 +222,7 @@ impl Mpi {
         let (mut s, m, o, n) = self.start_reduction(count, ty, op, comm)?;
         let c = self.combine(o, ty, n)?;
         let t = c.ty;
+        aliased::reduction(sendbuf, recvbuf, n, t)?;
         // SAFETY: the caller's contract.
         let (input, acc, unpack) = unsafe {
             if in_place(sendbuf) {
@@ -252,6 +257,7 @@ impl Mpi {
         let (mut s, m, o, n) = self.start_reduction(count, ty, op, comm)?;
         let c = self.combine(o, ty, n)?;
         let t = c.ty;
+        aliased::reduction(sendbuf, recvbuf, n, t)?;
         // SAFETY: the caller's contract.
         let (mine, out, unpack) = unsafe {
             // The input is read before the output is written (a copy in the first
@@ -293,6 +299,7 @@ impl Mpi {
         let total: usize = counts.iter().sum();
         let c = self.combine(o, ty, total)?;
         let t = c.ty;
+        aliased::reduction(sendbuf, recvbuf, total, t)?;
         let mine = counts.get(m.rank as usize).copied().unwrap_or(0);
         let input = reduction_input(sendbuf, recvbuf);
         // SAFETY: the caller's contract.
@@ -338,16 +345,19 @@ impl Mpi {
         let is_root = m.rank == root;
         let mut unpacks = Vec::new();
         let mut blocks = Vec::new();
+        let mut own_block = (std::ptr::null_mut(), false);
         if is_root {
             let rt = self.dtype(recvtype)?.clone();
             for i in 0..m.size {
                 // SAFETY: the caller's contract.
                 let (count, displ) = unsafe { part(recv, i, m.size) }?;
                 let k = check_count(count)?;
+                let block = at(recvbuf, displ as isize, &rt, false);
+                if i == root {
+                    own_block = (block, holds(k, &rt));
+                }
                 // SAFETY: the caller's contract.
-                let (l, len, u) = unsafe {
-                    args::output(&mut s, at(recvbuf, displ as isize, &rt, false), k, &rt)
-                }?;
+                let (l, len, u) = unsafe { args::output(&mut s, block, k, &rt) }?;
                 blocks.push((l, len));
                 unpacks.push(u);
             }
@@ -356,8 +366,13 @@ impl Mpi {
             None
         } else {
             let st = self.dtype(sendtype)?.clone();
+            let n = check_count(sendcount)?;
+            if is_root {
+                let both = own_block.1 && holds(n, &st);
+                aliased::own_block(sendbuf, own_block.0, both, true)?;
+            }
             // SAFETY: the caller's contract.
-            Some(unsafe { args::input(&mut s, sendbuf, check_count(sendcount)?, &st) }?)
+            Some(unsafe { args::input(&mut s, sendbuf, n, &st) }?)
         };
         basic::gatherv(&mut s, &m, send, &blocks, root);
         finish(&mut s, unpacks);
@@ -388,25 +403,32 @@ impl Mpi {
         let root = check_root(root, &m)?;
         let is_root = m.rank == root;
         let mut blocks = Vec::new();
+        let mut own_block = (std::ptr::null_mut(), false);
         if is_root {
             let st = self.dtype(sendtype)?.clone();
             for i in 0..m.size {
                 // SAFETY: the caller's contract.
                 let (count, displ) = unsafe { part(send, i, m.size) }?;
                 let k = check_count(count)?;
+                let block = at(sendbuf, displ as isize, &st, false);
+                if i == root {
+                    own_block = (block, holds(k, &st));
+                }
                 // SAFETY: the caller's contract.
-                blocks.push(unsafe {
-                    args::input(&mut s, at(sendbuf, displ as isize, &st, false), k, &st)
-                }?);
+                blocks.push(unsafe { args::input(&mut s, block, k, &st) }?);
             }
         }
         let (recv, unpack) = if is_root && in_place(recvbuf) {
             (None, None)
         } else {
             let rt = self.dtype(recvtype)?.clone();
+            let n = check_count(recvcount)?;
+            if is_root {
+                let both = own_block.1 && holds(n, &rt);
+                aliased::own_block(recvbuf, own_block.0, both, false)?;
+            }
             // SAFETY: the caller's contract.
-            let (l, len, u) =
-                unsafe { args::output(&mut s, recvbuf, check_count(recvcount)?, &rt) }?;
+            let (l, len, u) = unsafe { args::output(&mut s, recvbuf, n, &rt) }?;
             (Some((l, len)), u)
         };
         basic::scatterv(&mut s, &m, &blocks, recv, root);
@@ -466,8 +488,14 @@ impl Mpi {
         let me = m.rank as usize;
         if !in_place(sendbuf) {
             let st = self.dtype(sendtype)?.clone();
+            let n = check_count(sendcount)?;
             // SAFETY: the caller's contract.
-            let (l, len) = unsafe { args::input(&mut s, sendbuf, check_count(sendcount)?, &st) }?;
+            let (count, displ) = unsafe { part(recv, m.rank, m.size) }?;
+            let block = at(recvbuf, displ as isize, &rt, false);
+            let both = holds(n, &st) && holds(check_count(count)?, &rt);
+            aliased::own_block(sendbuf, block, both, true)?;
+            // SAFETY: the caller's contract.
+            let (l, len) = unsafe { args::input(&mut s, sendbuf, n, &st) }?;
             s.round().then.push(Local::Copy {
                 from: l,
                 to: blocks[me].0,
@@ -520,6 +548,10 @@ impl Mpi {
             return unsafe { self.inter_alltoall(s, &sides, send, recv, w) };
         }
         let (mut s, m) = self.collective(comm)?;
+        aliased::alltoall(
+            (sendbuf, send, sendtypes),
+            (recvbuf.cast_const(), recv, recvtypes),
+        )?;
         // Alltoallw: a type per peer, displacements in bytes.
         let bytes = w;
         let type_of = |types: &[Handle], i: usize| if w { types[i] } else { types[0] };

@@ -3,11 +3,13 @@
 //! Open MPI's `tuned` and MPICH's collectives choose): [`basic`] moves data,
 //! [`reduce`] combines it; [`inter`] has those of intercommunicators. Blocking calls
 //! run their schedule to the end; nonblocking ones hand it out as a request. A small
-//! all-reduction runs without one ([`small`]).
+//! all-reduction runs without one ([`small`]). Aliased buffers are refused first
+//! ([`aliased`]).
 
 #[macro_use]
 mod binding;
 pub(crate) use binding::last;
+pub mod aliased;
 pub mod api;
 pub mod args;
 pub mod basic;
@@ -112,10 +114,10 @@ impl Mpi {
                 "scans and neighbourhood collectives are not defined on intercommunicators",
             ));
         }
-        let tag = match from {
-            TagFrom::Given(tag) => tag,
-            TagFrom::Blocking => c.next_coll_tag(true),
-            TagFrom::Nonblocking => c.next_coll_tag(false),
+        let (tag, taken) = match from {
+            TagFrom::Given(tag) => (tag, None),
+            TagFrom::Blocking => (c.next_coll_tag(true), Some((comm, true))),
+            TagFrom::Nonblocking => (c.next_coll_tag(false), Some((comm, false))),
         };
         let members = Members::of(c.group.clone(), c.rank);
         let remote = c.remote.clone();
@@ -128,7 +130,23 @@ impl Mpi {
             None => Box::new(Schedule::new(ctx, tag)),
         };
         s.set_comm(comm);
+        self.tag_taken = taken;
         Ok((s, members, remote))
+    }
+
+    /// Build a collective with `build`. Where the build fails (bad arguments, on
+    /// this member alone perhaps, as a root's), the tag it took from the
+    /// communicator is given back: the member's next collective there meets the
+    /// others' next, as a program that goes on after a refused call expects.
+    pub fn building<T>(&mut self, build: impl FnOnce(&mut Mpi) -> Result<T>) -> Result<T> {
+        self.tag_taken = None;
+        let built = build(self);
+        if let (Err(_), Some((comm, blocking))) = (&built, self.tag_taken.take()) {
+            if let Ok(c) = self.comm_mut(comm) {
+                c.give_back_coll_tag(blocking);
+            }
+        }
+        built
     }
 
     /// Run schedule `s` until it ends, or stops before a program's reduction
@@ -444,7 +462,7 @@ pub(crate) fn run_steps(
     call_in_steps(name, object, || {
         let mut idle = IdleWait::new();
         let mut run = global::with(|mpi| {
-            let Some(mut s) = build(mpi)? else {
+            let Some(mut s) = mpi.building(build)? else {
                 return Ok(Run::Ended(Ok(())));
             };
             if user_ops_outside {

@@ -179,4 +179,14 @@ impl Communicator {
         *seq = seq.wrapping_add(1);
         (half | (*seq & 0x1fff_ffff)) as i32
     }
+
+    /// Give back the tag [`Communicator::next_coll_tag`] gave last, of a collective
+    /// refused before it began.
+    pub fn give_back_coll_tag(&mut self, blocking: bool) {
+        let seq = match blocking {
+            true => &mut self.coll_seq,
+            false => &mut self.nonblocking_seq,
+        };
+        *seq = seq.wrapping_sub(1);
+    }
 }

@@ -4,7 +4,8 @@
  * each bad input returns the standard's class (checked with MPI_Error_class) and
  * an error string naming the class and the problem: ranks, tags, counts, buffers,
  * truncation, communicators, datatypes, requests, groups, operations, roots,
- * topologies, dimensions, keys, info objects, error handlers, null pointers;
+ * topologies, dimensions, keys, info objects, error handlers, null pointers,
+ * a collective's aliased buffers (a rooted one's root alone refusing);
  * freed handles, handles of another kind and values that are no handle at all are
  * errors. A user error handler is called with the communicator and the code,
  * inherited by duplicates, kept when freed while set, and run by
@@ -363,6 +364,66 @@ static void test_handle_errors(void) {
   OK(MPI_Group_free(&g));
 }
 
+/* A collective's send buffer that is its receive buffer (or the member's own block
+ * of it) where MPI_IN_PLACE is meant: refused with MPI_ERR_BUFFER by the member that
+ * gave it, before anything moves. In a rooted collective the root alone refuses:
+ * its call with right arguments then meets the others' one. */
+static void test_aliased_buffers(void) {
+  int *a = malloc(sizeof(int) * 2 * size), *got = malloc(sizeof(int) * 2 * size), x = -1;
+  for (int i = 0; i < 2 * size; i++)
+    a[i] = rank * 100 + i;
+  MPI_Request req;
+  EXPECT_ERR(MPI_Allreduce(a, a, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_BUFFER, "alias");
+  EXPECT_ERR(MPI_Iallreduce(a, a, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req), MPI_ERR_BUFFER,
+             NULL);
+  EXPECT_ERR(MPI_Scan(a, a, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_BUFFER, NULL);
+  EXPECT_ERR(MPI_Exscan(a, a, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_BUFFER, NULL);
+  EXPECT_ERR(MPI_Reduce_scatter_block(a, a, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD),
+             MPI_ERR_BUFFER, NULL);
+  EXPECT_ERR(MPI_Allgather(&a[rank], 1, MPI_INT, a, 1, MPI_INT, MPI_COMM_WORLD), MPI_ERR_BUFFER,
+             "block");
+  EXPECT_ERR(MPI_Alltoall(a, 1, MPI_INT, a, 1, MPI_INT, MPI_COMM_WORLD), MPI_ERR_BUFFER, NULL);
+  EXPECT_ERR(MPI_Ialltoall(a, 2, MPI_INT, a, 2, MPI_INT, MPI_COMM_WORLD, &req), MPI_ERR_BUFFER,
+             NULL);
+  for (int i = 0; i < 2 * size; i++)
+    CHECK(a[i] == rank * 100 + i, "a refused collective changed element %d: %d", i, a[i]);
+  /* Nothing of the same buffers is refused where nothing moves, nor in place. */
+  OK(MPI_Allreduce(a, a, 0, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  OK(MPI_Allreduce(MPI_IN_PLACE, a, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+  CHECK(a[0] == (size - 1) * 100, "MPI_Allreduce in place after refusals: %d", a[0]);
+  a[0] = rank * 100;
+
+  int rc = MPI_Reduce(a, rank == 0 ? a : NULL, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    EXPECT_ERR(rc, MPI_ERR_BUFFER, NULL);
+    OK(MPI_Reduce(MPI_IN_PLACE, a, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD));
+    CHECK(a[1] == 100 * size * (size - 1) / 2 + size, "MPI_Reduce after a refusal: %d", a[1]);
+    a[0] = 0, a[1] = 1;
+  } else {
+    OK(rc);
+  }
+  rc = MPI_Gather(a, 1, MPI_INT, a, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    EXPECT_ERR(rc, MPI_ERR_BUFFER, "block");
+    OK(MPI_Gather(a, 1, MPI_INT, got, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    for (int r = 0; r < size; r++)
+      CHECK(got[r] == r * 100, "MPI_Gather after a refusal: rank %d's %d", r, got[r]);
+  } else {
+    OK(rc);
+  }
+  rc = MPI_Iscatter(a, 1, MPI_INT, rank == 0 ? a : &x, 1, MPI_INT, 0, MPI_COMM_WORLD, &req);
+  if (rank == 0) {
+    EXPECT_ERR(rc, MPI_ERR_BUFFER, "block");
+    OK(MPI_Iscatter(a, 1, MPI_INT, &x, 1, MPI_INT, 0, MPI_COMM_WORLD, &req));
+  } else {
+    OK(rc);
+  }
+  OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+  CHECK(x == rank, "MPI_Iscatter after a refusal: %d", x);
+  free(a);
+  free(got);
+}
+
 /* A user error handler: what it saw. */
 static MPI_Comm seen_comm = MPI_COMM_NULL;
 static int seen_code = MPI_SUCCESS, seen_calls = 0;
@@ -496,6 +557,7 @@ int main(int argc, char **argv) {
   OK(MPI_Type_size(MPI_INT, &bytes));
   test_p2p_errors();
   test_handle_errors();
+  test_aliased_buffers();
   test_user_handler();
   OK(MPI_Barrier(MPI_COMM_WORLD));
   OK(MPI_Finalize());
