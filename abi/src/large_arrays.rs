@@ -12,7 +12,7 @@
 //! A persistent collective (`_init_c`) keeps its copies as long as its request, as
 //! each start reads them.
 
-use crate::coll::build::in_place;
+use crate::coll::args::in_place;
 use crate::coll::last;
 use crate::error::{raise, Object};
 use crate::ffi::*;

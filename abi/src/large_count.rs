@@ -97,7 +97,7 @@ const PIECE: i64 = 1 << 30;
 
 /// Buffer `p` moved `by` bytes on, unless it is null or `MPI_IN_PLACE`.
 fn moved(p: *const c_void, by: isize) -> *const c_void {
-    match p.is_null() || crate::coll::build::in_place(p) {
+    match p.is_null() || crate::coll::args::in_place(p) {
         true => p,
         false => p.wrapping_byte_offset(by),
     }

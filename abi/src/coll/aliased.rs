@@ -8,7 +8,7 @@
 //! an all-to-all whose two sides are alike. Buffers that overlap from different
 //! addresses are not seen.
 
-use super::build::in_place;
+use super::args::in_place;
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::ffi::*;

@@ -1,7 +1,7 @@
 //! The collectives' bindings, blocking and nonblocking: build the schedule
 //! ([`super::build`]), then run it to its end or hand it out as a request.
 
-use super::build::in_place;
+use super::args::in_place;
 use super::{run_blocking, run_in_state, run_steps};
 use crate::entry::call;
 use crate::error::{Error, Object, Result};

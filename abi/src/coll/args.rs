@@ -1,12 +1,43 @@
 //! A collective's buffer arguments as places of its schedule: a contiguous type's
 //! buffer is used where it is; another is packed into a scratch buffer at the start
 //! (input) or unpacked from one at the end (output). And the blocks of its array
-//! arguments (counts and displacements per member).
+//! arguments (counts and displacements per member), `MPI_IN_PLACE` and the root.
 
-use super::{Loc, Local, Schedule};
+use super::{Loc, Local, Members, Schedule};
 use crate::datatype::{pack, Datatype};
 use crate::error::{Error, Result};
 use crate::ffi::*;
+
+/// `MPI_IN_PLACE`.
+pub fn in_place(p: *const c_void) -> bool {
+    p as usize == MPI_IN_PLACE
+}
+
+/// A reduction's input: the receive buffer where the send buffer is
+/// `MPI_IN_PLACE`.
+pub fn reduction_input(sendbuf: *const c_void, recvbuf: *mut c_void) -> *const c_void {
+    if in_place(sendbuf) {
+        recvbuf.cast_const()
+    } else {
+        sendbuf
+    }
+}
+
+/// A root argument.
+pub fn check_root(root: c_int, m: &Members) -> Result<u32> {
+    u32::try_from(root)
+        .ok()
+        .filter(|r| *r < m.size)
+        .ok_or_else(|| {
+            Error::new(
+                MPI_ERR_ROOT,
+                format!(
+                    "root {root} is not a rank of the communicator of {} processes",
+                    m.size
+                ),
+            )
+        })
+}
 
 /// `count` elements of `ty` in bytes.
 pub fn bytes(ty: &Datatype, count: usize) -> Result<usize> {

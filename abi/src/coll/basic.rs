@@ -276,6 +276,7 @@ fn rooted(
             }
         }
     };
+    let mut own_sizes = None;
     let r = s.round();
     if m.rank != root {
         let (at, len) = own.expect("a non-root member sends or receives");
@@ -293,7 +294,11 @@ fn rooted(
                 to,
                 len: n.min(len),
             });
+            own_sizes = Some(if to_root { (n, len) } else { (len, n) });
         }
+    }
+    if let Some((sent, room)) = own_sizes {
+        s.own_block(sent, room);
     }
 }
 
@@ -396,10 +401,12 @@ fn same_buffer_next(a: (Loc, usize), b: (Loc, usize)) -> bool {
 pub fn alltoallv(s: &mut Schedule, m: &Members, sends: &[(Loc, usize)], recvs: &[(Loc, usize)]) {
     let (n, me) = (m.size, m.rank);
     let total: usize = sends.iter().map(|b| b.1).sum();
+    let (sent, room) = (sends[me as usize].1, recvs[me as usize].1);
+    s.own_block(sent, room);
     let own = Local::Copy {
         from: sends[me as usize].0,
         to: recvs[me as usize].0,
-        len: sends[me as usize].1.min(recvs[me as usize].1),
+        len: sent.min(room),
     };
     if total <= ALL_AT_ONCE_MAX || n <= 2 {
         let r = s.round();

@@ -2,45 +2,14 @@
 //! and nonblocking bindings of `api`).
 
 use super::aliased::{self, holds};
-use super::args::{self, at, finish, part};
+use super::args::{self, at, check_root, finish, in_place, part, reduction_input};
 use super::basic;
 use super::reduce::{self, Combine};
 use super::{Loc, Local, Members, Schedule};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ffi::*;
 use crate::p2p::check_count;
 use crate::state::Mpi;
-
-/// `MPI_IN_PLACE`.
-pub fn in_place(p: *const c_void) -> bool {
-    p as usize == MPI_IN_PLACE
-}
-
-/// A reduction's input: the receive buffer where the send buffer is
-/// `MPI_IN_PLACE`.
-fn reduction_input(sendbuf: *const c_void, recvbuf: *mut c_void) -> *const c_void {
-    if in_place(sendbuf) {
-        recvbuf.cast_const()
-    } else {
-        sendbuf
-    }
-}
-
-/// A root argument.
-pub fn check_root(root: c_int, m: &Members) -> Result<u32> {
-    u32::try_from(root)
-        .ok()
-        .filter(|r| *r < m.size)
-        .ok_or_else(|| {
-            Error::new(
-                MPI_ERR_ROOT,
-                format!(
-                    "root {root} is not a rank of the communicator of {} processes",
-                    m.size
-                ),
-            )
-        })
-}
 
 impl Mpi {
     /// Operation `op`, checked to apply to type `ty`.
@@ -496,6 +465,7 @@ impl Mpi {
             aliased::own_block(sendbuf, block, both, true)?;
             // SAFETY: the caller's contract.
             let (l, len) = unsafe { args::input(&mut s, sendbuf, n, &st) }?;
+            s.own_block(len, blocks[me].1);
             s.round().then.push(Local::Copy {
                 from: l,
                 to: blocks[me].0,

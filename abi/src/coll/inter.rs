@@ -86,7 +86,7 @@ fn role(root: c_int, sides: &Sides) -> Result<Role> {
 
 /// `MPI_IN_PLACE` refused.
 fn not_in_place(buf: *const c_void) -> Result<()> {
-    if super::build::in_place(buf) {
+    if super::args::in_place(buf) {
         return Err(Error::new(
             MPI_ERR_ARG,
             "MPI_IN_PLACE is not defined on intercommunicators",

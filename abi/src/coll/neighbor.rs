@@ -8,7 +8,7 @@
 //! has none).
 
 use super::args;
-use super::build::in_place;
+use super::args::in_place;
 use super::schedule::{Loc, Schedule, Xfer};
 use super::{run_in_state, Members};
 use crate::comm::graph::graph_neighbours;

@@ -78,7 +78,7 @@ impl KeepArg for *mut c_void {}
 
 impl KeepArg for *const c_void {
     unsafe fn kept(self, _mpi: &mut Mpi, name: &str, _at: At, own: &mut Owned) -> Self {
-        if name == "sendbuf" && super::build::in_place(self) {
+        if name == "sendbuf" && super::args::in_place(self) {
             own.send_ignored = true;
         }
         self

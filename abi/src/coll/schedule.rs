@@ -8,6 +8,7 @@
 //! each round starts) and its scratch buffers in one: emptied, it is used again by
 //! the next blocking collective, so that building a small one allocates nothing.
 
+use super::small::received;
 use crate::datatype::{pack, Datatype, Prim};
 use crate::error::{Error, Result};
 use crate::ffi::*;
@@ -112,12 +113,17 @@ pub struct Schedule {
     /// and whether it is stopped at one.
     pause_at_user: bool,
     paused: bool,
-    pending: Vec<ReqId>,
+    /// The round's transfers under way, with the length each receive expects.
+    pending: Vec<(ReqId, Option<usize>)>,
     /// The message layer's count of completions when `pending` was last tested
     /// (`usize::MAX`: test them now).
     seen: usize,
     /// The first failure: the schedule ends once its transfers under way have.
     error: Option<Error>,
+    /// A mismatch of this member's arguments and the others' (the lengths of its
+    /// own block, of a message): reported once it has run to its end, as the others
+    /// wait for its messages.
+    at_end: Option<Error>,
     outcome: Option<Result<()>>,
 }
 
@@ -140,6 +146,7 @@ impl Schedule {
             pending: Vec::new(),
             seen: usize::MAX,
             error: None,
+            at_end: None,
             outcome: None,
         }
     }
@@ -159,7 +166,24 @@ impl Schedule {
         (self.ctx, self.tag, self.comm) = (ctx, tag, None);
         (self.at, self.started, self.local_at) = (0, false, 0);
         (self.pause_at_user, self.paused) = (false, false);
-        (self.error, self.outcome) = (None, None);
+        (self.error, self.outcome, self.at_end) = (None, None, None);
+    }
+
+    /// This member's own block: `sent` bytes of its send side copied into room for
+    /// `room` bytes of its receive side (the fewer of the two). Where they differ,
+    /// its counts or types do: the collective runs to its end, then fails.
+    pub fn own_block(&mut self, sent: usize, room: usize) {
+        if sent != room && self.at_end.is_none() {
+            self.at_end = Some(Error::new(
+                MPI_ERR_TRUNCATE,
+                format!("this member's own block is {sent} bytes sent and {room} received: its send and receive counts or types differ"),
+            ));
+        }
+    }
+
+    /// The outcome of a schedule that ran to its end.
+    fn ended(&mut self) -> Result<()> {
+        self.at_end.take().map_or(Ok(()), Err)
     }
 
     /// Note that it is a collective of communicator `comm`.
@@ -244,7 +268,7 @@ impl Schedule {
 
     /// A message-layer request it waits for.
     pub fn pending_id(&self) -> Option<ReqId> {
-        self.pending.first().copied()
+        self.pending.first().map(|&(id, _)| id)
     }
 
     /// The address of place `l`, until the next scratch buffer is made.
@@ -272,15 +296,19 @@ impl Schedule {
             self.seen = completions;
             let mut i = 0;
             while i < self.pending.len() {
-                match m.test(self.pending[i]) {
+                let (id, expected) = self.pending[i];
+                match m.test(id) {
                     None => i += 1,
                     Some(r) => {
                         self.pending.swap_remove(i);
                         moved = true;
-                        match r {
-                            Err(msg::Error::Cancelled) => {}
-                            Err(e) => self.fail(m, e.into()),
-                            Ok(_) => {}
+                        let outcome = match (r, expected) {
+                            (Err(msg::Error::Cancelled), _) | (Ok(_), None) => Ok(0),
+                            (r, Some(len)) => received(r, len, "collective", &mut self.at_end),
+                            (Err(e), None) => Err(e.into()),
+                        };
+                        if let Err(e) = outcome {
+                            self.fail(m, e);
                         }
                     }
                 }
@@ -306,7 +334,7 @@ impl Schedule {
                 self.started = false;
             }
             if self.at == self.rounds.len() {
-                self.outcome = Some(Ok(()));
+                self.outcome = Some(self.ended());
                 self.locals.clear();
                 return true;
             }
@@ -350,7 +378,7 @@ impl Schedule {
             return None;
         }
         // SAFETY: the caller's contract.
-        let outcome = unsafe { self.run_rounds_blocking(m) };
+        let outcome = unsafe { self.run_rounds_blocking(m) }.and_then(|()| self.ended());
         self.locals.clear();
         Some(outcome)
     }
@@ -382,7 +410,8 @@ impl Schedule {
                         // SAFETY: as above, room for `len` bytes.
                         _ => unsafe { rbtl::btl::slice_at_mut(self.ptr(into), len) },
                     };
-                    m.recv_in(ctx, data, Some(from), Some(tag))?;
+                    let r = m.recv_in(ctx, data, Some(from), Some(tag));
+                    received(r, len, "collective", &mut self.at_end)?;
                 }
             }
             self.at = round;
@@ -409,25 +438,29 @@ impl Schedule {
             .filter(|&i| matches!(self.xfers[i], Xfer::Send { .. }));
         let several = sends.count() > 1;
         for i in xfers {
-            let id = match self.xfers[i] {
+            let (id, expected) = match self.xfers[i] {
                 Xfer::Send { from, len, to } => {
                     let p = self.ptr(from);
                     // SAFETY: the place holds `len` bytes until the round ends (the
                     // caller's contract, or a scratch buffer of ours).
-                    unsafe {
+                    let id = unsafe {
                         match several {
                             true => m.isend_unsplit_in(ctx, p, len, to, tag),
                             false => m.isend_in(ctx, p, len, to, tag, SendMode::Standard),
                         }
-                    }?
+                    }?;
+                    (id, None)
                 }
                 Xfer::Recv { into, len, from } => {
                     let p = self.ptr(into);
                     // SAFETY: as above.
-                    unsafe { m.irecv_in(ctx, p, len, Some(from), Some(tag)) }?
+                    (
+                        unsafe { m.irecv_in(ctx, p, len, Some(from), Some(tag)) }?,
+                        Some(len),
+                    )
                 }
             };
-            self.pending.push(id);
+            self.pending.push((id, expected));
         }
         Ok(())
     }
@@ -467,7 +500,7 @@ impl Schedule {
     /// buffers are the schedule's.
     fn fail(&mut self, m: &mut msg::Comm, e: Error) {
         self.error.get_or_insert(e);
-        for &id in &self.pending {
+        for &(id, _) in &self.pending {
             m.cancel(id);
         }
     }

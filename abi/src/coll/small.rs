@@ -15,8 +15,8 @@
 //! members combining as `acc = received op acc`), so members that take different
 //! ways (one has a nonblocking collective in flight) still meet.
 
+use super::args::in_place;
 use super::basic::{bcast_links, bcast_tree, BCAST_PIECE};
-use super::build::in_place;
 use super::reduce;
 use crate::entry::call_in_steps;
 use crate::error::{Error, Object, Result};
@@ -31,7 +31,7 @@ const MAX_ROUNDS: usize = 31;
 
 /// An error unless a member's message of `got` bytes is the `len` this member's
 /// collective `name` has.
-fn whole(name: &str, got: usize, len: usize) -> Result<()> {
+pub(super) fn whole(name: &str, got: usize, len: usize) -> Result<()> {
     if got == len {
         return Ok(());
     }
@@ -39,6 +39,27 @@ fn whole(name: &str, got: usize, len: usize) -> Result<()> {
         MPI_ERR_TRUNCATE,
         format!("a member sent {got} bytes where this member's {name} has {len}: the members' counts or types differ"),
     ))
+}
+
+/// The bytes of a member's message to use, of `expected` (its outcome `r`). A
+/// message of another length (the members' counts or types differ; a longer one
+/// was cut) is noted in `mismatch`, not returned: this member goes on with its part,
+/// so that the others do not wait for it, and the collective fails at its end.
+pub(super) fn received(
+    r: rbtl::msg::Result<rbtl::msg::Status>,
+    expected: usize,
+    name: &str,
+    mismatch: &mut Option<Error>,
+) -> Result<usize> {
+    let got = match r {
+        Ok(s) => s.len,
+        Err(rbtl::msg::Error::Truncated { len, .. }) => len,
+        Err(e) => return Err(e.into()),
+    };
+    if let Err(e) = whole(name, got, expected) {
+        mismatch.get_or_insert(e);
+    }
+    Ok(got.min(expected))
 }
 
 /// The arguments of `MPI_Allreduce`: send and receive buffers, count, datatype,
@@ -157,19 +178,20 @@ impl Mpi {
             // call, while nothing else touches them.
             unsafe { rbtl::btl::slice_at(acc, len) }
         };
+        let mut mismatch = None;
         // Receive a member's operand and combine it into `acc`.
-        let combine = |msg: &mut rbtl::msg::Comm, from: u32, tmp: &mut Vec<u8>| -> Result<()> {
-            let got = msg.recv_in(ctx, tmp, Some(from), Some(tag))?.len;
-            whole("MPI_Allreduce", got, len)?;
-            // SAFETY: both hold `len / prim.size()` elements of `prim`.
-            unsafe { op::reduce_basic(op, prim, tmp.as_ptr(), acc, len / prim.size()) }
+        let combine = |msg: &mut rbtl::msg::Comm, from: u32, tmp: &mut Vec<u8>, m: &mut _| {
+            let r = msg.recv_in(ctx, tmp, Some(from), Some(tag));
+            let got = received(r, len, "MPI_Allreduce", m)?;
+            // SAFETY: both hold `got / prim.size()` elements of `prim` (`got` <= `len`).
+            unsafe { op::reduce_basic(op, prim, tmp.as_ptr(), acc, got / prim.size()) }
         };
         let msg = &mut self.msg;
-        let done = (|| -> Result<()> {
+        let mut done = (|| -> Result<()> {
             match (gather, me) {
                 (true, 0) => {
                     for &p in peers {
-                        combine(msg, p, &mut tmp)?;
+                        combine(msg, p, &mut tmp, &mut mismatch)?;
                     }
                     for &p in peers {
                         msg.send_in(ctx, mine(), p, tag)?;
@@ -179,18 +201,21 @@ impl Mpi {
                     msg.send_in(ctx, mine(), peers[0], tag)?;
                     // SAFETY: as above.
                     let result = unsafe { rbtl::btl::slice_at_mut(acc, len) };
-                    let got = msg.recv_in(ctx, result, Some(peers[0]), Some(tag))?.len;
-                    whole("MPI_Allreduce", got, len)?;
+                    let r = msg.recv_in(ctx, result, Some(peers[0]), Some(tag));
+                    received(r, len, "MPI_Allreduce", &mut mismatch)?;
                 }
                 (false, _) => {
                     for &p in peers {
                         msg.send_in(ctx, mine(), p, tag)?;
-                        combine(msg, p, &mut tmp)?;
+                        combine(msg, p, &mut tmp, &mut mismatch)?;
                     }
                 }
             }
             Ok(())
         })();
+        if let (Ok(()), Some(e)) = (&done, mismatch) {
+            done = Err(e);
+        }
         self.scratch = tmp;
         Some(done)
     }
@@ -245,19 +270,20 @@ impl Mpi {
         }
         let (ctx, tag) = self.begin_small(comm)?;
         let data = buf.cast::<u8>().wrapping_offset(lb);
+        let mut mismatch = None;
         Some((|| {
             if let Some(p) = parent {
                 // SAFETY: the caller's contract: `len` bytes from the lower bound.
                 let into = unsafe { rbtl::btl::slice_at_mut(data, len) };
-                let got = self.msg.recv_in(ctx, into, Some(p), Some(tag))?.len;
-                whole("MPI_Bcast", got, len)?;
+                let r = self.msg.recv_in(ctx, into, Some(p), Some(tag));
+                received(r, len, "MPI_Bcast", &mut mismatch)?;
             }
             for &to in kids {
                 // SAFETY: as above.
                 let from = unsafe { rbtl::btl::slice_at(data, len) };
                 self.msg.send_in(ctx, from, to, tag)?;
             }
-            Ok(())
+            mismatch.map_or(Ok(()), Err)
         })())
     }
 }

@@ -113,7 +113,7 @@ pub unsafe extern "C" fn PMPI_Reduce_local(
             super::check(o, &t)?;
             // (MPI_IN_PLACE is no buffer here: MPI 4.1 §6.9.7.)
             for (p, which) in [(inbuf, "inbuf"), (inoutbuf.cast_const(), "inoutbuf")] {
-                if crate::coll::build::in_place(p) || (p.is_null() && n > 0 && t.size > 0) {
+                if crate::coll::args::in_place(p) || (p.is_null() && n > 0 && t.size > 0) {
                     let what = if p.is_null() { "null" } else { "MPI_IN_PLACE" };
                     return Err(Error::new(MPI_ERR_BUFFER, format!("{which} is {what}")));
                 }

@@ -5,7 +5,8 @@
  * an error string naming the class and the problem: ranks, tags, counts, buffers,
  * truncation, communicators, datatypes, requests, groups, operations, roots,
  * topologies, dimensions, keys, info objects, error handlers, null pointers,
- * a collective's aliased buffers (a rooted one's root alone refusing);
+ * a collective's aliased buffers (a rooted one's root alone refusing) and its
+ * members' counts that differ;
  * freed handles, handles of another kind and values that are no handle at all are
  * errors. A user error handler is called with the communicator and the code,
  * inherited by duplicates, kept when freed while set, and run by
@@ -424,6 +425,39 @@ static void test_aliased_buffers(void) {
   free(got);
 }
 
+/* Members whose counts differ (an erroneous program): a member fails with
+ * MPI_ERR_TRUNCATE where a message it receives, or its own block, has another
+ * length than its arguments give, after doing its part, so that none waits for
+ * another for ever; the next collectives meet. */
+static void test_mismatched_counts(void) {
+  int v[4] = {1, 2, 3, 4}, w[8] = {0}, rc;
+  MPI_Request req;
+  EXPECT_ERR(MPI_Alltoall(v, 2, MPI_INT, w, 1, MPI_INT, MPI_COMM_SELF), MPI_ERR_TRUNCATE,
+             "own block");
+  if (size != 2)
+    return;
+  rc = MPI_Bcast(v, rank == 0 ? 1 : 4, MPI_INT, 0, MPI_COMM_WORLD);
+  if (rank == 0)
+    OK(rc);
+  else
+    EXPECT_ERR(rc, MPI_ERR_TRUNCATE, "differ");
+  OK(MPI_Ibcast(v, rank == 0 ? 4 : 1, MPI_INT, 0, MPI_COMM_WORLD, &req));
+  rc = MPI_Wait(&req, MPI_STATUS_IGNORE);
+  if (rank == 0)
+    OK(rc);
+  else
+    EXPECT_ERR(rc, MPI_ERR_TRUNCATE, "differ");
+  EXPECT_ERR(MPI_Allreduce(v, w, rank + 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_TRUNCATE,
+             NULL);
+  EXPECT_ERR(MPI_Allgather(v, rank + 1, MPI_INT, w, rank + 1, MPI_INT, MPI_COMM_WORLD),
+             MPI_ERR_TRUNCATE, NULL);
+  OK(MPI_Allreduce(v, w, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  CHECK(w[0] == 2 && w[3] == 8, "MPI_Allreduce after mismatched counts: %d %d", w[0], w[3]);
+  OK(MPI_Iallreduce(v, w, 4, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req));
+  OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+  CHECK(w[3] == 4, "MPI_Iallreduce after mismatched counts: %d", w[3]);
+}
+
 /* A user error handler: what it saw. */
 static MPI_Comm seen_comm = MPI_COMM_NULL;
 static int seen_code = MPI_SUCCESS, seen_calls = 0;
@@ -558,6 +592,7 @@ int main(int argc, char **argv) {
   test_p2p_errors();
   test_handle_errors();
   test_aliased_buffers();
+  test_mismatched_counts();
   test_user_handler();
   OK(MPI_Barrier(MPI_COMM_WORLD));
   OK(MPI_Finalize());
