@@ -31,7 +31,7 @@ const MAX_ROUNDS: usize = 31;
 
 /// An error unless a member's message of `got` bytes is the `len` this member's
 /// collective `name` has.
-pub(super) fn whole(name: &str, got: usize, len: usize) -> Result<()> {
+fn whole(name: &str, got: usize, len: usize) -> Result<()> {
     if got == len {
         return Ok(());
     }
