@@ -79,6 +79,31 @@ pub struct P2p {
     /// What it keeps for a type that is not contiguous (boxed: a request stays
     /// small, as it moves through every call).
     pub staging: Option<Box<Staging>>,
+    /// A receive's basic element in bytes: a message that does not end on one was
+    /// sent with another type signature (1: any length, a send's, or a type of
+    /// several kinds received straight; a staged one's type is asked).
+    pub unit: u32,
+}
+
+/// Whether `len` bytes end inside a basic element of `unit` bytes (a mask where
+/// `unit` is a power of two, as nearly every one is: no division on the way).
+#[inline]
+pub fn ends_inside(len: usize, unit: u32) -> bool {
+    let unit = unit as usize;
+    match unit.is_power_of_two() {
+        true => len & (unit - 1) != 0,
+        false => len % unit != 0,
+    }
+}
+
+/// The error of a receive whose message of `len` bytes ends inside a basic element
+/// of its datatype (MPICH refuses it alike).
+#[cold]
+pub fn signature_mismatch(len: usize) -> Error {
+    Error::new(
+        MPI_ERR_TYPE,
+        format!("the message of {len} bytes ends inside a basic element of the receive's datatype: the send's type signature differs"),
+    )
 }
 
 /// What a send or receive of a type that is not contiguous keeps until it completes.
@@ -98,6 +123,16 @@ pub struct Unpack {
 }
 
 impl P2p {
+    /// Whether a message of `len` bytes received by it ends inside a basic element
+    /// of its datatype.
+    #[inline]
+    fn ends_inside_element(&self, len: usize) -> bool {
+        match self.staging.as_deref() {
+            Some(Staging::Unpack(u)) => !u.ty.ends_on_element(len),
+            _ => ends_inside(len, self.unit),
+        }
+    }
+
     /// The status of its outcome: the error of a failed operation (a truncated
     /// receive still reports what it got). A receive through a staging buffer is
     /// unpacked (once).
@@ -108,7 +143,7 @@ impl P2p {
             None => job as c_int,
             Some(g) => g.rank_of(job).map_or(MPI_UNDEFINED, |r| r as c_int),
         };
-        let (s, error) = match outcome {
+        let (s, mut error) = match outcome {
             Ok(s) => (s, None),
             Err(msg::Error::Cancelled) => {
                 status.set_cancelled(true);
@@ -145,6 +180,9 @@ impl P2p {
         status.source = source(s.source);
         status.tag = s.tag;
         status.set_bytes(s.len as u64);
+        if error.is_none() && self.ends_inside_element(s.len) {
+            error = Some(signature_mismatch(s.len));
+        }
         if let Some(Staging::Unpack(u)) = self.staging.take().map(|s| *s) {
             // SAFETY: the receive's caller promised `base` holds `count` elements of
             // `ty` until it completes (now); the staging buffer is ours.

@@ -230,11 +230,26 @@ pub struct Datatype {
 /// description is copied for nothing), another is packed (its description boxed:
 /// a shape stays small, as it moves through every send and receive).
 pub enum Shape {
-    Contiguous { lb: isize, size: usize },
+    /// `unit`: the bytes of the basic element it is made of (a message received
+    /// into it ends on a multiple of them), 1 for a type of several kinds.
+    Contiguous {
+        lb: isize,
+        size: usize,
+        unit: u32,
+    },
     Typed(Box<Datatype>),
 }
 
 impl Shape {
+    /// The unit a received message's length is checked against (see
+    /// [`crate::request::P2p::unit`]).
+    pub fn unit(&self) -> u32 {
+        match self {
+            Shape::Contiguous { unit, .. } => *unit,
+            Shape::Typed(_) => 1,
+        }
+    }
+
     /// Bytes of data in `count` elements.
     pub fn bytes(&self, count: usize) -> crate::error::Result<usize> {
         let size = match self {
@@ -258,10 +273,24 @@ impl Datatype {
             Shape::Contiguous {
                 lb: self.lb,
                 size: self.size,
+                unit: self.element_unit(),
             }
         } else {
             Shape::Typed(Box::new(self.clone()))
         }
+    }
+
+    /// The bytes of the basic element it is made of, 1 for a type of several kinds
+    /// (where [`Datatype::ends_on_element`] asks its signature).
+    #[inline]
+    pub fn element_unit(&self) -> u32 {
+        self.prim.map_or(1, |p| p.size() as u32)
+    }
+
+    /// Whether `bytes` of it, packed, end on a basic element (`MPI_Get_elements`
+    /// defined): a message that does not was sent with another type signature.
+    pub fn ends_on_element(&self, bytes: usize) -> bool {
+        query::elements_in(self, bytes as u64).is_some()
     }
 
     /// The extent: where the next element of an array starts.

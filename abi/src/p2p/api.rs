@@ -92,29 +92,34 @@ impl Held {
                 let len = t
                     .bytes(n)
                     .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
+                let unit = t.element_unit();
                 let at = buf.cast::<u8>().wrapping_offset(t.lb);
                 // SAFETY: the caller's contract: room for `len` bytes.
                 let data = unsafe { rbtl::btl::slice_at_mut(at, len) };
                 let outcome = self.msg.recv_in(ctx, data, src, tag);
-                // The common case without a detour: a message received whole.
-                if let Ok(s) = &outcome {
-                    if !status.is_null() {
-                        let source = if comm == MPI_COMM_WORLD {
-                            s.source as c_int
-                        } else {
-                            let c = self.comm(comm)?;
-                            c.group
-                                .rank_of(s.source)
-                                .map_or(MPI_UNDEFINED, |r| r as c_int)
-                        };
-                        let mut st = Status::empty();
-                        st.source = source;
-                        st.tag = s.tag;
-                        st.set_bytes(s.len as u64);
-                        // SAFETY: checked not null; the caller's contract.
-                        unsafe { crate::p2p::put_one(status, st) };
+                // The common case without a detour: a message received whole (or
+                // of whole basic elements).
+                match &outcome {
+                    Ok(s) if s.len == len || !crate::request::ends_inside(s.len, unit) => {
+                        if !status.is_null() {
+                            let source = if comm == MPI_COMM_WORLD {
+                                s.source as c_int
+                            } else {
+                                let c = self.comm(comm)?;
+                                c.group
+                                    .rank_of(s.source)
+                                    .map_or(MPI_UNDEFINED, |r| r as c_int)
+                            };
+                            let mut st = Status::empty();
+                            st.source = source;
+                            st.tag = s.tag;
+                            st.set_bytes(s.len as u64);
+                            // SAFETY: checked not null; the caller's contract.
+                            unsafe { crate::p2p::put_one(status, st) };
+                        }
+                        return Ok(());
                     }
-                    return Ok(());
+                    _ => {}
                 }
                 let peers = match comm {
                     MPI_COMM_WORLD => None,
@@ -125,6 +130,7 @@ impl Held {
                     comm,
                     peers,
                     staging: None,
+                    unit,
                 };
                 let (s, e) = p.finish(outcome);
                 // SAFETY: the caller's contract.

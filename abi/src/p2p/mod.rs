@@ -379,6 +379,7 @@ impl Mpi {
             comm,
             peers,
             staging: s.staged.map(|v| Box::new(Staging::Send(v))),
+            unit: 1,
         }))
     }
 
@@ -404,6 +405,7 @@ impl Mpi {
             Peer::Any => None,
             Peer::Job(j) => Some(j),
         };
+        let unit = shape.unit();
         // SAFETY: the caller's contract.
         let (id, staging) = unsafe { self.start_recv(buf, count, shape, src, tag, ctx) }?;
         Ok(Request::P2p(P2p {
@@ -411,6 +413,7 @@ impl Mpi {
             comm,
             peers,
             staging,
+            unit,
         }))
     }
 }

@@ -146,6 +146,7 @@ impl Mpi {
             return Ok(Request::Done(Status::proc_null()));
         };
         let ctx = ctx | PARTITIONED;
+        let unit = if send { 1 } else { shape.unit() };
         let (id, staging) = if send {
             // SAFETY: the caller's contract.
             let s = unsafe {
@@ -161,6 +162,7 @@ impl Mpi {
             comm: t.comm,
             peers,
             staging,
+            unit,
         }))
     }
 

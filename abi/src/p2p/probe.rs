@@ -241,6 +241,7 @@ impl Mpi {
         })?;
         // SAFETY: the caller's contract.
         unsafe { message.write(MPI_MESSAGE_NULL) };
+        let unit = shape.unit();
         let (at, staging) = match shape {
             crate::datatype::Shape::Contiguous { lb, .. } => {
                 (buf.cast::<u8>().wrapping_offset(lb), None)
@@ -265,6 +266,7 @@ impl Mpi {
             comm: m.comm,
             peers: m.peers,
             staging,
+            unit,
         }))
     }
 }

@@ -7,7 +7,8 @@
  * ordering per pair (small and large messages mixed) and per communicator (two
  * communicators, and collectives, never match each other's messages); truncation
  * (MPI_ERR_TRUNCATE, also in MPI_Wait, where it goes through the request's
- * communicator's handler, and MPI_ERR_IN_STATUS in MPI_Waitall); probes and
+ * communicator's handler, and MPI_ERR_IN_STATUS in MPI_Waitall); a message
+ * ending inside a basic element of the receive's type (MPI_ERR_TYPE); probes and
  * matched probes; MPI_Get_count and MPI_Get_elements; cancelling a receive; the
  * Test and Wait families with null and inactive requests; persistent requests;
  * MPI_PROC_NULL; large messages, contiguous and not; MPI_Isendrecv(_replace). */
@@ -481,6 +482,11 @@ static void test_truncation(void) {
     OK(MPI_Send(out, 10, MPI_INT, 1, 94, comm));
     OK(MPI_Send(out, 10, MPI_INT, 1, 95, comm));
     OK(MPI_Send(out, 5, MPI_INT, 1, 96, comm));
+    char chars[32] = "abcdefghijklmnopqrstuvwxyz";
+    OK(MPI_Send(chars, 3, MPI_CHAR, 1, 97, comm));
+    OK(MPI_Send(chars, 3, MPI_CHAR, 1, 98, comm));
+    OK(MPI_Send(chars, 13 + 5, MPI_BYTE, 1, 99, comm));
+    OK(MPI_Send(chars, 13 + 1, MPI_BYTE, 1, 100, comm));
   } else if (rank == 1) {
     st.MPI_SOURCE = st.MPI_TAG = -99;
     EXPECT_ERR(MPI_Recv(in, 5, MPI_INT, 0, 90, comm, &st), MPI_ERR_TRUNCATE,
@@ -524,6 +530,32 @@ static void test_truncation(void) {
     /* The communicator still works. */
     OK(MPI_Recv(in, 5, MPI_INT, 0, 96, comm, &st));
     expect_filled(in, 5, 8, "a receive after truncations");
+    /* A message that ends inside a basic element of the receive's type was sent
+       with another type signature: MPI_ERR_TYPE, its bytes still counted. */
+    OK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN));
+    EXPECT_ERR(MPI_Recv(in, 4, MPI_INT, 0, 97, comm, &st), MPI_ERR_TYPE, "signature");
+    int got = -1;
+    OK(MPI_Get_count(&st, MPI_BYTE, &got));
+    CHECK(got == 3, "3 chars received as ints: %d bytes", got);
+    OK(MPI_Get_count(&st, MPI_INT, &got));
+    CHECK(got == MPI_UNDEFINED, "3 chars received as ints: a count of %d ints", got);
+    MPI_Datatype spaced, cdi;
+    OK(MPI_Type_vector(2, 1, 2, MPI_INT, &spaced));
+    OK(MPI_Type_commit(&spaced));
+    OK(MPI_Irecv(out, 1, spaced, 0, 98, comm, &r));
+    EXPECT_ERR(MPI_Wait(&r, &st), MPI_ERR_TYPE, "signature");
+    int lens[3] = {1, 1, 1};
+    MPI_Aint at[3] = {0, 8, 16};
+    MPI_Datatype kinds[3] = {MPI_CHAR, MPI_DOUBLE, MPI_INT};
+    OK(MPI_Type_create_struct(3, lens, at, kinds, &cdi));
+    OK(MPI_Type_commit(&cdi));
+    char structs[2 * 24];
+    EXPECT_ERR(MPI_Recv(structs, 2, cdi, 0, 99, comm, &st), MPI_ERR_TYPE, "signature");
+    OK(MPI_Recv(structs, 2, cdi, 0, 100, comm, &st));
+    OK(MPI_Get_elements(&st, cdi, &got));
+    CHECK(got == 4, "a struct and a char received: %d basic elements", got);
+    OK(MPI_Type_free(&spaced));
+    OK(MPI_Type_free(&cdi));
   }
   OK(MPI_Comm_free(&comm));
 }
