@@ -8,7 +8,7 @@
 //! an all-to-all whose two sides are alike. Buffers that overlap from different
 //! addresses are not seen.
 
-use super::args::in_place;
+use super::args::{at, in_place, part};
 use crate::datatype::Datatype;
 use crate::error::{Error, Result};
 use crate::ffi::*;
@@ -40,11 +40,31 @@ pub fn reduction(
     Ok(())
 }
 
-/// A member's own buffer (`MPI_IN_PLACE` allowed) that is `block`, its block of the
-/// collective's whole buffer, where both hold some bytes (`both`); `gather` says
-/// which is the send side (a gather's own buffer, a scatter's block).
-pub fn own_block(own: *const c_void, block: *const c_void, both: bool, gather: bool) -> Result<()> {
-    if both && !in_place(own) && own == block {
+/// A member's own buffer `own` (`MPI_IN_PLACE` allowed; `own_holds`: it holds some
+/// bytes) that is `member`'s block of the collective's whole buffer (`whole`, its
+/// vector argument `v` among `n` members, of type `ty`); `gather` says which is the
+/// send side (a gather's own buffer, a scatter's block).
+///
+/// # Safety
+///
+/// Unless its arrays are null, `v` holds `n` counts and displacements.
+pub unsafe fn own_block(
+    (own, own_holds): (*const c_void, bool),
+    (whole, v, ty): (
+        *const c_void,
+        (c_int, *const c_int, *const c_int),
+        &Datatype,
+    ),
+    (member, n): (u32, u32),
+    gather: bool,
+) -> Result<()> {
+    if !own_holds || in_place(own) {
+        return Ok(());
+    }
+    // SAFETY: the caller's contract.
+    let (count, displ) = unsafe { part(v, member, n) }?;
+    let block_holds = usize::try_from(count).is_ok_and(|k| holds(k, ty));
+    if block_holds && own == at(whole, displ as isize, ty, false).cast_const() {
         return Err(refused(match gather {
             true => "sendbuf is this member's block of recvbuf",
             false => "recvbuf is the root's block of sendbuf",

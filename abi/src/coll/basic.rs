@@ -276,7 +276,11 @@ fn rooted(
             }
         }
     };
-    let mut own_sizes = None;
+    if let (true, Some((_, n))) = (m.rank == root, own) {
+        let len = blocks[root as usize].1;
+        let (sent, room) = if to_root { (n, len) } else { (len, n) };
+        s.own_block(sent, room);
+    }
     let r = s.round();
     if m.rank != root {
         let (at, len) = own.expect("a non-root member sends or receives");
@@ -294,11 +298,7 @@ fn rooted(
                 to,
                 len: n.min(len),
             });
-            own_sizes = Some(if to_root { (n, len) } else { (len, n) });
         }
-    }
-    if let Some((sent, room)) = own_sizes {
-        s.own_block(sent, room);
     }
 }
 

@@ -314,19 +314,16 @@ impl Mpi {
         let is_root = m.rank == root;
         let mut unpacks = Vec::new();
         let mut blocks = Vec::new();
-        let mut own_block = (std::ptr::null_mut(), false);
         if is_root {
             let rt = self.dtype(recvtype)?.clone();
             for i in 0..m.size {
                 // SAFETY: the caller's contract.
                 let (count, displ) = unsafe { part(recv, i, m.size) }?;
                 let k = check_count(count)?;
-                let block = at(recvbuf, displ as isize, &rt, false);
-                if i == root {
-                    own_block = (block, holds(k, &rt));
-                }
                 // SAFETY: the caller's contract.
-                let (l, len, u) = unsafe { args::output(&mut s, block, k, &rt) }?;
+                let (l, len, u) = unsafe {
+                    args::output(&mut s, at(recvbuf, displ as isize, &rt, false), k, &rt)
+                }?;
                 blocks.push((l, len));
                 unpacks.push(u);
             }
@@ -337,8 +334,11 @@ impl Mpi {
             let st = self.dtype(sendtype)?.clone();
             let n = check_count(sendcount)?;
             if is_root {
-                let both = own_block.1 && holds(n, &st);
-                aliased::own_block(sendbuf, own_block.0, both, true)?;
+                let whole = (recvbuf.cast_const(), recv, self.dtype(recvtype)?);
+                // SAFETY: the caller's contract.
+                unsafe {
+                    aliased::own_block((sendbuf, holds(n, &st)), whole, (root, m.size), true)
+                }?;
             }
             // SAFETY: the caller's contract.
             Some(unsafe { args::input(&mut s, sendbuf, n, &st) }?)
@@ -372,19 +372,16 @@ impl Mpi {
         let root = check_root(root, &m)?;
         let is_root = m.rank == root;
         let mut blocks = Vec::new();
-        let mut own_block = (std::ptr::null_mut(), false);
         if is_root {
             let st = self.dtype(sendtype)?.clone();
             for i in 0..m.size {
                 // SAFETY: the caller's contract.
                 let (count, displ) = unsafe { part(send, i, m.size) }?;
                 let k = check_count(count)?;
-                let block = at(sendbuf, displ as isize, &st, false);
-                if i == root {
-                    own_block = (block, holds(k, &st));
-                }
                 // SAFETY: the caller's contract.
-                blocks.push(unsafe { args::input(&mut s, block, k, &st) }?);
+                blocks.push(unsafe {
+                    args::input(&mut s, at(sendbuf, displ as isize, &st, false), k, &st)
+                }?);
             }
         }
         let (recv, unpack) = if is_root && in_place(recvbuf) {
@@ -393,8 +390,10 @@ impl Mpi {
             let rt = self.dtype(recvtype)?.clone();
             let n = check_count(recvcount)?;
             if is_root {
-                let both = own_block.1 && holds(n, &rt);
-                aliased::own_block(recvbuf, own_block.0, both, false)?;
+                let whole = (sendbuf, send, self.dtype(sendtype)?);
+                let own = (recvbuf.cast_const(), holds(n, &rt));
+                // SAFETY: the caller's contract.
+                unsafe { aliased::own_block(own, whole, (root, m.size), false) }?;
             }
             // SAFETY: the caller's contract.
             let (l, len, u) = unsafe { args::output(&mut s, recvbuf, n, &rt) }?;
@@ -458,11 +457,9 @@ impl Mpi {
         if !in_place(sendbuf) {
             let st = self.dtype(sendtype)?.clone();
             let n = check_count(sendcount)?;
+            let (own, whole) = ((sendbuf, holds(n, &st)), (recvbuf.cast_const(), recv, &rt));
             // SAFETY: the caller's contract.
-            let (count, displ) = unsafe { part(recv, m.rank, m.size) }?;
-            let block = at(recvbuf, displ as isize, &rt, false);
-            let both = holds(n, &st) && holds(check_count(count)?, &rt);
-            aliased::own_block(sendbuf, block, both, true)?;
+            unsafe { aliased::own_block(own, whole, (m.rank, m.size), true) }?;
             // SAFETY: the caller's contract.
             let (l, len) = unsafe { args::input(&mut s, sendbuf, n, &st) }?;
             s.own_block(len, blocks[me].1);
