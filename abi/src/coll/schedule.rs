@@ -8,7 +8,7 @@
 //! each round starts) and its scratch buffers in one: emptied, it is used again by
 //! the next blocking collective, so that building a small one allocates nothing.
 
-use super::small::received;
+use super::small::{received, told};
 use crate::datatype::{pack, Datatype, Prim};
 use crate::error::{Error, Result};
 use crate::ffi::*;
@@ -122,7 +122,7 @@ pub struct Schedule {
     error: Option<Error>,
     /// A mismatch of this member's arguments and the others' (the lengths of its
     /// own block, of a message): reported once it has run to its end, as the others
-    /// wait for its messages.
+    /// wait for its messages, which from then on say so by their length (`told`).
     at_end: Option<Error>,
     outcome: Option<Result<()>>,
 }
@@ -394,11 +394,12 @@ impl Schedule {
             let (xfers, _) = self.bounds(round);
             for i in xfers.clone() {
                 if let Xfer::Send { from, len, to } = self.xfers[i] {
+                    let (p, len) = told(self.ptr(from), len, self.at_end.is_some());
                     let data: &[u8] = match len {
                         0 => &[],
                         // SAFETY: the place holds `len` bytes (the caller's contract,
-                        // or a scratch buffer of ours).
-                        _ => unsafe { rbtl::btl::slice_at(self.ptr(from), len) },
+                        // or a scratch buffer of ours, or `told`'s byte).
+                        _ => unsafe { rbtl::btl::slice_at(p, len) },
                     };
                     m.send_in(ctx, data, to, tag)?;
                 }
@@ -440,9 +441,9 @@ impl Schedule {
         for i in xfers {
             let (id, expected) = match self.xfers[i] {
                 Xfer::Send { from, len, to } => {
-                    let p = self.ptr(from);
+                    let (p, len) = told(self.ptr(from), len, self.at_end.is_some());
                     // SAFETY: the place holds `len` bytes until the round ends (the
-                    // caller's contract, or a scratch buffer of ours).
+                    // caller's contract, or a scratch buffer of ours, or `told`'s).
                     let id = unsafe {
                         match several {
                             true => m.isend_unsplit_in(ctx, p, len, to, tag),

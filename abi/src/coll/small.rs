@@ -62,6 +62,30 @@ pub(super) fn received(
     Ok(got.min(expected))
 }
 
+/// What a member sends of the `len` bytes at `data`: all of them, unless it has
+/// found that the members' arguments disagree (`failing`); then one byte fewer (one
+/// zero byte where there are none), so that whoever receives it sees a message of
+/// the wrong length and fails too, and so on down every member's part of the
+/// collective (MPICH passes an error flag in its messages' tags instead).
+pub(super) fn told(data: *const u8, len: usize, failing: bool) -> (*const u8, usize) {
+    /// The byte sent in place of none.
+    static ONE_BYTE: u8 = 0;
+    match (failing, len) {
+        (false, _) => (data, len),
+        (true, 0) => (&ONE_BYTE, 1),
+        (true, n) => (data, n - 1),
+    }
+}
+
+/// [`told`] of a slice.
+fn told_slice(data: &[u8], failing: bool) -> &[u8] {
+    match (failing, data.len()) {
+        (false, _) => data,
+        (true, 0) => &[0],
+        (true, n) => &data[..n - 1],
+    }
+}
+
 /// The arguments of `MPI_Allreduce`: send and receive buffers, count, datatype,
 /// operation, communicator.
 pub type Allreduce = (*const c_void, *mut c_void, c_int, Handle, Handle, Handle);
@@ -194,11 +218,11 @@ impl Mpi {
                         combine(msg, p, &mut tmp, &mut mismatch)?;
                     }
                     for &p in peers {
-                        msg.send_in(ctx, mine(), p, tag)?;
+                        msg.send_in(ctx, told_slice(mine(), mismatch.is_some()), p, tag)?;
                     }
                 }
                 (true, _) => {
-                    msg.send_in(ctx, mine(), peers[0], tag)?;
+                    msg.send_in(ctx, told_slice(mine(), mismatch.is_some()), peers[0], tag)?;
                     // SAFETY: as above.
                     let result = unsafe { rbtl::btl::slice_at_mut(acc, len) };
                     let r = msg.recv_in(ctx, result, Some(peers[0]), Some(tag));
@@ -206,7 +230,7 @@ impl Mpi {
                 }
                 (false, _) => {
                     for &p in peers {
-                        msg.send_in(ctx, mine(), p, tag)?;
+                        msg.send_in(ctx, told_slice(mine(), mismatch.is_some()), p, tag)?;
                         combine(msg, p, &mut tmp, &mut mismatch)?;
                     }
                 }
@@ -281,7 +305,8 @@ impl Mpi {
             for &to in kids {
                 // SAFETY: as above.
                 let from = unsafe { rbtl::btl::slice_at(data, len) };
-                self.msg.send_in(ctx, from, to, tag)?;
+                self.msg
+                    .send_in(ctx, told_slice(from, mismatch.is_some()), to, tag)?;
             }
             mismatch.map_or(Ok(()), Err)
         })())

@@ -6,7 +6,7 @@
  * truncation, communicators, datatypes, requests, groups, operations, roots,
  * topologies, dimensions, keys, info objects, error handlers, null pointers,
  * a collective's aliased buffers (a rooted one's root alone refusing) and its
- * members' counts that differ;
+ * members' counts that differ (seen by every member, at 4 ranks too);
  * freed handles, handles of another kind and values that are no handle at all are
  * errors. A user error handler is called with the communicator and the code,
  * inherited by duplicates, kept when freed while set, and run by
@@ -431,11 +431,14 @@ static void test_aliased_buffers(void) {
  * another for ever; the next collectives meet. */
 static void test_mismatched_counts(void) {
   int v[4] = {1, 2, 3, 4}, w[8] = {0}, rc;
+  int *all = calloc(4 * (size_t)size, sizeof(int));
   MPI_Request req;
   EXPECT_ERR(MPI_Alltoall(v, 2, MPI_INT, w, 1, MPI_INT, MPI_COMM_SELF), MPI_ERR_TRUNCATE,
              "own block");
-  if (size != 2)
+  if (size < 2) {
+    free(all);
     return;
+  }
   rc = MPI_Bcast(v, rank == 0 ? 1 : 4, MPI_INT, 0, MPI_COMM_WORLD);
   if (rank == 0)
     OK(rc);
@@ -449,13 +452,27 @@ static void test_mismatched_counts(void) {
     EXPECT_ERR(rc, MPI_ERR_TRUNCATE, "differ");
   EXPECT_ERR(MPI_Allreduce(v, w, rank + 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD), MPI_ERR_TRUNCATE,
              NULL);
-  EXPECT_ERR(MPI_Allgather(v, rank + 1, MPI_INT, w, rank + 1, MPI_INT, MPI_COMM_WORLD),
+  EXPECT_ERR(MPI_Allgather(v, rank + 1, MPI_INT, all, rank + 1, MPI_INT, MPI_COMM_WORLD),
+             MPI_ERR_TRUNCATE, NULL);
+  /* Only member 0 disagrees: members that receive only from the others learn of
+   * it all the same (at 4 ranks, member 3 exchanges with 2 and 1 alone). */
+  EXPECT_ERR(MPI_Allreduce(v, w, rank == 0 ? 1 : 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD),
+             MPI_ERR_TRUNCATE, NULL);
+  OK(MPI_Iallreduce(v, w, rank == 0 ? 4 : 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req));
+  EXPECT_ERR(MPI_Wait(&req, MPI_STATUS_IGNORE), MPI_ERR_TRUNCATE, NULL);
+  EXPECT_ERR(MPI_Allgather(v, rank == 0 ? 1 : 4, MPI_INT, all, 4, MPI_INT, MPI_COMM_WORLD),
+             MPI_ERR_TRUNCATE, NULL);
+  /* A member with nothing to send says so with a message all the same. */
+  EXPECT_ERR(MPI_Allgather(v, rank == 0 ? 0 : 1, MPI_INT, all, rank == 0 ? 0 : 1, MPI_INT,
+                           MPI_COMM_WORLD),
              MPI_ERR_TRUNCATE, NULL);
   OK(MPI_Allreduce(v, w, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
-  CHECK(w[0] == 2 && w[3] == 8, "MPI_Allreduce after mismatched counts: %d %d", w[0], w[3]);
+  CHECK(w[0] == size && w[3] == 4 * size, "MPI_Allreduce after mismatched counts: %d %d", w[0],
+        w[3]);
   OK(MPI_Iallreduce(v, w, 4, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req));
   OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
   CHECK(w[3] == 4, "MPI_Iallreduce after mismatched counts: %d", w[3]);
+  free(all);
 }
 
 /* A user error handler: what it saw. */
