@@ -2,7 +2,7 @@
 //! `MPI_Fetch_and_op` and `MPI_Compare_and_swap`: a transport atomic where one
 //! performs the operation (shipped whole when long, where the target can apply it
 //! atomically itself); else, on memory this process maps, in place under the
-//! target's accumulate mutex; else, from 2 KiB on where the transport reads and
+//! target's accumulate mutex; else, from 1 KiB on where the transport reads and
 //! writes the target's memory without its process, read, combined and written back
 //! from here under the same mutex; else shipped to the target, which applies it
 //! under that mutex ([`super::shipped`]). On memory this process maps, the common
@@ -33,7 +33,7 @@ const FETCHES_AT_ONCE: usize = 1024;
 /// are read and written back from here where the transport does that without the
 /// target's process (`sm` by cross-memory attach), instead of shipped: two copies by
 /// the kernel against four through the rings (measured: docs/performance.md).
-const UNATTENDED_FROM: usize = 2 << 10;
+const UNATTENDED_FROM: usize = 1 << 10;
 
 /// The largest buffer an accumulate read and written back from here keeps for the
 /// next ([`Mpi::scratch`](crate::state::Mpi::scratch)).

@@ -10,7 +10,7 @@
 //! and fetches are the transports' atomics, one per element; every other operation
 //! and type runs under the target's accumulate mutex: in place where this process
 //! maps the target's memory, else read and written back from here where the
-//! transport needs nothing of the target's process (2 KiB and more), else shipped to
+//! transport needs nothing of the target's process (1 KiB and more), else shipped to
 //! the target, which applies it there ([`super::shipped`]). Whether an accumulate
 //! takes the atomics or the mutex depends only on its operation, its type and where
 //! the elements lie at the target, so that concurrent ones of the same kind on the
