@@ -61,6 +61,7 @@ impl<T> Table<T> {
     }
 
     /// Keep `value`; its handle.
+    #[inline(always)]
     pub fn insert(&mut self, value: T) -> Result<Handle> {
         let index = match self.free.pop() {
             Some(i) => i as usize,

@@ -34,6 +34,8 @@ macro_rules! nonblocking {
         pub unsafe extern "C" fn $name($($arg: $ty,)* request: *mut Handle) -> c_int {
             let object = Object::Comm(last!($($arg),*));
             call(&stringify!($name)[1..], object, |$mpi| {
+                // Checked first: no collective starts without a request to show for it.
+                $crate::error::non_null(request, MPI_ERR_ARG, "request")?;
                 $mpi.coll_tag = $crate::coll::TagFrom::Nonblocking;
                 // SAFETY: the binding's contract: the buffers stay valid until the
                 // request completes; `request` is writable. (Some builds are safe.)
@@ -62,6 +64,7 @@ macro_rules! persistent {
         ) -> c_int {
             let comm = last!($($arg),*);
             call(&stringify!($name)[1..], Object::Comm(comm), |$mpi| {
+                $crate::error::non_null(request, MPI_ERR_ARG, "request")?;
                 let mut own = $crate::coll::persistent::Owned::default();
                 let at = $crate::coll::persistent::At { call: stringify!($name), comm };
                 // SAFETY: the binding's contract: its arguments as the caller gave them.

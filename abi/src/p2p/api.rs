@@ -164,6 +164,7 @@ impl Mpi {
     /// # Safety
     ///
     /// `out` is valid for a write.
+    #[inline(always)]
     pub unsafe fn hand_out(&mut self, r: Request, out: *mut Handle) -> Result<()> {
         non_null(out, MPI_ERR_ARG, "request")?;
         let h = self.requests.insert(r)?;

@@ -18,6 +18,8 @@ macro_rules! transfer_request {
             request: *mut Handle,
         ) -> c_int {
             call(&stringify!($name)[1..], Object::Comm(comm), |mpi| {
+                // Checked first: no send starts without a request to show for it.
+                $crate::error::non_null(request, MPI_ERR_ARG, "request")?;
                 // SAFETY: the binding's contract: the buffer holds `count` elements
                 // (has room for them) until the request completes (each time, for a
                 // persistent one); `request` is writable.

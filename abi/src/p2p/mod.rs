@@ -352,6 +352,7 @@ impl Mpi {
     /// # Safety
     ///
     /// As [`Mpi::start_send`].
+    #[inline(always)]
     pub unsafe fn isend(
         &mut self,
         (buf, count, ty): (*const c_void, c_int, Handle),
@@ -388,6 +389,7 @@ impl Mpi {
     /// # Safety
     ///
     /// As [`Mpi::start_recv`].
+    #[inline(always)]
     pub unsafe fn irecv(
         &mut self,
         buf: *mut c_void,

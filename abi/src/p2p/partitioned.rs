@@ -249,6 +249,7 @@ pub unsafe extern "C" fn PMPI_Psend_init(
     request: *mut Handle,
 ) -> c_int {
     call("MPI_Psend_init", Object::Comm(comm), |mpi| {
+        non_null(request, MPI_ERR_ARG, "request")?;
         let op = Op::Send {
             buf,
             mode: super::Mode::Standard,
@@ -273,6 +274,7 @@ pub unsafe extern "C" fn PMPI_Precv_init(
     request: *mut Handle,
 ) -> c_int {
     call("MPI_Precv_init", Object::Comm(comm), |mpi| {
+        non_null(request, MPI_ERR_ARG, "request")?;
         let op = Op::Recv { buf, source: dest };
         let r = mpi.partitioned(op, (partitions, count, datatype), tag, comm)?;
         // SAFETY: the binding's contract: `request` null or writable.

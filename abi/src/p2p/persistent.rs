@@ -145,6 +145,7 @@ impl Mpi {
     /// # Safety
     ///
     /// The buffer holds the elements (has room for them) until the request completes.
+    #[inline(always)]
     pub unsafe fn post(&mut self, transfer: Transfer) -> Result<Request> {
         let Transfer {
             op,

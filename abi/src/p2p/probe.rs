@@ -319,6 +319,8 @@ pub unsafe extern "C" fn PMPI_Imrecv(
     // SAFETY: the binding's contract: null or readable.
     let object = unsafe { message_object(message) };
     call("MPI_Imrecv", object, |mpi| {
+        // Checked first: the message stays unreceived.
+        non_null(request, MPI_ERR_ARG, "request")?;
         // SAFETY: the binding's contract.
         unsafe {
             let r = mpi.imrecv(buf, count, datatype, message)?;

@@ -74,7 +74,7 @@ static void test_environment(int provided) {
 }
 
 static void test_p2p_errors(void) {
-  int buf[10] = {0}, x = 0;
+  int buf[10] = {0}, x = 0, flag = 0;
   MPI_Status st;
   MPI_Request r;
   EXPECT_ERR(MPI_Send(buf, 1, MPI_INT, size, 0, MPI_COMM_WORLD), MPI_ERR_RANK,
@@ -103,6 +103,39 @@ static void test_p2p_errors(void) {
   EXPECT_ERR(MPI_Send(buf, 1, t, 0, 0, MPI_COMM_WORLD), MPI_ERR_TYPE, "commit");
   OK(MPI_Type_free(&t));
 
+  /* A send without a place for its request is refused before anything leaves: the
+   * only message with tag 7 is the second. */
+  x = 11;
+  EXPECT_ERR(MPI_Isend(&x, 1, MPI_INT, rank, 7, MPI_COMM_WORLD, NULL), MPI_ERR_ARG, "request");
+  x = 12;
+  OK(MPI_Send(&x, 1, MPI_INT, rank, 7, MPI_COMM_WORLD));
+  x = 0;
+  OK(MPI_Recv(&x, 1, MPI_INT, rank, 7, MPI_COMM_WORLD, &st));
+  OK(MPI_Iprobe(rank, 7, MPI_COMM_WORLD, &flag, &st));
+  CHECK(x == 12 && !flag, "after a refused MPI_Isend: received %d, another waiting: %d", x,
+        flag);
+  EXPECT_ERR(MPI_Irecv(&x, 1, MPI_INT, rank, 8, MPI_COMM_WORLD, NULL), MPI_ERR_ARG, "request");
+  /* A matched message stays unreceived when MPI_Imrecv has no place for its request. */
+  MPI_Message m;
+  x = 13;
+  OK(MPI_Send(&x, 1, MPI_INT, rank, 9, MPI_COMM_WORLD));
+  OK(MPI_Mprobe(rank, 9, MPI_COMM_WORLD, &m, &st));
+  EXPECT_ERR(MPI_Imrecv(&x, 1, MPI_INT, &m, NULL), MPI_ERR_ARG, "request");
+  x = 0;
+  OK(MPI_Mrecv(&x, 1, MPI_INT, &m, &st));
+  CHECK(x == 13, "MPI_Mrecv after a refused MPI_Imrecv: %d", x);
+  /* Nor does a collective start: member 0's refused broadcast takes no turn. */
+  x = rank == 0 ? 5 : 0;
+  if (rank == 0)
+    EXPECT_ERR(MPI_Ibcast(&x, 1, MPI_INT, 0, MPI_COMM_WORLD, NULL), MPI_ERR_ARG, "request");
+  EXPECT_ERR(MPI_Bcast_init(&x, 1, MPI_INT, 0, MPI_COMM_WORLD, MPI_INFO_NULL, NULL), MPI_ERR_ARG,
+             "request");
+  if (rank == 0)
+    x = 6;
+  OK(MPI_Bcast(&x, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  CHECK(x == 6, "MPI_Bcast after a refused MPI_Ibcast: %d", x);
+  x = 0;
+
   /* Truncation, to itself. */
   OK(MPI_Irecv(buf, 5, MPI_INT, rank, 3, MPI_COMM_WORLD, &r));
   OK(MPI_Send(buf, 10, MPI_INT, rank, 3, MPI_COMM_WORLD));
@@ -116,7 +149,6 @@ static void test_p2p_errors(void) {
   OK(MPI_Wait(&r, &st));
   CHECK(r == MPI_REQUEST_NULL, "MPI_Wait left a request");
   EXPECT_ERR(MPI_Wait(&old, &st), MPI_ERR_REQUEST, "not a request");
-  int flag;
   EXPECT_ERR(MPI_Test(&old, &flag, &st), MPI_ERR_REQUEST, NULL);
   EXPECT_ERR(MPI_Request_free(&old), MPI_ERR_REQUEST, NULL);
   r = MPI_REQUEST_NULL;
