@@ -164,6 +164,11 @@ impl Mpi {
     /// # Safety
     ///
     /// `out` is valid for a write.
+    // Inlined, as `post`, `isend`, `irecv` and `Table::insert` are: a request made
+    // in one call and copied into its slot in another was read back with wider loads
+    // than the stores that wrote it, which wait for the message's stores into the
+    // peer's ring to reach the cache (docs/performance.md, "where a nonblocking
+    // send's time went").
     #[inline(always)]
     pub unsafe fn hand_out(&mut self, r: Request, out: *mut Handle) -> Result<()> {
         non_null(out, MPI_ERR_ARG, "request")?;
