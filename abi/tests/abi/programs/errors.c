@@ -487,7 +487,8 @@ static void test_mismatched_counts(void) {
   EXPECT_ERR(MPI_Allgather(v, rank + 1, MPI_INT, all, rank + 1, MPI_INT, MPI_COMM_WORLD),
              MPI_ERR_TRUNCATE, NULL);
   /* Only member 0 disagrees: members that receive only from the others learn of
-   * it all the same (at 4 ranks, member 3 exchanges with 2 and 1 alone). */
+   * it all the same (by recursive doubling at 4 ranks, member 3 exchanges with 2
+   * and 1 alone). */
   EXPECT_ERR(MPI_Allreduce(v, w, rank == 0 ? 1 : 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD),
              MPI_ERR_TRUNCATE, NULL);
   OK(MPI_Iallreduce(v, w, rank == 0 ? 4 : 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &req));
