@@ -74,12 +74,22 @@ struct Entered;
 impl Entered {
     #[inline(always)]
     fn try_enter() -> Result<Entered> {
+        if !GLOBAL.multiple.load(Ordering::Acquire) {
+            // One call at a time is the program's promise below
+            // `MPI_THREAD_MULTIPLE`: the flag is then only looked at, to refuse a
+            // call from inside another (a callback's) and one of another thread
+            // seen inside. A locked exchange would also wait until every store of
+            // the call before (a message into a peer's ring) reached the cache.
+            if GLOBAL.busy.load(Ordering::Relaxed) {
+                return enter_contended();
+            }
+            GLOBAL.busy.store(true, Ordering::Relaxed);
+            return Ok(Entered);
+        }
         if GLOBAL.busy.swap(true, Ordering::Acquire) {
             return enter_contended();
         }
-        if GLOBAL.multiple.load(Ordering::Relaxed) {
-            GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
-        }
+        GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
         Ok(Entered)
     }
 }

@@ -11,8 +11,10 @@
  * ending inside a basic element of the receive's type (MPI_ERR_TYPE); probes and
  * matched probes; MPI_Get_count and MPI_Get_elements; cancelling a receive; the
  * Test and Wait families with null and inactive requests; persistent requests;
- * MPI_PROC_NULL; large messages, contiguous and not; MPI_Isendrecv(_replace). */
+ * many small sends at once; MPI_PROC_NULL; large messages, contiguous and not;
+ * MPI_Isendrecv(_replace). */
 #include "check.h"
+#include <unistd.h>
 
 static void fill(int *b, int n, int seed) {
   for (int i = 0; i < n; i++)
@@ -997,6 +999,77 @@ static void test_persistent(void) {
   OK(MPI_Request_free(&r[1]));
 }
 
+/* Small nonblocking sends, more at once than the transport holds (some end as
+ * they start, others wait for room: the receiver sleeps, then waits in a
+ * barrier),
+ * completed in every way: each is a request until completed, not persistent,
+ * named alike in Fortran, looked at without being freed; every message arrives,
+ * in order. */
+static void test_many_sends(void) {
+  enum { N = 4096, LEN = 64, TAG = 170 };
+  static MPI_Request r[N];
+  static int out[N][LEN], in[LEN];
+  static MPI_Status sts[N];
+  static int indices[N];
+  int flag = 0, index = -1, outcount = 0;
+  MPI_Status st;
+  if (rank == 0) {
+    for (int i = 0; i < N; i++) {
+      fill(out[i], LEN, i);
+      OK(MPI_Isend(out[i], LEN, MPI_INT, 1, TAG, MPI_COMM_WORLD, &r[i]));
+      CHECK(r[i] != MPI_REQUEST_NULL, "MPI_Isend %d gave a null request", i);
+    }
+  } else if (rank == 1) {
+    usleep(100000); /* (outside the library: nothing drains the transport) */
+  }
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  if (rank == 0) {
+    OK(MPI_Request_get_status(r[0], &flag, &st));
+    CHECK(r[0] != MPI_REQUEST_NULL, "MPI_Request_get_status freed a send's request");
+    CHECK(MPI_Request_f2c(MPI_Request_c2f(r[1])) == r[1],
+          "a send's request did not come back from its Fortran handle");
+    /* (A request's error outside a completion has no communicator.) */
+    errors_return(MPI_COMM_SELF, 1);
+    EXPECT_ERR(MPI_Start(&r[2]), MPI_ERR_REQUEST, NULL);
+    errors_return(MPI_COMM_SELF, 0);
+    OK(MPI_Request_free(&r[3]));
+    CHECK(r[3] == MPI_REQUEST_NULL, "MPI_Request_free left a send's handle");
+    OK(MPI_Wait(&r[0], &st));
+    CHECK(r[0] == MPI_REQUEST_NULL, "MPI_Wait left a send's handle");
+    for (flag = 0; !flag;)
+      OK(MPI_Test(&r[1], &flag, &st));
+    CHECK(r[1] == MPI_REQUEST_NULL, "MPI_Test left a send's handle");
+    /* A hundred of the first thousand, one at a time. */
+    for (int k = 0; k < 100; k++) {
+      OK(MPI_Waitany(1000, r, &index, &st));
+      CHECK(index >= 0 && index < 1000 && r[index] == MPI_REQUEST_NULL,
+            "MPI_Waitany gave index %d", index);
+    }
+    /* The next thousand, some at a time, each once. */
+    int done = 0;
+    for (;;) {
+      OK(MPI_Waitsome(1000, r + 1000, &outcount, indices, sts));
+      if (outcount == MPI_UNDEFINED)
+        break;
+      for (int k = 0; k < outcount; k++)
+        CHECK(r[1000 + indices[k]] == MPI_REQUEST_NULL,
+              "MPI_Waitsome left request %d", 1000 + indices[k]);
+      done += outcount;
+    }
+    CHECK(done == 1000, "MPI_Waitsome completed %d sends of 1000", done);
+    for (flag = 0; !flag;)
+      OK(MPI_Testall(1000, r + 2000, &flag, sts));
+    OK(MPI_Waitall(N, r, sts));
+    for (int i = 0; i < N; i++)
+      CHECK(r[i] == MPI_REQUEST_NULL, "request %d left after MPI_Waitall", i);
+  } else if (rank == 1) {
+    for (int i = 0; i < N; i++) {
+      OK(MPI_Recv(in, LEN, MPI_INT, 0, TAG, MPI_COMM_WORLD, &st));
+      expect_filled(in, LEN, i, "one of many small sends");
+    }
+  }
+}
+
 static void test_proc_null(void) {
   int x = 3;
   MPI_Request r;
@@ -1172,6 +1245,7 @@ int main(int argc, char **argv) {
   test_cancel_send();
   test_completions();
   test_persistent();
+  test_many_sends();
   test_proc_null();
   test_error_field();
   test_large();
