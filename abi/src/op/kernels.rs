@@ -35,18 +35,18 @@ fn class(h: Handle) -> Option<Class> {
     })
 }
 
-/// Whether this library computes on `p`: not on half and quadruple floats (no
-/// arithmetic for them here), nor on `long double` but on x86-64 (its x87 format,
-/// [`super::extended`]).
+/// Whether this library computes on `p`: not on quadruple floats (no arithmetic for
+/// them here), nor on `long double` but on x86-64 (its x87 format,
+/// [`super::extended`]). Half floats are computed as the `half` crate does: each
+/// operation in `f32`, rounded back once (exact to the last bit: `f32` has more
+/// than twice the bits a half float's sum or product needs).
 fn computable(p: Prim) -> bool {
     let long_double = matches!(
         p,
         Prim::LongDouble | Prim::ComplexLongDouble | Prim::Pair(Pair::LongDoubleInt)
     );
-    !matches!(
-        p,
-        Prim::Float(2) | Prim::Float(16) | Prim::Complex(2) | Prim::Complex(16)
-    ) && (!long_double || cfg!(target_arch = "x86_64"))
+    !matches!(p, Prim::Float(16) | Prim::Complex(16))
+        && (!long_double || cfg!(target_arch = "x86_64"))
 }
 
 /// Whether predefined `h` applies to `p`.
@@ -79,7 +79,7 @@ pub fn supports(h: Handle, p: Prim) -> bool {
 /// Why `h` does not apply to `p`.
 pub fn why_not(h: Handle, p: Prim) -> &'static str {
     if class(h).is_some() && !computable(p) {
-        "this library has no arithmetic for half or quadruple floats, nor for long double but on x86-64"
+        "this library has no arithmetic for quadruple floats, nor for long double but on x86-64"
     } else {
         "the standard does not define it for this type (MPI 6.9.2)"
     }
@@ -331,8 +331,10 @@ pub unsafe fn apply(h: Handle, p: Prim, input: *const u8, inout: *mut u8, n: usi
         Prim::Int { bytes: 4, .. } | Prim::Logical(4) => int_ops!(h, u32, input, inout, n),
         Prim::Int { bytes: 8, .. } | Prim::Logical(8) => int_ops!(h, u64, input, inout, n),
         Prim::Int { bytes: 16, .. } | Prim::Logical(16) => int_ops!(h, u128, input, inout, n),
+        Prim::Float(2) => float_ops!(h, half::f16, input, inout, n),
         Prim::Float(4) => float_ops!(h, f32, input, inout, n),
         Prim::Float(8) => float_ops!(h, f64, input, inout, n),
+        Prim::Complex(2) => complex_ops!(h, half::f16, input, inout, n),
         Prim::Complex(4) => complex_ops!(h, f32, input, inout, n),
         Prim::Complex(8) => complex_ops!(h, f64, input, inout, n),
         Prim::Pair(pair) => {
@@ -394,6 +396,22 @@ mod tests {
         let mut c = [3.0f64, 4.0];
         run(MPI_PROD, Prim::Complex(8), &[1.0f64, 2.0], &mut c);
         assert_eq!(c, [-5.0, 10.0]);
+        // Half floats: 1 + 2^-10 (the next after 1) plus 2^-11 ties to even, 1 + 2^-9.
+        let h = |x: f32| half::f16::from_f32(x);
+        let next = 1.0 + 2f32.powi(-10);
+        let mut x = [h(next), h(3.0)];
+        run(
+            MPI_SUM,
+            Prim::Float(2),
+            &[h(2f32.powi(-11)), h(-0.5)],
+            &mut x,
+        );
+        assert_eq!(x, [h(1.0 + 2f32.powi(-9)), h(2.5)]);
+        run(MPI_MAX, Prim::Float(2), &[h(2.0), h(-1.0)], &mut x);
+        assert_eq!(x, [h(2.0), h(2.5)]);
+        let mut z = [h(3.0), h(4.0)];
+        run(MPI_PROD, Prim::Complex(2), &[h(1.0), h(2.0)], &mut z);
+        assert_eq!(z, [h(-5.0), h(10.0)]);
     }
 
     #[test]
@@ -424,6 +442,8 @@ mod tests {
             cfg!(target_arch = "x86_64")
         );
         assert!(!supports(MPI_SUM, Prim::Float(16)));
+        assert!(supports(MPI_PROD, Prim::Complex(2)));
+        assert!(!supports(MPI_MIN, Prim::Complex(2)));
         assert!(!supports(MPI_MIN, Prim::ComplexLongDouble));
         assert!(supports(MPI_REPLACE, Prim::LongDouble));
         assert!(!supports(MPI_MAXLOC, Prim::Float(8)));

@@ -7,7 +7,7 @@
  * Reduce and Allreduce with every predefined operation on several types
  * (MPI_INT, MPI_DOUBLE, MPI_LONG_LONG, MPI_UNSIGNED_CHAR, MPI_C_BOOL, MPI_2INT,
  * MPI_DOUBLE_INT, and long double, its complex and MPI_LONG_DOUBLE_INT with
- * values a double cannot hold), short and long; user operations, commutative and not (2x2
+ * values a double cannot hold, half floats: MPI_REAL2 and MPI_COMPLEX4), short and long; user operations, commutative and not (2x2
  * matrix products, which must come in rank order), on contiguous types and not;
  * MPI_Reduce_local; every MPI_IN_PLACE form; Gather(v), Scatter(v), Allgather(v),
  * Alltoall(v,w), Reduce_scatter(_block), Scan, Exscan; types that are not
@@ -421,6 +421,63 @@ static void test_reduce_other_types(void) {
           w[i], want);
   }
   OK(MPI_Type_free(&every_other));
+}
+
+/* Half floats (MPI_REAL2, MPI_COMPLEX4: IEEE binary16), values whose sums, products
+ * and extremes are exact in any order, against C's _Float16 here. */
+static void test_reduce_half(void) {
+  enum { N = 3 };
+  _Float16 in[N], out[N];
+  for (int i = 0; i < N; i++)
+    in[i] = (_Float16)((rank + 1 + i) * 0.25);
+  OK(MPI_Allreduce(in, out, N, MPI_REAL2, MPI_SUM, MPI_COMM_WORLD));
+  for (int i = 0; i < N; i++) {
+    _Float16 want = 0;
+    for (int r = 0; r < size; r++)
+      want += (_Float16)((r + 1 + i) * 0.25);
+    CHECK(out[i] == want, "MPI_SUM on MPI_REAL2: element %d is %g, expected %g", i,
+          (double)out[i], (double)want);
+  }
+  const double step = ldexp(1.0, -10); /* the next half float after 1 is 1 + step */
+  for (int i = 0; i < N; i++)
+    in[i] = (_Float16)(rank ? 2.0 : 1.0 + (i + 1) * step);
+  OK(MPI_Allreduce(in, out, N, MPI_REAL2, MPI_PROD, MPI_COMM_WORLD));
+  for (int i = 0; i < N; i++) {
+    _Float16 want = (_Float16)ldexp(1.0 + (i + 1) * step, size - 1);
+    CHECK(out[i] == want, "MPI_PROD on MPI_REAL2: element %d is %g, expected %g", i,
+          (double)out[i], (double)want);
+  }
+  for (int k = 0; k < 2; k++) {
+    MPI_Op op = k ? MPI_MAX : MPI_MIN;
+    for (int i = 0; i < N; i++)
+      in[i] = (_Float16)(1.0 + ((rank * 5 + i) % 7) * step);
+    OK(MPI_Allreduce(in, out, N, MPI_REAL2, op, MPI_COMM_WORLD));
+    for (int i = 0; i < N; i++) {
+      _Float16 want = (_Float16)(1.0 + (i % 7) * step);
+      for (int r = 1; r < size; r++) {
+        _Float16 x = (_Float16)(1.0 + ((r * 5 + i) % 7) * step);
+        want = k ? (x > want ? x : want) : (x < want ? x : want);
+      }
+      CHECK(out[i] == want, "%s on MPI_REAL2: element %d is %g, expected %g",
+            k ? "MPI_MAX" : "MPI_MIN", i, (double)out[i], (double)want);
+    }
+  }
+  /* Complex: (re, im) pairs. The product of 1 + i by itself size times. */
+  _Float16 z[2] = {(_Float16)(rank + 1), (_Float16)(-rank)}, zout[2];
+  OK(MPI_Allreduce(z, zout, 1, MPI_COMPLEX4, MPI_SUM, MPI_COMM_WORLD));
+  CHECK(zout[0] == (_Float16)(size * (size + 1) / 2) &&
+            zout[1] == (_Float16)(-size * (size - 1) / 2),
+        "MPI_SUM on MPI_COMPLEX4: %g%+gi", (double)zout[0], (double)zout[1]);
+  z[0] = z[1] = 1;
+  OK(MPI_Allreduce(z, zout, 1, MPI_COMPLEX4, MPI_PROD, MPI_COMM_WORLD));
+  _Float16 re = 1, im = 1;
+  for (int r = 1; r < size; r++) {
+    _Float16 t = re - im;
+    im = re + im;
+    re = t;
+  }
+  CHECK(zout[0] == re && zout[1] == im, "MPI_PROD on MPI_COMPLEX4: %g%+gi, expected %g%+gi",
+        (double)zout[0], (double)zout[1], (double)re, (double)im);
 }
 
 /* long double (x86-64's 80-bit format): values that differ from 1 beyond a double's
@@ -1620,6 +1677,7 @@ int main(int argc, char **argv) {
   test_reduce_int();
   test_reduce_other_types();
   test_reduce_long_double();
+  test_reduce_half();
   test_user_ops();
   test_gather_scatter();
   test_allgather();
