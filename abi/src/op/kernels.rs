@@ -2,6 +2,7 @@
 
 #[cfg(target_arch = "x86_64")]
 use super::extended::F80;
+use super::quad::F128;
 use crate::datatype::{Pair, Prim};
 use crate::error::{Error, Result};
 use crate::ffi::*;
@@ -35,18 +36,17 @@ fn class(h: Handle) -> Option<Class> {
     })
 }
 
-/// Whether this library computes on `p`: not on quadruple floats (no arithmetic for
-/// them here), nor on `long double` but on x86-64 (its x87 format,
-/// [`super::extended`]). Half floats are computed as the `half` crate does: each
-/// operation in `f32`, rounded back once (exact to the last bit: `f32` has more
-/// than twice the bits a half float's sum or product needs).
+/// Whether this library computes on `p`: not on `long double` but on x86-64 (its
+/// x87 format, [`super::extended`]). Half floats are computed as the `half` crate
+/// does: each operation in `f32`, rounded back once (exact to the last bit: `f32`
+/// has more than twice the bits a half float's sum or product needs); quadruple
+/// ones in software ([`super::quad`]).
 fn computable(p: Prim) -> bool {
     let long_double = matches!(
         p,
         Prim::LongDouble | Prim::ComplexLongDouble | Prim::Pair(Pair::LongDoubleInt)
     );
-    !matches!(p, Prim::Float(16) | Prim::Complex(16))
-        && (!long_double || cfg!(target_arch = "x86_64"))
+    !long_double || cfg!(target_arch = "x86_64")
 }
 
 /// Whether predefined `h` applies to `p`.
@@ -79,7 +79,7 @@ pub fn supports(h: Handle, p: Prim) -> bool {
 /// Why `h` does not apply to `p`.
 pub fn why_not(h: Handle, p: Prim) -> &'static str {
     if class(h).is_some() && !computable(p) {
-        "this library has no arithmetic for quadruple floats, nor for long double but on x86-64"
+        "this library has no arithmetic for long double but on x86-64"
     } else {
         "the standard does not define it for this type (MPI 6.9.2)"
     }
@@ -334,9 +334,11 @@ pub unsafe fn apply(h: Handle, p: Prim, input: *const u8, inout: *mut u8, n: usi
         Prim::Float(2) => float_ops!(h, half::f16, input, inout, n),
         Prim::Float(4) => float_ops!(h, f32, input, inout, n),
         Prim::Float(8) => float_ops!(h, f64, input, inout, n),
+        Prim::Float(16) => float_ops!(h, F128, input, inout, n),
         Prim::Complex(2) => complex_ops!(h, half::f16, input, inout, n),
         Prim::Complex(4) => complex_ops!(h, f32, input, inout, n),
         Prim::Complex(8) => complex_ops!(h, f64, input, inout, n),
+        Prim::Complex(16) => complex_ops!(h, F128, input, inout, n),
         Prim::Pair(pair) => {
             let max = h == MPI_MAXLOC;
             // SAFETY: for each arm: the caller's contract, `n` pairs.
@@ -441,7 +443,7 @@ mod tests {
             supports(MPI_SUM, Prim::LongDouble),
             cfg!(target_arch = "x86_64")
         );
-        assert!(!supports(MPI_SUM, Prim::Float(16)));
+        assert!(supports(MPI_SUM, Prim::Float(16)));
         assert!(supports(MPI_PROD, Prim::Complex(2)));
         assert!(!supports(MPI_MIN, Prim::Complex(2)));
         assert!(!supports(MPI_MIN, Prim::ComplexLongDouble));

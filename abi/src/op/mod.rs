@@ -5,6 +5,7 @@ pub mod api;
 #[cfg(target_arch = "x86_64")]
 mod extended;
 mod kernels;
+mod quad;
 
 use crate::datatype::{pack, Datatype, Prim};
 use crate::error::{Error, Result};

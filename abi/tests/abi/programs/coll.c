@@ -7,7 +7,8 @@
  * Reduce and Allreduce with every predefined operation on several types
  * (MPI_INT, MPI_DOUBLE, MPI_LONG_LONG, MPI_UNSIGNED_CHAR, MPI_C_BOOL, MPI_2INT,
  * MPI_DOUBLE_INT, and long double, its complex and MPI_LONG_DOUBLE_INT with
- * values a double cannot hold, half floats: MPI_REAL2 and MPI_COMPLEX4), short and long; user operations, commutative and not (2x2
+ * values a double cannot hold, half and quadruple floats: MPI_REAL2, MPI_COMPLEX4,
+ * MPI_REAL16, MPI_COMPLEX32), short and long; user operations, commutative and not (2x2
  * matrix products, which must come in rank order), on contiguous types and not;
  * MPI_Reduce_local; every MPI_IN_PLACE form; Gather(v), Scatter(v), Allgather(v),
  * Alltoall(v,w), Reduce_scatter(_block), Scan, Exscan; types that are not
@@ -478,6 +479,64 @@ static void test_reduce_half(void) {
   }
   CHECK(zout[0] == re && zout[1] == im, "MPI_PROD on MPI_COMPLEX4: %g%+gi, expected %g%+gi",
         (double)zout[0], (double)zout[1], (double)re, (double)im);
+}
+
+/* Quadruple floats (MPI_REAL16, MPI_COMPLEX32: IEEE binary128), values 1 + k 2^-100,
+ * beyond a long double's precision, whose sums, products and extremes are exact in
+ * any order, against GCC's __float128 here. */
+static void test_reduce_quad(void) {
+  enum { N = 3 };
+  const __float128 step = 1.0Q / ((__float128)(1ULL << 50) * (__float128)(1ULL << 50));
+  __float128 in[N], out[N];
+  for (int i = 0; i < N; i++)
+    in[i] = 1 + (rank + 1 + i) * step;
+  OK(MPI_Allreduce(in, out, N, MPI_REAL16, MPI_SUM, MPI_COMM_WORLD));
+  for (int i = 0; i < N; i++) {
+    __float128 want = size;
+    for (int r = 0; r < size; r++)
+      want += (r + 1 + i) * step;
+    CHECK(out[i] == want, "MPI_SUM on MPI_REAL16: element %d is off by %g", i,
+          (double)((out[i] - want) / step));
+  }
+  for (int i = 0; i < N; i++)
+    in[i] = rank ? 2 : 1 + (i + 1) * step;
+  OK(MPI_Allreduce(in, out, N, MPI_REAL16, MPI_PROD, MPI_COMM_WORLD));
+  for (int i = 0; i < N; i++) {
+    __float128 want = (1 + (i + 1) * step) * (__float128)(1 << (size - 1));
+    CHECK(out[i] == want, "MPI_PROD on MPI_REAL16: element %d is off by %g", i,
+          (double)((out[i] - want) / step));
+  }
+  for (int k = 0; k < 2; k++) {
+    MPI_Op op = k ? MPI_MAX : MPI_MIN;
+    for (int i = 0; i < N; i++)
+      in[i] = 1 + ((rank * 5 + i) % 7) * step;
+    OK(MPI_Allreduce(in, out, N, MPI_REAL16, op, MPI_COMM_WORLD));
+    for (int i = 0; i < N; i++) {
+      __float128 want = 1 + (i % 7) * step;
+      for (int r = 1; r < size; r++) {
+        __float128 x = 1 + ((r * 5 + i) % 7) * step;
+        want = k ? (x > want ? x : want) : (x < want ? x : want);
+      }
+      CHECK(out[i] == want, "%s on MPI_REAL16: element %d is off by %g",
+            k ? "MPI_MAX" : "MPI_MIN", i, (double)((out[i] - want) / step));
+    }
+  }
+  /* Complex: (re, im) pairs. The product of 1 + step by i, size - 1 times (exact). */
+  __float128 z[2] = {rank + 1 + step, -rank}, zout[2];
+  OK(MPI_Allreduce(z, zout, 1, MPI_COMPLEX32, MPI_SUM, MPI_COMM_WORLD));
+  CHECK(zout[0] == size * (size + 1) / 2 + size * step && zout[1] == -size * (size - 1) / 2,
+        "MPI_SUM on MPI_COMPLEX32: %g%+gi", (double)zout[0], (double)zout[1]);
+  z[0] = rank ? 0 : 1 + step;
+  z[1] = rank ? 1 : 0;
+  OK(MPI_Allreduce(z, zout, 1, MPI_COMPLEX32, MPI_PROD, MPI_COMM_WORLD));
+  __float128 re = 1 + step, im = 0;
+  for (int r = 1; r < size; r++) {
+    __float128 t = -im;
+    im = re;
+    re = t;
+  }
+  CHECK(zout[0] == re && zout[1] == im, "MPI_PROD on MPI_COMPLEX32: off by %g%+gi",
+        (double)((zout[0] - re) / step), (double)((zout[1] - im) / step));
 }
 
 /* long double (x86-64's 80-bit format): values that differ from 1 beyond a double's
@@ -1678,6 +1737,7 @@ int main(int argc, char **argv) {
   test_reduce_other_types();
   test_reduce_long_double();
   test_reduce_half();
+  test_reduce_quad();
   test_user_ops();
   test_gather_scatter();
   test_allgather();
