@@ -46,7 +46,8 @@ struct Global {
 }
 
 // SAFETY: `state` is reached only by the holder of `busy` (see `enter`), one at a
-// time, whatever the thread.
+// time, whatever the thread: with `MPI_THREAD_MULTIPLE` taken by a locked exchange;
+// below it, the program's promise of one call at a time (the flag only looked at).
 unsafe impl Sync for Global {}
 
 static GLOBAL: Global = Global {

@@ -486,7 +486,7 @@ static void test_reduce_half(void) {
  * any order, against GCC's __float128 here. */
 static void test_reduce_quad(void) {
   enum { N = 3 };
-  const __float128 step = 1.0Q / ((__float128)(1ULL << 50) * (__float128)(1ULL << 50));
+  const __float128 step = (__float128)1 / ((__float128)(1ULL << 50) * (__float128)(1ULL << 50));
   __float128 in[N], out[N];
   for (int i = 0; i < N; i++)
     in[i] = 1 + (rank + 1 + i) * step;
