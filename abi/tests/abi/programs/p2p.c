@@ -1001,10 +1001,9 @@ static void test_persistent(void) {
 
 /* Small nonblocking sends, more at once than the transport holds (some end as
  * they start, others wait for room: the receiver sleeps, then waits in a
- * barrier),
- * completed in every way: each is a request until completed, not persistent,
- * named alike in Fortran, looked at without being freed; every message arrives,
- * in order. */
+ * barrier), completed in every way: each is a request until completed, not
+ * persistent, named alike in Fortran, looked at without being freed; every
+ * message arrives, in order. */
 static void test_many_sends(void) {
   enum { N = 4096, LEN = 64, TAG = 170 };
   static MPI_Request r[N];
