@@ -15,11 +15,9 @@ pub enum Request {
     /// A send or receive of the message layer.
     P2p(P2p),
     /// One that completed when it started (a message to `MPI_PROC_NULL`, a buffered
-    /// send): its status.
+    /// send, a standard send whose one eager message the transport took at once):
+    /// its status.
     Done(Status),
-    /// A standard send whose one eager message the transport took as it started:
-    /// complete, with an empty status (nothing of it kept but its handle's slot).
-    Sent,
     /// A persistent send or receive, active or not.
     Persistent(Box<Persistent>),
     /// A nonblocking collective.
@@ -243,7 +241,7 @@ pub fn comm_of(r: &Request) -> Option<Handle> {
         Request::CollInit(c) => Some(c.comm),
         Request::Finished(f) => Some(f.comm),
         Request::Flush { owner, .. } => owner.comm(),
-        Request::Done(_) | Request::Sent | Request::Generalized(_) | Request::Rma(_) => None,
+        Request::Done(_) | Request::Generalized(_) | Request::Rma(_) => None,
     }
 }
 
@@ -255,7 +253,7 @@ pub fn pending_id(r: &Request) -> Option<msg::ReqId> {
         Request::Coll(s) => s.pending_id(),
         Request::Dup(a) => a.schedule().and_then(Schedule::pending_id),
         // The start under way is a request of its own ([`crate::state::Mpi::pending_of`]).
-        Request::CollInit(_) | Request::Done(_) | Request::Sent | Request::Finished(_) => None,
+        Request::CollInit(_) | Request::Done(_) | Request::Finished(_) => None,
         // Its own look ends a wait for a silent peer ([`RmaOp::look`]).
         Request::Generalized(_) | Request::Rma(_) => None,
         // What it waits for is in the library's own requests ([`crate::state::Mpi::pending_of`]).

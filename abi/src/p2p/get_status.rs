@@ -48,7 +48,6 @@ impl Mpi {
         }
         Ok(match r {
             Request::Done(s) => Some(*s),
-            Request::Sent => Some(Status::empty()),
             Request::Finished(f) => Some(f.status),
             Request::Generalized(g) => g.done.as_ref().map(|d| d.0),
             Request::Rma(op) => op.pending.is_idle().then(Status::empty),

@@ -94,7 +94,6 @@ impl Persistent {
             Request::P2p(a) => self.active = Some(a),
             // MPI_PROC_NULL: complete at once.
             Request::Done(s) => self.done = Some((s, None)),
-            Request::Sent => self.done = Some((Status::empty(), None)),
             _ => unreachable!("a send or receive"),
         }
     }

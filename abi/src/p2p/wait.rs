@@ -33,10 +33,6 @@ impl Mpi {
                 entry.delete();
                 (status, None, false)
             }
-            Request::Sent => {
-                entry.delete();
-                (Status::empty(), None, false)
-            }
             Request::Finished(f) => {
                 let (status, error) = (f.status, f.error.take());
                 entry.delete();
@@ -467,7 +463,7 @@ pub unsafe extern "C" fn PMPI_Testall(
             Some(Request::Persistent(p)) => {
                 !p.unposted() && p.active.as_ref().is_none_or(|a| mpi.msg.is_complete(a.id))
             }
-            Some(Request::Done(_) | Request::Sent | Request::Finished(_)) => true,
+            Some(Request::Done(_) | Request::Finished(_)) => true,
             Some(Request::Generalized(g)) => g.done.is_some(),
             Some(Request::Rma(op)) => op.pending.is_idle(),
             Some(Request::Flush { owner, upto }) => flushed(&mpi.detached, *owner, *upto).0,
@@ -561,11 +557,7 @@ impl Mpi {
             }
             // (A one-sided operation still completes, in its window's synchronization.)
             Some(
-                Request::Done(_)
-                | Request::Sent
-                | Request::Finished(_)
-                | Request::Flush { .. }
-                | Request::Rma(_),
+                Request::Done(_) | Request::Finished(_) | Request::Flush { .. } | Request::Rma(_),
             ) => Ok(()),
             Some(Request::Generalized(g)) => {
                 self.grequest_frees.push(g.callbacks);
