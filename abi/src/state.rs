@@ -104,10 +104,12 @@ pub struct Mpi {
     pub combining: rbtl::msg::Pending,
 }
 
-/// Context numbers: world, self, then those made later (0 belongs to the message
-/// layer itself).
+/// Context numbers: world, self, the meetings on ports of a launcher without names
+/// ([`crate::comm::job_ports`]), then those made later (0 belongs to the message
+/// layer itself, 1 to `MPI_Comm_create_from_group`'s agreements).
 const WORLD_CTX: u32 = 2;
 const SELF_CTX: u32 = WORLD_CTX + CONTEXTS_PER_COMM;
+pub const PORTS_CTX: u32 = SELF_CTX + CONTEXTS_PER_COMM;
 
 impl Mpi {
     /// The library over the message layer `msg`.
@@ -152,7 +154,7 @@ impl Mpi {
             self_handler_set: false,
             attrs: Default::default(),
             thread_level,
-            contexts: crate::comm::context::Contexts::new(SELF_CTX + CONTEXTS_PER_COMM),
+            contexts: crate::comm::context::Contexts::new(PORTS_CTX + CONTEXTS_PER_COMM),
             bsend: Default::default(),
             parent: MPI_COMM_NULL,
             own_job: None,

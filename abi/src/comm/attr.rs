@@ -8,9 +8,10 @@ use crate::state::Mpi;
 
 impl Mpi {
     /// The value of predefined attribute `k` on `comm`, as the address the standard
-    /// hands out: `None` if `k` is not a predefined key, or is absent
-    /// (`MPI_UNIVERSE_SIZE` when the launcher sets no bound, as hydra by default).
-    fn predefined_attr(&mut self, comm: Handle, k: c_int) -> Option<usize> {
+    /// hands out: `None` if `k` is not a predefined key, `Some(None)` if it is one
+    /// that is absent (`MPI_UNIVERSE_SIZE` when the launcher sets no bound, as hydra
+    /// by default).
+    fn predefined_attr(&mut self, comm: Handle, k: c_int) -> Option<Option<usize>> {
         let i = match k {
             MPI_TAG_UB => 0,
             MPI_HOST => 1,
@@ -30,7 +31,10 @@ impl Mpi {
                     .and_then(|n| c_int::try_from(n).ok());
                 self.universe_size = Some(u);
             }
-            self.attrs.values[4] = self.universe_size.flatten()?;
+            match self.universe_size.flatten() {
+                Some(u) => self.attrs.values[4] = u,
+                None => return Some(None),
+            }
         }
         let appnum = self.appnum;
         let v = &mut self.attrs.values;
@@ -40,7 +44,7 @@ impl Mpi {
         v[3] = 0;
         v[5] = appnum;
         v[6] = crate::error::last_used();
-        Some(&v[i] as *const c_int as usize)
+        Some(Some(&v[i] as *const c_int as usize))
     }
 }
 
@@ -60,7 +64,7 @@ get_attr_binding!(
     |mpi, comm, comm_keyval| {
         mpi.comm(comm)?;
         match mpi.predefined_attr(comm, comm_keyval) {
-            Some(v) => Some(v),
+            Some(v) => v,
             None => mpi.attr(Holder::comm(comm), comm_keyval)?,
         }
     }

@@ -4,13 +4,15 @@
 //! Each opens a port ([`super::ports`]) and publishes it under a name of its own,
 //! then they trade port names over the socket (`MPI_MAX_PORT_NAME` bytes each way)
 //! and each looks the other's name up: found, both are processes of one launcher,
-//! whose name service and key-value spaces will carry the connection. They trade
+//! whose name service and key-value spaces will carry the connection; or both
+//! ports are of one job, whose processes meet by messages ([`super::job_ports`])
+//! under any launcher. They trade
 //! that verdict (one byte each way), so that both go on or both fail; then the
 //! process of the smaller port name accepts on its port and the other connects to
 //! it, both over `MPI_COMM_SELF`. The socket is left as it was found, its bytes all
 //! read.
 
-use super::ports::{accept, connect, Meeting};
+use super::ports::{accept, connect, port_parts, Meeting};
 use super::spawn::{pause, START_LIMIT};
 use crate::coll::Inside;
 use crate::entry::call_held;
@@ -165,14 +167,18 @@ fn join_as(held: &mut Held, socket: &Socket, port: &str, published: bool) -> Res
     let end = name.iter().position(|&b| b == 0).unwrap_or(NAME_BYTES);
     let theirs = String::from_utf8_lossy(&name[..end]).into_owned();
     let found = held.msg.lookup_name(&join_service(&theirs)).ok().flatten();
-    let met = published && theirs != port && found == Some(theirs.clone());
+    let one_job = match (port_parts(port), port_parts(&theirs)) {
+        (Ok((a, _)), Ok((b, _))) => a == b,
+        _ => false,
+    };
+    let met = theirs != port && (one_job || (published && found == Some(theirs.clone())));
     socket.send(held, &[u8::from(met)])?;
     let mut verdict = [0u8];
     socket.receive(held, &mut verdict)?;
     if !met || verdict[0] != 1 {
         return Err(Error::new(
             MPI_ERR_UNSUPPORTED_OPERATION,
-            "the processes at the socket's two ends are not of jobs of one launcher with a name service (rbtlrun's): this library joins those only",
+            "the processes at the socket's two ends are neither of jobs of one launcher with a name service (rbtlrun's) nor of one job: this library joins those only",
         ));
     }
     let (how, at): (Meeting, _) = match port < theirs.as_str() {

@@ -1,13 +1,15 @@
-//! Ports and names (MPI 4.1, 11.8.5-11.8.6): a group opens a port and accepts on it
+//! Ports (MPI 4.1, 11.8.5): a group opens a port and accepts on it
 //! (`MPI_Open_port`, `MPI_Comm_accept`), another connects to it
-//! (`MPI_Comm_connect`), and both get an intercommunicator; a port may be published
-//! under a service name for others to look up (`MPI_Publish_name`,
-//! `MPI_Lookup_name`).
+//! (`MPI_Comm_connect`), and both get an intercommunicator. A port may be published
+//! under a service name for others to look up ([`super::names`]).
 //!
-//! Both groups must be processes of jobs of one launcher (`rbtlrun`, or jobs it
-//! spawned): they meet through its name service and key-value spaces, as spawned
-//! jobs meet their parents ([`super::spawn`]). A port is named
-//! `rbtl-port:<key-value space>:<rank>:<n>`. A connecting root claims the port's
+//! Where the two roots are processes of one job, they meet by messages
+//! ([`super::job_ports`]), under any launcher. Otherwise both groups must be
+//! processes of jobs of one launcher (`rbtlrun`, or jobs it spawned): they meet
+//! through its name service and key-value spaces, as spawned jobs meet their
+//! parents ([`super::spawn`]). A port is named
+//! `rbtl-port:<key-value space>:<rank>:<n>`: its job, and the opening process's rank
+//! and count of ports there. A connecting root of another job claims the port's
 //! next turn by publishing its group (its key-value space, proposed context and
 //! members, named by job: [`super::members`]) under the turn's name (`turn_key`),
 //! which only one can (the turns stay published until the port closes); the
@@ -17,13 +19,15 @@
 //! agreed ones: free at every member of both.
 //!
 //! An open port is published as such (`open_key`): a connection to a port that is
-//! not open, or stops being while the connector waits, fails with `MPI_ERR_PORT`
-//! at once. The answer and the ready signal are keyed by the claim (`claim_nonce`),
-//! so that an answer to an earlier connection is never taken for one. A connector
-//! waits as long as the info key `timeout` (seconds, MPICH's) says, else as long as
-//! a spawn's sides.
+//! not open, or stops being while the connector waits, fails with `MPI_ERR_PORT` at
+//! once. Where the launcher keeps no names (Slurm), the port's name ends in
+//! `:unlisted` and only its own job can connect to it. The answer and the ready
+//! signal are keyed by the claim (`claim_nonce`), so that an answer to an earlier
+//! connection is never taken for one. A connector waits as long as the info key
+//! `timeout` (seconds, MPICH's) says, else as long as a spawn's sides.
 
 use super::api::{read_str, write_name};
+use super::job_ports::{self, Signal};
 use super::members::Members;
 use super::spawn::{
     barrier_in, pause, set_out, share_outcome, wait_for_key, wait_for_key_while, START_LIMIT,
@@ -60,7 +64,7 @@ const PORT_LOOK_EVERY: Duration = Duration::from_millis(100);
 
 /// What one group tells the other: its root's key-value space (where answers go),
 /// its context and its members, named by job.
-struct Side {
+pub(super) struct Side {
     kvs: String,
     ctx: u32,
     members: Members,
@@ -68,7 +72,7 @@ struct Side {
 
 impl Side {
     /// As one PMI value: `kvs,ctx,members` ([`Members::encode`]).
-    fn encode(&self) -> String {
+    pub(super) fn encode(&self) -> String {
         format!("{},{},{}", self.kvs, self.ctx, self.members.encode())
     }
 
@@ -122,11 +126,26 @@ fn claim_nonce(me: u32) -> String {
     format!("{me}.{n}")
 }
 
-/// The key-value space of the job that opened `port`.
-fn port_kvs(port: &str) -> Result<&str> {
+/// The key-value space of the job that opened `port`, and the port there.
+pub(super) fn port_parts(port: &str) -> Result<(&str, job_ports::Port)> {
     let mut f = port.split(':');
-    match (f.next(), f.next(), f.next(), f.next(), f.next()) {
-        (Some("rbtl-port"), Some(kvs), Some(_), Some(_), None) if !kvs.is_empty() => Ok(kvs),
+    let (rbtl, kvs, rank, n) = (f.next(), f.next(), f.next(), f.next());
+    let read = |rank: &str, n: &str, listed: bool| {
+        let p = job_ports::Port {
+            rank: rank.parse().ok()?,
+            tag: n.parse().ok()?,
+            listed,
+        };
+        Some(p)
+    };
+    let listed = match (f.next(), f.next()) {
+        (None, _) => Some(true),
+        (Some(UNLISTED), None) => Some(false),
+        _ => None,
+    };
+    let parts = rank.zip(n).zip(listed);
+    match (rbtl, kvs, parts.and_then(|((r, n), l)| read(r, n, l))) {
+        (Some("rbtl-port"), Some(kvs), Some(p)) if !kvs.is_empty() => Ok((kvs, p)),
         _ => Err(Error::new(
             MPI_ERR_PORT,
             format!("{port:?} is not a port of this library (MPI_Open_port makes them)"),
@@ -134,16 +153,27 @@ fn port_kvs(port: &str) -> Result<&str> {
     }
 }
 
+/// The last part of the name of a port the launcher could not list as open (it
+/// keeps no names, as Slurm).
+const UNLISTED: &str = "unlisted";
+
+/// How the accepting root tells the connecting one that its side is ready: a key
+/// in the connector's key-value space, or a message ([`job_ports`]).
+#[derive(Clone, Debug)]
+enum Ready {
+    Key(String),
+    Message(Signal),
+}
+
 /// Both sides of a connection, as a member of one sees them.
 struct Sides {
     mine: Side,
     other: Side,
-    /// At the root, the key that says the accepting side is ready.
-    ready: String,
+    /// At the root, how the accepting side says it is ready.
+    ready: Option<Ready>,
     group: Arc<Group>,
-    /// This process's rank in its group, and the root's.
+    /// This process's rank in its group.
     rank: u32,
-    root: u32,
 }
 
 /// What `MPI_Comm_accept` and `MPI_Comm_connect` share, over intracommunicator
@@ -154,7 +184,7 @@ struct Sides {
 fn meet<I: Inside>(
     inside: &mut I,
     (port_name, root, comm): (*const c_char, c_int, Handle),
-    at_root: impl FnOnce(&mut I, &str, &Side) -> Result<(String, String)>,
+    at_root: impl FnOnce(&mut I, &str, &Side) -> Result<(String, Ready)>,
 ) -> Result<Sides> {
     let out = set_out(inside, comm, root, "connecting")?;
     let mine = Side {
@@ -167,8 +197,8 @@ fn meet<I: Inside>(
         unsafe { read_str(port_name) }.and_then(|p| at_root(inside, &p, &mine))
     });
     let ready = match &step {
-        Some(Ok((_, ready))) => ready.clone(),
-        _ => String::new(),
+        Some(Ok((_, ready))) => Some(ready.clone()),
+        _ => None,
     };
     let text = share_outcome(
         inside,
@@ -183,7 +213,6 @@ fn meet<I: Inside>(
         ready,
         group: out.group,
         rank: out.rank,
-        root: out.root,
     })
 }
 
@@ -203,17 +232,20 @@ pub(super) fn accept<I: Inside>(
         .state()
         .joined(&s.mine, &s.other, (s.group, s.rank), comm)?;
     barrier_in(inside, comm)?;
-    if s.rank == s.root {
-        inside.state().msg.kvs_put(&s.other.kvs, &s.ready, "1")?;
+    match s.ready {
+        Some(Ready::Key(key)) => inside.state().msg.kvs_put(&s.other.kvs, &key, "1")?,
+        Some(Ready::Message(signal)) => signal.say(inside.state())?,
+        None => {}
     }
     Ok(h)
 }
 
 /// At an accepting root: the next connection request on `port` (waiting for it as
 /// long as the program does, MPI 4.1, 11.8.2, or until the port closes), answered
-/// with `mine`; the request's side, and the key that tells the connector the
-/// accepting side is ready.
-fn take_turn(inside: &mut impl Inside, port: &str, mine: &Side) -> Result<(String, String)> {
+/// with `mine`: a message of this job's, or a claim of another job's through the
+/// name service; the request's side, and how to tell the connector the accepting
+/// side is ready.
+fn take_turn(inside: &mut impl Inside, port: &str, mine: &Side) -> Result<(String, Ready)> {
     let not_open = || {
         Error::new(
             MPI_ERR_PORT,
@@ -221,9 +253,16 @@ fn take_turn(inside: &mut impl Inside, port: &str, mine: &Side) -> Result<(Strin
         )
     };
     let turn = *ports().0.get(port).ok_or_else(not_open)?;
+    let (_, here) = port_parts(port)?;
     let service = turn_key(port, turn);
     let request = loop {
-        if let Some(r) = inside.state().msg.lookup_name(&service)? {
+        let mpi = inside.state();
+        if let Some(r) = job_ports::next_request(mpi, here)? {
+            let signal = r.answer(mpi, mine)?;
+            return Ok((r.side, Ready::Message(signal)));
+        }
+        // (Where the launcher keeps no names, only this job's requests come.)
+        if let Some(r) = mpi.msg.lookup_name(&service).ok().flatten() {
             break r;
         }
         pause(inside);
@@ -242,7 +281,7 @@ fn take_turn(inside: &mut impl Inside, port: &str, mine: &Side) -> Result<(Strin
     if let Some(n) = ports().0.get_mut(port) {
         *n += 1;
     }
-    Ok((side.to_string(), format!("{service}r{nonce}")))
+    Ok((side.to_string(), Ready::Key(format!("{service}r{nonce}"))))
 }
 
 /// `MPI_Comm_connect` to port `port_name` over `comm` (both, and `info`, read at
@@ -259,8 +298,12 @@ pub(super) fn connect<I: Inside>(
         claim_turn(inside, port, mine, limit)
     })?;
     // The accepting side connects first, then says so.
-    if s.rank == s.root {
-        wait_for_key(inside, (&s.mine.kvs, &s.ready), NO_ANSWER)?;
+    match &s.ready {
+        Some(Ready::Key(key)) => {
+            wait_for_key(inside, (&s.mine.kvs, key), NO_ANSWER)?;
+        }
+        Some(Ready::Message(signal)) => signal.wait(inside)?,
+        None => {}
     }
     barrier_in(inside, comm)?;
     inside
@@ -268,22 +311,47 @@ pub(super) fn connect<I: Inside>(
         .joined(&s.mine, &s.other, (s.group, s.rank), comm)
 }
 
-/// At a connecting root: claim the next turn of `port` (a service only one root can
-/// publish) with `mine`, and wait for the accepting side's answer, for at most
-/// `limit` and while the port is open; the answer and the key that will say the
-/// accepting side is ready.
+/// At a connecting root: ask for a turn of `port` with `mine` (a message to a port
+/// of this job's; else a claim of the port's next turn, a service only one root can
+/// publish), and wait for the accepting side's answer, for at most `limit` and while
+/// the port is open; the answer and how the accepting side will say it is ready.
 fn claim_turn(
     inside: &mut impl Inside,
     port: &str,
     mine: &Side,
     limit: Duration,
-) -> Result<(String, String)> {
-    port_kvs(port)?;
+) -> Result<(String, Ready)> {
+    let (kvs, there) = port_parts(port)?;
+    let one_job = kvs == mine.kvs;
     let open = open_key(port);
     let closed = || Error::new(MPI_ERR_PORT, format!("no port {port:?} is open"));
     let mpi = inside.state();
-    if mpi.msg.lookup_name(&open).ok().flatten().is_none() {
+    if !there.listed && !one_job {
+        return Err(Error::new(
+            MPI_ERR_PORT,
+            format!("{port:?} is a port of another job, opened where the launcher keeps no names: only the processes of its own job can connect to it"),
+        ));
+    }
+    // (A port the launcher does not list answers itself whether it is open.)
+    if there.listed && mpi.msg.lookup_name(&open).ok().flatten().is_none() {
         return Err(closed());
+    }
+    // Whether the port is still open, looked at now and then while waiting.
+    let mut looked = Instant::now();
+    let mut still_open = move |mpi: &mut Mpi| {
+        if !there.listed || looked.elapsed() < PORT_LOOK_EVERY {
+            return Ok(());
+        }
+        looked = Instant::now();
+        match mpi.msg.lookup_name(&open).ok().flatten() {
+            Some(_) => Ok(()),
+            None => Err(closed()),
+        }
+    };
+    if one_job {
+        let (side, signal) =
+            job_ports::claim_turn(inside, (there, port), mine, limit, &mut still_open)?;
+        return Ok((side, Ready::Message(signal)));
     }
     let nonce = claim_nonce(mpi.world_rank());
     let request = format!("{nonce}/{}", mine.encode());
@@ -297,19 +365,9 @@ fn claim_turn(
         }
     };
     let key = format!("{service}a{nonce}");
-    let mut looked = Instant::now();
-    let answer = wait_for_key_while(inside, (&mine.kvs, &key), NO_ANSWER, limit, |mpi| {
-        if looked.elapsed() < PORT_LOOK_EVERY {
-            return Ok(());
-        }
-        looked = Instant::now();
-        match mpi.msg.lookup_name(&open).ok().flatten() {
-            Some(_) => Ok(()),
-            None => Err(closed()),
-        }
-    });
+    let answer = wait_for_key_while(inside, (&mine.kvs, &key), NO_ANSWER, limit, still_open);
     match answer {
-        Ok(answer) => Ok((answer, format!("{service}r{nonce}"))),
+        Ok(answer) => Ok((answer, Ready::Key(format!("{service}r{nonce}")))),
         Err(e) => {
             // Given up: the claim goes, so that no acceptor takes it later.
             let _ = inside.state().msg.unpublish_name(&service);
@@ -363,13 +421,19 @@ impl Mpi {
     pub(super) fn open_port(&mut self) -> Result<String> {
         let kvs = self.msg.kvsname()?;
         let me = self.world_rank();
-        let mut p = ports();
-        p.1 += 1;
-        let port = format!("rbtl-port:{kvs}:{me}:{}", p.1);
-        p.0.insert(port.clone(), 0);
-        drop(p);
-        // (Without a name service no one can connect to it: nothing is lost.)
-        let _ = self.msg.publish_name(&open_key(&port), "1");
+        let n = {
+            let mut p = ports();
+            p.1 += 1;
+            p.1
+        };
+        if i32::try_from(n).is_err() {
+            return Err(Error::new(MPI_ERR_PORT, "this process opened 2^31 ports"));
+        }
+        let mut port = format!("rbtl-port:{kvs}:{me}:{n}");
+        if self.msg.publish_name(&open_key(&port), "1").is_err() {
+            port = format!("{port}:{UNLISTED}");
+        }
+        ports().0.insert(port.clone(), 0);
         Ok(port)
     }
 
@@ -385,6 +449,8 @@ impl Mpi {
         for turn in 0..turns {
             let _ = self.msg.unpublish_name(&turn_key(port, turn));
         }
+        let (_, here) = port_parts(port)?;
+        job_ports::turn_away(self, here);
         Ok(())
     }
 }
@@ -478,76 +544,6 @@ pub unsafe extern "C" fn PMPI_Comm_connect(
     }
 }
 
-/// The binding `name` that publishes or withdraws a service (`how`, given the
-/// service and the port): its errors are of class `MPI_ERR_SERVICE`.
-///
-/// # Safety
-///
-/// Both strings are null or NUL-ended.
-unsafe fn service_binding(
-    name: &str,
-    (service, port): (*const c_char, *const c_char),
-    how: fn(&mut rbtl::msg::Comm, &str, &str) -> rbtl::msg::Result<()>,
-) -> c_int {
-    call(name, Object::None, |mpi| {
-        // SAFETY: the caller's contract.
-        let (service, port) = unsafe { (read_str(service)?, read_str(port)?) };
-        how(&mut mpi.msg, &service, &port)
-            .map_err(|e| Error::new(MPI_ERR_SERVICE, format!("{service:?}: {e}")))
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Publish_name(
-    service_name: *const c_char,
-    _info: Handle,
-    port_name: *const c_char,
-) -> c_int {
-    let names = (service_name, port_name);
-    // SAFETY: the binding's contract.
-    unsafe { service_binding("MPI_Publish_name", names, |m, s, p| m.publish_name(s, p)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Unpublish_name(
-    service_name: *const c_char,
-    _info: Handle,
-    port_name: *const c_char,
-) -> c_int {
-    let names = (service_name, port_name);
-    // SAFETY: the binding's contract.
-    unsafe { service_binding("MPI_Unpublish_name", names, |m, s, _| m.unpublish_name(s)) }
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Lookup_name(
-    service_name: *const c_char,
-    _info: Handle,
-    port_name: *mut c_char,
-) -> c_int {
-    call("MPI_Lookup_name", Object::None, |mpi| {
-        // SAFETY: the binding's contract.
-        let service = unsafe { read_str(service_name) }?;
-        let found = (mpi.msg.lookup_name(&service))
-            .map_err(|e| Error::new(MPI_ERR_NAME, format!("{service:?}: {e}")))?;
-        let port = found.ok_or_else(|| {
-            Error::new(
-                MPI_ERR_NAME,
-                format!("no port is published under {service:?}"),
-            )
-        })?;
-        // SAFETY: the binding's contract: room for MPI_MAX_PORT_NAME bytes.
-        unsafe {
-            write_name(
-                &port,
-                port_name,
-                std::ptr::null_mut(),
-                MPI_MAX_PORT_NAME as usize,
-            )
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -566,7 +562,18 @@ mod tests {
                 "{bad}"
             );
         }
-        assert!(port_kvs("rbtl-port:kvs_1:0:1").is_ok());
-        assert!(port_kvs("tcp://198.18.0.1:1").is_err());
+        let (kvs, p) = port_parts("rbtl-port:kvs_1:3:17").unwrap();
+        assert_eq!((kvs, p.rank, p.tag, p.listed), ("kvs_1", 3, 17, true));
+        let (_, p) = port_parts("rbtl-port:kvs_1:3:17:unlisted").unwrap();
+        assert!(!p.listed);
+        for bad in [
+            "tcp://198.18.0.1:1",
+            "rbtl-port::3:17",
+            "rbtl-port:kvs:x:17",
+            "rbtl-port:kvs:3:17:more",
+            "rbtl-port:kvs:3:17:unlisted:more",
+        ] {
+            assert!(port_parts(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -182,21 +182,43 @@ fn comm() {
     passes("comm", &[1, 2, 3, 4]);
 }
 
-/// `MPI_UNIVERSE_SIZE`: the job's size by default, what hydra's `-usize` says.
+/// `MPI_UNIVERSE_SIZE`: the job's size by default, what hydra's `-usize` says (as
+/// this `mpiexec` takes it); under hydra itself, absent unless `-usize` says.
 #[test]
 fn universe_size() {
     let exe = build("comm");
-    for (usize, want) in [(None, "2"), (Some("8"), "8")] {
-        let mut cmd = std::process::Command::new(super::MPIEXEC);
+    let hydra = std::process::Command::new("mpiexec.mpich")
+        .arg("--version")
+        .output()
+        .is_ok();
+    let mut runs = vec![
+        (super::MPIEXEC, None, Some("2")),
+        (super::MPIEXEC, Some("8"), Some("8")),
+    ];
+    match hydra {
+        true => runs.extend([
+            ("mpiexec.mpich", None, None),
+            ("mpiexec.mpich", Some("8"), Some("8")),
+        ]),
+        false => rbtl_testkit::cannot_run(
+            "comm under hydra",
+            "mpiexec.mpich is not installed (bash tools/packages.sh install host nodes)",
+        ),
+    }
+    for (launcher, usize, want) in runs {
+        let mut cmd = std::process::Command::new(launcher);
         cmd.args(["-n", "2"]);
         if let Some(n) = usize {
             cmd.args(["-usize", n]);
         }
-        cmd.args(["-genv", "ABI_TEST_UNIVERSE", want]).arg(&exe);
-        let o = super::run_for(&mut cmd, LIMIT);
-        assert_no_failed_check(&o, &format!("comm in a universe of {want}"));
+        if let Some(w) = want {
+            cmd.args(["-genv", "ABI_TEST_UNIVERSE", w]);
+        }
+        let o = super::run_for(cmd.arg(&exe), LIMIT);
+        let shown = format!("comm under {launcher} in a universe of {want:?}");
+        assert_no_failed_check(&o, &shown);
         if let Err(why) = passed(&o, "comm", 2) {
-            panic!("{why}");
+            panic!("{shown}: {why}");
         }
     }
 }

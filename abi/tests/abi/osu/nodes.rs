@@ -1,6 +1,7 @@
 //! `osu_latency`, `osu_bw`, `osu_allreduce` and `osu_bcast` across two simulated nodes
 //! (`tools/nodes.sh`) under MPICH's hydra and under Slurm, and the shared-memory
-//! windows' program (`programs/shared.c`) on two ranks of each node.
+//! windows' and the ports' programs (`programs/shared.c`, `ports.c`) on two ranks of
+//! each node.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -84,7 +85,8 @@ impl Launcher {
 /// and `osu_bcast` (two and one) across two nodes under `launcher`: each ends with
 /// its table, its data checked, and node 1's link carried at least what the timed
 /// iterations of the largest size had to move between the nodes. Then `shared.c`,
-/// two ranks on each node, and `rma.c held-lock`, one: every rank passes.
+/// two ranks on each node, `rma.c held-lock`, one, and `ports.c`, two: every rank
+/// passes.
 fn across_two_nodes(launcher: Launcher) {
     let slurm = matches!(launcher, Launcher::Slurm);
     let _turn = turn();
@@ -145,41 +147,40 @@ fn across_two_nodes(launcher: Launcher) {
             b.name
         ));
     }
+    // A program of `ranks` ranks, with `env` and `args`: every rank passes.
+    let mut program = |name: &str, ranks: usize, env: &[(&str, &str)], args: &[&str]| {
+        let mut cmd = launcher.command(&nodes, ranks);
+        cmd.envs(env.iter().copied())
+            .arg(crate::programs::build(name))
+            .args(args);
+        let shown = format!("{cmd:?}");
+        let why = match run_limited(&mut cmd, LAUNCH_LIMIT) {
+            Err(why) => Some(why),
+            Ok(o) => crate::programs::passed(&o, name, ranks).err(),
+        };
+        if let Some(why) = why {
+            failed.push(format!(
+                "{name} {args:?} at {ranks} ranks ({launcher:?}): {shown}: {why}"
+            ));
+        }
+    };
     // Shared-memory windows, two ranks on each node: on each node's communicator,
     // and refused alike on every rank for the world's.
-    let mut cmd = launcher.command(&nodes, 4);
-    cmd.arg(crate::programs::build("shared"));
-    let shown = format!("{cmd:?}");
-    let why = match run_limited(&mut cmd, LAUNCH_LIMIT) {
-        Err(why) => Some(why),
-        Ok(o) => crate::programs::passed(&o, "shared", 4).err(),
-    };
-    if let Some(why) = why {
-        failed.push(format!("shared at 4 ranks ({launcher:?}): {shown}: {why}"));
-    }
+    program("shared", 4, &[], &[]);
     // A lock held by a rank of the other node while it computes past the peer
     // timeout is waited for (its process answers probes across the nodes), and one
     // held while its holder waits for the taker is given up on.
-    let mut cmd = launcher.command(&nodes, 2);
-    cmd.env("RBTL_MSG_PEER_TIMEOUT", "1")
-        .arg(crate::programs::build("rma"))
-        .arg("held-lock");
-    let shown = format!("{cmd:?}");
-    let why = match run_limited(&mut cmd, LAUNCH_LIMIT) {
-        Err(why) => Some(why),
-        Ok(o) => crate::programs::passed(&o, "rma", 2).err(),
-    };
-    if let Some(why) = why {
-        failed.push(format!(
-            "rma held-lock at 2 ranks ({launcher:?}): {shown}: {why}"
-        ));
-    }
+    program("rma", 2, &[("RBTL_MSG_PEER_TIMEOUT", "1")], &["held-lock"]);
+    // Ports between two groups of the job, two ranks on each node, and joins on
+    // each node: met by messages; under Slurm, which keeps no names, the port
+    // travels in the program's own message.
+    program("ports", 4, &[], if slurm { &["unnamed"] } else { &[] });
     drop(nodes);
     assert!(
         failed.is_empty(),
         "{} of {} runs failed across nodes:\n\n{}",
         failed.len(),
-        runs.len() + 2,
+        runs.len() + 3,
         failed.join("\n\n")
     );
 }

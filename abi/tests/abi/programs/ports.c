@@ -7,10 +7,15 @@
  * service (MPI_ERR_NAME), a service published twice or unpublished when it is not
  * (MPI_ERR_SERVICE), a port this process did not open or no port at all, a
  * port closed, a port where no one accepts within the info's "timeout"
- * (MPI_ERR_PORT). Then MPI_Comm_join: the first and last ranks join over a
- * loopback TCP connection, talk over the intercommunicator and merge it, and the
- * socket still carries their bytes afterwards; a socket whose other end is closed
- * and a descriptor that is none are errors. */
+ * (MPI_ERR_PORT). Then MPI_Comm_join: on each node, its first and last ranks
+ * join over a loopback TCP connection, talk over the intercommunicator and merge
+ * it, and the socket still carries their bytes afterwards; a socket whose other end
+ * is closed and a descriptor that is none are errors. A connection whose request
+ * waits for a port when it closes is told so.
+ *
+ * With the argument "unnamed" (under a launcher that keeps no names, as Slurm):
+ * publishing and looking up fail, the port travels by MPI_Bcast, and a connection
+ * to a port already closed gives up after the info's "timeout". */
 #include "check.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -45,8 +50,15 @@ static void talk(MPI_Comm inter, int accepting, int round) {
 }
 
 static void test_join(void) {
-  int last = size - 1, port = 0, fd = -1;
-  if (rank == 0) {
+  MPI_Comm node;
+  OK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int nrank = -1, nsize = 0;
+  OK(MPI_Comm_rank(node, &nrank));
+  OK(MPI_Comm_size(node, &nsize));
+  int last = nsize - 1, port = 0, fd = -1;
+  if (nsize == 1) {
+    /* Alone on its node: no one to join over loopback. */
+  } else if (nrank == 0) {
     int l = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t len = sizeof a;
@@ -54,17 +66,17 @@ static void test_join(void) {
               getsockname(l, (struct sockaddr *)&a, &len) == 0,
           "listening on loopback");
     port = ntohs(a.sin_port);
-    OK(MPI_Send(&port, 1, MPI_INT, last, 0, MPI_COMM_WORLD));
+    OK(MPI_Send(&port, 1, MPI_INT, last, 0, node));
     fd = accept(l, NULL, NULL);
     close(l);
-  } else if (rank == last) {
-    OK(MPI_Recv(&port, 1, MPI_INT, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+  } else if (nrank == last) {
+    OK(MPI_Recv(&port, 1, MPI_INT, 0, 0, node, MPI_STATUS_IGNORE));
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     fd = socket(AF_INET, SOCK_STREAM, 0);
     CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connecting to %d", port);
   }
-  if (rank == 0 || rank == last) {
+  if (nsize > 1 && (nrank == 0 || nrank == last)) {
     CHECK(fd >= 0, "the socket");
     MPI_Comm inter, merged;
     OK(MPI_Comm_join(fd, &inter));
@@ -72,21 +84,22 @@ static void test_join(void) {
     OK(MPI_Comm_test_inter(inter, &flag));
     OK(MPI_Comm_remote_size(inter, &remote));
     CHECK(flag && remote == 1, "the join: intercommunicator %d, remote size %d", flag, remote);
-    OK(MPI_Sendrecv(&rank, 1, MPI_INT, 0, 5, &got, 1, MPI_INT, 0, 5, inter, MPI_STATUS_IGNORE));
-    CHECK(got == last - rank, "over the joined intercommunicator: %d", got);
-    OK(MPI_Intercomm_merge(inter, rank != 0, &merged));
+    OK(MPI_Sendrecv(&nrank, 1, MPI_INT, 0, 5, &got, 1, MPI_INT, 0, 5, inter, MPI_STATUS_IGNORE));
+    CHECK(got == last - nrank, "over the joined intercommunicator: %d", got);
+    OK(MPI_Intercomm_merge(inter, nrank != 0, &merged));
     OK(MPI_Comm_size(merged, &n));
-    OK(MPI_Allreduce(&rank, &got, 1, MPI_INT, MPI_SUM, merged));
+    OK(MPI_Allreduce(&nrank, &got, 1, MPI_INT, MPI_SUM, merged));
     CHECK(n == 2 && got == last, "merged: %d members, sum %d", n, got);
     OK(MPI_Comm_free(&merged));
     OK(MPI_Comm_disconnect(&inter));
     char c = 'j';
-    if (rank == 0)
+    if (nrank == 0)
       CHECK(write(fd, &c, 1) == 1, "writing after the join");
     else
       CHECK(read(fd, &c, 1) == 1 && c == 'j', "the socket after the join: %c", c);
     close(fd);
   }
+  OK(MPI_Comm_free(&node));
   /* Errors: the other end closed; no descriptor. */
   int pair[2];
   CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, pair) == 0, "socketpair");
@@ -102,6 +115,7 @@ static void test_join(void) {
 int main(int argc, char **argv) {
   start("ports", &argc, &argv);
   CHECK(size >= 2, "ports needs 2 ranks or more, not %d", size);
+  int unnamed = argc > 1 && strcmp(argv[1], "unnamed") == 0;
   int accepting = rank == 0;
   MPI_Comm half;
   OK(MPI_Comm_split(MPI_COMM_WORLD, accepting, rank, &half));
@@ -110,11 +124,19 @@ int main(int argc, char **argv) {
   errors_return(MPI_COMM_SELF, 1);
   if (accepting) {
     OK(MPI_Open_port(MPI_INFO_NULL, port));
-    OK(MPI_Publish_name(service, MPI_INFO_NULL, port));
-    EXPECT_ERR(MPI_Publish_name(service, MPI_INFO_NULL, port), MPI_ERR_SERVICE, "published");
+    if (!unnamed)
+      OK(MPI_Publish_name(service, MPI_INFO_NULL, port));
+    /* (rbtlrun says "service_already_published", hydra "key_already_present".) */
+    EXPECT_ERR(MPI_Publish_name(service, MPI_INFO_NULL, port), MPI_ERR_SERVICE, NULL);
   }
   OK(MPI_Barrier(MPI_COMM_WORLD));
-  if (!accepting && rank == 1) {
+  if (unnamed) {
+    if (accepting)
+      memcpy(found, port, sizeof found);
+    OK(MPI_Bcast(found, MPI_MAX_PORT_NAME, MPI_CHAR, 0, MPI_COMM_WORLD));
+    if (rank == 1)
+      EXPECT_ERR(MPI_Lookup_name(service, MPI_INFO_NULL, port), MPI_ERR_NAME, NULL);
+  } else if (!accepting && rank == 1) {
     EXPECT_ERR(MPI_Lookup_name("org.rbtl.test.nothing", MPI_INFO_NULL, found), MPI_ERR_NAME,
                NULL);
     OK(MPI_Lookup_name(service, MPI_INFO_NULL, found));
@@ -134,7 +156,8 @@ int main(int argc, char **argv) {
     CHECK(inter == MPI_COMM_NULL, "MPI_Comm_disconnect left the handle");
   }
   if (accepting) {
-    OK(MPI_Unpublish_name(service, MPI_INFO_NULL, port));
+    if (!unnamed)
+      OK(MPI_Unpublish_name(service, MPI_INFO_NULL, port));
     EXPECT_ERR(MPI_Unpublish_name(service, MPI_INFO_NULL, port), MPI_ERR_SERVICE, NULL);
     OK(MPI_Close_port(port));
     EXPECT_ERR(MPI_Close_port(port), MPI_ERR_PORT, "opened");
@@ -152,10 +175,13 @@ int main(int argc, char **argv) {
     OK(MPI_Open_port(MPI_INFO_NULL, port));
   OK(MPI_Bcast(port, MPI_MAX_PORT_NAME, MPI_CHAR, 0, MPI_COMM_WORLD));
   if (!accepting) {
-    EXPECT_ERR(MPI_Comm_connect(found, MPI_INFO_NULL, 0, half, &none), MPI_ERR_PORT, "open");
     MPI_Info brief;
     OK(MPI_Info_create(&brief));
     OK(MPI_Info_set(brief, "timeout", "0.5"));
+    if (unnamed)
+      EXPECT_ERR(MPI_Comm_connect(found, brief, 0, half, &none), MPI_ERR_PORT, "answer");
+    else
+      EXPECT_ERR(MPI_Comm_connect(found, MPI_INFO_NULL, 0, half, &none), MPI_ERR_PORT, "open");
     double t0 = MPI_Wtime();
     EXPECT_ERR(MPI_Comm_connect(port, brief, 0, half, &none), MPI_ERR_PORT, "answer");
     CHECK(MPI_Wtime() - t0 < 60, "the connection gave up after %.1f s", MPI_Wtime() - t0);
@@ -173,6 +199,19 @@ int main(int argc, char **argv) {
   OK(MPI_Barrier(MPI_COMM_WORLD));
   if (accepting)
     OK(MPI_Close_port(port));
+  /* A request waiting for a port when it closes is told so (where there are names,
+   * the connector may hear it from the name service first). */
+  if (accepting)
+    OK(MPI_Open_port(MPI_INFO_NULL, port));
+  OK(MPI_Bcast(port, MPI_MAX_PORT_NAME, MPI_CHAR, 0, MPI_COMM_WORLD));
+  if (accepting) {
+    sleep(2);
+    OK(MPI_Close_port(port));
+  } else {
+    EXPECT_ERR(MPI_Comm_connect(port, MPI_INFO_NULL, 0, half, &none), MPI_ERR_PORT,
+               unnamed ? "closed" : NULL);
+  }
+  OK(MPI_Barrier(MPI_COMM_WORLD));
   errors_return(MPI_COMM_SELF, 0);
   OK(MPI_Comm_free(&half));
   OK(MPI_Barrier(MPI_COMM_WORLD));
