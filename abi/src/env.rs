@@ -71,7 +71,7 @@ fn start_state(provided: c_int) -> Result<()> {
             )
         })?;
         let mut mpi = Mpi::new(msg, provided);
-        mpi.appnum = mpi.msg.appnum()?;
+        mpi.appnum = mpi.msg.appnum()?.and_then(|n| c_int::try_from(n).ok());
         // A spawned job meets its parents before MPI_Init returns.
         mpi.attach_parent()?;
         Ok(mpi)

@@ -78,8 +78,9 @@ pub struct Mpi {
     pub own_job: Option<(String, u32)>,
     /// The thread that initialized the library.
     pub main_thread: std::thread::ThreadId,
-    /// Which executable of the launch this process runs (`MPI_APPNUM`).
-    pub appnum: c_int,
+    /// Which executable of the launch this process runs (`MPI_APPNUM`; `None`
+    /// where the launcher does not number them: the attribute is then absent).
+    pub appnum: Option<c_int>,
     /// The processes the launcher lets the job and those it spawns number
     /// (`MPI_UNIVERSE_SIZE`), asked of it when first read (`Some(None)`: no bound
     /// said, the attribute is absent).
@@ -159,7 +160,7 @@ impl Mpi {
             parent: MPI_COMM_NULL,
             own_job: None,
             main_thread: std::thread::current().id(),
-            appnum: 0,
+            appnum: Some(0),
             universe_size: None,
             spare_schedule: None,
             coll_tag: Default::default(),

@@ -111,11 +111,12 @@ impl Comm {
     }
 
     /// Which executable of a multi-executable launch (or spawn) this process runs:
-    /// 0 for the first or only one, or without a launcher.
-    pub fn appnum(&mut self) -> Result<i32> {
+    /// 0 for the first or only one, or without a launcher; `None` where the
+    /// launcher does not number them.
+    pub fn appnum(&mut self) -> Result<Option<u32>> {
         match self.pmi() {
             Ok(p) => Ok(p.client().appnum()?),
-            Err(_) => Ok(0),
+            Err(_) => Ok(Some(0)),
         }
     }
 

@@ -230,17 +230,19 @@ impl Client {
     }
 
     /// Which executable of a multi-executable launch this process belongs to (0 for
-    /// the first or only one).
-    pub fn appnum(&mut self) -> Result<i32, Error> {
+    /// the first or only one); `None` where the launcher does not number them and
+    /// answers a negative number (Slurm's `pmi2` plugin answers -1).
+    pub fn appnum(&mut self) -> Result<Option<u32>, Error> {
         let request = "cmd=get_appnum";
         let reply = self.request(request, "appnum")?;
-        reply
+        let appnum = reply
             .get_int("appnum")
             .and_then(|v| i32::try_from(v).ok())
             .ok_or_else(|| Error::Protocol {
                 request: request.into(),
                 reply: "no usable appnum".into(),
-            })
+            })?;
+        Ok(u32::try_from(appnum).ok())
     }
 
     /// How many processes the job and those it spawns may number (the launcher's

@@ -12,7 +12,7 @@
 //! | --- | --- |
 //! | `cmd=init pmi_version=1 pmi_subversion=1` | `cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0` |
 //! | `cmd=get_maxes` | `cmd=maxes kvsname_max=256 keylen_max=64 vallen_max=1024` |
-//! | `cmd=get_appnum` | `cmd=appnum appnum=0` |
+//! | `cmd=get_appnum` | `cmd=appnum appnum=0` (-1 from Slurm: not numbered) |
 //! | `cmd=get_my_kvsname` | `cmd=my_kvsname kvsname=...` |
 //! | `cmd=get_universe_size` | `cmd=universe_size size=N` (-1: no bound) |
 //! | `cmd=put kvsname=K key=X value=V` | `cmd=put_result rc=0` |

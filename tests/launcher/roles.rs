@@ -67,7 +67,7 @@ pub fn modex() {
     let size = client.size();
     assert!(rank < size);
     assert!(!client.kvsname().is_empty());
-    assert_eq!(client.appnum().unwrap(), 0);
+    assert_eq!(client.appnum().unwrap(), Some(0));
     // The universe's size: the one the test set, else (rbtlrun's default, hydra's
     // unbounded one) the job's or none.
     let universe = client.universe_size().unwrap();

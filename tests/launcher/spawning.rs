@@ -72,8 +72,11 @@ pub fn role() {
                 3,
                 "the spawned job holds both executables' ranks"
             );
-            let appnum = client.appnum().unwrap();
-            assert_eq!(appnum, i32::from(me == 2));
+            let appnum = client
+                .appnum()
+                .unwrap()
+                .expect("rbtlrun numbers executables");
+            assert_eq!(appnum, u32::from(me == 2));
             client
                 .put_in(&parent, &format!("child_{me}"), &format!("appnum_{appnum}"))
                 .unwrap();

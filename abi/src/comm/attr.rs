@@ -10,7 +10,7 @@ impl Mpi {
     /// The value of predefined attribute `k` on `comm`, as the address the standard
     /// hands out: `None` if `k` is not a predefined key, `Some(None)` if it is one
     /// that is absent (`MPI_UNIVERSE_SIZE` when the launcher sets no bound, as hydra
-    /// by default).
+    /// by default; `MPI_APPNUM` when it numbers no executables, as Slurm).
     fn predefined_attr(&mut self, comm: Handle, k: c_int) -> Option<Option<usize>> {
         let i = match k {
             MPI_TAG_UB => 0,
@@ -36,7 +36,10 @@ impl Mpi {
                 None => return Some(None),
             }
         }
-        let appnum = self.appnum;
+        if k == MPI_APPNUM && self.appnum.is_none() {
+            return Some(None);
+        }
+        let appnum = self.appnum.unwrap_or_default();
         let v = &mut self.attrs.values;
         v[0] = crate::p2p::TAG_UB;
         v[1] = MPI_PROC_NULL;

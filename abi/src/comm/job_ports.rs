@@ -1,7 +1,7 @@
 //! A connection on a port between two groups whose roots are processes of one job:
 //! met by messages between the roots, whatever the launcher (a job's key-value
 //! space shows another process's values only after a fence under hydra and Slurm,
-//! and Slurm keeps no names).
+//! and a launcher may keep no names).
 //!
 //! The connecting root sends its request (its answer tag, then its side as
 //! `ports::Side` writes it) to the rank the port's name holds, in the meetings'

@@ -1,7 +1,9 @@
 //! The launcher's name service (MPI 4.1, 11.8.6): `MPI_Publish_name`,
 //! `MPI_Unpublish_name` and `MPI_Lookup_name`, through PMI's `publish_name`,
-//! `unpublish_name` and `lookup_name` (rbtlrun's and hydra's; Slurm keeps none, and
-//! every call fails there).
+//! `unpublish_name` and `lookup_name` (rbtlrun's, hydra's, and Slurm's `pmi2`
+//! plugin's, where srun keeps the names of its job step). A service is looked up
+//! before it is published or withdrawn, and refused if it is published already or
+//! not at all: Slurm would replace it, or answer yes.
 
 use super::api::{read_str, write_name};
 use crate::entry::call;
@@ -9,7 +11,8 @@ use crate::error::{Error, Object};
 use crate::ffi::*;
 
 /// The binding `name` that publishes or withdraws a service (`how`, given the
-/// service and the port): its errors are of class `MPI_ERR_SERVICE`.
+/// service and the port), once a lookup found it published if `published`, or not
+/// published if not: its errors are of class `MPI_ERR_SERVICE`.
 ///
 /// # Safety
 ///
@@ -17,13 +20,21 @@ use crate::ffi::*;
 unsafe fn service_binding(
     name: &str,
     (service, port): (*const c_char, *const c_char),
+    published: bool,
     how: fn(&mut rbtl::msg::Comm, &str, &str) -> rbtl::msg::Result<()>,
 ) -> c_int {
     call(name, Object::None, |mpi| {
         // SAFETY: the caller's contract.
         let (service, port) = unsafe { (read_str(service)?, read_str(port)?) };
-        how(&mut mpi.msg, &service, &port)
-            .map_err(|e| Error::new(MPI_ERR_SERVICE, format!("{service:?}: {e}")))
+        let refused = |e| Error::new(MPI_ERR_SERVICE, format!("{service:?}: {e}"));
+        if mpi.msg.lookup_name(&service).map_err(refused)?.is_some() != published {
+            let why = match published {
+                true => "is not published",
+                false => "is published already",
+            };
+            return Err(Error::new(MPI_ERR_SERVICE, format!("{service:?} {why}")));
+        }
+        how(&mut mpi.msg, &service, &port).map_err(refused)
     })
 }
 
@@ -34,8 +45,9 @@ pub unsafe extern "C" fn PMPI_Publish_name(
     port_name: *const c_char,
 ) -> c_int {
     let names = (service_name, port_name);
+    let publish = |m: &mut rbtl::msg::Comm, s: &str, p: &str| m.publish_name(s, p);
     // SAFETY: the binding's contract.
-    unsafe { service_binding("MPI_Publish_name", names, |m, s, p| m.publish_name(s, p)) }
+    unsafe { service_binding("MPI_Publish_name", names, false, publish) }
 }
 
 #[no_mangle]
@@ -45,8 +57,9 @@ pub unsafe extern "C" fn PMPI_Unpublish_name(
     port_name: *const c_char,
 ) -> c_int {
     let names = (service_name, port_name);
+    let withdraw = |m: &mut rbtl::msg::Comm, s: &str, _: &str| m.unpublish_name(s);
     // SAFETY: the binding's contract.
-    unsafe { service_binding("MPI_Unpublish_name", names, |m, s, _| m.unpublish_name(s)) }
+    unsafe { service_binding("MPI_Unpublish_name", names, true, withdraw) }
 }
 
 #[no_mangle]

@@ -20,7 +20,7 @@
 //!
 //! An open port is published as such (`open_key`): a connection to a port that is
 //! not open, or stops being while the connector waits, fails with `MPI_ERR_PORT` at
-//! once. Where the launcher keeps no names (Slurm), the port's name ends in
+//! once. Where the launcher keeps no names, the port's name ends in
 //! `:unlisted` and only its own job can connect to it. The answer and the ready
 //! signal are keyed by the claim (`claim_nonce`), so that an answer to an earlier
 //! connection is never taken for one. A connector waits as long as the info key
@@ -154,7 +154,7 @@ pub(super) fn port_parts(port: &str) -> Result<(&str, job_ports::Port)> {
 }
 
 /// The last part of the name of a port the launcher could not list as open (it
-/// keeps no names, as Slurm).
+/// keeps no names).
 const UNLISTED: &str = "unlisted";
 
 /// How the accepting root tells the connecting one that its side is ready: a key

@@ -172,9 +172,9 @@ fn across_two_nodes(launcher: Launcher) {
     // held while its holder waits for the taker is given up on.
     program("rma", 2, &[("RBTL_MSG_PEER_TIMEOUT", "1")], &["held-lock"]);
     // Ports between two groups of the job, two ranks on each node, and joins on
-    // each node: met by messages; under Slurm, which keeps no names, the port
-    // travels in the program's own message.
-    program("ports", 4, &[], if slurm { &["unnamed"] } else { &[] });
+    // each node: met by messages, the port found through the launcher's names
+    // (srun's under Slurm); MPI_APPNUM absent or not negative.
+    program("ports", 4, &[], &[]);
     drop(nodes);
     assert!(
         failed.is_empty(),

@@ -11,11 +11,13 @@
  * join over a loopback TCP connection, talk over the intercommunicator and merge
  * it, and the socket still carries their bytes afterwards; a socket whose other end
  * is closed and a descriptor that is none are errors. A connection whose request
- * waits for a port when it closes is told so.
+ * waits for a port when it closes is told so. MPI_APPNUM (MPI 4.1, 11.10.3) is
+ * absent or which executable this is, never negative (Slurm numbers none).
  *
- * With the argument "unnamed" (under a launcher that keeps no names, as Slurm):
- * publishing and looking up fail, the port travels by MPI_Bcast, and a connection
- * to a port already closed gives up after the info's "timeout". */
+ * With the argument "unnamed", for a launcher that keeps no names (hydra, Slurm
+ * and rbtlrun all keep them): publishing and looking up fail, the port travels by
+ * MPI_Bcast, and a connection to a port already closed gives up after the info's
+ * "timeout". */
 #include "check.h"
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -116,6 +118,9 @@ int main(int argc, char **argv) {
   start("ports", &argc, &argv);
   CHECK(size >= 2, "ports needs 2 ranks or more, not %d", size);
   int unnamed = argc > 1 && strcmp(argv[1], "unnamed") == 0;
+  int *appnum, flag;
+  OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &appnum, &flag));
+  CHECK(!flag || *appnum >= 0, "MPI_APPNUM: %d", *appnum);
   int accepting = rank == 0;
   MPI_Comm half;
   OK(MPI_Comm_split(MPI_COMM_WORLD, accepting, rank, &half));
@@ -126,7 +131,8 @@ int main(int argc, char **argv) {
     OK(MPI_Open_port(MPI_INFO_NULL, port));
     if (!unnamed)
       OK(MPI_Publish_name(service, MPI_INFO_NULL, port));
-    /* (rbtlrun says "service_already_published", hydra "key_already_present".) */
+    /* (rbtlrun says "service_already_published", hydra "key_already_present";
+     * Slurm would replace it: the library looks first.) */
     EXPECT_ERR(MPI_Publish_name(service, MPI_INFO_NULL, port), MPI_ERR_SERVICE, NULL);
   }
   OK(MPI_Barrier(MPI_COMM_WORLD));
