@@ -5,7 +5,7 @@
 //! before it is published or withdrawn, and refused if it is published already or
 //! not at all: Slurm would replace it, or answer yes.
 
-use super::api::{read_str, write_name};
+use super::api::read_str;
 use crate::entry::call;
 use crate::error::{Error, Object};
 use crate::ffi::*;
@@ -80,13 +80,6 @@ pub unsafe extern "C" fn PMPI_Lookup_name(
             )
         })?;
         // SAFETY: the binding's contract: room for MPI_MAX_PORT_NAME bytes.
-        unsafe {
-            write_name(
-                &port,
-                port_name,
-                std::ptr::null_mut(),
-                MPI_MAX_PORT_NAME as usize,
-            )
-        }
+        unsafe { super::ports::write_port(&port, port_name) }
     })
 }

@@ -461,15 +461,19 @@ pub unsafe extern "C" fn PMPI_Open_port(_info: Handle, port_name: *mut c_char) -
         non_null(port_name, MPI_ERR_ARG, "port name")?;
         let port = mpi.open_port()?;
         // SAFETY: the binding's contract: room for MPI_MAX_PORT_NAME bytes.
-        unsafe {
-            write_name(
-                &port,
-                port_name,
-                std::ptr::null_mut(),
-                MPI_MAX_PORT_NAME as usize,
-            )
-        }
+        unsafe { write_port(&port, port_name) }
     })
+}
+
+/// Write port name `port` at `out`, cut to fit.
+///
+/// # Safety
+///
+/// `out` has room for `MPI_MAX_PORT_NAME` bytes.
+pub(super) unsafe fn write_port(port: &str, out: *mut c_char) -> Result<()> {
+    let max = MPI_MAX_PORT_NAME as usize;
+    // SAFETY: the caller's contract.
+    unsafe { write_name(port, out, std::ptr::null_mut(), max) }
 }
 
 #[no_mangle]
