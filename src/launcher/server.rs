@@ -338,7 +338,9 @@ fn handle(rank: u32, m: &Message, shared: &Shared, events: &Sender<Event>) -> Re
             format!("cmd=response_to_init pmi_version=1 pmi_subversion=1 rc={rc}")
         }
         "get_maxes" => format!(
-            "cmd=maxes kvsname_max={KVSNAME_MAX} keylen_max={KEYLEN_MAX} vallen_max={VALLEN_MAX}"
+            "cmd=maxes kvsname_max={KVSNAME_MAX} keylen_max={KEYLEN_MAX} \
+             vallen_max={VALLEN_MAX} {}=1",
+            spawn::JOINS_JOBS
         ),
         "get_appnum" => format!(
             "cmd=appnum appnum={}",

@@ -5,6 +5,7 @@ use super::environment::{
     TIMEOUT_ENV,
 };
 use super::reply_reader::ReplyReader;
+use super::spawn;
 use super::wire::{self, Message};
 use super::Error;
 use std::fs::File;
@@ -29,6 +30,8 @@ pub struct Client {
     kvsname: String,
     max_key_len: usize,
     max_value_len: usize,
+    /// The launcher joins the jobs it starts ([`spawn::JOINS_JOBS`]).
+    joins_jobs: bool,
 }
 
 impl Client {
@@ -97,6 +100,7 @@ impl Client {
             kvsname: String::new(),
             max_key_len: 0,
             max_value_len: 0,
+            joins_jobs: false,
         })
     }
 
@@ -190,6 +194,7 @@ impl Client {
             .max(64);
         self.max_key_len = key_max - 1;
         self.max_value_len = value_max - 1;
+        self.joins_jobs = maxes.get_int(spawn::JOINS_JOBS) == Some(1);
         let reply = self.request("cmd=get_my_kvsname", "my_kvsname")?;
         self.kvsname = reply
             .get("kvsname")
@@ -243,6 +248,12 @@ impl Client {
                 reply: "no usable appnum".into(),
             })?;
         Ok(u32::try_from(appnum).ok())
+    }
+
+    /// Whether the launcher joins the jobs it starts (rbtlrun): only then can a
+    /// spawn's processes and their parents reach each other.
+    pub fn joins_jobs(&self) -> bool {
+        self.joins_jobs
     }
 
     /// How many processes the job and those it spawns may number (the launcher's

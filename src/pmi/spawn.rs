@@ -27,6 +27,12 @@
 //! the new job's key-value space (`remote_kvsname`, as MPICH's gforker did) and
 //! where its ranks start in the launcher's numbering of every process it started
 //! (`universe_base`).
+//!
+//! Only such a launcher can join the jobs it starts: it says so before anything is
+//! spawned, with [`JOINS_JOBS`]` = 1` in its `get_maxes` reply (which other clients
+//! ignore). Others (hydra, Slurm's `pmi2`) would start the processes, then let
+//! neither side read the other's key-value space: a client asks only a launcher
+//! that says so.
 
 use super::wire;
 use super::{Client, Error};
@@ -153,6 +159,10 @@ pub(crate) fn parse_segment(lines: &[String]) -> Result<Segment, String> {
     })
 }
 
+/// The `get_maxes` reply's key by which a launcher says that its jobs read each
+/// other's key-value spaces and its spawn replies say where the new job is.
+pub(crate) const JOINS_JOBS: &str = "rbtl_joins_jobs";
+
 impl Client {
     /// Ask the launcher to start `commands` as one new job whose key-value space
     /// holds `preput`; returns once it has started them.
@@ -161,6 +171,16 @@ impl Client {
         commands: &[SpawnCommand],
         preput: &[(String, String)],
     ) -> Result<Spawned, Error> {
+        if !self.joins_jobs() {
+            return Err(Error::Refused {
+                request: "mcmd=spawn".into(),
+                rc: -1,
+                msg: format!(
+                    "not asked: this launcher does not say it joins the jobs it starts \
+                     ({JOINS_JOBS} in its maxes): spawning works under rbtlrun"
+                ),
+            });
+        }
         // Each goes on a line of its own: anything but a line break or NUL.
         for c in commands {
             for token in std::iter::once(&c.program).chain(&c.args) {

@@ -223,6 +223,39 @@ fn universe_size() {
     }
 }
 
+/// Under hydra, which starts what it is asked to and then lets neither job read the
+/// other's key-value space, `MPI_Comm_spawn` is refused before the launcher is
+/// asked: at once, on every rank, and no child (which would report "spawn-child")
+/// starts.
+#[test]
+fn spawn_is_refused_where_the_launcher_cannot_join_jobs() {
+    if std::process::Command::new("mpiexec.mpich")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        return rbtl_testkit::cannot_run(
+            "spawn under hydra",
+            "mpiexec.mpich is not installed (bash tools/packages.sh install host nodes)",
+        );
+    }
+    let mut cmd = std::process::Command::new("mpiexec.mpich");
+    let o = super::run_for(
+        cmd.args(["-n", "2"]).arg(build("spawn")).arg("unjoined"),
+        LIMIT,
+    );
+    let shown = "spawn under hydra";
+    assert_no_failed_check(&o, shown);
+    if let Err(why) = passed(&o, "spawn", 2) {
+        panic!("{shown}: {why}");
+    }
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !out.contains("spawn-child"),
+        "{shown}: a child started:\n{out}"
+    );
+}
+
 #[test]
 fn coll() {
     passes("coll", &[1, 2, 3, 4, 5, 6, 7, 8]);

@@ -11,7 +11,11 @@
  * below), which both worlds meet through MPI_Intercomm_create, then through a port
  * between groups of both jobs, and which spawn one more together. The first children then wait until every parent
  * has exited and still talk among themselves: a parent leaving is no failure of
- * theirs. The children report as "spawn-child", "spawn-late" and "spawn-grand". */
+ * theirs. The children report as "spawn-child", "spawn-late" and "spawn-grand".
+ *
+ * With the argument "unjoined" (under a launcher that cannot join the jobs it
+ * starts, as hydra): the spawn fails on every rank, at once, and nothing is started
+ * (a child would report and fail). */
 #include "check.h"
 
 #include <errno.h>
@@ -186,6 +190,16 @@ int main(int argc, char **argv) {
   int parents = -1, pids[64];
   OK(MPI_Comm_get_parent(&parent));
   int flag = -1;
+  if (parent == MPI_COMM_NULL && argc == 2 && strcmp(argv[1], "unjoined") == 0) {
+    errors_return(MPI_COMM_WORLD, 1);
+    char *args[] = {"child", NULL};
+    double t0 = MPI_Wtime();
+    int rc = MPI_Comm_spawn(argv[0], args, 2, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter,
+                            MPI_ERRCODES_IGNORE);
+    EXPECT_ERR(rc, MPI_ERR_SPAWN, "rbtlrun");
+    CHECK(MPI_Wtime() - t0 < 30, "the refusal took %.1f s", MPI_Wtime() - t0);
+    return finish();
+  }
   if (parent == MPI_COMM_NULL) {
     errors_return(MPI_COMM_WORLD, 1);
     char *args[] = {"child", NULL};
