@@ -85,6 +85,14 @@ pub enum Error {
         /// The server's `msg`, if any.
         msg: String,
     },
+    /// The launcher does not say it can do what was to be asked of it: not asked.
+    #[error("{what} is not asked of this launcher: {why}")]
+    NotOffered {
+        /// What was not asked.
+        what: &'static str,
+        /// Why not.
+        why: String,
+    },
     /// A key or value cannot be carried by PMI-1 as it is.
     #[error("the {what} {value:?} cannot be sent over PMI-1: {why}")]
     InvalidToken {

@@ -29,8 +29,8 @@
 //! (`universe_base`).
 //!
 //! Only such a launcher can join the jobs it starts: it says so before anything is
-//! spawned, with [`JOINS_JOBS`]` = 1` in its `get_maxes` reply (which other clients
-//! ignore). Others (hydra, Slurm's `pmi2`) would start the processes, then let
+//! spawned, with `rbtl_joins_jobs=1` ([`JOINS_JOBS`]) in its `get_maxes` reply
+//! (which other clients ignore). Others (hydra, Slurm's `pmi2`) would start the processes, then let
 //! neither side read the other's key-value space: a client asks only a launcher
 //! that says so.
 
@@ -172,12 +172,12 @@ impl Client {
         preput: &[(String, String)],
     ) -> Result<Spawned, Error> {
         if !self.joins_jobs() {
-            return Err(Error::Refused {
-                request: "mcmd=spawn".into(),
-                rc: -1,
-                msg: format!(
-                    "not asked: this launcher does not say it joins the jobs it starts \
-                     ({JOINS_JOBS} in its maxes): spawning works under rbtlrun"
+            return Err(Error::NotOffered {
+                what: "a spawn",
+                why: format!(
+                    "it does not say that it joins the jobs it starts ({JOINS_JOBS}=1 in \
+                     its maxes), so the new processes and their parents could not reach \
+                     each other: spawning works under rbtlrun"
                 ),
             });
         }
