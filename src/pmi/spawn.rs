@@ -30,9 +30,9 @@
 //!
 //! Only such a launcher can join the jobs it starts: it says so before anything is
 //! spawned, with `rbtl_joins_jobs=1` ([`JOINS_JOBS`]) in its `get_maxes` reply
-//! (which other clients ignore). Others (hydra, Slurm's `pmi2`) would start the processes, then let
-//! neither side read the other's key-value space: a client asks only a launcher
-//! that says so.
+//! (which other clients ignore). Others (hydra, Slurm's `pmi2`) would start the
+//! processes, then let neither side read the other's key-value space: a client
+//! asks only a launcher that says so.
 
 use super::wire;
 use super::{Client, Error};
