@@ -33,8 +33,8 @@
 //!
 //! Atomics are applied by the target through the same protocol (as vader emulates
 //! them). A peer that dies is noticed through its `/proc` entry while idle (`liveness`: no
-//! descriptor per peer), and reported through
-//! the error callback; its operations complete with an error. A peer that lives but
+//! descriptor per peer), once what it wrote into its ring before it ended is read, and
+//! reported through the error callback; its operations complete with an error. A peer that lives but
 //! replies to nothing (stopped, hung) keeps `flush` waiting only for
 //! `btl_sm_flush_timeout` (as `tcp`'s): flush then returns `PeerTimeout` naming it, its
 //! operations still pending. A peer that removes this process (`del_procs`) sets a flag

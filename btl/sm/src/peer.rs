@@ -378,6 +378,13 @@ impl Peer {
     pub fn has_exited(&self) -> bool {
         self.process.has_exited()
     }
+
+    /// Watch `process` in place of the peer's own (a test's stand-in for a peer whose
+    /// process ended while its segment stays mapped).
+    #[cfg(test)]
+    pub(crate) fn watch(&mut self, process: Process) {
+        self.process = process;
+    }
 }
 
 /// This machine: host name and boot id, so that only processes sharing `/dev/shm`

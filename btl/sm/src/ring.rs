@@ -555,6 +555,13 @@ impl Consumer {
         }
     }
 
+    /// Whether a message was published that is not read yet.
+    pub fn has_unread(&self) -> bool {
+        let slot = self.raw.slot(self.next);
+        // SAFETY: `slot` is inside the ring; `seq` is only accessed atomically.
+        unsafe { (*slot).seq.load(Ordering::Acquire) == self.next + 1 }
+    }
+
     /// The next message, if one was published.
     #[inline]
     pub fn peek(&self) -> Option<Record> {

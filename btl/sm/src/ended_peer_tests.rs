@@ -1,0 +1,129 @@
+//! A peer whose process ends: what it sent before is read first, and only then does
+//! it count as failed (the last messages of a peer that finished, such as its last
+//! barrier's, are not lost to the look that finds it gone).
+
+use super::SmModule;
+use crate::component::{default_attributes, Settings};
+use crate::liveness::Process;
+use rbtl_btl::{ActiveMessage, Error, Modex, Module, PeerFailure, Proc, SendiOutcome, Tag};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+/// The published cards of a job of two ranks, both in this process.
+type Cards = Arc<Mutex<HashMap<(u32, String), Vec<u8>>>>;
+
+/// One rank's view of the two ranks' modex, on one node.
+struct Shared {
+    rank: u32,
+    cards: Cards,
+}
+
+impl Modex for Shared {
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+    fn size(&self) -> u32 {
+        2
+    }
+    fn publish(&mut self, key: &str, value: &[u8]) -> rbtl_btl::Result<()> {
+        let mut cards = self.cards.lock().unwrap();
+        cards.insert((self.rank, key.to_string()), value.to_vec());
+        Ok(())
+    }
+    fn fence(&mut self) -> rbtl_btl::Result<()> {
+        Ok(())
+    }
+    fn lookup(&mut self, rank: u32, key: &str) -> rbtl_btl::Result<Option<Vec<u8>>> {
+        Ok(self
+            .cards
+            .lock()
+            .unwrap()
+            .get(&(rank, key.to_string()))
+            .cloned())
+    }
+    fn local_ranks(&self) -> Option<Vec<u32>> {
+        Some(vec![0, 1])
+    }
+}
+
+/// A process that has ended (and was reaped), watched since it ran.
+fn ended_process() -> Process {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let watched = Process::new(child.id() as i32);
+    child.wait().unwrap();
+    assert!(watched.has_exited());
+    watched
+}
+
+#[test]
+fn what_an_ended_peer_sent_is_read_before_it_fails() {
+    let cards = Cards::default();
+    let mut modex = [0, 1].map(|rank| Shared {
+        rank,
+        cards: cards.clone(),
+    });
+    let settings = || Settings {
+        heap_bytes: 1 << 20,
+        ..Settings::default()
+    };
+    let mut ranks = Vec::new();
+    for m in modex.iter_mut() {
+        ranks.push(SmModule::new(default_attributes(), settings(), m).unwrap());
+    }
+    let node = crate::peer::node_id();
+    let procs: Vec<Proc> = (0..2)
+        .map(|rank| Proc {
+            rank,
+            node: node.clone(),
+        })
+        .collect();
+    let [mut m0, mut m1] = <[SmModule; 2]>::try_from(ranks).ok().unwrap();
+    let to1 = m0.add_procs(&procs, &mut modex[0]).unwrap()[1].unwrap();
+    let to0 = m1.add_procs(&procs, &mut modex[1]).unwrap()[0].unwrap();
+
+    let tag = Tag(Tag::PML.0 + 1);
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let heard = got.clone();
+    m0.register_am(
+        tag,
+        Box::new(move |_, r| heard.lock().unwrap().push(r.segments.concat())),
+    )
+    .unwrap();
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let told = errors.clone();
+    m0.register_error(Box::new(move |e| {
+        let failed = matches!(e.error, Error::PeerFailed { rank: 1, .. });
+        told.lock().unwrap().push((failed, e.error.to_string()))
+    }));
+
+    // Rank 1 sends three messages and its process ends before rank 0 reads any.
+    for i in 0..3u8 {
+        let sent = m1.sendi(&ActiveMessage::new(to0, tag, &[i], &[])).unwrap();
+        assert!(matches!(sent, SendiOutcome::Sent));
+    }
+    let i = to1.0 as usize;
+    m0.peers[i].watch(ended_process());
+
+    // The look that finds it ended leaves it be while its ring holds messages...
+    m0.check_liveness();
+    assert!(
+        m0.peers[i].failed.is_none(),
+        "failed with its messages unread"
+    );
+    while m0.progress() > 0 {}
+    assert_eq!(*got.lock().unwrap(), [vec![0], vec![1], vec![2]]);
+    assert!(errors.lock().unwrap().is_empty());
+
+    // ... and fails it once they are read: what involves it fails from then on.
+    m0.check_liveness();
+    assert!(matches!(m0.peers[i].failed, Some(PeerFailure::Ended(_))));
+    m0.progress();
+    let told = errors.lock().unwrap();
+    assert!(matches!(told[..], [(true, _)]), "{told:?}");
+    drop(told);
+    let late = m0.sendi(&ActiveMessage::new(to1, tag, &[9], &[]));
+    assert!(
+        matches!(late, Err(Error::PeerFailed { rank: 1, .. })),
+        "{late:?}"
+    );
+}
