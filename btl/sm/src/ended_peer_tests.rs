@@ -1,11 +1,13 @@
-//! A peer whose process ends: what it sent before is read first, and only then does
-//! it count as failed (the last messages of a peer that finished, such as its last
+//! A peer whose process ends, or that removes us: what it sent before is read first,
+//! and only then does it count as failed (the last messages of a peer that finished, such as its last
 //! barrier's, are not lost to the look that finds it gone).
 
 use super::SmModule;
 use crate::component::{default_attributes, Settings};
 use crate::liveness::Process;
-use rbtl_btl::{ActiveMessage, Error, Modex, Module, PeerFailure, Proc, SendiOutcome, Tag};
+use rbtl_btl::{
+    ActiveMessage, Endpoint, Error, Modex, Module, PeerFailure, Proc, SendiOutcome, Tag,
+};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -57,6 +59,28 @@ fn ended_process() -> Process {
 
 #[test]
 fn what_an_ended_peer_sent_is_read_before_it_fails() {
+    read_before_failing(
+        |m0, _, to1, _| m0.peers[to1.0 as usize].watch(ended_process()),
+        |why| matches!(why, PeerFailure::Ended(_)),
+    );
+}
+
+#[test]
+fn what_a_peer_sent_before_it_removed_us_is_read_before_it_fails() {
+    read_before_failing(
+        |_, m1, _, to0| m1.del_procs(&[to0]).unwrap(),
+        |why| matches!(why, PeerFailure::RemovedUs),
+    );
+}
+
+/// Rank 1 sends three messages to rank 0, then `goes` (rank 0's module, rank 1's, the
+/// endpoints of rank 1 and of rank 0) before rank 0 reads any: rank 0's look at its
+/// peers fails rank 1 (`failure` says whether with the right reason) only once they
+/// are read.
+fn read_before_failing(
+    goes: impl FnOnce(&mut SmModule, &mut SmModule, Endpoint, Endpoint),
+    failure: fn(&PeerFailure) -> bool,
+) {
     let cards = Cards::default();
     let mut modex = [0, 1].map(|rank| Shared {
         rank,
@@ -96,15 +120,14 @@ fn what_an_ended_peer_sent_is_read_before_it_fails() {
         told.lock().unwrap().push((failed, e.error.to_string()))
     }));
 
-    // Rank 1 sends three messages and its process ends before rank 0 reads any.
     for i in 0..3u8 {
         let sent = m1.sendi(&ActiveMessage::new(to0, tag, &[i], &[])).unwrap();
         assert!(matches!(sent, SendiOutcome::Sent));
     }
+    goes(&mut m0, &mut m1, to1, to0);
     let i = to1.0 as usize;
-    m0.peers[i].watch(ended_process());
 
-    // The look that finds it ended leaves it be while its ring holds messages...
+    // The look that finds it gone leaves it be while its ring holds messages...
     m0.check_liveness();
     assert!(
         m0.peers[i].failed.is_none(),
@@ -116,7 +139,8 @@ fn what_an_ended_peer_sent_is_read_before_it_fails() {
 
     // ... and fails it once they are read: what involves it fails from then on.
     m0.check_liveness();
-    assert!(matches!(m0.peers[i].failed, Some(PeerFailure::Ended(_))));
+    let why = m0.peers[i].failed.as_ref();
+    assert!(why.is_some_and(failure), "{why:?}");
     m0.progress();
     let told = errors.lock().unwrap();
     assert!(matches!(told[..], [(true, _)]), "{told:?}");

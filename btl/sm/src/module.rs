@@ -574,17 +574,20 @@ impl SmModule {
             if p.failed.is_some() {
                 continue;
             }
+            let why = if p.has_exited() {
+                PeerFailure::Ended(format!("process {} ended", p.pid))
+            } else if p.removed_us() {
+                PeerFailure::RemovedUs
+            } else {
+                continue;
+            };
+            // Seen gone first, its ring read after: what it wrote before it went is
+            // there now. That is read first (a finished peer's last messages are often
+            // its last barrier's): progress reads the ring, and a later look fails it.
             if !p.removed && p.consumer.has_unread() {
-                // What it sent before it ended or removed us is read first (a finished
-                // peer's last messages are often its last barrier's): progress reads
-                // the ring, and a later look fails the peer.
                 continue;
             }
-            if p.has_exited() {
-                self.fail_peer(i, PeerFailure::Ended(format!("process {} ended", p.pid)));
-            } else {
-                self.fail_if_removed_us(i);
-            }
+            self.fail_peer(i, why);
         }
     }
 
