@@ -1,6 +1,6 @@
 //! A peer whose process ends, or that removes us: what it sent before is read first,
-//! and only then does it count as failed (the last messages of a peer that finished, such as its last
-//! barrier's, are not lost to the look that finds it gone).
+//! and only then does it count as failed (the last messages of a peer that finished,
+//! such as its last barrier's, are not lost to the look that finds it gone).
 
 use super::SmModule;
 use crate::component::{default_attributes, Settings};

@@ -34,11 +34,12 @@
 //! Atomics are applied by the target through the same protocol (as vader emulates
 //! them). A peer that dies is noticed through its `/proc` entry while idle (`liveness`: no
 //! descriptor per peer), once what it wrote into its ring before it ended is read, and
-//! reported through the error callback; its operations complete with an error. A peer that lives but
-//! replies to nothing (stopped, hung) keeps `flush` waiting only for
+//! reported through the error callback; its operations complete with an error. A peer
+//! that lives but replies to nothing (stopped, hung) keeps `flush` waiting only for
 //! `btl_sm_flush_timeout` (as `tcp`'s): flush then returns `PeerTimeout` naming it, its
 //! operations still pending. A peer that removes this process (`del_procs`) sets a flag
-//! for it in its own segment; seen while idle, before a put, get, atomic or mapping
+//! for it in its own segment; seen while idle (once what the peer wrote before is
+//! read), before a put, get, atomic or mapping
 //! towards that peer, when one of its handles is refused, or when a send finds the
 //! peer's ring full, it fails the peer here too (`PeerFailed`), since the peer takes
 //! nothing more from it.
