@@ -10,8 +10,9 @@
 # Slurm cluster runs across them: munged with its own key, slurmctld in the
 # root network namespace under the host name rbtl-ctl (the bridge's address),
 # one slurmd per node.  All state (namespace files, Slurm's configuration,
-# spool, logs, the munge key) lives in /run/rbtl-nodes; `down` removes it with
-# everything else, also after a crashed run.  Needs root.
+# spool, logs, the munge key) lives in /run/rbtl-nodes, the nodes' names in
+# marked lines of /etc/hosts; `down` removes them with everything else, also
+# after a crashed run.  Needs root.
 #
 # The size of the file: one tool, every command sharing the same names and the
 # same teardown; split, each part would repeat them.
@@ -32,6 +33,10 @@ readonly BRIDGE2=rbtl-br1
 readonly NET2=198.18.2
 readonly NODE_IF2=rbtl1
 readonly CONTROLLER=rbtl-ctl
+# The nodes' names in /etc/hosts, between these lines, while they are up.
+readonly HOSTS=/etc/hosts
+readonly HOSTS_BEGIN='# rbtl-nodes: the simulated nodes (tools/nodes.sh down removes these lines)'
+readonly HOSTS_END='# rbtl-nodes: end'
 readonly MAX_NODES=16
 # Slurm's ports, away from its defaults (6817/6818) so that a Slurm of the
 # machine's own is not disturbed.
@@ -225,6 +230,7 @@ cmd_up() {
         make_uts "$node"
     done
     make_uts "$CONTROLLER"
+    name_nodes "$n" || note "the nodes' names are not in $HOSTS (it cannot be written): they do not resolve"
     [[ $slurm -eq 0 ]] || slurm_up "$n"
     # Done: the nodes stay up, and a signal from here no longer ends the command
     # with them up and a failing status (its caller takes them down, as after any
@@ -257,6 +263,35 @@ up_undo() {
 no_ipv6() {
     local f=/proc/sys/net/ipv6/conf/$1/disable_ipv6
     [[ ! -e $f ]] || echo 1 >"$f"
+}
+
+# Name the $1 nodes and the controller in /etc/hosts, as a cluster's node
+# names resolve (a program may look its own host name up, as mpi4py's
+# test_dynproc does). Written in place (in a container the file is a mount),
+# by one builtin: a signal's trap runs only once it is written whole.
+name_nodes() {
+    local k text
+    text=$(hosts_without_ours) || return 1
+    text+=$'\n'$HOSTS_BEGIN
+    for ((k = 1; k <= $1; k++)); do
+        text+=$'\n'"$(node_addr "$k") $(node_name "$k")"
+    done
+    text+=$'\n'"$BRIDGE_ADDR $CONTROLLER"$'\n'$HOSTS_END
+    printf '%s\n' "$text" >"$HOSTS"
+}
+
+# Take the nodes' names out of /etc/hosts, if they are there.
+unname_nodes() {
+    grep -qxF -- "$HOSTS_BEGIN" "$HOSTS" 2>/dev/null || return 0
+    local text
+    text=$(hosts_without_ours) || return 1
+    printf '%s\n' "$text" >"$HOSTS"
+}
+
+# /etc/hosts without the nodes' lines.
+hosts_without_ours() {
+    awk -v b="$HOSTS_BEGIN" -v e="$HOSTS_END" \
+        '$0 == b { skip = 1; next } $0 == e { skip = 0; next } !skip' "$HOSTS"
 }
 
 # A persistent UTS namespace for host name $1, bound to its file.
@@ -448,6 +483,7 @@ teardown() {
         mountpoint -q /run/netns && umount /run/netns 2>/dev/null
         rmdir /run/netns 2>/dev/null || true
     fi
+    unname_nodes
     rm -rf -- "$STATE"
     return 0
 }

@@ -254,8 +254,9 @@ fn osu_init_connects_each_rank_to_the_ranks_of_other_nodes_only() {
     }
 }
 
-/// The tool's own guarantees: one user at a time, nothing left after a session
-/// killed outright (once `down` has run) or an `up` interrupted midway.
+/// The tool's own guarantees: one user at a time, the nodes' names resolving while
+/// they are up, nothing left after a session killed outright (once `down` has run) or
+/// an `up` interrupted midway.
 #[test]
 fn the_tool_refuses_a_second_user_and_leaves_nothing_behind() {
     let _turn = turn();
@@ -285,6 +286,12 @@ fn the_tool_refuses_a_second_user_and_leaves_nothing_behind() {
     let _down = Down;
 
     let nodes = Nodes::up(2, true);
+    // The nodes' names resolve while they are up, as a cluster's do.
+    let want: std::net::IpAddr = "198.18.1.2".parse().unwrap();
+    let n2: Vec<std::net::IpAddr> = std::net::ToSocketAddrs::to_socket_addrs(&("rbtl-n2", 0))
+        .map(|found| found.map(|a| a.ip()).collect())
+        .unwrap_or_default();
+    assert!(!n2.is_empty() && n2.iter().all(|&ip| ip == want), "{n2:?}");
     let second = tool(&["up", "1"]).output().expect("run the tool");
     let said = String::from_utf8_lossy(&second.stderr);
     assert!(
