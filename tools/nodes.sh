@@ -230,7 +230,8 @@ cmd_up() {
         make_uts "$node"
     done
     make_uts "$CONTROLLER"
-    name_nodes "$n" || note "the nodes' names are not in $HOSTS (it cannot be written): they do not resolve"
+    name_nodes "$n" ||
+        note "the nodes' names are not in $HOSTS (it cannot be written): they do not resolve"
     [[ $slurm -eq 0 ]] || slurm_up "$n"
     # Done: the nodes stay up, and a signal from here no longer ends the command
     # with them up and a failing status (its caller takes them down, as after any
@@ -483,7 +484,7 @@ teardown() {
         mountpoint -q /run/netns && umount /run/netns 2>/dev/null
         rmdir /run/netns 2>/dev/null || true
     fi
-    unname_nodes
+    unname_nodes || note "cannot take the nodes' names out of $HOSTS"
     rm -rf -- "$STATE"
     return 0
 }
