@@ -182,28 +182,35 @@ fn comm() {
     passes("comm", &[1, 2, 3, 4]);
 }
 
+/// Whether hydra (`mpiexec.mpich`) is installed; if not, `test` says it cannot run.
+fn hydra_here(test: &str) -> bool {
+    let found = std::process::Command::new("mpiexec.mpich")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !found {
+        rbtl_testkit::cannot_run(
+            test,
+            "mpiexec.mpich is not installed (bash tools/packages.sh install host nodes)",
+        );
+    }
+    found
+}
+
 /// `MPI_UNIVERSE_SIZE`: the job's size by default, what hydra's `-usize` says (as
 /// this `mpiexec` takes it); under hydra itself, absent unless `-usize` says.
 #[test]
 fn universe_size() {
     let exe = build("comm");
-    let hydra = std::process::Command::new("mpiexec.mpich")
-        .arg("--version")
-        .output()
-        .is_ok();
     let mut runs = vec![
         (super::MPIEXEC, None, Some("2")),
         (super::MPIEXEC, Some("8"), Some("8")),
     ];
-    match hydra {
-        true => runs.extend([
+    if hydra_here("comm under hydra") {
+        runs.extend([
             ("mpiexec.mpich", None, None),
             ("mpiexec.mpich", Some("8"), Some("8")),
-        ]),
-        false => rbtl_testkit::cannot_run(
-            "comm under hydra",
-            "mpiexec.mpich is not installed (bash tools/packages.sh install host nodes)",
-        ),
+        ]);
     }
     for (launcher, usize, want) in runs {
         let mut cmd = std::process::Command::new(launcher);
@@ -229,15 +236,8 @@ fn universe_size() {
 /// starts.
 #[test]
 fn spawn_is_refused_where_the_launcher_cannot_join_jobs() {
-    if std::process::Command::new("mpiexec.mpich")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        return rbtl_testkit::cannot_run(
-            "spawn under hydra",
-            "mpiexec.mpich is not installed (bash tools/packages.sh install host nodes)",
-        );
+    if !hydra_here("spawn under hydra") {
+        return;
     }
     let mut cmd = std::process::Command::new("mpiexec.mpich");
     let o = super::run_for(
