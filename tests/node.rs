@@ -15,11 +15,14 @@
 //! `node/served.rs` the message layer's served contexts, `node/served_gets.rs` the gets
 //! `sm` serves through its rings, `node/refused_attach.rs` one-sided transfers and
 //! rendezvous messages once the kernel refuses cross-memory attach, `node/read_alone.rs`
-//! large messages their receivers read without the sender.
+//! large messages their receivers read without the sender, `node/placement.rs` whether
+//! a node's ranks outnumber the processors they may run on.
 
 #[path = "node/churn.rs"]
 mod churn;
 mod common;
+#[path = "node/placement.rs"]
+mod placement;
 #[path = "node/read_alone.rs"]
 mod read_alone;
 #[path = "node/refused_attach.rs"]
@@ -90,6 +93,7 @@ fn rank_role_entry() {
         "msg_refused_attach" => refused_attach::run(&report_ok),
         "msg_split_refused" => refused_attach::run_split(&report_ok),
         "msg_read_alone" => read_alone::run(&report_ok),
+        "msg_placement" => placement::run(&report_ok),
         "msg_named_sender_dies" => {
             watchdog(Duration::from_secs(30));
             refused_attach::run_sender_dies(&report_ok, 64 << 10, true)

@@ -48,13 +48,20 @@ readonly TERM_GRACE=5
 
 usage() {
     cat <<EOF
-Usage: $PROG up N [--slurm]     bring up N simulated nodes (1 to $MAX_NODES), with a
-                                Slurm cluster across them when --slurm is given
+Usage: $PROG up N [--slurm] [--own-cpus]
+                                bring up N simulated nodes (1 to $MAX_NODES), with a
+                                Slurm cluster across them when --slurm is given;
+                                with --own-cpus each node runs its processes on
+                                its own share of this machine's processors (N
+                                equal slices; one each, shared in turn, where
+                                there are fewer processors than nodes), else
+                                every node on all of them
        $PROG down               take down everything this tool makes (namespaces,
                                 links, bridge, processes on the nodes, Slurm and
                                 munge, $STATE); idempotent, also after a
                                 crashed or interrupted run
-       $PROG hold N [--slurm]   up, print "up", wait until standard input closes
+       $PROG hold N [--slurm] [--own-cpus]
+                                up, print "up", wait until standard input closes
                                 (or SIGINT, SIGTERM, SIGHUP), then down: a
                                 session that ends with its owner
        $PROG exec NODE CMD...   run CMD on NODE (its network and host name)
@@ -139,6 +146,41 @@ release_lock() {
 # ------------------------------------------------------------ what is up
 
 # The node count of the nodes that are up (0 when down).
+# The processors this process may run on, one per line.
+allowed_cpus() {
+    local list part c parts
+    list=$(awk '/^Cpus_allowed_list:/ { print $2 }' /proc/self/status)
+    IFS=, read -ra parts <<<"$list"
+    for part in "${parts[@]}"; do
+        for ((c = ${part%-*}; c <= ${part#*-}; c++)); do echo "$c"; done
+    done
+}
+
+# Gives each of the N nodes its own share of the processors (up --own-cpus):
+# node K gets the K-th of N equal slices, or where there are fewer processors
+# than nodes, processor K-1 modulo their count; written to $STATE/cpus/NODE.
+share_cpus() {
+    local n=$1 k share first cpus
+    mapfile -t cpus < <(allowed_cpus)
+    [[ ${#cpus[@]} -ge 1 ]] || die "up: cannot read the processors this tool may run on"
+    share=$((${#cpus[@]} / n))
+    [[ $share -ge 1 ]] || share=1
+    mkdir -m 0755 "$STATE/cpus"
+    for ((k = 1; k <= n; k++)); do
+        first=$(((k - 1) * share % ${#cpus[@]}))
+        (IFS=, && echo "${cpus[*]:first:share}") >"$STATE/cpus/$(node_name "$k")"
+    done
+}
+
+# CONFINE: the words that run a command on NODE's own processors, where it has
+# them (up --own-cpus), else none.
+set_confine() {
+    CONFINE=()
+    local f
+    f="$STATE/cpus/$1"
+    [[ ! -r $f ]] || CONFINE=(taskset -c "$(<"$f")")
+}
+
 node_count() {
     [[ -r $STATE/nodes ]] && cat "$STATE/nodes" || echo 0
 }
@@ -170,11 +212,12 @@ resolve_node() {
 # ------------------------------------------------------------ up
 
 cmd_up() {
-    local n= slurm=0 a
+    local n= slurm=0 own_cpus=0 a
     for a in "$@"; do
         case $a in
             --slurm) slurm=1 ;;
-            *[!0-9]* | '') die "up: '$a' is neither a node count nor --slurm" ;;
+            --own-cpus) own_cpus=1 ;;
+            *[!0-9]* | '') die "up: '$a' is neither a node count, --slurm nor --own-cpus" ;;
             *) n=$a ;;
         esac
     done
@@ -182,6 +225,7 @@ cmd_up() {
     need_root
     need_tools ip nsenter unshare flock hostname sysctl
     [[ $slurm -eq 0 ]] || need_tools munged munge unmunge slurmctld slurmd srun sinfo runuser
+    [[ $own_cpus -eq 0 ]] || need_tools taskset
     # From here, any failure or interruption undoes what this command made.
     MADE=0
     trap 'up_undo' EXIT
@@ -199,6 +243,7 @@ cmd_up() {
     printf 'pid %d, %s, since %s\n' "$$" "${SUDO_USER:-$(id -un)}" "$(date -u +%FT%TZ)" >"$STATE/owner"
     [[ -e /run/netns ]] || touch "$STATE/made-run-netns"
     echo "$n" >"$STATE/nodes"
+    [[ $own_cpus -eq 0 ]] || share_cpus "$n"
 
     # IPv4 only: no IPv6 link-local addresses, router solicitations or duplicate
     # address probes on the bridge (the programs here use IPv4; Open MPI's tcp
@@ -343,8 +388,9 @@ SlurmctldPidFile=$s/slurmctld.pid
 SlurmdPidFile=$s/slurmd-%n.pid
 SlurmctldLogFile=$s/log/slurmctld.log
 SlurmdLogFile=$s/log/slurmd-%n.log
-# No cgroups: processes are tracked through /proc, tasks are not bound (every
-# node is the same cores of one machine).
+# No cgroups: processes are tracked through /proc, tasks are not bound (they
+# run on slurmd's processors: every one of the machine, or the node's own
+# share with --own-cpus).
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -366,7 +412,8 @@ EOF
         node=$(node_name "$k")
         # nsenter, not `ip netns exec`: the latter remounts /sys, where slurmd
         # then finds no cgroup filesystem.
-        nsenter --net="/run/netns/$node" --uts="$(uts_file "$node")" -- \
+        set_confine "$node"
+        "${CONFINE[@]}" nsenter --net="/run/netns/$node" --uts="$(uts_file "$node")" -- \
             slurmd -f "$(slurm_conf)" -N "$node" {LOCK_FD}>&-
     done
     local deadline=$((SECONDS + READY_TIMEOUT)) idle
@@ -509,7 +556,8 @@ cmd_exec() {
     local node
     node=$(resolve_node "$1")
     shift
-    exec nsenter --net="/run/netns/$node" --uts="$(uts_file "$node")" -- "$@"
+    set_confine "$node"
+    exec "${CONFINE[@]}" nsenter --net="/run/netns/$node" --uts="$(uts_file "$node")" -- "$@"
 }
 
 # ssh's calling convention: options, [user@]host, then the words of one
@@ -525,7 +573,8 @@ cmd_ssh() {
     local node
     node=$(resolve_node "$1")
     shift
-    exec nsenter --net="/run/netns/$node" --uts="$(uts_file "$node")" -- sh -c "$*"
+    set_confine "$node"
+    exec "${CONFINE[@]}" nsenter --net="/run/netns/$node" --uts="$(uts_file "$node")" -- sh -c "$*"
 }
 
 cmd_mpiexec() {
@@ -567,8 +616,10 @@ cmd_status() {
     echo "bridges: $BRIDGE $BRIDGE_ADDR/24, $BRIDGE2 (no address)"
     for ((k = 1; k <= n; k++)); do
         node=$(node_name "$k")
-        printf '%s: %s on %s, %s.%d on %s, %s process(es)\n' "$node" "$(node_addr "$k")" \
-            "$NODE_IF" "$NET2" "$k" "$NODE_IF2" "$(ip netns pids "$node" 2>/dev/null | wc -l)"
+        printf '%s: %s on %s, %s.%d on %s, %s process(es), processors %s\n' "$node" \
+            "$(node_addr "$k")" "$NODE_IF" "$NET2" "$k" "$NODE_IF2" \
+            "$(ip netns pids "$node" 2>/dev/null | wc -l)" \
+            "$(cat "$STATE/cpus/$node" 2>/dev/null || echo all)"
     done
     if [[ -r $(slurm_conf) ]]; then
         echo "slurm: SLURM_CONF=$(slurm_conf)"

@@ -28,6 +28,9 @@ impl Comm {
         let node = job.node.to_string();
         let modex = job.modex.as_mut();
         modex.publish("node", node.as_bytes())?;
+        if let Some(mask) = placement::cpu_mask() {
+            modex.publish(placement::CPUS_KEY, &mask)?;
+        }
         if let Some(card) = responder::card(config) {
             modex.publish(responder::CARD_KEY, &card.encode())?;
         }
@@ -43,9 +46,18 @@ impl Comm {
                 })
             })
             .collect::<Result<_, rbtl_btl::Error>>()?;
-        let ranks_here = procs.iter().filter(|p| p.node == node).count();
-        liveness::set_yield(config, ranks_here)?;
-        if placement::bind_chosen(config, ranks_here)? {
+        let here: Vec<u32> = procs
+            .iter()
+            .filter(|p| p.node == node)
+            .map(|p| p.rank)
+            .collect();
+        let masks = here
+            .iter()
+            .map(|&rank| modex.lookup(rank, placement::CPUS_KEY))
+            .collect::<Result<Vec<_>, rbtl_btl::Error>>()?;
+        let oversubscribed = placement::oversubscribed(here.len(), placement::processors_of(masks));
+        liveness::set_yield(config, oversubscribed)?;
+        if placement::bind_chosen(config, oversubscribed)? {
             // Before the transports wire up: what they first touch from here on is
             // touched from this processor.
             let index = procs[..job.rank as usize]
@@ -143,7 +155,7 @@ impl Comm {
             peer_timeout,
             job,
             nodes,
-            node_oversubscribed: placement::oversubscribed(ranks_here),
+            node_oversubscribed: oversubscribed,
             bridge: None,
             cards: Vec::new(),
         })
@@ -222,11 +234,10 @@ mod tests {
     #[test]
     fn waits_yield_early_where_ranks_outnumber_processors() {
         let config = |v: &str| crate::configure(&[("msg_yield_when_idle", v)]).unwrap();
-        // A node of one rank has a processor for it; one of a million has not.
-        assert!(!crate::msg::liveness::set_yield(&config("auto"), 1).unwrap());
-        assert!(crate::msg::liveness::set_yield(&config("auto"), 1_000_000).unwrap());
-        assert!(crate::msg::liveness::set_yield(&config("always"), 1).unwrap());
-        assert!(!crate::msg::liveness::set_yield(&config("never"), 1_000_000).unwrap());
+        assert!(!crate::msg::liveness::set_yield(&config("auto"), false).unwrap());
+        assert!(crate::msg::liveness::set_yield(&config("auto"), true).unwrap());
+        assert!(crate::msg::liveness::set_yield(&config("always"), false).unwrap());
+        assert!(!crate::msg::liveness::set_yield(&config("never"), true).unwrap());
         match Comm::init(&[("btl", "self"), ("msg_yield_when_idle", "sometimes")]) {
             Err(e @ Error::BadParameter(_)) => {
                 assert!(e.to_string().contains("msg_yield_when_idle"), "{e}")
@@ -234,6 +245,6 @@ mod tests {
             Err(e) => panic!("expected BadParameter, got {e}"),
             Ok(_) => panic!("an unknown choice was taken"),
         }
-        crate::msg::liveness::set_yield(&config("never"), 1).unwrap();
+        crate::msg::liveness::set_yield(&config("never"), false).unwrap();
     }
 }

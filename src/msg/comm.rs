@@ -35,7 +35,7 @@ pub struct Comm {
     /// Per rank: its node, numbered in the order the ranks name them (every rank
     /// reads the same names from the modex, so every rank numbers alike).
     pub(super) nodes: Vec<u32>,
-    /// Whether this node runs more of the job's ranks than it has online processors.
+    /// Whether this node runs more of the job's ranks than they have processors.
     pub(super) node_oversubscribed: bool,
     /// The transport to processes of other jobs of the launcher, once opened.
     pub(super) bridge: Option<super::bridge::Bridge>,
@@ -75,8 +75,10 @@ impl Comm {
         node(a).is_some() && node(a) == node(b)
     }
 
-    /// Whether this node runs more of the job's ranks than it has online processors,
-    /// so that they take turns on them (every rank of the node sees it alike): what
+    /// Whether this node runs more of the job's ranks than the processors they may run
+    /// on between them (the union of their affinities when they started: all its online
+    /// processors, or those of a cpuset that confines the job), so that they take turns
+    /// on them (every rank of the node sees it alike): what
     /// `msg_yield_when_idle` and `msg_bind_to` decide by when `auto`.
     pub fn node_oversubscribed(&self) -> bool {
         self.node_oversubscribed

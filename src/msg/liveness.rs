@@ -60,16 +60,16 @@ pub fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
     registry.register(
         YIELD_PARAM,
         Value::Str("auto".into()),
-        "when an idle wait yields the processor at every idle round instead of spinning first: auto (when this node runs more ranks than it has online processors), always, never",
+        "when an idle wait yields the processor at every idle round instead of spinning first: auto (when this node runs more ranks than the processors they may run on between them), always, never",
     )?;
     super::split::register_params(registry)?;
     super::placement::register_params(registry)
 }
 
-/// Set how long this process's waits spin before yielding, from `config` and the
-/// number of ranks on this node: whether they yield early.
-pub(super) fn set_yield(config: &Config, ranks_here: usize) -> Result<bool> {
-    let early = super::placement::yield_chosen(config, ranks_here)?;
+/// Set how long this process's waits spin before yielding, from `config` and whether
+/// this node's ranks outnumber their processors: whether they yield early.
+pub(super) fn set_yield(config: &Config, oversubscribed: bool) -> Result<bool> {
+    let early = super::placement::yield_chosen(config, oversubscribed)?;
     let limit = if early {
         SPIN_WHEN_OVERSUBSCRIBED
     } else {

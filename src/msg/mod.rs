@@ -26,10 +26,12 @@
 //! for everything started in it, so a buffer can never be freed under a transfer.
 //!
 //! A blocking call polls the transports; after [`SPIN_BEFORE_YIELD`] idle rounds it
-//! yields the processor between rounds. Where a node runs more ranks than it has
-//! online processors it yields at every idle round instead (`msg_yield_when_idle`:
-//! `auto`, the default; `always`; `never`), as Open MPI does when oversubscribed: a
-//! spinning rank would hold the processor the rank it waits for needs.
+//! yields the processor between rounds. Where a node runs more ranks than the
+//! processors they may run on between them (its online processors, or fewer where a
+//! cpuset or the affinity they started with confines them) it yields at every idle
+//! round instead (`msg_yield_when_idle`: `auto`, the default; `always`; `never`), as
+//! Open MPI does when oversubscribed: a spinning rank would hold the processor the
+//! rank it waits for needs.
 //!
 //! # Ranks and processors
 //!

@@ -20,29 +20,29 @@ pub(super) fn register_params(registry: &mut Registry) -> rbtl_config::Result<()
     registry.register(
         BIND_PARAM,
         Value::Str("auto".into()),
-        "whether a rank binds itself, during start-up, to processor (its index on the node) mod (the processors it may run on): auto (where this node runs more ranks than it has online processors), core (always), none; processors are numbered as the kernel does, and a rank its launcher bound to one processor stays there",
+        "whether a rank binds itself, during start-up, to processor (its index on the node) mod (the processors it may run on): auto (where this node runs more ranks than the processors they may run on between them), core (always), none; processors are numbered as the kernel does, and a rank its launcher bound to one processor stays there",
     )?;
     Ok(())
 }
 
-/// Whether waits on a node of `ranks_here` ranks yield early (`msg_yield_when_idle`:
-/// `auto`, where they outnumber its online processors; `always`; `never`). A
-/// configuration made without the message layer's parameters gets `auto`, as for
-/// every choice here.
-pub(super) fn yield_chosen(config: &Config, ranks_here: usize) -> Result<bool> {
+/// Whether waits yield early (`msg_yield_when_idle`: `auto`, where the node is
+/// `oversubscribed`; `always`; `never`). A configuration made without the message
+/// layer's parameters gets `auto`, as for every choice here.
+pub(super) fn yield_chosen(config: &Config, oversubscribed: bool) -> Result<bool> {
     match choice(config, YIELD_PARAM, &YIELD_CHOICES)? {
         "always" => Ok(true),
         "never" => Ok(false),
-        _ => Ok(oversubscribed(ranks_here)),
+        _ => Ok(oversubscribed),
     }
 }
 
-/// Whether a rank of a node of `ranks_here` ranks binds itself ([`BIND_PARAM`]).
-pub(super) fn bind_chosen(config: &Config, ranks_here: usize) -> Result<bool> {
+/// Whether a rank binds itself ([`BIND_PARAM`]), its node being `oversubscribed` or
+/// not.
+pub(super) fn bind_chosen(config: &Config, oversubscribed: bool) -> Result<bool> {
     match choice(config, BIND_PARAM, &BIND_CHOICES)? {
         "core" => Ok(true),
         "none" => Ok(false),
-        _ => Ok(oversubscribed(ranks_here)),
+        _ => Ok(oversubscribed),
     }
 }
 
@@ -59,13 +59,50 @@ fn choice<'a>(config: &'a Config, param: &str, choices: &[&'static str]) -> Resu
     }
 }
 
-/// Whether a node of `ranks_here` ranks has fewer online processors (not this
-/// process's affinity: a rank bound to one core still shares the node with the
-/// others).
-pub(super) fn oversubscribed(ranks_here: usize) -> bool {
-    // SAFETY: sysconf only reads the system's configuration.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    ranks_here > usize::try_from(n).unwrap_or(1).max(1)
+/// The modex key under which each rank says which processors it may run on, before
+/// it binds itself: the bits of its affinity mask, processor 0 the lowest bit of the
+/// first byte ([`cpu_mask`]).
+pub(super) const CPUS_KEY: &str = "cpus";
+
+/// The processors the calling thread may run on, as [`CPUS_KEY`]'s bytes (none past
+/// the last processor); `None` where the kernel does not say.
+pub(super) fn cpu_mask() -> Option<Vec<u8>> {
+    let cpus = cpus_of(&affinity().ok()?);
+    let mut mask = vec![0u8; cpus.last()? / 8 + 1];
+    for c in cpus {
+        mask[c / 8] |= 1 << (c % 8);
+    }
+    Some(mask)
+}
+
+/// How many processors the ranks of a node may run on between them, from each rank's
+/// [`cpu_mask`]: the processors of their union. `None` where a rank's is unknown.
+pub(super) fn processors_of(masks: impl IntoIterator<Item = Option<Vec<u8>>>) -> Option<usize> {
+    let mut union: Vec<u8> = Vec::new();
+    for mask in masks {
+        let mask = mask?;
+        if union.len() < mask.len() {
+            union.resize(mask.len(), 0);
+        }
+        for (u, m) in union.iter_mut().zip(&mask) {
+            *u |= m;
+        }
+    }
+    Some(union.iter().map(|b| b.count_ones() as usize).sum())
+}
+
+/// Whether a node's `ranks_here` ranks outnumber the processors they may run on
+/// between them (`processors`, [`processors_of`]; a rank bound to one core still
+/// shares the node with the others), or its online processors where that is unknown:
+/// a job confined to some of a node's processors (a cpuset, as Slurm's cgroups give
+/// a job step, or the affinity the ranks were started with) takes turns on those.
+pub(super) fn oversubscribed(ranks_here: usize, processors: Option<usize>) -> bool {
+    let online = || {
+        // SAFETY: sysconf only reads the system's configuration.
+        let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+        usize::try_from(n).unwrap_or(1)
+    };
+    ranks_here > processors.unwrap_or_else(online).max(1)
 }
 
 /// Bind the calling thread to processor `index mod n` of the `n` it may run on: that
@@ -144,16 +181,17 @@ mod tests {
     }
 
     #[test]
-    fn the_choices_follow_the_ranks_of_the_node() {
+    fn the_choices_follow_whether_the_node_is_oversubscribed() {
         let config = |p: &str, v: &str| crate::configure(&[(p, v)]).unwrap();
-        let yields = |v: &str, n| yield_chosen(&config(YIELD_PARAM, v), n);
-        let binds = |v: &str, n| bind_chosen(&config(BIND_PARAM, v), n);
-        // A node of one rank has a processor for it; one of a million has not.
-        assert!(!binds("auto", 1).unwrap());
-        assert!(binds("auto", 1_000_000).unwrap());
-        assert!(binds("core", 1).unwrap());
-        assert!(!binds("none", 1_000_000).unwrap());
-        for bad in [yields("sometimes", 1), binds("socket", 1)] {
+        let yields = |v: &str, over| yield_chosen(&config(YIELD_PARAM, v), over);
+        let binds = |v: &str, over| bind_chosen(&config(BIND_PARAM, v), over);
+        assert!(!binds("auto", false).unwrap());
+        assert!(binds("auto", true).unwrap());
+        assert!(binds("core", false).unwrap());
+        assert!(!binds("none", true).unwrap());
+        assert!(!yields("auto", false).unwrap());
+        assert!(yields("auto", true).unwrap());
+        for bad in [yields("sometimes", false), binds("socket", false)] {
             match bad {
                 Err(e @ Error::BadParameter(_)) => {
                     assert!(e.to_string().contains("use one of"), "{e}")
@@ -161,5 +199,26 @@ mod tests {
                 other => panic!("expected BadParameter, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn ranks_count_the_processors_they_may_run_on_between_them() {
+        // This process's mask holds the processors it may run on, and only those.
+        let mask = cpu_mask().unwrap();
+        let cpus = cpus_of(&affinity().unwrap());
+        assert_eq!(processors_of([Some(mask.clone())]), Some(cpus.len()));
+        assert_ne!(mask.last(), Some(&0), "no byte past the last processor");
+        // Two ranks bound to processors 0 and 9, a third free on 0-3.
+        let union = processors_of([Some(vec![1]), Some(vec![0, 2]), Some(vec![0x0f])]);
+        assert_eq!(union, Some(5));
+        // One rank's unknown: the count is too.
+        assert_eq!(processors_of([Some(vec![1]), None]), None);
+        // Three ranks on two processors take turns; on three they do not.
+        assert!(oversubscribed(3, Some(2)));
+        assert!(!oversubscribed(3, Some(3)));
+        // Processors unknown: the node's online ones count.
+        assert!(oversubscribed(1_000_000, None));
+        assert!(!oversubscribed(1, None));
+        assert!(oversubscribed(2, Some(0)), "no processor counts as one");
     }
 }

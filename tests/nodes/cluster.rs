@@ -104,11 +104,16 @@ impl Nodes {
     /// Brings up `count` nodes (with a Slurm cluster when `slurm`); panics with the
     /// tool's words when it cannot.
     pub fn up(count: usize, slurm: bool) -> Nodes {
+        Nodes::up_with(count, if slurm { &["--slurm"] } else { &[] })
+    }
+
+    /// Brings up `count` nodes with the tool's `options` (`--slurm`, `--own-cpus`).
+    pub fn up_with(count: usize, options: &[&str]) -> Nodes {
         let mut cmd = Command::new("bash");
-        cmd.arg(tool()).arg("hold").arg(count.to_string());
-        if slurm {
-            cmd.arg("--slurm");
-        }
+        cmd.arg(tool())
+            .arg("hold")
+            .arg(count.to_string())
+            .args(options);
         let mut session = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -254,6 +254,65 @@ fn osu_init_connects_each_rank_to_the_ranks_of_other_nodes_only() {
     }
 }
 
+/// Nodes given processors of their own (`up --own-cpus`, a share each of this
+/// machine's) run their processes on them, and ranks that outnumber their node's
+/// share see it (`osu --verbose`'s placement line): they take turns on them.
+#[test]
+fn ranks_of_nodes_with_processors_of_their_own_see_whether_they_take_turns() {
+    let _turn = turn();
+    if !can_run(false) {
+        return;
+    }
+    let nodes = Nodes::up_with(2, &["--own-cpus"]);
+    // How many processors a `/proc/PID/status` lists as allowed.
+    let allowed = |status: &str| -> usize {
+        let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:"));
+        let list = line.and_then(|l| l.split_whitespace().nth(1)).unwrap_or("");
+        list.split(',')
+            .map(|part| match part.split_once('-') {
+                Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
+                None => usize::from(part.parse::<usize>().is_ok()),
+            })
+            .sum()
+    };
+    let on_node = |k: usize| {
+        let out = run(
+            Command::new("bash").arg(cluster::tool()).args([
+                "exec",
+                &node(k),
+                "cat",
+                "/proc/self/status",
+            ]),
+            LAUNCH_LIMIT,
+        );
+        allowed(&out.stdout)
+    };
+    // The tool runs on this test's processors: half each.
+    let here = allowed(&std::fs::read_to_string("/proc/self/status").unwrap());
+    let share = (here / 2).max(1);
+    assert_eq!(
+        (on_node(1), on_node(2)),
+        (share, share),
+        "each node's share"
+    );
+    for per_node in [1, 2] {
+        let out = run(
+            hydra(&nodes.hosts(2), 2 * per_node, per_node)
+                .args([OSU, "latency", "--verbose"])
+                .args(short_run("8", "10", "1")),
+            LAUNCH_LIMIT,
+        );
+        let seen = if per_node > share {
+            "outnumber"
+        } else {
+            "do not outnumber"
+        };
+        let line = format!("# placement: the ranks of rank 0's node {seen} the processors");
+        assert!(out.stdout.contains(&line), "{line}:\n{}", out.stdout);
+    }
+    drop(nodes);
+}
+
 /// The tool's own guarantees: one user at a time, the nodes' names resolving while
 /// they are up, nothing left after a session killed outright (once `down` has run) or
 /// an `up` interrupted midway.

@@ -98,7 +98,7 @@ fn run(start: Instant, opts: &cli::Options) -> error::Result<()> {
     let transport = routes::measured(&mut comm, pairs)?;
     let me = comm.rank();
     let routes = if opts.verbose {
-        routes::gather_routes(&mut comm)?
+        routes::gather_routes(&mut comm)?.map(|lines| (lines, routes::placement(&comm)))
     } else {
         None
     };
@@ -118,8 +118,9 @@ fn run(start: Instant, opts: &cli::Options) -> error::Result<()> {
     };
     if me == 0 {
         println!("{}", report::header(opts, &transport));
-        if let Some(lines) = routes {
+        if let Some((lines, placement)) = routes {
             println!("{}", routes::table(&lines));
+            println!("{placement}");
         }
     }
     let mut progress = report::Progress::new(sizes.len());

@@ -107,6 +107,18 @@ pub fn table(lines: &[String]) -> String {
     out
 }
 
+/// Whether this rank's node takes turns on its processors, the line rank 0 prints
+/// after its routing table: `# placement: the ranks of rank 0's node outnumber the
+/// processors they may run on` (or `do not outnumber`).
+pub fn placement(comm: &Comm) -> String {
+    let seen = if comm.node_oversubscribed() {
+        "outnumber"
+    } else {
+        "do not outnumber"
+    };
+    format!("# placement: the ranks of rank 0's node {seen} the processors they may run on")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
