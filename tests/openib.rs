@@ -6,7 +6,9 @@
 //! completion queue, a killed peer, a peer stopped before its connection came up
 //! (`common/stopped_connect.rs`), a stopped peer the message layer gives up on and a
 //! peer removed with work posted to it, whose messages polled after its removal reach
-//! no callback (`common/stopped_peer.rs`, `openib/removed_peer.rs`), ranks that share
+//! no callback (`common/stopped_peer.rs`, `openib/removed_peer.rs`), a peer that
+//! ends right after its last sends, all delivered before its failure
+//! (`openib/ended_peer.rs`), ranks that share
 //! no connection method, a short osu sweep, transfers into memory remapped under cached
 //! registrations and after a fork (`node/stale.rs`), the registration stress of memory
 //! that keeps coming and going (`node/stress.rs`), and, in a pair of guests
@@ -23,6 +25,8 @@
 #[path = "node/churn.rs"]
 mod churn;
 mod common;
+#[path = "openib/ended_peer.rs"]
+mod ended_peer;
 #[path = "openib/removed_peer.rs"]
 mod removed_peer;
 #[path = "node/stale.rs"]
@@ -75,6 +79,10 @@ fn rank_role_entry() {
             );
             removed_peer::run(m.as_mut(), &eps, &mut job);
             report_ok(job.rank, "ok");
+        }
+        "ended_peer" => {
+            let (mut m, eps, job) = openib_module(&cpc, &[]);
+            ended_peer::run(m.as_mut(), &eps, job);
         }
         "removed_late" => {
             let (mut m, eps, mut job) = openib_module(&cpc, &[]);
@@ -595,6 +603,19 @@ fn a_peer_that_never_answers_the_connection_fails_at_its_deadline_over_each_cpc(
     if device() {
         for cpc in ["oob", "rdma_cm"] {
             expect_all_ok("stopped_connect", 3, cpc);
+        }
+    }
+}
+
+/// A peer that ends right after its last sends landed, seen gone by its connection
+/// method (`oob`: its out-of-band connection closes with it; `rdma_cm`: its
+/// disconnection) in the progress call that first polls them: every message is
+/// delivered before the peer is reported failed (see `openib/ended_peer.rs`).
+#[test]
+fn an_ended_peers_messages_are_delivered_before_its_failure_over_each_cpc() {
+    if device() {
+        for cpc in ["oob", "rdma_cm"] {
+            expect_all_ok("ended_peer", 3, cpc);
         }
     }
 }

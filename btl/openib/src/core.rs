@@ -199,6 +199,12 @@ pub struct Core {
     pub answers: Answers,
     /// Registered memory the module sends from on its own account.
     pub control: Control,
+    /// Peers whose process ended or that disconnected, as their connection method saw,
+    /// with why: each fails
+    /// once a later poll found the completion queue holding less than a full batch
+    /// (or a bounded number of progress calls later), so that what it sent before it
+    /// ended, which may lie in the queue behind a batch or more, is delivered first.
+    pub ended: Vec<(u32, PeerFailure)>,
 }
 impl Core {
     /// The peer behind `ep`.
@@ -492,6 +498,17 @@ impl Core {
     }
 }
 
+/// What a connection method's `why` is to the peer's users.
+pub fn peer_failure(why: Failure) -> PeerFailure {
+    match why {
+        Failure::Removed { .. } => PeerFailure::RemovedUs,
+        Failure::TimedOut { .. } => PeerFailure::Connect(why.to_string()),
+        Failure::Protocol { .. } => PeerFailure::Protocol(why.to_string()),
+        // Refused or ended, by the peer, the device or the connection manager.
+        _ => PeerFailure::Broken(why.to_string()),
+    }
+}
+
 /// Post one receive into `frag`.
 pub fn post_recv(
     qp: &mut Qp,
@@ -574,14 +591,7 @@ impl ConnectionHost for Core {
     }
 
     fn failed(&mut self, rank: u32, why: Failure) {
-        let why = match why {
-            Failure::Removed { .. } => PeerFailure::RemovedUs,
-            Failure::TimedOut { .. } => PeerFailure::Connect(why.to_string()),
-            Failure::Protocol { .. } => PeerFailure::Protocol(why.to_string()),
-            // Refused or ended, by the peer, the device or the connection manager.
-            _ => PeerFailure::Broken(why.to_string()),
-        };
-        self.fail_rank(rank, why);
+        self.fail_rank(rank, peer_failure(why));
     }
 
     fn heard(&mut self, rank: u32) {

@@ -441,5 +441,6 @@ fn new_core(
         deadlines: rbtl_cpc::deadline::Deadlines::new(settings.connect_timeout),
         answers: Default::default(),
         control,
+        ended: Default::default(),
     })
 }

@@ -201,7 +201,9 @@ impl CpcModule<Core> for OobModule {
         for (rank, why) in closed {
             match why {
                 // The connection lives as long as the peer's process.
-                ChannelError::Closed => core.fail_rank(rank, PeerFailure::Ended(why.to_string())),
+                ChannelError::Closed => {
+                    core.ended.push((rank, PeerFailure::Ended(why.to_string())))
+                }
                 other => core.failed(rank, broken(other)),
             }
         }

@@ -380,7 +380,14 @@ impl CpcModule<Core> for RdmaCmModule {
                     Ok(())
                 }
                 CmEventKind::Disconnected => {
-                    self.on_event(rank, Event::Disconnected, &mut None, core);
+                    // What the peer sent before it went may lie in the completion
+                    // queue behind a full poll: it fails once that is delivered.
+                    if let Some(peer) = self.peers.get_mut(&rank) {
+                        let actions = peer.conn.on(Event::Disconnected);
+                        if let Err(why) = self.act(rank, actions, &mut None, core) {
+                            core.ended.push((rank, crate::core::peer_failure(why)));
+                        }
+                    }
                     Ok(())
                 }
                 CmEventKind::Other(what) => Err(broken(format!("{what} (status {})", ev.status))),

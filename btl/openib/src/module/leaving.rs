@@ -44,6 +44,10 @@ impl OpenibModule {
                     for i in 0..self.cpcs.len() {
                         self.cpcs[i].0.progress(&mut self.core);
                     }
+                    // Nothing is delivered any more: a peer seen gone fails at once.
+                    for (rank, why) in std::mem::take(&mut self.core.ended) {
+                        self.core.fail_rank(rank, why);
+                    }
                     if Instant::now() >= deadline {
                         tracing::warn!(
                             peers = waiting.len(),

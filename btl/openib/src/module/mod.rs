@@ -44,6 +44,8 @@ pub struct OpenibModule {
     pub(crate) modex_key: String,
     pub(crate) subnet: [u8; 8],
     calls: u32,
+    /// The progress call that first saw the peers of `core.ended`.
+    ended_since: Option<u32>,
     /// Receive callbacks running (a callback may progress the module again).
     delivering: u32,
     /// Receives polled and not yet delivered, in order. Only a progress call outside
@@ -71,6 +73,7 @@ impl OpenibModule {
             modex_key,
             subnet,
             calls: 0,
+            ended_since: None,
             delivering: 0,
             received: VecDeque::new(),
             expected: ExpectedSlot::default(),

@@ -14,6 +14,11 @@ use std::mem::MaybeUninit;
 /// Progress calls between two looks at the connection methods' own I/O while no
 /// connection is being set up (requests from peers may arrive at any time).
 const CPC_POLL_INTERVAL: u32 = 1 << 14;
+/// Completions one progress call polls at most.
+const BATCH: usize = 16;
+/// Progress calls after a peer's end was seen by which it fails, even where every
+/// poll meanwhile found a full batch (other peers' traffic).
+const ENDED_WAIT: u32 = 1 << 10;
 
 impl OpenibModule {
     /// (`Module::progress`) One progress call; how much it did.
@@ -40,9 +45,11 @@ impl OpenibModule {
         // A receive that fills the expected one ends the delivering: the caller
         // learns of it before any later message arrives.
         let direct = self.delivering == 0 && self.received.is_empty();
-        let mut wc = [MaybeUninit::uninit(); 16];
+        let mut wc = [MaybeUninit::uninit(); BATCH];
+        let mut drained = false;
         match self.core.cq.poll(&mut wc) {
             Ok(batch) => {
+                drained = batch.len() < BATCH;
                 for &c in batch {
                     if c.wr_id & RECV_BIT == 0 {
                         self.on_send_completion(c);
@@ -65,11 +72,31 @@ impl OpenibModule {
                 n += 1;
             }
         }
+        if !self.core.ended.is_empty() {
+            n += self.fail_ended(drained && self.received.is_empty());
+        }
         if std::mem::take(&mut self.filled) {
             return n;
         }
         if !self.core.done.is_empty() {
             n += self.run_done();
+        }
+        n
+    }
+
+    /// Fail the peers whose process ended once what they sent is delivered: `delivered`
+    /// (this call's poll found less than a full batch, and every receive polled went
+    /// up), or [`ENDED_WAIT`] calls after their end was seen. How many failed.
+    fn fail_ended(&mut self, delivered: bool) -> usize {
+        let since = *self.ended_since.get_or_insert(self.calls);
+        if !delivered && self.calls.wrapping_sub(since) < ENDED_WAIT {
+            return 0;
+        }
+        self.ended_since = None;
+        let ended = std::mem::take(&mut self.core.ended);
+        let n = ended.len();
+        for (rank, why) in ended {
+            self.core.fail_rank(rank, why);
         }
         n
     }
