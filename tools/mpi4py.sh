@@ -7,11 +7,11 @@
 #   tools/mpi4py.sh PROFILE_DIR --nodes        (4 ranks across 2 simulated nodes)
 #
 # With --nodes (root; the nodes set of tools/packages.sh), every module runs as 4
-# ranks, 2 a node, across two simulated nodes of one processor share each
-# (tools/nodes.sh up 2 --slurm --own-cpus, taken down on exit), under MPICH's hydra
-# and then under Slurm (srun --mpi=pmi2), over tcp between the nodes. test_spawn is
-# left out there: those launchers cannot join the jobs a spawn starts, and the
-# library refuses it (docs/mpi-abi.md, Gaps).
+# ranks, 2 a node, across two simulated nodes, each on its own share of the
+# processors (tools/nodes.sh up 2 --slurm --own-cpus, taken down on exit), under
+# MPICH's hydra and then under Slurm (srun --mpi=pmi2), over tcp between the nodes.
+# test_spawn is left out there: those launchers cannot join the jobs a spawn
+# starts, and the library refuses it (docs/mpi-abi.md, Gaps).
 #
 # PROFILE_DIR is a cargo profile folder holding mpicc, mpiexec, rbtlrun and
 # libmpi_abi.so (`cargo build -p rbtl-abi [--release]`). mpi4py is built with that

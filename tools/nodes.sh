@@ -145,7 +145,6 @@ release_lock() {
 
 # ------------------------------------------------------------ what is up
 
-# The node count of the nodes that are up (0 when down).
 # The processors this process may run on, one per line.
 allowed_cpus() {
     local list part c parts
@@ -181,6 +180,7 @@ set_confine() {
     [[ ! -r $f ]] || CONFINE=(taskset -c "$(<"$f")")
 }
 
+# The node count of the nodes that are up (0 when down).
 node_count() {
     [[ -r $STATE/nodes ]] && cat "$STATE/nodes" || echo 0
 }

@@ -51,8 +51,8 @@ fn byte(m: &mut dyn Module, ep: Endpoint, tag: Tag) {
 }
 
 /// Three ranks. Rank 1 connects to rank 0, sends it [`MESSAGES`] messages, waits until
-/// each has landed, and exits without closing anything: its out-of-band connection
-/// closes with it. Rank 0, which made no progress call meanwhile, has a connection to
+/// each has landed, and exits without closing anything: its connections end with it
+/// (`oob`'s out-of-band one closes; over `rdma_cm` it disconnects). Rank 0, which made no progress call meanwhile, has a connection to
 /// rank 2 under way (rank 2 stays out of the library), waits until rank 1 has ended,
 /// then progresses until its error callback hears of rank 1: by then every message
 /// has arrived.

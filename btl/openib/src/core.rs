@@ -200,10 +200,10 @@ pub struct Core {
     /// Registered memory the module sends from on its own account.
     pub control: Control,
     /// Peers whose process ended or that disconnected, as their connection method saw,
-    /// with why: each fails
-    /// once a later poll found the completion queue holding less than a full batch
-    /// (or a bounded number of progress calls later), so that what it sent before it
-    /// ended, which may lie in the queue behind a batch or more, is delivered first.
+    /// with why: each fails once a later poll found the completion queue holding less
+    /// than a full batch (or a bounded number of progress calls later), so that what
+    /// it sent before it went, which may lie in the queue behind a batch or more, is
+    /// delivered first.
     pub ended: Vec<(u32, PeerFailure)>,
 }
 impl Core {

@@ -84,7 +84,7 @@ impl OpenibModule {
         n
     }
 
-    /// Fail the peers whose process ended once what they sent is delivered: `delivered`
+    /// Fail the peers seen gone (`core.ended`) once what they sent is delivered: `delivered`
     /// (this call's poll found less than a full batch, and every receive polled went
     /// up), or [`ENDED_WAIT`] calls after their end was seen. How many failed.
     fn fail_ended(&mut self, delivered: bool) -> usize {
