@@ -186,13 +186,25 @@ impl RdmaCmModule {
     }
 
     fn on_event(&mut self, rank: u32, e: Event, request: &mut Option<CmId>, core: &mut Core) {
-        let Some(peer) = self.peers.get_mut(&rank) else {
-            return;
-        };
-        let actions = peer.conn.on(e);
-        if let Err(why) = self.act(rank, actions, request, core) {
+        if let Err(why) = self.step(rank, e, request, core) {
             core.failed(rank, why);
         }
+    }
+
+    /// Event `e` of peer `rank` through its connection, and what it says to do:
+    /// why the connection gave up, if it did (nothing for a peer not known).
+    fn step(
+        &mut self,
+        rank: u32,
+        e: Event,
+        request: &mut Option<CmId>,
+        core: &mut Core,
+    ) -> Result<(), Failure> {
+        let Some(peer) = self.peers.get_mut(&rank) else {
+            return Ok(());
+        };
+        let actions = peer.conn.on(e);
+        self.act(rank, actions, request, core)
     }
 
     /// Our active identifier's route is resolved: connect on it.
@@ -382,11 +394,8 @@ impl CpcModule<Core> for RdmaCmModule {
                 CmEventKind::Disconnected => {
                     // What the peer sent before it went may lie in the completion
                     // queue behind a full poll: it fails once that is delivered.
-                    if let Some(peer) = self.peers.get_mut(&rank) {
-                        let actions = peer.conn.on(Event::Disconnected);
-                        if let Err(why) = self.act(rank, actions, &mut None, core) {
-                            core.ended.push((rank, crate::core::peer_failure(why)));
-                        }
+                    if let Err(why) = self.step(rank, Event::Disconnected, &mut None, core) {
+                        core.ended.push((rank, crate::core::peer_failure(why)));
                     }
                     Ok(())
                 }

@@ -45,9 +45,7 @@ impl OpenibModule {
                         self.cpcs[i].0.progress(&mut self.core);
                     }
                     // Nothing is delivered any more: a peer seen gone fails at once.
-                    for (rank, why) in std::mem::take(&mut self.core.ended) {
-                        self.core.fail_rank(rank, why);
-                    }
+                    self.fail_ended_now();
                     if Instant::now() >= deadline {
                         tracing::warn!(
                             peers = waiting.len(),

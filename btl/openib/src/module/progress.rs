@@ -92,6 +92,11 @@ impl OpenibModule {
         if !delivered && self.calls.wrapping_sub(since) < ENDED_WAIT {
             return 0;
         }
+        self.fail_ended_now()
+    }
+
+    /// Fail the peers seen gone (`core.ended`) at once; how many.
+    pub(super) fn fail_ended_now(&mut self) -> usize {
         self.ended_since = None;
         let ended = std::mem::take(&mut self.core.ended);
         let n = ended.len();
