@@ -139,9 +139,9 @@ impl IdleWait {
 
     /// Count a round that found nothing to do: after [`SPIN_BEFORE_YIELD`] in a row
     /// it yields the processor every `YIELD_EVERY` rounds (where ranks outnumber
-    /// processors, after fewer and more often: see [`set_yield`]), so that processes
-    /// sharing a core still advance. Whether it is time to look whether the wait is in
-    /// vain.
+    /// processors, after fewer and more often: see `msg_yield_when_idle`), so that
+    /// processes sharing a core still advance. Whether it is time to look whether the
+    /// wait is in vain.
     #[inline(always)]
     pub fn idle(&mut self) -> bool {
         self.rounds += 1;
