@@ -84,14 +84,6 @@ impl Comm {
         self.node_oversubscribed
     }
 
-    /// The idle rounds between two yields of the processor in a blocking wait of this
-    /// process, once it yields: 1 where the node is oversubscribed (with
-    /// `msg_yield_when_idle` on `auto`, or `always`), a few in such a job across nodes
-    /// (whose waits mostly wait on the network), many more otherwise.
-    pub fn idle_yield_every(&self) -> u64 {
-        super::liveness::yield_every()
-    }
-
     /// The largest message to `rank` that goes in one send, without rendezvous.
     pub fn eager_payload_to(&self, rank: u32) -> Option<usize> {
         let (m, _) = self.routes.get(rank as usize)?;

@@ -8,9 +8,9 @@
 //! The hot path pays nothing for this: a wait looks only while idle, first when it
 //! starts yielding the processor (after [`SPIN_BEFORE_YIELD`] idle rounds, then a
 //! system call every [`YIELD_EVERY`] rounds; after [`SPIN_WHEN_OVERSUBSCRIBED`], then
-//! every round, or every [`YIELD_EVERY_ACROSS_NODES`] in a job across nodes, on a node
-//! that runs more ranks than it has processors, see `msg_yield_when_idle`) and then
-//! every [`LOOK_EVERY`] rounds, and reads the clock only then. Each look records the wait's idle run for the responder; a wait that
+//! every round, on a node that runs more ranks than it has processors, see
+//! `msg_yield_when_idle`) and then every [`LOOK_EVERY`] rounds, and reads the clock
+//! only then. Each look records the wait's idle run for the responder; a wait that
 //! idled says so when it ends.
 
 use super::responder;
@@ -41,30 +41,13 @@ pub const YIELD_PARAM: &str = "msg_yield_when_idle";
 /// yields (as Open MPI's `mpi_yield_when_idle`, set when a node is oversubscribed),
 /// since a rank spinning there holds a processor another rank needs.
 pub const SPIN_WHEN_OVERSUBSCRIBED: u32 = 1;
-/// Idle rounds between two yields where ranks outnumber processors in a job across
-/// nodes. There an idle round also polls the network, a system call per connection,
-/// and what most waits wait for comes from another node, not from a rank that needs
-/// this processor: a yield at every round hands the processor back and forth between
-/// ranks that both wait on the network, and the one whose answer arrives waits for
-/// the other's round (measured: docs/performance.md). Within one node the rank waited
-/// for needs this processor, and every round yields.
-pub const YIELD_EVERY_ACROSS_NODES: u64 = 8;
-
-const _: () = assert!(YIELD_EVERY.is_power_of_two() && YIELD_EVERY_ACROSS_NODES.is_power_of_two());
 
 /// The idle rounds before a wait yields, for every wait of this process.
 static SPIN_LIMIT: AtomicU64 = AtomicU64::new(SPIN_BEFORE_YIELD as u64);
-/// The idle rounds between two yields, less one (each choice is a power of two).
-static YIELD_MASK: AtomicU64 = AtomicU64::new(YIELD_EVERY - 1);
 
 #[inline(always)]
 fn spin_limit() -> u64 {
     SPIN_LIMIT.load(Ordering::Relaxed)
-}
-
-/// The idle rounds between two yields of a wait of this process, once it yields.
-pub(super) fn yield_every() -> u64 {
-    YIELD_MASK.load(Ordering::Relaxed) + 1
 }
 
 /// Register the message layer's parameters.
@@ -77,24 +60,22 @@ pub fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
     registry.register(
         YIELD_PARAM,
         Value::Str("auto".into()),
-        "when an idle wait yields the processor at every idle round (every few in a job across nodes) instead of spinning first: auto (when this node runs more ranks than the processors they may run on between them), always, never",
+        "when an idle wait yields the processor at every idle round instead of spinning first: auto (when this node runs more ranks than the processors they may run on between them), always, never",
     )?;
     super::split::register_params(registry)?;
     super::placement::register_params(registry)
 }
 
-/// Set how long this process's waits spin before yielding and how often they yield
-/// then, from `config`, whether this node's ranks outnumber their processors and
-/// whether the job has ranks on other nodes: whether they yield early.
-pub(super) fn set_yield(config: &Config, oversubscribed: bool, across_nodes: bool) -> Result<bool> {
+/// Set how long this process's waits spin before yielding, from `config` and whether
+/// this node's ranks outnumber their processors: whether they yield early.
+pub(super) fn set_yield(config: &Config, oversubscribed: bool) -> Result<bool> {
     let early = super::placement::yield_chosen(config, oversubscribed)?;
-    let (limit, every) = match (early, across_nodes) {
-        (false, _) => (SPIN_BEFORE_YIELD, YIELD_EVERY),
-        (true, false) => (SPIN_WHEN_OVERSUBSCRIBED, 1),
-        (true, true) => (SPIN_WHEN_OVERSUBSCRIBED, YIELD_EVERY_ACROSS_NODES),
+    let limit = if early {
+        SPIN_WHEN_OVERSUBSCRIBED
+    } else {
+        SPIN_BEFORE_YIELD
     };
     SPIN_LIMIT.store(u64::from(limit), Ordering::Relaxed);
-    YIELD_MASK.store(every - 1, Ordering::Relaxed);
     Ok(early)
 }
 
@@ -139,14 +120,15 @@ impl IdleWait {
 
     /// Count a round that found nothing to do: after [`SPIN_BEFORE_YIELD`] in a row
     /// it yields the processor every `YIELD_EVERY` rounds (where ranks outnumber
-    /// processors, after fewer and more often: see `msg_yield_when_idle`), so that
-    /// processes sharing a core still advance. Whether it is time to look whether the
-    /// wait is in vain.
+    /// processors, after fewer and at every round), so that processes sharing a core
+    /// still advance. Whether it is time to look whether the wait is in
+    /// vain.
     #[inline(always)]
     pub fn idle(&mut self) -> bool {
         self.rounds += 1;
-        if self.rounds >= spin_limit() {
-            if self.rounds & YIELD_MASK.load(Ordering::Relaxed) == 0 {
+        let limit = spin_limit();
+        if self.rounds >= limit {
+            if limit == u64::from(SPIN_WHEN_OVERSUBSCRIBED) || self.rounds % YIELD_EVERY == 0 {
                 std::thread::yield_now();
             }
             return self.rounds % LOOK_EVERY == 0;

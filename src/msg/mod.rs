@@ -31,9 +31,7 @@
 //! cpuset or the affinity they started with confines them) it yields at every idle
 //! round instead (`msg_yield_when_idle`: `auto`, the default; `always`; `never`), as
 //! Open MPI does when oversubscribed: a spinning rank would hold the processor the
-//! rank it waits for needs. In a job across nodes it yields every few rounds there:
-//! most of its waits wait on the network, and ranks handing the processor to each
-//! other at every round delay the one whose answer has come.
+//! rank it waits for needs.
 //!
 //! # Ranks and processors
 //!

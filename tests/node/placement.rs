@@ -1,12 +1,11 @@
 //! Whether a node's ranks outnumber their processors, as every rank sees it: by the
 //! processors they may run on between them when they start (their affinity, which a
-//! cpuset or a launcher confines), not by every processor of the machine; and how
-//! often their idle waits yield then, on one node.
+//! cpuset or a launcher confines), not by every processor of the machine.
 
 use rbtl::msg::Comm;
 
-/// Each rank reports `over-<n>.<rank>` where it sees its node oversubscribed, else
-/// `spread-<n>.<rank>`, `n` being the idle rounds between two yields of its waits.
+/// Each rank reports `over.<rank>` where it sees its node oversubscribed, else
+/// `spread.<rank>`.
 pub fn run(report: &dyn Fn(u32, &str)) {
     let comm = Comm::init(&[]).unwrap();
     let seen = if comm.node_oversubscribed() {
@@ -14,7 +13,7 @@ pub fn run(report: &dyn Fn(u32, &str)) {
     } else {
         "spread"
     };
-    report(comm.rank(), &format!("{seen}-{}", comm.idle_yield_every()));
+    report(comm.rank(), seen);
 }
 
 /// The processors the calling thread may run on.
@@ -56,17 +55,11 @@ fn two_ranks_see(cpu: Option<usize>) -> bool {
         }
         let job = crate::run("msg_placement", 2, &[]);
         assert_eq!(job.code, 0, "the job on {cpu:?} failed");
-        // Oversubscribed, a job on one node yields at every idle round (the rank it
-        // waits for needs the processor); else every 1,024 rounds, once it yields.
         let (over, spread) = (
-            crate::oks(&job.dir, "over-1", 2),
-            crate::oks(&job.dir, "spread-1024", 2),
+            crate::oks(&job.dir, "over", 2),
+            crate::oks(&job.dir, "spread", 2),
         );
-        assert_eq!(
-            over + spread,
-            2,
-            "every rank reported, with its yields, on {cpu:?}"
-        );
+        assert_eq!(over + spread, 2, "every rank reported, on {cpu:?}");
         assert!(over == 0 || spread == 0, "the ranks disagree, on {cpu:?}");
         std::fs::remove_dir_all(job.dir).unwrap();
         over == 2

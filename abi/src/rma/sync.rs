@@ -204,6 +204,19 @@ pub fn complete_all(inside: &mut impl Inside, h: Handle) -> Result<()> {
     first
 }
 
+/// Tries of a lock word that another holds, each after a progress round, before a
+/// wait steps aside between two tries.
+const TRIES_BEFORE_STEPPING_ASIDE: u64 = 64;
+/// How long a wait for a lock word steps aside between two tries, once it does, on a
+/// node whose ranks outnumber their processors. There the holder may need this
+/// processor to finish, and a yield does not always give it up: the kernel's
+/// autogroups make each session a scheduling group, and a yield hands the processor
+/// over within the caller's group only (Slurm's tasks of a node share a session,
+/// hydra's each have one). A sleep leaves it to the node's other ranks, whatever their
+/// session (measured: docs/performance.md, 2026-12-04). Elsewhere a wait yields: the
+/// holder runs on a processor of its own.
+const PAUSE_WHEN_OVERSUBSCRIBED: std::time::Duration = std::time::Duration::from_micros(20);
+
 /// Take the lock word at `offset` of member `r`'s control block of window `h`:
 /// exclusively (a writer), or shared (a reader); retried while another holds it (in
 /// a [`crate::global::Held`], other threads' calls come in between the tries: the
@@ -224,13 +237,18 @@ pub fn acquire(
     // failed take, and its probes of the other ranks find one silent, or every one
     // waiting as well (a holder computing is waited for).
     let mut idle = IdleWait::since(std::time::Instant::now());
+    let oversubscribed = inside.state().msg.node_oversubscribed();
     loop {
         // The holder may need this process's progress to finish.
         inside.state().progress();
         inside.turn();
         tries += 1;
-        if tries > 64 {
-            std::thread::yield_now();
+        if tries > TRIES_BEFORE_STEPPING_ASIDE {
+            if oversubscribed {
+                std::thread::sleep(PAUSE_WHEN_OVERSUBSCRIBED);
+            } else {
+                std::thread::yield_now();
+            }
             // (Without a timeout the look only records the wait.)
             if tries % 1024 == 0 {
                 if let Some(e) = inside.state().msg.look_for_anyone(&mut idle) {

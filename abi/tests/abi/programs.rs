@@ -382,30 +382,69 @@ fn shared_windows_over_tcp_alone_share_a_segment() {
 
 /// A lock whose holder computes past the peer timeout is waited for; one whose holder
 /// waits for the rank that wants it is given up on with `MPI_ERR_RMA_SYNC` (`rma.c
-/// held-lock`, with `msg_peer_timeout` at 1 s).
+/// held-lock`, with `msg_peer_timeout` at 1 s). Where the two ranks share one
+/// processor, the waiter sleeps between its tries, leaving the processor to the
+/// holder whatever their sessions (a yield hands it over within one only); with a
+/// processor each, it yields.
 #[test]
 fn a_lock_held_while_computing_is_waited_for_and_one_held_while_waiting_is_given_up() {
     let exe = build("rma");
-    let o = super::run_for(
-        std::process::Command::new(super::MPIEXEC)
-            .args(["-n", "2", "-genv", "RBTL_MSG_PEER_TIMEOUT", "1"])
-            .arg(&exe)
-            .arg("held-lock"),
-        LIMIT,
-    );
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success() && !out.contains("FAIL"),
-        "{}",
-        report(&o)
-    );
-    for r in 0..2 {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let first = first_allowed_cpu().to_string();
+    for shared in [true, false] {
+        if !shared && cpus < 2 {
+            continue;
+        }
+        let mut cmd = if shared {
+            let mut c = std::process::Command::new("taskset");
+            c.args(["-c", &first, super::MPIEXEC]);
+            c
+        } else {
+            std::process::Command::new(super::MPIEXEC)
+        };
+        let o = super::run_for(
+            cmd.args(["-n", "2", "-genv", "RBTL_MSG_PEER_TIMEOUT", "1"])
+                .arg(&exe)
+                .arg("held-lock"),
+            LIMIT,
+        );
+        let out = String::from_utf8_lossy(&o.stdout);
         assert!(
-            out.contains(&format!("PASS rma rank {r}/2")),
+            o.status.success() && !out.contains("FAIL"),
             "{}",
             report(&o)
         );
+        for r in 0..2 {
+            assert!(
+                out.contains(&format!("PASS rma rank {r}/2")),
+                "{}",
+                report(&o)
+            );
+        }
+        // Sleeps of tens of microseconds over 2.5 s, against the few of the probes.
+        let pauses: u64 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("held-lock: rank 0 gave up the processor "))
+            .and_then(|l| l.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count of pauses: {}", report(&o)));
+        assert_eq!(
+            pauses >= 1000,
+            shared,
+            "rank 0 gave up the processor {pauses} times, sharing one with the holder: {shared}"
+        );
     }
+}
+
+/// The first processor this process may run on (`Cpus_allowed_list` of
+/// `/proc/self/status`: "0-3,8", ...).
+fn first_allowed_cpu() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .and_then(|list| list.trim().split([',', '-']).next()?.parse().ok())
+        .expect("a processor to run on")
 }
 
 #[test]

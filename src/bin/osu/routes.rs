@@ -107,20 +107,16 @@ pub fn table(lines: &[String]) -> String {
     out
 }
 
-/// Whether this rank's node takes turns on its processors, and how often its idle
-/// waits yield, the line rank 0 prints after its routing table: `# placement: the
-/// ranks of rank 0's node outnumber the processors they may run on; idle waits yield
-/// every 1 round(s)` (or `do not outnumber`, and another count).
+/// Whether this rank's node takes turns on its processors, the line rank 0 prints
+/// after its routing table: `# placement: the ranks of rank 0's node outnumber the
+/// processors they may run on` (or `do not outnumber`).
 pub fn placement(comm: &Comm) -> String {
     let seen = if comm.node_oversubscribed() {
         "outnumber"
     } else {
         "do not outnumber"
     };
-    format!(
-        "# placement: the ranks of rank 0's node {seen} the processors they may run on; idle waits yield every {} round(s)",
-        comm.idle_yield_every()
-    )
+    format!("# placement: the ranks of rank 0's node {seen} the processors they may run on")
 }
 
 #[cfg(test)]

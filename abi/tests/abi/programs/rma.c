@@ -24,8 +24,10 @@
  * epoch; a rank that only flushes its own window serves the others' accumulates; MPI_PROC_NULL as the target of locks, flushes and requests. Errors: no
  * epoch, out of the window, a bad rank, a freed window, sizes that do not match,
  * through MPI_ERRORS_RETURN and a user's handler. */
+#define _GNU_SOURCE /* RUSAGE_THREAD */
 #include "check.h"
 #include <stddef.h>
+#include <sys/resource.h>
 
 static int left, right;
 
@@ -1128,9 +1130,11 @@ static void test_errors(int allocated) {
 
 /* With the argument "held-lock" (2 ranks, msg_peer_timeout 1 s): rank 1 holds an
  * exclusive lock on rank 0's window while it computes for 2.5 s, longer than the
- * timeout: rank 0's own MPI_Win_lock waits, and takes it once released. Then rank 1
- * holds it while it waits in a barrier for rank 0: rank 0's attempt gives up with
- * MPI_ERR_RMA_SYNC after the peer timeout instead of waiting forever. */
+ * timeout: rank 0's own MPI_Win_lock waits, and takes it once released; rank 0
+ * prints how often its thread gave up the processor of its own accord meanwhile
+ * (a sleep counts, a yield does not). Then rank 1 holds it while it waits in a
+ * barrier for rank 0: rank 0's attempt gives up with MPI_ERR_RMA_SYNC after the
+ * peer timeout instead of waiting forever. */
 static void held_lock(void) {
   int *base;
   MPI_Win win;
@@ -1142,8 +1146,13 @@ static void held_lock(void) {
     OK(MPI_Barrier(MPI_COMM_WORLD));
     double t0 = MPI_Wtime();
     if (rank == 0 && !stalled) {
+      struct rusage before, after;
+      CHECK(getrusage(RUSAGE_THREAD, &before) == 0, "getrusage");
       OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win));
       double waited = MPI_Wtime() - t0;
+      CHECK(getrusage(RUSAGE_THREAD, &after) == 0, "getrusage");
+      printf("held-lock: rank 0 gave up the processor %ld times while it waited\n",
+             after.ru_nvcsw - before.ru_nvcsw);
       CHECK(waited >= 2.0, "the lock was taken after %.1f s, before its holder let it go", waited);
       OK(MPI_Win_unlock(0, win));
     } else if (rank == 0) {
