@@ -211,10 +211,10 @@ const TRIES_BEFORE_STEPPING_ASIDE: u64 = 64;
 /// node whose ranks outnumber their processors. There the holder may need this
 /// processor to finish, and a yield does not always give it up: the kernel's
 /// autogroups make each session a scheduling group, and a yield hands the processor
-/// over within the caller's group only (Slurm's tasks of a node share a session,
-/// hydra's each have one). A sleep leaves it to the node's other ranks, whatever their
-/// session (measured: docs/performance.md, 2026-12-04). Elsewhere a wait yields: the
-/// holder runs on a processor of its own.
+/// to another task of the caller's group at once, to one of another group seldom
+/// (Slurm's tasks of a node share a session, hydra's each have one). A sleep leaves it
+/// to the node's other ranks, whatever their session (measured: docs/performance.md,
+/// 2026-12-04). Elsewhere a wait yields: the holder runs on a processor of its own.
 const PAUSE_WHEN_OVERSUBSCRIBED: std::time::Duration = std::time::Duration::from_micros(20);
 
 /// Take the lock word at `offset` of member `r`'s control block of window `h`:

@@ -384,8 +384,8 @@ fn shared_windows_over_tcp_alone_share_a_segment() {
 /// waits for the rank that wants it is given up on with `MPI_ERR_RMA_SYNC` (`rma.c
 /// held-lock`, with `msg_peer_timeout` at 1 s). Where the two ranks share one
 /// processor, the waiter sleeps between its tries, leaving the processor to the
-/// holder whatever their sessions (a yield hands it over within one only); with a
-/// processor each, it yields.
+/// holder whatever their sessions (a yield seldom hands it to another session); with
+/// a processor each, it yields.
 #[test]
 fn a_lock_held_while_computing_is_waited_for_and_one_held_while_waiting_is_given_up() {
     let exe = build("rma");
