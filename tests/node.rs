@@ -1115,16 +1115,7 @@ fn a_launcher_killed_during_start_up_leaves_no_segments() {
         osu.wait().unwrap();
         // The ranks die with their parent (PR_SET_PDEATHSIG); wait until they are gone.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let alive = |pid: &i32| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-                !s.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-        };
-        while ranks.iter().any(alive) {
+        while ranks.iter().any(|&pid| !common::process_ended(pid)) {
             assert!(
                 std::time::Instant::now() < deadline,
                 "ranks {ranks:?} outlived their launcher by 10 s"

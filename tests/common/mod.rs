@@ -98,12 +98,19 @@ pub fn watchdog(limit: Duration) {
     });
 }
 
-/// The state letter of process `pid` (`T` when stopped).
+/// The state letter of process `pid` (`T` when stopped, `Z` a zombie): `None` once
+/// it is gone.
 #[allow(dead_code)]
-fn process_state(pid: i32) -> char {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after_name = stat.rsplit(')').next().unwrap();
-    after_name.trim_start().chars().next().unwrap()
+fn process_state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = stat.rsplit(')').next()?;
+    after_name.trim_start().chars().next()
+}
+
+/// Whether process `pid` has ended: gone, or a zombie its parent has not reaped.
+#[allow(dead_code)]
+pub fn process_ended(pid: i32) -> bool {
+    process_state(pid).is_none_or(|state| state == 'Z')
 }
 
 /// A process stopped by SIGSTOP (a rank that answers nothing, while its kernel may
@@ -128,7 +135,7 @@ impl Continue {
 #[allow(dead_code)]
 pub fn wait_until_stopped(pid: i32) {
     let stopping = Instant::now();
-    while process_state(pid) != 'T' {
+    while process_state(pid) != Some('T') {
         assert!(
             stopping.elapsed() < Duration::from_secs(10),
             "process {pid} did not stop"

@@ -3,7 +3,7 @@
 //! poll of the completion queue and its connection method sees the end first (the
 //! methods look at every progress call while another connection is being set up).
 
-use crate::common::{progress_until, send_noted, senders, watchdog};
+use crate::common::{process_ended, progress_until, send_noted, senders, watchdog};
 use rbtl::btl::{DesFlags, Endpoint, Module, SendiOutcome, Tag};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -26,19 +26,6 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
             "still waiting for {what}"
         );
         std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Whether process `pid` has ended (gone, or a zombie its launcher has not reaped).
-fn ended(pid: &str) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z'),
     }
 }
 
@@ -103,8 +90,12 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: rbtl::pmi::Job) {
             // A connection under way: the connection methods look at every call.
             byte(m, eps[2].unwrap(), hello);
             wait_for("rank 1's sends", || sent_file.exists());
-            let pid = std::fs::read_to_string(&sent_file).unwrap();
-            wait_for("rank 1's end", || ended(pid.trim()));
+            let pid: i32 = std::fs::read_to_string(&sent_file)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            wait_for("rank 1's end", || process_ended(pid));
             progress_until(m, "rank 1's failure", || !heard.lock().unwrap().is_empty());
             let before = heard.lock().unwrap()[0];
             assert_eq!(
