@@ -1,5 +1,6 @@
 //! Helpers the workspace's test suites share.
 
+pub mod cpus;
 pub mod fork;
 pub mod fuzz;
 pub mod mem;

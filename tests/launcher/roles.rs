@@ -117,18 +117,10 @@ pub fn job() {
     assert_eq!(job.modex.size(), job.size);
     exchange(job.modex.as_mut());
     // Report where this rank may run, for the binding test.
-    // SAFETY: cpu_set_t is plain bits; the kernel fills at most its size.
-    let cpus: Vec<String> = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        assert_eq!(
-            libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set),
-            0
-        );
-        (0..libc::CPU_SETSIZE as usize)
-            .filter(|&c| libc::CPU_ISSET(c, &set))
-            .map(|c| c.to_string())
-            .collect()
-    };
+    let cpus: Vec<String> = rbtl_testkit::cpus::allowed()
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
     let dir = PathBuf::from(std::env::var_os("RBTL_TEST_DIR").expect("RBTL_TEST_DIR"));
     std::fs::write(dir.join(format!("cpus.{}", job.rank)), cpus.join(",")).unwrap();
     report_ok(job.rank);

@@ -16,24 +16,6 @@ pub fn run(report: &dyn Fn(u32, &str)) {
     report(comm.rank(), seen);
 }
 
-/// The processors the calling thread may run on.
-fn allowed() -> Vec<usize> {
-    // SAFETY: cpu_set_t is plain bits; all-zero is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `set` is a writable cpu_set_t of the size given.
-    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
-    assert_eq!(
-        r,
-        0,
-        "sched_getaffinity: {}",
-        std::io::Error::last_os_error()
-    );
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: CPU_ISSET reads one bit of `set`, `c` being below CPU_SETSIZE.
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect()
-}
-
 /// Whether the two ranks of a job started from a thread confined to `cpu` (or left
 /// free) see their node oversubscribed; both must say the same.
 fn two_ranks_see(cpu: Option<usize>) -> bool {
@@ -70,7 +52,7 @@ fn two_ranks_see(cpu: Option<usize>) -> bool {
 
 #[test]
 fn ranks_confined_to_fewer_processors_than_they_number_take_turns() {
-    let cpus = allowed();
+    let cpus = rbtl_testkit::cpus::allowed();
     // Free, two ranks have a processor each, unless the test runs on one.
     assert_eq!(two_ranks_see(None), cpus.len() < 2);
     // Started on one processor, they share it, however many the machine has.

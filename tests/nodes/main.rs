@@ -264,17 +264,6 @@ fn ranks_of_nodes_with_processors_of_their_own_see_whether_they_take_turns() {
         return;
     }
     let nodes = Nodes::up_with(2, &["--own-cpus"]);
-    // How many processors a `/proc/PID/status` lists as allowed.
-    let allowed = |status: &str| -> usize {
-        let line = status.lines().find(|l| l.starts_with("Cpus_allowed_list:"));
-        let list = line.and_then(|l| l.split_whitespace().nth(1)).unwrap_or("");
-        list.split(',')
-            .map(|part| match part.split_once('-') {
-                Some((a, b)) => b.parse::<usize>().unwrap() - a.parse::<usize>().unwrap() + 1,
-                None => usize::from(part.parse::<usize>().is_ok()),
-            })
-            .sum()
-    };
     let on_node = |k: usize| {
         let out = run(
             Command::new("bash").arg(cluster::tool()).args([
@@ -285,10 +274,13 @@ fn ranks_of_nodes_with_processors_of_their_own_see_whether_they_take_turns() {
             ]),
             LAUNCH_LIMIT,
         );
-        allowed(&out.stdout)
+        rbtl_testkit::cpus::allowed_in_status(&out.stdout).len()
     };
     // The tool runs on this test's processors: half each.
-    let here = allowed(&std::fs::read_to_string("/proc/self/status").unwrap());
+    let here = rbtl_testkit::cpus::allowed_in_status(
+        &std::fs::read_to_string("/proc/self/status").unwrap(),
+    )
+    .len();
     let share = (here / 2).max(1);
     assert_eq!(
         (on_node(1), on_node(2)),

@@ -390,7 +390,7 @@ fn shared_windows_over_tcp_alone_share_a_segment() {
 fn a_lock_held_while_computing_is_waited_for_and_one_held_while_waiting_is_given_up() {
     let exe = build("rma");
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let first = first_allowed_cpu().to_string();
+    let first = rbtl_testkit::cpus::allowed()[0].to_string();
     for shared in [true, false] {
         if !shared && cpus < 2 {
             continue;
@@ -434,17 +434,6 @@ fn a_lock_held_while_computing_is_waited_for_and_one_held_while_waiting_is_given
             "rank 0 gave up the processor {pauses} times, sharing one with the holder: {shared}"
         );
     }
-}
-
-/// The first processor this process may run on (`Cpus_allowed_list` of
-/// `/proc/self/status`: "0-3,8", ...).
-fn first_allowed_cpu() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-        .and_then(|list| list.trim().split([',', '-']).next()?.parse().ok())
-        .expect("a processor to run on")
 }
 
 #[test]
