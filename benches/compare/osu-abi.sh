@@ -21,7 +21,7 @@
 #   size); osu_allreduce, osu_bcast and osu_barrier at most 1.0x at 2, 4 and 8 ranks.
 #
 #   benches/compare/osu-abi.sh [-w WHERE] [-g PARTS] [-r ROUNDS] [-m MIN_SIZE] [-M MAX_SIZE]
-#       [-i ITERATIONS]
+#       [-i ITERATIONS] [-n RANKS]
 #     WHERE: any of "node nodes" (default both; "nodes" needs root and mpich)
 #     PARTS: any of "pt2pt onesided coll" (default all)
 #     ROUNDS: runs of each system per benchmark, alternating, the order reversed each
@@ -34,6 +34,8 @@
 #       with 100 the figures vary by half between runs); a tenth as many across nodes
 #       at more ranks than cores, where each collective takes milliseconds; the same
 #       for both systems
+#     RANKS: the collectives' rank counts, 2 or more (default "2 4 8"; across nodes
+#       Open MPI's 8 ranks spin on the 2 cores, and each of its runs takes minutes)
 #
 # One node: Open MPI's ob1 over vader (its shared memory), rbtl over sm (mpiexec); two
 # ranks are pinned to cores 0 and 1 (mpirun --bind-to core, mpiexec --bind-to core;
@@ -56,7 +58,8 @@ ROUNDS=3
 MIN=1
 MAX=4194304
 COLL_ITER=1000
-read_options 2,45 "w:WHERE g:PARTS r:ROUNDS m:MIN M:MAX i:COLL_ITER" "$@"
+COLL_RANKS="2 4 8"
+read_options 2,51 "w:WHERE g:PARTS r:ROUNDS m:MIN M:MAX i:COLL_ITER n:COLL_RANKS" "$@"
 die() { echo "osu-abi.sh: $*" >&2; exit 1; }
 for w in $WHERE; do [[ $w == node || $w == nodes ]] || die "-w: '$w' is neither node nor nodes"; done
 for g in $PARTS; do [[ $g =~ ^(pt2pt|onesided|coll)$ ]] || die "-g: '$g' is not one of pt2pt onesided coll"; done
@@ -64,6 +67,9 @@ for g in $PARTS; do [[ $g =~ ^(pt2pt|onesided|coll)$ ]] || die "-g: '$g' is not 
 [[ $MAX =~ ^[1-9][0-9]*$ ]] || die "-M $MAX: give the largest size in bytes"
 [[ $MIN =~ ^[1-9][0-9]*$ && $MIN -le $MAX ]] || die "-m $MIN: give the smallest size in bytes, at most -M"
 [[ $COLL_ITER =~ ^[1-9][0-9]*$ ]] || die "-i $COLL_ITER: give the collectives' iterations, 1 or more"
+for n in $COLL_RANKS; do
+    [[ $n =~ ^[1-9][0-9]*$ && $n -ge 2 ]] || die "-n: '$n' is not a rank count of 2 or more"
+done
 if [[ " $WHERE " == *" nodes "* ]]; then
     [[ $EUID -eq 0 ]] || die "across nodes needs root (simulated nodes); -w node runs on this node only"
     command -v mpiexec.mpich >/dev/null || die "mpiexec.mpich is missing (bash tools/packages.sh install host nodes)"
@@ -110,7 +116,6 @@ PT2PT="osu_latency osu_bw osu_bibw"
 ONESIDED="osu_put_latency osu_get_latency osu_acc_latency osu_get_acc_latency osu_fop_latency
     osu_cas_latency osu_put_bw osu_get_bw osu_put_bibw"
 COLL="osu_allreduce osu_bcast osu_barrier"
-COLL_RANKS="2 4 8"
 
 # rbtl's osu's name for an OSU benchmark, when it has it.
 osu_sub() {
