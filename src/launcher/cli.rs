@@ -1,6 +1,6 @@
 //! The command line of `rbtlrun`.
 
-use super::{Error, LaunchOptions};
+use super::{App, Error, LaunchOptions};
 use std::ffi::OsString;
 use std::time::Duration;
 
@@ -9,12 +9,19 @@ pub const HELP: &str = "\
 rbtlrun: start the local ranks of a job and serve them PMI-1
 
 Usage: rbtlrun [OPTIONS] PROGRAM [ARGS...]
+       rbtlrun [OPTIONS] PROGRAM [ARGS...] : [-n N] [--env NAME=VALUE]... PROGRAM [ARGS...] ...
 
 Starts N copies (ranks) of PROGRAM on this machine. Each rank gets a connection
 to the launcher's PMI-1 server (PMI_FD, with PMI_RANK and PMI_SIZE), the same
 wire protocol as MPICH's mpiexec, so rbtl::pmi::job() and other PMI-1 clients
 find their rank, job size and the job-wide key-value store (the modex). A
 PROGRAM named without '/' is looked for in PATH, then in the working folder.
+
+Several programs make one job when ':' separates them (MPMD, as MPICH's mpiexec
+and Open MPI's mpirun take them): each has its own -n (default 1) and --env
+(set in its ranks only, after the job's); the other options apply to the whole
+job and come before the first program. A program's ranks follow those of the
+programs before it, and PMI's get_appnum answers its index from 0 (MPI_APPNUM).
 
 Options:
   -n, -np, --ranks N   number of ranks to start (default 1)
@@ -78,10 +85,9 @@ pub enum Invocation {
     Version,
     /// Run a job.
     Run {
-        /// The program each rank runs.
-        program: OsString,
-        /// Its arguments.
-        args: Vec<OsString>,
+        /// Its programs, in order: one, unless `:` joins several (their ranks sum to
+        /// `options.ranks`).
+        apps: Vec<App>,
         /// How to run it.
         options: LaunchOptions,
     },
@@ -110,11 +116,7 @@ pub fn main(
             let _ = writeln!(std::io::stdout(), "{version}");
             ExitCode::SUCCESS
         }
-        Ok(Invocation::Run {
-            program,
-            args,
-            mut options,
-        }) => {
+        Ok(Invocation::Run { apps, mut options }) => {
             if options.timeout.is_none() {
                 let env = std::env::var("MPIEXEC_TIMEOUT").ok();
                 match timeout_from_env(env.as_deref()) {
@@ -125,7 +127,7 @@ pub fn main(
                     }
                 }
             }
-            match super::launch(std::path::Path::new(&program), &args, &options) {
+            match super::launch_apps(&apps, &options) {
                 Ok(summary) => ExitCode::from(summary.exit_byte()),
                 Err(e) => {
                     eprintln!("{name}: {e}");
@@ -159,104 +161,142 @@ pub fn takes_value(name: &str) -> bool {
     )
 }
 
+/// The options a program after a `:` may take (the rest apply to the whole job).
+fn program_option(name: &str) -> bool {
+    matches!(name, "-n" | "-np" | "--np" | "--ranks" | "--env" | "--")
+}
+
 /// Parses `rbtlrun`'s arguments (without the program name).
 pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation, Error> {
     let usage = |msg: String| Error::Usage(format!("{msg}; run 'rbtlrun --help' for the options"));
     let mut options = LaunchOptions::default();
     let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let Some(text) = arg.to_str().filter(|t| t.starts_with('-') && *t != "-") else {
-            return Ok(Invocation::Run {
-                program: arg,
-                args: args.collect(),
-                options,
-            });
-        };
-        let (name, inline) = match text.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
-            _ => (text.to_string(), None),
-        };
-        let takes_value = takes_value(&name);
-        if inline.is_some() && !takes_value {
-            return Err(usage(format!("option '{name}' takes no value")));
-        }
-        let mut value = || -> Result<String, Error> {
-            match inline.clone() {
-                Some(v) => Ok(v),
-                None => args
-                    .next()
-                    .and_then(|v| v.into_string().ok())
-                    .ok_or_else(|| usage(format!("option '{name}' needs a value"))),
+    let mut apps: Vec<App> = Vec::new();
+    loop {
+        let first = apps.is_empty();
+        let (mut ranks, mut env) = (1u32, Vec::new());
+        let program = loop {
+            let Some(arg) = args.next() else {
+                return Err(usage(match first {
+                    true => "no PROGRAM given".into(),
+                    false => "no PROGRAM after ':'".into(),
+                }));
+            };
+            let Some(text) = arg.to_str().filter(|t| t.starts_with('-') && *t != "-") else {
+                break arg;
+            };
+            let (name, inline) = match text.split_once('=') {
+                Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
+                _ => (text.to_string(), None),
+            };
+            let takes_value = takes_value(&name);
+            if inline.is_some() && !takes_value {
+                return Err(usage(format!("option '{name}' takes no value")));
             }
-        };
-        match name.as_str() {
-            "-h" | "--help" => return Ok(Invocation::Help),
-            "-V" | "--version" => return Ok(Invocation::Version),
-            "--" => {
-                let program = args
-                    .next()
-                    .ok_or_else(|| usage("no PROGRAM after '--'".into()))?;
-                return Ok(Invocation::Run {
-                    program,
-                    args: args.collect(),
-                    options,
-                });
+            if !first && !program_option(&name) {
+                return Err(usage(format!(
+                    "option '{name}' after ':' (a program there takes -n and --env; the \
+                     rest apply to the whole job: give them before the first program)"
+                )));
             }
-            "-n" | "-np" | "--np" | "--ranks" => {
-                let v = value()?;
-                options.ranks = v.parse().ok().filter(|&n: &u32| n > 0).ok_or_else(|| {
-                    usage(format!(
-                        "'{name} {v}': want a whole number of ranks, 1 or more"
-                    ))
-                })?;
-            }
-            "--universe-size" => {
-                let v = value()?;
-                let n = v.parse().ok().filter(|&n: &u32| n > 0);
-                options.universe_size = Some(n.ok_or_else(|| {
-                    usage(format!(
-                        "'--universe-size {v}': want a whole number of processes, 1 or more"
-                    ))
-                })?);
-            }
-            "--bind-to" => {
-                let v = value()?;
-                options.bind = v.parse().map_err(usage)?;
-            }
-            "--tag-output" => options.tag_output = true,
-            "--grace" => {
-                let v = value()?;
-                options.grace = v
-                    .parse::<f64>()
-                    .ok()
-                    .and_then(|s| Duration::try_from_secs_f64(s).ok())
-                    .ok_or_else(|| {
+            let mut value = || -> Result<String, Error> {
+                match inline.clone() {
+                    Some(v) => Ok(v),
+                    None => args
+                        .next()
+                        .and_then(|v| v.into_string().ok())
+                        .ok_or_else(|| usage(format!("option '{name}' needs a value"))),
+                }
+            };
+            match name.as_str() {
+                "-h" | "--help" => return Ok(Invocation::Help),
+                "-V" | "--version" => return Ok(Invocation::Version),
+                "--" => {
+                    break args
+                        .next()
+                        .ok_or_else(|| usage("no PROGRAM after '--'".into()))?;
+                }
+                "-n" | "-np" | "--np" | "--ranks" => {
+                    let v = value()?;
+                    ranks = v.parse().ok().filter(|&n: &u32| n > 0).ok_or_else(|| {
                         usage(format!(
-                            "'--grace {v}': want a number of seconds, 0 or more"
+                            "'{name} {v}': want a whole number of ranks, 1 or more"
                         ))
                     })?;
-            }
-            "--timeout" => {
-                let v = value()?;
-                options.timeout = Some(seconds(&v).ok_or_else(|| {
-                    usage(format!(
-                        "'--timeout {v}': want a number of seconds, more than 0"
-                    ))
-                })?);
-            }
-            "--env" => {
-                let v = value()?;
-                match v.split_once('=') {
-                    Some((k, val)) if !k.is_empty() => {
-                        options.env.push((k.to_string(), val.to_string()))
+                }
+                "--env" => {
+                    let v = value()?;
+                    match v.split_once('=') {
+                        Some((k, val)) if !k.is_empty() => {
+                            env.push((k.to_string(), val.to_string()))
+                        }
+                        _ => return Err(usage(format!("'--env {v}': want NAME=VALUE"))),
                     }
-                    _ => return Err(usage(format!("'--env {v}': want NAME=VALUE"))),
+                }
+                _ => {
+                    let v = if takes_value { Some(value()?) } else { None };
+                    job_option(&mut options, &name, v.unwrap_or_default()).map_err(usage)?
                 }
             }
-            _ => return Err(usage(format!("unknown option '{name}'"))),
+        };
+        // The job's own variables are those given before its first program.
+        if first {
+            options.env = std::mem::take(&mut env);
+        }
+        let mut program_args = Vec::new();
+        let mut more = false;
+        for a in args.by_ref() {
+            if a == ":" {
+                more = true;
+                break;
+            }
+            program_args.push(a);
+        }
+        apps.push(App {
+            program,
+            args: program_args,
+            ranks,
+            env,
+        });
+        if !more {
+            break;
         }
     }
-    Err(usage("no PROGRAM given".into()))
+    options.ranks = apps
+        .iter()
+        .try_fold(0u32, |n, a| n.checked_add(a.ranks))
+        .ok_or_else(|| usage("the programs' ranks number more than 2^32".into()))?;
+    Ok(Invocation::Run { apps, options })
+}
+
+/// Set option `name` of the whole job in `options` to `v` (empty for an option that
+/// takes no value); the error's message (an unknown option, a bad value).
+fn job_option(options: &mut LaunchOptions, name: &str, v: String) -> Result<(), String> {
+    match name {
+        "--universe-size" => {
+            let n = v.parse().ok().filter(|&n: &u32| n > 0);
+            options.universe_size = Some(n.ok_or_else(|| {
+                format!("'--universe-size {v}': want a whole number of processes, 1 or more")
+            })?);
+        }
+        "--bind-to" => options.bind = v.parse()?,
+        "--tag-output" => options.tag_output = true,
+        "--grace" => {
+            options.grace = v
+                .parse::<f64>()
+                .ok()
+                .and_then(|s| Duration::try_from_secs_f64(s).ok())
+                .ok_or_else(|| format!("'--grace {v}': want a number of seconds, 0 or more"))?;
+        }
+        "--timeout" => {
+            let t = seconds(&v);
+            options.timeout = Some(t.ok_or_else(|| {
+                format!("'--timeout {v}': want a number of seconds, more than 0")
+            })?);
+        }
+        _ => return Err(format!("unknown option '{name}'")),
+    }
+    Ok(())
 }
 
 /// A time limit of `v` seconds, more than 0 (fractions allowed).
@@ -290,13 +330,18 @@ mod tests {
         parse_args(args.iter().map(OsString::from))
     }
 
+    /// The one program of a run, and its options.
+    fn single(args: &[&str]) -> (App, LaunchOptions) {
+        let Invocation::Run { mut apps, options } = parse(args).unwrap() else {
+            panic!("not a run");
+        };
+        assert_eq!(apps.len(), 1, "{apps:?}");
+        (apps.remove(0), options)
+    }
+
     #[test]
     fn parses_a_full_command_line() {
-        let Invocation::Run {
-            program,
-            args,
-            options,
-        } = parse(&[
+        let (app, options) = single(&[
             "-n",
             "4",
             "--bind-to=core",
@@ -311,14 +356,11 @@ mod tests {
             "prog",
             "-n",
             "x",
-        ])
-        .unwrap()
-        else {
-            panic!("not a run");
-        };
-        assert_eq!(program, "prog");
-        assert_eq!(args, ["-n", "x"]);
-        assert_eq!(options.ranks, 4);
+        ]);
+        assert_eq!(app.program, "prog");
+        assert_eq!(app.args, ["-n", "x"]);
+        assert_eq!((app.ranks, options.ranks), (4, 4));
+        assert!(app.env.is_empty());
         assert_eq!(options.bind, Bind::Core);
         assert!(options.tag_output);
         assert_eq!(options.grace, Duration::from_millis(500));
@@ -329,13 +371,8 @@ mod tests {
 
     #[test]
     fn defaults_and_double_dash() {
-        let Invocation::Run {
-            program, options, ..
-        } = parse(&["--", "-weird"]).unwrap()
-        else {
-            panic!("not a run");
-        };
-        assert_eq!(program, "-weird");
+        let (app, options) = single(&["--", "-weird"]);
+        assert_eq!(app.program, "-weird");
         assert_eq!(options.ranks, 1);
         assert_eq!(options.bind, Bind::None);
         assert!(!options.tag_output);
@@ -354,6 +391,55 @@ mod tests {
     }
 
     #[test]
+    fn programs_joined_by_colons_make_one_job() {
+        let Invocation::Run { apps, options } = parse(&[
+            "--tag-output",
+            "--env",
+            "ALL=1",
+            "-n",
+            "2",
+            "a",
+            "x",
+            ":",
+            "b",
+            ":",
+            "-n",
+            "3",
+            "--env",
+            "ONLY=c",
+            "--",
+            "-c",
+            "y",
+            "z",
+        ])
+        .unwrap() else {
+            panic!("not a run");
+        };
+        let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let want = [
+            ("a", &["x"][..], 2, env(&[])),
+            ("b", &[], 1, env(&[])),
+            ("-c", &["y", "z"], 3, env(&[("ONLY", "c")])),
+        ];
+        assert_eq!(apps.len(), want.len());
+        for (app, (program, args, ranks, env)) in apps.iter().zip(want) {
+            assert_eq!(
+                (app.program.to_str().unwrap(), app.ranks, &app.env),
+                (program, ranks, &env)
+            );
+            assert_eq!(app.args, args);
+        }
+        assert_eq!(options.ranks, 6);
+        assert!(options.tag_output);
+        assert_eq!(options.env, env(&[("ALL", "1")]));
+    }
+
+    #[test]
     fn errors_name_the_problem() {
         for (args, needle) in [
             (&["--frobnicate", "prog"][..], "'--frobnicate'"),
@@ -366,6 +452,14 @@ mod tests {
             (&["--universe-size", "0", "prog"][..], "--universe-size 0"),
             (&["--tag-output=yes", "prog"][..], "takes no value"),
             (&[][..], "no PROGRAM"),
+            (&["a", ":"][..], "no PROGRAM after ':'"),
+            (&["a", ":", "-n", "0", "b"][..], "-n 0"),
+            (
+                &["a", ":", "--bind-to", "core", "b"][..],
+                "'--bind-to' after ':'",
+            ),
+            (&["a", ":", "--help"][..], "'--help' after ':'"),
+            (&["-n", "4294967295", "a", ":", "b"][..], "more than 2^32"),
         ] {
             let err = parse(args).unwrap_err().to_string();
             assert!(err.contains(needle), "{args:?}: {err}");

@@ -9,7 +9,7 @@ use super::startup::{self, Stopped};
 use super::universe::SpawnRequest;
 use super::verdict::Verdict;
 use super::{output, server, signals};
-use super::{Bind, Error, ExitStatusSummary, Failure, LaunchOptions};
+use super::{App, Bind, Error, ExitStatusSummary, Failure, LaunchOptions};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -57,8 +57,32 @@ pub fn launch(
     args: &[OsString],
     opts: &LaunchOptions,
 ) -> Result<ExitStatusSummary, Error> {
-    if opts.ranks == 0 {
+    let app = App {
+        program: program.into(),
+        args: args.to_vec(),
+        ranks: opts.ranks,
+        env: Vec::new(),
+    };
+    launch_apps(&[app], opts)
+}
+
+/// As [`launch`], for a job of several programs (MPMD): `apps` in order, their
+/// ranks numbered one after the other (`opts.ranks`, which must be their sum), each
+/// rank's `get_appnum` its program's index.
+pub fn launch_apps(apps: &[App], opts: &LaunchOptions) -> Result<ExitStatusSummary, Error> {
+    if opts.ranks == 0 || apps.iter().any(|a| a.ranks == 0) {
         return Err(Error::NoRanks);
+    }
+    let total = apps.iter().try_fold(0u32, |n, a| n.checked_add(a.ranks));
+    if total != Some(opts.ranks) {
+        return Err(Error::Usage(format!(
+            "the programs' ranks ({}) are not the job's {}",
+            apps.iter()
+                .map(|a| a.ranks.to_string())
+                .collect::<Vec<_>>()
+                .join(" + "),
+            opts.ranks
+        )));
     }
     let universe_size = opts.universe_size.unwrap_or(opts.ranks);
     if universe_size < opts.ranks {
@@ -77,7 +101,11 @@ pub fn launch(
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     let kvsname = format!("rbtl_kvs_{}_{}", std::process::id(), now.as_nanos());
-    let shared = server::Shared::new(opts.ranks, kvsname);
+    let appnums = (0i32..)
+        .zip(apps)
+        .flat_map(|(k, a)| std::iter::repeat_n(k, a.ranks as usize))
+        .collect();
+    let shared = server::Shared::of_programs(appnums, kvsname);
     shared.universe().set_size(universe_size);
     let (events_tx, events) = mpsc::channel();
     let (output_done_tx, output_done) = mpsc::channel::<()>();
@@ -91,7 +119,7 @@ pub fn launch(
         _spawned: Vec::new(),
     };
     // Every process first, then the threads that serve them (see `startup`).
-    let (processes, stopped) = startup::start_processes(program, args, opts, &cores, &signal_watch);
+    let (processes, stopped) = startup::start_processes(apps, opts, &cores, &signal_watch);
     let mut started = Ok(());
     let mut processes = processes.into_iter();
     for (rank, s) in (0u32..).zip(processes.by_ref()) {
@@ -348,6 +376,7 @@ impl Ranks {
             let place = Place {
                 wdir: wdir.as_deref(),
                 path: info("path").map(|(_, v)| v.as_str()),
+                env: &[],
             };
             for _ in 0..s.command.nprocs {
                 let at = (program.as_path(), place);
@@ -512,5 +541,39 @@ fn terminate(ranks: &[RankProcess]) -> Phase {
 fn signal_all(ranks: &[RankProcess], signal: libc::c_int) {
     for r in ranks {
         r.signal(signal);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn app(ranks: u32) -> App {
+        App {
+            program: "true".into(),
+            args: Vec::new(),
+            ranks,
+            env: Vec::new(),
+        }
+    }
+
+    /// Programs whose ranks are not the job's, or a program of none, start nothing.
+    #[test]
+    fn programs_must_number_the_jobs_ranks() {
+        let opts = |ranks| LaunchOptions {
+            ranks,
+            ..LaunchOptions::default()
+        };
+        let err = launch_apps(&[app(1), app(2)], &opts(4)).unwrap_err();
+        assert!(
+            err.to_string().contains("(1 + 2) are not the job's 4"),
+            "{err}"
+        );
+        assert!(matches!(
+            launch_apps(&[app(2), app(0)], &opts(2)),
+            Err(Error::NoRanks)
+        ));
+        let summary = launch_apps(&[app(1), app(2)], &opts(3)).unwrap();
+        assert_eq!(summary.code, 0);
     }
 }

@@ -1,7 +1,8 @@
 //! Starting the local ranks of a job, with a PMI-1 server for them: the library
 //! behind the `rbtlrun` binary, for programs that launch themselves.
 //!
-//! [`launch`] starts `ranks` copies of a program, each in a process group of its own:
+//! [`launch`] starts `ranks` copies of a program ([`launch_apps`], of several programs
+//! one after the other: MPMD), each in a process group of its own:
 //! every process first, then the threads that serve them, so that start-up time grows
 //! linearly with the ranks (a signal, or a started rank's failure, stops the start).
 //! A job the open-file limit, the user's process limit or the kernel's pid space
@@ -69,6 +70,6 @@ mod verdict;
 pub use cli::Invocation;
 pub use error::Error;
 pub use exit_status::{Abort, ExitStatusSummary, Failure, RankExit};
-pub use job::launch;
+pub use job::{launch, launch_apps};
 pub use kvs::{ENTRY_COST, STORE_PER_RANK};
-pub use options::{Bind, LaunchOptions};
+pub use options::{App, Bind, LaunchOptions};

@@ -1,7 +1,8 @@
 //! How to run a job: the number of ranks, the universe's size, their binding,
 //! output tagging, the grace period after a failure, the time limit, and their
-//! environment.
+//! environment; and the programs of a job of several (MPMD).
 
+use std::ffi::OsString;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -66,4 +67,19 @@ impl Default for LaunchOptions {
             timeout: None,
         }
     }
+}
+
+/// One program of a job of several (`rbtlrun -n 2 a : -n 3 b`, MPI 4.1 11.5.2): its
+/// ranks follow those of the programs before it, and PMI's `get_appnum` answers its
+/// index from 0 (`MPI_APPNUM`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct App {
+    /// The program (looked for as a single program's is).
+    pub program: OsString,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// Its ranks, 1 or more.
+    pub ranks: u32,
+    /// Variables set in its ranks only, after the job's ([`LaunchOptions::env`]).
+    pub env: Vec<(String, String)>,
 }

@@ -57,8 +57,15 @@ pub(super) struct Shared {
 
 impl Shared {
     /// The first job: `size` ranks of one executable.
+    #[cfg(test)]
     pub fn new(size: u32, kvsname: String) -> Arc<Self> {
-        Self::in_universe(size, kvsname, 0, vec![0; size as usize], Universe::new())
+        Self::of_programs(vec![0; size as usize], kvsname)
+    }
+
+    /// The first job: `appnums.len()` ranks, rank `r` of executable `appnums[r]`.
+    pub fn of_programs(appnums: Vec<i32>, kvsname: String) -> Arc<Self> {
+        let size = appnums.len() as u32;
+        Self::in_universe(size, kvsname, 0, appnums, Universe::new())
     }
 
     /// A job of `appnums.len()` ranks (rank `r` of executable `appnums[r]`),

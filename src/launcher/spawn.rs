@@ -22,11 +22,13 @@ pub(super) struct Started {
 
 /// Where a rank runs, as a spawn's info asks (MPI 4.1, 11.8.4): its working folder
 /// (`wdir`; the launcher's without), and folders, `:` between them, where its
-/// program is looked for before `PATH` (`path`).
+/// program is looked for before `PATH` (`path`); and the variables its program's
+/// ranks get after the job's (`env`: a program's own in a job of several).
 #[derive(Clone, Copy, Default)]
 pub(super) struct Place<'a> {
     pub wdir: Option<&'a Path>,
     pub path: Option<&'a str>,
+    pub env: &'a [(String, String)],
 }
 
 /// The program to run from `place`: a name with a `/` as given (from the launcher's
@@ -103,7 +105,7 @@ pub(super) fn start_rank(
     }
     command
         .args(args)
-        .envs(opts.env.iter().map(|(k, v)| (k, v)))
+        .envs(opts.env.iter().chain(place.env).map(|(k, v)| (k, v)))
         .env_remove("PMI_PORT")
         .env_remove("PMI_ID")
         .env("PMI_FD", fd.to_string())

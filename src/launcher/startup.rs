@@ -9,8 +9,7 @@
 use super::rank_process::ended;
 use super::signals::Watch;
 use super::spawn::{start_rank, Place, Started};
-use super::{Error, LaunchOptions, RankExit};
-use std::ffi::OsString;
+use super::{App, Error, LaunchOptions, RankExit};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -109,33 +108,41 @@ fn raise(
     Ok(())
 }
 
-/// Start the processes of ranks `0..opts.ranks` of `program` (rank `r` bound to
-/// `cores[r % len]` if any), stopping at a signal or a started rank's failure: the
-/// processes started, in rank order, and why starting stopped early, if it did.
+/// Start the processes of ranks `0..opts.ranks`, each program's after those of the
+/// programs before it in `apps` (rank `r` bound to `cores[r % len]` if any),
+/// stopping at a signal or a started rank's failure: the processes started, in rank
+/// order, and why starting stopped early, if it did.
 pub(super) fn start_processes(
-    program: &Path,
-    args: &[OsString],
+    apps: &[App],
     opts: &LaunchOptions,
     cores: &[Vec<usize>],
     signals: &Watch,
 ) -> (Vec<Started>, Option<Stopped>) {
     let mut started: Vec<Started> = Vec::with_capacity(opts.ranks as usize);
     let mut looked = Instant::now();
-    for rank in 0..opts.ranks {
-        if signals.received().is_some() {
-            return (started, Some(Stopped::Signal));
-        }
-        if looked.elapsed() >= LOOK_EVERY {
-            looked = Instant::now();
-            if let Some((r, exit)) = first_failed(&started) {
-                return (started, Some(Stopped::Failed(r, exit)));
+    let mut rank = 0u32;
+    for app in apps {
+        let place = Place {
+            env: &app.env,
+            ..Place::default()
+        };
+        for _ in 0..app.ranks {
+            if signals.received().is_some() {
+                return (started, Some(Stopped::Signal));
             }
-        }
-        let core = (!cores.is_empty()).then(|| &cores[rank as usize % cores.len()][..]);
-        let at = (program, Place::default());
-        match start_rank(at, args, opts, (rank, opts.ranks, true), core) {
-            Ok(s) => started.push(s),
-            Err(e) => return (started, Some(Stopped::Error(e))),
+            if looked.elapsed() >= LOOK_EVERY {
+                looked = Instant::now();
+                if let Some((r, exit)) = first_failed(&started) {
+                    return (started, Some(Stopped::Failed(r, exit)));
+                }
+            }
+            let core = (!cores.is_empty()).then(|| &cores[rank as usize % cores.len()][..]);
+            let at = (Path::new(&app.program), place);
+            match start_rank(at, &app.args, opts, (rank, opts.ranks, true), core) {
+                Ok(s) => started.push(s),
+                Err(e) => return (started, Some(Stopped::Error(e))),
+            }
+            rank += 1;
         }
     }
     (started, None)

@@ -5,10 +5,11 @@
 //! It takes the common spellings of MPICH's and Open MPI's launchers and hands the
 //! rest to `rbtlrun` (see `rbtlrun --help`): `-n`/`-np N`; `-genv NAME VALUE`,
 //! `-env NAME VALUE` and `-x NAME=VALUE` set a variable in every rank (as
-//! `--env NAME=VALUE`); hydra's `-usize N` sets `MPI_UNIVERSE_SIZE` (as
-//! `--universe-size N`); `--oversubscribe` is accepted (ranks may always outnumber
-//! cores here); `-host`, `-hosts`, `-f` and `--hostfile` are refused with the way to
-//! run across nodes.
+//! `--env NAME=VALUE`), or, after a `:` that joins programs into one job (MPMD),
+//! `-env` and `-x` in that program's ranks only; hydra's `-usize N` sets
+//! `MPI_UNIVERSE_SIZE` (as `--universe-size N`); `--oversubscribe` is accepted
+//! (ranks may always outnumber cores here); `-host`, `-hosts`, `-f` and
+//! `--hostfile` are refused with the way to run across nodes.
 //!
 //! The ranks find `libmpi_abi.so` where this `mpiexec` finds it (beside itself, or
 //! in `../lib`): that folder goes first in their `LD_LIBRARY_PATH`, as Open MPI's
@@ -19,20 +20,37 @@ use rbtl::launcher::cli;
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-/// `rbtlrun`'s arguments for an `mpiexec` command line.
+/// Copy a program's arguments from `it` to `out`, up to and with the `:` that
+/// starts the next program's options, if there is one: whether there is.
+fn program_args(it: &mut impl Iterator<Item = OsString>, out: &mut Vec<OsString>) -> bool {
+    for a in it.by_ref() {
+        let next = a == ":";
+        out.push(a);
+        if next {
+            return true;
+        }
+    }
+    false
+}
+
+/// `rbtlrun`'s arguments for an `mpiexec` command line (programs joined by `:`
+/// each take their own options).
 fn translate(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
     let mut out = Vec::new();
     let mut it = args.into_iter();
+    // Past the first program: options are that program's own.
+    let mut later = false;
     while let Some(a) = it.next() {
-        let Some(text) = a.to_str().map(str::to_string) else {
-            out.push(a);
-            out.extend(it);
-            break;
+        let text = match a.to_str() {
+            Some(t) if t.starts_with('-') => t.to_string(),
+            _ => {
+                out.push(a);
+                later |= program_args(&mut it, &mut out);
+                continue;
+            }
         };
-        if !text.starts_with('-') {
-            out.push(a);
-            out.extend(it);
-            break;
+        if later && text == "-genv" {
+            return Err("'-genv' sets a variable in every rank: give it before the first program (after ':', -env sets one for that program's ranks)".into());
         }
         match text.as_str() {
             "-genv" | "-env" => {
@@ -68,8 +86,8 @@ fn translate(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
             }
             "--" => {
                 out.push(a);
-                out.extend(it);
-                break;
+                out.extend(it.next());
+                later |= program_args(&mut it, &mut out);
             }
             _ => {
                 out.push(a);
@@ -111,7 +129,7 @@ fn main() -> ExitCode {
             ["--env".into(), format!("LD_LIBRARY_PATH={path}").into()],
         );
     }
-    let banner = "mpiexec: the MPI launcher of rbtl's libmpi_abi, over rbtlrun\n\nUsage: mpiexec -n N [-genv NAME VALUE]... [-x NAME=VALUE]... PROGRAM [ARGS...]\n\nEvery other option is rbtlrun's:\n\n";
+    let banner = "mpiexec: the MPI launcher of rbtl's libmpi_abi, over rbtlrun\n\nUsage: mpiexec -n N [-genv NAME VALUE]... [-x NAME=VALUE]... PROGRAM [ARGS...] [: -n N [-env NAME VALUE]... PROGRAM [ARGS...]]...\n\nEvery other option is rbtlrun's:\n\n";
     let version = concat!("mpiexec (rbtl) ", env!("CARGO_PKG_VERSION"));
     cli::main("mpiexec", banner, version, args)
 }
@@ -164,6 +182,15 @@ mod tests {
             ["--universe-size", "8", "prog"]
         );
         assert!(t(&["-genv", "A"]).unwrap_err().contains("NAME and VALUE"));
+        // Programs joined by ':' (MPMD), each with its own options.
+        assert_eq!(
+            t(&["-n", "1", "-genv", "A", "1", "a", "-x", ":", "-np", "2", "-env", "B", "2", "b"])
+                .unwrap(),
+            ["-n", "1", "--env", "A=1", "a", "-x", ":", "-np", "2", "--env", "B=2", "b"]
+        );
+        assert!(t(&["a", ":", "-genv", "A", "1", "b"])
+            .unwrap_err()
+            .contains("every rank"));
         assert!(t(&["-hosts", "a,b", "prog"]).unwrap_err().contains("hydra"));
     }
 }

@@ -230,6 +230,25 @@ fn universe_size() {
     }
 }
 
+/// Programs joined by `:` make one job (MPMD): three of 1, 2 and 1 ranks run
+/// `comm` as ranks 0 to 3 of 4, each with `MPI_APPNUM` its program's index and
+/// the variables given after its `:` (the first program, given none, sees 0).
+#[test]
+fn programs_joined_by_colons_are_one_job_numbered_by_program() {
+    let exe = build("comm");
+    let mut cmd = std::process::Command::new(super::MPIEXEC);
+    cmd.args(["-n", "1"]).arg(&exe);
+    for (ranks, appnum) in [("2", "1"), ("1", "2")] {
+        cmd.args([":", "-n", ranks, "-env", "ABI_TEST_APPNUM", appnum])
+            .arg(&exe);
+    }
+    let o = super::run_for(&mut cmd, LIMIT);
+    assert_no_failed_check(&o, "comm as three programs");
+    if let Err(why) = passed(&o, "comm", 4) {
+        panic!("comm as three programs: {why}");
+    }
+}
+
 /// Under hydra, which starts what it is asked to and then lets neither job read the
 /// other's key-value space, `MPI_Comm_spawn` is refused before the launcher is
 /// asked: at once, on every rank, and no child (which would report "spawn-child")
