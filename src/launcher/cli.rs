@@ -2,6 +2,7 @@
 
 use super::{App, Error, LaunchOptions};
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// `rbtlrun --help`.
@@ -9,7 +10,7 @@ pub const HELP: &str = "\
 rbtlrun: start the local ranks of a job and serve them PMI-1
 
 Usage: rbtlrun [OPTIONS] PROGRAM [ARGS...]
-       rbtlrun [OPTIONS] PROGRAM [ARGS...] : [-n N] [--env NAME=VALUE]... PROGRAM [ARGS...] ...
+       rbtlrun [OPTIONS] PROGRAM [ARGS...] : [-n N] [--env NAME=VALUE]... [--wdir DIR] PROGRAM [ARGS...] ...
 
 Starts N copies (ranks) of PROGRAM on this machine. Each rank gets a connection
 to the launcher's PMI-1 server (PMI_FD, with PMI_RANK and PMI_SIZE), the same
@@ -18,9 +19,9 @@ find their rank, job size and the job-wide key-value store (the modex). A
 PROGRAM named without '/' is looked for in PATH, then in the working folder.
 
 Several programs make one job when ':' separates them (MPMD, as MPICH's mpiexec
-and Open MPI's mpirun take them): each has its own -n (default 1) and --env
-(set in its ranks only, after the job's); the other options apply to the whole
-job and come before the first program. A program's ranks follow those of the
+and Open MPI's mpirun take them): each has its own -n (default 1), --env (set in
+its ranks only, after the job's) and --wdir (instead of the job's); the other
+options apply to the whole job and come before the first program. A program's ranks follow those of the
 programs before it, and PMI's get_appnum answers its index from 0 (MPI_APPNUM).
 
 Options:
@@ -40,6 +41,7 @@ Options:
                        their own (to notice the dead peer and report it)
                        before SIGTERM; SIGKILL follows 2 s later (default 1)
   --env NAME=VALUE     set an environment variable in every rank (repeatable)
+  --wdir DIR           the folder the ranks run in (default: rbtlrun's)
   --timeout SECS       end every rank once the job has run SECS seconds, and
                        exit 124 (default: the environment's MPIEXEC_TIMEOUT,
                        as MPICH's and Open MPI's launchers read it; else none)
@@ -157,13 +159,17 @@ pub fn takes_value(name: &str) -> bool {
             | "--bind-to"
             | "--grace"
             | "--env"
+            | "--wdir"
             | "--timeout"
     )
 }
 
 /// The options a program after a `:` may take (the rest apply to the whole job).
 fn program_option(name: &str) -> bool {
-    matches!(name, "-n" | "-np" | "--np" | "--ranks" | "--env" | "--")
+    matches!(
+        name,
+        "-n" | "-np" | "--np" | "--ranks" | "--env" | "--wdir" | "--"
+    )
 }
 
 /// Parses `rbtlrun`'s arguments (without the program name).
@@ -174,7 +180,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
     let mut apps: Vec<App> = Vec::new();
     loop {
         let first = apps.is_empty();
-        let (mut ranks, mut env) = (1u32, Vec::new());
+        let (mut ranks, mut env, mut wdir) = (1u32, Vec::new(), None);
         let program = loop {
             let Some(arg) = args.next() else {
                 return Err(usage(match first {
@@ -195,8 +201,8 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
             }
             if !first && !program_option(&name) {
                 return Err(usage(format!(
-                    "option '{name}' after ':' (a program there takes -n and --env; the \
-                     rest apply to the whole job: give them before the first program)"
+                    "option '{name}' after ':' (a program there takes -n, --env and --wdir; \
+                     the rest apply to the whole job: give them before the first program)"
                 )));
             }
             let mut value = || -> Result<String, Error> {
@@ -233,15 +239,18 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
                         _ => return Err(usage(format!("'--env {v}': want NAME=VALUE"))),
                     }
                 }
+                "--wdir" => wdir = Some(PathBuf::from(value()?)),
                 _ => {
                     let v = if takes_value { Some(value()?) } else { None };
                     job_option(&mut options, &name, v.unwrap_or_default()).map_err(usage)?
                 }
             }
         };
-        // The job's own variables are those given before its first program.
+        // The job's own variables and folder are those given before its first
+        // program.
         if first {
             options.env = std::mem::take(&mut env);
+            options.wdir = wdir.take();
         }
         let mut program_args = Vec::new();
         let mut more = false;
@@ -257,6 +266,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
             args: program_args,
             ranks,
             env,
+            wdir,
         });
         if !more {
             break;
@@ -396,6 +406,8 @@ mod tests {
             "--tag-output",
             "--env",
             "ALL=1",
+            "--wdir",
+            "/job",
             "-n",
             "2",
             "a",
@@ -407,6 +419,7 @@ mod tests {
             "3",
             "--env",
             "ONLY=c",
+            "--wdir=/own",
             "--",
             "-c",
             "y",
@@ -434,6 +447,9 @@ mod tests {
             );
             assert_eq!(app.args, args);
         }
+        let wdirs: Vec<_> = apps.iter().map(|a| a.wdir.as_deref()).collect();
+        assert_eq!(wdirs, [None, None, Some(std::path::Path::new("/own"))]);
+        assert_eq!(options.wdir.as_deref(), Some(std::path::Path::new("/job")));
         assert_eq!(options.ranks, 6);
         assert!(options.tag_output);
         assert_eq!(options.env, env(&[("ALL", "1")]));

@@ -62,6 +62,7 @@ pub fn launch(
         args: args.to_vec(),
         ranks: opts.ranks,
         env: Vec::new(),
+        wdir: None,
     };
     launch_apps(&[app], opts)
 }
@@ -82,6 +83,16 @@ pub fn launch_apps(apps: &[App], opts: &LaunchOptions) -> Result<ExitStatusSumma
                 .collect::<Vec<_>>()
                 .join(" + "),
             opts.ranks
+        )));
+    }
+    let folders = apps
+        .iter()
+        .filter_map(|a| a.wdir.as_deref())
+        .chain(opts.wdir.as_deref());
+    if let Some(d) = folders.into_iter().find(|d| !d.is_dir()) {
+        return Err(Error::Usage(format!(
+            "--wdir {}: not a folder",
+            d.display()
         )));
     }
     let universe_size = opts.universe_size.unwrap_or(opts.ranks);
@@ -554,6 +565,7 @@ mod tests {
             args: Vec::new(),
             ranks,
             env: Vec::new(),
+            wdir: None,
         }
     }
 
@@ -575,5 +587,44 @@ mod tests {
         ));
         let summary = launch_apps(&[app(1), app(2)], &opts(3)).unwrap();
         assert_eq!(summary.code, 0);
+        let nowhere = App {
+            wdir: Some("/nonexistent/rbtl".into()),
+            ..app(1)
+        };
+        let err = launch_apps(&[app(1), nowhere], &opts(2)).unwrap_err();
+        assert!(
+            err.to_string().contains("/nonexistent/rbtl: not a folder"),
+            "{err}"
+        );
+    }
+
+    /// Each program runs in its own folder, else the job's.
+    #[test]
+    fn programs_run_in_their_folders() {
+        let root = std::env::temp_dir().join(format!("rbtl-wdir-{}", std::process::id()));
+        let (job, own) = (root.join("job"), root.join("own"));
+        std::fs::create_dir_all(&job).unwrap();
+        std::fs::create_dir_all(&own).unwrap();
+        // A rank that exits 0 where it runs in `dir`.
+        let runs_in = |dir: &Path, wdir: Option<&Path>| App {
+            program: "sh".into(),
+            args: ["-c", "test \"$(pwd -P)\" = \"$1\"", "sh"]
+                .iter()
+                .map(OsString::from)
+                .chain([dir.canonicalize().unwrap().into_os_string()])
+                .collect(),
+            ranks: 1,
+            env: Vec::new(),
+            wdir: wdir.map(Path::to_path_buf),
+        };
+        let opts = LaunchOptions {
+            ranks: 2,
+            wdir: Some(job.clone()),
+            ..LaunchOptions::default()
+        };
+        let code = |apps: &[App]| launch_apps(apps, &opts).unwrap().code;
+        assert_eq!(code(&[runs_in(&job, None), runs_in(&own, Some(&own))]), 0);
+        assert_ne!(code(&[runs_in(&own, None), runs_in(&own, Some(&own))]), 0);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

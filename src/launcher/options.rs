@@ -1,8 +1,9 @@
 //! How to run a job: the number of ranks, the universe's size, their binding,
-//! output tagging, the grace period after a failure, the time limit, and their
-//! environment; and the programs of a job of several (MPMD).
+//! output tagging, the grace period after a failure, the time limit, their
+//! environment and working folder; and the programs of a job of several (MPMD).
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -49,6 +50,9 @@ pub struct LaunchOptions {
     pub grace: Duration,
     /// Environment variables set in every rank, on top of the launcher's own.
     pub env: Vec<(String, String)>,
+    /// The folder every program runs in, unless its own says otherwise (`--wdir`;
+    /// the launcher's without).
+    pub wdir: Option<PathBuf>,
     /// The longest the job may run: past it the launcher ends every rank (default
     /// none; `--timeout`, or `MPIEXEC_TIMEOUT` as MPICH's and Open MPI's launchers
     /// read it).
@@ -64,6 +68,7 @@ impl Default for LaunchOptions {
             tag_output: false,
             grace: Duration::from_secs(1),
             env: Vec::new(),
+            wdir: None,
             timeout: None,
         }
     }
@@ -82,4 +87,7 @@ pub struct App {
     pub ranks: u32,
     /// Variables set in its ranks only, after the job's ([`LaunchOptions::env`]).
     pub env: Vec<(String, String)>,
+    /// The folder its ranks run in, where it has one of its own (else the job's,
+    /// [`LaunchOptions::wdir`]).
+    pub wdir: Option<PathBuf>,
 }

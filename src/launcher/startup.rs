@@ -123,6 +123,7 @@ pub(super) fn start_processes(
     let mut rank = 0u32;
     for app in apps {
         let place = Place {
+            wdir: app.wdir.as_deref().or(opts.wdir.as_deref()),
             env: &app.env,
             ..Place::default()
         };

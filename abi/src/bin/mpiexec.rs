@@ -7,7 +7,8 @@
 //! `-env NAME VALUE` and `-x NAME=VALUE` set a variable in every rank (as
 //! `--env NAME=VALUE`), or, after a `:` that joins programs into one job (MPMD),
 //! `-env` and `-x` in that program's ranks only; hydra's `-usize N` sets
-//! `MPI_UNIVERSE_SIZE` (as `--universe-size N`); `--oversubscribe` is accepted
+//! `MPI_UNIVERSE_SIZE` (as `--universe-size N`), and MPICH's `-wdir DIR` and Open
+//! MPI's `-wd DIR` the ranks' folder (as `--wdir DIR`); `--oversubscribe` is accepted
 //! (ranks may always outnumber cores here); `-host`, `-hosts`, `-f` and
 //! `--hostfile` are refused with the way to run across nodes.
 //!
@@ -77,6 +78,10 @@ fn translate(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
             "--oversubscribe" | "-oversubscribe" => {}
             "-usize" => {
                 out.push("--universe-size".into());
+                out.extend(it.next());
+            }
+            "-wdir" | "-wd" | "--wd" => {
+                out.push("--wdir".into());
                 out.extend(it.next());
             }
             "-host" | "--host" | "-hosts" | "-f" | "--hostfile" | "-hostfile" | "-machinefile" => {
@@ -180,6 +185,10 @@ mod tests {
         assert_eq!(
             t(&["-usize", "8", "prog"]).unwrap(),
             ["--universe-size", "8", "prog"]
+        );
+        assert_eq!(
+            t(&["-wdir", "/a", "p", ":", "-wd", "/b", "q"]).unwrap(),
+            ["--wdir", "/a", "p", ":", "--wdir", "/b", "q"]
         );
         assert!(t(&["-genv", "A"]).unwrap_err().contains("NAME and VALUE"));
         // Programs joined by ':' (MPMD), each with its own options.
