@@ -7,11 +7,12 @@
 //! `-env NAME VALUE` and `-x NAME=VALUE` set a variable in every rank (as
 //! `--env NAME=VALUE`), or, after a `:` that joins programs into one job (MPMD),
 //! `-env` and `-x` in that program's ranks only; hydra's `-usize N` sets
-//! `MPI_UNIVERSE_SIZE` (as `--universe-size N`), MPICH's `-wdir DIR` and Open MPI's
-//! `-wd DIR` the ranks' folder (as `--wdir DIR`), and MPICH's `-l` and
-//! `-prepend-rank` put each line's rank before it (as `--tag-output`);
-//! `--oversubscribe` is accepted (ranks may always outnumber cores here); `-host`,
-//! `-hosts`, `-f` and `--hostfile` are refused with the way to run across nodes.
+//! `MPI_UNIVERSE_SIZE` (as `--universe-size N`); MPICH's `-wdir DIR` and Open MPI's
+//! `-wd DIR` name the ranks' folder (as `--wdir DIR`); MPICH's `-l` and
+//! `-prepend-rank` put each line's rank before it (as `--tag-output`), its
+//! `-bind-to` is `--bind-to`; `--oversubscribe` is accepted (ranks may always
+//! outnumber cores here); `-host`, `-hosts`, `-f` and `--hostfile` are refused with
+//! the way to run across nodes.
 //!
 //! The ranks find `libmpi_abi.so` where this `mpiexec` finds it (beside itself, or
 //! in `../lib`): that folder goes first in their `LD_LIBRARY_PATH`, as Open MPI's
@@ -82,6 +83,10 @@ fn translate(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
                 out.extend(it.next());
             }
             "-l" | "-prepend-rank" | "--prepend-rank" => out.push("--tag-output".into()),
+            "-bind-to" => {
+                out.push("--bind-to".into());
+                out.extend(it.next());
+            }
             "-wdir" | "-wd" | "--wd" => {
                 out.push("--wdir".into());
                 out.extend(it.next());
@@ -188,7 +193,10 @@ mod tests {
             t(&["-usize", "8", "prog"]).unwrap(),
             ["--universe-size", "8", "prog"]
         );
-        assert_eq!(t(&["-l", "p"]).unwrap(), ["--tag-output", "p"]);
+        assert_eq!(
+            t(&["-l", "-bind-to", "core", "p"]).unwrap(),
+            ["--tag-output", "--bind-to", "core", "p"]
+        );
         assert_eq!(
             t(&["-wdir", "/a", "p", ":", "-wd", "/b", "q"]).unwrap(),
             ["--wdir", "/a", "p", ":", "--wdir", "/b", "q"]
