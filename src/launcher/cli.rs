@@ -10,7 +10,8 @@ pub const HELP: &str = "\
 rbtlrun: start the local ranks of a job and serve them PMI-1
 
 Usage: rbtlrun [OPTIONS] PROGRAM [ARGS...]
-       rbtlrun [OPTIONS] PROGRAM [ARGS...] : [-n N] [--env NAME=VALUE]... [--wdir DIR] PROGRAM [ARGS...] ...
+       rbtlrun [OPTIONS] PROGRAM [ARGS...] : [-n N] [--env NAME=VALUE]...
+               [--wdir DIR] PROGRAM [ARGS...] [: ...]
 
 Starts N copies (ranks) of PROGRAM on this machine. Each rank gets a connection
 to the launcher's PMI-1 server (PMI_FD, with PMI_RANK and PMI_SIZE), the same
@@ -21,8 +22,9 @@ PROGRAM named without '/' is looked for in PATH, then in the working folder.
 Several programs make one job when ':' separates them (MPMD, as MPICH's mpiexec
 and Open MPI's mpirun take them): each has its own -n (default 1), --env (set in
 its ranks only, after the job's) and --wdir (instead of the job's); the other
-options apply to the whole job and come before the first program. A program's ranks follow those of the
-programs before it, and PMI's get_appnum answers its index from 0 (MPI_APPNUM).
+options apply to the whole job and come before the first program. A program's
+ranks follow those of the programs before it, and PMI's get_appnum answers its
+index from 0 (MPI_APPNUM).
 
 Options:
   -n, -np, --ranks N   number of ranks to start (default 1)
@@ -41,7 +43,8 @@ Options:
                        their own (to notice the dead peer and report it)
                        before SIGTERM; SIGKILL follows 2 s later (default 1)
   --env NAME=VALUE     set an environment variable in every rank (repeatable)
-  --wdir DIR           the folder the ranks run in (default: rbtlrun's)
+  --wdir DIR           the folder the ranks run in, and those they spawn unless
+                       the spawn's info names one (default: rbtlrun's)
   --timeout SECS       end every rank once the job has run SECS seconds, and
                        exit 124 (default: the environment's MPIEXEC_TIMEOUT,
                        as MPICH's and Open MPI's launchers read it; else none)

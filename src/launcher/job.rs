@@ -85,11 +85,11 @@ pub fn launch_apps(apps: &[App], opts: &LaunchOptions) -> Result<ExitStatusSumma
             opts.ranks
         )));
     }
-    let folders = apps
+    let mut folders = apps
         .iter()
         .filter_map(|a| a.wdir.as_deref())
         .chain(opts.wdir.as_deref());
-    if let Some(d) = folders.into_iter().find(|d| !d.is_dir()) {
+    if let Some(d) = folders.find(|d| !d.is_dir()) {
         return Err(Error::Usage(format!(
             "--wdir {}: not a folder",
             d.display()
@@ -385,7 +385,7 @@ impl Ranks {
             let info = |key| s.command.info.iter().find(|(k, _)| k == key);
             let wdir = info("wdir").map(|(_, v)| PathBuf::from(v));
             let place = Place {
-                wdir: wdir.as_deref(),
+                wdir: wdir.as_deref().or(opts.wdir.as_deref()),
                 path: info("path").map(|(_, v)| v.as_str()),
                 env: &[],
             };

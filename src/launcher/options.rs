@@ -50,8 +50,9 @@ pub struct LaunchOptions {
     pub grace: Duration,
     /// Environment variables set in every rank, on top of the launcher's own.
     pub env: Vec<(String, String)>,
-    /// The folder every program runs in, unless its own says otherwise (`--wdir`;
-    /// the launcher's without).
+    /// The folder every program runs in, unless its own says otherwise, and the
+    /// processes ranks spawn, unless the spawn's info does (`--wdir`; the launcher's
+    /// without).
     pub wdir: Option<PathBuf>,
     /// The longest the job may run: past it the launcher ends every rank (default
     /// none; `--timeout`, or `MPIEXEC_TIMEOUT` as MPICH's and Open MPI's launchers
