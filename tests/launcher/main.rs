@@ -9,6 +9,7 @@ mod harness;
 mod output;
 mod pmi_client;
 mod pmi_server;
+mod programs;
 mod raw_pmi;
 mod rbtlrun;
 mod roles;

@@ -10,7 +10,8 @@
 //! * `datatype`: every datatype constructor, bounds and sizes, decoding, packing,
 //!   matching type signatures, absolute addresses.
 //! * `comm`: communicators, groups, attributes, names, topologies, info objects; run
-//!   again with `-usize` (`MPI_UNIVERSE_SIZE`).
+//!   again with `-usize` (`MPI_UNIVERSE_SIZE`), and as three programs of one job
+//!   (`MPI_APPNUM`).
 //! * `coll`: every collective, blocking and nonblocking, against results computed
 //!   locally, at 1 to 8 ranks.
 //! * `large`: the large-count (`_c`) bindings that their `int` twins serve, those
