@@ -6,10 +6,11 @@
 //! rest to `rbtlrun` (see `rbtlrun --help`): `-n`/`-np N`; `-genv NAME VALUE`,
 //! `-env NAME VALUE` and `-x NAME=VALUE` set a variable in every rank (as
 //! `--env NAME=VALUE`), or, after a `:` that joins programs into one job (MPMD),
-//! `-env` and `-x` in that program's ranks only; hydra's `-usize N` sets
-//! `MPI_UNIVERSE_SIZE` (as `--universe-size N`); MPICH's `-wdir DIR` and Open MPI's
-//! `-wd DIR` name the ranks' folder (as `--wdir DIR`); MPICH's `-l` and
-//! `-prepend-rank` put each line's rank before it (as `--tag-output`), its
+//! `-env` and `-x` in that program's ranks only (before the first program, `-env`
+//! sets it in every rank, where hydra sets it in the first program's); hydra's
+//! `-usize N` sets `MPI_UNIVERSE_SIZE` (as `--universe-size N`); MPICH's `-wdir DIR`
+//! and Open MPI's `-wd DIR` name the ranks' folder (as `--wdir DIR`); MPICH's `-l`
+//! and `-prepend-rank` put each line's rank before it (as `--tag-output`), its
 //! `-bind-to` is `--bind-to`; `--oversubscribe` is accepted (ranks may always
 //! outnumber cores here); `-host`, `-hosts`, `-f` and `--hostfile` are refused with
 //! the way to run across nodes.
