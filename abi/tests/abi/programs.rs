@@ -233,20 +233,28 @@ fn universe_size() {
 
 /// Programs joined by `:` make one job (MPMD): three of 1, 2 and 1 ranks run
 /// `comm` as ranks 0 to 3 of 4, each with `MPI_APPNUM` its program's index and
-/// the variables given after its `:` (the first program, given none, sees 0).
+/// the variables given after its `:` (the first program, given none, sees 0); under
+/// this `mpiexec`, and under hydra, which numbers them alike.
 #[test]
 fn programs_joined_by_colons_are_one_job_numbered_by_program() {
     let exe = build("comm");
-    let mut cmd = std::process::Command::new(super::MPIEXEC);
-    cmd.args(["-n", "1"]).arg(&exe);
-    for (ranks, appnum) in [("2", "1"), ("1", "2")] {
-        cmd.args([":", "-n", ranks, "-env", "ABI_TEST_APPNUM", appnum])
-            .arg(&exe);
+    let mut launchers = vec![super::MPIEXEC];
+    if hydra_here("comm as three programs under hydra") {
+        launchers.push("mpiexec.mpich");
     }
-    let o = super::run_for(&mut cmd, LIMIT);
-    assert_no_failed_check(&o, "comm as three programs");
-    if let Err(why) = passed(&o, "comm", 4) {
-        panic!("comm as three programs: {why}");
+    for launcher in launchers {
+        let mut cmd = std::process::Command::new(launcher);
+        cmd.args(["-n", "1"]).arg(&exe);
+        for (ranks, appnum) in [("2", "1"), ("1", "2")] {
+            cmd.args([":", "-n", ranks, "-env", "ABI_TEST_APPNUM", appnum])
+                .arg(&exe);
+        }
+        let o = super::run_for(&mut cmd, LIMIT);
+        let shown = format!("comm as three programs under {launcher}");
+        assert_no_failed_check(&o, &shown);
+        if let Err(why) = passed(&o, "comm", 4) {
+            panic!("{shown}: {why}");
+        }
     }
 }
 
