@@ -191,6 +191,9 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
                     false => "no PROGRAM after ':'".into(),
                 }));
             };
+            if arg == ":" {
+                return Err(usage("':' with no PROGRAM before it".into()));
+            }
             let Some(text) = arg.to_str().filter(|t| t.starts_with('-') && *t != "-") else {
                 break arg;
             };
@@ -472,6 +475,8 @@ mod tests {
             (&["--tag-output=yes", "prog"][..], "takes no value"),
             (&[][..], "no PROGRAM"),
             (&["a", ":"][..], "no PROGRAM after ':'"),
+            (&["-n", "2", ":", "b"][..], "':' with no PROGRAM before it"),
+            (&["a", ":", ":", "b"][..], "':' with no PROGRAM before it"),
             (&["a", ":", "-n", "0", "b"][..], "-n 0"),
             (
                 &["a", ":", "--bind-to", "core", "b"][..],
