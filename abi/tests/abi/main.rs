@@ -6,6 +6,8 @@
 //!   constant, layout by layout, binding by binding; the library exports every
 //!   function of it.
 //! * [`programs`]: the library's own conformance programs (`programs/*.c`).
+//! * [`launchers`]: what `mpiexec` and hydra give those programs (the universe's
+//!   size, program numbers, spawning).
 //! * [`unsupported`]: every function of the reference header not implemented
 //!   refuses, naming itself.
 //! * [`osu`]: the OSU micro-benchmarks, built unmodified.
@@ -13,6 +15,7 @@
 //!   examples.
 
 mod header;
+mod launchers;
 mod osu;
 mod programs;
 mod rsmpi;

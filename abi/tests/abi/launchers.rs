@@ -1,0 +1,107 @@
+//! What the launchers give a program, through `comm` and `spawn` of
+//! [`super::programs`]: the universe's size (this `mpiexec`'s and hydra's `-usize`),
+//! the program's number in a job of several (`:`), and spawning refused where the
+//! launcher cannot join jobs.
+
+use super::programs::{assert_no_failed_check, build, passed, LIMIT};
+
+/// Whether hydra (`mpiexec.mpich`) is installed; if not, `test` says it cannot run.
+fn hydra_here(test: &str) -> bool {
+    let found = std::process::Command::new("mpiexec.mpich")
+        .arg("--version")
+        .output()
+        .is_ok();
+    if !found {
+        rbtl_testkit::cannot_run(
+            test,
+            "mpiexec.mpich is not installed (bash tools/packages.sh install host nodes)",
+        );
+    }
+    found
+}
+
+/// `MPI_UNIVERSE_SIZE`: the job's size by default, what hydra's `-usize` says (as
+/// this `mpiexec` takes it); under hydra itself, absent unless `-usize` says.
+#[test]
+fn universe_size() {
+    let exe = build("comm");
+    let mut runs = vec![
+        (super::MPIEXEC, None, Some("2")),
+        (super::MPIEXEC, Some("8"), Some("8")),
+    ];
+    if hydra_here("comm under hydra") {
+        runs.extend([
+            ("mpiexec.mpich", None, None),
+            ("mpiexec.mpich", Some("8"), Some("8")),
+        ]);
+    }
+    for (launcher, usize, want) in runs {
+        let mut cmd = std::process::Command::new(launcher);
+        cmd.args(["-n", "2"]);
+        if let Some(n) = usize {
+            cmd.args(["-usize", n]);
+        }
+        if let Some(w) = want {
+            cmd.args(["-genv", "ABI_TEST_UNIVERSE", w]);
+        }
+        let o = super::run_for(cmd.arg(&exe), LIMIT);
+        let shown = format!("comm under {launcher} in a universe of {want:?}");
+        assert_no_failed_check(&o, &shown);
+        if let Err(why) = passed(&o, "comm", 2) {
+            panic!("{shown}: {why}");
+        }
+    }
+}
+
+/// Programs joined by `:` make one job (MPMD): three of 1, 2 and 1 ranks run
+/// `comm` as ranks 0 to 3 of 4, each with `MPI_APPNUM` its program's index and
+/// the variables given after its `:` (the first program, given none, sees 0); under
+/// this `mpiexec`, and under hydra, which numbers them alike.
+#[test]
+fn programs_joined_by_colons_are_one_job_numbered_by_program() {
+    let exe = build("comm");
+    let mut launchers = vec![super::MPIEXEC];
+    if hydra_here("comm as three programs under hydra") {
+        launchers.push("mpiexec.mpich");
+    }
+    for launcher in launchers {
+        let mut cmd = std::process::Command::new(launcher);
+        cmd.args(["-n", "1"]).arg(&exe);
+        for (ranks, appnum) in [("2", "1"), ("1", "2")] {
+            cmd.args([":", "-n", ranks, "-env", "ABI_TEST_APPNUM", appnum])
+                .arg(&exe);
+        }
+        let o = super::run_for(&mut cmd, LIMIT);
+        let shown = format!("comm as three programs under {launcher}");
+        assert_no_failed_check(&o, &shown);
+        if let Err(why) = passed(&o, "comm", 4) {
+            panic!("{shown}: {why}");
+        }
+    }
+}
+
+/// Under hydra, which starts what it is asked to and then lets neither job read the
+/// other's key-value space, `MPI_Comm_spawn` is refused before the launcher is
+/// asked: at once, on every rank, and no child (which would report "spawn-child")
+/// starts.
+#[test]
+fn spawn_is_refused_where_the_launcher_cannot_join_jobs() {
+    if !hydra_here("spawn under hydra") {
+        return;
+    }
+    let mut cmd = std::process::Command::new("mpiexec.mpich");
+    let o = super::run_for(
+        cmd.args(["-n", "2"]).arg(build("spawn")).arg("unjoined"),
+        LIMIT,
+    );
+    let shown = "spawn under hydra";
+    assert_no_failed_check(&o, shown);
+    if let Err(why) = passed(&o, "spawn", 2) {
+        panic!("{shown}: {why}");
+    }
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        !out.contains("spawn-child"),
+        "{shown}: a child started:\n{out}"
+    );
+}
