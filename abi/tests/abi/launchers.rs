@@ -4,10 +4,22 @@
 //! launcher cannot join jobs.
 
 use super::programs::{assert_no_failed_check, build, passed, LIMIT};
+use std::process::{Command, Output};
+
+/// Run `cmd`, a job of program `name` at `ranks` (`shown` in messages): it must
+/// succeed on every rank. What it printed.
+fn job_passes(cmd: &mut Command, name: &str, ranks: usize, shown: &str) -> Output {
+    let o = super::run_for(cmd, LIMIT);
+    assert_no_failed_check(&o, shown);
+    if let Err(why) = passed(&o, name, ranks) {
+        panic!("{shown}: {why}");
+    }
+    o
+}
 
 /// Whether hydra (`mpiexec.mpich`) is installed; if not, `test` says it cannot run.
 fn hydra_here(test: &str) -> bool {
-    let found = std::process::Command::new("mpiexec.mpich")
+    let found = Command::new("mpiexec.mpich")
         .arg("--version")
         .output()
         .is_ok();
@@ -36,7 +48,7 @@ fn universe_size() {
         ]);
     }
     for (launcher, usize, want) in runs {
-        let mut cmd = std::process::Command::new(launcher);
+        let mut cmd = Command::new(launcher);
         cmd.args(["-n", "2"]);
         if let Some(n) = usize {
             cmd.args(["-usize", n]);
@@ -44,12 +56,8 @@ fn universe_size() {
         if let Some(w) = want {
             cmd.args(["-genv", "ABI_TEST_UNIVERSE", w]);
         }
-        let o = super::run_for(cmd.arg(&exe), LIMIT);
         let shown = format!("comm under {launcher} in a universe of {want:?}");
-        assert_no_failed_check(&o, &shown);
-        if let Err(why) = passed(&o, "comm", 2) {
-            panic!("{shown}: {why}");
-        }
+        job_passes(cmd.arg(&exe), "comm", 2, &shown);
     }
 }
 
@@ -65,18 +73,14 @@ fn programs_joined_by_colons_are_one_job_numbered_by_program() {
         launchers.push("mpiexec.mpich");
     }
     for launcher in launchers {
-        let mut cmd = std::process::Command::new(launcher);
+        let mut cmd = Command::new(launcher);
         cmd.args(["-n", "1"]).arg(&exe);
         for (ranks, appnum) in [("2", "1"), ("1", "2")] {
             cmd.args([":", "-n", ranks, "-env", "ABI_TEST_APPNUM", appnum])
                 .arg(&exe);
         }
-        let o = super::run_for(&mut cmd, LIMIT);
         let shown = format!("comm as three programs under {launcher}");
-        assert_no_failed_check(&o, &shown);
-        if let Err(why) = passed(&o, "comm", 4) {
-            panic!("{shown}: {why}");
-        }
+        job_passes(&mut cmd, "comm", 4, &shown);
     }
 }
 
@@ -89,16 +93,10 @@ fn spawn_is_refused_where_the_launcher_cannot_join_jobs() {
     if !hydra_here("spawn under hydra") {
         return;
     }
-    let mut cmd = std::process::Command::new("mpiexec.mpich");
-    let o = super::run_for(
-        cmd.args(["-n", "2"]).arg(build("spawn")).arg("unjoined"),
-        LIMIT,
-    );
+    let mut cmd = Command::new("mpiexec.mpich");
+    cmd.args(["-n", "2"]).arg(build("spawn")).arg("unjoined");
     let shown = "spawn under hydra";
-    assert_no_failed_check(&o, shown);
-    if let Err(why) = passed(&o, "spawn", 2) {
-        panic!("{shown}: {why}");
-    }
+    let o = job_passes(&mut cmd, "spawn", 2, shown);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(
         !out.contains("spawn-child"),
