@@ -112,10 +112,7 @@ pub fn launch_apps(apps: &[App], opts: &LaunchOptions) -> Result<ExitStatusSumma
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     let kvsname = format!("rbtl_kvs_{}_{}", std::process::id(), now.as_nanos());
-    let appnums = (0i32..)
-        .zip(apps)
-        .flat_map(|(k, a)| std::iter::repeat_n(k, a.ranks as usize))
-        .collect();
+    let appnums = server::appnums(apps.iter().map(|a| a.ranks));
     let shared = server::Shared::of_programs(appnums, kvsname);
     shared.universe().set_size(universe_size);
     let (events_tx, events) = mpsc::channel();
@@ -354,10 +351,7 @@ impl Ranks {
         output_done: &Sender<()>,
     ) -> Result<(String, u32), String> {
         let base = self.ranks.len() as u32;
-        let mut appnums = Vec::new();
-        for (k, s) in request.segments.iter().enumerate() {
-            appnums.extend(std::iter::repeat_n(k as i32, s.command.nprocs as usize));
-        }
+        let appnums = server::appnums(request.segments.iter().map(|s| s.command.nprocs));
         let size = u32::try_from(appnums.len()).map_err(|_| "too many processes".to_string())?;
         let kvsname = format!("{}_spawn_{base}", first.kvsname());
         let job = server::Shared::in_universe(

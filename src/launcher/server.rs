@@ -40,6 +40,15 @@ struct State {
     shutdown: bool,
 }
 
+/// Each rank's executable (`get_appnum`) in a job of programs of `ranks` ranks each,
+/// in order: program `k`'s ranks answer `k`.
+pub(super) fn appnums(ranks: impl IntoIterator<Item = u32>) -> Vec<i32> {
+    (0i32..)
+        .zip(ranks)
+        .flat_map(|(k, n)| std::iter::repeat_n(k, n as usize))
+        .collect()
+}
+
 /// What every rank's server thread of one job shares.
 pub(super) struct Shared {
     size: u32,

@@ -37,6 +37,16 @@ fn program_args(it: &mut impl Iterator<Item = OsString>, out: &mut Vec<OsString>
     false
 }
 
+/// `rbtlrun`'s name for another launcher's option that takes a value.
+fn rbtlrun_name(option: &str) -> Option<&'static str> {
+    match option {
+        "-usize" => Some("--universe-size"),
+        "-bind-to" => Some("--bind-to"),
+        "-wdir" | "-wd" | "--wd" => Some("--wdir"),
+        _ => None,
+    }
+}
+
 /// `rbtlrun`'s arguments for an `mpiexec` command line (programs joined by `:`
 /// each take their own options).
 fn translate(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
@@ -55,6 +65,11 @@ fn translate(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
         };
         if later && text == "-genv" {
             return Err("'-genv' sets a variable in every rank: give it before the first program (after ':', -env sets one for that program's ranks)".into());
+        }
+        if let Some(name) = rbtlrun_name(&text) {
+            out.push(name.into());
+            out.extend(it.next());
+            continue;
         }
         match text.as_str() {
             "-genv" | "-env" => {
@@ -79,19 +94,7 @@ fn translate(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
                 out.push(v.into());
             }
             "--oversubscribe" | "-oversubscribe" => {}
-            "-usize" => {
-                out.push("--universe-size".into());
-                out.extend(it.next());
-            }
             "-l" | "-prepend-rank" | "--prepend-rank" => out.push("--tag-output".into()),
-            "-bind-to" => {
-                out.push("--bind-to".into());
-                out.extend(it.next());
-            }
-            "-wdir" | "-wd" | "--wd" => {
-                out.push("--wdir".into());
-                out.extend(it.next());
-            }
             "-host" | "--host" | "-hosts" | "-f" | "--hostfile" | "-hostfile" | "-machinefile" => {
                 return Err(format!(
                     "'{text}': this mpiexec starts ranks on this node only; across nodes, run the program under MPICH's mpiexec (hydra) or Slurm's srun --mpi=pmi2"
