@@ -3,19 +3,8 @@
 //! the program's number in a job of several (`:`), and spawning refused where the
 //! launcher cannot join jobs.
 
-use super::programs::{assert_no_failed_check, build, passed, LIMIT};
-use std::process::{Command, Output};
-
-/// Run `cmd`, a job of program `name` at `ranks` (`shown` in messages): it must
-/// succeed on every rank. What it printed.
-fn job_passes(cmd: &mut Command, name: &str, ranks: usize, shown: &str) -> Output {
-    let o = super::run_for(cmd, LIMIT);
-    assert_no_failed_check(&o, shown);
-    if let Err(why) = passed(&o, name, ranks) {
-        panic!("{shown}: {why}");
-    }
-    o
-}
+use super::programs::{build, job_passes};
+use std::process::Command;
 
 /// Whether hydra (`mpiexec.mpich`) is installed; if not, `test` says it cannot run.
 fn hydra_here(test: &str) -> bool {

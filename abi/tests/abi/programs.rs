@@ -75,7 +75,7 @@ use super::unsupported::{unsupported_functions, Function};
 use super::{compile, mpiexec, report, scratch};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -102,10 +102,10 @@ pub(crate) fn build(name: &str) -> PathBuf {
 
 /// The longest a job may run: far above what it needs, so that only a hang (or a
 /// machine many times slower) reaches it.
-pub(crate) const LIMIT: Duration = Duration::from_secs(120);
+const LIMIT: Duration = Duration::from_secs(120);
 
 /// Asserts that the job `what` printed no `FAIL` (no check of its program failed).
-pub(crate) fn assert_no_failed_check(o: &Output, what: &str) {
+fn assert_no_failed_check(o: &Output, what: &str) {
     let printed = [&o.stdout, &o.stderr].map(|bytes| String::from_utf8_lossy(bytes));
     assert!(
         printed.iter().all(|text| !text.contains("FAIL")),
@@ -123,15 +123,26 @@ pub(crate) fn run_passing(
     args: &[&str],
     genv: &[(&str, &str)],
 ) -> Output {
-    let mut cmd = std::process::Command::new(super::MPIEXEC);
+    let mut cmd = Command::new(super::MPIEXEC);
     cmd.args(["-n", &ranks.to_string()]);
     for (k, v) in genv {
         cmd.args(["-genv", k, v]);
     }
-    let o = super::run_for(cmd.arg(exe).args(args), LIMIT);
-    assert_no_failed_check(&o, &format!("{name} at {ranks} ranks"));
+    job_passes(
+        cmd.arg(exe).args(args),
+        name,
+        ranks,
+        &format!("{name} at {ranks} ranks"),
+    )
+}
+
+/// Run `cmd`, a job of program `name` at `ranks` (`shown` in messages): it must
+/// succeed on every rank. What it printed.
+pub(crate) fn job_passes(cmd: &mut Command, name: &str, ranks: usize, shown: &str) -> Output {
+    let o = super::run_for(cmd, LIMIT);
+    assert_no_failed_check(&o, shown);
     if let Err(why) = passed(&o, name, ranks) {
-        panic!("{why}");
+        panic!("{shown}: {why}");
     }
     o
 }
