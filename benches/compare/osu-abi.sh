@@ -31,21 +31,23 @@
 #       ranges make shorter runs, which the host's placement moves less often)
 #     ITERATIONS: timed iterations per size of the collectives, after a tenth as
 #       many warm-up, sizes up to 64 KiB (default 1000, OSU's own for small sizes:
-#       with 100 the figures vary by half between runs); a tenth as many across nodes
-#       at more ranks than cores, where each collective takes milliseconds; the same
-#       for both systems
-#     RANKS: the collectives' rank counts, 2 or more (default "2 4 8"; across nodes
-#       Open MPI's 8 ranks spin on the 2 cores, and each of its runs takes minutes)
+#       with 100 the figures vary by half between runs); the same for both systems
+#     RANKS: the collectives' rank counts, 2 or more (default "2 4 8")
 #
 # One node: Open MPI's ob1 over vader (its shared memory), rbtl over sm (mpiexec); two
 # ranks are pinned to cores 0 and 1 (mpirun --bind-to core, mpiexec --bind-to core;
 # osu pins its own); more ranks than cores are bound by neither launcher: there rbtl's
 # ranks bind themselves round-robin during MPI_Init (msg_bind_to = auto), Open MPI's
-# run unbound, as it leaves oversubscribed ranks. Across nodes: one rank
-# on each node for point-to-point and one-sided (tcp), ranks filling each node in turn
-# for the collectives (tcp across, shared memory within); rbtl under MPICH's hydra,
-# Open MPI under its mpirun with --bind-to none (every node is the same cores) and its
-# one-sided over messages (osc pt2pt), both through tools/nodes-ssh. Needs make, gcc,
+# run unbound, as it leaves oversubscribed ranks. Across nodes: each node runs on its
+# own share of the cores, as real nodes have processors of their own (tools/nodes.sh
+# up --own-cpus: one core each on two), one rank on each node for point-to-point and
+# one-sided (tcp), ranks filling each node in turn for the collectives (tcp across,
+# shared memory within); rbtl under MPICH's hydra, Open MPI under its mpirun with
+# --bind-to none (the node's share confines its ranks) and its one-sided over messages
+# (osc pt2pt), both through tools/nodes-ssh. Where a node's ranks outnumber its cores,
+# rbtl's ranks yield when idle (msg_yield_when_idle = auto sees it) and Open MPI's are
+# told to (mpi_yield_when_idle 1: its mpirun, given the nodes' slots, does not set it
+# there, and its ranks then spin, each collective a time slice). Needs make, gcc,
 # openmpi-bin and libopenmpi-dev (installed when missing, as root); across nodes root
 # and mpich (bash tools/packages.sh install host nodes). Nothing else should run
 # meanwhile: two cores serve every rank.
@@ -99,6 +101,8 @@ OMPI=$(bash tools/osu.sh openmpi) || die "tools/osu.sh could not build OSU again
 # Every launch has this many seconds, then it is killed.
 LIMIT=900
 CORES=$(nproc)
+# The cores of each of the two simulated nodes (up --own-cpus).
+NODE_CORES=$((CORES / 2 > 0 ? CORES / 2 : 1))
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 TOOL=$PWD/tools/nodes.sh
 SSH=$PWD/tools/nodes-ssh
@@ -128,12 +132,10 @@ osu_sub() {
 }
 is_latency() { [[ $1 != *_bw && $1 != *_bibw ]]; }
 
-# OSU's options for a benchmark at a number of ranks, on one node or across nodes:
-# point-to-point and one-sided from MIN to MAX at OSU's iterations; collectives up to
-# 64 KiB at COLL_ITER (a tenth of it across nodes at more ranks than cores).
+# OSU's options for a benchmark: point-to-point and one-sided from MIN to MAX at OSU's
+# iterations; collectives up to 64 KiB at COLL_ITER.
 osu_args() {
     local it=$COLL_ITER
-    [[ $3 == nodes && $2 -gt $CORES ]] && it=$(((COLL_ITER + 9) / 10))
     case $1 in
         osu_barrier) echo "-i $it -x $(((it + 9) / 10))" ;;
         osu_allreduce | osu_bcast) echo "-m 1:65536 -i $it -x $(((it + 9) / 10))" ;;
@@ -147,14 +149,15 @@ command_for() {
     per=$(((ranks + 1) / 2))
     [[ $ranks -le $CORES ]] && bind=core
     case $where.$sys in
-        node.ompi) echo "${OMPI_NODE[*]} -np $ranks --bind-to $bind $OMPI/$bench $(osu_args "$bench" "$ranks" "$where")" ;;
-        node.abi) echo "env RBTL_BTL_TCP_IF_INCLUDE=lo target/release/mpiexec -n $ranks --bind-to $bind $ABI/$bench $(osu_args "$bench" "$ranks" "$where")" ;;
+        node.ompi) echo "${OMPI_NODE[*]} -np $ranks --bind-to $bind $OMPI/$bench $(osu_args "$bench")" ;;
+        node.abi) echo "env RBTL_BTL_TCP_IF_INCLUDE=lo target/release/mpiexec -n $ranks --bind-to $bind $ABI/$bench $(osu_args "$bench")" ;;
         node.osu) echo "env RBTL_BTL_TCP_IF_INCLUDE=lo target/release/osu $(osu_sub "$bench") --min-size $MIN --max-size $MAX --json $json" ;;
         nodes.ompi)
-            local btl=self,tcp
+            local btl=self,tcp yield=
             [[ $per -gt 1 ]] && btl=self,vader,tcp
-            echo "${OMPI_NODES[*]} --host rbtl-n1:$per,rbtl-n2:$per --map-by slot -np $ranks --mca btl $btl $OMPI/$bench $(osu_args "$bench" "$ranks" "$where")" ;;
-        nodes.abi) echo "env RBTL_BTL_TCP_IF_INCLUDE=$CIDR ${HYDRA[*]} -hosts rbtl-n1,rbtl-n2 -n $ranks -ppn $per $ABI/$bench $(osu_args "$bench" "$ranks" "$where")" ;;
+            [[ $per -gt $NODE_CORES ]] && yield="--mca mpi_yield_when_idle 1"
+            echo "${OMPI_NODES[*]} $yield --host rbtl-n1:$per,rbtl-n2:$per --map-by slot -np $ranks --mca btl $btl $OMPI/$bench $(osu_args "$bench")" ;;
+        nodes.abi) echo "env RBTL_BTL_TCP_IF_INCLUDE=$CIDR ${HYDRA[*]} -hosts rbtl-n1,rbtl-n2 -n $ranks -ppn $per $ABI/$bench $(osu_args "$bench")" ;;
         nodes.osu) echo "env RBTL_BTL_TCP_IF_INCLUDE=$CIDR ${HYDRA[*]} -hosts rbtl-n1,rbtl-n2 -n $ranks -ppn $per target/release/osu $(osu_sub "$bench") --min-size $MIN --max-size $MAX --json $json" ;;
     esac
 }
@@ -315,7 +318,7 @@ run_where() {
 
 for where in $WHERE; do
     if [[ $where == nodes ]]; then
-        bash "$TOOL" up 2
+        bash "$TOOL" up 2 --own-cpus
         trap 'bash "$TOOL" down' EXIT
         trap 'exit 130' INT
         trap 'exit 143' TERM

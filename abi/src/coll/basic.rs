@@ -15,13 +15,16 @@ const GATHERED_BARRIER_MAX: u32 = 8;
 /// for small communicators: every member signals member 0, which releases all once it
 /// has heard from each, so member 0 leaves first (a broadcast from it that follows
 /// finds its leaves already waiting) and no member waits through more than two
-/// hops, where ranks share processors. Otherwise dissemination: in round k each
-/// member signals the one 2^k after it and hears from the one 2^k before
-/// (ceil(log2 n) rounds).
-pub fn barrier(s: &mut Schedule, m: &Members) {
+/// hops, where ranks share processors. Where the members run on several nodes, each
+/// node's lowest member (`leaders` gives each member's, as every member sees it)
+/// gathers its node's signals first and stands for them at member 0, so that one
+/// signal each way crosses between nodes, not one per member. Otherwise
+/// dissemination: in round k each member signals the one 2^k after it and hears from
+/// the one 2^k before (ceil(log2 n) rounds).
+pub fn barrier<'a>(s: &mut Schedule, m: &Members, leaders: impl FnOnce() -> &'a [u32]) {
     let (n, me) = (m.size, m.rank);
     if n > 2 && n <= GATHERED_BARRIER_MAX {
-        return gathered_barrier(s, m);
+        return gathered_barrier(s, m, leaders());
     }
     let mut step = 1;
     while step < n {
@@ -40,8 +43,9 @@ pub fn barrier(s: &mut Schedule, m: &Members) {
     }
 }
 
-/// The barrier that gathers at member 0 and releases from it (see [`barrier`]).
-fn gathered_barrier(s: &mut Schedule, m: &Members) {
+/// The barrier that gathers at member 0 and releases from it, through each node's
+/// leader (see [`barrier`]).
+fn gathered_barrier(s: &mut Schedule, m: &Members, leader: &[u32]) {
     let signal = |to| Xfer::Send {
         from: nowhere(),
         len: 0,
@@ -52,16 +56,38 @@ fn gathered_barrier(s: &mut Schedule, m: &Members) {
         len: 0,
         from,
     };
-    if m.rank == 0 {
+    // A member hears from those it stands for: member 0 from the other leaders
+    // (first: their signals cross nodes) and its own node's members, another leader
+    // from its node's members, any other member from none. Then each but member 0
+    // signals the one above (its leader, or member 0 for a leader) and hears its
+    // release, in one round: the release cannot come before the signal. Then each
+    // releases those it heard from.
+    let (me, mine) = (m.rank, leader[m.rank as usize]);
+    let leaders = (1..m.size).filter(|&v| me == 0 && leader[v as usize] == v);
+    let node = (me + 1..m.size).filter(|&v| mine == me && leader[v as usize] == me);
+    // (At most GATHERED_BARRIER_MAX members: no allocation.)
+    let mut below = [0; GATHERED_BARRIER_MAX as usize];
+    let mut count = 0;
+    for v in leaders.chain(node) {
+        below[count] = v;
+        count += 1;
+    }
+    let below = &below[..count];
+    if !below.is_empty() {
         let heard = s.round();
-        heard.xfers.extend((1..m.size).map(|i| hear(m.job(i))));
-        let released = s.round();
-        released.xfers.extend((1..m.size).map(|i| signal(m.job(i))));
-    } else {
-        // One round: the release cannot come before member 0 has this signal.
+        heard.xfers.extend(below.iter().map(|&v| hear(m.job(v))));
+    }
+    if me != 0 {
+        let above = m.job(if mine == me { 0 } else { mine });
         let r = s.round();
-        r.xfers.push(signal(m.job(0)));
-        r.xfers.push(hear(m.job(0)));
+        r.xfers.push(signal(above));
+        r.xfers.push(hear(above));
+    }
+    if !below.is_empty() {
+        let released = s.round();
+        released
+            .xfers
+            .extend(below.iter().map(|&v| signal(m.job(v))));
     }
 }
 

@@ -6,6 +6,7 @@ use super::args::{self, at, check_root, finish, in_place, part, reduction_input}
 use super::basic;
 use super::reduce::{self, Combine};
 use super::{Loc, Local, Members, Schedule};
+use crate::comm::Communicator;
 use crate::error::Result;
 use crate::ffi::*;
 use crate::p2p::check_count;
@@ -58,11 +59,12 @@ impl Mpi {
 
     /// Where the `size` members of a communicator run (`job` gives a member's rank in
     /// the job), asked only where an all-reduce's choice depends on it
-    /// ([`reduce::allreduce`]): two members, or up to
+    /// ([`reduce::allreduce`]): two members, a vector of at least
+    /// [`reduce::RING_FROM`] bytes (`long`), or up to
     /// [`reduce::GATHERED_ALLREDUCE_MAX`] on a node with more ranks than processors.
-    pub fn placement(&self, size: u32, job: impl Fn(u32) -> u32) -> reduce::Placement {
+    pub fn placement(&self, size: u32, long: bool, job: impl Fn(u32) -> u32) -> reduce::Placement {
         let oversubscribed = self.msg.node_oversubscribed();
-        let asked = size == 2 || (oversubscribed && size <= reduce::GATHERED_ALLREDUCE_MAX);
+        let asked = size == 2 || long || (oversubscribed && size <= reduce::GATHERED_ALLREDUCE_MAX);
         let one_node = asked && self.one_node(size, job);
         reduce::Placement {
             one_node,
@@ -70,13 +72,33 @@ impl Mpi {
         }
     }
 
+    /// Each member's leader on its node: the lowest member of `m`, the (local) group
+    /// of `c`, there, as every member sees it alike; found once per communicator.
+    /// Where this process does not know where some member runs (one of another job:
+    /// a process knows the nodes of its own job's ranks only), neither do all the
+    /// others, and each member leads itself.
+    pub fn node_leaders<'a>(&self, c: &'a Communicator, m: &Members) -> &'a [u32] {
+        c.node_leaders.get_or_init(|| {
+            let jobs: Vec<u32> = (0..m.size).map(|v| m.job(v)).collect();
+            let known = jobs.iter().all(|&j| self.msg.same_node(j, j));
+            let leader = |v: usize| match known {
+                true => (0..v)
+                    .find(|&u| self.msg.same_node(jobs[u], jobs[v]))
+                    .unwrap_or(v),
+                false => v,
+            };
+            (0..jobs.len()).map(|v| leader(v) as u32).collect()
+        })
+    }
+
     /// `MPI_Barrier`.
     pub fn build_barrier(&mut self, comm: Handle) -> Result<Box<Schedule>> {
         if let Some((s, sides)) = self.inter_collective(comm)? {
-            return Ok(self.inter_barrier(s, &sides));
+            return self.inter_barrier(s, &sides, comm);
         }
         let (mut s, m) = self.collective(comm)?;
-        basic::barrier(&mut s, &m);
+        let c = self.comm(comm)?;
+        basic::barrier(&mut s, &m, || self.node_leaders(c, &m));
         Ok(s)
     }
 
@@ -203,7 +225,7 @@ impl Mpi {
                 (input, acc, unpack)
             }
         };
-        let at = self.placement(m.size, |v| m.job(v));
+        let at = self.placement(m.size, c.bytes() >= reduce::RING_FROM, |v| m.job(v));
         reduce::allreduce(&mut s, &m, &c, (input, acc), at);
         finish(&mut s, [unpack]);
         Ok(s)

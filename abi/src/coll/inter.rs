@@ -103,14 +103,20 @@ fn bcast_from_leader(s: &mut Schedule, m: &Members, (buf, len): (Loc, usize)) {
 
 impl Mpi {
     /// `MPI_Barrier` on an intercommunicator.
-    pub fn inter_barrier(&mut self, mut s: Box<Schedule>, sides: &Sides) -> Box<Schedule> {
-        basic::barrier(&mut s, &sides.local);
+    pub fn inter_barrier(
+        &mut self,
+        mut s: Box<Schedule>,
+        sides: &Sides,
+        comm: Handle,
+    ) -> Result<Box<Schedule>> {
+        let (c, local) = (self.comm(comm)?, &sides.local);
+        basic::barrier(&mut s, local, || self.node_leaders(c, local));
         if sides.leads() {
             let nothing = Loc::User(std::ptr::NonNull::<u8>::dangling().as_ptr());
             reduce::exchange(&mut s, nothing, nothing, 0, sides.peer(0));
         }
-        basic::barrier(&mut s, &sides.local);
-        s
+        basic::barrier(&mut s, local, || self.node_leaders(c, local));
+        Ok(s)
     }
 
     /// `MPI_Bcast` on an intercommunicator.

@@ -20,7 +20,8 @@ pub struct Combine<'a> {
 }
 
 impl Combine<'_> {
-    fn bytes(&self) -> usize {
+    /// The bytes of the elements combined.
+    pub fn bytes(&self) -> usize {
         self.ty.size * self.count
     }
 
@@ -106,13 +107,18 @@ pub struct Placement {
     pub oversubscribed: bool,
 }
 
+/// The shortest vector, in bytes, that more than two members all-reduce around a
+/// ring, or by halving it where they run on several nodes ([`allreduce`]).
+pub const RING_FROM: usize = 32 << 10;
+
 /// The most members an all-reduce gathers at one member ([`gathers`]).
 pub const GATHERED_ALLREDUCE_MAX: u32 = 8;
 
 /// All-reduce of this member's operand at `input` into `acc` (the same place when in
 /// place), among members placed as `at`: recursive doubling for short vectors or
 /// operations that do not commute, a ring (reduce-scatter then all-gather) for long
-/// ones, and short vectors gathered at member 0 where ranks take turns on processors
+/// ones, or halving ([`halving`]) for a power of two of members on several nodes,
+/// and short vectors gathered at member 0 where ranks take turns on processors
 /// ([`gathers`]).
 ///
 /// Where the operation commutes and `input` is apart from `acc`, no member writes
@@ -128,8 +134,13 @@ pub fn allreduce(
     at: Placement,
 ) {
     let around = by_ring(c, m.size, at.one_node);
+    // Where the ring would take 2(n - 1) rounds across nodes, a power of two of
+    // members halves the vector in 2 log2(n) rounds, moving as many bytes. On one
+    // node the ring stays: its chunks go eagerly where halving's first halves would
+    // wait for a rendezvous.
+    let halve = around && !at.one_node && m.size > 2 && m.size.is_power_of_two();
     let gather = !around && gathers(c.op.commutative(), m.size, || at);
-    let apart = input != acc && c.op.commutative() && m.size > 1 && !gather;
+    let apart = input != acc && c.op.commutative() && m.size > 1 && !gather && !halve;
     if !apart && input != acc {
         s.round().then.push(Local::Copy {
             from: input,
@@ -140,11 +151,12 @@ pub fn allreduce(
     if m.size == 1 || c.count == 0 {
         return;
     }
-    match (around, gather, apart) {
-        (true, _, _) => ring(s, m, c, apart.then_some(input), acc),
-        (false, true, _) => gathered(s, m, c, acc),
-        (false, false, true) => doubling_apart(s, m, c, input, acc),
-        (false, false, false) => doubling(s, m, c, acc),
+    match (halve, around, gather, apart) {
+        (true, _, _, _) => halving(s, m, c, acc),
+        (false, true, _, _) => ring(s, m, c, apart.then_some(input), acc),
+        (false, false, true, _) => gathered(s, m, c, acc),
+        (false, false, false, true) => doubling_apart(s, m, c, input, acc),
+        (false, false, false, false) => doubling(s, m, c, acc),
     }
 }
 
@@ -206,7 +218,7 @@ fn by_ring(c: &Combine, n: u32, one_node: bool) -> bool {
     let from = match (n, one_node) {
         (2, true) => 1 << 20,
         (2, false) => 64 << 10,
-        _ => 32 << 10,
+        _ => RING_FROM,
     };
     c.op.commutative() && c.bytes() >= from && c.count >= n as usize
 }
@@ -266,18 +278,69 @@ fn doubling(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
     unfold(s, m, rem, acc, len);
 }
 
+/// Rabenseifner's all-reduce (MPICH's for long vectors) among a power of two of
+/// members, for an operation that commutes, in place at `acc`, of at least as many
+/// elements as members: the vector is cut into as many blocks as members. Recursive
+/// halving: each round a member gives a partner half of the blocks it still holds
+/// and combines the partner's copy of the other half into its own, until it holds
+/// one block, combined over every member. Recursive doubling then gathers the
+/// combined blocks back, the partners in reverse order.
+fn halving(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
+    debug_assert!(m.size.is_power_of_two());
+    let (n, me, size) = (m.size, m.rank, c.ty.size);
+    let tmp = s.scratch(c.bytes());
+    let first = |b: u32| b as usize * c.count / n as usize;
+    // The byte offset and element count of blocks lo..hi.
+    let span = |(lo, hi): (u32, u32)| (first(lo) * size, first(hi) - first(lo));
+    let mut held = (0, n);
+    // Each halving round's partner and the blocks held before it.
+    let mut rounds = Vec::new();
+    let mut mask = 1;
+    while mask < n {
+        let peer = m.job(me ^ mask);
+        let mid = (held.0 + held.1) / 2;
+        let (keep, give) = match me & mask {
+            0 => ((held.0, mid), (mid, held.1)),
+            _ => ((mid, held.1), (held.0, mid)),
+        };
+        let ((gat, gn), (kat, kn)) = (span(give), span(keep));
+        let out = (acc.offset(gat), gn * size);
+        let r = swap(s, out, (tmp.offset(kat), kn * size), peer);
+        r.then.push(c.local(tmp.offset(kat), acc.offset(kat), kn));
+        rounds.push((peer, held));
+        held = keep;
+        mask <<= 1;
+    }
+    while let Some((peer, whole)) = rounds.pop() {
+        let theirs = match held.0 == whole.0 {
+            true => (held.1, whole.1),
+            false => (whole.0, held.0),
+        };
+        let ((hat, hn), (tat, tn)) = (span(held), span(theirs));
+        let out = (acc.offset(hat), hn * size);
+        swap(s, out, (acc.offset(tat), tn * size), peer);
+        held = whole;
+    }
+}
+
 /// A round that sends `len` bytes at `from` to job rank `peer` and receives as many
 /// from it into `into`.
 pub(super) fn exchange(s: &mut Schedule, from: Loc, into: Loc, len: usize, peer: u32) -> Round<'_> {
+    swap(s, (from, len), (into, len), peer)
+}
+
+/// A round that sends the bytes `out` names (where, how many) to job rank `peer` and
+/// receives those `inn` names from it.
+fn swap(s: &mut Schedule, out: (Loc, usize), inn: (Loc, usize), peer: u32) -> Round<'_> {
     let r = s.round();
     r.xfers.push(Xfer::Send {
-        from,
-        len,
+        from: out.0,
+        len: out.1,
         to: peer,
     });
     r.xfers.push(Xfer::Recv {
-        into,
-        len,
+        into: inn.0,
+        len: inn.1,
         from: peer,
     });
     r

@@ -164,7 +164,7 @@ impl Mpi {
         }
         // (A predefined operation commutes.)
         let job = |v: u32| c.group.job_rank(v).unwrap_or(u32::MAX);
-        let gather = reduce::gathers(true, size, || self.placement(size, job));
+        let gather = reduce::gathers(true, size, || self.placement(size, false, job));
         if !gather && !size.is_power_of_two() {
             return None;
         }

@@ -121,6 +121,10 @@ pub struct Communicator {
     /// (each uses its own tag).
     pub coll_seq: u32,
     pub nonblocking_seq: u32,
+    /// Each member of its (local) group's leader on its node
+    /// ([`Mpi::node_leaders`](crate::state::Mpi::node_leaders)), found at its first
+    /// barrier that needs it.
+    pub node_leaders: std::sync::OnceLock<Box<[u32]>>,
 }
 
 impl Communicator {
@@ -137,6 +141,7 @@ impl Communicator {
             topo: None,
             coll_seq: 0,
             nonblocking_seq: 0,
+            node_leaders: std::sync::OnceLock::new(),
         }
     }
 

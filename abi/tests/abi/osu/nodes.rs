@@ -1,7 +1,7 @@
 //! `osu_latency`, `osu_bw`, `osu_allreduce` and `osu_bcast` across two simulated nodes
 //! (`tools/nodes.sh`) under MPICH's hydra and under Slurm, and the shared-memory
-//! windows' and the ports' programs (`programs/shared.c`, `ports.c`) on two ranks of
-//! each node.
+//! windows', the ports' and the collectives' programs (`programs/shared.c`, `ports.c`,
+//! `coll.c`) on two ranks of each node.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -86,7 +86,7 @@ impl Launcher {
 /// its table, its data checked, and node 1's link carried at least what the timed
 /// iterations of the largest size had to move between the nodes. Then `shared.c`,
 /// two ranks on each node, `rma.c held-lock`, one, and `ports.c`, two: every rank
-/// passes.
+/// passes, as does `coll.c`, two on each node.
 fn across_two_nodes(launcher: Launcher) {
     let slurm = matches!(launcher, Launcher::Slurm);
     let _turn = turn();
@@ -175,12 +175,16 @@ fn across_two_nodes(launcher: Launcher) {
     // each node: met by messages, the port found through the launcher's names
     // (srun's under Slurm); MPI_APPNUM absent or not negative.
     program("ports", 4, &[], &[]);
+    // Every collective, two ranks on each node: long all-reductions halve their
+    // vector across the nodes (counts that do not divide by the members, from a send
+    // buffer and in place).
+    program("coll", 4, &[], &[]);
     drop(nodes);
     assert!(
         failed.is_empty(),
         "{} of {} runs failed across nodes:\n\n{}",
         failed.len(),
-        runs.len() + 3,
+        runs.len() + 4,
         failed.join("\n\n")
     );
 }
