@@ -117,7 +117,7 @@ pub const GATHERED_ALLREDUCE_MAX: u32 = 8;
 /// All-reduce of this member's operand at `input` into `acc` (the same place when in
 /// place), among members placed as `at`: recursive doubling for short vectors or
 /// operations that do not commute, a ring (reduce-scatter then all-gather) for long
-/// ones, or halving ([`halving`]) for a power of two of members on several nodes,
+/// ones, or Rabenseifner's (halving) for a power of two of members on several nodes,
 /// and short vectors gathered at member 0 where ranks take turns on processors
 /// ([`gathers`]).
 ///
