@@ -310,7 +310,12 @@ impl Comm {
         let may = attrs.flags.contains(BtlFlags::UNREGISTERED_REMOTE) && s.names_by_address_to(dst);
         let split = may && may_split && len >= s.split_from && !s.rendezvous_to_others(dst);
         let by_address = may && (len < attrs.unregistered_remote_below || split);
-        let handle = if by_address {
+        // Where the transport finds no size worth naming by address alone, a split
+        // offer carries a registration too: the receiver splits a lone message and
+        // reads one of a stream with the registration, which lets the transport choose
+        // its faster way (`super::split`).
+        let registered = !by_address || attrs.unregistered_remote_below == 0;
+        let handle = if !registered {
             Ok(None)
         } else {
             // SAFETY: the caller promised `buf` stays valid until the request
@@ -337,7 +342,7 @@ impl Comm {
                 split,
             };
             if let Some(r) = s.reqs.get_mut(req) {
-                r.named = if handle.is_none() {
+                r.named = if handle.is_none() || split {
                     NonZeroU64::new(buf as u64)
                 } else {
                     None

@@ -10,9 +10,9 @@
 //! | `PML+5` | part asked of the sender (PART) | sender's request, receiver's request, receiver's buffer address, offset, length |
 //! | `PML+6` | part written (PART_DONE) | receiver's request, whether it landed (u8) |
 //!
-//! An RTS's presence byte is 0 (no handle), 1 (a handle follows) or 2 (no handle, and
+//! An RTS's presence byte is 0 (no handle), 1 (a handle follows), 2 (no handle, and
 //! the sender writes a part of the message into the receiver's buffer when asked:
-//! [`super::split`]).
+//! [`super::split`]) or 3 (a handle follows, and the sender writes a part when asked).
 
 use rbtl_btl::{RemoteHandle, Tag};
 
@@ -86,8 +86,8 @@ pub struct Rts {
     /// Registration of the sender's buffer; none where the receiver's transport reads
     /// it by address alone ([`BtlFlags::UNREGISTERED_REMOTE`](rbtl_btl::BtlFlags::UNREGISTERED_REMOTE)).
     pub handle: Option<RemoteHandle>,
-    /// Without a handle: the sender writes a part into the receiver's buffer when asked
-    /// ([`super::split`]).
+    /// The sender writes a part into the receiver's buffer when asked
+    /// ([`super::split`]); with a handle too, the receiver may read the whole instead.
     pub split: bool,
 }
 
@@ -105,9 +105,10 @@ impl Rts {
         v.extend_from_slice(&self.sreq.to_le_bytes());
         v.extend_from_slice(&self.addr.to_le_bytes());
         v.push(match (&self.handle, self.split) {
-            (Some(_), _) => 1,
             (None, false) => 0,
+            (Some(_), false) => 1,
             (None, true) => 2,
+            (Some(_), true) => 3,
         });
         v.extend_from_slice(handle);
         v
@@ -127,10 +128,10 @@ impl Rts {
             addr: u64_at(24),
             handle: match b[32] {
                 0 | 2 if b.len() == RTS_FIXED => None,
-                1 => Some(RemoteHandle::from_bytes(&b[RTS_FIXED..]).ok()?),
+                1 | 3 => Some(RemoteHandle::from_bytes(&b[RTS_FIXED..]).ok()?),
                 _ => return None,
             },
-            split: b[32] == 2,
+            split: b[32] >= 2,
         })
     }
 }
@@ -291,7 +292,7 @@ mod tests {
     #[test]
     fn rendezvous_requests_round_trip_with_and_without_a_handle() {
         let handle = RemoteHandle::from_bytes(&[9; 40]).expect("a handle");
-        for handle in [Some(handle), None] {
+        for (handle, split) in [(Some(handle), false), (None, false), (Some(handle), true)] {
             let rts = Rts {
                 tag: -3,
                 ctx: 7,
@@ -299,9 +300,10 @@ mod tests {
                 sreq: 1 << 40,
                 addr: 0x7f00_1234_5000,
                 handle,
-                split: false,
+                split,
             };
             let back = Rts::decode(&rts.encode()).expect("decodes");
+            assert_eq!(back.split, split);
             assert_eq!((back.tag, back.ctx, back.len), (rts.tag, rts.ctx, rts.len));
             assert_eq!(
                 (back.sreq, back.addr, back.handle),
@@ -316,10 +318,10 @@ mod tests {
         assert_eq!((offered.handle, offered.split), (None, true));
         assert_eq!(offered.encode(), split);
         assert!(Rts::decode(&[&split[..], &[0]].concat()).is_none());
-        // Bytes after "no handle", or a presence byte other than 0, 1 and 2: malformed.
+        // Bytes after "no handle", or a presence byte other than 0 to 3: malformed.
         assert!(Rts::decode(&[0; RTS_FIXED + 1]).is_none());
         let mut bad = [0; RTS_FIXED];
-        bad[32] = 3;
+        bad[32] = 4;
         assert!(Rts::decode(&bad).is_none());
         without.handle = Some(handle_of_nothing());
         assert!(Rts::decode(&without.encode())

@@ -13,6 +13,14 @@
 //! 2. finishes once both halves are in (its read's callback, and the sender's
 //!    PART_DONE), with the FIN that frees the sender's buffer, as any rendezvous.
 //!
+//! Where the sender's transport finds no size worth naming by address alone
+//! (`Attributes::unregistered_remote_below` 0: `sm` where cross-memory attach copies
+//! slowly against `memcpy`), the offer (presence byte 3) carries a registration too,
+//! and the receiver splits only a lone message: one that arrives while another from
+//! that sender is being read or split is read whole with the registration, and the
+//! transport then chooses its faster way (the rings there), unless the receiver's
+//! transport now finds naming by address worth it (its rings turned slow).
+//!
 //! While the receiver has rendezvous sends of its own to that sender under way, the
 //! sender's process is busy reading those: then only messages of 1 MiB and more are
 //! split. A sender with rendezvous sends under way to other ranks offers no split
@@ -115,7 +123,16 @@ impl State {
         } else {
             self.split_from
         };
-        if !rts.split || rts.handle.is_some() || rts.len < from || !reads_by_address {
+        if !rts.split || rts.len < from || !reads_by_address {
+            return false;
+        }
+        // Offered with a registration too (the sender's transport finds no size worth
+        // naming by address alone): split a lone message only; one of a stream is read
+        // whole with the registration, which lets the transport choose its faster way,
+        // while ours too finds no size worth naming by address alone.
+        let streaming = self.reads_from.get(src as usize).is_some_and(|&n| n > 0)
+            || self.splits.values().any(|sp| sp.src == src);
+        if rts.handle.is_some() && streaming && m.attributes().unregistered_remote_below == 0 {
             return false;
         }
         if self.splits.contains_key(&p.req) {

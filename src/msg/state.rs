@@ -209,6 +209,9 @@ pub struct State {
     pub rendezvous_out: Vec<u32>,
     /// Rendezvous sends not yet complete, to every rank (the sum of `rendezvous_out`).
     pub rendezvous_out_all: u32,
+    /// Per rank: reads of its rendezvous messages under way, not split (a message
+    /// offered both ways is split only while none is: [`super::split`]).
+    pub reads_from: Vec<u32>,
 }
 
 /// The state, shared between the [`Comm`](super::Comm) and the receive and
@@ -425,6 +428,13 @@ impl State {
     pub fn rendezvous_to_others(&self, rank: u32) -> bool {
         let to_it = self.rendezvous_out.get(rank as usize).copied().unwrap_or(0);
         self.rendezvous_out_all > to_it
+    }
+
+    /// A read of a rendezvous message from `rank` ended (or did not start).
+    fn read_ended(&mut self, rank: u32) {
+        if let Some(n) = self.reads_from.get_mut(rank as usize).filter(|n| **n > 0) {
+            *n -= 1;
+        }
     }
 
     /// Whether anything waits to go to `rank`.
@@ -656,6 +666,7 @@ impl State {
         let (state, req, sreq) = (shared.clone(), p.req, rts.sreq);
         let done = Box::new(move |m: &mut dyn Module, c: RdmaCompletion| {
             let mut s = lock(&state);
+            s.read_ended(src);
             let ok = c.status.is_ok();
             let read = c.status.map_err(|e| Error::reading_from_sender(src, e));
             s.complete(req, read.map(|_| status));
@@ -674,7 +685,11 @@ impl State {
         };
         let whole = Transfer::new(ep, local, remote, rts.len);
         // In pieces within the transport's get limit, completing as one.
+        *slot(&mut self.reads_from, src as usize) += 1;
         let started = super::pieces::transfer_in_pieces(m, &whole, false, done);
+        if started.is_err() {
+            self.read_ended(src);
+        }
         match started {
             Ok(()) => {
                 if let (Some(r), Some(h)) = (self.req_mut(p.req), handle) {

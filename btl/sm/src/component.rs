@@ -89,6 +89,10 @@ pub struct Settings {
     /// Under [`RdmaPath::Auto`], the rate of copies into a ring (MB/s) below which
     /// large transfers go by cross-memory attach.
     pub cma_below: u64,
+    /// Under [`RdmaPath::Auto`], the size below which transfers are worth naming a
+    /// peer's memory by address alone (`btl_sm_by_address_below`); `None`: measured at
+    /// start-up (`by_address.rs`).
+    pub by_address_below: Option<usize>,
     /// Largest chunk when put/get copy through the rings (a transfer goes in about four
     /// chunks of at least 64 KiB).
     pub copy_chunk: usize,
@@ -113,6 +117,7 @@ impl Default for Settings {
             max_registrations: 4096,
             rdma: RdmaPath::Auto,
             cma_below: 8000,
+            by_address_below: None,
             copy_chunk: 512 << 10,
             max_frags: 256,
             rcache: rbtl_rcache::Options::default(),
@@ -166,6 +171,13 @@ impl Component for SmComponent {
                 "under btl_sm_rdma=auto: the rate of copies into a ring (MB/s) below which transfers of 16 KiB and more go by cross-memory attach",
             )?
             .register(
+                crate::by_address::PARAM,
+                Value::Str("auto".into()),
+                "under btl_sm_rdma=auto: transfers below this size may name a peer's memory by address alone (cross-memory attach, \
+                 no registration; larger ones are registered, so that the rings may carry them); auto: 1 MiB where this \
+                 process's cross-memory attach copies run at 0.4 of memcpy's rate or more, measured at start-up, else 0",
+            )?
+            .register(
                 "btl_sm_heap_size",
                 Value::Size(d.heap_bytes),
                 "bytes of each process's segment that windows can share for direct loads and stores (backed as used; \
@@ -206,6 +218,7 @@ impl Component for SmComponent {
             )?,
             rdma: RdmaPath::parse(config.str("btl_sm_rdma")?)?,
             cma_below: count(config, "btl_sm_cma_below")? as u64,
+            by_address_below: crate::by_address::parse(config.str(crate::by_address::PARAM)?)?,
             copy_chunk: config.size("btl_sm_copy_chunk")?,
             max_frags: at_least_one(config, "btl_sm_free_list_max", "the send descriptors outstanding at once")?,
             rcache: rbtl_btl::transport_kit::rcache_params::options(config)?,
@@ -220,7 +233,9 @@ impl Component for SmComponent {
         if settings.rdma != RdmaPath::Copy {
             attrs.flags |= BtlFlags::UNATTENDED_RDMA | BtlFlags::UNREGISTERED_REMOTE;
             attrs.unregistered_remote_below = match settings.rdma {
-                RdmaPath::Auto => crate::path::BY_ADDRESS_BELOW,
+                RdmaPath::Auto => settings
+                    .by_address_below
+                    .unwrap_or_else(crate::by_address::auto),
                 _ => usize::MAX,
             };
             crate::cma::let_peers_attach();

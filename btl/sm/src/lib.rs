@@ -28,8 +28,9 @@
 //! (`prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)`, as vader does), which Yama's
 //! `ptrace_scope = 1` otherwise allows only to ancestors; and a peer's memory may be
 //! named by its address alone (`BtlFlags::UNREGISTERED_REMOTE`, below
-//! `Attributes::unregistered_remote_below`), read or written by the kernel without a
-//! key, where both processes may attach to each other.
+//! `Attributes::unregistered_remote_below`: under `auto` measured at start-up, module
+//! `by_address`), read or written by the kernel without a key, where both processes
+//! may attach to each other.
 //!
 //! Atomics are applied by the target through the same protocol (as vader emulates
 //! them). A peer that dies is noticed through its `/proc` entry while idle (`liveness`: no
@@ -59,6 +60,7 @@
 
 #![warn(missing_docs)]
 
+mod by_address;
 mod cma;
 mod component;
 mod copy_protocol;

@@ -61,6 +61,9 @@ pub struct SmModule {
     done: VecDeque<Done>,
     copy: CopyProtocol,
     idle: u32,
+    /// Under `auto`, where the start-up probe found naming by address not worth it
+    /// alone: the hint follows the rings' speed ([`crate::by_address`]).
+    by_address: Option<crate::by_address::Watch>,
 }
 
 /// Copy a descriptor into a ring, keeping its segment cut; false when the ring is full.
@@ -166,6 +169,11 @@ impl SmModule {
         let card = peer::card(id, segment, (&layout, slot), by_address, &node);
         modex.publish(MODEX_KEY, &card)?;
         let copy = CopyProtocol::new(id, regs.view(), settings.copy_chunk);
+        let probed_not_worth_it = by_address
+            && settings.rdma == RdmaPath::Auto
+            && settings.by_address_below.is_none()
+            && attrs.unregistered_remote_below == 0;
+        let by_address = probed_not_worth_it.then(crate::by_address::Watch::default);
         Ok(SmModule {
             id,
             rank: modex.rank(),
@@ -183,6 +191,7 @@ impl SmModule {
             copy,
             idle: 0,
             expected: ExpectedSlot::default(),
+            by_address,
         })
     }
 
@@ -885,6 +894,19 @@ impl Module for SmModule {
             if !self.peers[i].outbound.is_empty() || !self.peers[i].serving.is_empty() {
                 n += self.drain_outbound(i);
             }
+            if taken > 0 || !self.peers[i].outbound.is_empty() {
+                if let Some(w) = &mut self.by_address {
+                    // Copies into the rings both ways: ours, and the peer's as its
+                    // data's headers tell.
+                    let p = &self.peers[i];
+                    let gbs = p.out_speed.gbs().min(p.in_speed.gbs());
+                    w.copied(
+                        gbs,
+                        self.settings.cma_below as f64 / 1000.0,
+                        &mut self.attrs,
+                    );
+                }
+            }
         }
         if !self.done.is_empty() {
             n += self.run_done();
@@ -894,6 +916,9 @@ impl Module for SmModule {
             if self.idle >= LIVENESS_INTERVAL {
                 self.idle = 0;
                 self.check_liveness();
+                if let Some(w) = &mut self.by_address {
+                    w.idle(&mut self.attrs);
+                }
             }
         }
         n

@@ -1,0 +1,210 @@
+//! Up to which size naming a peer's memory by its address alone is worth it
+//! (`btl_sm_by_address_below`, [`Attributes::unregistered_remote_below`]).
+//!
+//! Named by address, a transfer can only go by cross-memory attach: one copy, by the
+//! kernel, a page at a time. Registered, it lets the module choose the rings instead
+//! (`path.rs`): two copies, each by a process through caches. Which is faster depends
+//! on the host. On the Intel hosts measured, cross-memory attach copies at more than
+//! half the rate of `memcpy`, and a lone copy by it wins below about 1 MiB; on the AMD
+//! hosts measured, at about a quarter of it, and the rings win a stream of messages at
+//! every size (docs/performance.md). So under `auto` each process times both copies of
+//! [`PROBE_BYTES`] within itself at start-up: where cross-memory attach reaches
+//! [`MIN_RATIO`] of `memcpy`'s rate, transfers below [`path::BY_ADDRESS_BELOW`] may be
+//! named by address; elsewhere none is worth it alone (0), and a layer above names
+//! memory by address only where both processes copy a part of it at once.
+//!
+//! The rings win there only while they are fast: while the host places the two cores
+//! far apart, copies into them run several times slower (`path.rs`), and two
+//! processes copying a message by cross-memory attach beat them. So after the probe
+//! said 0, a [`Watch`] follows this process's copies into the rings: while they run
+//! slow, transfers below [`path::BY_ADDRESS_BELOW`] may be named by address again;
+//! [`PROBE_EVERY`] after the last slow copy, 0 again, so that the rings are tried.
+//!
+//! [`Attributes::unregistered_remote_below`]: rbtl_btl::Attributes::unregistered_remote_below
+//! [`path::BY_ADDRESS_BELOW`]: crate::path::BY_ADDRESS_BELOW
+
+use crate::cma::{self, Direction};
+use crate::path::{BY_ADDRESS_BELOW, PROBE_EVERY};
+use rbtl_btl::{Attributes, Error, Result};
+use rbtl_config::{Kind, Value};
+use std::time::{Duration, Instant};
+
+/// The parameter.
+pub const PARAM: &str = "btl_sm_by_address_below";
+
+/// Bytes each probe copies: a size the rendezvous protocols move, larger than the
+/// second-level caches of the hosts measured.
+pub const PROBE_BYTES: usize = 1 << 20;
+
+/// Copies of each kind timed; the fastest counts (the first faults pages in).
+const PROBE_COPIES: usize = 3;
+
+/// The rate of cross-memory attach, as a fraction of `memcpy`'s, from which naming
+/// by address is worth it: between the Intel hosts measured and the AMD ones, well
+/// away from both (docs/performance.md).
+pub const MIN_RATIO: f64 = 0.4;
+
+/// What the parameter says: a size, or "auto" (`None`).
+pub fn parse(text: &str) -> Result<Option<usize>> {
+    if text.trim().eq_ignore_ascii_case("auto") {
+        return Ok(None);
+    }
+    match Value::parse(Kind::Size, text) {
+        Some(Value::Size(n)) => Ok(Some(n)),
+        _ => Err(Error::NotAvailable(format!(
+            "{PARAM} = `{text}`; valid values: auto, or a size (bytes, or with k, m, g)"
+        ))),
+    }
+}
+
+/// The rates this process measured: cross-memory attach and `memcpy`, GB/s.
+#[derive(Clone, Copy, Debug)]
+pub struct Rates {
+    /// `process_vm_readv` of this process's own memory.
+    pub cma: f64,
+    /// `memcpy` of the same bytes.
+    pub memcpy: f64,
+}
+
+impl Rates {
+    /// Time both copies of [`PROBE_BYTES`] within this process; `None` where the
+    /// kernel refuses cross-memory attach even to the process itself.
+    pub fn measure() -> Option<Rates> {
+        let from = vec![1u8; PROBE_BYTES];
+        let mut to = vec![0u8; PROBE_BYTES];
+        let pid = std::process::id() as i32;
+        let (src, dst) = (from.as_ptr() as u64, to.as_mut_ptr() as usize);
+        // SAFETY: `to` is writable for PROBE_BYTES and no reference to it is used
+        // while the kernel writes; `from` is readable for as long.
+        let cma =
+            fastest(|| unsafe { cma::copy(pid, Direction::Read, dst, src, PROBE_BYTES) }.is_ok())?;
+        let memcpy = fastest(|| {
+            to.copy_from_slice(std::hint::black_box(&from));
+            std::hint::black_box(&to);
+            true
+        })?;
+        Some(Rates { cma, memcpy })
+    }
+
+    /// Whether naming memory by address alone is worth it at these rates.
+    pub fn by_address_worth_it(self) -> bool {
+        self.cma >= MIN_RATIO * self.memcpy
+    }
+}
+
+/// The rate of the fastest of [`PROBE_COPIES`] runs of `copy` (a copy of
+/// [`PROBE_BYTES`]), GB/s; `None` if one fails.
+fn fastest(mut copy: impl FnMut() -> bool) -> Option<f64> {
+    let mut best = Duration::MAX;
+    for _ in 0..PROBE_COPIES {
+        let start = Instant::now();
+        if !copy() {
+            return None;
+        }
+        best = best.min(start.elapsed());
+    }
+    Some(PROBE_BYTES as f64 / best.as_nanos().max(1) as f64)
+}
+
+/// The size below which transfers are worth naming by address, under `auto`: measured.
+pub fn auto() -> usize {
+    match Rates::measure() {
+        Some(r) => {
+            let worth = r.by_address_worth_it();
+            tracing::debug!(
+                cma_gbs = r.cma,
+                memcpy_gbs = r.memcpy,
+                worth,
+                "cross-memory attach against memcpy"
+            );
+            if worth {
+                BY_ADDRESS_BELOW
+            } else {
+                0
+            }
+        }
+        None => 0,
+    }
+}
+
+/// The hint while the probe said 0: `unregistered_remote_below` follows the speed of
+/// this process's copies into the rings.
+#[derive(Debug, Default)]
+pub struct Watch {
+    /// When a copy into a ring last ran slow, while that holds.
+    slow_since: Option<Instant>,
+}
+
+impl Watch {
+    /// Copies into a ring ran at `gbs` (GB/s; slow below `slow_below`): set the hint.
+    pub fn copied(&mut self, gbs: f64, slow_below: f64, attrs: &mut Attributes) {
+        if gbs < slow_below {
+            self.slow_since = Some(Instant::now());
+            attrs.unregistered_remote_below = BY_ADDRESS_BELOW;
+        } else if self.slow_since.take().is_some() {
+            attrs.unregistered_remote_below = 0;
+        }
+    }
+
+    /// While idle: [`PROBE_EVERY`] after the last slow copy, the rings are tried again.
+    pub fn idle(&mut self, attrs: &mut Attributes) {
+        if self.slow_since.is_some_and(|t| t.elapsed() >= PROBE_EVERY) {
+            self.slow_since = None;
+            attrs.unregistered_remote_below = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse, Rates};
+
+    #[test]
+    fn the_parameter_is_auto_or_a_size() {
+        assert_eq!(parse("auto").unwrap(), None);
+        assert_eq!(parse(" AUTO ").unwrap(), None);
+        assert_eq!(parse("1m").unwrap(), Some(1 << 20));
+        assert_eq!(parse("0").unwrap(), Some(0));
+        let e = parse("fast").unwrap_err().to_string();
+        assert!(
+            e.contains("btl_sm_by_address_below") && e.contains("auto"),
+            "{e}"
+        );
+    }
+
+    /// Slow copies into the rings name by address again, fast ones or a probe after
+    /// [`super::PROBE_EVERY`] stop it.
+    #[test]
+    fn the_watch_follows_the_rings() {
+        let mut attrs = crate::default_attributes();
+        let mut w = super::Watch::default();
+        w.copied(20.0, 8.0, &mut attrs);
+        assert_eq!(attrs.unregistered_remote_below, 0);
+        w.copied(3.0, 8.0, &mut attrs);
+        assert_eq!(attrs.unregistered_remote_below, super::BY_ADDRESS_BELOW);
+        w.idle(&mut attrs);
+        assert_eq!(attrs.unregistered_remote_below, super::BY_ADDRESS_BELOW);
+        w.copied(20.0, 8.0, &mut attrs);
+        assert_eq!(attrs.unregistered_remote_below, 0);
+        w.copied(3.0, 8.0, &mut attrs);
+        std::thread::sleep(super::PROBE_EVERY);
+        w.idle(&mut attrs);
+        assert_eq!(attrs.unregistered_remote_below, 0);
+    }
+
+    /// Both copies move bytes at a rate; the decision follows the ratio.
+    #[test]
+    fn the_probe_measures_both_copies() {
+        let r = Rates::measure().expect("a process may attach to itself");
+        assert!(r.cma > 0.0 && r.memcpy > 0.0, "{r:?}");
+        let slow = Rates {
+            cma: 1.0,
+            memcpy: 4.0,
+        };
+        let fast = Rates {
+            cma: 3.0,
+            memcpy: 5.0,
+        };
+        assert!(!slow.by_address_worth_it() && fast.by_address_worth_it());
+    }
+}
