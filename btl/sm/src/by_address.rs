@@ -133,11 +133,22 @@ pub fn auto() -> usize {
 pub struct Watch {
     /// When a copy into a ring last ran slow, while that holds.
     slow_since: Option<Instant>,
+    /// Per peer, the rate last seen: the same figure again is no new copy (while
+    /// transfers avoid the rings, their smoothed rate stays as it was).
+    last: Vec<Option<f64>>,
 }
 
 impl Watch {
-    /// Copies into a ring ran at `gbs` (GB/s; slow below `slow_below`): set the hint.
-    pub fn copied(&mut self, gbs: f64, slow_below: f64, attrs: &mut Attributes) {
+    /// Copies into the rings with peer `peer` run at `gbs` (GB/s, smoothed; slow below
+    /// `slow_below`): set the hint where that is a new figure.
+    pub fn copied(&mut self, peer: usize, gbs: f64, slow_below: f64, attrs: &mut Attributes) {
+        if self.last.len() <= peer {
+            self.last.resize(peer + 1, None);
+        }
+        if self.last[peer] == Some(gbs) {
+            return;
+        }
+        self.last[peer] = Some(gbs);
         if gbs < slow_below {
             self.slow_since = Some(Instant::now());
             attrs.unregistered_remote_below = BY_ADDRESS_BELOW;
@@ -178,16 +189,22 @@ mod tests {
     fn the_watch_follows_the_rings() {
         let mut attrs = crate::default_attributes();
         let mut w = super::Watch::default();
-        w.copied(20.0, 8.0, &mut attrs);
+        w.copied(0, 20.0, 8.0, &mut attrs);
         assert_eq!(attrs.unregistered_remote_below, 0);
-        w.copied(3.0, 8.0, &mut attrs);
+        w.copied(0, 3.0, 8.0, &mut attrs);
         assert_eq!(attrs.unregistered_remote_below, super::BY_ADDRESS_BELOW);
         w.idle(&mut attrs);
         assert_eq!(attrs.unregistered_remote_below, super::BY_ADDRESS_BELOW);
-        w.copied(20.0, 8.0, &mut attrs);
+        w.copied(0, 20.0, 8.0, &mut attrs);
         assert_eq!(attrs.unregistered_remote_below, 0);
-        w.copied(3.0, 8.0, &mut attrs);
+        w.copied(0, 3.0, 8.0, &mut attrs);
+        w.copied(1, 2.0, 8.0, &mut attrs);
         std::thread::sleep(super::PROBE_EVERY);
+        // The same slow figures again are no new copies: the rings are tried.
+        w.copied(0, 3.0, 8.0, &mut attrs);
+        w.copied(1, 2.0, 8.0, &mut attrs);
+        w.copied(0, 3.0, 8.0, &mut attrs);
+        assert_eq!(attrs.unregistered_remote_below, super::BY_ADDRESS_BELOW);
         w.idle(&mut attrs);
         assert_eq!(attrs.unregistered_remote_below, 0);
     }

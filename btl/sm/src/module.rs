@@ -900,11 +900,8 @@ impl Module for SmModule {
                     // data's headers tell.
                     let p = &self.peers[i];
                     let gbs = p.out_speed.gbs().min(p.in_speed.gbs());
-                    w.copied(
-                        gbs,
-                        self.settings.cma_below as f64 / 1000.0,
-                        &mut self.attrs,
-                    );
+                    let slow_below = self.settings.cma_below as f64 / 1000.0;
+                    w.copied(i, gbs, slow_below, &mut self.attrs);
                 }
             }
         }
