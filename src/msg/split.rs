@@ -130,9 +130,11 @@ impl State {
         // naming by address alone): split a lone message only; one of a stream is read
         // whole with the registration, which lets the transport choose its faster way,
         // while ours too finds no size worth naming by address alone.
-        let streaming = self.reads_from.get(src as usize).is_some_and(|&n| n > 0)
-            || self.splits.values().any(|sp| sp.src == src);
-        if rts.handle.is_some() && streaming && m.attributes().unregistered_remote_below == 0 {
+        let streaming = || {
+            self.reads_from.get(src as usize).is_some_and(|&n| n > 0)
+                || self.splits.values().any(|sp| sp.src == src)
+        };
+        if rts.handle.is_some() && m.attributes().unregistered_remote_below == 0 && streaming() {
             return false;
         }
         if self.splits.contains_key(&p.req) {

@@ -255,6 +255,18 @@ pub fn slot<T: Clone + Default>(table: &mut Vec<T>, i: usize) -> &mut T {
     &mut table[i]
 }
 
+/// Take one from counter `i` of `table` (a count [`slot`] raised); false where it was
+/// already 0 or never raised.
+pub fn unslot(table: &mut [u32], i: usize) -> bool {
+    match table.get_mut(i).filter(|n| **n > 0) {
+        Some(n) => {
+            *n -= 1;
+            true
+        }
+        None => false,
+    }
+}
+
 /// Set a signal only this thread writes.
 pub fn set(signal: &AtomicU64, value: u64) {
     signal.store(value, Ordering::Release);
@@ -414,12 +426,7 @@ impl State {
     }
 
     fn rendezvous_ended(&mut self, rank: u32) {
-        if let Some(n) = self
-            .rendezvous_out
-            .get_mut(rank as usize)
-            .filter(|n| **n > 0)
-        {
-            *n -= 1;
+        if unslot(&mut self.rendezvous_out, rank as usize) {
             self.rendezvous_out_all -= 1;
         }
     }
@@ -428,13 +435,6 @@ impl State {
     pub fn rendezvous_to_others(&self, rank: u32) -> bool {
         let to_it = self.rendezvous_out.get(rank as usize).copied().unwrap_or(0);
         self.rendezvous_out_all > to_it
-    }
-
-    /// A read of a rendezvous message from `rank` ended (or did not start).
-    fn read_ended(&mut self, rank: u32) {
-        if let Some(n) = self.reads_from.get_mut(rank as usize).filter(|n| **n > 0) {
-            *n -= 1;
-        }
     }
 
     /// Whether anything waits to go to `rank`.
@@ -666,7 +666,7 @@ impl State {
         let (state, req, sreq) = (shared.clone(), p.req, rts.sreq);
         let done = Box::new(move |m: &mut dyn Module, c: RdmaCompletion| {
             let mut s = lock(&state);
-            s.read_ended(src);
+            unslot(&mut s.reads_from, src as usize);
             let ok = c.status.is_ok();
             let read = c.status.map_err(|e| Error::reading_from_sender(src, e));
             s.complete(req, read.map(|_| status));
@@ -688,7 +688,7 @@ impl State {
         *slot(&mut self.reads_from, src as usize) += 1;
         let started = super::pieces::transfer_in_pieces(m, &whole, false, done);
         if started.is_err() {
-            self.read_ended(src);
+            unslot(&mut self.reads_from, src as usize);
         }
         match started {
             Ok(()) => {

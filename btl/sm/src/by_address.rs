@@ -129,8 +129,10 @@ pub fn auto() -> usize {
 
 /// The hint while the probe said 0: `unregistered_remote_below` follows the speed of
 /// this process's copies into the rings.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Watch {
+    /// GB/s below which copies into a ring count as slow (`btl_sm_cma_below`).
+    slow_below: f64,
     /// When a copy into a ring last ran slow, while that holds.
     slow_since: Option<Instant>,
     /// Per peer, the rate last seen: the same figure again is no new copy (while
@@ -139,9 +141,18 @@ pub struct Watch {
 }
 
 impl Watch {
-    /// Copies into the rings with peer `peer` run at `gbs` (GB/s, smoothed; slow below
-    /// `slow_below`): set the hint where that is a new figure.
-    pub fn copied(&mut self, peer: usize, gbs: f64, slow_below: f64, attrs: &mut Attributes) {
+    /// A watch counting copies below `slow_below` GB/s as slow.
+    pub fn new(slow_below: f64) -> Watch {
+        Watch {
+            slow_below,
+            slow_since: None,
+            last: Vec::new(),
+        }
+    }
+
+    /// Copies into the rings with peer `peer` run at `gbs` (GB/s, smoothed): set the
+    /// hint where that is a new figure.
+    pub fn copied(&mut self, peer: usize, gbs: f64, attrs: &mut Attributes) {
         if self.last.len() <= peer {
             self.last.resize(peer + 1, None);
         }
@@ -149,7 +160,7 @@ impl Watch {
             return;
         }
         self.last[peer] = Some(gbs);
-        if gbs < slow_below {
+        if gbs < self.slow_below {
             self.slow_since = Some(Instant::now());
             attrs.unregistered_remote_below = BY_ADDRESS_BELOW;
         } else if self.slow_since.take().is_some() {
@@ -188,22 +199,22 @@ mod tests {
     #[test]
     fn the_watch_follows_the_rings() {
         let mut attrs = crate::default_attributes();
-        let mut w = super::Watch::default();
-        w.copied(0, 20.0, 8.0, &mut attrs);
+        let mut w = super::Watch::new(8.0);
+        w.copied(0, 20.0, &mut attrs);
         assert_eq!(attrs.unregistered_remote_below, 0);
-        w.copied(0, 3.0, 8.0, &mut attrs);
+        w.copied(0, 3.0, &mut attrs);
         assert_eq!(attrs.unregistered_remote_below, super::BY_ADDRESS_BELOW);
         w.idle(&mut attrs);
         assert_eq!(attrs.unregistered_remote_below, super::BY_ADDRESS_BELOW);
-        w.copied(0, 20.0, 8.0, &mut attrs);
+        w.copied(0, 20.0, &mut attrs);
         assert_eq!(attrs.unregistered_remote_below, 0);
-        w.copied(0, 3.0, 8.0, &mut attrs);
-        w.copied(1, 2.0, 8.0, &mut attrs);
+        w.copied(0, 3.0, &mut attrs);
+        w.copied(1, 2.0, &mut attrs);
         std::thread::sleep(super::PROBE_EVERY);
         // The same slow figures again are no new copies: the rings are tried.
-        w.copied(0, 3.0, 8.0, &mut attrs);
-        w.copied(1, 2.0, 8.0, &mut attrs);
-        w.copied(0, 3.0, 8.0, &mut attrs);
+        w.copied(0, 3.0, &mut attrs);
+        w.copied(1, 2.0, &mut attrs);
+        w.copied(0, 3.0, &mut attrs);
         assert_eq!(attrs.unregistered_remote_below, super::BY_ADDRESS_BELOW);
         w.idle(&mut attrs);
         assert_eq!(attrs.unregistered_remote_below, 0);

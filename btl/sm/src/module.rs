@@ -173,7 +173,8 @@ impl SmModule {
             && settings.rdma == RdmaPath::Auto
             && settings.by_address_below.is_none()
             && attrs.unregistered_remote_below == 0;
-        let by_address = probed_not_worth_it.then(crate::by_address::Watch::default);
+        let slow_below = settings.cma_below as f64 / 1000.0;
+        let by_address = probed_not_worth_it.then(|| crate::by_address::Watch::new(slow_below));
         Ok(SmModule {
             id,
             rank: modex.rank(),
@@ -891,17 +892,16 @@ impl Module for SmModule {
                 // The caller learns of it before any later message is delivered.
                 return n;
             }
-            if !self.peers[i].outbound.is_empty() || !self.peers[i].serving.is_empty() {
+            let sending = !self.peers[i].outbound.is_empty() || !self.peers[i].serving.is_empty();
+            if sending {
                 n += self.drain_outbound(i);
             }
-            if taken > 0 || !self.peers[i].outbound.is_empty() {
-                if let Some(w) = &mut self.by_address {
+            if let Some(w) = &mut self.by_address {
+                if taken > 0 || sending {
                     // Copies into the rings both ways: ours, and the peer's as its
                     // data's headers tell.
                     let p = &self.peers[i];
-                    let gbs = p.out_speed.gbs().min(p.in_speed.gbs());
-                    let slow_below = self.settings.cma_below as f64 / 1000.0;
-                    w.copied(i, gbs, slow_below, &mut self.attrs);
+                    w.copied(i, p.out_speed.gbs().min(p.in_speed.gbs()), &mut self.attrs);
                 }
             }
         }
