@@ -128,6 +128,12 @@ pub struct Attributes {
     /// size on a registration lets the module choose a faster way that needs it (`sm`
     /// under `btl_sm_rdma = auto`: the rings). A hint; 0 where the flag is unset.
     pub unregistered_remote_below: usize,
+    /// From this size on, an [`RdmaFlags::UNATTENDED`](crate::RdmaFlags::UNATTENDED)
+    /// transfer is worth it against a message the peer's process answers: the upper
+    /// layer's choice for work it could do either way (an accumulate read, combined
+    /// and written back from the origin, or shipped to the target). A hint;
+    /// `usize::MAX` where [`BtlFlags::UNATTENDED_RDMA`] is unset.
+    pub unattended_from: usize,
 }
 
 /// Exclusivity levels (Open MPI: `MCA_BTL_EXCLUSIVITY_*`).

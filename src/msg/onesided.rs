@@ -84,7 +84,7 @@ impl Target {
 
     /// The same target, its transfers through a transport asked to complete without
     /// the peer's process taking part ([`RdmaFlags::UNATTENDED`]; see
-    /// [`Comm::reaches_unattended`]).
+    /// [`Comm::unattended_from`]).
     pub fn unattended(self) -> Target {
         Target {
             flags: self.flags | RdmaFlags::UNATTENDED,
@@ -263,18 +263,20 @@ impl Comm {
         Ok((addr, len, handle))
     }
 
-    /// Whether transfers to `t` through a transport complete without the peer's process
-    /// taking part once asked ([`Target::unattended`]): the transport that reaches it
-    /// offers it ([`BtlFlags::UNATTENDED_RDMA`]). `false` for a rank out of the job.
-    /// (A question about the route only: whether the peer still lives is the
-    /// transfer's to find.)
-    pub fn reaches_unattended(&self, t: &Target) -> bool {
-        self.routes.get(t.rank as usize).is_some_and(|&(mi, _)| {
-            self.modules[mi]
-                .attributes()
-                .flags
-                .contains(BtlFlags::UNATTENDED_RDMA)
-        })
+    /// From which size transfers to `t` through a transport that completes them
+    /// without the peer's process taking part once asked ([`Target::unattended`],
+    /// [`BtlFlags::UNATTENDED_RDMA`]) are worth it against a message that process
+    /// answers ([`Attributes::unattended_from`](rbtl_btl::Attributes::unattended_from)).
+    /// `None` where the transport offers none, and for a rank out of the job. (A
+    /// question about the route only: whether the peer still lives is the transfer's
+    /// to find.)
+    pub fn unattended_from(&self, t: &Target) -> Option<usize> {
+        let &(mi, _) = self.routes.get(t.rank as usize)?;
+        let attrs = self.modules[mi].attributes();
+        attrs
+            .flags
+            .contains(BtlFlags::UNATTENDED_RDMA)
+            .then_some(attrs.unattended_from)
     }
 
     /// Whether the atomics that reach `t` through a transport are atomic with respect

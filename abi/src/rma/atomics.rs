@@ -2,11 +2,12 @@
 //! `MPI_Fetch_and_op` and `MPI_Compare_and_swap`: a transport atomic where one
 //! performs the operation (shipped whole when long, where the target can apply it
 //! atomically itself); else, on memory this process maps, in place under the
-//! target's accumulate mutex; else, from 1 KiB on where the transport reads and
-//! writes the target's memory without its process, read, combined and written back
-//! from here under the same mutex; else shipped to the target, which applies it
-//! under that mutex ([`super::shipped`]). On memory this process maps, the common
-//! forms (one basic kind, contiguous) are done in one step ([`super::direct`]).
+//! target's accumulate mutex; else, from the size its transport names where it
+//! reads and writes the target's memory without its process, read, combined and
+//! written back from here under the same mutex; else shipped to the target, which
+//! applies it under that mutex ([`super::shipped`]). On memory this process maps,
+//! the common forms (one basic kind, contiguous) are done in one step
+//! ([`super::direct`]).
 
 use super::direct;
 use super::ops::{mismatch, origin_target_binding, Access};
@@ -28,12 +29,6 @@ use std::ptr::null_mut;
 /// Fetching atomics one accumulate keeps in flight at most (each holds a
 /// registration, of which a transport has some thousands).
 const FETCHES_AT_ONCE: usize = 1024;
-
-/// Accumulates of this many bytes and more, on memory this process does not map,
-/// are read and written back from here where the transport does that without the
-/// target's process (`sm` by cross-memory attach), instead of shipped: two copies by
-/// the kernel against four through the rings (measured: docs/performance.md).
-const UNATTENDED_FROM: usize = 1 << 10;
 
 /// The largest buffer an accumulate read and written back from here keeps for the
 /// next ([`Mpi::scratch`](crate::state::Mpi::scratch)).
@@ -291,15 +286,15 @@ impl Mpi {
 
     /// Whether an accumulate of access `a` on window `win`, which no transport atomic
     /// performs, is read, combined and written back from here by a transport that
-    /// needs nothing of the target's process ([`UNATTENDED_FROM`] bytes or more),
-    /// rather than shipped to it. Both ways hold the target's accumulate mutex, so
+    /// needs nothing of the target's process, rather than shipped to it: from the
+    /// size that transport says that is worth it (`sm`: two copies by the kernel
+    /// against four through the rings, and two system calls against a message's round
+    /// trip: docs/performance.md). Both ways hold the target's accumulate mutex, so
     /// concurrent accumulates on the same elements exclude each other whichever way
     /// each goes.
     fn unattended(&self, win: Handle, a: &Access) -> Result<bool> {
-        if a.bytes < UNATTENDED_FROM {
-            return Ok(false);
-        }
-        Ok(self.msg.reaches_unattended(a.target(self.win(win)?)))
+        let from = self.msg.unattended_from(a.target(self.win(win)?));
+        Ok(from.is_some_and(|from| a.bytes >= from))
     }
 
     /// Check `op` for an accumulate of `count` elements of `ty`: predefined, and

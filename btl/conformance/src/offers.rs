@@ -49,4 +49,16 @@ pub fn offers_what_it_must(m: &dyn Module) {
         a.atomic_flags,
         atomics
     );
+    // The hints of the flags it does not set say so.
+    if !a.flags.contains(BtlFlags::UNATTENDED_RDMA) {
+        assert_eq!(
+            a.unattended_from,
+            usize::MAX,
+            "{name}: no unattended transfers"
+        );
+    }
+    if !a.flags.contains(BtlFlags::UNREGISTERED_REMOTE) {
+        let below = a.unregistered_remote_below;
+        assert_eq!(below, 0, "{name}: nothing named by address alone");
+    }
 }

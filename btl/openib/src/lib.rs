@@ -138,6 +138,7 @@ fn default_attributes() -> Attributes {
         atomic_flags: AtomicFlags::empty(),
         registration_handle_size: remote_key::REMOTE_KEY_LEN,
         unregistered_remote_below: 0,
+        unattended_from: usize::MAX,
     }
 }
 

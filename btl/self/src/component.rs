@@ -32,6 +32,7 @@ pub fn default_attributes() -> Attributes {
         atomic_flags: AtomicFlags::all(),
         registration_handle_size: keytable::HANDLE_SIZE,
         unregistered_remote_below: 0,
+        unattended_from: usize::MAX,
     }
 }
 

@@ -20,7 +20,14 @@
 //! slow, transfers below [`path::BY_ADDRESS_BELOW`] may be named by address again;
 //! [`PROBE_EVERY`] after the last slow copy, 0 again, so that the rings are tried.
 //!
+//! The same probe sets from which size an accumulate is worth reading, combining and
+//! writing back by cross-memory attach from its origin rather than shipping it to the
+//! target's process ([`Attributes::unattended_from`]): [`UNATTENDED_FROM_FAST`] where
+//! attach is fast, [`UNATTENDED_FROM_SLOW`] where it is slow, whose two system calls
+//! cost more there than a small message's round trip through the rings.
+//!
 //! [`Attributes::unregistered_remote_below`]: rbtl_btl::Attributes::unregistered_remote_below
+//! [`Attributes::unattended_from`]: rbtl_btl::Attributes::unattended_from
 //! [`path::BY_ADDRESS_BELOW`]: crate::path::BY_ADDRESS_BELOW
 
 use crate::cma::{self, Direction};
@@ -43,6 +50,14 @@ const PROBE_COPIES: usize = 3;
 /// by address is worth it: between the Intel hosts measured and the AMD ones, well
 /// away from both (docs/performance.md).
 pub const MIN_RATIO: f64 = 0.4;
+
+/// The size from which an unattended transfer is worth it against a message the
+/// peer's process answers, where cross-memory attach is fast (the Intel hosts
+/// measured).
+pub const UNATTENDED_FROM_FAST: usize = 1 << 10;
+
+/// The same where cross-memory attach is slow (the AMD hosts measured), or refused.
+pub const UNATTENDED_FROM_SLOW: usize = 4 << 10;
 
 /// What the parameter says: a size, or "auto" (`None`).
 pub fn parse(text: &str) -> Result<Option<usize>> {
@@ -90,6 +105,35 @@ impl Rates {
     pub fn by_address_worth_it(self) -> bool {
         self.cma >= MIN_RATIO * self.memcpy
     }
+
+    /// What the module's hints are at these rates.
+    pub fn chosen(self) -> Chosen {
+        if self.by_address_worth_it() {
+            Chosen {
+                by_address_below: BY_ADDRESS_BELOW,
+                unattended_from: UNATTENDED_FROM_FAST,
+            }
+        } else {
+            Chosen::SLOW
+        }
+    }
+}
+
+/// The hints the probe sets under `auto`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Chosen {
+    /// [`Attributes::unregistered_remote_below`] (unless the parameter gives it).
+    pub by_address_below: usize,
+    /// [`Attributes::unattended_from`].
+    pub unattended_from: usize,
+}
+
+impl Chosen {
+    /// Where cross-memory attach is slow, or refused even to the process itself.
+    const SLOW: Chosen = Chosen {
+        by_address_below: 0,
+        unattended_from: UNATTENDED_FROM_SLOW,
+    };
 }
 
 /// The rate of the fastest of [`PROBE_COPIES`] runs of `copy` (a copy of
@@ -106,25 +150,19 @@ fn fastest(mut copy: impl FnMut() -> bool) -> Option<f64> {
     Some(PROBE_BYTES as f64 / best.as_nanos().max(1) as f64)
 }
 
-/// The size below which transfers are worth naming by address, under `auto`: measured.
-pub fn auto() -> usize {
-    match Rates::measure() {
-        Some(r) => {
-            let worth = r.by_address_worth_it();
-            tracing::debug!(
-                cma_gbs = r.cma,
-                memcpy_gbs = r.memcpy,
-                worth,
-                "cross-memory attach against memcpy"
-            );
-            if worth {
-                BY_ADDRESS_BELOW
-            } else {
-                0
-            }
-        }
-        None => 0,
-    }
+/// The hints under `auto`: measured.
+pub fn auto() -> Chosen {
+    let Some(r) = Rates::measure() else {
+        return Chosen::SLOW;
+    };
+    let chosen = r.chosen();
+    tracing::debug!(
+        cma_gbs = r.cma,
+        memcpy_gbs = r.memcpy,
+        ?chosen,
+        "cross-memory attach against memcpy"
+    );
+    chosen
 }
 
 /// The hint while the probe said 0: `unregistered_remote_below` follows the speed of
@@ -234,5 +272,14 @@ mod tests {
             memcpy: 5.0,
         };
         assert!(!slow.by_address_worth_it() && fast.by_address_worth_it());
+        let chosen = |by_address_below, unattended_from| super::Chosen {
+            by_address_below,
+            unattended_from,
+        };
+        assert_eq!(slow.chosen(), chosen(0, super::UNATTENDED_FROM_SLOW));
+        assert_eq!(
+            fast.chosen(),
+            chosen(super::BY_ADDRESS_BELOW, super::UNATTENDED_FROM_FAST)
+        );
     }
 }

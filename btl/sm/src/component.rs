@@ -38,6 +38,7 @@ pub fn default_attributes() -> Attributes {
         atomic_flags: AtomicFlags::all(),
         registration_handle_size: keytable::HANDLE_SIZE,
         unregistered_remote_below: 0,
+        unattended_from: usize::MAX,
     }
 }
 
@@ -232,11 +233,16 @@ impl Component for SmComponent {
         let mut attrs = attrs;
         if settings.rdma != RdmaPath::Copy {
             attrs.flags |= BtlFlags::UNATTENDED_RDMA | BtlFlags::UNREGISTERED_REMOTE;
-            attrs.unregistered_remote_below = match settings.rdma {
-                RdmaPath::Auto => settings
-                    .by_address_below
-                    .unwrap_or_else(crate::by_address::auto),
-                _ => usize::MAX,
+            (attrs.unregistered_remote_below, attrs.unattended_from) = match settings.rdma {
+                RdmaPath::Auto => {
+                    let chosen = crate::by_address::auto();
+                    let below = settings.by_address_below;
+                    (
+                        below.unwrap_or(chosen.by_address_below),
+                        chosen.unattended_from,
+                    )
+                }
+                _ => (usize::MAX, crate::by_address::UNATTENDED_FROM_FAST),
             };
             crate::cma::let_peers_attach();
         }
