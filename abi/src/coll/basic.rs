@@ -23,7 +23,7 @@ const GATHERED_BARRIER_MAX: u32 = 8;
 /// the one 2^k before (ceil(log2 n) rounds).
 pub fn barrier<'a>(s: &mut Schedule, m: &Members, leaders: impl FnOnce() -> &'a [u32]) {
     let (n, me) = (m.size, m.rank);
-    if n > 2 && n <= GATHERED_BARRIER_MAX {
+    if barrier_gathers(n) {
         return gathered_barrier(s, m, leaders());
     }
     let mut step = 1;
@@ -41,6 +41,12 @@ pub fn barrier<'a>(s: &mut Schedule, m: &Members, leaders: impl FnOnce() -> &'a 
         });
         step *= 2;
     }
+}
+
+/// Whether the barrier of `n` members gathers at member 0 ([`barrier`]); else it
+/// disseminates.
+pub fn barrier_gathers(n: u32) -> bool {
+    n > 2 && n <= GATHERED_BARRIER_MAX
 }
 
 /// The barrier that gathers at member 0 and releases from it, through each node's

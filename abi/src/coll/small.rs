@@ -8,7 +8,9 @@
 //!   same algorithm at these sizes), or gathered at member 0 where
 //!   [`super::reduce::gathers`] says so;
 //! * `MPI_Bcast` of a contiguous type, one piece long: down the tree of
-//!   [`super::basic::bcast_tree`].
+//!   [`super::basic::bcast_tree`];
+//! * `MPI_Barrier` where it disseminates ([`super::basic::barrier`]: 2 members, or
+//!   more than gather at member 0).
 //!
 //! Each sends exactly the messages of its schedule ([`super::reduce`],
 //! [`super::basic`]: the same context, tag, peers and lengths; an all-reduction's
@@ -16,7 +18,7 @@
 //! ways (one has a nonblocking collective in flight) still meet.
 
 use super::args::in_place;
-use super::basic::{bcast_links, bcast_tree, BCAST_PIECE};
+use super::basic::{barrier_gathers, bcast_links, bcast_tree, BCAST_PIECE};
 use super::reduce;
 use crate::entry::call_in_steps;
 use crate::error::{Error, Object, Result};
@@ -307,6 +309,40 @@ impl Mpi {
                 let from = unsafe { rbtl::btl::slice_at(data, len) };
                 self.msg
                     .send_in(ctx, told_slice(from, mismatch.is_some()), to, tag)?;
+            }
+            mismatch.map_or(Ok(()), Err)
+        })())
+    }
+
+    /// `MPI_Barrier` without a schedule where that is the whole algorithm (see the
+    /// module's documentation): in round k, a message of no bytes to the member 2^k
+    /// after this one, then one from the member 2^k before. `None` where it does not
+    /// apply.
+    pub fn barrier_small(&mut self, comm: Handle) -> Option<Result<()>> {
+        let c = self.comm(comm).ok()?;
+        let (n, me) = (c.size(), c.rank);
+        if c.remote.is_some() || n < 2 || barrier_gathers(n) {
+            return None;
+        }
+        // Each round's peers by job rank: to, from.
+        let mut peers = [(0u32, 0u32); MAX_ROUNDS];
+        let mut rounds = 0;
+        let mut step = 1;
+        while step < n {
+            let to = c.group.job_rank((me + step) % n)?;
+            peers[rounds] = (to, c.group.job_rank((me + n - step) % n)?);
+            rounds += 1;
+            step *= 2;
+        }
+        let peers = &peers[..rounds];
+        let (ctx, tag) = self.begin_small(comm)?;
+        let mut mismatch = None;
+        Some((|| {
+            for &(to, from) in peers {
+                self.msg
+                    .send_in(ctx, told_slice(&[], mismatch.is_some()), to, tag)?;
+                let r = self.msg.recv_in(ctx, &mut [], Some(from), Some(tag));
+                received(r, 0, "MPI_Barrier", &mut mismatch)?;
             }
             mismatch.map_or(Ok(()), Err)
         })())

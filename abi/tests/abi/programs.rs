@@ -12,7 +12,7 @@
 //! * `comm`: communicators, groups, attributes, names, topologies, info objects
 //!   (run again under the launchers' options in [`super::launchers`]).
 //! * `coll`: every collective, blocking and nonblocking, against results computed
-//!   locally, at 1 to 8 ranks.
+//!   locally, at 1 to 8 ranks and at 12 (where the barrier disseminates again).
 //! * `large`: the large-count (`_c`) bindings that their `int` twins serve, those
 //!   with arrays of counts too, and a count beyond `int` in a reduction refused, at
 //!   1 to 3 ranks.
@@ -195,7 +195,7 @@ fn comm() {
 
 #[test]
 fn coll() {
-    passes("coll", &[1, 2, 3, 4, 5, 6, 7, 8]);
+    passes("coll", &[1, 2, 3, 4, 5, 6, 7, 8, 12]);
 }
 
 /// Intercommunicators between the even and the odd ranks: every collective across.
