@@ -1,3 +1,5 @@
+// Over 600 lines with its tests, which check each shape against the others; the code
+// itself is under 500.
 //! Collectives that move data: barrier, broadcast, gathers, scatters, all-gathers
 //! and all-to-alls, on places of a schedule and lengths in bytes.
 
@@ -26,27 +28,34 @@ pub fn barrier<'a>(s: &mut Schedule, m: &Members, leaders: impl FnOnce() -> &'a 
     if barrier_gathers(n) {
         return gathered_barrier(s, m, leaders());
     }
-    let mut step = 1;
-    while step < n {
+    for (to, from) in dissemination(n, me) {
         let r = s.round();
         r.xfers.push(Xfer::Recv {
             into: nowhere(),
             len: 0,
-            from: m.job((me + n - step) % n),
+            from: m.job(from),
         });
         r.xfers.push(Xfer::Send {
             from: nowhere(),
             len: 0,
-            to: m.job((me + step) % n),
+            to: m.job(to),
         });
-        step *= 2;
     }
 }
 
 /// Whether the barrier of `n` members gathers at member 0 ([`barrier`]); else it
-/// disseminates.
+/// disseminates ([`dissemination`]).
 pub fn barrier_gathers(n: u32) -> bool {
     n > 2 && n <= GATHERED_BARRIER_MAX
+}
+
+/// The rounds of the dissemination barrier among `n` members, as member `me` sees
+/// them: in round k, the member 2^k after it (signalled) and the one 2^k before
+/// (heard from).
+pub fn dissemination(n: u32, me: u32) -> impl Iterator<Item = (u32, u32)> {
+    std::iter::successors(Some(1u32), |&step| step.checked_mul(2))
+        .take_while(move |&step| step < n)
+        .map(move |step| ((me + step) % n, (me + n - step) % n))
 }
 
 /// The barrier that gathers at member 0 and releases from it, through each node's
@@ -489,9 +498,27 @@ pub fn blocks(at: Loc, len: usize, n: u32) -> Vec<(Loc, usize)> {
 #[cfg(test)]
 mod tests {
     use super::{
-        bcast_links, bcast_piece, bcast_tree, Tree, BCAST_FLAT_FROM, BCAST_FLAT_MEMBERS,
-        BCAST_PIECE,
+        bcast_links, bcast_piece, bcast_tree, dissemination, Tree, BCAST_FLAT_FROM,
+        BCAST_FLAT_MEMBERS, BCAST_PIECE,
     };
+
+    /// Each round of the dissemination barrier pairs a signal with the member that
+    /// hears it: whom `me` signals in round k hears from `me` in round k.
+    #[test]
+    fn dissemination_rounds_pair_up() {
+        let rounds: Vec<_> = dissemination(5, 0).collect();
+        assert_eq!(rounds, [(1, 4), (2, 3), (4, 1)]);
+        for n in 1..=33u32 {
+            for me in 0..n {
+                let mine: Vec<_> = dissemination(n, me).collect();
+                assert_eq!(mine.len(), n.next_power_of_two().trailing_zeros() as usize);
+                for (k, &(to, _)) in mine.iter().enumerate() {
+                    let theirs = dissemination(n, to).nth(k).map(|(_, from)| from);
+                    assert_eq!(theirs, Some(me), "{n} members, {me}'s round {k}");
+                }
+            }
+        }
+    }
 
     /// Down each tree, every member but the root hears from exactly one parent,
     /// which counts it among its children, and the data reaches every member.

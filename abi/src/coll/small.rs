@@ -18,7 +18,7 @@
 //! ways (one has a nonblocking collective in flight) still meet.
 
 use super::args::in_place;
-use super::basic::{barrier_gathers, bcast_links, bcast_tree, BCAST_PIECE};
+use super::basic::{barrier_gathers, bcast_links, bcast_tree, dissemination, BCAST_PIECE};
 use super::reduce;
 use crate::entry::call_in_steps;
 use crate::error::{Error, Object, Result};
@@ -327,12 +327,9 @@ impl Mpi {
         // Each round's peers by job rank: to, from.
         let mut peers = [(0u32, 0u32); MAX_ROUNDS];
         let mut rounds = 0;
-        let mut step = 1;
-        while step < n {
-            let to = c.group.job_rank((me + step) % n)?;
-            peers[rounds] = (to, c.group.job_rank((me + n - step) % n)?);
+        for (to, from) in dissemination(n, me) {
+            peers[rounds] = (c.group.job_rank(to)?, c.group.job_rank(from)?);
             rounds += 1;
-            step *= 2;
         }
         let peers = &peers[..rounds];
         let (ctx, tag) = self.begin_small(comm)?;
