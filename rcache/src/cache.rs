@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 use crate::core::{Core, Locked};
@@ -20,8 +21,9 @@ pub struct Rcache<R: Registrar> {
 }
 
 // SAFETY: the core is shared between the cache and its registrations like the
-// contents of an `Arc`: its registrar is `Send + Sync`, its state sits behind a mutex,
-// and it is freed exactly once (`Core::close`).
+// contents of an `Arc`: its registrar is `Send + Sync`, its state (whose page map
+// points into its own boxed entries) sits behind a mutex, and it is freed exactly once
+// (`Core::close`).
 unsafe impl<R: Registrar> Send for Rcache<R> {}
 // SAFETY: as above.
 unsafe impl<R: Registrar> Sync for Rcache<R> {}
@@ -103,17 +105,16 @@ impl<R: Registrar> Rcache<R> {
         core.sync_monitor();
         let mut st = core.lock();
         let lookup = st.find(pb, pe, access);
-        let Lookup::Hit(i) = lookup else {
+        let Lookup::Hit(entry) = lookup else {
             return self.register_missed(st, lookup, pb, pe, access);
         };
         st.stats.hits += 1;
-        let s = st.slot_mut(i);
-        s.referenced = true;
-        s.entry.users.add();
-        let entry = NonNull::from(&*s.entry);
+        // SAFETY: the entry of an indexed slot, and the lock is held (`Lookup::Hit`).
+        let e = unsafe { entry.as_ref() };
+        e.referenced.store(true, Ordering::Relaxed);
+        e.users.add();
         Ok(Registration {
             core: self.core,
-            slot: i,
             entry,
         })
     }
@@ -124,7 +125,7 @@ impl<R: Registrar> Rcache<R> {
     fn register_missed(
         &self,
         mut st: Locked<'_, R::Handle>,
-        lookup: Lookup,
+        lookup: Lookup<R::Handle>,
         pb: usize,
         pe: usize,
         access: Access,
@@ -134,7 +135,7 @@ impl<R: Registrar> Rcache<R> {
         let (rb, rl, racc) = match lookup {
             Lookup::Upgrade(i) => {
                 let (ob, ol, oa) = {
-                    let e = &st.slot(i).entry;
+                    let e = st.entry(i);
                     (e.base, e.len, e.access)
                 };
                 tracing::debug!(base = ob, len = ol, old = ?oa, add = ?access, "rcache: access upgrade");
@@ -146,10 +147,9 @@ impl<R: Registrar> Rcache<R> {
             Lookup::Miss | Lookup::Hit(_) => (pb, pe - pb, access),
         };
         let i = core.register_new(&mut st, rb, rl, racc)?;
-        let entry = NonNull::from(&*st.slot(i).entry);
+        let entry = NonNull::from(st.entry(i));
         Ok(Registration {
             core: self.core,
-            slot: i,
             entry,
         })
     }

@@ -13,6 +13,7 @@
 
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::index::State;
@@ -107,7 +108,7 @@ impl<R: Registrar> Core<R> {
     /// deregisters its registration.
     pub(crate) fn retire(&self, st: &mut State<R::Handle>, i: usize) {
         let entry = st.retire(i);
-        self.deregister_entry(*entry);
+        self.deregister_entry(entry);
     }
 
     fn deregister_entry(&self, entry: Entry<R::Handle>) {
@@ -205,12 +206,15 @@ impl<R: Registrar> Core<R> {
         };
         let id = st.next_id;
         st.next_id += 1;
-        let entry = Box::new(Entry {
+        let entry = Entry {
             base,
             len,
             access,
             id,
             users: Users::one(),
+            // Set when the slot is taken.
+            slot: 0,
+            referenced: AtomicBool::new(false),
             handle,
             watched,
             kept_from_children,
@@ -218,7 +222,7 @@ impl<R: Registrar> Core<R> {
             // invalidates it when its memory leaves (and every registration of the
             // cache when the monitor stops).
             keep_idle: self.options.leave_pinned && (!self.follows_monitor || watched.is_some()),
-        });
+        };
         Ok(st.insert_slot(entry))
     }
 
@@ -237,7 +241,7 @@ impl<R: Registrar> Core<R> {
             .index
             .range((lo, 0)..(end, 0))
             .filter(|(_, &i)| {
-                let e = &st.slot(i).entry;
+                let e = st.entry(i);
                 e.base + e.len > base
             })
             .map(|(_, &i)| i)
@@ -283,7 +287,7 @@ impl<R: Registrar> Core<R> {
         // SAFETY: alive while the caller's registration is (see above).
         let core = unsafe { this.as_ref() };
         let mut st = core.lock();
-        let retire = match st.slot(slot).entry.users.release() {
+        let retire = match st.entry(slot).users.release() {
             Released::Others => false,
             // Reachable and not to be kept idle: make it unreachable (no one else can
             // retire it while the lock is held and it has no users).

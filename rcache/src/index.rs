@@ -1,12 +1,15 @@
-//! The registrations behind the cache lock: a slab of slots, the interval index over
+//! The registrations behind the cache lock: a slab of slots (their entries in
+//! `entries.rs`), the interval index over
 //! the valid ones (by base address, with a multiset of their lengths), a page map for
 //! constant-time hits, and the list the eviction sweeps (`lru.rs`).
 
 use std::collections::BTreeMap;
+use std::ptr::NonNull;
 
 use rustc_hash::FxHashMap;
 use slab::Slab;
 
+use crate::entries::Entries;
 use crate::registration::Entry;
 use crate::{page_size, Access, Stats};
 
@@ -17,22 +20,21 @@ pub(crate) const NIL: usize = usize::MAX;
 const MAPPED_PAGES: usize = 16;
 
 pub(crate) struct Slot<H> {
-    /// Boxed so that its address stays put while the slab grows: a [`Registration`]
-    /// points to it for as long as it counts among its users.
+    /// In the state's [`Entries`], where it stays put while the slab grows: a
+    /// [`Registration`] points to it for as long as it counts among its users.
     ///
     /// [`Registration`]: crate::Registration
-    pub(crate) entry: Box<Entry<H>>,
+    entry: NonNull<Entry<H>>,
     pub(crate) indexed: bool,
     /// On the eviction list (registrations the cache keeps idle, while reachable).
     pub(crate) in_lru: bool,
-    /// Hit since the eviction sweep last passed it: it gets a second chance.
-    pub(crate) referenced: bool,
     pub(crate) prev: usize,
     pub(crate) next: usize,
 }
 
-pub(crate) enum Lookup {
-    Hit(usize),
+pub(crate) enum Lookup<H> {
+    /// The entry of an indexed slot: in place while the cache lock is held.
+    Hit(NonNull<Entry<H>>),
     Upgrade(usize),
     Miss,
 }
@@ -42,11 +44,13 @@ pub(crate) enum Lookup {
 /// its users, so the entry a live one points to stays in place.
 pub(crate) struct State<H> {
     pub(crate) slots: Slab<Slot<H>>,
+    entries: Entries<H>,
     pub(crate) index: BTreeMap<(usize, u64), usize>,
     pub(crate) lens: BTreeMap<usize, usize>,
-    /// Page number -> an indexed slot whose registration contains that page (the
-    /// latest inserted wins; the interval index stays the authority).
-    pub(crate) pages: FxHashMap<usize, usize>,
+    /// Page number -> the entry of an indexed slot whose registration contains that
+    /// page (the latest inserted wins; the interval index stays the authority). The
+    /// entry itself, not its slot, so that a hit reads one line past the map.
+    pub(crate) pages: FxHashMap<usize, NonNull<Entry<H>>>,
     page_shift: u32,
     pub(crate) lru_head: usize,
     pub(crate) lru_tail: usize,
@@ -63,6 +67,7 @@ impl<H> State<H> {
     pub(crate) fn new() -> Self {
         State {
             slots: Slab::new(),
+            entries: Entries::new(),
             index: BTreeMap::new(),
             lens: BTreeMap::new(),
             pages: FxHashMap::default(),
@@ -84,6 +89,13 @@ impl<H> State<H> {
         &mut self.slots[i]
     }
 
+    /// The entry of slot `i`.
+    pub(crate) fn entry(&self, i: usize) -> &Entry<H> {
+        // SAFETY: an occupied slot's entry is in place until `retire` takes it, which
+        // needs `&mut self`.
+        unsafe { self.slots[i].entry.as_ref() }
+    }
+
     /// The page numbers of `[base, base+len)` that go into the page map.
     fn mapped_pages(&self, base: usize, len: usize) -> std::ops::Range<usize> {
         let first = base >> self.page_shift;
@@ -93,23 +105,25 @@ impl<H> State<H> {
 
     /// Inserts a new registration (with its first user) into the index, and onto the
     /// eviction list when the cache keeps it idle once released.
-    pub(crate) fn insert_slot(&mut self, entry: Box<Entry<H>>) -> usize {
+    pub(crate) fn insert_slot(&mut self, mut entry: Entry<H>) -> usize {
+        entry.slot = self.slots.vacant_key();
         let (base, len, id, keep_idle) = (entry.base, entry.len, entry.id, entry.keep_idle);
+        let at = self.entries.put(entry);
         let slot = Slot {
-            entry,
+            entry: at,
             indexed: true,
             in_lru: false,
-            referenced: false,
             prev: NIL,
             next: NIL,
         };
         let i = self.slots.insert(slot);
+        debug_assert_eq!(i, self.entry(i).slot);
         if keep_idle {
             self.lru_push_back(i);
         }
         self.index.insert((base, id), i);
         for p in self.mapped_pages(base, len) {
-            self.pages.insert(p, i);
+            self.pages.insert(p, at);
         }
         *self.lens.entry(len).or_insert(0) += 1;
         self.stats.bytes_pinned += len;
@@ -127,13 +141,14 @@ impl<H> State<H> {
         if self.slot(i).in_lru {
             self.lru_remove(i);
         }
-        let s = self.slot_mut(i);
-        s.indexed = false;
-        let retire = s.entry.users.kill();
-        let (base, len, id) = (s.entry.base, s.entry.len, s.entry.id);
+        self.slot_mut(i).indexed = false;
+        let at = self.slot(i).entry;
+        let en = self.entry(i);
+        let retire = en.users.kill();
+        let (base, len, id) = (en.base, en.len, en.id);
         self.index.remove(&(base, id));
         for p in self.mapped_pages(base, len) {
-            if self.pages.get(&p) == Some(&i) {
+            if self.pages.get(&p) == Some(&at) {
                 self.pages.remove(&p);
             }
         }
@@ -148,12 +163,16 @@ impl<H> State<H> {
 
     /// Frees slot `i` (unreachable, no users: its retirer calls this) and returns its
     /// entry.
-    pub(crate) fn retire(&mut self, i: usize) -> Box<Entry<H>> {
+    pub(crate) fn retire(&mut self, i: usize) -> Entry<H> {
         let s = self.slots.remove(i);
-        debug_assert!(!s.in_lru && !s.indexed && s.entry.users.is_dead());
-        self.stats.bytes_pinned -= s.entry.len;
+        debug_assert!(!s.in_lru && !s.indexed);
+        // SAFETY: the slot's entry, put when the slot was taken; with no users and out
+        // of the page map (unreachable), nothing reads it again.
+        let entry = unsafe { self.entries.take(s.entry) };
+        debug_assert!(entry.users.is_dead());
+        self.stats.bytes_pinned -= entry.len;
         self.stats.entries -= 1;
-        s.entry
+        entry
     }
 
     pub(crate) fn max_len(&self) -> usize {
@@ -163,17 +182,19 @@ impl<H> State<H> {
     /// Finds a valid registration covering `[b, e)`: one with `access` (hit),
     /// else one lacking it (upgrade), else a miss.
     #[inline]
-    pub(crate) fn find(&self, b: usize, e: usize, access: Access) -> Lookup {
-        if let Some(&i) = self.pages.get(&(b >> self.page_shift)) {
-            let en = &self.slots[i].entry;
+    pub(crate) fn find(&self, b: usize, e: usize, access: Access) -> Lookup<H> {
+        if let Some(&at) = self.pages.get(&(b >> self.page_shift)) {
+            // SAFETY: the page map holds the entries of indexed slots only (`unindex`
+            // takes them out), which stay in place until retired (under `&mut self`).
+            let en = unsafe { at.as_ref() };
             if en.base <= b && en.base + en.len >= e && en.access.contains(access) {
-                return Lookup::Hit(i);
+                return Lookup::Hit(at);
             }
         }
         self.find_in_index(b, e, access)
     }
 
-    fn find_in_index(&self, b: usize, e: usize, access: Access) -> Lookup {
+    fn find_in_index(&self, b: usize, e: usize, access: Access) -> Lookup<H> {
         let max = self.max_len();
         if max == 0 {
             return Lookup::Miss;
@@ -185,10 +206,10 @@ impl<H> State<H> {
         }
         let mut upgrade = None;
         for (_, &i) in self.index.range((lo, 0)..=(b, u64::MAX)).rev() {
-            let en = &self.slot(i).entry;
+            let en = self.entry(i);
             if en.base + en.len >= e {
                 if en.access.contains(access) {
-                    return Lookup::Hit(i);
+                    return Lookup::Hit(self.slot(i).entry);
                 }
                 if upgrade.is_none() {
                     upgrade = Some(i);

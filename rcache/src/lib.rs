@@ -45,7 +45,9 @@
 //! # Index cost
 //!
 //! A hit first looks the first page of the range up in a page map (every page of
-//! registrations of up to 16 pages, the first page of longer ones): `O(1)`. Otherwise
+//! registrations of up to 16 pages, the first page of longer ones): `O(1)`, and the map
+//! leads to the registration's entry, whose first cache line holds all a hit reads and
+//! writes. Otherwise
 //! valid registrations are kept in a `BTreeMap` keyed by `(base, id)`, plus a
 //! multiset of their lengths. A lookup of `[b, e)` scans backwards from `b`
 //! only over keys `>= e - max_len` (`max_len` being the longest valid
@@ -64,6 +66,7 @@ mod access;
 pub mod auto;
 mod cache;
 mod core;
+mod entries;
 mod error;
 mod fork;
 mod index;

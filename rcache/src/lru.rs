@@ -3,12 +3,14 @@
 //! second-chance style (CLOCK).
 //!
 //! A registration joins the list's tail when it is made and stays on it while in use,
-//! so a hit and a release never touch the list: a hit only marks the slot
+//! so a hit and a release never touch the list: a hit only marks the entry
 //! `referenced`. The sweep that looks for a registration to evict starts at the head:
 //! one in use, or hit since the sweep last passed it, moves to the tail (its mark
 //! cleared); the first idle one not hit since is the victim. So the victim is the
 //! idle registration made or hit longest ago, as far as one sweep can tell, and one in
 //! use is never evicted.
+
+use std::sync::atomic::Ordering;
 
 use crate::index::{State, NIL};
 
@@ -65,11 +67,10 @@ impl<H> State<H> {
     pub(crate) fn lru_victim(&mut self) -> Option<usize> {
         for _ in 0..2 * self.lru_len {
             let i = self.lru_head;
-            let s = self.slot_mut(i);
-            if !s.referenced && s.entry.users.is_idle() {
+            let en = self.entry(i);
+            if !en.referenced.swap(false, Ordering::Relaxed) && en.users.is_idle() {
                 return Some(i);
             }
-            s.referenced = false;
             if self.lru_len > 1 {
                 self.lru_remove(i);
                 self.lru_push_back(i);
@@ -84,7 +85,7 @@ impl<H> State<H> {
         let mut i = self.lru_head;
         while i != NIL {
             let s = self.slot(i);
-            if s.entry.users.is_idle() {
+            if self.entry(i).users.is_idle() {
                 idle.push(i);
             }
             i = s.next;
@@ -96,7 +97,8 @@ impl<H> State<H> {
     pub(crate) fn idle_count(&self) -> usize {
         self.slots
             .iter()
-            .filter(|(_, s)| s.in_lru && s.entry.users.is_idle())
+            .filter(|(_, s)| s.in_lru)
+            .filter(|&(i, _)| self.entry(i).users.is_idle())
             .count()
     }
 }

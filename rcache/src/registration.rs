@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::ptr::NonNull;
+use std::sync::atomic::AtomicBool;
 
 use crate::core::Core;
 use crate::users::{Released, Users};
@@ -10,22 +11,32 @@ use crate::users::{Released, Users};
 use crate::{auto, Rcache};
 use crate::{Access, Registrar};
 
-/// Shared, immutable part of one registration (but for its users).
+/// Shared, immutable part of one registration (but for its users and its mark).
+///
+/// What a hit reads and writes comes first, in the one cache line the alignment gives
+/// it: the page map leads a hit straight here, and a hit among many registrations
+/// misses the processor's caches once, not once per structure.
+#[repr(C, align(64))]
 pub(crate) struct Entry<H> {
     pub(crate) base: usize,
     pub(crate) len: usize,
-    pub(crate) access: Access,
-    pub(crate) id: u64,
     /// Its users and whether it is unreachable (see `users.rs`).
     pub(crate) users: Users,
+    /// Its slot in the cache's slab.
+    pub(crate) slot: usize,
+    pub(crate) access: Access,
+    /// Hit since the eviction sweep last passed it: it gets a second chance (set under
+    /// the cache lock; atomic only because registrations share the entry).
+    pub(crate) referenced: AtomicBool,
+    /// The cache keeps it idle when its last user lets go (and it is reachable).
+    pub(crate) keep_idle: bool,
+    pub(crate) id: u64,
     pub(crate) handle: H,
     /// The range the memory monitor watches on its account (the whole mappings
     /// holding its pages), if it does.
     pub(crate) watched: Option<(usize, usize)>,
     /// Its pages carry `MADV_DONTFORK` on its account.
     pub(crate) kept_from_children: bool,
-    /// The cache keeps it idle when its last user lets go (and it is reachable).
-    pub(crate) keep_idle: bool,
 }
 
 /// A reference-counted registration (Open MPI `mca_rcache_base_registration_t`,
@@ -38,8 +49,7 @@ pub struct Registration<R: Registrar> {
     /// The cache's shared part, alive while any of its registrations is (see
     /// `Core::close`).
     pub(crate) core: NonNull<Core<R>>,
-    pub(crate) slot: usize,
-    /// The boxed entry of `slot`, which stays in place while this reference counts
+    /// The boxed entry of one slot, which stays in place while this reference counts
     /// among its users (see `State`).
     pub(crate) entry: NonNull<Entry<R::Handle>>,
 }
@@ -55,8 +65,8 @@ impl<R: Registrar> Registration<R> {
     fn e(&self) -> &Entry<R::Handle> {
         // SAFETY: this registration counts among its entry's users, so the slot is not
         // retired and its boxed entry neither moves nor is freed (see `users.rs`); the
-        // fields read through it are never written after insertion, but for `users`,
-        // which is atomic.
+        // fields read through it are never written after insertion, but for `users` and
+        // `referenced`, which are atomic.
         unsafe { self.entry.as_ref() }
     }
 
@@ -127,7 +137,6 @@ impl<R: Registrar> Clone for Registration<R> {
         self.e().users.add();
         Registration {
             core: self.core,
-            slot: self.slot,
             entry: self.entry,
         }
     }
@@ -140,13 +149,14 @@ impl<R: Registrar> Drop for Registration<R> {
     fn drop(&mut self) {
         if !self.e().keep_idle {
             // SAFETY: this registration still counts among the entry's users.
-            unsafe { Core::release_locked(self.core, self.slot) };
+            unsafe { Core::release_locked(self.core, self.e().slot) };
             return;
         }
+        let slot = self.e().slot;
         if self.e().users.release() == Released::Retire {
             // SAFETY: the release made this thread the entry's retirer, and the core
             // outlives every registration not yet retired.
-            unsafe { Core::retire_released(self.core, self.slot) };
+            unsafe { Core::retire_released(self.core, slot) };
         }
         // Otherwise the entry may be retired by another thread from here on: it is not
         // touched again.
