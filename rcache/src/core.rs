@@ -14,9 +14,9 @@
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Mutex, MutexGuard};
 
 use crate::index::State;
+use crate::lock::{CacheLock, Guard};
 use crate::monitor::{self, Monitor};
 use crate::registration::Entry;
 use crate::users::{Released, Users};
@@ -24,7 +24,7 @@ use crate::{auto, fork, Access, Error, Options, Registrar, RegistrarError, Stats
 
 /// Lock guard that also marks the thread as inside a cache (see [`auto`]).
 pub(crate) struct Locked<'a, H> {
-    guard: MutexGuard<'a, State<H>>,
+    guard: Guard<'a, State<H>>,
     _busy: auto::BusyGuard,
 }
 
@@ -49,7 +49,7 @@ pub(crate) struct Core<R: Registrar> {
     follows_monitor: bool,
     /// The memory monitor, when the cache follows it and it runs.
     monitor: Option<&'static Monitor>,
-    state: Mutex<State<R::Handle>>,
+    state: CacheLock<State<R::Handle>>,
 }
 
 impl<R: Registrar> Core<R> {
@@ -72,7 +72,7 @@ impl<R: Registrar> Core<R> {
             options,
             follows_monitor,
             monitor,
-            state: Mutex::new(State::new()),
+            state: CacheLock::new(State::new()),
         }
     }
 
@@ -100,7 +100,7 @@ impl<R: Registrar> Core<R> {
 
     pub(crate) fn lock(&self) -> Locked<'_, R::Handle> {
         let busy = auto::BusyGuard::enter();
-        let guard = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let guard = self.state.lock();
         Locked { guard, _busy: busy }
     }
 

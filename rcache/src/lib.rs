@@ -28,8 +28,9 @@
 //!
 //! # Locking
 //!
-//! One [`Mutex`](std::sync::Mutex) guards the index, the eviction list and the
-//! counters. A lookup takes it once; releasing a registration does not, unless it
+//! One lock guards the index, the eviction list and the counters (a flag released
+//! with a plain store, whose waiters spin, yield, then nap: `lock.rs`). A lookup takes
+//! it once; releasing a registration does not, unless it
 //! retires it (the last user of an invalidated registration, or any release in a cache
 //! that keeps nothing idle): each registration counts its users and whether it is
 //! unreachable in one atomic word, and whoever brings it to "unused and unreachable"
@@ -70,6 +71,7 @@ mod entries;
 mod error;
 mod fork;
 mod index;
+mod lock;
 mod lru;
 pub mod monitor;
 mod options;

@@ -56,7 +56,7 @@ pub struct Registration<R: Registrar> {
 
 // SAFETY: the entry is shared immutable data (plus atomics) whose handle is
 // `Send + Sync` by the `Registrar` bound; the core is `Send + Sync` (a registrar that
-// is, behind a mutex) and stays alive while this registration does.
+// is, behind the cache lock) and stays alive while this registration does.
 unsafe impl<R: Registrar> Send for Registration<R> {}
 // SAFETY: as above.
 unsafe impl<R: Registrar> Sync for Registration<R> {}
