@@ -13,7 +13,9 @@
 //! and `-prepend-rank` put each line's rank before it (as `--tag-output`), its
 //! `-bind-to` is `--bind-to`; `--oversubscribe` is accepted (ranks may always
 //! outnumber cores here); `-host`, `-hosts`, `-f` and `--hostfile` are refused with
-//! the way to run across nodes.
+//! the way to run across nodes. hydra's `-configfile FILE` and Open MPI's `--app FILE`
+//! take the programs from FILE, one a line with its options, after the options of the
+//! whole job.
 //!
 //! The ranks find `libmpi_abi.so` where this `mpiexec` finds it (beside itself, or
 //! in `../lib`): that folder goes first in their `LD_LIBRARY_PATH`, as Open MPI's
@@ -47,6 +49,28 @@ fn rbtlrun_name(option: &str) -> Option<&'static str> {
     }
 }
 
+/// The programs of a configuration file (hydra's `-configfile`, Open MPI's `--app`):
+/// each line one program's options and arguments, split at white space (no quoting),
+/// the lines joined by `:`; empty lines and lines starting with `#` are skipped.
+fn programs_in(file: &OsString) -> Result<Vec<OsString>, String> {
+    let text = std::fs::read_to_string(file)
+        .map_err(|e| format!("cannot read {}: {e}", file.to_string_lossy()))?;
+    let mut args: Vec<OsString> = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if !args.is_empty() {
+            args.push(":".into());
+        }
+        args.extend(line.split_whitespace().map(OsString::from));
+    }
+    if args.is_empty() {
+        return Err(format!("{} names no program", file.to_string_lossy()));
+    }
+    Ok(args)
+}
+
 /// `rbtlrun`'s arguments for an `mpiexec` command line (programs joined by `:`
 /// each take their own options).
 fn translate(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
@@ -54,6 +78,8 @@ fn translate(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
     let mut it = args.into_iter();
     // Past the first program: options are that program's own.
     let mut later = false;
+    // The programs come from a configuration file.
+    let mut from_file = false;
     while let Some(a) = it.next() {
         let text = match a.to_str() {
             Some(t) if t.starts_with('-') => t.to_string(),
@@ -65,6 +91,22 @@ fn translate(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
         };
         if later && text == "-genv" {
             return Err("'-genv' sets a variable in every rank: give it before the first program (after ':', -env sets one for that program's ranks)".into());
+        }
+        if matches!(text.as_str(), "-configfile" | "--app" | "-app") {
+            if later || from_file {
+                return Err(format!(
+                    "'{text}' is an option of the whole job: give it once, before any program"
+                ));
+            }
+            let file = it.next().ok_or_else(|| format!("'{text}' needs a FILE"))?;
+            if it.next().is_some() {
+                return Err(format!(
+                    "'{text} FILE' takes the programs from FILE: nothing may follow it"
+                ));
+            }
+            it = programs_in(&file)?.into_iter();
+            from_file = true;
+            continue;
         }
         if let Some(name) = rbtlrun_name(&text) {
             out.push(name.into());
@@ -145,7 +187,7 @@ fn main() -> ExitCode {
             ["--env".into(), format!("LD_LIBRARY_PATH={path}").into()],
         );
     }
-    let banner = "mpiexec: the MPI launcher of rbtl's libmpi_abi, over rbtlrun\n\nUsage: mpiexec -n N [-genv NAME VALUE]... [-x NAME=VALUE]... PROGRAM [ARGS...] [: -n N [-env NAME VALUE]... PROGRAM [ARGS...]]...\n\nEvery other option is rbtlrun's:\n\n";
+    let banner = "mpiexec: the MPI launcher of rbtl's libmpi_abi, over rbtlrun\n\nUsage: mpiexec -n N [-genv NAME VALUE]... [-x NAME=VALUE]... PROGRAM [ARGS...] [: -n N [-env NAME VALUE]... PROGRAM [ARGS...]]...\n       mpiexec [OPTIONS] -configfile FILE   (or --app FILE: a program with its options a line)\n\nEvery other option is rbtlrun's:\n\n";
     let version = concat!("mpiexec (rbtl) ", env!("CARGO_PKG_VERSION"));
     cli::main("mpiexec", banner, version, args)
 }
@@ -216,5 +258,44 @@ mod tests {
             .unwrap_err()
             .contains("every rank"));
         assert!(t(&["-hosts", "a,b", "prog"]).unwrap_err().contains("hydra"));
+    }
+
+    #[test]
+    fn a_configuration_file_gives_one_program_a_line() {
+        let dir = std::env::temp_dir().join(format!("rbtl-mpiexec-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("job");
+        let path = file.to_str().unwrap();
+        std::fs::write(&file, "# two programs\n-n 1 -env A 1 a x\n\n  -np 2 b -y\n").unwrap();
+        assert_eq!(
+            t(&["-genv", "G", "0", "-configfile", path]).unwrap(),
+            ["--env", "G=0", "-n", "1", "--env", "A=1", "a", "x", ":", "-np", "2", "b", "-y"]
+        );
+        assert_eq!(t(&["--app", path]).unwrap()[..2], ["-n", "1"]);
+        // After a program, its own argument.
+        assert_eq!(
+            t(&["p", "-configfile", path]).unwrap(),
+            ["p", "-configfile", path]
+        );
+        assert!(t(&["-configfile", path, "p"])
+            .unwrap_err()
+            .contains("nothing may follow"));
+        assert!(t(&["-configfile"]).unwrap_err().contains("needs a FILE"));
+        assert!(t(&["a", ":", "-configfile", path])
+            .unwrap_err()
+            .contains("before any program"));
+        std::fs::write(&file, "-configfile other\n").unwrap();
+        assert!(t(&["-configfile", path])
+            .unwrap_err()
+            .contains("before any program"));
+        std::fs::write(&file, "# nothing\n\n").unwrap();
+        assert!(t(&["-configfile", path])
+            .unwrap_err()
+            .contains("names no program"));
+        let missing = dir.join("missing");
+        assert!(t(&["--app", missing.to_str().unwrap()])
+            .unwrap_err()
+            .contains("cannot read"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

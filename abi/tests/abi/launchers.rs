@@ -53,7 +53,8 @@ fn universe_size() {
 /// Programs joined by `:` make one job (MPMD): three of 1, 2 and 1 ranks run
 /// `comm` as ranks 0 to 3 of 4, each with `MPI_APPNUM` its program's index and
 /// the variables given after its `:` (the first program, given none, sees 0); under
-/// this `mpiexec`, and under hydra, which numbers them alike.
+/// this `mpiexec`, and under hydra, which numbers them alike. The same three from a
+/// configuration file (`-configfile`, one program a line) make the same job.
 #[test]
 fn programs_joined_by_colons_are_one_job_numbered_by_program() {
     let exe = build("comm");
@@ -61,6 +62,15 @@ fn programs_joined_by_colons_are_one_job_numbered_by_program() {
     if hydra_here("comm as three programs under hydra") {
         launchers.push("mpiexec.mpich");
     }
+    let exe_text = exe.to_str().expect("a UTF-8 path");
+    let mut lines = vec![format!("-n 1 {exe_text}")];
+    for (ranks, appnum) in [("2", "1"), ("1", "2")] {
+        lines.push(format!(
+            "-n {ranks} -env ABI_TEST_APPNUM {appnum} {exe_text}"
+        ));
+    }
+    let file = std::env::temp_dir().join(format!("rbtl-abi-configfile-{}", std::process::id()));
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write the configuration file");
     for launcher in launchers {
         let mut cmd = Command::new(launcher);
         cmd.args(["-n", "1"]).arg(&exe);
@@ -70,7 +80,12 @@ fn programs_joined_by_colons_are_one_job_numbered_by_program() {
         }
         let shown = format!("comm as three programs under {launcher}");
         job_passes(&mut cmd, "comm", 4, &shown);
+        let mut cmd = Command::new(launcher);
+        cmd.arg("-configfile").arg(&file);
+        let shown = format!("comm as three programs of a configuration file under {launcher}");
+        job_passes(&mut cmd, "comm", 4, &shown);
     }
+    let _ = std::fs::remove_file(&file);
 }
 
 /// Under hydra, which starts what it is asked to and then lets neither job read the
