@@ -8,10 +8,14 @@ use super::responder;
 use super::state::{self, Shared, State};
 use super::{Comm, Error, Result};
 use crate::pmi::Job;
-use rbtl_btl::{Endpoint, Proc};
+use rbtl_btl::{BtlFlags, Endpoint, Proc};
 use rbtl_config::Config;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+/// The modex key of [`Comm::node_reads_slow`]: one byte, 1 where this rank's
+/// transports found reads by address slow.
+const READS_SLOW_KEY: &str = "reads_slow";
 
 impl Comm {
     /// The job from the environment (PMI under a launcher, else alone) with the
@@ -36,6 +40,11 @@ impl Comm {
         }
         let mut framework = crate::framework();
         let mut modules = framework.open(config, modex)?;
+        let reads_slow = modules.iter().any(|m| {
+            let a = m.attributes();
+            a.flags.contains(BtlFlags::UNREGISTERED_REMOTE) && a.unregistered_remote_below == 0
+        });
+        modex.publish(READS_SLOW_KEY, &[u8::from(reads_slow)])?;
         modex.fence()?;
         let procs: Vec<Proc> = (0..job.size)
             .map(|rank| {
@@ -56,6 +65,13 @@ impl Comm {
             .map(|&rank| modex.lookup(rank, placement::CPUS_KEY))
             .collect::<Result<Vec<_>, rbtl_btl::Error>>()?;
         let oversubscribed = placement::oversubscribed(here.len(), placement::processors_of(masks));
+        // The node's first rank's answer: one every rank of the node reads alike.
+        let node_reads_slow = match here.first() {
+            Some(&first) if first != job.rank => {
+                modex.lookup(first, READS_SLOW_KEY)?.as_deref() == Some(&[1][..])
+            }
+            _ => reads_slow,
+        };
         liveness::set_yield(config, oversubscribed)?;
         if placement::bind_chosen(config, oversubscribed)? {
             // Before the transports wire up: what they first touch from here on is
@@ -156,6 +172,7 @@ impl Comm {
             job,
             nodes,
             node_oversubscribed: oversubscribed,
+            node_reads_slow,
             bridge: None,
             cards: Vec::new(),
         })
@@ -186,6 +203,31 @@ mod tests {
         assert_eq!(split_from("64k").unwrap(), 64 << 10);
         assert_eq!(split_from("0").unwrap(), usize::MAX);
         assert!(split_from("lots").is_err());
+    }
+
+    /// The node's answer follows what `sm` says of reads by address: slow at every size
+    /// where `btl_sm_by_address_below` is 0, worth it below 1 MiB where it says so, and
+    /// no answer where its reads by address are off (`btl_sm_rdma=copy`).
+    #[test]
+    fn the_node_reads_slow_where_sm_says_so() {
+        let reads_slow = |below: &str, rdma: &str| {
+            let settings = [
+                ("btl", "self,sm"),
+                ("btl_sm_by_address_below", below),
+                ("btl_sm_rdma", rdma),
+            ];
+            Comm::init(&settings).unwrap().node_reads_slow()
+        };
+        if !reads_slow("0", "auto") {
+            // Cross-memory attach refused here: `sm` offers no reads by address.
+            rbtl_testkit::cannot_run(
+                "the node's reads by address",
+                "cross-memory attach is refused",
+            );
+            return;
+        }
+        assert!(!reads_slow("1m", "auto"));
+        assert!(!reads_slow("0", "copy"));
     }
 
     #[test]

@@ -37,6 +37,9 @@ pub struct Comm {
     pub(super) nodes: Vec<u32>,
     /// Whether this node runs more of the job's ranks than they have processors.
     pub(super) node_oversubscribed: bool,
+    /// Whether the node's first rank found reading a peer's memory by address slower
+    /// than copying through its transports (see [`Comm::node_reads_slow`]).
+    pub(super) node_reads_slow: bool,
     /// The transport to processes of other jobs of the launcher, once opened.
     pub(super) bridge: Option<super::bridge::Bridge>,
     /// Per rank: where its process answers liveness probes (read at the first probe).
@@ -82,6 +85,18 @@ impl Comm {
     /// `msg_yield_when_idle` and `msg_bind_to` decide by when `auto`.
     pub fn node_oversubscribed(&self) -> bool {
         self.node_oversubscribed
+    }
+
+    /// Whether reading another process's memory by address alone is, on this node,
+    /// not worth it at any size: a transport of the node's first rank offers such
+    /// reads ([`BtlFlags::UNREGISTERED_REMOTE`]) but measured them slower than copies
+    /// through its own buffers at start-up (`unregistered_remote_below` 0: `sm`'s
+    /// probe under `btl_sm_rdma=auto`, or `btl_sm_by_address_below=0`). Every rank of
+    /// the node sees the same answer, so that collectives may choose their pieces by it.
+    ///
+    /// [`BtlFlags::UNREGISTERED_REMOTE`]: rbtl_btl::BtlFlags::UNREGISTERED_REMOTE
+    pub fn node_reads_slow(&self) -> bool {
+        self.node_reads_slow
     }
 
     /// The largest message to `rank` that goes in one send, without rendezvous.

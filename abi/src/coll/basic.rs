@@ -171,12 +171,18 @@ pub fn bcast_tree(
 
 /// The piece size for a broadcast of `len` bytes among `n` members down `tree`
 /// ([`bcast`]): 16 KiB from 16 KiB to 128 KiB among more than two down the binomial
-/// tree; an eighth of `len`, within 8-16 KiB, down the in-order tree; else `len`
-/// (whole: between two members pieces overlap nothing and only add messages; from
-/// the root at once, each receiver reads the whole alone).
-pub fn bcast_piece(len: usize, n: u32, tree: Tree) -> usize {
+/// tree, and between two where `two_in_pieces`; an eighth of `len`, within 8-16 KiB,
+/// down the in-order tree; else `len` (whole: from the root at once, each receiver
+/// reads the whole alone; between two members, one rendezvous, whose read beats the
+/// pieces' copies in and out wherever reads by address run fast: the caller says
+/// `two_in_pieces` where they do not, alike at every member, see `build_bcast`).
+pub fn bcast_piece(len: usize, n: u32, tree: Tree, two_in_pieces: bool) -> usize {
     match tree {
-        Tree::Binomial if n > 2 && len > BCAST_PIECE && len <= BCAST_IN_PIECES_MAX => BCAST_PIECE,
+        Tree::Binomial
+            if (n > 2 || two_in_pieces) && len > BCAST_PIECE && len <= BCAST_IN_PIECES_MAX =>
+        {
+            BCAST_PIECE
+        }
         Tree::InOrder => (len / IN_ORDER_PIECES).clamp(BCAST_PIECE / 2, BCAST_PIECE),
         _ => len,
     }
@@ -618,12 +624,21 @@ mod tests {
     /// tree up to 128 KiB, else whole.
     #[test]
     fn a_broadcast_is_cut_by_its_tree() {
-        assert_eq!(bcast_piece(32 << 10, 4, Tree::InOrder), 8 << 10);
-        assert_eq!(bcast_piece(96 << 10, 4, Tree::InOrder), 12 << 10);
-        assert_eq!(bcast_piece(1 << 20, 4, Tree::InOrder), BCAST_PIECE);
-        assert_eq!(bcast_piece(64 << 10, 16, Tree::Binomial), BCAST_PIECE);
-        assert_eq!(bcast_piece(64 << 10, 2, Tree::Binomial), 64 << 10);
-        assert_eq!(bcast_piece(1 << 20, 16, Tree::Binomial), 1 << 20);
-        assert_eq!(bcast_piece(1 << 20, 4, Tree::Flat), 1 << 20);
+        assert_eq!(bcast_piece(32 << 10, 4, Tree::InOrder, false), 8 << 10);
+        assert_eq!(bcast_piece(96 << 10, 4, Tree::InOrder, false), 12 << 10);
+        assert_eq!(bcast_piece(1 << 20, 4, Tree::InOrder, false), BCAST_PIECE);
+        assert_eq!(
+            bcast_piece(64 << 10, 16, Tree::Binomial, false),
+            BCAST_PIECE
+        );
+        assert_eq!(bcast_piece(64 << 10, 2, Tree::Binomial, false), 64 << 10);
+        assert_eq!(bcast_piece(64 << 10, 2, Tree::Binomial, true), BCAST_PIECE);
+        assert_eq!(
+            bcast_piece(BCAST_PIECE, 2, Tree::Binomial, true),
+            BCAST_PIECE
+        );
+        assert_eq!(bcast_piece(1 << 20, 2, Tree::Binomial, true), 1 << 20);
+        assert_eq!(bcast_piece(1 << 20, 16, Tree::Binomial, false), 1 << 20);
+        assert_eq!(bcast_piece(1 << 20, 4, Tree::Flat, false), 1 << 20);
     }
 }

@@ -136,8 +136,12 @@ impl Mpi {
             }
         };
         let over = self.msg.node_oversubscribed();
-        let tree = basic::bcast_tree(m.size, len, || self.one_node(m.size, |v| m.job(v)), over);
-        let piece = basic::bcast_piece(len, m.size, tree);
+        let one_node = || self.one_node(m.size, |v| m.job(v));
+        let tree = basic::bcast_tree(m.size, len, one_node, over);
+        // Between two members on one node, in pieces where reads by address run slow
+        // there: what the node's first rank measured, alike at both.
+        let two_in_pieces = m.size == 2 && self.msg.node_reads_slow() && one_node();
+        let piece = basic::bcast_piece(len, m.size, tree, two_in_pieces);
         basic::bcast(&mut s, &m, (loc, len), root, tree, piece);
         finish(&mut s, [unpack]);
         Ok(s)

@@ -97,7 +97,7 @@ fn not_in_place(buf: *const c_void) -> Result<()> {
 
 /// Broadcast `len` bytes at `buf` from member 0 within this group.
 fn bcast_from_leader(s: &mut Schedule, m: &Members, (buf, len): (Loc, usize)) {
-    let piece = basic::bcast_piece(len, m.size, Tree::Binomial);
+    let piece = basic::bcast_piece(len, m.size, Tree::Binomial, false);
     basic::bcast(s, m, (buf, len), 0, Tree::Binomial, piece);
 }
 

@@ -193,9 +193,22 @@ fn comm() {
     passes("comm", &[1, 2, 3, 4]);
 }
 
+/// And at 2 ranks both ways a broadcast of 16-128 KiB goes there, whatever this host's
+/// reads by address: whole where they are worth it, in pieces where not (as the
+/// node's first rank finds them, here set).
 #[test]
 fn coll() {
     passes("coll", &[1, 2, 3, 4, 5, 6, 7, 8, 12]);
+    let exe = build("coll");
+    for below in ["0", "1m"] {
+        run_passing(
+            &exe,
+            "coll",
+            2,
+            &[],
+            &[("RBTL_BTL_SM_BY_ADDRESS_BELOW", below)],
+        );
+    }
 }
 
 /// Intercommunicators between the even and the odd ranks: every collective across.
