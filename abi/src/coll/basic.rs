@@ -1,5 +1,5 @@
 // Over 600 lines with its tests, which check each shape against the others; the code
-// itself is under 500.
+// itself is about 500 lines.
 //! Collectives that move data: barrier, broadcast, gathers, scatters, all-gathers
 //! and all-to-alls, on places of a schedule and lengths in bytes.
 
