@@ -22,8 +22,8 @@ pub struct Rcache<R: Registrar> {
 
 // SAFETY: the core is shared between the cache and its registrations like the
 // contents of an `Arc`: its registrar is `Send + Sync`, its state (whose page map
-// points into its own boxed entries) sits behind the cache lock, and it is freed exactly once
-// (`Core::close`).
+// points into its own entries) sits behind the cache lock, and it is freed exactly
+// once (`Core::close`).
 unsafe impl<R: Registrar> Send for Rcache<R> {}
 // SAFETY: as above.
 unsafe impl<R: Registrar> Sync for Rcache<R> {}

@@ -49,8 +49,8 @@ pub struct Registration<R: Registrar> {
     /// The cache's shared part, alive while any of its registrations is (see
     /// `Core::close`).
     pub(crate) core: NonNull<Core<R>>,
-    /// The boxed entry of one slot, which stays in place while this reference counts
-    /// among its users (see `State`).
+    /// The entry of one slot (in the cache's `Entries`), in place while this reference
+    /// counts among its users (see `State`).
     pub(crate) entry: NonNull<Entry<R::Handle>>,
 }
 
@@ -64,7 +64,7 @@ unsafe impl<R: Registrar> Sync for Registration<R> {}
 impl<R: Registrar> Registration<R> {
     fn e(&self) -> &Entry<R::Handle> {
         // SAFETY: this registration counts among its entry's users, so the slot is not
-        // retired and its boxed entry neither moves nor is freed (see `users.rs`); the
+        // retired and its entry neither moves nor is freed (see `users.rs`); the
         // fields read through it are never written after insertion, but for `users` and
         // `referenced`, which are atomic.
         unsafe { self.entry.as_ref() }
