@@ -22,7 +22,8 @@ PROGRAM named without '/' is looked for in PATH, then in the working folder.
 Several programs make one job when ':' separates them (MPMD, as MPICH's mpiexec
 and Open MPI's mpirun take them): each has its own -n (default 1), --env (set in
 its ranks only, after the job's) and --wdir (instead of the job's); the other
-options apply to the whole job and come before the first program. A program's
+options apply to the whole job and come before the first program, where
+--program-env sets a variable in the first program's ranks only. A program's
 ranks follow those of the programs before it, and PMI's get_appnum answers its
 index from 0 (MPI_APPNUM).
 
@@ -43,6 +44,10 @@ Options:
                        their own (to notice the dead peer and report it)
                        before SIGTERM; SIGKILL follows 2 s later (default 1)
   --env NAME=VALUE     set an environment variable in every rank (repeatable)
+  --program-env NAME=VALUE
+                       set one in this program's ranks only (as --env after
+                       ':'; before the first program, in that program's ranks,
+                       as hydra's -env there; repeatable)
   --wdir DIR           the folder the ranks run in, and those they spawn unless
                        the spawn's info names one (default: rbtlrun's)
   --timeout SECS       end every rank once the job has run SECS seconds, and
@@ -162,6 +167,7 @@ pub fn takes_value(name: &str) -> bool {
             | "--bind-to"
             | "--grace"
             | "--env"
+            | "--program-env"
             | "--wdir"
             | "--timeout"
     )
@@ -171,7 +177,7 @@ pub fn takes_value(name: &str) -> bool {
 fn program_option(name: &str) -> bool {
     matches!(
         name,
-        "-n" | "-np" | "--np" | "--ranks" | "--env" | "--wdir" | "--"
+        "-n" | "-np" | "--np" | "--ranks" | "--env" | "--program-env" | "--wdir" | "--"
     )
 }
 
@@ -183,7 +189,9 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
     let mut apps: Vec<App> = Vec::new();
     loop {
         let first = apps.is_empty();
-        let (mut ranks, mut env, mut wdir) = (1u32, Vec::new(), None);
+        // The program's variables; before the first program, `--env`'s go to
+        // `job_env`, every rank's.
+        let (mut ranks, mut env, mut job_env, mut wdir) = (1u32, Vec::new(), Vec::new(), None);
         let program = loop {
             let Some(arg) = args.next() else {
                 return Err(usage(match first {
@@ -236,13 +244,15 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
                         ))
                     })?;
                 }
-                "--env" => {
+                "--env" | "--program-env" => {
                     let v = value()?;
-                    match v.split_once('=') {
-                        Some((k, val)) if !k.is_empty() => {
-                            env.push((k.to_string(), val.to_string()))
-                        }
-                        _ => return Err(usage(format!("'--env {v}': want NAME=VALUE"))),
+                    let pair = match v.split_once('=') {
+                        Some((k, val)) if !k.is_empty() => (k.to_string(), val.to_string()),
+                        _ => return Err(usage(format!("'{name} {v}': want NAME=VALUE"))),
+                    };
+                    match first && name == "--env" {
+                        true => job_env.push(pair),
+                        false => env.push(pair),
                     }
                 }
                 "--wdir" => wdir = Some(PathBuf::from(value()?)),
@@ -255,7 +265,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
         // The job's own variables and folder are those given before its first
         // program.
         if first {
-            options.env = std::mem::take(&mut env);
+            options.env = job_env;
             options.wdir = wdir.take();
         }
         let mut program_args = Vec::new();
@@ -412,6 +422,8 @@ mod tests {
             "--tag-output",
             "--env",
             "ALL=1",
+            "--program-env",
+            "FIRST=a",
             "--wdir",
             "/job",
             "-n",
@@ -425,6 +437,7 @@ mod tests {
             "3",
             "--env",
             "ONLY=c",
+            "--program-env=ALSO=c",
             "--wdir=/own",
             "--",
             "-c",
@@ -441,9 +454,9 @@ mod tests {
                 .collect()
         };
         let want = [
-            ("a", &["x"][..], 2, env(&[])),
+            ("a", &["x"][..], 2, env(&[("FIRST", "a")])),
             ("b", &[], 1, env(&[])),
-            ("-c", &["y", "z"], 3, env(&[("ONLY", "c")])),
+            ("-c", &["y", "z"], 3, env(&[("ONLY", "c"), ("ALSO", "c")])),
         ];
         assert_eq!(apps.len(), want.len());
         for (app, (program, args, ranks, env)) in apps.iter().zip(want) {

@@ -3,11 +3,11 @@
 //! `srun --mpi=pmi2` start the same programs: they speak the same PMI.
 //!
 //! It takes the common spellings of MPICH's and Open MPI's launchers and hands the
-//! rest to `rbtlrun` (see `rbtlrun --help`): `-n`/`-np N`; `-genv NAME VALUE`,
-//! `-env NAME VALUE` and `-x NAME=VALUE` set a variable in every rank (as
-//! `--env NAME=VALUE`), or, after a `:` that joins programs into one job (MPMD),
-//! `-env` and `-x` in that program's ranks only (before the first program, `-env`
-//! sets it in every rank, where hydra sets it in the first program's); hydra's
+//! rest to `rbtlrun` (see `rbtlrun --help`): `-n`/`-np N`; hydra's `-genv NAME
+//! VALUE` and, before the first program, Open MPI's `-x NAME=VALUE` set a variable
+//! in every rank (as `--env NAME=VALUE`); hydra's `-env NAME VALUE` sets one in its
+//! program's ranks only (as `--program-env NAME=VALUE`), and so does `-x` after a
+//! `:` that joins programs into one job (MPMD); hydra's
 //! `-usize N` sets `MPI_UNIVERSE_SIZE` (as `--universe-size N`); MPICH's `-wdir DIR`
 //! and Open MPI's `-wd DIR` name the ranks' folder (as `--wdir DIR`); MPICH's `-l`
 //! and `-prepend-rank` put each line's rank before it (as `--tag-output`), its
@@ -118,7 +118,8 @@ fn translate(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
                 let (name, value) = (it.next(), it.next());
                 match (name.and_then(|n| n.into_string().ok()), value.and_then(|v| v.into_string().ok())) {
                     (Some(n), Some(v)) => {
-                        out.push("--env".into());
+                        // hydra's `-env` is its program's, also before the first.
+                        out.push(if text == "-env" { "--program-env" } else { "--env" }.into());
                         out.push(format!("{n}={v}").into());
                     }
                     _ => return Err(format!("'{text}' needs NAME and VALUE")),
@@ -187,7 +188,7 @@ fn main() -> ExitCode {
             ["--env".into(), format!("LD_LIBRARY_PATH={path}").into()],
         );
     }
-    let banner = "mpiexec: the MPI launcher of rbtl's libmpi_abi, over rbtlrun\n\nUsage: mpiexec -n N [-genv NAME VALUE]... [-x NAME=VALUE]... PROGRAM [ARGS...] [: -n N [-env NAME VALUE]... PROGRAM [ARGS...]]...\n       mpiexec [OPTIONS] -configfile FILE   (or --app FILE: a program with its options a line)\n\nEvery other option is rbtlrun's:\n\n";
+    let banner = "mpiexec: the MPI launcher of rbtl's libmpi_abi, over rbtlrun\n\nUsage: mpiexec [-genv NAME VALUE]... [-x NAME=VALUE]... -n N [-env NAME VALUE]... PROGRAM [ARGS...] [: -n N [-env NAME VALUE]... PROGRAM [ARGS...]]...\n       mpiexec [OPTIONS] -configfile FILE   (or --app FILE: a program with its options a line)\n\nEvery other option is rbtlrun's:\n\n";
     let version = concat!("mpiexec (rbtl) ", env!("CARGO_PKG_VERSION"));
     cli::main("mpiexec", banner, version, args)
 }
@@ -252,7 +253,35 @@ mod tests {
         assert_eq!(
             t(&["-n", "1", "-genv", "A", "1", "a", "-x", ":", "-np", "2", "-env", "B", "2", "b"])
                 .unwrap(),
-            ["-n", "1", "--env", "A=1", "a", "-x", ":", "-np", "2", "--env", "B=2", "b"]
+            [
+                "-n",
+                "1",
+                "--env",
+                "A=1",
+                "a",
+                "-x",
+                ":",
+                "-np",
+                "2",
+                "--program-env",
+                "B=2",
+                "b"
+            ]
+        );
+        // hydra's -env is its program's, the first's too; -x before the first, every rank's.
+        assert_eq!(
+            t(&["-env", "A", "1", "-x", "B=2", "a", ":", "-x", "C=3", "b"]).unwrap(),
+            [
+                "--program-env",
+                "A=1",
+                "--env",
+                "B=2",
+                "a",
+                ":",
+                "--env",
+                "C=3",
+                "b"
+            ]
         );
         assert!(t(&["a", ":", "-genv", "A", "1", "b"])
             .unwrap_err()
@@ -269,7 +298,21 @@ mod tests {
         std::fs::write(&file, "# two programs\n-n 1 -env A 1 a x\n\n  -np 2 b -y\n").unwrap();
         assert_eq!(
             t(&["-genv", "G", "0", "-configfile", path]).unwrap(),
-            ["--env", "G=0", "-n", "1", "--env", "A=1", "a", "x", ":", "-np", "2", "b", "-y"]
+            [
+                "--env",
+                "G=0",
+                "-n",
+                "1",
+                "--program-env",
+                "A=1",
+                "a",
+                "x",
+                ":",
+                "-np",
+                "2",
+                "b",
+                "-y"
+            ]
         );
         assert_eq!(t(&["--app", path]).unwrap()[..2], ["-n", "1"]);
         // After a program, its own argument.
