@@ -52,10 +52,8 @@ impl<H> Entries<H> {
     fn fresh_place(&mut self) -> NonNull<Entry<H>> {
         if self.fresh == CHUNK {
             let chunk: Box<[MaybeUninit<Entry<H>>]> = Box::new_uninit_slice(CHUNK);
-            let first = Box::into_raw(chunk).cast::<MaybeUninit<Entry<H>>>();
-            // A box is never null.
-            self.chunks
-                .push(NonNull::new(first).expect("a box is not null"));
+            // Given back by `Drop`, rebuilt as the box it was.
+            self.chunks.push(NonNull::from(Box::leak(chunk)).cast());
             self.fresh = 0;
         }
         let last = *self.chunks.last().expect("a chunk was just made");
@@ -85,7 +83,7 @@ impl<H> Drop for Entries<H> {
     fn drop(&mut self) {
         for &first in &self.chunks {
             let chunk = std::ptr::slice_from_raw_parts_mut(first.as_ptr(), CHUNK);
-            // SAFETY: made by `Box::into_raw` of a `CHUNK`-long boxed slice in
+            // SAFETY: made by `Box::leak` of a `CHUNK`-long boxed slice in
             // `fresh_place`, and freed once, here; `MaybeUninit` drops nothing.
             drop(unsafe { Box::from_raw(chunk) });
         }
