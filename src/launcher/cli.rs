@@ -215,7 +215,7 @@ pub fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Invocation
             }
             if !first && !program_option(&name) {
                 return Err(usage(format!(
-                    "option '{name}' after ':' (a program there takes -n, --env and --wdir; \
+                    "option '{name}' after ':' (a program there takes -n, --env, --program-env and --wdir; \
                      the rest apply to the whole job: give them before the first program)"
                 )));
             }
