@@ -18,6 +18,7 @@ pub mod api;
 pub mod atomics;
 pub mod direct;
 pub mod dynamic;
+pub mod lock_all;
 pub mod ops;
 pub mod pscw;
 pub mod requests;

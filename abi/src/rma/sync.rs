@@ -1,12 +1,18 @@
 //! A window's synchronization: fences, passive-target locks and flushes (and the
-//! state of its epochs; post/start/complete/wait is in `pscw`).
+//! state of its epochs; post/start/complete/wait is in `pscw`, `MPI_Win_lock_all` in
+//! `lock_all`).
 //!
 //! An operation completes at its target when the message layer's put, get or atomic
 //! completes (its callback runs once the data is visible there), so every
 //! completion call (flush, unlock, fence, complete) waits for the operations counted
 //! toward the members it concerns. A passive-target lock is a word in the target's
 //! control block changed by atomics: readers add one, a writer sets the top bit when
-//! the word is zero (as Open MPI's `osc/rdma`).
+//! the word is zero (as Open MPI's `osc/rdma`). A release is started, not waited
+//! for (its old value tells nothing): an unlock returns once the epoch's operations
+//! have completed, without one more round trip. It is counted with the operations
+//! toward its member, so that the next completion toward the member (at the latest,
+//! freeing the window) waits for it and reports its failure; a take that reaches
+//! the word before the release it follows finds it held and tries again.
 
 use super::{bad_win, Held, Win, ACC_WORD, LOCK_WORD};
 use crate::coll::{Inside, KeepOut};
@@ -56,14 +62,6 @@ impl State {
 pub(super) fn sync_error(what: &str) -> Error {
     Error::new(MPI_ERR_RMA_SYNC, what.to_string())
 }
-
-/// A change of a lock word: take it, or give it back (exclusively, or shared).
-#[derive(Clone, Copy)]
-enum Change {
-    Take(bool),
-    Give(bool),
-}
-use Change::{Give, Take};
 
 /// What is done to a word of a control block: the two changes a lock word needs, an
 /// addition (wrapping) and setting it when it is zero, or a plain read; each gives
@@ -121,21 +119,25 @@ fn change_there(
     Ok(u64::from_ne_bytes(old))
 }
 
-/// Make `change` to a lock word with `apply`: whether a take got the lock (a give
-/// always does what it says). Readers add one, a writer sets [`EXCLUSIVE`] when the
-/// word is zero; a reader that finds a writer takes its one back.
-fn change_word(mut apply: impl FnMut(WordChange) -> Result<u64>, change: Change) -> Result<bool> {
-    match change {
-        Give(true) => apply(WordChange::Add(EXCLUSIVE.wrapping_neg())).map(|_| true),
-        Give(false) => apply(WordChange::Add(u64::MAX)).map(|_| true),
-        Take(true) => Ok(apply(WordChange::SetIfZero(EXCLUSIVE))? == 0),
-        Take(false) => {
-            if apply(WordChange::Add(1))? & EXCLUSIVE == 0 {
-                return Ok(true);
-            }
-            apply(WordChange::Add(u64::MAX))?;
-            Ok(false)
-        }
+/// Take a lock word with `apply`, `exclusive`ly or shared: whether the lock was
+/// got. Readers add one, a writer sets [`EXCLUSIVE`] when the word is zero; a reader
+/// that finds a writer takes its one back.
+fn take_word(mut apply: impl FnMut(WordChange) -> Result<u64>, exclusive: bool) -> Result<bool> {
+    if exclusive {
+        return Ok(apply(WordChange::SetIfZero(EXCLUSIVE))? == 0);
+    }
+    if apply(WordChange::Add(1))? & EXCLUSIVE == 0 {
+        return Ok(true);
+    }
+    apply(WordChange::Add(u64::MAX))?;
+    Ok(false)
+}
+
+/// What a release adds to a lock word: the writer's bit back, or a reader's one.
+fn given_back(exclusive: bool) -> u64 {
+    match exclusive {
+        true => EXCLUSIVE.wrapping_neg(),
+        false => u64::MAX,
     }
 }
 
@@ -228,7 +230,7 @@ pub fn acquire(
     offset: usize,
     exclusive: bool,
 ) -> Result<()> {
-    if inside.state().lock_word(h, r, offset, Take(exclusive))? {
+    if inside.state().take_lock_word(h, r, offset, exclusive)? {
         return Ok(());
     }
     let mut tries = 0u64;
@@ -266,14 +268,15 @@ pub fn acquire(
                 }
             }
         }
-        if inside.state().lock_word(h, r, offset, Take(exclusive))? {
+        if inside.state().take_lock_word(h, r, offset, exclusive)? {
             return Ok(());
         }
     }
 }
 
 impl Mpi {
-    /// Release what [`acquire`] took.
+    /// Release what [`acquire`] took: started (done at once where the word is
+    /// mapped here), counted with the operations toward member `r`, not waited for.
     pub fn win_release(
         &mut self,
         h: Handle,
@@ -281,19 +284,31 @@ impl Mpi {
         offset: usize,
         exclusive: bool,
     ) -> Result<()> {
-        self.lock_word(h, r, offset, Give(exclusive)).map(|_| ())
+        let Mpi { wins, msg, .. } = self;
+        let w = wins.get(h).ok_or_else(|| bad_win(h))?;
+        let add = Atomic::Op(AtomicOp::Add, given_back(exclusive));
+        let (ctrl, pending) = (&w.peers[r].ctrl, &w.pending[r]);
+        // SAFETY: no result is asked for.
+        unsafe { msg.atomic_on(ctrl, offset, add, false, std::ptr::null_mut(), pending) }?;
+        Ok(())
     }
 
-    /// One change of the lock word at `offset` of member `r`'s control block,
-    /// waited for: whether a take got the lock (a give always does what it says).
-    fn lock_word(&mut self, h: Handle, r: usize, offset: usize, change: Change) -> Result<bool> {
+    /// One try to take the lock word at `offset` of member `r`'s control block,
+    /// waited for: whether it got the lock.
+    fn take_lock_word(
+        &mut self,
+        h: Handle,
+        r: usize,
+        offset: usize,
+        exclusive: bool,
+    ) -> Result<bool> {
         let Mpi { wins, msg, .. } = self;
         let w = wins.get(h).ok_or_else(|| bad_win(h))?;
         let member = (&w.peers[r].ctrl, w.peers[r].job, &w.waited);
         // The word looked for once: mapped here, the processor's atomics at once.
         match Comm::word_here(member.0, offset)? {
-            Some(word) => change_word(|c| Ok(change_here(word, c)), change),
-            None => change_word(|c| change_there(msg, member, offset, c), change),
+            Some(word) => take_word(|c| Ok(change_here(word, c)), exclusive),
+            None => take_word(|c| change_there(msg, member, offset, c), exclusive),
         }
     }
 
@@ -356,7 +371,7 @@ impl State {
 
     /// Whether `MPI_Win_lock_all` may be called now, else the error that says why
     /// not (after a fence, as [`State::may_lock`]).
-    fn may_lock_all(&self) -> Result<()> {
+    pub(super) fn may_lock_all(&self) -> Result<()> {
         if self.passive() {
             return Err(sync_error("a lock or lock_all epoch is open already"));
         }
@@ -428,56 +443,6 @@ pub unsafe extern "C" fn PMPI_Win_unlock(rank: c_int, win: Handle) -> c_int {
         };
         if held != Held::NoCheck {
             mpi.win_release(win, r, LOCK_WORD, held == Held::Exclusive)?;
-        }
-        done
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Win_lock_all(assert: c_int, win: Handle) -> c_int {
-    call_held("MPI_Win_lock_all", Object::Win(win), |mpi| {
-        let w = mpi.win(win)?;
-        w.sync.may_lock_all()?;
-        let nocheck = assert & MPI_MODE_NOCHECK != 0;
-        let mut taken = 0;
-        let mut outcome = Ok(());
-        if !nocheck {
-            let n = w.peers.len();
-            while taken < n && outcome.is_ok() {
-                outcome = acquire(mpi, win, taken, LOCK_WORD, false);
-                taken += usize::from(outcome.is_ok());
-            }
-        }
-        let outcome = outcome.and_then(|()| {
-            let sync = &mut mpi.win_mut(win)?.sync;
-            sync.may_lock_all()?;
-            sync.lock_all = Some(nocheck);
-            sync.fence = false;
-            Ok(())
-        });
-        if outcome.is_err() {
-            for r in 0..taken {
-                mpi.win_release(win, r, LOCK_WORD, false)?;
-            }
-        }
-        outcome
-    })
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Win_unlock_all(win: Handle) -> c_int {
-    call_held("MPI_Win_unlock_all", Object::Win(win), |mpi| {
-        if mpi.win(win)?.sync.lock_all.is_none() {
-            return Err(sync_error("MPI_Win_lock_all was not called"));
-        }
-        let done = complete_all(mpi, win);
-        let Some(nocheck) = mpi.win_mut(win)?.sync.lock_all.take() else {
-            return Err(sync_error("another thread unlocked the window meanwhile"));
-        };
-        if !nocheck {
-            for r in 0..mpi.win(win)?.peers.len() {
-                mpi.win_release(win, r, LOCK_WORD, false)?;
-            }
         }
         done
     })

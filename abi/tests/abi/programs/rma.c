@@ -8,7 +8,7 @@
  * displacement units other than 1 (and different on each rank), under fences:
  * every rank puts to its right neighbour and gets from its left; MPI_PROC_NULL
  * as a target. Passive target: shared and exclusive locks (mutual exclusion of
- * read-modify-write), lock_all, every flush, MPI_Win_sync. Post/start/complete/
+ * read-modify-write), lock_all (waiting for a writer), every flush, MPI_Win_sync. Post/start/complete/
  * wait and MPI_Win_test. Accumulates: sums on MPI_CHAR, MPI_INT, MPI_LONG_LONG,
  * MPI_FLOAT, MPI_DOUBLE, MAX and MIN, REPLACE, bitwise operations, derived types;
  * Get_accumulate (MPI_NO_OP as an atomic read), Fetch_and_op, Compare_and_swap;
@@ -295,6 +295,39 @@ static void test_passive(int allocate) {
   for (int i = 0; i < 6; i++)
     CHECK(mem[20 + i] == -val(left, i) - 1, "lock_all put: element %d is %d", 20 + i,
           mem[20 + i]);
+  OK(MPI_Win_free(&win));
+}
+
+/* lock_all waits for a writer: rank 0 holds the last rank's lock exclusively
+ * while the others call MPI_Win_lock_all, and lets go only after it has written
+ * its last value there (polling the library meanwhile, so that it answers the
+ * others' requests of its own lock word at once); each of them reads that value. */
+static void test_lock_all_waits_for_a_writer(void) {
+  if (size < 2)
+    return;
+  int *mem, last = size - 1, x = 1;
+  MPI_Win win = int_window(1, &mem, 1);
+  if (rank == 0) {
+    OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, last, 0, win));
+    OK(MPI_Put(&x, 1, MPI_INT, last, 0, 1, MPI_INT, win));
+    OK(MPI_Win_flush(last, win));
+  }
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  if (rank == 0) {
+    int flag;
+    double t0 = MPI_Wtime();
+    while (MPI_Wtime() - t0 < 0.2)
+      OK(MPI_Iprobe(MPI_ANY_SOURCE, 999, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE));
+    x = 2;
+    OK(MPI_Put(&x, 1, MPI_INT, last, 0, 1, MPI_INT, win));
+    OK(MPI_Win_unlock(last, win));
+  } else {
+    OK(MPI_Win_lock_all(0, win));
+    OK(MPI_Get(&x, 1, MPI_INT, last, 0, 1, MPI_INT, win));
+    OK(MPI_Win_unlock_all(win));
+    CHECK(x == 2, "lock_all, while a writer held the lock, read %d, not its last value 2", x);
+  }
+  OK(MPI_Barrier(MPI_COMM_WORLD));
   OK(MPI_Win_free(&win));
 }
 
@@ -1224,6 +1257,7 @@ int main(int argc, char **argv) {
     test_requests(allocate);
   }
   test_many_fetches();
+  test_lock_all_waits_for_a_writer();
   test_flush_progresses();
   test_pscw();
   test_dynamic();

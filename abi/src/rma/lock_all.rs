@@ -1,0 +1,111 @@
+//! `MPI_Win_lock_all` and `MPI_Win_unlock_all`: every member's lock word taken
+//! shared ([`super::sync`]), the takes started together and waited for together.
+
+use super::sync::{acquire, complete_all, sync_error, EXCLUSIVE};
+use super::{bad_win, LOCK_WORD};
+use crate::coll::Inside;
+use crate::entry::call_held;
+use crate::error::{Object, Result};
+use crate::ffi::*;
+use crate::state::Mpi;
+use rbtl::btl::AtomicOp;
+use rbtl::msg::Atomic;
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_lock_all(assert: c_int, win: Handle) -> c_int {
+    call_held("MPI_Win_lock_all", Object::Win(win), |mpi| {
+        let w = mpi.win(win)?;
+        w.sync.may_lock_all()?;
+        let nocheck = assert & MPI_MODE_NOCHECK != 0;
+        let mut taken = Vec::new();
+        let outcome = match nocheck {
+            true => Ok(()),
+            false => take_all_shared(mpi, win, &mut taken),
+        };
+        let outcome = outcome.and_then(|()| {
+            let sync = &mut mpi.win_mut(win)?.sync;
+            sync.may_lock_all()?;
+            sync.lock_all = Some(nocheck);
+            sync.fence = false;
+            Ok(())
+        });
+        if outcome.is_err() {
+            for (r, _) in taken.iter().enumerate().filter(|(_, &t)| t) {
+                mpi.win_release(win, r, LOCK_WORD, false)?;
+            }
+        }
+        outcome
+    })
+}
+
+/// Take every member's lock word shared, for `MPI_Win_lock_all`: an addition is
+/// started toward every member at once and the answers waited for together (one
+/// round trip in all, where taking one member after another took one each); a
+/// member that a writer holds gets its one back and is then taken as [`acquire`]
+/// takes it. `taken` says which members were taken, to give back on a failure.
+fn take_all_shared(inside: &mut impl Inside, h: Handle, taken: &mut Vec<bool>) -> Result<()> {
+    let Mpi { wins, msg, .. } = inside.state();
+    let w = wins.get(h).ok_or_else(|| bad_win(h))?;
+    let n = w.peers.len();
+    taken.resize(n, false);
+    // Each word before its addition, written by the transport.
+    let mut old = vec![0u64; n];
+    let mut outcome = Ok(());
+    let mut started = 0;
+    for (r, p) in w.peers.iter().enumerate() {
+        let add = Atomic::Op(AtomicOp::Add, 1);
+        // SAFETY: room for the word; `old` lives until every addition started is
+        // waited for below (and for good if a wait fails).
+        let at = unsafe { old.as_mut_ptr().add(r) }.cast::<u8>();
+        // SAFETY: as just said.
+        if let Err(e) = unsafe { msg.atomic_on(&p.ctrl, LOCK_WORD, add, false, at, &w.pending[r]) }
+        {
+            outcome = Err(e.into());
+            break;
+        }
+        started += 1;
+    }
+    let mut held = Vec::new();
+    let mut waited = true;
+    for r in 0..started {
+        match msg.complete(&w.pending[r], Some(w.peers[r].job)) {
+            Ok(()) if old[r] & EXCLUSIVE == 0 => taken[r] = true,
+            Ok(()) => held.push(r),
+            Err(e) => {
+                waited = false;
+                outcome = outcome.and(Err(e.into()));
+            }
+        }
+    }
+    if !waited {
+        // An addition not waited for may still write its old value.
+        std::mem::forget(old);
+    }
+    for r in held {
+        inside.state().win_release(h, r, LOCK_WORD, false)?;
+        if outcome.is_ok() {
+            outcome = acquire(inside, h, r, LOCK_WORD, false);
+            taken[r] = outcome.is_ok();
+        }
+    }
+    outcome
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Win_unlock_all(win: Handle) -> c_int {
+    call_held("MPI_Win_unlock_all", Object::Win(win), |mpi| {
+        if mpi.win(win)?.sync.lock_all.is_none() {
+            return Err(sync_error("MPI_Win_lock_all was not called"));
+        }
+        let done = complete_all(mpi, win);
+        let Some(nocheck) = mpi.win_mut(win)?.sync.lock_all.take() else {
+            return Err(sync_error("another thread unlocked the window meanwhile"));
+        };
+        if !nocheck {
+            for r in 0..mpi.win(win)?.peers.len() {
+                mpi.win_release(win, r, LOCK_WORD, false)?;
+            }
+        }
+        done
+    })
+}
