@@ -26,9 +26,9 @@ use rbtl::btl::AtomicOp;
 use rbtl::msg::{Atomic, Pending};
 use std::ptr::null_mut;
 
-/// Fetching atomics one accumulate keeps in flight at most (each holds a
-/// registration, of which a transport has some thousands).
-const FETCHES_AT_ONCE: usize = 1024;
+/// Fetching atomics one accumulate (or `MPI_Win_lock_all`) keeps in flight at most
+/// (each holds a registration, of which a transport has some thousands).
+pub(super) const FETCHES_AT_ONCE: usize = 1024;
 
 /// The largest buffer an accumulate read and written back from here keeps for the
 /// next ([`Mpi::scratch`](crate::state::Mpi::scratch)).

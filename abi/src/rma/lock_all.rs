@@ -1,6 +1,7 @@
 //! `MPI_Win_lock_all` and `MPI_Win_unlock_all`: every member's lock word taken
 //! shared ([`super::sync`]), the takes started together and waited for together.
 
+use super::atomics::FETCHES_AT_ONCE;
 use super::sync::{acquire, complete_all, sync_error, EXCLUSIVE};
 use super::{bad_win, LOCK_WORD};
 use crate::coll::Inside;
@@ -38,11 +39,12 @@ pub unsafe extern "C" fn PMPI_Win_lock_all(assert: c_int, win: Handle) -> c_int 
     })
 }
 
-/// Take every member's lock word shared, for `MPI_Win_lock_all`: an addition is
-/// started toward every member at once and the answers waited for together (one
-/// round trip in all, where taking one member after another took one each); a
-/// member that a writer holds gets its one back and is then taken as [`acquire`]
-/// takes it. `taken` says which members were taken, to give back on a failure.
+/// Take every member's lock word shared, for `MPI_Win_lock_all`: additions are
+/// started toward the members together ([`FETCHES_AT_ONCE`] at most) and their
+/// answers waited for together (a round trip for them all, where taking one member
+/// after another took one each); a member that a writer holds gets its one back and
+/// is then taken as [`acquire`] takes it. `taken` says which members were taken, to
+/// give back on a failure.
 fn take_all_shared(inside: &mut impl Inside, h: Handle, taken: &mut Vec<bool>) -> Result<()> {
     let Mpi { wins, msg, .. } = inside.state();
     let w = wins.get(h).ok_or_else(|| bad_win(h))?;
@@ -50,32 +52,36 @@ fn take_all_shared(inside: &mut impl Inside, h: Handle, taken: &mut Vec<bool>) -
     taken.resize(n, false);
     // Each word before its addition, written by the transport.
     let mut old = vec![0u64; n];
-    let mut outcome = Ok(());
-    let mut started = 0;
-    for (r, p) in w.peers.iter().enumerate() {
-        let add = Atomic::Op(AtomicOp::Add, 1);
-        // SAFETY: room for the word; `old` lives until every addition started is
-        // waited for below (and for good if a wait fails).
-        let at = unsafe { old.as_mut_ptr().add(r) }.cast::<u8>();
-        // SAFETY: as just said.
-        if let Err(e) = unsafe { msg.atomic_on(&p.ctrl, LOCK_WORD, add, false, at, &w.pending[r]) }
-        {
-            outcome = Err(e.into());
-            break;
+    let (mut outcome, mut waited, mut held) = (Ok(()), true, Vec::new());
+    let mut from = 0;
+    while from < n && outcome.is_ok() {
+        let (to, mut started) = ((from + FETCHES_AT_ONCE).min(n), from);
+        for r in from..to {
+            let add = Atomic::Op(AtomicOp::Add, 1);
+            // SAFETY: room for the word; `old` lives until every addition started
+            // is waited for below (and for good if a wait fails).
+            let at = unsafe { old.as_mut_ptr().add(r) }.cast::<u8>();
+            // SAFETY: as just said.
+            let start = unsafe {
+                msg.atomic_on(&w.peers[r].ctrl, LOCK_WORD, add, false, at, &w.pending[r])
+            };
+            if let Err(e) = start {
+                outcome = Err(e.into());
+                break;
+            }
+            started = r + 1;
         }
-        started += 1;
-    }
-    let mut held = Vec::new();
-    let mut waited = true;
-    for r in 0..started {
-        match msg.complete(&w.pending[r], Some(w.peers[r].job)) {
-            Ok(()) if old[r] & EXCLUSIVE == 0 => taken[r] = true,
-            Ok(()) => held.push(r),
-            Err(e) => {
-                waited = false;
-                outcome = outcome.and(Err(e.into()));
+        for r in from..started {
+            match msg.complete(&w.pending[r], Some(w.peers[r].job)) {
+                Ok(()) if old[r] & EXCLUSIVE == 0 => taken[r] = true,
+                Ok(()) => held.push(r),
+                Err(e) => {
+                    waited = false;
+                    outcome = outcome.and(Err(e.into()));
+                }
             }
         }
+        from = to;
     }
     if !waited {
         // An addition not waited for may still write its old value.
