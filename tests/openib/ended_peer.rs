@@ -66,7 +66,10 @@ pub fn run(m: &mut dyn Module, eps: &[Option<Endpoint>], job: rbtl::pmi::Job) {
             });
             assert!(landed.lock().unwrap().iter().all(|&ok| ok), "a send failed");
             crate::report_ok(1, "ok");
-            std::fs::write(&sent_file, std::process::id().to_string()).unwrap();
+            // Written aside, then renamed: rank 0 never reads it half written.
+            let aside = sent_file.with_extension("part");
+            std::fs::write(&aside, std::process::id().to_string()).unwrap();
+            std::fs::rename(&aside, &sent_file).unwrap();
             drop(job);
             // Ended as a process ends: the module is never closed.
             std::process::exit(0);
