@@ -52,7 +52,7 @@ fn take_all_shared(inside: &mut impl Inside, h: Handle, taken: &mut Vec<bool>) -
     taken.resize(n, false);
     // Each word before its addition, written by the transport.
     let mut old = vec![0u64; n];
-    let (mut outcome, mut waited, mut held) = (Ok(()), true, Vec::new());
+    let (mut outcome, mut all_answered, mut held) = (Ok(()), true, Vec::new());
     let mut from = 0;
     while from < n && outcome.is_ok() {
         let (to, mut started) = ((from + FETCHES_AT_ONCE).min(n), from);
@@ -76,14 +76,14 @@ fn take_all_shared(inside: &mut impl Inside, h: Handle, taken: &mut Vec<bool>) -
                 Ok(()) if old[r] & EXCLUSIVE == 0 => taken[r] = true,
                 Ok(()) => held.push(r),
                 Err(e) => {
-                    waited = false;
+                    all_answered = false;
                     outcome = outcome.and(Err(e.into()));
                 }
             }
         }
         from = to;
     }
-    if !waited {
+    if !all_answered {
         // An addition not waited for may still write its old value.
         std::mem::forget(old);
     }

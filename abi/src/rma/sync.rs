@@ -129,7 +129,7 @@ fn take_word(mut apply: impl FnMut(WordChange) -> Result<u64>, exclusive: bool) 
     if apply(WordChange::Add(1))? & EXCLUSIVE == 0 {
         return Ok(true);
     }
-    apply(WordChange::Add(u64::MAX))?;
+    apply(WordChange::Add(given_back(false)))?;
     Ok(false)
 }
 
