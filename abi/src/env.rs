@@ -79,6 +79,9 @@ fn start_state(provided: c_int) -> Result<()> {
     if provided == MPI_THREAD_MULTIPLE {
         global::allow_threads();
     }
+    if let Some(every) = global::with(|mpi| Ok(mpi.msg.progress_thread()))? {
+        crate::progress_thread::start(every)?;
+    }
     STARTED_IN.store(std::process::id(), Ordering::Release);
     // SAFETY: `end_at_exit` is a plain function that stays in the library (which
     // is not unloaded while the process runs MPI).

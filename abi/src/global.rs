@@ -91,6 +91,7 @@ impl Entered {
             return enter_contended();
         }
         GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
+        count_entry();
         Ok(Entered)
     }
 }
@@ -153,6 +154,28 @@ fn acquire() {
     }
     GLOBAL.waiting.fetch_sub(1, Ordering::Relaxed);
     GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
+    count_entry();
+}
+
+/// Calls that entered the cell with threads allowed (a count that may lose some:
+/// written by the thread inside, read by the progress thread to see whether the
+/// program called in lately).
+static ENTRIES: AtomicUsize = AtomicUsize::new(0);
+
+/// Count an entry (by the thread inside, without a locked instruction).
+#[inline(always)]
+fn count_entry() {
+    ENTRIES.store(
+        ENTRIES.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
+}
+
+/// How many of the program's calls entered the cell with threads allowed, as far
+/// as the count goes: one that changed since the last look says that the program
+/// calls in, and drives progress itself.
+pub fn entries() -> usize {
+    ENTRIES.load(Ordering::Relaxed)
 }
 
 /// Grant `MPI_THREAD_MULTIPLE`: from now on calls of other threads wait to enter.
@@ -187,6 +210,23 @@ pub fn with<R>(f: impl FnOnce(&mut Mpi) -> Result<R>) -> Result<R> {
         Some(mpi) => f(mpi),
         None => Err(not_running()),
     }
+}
+
+/// Run `f` on the state of a running library if no call is inside, without
+/// waiting and without being counted among the threads that wait to enter (a
+/// blocking call inside would leave the cell to them between its rounds): `None`
+/// where the cell is taken or the library does not run. For the library's own
+/// thread ([`crate::progress_thread`]), once threads are allowed.
+pub fn try_with<R>(f: impl FnOnce(&mut Mpi) -> R) -> Option<R> {
+    if GLOBAL.busy.load(Ordering::Relaxed) || GLOBAL.busy.swap(true, Ordering::Acquire) {
+        return None;
+    }
+    GLOBAL.owner.store(this_thread(), Ordering::Relaxed);
+    let _entered = Entered;
+    // SAFETY: `busy` is held (by `_entered`) until this returns: nobody else reaches
+    // the cell meanwhile.
+    let state = unsafe { &mut *GLOBAL.state.get() };
+    state.as_mut().map(f)
 }
 
 /// The state held by a blocking call, which may let other threads' calls in

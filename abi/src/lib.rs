@@ -45,6 +45,7 @@ pub mod large_arrays;
 pub mod large_count;
 pub mod op;
 pub mod p2p;
+pub mod progress_thread;
 pub mod pvar;
 pub mod request;
 pub mod rma;

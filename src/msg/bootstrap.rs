@@ -29,6 +29,7 @@ impl Comm {
     /// Open the configured transports for `job` and connect every rank.
     pub fn with(mut job: Job, config: &Config) -> Result<Comm> {
         let peer_timeout = liveness::peer_timeout(config)?;
+        let progress_thread = super::background::interval(config)?;
         let node = job.node.to_string();
         let modex = job.modex.as_mut();
         modex.publish("node", node.as_bytes())?;
@@ -173,6 +174,7 @@ impl Comm {
             nodes,
             node_oversubscribed: oversubscribed,
             node_reads_slow,
+            progress_thread,
             bridge: None,
             cards: Vec::new(),
         })

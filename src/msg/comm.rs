@@ -40,6 +40,9 @@ pub struct Comm {
     /// Whether the node's first rank found reading a peer's memory by address slower
     /// than copying through its transports (see [`Comm::node_reads_slow`]).
     pub(super) node_reads_slow: bool,
+    /// How often a layer above drives progress from a thread of its own
+    /// (`msg_progress_thread`).
+    pub(super) progress_thread: Option<std::time::Duration>,
     /// The transport to processes of other jobs of the launcher, once opened.
     pub(super) bridge: Option<super::bridge::Bridge>,
     /// Per rank: where its process answers liveness probes (read at the first probe).
@@ -85,6 +88,13 @@ impl Comm {
     /// `msg_yield_when_idle` and `msg_bind_to` decide by when `auto`.
     pub fn node_oversubscribed(&self) -> bool {
         self.node_oversubscribed
+    }
+
+    /// The interval at which a layer above that serializes its calls should drive
+    /// this process's progress from a thread of its own while none of its calls is
+    /// inside (`msg_progress_thread`); `None`: only inside calls.
+    pub fn progress_thread(&self) -> Option<std::time::Duration> {
+        self.progress_thread
     }
 
     /// Whether reading another process's memory by address alone is, on this node,

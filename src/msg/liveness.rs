@@ -63,6 +63,7 @@ pub fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
         "when an idle wait yields the processor at every idle round instead of spinning first: auto (when this node runs more ranks than the processors they may run on between them), always, never",
     )?;
     super::split::register_params(registry)?;
+    super::background::register_params(registry)?;
     super::placement::register_params(registry)
 }
 

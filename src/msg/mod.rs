@@ -33,6 +33,11 @@
 //! Open MPI does when oversubscribed: a spinning rank would hold the processor the
 //! rank it waits for needs.
 //!
+//! A `Comm` has no lock: it progresses inside its owner's calls only. A layer above
+//! that serializes its calls behind a lock of its own may also drive it from a thread
+//! while none of them is inside, every `msg_progress_thread` microseconds (0, the
+//! default: never; [`Comm::progress_thread`]): the MPI library does.
+//!
 //! # Ranks and processors
 //!
 //! Where a node's ranks outnumber its processors, how many share each processor sets
@@ -88,6 +93,7 @@
 // blocking receive matched by its transport), `liveness` (waits that cannot end
 // well), `collectives`, `scope`, `served` (served contexts); `callbacks` holds the
 // receive callbacks it installs in the modules.
+mod background;
 mod bootstrap;
 mod bridge;
 mod callbacks;

@@ -27,6 +27,9 @@
 //!   with derived types under fences, locks and flushes, post/start/complete/wait,
 //!   every accumulate, concurrent atomic increments, the request-based operations,
 //!   the errors of each, at 1 to 4 ranks.
+//! * `progress`: with the progress thread on, a rank that computes without calling
+//!   MPI answers a lock, a shipped accumulate and a rendezvous another rank waits
+//!   for, over `sm` and `tcp`, at 2 and 3 ranks.
 //! * `shared`: shared-memory windows: contiguous parts, `MPI_Win_shared_query`,
 //!   loads and stores beside puts and accumulates, at 1 to 4 ranks, from the `sm`
 //!   heap or a segment of the window's own (a small heap, `tcp` alone); refused
@@ -309,6 +312,21 @@ fn rma_over_tcp() {
     let exe = build("rma");
     for n in [2, 3] {
         run_passing(&exe, "rma", n, &[], &[("RBTL_BTL", "self,tcp")]);
+    }
+}
+
+/// With `msg_progress_thread` at 100 µs, a rank that computes without calling MPI
+/// still answers what another rank waits for: its lock word, an accumulate shipped
+/// to it, a rendezvous; over `sm` and over `tcp` alone. (Without the thread the
+/// computing rank gives up after 20 s and fails.)
+#[test]
+fn a_computing_rank_progresses_with_the_progress_thread() {
+    let exe = build("progress");
+    for btl in ["self,sm", "self,tcp"] {
+        for n in [2, 3] {
+            let genv = [("RBTL_BTL", btl), ("RBTL_MSG_PROGRESS_THREAD", "100")];
+            run_passing(&exe, "progress", n, &[], &genv);
+        }
     }
 }
 
