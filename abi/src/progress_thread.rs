@@ -58,7 +58,9 @@ fn run(every: Duration) {
         let now = global::entries();
         if now != seen {
             seen = now;
-            sleep = (sleep * 2).min(every * SLEEP_UP_TO);
+            sleep = sleep
+                .saturating_mul(2)
+                .min(every.saturating_mul(SLEEP_UP_TO));
             continue;
         }
         sleep = every;
