@@ -41,8 +41,8 @@ pub fn start(every: Duration) -> Result<()> {
 /// keeps calling in: each look that finds a call since the last doubles the sleep
 /// up to this many intervals; one that finds none runs a round and goes back to the
 /// interval. A thread that woke every interval took the processors from ranks that
-/// communicate (a rank's core, where ranks fill the cores: `osu_bw` 10-20% slower
-/// at 100 µs); this wakes it seldom then, and leaves a rank that stops calling in
+/// communicate (a rank's core, where ranks fill the cores: docs/performance.md,
+/// 2026-12-05); this wakes it seldom then, and leaves a rank that stops calling in
 /// without progress for this many intervals at most.
 const SLEEP_UP_TO: u32 = 128;
 
