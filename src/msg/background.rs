@@ -28,18 +28,12 @@ pub(super) fn register_params(registry: &mut Registry) -> rbtl_config::Result<()
 /// The interval `config` sets, `None` for no thread. A configuration made without
 /// the message layer's parameters gets none.
 pub(super) fn interval(config: &Config) -> super::Result<Option<Duration>> {
-    let us = match config.int(PARAM) {
-        Ok(us) => us,
-        Err(rbtl_config::Error::NotRegistered(_)) => 0,
-        Err(e) => return Err(e.into()),
-    };
-    match u64::try_from(us) {
-        Ok(0) => Ok(None),
-        Ok(us) => Ok(Some(Duration::from_micros(us))),
-        Err(_) => Err(super::Error::BadParameter(format!(
-            "{PARAM} = {us}: give the microseconds between two rounds of the progress thread, or 0 for none"
-        ))),
-    }
+    super::liveness::duration_or_none(
+        config,
+        (PARAM, 0),
+        Duration::from_micros,
+        "give the microseconds between two rounds of the progress thread, or 0 for none",
+    )
 }
 
 #[cfg(test)]

@@ -83,17 +83,32 @@ pub(super) fn set_yield(config: &Config, oversubscribed: bool) -> Result<bool> {
 /// The peer timeout `config` sets: `None` to wait forever. A configuration made
 /// without the message layer's parameters gets the default.
 pub(super) fn peer_timeout(config: &Config) -> Result<Option<Duration>> {
-    let secs = match config.int(PEER_TIMEOUT_PARAM) {
-        Ok(s) => s,
-        Err(rbtl_config::Error::NotRegistered(_)) => DEFAULT_PEER_TIMEOUT_SECS,
+    duration_or_none(
+        config,
+        (PEER_TIMEOUT_PARAM, DEFAULT_PEER_TIMEOUT_SECS),
+        Duration::from_secs,
+        "give the seconds to wait for a silent peer, or 0 to wait forever",
+    )
+}
+
+/// Integer parameter `name` of `config` as a duration of so many `unit`s, 0 for
+/// `None`; `default` where the configuration was made without the message layer's
+/// parameters. A negative value is refused, the error naming it and saying `hint`.
+pub(super) fn duration_or_none(
+    config: &Config,
+    (name, default): (&str, i64),
+    unit: fn(u64) -> Duration,
+    hint: &str,
+) -> Result<Option<Duration>> {
+    let value = match config.int(name) {
+        Ok(v) => v,
+        Err(rbtl_config::Error::NotRegistered(_)) => default,
         Err(e) => return Err(e.into()),
     };
-    match u64::try_from(secs) {
+    match u64::try_from(value) {
         Ok(0) => Ok(None),
-        Ok(s) => Ok(Some(Duration::from_secs(s))),
-        Err(_) => Err(Error::BadParameter(format!(
-            "{PEER_TIMEOUT_PARAM} = {secs}: give the seconds to wait for a silent peer, or 0 to wait forever"
-        ))),
+        Ok(n) => Ok(Some(unit(n))),
+        Err(_) => Err(Error::BadParameter(format!("{name} = {value}: {hint}"))),
     }
 }
 

@@ -9,9 +9,10 @@
  * every rank puts to its right neighbour and gets from its left; MPI_PROC_NULL
  * as a target. Passive target: shared and exclusive locks (mutual exclusion of
  * read-modify-write), lock_all (waiting for a writer), every flush, MPI_Win_sync.
- * Post/start/complete/wait and MPI_Win_test. Accumulates: sums on MPI_CHAR, MPI_INT, MPI_LONG_LONG,
- * MPI_FLOAT, MPI_DOUBLE, MAX and MIN, REPLACE, bitwise operations, derived types;
- * Get_accumulate (MPI_NO_OP as an atomic read), Fetch_and_op, Compare_and_swap;
+ * Post/start/complete/wait and MPI_Win_test. Accumulates: sums on MPI_CHAR,
+ * MPI_INT, MPI_LONG_LONG, MPI_FLOAT, MPI_DOUBLE, MAX and MIN, REPLACE, bitwise
+ * operations, derived types; Get_accumulate (MPI_NO_OP as an atomic read),
+ * Fetch_and_op, Compare_and_swap;
  * a window whose base is not 8-byte aligned; and every rank incrementing the same
  * elements of rank 0's window 1000 times at once (int, long long, char modulo
  * 256, double), whose totals must be exact, and 16 KiB get-accumulates mixed with
