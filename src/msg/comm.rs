@@ -43,6 +43,8 @@ pub struct Comm {
     /// How often a layer above drives progress from a thread of its own
     /// (`msg_progress_thread`).
     pub(super) progress_thread: Option<std::time::Duration>,
+    /// The all-reduce algorithm of a layer above (`msg_allreduce_algorithm`).
+    pub(super) allreduce_algorithm: super::AllreduceAlgorithm,
     /// The transport to processes of other jobs of the launcher, once opened.
     pub(super) bridge: Option<super::bridge::Bridge>,
     /// Per rank: where its process answers liveness probes (read at the first probe).
@@ -95,6 +97,14 @@ impl Comm {
     /// inside (`msg_progress_thread`); `None`: only inside calls.
     pub fn progress_thread(&self) -> Option<std::time::Duration> {
         self.progress_thread
+    }
+
+    /// The all-reduce algorithm the user chose for a layer above
+    /// (`msg_allreduce_algorithm`; [`AllreduceAlgorithm::Auto`] by default).
+    ///
+    /// [`AllreduceAlgorithm::Auto`]: super::AllreduceAlgorithm::Auto
+    pub fn allreduce_algorithm(&self) -> super::AllreduceAlgorithm {
+        self.allreduce_algorithm
     }
 
     /// Whether reading another process's memory by address alone is, on this node,

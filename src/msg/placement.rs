@@ -48,7 +48,11 @@ pub(super) fn bind_chosen(config: &Config, oversubscribed: bool) -> Result<bool>
 
 /// The value of string parameter `param`, one of `choices` (the first, `auto`, where
 /// the parameter is not registered).
-fn choice<'a>(config: &'a Config, param: &str, choices: &[&'static str]) -> Result<&'a str> {
+pub(super) fn choice<'a>(
+    config: &'a Config,
+    param: &str,
+    choices: &[&'static str],
+) -> Result<&'a str> {
     match config.str(param) {
         Ok(v) if choices.contains(&v) => Ok(v),
         Ok(other) => Err(Error::BadParameter(format!(

@@ -230,7 +230,8 @@ impl Mpi {
             }
         };
         let at = self.placement(m.size, c.bytes() >= reduce::RING_FROM, |v| m.job(v));
-        reduce::allreduce(&mut s, &m, &c, (input, acc), at);
+        let chosen = self.msg.allreduce_algorithm();
+        reduce::allreduce(&mut s, &m, &c, (input, acc), (at, chosen));
         finish(&mut s, [unpack]);
         Ok(s)
     }

@@ -22,7 +22,7 @@ pub mod schedule;
 pub mod small;
 
 pub use inter::Sides;
-pub use schedule::{Loc, Local, Schedule, Xfer};
+pub use schedule::{transfers_started, Loc, Local, Schedule, Xfer};
 
 use crate::comm::Group;
 use crate::entry::call_in_steps;

@@ -9,6 +9,7 @@ use super::schedule::Round;
 use super::{Loc, Local, Members, Schedule, Xfer};
 use crate::datatype::Datatype;
 use crate::op::Op;
+use rbtl::msg::AllreduceAlgorithm;
 
 /// What is combined: `count` packed elements of a type, by an operation.
 pub struct Combine<'a> {
@@ -114,12 +115,22 @@ pub const RING_FROM: usize = 32 << 10;
 /// The most members an all-reduce gathers at one member ([`gathers`]).
 pub const GATHERED_ALLREDUCE_MAX: u32 = 8;
 
+/// The ways an all-reduce runs ([`allreduce`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Way {
+    Doubling,
+    Ring,
+    Halving,
+    Gathered,
+}
+
 /// All-reduce of this member's operand at `input` into `acc` (the same place when in
-/// place), among members placed as `at`: recursive doubling for short vectors or
-/// operations that do not commute, a ring (reduce-scatter then all-gather) for long
-/// ones, or Rabenseifner's (halving) for a power of two of members on several nodes,
-/// and short vectors gathered at member 0 where ranks take turns on processors
-/// ([`gathers`]).
+/// place), among members placed as `at`, by the algorithm `chosen` where it applies
+/// (`msg_allreduce_algorithm`), else as [`default_way`] chooses: recursive doubling
+/// for short vectors or operations that do not commute, a ring (reduce-scatter then
+/// all-gather) for long ones, or Rabenseifner's (halving) for a power of two of
+/// members on several nodes, and short vectors gathered at member 0 where ranks take
+/// turns on processors ([`gathers`]).
 ///
 /// Where the operation commutes and `input` is apart from `acc`, no member writes
 /// memory a peer has just read: each round's result goes to a place not yet sent
@@ -131,16 +142,13 @@ pub fn allreduce(
     m: &Members,
     c: &Combine,
     (input, acc): (Loc, Loc),
-    at: Placement,
+    (at, chosen): (Placement, AllreduceAlgorithm),
 ) {
-    let around = by_ring(c, m.size, at.one_node);
-    // Where the ring would take 2(n - 1) rounds across nodes, a power of two of
-    // members halves the vector in 2 log2(n) rounds, moving as many bytes. On one
-    // node the ring stays: its chunks go eagerly where halving's first halves would
-    // wait for a rendezvous.
-    let halve = around && !at.one_node && m.size > 2 && m.size.is_power_of_two();
-    let gather = !around && gathers(c.op.commutative(), m.size, || at);
-    let apart = input != acc && c.op.commutative() && m.size > 1 && !gather && !halve;
+    let way = forced(c, m.size, chosen).unwrap_or_else(|| default_way(c, m.size, at));
+    let apart = input != acc
+        && c.op.commutative()
+        && m.size > 1
+        && matches!(way, Way::Ring | Way::Doubling);
     if !apart && input != acc {
         s.round().then.push(Local::Copy {
             from: input,
@@ -151,12 +159,41 @@ pub fn allreduce(
     if m.size == 1 || c.count == 0 {
         return;
     }
-    match (halve, around, gather, apart) {
-        (true, _, _, _) => halving(s, m, c, acc),
-        (false, true, _, _) => ring(s, m, c, apart.then_some(input), acc),
-        (false, false, true, _) => gathered(s, m, c, acc),
-        (false, false, false, true) => doubling_apart(s, m, c, input, acc),
-        (false, false, false, false) => doubling(s, m, c, acc),
+    match (way, apart) {
+        (Way::Halving, _) => halving(s, m, c, acc),
+        (Way::Ring, _) => ring(s, m, c, apart.then_some(input), acc),
+        (Way::Gathered, _) => gathered(s, m, c, acc),
+        (Way::Doubling, true) => doubling_apart(s, m, c, input, acc),
+        (Way::Doubling, false) => doubling(s, m, c, acc),
+    }
+}
+
+/// The way of an all-reduce of `c` among `n` members placed as `at`, by default.
+fn default_way(c: &Combine, n: u32, at: Placement) -> Way {
+    // Where the ring would take 2(n - 1) rounds across nodes, a power of two of
+    // members halves the vector in 2 log2(n) rounds, moving as many bytes. On one
+    // node the ring stays: its chunks go eagerly where halving's first halves would
+    // wait for a rendezvous.
+    match by_ring(c, n, at.one_node) {
+        true if !at.one_node && n > 2 && n.is_power_of_two() => Way::Halving,
+        true => Way::Ring,
+        false if gathers(c.op.commutative(), n, || at) => Way::Gathered,
+        false => Way::Doubling,
+    }
+}
+
+/// The way the user `chosen` for an all-reduce of `c` among `n` members, where it
+/// applies: every way but recursive doubling needs an operation that commutes, and
+/// the ring and halving at least one element a block.
+fn forced(c: &Combine, n: u32, chosen: AllreduceAlgorithm) -> Option<Way> {
+    let commutes = c.op.commutative();
+    let (pof2, _, _) = folding(n.max(1), 0);
+    match chosen {
+        AllreduceAlgorithm::Doubling => Some(Way::Doubling),
+        AllreduceAlgorithm::Ring if commutes && c.count >= n as usize => Some(Way::Ring),
+        AllreduceAlgorithm::Halving if commutes && c.count >= pof2 as usize => Some(Way::Halving),
+        AllreduceAlgorithm::Gathered if commutes => Some(Way::Gathered),
+        _ => None,
     }
 }
 
@@ -253,15 +290,7 @@ fn doubling(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
     let len = c.bytes();
     let (pof2, rem, newrank) = folding(m.size, me);
     let tmp = s.scratch(len);
-    match newrank {
-        None => send(s, acc, len, m.job(me + 1)),
-        Some(_) if me < 2 * rem => {
-            let r = receive(s, tmp, len, m.job(me - 1));
-            // The neighbour is lower: acc = tmp op acc.
-            r.then.push(c.local(tmp, acc, c.count));
-        }
-        Some(_) => {}
-    }
+    fold(s, m, c, (acc, tmp), rem);
     if let Some(nr) = newrank {
         let mut mask = 1;
         while mask < pof2 {
@@ -278,17 +307,50 @@ fn doubling(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
     unfold(s, m, rem, acc, len);
 }
 
-/// Rabenseifner's all-reduce (MPICH's for long vectors) among a power of two of
-/// members, for an operation that commutes, in place at `acc`, of at least as many
-/// elements as members: the vector is cut into as many blocks as members. Recursive
+/// The members beyond the largest power of two fold their operands into their
+/// neighbours (those below `2 rem`: each even one sends its operand at `acc` to the
+/// odd one above, which receives it into `tmp` and combines it into its own).
+fn fold(s: &mut Schedule, m: &Members, c: &Combine, (acc, tmp): (Loc, Loc), rem: u32) {
+    let (me, len) = (m.rank, c.bytes());
+    match (me < 2 * rem, me % 2) {
+        (true, 0) => send(s, acc, len, m.job(me + 1)),
+        (true, _) => {
+            let r = receive(s, tmp, len, m.job(me - 1));
+            // The neighbour is lower: acc = tmp op acc.
+            r.then.push(c.local(tmp, acc, c.count));
+        }
+        (false, _) => {}
+    }
+}
+
+/// Rabenseifner's all-reduce (MPICH's for long vectors), for an operation that
+/// commutes, in place at `acc`. The members beyond the largest power of two fold
+/// their operands into their neighbours first ([`fold`]); the power of two left cut
+/// the vector into as many blocks (it holds at least as many elements). Recursive
 /// halving: each round a member gives a partner half of the blocks it still holds
 /// and combines the partner's copy of the other half into its own, until it holds
 /// one block, combined over every member. Recursive doubling then gathers the
-/// combined blocks back, the partners in reverse order.
+/// combined blocks back, the partners in reverse order, and the folded members get
+/// the result from their neighbours.
 fn halving(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
-    debug_assert!(m.size.is_power_of_two());
-    let (n, me, size) = (m.size, m.rank, c.ty.size);
+    let (pof2, rem, newrank) = folding(m.size, m.rank);
     let tmp = s.scratch(c.bytes());
+    fold(s, m, c, (acc, tmp), rem);
+    if let Some(me) = newrank {
+        halve_among(s, (m, pof2, rem, me), c, (acc, tmp));
+    }
+    unfold(s, m, rem, acc, c.bytes());
+}
+
+/// The halving and doubling of [`halving`] among the `n` (a power of two) members
+/// left after folding, this one `me` among them.
+fn halve_among(
+    s: &mut Schedule,
+    (m, n, rem, me): (&Members, u32, u32, u32),
+    c: &Combine,
+    (acc, tmp): (Loc, Loc),
+) {
+    let size = c.ty.size;
     let first = |b: u32| b as usize * c.count / n as usize;
     // The byte offset and element count of blocks lo..hi.
     let span = |(lo, hi): (u32, u32)| (first(lo) * size, first(hi) - first(lo));
@@ -297,7 +359,7 @@ fn halving(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
     let mut rounds = Vec::new();
     let mut mask = 1;
     while mask < n {
-        let peer = m.job(me ^ mask);
+        let peer = m.job(unfolded(rem, me ^ mask));
         let mid = (held.0 + held.1) / 2;
         let (keep, give) = match me & mask {
             0 => ((held.0, mid), (mid, held.1)),

@@ -14,6 +14,20 @@ use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::op::{self, Op};
 use rbtl::msg::{self, ReqId, SendMode};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The sends and receives that schedules' rounds have started in this process (the
+/// tool interface's `coll_schedule_transfers`).
+static TRANSFERS_STARTED: AtomicU64 = AtomicU64::new(0);
+
+/// The sends and receives that schedules' rounds have started so far.
+pub fn transfers_started() -> u64 {
+    TRANSFERS_STARTED.load(Ordering::Relaxed)
+}
+
+fn count_started(n: usize) {
+    TRANSFERS_STARTED.fetch_add(n as u64, Ordering::Relaxed);
+}
 
 /// A place in memory: the user's (an address), or bytes of the schedule's scratch
 /// space (from its start).
@@ -392,6 +406,7 @@ impl Schedule {
         let (ctx, tag) = (self.ctx, self.tag);
         for round in 0..self.rounds.len() {
             let (xfers, _) = self.bounds(round);
+            count_started(xfers.len());
             for i in xfers.clone() {
                 if let Xfer::Send { from, len, to } = self.xfers[i] {
                     let (p, len) = told(self.ptr(from), len, self.at_end.is_some());
@@ -430,6 +445,7 @@ impl Schedule {
     /// As [`Schedule::advance`].
     unsafe fn start_round(&mut self, m: &mut msg::Comm) -> Result<()> {
         let (xfers, _) = self.bounds(self.at);
+        count_started(xfers.len());
         let (ctx, tag) = (self.ctx, self.tag);
         // Some may complete at once, which the count of completions does not show.
         self.seen = usize::MAX;

@@ -6,7 +6,7 @@
 //! * `MPI_Allreduce` of a contiguous predefined type with a predefined operation:
 //!   recursive doubling on a power-of-two communicator (Open MPI's `tuned` runs the
 //!   same algorithm at these sizes), or gathered at member 0 where
-//!   [`super::reduce::gathers`] says so;
+//!   [`super::reduce::gathers`] says so, unless `msg_allreduce_algorithm` chooses;
 //! * `MPI_Bcast` of a contiguous type, one piece long: down the tree of
 //!   [`super::basic::bcast_tree`];
 //! * `MPI_Barrier` where it disseminates ([`super::basic::barrier`]: 2 members, or
@@ -27,6 +27,7 @@ use crate::global;
 use crate::op;
 use crate::p2p::{check_buffer, check_count};
 use crate::state::Mpi;
+use rbtl::msg::AllreduceAlgorithm;
 
 /// The most rounds (a communicator of up to 2^31 members).
 const MAX_ROUNDS: usize = 31;
@@ -140,6 +141,10 @@ impl Mpi {
         (sendbuf, recvbuf, count, ty, op, comm): Allreduce,
     ) -> Option<Result<()>> {
         if matches!(op, MPI_REPLACE | MPI_NO_OP) || !op::is_predefined(op) {
+            return None;
+        }
+        // An algorithm the user chose runs by its schedule.
+        if self.msg.allreduce_algorithm() != AllreduceAlgorithm::Auto {
             return None;
         }
         let n = check_count(count).ok()?;
