@@ -128,9 +128,9 @@ enum Way {
 /// place), among members placed as `at`, by the algorithm `chosen` where it applies
 /// (`msg_allreduce_algorithm`), else as [`default_way`] chooses: recursive doubling
 /// for short vectors or operations that do not commute, a ring (reduce-scatter then
-/// all-gather) for long ones, or Rabenseifner's (halving) for a power of two of
-/// members on several nodes, and short vectors gathered at member 0 where ranks take
-/// turns on processors ([`gathers`]).
+/// all-gather) for long ones, or Rabenseifner's (halving) for those up to a few
+/// hundred KiB a member on several nodes ([`halves`]), and short vectors gathered at
+/// member 0 where ranks take turns on processors ([`gathers`]).
 ///
 /// Where the operation commutes and `input` is apart from `acc`, no member writes
 /// memory a peer has just read: each round's result goes to a place not yet sent
@@ -170,16 +170,34 @@ pub fn allreduce(
 
 /// The way of an all-reduce of `c` among `n` members placed as `at`, by default.
 fn default_way(c: &Combine, n: u32, at: Placement) -> Way {
-    // Where the ring would take 2(n - 1) rounds across nodes, a power of two of
-    // members halves the vector in 2 log2(n) rounds, moving as many bytes. On one
-    // node the ring stays: its chunks go eagerly where halving's first halves would
-    // wait for a rendezvous.
+    // Where the ring would take 2(n - 1) rounds across nodes, halving takes
+    // 2 log2(n) among a power of two of members, moving as many bytes; up to
+    // [`HALVING_BLOCK_BELOW`] a block. On one node the ring stays: its chunks go
+    // eagerly where halving's first halves would wait for a rendezvous.
     match by_ring(c, n, at.one_node) {
-        true if !at.one_node && n > 2 && n.is_power_of_two() => Way::Halving,
+        true if !at.one_node && n > 2 && halves(c.bytes(), n) => Way::Halving,
         true => Way::Ring,
         false if gathers(c.op.commutative(), n, || at) => Way::Gathered,
         false => Way::Doubling,
     }
+}
+
+/// The longest block, in bytes, of the vector cut among the largest power of two of
+/// the members, that a long all-reduce across nodes halves rather than passes
+/// around a ring; half as long where members beyond the power of two fold in first
+/// (their whole vectors cross twice more). Beyond, the ring's steps of one block
+/// each measured faster across nodes (docs/performance.md).
+pub const HALVING_BLOCK_BELOW: usize = 256 << 10;
+
+/// Whether a long all-reduce of `bytes` among `n` members across nodes halves
+/// ([`HALVING_BLOCK_BELOW`]).
+fn halves(bytes: usize, n: u32) -> bool {
+    let (pof2, rem, _) = folding(n, 0);
+    let below = match rem {
+        0 => HALVING_BLOCK_BELOW,
+        _ => HALVING_BLOCK_BELOW / 2,
+    };
+    bytes < below * pof2 as usize
 }
 
 /// The way the user `chosen` for an all-reduce of `c` among `n` members, where it
