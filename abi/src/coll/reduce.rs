@@ -592,7 +592,19 @@ pub fn scan(s: &mut Schedule, m: &Members, c: &Combine, mine: Loc, out: Loc, exc
 
 #[cfg(test)]
 mod tests {
-    use super::{gathers, Placement};
+    use super::{gathers, halves, Placement};
+
+    /// Across nodes, halving while a block of the largest power of two of members is
+    /// under 256 KiB, under 128 KiB where members fold in first.
+    #[test]
+    fn long_all_reductions_halve_while_blocks_are_short() {
+        let kib = |k: usize| k << 10;
+        assert!(halves(kib(1023), 4) && !halves(kib(1024), 4));
+        assert!(halves(kib(2047), 8) && !halves(kib(2048), 8));
+        assert!(halves(kib(255), 3) && !halves(kib(256), 3));
+        assert!(halves(kib(511), 7) && !halves(kib(512), 7));
+        assert!(halves(kib(1023), 12) && !halves(kib(1024), 12));
+    }
 
     /// Gathered only where ranks take turns on one node's processors, among at most 8
     /// members that recursive doubling takes more than two rounds for, with an
