@@ -30,7 +30,7 @@ impl Comm {
     pub fn with(mut job: Job, config: &Config) -> Result<Comm> {
         let peer_timeout = liveness::peer_timeout(config)?;
         let progress_thread = super::background::interval(config)?;
-        let allreduce_algorithm = super::allreduce_choice::chosen(config)?;
+        let coll_algorithms = super::coll_choice::chosen(config)?;
         let node = job.node.to_string();
         let modex = job.modex.as_mut();
         modex.publish("node", node.as_bytes())?;
@@ -176,7 +176,7 @@ impl Comm {
             node_oversubscribed: oversubscribed,
             node_reads_slow,
             progress_thread,
-            allreduce_algorithm,
+            coll_algorithms,
             bridge: None,
             cards: Vec::new(),
         })

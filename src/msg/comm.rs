@@ -43,8 +43,8 @@ pub struct Comm {
     /// How often a layer above drives progress from a thread of its own
     /// (`msg_progress_thread`).
     pub(super) progress_thread: Option<std::time::Duration>,
-    /// The all-reduce algorithm of a layer above (`msg_allreduce_algorithm`).
-    pub(super) allreduce_algorithm: super::AllreduceAlgorithm,
+    /// The collective algorithms of a layer above (`msg_<collective>_algorithm`).
+    pub(super) coll_algorithms: super::CollAlgorithms,
     /// The transport to processes of other jobs of the launcher, once opened.
     pub(super) bridge: Option<super::bridge::Bridge>,
     /// Per rank: where its process answers liveness probes (read at the first probe).
@@ -99,12 +99,11 @@ impl Comm {
         self.progress_thread
     }
 
-    /// The all-reduce algorithm the user chose for a layer above
-    /// (`msg_allreduce_algorithm`; [`AllreduceAlgorithm::Auto`] by default).
-    ///
-    /// [`AllreduceAlgorithm::Auto`]: super::AllreduceAlgorithm::Auto
-    pub fn allreduce_algorithm(&self) -> super::AllreduceAlgorithm {
-        self.allreduce_algorithm
+    /// The collective algorithms the user chose for a layer above
+    /// (`msg_allreduce_algorithm`, `msg_bcast_algorithm`, `msg_barrier_algorithm`;
+    /// each `Auto` by default).
+    pub fn coll_algorithms(&self) -> super::CollAlgorithms {
+        self.coll_algorithms
     }
 
     /// Whether reading another process's memory by address alone is, on this node,

@@ -64,7 +64,7 @@ pub fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
     )?;
     super::split::register_params(registry)?;
     super::background::register_params(registry)?;
-    super::allreduce_choice::register_params(registry)?;
+    super::coll_choice::register_params(registry)?;
     super::placement::register_params(registry)
 }
 

@@ -93,11 +93,11 @@
 // blocking receive matched by its transport), `liveness` (waits that cannot end
 // well), `collectives`, `scope`, `served` (served contexts); `callbacks` holds the
 // receive callbacks it installs in the modules.
-mod allreduce_choice;
 mod background;
 mod bootstrap;
 mod bridge;
 mod callbacks;
+mod coll_choice;
 mod collectives;
 mod comm;
 mod error;
@@ -118,7 +118,7 @@ mod split;
 mod state;
 mod window;
 
-pub use allreduce_choice::AllreduceAlgorithm;
+pub use coll_choice::{AllreduceAlgorithm, BarrierAlgorithm, BcastAlgorithm, CollAlgorithms};
 pub use comm::Comm;
 pub use error::{Error, Result};
 pub use liveness::{register_params, IdleWait, PEER_TIMEOUT_PARAM};

@@ -4,6 +4,7 @@
 //! and all-to-alls, on places of a schedule and lengths in bytes.
 
 use super::{Loc, Local, Members, Schedule, Xfer};
+use rbtl::msg::BarrierAlgorithm;
 
 /// A place for messages of no bytes.
 fn nowhere() -> Loc {
@@ -22,10 +23,22 @@ const GATHERED_BARRIER_MAX: u32 = 8;
 /// gathers its node's signals first and stands for them at member 0, so that one
 /// signal each way crosses between nodes, not one per member. Otherwise
 /// dissemination: in round k each member signals the one 2^k after it and hears from
-/// the one 2^k before (ceil(log2 n) rounds).
-pub fn barrier<'a>(s: &mut Schedule, m: &Members, leaders: impl FnOnce() -> &'a [u32]) {
+/// the one 2^k before (ceil(log2 n) rounds). The user may choose either
+/// (`msg_barrier_algorithm`, `chosen`): gathering then from 2 members, still up to
+/// `GATHERED_BARRIER_MAX`.
+pub fn barrier<'a>(
+    s: &mut Schedule,
+    m: &Members,
+    chosen: BarrierAlgorithm,
+    leaders: impl FnOnce() -> &'a [u32],
+) {
     let (n, me) = (m.size, m.rank);
-    if barrier_gathers(n) {
+    let gathers = match chosen {
+        BarrierAlgorithm::Dissemination => false,
+        BarrierAlgorithm::Gathered => (2..=GATHERED_BARRIER_MAX).contains(&n),
+        BarrierAlgorithm::Auto => barrier_gathers(n),
+    };
+    if gathers {
         return gathered_barrier(s, m, leaders());
     }
     for (to, from) in dissemination(n, me) {

@@ -3,7 +3,7 @@
 
 use super::aliased::{self, holds};
 use super::args::{self, at, check_root, finish, in_place, part, reduction_input};
-use super::basic;
+use super::basic::{self, Tree};
 use super::reduce::{self, Combine};
 use super::{Loc, Local, Members, Schedule};
 use crate::comm::Communicator;
@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::ffi::*;
 use crate::p2p::check_count;
 use crate::state::Mpi;
+use rbtl::msg::BcastAlgorithm;
 
 impl Mpi {
     /// Operation `op`, checked to apply to type `ty`.
@@ -98,7 +99,8 @@ impl Mpi {
         }
         let (mut s, m) = self.collective(comm)?;
         let c = self.comm(comm)?;
-        basic::barrier(&mut s, &m, || self.node_leaders(c, &m));
+        let chosen = self.msg.coll_algorithms().barrier;
+        basic::barrier(&mut s, &m, chosen, || self.node_leaders(c, &m));
         Ok(s)
     }
 
@@ -137,7 +139,12 @@ impl Mpi {
         };
         let over = self.msg.node_oversubscribed();
         let one_node = || self.one_node(m.size, |v| m.job(v));
-        let tree = basic::bcast_tree(m.size, len, one_node, over);
+        let tree = match self.msg.coll_algorithms().bcast {
+            BcastAlgorithm::Auto => basic::bcast_tree(m.size, len, one_node, over),
+            BcastAlgorithm::Binomial => Tree::Binomial,
+            BcastAlgorithm::InOrder => Tree::InOrder,
+            BcastAlgorithm::Flat => Tree::Flat,
+        };
         // Between two members on one node, in pieces where reads by address run slow
         // there: what the node's first rank measured, alike at both.
         let two_in_pieces = m.size == 2 && self.msg.node_reads_slow() && one_node();
@@ -230,7 +237,7 @@ impl Mpi {
             }
         };
         let at = self.placement(m.size, c.bytes() >= reduce::RING_FROM, |v| m.job(v));
-        let chosen = self.msg.allreduce_algorithm();
+        let chosen = self.msg.coll_algorithms().allreduce;
         reduce::allreduce(&mut s, &m, &c, (input, acc), (at, chosen));
         finish(&mut s, [unpack]);
         Ok(s)

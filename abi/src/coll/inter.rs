@@ -110,12 +110,13 @@ impl Mpi {
         comm: Handle,
     ) -> Result<Box<Schedule>> {
         let (c, local) = (self.comm(comm)?, &sides.local);
-        basic::barrier(&mut s, local, || self.node_leaders(c, local));
+        let chosen = self.msg.coll_algorithms().barrier;
+        basic::barrier(&mut s, local, chosen, || self.node_leaders(c, local));
         if sides.leads() {
             let nothing = Loc::User(std::ptr::NonNull::<u8>::dangling().as_ptr());
             reduce::exchange(&mut s, nothing, nothing, 0, sides.peer(0));
         }
-        basic::barrier(&mut s, local, || self.node_leaders(c, local));
+        basic::barrier(&mut s, local, chosen, || self.node_leaders(c, local));
         Ok(s)
     }
 

@@ -6,11 +6,14 @@
 //! * `MPI_Allreduce` of a contiguous predefined type with a predefined operation:
 //!   recursive doubling on a power-of-two communicator (Open MPI's `tuned` runs the
 //!   same algorithm at these sizes), or gathered at member 0 where
-//!   [`super::reduce::gathers`] says so, unless `msg_allreduce_algorithm` chooses;
+//!   [`super::reduce::gathers`] says so;
 //! * `MPI_Bcast` of a contiguous type, one piece long: down the tree of
 //!   [`super::basic::bcast_tree`];
 //! * `MPI_Barrier` where it disseminates ([`super::basic::barrier`]: 2 members, or
 //!   more than gather at member 0).
+//!
+//! Where the user chose the collective's algorithm (`msg_allreduce_algorithm`,
+//! `msg_bcast_algorithm`, `msg_barrier_algorithm`), it runs by its schedule.
 //!
 //! Each sends exactly the messages of its schedule ([`super::reduce`],
 //! [`super::basic`]: the same context, tag, peers and lengths; an all-reduction's
@@ -27,7 +30,7 @@ use crate::global;
 use crate::op;
 use crate::p2p::{check_buffer, check_count};
 use crate::state::Mpi;
-use rbtl::msg::AllreduceAlgorithm;
+use rbtl::msg::{AllreduceAlgorithm, BarrierAlgorithm, BcastAlgorithm};
 
 /// The most rounds (a communicator of up to 2^31 members).
 const MAX_ROUNDS: usize = 31;
@@ -143,8 +146,7 @@ impl Mpi {
         if matches!(op, MPI_REPLACE | MPI_NO_OP) || !op::is_predefined(op) {
             return None;
         }
-        // An algorithm the user chose runs by its schedule.
-        if self.msg.allreduce_algorithm() != AllreduceAlgorithm::Auto {
+        if self.msg.coll_algorithms().allreduce != AllreduceAlgorithm::Auto {
             return None;
         }
         let n = check_count(count).ok()?;
@@ -276,7 +278,8 @@ impl Mpi {
         let c = self.comm(comm).ok()?;
         let size = c.size();
         let root = u32::try_from(root).ok().filter(|&r| r < size)?;
-        if c.remote.is_some() || size < 2 {
+        let chosen = self.msg.coll_algorithms().bcast != BcastAlgorithm::Auto;
+        if c.remote.is_some() || size < 2 || chosen {
             return None;
         }
         let vr = (c.rank + size - root) % size;
@@ -326,7 +329,8 @@ impl Mpi {
     pub fn barrier_small(&mut self, comm: Handle) -> Option<Result<()>> {
         let c = self.comm(comm).ok()?;
         let (n, me) = (c.size(), c.rank);
-        if c.remote.is_some() || n < 2 || barrier_gathers(n) {
+        let chosen = self.msg.coll_algorithms().barrier != BarrierAlgorithm::Auto;
+        if c.remote.is_some() || n < 2 || barrier_gathers(n) || chosen {
             return None;
         }
         // Each round's peers by job rank: to, from.

@@ -13,9 +13,9 @@
 //!   (run again under the launchers' options in [`super::launchers`]).
 //! * `coll`: every collective, blocking and nonblocking, against results computed
 //!   locally, at 1 to 8 ranks and at 12 (where the barrier disseminates again).
-//! * `allreduce`: each all-reduce algorithm a user may choose
-//!   (`msg_allreduce_algorithm`), checked to run and to give the reference result,
-//!   at 1 to 7 ranks.
+//! * `algorithms`: each all-reduce, broadcast and barrier algorithm a user may
+//!   choose (`msg_<collective>_algorithm`), checked to run and to give the reference
+//!   result, at 1 to 7 ranks.
 //! * `large`: the large-count (`_c`) bindings that their `int` twins serve, those
 //!   with arrays of counts too, and a count beyond `int` in a reduction refused, at
 //!   1 to 3 ranks.
@@ -217,17 +217,29 @@ fn coll() {
     }
 }
 
-/// Each all-reduce algorithm `msg_allreduce_algorithm` chooses runs where it applies
-/// (the program counts each rank's sends and receives) and gives the reference
-/// result, the members beyond a power of two folded in; `auto` alike. An unknown
-/// one is refused at start-up, the error naming the parameter.
+/// Each collective algorithm a user may choose (`msg_allreduce_algorithm`,
+/// `msg_bcast_algorithm`, `msg_barrier_algorithm`) runs where it applies (the
+/// program counts each rank's sends and receives) and gives the reference result;
+/// `auto` alike. An unknown one is refused at start-up, the error naming the
+/// parameter.
 #[test]
-fn allreduce_algorithms() {
-    let exe = build("allreduce");
-    for alg in ["auto", "doubling", "ring", "halving", "gathered"] {
+fn collective_algorithms() {
+    let exe = build("algorithms");
+    let chosen = [
+        ["auto", "auto", "auto"],
+        ["doubling", "binomial", "dissemination"],
+        ["ring", "in_order", "gathered"],
+        ["halving", "flat", "dissemination"],
+        ["gathered", "binomial", "gathered"],
+    ];
+    for [allreduce, bcast, barrier] in chosen {
         for n in [1, 2, 3, 4, 6, 7] {
-            let genv = [("RBTL_MSG_ALLREDUCE_ALGORITHM", alg)];
-            run_passing(&exe, "allreduce", n, &[alg], &genv);
+            let genv = [
+                ("RBTL_MSG_ALLREDUCE_ALGORITHM", allreduce),
+                ("RBTL_MSG_BCAST_ALGORITHM", bcast),
+                ("RBTL_MSG_BARRIER_ALGORITHM", barrier),
+            ];
+            run_passing(&exe, "algorithms", n, &[allreduce, bcast, barrier], &genv);
         }
     }
     let mut cmd = Command::new(super::MPIEXEC);
@@ -238,7 +250,7 @@ fn allreduce_algorithms() {
         "RBTL_MSG_ALLREDUCE_ALGORITHM",
         "butterfly",
     ]);
-    let o = super::run_for(cmd.arg(&exe).arg("butterfly"), LIMIT);
+    let o = super::run_for(cmd.arg(&exe).args(["butterfly", "auto", "auto"]), LIMIT);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         !o.status.success() && err.contains("msg_allreduce_algorithm") && err.contains("halving"),

@@ -1,13 +1,16 @@
-/* allreduce.c: MPI_Allreduce by the algorithm argv[1] names (auto, doubling, ring,
- * halving, gathered), which the test also sets as msg_allreduce_algorithm (run at 1
- * to 7 ranks). The control variable must say the same. Every result is checked
- * against a reference computed here: vectors of 1 element to 1 MiB from a send
- * buffer and in place, a nonblocking one, a sub-communicator, and an operation that
- * does not commute (affine maps composed in rank order). Where the algorithm
- * applies, the sends and receives this rank started during the call (the tool
- * interface's coll_schedule_transfers) must be the algorithm's own, so that a
- * choice not followed fails; where it does not (an operation that does not
- * commute: recursive doubling then), those of the algorithm taken instead. */
+/* algorithms.c: the collective algorithms a user chooses. argv[1] names the
+ * all-reduce's (auto, doubling, ring, halving, gathered), argv[2] the broadcast's
+ * tree (auto, binomial, in_order, flat), argv[3] the barrier's (auto, dissemination,
+ * gathered); the test sets them as msg_allreduce_algorithm, msg_bcast_algorithm and
+ * msg_barrier_algorithm (run at 1 to 7 ranks), and the control variables must say
+ * the same. Every result is checked against a reference computed here: all-reduces
+ * of 1 element to 1 MiB from a send buffer and in place, a nonblocking one, on a
+ * sub-communicator, and with an operation that does not commute (affine maps
+ * composed in rank order); broadcasts of 1 B to 200 KB from two roots; barriers.
+ * Where the algorithm applies, the sends and receives this rank started during the
+ * call (the tool interface's coll_schedule_transfers) must be the algorithm's own,
+ * so that a choice not followed fails; where it does not (an operation that does
+ * not commute: recursive doubling then), those of the algorithm taken instead. */
 #include "check.h"
 
 static const char *alg = "auto";
@@ -140,22 +143,102 @@ static void in_rank_order(void) {
   OK(MPI_Type_free(&t));
 }
 
+/* Check that control variable `name` says `want`. */
+static void says(const char *name, const char *want) {
+  int i = -1, count = 0;
+  OK(MPI_T_cvar_get_index(name, &i));
+  MPI_T_cvar_handle h;
+  char got[64] = "";
+  OK(MPI_T_cvar_handle_alloc(i, NULL, &h, &count));
+  CHECK(count > 0 && count <= (int)sizeof got, "%s: %d chars", name, count);
+  OK(MPI_T_cvar_read(h, got));
+  OK(MPI_T_cvar_handle_free(&h));
+  CHECK(!strcmp(got, want), "%s is \"%s\", the test chose \"%s\"", name, got, want);
+}
+
+/* The sends and receives member vr (counted from the root) of n starts in a
+ * broadcast of one piece down `tree`: one receive but at the root, a send to each
+ * child. Binomial: the children are vr plus each power of two below its lowest set
+ * bit (all below n at the root); in order: vr plus each power of two above its
+ * highest set bit; flat: the root's are all the others. */
+static long bcast_expected(const char *tree, int vr, int n) {
+  long children = 0;
+  if (!strcmp(tree, "flat"))
+    children = vr == 0 ? n - 1 : 0;
+  else if (!strcmp(tree, "binomial")) {
+    int low = 1;
+    while (vr != 0 && !(vr & low))
+      low *= 2;
+    if (vr == 0)
+      while (low < n)
+        low *= 2;
+    for (int k = 1; k < low; k *= 2)
+      children += vr + k < n;
+  } else {
+    int above = 1;
+    while (above <= vr)
+      above *= 2;
+    for (long k = above; vr + k < n; k *= 2)
+      children++;
+  }
+  return (vr != 0) + children;
+}
+
+/* Broadcasts from the first and the last rank: of one piece (4 KiB: the transfers
+ * counted) and of several, checked. */
+static void broadcasts(const char *tree) {
+  const int lengths[] = {1, 4096, 20000, 200000};
+  char *buf = malloc(200000);
+  for (int root = 0; root < size; root += size - 1 > 0 ? size - 1 : 1) {
+    for (unsigned k = 0; k < sizeof lengths / sizeof *lengths; k++) {
+      int len = lengths[k];
+      for (int i = 0; i < len; i++)
+        buf[i] = rank == root ? (char)(i * 7 + root) : -1;
+      unsigned long long before = transfers();
+      OK(MPI_Bcast(buf, len, MPI_CHAR, root, MPI_COMM_WORLD));
+      long got = (long)(transfers() - before);
+      long want = bcast_expected(tree, (rank - root + size) % size, size);
+      CHECK(!strcmp(tree, "auto") || len != 4096 || got == want,
+            "a broadcast from %d down %s: %ld sends and receives started, expected %ld", root,
+            tree, got, want);
+      for (int i = 0; i < len; i++)
+        CHECK(buf[i] == (char)(i * 7 + root), "a broadcast of %d from %d: byte %d", len, root,
+              i);
+    }
+    if (size == 1)
+      break;
+  }
+  free(buf);
+}
+
+/* Barriers: dissemination takes ceil(log2 n) rounds of a send and a receive;
+ * gathered (2 to 8 ranks, all on this node), rank 0 hears from and releases every
+ * other, which signals it and hears back. */
+static void barriers(const char *way) {
+  int rounds = 0;
+  while ((1 << rounds) < size)
+    rounds++;
+  long want = 2L * rounds;
+  if (!strcmp(way, "gathered") && size >= 2 && size <= 8)
+    want = rank == 0 ? 2L * (size - 1) : 2;
+  for (int k = 0; k < 3; k++) {
+    unsigned long long before = transfers();
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    long got = (long)(transfers() - before);
+    CHECK(!strcmp(way, "auto") || got == want,
+          "a barrier by %s: %ld sends and receives started, expected %ld", way, got, want);
+  }
+}
+
 int main(int argc, char **argv) {
-  start("allreduce", &argc, &argv);
-  if (argc > 1)
-    alg = argv[1];
+  start("algorithms", &argc, &argv);
+  CHECK(argc == 4, "give the all-reduce's, the broadcast's and the barrier's algorithm");
+  alg = argv[1];
   int provided, i = -1, count = 0;
   OK(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided));
-  /* The control variable says the algorithm chosen. */
-  OK(MPI_T_cvar_get_index("msg_allreduce_algorithm", &i));
-  MPI_T_cvar_handle h;
-  char chosen[64] = "";
-  OK(MPI_T_cvar_handle_alloc(i, NULL, &h, &count));
-  CHECK(count > 0 && count <= (int)sizeof chosen, "msg_allreduce_algorithm: %d chars", count);
-  OK(MPI_T_cvar_read(h, chosen));
-  OK(MPI_T_cvar_handle_free(&h));
-  CHECK(!strcmp(chosen, alg), "msg_allreduce_algorithm is \"%s\", the test chose \"%s\"", chosen,
-        alg);
+  says("msg_allreduce_algorithm", argv[1]);
+  says("msg_bcast_algorithm", argv[2]);
+  says("msg_barrier_algorithm", argv[3]);
   OK(MPI_T_pvar_get_index("coll_schedule_transfers", MPI_T_PVAR_CLASS_COUNTER, &i));
   OK(MPI_T_pvar_session_create(&session));
   OK(MPI_T_pvar_handle_alloc(session, i, NULL, &started, &count));
@@ -189,6 +272,8 @@ int main(int argc, char **argv) {
   OK(MPI_Comm_free(&half));
 
   in_rank_order();
+  broadcasts(argv[2]);
+  barriers(argv[3]);
 
   OK(MPI_T_pvar_handle_free(session, &started));
   OK(MPI_T_pvar_session_free(&session));

@@ -1,0 +1,161 @@
+//! `msg_allreduce_algorithm`, `msg_bcast_algorithm`, `msg_barrier_algorithm`: the
+//! collective algorithms a layer above runs, chosen by the user instead of by size,
+//! count and placement (as Open MPI's `coll_tuned_<collective>_algorithm` and
+//! MPICH's `MPIR_CVAR_<COLLECTIVE>_INTRA_ALGORITHM` do). The message layer only reads
+//! the parameters; the MPI library's collectives follow them where the algorithm
+//! applies, and choose as by default where it does not.
+
+use super::placement::choice;
+use rbtl_config::{Config, Registry, Value};
+
+/// The all-reduce's parameter.
+pub const ALLREDUCE_PARAM: &str = "msg_allreduce_algorithm";
+/// The broadcast's parameter.
+pub const BCAST_PARAM: &str = "msg_bcast_algorithm";
+/// The barrier's parameter.
+pub const BARRIER_PARAM: &str = "msg_barrier_algorithm";
+
+/// An all-reduce algorithm. All but `Doubling` need an operation that commutes, and
+/// `Ring` and `Halving` a vector of at least as many elements as they cut it into
+/// blocks (as many as members, or as the largest power of two not above them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllreduceAlgorithm {
+    /// Chosen by the vector's length, the members' count and where they run.
+    Auto,
+    /// Recursive doubling, the members beyond the largest power of two folded into
+    /// their neighbours first.
+    Doubling,
+    /// Reduce-scatter then all-gather around a ring.
+    Ring,
+    /// Rabenseifner's: recursive halving, then recursive doubling of the blocks, the
+    /// members beyond the largest power of two folded in first.
+    Halving,
+    /// Every operand gathered at member 0, which sends the result back to each.
+    Gathered,
+}
+
+/// A broadcast's tree (each cuts the data into pieces as it does by default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BcastAlgorithm {
+    /// Chosen by the data's length, the members' count and where they run.
+    Auto,
+    /// Each member passes the data on to those below it.
+    Binomial,
+    /// Open MPI's in-order binomial tree.
+    InOrder,
+    /// The root sends to every other member.
+    Flat,
+}
+
+/// A barrier's algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BarrierAlgorithm {
+    /// Chosen by the members' count.
+    Auto,
+    /// In round k each member signals the one 2^k after it.
+    Dissemination,
+    /// Every member signals member 0 (through its node's lowest member), which
+    /// releases them; up to 8 members.
+    Gathered,
+}
+
+/// The algorithms chosen, one per collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CollAlgorithms {
+    /// `MPI_Allreduce`'s (and its nonblocking and persistent forms').
+    pub allreduce: AllreduceAlgorithm,
+    /// `MPI_Bcast`'s.
+    pub bcast: BcastAlgorithm,
+    /// `MPI_Barrier`'s.
+    pub barrier: BarrierAlgorithm,
+}
+
+const ALLREDUCE: [(&str, AllreduceAlgorithm); 5] = [
+    ("auto", AllreduceAlgorithm::Auto),
+    ("doubling", AllreduceAlgorithm::Doubling),
+    ("ring", AllreduceAlgorithm::Ring),
+    ("halving", AllreduceAlgorithm::Halving),
+    ("gathered", AllreduceAlgorithm::Gathered),
+];
+const BCAST: [(&str, BcastAlgorithm); 4] = [
+    ("auto", BcastAlgorithm::Auto),
+    ("binomial", BcastAlgorithm::Binomial),
+    ("in_order", BcastAlgorithm::InOrder),
+    ("flat", BcastAlgorithm::Flat),
+];
+const BARRIER: [(&str, BarrierAlgorithm); 3] = [
+    ("auto", BarrierAlgorithm::Auto),
+    ("dissemination", BarrierAlgorithm::Dissemination),
+    ("gathered", BarrierAlgorithm::Gathered),
+];
+
+/// Register the parameters.
+pub(super) fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
+    let auto = || Value::Str("auto".into());
+    registry.register(
+        ALLREDUCE_PARAM,
+        auto(),
+        "the MPI library's all-reduce algorithm, the same at every rank: auto (by the vector's length, the ranks' count and where they run), doubling (recursive doubling), ring, halving (Rabenseifner's), gathered (at rank 0); one that does not apply (an operation that does not commute, a vector shorter than its blocks) gives way to auto",
+    )?;
+    registry.register(
+        BCAST_PARAM,
+        auto(),
+        "the MPI library's broadcast tree, the same at every rank: auto (by the data's length, the ranks' count and where they run), binomial, in_order (Open MPI's in-order binomial tree), flat (from the root to each)",
+    )?;
+    registry.register(
+        BARRIER_PARAM,
+        auto(),
+        "the MPI library's barrier, the same at every rank: auto (by the ranks' count), dissemination, gathered (at rank 0 through each node's lowest rank; up to 8 ranks, else auto)",
+    )?;
+    Ok(())
+}
+
+/// The value of parameter `param`, one of `table`'s names (the first where the
+/// configuration was made without the message layer's parameters).
+fn chosen_one<T: Copy>(
+    config: &Config,
+    param: &str,
+    table: &[(&'static str, T)],
+) -> super::Result<T> {
+    let names: Vec<&'static str> = table.iter().map(|(name, _)| *name).collect();
+    let name = choice(config, param, &names)?;
+    Ok(table
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(table[0].1, |(_, v)| *v))
+}
+
+/// The algorithms `config` sets.
+pub(super) fn chosen(config: &Config) -> super::Result<CollAlgorithms> {
+    Ok(CollAlgorithms {
+        allreduce: chosen_one(config, ALLREDUCE_PARAM, &ALLREDUCE)?,
+        bcast: chosen_one(config, BCAST_PARAM, &BCAST)?,
+        barrier: chosen_one(config, BARRIER_PARAM, &BARRIER)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_algorithm_is_read_and_an_unknown_one_refused() {
+        let read = |param: &str, v: &str| chosen(&crate::configure(&[(param, v)]).unwrap());
+        for (name, a) in ALLREDUCE {
+            assert_eq!(read(ALLREDUCE_PARAM, name).unwrap().allreduce, a);
+        }
+        for (name, b) in BCAST {
+            assert_eq!(read(BCAST_PARAM, name).unwrap().bcast, b);
+        }
+        for (name, b) in BARRIER {
+            assert_eq!(read(BARRIER_PARAM, name).unwrap().barrier, b);
+        }
+        let e = read(ALLREDUCE_PARAM, "butterfly").unwrap_err().to_string();
+        assert!(e.contains(ALLREDUCE_PARAM) && e.contains("halving"), "{e}");
+        let e = read(BARRIER_PARAM, "tree").unwrap_err().to_string();
+        assert!(
+            e.contains(BARRIER_PARAM) && e.contains("dissemination"),
+            "{e}"
+        );
+    }
+}
