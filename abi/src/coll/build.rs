@@ -2,6 +2,7 @@
 //! and nonblocking bindings of `api`).
 
 use super::aliased::{self, holds};
+use super::allreduce;
 use super::args::{self, at, check_root, finish, in_place, part, reduction_input};
 use super::basic::{self, Tree};
 use super::reduce::{self, Combine};
@@ -60,14 +61,20 @@ impl Mpi {
 
     /// Where the `size` members of a communicator run (`job` gives a member's rank in
     /// the job), asked only where an all-reduce's choice depends on it
-    /// ([`reduce::allreduce`]): two members, a vector of at least
-    /// [`reduce::RING_FROM`] bytes (`long`), or up to
-    /// [`reduce::GATHERED_ALLREDUCE_MAX`] on a node with more ranks than processors.
-    pub fn placement(&self, size: u32, long: bool, job: impl Fn(u32) -> u32) -> reduce::Placement {
+    /// ([`allreduce::allreduce`]): two members, a vector of at least
+    /// [`allreduce::RING_FROM`] bytes (`long`), or up to
+    /// [`allreduce::GATHERED_ALLREDUCE_MAX`] on a node with more ranks than processors.
+    pub fn placement(
+        &self,
+        size: u32,
+        long: bool,
+        job: impl Fn(u32) -> u32,
+    ) -> allreduce::Placement {
         let oversubscribed = self.msg.node_oversubscribed();
-        let asked = size == 2 || long || (oversubscribed && size <= reduce::GATHERED_ALLREDUCE_MAX);
+        let asked =
+            size == 2 || long || (oversubscribed && size <= allreduce::GATHERED_ALLREDUCE_MAX);
         let one_node = asked && self.one_node(size, job);
-        reduce::Placement {
+        allreduce::Placement {
             one_node,
             oversubscribed: one_node && oversubscribed,
         }
@@ -236,9 +243,9 @@ impl Mpi {
                 (input, acc, unpack)
             }
         };
-        let at = self.placement(m.size, c.bytes() >= reduce::RING_FROM, |v| m.job(v));
+        let at = self.placement(m.size, c.bytes() >= allreduce::RING_FROM, |v| m.job(v));
         let chosen = self.msg.coll_algorithms().allreduce;
-        reduce::allreduce(&mut s, &m, &c, (input, acc), (at, chosen));
+        allreduce::allreduce(&mut s, &m, &c, (input, acc), (at, chosen));
         finish(&mut s, [unpack]);
         Ok(s)
     }

@@ -10,6 +10,7 @@
 mod binding;
 pub(crate) use binding::last;
 pub mod aliased;
+pub mod allreduce;
 pub mod api;
 pub mod args;
 pub mod basic;

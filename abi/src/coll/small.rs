@@ -6,7 +6,7 @@
 //! * `MPI_Allreduce` of a contiguous predefined type with a predefined operation:
 //!   recursive doubling on a power-of-two communicator (Open MPI's `tuned` runs the
 //!   same algorithm at these sizes), or gathered at member 0 where
-//!   [`super::reduce::gathers`] says so;
+//!   [`super::allreduce::gathers`] says so;
 //! * `MPI_Bcast` of a contiguous type, one piece long: down the tree of
 //!   [`super::basic::bcast_tree`];
 //! * `MPI_Barrier` where it disseminates ([`super::basic::barrier`]: 2 members, or
@@ -20,9 +20,9 @@
 //! members combining as `acc = received op acc`), so members that take different
 //! ways (one has a nonblocking collective in flight) still meet.
 
+use super::allreduce;
 use super::args::in_place;
 use super::basic::{barrier_gathers, bcast_links, bcast_tree, dissemination, BCAST_PIECE};
-use super::reduce;
 use crate::entry::call_in_steps;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -173,7 +173,7 @@ impl Mpi {
         }
         // (A predefined operation commutes.)
         let job = |v: u32| c.group.job_rank(v).unwrap_or(u32::MAX);
-        let gather = reduce::gathers(true, size, || self.placement(size, false, job));
+        let gather = allreduce::gathers(true, size, || self.placement(size, false, job));
         if !gather && !size.is_power_of_two() {
             return None;
         }
