@@ -36,7 +36,9 @@
 //! A `Comm` has no lock: it progresses inside its owner's calls only. A layer above
 //! that serializes its calls behind a lock of its own may also drive it from a thread
 //! while none of them is inside, every `msg_progress_thread` microseconds (0, the
-//! default: never; [`Comm::progress_thread`]): the MPI library does.
+//! default: never; [`Comm::progress_thread`]): the MPI library does. The same
+//! library reads the collective algorithms the user chose
+//! (`msg_<collective>_algorithm`, [`Comm::coll_algorithms`]).
 //!
 //! # Ranks and processors
 //!

@@ -250,13 +250,13 @@ fn fold(s: &mut Schedule, m: &Members, c: &Combine, (acc, tmp): (Loc, Loc), rem:
 
 /// Rabenseifner's all-reduce (MPICH's for long vectors), for an operation that
 /// commutes, in place at `acc`. The members beyond the largest power of two fold
-/// their operands into their neighbours first ([`fold`]); the power of two left cut
-/// the vector into as many blocks (it holds at least as many elements). Recursive
-/// halving: each round a member gives a partner half of the blocks it still holds
-/// and combines the partner's copy of the other half into its own, until it holds
-/// one block, combined over every member. Recursive doubling then gathers the
-/// combined blocks back, the partners in reverse order, and the folded members get
-/// the result from their neighbours.
+/// their operands into their neighbours first ([`fold`]); the members left, a power
+/// of two, cut the vector into as many blocks (it has at least as many elements).
+/// Recursive halving: each round a member gives a partner half of the blocks it
+/// still holds and combines the partner's copy of the other half into its own,
+/// until it holds one block, combined over every member. Recursive doubling then
+/// gathers the combined blocks back, the partners in reverse order, and the folded
+/// members get the result from their neighbours.
 fn halving(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
     let (pof2, rem, newrank) = folding(m.size, m.rank);
     let tmp = s.scratch(c.bytes());
