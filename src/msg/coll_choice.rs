@@ -1,5 +1,5 @@
-//! `msg_allreduce_algorithm`, `msg_bcast_algorithm`, `msg_barrier_algorithm`: the
-//! collective algorithms a layer above runs, chosen by the user instead of by size,
+//! `msg_allreduce_algorithm`, `msg_bcast_algorithm`, `msg_barrier_algorithm`,
+//! `msg_allgather_algorithm`: the collective algorithms a layer above runs, chosen by the user instead of by size,
 //! count and placement (as Open MPI's `coll_tuned_<collective>_algorithm` and
 //! MPICH's `MPIR_CVAR_<COLLECTIVE>_INTRA_ALGORITHM` do). The message layer only reads
 //! the parameters; the MPI library's collectives follow them where the algorithm
@@ -14,6 +14,8 @@ pub const ALLREDUCE_PARAM: &str = "msg_allreduce_algorithm";
 pub const BCAST_PARAM: &str = "msg_bcast_algorithm";
 /// The barrier's parameter.
 pub const BARRIER_PARAM: &str = "msg_barrier_algorithm";
+/// The all-gather's parameter.
+pub const ALLGATHER_PARAM: &str = "msg_allgather_algorithm";
 
 /// An all-reduce algorithm. All but `Doubling` need an operation that commutes, and
 /// `Ring` and `Halving` a vector of at least as many elements as they cut it into
@@ -59,6 +61,17 @@ pub enum BarrierAlgorithm {
     Gathered,
 }
 
+/// An all-gather's algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllgatherAlgorithm {
+    /// Chosen by the members' count and the blocks' lengths.
+    Auto,
+    /// Recursive doubling: a power of two of members, blocks of one length.
+    Doubling,
+    /// Around a ring.
+    Ring,
+}
+
 /// The algorithms chosen, one per collective.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CollAlgorithms {
@@ -68,6 +81,8 @@ pub struct CollAlgorithms {
     pub bcast: BcastAlgorithm,
     /// `MPI_Barrier`'s.
     pub barrier: BarrierAlgorithm,
+    /// `MPI_Allgather`'s and `MPI_Allgatherv`'s.
+    pub allgather: AllgatherAlgorithm,
 }
 
 const ALLREDUCE: [(&str, AllreduceAlgorithm); 5] = [
@@ -88,6 +103,11 @@ const BARRIER: [(&str, BarrierAlgorithm); 3] = [
     ("dissemination", BarrierAlgorithm::Dissemination),
     ("gathered", BarrierAlgorithm::Gathered),
 ];
+const ALLGATHER: [(&str, AllgatherAlgorithm); 3] = [
+    ("auto", AllgatherAlgorithm::Auto),
+    ("doubling", AllgatherAlgorithm::Doubling),
+    ("ring", AllgatherAlgorithm::Ring),
+];
 
 /// Register the parameters.
 pub(super) fn register_params(registry: &mut Registry) -> rbtl_config::Result<()> {
@@ -106,6 +126,11 @@ pub(super) fn register_params(registry: &mut Registry) -> rbtl_config::Result<()
         BARRIER_PARAM,
         auto(),
         "the MPI library's barrier, the same at every rank: auto (by the ranks' count), dissemination, gathered (at rank 0 through each node's lowest rank; up to 8 ranks, else auto)",
+    )?;
+    registry.register(
+        ALLGATHER_PARAM,
+        auto(),
+        "the MPI library's all-gather, the same at every rank: auto (by the ranks' count and the blocks' lengths), doubling (recursive doubling; a power of two of ranks and blocks of one length, else auto), ring",
     )?;
     Ok(())
 }
@@ -131,6 +156,7 @@ pub(super) fn chosen(config: &Config) -> super::Result<CollAlgorithms> {
         allreduce: chosen_one(config, ALLREDUCE_PARAM, &ALLREDUCE)?,
         bcast: chosen_one(config, BCAST_PARAM, &BCAST)?,
         barrier: chosen_one(config, BARRIER_PARAM, &BARRIER)?,
+        allgather: chosen_one(config, ALLGATHER_PARAM, &ALLGATHER)?,
     })
 }
 
@@ -149,6 +175,9 @@ mod tests {
         }
         for (name, b) in BARRIER {
             assert_eq!(read(BARRIER_PARAM, name).unwrap().barrier, b);
+        }
+        for (name, a) in ALLGATHER {
+            assert_eq!(read(ALLGATHER_PARAM, name).unwrap().allgather, a);
         }
         let e = read(ALLREDUCE_PARAM, "butterfly").unwrap_err().to_string();
         assert!(e.contains(ALLREDUCE_PARAM) && e.contains("halving"), "{e}");

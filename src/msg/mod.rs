@@ -120,7 +120,9 @@ mod split;
 mod state;
 mod window;
 
-pub use coll_choice::{AllreduceAlgorithm, BarrierAlgorithm, BcastAlgorithm, CollAlgorithms};
+pub use coll_choice::{
+    AllgatherAlgorithm, AllreduceAlgorithm, BarrierAlgorithm, BcastAlgorithm, CollAlgorithms,
+};
 pub use comm::Comm;
 pub use error::{Error, Result};
 pub use liveness::{register_params, IdleWait, PEER_TIMEOUT_PARAM};

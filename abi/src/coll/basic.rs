@@ -4,7 +4,7 @@
 //! and all-to-alls, on places of a schedule and lengths in bytes.
 
 use super::{Loc, Local, Members, Schedule, Xfer};
-use rbtl::msg::BarrierAlgorithm;
+use rbtl::msg::{AllgatherAlgorithm, BarrierAlgorithm};
 
 /// A place for messages of no bytes.
 fn nowhere() -> Loc {
@@ -366,14 +366,27 @@ fn rooted(
 /// recursive doubling when the size is a power of two and the blocks are equal and
 /// small, around a ring otherwise (n - 1 rounds, each passing on the block received
 /// in the last). The choice rests on what every member knows alike (the size and
-/// the blocks' lengths), never on where a member's blocks lie.
-pub fn allgatherv(s: &mut Schedule, m: &Members, blocks: &[(Loc, usize)]) {
+/// the blocks' lengths), never on where a member's blocks lie. The user may choose
+/// either (`msg_allgather_algorithm`, `chosen`): recursive doubling then at any
+/// length, still only for a power of two of members and blocks of one length.
+pub fn allgatherv(
+    s: &mut Schedule,
+    m: &Members,
+    blocks: &[(Loc, usize)],
+    chosen: AllgatherAlgorithm,
+) {
     let (n, me) = (m.size, m.rank);
     if n == 1 {
         return;
     }
     let equal = blocks.windows(2).all(|w| w[0].1 == w[1].1);
-    if n.is_power_of_two() && equal && blocks[0].1 * n as usize <= DOUBLING_MAX {
+    let short = blocks[0].1 * n as usize <= DOUBLING_MAX;
+    let doubles = match chosen {
+        AllgatherAlgorithm::Ring => false,
+        AllgatherAlgorithm::Doubling => true,
+        AllgatherAlgorithm::Auto => short,
+    };
+    if n.is_power_of_two() && equal && doubles {
         doubling(s, m, blocks);
         return;
     }

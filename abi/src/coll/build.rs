@@ -528,7 +528,7 @@ impl Mpi {
                 len,
             });
         }
-        basic::allgatherv(&mut s, &m, &blocks);
+        basic::allgatherv(&mut s, &m, &blocks, self.msg.coll_algorithms().allgather);
         finish(&mut s, unpacks);
         Ok(s)
     }

@@ -12,6 +12,7 @@ use crate::coll::{basic, run_here, Inside, Loc, Members, Schedule};
 use crate::error::{Error, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
+use rbtl::msg::AllgatherAlgorithm;
 use std::sync::Arc;
 
 /// Tags of `MPI_Comm_create_group`'s exchange, apart from the collectives' own.
@@ -41,7 +42,7 @@ pub(crate) fn allgather_among(
             len,
         )
     };
-    basic::allgatherv(&mut s, &members, &blocks);
+    basic::allgatherv(&mut s, &members, &blocks, AllgatherAlgorithm::Auto);
     run_here(inside, s)?;
     Ok(all)
 }

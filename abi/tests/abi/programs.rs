@@ -219,7 +219,8 @@ fn coll() {
 }
 
 /// Each collective algorithm a user may choose (`msg_allreduce_algorithm`,
-/// `msg_bcast_algorithm`, `msg_barrier_algorithm`) runs where it applies (the
+/// `msg_bcast_algorithm`, `msg_barrier_algorithm`, `msg_allgather_algorithm`) runs
+/// where it applies (the
 /// program counts each rank's sends and receives) and gives the reference result;
 /// `auto` alike. An unknown one is refused at start-up, the error naming the
 /// parameter.
@@ -227,20 +228,18 @@ fn coll() {
 fn collective_algorithms() {
     let exe = build("algorithms");
     let chosen = [
-        ["auto", "auto", "auto"],
-        ["doubling", "binomial", "dissemination"],
-        ["ring", "in_order", "gathered"],
-        ["halving", "flat", "dissemination"],
-        ["gathered", "binomial", "gathered"],
+        ["auto", "auto", "auto", "auto"],
+        ["doubling", "binomial", "dissemination", "doubling"],
+        ["ring", "in_order", "gathered", "ring"],
+        ["halving", "flat", "dissemination", "doubling"],
+        ["gathered", "binomial", "gathered", "ring"],
     ];
-    for [allreduce, bcast, barrier] in chosen {
+    let params = ["ALLREDUCE", "BCAST", "BARRIER", "ALLGATHER"];
+    for algorithms in chosen {
+        let names = params.map(|p| format!("RBTL_MSG_{p}_ALGORITHM"));
+        let genv: Vec<(&str, &str)> = names.iter().map(String::as_str).zip(algorithms).collect();
         for n in [1, 2, 3, 4, 6, 7] {
-            let genv = [
-                ("RBTL_MSG_ALLREDUCE_ALGORITHM", allreduce),
-                ("RBTL_MSG_BCAST_ALGORITHM", bcast),
-                ("RBTL_MSG_BARRIER_ALGORITHM", barrier),
-            ];
-            run_passing(&exe, "algorithms", n, &[allreduce, bcast, barrier], &genv);
+            run_passing(&exe, "algorithms", n, &algorithms, &genv);
         }
     }
     let mut cmd = Command::new(super::MPIEXEC);
@@ -251,7 +250,10 @@ fn collective_algorithms() {
         "RBTL_MSG_ALLREDUCE_ALGORITHM",
         "butterfly",
     ]);
-    let o = super::run_for(cmd.arg(&exe).args(["butterfly", "auto", "auto"]), LIMIT);
+    let o = super::run_for(
+        cmd.arg(&exe).args(["butterfly", "auto", "auto", "auto"]),
+        LIMIT,
+    );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         !o.status.success() && err.contains("msg_allreduce_algorithm") && err.contains("halving"),

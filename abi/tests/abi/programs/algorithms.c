@@ -1,12 +1,14 @@
 /* algorithms.c: the collective algorithms a user chooses. argv[1] names the
  * all-reduce's (auto, doubling, ring, halving, gathered), argv[2] the broadcast's
  * tree (auto, binomial, in_order, flat), argv[3] the barrier's (auto, dissemination,
- * gathered); the test sets them as msg_allreduce_algorithm, msg_bcast_algorithm and
- * msg_barrier_algorithm (run at 1 to 7 ranks), and the control variables must say
+ * gathered), argv[4] the all-gather's (auto, doubling, ring); the test sets them as
+ * msg_allreduce_algorithm, msg_bcast_algorithm, msg_barrier_algorithm and
+ * msg_allgather_algorithm (run at 1 to 7 ranks), and the control variables must say
  * the same. Every result is checked against a reference computed here: all-reduces
  * of 1 element to 1 MiB from a send buffer and in place, a nonblocking one, on a
  * sub-communicator, and with an operation that does not commute (affine maps
- * composed in rank order); broadcasts of 1 B to 200 KB from two roots; barriers.
+ * composed in rank order); broadcasts of 1 B to 200 KB from two roots; barriers;
+ * all-gathers of blocks of one length, short and long, and of several lengths.
  * Where the algorithm applies, the sends and receives this rank started during the
  * call (the tool interface's coll_schedule_transfers) must be the algorithm's own,
  * so that a choice not followed fails; where it does not (an operation that does
@@ -228,15 +230,56 @@ static void barriers(const char *way) {
   }
 }
 
+/* All-gathers of 3 and 20,000 ints a rank (the transfers counted: recursive
+ * doubling, at a power of two of ranks, takes log2 n rounds of a send and a
+ * receive, the ring n - 1), and of rank + 1 ints a rank (blocks of several lengths:
+ * the ring, whatever was chosen). */
+static void allgathers(const char *way) {
+  const int lengths[] = {3, 20000};
+  int *all = malloc(sizeof(int) * 20000 * size), *mine = malloc(sizeof(int) * 20000);
+  int log, pof2 = pof2_of(size, &log);
+  long want = !strcmp(way, "doubling") && pof2 == size ? 2L * log : 2L * (size - 1);
+  for (int k = 0; k < 2; k++) {
+    int len = lengths[k];
+    for (int i = 0; i < len; i++)
+      mine[i] = rank * 100003 + i;
+    unsigned long long before = transfers();
+    OK(MPI_Allgather(mine, len, MPI_INT, all, len, MPI_INT, MPI_COMM_WORLD));
+    long got = (long)(transfers() - before);
+    CHECK(!strcmp(way, "auto") || got == want,
+          "an all-gather of %d by %s: %ld sends and receives started, expected %ld", len, way,
+          got, want);
+    for (int r = 0; r < size; r++)
+      for (int i = 0; i < len; i++)
+        CHECK(all[r * len + i] == r * 100003 + i, "an all-gather of %d: rank %d's element %d",
+              len, r, i);
+  }
+  int *counts = malloc(sizeof(int) * size), *displs = malloc(sizeof(int) * size);
+  for (int r = 0, at = 0; r < size; at += r + 1, r++) {
+    counts[r] = r + 1;
+    displs[r] = at;
+  }
+  OK(MPI_Allgatherv(mine, rank + 1, MPI_INT, all, counts, displs, MPI_INT, MPI_COMM_WORLD));
+  for (int r = 0; r < size; r++)
+    for (int i = 0; i <= r; i++)
+      CHECK(all[displs[r] + i] == r * 100003 + i, "an all-gather of several lengths: rank %d's %d",
+            r, i);
+  free(counts);
+  free(displs);
+  free(all);
+  free(mine);
+}
+
 int main(int argc, char **argv) {
   start("algorithms", &argc, &argv);
-  CHECK(argc == 4, "give the all-reduce's, the broadcast's and the barrier's algorithm");
+  CHECK(argc == 5, "give the algorithms of the all-reduce, broadcast, barrier and all-gather");
   alg = argv[1];
   int provided, i = -1, count = 0;
   OK(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided));
   says("msg_allreduce_algorithm", argv[1]);
   says("msg_bcast_algorithm", argv[2]);
   says("msg_barrier_algorithm", argv[3]);
+  says("msg_allgather_algorithm", argv[4]);
   OK(MPI_T_pvar_get_index("coll_schedule_transfers", MPI_T_PVAR_CLASS_COUNTER, &i));
   OK(MPI_T_pvar_session_create(&session));
   OK(MPI_T_pvar_handle_alloc(session, i, NULL, &started, &count));
@@ -272,6 +315,7 @@ int main(int argc, char **argv) {
   in_rank_order();
   broadcasts(argv[2]);
   barriers(argv[3]);
+  allgathers(argv[4]);
 
   OK(MPI_T_pvar_handle_free(session, &started));
   OK(MPI_T_pvar_session_free(&session));
