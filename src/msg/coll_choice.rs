@@ -1,8 +1,9 @@
 //! `msg_allreduce_algorithm`, `msg_bcast_algorithm`, `msg_barrier_algorithm`,
-//! `msg_allgather_algorithm`: the collective algorithms a layer above runs, chosen by the user instead of by size,
-//! count and placement (as Open MPI's `coll_tuned_<collective>_algorithm` and
-//! MPICH's `MPIR_CVAR_<COLLECTIVE>_INTRA_ALGORITHM` do). The message layer only reads
-//! the parameters; the MPI library's collectives follow them where the algorithm
+//! `msg_allgather_algorithm`: the collective algorithms a layer above runs, chosen
+//! by the user instead of by size, count and placement (as Open MPI's
+//! `coll_tuned_<collective>_algorithm` and MPICH's
+//! `MPIR_CVAR_<COLLECTIVE>_INTRA_ALGORITHM` do). The message layer only reads the
+//! parameters; the MPI library's collectives follow them where the algorithm
 //! applies, and choose as by default where it does not.
 
 use super::placement::choice;
