@@ -14,9 +14,9 @@
 //!   (run again under the launchers' options in [`super::launchers`]).
 //! * `coll`: every collective, blocking and nonblocking, against results computed
 //!   locally, at 1 to 8 ranks and at 12 (where the barrier disseminates again).
-//! * `algorithms`: each all-reduce, broadcast and barrier algorithm a user may
-//!   choose (`msg_<collective>_algorithm`), checked to run and to give the reference
-//!   result, at 1 to 7 ranks.
+//! * `algorithms`: each all-reduce, broadcast, barrier and all-gather algorithm a
+//!   user may choose (`msg_<collective>_algorithm`), checked to run and to give the
+//!   reference result, at 1 to 7 ranks.
 //! * `large`: the large-count (`_c`) bindings that their `int` twins serve, those
 //!   with arrays of counts too, and a count beyond `int` in a reduction refused, at
 //!   1 to 3 ranks.
@@ -220,9 +220,8 @@ fn coll() {
 
 /// Each collective algorithm a user may choose (`msg_allreduce_algorithm`,
 /// `msg_bcast_algorithm`, `msg_barrier_algorithm`, `msg_allgather_algorithm`) runs
-/// where it applies (the
-/// program counts each rank's sends and receives) and gives the reference result;
-/// `auto` alike. An unknown one is refused at start-up, the error naming the
+/// where it applies (the program counts each rank's sends and receives) and gives
+/// the reference result; `auto` alike. An unknown one is refused at start-up, the error naming the
 /// parameter.
 #[test]
 fn collective_algorithms() {
@@ -234,9 +233,9 @@ fn collective_algorithms() {
         ["halving", "flat", "dissemination", "doubling"],
         ["gathered", "binomial", "gathered", "ring"],
     ];
-    let params = ["ALLREDUCE", "BCAST", "BARRIER", "ALLGATHER"];
+    let names =
+        ["ALLREDUCE", "BCAST", "BARRIER", "ALLGATHER"].map(|p| format!("RBTL_MSG_{p}_ALGORITHM"));
     for algorithms in chosen {
-        let names = params.map(|p| format!("RBTL_MSG_{p}_ALGORITHM"));
         let genv: Vec<(&str, &str)> = names.iter().map(String::as_str).zip(algorithms).collect();
         for n in [1, 2, 3, 4, 6, 7] {
             run_passing(&exe, "algorithms", n, &algorithms, &genv);
