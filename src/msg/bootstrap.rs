@@ -2,6 +2,7 @@
 //! configuration selects, their addresses through the modex, and a route to every rank.
 
 use super::callbacks::register_callbacks;
+use super::coll_choice;
 use super::liveness;
 use super::placement;
 use super::responder;
@@ -30,10 +31,16 @@ impl Comm {
     pub fn with(mut job: Job, config: &Config) -> Result<Comm> {
         let peer_timeout = liveness::peer_timeout(config)?;
         let progress_thread = super::background::interval(config)?;
-        let coll_algorithms = super::coll_choice::chosen(config)?;
+        let coll_algorithms = coll_choice::chosen(config)?;
         let node = job.node.to_string();
         let modex = job.modex.as_mut();
         modex.publish("node", node.as_bytes())?;
+        if job.rank == 0 {
+            modex.publish(
+                coll_choice::CHOSEN_KEY,
+                coll_algorithms.described().as_bytes(),
+            )?;
+        }
         if let Some(mask) = placement::cpu_mask() {
             modex.publish(placement::CPUS_KEY, &mask)?;
         }
@@ -48,6 +55,10 @@ impl Comm {
         });
         modex.publish(READS_SLOW_KEY, &[u8::from(reads_slow)])?;
         modex.fence()?;
+        if job.rank != 0 {
+            let first = modex.lookup(0, coll_choice::CHOSEN_KEY)?;
+            coll_choice::same_as_first(&coll_algorithms, job.rank, first.as_deref())?;
+        }
         let procs: Vec<Proc> = (0..job.size)
             .map(|rank| {
                 let node = modex.lookup(rank, "node")?.unwrap_or_default();

@@ -151,6 +151,64 @@ fn chosen_one<T: Copy>(
         .map_or(table[0].1, |(_, v)| *v))
 }
 
+/// The modex key under which rank 0 says which algorithms it runs
+/// ([`CollAlgorithms::described`]), for every other rank to compare with its own.
+pub(super) const CHOSEN_KEY: &str = "coll_algorithms";
+
+/// The name under which `table` lists `value`.
+fn name_of<T: PartialEq>(table: &[(&'static str, T)], value: &T) -> &'static str {
+    table
+        .iter()
+        .find(|(_, v)| v == value)
+        .map_or("auto", |(name, _)| name)
+}
+
+impl CollAlgorithms {
+    /// Each parameter with its value, `name = value` a line.
+    pub(super) fn described(&self) -> String {
+        [
+            (ALLREDUCE_PARAM, name_of(&ALLREDUCE, &self.allreduce)),
+            (BCAST_PARAM, name_of(&BCAST, &self.bcast)),
+            (BARRIER_PARAM, name_of(&BARRIER, &self.barrier)),
+            (ALLGATHER_PARAM, name_of(&ALLGATHER, &self.allgather)),
+        ]
+        .map(|(param, name)| format!("{param} = {name}\n"))
+        .concat()
+    }
+}
+
+/// Whether rank `rank`'s algorithms, `mine`, are those rank 0 described (`first`,
+/// absent where rank 0 said nothing): members of one collective that run different
+/// algorithms would wait for messages none of them sends, so a job whose ranks
+/// chose differently is refused at start-up, every parameter that differs named.
+pub(super) fn same_as_first(
+    mine: &CollAlgorithms,
+    rank: u32,
+    first: Option<&[u8]>,
+) -> super::Result<()> {
+    let Some(first) = first else {
+        return Ok(());
+    };
+    let (first, mine) = (String::from_utf8_lossy(first), mine.described());
+    if first == mine {
+        return Ok(());
+    }
+    let why = if first.lines().count() == mine.lines().count() {
+        first
+            .lines()
+            .zip(mine.lines())
+            .filter(|(a, b)| a != b)
+            .map(|(a, b)| format!("{a} at rank 0, {b} at rank {rank}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    } else {
+        format!("rank 0 chose {first:?}, rank {rank} {mine:?}")
+    };
+    Err(super::Error::BadParameter(format!(
+        "the collectives' algorithms must be the same at every rank: {why}"
+    )))
+}
+
 /// The algorithms `config` sets.
 pub(super) fn chosen(config: &Config) -> super::Result<CollAlgorithms> {
     Ok(CollAlgorithms {
@@ -187,5 +245,28 @@ mod tests {
             e.contains(BARRIER_PARAM) && e.contains("dissemination"),
             "{e}"
         );
+    }
+
+    /// A rank whose algorithms are not rank 0's is refused, each difference named.
+    #[test]
+    fn a_rank_that_chose_otherwise_than_rank_0_is_refused() {
+        let read = |settings: &[(&str, &str)]| chosen(&crate::configure(settings).unwrap());
+        let first = read(&[]).unwrap().described();
+        let ring = read(&[(ALLREDUCE_PARAM, "ring"), (BCAST_PARAM, "flat")]).unwrap();
+        assert!(same_as_first(&read(&[]).unwrap(), 3, Some(first.as_bytes())).is_ok());
+        assert!(same_as_first(&ring, 3, None).is_ok());
+        let e = same_as_first(&ring, 3, Some(first.as_bytes()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("msg_allreduce_algorithm = auto at rank 0, msg_allreduce_algorithm = ring at rank 3")
+                && e.contains("msg_bcast_algorithm = flat at rank 3")
+                && !e.contains(BARRIER_PARAM),
+            "{e}"
+        );
+        let e = same_as_first(&ring, 1, Some(b"from another version"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("rank 0 chose"), "{e}");
     }
 }

@@ -101,7 +101,8 @@ impl Comm {
 
     /// The collective algorithms the user chose for a layer above
     /// (`msg_allreduce_algorithm`, `msg_bcast_algorithm`, `msg_barrier_algorithm`,
-    /// `msg_allgather_algorithm`; each `Auto` by default).
+    /// `msg_allgather_algorithm`; each `Auto` by default), the same at every rank
+    /// (checked against rank 0's when the communicator was made).
     pub fn coll_algorithms(&self) -> super::CollAlgorithms {
         self.coll_algorithms
     }

@@ -38,7 +38,8 @@
 //! while none of them is inside, every `msg_progress_thread` microseconds (0, the
 //! default: never; [`Comm::progress_thread`]): the MPI library does. The same
 //! library reads the collective algorithms the user chose
-//! (`msg_<collective>_algorithm`, [`Comm::coll_algorithms`]).
+//! (`msg_<collective>_algorithm`, [`Comm::coll_algorithms`]), which every rank
+//! compares with rank 0's at start-up: a rank that chose otherwise fails there.
 //!
 //! # Ranks and processors
 //!

@@ -259,6 +259,25 @@ fn collective_algorithms() {
         "an unknown algorithm: {}",
         report(&o)
     );
+    // Ranks that chose otherwise than rank 0 are refused at start-up, not left to
+    // wait in their first all-reduce for messages nobody sends.
+    let exe = exe.to_str().unwrap();
+    let (first, others) = (["auto"; 4], ["ring", "auto", "auto", "auto"]);
+    let mut cmd = Command::new(super::MPIEXEC);
+    cmd.args(["-n", "1", exe])
+        .args(first)
+        .args([":", "-n", "2"]);
+    cmd.args(["-env", &names[0], "ring", exe]).args(others);
+    let o = super::run_for(&mut cmd, LIMIT);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains("must be the same at every rank")
+            && err.contains("msg_allreduce_algorithm = auto at rank 0")
+            && err.contains("msg_allreduce_algorithm = ring at rank "),
+        "algorithms chosen unlike rank 0's: {}",
+        report(&o)
+    );
 }
 
 /// Intercommunicators between the even and the odd ranks: every collective across.
