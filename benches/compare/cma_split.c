@@ -3,10 +3,13 @@
  * from the sender's memory into the receiver's, FRACTION of it read by the receiver
  * (process_vm_readv) while the sender writes the rest (process_vm_writev) at the same
  * time, both buffers reused every round (as OSU's benchmarks do). FRACTION 1: the
- * receiver alone (a single-copy get); 0.5: half each.
+ * receiver alone (a single-copy get); 0.5: half each. With HUGE=1 in the environment
+ * both buffers are aligned to 2 MiB and backed by transparent huge pages
+ * (MADV_HUGEPAGE before they are touched; the sender's huge-page-backed memory is
+ * printed, to show the pages were given).
  *
  *   gcc -O2 -o /tmp/cma_split benches/compare/cma_split.c
- *   /tmp/cma_split SIZE FRACTION      (prints GB/s)
+ *   [HUGE=1] /tmp/cma_split SIZE FRACTION      (prints GB/s)
  */
 #define _GNU_SOURCE
 #include <sched.h>
@@ -45,6 +48,21 @@ static void pin(int core)
         perror("sched_setaffinity");
 }
 
+/* Whether HUGE=1 asked for buffers of huge pages. */
+static int huge;
+
+/* A buffer of `size` bytes, of huge pages if asked, touched with `byte`. */
+static char *buffer(size_t size, int byte)
+{
+    void *p;
+    if (posix_memalign(&p, huge ? 2u << 20 : 4096, size) != 0)
+        exit(1);
+    if (huge && madvise(p, size, MADV_HUGEPAGE) != 0)
+        perror("madvise");
+    memset(p, byte, size);
+    return p;
+}
+
 static void copy(pid_t peer, char *local, char *remote, size_t len, int read)
 {
     struct iovec l = {local, len}, r = {remote, len};
@@ -71,16 +89,17 @@ int main(int argc, char **argv)
     size_t cut = (size_t)(size * fraction);
     struct shared *s = mmap(NULL, sizeof *s, PROT_READ | PROT_WRITE,
                             MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (s == MAP_FAILED || posix_memalign((void **)&s->src, 4096, size) != 0)
+    if (s == MAP_FAILED)
         return 1;
-    memset(s->src, 1, size);
+    huge = getenv("HUGE") && atoi(getenv("HUGE"));
+    s->src = buffer(size, 1);
+    if (huge)
+        system("grep AnonHugePages /proc/$PPID/smaps_rollup");
     s->sender_pid = getpid();
     pid_t child = fork();
     if (child == 0) {
         pin(1);
-        if (posix_memalign((void **)&s->dst, 4096, size) != 0)
-            exit(1);
-        memset(s->dst, 0, size);
+        s->dst = buffer(size, 0);
         s->receiver_pid = getpid();
         atomic_store(&s->receiver, -1);
         while (atomic_load(&s->sender) != -1)
