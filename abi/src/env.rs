@@ -65,10 +65,14 @@ fn start_state(provided: c_int) -> Result<()> {
     std::sync::LazyLock::force(&START);
     global::start(|| {
         let msg = rbtl::msg::Comm::init(&[]).map_err(|e| {
-            Error::new(
-                MPI_ERR_OTHER,
-                format!("starting the transports failed: {e}"),
-            )
+            let what = match e {
+                // A parameter the message layer refused: the configuration's fault.
+                rbtl::msg::Error::BadParameter(_) | rbtl::msg::Error::Config(_) => {
+                    "rbtl's configuration was refused"
+                }
+                _ => "starting the transports failed",
+            };
+            Error::new(MPI_ERR_OTHER, format!("{what}: {e}"))
         })?;
         let mut mpi = Mpi::new(msg, provided);
         mpi.appnum = mpi.msg.appnum()?.and_then(|n| c_int::try_from(n).ok());
