@@ -221,8 +221,8 @@ fn coll() {
 /// Each collective algorithm a user may choose (`msg_allreduce_algorithm`,
 /// `msg_bcast_algorithm`, `msg_barrier_algorithm`, `msg_allgather_algorithm`) runs
 /// where it applies (the program counts each rank's sends and receives) and gives
-/// the reference result; `auto` alike. An unknown one is refused at start-up, the error naming the
-/// parameter.
+/// the reference result; `auto` alike. An unknown one is refused at start-up, the
+/// error naming the parameter, and so are ranks that chose otherwise than rank 0.
 #[test]
 fn collective_algorithms() {
     let exe = build("algorithms");
@@ -266,8 +266,8 @@ fn collective_algorithms() {
     let mut cmd = Command::new(super::MPIEXEC);
     cmd.args(["-n", "1", exe])
         .args(first)
-        .args([":", "-n", "2"]);
-    cmd.args(["-env", &names[0], "ring", exe]).args(others);
+        .args([":", "-n", "2", "-env", &names[0], "ring", exe])
+        .args(others);
     let o = super::run_for(&mut cmd, LIMIT);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
