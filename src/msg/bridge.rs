@@ -1,26 +1,26 @@
 //! Reaching processes of other jobs of the same launcher: those this job spawned, or
 //! the job that spawned it (an MPI library's dynamic processes).
 //!
-//! The launcher numbers every process it started in one sequence (a spawned job's
+//! Every process of the jobs that meet has a number in one sequence (a spawned job's
 //! ranks after those started before it: its *base*, in its key-value space as
-//! `rbtl_universe_base`). The bridge is a `tcp` module of its own whose ranks are
-//! these numbers, opened when first needed; it publishes its address in this job's
-//! key-value space under its own keys (no barrier: the processes that read it are
-//! told when to), and reads other jobs' addresses in theirs. Their processes get
-//! ranks of this communicator after its own job's, in the order they were
-//! connected.
+//! `rbtl_universe_base`), given by the launcher or claimed by the parents
+//! ([`super::meeting`]). The bridge is a `tcp` module of its own whose ranks are
+//! these numbers, opened when first needed; it publishes its address where the jobs
+//! meet (this job's key-value space under its own keys, or the launcher's names; no
+//! barrier: the processes that read it are told when to), and reads other jobs'
+//! addresses there. Their processes get ranks of this communicator after its own
+//! job's, in the order they were connected.
 
 use super::callbacks::register_callbacks;
+use super::meeting::{process_name, Meeting};
 use super::{Comm, Error, Result};
-use crate::pmi::{PmiModex, SpawnCommand, Spawned};
+use crate::pmi::{base64_decode, base64_encode, PmiModex};
 use rbtl_btl::{Modex, Proc};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The most processes a launcher's universe may hold (the bridge's rank space).
 pub const UNIVERSE_MAX: u32 = 1 << 16;
-/// The key under which the launcher tells a spawned job its base.
-const BASE_KEY: &str = "rbtl_universe_base";
 
 /// A job the bridge reaches: its key-value space and where its ranks start.
 #[derive(Clone, Debug)]
@@ -36,6 +36,8 @@ pub(super) struct Bridge {
     module: usize,
     /// This process's rank in the launcher's numbering.
     universe_rank: u32,
+    /// Where the jobs meet.
+    meeting: Meeting,
     jobs: Vec<KnownJob>,
     /// Per endpoint of the bridge: the communicator's rank of its process.
     ranks: Vec<Option<u32>>,
@@ -50,7 +52,11 @@ struct BridgeModex<'a> {
     pmi: &'a mut PmiModex,
     me: u32,
     jobs: &'a [KnownJob],
+    meeting: Meeting,
 }
+
+/// The key of a process's node (the job's own modex has it too).
+const NODE_KEY: &str = "node";
 
 /// The bridge's keys, apart from the job's own transports'.
 fn bridge_key(key: &str) -> String {
@@ -67,6 +73,14 @@ impl Modex for BridgeModex<'_> {
     }
 
     fn publish(&mut self, key: &str, value: &[u8]) -> rbtl_btl::Result<()> {
+        if self.meeting == Meeting::Names {
+            let name = process_name(self.me, key);
+            return self
+                .pmi
+                .client()
+                .publish_name(&name, &base64_encode(value))
+                .map_err(|e| rbtl_btl::Error::Modex(format!("publishing {name}: {e}")));
+        }
         self.pmi.publish_as(self.me, &bridge_key(key), value)
     }
 
@@ -75,6 +89,9 @@ impl Modex for BridgeModex<'_> {
     }
 
     fn lookup(&mut self, rank: u32, key: &str) -> rbtl_btl::Result<Option<Vec<u8>>> {
+        if self.meeting == Meeting::Names {
+            return lookup_named(self.pmi, rank, key);
+        }
         let job = self
             .jobs
             .iter()
@@ -85,6 +102,21 @@ impl Modex for BridgeModex<'_> {
         self.pmi
             .lookup_in(Some(&job.kvsname), rank, &bridge_key(key))
     }
+}
+
+/// What process `rank` (of the jobs' numbering) published under `key` in the
+/// launcher's names.
+fn lookup_named(pmi: &mut PmiModex, rank: u32, key: &str) -> rbtl_btl::Result<Option<Vec<u8>>> {
+    let name = process_name(rank, key);
+    let text = pmi
+        .client()
+        .lookup_name(&name)
+        .map_err(|e| rbtl_btl::Error::Modex(format!("looking up {name}: {e}")))?;
+    text.map(|t| {
+        base64_decode(&t)
+            .ok_or_else(|| rbtl_btl::Error::Modex(format!("{name} is not this library's: {t:?}")))
+    })
+    .transpose()
 }
 
 /// The PMI modex of `job`, where it has a launcher.
@@ -101,7 +133,7 @@ fn pmi_of(job: &mut crate::pmi::Job) -> Result<&mut PmiModex> {
 
 impl Comm {
     /// The PMI modex under this communicator, where the job has a launcher.
-    fn pmi(&mut self) -> Result<&mut PmiModex> {
+    pub(super) fn pmi(&mut self) -> Result<&mut PmiModex> {
         pmi_of(&mut self.job)
     }
 
@@ -126,32 +158,6 @@ impl Comm {
         self.pmi().ok()?.client().universe_size().ok().flatten()
     }
 
-    /// Where this job's ranks start in the launcher's numbering.
-    pub fn universe_base(&mut self) -> Result<u32> {
-        let text = self.pmi()?.client().get(BASE_KEY)?;
-        Ok(text.and_then(|t| t.parse().ok()).unwrap_or(0))
-    }
-
-    /// Ask the launcher to start `commands` as a new job whose key-value space holds
-    /// `preput`.
-    pub fn spawn(
-        &mut self,
-        commands: &[SpawnCommand],
-        preput: &[(String, String)],
-    ) -> Result<Spawned> {
-        Ok(self.pmi()?.client().spawn(commands, preput)?)
-    }
-
-    /// The value under `key` in the key-value space `kvs` (this job's or another's).
-    pub fn kvs_get(&mut self, kvs: &str, key: &str) -> Result<Option<String>> {
-        Ok(self.pmi()?.client().get_in(kvs, key)?)
-    }
-
-    /// Store `value` under `key` in the key-value space `kvs`.
-    pub fn kvs_put(&mut self, kvs: &str, key: &str, value: &str) -> Result<()> {
-        Ok(self.pmi()?.client().put_in(kvs, key, value)?)
-    }
-
     /// Publish `port` under `service` with the launcher (refused when the service has
     /// one).
     pub fn publish_name(&mut self, service: &str, port: &str) -> Result<()> {
@@ -174,10 +180,22 @@ impl Comm {
         if let Some(b) = &self.bridge {
             return Ok(b.universe_rank);
         }
+        // (Where jobs cannot meet, only this job's processes read its addresses.)
+        let meeting = self.meeting().unwrap_or(Meeting::Kvs);
         let me = self.universe_base()? + self.rank;
         let config = crate::configure(&[])?;
+        let node = self.job.node.to_string();
         let pmi = self.pmi()?;
-        let mut modex = BridgeModex { pmi, me, jobs: &[] };
+        let mut modex = BridgeModex {
+            pmi,
+            me,
+            jobs: &[],
+            meeting,
+        };
+        // (In a key-value space, the job's own modex has it.)
+        if meeting == Meeting::Names {
+            modex.publish(NODE_KEY, node.as_bytes())?;
+        }
         let module = rbtl_tcp::TcpComponent::open(&config, &mut modex)?.ok_or_else(|| {
             Error::BadParameter(
                 "tcp found no interface to reach other jobs through: see btl_tcp_if_include".into(),
@@ -194,6 +212,7 @@ impl Comm {
         self.bridge = Some(Bridge {
             module: self.modules.len() - 1,
             universe_rank: me,
+            meeting,
             jobs: Vec::new(),
             ranks: Vec::new(),
             met: BTreeMap::new(),
@@ -249,13 +268,15 @@ impl Comm {
             return Ok(());
         }
         let size = ranks.iter().max().map_or(0, |m| m + 1);
+        let meeting = self.bridge.as_ref().map_or(Meeting::Kvs, |b| b.meeting);
         let mut nodes = Vec::with_capacity(ranks.len());
         for &r in ranks {
-            let node = self
-                .pmi()?
-                .lookup_in(Some(kvsname), r, "node")?
-                .unwrap_or_default();
-            nodes.push(String::from_utf8_lossy(&node).into_owned());
+            let pmi = self.pmi()?;
+            let node = match meeting {
+                Meeting::Kvs => pmi.lookup_in(Some(kvsname), r, NODE_KEY)?,
+                Meeting::Names => lookup_named(pmi, base + r, NODE_KEY)?,
+            };
+            nodes.push(String::from_utf8_lossy(&node.unwrap_or_default()).into_owned());
         }
         let mut bridge = self.bridge.take().expect("opened above");
         if !bridge.jobs.iter().any(|j| j.kvsname == kvsname) {
@@ -281,6 +302,7 @@ impl Comm {
                     pmi,
                     me: bridge.universe_rank,
                     jobs: &bridge.jobs,
+                    meeting: bridge.meeting,
                 };
                 self.modules[bridge.module]
                     .add_procs(&procs, &mut modex)

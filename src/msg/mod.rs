@@ -105,6 +105,7 @@ mod collectives;
 mod comm;
 mod error;
 mod liveness;
+mod meeting;
 mod named;
 mod offload;
 mod onesided;

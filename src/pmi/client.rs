@@ -250,8 +250,8 @@ impl Client {
         Ok(u32::try_from(appnum).ok())
     }
 
-    /// Whether the launcher joins the jobs it starts (rbtlrun): only then can a
-    /// spawn's processes and their parents reach each other.
+    /// Whether the launcher joins the jobs it starts (rbtlrun): a spawn's processes
+    /// and their parents then meet in each other's key-value spaces.
     pub fn joins_jobs(&self) -> bool {
         self.joins_jobs
     }

@@ -74,7 +74,8 @@ impl PmiModex {
         }
     }
 
-    fn client_ref(&self) -> &Client {
+    /// The PMI client, to look at.
+    pub fn client_ref(&self) -> &Client {
         self.client
             .as_ref()
             .expect("the client is only taken by finalize")

@@ -28,11 +28,10 @@
 //! where its ranks start in the launcher's numbering of every process it started
 //! (`universe_base`).
 //!
-//! Only such a launcher can join the jobs it starts: it says so before anything is
-//! spawned, with `rbtl_joins_jobs=1` ([`JOINS_JOBS`]) in its `get_maxes` reply
-//! (which other clients ignore). Others (hydra, Slurm's `pmi2`) would start the
-//! processes, then let neither side read the other's key-value space: a client
-//! asks only a launcher that says so.
+//! Only rbtl's launcher joins the jobs it starts, and says so with
+//! `rbtl_joins_jobs=1` ([`JOINS_JOBS`]) in its `get_maxes` reply (which other
+//! clients ignore). Others (hydra) start the processes, then let neither job read the
+//! other's key-value space: the jobs meet elsewhere (`rbtl::msg`'s meeting).
 
 use super::wire;
 use super::{Client, Error};
@@ -171,16 +170,6 @@ impl Client {
         commands: &[SpawnCommand],
         preput: &[(String, String)],
     ) -> Result<Spawned, Error> {
-        if !self.joins_jobs() {
-            return Err(Error::NotOffered {
-                what: "a spawn",
-                why: format!(
-                    "it does not say that it joins the jobs it starts ({JOINS_JOBS}=1 in \
-                     its maxes), so the new processes and their parents could not reach \
-                     each other: spawning works under rbtlrun"
-                ),
-            });
-        }
         // Each goes on a line of its own: anything but a line break or NUL.
         for c in commands {
             for token in std::iter::once(&c.program).chain(&c.args) {

@@ -5,16 +5,16 @@
 //!
 //! Where the two roots are processes of one job, they meet by messages
 //! ([`super::job_ports`]), under any launcher. Otherwise both groups must be
-//! processes of jobs of one launcher (`rbtlrun`, or jobs it spawned): they meet
-//! through its name service and key-value spaces, as spawned jobs meet their
-//! parents ([`super::spawn`]). A port is named
+//! processes of jobs of one launcher (`rbtlrun` or a hydra `mpiexec`, and the jobs it
+//! spawned): they meet through its name service and where it lets jobs meet, as
+//! spawned jobs meet their parents ([`super::spawn`]). A port is named
 //! `rbtl-port:<key-value space>:<rank>:<n>`: its job, and the opening process's rank
 //! and count of ports there. A connecting root of another job claims the port's
 //! next turn by publishing its group (its key-value space, proposed context and
 //! members, named by job: [`super::members`]) under the turn's name (`turn_key`),
 //! which only one can (the turns stay published until the port closes); the
-//! accepting root takes the turns in order, answers in the connector's key-value
-//! space, connects its group to the other's, then says so, and only then does the
+//! accepting root takes the turns in order, answers with a word for the connector's
+//! job, connects its group to the other's, then says so, and only then does the
 //! connecting group connect back. The context is the larger of the two groups'
 //! agreed ones: free at every member of both.
 //!

@@ -3,18 +3,19 @@
 //! parents (`MPI_Comm_get_parent`), the parents one to them (`MPI_Intercomm_merge`,
 //! in `intercomm`, makes one intracommunicator of both groups).
 //!
-//! The two jobs meet through their launcher's key-value spaces and the message
-//! layer's bridge (`rbtl::msg::Comm::connect_job`, a `tcp` module numbered across
-//! jobs). The parents agree on the intercommunicator's context, open their bridges
+//! The two jobs meet where their launcher lets them (`rbtl::msg`'s meeting: each
+//! other's key-value spaces under `rbtlrun`, hydra's name service) and through the
+//! message layer's bridge (`rbtl::msg::Comm::connect_job`, a `tcp` module numbered
+//! across jobs). The parents agree on the intercommunicator's context, open their bridges
 //! and publish them, then the root spawns with one pre-put value for the children,
 //! `rbtl_parent`: the context and the parents, named by job
 //! ([`super::members`]: a communicator of several jobs spawns too). Each child, in `MPI_Init`, opens its
 //! bridge and publishes it; once all have (a barrier of their job), rank 0 says so
-//! (`rbtl_children_ready` in their key-value space). The parents then connect to
-//! the children, and their root says so (`rbtl_parents_ready` in the children's key-
-//! value space), and only then do the children connect back: neither side sends
-//! before the other knows it. Spawning works under `rbtlrun` (whose PMI server starts
-//! the processes and lets jobs read each other's key-value spaces).
+//! (`rbtl_children_ready`, a word for their job; where the launcher did not tell
+//! the parents the children's key-value space, rank 0 names it first). The parents
+//! then connect to the children, and their root says so (`rbtl_parents_ready`), and
+//! only then do the children connect back: neither side sends before the other
+//! knows it. Spawning works under `rbtlrun` and hydra, not under Slurm.
 
 use super::context::{agree_context, Among};
 use super::members::Members;
@@ -32,6 +33,12 @@ use std::time::{Duration, Instant};
 const PARENT_KEY: &str = "rbtl_parent";
 const CHILDREN_READY: &str = "rbtl_children_ready";
 const PARENTS_READY: &str = "rbtl_parents_ready";
+/// What a parent that waited in vain for its children is told.
+const SPAWNED: (c_int, &str) = (MPI_ERR_SPAWN, "the spawned processes did not come up");
+/// What the parents are told where the launcher does not say where the new processes
+/// are.
+const UNSAID: &str =
+    "spawning failed: the process manager does not say where the new processes are";
 /// How long one side waits for the other to come up.
 pub(super) const START_LIMIT: Duration = Duration::from_secs(120);
 
@@ -51,13 +58,26 @@ pub(super) fn wait_for_key(
 pub(super) fn wait_for_key_while(
     inside: &mut impl Inside,
     (kvs, key): (&str, &str),
+    why: (c_int, &str),
+    limit: Duration,
+    still: impl FnMut(&mut Mpi) -> Result<()>,
+) -> Result<String> {
+    wait_for(inside, why, limit, still, |mpi| {
+        Ok(mpi.msg.kvs_get(kvs, key)?)
+    })
+}
+
+/// Wait until `look` finds a word, as [`wait_for_key_while`].
+fn wait_for(
+    inside: &mut impl Inside,
     (class, missing): (c_int, &str),
     limit: Duration,
     mut still: impl FnMut(&mut Mpi) -> Result<()>,
+    mut look: impl FnMut(&mut Mpi) -> Result<Option<String>>,
 ) -> Result<String> {
     let start = Instant::now();
     loop {
-        if let Some(v) = inside.state().msg.kvs_get(kvs, key)? {
+        if let Some(v) = look(inside.state())? {
             return Ok(v);
         }
         still(inside.state())?;
@@ -185,13 +205,16 @@ fn spawn(
             .msg
             .spawn(&commands, &[(PARENT_KEY.to_string(), parent)])
             .map_err(|e| Error::new(MPI_ERR_SPAWN, format!("spawning failed: {e}")))?;
-        match (s.kvsname, s.universe_base) {
-            (Some(k), Some(b)) => Ok(format!("{k} {b} {n}")),
-            _ => Err(Error::new(
-                MPI_ERR_SPAWN,
-                "spawning failed: the process manager does not say where the new processes are: spawning works under rbtlrun",
-            )),
-        }
+        let kvs = match (s.kvsname, s.universe_base) {
+            (Some(k), Some(_)) => k,
+            // (The new job says it once up.)
+            (None, Some(b)) => {
+                let look = |mpi: &mut Mpi| Ok(mpi.msg.job_at(b)?);
+                wait_for(inside, SPAWNED, START_LIMIT, |_| Ok(()), look)?
+            }
+            _ => return Err(Error::new(MPI_ERR_SPAWN, UNSAID)),
+        };
+        Ok(format!("{kvs} {} {n}", s.universe_base.unwrap_or(0)))
     });
     let text = share_outcome(inside, mine, (root, comm), 512, MPI_ERR_SPAWN)?;
     let fields: Vec<&str> = text.split(' ').collect();
@@ -206,8 +229,7 @@ fn spawn(
         child_base.parse::<u32>().unwrap_or(0),
         n.parse::<u32>().unwrap_or(0),
     );
-    let spawned = (MPI_ERR_SPAWN, "the spawned processes did not come up");
-    wait_for_key(inside, (&child_kvs, CHILDREN_READY), spawned)?;
+    wait_for_key(inside, (&child_kvs, CHILDREN_READY), SPAWNED)?;
     let children =
         inside
             .state()
@@ -263,7 +285,7 @@ impl Mpi {
         let Ok(kvs) = self.msg.kvsname() else {
             return Ok(());
         };
-        let Some(parent) = self.msg.kvs_get(&kvs, PARENT_KEY)? else {
+        let Some(parent) = self.msg.preput(PARENT_KEY)? else {
             return Ok(());
         };
         let malformed = || {
@@ -283,6 +305,7 @@ impl Mpi {
             .fence()
             .map_err(rbtl::msg::Error::from)?;
         if self.world.rank == 0 {
+            self.msg.announce_job()?;
             self.msg.kvs_put(&kvs, CHILDREN_READY, "1")?;
         }
         let parents = (MPI_ERR_SPAWN, "the parents did not come up");

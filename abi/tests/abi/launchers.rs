@@ -1,9 +1,8 @@
 //! What the launchers give a program, through `comm` and `spawn` of
 //! [`super::programs`]: the universe's size (this `mpiexec`'s and hydra's `-usize`),
-//! the program's number in a job of several (`:`), and spawning refused where the
-//! launcher cannot join jobs.
+//! the program's number in a job of several (`:`), and spawning under hydra.
 
-use super::programs::{build, job_passes};
+use super::programs::{assert_children_passed, build, job_passes};
 use std::process::Command;
 
 /// Whether hydra (`mpiexec.mpich`) is installed; if not, `test` says it cannot run.
@@ -89,21 +88,19 @@ fn programs_joined_by_colons_are_one_job_numbered_by_program() {
 }
 
 /// Under hydra, which starts what it is asked to and then lets neither job read the
-/// other's key-value space, `MPI_Comm_spawn` is refused before the launcher is
-/// asked: at once, on every rank, and no child (which would report "spawn-child")
-/// starts.
+/// other's key-value space, the jobs meet in its name service: the whole of `spawn`
+/// (spawns from every parent and from one, traffic, ports and `MPI_Intercomm_create`
+/// between the jobs, a spawn of the spawned) at 1 and 2 parents.
 #[test]
-fn spawn_is_refused_where_the_launcher_cannot_join_jobs() {
+fn spawn_under_hydra() {
     if !hydra_here("spawn under hydra") {
         return;
     }
-    let mut cmd = Command::new("mpiexec.mpich");
-    cmd.args(["-n", "2"]).arg(build("spawn")).arg("unjoined");
-    let shown = "spawn under hydra";
-    let o = job_passes(&mut cmd, "spawn", 2, shown);
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        !out.contains("spawn-child"),
-        "{shown}: a child started:\n{out}"
-    );
+    for parents in [1, 2] {
+        let mut cmd = Command::new("mpiexec.mpich");
+        cmd.args(["-n", &parents.to_string()]).arg(build("spawn"));
+        let shown = format!("spawn from {parents} ranks under hydra");
+        let o = job_passes(&mut cmd, "spawn", parents, &shown);
+        assert_children_passed(&o, &shown);
+    }
 }

@@ -482,22 +482,28 @@ fn spawn() {
     let exe = build("spawn");
     for parents in [1, 2] {
         let o = run_passing(&exe, "spawn", parents, &[], &[]);
-        let out = String::from_utf8_lossy(&o.stdout);
-        let children = [
-            ("child", 0, 2),
-            ("child", 1, 2),
-            ("late", 0, 2),
-            ("late", 1, 2),
-            ("grand", 0, 1),
-        ];
-        for (who, c, n) in children {
-            let line = format!("PASS spawn-{who} rank {c}/{n}");
-            assert!(
-                out.lines().any(|l| l == line),
-                "spawn from {parents} ranks: {who} {c} did not report success\n{}",
-                report(&o)
-            );
-        }
+        assert_children_passed(&o, &format!("spawn from {parents} ranks"));
+    }
+}
+
+/// Every process that the program `spawn` started (the job `o`, `shown`) reported
+/// success.
+pub(crate) fn assert_children_passed(o: &Output, shown: &str) {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let children = [
+        ("child", 0, 2),
+        ("child", 1, 2),
+        ("late", 0, 2),
+        ("late", 1, 2),
+        ("grand", 0, 1),
+    ];
+    for (who, c, n) in children {
+        let line = format!("PASS spawn-{who} rank {c}/{n}");
+        assert!(
+            out.lines().any(|l| l == line),
+            "{shown}: {who} {c} did not report success\n{}",
+            report(o)
+        );
     }
 }
 

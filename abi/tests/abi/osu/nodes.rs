@@ -1,7 +1,7 @@
 //! `osu_latency`, `osu_bw`, `osu_allreduce` and `osu_bcast` across two simulated nodes
 //! (`tools/nodes.sh`) under MPICH's hydra and under Slurm, and the shared-memory
 //! windows', the ports' and the collectives' programs (`programs/shared.c`, `ports.c`,
-//! `coll.c`) on two ranks of each node.
+//! `coll.c`) on two ranks of each node, and `spawn.c` from one on each.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -86,7 +86,8 @@ impl Launcher {
 /// its table, its data checked, and node 1's link carried at least what the timed
 /// iterations of the largest size had to move between the nodes. Then `shared.c`,
 /// two ranks on each node, `rma.c held-lock`, one, and `ports.c`, two: every rank
-/// passes, as does `coll.c`, two on each node.
+/// passes, as does `coll.c`, two on each node, and `spawn.c`, one on each (its
+/// children too under hydra; refused under Slurm).
 fn across_two_nodes(launcher: Launcher) {
     let slurm = matches!(launcher, Launcher::Slurm);
     let _turn = turn();
@@ -154,15 +155,16 @@ fn across_two_nodes(launcher: Launcher) {
             .arg(crate::programs::build(name))
             .args(args);
         let shown = format!("{cmd:?}");
-        let why = match run_limited(&mut cmd, LAUNCH_LIMIT) {
-            Err(why) => Some(why),
-            Ok(o) => crate::programs::passed(&o, name, ranks).err(),
+        let (why, out) = match run_limited(&mut cmd, LAUNCH_LIMIT) {
+            Err(why) => (Some(why), None),
+            Ok(o) => (crate::programs::passed(&o, name, ranks).err(), Some(o)),
         };
         if let Some(why) = why {
             failed.push(format!(
                 "{name} {args:?} at {ranks} ranks ({launcher:?}): {shown}: {why}"
             ));
         }
+        out
     };
     // Shared-memory windows, two ranks on each node: on each node's communicator,
     // and refused alike on every rank for the world's.
@@ -179,12 +181,24 @@ fn across_two_nodes(launcher: Launcher) {
     // vector across the nodes (counts that do not divide by the members, from a send
     // buffer and in place).
     program("coll", 4, &[], &[]);
+    // Dynamic processes, one parent on each node: under hydra the jobs meet in its
+    // name service, wherever it starts the children; Slurm's job steps cannot meet,
+    // and the spawn is refused at once on every rank.
+    match launcher {
+        Launcher::Hydra => {
+            if let Some(o) = program("spawn", 2, &[], &[]) {
+                let shown = "spawn across two nodes under hydra";
+                crate::programs::assert_children_passed(&o, shown);
+            }
+        }
+        Launcher::Slurm => drop(program("spawn", 2, &[], &["unjoined"])),
+    }
     drop(nodes);
     assert!(
         failed.is_empty(),
         "{} of {} runs failed across nodes:\n\n{}",
         failed.len(),
-        runs.len() + 4,
+        runs.len() + 5,
         failed.join("\n\n")
     );
 }

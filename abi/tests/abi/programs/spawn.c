@@ -13,9 +13,9 @@
  * has exited and still talk among themselves: a parent leaving is no failure of
  * theirs. The children report as "spawn-child", "spawn-late" and "spawn-grand".
  *
- * With the argument "unjoined" (under a launcher that cannot join the jobs it
- * starts, as hydra): the spawn fails on every rank, at once, and nothing is started
- * (a child would report and fail). */
+ * With the argument "unjoined" (under a launcher whose jobs cannot meet, as
+ * Slurm's): the spawn fails on every rank, at once, and nothing is started (a child
+ * would report and fail). */
 #include "check.h"
 
 #include <errno.h>

@@ -1,0 +1,183 @@
+//! Where the jobs of one launcher meet: the place their processes leave each other
+//! word (a bridge's address, a signal that one side is ready, an answer to a
+//! connection request), each word known by the job it is for and a key.
+//!
+//! A launcher that says it joins the jobs it starts (`rbtlrun`: `rbtl_joins_jobs=1`
+//! in its maxes) lets each job read and write the others' key-value spaces, and
+//! numbers every process it starts ([`Meeting::Kvs`]). Hydra keeps every job of an
+//! `mpiexec` apart, but one name service for all of them, as MPICH's clients use it
+//! ([`Meeting::Names`]): each word is a published name, and the jobs number their
+//! processes themselves, a spawned job after those before it, by claiming its
+//! numbers in that name service (`rbtl-universe-<k>`, taken in turn: only one
+//! process can publish a name). Slurm keeps the names of each job step apart and
+//! lets no step read another's key-value space: its jobs cannot meet.
+
+use super::{Comm, Error, Result};
+use crate::pmi::{PmiModex, SpawnCommand, Spawned};
+
+/// How the jobs of this process's launcher meet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Meeting {
+    /// In each other's key-value spaces.
+    Kvs,
+    /// In the launcher's name service.
+    Names,
+}
+
+/// The variable hydra sets for every process it starts (the count of its job's
+/// processes on the node), which Slurm's `srun` does not.
+const HYDRA_MARK: &str = "MPI_LOCALNRANKS";
+/// The key under which a launcher, or the parents, tell a spawned job where its
+/// ranks start in the numbering of every process of the jobs that meet.
+pub(super) const BASE_KEY: &str = "rbtl_universe_base";
+/// The most numbers a process claims in turn before it gives up.
+const CLAIMS_MAX: u32 = 1 << 16;
+
+/// How the jobs of the launcher under `pmi` meet, or why they cannot.
+pub(super) fn meeting(pmi: &PmiModex) -> Result<Meeting> {
+    if pmi.client_ref().joins_jobs() {
+        return Ok(Meeting::Kvs);
+    }
+    if std::env::var_os(HYDRA_MARK).is_some() {
+        return Ok(Meeting::Names);
+    }
+    Err(crate::pmi::Error::NotOffered {
+        what: "a meeting of two jobs",
+        why: "the launcher neither says that it joins the jobs it starts (rbtlrun) nor \
+              is hydra, whose name service serves every job of an mpiexec (Slurm keeps \
+              each job step's names apart)"
+            .into(),
+    }
+    .into())
+}
+
+/// The name of the word `key` for job `kvs` in the name service.
+fn word_name(kvs: &str, key: &str) -> String {
+    format!("{kvs}.{key}")
+}
+
+/// The name of what process `rank` (of the jobs' numbering) published under `key`.
+pub(super) fn process_name(rank: u32, key: &str) -> String {
+    format!("rbtl-u{rank}-{key}")
+}
+
+/// The name under which a spawned job whose numbers start at `base` says its
+/// key-value space.
+fn job_name(base: u32) -> String {
+    format!("rbtl-job-{base}")
+}
+
+impl Comm {
+    /// How the jobs of this process's launcher meet.
+    pub(super) fn meeting(&mut self) -> Result<Meeting> {
+        meeting(self.pmi()?)
+    }
+
+    /// The word `key` for the job of key-value space `kvs` (this job's or another's).
+    pub fn kvs_get(&mut self, kvs: &str, key: &str) -> Result<Option<String>> {
+        let meeting = self.meeting()?;
+        let client = self.pmi()?.client();
+        Ok(match meeting {
+            Meeting::Kvs => client.get_in(kvs, key)?,
+            Meeting::Names => client.lookup_name(&word_name(kvs, key))?,
+        })
+    }
+
+    /// Leave `value` as the word `key` for the job of key-value space `kvs`.
+    pub fn kvs_put(&mut self, kvs: &str, key: &str, value: &str) -> Result<()> {
+        let meeting = self.meeting()?;
+        let client = self.pmi()?.client();
+        match meeting {
+            Meeting::Kvs => client.put_in(kvs, key, value)?,
+            Meeting::Names => client.publish_name(&word_name(kvs, key), value)?,
+        }
+        Ok(())
+    }
+
+    /// What the launcher put under `key` in this job's key-value space before it
+    /// started (a spawn's pre-put values).
+    pub fn preput(&mut self, key: &str) -> Result<Option<String>> {
+        Ok(self.pmi()?.client().get(key)?)
+    }
+
+    /// Where this job's ranks start in the numbering of the jobs that meet.
+    pub fn universe_base(&mut self) -> Result<u32> {
+        let text = self.preput(BASE_KEY)?;
+        Ok(text.and_then(|t| t.parse().ok()).unwrap_or(0))
+    }
+
+    /// Ask the launcher to start `commands` as a new job whose key-value space holds
+    /// `preput`. Where the launcher does not say the new job's key-value space, it
+    /// says it itself once up ([`Comm::announce_job`], [`Comm::job_at`]).
+    pub fn spawn(
+        &mut self,
+        commands: &[SpawnCommand],
+        preput: &[(String, String)],
+    ) -> Result<Spawned> {
+        match self.meeting()? {
+            Meeting::Kvs => Ok(self.pmi()?.client().spawn(commands, preput)?),
+            Meeting::Names => {
+                let n = commands.iter().map(|c| c.nprocs).sum::<u32>();
+                let base = self.claim_numbers(n)?;
+                let mut preput = preput.to_vec();
+                preput.push((BASE_KEY.to_string(), base.to_string()));
+                let mut s = self.pmi()?.client().spawn(commands, &preput)?;
+                s.universe_base.get_or_insert(base);
+                Ok(s)
+            }
+        }
+    }
+
+    /// In a spawned job, at its rank 0 once every rank's bridge is published: say
+    /// the job's key-value space where its parents could not learn it.
+    pub fn announce_job(&mut self) -> Result<()> {
+        if self.meeting()? == Meeting::Kvs {
+            return Ok(());
+        }
+        let (base, kvs) = (self.universe_base()?, self.kvsname()?);
+        Ok(self.pmi()?.client().publish_name(&job_name(base), &kvs)?)
+    }
+
+    /// The key-value space of the spawned job whose numbers start at `base`, once
+    /// it has said it ([`Comm::announce_job`]).
+    pub fn job_at(&mut self, base: u32) -> Result<Option<String>> {
+        Ok(self.pmi()?.client().lookup_name(&job_name(base))?)
+    }
+
+    /// `n` numbers for a new job, after every number claimed before, in the name
+    /// service: the first of them.
+    fn claim_numbers(&mut self, n: u32) -> Result<u32> {
+        // Only this process's first job exists before the first claim.
+        let mut start = self.universe_base()? + self.job.size;
+        let client = self.pmi()?.client();
+        for k in 1..=CLAIMS_MAX {
+            let name = format!("rbtl-universe-{k}");
+            if let Some(end) = client.lookup_name(&name)? {
+                start = end.parse().map_err(|_| {
+                    Error::BadParameter(format!("the claimed numbers {name} = {end:?}"))
+                })?;
+                continue;
+            }
+            let end = start
+                .checked_add(n)
+                .filter(|&e| e <= super::bridge::UNIVERSE_MAX)
+                .ok_or_else(|| {
+                    Error::BadParameter(format!(
+                        "{n} more processes would number past {}, the most the jobs \
+                         that meet may hold",
+                        super::bridge::UNIVERSE_MAX
+                    ))
+                })?;
+            // Another process may claim turn `k` first: then its end is read.
+            if client.publish_name(&name, &end.to_string()).is_ok() {
+                return Ok(start);
+            }
+            if let Some(end) = client.lookup_name(&name)? {
+                start = end.parse().unwrap_or(start);
+            }
+        }
+        Err(Error::BadParameter(format!(
+            "{CLAIMS_MAX} jobs claimed numbers before this one"
+        )))
+    }
+}
