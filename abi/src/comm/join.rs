@@ -4,7 +4,7 @@
 //! Each opens a port ([`super::ports`]) and publishes it under a name of its own,
 //! then they trade port names over the socket (`MPI_MAX_PORT_NAME` bytes each way)
 //! and each looks the other's name up: found, both are processes of one launcher,
-//! whose name service and key-value spaces will carry the connection; or both
+//! where their jobs will meet (`rbtl::msg`'s meeting); or both
 //! ports are of one job, whose processes meet by messages ([`super::job_ports`])
 //! under any launcher. They trade
 //! that verdict (one byte each way), so that both go on or both fail; then the
@@ -12,7 +12,7 @@
 //! it, both over `MPI_COMM_SELF`. The socket is left as it was found, its bytes all
 //! read.
 
-use super::ports::{accept, connect, port_parts, Meeting};
+use super::ports::{accept, connect, port_key, port_parts, Meeting};
 use super::spawn::{pause, START_LIMIT};
 use crate::coll::Inside;
 use crate::entry::call_held;
@@ -25,9 +25,10 @@ use std::time::Instant;
 /// Bytes of the port name each side sends.
 const NAME_BYTES: usize = MPI_MAX_PORT_NAME as usize;
 
-/// The name a joining process publishes its port under.
+/// The name a joining process publishes its port under: short whatever the port's
+/// length, as a launcher's keys must be.
 fn join_service(port: &str) -> String {
-    format!("rbtl-join:{port}")
+    format!("{}-join", port_key(port))
 }
 
 fn closed() -> Error {
@@ -178,7 +179,7 @@ fn join_as(held: &mut Held, socket: &Socket, port: &str, published: bool) -> Res
     if !met || verdict[0] != 1 {
         return Err(Error::new(
             MPI_ERR_UNSUPPORTED_OPERATION,
-            "the processes at the socket's two ends are neither of jobs of one launcher with a name service (rbtlrun's) nor of one job: this library joins those only",
+            "the processes at the socket's two ends are neither of jobs of one launcher with a name service (rbtlrun, a hydra mpiexec) nor of one job: this library joins those only",
         ));
     }
     let (how, at): (Meeting, _) = match port < theirs.as_str() {

@@ -110,7 +110,7 @@ fn open_key(port: &str) -> String {
 }
 
 /// The start of a port's names.
-fn port_key(port: &str) -> String {
+pub(super) fn port_key(port: &str) -> String {
     let hash = port.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     });

@@ -5,9 +5,10 @@
  * message with every member of the other group over the intercommunicator, meet
  * in its barrier, broadcast and all-reduce across it, make an intercommunicator
  * of both worlds over it (MPI_Intercomm_create), merge it (parents first), reduce
- * and broadcast on the merged communicator, and disconnect; then meet again
- * through a port the parents' root opened (accept and connect between the two
- * jobs, traffic both ways). Then the parents' root alone spawns two more ("late",
+ * and broadcast on the merged communicator; both roots join (MPI_Comm_join, where
+ * they share a node), and all disconnect; then meet again through a port the
+ * parents' root opened (accept and connect between the two jobs, traffic both
+ * ways). Then the parents' root alone spawns two more ("late",
  * below), which both worlds meet through MPI_Intercomm_create, then through a port
  * between groups of both jobs, and which spawn one more together. The first children then wait until every parent
  * has exited and still talk among themselves: a parent leaving is no failure of
@@ -18,8 +19,11 @@
  * would report and fail). */
 #include "check.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define CHILDREN 2
@@ -127,6 +131,52 @@ static void merge(MPI_Comm inter, int high, int parents) {
   OK(MPI_Comm_test_inter(merged, &flag));
   CHECK(flag == 0, "the merged communicator is an intracommunicator");
   OK(MPI_Comm_free(&merged));
+}
+
+/* The roots of both jobs (`parent`: the parents'), where they run on one node:
+ * MPI_Comm_join over a loopback socket between the jobs, a message each way over
+ * the intercommunicator it gives, and the socket left readable. On two nodes they
+ * skip it. */
+static void join_roots(MPI_Comm inter, int parent) {
+  char mine[MPI_MAX_PROCESSOR_NAME] = "", theirs[MPI_MAX_PROCESSOR_NAME] = "";
+  int len = 0, port = 0, fd = -1;
+  OK(MPI_Get_processor_name(mine, &len));
+  OK(MPI_Sendrecv(mine, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, 20, theirs,
+                  MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, 20, inter, MPI_STATUS_IGNORE));
+  if (strcmp(mine, theirs) != 0)
+    return;
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  if (parent) {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    socklen_t alen = sizeof a;
+    CHECK(l >= 0 && bind(l, (struct sockaddr *)&a, sizeof a) == 0 && listen(l, 1) == 0 &&
+              getsockname(l, (struct sockaddr *)&a, &alen) == 0,
+          "listening on loopback");
+    port = ntohs(a.sin_port);
+    OK(MPI_Send(&port, 1, MPI_INT, 0, 21, inter));
+    fd = accept(l, NULL, NULL);
+    close(l);
+  } else {
+    OK(MPI_Recv(&port, 1, MPI_INT, 0, 21, inter, MPI_STATUS_IGNORE));
+    a.sin_port = htons(port);
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0, "connecting to %d", port);
+  }
+  CHECK(fd >= 0, "the socket between the jobs' roots");
+  MPI_Comm joined;
+  OK(MPI_Comm_join(fd, &joined));
+  int remote = 0, out = parent ? 1 : 2, in = -1;
+  OK(MPI_Comm_remote_size(joined, &remote));
+  CHECK(remote == 1, "the join between the jobs: remote size %d", remote);
+  OK(MPI_Sendrecv(&out, 1, MPI_INT, 0, 22, &in, 1, MPI_INT, 0, 22, joined, MPI_STATUS_IGNORE));
+  CHECK(in == 3 - out, "over the join between the jobs: %d", in);
+  OK(MPI_Comm_disconnect(&joined));
+  char c = 'j';
+  if (parent)
+    CHECK(write(fd, &c, 1) == 1, "writing after the join");
+  else
+    CHECK(read(fd, &c, 1) == 1 && c == 'j', "the socket after the join: %c", c);
+  close(fd);
 }
 
 /* Every parent sends its process id to every child over `inter`; the children
@@ -274,9 +324,12 @@ int main(int argc, char **argv) {
     CHECK(parents <= 64, "%d parents", parents);
     send_pids(inter, 0, pids);
   }
-  /* The parents' root opens a port and tells the children's root over the
-   * intercommunicator; once disconnected, the two jobs meet again through it. */
+  /* The roots join; the parents' root opens a port and tells the children's root
+   * over the intercommunicator; once disconnected, the two jobs meet again through
+   * it. */
   char port[MPI_MAX_PORT_NAME] = "";
+  if (rank == 0)
+    join_roots(inter, parents < 0);
   if (parents < 0 && rank == 0) { /* a parent (no count of parents) */
     OK(MPI_Open_port(MPI_INFO_NULL, port));
     OK(MPI_Send(port, MPI_MAX_PORT_NAME, MPI_CHAR, 0, 9, inter));
