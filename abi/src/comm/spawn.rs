@@ -6,16 +6,17 @@
 //! The two jobs meet where their launcher lets them (`rbtl::msg`'s meeting: each
 //! other's key-value spaces under `rbtlrun`, hydra's name service) and through the
 //! message layer's bridge (`rbtl::msg::Comm::connect_job`, a `tcp` module numbered
-//! across jobs). The parents agree on the intercommunicator's context, open their bridges
-//! and publish them, then the root spawns with one pre-put value for the children,
-//! `rbtl_parent`: the context and the parents, named by job
-//! ([`super::members`]: a communicator of several jobs spawns too). Each child, in `MPI_Init`, opens its
-//! bridge and publishes it; once all have (a barrier of their job), rank 0 says so
-//! (`rbtl_children_ready`, a word for their job; where the launcher did not tell
-//! the parents the children's key-value space, rank 0 names it first). The parents
-//! then connect to the children, and their root says so (`rbtl_parents_ready`), and
-//! only then do the children connect back: neither side sends before the other
-//! knows it. Spawning works under `rbtlrun` and hydra, not under Slurm.
+//! across jobs). The parents agree on the intercommunicator's context, open their
+//! bridges and publish them, then the root spawns with one pre-put value for the
+//! children, `rbtl_parent`: the context and the parents, named by job
+//! ([`super::members`]: a communicator of several jobs spawns too). Each child, in
+//! `MPI_Init`, opens its bridge and publishes it; once all have (a barrier of their
+//! job), rank 0 says so (`rbtl_children_ready`, a word for their job; where the
+//! launcher did not tell the parents the children's key-value space, rank 0 names
+//! it first). The parents then connect to the children, and their root says so
+//! (`rbtl_parents_ready`), and only then do the children connect back: neither side
+//! sends before the other knows it. Spawning works under `rbtlrun` and hydra, not
+//! under Slurm.
 
 use super::context::{agree_context, Among};
 use super::members::Members;
@@ -205,16 +206,16 @@ fn spawn(
             .msg
             .spawn(&commands, &[(PARENT_KEY.to_string(), parent)])
             .map_err(|e| Error::new(MPI_ERR_SPAWN, format!("spawning failed: {e}")))?;
-        let kvs = match (s.kvsname, s.universe_base) {
-            (Some(k), Some(_)) => k,
+        let (kvs, base) = match (s.kvsname, s.universe_base) {
+            (Some(k), Some(b)) => (k, b),
             // (The new job says it once up.)
             (None, Some(b)) => {
                 let look = |mpi: &mut Mpi| Ok(mpi.msg.job_at(b)?);
-                wait_for(inside, SPAWNED, START_LIMIT, |_| Ok(()), look)?
+                (wait_for(inside, SPAWNED, START_LIMIT, |_| Ok(()), look)?, b)
             }
             _ => return Err(Error::new(MPI_ERR_SPAWN, UNSAID)),
         };
-        Ok(format!("{kvs} {} {n}", s.universe_base.unwrap_or(0)))
+        Ok(format!("{kvs} {base} {n}"))
     });
     let text = share_outcome(inside, mine, (root, comm), 512, MPI_ERR_SPAWN)?;
     let fields: Vec<&str> = text.split(' ').collect();
