@@ -34,7 +34,7 @@ pub(super) const BASE_KEY: &str = "rbtl_universe_base";
 const CLAIMS_MAX: u32 = 1 << 16;
 
 /// How the jobs of the launcher under `pmi` meet, or why they cannot.
-pub(super) fn meeting(pmi: &PmiModex) -> Result<Meeting> {
+fn meeting(pmi: &PmiModex) -> Result<Meeting> {
     if pmi.client_ref().joins_jobs() {
         return Ok(Meeting::Kvs);
     }
