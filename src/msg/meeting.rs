@@ -148,36 +148,132 @@ impl Comm {
     /// service: the first of them.
     fn claim_numbers(&mut self, n: u32) -> Result<u32> {
         // Only this process's first job exists before the first claim.
-        let mut start = self.universe_base()? + self.job.size;
-        let client = self.pmi()?.client();
-        for k in 1..=CLAIMS_MAX {
-            let name = format!("rbtl-universe-{k}");
-            if let Some(end) = client.lookup_name(&name)? {
-                start = end.parse().map_err(|_| {
-                    Error::BadParameter(format!("the claimed numbers {name} = {end:?}"))
-                })?;
-                continue;
+        let first_free = self.universe_base()? + self.job.size;
+        claim(self.pmi()?.client(), first_free, n)
+    }
+}
+
+/// The name service as claims use it.
+trait Names {
+    fn lookup(&mut self, name: &str) -> Result<Option<String>>;
+    fn publish(&mut self, name: &str, value: &str) -> Result<()>;
+}
+
+impl Names for crate::pmi::Client {
+    fn lookup(&mut self, name: &str) -> Result<Option<String>> {
+        Ok(self.lookup_name(name)?)
+    }
+
+    fn publish(&mut self, name: &str, value: &str) -> Result<()> {
+        Ok(self.publish_name(name, value)?)
+    }
+}
+
+/// Claim `n` numbers in `names`, after every number claimed before (and at least
+/// from `first_free`): the first of them. Claim `k` (`rbtl-universe-<k>`) holds the
+/// end of its numbers; claims are taken in turn, each by one process only.
+fn claim(names: &mut impl Names, first_free: u32, n: u32) -> Result<u32> {
+    let mut start = first_free;
+    let end_of = |name: &str, end: String| {
+        end.parse::<u32>()
+            .map_err(|_| Error::BadParameter(format!("the claimed numbers {name} = {end:?}")))
+    };
+    for k in 1..=CLAIMS_MAX {
+        let name = format!("rbtl-universe-{k}");
+        if let Some(end) = names.lookup(&name)? {
+            start = start.max(end_of(&name, end)?);
+            continue;
+        }
+        let end = start
+            .checked_add(n)
+            .filter(|&e| e <= super::bridge::UNIVERSE_MAX)
+            .ok_or_else(|| {
+                Error::BadParameter(format!(
+                    "{n} more processes would number past {}, the most the jobs that \
+                     meet may hold",
+                    super::bridge::UNIVERSE_MAX
+                ))
+            })?;
+        match names.publish(&name, &end.to_string()) {
+            Ok(()) => return Ok(start),
+            // Another process claimed turn `k` first: its end is read, or the
+            // refusal was for another reason.
+            Err(e) => match names.lookup(&name)? {
+                Some(end) => start = start.max(end_of(&name, end)?),
+                None => return Err(e),
+            },
+        }
+    }
+    Err(Error::BadParameter(format!(
+        "{CLAIMS_MAX} jobs claimed numbers before this one"
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// A name service in memory, where a rival claims the next turn just before
+    /// `rival_at` publishes it, and that refuses everything once `broken`.
+    #[derive(Default)]
+    struct Service {
+        names: BTreeMap<String, String>,
+        rival: Option<(u32, u32)>,
+        broken: bool,
+    }
+
+    impl Names for Service {
+        fn lookup(&mut self, name: &str) -> Result<Option<String>> {
+            Ok(self.names.get(name).cloned())
+        }
+
+        fn publish(&mut self, name: &str, value: &str) -> Result<()> {
+            if self.broken {
+                return Err(Error::BadParameter("the service is down".into()));
             }
-            let end = start
-                .checked_add(n)
-                .filter(|&e| e <= super::bridge::UNIVERSE_MAX)
-                .ok_or_else(|| {
-                    Error::BadParameter(format!(
-                        "{n} more processes would number past {}, the most the jobs \
-                         that meet may hold",
-                        super::bridge::UNIVERSE_MAX
-                    ))
-                })?;
-            // Another process may claim turn `k` first: then its end is read.
-            if client.publish_name(&name, &end.to_string()).is_ok() {
-                return Ok(start);
+            if let Some((start, n)) = self.rival.take() {
+                // (The rival read the same claims and got there first.)
+                self.names.insert(name.into(), (start + n).to_string());
             }
-            if let Some(end) = client.lookup_name(&name)? {
-                start = end.parse().unwrap_or(start);
+            match self.names.contains_key(name) {
+                true => Err(Error::BadParameter(format!("{name} is taken"))),
+                false => {
+                    self.names.insert(name.into(), value.into());
+                    Ok(())
+                }
             }
         }
-        Err(Error::BadParameter(format!(
-            "{CLAIMS_MAX} jobs claimed numbers before this one"
-        )))
+    }
+
+    #[test]
+    fn claims_follow_each_other_and_lose_no_number_to_a_rival() {
+        let mut s = Service::default();
+        // The first job holds 0-3; its spawns follow.
+        assert_eq!(claim(&mut s, 4, 2).unwrap(), 4);
+        assert_eq!(claim(&mut s, 4, 3).unwrap(), 6);
+        // A spawned job's process claims after every claim, whatever it knows.
+        assert_eq!(claim(&mut s, 6, 1).unwrap(), 9);
+        // A rival takes the next turn first (numbers 10-14): this claim takes the
+        // turn after, from 15.
+        s.rival = Some((10, 5));
+        assert_eq!(claim(&mut s, 4, 2).unwrap(), 15);
+        assert_eq!(s.names["rbtl-universe-4"], "15");
+        assert_eq!(s.names["rbtl-universe-5"], "17");
+    }
+
+    #[test]
+    fn a_claim_past_the_numbers_or_refused_or_unreadable_fails() {
+        let mut s = Service::default();
+        let too_many = claim(&mut s, 4, super::super::bridge::UNIVERSE_MAX);
+        assert!(matches!(too_many, Err(Error::BadParameter(m)) if m.contains("number past")));
+        s.broken = true;
+        let refused = claim(&mut s, 4, 2);
+        assert!(matches!(refused, Err(Error::BadParameter(m)) if m.contains("down")));
+        assert!(s.names.is_empty(), "a refused claim left {:?}", s.names);
+        s.broken = false;
+        s.names.insert("rbtl-universe-1".into(), "many".into());
+        let unreadable = claim(&mut s, 4, 2);
+        assert!(matches!(unreadable, Err(Error::BadParameter(m)) if m.contains("\"many\"")));
     }
 }
