@@ -8,11 +8,12 @@
  * and broadcast on the merged communicator; both roots join (MPI_Comm_join, where
  * they share a node), and all disconnect; then meet again through a port the
  * parents' root opened (accept and connect between the two jobs, traffic both
- * ways). Then the parents' root alone spawns two more ("late",
- * below), which both worlds meet through MPI_Intercomm_create, then through a port
- * between groups of both jobs, and which spawn one more together. The first children then wait until every parent
- * has exited and still talk among themselves: a parent leaving is no failure of
- * theirs. The children report as "spawn-child", "spawn-late" and "spawn-grand".
+ * ways). Then the parents' root alone spawns two more ("late", below), which both
+ * worlds meet through MPI_Intercomm_create, then through a port between groups of
+ * both jobs, and which spawn one more together. The first children then wait until
+ * every parent has exited and still talk among themselves: a parent leaving is no
+ * failure of theirs. The children report as "spawn-child", "spawn-late" and
+ * "spawn-grand".
  *
  * With the argument "unjoined" (under a launcher whose jobs cannot meet, as
  * Slurm's): the spawn fails on every rank, at once, and nothing is started (a child
