@@ -350,6 +350,18 @@ impl Ranks {
         events: &Sender<Event>,
         output_done: &Sender<()>,
     ) -> Result<(String, u32), String> {
+        // (Before anything is started: a host elsewhere refuses the whole spawn.)
+        for s in &request.segments {
+            if let Some((_, host)) = s.command.info.iter().find(|(k, _)| k == "host") {
+                let here = crate::pmi::host_name();
+                if host != &here && host != "localhost" {
+                    return Err(format!(
+                        "the info key host = {host}: this launcher starts processes on \
+                         this node only ({here})"
+                    ));
+                }
+            }
+        }
         let base = self.ranks.len() as u32;
         let appnums = server::appnums(request.segments.iter().map(|s| s.command.nprocs));
         let size = u32::try_from(appnums.len()).map_err(|_| "too many processes".to_string())?;

@@ -46,8 +46,8 @@ pub struct SpawnCommand {
     /// How many processes run it.
     pub nprocs: u32,
     /// The standard's keys of its info (MPI 4.1, 11.8.4) as the launcher takes them:
-    /// `wdir` (the folder it runs in) and `path` (folders, `:` between them, where
-    /// its program is looked for first).
+    /// `wdir` (the folder it runs in), `path` (folders, `:` between them, where its
+    /// program is looked for first) and `host` (the node it runs on).
     pub info: Vec<(String, String)>,
 }
 

@@ -382,11 +382,12 @@ unsafe fn spawn_into(
     Ok(())
 }
 
-/// The keys of spawn info `info` that the launcher takes (MPI 4.1, 11.8.4): `wdir`
-/// and `path`; the others are hints it does without.
+/// The keys of spawn info `info` that the launcher takes (MPI 4.1, 11.8.4): `wdir`,
+/// `path` and `host` (the node the processes run on: hydra places them there,
+/// `rbtlrun` refuses another than its own); the others are hints it does without.
 fn launcher_info(mpi: &Mpi, info: Handle) -> Result<Vec<(String, String)>> {
     let mut out = Vec::new();
-    for key in ["wdir", "path"] {
+    for key in ["wdir", "path", "host"] {
         if let Some(v) = mpi.value_of(info, key)? {
             out.push((key.to_string(), v));
         }

@@ -476,7 +476,9 @@ fn errors() {
 }
 
 /// Parents at 1 and 2 ranks spawn two children, then their first rank two more,
-/// then all of those and the parents one: every parent and child reports.
+/// then all of those and the parents one: every parent and child reports. A child
+/// asked on this node (the info key `host`) runs there; one asked elsewhere is
+/// refused on every rank.
 #[test]
 fn spawn() {
     let exe = build("spawn");
@@ -484,6 +486,14 @@ fn spawn() {
         let o = run_passing(&exe, "spawn", parents, &[], &[]);
         assert_children_passed(&o, &format!("spawn from {parents} ranks"));
     }
+    let o = run_passing(&exe, "spawn", 2, &["placed"], &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.lines().any(|l| l == "PASS spawn-placed rank 0/1"),
+        "the child placed on this node did not report\n{}",
+        report(&o)
+    );
+    run_passing(&exe, "spawn", 2, &["misplaced", "elsewhere.invalid"], &[]);
 }
 
 /// Every process that the program `spawn` started (the job `o`, `shown`) reported

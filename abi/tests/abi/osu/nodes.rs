@@ -87,7 +87,7 @@ impl Launcher {
 /// iterations of the largest size had to move between the nodes. Then `shared.c`,
 /// two ranks on each node, `rma.c held-lock`, one, and `ports.c`, two: every rank
 /// passes, as does `coll.c`, two on each node, and `spawn.c`, one on each (its
-/// children too under hydra; refused under Slurm).
+/// children too under hydra, and one placed on node 2; refused under Slurm).
 fn across_two_nodes(launcher: Launcher) {
     let slurm = matches!(launcher, Launcher::Slurm);
     let _turn = turn();
@@ -184,11 +184,23 @@ fn across_two_nodes(launcher: Launcher) {
     // Dynamic processes, one parent on each node: under hydra the jobs meet in its
     // name service, wherever it starts the children; Slurm's job steps cannot meet,
     // and the spawn is refused at once on every rank.
+    // A child asked on node 2 (the info key `host`) runs there.
     match launcher {
         Launcher::Hydra => {
             if let Some(o) = program("spawn", 2, &[], &[]) {
                 let shown = "spawn across two nodes under hydra";
                 crate::programs::assert_children_passed(&o, shown);
+            }
+            let placed = program("spawn", 2, &[], &["placed", "rbtl-n2"]);
+            if let Some(o) = placed.filter(|o| {
+                !String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .any(|l| l == "PASS spawn-placed rank 0/1")
+            }) {
+                failed.push(format!(
+                    "the child placed on rbtl-n2 did not report\n{}",
+                    report(&o)
+                ));
             }
         }
         Launcher::Slurm => drop(program("spawn", 2, &[], &["unjoined"])),
@@ -198,7 +210,7 @@ fn across_two_nodes(launcher: Launcher) {
         failed.is_empty(),
         "{} of {} runs failed across nodes:\n\n{}",
         failed.len(),
-        runs.len() + 5,
+        runs.len() + 6,
         failed.join("\n\n")
     );
 }

@@ -17,7 +17,10 @@
  *
  * With the argument "unjoined" (under a launcher whose jobs cannot meet, as
  * Slurm's): the spawn fails on every rank, at once, and nothing is started (a child
- * would report and fail). */
+ * would report and fail). With "placed [HOST]": one child, on HOST (the info key
+ * "host"; rank 0's own node without), which tells the parents its node
+ * ("spawn-placed"). With "misplaced HOST" (a node the launcher cannot start on): the
+ * spawn fails on every rank, naming the key. */
 #include "check.h"
 
 #include <arpa/inet.h>
@@ -249,6 +252,40 @@ int main(int argc, char **argv) {
                             MPI_ERRCODES_IGNORE);
     EXPECT_ERR(rc, MPI_ERR_SPAWN, "rbtlrun");
     CHECK(MPI_Wtime() - t0 < 30, "the refusal took %.1f s", MPI_Wtime() - t0);
+    return finish();
+  }
+  if (parent == MPI_COMM_NULL && argc >= 2 && strstr(argv[1], "placed")) {
+    char host[MPI_MAX_PROCESSOR_NAME] = "", there[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0;
+    OK(MPI_Get_processor_name(host, &len));
+    OK(MPI_Bcast(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, MPI_COMM_WORLD));
+    if (argc == 3)
+      snprintf(host, sizeof host, "%s", argv[2]);
+    MPI_Info where;
+    OK(MPI_Info_create(&where));
+    OK(MPI_Info_set(where, "host", host));
+    char *args[] = {"report", NULL};
+    errors_return(MPI_COMM_WORLD, 1);
+    int rc = MPI_Comm_spawn(argv[0], args, 1, where, 0, MPI_COMM_WORLD, &inter,
+                            MPI_ERRCODES_IGNORE);
+    OK(MPI_Info_free(&where));
+    if (strcmp(argv[1], "misplaced") == 0) {
+      EXPECT_ERR(rc, MPI_ERR_SPAWN, "host");
+      return finish();
+    }
+    OK(rc);
+    OK(MPI_Bcast(there, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, inter));
+    CHECK(strcmp(there, host) == 0, "the child asked on %s runs on %s", host, there);
+    OK(MPI_Comm_disconnect(&inter));
+    return finish();
+  }
+  if (parent != MPI_COMM_NULL && argc == 2 && strcmp(argv[1], "report") == 0) {
+    check_program = "spawn-placed";
+    char here[MPI_MAX_PROCESSOR_NAME] = "";
+    int len = 0;
+    OK(MPI_Get_processor_name(here, &len));
+    OK(MPI_Bcast(here, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_ROOT, parent));
+    OK(MPI_Comm_disconnect(&parent));
     return finish();
   }
   if (parent == MPI_COMM_NULL) {
