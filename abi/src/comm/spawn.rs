@@ -77,6 +77,8 @@ fn wait_for(
     mut look: impl FnMut(&mut Mpi) -> Result<Option<String>>,
 ) -> Result<String> {
     let start = Instant::now();
+    // (Short naps first: the word often comes within a few milliseconds.)
+    let mut nap = NAP_MAX / 16;
     loop {
         if let Some(v) = look(inside.state())? {
             return Ok(v);
@@ -88,15 +90,24 @@ fn wait_for(
                 format!("{missing} within {} s", limit.as_secs_f64()),
             ));
         }
-        pause(inside);
+        pause_for(inside, nap);
+        nap = (nap * 2).min(NAP_MAX);
     }
 }
 
+/// The longest nap between two looks for another process's word.
+const NAP_MAX: Duration = Duration::from_millis(2);
+
 /// Between two looks for another process's word: progress, others' calls, a nap.
 pub(super) fn pause(inside: &mut impl Inside) {
+    pause_for(inside, NAP_MAX);
+}
+
+/// As [`pause`], with a nap of `nap`.
+fn pause_for(inside: &mut impl Inside, nap: Duration) {
     inside.state().progress();
     inside.turn();
-    std::thread::sleep(Duration::from_millis(2));
+    std::thread::sleep(nap);
 }
 
 /// The outcome of a step taken at `root` alone (`mine`, `Some` there), in `room`
