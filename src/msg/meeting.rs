@@ -147,7 +147,7 @@ impl Comm {
     /// `n` numbers for a new job, after every number claimed before, in the name
     /// service: the first of them.
     fn claim_numbers(&mut self, n: u32) -> Result<u32> {
-        // Only this process's first job exists before the first claim.
+        // (The first job holds the numbers from 0 unclaimed; every other, a claim.)
         let first_free = self.universe_base()? + self.job.size;
         claim(self.pmi()?.client(), first_free, n)
     }
