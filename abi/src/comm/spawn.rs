@@ -40,6 +40,9 @@ const SPAWNED: (c_int, &str) = (MPI_ERR_SPAWN, "the spawned processes did not co
 /// are.
 const UNSAID: &str =
     "spawning failed: the process manager does not say where the new processes are";
+/// The spawn's outcome where the new job names its key-value space itself, once up
+/// (no key-value space is named so).
+const UNNAMED: &str = "-";
 /// How long one side waits for the other to come up.
 pub(super) const START_LIMIT: Duration = Duration::from_secs(120);
 
@@ -219,11 +222,8 @@ fn spawn(
             .map_err(|e| Error::new(MPI_ERR_SPAWN, format!("spawning failed: {e}")))?;
         let (kvs, base) = match (s.kvsname, s.universe_base) {
             (Some(k), Some(b)) => (k, b),
-            // (The new job says it once up.)
-            (None, Some(b)) => {
-                let look = |mpi: &mut Mpi| Ok(mpi.msg.job_at(b)?);
-                (wait_for(inside, SPAWNED, START_LIMIT, |_| Ok(()), look)?, b)
-            }
+            // (The new job says it once up: every parent waits for that.)
+            (None, Some(b)) => (UNNAMED.to_string(), b),
             _ => return Err(Error::new(MPI_ERR_SPAWN, UNSAID)),
         };
         Ok(format!("{kvs} {base} {n}"))
@@ -236,11 +236,17 @@ fn spawn(
             format!("the spawn's outcome {text:?} is malformed"),
         ));
     };
-    let child_kvs = child_kvs.to_string();
     let (child_base, n) = (
         child_base.parse::<u32>().unwrap_or(0),
         n.parse::<u32>().unwrap_or(0),
     );
+    let child_kvs = match child_kvs {
+        UNNAMED => {
+            let look = |mpi: &mut Mpi| Ok(mpi.msg.job_at(child_base)?);
+            wait_for(inside, SPAWNED, START_LIMIT, |_| Ok(()), look)?
+        }
+        named => named.to_string(),
+    };
     wait_for_key(inside, (&child_kvs, CHILDREN_READY), SPAWNED)?;
     let children =
         inside
