@@ -75,7 +75,7 @@ impl PmiModex {
     }
 
     /// The PMI client, to look at.
-    pub fn client_ref(&self) -> &Client {
+    pub(crate) fn client_ref(&self) -> &Client {
         self.client
             .as_ref()
             .expect("the client is only taken by finalize")

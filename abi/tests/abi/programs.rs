@@ -487,19 +487,27 @@ fn spawn() {
         assert_children_passed(&o, &format!("spawn from {parents} ranks"));
     }
     let o = run_passing(&exe, "spawn", 2, &["placed"], &[]);
-    let out = String::from_utf8_lossy(&o.stdout);
     assert!(
-        out.lines().any(|l| l == "PASS spawn-placed rank 0/1"),
+        printed(&o, PLACED_PASSED),
         "the child placed on this node did not report\n{}",
         report(&o)
     );
     run_passing(&exe, "spawn", 2, &["misplaced", "elsewhere.invalid"], &[]);
 }
 
+/// What the child of `spawn placed` prints once it ran where it was asked to.
+pub(crate) const PLACED_PASSED: &str = "PASS spawn-placed rank 0/1";
+
+/// Whether the job `o` printed `line`, whole, on its standard output.
+pub(crate) fn printed(o: &Output, line: &str) -> bool {
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .any(|l| l == line)
+}
+
 /// Every process that the program `spawn` started (the job `o`, `shown`) reported
 /// success.
 pub(crate) fn assert_children_passed(o: &Output, shown: &str) {
-    let out = String::from_utf8_lossy(&o.stdout);
     let children = [
         ("child", 0, 2),
         ("child", 1, 2),
@@ -510,7 +518,7 @@ pub(crate) fn assert_children_passed(o: &Output, shown: &str) {
     for (who, c, n) in children {
         let line = format!("PASS spawn-{who} rank {c}/{n}");
         assert!(
-            out.lines().any(|l| l == line),
+            printed(o, &line),
             "{shown}: {who} {c} did not report success\n{}",
             report(o)
         );

@@ -192,11 +192,8 @@ fn across_two_nodes(launcher: Launcher) {
                 crate::programs::assert_children_passed(&o, shown);
             }
             let placed = program("spawn", 2, &[], &["placed", "rbtl-n2"]);
-            if let Some(o) = placed.filter(|o| {
-                !String::from_utf8_lossy(&o.stdout)
-                    .lines()
-                    .any(|l| l == "PASS spawn-placed rank 0/1")
-            }) {
+            let reported = |o: &_| crate::programs::printed(o, crate::programs::PLACED_PASSED);
+            if let Some(o) = placed.filter(|o| !reported(o)) {
                 failed.push(format!(
                     "the child placed on rbtl-n2 did not report\n{}",
                     report(&o)
