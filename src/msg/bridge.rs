@@ -19,7 +19,9 @@ use rbtl_btl::{Modex, Proc};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// The most processes a launcher's universe may hold (the bridge's rank space).
+/// The most processes the jobs that meet may number where a launcher or claims
+/// number them in turn (Slurm's job steps are numbered apart, each from its step
+/// number times [`super::meeting::STEP_SPAN`]).
 pub const UNIVERSE_MAX: u32 = 1 << 16;
 
 /// A job the bridge reaches: its key-value space and where its ranks start.
@@ -69,11 +71,11 @@ impl Modex for BridgeModex<'_> {
     }
 
     fn size(&self) -> u32 {
-        UNIVERSE_MAX
+        u32::MAX
     }
 
     fn publish(&mut self, key: &str, value: &[u8]) -> rbtl_btl::Result<()> {
-        if self.meeting == Meeting::Names {
+        if self.meeting != Meeting::Kvs {
             let name = process_name(self.me, key);
             return self
                 .pmi
@@ -89,7 +91,7 @@ impl Modex for BridgeModex<'_> {
     }
 
     fn lookup(&mut self, rank: u32, key: &str) -> rbtl_btl::Result<Option<Vec<u8>>> {
-        if self.meeting == Meeting::Names {
+        if self.meeting != Meeting::Kvs {
             return lookup_named(self.pmi, rank, key);
         }
         let job = self
@@ -144,10 +146,14 @@ impl Comm {
 
     /// Which executable of a multi-executable launch (or spawn) this process runs:
     /// 0 for the first or only one, or without a launcher; `None` where the
-    /// launcher does not number them.
+    /// launcher does not number them (but for a spawn's processes, which know the
+    /// commands' counts from their parents).
     pub fn appnum(&mut self) -> Result<Option<u32>> {
         match self.pmi() {
-            Ok(p) => Ok(p.client().appnum()?),
+            Ok(p) => match p.client().appnum()? {
+                Some(n) => Ok(Some(n)),
+                None => self.spawned_appnum(),
+            },
             Err(_) => Ok(Some(0)),
         }
     }
@@ -193,7 +199,7 @@ impl Comm {
             meeting,
         };
         // (In a key-value space, the job's own modex has it.)
-        if meeting == Meeting::Names {
+        if meeting != Meeting::Kvs {
             modex.publish(NODE_KEY, node.as_bytes())?;
         }
         let module = rbtl_tcp::TcpComponent::open(&config, &mut modex)?.ok_or_else(|| {
@@ -274,7 +280,7 @@ impl Comm {
             let pmi = self.pmi()?;
             let node = match meeting {
                 Meeting::Kvs => pmi.lookup_in(Some(kvsname), r, NODE_KEY)?,
-                Meeting::Names => lookup_named(pmi, base + r, NODE_KEY)?,
+                Meeting::Names | Meeting::Steps => lookup_named(pmi, base + r, NODE_KEY)?,
             };
             nodes.push(String::from_utf8_lossy(&node.unwrap_or_default()).into_owned());
         }

@@ -128,6 +128,13 @@ pub enum Error {
     /// A window used with a communicator other than the one that made it.
     #[error("this window belongs to another communicator")]
     WrongComm,
+    /// Slurm did not start a spawn's job step within the PMI time limit.
+    #[error(
+        "{0} (Slurm starts a spawn as a job step, which waits for free processors in \
+         the job's allocation, or shares the processors of the steps running where the \
+         first srun runs with --overlap or SLURM_OVERLAP=1)"
+    )]
+    StepWaiting(#[source] crate::pmi::Error),
 }
 
 impl Error {

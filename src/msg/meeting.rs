@@ -9,8 +9,15 @@
 //! ([`Meeting::Names`]): each word is a published name, and the jobs number their
 //! processes themselves, a spawned job after those before it, by claiming its
 //! numbers in that name service (`rbtl-universe-<k>`, taken in turn: only one
-//! process can publish a name). Slurm keeps the names of each job step apart and
-//! lets no step read another's key-value space: its jobs cannot meet.
+//! process can publish a name). Slurm's `pmi2` plugin keeps one name service for a
+//! job step and the steps it spawns too, but a name published again is replaced,
+//! not refused: no claim can be taken in turn there. Its steps are numbered apart
+//! by Slurm itself ([`Meeting::Steps`]): a step's processes from its step number
+//! times [`STEP_SPAN`].
+//!
+//! Where the parents cannot learn the new job's key-value space (or, under Slurm,
+//! its numbers) from the launcher, the new job's rank 0 publishes both under the
+//! token the spawning root left it ([`Comm::announce_job`]).
 
 use super::{Comm, Error, Result};
 use crate::pmi::{PmiModex, SpawnCommand, Spawned};
@@ -20,13 +27,26 @@ use crate::pmi::{PmiModex, SpawnCommand, Spawned};
 pub(super) enum Meeting {
     /// In each other's key-value spaces.
     Kvs,
-    /// In the launcher's name service.
+    /// In the launcher's name service, numbered by claims in it.
     Names,
+    /// In the name service of Slurm's `pmi2` plugin, numbered by job step.
+    Steps,
 }
 
 /// The variable hydra sets for every process it starts (the count of its job's
 /// processes on the node), which Slurm's `srun` does not.
 const HYDRA_MARK: &str = "MPI_LOCALNRANKS";
+/// The variable Slurm sets for every process of a job step: the step's number.
+const STEP_MARK: &str = "SLURM_STEP_ID";
+/// The most processes of a Slurm job step that meets others, and the numbers
+/// between the first processes of two steps.
+pub(super) const STEP_SPAN: u32 = 1 << 16;
+/// The key under which the spawning root leaves the new job the token it announces
+/// itself under.
+const TOKEN_KEY: &str = "rbtl_spawn_token";
+/// The key under which the spawning root leaves the new job the process count of
+/// each of its commands, in order (`2,1`), where the launcher may not number them.
+const COUNTS_KEY: &str = "rbtl_spawn_counts";
 /// The key under which a launcher, or the parents, tell a spawned job where its
 /// ranks start in the numbering of every process of the jobs that meet.
 pub(super) const BASE_KEY: &str = "rbtl_universe_base";
@@ -41,14 +61,32 @@ fn meeting(pmi: &PmiModex) -> Result<Meeting> {
     if std::env::var_os(HYDRA_MARK).is_some() {
         return Ok(Meeting::Names);
     }
+    if std::env::var_os(STEP_MARK).is_some() {
+        return Ok(Meeting::Steps);
+    }
     Err(crate::pmi::Error::NotOffered {
         what: "a meeting of two jobs",
         why: "the launcher neither says that it joins the jobs it starts (rbtlrun) nor \
-              is hydra, whose name service serves every job of an mpiexec (Slurm keeps \
-              each job step's names apart)"
+              is hydra or Slurm, whose name services serve the jobs they start"
             .into(),
     }
     .into())
+}
+
+/// Where this Slurm job step's processes start in the numbering of the steps that
+/// meet.
+fn step_base() -> Result<u32> {
+    let text = std::env::var(STEP_MARK).unwrap_or_default();
+    text.trim()
+        .parse::<u32>()
+        .ok()
+        .and_then(|step| step.checked_mul(STEP_SPAN))
+        .ok_or_else(|| {
+            Error::BadParameter(format!(
+                "{STEP_MARK}={text:?} is not a job step this library can number (0 to {})",
+                u32::MAX / STEP_SPAN
+            ))
+        })
 }
 
 /// The name of the word `key` for job `kvs` in the name service.
@@ -61,10 +99,18 @@ pub(super) fn process_name(rank: u32, key: &str) -> String {
     format!("rbtl-u{rank}-{key}")
 }
 
-/// The name under which a spawned job whose numbers start at `base` says its
-/// key-value space.
-fn job_name(base: u32) -> String {
-    format!("rbtl-job-{base}")
+/// The name under which a spawned job left `token` says its key-value space and
+/// numbers.
+fn job_name(token: &str) -> String {
+    format!("rbtl-job-{token}")
+}
+
+/// A token for this process's next spawn, unique among the jobs that meet: its
+/// number in them and a count.
+fn next_token(me: u32) -> String {
+    static SPAWNS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let count = SPAWNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{me}.{count}")
 }
 
 impl Comm {
@@ -79,7 +125,7 @@ impl Comm {
         let client = self.pmi()?.client();
         Ok(match meeting {
             Meeting::Kvs => client.get_in(kvs, key)?,
-            Meeting::Names => client.lookup_name(&word_name(kvs, key))?,
+            Meeting::Names | Meeting::Steps => client.lookup_name(&word_name(kvs, key))?,
         })
     }
 
@@ -89,7 +135,7 @@ impl Comm {
         let client = self.pmi()?.client();
         match meeting {
             Meeting::Kvs => client.put_in(kvs, key, value)?,
-            Meeting::Names => client.publish_name(&word_name(kvs, key), value)?,
+            Meeting::Names | Meeting::Steps => client.publish_name(&word_name(kvs, key), value)?,
         }
         Ok(())
     }
@@ -102,46 +148,106 @@ impl Comm {
 
     /// Where this job's ranks start in the numbering of the jobs that meet.
     pub fn universe_base(&mut self) -> Result<u32> {
+        if let Ok(Meeting::Steps) = self.meeting() {
+            if self.size > STEP_SPAN {
+                return Err(Error::BadParameter(format!(
+                    "a Slurm job step of {} processes meets no other: at most {STEP_SPAN}",
+                    self.size
+                )));
+            }
+            return step_base();
+        }
         let text = self.preput(BASE_KEY)?;
         Ok(text.and_then(|t| t.parse().ok()).unwrap_or(0))
     }
 
     /// Ask the launcher to start `commands` as a new job whose key-value space holds
-    /// `preput`. Where the launcher does not say the new job's key-value space, it
-    /// says it itself once up ([`Comm::announce_job`], [`Comm::job_at`]).
+    /// `preput`. Where the launcher does not say the new job's key-value space or
+    /// numbers, the new job says them itself once up, under the token returned
+    /// ([`Comm::announce_job`], [`Comm::job_at`]).
     pub fn spawn(
         &mut self,
         commands: &[SpawnCommand],
         preput: &[(String, String)],
     ) -> Result<Spawned> {
-        match self.meeting()? {
-            Meeting::Kvs => Ok(self.pmi()?.client().spawn(commands, preput)?),
-            Meeting::Names => {
-                let n = commands.iter().map(|c| c.nprocs).sum::<u32>();
-                let base = self.claim_numbers(n)?;
-                let mut preput = preput.to_vec();
-                preput.push((BASE_KEY.to_string(), base.to_string()));
-                let mut s = self.pmi()?.client().spawn(commands, &preput)?;
-                s.universe_base.get_or_insert(base);
-                Ok(s)
+        let meeting = self.meeting()?;
+        if meeting == Meeting::Kvs {
+            return Ok(self.pmi()?.client().spawn(commands, preput)?);
+        }
+        let token = next_token(self.universe_base()? + self.rank);
+        let counts: Vec<String> = commands.iter().map(|c| c.nprocs.to_string()).collect();
+        let mut preput = preput.to_vec();
+        preput.push((TOKEN_KEY.to_string(), token.clone()));
+        preput.push((COUNTS_KEY.to_string(), counts.join(",")));
+        if meeting == Meeting::Names {
+            let n = commands.iter().map(|c| c.nprocs).sum::<u32>();
+            let base = self.claim_numbers(n)?;
+            preput.push((BASE_KEY.to_string(), base.to_string()));
+        }
+        let mut s = match self.pmi()?.client().spawn(commands, &preput) {
+            Err(e @ crate::pmi::Error::Timeout { .. }) if meeting == Meeting::Steps => {
+                return Err(Error::StepWaiting(e))
+            }
+            spawned => spawned?,
+        };
+        s.announced_as = Some(token);
+        Ok(s)
+    }
+
+    /// In a spawned job whose launcher does not number its commands (Slurm): which
+    /// command of the spawn this process runs, from the counts its parents left.
+    pub(super) fn spawned_appnum(&mut self) -> Result<Option<u32>> {
+        let Some(text) = self.preput(COUNTS_KEY)? else {
+            return Ok(None);
+        };
+        let mut end = 0u32;
+        for (i, count) in text.split(',').enumerate() {
+            let count = count.parse::<u32>().map_err(|_| {
+                Error::BadParameter(format!("the spawn's counts {COUNTS_KEY} = {text:?}"))
+            })?;
+            end = end.saturating_add(count);
+            if self.rank < end {
+                return Ok(Some(i as u32));
             }
         }
+        Ok(None)
     }
 
     /// In a spawned job, at its rank 0 once every rank's bridge is published: say
-    /// the job's key-value space where its parents could not learn it.
+    /// the job's key-value space and numbers where its parents could not learn them.
     pub fn announce_job(&mut self) -> Result<()> {
         if self.meeting()? == Meeting::Kvs {
             return Ok(());
         }
+        let Some(token) = self.preput(TOKEN_KEY)? else {
+            return Err(Error::BadParameter(format!(
+                "the spawned job was left no {TOKEN_KEY} to say itself under"
+            )));
+        };
         let (base, kvs) = (self.universe_base()?, self.kvsname()?);
-        Ok(self.pmi()?.client().publish_name(&job_name(base), &kvs)?)
+        let name = job_name(&token);
+        Ok(self
+            .pmi()?
+            .client()
+            .publish_name(&name, &format!("{base}/{kvs}"))?)
     }
 
-    /// The key-value space of the spawned job whose numbers start at `base`, once
-    /// it has said it ([`Comm::announce_job`]).
-    pub fn job_at(&mut self, base: u32) -> Result<Option<String>> {
-        Ok(self.pmi()?.client().lookup_name(&job_name(base))?)
+    /// The key-value space of the spawned job left `token`, and where its numbers
+    /// start, once it has said them ([`Comm::announce_job`]).
+    pub fn job_at(&mut self, token: &str) -> Result<Option<(String, u32)>> {
+        let name = job_name(token);
+        let Some(text) = self.pmi()?.client().lookup_name(&name)? else {
+            return Ok(None);
+        };
+        // (The number first: whatever the key-value space's name holds.)
+        let said = text
+            .split_once('/')
+            .and_then(|(base, kvs)| Some((kvs.to_string(), base.parse().ok()?)));
+        said.map(Some).ok_or_else(|| {
+            Error::BadParameter(format!(
+                "the spawned job's word {name} = {text:?} is malformed"
+            ))
+        })
     }
 
     /// `n` numbers for a new job, after every number claimed before, in the name

@@ -58,6 +58,9 @@ pub struct Spawned {
     pub kvsname: Option<String>,
     /// Where their ranks start in the launcher's numbering of every process.
     pub universe_base: Option<u32>,
+    /// Where neither is said by the launcher: the token the new job says them under
+    /// once up (set by [`crate::msg::Comm::spawn`]).
+    pub announced_as: Option<String>,
 }
 
 /// The lines of a spawn of `commands`, each started with pre-put pairs `preput`.
@@ -195,6 +198,7 @@ impl Client {
             Some(0) => Ok(Spawned {
                 kvsname: reply.get("remote_kvsname").map(str::to_string),
                 universe_base: reply.get("universe_base").and_then(|b| b.parse().ok()),
+                announced_as: None,
             }),
             rc => Err(Error::Refused {
                 request: "mcmd=spawn".into(),

@@ -40,8 +40,9 @@ const SPAWNED: (c_int, &str) = (MPI_ERR_SPAWN, "the spawned processes did not co
 /// are.
 const UNSAID: &str =
     "spawning failed: the process manager does not say where the new processes are";
-/// The spawn's outcome where the new job names its key-value space itself, once up
-/// (no key-value space is named so).
+/// The spawn's outcome where the new job says its key-value space and numbers
+/// itself, once up, under a token that stands in their place (no key-value space
+/// is named so).
 const UNNAMED: &str = "-";
 /// How long one side waits for the other to come up.
 pub(super) const START_LIMIT: Duration = Duration::from_secs(120);
@@ -72,13 +73,13 @@ pub(super) fn wait_for_key_while(
 }
 
 /// Wait until `look` finds a word, as [`wait_for_key_while`].
-fn wait_for(
+fn wait_for<T>(
     inside: &mut impl Inside,
     (class, missing): (c_int, &str),
     limit: Duration,
     mut still: impl FnMut(&mut Mpi) -> Result<()>,
-    mut look: impl FnMut(&mut Mpi) -> Result<Option<String>>,
-) -> Result<String> {
+    mut look: impl FnMut(&mut Mpi) -> Result<Option<T>>,
+) -> Result<T> {
     let start = Instant::now();
     // (Short naps first: the word often comes within a few milliseconds.)
     let mut nap = NAP_MAX / 16;
@@ -220,32 +221,35 @@ fn spawn(
             .msg
             .spawn(&commands, &[(PARENT_KEY.to_string(), parent)])
             .map_err(|e| Error::new(MPI_ERR_SPAWN, format!("spawning failed: {e}")))?;
-        let (kvs, base) = match (s.kvsname, s.universe_base) {
-            (Some(k), Some(b)) => (k, b),
-            // (The new job says it once up: every parent waits for that.)
-            (None, Some(b)) => (UNNAMED.to_string(), b),
+        let (kvs, base) = match (s.kvsname, s.universe_base, s.announced_as) {
+            (Some(k), Some(b), _) => (k, b.to_string()),
+            // (The new job says both once up: every parent waits for that.)
+            (_, _, Some(token)) => (UNNAMED.to_string(), token),
             _ => return Err(Error::new(MPI_ERR_SPAWN, UNSAID)),
         };
         Ok(format!("{kvs} {base} {n}"))
     });
     let text = share_outcome(inside, mine, (root, comm), 512, MPI_ERR_SPAWN)?;
-    let fields: Vec<&str> = text.split(' ').collect();
-    let [child_kvs, child_base, n] = fields[..] else {
-        return Err(Error::new(
+    let malformed = || {
+        Error::new(
             MPI_ERR_SPAWN,
             format!("the spawn's outcome {text:?} is malformed"),
-        ));
+        )
     };
-    let (child_base, n) = (
-        child_base.parse::<u32>().unwrap_or(0),
-        n.parse::<u32>().unwrap_or(0),
-    );
-    let child_kvs = match child_kvs {
+    let fields: Vec<&str> = text.split(' ').collect();
+    let [child_kvs, child_base, n] = fields[..] else {
+        return Err(malformed());
+    };
+    let n = n.parse::<u32>().map_err(|_| malformed())?;
+    let (child_kvs, child_base) = match child_kvs {
         UNNAMED => {
             let look = |mpi: &mut Mpi| Ok(mpi.msg.job_at(child_base)?);
             wait_for(inside, SPAWNED, START_LIMIT, |_| Ok(()), look)?
         }
-        named => named.to_string(),
+        named => (
+            named.to_string(),
+            child_base.parse::<u32>().map_err(|_| malformed())?,
+        ),
     };
     wait_for_key(inside, (&child_kvs, CHILDREN_READY), SPAWNED)?;
     let children =

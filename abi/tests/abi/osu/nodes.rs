@@ -87,7 +87,7 @@ impl Launcher {
 /// iterations of the largest size had to move between the nodes. Then `shared.c`,
 /// two ranks on each node, `rma.c held-lock`, one, and `ports.c`, two: every rank
 /// passes, as does `coll.c`, two on each node, and `spawn.c`, one on each (its
-/// children too under hydra, and one placed on node 2; refused under Slurm).
+/// children too, and one placed on node 2).
 fn across_two_nodes(launcher: Launcher) {
     let slurm = matches!(launcher, Launcher::Slurm);
     let _turn = turn();
@@ -181,26 +181,23 @@ fn across_two_nodes(launcher: Launcher) {
     // vector across the nodes (counts that do not divide by the members, from a send
     // buffer and in place).
     program("coll", 4, &[], &[]);
-    // Dynamic processes, one parent on each node: under hydra the jobs meet in its
-    // name service, wherever it starts the children; Slurm's job steps cannot meet,
-    // and the spawn is refused at once on every rank.
+    // Dynamic processes, one parent on each node: the jobs meet in the launcher's
+    // name service (under Slurm, the spawned job step shares the processors the
+    // first holds, `SLURM_OVERLAP`, and may hold more processes than the job has
+    // processors, `SLURM_OVERCOMMIT`: srun hands both to the step it starts).
     // A child asked on node 2 (the info key `host`) runs there.
-    match launcher {
-        Launcher::Hydra => {
-            if let Some(o) = program("spawn", 2, &[], &[]) {
-                let shown = "spawn across two nodes under hydra";
-                crate::programs::assert_children_passed(&o, shown);
-            }
-            let placed = program("spawn", 2, &[], &["placed", "rbtl-n2"]);
-            let reported = |o: &_| crate::programs::printed(o, crate::programs::PLACED_PASSED);
-            if let Some(o) = placed.filter(|o| !reported(o)) {
-                failed.push(format!(
-                    "the child placed on rbtl-n2 did not report\n{}",
-                    report(&o)
-                ));
-            }
-        }
-        Launcher::Slurm => drop(program("spawn", 2, &[], &["unjoined"])),
+    let overlap = [("SLURM_OVERLAP", "1"), ("SLURM_OVERCOMMIT", "1")];
+    if let Some(o) = program("spawn", 2, &overlap, &[]) {
+        let shown = format!("spawn across two nodes ({launcher:?})");
+        crate::programs::assert_children_passed(&o, &shown);
+    }
+    let placed = program("spawn", 2, &overlap, &["placed", "rbtl-n2"]);
+    let reported = |o: &_| crate::programs::printed(o, crate::programs::PLACED_PASSED);
+    if let Some(o) = placed.filter(|o| !reported(o)) {
+        failed.push(format!(
+            "the child placed on rbtl-n2 did not report\n{}",
+            report(&o)
+        ));
     }
     drop(nodes);
     assert!(

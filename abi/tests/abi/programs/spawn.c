@@ -15,9 +15,7 @@
  * failure of theirs. The children report as "spawn-child", "spawn-late" and
  * "spawn-grand".
  *
- * With the argument "unjoined" (under a launcher whose jobs cannot meet, as
- * Slurm's): the spawn fails on every rank, at once, and nothing is started (a child
- * would report and fail). With "placed [HOST]": one child, on HOST (the info key
+ * With the argument "placed [HOST]": one child, on HOST (the info key
  * "host"; rank 0's own node without), which tells the parents its node
  * ("spawn-placed"). With "misplaced HOST" (a node the launcher cannot start on): the
  * spawn fails on every rank, naming the key. */
@@ -244,16 +242,6 @@ int main(int argc, char **argv) {
   int parents = -1, pids[64];
   OK(MPI_Comm_get_parent(&parent));
   int flag = -1;
-  if (parent == MPI_COMM_NULL && argc == 2 && strcmp(argv[1], "unjoined") == 0) {
-    errors_return(MPI_COMM_WORLD, 1);
-    char *args[] = {"child", NULL};
-    double t0 = MPI_Wtime();
-    int rc = MPI_Comm_spawn(argv[0], args, 2, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &inter,
-                            MPI_ERRCODES_IGNORE);
-    EXPECT_ERR(rc, MPI_ERR_SPAWN, "rbtlrun");
-    CHECK(MPI_Wtime() - t0 < 30, "the refusal took %.1f s", MPI_Wtime() - t0);
-    return finish();
-  }
   if (parent == MPI_COMM_NULL && argc >= 2 && strstr(argv[1], "placed")) {
     char host[MPI_MAX_PROCESSOR_NAME] = "", there[MPI_MAX_PROCESSOR_NAME] = "";
     int len = 0;

@@ -24,6 +24,7 @@ use crate::wire::{Hello, Kind, Limits, VERSION};
 use crate::{Refused, Settings};
 use rbtl_btl::transport_kit::keytable::KeyTableView;
 use rbtl_btl::{Descriptor, Endpoint, Error, ModuleId, PeerFailure, Result};
+use std::collections::HashMap;
 use std::time::Instant;
 
 /// Connection attempts made again, per link, after the peer closed one before
@@ -45,7 +46,9 @@ pub struct Net {
     pub conns: Conns,
     /// Peers, by endpoint.
     pub peers: Vec<Peer>,
-    rank_ep: Vec<Option<usize>>,
+    /// Peer index by rank (a map: the ranks a module reaches may be few in a large
+    /// rank space).
+    rank_ep: HashMap<u32, usize>,
     /// Links on their way up, (peer, link), whose deadlines are watched.
     connecting: Vec<(usize, usize)>,
     /// Descriptors written whole, for the module to complete.
@@ -85,7 +88,7 @@ impl Net {
             acceptor,
             conns: Conns::default(),
             peers: Vec::new(),
-            rank_ep: vec![None; size as usize],
+            rank_ep: HashMap::new(),
             connecting: Vec::new(),
             written: Vec::new(),
             failures: Vec::new(),
@@ -125,7 +128,7 @@ impl Net {
 
     /// Rank `rank`'s peer index, if added.
     pub fn peer_of(&self, rank: u32) -> Option<usize> {
-        self.rank_ep.get(rank as usize).copied().flatten()
+        self.rank_ep.get(&rank).copied()
     }
 
     /// Add rank `rank`, which published `remote`; its index, or `None` when no pair of
@@ -140,7 +143,7 @@ impl Net {
         let p = self.peers.len();
         let peer = Peer::new(rank, remote, &our_ips, &pairs, self.settings.links);
         self.peers.push(peer);
-        self.rank_ep[rank as usize] = Some(p);
+        self.rank_ep.insert(rank, p);
         self.attach_early(rank, p);
         Some(p)
     }
@@ -299,7 +302,7 @@ impl Net {
 
     /// A member's connection for `link`: keep it or decline it.
     fn member(&mut self, id: ConnId, rank: u32, link: usize) {
-        let Some(p) = self.rank_ep[rank as usize] else {
+        let Some(&p) = self.rank_ep.get(&rank) else {
             // Not added yet: keep it, unread, until `add_procs` adds the rank.
             if !self.answer(id, Kind::HelloAck) {
                 self.close(id);
