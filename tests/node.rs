@@ -44,7 +44,7 @@ mod stress;
 
 use common::watchdog;
 use rbtl::btl::{ActiveMessage, Endpoint, Local, Module, Remote, Transfer};
-use rbtl::msg::{Comm, Error, Window, ANY_SOURCE, ANY_TAG};
+use rbtl::msg::{Comm, Error, Window, ANY_SOURCE, ANY_TAG, WORLD};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -72,6 +72,7 @@ fn rank_role_entry() {
         "window" => role_window(),
         "exit_nonzero" => role_exit_nonzero(),
         "killed_peer" => role_killed_peer(),
+        "sent_then_killed" => role_sent_then_killed(),
         "stopped_peer" => {
             let comm = Comm::init(&[]).unwrap();
             stopped_peer::run(comm, stopped_peer::Stop::AtRandom, &report_ok)
@@ -555,6 +556,38 @@ fn role_killed_peer() {
     std::thread::sleep(Duration::from_secs(600));
 }
 
+/// Rank 1 sends two messages, hears that both arrived and is killed; rank 0 learns of
+/// its end (a receive of another tag fails), then still probes and receives both,
+/// while a probe or a receive that nothing matches fails with the end.
+fn role_sent_then_killed() {
+    watchdog(Duration::from_secs(30));
+    let mut comm = Comm::init(&[]).unwrap();
+    let me = comm.rank();
+    let mut b = [0u8; 8];
+    if me == 1 {
+        comm.send(&[1u8; 8], 0, 1).unwrap();
+        comm.send(&[2u8; 8], 0, 2).unwrap();
+        comm.recv(&mut b, Some(0), Some(9)).unwrap();
+        // SAFETY: raising a signal on ourselves.
+        unsafe { libc::raise(libc::SIGKILL) };
+    }
+    // (Messages of a pair arrive in order: the second there, both are.)
+    while comm.iprobe_in(WORLD, Some(1), Some(2)).unwrap().is_none() {}
+    comm.send(&b, 1, 9).unwrap();
+    let ended = |e: Option<&Error>| matches!(e, Some(Error::PeerFailed { rank: 1, .. }));
+    let r = comm.recv(&mut b, Some(1), Some(3));
+    assert!(ended(r.as_ref().err()), "a receive nothing matches: {r:?}");
+    comm.recv(&mut b, Some(1), Some(1)).unwrap();
+    assert_eq!(b, [1u8; 8]);
+    assert!(comm.iprobe_in(WORLD, Some(1), Some(2)).unwrap().is_some());
+    comm.recv(&mut b, Some(1), Some(2)).unwrap();
+    assert_eq!(b, [2u8; 8]);
+    let p = comm.iprobe_in(WORLD, Some(1), Some(2));
+    assert!(ended(p.as_ref().err()), "a probe nothing matches: {p:?}");
+    report_ok(me, "late_messages");
+    std::process::exit(0);
+}
+
 /// The message layer of a rank of the wildcard tests, once every rank has it (a
 /// barrier), and this rank; a hang guard ends the rank after 30 s.
 fn wildcard_comm() -> (Comm, u32) {
@@ -902,6 +935,17 @@ fn a_rank_exiting_non_zero_ends_the_job_with_its_code() {
     let job = run("exit_nonzero", 3, &[]);
     assert_eq!(job.code, 3);
     std::fs::remove_dir_all(job.dir).unwrap();
+}
+
+#[test]
+fn messages_that_arrived_before_a_senders_end_are_still_received() {
+    let late = (
+        "late_messages",
+        "rank 0 received what rank 1 sent before it was killed",
+    );
+    for env in [vec![], vec![("RBTL_BTL", "self,tcp")]] {
+        expect_rank_0_reported("sent_then_killed", 2, &env, late);
+    }
 }
 
 #[test]

@@ -89,6 +89,42 @@ fn step_base() -> Result<u32> {
         })
 }
 
+/// The longest a process waits for its node's turn to spawn under Slurm.
+const TURN_LIMIT: std::time::Duration = crate::pmi::DEFAULT_TIMEOUT;
+
+/// Under Slurm, this node's turn to ask for a spawn, held until dropped: the
+/// `pmi2` plugin's step daemon (slurmstepd, as of Slurm 22.05) crashes when two
+/// tasks of its node ask it to spawn at once, ending the job step. The turn is an
+/// abstract Unix socket named for the job step (one per node: per network
+/// namespace), which only one process can bind, and which ends with its process.
+fn step_spawn_turn() -> Result<std::os::unix::net::UnixListener> {
+    use std::os::linux::net::SocketAddrExt;
+    let step = std::env::var(STEP_MARK).unwrap_or_default();
+    let job = std::env::var("SLURM_JOB_ID").unwrap_or_default();
+    let name = format!("rbtl-spawn-{job}.{step}");
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(&name)
+        .map_err(|e| Error::BadParameter(format!("the spawn turn {name:?}: {e}")))?;
+    let start = std::time::Instant::now();
+    loop {
+        match std::os::unix::net::UnixListener::bind_addr(&addr) {
+            Ok(turn) => return Ok(turn),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {}
+            Err(e) => {
+                return Err(Error::BadParameter(format!(
+                    "taking the node's turn to spawn ({name:?}): {e}"
+                )))
+            }
+        }
+        if start.elapsed() > TURN_LIMIT {
+            return Err(Error::BadParameter(format!(
+                "another process of this node held its turn to spawn ({name:?}) for {} s",
+                TURN_LIMIT.as_secs()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// The name of the word `key` for job `kvs` in the name service.
 fn word_name(kvs: &str, key: &str) -> String {
     format!("{kvs}.{key}")
@@ -184,6 +220,11 @@ impl Comm {
             let base = self.claim_numbers(n)?;
             preput.push((BASE_KEY.to_string(), base.to_string()));
         }
+        // (Held until the launcher answers.)
+        let _turn = match meeting {
+            Meeting::Steps => Some(step_spawn_turn()?),
+            _ => None,
+        };
         let mut s = match self.pmi()?.client().spawn(commands, &preput) {
             Err(e @ crate::pmi::Error::Timeout { .. }) if meeting == Meeting::Steps => {
                 return Err(Error::StepWaiting(e))

@@ -414,11 +414,12 @@ impl Comm {
         if let Some(t) = tag.filter(|t| *t < 0) {
             return Err(Error::BadTag(t));
         }
-        if let Some(s) = src {
-            self.route(s)?;
-        }
+        let failed = self.failed_sender(src)?;
         self.progress();
-        Ok(lock(&self.state).peek_unexpected(src, tag, ctx))
+        match (lock(&self.state).peek_unexpected(src, tag, ctx), failed) {
+            (None, Some(e)) => Err(e),
+            (found, _) => Ok(found),
+        }
     }
 
     /// Take the first message waiting for a receive from `src` with `tag` in `ctx`
@@ -433,11 +434,12 @@ impl Comm {
         if let Some(t) = tag.filter(|t| *t < 0) {
             return Err(Error::BadTag(t));
         }
-        if let Some(s) = src {
-            self.route(s)?;
-        }
+        let failed = self.failed_sender(src)?;
         self.progress();
         let u = lock(&self.state).take_unexpected(src, tag, ctx);
+        if let (None, Some(e)) = (&u, failed) {
+            return Err(e);
+        }
         Ok(u.map(|u| {
             let status = u.status();
             (Matched(u), status)
@@ -526,10 +528,11 @@ impl Comm {
         ctx: u32,
         blocking: bool,
     ) -> Result<ReqId> {
-        if let Some(s) = src {
-            self.route(s)?;
-        }
+        let failed = self.failed_sender(src)?;
         let mut s = lock(&self.state);
+        if let Some(e) = failed.filter(|_| s.peek_unexpected(src, tag, ctx).is_none()) {
+            return Err(e);
+        }
         let req = if blocking {
             s.new_blocking(src)
         } else {
@@ -630,6 +633,19 @@ impl Comm {
             } else {
                 idle.busy();
             }
+        }
+    }
+}
+
+impl Comm {
+    /// For a receive or probe from `src`: the error of a sender that failed (its
+    /// messages that arrived before its end still match, and nothing else will),
+    /// or the error of a rank that is not one.
+    fn failed_sender(&mut self, src: Option<u32>) -> Result<Option<Error>> {
+        match src.map(|s| self.route(s)) {
+            Some(Err(e @ Error::PeerFailed { .. })) => Ok(Some(e)),
+            Some(Err(e)) => Err(e),
+            _ => Ok(None),
         }
     }
 }

@@ -478,7 +478,8 @@ fn errors() {
 /// Parents at 1 and 2 ranks spawn two children, then their first rank two more,
 /// then all of those and the parents one: every parent and child reports. A child
 /// asked on this node (the info key `host`) runs there; one asked elsewhere is
-/// refused on every rank.
+/// refused on every rank. Four parents spawning on their own at once, over `tcp`:
+/// every child reports.
 #[test]
 fn spawn() {
     let exe = build("spawn");
@@ -493,6 +494,32 @@ fn spawn() {
         report(&o)
     );
     run_passing(&exe, "spawn", 2, &["misplaced", "elsewhere.invalid"], &[]);
+    let o = run_passing(
+        &exe,
+        "spawn",
+        4,
+        &["selves", "3"],
+        &[("RBTL_BTL", "self,tcp")],
+    );
+    if let Err(why) = selves_reported(&o, 4, 3) {
+        panic!("{why}\n{}", report(&o));
+    }
+}
+
+/// Whether every child of `parents` parents of `spawn selves ROUNDS` (the job `o`)
+/// reported success: three a round.
+pub(crate) fn selves_reported(o: &Output, parents: usize, rounds: usize) -> Result<(), String> {
+    let expected = parents * rounds * 3;
+    let reported = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter(|l| l.starts_with("PASS spawn-self rank "))
+        .count();
+    match reported == expected {
+        true => Ok(()),
+        false => Err(format!(
+            "{reported} of the {expected} children of parents spawning on their own reported"
+        )),
+    }
 }
 
 /// What the child of `spawn placed` prints once it ran where it was asked to.

@@ -87,7 +87,7 @@ impl Launcher {
 /// iterations of the largest size had to move between the nodes. Then `shared.c`,
 /// two ranks on each node, `rma.c held-lock`, one, and `ports.c`, two: every rank
 /// passes, as does `coll.c`, two on each node, and `spawn.c`, one on each (its
-/// children too, and one placed on node 2).
+/// children too, and one placed on node 2), and two on each spawning on their own.
 fn across_two_nodes(launcher: Launcher) {
     let slurm = matches!(launcher, Launcher::Slurm);
     let _turn = turn();
@@ -191,7 +191,17 @@ fn across_two_nodes(launcher: Launcher) {
         let shown = format!("spawn across two nodes ({launcher:?})");
         crate::programs::assert_children_passed(&o, &shown);
     }
+    // Two parents on each node spawning on their own at once: every child reports
+    // (Slurm's step daemon crashed, now and then, when two tasks of its node asked
+    // at once: the rounds make that likely; hydra's ssh launches are slow).
+    let rounds = if slurm { 10 } else { 2 };
+    let selves = program("spawn", 4, &overlap, &["selves", &rounds.to_string()]);
     let placed = program("spawn", 2, &overlap, &["placed", "rbtl-n2"]);
+    if let Some(o) = selves {
+        if let Err(why) = crate::programs::selves_reported(&o, 4, rounds) {
+            failed.push(format!("{why}\n{}", report(&o)));
+        }
+    }
     let reported = |o: &_| crate::programs::printed(o, crate::programs::PLACED_PASSED);
     if let Some(o) = placed.filter(|o| !reported(o)) {
         failed.push(format!(
@@ -204,7 +214,7 @@ fn across_two_nodes(launcher: Launcher) {
         failed.is_empty(),
         "{} of {} runs failed across nodes:\n\n{}",
         failed.len(),
-        runs.len() + 6,
+        runs.len() + 7,
         failed.join("\n\n")
     );
 }

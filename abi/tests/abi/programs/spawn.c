@@ -15,6 +15,12 @@
  * failure of theirs. The children report as "spawn-child", "spawn-late" and
  * "spawn-grand".
  *
+ * With the arguments "selves ROUNDS": every parent spawns on its own (over
+ * MPI_COMM_SELF, all at once), ROUNDS times, two programs of 1 and 2 processes that meet it
+ * in a barrier, disconnect and end, reporting as "spawn-self" (their MPI_APPNUM
+ * checked): their first meeting among themselves is MPI_Finalize's; the parents
+ * meet in a barrier of the world after each round.
+ *
  * With the argument "placed [HOST]": one child, on HOST (the info key
  * "host"; rank 0's own node without), which tells the parents its node
  * ("spawn-placed"). With "misplaced HOST" (a node the launcher cannot start on): the
@@ -242,6 +248,31 @@ int main(int argc, char **argv) {
   int parents = -1, pids[64];
   OK(MPI_Comm_get_parent(&parent));
   int flag = -1;
+  if (parent == MPI_COMM_NULL && argc == 3 && strcmp(argv[1], "selves") == 0) {
+    char *commands[2] = {argv[0], argv[0]};
+    char *args[] = {"self", NULL};
+    char **argvs[2] = {args, args};
+    int counts[2] = {1, 2};
+    MPI_Info infos[2] = {MPI_INFO_NULL, MPI_INFO_NULL};
+    for (int round = 0; round < atoi(argv[2]); round++) {
+      OK(MPI_Comm_spawn_multiple(2, commands, argvs, counts, infos, 0, MPI_COMM_SELF, &inter,
+                                 MPI_ERRCODES_IGNORE));
+      OK(MPI_Barrier(inter));
+      OK(MPI_Comm_disconnect(&inter));
+      OK(MPI_Barrier(MPI_COMM_WORLD));
+    }
+    return finish();
+  }
+  if (parent != MPI_COMM_NULL && argc == 2 && strcmp(argv[1], "self") == 0) {
+    check_program = "spawn-self";
+    int rank, *appnum = NULL;
+    OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &appnum, &flag));
+    CHECK(flag && *appnum == (rank == 0 ? 0 : 1), "MPI_APPNUM of rank %d", rank);
+    OK(MPI_Barrier(parent));
+    OK(MPI_Comm_disconnect(&parent));
+    return finish();
+  }
   if (parent == MPI_COMM_NULL && argc >= 2 && strstr(argv[1], "placed")) {
     char host[MPI_MAX_PROCESSOR_NAME] = "", there[MPI_MAX_PROCESSOR_NAME] = "";
     int len = 0;
