@@ -93,7 +93,7 @@ fn step_base() -> Result<u32> {
 const TURN_LIMIT: std::time::Duration = crate::pmi::DEFAULT_TIMEOUT;
 
 /// Under Slurm, this node's turn to ask for a spawn, held until dropped: the
-/// `pmi2` plugin's step daemon (slurmstepd, as of Slurm 22.05) crashes when two
+/// `pmi2` plugin's step daemon (slurmstepd; seen with Slurm 22.05) crashes when two
 /// tasks of its node ask it to spawn at once, ending the job step. The turn is an
 /// abstract Unix socket named for the job step (one per node: per network
 /// namespace), which only one process can bind, and which ends with its process.

@@ -635,12 +635,11 @@ impl Comm {
             }
         }
     }
-}
 
-impl Comm {
     /// For a receive or probe from `src`: the error of a sender that failed (its
     /// messages that arrived before its end still match, and nothing else will),
     /// or the error of a rank that is not one.
+    #[inline(always)]
     fn failed_sender(&mut self, src: Option<u32>) -> Result<Option<Error>> {
         match src.map(|s| self.route(s)) {
             Some(Err(e @ Error::PeerFailed { .. })) => Ok(Some(e)),
