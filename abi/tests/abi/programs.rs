@@ -1,4 +1,5 @@
-// About 600 lines: a test per program, each a few lines, and the helpers they share.
+// Over 600 lines on purpose: a test per program, each a few lines, and the helpers
+// they share.
 //! The library's own conformance programs (`programs/*.c`), each built with `mpicc`
 //! against the MPI Forum's reference header and run under `mpiexec` at the rank
 //! counts it is meant for: every rank must print its `PASS` line, none a `FAIL`
