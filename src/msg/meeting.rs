@@ -89,19 +89,21 @@ fn step_base() -> Result<u32> {
         })
 }
 
-/// The longest a process waits for its node's turn to spawn under Slurm.
+/// The longest a process waits for its node's turn to spawn.
 const TURN_LIMIT: std::time::Duration = crate::pmi::DEFAULT_TIMEOUT;
 
-/// Under Slurm, this node's turn to ask for a spawn, held until dropped: the
-/// `pmi2` plugin's step daemon (slurmstepd; seen with Slurm 22.05) crashes when two
-/// tasks of its node ask it to spawn at once, ending the job step. The turn is an
-/// abstract Unix socket named for the job step (one per node: per network
-/// namespace), which only one process can bind, and which ends with its process.
-fn step_spawn_turn() -> Result<std::os::unix::net::UnixListener> {
+/// Under hydra and Slurm, the turn of this process among its job's processes on
+/// its node to ask for a spawn, held until dropped. Both serve those processes
+/// from one daemon: Slurm's step daemon (its `pmi2` plugin; seen with Slurm 22.05)
+/// crashes when two of them ask at once, ending the job step; under hydra (MPICH
+/// 4.0), a process's request after its spawn was once answered with a spawn's
+/// answer while another process of its node spawned. The turn is an abstract Unix
+/// socket named for the job (`kvs`; one per node: per network namespace), which
+/// only one process can bind, and which ends with its process.
+fn spawn_turn(kvs: &str) -> Result<std::os::unix::net::UnixListener> {
     use std::os::linux::net::SocketAddrExt;
-    let step = std::env::var(STEP_MARK).unwrap_or_default();
-    let job = std::env::var("SLURM_JOB_ID").unwrap_or_default();
-    let name = format!("rbtl-spawn-{job}.{step}");
+    // (Abstract names hold 107 bytes.)
+    let name = format!("rbtl-spawn-{}", kvs.get(..90).unwrap_or(kvs));
     let addr = std::os::unix::net::SocketAddr::from_abstract_name(&name)
         .map_err(|e| Error::BadParameter(format!("the spawn turn {name:?}: {e}")))?;
     let start = std::time::Instant::now();
@@ -221,10 +223,7 @@ impl Comm {
             preput.push((BASE_KEY.to_string(), base.to_string()));
         }
         // (Held until the launcher answers.)
-        let _turn = match meeting {
-            Meeting::Steps => Some(step_spawn_turn()?),
-            _ => None,
-        };
+        let _turn = spawn_turn(&self.kvsname()?)?;
         let mut s = match self.pmi()?.client().spawn(commands, &preput) {
             Err(e @ crate::pmi::Error::Timeout { .. }) if meeting == Meeting::Steps => {
                 return Err(Error::StepWaiting(e))
