@@ -16,10 +16,10 @@
  * "spawn-grand".
  *
  * With the arguments "selves ROUNDS": every parent spawns on its own (over
- * MPI_COMM_SELF, all at once), ROUNDS times, two programs of 1 and 2 processes that meet it
- * in a barrier, disconnect and end, reporting as "spawn-self" (their MPI_APPNUM
- * checked): their first meeting among themselves is MPI_Finalize's; the parents
- * meet in a barrier of the world after each round.
+ * MPI_COMM_SELF, all at once), ROUNDS times, two programs of 1 and 2 processes
+ * that meet it in a barrier, disconnect and end, reporting as "spawn-self" (their
+ * MPI_APPNUM checked): their first meeting among themselves is MPI_Finalize's; the
+ * parents meet in a barrier of the world after each round.
  *
  * With the argument "placed [HOST]": one child, on HOST (the info key
  * "host"; rank 0's own node without), which tells the parents its node
