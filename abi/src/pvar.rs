@@ -1,14 +1,15 @@
 //! The tool interface's performance variables (MPI 4.1 15.3.7), read from the
-//! message layer: how many of its requests have completed (a counter), and the
-//! lengths of its two matching queues, posted receives and unexpected messages
-//! (sizes), as MPICH's `unexpected_recvq_length` and Open MPI's
-//! `unexpected_msgq_length`; and from the collectives, how many sends and receives
-//! their schedules' rounds have started (a counter: the messages an algorithm
-//! takes). Each is an `unsigned long long`, bound to no object,
-//! read-only and continuous: always counting, so `MPI_T_pvar_start` and `_stop` are
-//! refused (`MPI_T_ERR_PVAR_NO_STARTSTOP`). A counter reads what has happened since
-//! its handle was allocated or last reset; a size cannot be reset. Before
-//! `MPI_Init` and after `MPI_Finalize` every variable reads 0.
+//! message layer: how many of its requests have completed (a counter), the lengths
+//! of its two matching queues, posted receives and unexpected messages (sizes), as
+//! MPICH's `unexpected_recvq_length` and Open MPI's `unexpected_msgq_length`, and how
+//! many of the processes it is connected to are known to have failed (a size: of
+//! this job, or of other jobs not disconnected from); and from the collectives, how
+//! many sends and receives their schedules' rounds have started (a counter: the
+//! messages an algorithm takes). Each is an `unsigned long long`, bound to no
+//! object, read-only and continuous: always counting, so `MPI_T_pvar_start` and
+//! `_stop` are refused (`MPI_T_ERR_PVAR_NO_STARTSTOP`). A counter reads what has
+//! happened since its handle was allocated or last reset; a size cannot be reset.
+//! Before `MPI_Init` and after `MPI_Finalize` every variable reads 0.
 //!
 //! Sessions and handles live under a lock of their own, taken inside the tool
 //! interface's; the values are read from the library's state first, outside both.
@@ -26,7 +27,7 @@ struct Pvar {
     class: c_int,
 }
 
-const PVARS: [Pvar; 4] = [
+const PVARS: [Pvar; 5] = [
     Pvar {
         name: "msg_completed_requests",
         description: "requests of the message layer completed (sends and receives)",
@@ -43,6 +44,11 @@ const PVARS: [Pvar; 4] = [
         class: MPI_T_PVAR_CLASS_SIZE,
     },
     Pvar {
+        name: "msg_failed_peers",
+        description: "processes known to have failed, of this job or of other jobs not disconnected from (MPI_Comm_disconnect)",
+        class: MPI_T_PVAR_CLASS_SIZE,
+    },
+    Pvar {
         name: "coll_schedule_transfers",
         description: "sends and receives started by the rounds of collectives' schedules (not counted: the short all-reductions, broadcasts and barriers run without a schedule)",
         class: MPI_T_PVAR_CLASS_COUNTER,
@@ -50,17 +56,18 @@ const PVARS: [Pvar; 4] = [
 ];
 
 /// The variables' values now, in the order of [`PVARS`].
-fn sample() -> Result<[u64; 4], c_int> {
+fn sample() -> Result<[u64; 5], c_int> {
     if global::phase() != Phase::Running {
-        return Ok([0; 4]);
+        return Ok([0; 5]);
     }
-    let mut out = [0; 4];
+    let mut out = [0; 5];
     global::with(|mpi| {
         let (posted, unexpected) = mpi.msg.queue_lengths();
         out = [
             mpi.msg.completions() as u64,
             posted as u64,
             unexpected as u64,
+            mpi.msg.failed_peers() as u64,
             crate::coll::transfers_started(),
         ];
         Ok(())
@@ -117,7 +124,7 @@ fn bound(sessions: &mut Sessions, s: Handle, h: Handle) -> Result<&mut Bound, c_
 }
 
 /// What handle `b` reads when its variable's value is `now`.
-fn value(b: &Bound, now: &[u64; 4]) -> u64 {
+fn value(b: &Bound, now: &[u64; 5]) -> u64 {
     now[b.var].wrapping_sub(b.base)
 }
 

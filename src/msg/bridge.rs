@@ -255,7 +255,7 @@ impl Comm {
             .filter(|&r| met(self, r).is_none())
             .collect();
         self.connect_new(kvsname, base, &new)?;
-        ranks
+        let here = ranks
             .iter()
             .map(|&r| {
                 met(self, r).ok_or_else(|| Error::Unreachable {
@@ -264,7 +264,28 @@ impl Comm {
                     closed: String::new(),
                 })
             })
-            .collect()
+            .collect::<Result<Vec<u32>>>()?;
+        // Those disconnected from before are connected again.
+        let mut s = super::state::lock(&self.state);
+        for r in &here {
+            s.departed.remove(r);
+        }
+        Ok(here)
+    }
+
+    /// Disconnect from processes of other jobs, as `MPI_Comm_disconnect` does once
+    /// nothing connects this process to them any more: `ranks` are this
+    /// communicator's (those of its own job are left as they are). Their end, from
+    /// now on, is no failure here, and an end already seen (right after the last
+    /// message they sent) is forgotten. Met again ([`Comm::connect_job`]), they are
+    /// connected again.
+    pub fn disconnect_from(&mut self, ranks: &[u32]) {
+        let mut s = super::state::lock(&self.state);
+        for &r in ranks.iter().filter(|&&r| r >= self.size) {
+            s.departed.insert(r);
+            s.failed.remove(&r);
+        }
+        s.count_failed();
     }
 
     /// Connect to processes `ranks` (never met) of the job of `kvsname`, as

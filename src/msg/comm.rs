@@ -135,6 +135,12 @@ impl Comm {
             .map(|m| m.as_mut() as &mut dyn Module)
     }
 
+    /// How many processes this one is connected to are known to have failed (for
+    /// tools): of its job, or of other jobs not disconnected from.
+    pub fn failed_peers(&self) -> usize {
+        self.signals.failed.load(Ordering::Acquire)
+    }
+
     /// The identity of this communicator (windows check they are used with theirs).
     pub fn id(&self) -> u64 {
         self.id
@@ -229,11 +235,14 @@ impl Comm {
     /// Progress until nothing waits for room in a transport.
     fn drain(&mut self) -> Result<()> {
         let mut idle = IdleWait::new();
-        // (Served requests waiting to be offered again are not messages to send.)
-        while !lock(&self.state).deferred.is_empty() {
+        loop {
             if self.signals.failed.load(Ordering::Acquire) > 0 {
-                // Messages to a dead peer never leave; nothing to wait for.
-                break;
+                // Messages to a failed peer never leave; nothing to wait for.
+                self.drop_deferred_to_failed();
+            }
+            // (Served requests waiting to be offered again are not messages to send.)
+            if lock(&self.state).deferred.is_empty() {
+                return Ok(());
             }
             if self.progress() > 0 {
                 idle.busy();
@@ -245,7 +254,21 @@ impl Comm {
                 }
             }
         }
-        Ok(())
+    }
+
+    /// Drop the messages waiting for room towards peers known to have failed.
+    fn drop_deferred_to_failed(&mut self) {
+        let mut s = lock(&self.state);
+        let failed: Vec<(usize, Endpoint)> = s
+            .failed
+            .keys()
+            .filter_map(|&r| self.routes.get(r as usize).copied())
+            .collect();
+        let before = s.deferred.len();
+        s.deferred
+            .retain(|d| !failed.contains(&(d.module, d.endpoint)));
+        let dropped = before - s.deferred.len();
+        state::bump(&self.signals.deferred, -(dropped as isize));
     }
 
     /// The job's modex (for layers above that exchange their own data).

@@ -252,7 +252,10 @@ impl Comm {
         match state::transmit(m, ep, protocol::EAGER, &head, buf) {
             Ok(()) => Ok(true),
             Err(rbtl_btl::Error::OutOfResource(_)) => Ok(false),
-            Err(e) => Err(e.into()),
+            Err(e) => {
+                let routes = self.routes.iter().map(|&r| Some(r));
+                Err(state::transport_error(routes, (mi, ep), e))
+            }
         }
     }
 

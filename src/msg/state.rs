@@ -12,7 +12,7 @@ use rbtl_btl::{
     Remote, SendiOutcome, Transfer,
 };
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -182,6 +182,9 @@ pub struct State {
     pub reqs: Requests,
     /// Ranks known to have failed, and why.
     pub failed: HashMap<u32, PeerFailure>,
+    /// Ranks of other jobs this process disconnected from: their end is no failure
+    /// here ([`super::Comm::disconnect_from`]).
+    pub departed: HashSet<u32>,
     /// The request of the blocking receive in progress, if any (id [`BLOCKING`]).
     pub blocking: Option<Req>,
     /// The context of the receive handed to a transport (see [`Signals::offloaded`]).
@@ -276,6 +279,29 @@ pub fn set(signal: &AtomicU64, value: u64) {
 pub fn bump(counter: &AtomicUsize, by: isize) {
     let v = counter.load(Ordering::Relaxed);
     counter.store(v.wrapping_add_signed(by), Ordering::Release);
+}
+
+/// A transport's error for a transfer to `(module, ep)`, in this layer's terms: a
+/// failed peer is [`Error::PeerFailed`] under its rank here, which `routes` (per rank
+/// here, its module and endpoint) tell (a bridge's module numbers its peers the
+/// launcher's way).
+#[cold]
+#[inline(never)]
+pub fn transport_error(
+    routes: impl IntoIterator<Item = Option<(usize, Endpoint)>>,
+    (module, ep): (usize, Endpoint),
+    e: rbtl_btl::Error,
+) -> Error {
+    match e {
+        rbtl_btl::Error::PeerFailed { rank, why } => {
+            let here = routes
+                .into_iter()
+                .position(|r| r == Some((module, ep)))
+                .map_or(rank, |r| r as u32);
+            Error::PeerFailed { rank: here, why }
+        }
+        e => e.into(),
+    }
 }
 
 /// Hand `header` and `payload` to the transport: inline, or through the descriptor it
@@ -457,7 +483,8 @@ impl State {
         if !self.has_deferred_to(module, ep) {
             match transmit(m, ep, tag, header, payload) {
                 Err(rbtl_btl::Error::OutOfResource(_)) => {}
-                done => return done.map_err(Error::from),
+                Err(e) => return Err(transport_error(self.route.iter().copied(), (module, ep), e)),
+                Ok(()) => return Ok(()),
             }
         }
         let mut bytes = Vec::with_capacity(header.len() + payload.len());
@@ -708,12 +735,24 @@ impl State {
         }
     }
 
-    /// A peer failed: fail what involves it.
+    /// Keep [`Signals::failed`] the number of ranks known to have failed.
+    pub fn count_failed(&self) {
+        self.signals
+            .failed
+            .store(self.failed.len(), Ordering::Release);
+    }
+
+    /// A peer failed: fail what involves it (unless this process disconnected from
+    /// it: then its end is no failure).
     pub fn peer_failed(&mut self, rank: u32, why: PeerFailure) {
+        if self.departed.contains(&rank) {
+            tracing::debug!(rank, %why, "a process disconnected from ended");
+            return;
+        }
         self.failed.insert(rank, why.clone());
         self.fail_awaiting_handles(rank, &why);
         self.fail_splits(rank, &why);
-        bump(&self.signals.failed, 1);
+        self.count_failed();
         let mut ids: Vec<ReqId> = self
             .reqs
             .iter()
@@ -747,7 +786,41 @@ impl State {
 
 #[cfg(test)]
 mod tests {
-    use super::{offload_key, offload_source};
+    use super::{offload_key, offload_source, transport_error, Error};
+    use rbtl_btl::{Endpoint, PeerFailure};
+
+    #[test]
+    fn a_transports_failed_peer_is_named_by_its_rank_here() {
+        // Ranks 0-1 on module 0; rank 2, a bridge's peer the launcher numbers 65537,
+        // on module 1 at endpoint 0.
+        let routes = [
+            Some((0, Endpoint(0))),
+            Some((0, Endpoint(1))),
+            Some((1, Endpoint(0))),
+        ];
+        let failed = |rank| rbtl_btl::Error::PeerFailed {
+            rank,
+            why: PeerFailure::Broken("reset".into()),
+        };
+        let named = |route, e| transport_error(routes, route, e);
+        assert!(matches!(
+            named((1, Endpoint(0)), failed(65537)),
+            Error::PeerFailed { rank: 2, .. }
+        ));
+        assert!(matches!(
+            named((0, Endpoint(1)), failed(1)),
+            Error::PeerFailed { rank: 1, .. }
+        ));
+        // An endpoint of no rank keeps the transport's number; other errors stay.
+        assert!(matches!(
+            named((1, Endpoint(5)), failed(9)),
+            Error::PeerFailed { rank: 9, .. }
+        ));
+        assert!(matches!(
+            named((0, Endpoint(0)), rbtl_btl::Error::OutOfResource("full")),
+            Error::Btl(rbtl_btl::Error::OutOfResource(_))
+        ));
+    }
 
     #[test]
     fn offload_keys_name_one_source_and_tag() {

@@ -3,6 +3,7 @@
 
 use super::create;
 use super::group::compare;
+use super::Group;
 use crate::attr::{self, Holder};
 use crate::entry::{call, call_in_steps, query_binding};
 use crate::error::{freed_object, non_null, read_arg, Error, Object, Result};
@@ -310,11 +311,48 @@ pub unsafe extern "C" fn PMPI_Comm_disconnect(comm: *mut Handle) -> c_int {
             let s = held.build_barrier(h)?;
             held.run_letting_in(s)
         })?;
+        let members = global::with(|mpi| mpi.other_jobs_in(h))?;
         free_with_attrs(h)?;
+        global::with(|mpi| {
+            mpi.disconnect_unconnected(members);
+            Ok(())
+        })?;
         // SAFETY: checked not null.
         unsafe { comm.write(MPI_COMM_NULL) };
         Ok(())
     })
+}
+
+impl Mpi {
+    /// The members of communicator `h`'s groups (both of an intercommunicator) that
+    /// are processes of other jobs, in this process's numbering.
+    fn other_jobs_in(&self, h: Handle) -> Result<Vec<u32>> {
+        let c = self.comm(h)?;
+        let own = self.world.group.size();
+        let remote = c.remote.as_ref().map_or(&[][..], |g| g.ranks());
+        Ok(c.group
+            .ranks()
+            .iter()
+            .chain(remote)
+            .copied()
+            .filter(|&r| r >= own)
+            .collect())
+    }
+
+    /// After `MPI_Comm_disconnect`: the message layer disconnects from those of
+    /// `others` (processes of other jobs) that no communicator left has as members.
+    fn disconnect_unconnected(&mut self, mut others: Vec<u32>) {
+        if others.is_empty() {
+            return;
+        }
+        for (_, c) in self.comms.iter() {
+            let member = |g: &Group, r: u32| g.rank_of(r).is_some();
+            others.retain(|&r| {
+                !member(&c.group, r) && !c.remote.as_ref().is_some_and(|g| member(g, r))
+            });
+        }
+        self.msg.disconnect_from(&others);
+    }
 }
 
 #[no_mangle]

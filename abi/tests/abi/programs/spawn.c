@@ -12,8 +12,8 @@
  * worlds meet through MPI_Intercomm_create, then through a port between groups of
  * both jobs, and which spawn one more together. The first children then wait until
  * every parent has exited and still talk among themselves: a parent leaving is no
- * failure of theirs. The children report as "spawn-child", "spawn-late" and
- * "spawn-grand".
+ * failure of theirs (none is counted). The children report as "spawn-child",
+ * "spawn-late" and "spawn-grand".
  *
  * With the arguments "selves ROUNDS": every parent spawns on its own (over
  * MPI_COMM_SELF, all at once), ROUNDS times, two programs of 1 and 2 processes
@@ -217,8 +217,27 @@ static int ended(int pid) {
   return n == 1 && state == 'Z';
 }
 
+/* How many processes this one is connected to are known to have failed (the
+ * performance variable msg_failed_peers). */
+static unsigned long long failed_peers(void) {
+  int provided = -1, index = -1, count = -1;
+  OK(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided));
+  OK(MPI_T_pvar_get_index("msg_failed_peers", MPI_T_PVAR_CLASS_SIZE, &index));
+  MPI_T_pvar_session session;
+  MPI_T_pvar_handle handle;
+  OK(MPI_T_pvar_session_create(&session));
+  OK(MPI_T_pvar_handle_alloc(session, index, NULL, &handle, &count));
+  unsigned long long n = 0;
+  OK(MPI_T_pvar_read(session, handle, &n));
+  OK(MPI_T_pvar_handle_free(session, &handle));
+  OK(MPI_T_pvar_session_free(&session));
+  OK(MPI_T_finalize());
+  return n;
+}
+
 /* The children, once every one of `parents` processes `pids` has ended (within
- * 60 s): barriers and a ring over their own world still succeed. */
+ * 60 s): barriers and a ring over their own world still succeed, and the parents'
+ * ends, after their disconnection, count as no failure. */
 static void talk_after_parents_left(const int *pids, int parents) {
   for (int waited = 0; waited < 6000; waited++) {
     int left = 0;
@@ -240,6 +259,8 @@ static void talk_after_parents_left(const int *pids, int parents) {
     CHECK(in == 100 * round + from, "round %d: %d from %d", round, in, from);
     usleep(1000);
   }
+  unsigned long long failed = failed_peers();
+  CHECK(failed == 0, "%llu processes disconnected from count as failed", failed);
 }
 
 int main(int argc, char **argv) {

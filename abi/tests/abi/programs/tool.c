@@ -213,7 +213,7 @@ int main(int argc, char **argv) {
   CHECK(found == 1, "btl_sm_eager_limit is not in its category");
   int none = -1;
   OK(MPI_T_pvar_get_num(&none));
-  CHECK(none == 4, "%d performance variables", none);
+  CHECK(none == 5, "%d performance variables", none);
   MPI_T_pvar_session s;
   OK(MPI_T_pvar_session_create(&s));
   MPI_T_pvar_handle done = pvar(s, "msg_completed_requests", MPI_T_PVAR_CLASS_COUNTER);
