@@ -212,15 +212,16 @@ impl Comm {
         if meeting == Meeting::Kvs {
             return Ok(self.pmi()?.client().spawn(commands, preput)?);
         }
-        let token = next_token(self.universe_base()? + self.rank);
+        let base = self.universe_base()?;
+        let token = next_token(base + self.rank);
         let counts: Vec<String> = commands.iter().map(|c| c.nprocs.to_string()).collect();
         let mut preput = preput.to_vec();
         preput.push((TOKEN_KEY.to_string(), token.clone()));
         preput.push((COUNTS_KEY.to_string(), counts.join(",")));
         if meeting == Meeting::Names {
             let n = commands.iter().map(|c| c.nprocs).sum::<u32>();
-            let base = self.claim_numbers(n)?;
-            preput.push((BASE_KEY.to_string(), base.to_string()));
+            let first = self.claim_numbers(base, n)?;
+            preput.push((BASE_KEY.to_string(), first.to_string()));
         }
         // (Held until the launcher answers.)
         let _turn = spawn_turn(&self.kvsname()?)?;
@@ -291,10 +292,10 @@ impl Comm {
     }
 
     /// `n` numbers for a new job, after every number claimed before, in the name
-    /// service: the first of them.
-    fn claim_numbers(&mut self, n: u32) -> Result<u32> {
+    /// service (this job's start at `base`): the first of them.
+    fn claim_numbers(&mut self, base: u32, n: u32) -> Result<u32> {
         // (The first job holds the numbers from 0 unclaimed; every other, a claim.)
-        let first_free = self.universe_base()? + self.job.size;
+        let first_free = base + self.job.size;
         claim(self.pmi()?.client(), first_free, n)
     }
 }
