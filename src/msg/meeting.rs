@@ -89,6 +89,34 @@ fn step_base() -> Result<u32> {
         })
 }
 
+/// The nodes of this Slurm job, as Slurm names them.
+const JOB_NODES: &str = "SLURM_JOB_NODELIST";
+
+/// Under Slurm, whether the nodes a spawn's `host` names (a host list, as srun's
+/// `--nodelist`, which Slurm's `pmi2` plugin passes it as) are nodes of this job,
+/// `allocated` (`SLURM_JOB_NODELIST`; nothing is checked without it). A step asked
+/// on another node ends the whole job, so that is refused here instead. Slurm reads
+/// the info of a spawn of one command only: that of several is not checked.
+fn check_placement(commands: &[SpawnCommand], allocated: Option<&str>) -> Result<()> {
+    let ([command], Some(allocated)) = (commands, allocated) else {
+        return Ok(());
+    };
+    let Some((_, host)) = command.info.iter().find(|(k, _)| k == "host") else {
+        return Ok(());
+    };
+    use crate::pmi::hostlist::expand;
+    let refused = |why: String| Error::BadParameter(format!("the info key host = {host:?}: {why}"));
+    let nodes = expand(allocated).map_err(|e| refused(format!("{JOB_NODES}: {e}")))?;
+    for asked in expand(host).map_err(refused)? {
+        if !nodes.contains(&asked) {
+            return Err(refused(format!(
+                "{asked} is not a node of this Slurm job ({JOB_NODES}={allocated}),                  and a step asked there would end the job"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The longest a process waits for its node's turn to spawn.
 const TURN_LIMIT: std::time::Duration = crate::pmi::DEFAULT_TIMEOUT;
 
@@ -211,6 +239,9 @@ impl Comm {
         let meeting = self.meeting()?;
         if meeting == Meeting::Kvs {
             return Ok(self.pmi()?.client().spawn(commands, preput)?);
+        }
+        if meeting == Meeting::Steps {
+            check_placement(commands, std::env::var(JOB_NODES).ok().as_deref())?;
         }
         let base = self.universe_base()?;
         let token = next_token(base + self.rank);
@@ -422,5 +453,38 @@ mod tests {
         s.names.insert("rbtl-universe-1".into(), "many".into());
         let unreadable = claim(&mut s, 4, 2);
         assert!(matches!(unreadable, Err(Error::BadParameter(m)) if m.contains("\"many\"")));
+    }
+
+    #[test]
+    fn a_spawn_placed_outside_the_slurm_job_is_refused_before_slurm_hears_of_it() {
+        let command = |host: Option<&str>| SpawnCommand {
+            program: "p".into(),
+            args: Vec::new(),
+            nprocs: 1,
+            info: host
+                .map(|h| ("host".to_string(), h.to_string()))
+                .into_iter()
+                .collect(),
+        };
+        let nodes = Some("rbtl-n[1-2]");
+        for ok in [None, Some("rbtl-n2"), Some("rbtl-n[1-2]")] {
+            check_placement(&[command(ok)], nodes).unwrap();
+        }
+        let refused = |host, nodes| match check_placement(&[command(Some(host))], nodes) {
+            Err(Error::BadParameter(m)) => m,
+            other => panic!("{host}: {other:?}"),
+        };
+        let m = refused("rbtl-n3", nodes);
+        assert!(
+            m.contains("host = \"rbtl-n3\"") && m.contains("not a node"),
+            "{m}"
+        );
+        assert!(refused("rbtl-n[2-3]", nodes).contains("rbtl-n3 is not"));
+        assert!(refused("rbtl-n[", nodes).contains("without its ']'"));
+        assert!(refused("rbtl-n1", Some("rbtl-n[1")).contains("SLURM_JOB_NODELIST"));
+        // Without the job's nodes, or for several commands (whose info Slurm does
+        // not read), nothing is checked.
+        check_placement(&[command(Some("elsewhere"))], None).unwrap();
+        check_placement(&[command(Some("elsewhere")), command(None)], nodes).unwrap();
     }
 }

@@ -38,6 +38,7 @@ mod environment;
 mod error;
 #[cfg(test)]
 pub(crate) mod fuzz;
+pub(crate) mod hostlist;
 mod modex;
 mod names;
 mod node;

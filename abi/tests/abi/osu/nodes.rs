@@ -87,7 +87,8 @@ impl Launcher {
 /// iterations of the largest size had to move between the nodes. Then `shared.c`,
 /// two ranks on each node, `rma.c held-lock`, one, and `ports.c`, two: every rank
 /// passes, as does `coll.c`, two on each node, and `spawn.c`, one on each (its
-/// children too, and one placed on node 2), and two on each spawning on their own.
+/// children too, and one placed on node 2; under Slurm, one asked on a node outside
+/// the job is refused on every rank), and two on each spawning on their own.
 fn across_two_nodes(launcher: Launcher) {
     let slurm = matches!(launcher, Launcher::Slurm);
     let _turn = turn();
@@ -149,7 +150,9 @@ fn across_two_nodes(launcher: Launcher) {
         ));
     }
     // A program of `ranks` ranks, with `env` and `args`: every rank passes.
+    let mut programs_run = 0;
     let mut program = |name: &str, ranks: usize, env: &[(&str, &str)], args: &[&str]| {
+        programs_run += 1;
         let mut cmd = launcher.command(&nodes, ranks);
         cmd.envs(env.iter().copied())
             .arg(crate::programs::build(name))
@@ -197,6 +200,11 @@ fn across_two_nodes(launcher: Launcher) {
     let rounds = if slurm { 10 } else { 2 };
     let selves = program("spawn", 4, &overlap, &["selves", &rounds.to_string()]);
     let placed = program("spawn", 2, &overlap, &["placed", "rbtl-n2"]);
+    // A child asked on a node outside the job fails the spawn on every rank, naming
+    // the key (Slurm itself would end the job; hydra waits for the ssh launch).
+    if slurm {
+        program("spawn", 2, &overlap, &["misplaced", "rbtl-n9"]);
+    }
     if let Some(o) = selves {
         if let Err(why) = crate::programs::selves_reported(&o, 4, rounds) {
             failed.push(format!("{why}\n{}", report(&o)));
@@ -214,7 +222,7 @@ fn across_two_nodes(launcher: Launcher) {
         failed.is_empty(),
         "{} of {} runs failed across nodes:\n\n{}",
         failed.len(),
-        runs.len() + 7,
+        runs.len() + programs_run,
         failed.join("\n\n")
     );
 }
