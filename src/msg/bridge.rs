@@ -266,10 +266,7 @@ impl Comm {
             })
             .collect::<Result<Vec<u32>>>()?;
         // Those disconnected from before are connected again.
-        let mut s = super::state::lock(&self.state);
-        for r in &here {
-            s.departed.remove(r);
-        }
+        self.reconnect(&here);
         Ok(here)
     }
 
@@ -277,15 +274,28 @@ impl Comm {
     /// nothing connects this process to them any more: `ranks` are this
     /// communicator's (those of its own job are left as they are). Their end, from
     /// now on, is no failure here, and an end already seen (right after the last
-    /// message they sent) is forgotten. Met again ([`Comm::connect_job`]), they are
-    /// connected again.
+    /// message they sent) no longer counts as one. One with operations still under
+    /// way (a buffered send, a request freed before it completed) stays connected:
+    /// its end fails them. Met again ([`Comm::connect_job`], [`Comm::reconnect`]),
+    /// they are connected again.
     pub fn disconnect_from(&mut self, ranks: &[u32]) {
         let mut s = super::state::lock(&self.state);
         for &r in ranks.iter().filter(|&&r| r >= self.size) {
-            s.departed.insert(r);
-            s.failed.remove(&r);
+            if !s.involves(r) {
+                s.departed.insert(r);
+                s.failed.remove(&r);
+            }
         }
         s.count_failed();
+    }
+
+    /// Connect again to those of `ranks` this process disconnected from (a
+    /// communicator that holds them is kept).
+    pub fn reconnect(&mut self, ranks: &[u32]) {
+        let mut s = super::state::lock(&self.state);
+        for r in ranks {
+            s.departed.remove(r);
+        }
     }
 
     /// Connect to processes `ranks` (never met) of the job of `kvsname`, as

@@ -94,9 +94,12 @@ const JOB_NODES: &str = "SLURM_JOB_NODELIST";
 
 /// Under Slurm, whether the nodes a spawn's `host` names (a host list, as srun's
 /// `--nodelist`, which Slurm's `pmi2` plugin passes it as) are nodes of this job,
-/// `allocated` (`SLURM_JOB_NODELIST`; nothing is checked without it). A step asked
-/// on another node ends the whole job, so that is refused here instead. Slurm reads
-/// the info of a spawn of one command only: that of several is not checked.
+/// `allocated` (`SLURM_JOB_NODELIST`; nothing is checked without it): each by its
+/// name there, or by a longer name of it (`n2.cluster`, for `n2`). Slurm waits for a
+/// step asked on another node (until the PMI time limit), or ends the whole job, so
+/// that is refused here instead. Not checked: a value with a `/` (srun reads a file
+/// of that name), and the info of a spawn of several commands (Slurm reads that of
+/// one command only).
 fn check_placement(commands: &[SpawnCommand], allocated: Option<&str>) -> Result<()> {
     let ([command], Some(allocated)) = (commands, allocated) else {
         return Ok(());
@@ -104,13 +107,21 @@ fn check_placement(commands: &[SpawnCommand], allocated: Option<&str>) -> Result
     let Some((_, host)) = command.info.iter().find(|(k, _)| k == "host") else {
         return Ok(());
     };
+    if host.contains('/') {
+        return Ok(());
+    }
     use crate::pmi::hostlist::expand;
     let refused = |why: String| Error::BadParameter(format!("the info key host = {host:?}: {why}"));
-    let nodes = expand(allocated).map_err(|e| refused(format!("{JOB_NODES}: {e}")))?;
+    let nodes: std::collections::HashSet<String> = expand(allocated)
+        .map_err(|e| refused(format!("{JOB_NODES}: {e}")))?
+        .into_iter()
+        .collect();
     for asked in expand(host).map_err(refused)? {
-        if !nodes.contains(&asked) {
+        let short = asked.split('.').next().unwrap_or_default();
+        if !nodes.contains(&asked) && !nodes.contains(short) {
             return Err(refused(format!(
-                "{asked} is not a node of this Slurm job ({JOB_NODES}={allocated}),                  and a step asked there would end the job"
+                "{asked} is not a node of this Slurm job ({JOB_NODES}={allocated}): \
+                 Slurm would wait for it, or end the job"
             )));
         }
     }
@@ -467,7 +478,13 @@ mod tests {
                 .collect(),
         };
         let nodes = Some("rbtl-n[1-2]");
-        for ok in [None, Some("rbtl-n2"), Some("rbtl-n[1-2]")] {
+        for ok in [
+            None,
+            Some("rbtl-n2"),
+            Some("rbtl-n[1-2]"),
+            Some("rbtl-n2.cluster"),
+            Some("/a/file/of/nodes"),
+        ] {
             check_placement(&[command(ok)], nodes).unwrap();
         }
         let refused = |host, nodes| match check_placement(&[command(Some(host))], nodes) {
@@ -480,6 +497,7 @@ mod tests {
             "{m}"
         );
         assert!(refused("rbtl-n[2-3]", nodes).contains("rbtl-n3 is not"));
+        assert!(refused("rbtl-n3.cluster", nodes).contains("rbtl-n3.cluster is not"));
         assert!(refused("rbtl-n[", nodes).contains("without its ']'"));
         assert!(refused("rbtl-n1", Some("rbtl-n[1")).contains("SLURM_JOB_NODELIST"));
         // Without the job's nodes, or for several commands (whose info Slurm does

@@ -735,6 +735,20 @@ impl State {
         }
     }
 
+    /// Whether operations under way involve `rank`: a request with it as its peer,
+    /// or a message waiting for room towards it.
+    pub fn involves(&self, rank: u32) -> bool {
+        let pending = |r: &Req| r.outcome.is_none() && r.peer == Some(rank);
+        self.reqs.iter().any(|(_, r)| pending(r))
+            || self.blocking.as_ref().is_some_and(pending)
+            || self
+                .route
+                .get(rank as usize)
+                .copied()
+                .flatten()
+                .is_some_and(|(m, ep)| self.has_deferred_to(m, ep))
+    }
+
     /// Keep [`Signals::failed`] the number of ranks known to have failed.
     pub fn count_failed(&self) {
         self.signals
@@ -786,8 +800,36 @@ impl State {
 
 #[cfg(test)]
 mod tests {
-    use super::{offload_key, offload_source, transport_error, Error};
+    use super::{offload_key, offload_source, transport_error, Deferred, Error, State};
     use rbtl_btl::{Endpoint, PeerFailure};
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_departed_rank_is_one_with_nothing_under_way_and_its_end_no_failure() {
+        let mut s = State {
+            route: vec![Some((0, Endpoint(0))), Some((1, Endpoint(0)))],
+            ..State::default()
+        };
+        let req = s.new_req(Some(1));
+        assert!(s.involves(1) && !s.involves(0));
+        s.drop_req(req);
+        assert!(!s.involves(1));
+        s.deferred.push_back(Deferred {
+            module: 1,
+            endpoint: Endpoint(0),
+            tag: rbtl_btl::Tag(0),
+            bytes: Vec::new(),
+        });
+        assert!(s.involves(1) && !s.involves(0));
+        s.deferred.clear();
+        // A departed rank's end is not recorded; another's is, and counted.
+        s.departed.insert(1);
+        s.peer_failed(1, PeerFailure::Ended("exited".into()));
+        assert!(s.failed.is_empty());
+        assert_eq!(s.signals.failed.load(Ordering::Acquire), 0);
+        s.peer_failed(0, PeerFailure::Ended("exited".into()));
+        assert_eq!(s.signals.failed.load(Ordering::Acquire), 1);
+    }
 
     #[test]
     fn a_transports_failed_peer_is_named_by_its_rank_here() {

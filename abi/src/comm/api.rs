@@ -304,8 +304,10 @@ pub unsafe extern "C" fn PMPI_Comm_disconnect(comm: *mut Handle) -> c_int {
     call_in_steps("MPI_Comm_disconnect", object, || {
         // SAFETY: null or readable, the binding's contract.
         let h = unsafe { read_arg(comm, MPI_ERR_ARG, "communicator") }?;
-        // Everything pending on it completes first: a barrier over it (both groups
-        // of an intercommunicator), which lets other threads' calls in meanwhile.
+        // Its members meet first: a barrier over it (both groups of an
+        // intercommunicator), which lets other threads' calls in meanwhile. (A
+        // buffered send or a freed request still under way keeps its peer
+        // connected: `disconnect_from`.)
         global::with_held(|held| {
             held.check_freeable(h)?;
             let s = held.build_barrier(h)?;

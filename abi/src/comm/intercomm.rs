@@ -170,8 +170,18 @@ fn keep_inter(
     remote: Arc<Group>,
     errhandler: Handle,
 ) -> Result<Handle> {
+    // (Processes of other jobs met before it was kept, and disconnected from
+    // meanwhile by another thread, are connected again.)
+    let others: Vec<u32> = group
+        .ranks()
+        .iter()
+        .chain(remote.ranks())
+        .copied()
+        .collect();
     let c = Communicator::inter(ctx, (group, rank), remote, errhandler);
-    inside.state().comms.insert(c)
+    let h = inside.state().comms.insert(c)?;
+    inside.state().msg.reconnect(&others);
+    Ok(h)
 }
 
 /// `MPI_Comm_dup` of intercommunicator `comm` (attributes apart).

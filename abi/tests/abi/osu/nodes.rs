@@ -201,7 +201,8 @@ fn across_two_nodes(launcher: Launcher) {
     let selves = program("spawn", 4, &overlap, &["selves", &rounds.to_string()]);
     let placed = program("spawn", 2, &overlap, &["placed", "rbtl-n2"]);
     // A child asked on a node outside the job fails the spawn on every rank, naming
-    // the key (Slurm itself would end the job; hydra waits for the ssh launch).
+    // the key (Slurm itself would wait for the PMI time limit, or end the job;
+    // hydra waits for the ssh launch).
     if slurm {
         program("spawn", 2, &overlap, &["misplaced", "rbtl-n9"]);
     }
