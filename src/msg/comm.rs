@@ -235,15 +235,9 @@ impl Comm {
     /// Progress until nothing waits for room in a transport.
     fn drain(&mut self) -> Result<()> {
         let mut idle = IdleWait::new();
-        loop {
-            if self.signals.failed.load(Ordering::Acquire) > 0 {
-                // Messages to a failed peer never leave; nothing to wait for.
-                self.drop_deferred_to_failed();
-            }
-            // (Served requests waiting to be offered again are not messages to send.)
-            if lock(&self.state).deferred.is_empty() {
-                return Ok(());
-            }
+        // (Served requests waiting to be offered again are not messages to send, and
+        // those to a failed peer were dropped at its failure.)
+        while !lock(&self.state).deferred.is_empty() {
             if self.progress() > 0 {
                 idle.busy();
             } else if idle.idle() {
@@ -254,21 +248,7 @@ impl Comm {
                 }
             }
         }
-    }
-
-    /// Drop the messages waiting for room towards peers known to have failed.
-    fn drop_deferred_to_failed(&mut self) {
-        let mut s = lock(&self.state);
-        let failed: Vec<(usize, Endpoint)> = s
-            .failed
-            .keys()
-            .filter_map(|&r| self.routes.get(r as usize).copied())
-            .collect();
-        let before = s.deferred.len();
-        s.deferred
-            .retain(|d| !failed.contains(&(d.module, d.endpoint)));
-        let dropped = before - s.deferred.len();
-        state::bump(&self.signals.deferred, -(dropped as isize));
+        Ok(())
     }
 
     /// The job's modex (for layers above that exchange their own data).

@@ -767,6 +767,16 @@ impl State {
         self.fail_awaiting_handles(rank, &why);
         self.fail_splits(rank, &why);
         self.count_failed();
+        // What waits for room towards it never leaves (nor holds up what waits
+        // behind it for others).
+        if let Some(Some(to)) = self.route.get(rank as usize).copied() {
+            let before = self.deferred.len();
+            self.deferred.retain(|d| (d.module, d.endpoint) != to);
+            bump(
+                &self.signals.deferred,
+                -((before - self.deferred.len()) as isize),
+            );
+        }
         let mut ids: Vec<ReqId> = self
             .reqs
             .iter()
@@ -800,7 +810,7 @@ impl State {
 
 #[cfg(test)]
 mod tests {
-    use super::{offload_key, offload_source, transport_error, Deferred, Error, State};
+    use super::{bump, offload_key, offload_source, transport_error, Deferred, Error, State};
     use rbtl_btl::{Endpoint, PeerFailure};
     use std::sync::atomic::Ordering;
 
@@ -814,21 +824,30 @@ mod tests {
         assert!(s.involves(1) && !s.involves(0));
         s.drop_req(req);
         assert!(!s.involves(1));
-        s.deferred.push_back(Deferred {
-            module: 1,
-            endpoint: Endpoint(0),
-            tag: rbtl_btl::Tag(0),
-            bytes: Vec::new(),
-        });
+        // A message waiting for room towards `to`, as `send_or_defer` keeps it.
+        let defer = |s: &mut State, to: usize| {
+            let (module, endpoint) = s.route[to].unwrap();
+            s.deferred.push_back(Deferred {
+                module,
+                endpoint,
+                tag: rbtl_btl::Tag(0),
+                bytes: Vec::new(),
+            });
+            bump(&s.signals.deferred, 1);
+        };
+        defer(&mut s, 1);
         assert!(s.involves(1) && !s.involves(0));
-        s.deferred.clear();
-        // A departed rank's end is not recorded; another's is, and counted.
+        // A departed rank's end is not recorded; another's is, and counted, and
+        // what waited for room towards it is dropped.
         s.departed.insert(1);
         s.peer_failed(1, PeerFailure::Ended("exited".into()));
         assert!(s.failed.is_empty());
         assert_eq!(s.signals.failed.load(Ordering::Acquire), 0);
+        defer(&mut s, 0);
         s.peer_failed(0, PeerFailure::Ended("exited".into()));
         assert_eq!(s.signals.failed.load(Ordering::Acquire), 1);
+        assert!(!s.involves(0) && s.involves(1));
+        assert_eq!(s.signals.deferred.load(Ordering::Acquire), 1);
     }
 
     #[test]
