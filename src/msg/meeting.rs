@@ -19,6 +19,7 @@
 //! its numbers) from the launcher, the new job's rank 0 publishes both under the
 //! token the spawning root left it ([`Comm::announce_job`]).
 
+use super::spawn_turn::SpawnTurn;
 use super::{Comm, Error, Result};
 use crate::pmi::{PmiModex, SpawnCommand, Spawned};
 
@@ -128,44 +129,6 @@ fn check_placement(commands: &[SpawnCommand], allocated: Option<&str>) -> Result
     Ok(())
 }
 
-/// The longest a process waits for its node's turn to spawn.
-const TURN_LIMIT: std::time::Duration = crate::pmi::DEFAULT_TIMEOUT;
-
-/// Under hydra and Slurm, the turn of this process among its job's processes on
-/// its node to ask for a spawn, held until dropped. Both serve those processes
-/// from one daemon: Slurm's step daemon (its `pmi2` plugin; seen with Slurm 22.05)
-/// crashes when two of them ask at once, ending the job step; under hydra (MPICH
-/// 4.0), a process's request after its spawn was once answered with a spawn's
-/// answer while another process of its node spawned. The turn is an abstract Unix
-/// socket named for the job (`kvs`; one per node: per network namespace), which
-/// only one process can bind, and which ends with its process.
-fn spawn_turn(kvs: &str) -> Result<std::os::unix::net::UnixListener> {
-    use std::os::linux::net::SocketAddrExt;
-    // (Abstract names hold 107 bytes.)
-    let name = format!("rbtl-spawn-{}", kvs.get(..90).unwrap_or(kvs));
-    let addr = std::os::unix::net::SocketAddr::from_abstract_name(&name)
-        .map_err(|e| Error::BadParameter(format!("the spawn turn {name:?}: {e}")))?;
-    let start = std::time::Instant::now();
-    loop {
-        match std::os::unix::net::UnixListener::bind_addr(&addr) {
-            Ok(turn) => return Ok(turn),
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {}
-            Err(e) => {
-                return Err(Error::BadParameter(format!(
-                    "taking the node's turn to spawn ({name:?}): {e}"
-                )))
-            }
-        }
-        if start.elapsed() > TURN_LIMIT {
-            return Err(Error::BadParameter(format!(
-                "another process of this node held its turn to spawn ({name:?}) for {} s",
-                TURN_LIMIT.as_secs()
-            )));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-}
-
 /// The name of the word `key` for job `kvs` in the name service.
 fn word_name(kvs: &str, key: &str) -> String {
     format!("{kvs}.{key}")
@@ -265,14 +228,19 @@ impl Comm {
             let first = self.claim_numbers(base, n)?;
             preput.push((BASE_KEY.to_string(), first.to_string()));
         }
-        // (Held until the launcher answers.)
-        let _turn = spawn_turn(&self.kvsname()?)?;
-        let mut s = match self.pmi()?.client().spawn(commands, &preput) {
+        let (kvs, me) = (self.kvsname()?, base + self.rank);
+        let client = self.pmi()?.client();
+        let turn = SpawnTurn::take(client, meeting, &kvs, me)?;
+        let spawned = client.spawn(commands, &preput);
+        // (Given back whatever the answer.)
+        let given_back = turn.give_back(client);
+        let mut s = match spawned {
             Err(e @ crate::pmi::Error::Timeout { .. }) if meeting == Meeting::Steps => {
                 return Err(Error::StepWaiting(e))
             }
             spawned => spawned?,
         };
+        given_back?;
         s.announced_as = Some(token);
         Ok(s)
     }

@@ -118,6 +118,7 @@ mod requests;
 mod responder;
 mod scope;
 mod served;
+mod spawn_turn;
 mod split;
 mod state;
 mod window;

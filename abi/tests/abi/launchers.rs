@@ -90,17 +90,34 @@ fn programs_joined_by_colons_are_one_job_numbered_by_program() {
 /// Under hydra, which starts what it is asked to and then lets neither job read the
 /// other's key-value space, the jobs meet in its name service: the whole of `spawn`
 /// (spawns from every parent and from one, traffic, ports and `MPI_Intercomm_create`
-/// between the jobs, a spawn of the spawned) at 1 and 2 parents.
+/// between the jobs, a spawn of the spawned) at 1 and 2 parents. Four parents
+/// spawning on their own at once, each under a hydra proxy of its own (all started
+/// here, as hydra starts them on four nodes): every child reports. (Hydra gathers
+/// the commands of a spawn from every proxy in one list: without the turn to spawn
+/// in its name service, two parents' spawns were made into one, in about half the
+/// runs of 40 rounds.)
 #[test]
 fn spawn_under_hydra() {
     if !hydra_here("spawn under hydra") {
         return;
     }
+    let exe = build("spawn");
     for parents in [1, 2] {
         let mut cmd = Command::new("mpiexec.mpich");
-        cmd.args(["-n", &parents.to_string()]).arg(build("spawn"));
+        cmd.args(["-n", &parents.to_string()]).arg(&exe);
         let shown = format!("spawn from {parents} ranks under hydra");
         let o = job_passes(&mut cmd, "spawn", parents, &shown);
         assert_children_passed(&o, &shown);
+    }
+    let rounds = 40;
+    let mut cmd = Command::new("mpiexec.mpich");
+    let proxies = "proxy-a,proxy-b,proxy-c,proxy-d";
+    cmd.args(["-launcher", "fork", "-hosts", proxies, "-ppn", "1"])
+        .args(["-n", "4"])
+        .arg(&exe)
+        .args(["selves", &rounds.to_string()]);
+    let o = job_passes(&mut cmd, "spawn", 4, "spawn selves under two hydra proxies");
+    if let Err(why) = super::programs::selves_reported(&o, 4, rounds) {
+        panic!("{why}\n{}", super::report(&o));
     }
 }
