@@ -116,7 +116,12 @@ fn spawn_under_hydra() {
         .args(["-n", "4"])
         .arg(&exe)
         .args(["selves", &rounds.to_string()]);
-    let o = job_passes(&mut cmd, "spawn", 4, "spawn selves under two hydra proxies");
+    let o = job_passes(
+        &mut cmd,
+        "spawn",
+        4,
+        "spawn selves under four hydra proxies",
+    );
     if let Err(why) = super::programs::selves_reported(&o, 4, rounds) {
         panic!("{why}\n{}", super::report(&o));
     }
