@@ -218,7 +218,8 @@ impl Comm {
             check_placement(commands, std::env::var(JOB_NODES).ok().as_deref())?;
         }
         let base = self.universe_base()?;
-        let token = next_token(base + self.rank);
+        let me = base + self.rank;
+        let token = next_token(me);
         let counts: Vec<String> = commands.iter().map(|c| c.nprocs.to_string()).collect();
         let mut preput = preput.to_vec();
         preput.push((TOKEN_KEY.to_string(), token.clone()));
@@ -228,9 +229,8 @@ impl Comm {
             let first = self.claim_numbers(base, n)?;
             preput.push((BASE_KEY.to_string(), first.to_string()));
         }
-        let (kvs, me) = (self.kvsname()?, base + self.rank);
         let client = self.pmi()?.client();
-        let turn = SpawnTurn::take(client, meeting, &kvs, me)?;
+        let turn = SpawnTurn::take(client, meeting, me)?;
         let spawned = client.spawn(commands, &preput);
         // (Given back whatever the answer.)
         let given_back = turn.give_back(client);

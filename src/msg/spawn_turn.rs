@@ -43,13 +43,13 @@ pub(super) enum SpawnTurn {
 
 impl SpawnTurn {
     /// Wait for the turn of process `me` (its number among the jobs that meet) of
-    /// the job `kvs`, met as `meeting`, in `client`'s launcher.
-    pub(super) fn take(client: &mut Client, meeting: Meeting, kvs: &str, me: u32) -> Result<Self> {
+    /// `client`'s job, met as `meeting`, in `client`'s launcher.
+    pub(super) fn take(client: &mut Client, meeting: Meeting, me: u32) -> Result<Self> {
         match meeting {
             Meeting::Kvs => Ok(SpawnTurn::Free),
             Meeting::Names => take_named(client, me, TURN_LIMIT),
             Meeting::Steps => Ok(SpawnTurn::Node {
-                _bound: take_node(kvs, TURN_LIMIT)?,
+                _bound: take_node(client.kvsname(), TURN_LIMIT)?,
             }),
         }
     }
