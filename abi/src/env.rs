@@ -3,7 +3,7 @@
 
 use crate::comm::api::write_name;
 use crate::entry::{call, call_in_steps};
-use crate::error::{self, Error, Object, Result};
+use crate::error::{self, write_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::global::{self, Phase};
 use crate::state::Mpi;
@@ -195,34 +195,25 @@ pub unsafe extern "C" fn PMPI_Finalize() -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Initialized(flag: *mut c_int) -> c_int {
+    let started = c_int::from(WORLD_MODEL.load(Ordering::Acquire) != NEVER);
     // SAFETY: null or writable.
-    unsafe {
-        put(
-            flag,
-            c_int::from(WORLD_MODEL.load(Ordering::Acquire) != NEVER),
-        )
-    };
-    MPI_SUCCESS
+    outside("MPI_Initialized", unsafe {
+        write_arg(flag, started, "flag")
+    })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Finalized(flag: *mut c_int) -> c_int {
+    let ended = c_int::from(WORLD_MODEL.load(Ordering::Acquire) == ENDED);
     // SAFETY: null or writable.
-    unsafe {
-        put(
-            flag,
-            c_int::from(WORLD_MODEL.load(Ordering::Acquire) == ENDED),
-        )
-    };
-    MPI_SUCCESS
+    outside("MPI_Finalized", unsafe { write_arg(flag, ended, "flag") })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Query_thread(provided: *mut c_int) -> c_int {
     call("MPI_Query_thread", Object::None, |mpi| {
         // SAFETY: null or writable.
-        unsafe { put(provided, mpi.thread_level) };
-        Ok(())
+        unsafe { write_arg(provided, mpi.thread_level, "provided") }
     })
 }
 
@@ -231,8 +222,7 @@ pub unsafe extern "C" fn PMPI_Is_thread_main(flag: *mut c_int) -> c_int {
     call("MPI_Is_thread_main", Object::None, |mpi| {
         let main = mpi.main_thread == std::thread::current().id();
         // SAFETY: null or writable.
-        unsafe { put(flag, c_int::from(main)) };
-        Ok(())
+        unsafe { write_arg(flag, c_int::from(main), "flag") }
     })
 }
 
@@ -291,11 +281,11 @@ pub unsafe extern "C" fn PMPI_Get_processor_name(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> c_int {
     // SAFETY: null or writable.
-    unsafe {
-        put(version, MPI_VERSION);
-        put(subversion, MPI_SUBVERSION);
-    }
-    MPI_SUCCESS
+    let r = unsafe {
+        write_arg(version, MPI_VERSION, "version")
+            .and_then(|()| write_arg(subversion, MPI_SUBVERSION, "subversion"))
+    };
+    outside("MPI_Get_version", r)
 }
 
 #[no_mangle]
@@ -320,11 +310,11 @@ pub unsafe extern "C" fn PMPI_Abi_get_version(
     abi_minor: *mut c_int,
 ) -> c_int {
     // SAFETY: null or writable.
-    unsafe {
-        put(abi_major, MPI_ABI_VERSION);
-        put(abi_minor, MPI_ABI_SUBVERSION);
-    }
-    MPI_SUCCESS
+    let r = unsafe {
+        write_arg(abi_major, MPI_ABI_VERSION, "ABI major version")
+            .and_then(|()| write_arg(abi_minor, MPI_ABI_SUBVERSION, "ABI minor version"))
+    };
+    outside("MPI_Abi_get_version", r)
 }
 
 #[no_mangle]
@@ -348,11 +338,8 @@ pub unsafe extern "C" fn PMPI_Error_string(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> c_int {
     let r = match error::class_of(errorcode) {
-        Some(c) => {
-            // SAFETY: null or writable.
-            unsafe { put(errorclass, c) };
-            Ok(())
-        }
+        // SAFETY: null or writable.
+        Some(c) => unsafe { write_arg(errorclass, c, "error class") },
         None => Err(Error::new(
             MPI_ERR_ARG,
             format!("{errorcode} is not an error code"),
@@ -364,9 +351,10 @@ pub unsafe extern "C" fn PMPI_Error_class(errorcode: c_int, errorclass: *mut c_i
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Add_error_class(errorclass: *mut c_int) -> c_int {
     call("MPI_Add_error_class", Object::None, |_| {
+        error::non_null(errorclass, MPI_ERR_ARG, "error class")?;
         let c = error::add_class()?;
-        // SAFETY: null or writable.
-        unsafe { put(errorclass, c) };
+        // SAFETY: writable (checked not null).
+        unsafe { errorclass.write(c) };
         Ok(())
     })
 }
@@ -374,9 +362,10 @@ pub unsafe extern "C" fn PMPI_Add_error_class(errorclass: *mut c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Add_error_code(errorclass: c_int, errorcode: *mut c_int) -> c_int {
     call("MPI_Add_error_code", Object::None, |_| {
+        error::non_null(errorcode, MPI_ERR_ARG, "error code")?;
         let c = error::add_code(errorclass)?;
-        // SAFETY: null or writable.
-        unsafe { put(errorcode, c) };
+        // SAFETY: writable (checked not null).
+        unsafe { errorcode.write(c) };
         Ok(())
     })
 }

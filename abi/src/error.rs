@@ -56,6 +56,20 @@ pub fn non_null<T>(p: *const T, class: c_int, what: &str) -> Result<()> {
     }
 }
 
+/// Store `value` at `out`, a pointer the call must write: the error of [`non_null`]
+/// (`MPI_ERR_ARG`, naming `what`) when it is null, as MPICH and Open MPI refuse a
+/// null output argument.
+///
+/// # Safety
+///
+/// `out` is null or valid for a write of `T`.
+pub unsafe fn write_arg<T>(out: *mut T, value: T, what: &str) -> Result<()> {
+    non_null(out, MPI_ERR_ARG, what)?;
+    // SAFETY: not null, and writable by the caller's contract.
+    unsafe { out.write(value) };
+    Ok(())
+}
+
 /// The error of handle `h`, which names no live object of a kind (`what`, with its
 /// article): its null handle (`null`, named `null_name`), or any other.
 #[cold]

@@ -71,7 +71,9 @@ pub struct GlobalPtr(pub *mut c_void);
 // SAFETY: the exported pointers are constants (null); nothing writes through them.
 unsafe impl Sync for GlobalPtr {}
 
-/// Store `value` at `out` if the caller gave a place for it.
+/// Store `value` at `out` if the caller gave a place for it: for the outputs a caller
+/// may leave out (those of the tool interface's `_get_info` calls, `MPI_Init_thread`'s
+/// level); a required one is written by [`crate::error::write_arg`].
 ///
 /// # Safety
 ///

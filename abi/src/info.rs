@@ -3,7 +3,7 @@
 //! and read them before `MPI_Init` and after `MPI_Finalize` (MPI 4.1, 11.2.1), to
 //! give `MPI_Session_init` its hints.
 
-use crate::comm::api::{read_str, write_name};
+use crate::comm::api::{read_str, write_str};
 use crate::entry::call;
 use crate::error::{non_null, raise, read_arg, Error, Object, Result};
 use crate::ffi::*;
@@ -252,8 +252,7 @@ pub unsafe extern "C" fn PMPI_Info_get_nkeys(info: Handle, nkeys: *mut c_int) ->
     info_call("MPI_Info_get_nkeys", || {
         let n = read(info)?.len() as c_int;
         // SAFETY: the binding's contract: null or writable.
-        unsafe { put(nkeys, n) };
-        Ok(())
+        unsafe { crate::error::write_arg(nkeys, n, "nkeys") }
     })
 }
 
@@ -266,7 +265,7 @@ pub unsafe extern "C" fn PMPI_Info_get_nthkey(info: Handle, n: c_int, key: *mut 
             .and_then(|n| i.get(n))
             .ok_or_else(|| Error::new(MPI_ERR_ARG, format!("no key number {n}")))?;
         // SAFETY: the binding's contract: room for MPI_MAX_INFO_KEY bytes.
-        unsafe { write_name(&k.0, key, std::ptr::null_mut(), MPI_MAX_INFO_KEY as usize) }
+        unsafe { write_str(&k.0, key, MPI_MAX_INFO_KEY as usize) }.map(|_| ())
     })
 }
 
@@ -290,7 +289,7 @@ pub unsafe extern "C" fn PMPI_Info_get_string(
             if let Some(v) = found {
                 let room = (*buflen).max(0) as usize;
                 if room > 0 && !value.is_null() {
-                    write_name(&v, value, std::ptr::null_mut(), room)?;
+                    write_str(&v, value, room)?;
                 }
                 buflen.write(v.len() as c_int + 1);
             }
@@ -318,7 +317,7 @@ pub unsafe extern "C" fn PMPI_Info_get(
         unsafe { flag.write(c_int::from(found.is_some())) };
         if let Some(v) = found {
             // SAFETY: the binding's contract: `value` has room for `valuelen` + 1 bytes.
-            unsafe { write_name(&v, value, std::ptr::null_mut(), room + 1) }?;
+            unsafe { write_str(&v, value, room + 1) }?;
         }
         Ok(())
     })

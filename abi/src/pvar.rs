@@ -130,11 +130,8 @@ fn value(b: &Bound, now: &[u64; 5]) -> u64 {
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_pvar_get_num(num_pvar: *mut c_int) -> c_int {
-    with(|_| {
-        // SAFETY: the binding's contract: null or writable.
-        unsafe { put(num_pvar, PVARS.len() as c_int) };
-        Ok(())
-    })
+    // SAFETY: the binding's contract: null or writable.
+    with(|_| unsafe { crate::tool::write_out(num_pvar, PVARS.len() as c_int) })
 }
 
 #[no_mangle]
@@ -230,7 +227,7 @@ pub unsafe extern "C" fn PMPI_T_pvar_handle_alloc(
     };
     with_sessions(|s| {
         item(&PVARS, pvar_index)?;
-        if handle.is_null() {
+        if handle.is_null() || count.is_null() {
             return Err(MPI_T_ERR_INVALID);
         }
         s.session(session)?;
@@ -241,11 +238,10 @@ pub unsafe extern "C" fn PMPI_T_pvar_handle_alloc(
         };
         let h = s.fresh();
         s.session(session)?.insert(h, Bound { var, base });
-        // SAFETY: checked not null; `count` null or writable (the binding's
-        // contract).
+        // SAFETY: both checked not null.
         unsafe {
             handle.write(h);
-            put(count, 1);
+            count.write(1);
         }
         Ok(())
     })

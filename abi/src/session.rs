@@ -201,8 +201,7 @@ pub unsafe extern "C" fn PMPI_Session_get_num_psets(
         |mpi| {
             mpi.session(session)?;
             // SAFETY: null or writable.
-            unsafe { put(npset_names, PSETS.len() as c_int) };
-            Ok(())
+            unsafe { crate::error::write_arg(npset_names, PSETS.len() as c_int, "npset names") }
         },
     )
 }
@@ -240,12 +239,7 @@ pub unsafe extern "C" fn PMPI_Session_get_nth_pset(
             }
             // SAFETY: the binding's contract: `pset_name` has room for `*pset_len` bytes.
             unsafe {
-                crate::comm::api::write_name(
-                    name,
-                    pset_name,
-                    std::ptr::null_mut(),
-                    room.max(1) as usize,
-                )?;
+                crate::comm::api::write_str(name, pset_name, room.max(1) as usize)?;
                 pset_len.write(need);
             }
             Ok(())
@@ -439,8 +433,7 @@ pub unsafe extern "C" fn PMPI_Session_get_errhandler(
         |mpi| {
             let h = mpi.session(session)?.errhandler;
             // SAFETY: null or writable.
-            unsafe { put(errhandler, h) };
-            Ok(())
+            unsafe { crate::error::write_arg(errhandler, h, "errhandler") }
         },
     )
 }

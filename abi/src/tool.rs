@@ -111,8 +111,27 @@ unsafe fn name_arg(s: *const c_char) -> Result<String, c_int> {
         .into_owned())
 }
 
+/// Store `value` at `out`, a pointer the call must write: `MPI_T_ERR_INVALID` when it
+/// is null (only the outputs of the `_get_info` calls may be null, which the standard
+/// lets a tool skip).
+///
+/// # Safety
+///
+/// `out` is null or valid for a write of `T`.
+pub(crate) unsafe fn write_out<T>(out: *mut T, value: T) -> Result<(), c_int> {
+    if out.is_null() {
+        return Err(MPI_T_ERR_INVALID);
+    }
+    // SAFETY: not null, and writable by the caller's contract.
+    unsafe { out.write(value) };
+    Ok(())
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_init_thread(required: c_int, provided: *mut c_int) -> c_int {
+    if provided.is_null() {
+        return MPI_T_ERR_INVALID;
+    }
     let mut t = TOOL.lock().unwrap_or_else(|e| e.into_inner());
     if t.is_none() {
         let Ok(config) = rbtl::configure(&[]) else {
@@ -150,8 +169,8 @@ pub unsafe extern "C" fn PMPI_T_init_thread(required: c_int, provided: *mut c_in
     .into_iter()
     .find(|&l| l <= required)
     .unwrap_or(MPI_THREAD_SINGLE);
-    // SAFETY: the binding's contract: null or writable.
-    unsafe { put(provided, level) };
+    // SAFETY: the binding's contract: writable (checked not null).
+    unsafe { provided.write(level) };
     MPI_SUCCESS
 }
 
@@ -165,11 +184,8 @@ pub unsafe extern "C" fn PMPI_T_finalize() -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_cvar_get_num(num_cvar: *mut c_int) -> c_int {
-    with(|t| {
-        // SAFETY: the binding's contract: null or writable (here and below).
-        unsafe { put(num_cvar, t.vars.len() as c_int) };
-        Ok(())
-    })
+    // SAFETY: the binding's contract: null or writable (here and below).
+    with(|t| unsafe { write_out(num_cvar, t.vars.len() as c_int) })
 }
 
 #[no_mangle]
@@ -217,8 +233,7 @@ pub(crate) unsafe fn index_of<'a>(
     let n = unsafe { name_arg(name) }?;
     let i = names.position(|v| v == n).ok_or(MPI_T_ERR_INVALID_NAME)?;
     // SAFETY: as above.
-    unsafe { put(out, i as c_int) };
-    Ok(())
+    unsafe { write_out(out, i as c_int) }
 }
 
 #[no_mangle]
@@ -247,10 +262,13 @@ pub unsafe extern "C" fn PMPI_T_cvar_handle_alloc(
 ) -> c_int {
     with(|t| {
         let v = item(&t.vars, cvar_index)?;
+        if handle.is_null() {
+            return Err(MPI_T_ERR_INVALID);
+        }
         // SAFETY: the binding's contract.
         unsafe {
-            put(count, layout(&v.value).1);
-            put(handle, cvar_index as Handle + 1);
+            write_out(count, layout(&v.value).1)?;
+            handle.write(cvar_index as Handle + 1);
         }
         Ok(())
     })
@@ -304,11 +322,8 @@ pub unsafe extern "C" fn PMPI_T_cvar_write(handle: Handle, _buf: *const c_void) 
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_category_get_num(num_cat: *mut c_int) -> c_int {
-    with(|t| {
-        // SAFETY: the binding's contract: null or writable.
-        unsafe { put(num_cat, t.categories.len() as c_int) };
-        Ok(())
-    })
+    // SAFETY: the binding's contract: null or writable.
+    with(|t| unsafe { write_out(num_cat, t.categories.len() as c_int) })
 }
 
 #[no_mangle]
@@ -354,9 +369,12 @@ pub unsafe extern "C" fn PMPI_T_category_get_cvars(
 ) -> c_int {
     with(|t| {
         let (_, members) = item(&t.categories, cat_index)?;
+        if len > 0 && indices.is_null() {
+            return Err(MPI_T_ERR_INVALID);
+        }
         for (k, &i) in members.iter().take(len.max(0) as usize).enumerate() {
             // SAFETY: the binding's contract: `indices` holds `len` ints.
-            unsafe { put(indices.add(k), i as c_int) };
+            unsafe { indices.add(k).write(i as c_int) };
         }
         Ok(())
     })
@@ -403,19 +421,15 @@ pub unsafe extern "C" fn PMPI_T_category_get_num_events(
     with(|t| {
         item(&t.categories, cat_index)?;
         // SAFETY: the binding's contract: null or writable.
-        unsafe { put(num_events, 0) };
-        Ok(())
+        unsafe { write_out(num_events, 0) }
     })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_T_category_changed(update_number: *mut c_int) -> c_int {
     // The categories never change once loaded.
-    with(|_| {
-        // SAFETY: the binding's contract: null or writable.
-        unsafe { put(update_number, 0) };
-        Ok(())
-    })
+    // SAFETY: the binding's contract: null or writable.
+    with(|_| unsafe { write_out(update_number, 0) })
 }
 
 #[cfg(test)]

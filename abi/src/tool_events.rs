@@ -21,11 +21,8 @@ macro_rules! none_of {
     ($($name:ident),+) => {$(
         #[no_mangle]
         pub unsafe extern "C" fn $name(num: *mut c_int) -> c_int {
-            with(|_| {
-                // SAFETY: the binding's contract: null or writable.
-                unsafe { put(num, 0) };
-                Ok(())
-            })
+            // SAFETY: the binding's contract: null or writable.
+            with(|_| unsafe { $crate::tool::write_out(num, 0) })
         }
     )+};
 }

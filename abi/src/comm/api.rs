@@ -13,13 +13,28 @@ use crate::handles::{Kind, Table};
 use crate::state::{Errhandler, Mpi};
 use std::sync::{Mutex, MutexGuard};
 
-/// Copy `name` into a C buffer of `MPI_MAX_OBJECT_NAME` bytes (cut short, ended by
-/// NUL), its length into `len`.
+/// Copy `name` into a C buffer of `max` bytes (cut short, ended by NUL), its length
+/// into `len`, which the call must write (`MPI_ERR_ARG` when it is null).
 ///
 /// # Safety
 ///
-/// `out` has room for `max` bytes; `len` is null or writable.
+/// `out` is null or has room for `max` bytes; `len` is null or writable.
 pub unsafe fn write_name(name: &str, out: *mut c_char, len: *mut c_int, max: usize) -> Result<()> {
+    crate::error::non_null(len, MPI_ERR_ARG, "result length")?;
+    // SAFETY: the caller's contract.
+    let n = unsafe { write_str(name, out, max) }?;
+    // SAFETY: checked not null; writable by the caller's contract.
+    unsafe { len.write(n as c_int) };
+    Ok(())
+}
+
+/// Copy `name` into a C buffer of `max` bytes (cut short, ended by NUL): the bytes
+/// copied before the NUL.
+///
+/// # Safety
+///
+/// `out` is null or has room for `max` bytes.
+pub unsafe fn write_str(name: &str, out: *mut c_char, max: usize) -> Result<usize> {
     if out.is_null() {
         return Err(Error::new(MPI_ERR_ARG, "the name buffer is null"));
     }
@@ -29,9 +44,8 @@ pub unsafe fn write_name(name: &str, out: *mut c_char, len: *mut c_int, max: usi
     unsafe {
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), out.cast::<u8>(), n);
         out.add(n).write(0);
-        put(len, n as c_int);
     }
-    Ok(())
+    Ok(n)
 }
 
 /// A C string argument.
@@ -106,8 +120,7 @@ pub unsafe extern "C" fn PMPI_Comm_remote_size(comm: Handle, size: *mut c_int) -
             return Err(Error::new(MPI_ERR_COMM, "not an intercommunicator"));
         };
         // SAFETY: null or writable.
-        unsafe { put(size, r.size() as c_int) };
-        Ok(())
+        unsafe { crate::error::write_arg(size, r.size() as c_int, "size") }
     })
 }
 
@@ -374,8 +387,7 @@ pub unsafe extern "C" fn PMPI_Comm_compare(
             }
         };
         // SAFETY: null or writable.
-        unsafe { put(result, r) };
-        Ok(())
+        unsafe { crate::error::write_arg(result, r, "result") }
     })
 }
 
@@ -428,8 +440,7 @@ pub unsafe extern "C" fn PMPI_Comm_get_parent(parent: *mut Handle) -> c_int {
     call("MPI_Comm_get_parent", Object::None, |mpi| {
         let p = mpi.parent;
         // SAFETY: null or writable.
-        unsafe { put(parent, p) };
-        Ok(())
+        unsafe { crate::error::write_arg(parent, p, "parent") }
     })
 }
 

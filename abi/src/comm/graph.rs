@@ -7,7 +7,7 @@ use super::api::comm_maker;
 use super::topo::{ints, Topology};
 use crate::coll::{allgather_here, allgatherv_here, Inside};
 use crate::entry::{call, call_held, query_binding};
-use crate::error::{Error, Object, Result};
+use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
 use crate::global::Held;
 use crate::state::Mpi;
@@ -161,18 +161,13 @@ pub unsafe extern "C" fn PMPI_Graph_map(
         let c = mpi.comm(comm)?;
         check_graph(index, edges, c.size() as usize)?;
         let r = c.rank as usize;
-        // SAFETY: null or writable.
-        unsafe {
-            put(
-                newrank,
-                if r < index.len() {
-                    r as c_int
-                } else {
-                    MPI_UNDEFINED
-                },
-            )
+        let r = if r < index.len() {
+            r as c_int
+        } else {
+            MPI_UNDEFINED
         };
-        Ok(())
+        // SAFETY: null or writable.
+        unsafe { crate::error::write_arg(newrank, r, "newrank") }
     })
 }
 
@@ -180,19 +175,22 @@ query_binding!(PMPI_Graphdims_get, comm, Object::Comm(comm), |mpi| {
     let (index, edges) = mpi.graph(comm)?;
 } => nnodes: c_int = index.len() as c_int, nedges: c_int = edges.len() as c_int);
 
-/// Write the first `max` of `values` to `out` (nothing to a null `out`).
+/// Write the first `max` of `values` to `out`, an array of `max` ints
+/// (`MPI_ERR_ARG` where it is null and `max` is positive).
 ///
 /// # Safety
 ///
 /// `out` holds `max` ints (or is null).
-unsafe fn write_ints(out: *mut c_int, max: c_int, values: &[c_int]) {
-    if out.is_null() {
-        return;
+unsafe fn write_ints(out: *mut c_int, max: c_int, values: &[c_int]) -> Result<()> {
+    if max <= 0 {
+        return Ok(());
     }
-    for (i, v) in values.iter().enumerate().take(max.max(0) as usize) {
-        // SAFETY: the caller's contract.
-        unsafe { put(out.wrapping_add(i), *v) };
+    non_null(out, MPI_ERR_ARG, "array")?;
+    for (i, v) in values.iter().enumerate().take(max as usize) {
+        // SAFETY: the caller's contract (not null, checked above).
+        unsafe { out.add(i).write(*v) };
     }
+    Ok(())
 }
 
 #[no_mangle]
@@ -207,10 +205,9 @@ pub unsafe extern "C" fn PMPI_Graph_get(
         let (i, e) = mpi.graph(comm)?;
         // SAFETY: the binding's contract: `maxindex` and `maxedges` ints.
         unsafe {
-            write_ints(index, maxindex, i);
-            write_ints(edges, maxedges, e);
+            write_ints(index, maxindex, i)?;
+            write_ints(edges, maxedges, e)
         }
-        Ok(())
     })
 }
 
@@ -223,8 +220,7 @@ pub unsafe extern "C" fn PMPI_Graph_neighbors_count(
     call("MPI_Graph_neighbors_count", Object::Comm(comm), |mpi| {
         let n = mpi.graph_neighbours_of(comm, rank)?.len();
         // SAFETY: null or writable.
-        unsafe { put(nneighbors, n as c_int) };
-        Ok(())
+        unsafe { crate::error::write_arg(nneighbors, n as c_int, "nneighbors") }
     })
 }
 
@@ -238,8 +234,7 @@ pub unsafe extern "C" fn PMPI_Graph_neighbors(
     call("MPI_Graph_neighbors", Object::Comm(comm), |mpi| {
         let around = mpi.graph_neighbours_of(comm, rank)?;
         // SAFETY: the binding's contract: `maxneighbors` ints.
-        unsafe { write_ints(neighbors, maxneighbors, around) };
-        Ok(())
+        unsafe { write_ints(neighbors, maxneighbors, around) }
     })
 }
 
@@ -425,8 +420,7 @@ pub unsafe extern "C" fn PMPI_Dist_graph_create(
         let mine = unsafe { read_part(n, sources, degrees, destinations, weights) };
         let h = dist_graph_create(mpi, comm_old, mine)?;
         // SAFETY: null or writable.
-        unsafe { put(comm_dist_graph, h) };
-        Ok(())
+        unsafe { super::api::hand_out(Ok(h), comm_dist_graph, |h| mpi.comm_free(h)) }
     })
 }
 
@@ -479,8 +473,7 @@ pub unsafe extern "C" fn PMPI_Dist_graph_create_adjacent(
             };
             let h = dist_graph(mpi, comm_old, s, d, weights)?;
             // SAFETY: null or writable.
-            unsafe { put(comm_dist_graph, h) };
-            Ok(())
+            unsafe { super::api::hand_out(Ok(h), comm_dist_graph, |h| mpi.comm_free(h)) }
         },
     )
 }
@@ -497,11 +490,18 @@ pub unsafe extern "C" fn PMPI_Dist_graph_neighbors_count(
         Object::Comm(comm),
         |mpi| {
             let (sources, destinations, weights) = mpi.dist_graph_of(comm)?;
-            // SAFETY: null or writable.
+            for (p, what) in [
+                (indegree, "indegree"),
+                (outdegree, "outdegree"),
+                (weighted, "weighted"),
+            ] {
+                non_null(p, MPI_ERR_ARG, what)?;
+            }
+            // SAFETY: writable (checked not null).
             unsafe {
-                put(indegree, sources.len() as c_int);
-                put(outdegree, destinations.len() as c_int);
-                put(weighted, c_int::from(weights.is_some()));
+                indegree.write(sources.len() as c_int);
+                outdegree.write(destinations.len() as c_int);
+                weighted.write(c_int::from(weights.is_some()));
             }
             Ok(())
         },
@@ -522,8 +522,8 @@ pub unsafe extern "C" fn PMPI_Dist_graph_neighbors(
         let (s, d, weights) = mpi.dist_graph_of(comm)?;
         // SAFETY: the binding's contract: `maxindegree` and `maxoutdegree` ints.
         unsafe {
-            write_ints(sources, maxindegree, s);
-            write_ints(destinations, maxoutdegree, d);
+            write_ints(sources, maxindegree, s)?;
+            write_ints(destinations, maxoutdegree, d)?;
         }
         // The weights, where the graph has them and the caller asks for them.
         if let Some((sw, dw)) = weights {
@@ -531,10 +531,10 @@ pub unsafe extern "C" fn PMPI_Dist_graph_neighbors(
             // SAFETY: as above.
             unsafe {
                 if asked(sourceweights) {
-                    write_ints(sourceweights, maxindegree, sw);
+                    write_ints(sourceweights, maxindegree, sw)?;
                 }
                 if asked(destweights) {
-                    write_ints(destweights, maxoutdegree, dw);
+                    write_ints(destweights, maxoutdegree, dw)?;
                 }
             }
         }

@@ -267,8 +267,7 @@ pub unsafe extern "C" fn PMPI_Group_compare(
     call("MPI_Group_compare", Object::None, |mpi| {
         let (a, b) = (mpi.group(group1)?, mpi.group(group2)?);
         // SAFETY: null or writable.
-        unsafe { put(result, compare(&a, &b)) };
-        Ok(())
+        unsafe { crate::error::write_arg(result, compare(&a, &b), "result") }
     })
 }
 

@@ -374,7 +374,6 @@ pub unsafe extern "C" fn PMPI_Intercomm_merge(
     call_held("MPI_Intercomm_merge", Object::Comm(intercomm), |mpi| {
         let h = intercomm_merge(mpi, intercomm, high != 0)?;
         // SAFETY: null or writable.
-        unsafe { put(newintracomm, h) };
-        Ok(())
+        unsafe { super::api::hand_out(Ok(h), newintracomm, |h| mpi.comm_free(h)) }
     })
 }

@@ -26,7 +26,7 @@
 //! connection is never taken for one. A connector waits as long as the info key
 //! `timeout` (seconds, MPICH's) says, else as long as a spawn's sides.
 
-use super::api::{read_str, write_name};
+use super::api::{read_str, write_str};
 use super::job_ports::{self, Signal};
 use super::members::Members;
 use super::spawn::{
@@ -473,7 +473,7 @@ pub unsafe extern "C" fn PMPI_Open_port(_info: Handle, port_name: *mut c_char) -
 pub(super) unsafe fn write_port(port: &str, out: *mut c_char) -> Result<()> {
     let max = MPI_MAX_PORT_NAME as usize;
     // SAFETY: the caller's contract.
-    unsafe { write_name(port, out, std::ptr::null_mut(), max) }
+    unsafe { write_str(port, out, max) }.map(|_| ())
 }
 
 #[no_mangle]

@@ -23,7 +23,7 @@ use super::members::Members;
 use super::{Communicator, Group};
 use crate::coll::{bcast_in, run_here, Inside, KeepOut};
 use crate::entry::call_held;
-use crate::error::{Error, Object, Result};
+use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
 use crate::state::Mpi;
 use rbtl::pmi::SpawnCommand;
@@ -389,11 +389,13 @@ unsafe fn spawn_into(
     intercomm: *mut Handle,
     errcodes: *mut c_int,
 ) -> Result<()> {
+    // Refused before the spawn, as MPICH refuses it.
+    non_null(intercomm, MPI_ERR_ARG, "intercommunicator")?;
     let h = spawn(inside, commands, root, comm)?;
     let n = inside.state().comm(h)?.peers().size() as usize;
-    // SAFETY: the caller's contract.
+    // SAFETY: the caller's contract (`intercomm` checked not null).
     unsafe {
-        put(intercomm, h);
+        intercomm.write(h);
         if !errcodes.is_null() {
             for i in 0..n {
                 errcodes.add(i).write(MPI_SUCCESS);

@@ -4,7 +4,7 @@
 
 use super::api::comm_maker;
 use crate::entry::{call, call_held, query_binding};
-use crate::error::{Error, Object, Result};
+use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
 use crate::global::Held;
 use crate::state::Mpi;
@@ -274,9 +274,9 @@ pub unsafe extern "C" fn PMPI_Cart_map(
         let d = unsafe { ints(dims, ndims) }?;
         let cells: i64 = d.iter().map(|&x| i64::from(x)).product();
         let r = mpi.comm(comm)?.rank as i64;
+        let r = if r < cells { r as c_int } else { MPI_UNDEFINED };
         // SAFETY: null or writable.
-        unsafe { put(newrank, if r < cells { r as c_int } else { MPI_UNDEFINED }) };
-        Ok(())
+        unsafe { crate::error::write_arg(newrank, r, "newrank") }
     })
 }
 
@@ -295,13 +295,18 @@ pub unsafe extern "C" fn PMPI_Cart_get(
     call("MPI_Cart_get", Object::Comm(comm), |mpi| {
         let (d, p) = mpi.cart(comm)?;
         let c = Topology::coords(&d, mpi.comm(comm)?.rank as c_int);
+        if maxdims > 0 {
+            for (a, what) in [(dims, "dims"), (periods, "periods"), (coords, "coords")] {
+                non_null(a, MPI_ERR_ARG, what)?;
+            }
+        }
         let n = (maxdims.max(0) as usize).min(d.len());
         for i in 0..n {
-            // SAFETY: each array holds `maxdims` ints (or is null).
+            // SAFETY: each array holds `maxdims` ints (checked not null).
             unsafe {
-                put(dims.wrapping_add(i), d[i]);
-                put(periods.wrapping_add(i), c_int::from(p[i]));
-                put(coords.wrapping_add(i), c[i]);
+                dims.add(i).write(d[i]);
+                periods.add(i).write(c_int::from(p[i]));
+                coords.add(i).write(c[i]);
             }
         }
         Ok(())
@@ -325,8 +330,7 @@ pub unsafe extern "C" fn PMPI_Cart_rank(
             )
         })?;
         // SAFETY: null or writable.
-        unsafe { put(rank, r) };
-        Ok(())
+        unsafe { crate::error::write_arg(rank, r, "rank") }
     })
 }
 
@@ -346,10 +350,13 @@ pub unsafe extern "C" fn PMPI_Cart_coords(
                 format!("rank {rank} is not in the grid of {size}"),
             ));
         }
+        if maxdims > 0 {
+            non_null(coords, MPI_ERR_ARG, "coords")?;
+        }
         let c = Topology::coords(&d, rank);
         for (i, v) in c.iter().enumerate().take(maxdims.max(0) as usize) {
-            // SAFETY: `coords` holds `maxdims` ints.
-            unsafe { put(coords.wrapping_add(i), *v) };
+            // SAFETY: `coords` holds `maxdims` ints (checked not null).
+            unsafe { coords.add(i).write(*v) };
         }
         Ok(())
     })
@@ -379,10 +386,11 @@ pub unsafe extern "C" fn PMPI_Cart_shift(
             })?;
         let me = Topology::coords(&d, mpi.comm(comm)?.rank as c_int);
         let at = |shift: c_int| Topology::shifted(&d, &p, &me, dir, shift);
-        // SAFETY: null or writable.
+        non_null(rank_source, MPI_ERR_ARG, "rank_source")?;
+        // SAFETY: null or writable (checked not null).
         unsafe {
-            put(rank_source, at(-disp));
-            put(rank_dest, at(disp));
+            crate::error::write_arg(rank_dest, at(disp), "rank_dest")?;
+            rank_source.write(at(-disp));
         }
         Ok(())
     })
@@ -415,8 +423,7 @@ pub unsafe extern "C" fn PMPI_Cart_sub(
         let periods = (0..d.len()).filter(|&i| keep[i]).map(|i| p[i]).collect();
         mpi.comm_mut(h)?.topo = Some(Topology::Cart { dims, periods });
         // SAFETY: null or writable.
-        unsafe { put(newcomm, h) };
-        Ok(())
+        unsafe { super::api::hand_out(Ok(h), newcomm, |h| mpi.comm_free(h)) }
     })
 }
 
@@ -430,8 +437,7 @@ pub unsafe extern "C" fn PMPI_Topo_test(comm: Handle, status: *mut c_int) -> c_i
             None => MPI_UNDEFINED,
         };
         // SAFETY: null or writable.
-        unsafe { put(status, t) };
-        Ok(())
+        unsafe { crate::error::write_arg(status, t, "status") }
     })
 }
 

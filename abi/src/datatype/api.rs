@@ -111,8 +111,7 @@ pub unsafe extern "C" fn PMPI_Pack_size(
             )
         })?;
         // SAFETY: null or writable.
-        unsafe { put(size, s) };
-        Ok(())
+        unsafe { crate::error::write_arg(size, s, "size") }
     })
 }
 
@@ -126,8 +125,7 @@ pub unsafe extern "C" fn PMPI_Pack_size_c(
     call("MPI_Pack_size_c", Object::None, |mpi| {
         let s = pack_size(mpi, incount, datatype)?;
         // SAFETY: null or writable.
-        unsafe { put(size, s as Count) };
-        Ok(())
+        unsafe { crate::error::write_arg(size, s as Count, "size") }
     })
 }
 

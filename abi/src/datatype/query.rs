@@ -253,8 +253,11 @@ unsafe fn contents(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Get_address(location: *const c_void, address: *mut Aint) -> c_int {
     // SAFETY: null or writable.
-    unsafe { put(address, location as Aint) };
-    MPI_SUCCESS
+    let r = unsafe { crate::error::write_arg(address, location as Aint, "address") };
+    match r {
+        Ok(()) => MPI_SUCCESS,
+        Err(e) => crate::error::raise("MPI_Get_address", crate::error::Object::None, e),
+    }
 }
 
 #[no_mangle]
@@ -295,8 +298,9 @@ pub unsafe extern "C" fn PMPI_Type_get_value_index(
         mpi.dtype_any(value_type)?;
         mpi.dtype_any(index_type)?;
         // SAFETY: null or writable.
-        unsafe { put(pair_type, value_index(value_type, index_type)) };
-        Ok(())
+        unsafe {
+            crate::error::write_arg(pair_type, value_index(value_type, index_type), "pair type")
+        }
     })
 }
 
@@ -334,8 +338,7 @@ pub unsafe extern "C" fn PMPI_Type_match_size(
             )
         })?;
         // SAFETY: null or writable.
-        unsafe { put(datatype, t) };
-        Ok(())
+        unsafe { crate::error::write_arg(datatype, t, "datatype") }
     })
 }
 

@@ -5,7 +5,7 @@ use super::shared::set_shared;
 use crate::coll::{allgather_here, Inside};
 use crate::comm::api::read_str;
 use crate::entry::{call, call_held, query_binding};
-use crate::error::{non_null, read_arg, Error, Object, Result};
+use crate::error::{non_null, read_arg, write_arg, Error, Object, Result};
 use crate::ffi::*;
 use crate::handles::Kind;
 
@@ -104,8 +104,7 @@ pub unsafe extern "C" fn PMPI_File_get_errhandler(file: Handle, errhandler: *mut
             mpi.file(file)?;
         }
         // SAFETY: the binding's contract: null or writable.
-        unsafe { put(errhandler, super::errhandler_of(mpi, file)) };
-        Ok(())
+        unsafe { write_arg(errhandler, super::errhandler_of(mpi, file), "errhandler") }
     })
 }
 
@@ -236,22 +235,28 @@ pub unsafe extern "C" fn PMPI_File_get_view(
     call("MPI_File_get_view", Object::File(fh), |mpi| {
         let v = mpi.file(fh)?.view.clone();
         let name = mpi.rep_name(v.datarep).to_owned();
+        for (p, what) in [
+            (disp.cast::<u8>(), "disp"),
+            (etype.cast(), "etype"),
+            (filetype.cast(), "filetype"),
+            (datarep.cast(), "datarep"),
+        ] {
+            non_null(p, MPI_ERR_ARG, what)?;
+        }
         // A derived type goes out as a new handle, which the caller frees.
         let mut handle = |(h, t): (Handle, crate::datatype::Datatype)| match t.predefined {
             true => Ok(h),
             false => mpi.types.insert(t),
         };
         let (e, t) = (handle(v.etype)?, handle(v.filetype)?);
-        // SAFETY: the binding's contract: null or writable; `datarep` holds
-        // MPI_MAX_DATAREP_STRING bytes.
+        // SAFETY: the binding's contract: writable (checked not null); `datarep`
+        // holds MPI_MAX_DATAREP_STRING bytes.
         unsafe {
-            put(disp, v.disp as Count);
-            put(etype, e);
-            put(filetype, t);
-            if !datarep.is_null() {
-                let name = name.to_bytes_with_nul();
-                std::ptr::copy_nonoverlapping(name.as_ptr().cast(), datarep, name.len());
-            }
+            disp.write(v.disp as Count);
+            etype.write(e);
+            filetype.write(t);
+            let name = name.to_bytes_with_nul();
+            std::ptr::copy_nonoverlapping(name.as_ptr().cast(), datarep, name.len());
         }
         Ok(())
     })
@@ -269,8 +274,7 @@ pub unsafe extern "C" fn PMPI_File_get_type_extent(
         mpi.check_layout(rep, (datatype, t), "datatype")?;
         let x = t.extent();
         // SAFETY: the binding's contract: null or writable.
-        unsafe { put(extent, x) };
-        Ok(())
+        unsafe { write_arg(extent, x, "extent") }
     })
 }
 
@@ -285,8 +289,7 @@ pub unsafe extern "C" fn PMPI_File_get_byte_offset(
         let v = &mpi.file(fh)?.view;
         let at = v.segments(offset * v.etype_size(), 1)[0].0;
         // SAFETY: the binding's contract: null or writable.
-        unsafe { put(disp, at as Count) };
-        Ok(())
+        unsafe { write_arg(disp, at as Count, "disp") }
     })
 }
 

@@ -11,7 +11,7 @@
 //! that room.
 
 use crate::entry::{call, call_held};
-use crate::error::{Error, Object, Result};
+use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
 use crate::global::Held;
 use crate::p2p::wait::Step;
@@ -268,16 +268,24 @@ impl Held {
     }
 }
 
+/// The check of a detach's places for the buffer's address and size, before the
+/// buffer is detached (`MPI_ERR_ARG` where either is null).
+fn places_for_back(buffer_addr: *mut c_void, size: *mut c_int) -> Result<()> {
+    non_null(buffer_addr, MPI_ERR_ARG, "buffer address")?;
+    non_null(size, MPI_ERR_ARG, "size")
+}
+
 /// Hand a detached buffer back: its address and size.
 ///
 /// # Safety
 ///
-/// `buffer_addr` is null or points to a pointer, `size` null or to an int.
+/// `buffer_addr` points to a pointer, `size` to an int (checked by
+/// [`places_for_back`]).
 unsafe fn hand_back(buffer_addr: *mut c_void, size: *mut c_int, (addr, len): (usize, usize)) {
     // SAFETY: the caller's contract.
     unsafe {
-        put(buffer_addr.cast::<usize>(), addr);
-        put(size, len as c_int);
+        buffer_addr.cast::<usize>().write(addr);
+        size.write(len as c_int);
     }
 }
 
@@ -302,6 +310,7 @@ pub unsafe extern "C" fn PMPI_Comm_attach_buffer(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
     call_held("MPI_Buffer_detach", Object::None, |mpi| {
+        places_for_back(buffer_addr, size)?;
         let back = mpi.detach(Owner::Process)?;
         // SAFETY: the binding's contract.
         unsafe { hand_back(buffer_addr, size, back) };
@@ -316,6 +325,7 @@ pub unsafe extern "C" fn PMPI_Comm_detach_buffer(
     size: *mut c_int,
 ) -> c_int {
     call_held("MPI_Comm_detach_buffer", Object::Comm(comm), |mpi| {
+        places_for_back(buffer_addr, size)?;
         let back = mpi.detach(Owner::Comm(comm))?;
         // SAFETY: the binding's contract.
         unsafe { hand_back(buffer_addr, size, back) };
@@ -389,6 +399,7 @@ pub unsafe extern "C" fn PMPI_Session_detach_buffer(
         "MPI_Session_detach_buffer",
         Object::Session(session),
         |mpi| {
+            places_for_back(buffer_addr, size)?;
             let back = mpi.detach(Owner::Session(session))?;
             // SAFETY: the binding's contract.
             unsafe { hand_back(buffer_addr, size, back) };

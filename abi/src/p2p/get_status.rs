@@ -150,6 +150,7 @@ pub unsafe extern "C" fn PMPI_Request_get_status_any(
     // SAFETY: the binding's contract: null or `count` handles.
     let _waiting = unsafe { super::grequest::before_completion(count, array_of_requests) };
     call("MPI_Request_get_status_any", Object::None, |mpi| {
+        non_null(indx, MPI_ERR_ARG, "indx")?;
         non_null(flag, MPI_ERR_ARG, "flag")?;
         // SAFETY: the binding's contract.
         let reqs = unsafe { handles(count, array_of_requests) }?;
@@ -165,9 +166,9 @@ pub unsafe extern "C" fn PMPI_Request_get_status_any(
             None if none_active => (MPI_UNDEFINED, 1, Some(Status::empty())),
             None => (MPI_UNDEFINED, 0, None),
         };
-        // SAFETY: checked not null; `indx` null or writable, `status` null or valid.
+        // SAFETY: checked not null; `status` null or valid.
         unsafe {
-            put(indx, i);
+            indx.write(i);
             flag.write(f);
             match s {
                 Some(_) if none_active => crate::p2p::put_empty(status),
@@ -191,6 +192,9 @@ pub unsafe extern "C" fn PMPI_Request_get_status_some(
     let _waiting = unsafe { super::grequest::before_completion(incount, array_of_requests) };
     call("MPI_Request_get_status_some", Object::None, |mpi| {
         non_null(outcount, MPI_ERR_ARG, "outcount")?;
+        if incount > 0 {
+            non_null(array_of_indices, MPI_ERR_ARG, "array_of_indices")?;
+        }
         // SAFETY: the binding's contract.
         let reqs = unsafe { handles(incount, array_of_requests) }?;
         let seen = mpi.peek_all(reqs)?;
@@ -205,7 +209,7 @@ pub unsafe extern "C" fn PMPI_Request_get_status_some(
                 // SAFETY: the binding's contract: room for `incount` indices and
                 // statuses (or ignored).
                 unsafe {
-                    put(array_of_indices.wrapping_add(n), i as c_int);
+                    array_of_indices.add(n).write(i as c_int);
                     put_status(array_of_statuses, n, *s);
                 }
                 n += 1;

@@ -224,7 +224,6 @@ pub unsafe extern "C" fn PMPI_Win_test(win: Handle, flag: *mut c_int) -> c_int {
             mpi.win_mut(win)?.sync.exposure = None;
         }
         // SAFETY: null or writable.
-        unsafe { put(flag, c_int::from(all)) };
-        Ok(())
+        unsafe { crate::error::write_arg(flag, c_int::from(all), "flag") }
     })
 }

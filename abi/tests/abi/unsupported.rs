@@ -13,8 +13,8 @@ use std::collections::BTreeSet;
 pub struct Function {
     pub name: String,
     /// Each parameter's declaration (`MPI_Comm comm`, `int *flag`, ...).
-    params: Vec<String>,
-    variadic: bool,
+    pub params: Vec<String>,
+    pub variadic: bool,
     /// The type of the object whose error handler its errors go through: the first
     /// communicator, window, file or session it takes by value.
     pub object: Option<String>,
