@@ -111,6 +111,17 @@ fn info_mut(table: &mut Table<Info>, h: Handle) -> Result<&mut Info> {
     table.get_mut(h).ok_or_else(|| bad(h))
 }
 
+/// The check of an info argument that a call takes but does not read: the null
+/// object, `MPI_INFO_ENV` or a live info object (`MPI_ERR_INFO` for any other
+/// handle, as MPICH refuses it).
+pub(crate) fn check(h: Handle) -> Result<()> {
+    match h {
+        MPI_INFO_NULL | MPI_INFO_ENV => Ok(()),
+        _ if infos().get(h).is_some() => Ok(()),
+        _ => Err(bad(h)),
+    }
+}
+
 fn bad(h: Handle) -> Error {
     Error::new(
         MPI_ERR_INFO,

@@ -192,13 +192,14 @@ pub unsafe extern "C" fn PMPI_Session_finalize(session: *mut Handle) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_get_num_psets(
     session: Handle,
-    _info: Handle,
+    info: Handle,
     npset_names: *mut c_int,
 ) -> c_int {
     call(
         "MPI_Session_get_num_psets",
         Object::Session(session),
         |mpi| {
+            crate::info::check(info)?;
             mpi.session(session)?;
             // SAFETY: null or writable.
             unsafe { crate::error::write_arg(npset_names, PSETS.len() as c_int, "npset names") }
@@ -209,7 +210,7 @@ pub unsafe extern "C" fn PMPI_Session_get_num_psets(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Session_get_nth_pset(
     session: Handle,
-    _info: Handle,
+    info: Handle,
     n: c_int,
     pset_len: *mut c_int,
     pset_name: *mut c_char,
@@ -218,6 +219,7 @@ pub unsafe extern "C" fn PMPI_Session_get_nth_pset(
         "MPI_Session_get_nth_pset",
         Object::Session(session),
         |mpi| {
+            crate::info::check(info)?;
             mpi.session(session)?;
             let name = usize::try_from(n)
                 .ok()
@@ -307,13 +309,14 @@ pub unsafe extern "C" fn PMPI_Group_from_session_pset(
 pub unsafe extern "C" fn PMPI_Comm_create_from_group(
     group: Handle,
     stringtag: *const c_char,
-    _info: Handle,
+    info: Handle,
     errhandler: Handle,
     newcomm: *mut Handle,
 ) -> c_int {
     // Its errors go to the handler it is given (MPI 4.1, 7.4.2).
     let given = Object::Given(errhandler, MPI_COMM_NULL);
     call_held("MPI_Comm_create_from_group", given, |mpi| {
+        crate::info::check(info)?;
         non_null(newcomm, MPI_ERR_ARG, "communicator")?;
         // SAFETY: the binding's contract: a NUL-ended string.
         let tag = unsafe { read_str(stringtag) }?;
@@ -338,12 +341,13 @@ pub unsafe extern "C" fn PMPI_Intercomm_create_from_groups(
     remote_group: Handle,
     remote_leader: c_int,
     stringtag: *const c_char,
-    _info: Handle,
+    info: Handle,
     errhandler: Handle,
     newintercomm: *mut Handle,
 ) -> c_int {
     let given = Object::Given(errhandler, MPI_COMM_NULL);
     call_held("MPI_Intercomm_create_from_groups", given, |mpi| {
+        crate::info::check(info)?;
         non_null(newintercomm, MPI_ERR_ARG, "communicator")?;
         // SAFETY: the binding's contract: a NUL-ended string.
         let tag = unsafe { read_str(stringtag) }?;

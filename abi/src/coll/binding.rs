@@ -59,11 +59,12 @@ macro_rules! persistent {
         #[no_mangle]
         pub unsafe extern "C" fn $name(
             $($arg: $ty,)*
-            _info: Handle,
+            info: Handle,
             request: *mut Handle,
         ) -> c_int {
             let comm = last!($($arg),*);
             call(&stringify!($name)[1..], Object::Comm(comm), |$mpi| {
+                crate::info::check(info)?;
                 $crate::error::non_null(request, MPI_ERR_ARG, "request")?;
                 let mut own = $crate::coll::persistent::Owned::default();
                 let at = $crate::coll::persistent::At { call: stringify!($name), comm };

@@ -138,11 +138,12 @@ pub unsafe extern "C" fn PMPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_dup_with_info(
     comm: Handle,
-    _info: Handle,
+    info: Handle,
     newcomm: *mut Handle,
 ) -> c_int {
     // SAFETY: the binding's contract.
     call_in_steps("MPI_Comm_dup_with_info", Object::Comm(comm), || unsafe {
+        crate::info::check(info)?;
         hand_out(dup_with_attrs(comm), newcomm, free_with_attrs)
     })
 }
@@ -189,12 +190,13 @@ pub unsafe extern "C" fn PMPI_Comm_idup(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Comm_idup_with_info(
     comm: Handle,
-    _info: Handle,
+    info: Handle,
     newcomm: *mut Handle,
     request: *mut Handle,
 ) -> c_int {
     // SAFETY: the binding's contract.
     call_in_steps("MPI_Comm_idup_with_info", Object::Comm(comm), || unsafe {
+        crate::info::check(info)?;
         idup(comm, newcomm, request)
     })
 }

@@ -411,11 +411,12 @@ pub unsafe extern "C" fn PMPI_Dist_graph_create(
     degrees: *const c_int,
     destinations: *const c_int,
     weights: *const c_int,
-    _info: Handle,
+    info: Handle,
     _reorder: c_int,
     comm_dist_graph: *mut Handle,
 ) -> c_int {
     call_held("MPI_Dist_graph_create", Object::Comm(comm_old), |mpi| {
+        crate::info::check(info)?;
         // SAFETY: the binding's contract.
         let mine = unsafe { read_part(n, sources, degrees, destinations, weights) };
         let h = dist_graph_create(mpi, comm_old, mine)?;
@@ -433,7 +434,7 @@ pub unsafe extern "C" fn PMPI_Dist_graph_create_adjacent(
     outdegree: c_int,
     destinations: *const c_int,
     destweights: *const c_int,
-    _info: Handle,
+    info: Handle,
     _reorder: c_int,
     comm_dist_graph: *mut Handle,
 ) -> c_int {
@@ -441,6 +442,7 @@ pub unsafe extern "C" fn PMPI_Dist_graph_create_adjacent(
         "MPI_Dist_graph_create_adjacent",
         Object::Comm(comm_old),
         |mpi| {
+            crate::info::check(info)?;
             // SAFETY: the binding's contract.
             let (s, d) = unsafe {
                 (

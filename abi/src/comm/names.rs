@@ -12,7 +12,8 @@ use crate::ffi::*;
 
 /// The binding `name` that publishes or withdraws a service (`how`, given the
 /// service and the port), once a lookup found it published if `published`, or not
-/// published if not: its errors are of class `MPI_ERR_SERVICE`.
+/// published if not: its errors are of class `MPI_ERR_SERVICE` (but for a bad
+/// `info`).
 ///
 /// # Safety
 ///
@@ -20,10 +21,12 @@ use crate::ffi::*;
 unsafe fn service_binding(
     name: &str,
     (service, port): (*const c_char, *const c_char),
+    info: Handle,
     published: bool,
     how: fn(&mut rbtl::msg::Comm, &str, &str) -> rbtl::msg::Result<()>,
 ) -> c_int {
     call(name, Object::None, |mpi| {
+        crate::info::check(info)?;
         // SAFETY: the caller's contract.
         let (service, port) = unsafe { (read_str(service)?, read_str(port)?) };
         let refused = |e| Error::new(MPI_ERR_SERVICE, format!("{service:?}: {e}"));
@@ -41,34 +44,35 @@ unsafe fn service_binding(
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Publish_name(
     service_name: *const c_char,
-    _info: Handle,
+    info: Handle,
     port_name: *const c_char,
 ) -> c_int {
     let names = (service_name, port_name);
     let publish = |m: &mut rbtl::msg::Comm, s: &str, p: &str| m.publish_name(s, p);
     // SAFETY: the binding's contract.
-    unsafe { service_binding("MPI_Publish_name", names, false, publish) }
+    unsafe { service_binding("MPI_Publish_name", names, info, false, publish) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Unpublish_name(
     service_name: *const c_char,
-    _info: Handle,
+    info: Handle,
     port_name: *const c_char,
 ) -> c_int {
     let names = (service_name, port_name);
     let withdraw = |m: &mut rbtl::msg::Comm, s: &str, _: &str| m.unpublish_name(s);
     // SAFETY: the binding's contract.
-    unsafe { service_binding("MPI_Unpublish_name", names, true, withdraw) }
+    unsafe { service_binding("MPI_Unpublish_name", names, info, true, withdraw) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Lookup_name(
     service_name: *const c_char,
-    _info: Handle,
+    info: Handle,
     port_name: *mut c_char,
 ) -> c_int {
     call("MPI_Lookup_name", Object::None, |mpi| {
+        crate::info::check(info)?;
         // SAFETY: the binding's contract.
         let service = unsafe { read_str(service_name) }?;
         let found = (mpi.msg.lookup_name(&service))

@@ -221,10 +221,11 @@ fn meet<I: Inside>(
 pub(super) fn accept<I: Inside>(
     inside: &mut I,
     port_name: *const c_char,
-    _info: Handle,
+    info: Handle,
     root: c_int,
     comm: Handle,
 ) -> Result<Handle> {
+    crate::info::check(info)?;
     let s = meet(inside, (port_name, root, comm), |inside, port, mine| {
         take_turn(inside, port, mine)
     })?;
@@ -293,6 +294,7 @@ pub(super) fn connect<I: Inside>(
     root: c_int,
     comm: Handle,
 ) -> Result<Handle> {
+    crate::info::check(info)?;
     let s = meet(inside, (port_name, root, comm), |inside, port, mine| {
         let limit = inside.state().connect_limit(info)?;
         claim_turn(inside, port, mine, limit)
@@ -456,8 +458,9 @@ impl Mpi {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn PMPI_Open_port(_info: Handle, port_name: *mut c_char) -> c_int {
+pub unsafe extern "C" fn PMPI_Open_port(info: Handle, port_name: *mut c_char) -> c_int {
     call("MPI_Open_port", Object::None, |mpi| {
+        crate::info::check(info)?;
         non_null(port_name, MPI_ERR_ARG, "port name")?;
         let port = mpi.open_port()?;
         // SAFETY: the binding's contract: room for MPI_MAX_PORT_NAME bytes.

@@ -99,10 +99,11 @@ fn pack_size(mpi: &Mpi, incount: Count, datatype: Handle) -> Result<usize> {
 pub unsafe extern "C" fn PMPI_Pack_size(
     incount: c_int,
     datatype: Handle,
-    _comm: Handle,
+    comm: Handle,
     size: *mut c_int,
 ) -> c_int {
-    call("MPI_Pack_size", Object::None, |mpi| {
+    call("MPI_Pack_size", Object::Comm(comm), |mpi| {
+        mpi.comm(comm)?;
         let s = pack_size(mpi, Count::from(incount), datatype)?;
         let s = c_int::try_from(s).map_err(|_| {
             Error::new(
@@ -119,10 +120,11 @@ pub unsafe extern "C" fn PMPI_Pack_size(
 pub unsafe extern "C" fn PMPI_Pack_size_c(
     incount: Count,
     datatype: Handle,
-    _comm: Handle,
+    comm: Handle,
     size: *mut Count,
 ) -> c_int {
-    call("MPI_Pack_size_c", Object::None, |mpi| {
+    call("MPI_Pack_size_c", Object::Comm(comm), |mpi| {
+        mpi.comm(comm)?;
         let s = pack_size(mpi, incount, datatype)?;
         // SAFETY: null or writable.
         unsafe { crate::error::write_arg(size, s as Count, "size") }
@@ -192,6 +194,7 @@ unsafe fn through_pack_buffer(
     packing: bool,
 ) -> c_int {
     call(name, Object::Comm(comm), |mpi| {
+        mpi.comm(comm)?;
         let n = check_count(count)?;
         let t = mpi.dtype(datatype)?;
         if position.is_null() || packed.is_null() {

@@ -42,8 +42,9 @@ pub unsafe extern "C" fn PMPI_File_close(fh: *mut Handle) -> c_int {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn PMPI_File_delete(filename: *const c_char, _info: Handle) -> c_int {
+pub unsafe extern "C" fn PMPI_File_delete(filename: *const c_char, info: Handle) -> c_int {
     call("MPI_File_delete", Object::File(MPI_FILE_NULL), |_| {
+        crate::info::check(info)?;
         // SAFETY: the binding's contract.
         let path = unsafe { read_str(filename) }?;
         std::fs::remove_file(&path).map_err(|e| super::io_error(&format!("deleting {path}"), e))
@@ -159,9 +160,10 @@ pub unsafe extern "C" fn PMPI_File_set_view(
     etype: Handle,
     filetype: Handle,
     datarep: *const c_char,
-    _info: Handle,
+    info: Handle,
 ) -> c_int {
     call_held("MPI_File_set_view", Object::File(fh), |mpi| {
+        crate::info::check(info)?;
         // SAFETY: the binding's contract.
         let datarep = mpi.rep_named(&unsafe { read_str(datarep) }?)?;
         let disp = match disp {

@@ -178,6 +178,15 @@ impl Mpi {
         Ok(())
     }
 
+    /// Cancel `recv`, the receive of a `MPI_Sendrecv`, where its send was refused
+    /// (a rank, tag or type in error): waited for unmatched, it could wait for ever.
+    /// Cancelled, it completes at once, unless a message matched it already.
+    fn cancel_if_refused<T>(&mut self, recv: &Request, send: &Result<T>) {
+        if let (Request::P2p(p), Err(_)) = (recv, send) {
+            self.msg.cancel(p.id);
+        }
+    }
+
     /// Whether a standard send of `count` elements of `ty` to `dest` on `comm` goes
     /// in one eager message on the blocking send's fast path (nothing but messages in
     /// flight, a contiguous type, a process of an intracommunicator).
@@ -286,6 +295,7 @@ pub unsafe extern "C" fn PMPI_Sendrecv(
                     status,
                 );
             };
+            mpi.cancel_if_refused(&r, &sent);
             let mut rh = mpi.requests.insert(r)?;
             let (st, e) = mpi.wait(&mut rh)?;
             sent?;
@@ -328,6 +338,7 @@ pub unsafe extern "C" fn PMPI_Sendrecv_replace(
             );
             (r, s)
         };
+        mpi.cancel_if_refused(&r, &s);
         let mut rh = mpi.requests.insert(r)?;
         let sent = s.and_then(|s| mpi.wait_local(s));
         let (st, e) = mpi.wait(&mut rh)?;

@@ -245,10 +245,11 @@ pub unsafe extern "C" fn PMPI_Psend_init(
     dest: c_int,
     tag: c_int,
     comm: Handle,
-    _info: Handle,
+    info: Handle,
     request: *mut Handle,
 ) -> c_int {
     call("MPI_Psend_init", Object::Comm(comm), |mpi| {
+        crate::info::check(info)?;
         non_null(request, MPI_ERR_ARG, "request")?;
         let op = Op::Send {
             buf,
@@ -270,10 +271,11 @@ pub unsafe extern "C" fn PMPI_Precv_init(
     dest: c_int,
     tag: c_int,
     comm: Handle,
-    _info: Handle,
+    info: Handle,
     request: *mut Handle,
 ) -> c_int {
     call("MPI_Precv_init", Object::Comm(comm), |mpi| {
+        crate::info::check(info)?;
         non_null(request, MPI_ERR_ARG, "request")?;
         let op = Op::Recv { buf, source: dest };
         let r = mpi.partitioned(op, (partitions, count, datatype), tag, comm)?;

@@ -44,11 +44,12 @@ pub unsafe extern "C" fn PMPI_Win_create(
     base: *mut c_void,
     size: Aint,
     disp_unit: c_int,
-    _info: Handle,
+    info: Handle,
     comm: Handle,
     win: *mut Handle,
 ) -> c_int {
     call_held("MPI_Win_create", Object::Comm(comm), |held| {
+        crate::info::check(info)?;
         let (size, unit) = sizes(size, disp_unit)?;
         if base.is_null() && size > 0 {
             return Err(Error::new(MPI_ERR_BUFFER, "the window's base is null"));
@@ -69,13 +70,14 @@ macro_rules! allocate_binding {
         pub unsafe extern "C" fn $name(
             size: Aint,
             disp_unit: c_int,
-            _info: Handle,
+            info: Handle,
             $comm: Handle,
             baseptr: *mut c_void,
             win: *mut Handle,
         ) -> c_int {
             let object = $crate::error::Object::Comm($comm);
             $crate::entry::call_held(&stringify!($name)[1..], object, |held| {
+                crate::info::check(info)?;
                 let make = |$held: &mut $crate::global::Held, $size, $unit| $make;
                 // SAFETY: the binding's contract.
                 unsafe {

@@ -302,11 +302,12 @@ impl Win {
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_create_dynamic(
-    _info: Handle,
+    info: Handle,
     comm: Handle,
     win: *mut Handle,
 ) -> c_int {
     crate::entry::call_held("MPI_Win_create_dynamic", Object::Comm(comm), |held| {
+        crate::info::check(info)?;
         crate::error::non_null(win, MPI_ERR_ARG, "window")?;
         let h = super::win_create_dynamic(held, comm)?;
         // SAFETY: checked not null.

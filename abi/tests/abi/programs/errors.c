@@ -2,7 +2,8 @@
  * after MPI_Finalize: MPI_Initialized, MPI_Finalized, the versions. The thread
  * level (MPI_THREAD_MULTIPLE), processor name, clock. With MPI_ERRORS_RETURN,
  * each bad input returns the standard's class (checked with MPI_Error_class) and
- * an error string naming the class and the problem: ranks, tags, counts, buffers,
+ * an error string naming the class and the problem (a send-receive's refused send
+ * without waiting for its receive): ranks, tags, counts, buffers,
  * truncation, communicators, datatypes, requests, groups, operations, roots,
  * topologies, dimensions, keys, info objects, error handlers, null pointers,
  * a collective's aliased buffers (a rooted one's root alone refusing) and its
@@ -96,6 +97,21 @@ static void test_p2p_errors(void) {
   EXPECT_ERR(MPI_Send(buf, 1, MPI_DATATYPE_NULL, 0, 0, MPI_COMM_WORLD), MPI_ERR_TYPE,
              "MPI_DATATYPE_NULL");
   EXPECT_ERR(MPI_Probe(size, 0, MPI_COMM_WORLD, &st), MPI_ERR_RANK, NULL);
+  /* A send-receive whose send is refused returns at once: its receive, posted
+   * first, is cancelled (nothing would match it) and takes no later message. */
+  EXPECT_ERR(MPI_Sendrecv(buf, 1, MPI_INT, size, 0, &x, 1, MPI_INT, rank, 11, MPI_COMM_WORLD,
+                          &st),
+             MPI_ERR_RANK, NULL);
+  EXPECT_ERR(MPI_Sendrecv(buf, 1, MPI_INT, rank, -3, &x, 1, MPI_INT, rank, 11, MPI_COMM_WORLD,
+                          &st),
+             MPI_ERR_TAG, NULL);
+  EXPECT_ERR(MPI_Sendrecv_replace(buf, 1, MPI_INT, -7, 0, rank, 11, MPI_COMM_WORLD, &st),
+             MPI_ERR_RANK, NULL);
+  x = 14;
+  OK(MPI_Send(&x, 1, MPI_INT, rank, 11, MPI_COMM_WORLD));
+  x = 0;
+  OK(MPI_Recv(&x, 1, MPI_INT, rank, 11, MPI_COMM_WORLD, &st));
+  CHECK(x == 14, "after refused send-receives: received %d", x);
   EXPECT_ERR(MPI_Send_init(buf, 1, MPI_INT, 0, -2 - 7, MPI_COMM_WORLD, &r), MPI_ERR_TAG,
              NULL);
   MPI_Datatype t;
@@ -382,6 +398,19 @@ static void test_handle_errors(void) {
   EXPECT_ERR(MPI_Info_dup(MPI_INFO_NULL, &none), MPI_ERR_INFO, "MPI_INFO_NULL");
   EXPECT_ERR(MPI_Info_get(MPI_INFO_NULL, "k", 7, value, &found), MPI_ERR_INFO, "MPI_INFO_NULL");
   EXPECT_ERR(MPI_Info_set((MPI_Info)MPI_COMM_WORLD, "k", "v"), MPI_ERR_INFO, NULL);
+  /* Hints a call does not read are still none or an info object: a freed one, or a
+   * handle of another kind, is refused. */
+  MPI_Comm dup = MPI_COMM_NULL;
+  EXPECT_ERR(MPI_Comm_dup_with_info(MPI_COMM_WORLD, stale_info, &dup), MPI_ERR_INFO, "freed");
+  MPI_Request barrier_req;
+  EXPECT_ERR(MPI_Barrier_init(MPI_COMM_WORLD, (MPI_Info)MPI_COMM_WORLD, &barrier_req),
+             MPI_ERR_INFO, NULL);
+  char port[MPI_MAX_PORT_NAME];
+  EXPECT_ERR(MPI_Open_port(stale_info, port), MPI_ERR_INFO, NULL);
+  MPI_Win dynamic;
+  EXPECT_ERR(MPI_Win_create_dynamic(stale_info, MPI_COMM_WORLD, &dynamic), MPI_ERR_INFO, NULL);
+  /* As a communicator MPI_Pack_size does not use. */
+  EXPECT_ERR(MPI_Pack_size(1, MPI_INT, (MPI_Comm)MPI_INT, &n), MPI_ERR_COMM, NULL);
 
   /* Error handlers. */
   EXPECT_ERR(MPI_Comm_set_errhandler(MPI_COMM_WORLD, (MPI_Errhandler)MPI_COMM_WORLD),
