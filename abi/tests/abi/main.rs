@@ -10,15 +10,15 @@
 //!   size, program numbers, spawning).
 //! * [`unsupported`]: every function of the reference header not implemented
 //!   refuses, naming itself.
-//! * [`null_arguments`]: every function implemented refuses a null pointer to a
-//!   value it must read or write.
+//! * [`bad_arguments`]: every function implemented refuses a null pointer to a
+//!   value it must read or write, and a handle of another kind.
 //! * [`osu`]: the OSU micro-benchmarks, built unmodified.
 //! * [`rsmpi`]: the Rust `mpi` crate from crates.io, built unmodified, and its
 //!   examples.
 
+mod bad_arguments;
 mod header;
 mod launchers;
-mod null_arguments;
 mod osu;
 mod programs;
 mod rsmpi;

@@ -1,0 +1,288 @@
+//! Bad arguments in every function of the reference header that the library
+//! implements, one at a time, the others valid (`MPI_COMM_WORLD`, `MPI_INT`,
+//! `MPI_SUM`, a live group, info, window, file and session; pointers at zeroed
+//! memory): each call must return an error, never crash, hang or succeed. The
+//! programs are written by the test from the header and [`mpi_abi::IMPLEMENTED`].
+//!
+//! * [`null_pointers`]: a null pointer where the call reads or writes one value
+//!   (`int *flag`, `MPI_Comm *newcomm`, `const char *key`, ...), as MPICH and Open
+//!   MPI refuse it with `MPI_ERR_ARG` (the tool interface's functions with an error
+//!   code of their own). Buffers (`void *`), arrays (`[]`), statuses
+//!   (`MPI_STATUS_IGNORE` is null) and the program's functions are not such
+//!   parameters; nor are those the standard lets a caller leave null
+//!   ([`MAY_BE_NULL`]).
+//! * [`handles_of_another_kind`]: in each handle parameter (a communicator,
+//!   datatype, operation, info, group, error handler, request, window, file,
+//!   session or message), a live handle of another kind, but where the library
+//!   checks later by design ([`CHECKED_LATER`]).
+
+use super::programs::{build_written, run_passing};
+use super::unsupported::{header_functions, Function};
+use std::collections::BTreeSet;
+
+/// Parameters a caller may leave null, by the standard: the outputs of the tool
+/// interface's `_get_info` calls (which it lets an implementation skip), and a value
+/// whose length the caller gives as 0 (here it is: the other pointers point at
+/// zeroed memory).
+const MAY_BE_NULL: [(&str, &str); 2] = [
+    ("MPI_Info_get_string", "value"),
+    ("MPI_Session_get_nth_pset", "pset_name"),
+];
+
+/// Where a handle of another kind is refused later than the call, by design (as
+/// `docs/mpi-abi.md` says): a persistent collective's datatypes and operation at
+/// each `MPI_Start` (a member ignores some of them), and a split collective file
+/// access's datatype at its `_end`, which reports the access's outcome.
+fn checked_later(function: &str, param: &str) -> bool {
+    let f = function.strip_suffix("_c").unwrap_or(function);
+    let p2p = [
+        "MPI_Send_init",
+        "MPI_Bsend_init",
+        "MPI_Ssend_init",
+        "MPI_Rsend_init",
+        "MPI_Recv_init",
+    ];
+    let typed = matches!(param, "datatype" | "sendtype" | "recvtype" | "op");
+    typed && ((f.ends_with("_init") && !p2p.contains(&f)) || f.ends_with("_begin"))
+}
+
+/// Functions not called: those that start or end the library, or end the job.
+const NOT_CALLED: [&str; 5] = [
+    "MPI_Init",
+    "MPI_Init_thread",
+    "MPI_Finalize",
+    "MPI_Abort",
+    "MPI_Pcontrol",
+];
+
+/// The value given for a parameter passed by value, by its type: a live object of
+/// the program's (made before the calls) or a constant; 0 for the rest.
+fn value_of(param: &str) -> &'static str {
+    match param.split_whitespace().next().unwrap_or("") {
+        "MPI_Comm" => "MPI_COMM_WORLD",
+        "MPI_Datatype" => "MPI_INT",
+        "MPI_Op" => "MPI_SUM",
+        "MPI_Info" => "info",
+        "MPI_Group" => "group",
+        "MPI_Errhandler" => "MPI_ERRORS_RETURN",
+        "MPI_Request" => "MPI_REQUEST_NULL",
+        "MPI_Win" => "win",
+        "MPI_File" => "file",
+        "MPI_Session" => "session",
+        "MPI_Message" => "MPI_MESSAGE_NO_PROC",
+        _ => "0",
+    }
+}
+
+/// A live handle of another kind than `param`'s type, if it is a handle passed by
+/// value.
+fn other_kind(param: &str) -> Option<&'static str> {
+    if param.contains(['*', '[']) {
+        return None;
+    }
+    Some(match param.split_whitespace().next().unwrap_or("") {
+        "MPI_Comm" => "(MPI_Comm)group",
+        "MPI_Datatype" => "(MPI_Datatype)MPI_COMM_WORLD",
+        "MPI_Op" => "(MPI_Op)MPI_INT",
+        "MPI_Info" => "(MPI_Info)group",
+        "MPI_Group" => "(MPI_Group)info",
+        "MPI_Errhandler" => "(MPI_Errhandler)MPI_SUM",
+        "MPI_Request" => "(MPI_Request)MPI_INT",
+        "MPI_Win" => "(MPI_Win)file",
+        "MPI_File" => "(MPI_File)win",
+        "MPI_Session" => "(MPI_Session)MPI_COMM_WORLD",
+        "MPI_Message" => "(MPI_Message)MPI_INT",
+        _ => return None,
+    })
+}
+
+/// Whether `param` is a pointer to one value the call must read or write.
+fn single_value(param: &str) -> bool {
+    param.matches('*').count() == 1
+        && !param.contains('[')
+        && !param.contains("_function")
+        && !param.starts_with("void ")
+        && !param.starts_with("const void ")
+        && !param.starts_with("MPI_Status ")
+        && !param.starts_with("const MPI_Status ")
+}
+
+/// A parameter's name (its declaration's last word, past the `*`).
+fn name_of(param: &str) -> &str {
+    param.rsplit(['*', ' ']).next().unwrap_or(param)
+}
+
+/// The calls: for each function called and each parameter that `bad` gives a bad
+/// value (given the function's name and the parameter), a C expression calling it
+/// with that value there and valid ones elsewhere: the function, the parameter and
+/// the call.
+fn calls(bad: impl Fn(&str, &str) -> Option<&'static str>) -> Vec<(String, String, String)> {
+    let implemented: BTreeSet<&str> = mpi_abi::IMPLEMENTED.lines().collect();
+    let mut out = Vec::new();
+    for f in header_functions() {
+        let Function { name, params, .. } = &f;
+        if f.variadic || !implemented.contains(name.as_str()) || NOT_CALLED.contains(&name.as_str())
+        {
+            continue;
+        }
+        for (i, p) in params.iter().enumerate() {
+            let Some(value) = bad(name, p) else {
+                continue;
+            };
+            let args: Vec<&str> = params
+                .iter()
+                .enumerate()
+                .map(|(j, q)| match (j == i, q.contains(['*', '['])) {
+                    (true, _) => value,
+                    (false, true) => "(void *)scratch",
+                    (false, false) => value_of(q),
+                })
+                .collect();
+            let call = format!("{name}({})", args.join(", "));
+            out.push((name.clone(), name_of(p).to_string(), call));
+        }
+    }
+    out
+}
+
+/// A null pointer, for a pointer to a single value that may not be null.
+fn null_pointer(function: &str, param: &str) -> Option<&'static str> {
+    let tool_info = function.starts_with("MPI_T_") && function.ends_with("_get_info");
+    let may_be_null = MAY_BE_NULL.contains(&(function, name_of(param)));
+    (single_value(param) && !tool_info && !may_be_null).then_some("0")
+}
+
+/// A handle of another kind, but where the library checks later.
+fn handle_of_another_kind(function: &str, param: &str) -> Option<&'static str> {
+    other_kind(param).filter(|_| !checked_later(function, name_of(param)))
+}
+
+/// Program `name`: each of `calls` in turn (`bad` saying what is bad in them), the
+/// scratch memory zeroed before each, must be refused.
+fn program(name: &str, bad: &str, calls: &[(String, String, String)]) -> String {
+    let mut body = String::new();
+    for (function, param, call) in calls {
+        body.push_str(&format!(
+            "  expect_refused(\"{function}\", \"{param}\", (current = \"{function} with {bad} as {param}\", zero(), {call}));\n"
+        ));
+    }
+    format!(
+        r#"/* {name}.c, written by the test: every function the library implements, called
+ * with {bad} as each parameter in turn that can take one, every other argument
+ * valid, returns an error. */
+#include "check.h"
+#include <signal.h>
+#include <unistd.h>
+
+static MPI_Info info;
+static MPI_Group group;
+static MPI_Win win;
+static MPI_File file;
+static MPI_Session session;
+static int window[4];
+static long scratch[8192];
+static const char *volatile current = "no call yet";
+static int refused = 0;
+
+/* The memory the other pointers point at, zeroed: counts and lengths read there
+ * are 0, handles are no handle, strings are empty. */
+static int zero(void) {{
+  memset(scratch, 0, sizeof scratch);
+  return 0;
+}}
+
+/* A crash or a hang names the call under way. */
+static void on_signal(int sig) {{
+  char line[512];
+  int n = snprintf(line, sizeof line, "FAIL rank 0: signal %d in %s\n", sig, current);
+  if (n > 0) {{
+    ssize_t w = write(1, line, (size_t)n);
+    (void)w;
+  }}
+  _exit(1);
+}}
+
+/* The call returned an error: one of the standard's classes, or the tool
+ * interface's codes. */
+static void expect_refused(const char *name, const char *param, int rc) {{
+  CHECK(rc != MPI_SUCCESS, "%s accepted {bad} as %s", name, param);
+  if (strncmp(name, "MPI_T_", 6) != 0) {{
+    int cls = -1;
+    OK(MPI_Error_class(rc, &cls));
+  }}
+  refused++;
+}}
+
+int main(int argc, char **argv) {{
+  start("{name}", &argc, &argv);
+  signal(SIGSEGV, on_signal);
+  signal(SIGBUS, on_signal);
+  signal(SIGABRT, on_signal);
+  signal(SIGALRM, on_signal);
+  errors_return(MPI_COMM_WORLD, 1);
+  errors_return(MPI_COMM_SELF, 1);
+  int provided;
+  CHECK(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) == MPI_SUCCESS, "MPI_T_init_thread");
+  OK(MPI_Info_create(&info));
+  OK(MPI_Comm_group(MPI_COMM_WORLD, &group));
+  OK(MPI_Win_create(window, sizeof window, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+  OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+  CHECK(argc == 2, "the folder for the file, as the argument");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/{name}.%d", argv[1], (int)getpid());
+  OK(MPI_File_open(MPI_COMM_SELF, path, MPI_MODE_CREATE | MPI_MODE_RDWR | MPI_MODE_DELETE_ON_CLOSE,
+                   MPI_INFO_NULL, &file));
+  OK(MPI_File_set_errhandler(file, MPI_ERRORS_RETURN));
+  OK(MPI_Session_init(MPI_INFO_NULL, MPI_ERRORS_RETURN, &session));
+  alarm(120);
+{body}  alarm(0);
+  current = "the end";
+  CHECK(refused == {total}, "%d calls refused, expected {total}", refused);
+  printf("refused %d calls\n", refused);
+  OK(MPI_Session_finalize(&session));
+  OK(MPI_File_close(&file));
+  OK(MPI_Win_free(&win));
+  OK(MPI_Group_free(&group));
+  OK(MPI_Info_free(&info));
+  CHECK(MPI_T_finalize() == MPI_SUCCESS, "MPI_T_finalize");
+  return finish();
+}}
+"#,
+        total = calls.len()
+    )
+}
+
+/// Build and run program `name` of `calls` (each giving `bad`): every call
+/// refused.
+fn refused(name: &str, bad: &str, calls: &[(String, String, String)]) {
+    assert!(
+        calls.len() > 400,
+        "only {} calls written from the reference header: it was not read",
+        calls.len()
+    );
+    let exe = build_written(name, &program(name, bad, calls));
+    let dir = exe.parent().expect("the program's folder").to_path_buf();
+    let o = run_passing(&exe, name, 1, &[dir.to_str().expect("a UTF-8 path")], &[]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    let all = format!("refused {} calls", calls.len());
+    assert!(out.contains(&all), "{out}");
+}
+
+/// Every implemented function refuses a null pointer to a value it must read or
+/// write.
+#[test]
+fn null_pointers() {
+    refused("null_pointers", "a null pointer", &calls(null_pointer));
+}
+
+/// Every implemented function refuses a handle of another kind in each of its
+/// handle parameters.
+#[test]
+fn handles_of_another_kind() {
+    let calls = calls(handle_of_another_kind);
+    refused(
+        "handles_of_another_kind",
+        "a handle of another kind",
+        &calls,
+    );
+}
