@@ -76,6 +76,9 @@ impl Topology {
 /// `MPI_Dims_create`: fill the zero entries of `dims` so that the product is `n`,
 /// the dimensions as close to each other as they can be, in non-increasing order.
 pub fn dims_create(n: c_int, dims: &mut [c_int]) -> Result<()> {
+    if n < 0 {
+        return Err(Error::new(MPI_ERR_ARG, format!("nnodes {n} is negative")));
+    }
     let fixed: c_int = dims.iter().filter(|&&d| d > 0).product();
     if dims.iter().any(|&d| d < 0) || fixed == 0 || n % fixed != 0 {
         return Err(Error::new(
@@ -454,6 +457,7 @@ mod tests {
         dims_create(24, &mut d).unwrap();
         assert_eq!(d, [4, 3, 2]);
         assert!(dims_create(10, &mut [3, 0]).is_err());
+        assert!(dims_create(-5, &mut []).is_err() && dims_create(-4, &mut [0, 0]).is_err());
         // The closest largest and smallest, where handing out prime factors one by
         // one gives 28 x 18 and 12 x 7 x 6.
         // Of equally close ones, the larger smallest (20 x 18 x 14 and

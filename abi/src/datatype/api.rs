@@ -203,6 +203,13 @@ unsafe fn through_pack_buffer(
                 "the position or buffer pointer is null",
             ));
         }
+        if size < 0 {
+            let which = if packing { "outsize" } else { "insize" };
+            return Err(Error::new(
+                MPI_ERR_COUNT,
+                format!("{which} {size} is negative"),
+            ));
+        }
         // SAFETY: checked not null; the caller's contract.
         let pos = unsafe { *position };
         let need = t
@@ -210,10 +217,7 @@ unsafe fn through_pack_buffer(
             .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))?;
         let at = usize::try_from(pos)
             .ok()
-            .filter(|at| {
-                at.checked_add(need)
-                    .is_some_and(|end| end <= size.max(0) as usize)
-            })
+            .filter(|at| at.checked_add(need).is_some_and(|end| end <= size as usize))
             .ok_or_else(|| {
                 let what = if packing {
                     "packed into"

@@ -342,6 +342,7 @@ static void test_handle_errors(void) {
   int coords[2], dims[2] = {2, 0};
   EXPECT_ERR(MPI_Cart_coords(MPI_COMM_WORLD, 0, 2, coords), MPI_ERR_TOPOLOGY, "Cartesian");
   EXPECT_ERR(MPI_Dims_create(7, 2, dims), MPI_ERR_DIMS, NULL);
+  EXPECT_ERR(MPI_Dims_create(-6, 0, dims), MPI_ERR_ARG, "negative");
   int zero_dims[1] = {0}, periods[1] = {0}, many[1] = {size + 1};
   EXPECT_ERR(MPI_Cart_create(MPI_COMM_WORLD, 1, zero_dims, periods, 0, &c), MPI_ERR_DIMS, NULL);
   c = MPI_COMM_WORLD;
@@ -411,6 +412,12 @@ static void test_handle_errors(void) {
   EXPECT_ERR(MPI_Win_create_dynamic(stale_info, MPI_COMM_WORLD, &dynamic), MPI_ERR_INFO, NULL);
   /* As a communicator MPI_Pack_size does not use. */
   EXPECT_ERR(MPI_Pack_size(1, MPI_INT, (MPI_Comm)MPI_INT, &n), MPI_ERR_COMM, NULL);
+  /* A pack buffer of a negative size, even with nothing to pack. */
+  int packed_at = 0;
+  EXPECT_ERR(MPI_Pack(value, 0, MPI_INT, port, -1, &packed_at, MPI_COMM_WORLD), MPI_ERR_COUNT,
+             "negative");
+  EXPECT_ERR(MPI_Unpack(port, -2, &packed_at, value, 0, MPI_INT, MPI_COMM_WORLD), MPI_ERR_COUNT,
+             "negative");
 
   /* Error handlers. */
   EXPECT_ERR(MPI_Comm_set_errhandler(MPI_COMM_WORLD, (MPI_Errhandler)MPI_COMM_WORLD),
