@@ -135,7 +135,9 @@ impl KeepArg for *const Handle {
 
 impl Mpi {
     /// Hand out a persistent collective on `comm` whose starts run `build`'s
-    /// schedules, inactive, into `out`.
+    /// schedules, inactive, into `out`. Its arguments are checked now, as MPICH
+    /// checks them at the init: a schedule is built and dropped (building moves no
+    /// data into the program's buffers; each start builds its own).
     ///
     /// # Safety
     ///
@@ -154,6 +156,16 @@ impl Mpi {
                 return Err(e);
             }
         };
+        self.coll_tag = TagFrom::Given(tag);
+        let checked = build(self).map(drop);
+        self.coll_tag = TagFrom::Blocking;
+        if let Err(e) = checked {
+            if let Ok(c) = self.comm_mut(comm) {
+                c.give_back_coll_tag(false);
+            }
+            self.free_owned(own);
+            return Err(e);
+        }
         let r = Request::CollInit(Box::new(CollInit {
             build,
             comm,

@@ -14,7 +14,7 @@
 //! * [`handles_of_another_kind`]: in each handle parameter (a communicator,
 //!   datatype, operation, info, group, error handler, request, window, file,
 //!   session or message), a live handle of another kind, but where the library
-//!   checks later by design ([`CHECKED_LATER`]).
+//!   checks later by design ([`checked_later`]).
 
 use super::programs::{build_written, run_passing};
 use super::unsupported::{header_functions, Function};
@@ -30,20 +30,11 @@ const MAY_BE_NULL: [(&str, &str); 2] = [
 ];
 
 /// Where a handle of another kind is refused later than the call, by design (as
-/// `docs/mpi-abi.md` says): a persistent collective's datatypes and operation at
-/// each `MPI_Start` (a member ignores some of them), and a split collective file
-/// access's datatype at its `_end`, which reports the access's outcome.
+/// `docs/mpi-abi.md` says): a split collective file access's datatype at its
+/// `_end`, which reports the access's outcome.
 fn checked_later(function: &str, param: &str) -> bool {
     let f = function.strip_suffix("_c").unwrap_or(function);
-    let p2p = [
-        "MPI_Send_init",
-        "MPI_Bsend_init",
-        "MPI_Ssend_init",
-        "MPI_Rsend_init",
-        "MPI_Recv_init",
-    ];
-    let typed = matches!(param, "datatype" | "sendtype" | "recvtype" | "op");
-    typed && ((f.ends_with("_init") && !p2p.contains(&f)) || f.ends_with("_begin"))
+    f.ends_with("_begin") && param == "datatype"
 }
 
 /// Functions not called: those that start or end the library, or end the job.
