@@ -85,8 +85,9 @@ unsafe fn nonblocking(
     })
 }
 
-/// The beginning of a split collective access: done now, its outcome kept for the
-/// end.
+/// The beginning of a split collective access: its count and datatype checked
+/// (refused here, as MPICH refuses them), then the access done now, its outcome
+/// kept for the end.
 ///
 /// # Safety
 ///
@@ -99,6 +100,8 @@ unsafe fn begin(name: &str, fh: Handle, place: Place, buf: Buffer, write: bool) 
                 "a split collective is under way on this file: end it first",
             ));
         }
+        crate::p2p::check_count(buf.1)?;
+        mpi.dtype(buf.2)?;
         // SAFETY: the caller's contract.
         let outcome = unsafe { access(mpi, fh, place, buf, write) };
         let kept = match outcome {

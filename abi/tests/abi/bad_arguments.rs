@@ -13,8 +13,7 @@
 //!   ([`MAY_BE_NULL`]).
 //! * [`handles_of_another_kind`]: in each handle parameter (a communicator,
 //!   datatype, operation, info, group, error handler, request, window, file,
-//!   session or message), a live handle of another kind, but where the library
-//!   checks later by design ([`checked_later`]).
+//!   session or message), a live handle of another kind.
 
 use super::programs::{build_written, run_passing};
 use super::unsupported::{header_functions, Function};
@@ -28,14 +27,6 @@ const MAY_BE_NULL: [(&str, &str); 2] = [
     ("MPI_Info_get_string", "value"),
     ("MPI_Session_get_nth_pset", "pset_name"),
 ];
-
-/// Where a handle of another kind is refused later than the call, by design (as
-/// `docs/mpi-abi.md` says): a split collective file access's datatype at its
-/// `_end`, which reports the access's outcome.
-fn checked_later(function: &str, param: &str) -> bool {
-    let f = function.strip_suffix("_c").unwrap_or(function);
-    f.ends_with("_begin") && param == "datatype"
-}
 
 /// Functions not called: those that start or end the library, or end the job.
 const NOT_CALLED: [&str; 5] = [
@@ -143,9 +134,9 @@ fn null_pointer(function: &str, param: &str) -> Option<&'static str> {
     (single_value(param) && !tool_info && !may_be_null).then_some("0")
 }
 
-/// A handle of another kind, but where the library checks later.
-fn handle_of_another_kind(function: &str, param: &str) -> Option<&'static str> {
-    other_kind(param).filter(|_| !checked_later(function, name_of(param)))
+/// A handle of another kind.
+fn handle_of_another_kind(_function: &str, param: &str) -> Option<&'static str> {
+    other_kind(param)
 }
 
 /// Program `name`: each of `calls` in turn (`bad` saying what is bad in them), the
