@@ -85,6 +85,12 @@ impl Mpi {
                 format!("{partitions} partitions: a count of partitions is not negative"),
             )
         })?;
+        if count < 0 {
+            return Err(Error::new(
+                MPI_ERR_COUNT,
+                format!("{count} elements a partition: negative"),
+            ));
+        }
         let total = count
             .checked_mul(Count::from(partitions))
             .and_then(|t| c_int::try_from(t).ok())

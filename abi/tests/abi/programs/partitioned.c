@@ -226,6 +226,9 @@ static void test_proc_null_and_errors(void) {
              MPI_ERR_TAG, NULL);
   EXPECT_ERR(MPI_Psend_init(buf, -1, 1, MPI_INT, 0, 8, MPI_COMM_WORLD, MPI_INFO_NULL, &bad),
              MPI_ERR_ARG, "not negative");
+  /* A negative count a partition, even of no partitions. */
+  EXPECT_ERR(MPI_Psend_init(buf, 0, -5, MPI_INT, 0, 8, MPI_COMM_WORLD, MPI_INFO_NULL, &bad),
+             MPI_ERR_COUNT, "negative");
   EXPECT_ERR(MPI_Pready(0, MPI_REQUEST_NULL), MPI_ERR_REQUEST, "not a partitioned request");
   errors_return(MPI_COMM_WORLD, 0);
   errors_return(MPI_COMM_SELF, 0);
