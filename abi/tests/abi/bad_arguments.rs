@@ -14,6 +14,7 @@
 //! * [`handles_of_another_kind`]: in each handle parameter (a communicator,
 //!   datatype, operation, info, group, error handler, request, window, file,
 //!   session or message), a live handle of another kind.
+//! * [`negative_counts`]: a negative count or size passed by value.
 
 use super::programs::{build_written, run_passing};
 use super::unsupported::{header_functions, Function};
@@ -139,6 +140,26 @@ fn handle_of_another_kind(_function: &str, param: &str) -> Option<&'static str> 
     other_kind(param)
 }
 
+/// A negative number where a count or size is passed by value (a count of
+/// elements, partitions, processes or dimensions, a size in bytes), but not a rank,
+/// where some negative numbers are the standard's constants (`MPI_ANY_SOURCE`,
+/// `MPI_PROC_NULL`, `MPI_ROOT`).
+fn negative_count(_function: &str, param: &str) -> Option<&'static str> {
+    let mut words = param.split_whitespace();
+    let (ty, name) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let number = matches!(ty, "int" | "MPI_Count" | "MPI_Aint") && !param.contains(['*', '[']);
+    let counted = [
+        "count",
+        "size",
+        "partitions",
+        "maxprocs",
+        "ndims",
+        "degree",
+        "nnodes",
+    ];
+    (number && counted.iter().any(|c| name.contains(c))).then_some("-5")
+}
+
 /// Program `name`: each of `calls` in turn (`bad` saying what is bad in them), the
 /// scratch memory zeroed before each, must be refused.
 fn program(name: &str, bad: &str, calls: &[(String, String, String)]) -> String {
@@ -234,11 +255,11 @@ int main(int argc, char **argv) {{
     )
 }
 
-/// Build and run program `name` of `calls` (each giving `bad`): every call
-/// refused.
-fn refused(name: &str, bad: &str, calls: &[(String, String, String)]) {
+/// Build and run program `name` of `calls` (each giving `bad`, at least `least`
+/// of them, else the header was not read): every call refused.
+fn refused(name: &str, bad: &str, calls: &[(String, String, String)], least: usize) {
     assert!(
-        calls.len() > 400,
+        calls.len() >= least,
         "only {} calls written from the reference header: it was not read",
         calls.len()
     );
@@ -254,7 +275,7 @@ fn refused(name: &str, bad: &str, calls: &[(String, String, String)]) {
 /// write.
 #[test]
 fn null_pointers() {
-    refused("null_pointers", "a null pointer", &calls(null_pointer));
+    refused("null_pointers", "a null pointer", &calls(null_pointer), 400);
 }
 
 /// Every implemented function refuses a handle of another kind in each of its
@@ -262,9 +283,17 @@ fn null_pointers() {
 #[test]
 fn handles_of_another_kind() {
     let calls = calls(handle_of_another_kind);
+    let bad = "a handle of another kind";
+    refused("handles_of_another_kind", bad, &calls, 400);
+}
+
+/// Every implemented function refuses a negative count or size.
+#[test]
+fn negative_counts() {
     refused(
-        "handles_of_another_kind",
-        "a handle of another kind",
-        &calls,
+        "negative_counts",
+        "a negative count",
+        &calls(negative_count),
+        200,
     );
 }
