@@ -90,7 +90,8 @@ from_fortran!(PMPI_Session_f2c, sessions);
 /// The conversions of statuses between C and Fortran (`MPI_Status_c2f`, ...): in
 /// the standard ABI the three have one layout, `MPI_F_STATUS_SIZE` integers
 /// (`MPI_SOURCE`, `MPI_TAG`, `MPI_ERROR`, then the library's own), so each copies
-/// them.
+/// them (as `memmove`: a program may convert a status in place, as C lets it
+/// assign a value onto itself).
 macro_rules! status_copy {
     ($name:ident, $from:ty => $to:ty) => {
         #[no_mangle]
@@ -100,9 +101,9 @@ macro_rules! status_copy {
                 return crate::error::raise(&stringify!($name)[1..], crate::error::Object::None, e);
             }
             // SAFETY: the binding's contract: each points to a status, of
-            // MPI_F_STATUS_SIZE integers in every form.
+            // MPI_F_STATUS_SIZE integers in every form (the same one, or two).
             unsafe {
-                std::ptr::copy_nonoverlapping(
+                std::ptr::copy(
                     from.cast::<c_int>(),
                     to.cast::<c_int>(),
                     MPI_F_STATUS_SIZE as usize,

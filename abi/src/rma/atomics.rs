@@ -128,7 +128,7 @@ impl Mpi {
             // contract); `origin` holds them.
             let combined = unsafe {
                 if !fetched.is_null() {
-                    std::ptr::copy_nonoverlapping(at, fetched, a.bytes);
+                    std::ptr::copy(at, fetched, a.bytes);
                 }
                 self.accumulate_into(op, (ty, prim), origin, at, a.bytes)
             };

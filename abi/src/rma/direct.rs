@@ -150,10 +150,12 @@ pub(super) unsafe fn accumulate(
     };
     // SAFETY: `into` holds the target's `len` bytes (checked inside its mapping),
     // which the mutex keeps from other accumulates meanwhile; the caller's
-    // contract: the origin holds them, the result has room for them.
+    // contract: the origin holds them, the result has room for them (a result
+    // overlapping the window, which the standard forbids, is copied as `memmove`
+    // would, never undefined).
     let combined = under_mutex(p, || unsafe {
         if !fetched.is_null() {
-            std::ptr::copy_nonoverlapping(into, fetched, len);
+            std::ptr::copy(into, fetched, len);
         }
         op::reduce_basic(op, prim, origin, into, len / prim.size())
     });
@@ -245,7 +247,8 @@ pub(super) unsafe fn compare_and_swap(
 /// # Safety
 ///
 /// Each of `at`, `origin`, `compare` and `result` holds (`result`: has room for)
-/// `size` bytes.
+/// `size` bytes; they may overlap (which the standard forbids the program), copied
+/// as `memmove` would.
 pub(super) unsafe fn swap_if_equal(
     at: *mut u8,
     (origin, compare, result): (*const u8, *const u8, *mut u8),
@@ -254,9 +257,9 @@ pub(super) unsafe fn swap_if_equal(
     // SAFETY: the caller's contract.
     unsafe {
         let equal = rbtl::btl::slice_at(compare, size) == rbtl::btl::slice_at(at, size);
-        std::ptr::copy_nonoverlapping(at, result, size);
+        std::ptr::copy(at, result, size);
         if equal {
-            std::ptr::copy_nonoverlapping(origin, at, size);
+            std::ptr::copy(origin, at, size);
         }
     }
 }

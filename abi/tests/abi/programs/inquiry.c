@@ -11,7 +11,8 @@
  *   a class's number given again once removed,
  *   and the removed ones no longer known;
  * - MPI_Win_call_errhandler; MPI_Type_get_value_index; MPI_Type_match_size;
- * - MPI_Status_c2f and the other status conversions, there and back. */
+ * - MPI_Status_c2f and the other status conversions, there and back, and in
+ *   place. */
 #include "check.h"
 
 static int info_int(MPI_Info info, const char *key) {
@@ -160,6 +161,11 @@ static void test_small_calls(void) {
   int count = -1;
   OK(MPI_Get_count(&back, MPI_INT, &count));
   CHECK(back.MPI_SOURCE == 3 && back.MPI_TAG == 4 && count == 9, "a status there and back");
+  /* In place: the forms share one layout, and C lets a value be assigned onto
+   * itself. */
+  OK(MPI_Status_c2f08(&back, &back));
+  OK(MPI_Get_count(&back, MPI_INT, &count));
+  CHECK(back.MPI_SOURCE == 3 && count == 9, "a status converted in place");
 }
 
 int main(int argc, char **argv) {
