@@ -20,10 +20,9 @@ use super::programs::{build_written, run_passing};
 use super::unsupported::{header_functions, Function};
 use std::collections::BTreeSet;
 
-/// Parameters a caller may leave null, by the standard: the outputs of the tool
-/// interface's `_get_info` calls (which it lets an implementation skip), and a value
-/// whose length the caller gives as 0 (here it is: the other pointers point at
-/// zeroed memory).
+/// Parameters a caller may leave null, by the standard, beside the outputs of the
+/// tool interface's `_get_info` calls ([`null_pointer`]): a value whose length the
+/// caller gives as 0 (here it is: the other pointers point at zeroed memory).
 const MAY_BE_NULL: [(&str, &str); 2] = [
     ("MPI_Info_get_string", "value"),
     ("MPI_Session_get_nth_pset", "pset_name"),
@@ -128,7 +127,9 @@ fn calls(bad: impl Fn(&str, &str) -> Option<&'static str>) -> Vec<(String, Strin
     out
 }
 
-/// A null pointer, for a pointer to a single value that may not be null.
+/// A null pointer, for a pointer to a single value that may not be null: not the
+/// outputs of the tool interface's `_get_info` calls, which the standard lets an
+/// implementation skip, nor those of [`MAY_BE_NULL`].
 fn null_pointer(function: &str, param: &str) -> Option<&'static str> {
     let tool_info = function.starts_with("MPI_T_") && function.ends_with("_get_info");
     let may_be_null = MAY_BE_NULL.contains(&(function, name_of(param)));
