@@ -313,6 +313,12 @@ fn dist_graph(
     destinations: Vec<c_int>,
     weights: Option<(Vec<c_int>, Vec<c_int>)>,
 ) -> Result<Handle> {
+    if inside.state().comm(comm)?.remote.is_some() {
+        return Err(Error::new(
+            MPI_ERR_COMM,
+            "a graph is made over an intracommunicator",
+        ));
+    }
     let size = inside.state().comm(comm)?.size() as c_int;
     if let Some(bad) = sources
         .iter()

@@ -239,6 +239,12 @@ unsafe fn cart(
     }
     let cells: i64 = d.iter().map(|&x| i64::from(x)).product();
     let c = mpi.comm(comm_old)?;
+    if c.remote.is_some() {
+        return Err(Error::new(
+            MPI_ERR_COMM,
+            "a grid is made over an intracommunicator",
+        ));
+    }
     if cells > i64::from(c.size()) {
         return Err(Error::new(
             MPI_ERR_DIMS,

@@ -7,7 +7,8 @@
  * Allreduce (a sum, and 2x2 matrix products that must come in rank order),
  * Gather(v), Scatter(v), Allgather(v), Alltoall(v,w), Reduce_scatter(_block); the
  * nonblocking and persistent forms; point-to-point across; the errors (scans,
- * MPI_IN_PLACE, a bad root, a bad leader); then MPI_Intercomm_merge of it. */
+ * MPI_IN_PLACE, a bad root, topologies, a bad leader); then MPI_Intercomm_merge
+ * of it. */
 #include "check.h"
 #include <time.h>
 
@@ -412,6 +413,15 @@ int main(int argc, char **argv) {
                "MPI_IN_PLACE");
     EXPECT_ERR(MPI_Bcast(&a, 1, MPI_INT, m, inter), MPI_ERR_ROOT, "other group");
     EXPECT_ERR(MPI_Bcast(&a, 1, MPI_INT, -7, inter), MPI_ERR_ROOT, NULL);
+    /* Topologies are made over intracommunicators (MPI 4.1, 8.1). */
+    int one[1] = {1}, none[1] = {0};
+    MPI_Comm made = MPI_COMM_NULL;
+    EXPECT_ERR(MPI_Cart_create(inter, 1, one, none, 0, &made), MPI_ERR_COMM, "intracommunicator");
+    EXPECT_ERR(MPI_Graph_create(inter, 1, one, none, 0, &made), MPI_ERR_COMM, NULL);
+    EXPECT_ERR(MPI_Dist_graph_create_adjacent(inter, 0, none, MPI_UNWEIGHTED, 0, none,
+                                              MPI_UNWEIGHTED, MPI_INFO_NULL, 0, &made),
+               MPI_ERR_COMM, NULL);
+    CHECK(made == MPI_COMM_NULL, "a topology over an intercommunicator was made");
   }
   /* Still in step after the errors. */
   {
