@@ -286,7 +286,7 @@ impl Mpi {
         if c.remote.is_some() {
             return Err(Error::new(
                 MPI_ERR_COMM,
-                format!("{what} from an intercommunicator is not implemented by this library"),
+                format!("{what} takes an intracommunicator, not an intercommunicator"),
             ));
         }
         let root = u32::try_from(root)

@@ -7,8 +7,8 @@
  * Allreduce (a sum, and 2x2 matrix products that must come in rank order),
  * Gather(v), Scatter(v), Allgather(v), Alltoall(v,w), Reduce_scatter(_block); the
  * nonblocking and persistent forms; point-to-point across; the errors (scans,
- * MPI_IN_PLACE, a bad root, topologies, a bad leader); then MPI_Intercomm_merge
- * of it. */
+ * MPI_IN_PLACE, a bad root, topologies, spawns, a bad leader); then
+ * MPI_Intercomm_merge of it. */
 #include "check.h"
 #include <time.h>
 
@@ -422,6 +422,10 @@ int main(int argc, char **argv) {
                                               MPI_UNWEIGHTED, MPI_INFO_NULL, 0, &made),
                MPI_ERR_COMM, NULL);
     CHECK(made == MPI_COMM_NULL, "a topology over an intercommunicator was made");
+    /* As are spawns. */
+    EXPECT_ERR(MPI_Comm_spawn("true", MPI_ARGV_NULL, 1, MPI_INFO_NULL, 0, inter, &made,
+                              MPI_ERRCODES_IGNORE),
+               MPI_ERR_COMM, "intracommunicator");
   }
   /* Still in step after the errors. */
   {
