@@ -15,6 +15,7 @@
 //!   datatype, operation, info, group, error handler, request, window, file,
 //!   session or message), a live handle of another kind.
 //! * [`negative_counts`]: a negative count or size passed by value.
+//! * [`ranks_out_of_range`]: a rank beyond the communicator passed by value.
 
 use super::programs::{build_written, run_passing};
 use super::unsupported::{header_functions, Function};
@@ -161,6 +162,19 @@ fn negative_count(_function: &str, param: &str) -> Option<&'static str> {
     (number && counted.iter().any(|c| name.contains(c))).then_some("-5")
 }
 
+/// A rank beyond the communicator (the program runs at one rank) where one is
+/// passed by value: a destination, source, root or target; but not where a status
+/// is given its source (`MPI_Status_set_source` takes any).
+fn rank_out_of_range(function: &str, param: &str) -> Option<&'static str> {
+    let mut words = param.split_whitespace();
+    let (ty, name) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let ranked = ["dest", "source", "root", "rank"]
+        .iter()
+        .any(|r| name.contains(r));
+    let by_value = ty == "int" && !param.contains(['*', '[']);
+    (by_value && ranked && function != "MPI_Status_set_source").then_some("1000")
+}
+
 /// Program `name`: each of `calls` in turn (`bad` saying what is bad in them), the
 /// scratch memory zeroed before each, must be refused.
 fn program(name: &str, bad: &str, calls: &[(String, String, String)]) -> String {
@@ -297,4 +311,11 @@ fn negative_counts() {
         &calls(negative_count),
         200,
     );
+}
+
+/// Every implemented function refuses a rank beyond the communicator.
+#[test]
+fn ranks_out_of_range() {
+    let calls = calls(rank_out_of_range);
+    refused("ranks_out_of_range", "a rank out of range", &calls, 100);
 }
