@@ -14,6 +14,7 @@
 //! * [`handles_of_another_kind`]: in each handle parameter (a communicator,
 //!   datatype, operation, info, group, error handler, request, window, file,
 //!   session or message), a live handle of another kind.
+//! * [`values_that_are_no_handle`]: there, a value that is no handle at all.
 //! * [`negative_counts`]: a negative count or size passed by value.
 //! * [`ranks_out_of_range`]: a rank beyond the communicator passed by value.
 
@@ -99,7 +100,7 @@ fn name_of(param: &str) -> &str {
 /// value (given the function's name and the parameter), a C expression calling it
 /// with that value there and valid ones elsewhere: the function, the parameter and
 /// the call.
-fn calls(bad: impl Fn(&str, &str) -> Option<&'static str>) -> Vec<(String, String, String)> {
+fn calls<V: AsRef<str>>(bad: impl Fn(&str, &str) -> Option<V>) -> Vec<(String, String, String)> {
     let implemented: BTreeSet<&str> = mpi_abi::IMPLEMENTED.lines().collect();
     let mut out = Vec::new();
     for f in header_functions() {
@@ -112,6 +113,7 @@ fn calls(bad: impl Fn(&str, &str) -> Option<&'static str>) -> Vec<(String, Strin
             let Some(value) = bad(name, p) else {
                 continue;
             };
+            let value = value.as_ref();
             let args: Vec<&str> = params
                 .iter()
                 .enumerate()
@@ -140,6 +142,13 @@ fn null_pointer(function: &str, param: &str) -> Option<&'static str> {
 /// A handle of another kind.
 fn handle_of_another_kind(_function: &str, param: &str) -> Option<&'static str> {
     other_kind(param)
+}
+
+/// A value that is no handle at all, in a handle parameter passed by value.
+fn no_handle(_function: &str, param: &str) -> Option<String> {
+    other_kind(param)?;
+    let ty = param.split_whitespace().next().unwrap_or("");
+    Some(format!("({ty})(intptr_t)0x7654321"))
 }
 
 /// A negative number where a count or size is passed by value (a count of
@@ -300,6 +309,19 @@ fn handles_of_another_kind() {
     let calls = calls(handle_of_another_kind);
     let bad = "a handle of another kind";
     refused("handles_of_another_kind", bad, &calls, 400);
+}
+
+/// Every implemented function refuses a value that is no handle in each of its
+/// handle parameters.
+#[test]
+fn values_that_are_no_handle() {
+    let calls = calls(no_handle);
+    refused(
+        "values_that_are_no_handle",
+        "a value that is no handle",
+        &calls,
+        400,
+    );
 }
 
 /// Every implemented function refuses a negative count or size.
