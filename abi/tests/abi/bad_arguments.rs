@@ -17,6 +17,8 @@
 //! * [`values_that_are_no_handle`]: there, a value that is no handle at all.
 //! * [`negative_counts`]: a negative count or size passed by value.
 //! * [`ranks_out_of_range`]: a rank beyond the communicator passed by value.
+//! * [`every_call_after_finalize`]: every function, after `MPI_Finalize`, each in
+//!   a process of its own: it returns or ends its process, never by a signal.
 
 use super::programs::{build_written, run_passing};
 use super::unsupported::{header_functions, Function};
@@ -340,4 +342,92 @@ fn negative_counts() {
 fn ranks_out_of_range() {
     let calls = calls(rank_out_of_range);
     refused("ranks_out_of_range", "a rank out of range", &calls, 100);
+}
+
+/// Every function called with the null objects (`MPI_COMM_WORLD`, `MPI_INT`,
+/// `MPI_INFO_NULL`, ...; pointers at zeroed memory): its name and the call.
+fn plain_calls() -> Vec<(String, String)> {
+    let null = |param: &str| match param.split_whitespace().next().unwrap_or("") {
+        _ if param.contains(['*', '[']) => "(void *)scratch",
+        "MPI_Comm" => "MPI_COMM_WORLD",
+        "MPI_Datatype" => "MPI_INT",
+        "MPI_Op" => "MPI_SUM",
+        "MPI_Info" => "MPI_INFO_NULL",
+        "MPI_Group" => "MPI_GROUP_EMPTY",
+        "MPI_Errhandler" => "MPI_ERRORS_RETURN",
+        "MPI_Request" => "MPI_REQUEST_NULL",
+        "MPI_Win" => "MPI_WIN_NULL",
+        "MPI_File" => "MPI_FILE_NULL",
+        "MPI_Session" => "MPI_SESSION_NULL",
+        "MPI_Message" => "MPI_MESSAGE_NO_PROC",
+        _ => "0",
+    };
+    header_functions()
+        .into_iter()
+        .filter(|f| !f.variadic && !NOT_CALLED.contains(&f.name.as_str()))
+        .map(|f| {
+            let args: Vec<&str> = f.params.iter().map(|p| null(p)).collect();
+            let call = format!("{}({})", f.name, args.join(", "));
+            (f.name, call)
+        })
+        .collect()
+}
+
+/// Every function of the header called after `MPI_Finalize`, each in a child
+/// process: it returns, or its error handler (fatal then) ends the child with a
+/// message; no signal ends it, and none hangs (20 s each).
+#[test]
+fn every_call_after_finalize() {
+    let calls = plain_calls();
+    assert!(calls.len() > 400, "the reference header was not read");
+    let (mut body, mut runs) = (String::new(), String::new());
+    for (i, (name, call)) in calls.iter().enumerate() {
+        body.push_str(&format!("static int call{i}(void) {{ return {call}; }}\n"));
+        runs.push_str(&format!("  in_child(\"{name}\", call{i});\n"));
+    }
+    let program = format!(
+        r#"/* every_call_after_finalize.c, written by the test: every function of the
+ * reference header called after MPI_Finalize, each in a child process, which it
+ * may end through the error handler, never by a signal. */
+#include "check.h"
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static long scratch[8192];
+static int ended_by_signal = 0;
+
+{body}
+static void in_child(const char *name, int (*call)(void)) {{
+  fflush(stdout);
+  fflush(stderr);
+  pid_t child = fork();
+  CHECK(child >= 0, "fork for %s", name);
+  if (child == 0) {{
+    alarm(20);
+    memset(scratch, 0, sizeof scratch);
+    (void)call();
+    _exit(0);
+  }}
+  int st = 0;
+  CHECK(waitpid(child, &st, 0) == child, "waiting for %s", name);
+  if (WIFSIGNALED(st)) {{
+    printf("%s after MPI_Finalize: ended by signal %d\n", name, WTERMSIG(st));
+    ended_by_signal++;
+  }}
+}}
+
+int main(int argc, char **argv) {{
+  start("every_call_after_finalize", &argc, &argv);
+  OK(MPI_Finalize());
+{runs}  if (ended_by_signal == 0)
+    printf("PASS every_call_after_finalize rank %d/%d\n", rank, size);
+  else
+    printf("FAIL rank %d: %d calls ended by a signal\n", rank, ended_by_signal);
+  return 0;
+}}
+"#
+    );
+    let exe = build_written("every_call_after_finalize", &program);
+    run_passing(&exe, "every_call_after_finalize", 1, &[], &[]);
 }
