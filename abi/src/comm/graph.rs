@@ -4,7 +4,7 @@
 //! Ranks are never reordered here.
 
 use super::api::comm_maker;
-use super::topo::{ints, Topology};
+use super::topo::{ints, over_intracommunicator, Topology};
 use crate::coll::{allgather_here, allgatherv_here, Inside};
 use crate::entry::{call, call_held, query_binding};
 use crate::error::{non_null, Error, Object, Result};
@@ -130,12 +130,7 @@ unsafe fn graph(
     // SAFETY: the caller's contract.
     let edges = unsafe { ints(edges, nedges) }?.to_vec();
     let c = mpi.comm(comm_old)?;
-    if c.remote.is_some() {
-        return Err(Error::new(
-            MPI_ERR_COMM,
-            "a graph is made over an intracommunicator",
-        ));
-    }
+    over_intracommunicator(c, "a graph")?;
     check_graph(&index, &edges, c.size() as usize)?;
     let member = (c.rank as usize) < index.len();
     let h = super::create::split(mpi, comm_old, if member { 0 } else { MPI_UNDEFINED }, 0)?;
@@ -305,7 +300,8 @@ unsafe fn read_part(
     })
 }
 
-/// A duplicate of `comm` with a distributed graph of these edges of this member.
+/// A duplicate of intracommunicator `comm` (its callers check) with a distributed
+/// graph of these edges of this member.
 fn dist_graph(
     inside: &mut impl Inside,
     comm: Handle,
@@ -313,12 +309,6 @@ fn dist_graph(
     destinations: Vec<c_int>,
     weights: Option<(Vec<c_int>, Vec<c_int>)>,
 ) -> Result<Handle> {
-    if inside.state().comm(comm)?.remote.is_some() {
-        return Err(Error::new(
-            MPI_ERR_COMM,
-            "a graph is made over an intracommunicator",
-        ));
-    }
     let size = inside.state().comm(comm)?.size() as c_int;
     if let Some(bad) = sources
         .iter()
@@ -345,12 +335,7 @@ fn dist_graph(
 /// in the same order at both ends). A member's bad arguments fail every member:
 /// each checks every edge.
 fn dist_graph_create(inside: &mut impl Inside, comm: Handle, mine: Result<Part>) -> Result<Handle> {
-    if inside.state().comm(comm)?.remote.is_some() {
-        return Err(Error::new(
-            MPI_ERR_COMM,
-            "a graph is made over an intracommunicator",
-        ));
-    }
+    over_intracommunicator(inside.state().comm(comm)?, "a graph")?;
     let (len, say) = match &mine {
         Ok(p) => (p.edges.len() as c_int, p.weights),
         Err(_) => (-1, Weights::Either),
@@ -479,6 +464,7 @@ pub unsafe extern "C" fn PMPI_Dist_graph_create_adjacent(
                     side(destweights, outdegree)?,
                 ))
             };
+            over_intracommunicator(mpi.comm(comm_old)?, "a graph")?;
             let h = dist_graph(mpi, comm_old, s, d, weights)?;
             // SAFETY: null or writable.
             unsafe { super::api::hand_out(Ok(h), comm_dist_graph, |h| mpi.comm_free(h)) }

@@ -3,6 +3,7 @@
 //! here.
 
 use super::api::comm_maker;
+use super::Communicator;
 use crate::entry::{call, call_held, query_binding};
 use crate::error::{non_null, Error, Object, Result};
 use crate::ffi::*;
@@ -70,6 +71,19 @@ impl Topology {
             r = r * dims[i] + c;
         }
         Some(r)
+    }
+}
+
+/// The check that a topology (`made`: "a grid", "a graph") is made over an
+/// intracommunicator, as the standard asks (MPI 4.1, 8.1): `MPI_ERR_COMM` for an
+/// intercommunicator.
+pub(super) fn over_intracommunicator(c: &Communicator, made: &str) -> Result<()> {
+    match c.remote {
+        Some(_) => Err(Error::new(
+            MPI_ERR_COMM,
+            format!("{made} is made over an intracommunicator"),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -239,12 +253,7 @@ unsafe fn cart(
     }
     let cells: i64 = d.iter().map(|&x| i64::from(x)).product();
     let c = mpi.comm(comm_old)?;
-    if c.remote.is_some() {
-        return Err(Error::new(
-            MPI_ERR_COMM,
-            "a grid is made over an intracommunicator",
-        ));
-    }
+    over_intracommunicator(c, "a grid")?;
     if cells > i64::from(c.size()) {
         return Err(Error::new(
             MPI_ERR_DIMS,
