@@ -1,3 +1,5 @@
+/* Over 600 lines on purpose: the standard's error classes, each bad input a case
+ * of its own, in one program (one job for the whole chapter). */
 /* errors.c: errors and the environment at 1 or more ranks. Before MPI_Init and
  * after MPI_Finalize: MPI_Initialized, MPI_Finalized, the versions. The thread
  * level (MPI_THREAD_MULTIPLE), processor name, clock. With MPI_ERRORS_RETURN,
