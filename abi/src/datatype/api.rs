@@ -86,11 +86,11 @@ pub unsafe extern "C" fn PMPI_Type_free(datatype: *mut Handle) -> c_int {
     })
 }
 
-/// The bytes `incount` elements of `datatype` pack into.
+/// The bytes `incount` elements of `datatype` (committed) pack into.
 fn pack_size(mpi: &Mpi, incount: Count, datatype: Handle) -> Result<usize> {
     let n = usize::try_from(incount)
         .map_err(|_| Error::new(MPI_ERR_COUNT, format!("count {incount} is negative")))?;
-    mpi.dtype_any(datatype)?
+    mpi.dtype(datatype)?
         .bytes(n)
         .ok_or_else(|| Error::new(MPI_ERR_COUNT, "count overflows"))
 }

@@ -362,9 +362,10 @@ fn count_of(bytes: u64, size: usize) -> Option<u64> {
 /// A binding `$name` that counts, in a status, the elements of a datatype
 /// (`MPI_Get_count`, `MPI_Get_elements`: `$count` given the type and the bytes),
 /// writing a `$ty` (an `int`, or an `MPI_Count` for the `_c` forms): `MPI_UNDEFINED`
-/// where they are not whole or do not fit.
+/// where they are not whole or do not fit. `$lookup` finds the datatype: committed
+/// or not for `MPI_Get_count` (as MPICH takes it), committed for the elements.
 macro_rules! count_binding {
-    ($name:ident, $ty:ty, |$t:ident, $bytes:ident| $count:expr) => {
+    ($name:ident, $ty:ty, $lookup:ident, |$t:ident, $bytes:ident| $count:expr) => {
         #[no_mangle]
         pub unsafe extern "C" fn $name(
             status: *const Status,
@@ -374,7 +375,7 @@ macro_rules! count_binding {
             call(&stringify!($name)[1..], Object::None, |mpi| {
                 non_null(status, MPI_ERR_ARG, "status")?;
                 non_null(count, MPI_ERR_ARG, "count")?;
-                let $t = mpi.dtype_any(datatype)?;
+                let $t = mpi.$lookup(datatype)?;
                 // SAFETY: checked not null; the binding's contract.
                 let $bytes = unsafe { (*status).bytes() };
                 let n: Option<u64> = $count;
@@ -387,12 +388,16 @@ macro_rules! count_binding {
     };
 }
 
-count_binding!(PMPI_Get_count, c_int, |t, bytes| count_of(bytes, t.size));
-count_binding!(PMPI_Get_count_c, Count, |t, bytes| count_of(bytes, t.size));
-count_binding!(PMPI_Get_elements, c_int, |t, bytes| {
+count_binding!(PMPI_Get_count, c_int, dtype_any, |t, bytes| count_of(
+    bytes, t.size
+));
+count_binding!(PMPI_Get_count_c, Count, dtype_any, |t, bytes| count_of(
+    bytes, t.size
+));
+count_binding!(PMPI_Get_elements, c_int, dtype, |t, bytes| {
     crate::datatype::query::elements_in(t, bytes)
 });
-count_binding!(PMPI_Get_elements_c, Count, |t, bytes| {
+count_binding!(PMPI_Get_elements_c, Count, dtype, |t, bytes| {
     crate::datatype::query::elements_in(t, bytes)
 });
 

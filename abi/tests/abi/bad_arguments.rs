@@ -17,6 +17,10 @@
 //! * [`values_that_are_no_handle`]: there, a value that is no handle at all.
 //! * [`negative_counts`]: a negative count or size passed by value.
 //! * [`ranks_out_of_range`]: a rank beyond the communicator passed by value.
+//! * [`uncommitted_datatypes`]: a datatype not committed, where data of it moves
+//!   or is counted.
+//! * [`bad_tags`]: a negative tag that is not `MPI_ANY_TAG`.
+//! * [`operations_not_for_the_type`]: `MPI_MAXLOC` on `MPI_INT`.
 //! * [`every_call_after_finalize`]: every function, after `MPI_Finalize`, each in
 //!   a process of its own: it returns or ends its process, never by a signal.
 
@@ -186,6 +190,39 @@ fn rank_out_of_range(function: &str, param: &str) -> Option<&'static str> {
     (by_value && ranked && function != "MPI_Status_set_source").then_some("1000")
 }
 
+/// Calls that take a datatype not committed, beside the `MPI_Type_` calls: those
+/// MPICH takes it in (they read its size or extent only).
+const UNCOMMITTED_TAKEN: [&str; 4] = [
+    "MPI_Get_count",
+    "MPI_Status_set_elements",
+    "MPI_Pack_external_size",
+    "MPI_File_get_type_extent",
+];
+
+/// A derived datatype not committed, where a call moves or counts data of it.
+fn uncommitted_datatype(function: &str, param: &str) -> Option<&'static str> {
+    let datatype = param.starts_with("MPI_Datatype ") && !param.contains(['*', '[']);
+    let base = function.trim_end_matches("_c").trim_end_matches("_x");
+    let taken = function.starts_with("MPI_Type_") || UNCOMMITTED_TAKEN.contains(&base);
+    (datatype && !taken).then_some("uncommitted")
+}
+
+/// A negative tag that is not `MPI_ANY_TAG`, where one is passed by value (but not
+/// where a status is given its tag).
+fn bad_tag(function: &str, param: &str) -> Option<&'static str> {
+    let mut words = param.split_whitespace();
+    let (ty, name) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+    let tag = ty == "int" && name.contains("tag") && !param.contains(['*', '[']);
+    (tag && function != "MPI_Status_set_tag").then_some("-5")
+}
+
+/// An operation that does not apply to the call's datatype (`MPI_INT`), in calls
+/// that take both: `MPI_MAXLOC`, defined on pairs only.
+fn op_not_for_type(function: &str, param: &str) -> Option<&'static str> {
+    let op = param.starts_with("MPI_Op ") && !param.contains(['*', '[']);
+    (op && !function.starts_with("MPI_Op_")).then_some("MPI_MAXLOC")
+}
+
 /// Program `name`: each of `calls` in turn (`bad` saying what is bad in them), the
 /// scratch memory zeroed before each, must be refused.
 fn program(name: &str, bad: &str, calls: &[(String, String, String)]) -> String {
@@ -208,6 +245,7 @@ static MPI_Group group;
 static MPI_Win win;
 static MPI_File file;
 static MPI_Session session;
+static MPI_Datatype uncommitted;
 static int window[4];
 static long scratch[8192];
 static const char *volatile current = "no call yet";
@@ -254,6 +292,7 @@ int main(int argc, char **argv) {{
   CHECK(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) == MPI_SUCCESS, "MPI_T_init_thread");
   OK(MPI_Info_create(&info));
   OK(MPI_Comm_group(MPI_COMM_WORLD, &group));
+  OK(MPI_Type_contiguous(2, MPI_INT, &uncommitted));
   OK(MPI_Win_create(window, sizeof window, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win));
   OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
   CHECK(argc == 2, "the folder for the file, as the argument");
@@ -272,6 +311,7 @@ int main(int argc, char **argv) {{
   OK(MPI_File_close(&file));
   OK(MPI_Win_free(&win));
   OK(MPI_Group_free(&group));
+  OK(MPI_Type_free(&uncommitted));
   OK(MPI_Info_free(&info));
   CHECK(MPI_T_finalize() == MPI_SUCCESS, "MPI_T_finalize");
   return finish();
@@ -342,6 +382,33 @@ fn negative_counts() {
 fn ranks_out_of_range() {
     let calls = calls(rank_out_of_range);
     refused("ranks_out_of_range", "a rank out of range", &calls, 100);
+}
+
+/// Every implemented function that moves or counts data refuses a datatype not
+/// committed.
+#[test]
+fn uncommitted_datatypes() {
+    let calls = calls(uncommitted_datatype);
+    refused(
+        "uncommitted_datatypes",
+        "an uncommitted datatype",
+        &calls,
+        100,
+    );
+}
+
+/// Every implemented function refuses a negative tag other than `MPI_ANY_TAG`.
+#[test]
+fn bad_tags() {
+    refused("bad_tags", "a negative tag", &calls(bad_tag), 20);
+}
+
+/// Every implemented function refuses an operation its datatype does not take.
+#[test]
+fn operations_not_for_the_type() {
+    let calls = calls(op_not_for_type);
+    let bad = "an operation not for the type";
+    refused("operations_not_for_the_type", bad, &calls, 40);
 }
 
 /// Every function called with the null objects (`MPI_COMM_WORLD`, `MPI_INT`,
