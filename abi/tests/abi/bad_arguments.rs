@@ -21,8 +21,9 @@
 //!   or is counted.
 //! * [`bad_tags`]: a negative tag that is not `MPI_ANY_TAG`.
 //! * [`operations_not_for_the_type`]: `MPI_MAXLOC` on `MPI_INT`.
-//! * [`every_call_after_finalize`]: every function, after `MPI_Finalize`, each in
-//!   a process of its own: it returns or ends its process, never by a signal.
+//! * [`every_call_after_finalize`], [`every_call_before_init`]: every function,
+//!   after `MPI_Finalize` or before `MPI_Init`, each in a process of its own: it
+//!   returns or ends its process, never by a signal.
 
 use super::programs::{build_written, run_passing};
 use super::unsupported::{header_functions, Function};
@@ -445,17 +446,55 @@ fn plain_calls() -> Vec<(String, String)> {
 /// message; no signal ends it, and none hangs (20 s each).
 #[test]
 fn every_call_after_finalize() {
+    every_call_in_a_child("every_call_after_finalize", "after MPI_Finalize");
+}
+
+/// Every function of the header called before `MPI_Init` (but `MPI_Session_init`,
+/// which starts the library too), each in a child process, as after
+/// `MPI_Finalize`. The children share the process's launcher connection, unused
+/// until the process's own `MPI_Init`, after them.
+#[test]
+fn every_call_before_init() {
+    every_call_in_a_child("every_call_before_init", "before MPI_Init");
+}
+
+/// Program `name`: every function of the header called `when` (before `MPI_Init`
+/// or after `MPI_Finalize`), each in a child process, which it may end through
+/// the error handler, never by a signal nor a hang.
+fn every_call_in_a_child(name: &str, when: &str) {
+    let before = when == "before MPI_Init";
     let calls = plain_calls();
     assert!(calls.len() > 400, "the reference header was not read");
     let (mut body, mut runs) = (String::new(), String::new());
-    for (i, (name, call)) in calls.iter().enumerate() {
+    for (i, (function, call)) in calls.iter().enumerate() {
+        if before && function == "MPI_Session_init" {
+            continue;
+        }
         body.push_str(&format!("static int call{i}(void) {{ return {call}; }}\n"));
-        runs.push_str(&format!("  in_child(\"{name}\", call{i});\n"));
+        runs.push_str(&format!("  in_child(\"{function}\", call{i});\n"));
     }
+    let (first, then) = match before {
+        true => (
+            String::new(),
+            format!("  start(\"{name}\", &argc, &argv);\n"),
+        ),
+        false => (
+            format!("  start(\"{name}\", &argc, &argv);\n  OK(MPI_Finalize());\n"),
+            String::new(),
+        ),
+    };
+    let end = match before {
+        true => "finish()",
+        false => "0",
+    };
+    let pass = match before {
+        true => String::new(),
+        false => format!("printf(\"PASS {name} rank %d/%d\\n\", rank, size);\n  "),
+    };
     let program = format!(
-        r#"/* every_call_after_finalize.c, written by the test: every function of the
- * reference header called after MPI_Finalize, each in a child process, which it
- * may end through the error handler, never by a signal. */
+        r#"/* {name}.c, written by the test: every function of the reference header
+ * called {when}, each in a child process, which it may end through the error
+ * handler, never by a signal. */
 #include "check.h"
 #include <signal.h>
 #include <sys/wait.h>
@@ -479,22 +518,20 @@ static void in_child(const char *name, int (*call)(void)) {{
   int st = 0;
   CHECK(waitpid(child, &st, 0) == child, "waiting for %s", name);
   if (WIFSIGNALED(st)) {{
-    printf("%s after MPI_Finalize: ended by signal %d\n", name, WTERMSIG(st));
+    printf("%s {when}: ended by signal %d\n", name, WTERMSIG(st));
     ended_by_signal++;
   }}
 }}
 
 int main(int argc, char **argv) {{
-  start("every_call_after_finalize", &argc, &argv);
-  OK(MPI_Finalize());
-{runs}  if (ended_by_signal == 0)
-    printf("PASS every_call_after_finalize rank %d/%d\n", rank, size);
-  else
+{first}{runs}{then}  if (ended_by_signal != 0) {{
     printf("FAIL rank %d: %d calls ended by a signal\n", rank, ended_by_signal);
-  return 0;
+    return 1;
+  }}
+  {pass}return {end};
 }}
 "#
     );
-    let exe = build_written("every_call_after_finalize", &program);
-    run_passing(&exe, "every_call_after_finalize", 1, &[], &[]);
+    let exe = build_written(name, &program);
+    run_passing(&exe, name, 1, &[], &[]);
 }
