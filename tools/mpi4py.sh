@@ -19,8 +19,9 @@
 # libmpi_abi.so (`cargo build -p rbtl-abi [--release]`). mpi4py is built with that
 # mpicc against the MPI Forum's reference mpi.h (../shared/external/mpi-abi), into a
 # virtual environment under target/mpi4py (python3-venv and python3-dev; the
-# network, for pip). Prints one line per module and rank count; exits 1 if any
-# module failed or ran past its time limit.
+# network, for pip), with numpy, whose arrays mpi4py's tests send beside Python's
+# own. Prints one line per module and rank count; exits 1 if any module failed or
+# ran past its time limit.
 #
 # One test is left out: test_mpiapi's testSymbolCoverage counts MPI_Status_c2f and
 # MPI_Status_f2c as missing, which mpi4py built for the ABI defines itself.
@@ -30,7 +31,7 @@ set -euo pipefail
 
 readonly PROG=${0##*/}
 ROOT=$(cd -- "$(dirname -- "${BASH_SOURCE[0]}")/.." && pwd)
-readonly ROOT VERSION=4.1.2 LIMIT=300
+readonly ROOT VERSION=4.1.2 NUMPY=2.4.6 LIMIT=300
 readonly REFERENCE_INCDIR=$ROOT/../shared/external/mpi-abi
 
 die() {
@@ -38,7 +39,7 @@ die() {
     exit 1
 }
 
-[[ $# -ge 1 ]] || { sed -n '2,22p' "$0" >&2; exit 2; }
+[[ $# -ge 1 ]] || { sed -n '2,24p' "$0" >&2; exit 2; }
 PROFILE=$(cd -- "$1" 2>/dev/null && pwd) || die "no profile folder '$1'"
 shift
 NODES=0
@@ -62,6 +63,8 @@ if [[ ! -x venv/bin/python ]]; then
 fi
 # shellcheck disable=SC1091
 . venv/bin/activate
+python -c "import numpy" 2>/dev/null || pip install --quiet "numpy==$NUMPY" ||
+    die "installing numpy $NUMPY failed"
 SDIST=dl/mpi4py-$VERSION.tar.gz
 [[ -r $SDIST ]] || pip download --quiet "mpi4py==$VERSION" --no-deps --no-binary :all: -d dl
 [[ -d mpi4py-$VERSION ]] || tar xzf "$SDIST"
