@@ -337,7 +337,7 @@ pub unsafe extern "C" fn PMPI_Error_string(
 
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> c_int {
-    let r = match error::class_of(errorcode) {
+    let r = match error::error_class_of(errorcode) {
         // SAFETY: null or writable.
         Some(c) => unsafe { write_arg(errorclass, c, "error class") },
         None => Err(Error::new(

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 mod classes;
 pub use classes::class_name;
-use classes::class_text;
+use classes::{class_text, tool_code_text};
 
 /// An error of a call: its class and what happened.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -262,6 +262,14 @@ pub fn code_of(e: &Error) -> c_int {
     code
 }
 
+/// The class `MPI_Error_class` gives `code`: a return code of the tool interface
+/// is its own class, as MPICH and Open MPI have it.
+pub fn error_class_of(code: c_int) -> Option<c_int> {
+    tool_code_text(code)
+        .map(|_| code)
+        .or_else(|| class_of(code))
+}
+
 /// The class of `code`; `None` for a code this library never gave.
 pub fn class_of(code: c_int) -> Option<c_int> {
     let first_code = (FIRST_SERIAL << 8) as c_int;
@@ -282,8 +290,12 @@ pub fn class_of(code: c_int) -> Option<c_int> {
 }
 
 /// The text of `code`: its message where one is kept, else its class's; empty for
-/// a class or code the program added without a string (MPI 4.1, 9.5).
+/// a class or code the program added without a string (MPI 4.1, 9.5). A return
+/// code of the tool interface has its own.
 pub fn string_of(code: c_int) -> Option<String> {
+    if let Some(text) = tool_code_text(code) {
+        return Some(text);
+    }
     let class = class_of(code)?;
     let c = codes();
     if let Some(s) = c.strings.get(&code) {

@@ -1,5 +1,7 @@
 //! What each of the standard's error classes is called (`MPI_ERR_RANK`) and what
-//! it means, the text `MPI_Error_string` gives a class.
+//! it means, the text `MPI_Error_string` gives a class; the same of the tool
+//! interface's return codes (`MPI_T_ERR_INVALID`), which `MPI_Error_string` and
+//! `MPI_Error_class` take as MPICH and Open MPI do (each its own class).
 
 use crate::ffi::*;
 
@@ -142,6 +144,57 @@ pub(super) fn class_text(class: c_int) -> String {
         _ => return class_name(class),
     };
     format!("{}: {text}", class_name(class))
+}
+
+/// The name and meaning of a return code of the tool interface; `None` for any
+/// other number.
+pub(super) fn tool_code_text(code: c_int) -> Option<String> {
+    let (name, text) = match code {
+        MPI_T_ERR_CANNOT_INIT => (
+            "MPI_T_ERR_CANNOT_INIT",
+            "the tool interface cannot be initialized",
+        ),
+        MPI_T_ERR_NOT_ACCESSIBLE => ("MPI_T_ERR_NOT_ACCESSIBLE", "not accessible now"),
+        MPI_T_ERR_NOT_INITIALIZED => (
+            "MPI_T_ERR_NOT_INITIALIZED",
+            "the tool interface is not initialized",
+        ),
+        MPI_T_ERR_NOT_SUPPORTED => ("MPI_T_ERR_NOT_SUPPORTED", "not supported"),
+        MPI_T_ERR_MEMORY => ("MPI_T_ERR_MEMORY", "out of memory"),
+        MPI_T_ERR_INVALID => ("MPI_T_ERR_INVALID", "invalid argument"),
+        MPI_T_ERR_INVALID_INDEX => ("MPI_T_ERR_INVALID_INDEX", "invalid index"),
+        MPI_T_ERR_INVALID_ITEM => ("MPI_T_ERR_INVALID_ITEM", "invalid item"),
+        MPI_T_ERR_INVALID_SESSION => ("MPI_T_ERR_INVALID_SESSION", "invalid session"),
+        MPI_T_ERR_INVALID_HANDLE => ("MPI_T_ERR_INVALID_HANDLE", "invalid handle"),
+        MPI_T_ERR_INVALID_NAME => (
+            "MPI_T_ERR_INVALID_NAME",
+            "no variable or category of that name",
+        ),
+        MPI_T_ERR_OUT_OF_HANDLES => ("MPI_T_ERR_OUT_OF_HANDLES", "no handle left"),
+        MPI_T_ERR_OUT_OF_SESSIONS => ("MPI_T_ERR_OUT_OF_SESSIONS", "no session left"),
+        MPI_T_ERR_CVAR_SET_NOT_NOW => (
+            "MPI_T_ERR_CVAR_SET_NOT_NOW",
+            "the control variable cannot be set now",
+        ),
+        MPI_T_ERR_CVAR_SET_NEVER => (
+            "MPI_T_ERR_CVAR_SET_NEVER",
+            "the control variable cannot be set",
+        ),
+        MPI_T_ERR_PVAR_NO_WRITE => (
+            "MPI_T_ERR_PVAR_NO_WRITE",
+            "the performance variable cannot be written",
+        ),
+        MPI_T_ERR_PVAR_NO_STARTSTOP => (
+            "MPI_T_ERR_PVAR_NO_STARTSTOP",
+            "the performance variable cannot be started or stopped",
+        ),
+        MPI_T_ERR_PVAR_NO_ATOMIC => (
+            "MPI_T_ERR_PVAR_NO_ATOMIC",
+            "the performance variable cannot be read and reset at once",
+        ),
+        _ => return None,
+    };
+    Some(format!("{name}: {text}"))
 }
 
 #[cfg(test)]

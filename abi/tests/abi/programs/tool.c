@@ -192,6 +192,15 @@ int main(int argc, char **argv) {
   CHECK(MPI_T_cvar_write(h, &secs) == MPI_T_ERR_CVAR_SET_NEVER, "a write");
   OK(MPI_T_cvar_handle_free(&h));
   CHECK(MPI_T_cvar_get_index("no_such_parameter", &i) == MPI_T_ERR_INVALID_NAME, "a bad name");
+  /* A return code of the tool interface has a string and is its own class, as in
+   * MPICH and Open MPI: a tool may print it as any other. */
+  char text[MPI_MAX_ERROR_STRING];
+  int cls = -1;
+  OK(MPI_Error_string(MPI_T_ERR_INVALID_NAME, text, &len));
+  CHECK(!strncmp(text, "MPI_T_ERR_INVALID_NAME: ", 24) && len == (int)strlen(text),
+        "MPI_Error_string(MPI_T_ERR_INVALID_NAME): \"%s\"", text);
+  OK(MPI_Error_class(MPI_T_ERR_INVALID_NAME, &cls));
+  CHECK(cls == MPI_T_ERR_INVALID_NAME, "MPI_Error_class(MPI_T_ERR_INVALID_NAME): %d", cls);
   CHECK(MPI_T_cvar_get_info(n, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL) ==
             MPI_T_ERR_INVALID_INDEX,
         "a bad index");
