@@ -2,7 +2,7 @@
 //! shared ([`super::sync`]), the takes started together and waited for together.
 
 use super::atomics::FETCHES_AT_ONCE;
-use super::sync::{acquire, complete_all, sync_error, EXCLUSIVE};
+use super::sync::{acquire, check_assert, complete_all, sync_error, EXCLUSIVE, NOCHECK};
 use super::{bad_win, LOCK_WORD};
 use crate::coll::Inside;
 use crate::entry::call_held;
@@ -15,6 +15,7 @@ use rbtl::msg::Atomic;
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_lock_all(assert: c_int, win: Handle) -> c_int {
     call_held("MPI_Win_lock_all", Object::Win(win), |mpi| {
+        check_assert(mpi, win, assert, ("MPI_Win_lock_all", NOCHECK))?;
         let w = mpi.win(win)?;
         w.sync.may_lock_all()?;
         let nocheck = assert & MPI_MODE_NOCHECK != 0;

@@ -7,7 +7,7 @@
 //! meanwhile (with `MPI_THREAD_MULTIPLE`, one of them may send what a member waits
 //! for before it sends its token).
 
-use super::sync::{complete_toward, sync_error, State};
+use super::sync::{check_assert, complete_toward, sync_error, State, NOCHECK, POST_MODES};
 use crate::entry::{call, call_held};
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -164,8 +164,9 @@ impl Inside {
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn PMPI_Win_post(group: Handle, _assert: c_int, win: Handle) -> c_int {
+pub unsafe extern "C" fn PMPI_Win_post(group: Handle, assert: c_int, win: Handle) -> c_int {
     call("MPI_Win_post", Object::Win(win), |mpi| {
+        check_assert(mpi, win, assert, ("MPI_Win_post", POST_MODES))?;
         mpi.open_epoch(win, group, Side::Exposure, |mpi, members| {
             mpi.tokens_to(win, members, POST_TAG)
         })
@@ -173,8 +174,9 @@ pub unsafe extern "C" fn PMPI_Win_post(group: Handle, _assert: c_int, win: Handl
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn PMPI_Win_start(group: Handle, _assert: c_int, win: Handle) -> c_int {
+pub unsafe extern "C" fn PMPI_Win_start(group: Handle, assert: c_int, win: Handle) -> c_int {
     call_held("MPI_Win_start", Object::Win(win), |mpi| {
+        check_assert(mpi, win, assert, ("MPI_Win_start", NOCHECK))?;
         // Each target's post first.
         let members = mpi.epoch_members(win, group, Side::Access)?;
         mpi.tokens_from(win, &members, POST_TAG)?;

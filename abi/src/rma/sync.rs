@@ -328,9 +328,50 @@ impl Mpi {
     }
 }
 
+/// The assertions of `MPI_Win_fence`.
+pub(super) const FENCE_MODES: &[(c_int, &str)] = &[
+    (MPI_MODE_NOSTORE, "MPI_MODE_NOSTORE"),
+    (MPI_MODE_NOPUT, "MPI_MODE_NOPUT"),
+    (MPI_MODE_NOPRECEDE, "MPI_MODE_NOPRECEDE"),
+    (MPI_MODE_NOSUCCEED, "MPI_MODE_NOSUCCEED"),
+];
+/// The assertions of `MPI_Win_post`.
+pub(super) const POST_MODES: &[(c_int, &str)] = &[
+    (MPI_MODE_NOCHECK, "MPI_MODE_NOCHECK"),
+    (MPI_MODE_NOSTORE, "MPI_MODE_NOSTORE"),
+    (MPI_MODE_NOPUT, "MPI_MODE_NOPUT"),
+];
+/// The assertion of `MPI_Win_start`, `MPI_Win_lock` and `MPI_Win_lock_all`.
+pub(super) const NOCHECK: &[(c_int, &str)] = &[(MPI_MODE_NOCHECK, "MPI_MODE_NOCHECK")];
+
+/// `assert` of a synchronization call `call` of window `win`: only bits of the
+/// `modes` it takes, else `MPI_ERR_ASSERT` (as MPICH and Open MPI refuse it), once
+/// the window is known to be one.
+pub(super) fn check_assert(
+    mpi: &Mpi,
+    win: Handle,
+    assert: c_int,
+    (call, modes): (&str, &[(c_int, &str)]),
+) -> Result<()> {
+    mpi.win(win)?;
+    let allowed = modes.iter().fold(0, |all, &(bit, _)| all | bit);
+    if assert & !allowed == 0 {
+        return Ok(());
+    }
+    let names: Vec<&str> = modes.iter().map(|&(_, name)| name).collect();
+    Err(Error::new(
+        MPI_ERR_ASSERT,
+        format!(
+            "assertion {assert:#x} holds bits other than those {call} takes ({})",
+            names.join(", ")
+        ),
+    ))
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn PMPI_Win_fence(assert: c_int, win: Handle) -> c_int {
     call_held("MPI_Win_fence", Object::Win(win), |mpi| {
+        check_assert(mpi, win, assert, ("MPI_Win_fence", FENCE_MODES))?;
         let w = mpi.win(win)?;
         if w.sync.passive() || w.sync.access.is_some() || w.sync.exposure.is_some() {
             return Err(sync_error("a fence inside a lock or post/start epoch"));
@@ -393,6 +434,7 @@ pub unsafe extern "C" fn PMPI_Win_lock(
     win: Handle,
 ) -> c_int {
     call_held("MPI_Win_lock", Object::Win(win), |mpi| {
+        check_assert(mpi, win, assert, ("MPI_Win_lock", NOCHECK))?;
         if mpi.to_proc_null(win, rank)? {
             return Ok(());
         }

@@ -1098,6 +1098,12 @@ static void test_errors(int allocated) {
   EXPECT_ERR(MPI_Win_flush(right, win), MPI_ERR_RMA_SYNC, NULL);
   EXPECT_ERR(MPI_Win_complete(win), MPI_ERR_RMA_SYNC, NULL);
   EXPECT_ERR(MPI_Win_lock(12345, right, 0, win), MPI_ERR_LOCKTYPE, NULL);
+  /* Assertions a call does not take (nothing started: the calls stay unmatched). */
+  EXPECT_ERR(MPI_Win_fence(MPI_MODE_NOCHECK, win), MPI_ERR_ASSERT, "MPI_MODE_NOSUCCEED");
+  EXPECT_ERR(MPI_Win_lock(MPI_LOCK_SHARED, right, MPI_MODE_NOPUT, win), MPI_ERR_ASSERT, NULL);
+  EXPECT_ERR(MPI_Win_lock_all(MPI_MODE_NOSTORE, win), MPI_ERR_ASSERT, NULL);
+  EXPECT_ERR(MPI_Win_post(MPI_GROUP_EMPTY, MPI_MODE_NOPRECEDE, win), MPI_ERR_ASSERT, NULL);
+  EXPECT_ERR(MPI_Win_start(MPI_GROUP_EMPTY, 1 << 20, win), MPI_ERR_ASSERT, NULL);
   /* In a lock epoch on the right neighbour. */
   OK(MPI_Win_lock(MPI_LOCK_SHARED, right, 0, win));
   EXPECT_ERR(MPI_Win_lock(MPI_LOCK_SHARED, right, 0, win), MPI_ERR_RMA_SYNC, NULL);
