@@ -388,12 +388,12 @@ macro_rules! count_binding {
     };
 }
 
-count_binding!(PMPI_Get_count, c_int, dtype_any, |t, bytes| count_of(
-    bytes, t.size
-));
-count_binding!(PMPI_Get_count_c, Count, dtype_any, |t, bytes| count_of(
-    bytes, t.size
-));
+count_binding!(PMPI_Get_count, c_int, dtype_any, |t, bytes| {
+    count_of(bytes, t.size)
+});
+count_binding!(PMPI_Get_count_c, Count, dtype_any, |t, bytes| {
+    count_of(bytes, t.size)
+});
 count_binding!(PMPI_Get_elements, c_int, dtype, |t, bytes| {
     crate::datatype::query::elements_in(t, bytes)
 });
