@@ -345,8 +345,8 @@ pub(super) const POST_MODES: &[(c_int, &str)] = &[
 pub(super) const NOCHECK: &[(c_int, &str)] = &[(MPI_MODE_NOCHECK, "MPI_MODE_NOCHECK")];
 
 /// `assert` of a synchronization call `call` of window `win`: only bits of the
-/// `modes` it takes, else `MPI_ERR_ASSERT` (as MPICH and Open MPI refuse it), once
-/// the window is known to be one.
+/// `modes` it takes, else `MPI_ERR_ASSERT` (as Open MPI refuses it, and MPICH but
+/// for `MPI_Win_post`), once the window is known to be one.
 pub(super) fn check_assert(
     mpi: &Mpi,
     win: Handle,
