@@ -446,7 +446,7 @@ fn plain_calls() -> Vec<(String, String)> {
 /// message; no signal ends it, and none hangs (20 s each).
 #[test]
 fn every_call_after_finalize() {
-    every_call_in_a_child("every_call_after_finalize", "after MPI_Finalize");
+    every_call_in_a_child("every_call_after_finalize", false);
 }
 
 /// Every function of the header called before `MPI_Init` (but `MPI_Session_init`,
@@ -455,14 +455,17 @@ fn every_call_after_finalize() {
 /// until the process's own `MPI_Init`, after them.
 #[test]
 fn every_call_before_init() {
-    every_call_in_a_child("every_call_before_init", "before MPI_Init");
+    every_call_in_a_child("every_call_before_init", true);
 }
 
-/// Program `name`: every function of the header called `when` (before `MPI_Init`
-/// or after `MPI_Finalize`), each in a child process, which it may end through
-/// the error handler, never by a signal nor a hang.
-fn every_call_in_a_child(name: &str, when: &str) {
-    let before = when == "before MPI_Init";
+/// Program `name`: every function of the header called before `MPI_Init` (if
+/// `before`) or after `MPI_Finalize`, each in a child process, which it may end
+/// through the error handler, never by a signal nor a hang.
+fn every_call_in_a_child(name: &str, before: bool) {
+    let when = match before {
+        true => "before MPI_Init",
+        false => "after MPI_Finalize",
+    };
     let calls = plain_calls();
     assert!(calls.len() > 400, "the reference header was not read");
     let (mut body, mut runs) = (String::new(), String::new());
@@ -473,23 +476,17 @@ fn every_call_in_a_child(name: &str, when: &str) {
         body.push_str(&format!("static int call{i}(void) {{ return {call}; }}\n"));
         runs.push_str(&format!("  in_child(\"{function}\", call{i});\n"));
     }
-    let (first, then) = match before {
-        true => (
-            String::new(),
-            format!("  start(\"{name}\", &argc, &argv);\n"),
-        ),
+    // What comes before the calls and after them, and how the program reports: the
+    // library's own end (`finish`) when it starts after them.
+    let start = format!("  start(\"{name}\", &argc, &argv);\n");
+    let (first, then, pass, end) = match before {
+        true => (String::new(), start, String::new(), "finish()"),
         false => (
-            format!("  start(\"{name}\", &argc, &argv);\n  OK(MPI_Finalize());\n"),
+            format!("{start}  OK(MPI_Finalize());\n"),
             String::new(),
+            format!("printf(\"PASS {name} rank %d/%d\\n\", rank, size);\n  "),
+            "0",
         ),
-    };
-    let end = match before {
-        true => "finish()",
-        false => "0",
-    };
-    let pass = match before {
-        true => String::new(),
-        false => format!("printf(\"PASS {name} rank %d/%d\\n\", rank, size);\n  "),
     };
     let program = format!(
         r#"/* {name}.c, written by the test: every function of the reference header
