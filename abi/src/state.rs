@@ -103,6 +103,8 @@ pub struct Mpi {
     /// kept between calls: each waits for its own before it returns (a new count
     /// replaces one a failure left unfinished).
     pub combining: rbtl::msg::Pending,
+    /// Which way the accumulates that may go two ways take.
+    pub crossing: crate::rma::crossing::Crossing,
 }
 
 /// Context numbers: world, self, the meetings on ports of a launcher without names
@@ -169,6 +171,7 @@ impl Mpi {
             scratch: Vec::new(),
             shipping: Default::default(),
             combining: Default::default(),
+            crossing: Default::default(),
         }
     }
 

@@ -9,6 +9,7 @@
 //! the common forms (one basic kind, contiguous) are done in one step
 //! ([`super::direct`]).
 
+use super::crossing::{Chosen, Way};
 use super::direct;
 use super::ops::{mismatch, origin_target_binding, Access};
 use super::shipped::{Kind, Ship};
@@ -139,11 +140,12 @@ impl Mpi {
             let t = a.target(self.win(win)?);
             !t.is_direct() && self.msg.atomics_global(t)
         };
-        if shipped_atomics
-            || atomic.is_none()
-                && !a.target(self.win(win)?).is_direct()
-                && !self.unattended(win, a)?
-        {
+        // Shipped, or read, combined and written back from here: its way.
+        let chosen = match atomic {
+            None if !a.target(self.win(win)?).is_direct() => Some(self.way(win, a)?),
+            _ => None,
+        };
+        if shipped_atomics || chosen.is_some_and(|c| c.way == Way::Shipped) {
             let s = Ship {
                 kind: Kind::Accumulate,
                 // `MPI_REPLACE` and `MPI_NO_OP` on a type of several kinds move bytes.
@@ -151,7 +153,8 @@ impl Mpi {
                 op,
             };
             // SAFETY: the caller's contract.
-            return unsafe { self.ship(win, a, &s, origin, fetched) };
+            let shipped = unsafe { self.ship(win, a, &s, origin, fetched) };
+            return self.timed(chosen, shipped);
         }
         if let Some(atomic) = atomic {
             let Mpi { wins, msg, .. } = self;
@@ -204,15 +207,15 @@ impl Mpi {
             return Ok(done?);
         }
         // Memory this process maps, in several runs, or memory the transport reads and
-        // writes without the target's process ([`Mpi::unattended`]): under the mutex,
-        // read, combine, write back.
+        // writes without the target's process ([`Mpi::way`]): under the mutex, read,
+        // combine, write back.
         // The count of its transfers, kept between calls.
         let p = self.combining.clone();
         let (target, job) = {
             let w = self.win(win)?;
             (a.target(w).clone().unattended(), w.peers[a.member].job)
         };
-        self.win_exclusive(win, a.member, |mpi| {
+        let combined = self.win_exclusive(win, a.member, |mpi| {
             // The target's bytes, in a buffer kept between calls (allocating and
             // zeroing one each time cost more than the rest of the path).
             let mut data = std::mem::take(&mut mpi.scratch);
@@ -253,7 +256,17 @@ impl Mpi {
                 mpi.combining = Pending::default();
             }
             done
-        })
+        });
+        self.timed(chosen, combined)
+    }
+
+    /// `result`, counted in the figures of the way `chosen` (when timed) if it
+    /// succeeded ([`Crossing`](super::crossing::Crossing)).
+    fn timed(&mut self, chosen: Option<Chosen>, result: Result<()>) -> Result<()> {
+        if let (Ok(()), Some(c)) = (&result, chosen) {
+            self.crossing.done(c);
+        }
+        result
     }
 
     /// `into = origin op into` over `bytes` packed bytes of `ty` (`prim`, its one
@@ -284,17 +297,20 @@ impl Mpi {
         }
     }
 
-    /// Whether an accumulate of access `a` on window `win`, which no transport atomic
-    /// performs, is read, combined and written back from here by a transport that
-    /// needs nothing of the target's process, rather than shipped to it: from the
-    /// size that transport says that is worth it (`sm`: two copies by the kernel
-    /// against four through the rings, and two system calls against a message's round
-    /// trip: docs/performance.md). Both ways hold the target's accumulate mutex, so
-    /// concurrent accumulates on the same elements exclude each other whichever way
-    /// each goes.
-    fn unattended(&self, win: Handle, a: &Access) -> Result<bool> {
-        let from = self.msg.unattended_from(a.target(self.win(win)?));
-        Ok(from.is_some_and(|from| a.bytes >= from))
+    /// The way an accumulate of access `a` on window `win`, which no transport atomic
+    /// performs, goes: read, combined and written back from here by a transport that
+    /// needs nothing of the target's process, from the size that transport says that
+    /// is worth it, and around that size the faster of late
+    /// ([`Crossing`](super::crossing::Crossing); `sm`: two copies by the kernel against
+    /// four through the rings, and two system calls against a message's round trip:
+    /// docs/performance.md); else shipped to the target. Both ways hold the target's
+    /// accumulate mutex, so concurrent accumulates on the same elements exclude each
+    /// other whichever way each goes.
+    fn way(&mut self, win: Handle, a: &Access) -> Result<Chosen> {
+        Ok(match self.msg.unattended_from(a.target(self.win(win)?)) {
+            Some(from) => self.crossing.way(a.bytes, from),
+            None => Chosen::untimed(Way::Shipped),
+        })
     }
 
     /// Check `op` for an accumulate of `count` elements of `ty`: predefined, and

@@ -16,6 +16,7 @@
 
 pub mod api;
 pub mod atomics;
+pub mod crossing;
 pub mod direct;
 pub mod dynamic;
 pub mod lock_all;
