@@ -162,10 +162,15 @@ pub unsafe extern "C" fn PMPI_Init_thread(
     required: c_int,
     provided: *mut c_int,
 ) -> c_int {
+    // Refused before anything starts, as MPICH refuses it.
+    if provided.is_null() {
+        let e = Error::new(MPI_ERR_ARG, "provided is a null pointer");
+        return outside("MPI_Init_thread", Err(e));
+    }
     outside(
         "MPI_Init_thread",
         init(required).map(|p| {
-            // SAFETY: null or writable.
+            // SAFETY: not null (checked), writable by the caller's contract.
             unsafe { put(provided, p) }
         }),
     )

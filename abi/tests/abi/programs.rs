@@ -586,6 +586,11 @@ const FATAL: &[(&str, &[&str], Option<i32>)] = &[
     ("errors_abort", &["MPI_Recv", "MPI_ERR_TAG"], None),
     ("call_errhandler", &["MPI_Comm_call_errhandler"], None),
     ("abort", &["MPI_Abort", "7"], Some(7)),
+    (
+        "init_thread",
+        &["MPI_Init_thread", "MPI_ERR_ARG", "provided"],
+        None,
+    ),
 ];
 
 /// Run a job that must end through an error: `case`'s job at 2 ranks, whose error

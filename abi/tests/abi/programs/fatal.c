@@ -1,7 +1,7 @@
 /* fatal.c: the default error handler (MPI_ERRORS_ARE_FATAL), MPI_ERRORS_ABORT
  * and MPI_Abort end the whole job, with a status that is not 0 and a message
- * naming the call (the case of a function the library does not implement is
- * written by the test, from the header). Each case is its own job, picked by the argument; each prints
+ * naming the call, also for an error of MPI_Init_thread itself (the case of a
+ * function the library does not implement is written by the test, from the header). Each case is its own job, picked by the argument; each prints
  * "REACHED <case>" before the faulty call and "RETURNED" if the call comes back
  * (which it must not). The other ranks wait in a receive that never completes:
  * the job's end must come from the error. */
@@ -25,8 +25,14 @@ static void stuck(void) {
 }
 
 int main(int argc, char **argv) {
-  start("fatal", &argc, &argv);
   const char *what = argc > 1 ? argv[1] : "";
+  if (strcmp(what, "init_thread") == 0) {
+    /* No place to write the level given: refused before the library starts. */
+    reached(what);
+    returned(MPI_Init_thread(&argc, &argv, MPI_THREAD_SINGLE, NULL));
+    return 0;
+  }
+  start("fatal", &argc, &argv);
   int x = 0, rc = MPI_SUCCESS;
   if (strcmp(what, "send") == 0) {
     /* A bad rank on the world. */
