@@ -7,7 +7,8 @@
 //! Every completion and receive callback runs from inside [`Module::progress`] or
 //! [`Module::flush`], never from inside the call that started the operation, and gets
 //! the module back as `&mut dyn Module` so it can start more work (Open MPI passes the
-//! `btl` pointer the same way).
+//! `btl` pointer the same way). A transfer that the module completes inside the call
+//! has no callback ([`Module::transfer_now`]).
 
 use crate::expected::ExpectedSlot;
 use crate::{
@@ -261,6 +262,16 @@ pub trait Module: Send {
     /// Read `op.len` bytes from the peer's `op.remote` into `op.local` (Open MPI:
     /// `btl_get`); as [`Module::put`] otherwise.
     fn get(&mut self, op: &Transfer<'_>, callback: RdmaCallback) -> Result<()>;
+
+    /// A put (`put`) or get done inside this call, where the module can: `Some` with
+    /// its outcome (`Ok`: the data is at the target, or here), and no callback ever
+    /// runs for it; `None` where it must be started with [`Module::put`] or
+    /// [`Module::get`] (the default), nothing done. For a caller that would only
+    /// wait for the callback (Open MPI's `vader` calls a put's callback inside the
+    /// put where it copies by cross-memory attach). Errors as [`Module::put`]'s.
+    fn transfer_now(&mut self, _op: &Transfer<'_>, _put: bool) -> Option<Result<()>> {
+        None
+    }
 
     /// Apply `op.kind` to the peer's word at `op.remote`, its previous value written
     /// to `op.result` if given (Open MPI: `btl_atomic_op`, `btl_atomic_fop`,

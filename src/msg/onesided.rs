@@ -378,7 +378,6 @@ impl Comm {
         let remote = t.addr + offset as u64;
         let attrs = m.attributes();
         let piece = super::pieces::piece_len(attrs, put);
-        pending.start();
         let local_addr = buf as usize;
         // SAFETY: as above.
         let local = unsafe { super::pieces::local_side(local_addr, handle.as_deref()) };
@@ -394,19 +393,33 @@ impl Comm {
             // the peer keeps mapped for the window's life.
             let by_address = unsafe { Remote::unregistered(remote) };
             let op = Transfer::new(ep, local, by_address, len).flagged(t.flags);
-            let done = pending.callback(handle.clone());
-            match super::pieces::put_or_get(m, &op, put, done) {
-                Err(rbtl_btl::Error::UnregisteredRemote) => {}
-                Err(e) => {
-                    // Nothing started: not counted.
-                    pending.abandon();
-                    return Err(e.into());
+            let outcome = match m.transfer_now(&op, put) {
+                Some(done) => done,
+                None => {
+                    pending.start();
+                    let done = pending.callback(handle.clone());
+                    let started = super::pieces::put_or_get(m, &op, put, done);
+                    if started.is_err() {
+                        // Nothing started: not counted.
+                        pending.abandon();
+                    }
+                    started
                 }
-                Ok(()) => return Ok(()),
+            };
+            match outcome {
+                Err(rbtl_btl::Error::UnregisteredRemote) => {}
+                outcome => return Ok(outcome?),
             }
         }
-        let done = pending.callback(handle.clone());
         let whole = Transfer::new(ep, local, Remote::new(remote, &t.handle), len).flagged(t.flags);
+        // Done at once where the transport can: nothing to count, no callback.
+        if len <= piece {
+            if let Some(done) = m.transfer_now(&whole, put) {
+                return Ok(done?);
+            }
+        }
+        pending.start();
+        let done = pending.callback(handle.clone());
         if let Err(e) = super::pieces::transfer_in_pieces(m, &whole, put, done) {
             // Nothing started: not counted.
             pending.abandon();

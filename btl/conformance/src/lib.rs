@@ -36,7 +36,8 @@ pub use offers::{offers_what_it_must, pinned};
 pub use pattern::interesting_sizes;
 pub use peer::{Peer, EXCHANGE_TAG, NOBODY_TAG};
 pub use rdma::{
-    flush_completes_everything, put_get_every_alignment, remote_access_is_checked, unattended_get,
+    flush_completes_everything, put_get_every_alignment, remote_access_is_checked, transfers_now,
+    unattended_get,
 };
 pub use registration::{registration_refusals, requested_keys, vectored_registration};
 pub use sends::{
@@ -67,6 +68,7 @@ pub fn run_all(module: &mut dyn Module, endpoint: Endpoint) {
     unregistered_local_side(p);
     unregistered_remote_side(p);
     unattended_get(p);
+    transfers_now(p);
     atomics(p);
     atomics_32bit(p);
     remote_access_is_checked(p);

@@ -383,3 +383,79 @@ pub fn unattended_get(p: &mut Peer<'_>) {
     }
     p.barrier();
 }
+
+/// A put and a get that the module does inside the call ([`Module::transfer_now`]
+/// returning `Some`): each side puts into the other's buffer, and the target finds
+/// the data there after one exchange; a get's data is here when it returns, before
+/// any progress.
+/// A put past the end of the peer's registration is never done at once: refused
+/// (`Some(Err)`), or left to `put` (`None`), the target unchanged. Where the module
+/// returns `None`, nothing is done (the target stays zero).
+pub fn transfers_now(p: &mut Peer<'_>) {
+    let a = p.module.attributes();
+    let len = 4096.min(a.put_limit).min(a.get_limit);
+    let ep = p.endpoint;
+    let flags = rbtl_btl::RdmaFlags::UNATTENDED;
+    let target = Buffer::new(p.module, ep, 2 * len, ALL);
+    let source = Buffer::new(p.module, ep, len, ALL);
+    let into = Buffer::new(p.module, ep, len, ALL);
+    // SAFETY: nobody has the address of `source` yet; plain writes are fine.
+    fill(
+        unsafe { std::slice::from_raw_parts_mut(source.addr(0) as *mut u8, len) },
+        5,
+    );
+    let peer = p.swap(&target.advertise());
+    let (raddr, rh) = remote_of(&peer);
+    let local = Local::new(source.addr(0), &source.handle);
+    let put = Transfer::new(ep, local, Remote::new(raddr, &rh), len).flagged(flags);
+    let put_now = match p.module.transfer_now(&put, true) {
+        Some(done) => {
+            done.expect("a put done at once");
+            true
+        }
+        None => false,
+    };
+    let past = Transfer::new(ep, local, Remote::new(raddr + len as u64 + 1, &rh), len);
+    let refused = p.module.transfer_now(&past.flagged(flags), true);
+    assert!(
+        !matches!(refused, Some(Ok(()))),
+        "a put past the end of the peer's registration was done"
+    );
+    let peer_put_now = p.swap(&[u8::from(put_now)])[0] == 1;
+    let mine = target.snapshot();
+    if peer_put_now {
+        assert!(
+            matches_pattern(&mine[..len], 5),
+            "the peer's put done at once had not landed when it returned"
+        );
+    } else {
+        assert!(
+            mine[..len].iter().all(|&b| b == 0),
+            "a put not done at once wrote"
+        );
+    }
+    assert!(
+        mine[len..].iter().all(|&b| b == 0),
+        "a refused put wrote past the buffer's first half"
+    );
+    // The get reads what the peer's put left here, or zeros.
+    let get = Transfer::new(
+        ep,
+        Local::new(into.addr(0), &into.handle),
+        Remote::new(raddr, &rh),
+        len,
+    )
+    .flagged(flags);
+    if let Some(done) = p.module.transfer_now(&get, false) {
+        done.expect("a get done at once");
+        let got = into.snapshot();
+        assert_eq!(
+            got,
+            p.swap(&mine[..len]),
+            "a get done at once read other bytes than the peer's buffer held"
+        );
+    } else {
+        p.swap(&mine[..len]);
+    }
+    p.barrier();
+}

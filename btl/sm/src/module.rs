@@ -359,6 +359,41 @@ impl SmModule {
         op: &Transfer<'_>,
         callback: RdmaCallback,
     ) -> Result<()> {
+        if self.attach(dir, op)? {
+            let done = RdmaCompletion {
+                endpoint: op.endpoint,
+                local_address: op.local.addr,
+                size: op.len,
+                status: Ok(()),
+            };
+            self.done.push_back(Done::Rdma(callback, done));
+            return Ok(());
+        }
+        let (ep, remote, size) = (op.endpoint, op.remote.addr, op.len);
+        let i = ep.0 as usize;
+        // The copy protocol's requests carry the one-range handle of the range the
+        // transfer lies in (checked by `attach`).
+        let narrowed = narrow(self.peers[i].module, op.remote.registered()?, remote, size)?;
+        match dir {
+            cma::Direction::Write => {
+                self.copy
+                    .start_put(&mut self.peers[i], (op, &narrowed), callback);
+                self.drain_outbound(i);
+            }
+            cma::Direction::Read => self.copy.start_get(
+                &mut self.peers[i],
+                (op, &narrowed),
+                callback,
+                &mut self.done,
+            ),
+        }
+        Ok(())
+    }
+
+    /// The first part of [`SmModule::rdma`]: both ranges checked, then copied by
+    /// cross-memory attach where the transfer goes so. Whether it was copied (else it
+    /// goes by the copy protocol).
+    fn attach(&mut self, dir: cma::Direction, op: &Transfer<'_>) -> Result<bool> {
         let put = matches!(dir, cma::Direction::Write);
         let (local_needs, remote_needs) = Transfer::needs(put);
         op.check_limits(&self.attrs, put)?;
@@ -396,14 +431,7 @@ impl SmModule {
             match unsafe { cma::copy(peer.pid, dir, local, remote, size) } {
                 Ok(()) => {
                     peer.observe_cma(dir, size, start);
-                    let done = RdmaCompletion {
-                        endpoint: ep,
-                        local_address: local,
-                        size,
-                        status: Ok(()),
-                    };
-                    self.done.push_back(Done::Rdma(callback, done));
-                    return Ok(());
+                    return Ok(true);
                 }
                 Err(e)
                     if e.raw_os_error() == Some(libc::EPERM)
@@ -434,24 +462,7 @@ impl SmModule {
                 }
             }
         }
-        let i = ep.0 as usize;
-        // The copy protocol's requests carry the one-range handle of the range the
-        // transfer lies in (checked above).
-        let narrowed = narrow(self.peers[i].module, op.remote.registered()?, remote, size)?;
-        match dir {
-            cma::Direction::Write => {
-                self.copy
-                    .start_put(&mut self.peers[i], (op, &narrowed), callback);
-                self.drain_outbound(i);
-            }
-            cma::Direction::Read => self.copy.start_get(
-                &mut self.peers[i],
-                (op, &narrowed),
-                callback,
-                &mut self.done,
-            ),
-        }
-        Ok(())
+        Ok(false)
     }
 
     /// Queue a failure for the error callback, which runs from progress.
@@ -795,6 +806,25 @@ impl Module for SmModule {
 
     fn get(&mut self, op: &Transfer<'_>, callback: RdmaCallback) -> Result<()> {
         self.rdma(cma::Direction::Read, op, callback)
+    }
+
+    /// By cross-memory attach, the transfers that go only so: flagged
+    /// [`RdmaFlags::UNATTENDED`], or naming the peer's side by address. Others may
+    /// go by the copy protocol, whose choice counts the transfers (`path.rs`): left
+    /// to `put` and `get`.
+    fn transfer_now(&mut self, op: &Transfer<'_>, put: bool) -> Option<Result<()>> {
+        if !op.flags.contains(RdmaFlags::UNATTENDED) && op.remote.handle().is_some() {
+            return None;
+        }
+        let dir = match put {
+            true => cma::Direction::Write,
+            false => cma::Direction::Read,
+        };
+        match self.attach(dir, op) {
+            Ok(true) => Some(Ok(())),
+            Ok(false) => None,
+            Err(e) => Some(Err(e)),
+        }
     }
 
     /// Checked, then applied by the target through the copy protocol.
