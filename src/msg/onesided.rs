@@ -395,16 +395,9 @@ impl Comm {
             let op = Transfer::new(ep, local, by_address, len).flagged(t.flags);
             let outcome = match m.transfer_now(&op, put) {
                 Some(done) => done,
-                None => {
-                    pending.start();
-                    let done = pending.callback(handle.clone());
-                    let started = super::pieces::put_or_get(m, &op, put, done);
-                    if started.is_err() {
-                        // Nothing started: not counted.
-                        pending.abandon();
-                    }
-                    started
-                }
+                None => pending.started(handle.clone(), |done| {
+                    super::pieces::put_or_get(m, &op, put, done)
+                }),
             };
             match outcome {
                 Err(rbtl_btl::Error::UnregisteredRemote) => {}
@@ -418,13 +411,9 @@ impl Comm {
                 return Ok(done?);
             }
         }
-        pending.start();
-        let done = pending.callback(handle.clone());
-        if let Err(e) = super::pieces::transfer_in_pieces(m, &whole, put, done) {
-            // Nothing started: not counted.
-            pending.abandon();
-            return Err(e.into());
-        }
+        pending.started(handle.clone(), |done| {
+            super::pieces::transfer_in_pieces(m, &whole, put, done)
+        })?;
         Ok(())
     }
 
@@ -511,10 +500,9 @@ impl Comm {
         };
         let remote = Remote::new(at, &t.handle);
         let op = RemoteAtomic::new(ep, remote, atomic).of_width(width);
-        pending.start();
         let started = if result.is_null() {
             match atomic {
-                Atomic::Op(..) => m.atomic(&op, pending.callback(None)),
+                Atomic::Op(..) => pending.started(None, |done| m.atomic(&op, done)),
                 Atomic::CompareSwap { .. } => Err(rbtl_btl::Error::NotSupported(
                     "a compare-swap without a result",
                 )),
@@ -535,15 +523,13 @@ impl Comm {
                     // The registration stays until the callback has run.
                     let local = Arc::new(local);
                     let into = Local::new(result as usize, &local);
-                    m.atomic(&op.fetching(into), pending.callback(Some(local.clone())))
+                    pending.started(Some(local.clone()), |done| {
+                        m.atomic(&op.fetching(into), done)
+                    })
                 }
             }
         };
-        if let Err(e) = started {
-            pending.abandon();
-            return Err(e.into());
-        }
-        Ok(())
+        Ok(started?)
     }
 }
 

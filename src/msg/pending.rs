@@ -34,19 +34,26 @@ impl Pending {
         self.is_idle() && !self.0.failed.load(Ordering::Acquire)
     }
 
-    /// Count an operation started.
-    pub(super) fn start(&self) {
+    /// Start one operation counted here: `start` starts it with the callback it is
+    /// given, which keeps `keep` (a registration the operation uses) until it runs.
+    /// One that fails to start is not counted.
+    pub(super) fn started<E>(
+        &self,
+        keep: Option<Arc<MemHandle>>,
+        start: impl FnOnce(RdmaCallback) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
         self.0.started.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Count an operation started that did not go (it failed to start): done.
-    pub(super) fn abandon(&self) {
-        self.0.done.fetch_add(1, Ordering::Release);
+        let started = start(self.callback(keep));
+        if started.is_err() {
+            // Nothing went: done.
+            self.0.done.fetch_add(1, Ordering::Release);
+        }
+        started
     }
 
     /// The callback of one operation; `keep` is a registration it uses, released
     /// once it completes.
-    pub(super) fn callback(&self, keep: Option<Arc<MemHandle>>) -> RdmaCallback {
+    fn callback(&self, keep: Option<Arc<MemHandle>>) -> RdmaCallback {
         let counts = self.0.clone();
         Box::new(move |_, c| {
             drop(keep);
