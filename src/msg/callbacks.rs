@@ -1,6 +1,6 @@
 //! The receive callbacks the message layer installs in every module: eager messages
 //! (and served requests), rendezvous requests, finishes, registrations and parts asked
-//! for, and peer failures.
+//! for, cancels and their answers, and peer failures.
 
 use super::protocol::{self, Fin};
 use super::served::{Request, SERVED};
@@ -112,6 +112,24 @@ pub(super) fn register_callbacks(
         Box::new(|st, m, _, src, body| {
             if let Some(done) = protocol::decode_part_done(body) {
                 lock(st).sender_part_done(st, m, src, done);
+            }
+        }),
+    )?;
+    from_peer(
+        m,
+        protocol::CANCEL,
+        Box::new(|st, m, route, src, body| {
+            if let Some(sreq) = protocol::decode_cancel(body) {
+                lock(st).answer_cancel(m, route, src, sreq);
+            }
+        }),
+    )?;
+    from_peer(
+        m,
+        protocol::CANCELLED,
+        Box::new(|st, _, _, src, body| {
+            if let Some((sreq, dropped)) = protocol::decode_cancelled(body) {
+                lock(st).cancel_answered(src, sreq, dropped);
             }
         }),
     )?;

@@ -121,9 +121,9 @@ pub enum Error {
     /// A parameter of the message layer with a value it cannot use.
     #[error("{0}")]
     BadParameter(String),
-    /// The receive was cancelled ([`Comm::cancel`](super::Comm::cancel)) before a
-    /// message matched it.
-    #[error("the receive was cancelled before a message matched it")]
+    /// The receive or send was cancelled ([`Comm::cancel`](super::Comm::cancel))
+    /// before a message (or a receive) matched it.
+    #[error("the operation was cancelled before it was matched")]
     Cancelled,
     /// A window used with a communicator other than the one that made it.
     #[error("this window belongs to another communicator")]

@@ -100,6 +100,7 @@ mod background;
 mod bootstrap;
 mod bridge;
 mod callbacks;
+mod cancel;
 mod coll_choice;
 mod collectives;
 mod comm;

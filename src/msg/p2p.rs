@@ -222,6 +222,7 @@ impl Comm {
                 tag,
                 len,
             };
+            r.cancellable = true;
         }
         let head = protocol::sync_header(tag, ctx, req);
         match s.send_or_defer(m, mi, ep, protocol::EAGER_SYNC, &head, data) {
@@ -352,6 +353,7 @@ impl Comm {
                 };
                 r.handle = handle.map(Box::new);
                 r.status = status;
+                r.cancellable = true;
             }
             s.send_or_defer(m, mi, ep, protocol::RTS, &rts.encode(), &[])
         });
@@ -479,7 +481,7 @@ impl Comm {
 
     /// Cancel request `req` if it is a receive that no message has matched yet: it
     /// then completes with [`Error::Cancelled`]. Whether it was cancelled (a send, or
-    /// a receive already matched, is not).
+    /// a receive already matched, is not: see [`Comm::cancel_send`]).
     pub fn cancel(&mut self, req: ReqId) -> bool {
         lock(&self.state).cancel_posted(req)
     }

@@ -1,4 +1,4 @@
-//! The message layer's wire format: seven active-message tags in the BTL's PML range.
+//! The message layer's wire format: nine active-message tags in the BTL's PML range.
 //!
 //! | tag | message | body |
 //! |---|---|---|
@@ -9,6 +9,8 @@
 //! | `PML+4` | registration (HANDLE), the answer to a FIN asking for one | sender's request, whether a handle follows (u8), the handle |
 //! | `PML+5` | part asked of the sender (PART) | sender's request, receiver's request, receiver's buffer address, offset, length |
 //! | `PML+6` | part written (PART_DONE) | receiver's request, whether it landed (u8) |
+//! | `PML+7` | a send taken back (CANCEL) | sender's request |
+//! | `PML+8` | the answer to a CANCEL (CANCELLED) | sender's request, whether the message was dropped (u8) |
 //!
 //! An RTS's presence byte is 0 (no handle), 1 (a handle follows), 2 (no handle, and
 //! the sender writes a part of the message into the receiver's buffer when asked:
@@ -31,6 +33,12 @@ pub const HANDLE: Tag = Tag(Tag::PML.0 + 4);
 pub const PART: Tag = Tag(Tag::PML.0 + 5);
 /// The sender wrote the part asked of it (or could not).
 pub const PART_DONE: Tag = Tag(Tag::PML.0 + 6);
+
+/// The sender asks the receiver to drop a message no receive has matched yet
+/// ([`super::cancel`]).
+pub const CANCEL: Tag = Tag(Tag::PML.0 + 7);
+/// The receiver's answer to a CANCEL.
+pub const CANCELLED: Tag = Tag(Tag::PML.0 + 8);
 
 /// Bytes of the eager header.
 pub const EAGER_HEADER: usize = 8;
@@ -164,7 +172,7 @@ pub fn fin(sreq: u64, status: Fin) -> [u8; 9] {
     request_and_byte(sreq, status as u8)
 }
 
-/// A request id then one byte: the body of a FIN and of a PART_DONE.
+/// A request id then one byte: the body of a FIN, a PART_DONE and a CANCELLED.
 fn request_and_byte(req: u64, byte: u8) -> [u8; 9] {
     let mut b = [0u8; 9];
     b[..8].copy_from_slice(&req.to_le_bytes());
@@ -265,12 +273,38 @@ pub fn part_done(rreq: u64, landed: bool) -> [u8; 9] {
 /// Decode a PART_DONE: the receiver's request and whether the part landed; `None` if
 /// malformed.
 pub fn decode_part_done(b: &[u8]) -> Option<(u64, bool)> {
-    let landed = match (b.len(), b.get(8)?) {
+    decode_request_and_flag(b)
+}
+
+/// A request id then a byte 0 or 1; `None` if malformed.
+fn decode_request_and_flag(b: &[u8]) -> Option<(u64, bool)> {
+    let flag = match (b.len(), b.get(8)?) {
         (9, 0) => false,
         (9, 1) => true,
         _ => return None,
     };
-    Some((u64::from_le_bytes(b[..8].try_into().ok()?), landed))
+    Some((u64::from_le_bytes(b[..8].try_into().ok()?), flag))
+}
+
+/// Encode a CANCEL of the sender's request `sreq`.
+pub fn cancel(sreq: u64) -> [u8; 8] {
+    sreq.to_le_bytes()
+}
+
+/// Decode a CANCEL: the sender's request; `None` if malformed.
+pub fn decode_cancel(b: &[u8]) -> Option<u64> {
+    Some(u64::from_le_bytes(b.try_into().ok()?))
+}
+
+/// Encode a CANCELLED: the sender's request `sreq`, and whether its message was
+/// dropped (false: a receive had matched it, and it completes as it would have).
+pub fn cancelled(sreq: u64, dropped: bool) -> [u8; 9] {
+    request_and_byte(sreq, u8::from(dropped))
+}
+
+/// Decode a CANCELLED; `None` if malformed.
+pub fn decode_cancelled(b: &[u8]) -> Option<(u64, bool)> {
+    decode_request_and_flag(b)
 }
 
 #[cfg(test)]
@@ -381,6 +415,25 @@ mod tests {
         assert_eq!(decode_part_done(&[0; 10]), None);
     }
 
+    #[test]
+    fn cancels_and_their_answers_round_trip_and_refuse_what_is_malformed() {
+        for sreq in [0, 7, u64::MAX] {
+            assert_eq!(decode_cancel(&cancel(sreq)), Some(sreq));
+            for dropped in [true, false] {
+                assert_eq!(
+                    decode_cancelled(&cancelled(sreq, dropped)),
+                    Some((sreq, dropped))
+                );
+            }
+        }
+        assert_eq!(decode_cancel(&[0; 7]), None);
+        assert_eq!(decode_cancel(&[0; 9]), None);
+        let mut bad = cancelled(9, true);
+        bad[8] = 2;
+        assert_eq!(decode_cancelled(&bad), None);
+        assert_eq!(decode_cancelled(&[0; 8]), None);
+    }
+
     proptest::proptest! {
         #![proptest_config(crate::pmi::fuzz::config())]
 
@@ -402,6 +455,12 @@ mod tests {
             }
             if let Some((rreq, landed)) = decode_part_done(&b) {
                 proptest::prop_assert_eq!(&part_done(rreq, landed)[..], &b[..]);
+            }
+            if let Some(sreq) = decode_cancel(&b) {
+                proptest::prop_assert_eq!(&cancel(sreq)[..], &b[..]);
+            }
+            if let Some((sreq, dropped)) = decode_cancelled(&b) {
+                proptest::prop_assert_eq!(&cancelled(sreq, dropped)[..], &b[..]);
             }
             let _ = decode_sync_header(&b);
         }

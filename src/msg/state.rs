@@ -104,6 +104,9 @@ pub struct Req {
     pub named: Option<NonZeroU64>,
     /// A rendezvous send counted in [`State::rendezvous_out`] until it completes.
     pub rendezvous: bool,
+    /// A send whose receiver may still drop it, not asked to yet: a rendezvous or a
+    /// synchronous eager send ([`super::cancel`]).
+    pub cancellable: bool,
 }
 
 impl Req {
@@ -121,6 +124,7 @@ impl Req {
             },
             named: None,
             rendezvous: false,
+            cancellable: false,
         }
     }
 

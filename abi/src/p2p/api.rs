@@ -407,16 +407,24 @@ pub unsafe extern "C" fn PMPI_Cancel(request: *mut Handle) -> c_int {
         // SAFETY: null or readable, the binding's contract.
         let h = unsafe { read_arg(request, MPI_ERR_REQUEST, "request") }?;
         let generalized = global::with(|mpi| match mpi.requests.get(h) {
-            // A receive not matched yet completes as cancelled; anything else (a send,
-            // a matched receive) completes as it would have: cancelling it is allowed
-            // to fail (MPI 3.8.4), and `MPI_Test_cancelled` then says false.
+            // A receive not matched yet completes as cancelled. A rendezvous or
+            // synchronous send asks its receiver to drop the message, and completes
+            // as cancelled if no receive had matched it. Anything else (an eager
+            // send, complete already, or a matched receive) completes as it would
+            // have: cancelling it is allowed to fail (MPI 3.8.4), and
+            // `MPI_Test_cancelled` then says false.
             Some(Request::P2p(p)) => {
-                mpi.msg.cancel(p.id);
+                let id = p.id;
+                if !mpi.msg.cancel(id) {
+                    mpi.msg.cancel_send(id);
+                }
                 Ok(None)
             }
             Some(Request::Persistent(p)) => {
-                if let Some(a) = &p.active {
-                    mpi.msg.cancel(a.id);
+                if let Some(id) = p.active.as_ref().map(|a| a.id) {
+                    if !mpi.msg.cancel(id) {
+                        mpi.msg.cancel_send(id);
+                    }
                 }
                 Ok(None)
             }

@@ -9,7 +9,8 @@
  * (MPI_ERR_TRUNCATE, also in MPI_Wait, where it goes through the request's
  * communicator's handler, and MPI_ERR_IN_STATUS in MPI_Waitall); a message
  * ending inside a basic element of the receive's type (MPI_ERR_TYPE); probes and
- * matched probes; MPI_Get_count and MPI_Get_elements; cancelling a receive; the
+ * matched probes; MPI_Get_count and MPI_Get_elements; cancelling a receive, and
+ * a send (eager, rendezvous, synchronous, matched or not); the
  * Test and Wait families with null and inactive requests; persistent requests;
  * many small sends at once; MPI_PROC_NULL; large messages, contiguous and not;
  * MPI_Isendrecv(_replace). */
@@ -767,6 +768,51 @@ static void expect_empty_whole(const MPI_Status *st, const char *what) {
         st->MPI_ERROR);
 }
 
+/* A rendezvous send and a synchronous send that no receive matched are
+ * cancelled: their waits return though the receiver never posts a receive for
+ * them, and they are never received. A send whose receive was posted before it
+ * started is matched on arrival, before its cancel: it completes as sent. */
+static void test_cancel_unmatched_sends(void) {
+  enum { BIG = 1 << 18 }; /* ints: 1 MiB, past every transport's eager limit */
+  int *big = malloc(sizeof(int) * BIG);
+  int one = 7, flag = -1, cancelled[2] = {-1, -1};
+  MPI_Request r;
+  MPI_Status st;
+  if (rank == 0) {
+    fill(big, BIG, 3);
+    OK(MPI_Isend(big, BIG, MPI_INT, 1, 130, MPI_COMM_WORLD, &r));
+    OK(MPI_Cancel(&r));
+    OK(MPI_Wait(&r, &st));
+    OK(MPI_Test_cancelled(&st, &cancelled[0]));
+    OK(MPI_Issend(&one, 1, MPI_INT, 1, 131, MPI_COMM_WORLD, &r));
+    OK(MPI_Cancel(&r));
+    OK(MPI_Wait(&r, &st));
+    OK(MPI_Test_cancelled(&st, &cancelled[1]));
+    CHECK(cancelled[0] && cancelled[1],
+          "unmatched sends not cancelled: rendezvous %d, synchronous %d",
+          cancelled[0], cancelled[1]);
+    OK(MPI_Send(cancelled, 2, MPI_INT, 1, 132, MPI_COMM_WORLD));
+    OK(MPI_Recv(&flag, 1, MPI_INT, 1, 133, MPI_COMM_WORLD, &st));
+    OK(MPI_Isend(big, BIG, MPI_INT, 1, 134, MPI_COMM_WORLD, &r));
+    OK(MPI_Cancel(&r));
+    OK(MPI_Wait(&r, &st));
+    OK(MPI_Test_cancelled(&st, &flag));
+    CHECK(!flag, "a send matched on arrival was cancelled");
+  } else if (rank == 1) {
+    OK(MPI_Recv(cancelled, 2, MPI_INT, 0, 132, MPI_COMM_WORLD, &st));
+    for (int t = 130; t <= 131; t++) {
+      OK(MPI_Iprobe(0, t, MPI_COMM_WORLD, &flag, &st));
+      CHECK(!flag, "a cancelled send of tag %d arrived", t);
+    }
+    memset(big, 0, sizeof(int) * BIG);
+    OK(MPI_Irecv(big, BIG, MPI_INT, 0, 134, MPI_COMM_WORLD, &r));
+    OK(MPI_Send(&one, 1, MPI_INT, 0, 133, MPI_COMM_WORLD));
+    OK(MPI_Wait(&r, &st));
+    expect_filled(big, BIG, 3, "a send whose cancel came after its match");
+  }
+  free(big);
+}
+
 static void test_completions(void) {
   MPI_Request nulls[3] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   MPI_Status st, sts[4];
@@ -1242,6 +1288,7 @@ int main(int argc, char **argv) {
   test_elements();
   test_cancel();
   test_cancel_send();
+  test_cancel_unmatched_sends();
   test_completions();
   test_persistent();
   test_many_sends();
