@@ -121,8 +121,8 @@ pub enum Error {
     /// A parameter of the message layer with a value it cannot use.
     #[error("{0}")]
     BadParameter(String),
-    /// The receive or send was cancelled ([`Comm::cancel`](super::Comm::cancel))
-    /// before a message (or a receive) matched it.
+    /// The receive or send was cancelled ([`Comm::cancel`](super::Comm::cancel),
+    /// [`Comm::cancel_send`](super::Comm::cancel_send)) before it was matched.
     #[error("the operation was cancelled before it was matched")]
     Cancelled,
     /// A window used with a communicator other than the one that made it.

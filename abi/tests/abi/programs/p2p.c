@@ -771,7 +771,8 @@ static void expect_empty_whole(const MPI_Status *st, const char *what) {
 /* A rendezvous send and a synchronous send that no receive matched are
  * cancelled: their waits return though the receiver never posts a receive for
  * them, and they are never received. A send whose receive was posted before it
- * started is matched on arrival, before its cancel: it completes as sent. */
+ * started is matched on arrival, before its cancel: it completes as sent. A
+ * synchronous send to this process is cancelled within MPI_Cancel. */
 static void test_cancel_unmatched_sends(void) {
   enum { BIG = 1 << 18 }; /* ints: 1 MiB, past every transport's eager limit */
   int *big = malloc(sizeof(int) * BIG);
@@ -810,6 +811,16 @@ static void test_cancel_unmatched_sends(void) {
     OK(MPI_Wait(&r, &st));
     expect_filled(big, BIG, 3, "a send whose cancel came after its match");
   }
+  /* To this process: cancelled inside MPI_Cancel. */
+  OK(MPI_Issend(&one, 1, MPI_INT, rank, 135, MPI_COMM_WORLD, &r));
+  OK(MPI_Cancel(&r));
+  OK(MPI_Request_get_status(r, &flag, &st));
+  CHECK(flag, "a synchronous send to this process was not complete after its cancel");
+  OK(MPI_Test_cancelled(&st, &flag));
+  CHECK(flag, "a synchronous send to this process was not cancelled");
+  OK(MPI_Wait(&r, &st));
+  OK(MPI_Iprobe(rank, 135, MPI_COMM_WORLD, &flag, &st));
+  CHECK(!flag, "a cancelled send to this process arrived");
   free(big);
 }
 
