@@ -406,35 +406,32 @@ pub unsafe extern "C" fn PMPI_Cancel(request: *mut Handle) -> c_int {
     call_in_steps("MPI_Cancel", Object::None, || {
         // SAFETY: null or readable, the binding's contract.
         let h = unsafe { read_arg(request, MPI_ERR_REQUEST, "request") }?;
-        let generalized = global::with(|mpi| match mpi.requests.get(h) {
+        let generalized = global::with(|mpi| {
             // A receive not matched yet completes as cancelled. A rendezvous or
             // synchronous send asks its receiver to drop the message, and completes
             // as cancelled if no receive had matched it. Anything else (an eager
             // send, complete already, or a matched receive) completes as it would
             // have: cancelling it is allowed to fail (MPI 3.8.4), and
             // `MPI_Test_cancelled` then says false.
-            Some(Request::P2p(p)) => {
-                let id = p.id;
+            let message = match mpi.requests.get(h) {
+                Some(Request::P2p(p)) => Some(p.id),
+                Some(Request::Persistent(p)) => p.active.as_ref().map(|a| a.id),
+                // The program's operation: its cancel function decides.
+                Some(Request::Generalized(g)) => return Ok(Some((g.callbacks, g.completed))),
+                Some(_) => None,
+                None => {
+                    return Err(Error::new(
+                        MPI_ERR_REQUEST,
+                        format!("{h:#x} is not a request"),
+                    ))
+                }
+            };
+            if let Some(id) = message {
                 if !mpi.msg.cancel(id) {
                     mpi.msg.cancel_send(id);
                 }
-                Ok(None)
             }
-            Some(Request::Persistent(p)) => {
-                if let Some(id) = p.active.as_ref().map(|a| a.id) {
-                    if !mpi.msg.cancel(id) {
-                        mpi.msg.cancel_send(id);
-                    }
-                }
-                Ok(None)
-            }
-            // The program's operation: its cancel function decides.
-            Some(Request::Generalized(g)) => Ok(Some((g.callbacks, g.completed))),
-            Some(_) => Ok(None),
-            None => Err(Error::new(
-                MPI_ERR_REQUEST,
-                format!("{h:#x} is not a request"),
-            )),
+            Ok(None)
         })?;
         match generalized {
             // SAFETY: outside the state.
