@@ -532,7 +532,23 @@ teardown() {
         rmdir /run/netns 2>/dev/null || true
     fi
     unname_nodes || note "cannot take the nodes' names out of $HOSTS"
+    remove_spawn_files
     rm -rf -- "$STATE"
+    return 0
+}
+
+# The files Slurm's pmi2 plugin leaves in /tmp, one per spawn while the nodes were
+# up: slurmstepd writes each spawn's command lines to /tmp/PID.XXXXXX for
+# `srun --multi-prog` and never removes it (its source says so). Only files of that
+# name, made since `up`, holding multi-prog lines ("N  cmd" or "N-M  cmd") and
+# nothing else.
+remove_spawn_files() {
+    [[ -e $STATE/owner ]] || return 0
+    local f line='^[0-9]+(-[0-9]+)?  [^ ]'
+    while IFS= read -r -d '' f; do
+        grep -qE "$line" "$f" && ! grep -qvE "$line" "$f" && rm -f -- "$f"
+    done < <(find /tmp -maxdepth 1 -type f -newer "$STATE/owner" -regextype posix-extended \
+        -regex '/tmp/[0-9]+\.[A-Za-z0-9]{6}' -print0 2>/dev/null)
     return 0
 }
 
