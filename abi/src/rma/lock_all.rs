@@ -2,7 +2,9 @@
 //! shared ([`super::sync`]), the takes started together and waited for together.
 
 use super::atomics::FETCHES_AT_ONCE;
-use super::sync::{acquire, check_assert, complete_all, sync_error, EXCLUSIVE, NOCHECK};
+use super::sync::{
+    acquire, check_assert, complete_all, sync_error, EXCLUSIVE, NEXT_WRITER, NOCHECK,
+};
 use super::{bad_win, LOCK_WORD};
 use crate::coll::Inside;
 use crate::entry::call_held;
@@ -74,7 +76,7 @@ fn take_all_shared(inside: &mut impl Inside, h: Handle, taken: &mut Vec<bool>) -
         }
         for r in from..started {
             match msg.complete(&w.pending[r], Some(w.peers[r].job)) {
-                Ok(()) if old[r] & EXCLUSIVE == 0 => taken[r] = true,
+                Ok(()) if old[r] & (EXCLUSIVE | NEXT_WRITER) == 0 => taken[r] = true,
                 Ok(()) => held.push(r),
                 Err(e) => {
                     all_answered = false;

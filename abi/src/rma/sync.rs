@@ -7,7 +7,13 @@
 //! completion call (flush, unlock, fence, complete) waits for the operations counted
 //! toward the members it concerns. A passive-target lock is a word in the target's
 //! control block changed by atomics: readers add one, a writer sets the top bit when
-//! the word is zero (as Open MPI's `osc/rdma`). A release is started, not waited
+//! the word is zero (as Open MPI's `osc/rdma`). A writer that finds the lock taken
+//! names itself in the word as the next writer, where none is named yet: from then
+//! on no other writer or reader takes the lock before it. Without that, a process
+//! that unlocks and locks again in a loop could keep a lock from another for ever
+//! (where the word's owner serves the other's atomics only in its own calls, as
+//! over `tcp`, each of the other's tries may arrive while the lock is held again;
+//! MPICH's `linked_list` waits so for a peer's put). A release is started, not waited
 //! for (its old value tells nothing): an unlock returns once the epoch's operations
 //! have completed, without one more round trip. It is counted with the operations
 //! toward its member, so that the next completion toward the member (at the latest,
@@ -27,6 +33,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The writer's bit of a lock word.
 pub(super) const EXCLUSIVE: u64 = 1 << 63;
+/// The bits of a lock word (below [`EXCLUSIVE`]) that name the writer taking it
+/// next: its rank in the window plus one; 0, none. Readers count below them.
+pub(super) const NEXT_WRITER: u64 = 0x7fff << NEXT_WRITER_SHIFT;
+const NEXT_WRITER_SHIFT: u32 = 48;
 
 /// Which epochs a window has open.
 #[derive(Default, Debug)]
@@ -64,12 +74,12 @@ pub(super) fn sync_error(what: &str) -> Error {
 }
 
 /// What is done to a word of a control block: the two changes a lock word needs, an
-/// addition (wrapping) and setting it when it is zero, or a plain read; each gives
-/// the word's previous value.
+/// addition (wrapping) and setting it to `value` when it is `compare`, or a plain
+/// read; each gives the word's previous value.
 #[derive(Clone, Copy)]
 pub(super) enum WordChange {
     Add(u64),
-    SetIfZero(u64),
+    Swap { compare: u64, value: u64 },
     Read,
 }
 
@@ -93,8 +103,8 @@ pub(super) fn word_change(
 fn change_here(word: &AtomicU64, c: WordChange) -> u64 {
     match c {
         WordChange::Add(by) => word.fetch_add(by, Ordering::AcqRel),
-        WordChange::SetIfZero(v) => word
-            .compare_exchange(0, v, Ordering::AcqRel, Ordering::Acquire)
+        WordChange::Swap { compare, value } => word
+            .compare_exchange(compare, value, Ordering::AcqRel, Ordering::Acquire)
             .unwrap_or_else(|old| old),
         WordChange::Read => word.load(Ordering::Acquire),
     }
@@ -109,7 +119,7 @@ fn change_there(
 ) -> Result<u64> {
     let atomic = match c {
         WordChange::Add(by) => Atomic::Op(AtomicOp::Add, by),
-        WordChange::SetIfZero(value) => Atomic::CompareSwap { compare: 0, value },
+        WordChange::Swap { compare, value } => Atomic::CompareSwap { compare, value },
         WordChange::Read => Atomic::Op(AtomicOp::Add, 0),
     };
     let mut old = [0u8; 8];
@@ -119,14 +129,56 @@ fn change_there(
     Ok(u64::from_ne_bytes(old))
 }
 
-/// Take a lock word with `apply`, `exclusive`ly or shared: whether the lock was
-/// got. Readers add one, a writer sets [`EXCLUSIVE`] when the word is zero; a reader
-/// that finds a writer takes its one back.
-fn take_word(mut apply: impl FnMut(WordChange) -> Result<u64>, exclusive: bool) -> Result<bool> {
-    if exclusive {
-        return Ok(apply(WordChange::SetIfZero(EXCLUSIVE))? == 0);
+/// How one process tries for a lock word: its name as the next writer (`None` where
+/// it has none: the accumulate mutex, or a rank beyond [`NEXT_WRITER`]'s bits), and
+/// whether the word names it now.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Turn {
+    pub name: Option<u64>,
+    pub named: bool,
+}
+
+impl Turn {
+    /// The turn of window rank `rank` at the lock word (`named`: false).
+    pub fn of(rank: u32) -> Turn {
+        let n = u64::from(rank) + 1;
+        Turn {
+            name: (n < NEXT_WRITER >> NEXT_WRITER_SHIFT).then_some(n << NEXT_WRITER_SHIFT),
+            named: false,
+        }
     }
-    if apply(WordChange::Add(1))? & EXCLUSIVE == 0 {
+}
+
+/// Take a lock word with `apply`, `exclusive`ly or shared: whether the lock was
+/// got. A writer sets [`EXCLUSIVE`] when the word is zero, or holds only its own
+/// name; failing, it names itself the next writer where no one is named (`turn`
+/// keeps that from one try to the next). Readers add one; a reader that finds a
+/// writer, holding or named, takes its one back.
+fn take_word(
+    mut apply: impl FnMut(WordChange) -> Result<u64>,
+    exclusive: bool,
+    turn: &mut Turn,
+) -> Result<bool> {
+    if exclusive {
+        let mine = turn.name.filter(|_| turn.named).unwrap_or(0);
+        let old = apply(WordChange::Swap {
+            compare: mine,
+            value: EXCLUSIVE,
+        })?;
+        if old == mine {
+            turn.named = false;
+            return Ok(true);
+        }
+        if let Some(name) = turn.name.filter(|_| !turn.named && old & NEXT_WRITER == 0) {
+            let value = old | name;
+            turn.named = apply(WordChange::Swap {
+                compare: old,
+                value,
+            })? == old;
+        }
+        return Ok(false);
+    }
+    if apply(WordChange::Add(1))? & (EXCLUSIVE | NEXT_WRITER) == 0 {
         return Ok(true);
     }
     apply(WordChange::Add(given_back(false)))?;
@@ -230,9 +282,36 @@ pub fn acquire(
     offset: usize,
     exclusive: bool,
 ) -> Result<()> {
-    if inside.state().take_lock_word(h, r, offset, exclusive)? {
+    let mut turn = match offset {
+        LOCK_WORD => Turn::of(inside.state().win(h)?.rank),
+        _ => Turn::default(),
+    };
+    if inside
+        .state()
+        .take_lock_word(h, r, offset, exclusive, &mut turn)?
+    {
         return Ok(());
     }
+    let waited = wait_for_word(inside, h, r, offset, exclusive, &mut turn);
+    if waited.is_err() && turn.named {
+        // Given up: the word names this process no longer.
+        let name = turn.name.unwrap_or(0);
+        let _ = inside
+            .state()
+            .win_word_add(h, r, offset, name.wrapping_neg());
+    }
+    waited
+}
+
+/// [`acquire`]'s tries after the first failed.
+fn wait_for_word(
+    inside: &mut impl Inside,
+    h: Handle,
+    r: usize,
+    offset: usize,
+    exclusive: bool,
+    turn: &mut Turn,
+) -> Result<()> {
     let mut tries = 0u64;
     // A holder that never releases (it died, or stopped, or waits on this process) is
     // given up on once the message layer's peer timeout has passed since the first
@@ -268,7 +347,10 @@ pub fn acquire(
                 }
             }
         }
-        if inside.state().take_lock_word(h, r, offset, exclusive)? {
+        if inside
+            .state()
+            .take_lock_word(h, r, offset, exclusive, turn)?
+        {
             return Ok(());
         }
     }
@@ -301,15 +383,24 @@ impl Mpi {
         r: usize,
         offset: usize,
         exclusive: bool,
+        turn: &mut Turn,
     ) -> Result<bool> {
         let Mpi { wins, msg, .. } = self;
         let w = wins.get(h).ok_or_else(|| bad_win(h))?;
         let member = (&w.peers[r].ctrl, w.peers[r].job, &w.waited);
         // The word looked for once: mapped here, the processor's atomics at once.
         match Comm::word_here(member.0, offset)? {
-            Some(word) => take_word(|c| Ok(change_here(word, c)), exclusive),
-            None => take_word(|c| change_there(msg, member, offset, c), exclusive),
+            Some(word) => take_word(|c| Ok(change_here(word, c)), exclusive, turn),
+            None => take_word(|c| change_there(msg, member, offset, c), exclusive, turn),
         }
+    }
+
+    /// Add `by` to the word at `offset` of member `r`'s control block, waited for.
+    fn win_word_add(&mut self, h: Handle, r: usize, offset: usize, by: u64) -> Result<u64> {
+        let Mpi { wins, msg, .. } = self;
+        let w = wins.get(h).ok_or_else(|| bad_win(h))?;
+        let member = (&w.peers[r].ctrl, w.peers[r].job, &w.waited);
+        word_change(msg, member, offset, WordChange::Add(by))
     }
 
     /// Run `f` holding member `r`'s accumulate mutex.

@@ -8,7 +8,9 @@
  * displacement units other than 1 (and different on each rank), under fences:
  * every rank puts to its right neighbour and gets from its left; MPI_PROC_NULL
  * as a target. Passive target: shared and exclusive locks (mutual exclusion of
- * read-modify-write), lock_all (waiting for a writer), every flush, MPI_Win_sync.
+ * read-modify-write), lock_all (waiting for a writer), a lock that others take
+ * and give back in a loop handed on to a writer that waits, every flush,
+ * MPI_Win_sync.
  * Post/start/complete/wait and MPI_Win_test. Accumulates: sums on MPI_CHAR,
  * MPI_INT, MPI_LONG_LONG, MPI_FLOAT, MPI_DOUBLE, MAX and MIN, REPLACE, bitwise
  * operations, derived types; Get_accumulate (MPI_NO_OP as an atomic read),
@@ -327,6 +329,43 @@ static void test_lock_all_waits_for_a_writer(void) {
     OK(MPI_Get(&x, 1, MPI_INT, last, 0, 1, MPI_INT, win));
     OK(MPI_Win_unlock_all(win));
     CHECK(x == 2, "lock_all, while a writer held the lock, read %d, not its last value 2", x);
+  }
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  OK(MPI_Win_free(&win));
+}
+
+/* A lock handed on to a writer that waits (MPICH's linked_list): every rank but
+ * the last takes rank 0's lock exclusively, reads a flag there and gives the lock
+ * back, again and again, until the last rank, taking the same lock once, has set
+ * the flag. Rank 0 locks its own member, the others lock it from afar; over tcp
+ * rank 0 serves the others' tries only inside its own calls. The readers give up
+ * after 20 s, so that a writer kept out for ever fails the check, not the run. */
+static void test_lock_handed_on(void) {
+  if (size < 2)
+    return;
+  int *mem, flag = 0, one = 1, last = size - 1;
+  MPI_Win win = int_window(1, &mem, 1);
+  *mem = 0;
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  if (rank == last) {
+    /* The readers loop by the time the writer first tries. */
+    double t0 = MPI_Wtime();
+    while (MPI_Wtime() - t0 < 0.1)
+      ;
+    OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win));
+    OK(MPI_Put(&one, 1, MPI_INT, 0, 0, 1, MPI_INT, win));
+    OK(MPI_Win_unlock(0, win));
+  } else {
+    double t0 = MPI_Wtime();
+    long tries = 0;
+    while (flag == 0 && MPI_Wtime() - t0 < 20) {
+      OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win));
+      OK(MPI_Get(&flag, 1, MPI_INT, 0, 0, 1, MPI_INT, win));
+      OK(MPI_Win_unlock(0, win));
+      tries++;
+    }
+    CHECK(flag == 1, "rank %d took rank 0's lock %ld times in %.0f s and never saw the "
+          "writer's flag: the writer never got the lock", rank, tries, MPI_Wtime() - t0);
   }
   OK(MPI_Barrier(MPI_COMM_WORLD));
   OK(MPI_Win_free(&win));
@@ -1270,6 +1309,7 @@ int main(int argc, char **argv) {
   }
   test_many_fetches();
   test_lock_all_waits_for_a_writer();
+  test_lock_handed_on();
   test_flush_progresses();
   test_pscw();
   test_dynamic();
