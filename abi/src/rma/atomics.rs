@@ -11,9 +11,9 @@
 
 use super::crossing::{Chosen, Way};
 use super::direct;
+use super::lock_word::acquire;
 use super::ops::{mismatch, origin_target_binding, Access};
 use super::shipped::{Kind, Ship};
-use super::sync::acquire;
 use super::{bad_win, ACC_WORD};
 use crate::coll::KeepOut;
 use crate::datatype::{pack, Prim};

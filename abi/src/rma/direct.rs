@@ -9,7 +9,7 @@
 //! any other operation, and for a wrong one (the general path raises its error).
 
 use super::atomics::{hardware, word};
-use super::sync::EXCLUSIVE;
+use super::lock_word::EXCLUSIVE;
 use super::{Peer, ACC_WORD};
 use crate::datatype::{Datatype, Prim};
 use crate::ffi::*;

@@ -15,8 +15,8 @@
 //! moved. Open MPI's `osc/rdma` keeps a region table in each member's memory for the
 //! same purpose.
 
+use super::lock_word::{word_change, WordChange};
 use super::shipped::{Kind, Ship};
-use super::sync::{word_change, WordChange};
 use super::{bad_win, Win, COUNT_WORD};
 use crate::datatype::Prim;
 use crate::entry::call;

@@ -1,10 +1,9 @@
 //! `MPI_Win_lock_all` and `MPI_Win_unlock_all`: every member's lock word taken
-//! shared ([`super::sync`]), the takes started together and waited for together.
+//! shared ([`super::lock_word`]), the takes started together and waited for together.
 
 use super::atomics::FETCHES_AT_ONCE;
-use super::sync::{
-    acquire, check_assert, complete_all, sync_error, EXCLUSIVE, NEXT_WRITER, NOCHECK,
-};
+use super::lock_word::{acquire, EXCLUSIVE, NEXT_WRITER};
+use super::sync::{check_assert, complete_all, sync_error, NOCHECK};
 use super::{bad_win, LOCK_WORD};
 use crate::coll::Inside;
 use crate::entry::call_held;

@@ -1,5 +1,5 @@
 //! One-sided communication: windows (`MPI_Win_create`, `MPI_Win_allocate`), their
-//! operations ([`ops`]) and synchronization ([`sync`]).
+//! operations ([`ops`]) and synchronization ([`sync`], the lock words in [`lock_word`]).
 //!
 //! A window's memory is exposed to every member through the message layer's
 //! one-sided blocks (`rbtl::msg::{Exposed, Target}`): memory that `MPI_Win_allocate`
@@ -20,6 +20,7 @@ pub mod crossing;
 pub mod direct;
 pub mod dynamic;
 pub mod lock_all;
+pub mod lock_word;
 pub mod ops;
 pub mod pscw;
 pub mod requests;

@@ -4,7 +4,7 @@
 
 use super::super::atomics::{hardware, word};
 use super::super::dynamic::{self, Attached};
-use super::super::sync::EXCLUSIVE;
+use super::super::lock_word::EXCLUSIVE;
 use super::super::ACC_WORD;
 use super::{decode_prim, Kind, HEADER, REASON};
 use crate::datatype::{Pair, Prim};

@@ -1,6 +1,6 @@
 //! The server's requests against real memory: applied, refused, held for later.
 
-use super::super::sync::EXCLUSIVE;
+use super::super::lock_word::EXCLUSIVE;
 use super::super::ACC_WORD;
 use super::target::apply;
 use super::*;
