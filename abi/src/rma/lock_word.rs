@@ -82,49 +82,37 @@ fn change_there(
     Ok(u64::from_ne_bytes(old))
 }
 
-/// How one process tries for a lock word: its name as the next writer (`None` where
-/// it has none: the accumulate mutex, or a rank beyond [`NEXT_WRITER`]'s bits), and
-/// whether the word names it now.
-#[derive(Clone, Copy, Default)]
-pub(super) struct Turn {
-    pub name: Option<u64>,
-    pub named: bool,
-}
-
-impl Turn {
-    /// The turn of window rank `rank` at the lock word (`named`: false).
-    pub fn of(rank: u32) -> Turn {
-        let n = u64::from(rank) + 1;
-        Turn {
-            name: (n < NEXT_WRITER >> NEXT_WRITER_SHIFT).then_some(n << NEXT_WRITER_SHIFT),
-            named: false,
-        }
-    }
+/// The name of window rank `rank` as the next writer of the word at `offset`: `None`
+/// for the accumulate mutex, and for a rank beyond [`NEXT_WRITER`]'s bits.
+fn writer_name(offset: usize, rank: u32) -> Option<u64> {
+    let n = u64::from(rank) + 1;
+    (offset == LOCK_WORD && n < NEXT_WRITER >> NEXT_WRITER_SHIFT).then_some(n << NEXT_WRITER_SHIFT)
 }
 
 /// Take a lock word with `apply`, `exclusive`ly or shared: whether the lock was
 /// got. A writer sets [`EXCLUSIVE`] when the word is zero, or holds only its own
-/// name; failing, it names itself the next writer where no one is named (`turn`
+/// `name`; failing, it names itself the next writer where no one is named (`named`
 /// keeps that from one try to the next). Readers add one; a reader that finds a
 /// writer, holding or named, takes its one back.
 fn take_word(
     mut apply: impl FnMut(WordChange) -> Result<u64>,
     exclusive: bool,
-    turn: &mut Turn,
+    name: Option<u64>,
+    named: &mut bool,
 ) -> Result<bool> {
     if exclusive {
-        let mine = turn.name.filter(|_| turn.named).unwrap_or(0);
+        let mine = name.filter(|_| *named).unwrap_or(0);
         let old = apply(WordChange::Swap {
             compare: mine,
             value: EXCLUSIVE,
         })?;
         if old == mine {
-            turn.named = false;
+            *named = false;
             return Ok(true);
         }
-        if let Some(name) = turn.name.filter(|_| !turn.named && old & NEXT_WRITER == 0) {
+        if let Some(name) = name.filter(|_| !*named && old & NEXT_WRITER == 0) {
             let value = old | name;
-            turn.named = apply(WordChange::Swap {
+            *named = apply(WordChange::Swap {
                 compare: old,
                 value,
             })? == old;
@@ -170,23 +158,17 @@ pub fn acquire(
     offset: usize,
     exclusive: bool,
 ) -> Result<()> {
-    let mut turn = match offset {
-        LOCK_WORD => Turn::of(inside.state().win(h)?.rank),
-        _ => Turn::default(),
-    };
+    let mut named = false;
     if inside
         .state()
-        .take_lock_word(h, r, offset, exclusive, &mut turn)?
+        .take_lock_word(h, r, offset, exclusive, &mut named)?
     {
         return Ok(());
     }
-    let waited = wait_for_word(inside, h, r, offset, exclusive, &mut turn);
-    if waited.is_err() && turn.named {
+    let waited = wait_for_word(inside, h, r, offset, exclusive, &mut named);
+    if waited.is_err() && named {
         // Given up: the word names this process no longer.
-        let name = turn.name.unwrap_or(0);
-        let _ = inside
-            .state()
-            .win_word_add(h, r, offset, name.wrapping_neg());
+        let _ = inside.state().win_unname(h, r, offset);
     }
     waited
 }
@@ -198,7 +180,7 @@ fn wait_for_word(
     r: usize,
     offset: usize,
     exclusive: bool,
-    turn: &mut Turn,
+    named: &mut bool,
 ) -> Result<()> {
     let mut tries = 0u64;
     // A holder that never releases (it died, or stopped, or waits on this process) is
@@ -237,7 +219,7 @@ fn wait_for_word(
         }
         if inside
             .state()
-            .take_lock_word(h, r, offset, exclusive, turn)?
+            .take_lock_word(h, r, offset, exclusive, named)?
         {
             return Ok(());
         }
@@ -271,24 +253,35 @@ impl Mpi {
         r: usize,
         offset: usize,
         exclusive: bool,
-        turn: &mut Turn,
+        named: &mut bool,
     ) -> Result<bool> {
         let Mpi { wins, msg, .. } = self;
         let w = wins.get(h).ok_or_else(|| bad_win(h))?;
+        let name = writer_name(offset, w.rank);
         let member = (&w.peers[r].ctrl, w.peers[r].job, &w.waited);
         // The word looked for once: mapped here, the processor's atomics at once.
         match Comm::word_here(member.0, offset)? {
-            Some(word) => take_word(|c| Ok(change_here(word, c)), exclusive, turn),
-            None => take_word(|c| change_there(msg, member, offset, c), exclusive, turn),
+            Some(word) => take_word(|c| Ok(change_here(word, c)), exclusive, name, named),
+            None => take_word(
+                |c| change_there(msg, member, offset, c),
+                exclusive,
+                name,
+                named,
+            ),
         }
     }
 
-    /// Add `by` to the word at `offset` of member `r`'s control block, waited for.
-    fn win_word_add(&mut self, h: Handle, r: usize, offset: usize, by: u64) -> Result<u64> {
+    /// Take this process's name as the next writer out of the lock word at `offset`
+    /// of member `r`'s control block (where it put it), waited for.
+    fn win_unname(&mut self, h: Handle, r: usize, offset: usize) -> Result<()> {
         let Mpi { wins, msg, .. } = self;
         let w = wins.get(h).ok_or_else(|| bad_win(h))?;
+        let Some(name) = writer_name(offset, w.rank) else {
+            return Ok(());
+        };
         let member = (&w.peers[r].ctrl, w.peers[r].job, &w.waited);
-        word_change(msg, member, offset, WordChange::Add(by))
+        word_change(msg, member, offset, WordChange::Add(name.wrapping_neg()))?;
+        Ok(())
     }
 
     /// Run `f` holding member `r`'s accumulate mutex.
