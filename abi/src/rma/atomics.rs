@@ -5,12 +5,15 @@
 //! target's accumulate mutex; else, from the size its transport names where it
 //! reads and writes the target's memory without its process, read, combined and
 //! written back from here under the same mutex; else shipped to the target, which
-//! applies it under that mutex ([`super::shipped`]). On memory this process maps,
-//! the common forms (one basic kind, contiguous) are done in one step
+//! applies it under that mutex ([`super::shipped`]). Several elements under an
+//! exclusive lock, where no other accumulate reaches them, take the mutex's ways
+//! whatever the operation: combined at once, not by an atomic each. On memory this
+//! process maps, the common forms (one basic kind, contiguous) are done in one step
 //! ([`super::direct`]).
 
 use super::crossing::{Chosen, Way};
 use super::direct;
+use super::element_atomics::{hardware, word};
 use super::lock_word::acquire;
 use super::ops::{mismatch, origin_target_binding, Access};
 use super::shipped::{Kind, Ship};
@@ -23,7 +26,6 @@ use crate::ffi::*;
 use crate::op::{self, Op};
 use crate::p2p::check_count;
 use crate::state::Mpi;
-use rbtl::btl::AtomicOp;
 use rbtl::msg::{Atomic, Pending};
 use std::ptr::null_mut;
 
@@ -44,39 +46,6 @@ const SCRATCH_KEPT: usize = 1 << 20;
 ///
 /// [`Comm::atomics_global`]: rbtl::msg::Comm::atomics_global
 const SHIPPED_ATOMICS_FROM: usize = 2;
-
-/// The transport atomic that performs predefined `op` on an integer of 4 or 8
-/// bytes (`MPI_NO_OP`, a fetch, adds nothing); `None` when `op` or the type needs
-/// the mutex.
-pub(super) fn hardware(op: Handle, prim: Option<Prim>) -> Option<AtomicOp> {
-    let Some(Prim::Int { bytes: 4 | 8, .. }) = prim else {
-        return None;
-    };
-    Some(match op {
-        MPI_SUM | MPI_NO_OP => AtomicOp::Add,
-        MPI_BAND => AtomicOp::And,
-        MPI_BOR => AtomicOp::Or,
-        MPI_BXOR => AtomicOp::Xor,
-        MPI_REPLACE => AtomicOp::Swap,
-        _ => return None,
-    })
-}
-
-/// Read element `i` of `bytes` (4 or 8) at `p` as a u64.
-///
-/// # Safety
-///
-/// `p` holds element `i`.
-pub(super) unsafe fn word(p: *const u8, i: usize, bytes: usize) -> u64 {
-    // SAFETY: the caller's contract.
-    unsafe {
-        if bytes == 4 {
-            u64::from(p.cast::<u32>().add(i).read_unaligned())
-        } else {
-            p.cast::<u64>().add(i).read_unaligned()
-        }
-    }
-}
 
 impl Mpi {
     /// An accumulate of packed `origin` (`a.bytes` bytes) into the target with
@@ -119,7 +88,11 @@ impl Mpi {
             && a.runs
                 .iter()
                 .all(|&(off, len)| (addr + off as u64) % bytes as u64 == 0 && len % bytes == 0);
-        let atomic = hardware(op, prim).filter(|_| aligned);
+        // Under an exclusive lock no other accumulate reaches the target meanwhile:
+        // several elements are combined at once, as under the mutex, not each by an
+        // atomic of its own.
+        let several_alone = a.bytes > bytes && self.win(win)?.sync.sole(a.member);
+        let atomic = hardware(op, prim).filter(|_| aligned && !several_alone);
         // A target in shared memory, one run, no atomics: combined where it lies,
         // under the mutex.
         if let (Some(at), None) = (direct, atomic) {
@@ -151,6 +124,7 @@ impl Mpi {
                 // `MPI_REPLACE` and `MPI_NO_OP` on a type of several kinds move bytes.
                 prim: prim.unwrap_or(Prim::Byte),
                 op,
+                alone: several_alone,
             };
             // SAFETY: the caller's contract.
             let shipped = unsafe { self.ship(win, a, &s, origin, fetched) };
@@ -573,6 +547,7 @@ pub unsafe extern "C" fn PMPI_Compare_and_swap(
             kind: Kind::CompareSwap,
             prim: t_prim,
             op: MPI_REPLACE,
+            alone: false,
         };
         // The value, then the comparand (an element has at most 16 bytes).
         let mut operand = [0u8; 32];

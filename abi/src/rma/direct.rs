@@ -1,14 +1,15 @@
 //! The one-step paths of a window's operations on a member whose memory this
 //! process maps (in a transport's shared heap on this node): a put or a get of
 //! contiguous data, copied at once; an accumulate of one basic kind, combined in
-//! place under the member's accumulate mutex, or of one element that a transport
-//! atomic performs, by the processor's atomic; a compare-and-swap, by the
+//! place under the member's accumulate mutex, or of elements that transport
+//! atomics perform, by the processor's atomic on each (unless the member's lock is
+//! held exclusively: then under the mutex as well); a compare-and-swap, by the
 //! processor's on one word, else under the mutex. Each does what the general path
 //! ([`super::ops`], [`super::atomics`]) would do, without building the access that
 //! path needs for every datatype and transport; each does nothing and says so for
 //! any other operation, and for a wrong one (the general path raises its error).
 
-use super::atomics::{hardware, word};
+use super::element_atomics::{apply_each, hardware, word};
 use super::lock_word::EXCLUSIVE;
 use super::{Peer, ACC_WORD};
 use crate::datatype::{Datatype, Prim};
@@ -78,12 +79,13 @@ pub(super) unsafe fn put_get(
 /// origin and target of the same type, of one basic kind without gaps, as many
 /// elements; a predefined operation on that kind; the result (when given)
 /// contiguous, as many bytes; a member whose memory this process maps. An operation
-/// that a transport atomic performs takes the processor's atomic on one element
+/// that a transport atomic performs takes the processor's atomic on each element,
 /// aligned where it lies (as the general path, so that the atomics and the mutex
-/// never mix on the same elements); any other takes the member's accumulate mutex,
-/// when free: the target's elements are copied to the result, then combined with
-/// the origin's, where they lie. `false`, having done nothing, for any other (a
-/// held mutex included: the general path waits for it).
+/// never mix on the same elements); any other, and several elements of it under an
+/// exclusive lock (where no other accumulate reaches them), takes the member's
+/// accumulate mutex, when free: the target's elements are copied to the result,
+/// then combined with the origin's, where they lie. `false`, having done nothing,
+/// for any other (a held mutex included: the general path waits for it).
 ///
 /// # Safety
 ///
@@ -123,12 +125,39 @@ pub(super) unsafe fn accumulate(
         return false;
     };
     let origin = origin.cast::<u8>().wrapping_offset(t.lb);
-    if let Some(atomic) = hardware(op, Some(prim)) {
-        // One element that a transport atomic performs: the processor's atomic, as
-        // the transport's own on memory mapped here (several go the general way).
-        if len != prim.size() {
+    let atomic = hardware(op, Some(prim));
+    let several = len != prim.size();
+    if let Some(atomic) = atomic.filter(|_| several && !held_alone(mpi, win, rank)) {
+        // Several elements that transport atomics perform: each by the processor's
+        // atomic, as the transport's own on memory mapped here.
+        let size = prim.size();
+        let Some(into) = p.mem.direct_range(at, len) else {
+            return false;
+        };
+        if (p.mem.addr() + at as u64) % size as u64 != 0 {
+            // Not aligned: the general path takes the mutex.
             return false;
         }
+        // SAFETY: `into` holds the target's `len` bytes (checked inside its
+        // mapping), aligned elements that every process reaches only atomically;
+        // the caller's contract: the origin holds them (unless `MPI_NO_OP`), the
+        // result has room for them.
+        unsafe {
+            apply_each(
+                atomic,
+                op == MPI_NO_OP,
+                origin,
+                into,
+                len / size,
+                size,
+                fetched,
+            )
+        };
+        return true;
+    }
+    if let Some(atomic) = atomic.filter(|_| !several) {
+        // One element that a transport atomic performs: the processor's atomic, as
+        // the transport's own on memory mapped here.
         let value = match op {
             MPI_NO_OP => 0,
             // SAFETY: the origin holds the element (the caller's contract).
@@ -161,6 +190,13 @@ pub(super) unsafe fn accumulate(
     });
     // (A kernel refuses before it combines anything: the general path raises it.)
     matches!(combined, Some(Ok(())))
+}
+
+/// Whether this process holds member `rank` of window `win` exclusively, where no
+/// other accumulate reaches its memory.
+fn held_alone(mpi: &Mpi, win: Handle, rank: c_int) -> bool {
+    let r = usize::try_from(rank).unwrap_or(usize::MAX);
+    mpi.wins.get(win).is_some_and(|w| w.sync.sole(r))
 }
 
 /// Run `f` holding member `p`'s accumulate mutex, where its control block is

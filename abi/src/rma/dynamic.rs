@@ -116,6 +116,7 @@ impl Mpi {
             kind: Kind::Region,
             prim: Prim::Byte,
             op: 0,
+            alone: false,
         };
         let answer = self.ask(h, r, &s, addr, len)?;
         let (base, rest) = answer.split_at_checked(8).ok_or_else(|| malformed(job))?;

@@ -19,6 +19,7 @@ pub mod atomics;
 pub mod crossing;
 pub mod direct;
 pub mod dynamic;
+pub mod element_atomics;
 pub mod lock_all;
 pub mod lock_word;
 pub mod ops;
@@ -69,11 +70,12 @@ pub struct Peer {
 
 /// The passive-target lock this process holds on a member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Held {
-    Shared,
-    Exclusive,
-    /// Under `MPI_MODE_NOCHECK`: no lock taken.
-    NoCheck,
+pub struct Held {
+    /// `MPI_LOCK_EXCLUSIVE` (else `MPI_LOCK_SHARED`), as the caller asked, whether
+    /// taken or asserted.
+    pub exclusive: bool,
+    /// Whether the member's lock word was taken: not under `MPI_MODE_NOCHECK`.
+    pub taken: bool,
 }
 
 /// A window.

@@ -14,7 +14,9 @@
 //! the target, which applies it there ([`super::shipped`]). Whether an accumulate
 //! takes the atomics or the mutex depends only on its operation, its type and where
 //! the elements lie at the target, so that concurrent ones of the same kind on the
-//! same elements never mix the two. Accumulates complete before they return.
+//! same elements never mix the two; under an exclusive lock, where none is
+//! concurrent, several elements take the mutex (combined at once). Accumulates
+//! complete before they return.
 
 use super::Win;
 use crate::datatype::{pack, Datatype, Prim};

@@ -19,16 +19,19 @@
 //! after the other in the target's memory and carries them packed. An operation
 //! transports perform atomically, on aligned words, is applied with the processor's
 //! atomic instructions, one per element, so that the transports' atomics on the
-//! same words lose nothing. The target applies a request at its next call into the
-//! library, like any message it receives; the origin waits for every request's
-//! answer before the call returns.
+//! same words lose nothing; at once where the origin holds the member's lock
+//! exclusively, as no other accumulate reaches them then (Open MPI's `osc/rdma`
+//! takes no accumulate lock under an exclusive lock either). The target applies a
+//! request at its next call into the library, like any message it receives; the
+//! origin waits for every request's answer before the call returns.
 //!
 //! Request (little-endian): kind (0 accumulate, 1 compare-and-swap, 2 the region
 //! of a dynamic window that holds the bytes, 3 an accumulate over several ranges),
-//! whether the old data is wanted, the basic kind (3 bytes), the operation (u64),
-//! the offset and length in the target's window (u64 each; on a dynamic window the
-//! offset is an address; for kind 3, the count of ranges and their bytes in all,
-//! the ranges following as offset and length, u64 each), then the operand (for a
+//! flags (1: the old data is wanted; 2: the origin holds the member's lock
+//! exclusively), the basic kind (3 bytes), the operation (u64), the offset and
+//! length in the target's window (u64 each; on a dynamic window the offset is an
+//! address; for kind 3, the count of ranges and their bytes in all, the ranges
+//! following as offset and length, u64 each), then the operand (for a
 //! compare-and-swap, the value then the comparand). Answer: 0 then the old data
 //! when wanted (for a region: its base, size and card), or 1 then the reason it was
 //! refused.
@@ -155,6 +158,9 @@ pub(super) struct Ship {
     pub(super) kind: Kind,
     pub(super) prim: Prim,
     pub(super) op: Handle,
+    /// The origin holds the member's lock exclusively: no other accumulate reaches
+    /// the elements, which the target may combine at once, without atomics.
+    pub(super) alone: bool,
 }
 
 /// The pieces of an access to the runs `runs` of elements of `pair`, which has a
@@ -252,7 +258,7 @@ fn pieces_of(
 fn header(out: &mut Vec<u8>, s: &Ship, fetch: bool, offset: usize, len: usize) {
     out.clear();
     out.push(s.kind as u8);
-    out.push(u8::from(fetch));
+    out.push(u8::from(fetch) | u8::from(s.alone) << 1);
     out.extend_from_slice(&encode_prim(s.prim));
     out.extend_from_slice(&(s.op as u64).to_le_bytes());
     out.extend_from_slice(&(offset as u64).to_le_bytes());
@@ -359,6 +365,7 @@ impl Mpi {
                     kind: Kind::Runs,
                     prim: s.prim,
                     op: s.op,
+                    alone: s.alone,
                 };
                 let span = these.iter().map(|r| r.1).sum();
                 header(request, &runs, fetch, these.len(), span);

@@ -43,6 +43,13 @@ impl State {
         !self.locks.is_empty() || self.lock_all.is_some()
     }
 
+    /// Whether this process holds member `r`'s lock exclusively (taken, or asserted
+    /// under `MPI_MODE_NOCHECK`): no other process accesses its memory in the
+    /// window meanwhile.
+    pub fn sole(&self, r: usize) -> bool {
+        self.locks.get(&r).is_some_and(|h| h.exclusive)
+    }
+
     /// Whether member `r` may be accessed now.
     pub fn may_access(&self, r: usize) -> bool {
         self.fence
@@ -236,10 +243,9 @@ pub unsafe extern "C" fn PMPI_Win_lock(
         let w = mpi.win(win)?;
         let r = w.peer(rank)?;
         w.sync.may_lock(r)?;
-        let held = match lock_type {
-            _ if assert & MPI_MODE_NOCHECK != 0 => Held::NoCheck,
-            MPI_LOCK_EXCLUSIVE => Held::Exclusive,
-            MPI_LOCK_SHARED => Held::Shared,
+        let exclusive = match lock_type {
+            MPI_LOCK_EXCLUSIVE => true,
+            MPI_LOCK_SHARED => false,
             t => {
                 return Err(Error::new(
                     MPI_ERR_LOCKTYPE,
@@ -247,13 +253,16 @@ pub unsafe extern "C" fn PMPI_Win_lock(
                 ))
             }
         };
-        let exclusive = held == Held::Exclusive;
-        if held != Held::NoCheck {
+        let held = Held {
+            exclusive,
+            taken: assert & MPI_MODE_NOCHECK == 0,
+        };
+        if held.taken {
             acquire(mpi, win, r, LOCK_WORD, exclusive)?;
         }
         let sync = &mut mpi.win_mut(win)?.sync;
         if let Err(e) = sync.may_lock(r) {
-            if held != Held::NoCheck {
+            if held.taken {
                 mpi.win_release(win, r, LOCK_WORD, exclusive)?;
             }
             return Err(e);
@@ -278,8 +287,8 @@ pub unsafe extern "C" fn PMPI_Win_unlock(rank: c_int, win: Handle) -> c_int {
         let Some(held) = mpi.win_mut(win)?.sync.locks.remove(&r) else {
             return Err(sync_error("another thread unlocked the target meanwhile"));
         };
-        if held != Held::NoCheck {
-            mpi.win_release(win, r, LOCK_WORD, held == Held::Exclusive)?;
+        if held.taken {
+            mpi.win_release(win, r, LOCK_WORD, held.exclusive)?;
         }
         done
     })

@@ -2,15 +2,14 @@
 //! to this process's memory under the window's accumulate mutex ([`super`] has the
 //! protocol and the origin's side).
 
-use super::super::atomics::{hardware, word};
 use super::super::dynamic::{self, Attached};
+use super::super::element_atomics::{apply_each, hardware};
 use super::super::lock_word::EXCLUSIVE;
 use super::super::ACC_WORD;
 use super::{decode_prim, Kind, HEADER, REASON};
 use crate::datatype::{Pair, Prim};
 use crate::ffi::*;
 use crate::op;
-use rbtl::btl::{AtomicOp, AtomicRequest, AtomicWidth};
 use rbtl::msg::{Served, ServedRequest, Server, SERVED};
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -85,6 +84,8 @@ fn refuse(answer: &mut Vec<u8>, tag: i32, ctx: u32, why: &str) -> Served {
 struct Parsed<'a> {
     kind: Kind,
     fetch: bool,
+    /// The origin holds the member's lock exclusively ([`super::Ship::alone`]).
+    alone: bool,
     prim: Prim,
     op: Handle,
     ranges: Ranges<'a>,
@@ -145,7 +146,8 @@ fn parse(b: &[u8]) -> std::result::Result<Parsed<'_>, String> {
     };
     Ok(Parsed {
         kind,
-        fetch: b[1] != 0,
+        fetch: b[1] & 1 != 0,
+        alone: b[1] & 2 != 0,
         prim,
         op: usize::try_from(u64_at(5)).map_err(|_| "an unknown operation")?,
         ranges,
@@ -278,18 +280,36 @@ unsafe fn apply_range(
     let n = len / psize;
     // An operation transports perform atomically, on aligned words: with the
     // processor's atomic instructions, which the transports' atomics to this
-    // memory mix with (their origins ship only over such transports).
+    // memory mix with (their origins ship only over such transports); at once where
+    // the origin holds the member alone.
     let atomic = match p.kind {
         Kind::Accumulate | Kind::Runs => {
-            hardware(p.op, Some(p.prim)).filter(|_| at as usize % psize == 0)
+            hardware(p.op, Some(p.prim)).filter(|_| at as usize % psize == 0 && !p.alone)
         }
         _ => None,
     };
     if let Some(atomic) = atomic {
-        let fetched = p.fetch.then_some(answer);
+        let fetched = match p.fetch {
+            true => {
+                let start = answer.len();
+                answer.resize(start + n * psize, 0);
+                answer[start..].as_mut_ptr()
+            }
+            false => std::ptr::null_mut(),
+        };
         // SAFETY: the caller's contract: `n` aligned words (every process reaches
-        // them only atomically), `n` operands.
-        unsafe { apply_atomically(atomic, p.op == MPI_NO_OP, operand, at, n, psize, fetched) };
+        // them only atomically), `n` operands; `fetched` has room for `n`.
+        unsafe {
+            apply_each(
+                atomic,
+                p.op == MPI_NO_OP,
+                operand.as_ptr(),
+                at,
+                n,
+                psize,
+                fetched,
+            )
+        };
         return Ok(());
     }
     if p.fetch {
@@ -369,51 +389,4 @@ unsafe fn apply_gapped(
         is.copy_from_slice(&packed[v..]);
     }
     Ok(())
-}
-
-/// Apply `atomic` with each of the `n` words of `bytes` (4 or 8) in `operand` (none
-/// for `MPI_NO_OP`, `no_op`: an add of 0, as transports fetch) to the words at `at`,
-/// each with one atomic instruction; their previous values appended to `fetched`
-/// when given.
-///
-/// # Safety
-///
-/// `at` holds `n` words aligned to `bytes`, which every process reaches only
-/// atomically; `operand` holds `n` unless `no_op`.
-unsafe fn apply_atomically(
-    atomic: AtomicOp,
-    no_op: bool,
-    operand: &[u8],
-    at: *mut u8,
-    n: usize,
-    bytes: usize,
-    mut fetched: Option<&mut Vec<u8>>,
-) {
-    let width = if bytes == 4 {
-        AtomicWidth::W32
-    } else {
-        AtomicWidth::W64
-    };
-    let request = AtomicRequest {
-        op: Some(atomic),
-        width,
-    };
-    for i in 0..n {
-        // SAFETY: the caller's contract: operand `i` is there unless `no_op`; word
-        // `i` is aligned and reached atomically.
-        let old = unsafe {
-            let v = if no_op {
-                0
-            } else {
-                word(operand.as_ptr(), i, bytes)
-            };
-            request.apply(at.add(i * bytes), v, 0)
-        };
-        if let Some(out) = fetched.as_deref_mut() {
-            match width {
-                AtomicWidth::W32 => out.extend_from_slice(&(old as u32).to_ne_bytes()),
-                AtomicWidth::W64 => out.extend_from_slice(&old.to_ne_bytes()),
-            }
-        }
-    }
 }

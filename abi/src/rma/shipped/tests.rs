@@ -61,6 +61,7 @@ fn sum() -> Ship {
         kind: Kind::Accumulate,
         prim: INT,
         op: MPI_SUM,
+        alone: false,
     }
 }
 
@@ -112,6 +113,27 @@ fn a_sum_is_applied_and_the_old_data_answered() {
 }
 
 #[test]
+fn an_origin_alone_gets_what_atomics_give() {
+    // The flag of an origin that holds the member's lock exclusively changes how
+    // words are combined (at once), not what comes of it, fetched or not.
+    let operand = ints(&(0..16).map(|i| 1 << i).collect::<Vec<_>>());
+    for fetch in [true, false] {
+        let (mut atomics, mut alone) = (Window::new(), Window::new());
+        let xor = |alone| Ship {
+            op: MPI_BXOR,
+            alone,
+            ..sum()
+        };
+        let by_atomics = atomics.apply(&request(&xor(false), fetch, 0, 64, &operand));
+        let at_once = alone.apply(&request(&xor(true), fetch, 0, 64, &operand));
+        assert_eq!(by_atomics, at_once, "fetch {fetch}");
+        assert_eq!(atomics.mem, alone.mem, "fetch {fetch}");
+        assert_eq!(alone.mem[3], 4 ^ 8);
+        assert_eq!(alone.control[ACC_WORD / 8], 0, "the mutex is given back");
+    }
+}
+
+#[test]
 fn a_held_mutex_leaves_the_request_for_later() {
     let mut w = Window::new();
     w.control[ACC_WORD / 8] = EXCLUSIVE;
@@ -128,6 +150,7 @@ fn compare_and_swap_swaps_only_an_equal_element() {
         kind: Kind::CompareSwap,
         prim: INT,
         op: MPI_REPLACE,
+        alone: false,
     };
     let (r, answer) = w.apply(&request(&cas, true, 4, 4, &ints(&[99, 7])));
     assert_eq!((r, answer), (Ok(true), [&[0u8][..], &ints(&[2])].concat()));
@@ -143,11 +166,13 @@ fn malformed_requests_are_refused_and_change_nothing() {
         kind: Kind::Accumulate,
         prim: Prim::Float(4),
         op: MPI_BAND,
+        alone: false,
     };
     let user_op = Ship {
         kind: Kind::Accumulate,
         prim: INT,
         op: 0x7777,
+        alone: false,
     };
     let cases: Vec<(Vec<u8>, &str)> = vec![
         (vec![0; HEADER - 1], "bytes (at least"),
@@ -253,6 +278,7 @@ fn pairs_with_a_gap_travel_packed_and_are_applied_as_their_c_structs() {
         kind: Kind::Accumulate,
         prim: Prim::Pair(Pair::ShortInt),
         op: MPI_MINLOC,
+        alone: false,
     };
     let (r, answer) = w.apply(&request(&minloc, true, 8, 16, &operand));
     assert_eq!(r, Ok(true));
@@ -308,6 +334,7 @@ fn short_runs_travel_together_and_long_ones_in_pieces() {
         kind: Kind::Runs,
         prim: INT,
         op: MPI_SUM,
+        alone: false,
     };
     let several = |rs: &[(u64, u64)], operand: &[i32]| {
         let mut r = Vec::new();

@@ -18,7 +18,8 @@
  * a window whose base is not 8-byte aligned; and every rank incrementing the same
  * elements of rank 0's window 1000 times at once (int, long long, char modulo
  * 256, double), whose totals must be exact, and 16 KiB get-accumulates mixed with
- * short accumulates on rank 0's window; a get-accumulate of 5000 ints. Dynamic
+ * short accumulates on rank 0's window; a get-accumulate of 5000 ints; long
+ * accumulates under exclusive locks, taken and asserted (MPI_MODE_NOCHECK). Dynamic
  * windows: regions attached, reached by address with every kind of operation under
  * lock_all and fences, detached and attached again, and their errors.
  * Request-based operations under lock_all, waited for together and one by one,
@@ -1103,6 +1104,79 @@ static void test_long_integer_accumulates(int allocate) {
   OK(MPI_Win_free(&win));
 }
 
+/* --- Long integer accumulates under exclusive locks, taken or asserted with
+ * MPI_MODE_NOCHECK, where no other accumulate runs and a whole access may be
+ * combined at once: every rank adds ones to every member's window in turn, each
+ * fetch sees its elements alike, each member's fetched counts are each count before
+ * it once; then, one rank at a time under MPI_MODE_NOCHECK, an exclusive or of
+ * each rank's bit with long long elements, fetched as before. --- */
+
+static void test_exclusive_accumulates(int allocate) {
+  static int user[INTN], ones[INTN], old[INTN];
+  static long long bits[INTN], seen[INTN];
+  int *mem = user;
+  MPI_Win win;
+  if (allocate)
+    OK(MPI_Win_allocate(sizeof user, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win));
+  else
+    OK(MPI_Win_create(mem, sizeof user, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+  for (int i = 0; i < INTN; i++)
+    mem[i] = 0, ones[i] = 1;
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  const char *how = allocate ? "allocated" : "created";
+  long long fetched[64] = {0}, all[64];
+  int torn = -1;
+  for (int k = 0; k < LONG_TIMES; k++)
+    for (int t = 0; t < size; t++) {
+      OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, t, 0, win));
+      OK(MPI_Get_accumulate(ones, INTN, MPI_INT, old, INTN, MPI_INT, t, 0, INTN, MPI_INT,
+                            MPI_SUM, win));
+      OK(MPI_Win_unlock(t, win));
+      for (int i = 1; i < INTN && torn < 0; i++)
+        if (old[i] != old[0])
+          torn = i;
+      fetched[t] += old[0];
+    }
+  CHECK(torn < 0, "%s: an exclusive get-accumulate fetched %d at %d and %d at 0", how,
+        torn < 0 ? 0 : old[torn], torn, old[0]);
+  OK(MPI_Allreduce(fetched, all, size, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD));
+  long long n = (long long)LONG_TIMES * size;
+  for (int t = 0; t < size; t++)
+    CHECK(all[t] == n * (n - 1) / 2, "%s: member %d's fetched counts sum to %lld", how, t,
+          all[t]);
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  for (int i = 0; i < INTN; i++)
+    if (mem[i] != n) {
+      CHECK(0, "%s: element %d is %d, not %lld", how, i, mem[i], n);
+      break;
+    }
+  /* Long long elements (half as many) with an exclusive or, one rank at a time. */
+  for (int i = 0; i < INTN / 2; i++)
+    bits[i] = (long long)1 << (rank + 8 * (i % 7));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  for (int turn = 0; turn < size; turn++) {
+    if (turn == rank)
+      for (int t = 0; t < size; t++) {
+        OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, t, MPI_MODE_NOCHECK, win));
+        OK(MPI_Get_accumulate(bits, INTN / 2, MPI_LONG_LONG, seen, INTN / 2, MPI_LONG_LONG, t,
+                              0, INTN / 2, MPI_LONG_LONG, MPI_BXOR, win));
+        OK(MPI_Win_unlock(t, win));
+        for (int i = 0; i < INTN / 2; i++) {
+          /* The turns before this one: their bits over the counts left by the sums. */
+          long long want = n | ((long long)n << 32);
+          for (int r = 0; r < turn; r++)
+            want ^= (long long)1 << (r + 8 * (i % 7));
+          if (seen[i] != want) {
+            CHECK(0, "%s: member %d's long long %d was %llx, not %llx", how, t, i, seen[i], want);
+            break;
+          }
+        }
+      }
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+  }
+  OK(MPI_Win_free(&win));
+}
+
 /* --- Errors. --- */
 
 static int handled = 0, handled_code = 0;
@@ -1304,6 +1378,7 @@ int main(int argc, char **argv) {
     test_long_accumulates(allocate, LONGN);
     test_long_accumulates(allocate, 128);
     test_long_integer_accumulates(allocate);
+    test_exclusive_accumulates(allocate);
     test_padded_pair(allocate);
     test_requests(allocate);
   }
