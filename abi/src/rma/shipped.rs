@@ -51,6 +51,10 @@ pub use target::{expose, server, Exposure, Exposures};
 const ANSWER_TAG: i32 = 1 << 20;
 /// Bytes of a request before its operand.
 const HEADER: usize = 29;
+/// A request's flags: the old data is wanted.
+const FETCH: u8 = 1;
+/// A request's flags: the origin holds the member's lock exclusively ([`Ship::alone`]).
+const ALONE: u8 = 2;
 /// Room for a refusal's reason in an answer.
 const REASON: usize = 256;
 /// The alignment of the cuts through bytes of a type of several kinds.
@@ -258,7 +262,7 @@ fn pieces_of(
 fn header(out: &mut Vec<u8>, s: &Ship, fetch: bool, offset: usize, len: usize) {
     out.clear();
     out.push(s.kind as u8);
-    out.push(u8::from(fetch) | u8::from(s.alone) << 1);
+    out.push(if fetch { FETCH } else { 0 } | if s.alone { ALONE } else { 0 });
     out.extend_from_slice(&encode_prim(s.prim));
     out.extend_from_slice(&(s.op as u64).to_le_bytes());
     out.extend_from_slice(&(offset as u64).to_le_bytes());

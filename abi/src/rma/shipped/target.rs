@@ -6,7 +6,7 @@ use super::super::dynamic::{self, Attached};
 use super::super::element_atomics::{apply_each, hardware};
 use super::super::lock_word::EXCLUSIVE;
 use super::super::ACC_WORD;
-use super::{decode_prim, Kind, HEADER, REASON};
+use super::{decode_prim, Kind, ALONE, FETCH, HEADER, REASON};
 use crate::datatype::{Pair, Prim};
 use crate::ffi::*;
 use crate::op;
@@ -126,6 +126,9 @@ fn parse(b: &[u8]) -> std::result::Result<Parsed<'_>, String> {
         3 => Kind::Runs,
         k => return Err(format!("unknown request kind {k}")),
     };
+    if b[1] & !(FETCH | ALONE) != 0 {
+        return Err(format!("unknown request flags {:#x}", b[1]));
+    }
     let prim = decode_prim([b[2], b[3], b[4]]).ok_or("an unknown basic kind")?;
     let offset = usize::try_from(u64_at(13)).map_err(|_| "offset beyond the address space")?;
     let len = usize::try_from(u64_at(21)).map_err(|_| "length beyond the address space")?;
@@ -146,8 +149,8 @@ fn parse(b: &[u8]) -> std::result::Result<Parsed<'_>, String> {
     };
     Ok(Parsed {
         kind,
-        fetch: b[1] & 1 != 0,
-        alone: b[1] & 2 != 0,
+        fetch: b[1] & FETCH != 0,
+        alone: b[1] & ALONE != 0,
         prim,
         op: usize::try_from(u64_at(5)).map_err(|_| "an unknown operation")?,
         ranges,

@@ -198,6 +198,14 @@ fn malformed_requests_are_refused_and_change_nothing() {
             [&[9u8][..], &request(&sum(), false, 0, 4, &ints(&[1]))[1..]].concat(),
             "kind 9",
         ),
+        (
+            [
+                &[0u8, 4][..],
+                &request(&sum(), false, 0, 4, &ints(&[1]))[2..],
+            ]
+            .concat(),
+            "flags 0x4",
+        ),
     ];
     for (body, why) in cases {
         let mut w = Window::new();
