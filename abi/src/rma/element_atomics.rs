@@ -66,6 +66,11 @@ pub(super) unsafe fn apply_each(
     } else {
         AtomicWidth::W64
     };
+    if fetched.is_null() {
+        // SAFETY: the caller's contract.
+        unsafe { apply_unfetched(atomic, no_op, operand, at, n, bytes) };
+        return;
+    }
     let request = AtomicRequest {
         op: Some(atomic),
         width,
@@ -76,13 +81,138 @@ pub(super) unsafe fn apply_each(
         unsafe {
             let v = if no_op { 0 } else { word(operand, i, bytes) };
             let old = request.apply(at.add(i * bytes), v, 0);
-            if fetched.is_null() {
-                continue;
-            }
             let out = fetched.add(i * bytes);
             match width {
                 AtomicWidth::W32 => out.cast::<u32>().write_unaligned(old as u32),
                 AtomicWidth::W64 => out.cast::<u64>().write_unaligned(old),
+            }
+        }
+    }
+}
+
+/// [`apply_each`] without the previous values: each word changed by an atomic
+/// instruction that returns nothing (`lock xor` where a fetch would take a
+/// compare-and-swap loop).
+///
+/// # Safety
+///
+/// As [`apply_each`]'s.
+unsafe fn apply_unfetched(
+    atomic: AtomicOp,
+    no_op: bool,
+    operand: *const u8,
+    at: *mut u8,
+    n: usize,
+    bytes: usize,
+) {
+    use std::sync::atomic::Ordering::AcqRel;
+    if no_op {
+        // A read that nobody reads: nothing to change.
+        return;
+    }
+    macro_rules! each {
+        ($atomic:ty, $int:ty) => {
+            for i in 0..n {
+                // SAFETY: the caller's contract: operand `i` is there; word `i` is
+                // aligned and reached only atomically.
+                let (w, v) = unsafe {
+                    (
+                        <$atomic>::from_ptr(at.cast::<$int>().add(i)),
+                        word(operand, i, bytes) as $int,
+                    )
+                };
+                match atomic {
+                    AtomicOp::Add => w.fetch_add(v, AcqRel),
+                    AtomicOp::And => w.fetch_and(v, AcqRel),
+                    AtomicOp::Or => w.fetch_or(v, AcqRel),
+                    AtomicOp::Xor => w.fetch_xor(v, AcqRel),
+                    AtomicOp::Swap => w.swap(v, AcqRel),
+                };
+            }
+        };
+    }
+    if bytes == 4 {
+        each!(std::sync::atomic::AtomicU32, u32);
+    } else {
+        each!(std::sync::atomic::AtomicU64, u64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Words in each test.
+    const N: usize = 5;
+
+    #[test]
+    fn each_operation_changes_every_word_alike_fetched_or_not() {
+        let ops = [
+            AtomicOp::Add,
+            AtomicOp::And,
+            AtomicOp::Or,
+            AtomicOp::Xor,
+            AtomicOp::Swap,
+        ];
+        for atomic in ops {
+            for bytes in [4usize, 8] {
+                let mask = if bytes == 4 { 0xffff_ffff } else { u64::MAX };
+                let start: Vec<u64> = (0..N as u64)
+                    .map(|i| (0x0f0f_1234_5678_9abc ^ i) & mask)
+                    .collect();
+                let operand: Vec<u64> = (0..N as u64)
+                    .map(|i| (0x3c3c_0000_ffff_0003 + i) & mask)
+                    .collect();
+                let bytes_of = |v: &[u64]| -> Vec<u8> {
+                    v.iter()
+                        .flat_map(|&x| x.to_ne_bytes()[..bytes].to_vec())
+                        .collect()
+                };
+                // 8-byte storage, so that the words are aligned whatever their size.
+                let mut words = [vec![0u64; N], vec![0u64; N]];
+                for w in &mut words {
+                    let b = bytes_of(&start);
+                    // SAFETY: `w` has room for `n` words of `bytes`.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(b.as_ptr(), w.as_mut_ptr().cast(), b.len())
+                    };
+                }
+                let mut fetched = vec![0u8; N * bytes];
+                let op = bytes_of(&operand);
+                // SAFETY: each buffer holds `n` aligned words of `bytes`.
+                unsafe {
+                    let [a, b] = &mut words;
+                    apply_each(
+                        atomic,
+                        false,
+                        op.as_ptr(),
+                        a.as_mut_ptr().cast(),
+                        N,
+                        bytes,
+                        fetched.as_mut_ptr(),
+                    );
+                    apply_each(
+                        atomic,
+                        false,
+                        op.as_ptr(),
+                        b.as_mut_ptr().cast(),
+                        N,
+                        bytes,
+                        std::ptr::null_mut(),
+                    );
+                }
+                assert_eq!(words[0], words[1], "{atomic:?}, {bytes} bytes");
+                assert_eq!(fetched, bytes_of(&start), "{atomic:?}, {bytes} bytes");
+                let want: Vec<u64> = start
+                    .iter()
+                    .zip(&operand)
+                    .map(|(&s, &o)| atomic.value(s, o) & mask)
+                    .collect();
+                // SAFETY: the words as bytes.
+                let got = unsafe {
+                    std::slice::from_raw_parts(words[0].as_ptr().cast::<u8>(), N * bytes)
+                };
+                assert_eq!(got, &bytes_of(&want)[..], "{atomic:?}, {bytes} bytes");
             }
         }
     }
