@@ -172,14 +172,14 @@ mod tests {
                 let mut words = [vec![0u64; N], vec![0u64; N]];
                 for w in &mut words {
                     let b = bytes_of(&start);
-                    // SAFETY: `w` has room for `n` words of `bytes`.
+                    // SAFETY: `w` has room for `N` words of `bytes`.
                     unsafe {
                         std::ptr::copy_nonoverlapping(b.as_ptr(), w.as_mut_ptr().cast(), b.len())
                     };
                 }
                 let mut fetched = vec![0u8; N * bytes];
                 let op = bytes_of(&operand);
-                // SAFETY: each buffer holds `n` aligned words of `bytes`.
+                // SAFETY: each buffer holds `N` aligned words of `bytes`.
                 unsafe {
                     let [a, b] = &mut words;
                     apply_each(

@@ -292,13 +292,12 @@ unsafe fn apply_range(
         _ => None,
     };
     if let Some(atomic) = atomic {
-        let fetched = match p.fetch {
-            true => {
-                let start = answer.len();
-                answer.resize(start + n * psize, 0);
-                answer[start..].as_mut_ptr()
-            }
-            false => std::ptr::null_mut(),
+        let fetched = if p.fetch {
+            let start = answer.len();
+            answer.resize(start + n * psize, 0);
+            answer[start..].as_mut_ptr()
+        } else {
+            std::ptr::null_mut()
         };
         // SAFETY: the caller's contract: `n` aligned words (every process reaches
         // them only atomically), `n` operands; `fetched` has room for `n`.
