@@ -1113,7 +1113,7 @@ static void test_long_integer_accumulates(int allocate) {
 
 static void test_exclusive_accumulates(int allocate) {
   static int user[INTN], ones[INTN], old[INTN];
-  static long long bits[INTN], seen[INTN];
+  static long long bits[INTN / 2], seen[INTN / 2];
   int *mem = user;
   MPI_Win win;
   if (allocate)
@@ -1124,7 +1124,7 @@ static void test_exclusive_accumulates(int allocate) {
     mem[i] = 0, ones[i] = 1;
   OK(MPI_Barrier(MPI_COMM_WORLD));
   const char *how = allocate ? "allocated" : "created";
-  long long fetched[64] = {0}, all[64];
+  long long *fetched = calloc(size, sizeof *fetched), *all = calloc(size, sizeof *all);
   int torn = -1;
   for (int k = 0; k < LONG_TIMES; k++)
     for (int t = 0; t < size; t++) {
@@ -1144,6 +1144,8 @@ static void test_exclusive_accumulates(int allocate) {
   for (int t = 0; t < size; t++)
     CHECK(all[t] == n * (n - 1) / 2, "%s: member %d's fetched counts sum to %lld", how, t,
           all[t]);
+  free(fetched);
+  free(all);
   OK(MPI_Barrier(MPI_COMM_WORLD));
   for (int i = 0; i < INTN; i++)
     if (mem[i] != n) {
