@@ -67,8 +67,36 @@ pub(super) unsafe fn apply_each(
         AtomicWidth::W64
     };
     if fetched.is_null() {
-        // SAFETY: the caller's contract.
-        unsafe { apply_unfetched(atomic, no_op, operand, at, n, bytes) };
+        // Without the previous values: each word changed by an atomic instruction
+        // that returns nothing (`lock xor` where a fetch takes a compare-and-swap
+        // loop); a read that nobody reads (`no_op`) changes nothing.
+        use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::AcqRel};
+        macro_rules! each {
+            ($atomic:ty, $int:ty) => {
+                for i in 0..n {
+                    // SAFETY: the caller's contract: operand `i` is there; word `i`
+                    // is aligned and reached only atomically.
+                    let (w, v) = unsafe {
+                        (
+                            <$atomic>::from_ptr(at.cast::<$int>().add(i)),
+                            word(operand, i, bytes) as $int,
+                        )
+                    };
+                    match atomic {
+                        AtomicOp::Add => w.fetch_add(v, AcqRel),
+                        AtomicOp::And => w.fetch_and(v, AcqRel),
+                        AtomicOp::Or => w.fetch_or(v, AcqRel),
+                        AtomicOp::Xor => w.fetch_xor(v, AcqRel),
+                        AtomicOp::Swap => w.swap(v, AcqRel),
+                    };
+                }
+            };
+        }
+        match (no_op, width) {
+            (true, _) => {}
+            (false, AtomicWidth::W32) => each!(AtomicU32, u32),
+            (false, AtomicWidth::W64) => each!(AtomicU64, u64),
+        }
         return;
     }
     let request = AtomicRequest {
@@ -87,54 +115,6 @@ pub(super) unsafe fn apply_each(
                 AtomicWidth::W64 => out.cast::<u64>().write_unaligned(old),
             }
         }
-    }
-}
-
-/// [`apply_each`] without the previous values: each word changed by an atomic
-/// instruction that returns nothing (`lock xor` where a fetch would take a
-/// compare-and-swap loop).
-///
-/// # Safety
-///
-/// As [`apply_each`]'s.
-unsafe fn apply_unfetched(
-    atomic: AtomicOp,
-    no_op: bool,
-    operand: *const u8,
-    at: *mut u8,
-    n: usize,
-    bytes: usize,
-) {
-    use std::sync::atomic::Ordering::AcqRel;
-    if no_op {
-        // A read that nobody reads: nothing to change.
-        return;
-    }
-    macro_rules! each {
-        ($atomic:ty, $int:ty) => {
-            for i in 0..n {
-                // SAFETY: the caller's contract: operand `i` is there; word `i` is
-                // aligned and reached only atomically.
-                let (w, v) = unsafe {
-                    (
-                        <$atomic>::from_ptr(at.cast::<$int>().add(i)),
-                        word(operand, i, bytes) as $int,
-                    )
-                };
-                match atomic {
-                    AtomicOp::Add => w.fetch_add(v, AcqRel),
-                    AtomicOp::And => w.fetch_and(v, AcqRel),
-                    AtomicOp::Or => w.fetch_or(v, AcqRel),
-                    AtomicOp::Xor => w.fetch_xor(v, AcqRel),
-                    AtomicOp::Swap => w.swap(v, AcqRel),
-                };
-            }
-        };
-    }
-    if bytes == 4 {
-        each!(std::sync::atomic::AtomicU32, u32);
-    } else {
-        each!(std::sync::atomic::AtomicU64, u64);
     }
 }
 

@@ -1115,13 +1115,11 @@ static void test_exclusive_accumulates(int allocate) {
   static int user[INTN], ones[INTN], old[INTN];
   static long long bits[INTN / 2], seen[INTN / 2];
   int *mem = user;
-  MPI_Win win;
-  if (allocate)
-    OK(MPI_Win_allocate(sizeof user, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win));
-  else
-    OK(MPI_Win_create(mem, sizeof user, sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+  MPI_Win win = int_window(allocate, &mem, INTN);
+  OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank, 0, win));
   for (int i = 0; i < INTN; i++)
     mem[i] = 0, ones[i] = 1;
+  OK(MPI_Win_unlock(rank, win));
   OK(MPI_Barrier(MPI_COMM_WORLD));
   const char *how = allocate ? "allocated" : "created";
   long long *fetched = calloc(size, sizeof *fetched), *all = calloc(size, sizeof *all);
