@@ -15,7 +15,7 @@ use super::crossing::{Chosen, Way};
 use super::direct;
 use super::element_atomics::{hardware, word};
 use super::lock_word::acquire;
-use super::ops::{mismatch, origin_target_binding, Access};
+use super::ops::{mismatch, origin_target_binding, Access, Runs};
 use super::shipped::{Kind, Ship};
 use super::{bad_win, ACC_WORD};
 use crate::coll::KeepOut;
@@ -84,14 +84,45 @@ impl Mpi {
         };
         // Atomics need each element aligned in the target's memory (a window made
         // over the user's memory may start anywhere).
-        let aligned = bytes > 0
-            && a.runs
-                .iter()
-                .all(|&(off, len)| (addr + off as u64) % bytes as u64 == 0 && len % bytes == 0);
+        let run_aligned = |&(off, len): &(usize, usize)| {
+            (addr + off as u64) % bytes as u64 == 0 && len % bytes == 0
+        };
+        let aligned = bytes > 0 && a.runs.iter().all(run_aligned);
         // Under an exclusive lock no other accumulate reaches the target meanwhile:
         // several elements are combined at once, as under the mutex, not each by an
         // atomic of its own.
-        let several_alone = a.bytes > bytes && self.win(win)?.sync.sole(a.member);
+        let several_alone = bytes > 0 && a.bytes > bytes && self.win(win)?.sync.sole(a.member);
+        if hardware(op, prim).is_some()
+            && bytes > 0
+            && !aligned
+            && !several_alone
+            && a.runs.iter().any(run_aligned)
+        {
+            // Some runs aligned, some not: each run its own way, in order, so that the
+            // aligned ones take the atomics, as any accumulate on their elements does
+            // (MPI asks each element to be atomic, not the whole access).
+            let mut at = 0;
+            for &(off, len) in a.runs.iter() {
+                let one = Access {
+                    runs: Runs::One([(off, len)]),
+                    bytes: len,
+                    region: a.region.clone(),
+                    ..*a
+                };
+                let fetched_here = if fetched.is_null() {
+                    fetched
+                } else {
+                    // SAFETY: the caller's contract: room for every run's bytes.
+                    unsafe { fetched.add(at) }
+                };
+                let origin = origin.wrapping_add(at);
+                // SAFETY: the caller's contract: the run's packed bytes lie at `at` (a
+                // null origin, `MPI_NO_OP`'s, stays unread).
+                unsafe { self.accumulate(win, &one, ty, origin, op, fetched_here) }?;
+                at += len;
+            }
+            return Ok(());
+        }
         let atomic = hardware(op, prim).filter(|_| aligned && !several_alone);
         // A target in shared memory, one run, no atomics: combined where it lies,
         // under the mutex.

@@ -2,8 +2,8 @@
 //! process maps (in a transport's shared heap on this node): a put or a get of
 //! contiguous data, copied at once; an accumulate of one basic kind, combined in
 //! place under the member's accumulate mutex, or of elements that transport
-//! atomics perform, by the processor's atomic on each (unless the member's lock is
-//! held exclusively: then under the mutex as well); a compare-and-swap, by the
+//! atomics perform, by the processor's atomic on each (several of them under an
+//! exclusive lock: under the mutex as well); a compare-and-swap, by the
 //! processor's on one word, else under the mutex. Each does what the general path
 //! ([`super::ops`], [`super::atomics`]) would do, without building the access that
 //! path needs for every datatype and transport; each does nothing and says so for
@@ -134,14 +134,17 @@ pub(super) unsafe fn accumulate(
         let Some(into) = p.mem.direct_range(at, len) else {
             return false;
         };
+        // Aligned where the member's process has them (the general path's test, so
+        // that both ways take the atomics on the same elements); so here too, as
+        // mappings begin on a page.
         if (p.mem.addr() + at as u64) % size as u64 != 0 {
             // Not aligned: the general path takes the mutex.
             return false;
         }
         // SAFETY: `into` holds the target's `len` bytes (checked inside its
-        // mapping), aligned elements that every process reaches only atomically;
-        // the caller's contract: the origin holds them (unless `MPI_NO_OP`), the
-        // result has room for them.
+        // mapping), aligned elements that other processes reach meanwhile only
+        // atomically (no exclusive lock is held here); the caller's contract: the
+        // origin holds them (unless `MPI_NO_OP`), the result has room for them.
         unsafe {
             apply_each(
                 atomic,

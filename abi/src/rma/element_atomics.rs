@@ -49,9 +49,10 @@ pub(super) unsafe fn word(p: *const u8, i: usize, bytes: usize) -> u64 {
 ///
 /// # Safety
 ///
-/// `at` holds `n` words aligned to `bytes`, which every process reaches only
-/// atomically; `operand` holds `n` unless `no_op`; `fetched` is null or has room
-/// for `n`.
+/// `at` holds `n` words aligned to `bytes`, which other processes reach meanwhile
+/// only atomically (a holder of the member's exclusive lock combines them without
+/// atomics, never while others reach them); `operand` holds `n` unless `no_op`;
+/// `fetched` is null or has room for `n`.
 pub(super) unsafe fn apply_each(
     atomic: AtomicOp,
     no_op: bool,

@@ -299,8 +299,9 @@ unsafe fn apply_range(
         } else {
             std::ptr::null_mut()
         };
-        // SAFETY: the caller's contract: `n` aligned words (every process reaches
-        // them only atomically), `n` operands; `fetched` has room for `n`.
+        // SAFETY: the caller's contract: `n` aligned words (other processes reach
+        // them meanwhile only atomically: the origin holds no exclusive lock), `n`
+        // operands; `fetched` has room for `n`.
         unsafe {
             apply_each(
                 atomic,

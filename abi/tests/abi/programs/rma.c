@@ -17,7 +17,8 @@
  * Fetch_and_op, Compare_and_swap;
  * a window whose base is not 8-byte aligned; and every rank incrementing the same
  * elements of rank 0's window 1000 times at once (int, long long, char modulo
- * 256, double), whose totals must be exact, and 16 KiB get-accumulates mixed with
+ * 256, double), whose totals must be exact, and through a type of aligned and
+ * misaligned ints beside single fetch-and-adds; 16 KiB get-accumulates mixed with
  * short accumulates on rank 0's window; a get-accumulate of 5000 ints; long
  * accumulates under exclusive locks, taken and asserted (MPI_MODE_NOCHECK). Dynamic
  * windows: regions attached, reached by address with every kind of operation under
@@ -989,6 +990,54 @@ static void test_concurrency(int allocate) {
   OK(MPI_Win_free(&win));
 }
 
+/* --- Concurrent integer accumulates through a type of aligned and misaligned
+ * runs (64 ints from displacement 0, one at byte 258), mixed with single
+ * fetch-and-adds on element 0: every rank at once, exact totals (the aligned
+ * run's elements take the atomics, as the single ones do). --- */
+
+#define MIXED 64
+
+static void test_mixed_alignment(int allocate) {
+  static int user[MIXED + 2], ones[MIXED + 1];
+  int *mem = user;
+  MPI_Win win = int_window(allocate, &mem, MIXED + 2);
+  OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank, 0, win));
+  memset(mem, 0, sizeof user);
+  OK(MPI_Win_unlock(rank, win));
+  for (int i = 0; i <= MIXED; i++)
+    ones[i] = 1;
+  int lens[2] = {MIXED, 1};
+  MPI_Aint displs[2] = {0, MIXED * sizeof(int) + 2};
+  MPI_Datatype mixed;
+  OK(MPI_Type_create_hindexed(2, lens, displs, MPI_INT, &mixed));
+  OK(MPI_Type_commit(&mixed));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  int one = 1, was;
+  OK(MPI_Win_lock_all(0, win));
+  for (int k = 0; k < TIMES; k++) {
+    OK(MPI_Accumulate(ones, MIXED + 1, MPI_INT, 0, 0, 1, mixed, MPI_SUM, win));
+    OK(MPI_Fetch_and_op(&one, &was, MPI_INT, 0, 0, MPI_SUM, win));
+  }
+  OK(MPI_Win_unlock_all(win));
+  OK(MPI_Barrier(MPI_COMM_WORLD));
+  int seen[MIXED + 2];
+  OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win));
+  OK(MPI_Get(seen, sizeof seen, MPI_BYTE, 0, 0, sizeof seen, MPI_BYTE, win));
+  OK(MPI_Win_unlock(0, win));
+  const char *how = allocate ? "allocated" : "created";
+  int total = TIMES * size, odd;
+  memcpy(&odd, (char *)seen + displs[1], sizeof odd);
+  CHECK(seen[0] == 2 * total, "%s: element 0 is %d, not %d", how, seen[0], 2 * total);
+  for (int i = 1; i < MIXED; i++)
+    if (seen[i] != total) {
+      CHECK(0, "%s: element %d is %d, not %d", how, i, seen[i], total);
+      break;
+    }
+  CHECK(odd == total, "%s: the misaligned element is %d, not %d", how, odd, total);
+  OK(MPI_Type_free(&mixed));
+  OK(MPI_Win_free(&win));
+}
+
 /* --- Long accumulates: 16 KiB at once (read, combined and written back from the
  * origin where the transport reaches the target's memory without its process,
  * shipped elsewhere), mixed with short ones (shipped) on an element they share. Then
@@ -1375,6 +1424,7 @@ int main(int argc, char **argv) {
     test_fence(allocate);
     test_passive(allocate);
     test_concurrency(allocate);
+    test_mixed_alignment(allocate);
     test_long_accumulates(allocate, LONGN);
     test_long_accumulates(allocate, 128);
     test_long_integer_accumulates(allocate);
