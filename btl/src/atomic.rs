@@ -43,12 +43,17 @@ macro_rules! fetch_op {
 }
 
 impl AtomicOp {
-    /// Apply the operation to `word`; the previous value.
+    /// Apply the operation to `word`; the previous value (inlined, so that a caller
+    /// that drops it gets the instruction that returns nothing, `lock xor`, not a
+    /// compare-and-swap loop).
+    #[inline]
     pub fn apply(self, word: &AtomicU64, operand: u64) -> u64 {
         fetch_op!(self, word, operand)
     }
 
-    /// Apply the operation to the 32-bit `word`; the previous value.
+    /// Apply the operation to the 32-bit `word`; the previous value (inlined, as
+    /// [`AtomicOp::apply`]).
+    #[inline]
     pub fn apply32(self, word: &AtomicU32, operand: u32) -> u32 {
         fetch_op!(self, word, operand)
     }

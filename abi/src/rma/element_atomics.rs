@@ -71,32 +71,25 @@ pub(super) unsafe fn apply_each(
         // Without the previous values: each word changed by an atomic instruction
         // that returns nothing (`lock xor` where a fetch takes a compare-and-swap
         // loop); a read that nobody reads (`no_op`) changes nothing.
-        use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::AcqRel};
-        macro_rules! each {
-            ($atomic:ty, $int:ty) => {
-                for i in 0..n {
-                    // SAFETY: the caller's contract: operand `i` is there; word `i`
-                    // is aligned and reached only atomically.
-                    let (w, v) = unsafe {
-                        (
-                            <$atomic>::from_ptr(at.cast::<$int>().add(i)),
-                            word(operand, i, bytes) as $int,
-                        )
-                    };
-                    match atomic {
-                        AtomicOp::Add => w.fetch_add(v, AcqRel),
-                        AtomicOp::And => w.fetch_and(v, AcqRel),
-                        AtomicOp::Or => w.fetch_or(v, AcqRel),
-                        AtomicOp::Xor => w.fetch_xor(v, AcqRel),
-                        AtomicOp::Swap => w.swap(v, AcqRel),
-                    };
-                }
-            };
+        use std::sync::atomic::{AtomicU32, AtomicU64};
+        if no_op {
+            return;
         }
-        match (no_op, width) {
-            (true, _) => {}
-            (false, AtomicWidth::W32) => each!(AtomicU32, u32),
-            (false, AtomicWidth::W64) => each!(AtomicU64, u64),
+        for i in 0..n {
+            // SAFETY: the caller's contract: operand `i` is there; word `i` is aligned
+            // and reached only atomically.
+            unsafe {
+                let v = word(operand, i, bytes);
+                // (The previous values dropped: nobody wants them.)
+                match width {
+                    AtomicWidth::W32 => {
+                        atomic.apply32(AtomicU32::from_ptr(at.cast::<u32>().add(i)), v as u32);
+                    }
+                    AtomicWidth::W64 => {
+                        atomic.apply(AtomicU64::from_ptr(at.cast::<u64>().add(i)), v);
+                    }
+                }
+            }
         }
         return;
     }
