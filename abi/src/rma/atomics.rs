@@ -92,12 +92,8 @@ impl Mpi {
         // several elements are combined at once, as under the mutex, not each by an
         // atomic of its own.
         let several_alone = bytes > 0 && a.bytes > bytes && self.win(win)?.sync.sole(a.member);
-        if hardware(op, prim).is_some()
-            && bytes > 0
-            && !aligned
-            && !several_alone
-            && a.runs.iter().any(run_aligned)
-        {
+        let hw = hardware(op, prim);
+        if hw.is_some() && !aligned && !several_alone && a.runs.iter().any(run_aligned) {
             // Some runs aligned, some not: each run its own way, in order, so that the
             // aligned ones take the atomics, as any accumulate on their elements does
             // (MPI asks each element to be atomic, not the whole access).
@@ -123,7 +119,7 @@ impl Mpi {
             }
             return Ok(());
         }
-        let atomic = hardware(op, prim).filter(|_| aligned && !several_alone);
+        let atomic = hw.filter(|_| aligned && !several_alone);
         // A target in shared memory, one run, no atomics: combined where it lies,
         // under the mutex.
         if let (Some(at), None) = (direct, atomic) {
