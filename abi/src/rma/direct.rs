@@ -76,8 +76,8 @@ pub(super) unsafe fn put_get(
 }
 
 /// `MPI_Accumulate`, `MPI_Get_accumulate` or `MPI_Fetch_and_op` in one step:
-/// origin and target of the same type, of one basic kind without gaps, as many
-/// elements; a predefined operation on that kind; the result (when given)
+/// origin (unless `op` is `MPI_NO_OP`) and target of the same type, of one basic
+/// kind without gaps, as many elements; a predefined operation on that kind; the result (when given)
 /// contiguous, as many bytes; a member whose memory this process maps. An operation
 /// that a transport atomic performs takes the processor's atomic on each element,
 /// aligned where it lies (as the general path, so that the atomics and the mutex
@@ -100,7 +100,8 @@ pub(super) unsafe fn accumulate(
     op: Handle,
     win: Handle,
 ) -> bool {
-    if (otype, ocount) != (ttype, tcount) || !op::is_predefined(op) {
+    // (`MPI_NO_OP` ignores the origin's arguments, as the standard says.)
+    if (op != MPI_NO_OP && (otype, ocount) != (ttype, tcount)) || !op::is_predefined(op) {
         return false;
     }
     let Ok(t) = mpi.dtype(ttype) else {

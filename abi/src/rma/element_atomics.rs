@@ -8,6 +8,10 @@
 use crate::datatype::Prim;
 use crate::ffi::*;
 use rbtl::btl::{AtomicOp, AtomicRequest, AtomicWidth};
+use std::sync::atomic::{
+    AtomicU32, AtomicU64,
+    Ordering::{Acquire, Release},
+};
 
 /// The transport atomic that performs predefined `op` on an integer of 4 or 8
 /// bytes (`MPI_NO_OP`, a fetch, adds nothing); `None` when `op` or the type needs
@@ -43,9 +47,10 @@ pub(super) unsafe fn word(p: *const u8, i: usize, bytes: usize) -> u64 {
 }
 
 /// Apply `atomic` with each of the `n` words of `bytes` (4 or 8) at `operand` (none
-/// for `no_op`: an add of 0, as transports fetch) to the words at `at`, each with
-/// one atomic instruction of this processor (as transports do on memory they map);
-/// each word's previous value to `fetched`, when not null.
+/// for `no_op`, a fetch that adds nothing) to the words at `at`, each with one
+/// atomic instruction of this processor (as transports do on memory they map): a
+/// replacement whose previous values nobody wants, an atomic store; a `no_op`, an
+/// atomic load. Each word's previous value to `fetched`, when not null.
 ///
 /// # Safety
 ///
@@ -70,9 +75,15 @@ pub(super) unsafe fn apply_each(
     if fetched.is_null() {
         // Without the previous values: each word changed by an atomic instruction
         // that returns nothing (`lock xor` where a fetch takes a compare-and-swap
-        // loop); a read that nobody reads (`no_op`) changes nothing.
-        use std::sync::atomic::{AtomicU32, AtomicU64};
+        // loop; a replacement an atomic store, no locked instruction at all); a
+        // read that nobody reads (`no_op`) changes nothing.
         if no_op {
+            return;
+        }
+        if atomic == AtomicOp::Swap {
+            // SAFETY: the caller's contract: operand `i` is there; word `i` is
+            // aligned and reached only atomically.
+            unsafe { store_each(operand, at, n, width) };
             return;
         }
         for i in 0..n {
@@ -93,6 +104,13 @@ pub(super) unsafe fn apply_each(
         }
         return;
     }
+    if no_op {
+        // A fetch that changes nothing: each word read by an atomic load.
+        // SAFETY: the caller's contract: word `i` is aligned and reached atomically;
+        // result `i` has room.
+        unsafe { load_each(at, fetched, n, width) };
+        return;
+    }
     let request = AtomicRequest {
         op: Some(atomic),
         width,
@@ -107,6 +125,50 @@ pub(super) unsafe fn apply_each(
             match width {
                 AtomicWidth::W32 => out.cast::<u32>().write_unaligned(old as u32),
                 AtomicWidth::W64 => out.cast::<u64>().write_unaligned(old),
+            }
+        }
+    }
+}
+
+/// Store each of the `n` words of `width` at `operand` to the words at `at`, each
+/// with one atomic store: a replacement whose previous values nobody wants.
+///
+/// # Safety
+///
+/// As [`apply_each`]'s, without a result.
+unsafe fn store_each(operand: *const u8, at: *mut u8, n: usize, width: AtomicWidth) {
+    for i in 0..n {
+        // SAFETY: the caller's contract: operand `i` is there; word `i` is aligned
+        // and reached only atomically.
+        unsafe {
+            match width {
+                AtomicWidth::W32 => AtomicU32::from_ptr(at.cast::<u32>().add(i))
+                    .store(operand.cast::<u32>().add(i).read_unaligned(), Release),
+                AtomicWidth::W64 => AtomicU64::from_ptr(at.cast::<u64>().add(i))
+                    .store(operand.cast::<u64>().add(i).read_unaligned(), Release),
+            }
+        }
+    }
+}
+
+/// Read each of the `n` words of `width` at `at` into `fetched` with one atomic
+/// load: a fetch that changes nothing (`MPI_NO_OP`).
+///
+/// # Safety
+///
+/// As [`apply_each`]'s, without an operand; `fetched` has room for `n` words.
+unsafe fn load_each(at: *const u8, fetched: *mut u8, n: usize, width: AtomicWidth) {
+    for i in 0..n {
+        // SAFETY: the caller's contract: word `i` is aligned and reached only
+        // atomically; result `i` has room.
+        unsafe {
+            match width {
+                AtomicWidth::W32 => fetched.cast::<u32>().add(i).write_unaligned(
+                    AtomicU32::from_ptr(at.cast::<u32>().cast_mut().add(i)).load(Acquire),
+                ),
+                AtomicWidth::W64 => fetched.cast::<u64>().add(i).write_unaligned(
+                    AtomicU64::from_ptr(at.cast::<u64>().cast_mut().add(i)).load(Acquire),
+                ),
             }
         }
     }
@@ -188,6 +250,35 @@ mod tests {
                 };
                 assert_eq!(got, &bytes_of(&want)[..], "{atomic:?}, {bytes} bytes");
             }
+        }
+    }
+
+    #[test]
+    fn a_no_op_fetches_every_word_and_changes_none() {
+        for bytes in [4usize, 8] {
+            let mut words: Vec<u64> = (0..N as u64)
+                .map(|i| 0x0102_0304_0506_0708 * (i + 1))
+                .collect();
+            let before = words.clone();
+            let mut fetched = vec![0xeeu8; N * bytes];
+            // SAFETY: `words` holds `N` aligned words of `bytes`; `fetched` has room
+            // for them; a no-op reads no operand.
+            unsafe {
+                apply_each(
+                    AtomicOp::Add,
+                    true,
+                    std::ptr::null(),
+                    words.as_mut_ptr().cast(),
+                    N,
+                    bytes,
+                    fetched.as_mut_ptr(),
+                )
+            };
+            assert_eq!(words, before, "{bytes} bytes");
+            // SAFETY: the words as bytes.
+            let want =
+                unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), N * bytes) };
+            assert_eq!(fetched, want, "{bytes} bytes");
         }
     }
 }

@@ -1136,6 +1136,17 @@ static void test_long_integer_accumulates(int allocate) {
       break;
     }
   OK(MPI_Barrier(MPI_COMM_WORLD));
+  /* The same read once every accumulate is done sees every element's total. */
+  OK(MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, win));
+  OK(MPI_Get_accumulate(NULL, 0, MPI_INT, old, INTN, MPI_INT, 0, 0, INTN, MPI_INT, MPI_NO_OP,
+                        win));
+  OK(MPI_Win_unlock(0, win));
+  CHECK(old[0] == 2 * total, "%s: a read after the others saw %d at 0", how, old[0]);
+  for (int i = 1; i < INTN; i++)
+    if (old[i] != total) {
+      CHECK(0, "%s: a read after the others saw %d at %d, not %lld", how, old[i], i, total);
+      break;
+    }
   if (rank == 0) {
     CHECK(mem[0] == 2 * total, "%s: element 0 is %d, not %lld", how, mem[0], 2 * total);
     for (int i = 1; i < INTN; i++)
