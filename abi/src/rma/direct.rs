@@ -128,9 +128,18 @@ pub(super) unsafe fn accumulate(
     let origin = origin.cast::<u8>().wrapping_offset(t.lb);
     let atomic = hardware(op, Some(prim));
     let several = len != prim.size();
-    if let Some(atomic) = atomic.filter(|_| several && !held_alone(mpi, win, rank)) {
-        // Several elements that transport atomics perform: each by the processor's
-        // atomic, as the transport's own on memory mapped here.
+    // A read (`MPI_NO_OP`) or a replacement nobody fetches: an atomic load or store,
+    // no locked instruction, one element or several.
+    let plain = op == MPI_NO_OP || (op == MPI_REPLACE && fetched.is_null());
+    let each = if several {
+        !held_alone(mpi, win, rank)
+    } else {
+        plain
+    };
+    if let Some(atomic) = atomic.filter(|_| each) {
+        // Several elements that transport atomics perform (or one read or
+        // replaced): each by the processor's atomic, as the transport's own on
+        // memory mapped here.
         let size = prim.size();
         let Some(into) = p.mem.direct_range(at, len) else {
             return false;
@@ -144,7 +153,8 @@ pub(super) unsafe fn accumulate(
         }
         // SAFETY: `into` holds the target's `len` bytes (checked inside its
         // mapping), aligned elements that other processes reach meanwhile only
-        // atomically (no exclusive lock is held here); the caller's contract: the
+        // atomically (several only where no exclusive lock is held here, whose
+        // holder combines without atomics); the caller's contract: the
         // origin holds them (unless `MPI_NO_OP`), the result has room for them.
         unsafe {
             apply_each(

@@ -875,6 +875,11 @@ static void test_accumulate(void) {
   add = -3;
   OK(MPI_Fetch_and_op(&add, &old, MPI_LONG_LONG, right, AT(fetch[2]), MPI_REPLACE, win));
   CHECK(old == 1000 + right, "REPLACE fetched %lld", old);
+  add = 77 + right;
+  OK(MPI_Accumulate(&add, 1, MPI_LONG_LONG, right, AT(fetch[3]), 1, MPI_LONG_LONG, MPI_REPLACE,
+                    win));
+  OK(MPI_Fetch_and_op(NULL, &old, MPI_LONG_LONG, right, AT(fetch[3]), MPI_NO_OP, win));
+  CHECK(old == 77 + right, "one element replaced, then read: %lld", old);
   int imax[4] = {-5, 100000, -5, 100000}, iold[5] = {0, 0, -9, 0, 0};
   OK(MPI_Get_accumulate(imax, 4, MPI_INT, iold, 1, vec22, right, AT(i), 4, MPI_INT,
                         MPI_MAX, win)); /* fetched into iold[0, 1, 3, 4] */
