@@ -2,7 +2,8 @@
 //! ([`super::build`]), then run it to its end or hand it out as a request.
 
 use super::args::in_place;
-use super::{run_blocking, run_in_state, run_steps};
+use super::small_blocks::Blocks;
+use super::{run_blocking, run_in_state, run_steps, Schedule};
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -143,7 +144,52 @@ collective!(PMPI_Scatterv, PMPI_Iscatterv, PMPI_Scatterv_init,
     (sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle),
     |mpi| mpi.build_scatter(sendbuf, (0, sendcounts, displs), sendtype, (recvbuf, recvcount, recvtype), root, comm));
 
-collective!(PMPI_Allgather, PMPI_Iallgather, PMPI_Allgather_init,
+/// A blocking all-to-all or all-gather (`name`): without a schedule where `small`
+/// does it all, else by the one `build` makes.
+fn blocks_blocking(
+    name: &str,
+    args: Blocks,
+    small: unsafe fn(&mut Mpi, Blocks) -> Option<Result<()>>,
+    build: impl FnOnce(&mut Mpi) -> Result<Box<Schedule>>,
+) -> c_int {
+    run_steps(
+        name,
+        Object::Comm(args.6),
+        |mpi| {
+            // SAFETY: the binding's contract, as `small` asks it.
+            if let Some(done) = unsafe { small(mpi, args) } {
+                return done.map(|()| None);
+            }
+            build(mpi).map(Some)
+        },
+        false,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Allgather(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    comm: Handle,
+) -> c_int {
+    let args = (
+        sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+    );
+    blocks_blocking("MPI_Allgather", args, Mpi::allgather_small, |mpi| {
+        let send = (sendbuf, sendcount, sendtype);
+        // SAFETY: the binding's contract.
+        unsafe { mpi.build_allgather(send, recvbuf, (recvcount, null(), null()), recvtype, comm) }
+    })
+}
+
+nonblocking!(PMPI_Iallgather,
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, comm: Handle),
+    |mpi| mpi.build_allgather((sendbuf, sendcount, sendtype), recvbuf, (recvcount, null(), null()), recvtype, comm));
+persistent!(PMPI_Allgather_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, comm: Handle),
     |mpi| mpi.build_allgather((sendbuf, sendcount, sendtype), recvbuf, (recvcount, null(), null()), recvtype, comm));
 
@@ -151,7 +197,36 @@ collective!(PMPI_Allgatherv, PMPI_Iallgatherv, PMPI_Allgatherv_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: Handle, comm: Handle),
     |mpi| mpi.build_allgather((sendbuf, sendcount, sendtype), recvbuf, (0, recvcounts, displs), recvtype, comm));
 
-collective!(PMPI_Alltoall, PMPI_Ialltoall, PMPI_Alltoall_init,
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Alltoall(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    comm: Handle,
+) -> c_int {
+    let args = (
+        sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+    );
+    blocks_blocking("MPI_Alltoall", args, Mpi::alltoall_small, |mpi| {
+        let send = (sendbuf, (sendcount, null(), null()), &[sendtype][..]);
+        let recv = (recvbuf, (recvcount, null(), null()), &[recvtype][..]);
+        // SAFETY: the binding's contract.
+        unsafe { mpi.build_alltoall(send, recv, comm, false) }
+    })
+}
+
+nonblocking!(PMPI_Ialltoall,
+(sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, comm: Handle),
+|mpi| mpi.build_alltoall(
+    (sendbuf, (sendcount, null(), null()), &[sendtype]),
+    (recvbuf, (recvcount, null(), null()), &[recvtype]),
+    comm,
+    false,
+));
+persistent!(PMPI_Alltoall_init,
 (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, comm: Handle),
 |mpi| mpi.build_alltoall(
     (sendbuf, (sendcount, null(), null()), &[sendtype]),

@@ -456,7 +456,7 @@ fn doubling(s: &mut Schedule, m: &Members, blocks: &[(Loc, usize)]) {
 }
 
 /// Largest all-gather (in bytes, all blocks) done by recursive doubling.
-const DOUBLING_MAX: usize = 64 << 10;
+pub(super) const DOUBLING_MAX: usize = 64 << 10;
 
 /// Whether block `b` starts where block `a` ends, in the same buffer.
 fn same_buffer_next(a: (Loc, usize), b: (Loc, usize)) -> bool {
@@ -520,7 +520,7 @@ pub fn alltoallv(s: &mut Schedule, m: &Members, sends: &[(Loc, usize)], recvs: &
 }
 
 /// Largest all-to-all (bytes this member sends) posted in one round.
-const ALL_AT_ONCE_MAX: usize = 256 << 10;
+pub(super) const ALL_AT_ONCE_MAX: usize = 256 << 10;
 
 /// Equal blocks of `len` bytes one after the other from `at`.
 pub fn blocks(at: Loc, len: usize, n: u32) -> Vec<(Loc, usize)> {

@@ -21,6 +21,7 @@ pub mod persistent;
 pub mod reduce;
 pub mod schedule;
 pub mod small;
+pub mod small_blocks;
 
 pub use inter::Sides;
 pub use schedule::{transfers_started, Loc, Local, Schedule, Xfer};

@@ -126,7 +126,7 @@ pub unsafe fn allreduce(args: Allreduce) -> Option<c_int> {
 impl Mpi {
     /// The context and tag of a collective on `comm` run without a schedule, taken
     /// only where no nonblocking collective is in flight (`None`: a schedule then).
-    fn begin_small(&mut self, comm: Handle) -> Option<(u32, i32)> {
+    pub(super) fn begin_small(&mut self, comm: Handle) -> Option<(u32, i32)> {
         if !self.waits_in_layer() {
             return None;
         }

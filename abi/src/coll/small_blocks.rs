@@ -1,0 +1,239 @@
+//! Small all-to-alls and all-gathers without a schedule, as [`super::small`] runs
+//! small reductions, broadcasts and barriers: on the message layer's blocking send
+//! and receive, with nothing built. Where no nonblocking collective is in flight,
+//! on an intracommunicator of at most [`MAX_MEMBERS`], both sides contiguous and of
+//! the same bytes, every message one eager message:
+//!
+//! * `MPI_Alltoall` (not in place), as [`super::basic::alltoallv`] posts it all at
+//!   once: each block sent, then each received;
+//! * `MPI_Allgather` of at most 64 KiB in all, by recursive doubling on a
+//!   power-of-two communicator, else around the ring, as
+//!   [`super::basic::allgatherv`] (unless the user chose the algorithm,
+//!   `msg_allgather_algorithm`: then its schedule).
+//!
+//! Each sends exactly the messages of its schedule (the same context, tag, peers,
+//! lengths and order per peer), so members that take different ways still meet.
+//! Anything else, errors included, is left to the schedule's builder (`None`).
+
+use super::args::in_place;
+use super::basic::{ALL_AT_ONCE_MAX, DOUBLING_MAX};
+use super::small::received;
+use crate::error::Result;
+use crate::ffi::*;
+use crate::p2p::check_count;
+use crate::state::Mpi;
+use rbtl::btl::{slice_at, slice_at_mut};
+use rbtl::msg::AllgatherAlgorithm;
+
+/// The most members of a communicator whose collectives run here.
+const MAX_MEMBERS: usize = 32;
+
+/// The arguments of `MPI_Alltoall` and `MPI_Allgather`: send buffer, count and type,
+/// receive buffer, count and type, communicator.
+pub type Blocks = (
+    *const c_void,
+    c_int,
+    Handle,
+    *mut c_void,
+    c_int,
+    Handle,
+    Handle,
+);
+
+/// What a member sends of the `len` bytes at `data` ([`super::small::told`]), as a
+/// slice.
+///
+/// # Safety
+///
+/// `data` holds `len` bytes while the slice is used.
+unsafe fn told<'a>(data: *const u8, len: usize, failing: bool) -> &'a [u8] {
+    let (p, n) = super::small::told(data, len, failing);
+    // SAFETY: the caller's contract (or `told`'s static byte).
+    unsafe { slice_at(p, n) }
+}
+
+/// The blocks' common facts: the start of the send side's (`None` in place) and the
+/// receive side's bytes, one block's bytes, the members and this one's rank.
+struct Layout {
+    send: Option<*const u8>,
+    recv: *mut u8,
+    len: usize,
+    n: u32,
+    me: u32,
+}
+
+impl Mpi {
+    /// The [`Layout`] of a small block exchange on `comm`, and each member's job
+    /// rank; `None` where the schedule runs it.
+    fn small_blocks(
+        &self,
+        (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm): Blocks,
+    ) -> Option<(Layout, [u32; MAX_MEMBERS])> {
+        let c = self.comm(comm).ok()?;
+        let (n, me) = (c.size(), c.rank);
+        if c.remote.is_some() || n < 2 || n as usize > MAX_MEMBERS || recvbuf.is_null() {
+            return None;
+        }
+        let rt = self.dtype(recvtype).ok()?;
+        let len = rt.bytes(check_count(recvcount).ok()?)?;
+        if !rt.contiguous || len == 0 {
+            return None;
+        }
+        let recv = recvbuf.cast::<u8>().wrapping_offset(rt.lb);
+        let send = match in_place(sendbuf) {
+            true => None,
+            false => {
+                let st = self.dtype(sendtype).ok()?;
+                if sendbuf.is_null() || !st.contiguous {
+                    return None;
+                }
+                if st.bytes(check_count(sendcount).ok()?)? != len {
+                    return None;
+                }
+                Some(sendbuf.cast::<u8>().wrapping_offset(st.lb))
+            }
+        };
+        let mut jobs = [0u32; MAX_MEMBERS];
+        for (v, j) in jobs[..n as usize].iter_mut().enumerate() {
+            *j = c.group.job_rank(v as u32)?;
+        }
+        Some((
+            Layout {
+                send,
+                recv,
+                len,
+                n,
+                me,
+            },
+            jobs,
+        ))
+    }
+
+    /// `MPI_Alltoall` without a schedule (see the module's documentation): `None`
+    /// where it does not apply.
+    ///
+    /// # Safety
+    ///
+    /// The binding's contract: the buffers hold a block for every member.
+    pub unsafe fn alltoall_small(&mut self, args: Blocks) -> Option<Result<()>> {
+        let (l, jobs) = self.small_blocks(args)?;
+        let (Some(send), n, me, len) = (l.send, l.n, l.me, l.len) else {
+            return None;
+        };
+        let total = len * n as usize;
+        // The schedule's one round (two members, or a short exchange).
+        if n > 2 && total > ALL_AT_ONCE_MAX {
+            return None;
+        }
+        // The buffers apart (the builder refuses one buffer on both sides).
+        let recv = l.recv.cast_const();
+        if send.wrapping_add(total) > recv && recv.wrapping_add(total) > send {
+            return None;
+        }
+        let fits = |j: u32| self.msg.eager_payload_to(j).is_some_and(|e| e >= len);
+        if !jobs[..n as usize].iter().all(|&j| fits(j)) {
+            return None;
+        }
+        let (ctx, tag) = self.begin_small(args.6)?;
+        let block = |i: u32| len * i as usize;
+        let mut mismatch = None;
+        let msg = &mut self.msg;
+        let mut done = (|| -> Result<()> {
+            for k in 1..n {
+                let to = (me + k) % n;
+                // SAFETY: the caller's contract: block `to` of the send side. (Sent
+                // before anything is received: no mismatch to tell yet.)
+                let data = unsafe { slice_at(send.add(block(to)), len) };
+                msg.send_in(ctx, data, jobs[to as usize], tag)?;
+            }
+            for k in 1..n {
+                let from = (me + n - k) % n;
+                // SAFETY: the caller's contract: room for block `from`.
+                let into = unsafe { slice_at_mut(l.recv.add(block(from)), len) };
+                let r = msg.recv_in(ctx, into, Some(jobs[from as usize]), Some(tag));
+                received(r, len, "MPI_Alltoall", &mut mismatch)?;
+            }
+            // SAFETY: the caller's contract: this member's block on both sides, apart.
+            unsafe { std::ptr::copy(send.add(block(me)), l.recv.add(block(me)), len) };
+            Ok(())
+        })();
+        if let (Ok(()), Some(e)) = (&done, mismatch) {
+            done = Err(e);
+        }
+        Some(done)
+    }
+
+    /// `MPI_Allgather` without a schedule (see the module's documentation): `None`
+    /// where it does not apply.
+    ///
+    /// # Safety
+    ///
+    /// The binding's contract: the send buffer holds a block (unless in place), the
+    /// receive buffer a block for every member.
+    pub unsafe fn allgather_small(&mut self, args: Blocks) -> Option<Result<()>> {
+        if self.msg.coll_algorithms().allgather != AllgatherAlgorithm::Auto {
+            return None;
+        }
+        let (l, jobs) = self.small_blocks(args)?;
+        let (n, me, len, recv) = (l.n, l.me, l.len, l.recv);
+        let total = len * n as usize;
+        if total > DOUBLING_MAX {
+            return None;
+        }
+        let own = recv.wrapping_add(len * me as usize);
+        if let Some(send) = l.send {
+            // The buffers apart (the builder refuses them otherwise).
+            let whole = recv.cast_const();
+            if send.wrapping_add(len) > whole && whole.wrapping_add(total) > send {
+                return None;
+            }
+        }
+        let doubling = n.is_power_of_two();
+        // Every message one eager message: the ring's one block, the doubling's
+        // half of them at most.
+        let longest = if doubling { total / 2 } else { len };
+        let fits = |j: u32| self.msg.eager_payload_to(j).is_some_and(|e| e >= longest);
+        if !jobs[..n as usize].iter().all(|&j| fits(j)) {
+            return None;
+        }
+        let (ctx, tag) = self.begin_small(args.6)?;
+        if let Some(send) = l.send {
+            // SAFETY: the caller's contract: a block on each side, apart.
+            unsafe { std::ptr::copy(send, own, len) };
+        }
+        let mut mismatch = None;
+        let msg = &mut self.msg;
+        // One round: `blocks` blocks from block `out` to `to`, then as many into
+        // block `inn` on from `from`.
+        let mut round = |out: u32, inn: u32, blocks: usize, to: u32, from: u32| -> Result<()> {
+            let bytes = len * blocks;
+            // SAFETY: the caller's contract: the receive buffer holds every block.
+            let data = unsafe { told(recv.add(len * out as usize), bytes, mismatch.is_some()) };
+            msg.send_in(ctx, data, jobs[to as usize], tag)?;
+            // SAFETY: as above.
+            let into = unsafe { slice_at_mut(recv.add(len * inn as usize), bytes) };
+            let r = msg.recv_in(ctx, into, Some(jobs[from as usize]), Some(tag));
+            received(r, bytes, "MPI_Allgather", &mut mismatch).map(drop)
+        };
+        let mut done = (|| -> Result<()> {
+            if doubling {
+                let mut k = 1;
+                while k < n {
+                    let mine = me & !(k - 1);
+                    round(mine, mine ^ k, k as usize, me ^ k, me ^ k)?;
+                    k <<= 1;
+                }
+            } else {
+                let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+                for step in 0..n - 1 {
+                    round((me + n - step) % n, (me + n - step - 1) % n, 1, right, left)?;
+                }
+            }
+            Ok(())
+        })();
+        if let (Ok(()), Some(e)) = (&done, mismatch) {
+            done = Err(e);
+        }
+        Some(done)
+    }
+}
