@@ -2,7 +2,7 @@
 //! ([`super::build`]), then run it to its end or hand it out as a request.
 
 use super::args::in_place;
-use super::small_blocks::Blocks;
+use super::small_blocks::{Blocks, Rooted};
 use super::{run_blocking, run_in_state, run_steps, Schedule};
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
@@ -128,7 +128,53 @@ reduction!(PMPI_Reduce_scatter_block, PMPI_Ireduce_scatter_block, PMPI_Reduce_sc
     mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm)
 });
 
-collective!(PMPI_Gather, PMPI_Igather, PMPI_Gather_init,
+/// A blocking gather or scatter (`name`): without a schedule where `small` does it
+/// all, else by the one `build` makes.
+fn rooted_blocking(
+    name: &str,
+    args: Rooted,
+    small: unsafe fn(&mut Mpi, Rooted) -> Option<Result<()>>,
+    build: impl FnOnce(&mut Mpi) -> Result<Box<Schedule>>,
+) -> c_int {
+    run_steps(
+        name,
+        Object::Comm(args.7),
+        |mpi| {
+            // SAFETY: the binding's contract, as `small` asks it.
+            if let Some(done) = unsafe { small(mpi, args) } {
+                return done.map(|()| None);
+            }
+            build(mpi).map(Some)
+        },
+        false,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Gather(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    root: c_int,
+    comm: Handle,
+) -> c_int {
+    let args = (
+        sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm,
+    );
+    rooted_blocking("MPI_Gather", args, Mpi::gather_small, |mpi| {
+        let (send, recv) = ((sendbuf, sendcount, sendtype), (recvcount, null(), null()));
+        // SAFETY: the binding's contract.
+        unsafe { mpi.build_gather(send, recvbuf, recv, recvtype, root, comm) }
+    })
+}
+
+nonblocking!(PMPI_Igather,
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle),
+    |mpi| mpi.build_gather((sendbuf, sendcount, sendtype), recvbuf, (recvcount, null(), null()), recvtype, root, comm));
+persistent!(PMPI_Gather_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle),
     |mpi| mpi.build_gather((sendbuf, sendcount, sendtype), recvbuf, (recvcount, null(), null()), recvtype, root, comm));
 
@@ -136,7 +182,31 @@ collective!(PMPI_Gatherv, PMPI_Igatherv, PMPI_Gatherv_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: Handle, root: c_int, comm: Handle),
     |mpi| mpi.build_gather((sendbuf, sendcount, sendtype), recvbuf, (0, recvcounts, displs), recvtype, root, comm));
 
-collective!(PMPI_Scatter, PMPI_Iscatter, PMPI_Scatter_init,
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Scatter(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    root: c_int,
+    comm: Handle,
+) -> c_int {
+    let args = (
+        sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm,
+    );
+    rooted_blocking("MPI_Scatter", args, Mpi::scatter_small, |mpi| {
+        let (send, recv) = ((sendcount, null(), null()), (recvbuf, recvcount, recvtype));
+        // SAFETY: the binding's contract.
+        unsafe { mpi.build_scatter(sendbuf, send, sendtype, recv, root, comm) }
+    })
+}
+
+nonblocking!(PMPI_Iscatter,
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle),
+    |mpi| mpi.build_scatter(sendbuf, (sendcount, null(), null()), sendtype, (recvbuf, recvcount, recvtype), root, comm));
+persistent!(PMPI_Scatter_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle),
     |mpi| mpi.build_scatter(sendbuf, (sendcount, null(), null()), sendtype, (recvbuf, recvcount, recvtype), root, comm));
 

@@ -9,7 +9,10 @@
 //! * `MPI_Allgather` of at most 64 KiB in all, by recursive doubling on a
 //!   power-of-two communicator, else around the ring, as
 //!   [`super::basic::allgatherv`] (unless the user chose the algorithm,
-//!   `msg_allgather_algorithm`: then its schedule).
+//!   `msg_allgather_algorithm`: then its schedule);
+//! * `MPI_Gather` and `MPI_Scatter`, the root receiving or sending each member's
+//!   block in the members' order, as [`super::basic::gatherv`] and
+//!   [`super::basic::scatterv`].
 //!
 //! Each sends exactly the messages of its schedule (the same context, tag, peers,
 //! lengths and order per peer), so members that take different ways still meet.
@@ -37,6 +40,19 @@ pub type Blocks = (
     *mut c_void,
     c_int,
     Handle,
+    Handle,
+);
+
+/// The arguments of `MPI_Gather` and `MPI_Scatter`: send buffer, count and type,
+/// receive buffer, count and type, root, communicator.
+pub type Rooted = (
+    *const c_void,
+    c_int,
+    Handle,
+    *mut c_void,
+    c_int,
+    Handle,
+    c_int,
     Handle,
 );
 
@@ -228,6 +244,137 @@ impl Mpi {
                 for step in 0..n - 1 {
                     round((me + n - step) % n, (me + n - step - 1) % n, 1, right, left)?;
                 }
+            }
+            Ok(())
+        })();
+        if let (Ok(()), Some(e)) = (&done, mismatch) {
+            done = Err(e);
+        }
+        Some(done)
+    }
+
+    /// `MPI_Gather` without a schedule (see the module's documentation): `None`
+    /// where it does not apply.
+    ///
+    /// # Safety
+    ///
+    /// The binding's contract: the send buffer holds a block (unless in place at the
+    /// root), the root's receive buffer a block for every member.
+    pub unsafe fn gather_small(&mut self, args: Rooted) -> Option<Result<()>> {
+        // SAFETY: the caller's contract.
+        unsafe { self.rooted_small(args, true) }
+    }
+
+    /// `MPI_Scatter` without a schedule (see the module's documentation): `None`
+    /// where it does not apply.
+    ///
+    /// # Safety
+    ///
+    /// The binding's contract: the root's send buffer holds a block for every
+    /// member, the receive buffer has room for one (unless in place at the root).
+    pub unsafe fn scatter_small(&mut self, args: Rooted) -> Option<Result<()>> {
+        // SAFETY: the caller's contract.
+        unsafe { self.rooted_small(args, false) }
+    }
+
+    /// [`Mpi::gather_small`] (`gather`) or [`Mpi::scatter_small`].
+    ///
+    /// # Safety
+    ///
+    /// As theirs.
+    unsafe fn rooted_small(
+        &mut self,
+        (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm): Rooted,
+        gather: bool,
+    ) -> Option<Result<()>> {
+        let c = self.comm(comm).ok()?;
+        let (n, me) = (c.size(), c.rank);
+        if c.remote.is_some() || n < 2 || n as usize > MAX_MEMBERS {
+            return None;
+        }
+        let root = u32::try_from(root).ok().filter(|&r| r < n)?;
+        // The side of a block for every member (significant at the root only) and the
+        // side of this member's block.
+        let recv = (recvbuf.cast_const(), recvcount, recvtype);
+        let send = (sendbuf, sendcount, sendtype);
+        let (many, one) = if gather { (recv, send) } else { (send, recv) };
+        // A side's bytes: where they start and one block's length, where contiguous.
+        let side = |(buf, count, ty): (*const c_void, c_int, Handle)| {
+            let t = self.dtype(ty).ok()?;
+            let len = t.bytes(check_count(count).ok()?)?;
+            let usable = t.contiguous && len > 0 && !buf.is_null() && !in_place(buf);
+            usable.then(|| (buf.cast::<u8>().wrapping_offset(t.lb), len))
+        };
+        let mut jobs = [0u32; MAX_MEMBERS];
+        for (v, j) in jobs[..n as usize].iter_mut().enumerate() {
+            *j = c.group.job_rank(v as u32)?;
+        }
+        let fits = |j: u32, len: usize| self.msg.eager_payload_to(j).is_some_and(|e| e >= len);
+        if me != root {
+            // This member's block to the root, or from it.
+            let (own, len) = side(one)?;
+            if gather && !fits(jobs[root as usize], len) {
+                return None;
+            }
+            let (ctx, tag) = self.begin_small(comm)?;
+            let from = jobs[root as usize];
+            let mut mismatch = None;
+            let msg = &mut self.msg;
+            let done = if gather {
+                // SAFETY: the caller's contract: the send buffer holds the block.
+                let data = unsafe { slice_at(own, len) };
+                msg.send_in(ctx, data, from, tag).map_err(Into::into)
+            } else {
+                // SAFETY: the caller's contract: room for the block.
+                let into = unsafe { slice_at_mut(own.cast_mut(), len) };
+                let r = msg.recv_in(ctx, into, Some(from), Some(tag));
+                received(r, len, "MPI_Scatter", &mut mismatch).map(drop)
+            };
+            return Some(done.and(mismatch.map_or(Ok(()), Err)));
+        }
+        let (base, len) = side(many)?;
+        let total = len * n as usize;
+        // This member's own block, unless in place.
+        let own = match in_place(one.0) {
+            true => None,
+            false => {
+                let (p, own_len) = side(one)?;
+                // The same length, and apart from the other side.
+                if own_len != len || (p.wrapping_add(len) > base && base.wrapping_add(total) > p) {
+                    return None;
+                }
+                Some(p)
+            }
+        };
+        let others = (0..n).filter(|&v| v != root);
+        if !gather && !others.clone().all(|v| fits(jobs[v as usize], len)) {
+            return None;
+        }
+        let (ctx, tag) = self.begin_small(comm)?;
+        let block = |v: u32| base.wrapping_add(len * v as usize);
+        let mut mismatch = None;
+        let msg = &mut self.msg;
+        let mut done = (|| -> Result<()> {
+            for v in others {
+                if gather {
+                    // SAFETY: the caller's contract: room for block `v`.
+                    let into = unsafe { slice_at_mut(block(v).cast_mut(), len) };
+                    let r = msg.recv_in(ctx, into, Some(jobs[v as usize]), Some(tag));
+                    received(r, len, "MPI_Gather", &mut mismatch)?;
+                } else {
+                    // SAFETY: the caller's contract: block `v` is there.
+                    let data = unsafe { slice_at(block(v), len) };
+                    msg.send_in(ctx, data, jobs[v as usize], tag)?;
+                }
+            }
+            if let Some(p) = own {
+                let (from, to) = if gather {
+                    (p, block(root))
+                } else {
+                    (block(root), p)
+                };
+                // SAFETY: the caller's contract: the block on both sides, apart.
+                unsafe { std::ptr::copy(from, to.cast_mut(), len) };
             }
             Ok(())
         })();

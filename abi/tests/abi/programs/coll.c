@@ -14,7 +14,8 @@
  * Alltoall(v,w), Reduce_scatter(_block), Scan, Exscan; types that are not
  * contiguous on either side; sub-communicators (a split by parity, the world
  * reversed); and the nonblocking forms, many in flight on one communicator,
- * completed in several orders; an MPI_Allreduce while one rank alone has a
+ * completed in several orders; an MPI_Allreduce, an MPI_Bcast, an MPI_Alltoall,
+ * an MPI_Allgather, an MPI_Gather and an MPI_Scatter while one rank alone has a
  * nonblocking collective in flight; blocking and nonblocking ones called in other
  * orders on the members; persistent collectives started three times,
  * their buffers read at each start. */
@@ -1236,6 +1237,38 @@ static void test_corners(void) {
   for (int i = 0; i < 4; i++)
     CHECK(b[i] == 500 + i, "MPI_Bcast beside an Ibarrier on rank 1: element %d is %d", i, b[i]);
   if (rank != 1)
+    OK(MPI_Ibarrier(dup, &r));
+  OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
+  OK(MPI_Comm_free(&dup));
+
+  /* An all-to-all, an all-gather, a gather and a scatter while rank 0 alone has a
+     nonblocking collective in flight: it runs their schedules, the others not. */
+  OK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
+  if (rank == 0)
+    OK(MPI_Ibarrier(dup, &r));
+  int sa[64], ra[64], ag[64], g[64], one[2] = {rank, -rank}, sc[2] = {-1, -1};
+  int last = size - 1;
+  if (size > 32)
+    MPI_Abort(MPI_COMM_WORLD, 2); /* (the arrays hold two ints for each of 32 ranks) */
+  for (int i = 0; i < 2 * size; i++)
+    sa[i] = 100 * rank + i, ra[i] = ag[i] = g[i] = -1;
+  OK(MPI_Alltoall(sa, 2, MPI_INT, ra, 2, MPI_INT, MPI_COMM_WORLD));
+  OK(MPI_Allgather(one, 2, MPI_INT, ag, 2, MPI_INT, MPI_COMM_WORLD));
+  OK(MPI_Gather(one, 2, MPI_INT, g, 2, MPI_INT, last, MPI_COMM_WORLD));
+  OK(MPI_Scatter(sa, 2, MPI_INT, sc, 2, MPI_INT, last, MPI_COMM_WORLD));
+  for (int q = 0; q < size; q++) {
+    CHECK(ra[2 * q] == 100 * q + 2 * rank && ra[2 * q + 1] == 100 * q + 2 * rank + 1,
+          "MPI_Alltoall beside an Ibarrier on rank 0: from %d %d %d", q, ra[2 * q],
+          ra[2 * q + 1]);
+    CHECK(ag[2 * q] == q && ag[2 * q + 1] == -q,
+          "MPI_Allgather beside an Ibarrier on rank 0: from %d %d %d", q, ag[2 * q],
+          ag[2 * q + 1]);
+    CHECK(rank != last || (g[2 * q] == q && g[2 * q + 1] == -q),
+          "MPI_Gather beside an Ibarrier on rank 0: from %d %d %d", q, g[2 * q], g[2 * q + 1]);
+  }
+  CHECK(sc[0] == 100 * last + 2 * rank && sc[1] == 100 * last + 2 * rank + 1,
+        "MPI_Scatter beside an Ibarrier on rank 0: %d %d", sc[0], sc[1]);
+  if (rank != 0)
     OK(MPI_Ibarrier(dup, &r));
   OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
   OK(MPI_Comm_free(&dup));
