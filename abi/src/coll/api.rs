@@ -59,7 +59,37 @@ persistent!(PMPI_Bcast_init,
     (buffer: *mut c_void, count: c_int, datatype: Handle, root: c_int, comm: Handle),
     |mpi| mpi.build_bcast(buffer, count, datatype, root, comm));
 
-reduction!(PMPI_Reduce, PMPI_Ireduce, PMPI_Reduce_init,
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Reduce(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    op: Handle,
+    root: c_int,
+    comm: Handle,
+) -> c_int {
+    run_steps(
+        "MPI_Reduce",
+        Object::Comm(comm),
+        |mpi| {
+            let args = (sendbuf, recvbuf, count, datatype, op, root, comm);
+            // SAFETY: the binding's contract.
+            if let Some(done) = unsafe { mpi.reduce_small(args) } {
+                return done.map(|()| None);
+            }
+            let bufs = (sendbuf, recvbuf);
+            // SAFETY: the binding's contract.
+            unsafe { mpi.build_reduce(bufs, count, datatype, op, root, comm) }.map(Some)
+        },
+        true,
+    )
+}
+
+nonblocking!(PMPI_Ireduce,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: Handle, op: Handle, root: c_int, comm: Handle),
+    |mpi| mpi.build_reduce((sendbuf, recvbuf), count, datatype, op, root, comm));
+persistent!(PMPI_Reduce_init,
     (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: Handle, op: Handle, root: c_int, comm: Handle),
     |mpi| mpi.build_reduce((sendbuf, recvbuf), count, datatype, op, root, comm));
 

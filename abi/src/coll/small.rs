@@ -10,7 +10,10 @@
 //! * `MPI_Bcast` of a contiguous type, one piece long: down the tree of
 //!   [`super::basic::bcast_tree`];
 //! * `MPI_Barrier` where it disseminates ([`super::basic::barrier`]: 2 members, or
-//!   more than gather at member 0).
+//!   more than gather at member 0);
+//! * `MPI_Reduce` of a contiguous predefined type with a predefined operation, on a
+//!   communicator of at most [`MAX_REDUCE_MEMBERS`]: down the binomial tree of
+//!   [`super::reduce::reduce`] to the root.
 //!
 //! Where the user chose the collective's algorithm (`msg_allreduce_algorithm`,
 //! `msg_bcast_algorithm`, `msg_barrier_algorithm`), it runs by its schedule.
@@ -98,6 +101,21 @@ pub type Allreduce = (*const c_void, *mut c_void, c_int, Handle, Handle, Handle)
 
 /// The arguments of `MPI_Bcast`: buffer, count, datatype, root, communicator.
 pub type Bcast = (*mut c_void, c_int, Handle, c_int, Handle);
+
+/// The arguments of `MPI_Reduce`: send and receive buffers, count, datatype,
+/// operation, root, communicator.
+pub type Reduce = (
+    *const c_void,
+    *mut c_void,
+    c_int,
+    Handle,
+    Handle,
+    c_int,
+    Handle,
+);
+
+/// The most members of a communicator whose reductions run here.
+const MAX_REDUCE_MEMBERS: u32 = 64;
 
 /// Run `MPI_Allreduce` without a schedule where that is the whole algorithm:
 /// `Some` with the call's code, or `None` (the caller builds a schedule).
@@ -352,5 +370,111 @@ impl Mpi {
             }
             mismatch.map_or(Ok(()), Err)
         })())
+    }
+
+    /// `MPI_Reduce` without a schedule (see the module's documentation): each
+    /// member receives its children's results in the tree's order, combining each
+    /// as `acc = received op acc`, then sends its own to its parent. `None` where it
+    /// does not apply (errors included: the schedule's builder reports them).
+    ///
+    /// # Safety
+    ///
+    /// The binding's contract: the buffers hold `count` elements of `ty` (the
+    /// receive buffer at the root only).
+    pub unsafe fn reduce_small(
+        &mut self,
+        (sendbuf, recvbuf, count, ty, op, root, comm): Reduce,
+    ) -> Option<Result<()>> {
+        if matches!(op, MPI_REPLACE | MPI_NO_OP) || !op::is_predefined(op) {
+            return None;
+        }
+        let n = check_count(count).ok()?;
+        let t = self.dtype(ty).ok()?;
+        let prim = t.prim?;
+        if !t.contiguous || !op::supports(op, prim) || n == 0 {
+            return None;
+        }
+        let (len, lb) = (t.bytes(n)?, t.lb);
+        let c = self.comm(comm).ok()?;
+        let (size, me) = (c.size(), c.rank);
+        if c.remote.is_some() || !(2..=MAX_REDUCE_MEMBERS).contains(&size) {
+            return None;
+        }
+        let root = u32::try_from(root).ok().filter(|&r| r < size)?;
+        let at_root = me == root;
+        if sendbuf.is_null() || (at_root && recvbuf.is_null()) || (!at_root && in_place(sendbuf)) {
+            return None;
+        }
+        if at_root && super::aliased::reduction(sendbuf, recvbuf, n, t).is_err() {
+            return None;
+        }
+        // The tree (a predefined operation commutes: rooted at the root), by job
+        // rank: the children in the order their results come, the parent.
+        let vr = (me + size - root) % size;
+        let job = |v: u32| c.group.job_rank((v + root) % size);
+        let (mut kids, mut k, mut parent) = ([0u32; MAX_ROUNDS], 0, None);
+        let mut mask = 1;
+        while mask < size {
+            if vr & mask != 0 {
+                parent = Some(job(vr - mask)?);
+                break;
+            }
+            if vr | mask < size {
+                kids[k] = job(vr | mask)?;
+                k += 1;
+            }
+            mask <<= 1;
+        }
+        let kids = &kids[..k];
+        let fits = |p: u32| self.msg.eager_payload_to(p).is_some_and(|e| e >= len);
+        if !parent.is_none_or(fits) {
+            return None;
+        }
+        let (ctx, tag) = self.begin_small(comm)?;
+        let own = match in_place(sendbuf) {
+            true => recvbuf.cast::<u8>().wrapping_offset(lb).cast_const(),
+            false => sendbuf.cast::<u8>().wrapping_offset(lb),
+        };
+        // A received result, then (at a member inside the tree) the accumulation;
+        // at the root the accumulation is the receive buffer.
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.resize(if at_root { len } else { 2 * len }, 0);
+        let tmp = buf.as_mut_ptr();
+        let acc = match (at_root, kids.is_empty()) {
+            (true, _) => recvbuf.cast::<u8>().wrapping_offset(lb),
+            // A leaf sends its operand as it is.
+            (false, true) => own.cast_mut(),
+            // SAFETY: `buf` holds `2 * len` bytes.
+            (false, false) => unsafe { tmp.add(len) },
+        };
+        if acc.cast_const() != own {
+            // SAFETY: the caller's contract: `own` holds the operand; `acc` has room
+            // for it (the receive buffer, apart from it, or `buf`).
+            unsafe { std::ptr::copy(own, acc, len) };
+        }
+        let mut mismatch = None;
+        let msg = &mut self.msg;
+        let mut done = (|| -> Result<()> {
+            for &from in kids {
+                // SAFETY: `buf` holds `len` bytes at `tmp`, used for this receive alone.
+                let into = unsafe { rbtl::btl::slice_at_mut(tmp, len) };
+                let r = msg.recv_in(ctx, into, Some(from), Some(tag));
+                let got = received(r, len, "MPI_Reduce", &mut mismatch)?;
+                // SAFETY: both hold `got / prim.size()` elements of `prim` (`got` <=
+                // `len`); `acc` is not `own` where this member has children.
+                unsafe { op::reduce_basic(op, prim, tmp, acc, got / prim.size()) }?;
+            }
+            if let Some(p) = parent {
+                // SAFETY: `acc` holds the `len` bytes (above).
+                let data = unsafe { rbtl::btl::slice_at(acc.cast_const(), len) };
+                msg.send_in(ctx, told_slice(data, mismatch.is_some()), p, tag)?;
+            }
+            Ok(())
+        })();
+        if let (Ok(()), Some(e)) = (&done, mismatch) {
+            done = Err(e);
+        }
+        self.scratch = buf;
+        Some(done)
     }
 }
