@@ -99,6 +99,38 @@ pub fn reduce(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc, root: u32) {
     }
 }
 
+/// Reduce-scatter pairwise, for an operation that commutes: in round k, this
+/// member sends its operand's block of the member k after it to that member and
+/// receives its own block's operand from the member k before it, which it combines
+/// into its own (`acc = received op acc`). `blocks` are this member's operand, one
+/// block per member (`mine` elements in its own), its own block becoming the result.
+pub fn reduce_scatter_pairwise(
+    s: &mut Schedule,
+    m: &Members,
+    c: &Combine,
+    blocks: &[(Loc, usize)],
+    mine: usize,
+) {
+    let (n, me) = (m.size, m.rank);
+    let (acc, len) = blocks[me as usize];
+    let tmp = s.scratch(len);
+    for k in 1..n {
+        let (to, from) = ((me + k) % n, (me + n - k) % n);
+        let r = s.round();
+        r.xfers.push(Xfer::Send {
+            from: blocks[to as usize].0,
+            len: blocks[to as usize].1,
+            to: m.job(to),
+        });
+        r.xfers.push(Xfer::Recv {
+            into: tmp,
+            len,
+            from: m.job(from),
+        });
+        r.then.push(c.local(tmp, acc, mine));
+    }
+}
+
 /// A round that sends `len` bytes at `from` to job rank `peer` and receives as many
 /// from it into `into`.
 pub(super) fn exchange(s: &mut Schedule, from: Loc, into: Loc, len: usize, peer: u32) -> Round<'_> {
