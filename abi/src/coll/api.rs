@@ -2,6 +2,7 @@
 //! ([`super::build`]), then run it to its end or hand it out as a request.
 
 use super::args::in_place;
+use super::small::ReduceScatter;
 use super::small_blocks::{Blocks, Rooted};
 use super::{run_blocking, run_in_state, run_steps, Schedule};
 use crate::entry::call;
@@ -144,14 +145,82 @@ pub unsafe fn scatter_counts(mpi: &Mpi, comm: Handle, counts: *const c_int) -> R
     counts.iter().map(|&c| check_count(c)).collect()
 }
 
-reduction!(PMPI_Reduce_scatter, PMPI_Ireduce_scatter, PMPI_Reduce_scatter_init,
+/// A blocking reduce-scatter (`name`): without a schedule where
+/// [`Mpi::reduce_scatter_small`] does it all, else by the one `build` makes.
+fn reduce_scatter_blocking(
+    name: &str,
+    args: ReduceScatter,
+    build: impl FnOnce(&mut Mpi) -> Result<Box<Schedule>>,
+) -> c_int {
+    run_steps(
+        name,
+        Object::Comm(args.6),
+        |mpi| {
+            // SAFETY: the binding's contract.
+            if let Some(done) = unsafe { mpi.reduce_scatter_small(args) } {
+                return done.map(|()| None);
+            }
+            build(mpi).map(Some)
+        },
+        true,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Reduce_scatter(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    datatype: Handle,
+    op: Handle,
+    comm: Handle,
+) -> c_int {
+    let args = (sendbuf, recvbuf, Some(recvcounts), 0, datatype, op, comm);
+    reduce_scatter_blocking("MPI_Reduce_scatter", args, |mpi| {
+        // SAFETY: the binding's contract.
+        let counts = unsafe { scatter_counts(mpi, comm, recvcounts) }?;
+        // SAFETY: the binding's contract.
+        unsafe { mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm) }
+    })
+}
+
+nonblocking!(PMPI_Ireduce_scatter,
+(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: Handle, op: Handle, comm: Handle),
+|mpi| {
+    let counts = scatter_counts(mpi, comm, recvcounts)?;
+    mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm)
+});
+persistent!(PMPI_Reduce_scatter_init,
 (sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: Handle, op: Handle, comm: Handle),
 |mpi| {
     let counts = scatter_counts(mpi, comm, recvcounts)?;
     mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm)
 });
 
-reduction!(PMPI_Reduce_scatter_block, PMPI_Ireduce_scatter_block, PMPI_Reduce_scatter_block_init,
+#[no_mangle]
+pub unsafe extern "C" fn PMPI_Reduce_scatter_block(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    datatype: Handle,
+    op: Handle,
+    comm: Handle,
+) -> c_int {
+    let args = (sendbuf, recvbuf, None, recvcount, datatype, op, comm);
+    reduce_scatter_blocking("MPI_Reduce_scatter_block", args, |mpi| {
+        let counts = vec![check_count(recvcount)?; mpi.comm(comm)?.size() as usize];
+        // SAFETY: the binding's contract.
+        unsafe { mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm) }
+    })
+}
+
+nonblocking!(PMPI_Ireduce_scatter_block,
+(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: Handle, op: Handle, comm: Handle),
+|mpi| {
+    let counts = vec![check_count(recvcount)?; mpi.comm(comm)?.size() as usize];
+    mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm)
+});
+persistent!(PMPI_Reduce_scatter_block_init,
 (sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: Handle, op: Handle, comm: Handle),
 |mpi| {
     let counts = vec![check_count(recvcount)?; mpi.comm(comm)?.size() as usize];

@@ -16,7 +16,7 @@ use rbtl::msg::BcastAlgorithm;
 
 /// The most members of a reduce-scatter run pairwise (n - 1 rounds; beyond, the
 /// reduce's log2 n rounds and the scatter's one).
-const PAIRWISE_REDUCE_SCATTER_MAX: u32 = 16;
+pub(super) const PAIRWISE_REDUCE_SCATTER_MAX: u32 = 16;
 
 impl Mpi {
     /// Operation `op`, checked to apply to type `ty`.

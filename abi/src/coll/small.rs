@@ -13,7 +13,9 @@
 //!   more than gather at member 0);
 //! * `MPI_Reduce` of a contiguous predefined type with a predefined operation, on a
 //!   communicator of at most [`MAX_REDUCE_MEMBERS`]: down the binomial tree of
-//!   [`super::reduce::reduce`] to the root.
+//!   [`super::reduce::reduce`] to the root;
+//! * `MPI_Reduce_scatter` and `MPI_Reduce_scatter_block` alike, where they run
+//!   pairwise ([`super::reduce::reduce_scatter_pairwise`]).
 //!
 //! Where the user chose the collective's algorithm (`msg_allreduce_algorithm`,
 //! `msg_bcast_algorithm`, `msg_barrier_algorithm`), it runs by its schedule.
@@ -111,6 +113,19 @@ pub type Reduce = (
     Handle,
     Handle,
     c_int,
+    Handle,
+);
+
+/// The arguments of `MPI_Reduce_scatter` (`Some` counts, one per member) or
+/// `MPI_Reduce_scatter_block` (`None`: the count, each): send and receive buffers,
+/// counts, count, datatype, operation, communicator.
+pub type ReduceScatter = (
+    *const c_void,
+    *mut c_void,
+    Option<*const c_int>,
+    c_int,
+    Handle,
+    Handle,
     Handle,
 );
 
@@ -475,6 +490,113 @@ impl Mpi {
             done = Err(e);
         }
         self.scratch = buf;
+        Some(done)
+    }
+
+    /// `MPI_Reduce_scatter` or `MPI_Reduce_scatter_block` without a schedule (see
+    /// the module's documentation): in round k, the block of the member k after this
+    /// one sent to it, then this member's block from the member k before it
+    /// received and combined into its own (`acc = received op acc`). `None` where it
+    /// does not apply (errors included).
+    ///
+    /// # Safety
+    ///
+    /// The binding's contract: the send buffer (the receive buffer in place) holds
+    /// every member's block; the receive buffer has room for this member's; `counts`,
+    /// when given, holds a count per member.
+    pub unsafe fn reduce_scatter_small(
+        &mut self,
+        (sendbuf, recvbuf, counts, count, ty, op, comm): ReduceScatter,
+    ) -> Option<Result<()>> {
+        if matches!(op, MPI_REPLACE | MPI_NO_OP) || !op::is_predefined(op) {
+            return None;
+        }
+        let t = self.dtype(ty).ok()?;
+        let prim = t.prim?;
+        if !t.contiguous || !op::supports(op, prim) || recvbuf.is_null() || sendbuf.is_null() {
+            return None;
+        }
+        let c = self.comm(comm).ok()?;
+        let (size, me) = (c.size(), c.rank);
+        if c.remote.is_some() || !(2..=super::build::PAIRWISE_REDUCE_SCATTER_MAX).contains(&size) {
+            return None;
+        }
+        // Each member's block: where it starts in the operand, its bytes.
+        let mut blocks = [(0usize, 0usize); MAX_ROUNDS];
+        let mut total = 0;
+        for (v, b) in blocks[..size as usize].iter_mut().enumerate() {
+            let k = match counts {
+                None => count,
+                Some(p) if p.is_null() => return None,
+                // SAFETY: the caller's contract: a count per member.
+                Some(p) => unsafe { *p.add(v) },
+            };
+            let len = t.bytes(check_count(k).ok()?)?;
+            *b = (total, len);
+            total += len;
+        }
+        let elements = total / t.size.max(1);
+        if !in_place(sendbuf) && super::aliased::reduction(sendbuf, recvbuf, elements, t).is_err() {
+            return None;
+        }
+        let mut jobs = [0u32; MAX_ROUNDS];
+        for (v, j) in jobs[..size as usize].iter_mut().enumerate() {
+            *j = c.group.job_rank(v as u32)?;
+            let fits = self
+                .msg
+                .eager_payload_to(*j)
+                .is_some_and(|e| e >= blocks[v].1);
+            if v as u32 != me && !fits {
+                return None;
+            }
+        }
+        let lb = t.lb;
+        let (ctx, tag) = self.begin_small(comm)?;
+        let out = recvbuf.cast::<u8>().wrapping_offset(lb);
+        let (off, len) = blocks[me as usize];
+        // The operand, and this member's block of it, the result's place until the end.
+        let (input, acc) = match in_place(sendbuf) {
+            true => (out.cast_const(), out.wrapping_add(off)),
+            false => {
+                let input = sendbuf.cast::<u8>().wrapping_offset(lb);
+                // SAFETY: the caller's contract: this member's block of the operand,
+                // room for it in the receive buffer, apart (checked above).
+                unsafe { std::ptr::copy(input.add(off), out, len) };
+                (input, out)
+            }
+        };
+        let mut tmp = std::mem::take(&mut self.scratch);
+        tmp.resize(len, 0);
+        let mut mismatch = None;
+        let msg = &mut self.msg;
+        let mut done = (|| -> Result<()> {
+            for k in 1..size {
+                let (to, from) = (
+                    ((me + k) % size) as usize,
+                    ((me + size - k) % size) as usize,
+                );
+                let (at, bytes) = blocks[to];
+                // SAFETY: the caller's contract: block `to` of the operand, which no
+                // round changes (only this member's block is combined into).
+                let data = unsafe { rbtl::btl::slice_at(input.add(at), bytes) };
+                msg.send_in(ctx, told_slice(data, mismatch.is_some()), jobs[to], tag)?;
+                let r = msg.recv_in(ctx, &mut tmp, Some(jobs[from]), Some(tag));
+                let got = received(r, len, "MPI_Reduce_scatter", &mut mismatch)?;
+                // SAFETY: both hold `got / prim.size()` elements of `prim` (`got` <=
+                // `len`), apart.
+                unsafe { op::reduce_basic(op, prim, tmp.as_ptr(), acc, got / prim.size()) }?;
+            }
+            if acc != out {
+                // SAFETY: in place: the result to the receive buffer's start, once
+                // every block has been sent.
+                unsafe { std::ptr::copy(acc, out, len) };
+            }
+            Ok(())
+        })();
+        if let (Ok(()), Some(e)) = (&done, mismatch) {
+            done = Err(e);
+        }
+        self.scratch = tmp;
         Some(done)
     }
 }

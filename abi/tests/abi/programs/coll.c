@@ -15,8 +15,9 @@
  * contiguous on either side; sub-communicators (a split by parity, the world
  * reversed); and the nonblocking forms, many in flight on one communicator,
  * completed in several orders; an MPI_Allreduce, an MPI_Bcast, an MPI_Alltoall,
- * an MPI_Allgather, an MPI_Gather, an MPI_Scatter and an MPI_Reduce while one rank
- * alone has a nonblocking collective in flight; blocking and nonblocking ones called in other
+ * an MPI_Allgather, an MPI_Gather, an MPI_Scatter, an MPI_Reduce and an
+ * MPI_Reduce_scatter_block while one rank alone has a nonblocking collective in
+ * flight; blocking and nonblocking ones called in other
  * orders on the members; persistent collectives started three times,
  * their buffers read at each start. */
 #include "check.h"
@@ -1241,9 +1242,9 @@ static void test_corners(void) {
   OK(MPI_Wait(&r, MPI_STATUS_IGNORE));
   OK(MPI_Comm_free(&dup));
 
-  /* An all-to-all, an all-gather, a gather, a scatter and a reduce while rank 0
-     alone has a nonblocking collective in flight: it runs their schedules, the
-     others not. */
+  /* An all-to-all, an all-gather, a gather, a scatter, a reduce and a
+     reduce-scatter while rank 0 alone has a nonblocking collective in flight: it
+     runs their schedules, the others not. */
   OK(MPI_Comm_dup(MPI_COMM_WORLD, &dup));
   if (rank == 0)
     OK(MPI_Ibarrier(dup, &r));
@@ -1261,6 +1262,11 @@ static void test_corners(void) {
   OK(MPI_Reduce(one, rd, 2, MPI_INT, MPI_SUM, last, MPI_COMM_WORLD));
   CHECK(rank != last || (rd[0] == tri && rd[1] == -tri),
         "MPI_Reduce beside an Ibarrier on rank 0: %d %d", rd[0], rd[1]);
+  int rs[2] = {-1, -1};
+  OK(MPI_Reduce_scatter_block(sa, rs, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  for (int j = 0; j < 2; j++)
+    CHECK(rs[j] == 100 * tri + size * (2 * rank + j),
+          "MPI_Reduce_scatter_block beside an Ibarrier on rank 0: element %d is %d", j, rs[j]);
   for (int q = 0; q < size; q++) {
     CHECK(ra[2 * q] == 100 * q + 2 * rank && ra[2 * q + 1] == 100 * q + 2 * rank + 1,
           "MPI_Alltoall beside an Ibarrier on rank 0: from %d %d %d", q, ra[2 * q],
