@@ -2,8 +2,8 @@
 //! ([`super::build`]), then run it to its end or hand it out as a request.
 
 use super::args::in_place;
-use super::small::ReduceScatter;
 use super::small_blocks::{Blocks, Rooted};
+use super::small_reduce::ReduceScatter;
 use super::{run_blocking, run_in_state, run_steps, Schedule};
 use crate::entry::call;
 use crate::error::{Error, Object, Result};

@@ -14,10 +14,6 @@ use crate::p2p::check_count;
 use crate::state::Mpi;
 use rbtl::msg::BcastAlgorithm;
 
-/// The most members of a reduce-scatter run pairwise (n - 1 rounds; beyond, the
-/// reduce's log2 n rounds and the scatter's one).
-pub(super) const PAIRWISE_REDUCE_SCATTER_MAX: u32 = 16;
-
 impl Mpi {
     /// Operation `op`, checked to apply to type `ty`.
     pub(super) fn reduction(&self, op: Handle, ty: Handle) -> Result<crate::op::Op> {
@@ -288,11 +284,8 @@ impl Mpi {
         Ok(s)
     }
 
-    /// `MPI_Reduce_scatter` (`counts` per member) and `MPI_Reduce_scatter_block`:
-    /// pairwise where the operation commutes, on communicators of up to
-    /// [`PAIRWISE_REDUCE_SCATTER_MAX`] members (each member combines its own block
-    /// from every other's, n - 1 rounds, as MPICH's pairwise reduce-scatter); else a
-    /// reduce to rank 0, then a scatter.
+    /// `MPI_Reduce_scatter` (`counts` per member) and `MPI_Reduce_scatter_block`
+    /// ([`reduce::reduce_scatter`]).
     ///
     /// # Safety
     ///
@@ -321,29 +314,9 @@ impl Mpi {
         let input = reduction_input(sendbuf, recvbuf);
         // SAFETY: the caller's contract.
         let (acc, _) = unsafe { args::input_copy(&mut s, input, total, t) }?;
-        let mut blocks = Vec::with_capacity(counts.len());
-        let mut off = 0;
-        for &k in counts {
-            blocks.push((acc.offset(off), k * t.size));
-            off += k * t.size;
-        }
-        let pairwise = c.op.commutative() && m.size <= PAIRWISE_REDUCE_SCATTER_MAX;
-        if pairwise {
-            reduce::reduce_scatter_pairwise(&mut s, &m, &c, &blocks, mine);
-        } else {
-            reduce::reduce(&mut s, &m, &c, acc, 0);
-        }
         // SAFETY: the caller's contract.
         let (out, olen, unpack) = unsafe { args::output(&mut s, recvbuf, mine, t) }?;
-        if pairwise {
-            s.round().then.push(Local::Copy {
-                from: blocks[m.rank as usize].0,
-                to: out,
-                len: olen,
-            });
-        } else {
-            basic::scatterv(&mut s, &m, &blocks, Some((out, olen)), 0);
-        }
+        reduce::reduce_scatter(&mut s, &m, &c, acc, counts, (out, olen));
         finish(&mut s, [unpack]);
         Ok(s)
     }

@@ -22,6 +22,7 @@ pub mod reduce;
 pub mod schedule;
 pub mod small;
 pub mod small_blocks;
+pub mod small_reduce;
 
 pub use inter::Sides;
 pub use schedule::{transfers_started, Loc, Local, Schedule, Xfer};

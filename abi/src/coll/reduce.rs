@@ -99,12 +99,49 @@ pub fn reduce(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc, root: u32) {
     }
 }
 
+/// The most members of a reduce-scatter run pairwise (n - 1 rounds; beyond, the
+/// reduce's log2 n rounds and the scatter's one).
+pub const PAIRWISE_REDUCE_SCATTER_MAX: u32 = 16;
+
+/// Reduce-scatter the operand at `acc` (`counts` elements for each member, in
+/// order) into `out` (this member's block, `olen` bytes): pairwise where the
+/// operation commutes, on up to [`PAIRWISE_REDUCE_SCATTER_MAX`] members (as
+/// MPICH's pairwise reduce-scatter: one round at two members, where a reduce and a
+/// scatter take two); else a reduce to member 0, then a scatter from it.
+pub fn reduce_scatter(
+    s: &mut Schedule,
+    m: &Members,
+    c: &Combine,
+    acc: Loc,
+    counts: &[usize],
+    (out, olen): (Loc, usize),
+) {
+    let mut blocks = Vec::with_capacity(counts.len());
+    let mut off = 0;
+    for &k in counts {
+        blocks.push((acc.offset(off), k * c.ty.size));
+        off += k * c.ty.size;
+    }
+    if !c.op.commutative() || m.size > PAIRWISE_REDUCE_SCATTER_MAX {
+        reduce(s, m, c, acc, 0);
+        super::basic::scatterv(s, m, &blocks, Some((out, olen)), 0);
+        return;
+    }
+    let me = m.rank as usize;
+    reduce_scatter_pairwise(s, m, c, &blocks, counts[me]);
+    s.round().then.push(Local::Copy {
+        from: blocks[me].0,
+        to: out,
+        len: olen,
+    });
+}
+
 /// Reduce-scatter pairwise, for an operation that commutes: in round k, this
 /// member sends its operand's block of the member k after it to that member and
 /// receives its own block's operand from the member k before it, which it combines
 /// into its own (`acc = received op acc`). `blocks` are this member's operand, one
 /// block per member (`mine` elements in its own), its own block becoming the result.
-pub fn reduce_scatter_pairwise(
+fn reduce_scatter_pairwise(
     s: &mut Schedule,
     m: &Members,
     c: &Combine,

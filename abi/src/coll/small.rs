@@ -10,12 +10,10 @@
 //! * `MPI_Bcast` of a contiguous type, one piece long: down the tree of
 //!   [`super::basic::bcast_tree`];
 //! * `MPI_Barrier` where it disseminates ([`super::basic::barrier`]: 2 members, or
-//!   more than gather at member 0);
-//! * `MPI_Reduce` of a contiguous predefined type with a predefined operation, on a
-//!   communicator of at most [`MAX_REDUCE_MEMBERS`]: down the binomial tree of
-//!   [`super::reduce::reduce`] to the root;
-//! * `MPI_Reduce_scatter` and `MPI_Reduce_scatter_block` alike, where they run
-//!   pairwise ([`super::reduce::reduce_scatter_pairwise`]).
+//!   more than gather at member 0).
+//!
+//! Reduces and reduce-scatters run so too ([`super::small_reduce`]), and all-to-alls,
+//! all-gathers, gathers and scatters ([`super::small_blocks`]).
 //!
 //! Where the user chose the collective's algorithm (`msg_allreduce_algorithm`,
 //! `msg_bcast_algorithm`, `msg_barrier_algorithm`), it runs by its schedule.
@@ -38,7 +36,7 @@ use crate::state::Mpi;
 use rbtl::msg::{AllreduceAlgorithm, BarrierAlgorithm, BcastAlgorithm};
 
 /// The most rounds (a communicator of up to 2^31 members).
-const MAX_ROUNDS: usize = 31;
+pub(super) const MAX_ROUNDS: usize = 31;
 
 /// An error unless a member's message of `got` bytes is the `len` this member's
 /// collective `name` has.
@@ -89,7 +87,7 @@ pub(super) fn told(data: *const u8, len: usize, failing: bool) -> (*const u8, us
 }
 
 /// [`told`] of a slice.
-fn told_slice(data: &[u8], failing: bool) -> &[u8] {
+pub(super) fn told_slice(data: &[u8], failing: bool) -> &[u8] {
     match (failing, data.len()) {
         (false, _) => data,
         (true, 0) => &[0],
@@ -103,34 +101,6 @@ pub type Allreduce = (*const c_void, *mut c_void, c_int, Handle, Handle, Handle)
 
 /// The arguments of `MPI_Bcast`: buffer, count, datatype, root, communicator.
 pub type Bcast = (*mut c_void, c_int, Handle, c_int, Handle);
-
-/// The arguments of `MPI_Reduce`: send and receive buffers, count, datatype,
-/// operation, root, communicator.
-pub type Reduce = (
-    *const c_void,
-    *mut c_void,
-    c_int,
-    Handle,
-    Handle,
-    c_int,
-    Handle,
-);
-
-/// The arguments of `MPI_Reduce_scatter` (`Some` counts, one per member) or
-/// `MPI_Reduce_scatter_block` (`None`: the count, each): send and receive buffers,
-/// counts, count, datatype, operation, communicator.
-pub type ReduceScatter = (
-    *const c_void,
-    *mut c_void,
-    Option<*const c_int>,
-    c_int,
-    Handle,
-    Handle,
-    Handle,
-);
-
-/// The most members of a communicator whose reductions run here.
-const MAX_REDUCE_MEMBERS: u32 = 64;
 
 /// Run `MPI_Allreduce` without a schedule where that is the whole algorithm:
 /// `Some` with the call's code, or `None` (the caller builds a schedule).
@@ -385,218 +355,5 @@ impl Mpi {
             }
             mismatch.map_or(Ok(()), Err)
         })())
-    }
-
-    /// `MPI_Reduce` without a schedule (see the module's documentation): each
-    /// member receives its children's results in the tree's order, combining each
-    /// as `acc = received op acc`, then sends its own to its parent. `None` where it
-    /// does not apply (errors included: the schedule's builder reports them).
-    ///
-    /// # Safety
-    ///
-    /// The binding's contract: the buffers hold `count` elements of `ty` (the
-    /// receive buffer at the root only).
-    pub unsafe fn reduce_small(
-        &mut self,
-        (sendbuf, recvbuf, count, ty, op, root, comm): Reduce,
-    ) -> Option<Result<()>> {
-        if matches!(op, MPI_REPLACE | MPI_NO_OP) || !op::is_predefined(op) {
-            return None;
-        }
-        let n = check_count(count).ok()?;
-        let t = self.dtype(ty).ok()?;
-        let prim = t.prim?;
-        if !t.contiguous || !op::supports(op, prim) || n == 0 {
-            return None;
-        }
-        let (len, lb) = (t.bytes(n)?, t.lb);
-        let c = self.comm(comm).ok()?;
-        let (size, me) = (c.size(), c.rank);
-        if c.remote.is_some() || !(2..=MAX_REDUCE_MEMBERS).contains(&size) {
-            return None;
-        }
-        let root = u32::try_from(root).ok().filter(|&r| r < size)?;
-        let at_root = me == root;
-        if sendbuf.is_null() || (at_root && recvbuf.is_null()) || (!at_root && in_place(sendbuf)) {
-            return None;
-        }
-        if at_root && super::aliased::reduction(sendbuf, recvbuf, n, t).is_err() {
-            return None;
-        }
-        // The tree (a predefined operation commutes: rooted at the root), by job
-        // rank: the children in the order their results come, the parent.
-        let vr = (me + size - root) % size;
-        let job = |v: u32| c.group.job_rank((v + root) % size);
-        let (mut kids, mut k, mut parent) = ([0u32; MAX_ROUNDS], 0, None);
-        let mut mask = 1;
-        while mask < size {
-            if vr & mask != 0 {
-                parent = Some(job(vr - mask)?);
-                break;
-            }
-            if vr | mask < size {
-                kids[k] = job(vr | mask)?;
-                k += 1;
-            }
-            mask <<= 1;
-        }
-        let kids = &kids[..k];
-        let fits = |p: u32| self.msg.eager_payload_to(p).is_some_and(|e| e >= len);
-        if !parent.is_none_or(fits) {
-            return None;
-        }
-        let (ctx, tag) = self.begin_small(comm)?;
-        let own = match in_place(sendbuf) {
-            true => recvbuf.cast::<u8>().wrapping_offset(lb).cast_const(),
-            false => sendbuf.cast::<u8>().wrapping_offset(lb),
-        };
-        // A received result, then (at a member inside the tree) the accumulation;
-        // at the root the accumulation is the receive buffer.
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.resize(if at_root { len } else { 2 * len }, 0);
-        let tmp = buf.as_mut_ptr();
-        let acc = match (at_root, kids.is_empty()) {
-            (true, _) => recvbuf.cast::<u8>().wrapping_offset(lb),
-            // A leaf sends its operand as it is.
-            (false, true) => own.cast_mut(),
-            // SAFETY: `buf` holds `2 * len` bytes.
-            (false, false) => unsafe { tmp.add(len) },
-        };
-        if acc.cast_const() != own {
-            // SAFETY: the caller's contract: `own` holds the operand; `acc` has room
-            // for it (the receive buffer, apart from it, or `buf`).
-            unsafe { std::ptr::copy(own, acc, len) };
-        }
-        let mut mismatch = None;
-        let msg = &mut self.msg;
-        let mut done = (|| -> Result<()> {
-            for &from in kids {
-                // SAFETY: `buf` holds `len` bytes at `tmp`, used for this receive alone.
-                let into = unsafe { rbtl::btl::slice_at_mut(tmp, len) };
-                let r = msg.recv_in(ctx, into, Some(from), Some(tag));
-                let got = received(r, len, "MPI_Reduce", &mut mismatch)?;
-                // SAFETY: both hold `got / prim.size()` elements of `prim` (`got` <=
-                // `len`); `acc` is not `own` where this member has children.
-                unsafe { op::reduce_basic(op, prim, tmp, acc, got / prim.size()) }?;
-            }
-            if let Some(p) = parent {
-                // SAFETY: `acc` holds the `len` bytes (above).
-                let data = unsafe { rbtl::btl::slice_at(acc.cast_const(), len) };
-                msg.send_in(ctx, told_slice(data, mismatch.is_some()), p, tag)?;
-            }
-            Ok(())
-        })();
-        if let (Ok(()), Some(e)) = (&done, mismatch) {
-            done = Err(e);
-        }
-        self.scratch = buf;
-        Some(done)
-    }
-
-    /// `MPI_Reduce_scatter` or `MPI_Reduce_scatter_block` without a schedule (see
-    /// the module's documentation): in round k, the block of the member k after this
-    /// one sent to it, then this member's block from the member k before it
-    /// received and combined into its own (`acc = received op acc`). `None` where it
-    /// does not apply (errors included).
-    ///
-    /// # Safety
-    ///
-    /// The binding's contract: the send buffer (the receive buffer in place) holds
-    /// every member's block; the receive buffer has room for this member's; `counts`,
-    /// when given, holds a count per member.
-    pub unsafe fn reduce_scatter_small(
-        &mut self,
-        (sendbuf, recvbuf, counts, count, ty, op, comm): ReduceScatter,
-    ) -> Option<Result<()>> {
-        if matches!(op, MPI_REPLACE | MPI_NO_OP) || !op::is_predefined(op) {
-            return None;
-        }
-        let t = self.dtype(ty).ok()?;
-        let prim = t.prim?;
-        if !t.contiguous || !op::supports(op, prim) || recvbuf.is_null() || sendbuf.is_null() {
-            return None;
-        }
-        let c = self.comm(comm).ok()?;
-        let (size, me) = (c.size(), c.rank);
-        if c.remote.is_some() || !(2..=super::build::PAIRWISE_REDUCE_SCATTER_MAX).contains(&size) {
-            return None;
-        }
-        // Each member's block: where it starts in the operand, its bytes.
-        let mut blocks = [(0usize, 0usize); MAX_ROUNDS];
-        let mut total = 0;
-        for (v, b) in blocks[..size as usize].iter_mut().enumerate() {
-            let k = match counts {
-                None => count,
-                Some(p) if p.is_null() => return None,
-                // SAFETY: the caller's contract: a count per member.
-                Some(p) => unsafe { *p.add(v) },
-            };
-            let len = t.bytes(check_count(k).ok()?)?;
-            *b = (total, len);
-            total += len;
-        }
-        let elements = total / t.size.max(1);
-        if !in_place(sendbuf) && super::aliased::reduction(sendbuf, recvbuf, elements, t).is_err() {
-            return None;
-        }
-        let mut jobs = [0u32; MAX_ROUNDS];
-        for (v, j) in jobs[..size as usize].iter_mut().enumerate() {
-            *j = c.group.job_rank(v as u32)?;
-            let fits = self
-                .msg
-                .eager_payload_to(*j)
-                .is_some_and(|e| e >= blocks[v].1);
-            if v as u32 != me && !fits {
-                return None;
-            }
-        }
-        let lb = t.lb;
-        let (ctx, tag) = self.begin_small(comm)?;
-        let out = recvbuf.cast::<u8>().wrapping_offset(lb);
-        let (off, len) = blocks[me as usize];
-        // The operand, and this member's block of it, the result's place until the end.
-        let (input, acc) = match in_place(sendbuf) {
-            true => (out.cast_const(), out.wrapping_add(off)),
-            false => {
-                let input = sendbuf.cast::<u8>().wrapping_offset(lb);
-                // SAFETY: the caller's contract: this member's block of the operand,
-                // room for it in the receive buffer, apart (checked above).
-                unsafe { std::ptr::copy(input.add(off), out, len) };
-                (input, out)
-            }
-        };
-        let mut tmp = std::mem::take(&mut self.scratch);
-        tmp.resize(len, 0);
-        let mut mismatch = None;
-        let msg = &mut self.msg;
-        let mut done = (|| -> Result<()> {
-            for k in 1..size {
-                let (to, from) = (
-                    ((me + k) % size) as usize,
-                    ((me + size - k) % size) as usize,
-                );
-                let (at, bytes) = blocks[to];
-                // SAFETY: the caller's contract: block `to` of the operand, which no
-                // round changes (only this member's block is combined into).
-                let data = unsafe { rbtl::btl::slice_at(input.add(at), bytes) };
-                msg.send_in(ctx, told_slice(data, mismatch.is_some()), jobs[to], tag)?;
-                let r = msg.recv_in(ctx, &mut tmp, Some(jobs[from]), Some(tag));
-                let got = received(r, len, "MPI_Reduce_scatter", &mut mismatch)?;
-                // SAFETY: both hold `got / prim.size()` elements of `prim` (`got` <=
-                // `len`), apart.
-                unsafe { op::reduce_basic(op, prim, tmp.as_ptr(), acc, got / prim.size()) }?;
-            }
-            if acc != out {
-                // SAFETY: in place: the result to the receive buffer's start, once
-                // every block has been sent.
-                unsafe { std::ptr::copy(acc, out, len) };
-            }
-            Ok(())
-        })();
-        if let (Ok(()), Some(e)) = (&done, mismatch) {
-            done = Err(e);
-        }
-        self.scratch = tmp;
-        Some(done)
     }
 }

@@ -1,7 +1,7 @@
-//! Small all-to-alls and all-gathers without a schedule, as [`super::small`] runs
-//! small reductions, broadcasts and barriers: on the message layer's blocking send
-//! and receive, with nothing built. Where no nonblocking collective is in flight,
-//! on an intracommunicator of at most [`MAX_MEMBERS`], both sides contiguous and of
+//! Small all-to-alls, all-gathers, gathers and scatters without a schedule, as
+//! [`super::small`] runs small all-reductions, broadcasts and barriers: on the
+//! message layer's blocking send and receive, with nothing built. Where no nonblocking collective is in flight,
+//! on an intracommunicator of at most 32 members, both sides contiguous and of
 //! the same bytes, every message one eager message:
 //!
 //! * `MPI_Alltoall` (not in place), as [`super::basic::alltoallv`] posts it all at
