@@ -2,9 +2,7 @@
 //! ([`super::build`]), then run it to its end or hand it out as a request.
 
 use super::args::in_place;
-use super::small_blocks::{Blocks, Rooted};
-use super::small_reduce::ReduceScatter;
-use super::{run_blocking, run_in_state, run_steps, Schedule};
+use super::{run_blocking, run_in_state, run_steps};
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -30,68 +28,14 @@ pub unsafe extern "C" fn PMPI_Barrier(comm: Handle) -> c_int {
 nonblocking!(PMPI_Ibarrier, (comm: Handle), |mpi| mpi.build_barrier(comm));
 persistent!(PMPI_Barrier_init, (comm: Handle), |mpi| mpi.build_barrier(comm));
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Bcast(
-    buffer: *mut c_void,
-    count: c_int,
-    datatype: Handle,
-    root: c_int,
-    comm: Handle,
-) -> c_int {
-    run_steps(
-        "MPI_Bcast",
-        Object::Comm(comm),
-        |mpi| {
-            // SAFETY: the binding's contract.
-            if let Some(done) = unsafe { mpi.bcast_small((buffer, count, datatype, root, comm)) } {
-                return done.map(|()| None);
-            }
-            // SAFETY: the binding's contract.
-            unsafe { mpi.build_bcast(buffer, count, datatype, root, comm) }.map(Some)
-        },
-        false,
-    )
-}
-
-nonblocking!(PMPI_Ibcast,
+collective_small!(PMPI_Bcast, PMPI_Ibcast, PMPI_Bcast_init,
     (buffer: *mut c_void, count: c_int, datatype: Handle, root: c_int, comm: Handle),
-    |mpi| mpi.build_bcast(buffer, count, datatype, root, comm));
-persistent!(PMPI_Bcast_init,
-    (buffer: *mut c_void, count: c_int, datatype: Handle, root: c_int, comm: Handle),
+    small(Mpi::bcast_small, (buffer, count, datatype, root, comm), false),
     |mpi| mpi.build_bcast(buffer, count, datatype, root, comm));
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Reduce(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
-    count: c_int,
-    datatype: Handle,
-    op: Handle,
-    root: c_int,
-    comm: Handle,
-) -> c_int {
-    run_steps(
-        "MPI_Reduce",
-        Object::Comm(comm),
-        |mpi| {
-            let args = (sendbuf, recvbuf, count, datatype, op, root, comm);
-            // SAFETY: the binding's contract.
-            if let Some(done) = unsafe { mpi.reduce_small(args) } {
-                return done.map(|()| None);
-            }
-            let bufs = (sendbuf, recvbuf);
-            // SAFETY: the binding's contract.
-            unsafe { mpi.build_reduce(bufs, count, datatype, op, root, comm) }.map(Some)
-        },
-        true,
-    )
-}
-
-nonblocking!(PMPI_Ireduce,
+collective_small!(PMPI_Reduce, PMPI_Ireduce, PMPI_Reduce_init,
     (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: Handle, op: Handle, root: c_int, comm: Handle),
-    |mpi| mpi.build_reduce((sendbuf, recvbuf), count, datatype, op, root, comm));
-persistent!(PMPI_Reduce_init,
-    (sendbuf: *const c_void, recvbuf: *mut c_void, count: c_int, datatype: Handle, op: Handle, root: c_int, comm: Handle),
+    small(Mpi::reduce_small, (sendbuf, recvbuf, count, datatype, op, root, comm), true),
     |mpi| mpi.build_reduce((sendbuf, recvbuf), count, datatype, op, root, comm));
 
 #[no_mangle]
@@ -145,259 +89,53 @@ pub unsafe fn scatter_counts(mpi: &Mpi, comm: Handle, counts: *const c_int) -> R
     counts.iter().map(|&c| check_count(c)).collect()
 }
 
-/// A blocking reduce-scatter (`name`): without a schedule where
-/// [`Mpi::reduce_scatter_small`] does it all, else by the one `build` makes.
-fn reduce_scatter_blocking(
-    name: &str,
-    args: ReduceScatter,
-    build: impl FnOnce(&mut Mpi) -> Result<Box<Schedule>>,
-) -> c_int {
-    run_steps(
-        name,
-        Object::Comm(args.6),
-        |mpi| {
-            // SAFETY: the binding's contract.
-            if let Some(done) = unsafe { mpi.reduce_scatter_small(args) } {
-                return done.map(|()| None);
-            }
-            build(mpi).map(Some)
-        },
-        true,
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Reduce_scatter(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
-    recvcounts: *const c_int,
-    datatype: Handle,
-    op: Handle,
-    comm: Handle,
-) -> c_int {
-    let args = (sendbuf, recvbuf, Some(recvcounts), 0, datatype, op, comm);
-    reduce_scatter_blocking("MPI_Reduce_scatter", args, |mpi| {
-        // SAFETY: the binding's contract.
-        let counts = unsafe { scatter_counts(mpi, comm, recvcounts) }?;
-        // SAFETY: the binding's contract.
-        unsafe { mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm) }
-    })
-}
-
-nonblocking!(PMPI_Ireduce_scatter,
-(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: Handle, op: Handle, comm: Handle),
-|mpi| {
-    let counts = scatter_counts(mpi, comm, recvcounts)?;
-    mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm)
-});
-persistent!(PMPI_Reduce_scatter_init,
-(sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: Handle, op: Handle, comm: Handle),
-|mpi| {
+collective_small!(PMPI_Reduce_scatter, PMPI_Ireduce_scatter, PMPI_Reduce_scatter_init,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, recvcounts: *const c_int, datatype: Handle, op: Handle, comm: Handle),
+    small(Mpi::reduce_scatter_small, (sendbuf, recvbuf, Some(recvcounts), 0, datatype, op, comm), true),
+    |mpi| {
     let counts = scatter_counts(mpi, comm, recvcounts)?;
     mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm)
 });
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Reduce_scatter_block(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    datatype: Handle,
-    op: Handle,
-    comm: Handle,
-) -> c_int {
-    let args = (sendbuf, recvbuf, None, recvcount, datatype, op, comm);
-    reduce_scatter_blocking("MPI_Reduce_scatter_block", args, |mpi| {
-        let counts = vec![check_count(recvcount)?; mpi.comm(comm)?.size() as usize];
-        // SAFETY: the binding's contract.
-        unsafe { mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm) }
-    })
-}
-
-nonblocking!(PMPI_Ireduce_scatter_block,
-(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: Handle, op: Handle, comm: Handle),
-|mpi| {
-    let counts = vec![check_count(recvcount)?; mpi.comm(comm)?.size() as usize];
-    mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm)
-});
-persistent!(PMPI_Reduce_scatter_block_init,
-(sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: Handle, op: Handle, comm: Handle),
-|mpi| {
+collective_small!(PMPI_Reduce_scatter_block, PMPI_Ireduce_scatter_block, PMPI_Reduce_scatter_block_init,
+    (sendbuf: *const c_void, recvbuf: *mut c_void, recvcount: c_int, datatype: Handle, op: Handle, comm: Handle),
+    small(Mpi::reduce_scatter_small, (sendbuf, recvbuf, None, recvcount, datatype, op, comm), true),
+    |mpi| {
     let counts = vec![check_count(recvcount)?; mpi.comm(comm)?.size() as usize];
     mpi.build_reduce_scatter(sendbuf, recvbuf, &counts, datatype, op, comm)
 });
 
-/// A blocking gather or scatter (`name`): without a schedule where `small` does it
-/// all, else by the one `build` makes.
-fn rooted_blocking(
-    name: &str,
-    args: Rooted,
-    small: unsafe fn(&mut Mpi, Rooted) -> Option<Result<()>>,
-    build: impl FnOnce(&mut Mpi) -> Result<Box<Schedule>>,
-) -> c_int {
-    run_steps(
-        name,
-        Object::Comm(args.7),
-        |mpi| {
-            // SAFETY: the binding's contract, as `small` asks it.
-            if let Some(done) = unsafe { small(mpi, args) } {
-                return done.map(|()| None);
-            }
-            build(mpi).map(Some)
-        },
-        false,
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Gather(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: Handle,
-    root: c_int,
-    comm: Handle,
-) -> c_int {
-    let args = (
-        sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm,
-    );
-    rooted_blocking("MPI_Gather", args, Mpi::gather_small, |mpi| {
-        let (send, recv) = ((sendbuf, sendcount, sendtype), (recvcount, null(), null()));
-        // SAFETY: the binding's contract.
-        unsafe { mpi.build_gather(send, recvbuf, recv, recvtype, root, comm) }
-    })
-}
-
-nonblocking!(PMPI_Igather,
+collective_small!(PMPI_Gather, PMPI_Igather, PMPI_Gather_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle),
-    |mpi| mpi.build_gather((sendbuf, sendcount, sendtype), recvbuf, (recvcount, null(), null()), recvtype, root, comm));
-persistent!(PMPI_Gather_init,
-    (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle),
+    small(Mpi::gather_small, (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm), false),
     |mpi| mpi.build_gather((sendbuf, sendcount, sendtype), recvbuf, (recvcount, null(), null()), recvtype, root, comm));
 
 collective!(PMPI_Gatherv, PMPI_Igatherv, PMPI_Gatherv_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: Handle, root: c_int, comm: Handle),
     |mpi| mpi.build_gather((sendbuf, sendcount, sendtype), recvbuf, (0, recvcounts, displs), recvtype, root, comm));
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Scatter(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: Handle,
-    root: c_int,
-    comm: Handle,
-) -> c_int {
-    let args = (
-        sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm,
-    );
-    rooted_blocking("MPI_Scatter", args, Mpi::scatter_small, |mpi| {
-        let (send, recv) = ((sendcount, null(), null()), (recvbuf, recvcount, recvtype));
-        // SAFETY: the binding's contract.
-        unsafe { mpi.build_scatter(sendbuf, send, sendtype, recv, root, comm) }
-    })
-}
-
-nonblocking!(PMPI_Iscatter,
+collective_small!(PMPI_Scatter, PMPI_Iscatter, PMPI_Scatter_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle),
-    |mpi| mpi.build_scatter(sendbuf, (sendcount, null(), null()), sendtype, (recvbuf, recvcount, recvtype), root, comm));
-persistent!(PMPI_Scatter_init,
-    (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle),
+    small(Mpi::scatter_small, (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm), false),
     |mpi| mpi.build_scatter(sendbuf, (sendcount, null(), null()), sendtype, (recvbuf, recvcount, recvtype), root, comm));
 
 collective!(PMPI_Scatterv, PMPI_Iscatterv, PMPI_Scatterv_init,
     (sendbuf: *const c_void, sendcounts: *const c_int, displs: *const c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, root: c_int, comm: Handle),
     |mpi| mpi.build_scatter(sendbuf, (0, sendcounts, displs), sendtype, (recvbuf, recvcount, recvtype), root, comm));
 
-/// A blocking all-to-all or all-gather (`name`): without a schedule where `small`
-/// does it all, else by the one `build` makes.
-fn blocks_blocking(
-    name: &str,
-    args: Blocks,
-    small: unsafe fn(&mut Mpi, Blocks) -> Option<Result<()>>,
-    build: impl FnOnce(&mut Mpi) -> Result<Box<Schedule>>,
-) -> c_int {
-    run_steps(
-        name,
-        Object::Comm(args.6),
-        |mpi| {
-            // SAFETY: the binding's contract, as `small` asks it.
-            if let Some(done) = unsafe { small(mpi, args) } {
-                return done.map(|()| None);
-            }
-            build(mpi).map(Some)
-        },
-        false,
-    )
-}
-
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Allgather(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: Handle,
-    comm: Handle,
-) -> c_int {
-    let args = (
-        sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
-    );
-    blocks_blocking("MPI_Allgather", args, Mpi::allgather_small, |mpi| {
-        let send = (sendbuf, sendcount, sendtype);
-        // SAFETY: the binding's contract.
-        unsafe { mpi.build_allgather(send, recvbuf, (recvcount, null(), null()), recvtype, comm) }
-    })
-}
-
-nonblocking!(PMPI_Iallgather,
+collective_small!(PMPI_Allgather, PMPI_Iallgather, PMPI_Allgather_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, comm: Handle),
-    |mpi| mpi.build_allgather((sendbuf, sendcount, sendtype), recvbuf, (recvcount, null(), null()), recvtype, comm));
-persistent!(PMPI_Allgather_init,
-    (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, comm: Handle),
+    small(Mpi::allgather_small, (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm), false),
     |mpi| mpi.build_allgather((sendbuf, sendcount, sendtype), recvbuf, (recvcount, null(), null()), recvtype, comm));
 
 collective!(PMPI_Allgatherv, PMPI_Iallgatherv, PMPI_Allgatherv_init,
     (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcounts: *const c_int, displs: *const c_int, recvtype: Handle, comm: Handle),
     |mpi| mpi.build_allgather((sendbuf, sendcount, sendtype), recvbuf, (0, recvcounts, displs), recvtype, comm));
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Alltoall(
-    sendbuf: *const c_void,
-    sendcount: c_int,
-    sendtype: Handle,
-    recvbuf: *mut c_void,
-    recvcount: c_int,
-    recvtype: Handle,
-    comm: Handle,
-) -> c_int {
-    let args = (
-        sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
-    );
-    blocks_blocking("MPI_Alltoall", args, Mpi::alltoall_small, |mpi| {
-        let send = (sendbuf, (sendcount, null(), null()), &[sendtype][..]);
-        let recv = (recvbuf, (recvcount, null(), null()), &[recvtype][..]);
-        // SAFETY: the binding's contract.
-        unsafe { mpi.build_alltoall(send, recv, comm, false) }
-    })
-}
-
-nonblocking!(PMPI_Ialltoall,
-(sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, comm: Handle),
-|mpi| mpi.build_alltoall(
-    (sendbuf, (sendcount, null(), null()), &[sendtype]),
-    (recvbuf, (recvcount, null(), null()), &[recvtype]),
-    comm,
-    false,
-));
-persistent!(PMPI_Alltoall_init,
-(sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, comm: Handle),
-|mpi| mpi.build_alltoall(
+collective_small!(PMPI_Alltoall, PMPI_Ialltoall, PMPI_Alltoall_init,
+    (sendbuf: *const c_void, sendcount: c_int, sendtype: Handle, recvbuf: *mut c_void, recvcount: c_int, recvtype: Handle, comm: Handle),
+    small(Mpi::alltoall_small, (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm), false),
+    |mpi| mpi.build_alltoall(
     (sendbuf, (sendcount, null(), null()), &[sendtype]),
     (recvbuf, (recvcount, null(), null()), &[recvtype]),
     comm,

@@ -26,6 +26,30 @@ macro_rules! blocking {
     };
 }
 
+/// A blocking binding with a way without a schedule: `$small` (given `$args`, the
+/// arguments as it takes them) does it all where it can, else `$build` makes the
+/// schedule ([`super::small_first`]; a program's reductions outside the library's
+/// state where `$outside`).
+macro_rules! small_first {
+    ($name:ident, ($($arg:ident: $ty:ty),*), $small:path, $args:expr, $outside:expr,
+     |$mpi:ident| $build:expr) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            let comm = last!($($arg),*);
+            // SAFETY: the binding's contract, as the small way and the build ask it.
+            unsafe {
+                $crate::coll::small_first(
+                    (&stringify!($name)[1..], comm),
+                    $args,
+                    $small,
+                    |$mpi| $build,
+                    $outside,
+                )
+            }
+        }
+    };
+}
+
 /// A nonblocking binding: `$build` makes the schedule (given `mpi`), which starts as
 /// the request written to `request`.
 macro_rules! nonblocking {
@@ -92,6 +116,18 @@ macro_rules! collective {
         blocking!(run_in_state, $blocking, $args, |$mpi| $build);
         nonblocking!($nonblocking, $args, |$mpi| $build);
         persistent!($init, $args, |$mpi| $build);
+    };
+}
+
+/// A collective's blocking binding with a way without a schedule (`$small`, given
+/// `$args`; [`small_first!`]), its nonblocking one and its persistent one, all
+/// building their schedule as `$build`.
+macro_rules! collective_small {
+    ($blocking:ident, $nonblocking:ident, $init:ident, ($($arg:ident: $ty:ty),*),
+     small($small:path, $args:expr, $outside:expr), |$mpi:ident| $build:expr) => {
+        small_first!($blocking, ($($arg: $ty),*), $small, $args, $outside, |$mpi| $build);
+        nonblocking!($nonblocking, ($($arg: $ty),*), |$mpi| $build);
+        persistent!($init, ($($arg: $ty),*), |$mpi| $build);
     };
 }
 

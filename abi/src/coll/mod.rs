@@ -452,6 +452,35 @@ pub fn run_blocking(
     run_steps(name, object, |mpi| build(mpi).map(Some), true)
 }
 
+/// A blocking collective (`name`, on `comm`) with a way without a schedule:
+/// `small` does it all where it can, else it runs by the schedule `build` makes
+/// (its reductions by a program's functions outside the library's state where
+/// `user_ops_outside`, as [`run_blocking`]; else within it, as [`run_in_state`]).
+///
+/// # Safety
+///
+/// `args` are as `small` asks them (the binding's contract).
+pub(crate) unsafe fn small_first<A: Copy>(
+    (name, comm): (&str, Handle),
+    args: A,
+    small: unsafe fn(&mut Mpi, A) -> Option<Result<()>>,
+    build: impl FnOnce(&mut Mpi) -> Result<Box<Schedule>>,
+    user_ops_outside: bool,
+) -> c_int {
+    run_steps(
+        name,
+        Object::Comm(comm),
+        |mpi| {
+            // SAFETY: the caller's contract.
+            if let Some(done) = unsafe { small(mpi, args) } {
+                return done.map(|()| None);
+            }
+            build(mpi).map(Some)
+        },
+        user_ops_outside,
+    )
+}
+
 /// Binding `name`'s blocking collective: `build` makes its schedule (or does it
 /// all, `None`), run to its end in steps, between which the library's state is
 /// left: to run a program's reduction functions (`user_ops_outside`), and to let
