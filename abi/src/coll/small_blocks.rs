@@ -1,8 +1,9 @@
 //! Small all-to-alls, all-gathers, gathers and scatters without a schedule, as
 //! [`super::small`] runs small all-reductions, broadcasts and barriers: on the
-//! message layer's blocking send and receive, with nothing built. Where no nonblocking collective is in flight,
-//! on an intracommunicator of at most 32 members, both sides contiguous and of
-//! the same bytes, every message one eager message:
+//! message layer's blocking send and receive, with nothing built. Where no
+//! nonblocking collective is in flight, on an intracommunicator of at most 32
+//! members, both sides contiguous and of the same bytes, every message sent one
+//! eager message:
 //!
 //! * `MPI_Alltoall` (not in place), as [`super::basic::alltoallv`] posts it all at
 //!   once: each block sent, then each received;
@@ -146,8 +147,14 @@ impl Mpi {
         if send.wrapping_add(total) > recv && recv.wrapping_add(total) > send {
             return None;
         }
-        let fits = |j: u32| self.msg.eager_payload_to(j).is_some_and(|e| e >= len);
-        if !jobs[..n as usize].iter().all(|&j| fits(j)) {
+        let fits = |v: u32| {
+            v == me
+                || self
+                    .msg
+                    .eager_payload_to(jobs[v as usize])
+                    .is_some_and(|e| e >= len)
+        };
+        if !(0..n).all(fits) {
             return None;
         }
         let (ctx, tag) = self.begin_small(args.6)?;
@@ -208,8 +215,14 @@ impl Mpi {
         // Every message one eager message: the ring's one block, the doubling's
         // half of them at most.
         let longest = if doubling { total / 2 } else { len };
-        let fits = |j: u32| self.msg.eager_payload_to(j).is_some_and(|e| e >= longest);
-        if !jobs[..n as usize].iter().all(|&j| fits(j)) {
+        let fits = |v: u32| {
+            v == me
+                || self
+                    .msg
+                    .eager_payload_to(jobs[v as usize])
+                    .is_some_and(|e| e >= longest)
+        };
+        if !(0..n).all(fits) {
             return None;
         }
         let (ctx, tag) = self.begin_small(args.6)?;
@@ -220,7 +233,7 @@ impl Mpi {
         let mut mismatch = None;
         let msg = &mut self.msg;
         // One round: `blocks` blocks from block `out` to `to`, then as many into
-        // block `inn` on from `from`.
+        // block `inn` from `from`.
         let mut round = |out: u32, inn: u32, blocks: usize, to: u32, from: u32| -> Result<()> {
             let bytes = len * blocks;
             // SAFETY: the caller's contract: the receive buffer holds every block.

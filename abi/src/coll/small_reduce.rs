@@ -91,6 +91,7 @@ impl Mpi {
         // rank: the children in the order their results come, the parent.
         let vr = (me + size - root) % size;
         let job = |v: u32| c.group.job_rank((v + root) % size);
+        // (A child for each round of the tree, at most.)
         let (mut kids, mut k, mut parent) = ([0u32; MAX_ROUNDS], 0, None);
         let mut mask = 1;
         while mask < size {
@@ -186,7 +187,8 @@ impl Mpi {
             return None;
         }
         // Each member's block: where it starts in the operand, its bytes.
-        let mut blocks = [(0usize, 0usize); MAX_ROUNDS];
+        const MOST: usize = PAIRWISE_REDUCE_SCATTER_MAX as usize;
+        let mut blocks = [(0usize, 0usize); MOST];
         let mut total = 0;
         for (v, b) in blocks[..size as usize].iter_mut().enumerate() {
             let k = match counts {
@@ -199,11 +201,11 @@ impl Mpi {
             *b = (total, len);
             total += len;
         }
-        let elements = total / t.size.max(1);
+        let elements = total / t.size;
         if !in_place(sendbuf) && super::aliased::reduction(sendbuf, recvbuf, elements, t).is_err() {
             return None;
         }
-        let mut jobs = [0u32; MAX_ROUNDS];
+        let mut jobs = [0u32; MOST];
         for (v, j) in jobs[..size as usize].iter_mut().enumerate() {
             *j = c.group.job_rank(v as u32)?;
             let fits = self

@@ -77,9 +77,10 @@ pub(super) unsafe fn put_get(
 
 /// `MPI_Accumulate`, `MPI_Get_accumulate` or `MPI_Fetch_and_op` in one step:
 /// origin (unless `op` is `MPI_NO_OP`) and target of the same type, of one basic
-/// kind without gaps, as many elements; a predefined operation on that kind; the result (when given)
-/// contiguous, as many bytes; a member whose memory this process maps. An operation
-/// that a transport atomic performs takes the processor's atomic on each element,
+/// kind without gaps, as many elements; a predefined operation on that kind; the
+/// result (when given) contiguous, as many bytes; a member whose memory this process
+/// maps. An operation that a transport atomic performs takes the processor's atomic
+/// on each element (a read or an unfetched replacement a plain atomic load or store),
 /// aligned where it lies (as the general path, so that the atomics and the mutex
 /// never mix on the same elements); any other, and several elements of it under an
 /// exclusive lock (where no other accumulate reaches them), takes the member's
