@@ -19,11 +19,14 @@
 #   point-to-point latency at 1-64 B at most 0.8x Open MPI's (sm on one node, tcp
 #   across), bandwidth at 1-4 MiB at least 1.0x; one-sided latency at most 1.0x (every
 #   size); osu_allreduce, osu_bcast and osu_barrier at most 1.0x at 2, 4 and 8 ranks.
+#   OSU's other blocking collectives (osu_allgather, osu_alltoall, osu_gather,
+#   osu_scatter, osu_reduce, osu_reduce_scatter) have their ratios printed, no goal.
 #
 #   benches/compare/osu-abi.sh [-w WHERE] [-g PARTS] [-r ROUNDS] [-m MIN_SIZE] [-M MAX_SIZE]
 #       [-i ITERATIONS] [-n RANKS]
 #     WHERE: any of "node nodes" (default both; "nodes" needs root and mpich)
-#     PARTS: any of "pt2pt onesided coll" (default all)
+#     PARTS: any of "pt2pt onesided coll coll-other" (default all; coll-other: the
+#       blocking collectives without a goal, at the same rank counts)
 #     ROUNDS: runs of each system per benchmark, alternating, the order reversed each
 #       round (default 3; the median per size is shown)
 #     MIN_SIZE, MAX_SIZE: smallest and largest size of the point-to-point and one-sided
@@ -55,7 +58,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . benches/compare/common.sh
 WHERE="node nodes"
-PARTS="pt2pt onesided coll"
+PARTS="pt2pt onesided coll coll-other"
 ROUNDS=3
 MIN=1
 MAX=4194304
@@ -64,7 +67,10 @@ COLL_RANKS="2 4 8"
 read_options 2,51 "w:WHERE g:PARTS r:ROUNDS m:MIN M:MAX i:COLL_ITER n:COLL_RANKS" "$@"
 die() { echo "osu-abi.sh: $*" >&2; exit 1; }
 for w in $WHERE; do [[ $w == node || $w == nodes ]] || die "-w: '$w' is neither node nor nodes"; done
-for g in $PARTS; do [[ $g =~ ^(pt2pt|onesided|coll)$ ]] || die "-g: '$g' is not one of pt2pt onesided coll"; done
+for g in $PARTS; do
+    [[ $g =~ ^(pt2pt|onesided|coll|coll-other)$ ]] ||
+        die "-g: '$g' is not one of pt2pt onesided coll coll-other"
+done
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "-r $ROUNDS: give the runs per system, 1 or more"
 [[ $MAX =~ ^[1-9][0-9]*$ ]] || die "-M $MAX: give the largest size in bytes"
 [[ $MIN =~ ^[1-9][0-9]*$ && $MIN -le $MAX ]] || die "-m $MIN: give the smallest size in bytes, at most -M"
@@ -120,6 +126,7 @@ PT2PT="osu_latency osu_bw osu_bibw"
 ONESIDED="osu_put_latency osu_get_latency osu_acc_latency osu_get_acc_latency osu_fop_latency
     osu_cas_latency osu_put_bw osu_get_bw osu_put_bibw"
 COLL="osu_allreduce osu_bcast osu_barrier"
+COLL_OTHER="osu_allgather osu_alltoall osu_gather osu_scatter osu_reduce osu_reduce_scatter"
 
 # rbtl's osu's name for an OSU benchmark, when it has it.
 osu_sub() {
@@ -138,7 +145,8 @@ osu_args() {
     local it=$COLL_ITER
     case $1 in
         osu_barrier) echo "-i $it -x $(((it + 9) / 10))" ;;
-        osu_allreduce | osu_bcast) echo "-m 1:65536 -i $it -x $(((it + 9) / 10))" ;;
+        osu_allreduce | osu_bcast | osu_allgather | osu_alltoall | osu_gather | osu_scatter | \
+            osu_reduce | osu_reduce_scatter) echo "-m 1:65536 -i $it -x $(((it + 9) / 10))" ;;
         *) echo "-m $MIN:$MAX" ;;
     esac
 }
@@ -312,6 +320,10 @@ run_where() {
             pt2pt) for bench in $PT2PT; do compare "$where" "$bench" 2; done ;;
             onesided) for bench in $ONESIDED; do compare "$where" "$bench" 2; done ;;
             coll) for bench in $COLL; do for ranks in $COLL_RANKS; do compare "$where" "$bench" "$ranks"; done; done ;;
+            coll-other)
+                for bench in $COLL_OTHER; do
+                    for ranks in $COLL_RANKS; do compare "$where" "$bench" "$ranks"; done
+                done ;;
         esac
     done
 }

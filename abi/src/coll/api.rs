@@ -1,5 +1,6 @@
 //! The collectives' bindings, blocking and nonblocking: build the schedule
-//! ([`super::build`]), then run it to its end or hand it out as a request.
+//! ([`super::build`]), then run it to its end or hand it out as a request. A small
+//! blocking one first tries its way without a schedule (`collective_small!`).
 
 use super::args::in_place;
 use super::{run_blocking, run_in_state, run_steps};
