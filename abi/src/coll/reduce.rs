@@ -153,17 +153,11 @@ fn reduce_scatter_pairwise(
     let tmp = s.scratch(len);
     for k in 1..n {
         let (to, from) = ((me + k) % n, (me + n - k) % n);
-        let r = s.round();
-        r.xfers.push(Xfer::Send {
-            from: blocks[to as usize].0,
-            len: blocks[to as usize].1,
-            to: m.job(to),
-        });
-        r.xfers.push(Xfer::Recv {
-            into: tmp,
-            len,
-            from: m.job(from),
-        });
+        let r = shift(
+            s,
+            (blocks[to as usize], m.job(to)),
+            ((tmp, len), m.job(from)),
+        );
         r.then.push(c.local(tmp, acc, mine));
     }
 }
@@ -177,16 +171,26 @@ pub(super) fn exchange(s: &mut Schedule, from: Loc, into: Loc, len: usize, peer:
 /// A round that sends the bytes `out` names (where, how many) to job rank `peer` and
 /// receives those `inn` names from it.
 pub(super) fn swap(s: &mut Schedule, out: (Loc, usize), inn: (Loc, usize), peer: u32) -> Round<'_> {
+    shift(s, (out, peer), (inn, peer))
+}
+
+/// A round that sends the bytes `out` names (where, how many) to job rank `to` and
+/// receives those `inn` names from job rank `from`.
+fn shift(
+    s: &mut Schedule,
+    (out, to): ((Loc, usize), u32),
+    (inn, from): ((Loc, usize), u32),
+) -> Round<'_> {
     let r = s.round();
     r.xfers.push(Xfer::Send {
         from: out.0,
         len: out.1,
-        to: peer,
+        to,
     });
     r.xfers.push(Xfer::Recv {
         into: inn.0,
         len: inn.1,
-        from: peer,
+        from,
     });
     r
 }
