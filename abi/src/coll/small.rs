@@ -26,6 +26,7 @@
 use super::allreduce;
 use super::args::in_place;
 use super::basic::{barrier_gathers, bcast_links, bcast_tree, dissemination, BCAST_PIECE};
+use crate::datatype::{Datatype, Prim};
 use crate::entry::call_in_steps;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -86,6 +87,23 @@ pub(super) fn told(data: *const u8, len: usize, failing: bool) -> (*const u8, us
     }
 }
 
+/// The outcome of a collective run without a schedule: its own, else the
+/// disagreement among the members' arguments that its receives found
+/// ([`received`]).
+pub(super) fn ended(done: Result<()>, mismatch: Option<Error>) -> Result<()> {
+    done.and(mismatch.map_or(Ok(()), Err))
+}
+
+/// The basic kind of `t` where a small reduction with `op` runs without a schedule:
+/// a predefined operation that combines (not `MPI_REPLACE` or `MPI_NO_OP`), on a
+/// contiguous type of one basic kind that it supports.
+pub(super) fn combines(op: Handle, t: &Datatype) -> Option<Prim> {
+    if matches!(op, MPI_REPLACE | MPI_NO_OP) || !op::is_predefined(op) || !t.contiguous {
+        return None;
+    }
+    t.prim.filter(|&p| op::supports(op, p))
+}
+
 /// [`told`] of a slice.
 pub(super) fn told_slice(data: &[u8], failing: bool) -> &[u8] {
     match (failing, data.len()) {
@@ -127,6 +145,11 @@ pub unsafe fn allreduce(args: Allreduce) -> Option<c_int> {
 }
 
 impl Mpi {
+    /// Whether one eager message of `len` bytes reaches job rank `job`.
+    pub(super) fn one_eager_message(&self, job: u32, len: usize) -> bool {
+        self.msg.eager_payload_to(job).is_some_and(|e| e >= len)
+    }
+
     /// The context and tag of a collective on `comm` run without a schedule, taken
     /// only where no nonblocking collective is in flight (`None`: a schedule then).
     pub(super) fn begin_small(&mut self, comm: Handle) -> Option<(u32, i32)> {
@@ -161,8 +184,8 @@ impl Mpi {
         }) {
             return Some(Err(e));
         }
-        let prim = t.prim?;
-        if !t.contiguous || !op::supports(op, prim) || n == 0 {
+        let prim = combines(op, t)?;
+        if n == 0 {
             return None;
         }
         let (len, lb) = (t.bytes(n)?, t.lb);
@@ -195,7 +218,7 @@ impl Mpi {
                 (false, _) => me ^ (1 << k),
             };
             *p = c.group.job_rank(member)?;
-            if self.msg.eager_payload_to(*p)? < len {
+            if !self.one_eager_message(*p, len) {
                 return None;
             }
         }
@@ -223,7 +246,7 @@ impl Mpi {
             unsafe { op::reduce_basic(op, prim, tmp.as_ptr(), acc, got / prim.size()) }
         };
         let msg = &mut self.msg;
-        let mut done = (|| -> Result<()> {
+        let done = (|| -> Result<()> {
             match (gather, me) {
                 (true, 0) => {
                     for &p in peers {
@@ -249,11 +272,8 @@ impl Mpi {
             }
             Ok(())
         })();
-        if let (Ok(()), Some(e)) = (&done, mismatch) {
-            done = Err(e);
-        }
         self.scratch = tmp;
-        Some(done)
+        Some(ended(done, mismatch))
     }
 }
 
@@ -301,7 +321,7 @@ impl Mpi {
             k += 1;
         }
         let kids = &kids[..k];
-        let fits = |j: u32| self.msg.eager_payload_to(j).is_some_and(|e| e >= len);
+        let fits = |j: u32| self.one_eager_message(j, len);
         if !parent.is_none_or(fits) || !kids.iter().all(|&j| fits(j)) {
             return None;
         }

@@ -21,7 +21,8 @@
 
 use super::args::in_place;
 use super::basic::{ALL_AT_ONCE_MAX, DOUBLING_MAX};
-use super::small::received;
+use super::small::{ended, received};
+use crate::comm::Communicator;
 use crate::error::Result;
 use crate::ffi::*;
 use crate::p2p::check_count;
@@ -69,6 +70,21 @@ unsafe fn told<'a>(data: *const u8, len: usize, failing: bool) -> &'a [u8] {
     unsafe { slice_at(p, n) }
 }
 
+/// Each member's job rank, on a communicator of at most [`MAX_MEMBERS`].
+pub(super) fn job_ranks(c: &Communicator) -> Option<[u32; MAX_MEMBERS]> {
+    let mut jobs = [0u32; MAX_MEMBERS];
+    let n = c.size() as usize;
+    for (v, j) in jobs.get_mut(..n)?.iter_mut().enumerate() {
+        *j = c.group.job_rank(v as u32)?;
+    }
+    Some(jobs)
+}
+
+/// Whether the bytes `a` and `b` name (where, how many) share none.
+fn apart(a: (*const u8, usize), b: (*const u8, usize)) -> bool {
+    a.0.wrapping_add(a.1) <= b.0 || b.0.wrapping_add(b.1) <= a.0
+}
+
 /// The blocks' common facts: the start of the send side's (`None` in place) and the
 /// receive side's bytes, one block's bytes, the members and this one's rank.
 struct Layout {
@@ -80,6 +96,13 @@ struct Layout {
 }
 
 impl Mpi {
+    /// Whether one eager message of `len` bytes reaches each of the `jobs` but
+    /// member `me`'s.
+    fn eager_to_all(&self, jobs: &[u32], me: u32, len: usize) -> bool {
+        let reaches = |(v, &j): (usize, &u32)| v as u32 == me || self.one_eager_message(j, len);
+        jobs.iter().enumerate().all(reaches)
+    }
+
     /// The [`Layout`] of a small block exchange on `comm`, and each member's job
     /// rank; `None` where the schedule runs it.
     fn small_blocks(
@@ -110,10 +133,7 @@ impl Mpi {
                 Some(sendbuf.cast::<u8>().wrapping_offset(st.lb))
             }
         };
-        let mut jobs = [0u32; MAX_MEMBERS];
-        for (v, j) in jobs[..n as usize].iter_mut().enumerate() {
-            *j = c.group.job_rank(v as u32)?;
-        }
+        let jobs = job_ranks(c)?;
         Some((
             Layout {
                 send,
@@ -143,25 +163,17 @@ impl Mpi {
             return None;
         }
         // The buffers apart (the builder refuses one buffer on both sides).
-        let recv = l.recv.cast_const();
-        if send.wrapping_add(total) > recv && recv.wrapping_add(total) > send {
+        if !apart((send, total), (l.recv.cast_const(), total)) {
             return None;
         }
-        let fits = |v: u32| {
-            v == me
-                || self
-                    .msg
-                    .eager_payload_to(jobs[v as usize])
-                    .is_some_and(|e| e >= len)
-        };
-        if !(0..n).all(fits) {
+        if !self.eager_to_all(&jobs[..n as usize], me, len) {
             return None;
         }
         let (ctx, tag) = self.begin_small(args.6)?;
         let block = |i: u32| len * i as usize;
         let mut mismatch = None;
         let msg = &mut self.msg;
-        let mut done = (|| -> Result<()> {
+        let done = (|| -> Result<()> {
             for k in 1..n {
                 let to = (me + k) % n;
                 // SAFETY: the caller's contract: block `to` of the send side. (Sent
@@ -180,10 +192,7 @@ impl Mpi {
             unsafe { std::ptr::copy(send.add(block(me)), l.recv.add(block(me)), len) };
             Ok(())
         })();
-        if let (Ok(()), Some(e)) = (&done, mismatch) {
-            done = Err(e);
-        }
-        Some(done)
+        Some(ended(done, mismatch))
     }
 
     /// `MPI_Allgather` without a schedule (see the module's documentation): `None`
@@ -206,8 +215,7 @@ impl Mpi {
         let own = recv.wrapping_add(len * me as usize);
         if let Some(send) = l.send {
             // The buffers apart (the builder refuses them otherwise).
-            let whole = recv.cast_const();
-            if send.wrapping_add(len) > whole && whole.wrapping_add(total) > send {
+            if !apart((send, len), (recv.cast_const(), total)) {
                 return None;
             }
         }
@@ -215,14 +223,7 @@ impl Mpi {
         // Every message one eager message: the ring's one block, the doubling's
         // half of them at most.
         let longest = if doubling { total / 2 } else { len };
-        let fits = |v: u32| {
-            v == me
-                || self
-                    .msg
-                    .eager_payload_to(jobs[v as usize])
-                    .is_some_and(|e| e >= longest)
-        };
-        if !(0..n).all(fits) {
+        if !self.eager_to_all(&jobs[..n as usize], me, longest) {
             return None;
         }
         let (ctx, tag) = self.begin_small(args.6)?;
@@ -244,7 +245,7 @@ impl Mpi {
             let r = msg.recv_in(ctx, into, Some(jobs[from as usize]), Some(tag));
             received(r, bytes, "MPI_Allgather", &mut mismatch).map(drop)
         };
-        let mut done = (|| -> Result<()> {
+        let done = (|| -> Result<()> {
             if doubling {
                 let mut k = 1;
                 while k < n {
@@ -260,10 +261,7 @@ impl Mpi {
             }
             Ok(())
         })();
-        if let (Ok(()), Some(e)) = (&done, mismatch) {
-            done = Err(e);
-        }
-        Some(done)
+        Some(ended(done, mismatch))
     }
 
     /// `MPI_Gather` without a schedule (see the module's documentation): `None`
@@ -318,15 +316,11 @@ impl Mpi {
             let usable = t.contiguous && len > 0 && !buf.is_null() && !in_place(buf);
             usable.then(|| (buf.cast::<u8>().wrapping_offset(t.lb), len))
         };
-        let mut jobs = [0u32; MAX_MEMBERS];
-        for (v, j) in jobs[..n as usize].iter_mut().enumerate() {
-            *j = c.group.job_rank(v as u32)?;
-        }
-        let fits = |j: u32, len: usize| self.msg.eager_payload_to(j).is_some_and(|e| e >= len);
+        let jobs = job_ranks(c)?;
         if me != root {
             // This member's block to the root, or from it.
             let (own, len) = side(one)?;
-            if gather && !fits(jobs[root as usize], len) {
+            if gather && !self.one_eager_message(jobs[root as usize], len) {
                 return None;
             }
             let (ctx, tag) = self.begin_small(comm)?;
@@ -343,7 +337,7 @@ impl Mpi {
                 let r = msg.recv_in(ctx, into, Some(from), Some(tag));
                 received(r, len, "MPI_Scatter", &mut mismatch).map(drop)
             };
-            return Some(done.and(mismatch.map_or(Ok(()), Err)));
+            return Some(ended(done, mismatch));
         }
         let (base, len) = side(many)?;
         let total = len * n as usize;
@@ -353,22 +347,21 @@ impl Mpi {
             false => {
                 let (p, own_len) = side(one)?;
                 // The same length, and apart from the other side.
-                if own_len != len || (p.wrapping_add(len) > base && base.wrapping_add(total) > p) {
+                if own_len != len || !apart((p, len), (base, total)) {
                     return None;
                 }
                 Some(p)
             }
         };
-        let others = (0..n).filter(|&v| v != root);
-        if !gather && !others.clone().all(|v| fits(jobs[v as usize], len)) {
+        if !gather && !self.eager_to_all(&jobs[..n as usize], root, len) {
             return None;
         }
         let (ctx, tag) = self.begin_small(comm)?;
         let block = |v: u32| base.wrapping_add(len * v as usize);
         let mut mismatch = None;
         let msg = &mut self.msg;
-        let mut done = (|| -> Result<()> {
-            for v in others {
+        let done = (|| -> Result<()> {
+            for v in (0..n).filter(|&v| v != root) {
                 if gather {
                     // SAFETY: the caller's contract: room for block `v`.
                     let into = unsafe { slice_at_mut(block(v).cast_mut(), len) };
@@ -391,9 +384,6 @@ impl Mpi {
             }
             Ok(())
         })();
-        if let (Ok(()), Some(e)) = (&done, mismatch) {
-            done = Err(e);
-        }
-        Some(done)
+        Some(ended(done, mismatch))
     }
 }

@@ -15,7 +15,8 @@
 
 use super::args::in_place;
 use super::reduce::PAIRWISE_REDUCE_SCATTER_MAX;
-use super::small::{received, told_slice, MAX_ROUNDS};
+use super::small::{combines, ended, received, told_slice, MAX_ROUNDS};
+use super::small_blocks::job_ranks;
 use crate::error::Result;
 use crate::ffi::*;
 use crate::op;
@@ -64,13 +65,10 @@ impl Mpi {
         &mut self,
         (sendbuf, recvbuf, count, ty, op, root, comm): Reduce,
     ) -> Option<Result<()>> {
-        if matches!(op, MPI_REPLACE | MPI_NO_OP) || !op::is_predefined(op) {
-            return None;
-        }
-        let n = check_count(count).ok()?;
         let t = self.dtype(ty).ok()?;
-        let prim = t.prim?;
-        if !t.contiguous || !op::supports(op, prim) || n == 0 {
+        let prim = combines(op, t)?;
+        let n = check_count(count).ok()?;
+        if n == 0 {
             return None;
         }
         let (len, lb) = (t.bytes(n)?, t.lb);
@@ -106,8 +104,7 @@ impl Mpi {
             mask <<= 1;
         }
         let kids = &kids[..k];
-        let fits = |p: u32| self.msg.eager_payload_to(p).is_some_and(|e| e >= len);
-        if !parent.is_none_or(fits) {
+        if !parent.is_none_or(|p| self.one_eager_message(p, len)) {
             return None;
         }
         let (ctx, tag) = self.begin_small(comm)?;
@@ -134,7 +131,7 @@ impl Mpi {
         }
         let mut mismatch = None;
         let msg = &mut self.msg;
-        let mut done = (|| -> Result<()> {
+        let done = (|| -> Result<()> {
             for &from in kids {
                 // SAFETY: `buf` holds `len` bytes at `tmp`, used for this receive alone.
                 let into = unsafe { rbtl::btl::slice_at_mut(tmp, len) };
@@ -151,11 +148,8 @@ impl Mpi {
             }
             Ok(())
         })();
-        if let (Ok(()), Some(e)) = (&done, mismatch) {
-            done = Err(e);
-        }
         self.scratch = buf;
-        Some(done)
+        Some(ended(done, mismatch))
     }
 
     /// `MPI_Reduce_scatter` or `MPI_Reduce_scatter_block` without a schedule (see
@@ -173,12 +167,9 @@ impl Mpi {
         &mut self,
         (sendbuf, recvbuf, counts, count, ty, op, comm): ReduceScatter,
     ) -> Option<Result<()>> {
-        if matches!(op, MPI_REPLACE | MPI_NO_OP) || !op::is_predefined(op) {
-            return None;
-        }
         let t = self.dtype(ty).ok()?;
-        let prim = t.prim?;
-        if !t.contiguous || !op::supports(op, prim) || recvbuf.is_null() || sendbuf.is_null() {
+        let prim = combines(op, t)?;
+        if recvbuf.is_null() || sendbuf.is_null() {
             return None;
         }
         let c = self.comm(comm).ok()?;
@@ -205,16 +196,10 @@ impl Mpi {
         if !in_place(sendbuf) && super::aliased::reduction(sendbuf, recvbuf, elements, t).is_err() {
             return None;
         }
-        let mut jobs = [0u32; MOST];
-        for (v, j) in jobs[..size as usize].iter_mut().enumerate() {
-            *j = c.group.job_rank(v as u32)?;
-            let fits = self
-                .msg
-                .eager_payload_to(*j)
-                .is_some_and(|e| e >= blocks[v].1);
-            if v as u32 != me && !fits {
-                return None;
-            }
+        let jobs = job_ranks(c)?;
+        let fits = |v: usize| v as u32 == me || self.one_eager_message(jobs[v], blocks[v].1);
+        if !(0..size as usize).all(fits) {
+            return None;
         }
         let lb = t.lb;
         let (ctx, tag) = self.begin_small(comm)?;
@@ -235,7 +220,7 @@ impl Mpi {
         tmp.resize(len, 0);
         let mut mismatch = None;
         let msg = &mut self.msg;
-        let mut done = (|| -> Result<()> {
+        let done = (|| -> Result<()> {
             for k in 1..size {
                 let (to, from) = (
                     ((me + k) % size) as usize,
@@ -259,10 +244,7 @@ impl Mpi {
             }
             Ok(())
         })();
-        if let (Ok(()), Some(e)) = (&done, mismatch) {
-            done = Err(e);
-        }
         self.scratch = tmp;
-        Some(done)
+        Some(ended(done, mismatch))
     }
 }
