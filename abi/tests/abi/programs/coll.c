@@ -17,7 +17,8 @@
  * completed in several orders; an MPI_Allreduce, an MPI_Bcast, an MPI_Alltoall,
  * an MPI_Allgather, an MPI_Gather, an MPI_Scatter, an MPI_Reduce and an
  * MPI_Reduce_scatter_block while one rank alone has a nonblocking collective in
- * flight; blocking and nonblocking ones called in other
+ * flight; members whose counts differ, where the collectives run without a
+ * schedule (MPI_ERR_TRUNCATE); blocking and nonblocking ones called in other
  * orders on the members; persistent collectives started three times,
  * their buffers read at each start. */
 #include "check.h"
@@ -1285,6 +1286,53 @@ static void test_corners(void) {
   OK(MPI_Comm_free(&dup));
 }
 
+/* --- Members whose counts differ (an erroneous program), where the collectives
+ * run without a schedule (errors.c runs under MPI_THREAD_MULTIPLE, where they run
+ * by theirs): rank 0 gives other counts; every member whose messages or own block
+ * disagree fails with MPI_ERR_TRUNCATE after doing its part, and the next
+ * collectives meet. --- */
+
+static void test_mismatched_counts(void) {
+  if (size < 2)
+    return;
+  int *v = calloc(4 * (size_t)size, sizeof(int)), *w = calloc(4 * (size_t)size, sizeof(int));
+  for (int i = 0; i < 4 * size; i++)
+    v[i] = i;
+  errors_return(MPI_COMM_WORLD, 1);
+  int k = rank == 0 ? 1 : 4;
+  EXPECT_ERR(MPI_Alltoall(v, k, MPI_INT, w, k, MPI_INT, MPI_COMM_WORLD), MPI_ERR_TRUNCATE,
+             NULL);
+  EXPECT_ERR(MPI_Allgather(v, k, MPI_INT, w, k, MPI_INT, MPI_COMM_WORLD), MPI_ERR_TRUNCATE,
+             NULL);
+  /* Root 0 expects 4 from each member, which send 1: only it learns. */
+  int rc = MPI_Gather(v, 5 - k, MPI_INT, w, 4, MPI_INT, 0, MPI_COMM_WORLD);
+  if (rank == 0)
+    EXPECT_ERR(rc, MPI_ERR_TRUNCATE, NULL);
+  else
+    OK(rc);
+  /* Root 0 sends 4 to each member, which expect 1: each of them learns. */
+  rc = MPI_Scatter(v, 4, MPI_INT, w, 5 - k, MPI_INT, 0, MPI_COMM_WORLD);
+  if (rank == 0)
+    OK(rc);
+  else
+    EXPECT_ERR(rc, MPI_ERR_TRUNCATE, NULL);
+  /* Only the root receives rank 0's count against its children's. */
+  rc = MPI_Reduce(v, w, 5 - k, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+  if (rank == 0)
+    EXPECT_ERR(rc, MPI_ERR_TRUNCATE, NULL);
+  else
+    OK(rc);
+  /* Every member exchanges a block with rank 0. */
+  EXPECT_ERR(MPI_Reduce_scatter_block(v, w, k, MPI_INT, MPI_SUM, MPI_COMM_WORLD),
+             MPI_ERR_TRUNCATE, NULL);
+  errors_return(MPI_COMM_WORLD, 0);
+  int one = 1, n = 0;
+  OK(MPI_Allreduce(&one, &n, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  CHECK(n == size, "MPI_Allreduce after mismatched counts: %d", n);
+  free(v);
+  free(w);
+}
+
 /* --- Sub-communicators --- */
 
 static void test_subcomms(void) {
@@ -1788,6 +1836,7 @@ int main(int argc, char **argv) {
   test_alltoall();
   test_reduce_scatter_scan();
   test_corners();
+  test_mismatched_counts();
   test_subcomms();
   test_progress_in_blocking_calls();
   test_nonblocking();
