@@ -3,7 +3,7 @@
 //! blocking one first tries its way without a schedule (`collective_small!`).
 
 use super::args::in_place;
-use super::{run_blocking, run_in_state, run_steps};
+use super::{run_blocking, run_in_state};
 use crate::entry::call;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
@@ -11,23 +11,9 @@ use crate::p2p::check_count;
 use crate::state::Mpi;
 use std::ptr::null;
 
-#[no_mangle]
-pub unsafe extern "C" fn PMPI_Barrier(comm: Handle) -> c_int {
-    run_steps(
-        "MPI_Barrier",
-        Object::Comm(comm),
-        |mpi| {
-            if let Some(done) = mpi.barrier_small(comm) {
-                return done.map(|()| None);
-            }
-            mpi.build_barrier(comm).map(Some)
-        },
-        false,
-    )
-}
-
-nonblocking!(PMPI_Ibarrier, (comm: Handle), |mpi| mpi.build_barrier(comm));
-persistent!(PMPI_Barrier_init, (comm: Handle), |mpi| mpi.build_barrier(comm));
+collective_small!(PMPI_Barrier, PMPI_Ibarrier, PMPI_Barrier_init, (comm: Handle),
+    small(Mpi::barrier_small, comm, false),
+    |mpi| mpi.build_barrier(comm));
 
 collective_small!(PMPI_Bcast, PMPI_Ibcast, PMPI_Bcast_init,
     (buffer: *mut c_void, count: c_int, datatype: Handle, root: c_int, comm: Handle),
