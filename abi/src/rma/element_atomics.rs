@@ -141,11 +141,12 @@ unsafe fn store_each(operand: *const u8, at: *mut u8, n: usize, width: AtomicWid
         // SAFETY: the caller's contract: operand `i` is there; word `i` is aligned
         // and reached only atomically.
         unsafe {
+            let v = word(operand, i, width.bytes());
             match width {
-                AtomicWidth::W32 => AtomicU32::from_ptr(at.cast::<u32>().add(i))
-                    .store(operand.cast::<u32>().add(i).read_unaligned(), Release),
-                AtomicWidth::W64 => AtomicU64::from_ptr(at.cast::<u64>().add(i))
-                    .store(operand.cast::<u64>().add(i).read_unaligned(), Release),
+                AtomicWidth::W32 => {
+                    AtomicU32::from_ptr(at.cast::<u32>().add(i)).store(v as u32, Release)
+                }
+                AtomicWidth::W64 => AtomicU64::from_ptr(at.cast::<u64>().add(i)).store(v, Release),
             }
         }
     }
