@@ -24,7 +24,7 @@ pub const GATHERED_ALLREDUCE_MAX: u32 = 8;
 
 /// The ways an all-reduce runs ([`allreduce`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Way {
+pub enum Way {
     Doubling,
     Ring,
     Halving,
@@ -75,8 +75,9 @@ pub fn allreduce(
     }
 }
 
-/// The way of an all-reduce of `c` among `n` members placed as `at`, by default.
-fn default_way(c: &Combine, n: u32, at: Placement) -> Way {
+/// The way of an all-reduce of `c` among `n` members placed as `at`, by default (the
+/// way a small all-reduce run without a schedule must take too, [`super::small`]).
+pub fn default_way(c: &Combine, n: u32, at: Placement) -> Way {
     // Where the ring would take 2(n - 1) rounds across nodes, halving takes
     // 2 log2(n) among a power of two of members, moving as many bytes; up to
     // [`HALVING_BLOCK_BELOW`] a block. On one node the ring stays: its chunks go

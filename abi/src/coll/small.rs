@@ -31,7 +31,7 @@ use crate::entry::call_in_steps;
 use crate::error::{Error, Object, Result};
 use crate::ffi::*;
 use crate::global;
-use crate::op;
+use crate::op::{self, Op};
 use crate::p2p::{check_buffer, check_count};
 use crate::state::Mpi;
 use rbtl::msg::{AllreduceAlgorithm, BarrierAlgorithm, BcastAlgorithm};
@@ -197,12 +197,16 @@ impl Mpi {
         if let Err(e) = super::aliased::reduction(sendbuf, recvbuf, n, t) {
             return Some(Err(e));
         }
-        // (A predefined operation commutes.)
+        // The way its schedule takes, asked as the schedule asks it: recursive
+        // doubling or gathered, not a ring or halving (long vectors).
         let job = |v: u32| c.group.job_rank(v).unwrap_or(u32::MAX);
-        let gather = allreduce::gathers(true, size, || self.placement(size, false, job));
-        if !gather && !size.is_power_of_two() {
-            return None;
-        }
+        let at = self.placement(size, len >= allreduce::RING_FROM, job);
+        let combine = self.combine(Op::Predefined(op), ty, n).ok()?;
+        let gather = match allreduce::default_way(&combine, size, at) {
+            allreduce::Way::Gathered => true,
+            allreduce::Way::Doubling if size.is_power_of_two() => false,
+            _ => return None,
+        };
         // The peers, by job rank, every one reached by one eager message: each
         // round's, or gathered, member 0's (at member 0: every other member's).
         let mut peers = [0u32; MAX_ROUNDS];
