@@ -97,7 +97,7 @@ fn rank_role_entry() {
         "msg_placement" => placement::run(&report_ok),
         "msg_named_sender_dies" => {
             watchdog(Duration::from_secs(30));
-            refused_attach::run_sender_dies(&report_ok, 64 << 10, true)
+            refused_attach::run_sender_dies(&report_ok, 256 << 10, true)
         }
         "msg_split_sender_dies" => {
             watchdog(Duration::from_secs(30));

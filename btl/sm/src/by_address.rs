@@ -26,13 +26,22 @@
 //! attach is fast, [`UNATTENDED_FROM_SLOW`] where it is slow, whose two system calls
 //! cost more there than a small message's round trip through the rings.
 //!
+//! And the eager limit, unless given ([`Chosen::eager_limit`]): where attach is slow,
+//! a rendezvous message, read by it or copied through the rings in chunks the
+//! receiver asks for, takes several times an eager message's two copies up to
+//! [`EAGER_LIMIT_SLOW`] (docs/performance.md); where it is fast, a rendezvous from 16
+//! KiB wins, and the component's default stays. Each process times its own copies,
+//! and one may time them otherwise than its neighbours (its processor shared meanwhile):
+//! every rank of a node takes its first rank's eager limit ([`node_eager_limit`]), so
+//! that the node's ranks send alike.
+//!
 //! [`Attributes::unregistered_remote_below`]: rbtl_btl::Attributes::unregistered_remote_below
 //! [`Attributes::unattended_from`]: rbtl_btl::Attributes::unattended_from
 //! [`path::BY_ADDRESS_BELOW`]: crate::path::BY_ADDRESS_BELOW
 
 use crate::cma::{self, Direction};
 use crate::path::{BY_ADDRESS_BELOW, PROBE_EVERY};
-use rbtl_btl::{Attributes, Error, Result};
+use rbtl_btl::{Attributes, Error, Modex, Proc, Result};
 use rbtl_config::{Kind, Value};
 use std::time::{Duration, Instant};
 
@@ -43,8 +52,10 @@ pub const PARAM: &str = "btl_sm_by_address_below";
 /// second-level caches of the hosts measured.
 pub const PROBE_BYTES: usize = 1 << 20;
 
-/// Copies of each kind timed; the fastest counts (the first faults pages in).
-const PROBE_COPIES: usize = 3;
+/// Copies of each kind timed; the fastest counts (the first faults pages in). Ten,
+/// so that the ratio stays steady between runs where a few copies of each straddle
+/// [`MIN_RATIO`] (docs/performance.md).
+const PROBE_COPIES: usize = 10;
 
 /// The rate of cross-memory attach, as a fraction of `memcpy`'s, from which naming
 /// by address is worth it: between the Intel hosts measured and the AMD ones, well
@@ -58,6 +69,46 @@ pub const UNATTENDED_FROM_FAST: usize = 1 << 10;
 
 /// The same where cross-memory attach is slow (the AMD hosts measured), or refused.
 pub const UNATTENDED_FROM_SLOW: usize = 4 << 10;
+
+/// The eager limit where cross-memory attach is slow, or refused: 64 KiB of payload
+/// and room for an upper layer's match header (at most the component's
+/// `max_send_size`).
+pub const EAGER_LIMIT_SLOW: usize = (64 << 10) + 64;
+
+/// The modex key of the eager limit the probe chose (8 bytes, little-endian),
+/// published where it did ([`Settings::eager_by_probe`]).
+///
+/// [`Settings::eager_by_probe`]: crate::Settings::eager_by_probe
+pub const EAGER_KEY: &str = "sm_eager_limit";
+
+/// The eager limit of the first rank of this process's node among `procs` (the
+/// lowest), as it published it ([`EAGER_KEY`]); `None` where that is this process
+/// (`me`), or where it published none (it runs no `sm`, or its limit was given).
+pub fn node_eager_limit(procs: &[Proc], me: u32, modex: &mut dyn Modex) -> Result<Option<usize>> {
+    let Some(node) = procs.iter().find(|p| p.rank == me).map(|p| &p.node) else {
+        return Ok(None);
+    };
+    let first = procs
+        .iter()
+        .filter(|p| p.node == *node)
+        .map(|p| p.rank)
+        .min();
+    let Some(first) = first.filter(|&r| r != me) else {
+        return Ok(None);
+    };
+    let Some(blob) = modex.lookup(first, EAGER_KEY)? else {
+        return Ok(None);
+    };
+    let bytes: [u8; 8] = blob.as_slice().try_into().map_err(|_| {
+        Error::Modex(format!(
+            "{EAGER_KEY} of rank {first}: {} bytes, not 8",
+            blob.len()
+        ))
+    })?;
+    Ok(Some(
+        u64::from_le_bytes(bytes).try_into().unwrap_or(usize::MAX),
+    ))
+}
 
 /// What the parameter says: a size, or "auto" (`None`).
 pub fn parse(text: &str) -> Result<Option<usize>> {
@@ -112,6 +163,7 @@ impl Rates {
             Chosen {
                 by_address_below: BY_ADDRESS_BELOW,
                 unattended_from: UNATTENDED_FROM_FAST,
+                eager_limit: None,
             }
         } else {
             Chosen::SLOW
@@ -126,6 +178,9 @@ pub struct Chosen {
     pub by_address_below: usize,
     /// [`Attributes::unattended_from`].
     pub unattended_from: usize,
+    /// [`Attributes::eager_limit`] (unless the parameter gives it); `None` keeps the
+    /// component's default.
+    pub eager_limit: Option<usize>,
 }
 
 impl Chosen {
@@ -133,6 +188,7 @@ impl Chosen {
     const SLOW: Chosen = Chosen {
         by_address_below: 0,
         unattended_from: UNATTENDED_FROM_SLOW,
+        eager_limit: Some(EAGER_LIMIT_SLOW),
     };
 }
 
@@ -217,7 +273,9 @@ impl Watch {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse, Rates};
+    use super::{node_eager_limit, parse, Rates};
+    use rbtl_btl::{Attributes, Error, Modex, Module, Proc};
+    use std::collections::HashMap;
 
     #[test]
     fn the_parameter_is_auto_or_a_size() {
@@ -272,14 +330,115 @@ mod tests {
             memcpy: 5.0,
         };
         assert!(!slow.by_address_worth_it() && fast.by_address_worth_it());
-        let chosen = |by_address_below, unattended_from| super::Chosen {
+        let chosen = |by_address_below, unattended_from, eager_limit| super::Chosen {
             by_address_below,
             unattended_from,
+            eager_limit,
         };
-        assert_eq!(slow.chosen(), chosen(0, super::UNATTENDED_FROM_SLOW));
+        assert_eq!(
+            slow.chosen(),
+            chosen(
+                0,
+                super::UNATTENDED_FROM_SLOW,
+                Some(super::EAGER_LIMIT_SLOW)
+            )
+        );
         assert_eq!(
             fast.chosen(),
-            chosen(super::BY_ADDRESS_BELOW, super::UNATTENDED_FROM_FAST)
+            chosen(super::BY_ADDRESS_BELOW, super::UNATTENDED_FROM_FAST, None)
         );
+    }
+
+    /// What each rank published, by rank and key.
+    type Store = std::sync::Arc<std::sync::Mutex<HashMap<(u32, String), Vec<u8>>>>;
+
+    /// A job's modex, every rank in this process, the node's ranks given.
+    #[derive(Clone, Default)]
+    struct Kv {
+        rank: u32,
+        store: Store,
+    }
+
+    impl rbtl_btl::Modex for Kv {
+        fn rank(&self) -> u32 {
+            self.rank
+        }
+        fn size(&self) -> u32 {
+            3
+        }
+        fn publish(&mut self, key: &str, value: &[u8]) -> rbtl_btl::Result<()> {
+            let mut store = self.store.lock().unwrap();
+            store.insert((self.rank, key.to_string()), value.to_vec());
+            Ok(())
+        }
+        fn fence(&mut self) -> rbtl_btl::Result<()> {
+            Ok(())
+        }
+        fn lookup(&mut self, rank: u32, key: &str) -> rbtl_btl::Result<Option<Vec<u8>>> {
+            let store = self.store.lock().unwrap();
+            Ok(store.get(&(rank, key.to_string())).cloned())
+        }
+        fn local_ranks(&self) -> Option<Vec<u32>> {
+            Some(vec![0, 1, 2])
+        }
+    }
+
+    /// The ranks of a node whose probes chose otherwise send alike: each takes the
+    /// eager limit its node's first rank published; one whose limit was given keeps
+    /// it; a published limit that is not one is an error, and a rank of another
+    /// node is not the first of this one.
+    #[test]
+    fn a_nodes_ranks_take_its_first_ranks_eager_limit() {
+        let modex = Kv::default();
+        let at = |rank| Kv {
+            rank,
+            ..modex.clone()
+        };
+        let node = crate::peer::node_id();
+        let procs: Vec<Proc> = (0..3)
+            .map(|rank| Proc {
+                rank,
+                node: node.clone(),
+            })
+            .collect();
+        let module = |rank, eager_limit, eager_by_probe| {
+            let attrs = Attributes {
+                eager_limit,
+                ..crate::default_attributes()
+            };
+            let settings = crate::Settings {
+                eager_by_probe,
+                heap_bytes: 1 << 20,
+                ..crate::Settings::default()
+            };
+            crate::SmModule::new(attrs, settings, &mut at(rank)).unwrap()
+        };
+        let mut ranks = [
+            module(0, super::EAGER_LIMIT_SLOW, true),
+            module(1, 16 << 10, true),
+            module(2, 1000, false),
+        ];
+        for (rank, m) in (0..).zip(ranks.iter_mut()) {
+            m.add_procs(&procs, &mut at(rank)).unwrap();
+        }
+        let limits = ranks.map(|m| m.attributes().eager_limit);
+        let slow = super::EAGER_LIMIT_SLOW;
+        assert_eq!(limits, [slow, slow, 1000]);
+
+        assert_eq!(node_eager_limit(&procs, 0, &mut at(0)).unwrap(), None);
+        assert_eq!(node_eager_limit(&procs, 2, &mut at(2)).unwrap(), Some(slow));
+        let elsewhere = [
+            Proc {
+                rank: 0,
+                node: "another".into(),
+            },
+            procs[1].clone(),
+            procs[2].clone(),
+        ];
+        let own_node_first = node_eager_limit(&elsewhere, 2, &mut at(2)).unwrap();
+        assert_eq!(own_node_first, Some(16 << 10));
+        at(0).publish(super::EAGER_KEY, &[1, 2, 3]).unwrap();
+        let bad = node_eager_limit(&procs, 1, &mut at(1));
+        assert!(matches!(bad, Err(Error::Modex(_))), "{bad:?}");
     }
 }

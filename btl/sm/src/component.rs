@@ -6,7 +6,7 @@ use rbtl_btl::transport_kit::keytable;
 use rbtl_btl::{
     exclusivity, AtomicFlags, Attributes, BtlFlags, Component, Error, Modex, Module, Result,
 };
-use rbtl_config::{Config, Registry, Value};
+use rbtl_config::{Config, Registry, Source, Value};
 
 pub(super) const NAME: &str = "sm";
 /// The parameter of [`Settings::flush_timeout`].
@@ -17,10 +17,12 @@ pub fn default_attributes() -> Attributes {
     Attributes {
         // 16 KiB of payload and room for an upper layer's match header: copying such
         // a message in and out costs less than a rendezvous' extra round trip
-        // (measured: see docs/performance.md).
+        // (measured: see docs/performance.md). Under `btl_sm_rdma=auto` the start-up
+        // probe raises it where cross-memory attach is slow (`by_address.rs`).
         eager_limit: (16 << 10) + 64,
         rndv_eager_limit: 32 << 10,
-        max_send_size: 32 << 10,
+        // The largest eager limit the probe sets.
+        max_send_size: crate::by_address::EAGER_LIMIT_SLOW,
         put_limit: usize::MAX,
         put_alignment: 1,
         get_limit: usize::MAX,
@@ -107,6 +109,10 @@ pub struct Settings {
     /// How long `flush` waits for peers that reply to none of its copy-protocol
     /// operations before it returns [`Error::PeerTimeout`] (they stay pending).
     pub flush_timeout: std::time::Duration,
+    /// The eager limit is the start-up probe's (`btl_sm_rdma = auto`,
+    /// `btl_sm_eager_limit` not given): every rank of a node takes its first rank's
+    /// when it first meets it (`by_address::node_eager_limit`).
+    pub eager_by_probe: bool,
 }
 
 impl Default for Settings {
@@ -124,6 +130,7 @@ impl Default for Settings {
             rcache: rbtl_rcache::Options::default(),
             heap_bytes: 0,
             flush_timeout: std::time::Duration::from_secs(60),
+            eager_by_probe: false,
         }
     }
 }
@@ -229,13 +236,19 @@ impl Component for SmComponent {
                 FLUSH_TIMEOUT_PARAM,
                 "the milliseconds flush waits for a peer that does not reply (a large value to wait longer)",
             )? as u64),
+            eager_by_probe: false,
         };
-        let mut attrs = attrs;
+        let (mut attrs, mut settings) = (attrs, settings);
         if settings.rdma != RdmaPath::Copy {
             attrs.flags |= BtlFlags::UNATTENDED_RDMA | BtlFlags::UNREGISTERED_REMOTE;
             (attrs.unregistered_remote_below, attrs.unattended_from) = match settings.rdma {
                 RdmaPath::Auto => {
                     let chosen = crate::by_address::auto();
+                    let given = config.value("btl_sm_eager_limit")?.1 != &Source::Default;
+                    if let (Some(limit), false) = (chosen.eager_limit, given) {
+                        attrs.eager_limit = limit.min(attrs.max_send_size);
+                    }
+                    settings.eager_by_probe = !given;
                     let below = settings.by_address_below;
                     (
                         below.unwrap_or(chosen.by_address_below),
@@ -324,14 +337,14 @@ mod tests {
         let many: Vec<u32> = (0..129).collect();
         assert_eq!(module(0, 129, Some(many), d()).rings(), (0, 129, 512 << 10));
         // A budget of 1 MiB over 63 senders: the least that holds a send of
-        // max_send_size (32 KiB).
+        // max_send_size (64 KiB + 64).
         let slim = Settings {
             rings_budget: 1 << 20,
             heap_bytes: 1 << 20,
             ..d()
         };
         let crowd: Vec<u32> = (0..64).collect();
-        assert_eq!(module(0, 64, Some(crowd), slim).rings(), (0, 64, 64 << 10));
+        assert_eq!(module(0, 64, Some(crowd), slim).rings(), (0, 64, 128 << 10));
     }
 
     /// By default (`btl_sm_heap_size = 0`) a process's heap is its share of a quarter of

@@ -168,6 +168,10 @@ impl SmModule {
         let by_address = attrs.flags.contains(BtlFlags::UNREGISTERED_REMOTE);
         let card = peer::card(id, segment, (&layout, slot), by_address, &node);
         modex.publish(MODEX_KEY, &card)?;
+        if settings.eager_by_probe {
+            let limit = attrs.eager_limit as u64;
+            modex.publish(crate::by_address::EAGER_KEY, &limit.to_le_bytes())?;
+        }
         let copy = CopyProtocol::new(id, regs.view(), settings.copy_chunk);
         let probed_not_worth_it = by_address
             && settings.rdma == RdmaPath::Auto
@@ -667,6 +671,11 @@ impl Module for SmModule {
         procs: &[Proc],
         modex: &mut dyn Modex,
     ) -> Result<Vec<Option<Endpoint>>> {
+        if std::mem::take(&mut self.settings.eager_by_probe) {
+            if let Some(limit) = crate::by_address::node_eager_limit(procs, self.rank, modex)? {
+                self.attrs.eager_limit = limit.min(self.attrs.max_send_size);
+            }
+        }
         let mut out = Vec::with_capacity(procs.len());
         let my_node = procs.iter().find(|p| p.rank == self.rank).map(|p| &p.node);
         for p in procs {
