@@ -10,6 +10,7 @@ use super::schedule::Round;
 use super::{Loc, Local, Members, Schedule, Xfer};
 use crate::datatype::Datatype;
 use crate::op::Op;
+use std::ops::Range;
 
 /// What is combined: `count` packed elements of a type, by an operation.
 pub struct Combine<'a> {
@@ -104,10 +105,13 @@ pub fn reduce(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc, root: u32) {
 pub const PAIRWISE_REDUCE_SCATTER_MAX: u32 = 16;
 
 /// Reduce-scatter the operand at `acc` (`counts` elements for each member, in
-/// order) into `out` (this member's block, `olen` bytes): pairwise where the
-/// operation commutes, on up to [`PAIRWISE_REDUCE_SCATTER_MAX`] members (as
-/// MPICH's pairwise reduce-scatter: one round at two members, where a reduce and a
-/// scatter take two); else a reduce to member 0, then a scatter from it.
+/// order; a copy the rounds may change) into `out` (this member's block, `olen`
+/// bytes), where the operation commutes: by recursive halving on a power of two of
+/// members (log2 n rounds, as MPICH's and Open MPI's for such operations; the same
+/// bytes sent and combined as pairwise), pairwise on up to
+/// [`PAIRWISE_REDUCE_SCATTER_MAX`] members otherwise (as MPICH's pairwise
+/// reduce-scatter);
+/// else a reduce to member 0, then a scatter from it.
 pub fn reduce_scatter(
     s: &mut Schedule,
     m: &Members,
@@ -122,13 +126,16 @@ pub fn reduce_scatter(
         blocks.push((acc.offset(off), k * c.ty.size));
         off += k * c.ty.size;
     }
-    if !c.op.commutative() || m.size > PAIRWISE_REDUCE_SCATTER_MAX {
+    let me = m.rank as usize;
+    if c.op.commutative() && m.size.is_power_of_two() {
+        reduce_scatter_halving(s, m, c, &blocks, counts);
+    } else if c.op.commutative() && m.size <= PAIRWISE_REDUCE_SCATTER_MAX {
+        reduce_scatter_pairwise(s, m, c, &blocks, counts[me]);
+    } else {
         reduce(s, m, c, acc, 0);
         super::basic::scatterv(s, m, &blocks, Some((out, olen)), 0);
         return;
     }
-    let me = m.rank as usize;
-    reduce_scatter_pairwise(s, m, c, &blocks, counts[me]);
     s.round().then.push(Local::Copy {
         from: blocks[me].0,
         to: out,
@@ -159,6 +166,74 @@ fn reduce_scatter_pairwise(
             ((tmp, len), m.job(from)),
         );
         r.then.push(c.local(tmp, acc, mine));
+    }
+}
+
+/// One round of a recursive halving: the member this one exchanges with, the
+/// members whose blocks this one goes on combining, and those whose blocks it gives
+/// up to that member.
+pub struct Halving {
+    /// The member exchanged with.
+    pub peer: usize,
+    /// The members whose blocks this one goes on combining (its own among them).
+    pub keep: Range<usize>,
+    /// The members whose blocks go to `peer`.
+    pub give: Range<usize>,
+}
+
+/// The rounds of a recursive halving among `n` members (a power of two) at member
+/// `me`: in each, the members' blocks this one still combines are split in halves,
+/// it keeps the half of its own block and gives the other to the member at the
+/// same place in it (`me ^ half`), who does the opposite.
+pub fn halving_rounds(n: usize, me: usize) -> impl Iterator<Item = Halving> {
+    let mut range = 0..n;
+    std::iter::from_fn(move || {
+        let half = range.len() / 2;
+        if half == 0 {
+            return None;
+        }
+        let mid = range.start + half;
+        let (keep, give) = match me < mid {
+            true => (range.start..mid, mid..range.end),
+            false => (mid..range.end, range.start..mid),
+        };
+        range = keep.clone();
+        Some(Halving {
+            peer: me ^ half,
+            keep,
+            give,
+        })
+    })
+}
+
+/// Reduce-scatter by recursive halving ([`halving_rounds`]), for an operation that
+/// commutes on a power of two of members: each round sends the half given up and
+/// combines the peer's copy of the half kept into this member's (`acc = received op
+/// acc`). `blocks` are this member's operand, one block per member (`counts`
+/// elements each), its own block becoming the result.
+fn reduce_scatter_halving(
+    s: &mut Schedule,
+    m: &Members,
+    c: &Combine,
+    blocks: &[(Loc, usize)],
+    counts: &[usize],
+) {
+    let me = m.rank as usize;
+    let span = |r: &Range<usize>| {
+        (
+            blocks[r.start].0,
+            blocks[r.clone()].iter().map(|b| b.1).sum(),
+        )
+    };
+    let Some(first) = halving_rounds(blocks.len(), me).next() else {
+        return;
+    };
+    let tmp = s.scratch(span(&first.keep).1);
+    for h in halving_rounds(blocks.len(), me) {
+        let (keep, give) = (span(&h.keep), span(&h.give));
+        let r = swap(s, give, (tmp, keep.1), m.job(h.peer as u32));
+        r.then
+            .push(c.local(tmp, keep.0, counts[h.keep].iter().sum()));
     }
 }
 

@@ -5,8 +5,8 @@
 //!
 //! * `MPI_Reduce` on a communicator of at most 64 members: down the binomial tree of
 //!   [`super::reduce::reduce`] to the root;
-//! * `MPI_Reduce_scatter` and `MPI_Reduce_scatter_block` alike, where they run
-//!   pairwise ([`super::reduce::reduce_scatter`]).
+//! * `MPI_Reduce_scatter` and `MPI_Reduce_scatter_block` alike, where they run by
+//!   recursive halving or pairwise ([`super::reduce::reduce_scatter`]).
 //!
 //! Each sends exactly the messages of its schedule (the same context, tag, peers,
 //! lengths and order per peer), and combines as it does (`acc = received op acc`),
@@ -14,14 +14,16 @@
 //! else, errors included, is left to the schedule's builder (`None`).
 
 use super::args::in_place;
-use super::reduce::PAIRWISE_REDUCE_SCATTER_MAX;
+use super::reduce::{halving_rounds, Halving, PAIRWISE_REDUCE_SCATTER_MAX};
 use super::small::{combines, ended, received, told_slice, MAX_ROUNDS};
 use super::small_blocks::job_ranks;
+use crate::datatype::Prim;
 use crate::error::Result;
 use crate::ffi::*;
 use crate::op;
 use crate::p2p::check_count;
 use crate::state::Mpi;
+use std::ops::Range;
 
 /// The arguments of `MPI_Reduce`: send and receive buffers, count, datatype,
 /// operation, root, communicator.
@@ -153,10 +155,11 @@ impl Mpi {
     }
 
     /// `MPI_Reduce_scatter` or `MPI_Reduce_scatter_block` without a schedule (see
-    /// the module's documentation): in round k, the block of the member k after this
-    /// one sent to it, then this member's block from the member k before it
-    /// received and combined into its own (`acc = received op acc`). `None` where it
-    /// does not apply (errors included).
+    /// the module's documentation): by recursive halving on a power of two of
+    /// members ([`Mpi::reduce_scatter_halving`]); else pairwise, in round k the
+    /// block of the member k after this one sent to it, then this member's block
+    /// from the member k before it received and combined into its own (`acc =
+    /// received op acc`). `None` where it does not apply (errors included).
     ///
     /// # Safety
     ///
@@ -197,23 +200,33 @@ impl Mpi {
             return None;
         }
         let jobs = job_ranks(c)?;
+        let blocks = &blocks[..size as usize];
+        let lb = t.lb;
+        let out = recvbuf.cast::<u8>().wrapping_offset(lb);
+        let input = match in_place(sendbuf) {
+            true => out.cast_const(),
+            false => sendbuf.cast::<u8>().wrapping_offset(lb),
+        };
+        if size.is_power_of_two() {
+            // SAFETY: the caller's contract.
+            return unsafe {
+                self.reduce_scatter_halving(comm, (op, prim), (input, out), blocks, &jobs)
+            };
+        }
         let fits = |v: usize| v as u32 == me || self.one_eager_message(jobs[v], blocks[v].1);
         if !(0..size as usize).all(fits) {
             return None;
         }
-        let lb = t.lb;
         let (ctx, tag) = self.begin_small(comm)?;
-        let out = recvbuf.cast::<u8>().wrapping_offset(lb);
         let (off, len) = blocks[me as usize];
         // The operand, and this member's block of it, the result's place until the end.
-        let (input, acc) = match in_place(sendbuf) {
-            true => (out.cast_const(), out.wrapping_add(off)),
+        let acc = match in_place(sendbuf) {
+            true => out.wrapping_add(off),
             false => {
-                let input = sendbuf.cast::<u8>().wrapping_offset(lb);
                 // SAFETY: the caller's contract: this member's block of the operand,
                 // room for it in the receive buffer, apart (checked above).
                 unsafe { std::ptr::copy(input.add(off), out, len) };
-                (input, out)
+                out
             }
         };
         let mut tmp = std::mem::take(&mut self.scratch);
@@ -245,6 +258,71 @@ impl Mpi {
             Ok(())
         })();
         self.scratch = tmp;
+        Some(ended(done, mismatch))
+    }
+
+    /// A reduce-scatter by recursive halving ([`halving_rounds`]) on a power of two
+    /// of members, for [`Mpi::reduce_scatter_small`]: the operand (`input`, every
+    /// member's block of it at `blocks`, this member's result to `out`) copied, then
+    /// in each round the half given up sent to the round's peer and the peer's copy
+    /// of the half kept received and combined into it (`acc = received op acc`).
+    /// `None` where a round's message is not one eager message.
+    ///
+    /// # Safety
+    ///
+    /// As [`Mpi::reduce_scatter_small`]: `input` holds the operand's blocks; `out`
+    /// has room for this member's.
+    unsafe fn reduce_scatter_halving(
+        &mut self,
+        comm: Handle,
+        (op, prim): (Handle, Prim),
+        (input, out): (*const u8, *mut u8),
+        blocks: &[(usize, usize)],
+        jobs: &[u32],
+    ) -> Option<Result<()>> {
+        let me = self.comm(comm).ok()?.rank as usize;
+        let n = blocks.len();
+        let span = |r: &Range<usize>| {
+            (
+                blocks[r.start].0,
+                blocks[r.clone()].iter().map(|b| b.1).sum::<usize>(),
+            )
+        };
+        let fits = |h: Halving| self.one_eager_message(jobs[h.peer], span(&h.give).1);
+        if !halving_rounds(n, me).all(fits) {
+            return None;
+        }
+        let total = span(&(0..n)).1;
+        let most = halving_rounds(n, me).next().map_or(0, |h| span(&h.keep).1);
+        let (ctx, tag) = self.begin_small(comm)?;
+        // The operand's copy, combined into, then room for a received half.
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.clear();
+        buf.resize(total + most, 0);
+        // SAFETY: the caller's contract: `input` holds the operand's `total` bytes.
+        buf[..total].copy_from_slice(unsafe { rbtl::btl::slice_at(input, total) });
+        let (work, tmp) = buf.split_at_mut(total);
+        let mut mismatch = None;
+        let msg = &mut self.msg;
+        let done = (|| -> Result<()> {
+            for h in halving_rounds(n, me) {
+                let ((give, glen), (keep, klen)) = (span(&h.give), span(&h.keep));
+                let data = told_slice(&work[give..give + glen], mismatch.is_some());
+                msg.send_in(ctx, data, jobs[h.peer], tag)?;
+                let r = msg.recv_in(ctx, &mut tmp[..klen], Some(jobs[h.peer]), Some(tag));
+                let got = received(r, klen, "MPI_Reduce_scatter", &mut mismatch)?;
+                let acc = work[keep..].as_mut_ptr();
+                // SAFETY: both hold `got / prim.size()` elements of `prim` (`got` <=
+                // `klen`), apart.
+                unsafe { op::reduce_basic(op, prim, tmp.as_ptr(), acc, got / prim.size()) }?;
+            }
+            let (off, len) = blocks[me];
+            // SAFETY: the caller's contract: room for this member's block at `out`,
+            // whose operand was copied before any round.
+            unsafe { std::ptr::copy_nonoverlapping(work[off..].as_ptr(), out, len) };
+            Ok(())
+        })();
+        self.scratch = buf;
         Some(ended(done, mismatch))
     }
 }
