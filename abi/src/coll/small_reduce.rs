@@ -156,7 +156,7 @@ impl Mpi {
 
     /// `MPI_Reduce_scatter` or `MPI_Reduce_scatter_block` without a schedule (see
     /// the module's documentation): by recursive halving on a power of two of
-    /// members ([`Mpi::reduce_scatter_halving`]); else pairwise, in round k the
+    /// members (`Mpi::reduce_scatter_halving`); else pairwise, in round k the
     /// block of the member k after this one sent to it, then this member's block
     /// from the member k before it received and combined into its own (`acc =
     /// received op acc`). `None` where it does not apply (errors included).

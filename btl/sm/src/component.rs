@@ -171,7 +171,9 @@ impl Component for SmComponent {
                 Value::Str("auto".into()),
                 "put/get path: copy (through the rings; the target must progress), cma (cross-memory attach), \
                  or auto (the rings, and cross-memory attach where the kernel allows it while copies into the rings run below btl_sm_cma_below, \
-                 or below 2 MiB where it measured faster for the size)",
+                 or below 2 MiB where it measured faster for the size; where cross-memory attach copies slower than \
+                 btl_sm_by_address_below's ratio at start-up, or not at all, an eager limit of 64 KiB + 64 unless btl_sm_eager_limit \
+                 is given, every rank of a node taking its first rank's)",
             )?
             .register(
                 "btl_sm_cma_below",
