@@ -104,14 +104,27 @@ pub fn reduce(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc, root: u32) {
 /// reduce's log2 n rounds and the scatter's one).
 pub const PAIRWISE_REDUCE_SCATTER_MAX: u32 = 16;
 
+/// The most bytes of an operand (every member's blocks) that a reduce-scatter
+/// halves recursively ([`halves`]), as Open MPI's `tuned` does: beyond, the halves'
+/// messages grow with the operand, and on a node with more ranks than processors,
+/// members bound to one processor (half the members apart) exchange the largest
+/// first (docs/performance.md).
+pub const HALVING_REDUCE_SCATTER_MAX: usize = 12 << 10;
+
+/// Whether a reduce-scatter of an operation that commutes, of `bytes` in all among
+/// `n` members, halves recursively: a power of two of more than two members (at two,
+/// pairwise sends the same), up to [`HALVING_REDUCE_SCATTER_MAX`].
+pub fn halves(n: u32, bytes: usize) -> bool {
+    n > 2 && n.is_power_of_two() && bytes <= HALVING_REDUCE_SCATTER_MAX
+}
+
 /// Reduce-scatter the operand at `acc` (`counts` elements for each member, in
 /// order; a copy the rounds may change) into `out` (this member's block, `olen`
-/// bytes), where the operation commutes: by recursive halving on a power of two of
-/// members (log2 n rounds, as MPICH's and Open MPI's for such operations; the same
-/// bytes sent and combined as pairwise), pairwise on up to
-/// [`PAIRWISE_REDUCE_SCATTER_MAX`] members otherwise (as MPICH's pairwise
-/// reduce-scatter);
-/// else a reduce to member 0, then a scatter from it.
+/// bytes), where the operation commutes: by recursive halving where [`halves`] says
+/// so (log2 n rounds, as MPICH's and Open MPI's for short operands; the same bytes
+/// sent and combined as pairwise), pairwise on up to [`PAIRWISE_REDUCE_SCATTER_MAX`]
+/// members otherwise (as MPICH's pairwise reduce-scatter); else a reduce to member
+/// 0, then a scatter from it.
 pub fn reduce_scatter(
     s: &mut Schedule,
     m: &Members,
@@ -127,7 +140,7 @@ pub fn reduce_scatter(
         off += k * c.ty.size;
     }
     let me = m.rank as usize;
-    if c.op.commutative() && m.size.is_power_of_two() {
+    if c.op.commutative() && halves(m.size, off) {
         reduce_scatter_halving(s, m, c, &blocks, counts);
     } else if c.op.commutative() && m.size <= PAIRWISE_REDUCE_SCATTER_MAX {
         reduce_scatter_pairwise(s, m, c, &blocks, counts[me]);

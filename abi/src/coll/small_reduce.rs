@@ -14,7 +14,7 @@
 //! else, errors included, is left to the schedule's builder (`None`).
 
 use super::args::in_place;
-use super::reduce::{halving_rounds, Halving, PAIRWISE_REDUCE_SCATTER_MAX};
+use super::reduce::{halves, halving_rounds, Halving, PAIRWISE_REDUCE_SCATTER_MAX};
 use super::small::{combines, ended, received, told_slice, MAX_ROUNDS};
 use super::small_blocks::job_ranks;
 use crate::datatype::Prim;
@@ -155,8 +155,8 @@ impl Mpi {
     }
 
     /// `MPI_Reduce_scatter` or `MPI_Reduce_scatter_block` without a schedule (see
-    /// the module's documentation): by recursive halving on a power of two of
-    /// members (`Mpi::reduce_scatter_halving`); else pairwise, in round k the
+    /// the module's documentation): by recursive halving where the schedule halves
+    /// (`Mpi::reduce_scatter_halving`); else pairwise, in round k the
     /// block of the member k after this one sent to it, then this member's block
     /// from the member k before it received and combined into its own (`acc =
     /// received op acc`). `None` where it does not apply (errors included).
@@ -207,7 +207,7 @@ impl Mpi {
             true => out.cast_const(),
             false => sendbuf.cast::<u8>().wrapping_offset(lb),
         };
-        if size.is_power_of_two() {
+        if halves(size, total) {
             // SAFETY: the caller's contract.
             return unsafe {
                 self.reduce_scatter_halving(comm, (op, prim), (input, out), blocks, &jobs)
@@ -295,9 +295,9 @@ impl Mpi {
         let total = span(&(0..n)).1;
         let most = halving_rounds(n, me).next().map_or(0, |h| span(&h.keep).1);
         let (ctx, tag) = self.begin_small(comm)?;
-        // The operand's copy, combined into, then room for a received half.
+        // The operand's copy, combined into, then room for a received half (what
+        // the buffer held before is overwritten or not read).
         let mut buf = std::mem::take(&mut self.scratch);
-        buf.clear();
         buf.resize(total + most, 0);
         // SAFETY: the caller's contract: `input` holds the operand's `total` bytes.
         buf[..total].copy_from_slice(unsafe { rbtl::btl::slice_at(input, total) });
