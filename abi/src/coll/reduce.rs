@@ -106,9 +106,8 @@ pub const PAIRWISE_REDUCE_SCATTER_MAX: u32 = 16;
 
 /// The most bytes of an operand (every member's blocks) that a reduce-scatter
 /// halves recursively ([`halves`]), as Open MPI's `tuned` does: beyond, the halves'
-/// messages grow with the operand, and on a node with more ranks than processors,
-/// members bound to one processor (half the members apart) exchange the largest
-/// first (docs/performance.md).
+/// messages grow with the operand, and on a node with more ranks than processors the
+/// pairwise exchange of blocks measured faster (docs/performance.md).
 pub const HALVING_REDUCE_SCATTER_MAX: usize = 12 << 10;
 
 /// Whether a reduce-scatter of an operation that commutes, of `bytes` in all among

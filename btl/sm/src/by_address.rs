@@ -30,11 +30,11 @@
 //! a rendezvous message, read by it or copied through the rings in chunks the
 //! receiver asks for, takes several times an eager message's two copies up to
 //! [`EAGER_LIMIT_SLOW`] (docs/performance.md); where it is fast, a rendezvous read by
-//! it measured level with the eager message or faster from 16 KiB, and the
-//! component's default stays. Each process times its own copies,
-//! and one may time them otherwise than its neighbours (its processor shared meanwhile):
-//! every rank of a node takes its first rank's eager limit ([`node_eager_limit`]), so
-//! that the node's ranks send alike.
+//! it at 16 KiB measured faster than the eager message with the processors apart
+//! (slower with them near), and the component's default stays. Each process times
+//! its own copies, and one may time them otherwise than its neighbours (its
+//! processor shared meanwhile): every rank of a node takes its first rank's eager
+//! limit ([`node_eager_limit`]), so that the node's ranks send alike.
 //!
 //! [`Attributes::unregistered_remote_below`]: rbtl_btl::Attributes::unregistered_remote_below
 //! [`Attributes::unattended_from`]: rbtl_btl::Attributes::unattended_from
