@@ -196,7 +196,7 @@ pub struct Halving {
 /// The rounds of a recursive halving among `n` members (a power of two) at member
 /// `me`: in each, the members' blocks this one still combines are split in halves,
 /// it keeps the half of its own block and gives the other to the member at the
-/// same place in it (`me ^ half`), who does the opposite.
+/// same place in the other half (`me ^ half`), who does the opposite.
 pub fn halving_rounds(n: usize, me: usize) -> impl Iterator<Item = Halving> {
     let mut range = 0..n;
     std::iter::from_fn(move || {
