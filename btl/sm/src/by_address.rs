@@ -276,7 +276,6 @@ impl Watch {
 mod tests {
     use super::{node_eager_limit, parse, Rates};
     use rbtl_btl::{Attributes, Error, Modex, Module, Proc};
-    use std::collections::HashMap;
 
     #[test]
     fn the_parameter_is_auto_or_a_size() {
@@ -350,58 +349,15 @@ mod tests {
         );
     }
 
-    /// What each rank published, by rank and key.
-    type Store = std::sync::Arc<std::sync::Mutex<HashMap<(u32, String), Vec<u8>>>>;
-
-    /// A job's modex, every rank in this process, the node's ranks given.
-    #[derive(Clone, Default)]
-    struct Kv {
-        rank: u32,
-        store: Store,
-    }
-
-    impl rbtl_btl::Modex for Kv {
-        fn rank(&self) -> u32 {
-            self.rank
-        }
-        fn size(&self) -> u32 {
-            3
-        }
-        fn publish(&mut self, key: &str, value: &[u8]) -> rbtl_btl::Result<()> {
-            let mut store = self.store.lock().unwrap();
-            store.insert((self.rank, key.to_string()), value.to_vec());
-            Ok(())
-        }
-        fn fence(&mut self) -> rbtl_btl::Result<()> {
-            Ok(())
-        }
-        fn lookup(&mut self, rank: u32, key: &str) -> rbtl_btl::Result<Option<Vec<u8>>> {
-            let store = self.store.lock().unwrap();
-            Ok(store.get(&(rank, key.to_string())).cloned())
-        }
-        fn local_ranks(&self) -> Option<Vec<u32>> {
-            Some(vec![0, 1, 2])
-        }
-    }
-
     /// The ranks of a node whose probes chose otherwise send alike: each takes the
     /// eager limit its node's first rank published; one whose limit was given keeps
     /// it; a published limit that is not one is an error, and a rank of another
     /// node is not the first of this one.
     #[test]
     fn a_nodes_ranks_take_its_first_ranks_eager_limit() {
-        let modex = Kv::default();
-        let at = |rank| Kv {
-            rank,
-            ..modex.clone()
-        };
-        let node = crate::peer::node_id();
-        let procs: Vec<Proc> = (0..3)
-            .map(|rank| Proc {
-                rank,
-                node: node.clone(),
-            })
-            .collect();
+        let modex = crate::test_modex::Shared::job(3);
+        let at = |rank| modex.at(rank);
+        let procs = modex.procs();
         let module = |rank, eager_limit, eager_by_probe| {
             let attrs = Attributes {
                 eager_limit,

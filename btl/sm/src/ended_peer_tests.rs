@@ -5,48 +5,9 @@
 use super::SmModule;
 use crate::component::{default_attributes, Settings};
 use crate::liveness::Process;
-use rbtl_btl::{
-    ActiveMessage, Endpoint, Error, Modex, Module, PeerFailure, Proc, SendiOutcome, Tag,
-};
-use std::collections::HashMap;
+use crate::test_modex::Shared;
+use rbtl_btl::{ActiveMessage, Endpoint, Error, Module, PeerFailure, SendiOutcome, Tag};
 use std::sync::{Arc, Mutex};
-
-/// The published cards of a job of two ranks, both in this process.
-type Cards = Arc<Mutex<HashMap<(u32, String), Vec<u8>>>>;
-
-/// One rank's view of the two ranks' modex, on one node.
-struct Shared {
-    rank: u32,
-    cards: Cards,
-}
-
-impl Modex for Shared {
-    fn rank(&self) -> u32 {
-        self.rank
-    }
-    fn size(&self) -> u32 {
-        2
-    }
-    fn publish(&mut self, key: &str, value: &[u8]) -> rbtl_btl::Result<()> {
-        let mut cards = self.cards.lock().unwrap();
-        cards.insert((self.rank, key.to_string()), value.to_vec());
-        Ok(())
-    }
-    fn fence(&mut self) -> rbtl_btl::Result<()> {
-        Ok(())
-    }
-    fn lookup(&mut self, rank: u32, key: &str) -> rbtl_btl::Result<Option<Vec<u8>>> {
-        Ok(self
-            .cards
-            .lock()
-            .unwrap()
-            .get(&(rank, key.to_string()))
-            .cloned())
-    }
-    fn local_ranks(&self) -> Option<Vec<u32>> {
-        Some(vec![0, 1])
-    }
-}
 
 /// A process that has ended (and was reaped), watched since it ran.
 fn ended_process() -> Process {
@@ -81,11 +42,8 @@ fn read_before_failing(
     goes: impl FnOnce(&mut SmModule, &mut SmModule, Endpoint, Endpoint),
     failure: fn(&PeerFailure) -> bool,
 ) {
-    let cards = Cards::default();
-    let mut modex = [0, 1].map(|rank| Shared {
-        rank,
-        cards: cards.clone(),
-    });
+    let job = Shared::job(2);
+    let mut modex = [0, 1].map(|rank| job.at(rank));
     let settings = || Settings {
         heap_bytes: 1 << 20,
         ..Settings::default()
@@ -94,13 +52,7 @@ fn read_before_failing(
     for m in modex.iter_mut() {
         ranks.push(SmModule::new(default_attributes(), settings(), m).unwrap());
     }
-    let node = crate::peer::node_id();
-    let procs: Vec<Proc> = (0..2)
-        .map(|rank| Proc {
-            rank,
-            node: node.clone(),
-        })
-        .collect();
+    let procs = job.procs();
     let [mut m0, mut m1] = <[SmModule; 2]>::try_from(ranks).ok().unwrap();
     let to1 = m0.add_procs(&procs, &mut modex[0]).unwrap()[1].unwrap();
     let to0 = m1.add_procs(&procs, &mut modex[1]).unwrap()[0].unwrap();

@@ -74,6 +74,8 @@ pub mod path;
 mod peer;
 pub mod ring;
 mod segment;
+#[cfg(test)]
+mod test_modex;
 mod wire;
 
 pub use component::{default_attributes, RdmaPath, Settings, SmComponent};
