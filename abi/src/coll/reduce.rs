@@ -218,6 +218,15 @@ pub fn halving_rounds(n: usize, me: usize) -> impl Iterator<Item = Halving> {
     })
 }
 
+/// Where the blocks of the members `r` start in `blocks` (each where it starts, its
+/// bytes), and their bytes together: they lie one after another.
+pub fn span<L: Copy>(blocks: &[(L, usize)], r: &Range<usize>) -> (L, usize) {
+    (
+        blocks[r.start].0,
+        blocks[r.clone()].iter().map(|b| b.1).sum(),
+    )
+}
+
 /// Reduce-scatter by recursive halving ([`halving_rounds`]), for an operation that
 /// commutes on a power of two of members: each round sends the half given up and
 /// combines the peer's copy of the half kept into this member's (`acc = received op
@@ -231,18 +240,12 @@ fn reduce_scatter_halving(
     counts: &[usize],
 ) {
     let me = m.rank as usize;
-    let span = |r: &Range<usize>| {
-        (
-            blocks[r.start].0,
-            blocks[r.clone()].iter().map(|b| b.1).sum(),
-        )
-    };
     let Some(first) = halving_rounds(blocks.len(), me).next() else {
         return;
     };
-    let tmp = s.scratch(span(&first.keep).1);
+    let tmp = s.scratch(span(blocks, &first.keep).1);
     for h in halving_rounds(blocks.len(), me) {
-        let (keep, give) = (span(&h.keep), span(&h.give));
+        let (keep, give) = (span(blocks, &h.keep), span(blocks, &h.give));
         let r = swap(s, give, (tmp, keep.1), m.job(h.peer as u32));
         r.then
             .push(c.local(tmp, keep.0, counts[h.keep].iter().sum()));

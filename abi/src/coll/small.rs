@@ -26,6 +26,7 @@
 use super::allreduce;
 use super::args::in_place;
 use super::basic::{barrier_gathers, bcast_links, bcast_tree, dissemination, BCAST_PIECE};
+use super::reduce::Combine;
 use crate::datatype::{Datatype, Prim};
 use crate::entry::call_in_steps;
 use crate::error::{Error, Object, Result};
@@ -201,7 +202,12 @@ impl Mpi {
         // doubling or gathered, not a ring or halving (long vectors).
         let job = |v: u32| c.group.job_rank(v).unwrap_or(u32::MAX);
         let at = self.placement(size, len >= allreduce::RING_FROM, job);
-        let combine = self.combine(Op::Predefined(op), ty, n).ok()?;
+        let combine = Combine {
+            op: Op::Predefined(op),
+            ty: t,
+            handle: ty,
+            count: n,
+        };
         let gather = match allreduce::default_way(&combine, size, at) {
             allreduce::Way::Gathered => true,
             allreduce::Way::Doubling if size.is_power_of_two() => false,

@@ -14,7 +14,7 @@
 //! else, errors included, is left to the schedule's builder (`None`).
 
 use super::args::in_place;
-use super::reduce::{halves, halving_rounds, Halving, PAIRWISE_REDUCE_SCATTER_MAX};
+use super::reduce::{halves, halving_rounds, span, Halving, PAIRWISE_REDUCE_SCATTER_MAX};
 use super::small::{combines, ended, received, told_slice, MAX_ROUNDS};
 use super::small_blocks::job_ranks;
 use crate::datatype::Prim;
@@ -23,7 +23,6 @@ use crate::ffi::*;
 use crate::op;
 use crate::p2p::check_count;
 use crate::state::Mpi;
-use std::ops::Range;
 
 /// The arguments of `MPI_Reduce`: send and receive buffers, count, datatype,
 /// operation, root, communicator.
@@ -210,7 +209,13 @@ impl Mpi {
         if halves(size, total) {
             // SAFETY: the caller's contract.
             return unsafe {
-                self.reduce_scatter_halving(comm, (op, prim), (input, out), blocks, &jobs)
+                self.reduce_scatter_halving(
+                    (comm, me as usize),
+                    (op, prim),
+                    (input, out),
+                    (blocks, total),
+                    &jobs,
+                )
             };
         }
         let fits = |v: usize| v as u32 == me || self.one_eager_message(jobs[v], blocks[v].1);
@@ -262,8 +267,9 @@ impl Mpi {
     }
 
     /// A reduce-scatter by recursive halving ([`halving_rounds`]) on a power of two
-    /// of members, for [`Mpi::reduce_scatter_small`]: the operand (`input`, every
-    /// member's block of it at `blocks`, this member's result to `out`) copied, then
+    /// of members, for [`Mpi::reduce_scatter_small`] at member `me`: the operand
+    /// (`input`, `total` bytes, every member's block of it at `blocks`, this
+    /// member's result to `out`) copied, then
     /// in each round the half given up sent to the round's peer and the peer's copy
     /// of the half kept received and combined into it (`acc = received op acc`).
     /// `None` where a round's message is not one eager message.
@@ -274,26 +280,20 @@ impl Mpi {
     /// has room for this member's.
     unsafe fn reduce_scatter_halving(
         &mut self,
-        comm: Handle,
+        (comm, me): (Handle, usize),
         (op, prim): (Handle, Prim),
         (input, out): (*const u8, *mut u8),
-        blocks: &[(usize, usize)],
+        (blocks, total): (&[(usize, usize)], usize),
         jobs: &[u32],
     ) -> Option<Result<()>> {
-        let me = self.comm(comm).ok()?.rank as usize;
         let n = blocks.len();
-        let span = |r: &Range<usize>| {
-            (
-                blocks[r.start].0,
-                blocks[r.clone()].iter().map(|b| b.1).sum::<usize>(),
-            )
-        };
-        let fits = |h: Halving| self.one_eager_message(jobs[h.peer], span(&h.give).1);
+        let fits = |h: Halving| self.one_eager_message(jobs[h.peer], span(blocks, &h.give).1);
         if !halving_rounds(n, me).all(fits) {
             return None;
         }
-        let total = span(&(0..n)).1;
-        let most = halving_rounds(n, me).next().map_or(0, |h| span(&h.keep).1);
+        let most = halving_rounds(n, me)
+            .next()
+            .map_or(0, |h| span(blocks, &h.keep).1);
         let (ctx, tag) = self.begin_small(comm)?;
         // The operand's copy, combined into, then room for a received half (what
         // the buffer held before is overwritten or not read).
@@ -306,7 +306,7 @@ impl Mpi {
         let msg = &mut self.msg;
         let done = (|| -> Result<()> {
             for h in halving_rounds(n, me) {
-                let ((give, glen), (keep, klen)) = (span(&h.give), span(&h.keep));
+                let ((give, glen), (keep, klen)) = (span(blocks, &h.give), span(blocks, &h.keep));
                 let data = told_slice(&work[give..give + glen], mismatch.is_some());
                 msg.send_in(ctx, data, jobs[h.peer], tag)?;
                 let r = msg.recv_in(ctx, &mut tmp[..klen], Some(jobs[h.peer]), Some(tag));
