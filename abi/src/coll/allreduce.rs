@@ -152,7 +152,7 @@ fn gathered(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
         receive(s, acc, len, root);
         return;
     }
-    let slots: Vec<Loc> = (1..m.size).map(|_| s.scratch(len)).collect();
+    let slots: Vec<Loc> = (1..m.size).map(|_| s.scratch_to_fill(len)).collect();
     let r = s.round();
     for (v, &slot) in (1..m.size).zip(&slots) {
         r.xfers.push(Xfer::Recv {
@@ -215,7 +215,7 @@ fn doubling(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
     let me = m.rank;
     let len = c.bytes();
     let (pof2, rem, newrank) = folding(m.size, me);
-    let tmp = s.scratch(len);
+    let tmp = s.scratch_to_fill(len);
     fold(s, m, c, (acc, tmp), rem);
     if let Some(nr) = newrank {
         let mut mask = 1;
@@ -260,7 +260,7 @@ fn fold(s: &mut Schedule, m: &Members, c: &Combine, (acc, tmp): (Loc, Loc), rem:
 /// members get the result from their neighbours.
 fn halving(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc) {
     let (pof2, rem, newrank) = folding(m.size, m.rank);
-    let tmp = s.scratch(c.bytes());
+    let tmp = s.scratch_to_fill(c.bytes());
     fold(s, m, c, (acc, tmp), rem);
     if let Some(me) = newrank {
         halve_among(s, (m, pof2, rem, me), c, (acc, tmp));
@@ -343,7 +343,7 @@ fn doubling_apart(s: &mut Schedule, m: &Members, c: &Combine, input: Loc, acc: L
         step += 1;
         match step == steps {
             true => acc,
-            false => s.scratch(len),
+            false => s.scratch_to_fill(len),
         }
     };
     if me < 2 * rem {
@@ -384,7 +384,7 @@ fn ring(s: &mut Schedule, m: &Members, c: &Combine, input: Option<Loc>, acc: Loc
     }
     let landing = match input {
         Some(input) => Landing::Apart(input),
-        None => Landing::Scratch(s.scratch(c.count.div_ceil(n) * size)),
+        None => Landing::Scratch(s.scratch_to_fill(c.count.div_ceil(n) * size)),
     };
     let (right, left) = (
         m.job(((me + 1) % n) as u32),

@@ -64,7 +64,7 @@ pub unsafe fn input(
             len,
         ));
     }
-    let at = s.scratch(len);
+    let at = s.scratch_to_fill(len);
     let p = s.ptr(at);
     // SAFETY: the caller's contract; the scratch buffer holds `len` bytes.
     unsafe { pack::pack(ty, buf.cast(), count, rbtl::btl::slice_at_mut(p, len)) };
@@ -138,7 +138,7 @@ pub unsafe fn input_copy(
 ) -> Result<(Loc, usize)> {
     // SAFETY: the caller's contract.
     let (from, len) = unsafe { input(s, buf, count, ty) }?;
-    let to = s.scratch(len);
+    let to = s.scratch_to_fill(len);
     s.round().then.push(Local::Copy { from, to, len });
     Ok((to, len))
 }

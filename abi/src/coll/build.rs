@@ -194,18 +194,19 @@ impl Mpi {
             sendbuf
         };
         // SAFETY: the caller's contract.
-        let (acc, len) = unsafe { args::input_copy(&mut s, input, n, t) }?;
-        reduce::reduce(&mut s, &m, &c, acc, root);
-        if is_root {
-            // SAFETY: the caller's contract.
-            let (out, _, unpack) = unsafe { args::output(&mut s, recvbuf, n, t) }?;
-            s.round().then.push(Local::Copy {
-                from: acc,
-                to: out,
-                len,
-            });
-            finish(&mut s, [unpack]);
+        let (from, len) = unsafe { args::input(&mut s, input, n, t) }?;
+        if !is_root {
+            let acc = match reduce::reduce_combines(&m, &c, root) {
+                true => s.scratch_to_fill(len),
+                false => from,
+            };
+            reduce::reduce(&mut s, &m, &c, (from, acc), root);
+            return Ok(s);
         }
+        // SAFETY: the caller's contract.
+        let (out, _, unpack) = unsafe { args::output(&mut s, recvbuf, n, t) }?;
+        reduce::reduce(&mut s, &m, &c, (from, out), root);
+        finish(&mut s, [unpack]);
         Ok(s)
     }
 

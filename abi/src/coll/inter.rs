@@ -194,7 +194,7 @@ impl Mpi {
                 not_in_place(sendbuf)?;
                 // SAFETY: the caller's contract.
                 let (acc, len) = unsafe { args::input_copy(&mut s, sendbuf, n, c.ty) }?;
-                reduce::reduce(&mut s, &sides.local, &c, acc, 0);
+                reduce::reduce(&mut s, &sides.local, &c, (acc, acc), 0);
                 if sides.leads() {
                     let to = sides.peer(root);
                     s.round().xfers.push(Xfer::Send { from: acc, len, to });
@@ -228,7 +228,7 @@ impl Mpi {
         let t = c.ty;
         // SAFETY: the caller's contract.
         let (acc, len) = unsafe { args::input_copy(&mut s, sendbuf, total, t) }?;
-        reduce::reduce(&mut s, &sides.local, &c, acc, 0);
+        reduce::reduce(&mut s, &sides.local, &c, (acc, acc), 0);
         let Some(counts) = counts else {
             // SAFETY: the caller's contract.
             let (out, _, unpack) = unsafe { args::output(&mut s, recvbuf, total, t) }?;

@@ -65,38 +65,78 @@ impl Combine<'_> {
     }
 }
 
+/// The member at the top of [`reduce`]'s tree: the root, or rank 0 for an operation
+/// that does not commute.
+fn reduce_top(c: &Combine, root: u32) -> u32 {
+    if c.op.commutative() {
+        root
+    } else {
+        0
+    }
+}
+
+/// Whether this member combines anything in [`reduce`]: the root does, and so does a
+/// member with children in the tree; the others only send their operand, which then
+/// need not be copied first.
+pub fn reduce_combines(m: &Members, c: &Combine, root: u32) -> bool {
+    let vr = (m.rank + m.size - reduce_top(c, root)) % m.size;
+    // A member's first child is the one after it (round 1); a member without that
+    // one has none (its later children would be further still).
+    m.rank == root || (vr % 2 == 0 && vr + 1 < m.size)
+}
+
 /// Reduce to `root` down a binomial tree: each member combines what its children
 /// send into its own, then sends the result to its parent. An operation that does
 /// not commute is reduced to rank 0 in rank order, then sent to the root.
-/// `acc` holds this member's operand and becomes the result at the root.
-pub fn reduce(s: &mut Schedule, m: &Members, c: &Combine, acc: Loc, root: u32) {
+/// `input` holds this member's operand, and `acc` becomes the result at the root.
+/// They may be one place; where they are not, `input` is only read: the first
+/// child's result lands in `acc` and is combined there with the operand
+/// (`acc = input op acc`), which saves copying the operand first, and a member
+/// that combines nothing ([`reduce_combines`]) sends its operand from `input`.
+pub fn reduce(s: &mut Schedule, m: &Members, c: &Combine, (input, acc): (Loc, Loc), root: u32) {
     let (n, me) = (m.size, m.rank);
     let len = c.bytes();
-    let ordered = !c.op.commutative();
-    let top = if ordered { 0 } else { root };
+    let top = reduce_top(c, root);
     let vr = (me + n - top) % n;
     let job = |v: u32| m.job((v + top) % n);
-    let tmp = s.scratch(len);
+    // Where this member's partial result is.
+    let mut held = input;
+    let mut tmp = None;
     let mut mask = 1;
     while mask < n {
         if vr & mask == 0 {
             let child = vr | mask;
             if child < n {
-                let r = receive(s, tmp, len, job(child));
-                c.after(r.then, acc, tmp, c.count);
+                if held != acc {
+                    let r = receive(s, acc, len, job(child));
+                    r.then.push(c.local(held, acc, c.count));
+                    held = acc;
+                } else {
+                    let tmp = *tmp.get_or_insert_with(|| s.scratch_to_fill(len));
+                    let r = receive(s, tmp, len, job(child));
+                    c.after(r.then, acc, tmp, c.count);
+                }
             }
         } else {
-            send(s, acc, len, job(vr - mask));
+            send(s, held, len, job(vr - mask));
             break;
         }
         mask <<= 1;
     }
     if top != root {
         if me == top {
-            send(s, acc, len, m.job(root));
+            send(s, held, len, m.job(root));
         } else if me == root {
             receive(s, acc, len, m.job(top));
+            held = acc;
         }
+    }
+    if me == root && held != acc {
+        s.round().then.push(Local::Copy {
+            from: held,
+            to: acc,
+            len,
+        });
     }
 }
 
@@ -144,7 +184,7 @@ pub fn reduce_scatter(
     } else if c.op.commutative() && m.size <= PAIRWISE_REDUCE_SCATTER_MAX {
         reduce_scatter_pairwise(s, m, c, &blocks, counts[me]);
     } else {
-        reduce(s, m, c, acc, 0);
+        reduce(s, m, c, (acc, acc), 0);
         super::basic::scatterv(s, m, &blocks, Some((out, olen)), 0);
         return;
     }
@@ -169,7 +209,7 @@ fn reduce_scatter_pairwise(
 ) {
     let (n, me) = (m.size, m.rank);
     let (acc, len) = blocks[me as usize];
-    let tmp = s.scratch(len);
+    let tmp = s.scratch_to_fill(len);
     for k in 1..n {
         let (to, from) = ((me + k) % n, (me + n - k) % n);
         let r = shift(
@@ -243,7 +283,7 @@ fn reduce_scatter_halving(
     let Some(first) = halving_rounds(blocks.len(), me).next() else {
         return;
     };
-    let tmp = s.scratch(span(blocks, &first.keep).1);
+    let tmp = s.scratch_to_fill(span(blocks, &first.keep).1);
     for h in halving_rounds(blocks.len(), me) {
         let (keep, give) = (span(blocks, &h.keep), span(blocks, &h.give));
         let r = swap(s, give, (tmp, keep.1), m.job(h.peer as u32));
@@ -306,7 +346,11 @@ pub fn scan(s: &mut Schedule, m: &Members, c: &Combine, mine: Loc, out: Loc, exc
     let (n, me) = (m.size, m.rank);
     let len = c.bytes();
     // The prefix this member passes on: its own operand combined after what came.
-    let pass = if exclusive { s.scratch(len) } else { out };
+    let pass = if exclusive {
+        s.scratch_to_fill(len)
+    } else {
+        out
+    };
     let r = s.round();
     r.then.push(Local::Copy {
         from: mine,
@@ -314,7 +358,11 @@ pub fn scan(s: &mut Schedule, m: &Members, c: &Combine, mine: Loc, out: Loc, exc
         len,
     });
     if me > 0 {
-        let prefix = if exclusive { out } else { s.scratch(len) };
+        let prefix = if exclusive {
+            out
+        } else {
+            s.scratch_to_fill(len)
+        };
         let r = receive(s, prefix, len, m.job(me - 1));
         // pass = prefix op pass.
         r.then.push(c.local(prefix, pass, c.count));

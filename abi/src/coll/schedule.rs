@@ -117,7 +117,10 @@ pub struct Schedule {
     xfers: Vec<Xfer>,
     locals: Vec<Local>,
     rounds: Vec<Start>,
+    /// Scratch space, kept initialized across the collectives that use the schedule
+    /// in turn: its first `scratch_used` units are this collective's.
     scratch: Vec<ScratchUnit>,
+    scratch_used: usize,
     /// The round under way, and whether its transfers have started.
     at: usize,
     started: bool,
@@ -152,6 +155,7 @@ impl Schedule {
             locals: Vec::new(),
             rounds: Vec::new(),
             scratch: Vec::new(),
+            scratch_used: 0,
             at: 0,
             started: false,
             local_at: 0,
@@ -171,8 +175,8 @@ impl Schedule {
         self.xfers.clear();
         self.locals.clear();
         self.rounds.clear();
-        self.scratch.clear();
-        if self.scratch.capacity() * UNIT > SCRATCH_KEPT {
+        self.scratch_used = 0;
+        if self.scratch.len() * UNIT > SCRATCH_KEPT {
             self.scratch = Vec::new();
         }
         self.pending.clear();
@@ -212,10 +216,31 @@ impl Schedule {
 
     /// A scratch buffer of `len` bytes, zeroed: its place.
     pub fn scratch(&mut self, len: usize) -> Loc {
-        let at = self.scratch.len() * UNIT;
-        self.scratch
-            .resize(self.scratch.len() + len.div_ceil(UNIT), 0);
+        let units = self.scratch_room(len);
+        let at = units.start * UNIT;
+        self.scratch[units].fill(0);
         Loc::Scratch { at }
+    }
+
+    /// A scratch buffer of `len` bytes that the schedule fills whole (by a receive or
+    /// a copy) before anything reads it: its place. Its bytes are left as an earlier
+    /// collective left them: zeroing them would cost a pass over every byte, as much
+    /// as a copy.
+    pub fn scratch_to_fill(&mut self, len: usize) -> Loc {
+        Loc::Scratch {
+            at: self.scratch_room(len).start * UNIT,
+        }
+    }
+
+    /// The next `len` bytes of scratch space, in units; the space grows (zeroed)
+    /// where it is short.
+    fn scratch_room(&mut self, len: usize) -> std::ops::Range<usize> {
+        let start = self.scratch_used;
+        self.scratch_used += len.div_ceil(UNIT);
+        if self.scratch.len() < self.scratch_used {
+            self.scratch.resize(self.scratch_used, 0);
+        }
+        start..self.scratch_used
     }
 
     /// A new round, to fill.

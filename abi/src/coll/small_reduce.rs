@@ -125,22 +125,37 @@ impl Mpi {
             // SAFETY: `buf` holds `2 * len` bytes.
             (false, false) => unsafe { tmp.add(len) },
         };
-        if acc.cast_const() != own {
-            // SAFETY: the caller's contract: `own` holds the operand; `acc` has room
-            // for it (the receive buffer, apart from it, or `buf`).
-            unsafe { std::ptr::copy(own, acc, len) };
-        }
+        // Where this member's partial result is: its operand, until the first
+        // child's result lands in `acc` and is combined there with it (`acc = own op
+        // acc`), which saves copying the operand first.
+        let mut held = own;
         let mut mismatch = None;
         let msg = &mut self.msg;
         let done = (|| -> Result<()> {
             for &from in kids {
-                // SAFETY: `buf` holds `len` bytes at `tmp`, used for this receive alone.
-                let into = unsafe { rbtl::btl::slice_at_mut(tmp, len) };
+                let apart = held != acc.cast_const();
+                let land = if apart { acc } else { tmp };
+                // SAFETY: `land` holds `len` bytes: `acc` (apart from `own`, the
+                // receive buffer or `buf`), or `buf` at `tmp`, used for this
+                // receive alone.
+                let into = unsafe { rbtl::btl::slice_at_mut(land, len) };
                 let r = msg.recv_in(ctx, into, Some(from), Some(tag));
                 let got = received(r, len, "MPI_Reduce", &mut mismatch)?;
-                // SAFETY: both hold `got / prim.size()` elements of `prim` (`got` <=
-                // `len`); `acc` is not `own` where this member has children.
-                unsafe { op::reduce_basic(op, prim, tmp, acc, got / prim.size()) }?;
+                let n = got / prim.size();
+                // SAFETY: both hold `n` elements of `prim` (`got` <= `len`); where
+                // `held` is `acc`, the received result is at `tmp`, apart.
+                unsafe { op::reduce_basic(op, prim, if apart { held } else { tmp }, acc, n) }?;
+                if apart {
+                    // SAFETY: both hold `len` bytes; what a short message left
+                    // unwritten keeps this member's operand.
+                    unsafe { std::ptr::copy(held.add(got), acc.add(got), len - got) };
+                    held = acc;
+                }
+            }
+            if held != acc.cast_const() && at_root {
+                // SAFETY: the caller's contract: `own` holds the operand; the receive
+                // buffer, apart from it, has room for it.
+                unsafe { std::ptr::copy(held, acc, len) };
             }
             if let Some(p) = parent {
                 // SAFETY: `acc` holds the `len` bytes (above).

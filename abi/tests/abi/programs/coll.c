@@ -8,7 +8,7 @@
  * (MPI_INT, MPI_DOUBLE, MPI_LONG_LONG, MPI_UNSIGNED_CHAR, MPI_C_BOOL, MPI_2INT,
  * MPI_DOUBLE_INT, and long double, its complex and MPI_LONG_DOUBLE_INT with
  * values a double cannot hold, half and quadruple floats: MPI_REAL2, MPI_COMPLEX4,
- * MPI_REAL16, MPI_COMPLEX32), short and long; user operations, commutative and not (2x2
+ * MPI_REAL16, MPI_COMPLEX32), short and long (Reduce to every root); user operations, commutative and not (2x2
  * matrix products, which must come in rank order), on contiguous types and not;
  * MPI_Reduce_local; every MPI_IN_PLACE form; Gather(v), Scatter(v), Allgather(v),
  * Alltoall(v,w), Reduce_scatter(_block), Scan, Exscan; types that are not
@@ -425,6 +425,56 @@ static void test_reduce_other_types(void) {
           w[i], want);
   }
   OK(MPI_Type_free(&every_other));
+}
+
+/* MPI_Reduce past eager messages (by its schedule) to every root: from a send buffer
+ * (the root combines into its receive buffer, the members inside the tree into a place
+ * of their own, the leaves send their operand as it is) and in place; and on a type
+ * that is not contiguous (packed, combined apart, unpacked at the root). */
+static void test_reduce_long(void) {
+  enum { L = 40009 };
+  double *a = malloc(sizeof(double) * 2 * L), *b = malloc(sizeof(double) * 2 * L);
+  for (int root = 0; root < size; root++) {
+    for (int i = 0; i < L; i++) {
+      a[i] = (rank + 1) * (i % 7);
+      b[i] = -7;
+    }
+    OK(MPI_Reduce(a, b, L, MPI_DOUBLE, MPI_SUM, root, MPI_COMM_WORLD));
+    for (int i = 0; i < L; i++) {
+      double want = rank == root ? size * (size + 1) / 2 * (i % 7) : -7;
+      CHECK(b[i] == want, "a long MPI_Reduce to %d: element %d is %g, expected %g", root, i,
+            b[i], want);
+      CHECK(a[i] == (rank + 1) * (i % 7), "a long MPI_Reduce to %d wrote its send buffer",
+            root);
+    }
+    if (rank == root)
+      OK(MPI_Reduce(MPI_IN_PLACE, a, L, MPI_DOUBLE, MPI_MAX, root, MPI_COMM_WORLD));
+    else
+      OK(MPI_Reduce(a, NULL, L, MPI_DOUBLE, MPI_MAX, root, MPI_COMM_WORLD));
+    for (int i = 0; i < L; i++) {
+      double want = rank == root ? size * (i % 7) : (rank + 1) * (i % 7);
+      CHECK(a[i] == want, "a long MPI_Reduce(MPI_MAX) to %d in place: element %d is %g", root,
+            i, a[i]);
+    }
+  }
+  /* Every other double of 2 x L. */
+  MPI_Datatype every_other;
+  OK(MPI_Type_vector(L, 1, 2, MPI_DOUBLE, &every_other));
+  OK(MPI_Type_commit(&every_other));
+  int root = size - 1;
+  for (int i = 0; i < 2 * L; i++) {
+    a[i] = i % 2 ? -1 : rank + i;
+    b[i] = -7;
+  }
+  OK(MPI_Reduce(a, b, 1, every_other, MPI_SUM, root, MPI_COMM_WORLD));
+  for (int i = 0; rank == root && i < 2 * L; i++) {
+    double want = i % 2 ? -7 : size * (size - 1) / 2 + size * i;
+    CHECK(b[i] == want, "a long MPI_Reduce on a vector type: element %d is %g, expected %g", i,
+          b[i], want);
+  }
+  OK(MPI_Type_free(&every_other));
+  free(a);
+  free(b);
 }
 
 /* Half floats (MPI_REAL2, MPI_COMPLEX4: IEEE binary16), values whose sums, products
@@ -1827,6 +1877,7 @@ int main(int argc, char **argv) {
   test_bcast();
   test_reduce_int();
   test_reduce_other_types();
+  test_reduce_long();
   test_reduce_long_double();
   test_reduce_half();
   test_reduce_quad();
