@@ -23,7 +23,7 @@
 #   osu_scatter, osu_reduce, osu_reduce_scatter) have their ratios printed, no goal.
 #
 #   benches/compare/osu-abi.sh [-w WHERE] [-g PARTS] [-r ROUNDS] [-m MIN_SIZE] [-M MAX_SIZE]
-#       [-i ITERATIONS] [-n RANKS]
+#       [-i ITERATIONS] [-n RANKS] [-C COLL_MAX]
 #     WHERE: any of "node nodes" (default both; "nodes" needs root and mpich)
 #     PARTS: any of "pt2pt onesided coll coll-other" (default all; coll-other: the
 #       blocking collectives without a goal, at the same rank counts)
@@ -33,9 +33,11 @@
 #       benchmarks (default 1 B and 4 MiB; they run OSU's default iterations; shorter
 #       ranges make shorter runs, which the host's placement moves less often)
 #     ITERATIONS: timed iterations per size of the collectives, after a tenth as
-#       many warm-up, sizes up to 64 KiB (default 1000, OSU's own for small sizes:
+#       many warm-up, sizes up to COLL_MAX (default 1000, OSU's own for small sizes:
 #       with 100 the figures vary by half between runs); the same for both systems
 #     RANKS: the collectives' rank counts, 2 or more (default "2 4 8")
+#     COLL_MAX: the collectives' largest size (default 65536; the goals are checked
+#       on every size run)
 #
 # One node: Open MPI's ob1 over vader (its shared memory), rbtl over sm (mpiexec); two
 # ranks are pinned to cores 0 and 1 (mpirun --bind-to core, mpiexec --bind-to core;
@@ -64,7 +66,8 @@ MIN=1
 MAX=4194304
 COLL_ITER=1000
 COLL_RANKS="2 4 8"
-read_options 2,51 "w:WHERE g:PARTS r:ROUNDS m:MIN M:MAX i:COLL_ITER n:COLL_RANKS" "$@"
+COLL_MAX=65536
+read_options 2,58 "w:WHERE g:PARTS r:ROUNDS m:MIN M:MAX i:COLL_ITER n:COLL_RANKS C:COLL_MAX" "$@"
 die() { echo "osu-abi.sh: $*" >&2; exit 1; }
 for w in $WHERE; do [[ $w == node || $w == nodes ]] || die "-w: '$w' is neither node nor nodes"; done
 for g in $PARTS; do
@@ -75,6 +78,7 @@ done
 [[ $MAX =~ ^[1-9][0-9]*$ ]] || die "-M $MAX: give the largest size in bytes"
 [[ $MIN =~ ^[1-9][0-9]*$ && $MIN -le $MAX ]] || die "-m $MIN: give the smallest size in bytes, at most -M"
 [[ $COLL_ITER =~ ^[1-9][0-9]*$ ]] || die "-i $COLL_ITER: give the collectives' iterations, 1 or more"
+[[ $COLL_MAX =~ ^[1-9][0-9]*$ ]] || die "-C $COLL_MAX: give the collectives' largest size in bytes"
 for n in $COLL_RANKS; do
     [[ $n =~ ^[1-9][0-9]*$ && $n -ge 2 ]] || die "-n: '$n' is not a rank count of 2 or more"
 done
@@ -140,13 +144,13 @@ osu_sub() {
 is_latency() { [[ $1 != *_bw && $1 != *_bibw ]]; }
 
 # OSU's options for a benchmark: point-to-point and one-sided from MIN to MAX at OSU's
-# iterations; collectives up to 64 KiB at COLL_ITER.
+# iterations; collectives up to COLL_MAX at COLL_ITER.
 osu_args() {
     local it=$COLL_ITER
     case $1 in
         osu_barrier) echo "-i $it -x $(((it + 9) / 10))" ;;
         osu_allreduce | osu_bcast | osu_allgather | osu_alltoall | osu_gather | osu_scatter | \
-            osu_reduce | osu_reduce_scatter) echo "-m 1:65536 -i $it -x $(((it + 9) / 10))" ;;
+            osu_reduce | osu_reduce_scatter) echo "-m 1:$COLL_MAX -i $it -x $(((it + 9) / 10))" ;;
         *) echo "-m $MIN:$MAX" ;;
     esac
 }
@@ -259,8 +263,11 @@ compare() {
     # Joined on size, in Open MPI's order of sizes (then any size only rbtl has).
     {
         echo "$header"
+        # Each system's column by its file's place among the arguments (an empty file,
+        # where no run was counted, has no first line to count).
         awk -v n="${#systems[@]}" '
-            FNR == 1 { f++ }
+            BEGIN { for (i = 1; i < ARGC; i++) column[ARGV[i]] = i }
+            { f = column[FILENAME] }
             NF >= 2 { v[f, $1] = $2; if (!($1 in seen)) { seen[$1] = 1; sizes[++k] = $1 } }
             END {
                 for (i = 1; i <= k; i++) {
