@@ -313,8 +313,15 @@ impl Mpi {
         aliased::reduction(sendbuf, recvbuf, total, t)?;
         let mine = counts.get(m.rank as usize).copied().unwrap_or(0);
         let input = reduction_input(sendbuf, recvbuf);
-        // SAFETY: the caller's contract.
-        let (acc, _) = unsafe { args::input_copy(&mut s, input, total, t) }?;
+        // Pairwise, the operand is only read, unless this member's result goes over it.
+        let read_only =
+            !in_place(sendbuf) && reduce::reduce_scatters_pairwise(&c, m.size, c.bytes());
+        let (acc, _) = match read_only {
+            // SAFETY: the caller's contract.
+            true => unsafe { args::input(&mut s, input, total, t) },
+            // SAFETY: the caller's contract.
+            false => unsafe { args::input_copy(&mut s, input, total, t) },
+        }?;
         // SAFETY: the caller's contract.
         let (out, olen, unpack) = unsafe { args::output(&mut s, recvbuf, mine, t) }?;
         reduce::reduce_scatter(&mut s, &m, &c, acc, counts, (out, olen));

@@ -157,13 +157,20 @@ pub fn halves(n: u32, bytes: usize) -> bool {
     n > 2 && n.is_power_of_two() && bytes <= HALVING_REDUCE_SCATTER_MAX
 }
 
+/// Whether [`reduce_scatter`] runs pairwise for `n` members and an operand of
+/// `bytes`: then it only reads the operand (which need not be a copy).
+pub fn reduce_scatters_pairwise(c: &Combine, n: u32, bytes: usize) -> bool {
+    c.op.commutative() && !halves(n, bytes) && n <= PAIRWISE_REDUCE_SCATTER_MAX
+}
+
 /// Reduce-scatter the operand at `acc` (`counts` elements for each member, in
-/// order; a copy the rounds may change) into `out` (this member's block, `olen`
-/// bytes), where the operation commutes: by recursive halving where [`halves`] says
-/// so (log2 n rounds, as MPICH's and Open MPI's for short operands; the same bytes
-/// sent and combined as pairwise), pairwise on up to [`PAIRWISE_REDUCE_SCATTER_MAX`]
-/// members otherwise (as MPICH's pairwise reduce-scatter); else a reduce to member
-/// 0, then a scatter from it.
+/// order; a copy the rounds may change, but where
+/// [`reduce_scatters_pairwise`]) into `out` (this member's block, `olen` bytes, apart
+/// from the operand), where the operation commutes: by recursive halving where
+/// [`halves`] says so (log2 n rounds, as MPICH's and Open MPI's for short operands;
+/// the same bytes sent and combined as pairwise), pairwise on up to
+/// [`PAIRWISE_REDUCE_SCATTER_MAX`] members otherwise (as MPICH's pairwise
+/// reduce-scatter); else a reduce to member 0, then a scatter from it.
 pub fn reduce_scatter(
     s: &mut Schedule,
     m: &Members,
@@ -179,45 +186,60 @@ pub fn reduce_scatter(
         off += k * c.ty.size;
     }
     let me = m.rank as usize;
-    if c.op.commutative() && halves(m.size, off) {
+    if reduce_scatters_pairwise(c, m.size, off) {
+        reduce_scatter_pairwise(s, m, c, &blocks, (counts[me], out));
+    } else if c.op.commutative() && halves(m.size, off) {
         reduce_scatter_halving(s, m, c, &blocks, counts);
-    } else if c.op.commutative() && m.size <= PAIRWISE_REDUCE_SCATTER_MAX {
-        reduce_scatter_pairwise(s, m, c, &blocks, counts[me]);
+        s.round().then.push(Local::Copy {
+            from: blocks[me].0,
+            to: out,
+            len: olen,
+        });
     } else {
         reduce(s, m, c, (acc, acc), 0);
         super::basic::scatterv(s, m, &blocks, Some((out, olen)), 0);
-        return;
     }
-    s.round().then.push(Local::Copy {
-        from: blocks[me].0,
-        to: out,
-        len: olen,
-    });
 }
 
 /// Reduce-scatter pairwise, for an operation that commutes: in round k, this
 /// member sends its operand's block of the member k after it to that member and
 /// receives its own block's operand from the member k before it, which it combines
-/// into its own (`acc = received op acc`). `blocks` are this member's operand, one
-/// block per member (`mine` elements in its own), its own block becoming the result.
+/// with its own into `acc` (`acc = received op own`; the first received lands in
+/// `acc`, the others in a place of their own). `blocks` are this member's operand,
+/// one block per member (`mine` elements in its own), only read; `acc` is apart.
 fn reduce_scatter_pairwise(
     s: &mut Schedule,
     m: &Members,
     c: &Combine,
     blocks: &[(Loc, usize)],
-    mine: usize,
+    (mine, acc): (usize, Loc),
 ) {
     let (n, me) = (m.size, m.rank);
-    let (acc, len) = blocks[me as usize];
-    let tmp = s.scratch_to_fill(len);
+    let (own, len) = blocks[me as usize];
+    // Where this member's partial result is.
+    let mut held = own;
+    let mut tmp = None;
     for k in 1..n {
         let (to, from) = ((me + k) % n, (me + n - k) % n);
+        let land = match held == acc {
+            true => *tmp.get_or_insert_with(|| s.scratch_to_fill(len)),
+            false => acc,
+        };
         let r = shift(
             s,
             (blocks[to as usize], m.job(to)),
-            ((tmp, len), m.job(from)),
+            ((land, len), m.job(from)),
         );
-        r.then.push(c.local(tmp, acc, mine));
+        r.then
+            .push(c.local(if land == acc { held } else { land }, acc, mine));
+        held = acc;
+    }
+    if held != acc {
+        s.round().then.push(Local::Copy {
+            from: held,
+            to: acc,
+            len,
+        });
     }
 }
 

@@ -430,7 +430,8 @@ static void test_reduce_other_types(void) {
 /* MPI_Reduce past eager messages (by its schedule) to every root: from a send buffer
  * (the root combines into its receive buffer, the members inside the tree into a place
  * of their own, the leaves send their operand as it is) and in place; and on a type
- * that is not contiguous (packed, combined apart, unpacked at the root). */
+ * that is not contiguous (packed, combined apart, unpacked at the root).
+ * MPI_Reduce_scatter_block alike. */
 static void test_reduce_long(void) {
   enum { L = 40009 };
   double *a = malloc(sizeof(double) * 2 * L), *b = malloc(sizeof(double) * 2 * L);
@@ -475,6 +476,25 @@ static void test_reduce_long(void) {
   OK(MPI_Type_free(&every_other));
   free(a);
   free(b);
+
+  /* MPI_Reduce_scatter_block past eager messages (pairwise, the operand only read,
+   * or halving, on a copy), from a send buffer and in place. */
+  enum { B = 9001 };
+  double *in = malloc(sizeof(double) * B * size), *mine = malloc(sizeof(double) * B);
+  for (int i = 0; i < B * size; i++)
+    in[i] = (rank + 1) * (i % 5);
+  OK(MPI_Reduce_scatter_block(in, mine, B, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  for (int i = 0; i < B; i++)
+    CHECK(mine[i] == size * (size + 1) / 2 * ((rank * B + i) % 5),
+          "a long MPI_Reduce_scatter_block: element %d is %g", i, mine[i]);
+  for (int i = 0; i < B * size; i++)
+    CHECK(in[i] == (rank + 1) * (i % 5), "a long MPI_Reduce_scatter_block wrote its send buffer");
+  OK(MPI_Reduce_scatter_block(MPI_IN_PLACE, in, B, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  for (int i = 0; i < B; i++)
+    CHECK(in[i] == size * ((rank * B + i) % 5),
+          "a long MPI_Reduce_scatter_block in place: element %d is %g", i, in[i]);
+  free(in);
+  free(mine);
 }
 
 /* Half floats (MPI_REAL2, MPI_COMPLEX4: IEEE binary16), values whose sums, products
