@@ -164,9 +164,9 @@ pub fn reduce_scatters_pairwise(c: &Combine, n: u32, bytes: usize) -> bool {
 }
 
 /// Reduce-scatter the operand at `acc` (`counts` elements for each member, in
-/// order; a copy the rounds may change, but where
-/// [`reduce_scatters_pairwise`]) into `out` (this member's block, `olen` bytes, apart
-/// from the operand), where the operation commutes: by recursive halving where
+/// order: a copy the rounds may change, unless [`reduce_scatters_pairwise`], which
+/// only reads it) into `out` (this member's block, `olen` bytes, apart from the
+/// operand), where the operation commutes: by recursive halving where
 /// [`halves`] says so (log2 n rounds, as MPICH's and Open MPI's for short operands;
 /// the same bytes sent and combined as pairwise), pairwise on up to
 /// [`PAIRWISE_REDUCE_SCATTER_MAX`] members otherwise (as MPICH's pairwise
