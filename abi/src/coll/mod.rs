@@ -20,6 +20,7 @@ pub mod neighbor;
 pub mod persistent;
 pub mod reduce;
 pub mod schedule;
+pub mod scratch;
 pub mod small;
 pub mod small_blocks;
 pub mod small_reduce;

@@ -8,6 +8,7 @@
 //! each round starts) and its scratch buffers in one: emptied, it is used again by
 //! the next blocking collective, so that building a small one allocates nothing.
 
+use super::scratch::Scratch;
 use super::small::{received, told};
 use crate::datatype::{pack, Datatype, Prim};
 use crate::error::{Error, Result};
@@ -101,13 +102,6 @@ struct Start {
     local: usize,
 }
 
-/// Scratch space is kept in units of this type: its alignment (16) is every basic
-/// type's that a reduction reads in place.
-type ScratchUnit = u128;
-const UNIT: usize = std::mem::size_of::<ScratchUnit>();
-/// Scratch space a schedule used again keeps at most.
-const SCRATCH_KEPT: usize = 1 << 20;
-
 /// A collective's schedule.
 pub struct Schedule {
     ctx: u32,
@@ -117,10 +111,7 @@ pub struct Schedule {
     xfers: Vec<Xfer>,
     locals: Vec<Local>,
     rounds: Vec<Start>,
-    /// Scratch space, kept initialized across the collectives that use the schedule
-    /// in turn: its first `scratch_used` units are this collective's.
-    scratch: Vec<ScratchUnit>,
-    scratch_used: usize,
+    scratch: Scratch,
     /// The round under way, and whether its transfers have started.
     at: usize,
     started: bool,
@@ -154,8 +145,7 @@ impl Schedule {
             xfers: Vec::new(),
             locals: Vec::new(),
             rounds: Vec::new(),
-            scratch: Vec::new(),
-            scratch_used: 0,
+            scratch: Scratch::default(),
             at: 0,
             started: false,
             local_at: 0,
@@ -175,10 +165,7 @@ impl Schedule {
         self.xfers.clear();
         self.locals.clear();
         self.rounds.clear();
-        self.scratch_used = 0;
-        if self.scratch.len() * UNIT > SCRATCH_KEPT {
-            self.scratch = Vec::new();
-        }
+        self.scratch.reuse();
         self.pending.clear();
         self.seen = usize::MAX;
         (self.ctx, self.tag, self.comm) = (ctx, tag, None);
@@ -216,31 +203,17 @@ impl Schedule {
 
     /// A scratch buffer of `len` bytes, zeroed: its place.
     pub fn scratch(&mut self, len: usize) -> Loc {
-        let units = self.scratch_room(len);
-        let at = units.start * UNIT;
-        self.scratch[units].fill(0);
-        Loc::Scratch { at }
+        Loc::Scratch {
+            at: self.scratch.zeroed(len),
+        }
     }
 
-    /// A scratch buffer of `len` bytes that the schedule fills whole (by a receive or
-    /// a copy) before anything reads it: its place. Its bytes are left as an earlier
-    /// collective left them: zeroing them would cost a pass over every byte, as much
-    /// as a copy.
+    /// A scratch buffer of `len` bytes that the schedule fills whole before anything
+    /// reads it ([`Scratch::to_fill`]): its place.
     pub fn scratch_to_fill(&mut self, len: usize) -> Loc {
         Loc::Scratch {
-            at: self.scratch_room(len).start * UNIT,
+            at: self.scratch.to_fill(len),
         }
-    }
-
-    /// The next `len` bytes of scratch space, in units; the space grows (zeroed)
-    /// where it is short.
-    fn scratch_room(&mut self, len: usize) -> std::ops::Range<usize> {
-        let start = self.scratch_used;
-        self.scratch_used += len.div_ceil(UNIT);
-        if self.scratch.len() < self.scratch_used {
-            self.scratch.resize(self.scratch_used, 0);
-        }
-        start..self.scratch_used
     }
 
     /// A new round, to fill.
@@ -286,7 +259,7 @@ impl Schedule {
         if !std::mem::take(&mut self.paused) {
             return;
         }
-        let scratch = self.scratch.as_mut_ptr().cast::<u8>();
+        let scratch = self.scratch.as_mut_ptr();
         // SAFETY: the caller's contract.
         let done = unsafe { run_local(&self.locals[self.local_at], scratch) };
         self.local_at += 1;
@@ -312,7 +285,7 @@ impl Schedule {
 
     /// The address of place `l`, until the next scratch buffer is made.
     pub fn ptr(&mut self, l: Loc) -> *mut u8 {
-        address(self.scratch.as_mut_ptr().cast(), l)
+        address(self.scratch.as_mut_ptr(), l)
     }
 
     /// Advance as far as it can without waiting: whether anything happened.
@@ -515,7 +488,7 @@ impl Schedule {
     /// As [`Schedule::advance`].
     unsafe fn run_locals(&mut self) -> Result<bool> {
         let (_, locals) = self.bounds(self.at);
-        let scratch = self.scratch.as_mut_ptr().cast::<u8>();
+        let scratch = self.scratch.as_mut_ptr();
         for i in self.local_at.max(locals.start)..locals.end {
             let l = &self.locals[i];
             if self.pause_at_user
