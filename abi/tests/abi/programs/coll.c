@@ -1,25 +1,24 @@
 /* Long on purpose: one program holds every collective's check, so that each rank count
  * (1 to 8) is one launch. */
 /* coll.c: collectives at any number of ranks (run at 1 to 8), each result checked
- * against a reference computed here from every rank's input. Barrier (no rank
- * leaves before a late one enters; the ranks share one node's clock); Bcast from
- * several roots, small and over 64 KiB, with a type that is not contiguous;
- * Reduce and Allreduce with every predefined operation on several types
- * (MPI_INT, MPI_DOUBLE, MPI_LONG_LONG, MPI_UNSIGNED_CHAR, MPI_C_BOOL, MPI_2INT,
- * MPI_DOUBLE_INT, and long double, its complex and MPI_LONG_DOUBLE_INT with
- * values a double cannot hold, half and quadruple floats: MPI_REAL2, MPI_COMPLEX4,
- * MPI_REAL16, MPI_COMPLEX32), short and long (Reduce to every root); user operations, commutative and not (2x2
- * matrix products, which must come in rank order), on contiguous types and not;
+ * against a reference computed here from every rank's input. Barrier (no rank leaves
+ * before a late one enters; the ranks share one node's clock); Bcast from several
+ * roots, small and over 64 KiB, with a type that is not contiguous; Reduce and
+ * Allreduce with every predefined operation on several types (MPI_INT, MPI_DOUBLE,
+ * MPI_LONG_LONG, MPI_UNSIGNED_CHAR, MPI_C_BOOL, MPI_2INT, MPI_DOUBLE_INT, and long
+ * double, its complex and MPI_LONG_DOUBLE_INT with values a double cannot hold, half
+ * and quadruple floats: MPI_REAL2, MPI_COMPLEX4, MPI_REAL16, MPI_COMPLEX32), short and
+ * long (Reduce to every root); user operations, commutative and not (2x2 matrix
+ * products, which must come in rank order), on contiguous types and not;
  * MPI_Reduce_local; every MPI_IN_PLACE form; Gather(v), Scatter(v), Allgather(v),
- * Alltoall(v,w), Reduce_scatter(_block), Scan, Exscan; types that are not
- * contiguous on either side; sub-communicators (a split by parity, the world
- * reversed); and the nonblocking forms, many in flight on one communicator,
- * completed in several orders; an MPI_Allreduce, an MPI_Bcast, an MPI_Alltoall,
- * an MPI_Allgather, an MPI_Gather, an MPI_Scatter, an MPI_Reduce and an
- * MPI_Reduce_scatter_block while one rank alone has a nonblocking collective in
- * flight; members whose counts differ, where the collectives run without a
- * schedule (MPI_ERR_TRUNCATE); blocking and nonblocking ones called in other
- * orders on the members; persistent collectives started three times,
+ * Alltoall(v,w), Reduce_scatter(_block), Scan, Exscan; types that are not contiguous
+ * on either side; sub-communicators (a split by parity, the world reversed); and the
+ * nonblocking forms, many in flight on one communicator, completed in several orders;
+ * an MPI_Allreduce, an MPI_Bcast, an MPI_Alltoall, an MPI_Allgather, an MPI_Gather, an
+ * MPI_Scatter, an MPI_Reduce and an MPI_Reduce_scatter_block while one rank alone has
+ * a nonblocking collective in flight; members whose counts differ, where the
+ * collectives run without a schedule (MPI_ERR_TRUNCATE); blocking and nonblocking ones
+ * called in other orders on the members; persistent collectives started three times,
  * their buffers read at each start. */
 #include "check.h"
 #include <complex.h>
@@ -477,8 +476,8 @@ static void test_reduce_long(void) {
   free(a);
   free(b);
 
-  /* MPI_Reduce_scatter_block past eager messages (pairwise, the operand only read,
-   * or halving, on a copy), from a send buffer and in place. */
+  /* MPI_Reduce_scatter_block past eager messages (pairwise): from a send buffer, the
+   * operand only read, and in place, on a copy. */
   enum { B = 9001 };
   double *in = malloc(sizeof(double) * B * size), *mine = malloc(sizeof(double) * B);
   for (int i = 0; i < B * size; i++)
