@@ -221,18 +221,16 @@ fn reduce_scatter_pairwise(
     let mut tmp = None;
     for k in 1..n {
         let (to, from) = ((me + k) % n, (me + n - k) % n);
-        let land = match held == acc {
-            true => *tmp.get_or_insert_with(|| s.scratch_to_fill(len)),
-            false => acc,
-        };
-        let r = shift(
-            s,
-            (blocks[to as usize], m.job(to)),
-            ((land, len), m.job(from)),
-        );
-        r.then
-            .push(c.local(if land == acc { held } else { land }, acc, mine));
-        held = acc;
+        let out = (blocks[to as usize], m.job(to));
+        if held != acc {
+            let r = shift(s, out, ((acc, len), m.job(from)));
+            r.then.push(c.local(held, acc, mine));
+            held = acc;
+        } else {
+            let tmp = *tmp.get_or_insert_with(|| s.scratch_to_fill(len));
+            let r = shift(s, out, ((tmp, len), m.job(from)));
+            r.then.push(c.local(tmp, acc, mine));
+        }
     }
     if held != acc {
         s.round().then.push(Local::Copy {

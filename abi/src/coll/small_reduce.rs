@@ -127,7 +127,8 @@ impl Mpi {
         };
         // Where this member's partial result is: its operand, until the first
         // child's result lands in `acc` and is combined there with it (`acc = own op
-        // acc`), which saves copying the operand first.
+        // acc`), which saves copying the operand first. The root has a child (two
+        // members at least), so its result always ends in the receive buffer.
         let mut held = own;
         let mut mismatch = None;
         let msg = &mut self.msg;
@@ -151,11 +152,6 @@ impl Mpi {
                     unsafe { std::ptr::copy(held.add(got), acc.add(got), len - got) };
                     held = acc;
                 }
-            }
-            if held != acc.cast_const() && at_root {
-                // SAFETY: the caller's contract: `own` holds the operand; the receive
-                // buffer, apart from it, has room for it.
-                unsafe { std::ptr::copy(held, acc, len) };
             }
             if let Some(p) = parent {
                 // SAFETY: `acc` holds the `len` bytes (above).
