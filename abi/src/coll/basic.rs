@@ -3,6 +3,7 @@
 //! Collectives that move data: barrier, broadcast, gathers, scatters, all-gathers
 //! and all-to-alls, on places of a schedule and lengths in bytes.
 
+use super::schedule::Round;
 use super::{Loc, Local, Members, Schedule, Xfer};
 use rbtl::msg::{AllgatherAlgorithm, BarrierAlgorithm};
 
@@ -362,21 +363,34 @@ fn rooted(
     }
 }
 
-/// All-gather into `blocks` (one per member, this member's already filled): by
-/// recursive doubling when the size is a power of two and the blocks are equal and
-/// small, around a ring otherwise (n - 1 rounds, each passing on the block received
-/// in the last). The choice rests on what every member knows alike (the size and
-/// the blocks' lengths), never on where a member's blocks lie. The user may choose
-/// either (`msg_allgather_algorithm`, `chosen`): recursive doubling then at any
-/// length, still only for a power of two of members and blocks of one length.
+/// All-gather into `blocks` (one per member): by recursive doubling when the size is
+/// a power of two and the blocks are equal and small, around a ring otherwise (n - 1
+/// rounds, each passing on the block received in the last). The choice rests on what
+/// every member knows alike (the size and the blocks' lengths), never on where a
+/// member's blocks lie. The user may choose either (`msg_allgather_algorithm`,
+/// `chosen`): recursive doubling then at any length, still only for a power of two of
+/// members and blocks of one length.
+///
+/// This member's block is already in its place, or at `own` (as long as its place):
+/// then the first round sends it from there and copies it into its place after its
+/// transfers, as Open MPI's two-member all-gather does. The others read a buffer
+/// nobody writes meanwhile, and the copy waits for no one.
 pub fn allgatherv(
     s: &mut Schedule,
     m: &Members,
     blocks: &[(Loc, usize)],
+    own: Option<Loc>,
     chosen: AllgatherAlgorithm,
 ) {
     let (n, me) = (m.size, m.rank);
+    let place = |r: Round<'_>| {
+        if let Some(from) = own {
+            let (to, len) = blocks[me as usize];
+            r.then.push(Local::Copy { from, to, len });
+        }
+    };
     if n == 1 {
+        place(s.round());
         return;
     }
     let equal = blocks.windows(2).all(|w| w[0].1 == w[1].1);
@@ -387,7 +401,7 @@ pub fn allgatherv(
         AllgatherAlgorithm::Auto => short,
     };
     if n.is_power_of_two() && equal && doubles {
-        doubling(s, m, blocks);
+        doubling(s, m, blocks, own);
         return;
     }
     let (right, left) = (m.job((me + 1) % n), m.job((me + n - 1) % n));
@@ -396,7 +410,7 @@ pub fn allgatherv(
         let inn = ((me + n - step - 1) % n) as usize;
         let r = s.round();
         r.xfers.push(Xfer::Send {
-            from: blocks[out].0,
+            from: own.filter(|_| step == 0).unwrap_or(blocks[out].0),
             len: blocks[out].1,
             to: right,
         });
@@ -405,26 +419,40 @@ pub fn allgatherv(
             len: blocks[inn].1,
             from: left,
         });
+        if step == 0 {
+            place(r);
+        }
     }
 }
 
 /// The recursive doubling of [`allgatherv`]: in round k, the k blocks gathered so
 /// far go to the member k away as one message. Blocks that do not follow each other
 /// in memory here gather in one scratch buffer first, and leave it at the end.
-fn doubling(s: &mut Schedule, m: &Members, blocks: &[(Loc, usize)]) {
+fn doubling(s: &mut Schedule, m: &Members, blocks: &[(Loc, usize)], own: Option<Loc>) {
     let (n, me) = (m.size, m.rank);
     let len = blocks[0].1;
     let in_order = blocks.windows(2).all(|w| same_buffer_next(w[0], w[1]));
-    let base = if in_order {
-        blocks[0].0
+    let mine_at = blocks[me as usize].0;
+    // Where this member's block is read in the first round, and copied from after it.
+    let (base, mut own) = if in_order {
+        (blocks[0].0, own)
     } else {
         let base = s.scratch(len * n as usize);
-        s.round().then.push(Local::Copy {
-            from: blocks[me as usize].0,
+        let r = s.round();
+        let from = own.unwrap_or(mine_at);
+        r.then.push(Local::Copy {
+            from,
             to: base.offset(len * me as usize),
             len,
         });
-        base
+        if own.is_some() {
+            r.then.push(Local::Copy {
+                from,
+                to: mine_at,
+                len,
+            });
+        }
+        (base, None)
     };
     let mut k = 1;
     while k < n {
@@ -432,7 +460,7 @@ fn doubling(s: &mut Schedule, m: &Members, blocks: &[(Loc, usize)]) {
         let theirs = mine ^ k;
         let r = s.round();
         r.xfers.push(Xfer::Send {
-            from: base.offset(len * mine as usize),
+            from: own.unwrap_or(base.offset(len * mine as usize)),
             len: len * k as usize,
             to: m.job(me ^ k),
         });
@@ -441,6 +469,13 @@ fn doubling(s: &mut Schedule, m: &Members, blocks: &[(Loc, usize)]) {
             len: len * k as usize,
             from: m.job(me ^ k),
         });
+        if let Some(from) = own.take() {
+            r.then.push(Local::Copy {
+                from,
+                to: mine_at,
+                len,
+            });
+        }
         k <<= 1;
     }
     if !in_order {

@@ -18,6 +18,7 @@ pub mod build;
 pub mod inter;
 pub mod neighbor;
 pub mod persistent;
+pub mod placement;
 pub mod reduce;
 pub mod schedule;
 pub mod scratch;

@@ -42,7 +42,7 @@ pub(crate) fn allgather_among(
             len,
         )
     };
-    basic::allgatherv(&mut s, &members, &blocks, AllgatherAlgorithm::Auto);
+    basic::allgatherv(&mut s, &members, &blocks, None, AllgatherAlgorithm::Auto);
     run_here(inside, s)?;
     Ok(all)
 }
