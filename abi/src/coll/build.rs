@@ -224,9 +224,9 @@ impl Mpi {
         aliased::reduction(sendbuf, recvbuf, n, t)?;
         // SAFETY: the caller's contract.
         let (mine, out, unpack) = unsafe {
-            // The input is read before the output is written (a copy in the first
-            // step), so the same buffer serves both.
-            let (mine, _) = args::input_copy(&mut s, reduction_input(sendbuf, recvbuf), n, t)?;
+            // The operand is copied in the first step, before anything is received
+            // (where in place, into a scratch buffer for the exclusive scan).
+            let (mine, _) = args::input(&mut s, reduction_input(sendbuf, recvbuf), n, t)?;
             let (out, _, unpack) = args::output(&mut s, recvbuf, n, t)?;
             (mine, out, unpack)
         };

@@ -360,8 +360,8 @@ pub(super) fn receive(s: &mut Schedule, into: Loc, len: usize, from: u32) -> Rou
 
 /// Inclusive (`exclusive` false) or exclusive prefix combination along the ranks:
 /// each member waits for the prefix of those before it. `mine` holds this member's
-/// operand, `out` receives the result (they may be the same place only for the
-/// inclusive scan).
+/// operand, read in the first step only (before anything is received), `out`
+/// receives the result; they may be the same place (in place).
 pub fn scan(s: &mut Schedule, m: &Members, c: &Combine, mine: Loc, out: Loc, exclusive: bool) {
     let (n, me) = (m.size, m.rank);
     let len = c.bytes();
@@ -372,11 +372,13 @@ pub fn scan(s: &mut Schedule, m: &Members, c: &Combine, mine: Loc, out: Loc, exc
         out
     };
     let r = s.round();
-    r.then.push(Local::Copy {
-        from: mine,
-        to: pass,
-        len,
-    });
+    if mine != pass {
+        r.then.push(Local::Copy {
+            from: mine,
+            to: pass,
+            len,
+        });
+    }
     if me > 0 {
         let prefix = if exclusive {
             out
