@@ -430,7 +430,7 @@ static void test_reduce_other_types(void) {
  * (the root combines into its receive buffer, the members inside the tree into a place
  * of their own, the leaves send their operand as it is) and in place; and on a type
  * that is not contiguous (packed, combined apart, unpacked at the root).
- * MPI_Reduce_scatter_block alike. */
+ * MPI_Reduce_scatter_block, MPI_Scan and MPI_Exscan alike. */
 static void test_reduce_long(void) {
   enum { L = 40009 };
   double *a = malloc(sizeof(double) * 2 * L), *b = malloc(sizeof(double) * 2 * L);
@@ -494,6 +494,37 @@ static void test_reduce_long(void) {
           "a long MPI_Reduce_scatter_block in place: element %d is %g", i, in[i]);
   free(in);
   free(mine);
+
+  /* MPI_Scan and MPI_Exscan past eager messages (along the ranks): from a send
+   * buffer, the operand only read, and in place. */
+  enum { S = 20011 };
+  double *x = malloc(sizeof(double) * S), *y = malloc(sizeof(double) * S);
+  for (int i = 0; i < S; i++) {
+    x[i] = (rank + 1) * (i % 3);
+    y[i] = -7;
+  }
+  OK(MPI_Scan(x, y, S, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  for (int i = 0; i < S; i++) {
+    CHECK(y[i] == (rank + 1) * (rank + 2) / 2 * (i % 3), "a long MPI_Scan: element %d is %g",
+          i, y[i]);
+    CHECK(x[i] == (rank + 1) * (i % 3), "a long MPI_Scan wrote its send buffer");
+  }
+  OK(MPI_Exscan(x, y, S, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  for (int i = 0; rank > 0 && i < S; i++)
+    CHECK(y[i] == rank * (rank + 1) / 2 * (i % 3), "a long MPI_Exscan: element %d is %g", i,
+          y[i]);
+  OK(MPI_Scan(MPI_IN_PLACE, x, S, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  for (int i = 0; i < S; i++)
+    CHECK(x[i] == (rank + 1) * (rank + 2) / 2 * (i % 3),
+          "a long MPI_Scan in place: element %d is %g", i, x[i]);
+  for (int i = 0; i < S; i++)
+    x[i] = (rank + 1) * (i % 3);
+  OK(MPI_Exscan(MPI_IN_PLACE, x, S, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+  for (int i = 0; rank > 0 && i < S; i++)
+    CHECK(x[i] == rank * (rank + 1) / 2 * (i % 3), "a long MPI_Exscan in place: element %d is %g",
+          i, x[i]);
+  free(x);
+  free(y);
 }
 
 /* Half floats (MPI_REAL2, MPI_COMPLEX4: IEEE binary16), values whose sums, products
