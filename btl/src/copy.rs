@@ -3,18 +3,19 @@
 use std::ptr;
 
 /// From this many bytes on, [`copy_bytes`] copies the way this processor copies large
-/// blocks fastest (`vector::copy`).
-const VECTOR_COPY_MIN: usize = 4096;
+/// blocks fastest (`vector::copy`): below where glibc's `memcpy` turns to `rep movsb`
+/// (2,112 bytes on processors with fast short `rep movsb`).
+const VECTOR_COPY_MIN: usize = 2048;
 
 /// Copy `len` bytes; sizes up to 16 without a call into `memcpy` (which costs more
-/// than the copy for the small messages that dominate latency), and from 4 KiB on as
+/// than the copy for the small messages that dominate latency), and from 2 KiB on as
 /// the processor copies them fastest (docs/performance.md): on Intel processors by the
 /// C library's `memcpy` (glibc's AVX-512 and `rep movsb` copies ran the `sm`
 /// transport's large transfers 5-10% faster than a loop of our own); elsewhere with
-/// vector loads and stores of our own (on AMD processors glibc's `rep movsb` was seen
-/// running the same large transfer at half speed or at full speed depending only on
-/// the length of the path the program was started from, while a vector loop ran at
-/// full speed from either).
+/// vector loads and stores of our own (on AMD processors glibc's `rep movsb` ran the
+/// same copy at full speed or many times slower depending only on where the two
+/// buffers lie: a tenth of the speed or less where they sit at different offsets in a
+/// cache line, while a vector loop runs at full speed wherever they are).
 ///
 /// # Safety
 ///
@@ -38,6 +39,24 @@ pub unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
             VECTOR_COPY_MIN.. => vector::copy(src, dst, len),
             _ => ptr::copy_nonoverlapping(src, dst, len),
         }
+    }
+}
+
+/// Copy `len` bytes as [`copy_bytes`] does, the two ranges allowed to overlap (then as
+/// `ptr::copy`, which copies them as if through a buffer between).
+///
+/// # Safety
+///
+/// As `ptr::copy`.
+#[inline(always)]
+pub unsafe fn move_bytes(src: *const u8, dst: *mut u8, len: usize) {
+    let (s, d) = (src as usize, dst as usize);
+    if s < d.wrapping_add(len) && d < s.wrapping_add(len) {
+        // SAFETY: the caller's contract.
+        unsafe { ptr::copy(src, dst, len) }
+    } else {
+        // SAFETY: the caller's contract; the ranges do not overlap (checked).
+        unsafe { copy_bytes(src, dst, len) }
     }
 }
 
@@ -175,7 +194,7 @@ mod vector {
 
 #[cfg(test)]
 mod tests {
-    use super::copy_bytes;
+    use super::{copy_bytes, move_bytes};
 
     #[test]
     fn every_length_copies_exactly_its_bytes() {
@@ -204,7 +223,7 @@ mod tests {
         let src: Vec<u8> = (0..n).map(|i| (i * 7 + i / 251) as u8).collect();
         for (copy, len) in copies
             .iter()
-            .flat_map(|c| [4096, 4097, 4223, 4224, 4225, 65_543].map(|l| (c, l)))
+            .flat_map(|c| [2048, 2049, 2175, 4096, 4097, 4223, 4224, 4225, 65_543].map(|l| (c, l)))
         {
             for (from, to) in [(0, 0), (1, 3), (5, 64)] {
                 let mut dst = vec![0xAAu8; len + to + 8];
@@ -215,6 +234,26 @@ mod tests {
                 assert!(
                     dst[..to].iter().chain(&dst[to + len..]).all(|&b| b == 0xAA),
                     "length {len}: wrote outside its range"
+                );
+            }
+        }
+    }
+
+    /// Overlapping ranges move as through a buffer between, either way; apart, as
+    /// `copy_bytes` copies.
+    #[test]
+    fn moves_copy_overlapping_ranges_either_way() {
+        for len in [0, 5, 100, 3000, 9000] {
+            for (from, to) in [(0, 7), (7, 0), (0, 0), (0, len + 3)] {
+                let mut buf: Vec<u8> = (0..2 * len + 16).map(|i| (i * 13 + 1) as u8).collect();
+                let want: Vec<u8> = buf[from..from + len].to_vec();
+                let p = buf.as_mut_ptr();
+                // SAFETY: both ranges of `len` bytes lie inside `buf`.
+                unsafe { move_bytes(p.add(from), p.add(to), len) };
+                assert_eq!(
+                    &buf[to..to + len],
+                    &want[..],
+                    "length {len}, {from} to {to}"
                 );
             }
         }

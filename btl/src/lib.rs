@@ -73,7 +73,7 @@ pub mod transport_kit;
 pub use atomic::{AtomicOp, AtomicRequest, AtomicWidth};
 pub use attributes::{exclusivity, AtomicFlags, Attributes, BtlFlags, MAX_HANDLE_SIZE};
 pub use component::{Component, Framework, SELECT_PARAM, SHM_DIR_PARAM};
-pub use copy::copy_bytes;
+pub use copy::{copy_bytes, move_bytes};
 pub use descriptor::{
     DesFlags, Descriptor, Order, Received, SendCallback, SendCompletion, MAX_SEGMENTS,
 };

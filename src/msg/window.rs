@@ -167,9 +167,7 @@ impl Window {
         check_inside(self.rank, offset, out.len(), self.mem.len())?;
         // SAFETY: `[offset, offset + out.len())` lies inside our mapping (checked just
         // now, without overflow); raw copy, as peers write it behind our back.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.mem.ptr().add(offset), out.as_mut_ptr(), out.len())
-        };
+        unsafe { rbtl_btl::copy_bytes(self.mem.ptr().add(offset), out.as_mut_ptr(), out.len()) };
         Ok(())
     }
 

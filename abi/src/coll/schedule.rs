@@ -532,8 +532,8 @@ unsafe fn run_local(l: &Local, scratch: *mut u8) -> Result<()> {
         Local::Copy { from, to, len } => {
             let (f, t) = (ptr(from), ptr(to));
             // SAFETY: both places hold `len` bytes; they may overlap only when equal
-            // (an in-place step), which `copy` allows.
-            unsafe { std::ptr::copy(f, t, len) };
+            // (an in-place step), which `move_bytes` allows.
+            unsafe { rbtl::btl::move_bytes(f, t, len) };
         }
         Local::Reduce {
             op,

@@ -238,7 +238,7 @@ impl Mpi {
         if !in_place(sendbuf) {
             // SAFETY: the caller's contract: both hold `len` packed bytes from the
             // type's lower bound (a contiguous type).
-            unsafe { std::ptr::copy(sendbuf.cast::<u8>().wrapping_offset(lb), acc, len) };
+            unsafe { rbtl::btl::move_bytes(sendbuf.cast::<u8>().wrapping_offset(lb), acc, len) };
         }
         let mut tmp = std::mem::take(&mut self.scratch);
         tmp.resize(len, 0);

@@ -189,7 +189,7 @@ impl Mpi {
                 received(r, len, "MPI_Alltoall", &mut mismatch)?;
             }
             // SAFETY: the caller's contract: this member's block on both sides, apart.
-            unsafe { std::ptr::copy(send.add(block(me)), l.recv.add(block(me)), len) };
+            unsafe { rbtl::btl::move_bytes(send.add(block(me)), l.recv.add(block(me)), len) };
             Ok(())
         })();
         Some(ended(done, mismatch))
@@ -229,7 +229,7 @@ impl Mpi {
         let (ctx, tag) = self.begin_small(args.6)?;
         if let Some(send) = l.send {
             // SAFETY: the caller's contract: a block on each side, apart.
-            unsafe { std::ptr::copy(send, own, len) };
+            unsafe { rbtl::btl::move_bytes(send, own, len) };
         }
         let mut mismatch = None;
         let msg = &mut self.msg;
@@ -380,7 +380,7 @@ impl Mpi {
                     (block(root), p)
                 };
                 // SAFETY: the caller's contract: the block on both sides, apart.
-                unsafe { std::ptr::copy(from, to.cast_mut(), len) };
+                unsafe { rbtl::btl::move_bytes(from, to.cast_mut(), len) };
             }
             Ok(())
         })();

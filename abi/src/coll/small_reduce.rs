@@ -149,7 +149,7 @@ impl Mpi {
                 if apart {
                     // SAFETY: both hold `len` bytes; what a short message left
                     // unwritten keeps this member's operand.
-                    unsafe { std::ptr::copy(held.add(got), acc.add(got), len - got) };
+                    unsafe { rbtl::btl::move_bytes(held.add(got), acc.add(got), len - got) };
                     held = acc;
                 }
             }
@@ -241,7 +241,7 @@ impl Mpi {
             false => {
                 // SAFETY: the caller's contract: this member's block of the operand,
                 // room for it in the receive buffer, apart (checked above).
-                unsafe { std::ptr::copy(input.add(off), out, len) };
+                unsafe { rbtl::btl::move_bytes(input.add(off), out, len) };
                 out
             }
         };
@@ -269,7 +269,7 @@ impl Mpi {
             if acc != out {
                 // SAFETY: in place: the result to the receive buffer's start, once
                 // every block has been sent.
-                unsafe { std::ptr::copy(acc, out, len) };
+                unsafe { rbtl::btl::move_bytes(acc, out, len) };
             }
             Ok(())
         })();
@@ -330,7 +330,7 @@ impl Mpi {
             let (off, len) = blocks[me];
             // SAFETY: the caller's contract: room for this member's block at `out`,
             // whose operand was copied before any round.
-            unsafe { std::ptr::copy_nonoverlapping(work[off..].as_ptr(), out, len) };
+            unsafe { rbtl::btl::copy_bytes(work[off..].as_ptr(), out, len) };
             Ok(())
         })();
         self.scratch = buf;

@@ -13,7 +13,7 @@ pub unsafe fn pack(ty: &Datatype, base: *const u8, count: usize, out: &mut [u8])
     walk(ty, count, out.len(), |disp, pos, len| {
         // SAFETY: the caller's contract covers the element's run at `disp`; `out` has
         // room for `pos + len` (walk stops at its length).
-        unsafe { std::ptr::copy_nonoverlapping(base.offset(disp), out.as_mut_ptr().add(pos), len) };
+        unsafe { rbtl::btl::copy_bytes(base.offset(disp), out.as_mut_ptr().add(pos), len) };
         at = pos + len;
     });
     at
@@ -30,7 +30,7 @@ pub unsafe fn unpack(ty: &Datatype, input: &[u8], base: *mut u8, count: usize) -
     let mut at = 0;
     walk(ty, count, input.len(), |disp, pos, len| {
         // SAFETY: as above, the other way.
-        unsafe { std::ptr::copy_nonoverlapping(input.as_ptr().add(pos), base.offset(disp), len) };
+        unsafe { rbtl::btl::copy_bytes(input.as_ptr().add(pos), base.offset(disp), len) };
         at = pos + len;
     });
     at

@@ -298,7 +298,7 @@ pub unsafe fn apply(h: Handle, p: Prim, input: *const u8, inout: *mut u8, n: usi
         MPI_NO_OP => return Ok(()),
         MPI_REPLACE => {
             // SAFETY: the caller's contract.
-            unsafe { std::ptr::copy(input, inout, n * p.size()) };
+            unsafe { rbtl::btl::move_bytes(input, inout, n * p.size()) };
             return Ok(());
         }
         _ => {}

@@ -191,12 +191,12 @@ impl SelfModule {
             self.remote_target(op.remote.registered()?, op.remote.addr, size, remote_needs)?;
         // SAFETY: the remote range was checked to lie inside a live registration, the
         // local one too unless it is unregistered; either contract (register_mem's,
-        // `Local::unregistered`'s) keeps the memory mapped; `copy` allows overlap.
+        // `Local::unregistered`'s) keeps the memory mapped; `move_bytes` allows overlap.
         unsafe {
             if put {
-                std::ptr::copy(local as *const u8, remote, size);
+                rbtl_btl::move_bytes(local as *const u8, remote, size);
             } else {
-                std::ptr::copy(remote, local as *mut u8, size);
+                rbtl_btl::move_bytes(remote, local as *mut u8, size);
             }
         }
         self.complete(op.endpoint, local, size, callback);
