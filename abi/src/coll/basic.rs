@@ -433,7 +433,8 @@ fn doubling(s: &mut Schedule, m: &Members, blocks: &[(Loc, usize)], own: Option<
     let len = blocks[0].1;
     let in_order = blocks.windows(2).all(|w| same_buffer_next(w[0], w[1]));
     let mine_at = blocks[me as usize].0;
-    // Where this member's block is read in the first round, and copied from after it.
+    // `own`: where the first round reads this member's block, which is copied into its
+    // place after that round (blocks out of order copy it at once, and `own` is done).
     let (base, mut own) = if in_order {
         (blocks[0].0, own)
     } else {
