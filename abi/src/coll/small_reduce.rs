@@ -310,8 +310,9 @@ impl Mpi {
         // the buffer held before is overwritten or not read).
         let mut buf = std::mem::take(&mut self.scratch);
         buf.resize(total + most, 0);
-        // SAFETY: the caller's contract: `input` holds the operand's `total` bytes.
-        buf[..total].copy_from_slice(unsafe { rbtl::btl::slice_at(input, total) });
+        // SAFETY: the caller's contract: `input` holds the operand's `total` bytes;
+        // `buf`, ours and apart from it, holds at least as many.
+        unsafe { rbtl::btl::copy_bytes(input, buf.as_mut_ptr(), total) };
         let (work, tmp) = buf.split_at_mut(total);
         let mut mismatch = None;
         let msg = &mut self.msg;

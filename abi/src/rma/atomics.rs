@@ -129,7 +129,7 @@ impl Mpi {
             // contract); `origin` holds them.
             let combined = unsafe {
                 if !fetched.is_null() {
-                    std::ptr::copy(at, fetched, a.bytes);
+                    rbtl::btl::move_bytes(at, fetched, a.bytes);
                 }
                 self.accumulate_into(op, (ty, prim), origin, at, a.bytes)
             };

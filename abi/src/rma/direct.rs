@@ -199,7 +199,7 @@ pub(super) unsafe fn accumulate(
     // would, never undefined).
     let combined = under_mutex(p, || unsafe {
         if !fetched.is_null() {
-            std::ptr::copy(into, fetched, len);
+            rbtl::btl::move_bytes(into, fetched, len);
         }
         op::reduce_basic(op, prim, origin, into, len / prim.size())
     });

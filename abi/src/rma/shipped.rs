@@ -415,7 +415,7 @@ impl Mpi {
                 Ok(_) if fetched.is_null() => {}
                 Ok(old) if old.len() == n => {
                     // SAFETY: the caller's contract: room for the packed bytes.
-                    unsafe { std::ptr::copy_nonoverlapping(old.as_ptr(), fetched.add(from), n) };
+                    unsafe { rbtl::btl::copy_bytes(old.as_ptr(), fetched.add(from), n) };
                 }
                 Ok(_) => {
                     first = Err(Error::new(
