@@ -15,12 +15,15 @@
 //! `node/served.rs` the message layer's served contexts, `node/served_gets.rs` the gets
 //! `sm` serves through its rings, `node/refused_attach.rs` one-sided transfers and
 //! rendezvous messages once the kernel refuses cross-memory attach, `node/read_alone.rs`
-//! large messages their receivers read without the sender, `node/placement.rs` whether
-//! a node's ranks outnumber the processors they may run on.
+//! large messages their receivers read without the sender, `node/lent.rs` eager sends
+//! that wait for room in the sender's buffer, `node/placement.rs` whether a node's ranks
+//! outnumber the processors they may run on.
 
 #[path = "node/churn.rs"]
 mod churn;
 mod common;
+#[path = "node/lent.rs"]
+mod lent;
 #[path = "node/placement.rs"]
 mod placement;
 #[path = "node/read_alone.rs"]
@@ -94,6 +97,8 @@ fn rank_role_entry() {
         "msg_refused_attach" => refused_attach::run(&report_ok),
         "msg_split_refused" => refused_attach::run_split(&report_ok),
         "msg_read_alone" => read_alone::run(&report_ok),
+        "msg_lent" => lent::run(&report_ok, false),
+        "msg_lent_receiver_dies" => lent::run(&report_ok, true),
         "msg_placement" => placement::run(&report_ok),
         "msg_named_sender_dies" => {
             watchdog(Duration::from_secs(30));
@@ -556,6 +561,21 @@ fn role_killed_peer() {
     std::thread::sleep(Duration::from_secs(600));
 }
 
+/// The eager limit and rings of `node/lent.rs`.
+const LENT_ENV: [(&str, &str); 2] = [
+    ("RBTL_BTL_SM_EAGER_LIMIT", "65600"),
+    ("RBTL_BTL_SM_RING_BYTES", "128k"),
+];
+
+/// A lent eager send whose receiver is killed before receiving fails with the end
+/// (`node/lent.rs`), rather than waiting for room.
+#[test]
+fn a_lent_eager_send_fails_when_its_receiver_dies() {
+    let failed = ("lent_failed", "rank 0's lent send failed with rank 1's end");
+    let code = expect_rank_0_reported("msg_lent_receiver_dies", 2, &LENT_ENV, failed);
+    assert!([128 + libc::SIGKILL, 1].contains(&code), "job code {code}");
+}
+
 /// Rank 1 sends two messages, hears that both arrived and is killed; rank 0 learns of
 /// its end (a receive of another tag fails), then still probes and receives both,
 /// while a probe or a receive that nothing matches fails with the end.
@@ -873,6 +893,12 @@ common::all_ok_tests! {
     /// (`node/read_alone.rs`), named by address below 1 MiB as above.
     unsplit_messages_and_those_of_a_sender_busy_with_others_need_no_sender:
         "msg_read_alone", 3, &[("RBTL_BTL_SM_BY_ADDRESS_BELOW", "1m")];
+
+    /// Eager sends that find the ring full while its receiver stays away
+    /// (`node/lent.rs`): large ones wait in their buffers, small ones are copied, and all
+    /// arrive in order.
+    eager_sends_waiting_for_room_keep_large_payloads_in_their_buffers:
+        "msg_lent", 2, &LENT_ENV;
 
     large_messages_copied_by_both_ranks_arrive_when_either_copy_is_refused:
         "msg_split_refused", 3, &[];

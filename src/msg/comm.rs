@@ -205,15 +205,20 @@ impl Comm {
             state::bump(&self.signals.deferred, -1);
             self.dirty[d.module] = true;
             let m = self.modules[d.module].as_mut();
-            match state::transmit(m, d.endpoint, d.tag, &d.bytes, &[]) {
-                Ok(()) => n += 1,
+            // SAFETY: a lent payload's request is still under way (it completes below,
+            // or when its peer fails, which drops the message too).
+            let payload = unsafe { d.payload() };
+            match state::transmit(m, d.endpoint, d.tag, &d.bytes, payload) {
                 Err(rbtl_btl::Error::OutOfResource(_)) => {
                     // Keep the order: this one and everything behind it wait.
                     s.deferred.push_front(d);
                     state::bump(&self.signals.deferred, 1);
                     break;
                 }
-                Err(e) => tracing::warn!(%e, "dropping a deferred message"),
+                outcome => {
+                    n += usize::from(outcome.is_ok());
+                    s.deferred_left(&d, outcome);
+                }
             }
         }
         let later = !s.later.is_empty();

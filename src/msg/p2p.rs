@@ -30,6 +30,11 @@ pub const ANY_TAG: Option<i32> = None;
 /// Idle progress rounds a wait spins before it starts yielding the processor.
 pub const SPIN_BEFORE_YIELD: u32 = 1 << 14;
 
+/// Eager payloads from this size that find no room in the transport wait in the
+/// sender's buffer, their request under way until they leave; smaller ones are copied,
+/// and their send completes at once, with no request entry.
+const LEND_FROM: usize = 4096;
+
 /// The context of the calls that name none ([`Comm::send`], [`Comm::recv`], ...): the
 /// communicator over every rank. A layer above that builds communicators of its own
 /// gives each its own context (any other value), so that their messages never match
@@ -291,11 +296,23 @@ impl Comm {
         if len + protocol::EAGER_HEADER <= eager {
             // SAFETY: the caller promised `buf` is valid for `len` bytes.
             let data = unsafe { rbtl_btl::slice_at(buf, len) };
-            // Sent or deferred, the bytes were copied: the buffer is free again, and
-            // the request needs no entry (its id carries its status).
             let head = protocol::eager_header(tag, ctx);
-            s.send_or_defer(m, mi, ep, protocol::EAGER, &head, data)?;
-            return Ok(requests::completed_send(len, tag));
+            if len < LEND_FROM {
+                // Sent or deferred, the bytes were copied: the buffer is free again,
+                // and the request needs no entry (its id carries its status).
+                s.send_or_defer(m, mi, ep, protocol::EAGER, &head, data)?;
+                return Ok(requests::completed_send(len, tag));
+            }
+            let status = Status {
+                source: self.rank,
+                tag,
+                len,
+            };
+            // SAFETY: the caller keeps `buf` valid and unmodified until the request
+            // completes.
+            let lent =
+                unsafe { s.send_or_lend(m, (mi, ep), protocol::EAGER, &head, data, dst, status) }?;
+            return Ok(lent.unwrap_or_else(|| requests::completed_send(len, tag)));
         }
         let req = s.new_req(Some(dst));
         let status = Status {

@@ -144,7 +144,33 @@ pub struct Deferred {
     pub module: usize,
     pub endpoint: Endpoint,
     pub tag: rbtl_btl::Tag,
+    /// Its bytes: all of them, or the header alone where the payload is `lent`.
     pub bytes: Vec<u8>,
+    pub lent: Option<Lent>,
+}
+
+/// A deferred message's payload left in the sender's buffer, which its send request
+/// holds until a transport takes the message ([`State::send_or_lend`]).
+pub struct Lent {
+    pub addr: usize,
+    pub len: usize,
+    pub req: ReqId,
+}
+
+impl Deferred {
+    /// The payload in the sender's buffer, if lent (else empty: `bytes` hold it all).
+    ///
+    /// # Safety
+    ///
+    /// A lent payload's buffer must still be valid: its request has not completed
+    /// ([`State::send_or_lend`]'s contract).
+    pub unsafe fn payload(&self) -> &[u8] {
+        match &self.lent {
+            // SAFETY: forwarded contract.
+            Some(l) => unsafe { rbtl_btl::slice_at(l.addr as *const u8, l.len) },
+            None => &[],
+        }
+    }
 }
 
 /// Counters the user's side reads without borrowing the state. Only the thread that
@@ -500,8 +526,77 @@ impl State {
             endpoint: ep,
             tag,
             bytes,
+            lent: None,
         });
         Ok(())
+    }
+
+    /// As [`State::send_or_defer`], but a message that must wait keeps its payload in
+    /// the sender's buffer rather than a copy (as Open MPI's ob1 keeps a send that
+    /// found no room pending): the request returned (`None`: sent now) holds the buffer
+    /// and completes, with `status`, when a transport takes the message.
+    ///
+    /// # Safety
+    ///
+    /// `payload` must stay valid and unmodified until the returned request completes.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn send_or_lend(
+        &mut self,
+        m: &mut dyn Module,
+        (module, ep): (usize, Endpoint),
+        tag: rbtl_btl::Tag,
+        header: &[u8],
+        payload: &[u8],
+        peer: u32,
+        status: Status,
+    ) -> Result<Option<ReqId>, Error> {
+        if !self.has_deferred_to(module, ep) {
+            match transmit(m, ep, tag, header, payload) {
+                Err(rbtl_btl::Error::OutOfResource(_)) => {}
+                Err(e) => return Err(transport_error(self.route.iter().copied(), (module, ep), e)),
+                Ok(()) => return Ok(None),
+            }
+        }
+        let req = self.new_req(Some(peer));
+        if let Some(r) = self.reqs.get_mut(req) {
+            r.status = status;
+        }
+        bump(&self.signals.deferred, 1);
+        self.deferred.push_back(Deferred {
+            module,
+            endpoint: ep,
+            tag,
+            bytes: header.to_vec(),
+            lent: Some(Lent {
+                addr: payload.as_ptr() as usize,
+                len: payload.len(),
+                req,
+            }),
+        });
+        Ok(Some(req))
+    }
+
+    /// A deferred message left: a transport took it (`Ok`) or refused it for good. Its
+    /// lent buffer, if any, is free again: the request completes.
+    pub fn deferred_left(&mut self, d: &Deferred, outcome: Result<(), rbtl_btl::Error>) {
+        let Some(l) = &d.lent else {
+            if let Err(e) = outcome {
+                tracing::warn!(%e, "dropping a deferred message");
+            }
+            return;
+        };
+        match outcome {
+            Ok(()) => {
+                let status = self.req_mut(l.req).map(|r| r.status);
+                if let Some(status) = status {
+                    self.complete_ok(l.req, status);
+                }
+            }
+            Err(e) => {
+                let e = transport_error(self.route.iter().copied(), (d.module, d.endpoint), e);
+                self.complete(l.req, Err(e));
+            }
+        }
     }
 
     /// The first posted receive matching a message from `src` with `tag` in `ctx`.
@@ -836,6 +931,7 @@ mod tests {
                 endpoint,
                 tag: rbtl_btl::Tag(0),
                 bytes: Vec::new(),
+                lent: None,
             });
             bump(&s.signals.deferred, 1);
         };
