@@ -16,8 +16,9 @@
 //! `sm` serves through its rings, `node/refused_attach.rs` one-sided transfers and
 //! rendezvous messages once the kernel refuses cross-memory attach, `node/read_alone.rs`
 //! large messages their receivers read without the sender, `node/lent.rs` eager sends
-//! that wait for room in the sender's buffer, `node/placement.rs` whether a node's ranks
-//! outnumber the processors they may run on.
+//! that wait for room in the sender's buffer, `node/slow_rings.rs` the eager limit while
+//! the rings run slow, `node/placement.rs` whether a node's ranks outnumber the
+//! processors they may run on.
 
 #[path = "node/churn.rs"]
 mod churn;
@@ -36,6 +37,8 @@ mod removed;
 mod served;
 #[path = "node/served_gets.rs"]
 mod served_gets;
+#[path = "node/slow_rings.rs"]
+mod slow_rings;
 #[path = "node/stale.rs"]
 mod stale;
 #[path = "common/stopped_flush.rs"]
@@ -98,6 +101,7 @@ fn rank_role_entry() {
         "msg_split_refused" => refused_attach::run_split(&report_ok),
         "msg_read_alone" => read_alone::run(&report_ok),
         "msg_lent" => lent::run(&report_ok, false),
+        "msg_slow_rings" => slow_rings::run(&report_ok),
         "msg_lent_receiver_dies" => lent::run(&report_ok, true),
         "msg_placement" => placement::run(&report_ok),
         "msg_named_sender_dies" => {
@@ -899,6 +903,11 @@ common::all_ok_tests! {
     /// arrive in order.
     eager_sends_waiting_for_room_keep_large_payloads_in_their_buffers:
         "msg_lent", 2, &LENT_ENV;
+
+    /// Where the probe chose the eager limit, slow rings lower it for nonblocking sends
+    /// and not for blocking ones (`node/slow_rings.rs`); no ring reaches the switch rate.
+    eager_limit_falls_for_nonblocking_sends_while_the_rings_run_slow:
+        "msg_slow_rings", 2, &[("RBTL_BTL_SM_CMA_BELOW", "1000000000")];
 
     large_messages_copied_by_both_ranks_arrive_when_either_copy_is_refused:
         "msg_split_refused", 3, &[];

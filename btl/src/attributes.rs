@@ -93,7 +93,10 @@ pub const MAX_HANDLE_SIZE: usize = 256;
 /// stripe modules; the limits are enforced by the module.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attributes {
-    /// Largest message the upper layer should send eagerly (`btl_eager_limit`).
+    /// Largest message the upper layer should send eagerly (`btl_eager_limit`). A
+    /// module may lower it while it runs, never below 16 KiB + 64 (`sm`, where its
+    /// start-up probe chose it, while copies through its rings run slow): the message
+    /// layer reads it again for larger messages.
     pub eager_limit: usize,
     /// Largest first fragment of a rendezvous message (`btl_rndv_eager_limit`).
     pub rndv_eager_limit: usize,

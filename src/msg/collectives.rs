@@ -109,7 +109,7 @@ impl<'c> Started<'c> {
         // SAFETY: forwarded contract; `Drop` ends the request before the buffer may go.
         let req = unsafe {
             self.comm
-                .isend_tagged(buf, len, (dst, tag, super::WORLD), true)
+                .isend_tagged(buf, len, (dst, tag, super::WORLD), (true, false))
         }?;
         self.live.push(req);
         Ok(req)

@@ -35,6 +35,11 @@ pub const SPIN_BEFORE_YIELD: u32 = 1 << 14;
 /// and their send completes at once, with no request entry.
 const LEND_FROM: usize = 4096;
 
+/// Payloads from this size ask their transport for its current eager limit, which
+/// may have fallen since start-up; smaller ones go by the start-up limit, which no
+/// transport lowers below this size.
+const EAGER_RECHECKED_FROM: usize = 16 << 10;
+
 /// The context of the calls that name none ([`Comm::send`], [`Comm::recv`], ...): the
 /// communicator over every rank. A layer above that builds communicators of its own
 /// gives each its own context (any other value), so that their messages never match
@@ -66,7 +71,8 @@ impl Comm {
         }
         // SAFETY: `buf` is borrowed until wait returns, which is when the request has
         // completed.
-        let req = unsafe { self.isend_tagged(buf.as_ptr(), buf.len(), (dst, tag, ctx), true) }?;
+        let req =
+            unsafe { self.isend_tagged(buf.as_ptr(), buf.len(), (dst, tag, ctx), (true, false)) }?;
         self.wait(req).map(|_| ())
     }
 
@@ -76,12 +82,46 @@ impl Comm {
     /// inside the layer (an MPI library whose other threads must get in meanwhile).
     #[inline(always)]
     pub fn try_send_in(&mut self, ctx: u32, buf: &[u8], dst: u32, tag: i32) -> Result<bool> {
+        self.try_eager_in(ctx, buf, (dst, tag), false)
+    }
+
+    /// [`Comm::try_send_in`] for a nonblocking send, which may go by rendezvous: under
+    /// the transport's current eager limit, which may have fallen below the one
+    /// [`Comm::eager_payload_to`] tells (see [`Comm::isend_in`]).
+    #[inline(always)]
+    pub fn try_isend_in(&mut self, ctx: u32, buf: &[u8], dst: u32, tag: i32) -> Result<bool> {
+        self.try_eager_in(ctx, buf, (dst, tag), true)
+    }
+
+    #[inline(always)]
+    fn try_eager_in(
+        &mut self,
+        ctx: u32,
+        buf: &[u8],
+        (dst, tag): (u32, i32),
+        current: bool,
+    ) -> Result<bool> {
         if tag < 0 {
             return Err(Error::BadTag(tag));
         }
         let (mi, ep) = self.route(dst)?;
-        Ok(buf.len() + protocol::EAGER_HEADER <= self.eager[mi]
-            && self.try_eager(mi, ep, buf, tag, ctx)?)
+        Ok(
+            buf.len() + protocol::EAGER_HEADER <= self.eager_for(mi, buf.len(), current)
+                && self.try_eager(mi, ep, buf, tag, ctx)?,
+        )
+    }
+
+    /// The eager limit of module `mi` for a payload of `len` bytes: the one it had at
+    /// start-up (which [`Comm::eager_payload_to`] tells), or where `current` and for
+    /// payloads of [`EAGER_RECHECKED_FROM`] bytes and more, the module's current one
+    /// where lower (`sm` lowers its limit while copies through its rings run slow).
+    #[inline(always)]
+    fn eager_for(&self, mi: usize, len: usize, current: bool) -> usize {
+        let eager = self.eager[mi];
+        if !current || len < EAGER_RECHECKED_FROM {
+            return eager;
+        }
+        eager.min(self.modules[mi].attributes().eager_limit)
     }
 
     /// Receive into `buf` from `src` with `tag`.
@@ -148,7 +188,11 @@ impl Comm {
     }
 
     /// Start sending `len` bytes at `buf` to `dst` with `tag` in context `ctx`,
-    /// completing as `mode` says.
+    /// completing as `mode` says. A standard send of at most
+    /// [`Comm::eager_payload_to`] bytes goes eagerly unless the transport lowered its
+    /// eager limit since start-up (`sm` while copies through its rings run slow): then
+    /// it goes by rendezvous, and completes once its receiver matches it, as a larger
+    /// one does. Blocking sends ([`Comm::send_in`]) keep the start-up limit.
     ///
     /// # Safety
     ///
@@ -168,7 +212,9 @@ impl Comm {
         }
         match mode {
             // SAFETY: forwarded contract.
-            SendMode::Standard => unsafe { self.isend_tagged(buf, len, (dst, tag, ctx), true) },
+            SendMode::Standard => unsafe {
+                self.isend_tagged(buf, len, (dst, tag, ctx), (true, true))
+            },
             // SAFETY: forwarded contract.
             SendMode::Synchronous => unsafe { self.isend_sync(buf, len, dst, tag, ctx) },
         }
@@ -194,7 +240,7 @@ impl Comm {
             return Err(Error::BadTag(tag));
         }
         // SAFETY: forwarded contract.
-        unsafe { self.isend_tagged(buf, len, (dst, tag, ctx), false) }
+        unsafe { self.isend_tagged(buf, len, (dst, tag, ctx), (false, true)) }
     }
 
     /// A synchronous send: an eager message the receiver answers once it is
@@ -214,7 +260,7 @@ impl Comm {
         let (mi, ep) = self.route(dst)?;
         if len + protocol::SYNC_HEADER > self.eager[mi] {
             // SAFETY: forwarded contract.
-            return unsafe { self.isend_tagged(buf, len, (dst, tag, ctx), true) };
+            return unsafe { self.isend_tagged(buf, len, (dst, tag, ctx), (true, false)) };
         }
         // SAFETY: the caller promised `buf` is valid for `len` bytes.
         let data = unsafe { rbtl_btl::slice_at(buf, len) };
@@ -267,7 +313,10 @@ impl Comm {
 
     /// Start sending `len` bytes at `buf` to `dst` with `tag`, which may be one of the
     /// layer's own (negative) tags; a rendezvous is offered to be split
-    /// ([`super::split`]) only where `may_split`.
+    /// ([`super::split`]) only where `may_split`. Eager under the transport's current
+    /// limit where `current_eager` (a nonblocking send's, see [`Comm::isend_in`]), else
+    /// under the start-up one: then a message of at most [`Comm::eager_payload_to`]
+    /// bytes never waits for its receiver to match it.
     ///
     /// # Safety
     ///
@@ -278,10 +327,10 @@ impl Comm {
         buf: *const u8,
         len: usize,
         (dst, tag, ctx): (u32, i32, u32),
-        may_split: bool,
+        (may_split, current_eager): (bool, bool),
     ) -> Result<ReqId> {
         let (mi, ep) = self.route(dst)?;
-        let eager = self.eager[mi];
+        let eager = self.eager_for(mi, len, current_eager);
         if len + protocol::EAGER_HEADER <= eager {
             // SAFETY: the caller promised `buf` is valid for `len` bytes.
             let data = unsafe { rbtl_btl::slice_at(buf, len) };

@@ -381,7 +381,7 @@ impl Mpi {
             let at = buf.cast::<u8>().wrapping_offset(*lb);
             // SAFETY: the caller's contract: the elements are readable.
             let data = unsafe { rbtl::btl::slice_at(at, shape.bytes(count)?) };
-            if self.msg.try_send_in(ctx, data, dst, tag)? {
+            if self.msg.try_isend_in(ctx, data, dst, tag)? {
                 return Ok(Request::Done(Status::empty()));
             }
         }

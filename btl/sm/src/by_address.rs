@@ -34,7 +34,14 @@
 //! (slower with them near), and the component's default stays. Each process times
 //! its own copies, and one may time them otherwise than its neighbours (its
 //! processor shared meanwhile): every rank of a node takes its first rank's eager
-//! limit ([`node_eager_limit`]), so that the node's ranks send alike.
+//! limit ([`node_eager_limit`]), so that the node's ranks send alike. With the
+//! processors apart, though, copies through the rings run slow at every size, eager
+//! messages' too (their copies into the rings are timed like the copy protocol's):
+//! while the [`Watch`] sees them slow, the eager limit the probe chose falls back to
+//! the component's default, so that larger messages go by rendezvous, read by
+//! cross-memory attach (docs/performance.md, 2026-12-08). The message layer reads
+//! the limit again for each message above that default; what it tells the layers
+//! above (collectives choosing by it) stays the start-up limit.
 //!
 //! [`Attributes::unregistered_remote_below`]: rbtl_btl::Attributes::unregistered_remote_below
 //! [`Attributes::unattended_from`]: rbtl_btl::Attributes::unattended_from
@@ -222,8 +229,8 @@ pub fn auto() -> Chosen {
     chosen
 }
 
-/// The hint while the probe said 0: `unregistered_remote_below` follows the speed of
-/// this process's copies into the rings.
+/// The hints while the probe said 0: `unregistered_remote_below`, and the eager limit
+/// where the probe chose it, follow the speed of this process's copies into the rings.
 #[derive(Debug)]
 pub struct Watch {
     /// GB/s below which copies into a ring count as slow (`btl_sm_cma_below`).
@@ -233,15 +240,39 @@ pub struct Watch {
     /// Per peer, the rate last seen: the same figure again is no new copy (while
     /// transfers avoid the rings, their smoothed rate stays as it was).
     last: Vec<Option<f64>>,
+    /// The eager limit while the rings run slow (`None`: the limit was given): eager
+    /// messages go through the rings, larger ones by cross-memory attach.
+    slow_eager: Option<usize>,
+    /// The eager limit that one replaced, while the rings run slow.
+    fast_eager: Option<usize>,
 }
 
 impl Watch {
-    /// A watch counting copies below `slow_below` GB/s as slow.
-    pub fn new(slow_below: f64) -> Watch {
+    /// A watch counting copies below `slow_below` GB/s as slow, lowering the eager
+    /// limit to `slow_eager` meanwhile (where given).
+    pub fn new(slow_below: f64, slow_eager: Option<usize>) -> Watch {
         Watch {
             slow_below,
             slow_since: None,
             last: Vec::new(),
+            slow_eager,
+            fast_eager: None,
+        }
+    }
+
+    fn slow(&mut self, attrs: &mut Attributes) {
+        self.slow_since = Some(Instant::now());
+        attrs.unregistered_remote_below = BY_ADDRESS_BELOW;
+        if let (Some(slow), None) = (self.slow_eager, self.fast_eager) {
+            self.fast_eager = Some(attrs.eager_limit);
+            attrs.eager_limit = attrs.eager_limit.min(slow);
+        }
+    }
+
+    fn fast(&mut self, attrs: &mut Attributes) {
+        attrs.unregistered_remote_below = 0;
+        if let Some(limit) = self.fast_eager.take() {
+            attrs.eager_limit = limit;
         }
     }
 
@@ -256,10 +287,9 @@ impl Watch {
         }
         self.last[peer] = Some(gbs);
         if gbs < self.slow_below {
-            self.slow_since = Some(Instant::now());
-            attrs.unregistered_remote_below = BY_ADDRESS_BELOW;
+            self.slow(attrs);
         } else if self.slow_since.take().is_some() {
-            attrs.unregistered_remote_below = 0;
+            self.fast(attrs);
         }
     }
 
@@ -267,7 +297,7 @@ impl Watch {
     pub fn idle(&mut self, attrs: &mut Attributes) {
         if self.slow_since.is_some_and(|t| t.elapsed() >= PROBE_EVERY) {
             self.slow_since = None;
-            attrs.unregistered_remote_below = 0;
+            self.fast(attrs);
         }
     }
 }
@@ -295,7 +325,7 @@ mod tests {
     #[test]
     fn the_watch_follows_the_rings() {
         let mut attrs = crate::default_attributes();
-        let mut w = super::Watch::new(8.0);
+        let mut w = super::Watch::new(8.0, None);
         w.copied(0, 20.0, &mut attrs);
         assert_eq!(attrs.unregistered_remote_below, 0);
         w.copied(0, 3.0, &mut attrs);
@@ -314,6 +344,42 @@ mod tests {
         assert_eq!(attrs.unregistered_remote_below, super::BY_ADDRESS_BELOW);
         w.idle(&mut attrs);
         assert_eq!(attrs.unregistered_remote_below, 0);
+    }
+
+    /// Where the probe chose the eager limit, slow copies into the rings lower it and
+    /// fast ones, or a probe after [`super::PROBE_EVERY`], give it back; where it was
+    /// given, it stays.
+    #[test]
+    fn the_watch_lowers_the_probes_eager_limit_while_the_rings_run_slow() {
+        let (fast, slow) = (
+            super::EAGER_LIMIT_SLOW,
+            crate::default_attributes().eager_limit,
+        );
+        let mut attrs = crate::default_attributes();
+        attrs.eager_limit = fast;
+        let mut w = super::Watch::new(8.0, Some(slow));
+        w.copied(0, 20.0, &mut attrs);
+        assert_eq!(attrs.eager_limit, fast);
+        w.copied(0, 3.0, &mut attrs);
+        assert_eq!(attrs.eager_limit, slow);
+        w.copied(1, 2.0, &mut attrs);
+        assert_eq!(
+            attrs.eager_limit, slow,
+            "still slow: nothing to give back twice"
+        );
+        w.copied(0, 20.0, &mut attrs);
+        assert_eq!(attrs.eager_limit, fast);
+        w.copied(0, 3.0, &mut attrs);
+        w.idle(&mut attrs);
+        assert_eq!(attrs.eager_limit, slow);
+        std::thread::sleep(super::PROBE_EVERY);
+        w.idle(&mut attrs);
+        assert_eq!(attrs.eager_limit, fast);
+        // A limit that was given.
+        let mut w = super::Watch::new(8.0, None);
+        w.copied(0, 3.0, &mut attrs);
+        assert_eq!(attrs.eager_limit, fast);
+        assert_eq!(attrs.unregistered_remote_below, super::BY_ADDRESS_BELOW);
     }
 
     /// Both copies move bytes at a rate; the decision follows the ratio.

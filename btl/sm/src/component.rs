@@ -12,14 +12,17 @@ pub(super) const NAME: &str = "sm";
 /// The parameter of [`Settings::flush_timeout`].
 pub const FLUSH_TIMEOUT_PARAM: &str = "btl_sm_flush_timeout";
 
+/// The default eager limit: 16 KiB of payload and room for an upper layer's match
+/// header: copying such a message in and out costs less than a rendezvous' extra round
+/// trip (measured: see docs/performance.md). Under `btl_sm_rdma=auto` the start-up
+/// probe raises it where cross-memory attach is slow, and slow rings bring it back
+/// (`by_address.rs`).
+pub const DEFAULT_EAGER_LIMIT: usize = (16 << 10) + 64;
+
 /// Default attributes of the `sm` transport.
 pub fn default_attributes() -> Attributes {
     Attributes {
-        // 16 KiB of payload and room for an upper layer's match header: copying such
-        // a message in and out costs less than a rendezvous' extra round trip
-        // (measured: see docs/performance.md). Under `btl_sm_rdma=auto` the start-up
-        // probe raises it where cross-memory attach is slow (`by_address.rs`).
-        eager_limit: (16 << 10) + 64,
+        eager_limit: DEFAULT_EAGER_LIMIT,
         rndv_eager_limit: 32 << 10,
         // The largest eager limit the probe sets.
         max_send_size: crate::by_address::EAGER_LIMIT_SLOW,
@@ -173,12 +176,13 @@ impl Component for SmComponent {
                  or auto (the rings, and cross-memory attach where the kernel allows it while copies into the rings run below btl_sm_cma_below, \
                  or below 2 MiB where it measured faster for the size; where cross-memory attach copies slower than \
                  btl_sm_by_address_below's ratio at start-up, or not at all, an eager limit of 64 KiB + 64 unless btl_sm_eager_limit \
-                 is given, every rank of a node taking its first rank's)",
+                 is given, every rank of a node taking its first rank's, and the default while copies into the rings run below btl_sm_cma_below)",
             )?
             .register(
                 "btl_sm_cma_below",
                 Value::Int(d.cma_below as i64),
-                "under btl_sm_rdma=auto: the rate of copies into a ring (MB/s) below which transfers of 16 KiB and more go by cross-memory attach",
+                "under btl_sm_rdma=auto: the rate of copies into a ring (MB/s) below which transfers of 16 KiB and more go by cross-memory attach \
+                 (and messages above the default eager limit by rendezvous, where the start-up probe chose the limit)",
             )?
             .register(
                 crate::by_address::PARAM,

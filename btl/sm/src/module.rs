@@ -8,7 +8,7 @@
 //! atomics to the latter.
 
 use super::cma;
-use super::component::{RdmaPath, Settings, FLUSH_TIMEOUT_PARAM, NAME};
+use super::component::{RdmaPath, Settings, DEFAULT_EAGER_LIMIT, FLUSH_TIMEOUT_PARAM, NAME};
 use super::copy_protocol::{CopyProtocol, Pushed};
 use super::own_segment::{self, slot_of, OwnSegment};
 use super::peer::{self, Outbound, Peer, MODEX_KEY};
@@ -178,7 +178,11 @@ impl SmModule {
             && settings.by_address_below.is_none()
             && attrs.unregistered_remote_below == 0;
         let slow_below = settings.cma_below as f64 / 1000.0;
-        let by_address = probed_not_worth_it.then(|| crate::by_address::Watch::new(slow_below));
+        // Where the probe chose the eager limit, slow rings give it back to the
+        // component's default: larger messages then go by cross-memory attach.
+        let slow_eager = settings.eager_by_probe.then_some(DEFAULT_EAGER_LIMIT);
+        let by_address =
+            probed_not_worth_it.then(|| crate::by_address::Watch::new(slow_below, slow_eager));
         Ok(SmModule {
             id,
             rank: modex.rank(),
@@ -801,7 +805,14 @@ impl Module for SmModule {
                 p.push(tag.0, &[header, payload], &[])
             }
         };
-        if peer.failed.is_none() && peer.outbound.is_empty() && pushed(&mut peer.producer) {
+        // Messages above the default eager limit (eager where the probe raised it)
+        // time their copies into the ring, as the copy protocol does: while those run
+        // slow, the limit comes back down (`by_address::Watch`).
+        let timed = if size > DEFAULT_EAGER_LIMIT { size } else { 0 };
+        if peer.failed.is_none()
+            && peer.outbound.is_empty()
+            && peer.out_speed.timed(timed, || pushed(&mut peer.producer))
+        {
             return Ok(SendiOutcome::Sent);
         }
         // A peer that removed us reads its ring no more.
