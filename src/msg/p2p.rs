@@ -62,7 +62,9 @@ impl Comm {
         self.send_in(WORLD, buf, dst, tag)
     }
 
-    /// [`Comm::send`] in context `ctx`.
+    /// [`Comm::send`] in context `ctx`. A message of at most
+    /// [`Comm::eager_payload_to`] bytes goes eagerly: it may wait for room in the
+    /// transport, never for its receiver.
     #[inline(always)]
     pub fn send_in(&mut self, ctx: u32, buf: &[u8], dst: u32, tag: i32) -> Result<()> {
         // Fast path: an eager message the transport takes at once needs no request.
@@ -73,6 +75,21 @@ impl Comm {
         // completed.
         let req =
             unsafe { self.isend_tagged(buf.as_ptr(), buf.len(), (dst, tag, ctx), (true, false)) }?;
+        self.wait(req).map(|_| ())
+    }
+
+    /// [`Comm::send_in`] with the latitude of MPI's standard mode: under the transport's
+    /// current eager limit, as [`Comm::isend_in`], so that a message of at most
+    /// [`Comm::eager_payload_to`] bytes may go by rendezvous and wait for its receiver
+    /// (where the transport lowered its limit since start-up).
+    pub fn send_standard_in(&mut self, ctx: u32, buf: &[u8], dst: u32, tag: i32) -> Result<()> {
+        if self.try_isend_in(ctx, buf, dst, tag)? {
+            return Ok(());
+        }
+        // SAFETY: `buf` is borrowed until wait returns, which is when the request has
+        // completed.
+        let req =
+            unsafe { self.isend_tagged(buf.as_ptr(), buf.len(), (dst, tag, ctx), (true, true)) }?;
         self.wait(req).map(|_| ())
     }
 

@@ -1,13 +1,14 @@
 //! `sm`'s eager limit while its rings run slow: where the start-up probe chose the
 //! limit (64 KiB + 64, where cross-memory attach is slow), slow copies into the rings
 //! lower it to the component's default, and a nonblocking send above that then goes
-//! by rendezvous; a blocking send keeps the start-up limit (what the message layer
-//! tells layers above that rely on it). Run with a switch rate no ring reaches, so
+//! by rendezvous, as does a blocking one with MPI's standard-mode latitude
+//! (`send_standard_in`); a plain blocking send keeps the start-up limit (what the
+//! message layer tells layers above that rely on it). Run with a switch rate no ring reaches, so
 //! that every timed copy counts as slow. Where the probe found attach fast (the
 //! limit is the default from the start), there is nothing to lower: the rank says
 //! so and checks only that the messages arrive.
 
-use rbtl::msg::{Comm, ReqId};
+use rbtl::msg::{Comm, ReqId, WORLD};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -28,8 +29,8 @@ fn message(tag: u8) -> Vec<u8> {
 }
 
 /// Rank 0 sends `FIRST` messages (tags 0..), then, while rank 1 is away (until it
-/// writes [`back`]), one by a blocking send (tag `FIRST`) and one by a nonblocking send
-/// (tag `FIRST + 1`).
+/// writes [`back`]), one by a blocking send (tag `FIRST`), one by a nonblocking send
+/// (tag `FIRST + 1`) and one by `send_standard_in` (tag `FIRST + 2`).
 pub fn run(report: &dyn Fn(u32, &str)) {
     super::common::watchdog(Duration::from_secs(30));
     let mut comm = Comm::init(&[]).unwrap();
@@ -48,7 +49,7 @@ pub fn run(report: &dyn Fn(u32, &str)) {
         comm.barrier().unwrap();
         std::thread::sleep(AWAY);
         std::fs::write(back(), b"back").unwrap();
-        for tag in FIRST..FIRST + 2 {
+        for tag in FIRST..FIRST + 3 {
             comm.recv(&mut got, Some(0), Some(i32::from(tag))).unwrap();
             assert!(got == message(tag), "message {tag} arrived whole");
         }
@@ -94,6 +95,16 @@ pub fn run(report: &dyn Fn(u32, &str)) {
         assert!(
             !done_at_once,
             "a nonblocking send above the lowered limit goes by rendezvous"
+        );
+    }
+    // A blocking send with MPI's standard-mode latitude takes the lowered limit too:
+    // it returns once rank 1, back, has matched it.
+    comm.send_standard_in(WORLD, &message(FIRST + 2), 1, i32::from(FIRST + 2))
+        .unwrap();
+    if lowers {
+        assert!(
+            back().exists(),
+            "a standard-mode send above the lowered limit waited for its receiver"
         );
     }
     comm.wait(req).unwrap();

@@ -12,7 +12,9 @@ use crate::state::Mpi;
 impl Held {
     /// A blocking send: straight through the message layer where it may wait there
     /// ([`Mpi::waits_in_layer`]: its own wait is the fastest); else an eager
-    /// message that the transport takes at once, or a request waited for here.
+    /// message that the transport takes at once, or a request waited for here. A
+    /// standard send may go by rendezvous where the transport lowered its eager limit
+    /// since start-up ([`rbtl::msg::Comm::send_standard_in`]).
     ///
     /// # Safety
     ///
@@ -20,11 +22,30 @@ impl Held {
     #[inline(always)]
     pub unsafe fn send(
         &mut self,
-        (buf, count, ty): (*const c_void, c_int, Handle),
+        args: (*const c_void, c_int, Handle),
         dest: c_int,
         tag: c_int,
         comm: Handle,
         mode: Mode,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        unsafe { self.send_as(args, (dest, tag, comm), mode, false) }
+    }
+
+    /// [`Held::send`], eager under the start-up eager limit where `start_up_eager`
+    /// (standard mode, contiguous, [`Mpi::waits_in_layer`]): a send that
+    /// [`Held::goes_eager`] said one eager message carries leaves without its receiver.
+    ///
+    /// # Safety
+    ///
+    /// As [`Held::send`].
+    #[inline(always)]
+    unsafe fn send_as(
+        &mut self,
+        (buf, count, ty): (*const c_void, c_int, Handle),
+        (dest, tag, comm): (c_int, c_int, Handle),
+        mode: Mode,
+        start_up_eager: bool,
     ) -> Result<()> {
         if mode == Mode::Standard {
             let c = self.comm(comm)?;
@@ -45,9 +66,12 @@ impl Held {
                 // SAFETY: the caller's contract: `len` bytes from the type's start.
                 let data = unsafe { rbtl::btl::slice_at(at, len) };
                 if self.waits_in_layer() {
-                    return Ok(self.msg.send_in(ctx, data, dst, tag)?);
+                    return Ok(match start_up_eager {
+                        true => self.msg.send_in(ctx, data, dst, tag),
+                        false => self.msg.send_standard_in(ctx, data, dst, tag),
+                    }?);
                 }
-                if self.msg.try_send_in(ctx, data, dst, tag)? {
+                if self.msg.try_isend_in(ctx, data, dst, tag)? {
                     return Ok(());
                 }
             }
@@ -278,12 +302,11 @@ pub unsafe extern "C" fn PMPI_Sendrecv(
                 true => None,
                 false => Some(mpi.irecv(recvbuf, recvcount, recvtype, source, recvtag, comm)?),
             };
-            let sent = mpi.send(
+            let sent = mpi.send_as(
                 (sendbuf, sendcount, sendtype),
-                dest,
-                sendtag,
-                comm,
+                (dest, sendtag, comm),
                 Mode::Standard,
+                eager,
             );
             let Some(r) = r else {
                 sent?;

@@ -806,13 +806,19 @@ impl Module for SmModule {
             }
         };
         // Messages above the default eager limit (eager where the probe raised it)
-        // time their copies into the ring, as the copy protocol does: while those run
-        // slow, the limit comes back down (`by_address::Watch`).
+        // time their copies into the ring, as the copy protocol does, and tell the
+        // watch at once (a blocking receive the transport matches itself may take
+        // every message meanwhile, outside `progress`' count): while those copies
+        // run slow, the limit comes back down (`by_address::Watch`).
         let timed = if size > DEFAULT_EAGER_LIMIT { size } else { 0 };
         if peer.failed.is_none()
             && peer.outbound.is_empty()
             && peer.out_speed.timed(timed, || pushed(&mut peer.producer))
         {
+            if let (Some(w), true) = (&mut self.by_address, timed > 0) {
+                let rate = peer.out_speed.gbs().min(peer.in_speed.gbs());
+                w.copied(endpoint.0 as usize, rate, &mut self.attrs);
+            }
             return Ok(SendiOutcome::Sent);
         }
         // A peer that removed us reads its ring no more.
