@@ -209,7 +209,8 @@ impl Comm {
     /// [`Comm::eager_payload_to`] bytes goes eagerly unless the transport lowered its
     /// eager limit since start-up (`sm` while copies through its rings run slow): then
     /// it goes by rendezvous, and completes once its receiver matches it, as a larger
-    /// one does. Blocking sends ([`Comm::send_in`]) keep the start-up limit.
+    /// one does. [`Comm::send_in`] keeps the start-up limit ([`Comm::send_standard_in`]
+    /// does not).
     ///
     /// # Safety
     ///
@@ -331,9 +332,9 @@ impl Comm {
     /// Start sending `len` bytes at `buf` to `dst` with `tag`, which may be one of the
     /// layer's own (negative) tags; a rendezvous is offered to be split
     /// ([`super::split`]) only where `may_split`. Eager under the transport's current
-    /// limit where `current_eager` (a nonblocking send's, see [`Comm::isend_in`]), else
-    /// under the start-up one: then a message of at most [`Comm::eager_payload_to`]
-    /// bytes never waits for its receiver to match it.
+    /// limit where `current_eager` (a nonblocking send's, see [`Comm::isend_in`], or
+    /// [`Comm::send_standard_in`]'s), else under the start-up one: then a message of
+    /// at most [`Comm::eager_payload_to`] bytes never waits for its receiver to match it.
     ///
     /// # Safety
     ///
