@@ -905,7 +905,8 @@ common::all_ok_tests! {
         "msg_lent", 2, &LENT_ENV;
 
     /// Where the probe chose the eager limit, slow rings lower it for nonblocking sends
-    /// and not for blocking ones (`node/slow_rings.rs`); no ring reaches the switch rate.
+    /// and `send_standard_in`, not for `send` (`node/slow_rings.rs`); no ring reaches
+    /// the switch rate.
     eager_limit_falls_for_nonblocking_sends_while_the_rings_run_slow:
         "msg_slow_rings", 2, &[("RBTL_BTL_SM_CMA_BELOW", "1000000000")];
 
