@@ -67,15 +67,7 @@ impl Comm {
     /// transport, never for its receiver.
     #[inline(always)]
     pub fn send_in(&mut self, ctx: u32, buf: &[u8], dst: u32, tag: i32) -> Result<()> {
-        // Fast path: an eager message the transport takes at once needs no request.
-        if self.try_send_in(ctx, buf, dst, tag)? {
-            return Ok(());
-        }
-        // SAFETY: `buf` is borrowed until wait returns, which is when the request has
-        // completed.
-        let req =
-            unsafe { self.isend_tagged(buf.as_ptr(), buf.len(), (dst, tag, ctx), (true, false)) }?;
-        self.wait(req).map(|_| ())
+        self.send_under(ctx, buf, (dst, tag), false)
     }
 
     /// [`Comm::send_in`] with the latitude of MPI's standard mode: under the transport's
@@ -83,13 +75,27 @@ impl Comm {
     /// [`Comm::eager_payload_to`] bytes may go by rendezvous and wait for its receiver
     /// (where the transport lowered its limit since start-up).
     pub fn send_standard_in(&mut self, ctx: u32, buf: &[u8], dst: u32, tag: i32) -> Result<()> {
-        if self.try_isend_in(ctx, buf, dst, tag)? {
+        self.send_under(ctx, buf, (dst, tag), true)
+    }
+
+    /// A blocking send under the start-up eager limit, or the `current` one.
+    #[inline(always)]
+    fn send_under(
+        &mut self,
+        ctx: u32,
+        buf: &[u8],
+        (dst, tag): (u32, i32),
+        current: bool,
+    ) -> Result<()> {
+        // Fast path: an eager message the transport takes at once needs no request.
+        if self.try_eager_in(ctx, buf, (dst, tag), current)? {
             return Ok(());
         }
         // SAFETY: `buf` is borrowed until wait returns, which is when the request has
         // completed.
-        let req =
-            unsafe { self.isend_tagged(buf.as_ptr(), buf.len(), (dst, tag, ctx), (true, true)) }?;
+        let req = unsafe {
+            self.isend_tagged(buf.as_ptr(), buf.len(), (dst, tag, ctx), (true, current))
+        }?;
         self.wait(req).map(|_| ())
     }
 

@@ -510,18 +510,13 @@ impl State {
         header: &[u8],
         payload: &[u8],
     ) -> Result<(), Error> {
-        if !self.has_deferred_to(module, ep) {
-            match transmit(m, ep, tag, header, payload) {
-                Err(rbtl_btl::Error::OutOfResource(_)) => {}
-                Err(e) => return Err(transport_error(self.route.iter().copied(), (module, ep), e)),
-                Ok(()) => return Ok(()),
-            }
+        if self.sent_now(m, (module, ep), tag, header, payload)? {
+            return Ok(());
         }
         let mut bytes = Vec::with_capacity(header.len() + payload.len());
         bytes.extend_from_slice(header);
         bytes.extend_from_slice(payload);
-        bump(&self.signals.deferred, 1);
-        self.deferred.push_back(Deferred {
+        self.defer(Deferred {
             module,
             endpoint: ep,
             tag,
@@ -529,6 +524,33 @@ impl State {
             lent: None,
         });
         Ok(())
+    }
+
+    /// Whether the transport took the message now; false where it found no room, or
+    /// where something waits towards the same peer already (which the message must not
+    /// overtake).
+    fn sent_now(
+        &mut self,
+        m: &mut dyn Module,
+        (module, ep): (usize, Endpoint),
+        tag: rbtl_btl::Tag,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<bool, Error> {
+        if self.has_deferred_to(module, ep) {
+            return Ok(false);
+        }
+        match transmit(m, ep, tag, header, payload) {
+            Err(rbtl_btl::Error::OutOfResource(_)) => Ok(false),
+            Err(e) => Err(transport_error(self.route.iter().copied(), (module, ep), e)),
+            Ok(()) => Ok(true),
+        }
+    }
+
+    /// Queue `d` behind what waits for room, counted in [`Signals::deferred`].
+    fn defer(&mut self, d: Deferred) {
+        bump(&self.signals.deferred, 1);
+        self.deferred.push_back(d);
     }
 
     /// As [`State::send_or_defer`], but a message that must wait keeps its payload in
@@ -550,19 +572,14 @@ impl State {
         peer: u32,
         status: Status,
     ) -> Result<Option<ReqId>, Error> {
-        if !self.has_deferred_to(module, ep) {
-            match transmit(m, ep, tag, header, payload) {
-                Err(rbtl_btl::Error::OutOfResource(_)) => {}
-                Err(e) => return Err(transport_error(self.route.iter().copied(), (module, ep), e)),
-                Ok(()) => return Ok(None),
-            }
+        if self.sent_now(m, (module, ep), tag, header, payload)? {
+            return Ok(None);
         }
         let req = self.new_req(Some(peer));
         if let Some(r) = self.reqs.get_mut(req) {
             r.status = status;
         }
-        bump(&self.signals.deferred, 1);
-        self.deferred.push_back(Deferred {
+        self.defer(Deferred {
             module,
             endpoint: ep,
             tag,

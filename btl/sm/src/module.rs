@@ -816,8 +816,7 @@ impl Module for SmModule {
             && peer.out_speed.timed(timed, || pushed(&mut peer.producer))
         {
             if let (Some(w), true) = (&mut self.by_address, timed > 0) {
-                let rate = peer.out_speed.gbs().min(peer.in_speed.gbs());
-                w.copied(endpoint.0 as usize, rate, &mut self.attrs);
+                w.copied(endpoint.0 as usize, peer.rings_gbs(), &mut self.attrs);
             }
             return Ok(SendiOutcome::Sent);
         }
@@ -954,10 +953,7 @@ impl Module for SmModule {
             }
             if let Some(w) = &mut self.by_address {
                 if taken > 0 || sending {
-                    // Copies into the rings both ways: ours, and the peer's as its
-                    // data's headers tell.
-                    let p = &self.peers[i];
-                    w.copied(i, p.out_speed.gbs().min(p.in_speed.gbs()), &mut self.attrs);
+                    w.copied(i, self.peers[i].rings_gbs(), &mut self.attrs);
                 }
             }
         }

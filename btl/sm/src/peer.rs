@@ -322,6 +322,12 @@ impl Peer {
         weighed(settings, size).then(Instant::now)
     }
 
+    /// The rate of copies into the rings both ways, GB/s: the slower of ours and the
+    /// peer's (as its data's headers tell).
+    pub fn rings_gbs(&self) -> f64 {
+        self.out_speed.gbs().min(self.in_speed.gbs())
+    }
+
     /// Count a cross-memory attach copy of `size` bytes that started at `start` (from
     /// [`Peer::cma_timer`]; `None`: not weighed).
     pub fn observe_cma(&mut self, dir: cma::Direction, size: usize, start: Option<Instant>) {
